@@ -1,0 +1,239 @@
+"""Model and accelerator catalogues: one YAML file per item, file name = id.
+
+This is the only place that reads human units (GiB, GB/s, TFLOP/s, us) and converts them to
+SI. Validation happens here, with pydantic, and every error is one line naming the file, the
+field and the value.
+"""
+
+from __future__ import annotations
+
+import json
+from functools import lru_cache
+from pathlib import Path
+from typing import Any, Literal
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, PositiveFloat, PositiveInt, ValidationError
+
+from .errors import CatalogueError, did_you_mean
+from .specs import Accelerator, ModelSpec
+
+GIB = 2**30
+GB = 1e9
+
+
+def catalogue_dir(kind: str) -> Path:
+    """The `models/` or `hardware/` folder: the repository's when run from a checkout, else the wheel's."""
+    here = Path(__file__).resolve().parent
+    for candidate in (here.parent / kind, here / "_catalogue" / kind):
+        if candidate.is_dir():
+            return candidate
+    raise CatalogueError(f"catalogue folder '{kind}' not found next to the package")
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class ModelFile(_Strict):
+    name: str
+    num_layers: PositiveInt
+    d_model: PositiveInt
+    d_ff: PositiveInt
+    mlp: Literal["gated", "plain"]
+    num_heads: PositiveInt
+    num_kv_heads: PositiveInt
+    head_dim: PositiveInt
+    vocab_size: PositiveInt
+    tied_embeddings: bool
+    norm: Literal["rmsnorm", "layernorm"] = "rmsnorm"
+    linear_bias: bool = False
+    learned_positions: int = Field(default=0, ge=0)
+
+
+class TopologyFile(_Strict):
+    torus_dims: int = Field(default=0, ge=0, le=3)
+    wraparound_min_axis: int = 0
+    wraparound_needs_full_cube: bool = False
+    max_slice_shape: list[PositiveInt] = []
+    devices_per_host: PositiveInt = 1
+    devices_per_node: PositiveInt = 1
+
+
+class CalibrationFile(_Strict):
+    matmul_efficiency: float = Field(gt=0, le=1)
+    matmul_half_efficiency_tokens: float = Field(ge=0)
+    collective_efficiency: float = Field(gt=0, le=1)
+    scale_out_efficiency: float = Field(gt=0, le=1)
+    collective_half_efficiency_kib: float = Field(ge=0)
+    microbatch_overhead_us: float = Field(ge=0)
+    step_overhead_ms: float = Field(ge=0)
+
+
+class AcceleratorFile(_Strict):
+    id: str
+    name: str
+    kind: Literal["tpu", "gpu"]
+    peak_bf16_tflops: PositiveFloat
+    hbm_gib: PositiveFloat | None = None
+    hbm_gb: PositiveFloat | None = None
+    hbm_gbytes_per_s: PositiveFloat
+    link_gbytes_per_s_per_direction: PositiveFloat
+    links_per_device: PositiveInt | None = None
+    link_latency_us: float = Field(ge=0)
+    scale_out_gbytes_per_s_per_direction: PositiveFloat
+    scale_out_latency_us: float = Field(ge=0)
+    runtime_reserve_gib: float = Field(ge=0)
+    topology: TopologyFile
+    calibration: CalibrationFile
+    sources: dict[str, str]
+
+
+def _check_keys(data: Any, schema: type[BaseModel], where: str) -> None:
+    """Unknown keys are an error naming the key, with a 'did you mean' hint (recursively)."""
+    if not isinstance(data, dict):
+        raise CatalogueError(f"{where}: expected a mapping, got {type(data).__name__}")
+    fields = schema.model_fields
+    for key, value in data.items():
+        if key not in fields:
+            raise CatalogueError(f"{where}: unknown key '{key}'{did_you_mean(str(key), fields)}")
+        annotation = fields[key].annotation
+        if isinstance(annotation, type) and issubclass(annotation, BaseModel):
+            _check_keys(value, annotation, f"{where}: {key}")
+
+
+def _validate(data: Any, schema: type[BaseModel], where: str):
+    _check_keys(data, schema, where)
+    try:
+        return schema.model_validate(data)
+    except ValidationError as exc:
+        err = exc.errors()[0]
+        loc = ".".join(str(p) for p in err["loc"]) or "(top)"
+        value = err.get("input")
+        shown = "" if isinstance(value, dict) else f" (got {value!r})"
+        raise CatalogueError(f"{where}: field '{loc}': {err['msg']}{shown}") from None
+
+
+def read_yaml(path: Path) -> Any:
+    """Parse a YAML file; a syntax error becomes a one-line CatalogueError."""
+    try:
+        text = path.read_text()
+    except OSError as exc:
+        raise CatalogueError(f"{path}: cannot read ({exc.strerror})") from None
+    try:
+        return yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        at = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
+        problem = getattr(exc, "problem", None) or str(exc).splitlines()[0]
+        raise CatalogueError(f"{path}: malformed YAML{at}: {problem}") from None
+
+
+def model_from_dict(data: Any, name: str, where: str) -> ModelSpec:
+    """Validate a catalogue-style model mapping and freeze it."""
+    f = _validate(data, ModelFile, where)
+    if f.num_heads % f.num_kv_heads:
+        raise CatalogueError(f"{where}: num_heads({f.num_heads}) is not a multiple of num_kv_heads({f.num_kv_heads})")
+    return ModelSpec(name=name, **{k: v for k, v in f.model_dump().items() if k != "name"})
+
+
+def model_from_hf_config(path: Path) -> ModelSpec:
+    """Import a Hugging Face config.json (absent num_key_value_heads = MHA, head_dim = hidden/heads)."""
+    try:
+        cfg = json.loads(path.read_text())
+    except (OSError, json.JSONDecodeError) as exc:
+        raise CatalogueError(f"{path}: cannot read as JSON ({exc})") from None
+    required = ("num_hidden_layers", "hidden_size", "intermediate_size", "num_attention_heads", "vocab_size")
+    for key in required:
+        if key not in cfg:
+            raise CatalogueError(f"{path}: missing field '{key}' (a Hugging Face config needs {', '.join(required)})")
+    heads = cfg["num_attention_heads"]
+    act = str(cfg.get("hidden_act", cfg.get("activation_function", "silu")))
+    gated = cfg.get("model_type", "llama") not in ("gpt2", "gpt_neox", "opt", "bloom") and "gelu" not in act
+    data = {
+        "name": cfg.get("_name_or_path") or path.parent.name or path.stem,
+        "num_layers": cfg["num_hidden_layers"],
+        "d_model": cfg["hidden_size"],
+        "d_ff": cfg["intermediate_size"],
+        "mlp": "gated" if gated else "plain",
+        "num_heads": heads,
+        "num_kv_heads": cfg.get("num_key_value_heads") or heads,
+        "head_dim": cfg.get("head_dim") or cfg["hidden_size"] // heads,
+        "vocab_size": cfg["vocab_size"],
+        "tied_embeddings": bool(cfg.get("tie_word_embeddings", False)),
+    }
+    return model_from_dict(data, str(data["name"]), str(path))
+
+
+def model_names() -> list[str]:
+    return sorted(p.stem for p in catalogue_dir("models").glob("*.yaml"))
+
+
+@lru_cache(maxsize=None)
+def load_model(name_or_path: str) -> ModelSpec:
+    """A catalogue id (`llama70b`), a model YAML path, or a Hugging Face config.json path."""
+    path = Path(name_or_path)
+    if path.suffix == ".json":
+        return model_from_hf_config(path)
+    if path.suffix in (".yaml", ".yml"):
+        return model_from_dict(read_yaml(path), path.stem, str(path))
+    file = catalogue_dir("models") / f"{name_or_path}.yaml"
+    if not file.is_file():
+        raise CatalogueError(
+            f"unknown model '{name_or_path}'{did_you_mean(name_or_path, model_names())}; "
+            f"known: {', '.join(model_names())}, or a path to a config.json")
+    return model_from_dict(read_yaml(file), name_or_path, f"models/{file.name}")
+
+
+def accelerator_names() -> list[str]:
+    return sorted(p.stem for p in catalogue_dir("hardware").glob("*.yaml"))
+
+
+def accelerator_from_dict(data: Any, where: str) -> Accelerator:
+    """Validate an accelerator mapping and convert its human units to SI, once."""
+    f = _validate(data, AcceleratorFile, where)
+    if (f.hbm_gib is None) == (f.hbm_gb is None):
+        raise CatalogueError(f"{where}: give exactly one of 'hbm_gib' or 'hbm_gb'")
+    undocumented = [k for k in ("peak_bf16_tflops", "hbm_gbytes_per_s", "link_gbytes_per_s_per_direction",
+                                "scale_out_gbytes_per_s_per_direction", "calibration") if k not in f.sources]
+    if undocumented:
+        raise CatalogueError(f"{where}: field 'sources' lacks a source for {', '.join(undocumented)}")
+    cal, topo = f.calibration, f.topology
+    return Accelerator(
+        id=f.id, name=f.name, kind=f.kind,
+        peak_flops_per_s=f.peak_bf16_tflops * 1e12,
+        hbm_bytes=f.hbm_gib * GIB if f.hbm_gib is not None else f.hbm_gb * GB,
+        hbm_bytes_per_s=f.hbm_gbytes_per_s * GB,
+        link_bytes_per_s_per_direction=f.link_gbytes_per_s_per_direction * GB,
+        link_latency_s=f.link_latency_us * 1e-6,
+        scale_out_bytes_per_s_per_direction=f.scale_out_gbytes_per_s_per_direction * GB,
+        scale_out_latency_s=f.scale_out_latency_us * 1e-6,
+        runtime_reserve_bytes=f.runtime_reserve_gib * GIB,
+        matmul_efficiency=cal.matmul_efficiency,
+        matmul_half_efficiency_tokens=cal.matmul_half_efficiency_tokens,
+        collective_efficiency=cal.collective_efficiency,
+        scale_out_efficiency=cal.scale_out_efficiency,
+        collective_half_efficiency_bytes=cal.collective_half_efficiency_kib * 1024,
+        microbatch_overhead_s=cal.microbatch_overhead_us * 1e-6,
+        step_overhead_s=cal.step_overhead_ms * 1e-3,
+        torus_dims=topo.torus_dims,
+        wraparound_min_axis=topo.wraparound_min_axis,
+        wraparound_needs_full_cube=topo.wraparound_needs_full_cube,
+        max_slice_shape=tuple(topo.max_slice_shape),
+        devices_per_host=topo.devices_per_host,
+        devices_per_node=topo.devices_per_node,
+        sources=dict(f.sources),
+    )
+
+
+@lru_cache(maxsize=None)
+def load_accelerator(name: str) -> Accelerator:
+    file = catalogue_dir("hardware") / f"{name}.yaml"
+    if not file.is_file():
+        raise CatalogueError(
+            f"unknown accelerator '{name}'{did_you_mean(name, accelerator_names())}; "
+            f"known: {', '.join(accelerator_names())}")
+    acc = accelerator_from_dict(read_yaml(file), f"hardware/{file.name}")
+    if acc.id != name:
+        raise CatalogueError(f"hardware/{file.name}: field 'id' is '{acc.id}', expected the file name '{name}'")
+    return acc

@@ -1,0 +1,104 @@
+"""FLOPs per token, per layer, per device (COSTS.md "Compute").
+
+Source: the design notes section 5 (a dense layer costs 2 m P_W FLOPs forward and twice that
+backward: 6 P_W per token for training) and the scaling-book's transformer chapter (attention
+score and value products: 4 T n_q h FLOPs per token forward; causal masking halves them when
+the kernel skips masked blocks). Recomputation adds a forward (full) or the attention core
+(selective).
+"""
+
+from __future__ import annotations
+
+from ..specs import ModelSpec
+from .params import kv_heads_per_device
+
+BACKWARD_OVER_FORWARD = 2.0
+RECOMPUTED_FORWARDS = {"none": 0.0, "selective": 0.0, "full": 1.0}
+
+
+def matmul_params_per_layer(model: ModelSpec, tp: int = 1) -> int:
+    """Weights one TP rank multiplies per token in one layer (projections and MLP, no norms)."""
+    q_out = model.num_heads // tp * model.head_dim
+    kv_out = kv_heads_per_device(model, tp) * model.head_dim
+    return model.d_model * (2 * q_out + 2 * kv_out) + model.mlp_matrices * model.d_model * (model.d_ff // tp)
+
+
+def matmul_flops_per_token_per_layer(model: ModelSpec, tp: int = 1) -> float:
+    """Forward matmul FLOPs per token of one layer on one TP rank: 2 x its weights."""
+    return 2.0 * matmul_params_per_layer(model, tp)
+
+
+def attention_context(seq_len: int, causal: bool) -> float:
+    """Average number of keys a query attends to: S/2 with causal skipping, else S."""
+    return seq_len / 2 if causal else float(seq_len)
+
+
+def attention_flops_per_token_per_layer(model: ModelSpec, seq_len: int, causal: bool, tp: int = 1) -> float:
+    """Forward QK^T and AV FLOPs per token of one layer on one TP rank: 4 x context x h x n_q/tp."""
+    return 4.0 * attention_context(seq_len, causal) * model.head_dim * (model.num_heads // tp)
+
+
+def logits_flops_per_token(model: ModelSpec, tp: int = 1) -> float:
+    """Forward FLOPs of the output projection per token (vocab-parallel over TP)."""
+    return 2.0 * model.d_model * model.vocab_size / tp
+
+
+def training_flops_per_param_per_token(recompute: str) -> float:
+    """6 without rematerialisation; 8 when the forward is recomputed once (full remat)."""
+    return 2.0 * (1.0 + BACKWARD_OVER_FORWARD + RECOMPUTED_FORWARDS[recompute])
+
+
+def layer_training_flops_per_token(model: ModelSpec, seq_len: int, causal: bool, tp: int, recompute: str) -> dict[str, float]:
+    """Training FLOPs (forward + backward + recompute) per token of one layer on one TP rank."""
+    mm = matmul_flops_per_token_per_layer(model, tp)
+    attn = attention_flops_per_token_per_layer(model, seq_len, causal, tp)
+    passes = 1.0 + BACKWARD_OVER_FORWARD
+    recomputed = mm * RECOMPUTED_FORWARDS[recompute] + attn * (1.0 if recompute in ("full", "selective") else 0.0)
+    return {"matmul": mm * passes, "attention": attn * passes, "recompute": recomputed}
+
+
+def model_flops_per_token(model: ModelSpec, seq_len: int, convention: str = "model") -> float:
+    """Model FLOPs per trained token for MFU (no recomputation), under a named convention.
+
+    - ``model``: 6 x matmul weights (layers + output projection) + causal attention (S/2).
+    - ``palm``: PaLM appendix B, 6N + 12 L n_q h S (attention without causal halving).
+    - ``palm-causal``: as ``palm`` with the attention term halved.
+    """
+    n = model.num_layers * matmul_params_per_layer(model) + model.d_model * model.vocab_size
+    causal = convention in ("model", "palm-causal")
+    if convention not in MFU_CONVENTIONS:
+        raise ValueError(f"mfu convention '{convention}' is not one of {', '.join(MFU_CONVENTIONS)}")
+    attn = 3.0 * model.num_layers * attention_flops_per_token_per_layer(model, seq_len, causal)
+    return 6.0 * n + attn
+
+
+MFU_CONVENTIONS = ("model", "palm", "palm-causal")
+
+
+def attention_crossover_seq_len(model: ModelSpec, causal: bool = False) -> float:
+    """Sequence length at which attention FLOPs equal matmul FLOPs per token (book: T = 8D)."""
+    per_key = attention_flops_per_token_per_layer(model, 1, False)  # FLOPs per token per key
+    return matmul_flops_per_token_per_layer(model) / per_key * (2.0 if causal else 1.0)
+
+
+def training_flops_total(params: float, tokens: float) -> float:
+    """6 P N_tok: total training FLOPs of dense matmuls (design notes section 5)."""
+    return 6.0 * params * tokens
+
+
+def calendar_days(total_flops: float, effective_flops_per_s: float) -> float:
+    """Days of training at an effective model throughput (FLOP/s counted the same way)."""
+    return total_flops / effective_flops_per_s / 86400.0
+
+
+def elementwise_bytes_per_token_per_layer(model: ModelSpec, tp: int, sequence_parallel: bool, activation_bytes: int) -> float:
+    """HBM bytes one forward of a layer's element-wise ops moves per token (memory-bound work).
+
+    Two norms (read + write D), two residual adds (read 2D, write D), the MLP activation
+    (gated: read 2F, write F; plain: read F, write F) and rotary embedding of q and k.
+    """
+    d = model.d_model / tp if sequence_parallel else float(model.d_model)
+    f = model.d_ff / tp
+    qk = (model.num_heads // tp + kv_heads_per_device(model, tp)) * model.head_dim
+    mlp_act = (3 if model.mlp == "gated" else 2) * f
+    return activation_bytes * (2 * 2 * d + 2 * 3 * d + mlp_act + 2 * qk)

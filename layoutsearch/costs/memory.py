@@ -1,0 +1,87 @@
+"""Bytes per device at named moments (COSTS.md "Memory"; design notes sections 1-2).
+
+The peak is the maximum over moments of the live objects, each array counted once:
+M_peak = max_u [M_state(u) + M_activation(u) + M_temporary(u)].
+"""
+
+from __future__ import annotations
+
+from ..specs import ModelSpec, Workload
+from .params import kv_heads_per_device
+
+# What each checkpoint policy saves per layer, as (tensor, width) with width in elements per token.
+# none: every input a backward kernel needs (FlashAttention keeps O and the row log-sum-exp, not scores);
+# selective: drops what the attention core and the element-wise MLP activation recompute cheaply;
+# full: the layer input only (Korthikanti et al. 2022 table 2, without dropout masks).
+RECOMPUTED_BY_SELECTIVE = ("attn_out", "attn_lse", "mlp_act")
+
+
+def saved_tensor_widths(model: ModelSpec, tp: int, sequence_parallel: bool) -> dict[str, float]:
+    """Elements per token of every tensor a layer saves for backward, on one TP rank."""
+    d_sp = model.d_model / tp if sequence_parallel else float(model.d_model)
+    q = model.num_heads // tp * model.head_dim
+    kv = kv_heads_per_device(model, tp) * model.head_dim
+    f = model.d_ff / tp
+    return {
+        "attn_norm_in": d_sp,  # residual stream entering the layer
+        "qkv_in": d_sp,  # normalised input of the QKV projection
+        "q": q, "k": kv, "v": kv,  # inputs of the attention core
+        "attn_out": q,  # attention output, input of the O projection
+        "attn_lse": model.num_heads / tp * 2.0,  # fp32 log-sum-exp per head (in bf16 widths)
+        "mlp_norm_in": d_sp,
+        "mlp_in": d_sp,
+        "mlp_pre": f * (model.mlp_matrices - 1),  # gate and up (gated) or pre-activation (plain)
+        "mlp_act": f,  # input of the down projection
+    }
+
+
+def saved_tensors_per_layer(model: ModelSpec, tp: int, sequence_parallel: bool, tokens: float,
+                            activation_bytes: int, policy: str) -> dict[str, float]:
+    """Bytes each saved tensor of one layer occupies for ``tokens`` tokens, under ``policy``."""
+    widths = saved_tensor_widths(model, tp, sequence_parallel)
+    if policy == "full":
+        widths = {"attn_norm_in": widths["attn_norm_in"]}
+    elif policy == "selective":
+        widths = {k: w for k, w in widths.items() if k not in RECOMPUTED_BY_SELECTIVE}
+    return {k: w * tokens * activation_bytes for k, w in widths.items()}
+
+
+def checkpoint_bytes(num_layers: int, tokens: float, d_model: int, tensors_per_layer: int, bytes_per_element: int) -> float:
+    """Logical saved activations: tensors_per_layer x [tokens, D] per layer (design notes section 5)."""
+    return num_layers * tensors_per_layer * tokens * d_model * bytes_per_element
+
+
+def state_bytes(params: float, workload: Workload, zero_stage: int, shards: int) -> dict[str, float]:
+    """Model state of ``params`` parameters on one device, sharded over ``shards`` per ZeRO stage.
+
+    Stage 0 shards nothing; 1 shards optimizer moments and master weights; 2 also gradients;
+    3 also the compute weights (ZeRO, Rajbhandari et al. 2020).
+    """
+    def sharded(bytes_per_param: int, from_stage: int) -> float:
+        return params * bytes_per_param / (shards if zero_stage >= from_stage else 1)
+
+    return {
+        "weights": sharded(workload.weight_bytes_per_param, 3),
+        "master": sharded(workload.master_bytes_per_param, 1),
+        "grads": sharded(workload.grad_bytes_per_param, 2),
+        "optimizer": sharded(workload.optimizer_bytes_per_param, 1),
+    }
+
+
+def fsdp_weight_bytes(layer_bytes: float, num_layers: int, shards: int, gathered_layers: int,
+                      separate_buffers: bool = True) -> float:
+    """Weight bytes on one device while ``gathered_layers`` layers are gathered in full.
+
+    With ``separate_buffers`` the gather output is a new allocation beside the kept shard
+    (PyTorch FSDP2, XLA); otherwise the full buffer includes the local shard (design notes).
+    """
+    shard = layer_bytes / shards
+    kept = num_layers if separate_buffers else num_layers - gathered_layers
+    return kept * shard + gathered_layers * layer_bytes
+
+
+def peak(moments: dict[str, dict[str, float]]) -> tuple[str, float]:
+    """The moment with the most live bytes, and that total (each moment lists each array once)."""
+    totals = {name: sum(items.values()) for name, items in moments.items()}
+    name = max(totals, key=totals.get)
+    return name, totals[name]

@@ -1,0 +1,39 @@
+"""Typed, actionable errors. Every message names the field and prints the numbers.
+
+The CLI maps ``LayoutsearchError`` subclasses to exit codes: bad input (catalogue, layout,
+argument) exits 2, an infeasible search exits 1.
+"""
+
+from __future__ import annotations
+
+import difflib
+
+
+class LayoutsearchError(Exception):
+    """Base class; ``exit_code`` is what the CLI returns for it."""
+
+    exit_code = 2
+
+
+class CatalogueError(LayoutsearchError):
+    """A model, accelerator or cluster description that cannot be read or is invalid."""
+
+
+class InvalidLayoutError(LayoutsearchError):
+    """A layout that breaks a hard rule (product of degrees, divisibility, ...)."""
+
+
+class InvalidArgumentError(LayoutsearchError):
+    """A command-line value that cannot be parsed."""
+
+
+class NoFeasibleLayoutError(LayoutsearchError):
+    """The search space is non-empty but nothing fits."""
+
+    exit_code = 1
+
+
+def did_you_mean(word: str, choices) -> str:
+    """' (did you mean 'x'?)' when a close choice exists, else ''."""
+    close = difflib.get_close_matches(word, list(choices), n=1, cutoff=0.6)
+    return f" (did you mean '{close[0]}'?)" if close else ""

@@ -1,0 +1,180 @@
+"""The frozen concepts the engine reasons about (DESIGN.md "Concepts").
+
+Units are SI and named in every field: bytes, seconds, FLOPs, bytes per second. Conversion
+from the human units of the YAML catalogues happens once, in ``catalogue.py``.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Literal
+
+MlpKind = Literal["gated", "plain"]
+Recompute = Literal["none", "selective", "full"]
+Schedule = Literal["1f1b", "interleaved", "gpipe"]
+AxisKind = Literal["torus", "switch", "scale_out", "dcn"]
+DEGREE_NAMES = ("dp", "fsdp", "tp", "pp", "cp")
+RECOMPUTE_POLICIES = ("none", "selective", "full")
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class ModelSpec:
+    """Architecture only. A decoder-only transformer with optional GQA."""
+
+    name: str
+    num_layers: int
+    d_model: int
+    d_ff: int
+    mlp: MlpKind
+    num_heads: int
+    num_kv_heads: int
+    head_dim: int
+    vocab_size: int
+    tied_embeddings: bool
+    norm: Literal["rmsnorm", "layernorm"] = "rmsnorm"
+    linear_bias: bool = False
+    learned_positions: int = 0  # rows of a learned position embedding (GPT-3: 2048), 0 = RoPE
+
+    @property
+    def mlp_matrices(self) -> int:
+        """Number of D x F matrices in one MLP block: 3 gated (SwiGLU), 2 plain (GELU)."""
+        return 3 if self.mlp == "gated" else 2
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class Workload:
+    """What is trained: batch, sequence, precisions (bytes per element/parameter)."""
+
+    global_batch_seqs: int
+    seq_len: int
+    weight_bytes_per_param: int = 2  # bf16 compute weights
+    master_bytes_per_param: int = 4  # fp32 master copy
+    grad_bytes_per_param: int = 4  # fp32 gradient accumulation buffer
+    optimizer_bytes_per_param: int = 8  # Adam m and v in fp32
+    activation_bytes: int = 2  # bf16 activations
+    causal: bool = True  # causal attention: masked score blocks are skipped (FlashAttention)
+    training_tokens: float | None = None  # total tokens for a calendar estimate
+    precision: str = "bf16"
+
+    @property
+    def global_batch_tokens(self) -> int:
+        """B_tok = B_seq x S: tokens in one optimizer step, total (not per device)."""
+        return self.global_batch_seqs * self.seq_len
+
+    @property
+    def state_bytes_per_param(self) -> int:
+        """Model-state bytes per parameter (18 for the mixed-precision Adam preset)."""
+        return (self.weight_bytes_per_param + self.master_bytes_per_param
+                + self.grad_bytes_per_param + self.optimizer_bytes_per_param)
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class Accelerator:
+    """One chip or GPU, with calibrated achievable fractions."""
+
+    id: str
+    name: str
+    kind: Literal["tpu", "gpu"]
+    peak_flops_per_s: float  # dense bf16
+    hbm_bytes: float
+    hbm_bytes_per_s: float
+    link_bytes_per_s_per_direction: float  # TPU: one ICI link; GPU: NVLink per GPU
+    link_latency_s: float
+    scale_out_bytes_per_s_per_direction: float  # GPU: NIC per GPU; TPU: DCN per chip
+    scale_out_latency_s: float
+    runtime_reserve_bytes: float  # runtime, compiler workspace and fragmentation
+    matmul_efficiency: float  # achievable fraction of peak for large matmuls
+    matmul_half_efficiency_tokens: float  # tokens per matmul at which efficiency halves
+    collective_efficiency: float  # achievable fraction of ICI/NVLink bandwidth
+    scale_out_efficiency: float  # achievable fraction of NIC/DCN bandwidth
+    collective_half_efficiency_bytes: float  # message size at which bandwidth halves
+    microbatch_overhead_s: float  # fixed, non-overlapped cost per microbatch per stage
+    step_overhead_s: float  # fixed per optimizer step (launch, logging, data loader)
+    torus_dims: int = 0  # TPU: 2 or 3; GPU: 0
+    wraparound_min_axis: int = 0  # TPU: a torus axis wraps only at/above this size
+    wraparound_needs_full_cube: bool = False  # v4/v5p: no wraparound below a 4x4x4 cube
+    max_slice_shape: tuple[int, ...] = ()  # TPU: largest ICI domain
+    devices_per_host: int = 1
+    devices_per_node: int = 1  # GPU: NVLink domain size
+    sources: dict[str, str] = field(default_factory=dict, compare=False, hash=False)
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class Axis:
+    """One physical axis a collective group can span (derived from the cluster graph)."""
+
+    name: str  # x, y, z for a torus; node / scale_out for GPUs; dcn between slices
+    size: int
+    kind: AxisKind
+    bytes_per_s_per_direction: float  # one link (torus), per device (switch, scale_out, dcn)
+    wraparound: bool
+    latency_s: float
+    efficiency: float  # achievable fraction of the bandwidth
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class Cluster:
+    """Accelerators plus topology; ``axes`` are derived from the networkx graph."""
+
+    name: str
+    accelerator: Accelerator
+    axes: tuple[Axis, ...]
+    num_slices: int = 1
+
+    @property
+    def num_devices(self) -> int:
+        return math.prod(a.size for a in self.axes)
+
+    def axis(self, name: str) -> Axis:
+        for a in self.axes:
+            if a.name == name:
+                return a
+        raise KeyError(name)
+
+
+Placement = tuple[tuple[str, int], ...]  # ((axis name, factor), ...) from inner to outer
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class Layout:
+    """The decision: degrees, microbatching, checkpointing, ZeRO stage, axis placement.
+
+    ``dp`` is the replicated part of data parallelism, ``fsdp`` the sharded part; data units
+    (groups that process different sequences) number dp x fsdp.
+    """
+
+    dp: int = 1
+    fsdp: int = 1
+    tp: int = 1
+    pp: int = 1
+    cp: int = 1
+    zero_stage: int = 3
+    virtual_stages: int = 1
+    num_microbatches: int = 1
+    recompute: Recompute = "none"
+    sequence_parallel: bool = True  # shard norm/residual activations over tp (Megatron SP)
+    schedule: Schedule = "1f1b"
+    axes: tuple[tuple[str, Placement], ...] = ()
+
+    @property
+    def degrees(self) -> dict[str, int]:
+        return {"dp": self.dp, "fsdp": self.fsdp, "tp": self.tp, "pp": self.pp, "cp": self.cp}
+
+    @property
+    def num_devices(self) -> int:
+        return self.dp * self.fsdp * self.tp * self.pp * self.cp
+
+    @property
+    def data_units(self) -> int:
+        return self.dp * self.fsdp
+
+    def placement(self, degree: str) -> Placement:
+        for name, placed in self.axes:
+            if name == degree:
+                return placed
+        return ()
+
+    def microbatch_seqs(self, workload: Workload) -> float:
+        """Sequences per data unit per microbatch (an integer when the layout is valid)."""
+        return workload.global_batch_seqs / (self.data_units * self.num_microbatches)
