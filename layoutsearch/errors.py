@@ -35,5 +35,5 @@ class NoFeasibleLayoutError(LayoutsearchError):
 
 def did_you_mean(word: str, choices) -> str:
     """' (did you mean 'x'?)' when a close choice exists, else ''."""
-    close = difflib.get_close_matches(word, list(choices), n=1, cutoff=0.6)
+    close = difflib.get_close_matches(word, list(choices), n=1, cutoff=0.5)
     return f" (did you mean '{close[0]}'?)" if close else ""

@@ -1,0 +1,172 @@
+"""The `layoutsearch` command: parse, call the library, print. Exit codes: 0 found, 1 nothing
+feasible, 2 bad input (one line on stderr, never a traceback)."""
+
+from __future__ import annotations
+
+import functools
+import json
+import sys
+from enum import Enum
+from typing import Annotated, Optional
+
+import typer
+
+from . import render
+from .catalogue import accelerator_names, load_accelerator, load_model, model_names
+from .costs import params
+from .errors import LayoutsearchError
+from .estimate import estimate
+from .output import estimate_document
+from .parse import parse_axes, parse_degrees
+from .specs import Layout, Workload
+from .topology import EXAMPLE_CLUSTERS, resolve_cluster
+
+def reports_errors(command):
+    """Turn a LayoutsearchError into one line on stderr and its exit code (2 bad input, 1 infeasible)."""
+    @functools.wraps(command)
+    def run(*args, **kwargs):
+        try:
+            return command(*args, **kwargs)
+        except LayoutsearchError as exc:
+            typer.echo(f"error: {exc}", err=True)
+            raise typer.Exit(exc.exit_code) from None
+    return run
+
+
+app = typer.Typer(add_completion=False, no_args_is_help=True, pretty_exceptions_enable=False,
+                  help="Proven-optimal parallel layouts for transformer training.")
+
+
+class Format(str, Enum):
+    table = "table"
+    json = "json"
+
+
+class Recompute(str, Enum):
+    none = "none"
+    selective = "selective"
+    full = "full"
+
+
+class Schedule(str, Enum):
+    one_f_one_b = "1f1b"
+    interleaved = "interleaved"
+    gpipe = "gpipe"
+
+
+class MfuConvention(str, Enum):
+    model = "model"
+    palm = "palm"
+    palm_causal = "palm-causal"
+
+
+ModelOpt = Annotated[str, typer.Option("--model", "-m", help="Catalogue id (llama70b) or a path to a model YAML / HF config.json")]
+ClusterOpt = Annotated[str, typer.Option("--cluster", "-c", help="v5p-8192 (chips), v5p:16x20x28, v5p-8960x4, h100-1024")]
+SeqsOpt = Annotated[int, typer.Option("--seqs", min=1, help="Global batch in sequences")]
+SeqLenOpt = Annotated[int, typer.Option("--seq-len", min=1, help="Tokens per sequence")]
+FormatOpt = Annotated[Format, typer.Option("--format", help="table or json")]
+
+
+def workload_from_options(seqs: int, seq_len: int, tokens: float | None = None) -> Workload:
+    """The design notes' defaults: 1024 x 4096 tokens, 18 B/param mixed-precision Adam."""
+    return Workload(global_batch_seqs=seqs, seq_len=seq_len, training_tokens=tokens)
+
+
+@app.command("models")
+@reports_errors
+def models_cmd(fmt: FormatOpt = Format.table) -> None:
+    """List the model catalogue with exact parameter counts."""
+    rows = []
+    for name in model_names():
+        m = load_model(name)
+        rows.append({"id": name, "name": m.name, "layers": m.num_layers, "d_model": m.d_model, "d_ff": m.d_ff,
+                     "mlp": m.mlp, "heads": m.num_heads, "kv_heads": m.num_kv_heads, "head_dim": m.head_dim,
+                     "vocab": m.vocab_size, "tied": m.tied_embeddings, "params": params.param_counts(m)["total"]})
+    if fmt == Format.json:
+        typer.echo(json.dumps(rows, indent=2))
+    else:
+        render.table_of_dicts("models", rows)
+
+
+@app.command("clusters")
+@reports_errors
+def clusters_cmd(fmt: FormatOpt = Format.table) -> None:
+    """List accelerators (with sources) and example cluster names with their axes."""
+    accs = [load_accelerator(a) for a in accelerator_names()]
+    clusters = []
+    for name in EXAMPLE_CLUSTERS:
+        c = resolve_cluster(name)
+        clusters.append({"name": name, "devices": c.num_devices, "axes": " x ".join(
+            f"{a.name}{a.size}{'(wrap)' if a.wraparound else ''}" for a in c.axes)})
+    if fmt == Format.json:
+        typer.echo(json.dumps({"accelerators": [{
+            "id": a.id, "name": a.name, "peak_flops_per_s": a.peak_flops_per_s, "hbm_bytes": a.hbm_bytes,
+            "hbm_bytes_per_s": a.hbm_bytes_per_s, "link_bytes_per_s_per_direction": a.link_bytes_per_s_per_direction,
+            "scale_out_bytes_per_s_per_direction": a.scale_out_bytes_per_s_per_direction, "sources": a.sources}
+            for a in accs], "clusters": clusters}, indent=2))
+        return
+    render.table_of_dicts("accelerators", [{
+        "id": a.id, "bf16 TFLOP/s": a.peak_flops_per_s / 1e12, "HBM GB": round(a.hbm_bytes / 1e9, 1),
+        "HBM GB/s": a.hbm_bytes_per_s / 1e9, "link GB/s/dir": a.link_bytes_per_s_per_direction / 1e9,
+        "scale-out GB/s/dir": a.scale_out_bytes_per_s_per_direction / 1e9} for a in accs])
+    render.table_of_dicts("example clusters (v5p-N counts chips; Google's Cloud names count TensorCores)", clusters)
+
+
+@app.command("estimate")
+@reports_errors
+def estimate_cmd(
+    model: ModelOpt = "llama70b",
+    cluster: ClusterOpt = "v5p-8192",
+    layout: Annotated[str, typer.Option("--layout", "-l", help="Degrees, e.g. fsdp=1024,tp=8 (missing = 1)")] = "fsdp=1024,tp=8",
+    seqs: SeqsOpt = 1024,
+    seq_len: SeqLenOpt = 4096,
+    microbatches: Annotated[int, typer.Option("--microbatches", min=1, help="Microbatches per step")] = 1,
+    recompute: Annotated[Recompute, typer.Option("--recompute")] = Recompute.none,
+    zero_stage: Annotated[int, typer.Option("--zero-stage", help="0 DDP, 1 optimizer, 2 + grads, 3 + weights sharded")] = 3,
+    virtual_stages: Annotated[int, typer.Option("--virtual-stages", min=1)] = 1,
+    schedule: Annotated[Schedule, typer.Option("--schedule")] = Schedule.one_f_one_b,
+    sequence_parallel: Annotated[bool, typer.Option("--sequence-parallel/--no-sequence-parallel")] = True,
+    axes: Annotated[Optional[str], typer.Option("--axes", help="Placement, e.g. 'tp=z:8;fsdp=z:4,y:16,x:16'")] = None,
+    mfu_convention: Annotated[MfuConvention, typer.Option("--mfu-convention")] = MfuConvention.model,
+    tokens: Annotated[Optional[float], typer.Option("--tokens", help="Training tokens, for a days estimate")] = None,
+    fmt: FormatOpt = Format.table,
+) -> None:
+    """Does MY layout fit, and where does the time go? Memory by moment, time by component."""
+    spec = load_model(model)
+    clus = resolve_cluster(cluster)
+    degrees = parse_degrees(layout)
+    schedule_name = "interleaved" if virtual_stages > 1 else schedule.value
+    lay = Layout(**degrees, zero_stage=zero_stage, virtual_stages=virtual_stages, num_microbatches=microbatches,
+                 recompute=recompute.value, sequence_parallel=sequence_parallel, schedule=schedule_name,
+                 axes=parse_axes(axes) if axes else ())
+    est = estimate(spec, workload_from_options(seqs, seq_len, tokens), clus, lay, mfu_convention=mfu_convention.value)
+    if fmt == Format.json:
+        typer.echo(json.dumps(estimate_document(model, cluster, est), indent=2))
+    else:
+        render.estimate_report(model, cluster, est)
+    if not est.fits:
+        typer.echo(f"does not fit: {est.violations[-1].message}", err=True)
+        raise typer.Exit(1)
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Entry point: run the app, turning every input error into one line on stderr and exit 2."""
+    argv = sys.argv[1:] if argv is None else argv
+    try:
+        code = app(args=argv or ["--help"], prog_name="layoutsearch", standalone_mode=False)
+    except LayoutsearchError as exc:
+        typer.echo(f"error: {exc}", err=True)
+        return exc.exit_code
+    except typer.Exit as exc:
+        return exc.exit_code
+    except typer.Abort:
+        typer.echo("aborted", err=True)
+        return 130
+    except typer.TyperException as exc:  # click usage errors: unknown option, bad value, missing argument
+        typer.echo(f"error: {exc.format_message()}", err=True)
+        return 2
+    return code if isinstance(code, int) else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,91 @@
+"""Rich tables for people; the JSON documents (output.py) are for programs."""
+
+from __future__ import annotations
+
+from rich.console import Console
+from rich.table import Table
+
+from .costs import params
+from .estimate import Estimate
+
+BAR_WIDTH = 30
+
+
+def console() -> Console:
+    return Console(width=140)
+
+
+def _fmt(value) -> str:
+    if isinstance(value, float):
+        return f"{value:,.4g}" if abs(value) < 1e6 else f"{value:,.0f}"
+    if isinstance(value, int) and not isinstance(value, bool):
+        return f"{value:,}"
+    return str(value)
+
+
+def table_of_dicts(title: str, rows: list[dict]) -> None:
+    if not rows:
+        console().print(f"{title}: none")
+        return
+    table = Table(title=title)
+    for key in rows[0]:
+        table.add_column(str(key), justify="right" if isinstance(rows[0][key], (int, float)) else "left")
+    for row in rows:
+        table.add_row(*(_fmt(v) for v in row.values()))
+    console().print(table)
+
+
+def bar(fraction: float) -> str:
+    filled = min(int(round(fraction * BAR_WIDTH)), BAR_WIDTH)
+    over = "!" if fraction > 1 else ""
+    return "#" * filled + "." * (BAR_WIDTH - filled) + over
+
+
+def layout_summary(est: Estimate) -> str:
+    lay = est.layout
+    degrees = ", ".join(f"{k}={v}" for k, v in lay.degrees.items() if v > 1) or "single device"
+    axes = "; ".join(f"{name}: " + " x ".join(f"{a}{f}" for a, f in placed) for name, placed in lay.axes)
+    rep = params.kv_replication(est.model, lay.tp)
+    return (f"{degrees} | ZeRO-{lay.zero_stage} | {lay.num_microbatches} microbatch(es) of "
+            f"{lay.microbatch_seqs(est.workload):g} seq | recompute={lay.recompute}"
+            + (f" | virtual stages {lay.virtual_stages}" if lay.virtual_stages > 1 else "")
+            + (f" | KV heads replicated x{rep}" if rep > 1 else "") + f"\n  axes: {axes}")
+
+
+def estimate_report(model_name: str, cluster_name: str, est: Estimate) -> None:
+    out = console()
+    cap = est.memory_bytes["capacity"]
+    out.print(f"[bold]{model_name}[/bold] on [bold]{cluster_name}[/bold] ({est.cluster.num_devices} devices), "
+              f"{est.workload.global_batch_seqs} x {est.workload.seq_len} tokens per step")
+    out.print("  " + layout_summary(est))
+    mem = Table(title=f"memory per device (stage {est.worst_stage}), capacity {cap / 1e9:.1f} GB "
+                      f"(HBM {est.memory_bytes['hbm'] / 1e9:.1f} GB less runtime reserve)")
+    for col in ("moment", "GB", "of capacity", ""):
+        mem.add_column(col, justify="right" if col in ("GB", "of capacity") else "left")
+    for name, items in est.memory_moments.items():
+        total = sum(items.values())
+        mem.add_row(name, f"{total / 1e9:.2f}", f"{total / cap:.0%}", bar(total / cap))
+    out.print(mem)
+    parts = Table(title=f"live arrays at the peak ({est.peak_moment})")
+    parts.add_column("array")
+    parts.add_column("GB", justify="right")
+    for key, value in est.memory_moments[est.peak_moment].items():
+        parts.add_row(key, f"{value / 1e9:.3f}")
+    out.print(parts)
+    times = Table(title="time per step by component")
+    times.add_column("component")
+    times.add_column("seconds", justify="right")
+    times.add_column("share", justify="right")
+    step = est.step_time_s
+    for key, value in est.time_s.items():
+        if "/" in key and value > 0:
+            times.add_row(key, f"{value:.4f}", f"{value / step:.1%}")
+    for key in ("compute", "exposed_comm", "bubble", "overhead", "step"):
+        times.add_row(f"[bold]{key}[/bold]", f"{est.time_s[key]:.4f}", f"{est.time_s[key] / step:.1%}")
+    out.print(times)
+    out.print(f"MFU {est.mfu:.1%} ({est.mfu_convention} FLOPs) | {est.tokens_per_s:,.0f} tokens/s | "
+              f"{est.tokens_per_s / est.cluster.num_devices:,.1f} tokens/s/device | "
+              f"fits: {'yes' if est.fits else 'NO'}")
+    if est.workload.training_tokens:
+        out.print(f"{est.days_for_tokens(est.workload.training_tokens):.1f} days for "
+                  f"{est.workload.training_tokens:.3g} tokens")

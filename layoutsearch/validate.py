@@ -1,0 +1,478 @@
+"""Predictions against published measured runs (`layoutsearch validate RUNS.yaml`).
+
+Input: the record format of shared/validation/SCHEMA.md, validated with pydantic at the boundary
+(``load_runs``). Output: the document of OUTPUT.md "layoutsearch validate" (``validate_runs``).
+
+Mapping a record onto the engine (``record_to_problem``); every rule is applied to every record:
+
+1. Degrees. A record's ``dp`` is the TOTAL data-parallel degree (replicated x sharded); the
+   engine's ``Layout`` has ``dp`` = replicated part and ``fsdp`` = sharded part. With
+   zero_stage >= 1 the shard group is the record's ``fsdp`` when > 1, else the whole ``dp``
+   (Megatron's distributed optimizer shards over all DP ranks): engine fsdp = shard group,
+   engine dp = record dp / shard group. With zero_stage 0: engine dp = record dp, fsdp = 1.
+2. Pipeline: ``virtual_stages`` null -> 1; schedule "interleaved" when virtual_stages > 1.
+3. ``sequence_parallel`` null -> tp > 1 (Megatron-Core/NeMo turn it on with TP; MaxText shards
+   the activations' embed dim over the tensor axis, the same memory and collectives), except
+   for BigScience records (Megatron-DeepSpeed, early 2022, predates Megatron SP) -> False.
+4. Null microbatching (Megatron-Core README table): ``microbatch_seqs`` -> 1,
+   ``num_microbatches`` -> global_batch / (dp x microbatch_seqs); null ``recompute`` -> "none"
+   (Megatron-Core/NeMo default recompute_granularity=None; FlashAttention keeps no scores).
+   A record whose batch is not dp x microbatch_seqs x num_microbatches is skipped.
+5. Precision: fp16 is costed with bf16 bytes; null -> bf16; fp8 is skipped ("for later": the
+   engine has no fp8 matmul rate or fp8 byte counts yet).
+6. Model: the record's architecture; norms, biases and position embeddings are not in the
+   record, so the engine defaults (RMSNorm, no biases, no learned positions) apply (parameter
+   counts change by < 0.1%). A "parallel block" (``derived.block``, MaxText Dec-2023: attention
+   and MLP read one norm output) is costed as a serial block: same matmul FLOPs and parameters
+   (one norm fewer), but the engine counts two TP collective pairs per layer where a parallel
+   block needs one; the record carries this in ``notes``.
+7. Cluster: GPUs -> ``f"{acc}-{num_devices}"`` with the record's devices_per_node and
+   scale-out bandwidth (GB/s -> bytes/s). TPUs -> one slice ``f"{acc}-{n}"``, unless the record
+   is multislice: zero_stage 3 with dp/fsdp = k > 1 replicas (MaxText "DCN data parallel across
+   k slices") -> ``f"{acc}-{n//k}x{k}"`` with the engine's dp = k placed on the "dcn" axis.
+8. A record the engine rejects (structural violation, unknown cluster shape) is skipped with
+   the engine's message as the reason; nothing is dropped silently.
+
+MFU: where a record reports one, the prediction is reported under the record's convention,
+divided by the record's own ``peak_tflops_used`` so both numbers share a denominator:
+palm-6n-12lhqt -> "palm", palm-causal -> "palm-causal", megatron-core -> "palm" (its
+num_floating_point_operations = 6 N_matmul + 12 L s n_q h (non-causal) + 6 D V per token, the
+engine's "palm"), megatron-eq3-hardware -> "palm" plus the recomputed forward
+(``hardware_flops_per_token``), anything else -> "model".
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from collections import Counter, defaultdict
+from dataclasses import replace
+from pathlib import Path
+from typing import Any, Callable, Literal
+
+import numpy as np
+from pydantic import BaseModel, ConfigDict, Field, NonNegativeFloat, PositiveFloat, PositiveInt
+
+from .catalogue import _validate, accelerator_names, load_accelerator, model_from_dict, read_yaml
+from .check import structural_violations
+from .costs import flops
+from .errors import CatalogueError, LayoutsearchError, did_you_mean
+from .estimate import Estimate, estimate
+from .placement import default_axes
+from .specs import Cluster, Layout, ModelSpec, Workload
+from .topology import resolve_cluster
+
+Problem = tuple[ModelSpec, Workload, Cluster, Layout]
+ENGINE_CONVENTION = {"palm-6n-12lhqt": "palm", "palm-causal": "palm-causal", "megatron-core": "palm",
+                     "megatron-eq3-hardware": "palm", "other": "model"}
+TIME_PARTS = ("compute/matmul", "compute/attention", "compute/recompute", "compute/elementwise", "compute/logits",
+              "compute/optimizer", "exposed_comm/tp", "exposed_comm/cp", "exposed_comm/fsdp", "exposed_comm/dp",
+              "exposed_comm/zero", "exposed_comm/kv_replica", "exposed_comm/pp", "bubble", "overhead/microbatch",
+              "overhead/step")
+
+
+# ----------------------------------------------------------------------------- record format
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class RecModel(_Strict):
+    num_layers: PositiveInt
+    d_model: PositiveInt
+    d_ff: PositiveInt
+    mlp: Literal["plain", "gated"]
+    num_heads: PositiveInt
+    num_kv_heads: PositiveInt
+    head_dim: PositiveInt
+    vocab_size: PositiveInt
+    tied_embeddings: bool
+
+
+class RecWorkload(_Strict):
+    seq_len: PositiveInt
+    global_batch_seqs: PositiveInt
+    precision: Literal["bf16", "fp16", "fp8"] | None
+
+
+class RecCluster(_Strict):
+    accelerator: str
+    num_devices: PositiveInt
+    devices_per_node: PositiveInt | None
+    scale_out_gbytes_per_s_per_device: PositiveFloat | None
+
+
+class RecLayout(_Strict):
+    dp: PositiveInt
+    fsdp: PositiveInt
+    zero_stage: int = Field(ge=0, le=3)
+    tp: PositiveInt
+    sequence_parallel: bool | None
+    pp: PositiveInt
+    virtual_stages: PositiveInt | None
+    cp: PositiveInt
+    microbatch_seqs: PositiveInt | None
+    num_microbatches: PositiveInt | None
+    recompute: Literal["none", "selective", "full"] | None
+
+
+class RecMeasured(_Strict):
+    tokens_per_s_per_device: PositiveFloat | None
+    step_time_s: PositiveFloat | None
+    mfu: float | None = Field(gt=0, le=1)
+    mfu_convention: Literal["palm-6n-12lhqt", "palm-causal", "megatron-eq3-hardware", "megatron-core", "other"] | None
+    peak_tflops_used: PositiveFloat | None
+    memory_gib_per_device: NonNegativeFloat | None
+    oom: bool
+
+
+class RunRecord(_Strict):
+    id: str = Field(min_length=1)
+    source: str
+    trust: Literal["high", "medium", "low"]
+    model: RecModel
+    workload: RecWorkload
+    cluster: RecCluster
+    layout: RecLayout
+    measured: RecMeasured
+    derived: dict[str, Any] = {}
+
+
+def load_runs(path: str | Path) -> list[dict]:
+    """Read and validate a runs file; every error is one CatalogueError line naming record id and field."""
+    path = Path(path)
+    data = read_yaml(path)
+    if not isinstance(data, list):
+        raise CatalogueError(f"{path}: expected a list of records, got {type(data).__name__}")
+    out, seen = [], set()
+    for i, raw in enumerate(data):
+        rid = raw.get("id") if isinstance(raw, dict) else None
+        where = f"{path.name}: record '{rid}'" if rid else f"{path.name}: record #{i + 1}"
+        rec = _validate(raw, RunRecord, where).model_dump()
+        _check_record(rec, where, seen)
+        seen.add(rec["id"])
+        out.append(rec)
+    return out
+
+
+def _check_record(rec: dict, where: str, seen: set) -> None:
+    """Rules across fields: unique id, known accelerator, a throughput unless the run ran out of memory."""
+    if rec["id"] in seen:
+        raise CatalogueError(f"{where}: field 'id': duplicate id")
+    acc = rec["cluster"]["accelerator"]
+    if acc not in accelerator_names():
+        raise CatalogueError(f"{where}: field 'cluster.accelerator': unknown accelerator '{acc}'"
+                             f"{did_you_mean(acc, accelerator_names())}")
+    meas = rec["measured"]
+    if not meas["oom"] and meas["tokens_per_s_per_device"] is None:
+        raise CatalogueError(f"{where}: field 'measured.tokens_per_s_per_device': required unless measured.oom is true")
+    lay = rec["layout"]
+    if lay["dp"] % lay["fsdp"]:
+        raise CatalogueError(f"{where}: field 'layout.fsdp': fsdp({lay['fsdp']}) does not divide the total "
+                             f"data-parallel degree dp({lay['dp']})")
+
+
+# ----------------------------------------------------------------------------- mapping
+def source_family(record: dict) -> str:
+    """Group name: the repository of a 'owner/repo ...' source, else the citation up to its year."""
+    first = record["source"].split()[0].rstrip(",;:") if record["source"].strip() else record["id"]
+    if "/" in first:
+        return first.split("/")[1]
+    year = re.match(r"^(.*?\b(?:19|20)\d\d)\b", record["source"])
+    return year.group(1) if year else " ".join(record["source"].split()[:3])
+
+
+def _is_bigscience(record: dict) -> bool:
+    return source_family(record) == "bigscience"
+
+
+def mapping_notes(record: dict) -> list[str]:
+    """The approximations and defaults ``record_to_problem`` applies to this record (docstring rules)."""
+    lay, notes = record["layout"], []
+    if "parallel block" in str(record.get("derived", {}).get("block", "")):
+        notes.append("parallel block costed as serial: TP collectives counted twice per layer and pass")
+    if lay["sequence_parallel"] is None and lay["tp"] > 1:
+        notes.append(f"sequence_parallel null -> {not _is_bigscience(record)}")
+    if lay["recompute"] is None:
+        notes.append("recompute null -> none")
+    if lay["microbatch_seqs"] is None or lay["num_microbatches"] is None:
+        notes.append("microbatch_seqs null -> 1, num_microbatches = batch / (dp x microbatch_seqs)")
+    if record["workload"]["precision"] is None:
+        notes.append("precision null -> bf16")
+    return notes
+
+
+def _microbatching(record: dict) -> tuple[int, int] | str:
+    """(microbatch_seqs, num_microbatches) per data-parallel rank, defaults filled; or a skip reason."""
+    lay, batch = record["layout"], record["workload"]["global_batch_seqs"]
+    mbs = lay["microbatch_seqs"] or 1
+    k = lay["num_microbatches"] or batch // (lay["dp"] * mbs)
+    if lay["dp"] * mbs * k != batch:
+        return (f"global_batch_seqs({batch}) != dp({lay['dp']}) x microbatch_seqs({mbs}) x "
+                f"num_microbatches({k})")
+    return mbs, k
+
+
+def _data_parallel(record: dict) -> tuple[int, int, int]:
+    """(engine dp, engine fsdp, zero_stage): split the record's total dp into replicated x sharded."""
+    lay = record["layout"]
+    if lay["zero_stage"] == 0:
+        return lay["dp"], 1, 0
+    shard = lay["fsdp"] if lay["fsdp"] > 1 else lay["dp"]
+    return lay["dp"] // shard, shard, lay["zero_stage"]
+
+
+def _cluster(record: dict, replicas: int) -> Cluster | str:
+    """The engine cluster for the record (multislice TPU when ``replicas`` > 1); or a skip reason."""
+    c = record["cluster"]
+    acc, n = c["accelerator"], c["num_devices"]
+    try:
+        if load_accelerator(acc).kind == "gpu":
+            so = c["scale_out_gbytes_per_s_per_device"]
+            return resolve_cluster(f"{acc}-{n}", c["devices_per_node"], so * 1e9 if so else None)
+        if replicas > 1:
+            if n % replicas:
+                return f"{n} chips do not split into {replicas} slices"
+            return resolve_cluster(f"{acc}-{n // replicas}x{replicas}")
+        return resolve_cluster(f"{acc}-{n}")
+    except LayoutsearchError as exc:
+        return f"cluster: {exc}"
+
+
+def _tpu_replicas(record: dict) -> int:
+    """Slices of a multislice TPU record: the replicated part of ZeRO-3 data parallelism, else 1."""
+    lay = record["layout"]
+    if load_accelerator(record["cluster"]["accelerator"]).kind != "tpu" or lay["zero_stage"] != 3:
+        return 1
+    return lay["dp"] // lay["fsdp"] if lay["fsdp"] > 1 else 1
+
+
+def record_to_problem(record: dict) -> Problem | str:
+    """(ModelSpec, Workload, Cluster, Layout) for a record, or a skip reason (module docstring rules)."""
+    wl, lay = record["workload"], record["layout"]
+    if wl["precision"] == "fp8":
+        return "fp8 precision: not modelled yet (no fp8 matmul rate or byte counts in the engine)"
+    try:
+        model = model_from_dict({"name": record["id"], **record["model"]}, record["id"], f"record '{record['id']}'")
+    except CatalogueError as exc:
+        return f"model: {exc}"
+    mb = _microbatching(record)
+    if isinstance(mb, str):
+        return mb
+    workload = Workload(global_batch_seqs=wl["global_batch_seqs"], seq_len=wl["seq_len"],
+                        precision=wl["precision"] or "bf16")
+    dp, fsdp, zero = _data_parallel(record)
+    replicas = _tpu_replicas(record)
+    cluster = _cluster(record, replicas)
+    if isinstance(cluster, str):
+        return cluster
+    vs = lay["virtual_stages"] or 1
+    sp = lay["sequence_parallel"] if lay["sequence_parallel"] is not None else (lay["tp"] > 1 and not _is_bigscience(record))
+    layout = Layout(dp=dp, fsdp=fsdp, tp=lay["tp"], pp=lay["pp"], cp=lay["cp"], zero_stage=zero, virtual_stages=vs,
+                    num_microbatches=mb[1], recompute=lay["recompute"] or "none", sequence_parallel=sp,
+                    schedule="interleaved" if vs > 1 else "1f1b")
+    violations = structural_violations(model, workload, cluster, layout)
+    if violations:
+        return "engine rejects the layout: " + "; ".join(v.message for v in violations)
+    try:
+        axes = default_axes(cluster, layout)
+    except LayoutsearchError as exc:
+        return f"placement: {exc}"
+    if replicas > 1 and dict(dict(axes).get("dp", ())).get("dcn") != replicas:
+        return f"placement: dp({dp}) does not land on the dcn axis ({dict(axes)})"
+    return model, workload, cluster, replace(layout, axes=axes)
+
+
+# ----------------------------------------------------------------------------- per record
+def hardware_flops_per_token(model: ModelSpec, seq_len: int, recompute: str) -> float:
+    """Megatron Eq. 3 "hardware" FLOPs per token: palm (non-causal) model FLOPs + the recomputed forward.
+
+    Narayanan et al. 2021 eq. 3: 96 B s l h^2 (1 + s/6h + V/16lh) per step with full recompute
+    = layer FLOPs x 4/3 + 6 h V logits. Selective recompute adds the attention-core forward only.
+    """
+    base = flops.model_flops_per_token(model, seq_len, "palm")
+    attn = model.num_layers * flops.attention_flops_per_token_per_layer(model, seq_len, causal=False)
+    if recompute == "full":
+        return base + model.num_layers * flops.matmul_flops_per_token_per_layer(model) + attn
+    return base + (attn if recompute == "selective" else 0.0)
+
+
+def predicted_mfu(record: dict, est: Estimate) -> float | None:
+    """The prediction's MFU under the record's convention and per-device peak (None when no MFU is reported)."""
+    meas = record["measured"]
+    if meas["mfu"] is None or not meas["peak_tflops_used"]:
+        return None
+    conv = meas["mfu_convention"] or "other"
+    s = est.workload.seq_len
+    per_token = (hardware_flops_per_token(est.model, s, est.layout.recompute) if conv == "megatron-eq3-hardware"
+                 else flops.model_flops_per_token(est.model, s, ENGINE_CONVENTION[conv]))
+    return per_token * est.tokens_per_s / est.cluster.num_devices / (meas["peak_tflops_used"] * 1e12)
+
+
+def time_shares(est: Estimate) -> dict[str, float]:
+    """Each itemised time component of the step as a fraction of the step (sums to 1)."""
+    step = est.time_s["step"]
+    return {k: est.time_s.get(k, 0.0) / step for k in TIME_PARTS if est.time_s.get(k, 0.0) > 0}
+
+
+def miss_reason(rel_error: float, est: Estimate) -> str:
+    """One line: direction and size of the miss, and where the predicted step time goes."""
+    shares = time_shares(est)
+    compute = sum(v for k, v in shares.items() if k.startswith("compute/"))
+    rest = sorted(((v, k) for k, v in shares.items() if not k.startswith("compute/")), reverse=True)
+    parts = ", ".join(f"{k} {v:.0%}" for v, k in rest[:3] if v >= 0.005) or "no exposed comm, bubble or overhead"
+    side = "too fast" if rel_error > 0 else "too slow"
+    return (f"predicted {abs(rel_error):.0%} {side}; step {est.time_s['step']:.3g} s = compute {compute:.0%} "
+            f"(recompute {shares.get('compute/recompute', 0):.0%}) + {parts}")
+
+
+def evaluate_record(record: dict) -> dict:
+    """The validate entry of one record (OUTPUT.md fields plus diagnostics)."""
+    meas = record["measured"]
+    out = {"id": record["id"], "source_family": source_family(record), "accelerator": record["cluster"]["accelerator"],
+           "num_devices": record["cluster"]["num_devices"], "trust": record["trust"],
+           "measured_tokens_per_s_per_device": meas["tokens_per_s_per_device"],
+           "predicted_tokens_per_s_per_device": None, "rel_error": None, "measured_oom": meas["oom"],
+           "predicted_fits": None, "measured_mfu": meas["mfu"], "mfu_convention": meas["mfu_convention"],
+           "predicted_mfu": None, "measured_memory_gib": meas["memory_gib_per_device"], "predicted_memory_gib": None,
+           "published_layout_rank": None, "best_predicted_speedup": None, "time_shares": None,
+           "reason": None, "notes": mapping_notes(record), "skipped_reason": None}
+    problem = record_to_problem(record)
+    if isinstance(problem, str):
+        out["skipped_reason"] = problem
+        return out
+    est = estimate(*problem, strict=False)
+    pred = est.tokens_per_s / est.cluster.num_devices
+    out.update(predicted_tokens_per_s_per_device=pred, predicted_fits=est.fits, predicted_mfu=predicted_mfu(record, est),
+               predicted_memory_gib=est.memory_bytes["peak"] / 2**30, time_shares=time_shares(est))
+    if meas["tokens_per_s_per_device"]:
+        out["rel_error"] = pred / meas["tokens_per_s_per_device"] - 1.0
+        out["reason"] = miss_reason(out["rel_error"], est)
+    return out
+
+
+def rank_published(record: dict, solve_fn: Callable[[ModelSpec, Workload, Cluster], list]) -> dict:
+    """Rank of the published layout among the engine's candidates, and the best predicted speed-up.
+
+    ``solve_fn(model, workload, cluster)`` returns candidates best first, each with a
+    ``tokens_per_s`` attribute (an Estimate). Rank = 1 + candidates predicted strictly faster
+    than the published layout; speed-up = best candidate / published layout (both predicted).
+    """
+    problem = record_to_problem(record)
+    if isinstance(problem, str):
+        return {"published_layout_rank": None, "best_predicted_speedup": None}
+    published = estimate(*problem, strict=False).tokens_per_s
+    candidates = [c.tokens_per_s for c in solve_fn(*problem[:3])]
+    if not candidates:
+        return {"published_layout_rank": None, "best_predicted_speedup": None}
+    return {"published_layout_rank": 1 + sum(t > published * (1 + 1e-9) for t in candidates),
+            "best_predicted_speedup": max(candidates) / published}
+
+
+# ----------------------------------------------------------------------------- summary
+def error_stats(rel_errors: list[float]) -> dict:
+    """count, median and 90th percentile (linear interpolation) of |rel_error|, and the signed median."""
+    if not rel_errors:
+        return {"count": 0, "median_abs_rel_error": None, "p90_abs_rel_error": None, "median_rel_error": None}
+    a = np.abs(np.asarray(rel_errors, dtype=float))
+    return {"count": len(rel_errors), "median_abs_rel_error": float(np.median(a)),
+            "p90_abs_rel_error": float(np.percentile(a, 90)), "median_rel_error": float(np.median(rel_errors))}
+
+
+def spearman(x: list[float], y: list[float]) -> float | None:
+    """Spearman rank correlation (average ranks for ties); None below 3 points or with a constant side."""
+    if len(x) < 3:
+        return None
+    rx, ry = _ranks(np.asarray(x, float)), _ranks(np.asarray(y, float))
+    if rx.std() == 0 or ry.std() == 0:
+        return None
+    return float(np.corrcoef(rx, ry)[0, 1])
+
+
+def _ranks(v: np.ndarray) -> np.ndarray:
+    order = np.argsort(v, kind="mergesort")
+    ranks = np.empty(len(v))
+    ranks[order] = np.arange(1, len(v) + 1)
+    for value in np.unique(v):
+        tie = v == value
+        ranks[tie] = ranks[tie].mean()
+    return ranks
+
+
+def layout_sweeps(records: list[dict], entries: list[dict], min_size: int = 4) -> list[dict]:
+    """Groups of >= min_size evaluated runs of one model on one cluster (same source, devices, layers,
+    d_model, d_ff, seq_len: only the layout and heads vary), with the Spearman rho of predicted vs measured."""
+    groups: dict[tuple, list[dict]] = defaultdict(list)
+    by_id = {e["id"]: e for e in entries}
+    for r in records:
+        e = by_id[r["id"]]
+        if e["rel_error"] is None:
+            continue
+        m, c = r["model"], r["cluster"]
+        key = (source_family(r), c["accelerator"], c["num_devices"], m["num_layers"], m["d_model"], m["d_ff"],
+               r["workload"]["seq_len"])
+        groups[key].append(e)
+    out = []
+    for key, es in groups.items():
+        if len(es) >= min_size:
+            rho = spearman([e["predicted_tokens_per_s_per_device"] for e in es],
+                           [e["measured_tokens_per_s_per_device"] for e in es])
+            out.append({"source_family": key[0], "accelerator": key[1], "num_devices": key[2], "n": len(es),
+                        "ids": [e["id"] for e in es], "spearman": rho})
+    return out
+
+
+def _skip_category(reason: str) -> str:
+    return reason.split(":")[0]
+
+
+def summarize(entries: list[dict], sweeps: list[dict], max_median_error: float) -> dict:
+    """The summary block of the validate document (OUTPUT.md) with per-group tables."""
+    done = [e for e in entries if e["skipped_reason"] is None]
+    errs = [e for e in done if e["rel_error"] is not None]
+    stats = error_stats([e["rel_error"] for e in errs])
+    fits = [e["predicted_fits"] == (not e["measured_oom"]) for e in done]
+    groups = {}
+    for field in ("accelerator", "source_family"):
+        keys = sorted({e[field] for e in entries})
+        groups[field] = {k: {**error_stats([e["rel_error"] for e in errs if e[field] == k]),
+                             "skipped": sum(1 for e in entries if e[field] == k and e["skipped_reason"])}
+                         for k in keys}
+    worst = sorted(errs, key=lambda e: -abs(e["rel_error"]))[:5]
+    bloom = [s for s in sweeps if s["source_family"] == "bigscience"]
+    median = stats["median_abs_rel_error"]
+    return {
+        "count": len(done), "with_measured_throughput": stats["count"],
+        "median_abs_rel_error": median, "p90_abs_rel_error": stats["p90_abs_rel_error"],
+        "median_rel_error": stats["median_rel_error"],
+        "fit_accuracy": sum(fits) / len(fits) if fits else None,
+        "fit_mismatches": [e["id"] for e, ok in zip(done, fits) if not ok],
+        "skipped": len(entries) - len(done),
+        "skipped_reasons": dict(Counter(_skip_category(e["skipped_reason"]) for e in entries if e["skipped_reason"])),
+        "by_accelerator": groups["accelerator"], "by_source": groups["source_family"],
+        "worst": [{"id": e["id"], "rel_error": e["rel_error"], "reason": e["reason"]} for e in worst],
+        "layout_sweeps": sweeps,
+        "bloom_sweep_spearman": bloom[0]["spearman"] if bloom else None,
+        "bloom_sweep_note": (f"{bloom[0]['n']} BLOOM sweep runs" if bloom else "no BLOOM layout sweep records found"),
+        "max_median_error": max_median_error,
+        "passed": median is not None and median <= max_median_error,
+    }
+
+
+def validate_runs(records: list[dict], max_median_error: float = 0.10, solve_fn: Callable | None = None) -> dict:
+    """Evaluate every record; the OUTPUT.md document {"records": [...], "summary": {...}}.
+
+    With ``solve_fn`` (see ``rank_published``) each evaluated record also gets
+    ``published_layout_rank`` and ``best_predicted_speedup``; without it those stay null.
+    """
+    entries = [evaluate_record(r) for r in records]
+    if solve_fn is not None:
+        for r, e in zip(records, entries):
+            if e["skipped_reason"] is None:
+                e.update(rank_published(r, solve_fn))
+    summary = summarize(entries, layout_sweeps(records, entries), max_median_error)
+    return {"records": entries, "summary": summary}
+
+
+def log_error(pred: float, measured: float) -> float:
+    """log(predicted / measured): the residual calibration minimises (symmetric in over/under)."""
+    return math.log(pred / measured)
