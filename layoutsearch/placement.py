@@ -1,39 +1,85 @@
 """How each parallel degree is factored over the cluster's physical axes.
 
-A placement lists (axis, factor) pairs; factors multiply to the degree, and on every axis
-the factors of all degrees multiply to the axis size. Degrees nest in ``NESTING_ORDER`` on a
-shared axis (tp innermost, pp outermost), which decides strides (see ``costs.comms``).
+A placement lists (axis, factor) pairs per degree; factors multiply to the degree, and on
+every axis the factors of all degrees multiply to the axis size. Degrees nest in
+``NESTING_ORDER`` (tp innermost, pp outermost), which decides strides (see ``costs.comms``).
+
+The search places degrees by an *axis order*, the way a device mesh is reshaped (JAX
+``create_device_mesh``, Megatron's rank order): degrees in nesting order take factors from
+the axes in the given order, each taking gcd(what it still needs, what the axis has left).
+Slow outer axes (DCN between slices, the GPU scale-out network) always come last; the
+order of the fast axes is the choice (up to 3! on a 3-D torus, fewer when axes are alike).
 """
 
 from __future__ import annotations
+
+import itertools
+import math
 
 from .costs.comms import NESTING_ORDER
 from .errors import InvalidLayoutError
 from .specs import Cluster, Layout, Placement
 
-OUTER_FIRST = ("dp", "pp")  # these prefer the outer, slower axes (DCN, scale-out)
+Order = tuple[str, ...]
+Placements = tuple[tuple[str, Placement], ...]
 
 
-def _divisors_desc(n: int) -> list[int]:
-    return [d for d in range(n, 0, -1) if n % d == 0]
+def axis_orders(cluster: Cluster) -> list[Order]:
+    """Distinct orders of the fast axes (alike axes - same size, kind, wraparound - are not permuted)."""
+    fast = [a for a in cluster.axes if a.kind in ("torus", "switch")]
+    slow = tuple(a.name for a in cluster.axes if a.kind not in ("torus", "switch"))
+    seen, orders = set(), []
+    for perm in itertools.permutations(fast[::-1]):  # the last torus axis (z) first by default
+        signature = tuple((a.size, a.kind, a.wraparound) for a in perm)
+        if signature not in seen:
+            seen.add(signature)
+            orders.append(tuple(a.name for a in perm) + slow)
+    return orders
 
 
-def default_axes(cluster: Cluster, layout: Layout) -> tuple[tuple[str, Placement], ...]:
-    """A greedy exact placement: tp, cp, fsdp fill the fast inner axes; dp and pp the outer ones.
-
-    On a torus the inner axis is the last one (z), so `fsdp=1024,tp=8` on 16x16x32 gives
-    tp on z(8) and fsdp on z(4) x y(16) x x(16).
-    """
-    inner_first = list(reversed(cluster.axes)) if cluster.accelerator.kind == "tpu" else list(cluster.axes)
-    inner_first.sort(key=lambda a: a.kind in ("dcn", "scale_out"))
+def placement_for_order(cluster: Cluster, degrees: dict[str, int], order: Order) -> Placements | None:
+    """Fill the axes in ``order`` with the degrees in nesting order; None when a degree does not fit."""
     room = {a.name: a.size for a in cluster.axes}
+    out = []
+    for name in NESTING_ORDER:
+        need, placed = degrees.get(name, 1), []
+        for axis in order:
+            f = math.gcd(need, room[axis])
+            if f > 1:
+                placed.append((axis, f))
+                room[axis] //= f
+                need //= f
+        if need != 1:
+            return None
+        if placed:
+            out.append((name, tuple(placed)))
+    return tuple(out)
 
-    def place(i: int) -> list[tuple[str, Placement]] | None:
+
+def default_axes(cluster: Cluster, layout: Layout) -> Placements:
+    """The first axis order that places every degree (z first on a torus: `fsdp=1024,tp=8` on
+    16x16x32 gives tp on z(8) and fsdp on z(4) x y(16) x x(16)); else any exact factoring."""
+    for order in axis_orders(cluster):
+        placed = placement_for_order(cluster, layout.degrees, order)
+        if placed is not None:
+            return placed
+    exact = _exact_placement(cluster, layout.degrees)
+    if exact is None:
+        shape = " x ".join(f"{a.name}({a.size})" for a in cluster.axes)
+        raise InvalidLayoutError(f"degrees {layout.degrees} cannot be laid onto the axes {shape} of {cluster.name}")
+    return exact
+
+
+def _exact_placement(cluster: Cluster, degrees: dict[str, int]) -> Placements | None:
+    """Depth-first search for any factoring of the degrees over the axes (rarely needed)."""
+    room = {a.name: a.size for a in cluster.axes}
+    names = [a.name for a in cluster.axes]
+
+    def place(i: int):
         if i == len(NESTING_ORDER):
             return [] if all(v == 1 for v in room.values()) else None
         name = NESTING_ORDER[i]
-        order = list(reversed(inner_first)) if name in OUTER_FIRST else inner_first
-        for placed in _factorings(layout.degrees[name], order, room):
+        for placed in _factorings(degrees.get(name, 1), names, room):
             for axis, f in placed:
                 room[axis] //= f
             rest = place(i + 1)
@@ -43,23 +89,17 @@ def default_axes(cluster: Cluster, layout: Layout) -> tuple[tuple[str, Placement
                 return ([(name, tuple(placed))] if placed else []) + rest
         return None
 
-    result = place(0)
-    if result is None:
-        shape = " x ".join(f"{a.name}({a.size})" for a in cluster.axes)
-        raise InvalidLayoutError(f"degrees {layout.degrees} cannot be laid onto the axes {shape} of {cluster.name}")
-    return tuple(result)
+    found = place(0)
+    return tuple(found) if found is not None else None
 
 
-def _factorings(n: int, order: list, room: dict[str, int]):
-    """Ways to split n over the axes in ``order`` (largest factor first on earlier axes)."""
+def _factorings(n: int, names: list[str], room: dict[str, int]):
     if n == 1:
         yield []
         return
-    if not order:
+    if not names:
         return
-    axis, rest = order[0], order[1:]
-    for f in _divisors_desc(n):
-        if room[axis.name] % f:
-            continue
+    axis, rest = names[0], names[1:]
+    for f in (d for d in range(n, 0, -1) if n % d == 0 and room[axis] % d == 0):
         for tail in _factorings(n // f, rest, room):
-            yield ([(axis.name, f)] if f > 1 else []) + tail
+            yield ([(axis, f)] if f > 1 else []) + tail

@@ -314,15 +314,32 @@ def time_shares(est: Estimate) -> dict[str, float]:
     return {k: est.time_s.get(k, 0.0) / step for k in TIME_PARTS if est.time_s.get(k, 0.0) > 0}
 
 
+def collective_totals(est: Estimate) -> dict[str, tuple[float, float]]:
+    """Per collective name: (seconds per step, exposed seconds per step), hidden or not."""
+    k = est.layout.num_microbatches
+    out: dict[str, tuple[float, float]] = {}
+    for c in est.collectives:
+        n = c.get("count_per_step", 0) or c.get("count_per_microbatch", 0) * k
+        t, x = out.get(c["name"], (0.0, 0.0))
+        out[c["name"]] = (t + n * c["time_s"], x + (c["exposed_s"] if "count_per_step" in c else n * c["exposed_s"]))
+    return out
+
+
 def miss_reason(rel_error: float, est: Estimate) -> str:
-    """One line: direction and size of the miss, and where the predicted step time goes."""
+    """One line: direction and size of the miss, where the predicted step goes, the largest collective."""
     shares = time_shares(est)
     compute = sum(v for k, v in shares.items() if k.startswith("compute/"))
     rest = sorted(((v, k) for k, v in shares.items() if not k.startswith("compute/")), reverse=True)
     parts = ", ".join(f"{k} {v:.0%}" for v, k in rest[:3] if v >= 0.005) or "no exposed comm, bubble or overhead"
     side = "too fast" if rel_error > 0 else "too slow"
-    return (f"predicted {abs(rel_error):.0%} {side}; step {est.time_s['step']:.3g} s = compute {compute:.0%} "
-            f"(recompute {shares.get('compute/recompute', 0):.0%}) + {parts}")
+    text = (f"predicted {abs(rel_error):.0%} {side}; step {est.time_s['step']:.3g} s = compute {compute:.0%} "
+            f"(attention {shares.get('compute/attention', 0):.0%}, recompute {shares.get('compute/recompute', 0):.0%})"
+            f" + {parts}")
+    totals = collective_totals(est)
+    if totals:
+        name, (t, x) = max(totals.items(), key=lambda kv: kv[1][0])
+        text += f"; largest collective: {name} {t:.3g} s/step ({x:.3g} s exposed)"
+    return text
 
 
 def evaluate_record(record: dict) -> dict:
@@ -472,7 +489,3 @@ def validate_runs(records: list[dict], max_median_error: float = 0.10, solve_fn:
     summary = summarize(entries, layout_sweeps(records, entries), max_median_error)
     return {"records": entries, "summary": summary}
 
-
-def log_error(pred: float, measured: float) -> float:
-    """log(predicted / measured): the residual calibration minimises (symmetric in over/under)."""
-    return math.log(pred / measured)

@@ -18,6 +18,8 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
+import numpy as np
+
 from ..specs import Axis, Cluster, Layout
 
 NESTING_ORDER = ("tp", "cp", "fsdp", "dp", "pp")  # inner to outer on a shared axis (Megatron: tp-cp-dp-pp)
@@ -74,65 +76,93 @@ def ring_latency(part: SpanPart) -> float:
     return steps * axis.latency_s
 
 
-def message_efficiency(bytes_per_member: float, half_efficiency_bytes: float) -> float:
+def message_efficiency(bytes_per_member, half_efficiency_bytes: float):
     """Achieved fraction of bandwidth for a message: x / (x + x_half) (small messages are slow)."""
     if half_efficiency_bytes <= 0:
         return 1.0
     return bytes_per_member / (bytes_per_member + half_efficiency_bytes)
 
 
-def _level_terms(array_bytes: float, span: Span, half_efficiency_bytes: float) -> list[tuple[int, float]]:
-    """Per network level (inner first): (members at this level, seconds of bandwidth time)."""
+@dataclass(frozen=True, slots=True)
+class RingCoefficients:
+    """A group's collective cost as an affine function of the array size A (bytes).
+
+    With the message efficiency x / (x + h) on the per-member chunk x = A/n, the time at
+    level l is A (n_l - 1) / (n_l inner_l W_l eff) = (A + h n) c_l, so an AllGather takes
+    (A + h n) max_l c_l + latency: ``seconds_per_byte`` is max_l c_l.
+    """
+
+    members: int
+    seconds_per_byte: float
+    latency_s: float
+    alltoall_seconds_per_byte: float = 0.0
+
+
+def ring_coefficients(span: Span) -> RingCoefficients:
+    """Reduce a span to its AllGather coefficients (levels: ICI/NVLink, then DCN/scale-out)."""
     n = span_size(span)
-    eff = message_efficiency(array_bytes / max(n, 1), half_efficiency_bytes)
-    terms, inner = [], 1
+    if n <= 1:
+        return RingCoefficients(members=1, seconds_per_byte=0.0, latency_s=0.0)
+    per_level, a2a, inner = [], [], 1
     for level in (0, 1):
         parts = [p for p in span if LEVEL_OF_KIND[p.axis.kind] == level]
         if not parts:
             continue
         n_l = math.prod(p.factor for p in parts)
-        bandwidth = sum(ring_bandwidth(p) for p in parts) * eff
-        terms.append((n_l, array_bytes * (n_l - 1) / n_l / (inner * bandwidth)))
+        c_l = (n_l - 1) / n_l / (inner * sum(ring_bandwidth(p) for p in parts))
+        per_level.append(c_l)
+        a2a.append(c_l / 4.0 if any(p.axis.kind == "torus" for p in parts) else c_l / n_l)
         inner *= n_l
-    return terms
+    return RingCoefficients(members=n, seconds_per_byte=max(per_level),
+                            latency_s=sum(ring_latency(p) for p in span), alltoall_seconds_per_byte=max(a2a))
 
 
-def all_gather_time(array_bytes: float, span: Span, half_efficiency_bytes: float = 0.0) -> float:
+def ring_time(array_bytes, coeffs: RingCoefficients, half_efficiency_bytes: float = 0.0):
+    """AllGather (or ReduceScatter) seconds of ``array_bytes``; numbers or numpy arrays (also in coeffs)."""
+    active = np.asarray(coeffs.members) > 1
+    seconds = (array_bytes + half_efficiency_bytes * coeffs.members) * coeffs.seconds_per_byte + coeffs.latency_s
+    return np.where(active, seconds, 0.0) if np.ndim(seconds) or np.ndim(active) else (seconds if active else 0.0)
+
+
+def all_gather_time(array_bytes, span: Span, half_efficiency_bytes: float = 0.0):
     """Seconds to AllGather an array of ``array_bytes`` (the full result) over ``span``."""
-    if span_size(span) <= 1 or array_bytes <= 0:
-        return 0.0
-    bandwidth = max(t for _, t in _level_terms(array_bytes, span, half_efficiency_bytes))
-    return bandwidth + sum(ring_latency(p) for p in span)
+    return ring_time(array_bytes, ring_coefficients(span), half_efficiency_bytes)
 
 
-def reduce_scatter_time(array_bytes: float, span: Span, half_efficiency_bytes: float = 0.0) -> float:
+def reduce_scatter_time(array_bytes, span: Span, half_efficiency_bytes: float = 0.0):
     """ReduceScatter of an array of ``array_bytes`` (the full input): the AllGather's mirror."""
     return all_gather_time(array_bytes, span, half_efficiency_bytes)
 
 
-def all_reduce_time(array_bytes: float, span: Span, half_efficiency_bytes: float = 0.0) -> float:
+def all_reduce_time(array_bytes, span: Span, half_efficiency_bytes: float = 0.0):
     """AllReduce = ReduceScatter + AllGather."""
     return 2.0 * all_gather_time(array_bytes, span, half_efficiency_bytes)
 
 
-def all_to_all_time(array_bytes: float, span: Span, half_efficiency_bytes: float = 0.0) -> float:
+def all_to_all_time(array_bytes, span: Span, half_efficiency_bytes: float = 0.0):
     """AllToAll: 1/4 of an AllGather on a bidirectional ring (book); 1/n of it through a switch."""
-    if span_size(span) <= 1 or array_bytes <= 0:
-        return 0.0
-    terms = _level_terms(array_bytes, span, half_efficiency_bytes)
-    kinds = [p.axis.kind for p in span]
-    scaled = [t / 4.0 if "torus" in kinds and i == 0 else t / n for i, (n, t) in enumerate(terms)]
-    return max(scaled) + sum(ring_latency(p) for p in span)
+    coeffs = ring_coefficients(span)
+    if coeffs.members <= 1:
+        return 0.0 * array_bytes
+    return (array_bytes + half_efficiency_bytes * coeffs.members) * coeffs.alltoall_seconds_per_byte + coeffs.latency_s
 
 
-def send_time(array_bytes: float, span: Span, half_efficiency_bytes: float = 0.0) -> float:
-    """Point-to-point send of ``array_bytes`` to the neighbour along the innermost spanned axis."""
-    if not span or array_bytes <= 0:
-        return 0.0
+def send_coefficients(span: Span) -> RingCoefficients:
+    """Point-to-point to the neighbour along the innermost spanned axis, as (seconds per byte, latency)."""
+    if not span:
+        return RingCoefficients(members=1, seconds_per_byte=0.0, latency_s=0.0)
     part = span[0]
     axis = part.axis
     link = axis.bytes_per_s_per_direction * axis.efficiency / (part.stride if axis.kind == "torus" else 1)
-    return array_bytes / (link * message_efficiency(array_bytes, half_efficiency_bytes)) + axis.latency_s
+    return RingCoefficients(members=2, seconds_per_byte=1.0 / link, latency_s=axis.latency_s)
+
+
+def send_time(array_bytes, span: Span, half_efficiency_bytes: float = 0.0):
+    """Point-to-point send of ``array_bytes``: (A + h) / link + latency (message efficiency on A)."""
+    coeffs = send_coefficients(span)
+    if not span:
+        return 0.0 * array_bytes
+    return (array_bytes + half_efficiency_bytes) * coeffs.seconds_per_byte + coeffs.latency_s
 
 
 def ici_bandwidth_bytes_per_s(link_bytes_per_s_per_direction: float, num_axes: int, wraparound: bool = True) -> float:

@@ -6,6 +6,8 @@ M_peak = max_u [M_state(u) + M_activation(u) + M_temporary(u)].
 
 from __future__ import annotations
 
+import numpy as np
+
 from ..specs import ModelSpec, Workload
 from .params import kv_heads_per_device
 
@@ -35,15 +37,18 @@ def saved_tensor_widths(model: ModelSpec, tp: int, sequence_parallel: bool) -> d
     }
 
 
+def kept_by_policy(tensor: str, policy: str) -> bool:
+    """Whether a checkpoint policy keeps ``tensor`` (a name of saved_tensor_widths) for backward."""
+    if policy == "full":
+        return tensor == "attn_norm_in"
+    return policy == "none" or tensor not in RECOMPUTED_BY_SELECTIVE
+
+
 def saved_tensors_per_layer(model: ModelSpec, tp: int, sequence_parallel: bool, tokens: float,
                             activation_bytes: int, policy: str) -> dict[str, float]:
     """Bytes each saved tensor of one layer occupies for ``tokens`` tokens, under ``policy``."""
     widths = saved_tensor_widths(model, tp, sequence_parallel)
-    if policy == "full":
-        widths = {"attn_norm_in": widths["attn_norm_in"]}
-    elif policy == "selective":
-        widths = {k: w for k, w in widths.items() if k not in RECOMPUTED_BY_SELECTIVE}
-    return {k: w * tokens * activation_bytes for k, w in widths.items()}
+    return {k: w * tokens * activation_bytes for k, w in widths.items() if kept_by_policy(k, policy)}
 
 
 def checkpoint_bytes(num_layers: int, tokens: float, d_model: int, tensors_per_layer: int, bytes_per_element: int) -> float:
@@ -57,8 +62,8 @@ def state_bytes(params: float, workload: Workload, zero_stage: int, shards: int)
     Stage 0 shards nothing; 1 shards optimizer moments and master weights; 2 also gradients;
     3 also the compute weights (ZeRO, Rajbhandari et al. 2020).
     """
-    def sharded(bytes_per_param: int, from_stage: int) -> float:
-        return params * bytes_per_param / (shards if zero_stage >= from_stage else 1)
+    def sharded(bytes_per_param: int, from_stage: int):
+        return params * bytes_per_param / np.where(np.asarray(zero_stage) >= from_stage, shards, 1)
 
     return {
         "weights": sharded(workload.weight_bytes_per_param, 3),

@@ -6,17 +6,19 @@ vocabulary) and the public checkpoints (RMSNorm weights: 2 per layer + final).
 
 from __future__ import annotations
 
+import numpy as np
+
 from ..specs import Layout, ModelSpec
 
 
-def kv_heads_per_device(model: ModelSpec, tp: int) -> int:
-    """KV heads each TP rank holds: n_kv/tp, or one (replicated) when tp exceeds n_kv."""
-    return max(model.num_kv_heads // tp, 1)
+def kv_heads_per_device(model: ModelSpec, tp):
+    """KV heads each TP rank holds: n_kv/tp, or one (replicated) when tp exceeds n_kv (int or array)."""
+    return np.maximum(model.num_kv_heads // tp, 1) if isinstance(tp, np.ndarray) else max(model.num_kv_heads // tp, 1)
 
 
-def kv_replication(model: ModelSpec, tp: int) -> int:
-    """On how many TP ranks each KV head is stored: tp/n_kv when tp > n_kv, else 1."""
-    return max(tp // model.num_kv_heads, 1)
+def kv_replication(model: ModelSpec, tp):
+    """On how many TP ranks each KV head is stored: tp/n_kv when tp > n_kv, else 1 (int or array)."""
+    return np.maximum(tp // model.num_kv_heads, 1) if isinstance(tp, np.ndarray) else max(tp // model.num_kv_heads, 1)
 
 
 def attention_params_per_layer(model: ModelSpec, tp: int = 1) -> int:

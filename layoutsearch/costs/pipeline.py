@@ -40,3 +40,13 @@ def microbatches_in_flight(schedule: str, stages: int, stage: int, num_microbatc
     if schedule == "interleaved" and virtual_stages > 1:
         return float(min(k, p - stage + (p - 1) / virtual_stages))
     return float(min(k, p - stage))
+
+
+def microbatches_in_flight_array(stages, stage, num_microbatches, virtual_stages):
+    """``microbatches_in_flight`` over numpy arrays (1F1B, or interleaved where v > 1)."""
+    import numpy as np
+
+    p, k, v = (np.asarray(x, dtype=np.float64) for x in (stages, num_microbatches, virtual_stages))
+    interleaved = np.minimum(k, p - stage + (p - 1) / v)
+    one_f_one_b = np.minimum(k, p - stage)
+    return np.where(p == 1, 1.0, np.where(v > 1, interleaved, one_f_one_b))

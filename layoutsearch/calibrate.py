@@ -1,0 +1,235 @@
+"""Fit an accelerator's calibration parameters to measured runs (`layoutsearch calibrate`).
+
+Per accelerator, a handful of parameters (never one per record) are fitted by least squares on
+r_i = log(predicted_i / measured_i) over that accelerator's usable records: evaluated by
+``validate.record_to_problem`` (not skipped), not out of memory, bf16/fp16, with a measured
+throughput. The residual is symmetric in over- and under-prediction.
+
+Method: Levenberg-Marquardt with forward-difference Jacobians in an unbounded parameterisation
+(efficiencies e = lo + (hi - lo) sigmoid(u) inside (0.2, 1.0]; overheads and half-efficiency
+points x = scale exp(u) >= 0), numpy only (scipy is not a dependency). A parameter the records
+do not constrain (zero Jacobian column, e.g. scale-out efficiency when every record fits in one
+node) keeps its catalogue value and is listed under ``unconstrained``.
+
+The fitted values reach the catalogue only through an explicit ``write_calibration`` call.
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+import math
+import re
+from dataclasses import replace
+from pathlib import Path
+from typing import Callable, Iterable
+
+import numpy as np
+import yaml
+
+from . import catalogue, topology
+from .catalogue import accelerator_from_dict
+from .errors import CatalogueError
+from .estimate import estimate
+from .specs import Cluster
+from .validate import error_stats, record_to_problem
+
+DEFAULT_PARAMS = ("matmul_efficiency", "collective_efficiency", "scale_out_efficiency", "microbatch_overhead_s")
+EFFICIENCY_BOUNDS = (0.2, 1.0)
+SCALES = {"matmul_half_efficiency_tokens": 128.0, "microbatch_overhead_s": 1e-4, "step_overhead_s": 1e-2,
+          "collective_half_efficiency_bytes": 65536.0}
+# Accelerator field (SI) -> (hardware YAML key under `calibration:`, factor from SI to the YAML unit)
+YAML_KEYS = {"matmul_efficiency": ("matmul_efficiency", 1.0),
+             "matmul_half_efficiency_tokens": ("matmul_half_efficiency_tokens", 1.0),
+             "collective_efficiency": ("collective_efficiency", 1.0),
+             "scale_out_efficiency": ("scale_out_efficiency", 1.0),
+             "collective_half_efficiency_bytes": ("collective_half_efficiency_kib", 1 / 1024),
+             "microbatch_overhead_s": ("microbatch_overhead_us", 1e6),
+             "step_overhead_s": ("step_overhead_ms", 1e3)}
+AXIS_EFFICIENCY = {"torus": "collective_efficiency", "switch": "collective_efficiency",
+                   "scale_out": "scale_out_efficiency", "dcn": "scale_out_efficiency"}
+
+
+def with_calibration(cluster: Cluster, **fields: float) -> Cluster:
+    """The cluster with calibration fields of its accelerator replaced, axes' efficiencies rebuilt.
+
+    Axes copy ``collective_efficiency`` (torus, NVLink switch) or ``scale_out_efficiency``
+    (scale-out, DCN) from the accelerator when the cluster is resolved; both are refreshed here.
+    """
+    acc = replace(cluster.accelerator, **fields)
+    axes = tuple(a if a.bytes_per_s_per_direction == 0 or a.kind not in AXIS_EFFICIENCY
+                 else replace(a, efficiency=getattr(acc, AXIS_EFFICIENCY[a.kind])) for a in cluster.axes)
+    return replace(cluster, accelerator=acc, axes=axes)
+
+
+# ----------------------------------------------------------------------------- data
+def usable_problems(records: Iterable[dict], accelerator: str) -> list[tuple[str, tuple, float]]:
+    """(id, problem, measured tokens/s per device) of the records calibration may use for one accelerator."""
+    out = []
+    for r in records:
+        meas = r["measured"]
+        if (r["cluster"]["accelerator"] != accelerator or meas["oom"] or not meas["tokens_per_s_per_device"]
+                or r["workload"]["precision"] not in ("bf16", "fp16", None)):
+            continue
+        problem = record_to_problem(r)
+        if not isinstance(problem, str):
+            out.append((r["id"], problem, float(meas["tokens_per_s_per_device"])))
+    return out
+
+
+def log_residuals(problems: list[tuple[str, tuple, float]], fields: dict[str, float]) -> np.ndarray:
+    """log(predicted / measured) tokens/s per device of each problem under the given calibration."""
+    out = np.empty(len(problems))
+    for i, (_, (model, workload, cluster, layout), measured) in enumerate(problems):
+        est = estimate(model, workload, with_calibration(cluster, **fields), layout, strict=False)
+        out[i] = math.log(est.tokens_per_s / cluster.num_devices / measured)
+    return out
+
+
+# ----------------------------------------------------------------------------- parameterisation
+def _to_value(name: str, u: float) -> float:
+    """Bounded physical value of an unbounded coordinate (efficiency: sigmoid; others: scale exp)."""
+    if name.endswith("efficiency"):
+        lo, hi = EFFICIENCY_BOUNDS
+        return lo + (hi - lo) / (1.0 + math.exp(-min(max(u, -40.0), 40.0)))
+    return SCALES.get(name, 1.0) * math.exp(min(max(u, -25.0), 12.0))
+
+
+def _to_coord(name: str, value: float) -> float:
+    """Inverse of ``_to_value`` (values at a bound are pulled just inside it)."""
+    if name.endswith("efficiency"):
+        lo, hi = EFFICIENCY_BOUNDS
+        p = min(max((value - lo) / (hi - lo), 1e-4), 1 - 1e-4)
+        return math.log(p / (1 - p))
+    return math.log(max(value, 1e-6 * SCALES.get(name, 1.0)) / SCALES.get(name, 1.0))
+
+
+def levenberg_marquardt(residual_fn: Callable[[np.ndarray], np.ndarray], u0: np.ndarray, max_iter: int = 40,
+                        step: float = 1e-3) -> tuple[np.ndarray, int, np.ndarray]:
+    """Minimise ||r(u)||^2 (dimensionless residuals). Returns (u, iterations, mask of constrained coordinates).
+
+    Coordinates whose Jacobian column is zero at the start are not constrained by the data and
+    never move.
+    """
+    u, lam = np.asarray(u0, float).copy(), 1e-2
+    r = residual_fn(u)
+    active, it = None, 0
+    for it in range(1, max_iter + 1):
+        jac = np.column_stack([(residual_fn(u + step * e) - r) / step for e in np.eye(len(u))])
+        if active is None:
+            active = np.linalg.norm(jac, axis=0) > 1e-9
+            if not active.any():
+                break
+        jtj, jtr, cost = jac.T @ jac, jac.T @ r, float(r @ r)
+        sub = np.ix_(active, active)
+        while lam < 1e8:
+            a = jtj[sub] + lam * np.diag(np.diag(jtj[sub])) + 1e-12 * np.eye(int(active.sum()))
+            delta = np.zeros(len(u))
+            delta[active] = np.linalg.solve(a, -jtr[active])
+            r_new = residual_fn(u + delta)
+            if float(r_new @ r_new) < cost:
+                u, r, lam = u + delta, r_new, max(lam / 3, 1e-9)
+                break
+            lam *= 4
+        if lam >= 1e8 or cost - float(r @ r) < 1e-10 * max(cost, 1e-30):
+            break
+    return u, it, active if active is not None else np.zeros(len(u), bool)
+
+
+# ----------------------------------------------------------------------------- fit
+def fit_accelerator(problems: list[tuple[str, tuple, float]], params: tuple[str, ...]) -> dict:
+    """Fit ``params`` of one accelerator to its problems; before/after error statistics and values."""
+    acc = problems[0][1][2].accelerator
+    start = {p: float(getattr(acc, p)) for p in params}
+    before = log_residuals(problems, {})
+
+    def residual_fn(u: np.ndarray) -> np.ndarray:
+        return log_residuals(problems, {p: _to_value(p, x) for p, x in zip(params, u)})
+
+    u, iterations, active = levenberg_marquardt(residual_fn, np.array([_to_coord(p, start[p]) for p in params]))
+    fitted = {p: (_to_value(p, x) if ok else start[p]) for p, x, ok in zip(params, u, active)}
+    after = log_residuals(problems, fitted)
+    return {"records": len(problems), "ids": [pid for pid, _, _ in problems], "start": start, "fitted": fitted,
+            "unconstrained": [p for p, ok in zip(params, active) if not ok], "at_bound": _at_bound(fitted),
+            "iterations": iterations,
+            "before": error_stats(list(np.expm1(before))), "after": error_stats(list(np.expm1(after)))}
+
+
+def _at_bound(fitted: dict[str, float]) -> list[str]:
+    """Parameters the fit pushed to a bound: a sign of a missing physical effect, not a calibration."""
+    lo, hi = EFFICIENCY_BOUNDS
+    return [p for p, v in fitted.items()
+            if (p.endswith("efficiency") and (v < lo + 1e-3 or v > hi - 1e-3)) or (not p.endswith("efficiency") and v < 1e-9)]
+
+
+def calibrate(records: list[dict], accelerators: Iterable[str] | None = None,
+              params: tuple[str, ...] = DEFAULT_PARAMS, exclude: Iterable[str] = ()) -> dict:
+    """Fit calibration parameters per accelerator; {accelerator: fit_accelerator(...) result}.
+
+    ``accelerators`` defaults to every accelerator with usable records; ``exclude`` lists record
+    ids to leave out. With fewer than 2 records per parameter only matmul_efficiency is fitted.
+    """
+    skip = set(exclude)
+    kept = [r for r in records if r["id"] not in skip]
+    names = sorted(set(accelerators) if accelerators is not None else {r["cluster"]["accelerator"] for r in kept})
+    out = {}
+    for name in names:
+        problems = usable_problems(kept, name)
+        if not problems:
+            out[name] = {"records": 0, "skipped_reason": "no usable records"}
+            continue
+        chosen = params if len(problems) >= 2 * len(params) else ("matmul_efficiency",)
+        out[name] = fit_accelerator(problems, chosen)
+    return out
+
+
+# ----------------------------------------------------------------------------- catalogue
+def write_calibration(fitted: dict, hardware_dir: str | Path, runs_name: str = "runs_dev.yaml",
+                      today: _dt.date | None = None) -> list[Path]:
+    """Rewrite the ``calibration:`` values (and ``sources.calibration``) of hardware/<id>.yaml.
+
+    ``fitted`` is ``calibrate()``'s result or {accelerator: {field: SI value}}. Comments and
+    every other line are kept; the new file must still load, else nothing is written.
+    """
+    written = []
+    for acc_id, entry in fitted.items():
+        values = entry.get("fitted", entry) if isinstance(entry, dict) else {}
+        if not values:
+            continue
+        path = Path(hardware_dir) / f"{acc_id}.yaml"
+        n = entry.get("records", "?")
+        note = f"fitted by layoutsearch calibrate on {runs_name} ({n} records) on {(today or _dt.date.today()).isoformat()}"
+        text = _rewrite(path.read_text(), values, note)
+        accelerator_from_dict(_load_text(text, path), str(path))
+        path.write_text(text)
+        written.append(path)
+    catalogue.load_accelerator.cache_clear()
+    topology.resolve_cluster.cache_clear()
+    return written
+
+
+def _rewrite(text: str, values: dict[str, float], note: str) -> str:
+    """Replace the values of the given fields inside the top-level ``calibration:`` block and the note."""
+    lines, block = text.splitlines(keepends=True), None
+    yaml_values = {YAML_KEYS[k][0]: v * YAML_KEYS[k][1] for k, v in values.items()}
+    for i, line in enumerate(lines):
+        top = re.match(r"^(\w+):", line)
+        if top:
+            block = top.group(1)
+            continue
+        m = re.match(r"^(\s+)(\w+):(\s*)([^#\n]*?)(\s*#.*)?(\r?\n)?$", line)
+        if not m:
+            continue
+        indent, key, gap, _, comment, end = m.groups()
+        if block == "calibration" and key in yaml_values:
+            lines[i] = f"{indent}{key}:{gap or ' '}{yaml_values[key]:.4g}{comment or ''}{end or ''}"
+        elif block == "sources" and key == "calibration":
+            lines[i] = f'{indent}{key}: "{note}"{comment or ""}{end or ""}'
+    return "".join(lines)
+
+
+def _load_text(text: str, path: Path) -> dict:
+    """Parse rewritten YAML text; a syntax error is a one-line CatalogueError."""
+    try:
+        return yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        raise CatalogueError(f"{path}: rewritten calibration is not valid YAML ({str(exc).splitlines()[0]})") from None

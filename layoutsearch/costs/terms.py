@@ -1,0 +1,335 @@
+"""The step's cost terms, each a pure function of exactly the decisions it depends on.
+
+Every function takes numpy arrays (one row per key) so that one call costs a whole table:
+``estimate()`` calls them with one row, the exhaustive search and the CP-SAT tables with
+one row per key. Keys:
+
+- shape ``S`` = (dp, fsdp, tp, pp, cp, virtual stages v), in ``Shapes``;
+- ``K`` microbatches, ``r`` recompute code (0 none, 1 selective, 2 full), ``z`` ZeRO stage;
+- ``o`` axis order, reduced to the ring coefficients of each group (``Coeffs``).
+
+Overlap rule (COSTS.md; exposed = max(0, collective - its compute window)):
+- TP collectives are on the critical path (fully exposed);
+- FSDP weight gathers hide behind the previous layer's forward (the first layer's is
+  exposed); in backward the gather plus the gradient reduce-scatter hide behind the layer's
+  backward; the vocabulary gather hides behind the logits;
+- CP ring passes hide behind the attention core of the same layer;
+- DP / ZeRO-1/2 / KV-replica gradient reductions hide behind the backward of the last
+  microbatch; the ZeRO-1/2 gather of updated weights is exposed;
+- pipeline sends hide in steady state; fill and drain (2 (p - 1) sends) are exposed.
+Step = (K + (p - 1)/v) x slowest stage's microbatch + per-step terms.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from ..specs import Accelerator, ModelSpec, Workload
+from . import flops, memory, params, pipeline
+from .comms import RingCoefficients, ring_time
+
+RECOMPUTE_CODES = {"none": 0, "selective": 1, "full": 2}
+RECOMPUTE_NAMES = {v: k for k, v in RECOMPUTE_CODES.items()}
+
+
+@dataclass(frozen=True)
+class Shapes:
+    """Parallel degrees and virtual stages, as int64 arrays of equal length."""
+
+    dp: np.ndarray
+    fsdp: np.ndarray
+    tp: np.ndarray
+    pp: np.ndarray
+    cp: np.ndarray
+    v: np.ndarray
+
+    @classmethod
+    def of(cls, **degrees) -> "Shapes":
+        return cls(**{k: np.atleast_1d(np.asarray(degrees.get(k, 1), dtype=np.int64)) for k in
+                      ("dp", "fsdp", "tp", "pp", "cp", "v")})
+
+    def take(self, index) -> "Shapes":
+        return Shapes(**{k: getattr(self, k)[index] for k in ("dp", "fsdp", "tp", "pp", "cp", "v")})
+
+    @property
+    def units(self):
+        return self.dp * self.fsdp
+
+    @property
+    def shards(self):
+        """Devices holding one copy of the weights that ZeRO shards over: fsdp x cp."""
+        return self.fsdp * self.cp
+
+
+@dataclass(frozen=True)
+class Coeffs:
+    """Ring coefficients per row for each communication group of a placement."""
+
+    tp: RingCoefficients
+    cp: RingCoefficients
+    shard: RingCoefficients  # fsdp x cp
+    dp: RingCoefficients  # replicated copies (dp)
+    dp_zero0: RingCoefficients  # dp x fsdp x cp (every copy, when nothing is sharded)
+    kv: RingCoefficients  # the TP ranks sharing one KV head
+    pp: RingCoefficients  # point-to-point to the next stage
+
+
+def _f(x):
+    return np.asarray(x, dtype=np.float64)
+
+
+def tokens_per_microbatch(workload: Workload, sh: Shapes, k):
+    """m: tokens one device processes per microbatch (its data unit's sequences / cp)."""
+    return _f(workload.global_batch_tokens) / (sh.units * k * sh.cp)
+
+
+def layers_per_stage(model: ModelSpec, sh: Shapes):
+    return model.num_layers // sh.pp
+
+
+def step_multiplier(sh: Shapes, k):
+    """(K + (p - 1)/v): microbatch-times per step on the slowest stage (pipeline.step_time)."""
+    return k + pipeline.bubble_microbatches(_f(sh.pp), _f(sh.v))
+
+
+def compute_per_microbatch(model: ModelSpec, workload: Workload, acc: Accelerator, sh: Shapes, k, r, last,
+                           sequence_parallel: bool = True) -> dict:
+    """Seconds of compute per microbatch on a stage, and the windows collectives hide behind.
+
+    Keys (S, K, r, stage). ``last`` marks the stage holding the output layer (logits).
+    """
+    m = tokens_per_microbatch(workload, sh, k)
+    rate = acc.peak_flops_per_s * acc.matmul_efficiency * m / (m + acc.matmul_half_efficiency_tokens)
+    layers = layers_per_stage(model, sh)
+    full, any_recompute = _f(r == 2), _f(r >= 1)
+    mm = flops.matmul_flops_per_token_per_layer(model, sh.tp) * m / rate
+    attn = flops.attention_flops_per_token_per_layer(model, workload.seq_len, workload.causal, sh.tp) * m / rate
+    ew_bytes = flops.elementwise_bytes_per_token_per_layer(model, sh.tp, sequence_parallel, workload.activation_bytes)
+    ew = ew_bytes * m * (3.0 + full) / acc.hbm_bytes_per_s
+    passes = 1.0 + flops.BACKWARD_OVER_FORWARD
+    logits = _f(last) * passes * flops.logits_flops_per_token(model, sh.tp) * m / rate
+    recompute = mm * full + attn * any_recompute
+    return {
+        "compute/matmul": layers * mm * passes,
+        "compute/attention": layers * attn * passes,
+        "compute/recompute": layers * recompute,
+        "compute/elementwise": layers * ew,
+        "compute/logits": logits,
+        "window/fwd_layer": mm + attn,
+        "window/bwd_layer": (mm + attn) * flops.BACKWARD_OVER_FORWARD + recompute,
+        "window/attn_fwd_layer": attn,
+        "window/logits": logits,
+    }
+
+
+def tp_per_microbatch(model: ModelSpec, workload: Workload, acc: Accelerator, sh: Shapes, k, co: Coeffs, last) -> dict:
+    """TP collectives per microbatch (keys S, K, o, stage): 'base' always, 'if_full' more with full recompute.
+
+    Per layer: 2 AllGather+ReduceScatter (sequence parallel) or 2 AllReduce forward, 2 backward,
+    2 more when the forward is recomputed; [m, D] activations. Plus 3 vocab-parallel loss
+    AllReduces of [m] fp32 on the last stage.
+    """
+    m = tokens_per_microbatch(workload, sh, k)
+    unit = 2.0 * ring_time(m * model.d_model * workload.activation_bytes, co.tp, acc.collective_half_efficiency_bytes)
+    loss = 3 * 2.0 * ring_time(m * 4.0, co.tp, acc.collective_half_efficiency_bytes) * _f(last)
+    layers = layers_per_stage(model, sh)
+    return {"base": layers * 4 * unit + loss, "if_full": layers * 2 * unit, "unit": unit}
+
+
+def cp_per_microbatch(model: ModelSpec, workload: Workload, acc: Accelerator, sh: Shapes, k, co: Coeffs, attn_fwd_layer) -> dict:
+    """Exposed CP ring time per microbatch (keys S, K, o): 'base', plus 'if_full' with a recomputed forward.
+
+    Forward: the K/V blocks of the cp ranks pass around the ring (an AllGather of cp x m
+    tokens of K and V); backward: K, V again and their gradients (twice). Each hides behind
+    the layer's attention core.
+    """
+    m = tokens_per_microbatch(workload, sh, k)
+    kv_bytes = sh.cp * m * 2 * params.kv_heads_per_device(model, sh.tp) * model.head_dim * workload.activation_bytes
+    t_kv = ring_time(kv_bytes, co.cp, acc.collective_half_efficiency_bytes)
+    fwd = np.maximum(0.0, t_kv - attn_fwd_layer)
+    bwd = np.maximum(0.0, 2 * t_kv - 2 * attn_fwd_layer)
+    layers = layers_per_stage(model, sh)
+    return {"base": layers * (fwd + bwd), "if_full": layers * fwd, "t_kv": t_kv}
+
+
+def fsdp_collectives(model: ModelSpec, workload: Workload, acc: Accelerator, sh: Shapes, co: Coeffs) -> dict:
+    """ZeRO-3 per-layer gather and gradient reduce-scatter seconds, and the vocabulary's (keys S, o)."""
+    half = acc.collective_half_efficiency_bytes
+    p_layer = params.layer_params(model, sh.tp)
+    vocab = model.vocab_size * model.d_model // sh.tp
+    return {
+        "gather_layer": ring_time(_f(p_layer) * workload.weight_bytes_per_param, co.shard, half),
+        "reduce_layer": ring_time(_f(p_layer) * workload.grad_bytes_per_param, co.shard, half),
+        "vocab": ring_time(_f(vocab) * workload.weight_bytes_per_param, co.shard, half)
+        + ring_time(_f(vocab) * workload.grad_bytes_per_param, co.shard, half),
+    }
+
+
+def fsdp_exposed_fixed(model: ModelSpec, sh: Shapes, fc: dict, fwd_window_layer, logits_window, holds_vocab) -> dict:
+    """ZeRO-3 exposed seconds per microbatch that do not depend on recompute (keys S, K, o, stage).
+
+    Forward gathers hide behind the previous layer; the first layer's gather is exposed; the
+    vocabulary gather + reduce-scatter hides behind the logits on the stages holding it.
+    """
+    layers = layers_per_stage(model, sh)
+    forward = layers * np.maximum(0.0, fc["gather_layer"] - fwd_window_layer) + fc["gather_layer"]
+    vocab = _f(holds_vocab) * np.maximum(0.0, fc["vocab"] - logits_window)
+    return {"forward": forward, "vocab": vocab}
+
+
+def fsdp_backward_exposed(model: ModelSpec, sh: Shapes, fc: dict, bwd_window_layer):
+    """ZeRO-3 backward: max(0, layers x (gather + reduce-scatter) - layers x backward window)."""
+    layers = layers_per_stage(model, sh)
+    return np.maximum(0.0, layers * (fc["gather_layer"] + fc["reduce_layer"]) - layers * bwd_window_layer)
+
+
+def step_collectives(model: ModelSpec, workload: Workload, acc: Accelerator, sh: Shapes, z, co: Coeffs) -> dict:
+    """Once-per-step collectives of stage 0 (keys S, z, o): hideable reductions and exposed gathers.
+
+    'reduce': ZeRO-1/2 gradient reduce-scatter + DP all-reduce (over every copy when z = 0)
+    + the KV-replica all-reduce; they hide behind the last microbatch's backward.
+    'gather': the ZeRO-1/2 gather of updated weights (exposed).
+    """
+    half = acc.collective_half_efficiency_bytes
+    p_stage = _f(stage_params(model, sh, first=True))
+    zero12 = _f(((z == 1) | (z == 2)) & (sh.shards > 1))
+    sharded = np.where(z >= 1, sh.shards, 1)
+    grads = p_stage * workload.grad_bytes_per_param
+    rs = zero12 * ring_time(grads, co.shard, half)
+    dp_local = grads / sharded
+    dp = np.where(z == 0, 2.0 * ring_time(dp_local, co.dp_zero0, half), 2.0 * ring_time(dp_local, co.dp, half))
+    kv_bytes = _f(layers_per_stage(model, sh)) * 2 * model.d_model * model.head_dim * workload.grad_bytes_per_param
+    kv = 2.0 * ring_time(kv_bytes, co.kv, half)
+    gather = zero12 * ring_time(p_stage * workload.weight_bytes_per_param, co.shard, half)
+    return {"reduce/zero": rs, "reduce/dp": dp, "reduce/kv_replica": kv, "gather/zero": gather}
+
+
+def pipeline_sends(model: ModelSpec, workload: Workload, acc: Accelerator, sh: Shapes, k, co: Coeffs):
+    """Exposed pipeline sends per step (keys S, K, o): fill and drain, 2 (p - 1) sends of [m, D]/tp."""
+    m = tokens_per_microbatch(workload, sh, k)
+    a = m * model.d_model * workload.activation_bytes / sh.tp
+    send = (a + acc.collective_half_efficiency_bytes) * co.pp.seconds_per_byte + co.pp.latency_s
+    return 2.0 * (sh.pp - 1) * send * _f(sh.pp > 1)
+
+
+def optimizer_time(model: ModelSpec, workload: Workload, acc: Accelerator, sh: Shapes, z):
+    """Adam step over the local shard, HBM bound (keys S, z): reads grad, master, moments; writes master, moments, weights."""
+    local = _f(stage_params(model, sh, first=True)) / np.where(z >= 1, sh.shards, 1)
+    per_param = (workload.grad_bytes_per_param + 2 * workload.master_bytes_per_param
+                 + 2 * workload.optimizer_bytes_per_param + workload.weight_bytes_per_param)
+    return local * per_param / acc.hbm_bytes_per_s
+
+
+def stage_params(model: ModelSpec, sh: Shapes, first: bool):
+    """Parameters per device of the first (``first``) or last pipeline stage, after TP (arrays)."""
+    layers = layers_per_stage(model, sh)
+    per_layer = params.layer_params(model, sh.tp)
+    vocab = model.vocab_size * model.d_model // sh.tp
+    single = sh.pp == 1
+    norm = model.d_model * (2 if model.norm == "layernorm" else 1)
+    total = layers * per_layer
+    holds_embedding = first | single
+    holds_output = (~np.asarray(first)) | single
+    total = total + np.where(holds_embedding, vocab + model.learned_positions * model.d_model, 0)
+    output = np.where(model.tied_embeddings & single, 0, vocab) + norm
+    return total + np.where(holds_output, output, 0)
+
+
+# ----------------------------------------------------------------------------- memory
+MOMENTS = {
+    "forward_end": ("state", "activations", "gathered", "workspace", "logits"),
+    "backward": ("state", "activations", "gathered", "workspace", "logits", "layer_grads", "recompute", "logits_grad"),
+    "optimizer_step": ("state",),
+}
+
+
+def memory_by_zero(model: ModelSpec, workload: Workload, sh: Shapes, z, first: bool) -> dict:
+    """Bytes per device that depend on the ZeRO stage (keys S, z, stage): state, gathered weights, layer grads."""
+    shards = np.where(z >= 1, sh.shards, 1)
+    state = memory.state_bytes(_f(stage_params(model, sh, first)), workload, z, shards)
+    p_layer = _f(params.layer_params(model, sh.tp))
+    out = {f"state/{k}": v for k, v in state.items()}
+    out["temporary/gathered"] = _f((z == 3) & (sh.shards > 1)) * 2 * p_layer * workload.weight_bytes_per_param
+    out["temporary/layer_grads"] = _f((z >= 2) & (sh.shards > 1)) * p_layer * workload.grad_bytes_per_param
+    return out
+
+
+def memory_by_microbatch(model: ModelSpec, workload: Workload, sh: Shapes, k, r, first: bool, last,
+                         sequence_parallel: bool = True) -> dict:
+    """Bytes per device that depend on the microbatching and recompute (keys S, K, r, stage)."""
+    m = tokens_per_microbatch(workload, sh, k)
+    act_b = workload.activation_bytes
+    widths = memory.saved_tensor_widths(model, sh.tp, sequence_parallel)
+    kept = {code: [n for n in widths if memory.kept_by_policy(n, RECOMPUTE_NAMES[code])] for code in (0, 1, 2)}
+    per_token = {code: sum(_f(widths[n]) for n in names) for code, names in kept.items()}
+    saved = np.select([r == 0, r == 1], [per_token[0], per_token[1]], per_token[2]) * m * act_b
+    stage = 0 if first else sh.pp - 1
+    in_flight = pipeline.microbatches_in_flight_array(sh.pp, stage, k, sh.v)
+    recomputed = np.select([r == 0, r == 1], [0.0 * m, per_token[0] - per_token[1]], per_token[0] - per_token[2]) * m * act_b
+    logits = _f(last) * m * model.vocab_size / sh.tp * 4.0  # fp32 logits of one microbatch
+    return {
+        "activations/saved": layers_per_stage(model, sh) * saved * in_flight,
+        "temporary/workspace": 2 * m * np.maximum(model.d_ff / sh.tp, model.d_model) * act_b,
+        "temporary/logits": logits,
+        "temporary/recompute": recomputed,
+        "temporary/logits_grad": logits,
+    }
+
+
+def moment_bytes(items: dict, moment: str) -> dict:
+    """The arrays live at ``moment`` (each counted once), chosen from the items of both key classes."""
+    return {k: v for k, v in items.items() if _group(k) in MOMENTS[moment]}
+
+
+def _group(key: str) -> str:
+    """The MOMENTS group of an item: 'state/weights' -> 'state', 'temporary/logits_grad' -> 'logits_grad'."""
+    head, tail = key.split("/", 1)
+    return head if head in ("state", "activations") else tail
+
+
+# ----------------------------------------------------------------------------- placement -> coefficients
+def replica_span(tp_span, replicas: int):
+    """The innermost ``replicas`` members of the TP group: the ranks sharing one KV head."""
+    import math
+
+    from .comms import SpanPart
+
+    out, left = [], replicas
+    for part in tp_span:
+        f = math.gcd(left, part.factor)
+        if f > 1:
+            out.append(SpanPart(axis=part.axis, factor=f, stride=part.stride))
+        left //= f
+        if left == 1:
+            break
+    return tuple(out)
+
+
+def layout_coeffs(model: ModelSpec, cluster, layout) -> Coeffs:
+    """Ring coefficients of every group of a placed layout (its ``axes`` must be set)."""
+    from .comms import group_span, ring_coefficients, send_coefficients
+
+    tp_span = group_span(cluster, layout, ("tp",))
+    return Coeffs(
+        tp=ring_coefficients(tp_span),
+        cp=ring_coefficients(group_span(cluster, layout, ("cp",))),
+        shard=ring_coefficients(group_span(cluster, layout, ("fsdp", "cp"))),
+        dp=ring_coefficients(group_span(cluster, layout, ("dp",))),
+        dp_zero0=ring_coefficients(group_span(cluster, layout, ("dp", "fsdp", "cp"))),
+        kv=ring_coefficients(replica_span(tp_span, params.kv_replication(model, layout.tp))),
+        pp=send_coefficients(group_span(cluster, layout, ("pp",))),
+    )
+
+
+def stack_coeffs(rows: list[Coeffs]) -> Coeffs:
+    """One Coeffs whose RingCoefficients hold arrays, one entry per row."""
+    def stack(name):
+        items = [getattr(r, name) for r in rows]
+        return RingCoefficients(
+            members=np.array([c.members for c in items], dtype=np.int64),
+            seconds_per_byte=np.array([c.seconds_per_byte for c in items]),
+            latency_s=np.array([c.latency_s for c in items]),
+            alltoall_seconds_per_byte=np.array([c.alltoall_seconds_per_byte for c in items]))
+    return Coeffs(**{name: stack(name) for name in ("tp", "cp", "shard", "dp", "dp_zero0", "kv", "pp")})

@@ -1,0 +1,154 @@
+"""What every exporter needs from a solve/estimate document (OUTPUT.md), resolved once.
+
+``ExportContext`` holds the model, the cluster, the chosen layout (with its axis placement)
+and the batch, checked against the package's own structural rules; the exporters only map it
+onto a framework's names. Units: sequences for batches, tokens for ``seq_len``, bytes and
+seconds as in the layout record.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, replace
+
+from ..catalogue import load_model
+from ..check import structural_violations
+from ..errors import InvalidLayoutError
+from ..output import layout_from_record, version
+from ..placement import default_axes
+from ..specs import Cluster, Layout, ModelSpec, Workload
+from ..topology import resolve_cluster
+
+OUTER_AXIS_KINDS = ("dcn", "scale_out")  # between slices (TPU) or between nodes (GPU)
+
+
+@dataclass(frozen=True, kw_only=True)
+class ExportContext:
+    """One layout of one document, ready to be written in a framework's terms."""
+
+    target: str
+    model_id: str
+    model: ModelSpec
+    cluster: Cluster
+    layout: Layout  # axes filled in
+    record: dict  # the layout record as written in the document
+    global_batch_seqs: int  # B: sequences per optimizer step, whole cluster
+    seq_len: int  # S: tokens per sequence
+
+    @property
+    def num_devices(self) -> int:
+        return self.cluster.num_devices
+
+    @property
+    def microbatch_seqs(self) -> int:
+        """Sequences per data unit (dp x fsdp group member) per microbatch."""
+        lay = self.layout
+        return self.global_batch_seqs // (lay.data_units * lay.num_microbatches)
+
+    @property
+    def shard_group(self) -> int:
+        """Devices the ZeRO/FSDP state is sharded over: fsdp x cp (as in the cost model)."""
+        return self.layout.fsdp * self.layout.cp
+
+    @property
+    def effective_zero_stage(self) -> int:
+        """The ZeRO stage, or 0 when the shard group has one member (nothing is sharded)."""
+        return self.layout.zero_stage if self.shard_group > 1 else 0
+
+    def split(self, degree: str) -> tuple[int, int]:
+        """(inner, outer) factors of a degree: inside a slice/node and across slices/nodes."""
+        kinds = {a.name: a.kind for a in self.cluster.axes}
+        inner = outer = 1
+        for axis, factor in self.layout.placement(degree):
+            if kinds.get(axis) in OUTER_AXIS_KINDS:
+                outer *= factor
+            else:
+                inner *= factor
+        return inner, outer
+
+    def fail(self, message: str) -> InvalidLayoutError:
+        """A one-line InvalidLayoutError naming the target and the layout rank."""
+        return InvalidLayoutError(f"{self.target} export of layout rank {self.record.get('rank', '?')}: {message}")
+
+
+def pick_record(document: dict, rank: int) -> dict:
+    """The layout record with ``rank`` from a solve document (``layouts``) or an estimate one (``layout``)."""
+    if "layouts" in document:
+        records = document["layouts"] or []
+        for rec in records:
+            if rec.get("rank") == rank:
+                return rec
+        if 1 <= rank <= len(records) and "rank" not in records[rank - 1]:
+            return records[rank - 1]
+        ranks = ", ".join(str(r.get("rank")) for r in records) or "none"
+        raise InvalidLayoutError(f"no layout with rank {rank} in the document (ranks: {ranks})")
+    if "layout" in document:
+        if rank != 1:
+            raise InvalidLayoutError(f"an estimate document holds one layout (rank 1), not rank {rank}")
+        return document["layout"]
+    raise InvalidLayoutError("document has neither 'layouts' (solve) nor 'layout' (estimate); see OUTPUT.md")
+
+
+def build_context(document: dict, target: str, rank: int = 1) -> ExportContext:
+    """Resolve model, cluster and layout of ``document`` and check the layout against the package rules."""
+    problem = document.get("problem")
+    if not isinstance(problem, dict):
+        raise InvalidLayoutError("document has no 'problem' object; see OUTPUT.md")
+    missing = [k for k in ("model", "cluster", "global_batch_seqs", "seq_len") if k not in problem]
+    if missing:
+        raise InvalidLayoutError(f"document 'problem' lacks {', '.join(missing)}")
+    record = pick_record(document, rank)
+    model = load_model(str(problem["model"]))
+    cluster = resolve_cluster(str(problem["cluster"]))
+    try:
+        layout = layout_from_record(record)
+    except (KeyError, TypeError) as exc:
+        raise InvalidLayoutError(f"layout record rank {rank} is incomplete: missing {exc}") from None
+    workload = Workload(global_batch_seqs=int(problem["global_batch_seqs"]), seq_len=int(problem["seq_len"]))
+    violations = structural_violations(model, workload, cluster, layout)
+    if violations:
+        raise InvalidLayoutError(f"layout rank {rank} breaks the package rules: " + "; ".join(v.message for v in violations))
+    if not layout.axes:
+        layout = replace(layout, axes=default_axes(cluster, layout))
+    return ExportContext(target=target, model_id=str(problem["model"]), model=model, cluster=cluster,
+                         layout=layout, record=record, global_batch_seqs=workload.global_batch_seqs,
+                         seq_len=workload.seq_len)
+
+
+def header_lines(ctx: ExportContext) -> list[str]:
+    """The provenance lines every file starts with: model, cluster, layout, predictions, version."""
+    lay, rec, model = ctx.layout, ctx.record, ctx.model
+    mem = rec.get("memory_bytes", {})
+    step = rec.get("time_s", {}).get("step", float("nan"))
+    mfu = rec.get("mfu", float("nan"))
+    degrees = " ".join(f"{k}={v}" for k, v in lay.degrees.items())
+    pipeline = f", pp schedule {lay.schedule} x{lay.virtual_stages} virtual" if lay.pp > 1 else ""
+    return [
+        f"Written by layoutsearch {version()} for {ctx.target}: layout rank {rec.get('rank', 1)}.",
+        f"model: {ctx.model_id}{'' if model.name == ctx.model_id else f' ({model.name})'}: {model.num_layers} layers, "
+        f"d_model {model.d_model}, d_ff {model.d_ff}, "
+        f"{model.num_heads} heads / {model.num_kv_heads} kv, vocab {model.vocab_size}",
+        f"cluster: {ctx.cluster.name} ({ctx.num_devices} {ctx.cluster.accelerator.id} devices); "
+        f"batch {ctx.global_batch_seqs} sequences x {ctx.seq_len} tokens",
+        f"layout: {degrees}, zero {lay.zero_stage}, {lay.num_microbatches} microbatches x "
+        f"{ctx.microbatch_seqs} sequences per data unit, recompute {lay.recompute}{pipeline}",
+        f"predicted: step {step:.4g} s, MFU {100 * mfu:.1f} %, peak memory "
+        f"{mem.get('peak', float('nan')) / 1e9:.1f} GB of {mem.get('capacity', float('nan')) / 1e9:.1f} GB per device",
+        f"placement: {placement_text(ctx)}",
+    ]
+
+
+def placement_text(ctx: ExportContext) -> str:
+    """`tp on z(8); fsdp on z(4) y(16) x(16)`: the physical axes each degree spans."""
+    parts = []
+    for name, placed in ctx.layout.axes:
+        parts.append(f"{name} on " + " ".join(f"{axis}({factor})" for axis, factor in placed))
+    return "; ".join(parts) or "single device"
+
+
+def comment_block(lines: list[str], prefix: str = "# ") -> str:
+    return "\n".join(f"{prefix}{line}".rstrip() for line in lines) + "\n"
+
+
+def product(values) -> int:
+    return math.prod(values)

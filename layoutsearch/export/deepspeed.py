@@ -1,0 +1,135 @@
+"""DeepSpeed: a ds_config JSON, with what JSON cannot say under the top-level key ``_layoutsearch``.
+
+Mapping (checked against deepspeed 0.19.8: runtime/config.py, runtime/zero/config.py,
+runtime/pipe/engine.py, runtime/engine.py, runtime/tensor_parallel/config.py):
+
+- DeepSpeedConfig reads known keys with ``dict.get`` and rejects only a list of removed keys,
+  so an unknown top-level key such as ``_layoutsearch`` is carried, not refused; it holds the
+  provenance header and the settings that live in code.
+- ``train_batch_size`` = ``train_micro_batch_size_per_gpu`` x ``gradient_accumulation_steps`` x
+  DP world, DP world = dp x fsdp (world / (pp x tp)); with a pipeline the accumulation steps are
+  the pipeline's microbatches.
+- ``zero_optimization.stage`` over the whole DP world; ``tensor_parallel.autotp_size`` = tp;
+  pipeline degree only in code: ``PipelineModule(num_stages=pp)``.
+- Not expressible: cp (DeepSpeed's Ulysses sequence parallelism is all-to-all over heads, not
+  ring attention); ZeRO with dp replicas (MiCS was removed; hpZ keeps a secondary weight copy,
+  not replicas); ZeRO-2/3 with a pipeline (PipelineEngine refuses it); GPipe or interleaved
+  pipelines (PipelineEngine runs 1F1B); tp > kv heads (AutoTP leaves extra ranks without an
+  attention shard instead of replicating KV heads).
+"""
+
+from __future__ import annotations
+
+import json
+
+from .context import ExportContext, header_lines
+
+SIDE_KEY = "_layoutsearch"
+
+
+def _check_expressible(ctx: ExportContext) -> None:
+    lay, zero = ctx.layout, ctx.effective_zero_stage
+    if lay.cp > 1:
+        raise ctx.fail(f"DeepSpeed has no ring context parallelism (its Ulysses sequence parallelism exchanges heads "
+                       f"by all-to-all); cp({lay.cp}) cannot be expressed; nearest: cp=1 with fsdp x {lay.cp}, "
+                       f"or export to megatron/torchtitan/maxtext")
+    if zero >= 1 and lay.dp > 1:
+        raise ctx.fail(f"DeepSpeed ZeRO shards over the whole data-parallel world (MiCS was removed), so dp({lay.dp}) "
+                       f"replicas of a ZeRO-{zero} shard over fsdp({lay.fsdp}) cannot be expressed; nearest: dp=1, "
+                       f"fsdp={lay.data_units}")
+    if lay.pp > 1 and zero >= 2:
+        raise ctx.fail(f"DeepSpeed's PipelineEngine rejects ZeRO-2 and ZeRO-3 with pipeline parallelism; zero_stage "
+                       f"{lay.zero_stage} with pp({lay.pp}) cannot be expressed; nearest: zero_stage 1")
+    if lay.pp > 1 and (lay.virtual_stages > 1 or lay.schedule != "1f1b"):
+        raise ctx.fail(f"DeepSpeed's PipelineEngine runs 1F1B only (no GPipe, no interleaving); schedule "
+                       f"{lay.schedule} x{lay.virtual_stages} virtual; nearest: schedule 1f1b, virtual_stages 1")
+    if lay.tp > ctx.model.num_kv_heads:
+        raise ctx.fail(f"DeepSpeed AutoTP does not replicate KV heads: with tp({lay.tp}) > num_kv_heads"
+                       f"({ctx.model.num_kv_heads}) the extra ranks get no attention shard; nearest: "
+                       f"tp={ctx.model.num_kv_heads} with the rest in fsdp")
+
+
+def in_code(ctx: ExportContext) -> list[str]:
+    """What the JSON cannot carry: the settings the training script must make."""
+    lay = ctx.layout
+    notes = []
+    if lay.pp > 1:
+        notes.append(f"pipeline: build the model as deepspeed.pipe.PipelineModule(layers=..., num_stages={lay.pp}, "
+                     f"partition_method='uniform') ({ctx.model.num_layers // lay.pp} transformer layers per stage); "
+                     f"its topology gives DP world {lay.data_units}, and engine.train_batch() runs "
+                     f"{lay.num_microbatches} microbatches (gradient_accumulation_steps) in 1F1B order")
+    if lay.tp > 1:
+        notes.append(f"tensor parallel: tensor_parallel.autotp_size = {lay.tp} shards a Hugging Face-style model when "
+                     f"deepspeed.initialize() builds the engine; keep the {lay.tp} TP ranks inside one node")
+    if lay.recompute == "full":
+        notes.append("recompute full: checkpoint every transformer layer (model.gradient_checkpointing_enable(), or "
+                     "deepspeed.checkpointing.checkpoint(layer, ...) around each layer)")
+    elif lay.recompute == "selective":
+        notes.append("recompute selective: checkpoint only the attention core and the MLP activation "
+                     "(deepspeed.checkpointing.checkpoint around those calls); JSON has no selective policy")
+    notes.append(f"launch: deepspeed --num_gpus {ctx.cluster.accelerator.devices_per_node} --num_nodes "
+                 f"{max(1, ctx.num_devices // ctx.cluster.accelerator.devices_per_node)} train.py --deepspeed_config THIS_FILE")
+    return notes
+
+
+def config(ctx: ExportContext) -> dict:
+    lay = ctx.layout
+    cfg: dict = {
+        SIDE_KEY: {"header": header_lines(ctx), "set_in_code": in_code(ctx),
+                   "degrees": lay.degrees, "virtual_stages": lay.virtual_stages, "schedule": lay.schedule},
+        "train_batch_size": ctx.global_batch_seqs,
+        "train_micro_batch_size_per_gpu": ctx.microbatch_seqs,
+        "gradient_accumulation_steps": lay.num_microbatches,
+        "bf16": {"enabled": True},
+        "zero_optimization": {"stage": ctx.effective_zero_stage},
+    }
+    if lay.tp > 1:
+        cfg["tensor_parallel"] = {"autotp_size": lay.tp}
+    if lay.recompute != "none":
+        cfg["activation_checkpointing"] = {"partition_activations": False, "contiguous_memory_optimization": False,
+                                           "cpu_checkpointing": False}
+    return cfg
+
+
+def render(ctx: ExportContext) -> str:
+    _check_expressible(ctx)
+    return json.dumps(config(ctx), indent=2) + "\n"
+
+
+# ----------------------------------------------------------------------------- checker
+def check(text: str, ctx: ExportContext) -> list[str]:
+    """DeepSpeedConfig's batch assertion, ZeRO/pipeline rules, and agreement with the layout."""
+    try:
+        cfg = json.loads(text)
+    except json.JSONDecodeError as exc:
+        return [f"not valid JSON: {exc}"]
+    side = cfg.get(SIDE_KEY, {})
+    degrees = side.get("degrees", {})
+    tp, pp = int(cfg.get("tensor_parallel", {}).get("autotp_size", 0) or 1), int(degrees.get("pp", 1))
+    world = ctx.num_devices
+    out = []
+    if world % (tp * pp):
+        return [f"world {world} is not divisible by tp({tp}) x pp({pp})"]
+    dp_world = world // (tp * pp)
+    train, micro = cfg.get("train_batch_size"), cfg.get("train_micro_batch_size_per_gpu")
+    acc = cfg.get("gradient_accumulation_steps")
+    if None in (train, micro, acc):
+        return ["train_batch_size, train_micro_batch_size_per_gpu and gradient_accumulation_steps must all be set"]
+    if train != micro * acc * dp_world:
+        out.append(f"train_batch_size {train} != micro {micro} x accumulation {acc} x DP world {dp_world}")
+    stage = int(cfg.get("zero_optimization", {}).get("stage", 0))
+    if stage not in (0, 1, 2, 3):
+        out.append(f"zero_optimization.stage {stage} is not 0-3")
+    if pp > 1 and stage >= 2:
+        out.append(f"ZeRO-{stage} is incompatible with pipeline parallelism (pp={pp})")
+    if tp > ctx.model.num_kv_heads:
+        out.append(f"autotp_size {tp} exceeds num_kv_heads {ctx.model.num_kv_heads}")
+    if pp > 1 and not any("PipelineModule" in note for note in side.get("set_in_code", [])):
+        out.append(f"pp={pp} but {SIDE_KEY}.set_in_code does not say how to build the PipelineModule")
+    lay = ctx.layout
+    got = {"tp": tp, "pp": pp, "DP world": dp_world, "train batch": train, "micro batch": micro, "accumulation": acc,
+           "zero stage": stage}
+    want = {"tp": lay.tp, "pp": lay.pp, "DP world": lay.data_units, "train batch": ctx.global_batch_seqs,
+            "micro batch": ctx.microbatch_seqs, "accumulation": lay.num_microbatches,
+            "zero stage": ctx.effective_zero_stage}
+    return out + [f"{k} is {got[k]}, layout has {want[k]}" for k in want if got[k] != want[k]]

@@ -1,0 +1,249 @@
+"""MaxText: a YAML override of ``base.yml`` (AI-Hypercomputer/maxtext, src/maxtext/configs).
+
+Mapping (checked against maxtext 0.2.5: configs/base.yml, configs/types.py, layers/nnx_decoders.py):
+
+- Degrees become ``ici_<axis>_parallelism`` (inside a slice; on GPUs inside a node) and
+  ``dcn_<axis>_parallelism`` (across slices/nodes): dp -> data, fsdp -> fsdp (ZeRO-3) or data
+  (ZeRO-0; ZeRO-1 adds ``shard_optimizer_over_data``), tp -> tensor, cp -> context,
+  pp -> pipeline. Products: ici = devices per slice, dcn = ``num_slices``.
+- Batch: MaxText's global batch = devices x ``per_device_batch_size`` x
+  ``gradient_accumulation_steps``; microbatches become accumulation steps without pipeline
+  and ``num_pipeline_microbatches`` with it.
+- Recompute: none -> ``minimal_with_context`` (saves every matmul output and the attention
+  context; MaxText's ``none`` would become full remat under scanned layers), selective ->
+  ``minimal`` (recomputes the attention core and element-wise ops), full -> ``full``.
+- Not expressible: ZeRO-2; ZeRO-1 with dp replicas; KV-head replication (tp > kv heads);
+  1F1B and interleaved pipelines (MaxText's pipeline runs in GPipe order, circular when
+  ``num_pipeline_repeats`` > 1); cp without ZeRO-3 (MaxText shards weights over ``context``).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+
+import yaml
+
+from .context import ExportContext, comment_block, header_lines
+
+AXES = ("data", "fsdp", "tensor", "context", "pipeline")
+REMAT = {"none": "minimal_with_context", "selective": "minimal", "full": "full"}
+REMAT_POLICIES = ("minimal_with_context", "minimal", "save_dot_with_context_except_mlp", "save_dot_except_mlpwi",
+                  "save_dot_except_mlp", "save_qkv_proj", "qkv_proj_offloaded", "custom", "minimal_offloaded",
+                  "save_out_proj", "full")
+BASE_DEFAULTS = {"ici_fsdp_parallelism": -1, "dcn_data_parallelism": -1}  # base.yml auto-sharded axes
+
+
+def slice_shape(ctx: ExportContext) -> tuple[int, int]:
+    """(devices per slice, number of slices): a TPU ICI slice, or a GPU node (MaxText's GPU convention)."""
+    outer = math.prod(a.size for a in ctx.cluster.axes if a.kind in ("dcn", "scale_out"))
+    return ctx.num_devices // outer, outer
+
+
+def _check_expressible(ctx: ExportContext) -> None:
+    lay, model, zero = ctx.layout, ctx.model, ctx.effective_zero_stage
+    if lay.tp > model.num_kv_heads:
+        raise ctx.fail(f"MaxText shards KV heads over the tensor axis and cannot replicate them: tp({lay.tp}) > "
+                       f"num_kv_heads({model.num_kv_heads}); nearest: tp={model.num_kv_heads} with the rest in fsdp")
+    if zero == 2:
+        raise ctx.fail("MaxText has no ZeRO-2 (sharded gradients, replicated weights); nearest: zero_stage 1 "
+                       "(shard_optimizer_over_data) or zero_stage 3 (ici_fsdp_parallelism)")
+    if zero == 1 and lay.dp > 1:
+        raise ctx.fail(f"MaxText's ZeRO-1 (shard_optimizer_over_data) shards over all data replicas; it cannot keep "
+                       f"dp({lay.dp}) copies of a ZeRO-1 shard over fsdp({lay.fsdp}); nearest: dp=1, "
+                       f"fsdp={lay.dp * lay.fsdp} with zero_stage 1, or zero_stage 3")
+    if lay.cp > 1 and zero < 3:
+        raise ctx.fail(f"MaxText shards weights over the context axis, i.e. ZeRO-3 over fsdp x cp; zero_stage "
+                       f"{lay.zero_stage} with cp({lay.cp}) cannot be expressed; nearest: zero_stage 3")
+    if lay.pp > 1 and lay.virtual_stages > 1:
+        raise ctx.fail(f"MaxText's circular pipeline (num_pipeline_repeats={lay.virtual_stages}) runs microbatches in "
+                       f"GPipe order, not interleaved 1F1B; nearest: virtual_stages 1 with schedule gpipe")
+    if lay.pp > 1 and lay.schedule != "gpipe":
+        raise ctx.fail(f"MaxText pipelines in GPipe order (all {lay.num_microbatches} microbatches' activations live) "
+                       f"and has no {lay.schedule} schedule; nearest: the same layout with schedule gpipe "
+                       f"(re-estimate it: peak memory grows)")
+    if not (model.norm == "rmsnorm" and not model.linear_bias and model.learned_positions == 0) and not _gpt3_like(model):
+        raise ctx.fail("MaxText's llama2 decoder block needs RMSNorm, RoPE and no biases and its gpt3 block needs "
+                       f"LayerNorm, biases and learned positions; model {ctx.model_id} mixes them; nearest: megatron")
+
+
+def _gpt3_like(model) -> bool:
+    return model.norm == "layernorm" and model.linear_bias and model.learned_positions > 0 and model.mlp == "plain"
+
+
+def parallelism(ctx: ExportContext) -> dict[str, int]:
+    """ici_* and dcn_* degrees per MaxText mesh axis."""
+    lay = ctx.layout
+    data_degrees = ("dp",) if ctx.effective_zero_stage == 3 else ("dp", "fsdp")
+    groups = {"data": data_degrees, "fsdp": ("fsdp",) if ctx.effective_zero_stage == 3 else (),
+              "tensor": ("tp",), "context": ("cp",), "pipeline": ("pp",)}
+    out: dict[str, int] = {}
+    for level, index in (("ici", 0), ("dcn", 1)):
+        for axis in AXES:
+            out[f"{level}_{axis}_parallelism"] = math.prod(ctx.split(d)[index] for d in groups[axis])
+    assert math.prod(out.values()) == lay.num_devices
+    return out
+
+
+def batch_keys(ctx: ExportContext) -> dict:
+    """per_device_batch_size (sequences per device per accumulation step), accumulation, pipeline microbatches."""
+    lay = ctx.layout
+    accumulation = 1 if lay.pp > 1 else lay.num_microbatches
+    per_step = ctx.global_batch_seqs // accumulation  # sequences in one forward pass of the whole cluster
+    per_device = per_step / ctx.num_devices
+    if int(ctx.num_devices * per_device) != per_step:
+        raise ctx.fail(f"per_device_batch_size {per_step}/{ctx.num_devices} is not exact in floating point; "
+                       f"nearest: a batch of {ctx.num_devices * max(1, round(per_device))} sequences per step")
+    keys: dict = {"per_device_batch_size": int(per_device) if per_device.is_integer() else per_device,
+                  "gradient_accumulation_steps": accumulation, "max_target_length": ctx.seq_len}
+    if lay.pp > 1:
+        keys.update(num_pipeline_microbatches=lay.num_microbatches, num_pipeline_repeats=1,
+                    num_layers_per_pipeline_stage=ctx.model.num_layers // lay.pp)
+    return keys
+
+
+def model_keys(ctx: ExportContext) -> dict:
+    m = ctx.model
+    keys = {
+        "model_name": "default",
+        "decoder_block": "gpt3" if _gpt3_like(m) else "llama2",
+        "base_emb_dim": m.d_model, "base_num_query_heads": m.num_heads, "base_num_kv_heads": m.num_kv_heads,
+        "base_mlp_dim": m.d_ff, "base_num_decoder_layers": m.num_layers, "head_dim": m.head_dim,
+        "vocab_size": m.vocab_size,
+        "mlp_activations": ["silu", "linear"] if m.mlp == "gated" else ["gelu"],
+        "logits_via_embedding": m.tied_embeddings,
+    }
+    if _gpt3_like(m):
+        keys["trainable_position_size"] = m.learned_positions
+    return keys
+
+
+def render(ctx: ExportContext) -> str:
+    """The override file text."""
+    _check_expressible(ctx)
+    hardware = "tpu" if ctx.cluster.accelerator.kind == "tpu" else "gpu"
+    per_slice, slices = slice_shape(ctx)
+    notes = header_lines(ctx) + [
+        f"MaxText mesh: {slices} slice(s) of {per_slice} devices (ici_* inside a slice/node, dcn_* across); "
+        "the physical placement above is what layoutsearch assumed; MaxText builds its own device mesh.",
+        f"remat_policy {REMAT[ctx.layout.recompute]} stands for layoutsearch recompute '{ctx.layout.recompute}' "
+        "(none -> minimal_with_context, selective -> minimal, full -> full).",
+        "Usage: python3 -m maxtext.trainers.pre_train.train THIS_FILE run_name=... base_output_directory=... dataset_path=...",
+    ]
+    sections = [
+        ("model (explicit sizes; model_name stays 'default' so nothing overrides them)", model_keys(ctx)),
+        ("batch: global = devices x per_device_batch_size x gradient_accumulation_steps", batch_keys(ctx)),
+        ("parallelism", {"hardware": hardware, **parallelism(ctx),
+                         **({"shard_optimizer_over_data": True} if ctx.effective_zero_stage == 1 else {})}),
+        ("activation rematerialisation", {"remat_policy": REMAT[ctx.layout.recompute]}),
+    ]
+    body = 'base_config: "base.yml"\n'
+    for title, keys in sections:
+        body += f"\n# {title}\n" + "".join(f"{k}: {_yaml_value(v)}\n" for k, v in keys.items())
+    return comment_block(notes) + body
+
+
+def _yaml_value(value) -> str:
+    """A scalar or list in YAML flow syntax (JSON is a subset of YAML)."""
+    return repr(value) if isinstance(value, float) else json.dumps(value)
+
+
+# ----------------------------------------------------------------------------- checker
+def resolved_parallelism(cfg: dict, per_slice: int, slices: int) -> tuple[dict[str, int], list[str]]:
+    """ici/dcn degrees with base.yml defaults and MaxText's single -1 per level filled with the remainder."""
+    problems: list[str] = []
+    out: dict[str, int] = {}
+    for level, total in (("ici", per_slice), ("dcn", slices)):
+        keys = [k for k in cfg if k.startswith(f"{level}_") and k.endswith("_parallelism")]
+        keys += [k for k in BASE_DEFAULTS if k.startswith(level) and k not in cfg]
+        values = {k: int(cfg.get(k, BASE_DEFAULTS.get(k, 1))) for k in keys}
+        auto = [k for k, v in values.items() if v == -1]
+        known = math.prod(v for v in values.values() if v != -1)
+        if len(auto) > 1:
+            problems.append(f"more than one {level}_* axis is -1: {', '.join(auto)}")
+        elif auto:
+            if total % known:
+                problems.append(f"{level}_* fixed axes multiply to {known}, which does not divide {total}")
+            values[auto[0]] = total // known
+        product = math.prod(values.values())
+        if product != total:
+            factors = " x ".join(f"{k}({v})" for k, v in values.items() if v != 1) or "1"
+            where = "devices per slice" if level == "ici" else "num_slices"
+            problems.append(f"{level}_* product {factors} = {product}, but {where} is {total}")
+        out.update(values)
+    return out, problems
+
+
+def check(text: str, ctx: ExportContext) -> list[str]:
+    """MaxText's own rules (configs/types.py) and agreement with the layout, on the written file."""
+    try:
+        cfg = yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        return [f"not valid YAML: {exc}"]
+    if not isinstance(cfg, dict):
+        return ["not a YAML mapping"]
+    per_slice, slices = slice_shape(ctx)
+    par, problems = resolved_parallelism(cfg, per_slice, slices)
+    deg = {a: par.get(f"ici_{a}_parallelism", 1) * par.get(f"dcn_{a}_parallelism", 1) for a in AXES}
+    problems += _batch_problems(cfg, deg, ctx) + _model_problems(cfg, deg, ctx)
+    lay = ctx.layout
+    expected = {"tensor": lay.tp, "context": lay.cp, "pipeline": lay.pp,
+                "data": lay.dp * (1 if ctx.effective_zero_stage == 3 else lay.fsdp),
+                "fsdp": lay.fsdp if ctx.effective_zero_stage == 3 else 1}
+    problems += [f"{a} degree {deg[a]} != layout {expected[a]}" for a in AXES if deg[a] != expected[a]]
+    if cfg.get("shard_optimizer_over_data") and deg["fsdp"] > 1:
+        problems.append(f"shard_optimizer_over_data cannot be combined with fsdp({deg['fsdp']})")
+    if cfg.get("remat_policy", "full") not in REMAT_POLICIES:
+        problems.append(f"remat_policy '{cfg.get('remat_policy')}' is not a MaxText policy")
+    return problems
+
+
+def _batch_problems(cfg: dict, deg: dict[str, int], ctx: ExportContext) -> list[str]:
+    out = []
+    pdbs = float(cfg.get("per_device_batch_size", 12.0))
+    accumulation = int(cfg.get("gradient_accumulation_steps", 1))
+    micro = int(ctx.num_devices * pdbs)  # MaxText's micro_batch_size_to_train_on
+    if micro * accumulation != ctx.global_batch_seqs:
+        out.append(f"global batch int({ctx.num_devices} x {pdbs}) x {accumulation} = {micro * accumulation}, "
+                   f"problem says {ctx.global_batch_seqs}")
+    if int(cfg.get("max_target_length", 2048)) != ctx.seq_len:
+        out.append(f"max_target_length {cfg.get('max_target_length')} != seq_len {ctx.seq_len}")
+    stages = deg["pipeline"]
+    pieces = 1
+    if stages > 1:
+        nmb = int(cfg.get("num_pipeline_microbatches", -1))
+        nmb = stages if nmb == -1 else nmb
+        pieces = nmb
+        if nmb % stages:
+            out.append(f"num_pipeline_microbatches({nmb}) is not divisible by the {stages} stages")
+        if micro % nmb:
+            out.append(f"batch per forward pass {micro} is not divisible by num_pipeline_microbatches({nmb})")
+        layers = int(cfg.get("base_num_decoder_layers", 16))
+        repeats = int(cfg.get("num_pipeline_repeats", -1))
+        per_stage = int(cfg.get("num_layers_per_pipeline_stage", 1))
+        repeats = layers // (stages * per_stage) if repeats == -1 else repeats
+        if stages * repeats * per_stage != layers:
+            out.append(f"stages({stages}) x repeats({repeats}) x layers per stage({per_stage}) != {layers} layers")
+    shards = deg["data"] * deg["fsdp"]
+    if micro % pieces or (micro // pieces) % shards:
+        out.append(f"a microbatch of {micro}/{pieces} sequences cannot be split over data x fsdp = {shards}")
+    cp = deg["context"]
+    if cp > 1 and ctx.seq_len % (2 * cp):
+        out.append(f"max_target_length({ctx.seq_len}) is not divisible by 2 x context({cp}) (load balancing)")
+    return out
+
+
+def _model_problems(cfg: dict, deg: dict[str, int], ctx: ExportContext) -> list[str]:
+    m, out = ctx.model, []
+    want = {"base_emb_dim": m.d_model, "base_num_query_heads": m.num_heads, "base_num_kv_heads": m.num_kv_heads,
+            "base_mlp_dim": m.d_ff, "base_num_decoder_layers": m.num_layers, "head_dim": m.head_dim,
+            "vocab_size": m.vocab_size}
+    out += [f"{k} = {cfg.get(k)}, model has {v}" for k, v in want.items() if cfg.get(k) != v]
+    tensor = deg["tensor"]
+    if int(cfg.get("base_num_kv_heads", 0)) % tensor:
+        out.append(f"tensor({tensor}) does not divide base_num_kv_heads({cfg.get('base_num_kv_heads')})")
+    if int(cfg.get("base_num_query_heads", 0)) % tensor:
+        out.append(f"tensor({tensor}) does not divide base_num_query_heads({cfg.get('base_num_query_heads')})")
+    if cfg.get("decoder_block") == "gpt3" and int(cfg.get("trainable_position_size", 0)) < ctx.seq_len:
+        out.append(f"trainable_position_size({cfg.get('trainable_position_size')}) < max_target_length({ctx.seq_len})")
+    return out

@@ -1,0 +1,206 @@
+"""Megatron-LM: a bash array of ``pretrain_gpt.py`` arguments, one flag per line.
+
+Mapping (checked against NVIDIA/Megatron-LM megatron/training/arguments.py and megatron-core
+0.16.1 model_parallel_config.py, transformer_config.py, parallel_state.py,
+num_microbatches_calculator.py):
+
+- DP = world / (TP x PP x CP) = dp x fsdp; ``--micro-batch-size`` is sequences per DP rank per
+  microbatch, ``--global-batch-size`` = B, microbatches = B / (micro x DP).
+- ZeRO-1 -> ``--use-distributed-optimizer``; ZeRO-2/3 -> Megatron-FSDP
+  (``--use-megatron-fsdp --data-parallel-sharding-strategy optim_grads|optim_grads_params``).
+  A replicated dp part over a sharded fsdp part -> ``--num-distributed-optimizer-instances dp``
+  (partial distributed optimizer; HSDP under Megatron-FSDP). Sharding spans fsdp x cp, as in
+  Megatron's dp-cp group.
+- Interleaving -> ``--num-layers-per-virtual-pipeline-stage L / (PP x v)``.
+- Recompute: full -> granularity full, method uniform, 1 layer per unit (the layer input is
+  kept); selective -> granularity selective (core attention; Megatron cannot recompute only the
+  dense MLP activation, so that part of layoutsearch's selective policy is kept in memory).
+- Not expressible: a GPipe schedule (Megatron runs 1F1B or interleaved 1F1B).
+"""
+
+from __future__ import annotations
+
+import shlex
+
+from .context import ExportContext, comment_block, header_lines
+
+ARRAY = "MEGATRON_ARGS"
+
+
+def _model_args(ctx: ExportContext) -> list[tuple[str, object]]:
+    m = ctx.model
+    args: list[tuple[str, object]] = [
+        ("--num-layers", m.num_layers), ("--hidden-size", m.d_model), ("--ffn-hidden-size", m.d_ff),
+        ("--num-attention-heads", m.num_heads), ("--kv-channels", m.head_dim),
+        ("--seq-length", ctx.seq_len),
+        ("--max-position-embeddings", m.learned_positions if m.learned_positions else ctx.seq_len),
+        ("--position-embedding-type", "learned_absolute" if m.learned_positions else "rope"),
+        ("--normalization", "RMSNorm" if m.norm == "rmsnorm" else "LayerNorm"),
+    ]
+    if m.num_kv_heads != m.num_heads:
+        args += [("--group-query-attention", None), ("--num-query-groups", m.num_kv_heads)]
+    if m.mlp == "gated":
+        args.append(("--swiglu", None))
+    if not m.tied_embeddings:
+        args.append(("--untie-embeddings-and-output-weights", None))
+    if not m.linear_bias:
+        args.append(("--disable-bias-linear", None))
+    args.append(("--bf16", None))
+    return args
+
+
+def _parallel_args(ctx: ExportContext) -> list[tuple[str, object]]:
+    lay = ctx.layout
+    args: list[tuple[str, object]] = [
+        ("--tensor-model-parallel-size", lay.tp), ("--pipeline-model-parallel-size", lay.pp),
+        ("--context-parallel-size", lay.cp),
+    ]
+    if lay.tp > 1 and lay.sequence_parallel:
+        args.append(("--sequence-parallel", None))
+    if lay.virtual_stages > 1:
+        args.append(("--num-layers-per-virtual-pipeline-stage", ctx.model.num_layers // (lay.pp * lay.virtual_stages)))
+    args += [("--micro-batch-size", ctx.microbatch_seqs), ("--global-batch-size", ctx.global_batch_seqs)]
+    zero = ctx.effective_zero_stage
+    if zero == 1:
+        args.append(("--use-distributed-optimizer", None))
+    elif zero in (2, 3):
+        strategy = "optim_grads" if zero == 2 else "optim_grads_params"
+        args += [("--use-megatron-fsdp", None), ("--data-parallel-sharding-strategy", strategy),
+                 ("--use-distributed-optimizer", None), ("--no-gradient-accumulation-fusion", None),
+                 ("--ckpt-format", "fsdp_dtensor")]
+    if zero >= 1 and lay.dp > 1:
+        args.append(("--num-distributed-optimizer-instances", lay.dp))
+    if lay.recompute == "full":
+        args += [("--recompute-granularity", "full"), ("--recompute-method", "uniform"), ("--recompute-num-layers", 1)]
+    elif lay.recompute == "selective":
+        args.append(("--recompute-granularity", "selective"))
+    return args
+
+
+def render(ctx: ExportContext) -> str:
+    """A sourceable bash file defining ``MEGATRON_ARGS``."""
+    lay = ctx.layout
+    if lay.pp > 1 and lay.schedule == "gpipe":
+        raise ctx.fail("Megatron-LM has no GPipe schedule (it runs 1F1B, or interleaved 1F1B with virtual stages); "
+                       "nearest: schedule 1f1b (same bubble, less activation memory)")
+    fsdp = ctx.effective_zero_stage >= 2
+    notes = header_lines(ctx) + [
+        f"Data-parallel size (Megatron's DP) = {lay.num_devices} / (tp {lay.tp} x pp {lay.pp} x cp {lay.cp}) = "
+        f"{lay.data_units}; {lay.num_microbatches} microbatches per step.",
+        f"Vocabulary: {ctx.model.vocab_size} tokens from your tokenizer (Megatron pads it to a multiple of 128 x tp).",
+        "Usage: source THIS_FILE; torchrun ... pretrain_gpt.py \"${MEGATRON_ARGS[@]}\" --data-path ... --tokenizer-type ...",
+    ]
+    lines = ["#!/usr/bin/env bash", comment_block(notes).rstrip("\n")]
+    if (lay.tp > 1 or lay.cp > 1) and not fsdp:
+        lines.append("export CUDA_DEVICE_MAX_CONNECTIONS=1  # Megatron requires it with TP/CP before Blackwell")
+    elif fsdp:
+        lines.append("unset CUDA_DEVICE_MAX_CONNECTIONS  # Megatron-FSDP overlaps better without it")
+    lines.append(f"{ARRAY}=(")
+    for title, args in (("model", _model_args(ctx)), ("parallelism, batch, recompute", _parallel_args(ctx))):
+        lines.append(f"  # {title}")
+        lines += [f"  {flag}" if value is None else f"  {flag} {shlex.quote(str(value))}" for flag, value in args]
+    lines.append(")")
+    return "\n".join(lines) + "\n"
+
+
+# ----------------------------------------------------------------------------- checker
+def parse_args(text: str) -> dict[str, str | bool]:
+    """The flags inside ``MEGATRON_ARGS=( ... )``: {flag: value, or True for a switch}."""
+    inside, tokens = False, []
+    for line in text.splitlines():
+        stripped = line.strip()
+        if stripped.startswith(f"{ARRAY}=("):
+            inside = True
+            continue
+        if inside and stripped == ")":
+            break
+        if inside:
+            tokens += shlex.split(stripped, comments=True)
+    flags: dict[str, str | bool] = {}
+    for i, tok in enumerate(tokens):
+        if tok.startswith("--"):
+            nxt = tokens[i + 1] if i + 1 < len(tokens) else None
+            flags[tok] = nxt if nxt is not None and not nxt.startswith("--") else True
+    return flags
+
+
+def _int(flags: dict, name: str, default: int | None = None) -> int | None:
+    value = flags.get(name, default)
+    return None if value is None or value is True else int(value)
+
+
+def check(text: str, ctx: ExportContext) -> list[str]:
+    """arguments.py / megatron-core rules re-derived on the written arguments, and agreement with the layout."""
+    f = parse_args(text)
+    if not f:
+        return [f"no {ARRAY}=( ... ) array found"]
+    world, out = ctx.num_devices, []
+    tp, pp, cp = (_int(f, n, 1) for n in ("--tensor-model-parallel-size", "--pipeline-model-parallel-size",
+                                          "--context-parallel-size"))
+    if world % (tp * pp * cp):
+        return [f"world size {world} is not divisible by tp({tp}) x pp({pp}) x cp({cp})"]
+    dp = world // (tp * pp * cp)
+    layers, heads = _int(f, "--num-layers", 0), _int(f, "--num-attention-heads", 0)
+    groups = _int(f, "--num-query-groups", heads) if "--group-query-attention" in f else heads
+    if heads % tp:
+        out.append(f"num_attention_heads({heads}) is not a multiple of tp({tp})")
+    if groups % tp and tp % groups:
+        out.append(f"num_query_groups({groups}) must be a multiple or divisor of tp({tp})")
+    if layers % pp:
+        out.append(f"num_layers({layers}) is not divisible by pp({pp})")
+    out += _batch_problems(f, dp, pp, ctx) + _option_problems(f, tp, pp, cp, dp, layers, ctx)
+    lay = ctx.layout
+    got = {"tp": tp, "pp": pp, "cp": cp, "dp x fsdp": dp, "global batch": _int(f, "--global-batch-size"),
+           "micro batch": _int(f, "--micro-batch-size")}
+    want = {"tp": lay.tp, "pp": lay.pp, "cp": lay.cp, "dp x fsdp": lay.data_units,
+            "global batch": ctx.global_batch_seqs, "micro batch": ctx.microbatch_seqs}
+    out += [f"{k} is {got[k]}, layout has {want[k]}" for k in want if got[k] != want[k]]
+    return out
+
+
+def _batch_problems(f: dict, dp: int, pp: int, ctx: ExportContext) -> list[str]:
+    out = []
+    gbs, mbs = _int(f, "--global-batch-size"), _int(f, "--micro-batch-size")
+    if gbs is None or mbs is None:
+        return ["--global-batch-size and --micro-batch-size are required"]
+    if gbs % (mbs * dp):
+        return [f"global batch {gbs} is not divisible by micro batch {mbs} x DP {dp}"]
+    k = gbs // (mbs * dp)
+    layers = _int(f, "--num-layers", 0)
+    lpvs = _int(f, "--num-layers-per-virtual-pipeline-stage")
+    if lpvs and (layers // pp) % lpvs:
+        out.append(f"layers per stage {layers // pp} are not divisible by --num-layers-per-virtual-pipeline-stage {lpvs}")
+    elif lpvs and layers // pp // lpvs > 1:
+        min_pp = 1 if "--no-overlap-p2p-communication" not in f else 2
+        if pp <= min_pp:
+            out.append(f"interleaving needs pp > {min_pp}, got {pp}")
+        if k < pp or k % pp:  # microbatch groups of pp (Megatron's default group size) must be whole
+            out.append(f"interleaving needs microbatches ({k}) to be a multiple of pp({pp})")
+    if k != ctx.layout.num_microbatches:
+        out.append(f"{k} microbatches per step, layout has {ctx.layout.num_microbatches}")
+    return out
+
+
+def _option_problems(f: dict, tp: int, pp: int, cp: int, dp: int, layers: int, ctx: ExportContext) -> list[str]:
+    out = []
+    seq = _int(f, "--seq-length", 0)
+    if cp > 1 and seq % (2 * cp):
+        out.append(f"seq_length({seq}) is not a multiple of 2 x cp({cp})")
+    if _int(f, "--max-position-embeddings", 0) < seq:
+        out.append(f"max_position_embeddings({f.get('--max-position-embeddings')}) < seq_length({seq})")
+    if "--sequence-parallel" in f and tp == 1:
+        out.append("--sequence-parallel needs tp > 1")
+    granularity = f.get("--recompute-granularity")
+    if granularity == "full":
+        n = _int(f, "--recompute-num-layers")
+        if f.get("--recompute-method") not in ("uniform", "block") or n is None or not 1 <= n <= layers // pp:
+            out.append("full recompute needs --recompute-method uniform|block and 1 <= --recompute-num-layers <= layers/pp")
+    elif granularity == "selective" and "--recompute-method" in f:
+        out.append("selective recompute takes no --recompute-method")
+    if "--use-megatron-fsdp" in f:
+        if f.get("--ckpt-format") != "fsdp_dtensor" or "--use-distributed-optimizer" not in f:
+            out.append("Megatron-FSDP needs --ckpt-format fsdp_dtensor and --use-distributed-optimizer")
+    instances = _int(f, "--num-distributed-optimizer-instances", 1)
+    if (dp * cp) % instances:
+        out.append(f"DP x CP ({dp * cp}) is not divisible by --num-distributed-optimizer-instances {instances}")
+    return out

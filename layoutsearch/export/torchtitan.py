@@ -1,0 +1,215 @@
+"""torchtitan: a TOML job file in the v0.2.x schema (torchtitan/config/job_config.py, v0.2.2).
+
+Mapping (checked against torchtitan 0.2.2: config/job_config.py, distributed/parallel_dims.py,
+distributed/pipeline_parallel.py, train.py, models/llama3):
+
+- ``[parallelism]``: dp -> data_parallel_replicate_degree, fsdp -> data_parallel_shard_degree
+  (FSDP2; HSDP when both > 1), tp, pp, cp -> their degrees. ParallelDims requires
+  replicate x shard x cp x tp x pp = world; FSDP runs over shard x cp.
+- ZeRO-3 -> ``fsdp_reshard_after_forward = "always"``; ZeRO-2 -> ``"never"`` (gathered weights
+  stay until backward). ZeRO-0 -> everything in the replicate degree (DDP).
+- Batch: ``local_batch_size`` is sequences per data-parallel rank per step part: without
+  pipeline, one microbatch (accumulation = global / (local x dp x fsdp)); with pipeline, all
+  K microbatches, split by ``pipeline_parallel_microbatch_size``.
+- Pipeline: 1f1b -> 1F1B, gpipe -> GPipe, interleaved -> Interleaved1F1B with
+  ``pipeline_parallel_layers_per_stage`` = L / (pp x v) and no embedding weight in the split
+  (first/last_stage_less_layers = 0), so stages hold equal layer counts as in the cost model.
+- Recompute: none/full -> mode none/full; selective -> mode selective with op-level SAC (saves
+  every other matmul and the attention output: not the same set of tensors as layoutsearch's
+  selective policy, which keeps all matmul inputs and recomputes the attention core).
+- Not expressible: ZeRO-1; KV-head replication (tp > kv heads); cp without weight sharding;
+  architectures other than Llama-3 (gated MLP, RMSNorm, RoPE, untied, no biases).
+"""
+
+from __future__ import annotations
+
+import math
+import tomllib
+
+from .context import ExportContext, comment_block, header_lines
+
+SCHEDULES = {"1f1b": "1F1B", "gpipe": "GPipe", "interleaved": "Interleaved1F1B"}
+SINGLE_STAGE = ("1F1B", "GPipe")
+# torchtitan 0.2.2 models/llama3/__init__.py: flavor -> (dim, n_layers, n_heads, n_kv_heads, vocab,
+# ffn_dim_multiplier, multiple_of); the FFN width follows FeedForward (model.py).
+LLAMA3_FLAVORS = {
+    "debugmodel": (256, 6, 16, 16, 2048, None, 256),
+    "8B": (4096, 32, 32, 8, 128256, 1.3, 1024),
+    "70B": (8192, 80, 64, 8, 128256, 1.3, 4096),
+    "405B": (16384, 126, 128, 8, 128256, 1.2, 4096),
+}
+
+
+def llama3_ffn(dim: int, multiplier: float | None, multiple_of: int) -> int:
+    """torchtitan llama3 FeedForward width: 2/3 of 4 dim, times the multiplier, rounded up."""
+    hidden = int(2 * (4 * dim) / 3)
+    if multiplier is not None:
+        hidden = int(multiplier * hidden)
+    return multiple_of * ((hidden + multiple_of - 1) // multiple_of)
+
+
+def flavor_for(ctx: ExportContext) -> str | None:
+    m = ctx.model
+    for name, (dim, layers, heads, kv, vocab, mult, mo) in LLAMA3_FLAVORS.items():
+        if (dim, layers, heads, kv, vocab, llama3_ffn(dim, mult, mo)) == (
+                m.d_model, m.num_layers, m.num_heads, m.num_kv_heads, m.vocab_size, m.d_ff):
+            return name
+    return None
+
+
+def custom_flavor_args(ctx: ExportContext) -> str:
+    """TransformerModelArgs that reproduce the model (multiple_of = d_ff makes the width exact)."""
+    m = ctx.model
+    base = int(2 * (4 * m.d_model) / 3)
+    mult = None if base <= m.d_ff else m.d_ff / base
+    return (f"TransformerModelArgs(dim={m.d_model}, n_layers={m.num_layers}, n_heads={m.num_heads}, "
+            f"n_kv_heads={m.num_kv_heads}, vocab_size={m.vocab_size}, ffn_dim_multiplier={mult!r}, "
+            f"multiple_of={m.d_ff}, rope_theta=500000)")
+
+
+def _check_expressible(ctx: ExportContext) -> None:
+    lay, m, zero = ctx.layout, ctx.model, ctx.effective_zero_stage
+    if not (m.mlp == "gated" and m.norm == "rmsnorm" and not m.tied_embeddings and not m.linear_bias
+            and m.learned_positions == 0):
+        raise ctx.fail(f"torchtitan's llama3 model is gated-MLP, RMSNorm, RoPE, untied and bias-free; model "
+                       f"{ctx.model_id} is not; nearest: export to megatron or maxtext")
+    if m.head_dim * m.num_heads != m.d_model:
+        raise ctx.fail(f"torchtitan's llama3 derives head_dim = dim / n_heads = {m.d_model // m.num_heads}, "
+                       f"model has {m.head_dim}; nearest: export to megatron or maxtext")
+    if lay.tp > m.num_kv_heads:
+        raise ctx.fail(f"torchtitan shards wk/wv column-wise and cannot replicate KV heads: tp({lay.tp}) > "
+                       f"num_kv_heads({m.num_kv_heads}); nearest: tp={m.num_kv_heads} with the rest in fsdp")
+    if zero == 1:
+        raise ctx.fail("torchtitan (FSDP2) has no ZeRO-1 (sharded optimizer, unsharded gradients); nearest: "
+                       "zero_stage 2 (fsdp_reshard_after_forward = \"never\") or zero_stage 3")
+    if lay.cp > 1 and zero == 0:
+        raise ctx.fail(f"torchtitan always runs FSDP over data_parallel_shard x cp, so cp({lay.cp}) shards the "
+                       f"weights; zero_stage 0 cannot be expressed; nearest: zero_stage 2 or 3")
+
+
+def sections(ctx: ExportContext) -> dict[str, dict]:
+    lay = ctx.layout
+    sharded = ctx.effective_zero_stage >= 2
+    replicate, shard = (lay.dp, lay.fsdp) if sharded else (lay.dp * lay.fsdp, 1)
+    k, mbs = lay.num_microbatches, ctx.microbatch_seqs
+    parallelism: dict = {
+        "data_parallel_replicate_degree": replicate, "data_parallel_shard_degree": shard,
+        "fsdp_reshard_after_forward": "always" if ctx.effective_zero_stage == 3 else "never",
+        "tensor_parallel_degree": lay.tp, "context_parallel_degree": lay.cp, "pipeline_parallel_degree": lay.pp,
+    }
+    if lay.pp > 1:
+        parallelism.update(
+            pipeline_parallel_schedule=SCHEDULES[lay.schedule if lay.virtual_stages == 1 else "interleaved"],
+            pipeline_parallel_microbatch_size=mbs,
+            pipeline_parallel_layers_per_stage=ctx.model.num_layers // (lay.pp * lay.virtual_stages),
+            pipeline_parallel_first_stage_less_layers=0, pipeline_parallel_last_stage_less_layers=0)
+    ac: dict = {"mode": lay.recompute}
+    if lay.recompute == "selective":
+        ac["selective_ac_option"] = "op"
+    flavor = flavor_for(ctx) or ctx.model_id
+    return {
+        "job": {"description": f"layoutsearch layout rank {ctx.record.get('rank', 1)} for {ctx.model_id} on {ctx.cluster.name}"},
+        "model": {"name": "llama3", "flavor": flavor},
+        "training": {"local_batch_size": mbs * k if lay.pp > 1 else mbs,
+                     "global_batch_size": ctx.global_batch_seqs, "seq_len": ctx.seq_len},
+        "parallelism": parallelism,
+        "activation_checkpoint": ac,
+    }
+
+
+def _toml_value(value) -> str:
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, str):
+        return '"' + value.replace("\\", "\\\\").replace('"', '\\"') + '"'
+    return str(value)
+
+
+def render(ctx: ExportContext) -> str:
+    _check_expressible(ctx)
+    notes = header_lines(ctx)
+    if flavor_for(ctx) is None:
+        notes.append(f"flavor '{ctx.model_id}' is not a torchtitan llama3 flavor: register it in "
+                     f"torchtitan/models/llama3/__init__.py llama3_args as {custom_flavor_args(ctx)}")
+    if ctx.layout.recompute == "selective":
+        notes.append("selective -> op-level SAC: torchtitan saves every other matmul and the attention output, "
+                     "which is not exactly layoutsearch's selective policy (memory and recompute time differ).")
+    if ctx.effective_zero_stage == 2 and ctx.layout.num_microbatches > 1 and ctx.layout.pp == 1:
+        notes.append("zero 2 -> fsdp_reshard_after_forward = \"never\": FSDP2 still gathers and reduce-scatters "
+                     "once per microbatch, not once per step.")
+    notes.append("Usage: NGPU=... CONFIG_FILE=THIS_FILE ./run_train.sh (torchtitan 0.2.x TOML schema)")
+    body = ""
+    for name, keys in sections(ctx).items():
+        body += f"\n[{name}]\n" + "".join(f"{k} = {_toml_value(v)}\n" for k, v in keys.items())
+    return comment_block(notes) + body
+
+
+# ----------------------------------------------------------------------------- checker
+def check(text: str, ctx: ExportContext) -> list[str]:
+    """ParallelDims, train.py batch and pipeline_parallel.py rules on the written TOML, and agreement with the layout."""
+    try:
+        cfg = tomllib.loads(text)
+    except tomllib.TOMLDecodeError as exc:
+        return [f"not valid TOML: {exc}"]
+    par, tr = cfg.get("parallelism", {}), cfg.get("training", {})
+    world, out = ctx.num_devices, []
+    rep, shard = int(par.get("data_parallel_replicate_degree", 1)), int(par.get("data_parallel_shard_degree", -1))
+    cp, tp, pp = (int(par.get(f"{n}_parallel_degree", 1)) for n in ("context", "tensor", "pipeline"))
+    if shard == -1:
+        shard = world // (rep * cp * tp * pp)
+    if rep * shard * cp * tp * pp != world:
+        return [f"dp_replicate({rep}) * dp_shard({shard}) * cp({cp}) * tp({tp}) * pp({pp}) != WORLD_SIZE({world})"]
+    local, gbs, seq = int(tr.get("local_batch_size", 8)), int(tr.get("global_batch_size", -1)), int(tr.get("seq_len", 2048))
+    batch_degree = rep * shard
+    gbs = local * batch_degree if gbs < 0 else gbs
+    if gbs % (local * batch_degree):
+        out.append(f"global batch {gbs} % (local batch {local} * data-parallel degree {batch_degree}) != 0")
+    if seq % (tp * 2 * cp):
+        out.append(f"seq_len {seq} is not divisible by tp({tp}) x 2 x cp({cp})")
+    m = ctx.model
+    if m.num_heads % tp or m.num_kv_heads % tp:
+        out.append(f"tp({tp}) must divide n_heads({m.num_heads}) and n_kv_heads({m.num_kv_heads})")
+    microbatches = gbs // max(local * batch_degree, 1)
+    if pp > 1:
+        microbatches = _pipeline_problems(par, local, pp, m.num_layers, out)
+    lay = ctx.layout
+    sharded = ctx.effective_zero_stage >= 2
+    got = {"dp_replicate": rep, "dp_shard": shard, "tp": tp, "pp": pp, "cp": cp, "global batch": gbs,
+           "seq_len": seq, "microbatches": microbatches}
+    want = {"dp_replicate": lay.dp if sharded else lay.data_units, "dp_shard": lay.fsdp if sharded else 1,
+            "tp": lay.tp, "pp": lay.pp, "cp": lay.cp, "global batch": ctx.global_batch_seqs, "seq_len": ctx.seq_len,
+            "microbatches": lay.num_microbatches}
+    out += [f"{k} is {got[k]}, layout has {want[k]}" for k in want if got[k] != want[k]]
+    mode = cfg.get("activation_checkpoint", {}).get("mode", "selective")
+    if mode not in ("none", "selective", "full", "memory_budget"):
+        out.append(f"activation_checkpoint.mode '{mode}' is not a torchtitan mode")
+    flavor = cfg.get("model", {}).get("flavor")
+    if flavor in LLAMA3_FLAVORS and flavor_for(ctx) != flavor:
+        out.append(f"flavor {flavor} does not have the model's sizes")
+    return out
+
+
+def _pipeline_problems(par: dict, local: int, pp: int, num_layers: int, out: list[str]) -> int:
+    """pipeline_parallel.py: microbatch split and stages per rank; returns the microbatch count."""
+    mbs = int(par.get("pipeline_parallel_microbatch_size", 1))
+    if local % mbs:
+        out.append(f"local batch {local} is not divisible by pipeline_parallel_microbatch_size {mbs}")
+        return 0
+    n = local // mbs
+    schedule = par.get("pipeline_parallel_schedule", "1F1B")
+    per_stage = par.get("pipeline_parallel_layers_per_stage")
+    if per_stage is not None:
+        first = int(par.get("pipeline_parallel_first_stage_less_layers", 1))
+        last = int(par.get("pipeline_parallel_last_stage_less_layers", 1))
+        stages = math.ceil((num_layers + first + last) / int(per_stage))
+        if stages % pp:
+            out.append(f"{stages} virtual stages are not divisible by pp({pp})")
+        per_rank = stages // pp
+        if schedule in SINGLE_STAGE and per_rank != 1:
+            out.append(f"{schedule} needs 1 stage per rank, got {per_rank}")
+        if schedule not in SINGLE_STAGE and per_rank < 2:
+            out.append(f"{schedule} needs at least 2 stages per rank, got {per_rank}")
+        if schedule == "Interleaved1F1B" and n % max(1, n // pp):
+            out.append(f"Interleaved1F1B needs {n} microbatches divisible by their rounds ({max(1, n // pp)})")
+    return n
+

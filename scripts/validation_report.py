@@ -1,0 +1,187 @@
+"""Write results/validation.md and results/validation_scatter.png from a runs file.
+
+Usage (from the repository root):
+    python scripts/validation_report.py [RUNS.yaml] [--max-median-error 0.10] [--calibration]
+
+RUNS.yaml defaults to ../shared/validation/runs_dev.yaml relative to the repository root.
+``--calibration`` adds a section with the per-accelerator calibration fit (never written to
+the catalogue by this script).
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime as dt
+import hashlib
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from layoutsearch.validate import load_runs, validate_runs  # noqa: E402
+
+DEFAULT_RUNS = ROOT.parent / "shared/validation/runs_dev.yaml"
+
+
+def pct(x: float | None, signed: bool = False) -> str:
+    """A fraction as a percentage string ('-' for None)."""
+    if x is None:
+        return "-"
+    return f"{x:+.1%}" if signed else f"{x:.1%}"
+
+
+def num(x: float | None) -> str:
+    """A throughput with 4 significant digits ('-' for None)."""
+    return "-" if x is None else f"{x:.4g}"
+
+
+def rho(x: float | None) -> str:
+    """A rank correlation with 2 decimals ('-' for None)."""
+    return "-" if x is None else f"{x:.2f}"
+
+
+def provenance(runs: Path) -> list[str]:
+    """Input hash, code version and the command that regenerates the report."""
+    digest = hashlib.sha256(runs.read_bytes()).hexdigest()[:16]
+    try:
+        commit = subprocess.run(["git", "-C", str(ROOT), "rev-parse", "--short", "HEAD"], capture_output=True,
+                                text=True, check=True).stdout.strip()
+        dirty = subprocess.run(["git", "-C", str(ROOT), "status", "--porcelain"], capture_output=True,
+                               text=True, check=True).stdout.strip()
+        commit += " (with uncommitted changes)" if dirty else ""
+    except (OSError, subprocess.CalledProcessError):
+        commit = "unknown"
+    rel = runs if not runs.is_relative_to(ROOT.parent) else Path("..") / runs.relative_to(ROOT.parent)
+    return [f"- input: `{rel}` (sha256 {digest}...)", f"- code: git {commit}",
+            f"- generated: {dt.datetime.now().isoformat(timespec='seconds')}",
+            f"- regenerate: `python scripts/validation_report.py {rel}` (from the repository root)"]
+
+
+def summary_lines(s: dict) -> list[str]:
+    """The headline numbers as a Markdown table."""
+    skipped = ", ".join(f"{k}: {v}" for k, v in s["skipped_reasons"].items()) or "none"
+    rows = [("evaluated records", s["count"]), ("with a measured throughput", s["with_measured_throughput"]),
+            ("median abs rel error", pct(s["median_abs_rel_error"])), ("p90 abs rel error", pct(s["p90_abs_rel_error"])),
+            ("median signed rel error (+ = predicted too fast)", pct(s["median_rel_error"], True)),
+            ("fit accuracy (predicted fits == ran)", pct(s["fit_accuracy"])),
+            ("skipped", f"{s['skipped']} ({skipped})"),
+            (f"passed (median <= {s['max_median_error']:.0%})", "yes" if s["passed"] else "no")]
+    return ["| quantity | value |", "|---|---|"] + [f"| {k} | {v} |" for k, v in rows]
+
+
+def group_lines(groups: dict, title: str) -> list[str]:
+    """Per-group error statistics as a Markdown table."""
+    out = [f"| {title} | evaluated | median abs | p90 abs | median signed | skipped |", "|---|---|---|---|---|---|"]
+    for name, g in groups.items():
+        out.append(f"| {name} | {g['count']} | {pct(g['median_abs_rel_error'])} | {pct(g['p90_abs_rel_error'])} | "
+                   f"{pct(g['median_rel_error'], True)} | {g['skipped']} |")
+    return out
+
+
+def record_lines(records: list[dict]) -> list[str]:
+    """One table row per record (skipped ones with their reason)."""
+    out = ["| id | acc | N | measured tok/s/dev | predicted | rel error | OOM measured / fits predicted | "
+           "MFU measured / predicted (convention) | notes |", "|---|---|---|---|---|---|---|---|---|"]
+    for e in records:
+        if e["skipped_reason"]:
+            out.append(f"| {e['id']} | {e['accelerator']} | {e['num_devices']} | {num(e['measured_tokens_per_s_per_device'])} "
+                       f"| - | - | {e['measured_oom']} / - | - | skipped: {e['skipped_reason']} |")
+            continue
+        mfu = "-" if e["measured_mfu"] is None else f"{e['measured_mfu']:.3f} / {e['predicted_mfu']:.3f} ({e['mfu_convention']})"
+        out.append(f"| {e['id']} | {e['accelerator']} | {e['num_devices']} | {num(e['measured_tokens_per_s_per_device'])} | "
+                   f"{num(e['predicted_tokens_per_s_per_device'])} | {pct(e['rel_error'], True)} | "
+                   f"{e['measured_oom']} / {e['predicted_fits']} ({e['predicted_memory_gib']:.1f} GiB) | {mfu} | "
+                   f"{'; '.join(e['notes'])} |")
+    return out
+
+
+def calibration_lines(records: list[dict]) -> list[str]:
+    """Before/after error and fitted values per accelerator (the catalogue is not changed)."""
+    from layoutsearch.calibrate import calibrate
+    out = ["| accelerator | records | median before -> after | p90 before -> after | fitted | at a bound |",
+           "|---|---|---|---|---|---|"]
+    for acc, fit in calibrate(records).items():
+        if not fit.get("fitted"):
+            continue
+        vals = ", ".join(f"{k} {v:.3g}" for k, v in fit["fitted"].items())
+        out.append(f"| {acc} | {fit['records']} | {pct(fit['before']['median_abs_rel_error'])} -> "
+                   f"{pct(fit['after']['median_abs_rel_error'])} | {pct(fit['before']['p90_abs_rel_error'])} -> "
+                   f"{pct(fit['after']['p90_abs_rel_error'])} | {vals} | {', '.join(fit['at_bound']) or '-'} |")
+    return out
+
+
+def write_markdown(doc: dict, runs: Path, path: Path, records: list[dict], with_calibration: bool) -> None:
+    """results/validation.md: summary, groups, worst misses, sweeps, skipped, per-record table."""
+    s = doc["summary"]
+    lines = ["# Validation against published runs", "", *provenance(runs), "", "## Summary", "", *summary_lines(s), "",
+             "Rel error = predicted / measured - 1 on tokens/s per device; + means the engine is too fast.", "",
+             "![predicted vs measured](validation_scatter.png)", "", "## By accelerator", "",
+             *group_lines(s["by_accelerator"], "accelerator"), "", "## By source", "",
+             *group_lines(s["by_source"], "source"), "", "## Worst 5", ""]
+    lines += [f"{i}. `{w['id']}` {pct(w['rel_error'], True)}: {w['reason']}" for i, w in enumerate(s["worst"], 1)]
+    lines += ["", "## Layout sweeps (Spearman rank correlation, predicted vs measured)", ""]
+    lines += [f"- {sw['source_family']} on {sw['num_devices']} x {sw['accelerator']}, {sw['n']} runs: "
+              f"rho = {rho(sw['spearman'])}" for sw in s["layout_sweeps"]] or ["- none found"]
+    lines += [f"- BLOOM sweep: rho = {rho(s['bloom_sweep_spearman'])} ({s['bloom_sweep_note']})", "",
+              "## Memory: fit mismatches (predicted OOM but ran, or the reverse)", ""]
+    lines += [f"- `{i}`" for i in s["fit_mismatches"]] or ["- none"]
+    if with_calibration:
+        lines += ["", "## Calibration fit (not written to the catalogue)", "", *calibration_lines(records)]
+    lines += ["", "## Records", "", *record_lines(doc["records"]), ""]
+    path.write_text("\n".join(lines))
+
+
+def write_scatter(doc: dict, path: Path) -> None:
+    """Log-log predicted vs measured tokens/s per device, by accelerator, with y = x and a +-25% band."""
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    pts = [e for e in doc["records"] if e["rel_error"] is not None]
+    fig, ax = plt.subplots(figsize=(7.5, 7))
+    lo = min(min(e["measured_tokens_per_s_per_device"], e["predicted_tokens_per_s_per_device"]) for e in pts) / 1.5
+    hi = max(max(e["measured_tokens_per_s_per_device"], e["predicted_tokens_per_s_per_device"]) for e in pts) * 1.5
+    ax.plot([lo, hi], [lo, hi], "k-", lw=1, label="y = x")
+    ax.fill_between([lo, hi], [0.75 * lo, 0.75 * hi], [1.25 * lo, 1.25 * hi], color="0.85", label="±25%")
+    for i, acc in enumerate(sorted({e["accelerator"] for e in pts})):
+        sel = [e for e in pts if e["accelerator"] == acc]
+        fits = [e for e in sel if e["predicted_fits"]]
+        oom = [e for e in sel if not e["predicted_fits"]]
+        color = f"C{i}"
+        ax.scatter([e["measured_tokens_per_s_per_device"] for e in fits],
+                   [e["predicted_tokens_per_s_per_device"] for e in fits], s=22, color=color, label=f"{acc} ({len(sel)})")
+        ax.scatter([e["measured_tokens_per_s_per_device"] for e in oom],
+                   [e["predicted_tokens_per_s_per_device"] for e in oom], s=22, facecolors="none", edgecolors=color)
+    ax.set(xscale="log", yscale="log", xlim=(lo, hi), ylim=(lo, hi), xlabel="measured tokens/s per device",
+           ylabel="predicted tokens/s per device",
+           title=f"layoutsearch vs published runs: median |err| {doc['summary']['median_abs_rel_error']:.1%}, "
+                 f"p90 {doc['summary']['p90_abs_rel_error']:.1%}")
+    ax.legend(loc="upper left", fontsize=8, title="hollow: predicted OOM", title_fontsize=8)
+    ax.grid(True, which="both", lw=0.3)
+    fig.tight_layout()
+    fig.savefig(path, dpi=130)
+    plt.close(fig)
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Parse arguments, validate, write both files; prints the summary line."""
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("runs", nargs="?", type=Path, default=DEFAULT_RUNS)
+    parser.add_argument("--max-median-error", type=float, default=0.10)
+    parser.add_argument("--calibration", action="store_true", help="add the calibration fit section")
+    parser.add_argument("--out", type=Path, default=ROOT / "results")
+    args = parser.parse_args(argv)
+    records = load_runs(args.runs)
+    doc = validate_runs(records, args.max_median_error)
+    args.out.mkdir(parents=True, exist_ok=True)
+    write_markdown(doc, args.runs.resolve(), args.out / "validation.md", records, args.calibration)
+    write_scatter(doc, args.out / "validation_scatter.png")
+    s = doc["summary"]
+    print(f"{s['count']} evaluated, {s['skipped']} skipped: median {s['median_abs_rel_error']:.3f}, "
+          f"p90 {s['p90_abs_rel_error']:.3f}, fit accuracy {s['fit_accuracy']:.3f}, passed={s['passed']}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
