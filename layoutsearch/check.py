@@ -83,3 +83,13 @@ def placement_violations(cluster: Cluster, layout: Layout) -> list[Violation]:
         if used[axis] != size and not out:
             out.append(Violation("axes", f"degrees placed on axis '{axis}' multiply to {used[axis]}, not its size {size}"))
     return out
+
+
+def check_layout(model: ModelSpec, workload: Workload, cluster: Cluster, layout: Layout) -> list[Violation]:
+    """Every violation of a layout: the structural rules, then memory recomputed through estimate()."""
+    from .estimate import estimate
+
+    problems = structural_violations(model, workload, cluster, layout)
+    if problems:
+        return problems
+    return [v for v in estimate(model, workload, cluster, layout, strict=False).violations if v.code == "memory"]

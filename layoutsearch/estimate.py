@@ -15,7 +15,7 @@ from .check import Violation, structural_violations
 from .costs import flops, params, terms
 from .costs.flops import MFU_CONVENTIONS
 from .errors import InvalidLayoutError
-from .placement import default_axes
+from .placement import axis_orders, default_axes, placement_for_order
 from .specs import Cluster, Layout, ModelSpec, Workload
 
 
@@ -56,9 +56,21 @@ class Estimate:
         return tokens / self.tokens_per_s / 86400.0
 
 
-def with_default_axes(cluster: Cluster, layout: Layout) -> Layout:
-    """The layout with a placement filled in when it has none."""
-    return layout if layout.axes else replace(layout, axes=default_axes(cluster, layout))
+def with_default_axes(cluster: Cluster, layout: Layout, model: ModelSpec | None = None,
+                      workload: Workload | None = None) -> Layout:
+    """The layout with a placement filled in when it has none: the fastest axis order when the
+    model and workload are given, else the first order that places every degree."""
+    if layout.axes:
+        return layout
+    if model is None or workload is None:
+        return replace(layout, axes=default_axes(cluster, layout))
+    placed = {p for o in axis_orders(cluster) if (p := placement_for_order(cluster, layout.degrees, o)) is not None}
+    if not placed:
+        return replace(layout, axes=default_axes(cluster, layout))
+    ordered = sorted(placed, key=lambda p: [o for o in axis_orders(cluster)
+                                            if placement_for_order(cluster, layout.degrees, o) == p][0])
+    return min((replace(layout, axes=p) for p in ordered),
+               key=lambda lay: estimate(model, workload, cluster, lay).step_time_s)
 
 
 def capacity_bytes(cluster: Cluster) -> float:
@@ -74,7 +86,7 @@ def estimate(model: ModelSpec, workload: Workload, cluster: Cluster, layout: Lay
     violations = structural_violations(model, workload, cluster, layout)
     if violations and strict:
         raise InvalidLayoutError("; ".join(v.message for v in violations))
-    layout = with_default_axes(cluster, layout)
+    layout = with_default_axes(cluster, layout, model, workload)
     acc = cluster.accelerator
     sh = terms.Shapes.of(**layout.degrees, v=layout.virtual_stages)
     k = np.array([layout.num_microbatches])

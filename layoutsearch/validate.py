@@ -43,7 +43,6 @@ engine's "palm"), megatron-eq3-hardware -> "palm" plus the recomputed forward
 
 from __future__ import annotations
 
-import math
 import re
 from collections import Counter, defaultdict
 from dataclasses import replace
@@ -65,10 +64,6 @@ from .topology import resolve_cluster
 Problem = tuple[ModelSpec, Workload, Cluster, Layout]
 ENGINE_CONVENTION = {"palm-6n-12lhqt": "palm", "palm-causal": "palm-causal", "megatron-core": "palm",
                      "megatron-eq3-hardware": "palm", "other": "model"}
-TIME_PARTS = ("compute/matmul", "compute/attention", "compute/recompute", "compute/elementwise", "compute/logits",
-              "compute/optimizer", "exposed_comm/tp", "exposed_comm/cp", "exposed_comm/fsdp", "exposed_comm/dp",
-              "exposed_comm/zero", "exposed_comm/kv_replica", "exposed_comm/pp", "bubble", "overhead/microbatch",
-              "overhead/step")
 
 
 # ----------------------------------------------------------------------------- record format
@@ -262,6 +257,9 @@ def record_to_problem(record: dict) -> Problem | str:
                         precision=wl["precision"] or "bf16")
     dp, fsdp, zero = _data_parallel(record)
     replicas = _tpu_replicas(record)
+    stated = re.search(r"across (\d+) slice", str(record.get("derived", {}).get("fsdp", "")))
+    if stated and int(stated.group(1)) != replicas:
+        return f"derived.fsdp states {stated.group(1)} slices but dp/fsdp gives {replicas}"
     cluster = _cluster(record, replicas)
     if isinstance(cluster, str):
         return cluster
@@ -309,20 +307,9 @@ def predicted_mfu(record: dict, est: Estimate) -> float | None:
 
 
 def time_shares(est: Estimate) -> dict[str, float]:
-    """Each itemised time component of the step as a fraction of the step (sums to 1)."""
+    """Each itemised (slash-keyed) time component and the bubble as a fraction of the step (sums to 1)."""
     step = est.time_s["step"]
-    return {k: est.time_s.get(k, 0.0) / step for k in TIME_PARTS if est.time_s.get(k, 0.0) > 0}
-
-
-def collective_totals(est: Estimate) -> dict[str, tuple[float, float]]:
-    """Per collective name: (seconds per step, exposed seconds per step), hidden or not."""
-    k = est.layout.num_microbatches
-    out: dict[str, tuple[float, float]] = {}
-    for c in est.collectives:
-        n = c.get("count_per_step", 0) or c.get("count_per_microbatch", 0) * k
-        t, x = out.get(c["name"], (0.0, 0.0))
-        out[c["name"]] = (t + n * c["time_s"], x + (c["exposed_s"] if "count_per_step" in c else n * c["exposed_s"]))
-    return out
+    return {k: v / step for k, v in est.time_s.items() if ("/" in k or k == "bubble") and v > 0}
 
 
 def miss_reason(rel_error: float, est: Estimate) -> str:
@@ -335,10 +322,10 @@ def miss_reason(rel_error: float, est: Estimate) -> str:
     text = (f"predicted {abs(rel_error):.0%} {side}; step {est.time_s['step']:.3g} s = compute {compute:.0%} "
             f"(attention {shares.get('compute/attention', 0):.0%}, recompute {shares.get('compute/recompute', 0):.0%})"
             f" + {parts}")
-    totals = collective_totals(est)
-    if totals:
-        name, (t, x) = max(totals.items(), key=lambda kv: kv[1][0])
-        text += f"; largest collective: {name} {t:.3g} s/step ({x:.3g} s exposed)"
+    if est.collectives:
+        big = max(est.collectives, key=lambda c: c.get("time_s", 0.0))
+        text += (f"; longest collective: {big['name']} {big.get('time_s', 0.0):.3g} s each"
+                 f" ({big.get('frequency', '')}, group {big.get('group_size', '?')})")
     return text
 
 

@@ -135,7 +135,7 @@ def header_lines(ctx: ExportContext) -> list[str]:
         f"predicted: step {step:.4g} s, MFU {100 * mfu:.1f} %, peak memory "
         f"{mem.get('peak', float('nan')) / 1e9:.1f} GB of {mem.get('capacity', float('nan')) / 1e9:.1f} GB per device",
         f"placement: {placement_text(ctx)}",
-    ]
+    ] + (["WARNING: layoutsearch predicts this layout does NOT fit in device memory."] if rec.get("fits") is False else [])
 
 
 def placement_text(ctx: ExportContext) -> str:

@@ -37,12 +37,12 @@ def _check_expressible(ctx: ExportContext) -> None:
         raise ctx.fail(f"DeepSpeed ZeRO shards over the whole data-parallel world (MiCS was removed), so dp({lay.dp}) "
                        f"replicas of a ZeRO-{zero} shard over fsdp({lay.fsdp}) cannot be expressed; nearest: dp=1, "
                        f"fsdp={lay.data_units}")
-    if lay.pp > 1 and zero >= 2:
-        raise ctx.fail(f"DeepSpeed's PipelineEngine rejects ZeRO-2 and ZeRO-3 with pipeline parallelism; zero_stage "
-                       f"{lay.zero_stage} with pp({lay.pp}) cannot be expressed; nearest: zero_stage 1")
     if lay.pp > 1 and (lay.virtual_stages > 1 or lay.schedule != "1f1b"):
         raise ctx.fail(f"DeepSpeed's PipelineEngine runs 1F1B only (no GPipe, no interleaving); schedule "
                        f"{lay.schedule} x{lay.virtual_stages} virtual; nearest: schedule 1f1b, virtual_stages 1")
+    if lay.pp > 1 and zero >= 2:
+        raise ctx.fail(f"DeepSpeed's PipelineEngine rejects ZeRO-2 and ZeRO-3 with pipeline parallelism; zero_stage "
+                       f"{lay.zero_stage} with pp({lay.pp}) cannot be expressed; nearest: zero_stage 1")
     if lay.tp > ctx.model.num_kv_heads:
         raise ctx.fail(f"DeepSpeed AutoTP does not replicate KV heads: with tp({lay.tp}) > num_kv_heads"
                        f"({ctx.model.num_kv_heads}) the extra ranks get no attention shard; nearest: "

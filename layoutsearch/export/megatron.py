@@ -90,6 +90,10 @@ def render(ctx: ExportContext) -> str:
         f"Vocabulary: {ctx.model.vocab_size} tokens from your tokenizer (Megatron pads it to a multiple of 128 x tp).",
         "Usage: source THIS_FILE; torchrun ... pretrain_gpt.py \"${MEGATRON_ARGS[@]}\" --data-path ... --tokenizer-type ...",
     ]
+    if lay.recompute == "selective":
+        notes.append("recompute selective -> --recompute-granularity selective (core attention only; with Transformer "
+                     "Engine's fused attention that saves little). layoutsearch's selective also drops the MLP "
+                     "activation, which Megatron keeps: expect somewhat more activation memory than predicted.")
     lines = ["#!/usr/bin/env bash", comment_block(notes).rstrip("\n")]
     if (lay.tp > 1 or lay.cp > 1) and not fsdp:
         lines.append("export CUDA_DEVICE_MAX_CONNECTIONS=1  # Megatron requires it with TP/CP before Blackwell")

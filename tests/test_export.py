@@ -1,0 +1,250 @@
+"""Config exporters: every target on several layouts, checked back by the frameworks' own rules."""
+
+from __future__ import annotations
+
+import json
+import math
+import shutil
+import subprocess
+import tomllib
+
+import pytest
+import yaml
+
+from layoutsearch.catalogue import load_model
+from layoutsearch.errors import InvalidLayoutError
+from layoutsearch.estimate import estimate
+from layoutsearch.export import TARGETS, check_export, export_document
+from layoutsearch.export.megatron import parse_args
+from layoutsearch.output import estimate_document, layout_record, problem_record, version
+from layoutsearch.specs import Layout, Workload
+from layoutsearch.topology import resolve_cluster
+
+
+def solve_doc(model_id: str, cluster_name: str, batch: int, seq: int, *layouts: Layout) -> dict:
+    """A solve document (OUTPUT.md) holding ``layouts`` ranked in the given order."""
+    model, cluster = load_model(model_id), resolve_cluster(cluster_name)
+    work = Workload(global_batch_seqs=batch, seq_len=seq)
+    records = [layout_record(estimate(model, work, cluster, lay), rank=i + 1) for i, lay in enumerate(layouts)]
+    return {"problem": problem_record(model_id, model, cluster_name, cluster.num_devices, work),
+            "solver": {"method": "test", "status": "FEASIBLE"}, "layouts": records}
+
+
+def exported(doc: dict, target: str, rank: int = 1) -> str:
+    """Export and assert the checker finds nothing."""
+    text = export_document(doc, target, rank)
+    assert check_export(target, text, doc, rank) == []
+    return text
+
+
+FSDP = solve_doc("llama3-8b", "h100-64", 256, 4096, Layout(fsdp=64, num_microbatches=2, recompute="full"))
+FSDP_TP = solve_doc("llama3-8b", "h100-64", 256, 4096, Layout(fsdp=8, tp=8, num_microbatches=4, recompute="full"))
+CP = solve_doc("llama3-8b", "h100-64", 128, 8192, Layout(fsdp=4, tp=8, cp=2, recompute="selective"))
+HSDP = solve_doc("debug", "h100-16", 64, 1024, Layout(dp=2, fsdp=8))
+
+
+def test_plain_fsdp_every_target():
+    """Plain FSDP over 64 GPUs: all four files pass their checks and carry the batch identities."""
+    args = parse_args(exported(FSDP, "megatron"))
+    assert args["--global-batch-size"] == "256" and args["--micro-batch-size"] == "2"
+    assert args["--data-parallel-sharding-strategy"] == "optim_grads_params" and "--use-megatron-fsdp" in args
+    mt = yaml.safe_load(exported(FSDP, "maxtext"))
+    assert mt["ici_fsdp_parallelism"] == 8 and mt["dcn_fsdp_parallelism"] == 8  # 8 nodes of 8 GPUs
+    assert mt["per_device_batch_size"] * 64 * mt["gradient_accumulation_steps"] == 256
+    tt = tomllib.loads(exported(FSDP, "torchtitan"))
+    assert tt["parallelism"]["data_parallel_shard_degree"] == 64 and tt["training"]["local_batch_size"] == 2
+    ds = json.loads(exported(FSDP, "deepspeed"))
+    assert ds["train_batch_size"] == ds["train_micro_batch_size_per_gpu"] * ds["gradient_accumulation_steps"] * 64
+    assert ds["zero_optimization"]["stage"] == 3
+
+
+def test_fsdp_tp_degrees_and_recompute():
+    """FSDP x TP: TP inside the node, FSDP across; full recompute maps to each framework's name."""
+    args = parse_args(exported(FSDP_TP, "megatron"))
+    assert args["--tensor-model-parallel-size"] == "8" and "--sequence-parallel" in args
+    assert (args["--recompute-granularity"], args["--recompute-method"], args["--recompute-num-layers"]) == (
+        "full", "uniform", "1")
+    mt = yaml.safe_load(exported(FSDP_TP, "maxtext"))
+    assert (mt["ici_tensor_parallelism"], mt["dcn_fsdp_parallelism"], mt["remat_policy"]) == (8, 8, "full")
+    assert math.prod(v for k, v in mt.items() if k.startswith("ici_") and k.endswith("_parallelism")) == 8
+    tt = tomllib.loads(exported(FSDP_TP, "torchtitan"))
+    assert tt["model"]["flavor"] == "8B" and tt["parallelism"]["tensor_parallel_degree"] == 8
+    assert tt["activation_checkpoint"]["mode"] == "full"
+    ds = json.loads(exported(FSDP_TP, "deepspeed"))
+    assert ds["tensor_parallel"]["autotp_size"] == 8 and ds["train_micro_batch_size_per_gpu"] == 8
+
+
+def test_header_names_model_cluster_predictions_and_version():
+    """Each file opens with model, cluster, step time, MFU, peak memory and the layoutsearch version."""
+    rec = FSDP_TP["layouts"][0]
+    for target in ("maxtext", "megatron", "torchtitan"):
+        text = exported(FSDP_TP, target)
+        head = "\n".join(line for line in text.splitlines() if line.startswith("#"))
+        assert f"layoutsearch {version()}" in head and "llama3-8b" in head and "h100-64" in head
+        assert f"step {rec['time_s']['step']:.4g} s" in head and f"MFU {100 * rec['mfu']:.1f} %" in head
+        assert f"peak memory {rec['memory_bytes']['peak'] / 1e9:.1f} GB" in head
+    side = json.loads(exported(FSDP_TP, "deepspeed"))["_layoutsearch"]
+    assert any(f"layoutsearch {version()}" in line for line in side["header"])
+
+
+def test_kv_replication():
+    """tp above the KV heads: Megatron expresses it (groups divide tp); MaxText, torchtitan, DeepSpeed refuse."""
+    tpu = solve_doc("llama70b", "v5p-256", 256, 4096, Layout(fsdp=8, tp=32, recompute="full"))
+    assert tpu["layouts"][0]["kv_replication"] == 4
+    with pytest.raises(InvalidLayoutError, match=r"tp\(32\) > num_kv_heads\(8\); nearest: tp=8"):
+        export_document(tpu, "maxtext")
+    with pytest.raises(InvalidLayoutError, match="megatron runs on GPUs .* nearest: export to maxtext"):
+        export_document(tpu, "megatron")
+    gpu = solve_doc("llama70b", "h100-64", 256, 4096, Layout(fsdp=4, tp=16, recompute="full"))
+    args = parse_args(exported(gpu, "megatron"))
+    assert args["--tensor-model-parallel-size"] == "16" and args["--num-query-groups"] == "8"
+    with pytest.raises(InvalidLayoutError, match="cannot replicate KV heads"):
+        export_document(gpu, "torchtitan")
+    with pytest.raises(InvalidLayoutError, match="AutoTP does not replicate KV heads"):
+        export_document(gpu, "deepspeed")
+
+
+def test_interleaved_pipeline():
+    """Interleaved 1F1B: Megatron layers per virtual stage, torchtitan Interleaved1F1B; MaxText/DeepSpeed refuse."""
+    doc = solve_doc("llama3-8b", "h100-64", 256, 4096,
+                    Layout(fsdp=2, tp=8, pp=4, virtual_stages=2, num_microbatches=8, schedule="interleaved"))
+    args = parse_args(exported(doc, "megatron"))
+    assert args["--num-layers-per-virtual-pipeline-stage"] == "4" and args["--pipeline-model-parallel-size"] == "4"
+    tt = tomllib.loads(exported(doc, "torchtitan"))["parallelism"]
+    assert tt["pipeline_parallel_schedule"] == "Interleaved1F1B" and tt["pipeline_parallel_layers_per_stage"] == 4
+    assert tt["pipeline_parallel_microbatch_size"] == 16
+    with pytest.raises(InvalidLayoutError, match="GPipe order, not interleaved 1F1B; nearest: virtual_stages 1"):
+        export_document(doc, "maxtext")
+    with pytest.raises(InvalidLayoutError, match="runs 1F1B only"):
+        export_document(doc, "deepspeed")
+
+
+def test_context_parallel():
+    """CP=2: Megatron, torchtitan and MaxText carry it; DeepSpeed has no ring CP and says so."""
+    assert parse_args(exported(CP, "megatron"))["--context-parallel-size"] == "2"
+    tt = tomllib.loads(exported(CP, "torchtitan"))
+    assert tt["parallelism"]["context_parallel_degree"] == 2
+    assert tt["activation_checkpoint"] == {"mode": "selective", "selective_ac_option": "op"}
+    mt = yaml.safe_load(exported(CP, "maxtext"))
+    assert mt["ici_context_parallelism"] * mt["dcn_context_parallelism"] == 2 and mt["remat_policy"] == "minimal"
+    with pytest.raises(InvalidLayoutError, match="no ring context parallelism.*nearest: cp=1"):
+        export_document(CP, "deepspeed")
+
+
+def test_multislice_dcn():
+    """Two v5p slices: dp goes over DCN (default placement), ici product = chips per slice."""
+    doc = solve_doc("llama3-8b", "v5p-256x2", 512, 4096, Layout(dp=2, fsdp=256, recompute="full"))
+    assert doc["layouts"][0]["axes"]["dp"] == [["dcn", 2]]
+    mt = yaml.safe_load(exported(doc, "maxtext"))
+    assert (mt["dcn_data_parallelism"], mt["ici_fsdp_parallelism"], mt["hardware"]) == (2, 256, "tpu")
+    assert math.prod(v for k, v in mt.items() if k.startswith("dcn_")) == 2
+    for target in ("megatron", "torchtitan", "deepspeed"):
+        with pytest.raises(InvalidLayoutError, match="runs on GPUs"):
+            export_document(doc, target)
+
+
+def test_maxtext_gpipe_pipeline_and_megatron_refuses_gpipe():
+    """MaxText takes a GPipe pipeline (microbatches, layers per stage); Megatron has no GPipe schedule."""
+    doc = solve_doc("llama3-8b", "v5p-256", 512, 4096,
+                    Layout(fsdp=64, pp=4, num_microbatches=8, schedule="gpipe", recompute="full"))
+    mt = yaml.safe_load(exported(doc, "maxtext"))
+    assert (mt["num_pipeline_microbatches"], mt["num_layers_per_pipeline_stage"], mt["ici_pipeline_parallelism"]) == (
+        8, 8, 4)
+    assert mt["gradient_accumulation_steps"] == 1 and mt["per_device_batch_size"] * 256 == 512
+    gpu = solve_doc("llama3-8b", "h100-64", 256, 4096, Layout(fsdp=8, pp=8, num_microbatches=16, schedule="gpipe"))
+    with pytest.raises(InvalidLayoutError, match="no GPipe schedule.*nearest: schedule 1f1b"):
+        export_document(gpu, "megatron")
+    one_f_one_b = solve_doc("llama3-8b", "v5p-256", 512, 4096, Layout(fsdp=64, pp=4, num_microbatches=8))
+    with pytest.raises(InvalidLayoutError, match="no 1f1b schedule; nearest: the same layout with schedule gpipe"):
+        export_document(one_f_one_b, "maxtext")
+
+
+def test_zero_stage_mappings():
+    """ZeRO-1 and ZeRO-2 map to each framework's nearest mechanism or are refused with the nearest stage."""
+    z1 = solve_doc("debug", "h100-16", 64, 1024, Layout(fsdp=16, zero_stage=1, num_microbatches=2))
+    args = parse_args(exported(z1, "megatron"))
+    assert "--use-distributed-optimizer" in args and "--use-megatron-fsdp" not in args
+    mt = yaml.safe_load(exported(z1, "maxtext"))
+    assert mt["shard_optimizer_over_data"] is True and mt["ici_data_parallelism"] * mt["dcn_data_parallelism"] == 16
+    assert json.loads(exported(z1, "deepspeed"))["zero_optimization"]["stage"] == 1
+    with pytest.raises(InvalidLayoutError, match="no ZeRO-1 .*nearest: zero_stage 2"):
+        export_document(z1, "torchtitan")
+    z2 = solve_doc("debug", "h100-16", 64, 1024, Layout(fsdp=16, zero_stage=2))
+    assert parse_args(exported(z2, "megatron"))["--data-parallel-sharding-strategy"] == "optim_grads"
+    assert tomllib.loads(exported(z2, "torchtitan"))["parallelism"]["fsdp_reshard_after_forward"] == "never"
+    with pytest.raises(InvalidLayoutError, match="no ZeRO-2 .*nearest: zero_stage 1"):
+        export_document(z2, "maxtext")
+
+
+def test_hybrid_sharded_data_parallel():
+    """dp x fsdp (HSDP): Megatron distributed-optimizer instances, torchtitan replicate x shard; DeepSpeed refuses."""
+    args = parse_args(exported(HSDP, "megatron"))
+    assert args["--num-distributed-optimizer-instances"] == "2"
+    par = tomllib.loads(exported(HSDP, "torchtitan"))["parallelism"]
+    assert (par["data_parallel_replicate_degree"], par["data_parallel_shard_degree"]) == (2, 8)
+    assert tomllib.loads(exported(HSDP, "torchtitan"))["model"]["flavor"] == "debug"  # custom flavor, documented
+    mt = yaml.safe_load(exported(HSDP, "maxtext"))
+    assert (mt["ici_fsdp_parallelism"], mt["dcn_data_parallelism"]) == (8, 2)
+    with pytest.raises(InvalidLayoutError, match="MiCS was removed.*nearest: dp=1, fsdp=16"):
+        export_document(HSDP, "deepspeed")
+
+
+def test_gpt3_model_flags():
+    """GPT-3 (tied, LayerNorm, learned positions, biases, GELU): Megatron and MaxText flags; torchtitan refuses."""
+    doc = solve_doc("gpt3-175b", "h100-64", 64, 2048, Layout(tp=8, pp=8, num_microbatches=8, recompute="full",
+                                                             zero_stage=0))
+    args = parse_args(exported(doc, "megatron"))
+    assert args["--normalization"] == "LayerNorm" and args["--position-embedding-type"] == "learned_absolute"
+    assert args["--max-position-embeddings"] == "2048"
+    assert not {"--swiglu", "--untie-embeddings-and-output-weights", "--disable-bias-linear"} & set(args)
+    with pytest.raises(InvalidLayoutError, match="torchtitan's llama3 model"):
+        export_document(doc, "torchtitan")
+
+
+def test_checker_catches_edited_files():
+    """A hand-edited file breaks the framework rules and the checker says which."""
+    text = exported(FSDP_TP, "megatron").replace("--global-batch-size 256", "--global-batch-size 250")
+    assert any("not divisible by micro batch 8 x DP 8" in p for p in check_export("megatron", text, FSDP_TP))
+    text = exported(FSDP_TP, "maxtext").replace("ici_tensor_parallelism: 8", "ici_tensor_parallelism: 4")
+    assert any("devices per slice is 8" in p for p in check_export("maxtext", text, FSDP_TP))
+    text = exported(FSDP_TP, "torchtitan").replace("tensor_parallel_degree = 8", "tensor_parallel_degree = 4")
+    assert any("!= WORLD_SIZE(64)" in p for p in check_export("torchtitan", text, FSDP_TP))
+    cfg = json.loads(exported(FSDP_TP, "deepspeed"))
+    cfg["gradient_accumulation_steps"] = 3
+    assert any("train_batch_size 256 != micro 8 x accumulation 3 x DP world 8" in p
+               for p in check_export("deepspeed", json.dumps(cfg), FSDP_TP))
+
+
+def test_rank_and_estimate_documents():
+    """Rank N picks the N-th layout; an estimate document (one 'layout') exports as rank 1."""
+    doc = solve_doc("llama3-8b", "h100-64", 256, 4096, Layout(fsdp=64), Layout(fsdp=8, tp=8, num_microbatches=2))
+    assert parse_args(exported(doc, "megatron", rank=2))["--tensor-model-parallel-size"] == "8"
+    with pytest.raises(InvalidLayoutError, match=r"no layout with rank 3 in the document \(ranks: 1, 2\)"):
+        export_document(doc, "megatron", rank=3)
+    model, cluster = load_model("llama3-8b"), resolve_cluster("h100-64")
+    est = estimate(model, Workload(global_batch_seqs=256, seq_len=4096), cluster, Layout(fsdp=64))
+    assert json.loads(exported(estimate_document("llama3-8b", "h100-64", est), "deepspeed"))["train_batch_size"] == 256
+
+
+def test_unknown_target_and_bad_document():
+    """Unknown targets get a hint; a document without layouts is refused in one line."""
+    with pytest.raises(InvalidLayoutError, match="unknown export target 'megatorn' \\(did you mean 'megatron'\\?\\)"):
+        export_document(FSDP, "megatorn")
+    with pytest.raises(InvalidLayoutError, match="neither 'layouts'"):
+        export_document({"problem": FSDP["problem"]}, "maxtext")
+
+
+@pytest.mark.skipif(shutil.which("bash") is None, reason="needs bash")
+def test_megatron_file_is_valid_bash():
+    """Sourcing the Megatron file defines MEGATRON_ARGS with exactly the parsed flags and values."""
+    text = exported(HSDP, "megatron")
+    out = subprocess.run(["bash", "-c", 'source /dev/stdin; printf "%s\\n" "${MEGATRON_ARGS[@]}"'], input=text,
+                         capture_output=True, text=True, check=True).stdout.split()
+    flags = parse_args(text)
+    assert out[0] == "--num-layers" and len([t for t in out if t.startswith("--")]) == len(flags)
+
+
+@pytest.mark.parametrize("target", TARGETS)
+def test_every_target_round_trips_the_fsdp_layout(target):
+    """The checker of each target accepts what its exporter wrote for the same document."""
+    assert check_export(target, export_document(FSDP_TP, target), FSDP_TP) == []
