@@ -149,6 +149,169 @@ def estimate_cmd(
         raise typer.Exit(1)
 
 
+class Objective(str, Enum):
+    step_time = "step-time"
+    gather_volume = "gather-volume"
+
+
+class Method(str, Enum):
+    cpsat = "cpsat"
+    enumerate = "enumerate"
+
+
+class SolveFormat(str, Enum):
+    table = "table"
+    json = "json"
+    yaml = "yaml"
+
+
+TopOpt = Annotated[int, typer.Option("--top", min=1, max=50, help="How many distinct layouts to rank")]
+FixOpt = Annotated[Optional[str], typer.Option("--fix", help="Pin degrees, e.g. tp=8,pp=1")]
+ChoicesOpt = Annotated[Optional[str], typer.Option("--choices", help="Allowed values, e.g. 'tp=8,16,32,64;pp=1,2'")]
+OnlyOpt = Annotated[Optional[str], typer.Option("--only", help="Degrees that may exceed 1, e.g. fsdp,tp")]
+ObjectiveOpt = Annotated[Objective, typer.Option("--objective", help="step-time, or the design notes' gather-volume")]
+TimeLimitOpt = Annotated[float, typer.Option("--time-limit", min=0.1, help="CP-SAT time limit, seconds")]
+MethodOpt = Annotated[Method, typer.Option("--method", help="cpsat (proof) or enumerate (exhaustive oracle)")]
+RecomputeChoicesOpt = Annotated[Optional[str], typer.Option("--recompute", help="Allowed policies, e.g. none,full")]
+
+
+def _search_inputs(model, cluster, seqs, seq_len, fix, choices, only, recompute):
+    from .parse import parse_choices, parse_names
+    from .search import SearchOptions
+    from .specs import DEGREE_NAMES, RECOMPUTE_POLICIES
+
+    options = SearchOptions(
+        fix=parse_degrees(fix, "--fix") if fix else {}, choices=parse_choices(choices) if choices else {},
+        only=parse_names(only, DEGREE_NAMES, "--only") if only else None,
+        recompute=parse_names(recompute, RECOMPUTE_POLICIES, "--recompute") if recompute else RECOMPUTE_POLICIES)
+    return load_model(model), workload_from_options(seqs, seq_len), resolve_cluster(cluster), options
+
+
+def _run_search(model, cluster, seqs, seq_len, top, fix, choices, only, objective, time_limit, method, recompute):
+    from .explain import infeasibility
+    from .output import solve_document
+    from .search import solve
+
+    spec, workload, clus, options = _search_inputs(model, cluster, seqs, seq_len, fix, choices, only, recompute)
+    result = solve(spec, workload, clus, options, objective=objective.value, top_k=top, method=method.value,
+                   time_limit_s=time_limit)
+    explanation = None if result.layouts else infeasibility(spec, workload, clus, options, result.space, result.tables)
+    return spec, workload, clus, result, solve_document(model, cluster, result, explanation), explanation
+
+
+@app.command("solve")
+@reports_errors
+def solve_cmd(
+    model: ModelOpt = "llama70b",
+    cluster: ClusterOpt = "v5p-8192",
+    seqs: SeqsOpt = 1024,
+    seq_len: SeqLenOpt = 4096,
+    top: TopOpt = 3,
+    fix: FixOpt = None,
+    choices: ChoicesOpt = None,
+    only: OnlyOpt = None,
+    objective: ObjectiveOpt = Objective.step_time,
+    time_limit: TimeLimitOpt = 30.0,
+    method: MethodOpt = Method.cpsat,
+    recompute: RecomputeChoicesOpt = None,
+    fmt: Annotated[SolveFormat, typer.Option("--format", help="table, json or yaml")] = SolveFormat.table,
+    export: Annotated[Optional[str], typer.Option("--export", help="Also write layout 1 as maxtext|megatron|torchtitan|deepspeed")] = None,
+    output: Annotated[Optional[str], typer.Option("--output", "-o", help="File for --export (stdout without it)")] = None,
+) -> None:
+    """The best layouts, proven optimal: degrees and axes, memory, step time split, MFU, tokens/s."""
+    _, _, _, result, doc, explanation = _run_search(model, cluster, seqs, seq_len, top, fix, choices, only, objective,
+                                                     time_limit, method, recompute)
+    if export:
+        from .export import export_document
+
+        text = export_document(doc, export) if result.layouts else None
+        if text is not None:
+            _write(text, output)
+    if fmt == SolveFormat.json:
+        typer.echo(json.dumps(doc, indent=2))
+    elif fmt == SolveFormat.yaml:
+        import yaml
+
+        typer.echo(yaml.safe_dump(doc, sort_keys=False))
+    elif not (export and not output):
+        render.solve_report(model, cluster, result, explanation)
+    if not result.layouts:
+        typer.echo(f"no feasible layout: {explanation['message']}", err=True)
+        raise typer.Exit(1)
+
+
+@app.command("explain")
+@reports_errors
+def explain_cmd(
+    model: ModelOpt = "llama70b",
+    cluster: ClusterOpt = "v5p-8192",
+    seqs: SeqsOpt = 1024,
+    seq_len: SeqLenOpt = 4096,
+    top: TopOpt = 2,
+    fix: FixOpt = None,
+    choices: ChoicesOpt = None,
+    only: OnlyOpt = None,
+    objective: ObjectiveOpt = Objective.step_time,
+    time_limit: TimeLimitOpt = 30.0,
+    method: MethodOpt = Method.cpsat,
+    recompute: RecomputeChoicesOpt = None,
+    fmt: FormatOpt = Format.table,
+) -> None:
+    """Why the winner beats the next best, or why nothing fits (exit 1)."""
+    from .explain import compare
+
+    _, _, _, result, doc, explanation = _run_search(model, cluster, seqs, seq_len, max(top, 2), fix, choices, only,
+                                                     objective, time_limit, method, recompute)
+    if result.layouts:
+        others = result.layouts[1:] or []
+        doc["explanation"] = {"versus": [compare(result.layouts[0], other) for other in others]}
+    if fmt == Format.json:
+        typer.echo(json.dumps(doc, indent=2))
+    else:
+        render.explain_report(model, cluster, result, doc.get("explanation") or explanation)
+    if not result.layouts:
+        typer.echo(f"no feasible layout: {explanation['message']}", err=True)
+        raise typer.Exit(1)
+
+
+@app.command("export")
+@reports_errors
+def export_cmd(
+    result: Annotated[str, typer.Argument(help="A solve or estimate JSON document")],
+    to: Annotated[str, typer.Option("--to", help="maxtext, megatron, torchtitan or deepspeed")],
+    rank: Annotated[int, typer.Option("--rank", min=1, help="Which layout of the result")] = 1,
+    output: Annotated[Optional[str], typer.Option("--output", "-o", help="Output file (stdout without it)")] = None,
+) -> None:
+    """Write a saved layout as a training framework's configuration (checked by that framework's rules)."""
+    from .errors import InvalidArgumentError
+    from .export import export_document
+
+    try:
+        with open(result) as fh:
+            document = json.load(fh)
+    except OSError as exc:
+        raise InvalidArgumentError(f"RESULT: cannot read '{result}' ({exc.strerror})") from None
+    except json.JSONDecodeError as exc:
+        raise InvalidArgumentError(f"RESULT: '{result}' is not JSON (line {exc.lineno}: {exc.msg})") from None
+    _write(export_document(document, to, rank), output)
+
+
+def _write(text: str, output: str | None) -> None:
+    """Write whole or not at all: a temporary file renamed into place."""
+    import os
+    import tempfile
+
+    if not output:
+        typer.echo(text, nl=not text.endswith("\n"))
+        return
+    folder = os.path.dirname(os.path.abspath(output))
+    fd, tmp = tempfile.mkstemp(dir=folder, prefix=".layoutsearch-")
+    with os.fdopen(fd, "w") as fh:
+        fh.write(text)
+    os.replace(tmp, output)
+    typer.echo(f"wrote {output}", err=True)
+
+
 def main(argv: list[str] | None = None) -> int:
     """Entry point: run the app, turning every input error into one line on stderr and exit 2."""
     argv = sys.argv[1:] if argv is None else argv

@@ -90,3 +90,26 @@ def layout_from_record(rec: dict) -> Layout:
         schedule=rec.get("schedule", "1f1b" if rec.get("virtual_stages", 1) == 1 else "interleaved"),
         axes=tuple((name, tuple((a, f) for a, f in placed)) for name, placed in rec.get("axes", {}).items()),
     )
+
+
+def solve_document(model_name: str, cluster_name: str, result, explanation: dict | None = None) -> dict:
+    """`layoutsearch solve --format json` (OUTPUT.md): problem, solver proof, ranked layouts."""
+    est0 = result.layouts[0] if result.layouts else None
+    space = result.space
+    problem = problem_record(model_name, space.model, cluster_name, space.cluster.num_devices, space.workload)
+    doc = {
+        "problem": problem,
+        "solver": {
+            "method": result.method, "status": result.status, "objective": result.objective_value,
+            "bound": result.bound, "gap": result.gap, "objective_name": result.objective,
+            "objective_unit": "s" if result.objective == "step-time" else "bytes",
+            "quantum_s": result.quantum_s, "wall_s": result.wall_s, "solver_wall_s": result.solver_wall_s,
+            "num_candidates": result.num_candidates, "rows_kept_for_solver": result.rows_kept,
+            "tie_break": "step time, then peak memory" if result.objective == "gather-volume" else "peak memory",
+            "seed": 20240611,
+        },
+        "layouts": [layout_record(est, rank) for rank, est in enumerate(result.layouts, start=1)],
+    }
+    if est0 is None and explanation is not None:
+        doc["explanation"] = explanation
+    return doc

@@ -33,16 +33,13 @@ def min_tp_whole_sequences(num_devices: int, seqs: int) -> int:
 
 
 def choose_tp_gather_volume(model: ModelSpec, num_devices: int, seqs: int, choices=(8, 16, 32, 64)) -> int:
-    """The design notes' choice: minimise V(t) = V_W + V_X over TP choices with whole sequences per data unit."""
-    from .check import structural_violations
+    """The design notes' choice, by the solver: `--only fsdp,tp --choices tp=... --objective gather-volume`."""
+    from .search import SearchOptions, solve
     from .topology import resolve_cluster
 
-    cluster = resolve_cluster(f"v5p-{num_devices}")
-    workload = Workload(global_batch_seqs=seqs, seq_len=4096)
-    feasible = [t for t in choices
-                if not structural_violations(model, workload, cluster, Layout(fsdp=num_devices // t, tp=t))]
-    return min(feasible, key=lambda t: sum(roofline.gather_volumes_bytes(
-        model.d_model, model.d_ff, workload.global_batch_tokens, num_devices, t)))
+    result = solve(model, Workload(global_batch_seqs=seqs, seq_len=4096), resolve_cluster(f"v5p-{num_devices}"),
+                   SearchOptions(only=("fsdp", "tp"), choices={"tp": tuple(choices)}), objective="gather-volume", top_k=1)
+    return result.layouts[0].layout.tp
 
 
 def _ring_axis() -> Axis:

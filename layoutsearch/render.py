@@ -12,7 +12,7 @@ BAR_WIDTH = 30
 
 
 def console() -> Console:
-    return Console(width=140)
+    return Console(width=200)
 
 
 def _fmt(value) -> str:
@@ -89,3 +89,75 @@ def estimate_report(model_name: str, cluster_name: str, est: Estimate) -> None:
     if est.workload.training_tokens:
         out.print(f"{est.days_for_tokens(est.workload.training_tokens):.1f} days for "
                   f"{est.workload.training_tokens:.3g} tokens")
+
+
+def _gb(x: float) -> str:
+    return f"{x / 1e9:.1f}"
+
+
+def solve_report(model_name: str, cluster_name: str, result, explanation: dict | None) -> None:
+    """The top layouts as a table, then the solver's status and proof."""
+    out = console()
+    space = result.space
+    out.print(f"[bold]{model_name}[/bold] on [bold]{cluster_name}[/bold] ({space.cluster.num_devices} devices), "
+              f"{space.workload.global_batch_seqs} x {space.workload.seq_len} tokens per step, objective {result.objective}")
+    if result.layouts:
+        table = Table()
+        for col in ("#", "degrees", "axes", "ZeRO", "K x seqs", "remat", "KV rep", "peak/cap GB",
+                    "compute s", "comm s", "bubble s", "step s", "MFU", "tokens/s"):
+            table.add_column(col, justify="left" if col in ("degrees", "axes", "remat") else "right", no_wrap=True)
+        for rank, est in enumerate(result.layouts, start=1):
+            lay = est.layout
+            table.add_row(
+                str(rank), ", ".join(f"{k}={v}" for k, v in lay.degrees.items() if v > 1) or "1",
+                "; ".join(f"{n}:" + "*".join(f"{a}{f}" for a, f in p) for n, p in lay.axes),
+                str(lay.zero_stage), f"{lay.num_microbatches} x {lay.microbatch_seqs(est.workload):g}"
+                + (f" v{lay.virtual_stages}" if lay.virtual_stages > 1 else ""),
+                lay.recompute, str(params.kv_replication(est.model, lay.tp)),
+                f"{_gb(est.memory_bytes['peak'])} / {_gb(est.memory_bytes['capacity'])}",
+                f"{est.time_s['compute']:.3f}", f"{est.time_s['exposed_comm']:.3f}", f"{est.time_s['bubble']:.3f}",
+                f"{est.step_time_s:.3f}", f"{est.mfu:.1%}", f"{est.tokens_per_s:,.0f}")
+        out.print(table)
+    out.print(status_line(result))
+    if explanation:
+        out.print(f"[bold red]{explanation['message']}[/bold red]")
+
+
+def status_line(result) -> str:
+    unit = "s" if result.objective == "step-time" else "B"
+    value = "-" if result.objective_value is None else f"{result.objective_value:.6g} {unit}"
+    bound = "-" if result.bound is None else f"{result.bound:.6g} {unit}"
+    proof = (f"OPTIMAL (bound {bound} = objective)" if result.status == "OPTIMAL"
+             else f"{result.status} (objective {value}, bound {bound}, gap {result.gap or 0:.2%})")
+    return (f"solver {result.method}: {proof} | {result.num_candidates:,} candidates "
+            f"({result.rows_kept:,} (shape, K) row(s) left for CP-SAT by the bounds) | wall {result.wall_s:.2f} s")
+
+
+def explain_report(model_name: str, cluster_name: str, result, explanation: dict | None) -> None:
+    """Why the winner wins (term by term), or the infeasibility funnel."""
+    out = console()
+    solve_report(model_name, cluster_name, result, None)
+    if result.layouts and explanation:
+        for i, rows in enumerate(explanation["versus"], start=2):
+            table = Table(title=f"layout 1 against layout {i}: where they differ (positive = layout {i} pays more)")
+            for col in ("term", "layout 1", f"layout {i}", "difference"):
+                table.add_column(col, justify="left" if col == "term" else "right")
+            for row in rows:
+                fmt = (lambda x: f"{x:.4f} s") if row["unit"] == "s" else (lambda x: f"{x / 1e9:.2f} GB")
+                table.add_row(row["term"], fmt(row["winner"]), fmt(row["other"]), fmt(row["difference"]))
+            if rows:
+                out.print(table)
+            else:
+                out.print(f"layouts 1 and {i} cost the same in every term (time and memory): a tie, ranked by "
+                          f"the tie-break (peak memory, then search order)")
+            diff = result.layouts[i - 1].step_time_s - result.layouts[0].step_time_s
+            out.print(f"layout 1 is faster by {diff:.4f} s per step ({diff / result.layouts[i - 1].step_time_s:.2%})")
+        return
+    if explanation:
+        table = Table(title="what removes the candidates")
+        for col in ("rule", "removed", "remaining"):
+            table.add_column(col, justify="left" if col == "rule" else "right")
+        for row in explanation["funnel"]:
+            table.add_row(row["rule"], f"{row['removed']:,}", f"{row['remaining']:,}")
+        out.print(table)
+        out.print(f"[bold red]{explanation['message']}[/bold red]")

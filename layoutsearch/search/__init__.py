@@ -54,6 +54,10 @@ def solve(model: ModelSpec, workload: Workload, cluster: Cluster, options: Searc
     start = time.perf_counter()
     options = options or SearchOptions()
     space = build_space(model, workload, cluster, options)
+    if not len(space.sk_k):
+        return SearchResult(method=method, objective=objective, status="INFEASIBLE", objective_value=None, bound=None,
+                            wall_s=time.perf_counter() - start, solver_wall_s=0.0, num_candidates=0, rows_kept=0,
+                            quantum_s=0.0, space=space, tables=None)
     tables = build_tables(space)
     if method == "enumerate":
         t0 = time.perf_counter()

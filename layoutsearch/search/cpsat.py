@@ -67,7 +67,7 @@ def row_bounds(space: Space, t: Tables, objective: str) -> tuple[np.ndarray, np.
     return bound, fits_r, fits_r.any(axis=1)
 
 
-def prune(space: Space, t: Tables, objective: str, top_k: int, exact_rows: bool = True):
+def prune(space: Space, t: Tables, objective: str, top_k: int, exact_rows: bool = True, enabled: bool = True):
     """(rows that may hold a top-k candidate, the exact k-th best value or None, (row, r) fit mask).
 
     Rows are costed exactly, best first in the order of their lower bound, until the next
@@ -77,6 +77,8 @@ def prune(space: Space, t: Tables, objective: str, top_k: int, exact_rows: bool 
     """
     bound, fits_r, fits = row_bounds(space, t, objective)
     rows = np.nonzero(fits)[0]
+    if not enabled:  # the whole model: every row that fits in memory for some choice
+        return rows, None, fits_r
     rows = rows[np.argsort(bound[rows], kind="stable")]
     key = "volume" if objective == "gather-volume" else "step"
     best = bound.copy()
@@ -193,13 +195,13 @@ def _marginal(model, product: dict, factor: dict, key) -> None:
 
 
 def cpsat_top(space: Space, t: Tables, objective: str = "step-time", top_k: int = 1, time_limit_s: float = 30.0,
-              exact_rows: bool = True):
+              exact_rows: bool = True, prune_rows: bool = True):
     """Top-k by re-solving with earlier answers excluded; each answer minimises the objective,
     then the named tie-breaks (step time for gather-volume, then peak memory).
 
     Returns (answers as (row, r index, z, o, metrics), info: status, objective, bound, rows, history).
     """
-    rows, kth, fits_r = prune(space, t, objective, top_k, exact_rows)
+    rows, kth, fits_r = prune(space, t, objective, top_k, exact_rows, prune_rows)
     info = {"rows_kept": int(len(rows)), "rows_total": int(len(space.sk_k)), "status": "INFEASIBLE",
             "objective": None, "bound": None, "history": [], "wall_s": 0.0}
     if not len(rows):

@@ -1,0 +1,181 @@
+"""The search: CP-SAT equals the exhaustive oracle; answers are valid, distinct and sorted."""
+
+import json
+
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from typer.testing import CliRunner
+
+from layoutsearch import reference
+from layoutsearch.check import check_layout
+from layoutsearch.cli import app
+from layoutsearch.estimate import estimate
+from layoutsearch.search import SearchOptions, solve
+from layoutsearch.search.cpsat import build_model, cpsat_top, prune, _solver
+from layoutsearch.search.enumerate import enumerate_top
+from layoutsearch.search.space import build_space
+from layoutsearch.search.tables import assemble, build_tables
+from layoutsearch.specs import ModelSpec, Workload
+from layoutsearch.catalogue import load_model
+from layoutsearch.topology import resolve_cluster
+
+runner = CliRunner()
+
+
+@st.composite
+def problems(draw):
+    """Small random models, clusters and batches."""
+    heads = draw(st.sampled_from([4, 8, 16]))
+    kv = draw(st.sampled_from([h for h in (1, 2, 4, 8, 16) if heads % h == 0]))
+    model = ModelSpec(name="rand", num_layers=draw(st.sampled_from([4, 6, 8, 12])), d_model=heads * 64,
+                      d_ff=draw(st.sampled_from([2, 3, 4])) * heads * 64, mlp=draw(st.sampled_from(["gated", "plain"])),
+                      num_heads=heads, num_kv_heads=kv, head_dim=64, vocab_size=draw(st.sampled_from([1000, 32000])),
+                      tied_embeddings=draw(st.booleans()))
+    cluster = resolve_cluster(draw(st.sampled_from(["h100-8", "h100-16", "v5p-16", "v5p-64", "v5e-16", "a100-40gb-32"])))
+    workload = Workload(global_batch_seqs=draw(st.sampled_from([8, 16, 32, 64])), seq_len=draw(st.sampled_from([512, 2048])))
+    return model, workload, cluster
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(problem=problems(), objective=st.sampled_from(["step-time", "gather-volume"]), full_model=st.booleans())
+def test_cpsat_optimum_equals_enumerator_optimum(problem, objective, full_model):
+    """On random instances CP-SAT (pruned, or the whole model) and the enumerator find the same optimum."""
+    model, workload, cluster = problem
+    space = build_space(model, workload, cluster, SearchOptions())
+    tables = build_tables(space)
+    enum, _ = enumerate_top(space, tables, objective, 2)
+    cps, info = cpsat_top(space, tables, objective, 2, time_limit_s=20, prune_rows=not full_model)
+    key = "volume" if objective == "gather-volume" else "step"
+    assert [a[4][key] for a in cps] == [a[4][key] for a in enum]
+    if enum:
+        assert info["status"] == "OPTIMAL" and info["objective"] == enum[0][4][key]
+
+
+def test_cpsat_objective_of_a_fixed_candidate_is_the_quantised_cost():
+    """Pinning one candidate, the model's step equals the tables' rule and estimate() / quantum."""
+    model, cluster = load_model("llama3-8b"), resolve_cluster("h100-64")
+    workload = Workload(global_batch_seqs=256, seq_len=4096)
+    space = build_space(model, workload, cluster, SearchOptions())
+    t = build_tables(space)
+    rows, _, fits_r = prune(space, t, "step-time", 1, enabled=False)
+    cm, v, exprs = build_model(space, t, rows, None, fits_r)
+    rng = np.random.default_rng(0)
+    for _ in range(5):
+        j = int(rng.choice(rows))
+        s = int(space.sk_shape[j])
+        ri = int(rng.choice(np.nonzero(fits_r[j])[0]))
+        z = int(rng.choice(np.nonzero(space.zero_mask[s])[0]))
+        o = int(rng.choice(np.nonzero(space.order_mask[s])[0]))
+        m = assemble(t, space, np.array([j]), np.array([ri]), np.array([z]), np.array([o]))
+        if not m["fits"][0]:
+            continue
+        pinned = cm.clone()
+        for var in (v.y[j], v.r[ri], v.z[z], v.o[o]):
+            pinned.add(pinned.get_bool_var_from_proto_index(var.index) == 1)
+        pinned.minimize(exprs["step"])
+        solver = _solver(10)
+        assert solver.solve(pinned) == 4  # OPTIMAL
+        assert solver.objective_value == m["step"][0]
+        layout = space.layout(s, int(space.sk_k[j]), int(space.recompute_codes[ri]), z, o)
+        exact = estimate(model, workload, cluster, layout).step_time_s / t.quantum_s
+        assert abs(exact - m["step"][0]) <= 4  # rounding of the few quantised pieces
+
+
+def test_solve_returns_valid_distinct_sorted_layouts():
+    model, cluster = load_model("llama3-8b"), resolve_cluster("h100-64")
+    result = solve(model, Workload(global_batch_seqs=256, seq_len=4096), cluster, top_k=5)
+    assert result.status == "OPTIMAL" and result.objective_value == result.bound
+    layouts = [e.layout for e in result.layouts]
+    assert len(layouts) == 5 and len(set(layouts)) == 5
+    steps = [m["step"] for m in result.metrics]
+    assert steps == sorted(steps)
+    for est in result.layouts:
+        assert check_layout(est.model, est.workload, est.cluster, est.layout) == []
+        assert est.fits
+
+
+def test_fix_choices_and_only_restrict_the_degrees():
+    model, cluster = load_model("llama70b"), resolve_cluster("h100-256")
+    options = SearchOptions(fix={"tp": 8}, choices={"pp": (2, 4)}, only=("fsdp", "tp", "pp"))
+    result = solve(model, Workload(global_batch_seqs=256, seq_len=4096), cluster, options, top_k=3)
+    for est in result.layouts:
+        d = est.layout.degrees
+        assert d["tp"] == 8 and d["pp"] in (2, 4) and d["dp"] == 1 and d["cp"] == 1
+
+
+@pytest.mark.parametrize("case_id, seqs", [("chosen-tp-1024-seqs", 1024), ("chosen-tp-256-seqs", 256)])
+def test_design_notes_choice_through_the_cli(shared, case_id, seqs):
+    """`--only fsdp,tp --choices tp=8,16,32,64 --objective gather-volume` picks the notes' TP degree."""
+    expected = next(c for c in reference.load_cases(shared / "reference" / "seed_cases.yaml") if c["id"] == case_id)
+    r = runner.invoke(app, ["solve", "--model", "llama70b", "--cluster", "v5p-8192", "--seqs", str(seqs), "--only",
+                            "fsdp,tp", "--choices", "tp=8,16,32,64", "--objective", "gather-volume", "--top", "1",
+                            "--format", "json"])
+    assert r.exit_code == 0, r.stdout
+    doc = json.loads(r.stdout)
+    best = doc["layouts"][0]
+    assert best["degrees"]["tp"] == expected["expected"]
+    assert best["degrees"]["fsdp"] == 8192 // expected["expected"]
+    kv = next(c for c in reference.load_cases(shared / "reference" / "seed_cases.yaml") if c["id"] == "kv-replication-tp32")
+    if best["degrees"]["tp"] == 32:
+        assert best["kv_replication"] == kv["expected"]
+    assert doc["solver"]["status"] == "OPTIMAL" and doc["solver"]["objective_unit"] == "bytes"
+
+
+def test_solve_json_contract_and_determinism():
+    args = ["solve", "--model", "llama3-8b", "--cluster", "h100-64", "--seqs", "256", "--format", "json"]
+    first, second = runner.invoke(app, args), runner.invoke(app, args)
+    assert first.exit_code == 0
+    a, b = json.loads(first.stdout), json.loads(second.stdout)
+    for key in ("method", "status", "objective", "bound", "wall_s", "num_candidates"):
+        assert key in a["solver"]
+    assert [x["degrees"] for x in a["layouts"]] == [x["degrees"] for x in b["layouts"]]
+    assert a["solver"]["objective"] == b["solver"]["objective"]
+    assert [x["rank"] for x in a["layouts"]] == [1, 2, 3]
+    assert a["problem"]["num_devices"] == 64
+
+
+def test_method_enumerate_matches_cpsat_through_the_cli():
+    base = ["solve", "--model", "debug", "--cluster", "h100-16", "--seqs", "64", "--format", "json", "--top", "2"]
+    a = json.loads(runner.invoke(app, base).stdout)
+    b = json.loads(runner.invoke(app, base + ["--method", "enumerate"]).stdout)
+    assert a["solver"]["objective"] == pytest.approx(b["solver"]["objective"])
+    assert b["solver"]["method"] == "enumerate"
+
+
+def test_nothing_fits_exits_1_with_the_explanation():
+    r = runner.invoke(app, ["explain", "--model", "llama3-405b", "--cluster", "h100-8", "--seqs", "8"])
+    assert r.exit_code == 1
+    assert "nothing fits: the nearest layout" in r.stderr
+    assert "GB per device" in r.stderr and "GB available" in r.stderr
+    r = runner.invoke(app, ["solve", "--model", "llama3-405b", "--cluster", "h100-8", "--seqs", "8", "--format", "json"])
+    assert r.exit_code == 1
+    doc = json.loads(r.stdout)
+    assert doc["solver"]["status"] == "INFEASIBLE" and doc["layouts"] == []
+    assert doc["explanation"]["funnel"][0]["rule"] == "product of degrees = devices"
+
+
+def test_rules_that_leave_nothing_are_named():
+    r = runner.invoke(app, ["solve", "--model", "debug", "--cluster", "h100-16", "--seqs", "64", "--fix", "tp=16"])
+    assert r.exit_code == 1
+    assert "tp divides num_heads(8)" in r.stderr
+
+
+def test_explain_shows_where_the_winner_wins():
+    """Term-by-term differences in seconds and bytes; ties are said to be ties."""
+    r = runner.invoke(app, ["explain", "--model", "llama70b", "--cluster", "v5p-8192", "--seqs", "256", "--format", "json"])
+    assert r.exit_code == 0
+    rows = json.loads(r.stdout)["explanation"]["versus"][0]
+    assert rows and all({"term", "winner", "other", "difference", "unit"} <= set(x) for x in rows)
+    terms = {x["term"]: x for x in rows}
+    assert terms["time/compute/recompute"]["difference"] < 0 < terms["memory/activations/saved"]["difference"]
+    r = runner.invoke(app, ["explain", "--model", "llama3-8b", "--cluster", "h100-64", "--seqs", "256"])
+    assert "layouts 1 and 2 cost the same in every term" in r.stdout
+
+
+def test_bad_search_options_exit_2():
+    r = runner.invoke(app, ["solve", "--only", "fsdp,tq"])
+    assert r.exit_code == 2 and "unknown name 'tq' (did you mean 'tp'?)" in r.stderr
+    r = runner.invoke(app, ["solve", "--choices", "tp=8,x"])
+    assert r.exit_code == 2 and "--choices tp: 'x' is not an integer" in r.stderr
