@@ -12,7 +12,7 @@ from dataclasses import replace
 
 import numpy as np
 
-from .costs import terms
+from .costs import params, terms
 from .errors import LayoutsearchError
 from .estimate import Estimate, estimate
 from .search.space import SearchOptions, Space, _divisors, microbatch_choices
@@ -104,6 +104,8 @@ def infeasibility(model: ModelSpec, workload: Workload, cluster: Cluster, option
     doubled = _fits_on_doubled(model, workload, cluster)
     if doubled:
         fixes.append(f"2x the devices ({doubled})")
+    state = params.param_counts(model)["total"] * workload.state_bytes_per_param
+    min_devices = int(-(-state // capacity))
     out["nearest_layout"] = {"degrees": layout.degrees, "recompute": layout.recompute, "zero_stage": layout.zero_stage,
                              "num_microbatches": layout.num_microbatches, "peak_bytes": est.memory_bytes["peak"],
                              "capacity_bytes": capacity, "peak_moment": est.peak_moment}
@@ -111,7 +113,9 @@ def infeasibility(model: ModelSpec, workload: Workload, cluster: Cluster, option
     out["message"] = (f"nothing fits: the nearest layout ({_degrees(layout)}, recompute={layout.recompute}, "
                       f"ZeRO-{layout.zero_stage}) needs {est.memory_bytes['peak'] / GB:.1f} GB per device, "
                       f"{capacity / GB:.1f} GB available"
-                      + (f"; fits with {' or '.join(fixes)}" if fixes else "; no single change found that fits"))
+                      + (f"; fits with {' or '.join(fixes)}" if fixes else "; no single change found that fits")
+                      + f"; the model state alone ({state / 1e12:.2f} TB at {workload.state_bytes_per_param} B/param) "
+                        f"needs at least {min_devices} devices")
     return out
 
 

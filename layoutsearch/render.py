@@ -127,8 +127,12 @@ def status_line(result) -> str:
     unit = "s" if result.objective == "step-time" else "B"
     value = "-" if result.objective_value is None else f"{result.objective_value:.6g} {unit}"
     bound = "-" if result.bound is None else f"{result.bound:.6g} {unit}"
-    proof = (f"OPTIMAL (bound {bound} = objective)" if result.status == "OPTIMAL"
-             else f"{result.status} (objective {value}, bound {bound}, gap {result.gap or 0:.2%})")
+    if result.status == "OPTIMAL":
+        proof = f"OPTIMAL (bound {bound} = objective)"
+    elif result.status == "INFEASIBLE":
+        proof = "INFEASIBLE (no candidate fits)"
+    else:
+        proof = f"{result.status} (objective {value}, bound {bound}, gap {result.gap or 0:.2%})"
     return (f"solver {result.method}: {proof} | {result.num_candidates:,} candidates "
             f"({result.rows_kept:,} (shape, K) row(s) left for CP-SAT by the bounds) | wall {result.wall_s:.2f} s")
 

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from functools import lru_cache
 
 import numpy as np
 
@@ -40,11 +41,12 @@ Span = tuple[SpanPart, ...]
 
 def group_span(cluster: Cluster, layout: Layout, degrees: tuple[str, ...]) -> Span:
     """The parts of the physical axes spanned by the group of ``degrees`` (e.g. ('fsdp', 'cp'))."""
+    placed = {name: dict(p) for name, p in layout.axes}
     parts = []
     for axis in cluster.axes:
         stride, factor, found_stride = 1, 1, None
         for name in NESTING_ORDER:
-            f = dict(layout.placement(name)).get(axis.name, 1)
+            f = placed.get(name, {}).get(axis.name, 1)
             if name in degrees and f > 1:
                 factor *= f
                 found_stride = stride if found_stride is None else found_stride
@@ -98,6 +100,7 @@ class RingCoefficients:
     alltoall_seconds_per_byte: float = 0.0
 
 
+@lru_cache(maxsize=65536)
 def ring_coefficients(span: Span) -> RingCoefficients:
     """Reduce a span to its AllGather coefficients (levels: ICI/NVLink, then DCN/scale-out)."""
     n = span_size(span)

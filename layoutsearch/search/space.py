@@ -157,9 +157,8 @@ def build_space(model: ModelSpec, workload: Workload, cluster: Cluster, options:
             placed, co = _placed_coeffs(model, cluster, (dp, fsdp, tp, pp, cp), order)
             if co is not None:
                 empty = empty or co
-                key = repr(co)
-                if key not in seen:
-                    seen.add(key)
+                if co not in seen:
+                    seen.add(co)
                     order_mask[i, o] = True
                     placements[(i, o)] = placed
             coeff_rows.append(co)
