@@ -1,0 +1,127 @@
+"""Plot a sweep file: MFU and step time against device count, and the chosen degrees.
+
+One line per (model, batch size); colour is the batch size, line style the model. Points with
+no layout (infeasible, time limit, bad cluster) break the lines and are marked with an x on
+the MFU axis. Reads Parquet or CSV (``layoutsearch.sweep.read_table``); matplotlib, Agg backend.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+
+from .errors import InvalidArgumentError
+
+DEGREES = ("dp", "fsdp", "tp", "pp", "cp")
+# Hollow markers of decreasing size, so degrees that coincide (often dp = pp = 1) stay visible.
+DEGREE_STYLE = {"dp": ("tab:blue", "o", 8), "fsdp": ("tab:orange", "s", 6.5), "tp": ("tab:green", "^", 5.5),
+                "pp": ("tab:red", "v", 4.5), "cp": ("tab:purple", "D", 3)}
+LINE_STYLES = ("-", "--", ":", "-.")
+MAX_DEGREE_PANELS = 16
+
+
+def _series(rows: list[dict]) -> dict[tuple[str, int, int], list[dict]]:
+    """Rows grouped by (model, seq_len, batch), each sorted by device count; rows without a device count dropped."""
+    groups: dict[tuple[str, int, int], list[dict]] = {}
+    for row in rows:
+        if row.get("num_devices") is not None:
+            groups.setdefault((row["model"], row["seq_len"], row["global_batch_seqs"]), []).append(row)
+    return {key: sorted(group, key=lambda r: r["num_devices"]) for key, group in sorted(groups.items())}
+
+
+def _label(key: tuple[str, int, int], models: set, lengths: set) -> str:
+    model, seq_len, seqs = key
+    parts = ([model] if len(models) > 1 else []) + [f"{seqs} seqs"] + ([f"x {seq_len}"] if len(lengths) > 1 else [])
+    return " ".join(parts)
+
+
+def _device_axis(ax, devices: list[int]) -> None:
+    """Log-2 device axis with a tick per device count; labels too close to the previous one are left out."""
+    ax.set_xscale("log", base=2)
+    ax.set_xticks(devices)
+    labels, last = [], None
+    for d in devices:
+        keep = last is None or math.log2(d / last) >= 0.35
+        labels.append(f"{d:,}" if keep else "")
+        last = d if keep else last
+    ax.set_xticklabels(labels, rotation=45, fontsize=7)
+    ax.minorticks_off()
+    ax.grid(True, alpha=0.3)
+
+
+def plot_sweep(path: str | os.PathLike, out_png: str | os.PathLike) -> str:
+    """Write the sweep plot as a PNG; returns its path."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    from matplotlib.ticker import FuncFormatter
+
+    from .sweep import read_table
+
+    path, out_png = os.fspath(path), os.fspath(out_png)
+    if not path.endswith((".parquet", ".csv")):
+        raise InvalidArgumentError(f"SWEEP_FILE: '{path}' must end in .parquet or .csv")
+    try:
+        rows = read_table(path)
+    except (OSError, ValueError, KeyError) as exc:
+        raise InvalidArgumentError(f"SWEEP_FILE: cannot read '{path}' ({exc})") from None
+    groups = _series(rows)
+    if not groups:
+        raise InvalidArgumentError(f"SWEEP_FILE: '{path}' has no point with a device count to plot")
+    models = {k[0] for k in groups}
+    lengths = {k[1] for k in groups}
+    batches = sorted({k[2] for k in groups})
+    colours = plt.get_cmap("viridis")
+    colour = {b: colours(i / max(1, len(batches) - 1) * 0.9) for i, b in enumerate(batches)}
+    style = {m: LINE_STYLES[i % len(LINE_STYLES)] for i, m in enumerate(sorted(models))}
+    devices = sorted({r["num_devices"] for g in groups.values() for r in g})
+
+    panels = list(groups.items())[:MAX_DEGREE_PANELS]
+    ncols = min(4, len(panels))
+    nrows = math.ceil(len(panels) / ncols)
+    fig = plt.figure(figsize=(4 * max(ncols, 3), 4.2 + 2.8 * nrows))
+    grid = fig.add_gridspec(1 + nrows, 2 * ncols, height_ratios=[1.5] + [1] * nrows, hspace=0.55, wspace=0.6)
+    ax_mfu, ax_step = fig.add_subplot(grid[0, :ncols]), fig.add_subplot(grid[0, ncols:])
+    missing = 0
+    for key, group in groups.items():
+        kw = {"color": colour[key[2]], "linestyle": style[key[0]], "marker": "o", "markersize": 4}
+        xs = [r["num_devices"] for r in group]
+        mfu = [r["mfu"] * 100 if r.get("mfu") is not None else math.nan for r in group]
+        step = [r["step_time_s"] if r.get("step_time_s") is not None else math.nan for r in group]
+        ax_mfu.plot(xs, mfu, label=_label(key, models, lengths), **kw)
+        ax_step.plot(xs, step, **kw)
+        bad = [r["num_devices"] for r in group if r.get("mfu") is None]
+        missing += len(bad)
+        ax_mfu.scatter(bad, [0] * len(bad), marker="x", color=colour[key[2]], zorder=3)
+    for ax, title, unit in ((ax_mfu, "MFU", "MFU (%)"), (ax_step, "step time", "seconds per step")):
+        _device_axis(ax, devices)
+        ax.set_title(title)
+        ax.set_xlabel("devices")
+        ax.set_ylabel(unit)
+    ax_mfu.set_ylim(bottom=-2)
+    ax_step.set_yscale("log")
+    ax_mfu.legend(fontsize=7, ncol=2 if len(groups) > 6 else 1)
+    if missing:
+        ax_mfu.text(0.01, 0.02, f"x = no layout ({missing} points)", transform=ax_mfu.transAxes, fontsize=7)
+
+    for i, (key, group) in enumerate(panels):
+        r, c = divmod(i, ncols)
+        ax = fig.add_subplot(grid[1 + r, 2 * c:2 * c + 2])
+        xs = [g["num_devices"] for g in group]
+        for name in DEGREES:
+            ys = [g[name] if g.get(name) is not None else math.nan for g in group]
+            col, marker, size = DEGREE_STYLE[name]
+            ax.plot(xs, ys, color=col, marker=marker, markersize=size, fillstyle="none", label=name, linewidth=1)
+        _device_axis(ax, devices)
+        ax.set_yscale("log", base=2)
+        ax.yaxis.set_major_formatter(FuncFormatter(lambda v, _: f"{v:g}"))
+        ax.set_title(f"degrees: {_label(key, models, lengths)}", fontsize=9)
+        if c == 0:
+            ax.set_ylabel("degree")
+        if i == min(ncols, len(panels)) - 1:  # right of the first row of degree panels
+            ax.legend(fontsize=7, loc="center left", bbox_to_anchor=(1.02, 0.5))
+    fig.suptitle(f"layoutsearch sweep: {os.path.basename(path)}")
+    fig.savefig(out_png, dpi=120, bbox_inches="tight")
+    plt.close(fig)
+    return out_png
