@@ -164,7 +164,8 @@ def _step(model, workload, acc, sh, k, r, z, co, first: dict, slow: dict, layout
         t = _scalar(steps[key])
         per_step["exposed_comm/" + key.split("/")[1]] = max(0.0, t - budget)
         budget = max(0.0, budget - t)
-    per_step["exposed_comm/zero"] += _scalar(steps["gather/zero"])
+    forward = _scalar(terms.layers_per_stage(model, sh) * first["windows"]["window/fwd_layer"])
+    per_step["exposed_comm/zero"] += max(0.0, _scalar(steps["gather/zero"]) - forward)
     per_step["exposed_comm/pp"] = _scalar(terms.pipeline_sends(model, workload, acc, sh, k, co))
     times = {key: kk * v for key, v in {**slow["compute"], **slow["exposed"]}.items()}
     times["compute/optimizer"] = _scalar(terms.optimizer_time(model, workload, acc, sh, z))

@@ -54,6 +54,7 @@ class Workload:
     optimizer_bytes_per_param: int = 8  # Adam m and v in fp32
     activation_bytes: int = 2  # bf16 activations
     causal: bool = True  # causal attention: masked score blocks are skipped (FlashAttention)
+    flash_attention: bool = True  # fused attention; False = scores materialised (pre-2022 Megatron, BLOOM)
     training_tokens: float | None = None  # total tokens for a calendar estimate
     precision: str = "bf16"
 

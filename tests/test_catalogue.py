@@ -42,7 +42,7 @@ def test_accelerators_convert_units_once_and_cite_sources():
     assert v5p.peak_flops_per_s == 459e12
     assert v5p.link_bytes_per_s_per_direction == 90e9
     h100 = load_accelerator("h100")
-    assert h100.hbm_bytes == 80e9 and h100.devices_per_node == 8
+    assert h100.hbm_bytes == pytest.approx(81559 * 2**20, rel=1e-5) and h100.devices_per_node == 8  # nvidia-smi
     assert load_accelerator("gb200").devices_per_node == 72
     for name in accelerator_names():
         raw = yaml.safe_load((catalogue_dir("hardware") / f"{name}.yaml").read_text())

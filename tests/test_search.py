@@ -168,8 +168,14 @@ def test_explain_shows_where_the_winner_wins():
     assert r.exit_code == 0
     rows = json.loads(r.stdout)["explanation"]["versus"][0]
     assert rows and all({"term", "winner", "other", "difference", "unit"} <= set(x) for x in rows)
-    terms = {x["term"]: x for x in rows}
-    assert terms["time/compute/recompute"]["difference"] < 0 < terms["memory/activations/saved"]["difference"]
+    assert all(x["difference"] == pytest.approx(x["other"] - x["winner"]) for x in rows)
+    from layoutsearch.explain import compare
+    from layoutsearch.specs import Layout
+    model, cluster, w = load_model("llama70b"), resolve_cluster("v5p-8192"), Workload(global_batch_seqs=256, seq_len=4096)
+    plain = estimate(model, w, cluster, Layout(fsdp=256, tp=32))
+    remat = estimate(model, w, cluster, Layout(fsdp=256, tp=32, recompute="full"))
+    terms = {x["term"]: x for x in compare(plain, remat)}
+    assert terms["time/compute/recompute"]["difference"] > 0 > terms["memory/activations/saved"]["difference"]
     r = runner.invoke(app, ["explain", "--model", "llama3-8b", "--cluster", "h100-64", "--seqs", "256"])
     assert "layouts 1 and 2 cost the same in every term" in r.stdout
 

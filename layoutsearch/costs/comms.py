@@ -116,8 +116,18 @@ def ring_coefficients(span: Span) -> RingCoefficients:
         per_level.append(c_l)
         a2a.append(c_l / 4.0 if any(p.axis.kind == "torus" for p in parts) else c_l / n_l)
         inner *= n_l
-    return RingCoefficients(members=n, seconds_per_byte=max(per_level),
-                            latency_s=sum(ring_latency(p) for p in span), alltoall_seconds_per_byte=max(a2a))
+    return RingCoefficients(members=n, seconds_per_byte=max(per_level), latency_s=span_latency(span),
+                            alltoall_seconds_per_byte=max(a2a))
+
+
+def span_latency(span: Span) -> float:
+    """Latency of one ring collective: per-axis hops on a torus (the axes run in parallel); on
+    switched networks NCCL's ring passes every member, n - 1 steps at the slowest link's latency."""
+    torus = sum(ring_latency(p) for p in span if p.axis.kind == "torus")
+    other = [p for p in span if p.axis.kind != "torus"]
+    if not other:
+        return torus
+    return torus + (math.prod(p.factor for p in other) - 1) * max(p.axis.latency_s for p in other)
 
 
 def ring_time(array_bytes, coeffs: RingCoefficients, half_efficiency_bytes: float = 0.0):

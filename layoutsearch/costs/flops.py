@@ -13,6 +13,10 @@ from ..specs import ModelSpec
 from .params import kv_heads_per_device
 
 BACKWARD_OVER_FORWARD = 2.0
+# FlashAttention's backward recomputes the scores: 5 matmul-sized products against 2 in the
+# forward (Dao 2023, FlashAttention-2, section 3.1), so 2.5x the forward.
+FLASH_ATTENTION_BACKWARD_OVER_FORWARD = 2.5
+MATERIALISED_SCORE_BYTES_FORWARD = 9  # write fp16 scores 2, softmax read 2 + write 2, dropout mask 1, read for AV 2
 RECOMPUTED_FORWARDS = {"none": 0.0, "selective": 0.0, "full": 1.0}
 
 
@@ -91,14 +95,18 @@ def calendar_days(total_flops: float, effective_flops_per_s: float) -> float:
     return total_flops / effective_flops_per_s / 86400.0
 
 
-def elementwise_bytes_per_token_per_layer(model: ModelSpec, tp: int, sequence_parallel: bool, activation_bytes: int) -> float:
+def elementwise_bytes_per_token_per_layer(model: ModelSpec, tp: int, sequence_parallel: bool, activation_bytes: int,
+                                          seq_len: int = 0, flash_attention: bool = True) -> float:
     """HBM bytes one forward of a layer's element-wise ops moves per token (memory-bound work).
 
     Two norms (read + write D), two residual adds (read 2D, write D), the MLP activation
-    (gated: read 2F, write F; plain: read F, write F) and rotary embedding of q and k.
+    (gated: read 2F, write F; plain: read F, write F) and rotary embedding of q and k; without
+    fused attention also the materialised scores (n_q/tp x S per token, Korthikanti et al.
+    2022: the softmax and dropout over the full S x S matrix).
     """
     d = model.d_model / tp if sequence_parallel else float(model.d_model)
     f = model.d_ff / tp
     qk = (model.num_heads // tp + kv_heads_per_device(model, tp)) * model.head_dim
     mlp_act = (3 if model.mlp == "gated" else 2) * f
-    return activation_bytes * (2 * 2 * d + 2 * 3 * d + mlp_act + 2 * qk)
+    scores = 0.0 if flash_attention else (model.num_heads // tp) * seq_len * MATERIALISED_SCORE_BYTES_FORWARD
+    return activation_bytes * (2 * 2 * d + 2 * 3 * d + mlp_act + 2 * qk) + scores

@@ -15,10 +15,12 @@ from .params import kv_heads_per_device
 # none: every input a backward kernel needs (FlashAttention keeps O and the row log-sum-exp, not scores);
 # selective: drops what the attention core and the element-wise MLP activation recompute cheaply;
 # full: the layer input only (Korthikanti et al. 2022 table 2, without dropout masks).
-RECOMPUTED_BY_SELECTIVE = ("attn_out", "attn_lse", "mlp_act")
+RECOMPUTED_BY_SELECTIVE = ("attn_out", "attn_lse", "attn_scores", "mlp_act")
+SAVED_SCORE_BYTES = 5  # without fused attention: softmax output 2, dropout mask 1, dropout output 2 (Korthikanti)
 
 
-def saved_tensor_widths(model: ModelSpec, tp: int, sequence_parallel: bool) -> dict[str, float]:
+def saved_tensor_widths(model: ModelSpec, tp: int, sequence_parallel: bool, seq_len: int = 0,
+                        flash_attention: bool = True, activation_bytes: int = 2) -> dict[str, float]:
     """Elements per token of every tensor a layer saves for backward, on one TP rank."""
     d_sp = model.d_model / tp if sequence_parallel else float(model.d_model)
     q = model.num_heads // tp * model.head_dim
@@ -29,7 +31,8 @@ def saved_tensor_widths(model: ModelSpec, tp: int, sequence_parallel: bool) -> d
         "qkv_in": d_sp,  # normalised input of the QKV projection
         "q": q, "k": kv, "v": kv,  # inputs of the attention core
         "attn_out": q,  # attention output, input of the O projection
-        "attn_lse": model.num_heads / tp * 2.0,  # fp32 log-sum-exp per head (in bf16 widths)
+        "attn_lse": model.num_heads / tp * 2.0 if flash_attention else 0.0,  # fp32 log-sum-exp per head
+        "attn_scores": 0.0 if flash_attention else (model.num_heads // tp) * seq_len * SAVED_SCORE_BYTES / activation_bytes,
         "mlp_norm_in": d_sp,
         "mlp_in": d_sp,
         "mlp_pre": f * (model.mlp_matrices - 1),  # gate and up (gated) or pre-activation (plain)

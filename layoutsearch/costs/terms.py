@@ -105,20 +105,24 @@ def compute_per_microbatch(model: ModelSpec, workload: Workload, acc: Accelerato
     layers = layers_per_stage(model, sh)
     full, any_recompute = _f(r == 2), _f(r >= 1)
     mm = flops.matmul_flops_per_token_per_layer(model, sh.tp) * m / rate
-    attn = flops.attention_flops_per_token_per_layer(model, workload.seq_len, workload.causal, sh.tp) * m / rate
-    ew_bytes = flops.elementwise_bytes_per_token_per_layer(model, sh.tp, sequence_parallel, workload.activation_bytes)
+    causal_skip = workload.causal and workload.flash_attention  # unfused kernels compute the masked half too
+    attn = flops.attention_flops_per_token_per_layer(model, workload.seq_len, causal_skip, sh.tp) * m / rate
+    ew_bytes = flops.elementwise_bytes_per_token_per_layer(model, sh.tp, sequence_parallel, workload.activation_bytes,
+                                                           workload.seq_len, workload.flash_attention)
     ew = ew_bytes * m * (3.0 + full) / acc.hbm_bytes_per_s
     passes = 1.0 + flops.BACKWARD_OVER_FORWARD
+    attn_passes = 1.0 + (flops.FLASH_ATTENTION_BACKWARD_OVER_FORWARD if workload.flash_attention
+                         else flops.BACKWARD_OVER_FORWARD)
     logits = _f(last) * passes * flops.logits_flops_per_token(model, sh.tp) * m / rate
     recompute = mm * full + attn * any_recompute
     return {
         "compute/matmul": layers * mm * passes,
-        "compute/attention": layers * attn * passes,
+        "compute/attention": layers * attn * attn_passes,
         "compute/recompute": layers * recompute,
         "compute/elementwise": layers * ew,
         "compute/logits": logits,
         "window/fwd_layer": mm + attn,
-        "window/bwd_layer": (mm + attn) * flops.BACKWARD_OVER_FORWARD + recompute,
+        "window/bwd_layer": mm * flops.BACKWARD_OVER_FORWARD + attn * (attn_passes - 1.0) + recompute,
         "window/attn_fwd_layer": attn,
         "window/logits": logits,
     }
@@ -190,7 +194,8 @@ def step_collectives(model: ModelSpec, workload: Workload, acc: Accelerator, sh:
 
     'reduce': ZeRO-1/2 gradient reduce-scatter + DP all-reduce (over every copy when z = 0)
     + the KV-replica all-reduce; they hide behind the last microbatch's backward.
-    'gather': the ZeRO-1/2 gather of updated weights (exposed).
+    'gather': the ZeRO-1/2 gather of updated weights; it hides behind the next step's first
+    forward (Megatron --overlap-param-gather), the rest is exposed.
     """
     half = acc.collective_half_efficiency_bytes
     p_stage = _f(stage_params(model, sh, first=True))
@@ -238,9 +243,13 @@ def stage_params(model: ModelSpec, sh: Shapes, first: bool):
 
 
 # ----------------------------------------------------------------------------- memory
+# Live arrays at each moment (each counted once). The loss backward holds the fp32 logits and
+# their gradient; the layer backward after it holds a layer's gathered weights (current and
+# prefetched), its unsharded gradients and its recompute working set, never both at once.
 MOMENTS = {
     "forward_end": ("state", "activations", "gathered", "workspace", "logits"),
-    "backward": ("state", "activations", "gathered", "workspace", "logits", "layer_grads", "recompute", "logits_grad"),
+    "loss_backward": ("state", "activations", "gathered", "logits", "logits_grad"),
+    "layer_backward": ("state", "activations", "gathered", "workspace", "layer_grads", "recompute"),
     "optimizer_step": ("state",),
 }
 
@@ -261,7 +270,8 @@ def memory_by_microbatch(model: ModelSpec, workload: Workload, sh: Shapes, k, r,
     """Bytes per device that depend on the microbatching and recompute (keys S, K, r, stage)."""
     m = tokens_per_microbatch(workload, sh, k)
     act_b = workload.activation_bytes
-    widths = memory.saved_tensor_widths(model, sh.tp, sequence_parallel)
+    widths = memory.saved_tensor_widths(model, sh.tp, sequence_parallel, workload.seq_len, workload.flash_attention,
+                                        act_b)
     kept = {code: [n for n in widths if memory.kept_by_policy(n, RECOMPUTE_NAMES[code])] for code in (0, 1, 2)}
     per_token = {code: sum(_f(widths[n]) for n in names) for code, names in kept.items()}
     saved = np.select([r == 0, r == 1], [per_token[0], per_token[1]], per_token[2]) * m * act_b

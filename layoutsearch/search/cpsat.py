@@ -59,7 +59,7 @@ def row_bounds(space: Space, t: Tables, objective: str) -> tuple[np.ndarray, np.
     s = space.sk_shape
     omask, zmask = space.order_mask[s], space.zero_mask[s]
     stage = np.where(omask[:, None, :], t.STAGE0, BIG).min(axis=(1, 2))
-    extra = np.where(zmask[:, :, None] & omask[:, None, :], t.GATH[s] + t.OPT[s][:, :, None], BIG).min(axis=(1, 2))
+    extra = np.where(zmask, t.OPT[s], BIG).min(axis=1)
     pp = np.where(omask, t.PP, BIG).min(axis=1)
     mem = t.MZ[s][:, None] + t.MB[:, :, None]  # [sk, r, z, st, moment]
     fits_r = ((mem <= t.capacity_kib).all(axis=(3, 4)) & zmask[:, None, :]).any(axis=2)
@@ -160,7 +160,8 @@ def build_model(space: Space, t: Tables, rows: np.ndarray, clip: int | None, fit
     win = over(v.w, t.WIN, lambda k: (k[0], k[1]), None)
     pp = over(v.w, t.PP, lambda k: (k[0], k[2]))
     red = over(v.szo, t.RED, top=None)
-    gath = over(v.szo, t.GATH)
+    gath = over(v.szo, t.GATH, top=None)
+    fwd = over(v.w, t.FWD, lambda k: k[0], None)
     opt = over(v.sz, t.OPT)
     horizon = int(limit if limit is not None else t.STAGE3.max()) + 1
     # ---- ZeRO-3 collectives run only with stage 3 and more than one shard
@@ -172,7 +173,10 @@ def build_model(space: Space, t: Tables, rows: np.ndarray, clip: int | None, fit
     # ---- once-per-step reductions hide behind the last microbatch's backward
     reduce_exposed = model.new_int_var(0, int(t.RED.max()) + 1, "reduce_exposed")
     model.add(reduce_exposed >= red - win)
-    step = stage + zero3 + reduce_exposed + gath + pp + opt + t.step0
+    # ---- the ZeRO-1/2 gather of updated weights hides behind the next step's first forward
+    gather_exposed = model.new_int_var(0, int(t.GATH.max()) + 1, "gather_exposed")
+    model.add(gather_exposed >= gath - fwd)
+    step = stage + zero3 + reduce_exposed + gather_exposed + pp + opt + t.step0
     # ---- every stage's memory fits at every moment; the peak is the last tie-break
     peak = model.new_int_var(0, 2 * cap + 2, "peak_kib")
     for st in (0, 1):

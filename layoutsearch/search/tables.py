@@ -10,7 +10,7 @@ Per stage st (0 = first, 1 = last):
   stage[st] = A[SKr,st] + TP[SKo,st] + full*TPF[SKo] + CP[SKo] + full*CPF[SKo]
               + z3 * (FX[SKo,st] + max(0, X[SKo] - Y[SKr]))
   STAGE     = max_st stage[st], tabulated per (S,K,r,o) without (STAGE0) and with ZeRO-3 (STAGE3)
-  step      = STAGE + max(0, RED[Szo] - WIN[SKr]) + GATH[Szo] + PP[SKo] + OPT[Sz] + STEP0
+  step      = STAGE + max(0, RED[Szo] - WIN[SKr]) + max(0, GATH[Szo] - FWD[SK]) + PP[SKo] + OPT[Sz] + STEP0
   memory    = MZ[Sz,st,moment] + MB[SKr,st,moment] <= capacity, for every st and moment
 """
 
@@ -37,6 +37,7 @@ class Tables:
     A: np.ndarray  # [sk, r, st]
     Y: np.ndarray  # [sk, r]
     WIN: np.ndarray  # [sk, r]
+    FWD: np.ndarray  # [sk] one microbatch's forward on the first stage (hides the ZeRO-1/2 gather)
     MB: np.ndarray  # [sk, r, st, moment]
     # (S,K) x o
     TP: np.ndarray  # [sk, o, st]
@@ -98,6 +99,7 @@ def build_tables(space: Space) -> Tables:
             bwd = c["window/bwd_layer"]
             win = terms.layers_per_stage(model, sh) * bwd
             y = mult * win
+            fwd = (terms.layers_per_stage(model, sh) * c["window/fwd_layer"]).reshape(n_sk, len(codes))[:, 0]
     # ---- (S,K) x o
     sh_o, k_o, shape_o = _grid(space, sk, n_o)
     order_o = np.tile(np.arange(n_o), n_sk)
@@ -146,6 +148,7 @@ def build_tables(space: Space) -> Tables:
     tables = Tables(
         quantum_s=quantum, capacity_kib=int(capacity_bytes(space.cluster) // KIB), step0=int(q(acc.step_overhead_s)),
         A=q(np.stack(a, axis=-1)).reshape(n_sk, nr, 2), Y=q(y).reshape(n_sk, nr), WIN=q(win).reshape(n_sk, nr),
+        FWD=q(fwd),
         MB=kib(np.stack([np.stack(m, axis=-1) for m in mb], axis=-2)).reshape(n_sk, nr, 2, len(MOMENT_NAMES)),
         TP=q(np.stack(tp_st, axis=-1)).reshape(n_sk, n_o, 2), TPF=q(tpf).reshape(n_sk, n_o),
         CP=q(mult_o * cp["base"]).reshape(n_sk, n_o), CPF=q(mult_o * cp["if_full"]).reshape(n_sk, n_o),
@@ -172,7 +175,7 @@ def assemble(t: Tables, space: Space, sk, ri, z, o) -> dict:
     """Quantised step time, peak memory (KiB), fit and gather volume of candidates (index arrays)."""
     s = space.sk_shape[sk]
     stage = np.where(t.Z3[s, z], t.STAGE3[sk, ri, o], t.STAGE0[sk, ri, o])
-    step = (stage + np.maximum(0, t.RED[s, z, o] - t.WIN[sk, ri]) + t.GATH[s, z, o]
+    step = (stage + np.maximum(0, t.RED[s, z, o] - t.WIN[sk, ri]) + np.maximum(0, t.GATH[s, z, o] - t.FWD[sk])
             + t.PP[sk, o] + t.OPT[s, z] + t.step0)
     mem = t.MZ[s, z] + t.MB[sk, ri]  # [.., st, moment]
     peak = mem.reshape(mem.shape[0], -1).max(axis=1) if mem.ndim > 2 else mem.max()
