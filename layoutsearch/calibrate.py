@@ -33,12 +33,13 @@ from .estimate import estimate
 from .specs import Cluster
 from .validate import error_stats, record_to_problem
 
-DEFAULT_PARAMS = ("matmul_efficiency", "collective_efficiency", "scale_out_efficiency", "microbatch_overhead_s")
+DEFAULT_PARAMS = ("matmul_efficiency", "attention_efficiency", "collective_efficiency", "scale_out_efficiency")
 EFFICIENCY_BOUNDS = (0.2, 1.0)
 SCALES = {"matmul_half_efficiency_tokens": 128.0, "microbatch_overhead_s": 1e-4, "step_overhead_s": 1e-2,
           "collective_half_efficiency_bytes": 65536.0}
 # Accelerator field (SI) -> (hardware YAML key under `calibration:`, factor from SI to the YAML unit)
 YAML_KEYS = {"matmul_efficiency": ("matmul_efficiency", 1.0),
+             "attention_efficiency": ("attention_efficiency", 1.0),
              "matmul_half_efficiency_tokens": ("matmul_half_efficiency_tokens", 1.0),
              "collective_efficiency": ("collective_efficiency", 1.0),
              "scale_out_efficiency": ("scale_out_efficiency", 1.0),

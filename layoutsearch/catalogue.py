@@ -63,6 +63,7 @@ class TopologyFile(_Strict):
 class CalibrationFile(_Strict):
     matmul_efficiency: float = Field(gt=0, le=1)
     matmul_half_efficiency_tokens: float = Field(ge=0)
+    attention_efficiency: float = Field(gt=0, le=1)
     collective_efficiency: float = Field(gt=0, le=1)
     scale_out_efficiency: float = Field(gt=0, le=1)
     collective_half_efficiency_kib: float = Field(ge=0)
@@ -211,6 +212,7 @@ def accelerator_from_dict(data: Any, where: str) -> Accelerator:
         runtime_reserve_bytes=f.runtime_reserve_gib * GIB,
         matmul_efficiency=cal.matmul_efficiency,
         matmul_half_efficiency_tokens=cal.matmul_half_efficiency_tokens,
+        attention_efficiency=cal.attention_efficiency,
         collective_efficiency=cal.collective_efficiency,
         scale_out_efficiency=cal.scale_out_efficiency,
         collective_half_efficiency_bytes=cal.collective_half_efficiency_kib * 1024,

@@ -296,6 +296,52 @@ def export_cmd(
     _write(export_document(document, to, rank), output)
 
 
+@app.command("validate")
+@reports_errors
+def validate_cmd(
+    runs: Annotated[str, typer.Argument(help="Measured runs (shared/validation/SCHEMA.md format)")],
+    max_median_error: Annotated[float, typer.Option("--max-median-error", min=0.0)] = 0.10,
+    rank: Annotated[bool, typer.Option("--rank/--no-rank", help="Rank each published layout among the candidates")] = True,
+    fmt: FormatOpt = Format.table,
+) -> None:
+    """Predicted against measured tokens/s per device; exit 1 when the median error exceeds the limit."""
+    from .validate import load_runs, validate_runs
+
+    doc = validate_runs(load_runs(runs), max_median_error, rank=rank)
+    if fmt == Format.json:
+        typer.echo(json.dumps(doc, indent=2, default=float))
+    else:
+        render.validation_report(doc)
+    if not doc["summary"]["passed"]:
+        typer.echo(f"median error {doc['summary']['median_abs_rel_error']:.1%} exceeds {max_median_error:.1%}", err=True)
+        raise typer.Exit(1)
+
+
+@app.command("calibrate")
+@reports_errors
+def calibrate_cmd(
+    runs: Annotated[str, typer.Argument(help="Measured runs (shared/validation/SCHEMA.md format)")],
+    accelerator: Annotated[Optional[str], typer.Option("--accelerator", help="Only these, e.g. h100,a100-80gb")] = None,
+    fit: Annotated[str, typer.Option("--fit", help="Calibration fields to fit")] = "matmul_efficiency,attention_efficiency",
+    write: Annotated[bool, typer.Option("--write", help="Write the fitted values into hardware/*.yaml")] = False,
+) -> None:
+    """Fit a few calibration fields per accelerator (least squares on log error); writes only with --write."""
+    import datetime
+
+    from .calibrate import YAML_KEYS, calibrate, write_calibration
+    from .catalogue import catalogue_dir
+    from .parse import parse_names
+    from .validate import load_runs
+
+    fields = parse_names(fit, tuple(YAML_KEYS), "--fit")
+    accs = parse_names(accelerator, tuple(accelerator_names()), "--accelerator") if accelerator else None
+    result = calibrate(load_runs(runs), accelerators=accs, params=fields)
+    render.calibration_report(result)
+    if write:
+        written = write_calibration(result, catalogue_dir("hardware"), today=datetime.date.today())
+        typer.echo(f"wrote {', '.join(str(p) for p in written)}", err=True)
+
+
 def _write(text: str, output: str | None) -> None:
     """Write whole or not at all: a temporary file renamed into place."""
     import os

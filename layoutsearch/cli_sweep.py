@@ -6,6 +6,7 @@ Exit codes of `sweep`: 0 done (infeasible points are results, recorded with thei
 
 from __future__ import annotations
 
+import sys
 from enum import Enum
 from typing import Annotated, Optional
 
@@ -40,14 +41,14 @@ def register(app: typer.Typer) -> None:
         progress: Annotated[bool, typer.Option("--progress/--no-progress", help="Progress bar on stderr")] = True,
     ) -> None:
         """Best layout for every (model, cluster, batch) point; resumable, one row per point."""
-        from .sweep import expand_points, print_summary, run_sweep
+        from .sweep import expand_points, journal_path, print_summary, run_sweep
 
         points = expand_points(model, cluster, seqs, seq_len)
         try:
             summary = run_sweep(points, output, jobs=jobs, executor=executor.value, address=address,
                                 time_limit_s=time_limit, progress=progress, fresh=fresh, retry_failed=retry_failed)
         except KeyboardInterrupt:
-            typer.echo(f"interrupted: finished points are kept in {output} and {output}.jsonl; "
+            typer.echo(f"interrupted: finished points are kept in {output} and {journal_path(output)}; "
                        "rerun the same command to resume", err=True)
             raise typer.Exit(130) from None
         print_summary(summary.rows)
@@ -67,3 +68,16 @@ def register(app: typer.Typer) -> None:
         from .plot import plot_sweep
 
         typer.echo(f"wrote {plot_sweep(sweep_file, output)}", err=True)
+
+
+def main(argv: list[str] | None = None) -> int:
+    """`python -m layoutsearch.cli_sweep sweep ...`: the main CLI, with these commands registered once."""
+    from . import cli
+
+    if not any(command.name == "sweep" for command in cli.app.registered_commands):
+        register(cli.app)
+    return cli.main(argv)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

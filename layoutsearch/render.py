@@ -165,3 +165,48 @@ def explain_report(model_name: str, cluster_name: str, result, explanation: dict
             table.add_row(row["rule"], f"{row['removed']:,}", f"{row['remaining']:,}")
         out.print(table)
         out.print(f"[bold red]{explanation['message']}[/bold red]")
+
+
+def _pct(x, signed=False) -> str:
+    return "-" if x is None else (f"{x:+.1%}" if signed else f"{x:.1%}")
+
+
+def validation_report(doc: dict) -> None:
+    """Summary, groups and the worst misses of `layoutsearch validate`."""
+    out = console()
+    s = doc["summary"]
+    out.print(f"[bold]{s['count']} records evaluated, {s['skipped']} skipped[/bold]: median |error| "
+              f"{_pct(s['median_abs_rel_error'])}, p90 {_pct(s['p90_abs_rel_error'])}, signed median "
+              f"{_pct(s['median_rel_error'], True)} (+ = predicted too fast), fit accuracy {_pct(s['fit_accuracy'])}")
+    for title, groups in (("accelerator", s["by_accelerator"]), ("source", s["by_source"])):
+        table = Table(title=f"by {title}")
+        for col in (title, "evaluated", "median |err|", "p90 |err|", "median signed", "skipped"):
+            table.add_column(col, justify="left" if col == title else "right")
+        for name, g in groups.items():
+            table.add_row(name, str(g["count"]), _pct(g["median_abs_rel_error"]), _pct(g["p90_abs_rel_error"]),
+                          _pct(g["median_rel_error"], True), str(g["skipped"]))
+        out.print(table)
+    out.print("[bold]worst 5[/bold]")
+    for w in s["worst"]:
+        out.print(f"  {w['id']}: {_pct(w['rel_error'], True)}: {w['reason']}")
+    if s.get("bloom_sweep_spearman") is not None:
+        out.print(f"BLOOM layout sweep: Spearman rho {s['bloom_sweep_spearman']:.2f}")
+    skipped = [r for r in doc["records"] if r.get("skipped_reason")]
+    for r in skipped:
+        out.print(f"  skipped {r['id']}: {r['skipped_reason']}")
+
+
+def calibration_report(result: dict) -> None:
+    """Before/after errors and the fitted values per accelerator."""
+    table = Table(title="calibration (least squares on log(predicted / measured))")
+    for col in ("accelerator", "records", "median before -> after", "p90 before -> after", "fitted", "at a bound"):
+        table.add_column(col)
+    for acc, fit in result.items():
+        if not fit.get("fitted"):
+            table.add_row(acc, str(fit.get("records", 0)), "-", "-", "no usable records", "-")
+            continue
+        table.add_row(acc, str(fit["records"]),
+                      f"{_pct(fit['before']['median_abs_rel_error'])} -> {_pct(fit['after']['median_abs_rel_error'])}",
+                      f"{_pct(fit['before']['p90_abs_rel_error'])} -> {_pct(fit['after']['p90_abs_rel_error'])}",
+                      ", ".join(f"{k} {v:.3g}" for k, v in fit["fitted"].items()), ", ".join(fit["at_bound"]) or "-")
+    console().print(table)

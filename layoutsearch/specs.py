@@ -55,6 +55,8 @@ class Workload:
     activation_bytes: int = 2  # bf16 activations
     causal: bool = True  # causal attention: masked score blocks are skipped (FlashAttention)
     flash_attention: bool = True  # fused attention; False = scores materialised (pre-2022 Megatron, BLOOM)
+    fsdp_collectives_per_layer: int = 1  # ZeRO-3 gathers per layer: 1 with flat parameters (FSDP, XLA);
+    # one per parameter tensor with DeepSpeed ZeRO-3 as of 2021
     training_tokens: float | None = None  # total tokens for a calendar estimate
     precision: str = "bf16"
 
@@ -87,6 +89,7 @@ class Accelerator:
     runtime_reserve_bytes: float  # runtime, compiler workspace and fragmentation
     matmul_efficiency: float  # achievable fraction of peak for large matmuls
     matmul_half_efficiency_tokens: float  # tokens per matmul at which efficiency halves
+    attention_efficiency: float  # achievable fraction of peak for the attention core (fused kernels)
     collective_efficiency: float  # achievable fraction of ICI/NVLink bandwidth
     scale_out_efficiency: float  # achievable fraction of NIC/DCN bandwidth
     collective_half_efficiency_bytes: float  # message size at which bandwidth halves

@@ -30,7 +30,14 @@ Mapping a record onto the engine (``record_to_problem``); every rule is applied 
    scale-out bandwidth (GB/s -> bytes/s). TPUs -> one slice ``f"{acc}-{n}"``, unless the record
    is multislice: zero_stage 3 with dp/fsdp = k > 1 replicas (MaxText "DCN data parallel across
    k slices") -> ``f"{acc}-{n//k}x{k}"`` with the engine's dp = k placed on the "dcn" axis.
-8. A record the engine rejects (structural violation, unknown cluster shape) is skipped with
+8. Attention kernel: fused (FlashAttention-style, no S x S scores in HBM) unless the run
+   predates fused attention in its framework: a source dated 2021 or earlier, or BigScience's
+   tr11 (Megatron-DeepSpeed, 2022), whose scores are materialised (``Workload.flash_attention``).
+9. ZeRO-3 implementation: DeepSpeed ZeRO-3 as of 2021 (the Megatron 2021 Table 2 comparison)
+   gathers and reduces every parameter tensor of a layer separately (``fsdp_collectives_per_layer``
+   = the layer's tensors: 4 weight matrices, their biases and two norms' weights and biases = 12
+   for GPT); later ZeRO-3 records use flat per-layer collectives (1).
+10. A record the engine rejects (structural violation, unknown cluster shape) is skipped with
    the engine's message as the reason; nothing is dropped silently.
 
 MFU: where a record reports one, the prediction is reported under the record's convention,
@@ -56,8 +63,7 @@ from .catalogue import _validate, accelerator_names, load_accelerator, model_fro
 from .check import structural_violations
 from .costs import flops
 from .errors import CatalogueError, LayoutsearchError, did_you_mean
-from .estimate import Estimate, estimate
-from .placement import default_axes
+from .estimate import Estimate, estimate, with_default_axes
 from .specs import Cluster, Layout, ModelSpec, Workload
 from .topology import resolve_cluster
 
@@ -180,6 +186,19 @@ def _is_bigscience(record: dict) -> bool:
     return source_family(record) == "bigscience"
 
 
+def zero3_collectives_per_layer(record: dict) -> int:
+    """Rule 9: 12 per-tensor collectives for DeepSpeed ZeRO-3 of 2021 (GPT layer tensors), else 1."""
+    lay = record["layout"]
+    deepspeed_2021 = "ZeRO-3" in record["source"] and not fused_attention(record)
+    return 12 if (deepspeed_2021 and lay["zero_stage"] == 3) else 1
+
+
+def fused_attention(record: dict) -> bool:
+    """Rule 8: fused attention, unless the run predates it (a source year <= 2021, or BigScience tr11)."""
+    years = [int(y) for y in re.findall(r"\b(20\d\d)\b", record["source"])]
+    return not (_is_bigscience(record) or (years and min(years) <= 2021))
+
+
 def mapping_notes(record: dict) -> list[str]:
     """The approximations and defaults ``record_to_problem`` applies to this record (docstring rules)."""
     lay, notes = record["layout"], []
@@ -254,7 +273,8 @@ def record_to_problem(record: dict) -> Problem | str:
     if isinstance(mb, str):
         return mb
     workload = Workload(global_batch_seqs=wl["global_batch_seqs"], seq_len=wl["seq_len"],
-                        precision=wl["precision"] or "bf16")
+                        precision=wl["precision"] or "bf16", flash_attention=fused_attention(record),
+                        fsdp_collectives_per_layer=zero3_collectives_per_layer(record))
     dp, fsdp, zero = _data_parallel(record)
     replicas = _tpu_replicas(record)
     stated = re.search(r"across (\d+) slice", str(record.get("derived", {}).get("fsdp", "")))
@@ -272,7 +292,7 @@ def record_to_problem(record: dict) -> Problem | str:
     if violations:
         return "engine rejects the layout: " + "; ".join(v.message for v in violations)
     try:
-        axes = default_axes(cluster, layout)
+        axes = with_default_axes(cluster, layout, model, workload).axes
     except LayoutsearchError as exc:
         return f"placement: {exc}"
     if replicas > 1 and dict(dict(axes).get("dp", ())).get("dcn") != replicas:
@@ -354,22 +374,21 @@ def evaluate_record(record: dict) -> dict:
     return out
 
 
-def rank_published(record: dict, solve_fn: Callable[[ModelSpec, Workload, Cluster], list]) -> dict:
-    """Rank of the published layout among the engine's candidates, and the best predicted speed-up.
+def rank_published(record: dict) -> dict:
+    """Rank of the published layout among every candidate of the engine for the same model,
+    cluster and batch (1 = nothing predicted faster), and the best candidate's predicted
+    speed-up over it (both by the search's tables)."""
+    from .search import rank_among_candidates
 
-    ``solve_fn(model, workload, cluster)`` returns candidates best first, each with a
-    ``tokens_per_s`` attribute (an Estimate). Rank = 1 + candidates predicted strictly faster
-    than the published layout; speed-up = best candidate / published layout (both predicted).
-    """
     problem = record_to_problem(record)
     if isinstance(problem, str):
         return {"published_layout_rank": None, "best_predicted_speedup": None}
-    published = estimate(*problem, strict=False).tokens_per_s
-    candidates = [c.tokens_per_s for c in solve_fn(*problem[:3])]
-    if not candidates:
+    published = estimate(*problem, strict=False).step_time_s
+    ranked = rank_among_candidates(*problem[:3], published)
+    if ranked["best_step_s"] is None:
         return {"published_layout_rank": None, "best_predicted_speedup": None}
-    return {"published_layout_rank": 1 + sum(t > published * (1 + 1e-9) for t in candidates),
-            "best_predicted_speedup": max(candidates) / published}
+    return {"published_layout_rank": ranked["rank"], "best_predicted_speedup": published / ranked["best_step_s"],
+            "candidates": ranked["num_candidates"]}
 
 
 # ----------------------------------------------------------------------------- summary
@@ -462,17 +481,17 @@ def summarize(entries: list[dict], sweeps: list[dict], max_median_error: float) 
     }
 
 
-def validate_runs(records: list[dict], max_median_error: float = 0.10, solve_fn: Callable | None = None) -> dict:
+def validate_runs(records: list[dict], max_median_error: float = 0.10, rank: bool = True) -> dict:
     """Evaluate every record; the OUTPUT.md document {"records": [...], "summary": {...}}.
 
-    With ``solve_fn`` (see ``rank_published``) each evaluated record also gets
-    ``published_layout_rank`` and ``best_predicted_speedup``; without it those stay null.
+    With ``rank`` each evaluated record also gets ``published_layout_rank`` and
+    ``best_predicted_speedup`` (see ``rank_published``); without it those stay null.
     """
     entries = [evaluate_record(r) for r in records]
-    if solve_fn is not None:
+    if rank:
         for r, e in zip(records, entries):
             if e["skipped_reason"] is None:
-                e.update(rank_published(r, solve_fn))
+                e.update(rank_published(r))
     summary = summarize(entries, layout_sweeps(records, entries), max_median_error)
     return {"records": entries, "summary": summary}
 

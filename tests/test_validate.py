@@ -163,17 +163,18 @@ def test_validate_document_follows_the_output_contract(runs):
     assert doc["summary"]["count"] == 2 and doc["summary"]["fit_accuracy"] == 1.0
 
 
-def test_rank_published_with_a_plugged_in_solver(runs):
-    """Rank = 1 + candidates predicted strictly faster; speed-up = best / published."""
+def test_rank_published_against_the_search(runs):
+    """Rank = 1 + candidates predicted faster; speed-up = published step / the solver's best step."""
+    from layoutsearch.search import solve
+
     rec = runs["megatron2021-table1-18-4b"]
-    published = estimate(*record_to_problem(rec), strict=False).tokens_per_s
-
-    class Cand:
-        def __init__(self, t):
-            self.tokens_per_s = t
-
-    result = rank_published(rec, lambda m, w, c: [Cand(1.5 * published), Cand(1.1 * published), Cand(published)])
-    assert result["published_layout_rank"] == 3 and result["best_predicted_speedup"] == pytest.approx(1.5)
+    model, workload, cluster, layout = record_to_problem(rec)
+    published = estimate(model, workload, cluster, layout, strict=False).step_time_s
+    result = rank_published(rec)
+    best = solve(model, workload, cluster, top_k=1)
+    assert result["published_layout_rank"] >= 1 and result["candidates"] > 1000
+    assert result["best_predicted_speedup"] == pytest.approx(published / best.layouts[0].step_time_s, rel=1e-4)
+    assert result["best_predicted_speedup"] >= 1.0
 
 
 # ----------------------------------------------------------------------------- calibration
@@ -222,3 +223,47 @@ def test_write_calibration_rewrites_only_the_calibration_values(tmp_path):
     assert any("fitted by layoutsearch calibrate on runs_dev.yaml (42 records) on 2026-01-02" in line for line in after)
     acc = accelerator_from_dict(read_yaml(tmp_path / "h100.yaml"), "h100.yaml")
     assert acc.matmul_efficiency == 0.5432 and acc.microbatch_overhead_s == pytest.approx(3.5e-4)
+
+
+# ----------------------------------------------------------------------------- command line
+def _subset(tmp_path, runs, ids):
+    import yaml as _yaml
+    path = tmp_path / "runs.yaml"
+    path.write_text(_yaml.safe_dump([runs[i] for i in ids], sort_keys=False))
+    return path
+
+
+def test_validate_cli_exit_codes_and_json(tmp_path, runs):
+    """JSON per OUTPUT.md; exit 1 when the median error exceeds the limit; 2 for a malformed file."""
+    import json
+    from typer.testing import CliRunner
+    from layoutsearch.cli import app
+
+    path = _subset(tmp_path, runs, ["megatron2021-table1-18-4b", "maxtext-v5p-2023-128b-1xv5p-256"])
+    r = CliRunner().invoke(app, ["validate", str(path), "--format", "json", "--no-rank"])
+    doc = json.loads(r.stdout)
+    assert {"records", "summary"} <= set(doc) and doc["summary"]["count"] == 2
+    for rec in doc["records"]:
+        assert rec["rel_error"] == pytest.approx(rec["predicted_tokens_per_s_per_device"]
+                                                 / rec["measured_tokens_per_s_per_device"] - 1)
+    assert r.exit_code == (0 if doc["summary"]["median_abs_rel_error"] <= 0.10 else 1)
+    r = CliRunner().invoke(app, ["validate", str(path), "--no-rank", "--max-median-error", "0.0"])
+    assert r.exit_code == 1 and "exceeds 0.0%" in r.stderr
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("- id: x\n  source: [unclosed\n")
+    r = CliRunner().invoke(app, ["validate", str(bad)])
+    assert r.exit_code == 2 and "malformed YAML" in r.stderr and r.stderr.count("\n") == 1
+
+
+def test_calibrate_cli_writes_only_when_asked(tmp_path, runs):
+    from typer.testing import CliRunner
+    from layoutsearch.catalogue import catalogue_dir
+    from layoutsearch.cli import app
+
+    before = (catalogue_dir("hardware") / "a100-40gb.yaml").read_text()
+    path = _subset(tmp_path, runs, [i for i in runs if i.startswith("llmfoundry-mpt-a100-40g-7b")][:4])
+    r = CliRunner().invoke(app, ["calibrate", str(path), "--accelerator", "a100-40gb"])
+    assert r.exit_code == 0 and "a100-40gb" in r.stdout and "->" in r.stdout
+    assert (catalogue_dir("hardware") / "a100-40gb.yaml").read_text() == before
+    r = CliRunner().invoke(app, ["calibrate", str(path), "--fit", "matmul_eficiency"])
+    assert r.exit_code == 2 and "did you mean 'matmul_efficiency'" in r.stderr

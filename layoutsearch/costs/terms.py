@@ -101,12 +101,14 @@ def compute_per_microbatch(model: ModelSpec, workload: Workload, acc: Accelerato
     Keys (S, K, r, stage). ``last`` marks the stage holding the output layer (logits).
     """
     m = tokens_per_microbatch(workload, sh, k)
-    rate = acc.peak_flops_per_s * acc.matmul_efficiency * m / (m + acc.matmul_half_efficiency_tokens)
+    size = m / (m + acc.matmul_half_efficiency_tokens)
+    rate = acc.peak_flops_per_s * acc.matmul_efficiency * size
+    attn_rate = acc.peak_flops_per_s * (acc.attention_efficiency if workload.flash_attention else acc.matmul_efficiency) * size
     layers = layers_per_stage(model, sh)
     full, any_recompute = _f(r == 2), _f(r >= 1)
     mm = flops.matmul_flops_per_token_per_layer(model, sh.tp) * m / rate
     causal_skip = workload.causal and workload.flash_attention  # unfused kernels compute the masked half too
-    attn = flops.attention_flops_per_token_per_layer(model, workload.seq_len, causal_skip, sh.tp) * m / rate
+    attn = flops.attention_flops_per_token_per_layer(model, workload.seq_len, causal_skip, sh.tp) * m / attn_rate
     ew_bytes = flops.elementwise_bytes_per_token_per_layer(model, sh.tp, sequence_parallel, workload.activation_bytes,
                                                            workload.seq_len, workload.flash_attention)
     ew = ew_bytes * m * (3.0 + full) / acc.hbm_bytes_per_s
@@ -159,13 +161,18 @@ def cp_per_microbatch(model: ModelSpec, workload: Workload, acc: Accelerator, sh
 
 
 def fsdp_collectives(model: ModelSpec, workload: Workload, acc: Accelerator, sh: Shapes, co: Coeffs) -> dict:
-    """ZeRO-3 per-layer gather and gradient reduce-scatter seconds, and the vocabulary's (keys S, o)."""
+    """ZeRO-3 per-layer gather and gradient reduce-scatter seconds, and the vocabulary's (keys S, o).
+
+    A layer moves in ``workload.fsdp_collectives_per_layer`` equal collectives (each paying
+    the ring latency and the small-message penalty once).
+    """
     half = acc.collective_half_efficiency_bytes
     p_layer = params.layer_params(model, sh.tp)
     vocab = model.vocab_size * model.d_model // sh.tp
+    n = workload.fsdp_collectives_per_layer
     return {
-        "gather_layer": ring_time(_f(p_layer) * workload.weight_bytes_per_param, co.shard, half),
-        "reduce_layer": ring_time(_f(p_layer) * workload.grad_bytes_per_param, co.shard, half),
+        "gather_layer": n * ring_time(_f(p_layer) * workload.weight_bytes_per_param / n, co.shard, half),
+        "reduce_layer": n * ring_time(_f(p_layer) * workload.grad_bytes_per_param / n, co.shard, half),
         "vocab": ring_time(_f(vocab) * workload.weight_bytes_per_param, co.shard, half)
         + ring_time(_f(vocab) * workload.grad_bytes_per_param, co.shard, half),
     }

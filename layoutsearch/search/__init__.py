@@ -89,3 +89,28 @@ def solve(model: ModelSpec, workload: Workload, cluster: Cluster, options: Searc
 
 
 __all__ = ["solve", "SearchOptions", "SearchResult", "OBJECTIVES", "METHODS"]
+
+
+def rank_among_candidates(model: ModelSpec, workload: Workload, cluster: Cluster, step_time_s: float) -> dict:
+    """Where a layout with ``step_time_s`` ranks among every fitting candidate of the problem,
+    and the best candidate's step time (both by the same quantised tables)."""
+    import numpy as np
+
+    from .enumerate import candidate_grid
+    from .tables import assemble
+
+    space = build_space(model, workload, cluster, SearchOptions())
+    if not len(space.sk_k):
+        return {"rank": None, "best_step_s": None, "num_candidates": 0}
+    tables = build_tables(space)
+    target = step_time_s / tables.quantum_s
+    faster, best, rows = 0, None, np.arange(len(space.sk_k))
+    for chunk in np.array_split(rows, max(1, space.num_candidates() // 1_000_000 + 1)):
+        sk, ri, z, o = candidate_grid(space, chunk)
+        m = assemble(tables, space, sk, ri, z, o)
+        steps = m["step"][m["fits"]]
+        faster += int((steps < target - 0.5).sum())
+        if len(steps):
+            best = min(best, int(steps.min())) if best is not None else int(steps.min())
+    return {"rank": faster + 1, "best_step_s": None if best is None else best * tables.quantum_s,
+            "num_candidates": space.num_candidates()}
