@@ -187,12 +187,17 @@ def _search_inputs(model, cluster, seqs, seq_len, fix, choices, only, recompute)
     return load_model(model), workload_from_options(seqs, seq_len), resolve_cluster(cluster), options
 
 
-def _run_search(model, cluster, seqs, seq_len, top, fix, choices, only, objective, time_limit, method, recompute):
+def _run_search(model, cluster, seqs, seq_len, top, fix, choices, only, objective, time_limit, method, recompute,
+                target=None):
     from .explain import infeasibility
     from .output import solve_document
     from .search import solve
 
     spec, workload, clus, options = _search_inputs(model, cluster, seqs, seq_len, fix, choices, only, recompute)
+    if target:
+        from .export import search_restrictions
+
+        options = options.restricted(**search_restrictions(target))
     result = solve(spec, workload, clus, options, objective=objective.value, top_k=top, method=method.value,
                    time_limit_s=time_limit)
     explanation = None if result.layouts else infeasibility(spec, workload, clus, options, result.space, result.tables)
@@ -220,13 +225,15 @@ def solve_cmd(
 ) -> None:
     """The best layouts, proven optimal: degrees and axes, memory, step time split, MFU, tokens/s."""
     _, _, _, result, doc, explanation = _run_search(model, cluster, seqs, seq_len, top, fix, choices, only, objective,
-                                                     time_limit, method, recompute)
-    if export:
-        from .export import export_document
+                                                     time_limit, method, recompute, target=export)
+    if export and result.layouts:
+        from .export import RESTRICTIONS, export_document
 
-        text = export_document(doc, export) if result.layouts else None
-        if text is not None:
-            _write(text, output)
+        _write(export_document(doc, export), output)
+        if RESTRICTIONS.get(export):
+            typer.echo(f"searched only layouts {export} can express ({RESTRICTIONS[export]['rule_name']}; "
+                       f"tp <= KV heads)" if RESTRICTIONS[export].get("max_kv_replication") else
+                       f"searched only layouts {export} can express", err=True)
     if fmt == SolveFormat.json:
         typer.echo(json.dumps(doc, indent=2))
     elif fmt == SolveFormat.yaml:

@@ -19,8 +19,10 @@ import os
 import re
 import signal
 import tempfile
+import threading
 import time
 from concurrent.futures import ProcessPoolExecutor, as_completed
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from typing import Callable, Iterable, Sequence
@@ -407,15 +409,20 @@ def _run_local(todo: list[Point], jobs: int, time_limit_s: float, on_row: Callab
                 process.terminate()
 
 
+def _import_ray():
+    try:
+        import ray
+    except ImportError:
+        raise InvalidArgumentError("the ray executor needs `pip install layoutsearch[ray]`") from None
+    return ray
+
+
 def _run_ray(todo: list[Point], jobs: int, time_limit_s: float, on_row: Callable[[dict], None],
              address: str | None) -> None:
     """Points as Ray tasks, consumed as they complete; a local Ray instance when no address is given."""
     import logging
 
-    try:
-        import ray
-    except ImportError:
-        raise InvalidArgumentError("the ray executor needs `pip install layoutsearch[ray]`") from None
+    ray = _import_ray()
     started = not ray.is_initialized()
     if started:
         local = address is None and not os.environ.get("RAY_ADDRESS")
@@ -480,6 +487,8 @@ def run_sweep(points: Iterable[Point], output_path: str | os.PathLike, jobs: int
     output = check_output(output_path)
     if executor not in EXECUTORS:
         raise InvalidArgumentError(f"--executor: unknown executor '{executor}' (local or ray)")
+    if executor == "ray":
+        _import_ray()
     jobs = (os.cpu_count() or 1) if jobs is None else jobs
     if jobs < 1:
         raise InvalidArgumentError(f"--jobs: {jobs} must be >= 1")
@@ -498,18 +507,22 @@ def run_sweep(points: Iterable[Point], output_path: str | os.PathLike, jobs: int
         table = _Table(output, points)
         bar = _progress_bar(len(todo), len(points) - len(todo)) if progress and todo else None
 
+        interrupts = _Interrupts()
+
         def on_row(row: dict) -> None:
-            journal.append(row)  # durable from here on
-            done[row["point_id"]] = row
+            with interrupts.deferred():  # a Ctrl-C here waits until the point is in the journal and in `done`
+                journal.append(row)  # durable from here on
+                done[row["point_id"]] = row
             table.write(done)
             if bar is not None:
                 bar.advance(bar.task_ids[0])
 
         try:
-            if todo and executor == "ray":
-                _run_ray(todo, jobs, time_limit_s, on_row, address)
-            elif todo:
-                _run_local(todo, jobs, time_limit_s, on_row)
+            with interrupts.installed():
+                if todo and executor == "ray":
+                    _run_ray(todo, jobs, time_limit_s, on_row, address)
+                elif todo:
+                    _run_local(todo, jobs, time_limit_s, on_row)
         finally:
             if bar is not None:
                 bar.stop()
@@ -522,6 +535,41 @@ def run_sweep(points: Iterable[Point], output_path: str | os.PathLike, jobs: int
         statuses[row["status"]] = statuses.get(row["status"], 0) + 1
     return SweepSummary(output=output, journal=journal.path, total=len(points), skipped=len(points) - len(todo),
                         solved=len(todo), wall_s=time.perf_counter() - start, by_status=statuses, rows=rows)
+
+
+class _Interrupts:
+    """Ctrl-C raises KeyboardInterrupt at once, except while a finished point is being recorded."""
+
+    def __init__(self):
+        self.critical = self.pending = False
+
+    def _handler(self, signum, frame) -> None:
+        if self.critical:
+            self.pending = True
+        else:
+            raise KeyboardInterrupt
+
+    @contextmanager
+    def installed(self):
+        if threading.current_thread() is not threading.main_thread():  # signals reach the main thread only
+            yield
+            return
+        previous = signal.signal(signal.SIGINT, self._handler)
+        try:
+            yield
+        finally:
+            signal.signal(signal.SIGINT, previous)
+
+    @contextmanager
+    def deferred(self):
+        self.critical = True
+        try:
+            yield
+        finally:
+            self.critical = False
+            if self.pending:
+                self.pending = False
+                raise KeyboardInterrupt
 
 
 def _adopt_existing_output(output: str, journal: Journal) -> dict[str, dict]:

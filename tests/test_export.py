@@ -93,8 +93,8 @@ def test_kv_replication():
     assert tpu["layouts"][0]["kv_replication"] == 4
     with pytest.raises(InvalidLayoutError, match=r"tp\(32\) > num_kv_heads\(8\); nearest: tp=8"):
         export_document(tpu, "maxtext")
-    with pytest.raises(InvalidLayoutError, match="megatron runs on GPUs .* nearest: export to maxtext"):
-        export_document(tpu, "megatron")
+    megatron_on_tpu = export_document(tpu, "megatron")  # degrees carry over; the header says times do not
+    assert "WARNING: planned for v5p TPUs; megatron runs on GPUs" in megatron_on_tpu
     gpu = solve_doc("llama70b", "h100-64", 256, 4096, Layout(fsdp=4, tp=16, recompute="full"))
     args = parse_args(exported(gpu, "megatron"))
     assert args["--tensor-model-parallel-size"] == "16" and args["--num-query-groups"] == "8"
@@ -138,9 +138,12 @@ def test_multislice_dcn():
     mt = yaml.safe_load(exported(doc, "maxtext"))
     assert (mt["dcn_data_parallelism"], mt["ici_fsdp_parallelism"], mt["hardware"]) == (2, 256, "tpu")
     assert math.prod(v for k, v in mt.items() if k.startswith("dcn_")) == 2
-    for target in ("megatron", "torchtitan", "deepspeed"):
-        with pytest.raises(InvalidLayoutError, match="runs on GPUs"):
-            export_document(doc, target)
+    for target in ("megatron", "torchtitan"):
+        text = export_document(doc, target)
+        assert f"{target} runs on GPUs: the degrees, batch and recompute carry over" in text
+        assert check_export(target, text, doc) == []
+    with pytest.raises(InvalidLayoutError, match=r"dp\(2\) replicas of a ZeRO-3 shard over fsdp\(256\) cannot be expressed; nearest: dp=1, fsdp=512"):
+        export_document(doc, "deepspeed")
 
 
 def test_maxtext_gpipe_pipeline_and_megatron_refuses_gpipe():
@@ -248,3 +251,22 @@ def test_megatron_file_is_valid_bash():
 def test_every_target_round_trips_the_fsdp_layout(target):
     """The checker of each target accepts what its exporter wrote for the same document."""
     assert check_export(target, export_document(FSDP_TP, target), FSDP_TP) == []
+
+
+@pytest.mark.parametrize("target", ["maxtext", "megatron", "torchtitan", "deepspeed"])
+@pytest.mark.parametrize("model, cluster, seqs", [("llama70b", "v5p-256", 256), ("llama3-8b", "h100-64", 256)])
+def test_solve_export_writes_the_best_expressible_layout(tmp_path, target, model, cluster, seqs):
+    """`solve --export T -o F` searches what T can express, writes F whole, and F passes T's own rules."""
+    import json
+    from typer.testing import CliRunner
+    from layoutsearch.cli import app
+    from layoutsearch.export import check_export
+
+    out = tmp_path / f"layout-{target}"
+    r = CliRunner().invoke(app, ["solve", "--model", model, "--cluster", cluster, "--seqs", str(seqs), "--top", "1",
+                                 "--export", target, "-o", str(out), "--format", "json"])
+    assert r.exit_code == 0, r.stderr
+    doc = json.loads(r.stdout)
+    text = out.read_text()
+    assert check_export(target, text, doc) == []
+    assert f"layoutsearch" in text and str(doc["layouts"][0]["degrees"]["tp"]) in text

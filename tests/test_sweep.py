@@ -1,11 +1,13 @@
 """Sweeps: range expansion, one row per point, failures recorded, resume after Ctrl-C or kill -9, Ray, CLI."""
 
 import json
+import math
 import os
 import signal
 import subprocess
 import sys
 import time
+from importlib.util import find_spec
 from pathlib import Path
 
 import pytest
@@ -17,7 +19,8 @@ from layoutsearch.errors import CatalogueError, InvalidArgumentError
 from layoutsearch.sweep import (COLUMN_NAMES, Point, expand, expand_points, journal_path, read_table, run_sweep,
                                 solve_point)
 
-pytest.importorskip("pyarrow")
+needs_pyarrow = pytest.mark.skipif(find_spec("pyarrow") is None, reason="Parquet needs layoutsearch[parquet]")
+needs_matplotlib = pytest.mark.skipif(find_spec("matplotlib") is None, reason="plots need layoutsearch[plot]")
 
 # The real entry point (cli.main) with the sweep commands, whether or not cli.py registers them yet.
 CLI = [sys.executable, "-m", "layoutsearch.cli_sweep"]
@@ -70,6 +73,7 @@ def test_points_are_the_product_without_repeats():
         expand_points("debug", "h100-8", "8,x")
 
 
+@needs_pyarrow
 def test_one_row_per_point_with_the_contract_columns(tmp_path):
     """Every point gets one row with inputs, proof, degrees, memory, time split and throughput."""
     out = tmp_path / "s.parquet"
@@ -85,11 +89,12 @@ def test_one_row_per_point_with_the_contract_columns(tmp_path):
         assert r["tokens_per_s_per_device"] == pytest.approx(r["tokens_per_s"] / r["num_devices"])
         assert 0 < r["mfu"] < 1 and 0 < r["peak_bytes"] <= r["capacity_bytes"]
         for degree, placed in json.loads(r["axes"]).items():  # axis factors multiply to the degree
-            assert r[degree] == pytest.approx(float(__import__("math").prod(f for _, f in placed)))
+            assert r[degree] == math.prod(f for _, f in placed)
     h100 = rows[0]
     assert (h100["model"], h100["cluster"], h100["num_devices"], h100["global_batch_seqs"]) == ("llama3-8b", "h100-16", 16, 64)
 
 
+@needs_pyarrow
 def test_csv_rows_match_parquet_rows(tmp_path):
     """The CSV output reads back with the same types and values as the Parquet one (local pool, 2 jobs)."""
     run_sweep(SMALL, tmp_path / "s.parquet", jobs=1, progress=False)
@@ -117,7 +122,7 @@ def test_failing_points_are_recorded_with_reasons_and_the_sweep_continues(tmp_pa
 
 def test_rerun_after_losing_the_table_solves_nothing_and_duplicates_nothing(tmp_path):
     """The journal alone rebuilds the table: no point is solved twice or lost."""
-    out = tmp_path / "s.parquet"
+    out = tmp_path / "s.csv"
     run_sweep(SMALL, out, jobs=1, progress=False)
     out.unlink()
     summary = run_sweep(SMALL, out, jobs=1, progress=False)
@@ -127,7 +132,7 @@ def test_rerun_after_losing_the_table_solves_nothing_and_duplicates_nothing(tmp_
 
 def test_torn_last_journal_line_is_dropped_and_that_point_solved_again(tmp_path):
     """A kill during the journal write leaves half a line: it is cut off and its point solved once more."""
-    out = tmp_path / "s.parquet"
+    out = tmp_path / "s.csv"
     run_sweep(SMALL, out, jobs=1, progress=False)
     lines = journal_lines(out)
     Path(journal_path(out)).write_text("\n".join(lines[:-1]) + "\n" + lines[-1][: len(lines[-1]) // 2])
@@ -151,7 +156,7 @@ def test_a_table_without_its_journal_is_adopted_and_extended(tmp_path):
 def test_fresh_and_retry_failed(tmp_path):
     """--fresh solves everything again; --retry-failed solves only ERROR/UNKNOWN points again."""
     bad = Point(model="llama3-8b", cluster="v5p-1000", global_batch_seqs=64, seq_len=4096)
-    out = tmp_path / "s.parquet"
+    out = tmp_path / "s.csv"
     run_sweep([*SMALL, bad], out, jobs=1, progress=False)
     assert run_sweep([*SMALL, bad], out, jobs=1, progress=False, retry_failed=True).solved == 1
     assert run_sweep([*SMALL, bad], out, jobs=1, progress=False, fresh=True).solved == 5
@@ -166,12 +171,16 @@ def test_bad_input_fails_before_any_solving(tmp_path, monkeypatch):
         run_sweep(SMALL, tmp_path / "a.txt", progress=False)
     with pytest.raises(InvalidArgumentError, match="--executor: unknown executor 'dask' \\(local or ray\\)"):
         run_sweep(SMALL, tmp_path / "a.csv", executor="dask", progress=False)
+    monkeypatch.setitem(sys.modules, "pyarrow", None)  # import pyarrow -> ImportError
+    with pytest.raises(InvalidArgumentError, match=r"Parquet needs `pip install layoutsearch\[parquet\]`"):
+        run_sweep(SMALL, tmp_path / "a.parquet", progress=False)
     monkeypatch.setitem(sys.modules, "ray", None)  # import ray -> ImportError
     with pytest.raises(InvalidArgumentError, match=r"^the ray executor needs `pip install layoutsearch\[ray\]`$"):
         run_sweep(SMALL, tmp_path / "b.csv", executor="ray", progress=False)
-    assert not (tmp_path / "a.csv").exists()
+    assert not os.listdir(tmp_path)
 
 
+@needs_pyarrow
 @pytest.mark.parametrize("sig", [signal.SIGKILL, signal.SIGINT], ids=["kill-9", "ctrl-c"])
 def test_interrupted_sweep_reruns_to_every_point_exactly_once(tmp_path, sig):
     """kill -9 (or Ctrl-C) of the whole sweep, parent and pool, after the first point; the rerun completes it."""
@@ -210,6 +219,7 @@ def cli_app() -> typer.Typer:
     return app
 
 
+@needs_matplotlib
 def test_cli_sweep_prints_a_summary_and_plot_writes_a_png(tmp_path):
     """`sweep` writes the table and prints the best layout per point; `plot` draws it (> 10 kB PNG)."""
     runner, app = CliRunner(), cli_app()
@@ -254,6 +264,7 @@ def test_cli_unknown_executor_and_plot_input_through_the_console_script(tmp_path
     assert p.returncode == 1 and "INFEASIBLE" in p.stdout
 
 
+@needs_pyarrow
 def test_ray_executor_matches_the_local_executor(tmp_path):
     """The same points through Ray tasks give the same statuses, degrees and objectives as the process pool."""
     ray = pytest.importorskip("ray")

@@ -39,11 +39,7 @@ def _module(target: str) -> ModuleType:
 def context_for(document: dict, target: str, rank: int = 1) -> ExportContext:
     """The resolved model, cluster and layout of ``rank`` in ``document``, for ``target``."""
     _module(target)
-    ctx = build_context(document, target, rank)
-    if target in GPU_ONLY and ctx.cluster.accelerator.kind != "gpu":
-        raise ctx.fail(f"{target} runs on GPUs and cluster {ctx.cluster.name} is {ctx.cluster.accelerator.id} TPUs; "
-                       f"nearest: export to maxtext")
-    return ctx
+    return build_context(document, target, rank)
 
 
 def export_document(document: dict, target: str, rank: int = 1) -> str:
@@ -63,3 +59,33 @@ def export_document(document: dict, target: str, rank: int = 1) -> str:
 def check_export(target: str, text: str, document: dict, rank: int = 1) -> list[str]:
     """Problems found by re-deriving ``target``'s rules on ``text`` (empty when it is consistent)."""
     return _module(target).check(text, context_for(document, target, rank))
+
+
+def _maxtext_rule(d: dict, z: int) -> bool:
+    return (z != 1 or d["dp"] == 1) and (d["cp"] == 1 or z == 3)
+
+
+def _torchtitan_rule(d: dict, z: int) -> bool:
+    return d["cp"] == 1 or z >= 1
+
+
+def _deepspeed_rule(d: dict, z: int) -> bool:
+    return not (d["dp"] > 1 and d["fsdp"] > 1) and (d["pp"] == 1 or z <= 1)
+
+
+# What each target can express, as search restrictions (the exporters refuse the rest with a message).
+RESTRICTIONS = {
+    "maxtext": dict(zero_stages=(1, 3), max_kv_replication=1, max_virtual_stages=1, fix={"pp": 1}, rule=_maxtext_rule,
+                    rule_name="MaxText: ZeRO-1 only without replicated dp, cp only with ZeRO-3, no 1F1B pipeline"),
+    "megatron": dict(),
+    "torchtitan": dict(zero_stages=(0, 2, 3), max_kv_replication=1, rule=_torchtitan_rule,
+                       rule_name="torchtitan: no ZeRO-1, cp needs sharding"),
+    "deepspeed": dict(max_kv_replication=1, max_virtual_stages=1, fix={"cp": 1}, rule=_deepspeed_rule,
+                      rule_name="DeepSpeed: no hybrid dp x fsdp, ZeRO-2/3 not with a pipeline, no cp"),
+}
+
+
+def search_restrictions(target: str) -> dict:
+    """Keyword arguments for SearchOptions.restricted: the layouts ``target`` can express."""
+    _module(target)
+    return dict(RESTRICTIONS[target])

@@ -135,7 +135,10 @@ def header_lines(ctx: ExportContext) -> list[str]:
         f"predicted: step {step:.4g} s, MFU {100 * mfu:.1f} %, peak memory "
         f"{mem.get('peak', float('nan')) / 1e9:.1f} GB of {mem.get('capacity', float('nan')) / 1e9:.1f} GB per device",
         f"placement: {placement_text(ctx)}",
-    ] + (["WARNING: layoutsearch predicts this layout does NOT fit in device memory."] if rec.get("fits") is False else [])
+    ] + (["WARNING: layoutsearch predicts this layout does NOT fit in device memory."] if rec.get("fits") is False else []) \
+      + ([f"WARNING: planned for {ctx.cluster.accelerator.id} TPUs; {ctx.target} runs on GPUs: the degrees, batch and "
+          f"recompute carry over, the predicted time and memory do not (re-run solve on a GPU cluster)."]
+         if ctx.cluster.accelerator.kind == "tpu" and ctx.target != "maxtext" else [])
 
 
 def placement_text(ctx: ExportContext) -> str:

@@ -67,8 +67,9 @@ def in_code(ctx: ExportContext) -> list[str]:
     elif lay.recompute == "selective":
         notes.append("recompute selective: checkpoint only the attention core and the MLP activation "
                      "(deepspeed.checkpointing.checkpoint around those calls); JSON has no selective policy")
-    notes.append(f"launch: deepspeed --num_gpus {ctx.cluster.accelerator.devices_per_node} --num_nodes "
-                 f"{max(1, ctx.num_devices // ctx.cluster.accelerator.devices_per_node)} train.py --deepspeed_config THIS_FILE")
+    per_node = ctx.cluster.accelerator.devices_per_node if ctx.cluster.accelerator.kind == "gpu" else 8
+    notes.append(f"launch: deepspeed --num_gpus {per_node} --num_nodes "
+                 f"{max(1, ctx.num_devices // per_node)} train.py --deepspeed_config THIS_FILE")
     return notes
 
 

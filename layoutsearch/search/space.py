@@ -34,6 +34,25 @@ class SearchOptions:
     recompute: tuple[str, ...] = RECOMPUTE_POLICIES
     zero_stages: tuple[int, ...] = ZERO_STAGES
     max_virtual_stages: int = MAX_VIRTUAL_STAGES
+    max_kv_replication: int | None = None  # 1: tp may not exceed the KV heads
+    rule: object = None  # optional callable(degrees: dict, zero_stage: int) -> bool (e.g. a framework's limits)
+    rule_name: str = ""  # what ``rule`` stands for, for explanations
+
+    def restricted(self, *, fix: dict | None = None, zero_stages: tuple[int, ...] | None = None,
+                   max_kv_replication: int | None = None, max_virtual_stages: int | None = None,
+                   rule=None, rule_name: str = "") -> "SearchOptions":
+        """These options further restricted: pins merged, stage sets intersected, limits tightened, rules ANDed."""
+        from dataclasses import replace as _replace
+
+        first = self.rule
+        combined = rule if first is None else (first if rule is None else (lambda d, z: first(d, z) and rule(d, z)))
+        kv = [x for x in (self.max_kv_replication, max_kv_replication) if x is not None]
+        return _replace(
+            self, fix={**self.fix, **(fix or {})},
+            zero_stages=tuple(z for z in self.zero_stages if zero_stages is None or z in zero_stages),
+            max_kv_replication=min(kv) if kv else None,
+            max_virtual_stages=min(self.max_virtual_stages, max_virtual_stages or self.max_virtual_stages),
+            rule=combined, rule_name="; ".join(x for x in (self.rule_name, rule_name) if x))
 
     def allowed(self, degree: str, value: int) -> bool:
         if self.only is not None and degree not in self.only and value != 1:
@@ -100,6 +119,8 @@ def enumerate_shapes(model: ModelSpec, workload: Workload, n: int, options: Sear
             continue
         if model.num_kv_heads % tp and tp % model.num_kv_heads:
             continue
+        if options.max_kv_replication is not None and max(tp // model.num_kv_heads, 1) > options.max_kv_replication:
+            continue
         for pp in _divisors(n // tp):
             if not options.allowed("pp", pp) or model.num_layers % pp:
                 continue
@@ -150,8 +171,10 @@ def build_space(model: ModelSpec, workload: Workload, cluster: Cluster, options:
     empty = None
     for i, (dp, fsdp, tp, pp, cp, v) in enumerate(rows):
         sharded = fsdp * cp > 1
+        degrees = {"dp": dp, "fsdp": fsdp, "tp": tp, "pp": pp, "cp": cp}
         for z in options.zero_stages:
-            zero_mask[i, z] = (z == 0 and fsdp == 1) or (z >= 1 and sharded)
+            zero_mask[i, z] = ((z == 0 and fsdp == 1) or (z >= 1 and sharded)) and (
+                options.rule is None or options.rule(degrees, z))
         seen = set()
         for o, order in enumerate(orders):
             placed, co = _placed_coeffs(model, cluster, (dp, fsdp, tp, pp, cp), order)
