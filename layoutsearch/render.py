@@ -154,8 +154,14 @@ def explain_report(model_name: str, cluster_name: str, result, explanation: dict
             else:
                 out.print(f"layouts 1 and {i} cost the same in every term (time and memory): a tie, ranked by "
                           f"the tie-break (peak memory, then search order)")
-            diff = result.layouts[i - 1].step_time_s - result.layouts[0].step_time_s
-            out.print(f"layout 1 is faster by {diff:.4f} s per step ({diff / result.layouts[i - 1].step_time_s:.2%})")
+            first, other = result.layouts[0], result.layouts[i - 1]
+            diff = other.step_time_s - first.step_time_s
+            if result.metrics and result.metrics[0]["step"] == result.metrics[i - 1]["step"]:
+                out.print(f"layouts 1 and {i} take the same time (to the solver's quantum); layout 1 wins the tie-break "
+                          f"on peak memory: {first.memory_bytes['peak'] / 1e9:.2f} GB against "
+                          f"{other.memory_bytes['peak'] / 1e9:.2f} GB")
+            else:
+                out.print(f"layout 1 is faster by {diff:.4f} s per step ({diff / other.step_time_s:.2%})")
         return
     if explanation:
         table = Table(title="what removes the candidates")
