@@ -365,6 +365,11 @@ def _write(text: str, output: str | None) -> None:
     typer.echo(f"wrote {output}", err=True)
 
 
+from .cli_sweep import register as _register_sweep  # noqa: E402  (the sweep and plot commands)
+
+_register_sweep(app)
+
+
 def main(argv: list[str] | None = None) -> int:
     """Entry point: run the app, turning every input error into one line on stderr and exit 2."""
     argv = sys.argv[1:] if argv is None else argv

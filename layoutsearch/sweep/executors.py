@@ -1,0 +1,90 @@
+"""Local process pool and Ray executors: run points, hand each finished row to a callback."""
+
+from __future__ import annotations
+
+import multiprocessing
+import os
+import signal
+from concurrent.futures import ProcessPoolExecutor, as_completed
+from typing import Callable
+
+from ..errors import InvalidArgumentError
+
+from .points import Point
+from .solving import error_row, solve_point
+
+# ----------------------------------------------------------------------------- executors
+
+def _ignore_sigint() -> None:
+    """Workers leave Ctrl-C to the parent, which stops them and keeps what is done."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+
+
+def _run_local(todo: list[Point], jobs: int, time_limit_s: float, on_row: Callable[[dict], None]) -> None:
+    """A process pool (fork where the platform has it: the workers start with the package imported)."""
+    if jobs == 1 or len(todo) == 1:
+        for point in todo:
+            on_row(solve_point(point, time_limit_s))
+        return
+    methods = multiprocessing.get_all_start_methods()
+    context = multiprocessing.get_context("fork" if "fork" in methods else None)
+    pool = ProcessPoolExecutor(max_workers=min(jobs, len(todo)), mp_context=context, initializer=_ignore_sigint)
+    clean = False
+    try:
+        futures = {pool.submit(solve_point, point, time_limit_s): point for point in todo}
+        for future in as_completed(futures):
+            try:
+                row = future.result()
+            except Exception as exc:  # a worker died (out of memory, killed): the point is recorded
+                row = error_row(futures[future], time_limit_s, exc)
+            on_row(row)
+        clean = True
+    finally:
+        if clean:
+            pool.shutdown(wait=True)
+        else:  # interrupted: stop now rather than wait for the running solves
+            pool.shutdown(wait=False, cancel_futures=True)
+            for process in list((getattr(pool, "_processes", None) or {}).values()):
+                process.terminate()
+
+
+def _import_ray():
+    try:
+        import ray
+    except ImportError:
+        raise InvalidArgumentError("the ray executor needs `pip install layoutsearch[ray]`") from None
+    return ray
+
+
+def _run_ray(todo: list[Point], jobs: int, time_limit_s: float, on_row: Callable[[dict], None],
+             address: str | None) -> None:
+    """Points as Ray tasks, consumed as they complete; a local Ray instance when no address is given."""
+    import logging
+
+    ray = _import_ray()
+    started = not ray.is_initialized()
+    if started:
+        local = address is None and not os.environ.get("RAY_ADDRESS")
+        ray.init(address=address, num_cpus=jobs if local else None, include_dashboard=False,
+                 log_to_driver=False, logging_level=logging.WARNING)
+    refs = {}
+    try:
+        task = ray.remote(num_cpus=1)(solve_point)
+        refs = {task.remote(point, time_limit_s): point for point in todo}
+        pending = list(refs)
+        while pending:
+            done, pending = ray.wait(pending, num_returns=1)
+            for ref in done:
+                try:
+                    row = ray.get(ref)
+                except Exception as exc:  # the task or its worker failed outside solve_point
+                    row = error_row(refs[ref], time_limit_s, exc)
+                on_row(row)
+    finally:
+        for ref in refs:
+            try:
+                ray.cancel(ref, force=True)
+            except Exception:  # finished tasks cannot be cancelled; nothing to do
+                pass
+        if started:
+            ray.shutdown()

@@ -1,0 +1,85 @@
+"""Solving one sweep point into one row (never raising)."""
+
+from __future__ import annotations
+
+import json
+import time
+from datetime import datetime, timezone
+
+from ..errors import LayoutsearchError
+
+from .points import Point
+from .table import COLUMN_NAMES
+
+# ----------------------------------------------------------------------------- one point
+
+def solve_point(point: Point, time_limit_s: float) -> dict:
+    """Solve one point for its best layout (top 1). Never raises: a failure is a row with a reason."""
+    from ..catalogue import load_model
+    from ..output import version
+    from ..search import solve
+    from ..specs import Workload
+    from ..topology import resolve_cluster
+
+    start = time.perf_counter()
+    row = _input_columns(point, time_limit_s) | {"layoutsearch_version": version()}
+    try:
+        model, cluster = load_model(point.model), resolve_cluster(point.cluster)
+        workload = Workload(global_batch_seqs=point.global_batch_seqs, seq_len=point.seq_len)
+        row["num_devices"] = cluster.num_devices
+        result = solve(model, workload, cluster, top_k=1, time_limit_s=time_limit_s)
+        row.update(status=result.status, objective_s=result.objective_value, bound_s=result.bound,
+                   wall_s=result.wall_s, num_candidates=result.num_candidates)
+        if result.layouts:
+            row.update(_layout_columns(result.layouts[0]))
+        else:
+            row["reason"] = _why_no_layout(model, workload, cluster, result, time_limit_s)
+    except LayoutsearchError as exc:
+        row.update(status="ERROR", reason=str(exc))
+    except Exception as exc:  # a bug in one point must not stop the sweep; the row says what broke
+        row.update(status="ERROR", reason=f"{type(exc).__name__}: {exc}")
+    row["point_wall_s"] = time.perf_counter() - start
+    return _finish(row)
+
+
+def error_row(point: Point, time_limit_s: float, exc: BaseException) -> dict:
+    """The row of a point whose worker died or whose task failed outside solve_point."""
+    row = _input_columns(point, time_limit_s)
+    row.update(status="ERROR", reason=f"{type(exc).__name__}: {str(exc).strip().splitlines()[-1] if str(exc).strip() else ''}")
+    return _finish(row)
+
+
+def _input_columns(point: Point, time_limit_s: float) -> dict:
+    return {"point_id": point.id, "model": point.model, "cluster": point.cluster,
+            "global_batch_seqs": point.global_batch_seqs, "seq_len": point.seq_len, "time_limit_s": time_limit_s}
+
+
+def _finish(row: dict) -> dict:
+    row["finished_at"] = datetime.now(timezone.utc).isoformat(timespec="seconds")
+    return {name: row.get(name) for name in COLUMN_NAMES}
+
+
+def _layout_columns(est) -> dict:
+    from ..output import layout_record
+
+    rec = layout_record(est, 1)
+    mem, t = rec["memory_bytes"], rec["time_s"]
+    return {**rec["degrees"], "zero_stage": rec["zero_stage"], "virtual_stages": rec["virtual_stages"],
+            "num_microbatches": rec["num_microbatches"], "microbatch_seqs": rec["microbatch_seqs"],
+            "recompute": rec["recompute"], "sequence_parallel": rec["sequence_parallel"], "schedule": rec["schedule"],
+            "axes": json.dumps(rec["axes"], separators=(",", ":")), "peak_bytes": mem["peak"],
+            "capacity_bytes": mem["capacity"], "compute_s": t["compute"], "exposed_comm_s": t["exposed_comm"],
+            "bubble_s": t["bubble"], "overhead_s": t["overhead"], "step_time_s": t["step"], "mfu": rec["mfu"],
+            "tokens_per_s": rec["tokens_per_s"], "tokens_per_s_per_device": rec["tokens_per_s_per_device"]}
+
+
+def _why_no_layout(model, workload, cluster, result, time_limit_s: float) -> str:
+    if result.status == "UNKNOWN":
+        return f"time limit {time_limit_s:g} s reached without a layout (raise --time-limit)"
+    from ..explain import infeasibility
+    from ..search import SearchOptions
+
+    try:
+        return infeasibility(model, workload, cluster, SearchOptions(), result.space, result.tables)["message"]
+    except Exception as exc:  # the explanation is a courtesy; the status already says INFEASIBLE
+        return f"no feasible layout (explanation failed: {type(exc).__name__}: {exc})"
