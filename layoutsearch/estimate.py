@@ -184,7 +184,6 @@ def _step(model, workload, acc, sh, k, r, z, co, first: dict, slow: dict, layout
 def _collectives(model, workload, sh, k, co, slow, steps) -> list[dict]:
     """What each group moves, how often, and how long one takes (for explanations and JSON)."""
     m = _scalar(terms.tokens_per_microbatch(workload, sh, k))
-    layers = int(_scalar(terms.layers_per_stage(model, sh)))
     p_layer = _scalar(params.layer_params(model, sh.tp))
     rows = [
         ("tp activations (AG+RS or AR)", co.tp, m * model.d_model * workload.activation_bytes, "per layer per microbatch x4-6",

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from .catalogue import load_accelerator, load_model
 from .costs import comms, flops, memory, params, pipeline, roofline
-from .specs import Axis, Layout, ModelSpec, Workload
+from .specs import Axis, ModelSpec, Workload
 
 TB, GB, MIB = 1e12, 1e9, 2**20
 N_8192 = 8192

@@ -53,16 +53,15 @@ from __future__ import annotations
 import re
 from collections import Counter, defaultdict
 from dataclasses import replace
-from pathlib import Path
-from typing import Any, Callable, Literal
 
 import numpy as np
-from pydantic import BaseModel, ConfigDict, Field, NonNegativeFloat, PositiveFloat, PositiveInt
 
-from .catalogue import _validate, accelerator_names, load_accelerator, model_from_dict, read_yaml
+from .runs import load_runs  # noqa: F401  (part of this module's interface)
+from .catalogue import load_accelerator, model_from_dict
 from .check import structural_violations
 from .costs import flops
-from .errors import CatalogueError, LayoutsearchError, did_you_mean
+from .costs.flops import hardware_flops_per_token  # noqa: F401  (re-exported for the tests)
+from .errors import CatalogueError, LayoutsearchError
 from .estimate import Estimate, estimate, with_default_axes
 from .specs import Cluster, Layout, ModelSpec, Workload
 from .topology import resolve_cluster
@@ -70,106 +69,6 @@ from .topology import resolve_cluster
 Problem = tuple[ModelSpec, Workload, Cluster, Layout]
 ENGINE_CONVENTION = {"palm-6n-12lhqt": "palm", "palm-causal": "palm-causal", "megatron-core": "palm",
                      "megatron-eq3-hardware": "palm", "other": "model"}
-
-
-# ----------------------------------------------------------------------------- record format
-class _Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
-
-
-class RecModel(_Strict):
-    num_layers: PositiveInt
-    d_model: PositiveInt
-    d_ff: PositiveInt
-    mlp: Literal["plain", "gated"]
-    num_heads: PositiveInt
-    num_kv_heads: PositiveInt
-    head_dim: PositiveInt
-    vocab_size: PositiveInt
-    tied_embeddings: bool
-
-
-class RecWorkload(_Strict):
-    seq_len: PositiveInt
-    global_batch_seqs: PositiveInt
-    precision: Literal["bf16", "fp16", "fp8"] | None
-
-
-class RecCluster(_Strict):
-    accelerator: str
-    num_devices: PositiveInt
-    devices_per_node: PositiveInt | None
-    scale_out_gbytes_per_s_per_device: PositiveFloat | None
-
-
-class RecLayout(_Strict):
-    dp: PositiveInt
-    fsdp: PositiveInt
-    zero_stage: int = Field(ge=0, le=3)
-    tp: PositiveInt
-    sequence_parallel: bool | None
-    pp: PositiveInt
-    virtual_stages: PositiveInt | None
-    cp: PositiveInt
-    microbatch_seqs: PositiveInt | None
-    num_microbatches: PositiveInt | None
-    recompute: Literal["none", "selective", "full"] | None
-
-
-class RecMeasured(_Strict):
-    tokens_per_s_per_device: PositiveFloat | None
-    step_time_s: PositiveFloat | None
-    mfu: float | None = Field(gt=0, le=1)
-    mfu_convention: Literal["palm-6n-12lhqt", "palm-causal", "megatron-eq3-hardware", "megatron-core", "other"] | None
-    peak_tflops_used: PositiveFloat | None
-    memory_gib_per_device: NonNegativeFloat | None
-    oom: bool
-
-
-class RunRecord(_Strict):
-    id: str = Field(min_length=1)
-    source: str
-    trust: Literal["high", "medium", "low"]
-    model: RecModel
-    workload: RecWorkload
-    cluster: RecCluster
-    layout: RecLayout
-    measured: RecMeasured
-    derived: dict[str, Any] = {}
-
-
-def load_runs(path: str | Path) -> list[dict]:
-    """Read and validate a runs file; every error is one CatalogueError line naming record id and field."""
-    path = Path(path)
-    data = read_yaml(path)
-    if not isinstance(data, list):
-        raise CatalogueError(f"{path}: expected a list of records, got {type(data).__name__}")
-    out, seen = [], set()
-    for i, raw in enumerate(data):
-        rid = raw.get("id") if isinstance(raw, dict) else None
-        where = f"{path.name}: record '{rid}'" if rid else f"{path.name}: record #{i + 1}"
-        rec = _validate(raw, RunRecord, where).model_dump()
-        _check_record(rec, where, seen)
-        seen.add(rec["id"])
-        out.append(rec)
-    return out
-
-
-def _check_record(rec: dict, where: str, seen: set) -> None:
-    """Rules across fields: unique id, known accelerator, a throughput unless the run ran out of memory."""
-    if rec["id"] in seen:
-        raise CatalogueError(f"{where}: field 'id': duplicate id")
-    acc = rec["cluster"]["accelerator"]
-    if acc not in accelerator_names():
-        raise CatalogueError(f"{where}: field 'cluster.accelerator': unknown accelerator '{acc}'"
-                             f"{did_you_mean(acc, accelerator_names())}")
-    meas = rec["measured"]
-    if not meas["oom"] and meas["tokens_per_s_per_device"] is None:
-        raise CatalogueError(f"{where}: field 'measured.tokens_per_s_per_device': required unless measured.oom is true")
-    lay = rec["layout"]
-    if lay["dp"] % lay["fsdp"]:
-        raise CatalogueError(f"{where}: field 'layout.fsdp': fsdp({lay['fsdp']}) does not divide the total "
-                             f"data-parallel degree dp({lay['dp']})")
 
 
 # ----------------------------------------------------------------------------- mapping
@@ -301,19 +200,6 @@ def record_to_problem(record: dict) -> Problem | str:
 
 
 # ----------------------------------------------------------------------------- per record
-def hardware_flops_per_token(model: ModelSpec, seq_len: int, recompute: str) -> float:
-    """Megatron Eq. 3 "hardware" FLOPs per token: palm (non-causal) model FLOPs + the recomputed forward.
-
-    Narayanan et al. 2021 eq. 3: 96 B s l h^2 (1 + s/6h + V/16lh) per step with full recompute
-    = layer FLOPs x 4/3 + 6 h V logits. Selective recompute adds the attention-core forward only.
-    """
-    base = flops.model_flops_per_token(model, seq_len, "palm")
-    attn = model.num_layers * flops.attention_flops_per_token_per_layer(model, seq_len, causal=False)
-    if recompute == "full":
-        return base + model.num_layers * flops.matmul_flops_per_token_per_layer(model) + attn
-    return base + (attn if recompute == "selective" else 0.0)
-
-
 def predicted_mfu(record: dict, est: Estimate) -> float | None:
     """The prediction's MFU under the record's convention and per-device peak (None when no MFU is reported)."""
     meas = record["measured"]

@@ -269,4 +269,4 @@ def test_solve_export_writes_the_best_expressible_layout(tmp_path, target, model
     doc = json.loads(r.stdout)
     text = out.read_text()
     assert check_export(target, text, doc) == []
-    assert f"layoutsearch" in text and str(doc["layouts"][0]["degrees"]["tp"]) in text
+    assert "layoutsearch" in text and str(doc["layouts"][0]["degrees"]["tp"]) in text

@@ -1,6 +1,5 @@
 """Cluster names resolve to graphs; axes are read back from the graph."""
 
-import networkx as nx
 import pytest
 
 from layoutsearch.catalogue import load_accelerator

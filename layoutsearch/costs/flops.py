@@ -110,3 +110,16 @@ def elementwise_bytes_per_token_per_layer(model: ModelSpec, tp: int, sequence_pa
     mlp_act = (3 if model.mlp == "gated" else 2) * f
     scores = 0.0 if flash_attention else (model.num_heads // tp) * seq_len * MATERIALISED_SCORE_BYTES_FORWARD
     return activation_bytes * (2 * 2 * d + 2 * 3 * d + mlp_act + 2 * qk) + scores
+
+
+def hardware_flops_per_token(model: ModelSpec, seq_len: int, recompute: str) -> float:
+    """Megatron Eq. 3 "hardware" FLOPs per token: palm (non-causal) model FLOPs + the recomputed forward.
+
+    Narayanan et al. 2021 eq. 3: 96 B s l h^2 (1 + s/6h + V/16lh) per step with full recompute
+    = layer FLOPs x 4/3 + 6 h V logits. Selective recompute adds the attention-core forward only.
+    """
+    base = model_flops_per_token(model, seq_len, "palm")
+    attn = model.num_layers * attention_flops_per_token_per_layer(model, seq_len, causal=False)
+    if recompute == "full":
+        return base + model.num_layers * matmul_flops_per_token_per_layer(model) + attn
+    return base + (attn if recompute == "selective" else 0.0)

@@ -13,7 +13,6 @@ import argparse
 import datetime as dt
 import hashlib
 import subprocess
-import sys
 from pathlib import Path
 
 from ..validate import load_runs, validate_runs
