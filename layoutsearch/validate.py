@@ -29,7 +29,8 @@ Mapping a record onto the engine (``record_to_problem``); every rule is applied 
 7. Cluster: GPUs -> ``f"{acc}-{num_devices}"`` with the record's devices_per_node and
    scale-out bandwidth (GB/s -> bytes/s). TPUs -> one slice ``f"{acc}-{n}"``, unless the record
    is multislice: zero_stage 3 with dp/fsdp = k > 1 replicas (MaxText "DCN data parallel across
-   k slices") -> ``f"{acc}-{n//k}x{k}"`` with the engine's dp = k placed on the "dcn" axis.
+   k slices") -> ``f"{acc}-{n//k}x{k}"`` with the engine's dp = k placed on the "dcn" axis; or
+   more chips than one slice holds (e.g. 512 v5e) -> the fewest equal valid slices over DCN.
 8. Attention kernel: fused (FlashAttention-style, no S x S scores in HBM) unless the run
    predates fused attention in its framework: a source dated 2021 or earlier, or BigScience's
    tr11 (Megatron-DeepSpeed, 2022), whose scores are materialised (``Workload.flash_attention``).
@@ -37,7 +38,12 @@ Mapping a record onto the engine (``record_to_problem``); every rule is applied 
    gathers and reduces every parameter tensor of a layer separately (``fsdp_collectives_per_layer``
    = the layer's tensors: 4 weight matrices, their biases and two norms' weights and biases = 12
    for GPT); later ZeRO-3 records use flat per-layer collectives (1).
-10. A record the engine rejects (structural violation, unknown cluster shape) is skipped with
+10. Hardware outside the catalogue: an accelerator id the catalogue lacks, or a precision other
+    than bf16/fp16, is skipped with the reason. An H800 (named in the record's source, cluster or
+    derived notes) is an H100 with NVLink at 200 GB/s per direction (hardware.md: 400 GB/s
+    bidirectional). A power-capped part (e.g. "500 W") is skipped: its clocks, hence its peak
+    FLOP/s, are not known.
+11. A record the engine rejects (structural violation, unknown cluster shape) is skipped with
    the engine's message as the reason; nothing is dropped silently.
 
 MFU: where a record reports one, the prediction is reported under the record's convention,
@@ -57,11 +63,11 @@ from dataclasses import replace
 import numpy as np
 
 from .runs import load_runs  # noqa: F401  (part of this module's interface)
-from .catalogue import load_accelerator, model_from_dict
+from .catalogue import accelerator_names, load_accelerator, model_from_dict
 from .check import structural_violations
 from .costs import flops
 from .costs.flops import hardware_flops_per_token  # noqa: F401  (re-exported for the tests)
-from .errors import CatalogueError, LayoutsearchError
+from .errors import CatalogueError, LayoutsearchError, did_you_mean
 from .estimate import Estimate, estimate, with_default_axes
 from .specs import Cluster, Layout, ModelSpec, Workload
 from .topology import resolve_cluster
@@ -134,6 +140,15 @@ def _data_parallel(record: dict) -> tuple[int, int, int]:
     return lay["dp"] // shard, shard, lay["zero_stage"]
 
 
+def _mentions(record: dict, pattern: str) -> bool:
+    """Whether the record's source, cluster or derived notes match ``pattern`` (case-insensitive)."""
+    text = " ".join(str(x) for x in (record.get("source"), record.get("cluster"), record.get("derived")))
+    return re.search(pattern, text, re.IGNORECASE) is not None
+
+
+H800_NVLINK_BYTES_PER_S = 200e9  # hardware.md: H800 NVLink 400 GB/s bidirectional
+
+
 def _cluster(record: dict, replicas: int) -> Cluster | str:
     """The engine cluster for the record (multislice TPU when ``replicas`` > 1); or a skip reason."""
     c = record["cluster"]
@@ -141,7 +156,12 @@ def _cluster(record: dict, replicas: int) -> Cluster | str:
     try:
         if load_accelerator(acc).kind == "gpu":
             so = c["scale_out_gbytes_per_s_per_device"]
-            return resolve_cluster(f"{acc}-{n}", c["devices_per_node"], so * 1e9 if so else None)
+            cluster = resolve_cluster(f"{acc}-{n}", c["devices_per_node"], so * 1e9 if so else None)
+            if _mentions(record, r"\bH800\b"):
+                axes = tuple(replace(a, bytes_per_s_per_direction=H800_NVLINK_BYTES_PER_S) if a.kind == "switch" else a
+                             for a in cluster.axes)
+                cluster = replace(cluster, axes=axes)
+            return cluster
         if replicas > 1:
             if n % replicas:
                 return f"{n} chips do not split into {replicas} slices"
@@ -152,11 +172,19 @@ def _cluster(record: dict, replicas: int) -> Cluster | str:
 
 
 def _tpu_replicas(record: dict) -> int:
-    """Slices of a multislice TPU record: the replicated part of ZeRO-3 data parallelism, else 1."""
-    lay = record["layout"]
-    if load_accelerator(record["cluster"]["accelerator"]).kind != "tpu" or lay["zero_stage"] != 3:
+    """Slices of a multislice TPU record: the replicated part of ZeRO-3 data parallelism; else, when
+    the chips exceed the largest slice, the fewest equal slices that are valid slice shapes; else 1."""
+    from .topology import torus_shape
+
+    lay, acc = record["layout"], load_accelerator(record["cluster"]["accelerator"])
+    if acc.kind != "tpu":
         return 1
-    return lay["dp"] // lay["fsdp"] if lay["fsdp"] > 1 else 1
+    if lay["zero_stage"] == 3 and lay["fsdp"] > 1 and lay["dp"] // lay["fsdp"] > 1:
+        return lay["dp"] // lay["fsdp"]
+    n = record["cluster"]["num_devices"]
+    if torus_shape(acc, n) is not None:
+        return 1
+    return next((k for k in range(2, n + 1) if n % k == 0 and torus_shape(acc, n // k) is not None), 1)
 
 
 def record_to_problem(record: dict) -> Problem | str:
@@ -164,6 +192,13 @@ def record_to_problem(record: dict) -> Problem | str:
     wl, lay = record["workload"], record["layout"]
     if wl["precision"] == "fp8":
         return "fp8 precision: not modelled yet (no fp8 matmul rate or byte counts in the engine)"
+    if wl["precision"] not in (None, "bf16", "fp16"):
+        return f"precision '{wl['precision']}': the engine models bf16/fp16 training only"
+    acc = record["cluster"]["accelerator"]
+    if acc not in accelerator_names():
+        return f"unknown accelerator '{acc}'{did_you_mean(acc, accelerator_names())}: not in the catalogue"
+    if _mentions(record, r"\b[0-9]{3}\s?W\b") and not _mentions(record, r"\b700\s?W\b"):
+        return "power-capped part (a wattage below the SXM rating): its clocks and peak FLOP/s are unknown"
     try:
         model = model_from_dict({"name": record["id"], **record["model"]}, record["id"], f"record '{record['id']}'")
     except CatalogueError as exc:
@@ -194,7 +229,7 @@ def record_to_problem(record: dict) -> Problem | str:
         axes = with_default_axes(cluster, layout, model, workload).axes
     except LayoutsearchError as exc:
         return f"placement: {exc}"
-    if replicas > 1 and dict(dict(axes).get("dp", ())).get("dcn") != replicas:
+    if replicas > 1 and dp == replicas and dict(dict(axes).get("dp", ())).get("dcn") != replicas:
         return f"placement: dp({dp}) does not land on the dcn axis ({dict(axes)})"
     return model, workload, cluster, replace(layout, axes=axes)
 
@@ -246,11 +281,16 @@ def evaluate_record(record: dict) -> dict:
            "predicted_mfu": None, "measured_memory_gib": meas["memory_gib_per_device"], "predicted_memory_gib": None,
            "published_layout_rank": None, "best_predicted_speedup": None, "time_shares": None,
            "reason": None, "notes": mapping_notes(record), "skipped_reason": None}
-    problem = record_to_problem(record)
+    try:
+        problem = record_to_problem(record)
+        est = None if isinstance(problem, str) else estimate(*problem, strict=False)
+    except LayoutsearchError as exc:
+        problem = f"engine rejects the record: {exc}"
+    except Exception as exc:  # noqa: BLE001 - one unforeseen record must not hide the others; it is listed
+        problem = f"engine error on this record ({type(exc).__name__}: {exc})"
     if isinstance(problem, str):
         out["skipped_reason"] = problem
         return out
-    est = estimate(*problem, strict=False)
     pred = est.tokens_per_s / est.cluster.num_devices
     out.update(predicted_tokens_per_s_per_device=pred, predicted_fits=est.fits, predicted_mfu=predicted_mfu(record, est),
                predicted_memory_gib=est.memory_bytes["peak"] / 2**30, time_shares=time_shares(est))
@@ -377,7 +417,10 @@ def validate_runs(records: list[dict], max_median_error: float = 0.10, rank: boo
     if rank:
         for r, e in zip(records, entries):
             if e["skipped_reason"] is None:
-                e.update(rank_published(r))
+                try:
+                    e.update(rank_published(r))
+                except LayoutsearchError:
+                    pass  # the rank stays null; the record's error is still reported
     summary = summarize(entries, layout_sweeps(records, entries), max_median_error)
     return {"records": entries, "summary": summary}
 

@@ -100,14 +100,27 @@ def test_malformed_record_is_one_line_naming_record_and_field(runs, tmp_path):
 
 
 def test_record_rules_across_fields(runs, tmp_path):
-    """Duplicate ids, unknown accelerators and a missing throughput without OOM are rejected."""
+    """Duplicate ids and a missing throughput without OOM are rejected; an unknown accelerator,
+    an unmodelled precision and a power-capped part are skipped per record, with the reason."""
     rec = runs["megatron2021-table1-1-7b"]
     with pytest.raises(CatalogueError, match="duplicate id"):
         load_runs(write_runs(tmp_path, [rec, rec]))
     unknown = copy.deepcopy(rec)
     unknown["cluster"]["accelerator"] = "a100-80g"
-    with pytest.raises(CatalogueError, match=r"cluster.accelerator.*did you mean 'a100-80gb'"):
-        load_runs(write_runs(tmp_path, [unknown]))
+    (loaded,) = load_runs(write_runs(tmp_path, [unknown]))
+    assert record_to_problem(loaded) == "unknown accelerator 'a100-80g' (did you mean 'a100-80gb'?): not in the catalogue"
+    tf32 = copy.deepcopy(rec)
+    tf32["workload"]["precision"] = "tf32"
+    assert record_to_problem(load_runs(write_runs(tmp_path, [tf32]))[0]).startswith("precision 'tf32'")
+    capped = copy.deepcopy(rec)
+    capped["source"] += ", H100 SXM at 500 W"
+    capped["cluster"]["accelerator"] = "h100"
+    assert record_to_problem(load_runs(write_runs(tmp_path, [capped]))[0]).startswith("power-capped part")
+    h800 = copy.deepcopy(rec)
+    h800["source"] += " (H800 cluster)"
+    h800["cluster"]["accelerator"] = "h100"
+    cluster = record_to_problem(load_runs(write_runs(tmp_path, [h800]))[0])[2]
+    assert cluster.axis("node").bytes_per_s_per_direction == 200e9
     missing = copy.deepcopy(rec)
     missing["measured"]["tokens_per_s_per_device"] = None
     with pytest.raises(CatalogueError, match="measured.tokens_per_s_per_device"):
@@ -267,3 +280,19 @@ def test_calibrate_cli_writes_only_when_asked(tmp_path, runs):
     assert (catalogue_dir("hardware") / "a100-40gb.yaml").read_text() == before
     r = CliRunner().invoke(app, ["calibrate", str(path), "--fit", "matmul_eficiency"])
     assert r.exit_code == 2 and "did you mean 'matmul_efficiency'" in r.stderr
+
+
+def test_tpu_records_larger_than_a_slice_become_multislice(runs, tmp_path):
+    """512 v5e chips (pods of 256): two slices over DCN; a record the engine cannot cost is skipped, not fatal."""
+    rec = copy.deepcopy(runs["dgxc-h100-llama3-1-8b-bf16-64gpu"])
+    rec["cluster"].update(accelerator="v5e", num_devices=512, devices_per_node=None, scale_out_gbytes_per_s_per_device=None)
+    lay = rec["layout"]
+    lay.update(dp=512 // (lay["tp"] * lay["pp"] * lay["cp"]), fsdp=1, zero_stage=1)
+    rec["workload"]["global_batch_seqs"] = lay["dp"] * lay["microbatch_seqs"] * lay["num_microbatches"]
+    (loaded,) = load_runs(write_runs(tmp_path, [rec]))
+    _, _, cluster, _ = record_to_problem(loaded)
+    assert cluster.num_slices == 2 and cluster.axis("dcn").size == 2 and cluster.num_devices == 512
+    weird = copy.deepcopy(loaded)
+    weird["layout"]["pp"] = 7  # 32 layers over 7 stages
+    entry = validate_runs([loaded, weird], rank=False)["records"][1]
+    assert entry["skipped_reason"].startswith("engine rejects the layout") and "pp(7)" in entry["skipped_reason"]
