@@ -218,3 +218,47 @@ def test_maxtext_pyconfig_and_mesh(tmp_path):
         assert (mesh["fsdp"] * mesh["data"], mesh["tensor"], mesh["stage"], mesh["context"]) == (
             layout.fsdp, layout.tp, layout.pp, layout.cp), name
         assert result["global"] == batch, name
+
+
+# ----------------------------------------------------------------------------- the main job, end to end
+def _main_job_export(target: str, tmp_path) -> tuple[dict, str]:
+    """`layoutsearch solve --model llama70b --cluster v5p-8192 --export TARGET -o FILE`: (document, file text)."""
+    from typer.testing import CliRunner
+
+    from layoutsearch.cli import app
+
+    out = tmp_path / f"main-job.{target}"
+    r = CliRunner().invoke(app, ["solve", "--model", "llama70b", "--cluster", "v5p-8192", "--top", "1",
+                                 "--export", target, "-o", str(out), "--format", "json"])
+    assert r.exit_code == 0, r.stderr
+    return json.loads(r.stdout), out.read_text()
+
+
+def test_main_job_export_accepted_by_megatron_core(tmp_path):
+    calc = pytest.importorskip("megatron.core.num_microbatches_calculator")
+    doc, text = _main_job_export("megatron", tmp_path)
+    assert text == export_document(doc, "megatron")
+    cfg, a = megatron_config(doc)
+    dp = 8192 // (cfg.tensor_model_parallel_size * cfg.pipeline_model_parallel_size * cfg.context_parallel_size)
+    counter = calc.ConstantNumMicroBatchesCalculator(int(a["--global-batch-size"]), int(a["--micro-batch-size"]),
+                                                     dp, False, 0)
+    assert counter.get() == doc["layouts"][0]["num_microbatches"]
+
+
+def test_main_job_export_accepted_by_torchtitan(tmp_path):
+    manager = pytest.importorskip("torchtitan.config.manager")
+    pdims = pytest.importorskip("torchtitan.distributed.parallel_dims")
+    doc, text = _main_job_export("torchtitan", tmp_path)
+    path = tmp_path / "main.toml"
+    path.write_text(text)
+    p = manager.ConfigManager().parse_args([f"--job.config_file={path}"]).parallelism
+    pdims.ParallelDims(dp_replicate=p.data_parallel_replicate_degree, dp_shard=p.data_parallel_shard_degree,
+                       cp=p.context_parallel_degree, tp=p.tensor_parallel_degree, pp=p.pipeline_parallel_degree,
+                       ep=1, etp=1, world_size=8192)
+
+
+def test_main_job_export_accepted_by_deepspeed(tmp_path):
+    doc, text = _main_job_export("deepspeed", tmp_path)
+    lay = doc["layouts"][0]
+    ds = deepspeed_config(json.loads(text), lay["degrees"]["dp"] * lay["degrees"]["fsdp"])
+    assert ds.train_batch_size == 1024
