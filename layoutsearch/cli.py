@@ -67,9 +67,13 @@ SeqLenOpt = Annotated[int, typer.Option("--seq-len", min=1, help="Tokens per seq
 FormatOpt = Annotated[Format, typer.Option("--format", help="table or json")]
 
 
-def workload_from_options(seqs: int, seq_len: int, tokens: float | None = None) -> Workload:
+def workload_from_options(seqs: int, seq_len: int, tokens: float | None = None, tp_overlap: bool = False) -> Workload:
     """The design notes' defaults: 1024 x 4096 tokens, 18 B/param mixed-precision Adam."""
-    return Workload(global_batch_seqs=seqs, seq_len=seq_len, training_tokens=tokens)
+    return Workload(global_batch_seqs=seqs, seq_len=seq_len, training_tokens=tokens, tp_comm_overlap=tp_overlap)
+
+
+TpOverlapOpt = Annotated[bool, typer.Option("--tp-comm-overlap/--no-tp-comm-overlap",
+                                            help="TP collectives pipelined with their GEMMs (Transformer Engine, XLA)")]
 
 
 @app.command("models")
@@ -129,6 +133,7 @@ def estimate_cmd(
     axes: Annotated[Optional[str], typer.Option("--axes", help="Placement, e.g. 'tp=z:8;fsdp=z:4,y:16,x:16'")] = None,
     mfu_convention: Annotated[MfuConvention, typer.Option("--mfu-convention")] = MfuConvention.model,
     tokens: Annotated[Optional[float], typer.Option("--tokens", help="Training tokens, for a days estimate")] = None,
+    tp_comm_overlap: TpOverlapOpt = False,
     fmt: FormatOpt = Format.table,
 ) -> None:
     """Does MY layout fit, and where does the time go? Memory by moment, time by component."""
@@ -139,7 +144,8 @@ def estimate_cmd(
     lay = Layout(**degrees, zero_stage=zero_stage, virtual_stages=virtual_stages, num_microbatches=microbatches,
                  recompute=recompute.value, sequence_parallel=sequence_parallel, schedule=schedule_name,
                  axes=parse_axes(axes) if axes else ())
-    est = estimate(spec, workload_from_options(seqs, seq_len, tokens), clus, lay, mfu_convention=mfu_convention.value)
+    est = estimate(spec, workload_from_options(seqs, seq_len, tokens, tp_comm_overlap), clus, lay,
+                   mfu_convention=mfu_convention.value)
     if fmt == Format.json:
         typer.echo(json.dumps(estimate_document(model, cluster, est), indent=2))
     else:
@@ -175,7 +181,7 @@ MethodOpt = Annotated[Method, typer.Option("--method", help="cpsat (proof) or en
 RecomputeChoicesOpt = Annotated[Optional[str], typer.Option("--recompute", help="Allowed policies, e.g. none,full")]
 
 
-def _search_inputs(model, cluster, seqs, seq_len, fix, choices, only, recompute):
+def _search_inputs(model, cluster, seqs, seq_len, fix, choices, only, recompute, tp_overlap=False):
     from .parse import parse_choices, parse_names
     from .search import SearchOptions
     from .specs import DEGREE_NAMES, RECOMPUTE_POLICIES
@@ -184,16 +190,17 @@ def _search_inputs(model, cluster, seqs, seq_len, fix, choices, only, recompute)
         fix=parse_degrees(fix, "--fix") if fix else {}, choices=parse_choices(choices) if choices else {},
         only=parse_names(only, DEGREE_NAMES, "--only") if only else None,
         recompute=parse_names(recompute, RECOMPUTE_POLICIES, "--recompute") if recompute else RECOMPUTE_POLICIES)
-    return load_model(model), workload_from_options(seqs, seq_len), resolve_cluster(cluster), options
+    return load_model(model), workload_from_options(seqs, seq_len, tp_overlap=tp_overlap), resolve_cluster(cluster), options
 
 
 def _run_search(model, cluster, seqs, seq_len, top, fix, choices, only, objective, time_limit, method, recompute,
-                target=None):
+                target=None, tp_overlap=False):
     from .explain import infeasibility
     from .output import solve_document
     from .search import solve
 
-    spec, workload, clus, options = _search_inputs(model, cluster, seqs, seq_len, fix, choices, only, recompute)
+    spec, workload, clus, options = _search_inputs(model, cluster, seqs, seq_len, fix, choices, only, recompute,
+                                                   tp_overlap)
     if target:
         from .export import search_restrictions
 
@@ -219,13 +226,15 @@ def solve_cmd(
     time_limit: TimeLimitOpt = 30.0,
     method: MethodOpt = Method.cpsat,
     recompute: RecomputeChoicesOpt = None,
+    tp_comm_overlap: TpOverlapOpt = False,
     fmt: Annotated[SolveFormat, typer.Option("--format", help="table, json or yaml")] = SolveFormat.table,
     export: Annotated[Optional[str], typer.Option("--export", help="Also write layout 1 as maxtext|megatron|torchtitan|deepspeed")] = None,
     output: Annotated[Optional[str], typer.Option("--output", "-o", help="File for --export (stdout without it)")] = None,
 ) -> None:
     """The best layouts, proven optimal: degrees and axes, memory, step time split, MFU, tokens/s."""
     _, _, _, result, doc, explanation = _run_search(model, cluster, seqs, seq_len, top, fix, choices, only, objective,
-                                                     time_limit, method, recompute, target=export)
+                                                     time_limit, method, recompute, target=export,
+                                                     tp_overlap=tp_comm_overlap)
     if export and result.layouts:
         from .export import RESTRICTIONS, export_document
 
@@ -262,13 +271,15 @@ def explain_cmd(
     time_limit: TimeLimitOpt = 30.0,
     method: MethodOpt = Method.cpsat,
     recompute: RecomputeChoicesOpt = None,
+    tp_comm_overlap: TpOverlapOpt = False,
     fmt: FormatOpt = Format.table,
 ) -> None:
     """Why the winner beats the next best, or why nothing fits (exit 1)."""
     from .explain import compare
 
     _, _, _, result, doc, explanation = _run_search(model, cluster, seqs, seq_len, max(top, 2), fix, choices, only,
-                                                     objective, time_limit, method, recompute)
+                                                     objective, time_limit, method, recompute,
+                                                     tp_overlap=tp_comm_overlap)
     if result.layouts:
         others = result.layouts[1:] or []
         doc["explanation"] = {"versus": [compare(result.layouts[0], other) for other in others]}

@@ -131,7 +131,7 @@ def _stage(model, workload, acc, sh, k, r, z, co, sp, first: bool, last: bool) -
     """Per-microbatch seconds and memory moments of the first or last pipeline stage."""
     c = terms.compute_per_microbatch(model, workload, acc, sh, k, r, last, sp)
     full = _scalar(r == 2)
-    tp = terms.tp_per_microbatch(model, workload, acc, sh, k, co, last)
+    tp = terms.tp_per_microbatch(model, workload, acc, sh, k, co, last, c["window/matmul_fwd_layer"])
     cp = terms.cp_per_microbatch(model, workload, acc, sh, k, co, c["window/attn_fwd_layer"])
     fc = terms.fsdp_collectives(model, workload, acc, sh, co)
     zero3 = _scalar((z == 3) & (sh.shards > 1))

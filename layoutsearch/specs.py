@@ -55,6 +55,8 @@ class Workload:
     activation_bytes: int = 2  # bf16 activations
     causal: bool = True  # causal attention: masked score blocks are skipped (FlashAttention)
     flash_attention: bool = True  # fused attention; False = scores materialised (pre-2022 Megatron, BLOOM)
+    tp_comm_overlap: bool = False  # TP collectives pipelined with their GEMMs (Transformer Engine userbuffers,
+    # NeMo/Megatron-Core tp_comm_overlap; XLA collective matmul); off = on the critical path
     fsdp_collectives_per_layer: int = 1  # ZeRO-3 gathers per layer: 1 with flat parameters (FSDP, XLA);
     # one per parameter tensor with DeepSpeed ZeRO-3 as of 2021
     training_tokens: float | None = None  # total tokens for a calendar estimate

@@ -43,7 +43,11 @@ Mapping a record onto the engine (``record_to_problem``); every rule is applied 
     derived notes) is an H100 with NVLink at 200 GB/s per direction (hardware.md: 400 GB/s
     bidirectional). A power-capped part (e.g. "500 W") is skipped: its clocks, hence its peak
     FLOP/s, are not known.
-11. A record the engine rejects (structural violation, unknown cluster shape) is skipped with
+11. TP communication overlap: NeMo runs (NVIDIA dgxc-benchmarking, NeMo performance summary)
+    and the Megatron-Core README benchmarks use Transformer Engine's pipelined TP overlap
+    (NeMo "Communication Overlap": ``tp_comm_overlap``), so ``Workload.tp_comm_overlap`` is on
+    for them; every other record keeps TP on the critical path.
+12. A record the engine rejects (structural violation, unknown cluster shape) is skipped with
    the engine's message as the reason; nothing is dropped silently.
 
 MFU: where a record reports one, the prediction is reported under the record's convention,
@@ -89,6 +93,11 @@ def source_family(record: dict) -> str:
 
 def _is_bigscience(record: dict) -> bool:
     return source_family(record) == "bigscience"
+
+
+def tp_comm_overlap(record: dict) -> bool:
+    """Rule 11: NeMo and Megatron-Core (2024+) runs overlap TP collectives with their GEMMs."""
+    return source_family(record) in ("NeMo", "dgxc-benchmarking", "Megatron-LM")
 
 
 def zero3_collectives_per_layer(record: dict) -> int:
@@ -208,7 +217,8 @@ def record_to_problem(record: dict) -> Problem | str:
         return mb
     workload = Workload(global_batch_seqs=wl["global_batch_seqs"], seq_len=wl["seq_len"],
                         precision=wl["precision"] or "bf16", flash_attention=fused_attention(record),
-                        fsdp_collectives_per_layer=zero3_collectives_per_layer(record))
+                        fsdp_collectives_per_layer=zero3_collectives_per_layer(record),
+                        tp_comm_overlap=tp_comm_overlap(record))
     dp, fsdp, zero = _data_parallel(record)
     replicas = _tpu_replicas(record)
     stated = re.search(r"across (\d+) slice", str(record.get("derived", {}).get("fsdp", "")))

@@ -181,3 +181,19 @@ def test_a_larger_array_never_gathers_faster(size, factor, name, group):
     half = c.accelerator.collective_half_efficiency_bytes
     assert comms.all_gather_time(size * factor, span, half) >= comms.all_gather_time(size, span, half)
     assert math.isfinite(comms.all_gather_time(size, span, half))
+
+
+def test_tp_comm_overlap_hides_collectives_behind_their_gemms():
+    """With overlap, exposed TP = max(one ring chunk, collectives - the pass's GEMMs) per pass: never more
+    than without it, never less than a chunk per pass; without it, all four pairs per layer are exposed."""
+    c = resolve_cluster("h100-64")
+    plain = estimate(LLAMA, Workload(global_batch_seqs=64, seq_len=4096), c, Layout(fsdp=8, tp=8))
+    over = estimate(LLAMA, Workload(global_batch_seqs=64, seq_len=4096, tp_comm_overlap=True), c, Layout(fsdp=8, tp=8))
+    unit = next(x["time_s"] for x in plain.collectives if x["name"].startswith("tp activations"))
+    layers, k = LLAMA.num_layers, plain.layout.num_microbatches
+    four_pairs = k * layers * 4 * unit  # plus three tiny vocab-parallel loss all-reduces on the last stage
+    assert four_pairs <= plain.time_s["exposed_comm/tp"] <= four_pairs * 1.01
+    assert over.time_s["exposed_comm/tp"] < plain.time_s["exposed_comm/tp"]
+    chunk = 2 * unit / 8
+    assert over.time_s["exposed_comm/tp"] >= k * layers * 2 * chunk * (1 - 1e-9)
+    assert over.time_s["compute"] == pytest.approx(plain.time_s["compute"])

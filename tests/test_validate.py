@@ -296,3 +296,14 @@ def test_tpu_records_larger_than_a_slice_become_multislice(runs, tmp_path):
     weird["layout"]["pp"] = 7  # 32 layers over 7 stages
     entry = validate_runs([loaded, weird], rank=False)["records"][1]
     assert entry["skipped_reason"].startswith("engine rejects the layout") and "pp(7)" in entry["skipped_reason"]
+
+
+def test_tp_overlap_rule_by_source(runs):
+    """NeMo (dgxc) and Megatron-Core README runs overlap TP with GEMMs; Megatron 2021 and MaxText do not."""
+    from layoutsearch.validate import tp_comm_overlap
+    assert tp_comm_overlap(runs["dgxc-h100-llama3-1-70b-bf16-64gpu"])
+    assert tp_comm_overlap(runs["megatron-core-h100-2024-70b"])
+    assert not tp_comm_overlap(runs["megatron2021-table1-18-4b"])
+    assert not tp_comm_overlap(runs["maxtext-v5p-2023-128b-1xv5p-256"])
+    _, workload, _, _ = record_to_problem(runs["megatron-core-h100-2024-70b"])
+    assert workload.tp_comm_overlap

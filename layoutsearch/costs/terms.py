@@ -124,24 +124,36 @@ def compute_per_microbatch(model: ModelSpec, workload: Workload, acc: Accelerato
         "compute/elementwise": layers * ew,
         "compute/logits": logits,
         "window/fwd_layer": mm + attn,
+        "window/matmul_fwd_layer": mm,
         "window/bwd_layer": mm * flops.BACKWARD_OVER_FORWARD + attn * (attn_passes - 1.0) + recompute,
         "window/attn_fwd_layer": attn,
         "window/logits": logits,
     }
 
 
-def tp_per_microbatch(model: ModelSpec, workload: Workload, acc: Accelerator, sh: Shapes, k, co: Coeffs, last) -> dict:
-    """TP collectives per microbatch (keys S, K, o, stage): 'base' always, 'if_full' more with full recompute.
+def tp_per_microbatch(model: ModelSpec, workload: Workload, acc: Accelerator, sh: Shapes, k, co: Coeffs, last,
+                      matmul_fwd_layer=0.0) -> dict:
+    """Exposed TP collectives per microbatch (keys S, K, o, stage): 'base', plus 'if_full' with full recompute.
 
     Per layer: 2 AllGather+ReduceScatter (sequence parallel) or 2 AllReduce forward, 2 backward,
     2 more when the forward is recomputed; [m, D] activations. Plus 3 vocab-parallel loss
-    AllReduces of [m] fp32 on the last stage.
+    AllReduces of [m] fp32 on the last stage. With ``workload.tp_comm_overlap`` each pass's
+    collectives are pipelined with that pass's GEMMs (the backward has twice the forward's), and
+    at least one ring chunk of tp stays exposed (NeMo "Communication Overlap").
     """
     m = tokens_per_microbatch(workload, sh, k)
     unit = 2.0 * ring_time(m * model.d_model * workload.activation_bytes, co.tp, acc.collective_half_efficiency_bytes)
     loss = 3 * 2.0 * ring_time(m * 4.0, co.tp, acc.collective_half_efficiency_bytes) * _f(last)
     layers = layers_per_stage(model, sh)
-    return {"base": layers * 4 * unit + loss, "if_full": layers * 2 * unit, "unit": unit}
+    if not workload.tp_comm_overlap:
+        return {"base": layers * 4 * unit + loss, "if_full": layers * 2 * unit, "unit": unit}
+    chunk = 2 * unit / sh.tp
+
+    def exposed(gemm):
+        return np.maximum(chunk, 2 * unit - gemm)
+
+    forward, backward = exposed(matmul_fwd_layer), exposed(flops.BACKWARD_OVER_FORWARD * matmul_fwd_layer)
+    return {"base": layers * (forward + backward) + loss, "if_full": layers * forward, "unit": unit}
 
 
 def cp_per_microbatch(model: ModelSpec, workload: Workload, acc: Accelerator, sh: Shapes, k, co: Coeffs, attn_fwd_layer) -> dict:

@@ -109,7 +109,7 @@ def build_tables(space: Space) -> Tables:
     tp_st, fx_st = [], []
     for st, (first, last) in _stage_flags(sh_o).items():
         c = terms.compute_per_microbatch(model, workload, acc, sh_o, k_o, r0, last)
-        tp = terms.tp_per_microbatch(model, workload, acc, sh_o, k_o, co, last)
+        tp = terms.tp_per_microbatch(model, workload, acc, sh_o, k_o, co, last, c["window/matmul_fwd_layer"])
         tp_st.append(mult_o * tp["base"])
         fc = terms.fsdp_collectives(model, workload, acc, sh_o, co)
         fixed = terms.fsdp_exposed_fixed(model, sh_o, fc, c["window/fwd_layer"], c["window/logits"], True)
