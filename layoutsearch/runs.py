@@ -6,6 +6,7 @@ the record id and the field (unknown keys get a "did you mean").
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 from typing import Any, Literal
 
@@ -109,3 +110,10 @@ def _check_record(rec: dict, where: str, seen: set) -> None:
                              f"data-parallel degree dp({lay['dp']})")
 
 
+def source_family(record: dict) -> str:
+    """Group name: the repository of a 'owner/repo ...' source, else the citation up to its year."""
+    first = record["source"].split()[0].rstrip(",;:") if record["source"].strip() else record["id"]
+    if "/" in first:
+        return first.split("/")[1]
+    year = re.match(r"^(.*?\b(?:19|20)\d\d)\b", record["source"])
+    return year.group(1) if year else " ".join(record["source"].split()[:3])
