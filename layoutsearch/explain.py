@@ -12,7 +12,7 @@ from dataclasses import replace
 
 import numpy as np
 
-from .costs import params, terms
+from .costs import memory, params, terms
 from .errors import LayoutsearchError
 from .estimate import Estimate, estimate
 from .search.space import SearchOptions, Space, _divisors, microbatch_choices
@@ -104,7 +104,7 @@ def infeasibility(model: ModelSpec, workload: Workload, cluster: Cluster, option
     doubled = _fits_on_doubled(model, workload, cluster)
     if doubled:
         fixes.append(f"2x the devices ({doubled})")
-    state = params.param_counts(model)["total"] * workload.state_bytes_per_param
+    state = sum(memory.state_bytes(params.param_counts(model)["total"], workload, 0, 1).values())
     min_devices = int(-(-state // capacity))
     out["nearest_layout"] = {"degrees": layout.degrees, "recompute": layout.recompute, "zero_stage": layout.zero_stage,
                              "num_microbatches": layout.num_microbatches, "peak_bytes": est.memory_bytes["peak"],
