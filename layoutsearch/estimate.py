@@ -48,8 +48,8 @@ class Estimate:
     def mfu_under(self, convention: str) -> float:
         """MFU under another FLOP-counting convention (see costs.flops.model_flops_per_token)."""
         per_token = flops.model_flops_per_token(self.model, self.workload.seq_len, convention)
-        return per_token * self.workload.global_batch_tokens / (
-            self.step_time_s * self.cluster.num_devices * self.cluster.accelerator.peak_flops_per_s)
+        return flops.mfu(per_token * self.workload.global_batch_tokens, self.step_time_s, self.cluster.num_devices,
+                         self.cluster.accelerator.peak_flops_per_s)
 
     def days_for_tokens(self, tokens: float) -> float:
         """Calendar days to train ``tokens`` tokens at this step time."""
@@ -115,7 +115,7 @@ def estimate(model: ModelSpec, workload: Workload, cluster: Cluster, layout: Lay
         memory_bytes=memory_bytes, memory_moments=stages[big]["moments"], peak_moment=peak_name, worst_stage=big,
         time_s=times, collectives=colls, step_time_s=times["step"],
         tokens_per_s=workload.global_batch_tokens / times["step"],
-        mfu=mfu_flops / (times["step"] * cluster.num_devices * acc.peak_flops_per_s),
+        mfu=flops.mfu(mfu_flops, times["step"], cluster.num_devices, acc.peak_flops_per_s),
         mfu_convention=mfu_convention, model_flops_per_step=mfu_flops, violations=list(violations))
     if not est.fits:
         est.violations.append(Violation("memory", f"needs {peak_bytes / 1e9:.1f} GB per device at {peak_name} "

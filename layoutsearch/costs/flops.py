@@ -79,6 +79,11 @@ def model_flops_per_token(model: ModelSpec, seq_len: int, convention: str = "mod
 MFU_CONVENTIONS = ("model", "palm", "palm-causal")
 
 
+def mfu(model_flops_per_step: float, step_time_s: float, num_devices: int, peak_flops_per_s: float) -> float:
+    """Model FLOPs utilisation: model FLOPs per step / (step time x devices x peak FLOP/s)."""
+    return model_flops_per_step / (step_time_s * num_devices * peak_flops_per_s)
+
+
 def attention_crossover_seq_len(model: ModelSpec, causal: bool = False) -> float:
     """Sequence length at which attention FLOPs equal matmul FLOPs per token (book: T = 8D)."""
     per_key = attention_flops_per_token_per_layer(model, 1, False)  # FLOPs per token per key
