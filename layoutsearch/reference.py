@@ -6,9 +6,9 @@ the case's unit; the inputs are the ones the case's `quantity` text states. Test
 
 from __future__ import annotations
 
-from .catalogue import load_accelerator, load_model
-from .costs import comms, flops, memory, params, pipeline, roofline
-from .specs import Axis, ModelSpec, Workload
+from layoutsearch.core.catalogue import load_accelerator, load_model
+from layoutsearch.costs import comms, flops, memory, params, pipeline, roofline
+from layoutsearch.core.specs import Axis, ModelSpec, Workload
 
 TB, GB, MIB = 1e12, 1e9, 2**20
 N_8192 = 8192
@@ -34,8 +34,8 @@ def min_tp_whole_sequences(num_devices: int, seqs: int) -> int:
 
 def choose_tp_gather_volume(model: ModelSpec, num_devices: int, seqs: int, choices=(8, 16, 32, 64)) -> int:
     """The design notes' choice, by the solver: `--only fsdp,tp --choices tp=... --objective gather-volume`."""
-    from .search import SearchOptions, solve
-    from .topology import resolve_cluster
+    from layoutsearch.search import SearchOptions, solve
+    from layoutsearch.core.topology import resolve_cluster
 
     result = solve(model, Workload(global_batch_seqs=seqs, seq_len=4096), resolve_cluster(f"v5p-{num_devices}"),
                    SearchOptions(only=("fsdp", "tp"), choices={"tp": tuple(choices)}), objective="gather-volume", top_k=1)

@@ -5,10 +5,10 @@ import json
 import pytest
 import yaml
 
-from layoutsearch.catalogue import (accelerator_from_dict, accelerator_names, catalogue_dir, load_accelerator,
+from layoutsearch.core.catalogue import (accelerator_from_dict, accelerator_names, catalogue_dir, load_accelerator,
                                     load_model, model_from_dict, model_names)
 from layoutsearch.costs.params import param_counts
-from layoutsearch.errors import CatalogueError
+from layoutsearch.core.errors import CatalogueError
 
 REQUIRED_MODELS = {"llama70b", "llama3-8b", "llama3-405b", "llama2-7b", "llama2-13b", "llama2-70b", "gpt3-175b", "debug"}
 REQUIRED_ACCELERATORS = {"v4", "v5e", "v5p", "v6e", "tpu7x", "a100-40gb", "a100-80gb", "h100", "h200", "b200", "gb200"}

@@ -7,11 +7,11 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from layoutsearch.catalogue import load_model
+from layoutsearch.core.catalogue import load_model
 from layoutsearch.costs import comms, memory, params, pipeline
-from layoutsearch.estimate import estimate
-from layoutsearch.specs import Axis, Layout, Workload
-from layoutsearch.topology import resolve_cluster
+from layoutsearch.costs.estimate import estimate
+from layoutsearch.core.specs import Axis, Layout, Workload
+from layoutsearch.core.topology import resolve_cluster
 
 LLAMA = load_model("llama70b")
 W1024 = Workload(global_batch_seqs=1024, seq_len=4096)
@@ -175,7 +175,7 @@ def test_a_larger_array_never_gathers_faster(size, factor, name, group):
     c = resolve_cluster(name)
     n = c.num_devices
     lay = Layout(fsdp=n // 8, tp=8)
-    from layoutsearch.placement import default_axes
+    from layoutsearch.core.placement import default_axes
     lay = replace(lay, axes=default_axes(c, lay))
     span = comms.group_span(c, lay, group)
     half = c.accelerator.collective_half_efficiency_bytes

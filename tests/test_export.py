@@ -11,14 +11,14 @@ import tomllib
 import pytest
 import yaml
 
-from layoutsearch.catalogue import load_model
-from layoutsearch.errors import InvalidLayoutError
-from layoutsearch.estimate import estimate
+from layoutsearch.core.catalogue import load_model
+from layoutsearch.core.errors import InvalidLayoutError
+from layoutsearch.costs.estimate import estimate
 from layoutsearch.export import TARGETS, check_export, export_document
 from layoutsearch.export.megatron import parse_args
-from layoutsearch.output import estimate_document, layout_record, problem_record, version
-from layoutsearch.specs import Layout, Workload
-from layoutsearch.topology import resolve_cluster
+from layoutsearch.report.output import estimate_document, layout_record, problem_record, version
+from layoutsearch.core.specs import Layout, Workload
+from layoutsearch.core.topology import resolve_cluster
 
 
 def solve_doc(model_id: str, cluster_name: str, batch: int, seq: int, *layouts: Layout) -> dict:

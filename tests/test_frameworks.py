@@ -17,7 +17,7 @@ import pytest
 
 from layoutsearch.export import export_document
 from layoutsearch.export.megatron import parse_args
-from layoutsearch.specs import Layout
+from layoutsearch.core.specs import Layout
 
 from test_export import CP, FSDP_TP, HSDP, solve_doc
 

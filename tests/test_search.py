@@ -9,17 +9,17 @@ from hypothesis import strategies as st
 from typer.testing import CliRunner
 
 from layoutsearch import reference
-from layoutsearch.check import check_layout
+from layoutsearch.core.check import check_layout
 from layoutsearch.cli import app
-from layoutsearch.estimate import estimate
+from layoutsearch.costs.estimate import estimate
 from layoutsearch.search import SearchOptions, solve
 from layoutsearch.search.cpsat import build_model, cpsat_top, prune, _solver
 from layoutsearch.search.enumerate import enumerate_top
 from layoutsearch.search.space import build_space
 from layoutsearch.search.tables import assemble, build_tables
-from layoutsearch.specs import ModelSpec, Workload
-from layoutsearch.catalogue import load_model
-from layoutsearch.topology import resolve_cluster
+from layoutsearch.core.specs import ModelSpec, Workload
+from layoutsearch.core.catalogue import load_model
+from layoutsearch.core.topology import resolve_cluster
 
 runner = CliRunner()
 
@@ -169,8 +169,8 @@ def test_explain_shows_where_the_winner_wins():
     rows = json.loads(r.stdout)["explanation"]["versus"][0]
     assert rows and all({"term", "winner", "other", "difference", "unit"} <= set(x) for x in rows)
     assert all(x["difference"] == pytest.approx(x["other"] - x["winner"]) for x in rows)
-    from layoutsearch.explain import compare
-    from layoutsearch.specs import Layout
+    from layoutsearch.search.explain import compare
+    from layoutsearch.core.specs import Layout
     model, cluster, w = load_model("llama70b"), resolve_cluster("v5p-8192"), Workload(global_batch_seqs=256, seq_len=4096)
     plain = estimate(model, w, cluster, Layout(fsdp=256, tp=32))
     remat = estimate(model, w, cluster, Layout(fsdp=256, tp=32, recompute="full"))

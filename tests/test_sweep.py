@@ -14,8 +14,8 @@ import pytest
 import typer
 from typer.testing import CliRunner
 
-from layoutsearch.cli_sweep import register
-from layoutsearch.errors import CatalogueError, InvalidArgumentError
+from layoutsearch.cli.sweep_cmd import register
+from layoutsearch.core.errors import CatalogueError, InvalidArgumentError
 from layoutsearch.sweep import (COLUMN_NAMES, Point, expand, expand_points, journal_path, read_table, run_sweep,
                                 solve_point)
 
@@ -23,7 +23,7 @@ needs_pyarrow = pytest.mark.skipif(find_spec("pyarrow") is None, reason="Parquet
 needs_matplotlib = pytest.mark.skipif(find_spec("matplotlib") is None, reason="plots need layoutsearch[plot]")
 
 # The real entry point (cli.main) with the sweep commands, whether or not cli.py registers them yet.
-CLI = [sys.executable, "-m", "layoutsearch.cli_sweep"]
+CLI = [sys.executable, "-m", "layoutsearch.cli"]
 SMALL = expand_points("llama3-8b", "h100-16,v5p-64", "64,128")  # 4 points, tens of milliseconds each
 
 

@@ -2,9 +2,9 @@
 
 import pytest
 
-from layoutsearch.catalogue import load_accelerator
-from layoutsearch.errors import CatalogueError
-from layoutsearch.topology import cluster_graph, derive_axes, resolve_cluster
+from layoutsearch.core.catalogue import load_accelerator
+from layoutsearch.core.errors import CatalogueError
+from layoutsearch.core.topology import cluster_graph, derive_axes, resolve_cluster
 
 
 def shape(name):

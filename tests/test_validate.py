@@ -8,12 +8,12 @@ from pathlib import Path
 import pytest
 import yaml
 
-from layoutsearch.calibrate import calibrate, with_calibration, write_calibration
-from layoutsearch.catalogue import accelerator_from_dict, read_yaml
-from layoutsearch.errors import CatalogueError
-from layoutsearch.estimate import estimate
-from layoutsearch.topology import resolve_cluster
-from layoutsearch.validate import (error_stats, hardware_flops_per_token, load_runs, rank_published,
+from layoutsearch.validation.calibrate import calibrate, with_calibration, write_calibration
+from layoutsearch.core.catalogue import accelerator_from_dict, read_yaml
+from layoutsearch.core.errors import CatalogueError
+from layoutsearch.costs.estimate import estimate
+from layoutsearch.core.topology import resolve_cluster
+from layoutsearch.validation.validate import (error_stats, hardware_flops_per_token, load_runs, rank_published,
                                    record_to_problem, spearman, summarize, validate_runs)
 
 RUNS = Path(__file__).parents[1].parent / "shared/validation/runs_dev.yaml"
@@ -270,7 +270,7 @@ def test_validate_cli_exit_codes_and_json(tmp_path, runs):
 
 def test_calibrate_cli_writes_only_when_asked(tmp_path, runs):
     from typer.testing import CliRunner
-    from layoutsearch.catalogue import catalogue_dir
+    from layoutsearch.core.catalogue import catalogue_dir
     from layoutsearch.cli import app
 
     before = (catalogue_dir("hardware") / "a100-40gb.yaml").read_text()
@@ -300,7 +300,7 @@ def test_tpu_records_larger_than_a_slice_become_multislice(runs, tmp_path):
 
 def test_tp_overlap_rule_by_source(runs):
     """NeMo (dgxc) and Megatron-Core README runs overlap TP with GEMMs; Megatron 2021 and MaxText do not."""
-    from layoutsearch.validate import tp_comm_overlap
+    from layoutsearch.validation.validate import tp_comm_overlap
     assert tp_comm_overlap(runs["dgxc-h100-llama3-1-70b-bf16-64gpu"])
     assert tp_comm_overlap(runs["megatron-core-h100-2024-70b"])
     assert not tp_comm_overlap(runs["megatron2021-table1-18-4b"])

@@ -2,5 +2,5 @@
 
 Modules: ``params`` (parameter counts), ``flops`` (work), ``memory`` (bytes at named moments),
 ``comms`` (collective times on the axes a group spans), ``pipeline`` (bubble, schedules),
-``roofline`` (the book's closed-form thresholds). ``layoutsearch.estimate`` composes them.
+``roofline`` (the book's closed-form thresholds). ``layoutsearch.costs.estimate`` composes them.
 """

@@ -21,7 +21,7 @@ from functools import lru_cache
 
 import numpy as np
 
-from ..specs import Axis, Cluster, Layout
+from layoutsearch.core.specs import Axis, Cluster, Layout
 
 NESTING_ORDER = ("tp", "cp", "fsdp", "dp", "pp")  # inner to outer on a shared axis (Megatron: tp-cp-dp-pp)
 LEVEL_OF_KIND = {"torus": 0, "switch": 0, "scale_out": 1, "dcn": 1}

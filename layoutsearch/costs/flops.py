@@ -9,8 +9,8 @@ the kernel skips masked blocks). Recomputation adds a forward (full) or the atte
 
 from __future__ import annotations
 
-from ..specs import ModelSpec
-from .params import kv_heads_per_device
+from layoutsearch.core.specs import ModelSpec
+from layoutsearch.costs.params import kv_heads_per_device
 
 BACKWARD_OVER_FORWARD = 2.0
 # FlashAttention's backward recomputes the scores: 5 matmul-sized products against 2 in the

@@ -8,8 +8,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..specs import ModelSpec, Workload
-from .params import kv_heads_per_device
+from layoutsearch.core.specs import ModelSpec, Workload
+from layoutsearch.costs.params import kv_heads_per_device
 
 # What each checkpoint policy saves per layer, as (tensor, width) with width in elements per token.
 # none: every input a backward kernel needs (FlashAttention keeps O and the row log-sum-exp, not scores);

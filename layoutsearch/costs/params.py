@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..specs import Layout, ModelSpec
+from layoutsearch.core.specs import Layout, ModelSpec
 
 
 def kv_heads_per_device(model: ModelSpec, tp):

@@ -26,9 +26,12 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ..specs import Accelerator, ModelSpec, Workload
-from . import flops, memory, params, pipeline
-from .comms import RingCoefficients, ring_time
+from layoutsearch.core.specs import Accelerator, ModelSpec, Workload
+from layoutsearch.costs import flops
+from layoutsearch.costs import memory
+from layoutsearch.costs import params
+from layoutsearch.costs import pipeline
+from layoutsearch.costs.comms import RingCoefficients, ring_time
 
 RECOMPUTE_CODES = {"none": 0, "selective": 1, "full": 2}
 RECOMPUTE_NAMES = {v: k for k, v in RECOMPUTE_CODES.items()}
@@ -323,7 +326,7 @@ def replica_span(tp_span, replicas: int):
     """The innermost ``replicas`` members of the TP group: the ranks sharing one KV head."""
     import math
 
-    from .comms import SpanPart
+    from layoutsearch.costs.comms import SpanPart
 
     out, left = [], replicas
     for part in tp_span:
@@ -338,7 +341,7 @@ def replica_span(tp_span, replicas: int):
 
 def layout_coeffs(model: ModelSpec, cluster, layout) -> Coeffs:
     """Ring coefficients of every group of a placed layout (its ``axes`` must be set)."""
-    from .comms import group_span, ring_coefficients, send_coefficients
+    from layoutsearch.costs.comms import group_span, ring_coefficients, send_coefficients
 
     tp_span = group_span(cluster, layout, ("tp",))
     return Coeffs(

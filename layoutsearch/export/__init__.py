@@ -16,9 +16,12 @@ from __future__ import annotations
 
 from types import ModuleType
 
-from ..errors import InvalidLayoutError, did_you_mean
-from . import deepspeed, maxtext, megatron, torchtitan
-from .context import ExportContext, build_context
+from layoutsearch.core.errors import InvalidLayoutError, did_you_mean
+from layoutsearch.export import deepspeed
+from layoutsearch.export import maxtext
+from layoutsearch.export import megatron
+from layoutsearch.export import torchtitan
+from layoutsearch.export.context import ExportContext, build_context
 
 TARGETS = ("maxtext", "megatron", "torchtitan", "deepspeed")
 _MODULES: dict[str, ModuleType] = {"maxtext": maxtext, "megatron": megatron, "torchtitan": torchtitan,

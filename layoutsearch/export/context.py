@@ -11,13 +11,13 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, replace
 
-from ..catalogue import load_model
-from ..check import structural_violations
-from ..errors import InvalidLayoutError
-from ..output import layout_from_record, version
-from ..placement import default_axes
-from ..specs import Cluster, Layout, ModelSpec, Workload
-from ..topology import resolve_cluster
+from layoutsearch.core.catalogue import load_model
+from layoutsearch.core.check import structural_violations
+from layoutsearch.core.errors import InvalidLayoutError
+from layoutsearch.report.output import layout_from_record, version
+from layoutsearch.core.placement import default_axes
+from layoutsearch.core.specs import Cluster, Layout, ModelSpec, Workload
+from layoutsearch.core.topology import resolve_cluster
 
 OUTER_AXIS_KINDS = ("dcn", "scale_out")  # between slices (TPU) or between nodes (GPU)
 

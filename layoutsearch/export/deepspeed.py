@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import json
 
-from .context import ExportContext, header_lines
+from layoutsearch.export.context import ExportContext, header_lines
 
 SIDE_KEY = "_layoutsearch"
 

@@ -24,7 +24,7 @@ import math
 
 import yaml
 
-from .context import ExportContext, comment_block, header_lines
+from layoutsearch.export.context import ExportContext, comment_block, header_lines
 
 AXES = ("data", "fsdp", "tensor", "context", "pipeline")
 REMAT = {"none": "minimal_with_context", "selective": "minimal", "full": "full"}

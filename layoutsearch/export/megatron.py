@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import shlex
 
-from .context import ExportContext, comment_block, header_lines
+from layoutsearch.export.context import ExportContext, comment_block, header_lines
 
 ARRAY = "MEGATRON_ARGS"
 

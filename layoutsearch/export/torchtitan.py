@@ -26,7 +26,7 @@ from __future__ import annotations
 import math
 import tomllib
 
-from .context import ExportContext, comment_block, header_lines
+from layoutsearch.export.context import ExportContext, comment_block, header_lines
 
 SCHEDULES = {"1f1b": "1F1B", "gpipe": "GPipe", "interleaved": "Interleaved1F1B"}
 SINGLE_STAGE = ("1F1B", "GPipe")

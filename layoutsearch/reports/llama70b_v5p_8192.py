@@ -8,13 +8,13 @@ from __future__ import annotations
 
 import sys
 
-from ..catalogue import load_model
-from ..costs import params
-from ..explain import compare
-from ..search import SearchOptions, solve
-from ..specs import Workload
-from ..topology import resolve_cluster
-from . import RESULTS
+from layoutsearch.core.catalogue import load_model
+from layoutsearch.costs import params
+from layoutsearch.search.explain import compare
+from layoutsearch.search import SearchOptions, solve
+from layoutsearch.core.specs import Workload
+from layoutsearch.core.topology import resolve_cluster
+from layoutsearch.reports import RESULTS
 
 MIB = 2**20
 

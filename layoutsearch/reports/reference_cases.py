@@ -7,8 +7,9 @@ from __future__ import annotations
 
 import sys
 
-from .. import reference
-from . import RESULTS, SHARED
+from layoutsearch import reference
+from layoutsearch.reports import RESULTS
+from layoutsearch.reports import SHARED
 
 
 def _show(value) -> str:

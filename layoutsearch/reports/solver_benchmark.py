@@ -12,14 +12,14 @@ import subprocess
 import sys
 import time
 
-from ..catalogue import load_model
-from ..search.cpsat import cpsat_top
-from ..search.enumerate import enumerate_top
-from ..search.space import SearchOptions, build_space
-from ..search.tables import build_tables
-from ..specs import Workload
-from ..topology import resolve_cluster
-from . import RESULTS
+from layoutsearch.core.catalogue import load_model
+from layoutsearch.search.cpsat import cpsat_top
+from layoutsearch.search.enumerate import enumerate_top
+from layoutsearch.search.space import SearchOptions, build_space
+from layoutsearch.search.tables import build_tables
+from layoutsearch.core.specs import Workload
+from layoutsearch.core.topology import resolve_cluster
+from layoutsearch.reports import RESULTS
 
 CASES = [  # model, cluster, global batch in sequences (seq_len 4096)
     ("llama3-8b", "h100-8", 64),

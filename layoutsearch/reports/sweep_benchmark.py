@@ -16,9 +16,9 @@ import tempfile
 import time
 from importlib.util import find_spec
 
-from ..output import version
-from ..sweep import expand_points, read_table
-from . import RESULTS
+from layoutsearch.report.output import version
+from layoutsearch.sweep import expand_points, read_table
+from layoutsearch.reports import RESULTS
 
 MODELS = "llama3-8b,llama70b"
 CLUSTERS = "v5p-{128..2048:x2},h100-{128..2048:x2}"
@@ -30,7 +30,7 @@ ARGS = ["sweep", "-m", MODELS, "-c", CLUSTERS, "--seqs", SEQS, "--no-progress"]
 def timed_run(output: str, *extra: str) -> float:
     """Wall seconds of one whole `layoutsearch sweep` process."""
     t0 = time.perf_counter()
-    subprocess.run([sys.executable, "-m", "layoutsearch.cli_sweep", *ARGS, "-o", output, *extra], check=True, capture_output=True)
+    subprocess.run([sys.executable, "-m", "layoutsearch.cli", *ARGS, "-o", output, *extra], check=True, capture_output=True)
     return time.perf_counter() - t0
 
 

@@ -17,10 +17,10 @@ import platform
 import sys
 import time
 
-from ..output import version
-from ..plot import plot_sweep
-from ..sweep import expand_points, journal_path, run_sweep, summary_rows, write_table
-from . import RESULTS
+from layoutsearch.report.output import version
+from layoutsearch.report.plot import plot_sweep
+from layoutsearch.sweep import expand_points, journal_path, run_sweep, summary_rows, write_table
+from layoutsearch.reports import RESULTS
 
 SWEEPS = [
     {"name": "llama70b_v5p", "model": "llama70b", "clusters": ["v5p-{256..8192:x2}", "v5p-8960"],

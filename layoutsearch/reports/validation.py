@@ -15,8 +15,8 @@ import hashlib
 import subprocess
 from pathlib import Path
 
-from ..validate import load_runs, validate_runs
-from . import REPO as ROOT
+from layoutsearch.validation.validate import load_runs, validate_runs
+from layoutsearch.reports import REPO as ROOT
 
 DEFAULT_RUNS = ROOT.parent / "shared/validation/runs_dev.yaml"
 
@@ -119,7 +119,7 @@ def ranking_lines(records: list[dict]) -> list[str]:
 
 def calibration_lines(records: list[dict]) -> list[str]:
     """Before/after error and fitted values per accelerator (the catalogue is not changed)."""
-    from layoutsearch.calibrate import calibrate
+    from layoutsearch.validation.calibrate import calibrate
     out = ["| accelerator | records | median before -> after | p90 before -> after | fitted | at a bound |",
            "|---|---|---|---|---|---|"]
     for acc, fit in calibrate(records).items():

@@ -9,13 +9,13 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass, field
 
-from ..check import check_layout
-from ..estimate import Estimate, estimate
-from ..specs import Cluster, ModelSpec, Workload
-from .cpsat import cpsat_top
-from .enumerate import enumerate_top
-from .space import SearchOptions, Space, build_space
-from .tables import KIB, Tables, build_tables
+from layoutsearch.core.check import check_layout
+from layoutsearch.costs.estimate import Estimate, estimate
+from layoutsearch.core.specs import Cluster, ModelSpec, Workload
+from layoutsearch.search.cpsat import cpsat_top
+from layoutsearch.search.enumerate import enumerate_top
+from layoutsearch.search.space import SearchOptions, Space, build_space
+from layoutsearch.search.tables import KIB, Tables, build_tables
 
 OBJECTIVES = ("step-time", "gather-volume")
 METHODS = ("cpsat", "enumerate")
@@ -96,8 +96,8 @@ def rank_among_candidates(model: ModelSpec, workload: Workload, cluster: Cluster
     and the best candidate's step time (both by the same quantised tables)."""
     import numpy as np
 
-    from .enumerate import candidate_grid
-    from .tables import assemble
+    from layoutsearch.search.enumerate import candidate_grid
+    from layoutsearch.search.tables import assemble
 
     space = build_space(model, workload, cluster, SearchOptions())
     if not len(space.sk_k):

@@ -16,9 +16,9 @@ from dataclasses import dataclass, field
 import numpy as np
 from ortools.sat.python import cp_model
 
-from .enumerate import candidate_grid
-from .space import Space
-from .tables import MOMENT_NAMES, Tables, assemble
+from layoutsearch.search.enumerate import candidate_grid
+from layoutsearch.search.space import Space
+from layoutsearch.search.tables import MOMENT_NAMES, Tables, assemble
 
 PROMISING_ROWS = 32
 SEED = 20240611

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from .space import Space
-from .tables import Tables, assemble
+from layoutsearch.search.space import Space
+from layoutsearch.search.tables import Tables, assemble
 
 CHUNK_CANDIDATES = 1 << 20
 

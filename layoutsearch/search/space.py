@@ -15,10 +15,10 @@ from functools import lru_cache
 
 import numpy as np
 
-from ..costs import terms
-from ..errors import InvalidArgumentError
-from ..placement import axis_orders, placement_for_order
-from ..specs import DEGREE_NAMES, RECOMPUTE_POLICIES, Cluster, Layout, ModelSpec, Workload
+from layoutsearch.costs import terms
+from layoutsearch.core.errors import InvalidArgumentError
+from layoutsearch.core.placement import axis_orders, placement_for_order
+from layoutsearch.core.specs import DEGREE_NAMES, RECOMPUTE_POLICIES, Cluster, Layout, ModelSpec, Workload
 
 ZERO_STAGES = (0, 1, 2, 3)
 MAX_VIRTUAL_STAGES = 8

@@ -20,9 +20,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ..costs import roofline, terms
-from ..estimate import capacity_bytes
-from .space import Space
+from layoutsearch.costs import roofline, terms
+from layoutsearch.costs.estimate import capacity_bytes
+from layoutsearch.search.space import Space
 
 KIB = 1024.0
 MOMENT_NAMES = tuple(terms.MOMENTS)

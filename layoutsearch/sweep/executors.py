@@ -8,10 +8,10 @@ import signal
 from concurrent.futures import ProcessPoolExecutor, as_completed
 from typing import Callable
 
-from ..errors import InvalidArgumentError
+from layoutsearch.core.errors import InvalidArgumentError
 
-from .points import Point
-from .solving import error_row, solve_point
+from layoutsearch.sweep.points import Point
+from layoutsearch.sweep.solving import error_row, solve_point
 
 # ----------------------------------------------------------------------------- executors
 

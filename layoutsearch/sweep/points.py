@@ -6,7 +6,7 @@ import re
 from dataclasses import dataclass
 from typing import Sequence
 
-from ..errors import InvalidArgumentError
+from layoutsearch.core.errors import InvalidArgumentError
 
 
 

@@ -10,11 +10,11 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Iterable
 
-from ..errors import InvalidArgumentError
+from layoutsearch.core.errors import InvalidArgumentError
 
-from .executors import _import_ray, _run_local, _run_ray
-from .points import EXECUTORS, Point, RETRYABLE
-from .table import COLUMN_NAMES, Journal, _remove_stale_temporaries, check_output, journal_path, read_table, write_table
+from layoutsearch.sweep.executors import _import_ray, _run_local, _run_ray
+from layoutsearch.sweep.points import EXECUTORS, Point, RETRYABLE
+from layoutsearch.sweep.table import COLUMN_NAMES, Journal, _remove_stale_temporaries, check_output, journal_path, read_table, write_table
 
 # ----------------------------------------------------------------------------- the sweep
 
@@ -45,7 +45,7 @@ def run_sweep(points: Iterable[Point], output_path: str | os.PathLike, jobs: int
     ``fresh``: forget the journal and solve everything. ``retry_failed``: solve ERROR and UNKNOWN
     points again. Raises InvalidArgumentError / CatalogueError (exit 2) before any solving on bad input.
     """
-    from ..catalogue import load_model
+    from layoutsearch.core.catalogue import load_model
 
     start = time.perf_counter()
     points = list(dict.fromkeys(points))

@@ -6,20 +6,20 @@ import json
 import time
 from datetime import datetime, timezone
 
-from ..errors import LayoutsearchError
+from layoutsearch.core.errors import LayoutsearchError
 
-from .points import Point
-from .table import COLUMN_NAMES
+from layoutsearch.sweep.points import Point
+from layoutsearch.sweep.table import COLUMN_NAMES
 
 # ----------------------------------------------------------------------------- one point
 
 def solve_point(point: Point, time_limit_s: float) -> dict:
     """Solve one point for its best layout (top 1). Never raises: a failure is a row with a reason."""
-    from ..catalogue import load_model
-    from ..output import version
-    from ..search import solve
-    from ..specs import Workload
-    from ..topology import resolve_cluster
+    from layoutsearch.core.catalogue import load_model
+    from layoutsearch.report.output import version
+    from layoutsearch.search import solve
+    from layoutsearch.core.specs import Workload
+    from layoutsearch.core.topology import resolve_cluster
 
     start = time.perf_counter()
     row = _input_columns(point, time_limit_s) | {"layoutsearch_version": version()}
@@ -60,7 +60,7 @@ def _finish(row: dict) -> dict:
 
 
 def _layout_columns(est) -> dict:
-    from ..output import layout_record
+    from layoutsearch.report.output import layout_record
 
     rec = layout_record(est, 1)
     mem, t = rec["memory_bytes"], rec["time_s"]
@@ -76,8 +76,8 @@ def _layout_columns(est) -> dict:
 def _why_no_layout(model, workload, cluster, result, time_limit_s: float) -> str:
     if result.status == "UNKNOWN":
         return f"time limit {time_limit_s:g} s reached without a layout (raise --time-limit)"
-    from ..explain import infeasibility
-    from ..search import SearchOptions
+    from layoutsearch.search.explain import infeasibility
+    from layoutsearch.search import SearchOptions
 
     try:
         return infeasibility(model, workload, cluster, SearchOptions(), result.space, result.tables)["message"]

@@ -7,7 +7,7 @@ import json
 import os
 import tempfile
 
-from ..errors import InvalidArgumentError
+from layoutsearch.core.errors import InvalidArgumentError
 
 
 

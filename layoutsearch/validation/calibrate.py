@@ -26,12 +26,13 @@ from typing import Callable, Iterable
 import numpy as np
 import yaml
 
-from . import catalogue, topology
-from .catalogue import accelerator_from_dict
-from .errors import CatalogueError
-from .estimate import estimate
-from .specs import Cluster
-from .validate import error_stats, record_to_problem
+from layoutsearch.core import catalogue
+from layoutsearch.core import topology
+from layoutsearch.core.catalogue import accelerator_from_dict
+from layoutsearch.core.errors import CatalogueError
+from layoutsearch.costs.estimate import estimate
+from layoutsearch.core.specs import Cluster
+from layoutsearch.validation.validate import error_stats, record_to_problem
 
 DEFAULT_PARAMS = ("matmul_efficiency", "attention_efficiency", "collective_efficiency", "scale_out_efficiency")
 EFFICIENCY_BOUNDS = (0.2, 1.0)

@@ -5,8 +5,8 @@ from __future__ import annotations
 from rich.console import Console
 from rich.table import Table
 
-from .costs import params
-from .estimate import Estimate
+from layoutsearch.costs import params
+from layoutsearch.costs.estimate import Estimate
 
 BAR_WIDTH = 30
 

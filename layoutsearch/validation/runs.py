@@ -12,8 +12,8 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, NonNegativeFloat, PositiveFloat, PositiveInt
 
-from .catalogue import _validate, read_yaml
-from .errors import CatalogueError
+from layoutsearch.core.catalogue import _validate, read_yaml
+from layoutsearch.core.errors import CatalogueError
 
 class _Strict(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)

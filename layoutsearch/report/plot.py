@@ -10,7 +10,7 @@ from __future__ import annotations
 import math
 import os
 
-from .errors import InvalidArgumentError
+from layoutsearch.core.errors import InvalidArgumentError
 
 DEGREES = ("dp", "fsdp", "tp", "pp", "cp")
 # Hollow markers of decreasing size, so degrees that coincide (often dp = pp = 1) stay visible.
@@ -57,7 +57,7 @@ def plot_sweep(path: str | os.PathLike, out_png: str | os.PathLike) -> str:
     import matplotlib.pyplot as plt
     from matplotlib.ticker import FuncFormatter
 
-    from .sweep import read_table
+    from layoutsearch.sweep import read_table
 
     path, out_png = os.fspath(path), os.fspath(out_png)
     if not path.endswith((".parquet", ".csv")):

@@ -64,16 +64,16 @@ import re
 from dataclasses import replace
 
 
-from .runs import load_runs, source_family  # noqa: F401  (part of this module's interface)
-from .validation_stats import error_stats, layout_sweeps, spearman, summarize  # noqa: F401
-from .catalogue import accelerator_names, load_accelerator, model_from_dict
-from .check import structural_violations
-from .costs import flops
-from .costs.flops import hardware_flops_per_token  # noqa: F401  (re-exported for the tests)
-from .errors import CatalogueError, LayoutsearchError, did_you_mean
-from .estimate import Estimate, estimate, with_default_axes
-from .specs import Cluster, Layout, ModelSpec, Workload
-from .topology import resolve_cluster
+from layoutsearch.validation.runs import load_runs, source_family  # noqa: F401  (part of this module's interface)
+from layoutsearch.validation.stats import error_stats, layout_sweeps, spearman, summarize  # noqa: F401
+from layoutsearch.core.catalogue import accelerator_names, load_accelerator, model_from_dict
+from layoutsearch.core.check import structural_violations
+from layoutsearch.costs import flops
+from layoutsearch.costs.flops import hardware_flops_per_token  # noqa: F401  (re-exported for the tests)
+from layoutsearch.core.errors import CatalogueError, LayoutsearchError, did_you_mean
+from layoutsearch.costs.estimate import Estimate, estimate, with_default_axes
+from layoutsearch.core.specs import Cluster, Layout, ModelSpec, Workload
+from layoutsearch.core.topology import resolve_cluster
 
 Problem = tuple[ModelSpec, Workload, Cluster, Layout]
 ENGINE_CONVENTION = {"palm-6n-12lhqt": "palm", "palm-causal": "palm-causal", "megatron-core": "palm",
@@ -173,7 +173,7 @@ def _cluster(record: dict, replicas: int) -> Cluster | str:
 def _tpu_replicas(record: dict) -> int:
     """Slices of a multislice TPU record: the replicated part of ZeRO-3 data parallelism; else, when
     the chips exceed the largest slice, the fewest equal slices that are valid slice shapes; else 1."""
-    from .topology import torus_shape
+    from layoutsearch.core.topology import torus_shape
 
     lay, acc = record["layout"], load_accelerator(record["cluster"]["accelerator"])
     if acc.kind != "tpu":
@@ -304,7 +304,7 @@ def rank_published(record: dict) -> dict:
     """Rank of the published layout among every candidate of the engine for the same model,
     cluster and batch (1 = nothing predicted faster), and the best candidate's predicted
     speed-up over it (both by the search's tables)."""
-    from .search import rank_among_candidates
+    from layoutsearch.search import rank_among_candidates
 
     problem = record_to_problem(record)
     if isinstance(problem, str):

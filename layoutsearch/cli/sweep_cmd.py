@@ -20,7 +20,7 @@ class Executor(str, Enum):
 
 def register(app: typer.Typer) -> None:
     """Add the `sweep` and `plot` commands to ``app``."""
-    from .cli import reports_errors
+    from layoutsearch.cli import reports_errors
 
     @app.command("sweep")
     @reports_errors
@@ -41,7 +41,7 @@ def register(app: typer.Typer) -> None:
         progress: Annotated[bool, typer.Option("--progress/--no-progress", help="Progress bar on stderr")] = True,
     ) -> None:
         """Best layout for every (model, cluster, batch) point; resumable, one row per point."""
-        from .sweep import expand_points, journal_path, print_summary, run_sweep
+        from layoutsearch.sweep import expand_points, journal_path, print_summary, run_sweep
 
         points = expand_points(model, cluster, seqs, seq_len)
         try:
@@ -65,14 +65,14 @@ def register(app: typer.Typer) -> None:
         output: Annotated[str, typer.Option("--output", "-o", help="PNG to write")] = "sweep.png",
     ) -> None:
         """MFU and step time against device count, and the chosen degrees, from a sweep file."""
-        from .plot import plot_sweep
+        from layoutsearch.report.plot import plot_sweep
 
         typer.echo(f"wrote {plot_sweep(sweep_file, output)}", err=True)
 
 
 def main(argv: list[str] | None = None) -> int:
-    """`python -m layoutsearch.cli_sweep sweep ...`: the main CLI, with these commands registered once."""
-    from . import cli
+    """`python -m layoutsearch.cli.sweep_cmd sweep ...`: the main CLI, with these commands registered once."""
+    from layoutsearch import cli
 
     if not any(command.name == "sweep" for command in cli.app.registered_commands):
         register(cli.app)

@@ -7,9 +7,9 @@ import json
 import platform
 from importlib import metadata
 
-from .costs import params
-from .estimate import Estimate
-from .specs import Layout, ModelSpec, Workload
+from layoutsearch.costs import params
+from layoutsearch.costs.estimate import Estimate
+from layoutsearch.core.specs import Layout, ModelSpec, Workload
 
 
 def version() -> str:

@@ -16,9 +16,9 @@ from __future__ import annotations
 import itertools
 import math
 
-from .costs.comms import NESTING_ORDER
-from .errors import InvalidLayoutError
-from .specs import Cluster, Layout, Placement
+from layoutsearch.costs.comms import NESTING_ORDER
+from layoutsearch.core.errors import InvalidLayoutError
+from layoutsearch.core.specs import Cluster, Layout, Placement
 
 Order = tuple[str, ...]
 Placements = tuple[tuple[str, Placement], ...]

@@ -11,12 +11,12 @@ from dataclasses import dataclass, field, replace
 
 import numpy as np
 
-from .check import Violation, structural_violations
-from .costs import flops, params, terms
-from .costs.flops import MFU_CONVENTIONS
-from .errors import InvalidLayoutError
-from .placement import axis_orders, default_axes, placement_for_order
-from .specs import Cluster, Layout, ModelSpec, Workload
+from layoutsearch.core.check import Violation, structural_violations
+from layoutsearch.costs import flops, params, terms
+from layoutsearch.costs.flops import MFU_CONVENTIONS
+from layoutsearch.core.errors import InvalidLayoutError
+from layoutsearch.core.placement import axis_orders, default_axes, placement_for_order
+from layoutsearch.core.specs import Cluster, Layout, ModelSpec, Workload
 
 
 @dataclass(frozen=True, kw_only=True)

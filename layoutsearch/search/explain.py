@@ -12,12 +12,12 @@ from dataclasses import replace
 
 import numpy as np
 
-from .costs import memory, params, terms
-from .errors import LayoutsearchError
-from .estimate import Estimate, estimate
-from .search.space import SearchOptions, Space, _divisors, microbatch_choices
-from .search.tables import KIB, Tables
-from .specs import Cluster, ModelSpec, Workload
+from layoutsearch.costs import memory, params, terms
+from layoutsearch.core.errors import LayoutsearchError
+from layoutsearch.costs.estimate import Estimate, estimate
+from layoutsearch.search.space import SearchOptions, Space, _divisors, microbatch_choices
+from layoutsearch.search.tables import KIB, Tables
+from layoutsearch.core.specs import Cluster, ModelSpec, Workload
 
 GB = 1e9
 
@@ -68,8 +68,8 @@ def funnel(model: ModelSpec, workload: Workload, cluster: Cluster, options: Sear
 
 def nearest(space: Space, tables: Tables) -> tuple[tuple, float] | None:
     """The candidate whose worst (stage, moment) peak is closest to the capacity: (indices, peak bytes)."""
-    from .search.enumerate import candidate_grid
-    from .search.tables import assemble
+    from layoutsearch.search.enumerate import candidate_grid
+    from layoutsearch.search.tables import assemble
 
     if not len(space.sk_k):
         return None
@@ -125,8 +125,8 @@ def _degrees(layout) -> str:
 
 def _fits_on_doubled(model: ModelSpec, workload: Workload, cluster: Cluster) -> str | None:
     """The name of a cluster with twice the devices on which some layout fits, if one resolves."""
-    from .search import solve
-    from .topology import resolve_cluster
+    from layoutsearch.search import solve
+    from layoutsearch.core.topology import resolve_cluster
 
     name = f"{cluster.accelerator.id}-{2 * cluster.num_devices}" if cluster.num_slices == 1 else None
     try:

@@ -11,15 +11,15 @@ from typing import Annotated, Optional
 
 import typer
 
-from . import render
-from .catalogue import accelerator_names, load_accelerator, load_model, model_names
-from .costs import params
-from .errors import LayoutsearchError
-from .estimate import estimate
-from .output import estimate_document
-from .parse import parse_axes, parse_degrees
-from .specs import Layout, Workload
-from .topology import EXAMPLE_CLUSTERS, resolve_cluster
+from layoutsearch.report import render
+from layoutsearch.core.catalogue import accelerator_names, load_accelerator, load_model, model_names
+from layoutsearch.costs import params
+from layoutsearch.core.errors import LayoutsearchError
+from layoutsearch.costs.estimate import estimate
+from layoutsearch.report.output import estimate_document
+from layoutsearch.core.parse import parse_axes, parse_degrees
+from layoutsearch.core.specs import Layout, Workload
+from layoutsearch.core.topology import EXAMPLE_CLUSTERS, resolve_cluster
 
 def reports_errors(command):
     """Turn a LayoutsearchError into one line on stderr and its exit code (2 bad input, 1 infeasible)."""
@@ -182,9 +182,9 @@ RecomputeChoicesOpt = Annotated[Optional[str], typer.Option("--recompute", help=
 
 
 def _search_inputs(model, cluster, seqs, seq_len, fix, choices, only, recompute, tp_overlap=False):
-    from .parse import parse_choices, parse_names
-    from .search import SearchOptions
-    from .specs import DEGREE_NAMES, RECOMPUTE_POLICIES
+    from layoutsearch.core.parse import parse_choices, parse_names
+    from layoutsearch.search import SearchOptions
+    from layoutsearch.core.specs import DEGREE_NAMES, RECOMPUTE_POLICIES
 
     options = SearchOptions(
         fix=parse_degrees(fix, "--fix") if fix else {}, choices=parse_choices(choices) if choices else {},
@@ -195,14 +195,14 @@ def _search_inputs(model, cluster, seqs, seq_len, fix, choices, only, recompute,
 
 def _run_search(model, cluster, seqs, seq_len, top, fix, choices, only, objective, time_limit, method, recompute,
                 target=None, tp_overlap=False):
-    from .explain import infeasibility
-    from .output import solve_document
-    from .search import solve
+    from layoutsearch.search.explain import infeasibility
+    from layoutsearch.report.output import solve_document
+    from layoutsearch.search import solve
 
     spec, workload, clus, options = _search_inputs(model, cluster, seqs, seq_len, fix, choices, only, recompute,
                                                    tp_overlap)
     if target:
-        from .export import search_restrictions
+        from layoutsearch.export import search_restrictions
 
         options = options.restricted(**search_restrictions(target))
     result = solve(spec, workload, clus, options, objective=objective.value, top_k=top, method=method.value,
@@ -236,7 +236,7 @@ def solve_cmd(
                                                      time_limit, method, recompute, target=export,
                                                      tp_overlap=tp_comm_overlap)
     if export and result.layouts:
-        from .export import RESTRICTIONS, export_document
+        from layoutsearch.export import RESTRICTIONS, export_document
 
         _write(export_document(doc, export), output)
         if RESTRICTIONS.get(export):
@@ -275,7 +275,7 @@ def explain_cmd(
     fmt: FormatOpt = Format.table,
 ) -> None:
     """Why the winner beats the next best, or why nothing fits (exit 1)."""
-    from .explain import compare
+    from layoutsearch.search.explain import compare
 
     _, _, _, result, doc, explanation = _run_search(model, cluster, seqs, seq_len, max(top, 2), fix, choices, only,
                                                      objective, time_limit, method, recompute,
@@ -301,8 +301,8 @@ def export_cmd(
     output: Annotated[Optional[str], typer.Option("--output", "-o", help="Output file (stdout without it)")] = None,
 ) -> None:
     """Write a saved layout as a training framework's configuration (checked by that framework's rules)."""
-    from .errors import InvalidArgumentError
-    from .export import export_document
+    from layoutsearch.core.errors import InvalidArgumentError
+    from layoutsearch.export import export_document
 
     try:
         with open(result) as fh:
@@ -323,7 +323,7 @@ def validate_cmd(
     fmt: FormatOpt = Format.table,
 ) -> None:
     """Predicted against measured tokens/s per device; exit 1 when the median error exceeds the limit."""
-    from .validate import load_runs, validate_runs
+    from layoutsearch.validation.validate import load_runs, validate_runs
 
     doc = validate_runs(load_runs(runs), max_median_error, rank=rank)
     if fmt == Format.json:
@@ -346,10 +346,10 @@ def calibrate_cmd(
     """Fit a few calibration fields per accelerator (least squares on log error); writes only with --write."""
     import datetime
 
-    from .calibrate import YAML_KEYS, calibrate, write_calibration
-    from .catalogue import catalogue_dir
-    from .parse import parse_names
-    from .validate import load_runs
+    from layoutsearch.validation.calibrate import YAML_KEYS, calibrate, write_calibration
+    from layoutsearch.core.catalogue import catalogue_dir
+    from layoutsearch.core.parse import parse_names
+    from layoutsearch.validation.validate import load_runs
 
     fields = parse_names(fit, tuple(YAML_KEYS), "--fit")
     accs = parse_names(accelerator, tuple(accelerator_names()), "--accelerator") if accelerator else None
@@ -376,7 +376,7 @@ def _write(text: str, output: str | None) -> None:
     typer.echo(f"wrote {output}", err=True)
 
 
-from .cli_sweep import register as _register_sweep  # noqa: E402  (the sweep and plot commands)
+from layoutsearch.cli.sweep_cmd import register as _register_sweep  # noqa: E402  (the sweep and plot commands)
 
 _register_sweep(app)
 

@@ -18,9 +18,9 @@ from functools import lru_cache
 
 import networkx as nx
 
-from .catalogue import accelerator_names, load_accelerator
-from .errors import CatalogueError, did_you_mean
-from .specs import Accelerator, Axis, Cluster
+from layoutsearch.core.catalogue import accelerator_names, load_accelerator
+from layoutsearch.core.errors import CatalogueError, did_you_mean
+from layoutsearch.core.specs import Accelerator, Axis, Cluster
 
 TORUS_AXIS_NAMES = ("x", "y", "z")
 SMALL_3D_SHAPES = {1: (1, 1, 1), 4: (2, 2, 1), 8: (2, 2, 2), 16: (2, 2, 4), 32: (2, 4, 4)}

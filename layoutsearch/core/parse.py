@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from .errors import InvalidArgumentError, did_you_mean
-from .specs import DEGREE_NAMES
+from layoutsearch.core.errors import InvalidArgumentError, did_you_mean
+from layoutsearch.core.specs import DEGREE_NAMES
 
 LAYOUT_KEYS = DEGREE_NAMES
 

@@ -8,7 +8,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from .specs import Cluster, Layout, ModelSpec, Workload
+from layoutsearch.core.specs import Cluster, Layout, ModelSpec, Workload
 
 
 @dataclass(frozen=True, slots=True)
@@ -87,7 +87,7 @@ def placement_violations(cluster: Cluster, layout: Layout) -> list[Violation]:
 
 def check_layout(model: ModelSpec, workload: Workload, cluster: Cluster, layout: Layout) -> list[Violation]:
     """Every violation of a layout: the structural rules, then memory recomputed through estimate()."""
-    from .estimate import estimate
+    from layoutsearch.costs.estimate import estimate
 
     problems = structural_violations(model, workload, cluster, layout)
     if problems:

@@ -15,8 +15,8 @@ from typing import Any, Literal
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, PositiveFloat, PositiveInt, ValidationError
 
-from .errors import CatalogueError, did_you_mean
-from .specs import Accelerator, ModelSpec
+from layoutsearch.core.errors import CatalogueError, did_you_mean
+from layoutsearch.core.specs import Accelerator, ModelSpec
 
 GIB = 2**30
 GB = 1e9
@@ -24,8 +24,8 @@ GB = 1e9
 
 def catalogue_dir(kind: str) -> Path:
     """The `models/` or `hardware/` folder: the repository's when run from a checkout, else the wheel's."""
-    here = Path(__file__).resolve().parent
-    for candidate in (here.parent / kind, here / "_catalogue" / kind):
+    package = Path(__file__).resolve().parents[1]
+    for candidate in (package.parent / kind, package / "_catalogue" / kind):
         if candidate.is_dir():
             return candidate
     raise CatalogueError(f"catalogue folder '{kind}' not found next to the package")

@@ -6,7 +6,7 @@ from collections import Counter, defaultdict
 
 import numpy as np
 
-from .runs import source_family
+from layoutsearch.validation.runs import source_family
 
 def error_stats(rel_errors: list[float]) -> dict:
     """count, median and 90th percentile (linear interpolation) of |rel_error|, and the signed median."""

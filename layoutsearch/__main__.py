@@ -1,0 +1,7 @@
+"""`python -m layoutsearch ...`: the command line."""
+
+import sys
+
+from layoutsearch.cli import main
+
+sys.exit(main())

@@ -1,0 +1,488 @@
+"""A small CP-SAT modelling layer over OR-Tools' compiled ``cp_model_helper`` alone.
+
+Why: ``import ortools.sat.python.cp_model`` costs about 0.45 s because it imports pandas,
+which this project never uses. The compiled extension ``cp_model_helper`` that it wraps
+imports in about 0.06 s and already exposes the model proto, the parameters and the solve
+wrapper. This module builds the proto itself and offers the snake_case subset of the
+``cp_model`` API that ``search/cpsat.py`` uses, so switching is nearly mechanical:
+
+    model = CpModel(); x = model.new_bool_var("x"); n = model.new_int_var(0, 9, "n")
+    model.add(n + 2 * x <= 7).only_enforce_if(~x)
+    model.add_exactly_one([x, ~x]); model.add_bool_or([x, ~y]); model.minimize(n - x)
+    solver = CpSolver(); solver.parameters.num_workers = 1
+    status = solver.solve(model, callback)   # OPTIMAL, FEASIBLE, INFEASIBLE, ...
+
+Linear expressions are immutable trees: ``a + b`` and ``k * a`` allocate one small node, so
+``sum()`` over n terms is O(n); the tree is flattened (iteratively) into a dict
+{variable index: coefficient} plus a constant once, when a constraint, an objective or a
+value needs it. ``LinearExpr.sum`` and ``LinearExpr.weighted_sum`` build one flat node.
+
+Literals: a Boolean variable with proto index i, or its negation ``~var`` with index -i-1
+(the CP-SAT convention); inside linear expressions ``~var`` counts as ``1 - var``.
+Coefficients and bounds must be integers (Python or numpy ints, or integral floats).
+"""
+
+from __future__ import annotations
+
+import operator
+from collections.abc import Iterable
+from typing import Union
+
+from ortools.sat.python import cp_model_helper as _cmh
+
+OPTIMAL = _cmh.OPTIMAL
+FEASIBLE = _cmh.FEASIBLE
+INFEASIBLE = _cmh.INFEASIBLE
+MODEL_INVALID = _cmh.MODEL_INVALID
+UNKNOWN = _cmh.UNKNOWN
+INT_MIN = -(2**63)
+INT_MAX = 2**63 - 1
+
+SatParameters = _cmh.SatParameters
+CpSolverStatus = _cmh.CpSolverStatus
+
+__all__ = ["CpModel", "CpSolver", "CpSolverSolutionCallback", "LinearExpr", "IntVar", "NotBoolVar",
+           "BoundedLinearExpression", "Constraint", "SatParameters", "CpSolverStatus",
+           "OPTIMAL", "FEASIBLE", "INFEASIBLE", "MODEL_INVALID", "UNKNOWN"]
+
+
+def _as_int(value: object) -> int | None:
+    """``value`` as a Python int when it is an integer (numpy ints, integral floats), else None."""
+    if isinstance(value, bool):
+        return int(value)
+    try:
+        return operator.index(value)
+    except TypeError:
+        pass
+    if isinstance(value, float) and value.is_integer():
+        return int(value)
+    return None
+
+
+def _coefficient(value: object) -> int:
+    k = _as_int(value)
+    if k is None:
+        raise TypeError(f"coefficients must be integers, got {value!r}")
+    return k
+
+
+class LinearExpr:
+    """An integer linear expression; combine with + - * (by an int), compare with <= >= == != < >."""
+
+    __slots__ = ()
+    __array_ufunc__ = None  # numpy scalars defer to our reflected operators
+    __hash__ = object.__hash__
+
+    # ---- arithmetic
+    def __add__(self, other: object) -> LinearExpr:
+        if isinstance(other, LinearExpr):
+            return _Sum(((self, 1), (other, 1)), 0)
+        c = _as_int(other)
+        if c is None:
+            return NotImplemented
+        return self if c == 0 else _Sum(((self, 1),), c)
+
+    __radd__ = __add__
+
+    def __sub__(self, other: object) -> LinearExpr:
+        if isinstance(other, LinearExpr):
+            return _Sum(((self, 1), (other, -1)), 0)
+        c = _as_int(other)
+        if c is None:
+            return NotImplemented
+        return self if c == 0 else _Sum(((self, 1),), -c)
+
+    def __rsub__(self, other: object) -> LinearExpr:
+        c = _as_int(other)
+        return NotImplemented if c is None else _Sum(((self, -1),), c)
+
+    def __mul__(self, other: object) -> LinearExpr:
+        k = _as_int(other)
+        if k is None:
+            return NotImplemented
+        return self if k == 1 else _Sum(((self, k),), 0)
+
+    __rmul__ = __mul__
+
+    def __neg__(self) -> LinearExpr:
+        return _Sum(((self, -1),), 0)
+
+    def __pos__(self) -> LinearExpr:
+        return self
+
+    # ---- comparisons: each gives a BoundedLinearExpression on (self - other)
+    def _compare(self, other: object, domain: tuple[int, ...], op: str) -> BoundedLinearExpression:
+        if not isinstance(other, LinearExpr) and _as_int(other) is None:
+            return NotImplemented
+        pair = (self, other) if op in ("==", "!=") and isinstance(other, LinearExpr) else None
+        return BoundedLinearExpression(self - other, domain, op, pair)
+
+    def __le__(self, other: object) -> BoundedLinearExpression:
+        return self._compare(other, (INT_MIN, 0), "<=")
+
+    def __ge__(self, other: object) -> BoundedLinearExpression:
+        return self._compare(other, (0, INT_MAX), ">=")
+
+    def __lt__(self, other: object) -> BoundedLinearExpression:
+        return self._compare(other, (INT_MIN, -1), "<")
+
+    def __gt__(self, other: object) -> BoundedLinearExpression:
+        return self._compare(other, (1, INT_MAX), ">")
+
+    def __eq__(self, other: object) -> BoundedLinearExpression:  # type: ignore[override]
+        return self._compare(other, (0, 0), "==")
+
+    def __ne__(self, other: object) -> BoundedLinearExpression:  # type: ignore[override]
+        return self._compare(other, (INT_MIN, -1, 1, INT_MAX), "!=")
+
+    # ---- flat builders (one node, no nesting) and flattening
+    @staticmethod
+    def sum(expressions: Iterable[LinearExpr | int]) -> LinearExpr:
+        """The sum of the expressions (ints allowed) as one flat node."""
+        return LinearExpr.weighted_sum(expressions, None)
+
+    @staticmethod
+    def weighted_sum(expressions: Iterable[LinearExpr | int], coefficients: Iterable[int] | None) -> LinearExpr:
+        """sum(c * e) as one flat node; ``coefficients`` None means all ones."""
+        terms, constant = [], 0
+        pairs = ((e, 1) for e in expressions) if coefficients is None else zip(expressions, coefficients, strict=True)
+        for e, c in pairs:
+            k = _coefficient(c)
+            if isinstance(e, LinearExpr):
+                terms.append((e, k))
+            else:
+                constant += k * _coefficient(e)
+        return _Sum(tuple(terms), constant)
+
+    def flatten(self) -> tuple[dict[int, int], int]:
+        """({variable index: non-zero coefficient}, constant)."""
+        return _flatten(self)
+
+
+class IntVar(LinearExpr):
+    """A model variable; ``index`` is its position in the proto."""
+
+    __slots__ = ("index", "name", "is_boolean", "_negation")
+
+    def __init__(self, index: int, name: str, is_boolean: bool) -> None:
+        self.index, self.name, self.is_boolean = index, name, is_boolean
+        self._negation: NotBoolVar | None = None
+
+    def __invert__(self) -> NotBoolVar:
+        if not self.is_boolean:
+            raise TypeError(f"~ needs a Boolean variable, {self.name} is not")
+        if self._negation is None:
+            self._negation = NotBoolVar(self)
+        return self._negation
+
+    def __repr__(self) -> str:
+        return self.name or f"x{self.index}"
+
+
+class NotBoolVar(LinearExpr):
+    """The negation of a Boolean variable: literal index -i-1, value 1 - var."""
+
+    __slots__ = ("var",)
+
+    def __init__(self, var: IntVar) -> None:
+        self.var = var
+
+    @property
+    def index(self) -> int:
+        return -self.var.index - 1
+
+    def __invert__(self) -> IntVar:
+        return self.var
+
+    def __repr__(self) -> str:
+        return f"not({self.var!r})"
+
+
+class _Sum(LinearExpr):
+    """sum(coefficient * child) + constant; the flattened form is cached on first use."""
+
+    __slots__ = ("terms", "constant", "_flat")
+
+    def __init__(self, terms: tuple[tuple[LinearExpr, int], ...], constant: int) -> None:
+        self.terms, self.constant = terms, constant
+        self._flat: tuple[dict[int, int], int] | None = None
+
+    def __repr__(self) -> str:
+        coefs, constant = self.flatten()
+        return " + ".join([f"{c}*x{i}" for i, c in coefs.items()] + [str(constant)])
+
+
+Var = IntVar  # short alias
+Literal = Union[IntVar, NotBoolVar]
+
+
+def _flatten(expr: LinearExpr) -> tuple[dict[int, int], int]:
+    """Walks the tree with an explicit stack (sum() builds trees as deep as they are long)."""
+    if isinstance(expr, _Sum) and expr._flat is not None:
+        return expr._flat
+    coefs: dict[int, int] = {}
+    constant = 0
+    stack: list[tuple[LinearExpr, int]] = [(expr, 1)]
+    while stack:
+        node, m = stack.pop()
+        if isinstance(node, IntVar):
+            coefs[node.index] = coefs.get(node.index, 0) + m
+        elif isinstance(node, NotBoolVar):
+            constant += m
+            coefs[node.var.index] = coefs.get(node.var.index, 0) - m
+        elif node._flat is not None:
+            sub, sub_constant = node._flat
+            constant += m * sub_constant
+            for i, c in sub.items():
+                coefs[i] = coefs.get(i, 0) + m * c
+        else:
+            constant += m * node.constant
+            stack.extend((child, m * k) for child, k in node.terms)
+    flat = ({i: c for i, c in coefs.items() if c}, constant)
+    if isinstance(expr, _Sum):
+        expr._flat = flat
+    return flat
+
+
+def _flat_of(expr: LinearExpr | int) -> tuple[dict[int, int], int]:
+    if isinstance(expr, LinearExpr):
+        return _flatten(expr)
+    return {}, _coefficient(expr)
+
+
+class BoundedLinearExpression:
+    """``expr`` constrained to a domain (sorted interval bounds, INT_MIN/INT_MAX unbounded)."""
+
+    __slots__ = ("expr", "domain", "op", "_pair")
+
+    def __init__(self, expr: LinearExpr, domain: tuple[int, ...], op: str,
+                 pair: tuple[LinearExpr, LinearExpr] | None = None) -> None:
+        self.expr, self.domain, self.op, self._pair = expr, domain, op, pair
+
+    def __bool__(self) -> bool:
+        """Only ``a == b`` / ``a != b`` between expressions has a truth value: identity (so
+        ``var in list`` works); any other comparison is a constraint, never a bool."""
+        if self._pair is None:
+            raise TypeError(f"a linear constraint ({self.op}) has no truth value; pass it to CpModel.add")
+        same = self._pair[0] is self._pair[1]
+        return same if self.op == "==" else not same
+
+    def __repr__(self) -> str:
+        return f"{self.expr!r} in {list(self.domain)}"
+
+
+def _shift(domain: tuple[int, ...], offset: int) -> list[int]:
+    """domain - offset, keeping the infinite ends infinite and the rest within int64."""
+    out = []
+    for b in domain:
+        out.append(b if b in (INT_MIN, INT_MAX) else min(INT_MAX, max(INT_MIN, b - offset)))
+    return out
+
+
+def _literal_index(literal: object) -> int:
+    if isinstance(literal, IntVar):
+        if not literal.is_boolean:
+            raise TypeError(f"{literal.name} is not a Boolean variable")
+        return literal.index
+    if isinstance(literal, NotBoolVar):
+        return literal.index
+    raise TypeError(f"expected a Boolean variable or its negation, got {literal!r}")
+
+
+def _literal_indices(literals: Iterable[object]) -> list[int]:
+    return [_literal_index(lit) for lit in literals]
+
+
+class Constraint:
+    """A constraint in the model; ``only_enforce_if`` adds enforcement literals."""
+
+    __slots__ = ("proto", "index")
+
+    def __init__(self, proto: object, index: int) -> None:
+        self.proto, self.index = proto, index
+
+    def only_enforce_if(self, *literals: Literal | Iterable[Literal]) -> Constraint:
+        """Enforced only when all the literals are true (one literal, several, or a list)."""
+        if len(literals) == 1 and not isinstance(literals[0], LinearExpr):
+            literals = tuple(literals[0])
+        self.proto.enforcement_literal.extend(_literal_indices(literals))
+        return self
+
+
+class CpModel:
+    """Variables, constraints, objective and assumptions, stored in a ``CpModelProto``."""
+
+    def __init__(self) -> None:
+        self.proto = _cmh.CpModelProto()
+        self._num_vars = 0
+        self._num_constraints = 0
+
+    # ---- variables
+    def new_int_var(self, lb: int, ub: int, name: str) -> IntVar:
+        lo, hi = _coefficient(lb), _coefficient(ub)
+        var = self.proto.variables.add()
+        var.domain.extend([lo, hi])
+        var.name = name
+        self._num_vars += 1
+        return IntVar(self._num_vars - 1, name, 0 <= lo and hi <= 1)
+
+    def new_bool_var(self, name: str) -> IntVar:
+        return self.new_int_var(0, 1, name)
+
+    # ---- constraints
+    def _new_constraint(self):
+        self._num_constraints += 1
+        return self.proto.constraints.add(), self._num_constraints - 1
+
+    def add(self, constraint: BoundedLinearExpression | bool) -> Constraint:
+        """A linear comparison (``expr <= 5``, ``a == b + 1``...) or a constant True/False."""
+        if isinstance(constraint, BoundedLinearExpression):
+            return self._add_linear(constraint)
+        if type(constraint).__name__ in ("bool", "bool_"):  # e.g. 0 == 0 from an empty sum
+            ct, index = self._new_constraint()
+            (ct.bool_and if constraint else ct.bool_or).literals.extend([])  # empty and: true, or: false
+            return Constraint(ct, index)
+        raise TypeError(f"CpModel.add takes a linear comparison, got {constraint!r}")
+
+    def _add_linear(self, bounded: BoundedLinearExpression) -> Constraint:
+        coefs, constant = _flatten(bounded.expr)
+        ct, index = self._new_constraint()
+        ct.linear.vars.extend(coefs.keys())
+        ct.linear.coeffs.extend(coefs.values())
+        ct.linear.domain.extend(_shift(bounded.domain, constant))
+        return Constraint(ct, index)
+
+    def add_exactly_one(self, literals: Iterable[Literal]) -> Constraint:
+        ct, index = self._new_constraint()
+        ct.exactly_one.literals.extend(_literal_indices(literals))
+        return Constraint(ct, index)
+
+    def add_bool_or(self, literals: Iterable[Literal]) -> Constraint:
+        ct, index = self._new_constraint()
+        ct.bool_or.literals.extend(_literal_indices(literals))
+        return Constraint(ct, index)
+
+    # ---- objective and assumptions
+    def minimize(self, expr: LinearExpr | int) -> None:
+        """Sets the objective (replacing any previous one) to minimise ``expr``."""
+        coefs, constant = _flat_of(expr)
+        self.proto.clear_objective()
+        objective = self.proto.objective
+        objective.vars.extend(coefs.keys())
+        objective.coeffs.extend(coefs.values())
+        objective.offset = float(constant)
+        objective.scaling_factor = 1.0
+
+    def has_objective(self) -> bool:
+        return self.proto.has_objective()
+
+    def add_assumptions(self, literals: Iterable[Literal]) -> None:
+        self.proto.assumptions.extend(_literal_indices(literals))
+
+    def clear_assumptions(self) -> None:
+        self.proto.assumptions.clear()
+
+    def validate(self) -> str:
+        """An empty string when the proto is valid, else the first problem found."""
+        return _cmh.CpSatHelper.validate_model(self.proto)
+
+
+def _evaluate(expr: LinearExpr | int, value_of) -> int:
+    coefs, constant = _flat_of(expr)
+    return constant + sum(c * value_of(i) for i, c in coefs.items())
+
+
+def _literal_value(literal: Literal | bool, value_of) -> bool:
+    if isinstance(literal, bool):
+        return literal
+    if isinstance(literal, NotBoolVar):
+        return not value_of(literal.var.index)
+    return bool(value_of(_literal_index(literal)))
+
+
+class CpSolverSolutionCallback(_cmh.SolutionCallback):
+    """Subclass and override ``on_solution_callback``; read ``objective_value``, ``value()``..."""
+
+    def __init__(self) -> None:
+        _cmh.SolutionCallback.__init__(self)
+
+    def OnSolutionCallback(self) -> None:  # noqa: N802 (called by the C++ solver)
+        self.on_solution_callback()
+
+    def on_solution_callback(self) -> None:
+        """Called at each improving solution."""
+
+    @property
+    def objective_value(self) -> float:
+        return self.ObjectiveValue()
+
+    @property
+    def best_objective_bound(self) -> float:
+        return self.BestObjectiveBound()
+
+    @property
+    def wall_time(self) -> float:
+        return self.WallTime()
+
+    def value(self, expr: LinearExpr | int) -> int:
+        return _evaluate(expr, self.SolutionIntegerValue)
+
+    def boolean_value(self, literal: Literal | bool) -> bool:
+        return _literal_value(literal, self.SolutionIntegerValue)
+
+
+class CpSolver:
+    """Solves a CpModel; ``parameters`` is a SatParameters (max_time_in_seconds, num_workers...)."""
+
+    def __init__(self) -> None:
+        self.parameters = _cmh.SatParameters()
+        self._response: _cmh.CpSolverResponse | None = None
+        self._solution: list[int] = []
+
+    def solve(self, model: CpModel, solution_callback: CpSolverSolutionCallback | None = None) -> CpSolverStatus:
+        """Solves ``model``, calling ``solution_callback`` at each solution; returns the status."""
+        wrapper = _cmh.SolveWrapper()
+        wrapper.set_parameters(self.parameters)
+        if solution_callback is not None:
+            wrapper.add_solution_callback(solution_callback)
+        try:
+            self._response = wrapper.solve(model.proto)
+        finally:
+            if solution_callback is not None:
+                wrapper.clear_solution_callback(solution_callback)
+        self._solution = list(self._response.solution)
+        return self._response.status
+
+    @property
+    def response_proto(self) -> _cmh.CpSolverResponse:
+        if self._response is None:
+            raise RuntimeError("solve() has not been called")
+        return self._response
+
+    def _value_of(self, index: int) -> int:
+        if not self._solution:
+            raise RuntimeError("no solution: solve() was not called or found none")
+        return self._solution[index]
+
+    def value(self, expr: LinearExpr | int) -> int:
+        """The value of a linear expression in the last solution."""
+        return _evaluate(expr, self._value_of)
+
+    def boolean_value(self, literal: Literal | bool) -> bool:
+        """The value of a Boolean variable or its negation in the last solution."""
+        return _literal_value(literal, self._value_of)
+
+    @property
+    def objective_value(self) -> float:
+        return self.response_proto.objective_value
+
+    @property
+    def best_objective_bound(self) -> float:
+        return self.response_proto.best_objective_bound
+
+    @property
+    def wall_time(self) -> float:
+        return self.response_proto.wall_time
+
+    def status_name(self, status: CpSolverStatus | None = None) -> str:
+        return (self.response_proto.status if status is None else CpSolverStatus(int(status))).name
