@@ -3,6 +3,7 @@
 import math
 from dataclasses import replace
 
+from layoutsearch.core.problem import Problem, SearchRequest
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -84,27 +85,35 @@ def test_zero_stages_shard_state_progressively():
     assert sum(s[3].values()) == pytest.approx(18e9 / 8)
 
 
+def _saved_widths(policy: str) -> dict:
+    """Elements per token of the tensors a layer keeps under ``policy`` (tp=8, sequence parallel),
+    selected the way the memory terms select them."""
+    widths = memory.saved_tensor_widths(LLAMA, 8, True)
+    return {k: w for k, w in widths.items() if memory.kept_by_policy(k, policy)}
+
+
 def test_saved_activations_by_policy():
     """full keeps the layer input only; selective drops the attention output and MLP activation."""
-    none = memory.saved_tensors_per_layer(LLAMA, 8, True, 4096, 2, "none")
-    sel = memory.saved_tensors_per_layer(LLAMA, 8, True, 4096, 2, "selective")
-    full = memory.saved_tensors_per_layer(LLAMA, 8, True, 4096, 2, "full")
-    assert full == {"attn_norm_in": 4096 * 8192 / 8 * 2}
+    none, sel, full = (_saved_widths(policy) for policy in ("none", "selective", "full"))
+    assert full == {"attn_norm_in": 8192 / 8}
     assert set(none) - set(sel) == {"attn_out", "attn_lse", "attn_scores", "mlp_act"}
     assert none["attn_scores"] == 0  # fused attention saves no scores
-    assert none["mlp_pre"] == 4096 * 2 * 28672 / 8 * 2
+    assert none["mlp_pre"] == 2 * 28672 / 8
 
 
 def test_microbatches_in_flight_by_schedule():
-    assert pipeline.microbatches_in_flight("1f1b", 4, 0, 16) == 4
-    assert pipeline.microbatches_in_flight("1f1b", 4, 3, 16) == 1
-    assert pipeline.microbatches_in_flight("gpipe", 4, 0, 16) == 16
-    assert pipeline.microbatches_in_flight("interleaved", 4, 0, 16, 2) == 4 + 3 / 2
+    """(stages, stage, K, virtual stages): 1F1B holds p - stage, interleaved p - stage + (p - 1)/v."""
+    in_flight = pipeline.microbatches_in_flight_array
+    assert in_flight(4, 0, 16, 1) == 4
+    assert in_flight(4, 3, 16, 1) == 1
+    assert in_flight(4, 0, 16, 2) == 4 + 3 / 2
+    assert in_flight(4, 0, 2, 1) == 2  # never more than the microbatches
+    assert in_flight(1, 0, 16, 1) == 1
 
 
 def test_estimate_itemises_and_adds_up():
     """Step = compute + exposed comm + bubble + overhead; the components are the slash keys."""
-    est = estimate(LLAMA, W1024, resolve_cluster("v5p-8192"), Layout(fsdp=128, tp=8, pp=8, num_microbatches=8, zero_stage=1))
+    est = estimate(Problem.build(LLAMA, resolve_cluster("v5p-8192"), W1024), Layout(fsdp=128, tp=8, pp=8, num_microbatches=8, zero_stage=1))
     t = est.time_s
     assert t["step"] == pytest.approx(t["compute"] + t["exposed_comm"] + t["bubble"] + t["overhead"])
     assert t["compute"] == pytest.approx(sum(v for k, v in t.items() if k.startswith("compute/")))
@@ -117,8 +126,8 @@ def test_estimate_itemises_and_adds_up():
 def test_more_microbatches_shrink_the_bubble_share():
     """(p-1)/(K+p-1) of the pipelined time is bubble: K=16 idles less than K=8."""
     c = resolve_cluster("v5p-8192")
-    few = estimate(LLAMA, W1024, c, Layout(fsdp=128, tp=8, pp=8, num_microbatches=8, zero_stage=1))
-    many = estimate(LLAMA, W1024, c, Layout(fsdp=64, tp=8, pp=8, cp=2, num_microbatches=16, zero_stage=1))
+    few = estimate(Problem.build(LLAMA, c, W1024), Layout(fsdp=128, tp=8, pp=8, num_microbatches=8, zero_stage=1))
+    many = estimate(Problem.build(LLAMA, c, W1024), Layout(fsdp=64, tp=8, pp=8, cp=2, num_microbatches=16, zero_stage=1))
     share = lambda e: e.time_s["bubble"] / (e.time_s["bubble"] + e.time_s["compute"])
     assert share(many) < share(few)
     assert many.memory_bytes["activations/saved"] < few.memory_bytes["activations/saved"]
@@ -130,7 +139,7 @@ H64 = resolve_cluster("h100-64")
 
 
 def _peak(layout, workload):
-    return estimate(DEBUG, workload, H64, layout).memory_bytes["peak"]
+    return estimate(Problem.build(DEBUG, H64, workload), layout).memory_bytes["peak"]
 
 
 @settings(max_examples=30, deadline=None)
@@ -149,8 +158,8 @@ def test_memory_never_grows_when_tp_grows(recompute, zero, sp):
     """Doubling TP with the data units fixed (more devices per unit) never adds bytes per device."""
     w = Workload(global_batch_seqs=64, seq_len=1024)
     c32, c64 = resolve_cluster("h100-32"), resolve_cluster("h100-64")
-    small = estimate(DEBUG, w, c32, Layout(fsdp=16, tp=2, zero_stage=zero, recompute=recompute, sequence_parallel=sp))
-    large = estimate(DEBUG, w, c64, Layout(fsdp=16, tp=4, zero_stage=zero, recompute=recompute, sequence_parallel=sp))
+    small = estimate(Problem.build(DEBUG, c32, w), Layout(fsdp=16, tp=2, zero_stage=zero, recompute=recompute, sequence_parallel=sp))
+    large = estimate(Problem.build(DEBUG, c64, w), Layout(fsdp=16, tp=4, zero_stage=zero, recompute=recompute, sequence_parallel=sp))
     assert large.memory_bytes["peak"] <= small.memory_bytes["peak"] * (1 + 1e-12)
 
 
@@ -159,8 +168,8 @@ def test_memory_never_grows_when_tp_grows(recompute, zero, sp):
 def test_compute_scales_as_one_over_devices(k, recompute):
     """Pure data parallelism on twice the devices halves the matmul and attention compute."""
     w = Workload(global_batch_seqs=256, seq_len=1024)
-    a = estimate(DEBUG, w, resolve_cluster("h100-32"), Layout(dp=32, zero_stage=0, num_microbatches=k, recompute=recompute))
-    b = estimate(DEBUG, w, resolve_cluster("h100-64"), Layout(dp=64, zero_stage=0, num_microbatches=k, recompute=recompute))
+    a = estimate(Problem.build(DEBUG, resolve_cluster("h100-32"), w), Layout(dp=32, zero_stage=0, num_microbatches=k, recompute=recompute))
+    b = estimate(Problem.build(DEBUG, resolve_cluster("h100-64"), w), Layout(dp=64, zero_stage=0, num_microbatches=k, recompute=recompute))
     for key in ("compute/matmul", "compute/attention", "compute/recompute"):
         if a.time_s[key]:
             # the same tokens per matmul would be exact; the efficiency curve favours the larger matmuls slightly
@@ -187,8 +196,8 @@ def test_tp_comm_overlap_hides_collectives_behind_their_gemms():
     """With overlap, exposed TP = max(one ring chunk, collectives - the pass's GEMMs) per pass: never more
     than without it, never less than a chunk per pass; without it, all four pairs per layer are exposed."""
     c = resolve_cluster("h100-64")
-    plain = estimate(LLAMA, Workload(global_batch_seqs=64, seq_len=4096), c, Layout(fsdp=8, tp=8))
-    over = estimate(LLAMA, Workload(global_batch_seqs=64, seq_len=4096, tp_comm_overlap=True), c, Layout(fsdp=8, tp=8))
+    plain = estimate(Problem.build(LLAMA, c, Workload(global_batch_seqs=64, seq_len=4096)), Layout(fsdp=8, tp=8))
+    over = estimate(Problem.build(LLAMA, c, Workload(global_batch_seqs=64, seq_len=4096, tp_comm_overlap=True)), Layout(fsdp=8, tp=8))
     unit = next(x["time_s"] for x in plain.collectives if x["name"].startswith("tp activations"))
     layers, k = LLAMA.num_layers, plain.layout.num_microbatches
     four_pairs = k * layers * 4 * unit  # plus three tiny vocab-parallel loss all-reduces on the last stage

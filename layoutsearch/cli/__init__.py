@@ -11,15 +11,19 @@ from typing import Annotated, Optional
 
 import typer
 
-from layoutsearch.report import render
 from layoutsearch.core.catalogue import accelerator_names, load_accelerator, load_model, model_names
-from layoutsearch.costs import params
 from layoutsearch.core.errors import LayoutsearchError
-from layoutsearch.costs.estimate import estimate
-from layoutsearch.report.output import estimate_document
-from layoutsearch.core.parse import parse_axes, parse_degrees
-from layoutsearch.core.specs import Layout, Workload
+from layoutsearch.core.parse import parse_axes, parse_choices, parse_degrees, parse_names
+from layoutsearch.core.problem import Problem, SearchOptions, SearchRequest
+from layoutsearch.core.specs import DEGREE_NAMES, RECOMPUTE_POLICIES, Layout, Workload
 from layoutsearch.core.topology import EXAMPLE_CLUSTERS, resolve_cluster
+from layoutsearch.costs import params
+from layoutsearch.costs.estimate import estimate
+from layoutsearch.export import export_document
+from layoutsearch.report import render
+from layoutsearch.report.output import estimate_document, solve_document
+from layoutsearch.search import solve
+from layoutsearch.search.explain import compare, infeasibility
 
 def reports_errors(command):
     """Turn a LayoutsearchError into one line on stderr and its exit code (2 bad input, 1 infeasible)."""
@@ -137,17 +141,15 @@ def estimate_cmd(
     fmt: FormatOpt = Format.table,
 ) -> None:
     """Does MY layout fit, and where does the time go? Memory by moment, time by component."""
-    spec = load_model(model)
-    clus = resolve_cluster(cluster)
+    problem = Problem.build(model, cluster, workload_from_options(seqs, seq_len, tokens, tp_comm_overlap))
     degrees = parse_degrees(layout)
     schedule_name = "interleaved" if virtual_stages > 1 else schedule.value
     lay = Layout(**degrees, zero_stage=zero_stage, virtual_stages=virtual_stages, num_microbatches=microbatches,
                  recompute=recompute.value, sequence_parallel=sequence_parallel, schedule=schedule_name,
-                 axes=parse_axes(axes) if axes else ())
-    est = estimate(spec, workload_from_options(seqs, seq_len, tokens, tp_comm_overlap), clus, lay,
-                   mfu_convention=mfu_convention.value)
+                 axes=parse_axes(axes) if axes else None)
+    est = estimate(problem, lay, mfu_convention=mfu_convention.value)
     if fmt == Format.json:
-        typer.echo(json.dumps(estimate_document(model, cluster, est), indent=2))
+        typer.echo(json.dumps(estimate_document(est), indent=2))
     else:
         render.estimate_report(model, cluster, est)
     if not est.fits:
@@ -181,34 +183,23 @@ MethodOpt = Annotated[Method, typer.Option("--method", help="cpsat (proof) or en
 RecomputeChoicesOpt = Annotated[Optional[str], typer.Option("--recompute", help="Allowed policies, e.g. none,full")]
 
 
-def _search_inputs(model, cluster, seqs, seq_len, fix, choices, only, recompute, tp_overlap=False):
-    from layoutsearch.core.parse import parse_choices, parse_names
-    from layoutsearch.search import SearchOptions
-    from layoutsearch.core.specs import DEGREE_NAMES, RECOMPUTE_POLICIES
-
+def _search_inputs(model, cluster, seqs, seq_len, top, fix, choices, only, objective, time_limit, method, recompute,
+                   target=None, tp_overlap=False) -> tuple[Problem, SearchRequest]:
     options = SearchOptions(
         fix=parse_degrees(fix, "--fix") if fix else {}, choices=parse_choices(choices) if choices else {},
         only=parse_names(only, DEGREE_NAMES, "--only") if only else None,
         recompute=parse_names(recompute, RECOMPUTE_POLICIES, "--recompute") if recompute else RECOMPUTE_POLICIES)
-    return load_model(model), workload_from_options(seqs, seq_len, tp_overlap=tp_overlap), resolve_cluster(cluster), options
+    problem = Problem.build(model, cluster, workload_from_options(seqs, seq_len, tp_overlap=tp_overlap))
+    request = SearchRequest(options=options, objective=objective.value, top_k=top, method=method.value,
+                            time_limit_s=time_limit, target=target)
+    return problem, request
 
 
-def _run_search(model, cluster, seqs, seq_len, top, fix, choices, only, objective, time_limit, method, recompute,
-                target=None, tp_overlap=False):
-    from layoutsearch.search.explain import infeasibility
-    from layoutsearch.report.output import solve_document
-    from layoutsearch.search import solve
-
-    spec, workload, clus, options = _search_inputs(model, cluster, seqs, seq_len, fix, choices, only, recompute,
-                                                   tp_overlap)
-    if target:
-        from layoutsearch.export import search_restrictions
-
-        options = options.restricted(**search_restrictions(target))
-    result = solve(spec, workload, clus, options, objective=objective.value, top_k=top, method=method.value,
-                   time_limit_s=time_limit)
-    explanation = None if result.layouts else infeasibility(spec, workload, clus, options, result.space, result.tables)
-    return spec, workload, clus, result, solve_document(model, cluster, result, explanation), explanation
+def _run_search(*args, **kwargs):
+    problem, request = _search_inputs(*args, **kwargs)
+    result = solve(problem, request)
+    explanation = None if result.layouts else infeasibility(problem, result.space, result.tables)
+    return problem, result, solve_document(problem, result, explanation), explanation
 
 
 @app.command("solve")
@@ -232,17 +223,11 @@ def solve_cmd(
     output: Annotated[Optional[str], typer.Option("--output", "-o", help="File for --export (stdout without it)")] = None,
 ) -> None:
     """The best layouts, proven optimal: degrees and axes, memory, step time split, MFU, tokens/s."""
-    _, _, _, result, doc, explanation = _run_search(model, cluster, seqs, seq_len, top, fix, choices, only, objective,
-                                                     time_limit, method, recompute, target=export,
-                                                     tp_overlap=tp_comm_overlap)
+    _, result, doc, explanation = _run_search(model, cluster, seqs, seq_len, top, fix, choices, only, objective,
+                                              time_limit, method, recompute, target=export, tp_overlap=tp_comm_overlap)
     if export and result.layouts:
-        from layoutsearch.export import RESTRICTIONS, export_document
-
         _write(export_document(doc, export), output)
-        if RESTRICTIONS.get(export):
-            typer.echo(f"searched only layouts {export} can express ({RESTRICTIONS[export]['rule_name']}; "
-                       f"tp <= KV heads)" if RESTRICTIONS[export].get("max_kv_replication") else
-                       f"searched only layouts {export} can express", err=True)
+        typer.echo(f"searched only layouts {export} can express", err=True)
     if fmt == SolveFormat.json:
         typer.echo(json.dumps(doc, indent=2))
     elif fmt == SolveFormat.yaml:
@@ -275,11 +260,8 @@ def explain_cmd(
     fmt: FormatOpt = Format.table,
 ) -> None:
     """Why the winner beats the next best, or why nothing fits (exit 1)."""
-    from layoutsearch.search.explain import compare
-
-    _, _, _, result, doc, explanation = _run_search(model, cluster, seqs, seq_len, max(top, 2), fix, choices, only,
-                                                     objective, time_limit, method, recompute,
-                                                     tp_overlap=tp_comm_overlap)
+    _, result, doc, explanation = _run_search(model, cluster, seqs, seq_len, max(top, 2), fix, choices, only,
+                                              objective, time_limit, method, recompute, tp_overlap=tp_comm_overlap)
     if result.layouts:
         others = result.layouts[1:] or []
         doc["explanation"] = {"versus": [compare(result.layouts[0], other) for other in others]}

@@ -16,10 +16,9 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, PositiveFloat, PositiveInt, ValidationError
 
 from layoutsearch.core.errors import CatalogueError, did_you_mean
+from layoutsearch.core.units import GB, GIB, KIB, MICRO, MILLI, TERA
 from layoutsearch.core.specs import Accelerator, ModelSpec
 
-GIB = 2**30
-GB = 1e9
 
 
 def catalogue_dir(kind: str) -> Path:
@@ -202,22 +201,22 @@ def accelerator_from_dict(data: Any, where: str) -> Accelerator:
     cal, topo = f.calibration, f.topology
     return Accelerator(
         id=f.id, name=f.name, kind=f.kind,
-        peak_flops_per_s=f.peak_bf16_tflops * 1e12,
+        peak_flops_per_s=f.peak_bf16_tflops * TERA,
         hbm_bytes=f.hbm_gib * GIB if f.hbm_gib is not None else f.hbm_gb * GB,
         hbm_bytes_per_s=f.hbm_gbytes_per_s * GB,
         link_bytes_per_s_per_direction=f.link_gbytes_per_s_per_direction * GB,
-        link_latency_s=f.link_latency_us * 1e-6,
+        link_latency_s=f.link_latency_us * MICRO,
         scale_out_bytes_per_s_per_direction=f.scale_out_gbytes_per_s_per_direction * GB,
-        scale_out_latency_s=f.scale_out_latency_us * 1e-6,
+        scale_out_latency_s=f.scale_out_latency_us * MICRO,
         runtime_reserve_bytes=f.runtime_reserve_gib * GIB,
         matmul_efficiency=cal.matmul_efficiency,
         matmul_half_efficiency_tokens=cal.matmul_half_efficiency_tokens,
         attention_efficiency=cal.attention_efficiency,
         collective_efficiency=cal.collective_efficiency,
         scale_out_efficiency=cal.scale_out_efficiency,
-        collective_half_efficiency_bytes=cal.collective_half_efficiency_kib * 1024,
-        microbatch_overhead_s=cal.microbatch_overhead_us * 1e-6,
-        step_overhead_s=cal.step_overhead_ms * 1e-3,
+        collective_half_efficiency_bytes=cal.collective_half_efficiency_kib * KIB,
+        microbatch_overhead_s=cal.microbatch_overhead_us * MICRO,
+        step_overhead_s=cal.step_overhead_ms * MILLI,
         torus_dims=topo.torus_dims,
         wraparound_min_axis=topo.wraparound_min_axis,
         wraparound_needs_full_cube=topo.wraparound_needs_full_cube,

@@ -16,12 +16,11 @@ from __future__ import annotations
 import itertools
 import math
 
-from layoutsearch.costs.comms import NESTING_ORDER
 from layoutsearch.core.errors import InvalidLayoutError
-from layoutsearch.core.specs import Cluster, Layout, Placement
+from layoutsearch.core.specs import Cluster, Layout, Placements
 
+NESTING_ORDER = ("tp", "cp", "fsdp", "dp", "pp")  # inner to outer on a shared axis (Megatron: tp-cp-dp-pp)
 Order = tuple[str, ...]
-Placements = tuple[tuple[str, Placement], ...]
 
 
 def axis_orders(cluster: Cluster) -> list[Order]:
@@ -56,18 +55,27 @@ def placement_for_order(cluster: Cluster, degrees: dict[str, int], order: Order)
     return tuple(out)
 
 
-def default_axes(cluster: Cluster, layout: Layout) -> Placements:
-    """The first axis order that places every degree (z first on a torus: `fsdp=1024,tp=8` on
-    16x16x32 gives tp on z(8) and fsdp on z(4) x y(16) x x(16)); else any exact factoring."""
+def candidate_placements(cluster: Cluster, degrees: dict[str, int]) -> list[Placements]:
+    """The distinct placements of the axis orders, in order; else any exact factoring; else none."""
+    out = []
     for order in axis_orders(cluster):
-        placed = placement_for_order(cluster, layout.degrees, order)
-        if placed is not None:
-            return placed
-    exact = _exact_placement(cluster, layout.degrees)
-    if exact is None:
+        placed = placement_for_order(cluster, degrees, order)
+        if placed is not None and placed not in out:
+            out.append(placed)
+    if not out:
+        exact = _exact_placement(cluster, degrees)
+        out = [exact] if exact is not None else []
+    return out
+
+
+def default_axes(cluster: Cluster, layout: Layout) -> Placements:
+    """The first candidate placement (z first on a torus: `fsdp=1024,tp=8` on 16x16x32 gives tp
+    on z(8) and fsdp on z(4) x y(16) x x(16))."""
+    placements = candidate_placements(cluster, layout.degrees)
+    if not placements:
         shape = " x ".join(f"{a.name}({a.size})" for a in cluster.axes)
         raise InvalidLayoutError(f"degrees {layout.degrees} cannot be laid onto the axes {shape} of {cluster.name}")
-    return exact
+    return placements[0]
 
 
 def _exact_placement(cluster: Cluster, degrees: dict[str, int]) -> Placements | None:

@@ -8,14 +8,49 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
+from enum import StrEnum
 from typing import Literal
 
 MlpKind = Literal["gated", "plain"]
-Recompute = Literal["none", "selective", "full"]
-Schedule = Literal["1f1b", "interleaved", "gpipe"]
 AxisKind = Literal["torus", "switch", "scale_out", "dcn"]
 DEGREE_NAMES = ("dp", "fsdp", "tp", "pp", "cp")
-RECOMPUTE_POLICIES = ("none", "selective", "full")
+
+
+class Recompute(StrEnum):
+    """Activation-checkpoint policy (COSTS.md "Saved activations")."""
+
+    none = "none"
+    selective = "selective"
+    full = "full"
+
+
+class Schedule(StrEnum):
+    """Pipeline schedule: 1F1B, interleaved 1F1B (virtual stages), or GPipe (all forwards first)."""
+
+    one_f_one_b = "1f1b"
+    interleaved = "interleaved"
+    gpipe = "gpipe"
+
+
+class Objective(StrEnum):
+    step_time = "step-time"
+    gather_volume = "gather-volume"
+
+
+class Method(StrEnum):
+    cpsat = "cpsat"
+    enumerate = "enumerate"
+
+
+class MfuConvention(StrEnum):
+    model = "model"
+    palm = "palm"
+    palm_causal = "palm-causal"
+
+
+RECOMPUTE_POLICIES = tuple(p.value for p in Recompute)
+RECOMPUTE_CODES = {name: code for code, name in enumerate(RECOMPUTE_POLICIES)}  # none 0, selective 1, full 2
+SCHEDULE_CODES = {s.value: code for code, s in enumerate(Schedule)}  # 1f1b 0, interleaved 1, gpipe 2
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -140,6 +175,8 @@ class Cluster:
 
 
 Placement = tuple[tuple[str, int], ...]  # ((axis name, factor), ...) from inner to outer
+Placements = tuple[tuple[str, Placement], ...]  # (degree, placement) for every degree above 1
+UNPLACED = None  # Layout.axes before a placement is chosen; () is a placed layout whose degrees are all 1
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -158,10 +195,14 @@ class Layout:
     zero_stage: int = 3
     virtual_stages: int = 1
     num_microbatches: int = 1
-    recompute: Recompute = "none"
+    recompute: str = "none"  # a Recompute value
     sequence_parallel: bool = True  # shard norm/residual activations over tp (Megatron SP)
-    schedule: Schedule = "1f1b"
-    axes: tuple[tuple[str, Placement], ...] = ()
+    schedule: str = "1f1b"  # a Schedule value
+    axes: Placements | None = UNPLACED
+
+    @property
+    def placed(self) -> bool:
+        return self.axes is not UNPLACED
 
     @property
     def degrees(self) -> dict[str, int]:
@@ -176,7 +217,7 @@ class Layout:
         return self.dp * self.fsdp
 
     def placement(self, degree: str) -> Placement:
-        for name, placed in self.axes:
+        for name, placed in self.axes or ():
             if name == degree:
                 return placed
         return ()

@@ -21,9 +21,8 @@ from functools import lru_cache
 
 import numpy as np
 
+from layoutsearch.core.placement import NESTING_ORDER
 from layoutsearch.core.specs import Axis, Cluster, Layout
-
-NESTING_ORDER = ("tp", "cp", "fsdp", "dp", "pp")  # inner to outer on a shared axis (Megatron: tp-cp-dp-pp)
 LEVEL_OF_KIND = {"torus": 0, "switch": 0, "scale_out": 1, "dcn": 1}
 
 
@@ -97,27 +96,29 @@ class RingCoefficients:
     members: int
     seconds_per_byte: float
     latency_s: float
-    alltoall_seconds_per_byte: float = 0.0
+
+
+def _levels(span: Span):
+    """Per network level (ICI/NVLink, then DCN/scale-out): (members, seconds per byte of an
+    AllGather at that level, whether it is a torus)."""
+    inner = 1
+    for level in (0, 1):
+        parts = [p for p in span if LEVEL_OF_KIND[p.axis.kind] == level]
+        if parts:
+            n_l = math.prod(p.factor for p in parts)
+            yield n_l, (n_l - 1) / n_l / (inner * sum(ring_bandwidth(p) for p in parts)), \
+                any(p.axis.kind == "torus" for p in parts)
+            inner *= n_l
 
 
 @lru_cache(maxsize=65536)
 def ring_coefficients(span: Span) -> RingCoefficients:
-    """Reduce a span to its AllGather coefficients (levels: ICI/NVLink, then DCN/scale-out)."""
+    """Reduce a span to its AllGather coefficients: the slowest level's seconds per byte."""
     n = span_size(span)
     if n <= 1:
         return RingCoefficients(members=1, seconds_per_byte=0.0, latency_s=0.0)
-    per_level, a2a, inner = [], [], 1
-    for level in (0, 1):
-        parts = [p for p in span if LEVEL_OF_KIND[p.axis.kind] == level]
-        if not parts:
-            continue
-        n_l = math.prod(p.factor for p in parts)
-        c_l = (n_l - 1) / n_l / (inner * sum(ring_bandwidth(p) for p in parts))
-        per_level.append(c_l)
-        a2a.append(c_l / 4.0 if any(p.axis.kind == "torus" for p in parts) else c_l / n_l)
-        inner *= n_l
-    return RingCoefficients(members=n, seconds_per_byte=max(per_level), latency_s=span_latency(span),
-                            alltoall_seconds_per_byte=max(a2a))
+    return RingCoefficients(members=n, seconds_per_byte=max(c for _, c, _ in _levels(span)),
+                            latency_s=span_latency(span))
 
 
 def span_latency(span: Span) -> float:
@@ -153,11 +154,13 @@ def all_reduce_time(array_bytes, span: Span, half_efficiency_bytes: float = 0.0)
 
 
 def all_to_all_time(array_bytes, span: Span, half_efficiency_bytes: float = 0.0):
-    """AllToAll: 1/4 of an AllGather on a bidirectional ring (book); 1/n of it through a switch."""
-    coeffs = ring_coefficients(span)
-    if coeffs.members <= 1:
+    """AllToAll of an array of ``array_bytes`` (all members' data together): per level, 1/4 of an
+    AllGather on a bidirectional ring (book, "AllToAll"), 1/n of it through a switch."""
+    n = span_size(span)
+    if n <= 1:
         return 0.0 * array_bytes
-    return (array_bytes + half_efficiency_bytes * coeffs.members) * coeffs.alltoall_seconds_per_byte + coeffs.latency_s
+    per_byte = max(c / 4.0 if torus else c / n_l for n_l, c, torus in _levels(span))
+    return (array_bytes + half_efficiency_bytes * n) * per_byte + span_latency(span)
 
 
 def send_coefficients(span: Span) -> RingCoefficients:

@@ -1,8 +1,10 @@
-"""estimate(model, workload, cluster, layout) -> Estimate: the itemised cost of one layout.
+"""estimate(problem, layout) -> Estimate: the itemised cost of one layout.
 
-Evaluates the cost terms of ``costs.terms`` (the same functions the search tabulates) for
-one layout and adds them up by the step rule written there: the slowest stage's microbatch
-time x (K + (p - 1)/v), plus the once-per-step collectives and the optimizer step.
+Evaluates the cost terms of ``costs.terms`` (the functions the search tabulates) at one
+layout and adds them up with the step formula of ``costs.step`` (the one the search uses).
+The structural rules come from the registry (``core.check``); memory is checked here, on the
+peak this function computes, so every layout is costed once. An unplaced layout
+(``axes=None``) gets the fastest placement of the cluster's axis orders, resolved once.
 """
 
 from __future__ import annotations
@@ -11,21 +13,21 @@ from dataclasses import dataclass, field, replace
 
 import numpy as np
 
-from layoutsearch.core.check import Violation, structural_violations
-from layoutsearch.costs import flops, params, terms
-from layoutsearch.costs.flops import MFU_CONVENTIONS
+from layoutsearch.core.check import check_layout
 from layoutsearch.core.errors import InvalidLayoutError
-from layoutsearch.core.placement import axis_orders, default_axes, placement_for_order
-from layoutsearch.core.specs import Cluster, Layout, ModelSpec, Workload
+from layoutsearch.core.placement import candidate_placements
+from layoutsearch.core.problem import Problem
+from layoutsearch.core.rules import Violation
+from layoutsearch.core.specs import RECOMPUTE_CODES, Layout, MfuConvention
+from layoutsearch.core.units import GB, SECONDS_PER_DAY
+from layoutsearch.costs import flops, params, step, terms
 
 
 @dataclass(frozen=True, kw_only=True)
 class Estimate:
-    """Itemised result for one (model, workload, cluster, layout)."""
+    """Itemised result for one (problem, layout)."""
 
-    model: ModelSpec
-    workload: Workload
-    cluster: Cluster
+    problem: Problem
     layout: Layout
     params: dict[str, int]
     memory_bytes: dict[str, float]  # worst stage: state, activations, temporary, peak, capacity, itemised
@@ -42,6 +44,18 @@ class Estimate:
     violations: list[Violation] = field(default_factory=list)
 
     @property
+    def model(self):
+        return self.problem.model
+
+    @property
+    def workload(self):
+        return self.problem.workload
+
+    @property
+    def cluster(self):
+        return self.problem.cluster
+
+    @property
     def fits(self) -> bool:
         return self.memory_bytes["peak"] <= self.memory_bytes["capacity"]
 
@@ -53,141 +67,181 @@ class Estimate:
 
     def days_for_tokens(self, tokens: float) -> float:
         """Calendar days to train ``tokens`` tokens at this step time."""
-        return tokens / self.tokens_per_s / 86400.0
+        return tokens / self.tokens_per_s / SECONDS_PER_DAY
 
 
-def with_default_axes(cluster: Cluster, layout: Layout, model: ModelSpec | None = None,
-                      workload: Workload | None = None) -> Layout:
-    """The layout with a placement filled in when it has none: the fastest axis order when the
-    model and workload are given, else the first order that places every degree."""
-    if layout.axes:
-        return layout
-    if model is None or workload is None:
-        return replace(layout, axes=default_axes(cluster, layout))
-    placed = {p for o in axis_orders(cluster) if (p := placement_for_order(cluster, layout.degrees, o)) is not None}
-    if not placed:
-        return replace(layout, axes=default_axes(cluster, layout))
-    ordered = sorted(placed, key=lambda p: [o for o in axis_orders(cluster)
-                                            if placement_for_order(cluster, layout.degrees, o) == p][0])
-    return min((replace(layout, axes=p) for p in ordered),
-               key=lambda lay: estimate(model, workload, cluster, lay).step_time_s)
-
-
-def capacity_bytes(cluster: Cluster) -> float:
+def capacity_bytes(cluster) -> float:
     """HBM less the runtime reserve: what a layout's peak must fit in."""
     return cluster.accelerator.hbm_bytes - cluster.accelerator.runtime_reserve_bytes
 
 
-def estimate(model: ModelSpec, workload: Workload, cluster: Cluster, layout: Layout,
-             mfu_convention: str = "model", strict: bool = True) -> Estimate:
+def estimate(problem: Problem, layout: Layout, mfu_convention: str = MfuConvention.model.value,
+             strict: bool = True) -> Estimate:
     """Cost one layout. With ``strict`` a structural violation raises InvalidLayoutError."""
-    if mfu_convention not in MFU_CONVENTIONS:
-        raise InvalidLayoutError(f"mfu convention '{mfu_convention}' is not one of {', '.join(MFU_CONVENTIONS)}")
-    violations = structural_violations(model, workload, cluster, layout)
+    if mfu_convention not in flops.MFU_CONVENTIONS:
+        raise InvalidLayoutError(f"mfu convention '{mfu_convention}' is not one of {', '.join(flops.MFU_CONVENTIONS)}")
+    violations = check_layout(problem, layout)
     if violations and strict:
         raise InvalidLayoutError("; ".join(v.message for v in violations))
-    layout = with_default_axes(cluster, layout, model, workload)
+    if layout.placed:
+        return _estimate_placed(problem, layout, mfu_convention, violations)
+    options = [replace(layout, axes=p) for p in candidate_placements(problem.cluster, layout.degrees)]
+    if not options:
+        raise InvalidLayoutError(f"degrees {layout.degrees} cannot be laid onto the axes "
+                                 f"{' x '.join(f'{a.name}({a.size})' for a in problem.cluster.axes)} of {problem.cluster_name}")
+    costed = [_estimate_placed(problem, lay, mfu_convention, violations) for lay in options]
+    return min(costed, key=lambda e: e.step_time_s)
+
+
+def _estimate_placed(problem: Problem, layout: Layout, mfu_convention: str, violations: list) -> Estimate:
+    model, workload, cluster = problem.model, problem.workload, problem.cluster
     acc = cluster.accelerator
-    sh = terms.Shapes.of(**layout.degrees, v=layout.virtual_stages)
-    k = np.array([layout.num_microbatches])
-    r = np.array([terms.RECOMPUTE_CODES[layout.recompute]])
-    z = np.array([layout.zero_stage])
-    co = terms.layout_coeffs(model, cluster, layout)
-    sp = layout.sequence_parallel
-    stages = {0: _stage(model, workload, acc, sh, k, r, z, co, sp, first=True, last=layout.pp == 1)}
-    if layout.pp > 1:
-        stages[layout.pp - 1] = _stage(model, workload, acc, sh, k, r, z, co, sp, first=False, last=True)
-    slow = max(stages, key=lambda s: stages[s]["per_microbatch"])
-    big = max(stages, key=lambda s: stages[s]["peak"][1])
-    times, colls = _step(model, workload, acc, sh, k, r, z, co, stages[0], stages[slow], layout)
-    mfu_flops = flops.model_flops_per_token(model, workload.seq_len, mfu_convention) * workload.global_batch_tokens
-    capacity = capacity_bytes(cluster)
+    key = _Keys.of(problem, layout)
+    stages = [_stage(problem, key, first=True, last=layout.pp == 1), _stage(problem, key, first=False, last=True)]
+    t = _step_terms(problem, key, stages)
+    parts = step.step_parts(t, step.slowest_stage(t))
+    slow = int(step.stage_total(t, 1) > step.stage_total(t, 0))
+    times = _itemise(layout, stages[slow], step.stage_items(t, slow), parts, key.mult, t)
+    big = max((0, 1), key=lambda s: stages[s]["peak"][1])
     peak_name, peak_bytes = stages[big]["peak"]
     moment = stages[big]["moments"][peak_name]
+    capacity = capacity_bytes(cluster)
     memory_bytes = {
-        "state": sum(v for key, v in moment.items() if key.startswith("state/")),
-        "activations": sum(v for key, v in moment.items() if key.startswith("activations/")),
-        "temporary": sum(v for key, v in moment.items() if key.startswith("temporary/")),
+        "state": sum(v for k, v in moment.items() if k.startswith("state/")),
+        "activations": sum(v for k, v in moment.items() if k.startswith("activations/")),
+        "temporary": sum(v for k, v in moment.items() if k.startswith("temporary/")),
         "peak": peak_bytes, "capacity": capacity, "hbm": acc.hbm_bytes, **moment,
     }
-    est = Estimate(
-        model=model, workload=workload, cluster=cluster, layout=layout, params=params.param_counts(model),
-        memory_bytes=memory_bytes, memory_moments=stages[big]["moments"], peak_moment=peak_name, worst_stage=big,
-        time_s=times, collectives=colls, step_time_s=times["step"],
+    mfu_flops = flops.model_flops_per_token(model, workload.seq_len, mfu_convention) * workload.global_batch_tokens
+    violations = list(violations)
+    if peak_bytes > capacity:
+        stage_no = 0 if big == 0 else layout.pp - 1
+        violations.append(Violation("memory", f"needs {peak_bytes / GB:.1f} GB per device at {peak_name} "
+                                              f"(stage {stage_no}), {capacity / GB:.1f} GB available"))
+    return Estimate(
+        problem=problem, layout=layout, params=params.param_counts(model), memory_bytes=memory_bytes,
+        memory_moments=stages[big]["moments"], peak_moment=peak_name, worst_stage=0 if big == 0 else layout.pp - 1,
+        time_s=times, collectives=_collectives(problem, key, stages[slow], t), step_time_s=times["step"],
         tokens_per_s=workload.global_batch_tokens / times["step"],
         mfu=flops.mfu(mfu_flops, times["step"], cluster.num_devices, acc.peak_flops_per_s),
-        mfu_convention=mfu_convention, model_flops_per_step=mfu_flops, violations=list(violations))
-    if not est.fits:
-        est.violations.append(Violation("memory", f"needs {peak_bytes / 1e9:.1f} GB per device at {peak_name} "
-                                                   f"(stage {big}), {capacity / 1e9:.1f} GB available"))
-    return est
+        mfu_convention=mfu_convention, model_flops_per_step=mfu_flops, violations=violations)
+
+
+@dataclass(frozen=True)
+class _Keys:
+    """The decisions of one layout as the one-row arrays the term functions take."""
+
+    sh: terms.Shapes
+    k: np.ndarray
+    r: np.ndarray
+    z: np.ndarray
+    co: terms.Coeffs
+    mult: float
+    sp: bool
+
+    @classmethod
+    def of(cls, problem: Problem, layout: Layout) -> "_Keys":
+        sh = terms.Shapes.of(**layout.degrees, v=layout.virtual_stages)
+        k = np.array([layout.num_microbatches])
+        return cls(sh=sh, k=k, r=np.array([RECOMPUTE_CODES[layout.recompute]]), z=np.array([layout.zero_stage]),
+                   co=terms.layout_coeffs(problem.model, problem.cluster, layout),
+                   mult=_scalar(terms.step_multiplier(sh, k)), sp=layout.sequence_parallel)
 
 
 def _scalar(x) -> float:
     return float(np.asarray(x).reshape(-1)[0])
 
 
-def _stage(model, workload, acc, sh, k, r, z, co, sp, first: bool, last: bool) -> dict:
-    """Per-microbatch seconds and memory moments of the first or last pipeline stage."""
-    c = terms.compute_per_microbatch(model, workload, acc, sh, k, r, last, sp)
-    full = _scalar(r == 2)
-    tp = terms.tp_per_microbatch(model, workload, acc, sh, k, co, last, c["window/matmul_fwd_layer"])
-    cp = terms.cp_per_microbatch(model, workload, acc, sh, k, co, c["window/attn_fwd_layer"])
-    fc = terms.fsdp_collectives(model, workload, acc, sh, co)
-    zero3 = _scalar((z == 3) & (sh.shards > 1))
-    fixed = terms.fsdp_exposed_fixed(model, sh, fc, c["window/fwd_layer"], c["window/logits"], first or last)
-    bwd = terms.fsdp_backward_exposed(model, sh, fc, c["window/bwd_layer"])
-    exposed = {
-        "exposed_comm/tp": _scalar(tp["base"] + full * tp["if_full"]),
-        "exposed_comm/cp": _scalar(cp["base"] + full * cp["if_full"]),
-        "exposed_comm/fsdp": zero3 * _scalar(fixed["forward"] + fixed["vocab"] + bwd),
-    }
-    compute = {key: _scalar(v) for key, v in c.items() if key.startswith("compute/")}
-    overhead = acc.microbatch_overhead_s * _scalar(sh.v)
+def _stage(problem: Problem, key: _Keys, first: bool, last: bool) -> dict:
+    """Per-microbatch seconds (compute items, collectives) and memory moments of the first or last stage."""
+    model, workload, acc = problem.model, problem.workload, problem.cluster.accelerator
+    sh, k, r, z, co = key.sh, key.k, key.r, key.z, key.co
+    c = terms.compute_per_microbatch(model, workload, acc, sh, k, r, last, key.sp)
     items = {**terms.memory_by_zero(model, workload, sh, z, first),
-             **terms.memory_by_microbatch(model, workload, sh, k, r, first, last, sp)}
-    moments = {name: {key: _scalar(v) for key, v in terms.moment_bytes(items, name).items()} for name in terms.MOMENTS}
-    totals = {name: sum(items.values()) for name, items in moments.items()}
+             **terms.memory_by_microbatch(model, workload, sh, k, r, first, last, key.sp)}
+    moments = {name: {kk: _scalar(v) for kk, v in terms.moment_bytes(items, name).items()} for name in terms.MOMENTS}
+    totals = {name: sum(live.values()) for name, live in moments.items()}
     peak = max(totals, key=totals.get)
-    return {"compute": compute, "exposed": exposed, "overhead": overhead, "moments": moments,
-            "per_microbatch": sum(compute.values()) + sum(exposed.values()) + overhead,
-            "peak": (peak, totals[peak]), "windows": c, "tp": tp, "cp": cp, "fsdp": fc}
+    fc = terms.fsdp_collectives(model, workload, acc, sh, co)
+    return {
+        "compute": {kk: _scalar(v) for kk, v in c.items() if kk.startswith("compute/")},
+        "overhead": acc.microbatch_overhead_s * _scalar(sh.v),
+        "windows": c,
+        "tp": terms.tp_per_microbatch(model, workload, acc, sh, k, co, last, c["window/matmul_fwd_layer"]),
+        "cp": terms.cp_per_microbatch(model, workload, acc, sh, k, co, c["window/attn_fwd_layer"]),
+        "fsdp": fc,
+        "fsdp_fixed": terms.fsdp_exposed_fixed(model, sh, fc, c["window/fwd_layer"], c["window/logits"], True),
+        "moments": moments, "peak": (peak, totals[peak]),
+    }
 
 
-def _step(model, workload, acc, sh, k, r, z, co, first: dict, slow: dict, layout: Layout):
-    """Step time by component, and the list of collectives with their sizes and exposed time."""
-    kk = layout.num_microbatches
+def _step_terms(problem: Problem, key: _Keys, stages: list[dict]) -> dict:
+    """The step formula's terms (costs.step) of this layout, in seconds per step."""
+    model, workload, acc = problem.model, problem.workload, problem.cluster.accelerator
+    sh, k, z, co, mult = key.sh, key.k, key.z, key.co, key.mult
+    layers = _scalar(terms.layers_per_stage(model, sh))
+    first = stages[0]
     steps = terms.step_collectives(model, workload, acc, sh, z, co)
-    window = _scalar(terms.layers_per_stage(model, sh) * first["windows"]["window/bwd_layer"])
-    per_step, budget = {}, window
-    for key in ("reduce/zero", "reduce/dp", "reduce/kv_replica"):
-        t = _scalar(steps[key])
-        per_step["exposed_comm/" + key.split("/")[1]] = max(0.0, t - budget)
-        budget = max(0.0, budget - t)
-    forward = _scalar(terms.layers_per_stage(model, sh) * first["windows"]["window/fwd_layer"])
-    per_step["exposed_comm/zero"] += max(0.0, _scalar(steps["gather/zero"]) - forward)
-    per_step["exposed_comm/pp"] = _scalar(terms.pipeline_sends(model, workload, acc, sh, k, co))
-    times = {key: kk * v for key, v in {**slow["compute"], **slow["exposed"]}.items()}
-    times["compute/optimizer"] = _scalar(terms.optimizer_time(model, workload, acc, sh, z))
-    times.update(per_step)
-    times["overhead/microbatch"] = kk * slow["overhead"]
-    times["overhead/step"] = acc.step_overhead_s
-    times["bubble"] = (layout.pp - 1) / layout.virtual_stages * slow["per_microbatch"]
-    out = {prefix: sum(v for key, v in times.items() if key.startswith(prefix + "/"))
-           for prefix in ("compute", "exposed_comm")}
-    out["bubble"] = times["bubble"]
-    out["overhead"] = times["overhead/microbatch"] + times["overhead/step"]
-    out["step"] = out["compute"] + out["exposed_comm"] + out["bubble"] + out["overhead"]
-    return {**out, **{key: v for key, v in times.items() if "/" in key}}, _collectives(model, workload, sh, k, co, slow, steps)
+    return {
+        "A": [mult * (sum(s["compute"].values()) + s["overhead"]) for s in stages],
+        "TP": [mult * _scalar(s["tp"]["base"]) for s in stages],
+        "TPF": mult * _scalar(first["tp"]["if_full"]),
+        "CP": mult * _scalar(first["cp"]["base"]), "CPF": mult * _scalar(first["cp"]["if_full"]),
+        "FX": [mult * _scalar(s["fsdp_fixed"]["forward"] + s["fsdp_fixed"]["vocab"]) for s in stages],
+        "X": mult * layers * _scalar(first["fsdp"]["gather_layer"] + first["fsdp"]["reduce_layer"]),
+        "Y": mult * layers * _scalar(first["windows"]["window/bwd_layer"]),
+        "full": float(_scalar(key.r) == RECOMPUTE_CODES["full"]),
+        "z3": float(_scalar(z) == 3 and _scalar(sh.shards) > 1),
+        "RED": _scalar(steps["reduce/zero"] + steps["reduce/dp"] + steps["reduce/kv_replica"]),
+        "WIN": layers * _scalar(first["windows"]["window/bwd_layer"]),
+        "GATH": _scalar(steps["gather/zero"]), "FWD": layers * _scalar(first["windows"]["window/fwd_layer"]),
+        "PP": _scalar(terms.pipeline_sends(model, workload, acc, sh, k, co)),
+        "OPT": _scalar(terms.optimizer_time(model, workload, acc, sh, z)), "STEP0": acc.step_overhead_s,
+        "steps": steps,
+    }
 
 
-def _collectives(model, workload, sh, k, co, slow, steps) -> list[dict]:
+def _itemise(layout: Layout, slow: dict, stage_items: dict, parts: dict, mult: float, t: dict) -> dict:
+    """time_s: the step formula's parts, with the slowest stage's per-step time split into its
+    compute items (x K), exposed collectives (x K), microbatch overhead (x K) and the bubble."""
+    kk = layout.num_microbatches
+    per_mb = {**slow["compute"], "overhead/microbatch": slow["overhead"],
+              **{name: v / mult for name, v in stage_items.items() if name != "stage/compute"}}
+    times = {name: kk * v for name, v in per_mb.items()}
+    times["bubble"] = (mult - kk) * sum(per_mb.values())
+    for name, value in parts.items():
+        if name not in ("stage", "exposed_comm/reduce", "exposed_comm/zero_gather"):
+            times[name] = _scalar(value)
+    times.update(_split_reductions(t, _scalar(parts["exposed_comm/reduce"]), _scalar(parts["exposed_comm/zero_gather"])))
+    out = {prefix: sum(v for name, v in times.items() if name.startswith(prefix + "/"))
+           for prefix in ("compute", "exposed_comm", "overhead")}
+    out["bubble"] = times.pop("bubble")
+    out["step"] = _scalar(sum(parts.values()))
+    return {name: float(v) for name, v in {**out, **times}.items()}
+
+
+def _split_reductions(t: dict, exposed: float, gather_exposed: float) -> dict:
+    """The exposed once-per-step reductions by group: the window hides them in order (ZeRO
+    reduce-scatter, DP all-reduce, KV-replica all-reduce), the rest is each group's share."""
+    out, budget = {}, t["WIN"]
+    for name in ("zero", "dp", "kv_replica"):
+        seconds = _scalar(t["steps"]["reduce/" + name])
+        out["exposed_comm/" + name] = max(0.0, seconds - budget)
+        budget = max(0.0, budget - seconds)
+    out["exposed_comm/zero"] += gather_exposed
+    assert abs(sum(out.values()) - exposed - gather_exposed) <= 1e-9 * max(1.0, exposed + gather_exposed)
+    return out
+
+
+def _collectives(problem: Problem, key: _Keys, slow: dict, t: dict) -> list[dict]:
     """What each group moves, how often, and how long one takes (for explanations and JSON)."""
-    m = _scalar(terms.tokens_per_microbatch(workload, sh, k))
+    model, workload = problem.model, problem.workload
+    sh, co, steps = key.sh, key.co, t["steps"]
+    m = _scalar(terms.tokens_per_microbatch(workload, sh, key.k))
     p_layer = _scalar(params.layer_params(model, sh.tp))
     rows = [
-        ("tp activations (AG+RS or AR)", co.tp, m * model.d_model * workload.activation_bytes, "per layer per microbatch x4-6",
-         _scalar(slow["tp"]["unit"])),
+        ("tp activations (AG+RS or AR)", co.tp, m * model.d_model * workload.activation_bytes,
+         "per layer per microbatch x4-6", _scalar(slow["tp"]["unit"])),
         ("cp ring K/V", co.cp, None, "per layer per microbatch", _scalar(slow["cp"]["t_kv"])),
         ("fsdp weight gather", co.shard, p_layer * workload.weight_bytes_per_param, "per layer per microbatch x2",
          _scalar(slow["fsdp"]["gather_layer"])),
@@ -197,5 +251,5 @@ def _collectives(model, workload, sh, k, co, slow, steps) -> list[dict]:
         ("dp grad all-reduce", co.dp, None, "per step", _scalar(steps["reduce/dp"])),
         ("kv-replica grad all-reduce", co.kv, None, "per step", _scalar(steps["reduce/kv_replica"])),
     ]
-    return [{"name": name, "group_size": int(_scalar(c.members)), "bytes": nbytes, "frequency": freq, "time_s": t}
-            for name, c, nbytes, freq, t in rows if _scalar(c.members) > 1 and t > 0]
+    return [{"name": name, "group_size": int(_scalar(c.members)), "bytes": nbytes, "frequency": freq, "time_s": t_s}
+            for name, c, nbytes, freq, t_s in rows if _scalar(c.members) > 1 and t_s > 0]

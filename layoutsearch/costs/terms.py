@@ -22,19 +22,16 @@ Step = (K + (p - 1)/v) x slowest stage's microbatch + per-step terms.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 import numpy as np
 
-from layoutsearch.core.specs import Accelerator, ModelSpec, Workload
-from layoutsearch.costs import flops
-from layoutsearch.costs import memory
-from layoutsearch.costs import params
-from layoutsearch.costs import pipeline
-from layoutsearch.costs.comms import RingCoefficients, ring_time
-
-RECOMPUTE_CODES = {"none": 0, "selective": 1, "full": 2}
-RECOMPUTE_NAMES = {v: k for k, v in RECOMPUTE_CODES.items()}
+from layoutsearch.core.specs import RECOMPUTE_POLICIES, Accelerator, ModelSpec, Workload
+from layoutsearch.costs import flops, memory, params, pipeline
+from layoutsearch.costs.comms import (
+    RingCoefficients, SpanPart, group_span, ring_coefficients, ring_time, send_coefficients,
+)
 
 
 @dataclass(frozen=True)
@@ -294,7 +291,7 @@ def memory_by_microbatch(model: ModelSpec, workload: Workload, sh: Shapes, k, r,
     act_b = workload.activation_bytes
     widths = memory.saved_tensor_widths(model, sh.tp, sequence_parallel, workload.seq_len, workload.flash_attention,
                                         act_b)
-    kept = {code: [n for n in widths if memory.kept_by_policy(n, RECOMPUTE_NAMES[code])] for code in (0, 1, 2)}
+    kept = {code: [n for n in widths if memory.kept_by_policy(n, RECOMPUTE_POLICIES[code])] for code in (0, 1, 2)}
     per_token = {code: sum(_f(widths[n]) for n in names) for code, names in kept.items()}
     saved = np.select([r == 0, r == 1], [per_token[0], per_token[1]], per_token[2]) * m * act_b
     stage = 0 if first else sh.pp - 1
@@ -324,10 +321,6 @@ def _group(key: str) -> str:
 # ----------------------------------------------------------------------------- placement -> coefficients
 def replica_span(tp_span, replicas: int):
     """The innermost ``replicas`` members of the TP group: the ranks sharing one KV head."""
-    import math
-
-    from layoutsearch.costs.comms import SpanPart
-
     out, left = [], replicas
     for part in tp_span:
         f = math.gcd(left, part.factor)
@@ -341,8 +334,6 @@ def replica_span(tp_span, replicas: int):
 
 def layout_coeffs(model: ModelSpec, cluster, layout) -> Coeffs:
     """Ring coefficients of every group of a placed layout (its ``axes`` must be set)."""
-    from layoutsearch.costs.comms import group_span, ring_coefficients, send_coefficients
-
     tp_span = group_span(cluster, layout, ("tp",))
     return Coeffs(
         tp=ring_coefficients(tp_span),
@@ -362,6 +353,5 @@ def stack_coeffs(rows: list[Coeffs]) -> Coeffs:
         return RingCoefficients(
             members=np.array([c.members for c in items], dtype=np.int64),
             seconds_per_byte=np.array([c.seconds_per_byte for c in items]),
-            latency_s=np.array([c.latency_s for c in items]),
-            alltoall_seconds_per_byte=np.array([c.alltoall_seconds_per_byte for c in items]))
+            latency_s=np.array([c.latency_s for c in items]))
     return Coeffs(**{name: stack(name) for name in ("tp", "cp", "shard", "dp", "dp_zero0", "kv", "pp")})

@@ -17,6 +17,7 @@ from __future__ import annotations
 from types import ModuleType
 
 from layoutsearch.core.errors import InvalidLayoutError, did_you_mean
+from layoutsearch.core.rules import Capabilities, Rule, framework_rules, violations
 from layoutsearch.export import deepspeed
 from layoutsearch.export import maxtext
 from layoutsearch.export import megatron
@@ -29,7 +30,7 @@ _MODULES: dict[str, ModuleType] = {"maxtext": maxtext, "megatron": megatron, "to
 GPU_ONLY = ("megatron", "torchtitan", "deepspeed")
 SUFFIXES = {"maxtext": ".yml", "megatron": ".sh", "torchtitan": ".toml", "deepspeed": ".json"}
 
-__all__ = ["TARGETS", "SUFFIXES", "export_document", "check_export", "context_for"]
+__all__ = ["TARGETS", "SUFFIXES", "export_document", "check_export", "context_for", "capabilities_of", "target_rules"]
 
 
 def _module(target: str) -> ModuleType:
@@ -52,6 +53,9 @@ def export_document(document: dict, target: str, rank: int = 1) -> str:
     partial output.
     """
     ctx = context_for(document, target, rank)
+    refused = violations(ctx.problem, ctx.layout, target_rules(target))
+    if refused:
+        raise ctx.fail(refused[0].message)
     text = _module(target).render(ctx)
     problems = _module(target).check(text, ctx)
     if problems:  # an exporter bug, not bad input: refuse rather than write a file the framework rejects
@@ -64,31 +68,11 @@ def check_export(target: str, text: str, document: dict, rank: int = 1) -> list[
     return _module(target).check(text, context_for(document, target, rank))
 
 
-def _maxtext_rule(d: dict, z: int) -> bool:
-    return (z != 1 or d["dp"] == 1) and (d["cp"] == 1 or z == 3)
+def capabilities_of(target: str | None) -> Capabilities | None:
+    """What ``target`` can express (its exporter's declared ``CAPABILITIES``); None for no target."""
+    return None if target is None else _module(target).CAPABILITIES
 
 
-def _torchtitan_rule(d: dict, z: int) -> bool:
-    return d["cp"] == 1 or z >= 1
-
-
-def _deepspeed_rule(d: dict, z: int) -> bool:
-    return not (d["dp"] > 1 and d["fsdp"] > 1) and (d["pp"] == 1 or z <= 1)
-
-
-# What each target can express, as search restrictions (the exporters refuse the rest with a message).
-RESTRICTIONS = {
-    "maxtext": dict(zero_stages=(1, 3), max_kv_replication=1, max_virtual_stages=1, fix={"pp": 1}, rule=_maxtext_rule,
-                    rule_name="MaxText: ZeRO-1 only without replicated dp, cp only with ZeRO-3, no 1F1B pipeline"),
-    "megatron": dict(),
-    "torchtitan": dict(zero_stages=(0, 2, 3), max_kv_replication=1, rule=_torchtitan_rule,
-                       rule_name="torchtitan: no ZeRO-1, cp needs sharding"),
-    "deepspeed": dict(max_kv_replication=1, max_virtual_stages=1, fix={"cp": 1}, rule=_deepspeed_rule,
-                      rule_name="DeepSpeed: no hybrid dp x fsdp, ZeRO-2/3 not with a pipeline, no cp"),
-}
-
-
-def search_restrictions(target: str) -> dict:
-    """Keyword arguments for SearchOptions.restricted: the layouts ``target`` can express."""
-    _module(target)
-    return dict(RESTRICTIONS[target])
+def target_rules(target: str) -> tuple[Rule, ...]:
+    """The registry's rules for ``target``'s limits (they restrict `solve --export` and refuse exports)."""
+    return framework_rules(capabilities_of(target))

@@ -11,13 +11,11 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, replace
 
-from layoutsearch.core.catalogue import load_model
-from layoutsearch.core.check import structural_violations
+from layoutsearch.core.check import check_layout
 from layoutsearch.core.errors import InvalidLayoutError
-from layoutsearch.report.output import layout_from_record, version
 from layoutsearch.core.placement import default_axes
-from layoutsearch.core.specs import Cluster, Layout, ModelSpec, Workload
-from layoutsearch.core.topology import resolve_cluster
+from layoutsearch.core.problem import Problem, layout_from_record, version
+from layoutsearch.core.specs import Cluster, Layout, ModelSpec
 
 OUTER_AXIS_KINDS = ("dcn", "scale_out")  # between slices (TPU) or between nodes (GPU)
 
@@ -27,13 +25,31 @@ class ExportContext:
     """One layout of one document, ready to be written in a framework's terms."""
 
     target: str
-    model_id: str
-    model: ModelSpec
-    cluster: Cluster
+    problem: Problem
     layout: Layout  # axes filled in
     record: dict  # the layout record as written in the document
-    global_batch_seqs: int  # B: sequences per optimizer step, whole cluster
-    seq_len: int  # S: tokens per sequence
+
+    @property
+    def model_id(self) -> str:
+        return self.problem.model_id
+
+    @property
+    def model(self) -> ModelSpec:
+        return self.problem.model
+
+    @property
+    def cluster(self) -> Cluster:
+        return self.problem.cluster
+
+    @property
+    def global_batch_seqs(self) -> int:
+        """B: sequences per optimizer step, whole cluster."""
+        return self.problem.workload.global_batch_seqs
+
+    @property
+    def seq_len(self) -> int:
+        """S: tokens per sequence."""
+        return self.problem.workload.seq_len
 
     @property
     def num_devices(self) -> int:
@@ -75,6 +91,8 @@ def pick_record(document: dict, rank: int) -> dict:
     """The layout record with ``rank`` from a solve document (``layouts``) or an estimate one (``layout``)."""
     if "layouts" in document:
         records = document["layouts"] or []
+        if not isinstance(records, list) or not all(isinstance(r, dict) for r in records):
+            raise InvalidLayoutError("document 'layouts': expected a list of layout records (OUTPUT.md)")
         for rec in records:
             if rec.get("rank") == rank:
                 return rec
@@ -90,29 +108,19 @@ def pick_record(document: dict, rank: int) -> dict:
 
 
 def build_context(document: dict, target: str, rank: int = 1) -> ExportContext:
-    """Resolve model, cluster and layout of ``document`` and check the layout against the package rules."""
-    problem = document.get("problem")
-    if not isinstance(problem, dict):
-        raise InvalidLayoutError("document has no 'problem' object; see OUTPUT.md")
-    missing = [k for k in ("model", "cluster", "global_batch_seqs", "seq_len") if k not in problem]
-    if missing:
-        raise InvalidLayoutError(f"document 'problem' lacks {', '.join(missing)}")
+    """Resolve the problem and layout of ``document`` (validated field by field) and check the
+    layout against the registry's rules."""
+    if not isinstance(document, dict):
+        raise InvalidLayoutError(f"document: expected a JSON object (OUTPUT.md), got {type(document).__name__}")
+    problem = Problem.from_record(document.get("problem"))
     record = pick_record(document, rank)
-    model = load_model(str(problem["model"]))
-    cluster = resolve_cluster(str(problem["cluster"]))
-    try:
-        layout = layout_from_record(record)
-    except (KeyError, TypeError) as exc:
-        raise InvalidLayoutError(f"layout record rank {rank} is incomplete: missing {exc}") from None
-    workload = Workload(global_batch_seqs=int(problem["global_batch_seqs"]), seq_len=int(problem["seq_len"]))
-    violations = structural_violations(model, workload, cluster, layout)
+    layout = layout_from_record(record, f"layouts[rank {rank}]")
+    violations = check_layout(problem, layout)
     if violations:
         raise InvalidLayoutError(f"layout rank {rank} breaks the package rules: " + "; ".join(v.message for v in violations))
-    if not layout.axes:
-        layout = replace(layout, axes=default_axes(cluster, layout))
-    return ExportContext(target=target, model_id=str(problem["model"]), model=model, cluster=cluster,
-                         layout=layout, record=record, global_batch_seqs=workload.global_batch_seqs,
-                         seq_len=workload.seq_len)
+    if not layout.placed:
+        layout = replace(layout, axes=default_axes(problem.cluster, layout))
+    return ExportContext(target=target, problem=problem, layout=layout, record=record)
 
 
 def header_lines(ctx: ExportContext) -> list[str]:

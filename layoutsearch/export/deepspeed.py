@@ -22,32 +22,19 @@ from __future__ import annotations
 
 import json
 
+from layoutsearch.core.rules import Capabilities
 from layoutsearch.export.context import ExportContext, header_lines
 
 SIDE_KEY = "_layoutsearch"
 
 
-def _check_expressible(ctx: ExportContext) -> None:
-    lay, zero = ctx.layout, ctx.effective_zero_stage
-    if lay.cp > 1:
-        raise ctx.fail(f"DeepSpeed has no ring context parallelism (its Ulysses sequence parallelism exchanges heads "
-                       f"by all-to-all); cp({lay.cp}) cannot be expressed; nearest: cp=1 with fsdp x {lay.cp}, "
-                       f"or export to megatron/torchtitan/maxtext")
-    if zero >= 1 and lay.dp > 1:
-        raise ctx.fail(f"DeepSpeed ZeRO shards over the whole data-parallel world (MiCS was removed), so dp({lay.dp}) "
-                       f"replicas of a ZeRO-{zero} shard over fsdp({lay.fsdp}) cannot be expressed; nearest: dp=1, "
-                       f"fsdp={lay.data_units}")
-    if lay.pp > 1 and (lay.virtual_stages > 1 or lay.schedule != "1f1b"):
-        raise ctx.fail(f"DeepSpeed's PipelineEngine runs 1F1B only (no GPipe, no interleaving); schedule "
-                       f"{lay.schedule} x{lay.virtual_stages} virtual; nearest: schedule 1f1b, virtual_stages 1")
-    if lay.pp > 1 and zero >= 2:
-        raise ctx.fail(f"DeepSpeed's PipelineEngine rejects ZeRO-2 and ZeRO-3 with pipeline parallelism; zero_stage "
-                       f"{lay.zero_stage} with pp({lay.pp}) cannot be expressed; nearest: zero_stage 1")
-    if lay.tp > ctx.model.num_kv_heads:
-        raise ctx.fail(f"DeepSpeed AutoTP does not replicate KV heads: with tp({lay.tp}) > num_kv_heads"
-                       f"({ctx.model.num_kv_heads}) the extra ranks get no attention shard; nearest: "
-                       f"tp={ctx.model.num_kv_heads} with the rest in fsdp")
-
+CAPABILITIES = Capabilities(
+    target="deepspeed", framework="DeepSpeed", zero_stages_with_replicas=(), zero_stages_with_pp=(0, 1),
+    pipeline_schedules=("1f1b",), context_parallel=False, kv_replication=False,
+    why={"deepspeed-replicas": "ZeRO shards over the whole data-parallel world (MiCS was removed)",
+         "deepspeed-cp": "it has no ring context parallelism (Ulysses exchanges heads by all-to-all)",
+         "deepspeed-pipeline": "its PipelineEngine runs 1F1B only and rejects ZeRO-2 and ZeRO-3",
+         "deepspeed-kv": "AutoTP does not replicate KV heads"})
 
 def in_code(ctx: ExportContext) -> list[str]:
     """What the JSON cannot carry: the settings the training script must make."""
@@ -93,7 +80,6 @@ def config(ctx: ExportContext) -> dict:
 
 
 def render(ctx: ExportContext) -> str:
-    _check_expressible(ctx)
     return json.dumps(config(ctx), indent=2) + "\n"
 
 

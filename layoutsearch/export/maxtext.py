@@ -24,6 +24,7 @@ import math
 
 import yaml
 
+from layoutsearch.core.rules import Capabilities, gpt3_block
 from layoutsearch.export.context import ExportContext, comment_block, header_lines
 
 AXES = ("data", "fsdp", "tensor", "context", "pipeline")
@@ -40,35 +41,16 @@ def slice_shape(ctx: ExportContext) -> tuple[int, int]:
     return ctx.num_devices // outer, outer
 
 
-def _check_expressible(ctx: ExportContext) -> None:
-    lay, model, zero = ctx.layout, ctx.model, ctx.effective_zero_stage
-    if lay.tp > model.num_kv_heads:
-        raise ctx.fail(f"MaxText shards KV heads over the tensor axis and cannot replicate them: tp({lay.tp}) > "
-                       f"num_kv_heads({model.num_kv_heads}); nearest: tp={model.num_kv_heads} with the rest in fsdp")
-    if zero == 2:
-        raise ctx.fail("MaxText has no ZeRO-2 (sharded gradients, replicated weights); nearest: zero_stage 1 "
-                       "(shard_optimizer_over_data) or zero_stage 3 (ici_fsdp_parallelism)")
-    if zero == 1 and lay.dp > 1:
-        raise ctx.fail(f"MaxText's ZeRO-1 (shard_optimizer_over_data) shards over all data replicas; it cannot keep "
-                       f"dp({lay.dp}) copies of a ZeRO-1 shard over fsdp({lay.fsdp}); nearest: dp=1, "
-                       f"fsdp={lay.dp * lay.fsdp} with zero_stage 1, or zero_stage 3")
-    if lay.cp > 1 and zero < 3:
-        raise ctx.fail(f"MaxText shards weights over the context axis, i.e. ZeRO-3 over fsdp x cp; zero_stage "
-                       f"{lay.zero_stage} with cp({lay.cp}) cannot be expressed; nearest: zero_stage 3")
-    if lay.pp > 1 and lay.virtual_stages > 1:
-        raise ctx.fail(f"MaxText's circular pipeline (num_pipeline_repeats={lay.virtual_stages}) runs microbatches in "
-                       f"GPipe order, not interleaved 1F1B; nearest: virtual_stages 1 with schedule gpipe")
-    if lay.pp > 1 and lay.schedule != "gpipe":
-        raise ctx.fail(f"MaxText pipelines in GPipe order (all {lay.num_microbatches} microbatches' activations live) "
-                       f"and has no {lay.schedule} schedule; nearest: the same layout with schedule gpipe "
-                       f"(re-estimate it: peak memory grows)")
-    if not (model.norm == "rmsnorm" and not model.linear_bias and model.learned_positions == 0) and not _gpt3_like(model):
-        raise ctx.fail("MaxText's llama2 decoder block needs RMSNorm, RoPE and no biases and its gpt3 block needs "
-                       f"LayerNorm, biases and learned positions; model {ctx.model_id} mixes them; nearest: megatron")
-
-
-def _gpt3_like(model) -> bool:
-    return model.norm == "layernorm" and model.linear_bias and model.learned_positions > 0 and model.mlp == "plain"
+CAPABILITIES = Capabilities(
+    target="maxtext", framework="MaxText", zero_stages=(0, 1, 3), zero_stages_with_replicas=(3,),
+    zero_stages_with_cp=(3,), pipeline_schedules=("gpipe",), kv_replication=False, model_blocks=("llama", "gpt3"),
+    why={"maxtext-zero": "it has no ZeRO-2: sharded gradients with replicated weights",
+         "maxtext-replicas": "its ZeRO-1 (shard_optimizer_over_data) shards over all data replicas",
+         "maxtext-cp": "it shards weights over the context axis, i.e. ZeRO-3 over fsdp x cp",
+         "maxtext-pipeline": "its pipeline runs microbatches in GPipe order, circular when num_pipeline_repeats > 1",
+         "maxtext-kv": "it shards KV heads over the tensor axis and cannot replicate them",
+         "maxtext-model": "its llama2 block needs RMSNorm, RoPE and no biases; its gpt3 block LayerNorm, biases and "
+                          "learned positions"})
 
 
 def parallelism(ctx: ExportContext) -> dict[str, int]:
@@ -104,21 +86,20 @@ def model_keys(ctx: ExportContext) -> dict:
     m = ctx.model
     keys = {
         "model_name": "default",
-        "decoder_block": "gpt3" if _gpt3_like(m) else "llama2",
+        "decoder_block": "gpt3" if gpt3_block(m) else "llama2",
         "base_emb_dim": m.d_model, "base_num_query_heads": m.num_heads, "base_num_kv_heads": m.num_kv_heads,
         "base_mlp_dim": m.d_ff, "base_num_decoder_layers": m.num_layers, "head_dim": m.head_dim,
         "vocab_size": m.vocab_size,
         "mlp_activations": ["silu", "linear"] if m.mlp == "gated" else ["gelu"],
         "logits_via_embedding": m.tied_embeddings,
     }
-    if _gpt3_like(m):
+    if gpt3_block(m):
         keys["trainable_position_size"] = m.learned_positions
     return keys
 
 
 def render(ctx: ExportContext) -> str:
     """The override file text."""
-    _check_expressible(ctx)
     hardware = "tpu" if ctx.cluster.accelerator.kind == "tpu" else "gpu"
     per_slice, slices = slice_shape(ctx)
     notes = header_lines(ctx) + [

@@ -22,9 +22,13 @@ from __future__ import annotations
 
 import shlex
 
+from layoutsearch.core.rules import Capabilities
 from layoutsearch.export.context import ExportContext, comment_block, header_lines
 
 ARRAY = "MEGATRON_ARGS"
+CAPABILITIES = Capabilities(
+    target="megatron", framework="Megatron-LM", pipeline_schedules=("1f1b", "interleaved"),
+    why={"megatron-pipeline": "it runs 1F1B, or interleaved 1F1B with virtual stages; no GPipe"})
 
 
 def _model_args(ctx: ExportContext) -> list[tuple[str, object]]:
@@ -80,9 +84,6 @@ def _parallel_args(ctx: ExportContext) -> list[tuple[str, object]]:
 def render(ctx: ExportContext) -> str:
     """A sourceable bash file defining ``MEGATRON_ARGS``."""
     lay = ctx.layout
-    if lay.pp > 1 and lay.schedule == "gpipe":
-        raise ctx.fail("Megatron-LM has no GPipe schedule (it runs 1F1B, or interleaved 1F1B with virtual stages); "
-                       "nearest: schedule 1f1b (same bubble, less activation memory)")
     fsdp = ctx.effective_zero_stage >= 2
     notes = header_lines(ctx) + [
         f"Data-parallel size (Megatron's DP) = {lay.num_devices} / (tp {lay.tp} x pp {lay.pp} x cp {lay.cp}) = "

@@ -26,6 +26,7 @@ from __future__ import annotations
 import math
 import tomllib
 
+from layoutsearch.core.rules import Capabilities
 from layoutsearch.export.context import ExportContext, comment_block, header_lines
 
 SCHEDULES = {"1f1b": "1F1B", "gpipe": "GPipe", "interleaved": "Interleaved1F1B"}
@@ -67,25 +68,13 @@ def custom_flavor_args(ctx: ExportContext) -> str:
             f"multiple_of={m.d_ff}, rope_theta=500000)")
 
 
-def _check_expressible(ctx: ExportContext) -> None:
-    lay, m, zero = ctx.layout, ctx.model, ctx.effective_zero_stage
-    if not (m.mlp == "gated" and m.norm == "rmsnorm" and not m.tied_embeddings and not m.linear_bias
-            and m.learned_positions == 0):
-        raise ctx.fail(f"torchtitan's llama3 model is gated-MLP, RMSNorm, RoPE, untied and bias-free; model "
-                       f"{ctx.model_id} is not; nearest: export to megatron or maxtext")
-    if m.head_dim * m.num_heads != m.d_model:
-        raise ctx.fail(f"torchtitan's llama3 derives head_dim = dim / n_heads = {m.d_model // m.num_heads}, "
-                       f"model has {m.head_dim}; nearest: export to megatron or maxtext")
-    if lay.tp > m.num_kv_heads:
-        raise ctx.fail(f"torchtitan shards wk/wv column-wise and cannot replicate KV heads: tp({lay.tp}) > "
-                       f"num_kv_heads({m.num_kv_heads}); nearest: tp={m.num_kv_heads} with the rest in fsdp")
-    if zero == 1:
-        raise ctx.fail("torchtitan (FSDP2) has no ZeRO-1 (sharded optimizer, unsharded gradients); nearest: "
-                       "zero_stage 2 (fsdp_reshard_after_forward = \"never\") or zero_stage 3")
-    if lay.cp > 1 and zero == 0:
-        raise ctx.fail(f"torchtitan always runs FSDP over data_parallel_shard x cp, so cp({lay.cp}) shards the "
-                       f"weights; zero_stage 0 cannot be expressed; nearest: zero_stage 2 or 3")
-
+CAPABILITIES = Capabilities(
+    target="torchtitan", framework="torchtitan", zero_stages=(0, 2, 3), zero_stages_with_replicas=(2, 3),
+    zero_stages_with_cp=(2, 3), kv_replication=False, model_blocks=("llama3",),
+    why={"torchtitan-zero": "FSDP2 has no ZeRO-1 (sharded optimizer, unsharded gradients)",
+         "torchtitan-cp": "it always runs FSDP over data_parallel_shard x cp, so cp shards the weights",
+         "torchtitan-kv": "it shards wk/wv column-wise and cannot replicate KV heads",
+         "torchtitan-model": "its llama3 model is gated-MLP, RMSNorm, RoPE, untied, bias-free, head_dim = dim / n_heads"})
 
 def sections(ctx: ExportContext) -> dict[str, dict]:
     lay = ctx.layout
@@ -126,7 +115,6 @@ def _toml_value(value) -> str:
 
 
 def render(ctx: ExportContext) -> str:
-    _check_expressible(ctx)
     notes = header_lines(ctx)
     if flavor_for(ctx) is None:
         notes.append(f"flavor '{ctx.model_id}' is not a torchtitan llama3 flavor: register it in "

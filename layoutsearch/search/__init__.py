@@ -9,16 +9,20 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass, field
 
-from layoutsearch.core.check import check_layout
-from layoutsearch.costs.estimate import Estimate, estimate
-from layoutsearch.core.specs import Cluster, ModelSpec, Workload
-from layoutsearch.search.cpsat import cpsat_top
-from layoutsearch.search.enumerate import enumerate_top
-from layoutsearch.search.space import SearchOptions, Space, build_space
-from layoutsearch.search.tables import KIB, Tables, build_tables
+import numpy as np
 
-OBJECTIVES = ("step-time", "gather-volume")
-METHODS = ("cpsat", "enumerate")
+from layoutsearch.core.problem import Problem, SearchOptions, SearchRequest
+from layoutsearch.core.rules import Capabilities
+from layoutsearch.core.specs import Method, Objective
+from layoutsearch.costs.estimate import Estimate, estimate
+from layoutsearch.export import capabilities_of
+from layoutsearch.search.cpsat import cpsat_top
+from layoutsearch.search.enumerate import candidate_grid, enumerate_top
+from layoutsearch.search.space import Space, build_space
+from layoutsearch.search.tables import KIB, Tables, assemble, build_tables
+
+OBJECTIVES = tuple(o.value for o in Objective)
+METHODS = tuple(m.value for m in Method)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -47,35 +51,37 @@ class SearchResult:
         return max(0.0, (self.objective_value - self.bound) / self.objective_value)
 
 
-def solve(model: ModelSpec, workload: Workload, cluster: Cluster, options: SearchOptions | None = None,
-          objective: str = "step-time", top_k: int = 3, method: str = "cpsat", time_limit_s: float = 30.0,
-          exact_rows: bool = True) -> SearchResult:
-    """The top_k layouts by the objective (then the tie-breaks: step time, peak memory)."""
+def solve(problem: Problem, request: SearchRequest | None = None) -> SearchResult:
+    """The top_k layouts by the objective (then the tie-breaks: step time, peak memory).
+
+    Each answer is costed once by ``estimate()`` (exact, unquantised), whose violations (the
+    registry's rules and memory) must be empty: a non-empty list is a bug, never a user error.
+    """
     start = time.perf_counter()
-    options = options or SearchOptions()
-    space = build_space(model, workload, cluster, options)
+    request = request or SearchRequest()
+    objective, method = request.objective, request.method
+    space = build_space(problem, request.options, capabilities_of(request.target))
     if not len(space.sk_k):
         return SearchResult(method=method, objective=objective, status="INFEASIBLE", objective_value=None, bound=None,
                             wall_s=time.perf_counter() - start, solver_wall_s=0.0, num_candidates=0, rows_kept=0,
                             quantum_s=0.0, space=space, tables=None)
     tables = build_tables(space)
-    if method == "enumerate":
+    if method == Method.enumerate:
         t0 = time.perf_counter()
-        answers, _ = enumerate_top(space, tables, objective, top_k)
-        info = {"status": "OPTIMAL" if answers else "INFEASIBLE",
-                "objective": answers[0][4]["volume" if objective == "gather-volume" else "step"] if answers else None,
+        answers, _ = enumerate_top(space, tables, objective, request.top_k)
+        key = "volume" if objective == Objective.gather_volume else "step"
+        info = {"status": "OPTIMAL" if answers else "INFEASIBLE", "objective": answers[0][4][key] if answers else None,
                 "rows_kept": len(space.sk_k), "wall_s": time.perf_counter() - t0}
         info["bound"] = info["objective"]
     else:
-        answers, info = cpsat_top(space, tables, objective, top_k, time_limit_s, exact_rows)
-    unit = tables.quantum_s if objective == "step-time" else KIB
+        answers, info = cpsat_top(space, tables, objective, request.top_k, request.time_limit_s)
+    unit = tables.quantum_s if objective == Objective.step_time else KIB
     estimates, metrics = [], []
     for row, ri, z, o, m in answers:
         layout = space.layout(int(space.sk_shape[row]), int(space.sk_k[row]), int(space.recompute_codes[ri]), z, o)
-        est = estimate(model, workload, cluster, layout)
-        problems = check_layout(model, workload, cluster, layout)
-        if problems:  # the tables and estimate() disagree: a bug, never a user error
-            raise AssertionError(f"search returned an invalid layout {layout}: {[p.message for p in problems]}")
+        est = estimate(problem, layout, strict=False)
+        if est.violations:  # the tables and estimate() disagree: a bug, never a user error
+            raise AssertionError(f"search returned an invalid layout {layout}: {[v.message for v in est.violations]}")
         estimates.append(est)
         metrics.append(m)
     value = info.get("objective")
@@ -88,18 +94,13 @@ def solve(model: ModelSpec, workload: Workload, cluster: Cluster, options: Searc
         layouts=estimates, metrics=metrics, space=space, tables=tables)
 
 
-__all__ = ["solve", "SearchOptions", "SearchResult", "OBJECTIVES", "METHODS"]
+__all__ = ["solve", "SearchOptions", "SearchRequest", "SearchResult", "OBJECTIVES", "METHODS", "Capabilities"]
 
 
-def rank_among_candidates(model: ModelSpec, workload: Workload, cluster: Cluster, step_time_s: float) -> dict:
+def rank_among_candidates(problem: Problem, step_time_s: float) -> dict:
     """Where a layout with ``step_time_s`` ranks among every fitting candidate of the problem,
     and the best candidate's step time (both by the same quantised tables)."""
-    import numpy as np
-
-    from layoutsearch.search.enumerate import candidate_grid
-    from layoutsearch.search.tables import assemble
-
-    space = build_space(model, workload, cluster, SearchOptions())
+    space = build_space(problem, SearchOptions())
     if not len(space.sk_k):
         return {"rank": None, "best_step_s": None, "num_candidates": 0}
     tables = build_tables(space)

@@ -17,6 +17,7 @@ import numpy as np
 from ortools.sat.python import cp_model
 
 from layoutsearch.search.enumerate import candidate_grid
+from layoutsearch.costs import step as step_formula
 from layoutsearch.search.space import Space
 from layoutsearch.search.tables import MOMENT_NAMES, Tables, assemble
 
@@ -157,12 +158,6 @@ def build_model(space: Space, t: Tables, rows: np.ndarray, clip: int | None, fit
 
     stage = over(v.w, t.STAGE0)
     zero3_extra = over(v.w, t.STAGE3 - t.STAGE0)
-    win = over(v.w, t.WIN, lambda k: (k[0], k[1]), None)
-    pp = over(v.w, t.PP, lambda k: (k[0], k[2]))
-    red = over(v.szo, t.RED, top=None)
-    gath = over(v.szo, t.GATH, top=None)
-    fwd = over(v.w, t.FWD, lambda k: k[0], None)
-    opt = over(v.sz, t.OPT)
     horizon = int(limit if limit is not None else t.STAGE3.max()) + 1
     # ---- ZeRO-3 collectives run only with stage 3 and more than one shard
     z3 = model.new_bool_var("zero3")
@@ -170,13 +165,24 @@ def build_model(space: Space, t: Tables, rows: np.ndarray, clip: int | None, fit
     zero3 = model.new_int_var(0, horizon, "zero3_stage_extra")
     model.add(zero3 == zero3_extra).only_enforce_if(z3)
     model.add(zero3 == 0).only_enforce_if(~z3)
-    # ---- once-per-step reductions hide behind the last microbatch's backward
-    reduce_exposed = model.new_int_var(0, int(t.RED.max()) + 1, "reduce_exposed")
-    model.add(reduce_exposed >= red - win)
-    # ---- the ZeRO-1/2 gather of updated weights hides behind the next step's first forward
-    gather_exposed = model.new_int_var(0, int(t.GATH.max()) + 1, "gather_exposed")
-    model.add(gather_exposed >= gath - fwd)
-    step = stage + zero3 + reduce_exposed + gather_exposed + pp + opt + t.step0
+    # ---- the once-per-step terms of costs.step, looked up by the selections that key them
+    term = {
+        "RED": (over(v.szo, t.RED, top=None), int(t.RED.max())),
+        "GATH": (over(v.szo, t.GATH, top=None), int(t.GATH.max())),
+        "WIN": (over(v.w, t.WIN, lambda k: (k[0], k[1]), None), None),
+        "FWD": (over(v.w, t.FWD, lambda k: k[0], None), None),
+        "PP": (over(v.w, t.PP, lambda k: (k[0], k[2])), None),
+        "OPT": (over(v.sz, t.OPT), None),
+        "STEP0": (t.step0, None),
+    }
+    step = stage + zero3
+    # ---- hidden collectives: what does not fit behind their window is exposed (costs.step.EXPOSED)
+    for name, hidden, window in step_formula.EXPOSED:
+        exposed = model.new_int_var(0, term[hidden][1] + 1, name)
+        model.add(exposed >= term[hidden][0] - term[window][0])
+        step = step + exposed
+    for _, name in step_formula.PLAIN:
+        step = step + term[name][0]
     # ---- every stage's memory fits at every moment; the peak is the last tie-break
     peak = model.new_int_var(0, 2 * cap + 2, "peak_kib")
     for st in (0, 1):

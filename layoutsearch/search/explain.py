@@ -1,7 +1,7 @@
 """Why the winner wins, and why nothing fits when nothing does.
 
 - ``compare``: the terms (seconds, bytes) in which two estimates differ, largest first.
-- ``funnel``: how many degree tuples each constraint family removes, in order.
+- ``funnel``: how many degree tuples each rule of the registry removes, in registry order.
 - ``infeasibility``: the funnel, the layout closest to fitting, what it lacks, and which
   single change would make it fit (full recompute, ZeRO-3, twice the devices).
 """
@@ -12,14 +12,18 @@ from dataclasses import replace
 
 import numpy as np
 
-from layoutsearch.costs import memory, params, terms
 from layoutsearch.core.errors import LayoutsearchError
+from layoutsearch.core.problem import Problem, SearchRequest
+from layoutsearch.core.rules import Rule
+from layoutsearch.core.specs import RECOMPUTE_POLICIES
+from layoutsearch.core.topology import resolve_cluster
+from layoutsearch.core.units import GB, TB
+from layoutsearch.costs import memory, params
 from layoutsearch.costs.estimate import Estimate, estimate
-from layoutsearch.search.space import SearchOptions, Space, _divisors, microbatch_choices
-from layoutsearch.search.tables import KIB, Tables
-from layoutsearch.core.specs import Cluster, ModelSpec, Workload
-
-GB = 1e9
+from layoutsearch.search import solve
+from layoutsearch.search.enumerate import candidate_grid
+from layoutsearch.search.space import Space, degree_tuples, with_microbatches, with_virtual_stages
+from layoutsearch.search.tables import KIB, Tables, assemble
 
 
 def compare(winner: Estimate, other: Estimate, limit: int = 8) -> list[dict]:
@@ -40,37 +44,42 @@ def compare(winner: Estimate, other: Estimate, limit: int = 8) -> list[dict]:
     return time_rows[:limit] + mem_rows[:limit]
 
 
-def funnel(model: ModelSpec, workload: Workload, cluster: Cluster, options: SearchOptions) -> list[dict]:
-    """Degree tuples (dp, fsdp, tp, pp, cp) with product = devices, and how many each rule removes."""
-    n = cluster.num_devices
-    tuples = [(dp, f, t, p, c) for t in _divisors(n) for p in _divisors(n // t) for c in _divisors(n // t // p)
-              for f in _divisors(n // t // p // c) for dp in [n // t // p // c // f]]
-    rules = [
-        ("your --fix/--choices/--only", lambda dp, f, t, p, c: all(options.allowed(k, v) for k, v in
-                                                                   zip(("dp", "fsdp", "tp", "pp", "cp"), (dp, f, t, p, c)))),
-        (f"tp divides num_heads({model.num_heads}) and d_ff({model.d_ff})",
-         lambda dp, f, t, p, c: model.num_heads % t == 0 and model.d_ff % t == 0),
-        (f"tp and num_kv_heads({model.num_kv_heads}) divide one another",
-         lambda dp, f, t, p, c: model.num_kv_heads % t == 0 or t % model.num_kv_heads == 0),
-        (f"pp divides num_layers({model.num_layers})", lambda dp, f, t, p, c: model.num_layers % p == 0),
-        (f"seq_len({workload.seq_len}) divisible by 2 x cp", lambda dp, f, t, p, c: c == 1 or workload.seq_len % (2 * c) == 0),
-        (f"whole sequences: dp x fsdp divides the batch ({workload.global_batch_seqs})",
-         lambda dp, f, t, p, c: workload.global_batch_seqs % (dp * f) == 0),
-        ("a microbatch count with K >= pp exists", lambda dp, f, t, p, c: bool(microbatch_choices(workload, dp, f, p, 1))),
-    ]
-    out, left = [], tuples
-    for name, rule in rules:
-        kept = [x for x in left if rule(*x)]
-        out.append({"rule": name, "removed": len(left) - len(kept), "remaining": len(kept)})
-        left = kept
-    return [{"rule": "product of degrees = devices", "removed": 0, "remaining": len(tuples)}] + out
+def funnel(problem: Problem, rules: tuple[Rule, ...]) -> list[dict]:
+    """Degree tuples (dp, fsdp, tp, pp, cp) with product = devices, and how many each rule removes.
+
+    The rules run in registry order over the enumeration's superset (degrees x virtual stages x
+    microbatches, each with its four ZeRO stages and three recompute policies); a degree tuple
+    is removed when its last candidate is.
+    """
+    tuples = degree_tuples(problem.num_devices)
+    ids = {name: a for name, a in tuples.items()}
+    ids["tuple"] = np.arange(len(tuples["dp"]))
+    c = with_microbatches(with_virtual_stages(ids), problem.workload.global_batch_seqs)
+    rows = len(c["dp"])
+    alive = np.ones(rows, dtype=bool)
+    zero_ok = np.ones((rows, 4), dtype=bool)
+    recompute_ok = np.ones(len(RECOMPUTE_POLICIES), dtype=bool)
+    z = np.arange(4)
+    out = [{"rule": "product of degrees = devices", "code": "product", "removed": 0, "remaining": len(ids["tuple"])}]
+    left = len(ids["tuple"])
+    for rule in rules:
+        if rule.code in ("product", "degree"):
+            continue
+        if rule.needs == {"r"}:
+            recompute_ok &= rule.mask(problem, {"r": np.arange(len(RECOMPUTE_POLICIES))})
+        elif "z" in rule.needs:
+            zero_ok &= rule.mask(problem, {**{k: v[:, None] for k, v in c.items()}, "z": z[None, :]})
+        else:
+            alive &= rule.mask(problem, c)
+        survivors = alive & zero_ok.any(axis=1) & recompute_ok.any()
+        remaining = len(np.unique(c["tuple"][survivors]))
+        out.append({"rule": rule.title(problem), "code": rule.code, "removed": left - remaining, "remaining": remaining})
+        left = remaining
+    return out
 
 
 def nearest(space: Space, tables: Tables) -> tuple[tuple, float] | None:
     """The candidate whose worst (stage, moment) peak is closest to the capacity: (indices, peak bytes)."""
-    from layoutsearch.search.enumerate import candidate_grid
-    from layoutsearch.search.tables import assemble
-
     if not len(space.sk_k):
         return None
     sk, ri, z, o = candidate_grid(space, np.arange(len(space.sk_k)))
@@ -81,30 +90,29 @@ def nearest(space: Space, tables: Tables) -> tuple[tuple, float] | None:
     return (int(sk[i]), int(ri[i]), int(z[i]), int(o[i])), float(m["peak"][i]) * KIB
 
 
-def infeasibility(model: ModelSpec, workload: Workload, cluster: Cluster, options: SearchOptions,
-                  space: Space, tables: Tables) -> dict:
+def infeasibility(problem: Problem, space: Space, tables: Tables | None) -> dict:
     """The explanation printed (and put in the JSON) when no candidate fits."""
-    steps = funnel(model, workload, cluster, options)
-    structural_left = steps[-1]["remaining"]
+    steps = funnel(problem, space.rules)
     out = {"funnel": steps, "candidates": space.num_candidates()}
-    if not structural_left or not space.num_candidates():
+    found = nearest(space, tables) if tables is not None else None
+    if found is None:
         last = next((s for s in steps if s["remaining"] == 0), steps[-1])
-        out["message"] = f"no layout satisfies the rules: '{last['rule']}' removes the last {last['removed']} degree tuples"
+        out["message"] = (f"no layout satisfies the rules: '{last['rule']}' ({last['code']}) removes the last "
+                          f"{last['removed']} degree tuples")
         return out
-    found = nearest(space, tables)
-    (row, ri, z, o), peak = found
+    (row, ri, z, o), _ = found
     layout = space.layout(int(space.sk_shape[row]), int(space.sk_k[row]), int(space.recompute_codes[ri]), z, o)
-    est = estimate(model, workload, cluster, layout)
+    est = estimate(problem, layout, strict=False)
     capacity = est.memory_bytes["capacity"]
     fixes = []
     for name, changed in (("recompute=full", replace(layout, recompute="full")),
                           ("zero-stage=3", replace(layout, zero_stage=3) if layout.fsdp * layout.cp > 1 else None)):
-        if changed is not None and changed != layout and estimate(model, workload, cluster, changed).fits:
+        if changed is not None and changed != layout and estimate(problem, changed, strict=False).fits:
             fixes.append(name)
-    doubled = _fits_on_doubled(model, workload, cluster)
+    doubled = _fits_on_doubled(problem)
     if doubled:
         fixes.append(f"2x the devices ({doubled})")
-    state = sum(memory.state_bytes(params.param_counts(model)["total"], workload, 0, 1).values())
+    state = sum(memory.state_bytes(params.param_counts(problem.model)["total"], problem.workload, 0, 1).values())
     min_devices = int(-(-state // capacity))
     out["nearest_layout"] = {"degrees": layout.degrees, "recompute": layout.recompute, "zero_stage": layout.zero_stage,
                              "num_microbatches": layout.num_microbatches, "peak_bytes": est.memory_bytes["peak"],
@@ -114,8 +122,8 @@ def infeasibility(model: ModelSpec, workload: Workload, cluster: Cluster, option
                       f"ZeRO-{layout.zero_stage}) needs {est.memory_bytes['peak'] / GB:.1f} GB per device, "
                       f"{capacity / GB:.1f} GB available"
                       + (f"; fits with {' or '.join(fixes)}" if fixes else "; no single change found that fits")
-                      + f"; the model state alone ({state / 1e12:.2f} TB at {workload.state_bytes_per_param} B/param) "
-                        f"needs at least {min_devices} devices")
+                      + f"; the model state alone ({state / TB:.2f} TB at {problem.workload.state_bytes_per_param} "
+                        f"B/param) needs at least {min_devices} devices")
     return out
 
 
@@ -123,11 +131,9 @@ def _degrees(layout) -> str:
     return ",".join(f"{k}={v}" for k, v in layout.degrees.items() if v > 1) or "1 device"
 
 
-def _fits_on_doubled(model: ModelSpec, workload: Workload, cluster: Cluster) -> str | None:
+def _fits_on_doubled(problem: Problem) -> str | None:
     """The name of a cluster with twice the devices on which some layout fits, if one resolves."""
-    from layoutsearch.search import solve
-    from layoutsearch.core.topology import resolve_cluster
-
+    cluster = problem.cluster
     name = f"{cluster.accelerator.id}-{2 * cluster.num_devices}" if cluster.num_slices == 1 else None
     try:
         bigger = resolve_cluster(name) if name else None
@@ -135,8 +141,5 @@ def _fits_on_doubled(model: ModelSpec, workload: Workload, cluster: Cluster) -> 
         return None
     if bigger is None:
         return None
-    result = solve(model, workload, bigger, top_k=1)
+    result = solve(replace(problem, cluster_name=name, cluster=bigger), SearchRequest(top_k=1))
     return name if result.layouts else None
-
-
-__all__ = ["compare", "funnel", "infeasibility", "terms"]

@@ -1,74 +1,52 @@
-"""The candidate space both searches share: shapes, microbatch counts, ZeRO stages, recompute
-policies and axis orders, with the hard rules applied (DESIGN.md "Search").
+"""The candidate space both searches share (DESIGN.md "Search"), built from the rule registry.
 
-A candidate is (shape S, microbatches K, recompute r, ZeRO stage z, axis order o) where
-S = (dp, fsdp, tp, pp, cp, virtual stages v). Variants that cannot differ are not repeated:
-z is 0 only when nothing is sharded (fsdp x cp = 1), and z >= 1 when fsdp > 1 (fsdp with
-ZeRO-0 would be replicated data parallelism, which dp already is); orders that place a shape
-identically (same ring coefficients for every group) are kept once.
+A candidate is (shape S, microbatches K, recompute r, ZeRO stage z, axis order o) with
+S = (dp, fsdp, tp, pp, cp, virtual stages v). The enumeration proposes supersets and the
+registry's rules (``core.rules``) decide: each rule is applied at the first stage where the
+fields it reads exist:
+
+1. degree tuples (dp, fsdp, tp, pp, cp) whose product is the device count (from the
+   factorisation of the count);
+2. x virtual stages v in 1..MAX_VIRTUAL_STAGES (with the schedule they imply);
+3. x microbatch counts K among the divisors of B / gcd(B, dp x fsdp);
+4. ZeRO stages per shape (a mask), recompute policies (a list).
+
+Axis orders that place a shape identically (same ring coefficients for every group) are
+kept once; placements are computed once per degree tuple.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+import math
+from dataclasses import dataclass
 from functools import lru_cache
 
 import numpy as np
 
-from layoutsearch.costs import terms
 from layoutsearch.core.errors import InvalidArgumentError
+from layoutsearch.core.numbers import divisors
 from layoutsearch.core.placement import axis_orders, placement_for_order
-from layoutsearch.core.specs import DEGREE_NAMES, RECOMPUTE_POLICIES, Cluster, Layout, ModelSpec, Workload
+from layoutsearch.core.problem import MAX_VIRTUAL_STAGES, Problem, SearchOptions
+from layoutsearch.core.rules import Capabilities, Cand, Rule, registry
+from layoutsearch.core.specs import DEGREE_NAMES, RECOMPUTE_POLICIES, SCHEDULE_CODES, Cluster, Layout, ModelSpec
+from layoutsearch.costs import terms
 
-ZERO_STAGES = (0, 1, 2, 3)
-MAX_VIRTUAL_STAGES = 8
-
-
-@dataclass(frozen=True)
-class SearchOptions:
-    """What the user restricts: pinned degrees, allowed values, kept dimensions, policies."""
-
-    fix: dict = field(default_factory=dict)  # degree -> value
-    choices: dict = field(default_factory=dict)  # degree -> allowed values
-    only: tuple[str, ...] | None = None  # degrees that may exceed 1
-    recompute: tuple[str, ...] = RECOMPUTE_POLICIES
-    zero_stages: tuple[int, ...] = ZERO_STAGES
-    max_virtual_stages: int = MAX_VIRTUAL_STAGES
-    max_kv_replication: int | None = None  # 1: tp may not exceed the KV heads
-    rule: object = None  # optional callable(degrees: dict, zero_stage: int) -> bool (e.g. a framework's limits)
-    rule_name: str = ""  # what ``rule`` stands for, for explanations
-
-    def restricted(self, *, fix: dict | None = None, zero_stages: tuple[int, ...] | None = None,
-                   max_kv_replication: int | None = None, max_virtual_stages: int | None = None,
-                   rule=None, rule_name: str = "") -> "SearchOptions":
-        """These options further restricted: pins merged, stage sets intersected, limits tightened, rules ANDed."""
-        from dataclasses import replace as _replace
-
-        first = self.rule
-        combined = rule if first is None else (first if rule is None else (lambda d, z: first(d, z) and rule(d, z)))
-        kv = [x for x in (self.max_kv_replication, max_kv_replication) if x is not None]
-        return _replace(
-            self, fix={**self.fix, **(fix or {})},
-            zero_stages=tuple(z for z in self.zero_stages if zero_stages is None or z in zero_stages),
-            max_kv_replication=min(kv) if kv else None,
-            max_virtual_stages=min(self.max_virtual_stages, max_virtual_stages or self.max_virtual_stages),
-            rule=combined, rule_name="; ".join(x for x in (self.rule_name, rule_name) if x))
-
-    def allowed(self, degree: str, value: int) -> bool:
-        if self.only is not None and degree not in self.only and value != 1:
-            return False
-        if degree in self.fix and value != self.fix[degree]:
-            return False
-        return degree not in self.choices or value in self.choices[degree]
+SHAPE_FIELDS = (*DEGREE_NAMES, "v", "sched")
+STAGE_FIELDS = {  # the fields known at each stage of the enumeration
+    "degrees": frozenset(DEGREE_NAMES),
+    "virtual": frozenset(SHAPE_FIELDS),
+    "microbatches": frozenset((*SHAPE_FIELDS, "k")),
+    "zero": frozenset((*SHAPE_FIELDS, "z")),
+    "recompute": frozenset(("r",)),
+}
 
 
 @dataclass
 class Space:
     """Shapes with their per-shape options, as arrays; orders and their per-shape coefficients."""
 
-    model: ModelSpec
-    workload: Workload
-    cluster: Cluster
+    problem: Problem
+    rules: tuple[Rule, ...]  # the registry's rules in force
     shapes: terms.Shapes  # one row per shape
     sk_shape: np.ndarray  # (S, K) rows: shape index
     sk_k: np.ndarray  # (S, K) rows: microbatches
@@ -76,8 +54,20 @@ class Space:
     zero_mask: np.ndarray  # [shape, z] allowed
     orders: list  # axis orders
     order_mask: np.ndarray  # [shape, o] allowed (placeable and not a duplicate)
-    coeffs: terms.Coeffs  # arrays over shape * len(orders) + o (rows of masked pairs are zeros)
+    coeffs: terms.Coeffs | None  # arrays over shape * len(orders) + o (rows of masked pairs repeat a valid one)
     placements: dict  # (shape, o) -> placement
+
+    @property
+    def model(self) -> ModelSpec:
+        return self.problem.model
+
+    @property
+    def workload(self):
+        return self.problem.workload
+
+    @property
+    def cluster(self) -> Cluster:
+        return self.problem.cluster
 
     @property
     def num_shapes(self) -> int:
@@ -93,105 +83,156 @@ class Space:
         v = int(sh.v[shape])
         return Layout(dp=int(sh.dp[shape]), fsdp=int(sh.fsdp[shape]), tp=int(sh.tp[shape]), pp=int(sh.pp[shape]),
                       cp=int(sh.cp[shape]), zero_stage=int(z), virtual_stages=v, num_microbatches=int(k),
-                      recompute=terms.RECOMPUTE_NAMES[int(r)], schedule="interleaved" if v > 1 else "1f1b",
+                      recompute=RECOMPUTE_POLICIES[int(r)], schedule="interleaved" if v > 1 else "1f1b",
                       axes=self.placements[(shape, o)])
 
 
-def _divisors(n: int) -> list[int]:
-    return [d for d in range(1, n + 1) if n % d == 0]
+# ----------------------------------------------------------------------------- staged enumeration
+def stage_of(rule: Rule) -> str:
+    """The first enumeration stage whose fields include everything ``rule`` reads."""
+    for stage, known in STAGE_FIELDS.items():
+        if rule.needs <= known:
+            return stage
+    raise ValueError(f"rule '{rule.code}' reads {sorted(rule.needs)}, which no enumeration stage has together")
 
 
-def _validate_options(options: SearchOptions) -> None:
+def degree_tuples(num_devices: int) -> Cand:
+    """Every (dp, fsdp, tp, pp, cp) with product ``num_devices`` (tp outermost, then pp, cp, fsdp)."""
+    rows = []
+    for tp in divisors(num_devices):
+        for pp in divisors(num_devices // tp):
+            for cp in divisors(num_devices // tp // pp):
+                rest = num_devices // tp // pp // cp
+                rows.extend((rest // fsdp, fsdp, tp, pp, cp) for fsdp in divisors(rest))
+    table = np.array(rows, dtype=np.int64).reshape(-1, 5)
+    return {name: table[:, i] for i, name in enumerate(DEGREE_NAMES)}
+
+
+def with_virtual_stages(c: Cand, max_virtual_stages: int = MAX_VIRTUAL_STAGES) -> Cand:
+    """Each row x v in 1..max, with the schedule v implies (1f1b for 1, interleaved above)."""
+    v = np.arange(1, max_virtual_stages + 1, dtype=np.int64)
+    out = {name: np.repeat(a, len(v)) for name, a in c.items()}
+    out["v"] = np.tile(v, len(next(iter(c.values()))))
+    out["sched"] = np.where(out["v"] > 1, SCHEDULE_CODES["interleaved"], SCHEDULE_CODES["1f1b"])
+    return out
+
+
+def with_microbatches(c: Cand, global_batch_seqs: int) -> Cand:
+    """Each row x K among the divisors of B / gcd(B, dp x fsdp) (a superset of the valid counts)."""
+    units = c["dp"] * c["fsdp"]
+    per_row = [divisors(global_batch_seqs // math.gcd(global_batch_seqs, int(u))) for u in units]
+    counts = np.array([len(ks) for ks in per_row], dtype=np.int64)
+    out = {name: np.repeat(a, counts) for name, a in c.items()}
+    out["k"] = np.array([k for ks in per_row for k in ks], dtype=np.int64)
+    return out
+
+
+def _keep(c: Cand, mask: np.ndarray) -> Cand:
+    return {name: a[mask] for name, a in c.items()}
+
+
+def _apply(problem: Problem, rules: list[Rule], c: Cand) -> Cand:
+    return _keep(c, _apply_mask(problem, rules, c))
+
+
+def search_rules(options: SearchOptions | None, capabilities: Capabilities | None) -> tuple[Rule, ...]:
+    """The rules the search applies: the registry with its canonical forms, options and target limits."""
+    return registry(options, capabilities, canonical=True)
+
+
+def build_space(problem: Problem, options: SearchOptions | None = None,
+                capabilities: Capabilities | None = None) -> Space:
+    """Every candidate of the problem, organised by the keys the cost terms depend on."""
+    options = options or SearchOptions()
+    _validate_options(problem, options)
+    rules = search_rules(options, capabilities)
+    by_stage: dict[str, list[Rule]] = {stage: [] for stage in STAGE_FIELDS}
+    for rule in rules:
+        by_stage[stage_of(rule)].append(rule)
+    c = _apply(problem, by_stage["degrees"], degree_tuples(problem.num_devices))
+    c = _apply(problem, by_stage["virtual"], with_virtual_stages(c, options.max_virtual_stages))
+    c = _apply(problem, by_stage["microbatches"], with_microbatches(c, problem.workload.global_batch_seqs))
+    shape_rows, sk_shape = np.unique(np.stack([c[f] for f in SHAPE_FIELDS], axis=1), axis=0, return_inverse=True) \
+        if len(c["dp"]) else (np.zeros((0, len(SHAPE_FIELDS)), dtype=np.int64), np.zeros(0, dtype=np.int64))
+    shape_rows, sk_shape, sk_k = _ordered(shape_rows, sk_shape.reshape(-1), c["k"])
+    shapes = {f: shape_rows[:, i] for i, f in enumerate(SHAPE_FIELDS)}
+    zero_mask = np.stack([_apply_mask(problem, by_stage["zero"], {**shapes, "z": np.full(len(shape_rows), z)})
+                          for z in range(4)], axis=1) if len(shape_rows) else np.zeros((0, 4), dtype=bool)
+    codes = np.arange(len(RECOMPUTE_POLICIES), dtype=np.int64)
+    codes = codes[_apply_mask(problem, by_stage["recompute"], {"r": codes})]
+    orders = axis_orders(problem.cluster)
+    order_mask, coeffs, placements = _placements(problem, shape_rows, orders)
+    return Space(problem=problem, rules=rules,
+                 shapes=terms.Shapes(**{f: shapes[f] for f in ("dp", "fsdp", "tp", "pp", "cp", "v")}),
+                 sk_shape=sk_shape, sk_k=sk_k, recompute_codes=codes, zero_mask=zero_mask, orders=orders,
+                 order_mask=order_mask, coeffs=coeffs, placements=placements)
+
+
+def _apply_mask(problem: Problem, rules: list[Rule], c: Cand) -> np.ndarray:
+    mask = np.ones(len(next(iter(c.values()))), dtype=bool)
+    for rule in rules:
+        mask &= rule.mask(problem, c)
+    return mask
+
+
+def _ordered(shape_rows: np.ndarray, sk_shape: np.ndarray, sk_k: np.ndarray):
+    """Shapes in enumeration order (tp, pp, cp, fsdp, v ascending) and (S, K) rows by shape then K."""
+    if not len(shape_rows):
+        return shape_rows, sk_shape.astype(np.int64), sk_k.astype(np.int64)
+    col = {f: i for i, f in enumerate(SHAPE_FIELDS)}
+    order = np.lexsort(tuple(shape_rows[:, col[f]] for f in ("v", "fsdp", "cp", "pp", "tp")))
+    rank = np.empty(len(order), dtype=np.int64)
+    rank[order] = np.arange(len(order))
+    sk_shape = rank[sk_shape]
+    rows = np.lexsort((sk_k, sk_shape))
+    return shape_rows[order], sk_shape[rows].astype(np.int64), sk_k[rows].astype(np.int64)
+
+
+@lru_cache(maxsize=200_000)
+def _placed_coeffs(model: ModelSpec, cluster: Cluster, degrees: tuple, order: tuple):
+    placed = placement_for_order(cluster, dict(zip(DEGREE_NAMES, degrees)), order)
+    if placed is None:
+        return None, None
+    layout = Layout(**dict(zip(DEGREE_NAMES, degrees)), axes=placed)
+    return placed, terms.layout_coeffs(model, cluster, layout)
+
+
+def _placements(problem: Problem, shape_rows: np.ndarray, orders: list):
+    """Per shape and axis order: whether the order places it (once per distinct coefficients)."""
+    order_mask = np.zeros((len(shape_rows), len(orders)), dtype=bool)
+    coeff_rows, placements, fallback = [], {}, None
+    per_degrees: dict[tuple, list] = {}
+    for i, row in enumerate(shape_rows):
+        degrees = tuple(int(x) for x in row[:5])
+        if degrees not in per_degrees:
+            seen, found = set(), []
+            for order in orders:
+                placed, co = _placed_coeffs(problem.model, problem.cluster, degrees, order)
+                keep = co is not None and co not in seen
+                if keep:
+                    seen.add(co)
+                found.append((placed, co, keep))
+            per_degrees[degrees] = found
+        for o, (placed, co, keep) in enumerate(per_degrees[degrees]):
+            fallback = fallback or co
+            order_mask[i, o] = keep
+            if keep:
+                placements[(i, o)] = placed
+            coeff_rows.append(co)
+    coeff_rows = [co if co is not None else fallback for co in coeff_rows]
+    return order_mask, (terms.stack_coeffs(coeff_rows) if coeff_rows and fallback else None), placements
+
+
+def _validate_options(problem: Problem, options: SearchOptions) -> None:
+    """Options that name unknown degrees or policies, or pin a degree that cannot divide the devices."""
     for name in (*options.fix, *options.choices, *(options.only or ())):
         if name not in DEGREE_NAMES:
             raise InvalidArgumentError(f"unknown degree '{name}'; known: {', '.join(DEGREE_NAMES)}")
     for policy in options.recompute:
         if policy not in RECOMPUTE_POLICIES:
             raise InvalidArgumentError(f"recompute '{policy}' is not one of {', '.join(RECOMPUTE_POLICIES)}")
-
-
-def enumerate_shapes(model: ModelSpec, workload: Workload, n: int, options: SearchOptions) -> list[tuple]:
-    """(dp, fsdp, tp, pp, cp, v) tuples that satisfy every rule that does not involve K."""
-    out = []
-    b = workload.global_batch_seqs
-    for tp in _divisors(n):
-        if not options.allowed("tp", tp) or model.num_heads % tp or model.d_ff % tp:
-            continue
-        if model.num_kv_heads % tp and tp % model.num_kv_heads:
-            continue
-        if options.max_kv_replication is not None and max(tp // model.num_kv_heads, 1) > options.max_kv_replication:
-            continue
-        for pp in _divisors(n // tp):
-            if not options.allowed("pp", pp) or model.num_layers % pp:
-                continue
-            for cp in _divisors(n // tp // pp):
-                if not options.allowed("cp", cp) or (cp > 1 and workload.seq_len % (2 * cp)):
-                    continue
-                rest = n // tp // pp // cp
-                for fsdp in _divisors(rest):
-                    dp = rest // fsdp
-                    if not (options.allowed("fsdp", fsdp) and options.allowed("dp", dp)) or b % (dp * fsdp):
-                        continue
-                    vs = [v for v in _divisors(model.num_layers // pp) if v <= options.max_virtual_stages] if pp > 1 else [1]
-                    out.extend((dp, fsdp, tp, pp, cp, v) for v in vs)
-    return out
-
-
-def microbatch_choices(workload: Workload, dp: int, fsdp: int, pp: int, v: int) -> list[int]:
-    """K such that every data unit has whole sequences per microbatch, K >= pp, and K % pp = 0 when interleaved."""
-    per_unit = workload.global_batch_seqs // (dp * fsdp)
-    return [k for k in _divisors(per_unit) if k >= pp and (v == 1 or k % pp == 0)]
-
-
-@lru_cache(maxsize=200_000)
-def _placed_coeffs(model: ModelSpec, cluster: Cluster, degrees: tuple, order: tuple):
-    names = ("dp", "fsdp", "tp", "pp", "cp")
-    placed = placement_for_order(cluster, dict(zip(names, degrees)), order)
-    if placed is None:
-        return None, None
-    layout = Layout(**dict(zip(names, degrees)), axes=placed)
-    return placed, terms.layout_coeffs(model, cluster, layout)
-
-
-def build_space(model: ModelSpec, workload: Workload, cluster: Cluster, options: SearchOptions) -> Space:
-    """Every candidate of the problem, organised by the keys the cost terms depend on."""
-    _validate_options(options)
-    rows, sk_shape, sk_k = [], [], []
-    for shape in enumerate_shapes(model, workload, cluster.num_devices, options):
-        ks = microbatch_choices(workload, shape[0], shape[1], shape[3], shape[5])
-        if not ks:
-            continue
-        sk_shape.extend([len(rows)] * len(ks))
-        sk_k.extend(ks)
-        rows.append(shape)
-    orders = axis_orders(cluster)
-    zero_mask = np.zeros((len(rows), 4), dtype=bool)
-    order_mask = np.zeros((len(rows), len(orders)), dtype=bool)
-    coeff_rows, placements = [], {}
-    empty = None
-    for i, (dp, fsdp, tp, pp, cp, v) in enumerate(rows):
-        sharded = fsdp * cp > 1
-        degrees = {"dp": dp, "fsdp": fsdp, "tp": tp, "pp": pp, "cp": cp}
-        for z in options.zero_stages:
-            zero_mask[i, z] = ((z == 0 and fsdp == 1) or (z >= 1 and sharded)) and (
-                options.rule is None or options.rule(degrees, z))
-        seen = set()
-        for o, order in enumerate(orders):
-            placed, co = _placed_coeffs(model, cluster, (dp, fsdp, tp, pp, cp), order)
-            if co is not None:
-                empty = empty or co
-                if co not in seen:
-                    seen.add(co)
-                    order_mask[i, o] = True
-                    placements[(i, o)] = placed
-            coeff_rows.append(co)
-    coeff_rows = [c if c is not None else empty for c in coeff_rows]
-    codes = np.array([terms.RECOMPUTE_CODES[p] for p in options.recompute], dtype=np.int64)
-    shapes = terms.Shapes(**{k: np.array([r[j] for r in rows], dtype=np.int64)
-                             for j, k in enumerate(("dp", "fsdp", "tp", "pp", "cp", "v"))}) if rows else terms.Shapes.of()
-    if not rows:
-        shapes = shapes.take(np.array([], dtype=np.int64))
-    return Space(model=model, workload=workload, cluster=cluster, shapes=shapes,
-                 sk_shape=np.array(sk_shape, dtype=np.int64), sk_k=np.array(sk_k, dtype=np.int64),
-                 recompute_codes=codes, zero_mask=zero_mask, orders=orders, order_mask=order_mask,
-                 coeffs=terms.stack_coeffs(coeff_rows) if coeff_rows else None, placements=placements)
+    n = problem.num_devices
+    for name, value in options.fix.items():
+        if n % value:
+            raise InvalidArgumentError(f"--fix {name}={value}: {value} does not divide the {n} devices of "
+                                       f"{problem.cluster_name}")

@@ -20,7 +20,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from layoutsearch.costs import roofline, terms
+from layoutsearch.costs import roofline, step, terms
+from layoutsearch.core.specs import RECOMPUTE_CODES
 from layoutsearch.costs.estimate import capacity_bytes
 from layoutsearch.search.space import Space
 
@@ -70,7 +71,7 @@ def _coeff_rows(space: Space, shape_idx: np.ndarray, order_idx: np.ndarray) -> t
 
     def take(c):
         return terms.RingCoefficients(members=c.members[rows], seconds_per_byte=c.seconds_per_byte[rows],
-                                      latency_s=c.latency_s[rows], alltoall_seconds_per_byte=c.alltoall_seconds_per_byte[rows])
+                                      latency_s=c.latency_s[rows])
     return terms.Coeffs(**{name: take(getattr(co, name)) for name in ("tp", "cp", "shard", "dp", "dp_zero0", "kv", "pp")})
 
 
@@ -157,26 +158,33 @@ def build_tables(space: Space) -> Tables:
         OPT=q(opt).reshape(n_s, 4),
         MZ=kib(np.stack([np.stack(m, axis=-1) for m in mz], axis=-2)).reshape(n_s, 4, 2, len(MOMENT_NAMES)),
         Z3=z3, VOLUME=kib(v_w + v_x))
-    tables.STAGE0, tables.STAGE3 = stage_parts(tables, (codes == 2).astype(np.int64))
+    tables.STAGE0, tables.STAGE3 = stage_parts(tables, (codes == RECOMPUTE_CODES["full"]).astype(np.int64))
     return tables
 
 
 def stage_parts(t: Tables, full_by_r: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """The slowest stage per (S,K,r,o): without ZeRO-3 collectives and with them."""
-    full = full_by_r[None, :, None]
-    plain = [t.A[:, :, None, st] + t.TP[:, None, :, st] + t.CP[:, None, :] + full * (t.TPF + t.CPF)[:, None, :]
-             for st in (0, 1)]
-    fsdp_bwd = np.maximum(0, t.X[:, None, :] - t.Y[:, :, None])
-    zero3 = [plain[st] + t.FX[:, None, :, st] + fsdp_bwd for st in (0, 1)]
-    return np.maximum(plain[0], plain[1]), np.maximum(zero3[0], zero3[1])
+    """The slowest stage per (S,K,r,o) by ``step.slowest_stage``: without ZeRO-3 collectives and with them."""
+    terms_sk_r_o = {
+        "A": [t.A[:, :, None, st] for st in step.STAGES], "TP": [t.TP[:, None, :, st] for st in step.STAGES],
+        "TPF": t.TPF[:, None, :], "CP": t.CP[:, None, :], "CPF": t.CPF[:, None, :],
+        "FX": [t.FX[:, None, :, st] for st in step.STAGES], "X": t.X[:, None, :], "Y": t.Y[:, :, None],
+        "full": full_by_r[None, :, None],
+    }
+    return step.slowest_stage({**terms_sk_r_o, "z3": 0}), step.slowest_stage({**terms_sk_r_o, "z3": 1})
+
+
+def step_terms(t: Tables, space: Space, sk, ri, z, o) -> dict:
+    """The once-per-step terms of ``costs.step`` for candidates (index arrays)."""
+    s = space.sk_shape[sk]
+    return {"RED": t.RED[s, z, o], "WIN": t.WIN[sk, ri], "GATH": t.GATH[s, z, o], "FWD": t.FWD[sk],
+            "PP": t.PP[sk, o], "OPT": t.OPT[s, z], "STEP0": t.step0}
 
 
 def assemble(t: Tables, space: Space, sk, ri, z, o) -> dict:
     """Quantised step time, peak memory (KiB), fit and gather volume of candidates (index arrays)."""
     s = space.sk_shape[sk]
     stage = np.where(t.Z3[s, z], t.STAGE3[sk, ri, o], t.STAGE0[sk, ri, o])
-    step = (stage + np.maximum(0, t.RED[s, z, o] - t.WIN[sk, ri]) + np.maximum(0, t.GATH[s, z, o] - t.FWD[sk])
-            + t.PP[sk, o] + t.OPT[s, z] + t.step0)
+    total = step.step_total(step_terms(t, space, sk, ri, z, o), stage)
     mem = t.MZ[s, z] + t.MB[sk, ri]  # [.., st, moment]
     peak = mem.reshape(mem.shape[0], -1).max(axis=1) if mem.ndim > 2 else mem.max()
-    return {"step": step, "peak": peak, "fits": peak <= t.capacity_kib, "volume": t.VOLUME[s]}
+    return {"step": total, "peak": peak, "fits": peak <= t.capacity_kib, "volume": t.VOLUME[s]}

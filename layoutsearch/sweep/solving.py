@@ -7,7 +7,11 @@ import time
 from datetime import datetime, timezone
 
 from layoutsearch.core.errors import LayoutsearchError
-
+from layoutsearch.core.problem import Problem, SearchRequest, version
+from layoutsearch.core.specs import Workload
+from layoutsearch.report.output import layout_record
+from layoutsearch.search import solve
+from layoutsearch.search.explain import infeasibility
 from layoutsearch.sweep.points import Point
 from layoutsearch.sweep.table import COLUMN_NAMES
 
@@ -15,25 +19,19 @@ from layoutsearch.sweep.table import COLUMN_NAMES
 
 def solve_point(point: Point, time_limit_s: float) -> dict:
     """Solve one point for its best layout (top 1). Never raises: a failure is a row with a reason."""
-    from layoutsearch.core.catalogue import load_model
-    from layoutsearch.report.output import version
-    from layoutsearch.search import solve
-    from layoutsearch.core.specs import Workload
-    from layoutsearch.core.topology import resolve_cluster
-
     start = time.perf_counter()
     row = _input_columns(point, time_limit_s) | {"layoutsearch_version": version()}
     try:
-        model, cluster = load_model(point.model), resolve_cluster(point.cluster)
-        workload = Workload(global_batch_seqs=point.global_batch_seqs, seq_len=point.seq_len)
-        row["num_devices"] = cluster.num_devices
-        result = solve(model, workload, cluster, top_k=1, time_limit_s=time_limit_s)
+        problem = Problem.build(point.model, point.cluster,
+                                Workload(global_batch_seqs=point.global_batch_seqs, seq_len=point.seq_len))
+        row["num_devices"] = problem.num_devices
+        result = solve(problem, SearchRequest(top_k=1, time_limit_s=time_limit_s))
         row.update(status=result.status, objective_s=result.objective_value, bound_s=result.bound,
                    wall_s=result.wall_s, num_candidates=result.num_candidates)
         if result.layouts:
             row.update(_layout_columns(result.layouts[0]))
         else:
-            row["reason"] = _why_no_layout(model, workload, cluster, result, time_limit_s)
+            row["reason"] = _why_no_layout(problem, result, time_limit_s)
     except LayoutsearchError as exc:
         row.update(status="ERROR", reason=str(exc))
     except Exception as exc:  # a bug in one point must not stop the sweep; the row says what broke
@@ -60,8 +58,6 @@ def _finish(row: dict) -> dict:
 
 
 def _layout_columns(est) -> dict:
-    from layoutsearch.report.output import layout_record
-
     rec = layout_record(est, 1)
     mem, t = rec["memory_bytes"], rec["time_s"]
     return {**rec["degrees"], "zero_stage": rec["zero_stage"], "virtual_stages": rec["virtual_stages"],
@@ -73,13 +69,10 @@ def _layout_columns(est) -> dict:
             "tokens_per_s": rec["tokens_per_s"], "tokens_per_s_per_device": rec["tokens_per_s_per_device"]}
 
 
-def _why_no_layout(model, workload, cluster, result, time_limit_s: float) -> str:
+def _why_no_layout(problem: Problem, result, time_limit_s: float) -> str:
     if result.status == "UNKNOWN":
         return f"time limit {time_limit_s:g} s reached without a layout (raise --time-limit)"
-    from layoutsearch.search.explain import infeasibility
-    from layoutsearch.search import SearchOptions
-
     try:
-        return infeasibility(model, workload, cluster, SearchOptions(), result.space, result.tables)["message"]
+        return infeasibility(problem, result.space, result.tables)["message"]
     except Exception as exc:  # the explanation is a courtesy; the status already says INFEASIBLE
         return f"no feasible layout (explanation failed: {type(exc).__name__}: {exc})"

@@ -1,0 +1,291 @@
+"""The rule registry: every hard rule a layout obeys, stated once.
+
+A rule is a code, the candidate fields it reads, a vectorised predicate over numpy arrays of
+candidates (True where the rule holds), a title with the problem's numbers (for the
+infeasibility funnel) and a message for one violating candidate with its numbers and the
+nearest fix. Every consumer iterates these rules and nothing restates them:
+
+- ``check.check_layout``: the violations of one layout (estimate, export, validate);
+- ``search.space.build_space``: the candidate space, each rule applied at the first stage of
+  the enumeration where its fields exist (degrees, then virtual stages, microbatches, ZeRO
+  stage, recompute);
+- ``search.explain.funnel``: how many degree tuples each rule removes, in registry order;
+- export targets: ``framework_rules(capabilities)`` turns an exporter's declared capabilities
+  into rules, which restrict ``solve --export`` and make the exporter refuse what it cannot
+  write.
+
+Candidate fields (``Cand``, equal-length int arrays): dp, fsdp, tp, pp, cp (degrees), v
+(virtual stages), sched (schedule code: 0 1f1b, 1 interleaved, 2 gpipe), k (microbatches),
+z (ZeRO stage), r (recompute code: 0 none, 1 selective, 2 full).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Callable
+
+import numpy as np
+
+from layoutsearch.core.problem import Problem, SearchOptions
+from layoutsearch.core.specs import (
+    DEGREE_NAMES, RECOMPUTE_CODES, RECOMPUTE_POLICIES, SCHEDULE_CODES, Layout, ModelSpec,
+)
+
+Cand = dict[str, np.ndarray]
+FIELDS = (*DEGREE_NAMES, "v", "sched", "k", "z", "r")
+SCHEDULE_NAMES = tuple(SCHEDULE_CODES)
+
+
+@dataclass(frozen=True, slots=True)
+class Violation:
+    code: str
+    message: str
+
+    def as_dict(self) -> dict:
+        return {"code": self.code, "message": self.message}
+
+
+@dataclass(frozen=True, kw_only=True)
+class Rule:
+    """One hard rule: ``holds(problem, cand)`` is True where candidates satisfy it."""
+
+    code: str
+    needs: frozenset[str]
+    holds: Callable[[Problem, Cand], np.ndarray]
+    title: Callable[[Problem], str]
+    why: Callable[[Problem, dict], str]  # one violating candidate (plain ints) -> message with numbers
+    kind: str = "structure"  # structure | canonical (search only) | option | framework
+
+    def mask(self, problem: Problem, cand: Cand) -> np.ndarray:
+        """The predicate broadcast to the candidates' shape."""
+        shape = np.broadcast_shapes(*(np.shape(cand[f]) for f in self.needs)) if self.needs else ()
+        return np.broadcast_to(np.asarray(self.holds(problem, cand), dtype=bool), shape)
+
+
+def _rule(code, needs, holds, title, why, kind="structure") -> Rule:
+    return Rule(code=code, needs=frozenset(needs), holds=holds, title=title, why=why, kind=kind)
+
+
+def effective_zero(c: Cand):
+    """The ZeRO stage that acts: 0 when the shard group (fsdp x cp) has one member."""
+    return np.where(c["fsdp"] * c["cp"] > 1, c["z"], 0)
+
+
+def _degrees_text(c: dict) -> str:
+    return " x ".join(f"{k}({c[k]})" for k in DEGREE_NAMES)
+
+
+# ----------------------------------------------------------------------------- structure
+def _kv_ok(p: Problem, c: Cand):
+    kv = p.model.num_kv_heads
+    return (kv % c["tp"] == 0) | (c["tp"] % kv == 0)
+
+
+STRUCTURE: tuple[Rule, ...] = (
+    _rule("degree", DEGREE_NAMES,
+          lambda p, c: np.all([c[d] >= 1 for d in DEGREE_NAMES], axis=0),
+          lambda p: "every degree is a positive integer",
+          lambda p, c: "degrees must be positive: " + _degrees_text(c)),
+    _rule("product", DEGREE_NAMES,
+          lambda p, c: c["dp"] * c["fsdp"] * c["tp"] * c["pp"] * c["cp"] == p.num_devices,
+          lambda p: f"product of degrees = devices ({p.num_devices})",
+          lambda p, c: f"{_degrees_text(c)} = {c['dp'] * c['fsdp'] * c['tp'] * c['pp'] * c['cp']}, but cluster "
+                       f"{p.cluster_name} has {p.num_devices} devices"),
+    _rule("tp-heads", ("tp",), lambda p, c: p.model.num_heads % c["tp"] == 0,
+          lambda p: f"tp divides num_heads({p.model.num_heads})",
+          lambda p, c: f"tp({c['tp']}) does not divide num_heads({p.model.num_heads})"),
+    _rule("tp-ffn", ("tp",), lambda p, c: p.model.d_ff % c["tp"] == 0,
+          lambda p: f"tp divides d_ff({p.model.d_ff})",
+          lambda p, c: f"tp({c['tp']}) does not divide d_ff({p.model.d_ff})"),
+    _rule("tp-kv-heads", ("tp",), _kv_ok,
+          lambda p: f"tp and num_kv_heads({p.model.num_kv_heads}) divide one another",
+          lambda p, c: f"tp({c['tp']}) does not divide num_kv_heads({p.model.num_kv_heads}) "
+                       f"and {p.model.num_kv_heads} does not divide {c['tp']}"),
+    _rule("pp-layers", ("pp", "v"), lambda p, c: p.model.num_layers % (c["pp"] * c["v"]) == 0,
+          lambda p: f"pp x virtual stages divides num_layers({p.model.num_layers})",
+          lambda p, c: f"num_layers({p.model.num_layers}) is not divisible by pp({c['pp']}) x "
+                       f"virtual_stages({c['v']})"),
+    _rule("schedule", ("pp", "v", "sched"),
+          lambda p, c: (c["v"] > 1) == (c["sched"] == SCHEDULE_CODES["interleaved"]),
+          lambda p: "virtual stages > 1 exactly when the schedule is interleaved",
+          lambda p, c: f"schedule {SCHEDULE_NAMES[c['sched']]} with virtual_stages({c['v']}): virtual stages "
+                       f"above 1 are the interleaved schedule, and interleaved needs them"),
+    _rule("cp-seq", ("cp",), lambda p, c: (c["cp"] == 1) | (p.workload.seq_len % (2 * c["cp"]) == 0),
+          lambda p: f"seq_len({p.workload.seq_len}) divisible by 2 x cp",
+          lambda p, c: f"seq_len({p.workload.seq_len}) is not divisible by 2 x cp({c['cp']})"),
+    _rule("whole-sequences", ("dp", "fsdp", "k"),
+          lambda p, c: p.workload.global_batch_seqs % (c["dp"] * c["fsdp"] * c["k"]) == 0,
+          lambda p: f"whole sequences: dp x fsdp x microbatches divides the batch ({p.workload.global_batch_seqs})",
+          lambda p, c: f"global batch {p.workload.global_batch_seqs} sequences is not divisible into dp({c['dp']}) x "
+                       f"fsdp({c['fsdp']}) data units x {c['k']} microbatches = {c['dp'] * c['fsdp'] * c['k']}: every "
+                       f"data unit needs whole sequences in every microbatch"),
+    _rule("pp-microbatches", ("pp", "k"), lambda p, c: (c["pp"] == 1) | (c["k"] >= c["pp"]),
+          lambda p: "microbatches >= pp",
+          lambda p, c: f"num_microbatches({c['k']}) < pp({c['pp']}): the pipeline never fills"),
+    _rule("interleave", ("pp", "v", "k"), lambda p, c: (c["v"] == 1) | ((c["pp"] > 1) & (c["k"] % c["pp"] == 0)),
+          lambda p: "interleaving needs pp > 1 and microbatches divisible by pp",
+          lambda p, c: f"virtual_stages({c['v']}) needs pp > 1 and num_microbatches({c['k']}) divisible by "
+                       f"pp({c['pp']})"),
+    _rule("zero-stage", ("z",), lambda p, c: (c["z"] >= 0) & (c["z"] <= 3),
+          lambda p: "ZeRO stage 0-3", lambda p, c: f"zero_stage({c['z']}) must be 0, 1, 2 or 3"),
+)
+
+# Search-only: variants that cannot differ are enumerated once (fsdp with ZeRO-0 would be
+# replicated data parallelism, which dp already is; ZeRO >= 1 needs a shard group).
+CANONICAL: tuple[Rule, ...] = (
+    _rule("zero-canonical", ("fsdp", "cp", "z"),
+          lambda p, c: ((c["z"] == 0) & (c["fsdp"] == 1)) | ((c["z"] >= 1) & (c["fsdp"] * c["cp"] > 1)),
+          lambda p: "ZeRO-0 without fsdp, ZeRO >= 1 with a shard group (each layout once)",
+          lambda p, c: f"fsdp({c['fsdp']}) x cp({c['cp']}) with zero_stage {c['z']} is enumerated as another layout",
+          kind="canonical"),
+)
+
+
+# ----------------------------------------------------------------------------- user options
+def option_rules(options: SearchOptions | None) -> tuple[Rule, ...]:
+    """The user's --fix, --choices, --only, --recompute and limits, as rules."""
+    if options is None:
+        return ()
+    rules = []
+    for d in DEGREE_NAMES:
+        if d in options.fix or d in options.choices or (options.only is not None and d not in options.only):
+            rules.append(_rule(f"option-{d}", (d,), lambda p, c, d=d: options.allowed(d, c[d]),
+                               lambda p, d=d: f"your --fix/--choices/--only for {d}",
+                               lambda p, c, d=d: f"{d}({c[d]}) is excluded by --fix/--choices/--only", "option"))
+    codes = [RECOMPUTE_CODES[r] for r in options.recompute]
+    rules.append(_rule("option-recompute", ("r",), lambda p, c: np.isin(c["r"], codes),
+                       lambda p: f"recompute in {{{', '.join(options.recompute)}}}",
+                       lambda p, c: f"recompute {RECOMPUTE_POLICIES[c['r']]} is not among {', '.join(options.recompute)}",
+                       "option"))
+    rules.append(_rule("option-zero", ("fsdp", "cp", "z"), lambda p, c: np.isin(effective_zero(c), options.zero_stages),
+                       lambda p: f"ZeRO stage in {{{', '.join(map(str, options.zero_stages))}}}",
+                       lambda p, c: f"zero_stage {c['z']} is not among the allowed stages", "option"))
+    rules.append(_rule("option-virtual", ("v",), lambda p, c: c["v"] <= options.max_virtual_stages,
+                       lambda p: f"virtual stages <= {options.max_virtual_stages}",
+                       lambda p, c: f"virtual_stages({c['v']}) > {options.max_virtual_stages}", "option"))
+    return tuple(rules)
+
+
+# ----------------------------------------------------------------------------- frameworks
+def llama_block(m: ModelSpec) -> bool:
+    """RMSNorm, rotary positions, no linear biases (Llama-style decoder block)."""
+    return m.norm == "rmsnorm" and not m.linear_bias and m.learned_positions == 0
+
+
+def gpt3_block(m: ModelSpec) -> bool:
+    """LayerNorm, biases, learned positions, plain GELU MLP (GPT-3-style decoder block)."""
+    return m.norm == "layernorm" and m.linear_bias and m.learned_positions > 0 and m.mlp == "plain"
+
+
+def llama3_block(m: ModelSpec) -> bool:
+    """The Llama 3 model code: gated MLP, untied, head_dim = d_model / heads, and a Llama block."""
+    return llama_block(m) and m.mlp == "gated" and not m.tied_embeddings and m.head_dim * m.num_heads == m.d_model
+
+
+MODEL_BLOCKS = {"llama": llama_block, "gpt3": gpt3_block, "llama3": llama3_block}
+
+
+@dataclass(frozen=True, kw_only=True)
+class Capabilities:
+    """What an export target can express; each exporter declares one (``CAPABILITIES``).
+
+    ZeRO stages are effective stages (0 when nothing is sharded). ``why`` holds the
+    framework's own reason for a limit, by rule code, for the refusal message.
+    """
+
+    target: str
+    framework: str
+    zero_stages: tuple[int, ...] = (0, 1, 2, 3)
+    zero_stages_with_replicas: tuple[int, ...] = (1, 2, 3)  # sharded stages allowed with dp > 1 copies
+    zero_stages_with_cp: tuple[int, ...] = (0, 1, 2, 3)
+    zero_stages_with_pp: tuple[int, ...] = (0, 1, 2, 3)
+    pipeline_schedules: tuple[str, ...] = tuple(SCHEDULE_CODES)
+    context_parallel: bool = True
+    kv_replication: bool = True
+    model_blocks: tuple[str, ...] = ()  # empty: any model; else one of MODEL_BLOCKS must hold
+    why: dict[str, str] = field(default_factory=dict)
+
+
+def framework_rules(caps: Capabilities) -> tuple[Rule, ...]:
+    """The rules a target's capabilities imply; messages name the framework, its reason and the nearest fix."""
+    name, why = caps.framework, caps.why
+
+    def text(code: str, what: str, nearest: str) -> str:
+        reason = f" ({why[code]})" if code in why else ""
+        return f"{name} cannot express {what}{reason}; nearest: {nearest}"
+
+    codes = [SCHEDULE_CODES[s] for s in caps.pipeline_schedules]
+    return tuple(_rule(code, needs, holds, title, msg, "framework") for
+                 code, needs, holds, title, msg in (
+        (f"{caps.target}-zero", ("fsdp", "cp", "z"), lambda p, c: np.isin(effective_zero(c), caps.zero_stages),
+         lambda p: f"{name}: ZeRO stage in {set(caps.zero_stages)}",
+         lambda p, c: text(f"{caps.target}-zero", f"ZeRO-{c['z']}",
+                           f"zero_stage {' or '.join(map(str, [s for s in caps.zero_stages if s]))}")),
+        (f"{caps.target}-replicas", ("dp", "fsdp", "cp", "z"),
+         lambda p, c: (c["dp"] == 1) | (effective_zero(c) == 0) | np.isin(effective_zero(c), caps.zero_stages_with_replicas),
+         lambda p: f"{name}: dp replicas of a ZeRO shard only with ZeRO {set(caps.zero_stages_with_replicas)}",
+         lambda p, c: text(f"{caps.target}-replicas", f"dp({c['dp']}) copies of a ZeRO-{c['z']} shard over "
+                                                      f"fsdp({c['fsdp']})", f"dp=1, fsdp={c['dp'] * c['fsdp']}")),
+        (f"{caps.target}-cp", ("cp", "fsdp", "z"),
+         lambda p, c: (c["cp"] == 1) | (caps.context_parallel & np.isin(effective_zero(c), caps.zero_stages_with_cp)),
+         lambda p: f"{name}: cp " + (f"with ZeRO {set(caps.zero_stages_with_cp)}" if caps.context_parallel else "= 1"),
+         lambda p, c: text(f"{caps.target}-cp", f"cp({c['cp']}) with ZeRO-{c['z']}",
+                           f"cp=1 with fsdp x {c['cp']}" if not caps.context_parallel else
+                           f"zero_stage {' or '.join(map(str, caps.zero_stages_with_cp))}")),
+        (f"{caps.target}-pipeline", ("pp", "sched", "fsdp", "cp", "z"),
+         lambda p, c: (c["pp"] == 1) | (np.isin(c["sched"], codes) & np.isin(effective_zero(c), caps.zero_stages_with_pp)),
+         lambda p: f"{name}: pipelines {', '.join(caps.pipeline_schedules) or 'none'}"
+                   + (f" with ZeRO {set(caps.zero_stages_with_pp)}" if len(caps.zero_stages_with_pp) < 4 else ""),
+         lambda p, c: text(f"{caps.target}-pipeline", f"pp({c['pp']}) with the {SCHEDULE_NAMES[c['sched']]} schedule",
+                           f"schedule {' or '.join(caps.pipeline_schedules)}" if caps.pipeline_schedules else "pp=1")
+         if c["sched"] not in codes else
+         text(f"{caps.target}-pipeline", f"ZeRO-{c['z']} with pp({c['pp']})",
+              f"zero_stage {' or '.join(map(str, caps.zero_stages_with_pp))}")),
+        (f"{caps.target}-kv", ("tp",), lambda p, c: caps.kv_replication | (c["tp"] <= p.model.num_kv_heads),
+         lambda p: f"{name}: tp <= num_kv_heads({p.model.num_kv_heads}) (no KV-head replication)",
+         lambda p, c: text(f"{caps.target}-kv", f"tp({c['tp']}) > num_kv_heads({p.model.num_kv_heads}) (replicated KV "
+                                                f"heads)", f"tp={p.model.num_kv_heads} with the rest in fsdp")),
+        (f"{caps.target}-model", (), lambda p, c: not caps.model_blocks or any(MODEL_BLOCKS[b](p.model)
+                                                                               for b in caps.model_blocks),
+         lambda p: f"{name}: a model of the {' or '.join(caps.model_blocks) or 'any'} family",
+         lambda p, c: text(f"{caps.target}-model", f"model {p.model_id} (its decoder blocks: "
+                                                   f"{' or '.join(caps.model_blocks)})", "export to megatron")),
+    ))
+
+
+# ----------------------------------------------------------------------------- evaluation
+def registry(options: SearchOptions | None = None, capabilities: Capabilities | None = None,
+             canonical: bool = False) -> tuple[Rule, ...]:
+    """The rules in force, in funnel order: the user's options, structure, the search's canonical
+    forms, then an export target's limits."""
+    return (option_rules(options) + STRUCTURE + (CANONICAL if canonical else ())
+            + (framework_rules(capabilities) if capabilities else ()))
+
+
+def candidate_of(layout: Layout, k: int | None = None) -> Cand:
+    """One layout as a candidate (arrays of length 1)."""
+    values = {**layout.degrees, "v": layout.virtual_stages, "sched": SCHEDULE_CODES.get(layout.schedule, -1),
+              "k": layout.num_microbatches if k is None else k, "z": layout.zero_stage,
+              "r": RECOMPUTE_CODES.get(layout.recompute, -1)}
+    return {key: np.array([value], dtype=np.int64) for key, value in values.items()}
+
+
+def violations(problem: Problem, layout: Layout, rules: tuple[Rule, ...]) -> list[Violation]:
+    """Each rule the layout breaks, with its message (the first degree rule stops the rest)."""
+    cand = candidate_of(layout)
+    out = []
+    for rule in rules:
+        if not rule.mask(problem, cand).all():
+            out.append(Violation(rule.code, rule.why(problem, {key: int(v[0]) for key, v in cand.items()})))
+            if rule.code == "degree":
+                break
+    return out
+
+
+def holds_all(problem: Problem, rules, cand: Cand) -> np.ndarray:
+    """True where every rule holds (the rules' fields must all be in ``cand``)."""
+    shape = np.broadcast_shapes(*(np.shape(v) for v in cand.values()))
+    ok = np.ones(shape, dtype=bool)
+    for rule in rules:
+        ok &= rule.mask(problem, cand)
+    return ok

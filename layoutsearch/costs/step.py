@@ -1,0 +1,64 @@
+"""The step formula: how the cost terms add up to one optimizer step, written once.
+
+``estimate()`` applies it to float term values of one layout; ``search.tables`` to integer
+tables indexed by candidates (the enumerator) and to precompute the slowest stage; the CP-SAT
+model states the per-step part from the declarations ``EXPOSED`` and ``PLAIN`` below, adding
+one integer variable per ``max(0, hidden - window)`` (the only non-linear piece).
+
+Terms (all seconds per step, or quanta in the tables; "st" = stage 0 first, 1 last):
+
+    stage[st] = A[st] + TP[st] + CP + full (TPF + CPF) + z3 (FX[st] + max(0, X - Y))
+    step      = max_st stage[st] + max(0, RED - WIN) + max(0, GATH - FWD) + PP + OPT + STEP0
+
+A: compute and per-microbatch overhead x (K + (p - 1)/v) (the bubble included); TP, CP: exposed
+tensor- and context-parallel collectives; FX: ZeRO-3 gathers that do not hide (the first
+layer's, the vocabulary's); X, Y: ZeRO-3 backward traffic and the backward it hides behind;
+RED, WIN: once-per-step gradient reductions and the last microbatch's backward; GATH, FWD: the
+ZeRO-1/2 gather of updated weights and the next step's first forward; PP: pipeline fill and
+drain sends; OPT: the optimizer step; STEP0: a fixed per-step overhead. ``full`` is 1 with full
+recompute, ``z3`` 1 when ZeRO-3 collectives run (stage 3 and a shard group).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+# max(0, hidden - window): collectives that hide behind a compute window, what does not fit is exposed
+EXPOSED = (("exposed_comm/reduce", "RED", "WIN"), ("exposed_comm/zero_gather", "GATH", "FWD"))
+# added as they are
+PLAIN = (("exposed_comm/pp", "PP"), ("compute/optimizer", "OPT"), ("overhead/step", "STEP0"))
+STAGES = (0, 1)
+
+
+def stage_items(t: dict, st: int) -> dict:
+    """The parts of stage ``st``'s time per step (floats or integer arrays; ``t`` holds the terms)."""
+    return {
+        "stage/compute": t["A"][st],
+        "exposed_comm/tp": t["TP"][st] + t["full"] * t["TPF"],
+        "exposed_comm/cp": t["CP"] + t["full"] * t["CPF"],
+        "exposed_comm/fsdp": t["z3"] * (t["FX"][st] + np.maximum(0, t["X"] - t["Y"])),
+    }
+
+
+def stage_total(t: dict, st: int):
+    return sum(stage_items(t, st).values())
+
+
+def slowest_stage(t: dict):
+    """Time per step of the slowest stage (elementwise max over the first and last stage)."""
+    return np.maximum(stage_total(t, 0), stage_total(t, 1))
+
+
+def step_parts(t: dict, stage) -> dict:
+    """The step's parts given the slowest stage's time: the once-per-step terms of EXPOSED and PLAIN."""
+    parts = {"stage": stage}
+    for name, hidden, window in EXPOSED:
+        parts[name] = np.maximum(0, t[hidden] - t[window])
+    for name, term in PLAIN:
+        parts[name] = t[term]
+    return parts
+
+
+def step_total(t: dict, stage=None):
+    """One optimizer step: the sum of ``step_parts`` (the slowest stage computed when not given)."""
+    return sum(step_parts(t, slowest_stage(t) if stage is None else stage).values())
