@@ -1,93 +1,154 @@
-"""The worked numbers of the design notes (seed cases) and the book (book cases), computed
-through the public API. Each function takes no argument and returns the case's quantity in
-the case's unit; the inputs are the ones the case's `quantity` text states. Tests and
-`scripts/reference_cases.py` compare them with the expected values in shared/reference/.
+"""The worked numbers of the design notes (seed cases) and of the book (book cases): for every
+case id, how layoutsearch computes it. This table is the only one; the tests
+(``tests/test_reference_cases.py``) and ``scripts/reference_cases.py`` read it.
+
+Each case is one of two kinds:
+
+- ``engine``: computed by what the engine runs, on small fixtures: ``estimate()`` (its
+  parameter counts, state bytes, compute items, layout record), ``solve()`` (the
+  gather-volume objective and the layout it picks), the search space of ``build_space()``, and
+  the collective primitives of ``layoutsearch.costs.comms``. A change to the engine that moves
+  one of these numbers fails a test.
+- ``closed-form``: the notes' or the book's formula, in ``layoutsearch.closed_forms``, which
+  the engine's cost model does not use. These check the formula (and the catalogue figures
+  passed to it), not the engine.
+
+Each function takes no argument and returns the case's quantity in the case's unit, with the
+inputs the case's ``quantity`` text states. Expected values and tolerances are in the case
+files (``tests/data/seed_cases.yaml`` and ``book_cases.yaml`` in the repository); read one
+with ``load_cases()``.
 """
 
 from __future__ import annotations
 
-from layoutsearch.core.catalogue import load_accelerator, load_model
-from layoutsearch.costs import comms, flops, memory, params, pipeline, roofline
-from layoutsearch.core.specs import Axis, ModelSpec, Workload
+import math
+from dataclasses import dataclass
+from functools import lru_cache
+from pathlib import Path
+from typing import Any, Callable
+
+from layoutsearch import closed_forms as cf
+from layoutsearch.core.catalogue import load_accelerator
+from layoutsearch.core.problem import Problem, SearchOptions, SearchRequest
+from layoutsearch.core.specs import Axis, Layout, ModelSpec, Workload
+from layoutsearch.costs import comms
+from layoutsearch.costs.estimate import Estimate, estimate
 
 TB, GB, MIB = 1e12, 1e9, 2**20
-N_8192 = 8192
+ENGINE, CLOSED_FORM = "engine", "closed-form"
+KINDS = (ENGINE, CLOSED_FORM)
 
 
-def _llama() -> ModelSpec:
-    return load_model("llama70b")
+@dataclass(frozen=True)
+class Case:
+    """How one reference case is computed: its kind, the function, and what it calls (one line)."""
+
+    kind: str
+    compute: Callable[[], Any]
+    how: str
 
 
-def _v5p_alpha(axes: int) -> float:
-    v5p = load_accelerator("v5p")
-    return roofline.critical_intensity(v5p.peak_flops_per_s, comms.ici_bandwidth_bytes_per_s(v5p.link_bytes_per_s_per_direction, axes))
+# --- engine fixtures ---------------------------------------------------------------------------
 
 
-def _tokens(seqs: int, seq_len: int = 4096) -> int:
-    return Workload(global_batch_seqs=seqs, seq_len=seq_len).global_batch_tokens
+def _problem(model: ModelSpec | str, cluster: str, seqs: int, seq_len: int = 4096, **workload) -> Problem:
+    return Problem.build(model, cluster, Workload(global_batch_seqs=seqs, seq_len=seq_len, **workload))
 
 
-def min_tp_whole_sequences(num_devices: int, seqs: int) -> int:
-    """Smallest TP degree (dividing the devices) that leaves every data unit a whole sequence."""
-    return next(t for t in range(1, num_devices + 1) if num_devices % t == 0 and num_devices // t <= seqs)
+def _estimate(model: ModelSpec | str, cluster: str, layout: Layout, seqs: int, seq_len: int = 4096,
+              **workload) -> Estimate:
+    return estimate(_problem(model, cluster, seqs, seq_len, **workload), layout)
 
 
-def choose_tp_gather_volume(model: ModelSpec, num_devices: int, seqs: int, choices=(8, 16, 32, 64)) -> int:
+@lru_cache(maxsize=None)
+def _params(model: str) -> dict[str, int]:
+    """The parameter counts an estimate reports (the model on one 8-GPU node, tp=8)."""
+    return dict(_estimate(model, "h100-8", Layout(tp=8), seqs=8).params)
+
+
+@lru_cache(maxsize=None)
+def state_bytes_per_param() -> float:
+    """Model-state bytes per device / parameters per device, from estimate(): the debug model
+    replicated on 8 GPUs (dp=8, ZeRO-0), so every device holds every parameter and its state."""
+    est = _estimate("debug", "h100-8", Layout(dp=8, zero_stage=0), seqs=8, seq_len=512)
+    state = sum(v for k, v in est.memory_bytes.items() if k.startswith("state/"))
+    return state / est.params["total"]
+
+
+@lru_cache(maxsize=None)
+def min_tp_whole_sequences(seqs: int, cluster: str = "v5p-8192") -> int:
+    """Smallest TP degree among the candidates of the search space of llama70b with only FSDP and
+    TP (no PP, no CP): the space keeps only shapes that give every data unit whole sequences."""
+    from layoutsearch.search.space import build_space
+
+    space = build_space(_problem("llama70b", cluster, seqs), SearchOptions(only=("fsdp", "tp")))
+    return int(min(space.shapes.tp[s] for s in set(space.sk_shape.tolist())))
+
+
+@lru_cache(maxsize=None)
+def gather_volume(seqs: int, tp: int) -> float:
+    """The solver's gather-volume objective (bytes) of llama70b on v5p-8192 with tp fixed."""
+    from layoutsearch.search import solve
+
+    result = solve(_problem("llama70b", "v5p-8192", seqs),
+                   SearchRequest(options=SearchOptions(only=("fsdp", "tp"), fix={"tp": tp}), objective="gather-volume",
+                                 top_k=1))
+    if result.status != "OPTIMAL" or result.layouts[0].layout.tp != tp:
+        raise AssertionError(f"gather-volume solve at {seqs} seqs, tp={tp}: {result.status}")
+    return result.objective_value
+
+
+def gather_volume_parts(seqs: int, tp: int) -> tuple[float, float]:
+    """(V_W, V_X) in bytes from two solves: V_X grows with the batch and V_W does not, so
+    V_X(B) = V(2B) - V(B) and V_W = V(B) - V_X(B)."""
+    v_x = gather_volume(2 * seqs, tp) - gather_volume(seqs, tp)
+    return gather_volume(seqs, tp) - v_x, v_x
+
+
+def gather_volume_t_star(seqs: int) -> float:
+    """Continuous minimiser of the solver's objective V(t) = V_W(t0) t0 / t + V_X(t0) t / t0,
+    with t0 the smallest valid TP degree: t* = t0 sqrt(V_W / V_X)."""
+    t0 = min_tp_whole_sequences(seqs)
+    v_w, v_x = gather_volume_parts(seqs, t0)
+    return t0 * math.sqrt(v_w / v_x)
+
+
+def choose_tp_gather_volume(model: ModelSpec | str, num_devices: int, seqs: int, choices=(8, 16, 32, 64)) -> int:
     """The design notes' choice, by the solver: `--only fsdp,tp --choices tp=... --objective gather-volume`."""
-    from layoutsearch.search import SearchOptions, solve
-    from layoutsearch.core.topology import resolve_cluster
+    from layoutsearch.search import solve
 
-    result = solve(model, Workload(global_batch_seqs=seqs, seq_len=4096), resolve_cluster(f"v5p-{num_devices}"),
-                   SearchOptions(only=("fsdp", "tp"), choices={"tp": tuple(choices)}), objective="gather-volume", top_k=1)
+    result = solve(_problem(model, f"v5p-{num_devices}", seqs),
+                   SearchRequest(options=SearchOptions(only=("fsdp", "tp"), choices={"tp": tuple(choices)}),
+                                 objective="gather-volume", top_k=1))
     return result.layouts[0].layout.tp
 
 
+def kv_replication_in_layout_record(tp: int) -> int:
+    """`kv_replication` of the JSON layout record of an estimate of llama70b with this TP degree."""
+    from layoutsearch.report.output import layout_record
+
+    return layout_record(_estimate("llama70b", f"v5p-{tp}", Layout(tp=tp), seqs=tp))["kv_replication"]
+
+
 def _ring_axis() -> Axis:
-    return Axis(name="x", size=16, kind="torus", bytes_per_s_per_direction=9e10, wraparound=True, latency_s=0.0, efficiency=1.0)
+    return Axis(name="x", size=16, kind="torus", bytes_per_s_per_direction=9e10, wraparound=True, latency_s=0.0,
+                efficiency=1.0)
 
 
-def _alltoall_fraction() -> float:
+def alltoall_fraction() -> float:
+    """comms.all_to_all_time / comms.all_gather_time of one array over a whole 16-chip wraparound ring."""
     span = (comms.SpanPart(axis=_ring_axis(), factor=16, stride=1),)
     return comms.all_to_all_time(1e9, span) / comms.all_gather_time(1e9, span)
 
 
-SEED = {
-    "params-mlp": lambda: params.param_counts(_llama())["mlp"],
-    "params-attention": lambda: params.param_counts(_llama())["attention"],
-    "params-vocab": lambda: params.param_counts(_llama())["embedding"] + params.param_counts(_llama())["output"],
-    "params-total-no-norm": lambda: params.param_counts(_llama())["total"] - params.param_counts(_llama())["norms"],
-    "params-total-exact": lambda: params.param_counts(_llama())["total"],
-    "state-bytes-per-param": lambda: Workload(global_batch_seqs=1, seq_len=1).state_bytes_per_param,
-    "training-flops-total": lambda: flops.training_flops_total(70e9, 15e12),
-    "calendar-days-1eflops": lambda: flops.calendar_days(flops.training_flops_total(70e9, 15e12), 1e18),
-    "calendar-days-4eflops": lambda: flops.calendar_days(flops.training_flops_total(70e9, 15e12), 4e18),
-    "state-total-70b": lambda: sum(memory.state_bytes(70e9, Workload(global_batch_seqs=1, seq_len=1), 0, 1).values()) / TB,
-    "saved-activations-full-batch": lambda: memory.checkpoint_bytes(80, 4e6, 8192, 2, 2) / TB,
-    "state-plus-activations-full-batch": lambda: (memory.checkpoint_bytes(80, 4e6, 8192, 2, 2)
-                                                  + sum(memory.state_bytes(70e9, Workload(global_batch_seqs=1, seq_len=1), 0, 1).values())) / TB,
-    "saved-activations-4-microbatches": lambda: memory.checkpoint_bytes(80, 4e6 / 4, 8192, 2, 2) / TB,
-    "state-plus-activations-4-microbatches": lambda: (memory.checkpoint_bytes(80, 4e6 / 4, 8192, 2, 2)
-                                                      + sum(memory.state_bytes(70e9, Workload(global_batch_seqs=1, seq_len=1), 0, 1).values())) / TB,
-    "fsdp-weights-all-sharded": lambda: memory.fsdp_weight_bytes(2 * GB, 4, 2, 0, separate_buffers=False) / GB,
-    "fsdp-weights-one-gathered": lambda: memory.fsdp_weight_bytes(2 * GB, 4, 2, 1, separate_buffers=False) / GB,
-    "fsdp-weights-prefetch-next": lambda: memory.fsdp_weight_bytes(2 * GB, 4, 2, 2, separate_buffers=False) / GB,
-    "peak-separate-gather-buffer": lambda: memory.peak({"backward": {
-        "state": 4.5 * GB, "activations/saved": 6 * GB, "temporary/other": 1 * GB, "temporary/gather_buffer": 0.8 * GB}})[1] / GB,
-    "pipeline-forward-k4": lambda: pipeline.forward_time(4, 3, 8e-3, 0.5e-3) * 1e3,
-    "pipeline-forward-k16": lambda: pipeline.forward_time(16, 3, 8e-3, 0.5e-3) * 1e3,
-    "pipeline-busy-fraction": lambda: pipeline.busy_fraction(4, 2),
-    "min-tp-1024-seqs": lambda: min_tp_whole_sequences(N_8192, 1024),
-    "min-tp-256-seqs": lambda: min_tp_whole_sequences(N_8192, 256),
-    "v5p-critical-intensity": lambda: _v5p_alpha(3),
-    "t-star-1024-seqs": lambda: roofline.tp_fsdp_continuous_optimum(_llama().d_ff, N_8192, _tokens(1024)),
-    "t-star-256-seqs": lambda: roofline.tp_fsdp_continuous_optimum(_llama().d_ff, N_8192, _tokens(256)),
-    "vw-vx-1024-seqs-tp8": lambda: [v / MIB for v in roofline.gather_volumes_bytes(8192, 28672, _tokens(1024), N_8192, 8)],
-    "chosen-tp-1024-seqs": lambda: choose_tp_gather_volume(_llama(), N_8192, 1024),
-    "chosen-tp-256-seqs": lambda: choose_tp_gather_volume(_llama(), N_8192, 256),
-    "kv-replication-tp32": lambda: params.kv_replication(_llama(), 32),
-}
-
-_BOOK_ALPHA = 4.59e14 / 1.8e11  # the book rounds alpha to 2550
+def full_remat_flops_factor() -> float:
+    """Training FLOPs per parameter per token with full recompute, from estimate()'s compute items:
+    6 x (matmul + the matmul part of the recompute) / matmul, where the matmul part is what full
+    recompute adds over selective (which recomputes the attention core only)."""
+    full = _estimate("debug", "h100-8", Layout(dp=8, recompute="full"), seqs=8, seq_len=512).time_s
+    selective = _estimate("debug", "h100-8", Layout(dp=8, recompute="selective"), seqs=8, seq_len=512).time_s
+    recomputed_matmul = full["compute/recompute"] - selective["compute/recompute"]
+    return 6.0 * (full["compute/matmul"] + recomputed_matmul) / full["compute/matmul"]
 
 
 def _book_gated(d_model: int) -> ModelSpec:
@@ -95,32 +156,143 @@ def _book_gated(d_model: int) -> ModelSpec:
                      num_kv_heads=64, head_dim=d_model // 64, vocab_size=1, tied_embeddings=False)
 
 
-BOOK = {
-    "v5p-dp-critical-batch-1-axis": lambda: _v5p_alpha(1),
-    "v5p-dp-critical-batch-3-axes": lambda: _v5p_alpha(3),
-    "tp-max-degree-f30000": lambda: roofline.tp_max_degree(30000, 2550, 1),
-    "mixed-threshold-f28672": lambda: roofline.mixed_threshold_tokens_per_chip(2550, 2, 28672),
-    "mixed-threshold-f13824": lambda: roofline.mixed_threshold_tokens_per_chip(2550, 2, 13824),
-    "x-opt-small-mesh": lambda: roofline.optimal_fsdp_degree(48000, 32768, 64, 2),
-    "llama2-13b-x-opt": lambda: roofline.optimal_fsdp_degree(3e6, 13824, 4096, 2),
-    "llama2-13b-step-time": lambda: roofline.step_time_at_mfu(3e6, 13e9, 4096, 4.6e14, 0.4),
-    "all-strategies-comms-bound-batch": lambda: roofline.comms_bound_batch_tokens(4096, 2550, 32768),
-    "v5p-dcn-critical-batch": lambda: roofline.critical_intensity(
-        load_accelerator("v5p").peak_flops_per_s, load_accelerator("v5p").scale_out_bytes_per_s_per_direction),
-    "llama70b-16m-batch-fsdp-chips": lambda: roofline.fsdp_comms_bound_chips(16e6, 850),
-    "llama2-13b-params": lambda: params.param_counts(load_model("llama2-13b"))["total"]
-    - params.param_counts(load_model("llama2-13b"))["norms"],
-    "alltoall-1d-ring": _alltoall_fraction,
-    "h100-tp-max-degree": lambda: roofline.tp_max_degree(28000, roofline.critical_intensity(990e12, 450e9), 1),
-    "block-remat-flops-factor": lambda: flops.training_flops_per_param_per_token("full"),
-    "attention-crossover-context": lambda: flops.attention_crossover_seq_len(_book_gated(8192)),
+def attention_crossover_seq_len(d_model: int, seq_len: int = 4096) -> float:
+    """Sequence length at which estimate()'s attention compute equals its matmul compute, for the
+    book's one-layer model (gated MLP, F = 4D, 64 heads, no GQA). Unfused attention without causal
+    skipping, so both run at the matmul rate with the same backward factor and their times are
+    in the ratio of their FLOPs; attention grows linearly with the sequence."""
+    t = _estimate(_book_gated(d_model), "h100-8", Layout(dp=8), seqs=8, seq_len=seq_len, flash_attention=False).time_s
+    return seq_len * t["compute/matmul"] / t["compute/attention"]
+
+
+# --- closed-form inputs --------------------------------------------------------------------------
+
+
+def _v5p_alpha(axes: int) -> float:
+    v5p = load_accelerator("v5p")
+    return cf.critical_intensity(v5p.peak_flops_per_s, cf.ici_bandwidth(v5p.link_bytes_per_s_per_direction, axes))
+
+
+def _state_70b() -> float:
+    return cf.model_state_bytes(70e9, Workload(global_batch_seqs=1, seq_len=1).state_bytes_per_param)
+
+
+def _notes_activations(microbatches: int) -> float:
+    return cf.checkpoint_bytes(80, 4e6 / microbatches, 8192, 2, 2)
+
+
+def _engine(compute, how):
+    return Case(ENGINE, compute, how)
+
+
+def _closed(compute, how):
+    return Case(CLOSED_FORM, compute, how)
+
+
+_PARAMS = "estimate(llama70b on h100-8, tp=8).params"
+_VOLUME = "solve(objective=gather-volume, fix tp) at B and 2B: V_X = V(2B) - V(B), V_W = V(B) - V_X"
+
+SEED: dict[str, Case] = {
+    "params-mlp": _engine(lambda: _params("llama70b")["mlp"], f"{_PARAMS}['mlp']"),
+    "params-attention": _engine(lambda: _params("llama70b")["attention"], f"{_PARAMS}['attention']"),
+    "params-vocab": _engine(lambda: _params("llama70b")["embedding"] + _params("llama70b")["output"],
+                            f"{_PARAMS}: embedding + output"),
+    "params-total-no-norm": _engine(lambda: _params("llama70b")["total"] - _params("llama70b")["norms"],
+                                    f"{_PARAMS}: total - norms"),
+    "params-total-exact": _engine(lambda: _params("llama70b")["total"], f"{_PARAMS}['total']"),
+    "state-bytes-per-param": _engine(state_bytes_per_param,
+                                     "estimate(debug on h100-8, dp=8, ZeRO-0): state/* bytes per device / parameters"),
+    "training-flops-total": _closed(lambda: cf.training_flops_total(70e9, 15e12), "closed_forms.training_flops_total"),
+    "calendar-days-1eflops": _closed(lambda: cf.calendar_days(cf.training_flops_total(70e9, 15e12), 1e18),
+                                     "closed_forms.calendar_days"),
+    "calendar-days-4eflops": _closed(lambda: cf.calendar_days(cf.training_flops_total(70e9, 15e12), 4e18),
+                                     "closed_forms.calendar_days"),
+    "state-total-70b": _engine(lambda: state_bytes_per_param() * 70e9 / TB,
+                               "state bytes per parameter from estimate() (above) x 70e9"),
+    "saved-activations-full-batch": _closed(lambda: _notes_activations(1) / TB, "closed_forms.checkpoint_bytes"),
+    "state-plus-activations-full-batch": _closed(lambda: (_notes_activations(1) + _state_70b()) / TB,
+                                                 "closed_forms.checkpoint_bytes + model_state_bytes"),
+    "saved-activations-4-microbatches": _closed(lambda: _notes_activations(4) / TB, "closed_forms.checkpoint_bytes"),
+    "state-plus-activations-4-microbatches": _closed(lambda: (_notes_activations(4) + _state_70b()) / TB,
+                                                     "closed_forms.checkpoint_bytes + model_state_bytes"),
+    "fsdp-weights-all-sharded": _closed(lambda: cf.fsdp_weight_bytes(2 * GB, 4, 2, 0) / GB,
+                                        "closed_forms.fsdp_weight_bytes"),
+    "fsdp-weights-one-gathered": _closed(lambda: cf.fsdp_weight_bytes(2 * GB, 4, 2, 1) / GB,
+                                         "closed_forms.fsdp_weight_bytes"),
+    "fsdp-weights-prefetch-next": _closed(lambda: cf.fsdp_weight_bytes(2 * GB, 4, 2, 2) / GB,
+                                          "closed_forms.fsdp_weight_bytes"),
+    "peak-separate-gather-buffer": _closed(lambda: cf.peak_bytes({"backward": {
+        "state": 4.5 * GB, "activations/saved": 6 * GB, "temporary/other": 1 * GB,
+        "temporary/gather_buffer": 0.8 * GB}})[1] / GB, "closed_forms.peak_bytes"),
+    "pipeline-forward-k4": _closed(lambda: cf.pipeline_forward_time(4, 3, 8e-3, 0.5e-3) * 1e3,
+                                   "closed_forms.pipeline_forward_time"),
+    "pipeline-forward-k16": _closed(lambda: cf.pipeline_forward_time(16, 3, 8e-3, 0.5e-3) * 1e3,
+                                    "closed_forms.pipeline_forward_time"),
+    "pipeline-busy-fraction": _closed(lambda: cf.pipeline_busy_fraction(4, 2), "closed_forms.pipeline_busy_fraction"),
+    "min-tp-1024-seqs": _engine(lambda: min_tp_whole_sequences(1024),
+                                "build_space(llama70b, v5p-8192, only fsdp,tp): smallest tp among its shapes"),
+    "min-tp-256-seqs": _engine(lambda: min_tp_whole_sequences(256),
+                               "build_space(llama70b, v5p-8192, only fsdp,tp): smallest tp among its shapes"),
+    "v5p-critical-intensity": _closed(lambda: _v5p_alpha(3),
+                                      "closed_forms.critical_intensity(catalogue v5p peak, 3 axes x 2 x link)"),
+    "t-star-1024-seqs": _engine(lambda: gather_volume_t_star(1024), f"t0 sqrt(V_W / V_X) at t0 = min tp; {_VOLUME}"),
+    "t-star-256-seqs": _engine(lambda: gather_volume_t_star(256), f"t0 sqrt(V_W / V_X) at t0 = min tp; {_VOLUME}"),
+    "vw-vx-1024-seqs-tp8": _engine(lambda: [v / MIB for v in gather_volume_parts(1024, 8)], _VOLUME),
+    "chosen-tp-1024-seqs": _engine(lambda: choose_tp_gather_volume("llama70b", 8192, 1024),
+                                   "solve(only fsdp,tp, tp in 8..64, objective=gather-volume).layouts[0].tp"),
+    "chosen-tp-256-seqs": _engine(lambda: choose_tp_gather_volume("llama70b", 8192, 256),
+                                  "solve(only fsdp,tp, tp in 8..64, objective=gather-volume).layouts[0].tp"),
+    "kv-replication-tp32": _engine(lambda: kv_replication_in_layout_record(32),
+                                   "layout_record(estimate(llama70b on v5p-32, tp=32))['kv_replication']"),
 }
+
+_BOOK_ALPHA = 2550  # the book rounds alpha = 4.59e14 / 1.8e11 to 2550
+
+BOOK: dict[str, Case] = {
+    "v5p-dp-critical-batch-1-axis": _closed(lambda: _v5p_alpha(1),
+                                            "closed_forms.critical_intensity(catalogue v5p peak, 2 x link)"),
+    "v5p-dp-critical-batch-3-axes": _closed(lambda: _v5p_alpha(3),
+                                            "closed_forms.critical_intensity(catalogue v5p peak, 3 axes x 2 x link)"),
+    "tp-max-degree-f30000": _closed(lambda: cf.tp_max_degree(30000, _BOOK_ALPHA, 1), "closed_forms.tp_max_degree"),
+    "mixed-threshold-f28672": _closed(lambda: cf.mixed_threshold_tokens_per_chip(_BOOK_ALPHA, 2, 28672),
+                                      "closed_forms.mixed_threshold_tokens_per_chip"),
+    "mixed-threshold-f13824": _closed(lambda: cf.mixed_threshold_tokens_per_chip(_BOOK_ALPHA, 2, 13824),
+                                      "closed_forms.mixed_threshold_tokens_per_chip"),
+    "x-opt-small-mesh": _closed(lambda: cf.optimal_fsdp_degree(48000, 32768, 64, 2), "closed_forms.optimal_fsdp_degree"),
+    "llama2-13b-x-opt": _closed(lambda: cf.optimal_fsdp_degree(3e6, 13824, 4096, 2), "closed_forms.optimal_fsdp_degree"),
+    "llama2-13b-step-time": _closed(lambda: cf.step_time_at_mfu(3e6, 13e9, 4096, 4.6e14, 0.4),
+                                    "closed_forms.step_time_at_mfu"),
+    "all-strategies-comms-bound-batch": _closed(lambda: cf.comms_bound_batch_tokens(4096, _BOOK_ALPHA, 32768),
+                                                "closed_forms.comms_bound_batch_tokens"),
+    "v5p-dcn-critical-batch": _closed(lambda: cf.critical_intensity(
+        load_accelerator("v5p").peak_flops_per_s, load_accelerator("v5p").scale_out_bytes_per_s_per_direction),
+        "closed_forms.critical_intensity(catalogue v5p peak, DCN per chip)"),
+    "llama70b-16m-batch-fsdp-chips": _closed(lambda: cf.fsdp_comms_bound_chips(16e6, 850),
+                                             "closed_forms.fsdp_comms_bound_chips"),
+    "llama2-13b-params": _engine(lambda: _params("llama2-13b")["total"] - _params("llama2-13b")["norms"],
+                                 "estimate(llama2-13b on h100-8, tp=8).params: total - norms"),
+    "alltoall-1d-ring": _engine(alltoall_fraction, "comms.all_to_all_time / comms.all_gather_time, 16-chip ring"),
+    "h100-tp-max-degree": _closed(lambda: cf.tp_max_degree(28000, cf.critical_intensity(990e12, 450e9), 1),
+                                  "closed_forms.tp_max_degree"),
+    "block-remat-flops-factor": _engine(full_remat_flops_factor,
+                                        "estimate(debug, recompute=full vs selective).time_s: 6 x (matmul + "
+                                        "recomputed matmul) / matmul"),
+    "attention-crossover-context": _engine(lambda: attention_crossover_seq_len(8192),
+                                           "estimate(book 1-layer D=8192, unfused attention).time_s: "
+                                           "S x compute/matmul / compute/attention"),
+}
+
+CASES: dict[str, Case] = {**SEED, **BOOK}
 
 
 def compute(case_id: str):
-    """The engine's value for a reference case id (seed or book)."""
-    table = SEED if case_id in SEED else BOOK
-    return table[case_id]()
+    """The value layoutsearch computes for a reference case id (seed or book)."""
+    return CASES[case_id].compute()
+
+
+def kind(case_id: str) -> str:
+    """'engine' or 'closed-form' (see the module docstring)."""
+    return CASES[case_id].kind
 
 
 def within(expected, computed, rel_tol: float) -> bool:
@@ -137,9 +309,16 @@ def _number(value):
 
 
 def load_cases(path) -> list[dict]:
-    """Read a reference-case YAML file as it is, with numeric strings coerced to numbers."""
+    """Read a reference-case YAML file as it is, with numeric strings coerced to numbers.
+
+    A missing file raises FileNotFoundError naming the path (never an empty list)."""
     import yaml
 
+    path = Path(path)
+    if not path.is_file():
+        raise FileNotFoundError(f"reference case file {path} not found")
     with open(path) as fh:
         cases = yaml.safe_load(fh)
+    if not isinstance(cases, list) or not cases:
+        raise ValueError(f"{path} holds no reference cases")
     return [{**c, "expected": _number(c["expected"]), "rel_tol": float(_number(c["rel_tol"]))} for c in cases]

@@ -1,20 +1,20 @@
 """Write results/llama70b-v5p-8192.md: the design notes' choice reproduced, and what the full
 objective picks for 1024 and 256 sequences of 4096 tokens, with the winner against the runner-up.
 
-Regenerate: python -m layoutsearch.reports.llama70b_v5p_8192
+Regenerate: python scripts/llama70b_v5p_8192.py
 """
 
 from __future__ import annotations
 
 import sys
 
-from layoutsearch.core.catalogue import load_model
-from layoutsearch.costs import params
-from layoutsearch.search.explain import compare
-from layoutsearch.search import SearchOptions, solve
+from _common import RESULTS  # first: puts this checkout's package ahead of an installed one
+
+from layoutsearch.core.problem import Problem, SearchOptions, SearchRequest
 from layoutsearch.core.specs import Workload
-from layoutsearch.core.topology import resolve_cluster
-from layoutsearch.reports import RESULTS
+from layoutsearch.costs import params
+from layoutsearch.search import solve
+from layoutsearch.search.explain import compare
 
 MIB = 2**20
 
@@ -44,24 +44,26 @@ def _breakdown(est) -> list[str]:
 
 
 def main() -> int:
-    model, cluster = load_model("llama70b"), resolve_cluster("v5p-8192")
+    problems = {seqs: Problem.build("llama70b", "v5p-8192", Workload(global_batch_seqs=seqs, seq_len=4096))
+                for seqs in (1024, 256)}
+    model = problems[1024].model
     lines = ["# llama70b (Llama 3 70B) on v5p-8192 (16x16x32 chips), 4096-token sequences", "",
-             "Regenerate: `python -m layoutsearch.reports.llama70b_v5p_8192`", "",
+             "Regenerate: `python scripts/llama70b_v5p_8192.py`", "",
              "## The design notes' choice (objective `gather-volume`)", "",
              "`layoutsearch solve --model llama70b --cluster v5p-8192 --seqs N --only fsdp,tp "
              "--choices tp=8,16,32,64 --objective gather-volume` minimises V(t) = 2DF/t + 2 B_tok D t / N "
              "subject to whole sequences per data unit and memory:", "",
              "| sequences | chosen tp | fsdp | KV replication | V_W + V_X (MiB) | status |", "|---|---|---|---|---|---|"]
     for seqs in (1024, 256):
-        r = solve(model, Workload(global_batch_seqs=seqs, seq_len=4096), cluster,
-                  SearchOptions(only=("fsdp", "tp"), choices={"tp": (8, 16, 32, 64)}), objective="gather-volume", top_k=1)
+        r = solve(problems[seqs], SearchRequest(options=SearchOptions(only=("fsdp", "tp"), choices={"tp": (8, 16, 32, 64)}),
+                                                objective="gather-volume", top_k=1))
         lay = r.layouts[0].layout
         lines.append(f"| {seqs} | {lay.tp} | {lay.fsdp} | {params.kv_replication(model, lay.tp)} | "
                      f"{r.objective_value / MIB:.0f} | {r.status} |")
     lines += ["", "tp=16 at 256 sequences would leave 512 data units for 256 sequences, so it is not a candidate.", "",
               "## The full objective (step time)", ""]
     for seqs in (1024, 256):
-        r = solve(model, Workload(global_batch_seqs=seqs, seq_len=4096), cluster, top_k=12)
+        r = solve(problems[seqs], SearchRequest(top_k=12))
         win = r.layouts[0]
         run = next((e for e in r.layouts[1:] if _knobs(e) != _knobs(win)), r.layouts[1])
         lines += [f"### {seqs} sequences", "",
@@ -78,8 +80,7 @@ def main() -> int:
         if not compare(win, run):
             lines.append("| (none: the two cost the same in every term; the tie-break ranks them) | | | |")
         lines.append("")
-        nearest_notes = solve(model, Workload(global_batch_seqs=seqs, seq_len=4096), cluster,
-                              SearchOptions(only=("fsdp", "tp")), top_k=1)
+        nearest_notes = solve(problems[seqs], SearchRequest(options=SearchOptions(only=("fsdp", "tp")), top_k=1))
         if nearest_notes.layouts:
             e = nearest_notes.layouts[0]
             lines += [f"Restricted to FSDP x TP only (the notes' family), the best is {_layout_line(e)}: "

@@ -1,6 +1,6 @@
 """Write results/solver_benchmark.md: CP-SAT against the exhaustive enumerator, and the main job's wall time.
 
-Regenerate: python -m layoutsearch.reports.solver_benchmark
+Regenerate: python scripts/solver_benchmark.py
 Times are wall seconds on the machine that ran it; compare ratios within one run.
 """
 
@@ -12,14 +12,14 @@ import subprocess
 import sys
 import time
 
-from layoutsearch.core.catalogue import load_model
+from _common import RESULTS  # first: puts this checkout's package ahead of an installed one
+
+from layoutsearch.core.problem import Problem
+from layoutsearch.core.specs import Workload
 from layoutsearch.search.cpsat import cpsat_top
 from layoutsearch.search.enumerate import enumerate_top
-from layoutsearch.search.space import SearchOptions, build_space
+from layoutsearch.search.space import build_space
 from layoutsearch.search.tables import build_tables
-from layoutsearch.core.specs import Workload
-from layoutsearch.core.topology import resolve_cluster
-from layoutsearch.reports import RESULTS
 
 CASES = [  # model, cluster, global batch in sequences (seq_len 4096)
     ("llama3-8b", "h100-8", 64),
@@ -52,10 +52,9 @@ def main_job_times(runs: int = 7) -> list[float]:
 
 
 def compare(model_name: str, cluster_name: str, seqs: int) -> dict:
-    model, workload = load_model(model_name), Workload(global_batch_seqs=seqs, seq_len=4096)
+    workload = Workload(global_batch_seqs=seqs, seq_len=4096)
     t0 = time.perf_counter()
-    cluster = resolve_cluster(cluster_name)
-    space = build_space(model, workload, cluster, SearchOptions())
+    space = build_space(Problem.build(model_name, cluster_name, workload))
     tables = build_tables(space)
     shared = time.perf_counter() - t0
     t0 = time.perf_counter()
@@ -79,7 +78,7 @@ def main() -> int:
         print(rows[-1], flush=True)
     lines = [
         "# Solver benchmark", "",
-        "Regenerate: `python -m layoutsearch.reports.solver_benchmark` "
+        "Regenerate: `python scripts/solver_benchmark.py` "
         f"(machine: {platform.machine()}, Python {platform.python_version()}).", "",
         "## Main job: `layoutsearch solve --model llama70b --cluster v5p-8192` (whole process)", "",
         f"{len(times)} runs: median {statistics.median(times):.2f} s, min {min(times):.2f} s, max {max(times):.2f} s "

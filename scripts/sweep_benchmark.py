@@ -1,6 +1,6 @@
 """Write results/sweep_benchmark.md: a 100-point sweep timed end to end (whole `layoutsearch sweep` process).
 
-Regenerate: python -m layoutsearch.reports.sweep_benchmark
+Regenerate: python scripts/sweep_benchmark.py
 Points: llama3-8b and llama70b on v5p and H100 clusters of 128 to 2048 devices, 128 to 2048
 sequences of 4096 tokens (2 x 10 x 5 = 100). Target: <= 60 s on a 2-core machine.
 """
@@ -16,9 +16,10 @@ import tempfile
 import time
 from importlib.util import find_spec
 
-from layoutsearch.report.output import version
+from _common import RESULTS  # first: puts this checkout's package ahead of an installed one
+
+from layoutsearch.core.problem import version
 from layoutsearch.sweep import expand_points, read_table
-from layoutsearch.reports import RESULTS
 
 MODELS = "llama3-8b,llama70b"
 CLUSTERS = "v5p-{128..2048:x2},h100-{128..2048:x2}"
@@ -66,7 +67,7 @@ def main() -> int:
     command = (f"layoutsearch sweep -m {MODELS} -c '{CLUSTERS}' --seqs '{SEQS}' --jobs {cpus} -o sweep.parquet")
     lines = [
         "# Sweep benchmark", "",
-        f"Regenerate: `python -m layoutsearch.reports.sweep_benchmark` (machine: {platform.machine()}, {cpus} CPUs, "
+        f"Regenerate: `python scripts/sweep_benchmark.py` (machine: {platform.machine()}, {cpus} CPUs, "
         f"Python {platform.python_version()}, layoutsearch {version()}).", "",
         f"{n} points: {MODELS.replace(',', ' and ')} on v5p and H100 clusters of 128 to 2048 devices, 128 to 2048 "
         "sequences of 4096 tokens. Each time is one whole process, as a user runs it (interpreter start, imports, "

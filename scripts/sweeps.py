@@ -5,7 +5,7 @@
 - results/sweep_llama3-405b_h100.{parquet,csv,png}: llama3-405b on H100 from 1024 to 16384 GPUs,
   1024 to 4096 sequences of 4096 tokens.
 
-Regenerate: python -m layoutsearch.reports.sweeps
+Regenerate: python scripts/sweeps.py
 Every point is solved again (the journal is started fresh and removed at the end); points
 without a layout stay in the tables with their status and reason.
 """
@@ -17,10 +17,11 @@ import platform
 import sys
 import time
 
-from layoutsearch.report.output import version
+from _common import RESULTS  # first: puts this checkout's package ahead of an installed one
+
+from layoutsearch.core.problem import version
 from layoutsearch.report.plot import plot_sweep
 from layoutsearch.sweep import expand_points, journal_path, run_sweep, summary_rows, write_table
-from layoutsearch.reports import RESULTS
 
 SWEEPS = [
     {"name": "llama70b_v5p", "model": "llama70b", "clusters": ["v5p-{256..8192:x2}", "v5p-8960"],
@@ -89,7 +90,7 @@ def _odd_devices(row: dict) -> str:
 
 def main() -> int:
     lines = ["# Sweeps", "",
-             f"Regenerate all: `python -m layoutsearch.reports.sweeps` (machine: {platform.machine()}, "
+             f"Regenerate all: `python scripts/sweeps.py` (machine: {platform.machine()}, "
              f"{os.cpu_count()} CPUs, Python {platform.python_version()}, layoutsearch {version()}).",
              "", "Each point is the best layout found by `solve` (top 1, step-time objective, CP-SAT, 30 s limit); "
              "`status` OPTIMAL means proven optimal. Points with no layout stay in the tables with their reason. "

@@ -1,8 +1,8 @@
 """Write results/validation.md and results/validation_scatter.png from a runs file.
 
-Regenerate: python -m layoutsearch.reports.validation [RUNS.yaml] [--max-median-error 0.10] [--calibration]
+Regenerate: python scripts/validation.py [RUNS.yaml] [--max-median-error 0.10] [--calibration]
 
-RUNS.yaml defaults to ../shared/validation/runs_dev.yaml relative to the repository root.
+RUNS.yaml defaults to the repository's copy of the development set, tests/data/runs_dev.yaml.
 ``--calibration`` adds a section with the per-accelerator calibration fit (never written to
 the catalogue by this script).
 """
@@ -15,10 +15,11 @@ import hashlib
 import subprocess
 from pathlib import Path
 
-from layoutsearch.validation.validate import load_runs, validate_runs
-from layoutsearch.reports import REPO as ROOT
+from _common import REPO as ROOT, data_file  # first: puts this checkout's package ahead of an installed one
 
-DEFAULT_RUNS = ROOT.parent / "shared/validation/runs_dev.yaml"
+from layoutsearch.validation.validate import load_runs, validate_runs
+
+DEFAULT_RUNS = "runs_dev.yaml"  # in tests/data/
 
 
 def pct(x: float | None, signed: bool = False) -> str:
@@ -49,10 +50,10 @@ def provenance(runs: Path) -> list[str]:
         commit += " (with uncommitted changes)" if dirty else ""
     except (OSError, subprocess.CalledProcessError):
         commit = "unknown"
-    rel = runs if not runs.is_relative_to(ROOT.parent) else Path("..") / runs.relative_to(ROOT.parent)
+    rel = runs.relative_to(ROOT) if runs.is_relative_to(ROOT) else runs
     return [f"- input: `{rel}` (sha256 {digest}...)", f"- code: git {commit}",
             f"- generated: {dt.datetime.now().isoformat(timespec='seconds')}",
-            f"- regenerate: `python -m layoutsearch.reports.validation {rel}` (from the repository root)"]
+            f"- regenerate: `python scripts/validation.py {rel}` (from the repository root)"]
 
 
 def summary_lines(s: dict) -> list[str]:
@@ -234,11 +235,12 @@ def write_scatter(doc: dict, path: Path) -> None:
 def main(argv: list[str] | None = None) -> int:
     """Parse arguments, validate, write both files; prints the summary line."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("runs", nargs="?", type=Path, default=DEFAULT_RUNS)
+    parser.add_argument("runs", nargs="?", type=Path, help="a runs file (default: tests/data/runs_dev.yaml)")
     parser.add_argument("--max-median-error", type=float, default=0.10)
     parser.add_argument("--calibration", action="store_true", help="add the calibration fit section")
     parser.add_argument("--out", type=Path, default=ROOT / "results")
     args = parser.parse_args(argv)
+    args.runs = args.runs or data_file(DEFAULT_RUNS)
     records = load_runs(args.runs)
     doc = validate_runs(records, args.max_median_error)
     args.out.mkdir(parents=True, exist_ok=True)

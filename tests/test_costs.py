@@ -206,3 +206,12 @@ def test_tp_comm_overlap_hides_collectives_behind_their_gemms():
     chunk = 2 * unit / 8
     assert over.time_s["exposed_comm/tp"] >= k * layers * 2 * chunk * (1 - 1e-9)
     assert over.time_s["compute"] == pytest.approx(plain.time_s["compute"])
+
+
+def test_gpipe_holds_every_microbatch_and_1f1b_only_the_pipeline_depth():
+    """GPipe keeps all K microbatches' activations on the first stage; 1F1B keeps min(K, p); the time is the same."""
+    problem = Problem.build("llama3-8b", "h100-64", Workload(global_batch_seqs=256, seq_len=4096))
+    one_f_one_b = estimate(problem, Layout(fsdp=8, pp=8, num_microbatches=16, zero_stage=1))
+    gpipe = estimate(problem, Layout(fsdp=8, pp=8, num_microbatches=16, zero_stage=1, schedule="gpipe"))
+    assert gpipe.memory_bytes["activations/saved"] == pytest.approx(2 * one_f_one_b.memory_bytes["activations/saved"])
+    assert gpipe.step_time_s == pytest.approx(one_f_one_b.step_time_s)

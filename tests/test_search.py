@@ -3,6 +3,7 @@
 import json
 
 import numpy as np
+from layoutsearch.core.problem import Problem, SearchRequest
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
@@ -43,7 +44,7 @@ def problems(draw):
 def test_cpsat_optimum_equals_enumerator_optimum(problem, objective, full_model):
     """On random instances CP-SAT (pruned, or the whole model) and the enumerator find the same optimum."""
     model, workload, cluster = problem
-    space = build_space(model, workload, cluster, SearchOptions())
+    space = build_space(Problem.build(model, cluster, workload), SearchOptions())
     tables = build_tables(space)
     enum, _ = enumerate_top(space, tables, objective, 2)
     cps, info = cpsat_top(space, tables, objective, 2, time_limit_s=20, prune_rows=not full_model)
@@ -57,7 +58,7 @@ def test_cpsat_objective_of_a_fixed_candidate_is_the_quantised_cost():
     """Pinning one candidate, the model's step equals the tables' rule and estimate() / quantum."""
     model, cluster = load_model("llama3-8b"), resolve_cluster("h100-64")
     workload = Workload(global_batch_seqs=256, seq_len=4096)
-    space = build_space(model, workload, cluster, SearchOptions())
+    space = build_space(Problem.build(model, cluster, workload), SearchOptions())
     t = build_tables(space)
     rows, _, fits_r = prune(space, t, "step-time", 1, enabled=False)
     cm, v, exprs = build_model(space, t, rows, None, fits_r)
@@ -79,36 +80,37 @@ def test_cpsat_objective_of_a_fixed_candidate_is_the_quantised_cost():
         assert solver.solve(pinned) == 4  # OPTIMAL
         assert solver.objective_value == m["step"][0]
         layout = space.layout(s, int(space.sk_k[j]), int(space.recompute_codes[ri]), z, o)
-        exact = estimate(model, workload, cluster, layout).step_time_s / t.quantum_s
+        exact = estimate(Problem.build(model, cluster, workload), layout).step_time_s / t.quantum_s
         assert abs(exact - m["step"][0]) <= 4  # rounding of the few quantised pieces
 
 
 def test_solve_returns_valid_distinct_sorted_layouts():
     model, cluster = load_model("llama3-8b"), resolve_cluster("h100-64")
-    result = solve(model, Workload(global_batch_seqs=256, seq_len=4096), cluster, top_k=5)
+    result = solve(Problem.build(model, cluster, Workload(global_batch_seqs=256, seq_len=4096)), SearchRequest(top_k=5))
     assert result.status == "OPTIMAL" and result.objective_value == result.bound
     layouts = [e.layout for e in result.layouts]
     assert len(layouts) == 5 and len(set(layouts)) == 5
     steps = [m["step"] for m in result.metrics]
     assert steps == sorted(steps)
     for est in result.layouts:
-        assert check_layout(est.model, est.workload, est.cluster, est.layout) == []
+        assert check_layout(est.problem, est.layout) == []
         assert est.fits
 
 
 def test_fix_choices_and_only_restrict_the_degrees():
     model, cluster = load_model("llama70b"), resolve_cluster("h100-256")
     options = SearchOptions(fix={"tp": 8}, choices={"pp": (2, 4)}, only=("fsdp", "tp", "pp"))
-    result = solve(model, Workload(global_batch_seqs=256, seq_len=4096), cluster, options, top_k=3)
+    result = solve(Problem.build(model, cluster, Workload(global_batch_seqs=256, seq_len=4096)), SearchRequest(options=options, top_k=3))
     for est in result.layouts:
         d = est.layout.degrees
         assert d["tp"] == 8 and d["pp"] in (2, 4) and d["dp"] == 1 and d["cp"] == 1
 
 
 @pytest.mark.parametrize("case_id, seqs", [("chosen-tp-1024-seqs", 1024), ("chosen-tp-256-seqs", 256)])
-def test_design_notes_choice_through_the_cli(shared, case_id, seqs):
+def test_design_notes_choice_through_the_cli(data_file, case_id, seqs):
     """`--only fsdp,tp --choices tp=8,16,32,64 --objective gather-volume` picks the notes' TP degree."""
-    expected = next(c for c in reference.load_cases(shared / "reference" / "seed_cases.yaml") if c["id"] == case_id)
+    seed = {c["id"]: c for c in reference.load_cases(data_file("seed_cases.yaml"))}
+    expected = seed[case_id]
     r = runner.invoke(app, ["solve", "--model", "llama70b", "--cluster", "v5p-8192", "--seqs", str(seqs), "--only",
                             "fsdp,tp", "--choices", "tp=8,16,32,64", "--objective", "gather-volume", "--top", "1",
                             "--format", "json"])
@@ -117,7 +119,7 @@ def test_design_notes_choice_through_the_cli(shared, case_id, seqs):
     best = doc["layouts"][0]
     assert best["degrees"]["tp"] == expected["expected"]
     assert best["degrees"]["fsdp"] == 8192 // expected["expected"]
-    kv = next(c for c in reference.load_cases(shared / "reference" / "seed_cases.yaml") if c["id"] == "kv-replication-tp32")
+    kv = seed["kv-replication-tp32"]
     if best["degrees"]["tp"] == 32:
         assert best["kv_replication"] == kv["expected"]
     assert doc["solver"]["status"] == "OPTIMAL" and doc["solver"]["objective_unit"] == "bytes"
@@ -172,8 +174,8 @@ def test_explain_shows_where_the_winner_wins():
     from layoutsearch.search.explain import compare
     from layoutsearch.core.specs import Layout
     model, cluster, w = load_model("llama70b"), resolve_cluster("v5p-8192"), Workload(global_batch_seqs=256, seq_len=4096)
-    plain = estimate(model, w, cluster, Layout(fsdp=256, tp=32))
-    remat = estimate(model, w, cluster, Layout(fsdp=256, tp=32, recompute="full"))
+    plain = estimate(Problem.build(model, cluster, w), Layout(fsdp=256, tp=32))
+    remat = estimate(Problem.build(model, cluster, w), Layout(fsdp=256, tp=32, recompute="full"))
     terms = {x["term"]: x for x in compare(plain, remat)}
     assert terms["time/compute/recompute"]["difference"] > 0 > terms["memory/activations/saved"]["difference"]
     r = runner.invoke(app, ["explain", "--model", "llama3-8b", "--cluster", "h100-64", "--seqs", "256"])

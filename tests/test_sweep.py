@@ -14,7 +14,7 @@ import pytest
 import typer
 from typer.testing import CliRunner
 
-from layoutsearch.cli.sweep_cmd import register
+from layoutsearch.cli import plot as plot_command, sweep as sweep_command
 from layoutsearch.core.errors import CatalogueError, InvalidArgumentError
 from layoutsearch.sweep import (COLUMN_NAMES, Point, expand, expand_points, journal_path, read_table, run_sweep,
                                 solve_point)
@@ -215,7 +215,8 @@ def test_interrupted_sweep_reruns_to_every_point_exactly_once(tmp_path, sig):
 
 def cli_app() -> typer.Typer:
     app = typer.Typer()
-    register(app)
+    sweep_command.register(app)
+    plot_command.register(app)
     return app
 
 

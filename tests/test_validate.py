@@ -1,35 +1,307 @@
-"""`layoutsearch validate` and `calibrate`: record mapping, errors, statistics, calibration fit."""
+"""`layoutsearch validate` and `calibrate`: record format, mapping, errors, statistics, calibration fit.
+
+Unit tests build their records inline (``record``, copies of the published values they need);
+only the end-to-end tests read the development sets, from tests/data/ (conftest's ``data_file``;
+never ../shared).
+"""
 
 import copy
 import datetime
+import json
 import shutil
+import time
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
 import yaml
 
 from layoutsearch.validation.calibrate import calibrate, with_calibration, write_calibration
-from layoutsearch.core.catalogue import accelerator_from_dict, read_yaml
+from layoutsearch.validation.runs import RunRecord
+from layoutsearch.core.catalogue import accelerator_from_dict, load_accelerator, read_yaml
 from layoutsearch.core.errors import CatalogueError
 from layoutsearch.costs.estimate import estimate
 from layoutsearch.core.topology import resolve_cluster
-from layoutsearch.validation.validate import (error_stats, hardware_flops_per_token, load_runs, rank_published,
-                                   record_to_problem, spearman, summarize, validate_runs)
+from layoutsearch.report.render import validation_report
+from layoutsearch.validation.validate import (error_stats, evaluate_record, hardware_flops_per_token, load_runs,
+                                              rank_published, record_to_problem, spearman, summarize, validate_runs)
 
-RUNS = Path(__file__).parents[1].parent / "shared/validation/runs_dev.yaml"
 REPO = Path(__file__).resolve().parents[1]
+
+
+# ----------------------------------------------------------------------------- inline records
+def shape(layers, d_model, d_ff, heads, kv_heads, head_dim, vocab, mlp="plain", tied=True) -> dict:
+    return {"num_layers": layers, "d_model": d_model, "d_ff": d_ff, "mlp": mlp, "num_heads": heads,
+            "num_kv_heads": kv_heads, "head_dim": head_dim, "vocab_size": vocab, "tied_embeddings": tied}
+
+
+def record(rid, source, model, workload, cluster, layout, measured, **extra) -> dict:
+    """A raw SCHEMA.md record as a YAML file holds it; keys left out are null."""
+    return {"id": rid, "source": source, "trust": "high", "model": dict(model), "workload": dict(workload),
+            "cluster": dict(cluster), "layout": dict(layout), "measured": {"oom": False, **measured}, **extra}
+
+
+def parsed(raw: dict) -> dict:
+    """The record as ``load_runs`` returns it (every block and field present, nulls filled)."""
+    return RunRecord.model_validate(raw).model_dump()
+
+
+MEGATRON21 = ("Narayanan et al. 2021 (Megatron-LM, SC'21), Table 1; TP/PP/MBS from NVIDIA/Megatron-LM "
+              "examples/sc21/run_table_1.sh")
+MCORE = "NVIDIA/Megatron-LM README, Megatron-Core r0.8.0 H100 table (images/model_table.png)"
+BLOOM = "bigscience-workshop/bigscience train/tr11-176B-ml/chronicles-prequel.md, 'GBS Variations' (2022-02-25)"
+MAXTEXT = "AI-Hypercomputer/maxtext MaxText/configs/v5p/README.md + v5p/*.sh @ 76bd53b0f (Dec 2023)"
+DGXC = "NVIDIA/dgxc-benchmarking llama3.1/README.md @ 741c886 (H100, 2025-05)"
+FOUNDRY = "mosaicml/llm-foundry scripts/train/benchmarking/README.md, 'H100 80GB BF16'"
+FOUNDRY_A100 = ("mosaicml/llm-foundry scripts/train/benchmarking/README.md, 'A100 40GB with 1600 Gbps node-node "
+                "interconnect (RoCE)'")
+PARALLEL_BLOCK = {"block": "MaxText @ 76bd53b0f DecoderLayer is a parallel block"}
+
+GPT_1_7B = shape(24, 2304, 9216, 24, 24, 96, 51200)
+GPT_18_4B = shape(40, 6144, 24576, 48, 48, 128, 51200)
+BLOOM_181B = shape(72, 14336, 57344, 64, 64, 224, 250000)
+BLOOM_176B = shape(70, 14336, 57344, 112, 112, 128, 250680)
+LLAMA2_7B = shape(32, 4096, 11008, 32, 32, 128, 32000, "gated", False)
+LLAMA31_8B = shape(32, 4096, 14336, 32, 8, 128, 128256, "gated", False)
+LLAMA31_70B = shape(80, 8192, 28672, 64, 8, 128, 128256, "gated", False)
+MCORE_7B = shape(30, 4096, 16384, 32, 32, 128, 131072, tied=False)
+MCORE_16B = shape(32, 6144, 24576, 48, 48, 128, 131072, tied=False)
+MCORE_32B = shape(48, 7168, 28672, 56, 56, 128, 131072, tied=False)
+MCORE_70B = shape(84, 8192, 32768, 64, 64, 128, 131072, tied=False)
+MAXTEXT_32B = shape(32, 10240, 32768, 32, 32, 256, 32768)
+MAXTEXT_128B = shape(64, 10240, 65536, 64, 64, 256, 32768)
+MPT_7B = shape(32, 4096, 16384, 32, 32, 128, 50368)
+MPT_13B = shape(40, 5120, 20480, 40, 40, 128, 50368)
+
+A100_IB = {"accelerator": "a100-80gb", "devices_per_node": 8, "scale_out_gbytes_per_s_per_device": 25.0}
+A100_BLOOM = {"accelerator": "a100-80gb", "num_devices": 384, "devices_per_node": 8,
+              "scale_out_gbytes_per_s_per_device": 6.25}
+H100 = {"accelerator": "h100", "devices_per_node": 8}
+V5P = {"accelerator": "v5p"}
+
+
+def lay(dp, tp=1, pp=1, cp=1, fsdp=1, zero=0, **more) -> dict:
+    return {"dp": dp, "fsdp": fsdp, "zero_stage": zero, "tp": tp, "pp": pp, "virtual_stages": 1, "cp": cp, **more}
+
+
+def meas(tokens, mfu=None, conv=None, peak=None, **more) -> dict:
+    return {"tokens_per_s_per_device": tokens, "mfu": mfu, "mfu_convention": conv, "peak_tflops_used": peak, **more}
+
+
+def _foundry_a100(seq, batch, mbs, ga, devices, tokens):
+    rid = f"llmfoundry-mpt-a100-40g-7b-seq{seq}-{devices}gpu-mbs{mbs}-ga{ga}"
+    return record(rid, FOUNDRY_A100, MPT_7B, {"seq_len": seq, "global_batch_seqs": batch, "precision": "bf16"},
+                  {"accelerator": "a100-40gb", "num_devices": devices, "devices_per_node": 8,
+                   "scale_out_gbytes_per_s_per_device": 25.0},
+                  lay(devices, fsdp=devices, zero=3, sequence_parallel=False, microbatch_seqs=mbs, num_microbatches=ga,
+                      recompute="full"), meas(tokens, peak=312))
+
+
+RAW = [
+    record("megatron2021-table1-1-7b", MEGATRON21, GPT_1_7B,
+           {"seq_len": 2048, "global_batch_seqs": 512, "precision": "fp16", "framework": "megatron"},
+           {**A100_IB, "num_devices": 32},
+           lay(32, sequence_parallel=False, microbatch_seqs=16, num_microbatches=1, recompute="full"),
+           meas(9287.9, 0.44, "megatron-eq3-hardware", 312)),
+    record("megatron2021-table1-18-4b", MEGATRON21, GPT_18_4B,
+           {"seq_len": 2048, "global_batch_seqs": 1024, "precision": "fp16", "framework": "megatron"},
+           {**A100_IB, "num_devices": 256},
+           lay(32, tp=8, sequence_parallel=False, microbatch_seqs=8, num_microbatches=4, recompute="full"),
+           meas(871.6, 0.43, "megatron-eq3-hardware", 312)),
+    record("megatron-core-h100-2024-7-1b", MCORE, MCORE_7B, {"seq_len": 4096, "global_batch_seqs": 192},
+           {**H100, "num_devices": 96}, lay(48, tp=2, zero=1), meas(10239.6, 0.47, "megatron-core", 989)),
+    record("megatron-core-h100-2024-16b", MCORE, MCORE_16B, {"seq_len": 4096, "global_batch_seqs": 192},
+           {**H100, "num_devices": 192}, lay(48, tp=4, zero=1), meas(4820.2, 0.49, "megatron-core", 989)),
+    record("megatron-core-h100-2024-32b", MCORE, MCORE_32B, {"seq_len": 4096, "global_batch_seqs": 192},
+           {**H100, "num_devices": 384}, lay(48, tp=8, zero=1), meas(2296.6, 0.46, "megatron-core", 989)),
+    record("megatron-core-h100-2024-70b", MCORE, MCORE_70B, {"seq_len": 4096, "global_batch_seqs": 384},
+           {**H100, "num_devices": 768}, lay(48, tp=8, pp=2, zero=1), meas(940.7, 0.42, "megatron-core", 989)),
+    record("bloom-prequel-20220225-181b-dp8-tp8-pp6-mbs4-gbs2048", BLOOM, BLOOM_181B,
+           {"seq_len": 2048, "global_batch_seqs": 2048, "precision": "fp16"}, A100_BLOOM,
+           lay(8, tp=8, pp=6, zero=1, microbatch_seqs=4, num_microbatches=64, recompute="full"),
+           meas(95.7, peak=312, step_time_s=114.11, memory_gib_per_device=51.22)),
+    record("bloom-prequel-20220225-181b-dp32-tp2-pp6-mbs2-gbs2048", BLOOM, BLOOM_181B,
+           {"seq_len": 2048, "global_batch_seqs": 2048, "precision": "fp16"}, A100_BLOOM,
+           lay(32, tp=2, pp=6, zero=1, microbatch_seqs=2, num_microbatches=32, recompute="full"),
+           meas(None, peak=312, oom=True)),
+    record("bloom176b-production-384gpu", "bigscience-workshop/bigscience train/tr11-176B-ml README.md", BLOOM_176B,
+           {"seq_len": 2048, "global_batch_seqs": 2048, "precision": "bf16"}, A100_BLOOM,
+           lay(8, tp=4, pp=12, zero=1, sequence_parallel=False, microbatch_seqs=2, num_microbatches=128,
+               recompute="full"), meas(103.8, peak=312)),
+    record("fmsfsdp-a100-llama2-7b-128gpu", "foundation-model-stack/fms-fsdp README.md throughput table (128 A100)",
+           LLAMA2_7B, {"seq_len": 4096, "global_batch_seqs": 256, "precision": "bf16", "framework": "pytorch-fsdp"},
+           {"accelerator": "a100-80gb", "num_devices": 128, "devices_per_node": 8},
+           lay(128, fsdp=8, zero=3, sequence_parallel=False, microbatch_seqs=2, num_microbatches=1, recompute="none"),
+           meas(3760, peak=312)),
+    record("maxtext-v5p-2023-32b-1xv5p-128", MAXTEXT, MAXTEXT_32B,
+           {"seq_len": 2048, "global_batch_seqs": 512, "precision": "bf16"}, {**V5P, "num_devices": 64},
+           lay(16, tp=4, fsdp=16, zero=3, microbatch_seqs=32, num_microbatches=1, recompute="selective"),
+           meas(1652.3, 0.7147, "palm-causal", 459), derived=PARALLEL_BLOCK),
+    record("maxtext-v5p-2023-32b-2xv5p-128", MAXTEXT, MAXTEXT_32B,
+           {"seq_len": 2048, "global_batch_seqs": 1024, "precision": "bf16"}, {**V5P, "num_devices": 128},
+           lay(32, tp=4, fsdp=16, zero=3, microbatch_seqs=32, num_microbatches=1, recompute="selective"),
+           meas(1607.0, 0.6943, "palm-causal", 459),
+           derived={**PARALLEL_BLOCK, "fsdp": "ICI FSDP=16 within slice; DCN data parallel across 2 slice(s)"}),
+    record("maxtext-v5p-2023-128b-1xv5p-256", MAXTEXT, MAXTEXT_128B,
+           {"seq_len": 2048, "global_batch_seqs": 256, "precision": "bf16"}, {**V5P, "num_devices": 128},
+           lay(16, tp=8, fsdp=16, zero=3, microbatch_seqs=16, num_microbatches=1, recompute="selective"),
+           meas(399.7, 0.6868, "palm-causal", 459), derived=PARALLEL_BLOCK),
+    record("dgxc-h100-llama3-1-8b-bf16-8gpu", DGXC, LLAMA31_8B, {"seq_len": 8192, "global_batch_seqs": 128,
+                                                                "precision": "bf16"},
+           {**H100, "num_devices": 8}, lay(4, cp=2, zero=1, sequence_parallel=False, microbatch_seqs=1,
+                                           num_microbatches=32), meas(10682.4, 0.6247, "megatron-core", 989)),
+    record("dgxc-h100-llama3-1-8b-fp8-8gpu", DGXC, LLAMA31_8B, {"seq_len": 8192, "global_batch_seqs": 128,
+                                                               "precision": "fp8"},
+           {**H100, "num_devices": 8}, lay(4, cp=2, zero=1, sequence_parallel=False, microbatch_seqs=1,
+                                           num_microbatches=32), meas(14048.5, 0.4107, "megatron-core", 1979)),
+    record("dgxc-h100-llama3-1-8b-bf16-64gpu", DGXC, LLAMA31_8B, {"seq_len": 8192, "global_batch_seqs": 1024,
+                                                                 "precision": "bf16"},
+           {**H100, "num_devices": 64}, lay(32, cp=2, zero=1, sequence_parallel=False, microbatch_seqs=1,
+                                            num_microbatches=32), meas(10630.3, 0.6216, "megatron-core", 989)),
+    record("dgxc-h100-llama3-1-70b-bf16-64gpu", DGXC, LLAMA31_70B, {"seq_len": 8192, "global_batch_seqs": 128,
+                                                                   "precision": "bf16"},
+           {**H100, "num_devices": 64}, {**lay(2, tp=4, pp=4, cp=2, zero=1, sequence_parallel=True, microbatch_seqs=1,
+                                                num_microbatches=64), "virtual_stages": 5},
+           meas(1117.6, 0.5432, "megatron-core", 989)),
+    record("llmfoundry-mpt-h100-13b-seq2048-8gpu-mbs2-ga1", FOUNDRY, MPT_13B,
+           {"seq_len": 2048, "global_batch_seqs": 16, "precision": "bf16"}, {**H100, "num_devices": 8},
+           lay(8, fsdp=8, zero=3, sequence_parallel=False, microbatch_seqs=2, num_microbatches=1, recompute="none"),
+           meas(4792, 0.3979, "palm-6n-12lhqt", 989)),
+    record("llmfoundry-mpt-h100-7b-seq4096-8gpu-mbs16-ga2", FOUNDRY, MPT_7B,
+           {"seq_len": 4096, "global_batch_seqs": 256, "precision": "bf16"}, {**H100, "num_devices": 8},
+           lay(8, fsdp=8, zero=3, sequence_parallel=False, microbatch_seqs=16, num_microbatches=2, recompute="full"),
+           meas(8611, 0.4042, "palm-6n-12lhqt", 989)),
+    _foundry_a100(16384, 32, 1, 4, 8, 2249),
+    _foundry_a100(8192, 96, 3, 4, 8, 2887),
+    _foundry_a100(4096, 192, 6, 4, 8, 3366),
+    _foundry_a100(2048, 2304, 18, 1, 128, 3623),
+]
+RAW_BY_ID = {r["id"]: r for r in RAW}
 
 
 @pytest.fixture(scope="module")
 def runs() -> dict[str, dict]:
-    if not RUNS.is_file():
-        pytest.fail(f"{RUNS} not found: the tests need ../shared beside the repository")
-    return {r["id"]: r for r in load_runs(RUNS)}
+    return {r["id"]: parsed(r) for r in RAW}
 
 
-def degrees(problem) -> dict:
-    layout = problem[3]
+def raw(rid: str, **blocks) -> dict:
+    """A deep copy of an inline record with the given blocks updated (``model={"num_layers": None}``)."""
+    rec = copy.deepcopy(RAW_BY_ID[rid])
+    for name, update in blocks.items():
+        if isinstance(rec.get(name), dict):
+            rec[name].update(update)
+        else:
+            rec[name] = update
+    return rec
+
+
+def write_runs(tmp_path, records, name="runs.yaml") -> Path:
+    path = tmp_path / name
+    path.write_text(yaml.safe_dump(records, sort_keys=False))
+    return path
+
+
+def degrees(mapped) -> dict:
+    layout = mapped[1]
     return {**layout.degrees, "zero_stage": layout.zero_stage}
+
+
+def cli(argv: list[str], capsys) -> tuple[int, str, str]:
+    """``layoutsearch.cli.main(argv)``: exit code, stdout, stderr."""
+    from layoutsearch.cli import main
+
+    code = main(argv)
+    out = capsys.readouterr()
+    return code, out.out, out.err
+
+
+# ----------------------------------------------------------------------------- record format
+def test_optional_schema_fields_are_typed_and_absent_keys_are_null(tmp_path):
+    """Every optional SCHEMA.md field (and the MoE blocks) loads typed; a key left out is null."""
+    rec = raw("megatron2021-table1-1-7b", workload={"framework": "torchtitan", "fp8_recipe": "rowwise",
+                                                    "torch_compile": True},
+              layout={"async_tp": False, "ep": 8, "etp": 1},
+              cluster={"hbm_gb_per_device": 96, "power_limit_w": "500"},
+              measured={"tflops_per_device": 400})
+    rec["model"].update(name="DeepSeek-V3 (671B)", d_ff=None, attention="mla", mtp_num_layers=1,
+                        params_total=671026419200, params_active=37000000000, notes="n",
+                        moe={"num_experts": 256, "top_k": 8, "expert_d_ff": 2048, "num_shared_experts": 1,
+                             "first_dense_layers": 3, "moe_layer_freq": 1},
+                        mla={"q_lora_rank": 1536, "kv_lora_rank": 512, "qk_rope_head_dim": 64,
+                             "qk_nope_head_dim": 128, "v_head_dim": 128})
+    del rec["cluster"]["scale_out_gbytes_per_s_per_device"], rec["trust"]
+    runs = load_runs(write_runs(tmp_path, [rec]))
+    (r,) = runs
+    assert runs.warnings == []
+    assert (r["workload"]["framework"], r["workload"]["fp8_recipe"], r["workload"]["torch_compile"]) == \
+        ("torchtitan", "rowwise", True)
+    assert r["layout"]["async_tp"] is False and (r["layout"]["ep"], r["layout"]["etp"]) == (8, 1)
+    assert r["cluster"]["hbm_gb_per_device"] == 96.0 and r["cluster"]["power_limit_w"] == 500.0
+    assert r["measured"]["tflops_per_device"] == 400.0 and r["model"]["d_ff"] is None
+    assert r["model"]["moe"] == {"num_experts": 256, "top_k": 8, "expert_d_ff": 2048, "num_shared_experts": 1,
+                                 "shared_d_ff": None, "first_dense_layers": 3, "moe_layer_freq": 1,
+                                 "capacity_factor": None}
+    assert r["model"]["mla"]["kv_lora_rank"] == 512 and r["model"]["params_total"] == 671026419200
+    assert r["cluster"]["scale_out_gbytes_per_s_per_device"] is None and r["trust"] is None
+    plain = parsed({"id": "bare"})
+    assert plain["model"]["num_layers"] is None and plain["layout"]["tp"] is None and plain["derived"] == {}
+
+
+def test_unknown_key_is_a_warning_not_an_abort(tmp_path, capsys):
+    """A key outside the schema is dropped with a warning naming the record and the key; the file still validates."""
+    typo = raw("megatron2021-table1-1-7b")
+    typo["layout"]["microbatch_seq"] = typo["layout"].pop("microbatch_seqs")
+    typo["cluster"]["gpu_clock_mhz"] = 1410
+    odd = raw("megatron2021-table1-18-4b", workload={"framework": "jax-custom"})
+    runs = load_runs(write_runs(tmp_path, [typo, odd]))
+    assert runs.warnings == [
+        "runs.yaml: record 'megatron2021-table1-1-7b': unknown key 'cluster.gpu_clock_mhz' ignored",
+        "runs.yaml: record 'megatron2021-table1-1-7b': unknown key 'layout.microbatch_seq' ignored "
+        "(did you mean 'microbatch_seqs'?)",
+        "runs.yaml: record 'megatron2021-table1-18-4b': field 'workload.framework': value 'jax-custom' is not one "
+        "of megatron, torchtitan, maxtext, megatron-deepspeed, llm-foundry, pytorch-fsdp, nemo-automodel, other; "
+        "kept as given"]
+    assert "microbatch_seq" not in runs[0]["layout"] and runs[0]["layout"]["microbatch_seqs"] is None
+    assert runs[1]["workload"]["framework"] == "jax-custom"
+    doc = validate_runs(runs, rank=False)
+    assert doc["summary"]["warnings"] == runs.warnings and doc["summary"]["count"] == 1
+    assert doc["records"][0]["skipped_reason"] == ("global_batch_seqs(512) != dp(32) x microbatch_seqs(1) x "
+                                                   "num_microbatches(1)")  # the misspelt key counts as null
+    assert doc["records"][1]["framework"] == "jax-custom" and doc["records"][0]["framework"] == "megatron"
+    validation_report(doc)
+    printed = capsys.readouterr().out
+    assert "warning: runs.yaml: record 'megatron2021-table1-1-7b': unknown key 'layout.microbatch_seq'" in printed
+
+
+@pytest.mark.parametrize("content, expected", [
+    (b"\xff\xfe", "not UTF-8 text (byte 0xff at offset 0)"),
+    (b"- id: x\n  source: [unclosed\n", "malformed YAML at line 3, column 1"),
+    (b"id: x\nsource: y\n", "expected a list of records, got dict"),
+    (b"", "empty file"),
+    (b"- 5\n", "record #1: expected a mapping of fields, got int"),
+    (b"- id: r1\n  model: {num_layers: abc}\n", "record 'r1': field 'model.num_layers': Input should be a valid "
+                                                "integer, unable to parse string as an integer (got 'abc')"),
+    (b"- id: r1\n- id: r1\n", "record 'r1': field 'id': duplicate id (record #2)"),
+])
+def test_malformed_file_is_one_line_naming_file_record_and_field(tmp_path, capsys, content, expected):
+    """Not UTF-8, not YAML, not a list, a record that is not a mapping, a wrong type, a duplicate id:
+    one CatalogueError line naming the file (and the record and field), exit 2 at the command line."""
+    path = tmp_path / "bad.yaml"
+    path.write_bytes(content)
+    with pytest.raises(CatalogueError) as err:
+        load_runs(path)
+    msg = str(err.value)
+    assert msg.startswith(str(path)) and expected in msg and "\n" not in msg
+    code, _, stderr = cli(["validate", str(path), "--no-rank"], capsys)
+    assert code == 2 and stderr == f"error: {msg}\n"
+
+
+def test_wrong_type_names_record_and_field(tmp_path):
+    """tp: "eight" is a one-line error with the record id and the dotted field."""
+    with pytest.raises(CatalogueError) as err:
+        load_runs(write_runs(tmp_path, [raw("megatron2021-table1-1-7b", layout={"tp": "eight"})]))
+    msg = str(err.value)
+    assert "record 'megatron2021-table1-1-7b': field 'layout.tp'" in msg and "(got 'eight')" in msg
 
 
 # ----------------------------------------------------------------------------- mapping
@@ -37,35 +309,36 @@ def test_megatron_distributed_optimizer_shards_over_all_dp_ranks(runs):
     """Megatron-Core dp=48, fsdp=1, ZeRO-1 -> engine dp 1 x fsdp 48; ZeRO-0 keeps dp replicated."""
     core = record_to_problem(runs["megatron-core-h100-2024-32b"])
     assert degrees(core) == {"dp": 1, "fsdp": 48, "tp": 8, "pp": 1, "cp": 1, "zero_stage": 1}
-    assert core[3].sequence_parallel is True  # null -> on with tp > 1
-    assert core[3].recompute == "none" and core[3].num_microbatches == 192 // 48
+    assert core[1].sequence_parallel is True  # null -> on with tp > 1
+    assert core[1].recompute == "none" and core[1].num_microbatches == 192 // 48
     t1 = record_to_problem(runs["megatron2021-table1-18-4b"])
     assert degrees(t1) == {"dp": 32, "fsdp": 1, "tp": 8, "pp": 1, "cp": 1, "zero_stage": 0}
-    assert t1[2].num_devices == 256 and t1[2].axis("scale_out").bytes_per_s_per_direction == 25e9
+    assert t1[0].num_devices == 256 and t1[0].cluster.axis("scale_out").bytes_per_s_per_direction == 25e9
 
 
 def test_bigscience_sequence_parallel_defaults_off(runs):
     """BLOOM (Megatron-DeepSpeed, early 2022) predates sequence parallelism: null -> False."""
-    problem = record_to_problem(runs["bloom-prequel-20220225-181b-dp8-tp8-pp6-mbs4-gbs2048"])
-    assert problem[3].sequence_parallel is False
-    assert degrees(problem)["fsdp"] == 8 and degrees(problem)["dp"] == 1
+    mapped = record_to_problem(runs["bloom-prequel-20220225-181b-dp8-tp8-pp6-mbs4-gbs2048"])
+    assert mapped[1].sequence_parallel is False
+    assert degrees(mapped)["fsdp"] == 8 and degrees(mapped)["dp"] == 1
 
 
 def test_hsdp_shards_inside_the_node_and_replicates_across(runs):
     """fms-fsdp 7b: dp 128 = 8 sharded (node) x 16 replicated (scale-out)."""
-    model, workload, cluster, layout = record_to_problem(runs["fmsfsdp-a100-llama2-7b-128gpu"])
+    _, layout = record_to_problem(runs["fmsfsdp-a100-llama2-7b-128gpu"])
     assert (layout.dp, layout.fsdp, layout.zero_stage) == (16, 8, 3)
     assert dict(layout.axes)["fsdp"] == (("node", 8),) and dict(layout.axes)["dp"] == (("scale_out", 16),)
 
 
 def test_maxtext_multislice_puts_the_replicas_on_dcn(runs):
     """MaxText 2 x v5p-128: 2 slices of 64 chips, fsdp 16 x tp 4 inside a slice, dp 2 over DCN."""
-    model, workload, cluster, layout = record_to_problem(runs["maxtext-v5p-2023-32b-2xv5p-128"])
+    problem, layout = record_to_problem(runs["maxtext-v5p-2023-32b-2xv5p-128"])
+    cluster = problem.cluster
     assert cluster.name == "v5p-64x2" and cluster.num_slices == 2 and cluster.num_devices == 128
     assert (layout.dp, layout.fsdp, layout.tp, layout.zero_stage) == (2, 16, 4, 3)
     assert dict(layout.axes)["dp"] == (("dcn", 2),)
     single = record_to_problem(runs["maxtext-v5p-2023-32b-1xv5p-128"])
-    assert single[2].num_slices == 1 and single[3].dp == 1
+    assert single[0].cluster.num_slices == 1 and single[1].dp == 1
 
 
 def test_fp8_and_rejected_records_are_skipped_with_a_reason(runs):
@@ -78,60 +351,128 @@ def test_fp8_and_rejected_records_are_skipped_with_a_reason(runs):
     assert doc["records"][0]["skipped_reason"].startswith("fp8") and doc["records"][0]["rel_error"] is None
 
 
-# ----------------------------------------------------------------------------- errors
-def write_runs(tmp_path, records) -> Path:
-    path = tmp_path / "runs.yaml"
-    path.write_text(yaml.safe_dump(records, sort_keys=False))
-    return path
+def test_null_or_unknown_values_skip_the_record_not_the_file(tmp_path):
+    """num_layers null, tp null, an unknown accelerator, precision or mlp: each record is skipped with its
+    reason while the good record of the same file is evaluated."""
+    base = "megatron2021-table1-1-7b"
+    recs = [raw(base, id="no-layers", model={"num_layers": None}),
+            raw(base, id="no-tp", layout={"tp": None, "cp": None}),
+            raw(base, id="bad-acc", cluster={"accelerator": "a100-80g"}),
+            raw(base, id="tf32", workload={"precision": "tf32"}),
+            raw(base, id="swiglu", model={"mlp": "swiglu"}),
+            raw(base, id="no-measure", measured={"tokens_per_s_per_device": None, "oom": None}),
+            raw(base, id="fsdp-3", layout={"fsdp": 3}),
+            raw(base)]
+    runs = load_runs(write_runs(tmp_path, recs))
+    doc = validate_runs(runs, rank=False)
+    reasons = {e["id"]: e["skipped_reason"] for e in doc["records"]}
+    assert reasons["no-layers"] == "missing value: model.num_layers null (the engine needs it)"
+    assert reasons["no-tp"] == "missing value: layout.tp, layout.cp null (the engine needs them)"
+    assert reasons["bad-acc"] == "unknown accelerator 'a100-80g' (did you mean 'a100-80gb'?): not in the catalogue"
+    assert reasons["tf32"] == "precision 'tf32': the engine models bf16/fp16 training only"
+    assert reasons["swiglu"].startswith("model: ") and "'mlp'" in reasons["swiglu"]
+    assert reasons["no-measure"].startswith("no measurement: measured.tokens_per_s_per_device is null")
+    assert reasons["fsdp-3"] == "layout: fsdp(3) does not divide the total data-parallel degree dp(32)"
+    assert reasons[base] is None and doc["summary"]["count"] == 1 and doc["summary"]["skipped"] == 7
+    assert doc["summary"]["skipped_reasons"]["missing value"] == 2
 
 
-def test_malformed_record_is_one_line_naming_record_and_field(runs, tmp_path):
-    """A wrong type and an unknown key are one-line CatalogueErrors with the record id and the field."""
-    bad = copy.deepcopy(runs["megatron2021-table1-1-7b"])
-    bad["layout"]["tp"] = "eight"
-    with pytest.raises(CatalogueError) as err:
-        load_runs(write_runs(tmp_path, [bad]))
-    msg = str(err.value)
-    assert "megatron2021-table1-1-7b" in msg and "layout.tp" in msg and "\n" not in msg
-    typo = copy.deepcopy(runs["megatron2021-table1-1-7b"])
-    typo["layout"]["microbatch_seq"] = typo["layout"].pop("microbatch_seqs")
-    with pytest.raises(CatalogueError, match=r"unknown key 'microbatch_seq' \(did you mean 'microbatch_seqs'\?\)"):
-        load_runs(write_runs(tmp_path, [typo]))
+def test_moe_and_mla_records_are_skipped_as_not_modelled(runs):
+    """A record with model.moe (or MLA attention) is skipped with the reason, before anything else is checked."""
+    moe = copy.deepcopy(runs["megatron2021-table1-1-7b"])
+    moe["model"].update(d_ff=None, moe={"num_experts": 8, "top_k": 2, "expert_d_ff": 14336})
+    moe["cluster"]["accelerator"] = "h800"
+    assert record_to_problem(moe) == "mixture-of-experts: not modelled yet (model.moe)"
+    mla = copy.deepcopy(runs["megatron2021-table1-1-7b"])
+    mla["model"]["attention"] = "mla"
+    assert record_to_problem(mla) == "multi-head latent attention (MLA): not modelled yet"
+    entry = evaluate_record(moe)
+    assert entry["skipped_reason"].startswith("mixture-of-experts") and entry["rel_error"] is None
 
 
 def test_record_rules_across_fields(runs, tmp_path):
-    """Duplicate ids and a missing throughput without OOM are rejected; an unknown accelerator,
-    an unmodelled precision and a power-capped part are skipped per record, with the reason."""
-    rec = runs["megatron2021-table1-1-7b"]
+    """Duplicate ids are rejected; a power-capped part is skipped (the power_limit_w field first, else a
+    wattage in the text); an H800 gets 200 GB/s NVLink."""
+    rec = RAW_BY_ID["megatron2021-table1-1-7b"]
     with pytest.raises(CatalogueError, match="duplicate id"):
         load_runs(write_runs(tmp_path, [rec, rec]))
-    unknown = copy.deepcopy(rec)
-    unknown["cluster"]["accelerator"] = "a100-80g"
-    (loaded,) = load_runs(write_runs(tmp_path, [unknown]))
-    assert record_to_problem(loaded) == "unknown accelerator 'a100-80g' (did you mean 'a100-80gb'?): not in the catalogue"
-    tf32 = copy.deepcopy(rec)
-    tf32["workload"]["precision"] = "tf32"
-    assert record_to_problem(load_runs(write_runs(tmp_path, [tf32]))[0]).startswith("precision 'tf32'")
-    capped = copy.deepcopy(rec)
+    capped = raw("megatron2021-table1-1-7b", cluster={"accelerator": "h100"})
     capped["source"] += ", H100 SXM at 500 W"
-    capped["cluster"]["accelerator"] = "h100"
-    assert record_to_problem(load_runs(write_runs(tmp_path, [capped]))[0]).startswith("power-capped part")
-    h800 = copy.deepcopy(rec)
+    assert record_to_problem(parsed(capped)).startswith("power-capped part (a wattage below the SXM rating)")
+    field = raw("megatron2021-table1-1-7b", cluster={"accelerator": "h100", "power_limit_w": 500})
+    assert record_to_problem(parsed(field)) == ("power-capped part: power_limit_w 500 W below the part's 700 W rating; "
+                                                "its clocks and peak FLOP/s are unknown")
+    full = copy.deepcopy(capped)
+    full["cluster"]["power_limit_w"] = 700  # the field wins over the text
+    assert not isinstance(record_to_problem(parsed(full)), str)
+    h800 = raw("megatron2021-table1-1-7b", cluster={"accelerator": "h100"})
     h800["source"] += " (H800 cluster)"
-    h800["cluster"]["accelerator"] = "h100"
-    cluster = record_to_problem(load_runs(write_runs(tmp_path, [h800]))[0])[2]
+    cluster = record_to_problem(parsed(h800))[0].cluster
     assert cluster.axis("node").bytes_per_s_per_direction == 200e9
-    missing = copy.deepcopy(rec)
-    missing["measured"]["tokens_per_s_per_device"] = None
-    with pytest.raises(CatalogueError, match="measured.tokens_per_s_per_device"):
-        load_runs(write_runs(tmp_path, [missing]))
+
+
+def test_hbm_override_changes_the_memory_capacity(runs):
+    """cluster.hbm_gb_per_device replaces the catalogue's HBM: capacity = 96 GB less the runtime reserve."""
+    rec = copy.deepcopy(runs["dgxc-h100-llama3-1-8b-bf16-8gpu"])
+    rec["cluster"]["hbm_gb_per_device"] = 96.0
+    problem, layout = record_to_problem(rec)
+    reserve = load_accelerator("h100").runtime_reserve_bytes
+    assert problem.cluster.accelerator.hbm_bytes == 96e9 and load_accelerator("h100").hbm_bytes != 96e9
+    est = estimate(problem, layout, strict=False)
+    assert est.memory_bytes["capacity"] == pytest.approx(96e9 - reserve)
+    entry = evaluate_record(rec)
+    assert "HBM 96 GB per device (cluster.hbm_gb_per_device) instead of the catalogue's" in entry["notes"]
+
+
+def test_tpu_device_count_without_a_slice_shape_is_skipped_fast(runs):
+    """7, 131 or 9001 (prime, above one slice) v5p chips: skipped with the reason in well under a second."""
+    reasons = {}
+    for n in (7, 131, 9001):
+        rec = copy.deepcopy(runs["maxtext-v5p-2023-32b-1xv5p-128"])
+        rec["cluster"]["num_devices"] = n
+        rec["layout"].update(dp=n, fsdp=n, tp=1)
+        rec["workload"]["global_batch_seqs"] = n * 32
+        start = time.perf_counter()
+        entry = validate_runs([rec], rank=True)["records"][0]
+        assert time.perf_counter() - start < 1.0
+        reasons[n] = entry["skipped_reason"]
+    assert reasons[7] == "cluster: 7 v5p chips is not a slice shape (one slice holds up to 8960)"
+    assert reasons[131] == "cluster: 131 v5p chips is not a slice shape (one slice holds up to 8960)"
+    assert reasons[9001] == ("cluster: 9001 v5p chips is more than one slice (8960) and no whole number of equal "
+                             "valid slices")
+
+
+def test_tpu_records_larger_than_a_slice_become_multislice(runs):
+    """512 v5e chips (pods of 256): two slices over DCN; a record the engine cannot cost is skipped, not fatal."""
+    rec = copy.deepcopy(runs["dgxc-h100-llama3-1-8b-bf16-64gpu"])
+    rec["cluster"].update(accelerator="v5e", num_devices=512, devices_per_node=None, scale_out_gbytes_per_s_per_device=None)
+    lay_ = rec["layout"]
+    lay_.update(dp=512 // (lay_["tp"] * lay_["pp"] * lay_["cp"]), fsdp=1, zero_stage=1)
+    rec["workload"]["global_batch_seqs"] = lay_["dp"] * lay_["microbatch_seqs"] * lay_["num_microbatches"]
+    cluster = record_to_problem(rec)[0].cluster
+    assert cluster.num_slices == 2 and cluster.axis("dcn").size == 2 and cluster.num_devices == 512
+    weird = copy.deepcopy(rec)
+    weird["layout"]["pp"] = 7  # 32 layers over 7 stages
+    entry = validate_runs([rec, weird], rank=False)["records"][1]
+    assert entry["skipped_reason"].startswith("engine rejects the layout") and "pp(7)" in entry["skipped_reason"]
+
+
+def test_tp_overlap_rule_by_source(runs):
+    """NeMo (dgxc) and Megatron-Core README runs overlap TP with GEMMs; Megatron 2021 and MaxText do not."""
+    from layoutsearch.validation.validate import tp_comm_overlap
+    assert tp_comm_overlap(runs["dgxc-h100-llama3-1-70b-bf16-64gpu"])
+    assert tp_comm_overlap(runs["megatron-core-h100-2024-70b"])
+    assert not tp_comm_overlap(runs["megatron2021-table1-18-4b"])
+    assert not tp_comm_overlap(runs["maxtext-v5p-2023-128b-1xv5p-256"])
+    problem, _ = record_to_problem(runs["megatron-core-h100-2024-70b"])
+    assert problem.workload.tp_comm_overlap
 
 
 # ----------------------------------------------------------------------------- numbers
 def test_megatron_eq3_hardware_flops_match_the_record(runs):
     """Narayanan 2021 eq. 3 per token (96 l h^2 (1 + s/6h + V/16lh)) = 1.4750e10 for the 1.7B model."""
-    model, workload, _, layout = record_to_problem(runs["megatron2021-table1-1-7b"])
-    assert hardware_flops_per_token(model, workload.seq_len, layout.recompute) == pytest.approx(1.4750e10, rel=1e-3)
+    problem, layout = record_to_problem(runs["megatron2021-table1-1-7b"])
+    assert hardware_flops_per_token(problem.model, problem.workload.seq_len, layout.recompute) == pytest.approx(1.4750e10, rel=1e-3)
 
 
 def test_error_statistics_and_summary_on_a_tiny_set():
@@ -148,10 +489,27 @@ def test_error_statistics_and_summary_on_a_tiny_set():
     s = summarize(entries, [], max_median_error=0.25)
     assert (s["count"], s["with_measured_throughput"], s["skipped"]) == (4, 3, 1)
     assert s["median_abs_rel_error"] == pytest.approx(0.2) and s["passed"] is True
+    assert s["message"] == "median error 20.0% within 25.0%"
     assert s["fit_accuracy"] == pytest.approx(3 / 4) and s["fit_mismatches"] == ["r3"]
     assert s["by_accelerator"]["h100"]["count"] == 2 and s["by_accelerator"]["v5p"]["skipped"] == 0
     assert s["worst"][0]["id"] == "r3" and s["bloom_sweep_spearman"] is None
-    assert summarize(entries, [], max_median_error=0.1)["passed"] is False
+    failed = summarize(entries, [], max_median_error=0.1)
+    assert failed["passed"] is False and failed["message"] == "median error 20.0% exceeds 10.0%"
+
+
+def test_all_skipped_file_summarises_to_no_median(runs, capsys):
+    """Every record skipped: count 0, medians null, not passed, and the table report says so."""
+    recs = [runs["dgxc-h100-llama3-1-8b-fp8-8gpu"], runs["bloom176b-production-384gpu"]]
+    doc = validate_runs(recs, rank=False)
+    s = doc["summary"]
+    assert (s["count"], s["skipped"]) == (0, 2)
+    assert s["median_abs_rel_error"] is None and s["p90_abs_rel_error"] is None and s["median_rel_error"] is None
+    assert s["fit_accuracy"] is None and s["passed"] is False and s["worst"] == []
+    assert s["message"] == "no record could be evaluated (2 skipped): the median error is unknown"
+    validation_report(doc)
+    printed = capsys.readouterr().out
+    assert "0 records evaluated, 2 skipped: no record could be evaluated" in printed
+    assert "skipped dgxc-h100-llama3-1-8b-fp8-8gpu: fp8 precision" in printed
 
 
 def test_spearman_rank_correlation():
@@ -168,26 +526,50 @@ def test_validate_document_follows_the_output_contract(runs):
     doc = validate_runs(recs)
     ok, oom = doc["records"]
     for key in ("id", "measured_tokens_per_s_per_device", "predicted_tokens_per_s_per_device", "rel_error",
-                "measured_oom", "predicted_fits", "published_layout_rank", "best_predicted_speedup"):
+                "measured_oom", "predicted_fits", "published_layout_rank", "best_predicted_speedup", "framework"):
         assert key in ok
     assert ok["rel_error"] == pytest.approx(ok["predicted_tokens_per_s_per_device"] / 9287.9 - 1)
-    assert ok["predicted_mfu"] > 0 and ok["reason"].startswith("predicted")
+    assert ok["predicted_mfu"] > 0 and ok["reason"].startswith("predicted") and ok["framework"] == "megatron"
     assert oom["measured_oom"] is True and oom["rel_error"] is None and oom["predicted_fits"] is False
-    assert doc["summary"]["count"] == 2 and doc["summary"]["fit_accuracy"] == 1.0
+    assert oom["framework"] is None
+    assert doc["summary"]["count"] == 2 and doc["summary"]["fit_accuracy"] == 1.0 and doc["summary"]["warnings"] == []
 
 
 def test_rank_published_against_the_search(runs):
     """Rank = 1 + candidates predicted faster; speed-up = published step / the solver's best step."""
-    from layoutsearch.search import solve
+    from layoutsearch.search import SearchRequest, solve
 
     rec = runs["megatron2021-table1-18-4b"]
-    model, workload, cluster, layout = record_to_problem(rec)
-    published = estimate(model, workload, cluster, layout, strict=False).step_time_s
+    problem, layout = record_to_problem(rec)
+    published = estimate(problem, layout, strict=False).step_time_s
     result = rank_published(rec)
-    best = solve(model, workload, cluster, top_k=1)
+    best = solve(problem, SearchRequest(top_k=1))
     assert result["published_layout_rank"] >= 1 and result["candidates"] > 1000
     assert result["best_predicted_speedup"] == pytest.approx(published / best.layouts[0].step_time_s, rel=1e-4)
     assert result["best_predicted_speedup"] >= 1.0
+
+
+# ----------------------------------------------------------------------------- end to end (tests/data)
+def test_validate_the_whole_dev_set(data_file):
+    """tests/data/runs_dev.yaml: no exception, at most 20 skipped (each with a reason), median |error| < 10%."""
+    runs = load_runs(data_file("runs_dev.yaml"))
+    doc = validate_runs(runs, rank=False)
+    s = doc["summary"]
+    assert len(doc["records"]) == len(runs) == 150 and s["warnings"] == []
+    assert s["skipped"] <= 20 and s["count"] + s["skipped"] == 150
+    assert all(e["skipped_reason"].strip() for e in doc["records"] if e["skipped_reason"] is not None)
+    assert s["median_abs_rel_error"] < 0.10 and s["passed"] is True
+
+
+def test_moe_dev_set_is_evaluated_or_skipped_per_record(data_file):
+    """tests/data/runs_moe_dev.yaml: every record is evaluated or skipped with a reason, the file never aborts."""
+    runs = load_runs(data_file("runs_moe_dev.yaml"))
+    doc = validate_runs(runs, rank=False)
+    assert len(doc["records"]) == len(runs) == 71
+    for e in doc["records"]:
+        assert (e["skipped_reason"] is None) != (e["predicted_tokens_per_s_per_device"] is None)
+        assert e["skipped_reason"] is None or e["skipped_reason"].strip()
+    assert doc["summary"]["skipped_reasons"].get("mixture-of-experts") == 71
 
 
 # ----------------------------------------------------------------------------- calibration
@@ -204,9 +586,10 @@ def synthetic(runs, ids, **truth) -> list[dict]:
     out = []
     for rid in ids:
         rec = copy.deepcopy(runs[rid])
-        model, workload, cluster, layout = record_to_problem(rec)
-        est = estimate(model, workload, with_calibration(cluster, **truth), layout, strict=False)
-        rec["measured"]["tokens_per_s_per_device"] = est.tokens_per_s / cluster.num_devices
+        problem, layout = record_to_problem(rec)
+        calibrated = replace(problem, cluster=with_calibration(problem.cluster, **truth))
+        est = estimate(calibrated, layout, strict=False)
+        rec["measured"]["tokens_per_s_per_device"] = est.tokens_per_s / problem.num_devices
         out.append(rec)
     return out
 
@@ -239,71 +622,51 @@ def test_write_calibration_rewrites_only_the_calibration_values(tmp_path):
 
 
 # ----------------------------------------------------------------------------- command line
-def _subset(tmp_path, runs, ids):
-    import yaml as _yaml
-    path = tmp_path / "runs.yaml"
-    path.write_text(_yaml.safe_dump([runs[i] for i in ids], sort_keys=False))
-    return path
-
-
-def test_validate_cli_exit_codes_and_json(tmp_path, runs):
-    """JSON per OUTPUT.md; exit 1 when the median error exceeds the limit; 2 for a malformed file."""
-    import json
-    from typer.testing import CliRunner
-    from layoutsearch.cli import app
-
-    path = _subset(tmp_path, runs, ["megatron2021-table1-18-4b", "maxtext-v5p-2023-128b-1xv5p-256"])
-    r = CliRunner().invoke(app, ["validate", str(path), "--format", "json", "--no-rank"])
-    doc = json.loads(r.stdout)
+def test_validate_cli_exit_codes_and_json(tmp_path, capsys):
+    """JSON per OUTPUT.md; exit 1 when the median error exceeds the limit (one stderr line)."""
+    path = write_runs(tmp_path, [RAW_BY_ID["megatron2021-table1-18-4b"], RAW_BY_ID["maxtext-v5p-2023-128b-1xv5p-256"]])
+    code, out, _ = cli(["validate", str(path), "--format", "json", "--no-rank"], capsys)
+    doc = json.loads(out)
     assert {"records", "summary"} <= set(doc) and doc["summary"]["count"] == 2
     for rec in doc["records"]:
         assert rec["rel_error"] == pytest.approx(rec["predicted_tokens_per_s_per_device"]
                                                  / rec["measured_tokens_per_s_per_device"] - 1)
-    assert r.exit_code == (0 if doc["summary"]["median_abs_rel_error"] <= 0.10 else 1)
-    r = CliRunner().invoke(app, ["validate", str(path), "--no-rank", "--max-median-error", "0.0"])
-    assert r.exit_code == 1 and "exceeds 0.0%" in r.stderr
-    bad = tmp_path / "bad.yaml"
-    bad.write_text("- id: x\n  source: [unclosed\n")
-    r = CliRunner().invoke(app, ["validate", str(bad)])
-    assert r.exit_code == 2 and "malformed YAML" in r.stderr and r.stderr.count("\n") == 1
+    assert code == (0 if doc["summary"]["median_abs_rel_error"] <= 0.10 else 1)
+    code, out, err = cli(["validate", str(path), "--no-rank", "--max-median-error", "0.0"], capsys)
+    assert code == 1 and "exceeds 0.0%" in err and err.count("\n") == 1
+    assert "2 records evaluated, 0 skipped" in out
 
 
-def test_calibrate_cli_writes_only_when_asked(tmp_path, runs):
-    from typer.testing import CliRunner
+def test_validate_cli_warns_on_unknown_keys(tmp_path, capsys):
+    """An unknown key is printed as a warning by the table report and listed in the JSON summary; exit 0."""
+    rec = raw("megatron2021-table1-18-4b")
+    rec["workload"]["compiler"] = "xla"
+    path = write_runs(tmp_path, [rec])
+    code, out, _ = cli(["validate", str(path), "--no-rank", "--max-median-error", "1.0"], capsys)
+    assert code == 0 and ("warning: runs.yaml: record 'megatron2021-table1-18-4b': unknown key 'workload.compiler' "
+                          "ignored (did you mean 'torch_compile'?)") in out
+    code, out, _ = cli(["validate", str(path), "--no-rank", "--max-median-error", "1.0", "--format", "json"], capsys)
+    assert json.loads(out)["summary"]["warnings"] == [
+        "runs.yaml: record 'megatron2021-table1-18-4b': unknown key 'workload.compiler' ignored "
+        "(did you mean 'torch_compile'?)"]
+
+
+def test_validate_cli_all_skipped_exits_1_with_one_line(tmp_path, capsys):
+    """A file whose records are all skipped: exit 1 (median unknown = not passed), one stderr line, no traceback."""
+    path = write_runs(tmp_path, [RAW_BY_ID["dgxc-h100-llama3-1-8b-fp8-8gpu"]])
+    code, out, err = cli(["validate", str(path), "--no-rank"], capsys)
+    assert code == 1 and err == "no record could be evaluated (1 skipped): the median error is unknown\n"
+    assert "0 records evaluated, 1 skipped: no record could be evaluated" in out
+
+
+def test_calibrate_cli_writes_only_when_asked(tmp_path, capsys):
+    """calibrate prints the fit and leaves hardware/*.yaml alone without --write; a typo'd field is exit 2."""
     from layoutsearch.core.catalogue import catalogue_dir
-    from layoutsearch.cli import app
 
     before = (catalogue_dir("hardware") / "a100-40gb.yaml").read_text()
-    path = _subset(tmp_path, runs, [i for i in runs if i.startswith("llmfoundry-mpt-a100-40g-7b")][:4])
-    r = CliRunner().invoke(app, ["calibrate", str(path), "--accelerator", "a100-40gb"])
-    assert r.exit_code == 0 and "a100-40gb" in r.stdout and "->" in r.stdout
+    path = write_runs(tmp_path, [r for r in RAW if r["id"].startswith("llmfoundry-mpt-a100-40g-7b")])
+    code, out, _ = cli(["calibrate", str(path), "--accelerator", "a100-40gb"], capsys)
+    assert code == 0 and "a100-40gb" in out and "->" in out
     assert (catalogue_dir("hardware") / "a100-40gb.yaml").read_text() == before
-    r = CliRunner().invoke(app, ["calibrate", str(path), "--fit", "matmul_eficiency"])
-    assert r.exit_code == 2 and "did you mean 'matmul_efficiency'" in r.stderr
-
-
-def test_tpu_records_larger_than_a_slice_become_multislice(runs, tmp_path):
-    """512 v5e chips (pods of 256): two slices over DCN; a record the engine cannot cost is skipped, not fatal."""
-    rec = copy.deepcopy(runs["dgxc-h100-llama3-1-8b-bf16-64gpu"])
-    rec["cluster"].update(accelerator="v5e", num_devices=512, devices_per_node=None, scale_out_gbytes_per_s_per_device=None)
-    lay = rec["layout"]
-    lay.update(dp=512 // (lay["tp"] * lay["pp"] * lay["cp"]), fsdp=1, zero_stage=1)
-    rec["workload"]["global_batch_seqs"] = lay["dp"] * lay["microbatch_seqs"] * lay["num_microbatches"]
-    (loaded,) = load_runs(write_runs(tmp_path, [rec]))
-    _, _, cluster, _ = record_to_problem(loaded)
-    assert cluster.num_slices == 2 and cluster.axis("dcn").size == 2 and cluster.num_devices == 512
-    weird = copy.deepcopy(loaded)
-    weird["layout"]["pp"] = 7  # 32 layers over 7 stages
-    entry = validate_runs([loaded, weird], rank=False)["records"][1]
-    assert entry["skipped_reason"].startswith("engine rejects the layout") and "pp(7)" in entry["skipped_reason"]
-
-
-def test_tp_overlap_rule_by_source(runs):
-    """NeMo (dgxc) and Megatron-Core README runs overlap TP with GEMMs; Megatron 2021 and MaxText do not."""
-    from layoutsearch.validation.validate import tp_comm_overlap
-    assert tp_comm_overlap(runs["dgxc-h100-llama3-1-70b-bf16-64gpu"])
-    assert tp_comm_overlap(runs["megatron-core-h100-2024-70b"])
-    assert not tp_comm_overlap(runs["megatron2021-table1-18-4b"])
-    assert not tp_comm_overlap(runs["maxtext-v5p-2023-128b-1xv5p-256"])
-    _, workload, _, _ = record_to_problem(runs["megatron-core-h100-2024-70b"])
-    assert workload.tp_comm_overlap
+    code, _, err = cli(["calibrate", str(path), "--fit", "matmul_eficiency"], capsys)
+    assert code == 2 and "did you mean 'matmul_efficiency'" in err

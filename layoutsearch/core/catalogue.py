@@ -7,18 +7,19 @@ field and the value.
 
 from __future__ import annotations
 
-import json
+import os
 from functools import lru_cache
 from pathlib import Path
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
-import yaml
-from pydantic import BaseModel, ConfigDict, Field, PositiveFloat, PositiveInt, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, PositiveFloat, PositiveInt, StrictBool, StrictInt, ValidationError
 
+from layoutsearch.core import io
 from layoutsearch.core.errors import CatalogueError, did_you_mean
-from layoutsearch.core.units import GB, GIB, KIB, MICRO, MILLI, TERA
+from layoutsearch.core.units import GB, GIB, KIB, MAX_MODEL_DIM, MAX_MODEL_PARAMS, MICRO, MILLI, TERA
 from layoutsearch.core.specs import Accelerator, ModelSpec
 
+Dim = Annotated[int, Field(gt=0, le=MAX_MODEL_DIM)]  # every model dimension: parameter counts stay exact in int64
 
 
 def catalogue_dir(kind: str) -> Path:
@@ -35,19 +36,40 @@ class _Strict(BaseModel):
 
 
 class ModelFile(_Strict):
-    name: str
-    num_layers: PositiveInt
-    d_model: PositiveInt
-    d_ff: PositiveInt
+    name: str = Field(min_length=1, max_length=256)
+    num_layers: Dim
+    d_model: Dim
+    d_ff: Dim
     mlp: Literal["gated", "plain"]
-    num_heads: PositiveInt
-    num_kv_heads: PositiveInt
-    head_dim: PositiveInt
-    vocab_size: PositiveInt
+    num_heads: Dim
+    num_kv_heads: Dim
+    head_dim: Dim
+    vocab_size: Dim
     tied_embeddings: bool
     norm: Literal["rmsnorm", "layernorm"] = "rmsnorm"
     linear_bias: bool = False
-    learned_positions: int = Field(default=0, ge=0)
+    learned_positions: int = Field(default=0, ge=0, le=MAX_MODEL_DIM)
+
+
+HfDim = Annotated[StrictInt, Field(gt=0, le=MAX_MODEL_DIM)]
+
+
+class HfConfig(BaseModel):
+    """The fields of a Hugging Face config.json the import reads (the others are ignored)."""
+
+    model_config = ConfigDict(extra="ignore", frozen=True)
+    num_hidden_layers: HfDim
+    hidden_size: HfDim
+    intermediate_size: HfDim
+    num_attention_heads: HfDim
+    vocab_size: HfDim
+    num_key_value_heads: HfDim | None = None
+    head_dim: HfDim | None = None
+    hidden_act: str | None = None
+    activation_function: str | None = None
+    model_type: str | None = None
+    tie_word_embeddings: StrictBool | None = None
+    name_or_path: str | None = Field(default=None, alias="_name_or_path")
 
 
 class TopologyFile(_Strict):
@@ -110,23 +132,21 @@ def _validate(data: Any, schema: type[BaseModel], where: str):
         err = exc.errors()[0]
         loc = ".".join(str(p) for p in err["loc"]) or "(top)"
         value = err.get("input")
-        shown = "" if isinstance(value, dict) else f" (got {value!r})"
+        shown = "" if isinstance(value, (dict, list)) else f" (got {value!r:.80})"
         raise CatalogueError(f"{where}: field '{loc}': {err['msg']}{shown}") from None
 
 
 def read_yaml(path: Path) -> Any:
-    """Parse a YAML file; a syntax error becomes a one-line CatalogueError."""
-    try:
-        text = path.read_text()
-    except OSError as exc:
-        raise CatalogueError(f"{path}: cannot read ({exc.strerror})") from None
-    try:
-        return yaml.safe_load(text)
-    except yaml.YAMLError as exc:
-        mark = getattr(exc, "problem_mark", None)
-        at = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
-        problem = getattr(exc, "problem", None) or str(exc).splitlines()[0]
-        raise CatalogueError(f"{path}: malformed YAML{at}: {problem}") from None
+    """Parse a YAML file; unreadable, not UTF-8 or malformed is a one-line CatalogueError naming the path."""
+    return io.read_yaml(path, error=CatalogueError)
+
+
+def model_param_bound(f: ModelFile) -> int:
+    """An upper bound of the parameter count (every bias and norm counted), without the cost model."""
+    attention = f.d_model * (2 * f.num_heads + 2 * f.num_kv_heads) * f.head_dim + (f.num_heads + 2 * f.num_kv_heads) * f.head_dim
+    mlp = 3 * f.d_model * f.d_ff + 2 * f.d_ff + f.d_model
+    per_layer = attention + mlp + 5 * f.d_model
+    return f.num_layers * per_layer + (2 * f.vocab_size + f.learned_positions + 2) * f.d_model
 
 
 def model_from_dict(data: Any, name: str, where: str) -> ModelSpec:
@@ -134,39 +154,64 @@ def model_from_dict(data: Any, name: str, where: str) -> ModelSpec:
     f = _validate(data, ModelFile, where)
     if f.num_heads % f.num_kv_heads:
         raise CatalogueError(f"{where}: num_heads({f.num_heads}) is not a multiple of num_kv_heads({f.num_kv_heads})")
+    bound = model_param_bound(f)
+    if bound >= MAX_MODEL_PARAMS:
+        raise CatalogueError(f"{where}: about {bound:.3g} parameters, more than the {MAX_MODEL_PARAMS:.3g} "
+                             f"(2**53) this package counts exactly")
     return ModelSpec(name=name, **{k: v for k, v in f.model_dump().items() if k != "name"})
 
 
 def model_from_hf_config(path: Path) -> ModelSpec:
     """Import a Hugging Face config.json (absent num_key_value_heads = MHA, head_dim = hidden/heads)."""
-    try:
-        cfg = json.loads(path.read_text())
-    except (OSError, json.JSONDecodeError) as exc:
-        raise CatalogueError(f"{path}: cannot read as JSON ({exc})") from None
-    required = ("num_hidden_layers", "hidden_size", "intermediate_size", "num_attention_heads", "vocab_size")
+    cfg = io.read_json(path, error=CatalogueError)
+    if not isinstance(cfg, dict):
+        raise CatalogueError(f"{path}: expected a Hugging Face config (a JSON object), got {_json_kind(cfg)}")
+    required = [k for k, field in HfConfig.model_fields.items() if field.is_required()]
     for key in required:
         if key not in cfg:
             raise CatalogueError(f"{path}: missing field '{key}' (a Hugging Face config needs {', '.join(required)})")
-    heads = cfg["num_attention_heads"]
-    act = str(cfg.get("hidden_act", cfg.get("activation_function", "silu")))
-    gated = cfg.get("model_type", "llama") not in ("gpt2", "gpt_neox", "opt", "bloom") and "gelu" not in act
+    try:
+        c = HfConfig.model_validate(cfg)
+    except ValidationError as exc:
+        err = exc.errors()[0]
+        loc = ".".join(str(p) for p in err["loc"]) or "(top)"
+        value = err.get("input")
+        shown = "" if isinstance(value, (dict, list)) else f" (got {value!r:.80})"
+        raise CatalogueError(f"{path}: field '{loc}': {err['msg']}{shown}") from None
+    act = c.hidden_act or c.activation_function or "silu"
+    gated = (c.model_type or "llama") not in ("gpt2", "gpt_neox", "opt", "bloom") and "gelu" not in act
+    head_dim = c.head_dim or c.hidden_size // c.num_attention_heads
+    if not head_dim:
+        raise CatalogueError(f"{path}: field 'hidden_size' ({c.hidden_size}) is smaller than 'num_attention_heads' "
+                             f"({c.num_attention_heads}): no head_dim; give 'head_dim'")
     data = {
-        "name": cfg.get("_name_or_path") or path.parent.name or path.stem,
-        "num_layers": cfg["num_hidden_layers"],
-        "d_model": cfg["hidden_size"],
-        "d_ff": cfg["intermediate_size"],
+        "name": (c.name_or_path or path.parent.name or path.stem)[:256],
+        "num_layers": c.num_hidden_layers,
+        "d_model": c.hidden_size,
+        "d_ff": c.intermediate_size,
         "mlp": "gated" if gated else "plain",
-        "num_heads": heads,
-        "num_kv_heads": cfg.get("num_key_value_heads") or heads,
-        "head_dim": cfg.get("head_dim") or cfg["hidden_size"] // heads,
-        "vocab_size": cfg["vocab_size"],
-        "tied_embeddings": bool(cfg.get("tie_word_embeddings", False)),
+        "num_heads": c.num_attention_heads,
+        "num_kv_heads": c.num_key_value_heads or c.num_attention_heads,
+        "head_dim": head_dim,
+        "vocab_size": c.vocab_size,
+        "tied_embeddings": bool(c.tie_word_embeddings),
     }
-    return model_from_dict(data, str(data["name"]), str(path))
+    return model_from_dict(data, data["name"], str(path))
+
+
+def _json_kind(value: Any) -> str:
+    return {type(None): "null", bool: "a boolean", int: "a number", float: "a number", str: "a string",
+            list: "a list"}.get(type(value), type(value).__name__)
 
 
 def model_names() -> list[str]:
     return sorted(p.stem for p in catalogue_dir("models").glob("*.yaml"))
+
+
+def _is_catalogue_id(name: str) -> bool:
+    """A plain file-name stem (no folder, not hidden, within the file-name limit)."""
+    return (0 < len(name.encode(errors="surrogatepass")) <= 200 and os.sep not in name and "\0" not in name
+            and (os.altsep is None or os.altsep not in name) and not name.startswith("."))
 
 
 @lru_cache(maxsize=None)
@@ -178,9 +223,10 @@ def load_model(name_or_path: str) -> ModelSpec:
     if path.suffix in (".yaml", ".yml"):
         return model_from_dict(read_yaml(path), path.stem, str(path))
     file = catalogue_dir("models") / f"{name_or_path}.yaml"
-    if not file.is_file():
+    if not _is_catalogue_id(name_or_path) or not file.is_file():
+        shown = name_or_path if len(name_or_path) <= 80 else f"{name_or_path[:60]}... ({len(name_or_path)} characters)"
         raise CatalogueError(
-            f"unknown model '{name_or_path}'{did_you_mean(name_or_path, model_names())}; "
+            f"unknown model '{shown}'{did_you_mean(name_or_path[:80], model_names())}; "
             f"known: {', '.join(model_names())}, or a path to a config.json")
     return model_from_dict(read_yaml(file), name_or_path, f"models/{file.name}")
 
@@ -230,9 +276,10 @@ def accelerator_from_dict(data: Any, where: str) -> Accelerator:
 @lru_cache(maxsize=None)
 def load_accelerator(name: str) -> Accelerator:
     file = catalogue_dir("hardware") / f"{name}.yaml"
-    if not file.is_file():
+    if not _is_catalogue_id(name) or not file.is_file():
+        shown = name if len(name) <= 80 else f"{name[:60]}... ({len(name)} characters)"
         raise CatalogueError(
-            f"unknown accelerator '{name}'{did_you_mean(name, accelerator_names())}; "
+            f"unknown accelerator '{shown}'{did_you_mean(name[:80], accelerator_names())}; "
             f"known: {', '.join(accelerator_names())}")
     acc = accelerator_from_dict(read_yaml(file), f"hardware/{file.name}")
     if acc.id != name:

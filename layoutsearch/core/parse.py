@@ -1,79 +1,116 @@
-"""Parsing of command-line values (degrees, choices, axes) into typed objects, with one-line errors."""
+"""Parsing of command-line values (degrees, choices, axes, names) into typed objects, with one-line errors.
+
+Every message names the option and the value. Numbers are bounded (``MAX_DEVICES`` for a
+degree or an axis factor) before anything is built from them, so no huge integer reaches numpy.
+"""
 
 from __future__ import annotations
 
+import re
+
 from layoutsearch.core.errors import InvalidArgumentError, did_you_mean
 from layoutsearch.core.specs import DEGREE_NAMES
+from layoutsearch.core.units import MAX_DEVICES
 
 LAYOUT_KEYS = DEGREE_NAMES
+_WHOLE = re.compile(r"[+]?[0-9]{1,30}")
 
 
-def parse_int(text: str, field: str, minimum: int = 1) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise InvalidArgumentError(f"{field}: '{text}' is not an integer") from None
+def _shown(text: str, limit: int = 40) -> str:
+    return text if len(text) <= limit else f"{text[:limit]}..."
+
+
+def parse_int(text: str, field: str, minimum: int = 1, maximum: int = MAX_DEVICES) -> int:
+    """A whole number in minimum..maximum (ASCII digits only)."""
+    text = text.strip()
+    if not _WHOLE.fullmatch(text) and not (text.startswith("-") and _WHOLE.fullmatch(text[1:])):
+        raise InvalidArgumentError(f"{field}: '{_shown(text)}' is not an integer")
+    value = int(text)
     if value < minimum:
         raise InvalidArgumentError(f"{field}: {value} must be >= {minimum}")
+    if value > maximum:
+        raise InvalidArgumentError(f"{field}: {_shown(str(value))} must be <= {maximum}")
     return value
 
 
+def _degree_name(name: str, field: str) -> str:
+    if name not in LAYOUT_KEYS:
+        raise InvalidArgumentError(f"{field}: unknown degree '{_shown(name)}'{did_you_mean(name, LAYOUT_KEYS)}; "
+                                   f"known: {', '.join(LAYOUT_KEYS)}")
+    return name
+
+
 def parse_degrees(text: str, field: str = "--layout") -> dict[str, int]:
-    """'fsdp=1024,tp=8' -> {'fsdp': 1024, 'tp': 8}; unknown names get a did-you-mean."""
+    """'fsdp=1024,tp=8' -> {'fsdp': 1024, 'tp': 8}; unknown names get a did-you-mean, repeats are refused."""
     out: dict[str, int] = {}
     for item in filter(None, (s.strip() for s in text.split(","))):
         if "=" not in item:
-            raise InvalidArgumentError(f"{field}: '{item}' is not NAME=VALUE (e.g. fsdp=1024,tp=8)")
+            raise InvalidArgumentError(f"{field}: '{_shown(item)}' is not NAME=VALUE (e.g. fsdp=1024,tp=8)")
         name, value = (s.strip() for s in item.split("=", 1))
-        if name not in LAYOUT_KEYS:
-            raise InvalidArgumentError(f"{field}: unknown degree '{name}'{did_you_mean(name, LAYOUT_KEYS)}; "
-                                       f"known: {', '.join(LAYOUT_KEYS)}")
-        out[name] = parse_int(value, f"{field} {name}")
+        _degree_name(name, field)
+        number = parse_int(value, f"{field} {name}")
+        if name in out:
+            raise InvalidArgumentError(f"{field}: {name} given twice ({out[name]}, {number})")
+        out[name] = number
     return out
 
 
 def parse_choices(text: str, field: str = "--choices") -> dict[str, tuple[int, ...]]:
-    """'tp=8,16,32;pp=1,2' or 'tp=8,16,32,pp=1' -> {'tp': (8, 16, 32), 'pp': (1,)}."""
+    """'tp=8,16,32;pp=1,2' or 'tp=8,16,32,pp=1' -> {'tp': (8, 16, 32), 'pp': (1,)}; a degree named twice is refused."""
     out: dict[str, list[int]] = {}
     current = None
     for item in filter(None, (s.strip() for s in text.replace(";", ",").split(","))):
         if "=" in item:
             name, value = (s.strip() for s in item.split("=", 1))
-            if name not in LAYOUT_KEYS:
-                raise InvalidArgumentError(f"{field}: unknown degree '{name}'{did_you_mean(name, LAYOUT_KEYS)}")
+            _degree_name(name, field)
+            if name in out:
+                raise InvalidArgumentError(f"{field}: {name} given twice")
             current = name
-            out.setdefault(name, [])
+            out[name] = []
         elif current is None:
-            raise InvalidArgumentError(f"{field}: '{item}' must follow NAME= (e.g. tp=8,16,32)")
+            raise InvalidArgumentError(f"{field}: '{_shown(item)}' must follow NAME= (e.g. tp=8,16,32)")
         else:
             value = item
-        out[current].append(parse_int(value, f"{field} {current}"))
+        number = parse_int(value, f"{field} {current}")
+        if number not in out[current]:
+            out[current].append(number)
+    if not out:
+        raise InvalidArgumentError(f"{field}: no degree given (e.g. 'tp=8,16,32;pp=1,2')")
     return {k: tuple(v) for k, v in out.items()}
 
 
-def parse_names(text: str, allowed: tuple[str, ...], field: str) -> tuple[str, ...]:
-    names = tuple(filter(None, (s.strip() for s in text.split(","))))
+def parse_names(text: str, allowed: tuple[str, ...], field: str, noun: str = "name") -> tuple[str, ...]:
+    """'none,full' -> ('none', 'full'): each name known, at least one, repeats kept once."""
+    names = tuple(dict.fromkeys(filter(None, (s.strip() for s in text.split(",")))))
+    if not names:
+        raise InvalidArgumentError(f"{field}: no {noun} given (known: {', '.join(allowed)})")
     for name in names:
         if name not in allowed:
-            raise InvalidArgumentError(f"{field}: unknown name '{name}'{did_you_mean(name, allowed)}; "
+            raise InvalidArgumentError(f"{field}: unknown {noun} '{_shown(name)}'{did_you_mean(name, allowed)}; "
                                        f"known: {', '.join(allowed)}")
     return names
 
 
 def parse_axes(text: str, field: str = "--axes") -> tuple[tuple[str, tuple[tuple[str, int], ...]], ...]:
     """'tp=z:8;fsdp=z:4,y:16,x:16' -> (('tp', (('z', 8),)), ('fsdp', (('z', 4), ('y', 16), ('x', 16))))."""
-    out = []
+    out: dict[str, tuple[tuple[str, int], ...]] = {}
     for group in filter(None, (s.strip() for s in text.split(";"))):
         if "=" not in group:
-            raise InvalidArgumentError(f"{field}: '{group}' is not DEGREE=AXIS:FACTOR,... (e.g. tp=z:8;fsdp=x:16)")
+            raise InvalidArgumentError(f"{field}: '{_shown(group)}' is not DEGREE=AXIS:FACTOR,... "
+                                       f"(e.g. tp=z:8;fsdp=x:16)")
         name, spec = (s.strip() for s in group.split("=", 1))
-        if name not in LAYOUT_KEYS:
-            raise InvalidArgumentError(f"{field}: unknown degree '{name}'{did_you_mean(name, LAYOUT_KEYS)}")
-        parts = []
+        _degree_name(name, field)
+        if name in out:
+            raise InvalidArgumentError(f"{field}: {name} given twice")
+        parts: list[tuple[str, int]] = []
         for piece in filter(None, (s.strip() for s in spec.split(","))):
             if ":" not in piece:
-                raise InvalidArgumentError(f"{field}: '{piece}' is not AXIS:FACTOR")
-            axis, factor = piece.split(":", 1)
-            parts.append((axis.strip(), parse_int(factor, f"{field} {name} {axis}")))
-        out.append((name, tuple(parts)))
-    return tuple(out)
+                raise InvalidArgumentError(f"{field}: '{_shown(piece)}' is not AXIS:FACTOR")
+            axis, factor = (s.strip() for s in piece.split(":", 1))
+            if not axis:
+                raise InvalidArgumentError(f"{field}: '{_shown(piece)}' names no axis")
+            if any(axis == seen for seen, _ in parts):
+                raise InvalidArgumentError(f"{field}: {name} is placed on axis '{_shown(axis)}' twice")
+            parts.append((axis, parse_int(factor, f"{field} {name} {_shown(axis)}")))
+        out[name] = tuple(parts)
+    return tuple(out.items())

@@ -16,6 +16,8 @@ from __future__ import annotations
 import itertools
 import math
 
+import numpy as np
+
 from layoutsearch.core.errors import InvalidLayoutError
 from layoutsearch.core.specs import Cluster, Layout, Placements
 
@@ -36,22 +38,41 @@ def axis_orders(cluster: Cluster) -> list[Order]:
     return orders
 
 
-def placement_for_order(cluster: Cluster, degrees: dict[str, int], order: Order) -> Placements | None:
-    """Fill the axes in ``order`` with the degrees in nesting order; None when a degree does not fit."""
-    room = {a.name: a.size for a in cluster.axes}
-    out = []
-    for name in NESTING_ORDER:
-        need, placed = degrees.get(name, 1), []
+def fill_order(cluster: Cluster, degrees: dict[str, np.ndarray], order: Order) -> tuple[np.ndarray, np.ndarray]:
+    """Fill the axes in ``order`` with the degrees in nesting order, for many degree tuples at
+    once: each degree takes gcd(what it still needs, what the axis has left) from each axis.
+
+    Returns the factor tables [rows, axis (cluster order), degree (NESTING_ORDER)] and whether
+    every degree was placed whole.
+    """
+    rows = len(next(iter(degrees.values())))
+    index = {a.name: i for i, a in enumerate(cluster.axes)}
+    room = np.tile(np.array([a.size for a in cluster.axes], dtype=np.int64), (rows, 1))
+    table = np.ones((rows, len(cluster.axes), len(NESTING_ORDER)), dtype=np.int64)
+    ok = np.ones(rows, dtype=bool)
+    for j, name in enumerate(NESTING_ORDER):
+        need = np.asarray(degrees.get(name, np.ones(rows, dtype=np.int64)), dtype=np.int64).copy()
         for axis in order:
-            f = math.gcd(need, room[axis])
-            if f > 1:
-                placed.append((axis, f))
-                room[axis] //= f
-                need //= f
-        if need != 1:
-            return None
+            a = index[axis]
+            f = np.gcd(need, room[:, a])
+            table[:, a, j] = f
+            room[:, a] //= f
+            need //= f
+        ok &= need == 1
+    return table, ok
+
+
+def placement_for_order(cluster: Cluster, degrees: dict[str, int], order: Order) -> Placements | None:
+    """``fill_order`` for one degree tuple, as a placement; None when a degree does not fit."""
+    table, ok = fill_order(cluster, {k: np.array([v]) for k, v in degrees.items()}, order)
+    if not ok[0]:
+        return None
+    index = {a.name: i for i, a in enumerate(cluster.axes)}
+    out = []
+    for j, name in enumerate(NESTING_ORDER):
+        placed = tuple((axis, int(table[0, index[axis], j])) for axis in order if table[0, index[axis], j] > 1)
         if placed:
-            out.append((name, tuple(placed)))
+            out.append((name, placed))
     return tuple(out)
 
 

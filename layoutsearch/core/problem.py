@@ -14,30 +14,30 @@ import hashlib
 import json
 import platform
 from dataclasses import asdict, dataclass, field, fields, replace
-from importlib import metadata
-from typing import Any
+from typing import Annotated, Any
 
 import numpy as np
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictFloat, StrictInt, StrictStr, ValidationError
 
+from layoutsearch import __version__
 from layoutsearch.core.catalogue import load_model, model_from_dict
 from layoutsearch.core.errors import InvalidArgumentError
 from layoutsearch.core.specs import (
-    DEGREE_NAMES, RECOMPUTE_POLICIES, Cluster, Layout, Method, ModelSpec, Objective, Workload,
+    DEGREE_NAMES, RECOMPUTE_POLICIES, Cluster, Layout, Method, ModelSpec, Objective, Schedule, Workload,
 )
 from layoutsearch.core.topology import resolve_cluster
-from layoutsearch.core.units import MAX_DEVICES, MAX_GLOBAL_BATCH_SEQS, MAX_SEQ_LEN
+from layoutsearch.core.units import (
+    MAX_DEVICES, MAX_GLOBAL_BATCH_SEQS, MAX_SEQ_LEN, MAX_TRAINING_TOKENS, MAX_VIRTUAL_STAGES_RECORD,
+)
 
 ZERO_STAGES = (0, 1, 2, 3)
+SCHEDULES = tuple(s.value for s in Schedule)
 MAX_VIRTUAL_STAGES = 8
 
 
 def version() -> str:
-    """The installed layoutsearch version ('0+unknown' from a source tree without install)."""
-    try:
-        return metadata.version("layoutsearch")
-    except metadata.PackageNotFoundError:
-        return "0+unknown"
+    """The layoutsearch version (``layoutsearch.__version__``, which the package metadata reads)."""
+    return __version__
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -57,6 +57,7 @@ class Problem:
     @classmethod
     def build(cls, model: str | ModelSpec, cluster: str | Cluster, workload: Workload) -> "Problem":
         """From catalogue ids or paths (as the CLI takes them) or resolved objects."""
+        check_workload(workload)
         spec = load_model(model) if isinstance(model, str) else model
         clus = resolve_cluster(cluster) if isinstance(cluster, str) else cluster
         return cls(model_id=model if isinstance(model, str) else spec.name, model=spec,
@@ -93,6 +94,37 @@ class Problem:
             model = load_model(rec.model)
         return cls(model_id=rec.model, model=model, cluster_name=rec.cluster, cluster=resolve_cluster(rec.cluster),
                    workload=workload)
+
+
+def check_workload(workload: Workload, where: str = "") -> None:
+    """The batch, sequence length and token count within the bounds everything downstream assumes."""
+    for name, value, top, option in (("global_batch_seqs", workload.global_batch_seqs, MAX_GLOBAL_BATCH_SEQS, "--seqs"),
+                                     ("seq_len", workload.seq_len, MAX_SEQ_LEN, "--seq-len")):
+        if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= top:
+            raise InvalidArgumentError(f"{where or option}{'.' + name if where else ''}: {value!r:.40} is not a "
+                                       f"whole number in 1..{top}")
+    tokens = workload.training_tokens
+    if tokens is not None and not (isinstance(tokens, (int, float)) and 0 < tokens <= MAX_TRAINING_TOKENS):
+        raise InvalidArgumentError(f"{where or '--tokens'}{'.training_tokens' if where else ''}: {tokens!r:.40} is not "
+                                   f"a number of tokens in (0, {MAX_TRAINING_TOKENS:g}]")
+
+
+class HasProblem:
+    """Shortcuts for the results that hold a ``problem`` (Estimate, Space, ExportContext)."""
+
+    problem: Problem
+
+    @property
+    def model(self) -> ModelSpec:
+        return self.problem.model
+
+    @property
+    def workload(self) -> Workload:
+        return self.problem.workload
+
+    @property
+    def cluster(self) -> Cluster:
+        return self.problem.cluster
 
 
 def model_hash(model: ModelSpec) -> str:
@@ -152,46 +184,55 @@ class _Record(BaseModel):
 PositiveCount = Field(ge=1, le=MAX_DEVICES)
 
 
+FiniteNumber = Annotated[StrictFloat, Field(allow_inf_nan=False)]  # an int is accepted too
+
+
 class WorkloadRecord(_Record):
-    weight_bytes_per_param: int = Field(ge=1, le=8)
-    master_bytes_per_param: int = Field(ge=0, le=8)
-    grad_bytes_per_param: int = Field(ge=1, le=8)
-    optimizer_bytes_per_param: int = Field(ge=0, le=16)
-    activation_bytes: int = Field(ge=1, le=8)
-    causal: bool = True
-    flash_attention: bool = True
-    tp_comm_overlap: bool = False
-    fsdp_collectives_per_layer: int = Field(default=1, ge=1, le=64)
-    training_tokens: float | None = Field(default=None, gt=0, le=1e18)
-    precision: str = "bf16"
+    weight_bytes_per_param: StrictInt = Field(ge=1, le=8)
+    master_bytes_per_param: StrictInt = Field(ge=0, le=8)
+    grad_bytes_per_param: StrictInt = Field(ge=1, le=8)
+    optimizer_bytes_per_param: StrictInt = Field(ge=0, le=16)
+    activation_bytes: StrictInt = Field(ge=1, le=8)
+    causal: StrictBool = True
+    flash_attention: StrictBool = True
+    tp_comm_overlap: StrictBool = False
+    fsdp_collectives_per_layer: StrictInt = Field(default=1, ge=1, le=64)
+    training_tokens: FiniteNumber | None = Field(default=None, gt=0, le=MAX_TRAINING_TOKENS)
+    precision: StrictStr = Field(default="bf16", max_length=64)
 
 
 class ProblemRecord(_Record):
-    model: str = Field(min_length=1, max_length=4096)
+    model: StrictStr = Field(min_length=1, max_length=4096)
     model_spec: dict | None = None
-    cluster: str = Field(min_length=1, max_length=256)
-    global_batch_seqs: int = Field(ge=1, le=MAX_GLOBAL_BATCH_SEQS)
-    seq_len: int = Field(ge=1, le=MAX_SEQ_LEN)
+    cluster: StrictStr = Field(min_length=1, max_length=256)
+    global_batch_seqs: StrictInt = Field(ge=1, le=MAX_GLOBAL_BATCH_SEQS)
+    seq_len: StrictInt = Field(ge=1, le=MAX_SEQ_LEN)
     workload: WorkloadRecord | None = None
 
 
 class DegreesRecord(_Record):
-    dp: int = PositiveCount
-    fsdp: int = PositiveCount
-    tp: int = PositiveCount
-    pp: int = PositiveCount
-    cp: int = PositiveCount
+    dp: StrictInt = PositiveCount
+    fsdp: StrictInt = PositiveCount
+    tp: StrictInt = PositiveCount
+    pp: StrictInt = PositiveCount
+    cp: StrictInt = PositiveCount
 
 
 class LayoutRecord(_Record):
+    rank: StrictInt | None = Field(default=None, ge=1, le=MAX_DEVICES)
     degrees: DegreesRecord
-    zero_stage: int = Field(ge=0, le=3)
-    virtual_stages: int = Field(default=1, ge=1, le=1024)
-    num_microbatches: int = Field(ge=1, le=MAX_GLOBAL_BATCH_SEQS)
-    recompute: str
-    sequence_parallel: bool = True
-    schedule: str | None = None
-    axes: dict[str, list[tuple[str, int]]] | None = None
+    zero_stage: StrictInt = Field(ge=0, le=3)
+    virtual_stages: StrictInt = Field(default=1, ge=1, le=MAX_VIRTUAL_STAGES_RECORD)
+    num_microbatches: StrictInt = Field(ge=1, le=MAX_GLOBAL_BATCH_SEQS)
+    recompute: StrictStr
+    sequence_parallel: StrictBool = True
+    schedule: StrictStr | None = None
+    axes: dict[StrictStr, list[tuple[StrictStr, Annotated[StrictInt, Field(ge=1, le=MAX_DEVICES)]]]] | None = None
+    # the predictions a file's header repeats (absent in hand-written records)
+    memory_bytes: dict[StrictStr, FiniteNumber] | None = None
+    time_s: dict[StrictStr, FiniteNumber] | None = None
+    mfu: FiniteNumber | None = None
+    fits: StrictBool | None = None
 
 
 def validate_record(data: Any, schema: type[BaseModel], where: str):
@@ -204,7 +245,7 @@ def validate_record(data: Any, schema: type[BaseModel], where: str):
         err = exc.errors()[0]
         loc = ".".join(str(p) for p in err["loc"]) or "(top)"
         value = err.get("input")
-        shown = "" if isinstance(value, dict) else f" (got {value!r:.80})"
+        shown = "" if isinstance(value, (dict, list)) else f" (got {value!r:.80})"
         raise InvalidArgumentError(f"{where}.{loc}: {err['msg']}{shown}") from None
 
 
@@ -212,7 +253,9 @@ def layout_from_record(record: Any, where: str = "layout") -> Layout:
     """Rebuild a Layout from a layout record (OUTPUT.md), validated field by field."""
     rec = validate_record(record, LayoutRecord, where)
     if rec.recompute not in RECOMPUTE_POLICIES:
-        raise InvalidArgumentError(f"{where}.recompute: '{rec.recompute}' is not one of {', '.join(RECOMPUTE_POLICIES)}")
+        raise InvalidArgumentError(f"{where}.recompute: '{rec.recompute:.80}' is not one of {', '.join(RECOMPUTE_POLICIES)}")
+    if rec.schedule is not None and rec.schedule not in SCHEDULES:
+        raise InvalidArgumentError(f"{where}.schedule: '{rec.schedule:.80}' is not one of {', '.join(SCHEDULES)}")
     degrees = rec.degrees.model_dump()
     schedule = rec.schedule or ("interleaved" if rec.virtual_stages > 1 else "1f1b")
     axes = tuple((name, tuple((str(a), int(f)) for a, f in placed)) for name, placed in rec.axes.items()

@@ -38,50 +38,100 @@ class SpanPart:
 Span = tuple[SpanPart, ...]
 
 
+@dataclass(frozen=True)
+class Spans:
+    """The extents of one group on each axis of ``axes``, for many rows at once (a search's
+    candidates, or one layout): ``factor`` members, ``stride`` devices apart, int arrays
+    [rows, axes] (factor 1 where the group does not span an axis). The array form of ``Span``."""
+
+    axes: tuple[Axis, ...]
+    factor: np.ndarray
+    stride: np.ndarray
+
+    @classmethod
+    def of(cls, span: Span) -> "Spans":
+        return cls(axes=tuple(p.axis for p in span), factor=np.array([[p.factor for p in span]], dtype=np.int64),
+                   stride=np.array([[p.stride for p in span]], dtype=np.int64))
+
+
+def spans_from_factors(axes: tuple[Axis, ...], table: np.ndarray, degrees: tuple[str, ...]) -> Spans:
+    """The group of ``degrees`` from a factor table [rows, axes, degree in NESTING_ORDER]: on each
+    axis its factor is the product of its degrees' factors, its stride the product of the factors
+    of the degrees nested inside it up to the first of its own."""
+    rows = table.shape[0]
+    factor = np.ones((rows, len(axes)), dtype=np.int64)
+    stride = np.ones_like(factor)
+    found = np.zeros(factor.shape, dtype=bool)
+    for i, name in enumerate(NESTING_ORDER):
+        f = table[:, :, i]
+        if name in degrees:
+            factor = factor * f
+            found |= f > 1
+        else:
+            stride = np.where(found, stride, stride * f)
+    return Spans(axes=axes, factor=factor, stride=np.where(factor > 1, stride, 1))
+
+
 def group_span(cluster: Cluster, layout: Layout, degrees: tuple[str, ...]) -> Span:
     """The parts of the physical axes spanned by the group of ``degrees`` (e.g. ('fsdp', 'cp'))."""
-    placed = {name: dict(p) for name, p in layout.axes}
-    parts = []
-    for axis in cluster.axes:
-        stride, factor, found_stride = 1, 1, None
-        for name in NESTING_ORDER:
-            f = placed.get(name, {}).get(axis.name, 1)
-            if name in degrees and f > 1:
-                factor *= f
-                found_stride = stride if found_stride is None else found_stride
-            elif found_stride is None:
-                stride *= f
-        if factor > 1:
-            parts.append(SpanPart(axis=axis, factor=factor, stride=found_stride))
-    return tuple(parts)
+    s = spans_from_factors(cluster.axes, factor_table(cluster, layout.axes)[None], degrees)
+    return tuple(SpanPart(axis=a, factor=int(f), stride=int(st))
+                 for a, f, st in zip(s.axes, s.factor[0], s.stride[0]) if f > 1)
+
+
+def factor_table(cluster: Cluster, axes) -> np.ndarray:
+    """[axis, degree in NESTING_ORDER]: the factor of each degree on each axis of a placement."""
+    placed = {name: dict(p) for name, p in axes or ()}
+    return np.array([[placed.get(name, {}).get(axis.name, 1) for name in NESTING_ORDER] for axis in cluster.axes],
+                    dtype=np.int64).reshape(len(cluster.axes), len(NESTING_ORDER))
 
 
 def span_size(span: Span) -> int:
     return math.prod(p.factor for p in span)
 
 
-def ring_bandwidth(part: SpanPart) -> float:
-    """Bytes/s one member moves along this part of a ring (both directions when it wraps)."""
-    axis = part.axis
-    if axis.kind != "torus":
-        return axis.bytes_per_s_per_direction * axis.efficiency
-    wraps = axis.wraparound and part.factor * part.stride == axis.size and part.factor > 2
-    return axis.bytes_per_s_per_direction * (2.0 if wraps else 1.0) / part.stride * axis.efficiency
+def _axis_constants(axes: tuple[Axis, ...]) -> dict[str, np.ndarray]:
+    return {"torus": np.array([a.kind == "torus" for a in axes], dtype=bool),
+            "level": np.array([LEVEL_OF_KIND[a.kind] for a in axes], dtype=np.int64),
+            "size": np.array([a.size for a in axes], dtype=np.int64),
+            "wrap": np.array([a.wraparound for a in axes], dtype=bool),
+            "bw": np.array([a.bytes_per_s_per_direction * a.efficiency for a in axes], dtype=np.float64),
+            "latency": np.array([a.latency_s for a in axes], dtype=np.float64)}
 
 
-def ring_latency(part: SpanPart) -> float:
-    """Per-hop latency times the steps of a ring over this part (half with wraparound)."""
-    axis = part.axis
-    wraps = axis.kind == "torus" and axis.wraparound and part.factor * part.stride == axis.size
-    steps = part.factor // 2 if wraps else part.factor - 1
-    return steps * axis.latency_s
+def ring_bandwidth(s: Spans) -> np.ndarray:
+    """Bytes/s one member moves along each axis of a ring (both directions when it closes
+    through a torus axis's wraparound: the group reaches the whole axis with more than 2
+    members; interleaved groups share the links between them, each gets 1/stride)."""
+    c = _axis_constants(s.axes)
+    wraps = c["torus"] & c["wrap"] & (s.factor * s.stride == c["size"]) & (s.factor > 2)
+    return np.where(c["torus"], c["bw"] * np.where(wraps, 2.0, 1.0) / s.stride, c["bw"])
 
 
-def message_efficiency(bytes_per_member, half_efficiency_bytes: float):
-    """Achieved fraction of bandwidth for a message: x / (x + x_half) (small messages are slow)."""
-    if half_efficiency_bytes <= 0:
-        return 1.0
-    return bytes_per_member / (bytes_per_member + half_efficiency_bytes)
+def _levels(s: Spans):
+    """Per network level (ICI/NVLink, then DCN/scale-out): (members, seconds per byte of an
+    AllGather at that level, whether a torus axis is in it), arrays over rows."""
+    c, bw, inner = _axis_constants(s.axes), ring_bandwidth(s), np.ones(s.factor.shape[0])
+    for level in (0, 1):
+        on = (c["level"] == level)[None, :] & (s.factor > 1)
+        n_l = np.where(on, s.factor, 1).prod(axis=1)
+        total_bw = np.where(on, bw, 0.0).sum(axis=1)
+        per_byte = np.where(n_l > 1, (n_l - 1) / n_l / (inner * np.where(total_bw > 0, total_bw, 1.0)), 0.0)
+        yield n_l, per_byte, (on & c["torus"][None, :]).any(axis=1)
+        inner = inner * n_l
+
+
+def span_latency(s: Spans) -> np.ndarray:
+    """Latency of one ring collective: per-axis hops on a torus (the axes run in parallel, half
+    the hops with wraparound); on switched networks NCCL's ring passes every member, n - 1
+    steps at the slowest link's latency."""
+    c, on = _axis_constants(s.axes), s.factor > 1
+    wraps = c["torus"] & c["wrap"] & (s.factor * s.stride == c["size"])
+    steps = np.where(wraps, s.factor // 2, s.factor - 1)
+    torus = np.where(on & c["torus"], steps * c["latency"], 0.0).sum(axis=1)
+    other = on & ~c["torus"]
+    members = np.where(other, s.factor, 1).prod(axis=1)
+    return torus + (members - 1) * np.where(other, c["latency"], 0.0).max(axis=1, initial=0.0)
 
 
 @dataclass(frozen=True, slots=True)
@@ -90,45 +140,57 @@ class RingCoefficients:
 
     With the message efficiency x / (x + h) on the per-member chunk x = A/n, the time at
     level l is A (n_l - 1) / (n_l inner_l W_l eff) = (A + h n) c_l, so an AllGather takes
-    (A + h n) max_l c_l + latency: ``seconds_per_byte`` is max_l c_l.
+    (A + h n) max_l c_l + latency: ``seconds_per_byte`` is max_l c_l. Numbers, or arrays
+    with one entry per row.
     """
 
     members: int
     seconds_per_byte: float
     latency_s: float
 
+    def row(self, i: int = 0) -> "RingCoefficients":
+        return RingCoefficients(members=int(self.members[i]), seconds_per_byte=float(self.seconds_per_byte[i]),
+                                latency_s=float(self.latency_s[i]))
 
-def _levels(span: Span):
-    """Per network level (ICI/NVLink, then DCN/scale-out): (members, seconds per byte of an
-    AllGather at that level, whether it is a torus)."""
-    inner = 1
-    for level in (0, 1):
-        parts = [p for p in span if LEVEL_OF_KIND[p.axis.kind] == level]
-        if parts:
-            n_l = math.prod(p.factor for p in parts)
-            yield n_l, (n_l - 1) / n_l / (inner * sum(ring_bandwidth(p) for p in parts)), \
-                any(p.axis.kind == "torus" for p in parts)
-            inner *= n_l
+
+def ring_coefficients_of(s: Spans) -> RingCoefficients:
+    """AllGather coefficients of every row's group: the slowest level's seconds per byte."""
+    members = s.factor.prod(axis=1)
+    per_byte = np.max(np.stack([c for _, c, _ in _levels(s)]), axis=0)
+    active = members > 1
+    return RingCoefficients(members=members, seconds_per_byte=np.where(active, per_byte, 0.0),
+                            latency_s=np.where(active, span_latency(s), 0.0))
+
+
+def send_coefficients_of(s: Spans) -> RingCoefficients:
+    """Point-to-point to the neighbour along the innermost spanned axis (pipeline sends)."""
+    c = _axis_constants(s.axes)
+    on = s.factor > 1
+    first = np.argmax(on, axis=1)
+    rows = np.arange(len(first))
+    link = c["bw"][first] / np.where(c["torus"][first], s.stride[rows, first], 1)
+    active = on.any(axis=1)
+    return RingCoefficients(members=np.where(active, 2, 1), seconds_per_byte=np.where(active, 1.0 / link, 0.0),
+                            latency_s=np.where(active, c["latency"][first], 0.0))
+
+
+def replica_spans(s: Spans, replicas: np.ndarray) -> Spans:
+    """The innermost ``replicas`` members of each row's group (e.g. the TP ranks sharing a KV head)."""
+    left = np.asarray(replicas, dtype=np.int64).copy()
+    factor = np.ones_like(s.factor)
+    for a in range(s.factor.shape[1]):
+        f = np.gcd(left, s.factor[:, a])
+        factor[:, a] = f
+        left //= f
+    return Spans(axes=s.axes, factor=factor, stride=np.where(factor > 1, s.stride, 1))
 
 
 @lru_cache(maxsize=65536)
 def ring_coefficients(span: Span) -> RingCoefficients:
-    """Reduce a span to its AllGather coefficients: the slowest level's seconds per byte."""
-    n = span_size(span)
-    if n <= 1:
+    """``ring_coefficients_of`` for one span."""
+    if not span:
         return RingCoefficients(members=1, seconds_per_byte=0.0, latency_s=0.0)
-    return RingCoefficients(members=n, seconds_per_byte=max(c for _, c, _ in _levels(span)),
-                            latency_s=span_latency(span))
-
-
-def span_latency(span: Span) -> float:
-    """Latency of one ring collective: per-axis hops on a torus (the axes run in parallel); on
-    switched networks NCCL's ring passes every member, n - 1 steps at the slowest link's latency."""
-    torus = sum(ring_latency(p) for p in span if p.axis.kind == "torus")
-    other = [p for p in span if p.axis.kind != "torus"]
-    if not other:
-        return torus
-    return torus + (math.prod(p.factor for p in other) - 1) * max(p.axis.latency_s for p in other)
+    return ring_coefficients_of(Spans.of(span)).row()
 
 
 def ring_time(array_bytes, coeffs: RingCoefficients, half_efficiency_bytes: float = 0.0):
@@ -159,18 +221,16 @@ def all_to_all_time(array_bytes, span: Span, half_efficiency_bytes: float = 0.0)
     n = span_size(span)
     if n <= 1:
         return 0.0 * array_bytes
-    per_byte = max(c / 4.0 if torus else c / n_l for n_l, c, torus in _levels(span))
-    return (array_bytes + half_efficiency_bytes * n) * per_byte + span_latency(span)
+    s = Spans.of(span)
+    per_byte = max(float(np.where(torus, c / 4.0, c / n_l)[0]) for n_l, c, torus in _levels(s) if n_l[0] > 1)
+    return (array_bytes + half_efficiency_bytes * n) * per_byte + float(span_latency(s)[0])
 
 
 def send_coefficients(span: Span) -> RingCoefficients:
-    """Point-to-point to the neighbour along the innermost spanned axis, as (seconds per byte, latency)."""
+    """``send_coefficients_of`` for one span."""
     if not span:
         return RingCoefficients(members=1, seconds_per_byte=0.0, latency_s=0.0)
-    part = span[0]
-    axis = part.axis
-    link = axis.bytes_per_s_per_direction * axis.efficiency / (part.stride if axis.kind == "torus" else 1)
-    return RingCoefficients(members=2, seconds_per_byte=1.0 / link, latency_s=axis.latency_s)
+    return send_coefficients_of(Spans.of(span)).row()
 
 
 def send_time(array_bytes, span: Span, half_efficiency_bytes: float = 0.0):
@@ -179,8 +239,3 @@ def send_time(array_bytes, span: Span, half_efficiency_bytes: float = 0.0):
     if not span:
         return 0.0 * array_bytes
     return (array_bytes + half_efficiency_bytes) * coeffs.seconds_per_byte + coeffs.latency_s
-
-
-def ici_bandwidth_bytes_per_s(link_bytes_per_s_per_direction: float, num_axes: int, wraparound: bool = True) -> float:
-    """W of the book: bidirectional bandwidth of a torus axis (2 x one-way link), times the axes used."""
-    return num_axes * link_bytes_per_s_per_direction * (2.0 if wraparound else 1.0)

@@ -16,15 +16,15 @@ import numpy as np
 from layoutsearch.core.check import check_layout
 from layoutsearch.core.errors import InvalidLayoutError
 from layoutsearch.core.placement import candidate_placements
-from layoutsearch.core.problem import Problem
+from layoutsearch.core.problem import HasProblem, Problem
 from layoutsearch.core.rules import Violation
-from layoutsearch.core.specs import RECOMPUTE_CODES, Layout, MfuConvention
+from layoutsearch.core.specs import RECOMPUTE_CODES, SCHEDULE_CODES, Layout, MfuConvention
 from layoutsearch.core.units import GB, SECONDS_PER_DAY
 from layoutsearch.costs import flops, params, step, terms
 
 
 @dataclass(frozen=True, kw_only=True)
-class Estimate:
+class Estimate(HasProblem):
     """Itemised result for one (problem, layout)."""
 
     problem: Problem
@@ -42,18 +42,6 @@ class Estimate:
     mfu_convention: str
     model_flops_per_step: float
     violations: list[Violation] = field(default_factory=list)
-
-    @property
-    def model(self):
-        return self.problem.model
-
-    @property
-    def workload(self):
-        return self.problem.workload
-
-    @property
-    def cluster(self):
-        return self.problem.cluster
 
     @property
     def fits(self) -> bool:
@@ -141,7 +129,7 @@ class _Keys:
 
     @classmethod
     def of(cls, problem: Problem, layout: Layout) -> "_Keys":
-        sh = terms.Shapes.of(**layout.degrees, v=layout.virtual_stages)
+        sh = terms.Shapes.of(**layout.degrees, v=layout.virtual_stages, sched=SCHEDULE_CODES[layout.schedule])
         k = np.array([layout.num_microbatches])
         return cls(sh=sh, k=k, r=np.array([RECOMPUTE_CODES[layout.recompute]]), z=np.array([layout.zero_stage]),
                    co=terms.layout_coeffs(problem.model, problem.cluster, layout),

@@ -47,20 +47,6 @@ def logits_flops_per_token(model: ModelSpec, tp: int = 1) -> float:
     return 2.0 * model.d_model * model.vocab_size / tp
 
 
-def training_flops_per_param_per_token(recompute: str) -> float:
-    """6 without rematerialisation; 8 when the forward is recomputed once (full remat)."""
-    return 2.0 * (1.0 + BACKWARD_OVER_FORWARD + RECOMPUTED_FORWARDS[recompute])
-
-
-def layer_training_flops_per_token(model: ModelSpec, seq_len: int, causal: bool, tp: int, recompute: str) -> dict[str, float]:
-    """Training FLOPs (forward + backward + recompute) per token of one layer on one TP rank."""
-    mm = matmul_flops_per_token_per_layer(model, tp)
-    attn = attention_flops_per_token_per_layer(model, seq_len, causal, tp)
-    passes = 1.0 + BACKWARD_OVER_FORWARD
-    recomputed = mm * RECOMPUTED_FORWARDS[recompute] + attn * (1.0 if recompute in ("full", "selective") else 0.0)
-    return {"matmul": mm * passes, "attention": attn * passes, "recompute": recomputed}
-
-
 def model_flops_per_token(model: ModelSpec, seq_len: int, convention: str = "model") -> float:
     """Model FLOPs per trained token for MFU (no recomputation), under a named convention.
 
@@ -82,22 +68,6 @@ MFU_CONVENTIONS = ("model", "palm", "palm-causal")
 def mfu(model_flops_per_step: float, step_time_s: float, num_devices: int, peak_flops_per_s: float) -> float:
     """Model FLOPs utilisation: model FLOPs per step / (step time x devices x peak FLOP/s)."""
     return model_flops_per_step / (step_time_s * num_devices * peak_flops_per_s)
-
-
-def attention_crossover_seq_len(model: ModelSpec, causal: bool = False) -> float:
-    """Sequence length at which attention FLOPs equal matmul FLOPs per token (book: T = 8D)."""
-    per_key = attention_flops_per_token_per_layer(model, 1, False)  # FLOPs per token per key
-    return matmul_flops_per_token_per_layer(model) / per_key * (2.0 if causal else 1.0)
-
-
-def training_flops_total(params: float, tokens: float) -> float:
-    """6 P N_tok: total training FLOPs of dense matmuls (design notes section 5)."""
-    return 6.0 * params * tokens
-
-
-def calendar_days(total_flops: float, effective_flops_per_s: float) -> float:
-    """Days of training at an effective model throughput (FLOP/s counted the same way)."""
-    return total_flops / effective_flops_per_s / 86400.0
 
 
 def elementwise_bytes_per_token_per_layer(model: ModelSpec, tp: int, sequence_parallel: bool, activation_bytes: int,

@@ -47,18 +47,6 @@ def kept_by_policy(tensor: str, policy: str) -> bool:
     return policy == "none" or tensor not in RECOMPUTED_BY_SELECTIVE
 
 
-def saved_tensors_per_layer(model: ModelSpec, tp: int, sequence_parallel: bool, tokens: float,
-                            activation_bytes: int, policy: str) -> dict[str, float]:
-    """Bytes each saved tensor of one layer occupies for ``tokens`` tokens, under ``policy``."""
-    widths = saved_tensor_widths(model, tp, sequence_parallel)
-    return {k: w * tokens * activation_bytes for k, w in widths.items() if kept_by_policy(k, policy)}
-
-
-def checkpoint_bytes(num_layers: int, tokens: float, d_model: int, tensors_per_layer: int, bytes_per_element: int) -> float:
-    """Logical saved activations: tensors_per_layer x [tokens, D] per layer (design notes section 5)."""
-    return num_layers * tensors_per_layer * tokens * d_model * bytes_per_element
-
-
 def state_bytes(params: float, workload: Workload, zero_stage: int, shards: int) -> dict[str, float]:
     """Model state of ``params`` parameters on one device, sharded over ``shards`` per ZeRO stage.
 
@@ -74,22 +62,3 @@ def state_bytes(params: float, workload: Workload, zero_stage: int, shards: int)
         "grads": sharded(workload.grad_bytes_per_param, 2),
         "optimizer": sharded(workload.optimizer_bytes_per_param, 1),
     }
-
-
-def fsdp_weight_bytes(layer_bytes: float, num_layers: int, shards: int, gathered_layers: int,
-                      separate_buffers: bool = True) -> float:
-    """Weight bytes on one device while ``gathered_layers`` layers are gathered in full.
-
-    With ``separate_buffers`` the gather output is a new allocation beside the kept shard
-    (PyTorch FSDP2, XLA); otherwise the full buffer includes the local shard (design notes).
-    """
-    shard = layer_bytes / shards
-    kept = num_layers if separate_buffers else num_layers - gathered_layers
-    return kept * shard + gathered_layers * layer_bytes
-
-
-def peak(moments: dict[str, dict[str, float]]) -> tuple[str, float]:
-    """The moment with the most live bytes, and that total (each moment lists each array once)."""
-    totals = {name: sum(items.values()) for name, items in moments.items()}
-    name = max(totals, key=totals.get)
-    return name, totals[name]

@@ -27,16 +27,21 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from layoutsearch.core.specs import RECOMPUTE_POLICIES, Accelerator, ModelSpec, Workload
+from layoutsearch.core.specs import RECOMPUTE_POLICIES, SCHEDULE_CODES, Accelerator, ModelSpec, Workload
 from layoutsearch.costs import flops, memory, params, pipeline
 from layoutsearch.costs.comms import (
-    RingCoefficients, SpanPart, group_span, ring_coefficients, ring_time, send_coefficients,
+    RingCoefficients, factor_table, replica_spans, ring_coefficients_of, ring_time, send_coefficients_of,
+    spans_from_factors,
 )
+
+
+SHAPE_KEYS = ("dp", "fsdp", "tp", "pp", "cp", "v")
 
 
 @dataclass(frozen=True)
 class Shapes:
-    """Parallel degrees and virtual stages, as int64 arrays of equal length."""
+    """Parallel degrees, virtual stages and the pipeline schedule (SCHEDULE_CODES), as int64
+    arrays of equal length; ``sched`` defaults to what v implies (1f1b, or interleaved above 1)."""
 
     dp: np.ndarray
     fsdp: np.ndarray
@@ -44,14 +49,21 @@ class Shapes:
     pp: np.ndarray
     cp: np.ndarray
     v: np.ndarray
+    sched: np.ndarray = None
+
+    def __post_init__(self):
+        if self.sched is None:
+            implied = np.where(self.v > 1, SCHEDULE_CODES["interleaved"], SCHEDULE_CODES["1f1b"])
+            object.__setattr__(self, "sched", implied.astype(np.int64))
 
     @classmethod
     def of(cls, **degrees) -> "Shapes":
-        return cls(**{k: np.atleast_1d(np.asarray(degrees.get(k, 1), dtype=np.int64)) for k in
-                      ("dp", "fsdp", "tp", "pp", "cp", "v")})
+        arrays = {k: np.atleast_1d(np.asarray(degrees.get(k, 1), dtype=np.int64)) for k in SHAPE_KEYS}
+        sched = degrees.get("sched")
+        return cls(**arrays, sched=None if sched is None else np.atleast_1d(np.asarray(sched, dtype=np.int64)))
 
     def take(self, index) -> "Shapes":
-        return Shapes(**{k: getattr(self, k)[index] for k in ("dp", "fsdp", "tp", "pp", "cp", "v")})
+        return Shapes(**{k: getattr(self, k)[index] for k in (*SHAPE_KEYS, "sched")})
 
     @property
     def units(self):
@@ -295,7 +307,7 @@ def memory_by_microbatch(model: ModelSpec, workload: Workload, sh: Shapes, k, r,
     per_token = {code: sum(_f(widths[n]) for n in names) for code, names in kept.items()}
     saved = np.select([r == 0, r == 1], [per_token[0], per_token[1]], per_token[2]) * m * act_b
     stage = 0 if first else sh.pp - 1
-    in_flight = pipeline.microbatches_in_flight_array(sh.pp, stage, k, sh.v)
+    in_flight = pipeline.microbatches_in_flight_array(sh.pp, stage, k, sh.v, sh.sched == SCHEDULE_CODES["gpipe"])
     recomputed = np.select([r == 0, r == 1], [0.0 * m, per_token[0] - per_token[1]], per_token[0] - per_token[2]) * m * act_b
     logits = _f(last) * m * model.vocab_size / sh.tp * 4.0  # fp32 logits of one microbatch
     return {
@@ -319,39 +331,34 @@ def _group(key: str) -> str:
 
 
 # ----------------------------------------------------------------------------- placement -> coefficients
-def replica_span(tp_span, replicas: int):
-    """The innermost ``replicas`` members of the TP group: the ranks sharing one KV head."""
-    out, left = [], replicas
-    for part in tp_span:
-        f = math.gcd(left, part.factor)
-        if f > 1:
-            out.append(SpanPart(axis=part.axis, factor=f, stride=part.stride))
-        left //= f
-        if left == 1:
-            break
-    return tuple(out)
+def coeffs_of(cluster, table: np.ndarray, kv_replicas) -> Coeffs:
+    """Ring coefficients of every communication group, for factor tables [rows, axes, degree]
+    (``placement.fill_order``), with ``kv_replicas`` the TP ranks sharing one KV head per row."""
+    def group(*degrees):
+        return spans_from_factors(cluster.axes, table, degrees)
 
-
-def layout_coeffs(model: ModelSpec, cluster, layout) -> Coeffs:
-    """Ring coefficients of every group of a placed layout (its ``axes`` must be set)."""
-    tp_span = group_span(cluster, layout, ("tp",))
+    tp = group("tp")
     return Coeffs(
-        tp=ring_coefficients(tp_span),
-        cp=ring_coefficients(group_span(cluster, layout, ("cp",))),
-        shard=ring_coefficients(group_span(cluster, layout, ("fsdp", "cp"))),
-        dp=ring_coefficients(group_span(cluster, layout, ("dp",))),
-        dp_zero0=ring_coefficients(group_span(cluster, layout, ("dp", "fsdp", "cp"))),
-        kv=ring_coefficients(replica_span(tp_span, params.kv_replication(model, layout.tp))),
-        pp=send_coefficients(group_span(cluster, layout, ("pp",))),
+        tp=ring_coefficients_of(tp), cp=ring_coefficients_of(group("cp")),
+        shard=ring_coefficients_of(group("fsdp", "cp")), dp=ring_coefficients_of(group("dp")),
+        dp_zero0=ring_coefficients_of(group("dp", "fsdp", "cp")),
+        kv=ring_coefficients_of(replica_spans(tp, np.broadcast_to(kv_replicas, (table.shape[0],)))),
+        pp=send_coefficients_of(group("pp")),
     )
 
 
-def stack_coeffs(rows: list[Coeffs]) -> Coeffs:
-    """One Coeffs whose RingCoefficients hold arrays, one entry per row."""
+def layout_coeffs(model: ModelSpec, cluster, layout) -> Coeffs:
+    """Ring coefficients of every group of a placed layout (arrays of one row)."""
+    return coeffs_of(cluster, factor_table(cluster, layout.axes)[None], params.kv_replication(model, layout.tp))
+
+
+COEFF_GROUPS = ("tp", "cp", "shard", "dp", "dp_zero0", "kv", "pp")
+
+
+def interleave_coeffs(per_order: list[Coeffs]) -> Coeffs:
+    """One Coeffs over (row, order) pairs, index row x len(per_order) + order."""
     def stack(name):
-        items = [getattr(r, name) for r in rows]
-        return RingCoefficients(
-            members=np.array([c.members for c in items], dtype=np.int64),
-            seconds_per_byte=np.array([c.seconds_per_byte for c in items]),
-            latency_s=np.array([c.latency_s for c in items]))
-    return Coeffs(**{name: stack(name) for name in ("tp", "cp", "shard", "dp", "dp_zero0", "kv", "pp")})
+        items = [getattr(c, name) for c in per_order]
+        return RingCoefficients(**{f: np.stack([getattr(c, f) for c in items], axis=1).reshape(-1)
+                                   for f in ("members", "seconds_per_byte", "latency_s")})
+    return Coeffs(**{name: stack(name) for name in COEFF_GROUPS})

@@ -14,14 +14,14 @@ from dataclasses import dataclass, replace
 from layoutsearch.core.check import check_layout
 from layoutsearch.core.errors import InvalidLayoutError
 from layoutsearch.core.placement import default_axes
-from layoutsearch.core.problem import Problem, layout_from_record, version
+from layoutsearch.core.problem import HasProblem, Problem, layout_from_record, version
 from layoutsearch.core.specs import Cluster, Layout, ModelSpec
 
 OUTER_AXIS_KINDS = ("dcn", "scale_out")  # between slices (TPU) or between nodes (GPU)
 
 
 @dataclass(frozen=True, kw_only=True)
-class ExportContext:
+class ExportContext(HasProblem):
     """One layout of one document, ready to be written in a framework's terms."""
 
     target: str
@@ -32,14 +32,6 @@ class ExportContext:
     @property
     def model_id(self) -> str:
         return self.problem.model_id
-
-    @property
-    def model(self) -> ModelSpec:
-        return self.problem.model
-
-    @property
-    def cluster(self) -> Cluster:
-        return self.problem.cluster
 
     @property
     def global_batch_seqs(self) -> int:
@@ -98,11 +90,11 @@ def pick_record(document: dict, rank: int) -> dict:
                 return rec
         if 1 <= rank <= len(records) and "rank" not in records[rank - 1]:
             return records[rank - 1]
-        ranks = ", ".join(str(r.get("rank")) for r in records) or "none"
-        raise InvalidLayoutError(f"no layout with rank {rank} in the document (ranks: {ranks})")
+        ranks = ", ".join(repr(r.get("rank")) for r in records) or "none"
+        raise InvalidLayoutError(f"--rank {rank}: no layout with rank {rank} in the document (ranks: {ranks})")
     if "layout" in document:
         if rank != 1:
-            raise InvalidLayoutError(f"an estimate document holds one layout (rank 1), not rank {rank}")
+            raise InvalidLayoutError(f"--rank {rank}: an estimate document holds one layout (rank 1)")
         return document["layout"]
     raise InvalidLayoutError("document has neither 'layouts' (solve) nor 'layout' (estimate); see OUTPUT.md")
 

@@ -7,9 +7,11 @@ the MFU axis. Reads Parquet or CSV (``layoutsearch.sweep.read_table``); matplotl
 
 from __future__ import annotations
 
+import io as bytesio
 import math
 import os
 
+from layoutsearch.core import io
 from layoutsearch.core.errors import InvalidArgumentError
 
 DEGREES = ("dp", "fsdp", "tp", "pp", "cp")
@@ -62,10 +64,9 @@ def plot_sweep(path: str | os.PathLike, out_png: str | os.PathLike) -> str:
     path, out_png = os.fspath(path), os.fspath(out_png)
     if not path.endswith((".parquet", ".csv")):
         raise InvalidArgumentError(f"SWEEP_FILE: '{path}' must end in .parquet or .csv")
-    try:
-        rows = read_table(path)
-    except (OSError, ValueError, KeyError) as exc:
-        raise InvalidArgumentError(f"SWEEP_FILE: cannot read '{path}' ({exc})") from None
+    if os.path.isdir(out_png):
+        raise InvalidArgumentError(io.says(out_png, "--output", "a directory, not a file"))
+    rows = read_table(path, "SWEEP_FILE")
     groups = _series(rows)
     if not groups:
         raise InvalidArgumentError(f"SWEEP_FILE: '{path}' has no point with a device count to plot")
@@ -122,6 +123,8 @@ def plot_sweep(path: str | os.PathLike, out_png: str | os.PathLike) -> str:
         if i == min(ncols, len(panels)) - 1:  # right of the first row of degree panels
             ax.legend(fontsize=7, loc="center left", bbox_to_anchor=(1.02, 0.5))
     fig.suptitle(f"layoutsearch sweep: {os.path.basename(path)}")
-    fig.savefig(out_png, dpi=120, bbox_inches="tight")
+    png = bytesio.BytesIO()
+    fig.savefig(png, format="png", dpi=120, bbox_inches="tight")
     plt.close(fig)
+    io.atomic_write(out_png, png.getvalue(), "--output")
     return out_png

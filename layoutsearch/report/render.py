@@ -181,25 +181,32 @@ def validation_report(doc: dict) -> None:
     """Summary, groups and the worst misses of `layoutsearch validate`."""
     out = console()
     s = doc["summary"]
-    out.print(f"[bold]{s['count']} records evaluated, {s['skipped']} skipped[/bold]: median |error| "
-              f"{_pct(s['median_abs_rel_error'])}, p90 {_pct(s['p90_abs_rel_error'])}, signed median "
-              f"{_pct(s['median_rel_error'], True)} (+ = predicted too fast), fit accuracy {_pct(s['fit_accuracy'])}")
+    for warning in s.get("warnings") or ():
+        out.print(f"warning: {warning}", markup=False, highlight=False)
+    if not s["count"]:
+        out.print(f"[bold]0 records evaluated, {s['skipped']} skipped[/bold]: no record could be evaluated")
+    else:
+        out.print(f"[bold]{s['count']} records evaluated, {s['skipped']} skipped[/bold]: median |error| "
+                  f"{_pct(s['median_abs_rel_error'])}, p90 {_pct(s['p90_abs_rel_error'])}, signed median "
+                  f"{_pct(s['median_rel_error'], True)} (+ = predicted too fast), "
+                  f"fit accuracy {_pct(s['fit_accuracy'])}")
     for title, groups in (("accelerator", s["by_accelerator"]), ("source", s["by_source"])):
         table = Table(title=f"by {title}")
         for col in (title, "evaluated", "median |err|", "p90 |err|", "median signed", "skipped"):
             table.add_column(col, justify="left" if col == title else "right")
         for name, g in groups.items():
-            table.add_row(name, str(g["count"]), _pct(g["median_abs_rel_error"]), _pct(g["p90_abs_rel_error"]),
+            table.add_row(str(name), str(g["count"]), _pct(g["median_abs_rel_error"]), _pct(g["p90_abs_rel_error"]),
                           _pct(g["median_rel_error"], True), str(g["skipped"]))
         out.print(table)
-    out.print("[bold]worst 5[/bold]")
+    if s["worst"]:
+        out.print("[bold]worst 5[/bold]")
     for w in s["worst"]:
         out.print(f"  {w['id']}: {_pct(w['rel_error'], True)}: {w['reason']}")
     if s.get("bloom_sweep_spearman") is not None:
         out.print(f"BLOOM layout sweep: Spearman rho {s['bloom_sweep_spearman']:.2f}")
     skipped = [r for r in doc["records"] if r.get("skipped_reason")]
     for r in skipped:
-        out.print(f"  skipped {r['id']}: {r['skipped_reason']}")
+        out.print(f"  skipped {r['id']}: {r['skipped_reason']}", markup=False, highlight=False)
 
 
 def calibration_report(result: dict) -> None:

@@ -14,7 +14,7 @@ import time
 from dataclasses import dataclass, field
 
 import numpy as np
-from ortools.sat.python import cp_model
+from layoutsearch.search import satmodel as cp_model  # CP-SAT through cp_model_helper, without pandas
 
 from layoutsearch.search.enumerate import candidate_grid
 from layoutsearch.costs import step as step_formula

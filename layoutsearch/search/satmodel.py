@@ -6,11 +6,14 @@ imports in about 0.06 s and already exposes the model proto, the parameters and 
 wrapper. This module builds the proto itself and offers the snake_case subset of the
 ``cp_model`` API that ``search/cpsat.py`` uses, so switching is nearly mechanical:
 
-    model = CpModel(); x = model.new_bool_var("x"); n = model.new_int_var(0, 9, "n")
-    model.add(n + 2 * x <= 7).only_enforce_if(~x)
-    model.add_exactly_one([x, ~x]); model.add_bool_or([x, ~y]); model.minimize(n - x)
-    solver = CpSolver(); solver.parameters.num_workers = 1
+    model = CpModel(); x, y = model.new_bool_var("x"), model.new_bool_var("y")
+    n = model.new_int_var(0, 9, "n")
+    model.add(n + 2 * x <= 7).only_enforce_if(~y)
+    model.add_exactly_one([x, y]); model.add_bool_or([x, ~y]); model.minimize(n - x)
+    solver = CpSolver(); solver.parameters.num_workers = 1   # a SatParameters
     status = solver.solve(model, callback)   # OPTIMAL, FEASIBLE, INFEASIBLE, ...
+
+It imports nothing from this package (no relative imports), so it can also be loaded alone.
 
 Linear expressions are immutable trees: ``a + b`` and ``k * a`` allocate one small node, so
 ``sum()`` over n terms is O(n); the tree is flattened (iteratively) into a dict
@@ -41,15 +44,15 @@ INT_MAX = 2**63 - 1
 SatParameters = _cmh.SatParameters
 CpSolverStatus = _cmh.CpSolverStatus
 
-__all__ = ["CpModel", "CpSolver", "CpSolverSolutionCallback", "LinearExpr", "IntVar", "NotBoolVar",
+__all__ = ["CpModel", "CpSolver", "CpSolverSolutionCallback", "LinearExpr", "IntVar", "Var", "NotBoolVar",
            "BoundedLinearExpression", "Constraint", "SatParameters", "CpSolverStatus",
            "OPTIMAL", "FEASIBLE", "INFEASIBLE", "MODEL_INVALID", "UNKNOWN"]
 
 
 def _as_int(value: object) -> int | None:
     """``value`` as a Python int when it is an integer (numpy ints, integral floats), else None."""
-    if isinstance(value, bool):
-        return int(value)
+    if type(value) is int:
+        return value
     try:
         return operator.index(value)
     except TypeError:
@@ -73,39 +76,39 @@ class LinearExpr:
     __array_ufunc__ = None  # numpy scalars defer to our reflected operators
     __hash__ = object.__hash__
 
-    # ---- arithmetic
+    # ---- arithmetic: each operator allocates one small node
     def __add__(self, other: object) -> LinearExpr:
         if isinstance(other, LinearExpr):
-            return _Sum(((self, 1), (other, 1)), 0)
+            return _Add(self, other, 0)
         c = _as_int(other)
         if c is None:
             return NotImplemented
-        return self if c == 0 else _Sum(((self, 1),), c)
+        return self if c == 0 else _Add(self, None, c)
 
     __radd__ = __add__
 
     def __sub__(self, other: object) -> LinearExpr:
         if isinstance(other, LinearExpr):
-            return _Sum(((self, 1), (other, -1)), 0)
+            return _Add(self, _Term(other, -1), 0)
         c = _as_int(other)
         if c is None:
             return NotImplemented
-        return self if c == 0 else _Sum(((self, 1),), -c)
+        return self if c == 0 else _Add(self, None, -c)
 
     def __rsub__(self, other: object) -> LinearExpr:
         c = _as_int(other)
-        return NotImplemented if c is None else _Sum(((self, -1),), c)
+        return NotImplemented if c is None else _Add(_Term(self, -1), None, c)
 
     def __mul__(self, other: object) -> LinearExpr:
         k = _as_int(other)
         if k is None:
             return NotImplemented
-        return self if k == 1 else _Sum(((self, k),), 0)
+        return self if k == 1 else _Term(self, k)
 
     __rmul__ = __mul__
 
     def __neg__(self) -> LinearExpr:
-        return _Sum(((self, -1),), 0)
+        return _Term(self, -1)
 
     def __pos__(self) -> LinearExpr:
         return self
@@ -114,8 +117,7 @@ class LinearExpr:
     def _compare(self, other: object, domain: tuple[int, ...], op: str) -> BoundedLinearExpression:
         if not isinstance(other, LinearExpr) and _as_int(other) is None:
             return NotImplemented
-        pair = (self, other) if op in ("==", "!=") and isinstance(other, LinearExpr) else None
-        return BoundedLinearExpression(self - other, domain, op, pair)
+        return BoundedLinearExpression(self, other, domain, op)
 
     def __le__(self, other: object) -> BoundedLinearExpression:
         return self._compare(other, (INT_MIN, 0), "<=")
@@ -155,8 +157,13 @@ class LinearExpr:
         return _Sum(tuple(terms), constant)
 
     def flatten(self) -> tuple[dict[int, int], int]:
-        """({variable index: non-zero coefficient}, constant)."""
-        return _flatten(self)
+        """({variable index: non-zero coefficient}, constant), a fresh dict."""
+        coefs, constant = _flatten(self)
+        return dict(coefs), constant
+
+    def __repr__(self) -> str:
+        coefs, constant = _flatten(self)
+        return " + ".join([f"{c}*x{i}" for i, c in coefs.items()] + [str(constant)])
 
 
 class IntVar(LinearExpr):
@@ -198,8 +205,29 @@ class NotBoolVar(LinearExpr):
         return f"not({self.var!r})"
 
 
+class _Term(LinearExpr):
+    """coef * expr."""
+
+    __slots__ = ("expr", "coef")
+
+    def __init__(self, expr: LinearExpr, coef: int) -> None:
+        if type(expr) is _Term:  # k * (j * e) -> (k j) * e
+            expr, coef = expr.expr, expr.coef * coef
+        self.expr, self.coef = expr, coef
+
+
+class _Add(LinearExpr):
+    """left + right + constant (right may be None); the flattened form is cached on first use."""
+
+    __slots__ = ("left", "right", "constant", "_flat")
+
+    def __init__(self, left: LinearExpr, right: LinearExpr | None, constant: int) -> None:
+        self.left, self.right, self.constant = left, right, constant
+        self._flat: tuple[dict[int, int], int] | None = None
+
+
 class _Sum(LinearExpr):
-    """sum(coefficient * child) + constant; the flattened form is cached on first use."""
+    """sum(coef * expr for expr, coef in terms) + constant, from LinearExpr.sum / weighted_sum."""
 
     __slots__ = ("terms", "constant", "_flat")
 
@@ -207,41 +235,66 @@ class _Sum(LinearExpr):
         self.terms, self.constant = terms, constant
         self._flat: tuple[dict[int, int], int] | None = None
 
-    def __repr__(self) -> str:
-        coefs, constant = self.flatten()
-        return " + ".join([f"{c}*x{i}" for i, c in coefs.items()] + [str(constant)])
-
 
 Var = IntVar  # short alias
 Literal = Union[IntVar, NotBoolVar]
 
 
 def _flatten(expr: LinearExpr) -> tuple[dict[int, int], int]:
-    """Walks the tree with an explicit stack (sum() builds trees as deep as they are long)."""
-    if isinstance(expr, _Sum) and expr._flat is not None:
-        return expr._flat
+    """({index: coef}, constant) of ``expr``, cached on it when it is a sum node. Walks the tree
+    with an explicit stack: sum() builds left-deep trees as deep as they are long."""
+    cached = getattr(expr, "_flat", None)
+    if cached is not None:
+        return cached
     coefs: dict[int, int] = {}
-    constant = 0
-    stack: list[tuple[LinearExpr, int]] = [(expr, 1)]
-    while stack:
-        node, m = stack.pop()
-        if isinstance(node, IntVar):
-            coefs[node.index] = coefs.get(node.index, 0) + m
-        elif isinstance(node, NotBoolVar):
-            constant += m
-            coefs[node.var.index] = coefs.get(node.var.index, 0) - m
-        elif node._flat is not None:
-            sub, sub_constant = node._flat
-            constant += m * sub_constant
-            for i, c in sub.items():
-                coefs[i] = coefs.get(i, 0) + m * c
-        else:
-            constant += m * node.constant
-            stack.extend((child, m * k) for child, k in node.terms)
+    constant = _walk(expr, coefs)
     flat = ({i: c for i, c in coefs.items() if c}, constant)
-    if isinstance(expr, _Sum):
+    if type(expr) in (_Add, _Sum):
         expr._flat = flat
     return flat
+
+
+def _walk(expr: LinearExpr, coefs: dict[int, int]) -> int:
+    """Adds the coefficients of ``expr`` into ``coefs``; returns its constant."""
+    constant = 0
+    stack: list[tuple[LinearExpr, int]] = [(expr, 1)]
+    pop, push, get = stack.pop, stack.append, coefs.get
+    while stack:
+        node, m = pop()
+        kind = type(node)
+        if kind is _Term:
+            m *= node.coef
+            node, kind = node.expr, type(node.expr)
+        if kind is IntVar:
+            i = node.index
+            coefs[i] = get(i, 0) + m
+        elif kind is _Add:
+            if node._flat is not None:
+                constant += _merge(coefs, node._flat, m)
+                continue
+            constant += m * node.constant
+            push((node.left, m))
+            if node.right is not None:
+                push((node.right, m))
+        elif kind is NotBoolVar:
+            i = node.var.index
+            coefs[i] = get(i, 0) - m
+            constant += m
+        elif node._flat is not None:  # _Sum
+            constant += _merge(coefs, node._flat, m)
+        else:
+            constant += m * node.constant
+            for child, k in node.terms:
+                push((child, m * k))
+    return constant
+
+
+def _merge(coefs: dict[int, int], flat: tuple[dict[int, int], int], m: int) -> int:
+    """Adds m * flat into coefs; returns m * its constant."""
+    get = coefs.get
+    for i, c in flat[0].items():
+        coefs[i] = get(i, 0) + m * c
+    return m * flat[1]
 
 
 def _flat_of(expr: LinearExpr | int) -> tuple[dict[int, int], int]:
@@ -251,24 +304,37 @@ def _flat_of(expr: LinearExpr | int) -> tuple[dict[int, int], int]:
 
 
 class BoundedLinearExpression:
-    """``expr`` constrained to a domain (sorted interval bounds, INT_MIN/INT_MAX unbounded)."""
+    """``left - right`` constrained to a domain (sorted interval bounds, INT_MIN/INT_MAX unbounded)."""
 
-    __slots__ = ("expr", "domain", "op", "_pair")
+    __slots__ = ("left", "right", "domain", "op")
 
-    def __init__(self, expr: LinearExpr, domain: tuple[int, ...], op: str,
-                 pair: tuple[LinearExpr, LinearExpr] | None = None) -> None:
-        self.expr, self.domain, self.op, self._pair = expr, domain, op, pair
+    def __init__(self, left: LinearExpr, right: LinearExpr | int, domain: tuple[int, ...], op: str) -> None:
+        self.left, self.right, self.domain, self.op = left, right, domain, op
 
     def __bool__(self) -> bool:
         """Only ``a == b`` / ``a != b`` between expressions has a truth value: identity (so
         ``var in list`` works); any other comparison is a constraint, never a bool."""
-        if self._pair is None:
+        if self.op not in ("==", "!=") or not isinstance(self.right, LinearExpr):
             raise TypeError(f"a linear constraint ({self.op}) has no truth value; pass it to CpModel.add")
-        same = self._pair[0] is self._pair[1]
+        same = self.left is self.right
         return same if self.op == "==" else not same
 
+    def flatten(self) -> tuple[dict[int, int], int]:
+        """({index: coef}, constant) of left - right (may share the cache of one side: do not mutate)."""
+        left, lconst = _flatten(self.left)
+        right, rconst = _flat_of(self.right)
+        if not right:
+            return left, lconst - rconst
+        if len(left) >= len(right):
+            coefs = dict(left)
+            _merge(coefs, (right, 0), -1)
+        else:
+            coefs = {i: -c for i, c in right.items()}
+            _merge(coefs, (left, 0), 1)
+        return {i: c for i, c in coefs.items() if c}, lconst - rconst
+
     def __repr__(self) -> str:
-        return f"{self.expr!r} in {list(self.domain)}"
+        return f"{self.left!r} {self.op} {self.right!r}"
 
 
 def _shift(domain: tuple[int, ...], offset: int) -> list[int]:
@@ -345,7 +411,7 @@ class CpModel:
         raise TypeError(f"CpModel.add takes a linear comparison, got {constraint!r}")
 
     def _add_linear(self, bounded: BoundedLinearExpression) -> Constraint:
-        coefs, constant = _flatten(bounded.expr)
+        coefs, constant = bounded.flatten()
         ct, index = self._new_constraint()
         ct.linear.vars.extend(coefs.keys())
         ct.linear.coeffs.extend(coefs.values())
@@ -381,6 +447,21 @@ class CpModel:
 
     def clear_assumptions(self) -> None:
         self.proto.assumptions.clear()
+
+    def clone(self) -> CpModel:
+        """A copy of the model; variables of this model keep their meaning (same indices)."""
+        copy = CpModel()
+        copy.proto.copy_from(self.proto)
+        copy._num_vars, copy._num_constraints = self._num_vars, self._num_constraints
+        return copy
+
+    def get_bool_var_from_proto_index(self, index: int) -> IntVar:
+        """The Boolean variable at ``index`` of the proto (e.g. of an original model in its clone)."""
+        var = self.proto.variables[index]
+        lo, hi = list(var.domain)[0], list(var.domain)[-1]
+        if not (0 <= lo and hi <= 1):
+            raise TypeError(f"variable {index} is not Boolean")
+        return IntVar(index, var.name, True)
 
     def validate(self) -> str:
         """An empty string when the proto is valid, else the first problem found."""

@@ -19,17 +19,15 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from functools import lru_cache
-
 import numpy as np
 
 from layoutsearch.core.errors import InvalidArgumentError
 from layoutsearch.core.numbers import divisors
-from layoutsearch.core.placement import axis_orders, placement_for_order
-from layoutsearch.core.problem import MAX_VIRTUAL_STAGES, Problem, SearchOptions
+from layoutsearch.core.placement import axis_orders, fill_order, placement_for_order
+from layoutsearch.core.problem import MAX_VIRTUAL_STAGES, HasProblem, Problem, SearchOptions
 from layoutsearch.core.rules import Capabilities, Cand, Rule, registry
-from layoutsearch.core.specs import DEGREE_NAMES, RECOMPUTE_POLICIES, SCHEDULE_CODES, Cluster, Layout, ModelSpec
-from layoutsearch.costs import terms
+from layoutsearch.core.specs import DEGREE_NAMES, RECOMPUTE_POLICIES, SCHEDULE_CODES, Layout
+from layoutsearch.costs import params, terms
 
 SHAPE_FIELDS = (*DEGREE_NAMES, "v", "sched")
 STAGE_FIELDS = {  # the fields known at each stage of the enumeration
@@ -42,7 +40,7 @@ STAGE_FIELDS = {  # the fields known at each stage of the enumeration
 
 
 @dataclass
-class Space:
+class Space(HasProblem):
     """Shapes with their per-shape options, as arrays; orders and their per-shape coefficients."""
 
     problem: Problem
@@ -54,20 +52,7 @@ class Space:
     zero_mask: np.ndarray  # [shape, z] allowed
     orders: list  # axis orders
     order_mask: np.ndarray  # [shape, o] allowed (placeable and not a duplicate)
-    coeffs: terms.Coeffs | None  # arrays over shape * len(orders) + o (rows of masked pairs repeat a valid one)
-    placements: dict  # (shape, o) -> placement
-
-    @property
-    def model(self) -> ModelSpec:
-        return self.problem.model
-
-    @property
-    def workload(self):
-        return self.problem.workload
-
-    @property
-    def cluster(self) -> Cluster:
-        return self.problem.cluster
+    coeffs: terms.Coeffs | None  # arrays over shape * len(orders) + o (masked pairs hold unused values)
 
     @property
     def num_shapes(self) -> int:
@@ -84,7 +69,12 @@ class Space:
         return Layout(dp=int(sh.dp[shape]), fsdp=int(sh.fsdp[shape]), tp=int(sh.tp[shape]), pp=int(sh.pp[shape]),
                       cp=int(sh.cp[shape]), zero_stage=int(z), virtual_stages=v, num_microbatches=int(k),
                       recompute=RECOMPUTE_POLICIES[int(r)], schedule="interleaved" if v > 1 else "1f1b",
-                      axes=self.placements[(shape, o)])
+                      axes=self.placement(shape, o))
+
+    def placement(self, shape: int, o: int):
+        """The placement of shape ``shape`` by axis order ``o``."""
+        degrees = {name: int(getattr(self.shapes, name)[shape]) for name in DEGREE_NAMES}
+        return placement_for_order(self.cluster, degrees, self.orders[o])
 
 
 # ----------------------------------------------------------------------------- staged enumeration
@@ -120,7 +110,8 @@ def with_virtual_stages(c: Cand, max_virtual_stages: int = MAX_VIRTUAL_STAGES) -
 def with_microbatches(c: Cand, global_batch_seqs: int) -> Cand:
     """Each row x K among the divisors of B / gcd(B, dp x fsdp) (a superset of the valid counts)."""
     units = c["dp"] * c["fsdp"]
-    per_row = [divisors(global_batch_seqs // math.gcd(global_batch_seqs, int(u))) for u in units]
+    by_units = {int(u): divisors(global_batch_seqs // math.gcd(global_batch_seqs, int(u))) for u in np.unique(units)}
+    per_row = [by_units[int(u)] for u in units]
     counts = np.array([len(ks) for ks in per_row], dtype=np.int64)
     out = {name: np.repeat(a, counts) for name, a in c.items()}
     out["k"] = np.array([k for ks in per_row for k in ks], dtype=np.int64)
@@ -152,20 +143,19 @@ def build_space(problem: Problem, options: SearchOptions | None = None,
     c = _apply(problem, by_stage["degrees"], degree_tuples(problem.num_devices))
     c = _apply(problem, by_stage["virtual"], with_virtual_stages(c, options.max_virtual_stages))
     c = _apply(problem, by_stage["microbatches"], with_microbatches(c, problem.workload.global_batch_seqs))
-    shape_rows, sk_shape = np.unique(np.stack([c[f] for f in SHAPE_FIELDS], axis=1), axis=0, return_inverse=True) \
-        if len(c["dp"]) else (np.zeros((0, len(SHAPE_FIELDS)), dtype=np.int64), np.zeros(0, dtype=np.int64))
-    shape_rows, sk_shape, sk_k = _ordered(shape_rows, sk_shape.reshape(-1), c["k"])
+    shape_rows, sk_shape = _unique_rows(np.stack([c[f] for f in SHAPE_FIELDS], axis=1).reshape(-1, len(SHAPE_FIELDS)))
+    shape_rows, sk_shape, sk_k = _ordered(shape_rows, sk_shape, c["k"])
     shapes = {f: shape_rows[:, i] for i, f in enumerate(SHAPE_FIELDS)}
     zero_mask = np.stack([_apply_mask(problem, by_stage["zero"], {**shapes, "z": np.full(len(shape_rows), z)})
                           for z in range(4)], axis=1) if len(shape_rows) else np.zeros((0, 4), dtype=bool)
     codes = np.arange(len(RECOMPUTE_POLICIES), dtype=np.int64)
     codes = codes[_apply_mask(problem, by_stage["recompute"], {"r": codes})]
     orders = axis_orders(problem.cluster)
-    order_mask, coeffs, placements = _placements(problem, shape_rows, orders)
+    order_mask, coeffs = _placements(problem, shape_rows, orders)
     return Space(problem=problem, rules=rules,
                  shapes=terms.Shapes(**{f: shapes[f] for f in ("dp", "fsdp", "tp", "pp", "cp", "v")}),
                  sk_shape=sk_shape, sk_k=sk_k, recompute_codes=codes, zero_mask=zero_mask, orders=orders,
-                 order_mask=order_mask, coeffs=coeffs, placements=placements)
+                 order_mask=order_mask, coeffs=coeffs)
 
 
 def _apply_mask(problem: Problem, rules: list[Rule], c: Cand) -> np.ndarray:
@@ -173,6 +163,19 @@ def _apply_mask(problem: Problem, rules: list[Rule], c: Cand) -> np.ndarray:
     for rule in rules:
         mask &= rule.mask(problem, c)
     return mask
+
+
+def _unique_rows(a: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """The distinct rows of ``a`` (sorted) and each row's index among them."""
+    if not len(a):
+        return a, np.zeros(0, dtype=np.int64)
+    order = np.lexsort(a.T[::-1])
+    new = np.ones(len(a), dtype=bool)
+    new[1:] = (a[order][1:] != a[order][:-1]).any(axis=1)
+    ids = np.cumsum(new) - 1
+    inverse = np.empty(len(a), dtype=np.int64)
+    inverse[order] = ids
+    return a[order][new], inverse
 
 
 def _ordered(shape_rows: np.ndarray, sk_shape: np.ndarray, sk_k: np.ndarray):
@@ -188,39 +191,26 @@ def _ordered(shape_rows: np.ndarray, sk_shape: np.ndarray, sk_k: np.ndarray):
     return shape_rows[order], sk_shape[rows].astype(np.int64), sk_k[rows].astype(np.int64)
 
 
-@lru_cache(maxsize=200_000)
-def _placed_coeffs(model: ModelSpec, cluster: Cluster, degrees: tuple, order: tuple):
-    placed = placement_for_order(cluster, dict(zip(DEGREE_NAMES, degrees)), order)
-    if placed is None:
-        return None, None
-    layout = Layout(**dict(zip(DEGREE_NAMES, degrees)), axes=placed)
-    return placed, terms.layout_coeffs(model, cluster, layout)
-
-
 def _placements(problem: Problem, shape_rows: np.ndarray, orders: list):
-    """Per shape and axis order: whether the order places it (once per distinct coefficients)."""
+    """Per shape and axis order: whether the order places it, once per distinct coefficients
+    (orders that place a shape identically, for every group, are kept once), and the ring
+    coefficients of every group, all shapes of one order at once."""
+    degrees = {name: shape_rows[:, i] for i, name in enumerate(DEGREE_NAMES)}
+    kv = params.kv_replication(problem.model, degrees["tp"])
     order_mask = np.zeros((len(shape_rows), len(orders)), dtype=bool)
-    coeff_rows, placements, fallback = [], {}, None
-    per_degrees: dict[tuple, list] = {}
-    for i, row in enumerate(shape_rows):
-        degrees = tuple(int(x) for x in row[:5])
-        if degrees not in per_degrees:
-            seen, found = set(), []
-            for order in orders:
-                placed, co = _placed_coeffs(problem.model, problem.cluster, degrees, order)
-                keep = co is not None and co not in seen
-                if keep:
-                    seen.add(co)
-                found.append((placed, co, keep))
-            per_degrees[degrees] = found
-        for o, (placed, co, keep) in enumerate(per_degrees[degrees]):
-            fallback = fallback or co
-            order_mask[i, o] = keep
-            if keep:
-                placements[(i, o)] = placed
-            coeff_rows.append(co)
-    coeff_rows = [co if co is not None else fallback for co in coeff_rows]
-    return order_mask, (terms.stack_coeffs(coeff_rows) if coeff_rows and fallback else None), placements
+    per_order, keys = [], []
+    for o, order in enumerate(orders):
+        table, ok = fill_order(problem.cluster, degrees, order)
+        co = terms.coeffs_of(problem.cluster, table, kv)
+        key = np.stack([getattr(getattr(co, g), f) for g in terms.COEFF_GROUPS
+                        for f in ("members", "seconds_per_byte", "latency_s")], axis=1)
+        duplicate = np.zeros(len(shape_rows), dtype=bool)
+        for earlier, earlier_key in enumerate(keys):
+            duplicate |= order_mask[:, earlier] & (key == earlier_key).all(axis=1)
+        order_mask[:, o] = ok & ~duplicate
+        per_order.append(co)
+        keys.append(key)
+    return order_mask, (terms.interleave_coeffs(per_order) if len(shape_rows) else None)
 
 
 def _validate_options(problem: Problem, options: SearchOptions) -> None:

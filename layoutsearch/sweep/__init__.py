@@ -10,7 +10,7 @@ the journal holds and rewrites the table: no point is lost or duplicated. A poin
 its ``status`` and ``reason``; it never stops the sweep.
 """
 
-from layoutsearch.sweep.points import EXECUTORS, MAX_RANGE_VALUES, Point, RETRYABLE, expand, expand_points  # noqa: F401
+from layoutsearch.sweep.points import EXECUTORS, MAX_RANGE_VALUES, MAX_SWEEP_POINTS, Point, RETRYABLE, expand, expand_points  # noqa: F401
 from layoutsearch.sweep.solving import error_row, solve_point  # noqa: F401
-from layoutsearch.sweep.table import COLUMNS, COLUMN_NAMES, Journal, check_output, journal_path, read_table, write_table  # noqa: F401
+from layoutsearch.sweep.table import COLUMNS, COLUMN_NAMES, Journal, check_output, check_row, journal_path, read_table, write_table  # noqa: F401
 from layoutsearch.sweep.run import SweepSummary, layout_text, print_summary, run_sweep, summary_rows  # noqa: F401

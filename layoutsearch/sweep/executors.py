@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import multiprocessing
 import os
 import signal
@@ -59,8 +60,6 @@ def _import_ray():
 def _run_ray(todo: list[Point], jobs: int, time_limit_s: float, on_row: Callable[[dict], None],
              address: str | None) -> None:
     """Points as Ray tasks, consumed as they complete; a local Ray instance when no address is given."""
-    import logging
-
     ray = _import_ray()
     started = not ray.is_initialized()
     if started:

@@ -7,13 +7,16 @@ from dataclasses import dataclass
 from typing import Sequence
 
 from layoutsearch.core.errors import InvalidArgumentError
+from layoutsearch.core.units import MAX_GLOBAL_BATCH_SEQS, MAX_SEQ_LEN
 
 
 
 EXECUTORS = ("local", "ray")
 RETRYABLE = ("ERROR", "UNKNOWN")  # statuses that --retry-failed solves again
 MAX_RANGE_VALUES = 10_000
-_RANGE = re.compile(r"\{(\d+)\.\.(\d+)(?::([x+])(\d+))?\}")
+MAX_SWEEP_POINTS = 100_000  # points of one sweep (each a solve); more is refused before anything is built
+_DIGITS = re.compile(r"[0-9]{1,30}")
+_RANGE = re.compile(r"\{([0-9]+)\.\.([0-9]+)(?::([x+])([0-9]+))?\}")
 
 # ----------------------------------------------------------------------------- points
 
@@ -31,32 +34,57 @@ class Point:
         return f"{self.model}|{self.cluster}|{self.global_batch_seqs}|{self.seq_len}"
 
 
-def expand(text: str, field_name: str) -> list[str]:
+def expand(text: str, field_name: str, limit: int = MAX_SWEEP_POINTS) -> list[str]:
     """Comma items with ranges: 'v5p-{256..8192:x2}' multiplies by 2 from 256 up to 8192,
-    '{64..256:+64}' adds 64, '{1..4}' steps by 1; several ranges in one item multiply out."""
+    '{64..256:+64}' adds 64, '{1..4}' steps by 1; several ranges in one item multiply out.
+    More than ``limit`` values in all is refused before they are built."""
     items = [item.strip() for item in text.split(",")]
     if not text.strip() or any(not item for item in items):
-        raise InvalidArgumentError(f"{field_name}: empty item in '{text}'")
-    return [value for item in items for value in _expand_item(item, field_name)]
+        raise InvalidArgumentError(f"{field_name}: empty item in '{_shown(text)}'")
+    out: list[str] = []
+    for item in items:
+        out.extend(_expand_item(item, field_name, limit - len(out)))
+    return out
 
 
-def _expand_item(item: str, field_name: str) -> list[str]:
-    start = item.find("{")
-    if start < 0:
-        if "}" in item:
-            raise InvalidArgumentError(f"{field_name}: malformed range in '{item}' ('}}' without '{{')")
-        return [item]
-    match = _RANGE.match(item, start)
-    if not match:
-        raise InvalidArgumentError(f"{field_name}: malformed range in '{item}' (expected {{A..B:xF}} or "
-                                   f"{{A..B:+S}} with whole numbers, e.g. 'v5p-{{256..8192:x2}}')")
-    values = _range_values(match, item, field_name)
-    tails = _expand_item(item[match.end():], field_name)
-    return [f"{item[:start]}{value}{tail}" for value in values for tail in tails]
+def _shown(text: str, limit: int = 80) -> str:
+    return text if len(text) <= limit else f"{text[:limit]}..."
+
+
+def _expand_item(item: str, field_name: str, limit: int) -> list[str]:
+    """The values of one item: literal pieces and ranges, multiplied out left to right."""
+    pieces: list[list[str]] = []
+    rest, count = item, 1
+    while True:
+        start = rest.find("{")
+        literal = rest if start < 0 else rest[:start]
+        if "}" in literal:
+            raise InvalidArgumentError(f"{field_name}: malformed range in '{_shown(item)}' ('}}' without '{{')")
+        pieces.append([literal])
+        if start < 0:
+            break
+        match = _RANGE.match(rest, start)
+        if not match:
+            raise InvalidArgumentError(f"{field_name}: malformed range in '{_shown(item)}' (expected {{A..B:xF}} or "
+                                       f"{{A..B:+S}} with whole numbers, e.g. 'v5p-{{256..8192:x2}}')")
+        values = _range_values(match, _shown(item), field_name)
+        count *= len(values)
+        if count > limit:
+            raise InvalidArgumentError(f"{field_name}: '{_shown(item)}' expands to more than {max(limit, 0):,} values")
+        pieces.append([str(v) for v in values])
+        rest = rest[match.end():]
+    out = [""]
+    for choices in pieces:
+        out = [head + choice for head in out for choice in choices]
+    if len(out) > limit:
+        raise InvalidArgumentError(f"{field_name}: '{_shown(item)}' expands to more than {max(limit, 0):,} values")
+    return out
 
 
 def _range_values(match: re.Match, item: str, field_name: str) -> list[int]:
     """The values A, A op S, ... up to B inclusive, for op 'x' (multiply) or '+' (add)."""
+    if any(len(g) > 30 for g in match.groups() if g):
+        raise InvalidArgumentError(f"{field_name}: range '{_shown(match[0])}' in '{item}' has numbers of more than 30 digits")
     first, last, op, step = int(match[1]), int(match[2]), match[3] or "+", int(match[4] or 1)
     if first > last:
         raise InvalidArgumentError(f"{field_name}: range '{match[0]}' in '{item}' runs backwards ({first} > {last})")
@@ -74,14 +102,16 @@ def _range_values(match: re.Match, item: str, field_name: str) -> list[int]:
     return values
 
 
-def _whole_numbers(texts: Sequence[str], field_name: str) -> list[int]:
+def _whole_numbers(texts: Sequence[str], field_name: str, maximum: int) -> list[int]:
     out = []
     for text in texts:
         for value in expand(text, field_name):
-            if not value.isdigit() or int(value) < 1:
-                raise InvalidArgumentError(f"{field_name}: '{value}' is not a whole number >= 1")
+            if not _DIGITS.fullmatch(value) or int(value) < 1:
+                raise InvalidArgumentError(f"{field_name}: '{_shown(value)}' is not a whole number >= 1")
+            if int(value) > maximum:
+                raise InvalidArgumentError(f"{field_name}: {_shown(value)} is more than {maximum}")
             out.append(int(value))
-    return out
+    return list(dict.fromkeys(out))
 
 
 def _as_list(values: str | Sequence[str] | int | Sequence[int]) -> list[str]:
@@ -91,13 +121,18 @@ def _as_list(values: str | Sequence[str] | int | Sequence[int]) -> list[str]:
 def expand_points(models, clusters, seqs, seq_len=4096) -> list[Point]:
     """Every (model, cluster, seq_len, seqs) combination, in that nesting order, without repeats.
     Each argument is a string (comma items and ranges allowed) or a list of them."""
-    model_ids = [m for text in _as_list(models) for m in expand(text, "--model")]
-    cluster_ids = [c for text in _as_list(clusters) for c in expand(text, "--cluster")]
-    for name in cluster_ids:
-        if "|" in name:
-            raise InvalidArgumentError(f"--cluster: '{name}' contains '|'")
-    batch = _whole_numbers(_as_list(seqs), "--seqs")
-    lengths = _whole_numbers(_as_list(seq_len), "--seq-len")
-    points = [Point(model=m, cluster=c, global_batch_seqs=b, seq_len=s)
-              for m in model_ids for c in cluster_ids for s in lengths for b in batch]
-    return list(dict.fromkeys(points))
+    model_ids = list(dict.fromkeys(m for text in _as_list(models) for m in expand(text, "--model")))
+    cluster_ids = list(dict.fromkeys(c for text in _as_list(clusters) for c in expand(text, "--cluster")))
+    for option, names in (("--model", model_ids), ("--cluster", cluster_ids)):
+        for name in names:
+            if "|" in name:
+                raise InvalidArgumentError(f"{option}: '{_shown(name)}' contains '|'")
+    batch = _whole_numbers(_as_list(seqs), "--seqs", MAX_GLOBAL_BATCH_SEQS)
+    lengths = _whole_numbers(_as_list(seq_len), "--seq-len", MAX_SEQ_LEN)
+    count = len(model_ids) * len(cluster_ids) * len(batch) * len(lengths)
+    if count > MAX_SWEEP_POINTS:
+        raise InvalidArgumentError(
+            f"--model x --cluster x --seqs x --seq-len: {count:,} points ({len(model_ids)} x {len(cluster_ids)} x "
+            f"{len(batch)} x {len(lengths)}), more than the {MAX_SWEEP_POINTS:,} one sweep takes; split it")
+    return [Point(model=m, cluster=c, global_batch_seqs=b, seq_len=s)
+            for m in model_ids for c in cluster_ids for s in lengths for b in batch]

@@ -10,7 +10,15 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Iterable
 
+from rich.console import Console
+from rich.progress import (BarColumn, MofNCompleteColumn, Progress, ProgressColumn, TextColumn, TimeElapsedColumn,
+                           TimeRemainingColumn)
+from rich.table import Table
+from rich.text import Text
+
+from layoutsearch.core.catalogue import load_model
 from layoutsearch.core.errors import InvalidArgumentError
+from layoutsearch.core.units import MAX_TIME_LIMIT_S
 
 from layoutsearch.sweep.executors import _import_ray, _run_local, _run_ray
 from layoutsearch.sweep.points import EXECUTORS, Point, RETRYABLE
@@ -45,8 +53,6 @@ def run_sweep(points: Iterable[Point], output_path: str | os.PathLike, jobs: int
     ``fresh``: forget the journal and solve everything. ``retry_failed``: solve ERROR and UNKNOWN
     points again. Raises InvalidArgumentError / CatalogueError (exit 2) before any solving on bad input.
     """
-    from layoutsearch.core.catalogue import load_model
-
     start = time.perf_counter()
     points = list(dict.fromkeys(points))
     output = check_output(output_path)
@@ -57,8 +63,8 @@ def run_sweep(points: Iterable[Point], output_path: str | os.PathLike, jobs: int
     jobs = (os.cpu_count() or 1) if jobs is None else jobs
     if jobs < 1:
         raise InvalidArgumentError(f"--jobs: {jobs} must be >= 1")
-    if time_limit_s <= 0:
-        raise InvalidArgumentError(f"--time-limit: {time_limit_s:g} must be > 0")
+    if not 0 < time_limit_s <= MAX_TIME_LIMIT_S:  # NaN fails too
+        raise InvalidArgumentError(f"--time-limit: {time_limit_s:g} must be in (0, {MAX_TIME_LIMIT_S:g}]")
     for name in dict.fromkeys(p.model for p in points):
         load_model(name)  # an unknown model is bad input, not a failed point
     journal = Journal(journal_path(output))
@@ -145,10 +151,9 @@ class _Interrupts:
 def _adopt_existing_output(output: str, journal: Journal) -> dict[str, dict]:
     """An output without its journal (deleted, or copied alone): its rows become the journal."""
     try:
-        rows = read_table(output)
-    except Exception as exc:
-        raise InvalidArgumentError(f"--output: '{output}' exists but cannot be read ({type(exc).__name__}: {exc}); "
-                                   f"move it away or pass --fresh") from None
+        rows = read_table(output, "--output")
+    except InvalidArgumentError as exc:
+        raise InvalidArgumentError(f"{exc}; the file exists without its journal: move it away or pass --fresh") from None
     done = {}
     for row in rows:
         if row.get("point_id"):
@@ -178,11 +183,6 @@ class _Table:
 
 def _progress_bar(total: int, skipped: int):
     """Points done/total, rate, elapsed and time left, on stderr."""
-    from rich.console import Console
-    from rich.progress import (BarColumn, MofNCompleteColumn, Progress, ProgressColumn, TextColumn,
-                               TimeElapsedColumn, TimeRemainingColumn)
-    from rich.text import Text
-
     class Rate(ProgressColumn):
         def render(self, task) -> Text:
             elapsed = task.finished_time if task.finished else task.elapsed
@@ -227,9 +227,6 @@ def summary_rows(rows: list[dict]) -> list[dict]:
 
 def print_summary(rows: list[dict], console=None) -> None:
     """A rich table of the best layout per point (stdout unless a console is given)."""
-    from rich.console import Console
-    from rich.table import Table
-
     console = console or Console(width=200)
     table = Table(title=f"sweep: {len(rows)} points")
     records = summary_rows(rows)

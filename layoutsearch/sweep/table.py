@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import csv
+import io as textio
 import json
+import math
 import os
-import tempfile
 
+from layoutsearch.core import io
 from layoutsearch.core.errors import InvalidArgumentError
 
 
@@ -27,7 +29,56 @@ COLUMNS: list[tuple[str, str]] = [
     ("finished_at", "str"),
 ]
 COLUMN_NAMES = [name for name, _ in COLUMNS]
+KINDS = dict(COLUMNS)
+STATUSES = ("OPTIMAL", "FEASIBLE", "INFEASIBLE", "UNKNOWN", "MODEL_INVALID", "ERROR")
+WITH_LAYOUT = ("OPTIMAL", "FEASIBLE")
+REQUIRED = ("point_id", "model", "cluster", "global_batch_seqs", "seq_len", "status")
+LAYOUT_COLUMNS = ("dp", "fsdp", "tp", "pp", "cp", "zero_stage", "virtual_stages", "num_microbatches", "recompute",
+                  "peak_bytes", "capacity_bytes", "compute_s", "exposed_comm_s", "bubble_s", "overhead_s",
+                  "step_time_s", "mfu", "tokens_per_s", "tokens_per_s_per_device")
 
+
+
+# ----------------------------------------------------------------------------- rows
+def _type_ok(kind: str, value) -> bool:
+    if kind == "str":
+        return isinstance(value, str)
+    if kind == "bool":
+        return isinstance(value, bool)
+    if kind == "int":
+        return isinstance(value, int) and not isinstance(value, bool) and 0 <= value <= 2**62
+    return (isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+            and 0 <= value <= 1e30)
+
+
+def check_row(row) -> str | None:
+    """Why ``row`` is not a row of a sweep (None when it is): the columns of this version, each of
+    its kind (numbers finite and non-negative), the inputs present, the point id made of them, a
+    known status, and a whole layout exactly when the status has one."""
+    if not isinstance(row, dict):
+        return f"not an object ({type(row).__name__})"
+    unknown = [k for k in row if k not in KINDS]
+    if unknown:
+        return f"unknown column '{str(unknown[0])[:40]}'"
+    for name in REQUIRED:
+        if row.get(name) is None:
+            return f"no {name}"
+    for name, value in row.items():
+        if value is not None and not _type_ok(KINDS[name], value):
+            return f"column {name}: {value!r:.40} is not {_KIND_NAMES[KINDS[name]]}" + \
+                (" (finite, >= 0)" if KINDS[name] in ("int", "float") else "")
+    if row["point_id"] != f"{row['model']}|{row['cluster']}|{row['global_batch_seqs']}|{row['seq_len']}":
+        return f"point_id '{row['point_id'][:80]}' does not match its model, cluster, batch and length"
+    if row["status"] not in STATUSES:
+        return f"status '{row['status'][:40]}' is not one of {', '.join(STATUSES)}"
+    has_layout = [row.get(name) is not None for name in LAYOUT_COLUMNS]
+    if row["status"] in WITH_LAYOUT and not all(has_layout):
+        return f"status {row['status']} without a whole layout"
+    if row["status"] not in WITH_LAYOUT and any(has_layout):
+        return f"status {row['status']} with a layout"
+    if all(has_layout) and min(row[k] for k in ("dp", "fsdp", "tp", "pp", "cp", "num_microbatches")) < 1:
+        return "a degree or microbatch count below 1"
+    return None
 
 
 # ----------------------------------------------------------------------------- files
@@ -36,66 +87,99 @@ def journal_path(output: str | os.PathLike) -> str:
     return f"{os.fspath(output)}.jsonl"
 
 
-def _fsync_dir(folder: str) -> None:
+def _lock(fh) -> None:
+    """An exclusive, non-blocking flock (BlockingIOError when another process holds it)."""
     try:
-        fd = os.open(folder, os.O_RDONLY)
-    except OSError:  # some platforms cannot open a directory
+        import fcntl
+    except ImportError:  # no flock on this platform: one sweep per output is the user's duty
         return
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
+    fcntl.flock(fh.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
 
 
 class Journal:
-    """Append-only JSON lines, one per finished point, fsynced; the parent is the only writer (flock)."""
+    """Append-only JSON lines, one per finished point, fsynced; the parent is the only writer (flock).
+
+    Only valid rows (``check_row``) are trusted as finished points; a torn, corrupt or foreign
+    line is dropped (``dropped`` counts them) and the journal rewritten without it, atomically.
+    """
 
     def __init__(self, path: str):
         self.path = path
+        self.dropped = 0
         self._fh = None
 
     def open(self, fresh: bool = False) -> dict[str, dict]:
-        """Lock, read (a torn or corrupt line is dropped and the file rewritten without it), append."""
-        folder = os.path.dirname(os.path.abspath(self.path))
-        os.makedirs(folder, exist_ok=True)
-        self._fh = open(self.path, "a+b")
+        """Lock, read (dropping what is not a valid row, as said above), and stay open for appends."""
+        self._fh = self._open_locked()
         try:
-            import fcntl
-
-            fcntl.flock(self._fh.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except ImportError:  # no flock on this platform: one sweep per output is the user's duty
-            pass
-        except OSError:
-            self._fh.close()
-            raise InvalidArgumentError(f"--output: another sweep is writing '{self.path}'") from None
-        if fresh:
-            self._fh.truncate(0)
-        self._fh.seek(0)
-        data = self._fh.read()
-        rows, good, bad = {}, [], 0
-        for line in data.split(b"\n")[:-1] if data.endswith(b"\n") else data.split(b"\n"):
+            self._fh.seek(0)
+            data = self._fh.read()
+        except OSError as exc:
+            self.close()
+            raise InvalidArgumentError(f"--output: cannot read '{self.path}' ({exc.strerror})") from None
+        rows, good = {}, []
+        lines = data.split(b"\n")
+        for line in lines[:-1] if data.endswith(b"\n") else lines:
+            row = _parse_line(line)
+            if row is None or fresh:
+                continue
+            rows[row["point_id"]] = row
+            good.append(line)
+        self.dropped = 0 if fresh else sum(1 for line in lines if line) - len(good)
+        if len(good) != sum(1 for line in lines if line) or (data and not data.endswith(b"\n")):
             try:
-                row = json.loads(line)
-                rows[row["point_id"]] = row
-                good.append(line)
-            except (ValueError, KeyError, TypeError):
-                bad += 1
-        if bad or (data and not data.endswith(b"\n")):
-            self._rewrite(good)
+                self._rewrite(good)
+            except BaseException:
+                self.close()
+                raise
         return rows
 
+    def _open_locked(self):
+        for _ in range(5):
+            try:
+                fh = open(self.path, "a+b")
+            except OSError as exc:
+                raise io.write_error(self.path, "--output", exc) from None
+            try:
+                _lock(fh)
+            except OSError:
+                fh.close()
+                raise InvalidArgumentError(f"--output: another sweep is writing '{self.path}'") from None
+            try:  # a rewrite by another process may have renamed a new journal over the one we locked
+                here, there = os.fstat(fh.fileno()), os.stat(self.path)
+                if (here.st_dev, here.st_ino) == (there.st_dev, there.st_ino):
+                    return fh
+            except FileNotFoundError:
+                pass
+            fh.close()
+        raise InvalidArgumentError(f"--output: '{self.path}' keeps being replaced (another sweep?)")
+
     def _rewrite(self, lines: list[bytes]) -> None:
-        # Same inode, so the lock stays: write the good lines back and cut what follows.
-        self._fh.seek(0)
-        self._fh.truncate(0)
-        self._fh.write(b"".join(line + b"\n" for line in lines))
-        self._fh.flush()
-        os.fsync(self._fh.fileno())
+        """The good lines, written whole to a temporary file locked before it is renamed over the journal."""
+        new = []
+
+        def lock_new(fd: int) -> None:
+            fh = os.fdopen(os.dup(fd), "a+b")
+            new.append(fh)
+            _lock(fh)
+
+        try:
+            io.atomic_write(self.path, b"".join(line + b"\n" for line in lines), "--output", before_replace=lock_new)
+        except BaseException:
+            for fh in new:
+                fh.close()
+            raise
+        self._fh.close()
+        self._fh = new[0]
+        self._fh.seek(0, os.SEEK_END)
 
     def append(self, row: dict) -> None:
-        self._fh.write((json.dumps(row, separators=(",", ":")) + "\n").encode())
-        self._fh.flush()
-        os.fsync(self._fh.fileno())
+        try:
+            self._fh.write((json.dumps(row, separators=(",", ":")) + "\n").encode())
+            self._fh.flush()
+            os.fsync(self._fh.fileno())
+        except OSError as exc:
+            raise io.write_error(self.path, "--output", exc) from None
 
     def close(self) -> None:
         if self._fh is not None:
@@ -103,11 +187,29 @@ class Journal:
             self._fh = None
 
 
+def _parse_line(line: bytes) -> dict | None:
+    """A journal line's row, or None when the line is not a valid row (check_row)."""
+    try:
+        row = json.loads(line, parse_constant=_refuse)
+    except (ValueError, RecursionError):
+        return None
+    return row if check_row(row) is None else None
+
+
+def _refuse(name: str):
+    raise ValueError(name)
+
+
 def check_output(path: str | os.PathLike) -> str:
     """The output path as a string; .parquet needs pyarrow (checked before any solving)."""
     path = os.fspath(path)
     if not path.endswith((".parquet", ".csv")):
         raise InvalidArgumentError(f"--output: '{path}' must end in .parquet or .csv")
+    if os.path.isdir(path):
+        raise InvalidArgumentError(f"--output: '{path}' is a directory")
+    folder = os.path.dirname(os.path.abspath(path))
+    if not os.path.isdir(folder):
+        raise InvalidArgumentError(f"--output: '{path}': no such directory '{folder}'")
     if path.endswith(".parquet"):
         try:
             import pyarrow  # noqa: F401
@@ -118,42 +220,24 @@ def check_output(path: str | os.PathLike) -> str:
 
 
 def write_table(rows: list[dict], path: str) -> None:
-    """Parquet for .parquet, CSV otherwise; whole or not at all (temporary file, fsync, os.replace)."""
-    folder = os.path.dirname(os.path.abspath(path))
-    fd, tmp = tempfile.mkstemp(dir=folder, prefix=f".{os.path.basename(path)}.", suffix=".tmp")
-    try:
-        os.chmod(tmp, 0o666 & ~_umask())  # mkstemp makes 0600; the table gets the usual permissions
-        if path.endswith(".parquet"):
-            os.close(fd)
-            import pyarrow as pa
-            import pyarrow.parquet as pq
+    """Parquet for .parquet, CSV otherwise; whole or not at all (``io.atomic_write``)."""
+    if path.endswith(".parquet"):
+        import pyarrow as pa
+        import pyarrow.parquet as pq
 
-            kinds = {"str": pa.string(), "int": pa.int64(), "float": pa.float64(), "bool": pa.bool_()}
-            schema = pa.schema([(name, kinds[kind]) for name, kind in COLUMNS],
-                               metadata={"generator": "layoutsearch sweep"})
-            table = pa.Table.from_pylist([{k: r.get(k) for k in COLUMN_NAMES} for r in rows], schema=schema)
-            pq.write_table(table, tmp)
-            with open(tmp, "rb") as fh:
-                os.fsync(fh.fileno())
-        else:
-            with os.fdopen(fd, "w", newline="") as fh:
-                writer = csv.DictWriter(fh, fieldnames=COLUMN_NAMES, extrasaction="ignore")
-                writer.writeheader()
-                writer.writerows({k: _csv_text(r.get(k)) for k in COLUMN_NAMES} for r in rows)
-                fh.flush()
-                os.fsync(fh.fileno())
-        os.replace(tmp, path)
-        _fsync_dir(folder)
-    except BaseException:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-        raise
-
-
-def _umask() -> int:
-    mask = os.umask(0)
-    os.umask(mask)
-    return mask
+        kinds = {"str": pa.string(), "int": pa.int64(), "float": pa.float64(), "bool": pa.bool_()}
+        schema = pa.schema([(name, kinds[kind]) for name, kind in COLUMNS], metadata={"generator": "layoutsearch sweep"})
+        table = pa.Table.from_pylist([{k: r.get(k) for k in COLUMN_NAMES} for r in rows], schema=schema)
+        sink = pa.BufferOutputStream()
+        pq.write_table(table, sink)
+        data = sink.getvalue().to_pybytes()
+    else:
+        text = textio.StringIO(newline="")
+        writer = csv.DictWriter(text, fieldnames=COLUMN_NAMES, extrasaction="ignore")
+        writer.writeheader()
+        writer.writerows({k: _csv_text(r.get(k)) for k in COLUMN_NAMES} for r in rows)
+        data = text.getvalue().encode()
+    io.atomic_write(path, data, "--output")
 
 
 def _csv_text(value) -> str:
@@ -164,27 +248,63 @@ def _csv_text(value) -> str:
     return repr(value) if isinstance(value, float) else str(value)
 
 
-def read_table(path: str | os.PathLike) -> list[dict]:
-    """The rows of a sweep file (Parquet or CSV), typed as in COLUMNS; empty CSV cells are None."""
+_KIND_NAMES = {"str": "a string", "int": "an integer", "float": "a number", "bool": "true or false"}
+_PARSE = {"str": str, "int": int, "float": float, "bool": {"true": True, "false": False}.__getitem__}
+
+
+def read_table(path: str | os.PathLike, what: str = "SWEEP_FILE") -> list[dict]:
+    """The rows of a sweep file (Parquet or CSV), typed as in COLUMNS (empty CSV cells are None),
+    each a valid row (``check_row``); anything else is one InvalidArgumentError naming ``what`` and the path."""
     path = os.fspath(path)
+    where = io.label(path, what)
     if path.endswith(".parquet"):
+        import pyarrow as pa
         import pyarrow.parquet as pq
 
-        return pq.read_table(path).to_pylist()
-    parse = {"str": str, "int": int, "float": float, "bool": lambda s: s == "true"}
-    kinds = dict(COLUMNS)
-    with open(path, newline="") as fh:
-        return [{k: (None if v == "" else parse[kinds.get(k, "str")](v)) for k, v in row.items()}
-                for row in csv.DictReader(fh)]
+        try:
+            rows = pq.read_table(path).to_pylist()
+        except OSError as exc:
+            raise InvalidArgumentError(f"{where}: cannot read ({exc.strerror or exc})") from None
+        except (pa.ArrowException, ValueError) as exc:
+            raise InvalidArgumentError(f"{where}: not a sweep Parquet file ({str(exc).splitlines()[0][:120]})") from None
+    else:
+        rows = []
+        reader = csv.DictReader(textio.StringIO(io.read_text(path, what), newline=""))
+        try:
+            for number, raw in enumerate(reader, start=2):
+                if None in raw or None in raw.values():
+                    raise InvalidArgumentError(f"{where}: line {number} does not have one cell per column")
+                row = {}
+                for k, v in raw.items():
+                    kind = KINDS.get(k)
+                    if kind is None:
+                        raise InvalidArgumentError(f"{where}: unknown column '{k[:40]}'")
+                    try:
+                        row[k] = None if v == "" else _PARSE[kind](v)
+                    except (ValueError, KeyError):
+                        raise InvalidArgumentError(f"{where}: line {number}, column {k}: '{v[:40]}' is not "
+                                                   f"{_KIND_NAMES[kind]}") from None
+                rows.append(row)
+        except csv.Error as exc:
+            raise InvalidArgumentError(f"{where}: not CSV ({exc})") from None
+    for number, row in enumerate(rows, start=1):
+        reason = check_row(row)
+        if reason is not None:
+            raise InvalidArgumentError(f"{where}: row {number} is not a sweep row: {reason}")
+    return rows
 
 
 def _remove_stale_temporaries(path: str) -> None:
     """Temporary tables left by a killed run (we hold the journal lock, so none is in use)."""
     folder = os.path.dirname(os.path.abspath(path))
-    prefix = f".{os.path.basename(path)}."
-    for name in os.listdir(folder):
-        if name.startswith(prefix) and name.endswith(".tmp"):
-            try:
-                os.unlink(os.path.join(folder, name))
-            except OSError:
-                pass
+    try:
+        names = os.listdir(folder)
+    except OSError:
+        return
+    for prefix in (io.temp_prefix(path), io.temp_prefix(journal_path(path))):
+        for name in names:
+            if name.startswith(prefix) and name.endswith(io.TEMP_SUFFIX) and len(name) == len(prefix) + 8 + 4:
+                try:
+                    os.unlink(os.path.join(folder, name))
+                except OSError:
+                    pass

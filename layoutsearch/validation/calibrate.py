@@ -81,9 +81,10 @@ def usable_problems(records: Iterable[dict], accelerator: str) -> list[tuple[str
 def log_residuals(problems: list[tuple[str, tuple, float]], fields: dict[str, float]) -> np.ndarray:
     """log(predicted / measured) tokens/s per device of each problem under the given calibration."""
     out = np.empty(len(problems))
-    for i, (_, (model, workload, cluster, layout), measured) in enumerate(problems):
-        est = estimate(model, workload, with_calibration(cluster, **fields), layout, strict=False)
-        out[i] = math.log(est.tokens_per_s / cluster.num_devices / measured)
+    for i, (_, (problem, layout), measured) in enumerate(problems):
+        calibrated = replace(problem, cluster=with_calibration(problem.cluster, **fields))
+        est = estimate(calibrated, layout, strict=False)
+        out[i] = math.log(est.tokens_per_s / problem.num_devices / measured)
     return out
 
 
@@ -140,7 +141,7 @@ def levenberg_marquardt(residual_fn: Callable[[np.ndarray], np.ndarray], u0: np.
 # ----------------------------------------------------------------------------- fit
 def fit_accelerator(problems: list[tuple[str, tuple, float]], params: tuple[str, ...]) -> dict:
     """Fit ``params`` of one accelerator to its problems; before/after error statistics and values."""
-    acc = problems[0][1][2].accelerator
+    acc = problems[0][1][0].cluster.accelerator
     start = {p: float(getattr(acc, p)) for p in params}
     before = log_residuals(problems, {})
 
@@ -172,7 +173,8 @@ def calibrate(records: list[dict], accelerators: Iterable[str] | None = None,
     """
     skip = set(exclude)
     kept = [r for r in records if r["id"] not in skip]
-    names = sorted(set(accelerators) if accelerators is not None else {r["cluster"]["accelerator"] for r in kept})
+    names = sorted(set(accelerators) if accelerators is not None
+                   else {r["cluster"]["accelerator"] for r in kept if r["cluster"]["accelerator"] is not None})
     out = {}
     for name in names:
         problems = usable_problems(kept, name)

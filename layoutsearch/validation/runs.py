@@ -1,119 +1,260 @@
 """The measured-run format (shared/validation/SCHEMA.md): pydantic validation at the boundary.
 
-``load_runs(path)`` returns the records as dicts, or raises a one-line CatalogueError naming
-the record id and the field (unknown keys get a "did you mean").
+``load_runs(path)`` returns the records as dicts (a ``Runs`` list, whose ``warnings`` lists
+the loader's remarks), or raises a one-line CatalogueError naming the file, the record and the
+field when the FILE is malformed: not UTF-8, not YAML, not a list, a record that is not a
+mapping, a value of the wrong type (``num_layers: "abc"``), a duplicate id.
+
+Every field the schema documents is accepted, and a key a record leaves out means null: the
+dumped record always has every block and every field. What the engine cannot use (a null it
+needs, an unknown accelerator or precision, a mixture-of-experts model) is not the loader's
+business: ``validate.record_to_problem`` skips that record with its reason. A key the schema
+does not know is a warning (record id, key, "did you mean"), never an abort; it is dropped.
 """
 
 from __future__ import annotations
 
 import re
+import typing
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field, NonNegativeFloat, PositiveFloat, PositiveInt
+import yaml
+from pydantic import (BaseModel, ConfigDict, Field, NonNegativeFloat, NonNegativeInt, PositiveFloat, PositiveInt,
+                      ValidationError, field_validator)
 
-from layoutsearch.core.catalogue import _validate, read_yaml
-from layoutsearch.core.errors import CatalogueError
+from layoutsearch.core.errors import CatalogueError, did_you_mean
 
-class _Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
-
-
-class RecModel(_Strict):
-    num_layers: PositiveInt
-    d_model: PositiveInt
-    d_ff: PositiveInt
-    mlp: Literal["plain", "gated"]
-    num_heads: PositiveInt
-    num_kv_heads: PositiveInt
-    head_dim: PositiveInt
-    vocab_size: PositiveInt
-    tied_embeddings: bool
+# Documented values of the open enumerations (SCHEMA.md). Other values are kept as given, with a warning.
+TRUST = ("high", "medium", "low")
+FRAMEWORKS = ("megatron", "torchtitan", "maxtext", "megatron-deepspeed", "llm-foundry", "pytorch-fsdp",
+              "nemo-automodel", "other")
+FP8_RECIPES = ("delayed-scaling", "current-scaling", "tensorwise", "rowwise", "blockwise", "mxfp8")
+ATTENTION = ("mha", "gqa", "mla")
+ENUMS = {"trust": TRUST, "workload.framework": FRAMEWORKS, "workload.fp8_recipe": FP8_RECIPES,
+         "model.attention": ATTENTION}
 
 
-class RecWorkload(_Strict):
-    seq_len: PositiveInt
-    global_batch_seqs: PositiveInt
-    precision: str | None  # bf16 | fp16 | fp8; others are skipped per record, not refused for the file
+class _Block(BaseModel):
+    """Every field optional (absent = null); unknown keys are reported by ``_unknown_keys`` and ignored."""
+    model_config = ConfigDict(extra="ignore", frozen=True)
 
 
-class RecCluster(_Strict):
-    accelerator: str
-    num_devices: PositiveInt
-    devices_per_node: PositiveInt | None
-    scale_out_gbytes_per_s_per_device: PositiveFloat | None
+class RecMoE(_Block):
+    num_experts: PositiveInt | None = None
+    top_k: PositiveInt | None = None
+    expert_d_ff: PositiveInt | None = None
+    num_shared_experts: NonNegativeInt | None = None
+    shared_d_ff: PositiveInt | None = None
+    first_dense_layers: NonNegativeInt | None = None
+    moe_layer_freq: PositiveInt | None = None
+    capacity_factor: PositiveFloat | None = None  # null = dropless
 
 
-class RecLayout(_Strict):
-    dp: PositiveInt
-    fsdp: PositiveInt
-    zero_stage: int = Field(ge=0, le=3)
-    tp: PositiveInt
-    sequence_parallel: bool | None
-    pp: PositiveInt
-    virtual_stages: PositiveInt | None
-    cp: PositiveInt
-    microbatch_seqs: PositiveInt | None
-    num_microbatches: PositiveInt | None
-    recompute: Literal["none", "selective", "full"] | None
+class RecMLA(_Block):
+    q_lora_rank: PositiveInt | None = None
+    kv_lora_rank: PositiveInt | None = None
+    qk_rope_head_dim: PositiveInt | None = None
+    qk_nope_head_dim: PositiveInt | None = None
+    v_head_dim: PositiveInt | None = None
 
 
-class RecMeasured(_Strict):
-    tokens_per_s_per_device: PositiveFloat | None
-    step_time_s: PositiveFloat | None
-    mfu: float | None = Field(gt=0, le=1)
-    mfu_convention: str | None  # palm-6n-12lhqt | palm-causal | megatron-eq3-hardware | megatron-core | other
-    peak_tflops_used: PositiveFloat | None
-    memory_gib_per_device: NonNegativeFloat | None
-    oom: bool
+class RecModel(_Block):
+    name: str | None = None
+    num_layers: PositiveInt | None = None
+    d_model: PositiveInt | None = None
+    d_ff: PositiveInt | None = None  # MoE: the dense layers' FFN; null when every layer is MoE
+    mlp: str | None = None  # plain | gated; another value is a skip (the engine's model check)
+    num_heads: PositiveInt | None = None
+    num_kv_heads: PositiveInt | None = None
+    head_dim: PositiveInt | None = None
+    vocab_size: PositiveInt | None = None
+    tied_embeddings: bool | None = None
+    moe: RecMoE | None = None
+    attention: str | None = None  # mha | gqa | mla
+    mla: RecMLA | None = None
+    mtp_num_layers: NonNegativeInt | None = None
+    params_total: PositiveInt | None = None
+    params_active: PositiveInt | None = None
+    notes: str | None = None
 
 
-class RunRecord(_Strict):
+class RecWorkload(_Block):
+    seq_len: PositiveInt | None = None
+    global_batch_seqs: PositiveInt | None = None
+    precision: str | None = None  # bf16 | fp16 | fp8; others are skipped per record, not refused for the file
+    framework: str | None = None  # FRAMEWORKS; another value is kept as given
+    fp8_recipe: str | None = None  # FP8_RECIPES
+    torch_compile: bool | None = None
+
+
+class RecCluster(_Block):
+    accelerator: str | None = None
+    num_devices: PositiveInt | None = None
+    devices_per_node: PositiveInt | None = None
+    scale_out_gbytes_per_s_per_device: PositiveFloat | None = None
+    hbm_gb_per_device: PositiveFloat | None = None
+    power_limit_w: PositiveFloat | None = None
+
+
+class RecLayout(_Block):
+    dp: PositiveInt | None = None
+    fsdp: PositiveInt | None = None
+    zero_stage: int | None = Field(default=None, ge=0, le=3)
+    tp: PositiveInt | None = None
+    sequence_parallel: bool | None = None
+    pp: PositiveInt | None = None
+    virtual_stages: PositiveInt | None = None
+    cp: PositiveInt | None = None
+    ep: PositiveInt | None = None
+    etp: PositiveInt | None = None
+    microbatch_seqs: PositiveInt | None = None
+    num_microbatches: PositiveInt | None = None
+    recompute: str | None = None  # none | selective | full; another value is a skip
+    async_tp: bool | None = None
+
+
+class RecMeasured(_Block):
+    tokens_per_s_per_device: PositiveFloat | None = None
+    step_time_s: PositiveFloat | None = None
+    mfu: float | None = Field(default=None, gt=0, le=1)
+    mfu_convention: str | None = None  # palm-6n-12lhqt | palm-causal | megatron-eq3-hardware | megatron-core | other
+    peak_tflops_used: PositiveFloat | None = None
+    tflops_per_device: PositiveFloat | None = None
+    memory_gib_per_device: NonNegativeFloat | None = None
+    oom: bool | None = None
+
+
+class RunRecord(_Block):
     id: str = Field(min_length=1)
-    source: str
-    trust: Literal["high", "medium", "low"]
-    model: RecModel
-    workload: RecWorkload
-    cluster: RecCluster
-    layout: RecLayout
-    measured: RecMeasured
+    source: str | None = None
+    trust: str | None = None  # high | medium | low
+    model: RecModel = RecModel()
+    workload: RecWorkload = RecWorkload()
+    cluster: RecCluster = RecCluster()
+    layout: RecLayout = RecLayout()
+    measured: RecMeasured = RecMeasured()
     derived: dict[str, Any] = {}
 
+    @field_validator("model", "workload", "cluster", "layout", "measured", "derived", mode="before")
+    @classmethod
+    def _null_block(cls, value: Any) -> Any:
+        """A block written as null (or left empty) is a block of nulls."""
+        return {} if value is None else value
 
-def load_runs(path: str | Path) -> list[dict]:
-    """Read and validate a runs file; every error is one CatalogueError line naming record id and field."""
-    path = Path(path)
-    data = read_yaml(path)
-    if not isinstance(data, list):
-        raise CatalogueError(f"{path}: expected a list of records, got {type(data).__name__}")
-    out, seen = [], set()
-    for i, raw in enumerate(data):
-        rid = raw.get("id") if isinstance(raw, dict) else None
-        where = f"{path.name}: record '{rid}'" if rid else f"{path.name}: record #{i + 1}"
-        rec = _validate(raw, RunRecord, where).model_dump()
-        _check_record(rec, where, seen)
-        seen.add(rec["id"])
-        out.append(rec)
+
+class Runs(list):
+    """The records of a runs file (dicts), with the loader's one-line ``warnings``."""
+
+    def __init__(self, records=(), warnings=()):
+        super().__init__(records)
+        self.warnings: list[str] = list(warnings)
+
+
+def _submodel(annotation: Any) -> type[BaseModel] | None:
+    """The pydantic model inside ``Sub`` or ``Sub | None``, else None."""
+    for t in (annotation, *typing.get_args(annotation)):
+        if isinstance(t, type) and issubclass(t, BaseModel):
+            return t
+    return None
+
+
+def _unknown_keys(data: dict, schema: type[BaseModel], prefix: str = "") -> list[str]:
+    """Dotted paths of the keys the schema does not know, each with a 'did you mean' hint (recursively)."""
+    out = []
+    for key, value in data.items():
+        field = schema.model_fields.get(key) if isinstance(key, str) else None
+        if field is None:
+            out.append(f"unknown key '{prefix}{key}' ignored{did_you_mean(str(key), schema.model_fields)}")
+            continue
+        sub = _submodel(field.annotation)
+        if sub is not None and isinstance(value, dict):
+            out.extend(_unknown_keys(value, sub, f"{prefix}{key}."))
     return out
 
 
-def _check_record(rec: dict, where: str, seen: set) -> None:
-    """Rules across fields: unique id, known accelerator, a throughput unless the run ran out of memory."""
-    if rec["id"] in seen:
-        raise CatalogueError(f"{where}: field 'id': duplicate id")
-    meas = rec["measured"]
-    if not meas["oom"] and meas["tokens_per_s_per_device"] is None:
-        raise CatalogueError(f"{where}: field 'measured.tokens_per_s_per_device': required unless measured.oom is true")
-    lay = rec["layout"]
-    if lay["dp"] % lay["fsdp"]:
-        raise CatalogueError(f"{where}: field 'layout.fsdp': fsdp({lay['fsdp']}) does not divide the total "
-                             f"data-parallel degree dp({lay['dp']})")
+def _unknown_values(rec: dict) -> list[str]:
+    """Values of the documented enumerations that are not among them (kept as given)."""
+    out = []
+    for dotted, allowed in ENUMS.items():
+        *block, key = dotted.split(".")
+        value = (rec[block[0]] if block else rec)[key]
+        if value is not None and value not in allowed:
+            out.append(f"field '{dotted}': value {value!r} is not one of {', '.join(allowed)}"
+                       f"{did_you_mean(str(value), allowed)}; kept as given")
+    return out
+
+
+def _read_text(path: Path) -> str:
+    """The file as UTF-8 text (a BOM is allowed); unreadable or not UTF-8 is a one-line CatalogueError."""
+    try:
+        data = path.read_bytes()
+    except OSError as exc:
+        raise CatalogueError(f"{path}: cannot read ({exc.strerror or exc})") from None
+    try:
+        return data.decode("utf-8-sig")
+    except UnicodeDecodeError as exc:
+        raise CatalogueError(f"{path}: not UTF-8 text (byte 0x{data[exc.start]:02x} at offset {exc.start}); "
+                             f"save the file as UTF-8") from None
+
+
+def _parse_yaml(text: str, path: Path) -> Any:
+    """Parse YAML text; a syntax error becomes a one-line CatalogueError (as ``catalogue.read_yaml``)."""
+    try:
+        return yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        at = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
+        problem = getattr(exc, "problem", None) or str(exc).splitlines()[0]
+        raise CatalogueError(f"{path}: malformed YAML{at}: {problem}") from None
+
+
+def _validate_record(raw: Any, where: str) -> RunRecord:
+    """One record through pydantic; the first error is one CatalogueError line with the dotted field."""
+    if not isinstance(raw, dict):
+        raise CatalogueError(f"{where}: expected a mapping of fields, got {type(raw).__name__}")
+    try:
+        return RunRecord.model_validate(raw)
+    except ValidationError as exc:
+        err = exc.errors()[0]
+        loc = ".".join(str(p) for p in err["loc"]) or "(top)"
+        value = err.get("input")
+        shown = "" if isinstance(value, (dict, list)) else f" (got {value!r})"
+        msg = " ".join(str(err["msg"]).split())
+        raise CatalogueError(f"{where}: field '{loc}': {msg}{shown}") from None
+
+
+def load_runs(path: str | Path) -> Runs:
+    """Read and validate a runs file: the records as dicts, warnings on ``.warnings``; a malformed
+    file is one CatalogueError line naming the file, the record and the field."""
+    path = Path(path)
+    data = _parse_yaml(_read_text(path), path)
+    if data is None:
+        raise CatalogueError(f"{path}: empty file: expected a list of records")
+    if not isinstance(data, list):
+        raise CatalogueError(f"{path}: expected a list of records, got {type(data).__name__}")
+    out, warnings, seen = Runs(), [], set()
+    for i, raw in enumerate(data):
+        rid = raw.get("id") if isinstance(raw, dict) else None
+        where = f"{path}: record '{rid}'" if isinstance(rid, str) and rid else f"{path}: record #{i + 1}"
+        rec = _validate_record(raw, where).model_dump()
+        if rec["id"] in seen:
+            raise CatalogueError(f"{where}: field 'id': duplicate id (record #{i + 1})")
+        seen.add(rec["id"])
+        name = f"{path.name}: record '{rec['id']}'"
+        warnings += [f"{name}: {w}" for w in _unknown_keys(raw, RunRecord) + _unknown_values(rec)]
+        out.append(rec)
+    out.warnings = warnings
+    return out
 
 
 def source_family(record: dict) -> str:
     """Group name: the repository of a 'owner/repo ...' source, else the citation up to its year."""
-    first = record["source"].split()[0].rstrip(",;:") if record["source"].strip() else record["id"]
+    source = (record.get("source") or "").strip()
+    if not source:
+        return record["id"]
+    first = source.split()[0].rstrip(",;:")
     if "/" in first:
         return first.split("/")[1]
-    year = re.match(r"^(.*?\b(?:19|20)\d\d)\b", record["source"])
-    return year.group(1) if year else " ".join(record["source"].split()[:3])
+    year = re.match(r"^(.*?\b(?:19|20)\d\d)\b", source)
+    return year.group(1) if year else " ".join(source.split()[:3])

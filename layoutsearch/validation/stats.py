@@ -72,7 +72,7 @@ def summarize(entries: list[dict], sweeps: list[dict], max_median_error: float) 
     fits = [e["predicted_fits"] == (not e["measured_oom"]) for e in done]
     groups = {}
     for field in ("accelerator", "source_family"):
-        keys = sorted({e[field] for e in entries})
+        keys = sorted({e[field] for e in entries}, key=lambda k: (k is None, str(k)))
         groups[field] = {k: {**error_stats([e["rel_error"] for e in errs if e[field] == k]),
                              "skipped": sum(1 for e in entries if e[field] == k and e["skipped_reason"])}
                          for k in keys}
@@ -94,6 +94,16 @@ def summarize(entries: list[dict], sweeps: list[dict], max_median_error: float) 
         "bloom_sweep_note": (f"{bloom[0]['n']} BLOOM sweep runs" if bloom else "no BLOOM layout sweep records found"),
         "max_median_error": max_median_error,
         "passed": median is not None and median <= max_median_error,
+        "message": verdict(len(done), len(entries) - len(done), median, max_median_error),
     }
+
+
+def verdict(count: int, skipped: int, median: float | None, max_median_error: float) -> str:
+    """One line: the median error against the limit, or why there is no median (then not passed)."""
+    if count == 0:
+        return f"no record could be evaluated ({skipped} skipped): the median error is unknown"
+    if median is None:
+        return f"none of the {count} evaluated records has a measured throughput: the median error is unknown"
+    return f"median error {median:.1%} {'within' if median <= max_median_error else 'exceeds'} {max_median_error:.1%}"
 
 

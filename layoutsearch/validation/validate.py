@@ -3,7 +3,8 @@
 Input: the record format of shared/validation/SCHEMA.md, validated with pydantic at the boundary
 (``load_runs``). Output: the document of OUTPUT.md "layoutsearch validate" (``validate_runs``).
 
-Mapping a record onto the engine (``record_to_problem``); every rule is applied to every record:
+Mapping a record onto the engine (``record_to_problem``: an engine ``Problem`` and a placed
+``Layout``, or a skip reason); every rule is applied to every record:
 
 1. Degrees. A record's ``dp`` is the TOTAL data-parallel degree (replicated x sharded); the
    engine's ``Layout`` has ``dp`` = replicated part and ``fsdp`` = sharded part. With
@@ -39,16 +40,29 @@ Mapping a record onto the engine (``record_to_problem``); every rule is applied 
    = the layer's tensors: 4 weight matrices, their biases and two norms' weights and biases = 12
    for GPT); later ZeRO-3 records use flat per-layer collectives (1).
 10. Hardware outside the catalogue: an accelerator id the catalogue lacks, or a precision other
-    than bf16/fp16, is skipped with the reason. An H800 (named in the record's source, cluster or
-    derived notes) is an H100 with NVLink at 200 GB/s per direction (hardware.md: 400 GB/s
-    bidirectional). A power-capped part (e.g. "500 W") is skipped: its clocks, hence its peak
-    FLOP/s, are not known.
+    than bf16/fp16, is skipped with the reason. An H800 (accelerator id ``h800`` when the
+    catalogue has none, or named in the record's source, cluster or derived notes) is an H100 with
+    NVLink at 200 GB/s per direction (hardware.md: 400 GB/s bidirectional). A power-capped part is
+    skipped: its clocks, hence its peak FLOP/s, are not known. Capped = ``cluster.power_limit_w``
+    below the part's rating (``POWER_RATING_W``; a part without a rating there counts as capped,
+    the schema gives the field only for a cap); without the field, a wattage other than 700 W in
+    the record's text (e.g. "500 W"). ``cluster.hbm_gb_per_device`` (e.g. the 96 GB H100)
+    replaces the catalogue's HBM for that record; capacity = that HBM less the runtime reserve.
 11. TP communication overlap: NeMo runs (NVIDIA dgxc-benchmarking, NeMo performance summary)
     and the Megatron-Core README benchmarks use Transformer Engine's pipelined TP overlap
     (NeMo "Communication Overlap": ``tp_comm_overlap``), so ``Workload.tp_comm_overlap`` is on
     for them; every other record keeps TP on the critical path.
 12. A record the engine rejects (structural violation, unknown cluster shape) is skipped with
    the engine's message as the reason; nothing is dropped silently.
+13. What the engine does not model yet is skipped first, with the reason: a mixture-of-experts
+    model (``model.moe``), multi-head latent attention (``model.attention: mla`` or ``model.mla``).
+    A null where the engine needs a value (``ENGINE_NEEDS``: the model's shape, seq_len and
+    batch, accelerator and device count, dp/fsdp/zero_stage/tp/pp/cp) is skipped naming the
+    fields; so is a record with neither a measured throughput nor ``oom: true`` (nothing to
+    compare), and one whose fsdp does not divide its dp. A TPU device count that is no slice
+    shape and not a whole number of equal valid slices (e.g. 7 or 131 v5p chips) is skipped.
+    ``workload.framework`` is copied into each entry (``framework``); the other optional fields
+    (fp8_recipe, torch_compile, async_tp) are not used yet.
 
 MFU: where a record reports one, the prediction is reported under the record's convention,
 divided by the record's own ``peak_tflops_used`` so both numbers share a denominator:
@@ -60,6 +74,7 @@ engine's "palm"), megatron-eq3-hardware -> "palm" plus the recomputed forward
 
 from __future__ import annotations
 
+import math
 import re
 from dataclasses import replace
 
@@ -67,15 +82,25 @@ from dataclasses import replace
 from layoutsearch.validation.runs import load_runs, source_family  # noqa: F401  (part of this module's interface)
 from layoutsearch.validation.stats import error_stats, layout_sweeps, spearman, summarize  # noqa: F401
 from layoutsearch.core.catalogue import accelerator_names, load_accelerator, model_from_dict
-from layoutsearch.core.check import structural_violations
+from layoutsearch.core.check import check_layout
+from layoutsearch.core.problem import Problem
 from layoutsearch.costs import flops
 from layoutsearch.costs.flops import hardware_flops_per_token  # noqa: F401  (re-exported for the tests)
 from layoutsearch.core.errors import CatalogueError, LayoutsearchError, did_you_mean
-from layoutsearch.costs.estimate import Estimate, estimate, with_default_axes
-from layoutsearch.core.specs import Cluster, Layout, ModelSpec, Workload
+from layoutsearch.costs.estimate import Estimate, estimate
+from layoutsearch.core.specs import Cluster, Layout, Workload
 from layoutsearch.core.topology import resolve_cluster
 
-Problem = tuple[ModelSpec, Workload, Cluster, Layout]
+Mapped = tuple[Problem, Layout]  # what a record is for the engine
+MODEL_KEYS = ("num_layers", "d_model", "d_ff", "mlp", "num_heads", "num_kv_heads", "head_dim", "vocab_size",
+              "tied_embeddings")
+ENGINE_NEEDS = {"model": MODEL_KEYS, "workload": ("seq_len", "global_batch_seqs"),
+                "cluster": ("accelerator", "num_devices"), "layout": ("dp", "fsdp", "zero_stage", "tp", "pp", "cp")}
+RECOMPUTE = ("none", "selective", "full")
+# Default board power of the GPU parts (W): SXM A100 400, SXM H100/H200 700, HGX B200 1000, GB200 1200 per GPU.
+POWER_RATING_W = {"a100-40gb": 400, "a100-80gb": 400, "h100": 700, "h200": 700, "h800": 700, "b200": 1000,
+                  "gb200": 1200}
+ACCELERATOR_ALIASES = {"h800": "h100"}  # used only while the catalogue has no such id (rule 10)
 ENGINE_CONVENTION = {"palm-6n-12lhqt": "palm", "palm-causal": "palm-causal", "megatron-core": "palm",
                      "megatron-eq3-hardware": "palm", "other": "model"}
 
@@ -106,9 +131,9 @@ def fused_attention(record: dict) -> bool:
 def mapping_notes(record: dict) -> list[str]:
     """The approximations and defaults ``record_to_problem`` applies to this record (docstring rules)."""
     lay, notes = record["layout"], []
-    if "parallel block" in str(record.get("derived", {}).get("block", "")):
+    if "parallel block" in str((record.get("derived") or {}).get("block", "")):
         notes.append("parallel block costed as serial: TP collectives counted twice per layer and pass")
-    if lay["sequence_parallel"] is None and lay["tp"] > 1:
+    if lay["sequence_parallel"] is None and (lay["tp"] or 1) > 1:
         notes.append(f"sequence_parallel null -> {not _is_bigscience(record)}")
     if lay["recompute"] is None:
         notes.append("recompute null -> none")
@@ -116,6 +141,11 @@ def mapping_notes(record: dict) -> list[str]:
         notes.append("microbatch_seqs null -> 1, num_microbatches = batch / (dp x microbatch_seqs)")
     if record["workload"]["precision"] is None:
         notes.append("precision null -> bf16")
+    hbm = record["cluster"].get("hbm_gb_per_device")
+    if hbm is not None:
+        notes.append(f"HBM {hbm:g} GB per device (cluster.hbm_gb_per_device) instead of the catalogue's")
+    if record["cluster"]["accelerator"] in ACCELERATOR_ALIASES and record["cluster"]["accelerator"] not in accelerator_names():
+        notes.append("h800 costed as an H100 with NVLink at 200 GB/s per direction")
     return notes
 
 
@@ -148,34 +178,59 @@ def _mentions(record: dict, pattern: str) -> bool:
 H800_NVLINK_BYTES_PER_S = 200e9  # hardware.md: H800 NVLink 400 GB/s bidirectional
 
 
+def _accelerator_id(record: dict) -> str:
+    """The catalogue id the record is costed on (``ACCELERATOR_ALIASES`` when the catalogue lacks the id)."""
+    acc = record["cluster"]["accelerator"]
+    return acc if acc in accelerator_names() else ACCELERATOR_ALIASES.get(acc, acc)
+
+
+def _is_h800(record: dict) -> bool:
+    return record["cluster"]["accelerator"] == "h800" or _mentions(record, r"\bH800\b")
+
+
+def _with_hbm(cluster: Cluster, hbm_gb: float | None) -> Cluster:
+    """The cluster with the record's HBM per device (GB) in place of the catalogue's (rule 10)."""
+    if hbm_gb is None:
+        return cluster
+    return replace(cluster, accelerator=replace(cluster.accelerator, hbm_bytes=hbm_gb * 1e9))
+
+
 def _cluster(record: dict, replicas: int) -> Cluster | str:
     """The engine cluster for the record (multislice TPU when ``replicas`` > 1); or a skip reason."""
     c = record["cluster"]
-    acc, n = c["accelerator"], c["num_devices"]
+    acc, n = _accelerator_id(record), c["num_devices"]
     try:
         if load_accelerator(acc).kind == "gpu":
             so = c["scale_out_gbytes_per_s_per_device"]
             cluster = resolve_cluster(f"{acc}-{n}", c["devices_per_node"], so * 1e9 if so else None)
-            if _mentions(record, r"\bH800\b"):
+            if _is_h800(record):
                 axes = tuple(replace(a, bytes_per_s_per_direction=H800_NVLINK_BYTES_PER_S) if a.kind == "switch" else a
                              for a in cluster.axes)
                 cluster = replace(cluster, axes=axes)
-            return cluster
-        if replicas > 1:
+        elif replicas > 1:
             if n % replicas:
                 return f"{n} chips do not split into {replicas} slices"
-            return resolve_cluster(f"{acc}-{n // replicas}x{replicas}")
-        return resolve_cluster(f"{acc}-{n}")
+            cluster = resolve_cluster(f"{acc}-{n // replicas}x{replicas}")
+        else:
+            cluster = resolve_cluster(f"{acc}-{n}")
     except LayoutsearchError as exc:
         return f"cluster: {exc}"
+    return _with_hbm(cluster, c.get("hbm_gb_per_device"))
 
 
-def _tpu_replicas(record: dict) -> int:
+def _divisors(n: int) -> list[int]:
+    """The divisors of n in increasing order (trial division up to sqrt(n))."""
+    small = [k for k in range(1, math.isqrt(n) + 1) if n % k == 0]
+    return sorted(set(small + [n // k for k in small]))
+
+
+def _tpu_replicas(record: dict) -> int | str:
     """Slices of a multislice TPU record: the replicated part of ZeRO-3 data parallelism; else, when
-    the chips exceed the largest slice, the fewest equal slices that are valid slice shapes; else 1."""
+    the chips exceed the largest slice, the fewest equal slices (of 2 chips or more) that are valid
+    slice shapes; else 1. A count that is neither one slice nor such a split is a skip reason."""
     from layoutsearch.core.topology import torus_shape
 
-    lay, acc = record["layout"], load_accelerator(record["cluster"]["accelerator"])
+    lay, acc = record["layout"], load_accelerator(_accelerator_id(record))
     if acc.kind != "tpu":
         return 1
     if lay["zero_stage"] == 3 and lay["fsdp"] > 1 and lay["dp"] // lay["fsdp"] > 1:
@@ -183,23 +238,70 @@ def _tpu_replicas(record: dict) -> int:
     n = record["cluster"]["num_devices"]
     if torus_shape(acc, n) is not None:
         return 1
-    return next((k for k in range(2, n + 1) if n % k == 0 and torus_shape(acc, n // k) is not None), 1)
+    largest = math.prod(acc.max_slice_shape)
+    if n > largest:
+        for k in _divisors(n):  # fewest slices first
+            if 1 < k < n and n // k <= largest and torus_shape(acc, n // k) is not None:
+                return k
+        return (f"cluster: {n} {acc.id} chips is more than one slice ({largest}) and no whole number of "
+                f"equal valid slices")
+    return f"cluster: {n} {acc.id} chips is not a slice shape (one slice holds up to {largest})"
 
 
-def record_to_problem(record: dict) -> Problem | str:
-    """(ModelSpec, Workload, Cluster, Layout) for a record, or a skip reason (module docstring rules)."""
+def _unmodelled(record: dict) -> str | None:
+    """Rule 13: the first reason the engine cannot cost this record at all, or None."""
+    m, lay = record["model"], record["layout"]
+    if m.get("moe") is not None:
+        return "mixture-of-experts: not modelled yet (model.moe)"
+    if m.get("attention") == "mla" or m.get("mla") is not None:
+        return "multi-head latent attention (MLA): not modelled yet"
+    missing = [f"{block}.{key}" for block, keys in ENGINE_NEEDS.items() for key in keys if record[block][key] is None]
+    if missing:
+        return f"missing value: {', '.join(missing)} null (the engine needs {'it' if len(missing) == 1 else 'them'})"
+    if lay["dp"] % lay["fsdp"]:
+        return f"layout: fsdp({lay['fsdp']}) does not divide the total data-parallel degree dp({lay['dp']})"
+    if lay["recompute"] not in (None, *RECOMPUTE):
+        return f"layout: recompute '{lay['recompute']}' is not one of {', '.join(RECOMPUTE)}"
+    return None
+
+
+def _power_capped(record: dict) -> str | None:
+    """Rule 10: a skip reason for a part run below its power rating, else None."""
+    c = record["cluster"]
+    limit = c.get("power_limit_w")
+    if limit is None:  # no field: a wattage in the text other than the SXM 700 W
+        if _mentions(record, r"\b[0-9]{3}\s?W\b") and not _mentions(record, r"\b700\s?W\b"):
+            return "power-capped part (a wattage below the SXM rating): its clocks and peak FLOP/s are unknown"
+        return None
+    rating = POWER_RATING_W.get(c["accelerator"])
+    if rating is not None and limit >= rating:
+        return None
+    of = f"below the part's {rating} W rating" if rating else "(no rating known for this part)"
+    return f"power-capped part: power_limit_w {limit:g} W {of}; its clocks and peak FLOP/s are unknown"
+
+
+def record_to_problem(record: dict) -> Mapped | str:
+    """(engine Problem, placed Layout) for a record, or a skip reason (module docstring rules).
+
+    The placement is the fastest of the cluster's axis orders (``estimate`` of the unplaced layout).
+    """
     wl, lay = record["workload"], record["layout"]
+    reason = _unmodelled(record)
+    if reason:
+        return reason
     if wl["precision"] == "fp8":
         return "fp8 precision: not modelled yet (no fp8 matmul rate or byte counts in the engine)"
     if wl["precision"] not in (None, "bf16", "fp16"):
         return f"precision '{wl['precision']}': the engine models bf16/fp16 training only"
     acc = record["cluster"]["accelerator"]
-    if acc not in accelerator_names():
+    if _accelerator_id(record) not in accelerator_names():
         return f"unknown accelerator '{acc}'{did_you_mean(acc, accelerator_names())}: not in the catalogue"
-    if _mentions(record, r"\b[0-9]{3}\s?W\b") and not _mentions(record, r"\b700\s?W\b"):
-        return "power-capped part (a wattage below the SXM rating): its clocks and peak FLOP/s are unknown"
+    capped = _power_capped(record)
+    if capped:
+        return capped
     try:
-        model = model_from_dict({"name": record["id"], **record["model"]}, record["id"], f"record '{record['id']}'")
+        shape = {k: record["model"][k] for k in MODEL_KEYS}
+        model = model_from_dict({"name": record["id"], **shape}, record["id"], f"record '{record['id']}'")
     except CatalogueError as exc:
         return f"model: {exc}"
     mb = _microbatching(record)
@@ -211,7 +313,9 @@ def record_to_problem(record: dict) -> Problem | str:
                         tp_comm_overlap=tp_comm_overlap(record))
     dp, fsdp, zero = _data_parallel(record)
     replicas = _tpu_replicas(record)
-    stated = re.search(r"across (\d+) slice", str(record.get("derived", {}).get("fsdp", "")))
+    if isinstance(replicas, str):
+        return replicas
+    stated = re.search(r"across (\d+) slice", str((record.get("derived") or {}).get("fsdp", "")))
     if stated and int(stated.group(1)) != replicas:
         return f"derived.fsdp states {stated.group(1)} slices but dp/fsdp gives {replicas}"
     cluster = _cluster(record, replicas)
@@ -222,16 +326,17 @@ def record_to_problem(record: dict) -> Problem | str:
     layout = Layout(dp=dp, fsdp=fsdp, tp=lay["tp"], pp=lay["pp"], cp=lay["cp"], zero_stage=zero, virtual_stages=vs,
                     num_microbatches=mb[1], recompute=lay["recompute"] or "none", sequence_parallel=sp,
                     schedule="interleaved" if vs > 1 else "1f1b")
-    violations = structural_violations(model, workload, cluster, layout)
+    problem = Problem(model_id=record["id"], model=model, cluster_name=cluster.name, cluster=cluster, workload=workload)
+    violations = check_layout(problem, layout)
     if violations:
         return "engine rejects the layout: " + "; ".join(v.message for v in violations)
     try:
-        axes = with_default_axes(cluster, layout, model, workload).axes
+        axes = estimate(problem, layout, strict=False).layout.axes
     except LayoutsearchError as exc:
         return f"placement: {exc}"
     if replicas > 1 and dp == replicas and dict(dict(axes).get("dp", ())).get("dcn") != replicas:
         return f"placement: dp({dp}) does not land on the dcn axis ({dict(axes)})"
-    return model, workload, cluster, replace(layout, axes=axes)
+    return problem, replace(layout, axes=axes)
 
 
 # ----------------------------------------------------------------------------- per record
@@ -243,7 +348,7 @@ def predicted_mfu(record: dict, est: Estimate) -> float | None:
     conv = meas["mfu_convention"] or "other"
     s = est.workload.seq_len
     per_token = (hardware_flops_per_token(est.model, s, est.layout.recompute) if conv == "megatron-eq3-hardware"
-                 else flops.model_flops_per_token(est.model, s, ENGINE_CONVENTION[conv]))
+                 else flops.model_flops_per_token(est.model, s, ENGINE_CONVENTION.get(conv, "model")))
     return per_token * est.tokens_per_s / est.cluster.num_devices / (meas["peak_tflops_used"] * 1e12)
 
 
@@ -270,19 +375,30 @@ def miss_reason(rel_error: float, est: Estimate) -> str:
     return text
 
 
+def _no_measurement(record: dict) -> str | None:
+    """Rule 13: a skip reason when the record has nothing to compare (no throughput, not an OOM)."""
+    meas = record["measured"]
+    if meas["tokens_per_s_per_device"] is None and not meas["oom"]:
+        return "no measurement: measured.tokens_per_s_per_device is null and measured.oom is not true"
+    return None
+
+
 def evaluate_record(record: dict) -> dict:
-    """The validate entry of one record (OUTPUT.md fields plus diagnostics)."""
+    """The validate entry of one record (OUTPUT.md fields plus diagnostics); never raises for a record."""
     meas = record["measured"]
     out = {"id": record["id"], "source_family": source_family(record), "accelerator": record["cluster"]["accelerator"],
            "num_devices": record["cluster"]["num_devices"], "trust": record["trust"],
+           "framework": record["workload"].get("framework"),
            "measured_tokens_per_s_per_device": meas["tokens_per_s_per_device"],
-           "predicted_tokens_per_s_per_device": None, "rel_error": None, "measured_oom": meas["oom"],
+           "predicted_tokens_per_s_per_device": None, "rel_error": None,
+           "measured_oom": bool(meas["oom"]),  # null with a throughput: the run ran
            "predicted_fits": None, "measured_mfu": meas["mfu"], "mfu_convention": meas["mfu_convention"],
            "predicted_mfu": None, "measured_memory_gib": meas["memory_gib_per_device"], "predicted_memory_gib": None,
            "published_layout_rank": None, "best_predicted_speedup": None, "time_shares": None,
-           "reason": None, "notes": mapping_notes(record), "skipped_reason": None}
+           "reason": None, "notes": [], "skipped_reason": None}
     try:
-        problem = record_to_problem(record)
+        out["notes"] = mapping_notes(record)
+        problem = _no_measurement(record) or record_to_problem(record)
         est = None if isinstance(problem, str) else estimate(*problem, strict=False)
     except LayoutsearchError as exc:
         problem = f"engine rejects the record: {exc}"
@@ -310,18 +426,20 @@ def rank_published(record: dict) -> dict:
     if isinstance(problem, str):
         return {"published_layout_rank": None, "best_predicted_speedup": None}
     published = estimate(*problem, strict=False).step_time_s
-    ranked = rank_among_candidates(*problem[:3], published)
+    ranked = rank_among_candidates(problem[0], published)
     if ranked["best_step_s"] is None:
         return {"published_layout_rank": None, "best_predicted_speedup": None}
     return {"published_layout_rank": ranked["rank"], "best_predicted_speedup": published / ranked["best_step_s"],
             "candidates": ranked["num_candidates"]}
 
 
-def validate_runs(records: list[dict], max_median_error: float = 0.10, rank: bool = True) -> dict:
+def validate_runs(records: list[dict], max_median_error: float = 0.10, rank: bool = True,
+                  warnings: list[str] | None = None) -> dict:
     """Evaluate every record; the OUTPUT.md document {"records": [...], "summary": {...}}.
 
     With ``rank`` each evaluated record also gets ``published_layout_rank`` and
     ``best_predicted_speedup`` (see ``rank_published``); without it those stay null.
+    ``summary["warnings"]`` is ``warnings``, else the loader's (``load_runs(...).warnings``).
     """
     entries = [evaluate_record(r) for r in records]
     if rank:
@@ -332,5 +450,6 @@ def validate_runs(records: list[dict], max_median_error: float = 0.10, rank: boo
                 except LayoutsearchError:
                     pass  # the rank stays null; the record's error is still reported
     summary = summarize(entries, layout_sweeps(records, entries), max_median_error)
+    summary["warnings"] = list(warnings if warnings is not None else getattr(records, "warnings", []))
     return {"records": entries, "summary": summary}
 

@@ -1,0 +1,201 @@
+"""What the commands share: option declarations, output formats, error reporting, writing files,
+and the search options of `solve` and `explain` (declared once, in ``SearchArgs``).
+
+``search_command`` turns ``command(search: SearchArgs, **own)`` into a typer command whose
+parameters are SearchArgs' fields followed by the command's own: typer reads the combined
+``__signature__``, the wrapper builds one SearchArgs from the parsed values, and SearchArgs
+builds the one Problem and SearchRequest of the run.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import inspect
+import json
+import math
+from enum import StrEnum
+from typing import Annotated, Any, Callable, Optional, get_type_hints
+
+import typer
+
+from layoutsearch.core import io
+from layoutsearch.core.errors import InvalidArgumentError, LayoutsearchError
+from layoutsearch.core.parse import parse_choices, parse_degrees, parse_names
+from layoutsearch.core.problem import Problem, SearchOptions, SearchRequest
+from layoutsearch.core.specs import DEGREE_NAMES, RECOMPUTE_POLICIES, Method, Objective, Workload
+from layoutsearch.core.units import MAX_GLOBAL_BATCH_SEQS, MAX_SEQ_LEN, MAX_TIME_LIMIT_S
+from layoutsearch.report.output import solve_document
+from layoutsearch.search import SearchResult, solve
+from layoutsearch.search.explain import infeasibility
+
+
+def reports_errors(command: Callable) -> Callable:
+    """Turn a LayoutsearchError into one line on stderr and its exit code (2 bad input, 1 infeasible)."""
+    @functools.wraps(command)
+    def run(*args, **kwargs):
+        try:
+            return command(*args, **kwargs)
+        except LayoutsearchError as exc:
+            typer.echo(f"error: {one_line(str(exc))}", err=True)
+            raise typer.Exit(exc.exit_code) from None
+    return run
+
+
+def one_line(text: str) -> str:
+    """A message on one line: a newline inside a value must not split it, a control character
+    (NUL, an escape sequence) is shown escaped rather than sent to the terminal."""
+    return "".join(c if c.isprintable() else repr(c)[1:-1] for c in " ".join(text.split()))
+
+
+# ----------------------------------------------------------------------------- formats
+class Format(StrEnum):
+    table = "table"
+    json = "json"
+
+
+class SolveFormat(StrEnum):
+    table = "table"
+    json = "json"
+    yaml = "yaml"
+
+
+def print_json(document: Any) -> None:
+    """A result document on stdout; NaN or infinity in it is a bug (it is not JSON), never printed."""
+    typer.echo(json.dumps(document, indent=2, allow_nan=False, default=float))
+
+
+def write_output(text: str, output: str | None, what: str = "--output") -> None:
+    """``text`` on stdout without ``output``, else written whole or not at all (``io.atomic_write``)."""
+    if not output:
+        typer.echo(text, nl=not text.endswith("\n"))
+        return
+    io.atomic_write(output, text, what)
+    typer.echo(f"wrote {output}", err=True)
+
+
+# ----------------------------------------------------------------------------- option checks
+def finite(value: float | None) -> float | None:
+    """Typer callback: a float option must be a finite number (click's ranges let NaN through)."""
+    if value is not None and not math.isfinite(value):
+        raise typer.BadParameter(f"{value} is not a finite number")
+    return value
+
+
+# ----------------------------------------------------------------------------- shared options
+ModelOpt = Annotated[str, typer.Option("--model", "-m", help="Catalogue id (llama70b) or a path to a model YAML / HF config.json")]
+ClusterOpt = Annotated[str, typer.Option("--cluster", "-c", help="v5p-8192 (chips), v5p:16x20x28, v5p-8960x4, h100-1024")]
+SeqsOpt = Annotated[int, typer.Option("--seqs", min=1, max=MAX_GLOBAL_BATCH_SEQS, help="Global batch in sequences")]
+SeqLenOpt = Annotated[int, typer.Option("--seq-len", min=1, max=MAX_SEQ_LEN, help="Tokens per sequence")]
+FormatOpt = Annotated[Format, typer.Option("--format", help="table or json")]
+TpOverlapOpt = Annotated[bool, typer.Option("--tp-comm-overlap/--no-tp-comm-overlap",
+                                            help="TP collectives pipelined with their GEMMs (Transformer Engine, XLA)")]
+OutputOpt = Annotated[Optional[str], typer.Option("--output", "-o", help="Output file (stdout without it)")]
+TimeLimitOpt = Annotated[float, typer.Option("--time-limit", min=0.1, max=MAX_TIME_LIMIT_S, callback=finite,
+                                             help="CP-SAT time limit, seconds")]
+
+
+def workload_from_options(seqs: int, seq_len: int, tokens: float | None = None, tp_overlap: bool = False) -> Workload:
+    """The design notes' defaults: 1024 x 4096 tokens, 18 B/param mixed-precision Adam."""
+    return Workload(global_batch_seqs=seqs, seq_len=seq_len, training_tokens=tokens, tp_comm_overlap=tp_overlap)
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class SearchArgs:
+    """The options of a search (`solve`, `explain`), declared once: each field is a typer option."""
+
+    model: ModelOpt = "llama70b"
+    cluster: ClusterOpt = "v5p-8192"
+    seqs: SeqsOpt = 1024
+    seq_len: SeqLenOpt = 4096
+    top: Annotated[int, typer.Option("--top", min=1, max=50, help="How many distinct layouts to rank")] = 3
+    fix: Annotated[Optional[str], typer.Option("--fix", help="Pin degrees, e.g. tp=8,pp=1")] = None
+    choices: Annotated[Optional[str], typer.Option("--choices", help="Allowed values, e.g. 'tp=8,16,32,64;pp=1,2'")] = None
+    only: Annotated[Optional[str], typer.Option("--only", help="Degrees that may exceed 1, e.g. fsdp,tp")] = None
+    objective: Annotated[Objective, typer.Option("--objective", help="step-time, or the design notes' gather-volume")] \
+        = Objective.step_time
+    time_limit: TimeLimitOpt = 30.0
+    method: Annotated[Method, typer.Option("--method", help="cpsat (proof) or enumerate (exhaustive oracle)")] = Method.cpsat
+    recompute: Annotated[Optional[str], typer.Option("--recompute", help="Allowed policies, e.g. none,full")] = None
+    tp_comm_overlap: TpOverlapOpt = False
+
+    def options(self) -> SearchOptions:
+        return SearchOptions(
+            fix=parse_degrees(self.fix, "--fix") if self.fix is not None else {},
+            choices=parse_choices(self.choices, "--choices") if self.choices is not None else {},
+            only=parse_names(self.only, DEGREE_NAMES, "--only") if self.only is not None else None,
+            recompute=(parse_names(self.recompute, RECOMPUTE_POLICIES, "--recompute", "policy")
+                       if self.recompute is not None else RECOMPUTE_POLICIES))
+
+    def problem(self) -> Problem:
+        return Problem.build(self.model, self.cluster, workload_from_options(self.seqs, self.seq_len,
+                                                                            tp_overlap=self.tp_comm_overlap))
+
+    def request(self, *, target: str | None = None, top_k: int | None = None) -> SearchRequest:
+        return SearchRequest(options=self.options(), objective=self.objective.value, top_k=top_k or self.top,
+                             method=self.method.value, time_limit_s=self.time_limit, target=target)
+
+
+_SEARCH_OPTIONS = get_type_hints(SearchArgs, include_extras=True)  # field -> Annotated[type, typer.Option(...)]
+
+
+def search_command(**defaults: Any) -> Callable[[Callable], Callable]:
+    """Decorator: ``command(search, **own)`` gets SearchArgs' options (``defaults`` override their
+    defaults, e.g. ``top=2``) ahead of its own in the signature typer reads."""
+    shared = [inspect.Parameter(f.name, inspect.Parameter.KEYWORD_ONLY, annotation=_SEARCH_OPTIONS[f.name],
+                                default=defaults.pop(f.name, f.default)) for f in dataclasses.fields(SearchArgs)]
+    if defaults:
+        raise TypeError(f"search_command: {', '.join(defaults)} are not search options")
+    names = [p.name for p in shared]
+
+    def wrap(command: Callable) -> Callable:
+        own = list(inspect.signature(command, eval_str=True).parameters.values())[1:]  # after `search`
+        clash = set(names) & {p.name for p in own}
+        if clash:
+            raise TypeError(f"{command.__name__}: {', '.join(sorted(clash))} are search options already")
+
+        @functools.wraps(command)
+        def run(**kwargs):
+            search = SearchArgs(**{name: kwargs.pop(name) for name in names})
+            return command(search, **kwargs)
+
+        params = shared + [p.replace(kind=inspect.Parameter.KEYWORD_ONLY) for p in own]
+        run.__signature__ = inspect.Signature(params)
+        run.__annotations__ = {p.name: p.annotation for p in params}
+        del run.__wrapped__  # typer must see the combined signature, not the command's
+        return run
+
+    return wrap
+
+
+@dataclasses.dataclass(frozen=True)
+class SearchRun:
+    """One search: its problem, result, document (OUTPUT.md) and, when nothing fits, the explanation."""
+
+    problem: Problem
+    result: SearchResult
+    document: dict
+    explanation: dict | None
+
+
+def run_search(search: SearchArgs, *, target: str | None = None, top_k: int | None = None) -> SearchRun:
+    """Solve, and explain why nothing fits when nothing does."""
+    problem = search.problem()
+    result = solve(problem, search.request(target=target, top_k=top_k))
+    explanation = None if result.layouts else infeasibility(problem, result.space, result.tables)
+    return SearchRun(problem, result, solve_document(problem, result, explanation), explanation)
+
+
+def exit_if_infeasible(run: SearchRun) -> None:
+    """Exit 1 with the reason on stderr when the search found no layout."""
+    if not run.result.layouts:
+        typer.echo(f"no feasible layout: {one_line(run.explanation['message'])}", err=True)
+        raise typer.Exit(1)
+
+
+def check_range(value: int, low: int, high: int, option: str, name: str) -> int:
+    """An integer option whose bounds are rules (so the message is the rule's), checked before use."""
+    if not low <= value <= high:
+        raise InvalidArgumentError(f"{option}: {name}({value}) must be {', '.join(map(str, range(low, high)))} or {high}"
+                                   if high - low < 5 else f"{option}: {name}({value}) must be in {low}..{high}")
+    return value

@@ -1,0 +1,61 @@
+"""`layoutsearch estimate`: does MY layout fit, and where does the time go?"""
+
+from __future__ import annotations
+
+from typing import Annotated, Optional
+
+import typer
+
+from layoutsearch.cli.common import (
+    ClusterOpt, Format, FormatOpt, ModelOpt, SeqLenOpt, SeqsOpt, TpOverlapOpt, check_range, finite, one_line,
+    print_json, reports_errors, workload_from_options,
+)
+from layoutsearch.core.parse import parse_axes, parse_degrees
+from layoutsearch.core.problem import Problem
+from layoutsearch.core.specs import Layout, MfuConvention, Recompute, Schedule
+from layoutsearch.core.units import MAX_MICROBATCHES, MAX_VIRTUAL_STAGES_RECORD
+from layoutsearch.costs.estimate import estimate as estimate_layout
+from layoutsearch.report import render
+from layoutsearch.report.output import estimate_document
+
+
+@reports_errors
+def estimate(
+    model: ModelOpt = "llama70b",
+    cluster: ClusterOpt = "v5p-8192",
+    layout: Annotated[str, typer.Option("--layout", "-l", help="Degrees, e.g. fsdp=1024,tp=8 (missing = 1)")] = "fsdp=1024,tp=8",
+    seqs: SeqsOpt = 1024,
+    seq_len: SeqLenOpt = 4096,
+    microbatches: Annotated[int, typer.Option("--microbatches", min=1, max=MAX_MICROBATCHES,
+                                              help="Microbatches per step")] = 1,
+    recompute: Annotated[Recompute, typer.Option("--recompute")] = Recompute.none,
+    zero_stage: Annotated[int, typer.Option("--zero-stage", help="0 DDP, 1 optimizer, 2 + grads, 3 + weights sharded")] = 3,
+    virtual_stages: Annotated[int, typer.Option("--virtual-stages", min=1, max=MAX_VIRTUAL_STAGES_RECORD)] = 1,
+    schedule: Annotated[Schedule, typer.Option("--schedule")] = Schedule.one_f_one_b,
+    sequence_parallel: Annotated[bool, typer.Option("--sequence-parallel/--no-sequence-parallel")] = True,
+    axes: Annotated[Optional[str], typer.Option("--axes", help="Placement, e.g. 'tp=z:8;fsdp=z:4,y:16,x:16'")] = None,
+    mfu_convention: Annotated[MfuConvention, typer.Option("--mfu-convention")] = MfuConvention.model,
+    tokens: Annotated[Optional[float], typer.Option("--tokens", callback=finite,
+                                                    help="Training tokens, for a days estimate")] = None,
+    tp_comm_overlap: TpOverlapOpt = False,
+    fmt: FormatOpt = Format.table,
+) -> None:
+    """Does MY layout fit, and where does the time go? Memory by moment, time by component."""
+    problem = Problem.build(model, cluster, workload_from_options(seqs, seq_len, tokens, tp_comm_overlap))
+    lay = Layout(**parse_degrees(layout), zero_stage=check_range(zero_stage, 0, 3, "--zero-stage", "zero_stage"),
+                 virtual_stages=virtual_stages, num_microbatches=microbatches, recompute=recompute.value,
+                 sequence_parallel=sequence_parallel,
+                 schedule=Schedule.interleaved.value if virtual_stages > 1 else schedule.value,
+                 axes=parse_axes(axes) if axes and axes.strip() else None)
+    est = estimate_layout(problem, lay, mfu_convention=mfu_convention.value)
+    if fmt == Format.json:
+        print_json(estimate_document(est))
+    else:
+        render.estimate_report(model, cluster, est)
+    if not est.fits:
+        typer.echo(f"does not fit: {one_line(est.violations[-1].message)}", err=True)
+        raise typer.Exit(1)
+
+
+def register(app: typer.Typer) -> None:
+    app.command("estimate")(estimate)

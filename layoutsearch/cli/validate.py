@@ -1,0 +1,33 @@
+"""`layoutsearch validate RUNS.yaml`: the cost model against published measured runs."""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+import typer
+
+from layoutsearch.cli.common import Format, FormatOpt, finite, one_line, print_json, reports_errors
+from layoutsearch.report import render
+from layoutsearch.validation.validate import load_runs, validate_runs
+
+
+@reports_errors
+def validate(
+    runs: Annotated[str, typer.Argument(help="Measured runs (docs/RUN_RECORDS.md format)")],
+    max_median_error: Annotated[float, typer.Option("--max-median-error", min=0.0, callback=finite)] = 0.10,
+    rank: Annotated[bool, typer.Option("--rank/--no-rank", help="Rank each published layout among the candidates")] = True,
+    fmt: FormatOpt = Format.table,
+) -> None:
+    """Predicted against measured tokens/s per device; exit 1 when the median error exceeds the limit."""
+    doc = validate_runs(load_runs(runs), max_median_error, rank=rank)
+    if fmt == Format.json:
+        print_json(doc)
+    else:
+        render.validation_report(doc)
+    if not doc["summary"]["passed"]:
+        typer.echo(one_line(doc["summary"]["message"]), err=True)
+        raise typer.Exit(1)
+
+
+def register(app: typer.Typer) -> None:
+    app.command("validate")(validate)

@@ -1,0 +1,106 @@
+"""The rule registry is the one source of every hard rule: the check, the search space, the
+infeasibility funnel and the exporters all read it."""
+
+from dataclasses import replace
+
+import numpy as np
+import pytest
+
+from layoutsearch.core import rules
+from layoutsearch.core.check import check_layout
+from layoutsearch.core.errors import InvalidLayoutError
+from layoutsearch.core.problem import Problem, SearchOptions, SearchRequest
+from layoutsearch.core.specs import Layout, Workload
+from layoutsearch.export import export_document, megatron
+from layoutsearch.report.output import solve_document
+from layoutsearch.search import solve
+from layoutsearch.search.explain import funnel
+from layoutsearch.search.space import build_space
+
+DEBUG_H16 = Problem.build("debug", "h100-16", Workload(global_batch_seqs=64, seq_len=1024))
+
+# A layout breaking exactly one structural rule, per rule code (debug: 8 layers, 8 heads, 2 KV heads, d_ff 768).
+BREAKS = {
+    "product": Layout(fsdp=8),
+    "tp-heads": Layout(fsdp=1, tp=16, zero_stage=0),
+    "tp-ffn": Layout(fsdp=1, tp=16, zero_stage=0),
+    "tp-kv-heads": Layout(fsdp=4, tp=6, zero_stage=3),
+    "pp-layers": Layout(pp=16, num_microbatches=16, zero_stage=0),
+    "schedule": Layout(fsdp=8, pp=2, num_microbatches=2, schedule="interleaved"),
+    "cp-seq": Layout(fsdp=1, cp=16, zero_stage=3),
+    "whole-sequences": Layout(fsdp=16, num_microbatches=8),
+    "pp-microbatches": Layout(fsdp=4, pp=4, num_microbatches=2),
+    "interleave": Layout(fsdp=8, pp=2, virtual_stages=2, num_microbatches=3, schedule="interleaved"),
+    "zero-stage": Layout(fsdp=16, zero_stage=4),
+}
+
+
+def test_every_structural_rule_is_checked_by_its_code():
+    """check_layout reports each registry rule, by code, on a layout that breaks only that rule."""
+    odd_seq = replace(DEBUG_H16, workload=Workload(global_batch_seqs=64, seq_len=1000))
+    # 12 heads in 4 KV groups and d_ff 1536 on 24 devices: tp=6 divides the heads and d_ff, not the KV heads
+    gqa = Problem.build(replace(DEBUG_H16.model, num_heads=12, num_kv_heads=4, d_ff=1536), "h100-24",
+                        DEBUG_H16.workload)
+    # 8 heads but d_ff 1000: tp=16 breaks both tp rules; check the ffn rule alone with 16 heads
+    wide = replace(DEBUG_H16, model=replace(DEBUG_H16.model, num_heads=16, num_kv_heads=16, d_ff=1000))
+    batch48 = replace(DEBUG_H16, workload=Workload(global_batch_seqs=48, seq_len=1024))
+    special = {"cp-seq": odd_seq, "tp-kv-heads": gqa, "tp-ffn": wide, "interleave": batch48}
+    for code, layout in BREAKS.items():
+        found = [v.code for v in check_layout(special.get(code, DEBUG_H16), layout)]
+        assert found == [code], (code, found)
+    covered = set(BREAKS) | {"degree"}
+    assert {r.code for r in rules.STRUCTURE} <= covered
+
+
+def test_messages_carry_the_numbers():
+    """A violation names the values involved, e.g. tp(16) and num_heads(8)."""
+    (v,) = check_layout(DEBUG_H16, BREAKS["tp-heads"])
+    assert v.message == "tp(16) does not divide num_heads(8)"
+    (v,) = check_layout(DEBUG_H16, BREAKS["product"])
+    assert v.message == "dp(1) x fsdp(8) x tp(1) x pp(1) x cp(1) = 8, but cluster h100-16 has 16 devices"
+
+
+def test_a_new_registry_rule_reaches_check_space_and_funnel(monkeypatch):
+    """Adding one rule to the registry changes the check, the search space and the funnel alike."""
+    no_tp = rules.Rule(code="test-no-tp", needs=frozenset({"tp"}), holds=lambda p, c: c["tp"] == 1,
+                       title=lambda p: "test: tp = 1", why=lambda p, c: f"test: tp({c['tp']}) > 1")
+    before = build_space(DEBUG_H16)
+    assert (before.shapes.tp > 1).any()
+    monkeypatch.setattr(rules, "STRUCTURE", rules.STRUCTURE + (no_tp,))
+    space = build_space(DEBUG_H16)
+    assert len(space.shapes.tp) and (space.shapes.tp == 1).all()
+    assert [v.code for v in check_layout(DEBUG_H16, Layout(fsdp=8, tp=2))] == ["test-no-tp"]
+    steps = {s["code"]: s for s in funnel(DEBUG_H16, space.rules)}
+    assert steps["test-no-tp"]["rule"] == "test: tp = 1" and steps["test-no-tp"]["removed"] > 0
+
+
+def test_export_limits_come_from_declared_capabilities(monkeypatch):
+    """A target's capabilities restrict `solve --export` and make its exporter refuse, with one message."""
+    problem = Problem.build("llama3-8b", "h100-64", Workload(global_batch_seqs=256, seq_len=4096))
+    narrowed = replace(megatron.CAPABILITIES, zero_stages=(0, 1), why={"megatron-zero": "test limit"})
+    monkeypatch.setattr(megatron, "CAPABILITIES", narrowed)
+    result = solve(problem, SearchRequest(top_k=3, target="megatron"))
+    assert result.layouts and all(e.layout.zero_stage <= 1 or e.layout.fsdp * e.layout.cp == 1 for e in result.layouts)
+    free = solve(problem, SearchRequest(top_k=1))
+    assert free.layouts[0].layout.zero_stage >= 2  # without the limit the winner shards more
+    doc = solve_document(problem, free)
+    with pytest.raises(InvalidLayoutError, match=r"Megatron-LM cannot express ZeRO-\d \(test limit\); nearest: zero_stage 1"):
+        export_document(doc, "megatron")
+    codes = [r.code for r in result.space.rules]
+    assert "megatron-zero" in codes
+
+
+def test_framework_rules_are_vectorised_like_the_structural_ones():
+    """Framework rules evaluate over candidate arrays (the search) and single layouts (the export) alike."""
+    caps = rules.Capabilities(target="t", framework="T", context_parallel=False)
+    (cp_rule,) = [r for r in rules.framework_rules(caps) if r.code == "t-cp"]
+    cand = {"cp": np.array([1, 2, 4]), "fsdp": np.array([4, 2, 1]), "z": np.array([3, 3, 3])}
+    assert cp_rule.mask(DEBUG_H16, cand).tolist() == [True, False, False]
+
+
+def test_options_are_rules_too():
+    """--fix/--choices/--only become registry rules that the space applies."""
+    options = SearchOptions(fix={"tp": 2}, only=("fsdp", "tp"))
+    space = build_space(DEBUG_H16, options)
+    assert set(space.shapes.tp.tolist()) == {2} and set(space.shapes.pp.tolist()) == {1}
+    assert {r.code for r in space.rules} >= {"option-tp", "option-pp", "option-recompute"}
