@@ -20,7 +20,7 @@ import time
 from _common import RESULTS  # first: puts this checkout's package ahead of an installed one
 
 from layoutsearch.core.problem import version
-from layoutsearch.report.plot import plot_sweep
+from layoutsearch.sweep.plot import plot_sweep
 from layoutsearch.sweep import expand_points, journal_path, run_sweep, summary_rows, write_table
 
 SWEEPS = [

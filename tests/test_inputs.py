@@ -146,6 +146,8 @@ def test_read_helpers(tmp_path):
         io.read_json(f, None, CatalogueError)
     f.write_text("\ufeff{}")  # a BOM is allowed
     assert io.read_json(f) == {}
+    with pytest.raises(InvalidArgumentError, match=r"^RESULT: '/dev/zero' is larger than the 256 MiB"):
+        io.read_json("/dev/zero", "RESULT")
     y = tmp_path / "f.yaml"
     y.write_text("a: [1\n")
     with pytest.raises(InvalidArgumentError, match=r"f.yaml' is malformed YAML at line 2"):
@@ -203,32 +205,32 @@ def mutate(doc: dict, path: str, value):
 
 
 @pytest.mark.parametrize("path, value, message", [
-    ("layouts.0.num_microbatches", None, "layouts[rank 1].num_microbatches: Input should be a valid integer (got None)"),
-    ("layouts.0.virtual_stages", 0, "layouts[rank 1].virtual_stages: Input should be greater than or equal to 1 (got 0)"),
-    ("problem.global_batch_seqs", 1e30, "problem.global_batch_seqs: Input should be a valid integer (got 1e+30)"),
-    ("problem.global_batch_seqs", 2**70, "problem.global_batch_seqs: Input should be less than or equal to 16777216"),
-    ("layouts.0.degrees.cp", "8", "layouts[rank 1].degrees.cp: Input should be a valid integer (got '8')"),
-    ("layouts.0.degrees.tp", True, "layouts[rank 1].degrees.tp: Input should be a valid integer (got True)"),
-    ("layouts.0.degrees", "cp=8", "layouts[rank 1].degrees: Input should be a valid dictionary"),
+    ("layouts.0.num_microbatches", None, "layouts[rank 1]: field 'num_microbatches': Input should be a valid integer (got None)"),
+    ("layouts.0.virtual_stages", 0, "layouts[rank 1]: field 'virtual_stages': Input should be greater than or equal to 1 (got 0)"),
+    ("problem.global_batch_seqs", 1e30, "problem: field 'global_batch_seqs': Input should be a valid integer (got 1e+30)"),
+    ("problem.global_batch_seqs", 2**70, "problem: field 'global_batch_seqs': Input should be less than or equal to 16777216"),
+    ("layouts.0.degrees.cp", "8", "layouts[rank 1]: field 'degrees.cp': Input should be a valid integer (got '8')"),
+    ("layouts.0.degrees.tp", True, "layouts[rank 1]: field 'degrees.tp': Input should be a valid integer (got True)"),
+    ("layouts.0.degrees", "cp=8", "layouts[rank 1]: field 'degrees': Input should be a valid dictionary"),
     ("layouts", 5, "document 'layouts': expected a list of layout records"),
     ("layouts", [5], "document 'layouts': expected a list of layout records"),
     ("problem", [], "problem: expected an object, got list"),
-    ("problem.seq_len", -1, "problem.seq_len: Input should be greater than or equal to 1 (got -1)"),
-    ("problem.model", 7, "problem.model: Input should be a valid string (got 7)"),
+    ("problem.seq_len", -1, "problem: field 'seq_len': Input should be greater than or equal to 1 (got -1)"),
+    ("problem.model", 7, "problem: field 'model': Input should be a valid string (got 7)"),
     ("problem.cluster", "h100-12", "12 GPUs is not a whole number of 8-GPU nodes"),
-    ("problem.workload.training_tokens", -5, "problem.workload.training_tokens: Input should be greater than 0"),
+    ("problem.workload.training_tokens", -5, "problem: field 'workload.training_tokens': Input should be greater than 0"),
     ("problem.model_spec.d_model", 2**70, "problem.model_spec: field 'd_model': Input should be less than or equal to"),
-    ("problem.model_spec", [], "problem.model_spec: Input should be a valid dictionary"),
+    ("problem.model_spec", [], "problem: field 'model_spec': Input should be a valid dictionary"),
     ("layouts.0.recompute", "most", "layouts[rank 1].recompute: 'most' is not one of none, selective, full"),
     ("layouts.0.schedule", "zigzag", "layouts[rank 1].schedule: 'zigzag' is not one of 1f1b, interleaved, gpipe"),
-    ("layouts.0.sequence_parallel", "yes", "layouts[rank 1].sequence_parallel: Input should be a valid boolean"),
-    ("layouts.0.axes", {"cp": [["node", 8, 1]]}, "layouts[rank 1].axes.cp.0: Tuple should have at most 2 items"),
-    ("layouts.0.axes", {"cp": [["node", 0]]}, "layouts[rank 1].axes.cp.0.1: Input should be greater than or equal to 1"),
-    ("layouts.0.memory_bytes", "lots", "layouts[rank 1].memory_bytes: Input should be a valid dictionary"),
-    ("layouts.0.time_s", {"step": "fast"}, "layouts[rank 1].time_s.step: Input should be a valid number"),
-    ("layouts.0.mfu", "high", "layouts[rank 1].mfu: Input should be a valid number"),
-    ("layouts.0.fits", "no", "layouts[rank 1].fits: Input should be a valid boolean"),
-    ("layouts.0.rank", "1", "no layout with rank 1 in the document"),
+    ("layouts.0.sequence_parallel", "yes", "layouts[rank 1]: field 'sequence_parallel': Input should be a valid boolean"),
+    ("layouts.0.axes", {"cp": [["node", 8, 1]]}, "layouts[rank 1]: field 'axes.cp.0': Tuple should have at most 2 items"),
+    ("layouts.0.axes", {"cp": [["node", 0]]}, "layouts[rank 1]: field 'axes.cp.0.1': Input should be greater than or equal to 1"),
+    ("layouts.0.memory_bytes", "lots", "layouts[rank 1]: field 'memory_bytes': Input should be a valid dictionary"),
+    ("layouts.0.time_s", {"step": "fast"}, "layouts[rank 1]: field 'time_s.step': Input should be a valid number"),
+    ("layouts.0.mfu", "high", "layouts[rank 1]: field 'mfu': Input should be a valid number"),
+    ("layouts.0.fits", "no", "layouts[rank 1]: field 'fits': Input should be a valid boolean"),
+    ("layouts.0.rank", "1", "--rank 1: no layout with rank 1 in the document (ranks: '1', 2)"),
 ])
 def test_export_refuses_fields_of_the_wrong_type(tmp_path, capsys, solve_doc, path, value, message):
     result = tmp_path / "result.json"
@@ -244,6 +246,16 @@ def test_export_of_the_unmutated_document_works(tmp_path, capsys, solve_doc):
         code, out, err = run(capsys, "export", result, "--to", target, "--rank", "2")
         assert code in (0, 2), err  # a layout a target cannot express is refused, in one line
         assert code == 0 or err.count("\n") == 1
+
+
+@pytest.mark.parametrize("field", ["memory_bytes", "time_s", "mfu", "fits"])
+def test_export_of_a_record_with_null_predictions(tmp_path, capsys, solve_doc, field):
+    """The predictions a file's header repeats may be null (or absent): the header says nan."""
+    result = tmp_path / "result.json"
+    result.write_text(json.dumps(mutate(solve_doc, f"layouts.0.{field}", None)))
+    code, out, err = run(capsys, "export", result, "--to", "megatron")
+    assert code == 0, err
+    assert "# Written by layoutsearch" in out
 
 
 def test_export_refuses_a_json_document_with_nan(tmp_path, capsys):
@@ -375,7 +387,7 @@ def export_argv(output):
     ("/nonexistent/x.sh", "error: --output: cannot write '/nonexistent/x.sh' (No such file or directory)"),
     ("/proc/x.sh", "error: --output: cannot write '/proc/x.sh' ("),
     ("{tmp}", "error: --output: '{tmp}' is a directory, not a file"),
-    ("{tmp}/a\0b.sh", "error: --output: '{tmp}/a\0b.sh' is not a file name (it holds a NUL byte)"),
+    ("{tmp}/a\0b.sh", "error: --output: '{tmp}/a\\x00b.sh' is not a file name (it holds a NUL byte)"),  # shown escaped
 ])
 def test_unwritable_outputs_are_one_line_naming_the_path(tmp_path, capsys, where, message):
     where, message = where.format(tmp=tmp_path), message.format(tmp=tmp_path)
@@ -522,9 +534,10 @@ def test_sweep_journal_trusts_only_rows_of_this_sweep(tmp_path):
         [1, 2, 3],
     ]
     for forged_row in forged:
-        Path(journal_path(out)).write_text(json.dumps(forged_row) + "\n" + good[1] + "\n" + "{not json\n")
+        Path(journal_path(out)).write_bytes(f"{json.dumps(forged_row)}\n{good[1]}\n{{not json\n".encode()
+                                            + b"\xff\xfe\n" + b"[" * 100_000 + b"\n")
         summary = run_sweep(points, out, jobs=1, progress=False)
-        assert (summary.skipped, summary.solved) == (1, 1), forged_row
+        assert (summary.skipped, summary.solved, summary.dropped) == (1, 1, 4), forged_row
         assert [r["point_id"] for r in read_table(out)] == [p.id for p in points]
         assert len(Path(journal_path(out)).read_text().splitlines()) == 2
     assert first.by_status == {"OPTIMAL": 2}
@@ -553,3 +566,14 @@ def test_sweep_table_that_is_not_a_sweep_is_refused(tmp_path, capsys):
         (out.write_bytes if isinstance(content, bytes) else out.write_text)(content)
         err = bad_input(capsys, "plot", out, "-o", tmp_path / "p.png")
         assert err.startswith(f"error: SWEEP_FILE: '{out}'") and message in err
+
+
+def test_sweep_cli_says_how_many_journal_lines_it_dropped(tmp_path, capsys):
+    out = tmp_path / "s.csv"
+    argv = ["sweep", "-m", "debug", "-c", "h100-8", "--seqs", "64", "-j", "1", "--no-progress", "-o", out]
+    assert run(capsys, *argv)[0] == 0
+    journal = Path(journal_path(out))
+    journal.write_text(journal.read_text().replace('"status":"OPTIMAL"', '"status":"DONE"'))
+    code, _, err = run(capsys, *argv)
+    assert code == 0 and f"{journal}: dropped 1 line(s) that are not rows of a sweep" in err
+    assert "1 solved now, 0 already done" in err

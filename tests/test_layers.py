@@ -16,13 +16,15 @@ def module_name(path: Path) -> str:
     return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
 
 
-def imports(path: Path) -> set[str]:
-    """The layoutsearch modules a file imports (at any depth of the file)."""
+def imports(path: Path, modules: set[str]) -> set[str]:
+    """The layoutsearch modules a file imports (at any depth of the file): `from P import m` names
+    the module P.m when m is one, else P itself."""
     out = set()
     for node in ast.walk(ast.parse(path.read_text())):
         if isinstance(node, ast.ImportFrom) and node.module and node.module.startswith("layoutsearch"):
-            out.add(node.module)
-            out.update(f"{node.module}.{a.name}" for a in node.names)
+            for alias in node.names:
+                full = f"{node.module}.{alias.name}"
+                out.add(full if full in modules else node.module)
         elif isinstance(node, ast.Import):
             out.update(a.name for a in node.names if a.name.startswith("layoutsearch"))
     return out
@@ -38,7 +40,7 @@ def graph() -> nx.DiGraph:
     g = nx.DiGraph()
     for name, path in files.items():
         g.add_node(name)
-        for target in imports(path):
+        for target in imports(path, set(files)):
             while target not in files and "." in target:
                 target = target.rsplit(".", 1)[0]
             if target in files and target != name:

@@ -10,6 +10,7 @@ declared once), the formats and the error and file handling.
 
 from __future__ import annotations
 
+import re
 import sys
 
 import typer
@@ -53,6 +54,9 @@ def main(argv: list[str] | None = None) -> int:
 def usage_message(exc: typer.TyperException) -> str:
     """Click's message, with the value typer's pydantic coercion refused (its message leaves it out)."""
     message = exc.format_message()
+    extra = re.fullmatch(r"Got unexpected extra argument\(s\) \((.*)\)", message, re.S)
+    if extra:  # click leaves the value unquoted: "(1)" would not read as the argument given
+        return f"unexpected extra argument(s) '{extra[1]}' (an option's value given without its option?)"
     cause = exc.__cause__
     if isinstance(cause, ValidationError) and cause.errors():
         value = cause.errors()[0].get("input")

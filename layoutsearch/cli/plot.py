@@ -7,7 +7,7 @@ from typing import Annotated
 import typer
 
 from layoutsearch.cli.common import reports_errors
-from layoutsearch.report.plot import plot_sweep
+from layoutsearch.sweep.plot import plot_sweep
 
 
 @reports_errors

@@ -47,6 +47,9 @@ def sweep(
         typer.echo(f"interrupted: finished points are kept in {output} and {journal_path(output)}; "
                    "rerun the same command to resume", err=True)
         raise typer.Exit(130) from None
+    if summary.dropped:
+        typer.echo(f"{journal_path(output)}: dropped {summary.dropped} line(s) that are not rows of a sweep; "
+                   f"their points were solved again", err=True)
     print_summary(summary.rows)
     statuses = ", ".join(f"{n} {s}" for s, n in sorted(summary.by_status.items()))
     typer.echo(f"wrote {summary.output}: {summary.total} points ({statuses}); {summary.solved} solved now, "

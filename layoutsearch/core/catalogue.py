@@ -12,7 +12,7 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, PositiveFloat, PositiveInt, StrictBool, StrictInt, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, PositiveFloat, PositiveInt, StrictBool, StrictInt
 
 from layoutsearch.core import io
 from layoutsearch.core.errors import CatalogueError, did_you_mean
@@ -126,14 +126,7 @@ def _check_keys(data: Any, schema: type[BaseModel], where: str) -> None:
 
 def _validate(data: Any, schema: type[BaseModel], where: str):
     _check_keys(data, schema, where)
-    try:
-        return schema.model_validate(data)
-    except ValidationError as exc:
-        err = exc.errors()[0]
-        loc = ".".join(str(p) for p in err["loc"]) or "(top)"
-        value = err.get("input")
-        shown = "" if isinstance(value, (dict, list)) else f" (got {value!r:.80})"
-        raise CatalogueError(f"{where}: field '{loc}': {err['msg']}{shown}") from None
+    return io.validated(schema, data, where, CatalogueError)
 
 
 def read_yaml(path: Path) -> Any:
@@ -170,14 +163,7 @@ def model_from_hf_config(path: Path) -> ModelSpec:
     for key in required:
         if key not in cfg:
             raise CatalogueError(f"{path}: missing field '{key}' (a Hugging Face config needs {', '.join(required)})")
-    try:
-        c = HfConfig.model_validate(cfg)
-    except ValidationError as exc:
-        err = exc.errors()[0]
-        loc = ".".join(str(p) for p in err["loc"]) or "(top)"
-        value = err.get("input")
-        shown = "" if isinstance(value, (dict, list)) else f" (got {value!r:.80})"
-        raise CatalogueError(f"{path}: field '{loc}': {err['msg']}{shown}") from None
+    c = io.validated(HfConfig, cfg, str(path), CatalogueError)
     act = c.hidden_act or c.activation_function or "silu"
     gated = (c.model_type or "llama") not in ("gpt2", "gpt_neox", "opt", "bloom") and "gelu" not in act
     head_dim = c.head_dim or c.hidden_size // c.num_attention_heads

@@ -20,11 +20,29 @@ import tempfile
 from typing import Any, Callable
 
 import yaml
+from pydantic import BaseModel, ValidationError
 
 from layoutsearch.core.errors import InvalidArgumentError, LayoutsearchError
 
-__all__ = ["label", "says", "read_bytes", "read_text", "read_json", "read_yaml", "atomic_write", "write_error",
-           "temp_prefix", "TEMP_SUFFIX", "fsync_dir"]
+__all__ = ["validated", "label", "says", "read_bytes", "read_text", "read_json", "read_yaml", "atomic_write", "write_error",
+           "temp_prefix", "TEMP_SUFFIX", "fsync_dir", "MAX_INPUT_BYTES"]
+
+
+MAX_INPUT_BYTES = 256 * 2**20  # /dev/zero or a runaway file as an input is refused, not read to the end
+
+
+def validated(schema: type[BaseModel], data: Any, where: str, error: type[LayoutsearchError] = InvalidArgumentError):
+    """``schema.model_validate(data)``; the first error is one ``error`` line naming the field and the value."""
+    if not isinstance(data, dict):
+        raise error(f"{where}: expected a mapping of fields, got {type(data).__name__}")
+    try:
+        return schema.model_validate(data)
+    except ValidationError as exc:
+        err = exc.errors()[0]
+        loc = ".".join(str(p) for p in err["loc"]) or "(top)"
+        value = err.get("input")
+        shown = "" if isinstance(value, (dict, list)) else f" (got {value!r:.80})"
+        raise error(f"{where}: field '{loc}': {' '.join(str(err['msg']).split())}{shown}") from None
 
 
 def label(path: str | os.PathLike, what: str | None) -> str:
@@ -49,9 +67,12 @@ def read_bytes(path: str | os.PathLike, what: str | None = None,
     _check_name(path, what, error)
     try:
         with open(path, "rb") as fh:
-            return fh.read()
+            data = fh.read(MAX_INPUT_BYTES + 1)
     except OSError as exc:
         raise error(_failed("read", path, what, exc)) from None
+    if len(data) > MAX_INPUT_BYTES:
+        raise error(says(path, what, f"larger than the {MAX_INPUT_BYTES // 2**20} MiB an input of this package may be"))
+    return data
 
 
 def _check_name(path: str | os.PathLike, what: str | None, error: type[LayoutsearchError]) -> None:

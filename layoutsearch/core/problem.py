@@ -17,9 +17,10 @@ from dataclasses import asdict, dataclass, field, fields, replace
 from typing import Annotated, Any
 
 import numpy as np
-from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictFloat, StrictInt, StrictStr, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictFloat, StrictInt, StrictStr
 
 from layoutsearch import __version__
+from layoutsearch.core import io
 from layoutsearch.core.catalogue import load_model, model_from_dict
 from layoutsearch.core.errors import InvalidArgumentError
 from layoutsearch.core.specs import (
@@ -239,14 +240,7 @@ def validate_record(data: Any, schema: type[BaseModel], where: str):
     """Validate a document part; the first error is one line naming the field and the value."""
     if not isinstance(data, dict):
         raise InvalidArgumentError(f"{where}: expected an object, got {type(data).__name__}")
-    try:
-        return schema.model_validate(data)
-    except ValidationError as exc:
-        err = exc.errors()[0]
-        loc = ".".join(str(p) for p in err["loc"]) or "(top)"
-        value = err.get("input")
-        shown = "" if isinstance(value, (dict, list)) else f" (got {value!r:.80})"
-        raise InvalidArgumentError(f"{where}.{loc}: {err['msg']}{shown}") from None
+    return io.validated(schema, data, where)
 
 
 def layout_from_record(record: Any, where: str = "layout") -> Layout:

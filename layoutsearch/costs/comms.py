@@ -168,8 +168,8 @@ def send_coefficients_of(s: Spans) -> RingCoefficients:
     on = s.factor > 1
     first = np.argmax(on, axis=1)
     rows = np.arange(len(first))
-    link = c["bw"][first] / np.where(c["torus"][first], s.stride[rows, first], 1)
     active = on.any(axis=1)
+    link = np.where(active, c["bw"][first] / np.where(c["torus"][first], s.stride[rows, first], 1), 1.0)
     return RingCoefficients(members=np.where(active, 2, 1), seconds_per_byte=np.where(active, 1.0 / link, 0.0),
                             latency_s=np.where(active, c["latency"][first], 0.0))
 

@@ -118,9 +118,10 @@ def build_context(document: dict, target: str, rank: int = 1) -> ExportContext:
 def header_lines(ctx: ExportContext) -> list[str]:
     """The provenance lines every file starts with: model, cluster, layout, predictions, version."""
     lay, rec, model = ctx.layout, ctx.record, ctx.model
-    mem = rec.get("memory_bytes", {})
-    step = rec.get("time_s", {}).get("step", float("nan"))
-    mfu = rec.get("mfu", float("nan"))
+    nan = float("nan")  # a prediction the record leaves out (or null) is printed as nan
+    mem = rec.get("memory_bytes") or {}
+    step = (rec.get("time_s") or {}).get("step", nan)
+    mfu = nan if rec.get("mfu") is None else rec["mfu"]
     degrees = " ".join(f"{k}={v}" for k, v in lay.degrees.items())
     pipeline = f", pp schedule {lay.schedule} x{lay.virtual_stages} virtual" if lay.pp > 1 else ""
     return [

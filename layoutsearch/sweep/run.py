@@ -38,6 +38,7 @@ class SweepSummary:
     wall_s: float
     by_status: dict[str, int] = field(default_factory=dict)
     rows: list[dict] = field(default_factory=list)
+    dropped: int = 0  # journal lines that were not rows of a sweep (torn, corrupt, foreign): their points solved again
 
     @property
     def with_layout(self) -> int:
@@ -110,7 +111,8 @@ def run_sweep(points: Iterable[Point], output_path: str | os.PathLike, jobs: int
     for row in rows:
         statuses[row["status"]] = statuses.get(row["status"], 0) + 1
     return SweepSummary(output=output, journal=journal.path, total=len(points), skipped=len(points) - len(todo),
-                        solved=len(todo), wall_s=time.perf_counter() - start, by_status=statuses, rows=rows)
+                        solved=len(todo), wall_s=time.perf_counter() - start, by_status=statuses, rows=rows,
+                        dropped=journal.dropped)
 
 
 class _Interrupts:

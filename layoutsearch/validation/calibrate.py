@@ -26,6 +26,7 @@ from typing import Callable, Iterable
 import numpy as np
 import yaml
 
+from layoutsearch.core import io
 from layoutsearch.core import catalogue
 from layoutsearch.core import topology
 from layoutsearch.core.catalogue import accelerator_from_dict
@@ -196,7 +197,8 @@ def write_calibration(fitted: dict, hardware_dir: str | Path, runs_name: str = "
     """
     written = []
     for acc_id, entry in fitted.items():
-        values = entry.get("fitted", entry) if isinstance(entry, dict) else {}
+        values = (entry.get("fitted") if "fitted" in entry or "records" in entry else entry) \
+            if isinstance(entry, dict) else {}
         if not values:
             continue
         path = Path(hardware_dir) / f"{acc_id}.yaml"
@@ -204,7 +206,7 @@ def write_calibration(fitted: dict, hardware_dir: str | Path, runs_name: str = "
         note = f"fitted by layoutsearch calibrate on {runs_name} ({n} records) on {(today or _dt.date.today()).isoformat()}"
         text = _rewrite(path.read_text(), values, note)
         accelerator_from_dict(_load_text(text, path), str(path))
-        path.write_text(text)
+        io.atomic_write(path, text, "--write")
         written.append(path)
     catalogue.load_accelerator.cache_clear()
     topology.resolve_cluster.cache_clear()

@@ -19,10 +19,10 @@ import typing
 from pathlib import Path
 from typing import Any
 
-import yaml
 from pydantic import (BaseModel, ConfigDict, Field, NonNegativeFloat, NonNegativeInt, PositiveFloat, PositiveInt,
-                      ValidationError, field_validator)
+                      field_validator)
 
+from layoutsearch.core import io
 from layoutsearch.core.errors import CatalogueError, did_you_mean
 
 # Documented values of the open enumerations (SCHEMA.md). Other values are kept as given, with a warning.
@@ -185,50 +185,16 @@ def _unknown_values(rec: dict) -> list[str]:
     return out
 
 
-def _read_text(path: Path) -> str:
-    """The file as UTF-8 text (a BOM is allowed); unreadable or not UTF-8 is a one-line CatalogueError."""
-    try:
-        data = path.read_bytes()
-    except OSError as exc:
-        raise CatalogueError(f"{path}: cannot read ({exc.strerror or exc})") from None
-    try:
-        return data.decode("utf-8-sig")
-    except UnicodeDecodeError as exc:
-        raise CatalogueError(f"{path}: not UTF-8 text (byte 0x{data[exc.start]:02x} at offset {exc.start}); "
-                             f"save the file as UTF-8") from None
-
-
-def _parse_yaml(text: str, path: Path) -> Any:
-    """Parse YAML text; a syntax error becomes a one-line CatalogueError (as ``catalogue.read_yaml``)."""
-    try:
-        return yaml.safe_load(text)
-    except yaml.YAMLError as exc:
-        mark = getattr(exc, "problem_mark", None)
-        at = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
-        problem = getattr(exc, "problem", None) or str(exc).splitlines()[0]
-        raise CatalogueError(f"{path}: malformed YAML{at}: {problem}") from None
-
-
 def _validate_record(raw: Any, where: str) -> RunRecord:
     """One record through pydantic; the first error is one CatalogueError line with the dotted field."""
-    if not isinstance(raw, dict):
-        raise CatalogueError(f"{where}: expected a mapping of fields, got {type(raw).__name__}")
-    try:
-        return RunRecord.model_validate(raw)
-    except ValidationError as exc:
-        err = exc.errors()[0]
-        loc = ".".join(str(p) for p in err["loc"]) or "(top)"
-        value = err.get("input")
-        shown = "" if isinstance(value, (dict, list)) else f" (got {value!r})"
-        msg = " ".join(str(err["msg"]).split())
-        raise CatalogueError(f"{where}: field '{loc}': {msg}{shown}") from None
+    return io.validated(RunRecord, raw, where, CatalogueError)
 
 
 def load_runs(path: str | Path) -> Runs:
     """Read and validate a runs file: the records as dicts, warnings on ``.warnings``; a malformed
     file is one CatalogueError line naming the file, the record and the field."""
     path = Path(path)
-    data = _parse_yaml(_read_text(path), path)
+    data = io.read_yaml(path, error=CatalogueError)
     if data is None:
         raise CatalogueError(f"{path}: empty file: expected a list of records")
     if not isinstance(data, list):

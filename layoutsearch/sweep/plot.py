@@ -13,6 +13,7 @@ import os
 
 from layoutsearch.core import io
 from layoutsearch.core.errors import InvalidArgumentError
+from layoutsearch.sweep.table import read_table
 
 DEGREES = ("dp", "fsdp", "tp", "pp", "cp")
 # Hollow markers of decreasing size, so degrees that coincide (often dp = pp = 1) stay visible.
@@ -59,7 +60,6 @@ def plot_sweep(path: str | os.PathLike, out_png: str | os.PathLike) -> str:
     import matplotlib.pyplot as plt
     from matplotlib.ticker import FuncFormatter
 
-    from layoutsearch.sweep import read_table
 
     path, out_png = os.fspath(path), os.fspath(out_png)
     if not path.endswith((".parquet", ".csv")):
