@@ -12,6 +12,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import typer
 import pytest
 
 from layoutsearch import cli
@@ -54,11 +55,25 @@ def solve_doc() -> dict:
 
 # ----------------------------------------------------------------------------- the CLI package
 def test_one_module_per_command_and_all_registered():
-    names = {c.name for c in cli.app.registered_commands}
-    assert names == {"models", "clusters", "estimate", "solve", "explain", "export", "validate", "calibrate", "sweep",
-                     "plot"}
-    for module in cli.COMMANDS:
-        assert module.__name__.startswith("layoutsearch.cli.") and callable(module.register)
+    """Each command has its own module with register(app); the app lists them all, loading each on demand."""
+    assert cli.COMMANDS == ("models", "clusters", "estimate", "solve", "explain", "export", "validate", "calibrate",
+                            "sweep", "plot")
+    group = typer.main.get_command(cli.app)
+    assert group.list_commands(None) == list(cli.COMMANDS)
+    for name in cli.COMMANDS:
+        module = cli.command_module(name)
+        assert module.__name__ == f"layoutsearch.cli.{name}" and callable(module.register)
+        assert group.get_command(None, name).name == name
+
+
+def test_a_command_loads_only_its_own_module():
+    """`solve` does not import the validation, calibration or sweep machinery (a fresh process)."""
+    code = ("import sys; from layoutsearch.cli import main; main(['solve', '--model', 'debug', '--cluster', 'h100-8',"
+            " '--seqs', '16', '--format', 'json']); "
+            "print(sorted(m for m in sys.modules if m.startswith(('layoutsearch.validation', 'layoutsearch.sweep', "
+            "'networkx', 'pandas'))))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert out.strip().splitlines()[-1] == "[]"
 
 
 def test_solve_and_explain_share_one_declaration_of_the_search_options():

@@ -5,31 +5,60 @@ traceback).
 One module per command (``models``, ``clusters``, ``estimate``, ``solve``, ``explain``,
 ``export``, ``validate``, ``calibrate``, ``sweep``, ``plot``), each with ``register(app)``;
 ``common`` holds the shared options (``SearchArgs``: the search options of solve and explain,
-declared once), the formats and the error and file handling.
+declared once), the formats and the error and file handling. A command's module is imported
+when that command runs (``LazyGroup``, click's lazily loaded subcommands), so `layoutsearch
+solve` does not pay for the validation, calibration and sweep machinery.
 """
 
 from __future__ import annotations
 
+import functools
+import importlib
 import re
 import sys
 
+import click
 import typer
+from typer.core import TyperGroup
 from pydantic import ValidationError
 
-from layoutsearch.cli import (
-    calibrate, clusters, common, estimate, explain, export, models, plot, solve, sweep, validate,
-)
 from layoutsearch.cli.common import one_line, reports_errors
 from layoutsearch.core.errors import LayoutsearchError
 
-__all__ = ["app", "main", "reports_errors", "usage_message", "COMMANDS"]
+__all__ = ["app", "main", "reports_errors", "usage_message", "COMMANDS", "command_module"]
 
-COMMANDS = (models, clusters, estimate, solve, explain, export, validate, calibrate, sweep, plot)
+COMMANDS = ("models", "clusters", "estimate", "solve", "explain", "export", "validate", "calibrate", "sweep", "plot")
 
-app = typer.Typer(add_completion=False, no_args_is_help=True, pretty_exceptions_enable=False,
+
+def command_module(name: str):
+    """The module of command ``name`` (``layoutsearch.cli.<name>``), imported on first use."""
+    return importlib.import_module(f"layoutsearch.cli.{name}")
+
+
+@functools.lru_cache(maxsize=None)
+def _load(name: str) -> click.Command:
+    single = typer.Typer(add_completion=False)
+    command_module(name).register(single)
+    return typer.main.get_group(single).commands[name]
+
+
+class LazyGroup(TyperGroup):
+    """The commands, each built from its module only when it is asked for."""
+
+    def list_commands(self, ctx: click.Context) -> list[str]:
+        return list(COMMANDS)
+
+    def get_command(self, ctx: click.Context, name: str) -> click.Command | None:
+        return _load(name) if name in COMMANDS else None
+
+
+app = typer.Typer(cls=LazyGroup, add_completion=False, no_args_is_help=True, pretty_exceptions_enable=False,
                   help="Proven-optimal parallel layouts for transformer training.")
-for _command in COMMANDS:
-    _command.register(app)
+
+
+@app.callback()
+def _group() -> None:
+    """Proven-optimal parallel layouts for transformer training."""
 
 
 def main(argv: list[str] | None = None) -> int:

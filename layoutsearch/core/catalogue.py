@@ -32,7 +32,7 @@ def catalogue_dir(kind: str) -> Path:
 
 
 class _Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    model_config = ConfigDict(extra="forbid", frozen=True, defer_build=True)
 
 
 class ModelFile(_Strict):
@@ -57,7 +57,7 @@ HfDim = Annotated[StrictInt, Field(gt=0, le=MAX_MODEL_DIM)]
 class HfConfig(BaseModel):
     """The fields of a Hugging Face config.json the import reads (the others are ignored)."""
 
-    model_config = ConfigDict(extra="ignore", frozen=True)
+    model_config = ConfigDict(extra="ignore", frozen=True, defer_build=True)
     num_hidden_layers: HfDim
     hidden_size: HfDim
     intermediate_size: HfDim

@@ -179,7 +179,7 @@ class SearchRequest:
 
 # ----------------------------------------------------------------------------- record validation
 class _Record(BaseModel):
-    model_config = ConfigDict(extra="ignore", frozen=True, strict=False)
+    model_config = ConfigDict(extra="ignore", frozen=True, strict=False, defer_build=True)
 
 
 PositiveCount = Field(ge=1, le=MAX_DEVICES)

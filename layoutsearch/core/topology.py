@@ -1,6 +1,7 @@
-"""Cluster names -> per-axis factor graphs (networkx) -> the axes a collective group can span.
+"""Cluster names -> per-axis factor graphs -> the axes a collective group can span.
 
-The topology is defined by one small networkx graph per physical axis, inner axis first:
+The topology is defined by one small graph per physical axis, inner axis first (``FactorGraph``,
+the networkx interface in plain Python; ``device_graph`` turns them into networkx graphs):
 
 - a torus axis (x, y, z): positions 0..size-1, a cycle with wraparound, a path without;
 - the NVLink domain (``node``): the GPUs of a node as a star around its NVSwitch;
@@ -16,8 +17,9 @@ edge between runs links them in equal consecutive blocks. So a torus axis has on
 most 28 in the catalogue) and any other factor at most five, whatever the device count. Every edge carries
 ``axis``, ``bytes_per_s_per_direction`` and ``latency_s``; the graph carries its
 ``axis`` name and ``kind``. ``derive_axes`` reads size, wraparound, bandwidth and latency from
-the factors. ``cluster_graph`` builds the device graph, their product, on demand (inspection and
-tests); ``axes_from_device_graph`` reads the same axes back from it by connected components.
+the factors. ``device_graph.cluster_graph`` builds the device graph (networkx), their product, on
+demand (inspection and tests); ``device_graph.axes_from_device_graph`` reads the same axes back
+from it by connected components.
 
 Names: ``v5p-8192`` counts chips (16x16x32, as in the design notes; Google's Cloud names count
 TensorCores for v4/v5p, so their ``v5p-8192`` is 4096 chips); ``v5p:16x20x28`` gives a shape;
@@ -34,8 +36,6 @@ import math
 import re
 from collections.abc import Iterable, Sequence
 from functools import lru_cache
-
-import networkx as nx
 
 from layoutsearch.core.catalogue import accelerator_names, load_accelerator
 from layoutsearch.core.errors import CatalogueError, did_you_mean
@@ -115,33 +115,125 @@ def _nearby_sizes(acc: Accelerator, n: int, per_node: int = 1) -> list[int]:
 
 
 # ----------------------------------------------------------------------------- factor graphs
+class FactorGraph:
+    """One axis's graph: an undirected graph with graph, node and edge attributes, with the
+    interface of ``networkx.Graph`` that factor graphs use (so the networkx device graph is
+    built from them, ``device_graph.to_networkx``); plain Python, because a solve resolves its
+    cluster and must not pay for importing networkx."""
+
+    def __init__(self, **attrs):
+        self.graph = dict(attrs)
+        self._node: dict = {}
+        self._adj: dict = {}
+
+    def add_node(self, node, **attrs) -> None:
+        self._node.setdefault(node, {}).update(attrs)
+        self._adj.setdefault(node, {})
+
+    def add_nodes_from(self, nodes, **attrs) -> None:
+        for node in nodes:
+            self.add_node(node, **attrs)
+
+    def add_edge(self, u, v, **attrs) -> None:
+        for node in (u, v):
+            if node not in self._node:
+                self.add_node(node)
+        data = self._adj[u].get(v, {})
+        data.update(attrs)
+        self._adj[u][v] = self._adj[v][u] = data
+
+    def add_edges_from(self, edges, **attrs) -> None:
+        for u, v in edges:
+            self.add_edge(u, v, **attrs)
+
+    @property
+    def nodes(self) -> "_NodeView":
+        return _NodeView(self._node)
+
+    @property
+    def adj(self) -> dict:
+        return self._adj
+
+    def edges(self, data: bool = False):
+        seen = set()
+        for u, nbrs in self._adj.items():
+            for v, d in nbrs.items():
+                if (v, u) not in seen:
+                    seen.add((u, v))
+                    yield (u, v, d) if data else (u, v)
+
+    @property
+    def degree(self):
+        return [(n, len(nbrs) + (n in nbrs)) for n, nbrs in self._adj.items()]
+
+    def number_of_nodes(self) -> int:
+        return len(self._node)
+
+    def number_of_edges(self) -> int:
+        return sum(1 for _ in self.edges())
+
+    def is_connected(self) -> bool:
+        """Every node reachable from the first (a graph without nodes is not connected)."""
+        if not self._adj:
+            return False
+        start = next(iter(self._adj))
+        seen, todo = {start}, [start]
+        while todo:
+            for v in self._adj[todo.pop()]:
+                if v not in seen:
+                    seen.add(v)
+                    todo.append(v)
+        return len(seen) == len(self._adj)
+
+
+class _NodeView:
+    """``g.nodes(data='device')`` and ``g.nodes[n]['device']``, as networkx reads them."""
+
+    def __init__(self, nodes: dict):
+        self._nodes = nodes
+
+    def __call__(self, data: str | bool = False):
+        if data is False:
+            return list(self._nodes)
+        return [(n, d if data is True else d.get(data)) for n, d in self._nodes.items()]
+
+    def __getitem__(self, node) -> dict:
+        return self._nodes[node]
+
+    def __iter__(self):
+        return iter(self._nodes)
+
+    def __len__(self) -> int:
+        return len(self._nodes)
+
+
 def _link(axis: str, bytes_per_s: float, latency_s: float) -> dict:
     return {"axis": axis, "bytes_per_s_per_direction": bytes_per_s, "latency_s": latency_s}
 
 
-def torus_axis_graph(name: str, size: int, wraparound: bool, bytes_per_s: float, latency_s: float) -> nx.Graph:
+def torus_axis_graph(name: str, size: int, wraparound: bool, bytes_per_s: float, latency_s: float) -> FactorGraph:
     """Positions 0..size-1 along one torus axis: a cycle with wraparound (from 3 positions), else a path."""
-    g = nx.Graph(axis=name, kind="torus")
+    g = FactorGraph(axis=name, kind="torus")
     g.add_nodes_from(range(size), device=True)
     links = size if wraparound and size > 2 else size - 1
     g.add_edges_from(((i, (i + 1) % size) for i in range(links)), **_link(name, bytes_per_s, latency_s))
     return g
 
 
-def hub_graph(name: str, kind: str, size: int, hub, bytes_per_s: float, latency_s: float) -> nx.Graph:
+def hub_graph(name: str, kind: str, size: int, hub, bytes_per_s: float, latency_s: float) -> FactorGraph:
     """``size`` positions each linked to one switch ``hub``: a star, its positions one run."""
-    g = nx.Graph(axis=name, kind=kind)
+    g = FactorGraph(axis=name, kind=kind)
     g.add_node(range(size), device=True)
     g.add_node(hub, device=False)
     g.add_edge(range(size), hub, **_link(name, bytes_per_s, latency_s))
     return g
 
 
-def fat_tree_graph(num_nodes: int, rails: int, nic_bytes_per_s: float, latency_s: float) -> nx.Graph:
+def fat_tree_graph(num_nodes: int, rails: int, nic_bytes_per_s: float, latency_s: float) -> FactorGraph:
     """Nodes 0..num_nodes-1 under one leaf ('leaf', u) per scalable unit of 32 nodes; with more than
     one unit, every leaf under the spine layer ('spine',) at the unit's aggregate bandwidth. The full
     units are one run of nodes on a run of leaves, a last partial unit another."""
-    g = nx.Graph(axis="scale_out", kind="scale_out", rails=rails)
+    g = FactorGraph(axis="scale_out", kind="scale_out", rails=rails)
     full, rest = divmod(num_nodes, SCALABLE_UNIT_NODES)
     units = full + (rest > 0)
     for first, last in ((0, full), (full, units)):
@@ -158,7 +250,7 @@ def fat_tree_graph(num_nodes: int, rails: int, nic_bytes_per_s: float, latency_s
     return g
 
 
-def torus_factors(acc: Accelerator, shape: tuple[int, ...], num_slices: int = 1) -> tuple[nx.Graph, ...]:
+def torus_factors(acc: Accelerator, shape: tuple[int, ...], num_slices: int = 1) -> tuple[FactorGraph, ...]:
     """The torus axes of one slice, then DCN between slices when there is more than one."""
     factors = [torus_axis_graph(name, size, wrap, acc.link_bytes_per_s_per_direction, acc.link_latency_s)
                for name, size, wrap in zip(TORUS_AXIS_NAMES, shape, torus_wraparound(acc, shape))]
@@ -169,7 +261,7 @@ def torus_factors(acc: Accelerator, shape: tuple[int, ...], num_slices: int = 1)
 
 
 def gpu_factors(acc: Accelerator, num_nodes: int, devices_per_node: int,
-                scale_out_bytes_per_s: float | None = None) -> tuple[nx.Graph, ...]:
+                scale_out_bytes_per_s: float | None = None) -> tuple[FactorGraph, ...]:
     """The NVLink domain of one node, then the scale-out fat tree when there is more than one node."""
     factors = [hub_graph("node", "switch", devices_per_node, ("nvswitch",), acc.link_bytes_per_s_per_direction,
                          acc.link_latency_s)]
@@ -180,7 +272,7 @@ def gpu_factors(acc: Accelerator, num_nodes: int, devices_per_node: int,
 
 
 # ----------------------------------------------------------------------------- axes from factor graphs
-def _members(node) -> list:
+def members(node) -> list:
     """What a factor-graph node stands for: a range is a run of positions, a tuple ending in a range
     a run of switches, anything else itself."""
     if isinstance(node, range):
@@ -190,24 +282,24 @@ def _members(node) -> list:
     return [node]
 
 
-def _positions(f: nx.Graph) -> list[int]:
-    return [p for node, dev in f.nodes(data="device") if dev for p in _members(node)]
+def positions(f: FactorGraph) -> list[int]:
+    return [p for node, dev in f.nodes(data="device") if dev for p in members(node)]
 
 
-def _size(f: nx.Graph) -> int:
+def _size(f: FactorGraph) -> int:
     return sum(len(node) if isinstance(node, range) else 1 for node, dev in f.nodes(data="device") if dev)
 
 
-def _is_ring(f: nx.Graph) -> bool:
+def _is_ring(f: FactorGraph) -> bool:
     """True for a cycle, False for a path; anything else is an inconsistent torus axis."""
     n, e = f.number_of_nodes(), f.number_of_edges()
-    if e not in (n - 1, n) or max(d for _, d in f.degree) > 2 or not nx.is_connected(f):
+    if e not in (n - 1, n) or max(d for _, d in f.degree) > 2 or not f.is_connected():
         raise CatalogueError(f"factor graph '{f.graph['axis']}': a torus axis must be a ring or a line, "
                              f"got {n} positions and {e} links")
     return e == n and n > 2
 
 
-def factor_axis(f: nx.Graph, acc: Accelerator) -> Axis:
+def factor_axis(f: FactorGraph, acc: Accelerator) -> Axis:
     """The axis one factor graph describes: its positions, its links' rate, a ring or not."""
     name, kind = f.graph["axis"], f.graph["kind"]
     rates = {(d["bytes_per_s_per_direction"], d["latency_s"]) for *_, d in f.edges(data=True) if d["axis"] == name}
@@ -219,7 +311,7 @@ def factor_axis(f: nx.Graph, acc: Accelerator) -> Axis:
                 wraparound=kind == "torus" and _is_ring(f), latency_s=latency_s, efficiency=efficiency)
 
 
-def derive_axes(factors: Sequence[nx.Graph], acc: Accelerator) -> tuple[tuple[Axis, ...], int]:
+def derive_axes(factors: Sequence[FactorGraph], acc: Accelerator) -> tuple[tuple[Axis, ...], int]:
     """The axes a collective can span, one per factor graph, in order; O(total factor size).
 
     An axis of size 1 is left out (a torus axis of one position has no link), except the NVLink
@@ -230,151 +322,6 @@ def derive_axes(factors: Sequence[nx.Graph], acc: Accelerator) -> tuple[tuple[Ax
     slices = next((a.size for a in axes if a.kind in ("dcn", "scale_out")), 1)
     kept = tuple(a for a in axes if a.size > 1 or a.kind == "switch")
     return kept or (SINGLE_CHIP_AXIS,), slices
-
-
-# ----------------------------------------------------------------------------- device graph (product)
-def _member_links(f: nx.Graph, u, v) -> list[tuple]:
-    """The links one factor edge stands for, position end first when there is one: the longer run
-    splits into equal consecutive blocks, one per member of the shorter, block k linking to member k."""
-    if f.nodes[v]["device"] and not f.nodes[u]["device"]:
-        u, v = v, u
-    us, vs = _members(u), _members(v)
-    if len(us) >= len(vs):
-        return [(a, vs[k * len(vs) // len(us)]) for k, a in enumerate(us)]
-    return [(us[k * len(us) // len(vs)], b) for k, b in enumerate(vs)]
-
-
-def _hub_links(f: nx.Graph):
-    """(position, switch, link data) for every link between a position and a switch."""
-    for u, v, data in f.edges(data=True):
-        if f.nodes[u]["device"] != f.nodes[v]["device"]:
-            for position, switch in _member_links(f, u, v):
-                yield position, switch, data
-
-
-def torus_product(factors: Sequence[nx.Graph]) -> nx.Graph:
-    """Chip (slice, x, y, z) per slice and torus position: per slice the Cartesian product of the
-    torus axes (a link joins chips one step apart along one axis); every chip links to the DCN fabric."""
-    torus = [f for f in factors if f.graph["kind"] == "torus"]
-    dcn = [f for f in factors if f.graph["kind"] == "dcn"]
-    coords = list(itertools.product(*(_positions(f) for f in torus)))
-    g = nx.Graph()
-    for s in _positions(dcn[0]) if dcn else [0]:
-        for c in coords:
-            g.add_node((s, *c), device=True)
-            for d, f in enumerate(torus):
-                for v, data in f.adj[c[d]].items():
-                    g.add_edge((s, *c), (s, *c[:d], v, *c[d + 1:]), **data)
-    for s, hub, data in (link for f in dcn for link in _hub_links(f)):
-        g.add_edges_from((((s, *c), hub) for c in coords), **data)
-    return g
-
-
-def gpu_product(factors: Sequence[nx.Graph]) -> nx.Graph:
-    """GPU ('gpu', node, i) per scale-out position and NVLink position: each node has its own
-    NVSwitch; every fat-tree switch is one per rail ('leaf', u, r), ('spine', r); GPU i links to its
-    unit's leaf of rail i % rails, and every leaf to every spine."""
-    nvlink, *scale_out = factors
-    gpus = _positions(nvlink)
-    g = nx.Graph()
-    for n in _positions(scale_out[0]) if scale_out else [0]:
-        g.add_nodes_from((("gpu", n, i) for i in gpus), device=True)
-        for i, hub, data in _hub_links(nvlink):
-            g.add_edge(("gpu", n, i), (*hub, n), **data)
-    for f in scale_out:
-        rails = f.graph["rails"]
-        for n, leaf, data in _hub_links(f):
-            g.add_edges_from(((("gpu", n, i), (*leaf, i % rails)) for i in gpus), **data)
-        for u, v, data in f.edges(data=True):
-            if not (f.nodes[u]["device"] or f.nodes[v]["device"]):
-                for a, b in _member_links(f, u, v):
-                    g.add_edges_from((((*a, r), (*b, s)) for r in range(rails) for s in range(rails)), **data)
-    return g
-
-
-def product_graph(factors: Sequence[nx.Graph]) -> nx.Graph:
-    """The device graph the factor graphs describe; devices have ``device=True``, switches False."""
-    g = gpu_product(factors) if factors[0].graph["kind"] == "switch" else torus_product(factors)
-    for node in g:
-        g.nodes[node].setdefault("device", False)
-    return g
-
-
-# ----------------------------------------------------------------------------- axes from a device graph
-def _edges_by_axis(g: nx.Graph) -> dict[str, list[tuple]]:
-    by_axis: dict[str, list[tuple]] = {}
-    for u, v, label in g.edges(data="axis"):
-        by_axis.setdefault(label, []).append((u, v))
-    return by_axis
-
-
-def _edge_stats(g: nx.Graph, edges: list[tuple], label: str) -> tuple[float, float]:
-    if not edges:
-        raise CatalogueError(f"cluster graph has no '{label}' edge")
-    data = g.edges[edges[0]]
-    return data["bytes_per_s_per_direction"], data["latency_s"]
-
-
-def _rings(edges: list[tuple]) -> list[tuple[int, int]]:
-    """(nodes, edges) of each connected component of an axis's links."""
-    sub = nx.Graph(edges)
-    components = list(nx.connected_components(sub))
-    index = {node: i for i, comp in enumerate(components) for node in comp}
-    edge_counts = [0] * len(components)
-    for u, _ in sub.edges():
-        edge_counts[index[u]] += 1
-    return [(len(c), e) for c, e in zip(components, edge_counts)]
-
-
-def axes_from_device_graph(g: nx.Graph, acc: Accelerator) -> tuple[tuple[Axis, ...], int]:
-    """The axes read back from a whole device graph by connected components, checking it is
-    consistent (O(devices); tests use it to check ``derive_axes`` against the product).
-
-    Returns (axes, number of ICI slices / NVLink domains).
-    """
-    devices = [n for n, dev in g.nodes(data="device") if dev]
-    by_axis = _edges_by_axis(g)
-    axes: list[Axis] = []
-    if acc.kind == "tpu":
-        ici = nx.Graph([e for name in TORUS_AXIS_NAMES for e in by_axis.get(name, [])])
-        ici.add_nodes_from(devices)
-        slices = nx.number_connected_components(ici)
-        for name in TORUS_AXIS_NAMES:
-            if name not in by_axis:
-                continue
-            rings = _rings(by_axis[name])
-            sizes = {n for n, _ in rings}
-            if len(sizes) != 1:
-                raise CatalogueError(f"cluster graph: axis '{name}' has rings of different sizes {sorted(sizes)}")
-            size = sizes.pop()
-            wrap = {e == n for n, e in rings}
-            if len(wrap) != 1:
-                raise CatalogueError(f"cluster graph: axis '{name}' mixes rings with and without wraparound")
-            bw, lat = _edge_stats(g, by_axis[name], name)
-            axes.append(Axis(name=name, size=size, kind="torus", bytes_per_s_per_direction=bw,
-                             wraparound=wrap.pop() and size > 2, latency_s=lat, efficiency=acc.collective_efficiency))
-        if slices > 1:
-            bw, lat = _edge_stats(g, by_axis.get("dcn", []), "dcn")
-            axes.append(Axis(name="dcn", size=slices, kind="dcn", bytes_per_s_per_direction=bw, wraparound=False,
-                             latency_s=lat, efficiency=acc.scale_out_efficiency))
-        axes = [a for a in axes if a.size > 1] or [SINGLE_CHIP_AXIS]
-    else:
-        nvl = nx.Graph(by_axis.get("node", []))
-        domains = [sum(1 for n in c if g.nodes[n]["device"]) for c in nx.connected_components(nvl)]
-        if len(set(domains)) != 1:
-            raise CatalogueError(f"cluster graph: NVLink domains of different sizes {sorted(set(domains))}")
-        slices = len(domains)
-        bw, lat = _edge_stats(g, by_axis.get("node", []), "node")
-        axes.append(Axis(name="node", size=domains[0], kind="switch", bytes_per_s_per_direction=bw,
-                         wraparound=False, latency_s=lat, efficiency=acc.collective_efficiency))
-        if slices > 1:
-            bw, lat = _edge_stats(g, by_axis.get("scale_out", []), "scale_out")
-            axes.append(Axis(name="scale_out", size=slices, kind="scale_out", bytes_per_s_per_direction=bw,
-                             wraparound=False, latency_s=lat, efficiency=acc.scale_out_efficiency))
-    if math.prod(a.size for a in axes) != len(devices):
-        raise CatalogueError(f"cluster graph: axes {[(a.name, a.size) for a in axes]} do not multiply to "
-                             f"{len(devices)} devices")
-    return tuple(axes), slices
 
 
 # ----------------------------------------------------------------------------- names and bounds
@@ -439,7 +386,7 @@ def parse_cluster_name(name: str) -> tuple[Accelerator, dict]:
 
 
 def cluster_factors(name: str, devices_per_node: int | None = None,
-                    scale_out_bytes_per_s: float | None = None) -> tuple[Accelerator, tuple[nx.Graph, ...]]:
+                    scale_out_bytes_per_s: float | None = None) -> tuple[Accelerator, tuple[FactorGraph, ...]]:
     """The accelerator and the factor graphs a cluster name describes, inner axis first (cheap).
 
     ``devices_per_node`` and ``scale_out_bytes_per_s`` override the GPU catalogue (validation
@@ -473,12 +420,6 @@ def resolve_cluster(name: str, devices_per_node: int | None = None,
     acc, factors = cluster_factors(name, devices_per_node, scale_out_bytes_per_s)
     axes, slices = derive_axes(factors, acc)
     return Cluster(name=name, accelerator=acc, axes=axes, num_slices=slices if acc.kind == "tpu" else 1)
-
-
-def cluster_graph(name: str, devices_per_node: int | None = None,
-                  scale_out_bytes_per_s: float | None = None) -> nx.Graph:
-    """The device graph behind a cluster name, the product of its factor graphs (inspection, tests)."""
-    return product_graph(cluster_factors(name, devices_per_node, scale_out_bytes_per_s)[1])
 
 
 EXAMPLE_CLUSTERS = ("v5p-8192", "v5p-8960", "v5p:16x20x28", "v5p-8960x4", "v5p-256", "v4-4096", "v5e-256",

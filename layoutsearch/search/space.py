@@ -110,7 +110,7 @@ def with_virtual_stages(c: Cand, max_virtual_stages: int = MAX_VIRTUAL_STAGES) -
 def with_microbatches(c: Cand, global_batch_seqs: int) -> Cand:
     """Each row x K among the divisors of B / gcd(B, dp x fsdp) (a superset of the valid counts)."""
     units = c["dp"] * c["fsdp"]
-    by_units = {int(u): divisors(global_batch_seqs // math.gcd(global_batch_seqs, int(u))) for u in np.unique(units)}
+    by_units = {int(u): divisors(global_batch_seqs // math.gcd(global_batch_seqs, int(u))) for u in set(units.tolist())}
     per_row = [by_units[int(u)] for u in units]
     counts = np.array([len(ks) for ks in per_row], dtype=np.int64)
     out = {name: np.repeat(a, counts) for name, a in c.items()}

@@ -37,7 +37,7 @@ ENUMS = {"trust": TRUST, "workload.framework": FRAMEWORKS, "workload.fp8_recipe"
 
 class _Block(BaseModel):
     """Every field optional (absent = null); unknown keys are reported by ``_unknown_keys`` and ignored."""
-    model_config = ConfigDict(extra="ignore", frozen=True)
+    model_config = ConfigDict(extra="ignore", frozen=True, defer_build=True)
 
 
 class RecMoE(_Block):

@@ -1,0 +1,178 @@
+"""The device graph of a cluster (networkx): the product of its factor graphs, built on demand.
+
+``cluster_graph(name)`` builds it (inspection and tests; O(devices)); ``axes_from_device_graph``
+reads the axes back from it by connected components, which tests compare with the axes
+``topology.derive_axes`` reads from the factors. A solve never builds it.
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+from collections.abc import Sequence
+
+import networkx as nx
+
+from layoutsearch.core.errors import CatalogueError
+from layoutsearch.core.specs import Accelerator, Axis
+from layoutsearch.core.topology import (
+    SINGLE_CHIP_AXIS, TORUS_AXIS_NAMES, FactorGraph, members, positions, cluster_factors,
+)
+
+
+def to_networkx(f: FactorGraph) -> nx.Graph:
+    """A factor graph as a networkx graph (same graph, node and edge attributes)."""
+    g = nx.Graph(**f.graph)
+    g.add_nodes_from(f.nodes(data=True))
+    g.add_edges_from(f.edges(data=True))
+    return g
+
+
+def _member_links(f: FactorGraph, u, v) -> list[tuple]:
+    """The links one factor edge stands for, position end first when there is one: the longer run
+    splits into equal consecutive blocks, one per member of the shorter, block k linking to member k."""
+    if f.nodes[v]["device"] and not f.nodes[u]["device"]:
+        u, v = v, u
+    us, vs = members(u), members(v)
+    if len(us) >= len(vs):
+        return [(a, vs[k * len(vs) // len(us)]) for k, a in enumerate(us)]
+    return [(us[k * len(us) // len(vs)], b) for k, b in enumerate(vs)]
+
+
+def _hub_links(f: FactorGraph):
+    """(position, switch, link data) for every link between a position and a switch."""
+    for u, v, data in f.edges(data=True):
+        if f.nodes[u]["device"] != f.nodes[v]["device"]:
+            for position, switch in _member_links(f, u, v):
+                yield position, switch, data
+
+
+def torus_product(factors: Sequence[FactorGraph]) -> nx.Graph:
+    """Chip (slice, x, y, z) per slice and torus position: per slice the Cartesian product of the
+    torus axes (a link joins chips one step apart along one axis); every chip links to the DCN fabric."""
+    torus = [f for f in factors if f.graph["kind"] == "torus"]
+    dcn = [f for f in factors if f.graph["kind"] == "dcn"]
+    coords = list(itertools.product(*(positions(f) for f in torus)))
+    g = nx.Graph()
+    for s in positions(dcn[0]) if dcn else [0]:
+        for c in coords:
+            g.add_node((s, *c), device=True)
+            for d, f in enumerate(torus):
+                for v, data in f.adj[c[d]].items():
+                    g.add_edge((s, *c), (s, *c[:d], v, *c[d + 1:]), **data)
+    for s, hub, data in (link for f in dcn for link in _hub_links(f)):
+        g.add_edges_from((((s, *c), hub) for c in coords), **data)
+    return g
+
+
+def gpu_product(factors: Sequence[FactorGraph]) -> nx.Graph:
+    """GPU ('gpu', node, i) per scale-out position and NVLink position: each node has its own
+    NVSwitch; every fat-tree switch is one per rail ('leaf', u, r), ('spine', r); GPU i links to its
+    unit's leaf of rail i % rails, and every leaf to every spine."""
+    nvlink, *scale_out = factors
+    gpus = positions(nvlink)
+    g = nx.Graph()
+    for n in positions(scale_out[0]) if scale_out else [0]:
+        g.add_nodes_from((("gpu", n, i) for i in gpus), device=True)
+        for i, hub, data in _hub_links(nvlink):
+            g.add_edge(("gpu", n, i), (*hub, n), **data)
+    for f in scale_out:
+        rails = f.graph["rails"]
+        for n, leaf, data in _hub_links(f):
+            g.add_edges_from(((("gpu", n, i), (*leaf, i % rails)) for i in gpus), **data)
+        for u, v, data in f.edges(data=True):
+            if not (f.nodes[u]["device"] or f.nodes[v]["device"]):
+                for a, b in _member_links(f, u, v):
+                    g.add_edges_from((((*a, r), (*b, s)) for r in range(rails) for s in range(rails)), **data)
+    return g
+
+
+def product_graph(factors: Sequence[FactorGraph]) -> nx.Graph:
+    """The device graph the factor graphs describe; devices have ``device=True``, switches False."""
+    g = gpu_product(factors) if factors[0].graph["kind"] == "switch" else torus_product(factors)
+    for node in g:
+        g.nodes[node].setdefault("device", False)
+    return g
+
+
+# ----------------------------------------------------------------------------- axes from a device graph
+def _edges_by_axis(g: nx.Graph) -> dict[str, list[tuple]]:
+    by_axis: dict[str, list[tuple]] = {}
+    for u, v, label in g.edges(data="axis"):
+        by_axis.setdefault(label, []).append((u, v))
+    return by_axis
+
+
+def _edge_stats(g: nx.Graph, edges: list[tuple], label: str) -> tuple[float, float]:
+    if not edges:
+        raise CatalogueError(f"cluster graph has no '{label}' edge")
+    data = g.edges[edges[0]]
+    return data["bytes_per_s_per_direction"], data["latency_s"]
+
+
+def _rings(edges: list[tuple]) -> list[tuple[int, int]]:
+    """(nodes, edges) of each connected component of an axis's links."""
+    sub = nx.Graph(edges)
+    components = list(nx.connected_components(sub))
+    index = {node: i for i, comp in enumerate(components) for node in comp}
+    edge_counts = [0] * len(components)
+    for u, _ in sub.edges():
+        edge_counts[index[u]] += 1
+    return [(len(c), e) for c, e in zip(components, edge_counts)]
+
+
+def axes_from_device_graph(g: nx.Graph, acc: Accelerator) -> tuple[tuple[Axis, ...], int]:
+    """The axes read back from a whole device graph by connected components, checking it is
+    consistent (O(devices); tests use it to check ``derive_axes`` against the product).
+
+    Returns (axes, number of ICI slices / NVLink domains).
+    """
+    devices = [n for n, dev in g.nodes(data="device") if dev]
+    by_axis = _edges_by_axis(g)
+    axes: list[Axis] = []
+    if acc.kind == "tpu":
+        ici = nx.Graph([e for name in TORUS_AXIS_NAMES for e in by_axis.get(name, [])])
+        ici.add_nodes_from(devices)
+        slices = nx.number_connected_components(ici)
+        for name in TORUS_AXIS_NAMES:
+            if name not in by_axis:
+                continue
+            rings = _rings(by_axis[name])
+            sizes = {n for n, _ in rings}
+            if len(sizes) != 1:
+                raise CatalogueError(f"cluster graph: axis '{name}' has rings of different sizes {sorted(sizes)}")
+            size = sizes.pop()
+            wrap = {e == n for n, e in rings}
+            if len(wrap) != 1:
+                raise CatalogueError(f"cluster graph: axis '{name}' mixes rings with and without wraparound")
+            bw, lat = _edge_stats(g, by_axis[name], name)
+            axes.append(Axis(name=name, size=size, kind="torus", bytes_per_s_per_direction=bw,
+                             wraparound=wrap.pop() and size > 2, latency_s=lat, efficiency=acc.collective_efficiency))
+        if slices > 1:
+            bw, lat = _edge_stats(g, by_axis.get("dcn", []), "dcn")
+            axes.append(Axis(name="dcn", size=slices, kind="dcn", bytes_per_s_per_direction=bw, wraparound=False,
+                             latency_s=lat, efficiency=acc.scale_out_efficiency))
+        axes = [a for a in axes if a.size > 1] or [SINGLE_CHIP_AXIS]
+    else:
+        nvl = nx.Graph(by_axis.get("node", []))
+        domains = [sum(1 for n in c if g.nodes[n]["device"]) for c in nx.connected_components(nvl)]
+        if len(set(domains)) != 1:
+            raise CatalogueError(f"cluster graph: NVLink domains of different sizes {sorted(set(domains))}")
+        slices = len(domains)
+        bw, lat = _edge_stats(g, by_axis.get("node", []), "node")
+        axes.append(Axis(name="node", size=domains[0], kind="switch", bytes_per_s_per_direction=bw,
+                         wraparound=False, latency_s=lat, efficiency=acc.collective_efficiency))
+        if slices > 1:
+            bw, lat = _edge_stats(g, by_axis.get("scale_out", []), "scale_out")
+            axes.append(Axis(name="scale_out", size=slices, kind="scale_out", bytes_per_s_per_direction=bw,
+                             wraparound=False, latency_s=lat, efficiency=acc.scale_out_efficiency))
+    if math.prod(a.size for a in axes) != len(devices):
+        raise CatalogueError(f"cluster graph: axes {[(a.name, a.size) for a in axes]} do not multiply to "
+                             f"{len(devices)} devices")
+    return tuple(axes), slices
+
+
+def cluster_graph(name: str, devices_per_node: int | None = None,
+                  scale_out_bytes_per_s: float | None = None) -> nx.Graph:
+    """The device graph behind a cluster name, the product of its factor graphs (inspection, tests)."""
+    return product_graph(cluster_factors(name, devices_per_node, scale_out_bytes_per_s)[1])
