@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import typer
 
-from layoutsearch.cli.common import Format, FormatOpt, print_json, reports_errors
+from layoutsearch.cli.common import Format, FormatOpt, print_document, reports_errors
 from layoutsearch.core.catalogue import accelerator_names, load_accelerator
 from layoutsearch.core.topology import EXAMPLE_CLUSTERS, resolve_cluster
 from layoutsearch.report import render
@@ -19,12 +19,12 @@ def clusters(fmt: FormatOpt = Format.table) -> None:
         c = resolve_cluster(name)
         examples.append({"name": name, "devices": c.num_devices, "axes": " x ".join(
             f"{a.name}{a.size}{'(wrap)' if a.wraparound else ''}" for a in c.axes)})
-    if fmt == Format.json:
-        print_json({"accelerators": [{
+    if fmt != Format.table:
+        print_document({"accelerators": [{
             "id": a.id, "name": a.name, "peak_flops_per_s": a.peak_flops_per_s, "hbm_bytes": a.hbm_bytes,
             "hbm_bytes_per_s": a.hbm_bytes_per_s, "link_bytes_per_s_per_direction": a.link_bytes_per_s_per_direction,
             "scale_out_bytes_per_s_per_direction": a.scale_out_bytes_per_s_per_direction, "sources": a.sources}
-            for a in accs], "clusters": examples})
+            for a in accs], "clusters": examples}, fmt)
         return
     render.table_of_dicts("accelerators", [{
         "id": a.id, "bf16 TFLOP/s": a.peak_flops_per_s / 1e12, "HBM GB": round(a.hbm_bytes / 1e9, 1),

@@ -14,16 +14,16 @@ import functools
 import inspect
 import json
 import math
-from enum import StrEnum
 from typing import Annotated, Any, Callable, Optional, get_type_hints
 
 import typer
+import yaml
 
 from layoutsearch.core import io
 from layoutsearch.core.errors import InvalidArgumentError, LayoutsearchError
 from layoutsearch.core.parse import parse_choices, parse_degrees, parse_names
 from layoutsearch.core.problem import Problem, SearchOptions, SearchRequest
-from layoutsearch.core.specs import DEGREE_NAMES, RECOMPUTE_POLICIES, Method, Objective, Workload
+from layoutsearch.core.specs import DEGREE_NAMES, RECOMPUTE_POLICIES, Method, Objective, Workload, choices
 from layoutsearch.core.units import MAX_GLOBAL_BATCH_SEQS, MAX_SEQ_LEN, MAX_TIME_LIMIT_S
 from layoutsearch.report.output import solve_document
 from layoutsearch.search import SearchResult, solve
@@ -49,20 +49,14 @@ def one_line(text: str) -> str:
 
 
 # ----------------------------------------------------------------------------- formats
-class Format(StrEnum):
-    table = "table"
-    json = "json"
+Format = choices("Format", ("table", "json", "yaml"), "Output format; every command prints all three.")
 
 
-class SolveFormat(StrEnum):
-    table = "table"
-    json = "json"
-    yaml = "yaml"
-
-
-def print_json(document: Any) -> None:
-    """A result document on stdout; NaN or infinity in it is a bug (it is not JSON), never printed."""
-    typer.echo(json.dumps(document, indent=2, allow_nan=False, default=float))
+def print_document(document: Any, fmt: str) -> None:
+    """A result document on stdout as JSON or YAML; NaN or infinity in it is a bug (it is not JSON),
+    never printed."""
+    text = json.dumps(document, indent=2, allow_nan=False, default=float)
+    typer.echo(text if fmt == Format.json else yaml.safe_dump(json.loads(text), sort_keys=False).rstrip("\n"))
 
 
 def write_output(text: str, output: str | None, what: str = "--output") -> None:
@@ -87,7 +81,7 @@ ModelOpt = Annotated[str, typer.Option("--model", "-m", help="Catalogue id (llam
 ClusterOpt = Annotated[str, typer.Option("--cluster", "-c", help="v5p-8192 (chips), v5p:16x20x28, v5p-8960x4, h100-1024")]
 SeqsOpt = Annotated[int, typer.Option("--seqs", min=1, max=MAX_GLOBAL_BATCH_SEQS, help="Global batch in sequences")]
 SeqLenOpt = Annotated[int, typer.Option("--seq-len", min=1, max=MAX_SEQ_LEN, help="Tokens per sequence")]
-FormatOpt = Annotated[Format, typer.Option("--format", help="table or json")]
+FormatOpt = Annotated[Format, typer.Option("--format", help="table, json or yaml")]
 TpOverlapOpt = Annotated[bool, typer.Option("--tp-comm-overlap/--no-tp-comm-overlap",
                                             help="TP collectives pipelined with their GEMMs (Transformer Engine, XLA)")]
 OutputOpt = Annotated[Optional[str], typer.Option("--output", "-o", help="Output file (stdout without it)")]

@@ -8,7 +8,7 @@ import typer
 
 from layoutsearch.cli.common import (
     ClusterOpt, Format, FormatOpt, ModelOpt, SeqLenOpt, SeqsOpt, TpOverlapOpt, check_range, finite, one_line,
-    print_json, reports_errors, workload_from_options,
+    print_document, reports_errors, workload_from_options,
 )
 from layoutsearch.core.parse import parse_axes, parse_degrees
 from layoutsearch.core.problem import Problem
@@ -31,7 +31,7 @@ def estimate(
     recompute: Annotated[Recompute, typer.Option("--recompute")] = Recompute.none,
     zero_stage: Annotated[int, typer.Option("--zero-stage", help="0 DDP, 1 optimizer, 2 + grads, 3 + weights sharded")] = 3,
     virtual_stages: Annotated[int, typer.Option("--virtual-stages", min=1, max=MAX_VIRTUAL_STAGES_RECORD)] = 1,
-    schedule: Annotated[Schedule, typer.Option("--schedule")] = Schedule.one_f_one_b,
+    schedule: Annotated[Schedule, typer.Option("--schedule")] = Schedule["1f1b"],
     sequence_parallel: Annotated[bool, typer.Option("--sequence-parallel/--no-sequence-parallel")] = True,
     axes: Annotated[Optional[str], typer.Option("--axes", help="Placement, e.g. 'tp=z:8;fsdp=z:4,y:16,x:16'")] = None,
     mfu_convention: Annotated[MfuConvention, typer.Option("--mfu-convention")] = MfuConvention.model,
@@ -48,8 +48,8 @@ def estimate(
                  schedule=Schedule.interleaved.value if virtual_stages > 1 else schedule.value,
                  axes=parse_axes(axes) if axes and axes.strip() else None)
     est = estimate_layout(problem, lay, mfu_convention=mfu_convention.value)
-    if fmt == Format.json:
-        print_json(estimate_document(est))
+    if fmt != Format.table:
+        print_document(estimate_document(est), fmt)
     else:
         render.estimate_report(model, cluster, est)
     if not est.fits:

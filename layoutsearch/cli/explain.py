@@ -5,7 +5,7 @@ from __future__ import annotations
 import typer
 
 from layoutsearch.cli.common import (
-    Format, FormatOpt, SearchArgs, exit_if_infeasible, print_json, reports_errors, run_search, search_command,
+    Format, FormatOpt, SearchArgs, exit_if_infeasible, print_document, reports_errors, run_search, search_command,
 )
 from layoutsearch.report import render
 from layoutsearch.search.explain import compare
@@ -19,8 +19,8 @@ def explain(search: SearchArgs, fmt: FormatOpt = Format.table) -> None:
     doc, layouts = run.document, run.result.layouts
     if layouts:
         doc["explanation"] = {"versus": [compare(layouts[0], other) for other in layouts[1:]]}
-    if fmt == Format.json:
-        print_json(doc)
+    if fmt != Format.table:
+        print_document(doc, fmt)
     else:
         render.explain_report(search.model, search.cluster, run.result, doc.get("explanation") or run.explanation)
     exit_if_infeasible(run)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import typer
 
-from layoutsearch.cli.common import Format, FormatOpt, print_json, reports_errors
+from layoutsearch.cli.common import Format, FormatOpt, print_document, reports_errors
 from layoutsearch.core.catalogue import load_model, model_names
 from layoutsearch.costs import params
 from layoutsearch.report import render
@@ -19,8 +19,8 @@ def models(fmt: FormatOpt = Format.table) -> None:
         rows.append({"id": name, "name": m.name, "layers": m.num_layers, "d_model": m.d_model, "d_ff": m.d_ff,
                      "mlp": m.mlp, "heads": m.num_heads, "kv_heads": m.num_kv_heads, "head_dim": m.head_dim,
                      "vocab": m.vocab_size, "tied": m.tied_embeddings, "params": params.param_counts(m)["total"]})
-    if fmt == Format.json:
-        print_json(rows)
+    if fmt != Format.table:
+        print_document(rows, fmt)
     else:
         render.table_of_dicts("models", rows)
 

@@ -5,10 +5,9 @@ from __future__ import annotations
 from typing import Annotated, Optional
 
 import typer
-import yaml
 
 from layoutsearch.cli.common import (
-    OutputOpt, SearchArgs, SolveFormat, exit_if_infeasible, print_json, reports_errors, run_search, search_command,
+    OutputOpt, SearchArgs, Format, FormatOpt, exit_if_infeasible, print_document, reports_errors, run_search, search_command,
     write_output,
 )
 from layoutsearch.core.errors import InvalidArgumentError
@@ -20,22 +19,20 @@ from layoutsearch.report import render
 @search_command()
 def solve(
     search: SearchArgs,
-    fmt: Annotated[SolveFormat, typer.Option("--format", help="table, json or yaml")] = SolveFormat.table,
+    fmt: FormatOpt = Format.table,
     export: Annotated[Optional[str], typer.Option("--export", help="Also write layout 1 as maxtext|megatron|torchtitan|deepspeed")] = None,
     output: OutputOpt = None,
 ) -> None:
     """The best layouts, proven optimal: degrees and axes, memory, step time split, MFU, tokens/s."""
-    if export and not output and fmt != SolveFormat.table:
+    if export and not output and fmt != Format.table:
         raise InvalidArgumentError(f"--format {fmt.value}: stdout carries the --export {export} file; "
                                    f"give it a file with -o FILE")
     run = run_search(search, target=export)
     if export and run.result.layouts:
         write_output(export_document(run.document, export), output)
         typer.echo(f"searched only layouts {export} can express", err=True)
-    if fmt == SolveFormat.json:
-        print_json(run.document)
-    elif fmt == SolveFormat.yaml:
-        typer.echo(yaml.safe_dump(run.document, sort_keys=False))
+    if fmt != Format.table:
+        print_document(run.document, fmt)
     elif not (export and not output):
         render.solve_report(search.model, search.cluster, run.result, run.explanation)
     exit_if_infeasible(run)

@@ -6,18 +6,16 @@ a layout, 2 bad input (one line on stderr), 130 interrupted (rerun to resume).
 
 from __future__ import annotations
 
-from enum import StrEnum
 from typing import Annotated, Optional
 
 import typer
 
 from layoutsearch.cli.common import TimeLimitOpt, reports_errors
+from layoutsearch.core.specs import choices
 from layoutsearch.sweep import expand_points, journal_path, print_summary, run_sweep
 
 
-class Executor(StrEnum):
-    local = "local"
-    ray = "ray"
+Executor = choices("Executor", ("local", "ray"), "Where the sweep's points run: a local process pool or Ray.")
 
 
 @reports_errors

@@ -6,7 +6,7 @@ from typing import Annotated
 
 import typer
 
-from layoutsearch.cli.common import Format, FormatOpt, finite, one_line, print_json, reports_errors
+from layoutsearch.cli.common import Format, FormatOpt, finite, one_line, print_document, reports_errors
 from layoutsearch.report import render
 from layoutsearch.validation.validate import load_runs, validate_runs
 
@@ -20,8 +20,8 @@ def validate(
 ) -> None:
     """Predicted against measured tokens/s per device; exit 1 when the median error exceeds the limit."""
     doc = validate_runs(load_runs(runs), max_median_error, rank=rank)
-    if fmt == Format.json:
-        print_json(doc)
+    if fmt != Format.table:
+        print_document(doc, fmt)
     else:
         render.validation_report(doc)
     if not doc["summary"]["passed"]:

@@ -7,12 +7,14 @@ field and the value.
 
 from __future__ import annotations
 
+import dataclasses
 import os
+import typing
 from functools import lru_cache
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, PositiveFloat, PositiveInt, StrictBool, StrictInt
+from pydantic import BaseModel, ConfigDict, Field, PositiveFloat, PositiveInt, StrictBool, StrictInt, create_model
 
 from layoutsearch.core import io
 from layoutsearch.core.errors import CatalogueError, did_you_mean
@@ -35,20 +37,17 @@ class _Strict(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True, defer_build=True)
 
 
-class ModelFile(_Strict):
-    name: str = Field(min_length=1, max_length=256)
-    num_layers: Dim
-    d_model: Dim
-    d_ff: Dim
-    mlp: Literal["gated", "plain"]
-    num_heads: Dim
-    num_kv_heads: Dim
-    head_dim: Dim
-    vocab_size: Dim
-    tied_embeddings: bool
-    norm: Literal["rmsnorm", "layernorm"] = "rmsnorm"
-    linear_bias: bool = False
-    learned_positions: int = Field(default=0, ge=0, le=MAX_MODEL_DIM)
+def _file_schema(spec: type, overrides: dict) -> type[BaseModel]:
+    """The YAML schema of a frozen spec dataclass: its fields, every integer a model dimension
+    (``Dim``) unless ``overrides`` says otherwise, the dataclass defaults as defaults."""
+    hints = typing.get_type_hints(spec)
+    fields = {f.name: (overrides.get(f.name, Dim if hints[f.name] is int else hints[f.name]),
+                       ... if f.default is dataclasses.MISSING else f.default) for f in dataclasses.fields(spec)}
+    return create_model(f"{spec.__name__}File", __base__=_Strict, **fields)
+
+
+ModelFile = _file_schema(ModelSpec, {"name": Annotated[str, Field(min_length=1, max_length=256)],
+                                     "learned_positions": Annotated[int, Field(ge=0, le=MAX_MODEL_DIM)]})
 
 
 HfDim = Annotated[StrictInt, Field(gt=0, le=MAX_MODEL_DIM)]
@@ -190,6 +189,18 @@ def _json_kind(value: Any) -> str:
             list: "a list"}.get(type(value), type(value).__name__)
 
 
+def catalogue_file(kind: str, name: str, noun: str, alternatives: str = "") -> Path:
+    """The YAML file of catalogue item ``name``, or one line naming it (shortened when absurdly long),
+    the closest known id and every known id."""
+    file = catalogue_dir(kind) / f"{name}.yaml"
+    if _is_catalogue_id(name) and file.is_file():
+        return file
+    known = sorted(p.stem for p in catalogue_dir(kind).glob("*.yaml"))
+    shown = name if len(name) <= 80 else f"{name[:60]}... ({len(name)} characters)"
+    raise CatalogueError(f"unknown {noun} '{shown}'{did_you_mean(name[:80], known)}; known: {', '.join(known)}"
+                         f"{alternatives}")
+
+
 def model_names() -> list[str]:
     return sorted(p.stem for p in catalogue_dir("models").glob("*.yaml"))
 
@@ -208,12 +219,7 @@ def load_model(name_or_path: str) -> ModelSpec:
         return model_from_hf_config(path)
     if path.suffix in (".yaml", ".yml"):
         return model_from_dict(read_yaml(path), path.stem, str(path))
-    file = catalogue_dir("models") / f"{name_or_path}.yaml"
-    if not _is_catalogue_id(name_or_path) or not file.is_file():
-        shown = name_or_path if len(name_or_path) <= 80 else f"{name_or_path[:60]}... ({len(name_or_path)} characters)"
-        raise CatalogueError(
-            f"unknown model '{shown}'{did_you_mean(name_or_path[:80], model_names())}; "
-            f"known: {', '.join(model_names())}, or a path to a config.json")
+    file = catalogue_file("models", name_or_path, "model", ", or a path to a config.json")
     return model_from_dict(read_yaml(file), name_or_path, f"models/{file.name}")
 
 
@@ -231,6 +237,7 @@ def accelerator_from_dict(data: Any, where: str) -> Accelerator:
     if undocumented:
         raise CatalogueError(f"{where}: field 'sources' lacks a source for {', '.join(undocumented)}")
     cal, topo = f.calibration, f.topology
+    unitless = {"collective_half_efficiency_kib", "microbatch_overhead_us", "step_overhead_ms"}
     return Accelerator(
         id=f.id, name=f.name, kind=f.kind,
         peak_flops_per_s=f.peak_bf16_tflops * TERA,
@@ -241,32 +248,18 @@ def accelerator_from_dict(data: Any, where: str) -> Accelerator:
         scale_out_bytes_per_s_per_direction=f.scale_out_gbytes_per_s_per_direction * GB,
         scale_out_latency_s=f.scale_out_latency_us * MICRO,
         runtime_reserve_bytes=f.runtime_reserve_gib * GIB,
-        matmul_efficiency=cal.matmul_efficiency,
-        matmul_half_efficiency_tokens=cal.matmul_half_efficiency_tokens,
-        attention_efficiency=cal.attention_efficiency,
-        collective_efficiency=cal.collective_efficiency,
-        scale_out_efficiency=cal.scale_out_efficiency,
+        **cal.model_dump(exclude=unitless),  # fractions and token counts, already SI
         collective_half_efficiency_bytes=cal.collective_half_efficiency_kib * KIB,
         microbatch_overhead_s=cal.microbatch_overhead_us * MICRO,
         step_overhead_s=cal.step_overhead_ms * MILLI,
-        torus_dims=topo.torus_dims,
-        wraparound_min_axis=topo.wraparound_min_axis,
-        wraparound_needs_full_cube=topo.wraparound_needs_full_cube,
-        max_slice_shape=tuple(topo.max_slice_shape),
-        devices_per_host=topo.devices_per_host,
-        devices_per_node=topo.devices_per_node,
+        **topo.model_dump(exclude={"max_slice_shape"}), max_slice_shape=tuple(topo.max_slice_shape),
         sources=dict(f.sources),
     )
 
 
 @lru_cache(maxsize=None)
 def load_accelerator(name: str) -> Accelerator:
-    file = catalogue_dir("hardware") / f"{name}.yaml"
-    if not _is_catalogue_id(name) or not file.is_file():
-        shown = name if len(name) <= 80 else f"{name[:60]}... ({len(name)} characters)"
-        raise CatalogueError(
-            f"unknown accelerator '{shown}'{did_you_mean(name[:80], accelerator_names())}; "
-            f"known: {', '.join(accelerator_names())}")
+    file = catalogue_file("hardware", name, "accelerator")
     acc = accelerator_from_dict(read_yaml(file), f"hardware/{file.name}")
     if acc.id != name:
         raise CatalogueError(f"hardware/{file.name}: field 'id' is '{acc.id}', expected the file name '{name}'")

@@ -114,18 +114,9 @@ class HasProblem:
     """Shortcuts for the results that hold a ``problem`` (Estimate, Space, ExportContext)."""
 
     problem: Problem
-
-    @property
-    def model(self) -> ModelSpec:
-        return self.problem.model
-
-    @property
-    def workload(self) -> Workload:
-        return self.problem.workload
-
-    @property
-    def cluster(self) -> Cluster:
-        return self.problem.cluster
+    model = property(lambda self: self.problem.model, doc="The problem's ModelSpec.")
+    workload = property(lambda self: self.problem.workload, doc="The problem's Workload.")
+    cluster = property(lambda self: self.problem.cluster, doc="The problem's Cluster.")
 
 
 def model_hash(model: ModelSpec) -> str:

@@ -16,36 +16,19 @@ AxisKind = Literal["torus", "switch", "scale_out", "dcn"]
 DEGREE_NAMES = ("dp", "fsdp", "tp", "pp", "cp")
 
 
-class Recompute(StrEnum):
-    """Activation-checkpoint policy (COSTS.md "Saved activations")."""
-
-    none = "none"
-    selective = "selective"
-    full = "full"
-
-
-class Schedule(StrEnum):
-    """Pipeline schedule: 1F1B, interleaved 1F1B (virtual stages), or GPipe (all forwards first)."""
-
-    one_f_one_b = "1f1b"
-    interleaved = "interleaved"
-    gpipe = "gpipe"
+def choices(name: str, values: tuple[str, ...], doc: str) -> type[StrEnum]:
+    """A closed choice (a StrEnum whose members are its values; typer shows them as choices)."""
+    enum = StrEnum(name, [(v.replace("-", "_"), v) for v in values])
+    enum.__doc__ = doc
+    return enum
 
 
-class Objective(StrEnum):
-    step_time = "step-time"
-    gather_volume = "gather-volume"
-
-
-class Method(StrEnum):
-    cpsat = "cpsat"
-    enumerate = "enumerate"
-
-
-class MfuConvention(StrEnum):
-    model = "model"
-    palm = "palm"
-    palm_causal = "palm-causal"
+Recompute = choices("Recompute", ("none", "selective", "full"), "Activation-checkpoint policy (COSTS.md).")
+Schedule = choices("Schedule", ("1f1b", "interleaved", "gpipe"),
+                    "Pipeline schedule: 1F1B, interleaved 1F1B (virtual stages), GPipe (all forwards first).")
+Objective = choices("Objective", ("step-time", "gather-volume"), "What the search minimises.")
+Method = choices("Method", ("cpsat", "enumerate"), "CP-SAT (a proof) or the exhaustive enumerator (the oracle).")
+MfuConvention = choices("MfuConvention", ("model", "palm", "palm-causal"), "How MFU counts FLOPs (costs.flops).")
 
 
 RECOMPUTE_POLICIES = tuple(p.value for p in Recompute)

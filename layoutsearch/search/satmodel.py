@@ -553,17 +553,10 @@ class CpSolver:
         """The value of a Boolean variable or its negation in the last solution."""
         return _literal_value(literal, self._value_of)
 
-    @property
-    def objective_value(self) -> float:
-        return self.response_proto.objective_value
-
-    @property
-    def best_objective_bound(self) -> float:
-        return self.response_proto.best_objective_bound
-
-    @property
-    def wall_time(self) -> float:
-        return self.response_proto.wall_time
+    # the last solve's objective, bound and wall time, read from its response
+    objective_value = property(lambda self: self.response_proto.objective_value)
+    best_objective_bound = property(lambda self: self.response_proto.best_objective_bound)
+    wall_time = property(lambda self: self.response_proto.wall_time)
 
     def status_name(self, status: CpSolverStatus | None = None) -> str:
         return (self.response_proto.status if status is None else CpSolverStatus(int(status))).name

@@ -17,10 +17,10 @@ from __future__ import annotations
 import re
 import typing
 from pathlib import Path
-from typing import Any
+from typing import Annotated, Any
 
 from pydantic import (BaseModel, ConfigDict, Field, NonNegativeFloat, NonNegativeInt, PositiveFloat, PositiveInt,
-                      field_validator)
+                      create_model, field_validator)
 
 from layoutsearch.core import io
 from layoutsearch.core.errors import CatalogueError, did_you_mean
@@ -40,89 +40,39 @@ class _Block(BaseModel):
     model_config = ConfigDict(extra="ignore", frozen=True, defer_build=True)
 
 
-class RecMoE(_Block):
-    num_experts: PositiveInt | None = None
-    top_k: PositiveInt | None = None
-    expert_d_ff: PositiveInt | None = None
-    num_shared_experts: NonNegativeInt | None = None
-    shared_d_ff: PositiveInt | None = None
-    first_dense_layers: NonNegativeInt | None = None
-    moe_layer_freq: PositiveInt | None = None
-    capacity_factor: PositiveFloat | None = None  # null = dropless
+def _block(block_name: str, /, **fields) -> type[_Block]:
+    """A record block whose every field is optional (a key a record leaves out means null)."""
+    return create_model(block_name, __base__=_Block, **{key: (kind | None, None) for key, kind in fields.items()})
 
 
-class RecMLA(_Block):
-    q_lora_rank: PositiveInt | None = None
-    kv_lora_rank: PositiveInt | None = None
-    qk_rope_head_dim: PositiveInt | None = None
-    qk_nope_head_dim: PositiveInt | None = None
-    v_head_dim: PositiveInt | None = None
+RecMoE = _block("RecMoE", num_experts=PositiveInt, top_k=PositiveInt, expert_d_ff=PositiveInt,
+                num_shared_experts=NonNegativeInt, shared_d_ff=PositiveInt, first_dense_layers=NonNegativeInt,
+                moe_layer_freq=PositiveInt, capacity_factor=PositiveFloat)  # capacity_factor null = dropless
+RecMLA = _block("RecMLA", q_lora_rank=PositiveInt, kv_lora_rank=PositiveInt, qk_rope_head_dim=PositiveInt,
+                qk_nope_head_dim=PositiveInt, v_head_dim=PositiveInt)
+# d_ff: MoE records give the dense layers' FFN (null when every layer is MoE); mlp plain | gated, another
+# value is a per-record skip; attention mha | gqa | mla
+RecModel = _block("RecModel", name=str, num_layers=PositiveInt, d_model=PositiveInt, d_ff=PositiveInt, mlp=str,
+                  num_heads=PositiveInt, num_kv_heads=PositiveInt, head_dim=PositiveInt, vocab_size=PositiveInt,
+                  tied_embeddings=bool, moe=RecMoE, attention=str, mla=RecMLA, mtp_num_layers=NonNegativeInt,
+                  params_total=PositiveInt, params_active=PositiveInt, notes=str)
+# precision bf16 | fp16 | fp8 (others are per-record skips); framework FRAMEWORKS, fp8_recipe FP8_RECIPES
+# (another value is kept as given, with a warning)
+RecWorkload = _block("RecWorkload", seq_len=PositiveInt, global_batch_seqs=PositiveInt, precision=str,
+                     framework=str, fp8_recipe=str, torch_compile=bool)
+RecCluster = _block("RecCluster", accelerator=str, num_devices=PositiveInt, devices_per_node=PositiveInt,
+                    scale_out_gbytes_per_s_per_device=PositiveFloat, hbm_gb_per_device=PositiveFloat,
+                    power_limit_w=PositiveFloat)
 
 
-class RecModel(_Block):
-    name: str | None = None
-    num_layers: PositiveInt | None = None
-    d_model: PositiveInt | None = None
-    d_ff: PositiveInt | None = None  # MoE: the dense layers' FFN; null when every layer is MoE
-    mlp: str | None = None  # plain | gated; another value is a skip (the engine's model check)
-    num_heads: PositiveInt | None = None
-    num_kv_heads: PositiveInt | None = None
-    head_dim: PositiveInt | None = None
-    vocab_size: PositiveInt | None = None
-    tied_embeddings: bool | None = None
-    moe: RecMoE | None = None
-    attention: str | None = None  # mha | gqa | mla
-    mla: RecMLA | None = None
-    mtp_num_layers: NonNegativeInt | None = None
-    params_total: PositiveInt | None = None
-    params_active: PositiveInt | None = None
-    notes: str | None = None
-
-
-class RecWorkload(_Block):
-    seq_len: PositiveInt | None = None
-    global_batch_seqs: PositiveInt | None = None
-    precision: str | None = None  # bf16 | fp16 | fp8; others are skipped per record, not refused for the file
-    framework: str | None = None  # FRAMEWORKS; another value is kept as given
-    fp8_recipe: str | None = None  # FP8_RECIPES
-    torch_compile: bool | None = None
-
-
-class RecCluster(_Block):
-    accelerator: str | None = None
-    num_devices: PositiveInt | None = None
-    devices_per_node: PositiveInt | None = None
-    scale_out_gbytes_per_s_per_device: PositiveFloat | None = None
-    hbm_gb_per_device: PositiveFloat | None = None
-    power_limit_w: PositiveFloat | None = None
-
-
-class RecLayout(_Block):
-    dp: PositiveInt | None = None
-    fsdp: PositiveInt | None = None
-    zero_stage: int | None = Field(default=None, ge=0, le=3)
-    tp: PositiveInt | None = None
-    sequence_parallel: bool | None = None
-    pp: PositiveInt | None = None
-    virtual_stages: PositiveInt | None = None
-    cp: PositiveInt | None = None
-    ep: PositiveInt | None = None
-    etp: PositiveInt | None = None
-    microbatch_seqs: PositiveInt | None = None
-    num_microbatches: PositiveInt | None = None
-    recompute: str | None = None  # none | selective | full; another value is a skip
-    async_tp: bool | None = None
-
-
-class RecMeasured(_Block):
-    tokens_per_s_per_device: PositiveFloat | None = None
-    step_time_s: PositiveFloat | None = None
-    mfu: float | None = Field(default=None, gt=0, le=1)
-    mfu_convention: str | None = None  # palm-6n-12lhqt | palm-causal | megatron-eq3-hardware | megatron-core | other
-    peak_tflops_used: PositiveFloat | None = None
-    tflops_per_device: PositiveFloat | None = None
-    memory_gib_per_device: NonNegativeFloat | None = None
-    oom: bool | None = None
+RecLayout = _block("RecLayout", dp=PositiveInt, fsdp=PositiveInt, zero_stage=Annotated[int, Field(ge=0, le=3)],
+                   tp=PositiveInt, sequence_parallel=bool, pp=PositiveInt, virtual_stages=PositiveInt, cp=PositiveInt,
+                   ep=PositiveInt, etp=PositiveInt, microbatch_seqs=PositiveInt, num_microbatches=PositiveInt,
+                   recompute=str, async_tp=bool)  # recompute none | selective | full; another value is a skip
+# mfu_convention: palm-6n-12lhqt | palm-causal | megatron-eq3-hardware | megatron-core | other
+RecMeasured = _block("RecMeasured", tokens_per_s_per_device=PositiveFloat, step_time_s=PositiveFloat,
+                     mfu=Annotated[float, Field(gt=0, le=1)], mfu_convention=str, peak_tflops_used=PositiveFloat,
+                     tflops_per_device=PositiveFloat, memory_gib_per_device=NonNegativeFloat, oom=bool)
 
 
 class RunRecord(_Block):
