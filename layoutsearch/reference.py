@@ -27,14 +27,19 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Any, Callable
 
+import yaml
+
 from layoutsearch import closed_forms as cf
 from layoutsearch.core.catalogue import load_accelerator
 from layoutsearch.core.problem import Problem, SearchOptions, SearchRequest
 from layoutsearch.core.specs import Axis, Layout, ModelSpec, Workload
 from layoutsearch.costs import comms
 from layoutsearch.costs.estimate import Estimate, estimate
+from layoutsearch.search import solve
+from layoutsearch.search.space import build_space
+from layoutsearch.report.output import layout_record
+from layoutsearch.core.units import GB, MIB, TB
 
-TB, GB, MIB = 1e12, 1e9, 2**20
 ENGINE, CLOSED_FORM = "engine", "closed-form"
 KINDS = (ENGINE, CLOSED_FORM)
 
@@ -79,7 +84,6 @@ def state_bytes_per_param() -> float:
 def min_tp_whole_sequences(seqs: int, cluster: str = "v5p-8192") -> int:
     """Smallest TP degree among the candidates of the search space of llama70b with only FSDP and
     TP (no PP, no CP): the space keeps only shapes that give every data unit whole sequences."""
-    from layoutsearch.search.space import build_space
 
     space = build_space(_problem("llama70b", cluster, seqs), SearchOptions(only=("fsdp", "tp")))
     return int(min(space.shapes.tp[s] for s in set(space.sk_shape.tolist())))
@@ -88,7 +92,6 @@ def min_tp_whole_sequences(seqs: int, cluster: str = "v5p-8192") -> int:
 @lru_cache(maxsize=None)
 def gather_volume(seqs: int, tp: int) -> float:
     """The solver's gather-volume objective (bytes) of llama70b on v5p-8192 with tp fixed."""
-    from layoutsearch.search import solve
 
     result = solve(_problem("llama70b", "v5p-8192", seqs),
                    SearchRequest(options=SearchOptions(only=("fsdp", "tp"), fix={"tp": tp}), objective="gather-volume",
@@ -115,7 +118,6 @@ def gather_volume_t_star(seqs: int) -> float:
 
 def choose_tp_gather_volume(model: ModelSpec | str, num_devices: int, seqs: int, choices=(8, 16, 32, 64)) -> int:
     """The design notes' choice, by the solver: `--only fsdp,tp --choices tp=... --objective gather-volume`."""
-    from layoutsearch.search import solve
 
     result = solve(_problem(model, f"v5p-{num_devices}", seqs),
                    SearchRequest(options=SearchOptions(only=("fsdp", "tp"), choices={"tp": tuple(choices)}),
@@ -125,7 +127,6 @@ def choose_tp_gather_volume(model: ModelSpec | str, num_devices: int, seqs: int,
 
 def kv_replication_in_layout_record(tp: int) -> int:
     """`kv_replication` of the JSON layout record of an estimate of llama70b with this TP degree."""
-    from layoutsearch.report.output import layout_record
 
     return layout_record(_estimate("llama70b", f"v5p-{tp}", Layout(tp=tp), seqs=tp))["kv_replication"]
 
@@ -312,7 +313,6 @@ def load_cases(path) -> list[dict]:
     """Read a reference-case YAML file as it is, with numeric strings coerced to numbers.
 
     A missing file raises FileNotFoundError naming the path (never an empty list)."""
-    import yaml
 
     path = Path(path)
     if not path.is_file():

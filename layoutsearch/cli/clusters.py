@@ -8,6 +8,7 @@ from layoutsearch.cli.common import Format, FormatOpt, print_document, reports_e
 from layoutsearch.core.catalogue import accelerator_names, load_accelerator
 from layoutsearch.core.topology import EXAMPLE_CLUSTERS, resolve_cluster
 from layoutsearch.report import render
+from layoutsearch.core.units import GB, TERA
 
 
 @reports_errors
@@ -27,9 +28,9 @@ def clusters(fmt: FormatOpt = Format.table) -> None:
             for a in accs], "clusters": examples}, fmt)
         return
     render.table_of_dicts("accelerators", [{
-        "id": a.id, "bf16 TFLOP/s": a.peak_flops_per_s / 1e12, "HBM GB": round(a.hbm_bytes / 1e9, 1),
-        "HBM GB/s": a.hbm_bytes_per_s / 1e9, "link GB/s/dir": a.link_bytes_per_s_per_direction / 1e9,
-        "scale-out GB/s/dir": a.scale_out_bytes_per_s_per_direction / 1e9} for a in accs])
+        "id": a.id, "bf16 TFLOP/s": a.peak_flops_per_s / TERA, "HBM GB": round(a.hbm_bytes / GB, 1),
+        "HBM GB/s": a.hbm_bytes_per_s / GB, "link GB/s/dir": a.link_bytes_per_s_per_direction / GB,
+        "scale-out GB/s/dir": a.scale_out_bytes_per_s_per_direction / GB} for a in accs])
     render.table_of_dicts("example clusters (v5p-N counts chips; Google's Cloud names count TensorCores)", examples)
 
 

@@ -23,12 +23,13 @@ import yaml
 from pydantic import BaseModel, ValidationError
 
 from layoutsearch.core.errors import InvalidArgumentError, LayoutsearchError
+from layoutsearch.core.units import MIB
 
 __all__ = ["validated", "label", "says", "read_bytes", "read_text", "read_json", "read_yaml", "atomic_write", "write_error",
            "temp_prefix", "TEMP_SUFFIX", "fsync_dir", "MAX_INPUT_BYTES"]
 
 
-MAX_INPUT_BYTES = 256 * 2**20  # /dev/zero or a runaway file as an input is refused, not read to the end
+MAX_INPUT_BYTES = 256 * MIB  # /dev/zero or a runaway file as an input is refused, not read to the end
 
 
 def validated(schema: type[BaseModel], data: Any, where: str, error: type[LayoutsearchError] = InvalidArgumentError):
@@ -71,7 +72,7 @@ def read_bytes(path: str | os.PathLike, what: str | None = None,
     except OSError as exc:
         raise error(_failed("read", path, what, exc)) from None
     if len(data) > MAX_INPUT_BYTES:
-        raise error(says(path, what, f"larger than the {MAX_INPUT_BYTES // 2**20} MiB an input of this package may be"))
+        raise error(says(path, what, f"larger than the {MAX_INPUT_BYTES // MIB} MiB an input of this package may be"))
     return data
 
 

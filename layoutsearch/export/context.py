@@ -16,6 +16,7 @@ from layoutsearch.core.errors import InvalidLayoutError
 from layoutsearch.core.placement import default_axes
 from layoutsearch.core.problem import HasProblem, Problem, layout_from_record, version
 from layoutsearch.core.specs import Cluster, Layout, ModelSpec
+from layoutsearch.core.units import GB
 
 OUTER_AXIS_KINDS = ("dcn", "scale_out")  # between slices (TPU) or between nodes (GPU)
 
@@ -134,7 +135,7 @@ def header_lines(ctx: ExportContext) -> list[str]:
         f"layout: {degrees}, zero {lay.zero_stage}, {lay.num_microbatches} microbatches x "
         f"{ctx.microbatch_seqs} sequences per data unit, recompute {lay.recompute}{pipeline}",
         f"predicted: step {step:.4g} s, MFU {100 * mfu:.1f} %, peak memory "
-        f"{mem.get('peak', float('nan')) / 1e9:.1f} GB of {mem.get('capacity', float('nan')) / 1e9:.1f} GB per device",
+        f"{mem.get('peak', float('nan')) / GB:.1f} GB of {mem.get('capacity', float('nan')) / GB:.1f} GB per device",
         f"placement: {placement_text(ctx)}",
     ] + (["WARNING: layoutsearch predicts this layout does NOT fit in device memory."] if rec.get("fits") is False else []) \
       + ([f"WARNING: planned for {ctx.cluster.accelerator.id} TPUs; {ctx.target} runs on GPUs: the degrees, batch and "

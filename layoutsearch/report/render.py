@@ -7,6 +7,7 @@ from rich.table import Table
 
 from layoutsearch.costs import params
 from layoutsearch.costs.estimate import Estimate
+from layoutsearch.core.units import GB
 
 BAR_WIDTH = 30
 
@@ -58,19 +59,19 @@ def estimate_report(model_name: str, cluster_name: str, est: Estimate) -> None:
     out.print(f"[bold]{model_name}[/bold] on [bold]{cluster_name}[/bold] ({est.cluster.num_devices} devices), "
               f"{est.workload.global_batch_seqs} x {est.workload.seq_len} tokens per step")
     out.print("  " + layout_summary(est))
-    mem = Table(title=f"memory per device (stage {est.worst_stage}), capacity {cap / 1e9:.1f} GB "
-                      f"(HBM {est.memory_bytes['hbm'] / 1e9:.1f} GB less runtime reserve)")
+    mem = Table(title=f"memory per device (stage {est.worst_stage}), capacity {cap / GB:.1f} GB "
+                      f"(HBM {est.memory_bytes['hbm'] / GB:.1f} GB less runtime reserve)")
     for col in ("moment", "GB", "of capacity", ""):
         mem.add_column(col, justify="right" if col in ("GB", "of capacity") else "left")
     for name, items in est.memory_moments.items():
         total = sum(items.values())
-        mem.add_row(name, f"{total / 1e9:.2f}", f"{total / cap:.0%}", bar(total / cap))
+        mem.add_row(name, f"{total / GB:.2f}", f"{total / cap:.0%}", bar(total / cap))
     out.print(mem)
     parts = Table(title=f"live arrays at the peak ({est.peak_moment})")
     parts.add_column("array")
     parts.add_column("GB", justify="right")
     for key, value in est.memory_moments[est.peak_moment].items():
-        parts.add_row(key, f"{value / 1e9:.3f}")
+        parts.add_row(key, f"{value / GB:.3f}")
     out.print(parts)
     times = Table(title="time per step by component")
     times.add_column("component")
@@ -92,7 +93,7 @@ def estimate_report(model_name: str, cluster_name: str, est: Estimate) -> None:
 
 
 def _gb(x: float) -> str:
-    return f"{x / 1e9:.1f}"
+    return f"{x / GB:.1f}"
 
 
 def solve_report(model_name: str, cluster_name: str, result, explanation: dict | None) -> None:
@@ -147,7 +148,7 @@ def explain_report(model_name: str, cluster_name: str, result, explanation: dict
             for col in ("term", "layout 1", f"layout {i}", "difference"):
                 table.add_column(col, justify="left" if col == "term" else "right")
             for row in rows:
-                fmt = (lambda x: f"{x:.4f} s") if row["unit"] == "s" else (lambda x: f"{x / 1e9:.2f} GB")
+                fmt = (lambda x: f"{x:.4f} s") if row["unit"] == "s" else (lambda x: f"{x / GB:.2f} GB")
                 table.add_row(row["term"], fmt(row["winner"]), fmt(row["other"]), fmt(row["difference"]))
             if rows:
                 out.print(table)
@@ -158,8 +159,8 @@ def explain_report(model_name: str, cluster_name: str, result, explanation: dict
             diff = other.step_time_s - first.step_time_s
             if result.metrics and result.metrics[0]["step"] == result.metrics[i - 1]["step"]:
                 out.print(f"layouts 1 and {i} take the same time (to the solver's quantum); layout 1 wins the tie-break "
-                          f"on peak memory: {first.memory_bytes['peak'] / 1e9:.2f} GB against "
-                          f"{other.memory_bytes['peak'] / 1e9:.2f} GB")
+                          f"on peak memory: {first.memory_bytes['peak'] / GB:.2f} GB against "
+                          f"{other.memory_bytes['peak'] / GB:.2f} GB")
             else:
                 out.print(f"layout 1 is faster by {diff:.4f} s per step ({diff / other.step_time_s:.2%})")
         return

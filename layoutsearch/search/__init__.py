@@ -14,12 +14,13 @@ import numpy as np
 from layoutsearch.core.problem import Problem, SearchOptions, SearchRequest
 from layoutsearch.core.rules import Capabilities
 from layoutsearch.core.specs import Method, Objective
+from layoutsearch.core.units import KIB
 from layoutsearch.costs.estimate import Estimate, estimate
 from layoutsearch.export import capabilities_of
 from layoutsearch.search.cpsat import cpsat_top
 from layoutsearch.search.enumerate import candidate_grid, enumerate_top
 from layoutsearch.search.space import Space, build_space
-from layoutsearch.search.tables import KIB, Tables, assemble, build_tables
+from layoutsearch.search.tables import Tables, assemble, build_tables
 
 OBJECTIVES = tuple(o.value for o in Objective)
 METHODS = tuple(m.value for m in Method)

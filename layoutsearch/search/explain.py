@@ -17,13 +17,13 @@ from layoutsearch.core.problem import Problem, SearchRequest
 from layoutsearch.core.rules import Rule
 from layoutsearch.core.specs import RECOMPUTE_POLICIES
 from layoutsearch.core.topology import resolve_cluster
-from layoutsearch.core.units import GB, TB
+from layoutsearch.core.units import GB, KIB, TB
 from layoutsearch.costs import memory, params
 from layoutsearch.costs.estimate import Estimate, estimate
 from layoutsearch.search import solve
 from layoutsearch.search.enumerate import candidate_grid
 from layoutsearch.search.space import Space, degree_tuples, with_microbatches, with_virtual_stages
-from layoutsearch.search.tables import KIB, Tables, assemble
+from layoutsearch.search.tables import Tables, assemble
 
 
 def compare(winner: Estimate, other: Estimate, limit: int = 8) -> list[dict]:

@@ -24,8 +24,8 @@ from layoutsearch.costs import roofline, step, terms
 from layoutsearch.core.specs import RECOMPUTE_CODES
 from layoutsearch.costs.estimate import capacity_bytes
 from layoutsearch.search.space import Space
+from layoutsearch.core.units import KIB
 
-KIB = 1024.0
 MOMENT_NAMES = tuple(terms.MOMENTS)
 
 

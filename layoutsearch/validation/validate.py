@@ -89,7 +89,9 @@ from layoutsearch.costs.flops import hardware_flops_per_token  # noqa: F401  (re
 from layoutsearch.core.errors import CatalogueError, LayoutsearchError, did_you_mean
 from layoutsearch.costs.estimate import Estimate, estimate
 from layoutsearch.core.specs import Cluster, Layout, Workload
-from layoutsearch.core.topology import resolve_cluster
+from layoutsearch.core.topology import resolve_cluster, torus_shape
+from layoutsearch.search import rank_among_candidates
+from layoutsearch.core.units import GB, TERA
 
 Mapped = tuple[Problem, Layout]  # what a record is for the engine
 MODEL_KEYS = ("num_layers", "d_model", "d_ff", "mlp", "num_heads", "num_kv_heads", "head_dim", "vocab_size",
@@ -192,7 +194,7 @@ def _with_hbm(cluster: Cluster, hbm_gb: float | None) -> Cluster:
     """The cluster with the record's HBM per device (GB) in place of the catalogue's (rule 10)."""
     if hbm_gb is None:
         return cluster
-    return replace(cluster, accelerator=replace(cluster.accelerator, hbm_bytes=hbm_gb * 1e9))
+    return replace(cluster, accelerator=replace(cluster.accelerator, hbm_bytes=hbm_gb * GB))
 
 
 def _cluster(record: dict, replicas: int) -> Cluster | str:
@@ -202,7 +204,7 @@ def _cluster(record: dict, replicas: int) -> Cluster | str:
     try:
         if load_accelerator(acc).kind == "gpu":
             so = c["scale_out_gbytes_per_s_per_device"]
-            cluster = resolve_cluster(f"{acc}-{n}", c["devices_per_node"], so * 1e9 if so else None)
+            cluster = resolve_cluster(f"{acc}-{n}", c["devices_per_node"], so * GB if so else None)
             if _is_h800(record):
                 axes = tuple(replace(a, bytes_per_s_per_direction=H800_NVLINK_BYTES_PER_S) if a.kind == "switch" else a
                              for a in cluster.axes)
@@ -228,7 +230,6 @@ def _tpu_replicas(record: dict) -> int | str:
     """Slices of a multislice TPU record: the replicated part of ZeRO-3 data parallelism; else, when
     the chips exceed the largest slice, the fewest equal slices (of 2 chips or more) that are valid
     slice shapes; else 1. A count that is neither one slice nor such a split is a skip reason."""
-    from layoutsearch.core.topology import torus_shape
 
     lay, acc = record["layout"], load_accelerator(_accelerator_id(record))
     if acc.kind != "tpu":
@@ -349,7 +350,7 @@ def predicted_mfu(record: dict, est: Estimate) -> float | None:
     s = est.workload.seq_len
     per_token = (hardware_flops_per_token(est.model, s, est.layout.recompute) if conv == "megatron-eq3-hardware"
                  else flops.model_flops_per_token(est.model, s, ENGINE_CONVENTION.get(conv, "model")))
-    return per_token * est.tokens_per_s / est.cluster.num_devices / (meas["peak_tflops_used"] * 1e12)
+    return per_token * est.tokens_per_s / est.cluster.num_devices / (meas["peak_tflops_used"] * TERA)
 
 
 def time_shares(est: Estimate) -> dict[str, float]:
@@ -420,7 +421,6 @@ def rank_published(record: dict) -> dict:
     """Rank of the published layout among every candidate of the engine for the same model,
     cluster and batch (1 = nothing predicted faster), and the best candidate's predicted
     speed-up over it (both by the search's tables)."""
-    from layoutsearch.search import rank_among_candidates
 
     problem = record_to_problem(record)
     if isinstance(problem, str):
