@@ -1,4 +1,4 @@
-"""The measured-run format (shared/validation/SCHEMA.md): pydantic validation at the boundary.
+"""The measured-run format (docs/RUN_RECORDS.md): pydantic validation at the boundary.
 
 ``load_runs(path)`` returns the records as dicts (a ``Runs`` list, whose ``warnings`` lists
 the loader's remarks), or raises a one-line CatalogueError naming the file, the record and the

@@ -1,6 +1,6 @@
 """Predictions against published measured runs (`layoutsearch validate RUNS.yaml`).
 
-Input: the record format of shared/validation/SCHEMA.md, validated with pydantic at the boundary
+Input: the record format of docs/RUN_RECORDS.md, validated with pydantic at the boundary
 (``load_runs``). Output: the document of OUTPUT.md "layoutsearch validate" (``validate_runs``).
 
 Mapping a record onto the engine (``record_to_problem``: an engine ``Problem`` and a placed
