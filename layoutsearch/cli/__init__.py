@@ -17,7 +17,6 @@ import importlib
 import re
 import sys
 
-import click
 import typer
 from typer.core import TyperGroup
 from pydantic import ValidationError
@@ -36,7 +35,7 @@ def command_module(name: str):
 
 
 @functools.lru_cache(maxsize=None)
-def _load(name: str) -> click.Command:
+def _load(name: str):
     single = typer.Typer(add_completion=False)
     command_module(name).register(single)
     return typer.main.get_group(single).commands[name]
@@ -45,10 +44,10 @@ def _load(name: str) -> click.Command:
 class LazyGroup(TyperGroup):
     """The commands, each built from its module only when it is asked for."""
 
-    def list_commands(self, ctx: click.Context) -> list[str]:
+    def list_commands(self, ctx) -> list[str]:
         return list(COMMANDS)
 
-    def get_command(self, ctx: click.Context, name: str) -> click.Command | None:
+    def get_command(self, ctx, name: str):
         return _load(name) if name in COMMANDS else None
 
 
