@@ -21,6 +21,7 @@ import typer
 from typer.core import TyperGroup
 from pydantic import ValidationError
 
+from layoutsearch import __version__
 from layoutsearch.cli.common import one_line, reports_errors
 from layoutsearch.core.errors import LayoutsearchError
 
@@ -55,8 +56,15 @@ app = typer.Typer(cls=LazyGroup, add_completion=False, no_args_is_help=True, pre
                   help="Proven-optimal parallel layouts for transformer training.")
 
 
+def _print_version(value: bool) -> None:
+    if value:
+        typer.echo(f"layoutsearch {__version__}")
+        raise typer.Exit(0)
+
+
 @app.callback()
-def _group() -> None:
+def _group(version: bool = typer.Option(False, "--version", is_eager=True, callback=_print_version,
+                                        help="Print the version and exit.")) -> None:
     """Proven-optimal parallel layouts for transformer training."""
 
 

@@ -7,6 +7,7 @@ argument) exits 2, an infeasible search exits 1.
 from __future__ import annotations
 
 import difflib
+from pathlib import Path
 
 
 class LayoutsearchError(Exception):
@@ -37,3 +38,16 @@ def did_you_mean(word: str, choices) -> str:
     """' (did you mean 'x'?)' when a close choice exists, else ''."""
     close = difflib.get_close_matches(word, list(choices), n=1, cutoff=0.5)
     return f" (did you mean '{close[0]}'?)" if close else ""
+
+
+# The optional dependency groups of pyproject.toml, by extra (what `pip install` needs for each).
+EXTRAS = {"ray": "ray>=2.9", "parquet": "pyarrow>=15", "plot": "matplotlib>=3.8"}
+
+
+def missing_extra(what: str, extra: str) -> InvalidArgumentError:
+    """The one-line error for an optional dependency that is not installed, with an install
+    command that works (layoutsearch is installed from its repository, not a package index)."""
+    checkout = Path(__file__).resolve().parents[2]
+    local = (f"; from the checkout: pip install -e '{checkout}[{extra}]'"
+             if (checkout / "pyproject.toml").is_file() else "")
+    return InvalidArgumentError(f"{what} needs the optional '{extra}' dependencies: pip install '{EXTRAS[extra]}'{local}")

@@ -2,23 +2,51 @@
 
 from __future__ import annotations
 
+import ctypes
+import ctypes.util
 import logging
 import multiprocessing
 import os
 import signal
+import threading
+import time
 from concurrent.futures import ProcessPoolExecutor, as_completed
 from typing import Callable
 
-from layoutsearch.core.errors import InvalidArgumentError
+from layoutsearch.core.errors import missing_extra
 
 from layoutsearch.sweep.points import Point
 from layoutsearch.sweep.solving import error_row, solve_point
 
 # ----------------------------------------------------------------------------- executors
 
-def _ignore_sigint() -> None:
-    """Workers leave Ctrl-C to the parent, which stops them and keeps what is done."""
+PARENT_POLL_S = 0.5
+
+
+def _worker_init(parent_pid: int) -> None:
+    """Workers leave Ctrl-C to the parent, which stops them and keeps what is done; and they exit
+    when the parent dies (kill -9), so none outlives it holding the journal's lock: Linux's
+    PR_SET_PDEATHSIG where it exists, and a thread that watches the parent id everywhere."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)
+    _die_with_parent()
+    threading.Thread(target=_watch_parent, args=(parent_pid,), daemon=True).start()
+
+
+def _die_with_parent() -> None:
+    try:
+        libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6", use_errno=True)
+        libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
+    except (OSError, AttributeError):  # not Linux: the watching thread does it
+        pass
+
+
+def _watch_parent(parent_pid: int) -> None:
+    while os.getppid() == parent_pid:
+        time.sleep(PARENT_POLL_S)
+    os._exit(1)
+
+
+PR_SET_PDEATHSIG = 1
 
 
 def _run_local(todo: list[Point], jobs: int, time_limit_s: float, on_row: Callable[[dict], None]) -> None:
@@ -29,7 +57,7 @@ def _run_local(todo: list[Point], jobs: int, time_limit_s: float, on_row: Callab
         return
     methods = multiprocessing.get_all_start_methods()
     context = multiprocessing.get_context("fork" if "fork" in methods else None)
-    pool = ProcessPoolExecutor(max_workers=min(jobs, len(todo)), mp_context=context, initializer=_ignore_sigint)
+    pool = ProcessPoolExecutor(max_workers=min(jobs, len(todo)), mp_context=context, initializer=_worker_init, initargs=(os.getpid(),))
     clean = False
     try:
         futures = {pool.submit(solve_point, point, time_limit_s): point for point in todo}
@@ -53,7 +81,7 @@ def _import_ray():
     try:
         import ray
     except ImportError:
-        raise InvalidArgumentError("the ray executor needs `pip install layoutsearch[ray]`") from None
+        raise missing_extra("--executor ray", "ray") from None
     return ray
 
 

@@ -12,7 +12,7 @@ import math
 import os
 
 from layoutsearch.core import io
-from layoutsearch.core.errors import InvalidArgumentError
+from layoutsearch.core.errors import InvalidArgumentError, missing_extra
 from layoutsearch.sweep.table import read_table
 
 DEGREES = ("dp", "fsdp", "tp", "pp", "cp")
@@ -54,12 +54,13 @@ def _device_axis(ax, devices: list[int]) -> None:
 
 def plot_sweep(path: str | os.PathLike, out_png: str | os.PathLike) -> str:
     """Write the sweep plot as a PNG; returns its path."""
-    import matplotlib
-
+    try:
+        import matplotlib
+    except ImportError:
+        raise missing_extra("plot", "plot") from None
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
     from matplotlib.ticker import FuncFormatter
-
 
     path, out_png = os.fspath(path), os.fspath(out_png)
     if not path.endswith((".parquet", ".csv")):

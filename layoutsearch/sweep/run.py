@@ -11,8 +11,7 @@ from dataclasses import dataclass, field
 from typing import Iterable
 
 from rich.console import Console
-from rich.progress import (BarColumn, MofNCompleteColumn, Progress, ProgressColumn, TextColumn, TimeElapsedColumn,
-                           TimeRemainingColumn)
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, ProgressColumn, TextColumn
 from rich.table import Table
 from rich.text import Text
 
@@ -183,15 +182,33 @@ class _Table:
         self.cost_s = self.last_write - now
 
 
+class RateColumn(ProgressColumn):
+    """Points per second so far."""
+
+    def render(self, task) -> Text:
+        elapsed = task.finished_time if task.finished else task.elapsed
+        return Text(f"{task.completed / elapsed:.2f} points/s" if task.completed and elapsed else "- points/s")
+
+
+class TimesColumn(ProgressColumn):
+    """'0:00:11 elapsed, about 0:00:05 left' while running, 'done in 0:00:11' at the end."""
+
+    def render(self, task) -> Text:
+        elapsed = _clock(task.finished_time if task.finished else task.elapsed)
+        if task.finished:
+            return Text(f"done in {elapsed}")
+        left = task.time_remaining
+        return Text(f"{elapsed} elapsed, " + (f"about {_clock(left)} left" if left is not None else "time left unknown"))
+
+
+def _clock(seconds: float | None) -> str:
+    whole = int(seconds or 0)
+    return f"{whole // 3600}:{whole // 60 % 60:02d}:{whole % 60:02d}"
+
+
 def _progress_bar(total: int, skipped: int):
     """Points done/total, rate, elapsed and time left, on stderr."""
-    class Rate(ProgressColumn):
-        def render(self, task) -> Text:
-            elapsed = task.finished_time if task.finished else task.elapsed
-            return Text(f"{task.completed / elapsed:.2f} points/s" if task.completed and elapsed else "- points/s")
-
-    progress = Progress(TextColumn("sweep"), BarColumn(), MofNCompleteColumn(), Rate(), TimeElapsedColumn(),
-                        TextColumn("left"), TimeRemainingColumn(),
+    progress = Progress(TextColumn("sweep"), BarColumn(), MofNCompleteColumn(), RateColumn(), TimesColumn(),
                         TextColumn(f"({skipped} already done)" if skipped else ""),
                         console=Console(stderr=True), transient=False)
     progress.add_task("sweep", total=total)
