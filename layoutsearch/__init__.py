@@ -5,7 +5,7 @@
 importing a submodule does not import the whole engine.
 """
 
-__version__ = "0.2.0"
+from layoutsearch._version import __version__
 __all__ = ["__version__", "solve", "estimate", "problem"]
 
 

@@ -175,7 +175,7 @@ def test_bad_input_fails_before_any_solving(tmp_path, monkeypatch):
     with pytest.raises(InvalidArgumentError, match=r"Parquet needs `pip install layoutsearch\[parquet\]`"):
         run_sweep(SMALL, tmp_path / "a.parquet", progress=False)
     monkeypatch.setitem(sys.modules, "ray", None)  # import ray -> ImportError
-    with pytest.raises(InvalidArgumentError, match=r"^the ray executor needs `pip install layoutsearch\[ray\]`$"):
+    with pytest.raises(InvalidArgumentError, match=r"^--executor ray needs the optional 'ray' dependencies: pip install 'ray>=2.9'; from the checkout: pip install -e '.*\[ray\]'$"):
         run_sweep(SMALL, tmp_path / "b.csv", executor="ray", progress=False)
     assert not os.listdir(tmp_path)
 

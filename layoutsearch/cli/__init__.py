@@ -21,7 +21,7 @@ import typer
 from typer.core import TyperGroup
 from pydantic import ValidationError
 
-from layoutsearch import __version__
+from layoutsearch._version import __version__
 from layoutsearch.cli.common import one_line, reports_errors
 from layoutsearch.core.errors import LayoutsearchError
 
