@@ -81,11 +81,14 @@ def test_solve_and_explain_share_one_declaration_of_the_search_options():
     shared = [f.name for f in common.dataclasses.fields(common.SearchArgs)]
     assert shared == ["model", "cluster", "seqs", "seq_len", "top", "fix", "choices", "only", "objective",
                       "time_limit", "method", "recompute", "tp_comm_overlap"]
-    solve_params = inspect.signature(cli.solve.solve).parameters
-    explain_params = inspect.signature(cli.explain.explain).parameters
+    solve_params = dict(inspect.signature(cli.solve.solve).parameters)
+    explain_params = dict(inspect.signature(cli.explain.explain).parameters)
+    for params in (solve_params, explain_params):  # --problem (and the context it reads the options' sources from) first
+        assert list(params)[:2] == ["ctx", "problem_file"]
+        del params["ctx"], params["problem_file"]
     assert list(solve_params)[:len(shared)] == shared == list(explain_params)[:len(shared)]
-    assert list(solve_params)[len(shared):] == ["fmt", "export", "output"]
-    assert list(explain_params)[len(shared):] == ["fmt"]
+    assert list(solve_params)[len(shared):] == ["fmt", "export", "output", "tokens", "price_per_device_hour", "what_if"]
+    assert list(explain_params)[len(shared):] == ["fmt", "tokens", "price_per_device_hour", "sensitivity"]
     assert solve_params["top"].default == 3 and explain_params["top"].default == 2
     for name in shared:  # the very same annotation objects (typer options), not copies written twice
         assert solve_params[name].annotation is explain_params[name].annotation

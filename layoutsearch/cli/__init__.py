@@ -16,6 +16,7 @@ import functools
 import importlib
 import re
 import sys
+import warnings
 
 import typer
 from typer.core import TyperGroup
@@ -23,7 +24,7 @@ from pydantic import ValidationError
 
 from layoutsearch._version import __version__
 from layoutsearch.cli.common import one_line, reports_errors
-from layoutsearch.core.errors import LayoutsearchError
+from layoutsearch.core.errors import LayoutsearchError, LayoutsearchWarning
 
 __all__ = ["app", "main", "reports_errors", "usage_message", "COMMANDS", "command_module"]
 
@@ -72,7 +73,9 @@ def main(argv: list[str] | None = None) -> int:
     """Entry point: run the app; an input error is one line on stderr and exit 2, an infeasible search exit 1."""
     argv = sys.argv[1:] if argv is None else argv
     try:
-        code = app(args=argv or ["--help"], prog_name="layoutsearch", standalone_mode=False)
+        with warnings.catch_warnings():
+            warnings.showwarning = _show_warning
+            code = app(args=argv or ["--help"], prog_name="layoutsearch", standalone_mode=False)
     except LayoutsearchError as exc:
         typer.echo(f"error: {one_line(str(exc))}", err=True)
         return exc.exit_code
@@ -85,6 +88,17 @@ def main(argv: list[str] | None = None) -> int:
         typer.echo(f"error: {one_line(usage_message(exc))}", err=True)
         return 2
     return code if isinstance(code, int) else 0
+
+
+def _show_warning(message, category, filename, lineno, file=None, line=None) -> None:
+    """A LayoutsearchWarning is one `warning:` line on stderr; any other warning is Python's own."""
+    if issubclass(category, LayoutsearchWarning):
+        typer.echo(f"warning: {one_line(str(message))}", err=True)
+    else:
+        _PYTHON_SHOWWARNING(message, category, filename, lineno, file, line)
+
+
+_PYTHON_SHOWWARNING = warnings.showwarning
 
 
 def usage_message(exc: typer.TyperException) -> str:

@@ -23,7 +23,8 @@ from layoutsearch.core import io
 from layoutsearch.core.errors import InvalidArgumentError, LayoutsearchError
 from layoutsearch.core.parse import parse_choices, parse_degrees, parse_names
 from layoutsearch.core.problem import Problem, SearchOptions, SearchRequest
-from layoutsearch.core.specs import DEGREE_NAMES, RECOMPUTE_POLICIES, Method, Objective, Workload, choices
+from layoutsearch.core.problem_file import load_problem_file
+from layoutsearch.core.specs import DEGREE_NAMES, RECOMPUTE_POLICIES, Cluster, Method, ModelSpec, Objective, Workload, choices
 from layoutsearch.core.units import MAX_GLOBAL_BATCH_SEQS, MAX_SEQ_LEN, MAX_TIME_LIMIT_S
 from layoutsearch.report.output import solve_document
 from layoutsearch.search import SearchResult, solve
@@ -78,7 +79,10 @@ def finite(value: float | None) -> float | None:
 
 # ----------------------------------------------------------------------------- shared options
 ModelOpt = Annotated[str, typer.Option("--model", "-m", help="Catalogue id (llama70b) or a path to a model YAML / HF config.json")]
-ClusterOpt = Annotated[str, typer.Option("--cluster", "-c", help="v5p-8192 (chips), v5p:16x20x28, v5p-8960x4, h100-1024")]
+ClusterOpt = Annotated[str, typer.Option("--cluster", "-c", help="v5p-8192 (chips), v5p:16x20x28, v5p-8960x4, h100-1024, "
+                                                                  "or a cluster YAML (examples/*.cluster.yaml)")]
+ProblemOpt = Annotated[Optional[str], typer.Option(
+    "--problem", help="Problem YAML (examples/*.problem.yaml): keys mirror the options, which override it")]
 SeqsOpt = Annotated[int, typer.Option("--seqs", min=1, max=MAX_GLOBAL_BATCH_SEQS, help="Global batch in sequences")]
 SeqLenOpt = Annotated[int, typer.Option("--seq-len", min=1, max=MAX_SEQ_LEN, help="Tokens per sequence")]
 FormatOpt = Annotated[Format, typer.Option("--format", help="table, json or yaml")]
@@ -96,7 +100,11 @@ def workload_from_options(seqs: int, seq_len: int, tokens: float | None = None, 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
 class SearchArgs:
-    """The options of a search (`solve`, `explain`), declared once: each field is a typer option."""
+    """The options of a search (`solve`, `explain`), declared once: each field is a typer option.
+
+    With ``--problem``, ``model`` may be a ModelSpec and ``cluster`` a Cluster (a problem file's
+    inline mappings); ``model_name`` and ``cluster_name`` are their labels.
+    """
 
     model: ModelOpt = "llama70b"
     cluster: ClusterOpt = "v5p-8192"
@@ -112,6 +120,16 @@ class SearchArgs:
     method: Annotated[Method, typer.Option("--method", help="cpsat (proof) or enumerate (exhaustive oracle)")] = Method.cpsat
     recompute: Annotated[Optional[str], typer.Option("--recompute", help="Allowed policies, e.g. none,full")] = None
     tp_comm_overlap: TpOverlapOpt = False
+
+    @property
+    def model_name(self) -> str:
+        """How reports name the model: the id or path given, or an inline model's name (--problem)."""
+        return self.model if isinstance(self.model, str) else self.model.name
+
+    @property
+    def cluster_name(self) -> str:
+        """How reports name the cluster: the name or path given, or an inline cluster's name (--problem)."""
+        return self.cluster if isinstance(self.cluster, str) else self.cluster.name
 
     def options(self) -> SearchOptions:
         return SearchOptions(
@@ -157,9 +175,78 @@ def search_command(**defaults: Any) -> Callable[[Callable], Callable]:
         run.__signature__ = inspect.Signature(params)
         run.__annotations__ = {p.name: p.annotation for p in params}
         del run.__wrapped__  # typer must see the combined signature, not the command's
-        return run
+        return takes_problem_file(run)
 
     return wrap
+
+
+# ----------------------------------------------------------------------------- problem files
+def takes_problem_file(command: Callable | None = None, *, inline: bool = True, lists: bool = False) -> Callable:
+    """Decorator: the command also takes ``--problem FILE`` (``core/problem_file.py``). The file's
+    values fill the options that were not given on the command line (click's parameter source is
+    DEFAULT), each converted and checked by the option itself (ranges, choices, callbacks); keys
+    for options the command does not have are left alone (a problem file serves estimate and
+    solve alike). Sweep's variant: ``inline=False`` (ids and paths only, not an inline model or
+    cluster mapping) and ``lists=True`` (a list is several values). ``search_command`` applies it
+    to solve and explain."""
+    if command is None:
+        return functools.partial(takes_problem_file, inline=inline, lists=lists)
+    params = [p.replace(kind=inspect.Parameter.KEYWORD_ONLY)
+              for p in inspect.signature(command, eval_str=True).parameters.values()]
+    if {"ctx", "problem_file"} & {p.name for p in params}:
+        raise TypeError(f"{command.__name__}: ctx and problem_file are the problem file's parameters")
+
+    @functools.wraps(command)
+    def run(ctx: typer.Context, problem_file: str | None = None, **kwargs):
+        if problem_file is not None:
+            kwargs.update(problem_file_options(ctx, problem_file, kwargs, inline=inline, lists=lists))
+        return command(**kwargs)
+
+    added = [inspect.Parameter("ctx", inspect.Parameter.KEYWORD_ONLY, annotation=typer.Context),
+             inspect.Parameter("problem_file", inspect.Parameter.KEYWORD_ONLY, annotation=ProblemOpt, default=None)]
+    run.__signature__ = inspect.Signature(added + params)
+    run.__annotations__ = {p.name: p.annotation for p in added + params}
+    del run.__wrapped__  # typer must see this signature, not the command's
+    return run
+
+
+def given_on_command_line(ctx: typer.Context, name: str) -> bool:
+    """Whether option ``name`` was given (command line or environment), not left at its default."""
+    source = ctx.get_parameter_source(name)
+    return source is not None and source.name not in ("DEFAULT", "DEFAULT_MAP")
+
+
+def problem_file_options(ctx: typer.Context, path: str, options: dict[str, Any], *, inline: bool = True,
+                         lists: bool = False) -> dict[str, Any]:
+    """The options a problem file sets: its keys that name an option of this command that was not
+    given on the command line, as that option's values (``lists``: a list is joined with commas,
+    as sweep's options take several values)."""
+    values = load_problem_file(path, None if inline else ctx.info_name or "this command")
+    params = {p.name: p for p in ctx.command.params}
+    out = {}
+    for key, value in values.items():
+        if key in options and key in params and not given_on_command_line(ctx, key):
+            out[key] = _option_value(ctx, params[key], value, f"{path}: field '{key}'", lists)
+    return out
+
+
+def _option_value(ctx: typer.Context, param, value: Any, where: str, lists: bool) -> Any:
+    """A problem file's value as the option's own value: a list joined for a text option (sweep's
+    'llama70b,llama3-8b'), wrapped for a repeatable one; then the option's conversion and checks."""
+    if isinstance(value, (ModelSpec, Cluster)):
+        return value  # an inline mapping, already validated and built
+    if isinstance(value, list):
+        if not param.multiple:
+            if not lists:
+                raise InvalidArgumentError(f"{where}: one value expected, got a list of {len(value)}")
+            value = ",".join(map(str, value))
+    elif param.multiple:
+        value = [value]
+    try:
+        return param.process_value(ctx, value)
+    except typer.BadParameter as exc:
+        shown = "" if isinstance(value, list) else f" (got {value!r:.80})"
+        raise InvalidArgumentError(f"{where}: {one_line(exc.message)}{shown}") from None
 
 
 @dataclasses.dataclass(frozen=True)

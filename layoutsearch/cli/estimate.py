@@ -1,4 +1,6 @@
-"""`layoutsearch estimate`: does MY layout fit, and where does the time go?"""
+"""`layoutsearch estimate`: does MY layout fit, and where does the time go? With --tokens and
+--price-per-device-hour, how long and how much to train; with --what-if, the same layout on
+scaled hardware."""
 
 from __future__ import annotations
 
@@ -7,9 +9,10 @@ from typing import Annotated, Optional
 import typer
 
 from layoutsearch.cli.common import (
-    ClusterOpt, Format, FormatOpt, ModelOpt, SeqLenOpt, SeqsOpt, TpOverlapOpt, check_range, finite, one_line,
-    print_document, reports_errors, workload_from_options,
+    ClusterOpt, Format, FormatOpt, ModelOpt, SeqLenOpt, SeqsOpt, TpOverlapOpt, check_range, one_line,
+    print_document, reports_errors, takes_problem_file, workload_from_options,
 )
+from layoutsearch.cli.planning import PriceOpt, TokensOpt, WhatIfOpt, check_plan, estimate_what_if
 from layoutsearch.core.parse import parse_axes, parse_degrees
 from layoutsearch.core.problem import Problem
 from layoutsearch.core.specs import Layout, MfuConvention, Recompute, Schedule
@@ -20,6 +23,7 @@ from layoutsearch.report.output import estimate_document
 
 
 @reports_errors
+@takes_problem_file
 def estimate(
     model: ModelOpt = "llama70b",
     cluster: ClusterOpt = "v5p-8192",
@@ -35,12 +39,14 @@ def estimate(
     sequence_parallel: Annotated[bool, typer.Option("--sequence-parallel/--no-sequence-parallel")] = True,
     axes: Annotated[Optional[str], typer.Option("--axes", help="Placement, e.g. 'tp=z:8;fsdp=z:4,y:16,x:16'")] = None,
     mfu_convention: Annotated[MfuConvention, typer.Option("--mfu-convention")] = MfuConvention.model,
-    tokens: Annotated[Optional[float], typer.Option("--tokens", callback=finite,
-                                                    help="Training tokens, for a days estimate")] = None,
+    tokens: TokensOpt = None,
     tp_comm_overlap: TpOverlapOpt = False,
     fmt: FormatOpt = Format.table,
+    price_per_device_hour: PriceOpt = None,
+    what_if: WhatIfOpt = None,
 ) -> None:
     """Does MY layout fit, and where does the time go? Memory by moment, time by component."""
+    factors = check_plan(tokens, price_per_device_hour, what_if)
     problem = Problem.build(model, cluster, workload_from_options(seqs, seq_len, tokens, tp_comm_overlap))
     lay = Layout(**parse_degrees(layout), zero_stage=check_range(zero_stage, 0, 3, "--zero-stage", "zero_stage"),
                  virtual_stages=virtual_stages, num_microbatches=microbatches, recompute=recompute.value,
@@ -48,10 +54,16 @@ def estimate(
                  schedule=Schedule.interleaved.value if virtual_stages > 1 else schedule.value,
                  axes=parse_axes(axes) if axes and axes.strip() else None)
     est = estimate_layout(problem, lay, mfu_convention=mfu_convention.value)
+    alt = estimate_what_if(est, factors, price_per_device_hour) if factors else None
+    doc = estimate_document(est, price_per_device_hour)
+    if alt:
+        doc["what_if"] = alt.document
     if fmt != Format.table:
-        print_document(estimate_document(est), fmt)
+        print_document(doc, fmt)
     else:
-        render.estimate_report(model, cluster, est)
+        render.estimate_report(problem.model_id, problem.cluster_name, est, price_per_device_hour)
+        if alt:
+            render.what_if_report(alt.document, est, alt.winner, None)
     if not est.fits:
         typer.echo(f"does not fit: {one_line(est.violations[-1].message)}", err=True)
         raise typer.Exit(1)

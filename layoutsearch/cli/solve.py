@@ -1,4 +1,6 @@
-"""`layoutsearch solve`: the best layouts, proven optimal (optionally written for a framework)."""
+"""`layoutsearch solve`: the best layouts, proven optimal (optionally written for a framework),
+with the time and cost to train (--tokens, --price-per-device-hour) and a what-if re-solve on
+scaled hardware (--what-if)."""
 
 from __future__ import annotations
 
@@ -7,9 +9,10 @@ from typing import Annotated, Optional
 import typer
 
 from layoutsearch.cli.common import (
-    OutputOpt, SearchArgs, Format, FormatOpt, exit_if_infeasible, print_document, reports_errors, run_search, search_command,
+    OutputOpt, SearchArgs, Format, FormatOpt, exit_if_infeasible, print_document, reports_errors, search_command,
     write_output,
 )
+from layoutsearch.cli.planning import PriceOpt, TokensOpt, WhatIfOpt, check_plan, planned_search, solve_what_if
 from layoutsearch.core.errors import InvalidArgumentError
 from layoutsearch.export import export_document
 from layoutsearch.report import render
@@ -22,19 +25,29 @@ def solve(
     fmt: FormatOpt = Format.table,
     export: Annotated[Optional[str], typer.Option("--export", help="Also write layout 1 as maxtext|megatron|torchtitan|deepspeed")] = None,
     output: OutputOpt = None,
+    tokens: TokensOpt = None,
+    price_per_device_hour: PriceOpt = None,
+    what_if: WhatIfOpt = None,
 ) -> None:
     """The best layouts, proven optimal: degrees and axes, memory, step time split, MFU, tokens/s."""
     if export and not output and fmt != Format.table:
         raise InvalidArgumentError(f"--format {fmt.value}: stdout carries the --export {export} file; "
                                    f"give it a file with -o FILE")
-    run = run_search(search, target=export)
+    factors = check_plan(tokens, price_per_device_hour, what_if)
+    run = planned_search(search, tokens, price_per_device_hour, target=export)
+    alt = solve_what_if(run, search, factors, price_per_device_hour, export) if factors else None
+    if alt:
+        run.document["what_if"] = alt.document
     if export and run.result.layouts:
         write_output(export_document(run.document, export), output)
         typer.echo(f"searched only layouts {export} can express", err=True)
     if fmt != Format.table:
         print_document(run.document, fmt)
     elif not (export and not output):
-        render.solve_report(search.model, search.cluster, run.result, run.explanation)
+        render.solve_report(search.model_name, search.cluster_name, run.result, run.explanation, price_per_device_hour)
+        if alt:
+            render.what_if_report(alt.document, run.result.layouts[0] if run.result.layouts else None, alt.winner,
+                                  run.result.status)
     exit_if_infeasible(run)
 
 

@@ -10,7 +10,9 @@ from typing import Annotated, Optional
 
 import typer
 
-from layoutsearch.cli.common import TimeLimitOpt, reports_errors
+from layoutsearch.cli.common import TimeLimitOpt, reports_errors, takes_problem_file
+from layoutsearch.cli.planning import PriceOpt, TokensOpt
+from layoutsearch.core.errors import InvalidArgumentError
 from layoutsearch.core.specs import choices
 from layoutsearch.sweep import expand_points, journal_path, print_summary, run_sweep
 
@@ -19,11 +21,13 @@ Executor = choices("Executor", ("local", "ray"), "Where the sweep's points run: 
 
 
 @reports_errors
+@takes_problem_file(inline=False, lists=True)
 def sweep(
-    model: Annotated[str, typer.Option("--model", "-m", help="Model ids, comma-separated: llama70b,llama3-405b")],
-    cluster: Annotated[list[str], typer.Option(
+    *,
+    model: Annotated[Optional[str], typer.Option("--model", "-m", help="Model ids, comma-separated: llama70b,llama3-405b")] = None,
+    cluster: Annotated[Optional[list[str]], typer.Option(
         "--cluster", "-c", help="Clusters, comma-separated and repeatable; ranges: 'v5p-{256..8192:x2}' "
-                                "(multiply) or 'h100-{64..512:+64}' (add)")],
+                                "(multiply) or 'h100-{64..512:+64}' (add); cluster YAML files")] = None,
     output: Annotated[str, typer.Option("--output", "-o", help="sweep.parquet or sweep.csv")],
     seqs: Annotated[str, typer.Option("--seqs", help="Global batches in sequences: 256,512 or {256..2048:x2}")] = "1024",
     seq_len: Annotated[str, typer.Option("--seq-len", help="Tokens per sequence (comma list allowed)")] = "4096",
@@ -35,9 +39,14 @@ def sweep(
     fresh: Annotated[bool, typer.Option("--fresh", help="Forget finished points (the journal) and solve all again")] = False,
     retry_failed: Annotated[bool, typer.Option("--retry-failed", help="Solve ERROR and UNKNOWN points again")] = False,
     progress: Annotated[bool, typer.Option("--progress/--no-progress", help="Progress bar on stderr")] = True,
+    tokens: TokensOpt = None,
+    price_per_device_hour: PriceOpt = None,
 ) -> None:
     """Best layout for every (model, cluster, batch) point; resumable, one row per point."""
-    points = expand_points(model, cluster, seqs, seq_len)
+    if not model or not cluster:
+        missing = " and ".join(f"--{name}" for name, value in (("model", model), ("cluster", cluster)) if not value)
+        raise InvalidArgumentError(f"sweep needs {missing} (or the key in a --problem file)")
+    points = expand_points(model, cluster, seqs, seq_len, tokens, price_per_device_hour)
     try:
         summary = run_sweep(points, output, jobs=jobs, executor=executor.value, address=address,
                             time_limit_s=time_limit, progress=progress, fresh=fresh, retry_failed=retry_failed)

@@ -10,18 +10,21 @@ from __future__ import annotations
 import dataclasses
 import os
 import typing
+import warnings
 from functools import lru_cache
 from pathlib import Path
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any, Literal, Optional
 
-from pydantic import BaseModel, ConfigDict, Field, PositiveFloat, PositiveInt, StrictBool, StrictInt, create_model
+from pydantic import (BaseModel, ConfigDict, Field, PositiveFloat, PositiveInt, StrictBool, StrictInt, StrictStr,
+                      TypeAdapter, ValidationError, create_model)
 
 from layoutsearch.core import io
-from layoutsearch.core.errors import CatalogueError, did_you_mean
+from layoutsearch.core.errors import CatalogueError, LayoutsearchWarning, did_you_mean
 from layoutsearch.core.units import GB, GIB, KIB, MAX_MODEL_DIM, MAX_MODEL_PARAMS, MICRO, MILLI, TERA
-from layoutsearch.core.specs import Accelerator, ModelSpec
+from layoutsearch.core.specs import Accelerator, MlpKind, ModelSpec, QkNorm
 
 Dim = Annotated[int, Field(gt=0, le=MAX_MODEL_DIM)]  # every model dimension: parameter counts stay exact in int64
+MAX_NORMS_PER_LAYER = 8
 
 
 def catalogue_dir(kind: str) -> Path:
@@ -47,28 +50,10 @@ def _file_schema(spec: type, overrides: dict) -> type[BaseModel]:
 
 
 ModelFile = _file_schema(ModelSpec, {"name": Annotated[str, Field(min_length=1, max_length=256)],
-                                     "learned_positions": Annotated[int, Field(ge=0, le=MAX_MODEL_DIM)]})
-
-
-HfDim = Annotated[StrictInt, Field(gt=0, le=MAX_MODEL_DIM)]
-
-
-class HfConfig(BaseModel):
-    """The fields of a Hugging Face config.json the import reads (the others are ignored)."""
-
-    model_config = ConfigDict(extra="ignore", frozen=True, defer_build=True)
-    num_hidden_layers: HfDim
-    hidden_size: HfDim
-    intermediate_size: HfDim
-    num_attention_heads: HfDim
-    vocab_size: HfDim
-    num_key_value_heads: HfDim | None = None
-    head_dim: HfDim | None = None
-    hidden_act: str | None = None
-    activation_function: str | None = None
-    model_type: str | None = None
-    tie_word_embeddings: StrictBool | None = None
-    name_or_path: str | None = Field(default=None, alias="_name_or_path")
+                                     "learned_positions": Annotated[int, Field(ge=0, le=MAX_MODEL_DIM)],
+                                     "norms_per_layer": Annotated[int, Field(ge=1, le=MAX_NORMS_PER_LAYER)],
+                                     "sliding_window": Optional[Dim],
+                                     "full_attention_layers": Annotated[int, Field(ge=0, le=MAX_MODEL_DIM)]})
 
 
 class TopologyFile(_Strict):
@@ -136,8 +121,10 @@ def read_yaml(path: Path) -> Any:
 def model_param_bound(f: ModelFile) -> int:
     """An upper bound of the parameter count (every bias and norm counted), without the cost model."""
     attention = f.d_model * (2 * f.num_heads + 2 * f.num_kv_heads) * f.head_dim + (f.num_heads + 2 * f.num_kv_heads) * f.head_dim
+    if f.qk_norm != "none":
+        attention += (f.num_heads + f.num_kv_heads) * f.head_dim
     mlp = 3 * f.d_model * f.d_ff + 2 * f.d_ff + f.d_model
-    per_layer = attention + mlp + 5 * f.d_model
+    per_layer = attention + mlp + (2 * f.norms_per_layer + 1) * f.d_model
     return f.num_layers * per_layer + (2 * f.vocab_size + f.learned_positions + 2) * f.d_model
 
 
@@ -146,6 +133,11 @@ def model_from_dict(data: Any, name: str, where: str) -> ModelSpec:
     f = _validate(data, ModelFile, where)
     if f.num_heads % f.num_kv_heads:
         raise CatalogueError(f"{where}: num_heads({f.num_heads}) is not a multiple of num_kv_heads({f.num_kv_heads})")
+    if f.full_attention_layers and f.sliding_window is None:
+        raise CatalogueError(f"{where}: full_attention_layers({f.full_attention_layers}) without a sliding_window")
+    if f.full_attention_layers > f.num_layers:
+        raise CatalogueError(f"{where}: full_attention_layers({f.full_attention_layers}) is more than "
+                             f"num_layers({f.num_layers})")
     bound = model_param_bound(f)
     if bound >= MAX_MODEL_PARAMS:
         raise CatalogueError(f"{where}: about {bound:.3g} parameters, more than the {MAX_MODEL_PARAMS:.3g} "
@@ -153,35 +145,352 @@ def model_from_dict(data: Any, name: str, where: str) -> ModelSpec:
     return ModelSpec(name=name, **{k: v for k, v in f.model_dump().items() if k != "name"})
 
 
-def model_from_hf_config(path: Path) -> ModelSpec:
-    """Import a Hugging Face config.json (absent num_key_value_heads = MHA, head_dim = hidden/heads)."""
+# ----------------------------------------------------------------------------- Hugging Face import
+# A config.json is read per `model_type`, by the rules transformers' modeling code builds that
+# decoder with (HF_FAMILIES, one row per family): the count comes from the shape formulas of
+# costs/params.py, so each rule says which shapes the checkpoint has. A key that changes the count
+# or the cost and is not modelled is refused (exit 2, naming it); a key that changes neither is
+# named in one HfConfigWarning.
+HfDim = Annotated[StrictInt, Field(gt=0, le=MAX_MODEL_DIM)]
+WindowRule = Literal["none", "all", "pattern", "qwen"]
+
+
+class HfConfigWarning(LayoutsearchWarning):
+    """Keys of a Hugging Face config.json the import does not use (they change neither the
+    parameter count nor the cost model), or a missing `model_type`; the message names them."""
+
+
+@dataclasses.dataclass(frozen=True)
+class HfFamily:
+    """How transformers builds one ``model_type``'s decoder, as far as the count and the cost see it.
+
+    ``tied`` is the config class's ``tie_word_embeddings`` default, used when the key is absent;
+    ``head_dim`` the class's default when ``head_dim`` is absent (None: hidden_size / heads);
+    ``attention_bias`` the value of the ``attention_bias`` key the count assumes (another value
+    is refused; None: the modeling code does not read the key). ``window``: "none" (the code
+    has no sliding window), "all" (every layer attends within ``sliding_window``), "pattern"
+    (``layer_types``, else every ``pattern``-th layer global, Gemma 2/3), "qwen" (only with
+    ``use_sliding_window``).
+    """
+
+    mlp: MlpKind  # gated or plain by model_type, whatever the activation is called (Gemma: GeGLU)
+    norm: Literal["rmsnorm", "layernorm"] = "rmsnorm"
+    norms_per_layer: int = 2
+    norm_weights: bool = True
+    qk_norm: QkNorm = "none"
+    qkv_bias: bool = False
+    linear_bias: bool = False
+    tied: bool = False
+    head_dim: int | None = None
+    reads_head_dim: bool = True
+    reads_kv_heads: bool = True
+    attention_bias: bool | None = False
+    window: WindowRule = "none"
+    window_default: int | None = None  # sliding_window when the key is absent
+    pattern: int = 0  # "pattern": every pattern-th layer attends globally when layer_types is absent
+    pattern_keys: tuple[str, ...] = ()  # keys that give the pattern (Gemma 3: sliding_window_pattern)
+
+
+HF_FAMILIES: dict[str, HfFamily] = {
+    # SwiGLU, RMSNorm before attention and MLP, RoPE (Llama 2/3/3.1/3.2; Mistral; Qwen2/2.5 with
+    # Q, K, V biases; Qwen3 with q/k RMSNorm per head; Phi-3 with fused qkv_proj / gate_up_proj,
+    # the same shapes as separate ones).
+    "llama": HfFamily(mlp="gated"),
+    "mistral": HfFamily(mlp="gated", window="all", window_default=4096),
+    "qwen2": HfFamily(mlp="gated", qkv_bias=True, attention_bias=None, window="qwen", window_default=4096),
+    "qwen3": HfFamily(mlp="gated", qk_norm="head", head_dim=128, window="qwen", window_default=4096),
+    "phi3": HfFamily(mlp="gated", window="all"),
+    # OLMo 1: LayerNorm without weight or bias; OLMo 2: RMSNorm after attention and MLP (still
+    # two) and over the whole Q and K projections.
+    "olmo": HfFamily(mlp="gated", norm="layernorm", norm_weights=False),
+    "olmo2": HfFamily(mlp="gated", qk_norm="projection"),
+    # Gemma: GeGLU, head_dim 256, tied embeddings; Gemma 2/3 add post-attention and post-MLP
+    # norms (4 per layer) and alternate sliding-window and global layers.
+    "gemma": HfFamily(mlp="gated", tied=True, head_dim=256),
+    "gemma2": HfFamily(mlp="gated", norms_per_layer=4, tied=True, head_dim=256, window="pattern",
+                       window_default=4096, pattern=2),
+    "gemma3_text": HfFamily(mlp="gated", norms_per_layer=4, qk_norm="head", tied=True, head_dim=256,
+                            window="pattern", window_default=4096, pattern=6,
+                            pattern_keys=("sliding_window_pattern", "_sliding_window_pattern")),
+    # LayerNorm with bias, biases on every linear layer, plain GELU MLP, head_dim = hidden / heads.
+    # GPT-2: learned positions, GPT-2 key names, tied; GPT-NeoX (Pythia): untied embed_out, parallel
+    # residual (the same parameters); Falcon: see _hf_falcon. GPT-2 and GPT-NeoX honour a head_dim
+    # or num_key_value_heads given explicitly (transformers ignores them there; no published
+    # config of theirs has them; tests/test_catalogue.py imports such a GPT-2 config).
+    "gpt2": HfFamily(mlp="plain", norm="layernorm", linear_bias=True, tied=True, attention_bias=None),
+    "gpt_neox": HfFamily(mlp="plain", norm="layernorm", linear_bias=True, attention_bias=True),
+    "falcon": HfFamily(mlp="plain", norm="layernorm", tied=True, reads_head_dim=False, reads_kv_heads=False,
+                       attention_bias=None),
+}
+HF_DEFAULT_FAMILY = "llama"  # a config without model_type (warned)
+
+# Key names per family: the canonical name, then the names the config class also accepts.
+_HF_KEYS = {"num_hidden_layers": ("num_hidden_layers",), "hidden_size": ("hidden_size",),
+            "intermediate_size": ("intermediate_size",), "num_attention_heads": ("num_attention_heads",),
+            "vocab_size": ("vocab_size",)}
+_HF_ALIASES = {
+    "gpt2": {"num_hidden_layers": ("n_layer", "num_hidden_layers"), "hidden_size": ("n_embd", "hidden_size"),
+             "num_attention_heads": ("n_head", "num_attention_heads"), "intermediate_size": ("n_inner",)},
+    "falcon": {"hidden_size": ("hidden_size", "n_embed"), "intermediate_size": ("ffn_hidden_size",)},
+}
+_HF_INNER_DEFAULT = {"gpt2": 4, "falcon": 4}  # intermediate size = 4 x hidden when the key is absent or null
+
+# Keys that change the parameter count or the cost and that no family here models: refused when set.
+HF_REFUSED = {
+    "num_local_experts": "mixture of experts", "num_experts": "mixture of experts",
+    "n_routed_experts": "mixture of experts", "n_shared_experts": "mixture of experts",
+    "num_experts_per_tok": "mixture of experts", "moe_intermediate_size": "mixture of experts",
+    "shared_expert_intermediate_size": "mixture of experts", "first_k_dense_replace": "mixture of experts",
+    "moe_layer_freq": "mixture of experts",
+    "q_lora_rank": "multi-head latent attention", "kv_lora_rank": "multi-head latent attention",
+    "qk_nope_head_dim": "multi-head latent attention", "qk_rope_head_dim": "multi-head latent attention",
+    "v_head_dim": "multi-head latent attention",
+    "text_config": "a multimodal model's nested decoder config", "vision_config": "a vision encoder",
+    "audio_config": "an audio encoder",
+    "is_encoder_decoder": "an encoder-decoder model", "add_cross_attention": "cross-attention layers",
+    "num_nextn_predict_layers": "multi-token prediction layers", "lm_head_bias": "a bias on the output projection",
+}
+_HF_NOT_DENSE = {"mixtral": "a mixture of experts", "qwen2_moe": "a mixture of experts",
+                 "qwen3_moe": "a mixture of experts", "olmoe": "a mixture of experts",
+                 "deepseek_v2": "a mixture of experts with latent attention",
+                 "deepseek_v3": "a mixture of experts with latent attention",
+                 "gemma3": "the multimodal Gemma 3 (a vision tower besides the decoder); its text_config "
+                           "alone is model_type 'gemma3_text'"}
+_HF_LAYER_TYPES = {"sliding_attention": True, "full_attention": False}
+
+
+@dataclasses.dataclass(frozen=True)
+class HfImport:
+    """A config.json read: the spec, and the keys the import did not use (file order)."""
+
+    model: ModelSpec
+    unused: tuple[str, ...]
+    family: str
+    model_type_given: bool = True
+
+
+def _hf_error(where: str, key: str, exc: ValidationError) -> CatalogueError:
+    err = exc.errors()[0]
+    value = err.get("input")
+    shown = "" if isinstance(value, (dict, list)) else f" (got {value!r:.80})"
+    return CatalogueError(f"{where}: field '{key}': {' '.join(str(err['msg']).split())}{shown}")
+
+
+_HF_ADAPTERS: dict[Any, TypeAdapter] = {}
+
+
+def _hf_value(cfg: dict, key: str, kind: Any, where: str, default: Any = None) -> Any:
+    """cfg[key] validated as ``kind`` (a one-line error naming the key), or ``default`` when absent."""
+    if key not in cfg:
+        return default
+    adapter = _HF_ADAPTERS.get(kind) or _HF_ADAPTERS.setdefault(kind, TypeAdapter(kind))
+    try:
+        return adapter.validate_python(cfg[key])
+    except ValidationError as exc:
+        raise _hf_error(where, key, exc) from None
+
+
+def _hf_is_set(value: Any) -> bool:
+    return value not in (None, False, 0, "", [], {})
+
+
+def _hf_pick(cfg: dict, names: tuple[str, ...], where: str) -> str | None:
+    """The one key of ``names`` the config gives (a key and its alias disagreeing is an error)."""
+    given = [n for n in names if n in cfg]
+    if len(given) > 1 and any(cfg[n] != cfg[given[0]] for n in given[1:]):
+        raise CatalogueError(f"{where}: field '{given[0]}' ({cfg[given[0]]!r:.40}) and its alias '{given[1]}' "
+                             f"({cfg[given[1]]!r:.40}) differ")
+    return given[0] if given else None
+
+
+def _hf_model_type(cfg: dict, where: str) -> tuple[str, bool]:
+    if "model_type" not in cfg or cfg["model_type"] is None:
+        return HF_DEFAULT_FAMILY, False
+    model_type = cfg["model_type"]
+    if not isinstance(model_type, str):
+        raise CatalogueError(f"{where}: field 'model_type': expected a string (got {model_type!r:.40})")
+    if model_type not in HF_FAMILIES:
+        why = _HF_NOT_DENSE.get(model_type)
+        what = (f"is {why}, not modelled" if why else
+                f"is not a family this import counts exactly{did_you_mean(model_type[:60], HF_FAMILIES)}")
+        raise CatalogueError(f"{where}: field 'model_type': '{model_type[:60]}' {what}; "
+                             f"known: {', '.join(HF_FAMILIES)}")
+    return model_type, True
+
+
+def _hf_window(fam: HfFamily, cfg: dict, layers: int, where: str, used: set) -> tuple[int | None, int]:
+    """(sliding_window, full_attention_layers) as the family's attention code applies them."""
+    if fam.window == "none":
+        return None, 0
+    used.add("sliding_window")
+    window = _hf_value(cfg, "sliding_window", Optional[HfDim], where, fam.window_default)
+    if fam.window == "all":
+        return window, 0
+    types = None
+    if "layer_types" in cfg:
+        used.add("layer_types")
+        types = _hf_value(cfg, "layer_types", Optional[list[StrictStr]], where)
+    if types is not None:
+        unknown = sorted({t for t in types if t not in _HF_LAYER_TYPES})
+        if unknown:
+            raise CatalogueError(f"{where}: field 'layer_types': layer type '{unknown[0][:40]}' is not modelled "
+                                 f"(only {', '.join(_HF_LAYER_TYPES)})")
+        if len(types) != layers:
+            raise CatalogueError(f"{where}: field 'layer_types': {len(types)} entries for num_hidden_layers({layers})")
+    if fam.window == "qwen":
+        used.update(("use_sliding_window", "max_window_layers"))
+        if not _hf_value(cfg, "use_sliding_window", StrictBool, where, False):
+            return None, 0  # transformers: sliding_window = None unless use_sliding_window
+        if types is None:
+            raise CatalogueError(f"{where}: field 'max_window_layers': with use_sliding_window, which layers slide is "
+                                 f"not modelled (Qwen's documentation and transformers' code disagree); give "
+                                 f"'layer_types'")
+    if window is None:
+        return None, 0
+    if types is None:
+        pattern = fam.pattern
+        for key in fam.pattern_keys:
+            used.add(key)
+            pattern = _hf_value(cfg, key, HfDim, where, pattern)
+        return window, layers // pattern  # layer i global when (i + 1) % pattern == 0
+    full = sum(1 for t in types if not _HF_LAYER_TYPES[t])
+    return (window, full) if full < layers else (None, 0)
+
+
+def _hf_falcon(cfg: dict, heads: int, where: str, used: set) -> dict:
+    """Falcon's KV heads, norms per layer and biases (transformers FalconAttention/FalconDecoderLayer)."""
+    used.update(("new_decoder_architecture", "multi_query", "parallel_attn", "num_kv_heads", "bias",
+                 "num_ln_in_parallel_attn"))
+    new = _hf_value(cfg, "new_decoder_architecture", Optional[StrictBool], where) or False
+    multi_query = _hf_value(cfg, "multi_query", Optional[StrictBool], where)
+    parallel = _hf_value(cfg, "parallel_attn", Optional[StrictBool], where)
+    kv = _hf_value(cfg, "num_kv_heads", Optional[HfDim], where) or heads
+    n_ln = _hf_value(cfg, "num_ln_in_parallel_attn", Optional[HfDim], where)
+    multi_query = True if multi_query is None else multi_query
+    parallel = True if parallel is None else parallel
+    if not new:
+        if multi_query:
+            kv = 1  # one K and one V head: Q, K, V = hidden + 2 head_dim
+        elif kv != heads:  # the fused QKV is 3 x hidden wide whatever num_kv_heads says
+            raise CatalogueError(f"{where}: field 'num_kv_heads': {kv} with multi_query and new_decoder_architecture "
+                                 f"false is not modelled (the fused QKV projection has {heads} K and V heads)")
+    norms = 2 if (new and n_ln in (None, 2)) or not parallel else 1
+    if n_ln not in (None, 1, 2):
+        raise CatalogueError(f"{where}: field 'num_ln_in_parallel_attn': {n_ln} is not 1 or 2")
+    bias = bool(_hf_value(cfg, "bias", Optional[StrictBool], where))
+    return {"num_kv_heads": kv, "norms_per_layer": norms, "linear_bias": bias}
+
+
+def read_hf_config(path: Path) -> HfImport:
+    """Read a Hugging Face config.json into a ModelSpec by its model_type's rules (HF_FAMILIES).
+
+    Refused (CatalogueError, exit 2, naming the key): an unknown model_type, a key of
+    HF_REFUSED that is set, a bias or layer type the family's count does not model. The keys
+    not used are returned (``unused``), not warned; ``model_from_hf_config`` warns.
+    """
+    where = str(path)
     cfg = io.read_json(path, error=CatalogueError)
     if not isinstance(cfg, dict):
-        raise CatalogueError(f"{path}: expected a Hugging Face config (a JSON object), got {_json_kind(cfg)}")
-    required = [k for k, field in HfConfig.model_fields.items() if field.is_required()]
-    for key in required:
-        if key not in cfg:
-            raise CatalogueError(f"{path}: missing field '{key}' (a Hugging Face config needs {', '.join(required)})")
-    c = io.validated(HfConfig, cfg, str(path), CatalogueError)
-    act = c.hidden_act or c.activation_function or "silu"
-    gated = (c.model_type or "llama") not in ("gpt2", "gpt_neox", "opt", "bloom") and "gelu" not in act
-    head_dim = c.head_dim or c.hidden_size // c.num_attention_heads
+        raise CatalogueError(f"{where}: expected a Hugging Face config (a JSON object), got {_json_kind(cfg)}")
+    family, typed = _hf_model_type(cfg, where)
+    fam = HF_FAMILIES[family]
+    for key, what in HF_REFUSED.items():
+        if key in cfg and _hf_is_set(cfg[key]):
+            raise CatalogueError(f"{where}: field '{key}' ({cfg[key]!r:.40}): {what} is not modelled")
+    used = {"model_type", "_name_or_path", "tie_word_embeddings"}
+
+    names = {**_HF_KEYS, **_HF_ALIASES.get(family, {})}
+    inner = _HF_INNER_DEFAULT.get(family)
+    keys = {canon: _hf_pick(cfg, alias, where) for canon, alias in names.items()}
+    required = [names[k][0] for k in names if not (k == "intermediate_size" and inner)]
+    for canon, key in keys.items():
+        if key is None and names[canon][0] in required:
+            raise CatalogueError(f"{where}: missing field '{names[canon][0]}' (a "
+                                 f"{'Hugging Face' if family not in _HF_ALIASES else family} config needs "
+                                 f"{', '.join(required)})")
+    used.update(k for alias in names.values() for k in alias)
+    dims = {canon: _hf_value(cfg, key, Optional[HfDim] if canon == "intermediate_size" and inner else HfDim, where)
+            for canon, key in keys.items() if key is not None}
+    layers, hidden, heads = dims["num_hidden_layers"], dims["hidden_size"], dims["num_attention_heads"]
+    d_ff = dims.get("intermediate_size") or inner * hidden
+
+    kv_heads = heads
+    if fam.reads_kv_heads:
+        used.add("num_key_value_heads")
+        kv_heads = _hf_value(cfg, "num_key_value_heads", Optional[HfDim], where) or heads
+    head_dim = fam.head_dim or hidden // heads
+    if fam.reads_head_dim:
+        used.add("head_dim")
+        head_dim = _hf_value(cfg, "head_dim", Optional[HfDim], where) or head_dim
+    elif hidden % heads:
+        raise CatalogueError(f"{where}: field 'hidden_size' ({hidden}) is not a multiple of 'num_attention_heads' "
+                             f"({heads}), as {family} needs")
     if not head_dim:
-        raise CatalogueError(f"{path}: field 'hidden_size' ({c.hidden_size}) is smaller than 'num_attention_heads' "
-                             f"({c.num_attention_heads}): no head_dim; give 'head_dim'")
+        raise CatalogueError(f"{where}: field 'hidden_size' ({hidden}) is smaller than 'num_attention_heads' "
+                             f"({heads}): no head_dim; give 'head_dim'")
+
+    spec = {"norm": fam.norm, "norms_per_layer": fam.norms_per_layer, "norm_weights": fam.norm_weights,
+            "qk_norm": fam.qk_norm, "qkv_bias": fam.qkv_bias, "linear_bias": fam.linear_bias}
+    if fam.attention_bias is not None:
+        used.add("attention_bias")
+        value = _hf_value(cfg, "attention_bias", Optional[StrictBool], where)
+        if value is not None and value != fam.attention_bias:
+            raise CatalogueError(f"{where}: field 'attention_bias' ({value}): {family} "
+                                 f"{'without' if fam.attention_bias else 'with'} attention biases is not modelled")
+    used.add("mlp_bias")
+    if _hf_value(cfg, "mlp_bias", Optional[StrictBool], where) and not fam.linear_bias:
+        raise CatalogueError(f"{where}: field 'mlp_bias' (True): MLP biases without attention biases are not modelled")
+    if family == "falcon":
+        spec.update(_hf_falcon(cfg, heads, where, used))
+        kv_heads = spec.pop("num_kv_heads")
+    learned = 0
+    if family == "gpt2":  # learned absolute positions: n_positions rows (GPT2Config default 1024)
+        key = _hf_pick(cfg, ("n_positions", "max_position_embeddings"), where)
+        used.update(("n_positions", "max_position_embeddings"))
+        learned = _hf_value(cfg, key, HfDim, where) if key else 1024
+    window, full = _hf_window(fam, cfg, layers, where, used)
+
+    tied = _hf_value(cfg, "tie_word_embeddings", Optional[StrictBool], where)
+    name = _hf_value(cfg, "_name_or_path", Optional[StrictStr], where)
     data = {
-        "name": (c.name_or_path or path.parent.name or path.stem)[:256],
-        "num_layers": c.num_hidden_layers,
-        "d_model": c.hidden_size,
-        "d_ff": c.intermediate_size,
-        "mlp": "gated" if gated else "plain",
-        "num_heads": c.num_attention_heads,
-        "num_kv_heads": c.num_key_value_heads or c.num_attention_heads,
+        "name": (name or (path.parent.name if path.stem == "config" else "") or path.stem)[:256],
+        "num_layers": layers,
+        "d_model": hidden,
+        "d_ff": d_ff,
+        "mlp": fam.mlp,
+        "num_heads": heads,
+        "num_kv_heads": kv_heads,
         "head_dim": head_dim,
-        "vocab_size": c.vocab_size,
-        "tied_embeddings": bool(c.tie_word_embeddings),
+        "vocab_size": dims["vocab_size"],
+        "tied_embeddings": fam.tied if tied is None else tied,
+        "learned_positions": learned,
+        **spec,
+        "sliding_window": window,
+        "full_attention_layers": full,
     }
-    return model_from_dict(data, data["name"], str(path))
+    model = model_from_dict(data, data["name"], where)
+    unused = tuple(k for k in cfg if k not in used)
+    return HfImport(model=model, unused=unused, family=family, model_type_given=typed)
+
+
+def hf_warnings(result: HfImport, where: str) -> list[str]:
+    """The warnings of an import, one line each (what ``model_from_hf_config`` warns)."""
+    lines = []
+    if not result.model_type_given:
+        lines.append(f"{where}: no 'model_type': read as {HF_DEFAULT_FAMILY} (known: {', '.join(HF_FAMILIES)})")
+    if result.unused:
+        lines.append(f"{where}: {len(result.unused)} key(s) not used (they change neither the parameter count nor "
+                     f"the modelled cost): {', '.join(k[:60] for k in result.unused)}")
+    return lines
+
+
+def model_from_hf_config(path: Path) -> ModelSpec:
+    """Import a Hugging Face config.json (``read_hf_config``), warning (HfConfigWarning) about the
+    keys it does not use and a missing model_type."""
+    result = read_hf_config(path)
+    for line in hf_warnings(result, str(path)):
+        warnings.warn(line, HfConfigWarning, stacklevel=2)
+    return result.model
 
 
 def _json_kind(value: Any) -> str:

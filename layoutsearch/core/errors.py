@@ -28,6 +28,11 @@ class InvalidArgumentError(LayoutsearchError):
     """A command-line value that cannot be parsed."""
 
 
+class LayoutsearchWarning(UserWarning):
+    """Something the engine accepts but a user should know (e.g. config keys it does not use);
+    the CLI prints it as one ``warning:`` line on stderr."""
+
+
 class NoFeasibleLayoutError(LayoutsearchError):
     """The search space is non-empty but nothing fits."""
 

@@ -26,7 +26,7 @@ from layoutsearch.core.errors import InvalidArgumentError
 from layoutsearch.core.specs import (
     DEGREE_NAMES, RECOMPUTE_POLICIES, Cluster, Layout, Method, ModelSpec, Objective, Schedule, Workload,
 )
-from layoutsearch.core.topology import resolve_cluster
+from layoutsearch.core.topology import CustomCluster, cluster_from_spec, resolve_cluster
 from layoutsearch.core.units import (
     MAX_DEVICES, MAX_GLOBAL_BATCH_SEQS, MAX_SEQ_LEN, MAX_TRAINING_TOKENS, MAX_VIRTUAL_STAGES_RECORD,
 )
@@ -57,7 +57,8 @@ class Problem:
 
     @classmethod
     def build(cls, model: str | ModelSpec, cluster: str | Cluster, workload: Workload) -> "Problem":
-        """From catalogue ids or paths (as the CLI takes them) or resolved objects."""
+        """From catalogue ids or paths (as the CLI takes them: a model YAML or config.json, a cluster
+        name or cluster YAML) or resolved objects (a ``CustomCluster`` keeps its description)."""
         check_workload(workload)
         spec = load_model(model) if isinstance(model, str) else model
         clus = resolve_cluster(cluster) if isinstance(cluster, str) else cluster
@@ -70,8 +71,10 @@ class Problem:
         return {
             "model": self.model_id,
             "model_sha256_16": model_hash(self.model),
-            "model_spec": {f.name: getattr(self.model, f.name) for f in fields(self.model)},
+            "model_spec": spec_fields(self.model),
             "cluster": self.cluster_name,
+            **({"cluster_spec": spec} if isinstance(self.cluster, CustomCluster)
+               and (spec := self.cluster.current_spec()) is not None else {}),
             "num_devices": self.num_devices,
             "accelerator": self.cluster.accelerator.id,
             "global_batch_seqs": wl.global_batch_seqs,
@@ -93,8 +96,9 @@ class Problem:
                                     "problem.model_spec")
         else:
             model = load_model(rec.model)
-        return cls(model_id=rec.model, model=model, cluster_name=rec.cluster, cluster=resolve_cluster(rec.cluster),
-                   workload=workload)
+        cluster = (resolve_cluster(rec.cluster) if rec.cluster_spec is None
+                   else cluster_from_spec(rec.cluster_spec, "problem", "cluster_spec.", name=rec.cluster))
+        return cls(model_id=rec.model, model=model, cluster_name=rec.cluster, cluster=cluster, workload=workload)
 
 
 def check_workload(workload: Workload, where: str = "") -> None:
@@ -110,6 +114,11 @@ def check_workload(workload: Workload, where: str = "") -> None:
                                    f"a number of tokens in (0, {MAX_TRAINING_TOKENS:g}]")
 
 
+# The ModelSpec fields of version 0.1 (documents written then list exactly these).
+BASE_SPEC_FIELDS = ("name", "num_layers", "d_model", "d_ff", "mlp", "num_heads", "num_kv_heads", "head_dim",
+                    "vocab_size", "tied_embeddings", "norm", "linear_bias", "learned_positions")
+
+
 class HasProblem:
     """Shortcuts for the results that hold a ``problem`` (Estimate, Space, ExportContext)."""
 
@@ -119,10 +128,16 @@ class HasProblem:
     cluster = property(lambda self: self.problem.cluster, doc="The problem's Cluster.")
 
 
+def spec_fields(model: ModelSpec) -> dict:
+    """The architecture's fields; those added to ModelSpec later appear only where they differ
+    from their default, so documents and hashes of earlier models stay as they were."""
+    return {f.name: getattr(model, f.name) for f in fields(model)
+            if f.name in BASE_SPEC_FIELDS or getattr(model, f.name) != f.default}
+
+
 def model_hash(model: ModelSpec) -> str:
     """Content hash of the architecture (provenance)."""
-    text = json.dumps({f.name: getattr(model, f.name) for f in fields(model)}, sort_keys=True)
-    return hashlib.sha256(text.encode()).hexdigest()[:16]
+    return hashlib.sha256(json.dumps(spec_fields(model), sort_keys=True).encode()).hexdigest()[:16]
 
 
 # ----------------------------------------------------------------------------- search request
@@ -196,7 +211,8 @@ class WorkloadRecord(_Record):
 class ProblemRecord(_Record):
     model: StrictStr = Field(min_length=1, max_length=4096)
     model_spec: dict | None = None
-    cluster: StrictStr = Field(min_length=1, max_length=256)
+    cluster: StrictStr = Field(min_length=1, max_length=4096)
+    cluster_spec: dict | None = None  # a cluster file's resolved description (topology.ClusterFile)
     global_batch_seqs: StrictInt = Field(ge=1, le=MAX_GLOBAL_BATCH_SEQS)
     seq_len: StrictInt = Field(ge=1, le=MAX_SEQ_LEN)
     workload: WorkloadRecord | None = None

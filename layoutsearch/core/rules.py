@@ -168,8 +168,10 @@ def option_rules(options: SearchOptions | None) -> tuple[Rule, ...]:
 
 # ----------------------------------------------------------------------------- frameworks
 def llama_block(m: ModelSpec) -> bool:
-    """RMSNorm, rotary positions, no linear biases (Llama-style decoder block)."""
-    return m.norm == "rmsnorm" and not m.linear_bias and m.learned_positions == 0
+    """RMSNorm, rotary positions, no linear biases, two weighted norms per layer, full attention
+    (the Llama decoder block; QKV biases, extra or q/k norms and sliding windows are other blocks)."""
+    return (m.norm == "rmsnorm" and not m.linear_bias and m.learned_positions == 0 and not m.qkv_bias
+            and m.norms_per_layer == 2 and m.norm_weights and m.qk_norm == "none" and m.sliding_window is None)
 
 
 def gpt3_block(m: ModelSpec) -> bool:

@@ -12,6 +12,7 @@ from enum import StrEnum
 from typing import Literal
 
 MlpKind = Literal["gated", "plain"]
+QkNorm = Literal["none", "head", "projection"]
 AxisKind = Literal["torus", "switch", "scale_out", "dcn"]
 DEGREE_NAMES = ("dp", "fsdp", "tp", "pp", "cp")
 
@@ -53,11 +54,26 @@ class ModelSpec:
     norm: Literal["rmsnorm", "layernorm"] = "rmsnorm"
     linear_bias: bool = False
     learned_positions: int = 0  # rows of a learned position embedding (GPT-3: 2048), 0 = RoPE
+    qkv_bias: bool = False  # biases on the Q, K and V projections only (Qwen2); linear_bias implies them
+    norms_per_layer: int = 2  # norm layers per block: 2 (pre-attention, pre-MLP); Gemma 2/3 4 (also post);
+    # Falcon-7B 1 (one norm feeds the parallel attention and MLP)
+    norm_weights: bool = True  # False: non-parametric norms (OLMo 1 LayerNorm: no weight, no bias)
+    qk_norm: QkNorm = "none"  # RMSNorm of queries and keys: "head" one head_dim weight each (Qwen3, Gemma 3),
+    # "projection" over the whole Q and K projections (OLMo 2)
+    sliding_window: int | None = None  # tokens a query attends back to in a windowed layer; None = full attention
+    full_attention_layers: int = 0  # with a window: layers that still attend over the whole sequence (Gemma 2: half)
 
     @property
     def mlp_matrices(self) -> int:
         """Number of D x F matrices in one MLP block: 3 gated (SwiGLU), 2 plain (GELU)."""
         return 3 if self.mlp == "gated" else 2
+
+    @property
+    def params_per_norm(self) -> int:
+        """Parameters of one norm over D: D (RMSNorm weight), 2D (LayerNorm weight and bias), 0 (non-parametric)."""
+        if not self.norm_weights:
+            return 0
+        return self.d_model * (2 if self.norm == "layernorm" else 1)
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)

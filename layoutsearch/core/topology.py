@@ -27,6 +27,15 @@ TensorCores for v4/v5p, so their ``v5p-8192`` is 4096 chips); ``v5p:16x20x28`` g
 has at most ``MAX_DEVICES`` devices, checked before anything is built. One TPU chip (``v5p-1``)
 gets a single placeholder axis ``x`` of size 1 without bandwidth; one GPU (``h100-1``) its
 NVLink axis of size 1.
+
+Cluster files: a ``--cluster`` value ending in .yaml/.yml is a ``ClusterFile`` (accelerator id or
+inline accelerator; GPU nodes, node size, NIC and NVLink bandwidths; TPU shape, slices and DCN
+bandwidth; HBM), validated field by field (unknown keys with a "did you mean", each error one line
+naming the file and the field). It builds its factor graphs with the same ``gpu_factors`` and
+``torus_factors`` as the names (a file with ``accelerator: h100, devices_per_node: 8, nodes:
+128`` is ``h100-1024``); its bandwidth and HBM overrides change a copy of the accelerator. The
+result is a ``CustomCluster`` that keeps its resolved description (``spec``) for the result
+document's ``problem.cluster_spec``, from which ``Problem.from_record`` rebuilds it.
 """
 
 from __future__ import annotations
@@ -35,12 +44,19 @@ import itertools
 import math
 import re
 from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field, replace
 from functools import lru_cache
+from typing import Annotated, Any
 
-from layoutsearch.core.catalogue import accelerator_names, load_accelerator
+from pydantic import BaseModel, ConfigDict, Field, StrictFloat, StrictInt, StrictStr
+
+from layoutsearch.core import io
+from layoutsearch.core.catalogue import accelerator_from_dict, accelerator_names, load_accelerator
 from layoutsearch.core.errors import CatalogueError, did_you_mean
+from layoutsearch.core.fields import validated_fields
 from layoutsearch.core.numbers import divisors
 from layoutsearch.core.specs import Accelerator, Axis, Cluster
+from layoutsearch.core.units import GB, GIB
 
 MAX_DEVICES = 262_144  # 2^18 devices in one cluster, all slices together
 TORUS_AXIS_NAMES = ("x", "y", "z")
@@ -339,18 +355,19 @@ def _dims(shape: Iterable[int]) -> str:
     return "x".join(str(s) for s in shape)
 
 
-def _check_shape(name: str, acc: Accelerator, shape: tuple[int, ...]) -> None:
-    """An explicit shape: the accelerator's dimensions, each >= 1, within its largest slice."""
+def _check_shape(where: str, acc: Accelerator, shape: tuple[int, ...]) -> None:
+    """An explicit shape: the accelerator's dimensions, each >= 1, within its largest slice;
+    ``where`` opens each message (``cluster 'v5p:4x4'``, ``c.yaml: field 'shape'``)."""
     if acc.kind != "tpu":
-        raise CatalogueError(f"cluster '{name}': an explicit shape is for TPUs; give the GPU count ({acc.id}-N)")
+        raise CatalogueError(f"{where}: an explicit shape is for TPUs; give the GPU count ({acc.id}-N)")
     if len(shape) != acc.torus_dims:
-        raise CatalogueError(f"cluster '{name}': an explicit shape needs {acc.torus_dims} "
+        raise CatalogueError(f"{where}: an explicit shape needs {acc.torus_dims} "
                              f"dimensions for {acc.id}, got {len(shape)}")
     if min(shape) < 1:
-        raise CatalogueError(f"cluster '{name}': every shape dimension must be >= 1, got {_dims(shape)}")
+        raise CatalogueError(f"{where}: every shape dimension must be >= 1, got {_dims(shape)}")
     largest = acc.max_slice_shape  # sorted dims within sorted dims, so the product is within too
     if any(s > m for s, m in zip(sorted(shape), sorted(largest))):
-        raise CatalogueError(f"cluster '{name}': shape {_dims(shape)} does not fit in the largest {acc.id} slice "
+        raise CatalogueError(f"{where}: shape {_dims(shape)} does not fit in the largest {acc.id} slice "
                              f"{_dims(largest)} (sorted {_dims(sorted(shape))} vs {_dims(sorted(largest))})")
 
 
@@ -371,7 +388,7 @@ def parse_cluster_name(name: str) -> tuple[Accelerator, dict]:
         raise CatalogueError(f"cluster '{name}': the number of slices (xN) must be >= 1, got {slices}")
     if m["shape"]:
         shape = tuple(_number(name, s, "shape dimension") for s in m["shape"].split("x"))
-        _check_shape(name, acc, shape)
+        _check_shape(f"cluster '{name}'", acc, shape)
         desc, per_slice = {"shape": shape, "slices": slices}, math.prod(shape)
     else:
         per_slice = _number(name, m["n"], "device count")
@@ -387,11 +404,15 @@ def parse_cluster_name(name: str) -> tuple[Accelerator, dict]:
 
 def cluster_factors(name: str, devices_per_node: int | None = None,
                     scale_out_bytes_per_s: float | None = None) -> tuple[Accelerator, tuple[FactorGraph, ...]]:
-    """The accelerator and the factor graphs a cluster name describes, inner axis first (cheap).
+    """The accelerator and the factor graphs a cluster name (or a cluster file's path) describes,
+    inner axis first (cheap).
 
     ``devices_per_node`` and ``scale_out_bytes_per_s`` override the GPU catalogue (validation
     records describe their own nodes).
     """
+    if is_cluster_file(name):
+        acc, factors, _ = file_cluster_factors(read_cluster_file(name), name)
+        return acc, factors
     acc, desc = parse_cluster_name(name)
     slices = desc["slices"]
     if acc.kind == "tpu":
@@ -413,13 +434,175 @@ def cluster_factors(name: str, devices_per_node: int | None = None,
     return acc, gpu_factors(acc, nodes, per_node, scale_out_bytes_per_s)
 
 
-@lru_cache(maxsize=64)
 def resolve_cluster(name: str, devices_per_node: int | None = None,
                     scale_out_bytes_per_s: float | None = None) -> Cluster:
-    """The cluster a name describes, its axes derived from the factor graphs (no device graph)."""
+    """The cluster a name describes, its axes derived from the factor graphs (no device graph); a
+    path ending in .yaml/.yml is a cluster file (``load_cluster_file``, read again on every call)."""
+    if is_cluster_file(name):
+        if devices_per_node is not None or scale_out_bytes_per_s is not None:
+            raise CatalogueError(f"cluster file '{name}': node size and NIC bandwidth come from the file")
+        return load_cluster_file(name)
+    return _resolve_name(name, devices_per_node, scale_out_bytes_per_s)
+
+
+@lru_cache(maxsize=64)
+def _resolve_name(name: str, devices_per_node: int | None, scale_out_bytes_per_s: float | None) -> Cluster:
     acc, factors = cluster_factors(name, devices_per_node, scale_out_bytes_per_s)
     axes, slices = derive_axes(factors, acc)
     return Cluster(name=name, accelerator=acc, axes=axes, num_slices=slices if acc.kind == "tpu" else 1)
+
+
+resolve_cluster.cache_clear = _resolve_name.cache_clear  # calibration rewrites the catalogue
+
+
+# ----------------------------------------------------------------------------- cluster files
+CLUSTER_FILE_SUFFIXES = (".yaml", ".yml")
+GPU_FIELDS = ("devices_per_node", "nodes", "scale_out_gbytes_per_s_per_device", "nvlink_gbytes_per_s_per_direction")
+TPU_FIELDS = ("shape", "slices", "dcn_gbytes_per_s_per_chip")
+_Count = Annotated[StrictInt, Field(ge=1, le=MAX_DEVICES)]
+_Rate = Annotated[StrictFloat, Field(gt=0, le=1e9, allow_inf_nan=False)]  # GB/s or GiB; an int is accepted too
+_Text = Annotated[StrictStr, Field(min_length=1, max_length=256)]
+
+
+class ClusterFile(BaseModel):
+    """A custom cluster: ``--cluster PATH.yaml``, or ``cluster:`` as a mapping in a problem file.
+
+    The accelerator is a catalogue id (``accelerator: h100``) or a whole accelerator mapping in the
+    ``hardware/*.yaml`` format (``accelerator_spec``, validated as the catalogue is). A GPU cluster
+    is ``nodes`` of ``devices_per_node`` GPUs (default: the accelerator's NVLink domain) on a
+    rail-optimised fat tree with ``scale_out_gbytes_per_s_per_device`` per GPU, one direction (the
+    NIC); ``nvlink_gbytes_per_s_per_direction`` overrides the NVLink bandwidth. A TPU cluster is a
+    torus ``shape`` ([x, y, z], within the largest slice) times ``slices`` joined over DCN at
+    ``dcn_gbytes_per_s_per_chip``. ``hbm_gib`` overrides the memory per device. The factor graphs
+    are the ones cluster names build (``gpu_factors``, ``torus_factors``).
+    """
+
+    model_config = ConfigDict(extra="forbid", frozen=True, defer_build=True)
+    # absent = None; an explicit null is refused like a wrong type
+    name: _Text = None
+    accelerator: _Text = None
+    accelerator_spec: dict = None
+    hbm_gib: _Rate = None
+    devices_per_node: _Count = None
+    nodes: _Count = None
+    scale_out_gbytes_per_s_per_device: _Rate = None
+    nvlink_gbytes_per_s_per_direction: _Rate = None
+    shape: Annotated[list[_Count], Field(min_length=1, max_length=3)] = None
+    slices: _Count = None
+    dcn_gbytes_per_s_per_chip: _Rate = None
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class CustomCluster(Cluster):
+    """A cluster described by a cluster file or mapping; ``spec`` is its resolved description
+    (``ClusterFile`` fields, defaults filled in), which a result document records as
+    ``problem.cluster_spec`` so that export can rebuild the cluster without the file."""
+
+    spec: dict = field(default_factory=dict, compare=False, hash=False, repr=False)
+
+    def current_spec(self) -> dict | None:
+        """``spec`` when it still builds this cluster; None after a change to the cluster (a what-if
+        scaling, a calibration), whose description would rebuild the unchanged one."""
+        try:
+            return self.spec if cluster_from_spec(self.spec, "cluster_spec", name=self.name) == self else None
+        except CatalogueError:
+            return None
+
+
+def is_cluster_file(name: str) -> bool:
+    """A --cluster value naming a file (cluster names never end in .yaml/.yml)."""
+    return isinstance(name, str) and name.strip().lower().endswith(CLUSTER_FILE_SUFFIXES)
+
+
+def read_cluster_file(path: str) -> dict:
+    """A cluster file's mapping; unreadable, not UTF-8 or malformed is one line naming the path."""
+    return io.read_yaml(path, error=CatalogueError)
+
+
+def load_cluster_file(path: str) -> CustomCluster:
+    """The cluster a cluster file describes; named by its ``name`` field, else by its path."""
+    return cluster_from_spec(read_cluster_file(path), path)
+
+
+def cluster_from_spec(data: Any, file: str, prefix: str = "", name: str | None = None) -> CustomCluster:
+    """The cluster a ``ClusterFile`` mapping describes; every error one line naming ``file`` and the
+    field (``prefix`` + key, e.g. ``cluster.nodes`` for a mapping inside a problem file)."""
+    acc, factors, spec = file_cluster_factors(data, file, prefix)
+    axes, slices = derive_axes(factors, acc)
+    return CustomCluster(name=name or spec.get("name") or file, accelerator=acc, axes=axes,
+                         num_slices=slices if acc.kind == "tpu" else 1, spec=spec)
+
+
+def file_cluster_factors(data: Any, file: str, prefix: str = "") -> tuple[Accelerator, tuple[FactorGraph, ...], dict]:
+    """The accelerator, the factor graphs (as a cluster name builds them) and the resolved description
+    of a ``ClusterFile`` mapping; the device count is checked against MAX_DEVICES before any is built."""
+    f = validated_fields(ClusterFile, data, file, prefix, CatalogueError)
+
+    def where(key: str) -> str:
+        return f"{file}: field '{prefix}{key}'"
+
+    acc = _file_accelerator(f, file, prefix)
+    gpu = acc.kind == "gpu"
+    wrong = [key for key in (TPU_FIELDS if gpu else GPU_FIELDS) if getattr(f, key) is not None]
+    if wrong:
+        raise CatalogueError(f"{where(wrong[0])} is for {'TPU' if gpu else 'GPU'} clusters; {acc.id} is a "
+                             f"{acc.kind.upper()}: give " + ("'nodes' (and 'devices_per_node')" if gpu
+                                                             else "'shape' (and 'slices')"))
+    sources = dict(acc.sources)
+    changes: dict = {}
+
+    def override(key: str, attr: str, value: float | None, unit: float) -> None:
+        if value is not None:
+            changes[attr] = value * unit
+            sources[key] = f"cluster file {file}: {prefix}{key}"
+
+    override("hbm_gib", "hbm_bytes", f.hbm_gib, GIB)
+    spec = f.model_dump(exclude_none=True)
+    if gpu:
+        per_node = f.devices_per_node or acc.devices_per_node
+        if f.nodes is None:
+            raise CatalogueError(f"{where('nodes')} is missing: the number of nodes of {per_node} {acc.id} GPUs")
+        total = f.nodes * per_node
+        if total > MAX_DEVICES:
+            raise CatalogueError(f"{where('nodes')}: {f.nodes:,} nodes x {per_node} GPUs = {total:,} devices is "
+                                 f"over the limit of {MAX_DEVICES:,} devices")
+        changes["devices_per_node"] = spec["devices_per_node"] = per_node
+        override("nvlink_gbytes_per_s_per_direction", "link_bytes_per_s_per_direction",
+                 f.nvlink_gbytes_per_s_per_direction, GB)
+        override("scale_out_gbytes_per_s_per_device", "scale_out_bytes_per_s_per_direction",
+                 f.scale_out_gbytes_per_s_per_device, GB)
+        acc = replace(acc, **changes, sources=sources)
+        return acc, gpu_factors(acc, f.nodes, per_node), spec
+    if f.shape is None:
+        raise CatalogueError(f"{where('shape')} is missing: the torus of one slice, e.g. "
+                             f"{list(acc.max_slice_shape)} for the largest {acc.id} slice")
+    shape = tuple(f.shape)
+    if shape != torus_shape(acc, math.prod(shape)):  # a shape a count name builds (16x16x32), else as v5p:XxYxZ
+        _check_shape(where("shape"), acc, shape)
+    slices = spec["slices"] = f.slices or 1
+    total = math.prod(shape) * slices
+    if total > MAX_DEVICES:
+        raise CatalogueError(f"{where('slices')}: {math.prod(shape):,} chips ({_dims(shape)}) x {slices:,} slices = "
+                             f"{total:,} devices is over the limit of {MAX_DEVICES:,} devices")
+    override("dcn_gbytes_per_s_per_chip", "scale_out_bytes_per_s_per_direction", f.dcn_gbytes_per_s_per_chip, GB)
+    acc = replace(acc, **changes, sources=sources)
+    return acc, torus_factors(acc, shape, slices), spec
+
+
+def _file_accelerator(f: ClusterFile, file: str, prefix: str) -> Accelerator:
+    """A catalogue accelerator (``accelerator``) or an inline one (``accelerator_spec``), exactly one."""
+    if f.accelerator is not None and f.accelerator_spec is not None:
+        raise CatalogueError(f"{file}: fields '{prefix}accelerator' and '{prefix}accelerator_spec': give one, not both")
+    if f.accelerator_spec is not None:
+        return accelerator_from_dict(f.accelerator_spec, f"{file}: field '{prefix}accelerator_spec'")
+    known = accelerator_names()
+    if f.accelerator is None:
+        raise CatalogueError(f"{file}: field '{prefix}accelerator' is missing: give 'accelerator' (a catalogue id: "
+                             f"{', '.join(known)}) or 'accelerator_spec' (a mapping in the hardware/*.yaml format)")
+    if f.accelerator not in known:
+        raise CatalogueError(f"{file}: field '{prefix}accelerator': unknown accelerator '{f.accelerator:.80}'"
+                             f"{did_you_mean(f.accelerator, known)}; known: {', '.join(known)}")
+    return load_accelerator(f.accelerator)
 
 
 EXAMPLE_CLUSTERS = ("v5p-8192", "v5p-8960", "v5p:16x20x28", "v5p-8960x4", "v5p-256", "v4-4096", "v5e-256",

@@ -37,9 +37,35 @@ def attention_context(seq_len: int, causal: bool) -> float:
     return seq_len / 2 if causal else float(seq_len)
 
 
+def windowed_attention_context(seq_len: int, window: int, causal: bool) -> float:
+    """Average keys per query in a sliding-window layer (window w tokens back).
+
+    Causal with skipping: the band of the causal S x S matrix within w of the diagonal,
+    S w - w^2/2 scores, so w - w^2/(2S) per query (S/2 at w = S, as ``attention_context``);
+    without causal skipping min(S, w).
+    """
+    if window >= seq_len:
+        return attention_context(seq_len, causal)
+    return window - window * window / (2.0 * seq_len) if causal else float(window)
+
+
+def layer_attention_context(model: ModelSpec, seq_len: int, causal: bool) -> float:
+    """Average keys per query over the model's layers: ``attention_context`` without a window;
+    with one, the windowed layers at ``windowed_attention_context`` and the
+    ``full_attention_layers`` at the full context, averaged over the layers (a stage of a
+    pipeline is costed at this average: exact when each stage holds whole local/global periods)."""
+    full = attention_context(seq_len, causal)
+    if model.sliding_window is None:
+        return full
+    local = windowed_attention_context(seq_len, model.sliding_window, causal)
+    windowed = model.num_layers - model.full_attention_layers
+    return (windowed * local + model.full_attention_layers * full) / model.num_layers
+
+
 def attention_flops_per_token_per_layer(model: ModelSpec, seq_len: int, causal: bool, tp: int = 1) -> float:
-    """Forward QK^T and AV FLOPs per token of one layer on one TP rank: 4 x context x h x n_q/tp."""
-    return 4.0 * attention_context(seq_len, causal) * model.head_dim * (model.num_heads // tp)
+    """Forward QK^T and AV FLOPs per token of one layer on one TP rank: 4 x context x h x n_q/tp
+    (context: ``layer_attention_context``, the sliding window's where the model has one)."""
+    return 4.0 * layer_attention_context(model, seq_len, causal) * model.head_dim * (model.num_heads // tp)
 
 
 def logits_flops_per_token(model: ModelSpec, tp: int = 1) -> float:
@@ -74,17 +100,19 @@ def elementwise_bytes_per_token_per_layer(model: ModelSpec, tp: int, sequence_pa
                                           seq_len: int = 0, flash_attention: bool = True) -> float:
     """HBM bytes one forward of a layer's element-wise ops moves per token (memory-bound work).
 
-    Two norms (read + write D), two residual adds (read 2D, write D), the MLP activation
-    (gated: read 2F, write F; plain: read F, write F) and rotary embedding of q and k; without
-    fused attention also the materialised scores (n_q/tp x S per token, Korthikanti et al.
-    2022: the softmax and dropout over the full S x S matrix).
+    The norms (``norms_per_layer``, two by default: read + write D each), two residual adds
+    (read 2D, write D), the MLP activation (gated: read 2F, write F; plain: read F, write F) and rotary
+    embedding of q and k (and their norms, with ``qk_norm``); without fused attention also the
+    materialised scores (n_q/tp x S per token, Korthikanti et al. 2022: the softmax and dropout
+    over the full S x S matrix).
     """
     d = model.d_model / tp if sequence_parallel else float(model.d_model)
     f = model.d_ff / tp
     qk = (model.num_heads // tp + kv_heads_per_device(model, tp)) * model.head_dim
     mlp_act = (3 if model.mlp == "gated" else 2) * f
     scores = 0.0 if flash_attention else (model.num_heads // tp) * seq_len * MATERIALISED_SCORE_BYTES_FORWARD
-    return activation_bytes * (2 * 2 * d + 2 * 3 * d + mlp_act + 2 * qk) + scores
+    qk_passes = 2 if model.qk_norm == "none" else 4  # rotary, and the q/k norm (read + write)
+    return activation_bytes * (model.norms_per_layer * 2 * d + 2 * 3 * d + mlp_act + qk_passes * qk) + scores
 
 
 def hardware_flops_per_token(model: ModelSpec, seq_len: int, recompute: str) -> float:

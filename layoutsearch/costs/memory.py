@@ -37,6 +37,9 @@ def saved_tensor_widths(model: ModelSpec, tp: int, sequence_parallel: bool, seq_
         "mlp_in": d_sp,
         "mlp_pre": f * (model.mlp_matrices - 1),  # gate and up (gated) or pre-activation (plain)
         "mlp_act": f,  # input of the down projection
+        # Gemma 2/3 post-attention and post-MLP norms: their inputs (the O and down projection outputs)
+        "post_norm_in": max(model.norms_per_layer - 2, 0) * d_sp,
+        "qk_norm_in": 0.0 if model.qk_norm == "none" else 1.0 * (q + kv),  # q and k before their norms
     }
 
 

@@ -1,7 +1,9 @@
 """Parameter counts, whole-model and per device (DESIGN.md "Parameters").
 
 Source: the design notes section 5 (3LDF gated MLP, 2LD(n_q+n_kv)h attention, 2DV untied
-vocabulary) and the public checkpoints (RMSNorm weights: 2 per layer + final).
+vocabulary) and the public checkpoints (RMSNorm weights: 2 per layer + final; Gemma 2/3: 4 per
+layer; Qwen2: Q, K, V biases; Qwen3, Gemma 3: a head_dim RMSNorm of q and of k; OLMo 2: RMSNorm
+over the whole Q and K projections; OLMo 1: non-parametric LayerNorm).
 """
 
 from __future__ import annotations
@@ -26,7 +28,10 @@ def attention_params_per_layer(model: ModelSpec, tp: int = 1) -> int:
     q_out = model.num_heads // tp * model.head_dim
     kv_out = kv_heads_per_device(model, tp) * model.head_dim
     weights = model.d_model * (2 * q_out + 2 * kv_out)
-    bias = (q_out + 2 * kv_out + model.d_model) if model.linear_bias else 0
+    if model.linear_bias:
+        bias = q_out + 2 * kv_out + model.d_model
+    else:
+        bias = (q_out + 2 * kv_out) if model.qkv_bias else 0
     return weights + bias
 
 
@@ -37,23 +42,38 @@ def mlp_params_per_layer(model: ModelSpec, tp: int = 1) -> int:
     return model.mlp_matrices * model.d_model * f_local + bias
 
 
-def norm_params_per_layer(model: ModelSpec) -> int:
-    """Two norms per layer (replicated across TP); LayerNorm has a bias too."""
-    return 2 * model.d_model * (2 if model.norm == "layernorm" else 1)
+def qk_norm_params_per_layer(model: ModelSpec, tp: int = 1) -> int:
+    """Query/key norm weights of one layer on one TP rank: a head_dim vector each for q and k
+    ("head", replicated), or one weight per element of the local Q and K projections ("projection")."""
+    if model.qk_norm == "head":
+        return 2 * model.head_dim
+    if model.qk_norm == "projection":
+        return (model.num_heads // tp + kv_heads_per_device(model, tp)) * model.head_dim
+    return 0
+
+
+def norm_params_per_layer(model: ModelSpec, tp: int = 1) -> int:
+    """The norms of one layer (``norms_per_layer`` of them, replicated across TP; LayerNorm has a
+    bias too, a non-parametric norm nothing) and the query/key norms."""
+    return model.norms_per_layer * model.params_per_norm + qk_norm_params_per_layer(model, tp)
+
+
+def final_norm_params(model: ModelSpec) -> int:
+    """The norm after the last layer (on the last pipeline stage)."""
+    return model.params_per_norm
 
 
 def layer_params(model: ModelSpec, tp: int = 1) -> int:
     """All parameters of one transformer layer held by one TP rank."""
-    return attention_params_per_layer(model, tp) + mlp_params_per_layer(model, tp) + norm_params_per_layer(model)
+    return attention_params_per_layer(model, tp) + mlp_params_per_layer(model, tp) + norm_params_per_layer(model, tp)
 
 
 def param_counts(model: ModelSpec) -> dict[str, int]:
     """Exact parameter count by component (no TP); 'total' includes norms."""
-    final_norm = model.d_model * (2 if model.norm == "layernorm" else 1)
     counts = {
         "attention": model.num_layers * attention_params_per_layer(model),
         "mlp": model.num_layers * mlp_params_per_layer(model),
-        "norms": model.num_layers * norm_params_per_layer(model) + final_norm,
+        "norms": model.num_layers * norm_params_per_layer(model) + final_norm_params(model),
         "embedding": model.vocab_size * model.d_model + model.learned_positions * model.d_model,
         "output": 0 if model.tied_embeddings else model.vocab_size * model.d_model,
     }
@@ -78,7 +98,7 @@ def stage_params(model: ModelSpec, layout: Layout, stage: int) -> int:
     if stage == 0:
         params += vocab_rows + model.learned_positions * model.d_model
     if stage == last:
-        params += model.d_model * (2 if model.norm == "layernorm" else 1)
+        params += final_norm_params(model)
         if not model.tied_embeddings or layout.pp > 1:
             params += vocab_rows
     return params

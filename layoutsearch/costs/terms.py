@@ -264,7 +264,7 @@ def stage_params(model: ModelSpec, sh: Shapes, first: bool):
     per_layer = params.layer_params(model, sh.tp)
     vocab = model.vocab_size * model.d_model // sh.tp
     single = sh.pp == 1
-    norm = model.d_model * (2 if model.norm == "layernorm" else 1)
+    norm = params.final_norm_params(model)
     total = layers * per_layer
     holds_embedding = first | single
     holds_output = (~np.asarray(first)) | single

@@ -5,11 +5,13 @@ from __future__ import annotations
 from layoutsearch.core.problem import Problem
 from layoutsearch.costs import params
 from layoutsearch.costs.estimate import Estimate
+from layoutsearch.report import planning
 from layoutsearch.search.cpsat import SEED
 
 
-def layout_record(est: Estimate, rank: int = 1) -> dict:
-    """One layout record (OUTPUT.md 'A layout record'), with itemised keys beside the contract's."""
+def layout_record(est: Estimate, rank: int = 1, price_per_device_hour: float | None = None) -> dict:
+    """One layout record (OUTPUT.md 'A layout record'), with itemised keys beside the contract's,
+    and the time and cost to train the workload's ``training_tokens`` (null without them)."""
     lay = est.layout
     return {
         "rank": rank,
@@ -33,23 +35,34 @@ def layout_record(est: Estimate, rank: int = 1) -> dict:
         "tokens_per_s": est.tokens_per_s,
         "tokens_per_s_per_device": est.tokens_per_s / est.cluster.num_devices,
         "fits": est.fits,
+        **planning.plan_numbers(est.workload.training_tokens, est.tokens_per_s, est.cluster.num_devices,
+                                price_per_device_hour),
+        "price_per_device_hour": price_per_device_hour,
     }
 
 
-def estimate_document(est: Estimate) -> dict:
+def set_price(records: list[dict], price_per_device_hour: float | None) -> None:
+    """Price layout records in place: ``cost`` = ``device_hours`` x the price (null without either)."""
+    for rec in records:
+        rec["price_per_device_hour"] = price_per_device_hour
+        rec["cost"] = planning.cost(rec["device_hours"], price_per_device_hour)
+
+
+def estimate_document(est: Estimate, price_per_device_hour: float | None = None) -> dict:
     """`layoutsearch estimate --format json`."""
     return {
         "problem": est.problem.record(),
         "params": {**est.params, "per_device_by_stage": {
             str(s): params.stage_params(est.model, est.layout, s) for s in sorted({0, est.layout.pp - 1})}},
-        "layout": layout_record(est),
+        "layout": layout_record(est, 1, price_per_device_hour),
         "memory_moments_bytes": est.memory_moments,
         "collectives": est.collectives,
         "violations": [v.as_dict() for v in est.violations],
     }
 
 
-def solve_document(problem: Problem, result, explanation: dict | None = None) -> dict:
+def solve_document(problem: Problem, result, explanation: dict | None = None,
+                   price_per_device_hour: float | None = None) -> dict:
     """`layoutsearch solve --format json` (OUTPUT.md): problem, solver proof, ranked layouts."""
     doc = {
         "problem": problem.record(),
@@ -62,8 +75,32 @@ def solve_document(problem: Problem, result, explanation: dict | None = None) ->
             "tie_break": "step time, then peak memory" if result.objective == "gather-volume" else "peak memory",
             "seed": SEED,
         },
-        "layouts": [layout_record(est, rank) for rank, est in enumerate(result.layouts, start=1)],
+        "layouts": [layout_record(est, rank, price_per_device_hour) for rank, est in enumerate(result.layouts, start=1)],
     }
     if not result.layouts and explanation is not None:
         doc["explanation"] = explanation
     return doc
+
+
+def what_if_document(factors: dict[str, float], base: Estimate | None, other: Estimate | None, *, method: str,
+                     status: str | None = None, base_on_other: Estimate | None = None,
+                     price_per_device_hour: float | None = None) -> dict:
+    """The `what_if` object: the factors, the winner on the scaled hardware (``other``; the same
+    layout re-estimated for `estimate`) and its step time against the base winner's.
+
+    ``base_on_other`` is the base winner re-estimated on the scaled hardware (what keeping the
+    old layout would give)."""
+    base_s = base.step_time_s if base else None
+    other_s = other.step_time_s if other else None
+    return {
+        "factors": dict(factors),
+        "method": method,
+        "status": status,
+        "layout": layout_record(other, 1, price_per_device_hour) if other else None,
+        "same_layout": None if base is None or other is None else base.layout == other.layout,
+        "base_step_time_s": base_s,
+        "step_time_s": other_s,
+        "step_time_rel_change": planning.relative_change(other_s, base_s),
+        "base_layout_step_time_s": base_on_other.step_time_s if base_on_other else None,
+        "base_layout_fits": base_on_other.fits if base_on_other else None,
+    }

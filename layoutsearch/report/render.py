@@ -8,6 +8,7 @@ from rich.table import Table
 from layoutsearch.costs import params
 from layoutsearch.costs.estimate import Estimate
 from layoutsearch.core.units import GB
+from layoutsearch.report import planning
 
 BAR_WIDTH = 30
 
@@ -53,7 +54,7 @@ def layout_summary(est: Estimate) -> str:
             + (f" | KV heads replicated x{rep}" if rep > 1 else "") + f"\n  axes: {axes}")
 
 
-def estimate_report(model_name: str, cluster_name: str, est: Estimate) -> None:
+def estimate_report(model_name: str, cluster_name: str, est: Estimate, price_per_device_hour: float | None = None) -> None:
     out = console()
     cap = est.memory_bytes["capacity"]
     out.print(f"[bold]{model_name}[/bold] on [bold]{cluster_name}[/bold] ({est.cluster.num_devices} devices), "
@@ -88,15 +89,22 @@ def estimate_report(model_name: str, cluster_name: str, est: Estimate) -> None:
               f"{est.tokens_per_s / est.cluster.num_devices:,.1f} tokens/s/device | "
               f"fits: {'yes' if est.fits else 'NO'}")
     if est.workload.training_tokens:
-        out.print(f"{est.days_for_tokens(est.workload.training_tokens):.1f} days for "
-                  f"{est.workload.training_tokens:.3g} tokens")
+        plan = planning.plan_numbers(est.workload.training_tokens, est.tokens_per_s, est.cluster.num_devices,
+                                     price_per_device_hour)
+        out.print(f"{plan['train_days']:.1f} days for {est.workload.training_tokens:.3g} tokens | "
+                  f"{plan['device_hours']:,.0f} device-hours" + _cost_text(plan["cost"], price_per_device_hour))
+
+
+def _cost_text(cost: float | None, price_per_device_hour: float | None) -> str:
+    return "" if cost is None else f" | cost {cost:,.0f} at {price_per_device_hour:g} per device-hour"
 
 
 def _gb(x: float) -> str:
     return f"{x / GB:.1f}"
 
 
-def solve_report(model_name: str, cluster_name: str, result, explanation: dict | None) -> None:
+def solve_report(model_name: str, cluster_name: str, result, explanation: dict | None,
+                 price_per_device_hour: float | None = None) -> None:
     """The top layouts as a table, then the solver's status and proof."""
     out = console()
     space = result.space
@@ -119,9 +127,83 @@ def solve_report(model_name: str, cluster_name: str, result, explanation: dict |
                 f"{est.time_s['compute']:.3f}", f"{est.time_s['exposed_comm']:.3f}", f"{est.time_s['bubble']:.3f}",
                 f"{est.step_time_s:.3f}", f"{est.mfu:.1%}", f"{est.tokens_per_s:,.0f}")
         out.print(table)
+        plan_report(result.layouts, price_per_device_hour)
     out.print(status_line(result))
     if explanation:
         out.print(f"[bold red]{explanation['message']}[/bold red]")
+
+
+def plan_report(estimates: list[Estimate], price_per_device_hour: float | None) -> None:
+    """Days, device-hours and cost of each layout to train the workload's tokens (nothing without them)."""
+    tokens = estimates[0].workload.training_tokens if estimates else None
+    if tokens is None:
+        return
+    out = console()
+    out.print(f"time to train {tokens:.3g} tokens"
+              + ("" if price_per_device_hour is None else f" at {price_per_device_hour:g} per device-hour"))
+    table = Table()
+    for col in ("#", "tokens/s", "days", "device-hours", "cost"):
+        table.add_column(col, justify="right")
+    for rank, est in enumerate(estimates, start=1):
+        plan = planning.plan_numbers(tokens, est.tokens_per_s, est.cluster.num_devices, price_per_device_hour)
+        table.add_row(str(rank), f"{est.tokens_per_s:,.0f}", f"{plan['train_days']:,.1f}",
+                      f"{plan['device_hours']:,.0f}", "-" if plan["cost"] is None else f"{plan['cost']:,.0f}")
+    out.print(table)
+
+
+def _winner_row(table: Table, label: str, est: Estimate | None, status: str | None) -> None:
+    if est is None:
+        table.add_row(label, f"no layout ({status})", "", "", "", "", "", "")
+        return
+    lay = est.layout
+    table.add_row(label, ", ".join(f"{k}={v}" for k, v in lay.degrees.items() if v > 1) or "1",
+                  "; ".join(f"{n}:" + "*".join(f"{a}{f}" for a, f in p) for n, p in lay.axes),
+                  f"ZeRO-{lay.zero_stage} K={lay.num_microbatches} {lay.recompute}",
+                  f"{_gb(est.memory_bytes['peak'])} / {_gb(est.memory_bytes['capacity'])}",
+                  f"{est.step_time_s:.4f}", f"{est.mfu:.1%}", f"{est.tokens_per_s:,.0f}")
+
+
+def what_if_report(doc: dict, base: Estimate | None, other: Estimate | None, base_status: str | None) -> None:
+    """The base winner against the winner on the scaled hardware (a `what_if` object, output.py)."""
+    factors = ", ".join(f"{k} x{v:g}" for k, v in doc["factors"].items())
+    out = console()
+    out.print(f"what if {factors} ({doc['method']})")
+    table = Table()
+    for col in ("hardware", "degrees", "axes", "ZeRO, K, remat", "peak/cap GB", "step s", "MFU", "tokens/s"):
+        table.add_column(col, justify="left" if col in ("hardware", "degrees", "axes", "ZeRO, K, remat") else "right",
+                         no_wrap=True)
+    _winner_row(table, "base", base, base_status)
+    _winner_row(table, "what-if", other, doc["status"])
+    out.print(table)
+    out.print(what_if_line(doc))
+
+
+def what_if_line(doc: dict) -> str:
+    """One line: the step-time change and whether the winner changed."""
+    change = doc["step_time_rel_change"]
+    if doc["step_time_s"] is None:
+        return f"what-if: no layout on the scaled hardware ({doc['status']})"
+    if change is None:
+        return f"what-if: no layout on the base hardware; on the scaled hardware the winner takes {doc['step_time_s']:.4f} s"
+    winner = ("the same layout" if doc["same_layout"] else
+              "another layout" + ("" if doc["base_layout_step_time_s"] is None else
+                                  f" (the base layout would take {doc['base_layout_step_time_s']:.4f} s"
+                                  + ("" if doc["base_layout_fits"] else ", and no longer fits") + ")"))
+    return (f"what-if: step {doc['base_step_time_s']:.4f} s -> {doc['step_time_s']:.4f} s ({change:+.2%}) "
+            f"with {winner}")
+
+
+def sensitivity_report(sensitivity: dict[str, float], est: Estimate, factor: float) -> None:
+    """How layout 1's step time moves when each hardware number alone is scaled (layout fixed)."""
+    out = console()
+    out.print(f"sensitivity of layout 1's step time ({est.step_time_s:.4f} s) to each hardware number x{factor:g}, "
+              f"layout fixed")
+    table = Table()
+    for col in ("key", "number", f"step s at x{factor:g}", "change"):
+        table.add_column(col, justify="left" if col in ("key", "number") else "right")
+    for key, change in sensitivity.items():
+        table.add_row(key, planning.WHAT_IF_DESCRIPTIONS[key], f"{est.step_time_s * (1 + change):.4f}", f"{change:+.2%}")
+    out.print(table)
 
 
 def status_line(result) -> str:
@@ -138,10 +220,11 @@ def status_line(result) -> str:
             f"({result.rows_kept:,} (shape, K) row(s) left for CP-SAT by the bounds) | wall {result.wall_s:.2f} s")
 
 
-def explain_report(model_name: str, cluster_name: str, result, explanation: dict | None) -> None:
+def explain_report(model_name: str, cluster_name: str, result, explanation: dict | None,
+                   price_per_device_hour: float | None = None) -> None:
     """Why the winner wins (term by term), or the infeasibility funnel."""
     out = console()
-    solve_report(model_name, cluster_name, result, None)
+    solve_report(model_name, cluster_name, result, None, price_per_device_hour)
     if result.layouts and explanation:
         for i, rows in enumerate(explanation["versus"], start=2):
             table = Table(title=f"layout 1 against layout {i}: where they differ (positive = layout {i} pays more)")

@@ -8,6 +8,7 @@ from typing import Sequence
 
 from layoutsearch.core.errors import InvalidArgumentError
 from layoutsearch.core.units import MAX_GLOBAL_BATCH_SEQS, MAX_SEQ_LEN
+from layoutsearch.report.planning import check_price, check_tokens
 
 
 
@@ -22,12 +23,16 @@ _RANGE = re.compile(r"\{([0-9]+)\.\.([0-9]+)(?::([x+])([0-9]+))?\}")
 
 @dataclass(frozen=True, kw_only=True, slots=True)
 class Point:
-    """One sweep point; ``id`` is stable across runs and keys the journal."""
+    """One sweep point; ``id`` is stable across runs and keys the journal. ``training_tokens``
+    and ``price_per_device_hour`` only price the answer (train_days, device_hours, cost), so
+    they are not part of the id."""
 
     model: str
     cluster: str
     global_batch_seqs: int
     seq_len: int
+    training_tokens: float | None = None
+    price_per_device_hour: float | None = None
 
     @property
     def id(self) -> str:
@@ -118,9 +123,13 @@ def _as_list(values: str | Sequence[str] | int | Sequence[int]) -> list[str]:
     return [str(v) for v in values] if isinstance(values, (list, tuple)) else [str(values)]
 
 
-def expand_points(models, clusters, seqs, seq_len=4096) -> list[Point]:
+def expand_points(models, clusters, seqs, seq_len=4096, training_tokens: float | None = None,
+                  price_per_device_hour: float | None = None) -> list[Point]:
     """Every (model, cluster, seq_len, seqs) combination, in that nesting order, without repeats.
-    Each argument is a string (comma items and ranges allowed) or a list of them."""
+    Each of the first four arguments is a string (comma items and ranges allowed) or a list of
+    them; every point carries ``training_tokens`` and ``price_per_device_hour``."""
+    check_tokens(training_tokens)
+    check_price(price_per_device_hour)
     model_ids = list(dict.fromkeys(m for text in _as_list(models) for m in expand(text, "--model")))
     cluster_ids = list(dict.fromkeys(c for text in _as_list(clusters) for c in expand(text, "--cluster")))
     for option, names in (("--model", model_ids), ("--cluster", cluster_ids)):
@@ -134,5 +143,6 @@ def expand_points(models, clusters, seqs, seq_len=4096) -> list[Point]:
         raise InvalidArgumentError(
             f"--model x --cluster x --seqs x --seq-len: {count:,} points ({len(model_ids)} x {len(cluster_ids)} x "
             f"{len(batch)} x {len(lengths)}), more than the {MAX_SWEEP_POINTS:,} one sweep takes; split it")
-    return [Point(model=m, cluster=c, global_batch_seqs=b, seq_len=s)
+    return [Point(model=m, cluster=c, global_batch_seqs=b, seq_len=s, training_tokens=training_tokens,
+                  price_per_device_hour=price_per_device_hour)
             for m in model_ids for c in cluster_ids for s in lengths for b in batch]

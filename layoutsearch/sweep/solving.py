@@ -23,13 +23,14 @@ def solve_point(point: Point, time_limit_s: float) -> dict:
     row = _input_columns(point, time_limit_s) | {"layoutsearch_version": version()}
     try:
         problem = Problem.build(point.model, point.cluster,
-                                Workload(global_batch_seqs=point.global_batch_seqs, seq_len=point.seq_len))
+                                Workload(global_batch_seqs=point.global_batch_seqs, seq_len=point.seq_len,
+                                         training_tokens=point.training_tokens))
         row["num_devices"] = problem.num_devices
         result = solve(problem, SearchRequest(top_k=1, time_limit_s=time_limit_s))
         row.update(status=result.status, objective_s=result.objective_value, bound_s=result.bound,
                    wall_s=result.wall_s, num_candidates=result.num_candidates)
         if result.layouts:
-            row.update(_layout_columns(result.layouts[0]))
+            row.update(_layout_columns(result.layouts[0], point.price_per_device_hour))
         else:
             row["reason"] = _why_no_layout(problem, result, time_limit_s)
     except LayoutsearchError as exc:
@@ -49,7 +50,8 @@ def error_row(point: Point, time_limit_s: float, exc: BaseException) -> dict:
 
 def _input_columns(point: Point, time_limit_s: float) -> dict:
     return {"point_id": point.id, "model": point.model, "cluster": point.cluster,
-            "global_batch_seqs": point.global_batch_seqs, "seq_len": point.seq_len, "time_limit_s": time_limit_s}
+            "global_batch_seqs": point.global_batch_seqs, "seq_len": point.seq_len, "time_limit_s": time_limit_s,
+            "training_tokens": point.training_tokens, "price_per_device_hour": point.price_per_device_hour}
 
 
 def _finish(row: dict) -> dict:
@@ -57,8 +59,8 @@ def _finish(row: dict) -> dict:
     return {name: row.get(name) for name in COLUMN_NAMES}
 
 
-def _layout_columns(est) -> dict:
-    rec = layout_record(est, 1)
+def _layout_columns(est, price_per_device_hour: float | None) -> dict:
+    rec = layout_record(est, 1, price_per_device_hour)
     mem, t = rec["memory_bytes"], rec["time_s"]
     return {**rec["degrees"], "zero_stage": rec["zero_stage"], "virtual_stages": rec["virtual_stages"],
             "num_microbatches": rec["num_microbatches"], "microbatch_seqs": rec["microbatch_seqs"],
@@ -66,7 +68,8 @@ def _layout_columns(est) -> dict:
             "axes": json.dumps(rec["axes"], separators=(",", ":")), "peak_bytes": mem["peak"],
             "capacity_bytes": mem["capacity"], "compute_s": t["compute"], "exposed_comm_s": t["exposed_comm"],
             "bubble_s": t["bubble"], "overhead_s": t["overhead"], "step_time_s": t["step"], "mfu": rec["mfu"],
-            "tokens_per_s": rec["tokens_per_s"], "tokens_per_s_per_device": rec["tokens_per_s_per_device"]}
+            "tokens_per_s": rec["tokens_per_s"], "tokens_per_s_per_device": rec["tokens_per_s_per_device"],
+            "train_days": rec["train_days"], "device_hours": rec["device_hours"], "cost": rec["cost"]}
 
 
 def _why_no_layout(problem: Problem, result, time_limit_s: float) -> str:

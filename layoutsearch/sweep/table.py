@@ -25,6 +25,8 @@ COLUMNS: list[tuple[str, str]] = [
     ("peak_bytes", "float"), ("capacity_bytes", "float"),
     ("compute_s", "float"), ("exposed_comm_s", "float"), ("bubble_s", "float"), ("overhead_s", "float"),
     ("step_time_s", "float"), ("mfu", "float"), ("tokens_per_s", "float"), ("tokens_per_s_per_device", "float"),
+    ("training_tokens", "float"), ("price_per_device_hour", "float"),
+    ("train_days", "float"), ("device_hours", "float"), ("cost", "float"),
     ("reason", "str"), ("time_limit_s", "float"), ("point_wall_s", "float"), ("layoutsearch_version", "str"),
     ("finished_at", "str"),
 ]
@@ -36,6 +38,7 @@ REQUIRED = ("point_id", "model", "cluster", "global_batch_seqs", "seq_len", "sta
 LAYOUT_COLUMNS = ("dp", "fsdp", "tp", "pp", "cp", "zero_stage", "virtual_stages", "num_microbatches", "recompute",
                   "peak_bytes", "capacity_bytes", "compute_s", "exposed_comm_s", "bubble_s", "overhead_s",
                   "step_time_s", "mfu", "tokens_per_s", "tokens_per_s_per_device")
+PLAN_COLUMNS = ("train_days", "device_hours", "cost")  # only with a layout (and training_tokens)
 
 
 
@@ -76,6 +79,8 @@ def check_row(row) -> str | None:
         return f"status {row['status']} without a whole layout"
     if row["status"] not in WITH_LAYOUT and any(has_layout):
         return f"status {row['status']} with a layout"
+    if row["status"] not in WITH_LAYOUT and any(row.get(name) is not None for name in PLAN_COLUMNS):
+        return f"status {row['status']} with a time or cost to train"
     if all(has_layout) and min(row[k] for k in ("dp", "fsdp", "tp", "pp", "cp", "num_microbatches")) < 1:
         return "a degree or microbatch count below 1"
     return None

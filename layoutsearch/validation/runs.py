@@ -20,9 +20,10 @@ from pathlib import Path
 from typing import Annotated, Any
 
 from pydantic import (BaseModel, ConfigDict, Field, NonNegativeFloat, NonNegativeInt, PositiveFloat, PositiveInt,
-                      create_model, field_validator)
+                      field_validator)
 
 from layoutsearch.core import io
+from layoutsearch.core.fields import absent_is_none
 from layoutsearch.core.errors import CatalogueError, did_you_mean
 
 # Documented values of the open enumerations (SCHEMA.md). Other values are kept as given, with a warning.
@@ -42,7 +43,7 @@ class _Block(BaseModel):
 
 def _block(block_name: str, /, **fields) -> type[_Block]:
     """A record block whose every field is optional (a key a record leaves out means null)."""
-    return create_model(block_name, __base__=_Block, **{key: (kind | None, None) for key, kind in fields.items()})
+    return absent_is_none(block_name, _Block, nullable=True, **fields)
 
 
 RecMoE = _block("RecMoE", num_experts=PositiveInt, top_k=PositiveInt, expert_d_ff=PositiveInt,
