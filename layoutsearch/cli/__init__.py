@@ -25,6 +25,7 @@ from pydantic import ValidationError
 from layoutsearch._version import __version__
 from layoutsearch.cli.common import one_line, reports_errors
 from layoutsearch.core.errors import LayoutsearchError, LayoutsearchWarning
+from layoutsearch.report import render
 
 __all__ = ["app", "main", "reports_errors", "usage_message", "COMMANDS", "command_module"]
 
@@ -65,8 +66,11 @@ def _print_version(value: bool) -> None:
 
 @app.callback()
 def _group(version: bool = typer.Option(False, "--version", is_eager=True, callback=_print_version,
-                                        help="Print the version and exit.")) -> None:
+                                        help="Print the version and exit."),
+           wide: bool = typer.Option(False, "--wide", help="Tables 200 columns wide even on a narrower terminal "
+                                                          "(by default they fit the terminal)")) -> None:
     """Proven-optimal parallel layouts for transformer training."""
+    render.set_wide(wide)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -94,7 +94,7 @@ TimeLimitOpt = Annotated[float, typer.Option("--time-limit", min=0.1, max=MAX_TI
 
 
 def workload_from_options(seqs: int, seq_len: int, tokens: float | None = None, tp_overlap: bool = False) -> Workload:
-    """The design notes' defaults: 1024 x 4096 tokens, 18 B/param mixed-precision Adam."""
+    """The defaults: 1024 sequences of 4096 tokens, 18 B/param mixed-precision Adam."""
     return Workload(global_batch_seqs=seqs, seq_len=seq_len, training_tokens=tokens, tp_comm_overlap=tp_overlap)
 
 
@@ -114,7 +114,7 @@ class SearchArgs:
     fix: Annotated[Optional[str], typer.Option("--fix", help="Pin degrees, e.g. tp=8,pp=1")] = None
     choices: Annotated[Optional[str], typer.Option("--choices", help="Allowed values, e.g. 'tp=8,16,32,64;pp=1,2'")] = None
     only: Annotated[Optional[str], typer.Option("--only", help="Degrees that may exceed 1, e.g. fsdp,tp")] = None
-    objective: Annotated[Objective, typer.Option("--objective", help="step-time, or the design notes' gather-volume")] \
+    objective: Annotated[Objective, typer.Option("--objective", help="step-time, or gather-volume: the FSDP weight gather plus the TP input gather per step, 2DF/tp + 2BD tp/N")] \
         = Objective.step_time
     time_limit: TimeLimitOpt = 30.0
     method: Annotated[Method, typer.Option("--method", help="cpsat (proof) or enumerate (exhaustive oracle)")] = Method.cpsat

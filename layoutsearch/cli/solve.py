@@ -30,6 +30,9 @@ def solve(
     what_if: WhatIfOpt = None,
 ) -> None:
     """The best layouts, proven optimal: degrees and axes, memory, step time split, MFU, tokens/s."""
+    if output and not export:
+        raise InvalidArgumentError(f"-o/--output {output}: solve writes a file only with --export TARGET "
+                                   f"(for the result document: --format json > {output})")
     if export and not output and fmt != Format.table:
         raise InvalidArgumentError(f"--format {fmt.value}: stdout carries the --export {export} file; "
                                    f"give it a file with -o FILE")

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import sys
+
 from rich.console import Console
 from rich.table import Table
 
@@ -13,8 +15,18 @@ from layoutsearch.report import planning
 BAR_WIDTH = 30
 
 
+WIDE_COLUMNS = 200  # `--wide`, and whenever stdout is not a terminal (a file or a pipe has no width)
+_layout = {"wide": False}
+
+
+def set_wide(wide: bool) -> None:
+    """Tables at WIDE_COLUMNS even on a terminal (`layoutsearch --wide ...`)."""
+    _layout["wide"] = wide
+
+
 def console() -> Console:
-    return Console(width=200)
+    """The terminal's width on a terminal (rich wraps long tables to it), WIDE_COLUMNS otherwise."""
+    return Console(width=WIDE_COLUMNS) if _layout["wide"] or not sys.stdout.isatty() else Console()
 
 
 def _fmt(value) -> str:
@@ -114,7 +126,7 @@ def solve_report(model_name: str, cluster_name: str, result, explanation: dict |
         table = Table()
         for col in ("#", "degrees", "axes", "ZeRO", "K x seqs", "remat", "KV rep", "peak/cap GB",
                     "compute s", "comm s", "bubble s", "step s", "MFU", "tokens/s"):
-            table.add_column(col, justify="left" if col in ("degrees", "axes", "remat") else "right", no_wrap=True)
+            table.add_column(col, justify="left" if col in ("degrees", "axes", "remat") else "right", overflow="fold")
         for rank, est in enumerate(result.layouts, start=1):
             lay = est.layout
             table.add_row(
@@ -171,7 +183,7 @@ def what_if_report(doc: dict, base: Estimate | None, other: Estimate | None, bas
     table = Table()
     for col in ("hardware", "degrees", "axes", "ZeRO, K, remat", "peak/cap GB", "step s", "MFU", "tokens/s"):
         table.add_column(col, justify="left" if col in ("hardware", "degrees", "axes", "ZeRO, K, remat") else "right",
-                         no_wrap=True)
+                         overflow="fold")
     _winner_row(table, "base", base, base_status)
     _winner_row(table, "what-if", other, doc["status"])
     out.print(table)

@@ -15,6 +15,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, ProgressColum
 from rich.table import Table
 from rich.text import Text
 
+from layoutsearch.report import render
 from layoutsearch.core.catalogue import load_model
 from layoutsearch.core.errors import InvalidArgumentError
 from layoutsearch.core.units import MAX_TIME_LIMIT_S
@@ -246,7 +247,7 @@ def summary_rows(rows: list[dict]) -> list[dict]:
 
 def print_summary(rows: list[dict], console=None) -> None:
     """A rich table of the best layout per point (stdout unless a console is given)."""
-    console = console or Console(width=200)
+    console = console or render.console()
     table = Table(title=f"sweep: {len(rows)} points")
     records = summary_rows(rows)
     for key in (records[0] if records else {}):
