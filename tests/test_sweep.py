@@ -172,7 +172,7 @@ def test_bad_input_fails_before_any_solving(tmp_path, monkeypatch):
     with pytest.raises(InvalidArgumentError, match="--executor: unknown executor 'dask' \\(local or ray\\)"):
         run_sweep(SMALL, tmp_path / "a.csv", executor="dask", progress=False)
     monkeypatch.setitem(sys.modules, "pyarrow", None)  # import pyarrow -> ImportError
-    with pytest.raises(InvalidArgumentError, match=r"Parquet needs `pip install layoutsearch\[parquet\]`"):
+    with pytest.raises(InvalidArgumentError, match=r"^--output .parquet \(or write a .csv\) needs the optional 'parquet' dependencies: pip install 'pyarrow>=15'"):
         run_sweep(SMALL, tmp_path / "a.parquet", progress=False)
     monkeypatch.setitem(sys.modules, "ray", None)  # import ray -> ImportError
     with pytest.raises(InvalidArgumentError, match=r"^--executor ray needs the optional 'ray' dependencies: pip install 'ray>=2.9'; from the checkout: pip install -e '.*\[ray\]'$"):

@@ -9,7 +9,7 @@ import math
 import os
 
 from layoutsearch.core import io
-from layoutsearch.core.errors import InvalidArgumentError
+from layoutsearch.core.errors import InvalidArgumentError, missing_extra
 
 
 
@@ -219,8 +219,7 @@ def check_output(path: str | os.PathLike) -> str:
         try:
             import pyarrow  # noqa: F401
         except ImportError:
-            raise InvalidArgumentError("--output: Parquet needs `pip install layoutsearch[parquet]` "
-                                       "(or write a .csv)") from None
+            raise missing_extra("--output .parquet (or write a .csv)", "parquet") from None
     return path
 
 
