@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import dataclasses
 import os
+import types
 import typing
 import warnings
 from functools import lru_cache
@@ -21,7 +22,7 @@ from pydantic import (BaseModel, ConfigDict, Field, PositiveFloat, PositiveInt, 
 from layoutsearch.core import io
 from layoutsearch.core.errors import CatalogueError, LayoutsearchWarning, did_you_mean
 from layoutsearch.core.units import GB, GIB, KIB, MAX_MODEL_DIM, MAX_MODEL_PARAMS, MICRO, MILLI, TERA
-from layoutsearch.core.specs import Accelerator, MlpKind, ModelSpec, QkNorm
+from layoutsearch.core.specs import Accelerator, MlpKind, ModelSpec, QkNorm, RopeScaling
 
 Dim = Annotated[int, Field(gt=0, le=MAX_MODEL_DIM)]  # every model dimension: parameter counts stay exact in int64
 MAX_NORMS_PER_LAYER = 8
@@ -49,11 +50,25 @@ def _file_schema(spec: type, overrides: dict) -> type[BaseModel]:
     return create_model(f"{spec.__name__}File", __base__=_Strict, **fields)
 
 
+class RopeScalingFile(_Strict):
+    rope_type: Literal["llama3"] = "llama3"
+    factor: float = Field(gt=0)
+    low_freq_factor: float = Field(gt=0)
+    high_freq_factor: float = Field(gt=0)
+    original_max_position_embeddings: Dim
+
+
+Unit = Annotated[float, Field(ge=0, lt=1)]
 ModelFile = _file_schema(ModelSpec, {"name": Annotated[str, Field(min_length=1, max_length=256)],
                                      "learned_positions": Annotated[int, Field(ge=0, le=MAX_MODEL_DIM)],
                                      "norms_per_layer": Annotated[int, Field(ge=1, le=MAX_NORMS_PER_LAYER)],
                                      "sliding_window": Optional[Dim],
-                                     "full_attention_layers": Annotated[int, Field(ge=0, le=MAX_MODEL_DIM)]})
+                                     "full_attention_layers": Annotated[int, Field(ge=0, le=MAX_MODEL_DIM)],
+                                     "rope_theta": Annotated[float, Field(gt=0)],
+                                     "rope_scaling": Optional[RopeScalingFile],
+                                     "norm_eps": Annotated[float, Field(gt=0, lt=1)],
+                                     "activation": Optional[Annotated[str, Field(min_length=1, max_length=64)]],
+                                     "attention_dropout": Unit, "hidden_dropout": Unit})
 
 
 class TopologyFile(_Strict):
@@ -104,6 +119,10 @@ def _check_keys(data: Any, schema: type[BaseModel], where: str) -> None:
         if key not in fields:
             raise CatalogueError(f"{where}: unknown key '{key}'{did_you_mean(str(key), fields)}")
         annotation = fields[key].annotation
+        if typing.get_origin(annotation) in (typing.Union, types.UnionType):  # Optional[a nested schema]
+            annotation = next((a for a in typing.get_args(annotation) if a is not type(None)), annotation)
+            if value is None:
+                continue
         if isinstance(annotation, type) and issubclass(annotation, BaseModel):
             _check_keys(value, annotation, f"{where}: {key}")
 
@@ -142,7 +161,10 @@ def model_from_dict(data: Any, name: str, where: str) -> ModelSpec:
     if bound >= MAX_MODEL_PARAMS:
         raise CatalogueError(f"{where}: about {bound:.3g} parameters, more than the {MAX_MODEL_PARAMS:.3g} "
                              f"(2**53) this package counts exactly")
-    return ModelSpec(name=name, **{k: v for k, v in f.model_dump().items() if k != "name"})
+    values = {k: getattr(f, k) for k in type(f).model_fields if k != "name"}
+    if values["rope_scaling"] is not None:
+        values["rope_scaling"] = RopeScaling(**values["rope_scaling"].model_dump())
+    return ModelSpec(name=name, **values)
 
 
 # ----------------------------------------------------------------------------- Hugging Face import
@@ -381,6 +403,43 @@ def _hf_falcon(cfg: dict, heads: int, where: str, used: set) -> dict:
     return {"num_kv_heads": kv, "norms_per_layer": norms, "linear_bias": bias}
 
 
+# Hyper-parameters that change neither the count nor the cost but that the exporters write:
+# ModelSpec field -> the config keys that give it, the first given wins (Gemma's hidden_activation
+# is what its modeling code reads, over hidden_act; GPT-2 names its own).
+_HF_HYPER = {"rope_theta": ("rope_theta",), "norm_eps": ("rms_norm_eps", "layer_norm_eps", "layer_norm_epsilon"),
+             "activation": ("hidden_activation", "hidden_act", "activation_function"),
+             "attention_dropout": ("attention_dropout", "attn_pdrop"),
+             "hidden_dropout": ("hidden_dropout", "resid_pdrop")}
+_HF_HYPER_KINDS = {"rope_theta": Annotated[float, Field(gt=0)], "norm_eps": Annotated[float, Field(gt=0, lt=1)],
+                   "activation": Annotated[StrictStr, Field(min_length=1, max_length=64)],
+                   "attention_dropout": Annotated[float, Field(ge=0, lt=1)],
+                   "hidden_dropout": Annotated[float, Field(ge=0, lt=1)]}
+
+
+def _hf_hyperparams(cfg: dict, where: str, used: set) -> dict:
+    """rope_theta, rope_scaling (rope_type llama3 only; another type stays an unused key, warned),
+    norm epsilon, activation and dropouts, where the config gives them (null = the default)."""
+    out: dict = {}
+    for field_name, keys in _HF_HYPER.items():
+        for key in keys:
+            if key in cfg:
+                used.add(key)
+                value = _hf_value(cfg, key, Optional[_HF_HYPER_KINDS[field_name]], where)
+                if value is not None and field_name not in out:
+                    out[field_name] = value
+    scaling = cfg.get("rope_scaling")
+    if scaling is None:
+        used.add("rope_scaling")
+    elif isinstance(scaling, dict) and (scaling.get("rope_type") or scaling.get("type")) == "llama3":
+        used.add("rope_scaling")
+        fields = ("factor", "low_freq_factor", "high_freq_factor", "original_max_position_embeddings")
+        missing = [k for k in fields if k not in scaling]
+        if missing:
+            raise CatalogueError(f"{where}: field 'rope_scaling': rope_type llama3 without '{missing[0]}'")
+        out["rope_scaling"] = {k: scaling[k] for k in fields}
+    return out
+
+
 def read_hf_config(path: Path) -> HfImport:
     """Read a Hugging Face config.json into a ModelSpec by its model_type's rules (HF_FAMILIES).
 
@@ -450,6 +509,7 @@ def read_hf_config(path: Path) -> HfImport:
         learned = _hf_value(cfg, key, HfDim, where) if key else 1024
     window, full = _hf_window(fam, cfg, layers, where, used)
 
+    spec.update(_hf_hyperparams(cfg, where, used))
     tied = _hf_value(cfg, "tie_word_embeddings", Optional[StrictBool], where)
     name = _hf_value(cfg, "_name_or_path", Optional[StrictStr], where)
     data = {

@@ -131,8 +131,11 @@ class HasProblem:
 def spec_fields(model: ModelSpec) -> dict:
     """The architecture's fields; those added to ModelSpec later appear only where they differ
     from their default, so documents and hashes of earlier models stay as they were."""
-    return {f.name: getattr(model, f.name) for f in fields(model)
-            if f.name in BASE_SPEC_FIELDS or getattr(model, f.name) != f.default}
+    out = {f.name: getattr(model, f.name) for f in fields(model)
+           if f.name in BASE_SPEC_FIELDS or getattr(model, f.name) != f.default}
+    if out.get("rope_scaling") is not None:
+        out["rope_scaling"] = asdict(out["rope_scaling"])  # JSON form; model_from_dict rebuilds it
+    return out
 
 
 def model_hash(model: ModelSpec) -> str:

@@ -38,6 +38,17 @@ SCHEDULE_CODES = {s.value: code for code, s in enumerate(Schedule)}  # 1f1b 0, i
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
+class RopeScaling:
+    """Llama 3.1 RoPE frequency scaling (Hugging Face ``rope_scaling`` with rope_type "llama3")."""
+
+    rope_type: Literal["llama3"] = "llama3"
+    factor: float = 8.0
+    low_freq_factor: float = 1.0
+    high_freq_factor: float = 4.0
+    original_max_position_embeddings: int = 8192
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
 class ModelSpec:
     """Architecture only. A decoder-only transformer with optional GQA."""
 
@@ -62,6 +73,18 @@ class ModelSpec:
     # "projection" over the whole Q and K projections (OLMo 2)
     sliding_window: int | None = None  # tokens a query attends back to in a windowed layer; None = full attention
     full_attention_layers: int = 0  # with a window: layers that still attend over the whole sequence (Gemma 2: half)
+    # Hyper-parameters that change neither the parameter count nor the cost; the exporters write them.
+    rope_theta: float = 10000.0  # RoPE base (Llama 3: 500000); unused with learned positions
+    rope_scaling: RopeScaling | None = None  # Llama 3.1 long-context frequency scaling
+    norm_eps: float = 1e-5  # epsilon of every RMSNorm / LayerNorm
+    activation: str | None = None  # MLP activation; None = silu (gated) or gelu (plain)
+    attention_dropout: float = 0.0
+    hidden_dropout: float = 0.0
+
+    @property
+    def activation_name(self) -> str:
+        """The MLP activation: ``activation`` or the default of the MLP kind (silu gated, gelu plain)."""
+        return self.activation or ("silu" if self.mlp == "gated" else "gelu")
 
     @property
     def mlp_matrices(self) -> int:

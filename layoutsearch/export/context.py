@@ -143,6 +143,22 @@ def header_lines(ctx: ExportContext) -> list[str]:
          if ctx.cluster.accelerator.kind == "tpu" and ctx.target != "maxtext" else [])
 
 
+# What the engine does not decide: every exported file names these and leaves them for the user.
+PLACEHOLDER = "PLACEHOLDER"
+PLACEHOLDER_ITEMS = ("data path", "tokenizer", "learning rate and schedule", "training steps", "checkpoint paths")
+
+
+def placeholder_note() -> str:
+    """The one line every file carries about what it leaves unset."""
+    return (f"{PLACEHOLDER}: layoutsearch does not decide the {', '.join(PLACEHOLDER_ITEMS)}; every value marked "
+            f"'<set me: ...>' must be replaced before launch.")
+
+
+def set_me(what: str) -> str:
+    """A placeholder value: ``<set me: what>``."""
+    return f"<set me: {what}>"
+
+
 def placement_text(ctx: ExportContext) -> str:
     """`tp on z(8); fsdp on z(4) y(16) x(16)`: the physical axes each degree spans."""
     parts = []

@@ -11,6 +11,11 @@ runtime/pipe/engine.py, runtime/engine.py, runtime/tensor_parallel/config.py):
   the pipeline's microbatches.
 - ``zero_optimization.stage`` over the whole DP world; ``tensor_parallel.autotp_size`` = tp;
   pipeline degree only in code: ``PipelineModule(num_stages=pp)``.
+- ``zero_optimization.overlap_comm`` (default false) and ``contiguous_gradients`` for ZeRO >= 1:
+  the cost model overlaps the gradient reduction with the backward pass.
+- The model's hyper-parameters (RoPE, norm epsilon, activation, dropout) and what layoutsearch does
+  not decide (data, tokenizer, learning rate, steps, checkpoints; ``<set me: ...>``) are listed
+  under ``_layoutsearch``: DeepSpeed builds neither the model nor the data loader.
 - Not expressible: cp (DeepSpeed's Ulysses sequence parallelism is all-to-all over heads, not
   ring attention); ZeRO with dp replicas (MiCS was removed; hpZ keeps a secondary weight copy,
   not replicas); ZeRO-2/3 with a pipeline (PipelineEngine refuses it); GPipe or interleaved
@@ -23,7 +28,7 @@ from __future__ import annotations
 import json
 
 from layoutsearch.core.rules import Capabilities
-from layoutsearch.export.context import ExportContext, header_lines
+from layoutsearch.export.context import ExportContext, header_lines, placeholder_note, set_me
 
 SIDE_KEY = "_layoutsearch"
 
@@ -60,17 +65,43 @@ def in_code(ctx: ExportContext) -> list[str]:
     return notes
 
 
+def model_hyperparameters(ctx: ExportContext) -> dict:
+    """The model's hyper-parameters in Hugging Face config.json names (the model is built in code)."""
+    m = ctx.model
+    out: dict = {"hidden_act": m.activation_name, "rms_norm_eps" if m.norm == "rmsnorm" else "layer_norm_eps": m.norm_eps,
+                 "attention_dropout": m.attention_dropout, "hidden_dropout": m.hidden_dropout,
+                 "attention_bias": m.qkv_bias or m.linear_bias}
+    if not m.learned_positions:
+        out["rope_theta"] = m.rope_theta
+        out["rope_scaling"] = None if m.rope_scaling is None else {
+            "rope_type": m.rope_scaling.rope_type, "factor": m.rope_scaling.factor,
+            "low_freq_factor": m.rope_scaling.low_freq_factor, "high_freq_factor": m.rope_scaling.high_freq_factor,
+            "original_max_position_embeddings": m.rope_scaling.original_max_position_embeddings}
+    return out
+
+
+def placeholders() -> dict:
+    """What layoutsearch does not decide, for the training script (DeepSpeed's JSON has no place for it)."""
+    return {"note": placeholder_note(), "data_path": set_me("training data"), "tokenizer": set_me("tokenizer"),
+            "learning_rate": set_me("peak learning rate and schedule (an 'optimizer'/'scheduler' block)"),
+            "train_steps": set_me("optimizer steps"), "checkpoint_dir": set_me("engine.save_checkpoint directory")}
+
+
 def config(ctx: ExportContext) -> dict:
     lay = ctx.layout
     cfg: dict = {
         SIDE_KEY: {"header": header_lines(ctx), "set_in_code": in_code(ctx),
-                   "degrees": lay.degrees, "virtual_stages": lay.virtual_stages, "schedule": lay.schedule},
+                   "degrees": lay.degrees, "virtual_stages": lay.virtual_stages, "schedule": lay.schedule,
+                   "model_hyperparameters": model_hyperparameters(ctx),
+                   "placeholders": placeholders()},
         "train_batch_size": ctx.global_batch_seqs,
         "train_micro_batch_size_per_gpu": ctx.microbatch_seqs,
         "gradient_accumulation_steps": lay.num_microbatches,
         "bf16": {"enabled": True},
         "zero_optimization": {"stage": ctx.effective_zero_stage},
     }
+    if ctx.effective_zero_stage >= 1:
+        cfg["zero_optimization"].update(overlap_comm=True, contiguous_gradients=True)
     if lay.tp > 1:
         cfg["tensor_parallel"] = {"autotp_size": lay.tp}
     if lay.recompute != "none":
@@ -107,6 +138,10 @@ def check(text: str, ctx: ExportContext) -> list[str]:
     stage = int(cfg.get("zero_optimization", {}).get("stage", 0))
     if stage not in (0, 1, 2, 3):
         out.append(f"zero_optimization.stage {stage} is not 0-3")
+    zero = cfg.get("zero_optimization", {})
+    if stage >= 1 and not zero.get("overlap_comm"):
+        out.append(f"zero_optimization.overlap_comm is off with ZeRO-{stage}; the predicted time overlaps the "
+                   f"gradient reduction")
     if pp > 1 and stage >= 2:
         out.append(f"ZeRO-{stage} is incompatible with pipeline parallelism (pp={pp})")
     if tp > ctx.model.num_kv_heads:

@@ -12,6 +12,14 @@ Mapping (checked against maxtext 0.2.5: configs/base.yml, configs/types.py, laye
 - Recompute: none -> ``minimal_with_context`` (saves every matmul output and the attention
   context; MaxText's ``none`` would become full remat under scanned layers), selective ->
   ``minimal`` (recomputes the attention core and element-wise ops), full -> ``full``.
+- Hyper-parameters: ``rope_max_timescale`` (the RoPE base), ``rope_type: llama3.1`` for Llama 3.1
+  scaling (MaxText fixes factor 8, low 1, high 4, original 8192), ``normalization_layer_epsilon``,
+  ``dropout_rate`` (one rate for attention and residual; ``enable_dropout`` is base.yml's true),
+  ``mlp_activations``. ``model_name`` names MaxText's own model config (configs/models/*.yml)
+  when every size and hyper-parameter equals it; pyconfig refuses a key set by both the model
+  config and the override with different values, so a match is exact or ``default``.
+- Not decided (``<set me: ...>`` under ``# PLACEHOLDER``): dataset, tokenizer, learning rate,
+  steps, output/checkpoint directory; written as comments, since pyconfig would load a value.
 - Not expressible: ZeRO-2; ZeRO-1 with dp replicas; KV-head replication (tp > kv heads);
   1F1B and interleaved pipelines (MaxText's pipeline runs in GPipe order, circular when
   ``num_pipeline_repeats`` > 1); cp without ZeRO-3 (MaxText shards weights over ``context``).
@@ -25,7 +33,7 @@ import math
 import yaml
 
 from layoutsearch.core.rules import Capabilities, gpt3_block
-from layoutsearch.export.context import ExportContext, comment_block, header_lines
+from layoutsearch.export.context import ExportContext, comment_block, header_lines, placeholder_note, set_me
 
 AXES = ("data", "fsdp", "tensor", "context", "pipeline")
 REMAT = {"none": "minimal_with_context", "selective": "minimal", "full": "full"}
@@ -82,19 +90,59 @@ def batch_keys(ctx: ExportContext) -> dict:
     return keys
 
 
+# MaxText 0.2.5 configs/models/<name>.yml: (d_model, heads, kv heads, layers, d_ff, head_dim, vocab, RoPE base,
+# llama3.1 scaling). Each is a llama2 block, SwiGLU, untied, RMSNorm epsilon 1e-5, dropout disabled.
+MAXTEXT_MODELS = {
+    "llama2-7b": (4096, 32, 32, 32, 11008, 128, 32000, 10000, False),
+    "llama2-13b": (5120, 40, 40, 40, 13824, 128, 32000, 10000, False),
+    "llama2-70b": (8192, 64, 8, 80, 28672, 128, 32000, 10000, False),
+    "llama3-8b": (4096, 32, 8, 32, 14336, 128, 128256, 500000, False),
+    "llama3-70b": (8192, 64, 8, 80, 28672, 128, 128256, 500000, False),
+    "llama3-405b": (16384, 128, 8, 126, 53248, 128, 128256, 500000, False),
+    "llama3.1-8b": (4096, 32, 8, 32, 14336, 128, 128256, 500000, True),
+    "llama3.1-70b": (8192, 64, 8, 80, 28672, 128, 128256, 500000, True),
+    "llama3.1-405b": (16384, 128, 8, 126, 53248, 128, 128256, 500000, True),
+}
+MAXTEXT_ROPE_FIXED = (8.0, 1.0, 4.0, 8192)  # LLaMARotaryEmbedding: factor, low, high, original context
+
+
+def maxtext_model_name(ctx: ExportContext) -> str:
+    """The MaxText model config with exactly this model's sizes and hyper-parameters, else "default"."""
+    m = ctx.model
+    if (m.mlp != "gated" or m.norm != "rmsnorm" or m.linear_bias or m.qkv_bias or m.tied_embeddings
+            or m.learned_positions or m.qk_norm != "none" or m.sliding_window is not None or m.norms_per_layer != 2
+            or not m.norm_weights or m.norm_eps != 1e-5 or m.activation_name != "silu" or m.attention_dropout
+            or m.hidden_dropout or (m.rope_scaling is not None and _rope_fixed(m) != MAXTEXT_ROPE_FIXED)):
+        return "default"
+    key = (m.d_model, m.num_heads, m.num_kv_heads, m.num_layers, m.d_ff, m.head_dim, m.vocab_size, m.rope_theta,
+           m.rope_scaling is not None)
+    return next((name for name, sizes in MAXTEXT_MODELS.items() if sizes == key), "default")
+
+
+def _rope_fixed(m) -> tuple:
+    r = m.rope_scaling
+    return (r.factor, r.low_freq_factor, r.high_freq_factor, r.original_max_position_embeddings)
+
+
 def model_keys(ctx: ExportContext) -> dict:
     m = ctx.model
     keys = {
-        "model_name": "default",
+        "model_name": maxtext_model_name(ctx),
         "decoder_block": "gpt3" if gpt3_block(m) else "llama2",
         "base_emb_dim": m.d_model, "base_num_query_heads": m.num_heads, "base_num_kv_heads": m.num_kv_heads,
         "base_mlp_dim": m.d_ff, "base_num_decoder_layers": m.num_layers, "head_dim": m.head_dim,
         "vocab_size": m.vocab_size,
         "mlp_activations": ["silu", "linear"] if m.mlp == "gated" else ["gelu"],
         "logits_via_embedding": m.tied_embeddings,
+        "normalization_layer_epsilon": float(m.norm_eps),
+        "dropout_rate": float(max(m.attention_dropout, m.hidden_dropout)),
     }
     if gpt3_block(m):
         keys["trainable_position_size"] = m.learned_positions
+    else:
+        keys["rope_max_timescale"] = int(m.rope_theta) if float(m.rope_theta).is_integer() else float(m.rope_theta)
+        if m.rope_scaling is not None:
+            keys["rope_type"] = "llama3.1"
     return keys
 
 
@@ -108,9 +156,10 @@ def render(ctx: ExportContext) -> str:
         f"remat_policy {REMAT[ctx.layout.recompute]} stands for layoutsearch recompute '{ctx.layout.recompute}' "
         "(none -> minimal_with_context, selective -> minimal, full -> full).",
         "Usage: python3 -m maxtext.trainers.pre_train.train THIS_FILE run_name=... base_output_directory=... dataset_path=...",
-    ]
+    ] + _model_notes(ctx)
     sections = [
-        ("model (explicit sizes; model_name stays 'default' so nothing overrides them)", model_keys(ctx)),
+        ("model (explicit sizes; a model_name other than 'default' is MaxText's config with these same values)",
+         model_keys(ctx)),
         ("batch: global = devices x per_device_batch_size x gradient_accumulation_steps", batch_keys(ctx)),
         ("parallelism", {"hardware": hardware, **parallelism(ctx),
                          **({"shard_optimizer_over_data": True} if ctx.effective_zero_stage == 1 else {})}),
@@ -119,12 +168,44 @@ def render(ctx: ExportContext) -> str:
     body = 'base_config: "base.yml"\n'
     for title, keys in sections:
         body += f"\n# {title}\n" + "".join(f"{k}: {_yaml_value(v)}\n" for k, v in keys.items())
-    return comment_block(notes) + body
+    return comment_block(notes) + body + "\n" + comment_block(placeholder_lines())
+
+
+def placeholder_lines() -> list[str]:
+    """What layoutsearch does not decide, as commented keys (MaxText's base.yml names)."""
+    return [placeholder_note(),
+            f"PLACEHOLDER: run_name: {set_me('run name')}",
+            f"PLACEHOLDER: base_output_directory: {set_me('gs:// or local directory for checkpoints and logs')}",
+            f"PLACEHOLDER: dataset_type: {set_me('tfds, grain or hf')}",
+            f"PLACEHOLDER: dataset_path: {set_me('training data')}",
+            f"PLACEHOLDER: tokenizer_path: {set_me('tokenizer')}",
+            f"PLACEHOLDER: learning_rate: {set_me('peak learning rate')}",
+            f"PLACEHOLDER: steps: {set_me('training steps')}",
+            f"PLACEHOLDER: load_parameters_path: {set_me('checkpoint to start from, or leave unset')}"]
+
+
+def _model_notes(ctx: ExportContext) -> list[str]:
+    m, notes = ctx.model, []
+    if m.rope_scaling is not None and _rope_fixed(m) != MAXTEXT_ROPE_FIXED:
+        notes.append("rope scaling: MaxText's llama3.1 RoPE fixes factor 8, low 1, high 4, original context 8192; "
+                     f"this model has {', '.join(f'{v:g}' for v in _rope_fixed(m))}.")
+    if m.attention_dropout != m.hidden_dropout:
+        notes.append(f"dropout: MaxText has one dropout_rate; written as the larger of attention "
+                     f"{m.attention_dropout:g} and hidden {m.hidden_dropout:g}.")
+    if m.activation_name not in ("silu", "gelu"):
+        notes.append(f"activation {m.activation_name}: written as MaxText's "
+                     f"{'silu' if m.mlp == 'gated' else 'gelu'}; change mlp_activations to match.")
+    return notes
 
 
 def _yaml_value(value) -> str:
     """A scalar or list in YAML flow syntax (JSON is a subset of YAML)."""
-    return repr(value) if isinstance(value, float) else json.dumps(value)
+    if isinstance(value, float):
+        text = repr(value)
+        mantissa, e, exponent = text.partition("e")
+        # YAML 1.1 (PyYAML, omegaconf) reads 1e-05 as a string: the mantissa needs a dot
+        return f"{mantissa}.0e{exponent}" if e and "." not in mantissa else text
+    return json.dumps(value)
 
 
 # ----------------------------------------------------------------------------- checker
@@ -223,6 +304,16 @@ def _model_problems(cfg: dict, deg: dict[str, int], ctx: ExportContext) -> list[
         out.append(f"tensor({tensor}) does not divide base_num_kv_heads({cfg.get('base_num_kv_heads')})")
     if int(cfg.get("base_num_query_heads", 0)) % tensor:
         out.append(f"tensor({tensor}) does not divide base_num_query_heads({cfg.get('base_num_query_heads')})")
+    if not math.isclose(float(cfg.get("normalization_layer_epsilon", 1e-5)), m.norm_eps, rel_tol=1e-9):
+        out.append(f"normalization_layer_epsilon {cfg.get('normalization_layer_epsilon')}, model has {m.norm_eps:g}")
+    if not m.learned_positions and float(cfg.get("rope_max_timescale", 10_000)) != float(m.rope_theta):
+        out.append(f"rope_max_timescale {cfg.get('rope_max_timescale', 10_000)}, model has {m.rope_theta:g}")
+    if not m.learned_positions and (cfg.get("rope_type") == "llama3.1") != (m.rope_scaling is not None):
+        out.append(f"rope_type {cfg.get('rope_type', 'default')}, model has "
+                   f"{'no ' if m.rope_scaling is None else ''}llama3.1 rope scaling")
+    name = cfg.get("model_name", "default")
+    if name != "default" and name != maxtext_model_name(ctx):
+        out.append(f"model_name {name} is not a MaxText config with this model's sizes")
     if cfg.get("decoder_block") == "gpt3" and int(cfg.get("trainable_position_size", 0)) < ctx.seq_len:
         out.append(f"trainable_position_size({cfg.get('trainable_position_size')}) < max_target_length({ctx.seq_len})")
     return out

@@ -15,17 +15,32 @@ num_microbatches_calculator.py):
 - Recompute: full -> granularity full, method uniform, 1 layer per unit (the layer input is
   kept); selective -> granularity selective (core attention; Megatron cannot recompute only the
   dense MLP activation, so that part of layoutsearch's selective policy is kept in memory).
+- Hyper-parameters: ``--rotary-base`` (an int in arguments.py), ``--use-rope-scaling`` /
+  ``--rope-scaling-factor`` (Llama 3.1 scaling; megatron-core fixes low 1, high 4, original 8192),
+  ``--norm-epsilon``, ``--attention-dropout`` / ``--hidden-dropout`` (Megatron's default is 0.1),
+  ``--add-qkv-bias`` (Qwen2), activation ``--swiglu`` (gated SiLU) or GELU (Megatron's default).
+- Overlap the cost model assumes: ``--overlap-grad-reduce`` with data parallelism,
+  ``--overlap-param-gather`` with the distributed optimizer, ``--tp-comm-overlap`` when the
+  workload says TP collectives are pipelined with their GEMMs (Transformer Engine userbuffers).
+- Not decided (``MEGATRON_PLACEHOLDER_ARGS``, values ``<set me: ...>``): data, tokenizer, learning
+  rate and schedule, training iterations, checkpoint paths.
 - Not expressible: a GPipe schedule (Megatron runs 1F1B or interleaved 1F1B).
 """
 
 from __future__ import annotations
 
+import math
 import shlex
 
 from layoutsearch.core.rules import Capabilities
-from layoutsearch.export.context import ExportContext, comment_block, header_lines
+from layoutsearch.export.context import ExportContext, comment_block, header_lines, placeholder_note, set_me
 
 ARRAY = "MEGATRON_ARGS"
+PLACEHOLDER_ARRAY = "MEGATRON_PLACEHOLDER_ARGS"
+# megatron-core's llama3 scaling (rope_utils / rotary_pos_embedding): only the factor is a flag.
+MEGATRON_ROPE_FIXED = {"low_freq_factor": 1.0, "high_freq_factor": 4.0, "original_max_position_embeddings": 8192}
+GATED_ACTIVATIONS = ("silu", "swish")  # --swiglu
+PLAIN_ACTIVATIONS = ("gelu", "gelu_new", "gelu_pytorch_tanh", "gelu_fast")  # Megatron's default GELU
 CAPABILITIES = Capabilities(
     target="megatron", framework="Megatron-LM", pipeline_schedules=("1f1b", "interleaved"),
     why={"megatron-pipeline": "it runs 1F1B, or interleaved 1F1B with virtual stages; no GPipe"})
@@ -40,7 +55,14 @@ def _model_args(ctx: ExportContext) -> list[tuple[str, object]]:
         ("--max-position-embeddings", m.learned_positions if m.learned_positions else ctx.seq_len),
         ("--position-embedding-type", "learned_absolute" if m.learned_positions else "rope"),
         ("--normalization", "RMSNorm" if m.norm == "rmsnorm" else "LayerNorm"),
+        ("--norm-epsilon", repr(float(m.norm_eps))),
     ]
+    if not m.learned_positions:
+        args.append(("--rotary-base", int(m.rope_theta)))
+        if m.rope_scaling is not None:
+            args += [("--use-rope-scaling", None), ("--rope-scaling-factor", f"{m.rope_scaling.factor:g}")]
+    args += [("--attention-dropout", repr(float(m.attention_dropout))),
+             ("--hidden-dropout", repr(float(m.hidden_dropout)))]
     if m.num_kv_heads != m.num_heads:
         args += [("--group-query-attention", None), ("--num-query-groups", m.num_kv_heads)]
     if m.mlp == "gated":
@@ -49,6 +71,8 @@ def _model_args(ctx: ExportContext) -> list[tuple[str, object]]:
         args.append(("--untie-embeddings-and-output-weights", None))
     if not m.linear_bias:
         args.append(("--disable-bias-linear", None))
+        if m.qkv_bias:
+            args.append(("--add-qkv-bias", None))
     args.append(("--bf16", None))
     return args
 
@@ -74,11 +98,42 @@ def _parallel_args(ctx: ExportContext) -> list[tuple[str, object]]:
                  ("--ckpt-format", "fsdp_dtensor")]
     if zero >= 1 and lay.dp > 1:
         args.append(("--num-distributed-optimizer-instances", lay.dp))
+    if lay.data_units * lay.cp > 1:  # the cost model overlaps the gradient reduction with the backward pass
+        args.append(("--overlap-grad-reduce", None))
+        if zero >= 1:  # and the parameter all-gather with the forward pass
+            args.append(("--overlap-param-gather", None))
+    if lay.tp > 1 and lay.sequence_parallel and ctx.workload.tp_comm_overlap:  # arguments.py: needs SP
+        args.append(("--tp-comm-overlap", None))
     if lay.recompute == "full":
         args += [("--recompute-granularity", "full"), ("--recompute-method", "uniform"), ("--recompute-num-layers", 1)]
     elif lay.recompute == "selective":
         args.append(("--recompute-granularity", "selective"))
     return args
+
+
+def _placeholder_args() -> list[tuple[str, str]]:
+    """What layoutsearch does not decide, as in Megatron-LM's examples/ scripts (DATA_ARGS, TRAINING_ARGS)."""
+    return [("--data-path", set_me("data prefix of your preprocessed .bin/.idx files")),
+            ("--tokenizer-type", set_me("e.g. HuggingFaceTokenizer")),
+            ("--tokenizer-model", set_me("tokenizer path or Hugging Face id")),
+            ("--lr", set_me("peak learning rate")), ("--min-lr", set_me("final learning rate")),
+            ("--lr-decay-style", set_me("e.g. cosine")), ("--lr-warmup-iters", set_me("warmup iterations")),
+            ("--train-iters", set_me("training iterations")),
+            ("--save", set_me("checkpoint directory")), ("--load", set_me("checkpoint directory to resume from"))]
+
+
+def _model_notes(ctx: ExportContext) -> list[str]:
+    m, notes = ctx.model, []
+    act = m.activation_name
+    if act not in (GATED_ACTIVATIONS if m.mlp == "gated" else PLAIN_ACTIVATIONS):
+        notes.append(f"activation {act}: Megatron writes {'--swiglu (SiLU)' if m.mlp == 'gated' else 'GELU'}; "
+                     f"set the activation in your model provider to match.")
+    scaling = m.rope_scaling
+    if scaling is not None and any(getattr(scaling, k) != v for k, v in MEGATRON_ROPE_FIXED.items()):
+        notes.append(f"rope scaling: megatron-core fixes low_freq_factor 1, high_freq_factor 4 and original "
+                     f"context 8192; this model has {scaling.low_freq_factor:g}, {scaling.high_freq_factor:g}, "
+                     f"{scaling.original_max_position_embeddings}.")
+    return notes
 
 
 def render(ctx: ExportContext) -> str:
@@ -89,8 +144,9 @@ def render(ctx: ExportContext) -> str:
         f"Data-parallel size (Megatron's DP) = {lay.num_devices} / (tp {lay.tp} x pp {lay.pp} x cp {lay.cp}) = "
         f"{lay.data_units}; {lay.num_microbatches} microbatches per step.",
         f"Vocabulary: {ctx.model.vocab_size} tokens from your tokenizer (Megatron pads it to a multiple of 128 x tp).",
-        "Usage: source THIS_FILE; torchrun ... pretrain_gpt.py \"${MEGATRON_ARGS[@]}\" --data-path ... --tokenizer-type ...",
-    ]
+        f"Usage: source THIS_FILE; torchrun ... pretrain_gpt.py \"${{{ARRAY}[@]}}\" \"${{{PLACEHOLDER_ARRAY}[@]}}\"",
+        placeholder_note() + f" They are in {PLACEHOLDER_ARRAY}.",
+    ] + _model_notes(ctx)
     if lay.recompute == "selective":
         notes.append("recompute selective -> --recompute-granularity selective (core attention only; with Transformer "
                      "Engine's fused attention that saves little). layoutsearch's selective also drops the MLP "
@@ -104,6 +160,10 @@ def render(ctx: ExportContext) -> str:
     for title, args in (("model", _model_args(ctx)), ("parallelism, batch, recompute", _parallel_args(ctx))):
         lines.append(f"  # {title}")
         lines += [f"  {flag}" if value is None else f"  {flag} {shlex.quote(str(value))}" for flag, value in args]
+    lines.append(")")
+    lines.append(f"# PLACEHOLDER: not decided by layoutsearch; replace every <set me: ...> before launch")
+    lines.append(f"{PLACEHOLDER_ARRAY}=(")
+    lines += [f"  {flag} {shlex.quote(value)}" for flag, value in _placeholder_args()]
     lines.append(")")
     return "\n".join(lines) + "\n"
 
@@ -205,7 +265,48 @@ def _option_problems(f: dict, tp: int, pp: int, cp: int, dp: int, layers: int, c
     if "--use-megatron-fsdp" in f:
         if f.get("--ckpt-format") != "fsdp_dtensor" or "--use-distributed-optimizer" not in f:
             out.append("Megatron-FSDP needs --ckpt-format fsdp_dtensor and --use-distributed-optimizer")
+    out += _hyper_problems(f, tp, dp, cp, ctx)
     instances = _int(f, "--num-distributed-optimizer-instances", 1)
     if (dp * cp) % instances:
         out.append(f"DP x CP ({dp * cp}) is not divisible by --num-distributed-optimizer-instances {instances}")
+    return out
+
+
+def _float(flags: dict, name: str, default: float) -> float | None:
+    value = flags.get(name, default)
+    try:
+        return None if value is True else float(value)
+    except ValueError:
+        return None
+
+
+def _hyper_problems(f: dict, tp: int, dp: int, cp: int, ctx: ExportContext) -> list[str]:
+    """The model's hyper-parameters and the overlap flags the prediction assumes (Megatron defaults when absent)."""
+    m, out = ctx.model, []
+    want = {"--norm-epsilon": (1e-5, m.norm_eps), "--attention-dropout": (0.1, m.attention_dropout),
+            "--hidden-dropout": (0.1, m.hidden_dropout)}
+    if not m.learned_positions:
+        want["--rotary-base"] = (10000.0, float(int(m.rope_theta)))
+        if m.rope_scaling is not None:
+            want["--rope-scaling-factor"] = (8.0, m.rope_scaling.factor)
+    for flag, (default, value) in want.items():
+        got = _float(f, flag, default)
+        if got is None or not math.isclose(got, value, rel_tol=1e-9, abs_tol=1e-12):
+            out.append(f"{flag} is {f.get(flag, default)}, the model has {value:g}")
+    if not m.learned_positions and ("--use-rope-scaling" in f) != (m.rope_scaling is not None):
+        out.append(f"--use-rope-scaling is {'set' if '--use-rope-scaling' in f else 'missing'}, the model has "
+                   f"{'no ' if m.rope_scaling is None else ''}llama3 rope scaling")
+    qkv = m.qkv_bias and not m.linear_bias
+    if ("--add-qkv-bias" in f) != qkv:
+        out.append(f"--add-qkv-bias is {'set' if '--add-qkv-bias' in f else 'missing'}, the model has "
+                   f"{'' if qkv else 'no '}Q/K/V-only biases")
+    if "--tp-comm-overlap" in f and (tp == 1 or "--sequence-parallel" not in f):
+        out.append("--tp-comm-overlap needs tp > 1 and --sequence-parallel")
+    if "--overlap-param-gather" in f and "--use-distributed-optimizer" not in f:
+        out.append("--overlap-param-gather needs --use-distributed-optimizer")
+    if dp * cp > 1 and "--overlap-grad-reduce" not in f:
+        out.append("--overlap-grad-reduce is missing; the predicted time overlaps the gradient reduction")
+    lay = ctx.layout
+    if lay.tp > 1 and lay.sequence_parallel and ctx.workload.tp_comm_overlap and "--tp-comm-overlap" not in f:
+        out.append("--tp-comm-overlap is missing; the predicted time assumed TP communication overlap")
     return out

@@ -17,6 +17,13 @@ distributed/pipeline_parallel.py, train.py, models/llama3):
 - Recompute: none/full -> mode none/full; selective -> mode selective with op-level SAC (saves
   every other matmul and the attention output: not the same set of tensors as layoutsearch's
   selective policy, which keeps all matmul inputs and recomputes the attention core).
+- Model hyper-parameters: the llama3 flavors fix rope_theta 500000 and norm_eps 1e-5; a custom
+  flavor (``custom_flavor_args``) carries the model's rope_theta and norm_eps. Dropout: none in
+  torchtitan's llama3 (a model with dropout is noted).
+- Not decided: ``[job] dump_folder``, ``[model] hf_assets_path`` (tokenizer),
+  ``[training] dataset`` / ``dataset_path``, ``[checkpoint] folder`` are ``<set me: ...>`` strings
+  (so nothing falls back to the test dataset ``c4_test`` or the test tokenizer); the learning rate
+  (``[optimizer] lr``) and ``[training] steps`` are numbers, so they are ``# PLACEHOLDER:`` comments.
 - Not expressible: ZeRO-1; KV-head replication (tp > kv heads); cp without weight sharding;
   architectures other than Llama-3 (gated MLP, RMSNorm, RoPE, untied, no biases).
 """
@@ -27,7 +34,7 @@ import math
 import tomllib
 
 from layoutsearch.core.rules import Capabilities
-from layoutsearch.export.context import ExportContext, comment_block, header_lines
+from layoutsearch.export.context import ExportContext, comment_block, header_lines, placeholder_note, set_me
 
 SCHEDULES = {"1f1b": "1F1B", "gpipe": "GPipe", "interleaved": "Interleaved1F1B"}
 SINGLE_STAGE = ("1F1B", "GPipe")
@@ -65,7 +72,10 @@ def custom_flavor_args(ctx: ExportContext) -> str:
     mult = None if base <= m.d_ff else m.d_ff / base
     return (f"TransformerModelArgs(dim={m.d_model}, n_layers={m.num_layers}, n_heads={m.num_heads}, "
             f"n_kv_heads={m.num_kv_heads}, vocab_size={m.vocab_size}, ffn_dim_multiplier={mult!r}, "
-            f"multiple_of={m.d_ff}, rope_theta=500000)")
+            f"multiple_of={m.d_ff}, rope_theta={float(m.rope_theta)!r}, norm_eps={float(m.norm_eps)!r})")
+
+
+FLAVOR_ROPE_THETA, FLAVOR_NORM_EPS = 500000.0, 1e-5  # torchtitan llama3 flavors (TransformerModelArgs)
 
 
 CAPABILITIES = Capabilities(
@@ -97,13 +107,23 @@ def sections(ctx: ExportContext) -> dict[str, dict]:
         ac["selective_ac_option"] = "op"
     flavor = flavor_for(ctx) or ctx.model_id
     return {
-        "job": {"description": f"layoutsearch layout rank {ctx.record.get('rank', 1)} for {ctx.model_id} on {ctx.cluster.name}"},
-        "model": {"name": "llama3", "flavor": flavor},
+        "job": {"description": f"layoutsearch layout rank {ctx.record.get('rank', 1)} for {ctx.model_id} on {ctx.cluster.name}",
+                "dump_folder": set_me("output folder for logs and checkpoints")},
+        "model": {"name": "llama3", "flavor": flavor, "hf_assets_path": set_me("folder with the tokenizer (HF assets)")},
         "training": {"local_batch_size": mbs * k if lay.pp > 1 else mbs,
-                     "global_batch_size": ctx.global_batch_seqs, "seq_len": ctx.seq_len},
+                     "global_batch_size": ctx.global_batch_seqs, "seq_len": ctx.seq_len,
+                     "dataset": set_me("dataset name registered in torchtitan"),
+                     "dataset_path": set_me("dataset location")},
         "parallelism": parallelism,
         "activation_checkpoint": ac,
+        "checkpoint": {"folder": set_me("checkpoint folder under dump_folder")},
     }
+
+
+# Numeric fields cannot hold a '<set me>' string (the loader would refuse it): commented per section.
+NUMERIC_PLACEHOLDERS = {"training": [f"steps = {set_me('training steps')}"],
+                        "optimizer": [f"lr = {set_me('peak learning rate')}"],
+                        "lr_scheduler": [f"warmup_steps = {set_me('warmup steps')}"]}
 
 
 def _toml_value(value) -> str:
@@ -125,11 +145,33 @@ def render(ctx: ExportContext) -> str:
     if ctx.effective_zero_stage == 2 and ctx.layout.num_microbatches > 1 and ctx.layout.pp == 1:
         notes.append("zero 2 -> fsdp_reshard_after_forward = \"never\": FSDP2 still gathers and reduce-scatters "
                      "once per microbatch, not once per step.")
+    notes += _model_notes(ctx)
     notes.append("Usage: NGPU=... CONFIG_FILE=THIS_FILE ./run_train.sh (torchtitan 0.2.x TOML schema)")
+    notes.append(placeholder_note())
     body = ""
-    for name, keys in sections(ctx).items():
+    secs = sections(ctx)
+    for name in list(secs) + [n for n in NUMERIC_PLACEHOLDERS if n not in secs]:
+        keys = secs.get(name, {})
         body += f"\n[{name}]\n" + "".join(f"{k} = {_toml_value(v)}\n" for k, v in keys.items())
+        body += "".join(f"# PLACEHOLDER: {line}\n" for line in NUMERIC_PLACEHOLDERS.get(name, []))
     return comment_block(notes) + body
+
+
+def _model_notes(ctx: ExportContext) -> list[str]:
+    m, notes = ctx.model, []
+    if flavor_for(ctx) is not None and (m.rope_theta != FLAVOR_ROPE_THETA or m.norm_eps != FLAVOR_NORM_EPS):
+        notes.append(f"flavor {flavor_for(ctx)} has rope_theta {FLAVOR_ROPE_THETA:g} and norm_eps "
+                     f"{FLAVOR_NORM_EPS:g}; this model has {m.rope_theta:g} and {m.norm_eps:g}: register "
+                     f"{custom_flavor_args(ctx)} instead.")
+    if m.rope_scaling is not None:
+        r = m.rope_scaling
+        notes.append(f"rope scaling llama3: factor {r.factor:g}, low_freq_factor {r.low_freq_factor:g}, "
+                     f"high_freq_factor {r.high_freq_factor:g}, original context {r.original_max_position_embeddings} "
+                     f"(torchtitan's llama3 RoPE; check the flavor's rope scaling arguments match).")
+    if m.attention_dropout or m.hidden_dropout:
+        notes.append(f"dropout attention {m.attention_dropout:g} / hidden {m.hidden_dropout:g}: torchtitan's llama3 "
+                     f"has no dropout.")
+    return notes
 
 
 # ----------------------------------------------------------------------------- checker
