@@ -282,12 +282,3 @@ def violations(problem: Problem, layout: Layout, rules: tuple[Rule, ...]) -> lis
             if rule.code == "degree":
                 break
     return out
-
-
-def holds_all(problem: Problem, rules, cand: Cand) -> np.ndarray:
-    """True where every rule holds (the rules' fields must all be in ``cand``)."""
-    shape = np.broadcast_shapes(*(np.shape(v) for v in cand.values()))
-    ok = np.ones(shape, dtype=bool)
-    for rule in rules:
-        ok &= rule.mask(problem, cand)
-    return ok

@@ -205,10 +205,6 @@ def all_gather_time(array_bytes, span: Span, half_efficiency_bytes: float = 0.0)
     return ring_time(array_bytes, ring_coefficients(span), half_efficiency_bytes)
 
 
-def reduce_scatter_time(array_bytes, span: Span, half_efficiency_bytes: float = 0.0):
-    """ReduceScatter of an array of ``array_bytes`` (the full input): the AllGather's mirror."""
-    return all_gather_time(array_bytes, span, half_efficiency_bytes)
-
 
 def all_reduce_time(array_bytes, span: Span, half_efficiency_bytes: float = 0.0):
     """AllReduce = ReduceScatter + AllGather."""
@@ -231,11 +227,3 @@ def send_coefficients(span: Span) -> RingCoefficients:
     if not span:
         return RingCoefficients(members=1, seconds_per_byte=0.0, latency_s=0.0)
     return send_coefficients_of(Spans.of(span)).row()
-
-
-def send_time(array_bytes, span: Span, half_efficiency_bytes: float = 0.0):
-    """Point-to-point send of ``array_bytes``: (A + h) / link + latency (message efficiency on A)."""
-    coeffs = send_coefficients(span)
-    if not span:
-        return 0.0 * array_bytes
-    return (array_bytes + half_efficiency_bytes) * coeffs.seconds_per_byte + coeffs.latency_s

@@ -19,7 +19,7 @@ from layoutsearch.core.placement import candidate_placements
 from layoutsearch.core.problem import HasProblem, Problem
 from layoutsearch.core.rules import Violation
 from layoutsearch.core.specs import RECOMPUTE_CODES, SCHEDULE_CODES, Layout, MfuConvention
-from layoutsearch.core.units import GB, SECONDS_PER_DAY
+from layoutsearch.core.units import GB
 from layoutsearch.costs import flops, params, step, terms
 
 
@@ -53,9 +53,6 @@ class Estimate(HasProblem):
         return flops.mfu(per_token * self.workload.global_batch_tokens, self.step_time_s, self.cluster.num_devices,
                          self.cluster.accelerator.peak_flops_per_s)
 
-    def days_for_tokens(self, tokens: float) -> float:
-        """Calendar days to train ``tokens`` tokens at this step time."""
-        return tokens / self.tokens_per_s / SECONDS_PER_DAY
 
 
 def capacity_bytes(cluster) -> float:

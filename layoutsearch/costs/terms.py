@@ -102,7 +102,7 @@ def layers_per_stage(model: ModelSpec, sh: Shapes):
 
 
 def step_multiplier(sh: Shapes, k):
-    """(K + (p - 1)/v): microbatch-times per step on the slowest stage (pipeline.step_time)."""
+    """(K + (p - 1)/v): microbatch-times per step on the slowest stage (Narayanan et al. 2021: the 1F1B bubble, /v when interleaved)."""
     return k + pipeline.bubble_microbatches(_f(sh.pp), _f(sh.v))
 
 
@@ -213,11 +213,6 @@ def fsdp_exposed_fixed(model: ModelSpec, sh: Shapes, fc: dict, fwd_window_layer,
     vocab = _f(holds_vocab) * np.maximum(0.0, fc["vocab"] - logits_window)
     return {"forward": forward, "vocab": vocab}
 
-
-def fsdp_backward_exposed(model: ModelSpec, sh: Shapes, fc: dict, bwd_window_layer):
-    """ZeRO-3 backward: max(0, layers x (gather + reduce-scatter) - layers x backward window)."""
-    layers = layers_per_stage(model, sh)
-    return np.maximum(0.0, layers * (fc["gather_layer"] + fc["reduce_layer"]) - layers * bwd_window_layer)
 
 
 def step_collectives(model: ModelSpec, workload: Workload, acc: Accelerator, sh: Shapes, z, co: Coeffs) -> dict:
