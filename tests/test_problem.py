@@ -18,7 +18,8 @@ def test_problem_record_round_trips_every_assumption():
                         training_tokens=1e12, precision="fp16")
     problem = Problem.build("debug", "h100-16", workload)
     back = Problem.from_record(json.loads(json.dumps(problem.record())))
-    assert back.workload == workload
+    assert back.workload == problem.workload
+    assert problem.workload.framework == "megatron" and workload.framework is None  # the GPU default, named
     assert back.model == problem.model and back.cluster.axes == problem.cluster.axes
 
 

@@ -24,8 +24,9 @@ from layoutsearch.core import io
 from layoutsearch.core.catalogue import load_model, model_from_dict
 from layoutsearch.core.errors import InvalidArgumentError
 from layoutsearch.core.specs import (
-    DEGREE_NAMES, RECOMPUTE_POLICIES, Cluster, Layout, Method, ModelSpec, Objective, Schedule, Workload,
+    DEGREE_NAMES, RECOMPUTE_POLICIES, Cluster, Layout, Method, ModelSpec, Objective, Precision, Schedule, Workload,
 )
+from layoutsearch.core.frameworks import profile_of
 from layoutsearch.core.topology import CustomCluster, cluster_from_spec, resolve_cluster
 from layoutsearch.core.units import (
     MAX_DEVICES, MAX_GLOBAL_BATCH_SEQS, MAX_SEQ_LEN, MAX_TRAINING_TOKENS, MAX_VIRTUAL_STAGES_RECORD,
@@ -33,6 +34,7 @@ from layoutsearch.core.units import (
 
 ZERO_STAGES = (0, 1, 2, 3)
 SCHEDULES = tuple(s.value for s in Schedule)
+PRECISIONS = tuple(p.value for p in Precision)
 MAX_VIRTUAL_STAGES = 8
 
 
@@ -62,6 +64,7 @@ class Problem:
         check_workload(workload)
         spec = load_model(model) if isinstance(model, str) else model
         clus = resolve_cluster(cluster) if isinstance(cluster, str) else cluster
+        workload = resolved_workload(workload, clus)
         return cls(model_id=model if isinstance(model, str) else spec.name, model=spec,
                    cluster_name=cluster if isinstance(cluster, str) else clus.name, cluster=clus, workload=workload)
 
@@ -98,7 +101,16 @@ class Problem:
             model = load_model(rec.model)
         cluster = (resolve_cluster(rec.cluster) if rec.cluster_spec is None
                    else cluster_from_spec(rec.cluster_spec, "problem", "cluster_spec.", name=rec.cluster))
+        workload = resolved_workload(workload, cluster)
         return cls(model_id=rec.model, model=model, cluster_name=rec.cluster, cluster=cluster, workload=workload)
+
+
+def resolved_workload(workload: Workload, cluster: Cluster) -> Workload:
+    """The workload with its framework profile named (the accelerator's default when unset) and checked."""
+    profile = profile_of(workload.framework, cluster.accelerator.kind)
+    if workload.precision not in PRECISIONS:
+        raise InvalidArgumentError(f"--precision: '{workload.precision:.40}' is not one of {', '.join(PRECISIONS)}")
+    return workload if workload.framework == profile.name else replace(workload, framework=profile.name)
 
 
 def check_workload(workload: Workload, where: str = "") -> None:
@@ -209,6 +221,7 @@ class WorkloadRecord(_Record):
     fsdp_collectives_per_layer: StrictInt = Field(default=1, ge=1, le=64)
     training_tokens: FiniteNumber | None = Field(default=None, gt=0, le=MAX_TRAINING_TOKENS)
     precision: StrictStr = Field(default="bf16", max_length=64)
+    framework: StrictStr | None = Field(default=None, max_length=64)
 
 
 class ProblemRecord(_Record):

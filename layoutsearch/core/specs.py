@@ -30,6 +30,10 @@ Schedule = choices("Schedule", ("1f1b", "interleaved", "gpipe"),
 Objective = choices("Objective", ("step-time", "gather-volume"), "What the search minimises.")
 Method = choices("Method", ("cpsat", "enumerate"), "CP-SAT (a proof) or the exhaustive enumerator (the oracle).")
 MfuConvention = choices("MfuConvention", ("model", "palm", "palm-causal"), "How MFU counts FLOPs (costs.flops).")
+Framework = choices("Framework", ("megatron", "torchtitan", "maxtext", "deepspeed", "ideal"),
+                    "The training framework whose overlap behaviour the step time assumes (core.frameworks).")
+Precision = choices("Precision", ("bf16", "fp16", "fp8"),
+                    "Matmul precision: bf16 (fp16 costs the same), or fp8 GEMMs with bf16 activations between them.")
 
 
 RECOMPUTE_POLICIES = tuple(p.value for p in Recompute)
@@ -117,7 +121,8 @@ class Workload:
     fsdp_collectives_per_layer: int = 1  # ZeRO-3 gathers per layer: 1 with flat parameters (FSDP, XLA);
     # one per parameter tensor with DeepSpeed ZeRO-3 as of 2021
     training_tokens: float | None = None  # total tokens for a calendar estimate
-    precision: str = "bf16"
+    precision: str = "bf16"  # Precision: "fp8" runs the GEMMs in fp8 (Transformer Engine / MaxText recipes)
+    framework: str | None = None  # Framework profile; None = the accelerator's default (Problem.build resolves it)
 
     @property
     def global_batch_tokens(self) -> int:

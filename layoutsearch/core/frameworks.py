@@ -1,0 +1,80 @@
+"""Framework profiles: which collectives a training framework overlaps with which compute.
+
+The cost model (``costs.terms``) asks the workload's profile, never the framework's name. Each
+profile states what the framework does when launched with the flags its exporter writes
+(``export.*`` emit exactly the flags a profile assumes):
+
+- ``megatron`` (Megatron-LM / Megatron-Core / NeMo): ``--overlap-grad-reduce`` (DP and ZeRO
+  reductions bucketed into the last microbatch's backward), ``--overlap-param-gather`` (the
+  ZeRO-1 gather of updated weights into the next forward), ``--tp-comm-overlap`` (Transformer
+  Engine userbuffers) only when asked: it is off by default in Megatron.
+- ``deepspeed``: ``overlap_comm`` hides the ZeRO gradient reductions and the ZeRO-3 prefetch;
+  the ZeRO-1/2 gather of updated weights runs after the optimizer step, exposed.
+- ``torchtitan`` (FSDP2): forward and backward prefetch of the per-layer all-gathers, the
+  reduce-scatter in backward; HSDP's all-reduce in backward; async TP only when asked.
+- ``maxtext`` (XLA): the latency-hiding scheduler overlaps FSDP gathers and gradient reductions;
+  XLA's collective matmul (TP overlap) only when asked.
+- ``ideal``: everything that can overlap does, TP included (the bound the others approach).
+
+TP collectives pipelined with their GEMMs need the fast domain (NVLink / ICI): a TP group that
+crosses scale-out links is on the critical path in every profile (NeMo "Communication Overlap":
+userbuffers run over NVLink only).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from layoutsearch.core.errors import InvalidArgumentError
+from layoutsearch.core.specs import Framework
+
+
+@dataclass(frozen=True, slots=True)
+class Profile:
+    """What overlaps with what under one framework (each flag: hidden behind its compute window)."""
+
+    name: str
+    tp_overlap: bool  # TP collectives pipelined with their GEMMs (inside the fast domain only)
+    grad_reduce_overlap: bool  # DP / ZeRO-1/2 reductions behind the last microbatch's backward
+    param_gather_overlap: bool  # ZeRO-1/2 gather of updated weights behind the next forward
+    fsdp_prefetch: bool  # ZeRO-3 per-layer gathers behind the previous layer's compute
+    cp_overlap: bool = True  # context-parallel ring passes behind the attention core
+
+
+PROFILES = {
+    "megatron": Profile("megatron", tp_overlap=False, grad_reduce_overlap=True, param_gather_overlap=True,
+                        fsdp_prefetch=True),
+    "deepspeed": Profile("deepspeed", tp_overlap=False, grad_reduce_overlap=True, param_gather_overlap=False,
+                         fsdp_prefetch=True),
+    "torchtitan": Profile("torchtitan", tp_overlap=False, grad_reduce_overlap=True, param_gather_overlap=True,
+                          fsdp_prefetch=True),
+    "maxtext": Profile("maxtext", tp_overlap=False, grad_reduce_overlap=True, param_gather_overlap=True,
+                       fsdp_prefetch=True),
+    "ideal": Profile("ideal", tp_overlap=True, grad_reduce_overlap=True, param_gather_overlap=True,
+                     fsdp_prefetch=True),
+}
+assert set(PROFILES) == {f.value for f in Framework}
+
+# The run-record framework names (validation SCHEMA.md) -> the profile that models them.
+RECORD_FRAMEWORKS = {
+    "megatron": "megatron", "nemo-automodel": "torchtitan", "torchtitan": "torchtitan", "pytorch-fsdp": "torchtitan",
+    "llm-foundry": "torchtitan", "maxtext": "maxtext", "megatron-deepspeed": "deepspeed",
+}
+
+
+def default_framework(accelerator_kind: str) -> str:
+    """The profile used when none is named: MaxText on TPUs, Megatron on GPUs."""
+    return "maxtext" if accelerator_kind == "tpu" else "megatron"
+
+
+def framework_of_record(name: str | None, accelerator_kind: str) -> str:
+    """The profile of a run record's ``workload.framework`` (null or "other": the accelerator's default)."""
+    return RECORD_FRAMEWORKS.get(name or "", default_framework(accelerator_kind))
+
+
+def profile_of(framework: str | None, accelerator_kind: str = "gpu") -> Profile:
+    """The profile named ``framework`` (None: the accelerator's default)."""
+    name = framework or default_framework(accelerator_kind)
+    if name not in PROFILES:
+        raise InvalidArgumentError(f"--framework: '{name:.60}' is not one of {', '.join(PROFILES)}")
+    return PROFILES[name]
