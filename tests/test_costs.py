@@ -98,7 +98,7 @@ def test_saved_activations_by_policy():
     assert full == {"attn_norm_in": 8192 / 8}
     assert set(none) - set(sel) == {"attn_out", "attn_lse", "attn_scores", "mlp_act"}
     assert none["attn_scores"] == 0  # fused attention saves no scores
-    assert none["mlp_pre"] == 2 * 28672 / 8
+    assert none["mlp_gate"] == none["mlp_up"] == 28672 / 8  # the gated MLP's two input projections
 
 
 def test_microbatches_in_flight_by_schedule():

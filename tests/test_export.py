@@ -256,7 +256,7 @@ def test_every_target_round_trips_the_fsdp_layout(target):
     assert check_export(target, export_document(FSDP_TP, target), FSDP_TP) == []
 
 
-@pytest.mark.parametrize("target", ["maxtext", "megatron", "torchtitan", "deepspeed"])
+@pytest.mark.parametrize("target", ["maxtext", "megatron", "torchtitan", "torchtitan-0.3", "deepspeed"])
 @pytest.mark.parametrize("model, cluster, seqs", [("llama70b", "v5p-256", 256), ("llama3-8b", "h100-64", 256)])
 def test_solve_export_writes_the_best_expressible_layout(tmp_path, target, model, cluster, seqs):
     """`solve --export T -o F` searches what T can express, writes F whole, and F passes T's own rules."""
@@ -273,3 +273,77 @@ def test_solve_export_writes_the_best_expressible_layout(tmp_path, target, model
     text = out.read_text()
     assert check_export(target, text, doc) == []
     assert "layoutsearch" in text and str(doc["layouts"][0]["degrees"]["tp"]) in text
+
+
+# ----------------------------------------------------------------------------- torchtitan 0.3 (config_registry module)
+def tt03_constants(doc: dict) -> dict:
+    from layoutsearch.export.torchtitan03 import read_constants
+
+    return read_constants(exported(doc, "torchtitan-0.3"))
+
+
+def test_torchtitan03_carries_the_0_2_mapping_and_the_model_numbers():
+    """The 0.3 module holds the same degrees, batch and recompute as the 0.2 TOML (one mapping) and the model's numbers."""
+    doc = solve_doc("llama3-8b", "h100-64", 256, 4096,
+                    Layout(fsdp=2, tp=8, pp=4, virtual_stages=2, num_microbatches=8, schedule="interleaved",
+                           recompute="selective"))
+    c = tt03_constants(doc)
+    toml = tomllib.loads(exported(doc, "torchtitan"))
+    assert c["PARALLELISM"] == toml["parallelism"]
+    assert c["PARALLELISM"]["pipeline_parallel_schedule"] == "Interleaved1F1B"
+    assert c["TRAINING"] == {"local_batch_size": 128, "global_batch_size": 256, "seq_len": 4096, "disable_cuda_graphs": True}
+    assert c["ACTIVATION_CHECKPOINT"] == "selective" and c["FLAVOR"] == "8B"
+    assert c["MODEL"] == {"dim": 4096, "n_layers": 32, "n_heads": 32, "n_kv_heads": 8, "hidden_dim": 14336,
+                          "vocab_size": 128256, "rope_theta": 500000.0, "norm_eps": 1e-5}
+    assert c["ROPE"] == {"scaling": "llama", "scaling_factor": 8.0, "low_freq_factor": 1.0, "high_freq_factor": 4.0,
+                         "original_max_position_embeddings": 8192}
+    assert all(str(c[name]).startswith("<set me: ") for name in
+               ("DUMP_FOLDER", "HF_ASSETS_PATH", "DATASET", "DATASET_PATH", "CHECKPOINT_FOLDER", "STEPS", "LR", "WARMUP_STEPS"))
+    text = exported(doc, "torchtitan-0.3")
+    assert "MODULE=<this file's name without .py> CONFIG=layoutsearch_job NGPU=8" not in text  # 8 nodes: torchrun
+    assert "torchrun --nnodes 8 --nproc_per_node 8" in text and "-m torchtitan.train --module" in text
+    compile(text, "layout.py", "exec")  # a valid Python module
+
+
+def test_torchtitan03_single_node_launch_and_no_pipeline_flags():
+    c = tt03_constants(HSDP)
+    assert (c["PARALLELISM"]["data_parallel_replicate_degree"], c["PARALLELISM"]["data_parallel_shard_degree"]) == (2, 8)
+    assert "disable_cuda_graphs" not in c["TRAINING"] and c["FLAVOR"] == "debug" and c["ROPE"] == {"scaling": "none"}
+    one_node = solve_doc("debug", "h100-8", 32, 1024, Layout(fsdp=8))
+    assert "PYTHONPATH=<folder of this file> MODULE=<this file's name without .py> CONFIG=layoutsearch_job NGPU=8 " \
+           "./run_train.sh" in exported(one_node, "torchtitan-0.3")
+
+
+def test_torchtitan03_refuses_what_torchtitan_cannot_express():
+    """The 0.3 target declares the same capabilities as 0.2 under its own rule codes."""
+    from layoutsearch.export import capabilities_of, target_rules
+
+    z1 = solve_doc("debug", "h100-16", 64, 1024, Layout(fsdp=16, zero_stage=1, num_microbatches=2))
+    with pytest.raises(InvalidLayoutError, match=r"torchtitan-0.3 export of layout rank 1: torchtitan cannot express "
+                                                 r"ZeRO-1 \(FSDP2 has no ZeRO-1.*nearest: zero_stage 2 or 3"):
+        export_document(z1, "torchtitan-0.3")
+    kv = solve_doc("llama70b", "h100-64", 256, 4096, Layout(fsdp=4, tp=16, recompute="full"))
+    with pytest.raises(InvalidLayoutError, match="cannot replicate KV heads"):
+        export_document(kv, "torchtitan-0.3")
+    old, new = capabilities_of("torchtitan"), capabilities_of("torchtitan-0.3")
+    assert (old.zero_stages, old.zero_stages_with_cp, old.kv_replication) == (new.zero_stages, new.zero_stages_with_cp,
+                                                                              new.kv_replication)
+    codes = [r.code for r in target_rules("torchtitan-0.3")]
+    assert "torchtitan-0.3-zero" in codes and "torchtitan-0.3-kv" in codes
+
+
+def test_torchtitan03_checker_finds_a_wrong_degree_and_a_wrong_width():
+    text = exported(FSDP_TP, "torchtitan-0.3")
+    bad_tp = text.replace("'tensor_parallel_degree': 8", "'tensor_parallel_degree': 4")
+    assert any("!= WORLD_SIZE(64)" in p for p in check_export("torchtitan-0.3", bad_tp, FSDP_TP))
+    bad_ffn = text.replace("'hidden_dim': 14336", "'hidden_dim': 14335")
+    assert check_export("torchtitan-0.3", bad_ffn, FSDP_TP) == ["MODEL hidden_dim is 14335, the model has 14336"]
+    assert check_export("torchtitan-0.3", "def (", FSDP_TP)[0].startswith("not valid Python")
+
+
+def test_deepspeed_launch_line_on_a_cluster_smaller_than_a_node():
+    """h100-2 is part of one 8-GPU node: the launch line starts 2 processes on 1 node (h100-16: 8 on 2)."""
+    small = solve_doc("debug", "h100-2", 8, 128, Layout(fsdp=2, num_microbatches=2))
+    assert "deepspeed --num_gpus 2 --num_nodes 1 train.py" in exported(small, "deepspeed")
+    big = solve_doc("debug", "h100-16", 64, 1024, Layout(fsdp=16, num_microbatches=2))
+    assert "deepspeed --num_gpus 8 --num_nodes 2 train.py" in exported(big, "deepspeed")

@@ -2,7 +2,11 @@
 
 Each test skips cleanly when its framework is not installed. MaxText needs Python >= 3.12 and
 JAX, so it runs in its own interpreter: LAYOUTSEARCH_MAXTEXT_PYTHON, or the venv that
-.ci/frameworks.sh builds under ~/.cache/layoutsearch/maxtext-venv.
+.ci/frameworks.sh builds under ~/.cache/layoutsearch/maxtext-venv. torchtitan 0.3 (the
+torchtitan-0.3 target) cannot share an environment with 0.2.2: LAYOUTSEARCH_TORCHTITAN03_PYTHON, or
+~/.cache/layoutsearch/torchtitan03-venv. Besides loading configs, the tests build each framework's
+model from the exported file and compare its sizes and parameter count with costs.params, and run
+one real CPU training step where the framework allows it (DeepSpeed, MaxText).
 """
 
 from __future__ import annotations
@@ -10,6 +14,7 @@ from __future__ import annotations
 import json
 import os
 import subprocess
+import sys
 import textwrap
 from pathlib import Path
 
@@ -76,6 +81,66 @@ def test_megatron_core_rejects_a_bad_tp():
     with pytest.raises(ValueError, match="must be a multiple of"):
         tc.TransformerConfig(num_layers=32, hidden_size=4096, num_attention_heads=int(a["--num-attention-heads"]),
                              tensor_model_parallel_size=int(a["--tensor-model-parallel-size"]))
+
+
+MEGATRON_BUILD = textwrap.dedent("""
+    import json, os, sys
+    import torch, torch.nn.functional as F
+    torch.distributed.init_process_group("gloo", init_method="file://" + sys.argv[3], rank=0, world_size=1)
+    from megatron.core import parallel_state
+    from megatron.core.models.gpt import GPTModel
+    from megatron.core.models.gpt.gpt_layer_specs import get_gpt_layer_local_spec
+    from megatron.core.transformer.transformer_config import TransformerConfig
+    parallel_state.initialize_model_parallel(1, 1)
+    a, vocab = json.loads(sys.argv[1]), int(sys.argv[2])
+    cfg = TransformerConfig(
+        num_layers=int(a["--num-layers"]), hidden_size=int(a["--hidden-size"]),
+        ffn_hidden_size=int(a["--ffn-hidden-size"]), num_attention_heads=int(a["--num-attention-heads"]),
+        num_query_groups=int(a.get("--num-query-groups", a["--num-attention-heads"])), kv_channels=int(a["--kv-channels"]),
+        normalization=a["--normalization"], layernorm_epsilon=float(a["--norm-epsilon"]),
+        attention_dropout=float(a["--attention-dropout"]), hidden_dropout=float(a["--hidden-dropout"]),
+        gated_linear_unit="--swiglu" in a, activation_func=F.silu if "--swiglu" in a else F.gelu,
+        add_bias_linear="--disable-bias-linear" not in a, add_qkv_bias="--add-qkv-bias" in a,
+        use_cpu_initialization=True, params_dtype=torch.float32)
+    model = GPTModel(config=cfg, transformer_layer_spec=get_gpt_layer_local_spec(normalization=a["--normalization"]),
+                     vocab_size=vocab, max_sequence_length=int(a["--max-position-embeddings"]),
+                     position_embedding_type=a["--position-embedding-type"],
+                     rotary_base=int(float(a.get("--rotary-base", 10000))),
+                     share_embeddings_and_output_weights="--untie-embeddings-and-output-weights" not in a)
+    layer = model.decoder.layers[0]
+    print("RESULT " + json.dumps({
+        "layers": len(model.decoder.layers), "qkv": list(layer.self_attention.linear_qkv.weight.shape),
+        "fc1": list(layer.mlp.linear_fc1.weight.shape), "vocab": model.embedding.word_embeddings.weight.shape[0],
+        "params": sum(p.numel() for p in model.parameters())}))
+""")
+
+TINY_GPT3 = dict(num_layers=2, d_model=128, d_ff=512, num_heads=4, num_kv_heads=4, head_dim=32, vocab_size=1024,
+                 learned_positions=256)
+
+
+@pytest.mark.parametrize("case", ["debug_hsdp", "tiny_gpt3"])
+def test_megatron_core_builds_the_engine_model(case, tmp_path):
+    """megatron-core builds a GPTModel (local layer spec, CPU, one gloo rank) from the exported flags with the engine's
+    layers, widths, heads and exactly its parameter count: RMSNorm/SwiGLU/GQA/RoPE/untied (debug) and
+    LayerNorm/GELU/biases/learned positions/tied embeddings (a 2-layer GPT-3). The vocabulary is not a flag (it
+    comes from the tokenizer) and is passed as the model's, a multiple of 128 so Megatron pads nothing."""
+    pytest.importorskip("megatron.core.models.gpt")
+    from layoutsearch.costs.params import param_counts
+    from layoutsearch.export import context_for
+
+    doc = HSDP if case == "debug_hsdp" else custom_doc("gpt3-175b", "h100-8", 16, 256, Layout(fsdp=8), **TINY_GPT3)
+    m = context_for(doc, "megatron").model
+    assert m.vocab_size % 128 == 0
+    args = json.dumps(parse_args(export_document(doc, "megatron")))
+    run = subprocess.run([sys.executable, "-c", MEGATRON_BUILD, args, str(m.vocab_size), str(tmp_path / "rendezvous")],
+                         capture_output=True, text=True, timeout=300)
+    lines = [line for line in run.stdout.splitlines() if line.startswith("RESULT ")]
+    assert lines, run.stderr[-3000:]
+    got = json.loads(lines[0][7:])
+    assert got == {"layers": m.num_layers, "qkv": [(m.num_heads + 2 * m.num_kv_heads) * m.head_dim, m.d_model],
+                   "fc1": [m.d_ff * (2 if m.mlp_matrices == 3 else 1), m.d_model], "vocab": m.vocab_size,
+                   "params": param_counts(m)["total"]}
+    assert got["params"] == {"debug_hsdp": 7_082_240, "tiny_gpt3": 560_640}[case]
 
 
 # ----------------------------------------------------------------------------- DeepSpeed
@@ -164,6 +229,194 @@ def test_torchtitan_flavors_match_the_table_and_custom_flavors_build():
     assert tuple(block.attention.wk.weight.shape) == (ctx.model.num_kv_heads * ctx.model.head_dim, ctx.model.d_model)
 
 
+@pytest.mark.parametrize("doc", [FSDP_TP, HSDP], ids=["flavor_8B", "custom_debug"])
+def test_torchtitan_builds_the_engine_model(doc, tmp_path):
+    """The model torchtitan 0.2 builds for the exported TOML (its flavor, or the TransformerModelArgs the header says
+    to register) has the engine's layers, widths, heads and exactly its parameter count (meta device)."""
+    torch = pytest.importorskip("torch")
+    llama3 = pytest.importorskip("torchtitan.models.llama3")
+    manager = pytest.importorskip("torchtitan.config.manager")
+    import re
+
+    from layoutsearch.costs.params import param_counts
+    from layoutsearch.export import context_for
+
+    text = export_document(doc, "torchtitan")
+    path = tmp_path / "job.toml"
+    path.write_text(text)
+    flavor = manager.ConfigManager().parse_args([f"--job.config_file={path}"]).model.flavor
+    if flavor in llama3.llama3_args:
+        args = llama3.llama3_args[flavor]
+    else:  # what the header tells the user to register
+        registration = re.search(r"llama3_args as (TransformerModelArgs\(.*\))$", text, re.M).group(1)
+        args = eval(registration, {"TransformerModelArgs": llama3.TransformerModelArgs})  # noqa: S307
+    with torch.device("meta"):
+        model = llama3.Transformer(args)
+    m = context_for(doc, "torchtitan").model
+    block = model.layers["0"]
+    assert (len(model.layers), model.tok_embeddings.weight.shape[0], block.attention.n_heads, block.attention.n_kv_heads,
+            block.feed_forward.w1.weight.shape[0], block.attention.wq.weight.shape[1]) == (
+        m.num_layers, m.vocab_size, m.num_heads, m.num_kv_heads, m.d_ff, m.d_model)
+    params = sum(t.numel() for t in model.parameters())
+    assert params == param_counts(m)["total"] == {"8B": 8_030_261_248, "debug": 7_082_240}[flavor]
+
+
+# ----------------------------------------------------------------------------- torchtitan 0.3 (separate venv)
+TT03_LOADER = textwrap.dedent("""
+    import importlib, json, sys, torch
+    from torchtitan.config import ConfigManager
+    from torchtitan.distributed import pipeline_parallel as pipe
+    from torchtitan.distributed.parallel_dims import ParallelDims
+    out = []
+    for name, world in zip(sys.argv[1::2], sys.argv[2::2]):
+        try:
+            cfg = ConfigManager().parse_args(["--module", name, "--config", "layoutsearch_job", "--training.steps", "7"])
+            p, t, mc = cfg.parallelism, cfg.training, cfg.model_spec.model
+            dims = ParallelDims.from_config(p, int(world))
+            mc.update_from_config(config=cfg)
+            parts = []
+            if p.pipeline_parallel_degree > 1:
+                stages, layers, first, last = pipe._get_pipeline_metadata(dims, p, mc)
+                parts = [sum(f.startswith("layers.") for f in part)
+                         for part in pipe._generate_llm_fqn_per_model_part(stages, layers, first, last)]
+            with torch.device("meta"):
+                model = mc.build()
+            block = model.layers["0"]
+            attn = mc.layers[0].attention
+            out.append({"degrees": [dims.dp_replicate, dims.dp_shard, dims.tp, dims.pp, dims.cp],
+                        "batch": [t.local_batch_size, t.global_batch_size, t.seq_len, t.steps],
+                        "microbatch": p.pipeline_parallel_microbatch_size, "schedule": p.pipeline_parallel_schedule,
+                        "stage_layers": parts, "ac": type(cfg.activation_checkpoint).__qualname__,
+                        "reshard": p.fsdp_reshard_after_forward,
+                        "model": {"layers": len(model.layers), "dim": mc.dim, "heads": attn.n_heads,
+                                  "kv_heads": attn.n_kv_heads, "ffn": block.feed_forward.w1.weight.shape[0],
+                                  "vocab": model.tok_embeddings.weight.shape[0],
+                                  "qkv_out": block.attention.qkv_linear.wqkv.weight.shape[0],
+                                  "rope_theta": attn.rope.theta, "rope_scaling": attn.rope.scaling,
+                                  "norm_eps": [block.attention_norm.eps, model.norm.eps]},
+                        "params": sum(x.numel() for x in model.parameters())})
+        except Exception as exc:
+            out.append({"error": f"{type(exc).__name__}: {exc}"})
+    print("RESULT " + json.dumps(out))
+""")
+
+
+def torchtitan03_python() -> str:
+    path = os.environ.get("LAYOUTSEARCH_TORCHTITAN03_PYTHON") or str(
+        Path.home() / ".cache" / "layoutsearch" / "torchtitan03-venv" / "bin" / "python")
+    if not Path(path).is_file():
+        pytest.skip(f"no torchtitan 0.3 interpreter at {path} (run .ci/frameworks.sh)")
+    return path
+
+
+def fill_placeholders(text: str, values: dict[str, object]) -> str:
+    """What a user does before launch: replace every '<set me: ...>' constant of the exported module."""
+    import re
+
+    return re.sub(r"^([A-Z_]+) = '<set me: [^']*>'", lambda m: f"{m.group(1)} = {values[m.group(1)]!r}", text,
+                  flags=re.M)
+
+
+TT03_VALUES = {"DUMP_FOLDER": "/tmp/out", "HF_ASSETS_PATH": "/tmp/tokenizer", "DATASET": "c4", "DATASET_PATH": "/tmp/c4",
+               "CHECKPOINT_FOLDER": "checkpoint", "STEPS": 10, "LR": 3e-4, "WARMUP_STEPS": 2}
+
+
+def custom_doc(model_id: str, cluster: str, batch: int, seq: int, layout: Layout, **model_changes) -> dict:
+    """A solve document for a catalogue model with some fields changed (a custom ModelSpec)."""
+    import dataclasses
+
+    from layoutsearch.core.catalogue import load_model
+    from layoutsearch.core.problem import Problem
+    from layoutsearch.core.specs import Workload
+    from layoutsearch.core.topology import resolve_cluster
+    from layoutsearch.costs.estimate import estimate
+    from layoutsearch.report.output import layout_record
+
+    model = dataclasses.replace(load_model(model_id), **model_changes)
+    problem = Problem(model_id=model_id, model=model, cluster_name=cluster, cluster=resolve_cluster(cluster),
+                      workload=Workload(global_batch_seqs=batch, seq_len=seq))
+    return {"problem": problem.record(), "solver": {"method": "test", "status": "FEASIBLE"},
+            "layouts": [layout_record(estimate(problem, layout), rank=1)]}
+
+
+def test_torchtitan03_config_manager_builds_the_exported_job(tmp_path):
+    """torchtitan 0.3's ConfigManager loads each exported config_registry entry (--module/--config, with a
+    --training.steps override), ParallelDims checks the degrees against the world, its pipeline split gives
+    L/(pp v) layers per stage, and the llama3 model it builds on the meta device has the engine's shape and
+    exactly the engine's parameter count (costs.params.param_counts)."""
+    from layoutsearch.costs.params import param_counts
+    from layoutsearch.export import context_for
+
+    python = torchtitan03_python()
+    cases = {"hsdp": HSDP, "fsdp_tp": FSDP_TP, "cp": CP, "interleaved": INTERLEAVED,
+             "eps": custom_doc("debug", "h100-8", 32, 2048, Layout(fsdp=4, tp=2, num_microbatches=2, recompute="full"),
+                               norm_eps=1e-6, rope_theta=1e6)}
+    argv = []
+    for name, doc in cases.items():
+        (tmp_path / f"ls_{name}.py").write_text(fill_placeholders(export_document(doc, "torchtitan-0.3"), TT03_VALUES))
+        argv += [f"ls_{name}", str(doc["problem"]["num_devices"])]
+    run = subprocess.run([python, "-c", TT03_LOADER, *argv], capture_output=True, text=True, timeout=600,
+                         cwd=tmp_path, env={**os.environ, "PYTHONPATH": str(tmp_path)})
+    lines = [line for line in run.stdout.splitlines() if line.startswith("RESULT ")]
+    assert lines, run.stderr[-3000:]
+    results = dict(zip(cases, json.loads(lines[0][7:])))
+    for name, doc in cases.items():
+        got = results[name]
+        assert "error" not in got, f"{name}: {got}"
+        ctx = context_for(doc, "torchtitan-0.3")
+        m, lay = ctx.model, ctx.layout
+        sharded = ctx.effective_zero_stage >= 2
+        assert got["degrees"] == [lay.dp if sharded else lay.data_units, lay.fsdp if sharded else 1,
+                                  lay.tp, lay.pp, lay.cp], name
+        assert got["batch"][1:] == [ctx.global_batch_seqs, ctx.seq_len, 7], name  # 7: the launch-line override
+        assert got["model"] == {"layers": m.num_layers, "dim": m.d_model, "heads": m.num_heads, "kv_heads": m.num_kv_heads,
+                                "ffn": m.d_ff, "vocab": m.vocab_size, "qkv_out": (m.num_heads + 2 * m.num_kv_heads) * m.head_dim,
+                                "rope_theta": m.rope_theta, "rope_scaling": "none" if m.rope_scaling is None else "llama",
+                                "norm_eps": [m.norm_eps, m.norm_eps]}, name
+        assert got["params"] == param_counts(m)["total"], name
+        assert got["ac"] == {"none": "NoneType", "full": "FullAC.Config", "selective": "SelectiveAC.Config"}[lay.recompute]
+    assert results["hsdp"]["params"] == 7_082_240 and results["fsdp_tp"]["params"] == 8_030_261_248
+    assert results["eps"]["model"]["norm_eps"] == [1e-6, 1e-6] and results["eps"]["model"]["rope_theta"] == 1e6
+    inter = results["interleaved"]
+    assert (inter["schedule"], inter["stage_layers"]) == ("Interleaved1F1B", [4] * 8)
+    assert inter["batch"][0] // inter["microbatch"] == 8  # the layout's 8 microbatches
+    assert results["hsdp"]["reshard"] == "always"
+
+
+def test_torchtitan03_refuses_unset_placeholders(tmp_path):
+    """Launched as exported (placeholders unset), the registry entry refuses to build and names them."""
+    python = torchtitan03_python()
+    (tmp_path / "ls_raw.py").write_text(export_document(HSDP, "torchtitan-0.3"))
+    run = subprocess.run([python, "-c", TT03_LOADER, "ls_raw", "16"], capture_output=True, text=True, timeout=600,
+                         cwd=tmp_path, env={**os.environ, "PYTHONPATH": str(tmp_path)})
+    lines = [line for line in run.stdout.splitlines() if line.startswith("RESULT ")]
+    assert lines, run.stderr[-3000:]
+    error = json.loads(lines[0][7:])[0]["error"]
+    assert error.startswith("ValueError: set DUMP_FOLDER, HF_ASSETS_PATH, DATASET, DATASET_PATH, CHECKPOINT_FOLDER, "
+                            "STEPS, LR, WARMUP_STEPS at the top of"), error
+
+
+def test_torchtitan03_trainer_needs_cuda(tmp_path):
+    """No CPU training step for torchtitan: its Trainer takes the device from torchtitan/tools/utils.py get_device_info,
+    which falls back to "cuda" when no accelerator is found, and Trainer.__init__ calls device_module.set_device
+    (torch.cuda.set_device) before anything else, so on a CPU-only torch the launch fails there. This runs the real
+    entry point (python -m torchtitan.train --module ... --config layoutsearch_job) with the exported module and checks
+    that it gets past config parsing and stops exactly at that call; with CUDA present it is skipped (a GPU step also
+    needs torchtitan's tokenizer and dataset assets, which the wheel does not ship)."""
+    python = torchtitan03_python()
+    probe = subprocess.run([python, "-c", "import torch; print(torch.cuda.is_available())"], capture_output=True,
+                           text=True, timeout=120)
+    if probe.stdout.strip() == "True":
+        pytest.skip("CUDA present: a torchtitan step needs its tokenizer/dataset assets (not in the wheel)")
+    (tmp_path / "ls_step.py").write_text(fill_placeholders(export_document(HSDP, "torchtitan-0.3"), TT03_VALUES))
+    env = {**os.environ, "PYTHONPATH": str(tmp_path), "LOCAL_RANK": "0", "RANK": "0", "WORLD_SIZE": "1"}
+    run = subprocess.run([python, "-m", "torchtitan.train", "--module", "ls_step", "--config", "layoutsearch_job",
+                          "--training.steps", "1"], capture_output=True, text=True, timeout=300, cwd=tmp_path, env=env)
+    assert run.returncode != 0
+    assert "device_module.set_device(self.device)" in run.stderr and "torch/cuda/__init__.py" in run.stderr, \
+        run.stderr[-3000:]
+
+
 # ----------------------------------------------------------------------------- MaxText (separate interpreter)
 MAXTEXT_LOADER = textwrap.dedent("""
     import json, os, sys
@@ -218,6 +471,192 @@ def test_maxtext_pyconfig_and_mesh(tmp_path):
         assert (mesh["fsdp"] * mesh["data"], mesh["tensor"], mesh["stage"], mesh["context"]) == (
             layout.fsdp, layout.tp, layout.pp, layout.cp), name
         assert result["global"] == batch, name
+
+
+MAXTEXT_PARAMS = textwrap.dedent("""
+    import json, os, sys
+    os.environ["XLA_FLAGS"] = "--xla_force_host_platform_device_count=8"
+    os.environ["JAX_PLATFORMS"] = "cpu"
+    import jax
+    from maxtext.configs import pyconfig
+    from maxtext.utils import max_utils, maxtext_utils, model_creation_utils
+    cfg = pyconfig.initialize(["", sys.argv[1], "hardware=cpu", "skip_jax_distributed_system=true",
+                               "run_name=layoutsearch-test", "enable_checkpointing=false"])
+    mesh = maxtext_utils.get_mesh_from_config(cfg)
+    abstract = maxtext_utils.get_abstract_param(model_creation_utils.create_model(cfg, mesh), cfg)["params"]
+    shapes = {"/".join(str(getattr(k, "key", k)) for k in path): list(leaf.shape)
+              for path, leaf in jax.tree_util.tree_leaves_with_path(abstract)}
+    print("RESULT " + json.dumps({"params": max_utils.calculate_num_params_from_pytree(abstract), "shapes": shapes,
+                                  "layers": cfg.num_decoder_layers, "emb": cfg.emb_dim, "heads": cfg.num_query_heads,
+                                  "kv_heads": cfg.num_kv_heads, "mlp": cfg.mlp_dim, "vocab": cfg.vocab_size}))
+""")
+
+MAXTEXT_STEP = solve_doc("debug", "v5p-8", 32, 128, Layout(fsdp=4, tp=2, num_microbatches=2, recompute="full"))
+
+
+def test_maxtext_builds_the_engine_model(tmp_path):
+    """MaxText's own model (create_model on the mesh of the exported override, shapes by jax.eval_shape, no weights)
+    has the engine's sizes and exactly its parameter count."""
+    from layoutsearch.costs.params import param_counts
+    from layoutsearch.export import context_for
+
+    python = maxtext_python()
+    path = tmp_path / "model.yml"
+    path.write_text(export_document(MAXTEXT_STEP, "maxtext"))
+    run = subprocess.run([python, "-c", MAXTEXT_PARAMS, str(path)], capture_output=True, text=True, timeout=600)
+    lines = [line for line in run.stdout.splitlines() if line.startswith("RESULT ")]
+    assert lines, run.stderr[-3000:]
+    got = json.loads(lines[0][7:])
+    m = context_for(MAXTEXT_STEP, "maxtext").model
+    assert (got["layers"], got["emb"], got["heads"], got["kv_heads"], got["mlp"], got["vocab"]) == (
+        m.num_layers, m.d_model, m.num_heads, m.num_kv_heads, m.d_ff, m.vocab_size)
+    assert got["params"] == param_counts(m)["total"] == 7_082_240
+    shapes = {k.removesuffix("/.value"): v for k, v in got["shapes"].items()}  # layers scanned: axis 1
+    assert shapes["token_embedder/embedding"] == [m.vocab_size, m.d_model]
+    assert shapes["decoder/layers/self_attention/key/kernel"] == [m.d_model, m.num_layers, m.num_kv_heads, m.head_dim]
+    assert shapes["decoder/layers/mlp/wi_0/kernel"] == [m.d_model, m.num_layers, m.d_ff]
+    assert shapes["decoder/logits_dense/kernel"] == [m.d_model, m.vocab_size]  # untied
+
+
+def test_maxtext_cpu_training_step(tmp_path):
+    """One real MaxText training step (its train entry point, synthetic data) from the exported override on 8
+    simulated CPU devices: fsdp 4 x tensor 2, 2 accumulation steps, full remat; the step's loss is finite and near
+    ln(vocab) for a fresh model, and it counts the global batch's tokens."""
+    python = maxtext_python()
+    path = tmp_path / "step.yml"
+    path.write_text(export_document(MAXTEXT_STEP, "maxtext"))
+    env = {**os.environ, "XLA_FLAGS": "--xla_force_host_platform_device_count=8", "JAX_PLATFORMS": "cpu"}
+    run = subprocess.run([python, "-m", "maxtext.trainers.pre_train.train", str(path), "run_name=layoutsearch-step",
+                          "hardware=cpu", "skip_jax_distributed_system=true", "enable_checkpointing=false", "steps=1",
+                          "dataset_type=synthetic", f"base_output_directory={tmp_path / 'out'}"],
+                         capture_output=True, text=True, timeout=600, env=env, cwd=tmp_path)
+    log = run.stdout + run.stderr
+    assert run.returncode == 0, log[-3000:]
+    import math
+    import re
+
+    mesh = re.search(r"Num_devices: 8, shape \(([\d, ]+)\)", log).group(1)
+    assert sorted(int(x) for x in mesh.split(",") if int(x) > 1) == [2, 4]
+    step = re.search(r"completed step: 0, .*total_weights: (\d+), loss: ([\d.naif]+)", log)
+    assert step, log[-3000:]
+    assert int(step.group(1)) == 32 * 128  # the global batch's tokens
+    loss = float(step.group(2))
+    assert math.isfinite(loss) and abs(loss - math.log(2048)) < 1.5, loss
+
+
+# ----------------------------------------------------------------------------- DeepSpeed, one CPU step
+DEEPSPEED_STEP = textwrap.dedent("""
+    import json, os, sys
+    os.environ["DS_ACCELERATOR"] = "cpu"
+    import torch
+    import torch.multiprocessing as mp
+    F = torch.nn.functional
+
+
+    def lm(shape):
+        d, f, v, h, kv = shape["d_model"], shape["d_ff"], shape["vocab"], shape["heads"], shape["kv_heads"]
+        hd = shape["head_dim"]
+
+        class Block(torch.nn.Module):
+            def __init__(self):
+                super().__init__()
+                self.n1, self.n2 = torch.nn.RMSNorm(d), torch.nn.RMSNorm(d)
+                self.qkv = torch.nn.Linear(d, (h + 2 * kv) * hd, bias=False)
+                self.o = torch.nn.Linear(h * hd, d, bias=False)
+                self.gate, self.up = torch.nn.Linear(d, f, bias=False), torch.nn.Linear(d, f, bias=False)
+                self.down = torch.nn.Linear(f, d, bias=False)
+
+            def forward(self, x):
+                b, s, _ = x.shape
+                q, k, val = self.qkv(self.n1(x)).split([h * hd, kv * hd, kv * hd], dim=-1)
+                q, k, val = (t.view(b, s, -1, hd).transpose(1, 2) for t in (q, k, val))
+                a = F.scaled_dot_product_attention(q, k, val, is_causal=True, enable_gqa=True)
+                x = x + self.o(a.transpose(1, 2).reshape(b, s, h * hd))
+                y = self.n2(x)
+                return x + self.down(F.silu(self.gate(y)) * self.up(y))
+
+        class LM(torch.nn.Module):
+            def __init__(self):
+                super().__init__()
+                self.emb = torch.nn.Embedding(v, d)
+                self.blocks = torch.nn.ModuleList(Block() for _ in range(shape["layers"]))
+                self.norm, self.head = torch.nn.RMSNorm(d), torch.nn.Linear(d, v, bias=False)
+
+            def forward(self, tokens):
+                x = self.emb(tokens)
+                for block in self.blocks:
+                    x = block(x)
+                logits = self.head(self.norm(x)).float()
+                return F.cross_entropy(logits[:, :-1].reshape(-1, v), tokens[:, 1:].reshape(-1))
+
+        return LM()
+
+
+    def worker(rank, world, rendezvous, cfg, shape, out):
+        # A file rendezvous (no TCP port to race for); MASTER_ADDR/PORT only name DeepSpeed's shared-memory buffers.
+        os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(os.getppid()), RANK=str(rank), LOCAL_RANK=str(rank),
+                          WORLD_SIZE=str(world), LOCAL_SIZE=str(world))
+        import deepspeed
+        deepspeed.init_distributed(dist_backend="gloo", init_method="file://" + rendezvous, rank=rank, world_size=world)
+        torch.manual_seed(0)
+        model = lm(shape)
+        params = sum(p.numel() for p in model.parameters())
+        before = model.head.weight.detach().clone()
+        engine, _, _, _ = deepspeed.initialize(model=model, config=cfg,
+                                               optimizer=torch.optim.AdamW(model.parameters(), lr=1e-3))
+        gen = torch.Generator().manual_seed(rank)
+        losses = []
+        for _ in range(engine.gradient_accumulation_steps()):
+            tokens = torch.randint(0, shape["vocab"], (engine.train_micro_batch_size_per_gpu(), shape["seq_len"]),
+                                   generator=gen)
+            loss = engine(tokens)
+            engine.backward(loss)
+            engine.step()
+            losses.append(loss.item())
+        with deepspeed.zero.GatheredParameters([engine.module.head.weight]):
+            moved = (engine.module.head.weight.detach().float() - before.float()).abs().max().item()
+        if rank == 0:
+            with open(out, "w") as fh:
+                json.dump({"losses": losses, "optimizer_steps": engine.global_steps, "micro_steps": engine.micro_steps,
+                           "world": torch.distributed.get_world_size(), "zero": engine.zero_optimization_stage(),
+                           "dtype": str(next(engine.module.parameters()).dtype), "params": params,
+                           "train_batch": engine.train_batch_size(), "head_moved": moved}, fh)
+
+
+    if __name__ == "__main__":
+        cfg, shape = json.load(open(sys.argv[1])), json.loads(sys.argv[2])
+        mp.spawn(worker, args=(int(sys.argv[3]), sys.argv[4], cfg, shape, sys.argv[5]), nprocs=int(sys.argv[3]))
+""")
+
+
+def test_deepspeed_cpu_training_step(tmp_path):
+    """One real optimizer step with DeepSpeed on its CPU accelerator (gloo, 2 ranks): deepspeed.initialize takes the
+    exported JSON as is (ZeRO-3, bf16, 2 accumulation micro-steps of 2 sequences, train_batch_size 8 = 2 x 2 x world
+    2) and trains a torch model with the engine's debug shape (its parameter count equals costs.params). The first
+    run compiles DeepSpeed's shared-memory comm op (about 3 minutes on 2 cores) unless .ci/frameworks.sh built it."""
+    pytest.importorskip("deepspeed")
+    import math
+
+    from layoutsearch.costs.params import param_counts
+    from layoutsearch.export import context_for
+
+    doc = solve_doc("debug", "h100-2", 8, 128, Layout(fsdp=2, num_microbatches=2, zero_stage=3))
+    m = context_for(doc, "deepspeed").model
+    config = tmp_path / "ds.json"
+    config.write_text(export_document(doc, "deepspeed"))
+    shape = {"d_model": m.d_model, "d_ff": m.d_ff, "vocab": m.vocab_size, "heads": m.num_heads,
+             "kv_heads": m.num_kv_heads, "head_dim": m.head_dim, "layers": m.num_layers, "seq_len": 128}
+    (tmp_path / "step.py").write_text(DEEPSPEED_STEP)
+    out = tmp_path / "out.json"
+    run = subprocess.run([sys.executable, str(tmp_path / "step.py"), str(config), json.dumps(shape), "2",
+                          str(tmp_path / "rendezvous"), str(out)], capture_output=True, text=True, timeout=600,
+                         cwd=tmp_path)
+    assert run.returncode == 0 and out.is_file(), (run.stdout + run.stderr)[-4000:]
+    got = json.loads(out.read_text())
+    assert (got["world"], got["zero"], got["train_batch"], got["optimizer_steps"], got["micro_steps"]) == (2, 3, 8, 1, 2)
+    assert got["dtype"] == "torch.bfloat16" and got["params"] == param_counts(m)["total"] == 7_082_240
+    assert all(math.isfinite(x) and abs(x - math.log(m.vocab_size)) < 1.5 for x in got["losses"]), got["losses"]
+    assert got["head_moved"] > 0  # the optimizer step changed the weights
 
 
 # ----------------------------------------------------------------------------- the main job, end to end

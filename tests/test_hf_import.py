@@ -110,6 +110,13 @@ PUBLISHED = [
     ("olmo-2-1124-7b", "olmo2", 7_298_617_344),
     ("falcon-7b", "falcon", 6_921_720_704),
     ("falcon-40b", "falcon", 41_303_293_952),
+    # mixtures of experts (derivations, active and MTP counts: tests/test_moe_models.py)
+    ("mixtral-8x7b-v0.1", "mixtral", 46_702_792_704),
+    ("qwen1.5-moe-a2.7b", "qwen2_moe", 14_315_784_192),
+    ("qwen3-30b-a3b", "qwen3_moe", 30_532_122_624),
+    ("deepseek-v3", "deepseek_v3", 671_026_419_200),
+    ("gpt-oss-120b", "gpt_oss", 116_829_156_672),
+    ("llama-4-scout-17b-16e", "llama4_text", 107_769_861_120),
 ]
 
 
@@ -220,7 +227,8 @@ def test_missing_model_type_is_read_as_llama_with_a_warning(tmp_path):
     ({"n_routed_experts": 64}, "field 'n_routed_experts' (64): mixture of experts"),
     ({"q_lora_rank": 1536}, "field 'q_lora_rank' (1536): multi-head latent attention is not modelled"),
     ({"vision_config": {"hidden_size": 1152}}, "field 'vision_config'"),
-    ({"model_type": "mixtral"}, "field 'model_type': 'mixtral' is a mixture of experts, not modelled"),
+    ({"model_type": "olmoe"}, "field 'model_type': 'olmoe' is a mixture of experts with q/k norms"),
+    ({"model_type": "deepseek_v2"}, "field 'model_type': 'deepseek_v2' is a mixture of experts with latent"),
     ({"model_type": "gemma3"}, "field 'model_type': 'gemma3' is the multimodal Gemma 3"),
     ({"model_type": "bloom"}, "field 'model_type': 'bloom' is not a family this import counts exactly"),
     ({"model_type": 7}, "field 'model_type': expected a string"),

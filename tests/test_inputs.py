@@ -79,8 +79,9 @@ def test_a_command_loads_only_its_own_module():
 def test_solve_and_explain_share_one_declaration_of_the_search_options():
     """The search options come from SearchArgs' fields (declared once), ahead of each command's own."""
     shared = [f.name for f in common.dataclasses.fields(common.SearchArgs)]
-    assert shared == ["model", "cluster", "seqs", "seq_len", "top", "fix", "choices", "only", "objective",
-                      "time_limit", "method", "recompute", "tp_comm_overlap"]
+    assert shared == ["model", "cluster", "seqs", "seq_len", "framework", "precision", "tp_comm_overlap",
+                      "grad_bytes", "moment_bytes", "fused_attention", "hbm_gib", "memory_margin_gib",
+                      "top", "fix", "choices", "only", "objective", "time_limit", "method", "recompute"]
     solve_params = dict(inspect.signature(cli.solve.solve).parameters)
     explain_params = dict(inspect.signature(cli.explain.explain).parameters)
     for params in (solve_params, explain_params):  # --problem (and the context it reads the options' sources from) first
@@ -239,7 +240,7 @@ def mutate(doc: dict, path: str, value):
     ("problem.workload.training_tokens", -5, "problem: field 'workload.training_tokens': Input should be greater than 0"),
     ("problem.model_spec.d_model", 2**70, "problem.model_spec: field 'd_model': Input should be less than or equal to"),
     ("problem.model_spec", [], "problem: field 'model_spec': Input should be a valid dictionary"),
-    ("layouts.0.recompute", "most", "layouts[rank 1].recompute: 'most' is not one of none, selective, full"),
+    ("layouts.0.recompute", "most", "layouts[rank 1].recompute: 'most' is not one of none, selective, full, op, minimal, minimal_with_context, save_dot_with_context_except_mlp, save_dot_except_mlpwi, save_dot_except_mlp, save_qkv_proj, save_out_proj"),
     ("layouts.0.schedule", "zigzag", "layouts[rank 1].schedule: 'zigzag' is not one of 1f1b, interleaved, gpipe"),
     ("layouts.0.sequence_parallel", "yes", "layouts[rank 1]: field 'sequence_parallel': Input should be a valid boolean"),
     ("layouts.0.axes", {"cp": [["node", 8, 1]]}, "layouts[rank 1]: field 'axes.cp.0': Tuple should have at most 2 items"),
@@ -260,7 +261,7 @@ def test_export_refuses_fields_of_the_wrong_type(tmp_path, capsys, solve_doc, pa
 def test_export_of_the_unmutated_document_works(tmp_path, capsys, solve_doc):
     result = tmp_path / "result.json"
     result.write_text(json.dumps(solve_doc))
-    for target in ("megatron", "torchtitan", "maxtext"):
+    for target in ("megatron", "torchtitan", "torchtitan-0.3", "maxtext"):
         code, out, err = run(capsys, "export", result, "--to", target, "--rank", "2")
         assert code in (0, 2), err  # a layout a target cannot express is refused, in one line
         assert code == 0 or err.count("\n") == 1
@@ -333,8 +334,8 @@ def test_sweep_seqs_and_seq_len_are_bounded(tmp_path, capsys):
 
 # ----------------------------------------------------------------------------- lists of names and degrees
 @pytest.mark.parametrize("argv, message", [
-    (["solve", "--recompute", ","], "error: --recompute: no policy given (known: none, selective, full)"),
-    (["solve", "--recompute", ""], "error: --recompute: no policy given (known: none, selective, full)"),
+    (["solve", "--recompute", ","], "error: --recompute: no policy given (known: none, selective, full, op, minimal, minimal_with_context, save_dot_with_context_except_mlp, save_dot_except_mlpwi, save_dot_except_mlp, save_qkv_proj, save_out_proj)"),
+    (["solve", "--recompute", ""], "error: --recompute: no policy given (known: none, selective, full, op, minimal, minimal_with_context, save_dot_with_context_except_mlp, save_dot_except_mlpwi, save_dot_except_mlp, save_qkv_proj, save_out_proj)"),
     (["solve", "--only", ",,"], "error: --only: no name given (known: dp, fsdp, tp, pp, cp)"),
     (["solve", "--fix", "tp=8,tp=4"], "error: --fix: tp given twice (8, 4)"),
     (["explain", "--fix", "tp=8,tp=4"], "error: --fix: tp given twice (8, 4)"),

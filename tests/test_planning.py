@@ -57,10 +57,10 @@ def test_solve_json_prices_every_layout_from_its_own_record():
     for rec in doc["layouts"]:
         assert_priced(rec, TOKENS, 8192, PRICE)
     best = doc["layouts"][0]
-    assert best["tokens_per_s"] == pytest.approx(5_744_993, rel=1e-6)
-    assert best["train_days"] == pytest.approx(30.2196, rel=1e-5)  # 15e12 / 5,744,993 / 86400
-    assert best["device_hours"] == pytest.approx(5_941_406, rel=1e-6)
-    assert best["cost"] == pytest.approx(11_882_812, rel=1e-6)
+    assert best["tokens_per_s"] == pytest.approx(5_623_170, rel=1e-6)
+    assert best["train_days"] == pytest.approx(30.8742, rel=1e-5)  # 15e12 / 5,623,170 / 86400
+    assert best["device_hours"] == pytest.approx(6_070_123, rel=1e-6)
+    assert best["cost"] == pytest.approx(12_140_245, rel=1e-6)
 
 
 def test_without_tokens_the_fields_are_null_and_without_a_price_only_cost_is():
@@ -160,8 +160,11 @@ def test_a_tenth_of_the_scale_out_bandwidth_changes_the_winner():
     doc = run_json("solve", "--model", "llama3-8b", "--cluster", "h100-64", "--top", "1", "--what-if",
                    "scale_out_bandwidth=0.1", "--tokens", "1e12")
     w, base = doc["what_if"], doc["layouts"][0]
-    assert w["same_layout"] is False and w["layout"]["degrees"] != base["degrees"]
-    assert w["step_time_rel_change"] == pytest.approx(0.0467, abs=5e-4)
+    layout_of = lambda rec: (rec["degrees"], rec["zero_stage"], rec["num_microbatches"], rec["recompute"])  # noqa: E731
+    assert w["same_layout"] is False and layout_of(w["layout"]) != layout_of(base)
+    # the fastest layout on the slower network is 4.67% slower; the winner is the simplest layout
+    # within the tie tolerance (0.5%) of it (search.ranking)
+    assert 0.0467 - 5e-4 <= w["step_time_rel_change"] <= 1.0467 * 1.005 - 1 + 5e-4
     # the re-solve is at least as good as keeping the old winner on the slower network, and slower than before
     assert base["time_s"]["step"] < w["step_time_s"] <= w["base_layout_step_time_s"]
     assert w["base_layout_step_time_s"] == pytest.approx(7.1021, rel=1e-4)

@@ -16,6 +16,7 @@ from layoutsearch.costs.estimate import estimate
 from layoutsearch.search import SearchOptions, solve
 from layoutsearch.search.cpsat import build_model, cpsat_top, prune, _solver
 from layoutsearch.search.enumerate import enumerate_top
+from layoutsearch.search.ranking import tie_limit
 from layoutsearch.search.space import build_space
 from layoutsearch.search.tables import assemble, build_tables
 from layoutsearch.core.specs import ModelSpec, Workload
@@ -42,16 +43,21 @@ def problems(draw):
 @settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(problem=problems(), objective=st.sampled_from(["step-time", "gather-volume"]), full_model=st.booleans())
 def test_cpsat_optimum_equals_enumerator_optimum(problem, objective, full_model):
-    """On random instances CP-SAT (pruned, or the whole model) and the enumerator find the same optimum."""
+    """On random instances CP-SAT (pruned, or the whole model) and the enumerator find the same optimum
+    and rank the same top 3, candidate for candidate (ties to the simplest, search.ranking)."""
     model, workload, cluster = problem
     space = build_space(Problem.build(model, cluster, workload), SearchOptions())
     tables = build_tables(space)
-    enum, _ = enumerate_top(space, tables, objective, 2)
-    cps, info = cpsat_top(space, tables, objective, 2, time_limit_s=20, prune_rows=not full_model)
-    key = "volume" if objective == "gather-volume" else "step"
-    assert [a[4][key] for a in cps] == [a[4][key] for a in enum]
+    found = {}
+    enum, _ = enumerate_top(space, tables, objective, 3, found=found)
+    cps, info = cpsat_top(space, tables, objective, 3, time_limit_s=20, prune_rows=not full_model)
+    assert cps == enum  # the same candidates (row, recompute, ZeRO stage, axis order) and metrics, rank for rank
     if enum:
-        assert info["status"] == "OPTIMAL" and info["objective"] == enum[0][4][key]
+        assert info["status"] == "OPTIMAL" and info["objective"] == found["optimum"]
+        key = "volume" if objective == "gather-volume" else "step"
+        assert enum[0][4][key] <= tie_limit(found["optimum"]) if key == "step" else enum[0][4][key] == found["optimum"]
+    groups = [a[:3] for a in enum]  # a layout is ranked once, whatever its placement
+    assert len(set(groups)) == len(groups)
 
 
 def test_cpsat_objective_of_a_fixed_candidate_is_the_quantised_cost():
@@ -90,8 +96,8 @@ def test_solve_returns_valid_distinct_sorted_layouts():
     assert result.status == "OPTIMAL" and result.objective_value == result.bound
     layouts = [e.layout for e in result.layouts]
     assert len(layouts) == 5 and len(set(layouts)) == 5
-    steps = [m["step"] for m in result.metrics]
-    assert steps == sorted(steps)
+    steps = [m["step"] for m in result.metrics]  # sorted up to the tie tolerance (search.ranking)
+    assert all(s <= tie_limit(min(steps[i:])) for i, s in enumerate(steps))
     for est in result.layouts:
         assert check_layout(est.problem, est.layout) == []
         assert est.fits
@@ -179,7 +185,7 @@ def test_explain_shows_where_the_winner_wins():
     terms = {x["term"]: x for x in compare(plain, remat)}
     assert terms["time/compute/recompute"]["difference"] > 0 > terms["memory/activations/saved"]["difference"]
     r = runner.invoke(app, ["explain", "--model", "llama3-8b", "--cluster", "h100-64", "--seqs", "256"])
-    assert "layouts 1 and 2 cost the same in every term" in r.stdout
+    assert "the runner-up is within the model's uncertainty" in r.stdout or "outside the model's uncertainty" in r.stdout
 
 
 def test_bad_search_options_exit_2():

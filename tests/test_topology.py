@@ -173,7 +173,7 @@ def test_inconsistent_factor_graph_is_detected():
     ("v5p-65536", r"65536 v5p chips is not a slice shape \(valid nearby sizes: 8896, 8960;"),
     ("h100-12", r"12 GPUs is not a whole number of 8-GPU nodes \(valid nearby sizes: 4, 8, 16, 24\)"),
     ("h100-262140", r"262140 GPUs is not a whole number of 8-GPU nodes \(valid nearby sizes: 262128, 262136, 262144\)"),
-    ("gb200-100", r"100 GPUs is not a whole number of 72-GPU nodes \(valid nearby sizes: 36, 72, 144, 216\)"),
+    ("gb200-98", r"98 GPUs is not a whole number of 72-GPU nodes or of 4-GPU hosts \(valid nearby sizes: 92, 96, 100, 104\)"),
     ("v5e-512", r"512 v5e chips is not a slice shape \(valid nearby sizes: 128, 256;"),
     ("v9-8", r"unknown accelerator 'v9'"),
     ("h100", r"expected ACCELERATOR-COUNT"),
@@ -218,3 +218,13 @@ def test_valid_sizes_stop_at_the_device_limit():
 def test_example_clusters_resolve(name):
     c = resolve_cluster(name)
     assert c.num_devices > 1 and all(a.size > 1 for a in c.axes)
+
+
+def test_gb200_partial_nvl72_domains_in_whole_trays():
+    """128 GB200 GPUs are 2 NVL72 domains of 64 (16 trays of 4 each), not an error; 100 are 5 of 20."""
+    from layoutsearch.core.topology import resolve_cluster as resolve
+    assert [(a.name, a.size) for a in resolve("gb200-128").axes] == [("node", 64), ("scale_out", 2)]
+    assert [(a.name, a.size) for a in resolve("gb200-100").axes] == [("node", 20), ("scale_out", 5)]
+    assert [(a.name, a.size) for a in resolve("gb200-144").axes] == [("node", 72), ("scale_out", 2)]
+    with pytest.raises(CatalogueError, match="not a whole number of 8-GPU nodes"):
+        resolve("h100-12")  # an H100 host is its whole NVLink domain: no partial nodes

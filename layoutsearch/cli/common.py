@@ -22,10 +22,13 @@ import yaml
 from layoutsearch.core import io
 from layoutsearch.core.errors import InvalidArgumentError, LayoutsearchError
 from layoutsearch.core.parse import parse_choices, parse_degrees, parse_names
-from layoutsearch.core.problem import Problem, SearchOptions, SearchRequest
+from layoutsearch.core.frameworks import framework_of_target
+from layoutsearch.core.problem import Problem, SearchOptions, SearchRequest, build_workload
 from layoutsearch.core.problem_file import load_problem_file
-from layoutsearch.core.specs import DEGREE_NAMES, RECOMPUTE_POLICIES, Cluster, Method, ModelSpec, Objective, Workload, choices
-from layoutsearch.core.units import MAX_GLOBAL_BATCH_SEQS, MAX_SEQ_LEN, MAX_TIME_LIMIT_S
+from layoutsearch.core.specs import (
+    DEGREE_NAMES, RECOMPUTE_POLICIES, Cluster, Framework, Method, ModelSpec, Objective, Precision, Workload, choices,
+)
+from layoutsearch.core.units import GIB, MAX_GLOBAL_BATCH_SEQS, MAX_SEQ_LEN, MAX_TIME_LIMIT_S
 from layoutsearch.report.output import solve_document
 from layoutsearch.search import SearchResult, solve
 from layoutsearch.search.explain import infeasibility
@@ -86,30 +89,72 @@ ProblemOpt = Annotated[Optional[str], typer.Option(
 SeqsOpt = Annotated[int, typer.Option("--seqs", min=1, max=MAX_GLOBAL_BATCH_SEQS, help="Global batch in sequences")]
 SeqLenOpt = Annotated[int, typer.Option("--seq-len", min=1, max=MAX_SEQ_LEN, help="Tokens per sequence")]
 FormatOpt = Annotated[Format, typer.Option("--format", help="table, json or yaml")]
-TpOverlapOpt = Annotated[bool, typer.Option("--tp-comm-overlap/--no-tp-comm-overlap",
-                                            help="TP collectives pipelined with their GEMMs (Transformer Engine, XLA)")]
+TpOverlapOpt = Annotated[Optional[bool], typer.Option(
+    "--tp-comm-overlap/--no-tp-comm-overlap",
+    help="TP collectives pipelined with their GEMMs inside NVLink/ICI (default: the framework's choice)")]
+FrameworkOpt = Annotated[Optional[Framework], typer.Option(
+    "--framework", help="Whose overlap the step time assumes: megatron, torchtitan, maxtext, deepspeed or ideal "
+                        "(default: maxtext on TPUs, megatron on GPUs)")]
+PrecisionOpt = Annotated[Precision, typer.Option("--precision", help="bf16 (fp16 costs the same) or fp8 GEMMs")]
+GradBytesOpt = Annotated[int, typer.Option("--grad-bytes", min=2, max=4,
+                                           help="Bytes per gradient element: 4 fp32 main grads, 2 bf16")]
+MomentBytesOpt = Annotated[int, typer.Option("--moment-bytes", min=2, max=4,
+                                             help="Bytes per Adam moment element (m and v): 4 fp32, 2 bf16")]
+FusedAttentionOpt = Annotated[bool, typer.Option("--fused-attention/--no-fused-attention",
+                                                 help="FlashAttention-style kernels (no S x S scores in HBM)")]
+HbmOpt = Annotated[Optional[float], typer.Option("--hbm-gib", min=1, max=4096, callback=finite,
+                                                 help="Device memory in GiB when the part differs (e.g. 96)")]
+MarginOpt = Annotated[float, typer.Option("--memory-margin-gib", min=0, max=1024, callback=finite,
+                                          help="Memory kept free on every device, GiB")]
 OutputOpt = Annotated[Optional[str], typer.Option("--output", "-o", help="Output file (stdout without it)")]
 TimeLimitOpt = Annotated[float, typer.Option("--time-limit", min=0.1, max=MAX_TIME_LIMIT_S, callback=finite,
                                              help="CP-SAT time limit, seconds")]
 
 
-def workload_from_options(seqs: int, seq_len: int, tokens: float | None = None, tp_overlap: bool = False) -> Workload:
-    """The defaults: 1024 sequences of 4096 tokens, 18 B/param mixed-precision Adam."""
-    return Workload(global_batch_seqs=seqs, seq_len=seq_len, training_tokens=tokens, tp_comm_overlap=tp_overlap)
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class WorkloadArgs:
+    """The workload options every costing command takes (estimate, solve, explain, sweep), declared once."""
+
+    model: ModelOpt = "llama70b"
+    cluster: ClusterOpt = "v5p-8192"
+    seqs: SeqsOpt = 1024
+    seq_len: SeqLenOpt = 4096
+    framework: FrameworkOpt = None
+    precision: PrecisionOpt = Precision.bf16
+    tp_comm_overlap: TpOverlapOpt = None
+    grad_bytes: GradBytesOpt = 4
+    moment_bytes: MomentBytesOpt = 4
+    fused_attention: FusedAttentionOpt = True
+    hbm_gib: HbmOpt = None
+    memory_margin_gib: MarginOpt = 0.0
+
+    def workload(self, seqs: int, seq_len: int, tokens: float | None = None) -> Workload:
+        """The Workload of these options (18 B/param mixed-precision Adam by default)."""
+        return build_workload(seqs, seq_len, tokens, **self.workload_options())
+
+    @classmethod
+    def pick(cls, values: dict) -> "WorkloadArgs":
+        """The workload options among a command's parameter values (its ``locals()``)."""
+        return cls(**{name: values[name] for name in WORKLOAD_FIELDS})
+
+    def workload_options(self) -> dict:
+        """These options as ``build_workload`` keywords (choices as their plain values)."""
+        values = {name: getattr(self, name) for name in WORKLOAD_FIELDS}
+        return {k: (v.value if isinstance(v, (Framework, Precision)) else v) for k, v in values.items()}
+
+
+WORKLOAD_FIELDS = tuple(f.name for f in dataclasses.fields(WorkloadArgs))[4:]
+assert WORKLOAD_FIELDS == tuple(inspect.signature(build_workload).parameters)[3:]
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
-class SearchArgs:
+class SearchArgs(WorkloadArgs):
     """The options of a search (`solve`, `explain`), declared once: each field is a typer option.
 
     With ``--problem``, ``model`` may be a ModelSpec and ``cluster`` a Cluster (a problem file's
     inline mappings); ``model_name`` and ``cluster_name`` are their labels.
     """
 
-    model: ModelOpt = "llama70b"
-    cluster: ClusterOpt = "v5p-8192"
-    seqs: SeqsOpt = 1024
-    seq_len: SeqLenOpt = 4096
     top: Annotated[int, typer.Option("--top", min=1, max=50, help="How many distinct layouts to rank")] = 3
     fix: Annotated[Optional[str], typer.Option("--fix", help="Pin degrees, e.g. tp=8,pp=1")] = None
     choices: Annotated[Optional[str], typer.Option("--choices", help="Allowed values, e.g. 'tp=8,16,32,64;pp=1,2'")] = None
@@ -119,7 +164,6 @@ class SearchArgs:
     time_limit: TimeLimitOpt = 30.0
     method: Annotated[Method, typer.Option("--method", help="cpsat (proof) or enumerate (exhaustive oracle)")] = Method.cpsat
     recompute: Annotated[Optional[str], typer.Option("--recompute", help="Allowed policies, e.g. none,full")] = None
-    tp_comm_overlap: TpOverlapOpt = False
 
     @property
     def model_name(self) -> str:
@@ -137,11 +181,10 @@ class SearchArgs:
             choices=parse_choices(self.choices, "--choices") if self.choices is not None else {},
             only=parse_names(self.only, DEGREE_NAMES, "--only") if self.only is not None else None,
             recompute=(parse_names(self.recompute, RECOMPUTE_POLICIES, "--recompute", "policy")
-                       if self.recompute is not None else RECOMPUTE_POLICIES))
+                       if self.recompute is not None else None))
 
     def problem(self) -> Problem:
-        return Problem.build(self.model, self.cluster, workload_from_options(self.seqs, self.seq_len,
-                                                                            tp_overlap=self.tp_comm_overlap))
+        return Problem.build(self.model, self.cluster, self.workload(self.seqs, self.seq_len))
 
     def request(self, *, target: str | None = None, top_k: int | None = None) -> SearchRequest:
         return SearchRequest(options=self.options(), objective=self.objective.value, top_k=top_k or self.top,
@@ -260,7 +303,10 @@ class SearchRun:
 
 
 def run_search(search: SearchArgs, *, target: str | None = None, top_k: int | None = None) -> SearchRun:
-    """Solve, and explain why nothing fits when nothing does."""
+    """Solve, and explain why nothing fits when nothing does. With an export ``target`` and no
+    --framework, the step time assumes the target framework's overlap (its file sets those flags)."""
+    if target and search.framework is None:
+        search = dataclasses.replace(search, framework=Framework(framework_of_target(target)))
     problem = search.problem()
     result = solve(problem, search.request(target=target, top_k=top_k))
     explanation = None if result.layouts else infeasibility(problem, result.space, result.tables)

@@ -9,14 +9,16 @@ from typing import Annotated, Optional
 import typer
 
 from layoutsearch.cli.common import (
-    ClusterOpt, Format, FormatOpt, ModelOpt, SeqLenOpt, SeqsOpt, TpOverlapOpt, check_range, one_line,
-    print_document, reports_errors, takes_problem_file, workload_from_options,
+    ClusterOpt, Format, FormatOpt, FrameworkOpt, FusedAttentionOpt, GradBytesOpt, HbmOpt, MarginOpt, ModelOpt,
+    MomentBytesOpt, PrecisionOpt, SeqLenOpt, SeqsOpt, TpOverlapOpt, WorkloadArgs, check_range, one_line,
+    print_document, reports_errors, takes_problem_file,
 )
 from layoutsearch.cli.planning import PriceOpt, TokensOpt, WhatIfOpt, check_plan, estimate_what_if
 from layoutsearch.core.parse import parse_axes, parse_degrees
 from layoutsearch.core.problem import Problem
-from layoutsearch.core.specs import Layout, MfuConvention, Recompute, Schedule
-from layoutsearch.core.units import MAX_MICROBATCHES, MAX_VIRTUAL_STAGES_RECORD
+from layoutsearch.core.specs import Layout, MfuConvention, Precision, Recompute, Schedule
+from layoutsearch.core.stages import default_microbatches
+from layoutsearch.core.units import MAX_MICROBATCHES, MAX_MODEL_DIM, MAX_VIRTUAL_STAGES_RECORD
 from layoutsearch.costs.estimate import estimate as estimate_layout
 from layoutsearch.report import render
 from layoutsearch.report.output import estimate_document
@@ -30,8 +32,14 @@ def estimate(
     layout: Annotated[str, typer.Option("--layout", "-l", help="Degrees, e.g. fsdp=1024,tp=8 (missing = 1)")] = "fsdp=1024,tp=8",
     seqs: SeqsOpt = 1024,
     seq_len: SeqLenOpt = 4096,
-    microbatches: Annotated[int, typer.Option("--microbatches", min=1, max=MAX_MICROBATCHES,
-                                              help="Microbatches per step")] = 1,
+    microbatches: Annotated[Optional[int], typer.Option(
+        "--microbatches", min=1, max=MAX_MICROBATCHES,
+        help="Microbatches per step (default: 1, or with a pipeline the smallest count >= pp that divides the batch)")] = None,
+    first_stage_layers: Annotated[Optional[int], typer.Option(
+        "--first-stage-layers", min=1, max=MAX_MODEL_DIM,
+        help="Layers of the first pipeline stage (uneven split; default: the engine's split)")] = None,
+    last_stage_layers: Annotated[Optional[int], typer.Option(
+        "--last-stage-layers", min=1, max=MAX_MODEL_DIM, help="Layers of the last pipeline stage")] = None,
     recompute: Annotated[Recompute, typer.Option("--recompute")] = Recompute.none,
     zero_stage: Annotated[int, typer.Option("--zero-stage", help="0 DDP, 1 optimizer, 2 + grads, 3 + weights sharded")] = 3,
     virtual_stages: Annotated[int, typer.Option("--virtual-stages", min=1, max=MAX_VIRTUAL_STAGES_RECORD)] = 1,
@@ -40,15 +48,28 @@ def estimate(
     axes: Annotated[Optional[str], typer.Option("--axes", help="Placement, e.g. 'tp=z:8;fsdp=z:4,y:16,x:16'")] = None,
     mfu_convention: Annotated[MfuConvention, typer.Option("--mfu-convention")] = MfuConvention.model,
     tokens: TokensOpt = None,
-    tp_comm_overlap: TpOverlapOpt = False,
+    framework: FrameworkOpt = None,
+    precision: PrecisionOpt = Precision.bf16,
+    tp_comm_overlap: TpOverlapOpt = None,
+    grad_bytes: GradBytesOpt = 4,
+    moment_bytes: MomentBytesOpt = 4,
+    fused_attention: FusedAttentionOpt = True,
+    hbm_gib: HbmOpt = None,
+    memory_margin_gib: MarginOpt = 0.0,
     fmt: FormatOpt = Format.table,
     price_per_device_hour: PriceOpt = None,
     what_if: WhatIfOpt = None,
 ) -> None:
     """Does MY layout fit, and where does the time go? Memory by moment, time by component."""
     factors = check_plan(tokens, price_per_device_hour, what_if)
-    problem = Problem.build(model, cluster, workload_from_options(seqs, seq_len, tokens, tp_comm_overlap))
-    lay = Layout(**parse_degrees(layout), zero_stage=check_range(zero_stage, 0, 3, "--zero-stage", "zero_stage"),
+    options = WorkloadArgs.pick(locals())
+    problem = Problem.build(model, cluster, options.workload(seqs, seq_len, tokens))
+    degrees = parse_degrees(layout)
+    if microbatches is None:
+        microbatches = default_microbatches(seqs, degrees.get("dp", 1) * degrees.get("fsdp", 1), degrees.get("pp", 1),
+                                            virtual_stages)
+    lay = Layout(**degrees, zero_stage=check_range(zero_stage, 0, 3, "--zero-stage", "zero_stage"),
+                 first_stage_layers=first_stage_layers, last_stage_layers=last_stage_layers,
                  virtual_stages=virtual_stages, num_microbatches=microbatches, recompute=recompute.value,
                  sequence_parallel=sequence_parallel,
                  schedule=Schedule.interleaved.value if virtual_stages > 1 else schedule.value,

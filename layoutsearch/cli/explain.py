@@ -11,7 +11,8 @@ from layoutsearch.cli.common import (
 from layoutsearch.cli.planning import PriceOpt, SensitivityOpt, TokensOpt, check_plan, planned_search
 from layoutsearch.report import render
 from layoutsearch.report.planning import SENSITIVITY_FACTOR, sensitivity as step_sensitivity
-from layoutsearch.search.explain import compare
+from layoutsearch.report.output import band_of
+from layoutsearch.search.explain import compare, ranking_notes
 
 
 @reports_errors
@@ -23,7 +24,10 @@ def explain(search: SearchArgs, fmt: FormatOpt = Format.table, tokens: TokensOpt
     run = planned_search(search, tokens, price_per_device_hour, top_k=max(search.top, 2))
     doc, layouts = run.document, run.result.layouts
     if layouts:
-        doc["explanation"] = {"versus": [compare(layouts[0], other) for other in layouts[1:]]}
+        band = band_of(layouts[0])
+        doc["explanation"] = {"versus": [compare(layouts[0], other) for other in layouts[1:]],
+                              "ranking": ranking_notes(run.result, band), "tie_tolerance": run.result.tie_tolerance,
+                              "uncertainty_rel_band": list(band)}
     if sensitivity:
         doc["sensitivity"] = step_sensitivity(layouts[0], SENSITIVITY_FACTOR) if layouts else None
         doc["sensitivity_factor"] = SENSITIVITY_FACTOR

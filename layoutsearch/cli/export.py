@@ -15,7 +15,7 @@ from layoutsearch.export import export_document
 @reports_errors
 def export(
     result: Annotated[str, typer.Argument(help="A solve or estimate JSON document")],
-    to: Annotated[str, typer.Option("--to", help="maxtext, megatron, torchtitan or deepspeed")],
+    to: Annotated[str, typer.Option("--to", help="maxtext, megatron, torchtitan (0.2 TOML), torchtitan-0.3 (config_registry module) or deepspeed")],
     rank: Annotated[int, typer.Option("--rank", min=1, max=50, help="Which layout of the result")] = 1,
     output: OutputOpt = None,
 ) -> None:

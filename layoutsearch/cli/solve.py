@@ -23,7 +23,7 @@ from layoutsearch.report import render
 def solve(
     search: SearchArgs,
     fmt: FormatOpt = Format.table,
-    export: Annotated[Optional[str], typer.Option("--export", help="Also write layout 1 as maxtext|megatron|torchtitan|deepspeed")] = None,
+    export: Annotated[Optional[str], typer.Option("--export", help="Also write layout 1 as maxtext|megatron|torchtitan|torchtitan-0.3|deepspeed")] = None,
     output: OutputOpt = None,
     tokens: TokensOpt = None,
     price_per_device_hour: PriceOpt = None,

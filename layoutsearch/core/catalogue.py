@@ -22,7 +22,7 @@ from pydantic import (BaseModel, ConfigDict, Field, PositiveFloat, PositiveInt, 
 from layoutsearch.core import io
 from layoutsearch.core.errors import CatalogueError, LayoutsearchWarning, did_you_mean
 from layoutsearch.core.units import GB, GIB, KIB, MAX_MODEL_DIM, MAX_MODEL_PARAMS, MICRO, MILLI, TERA
-from layoutsearch.core.specs import Accelerator, MlpKind, ModelSpec, QkNorm, RopeScaling
+from layoutsearch.core.specs import Accelerator, MlaSpec, MlpKind, ModelSpec, MoeSpec, QkNorm, RopeScaling
 
 Dim = Annotated[int, Field(gt=0, le=MAX_MODEL_DIM)]  # every model dimension: parameter counts stay exact in int64
 MAX_NORMS_PER_LAYER = 8
@@ -59,7 +59,13 @@ class RopeScalingFile(_Strict):
 
 
 Unit = Annotated[float, Field(ge=0, lt=1)]
-ModelFile = _file_schema(ModelSpec, {"name": Annotated[str, Field(min_length=1, max_length=256)],
+Count = Annotated[int, Field(ge=0, le=MAX_MODEL_DIM)]
+MAX_MTP_LAYERS = 16
+MoeFile = _file_schema(MoeSpec, {"num_shared_experts": Count, "shared_d_ff": Count, "first_dense_layers": Count,
+                                 "capacity_factor": Optional[Annotated[float, Field(gt=0, le=MAX_MODEL_DIM)]]})
+MlaFile = _file_schema(MlaSpec, {"q_lora_rank": Optional[Dim]})
+ModelFile = _file_schema(ModelSpec, {"moe": Optional[MoeFile], "mla": Optional[MlaFile],
+                                     "mtp_layers": Annotated[int, Field(ge=0, le=MAX_MTP_LAYERS)],"name": Annotated[str, Field(min_length=1, max_length=256)],
                                      "learned_positions": Annotated[int, Field(ge=0, le=MAX_MODEL_DIM)],
                                      "norms_per_layer": Annotated[int, Field(ge=1, le=MAX_NORMS_PER_LAYER)],
                                      "sliding_window": Optional[Dim],
@@ -89,6 +95,7 @@ class CalibrationFile(_Strict):
     collective_half_efficiency_kib: float = Field(ge=0)
     microbatch_overhead_us: float = Field(ge=0)
     step_overhead_ms: float = Field(ge=0)
+    fp8_matmul_efficiency: float | None = Field(default=None, gt=0, le=1)  # of the fp8 peak; needs peak_fp8_tflops
 
 
 class AcceleratorFile(_Strict):
@@ -96,6 +103,7 @@ class AcceleratorFile(_Strict):
     name: str
     kind: Literal["tpu", "gpu"]
     peak_bf16_tflops: PositiveFloat
+    peak_fp8_tflops: PositiveFloat | None = None  # dense fp8 (MXFP8 on Blackwell); absent = no fp8 matmuls
     hbm_gib: PositiveFloat | None = None
     hbm_gb: PositiveFloat | None = None
     hbm_gbytes_per_s: PositiveFloat
@@ -142,9 +150,51 @@ def model_param_bound(f: ModelFile) -> int:
     attention = f.d_model * (2 * f.num_heads + 2 * f.num_kv_heads) * f.head_dim + (f.num_heads + 2 * f.num_kv_heads) * f.head_dim
     if f.qk_norm != "none":
         attention += (f.num_heads + f.num_kv_heads) * f.head_dim
-    mlp = 3 * f.d_model * f.d_ff + 2 * f.d_ff + f.d_model
+    if f.mla is not None:  # every latent projection at its widest
+        a = f.mla
+        rank = a.q_lora_rank or f.d_model
+        attention = (2 * f.d_model * rank + rank * f.num_heads * f.head_dim + f.d_model * (a.kv_lora_rank + a.qk_rope_head_dim)
+                     + a.kv_lora_rank * (1 + f.num_heads * (a.qk_nope_head_dim + a.v_head_dim))
+                     + f.num_heads * a.v_head_dim * f.d_model)
+    attention += f.num_heads
+
+    def ffn(width: int) -> int:
+        return 3 * f.d_model * width + 2 * width + f.d_model
+
+    mlp = ffn(f.d_ff)
+    if f.moe is not None:
+        m = f.moe
+        mlp += m.num_experts * ffn(m.expert_d_ff) + m.num_shared_experts * ffn(m.shared_d_ff) + (m.num_experts + 1) * (f.d_model + 1)
     per_layer = attention + mlp + (2 * f.norms_per_layer + 1) * f.d_model
-    return f.num_layers * per_layer + (2 * f.vocab_size + f.learned_positions + 2) * f.d_model
+    mtp = f.mtp_layers * (per_layer + 2 * f.d_model * f.d_model + 3 * f.d_model)
+    return f.num_layers * per_layer + mtp + (2 * f.vocab_size + f.learned_positions + 2) * f.d_model
+
+
+def _check_sparse(f: ModelFile, where: str) -> None:
+    """The MoE, MLA and MTP fields agree with each other and with the layers."""
+    m, a = f.moe, f.mla
+    if m is not None:
+        if m.top_k > m.num_experts:
+            raise CatalogueError(f"{where}: field 'moe.top_k' ({m.top_k}) is more than moe.num_experts({m.num_experts})")
+        if (m.num_shared_experts == 0) != (m.shared_d_ff == 0):
+            raise CatalogueError(f"{where}: field 'moe.shared_d_ff' ({m.shared_d_ff}) with moe.num_shared_experts"
+                                 f"({m.num_shared_experts}): give both or neither")
+        if m.shared_expert_gate and not m.num_shared_experts:
+            raise CatalogueError(f"{where}: field 'moe.shared_expert_gate' (True) without shared experts")
+        if m.first_dense_layers >= f.num_layers or not any(
+                i >= m.first_dense_layers and (i + 1) % m.layer_freq == 0 for i in range(f.num_layers)):
+            raise CatalogueError(f"{where}: field 'moe': first_dense_layers({m.first_dense_layers}) and "
+                                 f"layer_freq({m.layer_freq}) leave no MoE layer among num_layers({f.num_layers})")
+    if a is not None:
+        if f.num_kv_heads != f.num_heads:
+            raise CatalogueError(f"{where}: field 'num_kv_heads' ({f.num_kv_heads}): with mla it must equal "
+                                 f"num_heads({f.num_heads})")
+        if f.head_dim != a.qk_nope_head_dim + a.qk_rope_head_dim:
+            raise CatalogueError(f"{where}: field 'head_dim' ({f.head_dim}): with mla it is the query-key width "
+                                 f"qk_nope_head_dim + qk_rope_head_dim = {a.qk_nope_head_dim + a.qk_rope_head_dim}")
+        if f.linear_bias or f.qkv_bias or f.qk_norm != "none":
+            raise CatalogueError(f"{where}: field 'mla': latent attention with projection biases or q/k norms is "
+                                 f"not modelled")
 
 
 def model_from_dict(data: Any, name: str, where: str) -> ModelSpec:
@@ -157,13 +207,15 @@ def model_from_dict(data: Any, name: str, where: str) -> ModelSpec:
     if f.full_attention_layers > f.num_layers:
         raise CatalogueError(f"{where}: full_attention_layers({f.full_attention_layers}) is more than "
                              f"num_layers({f.num_layers})")
+    _check_sparse(f, where)
     bound = model_param_bound(f)
     if bound >= MAX_MODEL_PARAMS:
         raise CatalogueError(f"{where}: about {bound:.3g} parameters, more than the {MAX_MODEL_PARAMS:.3g} "
                              f"(2**53) this package counts exactly")
     values = {k: getattr(f, k) for k in type(f).model_fields if k != "name"}
-    if values["rope_scaling"] is not None:
-        values["rope_scaling"] = RopeScaling(**values["rope_scaling"].model_dump())
+    for key, spec in (("rope_scaling", RopeScaling), ("moe", MoeSpec), ("mla", MlaSpec)):
+        if values[key] is not None:
+            values[key] = spec(**values[key].model_dump())
     return ModelSpec(name=name, **values)
 
 
@@ -211,6 +263,7 @@ class HfFamily:
     window_default: int | None = None  # sliding_window when the key is absent
     pattern: int = 0  # "pattern": every pattern-th layer attends globally when layer_types is absent
     pattern_keys: tuple[str, ...] = ()  # keys that give the pattern (Gemma 3: sliding_window_pattern)
+    sparse: bool = False  # a mixture of experts (and latent attention): read by _hf_sparse
 
 
 HF_FAMILIES: dict[str, HfFamily] = {
@@ -243,7 +296,23 @@ HF_FAMILIES: dict[str, HfFamily] = {
     "gpt_neox": HfFamily(mlp="plain", norm="layernorm", linear_bias=True, attention_bias=True),
     "falcon": HfFamily(mlp="plain", norm="layernorm", tied=True, reads_head_dim=False, reads_kv_heads=False,
                        attention_bias=None),
+    # Mixtures of experts (the expert, router and latent-attention keys: _hf_sparse). Mixtral: the
+    # Mistral decoder, every MLP 8 SwiGLU experts; Qwen2-MoE: Qwen2 attention, routed experts plus a
+    # gated shared expert; Qwen3-MoE: Qwen3 attention, routed experts; DeepSeek-V3: latent attention,
+    # dense layers first, a shared expert and a score-correction bias; gpt-oss: biases everywhere,
+    # attention sinks, alternating 128-token windows; Llama 4: the decoder of a llama4 config's
+    # text_config, a shared expert, MoE every interleave_moe_layer_step-th layer.
+    "mixtral": HfFamily(mlp="gated", window="all", attention_bias=None, sparse=True),
+    "qwen2_moe": HfFamily(mlp="gated", qkv_bias=True, attention_bias=None, window="qwen", window_default=4096,
+                          sparse=True),
+    "qwen3_moe": HfFamily(mlp="gated", qk_norm="head", window="qwen", window_default=4096, sparse=True),  # head_dim: hidden / heads when absent
+    "deepseek_v3": HfFamily(mlp="gated", reads_kv_heads=False, sparse=True),
+    "gpt_oss": HfFamily(mlp="gated", linear_bias=True, attention_bias=True, window="pattern", window_default=128,
+                        pattern=2, sparse=True),
+    "llama4_text": HfFamily(mlp="gated", sparse=True),
 }
+# Multimodal configs whose decoder is read from a nested config (the other encoders are not counted).
+_HF_NESTED = {"llama4": ("text_config", "llama4_text")}
 HF_DEFAULT_FAMILY = "llama"  # a config without model_type (warned)
 
 # Key names per family: the canonical name, then the names the config class also accepts.
@@ -272,10 +341,8 @@ HF_REFUSED = {
     "is_encoder_decoder": "an encoder-decoder model", "add_cross_attention": "cross-attention layers",
     "num_nextn_predict_layers": "multi-token prediction layers", "lm_head_bias": "a bias on the output projection",
 }
-_HF_NOT_DENSE = {"mixtral": "a mixture of experts", "qwen2_moe": "a mixture of experts",
-                 "qwen3_moe": "a mixture of experts", "olmoe": "a mixture of experts",
-                 "deepseek_v2": "a mixture of experts with latent attention",
-                 "deepseek_v3": "a mixture of experts with latent attention",
+_HF_NOT_DENSE = {"olmoe": "a mixture of experts with q/k norms over the projections",
+                 "deepseek_v2": "a mixture of experts with latent attention (only deepseek_v3 is read)",
                  "gemma3": "the multimodal Gemma 3 (a vision tower besides the decoder); its text_config "
                            "alone is model_type 'gemma3_text'"}
 _HF_LAYER_TYPES = {"sliding_attention": True, "full_attention": False}
@@ -289,6 +356,7 @@ class HfImport:
     unused: tuple[str, ...]
     family: str
     model_type_given: bool = True
+    notes: tuple[str, ...] = ()  # what is read but approximated (one warning line each)
 
 
 def _hf_error(where: str, key: str, exc: ValidationError) -> CatalogueError:
@@ -379,6 +447,146 @@ def _hf_window(fam: HfFamily, cfg: dict, layers: int, where: str, used: set) -> 
     return (window, full) if full < layers else (None, 0)
 
 
+def _hf_unnest(cfg: dict, where: str) -> tuple[dict, str | None, tuple[str, ...], list[str]]:
+    """A multimodal config (_HF_NESTED) -> (its decoder's config, the key it sits under, the outer
+    keys not read, notes); any other config -> (itself, None, (), [])."""
+    outer_type = cfg.get("model_type")
+    if not isinstance(outer_type, str) or outer_type not in _HF_NESTED:
+        return cfg, None, (), []
+    key, inner_type = _HF_NESTED[outer_type]
+    inner = cfg.get(key)
+    if not isinstance(inner, dict):
+        raise CatalogueError(f"{where}: field '{key}': expected the decoder's config (an object) in a "
+                             f"'{outer_type}' config, got {_json_kind(inner)}")
+    if inner.get("model_type", inner_type) not in (inner_type, outer_type):
+        raise CatalogueError(f"{where}: field '{key}.model_type': {inner.get('model_type')!r:.40} is not "
+                             f"'{inner_type}'")
+    notes = []
+    if "vision_config" in cfg:
+        notes.append(f"field 'vision_config': the vision encoder is not counted; the model is the '{key}' "
+                     f"decoder alone")
+    outer = tuple(k for k in cfg if k not in ("model_type", key, "vision_config"))
+    return {**inner, "model_type": inner_type}, key, outer, notes
+
+
+# The expert and latent-attention keys each sparse family reads (HF_REFUSED does not apply to them).
+_HF_SPARSE_KEYS = {
+    "mixtral": ("num_local_experts", "num_experts_per_tok"),
+    "qwen2_moe": ("num_experts", "num_experts_per_tok", "moe_intermediate_size", "shared_expert_intermediate_size"),
+    "qwen3_moe": ("num_experts", "num_experts_per_tok", "moe_intermediate_size"),
+    "deepseek_v3": ("n_routed_experts", "num_experts_per_tok", "moe_intermediate_size", "n_shared_experts",
+                    "first_k_dense_replace", "moe_layer_freq", "q_lora_rank", "kv_lora_rank", "qk_rope_head_dim",
+                    "qk_nope_head_dim", "v_head_dim", "num_nextn_predict_layers"),
+    "gpt_oss": ("num_local_experts", "num_experts_per_tok"),
+    "llama4_text": ("num_local_experts", "num_experts_per_tok"),
+}
+# The config classes' defaults (transformers) where a key is absent: experts, top-k, expert width.
+_HF_MOE_DEFAULTS = {"mixtral": (8, 2, None), "qwen2_moe": (60, 4, 1408), "qwen3_moe": (128, 8, 768),
+                    "deepseek_v3": (256, 8, 2048), "gpt_oss": (128, 4, None), "llama4_text": (16, 1, None)}
+_HF_EXPERT_KEYS = {"mixtral": "num_local_experts", "gpt_oss": "num_local_experts", "llama4_text": "num_local_experts",
+                   "qwen2_moe": "num_experts", "qwen3_moe": "num_experts", "deepseek_v3": "n_routed_experts"}
+# Keys that change the cost model's attention and are read but not modelled (the MoE refusal of
+# core.problem keeps these models out of the cost model): a warning each.
+_HF_APPROXIMATED = {"attention_chunk_size": "chunked attention (block-diagonal chunks on the RoPE layers) is "
+                                            "not modelled: full attention is assumed"}
+
+
+def _hf_sparse(family: str, cfg: dict, layers: int, d_ff: int, where: str, used: set) -> dict:
+    """The MoE (and MLA, MTP, sinks) fields of a sparse family's config as its transformers modeling
+    code builds them: experts, top-k and expert width (the config class's defaults when absent),
+    then the family's own keys (_HF_SPARSE_READERS). What changes the count and is not modelled
+    is refused naming the key; what changes the attention cost is read with a note."""
+    n_experts, top_k, width = _HF_MOE_DEFAULTS[family]
+    experts_key = _HF_EXPERT_KEYS[family]
+    used.update((experts_key, "num_experts_per_tok", "moe_intermediate_size"))
+    moe = {"num_experts": _hf_value(cfg, experts_key, HfDim, where, n_experts),
+           "top_k": _hf_value(cfg, "num_experts_per_tok", HfDim, where, top_k)}
+    width = _hf_value(cfg, "moe_intermediate_size", HfDim, where, width) if width else None
+    moe["expert_d_ff"] = width or d_ff  # Mixtral, gpt-oss, Llama 4: the experts are intermediate_size wide
+    out: dict = {"d_ff": d_ff, "notes": [], "moe": moe}
+    reader = _HF_SPARSE_READERS.get(family)
+    if reader is not None:
+        reader(cfg, layers, d_ff, where, used, moe, out)
+    for key, text in _HF_APPROXIMATED.items():
+        if key in cfg and _hf_is_set(cfg[key]):
+            used.add(key)
+            out["notes"].append(f"field '{key}' ({cfg[key]!r:.40}): {text}")
+    return out
+
+
+_LayerList = Optional[list[Annotated[StrictInt, Field(ge=0)]]]
+_HfCount = Annotated[StrictInt, Field(ge=0, le=MAX_MODEL_DIM)]
+
+
+def _hf_llama4(cfg: dict, layers: int, d_ff: int, where: str, used: set, moe: dict, out: dict) -> None:
+    """Llama 4 (Llama4TextMoe): experts and one shared expert of intermediate_size, MoE every
+    interleave_moe_layer_step-th layer (moe_layers, when given, must say the same), dense layers
+    of intermediate_size_mlp."""
+    used.update(("intermediate_size_mlp", "interleave_moe_layer_step", "moe_layers"))
+    out["d_ff"] = _hf_value(cfg, "intermediate_size_mlp", HfDim, where, 16384)
+    step = _hf_value(cfg, "interleave_moe_layer_step", HfDim, where, 1)
+    moe.update(num_shared_experts=1, shared_d_ff=d_ff, layer_freq=step)
+    given = _hf_value(cfg, "moe_layers", _LayerList, where)
+    if given is not None and given != list(range(step - 1, layers, step)):
+        raise CatalogueError(f"{where}: field 'moe_layers': MoE layers other than every "
+                             f"interleave_moe_layer_step-th ({step}) are not modelled")
+
+
+def _hf_qwen_moe(cfg: dict, layers: int, d_ff: int, where: str, used: set, moe: dict, out: dict) -> None:
+    """Qwen2/3-MoE: layer i is MoE unless in mlp_only_layers, when (i + 1) % decoder_sparse_step == 0
+    (only leading mlp_only_layers are modelled); Qwen2-MoE adds one shared expert of
+    shared_expert_intermediate_size with a [D, 1] sigmoid gate."""
+    used.update(("decoder_sparse_step", "mlp_only_layers", "shared_expert_intermediate_size"))
+    moe["layer_freq"] = _hf_value(cfg, "decoder_sparse_step", HfDim, where, 1)
+    dense = _hf_value(cfg, "mlp_only_layers", _LayerList, where) or []
+    if sorted(dense) != list(range(len(dense))):
+        raise CatalogueError(f"{where}: field 'mlp_only_layers': dense layers other than the first ones "
+                             f"({dense!r:.60}) are not modelled")
+    moe["first_dense_layers"] = len(dense)
+    if cfg.get("model_type") == "qwen2_moe":
+        shared = _hf_value(cfg, "shared_expert_intermediate_size", Optional[HfDim], where, 5632)
+        if shared:
+            moe.update(num_shared_experts=1, shared_d_ff=shared, shared_expert_gate=True)
+
+
+def _hf_deepseek(cfg: dict, layers: int, d_ff: int, where: str, used: set, moe: dict, out: dict) -> None:
+    """DeepSeek-V3: first_k_dense_replace dense layers, then MoE layers with n_shared_experts of
+    moe_intermediate_size (one MLP n_shared x wider in the code: the same count) and the router's
+    e_score_correction_bias; MLA attention; num_nextn_predict_layers MTP modules."""
+    used.update(("n_shared_experts", "first_k_dense_replace", "moe_layer_freq", "num_nextn_predict_layers",
+                 "num_key_value_heads"))
+    shared = _hf_value(cfg, "n_shared_experts", Optional[_HfCount], where, 1) or 0
+    freq = _hf_value(cfg, "moe_layer_freq", HfDim, where, 1)
+    if freq != 1:  # DeepSeek's rule (i % freq == 0) is not MoeSpec's ((i + 1) % freq == 0)
+        raise CatalogueError(f"{where}: field 'moe_layer_freq' ({freq}): MoE layers at other than every "
+                             f"layer after first_k_dense_replace are not modelled")
+    moe.update(num_shared_experts=shared, shared_d_ff=moe["expert_d_ff"] if shared else 0, router_bias=True,
+               first_dense_layers=_hf_value(cfg, "first_k_dense_replace", _HfCount, where, 3))
+    mla = {}
+    for key, default in (("q_lora_rank", 1536), ("kv_lora_rank", 512), ("qk_rope_head_dim", 64),
+                         ("qk_nope_head_dim", 128), ("v_head_dim", 128)):
+        used.add(key)
+        mla[key] = _hf_value(cfg, key, Optional[HfDim] if key == "q_lora_rank" else HfDim, where, default)
+    mtp = _hf_value(cfg, "num_nextn_predict_layers", Optional[Annotated[StrictInt, Field(ge=0, le=MAX_MTP_LAYERS)]],
+                    where, 0)
+    out.update(mla=mla, head_dim=mla["qk_nope_head_dim"] + mla["qk_rope_head_dim"], mtp_layers=mtp or 0)
+
+
+def _hf_gpt_oss(cfg: dict, layers: int, d_ff: int, where: str, used: set, moe: dict, out: dict) -> None:
+    """gpt-oss: the router Linear(D, E) has a bias; one sink logit per head (GptOssAttention.sinks);
+    experts_per_token, when given, must equal num_experts_per_tok."""
+    used.add("experts_per_token")
+    if "experts_per_token" in cfg and cfg["experts_per_token"] != moe["top_k"]:
+        raise CatalogueError(f"{where}: field 'experts_per_token' ({cfg['experts_per_token']!r:.40}) and "
+                             f"'num_experts_per_tok' ({moe['top_k']}) differ")
+    moe["router_bias"] = True
+    out["attention_sinks"] = True
+
+
+_HF_SPARSE_READERS = {"llama4_text": _hf_llama4, "qwen2_moe": _hf_qwen_moe, "qwen3_moe": _hf_qwen_moe,
+                      "deepseek_v3": _hf_deepseek, "gpt_oss": _hf_gpt_oss}
+
+
 def _hf_falcon(cfg: dict, heads: int, where: str, used: set) -> dict:
     """Falcon's KV heads, norms per layer and biases (transformers FalconAttention/FalconDecoderLayer)."""
     used.update(("new_decoder_architecture", "multi_query", "parallel_attn", "num_kv_heads", "bias",
@@ -451,10 +659,12 @@ def read_hf_config(path: Path) -> HfImport:
     cfg = io.read_json(path, error=CatalogueError)
     if not isinstance(cfg, dict):
         raise CatalogueError(f"{where}: expected a Hugging Face config (a JSON object), got {_json_kind(cfg)}")
+    cfg, nested, outer_unused, notes = _hf_unnest(cfg, where)
     family, typed = _hf_model_type(cfg, where)
     fam = HF_FAMILIES[family]
+    sparse_keys = _HF_SPARSE_KEYS.get(family, ()) if fam.sparse else ()
     for key, what in HF_REFUSED.items():
-        if key in cfg and _hf_is_set(cfg[key]):
+        if key in cfg and _hf_is_set(cfg[key]) and key not in sparse_keys:
             raise CatalogueError(f"{where}: field '{key}' ({cfg[key]!r:.40}): {what} is not modelled")
     used = {"model_type", "_name_or_path", "tie_word_embeddings"}
 
@@ -508,6 +718,13 @@ def read_hf_config(path: Path) -> HfImport:
         used.update(("n_positions", "max_position_embeddings"))
         learned = _hf_value(cfg, key, HfDim, where) if key else 1024
     window, full = _hf_window(fam, cfg, layers, where, used)
+    if fam.sparse:
+        sparse = _hf_sparse(family, cfg, layers, d_ff, where, used)
+        d_ff = sparse.pop("d_ff")
+        if "mla" in sparse:
+            kv_heads, head_dim = heads, sparse.pop("head_dim")
+        notes += sparse.pop("notes")
+        spec.update(sparse)
 
     spec.update(_hf_hyperparams(cfg, where, used))
     tied = _hf_value(cfg, "tie_word_embeddings", Optional[StrictBool], where)
@@ -529,8 +746,8 @@ def read_hf_config(path: Path) -> HfImport:
         "full_attention_layers": full,
     }
     model = model_from_dict(data, data["name"], where)
-    unused = tuple(k for k in cfg if k not in used)
-    return HfImport(model=model, unused=unused, family=family, model_type_given=typed)
+    unused = outer_unused + tuple(f"{nested}.{k}" if nested else k for k in cfg if k not in used)
+    return HfImport(model=model, unused=unused, family=family, model_type_given=typed, notes=tuple(notes))
 
 
 def hf_warnings(result: HfImport, where: str) -> list[str]:
@@ -538,6 +755,7 @@ def hf_warnings(result: HfImport, where: str) -> list[str]:
     lines = []
     if not result.model_type_given:
         lines.append(f"{where}: no 'model_type': read as {HF_DEFAULT_FAMILY} (known: {', '.join(HF_FAMILIES)})")
+    lines.extend(f"{where}: {note}" for note in result.notes)
     if result.unused:
         lines.append(f"{where}: {len(result.unused)} key(s) not used (they change neither the parameter count nor "
                      f"the modelled cost): {', '.join(k[:60] for k in result.unused)}")
@@ -603,13 +821,18 @@ def accelerator_from_dict(data: Any, where: str) -> Accelerator:
         raise CatalogueError(f"{where}: give exactly one of 'hbm_gib' or 'hbm_gb'")
     undocumented = [k for k in ("peak_bf16_tflops", "hbm_gbytes_per_s", "link_gbytes_per_s_per_direction",
                                 "scale_out_gbytes_per_s_per_direction", "calibration") if k not in f.sources]
+    if f.peak_fp8_tflops is not None and "peak_fp8_tflops" not in f.sources:
+        undocumented.append("peak_fp8_tflops")
     if undocumented:
         raise CatalogueError(f"{where}: field 'sources' lacks a source for {', '.join(undocumented)}")
+    if (f.peak_fp8_tflops is None) != (f.calibration.fp8_matmul_efficiency is None):
+        raise CatalogueError(f"{where}: give 'peak_fp8_tflops' and 'calibration: fp8_matmul_efficiency' together")
     cal, topo = f.calibration, f.topology
     unitless = {"collective_half_efficiency_kib", "microbatch_overhead_us", "step_overhead_ms"}
     return Accelerator(
         id=f.id, name=f.name, kind=f.kind,
         peak_flops_per_s=f.peak_bf16_tflops * TERA,
+        peak_fp8_flops_per_s=None if f.peak_fp8_tflops is None else f.peak_fp8_tflops * TERA,
         hbm_bytes=f.hbm_gib * GIB if f.hbm_gib is not None else f.hbm_gb * GB,
         hbm_bytes_per_s=f.hbm_gbytes_per_s * GB,
         link_bytes_per_s_per_direction=f.link_gbytes_per_s_per_direction * GB,

@@ -16,6 +16,8 @@ profile states what the framework does when launched with the flags its exporter
   XLA's collective matmul (TP overlap) only when asked.
 - ``ideal``: everything that can overlap does, TP included (the bound the others approach).
 
+In every profile ZeRO-3 gathers are prefetched one layer ahead and their reduce-scatters run
+in backward, and context-parallel ring passes hide behind the attention core.
 TP collectives pipelined with their GEMMs need the fast domain (NVLink / ICI): a TP group that
 crosses scale-out links is on the critical path in every profile (NeMo "Communication Overlap":
 userbuffers run over NVLink only).
@@ -26,7 +28,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from layoutsearch.core.errors import InvalidArgumentError
-from layoutsearch.core.specs import Framework
+from layoutsearch.core.specs import Framework, Recompute
 
 
 @dataclass(frozen=True, slots=True)
@@ -37,21 +39,21 @@ class Profile:
     tp_overlap: bool  # TP collectives pipelined with their GEMMs (inside the fast domain only)
     grad_reduce_overlap: bool  # DP / ZeRO-1/2 reductions behind the last microbatch's backward
     param_gather_overlap: bool  # ZeRO-1/2 gather of updated weights behind the next forward
-    fsdp_prefetch: bool  # ZeRO-3 per-layer gathers behind the previous layer's compute
-    cp_overlap: bool = True  # context-parallel ring passes behind the attention core
+    fp8_param_gather: bool = False  # with fp8: weights all-gathered in fp8 (Megatron --fp8-param-gather,
+    # torchtitan enable_fsdp_float8_all_gather), else in bf16
+    recompute_policies: tuple[str, ...] = ("none", "selective", "full")  # what the search tries by default
 
 
 PROFILES = {
     "megatron": Profile("megatron", tp_overlap=False, grad_reduce_overlap=True, param_gather_overlap=True,
-                        fsdp_prefetch=True),
-    "deepspeed": Profile("deepspeed", tp_overlap=False, grad_reduce_overlap=True, param_gather_overlap=False,
-                         fsdp_prefetch=True),
+                        fp8_param_gather=True),
+    "deepspeed": Profile("deepspeed", tp_overlap=False, grad_reduce_overlap=True, param_gather_overlap=False),
     "torchtitan": Profile("torchtitan", tp_overlap=False, grad_reduce_overlap=True, param_gather_overlap=True,
-                          fsdp_prefetch=True),
+                          fp8_param_gather=True, recompute_policies=("none", "op", "full")),
     "maxtext": Profile("maxtext", tp_overlap=False, grad_reduce_overlap=True, param_gather_overlap=True,
-                       fsdp_prefetch=True),
+                       recompute_policies=("minimal_with_context", "minimal", "save_dot_except_mlpwi", "full")),
     "ideal": Profile("ideal", tp_overlap=True, grad_reduce_overlap=True, param_gather_overlap=True,
-                     fsdp_prefetch=True),
+                     fp8_param_gather=True, recompute_policies=tuple(r.value for r in Recompute)),
 }
 assert set(PROFILES) == {f.value for f in Framework}
 
@@ -70,6 +72,12 @@ def default_framework(accelerator_kind: str) -> str:
 def framework_of_record(name: str | None, accelerator_kind: str) -> str:
     """The profile of a run record's ``workload.framework`` (null or "other": the accelerator's default)."""
     return RECORD_FRAMEWORKS.get(name or "", default_framework(accelerator_kind))
+
+
+def framework_of_target(target: str) -> str:
+    """The profile an export target's framework runs with ('torchtitan-0.3' -> 'torchtitan')."""
+    name = target.split("-")[0]
+    return name if name in PROFILES else "ideal"
 
 
 def profile_of(framework: str | None, accelerator_kind: str = "gpu") -> Profile:

@@ -49,6 +49,8 @@ ProblemFile = absent_is_none(
     model=_Text | dict | list[_Text], cluster=_Text | dict | list[_Text],
     seqs=StrictInt | list[StrictInt] | _Text, seq_len=StrictInt | list[StrictInt] | _Text,
     tp_comm_overlap=StrictBool, tokens=_Number, price_per_device_hour=_Number,
+    framework=_Text, precision=_Text, grad_bytes=StrictInt, moment_bytes=StrictInt, fused_attention=StrictBool,
+    hbm_gib=_Number, memory_margin_gib=_Number,
     # the search (solve, explain)
     fix=_Text | _Degrees, choices=_Text | dict[StrictStr, StrictInt | list[StrictInt]], only=_Text | list[_Text],
     recompute=_Text | list[_Text], objective=_Text, top=StrictInt, method=_Text, time_limit=_Number, export=_Text,

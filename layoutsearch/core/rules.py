@@ -27,6 +27,8 @@ from typing import Callable
 import numpy as np
 
 from layoutsearch.core.problem import Problem, SearchOptions
+from layoutsearch.core.frameworks import profile_of
+from layoutsearch.core.stages import SPLIT_NAMES, split_layers
 from layoutsearch.core.specs import (
     DEGREE_NAMES, RECOMPUTE_CODES, RECOMPUTE_POLICIES, SCHEDULE_CODES, Layout, ModelSpec,
 )
@@ -101,10 +103,15 @@ STRUCTURE: tuple[Rule, ...] = (
           lambda p: f"tp and num_kv_heads({p.model.num_kv_heads}) divide one another",
           lambda p, c: f"tp({c['tp']}) does not divide num_kv_heads({p.model.num_kv_heads}) "
                        f"and {p.model.num_kv_heads} does not divide {c['tp']}"),
-    _rule("pp-layers", ("pp", "v"), lambda p, c: p.model.num_layers % (c["pp"] * c["v"]) == 0,
-          lambda p: f"pp x virtual stages divides num_layers({p.model.num_layers})",
-          lambda p, c: f"num_layers({p.model.num_layers}) is not divisible by pp({c['pp']}) x "
-                       f"virtual_stages({c['v']})"),
+    _rule("pp-layers", ("pp", "v"), lambda p, c: split_layers(p.model.num_layers, c["pp"], c["v"],
+                                                               c.get("lf", 0), c.get("ll", 0))[4],
+          lambda p: f"the pipeline splits num_layers({p.model.num_layers}): evenly, counting the embedding and "
+                    f"loss as layers, or with lighter first and last stages",
+          lambda p, c: f"num_layers({p.model.num_layers}) cannot be split over pp({c['pp']}) x "
+                       f"virtual_stages({c['v']})" + (f" with first_stage_layers({c['lf']}) and last_stage_layers("
+                                                     f"{c['ll']})" if c.get("lf", 0) or c.get("ll", 0) else "")
+                       + ": every stage needs a multiple of virtual_stages, the middle stages equal shares, "
+                         "and the first and last no more than a middle stage"),
     _rule("schedule", ("pp", "v", "sched"),
           lambda p, c: (c["v"] > 1) == (c["sched"] == SCHEDULE_CODES["interleaved"]),
           lambda p: "virtual stages > 1 exactly when the schedule is interleaved",
@@ -152,10 +159,14 @@ def option_rules(options: SearchOptions | None) -> tuple[Rule, ...]:
             rules.append(_rule(f"option-{d}", (d,), lambda p, c, d=d: options.allowed(d, c[d]),
                                lambda p, d=d: f"your --fix/--choices/--only for {d}",
                                lambda p, c, d=d: f"{d}({c[d]}) is excluded by --fix/--choices/--only", "option"))
-    codes = [RECOMPUTE_CODES[r] for r in options.recompute]
-    rules.append(_rule("option-recompute", ("r",), lambda p, c: np.isin(c["r"], codes),
-                       lambda p: f"recompute in {{{', '.join(options.recompute)}}}",
-                       lambda p, c: f"recompute {RECOMPUTE_POLICIES[c['r']]} is not among {', '.join(options.recompute)}",
+    def allowed(p: Problem) -> tuple[str, ...]:  # --recompute, else the framework profile's default set
+        return options.recompute or profile_of(p.workload.framework, p.cluster.accelerator.kind).recompute_policies
+
+    rules.append(_rule("option-recompute", ("r",), lambda p, c: np.isin(c["r"], [RECOMPUTE_CODES[r] for r in allowed(p)]),
+                       lambda p: f"recompute in {{{', '.join(allowed(p))}}}",
+                       lambda p, c: f"recompute {RECOMPUTE_POLICIES[c['r']]} is not among {', '.join(allowed(p))}"
+                                    + ("" if options.recompute else f" (the {p.workload.framework} default; "
+                                                                    f"--recompute widens it)"),
                        "option"))
     rules.append(_rule("option-zero", ("fsdp", "cp", "z"), lambda p, c: np.isin(effective_zero(c), options.zero_stages),
                        lambda p: f"ZeRO stage in {{{', '.join(map(str, options.zero_stages))}}}",
@@ -205,7 +216,14 @@ class Capabilities:
     context_parallel: bool = True
     kv_replication: bool = True
     model_blocks: tuple[str, ...] = ()  # empty: any model; else one of MODEL_BLOCKS must hold
+    pipeline_splits: tuple[str, ...] = ("even",)  # core.stages SPLIT_NAMES the target can write
+    recompute_policies: tuple[str, ...] = ("none", "selective", "full")  # the policies the target can write
     why: dict[str, str] = field(default_factory=dict)
+
+
+def _split_name(p: Problem, c: Cand) -> np.ndarray:
+    kind = split_layers(p.model.num_layers, c["pp"], c["v"], c.get("lf", 0), c.get("ll", 0))[3]
+    return np.vectorize(SPLIT_NAMES.get, otypes=[object])(kind)
 
 
 def framework_rules(caps: Capabilities) -> tuple[Rule, ...]:
@@ -243,6 +261,17 @@ def framework_rules(caps: Capabilities) -> tuple[Rule, ...]:
          if c["sched"] not in codes else
          text(f"{caps.target}-pipeline", f"ZeRO-{c['z']} with pp({c['pp']})",
               f"zero_stage {' or '.join(map(str, caps.zero_stages_with_pp))}")),
+        (f"{caps.target}-split", ("pp", "v"),
+         lambda p, c: np.isin(_split_name(p, c), caps.pipeline_splits),
+         lambda p: f"{name}: pipeline splits {', '.join(caps.pipeline_splits)}",
+         lambda p, c: text(f"{caps.target}-split", f"the {_split_name(p, c)[0]} split of num_layers("
+                                                   f"{p.model.num_layers}) over pp({c['pp']}) x virtual_stages({c['v']})",
+                           "a pp that divides the layers, or export to megatron")),
+        (f"{caps.target}-recompute", ("r",),
+         lambda p, c: np.isin(c["r"], [RECOMPUTE_CODES[r] for r in caps.recompute_policies]),
+         lambda p: f"{name}: recompute {', '.join(caps.recompute_policies)}",
+         lambda p, c: text(f"{caps.target}-recompute", f"the recompute policy {RECOMPUTE_POLICIES[c['r']]}",
+                           f"recompute {' or '.join(caps.recompute_policies)}")),
         (f"{caps.target}-kv", ("tp",), lambda p, c: caps.kv_replication | (c["tp"] <= p.model.num_kv_heads),
          lambda p: f"{name}: tp <= num_kv_heads({p.model.num_kv_heads}) (no KV-head replication)",
          lambda p, c: text(f"{caps.target}-kv", f"tp({c['tp']}) > num_kv_heads({p.model.num_kv_heads}) (replicated KV "
@@ -268,7 +297,8 @@ def candidate_of(layout: Layout, k: int | None = None) -> Cand:
     """One layout as a candidate (arrays of length 1)."""
     values = {**layout.degrees, "v": layout.virtual_stages, "sched": SCHEDULE_CODES.get(layout.schedule, -1),
               "k": layout.num_microbatches if k is None else k, "z": layout.zero_stage,
-              "r": RECOMPUTE_CODES.get(layout.recompute, -1)}
+              "r": RECOMPUTE_CODES.get(layout.recompute, -1),
+              "lf": layout.first_stage_layers or 0, "ll": layout.last_stage_layers or 0}
     return {key: np.array([value], dtype=np.int64) for key, value in values.items()}
 
 

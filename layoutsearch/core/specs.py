@@ -24,7 +24,12 @@ def choices(name: str, values: tuple[str, ...], doc: str) -> type[StrEnum]:
     return enum
 
 
-Recompute = choices("Recompute", ("none", "selective", "full"), "Activation-checkpoint policy (COSTS.md).")
+Recompute = choices("Recompute", (
+    "none", "selective", "full",  # Megatron: nothing, the attention core (+ MLP activation), the whole layer
+    "op",  # torchtitan per-op selective AC: every other matmul output and the attention output saved
+    "minimal", "minimal_with_context", "save_dot_with_context_except_mlp", "save_dot_except_mlpwi",
+    "save_dot_except_mlp", "save_qkv_proj", "save_out_proj",  # MaxText remat policies
+), "Activation-checkpoint policy: a named set of saved tensors (costs.memory.POLICY_SAVES).")
 Schedule = choices("Schedule", ("1f1b", "interleaved", "gpipe"),
                     "Pipeline schedule: 1F1B, interleaved 1F1B (virtual stages), GPipe (all forwards first).")
 Objective = choices("Objective", ("step-time", "gather-volume"), "What the search minimises.")
@@ -53,8 +58,49 @@ class RopeScaling:
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
+class MoeSpec:
+    """Mixture-of-experts MLP layers (COSTS.md "Mixture of experts").
+
+    Layer i (from 0) is a MoE layer when i >= ``first_dense_layers`` and (i + 1) is a multiple of
+    ``layer_freq`` (Qwen2/3-MoE ``decoder_sparse_step``, Llama 4 ``interleave_moe_layer_step``);
+    the other layers have the dense MLP of width ``ModelSpec.d_ff``. A MoE layer holds a router
+    [D, E] (plus a bias or a score-correction bias of E values with ``router_bias``), E routed
+    experts and ``num_shared_experts`` always-on experts, each an MLP of the model's kind (gated
+    or plain, with biases when the model has ``linear_bias``).
+    """
+
+    num_experts: int  # routed experts per MoE layer (E)
+    top_k: int  # routed experts per token (k)
+    expert_d_ff: int  # FFN width of one routed expert (F_e)
+    num_shared_experts: int = 0  # always-on experts per MoE layer (s)
+    shared_d_ff: int = 0  # FFN width of one shared expert (F_s); 0 without shared experts
+    first_dense_layers: int = 0  # dense layers before the first MoE layer (DeepSeek first_k_dense_replace)
+    layer_freq: int = 1  # every layer_freq-th layer (counting from 1) after those is MoE
+    capacity_factor: float | None = None  # tokens per expert capped at c x tokens x k / E; None = dropless
+    router_bias: bool = False  # E values per MoE layer: the router's bias (gpt-oss) or DeepSeek-V3's
+    # e_score_correction_bias (added to the scores only to choose the experts)
+    shared_expert_gate: bool = False  # Qwen2-MoE: a [D, 1] sigmoid gate on the shared expert's output
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class MlaSpec:
+    """Multi-head latent attention (DeepSeek-V2/V3): queries through a rank-``q_lora_rank``
+    bottleneck (None: a full [D, n_q (h_nope + h_rope)] projection), keys and values through a
+    rank-``kv_lora_rank`` latent plus one shared RoPE key of ``qk_rope_head_dim``; RMSNorms on the
+    two latents. With MLA, ``ModelSpec.head_dim`` is the query-key head width h_nope + h_rope and
+    ``num_kv_heads`` equals ``num_heads``."""
+
+    q_lora_rank: int | None
+    kv_lora_rank: int
+    qk_rope_head_dim: int
+    qk_nope_head_dim: int
+    v_head_dim: int
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
 class ModelSpec:
-    """Architecture only. A decoder-only transformer with optional GQA."""
+    """Architecture only. A decoder-only transformer with optional GQA, mixture-of-experts MLP
+    layers (``moe``), multi-head latent attention (``mla``) and multi-token-prediction modules."""
 
     name: str
     num_layers: int
@@ -84,11 +130,31 @@ class ModelSpec:
     activation: str | None = None  # MLP activation; None = silu (gated) or gelu (plain)
     attention_dropout: float = 0.0
     hidden_dropout: float = 0.0
+    # Sparse and latent architectures (costs/params.py counts them; the cost model refuses them yet).
+    attention_sinks: bool = False  # one learned logit per query head per layer (gpt-oss)
+    moe: MoeSpec | None = None  # mixture-of-experts MLP layers; None = every layer dense
+    mla: MlaSpec | None = None  # multi-head latent attention; None = MHA/GQA projections
+    mtp_layers: int = 0  # DeepSeek-style multi-token-prediction modules (counted beside the model, not in it)
 
     @property
     def activation_name(self) -> str:
         """The MLP activation: ``activation`` or the default of the MLP kind (silu gated, gelu plain)."""
         return self.activation or ("silu" if self.mlp == "gated" else "gelu")
+
+    def is_moe_layer(self, layer: int) -> bool:
+        """Whether layer ``layer`` (from 0) has the MoE MLP (``MoeSpec``'s rule)."""
+        moe = self.moe
+        return moe is not None and layer >= moe.first_dense_layers and (layer + 1) % moe.layer_freq == 0
+
+    @property
+    def num_moe_layers(self) -> int:
+        """Layers with the MoE MLP (0 for a dense model)."""
+        return sum(self.is_moe_layer(i) for i in range(self.num_layers)) if self.moe is not None else 0
+
+    @property
+    def num_dense_layers(self) -> int:
+        """Layers with the dense MLP of width ``d_ff``."""
+        return self.num_layers - self.num_moe_layers
 
     @property
     def mlp_matrices(self) -> int:
@@ -116,13 +182,16 @@ class Workload:
     activation_bytes: int = 2  # bf16 activations
     causal: bool = True  # causal attention: masked score blocks are skipped (FlashAttention)
     flash_attention: bool = True  # fused attention; False = scores materialised (pre-2022 Megatron, BLOOM)
-    tp_comm_overlap: bool = False  # TP collectives pipelined with their GEMMs (Transformer Engine userbuffers,
-    # NeMo/Megatron-Core tp_comm_overlap; XLA collective matmul); off = on the critical path
+    tp_comm_overlap: bool | None = None  # TP collectives pipelined with their GEMMs inside the fast domain
+    # (Transformer Engine userbuffers, torchtitan async TP, XLA collective matmul); None = the framework
+    # profile's choice (Problem.build resolves it); a TP group crossing scale-out is never overlapped
     fsdp_collectives_per_layer: int = 1  # ZeRO-3 gathers per layer: 1 with flat parameters (FSDP, XLA);
     # one per parameter tensor with DeepSpeed ZeRO-3 as of 2021
     training_tokens: float | None = None  # total tokens for a calendar estimate
     precision: str = "bf16"  # Precision: "fp8" runs the GEMMs in fp8 (Transformer Engine / MaxText recipes)
     framework: str | None = None  # Framework profile; None = the accelerator's default (Problem.build resolves it)
+    hbm_bytes: float | None = None  # the device's memory when the part differs from the catalogue's (96 GB H100)
+    memory_margin_bytes: float = 0.0  # kept free on every device besides the runtime reserve
 
     @property
     def global_batch_tokens(self) -> int:
@@ -165,6 +234,8 @@ class Accelerator:
     max_slice_shape: tuple[int, ...] = ()  # TPU: largest ICI domain
     devices_per_host: int = 1
     devices_per_node: int = 1  # GPU: NVLink domain size
+    peak_fp8_flops_per_s: float | None = None  # dense fp8 matmuls (MXFP8 on Blackwell); None = no fp8 unit
+    fp8_matmul_efficiency: float | None = None  # achievable fraction of the fp8 peak for large matmuls
     sources: dict[str, str] = field(default_factory=dict, compare=False, hash=False)
 
 
@@ -226,6 +297,8 @@ class Layout:
     sequence_parallel: bool = True  # shard norm/residual activations over tp (Megatron SP)
     schedule: str = "1f1b"  # a Schedule value
     axes: Placements | None = UNPLACED
+    first_stage_layers: int | None = None  # uneven pipeline split (core.stages); None = the engine's split
+    last_stage_layers: int | None = None
 
     @property
     def placed(self) -> bool:

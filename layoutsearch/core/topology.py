@@ -109,7 +109,9 @@ def valid_sizes(acc: Accelerator, limit: int) -> list[int]:
     ``min(limit, MAX_DEVICES)``."""
     limit = min(limit, MAX_DEVICES)
     if acc.kind == "gpu":
-        n = acc.devices_per_node
+        n, host = acc.devices_per_node, acc.devices_per_host
+        if host < n:  # partial domains in whole hosts (partial_domains)
+            return sorted(set(d for d in divisors(n) if d < n) | set(range(host, limit + 1, host)))
         return [d for d in divisors(n) if d < n] + list(range(n, limit + 1, n))
     return [k for k in range(1, min(limit, _max_slice_chips(acc)) + 1) if torus_shape(acc, k)]
 
@@ -120,6 +122,9 @@ def _nearby_sizes(acc: Accelerator, n: int, per_node: int = 1) -> list[int]:
         k = n // per_node
         candidates = [d for d in divisors(per_node) if d < per_node]
         candidates += [m * per_node for m in range(max(k - 1, 1), k + 3)]
+        host = acc.devices_per_host
+        candidates += [m * host for m in range(max(n // host - 2, 1), n // host + 3)
+                       if partial_domains(acc, m * host, per_node)]
     elif acc.torus_dims == 2:
         candidates = [s for s in SHAPES_2D if torus_shape(acc, s)]
     else:
@@ -402,6 +407,19 @@ def parse_cluster_name(name: str) -> tuple[Accelerator, dict]:
     return acc, desc
 
 
+def partial_domains(acc: Accelerator, n: int, per_node: int) -> int | None:
+    """The fewest NVLink domains ``n`` GPUs fill equally in whole hosts (trays) when n is not a
+    multiple of the domain: GB200 NVL72 runs of 128 GPUs use 2 domains of 64 (16 trays of 4 each),
+    as NVIDIA's published GB200 runs do. None where the host is the whole domain (H100: 8 of 8)."""
+    host = acc.devices_per_host
+    if host >= per_node or n % host:
+        return None
+    for domains in range(-(-n // per_node), n // host + 1):
+        if n % domains == 0 and (n // domains) % host == 0:
+            return domains
+    return None
+
+
 def cluster_factors(name: str, devices_per_node: int | None = None,
                     scale_out_bytes_per_s: float | None = None) -> tuple[Accelerator, tuple[FactorGraph, ...]]:
     """The accelerator and the factor graphs a cluster name (or a cluster file's path) describes,
@@ -427,8 +445,11 @@ def cluster_factors(name: str, devices_per_node: int | None = None,
         raise CatalogueError(f"cluster '{name}': multislice (xN) is for TPUs; give the GPU count")
     n = desc["count"]
     per_node = devices_per_node or acc.devices_per_node
+    if n % per_node and per_node % n and (spread := partial_domains(acc, n, per_node)):
+        return acc, gpu_factors(acc, spread, n // spread, scale_out_bytes_per_s)
     if n % per_node and per_node % n:
-        raise CatalogueError(f"cluster '{name}': {n} GPUs is not a whole number of {per_node}-GPU nodes "
+        trays = f" or of {acc.devices_per_host}-GPU hosts" if acc.devices_per_host < per_node else ""
+        raise CatalogueError(f"cluster '{name}': {n} GPUs is not a whole number of {per_node}-GPU nodes{trays} "
                              f"(valid nearby sizes: {', '.join(map(str, _nearby_sizes(acc, n, per_node)))})")
     nodes, per_node = (n // per_node, per_node) if n >= per_node else (1, n)
     return acc, gpu_factors(acc, nodes, per_node, scale_out_bytes_per_s)

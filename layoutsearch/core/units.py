@@ -28,6 +28,7 @@ MAX_INT64 = 2**63 - 1
 MAX_MODEL_DIM = 2**24  # layers, widths, heads, vocabulary: each at most this
 MAX_MODEL_PARAMS = 2**53  # parameter counts (and their byte counts in float64) stay exact
 MAX_TRAINING_TOKENS = 1e18
+MAX_HBM_BYTES = 2.0**42  # 4 TiB per device
 MAX_TIME_LIMIT_S = 86_400.0
 MAX_MICROBATCHES = MAX_GLOBAL_BATCH_SEQS
 MAX_VIRTUAL_STAGES_RECORD = 1024

@@ -140,17 +140,39 @@ class RingCoefficients:
 
     With the message efficiency x / (x + h) on the per-member chunk x = A/n, the time at
     level l is A (n_l - 1) / (n_l inner_l W_l eff) = (A + h n) c_l, so an AllGather takes
-    (A + h n) max_l c_l + latency: ``seconds_per_byte`` is max_l c_l. Numbers, or arrays
-    with one entry per row.
+    (A + h n) max_l c_l + latency: ``seconds_per_byte`` is max_l c_l. ``axes_mask`` has bit i
+    set when the group spans axis i (groups with a common bit share links); ``scale_out`` is
+    whether it crosses a scale-out or DCN axis. Numbers, or arrays with one entry per row.
     """
 
     members: int
     seconds_per_byte: float
     latency_s: float
+    axes_mask: int = 0
+    scale_out: bool = False
 
     def row(self, i: int = 0) -> "RingCoefficients":
         return RingCoefficients(members=int(self.members[i]), seconds_per_byte=float(self.seconds_per_byte[i]),
-                                latency_s=float(self.latency_s[i]))
+                                latency_s=float(self.latency_s[i]), axes_mask=int(self.axes_mask[i]),
+                                scale_out=bool(self.scale_out[i]))
+
+    def take(self, rows) -> "RingCoefficients":
+        """The coefficients of the given rows (arrays)."""
+        return RingCoefficients(**{f: np.asarray(getattr(self, f))[rows] for f in RING_FIELDS})
+
+
+RING_FIELDS = ("members", "seconds_per_byte", "latency_s", "axes_mask", "scale_out")
+
+
+def _mask_and_scale_out(s: Spans, on: np.ndarray):
+    c = _axis_constants(s.axes)
+    bits = (np.int64(1) << np.arange(len(s.axes), dtype=np.int64))[None, :]
+    return np.where(on, bits, 0).sum(axis=1).astype(np.int64), (on & (c["level"] == 1)[None, :]).any(axis=1)
+
+
+def shares_links(a: RingCoefficients, b: RingCoefficients):
+    """Whether two groups (of the same rows) span a common axis, so that their traffic shares its links."""
+    return (np.asarray(a.axes_mask) & np.asarray(b.axes_mask)) != 0
 
 
 def ring_coefficients_of(s: Spans) -> RingCoefficients:
@@ -158,8 +180,9 @@ def ring_coefficients_of(s: Spans) -> RingCoefficients:
     members = s.factor.prod(axis=1)
     per_byte = np.max(np.stack([c for _, c, _ in _levels(s)]), axis=0)
     active = members > 1
+    mask, scale_out = _mask_and_scale_out(s, s.factor > 1)
     return RingCoefficients(members=members, seconds_per_byte=np.where(active, per_byte, 0.0),
-                            latency_s=np.where(active, span_latency(s), 0.0))
+                            latency_s=np.where(active, span_latency(s), 0.0), axes_mask=mask, scale_out=scale_out)
 
 
 def send_coefficients_of(s: Spans) -> RingCoefficients:
@@ -170,8 +193,10 @@ def send_coefficients_of(s: Spans) -> RingCoefficients:
     rows = np.arange(len(first))
     active = on.any(axis=1)
     link = np.where(active, c["bw"][first] / np.where(c["torus"][first], s.stride[rows, first], 1), 1.0)
+    used = on & (np.arange(on.shape[1])[None, :] == first[:, None])
+    mask, scale_out = _mask_and_scale_out(s, used)
     return RingCoefficients(members=np.where(active, 2, 1), seconds_per_byte=np.where(active, 1.0 / link, 0.0),
-                            latency_s=np.where(active, c["latency"][first], 0.0))
+                            latency_s=np.where(active, c["latency"][first], 0.0), axes_mask=mask, scale_out=scale_out)
 
 
 def replica_spans(s: Spans, replicas: np.ndarray) -> Spans:

@@ -20,7 +20,7 @@ from layoutsearch.core.problem import HasProblem, Problem
 from layoutsearch.core.rules import Violation
 from layoutsearch.core.specs import RECOMPUTE_CODES, SCHEDULE_CODES, Layout, MfuConvention
 from layoutsearch.core.units import GB
-from layoutsearch.costs import flops, params, step, terms
+from layoutsearch.costs import flops, memory, params, step, terms
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -55,9 +55,12 @@ class Estimate(HasProblem):
 
 
 
-def capacity_bytes(cluster) -> float:
-    """HBM less the runtime reserve: what a layout's peak must fit in."""
-    return cluster.accelerator.hbm_bytes - cluster.accelerator.runtime_reserve_bytes
+def capacity_bytes(cluster, workload) -> float:
+    """HBM (the workload's device memory variant, else the catalogue's) less the runtime reserve
+    and the user's margin: what a layout's peak must fit in."""
+    acc = cluster.accelerator
+    hbm = acc.hbm_bytes if workload.hbm_bytes is None else workload.hbm_bytes
+    return hbm - acc.runtime_reserve_bytes - workload.memory_margin_bytes
 
 
 def estimate(problem: Problem, layout: Layout, mfu_convention: str = MfuConvention.model.value,
@@ -90,12 +93,13 @@ def _estimate_placed(problem: Problem, layout: Layout, mfu_convention: str, viol
     big = max((0, 1), key=lambda s: stages[s]["peak"][1])
     peak_name, peak_bytes = stages[big]["peak"]
     moment = stages[big]["moments"][peak_name]
-    capacity = capacity_bytes(cluster)
+    capacity = capacity_bytes(cluster, workload)
     memory_bytes = {
         "state": sum(v for k, v in moment.items() if k.startswith("state/")),
         "activations": sum(v for k, v in moment.items() if k.startswith("activations/")),
         "temporary": sum(v for k, v in moment.items() if k.startswith("temporary/")),
-        "peak": peak_bytes, "capacity": capacity, "hbm": acc.hbm_bytes, **moment,
+        "peak": peak_bytes, "capacity": capacity,
+        "hbm": acc.hbm_bytes if workload.hbm_bytes is None else workload.hbm_bytes, **moment,
     }
     mfu_flops = flops.model_flops_per_token(model, workload.seq_len, mfu_convention) * workload.global_batch_tokens
     violations = list(violations)
@@ -126,7 +130,8 @@ class _Keys:
 
     @classmethod
     def of(cls, problem: Problem, layout: Layout) -> "_Keys":
-        sh = terms.Shapes.of(**layout.degrees, v=layout.virtual_stages, sched=SCHEDULE_CODES[layout.schedule])
+        sh = terms.Shapes.of(**layout.degrees, v=layout.virtual_stages, sched=SCHEDULE_CODES[layout.schedule],
+                             lf=layout.first_stage_layers or 0, ll=layout.last_stage_layers or 0)
         k = np.array([layout.num_microbatches])
         return cls(sh=sh, k=k, r=np.array([RECOMPUTE_CODES[layout.recompute]]), z=np.array([layout.zero_stage]),
                    co=terms.layout_coeffs(problem.model, problem.cluster, layout),
@@ -148,14 +153,15 @@ def _stage(problem: Problem, key: _Keys, first: bool, last: bool) -> dict:
     totals = {name: sum(live.values()) for name, live in moments.items()}
     peak = max(totals, key=totals.get)
     fc = terms.fsdp_collectives(model, workload, acc, sh, co)
+    tp = terms.tp_per_microbatch(model, workload, acc, sh, k, co, last, c["window/matmul_fwd_layer"])
+    cp = terms.cp_per_microbatch(model, workload, acc, sh, k, co, c["window/attn_fwd_layer"])
+    busy = terms.shard_link_traffic(tp, cp, co)
     return {
         "compute": {kk: _scalar(v) for kk, v in c.items() if kk.startswith("compute/")},
         "overhead": acc.microbatch_overhead_s * _scalar(sh.v),
-        "windows": c,
-        "tp": terms.tp_per_microbatch(model, workload, acc, sh, k, co, last, c["window/matmul_fwd_layer"]),
-        "cp": terms.cp_per_microbatch(model, workload, acc, sh, k, co, c["window/attn_fwd_layer"]),
-        "fsdp": fc,
-        "fsdp_fixed": terms.fsdp_exposed_fixed(model, sh, fc, c["window/fwd_layer"], c["window/logits"], True),
+        "windows": c, "tp": tp, "cp": cp, "fsdp": fc, "link_busy": busy,
+        "fsdp_fixed": terms.fsdp_exposed_fixed(model, sh, fc, c["window/fwd_layer"], c["window/logits"], True,
+                                               busy["fwd"], last),
         "moments": moments, "peak": (peak, totals[peak]),
     }
 
@@ -167,19 +173,21 @@ def _step_terms(problem: Problem, key: _Keys, stages: list[dict]) -> dict:
     layers = _scalar(terms.layers_per_stage(model, sh))
     first = stages[0]
     steps = terms.step_collectives(model, workload, acc, sh, z, co)
+    windows = terms.step_windows(model, workload, acc, sh, first["windows"])
+    work = memory.recompute_arrays(model)
     return {
         "A": [mult * (sum(s["compute"].values()) + s["overhead"]) for s in stages],
         "TP": [mult * _scalar(s["tp"]["base"]) for s in stages],
-        "TPF": mult * _scalar(first["tp"]["if_full"]),
-        "CP": mult * _scalar(first["cp"]["base"]), "CPF": mult * _scalar(first["cp"]["if_full"]),
+        "TPF": mult * _scalar(first["tp"]["rerun"]),
+        "CP": mult * _scalar(first["cp"]["base"]), "CPF": mult * _scalar(first["cp"]["rerun"]),
         "FX": [mult * _scalar(s["fsdp_fixed"]["forward"] + s["fsdp_fixed"]["vocab"]) for s in stages],
-        "X": mult * layers * _scalar(first["fsdp"]["gather_layer"] + first["fsdp"]["reduce_layer"]),
+        "X": mult * layers * _scalar(first["fsdp"]["gather_layer"] + first["fsdp"]["reduce_layer"]
+                                     + first["link_busy"]["bwd"]),
         "Y": mult * layers * _scalar(first["windows"]["window/bwd_layer"]),
-        "full": float(_scalar(key.r) == RECOMPUTE_CODES["full"]),
+        "tp_rerun": float(work["tp"][int(_scalar(key.r))]), "cp_rerun": float(work["attention"][int(_scalar(key.r))]),
         "z3": float(_scalar(z) == 3 and _scalar(sh.shards) > 1),
         "RED": _scalar(steps["reduce/zero"] + steps["reduce/dp"] + steps["reduce/kv_replica"]),
-        "WIN": layers * _scalar(first["windows"]["window/bwd_layer"]),
-        "GATH": _scalar(steps["gather/zero"]), "FWD": layers * _scalar(first["windows"]["window/fwd_layer"]),
+        "WIN": _scalar(windows["WIN"]), "GATH": _scalar(steps["gather/zero"]), "FWD": _scalar(windows["FWD"]),
         "PP": _scalar(terms.pipeline_sends(model, workload, acc, sh, k, co)),
         "OPT": _scalar(terms.optimizer_time(model, workload, acc, sh, z)), "STEP0": acc.step_overhead_s,
         "steps": steps,

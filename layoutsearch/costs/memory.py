@@ -8,20 +8,60 @@ from __future__ import annotations
 
 import numpy as np
 
-from layoutsearch.core.specs import ModelSpec, Workload
+from layoutsearch.core.specs import RECOMPUTE_POLICIES, ModelSpec, Workload
 from layoutsearch.costs.params import kv_heads_per_device
 
-# What each checkpoint policy saves per layer, as (tensor, width) with width in elements per token.
-# none: every input a backward kernel needs (FlashAttention keeps O and the row log-sum-exp, not scores);
-# selective: drops what the attention core and the element-wise MLP activation recompute cheaply;
-# full: the layer input only (Korthikanti et al. 2022 table 2, without dropout masks).
-RECOMPUTED_BY_SELECTIVE = ("attn_out", "attn_lse", "attn_scores", "mlp_act")
+# The tensors a layer's backward needs (``saved_tensor_widths``), the op that produces each, and
+# what each checkpoint policy saves: the rest is recomputed from the layer input, its producers
+# rerun (``recompute_work``). Korthikanti et al. 2022 table 2 for the tensors (no dropout masks);
+# FlashAttention keeps O and the row log-sum-exp, not the scores.
+PRODUCER = {
+    "attn_norm_in": "input", "qkv_in": "norm", "q": "mm_q", "k": "mm_k", "v": "mm_v", "qk_norm_in": "mm_q",
+    "attn_out": "attention", "attn_lse": "attention", "attn_scores": "attention",
+    "mlp_norm_in": "mm_o", "post_norm_in": "mm_o", "mlp_in": "norm", "mlp_gate": "mm_gate", "mlp_up": "mm_up",
+    "mlp_act": "act",
+}
+_PROJECTIONS = ("q", "k", "v", "qk_norm_in")  # the QKV projections' outputs (MaxText "qkv_proj")
+_OUT_PROJ = ("mlp_norm_in", "post_norm_in")  # the O projection's output and the residual after it ("out_proj")
+_CONTEXT = ("attn_out", "attn_lse")  # the attention core's output ("context")
+_MLP_WI = ("mlp_gate", "mlp_up")  # the MLP input projections' outputs ("mlpwi")
+ALL_TENSORS = frozenset(PRODUCER)
+POLICY_SAVES: dict[str, frozenset] = {
+    "none": ALL_TENSORS,
+    # Megatron selective: the attention core (and the element-wise MLP activation) are recomputed
+    "selective": ALL_TENSORS - {"attn_out", "attn_lse", "attn_scores", "mlp_act"},
+    "full": frozenset({"attn_norm_in"}),  # the layer input: the whole layer runs forward again
+    # torchtitan op SAC: outputs of every other matmul (wq, wv, w1 / gate) and of the attention kernel
+    "op": frozenset({"attn_norm_in", "q", "v", "qk_norm_in", *_CONTEXT, "mlp_gate"}),
+    # MaxText remat policies (decoder checkpoint names: qkv_proj, context, out_proj, mlpwi, mlpwo)
+    "minimal": frozenset({"attn_norm_in", *_PROJECTIONS, *_OUT_PROJ, *_MLP_WI}),  # every dot without batch dims
+    "minimal_with_context": frozenset({"attn_norm_in", *_PROJECTIONS, *_CONTEXT, *_OUT_PROJ, *_MLP_WI}),
+    "save_dot_with_context_except_mlp": frozenset({"attn_norm_in", *_PROJECTIONS, *_CONTEXT, *_OUT_PROJ}),
+    "save_dot_except_mlpwi": frozenset({"attn_norm_in", *_PROJECTIONS, *_OUT_PROJ}),
+    "save_dot_except_mlp": frozenset({"attn_norm_in", *_PROJECTIONS, *_OUT_PROJ}),
+    "save_qkv_proj": frozenset({"attn_norm_in", *_PROJECTIONS}),
+    "save_out_proj": frozenset({"attn_norm_in", *_OUT_PROJ}),
+}
+# fp8 training (Transformer Engine, torchao float8): the inputs of the linear layers are saved in
+# fp8 for the weight-gradient GEMMs, the rest stays in the activation precision.
+FP8_LINEAR_INPUTS = ("qkv_in", "attn_out", "mlp_in", "mlp_act")
+FP8_BYTES = 1
+FP8_WEIGHT_COPIES = 2  # fp8 weights cached for the microbatches of a step: W and its transpose (Hopper TE)
 SAVED_SCORE_BYTES = 5  # without fused attention: softmax output 2, dropout mask 1, dropout output 2 (Korthikanti)
 
 
 def saved_tensor_widths(model: ModelSpec, tp: int, sequence_parallel: bool, seq_len: int = 0,
-                        flash_attention: bool = True, activation_bytes: int = 2) -> dict[str, float]:
-    """Elements per token of every tensor a layer saves for backward, on one TP rank."""
+                        flash_attention: bool = True, activation_bytes: int = 2, fp8: bool = False) -> dict[str, float]:
+    """Elements per token of every tensor a layer saves for backward, on one TP rank, in units of
+    ``activation_bytes`` (with ``fp8`` the linear layers' inputs count FP8_BYTES / activation_bytes)."""
+    widths = _saved_widths(model, tp, sequence_parallel, seq_len, flash_attention, activation_bytes)
+    if fp8:
+        widths.update({n: widths[n] * FP8_BYTES / activation_bytes for n in FP8_LINEAR_INPUTS})
+    return widths
+
+
+def _saved_widths(model: ModelSpec, tp: int, sequence_parallel: bool, seq_len: int, flash_attention: bool,
+                  activation_bytes: int) -> dict[str, float]:
     d_sp = model.d_model / tp if sequence_parallel else float(model.d_model)
     q = model.num_heads // tp * model.head_dim
     kv = kv_heads_per_device(model, tp) * model.head_dim
@@ -35,7 +75,8 @@ def saved_tensor_widths(model: ModelSpec, tp: int, sequence_parallel: bool, seq_
         "attn_scores": 0.0 if flash_attention else (model.num_heads // tp) * seq_len * SAVED_SCORE_BYTES / activation_bytes,
         "mlp_norm_in": d_sp,
         "mlp_in": d_sp,
-        "mlp_pre": f * (model.mlp_matrices - 1),  # gate and up (gated) or pre-activation (plain)
+        "mlp_gate": f * (model.mlp_matrices - 2),  # the gate projection's output (gated MLPs)
+        "mlp_up": f,  # the up projection's output (the pre-activation of a plain MLP)
         "mlp_act": f,  # input of the down projection
         # Gemma 2/3 post-attention and post-MLP norms: their inputs (the O and down projection outputs)
         "post_norm_in": max(model.norms_per_layer - 2, 0) * d_sp,
@@ -45,9 +86,35 @@ def saved_tensor_widths(model: ModelSpec, tp: int, sequence_parallel: bool, seq_
 
 def kept_by_policy(tensor: str, policy: str) -> bool:
     """Whether a checkpoint policy keeps ``tensor`` (a name of saved_tensor_widths) for backward."""
+    return tensor in POLICY_SAVES[policy]
+
+
+def recompute_arrays(model: ModelSpec) -> dict[str, np.ndarray]:
+    """``recompute_work`` of every policy, as arrays indexed by recompute code (RECOMPUTE_CODES)."""
+    work = [recompute_work(model, policy) for policy in RECOMPUTE_POLICIES]
+    return {key: np.array([w[key] for w in work]) for key in work[0]}
+
+
+def recompute_work(model: ModelSpec, policy: str) -> dict[str, float]:
+    """What a policy reruns in backward, per layer: the share of the layer's forward matmul FLOPs
+    ('matmul'), whether the attention core runs again ('attention'), the share of the forward's
+    element-wise passes ('elementwise') and of its four sequence-parallel TP collectives ('tp':
+    the all-gather before the QKV and the MLP input projections, the reduce-scatter after the O
+    and the MLP output projections). ``full`` reruns the whole layer; other policies rerun the
+    producers of what they do not save."""
+    d, q, kv, f = model.d_model, model.num_heads * model.head_dim, model.num_kv_heads * model.head_dim, model.d_ff
+    flops = {"mm_q": d * q, "mm_k": d * kv, "mm_v": d * kv, "mm_o": q * d, "mm_gate": d * f * (model.mlp_matrices - 2),
+             "mm_up": d * f, "mm_down": f * d}
     if policy == "full":
-        return tensor == "attn_norm_in"
-    return policy == "none" or tensor not in RECOMPUTED_BY_SELECTIVE
+        rerun = set(flops) | {"attention", "norm", "act"}
+    else:
+        rerun = {PRODUCER[t] for t in ALL_TENSORS - POLICY_SAVES[policy]}
+    collectives = [any(p in rerun for p in ("mm_q", "mm_k", "mm_v")), "mm_o" in rerun,
+                   any(p in rerun for p in ("mm_gate", "mm_up")), "mm_down" in rerun]
+    return {"matmul": sum(v for k, v in flops.items() if k in rerun) / sum(flops.values()),
+            "attention": float("attention" in rerun),
+            "elementwise": 1.0 if policy == "full" else 0.5 * ("norm" in rerun),  # the norms' half of the passes
+            "tp": sum(collectives) / 4.0}
 
 
 def state_bytes(params: float, workload: Workload, zero_stage: int, shards: int) -> dict[str, float]:

@@ -3,7 +3,11 @@
 Source: the design notes section 5 (3LDF gated MLP, 2LD(n_q+n_kv)h attention, 2DV untied
 vocabulary) and the public checkpoints (RMSNorm weights: 2 per layer + final; Gemma 2/3: 4 per
 layer; Qwen2: Q, K, V biases; Qwen3, Gemma 3: a head_dim RMSNorm of q and of k; OLMo 2: RMSNorm
-over the whole Q and K projections; OLMo 1: non-parametric LayerNorm).
+over the whole Q and K projections; OLMo 1: non-parametric LayerNorm). Mixtures of experts
+(COSTS.md "Mixture of experts"): per MoE layer a router [D, E] (gpt-oss: with a bias; DeepSeek-V3:
+an E-value score-correction bias), E routed and s shared experts of the model's MLP kind; MLA per
+the DeepSeek-V2 paper section 2.1; gpt-oss attention sinks (one logit per head per layer); the
+DeepSeek-V3 MTP module (technical report section 2.2) beside the total.
 """
 
 from __future__ import annotations
@@ -24,7 +28,12 @@ def kv_replication(model: ModelSpec, tp):
 
 
 def attention_params_per_layer(model: ModelSpec, tp: int = 1) -> int:
-    """Q, K, V, O projection parameters of one layer held by one TP rank (KV replicated)."""
+    """Q, K, V, O projection parameters of one layer held by one TP rank (KV replicated); with
+    MLA the latent projections (``mla_attention_params_per_layer``); plus one sink logit per
+    local query head where the model has attention sinks."""
+    sinks = model.num_heads // tp if model.attention_sinks else 0
+    if model.mla is not None:
+        return mla_attention_params_per_layer(model, tp) + sinks
     q_out = model.num_heads // tp * model.head_dim
     kv_out = kv_heads_per_device(model, tp) * model.head_dim
     weights = model.d_model * (2 * q_out + 2 * kv_out)
@@ -32,14 +41,62 @@ def attention_params_per_layer(model: ModelSpec, tp: int = 1) -> int:
         bias = q_out + 2 * kv_out + model.d_model
     else:
         bias = (q_out + 2 * kv_out) if model.qkv_bias else 0
-    return weights + bias
+    return weights + bias + sinks
+
+
+def mla_attention_params_per_layer(model: ModelSpec, tp: int = 1) -> int:
+    """Multi-head latent attention of one layer on one TP rank (DeepSeek-V2 paper section 2.1;
+    the checkpoints' q_a_proj, q_a_layernorm, q_b_proj, kv_a_proj_with_mqa, kv_a_layernorm,
+    kv_b_proj, o_proj). r_q, r_kv latent ranks, h_n/h_r/h_v the no-RoPE, RoPE and value head widths:
+    queries D r_q + r_q (norm) + r_q n_q (h_n + h_r), or D n_q (h_n + h_r) without a query latent;
+    keys and values D (r_kv + h_r) + r_kv (norm) + r_kv n_q (h_n + h_v); output n_q h_v D. The
+    head-wise up-projections and the output divide over TP, the down-projections and the latent
+    norms are replicated."""
+    a, d, heads = model.mla, model.d_model, model.num_heads // tp
+    qk = a.qk_nope_head_dim + a.qk_rope_head_dim
+    if a.q_lora_rank is None:
+        q = d * heads * qk
+    else:
+        q = d * a.q_lora_rank + a.q_lora_rank + a.q_lora_rank * heads * qk
+    kv = (d * (a.kv_lora_rank + a.qk_rope_head_dim) + a.kv_lora_rank
+          + a.kv_lora_rank * heads * (a.qk_nope_head_dim + a.v_head_dim))
+    return q + kv + heads * a.v_head_dim * d
+
+
+def ffn_params(model: ModelSpec, width: int, tp: int = 1) -> int:
+    """One feed-forward block of ``width`` on one TP rank: 3 (gated) or 2 (plain) D x width/tp
+    matrices, with biases (width/tp on each input matrix, D on the output) under ``linear_bias``."""
+    f_local = width // tp
+    bias = (f_local * (model.mlp_matrices - 1) + model.d_model) if model.linear_bias else 0
+    return model.mlp_matrices * model.d_model * f_local + bias
 
 
 def mlp_params_per_layer(model: ModelSpec, tp: int = 1) -> int:
-    """MLP parameters of one layer per TP rank: 3 (gated) or 2 (plain) D x F/tp matrices."""
-    f_local = model.d_ff // tp
-    bias = (f_local * (model.mlp_matrices - 1) + model.d_model) if model.linear_bias else 0
-    return model.mlp_matrices * model.d_model * f_local + bias
+    """Dense MLP parameters of one layer per TP rank: 3 (gated) or 2 (plain) D x F/tp matrices."""
+    return ffn_params(model, model.d_ff, tp)
+
+
+def routed_expert_params(model: ModelSpec) -> int:
+    """One routed expert (an MLP of width F_e)."""
+    return ffn_params(model, model.moe.expert_d_ff)
+
+
+def shared_expert_params(model: ModelSpec) -> int:
+    """The shared experts of one MoE layer (s MLPs of width F_s)."""
+    return model.moe.num_shared_experts * ffn_params(model, model.moe.shared_d_ff)
+
+
+def router_params(model: ModelSpec) -> int:
+    """The router of one MoE layer: [D, E], plus E bias (or score-correction) values, plus the
+    [D, 1] shared-expert gate (Qwen2-MoE)."""
+    moe = model.moe
+    return (model.d_model * moe.num_experts + (moe.num_experts if moe.router_bias else 0)
+            + (model.d_model if moe.shared_expert_gate else 0))
+
+
+def moe_mlp_params(model: ModelSpec) -> int:
+    """Everything the MLP of one MoE layer holds: E routed experts, the shared ones, the router."""
+    return model.moe.num_experts * routed_expert_params(model) + shared_expert_params(model) + router_params(model)
 
 
 def qk_norm_params_per_layer(model: ModelSpec, tp: int = 1) -> int:
@@ -64,21 +121,58 @@ def final_norm_params(model: ModelSpec) -> int:
 
 
 def layer_params(model: ModelSpec, tp: int = 1) -> int:
-    """All parameters of one transformer layer held by one TP rank."""
+    """All parameters of one dense transformer layer held by one TP rank (the per-device terms
+    of the cost model; MoE and MLA models do not reach them: ``Problem`` refuses them)."""
     return attention_params_per_layer(model, tp) + mlp_params_per_layer(model, tp) + norm_params_per_layer(model, tp)
 
 
 def param_counts(model: ModelSpec) -> dict[str, int]:
-    """Exact parameter count by component (no TP); 'total' includes norms."""
+    """Exact parameter count by component (no TP); 'total' includes norms.
+
+    'mlp' counts the dense layers' MLPs. A MoE model adds 'experts' (routed), 'shared_experts' and
+    'router' over its MoE layers, and 'active': the parameters one token uses, the total less the
+    E - k routed experts it is not sent to in each MoE layer (embedding and output counted, as
+    in Mistral's, Qwen's and Meta's published figures; DeepSeek and OpenAI publish it without the
+    input embedding: 'active' - 'embedding'). With multi-token prediction, 'mtp' is the MTP
+    modules' own parameters, reported beside 'total', not in it.
+    """
     counts = {
         "attention": model.num_layers * attention_params_per_layer(model),
-        "mlp": model.num_layers * mlp_params_per_layer(model),
+        "mlp": model.num_dense_layers * mlp_params_per_layer(model),
         "norms": model.num_layers * norm_params_per_layer(model) + final_norm_params(model),
         "embedding": model.vocab_size * model.d_model + model.learned_positions * model.d_model,
         "output": 0 if model.tied_embeddings else model.vocab_size * model.d_model,
     }
+    moe_layers = model.num_moe_layers
+    if model.moe is not None:
+        counts["experts"] = moe_layers * model.moe.num_experts * routed_expert_params(model)
+        counts["shared_experts"] = moe_layers * shared_expert_params(model)
+        counts["router"] = moe_layers * router_params(model)
     counts["total"] = sum(counts.values())
+    if model.moe is not None:
+        idle = model.moe.num_experts - model.moe.top_k
+        counts["active"] = counts["total"] - moe_layers * idle * routed_expert_params(model)
+    if model.mtp_layers:
+        counts["mtp"] = model.mtp_layers * mtp_params_per_layer(model)
     return counts
+
+
+def active_params(model: ModelSpec) -> int:
+    """Parameters one token uses (``param_counts`` 'active'; the total for a dense model)."""
+    counts = param_counts(model)
+    return counts.get("active", counts["total"])
+
+
+def mtp_params_per_layer(model: ModelSpec) -> int:
+    """One DeepSeek-V3 multi-token-prediction module (technical report section 2.2; checkpoint
+    layer 61): RMSNorms of the hidden state and of the next token's embedding (hnorm, enorm), the
+    projection [2D, D] of their concatenation (eh_proj), one transformer layer like the main
+    model's last (MoE where the model has MoE layers), and the norm before the output head
+    (shared_head.norm). The embedding and the output head are the main model's (shared; the
+    published checkpoint stores copies of both, 2 V D more)."""
+    mlp = moe_mlp_params(model) if model.moe is not None else mlp_params_per_layer(model)
+    block = attention_params_per_layer(model) + mlp + norm_params_per_layer(model)
+    return 3 * model.params_per_norm + 2 * model.d_model * model.d_model + block
 
 
 def stage_layers(model: ModelSpec, pp: int) -> int:

@@ -5,7 +5,7 @@ Every function takes numpy arrays (one row per key) so that one call costs a who
 one row per key. Keys:
 
 - shape ``S`` = (dp, fsdp, tp, pp, cp, virtual stages v), in ``Shapes``;
-- ``K`` microbatches, ``r`` recompute code (0 none, 1 selective, 2 full), ``z`` ZeRO stage;
+- ``K`` microbatches, ``r`` recompute code (RECOMPUTE_CODES: a policy's saved tensors), ``z`` ZeRO stage;
 - ``o`` axis order, reduced to the ring coefficients of each group (``Coeffs``).
 
 Overlap rule (COSTS.md; exposed = max(0, collective - its compute window)):
@@ -27,10 +27,13 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from layoutsearch.core.frameworks import profile_of
+from layoutsearch.core.stages import split_layers
 from layoutsearch.core.specs import RECOMPUTE_POLICIES, SCHEDULE_CODES, Accelerator, ModelSpec, Workload
 from layoutsearch.costs import flops, memory, params, pipeline
 from layoutsearch.costs.comms import (
-    RingCoefficients, factor_table, replica_spans, ring_coefficients_of, ring_time, send_coefficients_of,
+    RING_FIELDS, RingCoefficients, factor_table, replica_spans, ring_coefficients_of, ring_time, send_coefficients_of,
+    shares_links,
     spans_from_factors,
 )
 
@@ -50,20 +53,26 @@ class Shapes:
     cp: np.ndarray
     v: np.ndarray
     sched: np.ndarray = None
+    lf: np.ndarray = None  # layers of the first stage when given (0: the engine's split, core.stages)
+    ll: np.ndarray = None  # layers of the last stage when given
 
     def __post_init__(self):
         if self.sched is None:
             implied = np.where(self.v > 1, SCHEDULE_CODES["interleaved"], SCHEDULE_CODES["1f1b"])
             object.__setattr__(self, "sched", implied.astype(np.int64))
+        for name in ("lf", "ll"):
+            if getattr(self, name) is None:
+                object.__setattr__(self, name, np.zeros_like(self.pp))
 
     @classmethod
     def of(cls, **degrees) -> "Shapes":
         arrays = {k: np.atleast_1d(np.asarray(degrees.get(k, 1), dtype=np.int64)) for k in SHAPE_KEYS}
-        sched = degrees.get("sched")
-        return cls(**arrays, sched=None if sched is None else np.atleast_1d(np.asarray(sched, dtype=np.int64)))
+        extra = {k: None if degrees.get(k) is None else np.atleast_1d(np.asarray(degrees[k], dtype=np.int64))
+                 for k in ("sched", "lf", "ll")}
+        return cls(**arrays, **extra)
 
     def take(self, index) -> "Shapes":
-        return Shapes(**{k: getattr(self, k)[index] for k in (*SHAPE_KEYS, "sched")})
+        return Shapes(**{k: getattr(self, k)[index] for k in (*SHAPE_KEYS, "sched", "lf", "ll")})
 
     @property
     def units(self):
@@ -97,8 +106,11 @@ def tokens_per_microbatch(workload: Workload, sh: Shapes, k):
     return _f(workload.global_batch_tokens) / (sh.units * k * sh.cp)
 
 
-def layers_per_stage(model: ModelSpec, sh: Shapes):
-    return model.num_layers // sh.pp
+def layers_per_stage(model: ModelSpec, sh: Shapes, last=False):
+    """Layers of the last stage (``last``), else of the first stage standing for the middle ones: the
+    heavier of the two (core.stages; uneven splits make the first stage lighter than the middle)."""
+    first, middle, final, _, _ = split_layers(model.num_layers, sh.pp, sh.v, sh.lf, sh.ll)
+    return np.where(last, final, np.maximum(first, middle))
 
 
 def step_multiplier(sh: Shapes, k):
@@ -114,21 +126,28 @@ def compute_per_microbatch(model: ModelSpec, workload: Workload, acc: Accelerato
     """
     m = tokens_per_microbatch(workload, sh, k)
     size = m / (m + acc.matmul_half_efficiency_tokens)
-    rate = acc.peak_flops_per_s * acc.matmul_efficiency * size
+    rate = acc.peak_flops_per_s * acc.matmul_efficiency * size  # bf16: attention core, logits
+    fp8 = workload.precision == "fp8"
+    layer_rate = acc.peak_fp8_flops_per_s * acc.fp8_matmul_efficiency * size if fp8 else rate
     attn_rate = acc.peak_flops_per_s * (acc.attention_efficiency if workload.flash_attention else acc.matmul_efficiency) * size
-    layers = layers_per_stage(model, sh)
-    full, any_recompute = _f(r == 2), _f(r >= 1)
-    mm = flops.matmul_flops_per_token_per_layer(model, sh.tp) * m / rate
+    layers = layers_per_stage(model, sh, last)
+    work = memory.recompute_arrays(model)
+    mm_rerun, attn_rerun, ew_rerun = work["matmul"][r], work["attention"][r], work["elementwise"][r]
+    mm = flops.matmul_flops_per_token_per_layer(model, sh.tp) * m / layer_rate
     causal_skip = workload.causal and workload.flash_attention  # unfused kernels compute the masked half too
     attn = flops.attention_flops_per_token_per_layer(model, workload.seq_len, causal_skip, sh.tp) * m / attn_rate
     ew_bytes = flops.elementwise_bytes_per_token_per_layer(model, sh.tp, sequence_parallel, workload.activation_bytes,
                                                            workload.seq_len, workload.flash_attention)
-    ew = ew_bytes * m * (3.0 + full) / acc.hbm_bytes_per_s
+    ew = ew_bytes * m * (3.0 + ew_rerun) / acc.hbm_bytes_per_s
+    if fp8:  # quantising each linear input (read bf16, write fp8) and, in backward, the output gradients
+        widths = memory.saved_tensor_widths(model, sh.tp, sequence_parallel, workload.seq_len)
+        cast = (workload.activation_bytes + memory.FP8_BYTES) * sum(widths[n] for n in memory.FP8_LINEAR_INPUTS)
+        ew = ew + cast * m * (2.0 + mm_rerun) / acc.hbm_bytes_per_s
     passes = 1.0 + flops.BACKWARD_OVER_FORWARD
     attn_passes = 1.0 + (flops.FLASH_ATTENTION_BACKWARD_OVER_FORWARD if workload.flash_attention
                          else flops.BACKWARD_OVER_FORWARD)
     logits = _f(last) * passes * flops.logits_flops_per_token(model, sh.tp) * m / rate
-    recompute = mm * full + attn * any_recompute
+    recompute = mm * mm_rerun + attn * attn_rerun
     return {
         "compute/matmul": layers * mm * passes,
         "compute/attention": layers * attn * attn_passes,
@@ -145,7 +164,8 @@ def compute_per_microbatch(model: ModelSpec, workload: Workload, acc: Accelerato
 
 def tp_per_microbatch(model: ModelSpec, workload: Workload, acc: Accelerator, sh: Shapes, k, co: Coeffs, last,
                       matmul_fwd_layer=0.0) -> dict:
-    """Exposed TP collectives per microbatch (keys S, K, o, stage): 'base', plus 'if_full' with full recompute.
+    """Exposed TP collectives per microbatch (keys S, K, o, stage): 'base', plus 'rerun' for a forward run
+    again by recompute (scaled by the policy's share of the forward's collectives, ``memory.recompute_work``).
 
     Per layer: 2 AllGather+ReduceScatter (sequence parallel) or 2 AllReduce forward, 2 backward,
     2 more when the forward is recomputed; [m, D] activations. Plus 3 vocab-parallel loss
@@ -156,20 +176,33 @@ def tp_per_microbatch(model: ModelSpec, workload: Workload, acc: Accelerator, sh
     m = tokens_per_microbatch(workload, sh, k)
     unit = 2.0 * ring_time(m * model.d_model * workload.activation_bytes, co.tp, acc.collective_half_efficiency_bytes)
     loss = 3 * 2.0 * ring_time(m * 4.0, co.tp, acc.collective_half_efficiency_bytes) * _f(last)
-    layers = layers_per_stage(model, sh)
-    if not workload.tp_comm_overlap:
-        return {"base": layers * 4 * unit + loss, "if_full": layers * 2 * unit, "unit": unit}
+    layers = layers_per_stage(model, sh, last)
     chunk = 2 * unit / sh.tp
 
     def exposed(gemm):
         return np.maximum(chunk, 2 * unit - gemm)
 
-    forward, backward = exposed(matmul_fwd_layer), exposed(flops.BACKWARD_OVER_FORWARD * matmul_fwd_layer)
-    return {"base": layers * (forward + backward) + loss, "if_full": layers * forward, "unit": unit}
+    # pipelined with the GEMMs only inside the fast domain (userbuffers / async TP need NVLink or ICI)
+    overlapped = bool(workload.tp_comm_overlap) & ~np.asarray(co.tp.scale_out, dtype=bool)
+    forward = np.where(overlapped, exposed(matmul_fwd_layer), 2 * unit)
+    backward = np.where(overlapped, exposed(flops.BACKWARD_OVER_FORWARD * matmul_fwd_layer), 2 * unit)
+    return {"base": layers * (forward + backward) + loss, "rerun": layers * forward, "unit": unit,
+            "hidden_fwd_layer": 2 * unit - forward, "hidden_bwd_layer": 2 * unit - backward}
+
+
+def step_windows(model: ModelSpec, workload: Workload, acc: Accelerator, sh: Shapes, c: dict) -> dict:
+    """The compute windows the once-per-step collectives hide behind, as the framework profile
+    overlaps them: 'WIN' the last microbatch's backward (gradient reductions), 'FWD' the next
+    step's first forward (the ZeRO-1/2 gather of updated weights); 0 where the profile does not overlap."""
+    profile = profile_of(workload.framework, acc.kind)
+    layers = layers_per_stage(model, sh)
+    return {"WIN": layers * c["window/bwd_layer"] * float(profile.grad_reduce_overlap),
+            "FWD": layers * c["window/fwd_layer"] * float(profile.param_gather_overlap)}
 
 
 def cp_per_microbatch(model: ModelSpec, workload: Workload, acc: Accelerator, sh: Shapes, k, co: Coeffs, attn_fwd_layer) -> dict:
-    """Exposed CP ring time per microbatch (keys S, K, o): 'base', plus 'if_full' with a recomputed forward.
+    """Exposed CP ring time per microbatch (keys S, K, o): 'base', plus 'rerun' when recompute runs the
+    attention core again.
 
     Forward: the K/V blocks of the cp ranks pass around the ring (an AllGather of cp x m
     tokens of K and V); backward: K, V again and their gradients (twice). Each hides behind
@@ -178,10 +211,23 @@ def cp_per_microbatch(model: ModelSpec, workload: Workload, acc: Accelerator, sh
     m = tokens_per_microbatch(workload, sh, k)
     kv_bytes = sh.cp * m * 2 * params.kv_heads_per_device(model, sh.tp) * model.head_dim * workload.activation_bytes
     t_kv = ring_time(kv_bytes, co.cp, acc.collective_half_efficiency_bytes)
-    fwd = np.maximum(0.0, t_kv - attn_fwd_layer)
-    bwd = np.maximum(0.0, 2 * t_kv - 2 * attn_fwd_layer)
+    # each of the cp - 1 ring steps waits for its block: the hops' latency is never hidden
+    sync = co.cp.latency_s
+    fwd = np.maximum(sync, t_kv - attn_fwd_layer)
+    bwd = np.maximum(2 * sync, 2 * t_kv - 2 * attn_fwd_layer)
     layers = layers_per_stage(model, sh)
-    return {"base": layers * (fwd + bwd), "if_full": layers * fwd, "t_kv": t_kv}
+    return {"base": layers * (fwd + bwd), "rerun": layers * fwd, "t_kv": t_kv,
+            "hidden_fwd_layer": np.maximum(0.0, t_kv - fwd), "hidden_bwd_layer": np.maximum(0.0, 2 * t_kv - bwd)}
+
+
+def shard_link_traffic(tp: dict, cp: dict, co: Coeffs) -> dict:
+    """Seconds per layer the hidden TP and CP traffic keeps the ZeRO shard group's links busy, in
+    forward and backward: collectives running at once on one link share its bandwidth, so a
+    ZeRO-3 gather or reduce-scatter hides only in what of its window they leave free
+    (COSTS.md "overlap windows"; NCCL and ICI serve concurrent transfers on a link in turn)."""
+    share_tp, share_cp = shares_links(co.tp, co.shard), shares_links(co.cp, co.shard)
+    return {"fwd": share_cp * cp["hidden_fwd_layer"] + share_tp * tp["hidden_fwd_layer"],
+            "bwd": share_cp * cp["hidden_bwd_layer"] + share_tp * tp["hidden_bwd_layer"]}
 
 
 def fsdp_collectives(model: ModelSpec, workload: Workload, acc: Accelerator, sh: Shapes, co: Coeffs) -> dict:
@@ -195,21 +241,31 @@ def fsdp_collectives(model: ModelSpec, workload: Workload, acc: Accelerator, sh:
     vocab = model.vocab_size * model.d_model // sh.tp
     n = workload.fsdp_collectives_per_layer
     return {
-        "gather_layer": n * ring_time(_f(p_layer) * workload.weight_bytes_per_param / n, co.shard, half),
+        "gather_layer": n * ring_time(_f(p_layer) * gathered_bytes_per_param(workload, acc) / n, co.shard, half),
         "reduce_layer": n * ring_time(_f(p_layer) * workload.grad_bytes_per_param / n, co.shard, half),
         "vocab": ring_time(_f(vocab) * workload.weight_bytes_per_param, co.shard, half)
         + ring_time(_f(vocab) * workload.grad_bytes_per_param, co.shard, half),
     }
 
 
-def fsdp_exposed_fixed(model: ModelSpec, sh: Shapes, fc: dict, fwd_window_layer, logits_window, holds_vocab) -> dict:
+def gathered_bytes_per_param(workload: Workload, acc: Accelerator) -> float:
+    """Bytes per parameter a ZeRO weight all-gather moves: fp8 where the framework gathers fp8 weights."""
+    if workload.precision == "fp8" and profile_of(workload.framework, acc.kind).fp8_param_gather:
+        return memory.FP8_BYTES
+    return workload.weight_bytes_per_param
+
+
+def fsdp_exposed_fixed(model: ModelSpec, sh: Shapes, fc: dict, fwd_window_layer, logits_window, holds_vocab,
+                       link_busy_fwd_layer=0.0, last=False) -> dict:
     """ZeRO-3 exposed seconds per microbatch that do not depend on recompute (keys S, K, o, stage).
 
-    Forward gathers hide behind the previous layer; the first layer's gather is exposed; the
-    vocabulary gather + reduce-scatter hides behind the logits on the stages holding it.
+    Forward gathers hide behind the previous layer, sharing its links with the hidden TP and CP
+    traffic (``shard_link_traffic``); the first layer's gather is exposed; the vocabulary
+    gather + reduce-scatter hides behind the logits on the stages holding it.
     """
-    layers = layers_per_stage(model, sh)
-    forward = layers * np.maximum(0.0, fc["gather_layer"] - fwd_window_layer) + fc["gather_layer"]
+    layers = layers_per_stage(model, sh, last)
+    forward = (layers * np.maximum(0.0, fc["gather_layer"] + link_busy_fwd_layer - fwd_window_layer)
+               + fc["gather_layer"])
     vocab = _f(holds_vocab) * np.maximum(0.0, fc["vocab"] - logits_window)
     return {"forward": forward, "vocab": vocab}
 
@@ -233,7 +289,7 @@ def step_collectives(model: ModelSpec, workload: Workload, acc: Accelerator, sh:
     dp = np.where(z == 0, 2.0 * ring_time(dp_local, co.dp_zero0, half), 2.0 * ring_time(dp_local, co.dp, half))
     kv_bytes = _f(layers_per_stage(model, sh)) * 2 * model.d_model * model.head_dim * workload.grad_bytes_per_param
     kv = 2.0 * ring_time(kv_bytes, co.kv, half)
-    gather = zero12 * ring_time(p_stage * workload.weight_bytes_per_param, co.shard, half)
+    gather = zero12 * ring_time(p_stage * gathered_bytes_per_param(workload, acc), co.shard, half)
     return {"reduce/zero": rs, "reduce/dp": dp, "reduce/kv_replica": kv, "gather/zero": gather}
 
 
@@ -255,7 +311,7 @@ def optimizer_time(model: ModelSpec, workload: Workload, acc: Accelerator, sh: S
 
 def stage_params(model: ModelSpec, sh: Shapes, first: bool):
     """Parameters per device of the first (``first``) or last pipeline stage, after TP (arrays)."""
-    layers = layers_per_stage(model, sh)
+    layers = layers_per_stage(model, sh, ~np.asarray(first))
     per_layer = params.layer_params(model, sh.tp)
     vocab = model.vocab_size * model.d_model // sh.tp
     single = sh.pp == 1
@@ -288,6 +344,9 @@ def memory_by_zero(model: ModelSpec, workload: Workload, sh: Shapes, z, first: b
     out = {f"state/{k}": v for k, v in state.items()}
     out["temporary/gathered"] = _f((z == 3) & (sh.shards > 1)) * 2 * p_layer * workload.weight_bytes_per_param
     out["temporary/layer_grads"] = _f((z >= 2) & (sh.shards > 1)) * p_layer * workload.grad_bytes_per_param
+    if workload.precision == "fp8":  # cached fp8 copies of the layers' weights (sharded like them under ZeRO-3)
+        held = _f(layers_per_stage(model, sh, not first)) * p_layer / np.where(z == 3, sh.shards, 1)
+        out["state/fp8_weights"] = memory.FP8_WEIGHT_COPIES * memory.FP8_BYTES * held
     return out
 
 
@@ -297,16 +356,17 @@ def memory_by_microbatch(model: ModelSpec, workload: Workload, sh: Shapes, k, r,
     m = tokens_per_microbatch(workload, sh, k)
     act_b = workload.activation_bytes
     widths = memory.saved_tensor_widths(model, sh.tp, sequence_parallel, workload.seq_len, workload.flash_attention,
-                                        act_b)
-    kept = {code: [n for n in widths if memory.kept_by_policy(n, RECOMPUTE_POLICIES[code])] for code in (0, 1, 2)}
-    per_token = {code: sum(_f(widths[n]) for n in names) for code, names in kept.items()}
-    saved = np.select([r == 0, r == 1], [per_token[0], per_token[1]], per_token[2]) * m * act_b
+                                        act_b, fp8=workload.precision == "fp8")
+    kept = {n: np.array([memory.kept_by_policy(n, policy) for policy in RECOMPUTE_POLICIES]) for n in widths}
+    per_token = sum(_f(widths[n]) * kept[n][r] for n in widths)  # what the policy of each row saves
+    every = sum(_f(w) for w in widths.values())
+    saved = per_token * m * act_b
     stage = 0 if first else sh.pp - 1
     in_flight = pipeline.microbatches_in_flight_array(sh.pp, stage, k, sh.v, sh.sched == SCHEDULE_CODES["gpipe"])
-    recomputed = np.select([r == 0, r == 1], [0.0 * m, per_token[0] - per_token[1]], per_token[0] - per_token[2]) * m * act_b
+    recomputed = (every - per_token) * m * act_b  # one layer's dropped tensors, rebuilt during its backward
     logits = _f(last) * m * model.vocab_size / sh.tp * 4.0  # fp32 logits of one microbatch
     return {
-        "activations/saved": layers_per_stage(model, sh) * saved * in_flight,
+        "activations/saved": layers_per_stage(model, sh, not first) * saved * in_flight,
         "temporary/workspace": 2 * m * np.maximum(model.d_ff / sh.tp, model.d_model) * act_b,
         "temporary/logits": logits,
         "temporary/recompute": recomputed,
@@ -355,5 +415,5 @@ def interleave_coeffs(per_order: list[Coeffs]) -> Coeffs:
     def stack(name):
         items = [getattr(c, name) for c in per_order]
         return RingCoefficients(**{f: np.stack([getattr(c, f) for c in items], axis=1).reshape(-1)
-                                   for f in ("members", "seconds_per_byte", "latency_s")})
+                                   for f in RING_FIELDS})
     return Coeffs(**{name: stack(name) for name in COEFF_GROUPS})

@@ -9,6 +9,7 @@ returning a list of problems (empty = consistent). Targets and their file format
 - ``maxtext``: YAML override of base.yml;
 - ``megatron``: sourceable bash defining ``MEGATRON_ARGS=( ... )`` for pretrain_gpt.py;
 - ``torchtitan``: TOML job file (v0.2.x schema);
+- ``torchtitan-0.3``: a Python module with one torchtitan 0.3.x ``config_registry`` entry (0.3 reads no TOML);
 - ``deepspeed``: ds_config JSON with a ``_layoutsearch`` key for what must be set in code.
 """
 
@@ -22,13 +23,14 @@ from layoutsearch.export import deepspeed
 from layoutsearch.export import maxtext
 from layoutsearch.export import megatron
 from layoutsearch.export import torchtitan
+from layoutsearch.export import torchtitan03
 from layoutsearch.export.context import ExportContext, build_context
 
-TARGETS = ("maxtext", "megatron", "torchtitan", "deepspeed")
+TARGETS = ("maxtext", "megatron", "torchtitan", "torchtitan-0.3", "deepspeed")
 _MODULES: dict[str, ModuleType] = {"maxtext": maxtext, "megatron": megatron, "torchtitan": torchtitan,
-                                   "deepspeed": deepspeed}
-GPU_ONLY = ("megatron", "torchtitan", "deepspeed")
-SUFFIXES = {"maxtext": ".yml", "megatron": ".sh", "torchtitan": ".toml", "deepspeed": ".json"}
+                                   "torchtitan-0.3": torchtitan03, "deepspeed": deepspeed}
+GPU_ONLY = ("megatron", "torchtitan", "torchtitan-0.3", "deepspeed")
+SUFFIXES = {"maxtext": ".yml", "megatron": ".sh", "torchtitan": ".toml", "torchtitan-0.3": ".py", "deepspeed": ".json"}
 
 __all__ = ["TARGETS", "SUFFIXES", "export_document", "check_export", "context_for", "capabilities_of", "target_rules"]
 

@@ -60,6 +60,7 @@ def in_code(ctx: ExportContext) -> list[str]:
         notes.append("recompute selective: checkpoint only the attention core and the MLP activation "
                      "(deepspeed.checkpointing.checkpoint around those calls); JSON has no selective policy")
     per_node = ctx.cluster.accelerator.devices_per_node if ctx.cluster.accelerator.kind == "gpu" else 8
+    per_node = min(per_node, ctx.num_devices)  # a cluster smaller than one node (h100-2) fills part of it
     notes.append(f"launch: deepspeed --num_gpus {per_node} --num_nodes "
                  f"{max(1, ctx.num_devices // per_node)} train.py --deepspeed_config THIS_FILE")
     return notes

@@ -33,13 +33,17 @@ import math
 import yaml
 
 from layoutsearch.core.rules import Capabilities, gpt3_block
+from layoutsearch.core.specs import Recompute
 from layoutsearch.export.context import ExportContext, comment_block, header_lines, placeholder_note, set_me
 
 AXES = ("data", "fsdp", "tensor", "context", "pipeline")
-REMAT = {"none": "minimal_with_context", "selective": "minimal", "full": "full"}
 REMAT_POLICIES = ("minimal_with_context", "minimal", "save_dot_with_context_except_mlp", "save_dot_except_mlpwi",
                   "save_dot_except_mlp", "save_qkv_proj", "qkv_proj_offloaded", "custom", "minimal_offloaded",
                   "save_out_proj", "full")
+# layoutsearch's policies -> remat_policy: MaxText's own names as they are (costs.memory.POLICY_SAVES
+# models each); none and selective by their nearest (MaxText's none rematerialises scanned layers fully)
+REMAT = {"none": "minimal_with_context", "selective": "minimal",
+         **{p.value: p.value for p in Recompute if p.value in REMAT_POLICIES}}
 BASE_DEFAULTS = {"ici_fsdp_parallelism": -1, "dcn_data_parallelism": -1}  # base.yml auto-sharded axes
 
 
@@ -50,7 +54,7 @@ def slice_shape(ctx: ExportContext) -> tuple[int, int]:
 
 
 CAPABILITIES = Capabilities(
-    target="maxtext", framework="MaxText", zero_stages=(0, 1, 3), zero_stages_with_replicas=(3,),
+    target="maxtext", framework="MaxText", recompute_policies=tuple(REMAT), zero_stages=(0, 1, 3), zero_stages_with_replicas=(3,),
     zero_stages_with_cp=(3,), pipeline_schedules=("gpipe",), kv_replication=False, model_blocks=("llama", "gpt3"),
     why={"maxtext-zero": "it has no ZeRO-2: sharded gradients with replicated weights",
          "maxtext-replicas": "its ZeRO-1 (shard_optimizer_over_data) shards over all data replicas",

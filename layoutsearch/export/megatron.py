@@ -11,7 +11,10 @@ num_microbatches_calculator.py):
   A replicated dp part over a sharded fsdp part -> ``--num-distributed-optimizer-instances dp``
   (partial distributed optimizer; HSDP under Megatron-FSDP). Sharding spans fsdp x cp, as in
   Megatron's dp-cp group.
-- Interleaving -> ``--num-layers-per-virtual-pipeline-stage L / (PP x v)``.
+- Interleaving -> ``--num-layers-per-virtual-pipeline-stage L / (PP x v)``; with an uneven split
+  (core.stages) ``--num-virtual-stages-per-pipeline-rank v`` and either
+  ``--account-for-embedding-in-pipeline-split --account-for-loss-in-pipeline-split`` or
+  ``--decoder-first-pipeline-num-layers`` / ``--decoder-last-pipeline-num-layers``.
 - Recompute: full -> granularity full, method uniform, 1 layer per unit (the layer input is
   kept); selective -> granularity selective (core attention; Megatron cannot recompute only the
   dense MLP activation, so that part of layoutsearch's selective policy is kept in memory).
@@ -32,6 +35,7 @@ from __future__ import annotations
 import math
 import shlex
 
+from layoutsearch.core.stages import EMBEDDING_AND_LOSS, EVEN, FIRST_LAST, split_layers
 from layoutsearch.core.rules import Capabilities
 from layoutsearch.export.context import ExportContext, comment_block, header_lines, placeholder_note, set_me
 
@@ -43,6 +47,7 @@ GATED_ACTIVATIONS = ("silu", "swish")  # --swiglu
 PLAIN_ACTIVATIONS = ("gelu", "gelu_new", "gelu_pytorch_tanh", "gelu_fast")  # Megatron's default GELU
 CAPABILITIES = Capabilities(
     target="megatron", framework="Megatron-LM", pipeline_schedules=("1f1b", "interleaved"),
+    pipeline_splits=("even", "embedding-and-loss", "first-last"),
     why={"megatron-pipeline": "it runs 1F1B, or interleaved 1F1B with virtual stages; no GPipe"})
 
 
@@ -85,8 +90,16 @@ def _parallel_args(ctx: ExportContext) -> list[tuple[str, object]]:
     ]
     if lay.tp > 1 and lay.sequence_parallel:
         args.append(("--sequence-parallel", None))
-    if lay.virtual_stages > 1:
+    first, middle, last, kind, _ = (int(x[0]) for x in split_layers(
+        ctx.model.num_layers, lay.pp, lay.virtual_stages, lay.first_stage_layers or 0, lay.last_stage_layers or 0))
+    if lay.virtual_stages > 1 and kind == EVEN:
         args.append(("--num-layers-per-virtual-pipeline-stage", ctx.model.num_layers // (lay.pp * lay.virtual_stages)))
+    elif lay.virtual_stages > 1:  # Megatron-LM: uneven splits give the chunk count instead of its layers
+        args.append(("--num-virtual-stages-per-pipeline-rank", lay.virtual_stages))
+    if kind == EMBEDDING_AND_LOSS:
+        args += [("--account-for-embedding-in-pipeline-split", None), ("--account-for-loss-in-pipeline-split", None)]
+    elif kind == FIRST_LAST:
+        args += [("--decoder-first-pipeline-num-layers", first), ("--decoder-last-pipeline-num-layers", last)]
     args += [("--micro-batch-size", ctx.microbatch_seqs), ("--global-batch-size", ctx.global_batch_seqs)]
     zero = ctx.effective_zero_stage
     if zero == 1:
@@ -211,8 +224,7 @@ def check(text: str, ctx: ExportContext) -> list[str]:
         out.append(f"num_attention_heads({heads}) is not a multiple of tp({tp})")
     if groups % tp and tp % groups:
         out.append(f"num_query_groups({groups}) must be a multiple or divisor of tp({tp})")
-    if layers % pp:
-        out.append(f"num_layers({layers}) is not divisible by pp({pp})")
+    out += _split_problems(f, layers, pp)
     out += _batch_problems(f, dp, pp, ctx) + _option_problems(f, tp, pp, cp, dp, layers, ctx)
     lay = ctx.layout
     got = {"tp": tp, "pp": pp, "cp": cp, "dp x fsdp": dp, "global batch": _int(f, "--global-batch-size"),
@@ -221,6 +233,24 @@ def check(text: str, ctx: ExportContext) -> list[str]:
             "global batch": ctx.global_batch_seqs, "micro batch": ctx.microbatch_seqs}
     out += [f"{k} is {got[k]}, layout has {want[k]}" for k in want if got[k] != want[k]]
     return out
+
+
+def _split_problems(f: dict, layers: int, pp: int) -> list[str]:
+    """The pipeline split as megatron-core's TransformerConfig checks it (uneven PP)."""
+    vp = _int(f, "--num-virtual-stages-per-pipeline-rank", 1)
+    first, last = _int(f, "--decoder-first-pipeline-num-layers"), _int(f, "--decoder-last-pipeline-num-layers")
+    if "--account-for-embedding-in-pipeline-split" in f:
+        if (layers + 2) % (pp * vp):
+            return [f"num_layers({layers}) + embedding + loss is not divisible by pp({pp}) x vp({vp})"]
+        return []
+    if first is None and last is None:
+        return [f"num_layers({layers}) is not divisible by pp({pp})"] if layers % pp else []
+    rest, middle = layers - (first or 0) - (last or 0), pp - (first is not None) - (last is not None)
+    if any(n is not None and n % vp for n in (first, last)):
+        return [f"first/last stage layers ({first}, {last}) are not divisible by vp({vp})"]
+    if bool(rest) != bool(middle) or (middle and (rest % middle or (rest // middle) % vp)):
+        return [f"{rest} middle layers do not split evenly over {middle} middle stages x vp({vp})"]
+    return []
 
 
 def _batch_problems(f: dict, dp: int, pp: int, ctx: ExportContext) -> list[str]:

@@ -78,13 +78,21 @@ def custom_flavor_args(ctx: ExportContext) -> str:
 FLAVOR_ROPE_THETA, FLAVOR_NORM_EPS = 500000.0, 1e-5  # torchtitan llama3 flavors (TransformerModelArgs)
 
 
-CAPABILITIES = Capabilities(
-    target="torchtitan", framework="torchtitan", zero_stages=(0, 2, 3), zero_stages_with_replicas=(2, 3),
-    zero_stages_with_cp=(2, 3), kv_replication=False, model_blocks=("llama3",),
-    why={"torchtitan-zero": "FSDP2 has no ZeRO-1 (sharded optimizer, unsharded gradients)",
-         "torchtitan-cp": "it always runs FSDP over data_parallel_shard x cp, so cp shards the weights",
-         "torchtitan-kv": "it shards wk/wv column-wise and cannot replicate KV heads",
-         "torchtitan-model": "its llama3 model is gated-MLP, RMSNorm, RoPE, untied, bias-free, head_dim = dim / n_heads"})
+def capabilities(target: str) -> Capabilities:
+    """torchtitan's limits (the same in 0.2.x and 0.3.x), declared for export target ``target``."""
+    why = {"zero": "FSDP2 has no ZeRO-1 (sharded optimizer, unsharded gradients)",
+           "cp": "it always runs FSDP over data_parallel_shard x cp, so cp shards the weights",
+           "kv": "it shards wk/wv column-wise and cannot replicate KV heads",
+           "model": "its llama3 model is gated-MLP, RMSNorm, RoPE, untied, bias-free, head_dim = dim / n_heads"}
+    return Capabilities(
+        target=target, framework="torchtitan", zero_stages=(0, 2, 3), zero_stages_with_replicas=(2, 3),
+        recompute_policies=("none", "selective", "op", "full"),
+        zero_stages_with_cp=(2, 3), kv_replication=False, model_blocks=("llama3",),
+        why={f"{target}-{code}": text for code, text in why.items()})
+
+
+CAPABILITIES = capabilities("torchtitan")
+
 
 def sections(ctx: ExportContext) -> dict[str, dict]:
     lay = ctx.layout
@@ -103,8 +111,8 @@ def sections(ctx: ExportContext) -> dict[str, dict]:
             pipeline_parallel_layers_per_stage=ctx.model.num_layers // (lay.pp * lay.virtual_stages),
             pipeline_parallel_first_stage_less_layers=0, pipeline_parallel_last_stage_less_layers=0)
     ac: dict = {"mode": lay.recompute}
-    if lay.recompute == "selective":
-        ac["selective_ac_option"] = "op"
+    if lay.recompute in ("selective", "op"):  # "op" is torchtitan's own per-op SAC, exactly
+        ac = {"mode": "selective", "selective_ac_option": "op"}
     flavor = flavor_for(ctx) or ctx.model_id
     return {
         "job": {"description": f"layoutsearch layout rank {ctx.record.get('rank', 1)} for {ctx.model_id} on {ctx.cluster.name}",
@@ -181,6 +189,12 @@ def check(text: str, ctx: ExportContext) -> list[str]:
         cfg = tomllib.loads(text)
     except tomllib.TOMLDecodeError as exc:
         return [f"not valid TOML: {exc}"]
+    return check_config(cfg, ctx)
+
+
+def check_config(cfg: dict, ctx: ExportContext) -> list[str]:
+    """The rules on a parsed job (sections ``parallelism``, ``training``, ``activation_checkpoint``, ``model``
+    as in the v0.2 TOML; the torchtitan-0.3 exporter builds the same dict from its module)."""
     par, tr = cfg.get("parallelism", {}), cfg.get("training", {})
     world, out = ctx.num_devices, []
     rep, shard = int(par.get("data_parallel_replicate_degree", 1)), int(par.get("data_parallel_shard_degree", -1))

@@ -2,17 +2,21 @@
 
 from __future__ import annotations
 
+from layoutsearch.core.stages import SPLIT_NAMES, split_layers
 from layoutsearch.core.problem import Problem
+from layoutsearch.core.uncertainty import uncertainty_band
 from layoutsearch.costs import params
 from layoutsearch.costs.estimate import Estimate
 from layoutsearch.report import planning
 from layoutsearch.search.cpsat import SEED
+from layoutsearch.search.ranking import ranking_description
 
 
 def layout_record(est: Estimate, rank: int = 1, price_per_device_hour: float | None = None) -> dict:
     """One layout record (OUTPUT.md 'A layout record'), with itemised keys beside the contract's,
     and the time and cost to train the workload's ``training_tokens`` (null without them)."""
     lay = est.layout
+    low, high = band_of(est)
     return {
         "rank": rank,
         "degrees": lay.degrees,
@@ -23,6 +27,7 @@ def layout_record(est: Estimate, rank: int = 1, price_per_device_hour: float | N
         "recompute": lay.recompute,
         "sequence_parallel": lay.sequence_parallel,
         "schedule": lay.schedule,
+        "stage_layers": stage_layers_record(est),
         "kv_replication": params.kv_replication(est.model, lay.tp),
         "axes": {name: [[axis, factor] for axis, factor in placed] for name, placed in lay.axes},
         "memory_bytes": dict(est.memory_bytes),
@@ -35,10 +40,25 @@ def layout_record(est: Estimate, rank: int = 1, price_per_device_hour: float | N
         "tokens_per_s": est.tokens_per_s,
         "tokens_per_s_per_device": est.tokens_per_s / est.cluster.num_devices,
         "fits": est.fits,
+        "step_time_band_s": [est.step_time_s * (1 + low), est.step_time_s * (1 + high)],
+        "step_time_rel_band": [low, high],
         **planning.plan_numbers(est.workload.training_tokens, est.tokens_per_s, est.cluster.num_devices,
                                 price_per_device_hour),
         "price_per_device_hour": price_per_device_hour,
     }
+
+
+def stage_layers_record(est: Estimate) -> dict:
+    """Layers of the first, a middle and the last pipeline stage, and how they were split (core.stages)."""
+    lay = est.layout
+    first, middle, last, kind, _ = split_layers(est.model.num_layers, lay.pp, lay.virtual_stages,
+                                                lay.first_stage_layers or 0, lay.last_stage_layers or 0)
+    return {"first": int(first[0]), "middle": int(middle[0]), "last": int(last[0]), "split": SPLIT_NAMES[int(kind[0])]}
+
+
+def band_of(est: Estimate) -> tuple[float, float]:
+    """The relative uncertainty band (low, high) of the estimate's step time (``core.uncertainty``)."""
+    return uncertainty_band(est.cluster.accelerator.kind)
 
 
 def set_price(records: list[dict], price_per_device_hour: float | None) -> None:
@@ -72,7 +92,9 @@ def solve_document(problem: Problem, result, explanation: dict | None = None,
             "objective_unit": "s" if result.objective == "step-time" else "bytes",
             "quantum_s": result.quantum_s, "wall_s": result.wall_s, "solver_wall_s": result.solver_wall_s,
             "num_candidates": result.num_candidates, "rows_kept_for_solver": result.rows_kept,
-            "tie_break": "step time, then peak memory" if result.objective == "gather-volume" else "peak memory",
+            "tie_break": ranking_description(result.objective),
+            "tie_tolerance": result.tie_tolerance,
+            "ranking_status": result.ranking_status,
             "seed": SEED,
         },
         "layouts": [layout_record(est, rank, price_per_device_hour) for rank, est in enumerate(result.layouts, start=1)],

@@ -10,7 +10,10 @@ from rich.table import Table
 from layoutsearch.costs import params
 from layoutsearch.costs.estimate import Estimate
 from layoutsearch.core.units import GB
+from layoutsearch.report.output import stage_layers_record
 from layoutsearch.report import planning
+from layoutsearch.report.output import band_of
+from layoutsearch.search.explain import ranking_line
 
 BAR_WIDTH = 30
 
@@ -63,14 +66,28 @@ def layout_summary(est: Estimate) -> str:
     return (f"{degrees} | ZeRO-{lay.zero_stage} | {lay.num_microbatches} microbatch(es) of "
             f"{lay.microbatch_seqs(est.workload):g} seq | recompute={lay.recompute}"
             + (f" | virtual stages {lay.virtual_stages}" if lay.virtual_stages > 1 else "")
-            + (f" | KV heads replicated x{rep}" if rep > 1 else "") + f"\n  axes: {axes}")
+            + _split_text(est) + (f" | KV heads replicated x{rep}" if rep > 1 else "") + f"\n  axes: {axes}")
+
+
+def _split_text(est: Estimate) -> str:
+    """' | layers per stage 7/8/7 (embedding-and-loss)' for an uneven pipeline split, else ''."""
+    split = stage_layers_record(est)
+    if est.layout.pp == 1 or split["split"] == "even":
+        return ""
+    return f" | layers per stage {split['first']}/{split['middle']}/{split['last']} ({split['split']})"
+
+
+def assumptions(workload) -> str:
+    """The workload choices every report names: framework profile, precision, TP overlap."""
+    return (f"{workload.precision}, {workload.framework} overlap"
+            + (" + TP comm overlap" if workload.tp_comm_overlap else ""))
 
 
 def estimate_report(model_name: str, cluster_name: str, est: Estimate, price_per_device_hour: float | None = None) -> None:
     out = console()
     cap = est.memory_bytes["capacity"]
     out.print(f"[bold]{model_name}[/bold] on [bold]{cluster_name}[/bold] ({est.cluster.num_devices} devices), "
-              f"{est.workload.global_batch_seqs} x {est.workload.seq_len} tokens per step")
+              f"{est.workload.global_batch_seqs} x {est.workload.seq_len} tokens per step, {assumptions(est.workload)}")
     out.print("  " + layout_summary(est))
     mem = Table(title=f"memory per device (stage {est.worst_stage}), capacity {cap / GB:.1f} GB "
                       f"(HBM {est.memory_bytes['hbm'] / GB:.1f} GB less runtime reserve)")
@@ -121,11 +138,12 @@ def solve_report(model_name: str, cluster_name: str, result, explanation: dict |
     out = console()
     space = result.space
     out.print(f"[bold]{model_name}[/bold] on [bold]{cluster_name}[/bold] ({space.cluster.num_devices} devices), "
-              f"{space.workload.global_batch_seqs} x {space.workload.seq_len} tokens per step, objective {result.objective}")
+              f"{space.workload.global_batch_seqs} x {space.workload.seq_len} tokens per step, "
+              f"{assumptions(space.workload)}, objective {result.objective}")
     if result.layouts:
         table = Table()
         for col in ("#", "degrees", "axes", "ZeRO", "K x seqs", "remat", "KV rep", "peak/cap GB",
-                    "compute s", "comm s", "bubble s", "step s", "MFU", "tokens/s"):
+                    "compute s", "comm s", "bubble s", "step s", "band s", "MFU", "tokens/s"):
             table.add_column(col, justify="left" if col in ("degrees", "axes", "remat") else "right", overflow="fold")
         for rank, est in enumerate(result.layouts, start=1):
             lay = est.layout
@@ -137,12 +155,21 @@ def solve_report(model_name: str, cluster_name: str, result, explanation: dict |
                 lay.recompute, str(params.kv_replication(est.model, lay.tp)),
                 f"{_gb(est.memory_bytes['peak'])} / {_gb(est.memory_bytes['capacity'])}",
                 f"{est.time_s['compute']:.3f}", f"{est.time_s['exposed_comm']:.3f}", f"{est.time_s['bubble']:.3f}",
-                f"{est.step_time_s:.3f}", f"{est.mfu:.1%}", f"{est.tokens_per_s:,.0f}")
+                f"{est.step_time_s:.3f}", _band_text(est), f"{est.mfu:.1%}", f"{est.tokens_per_s:,.0f}")
         out.print(table)
+        low, high = band_of(result.layouts[0])
+        out.print(f"ranking: step times within {result.tie_tolerance:.1%} of the best are ties, won by the simplest "
+                  f"layout; band s: the model's uncertainty, {low * 100:+.0f}%..{high * 100:+.0f}% of the step time "
+                  f"on {result.layouts[0].cluster.accelerator.kind.upper()}s", markup=False, highlight=False)
         plan_report(result.layouts, price_per_device_hour)
     out.print(status_line(result))
     if explanation:
         out.print(f"[bold red]{explanation['message']}[/bold red]")
+
+
+def _band_text(est: Estimate) -> str:
+    low, high = band_of(est)
+    return f"{est.step_time_s * (1 + low):.3f}-{est.step_time_s * (1 + high):.3f}"
 
 
 def plan_report(estimates: list[Estimate], price_per_device_hour: float | None) -> None:
@@ -249,14 +276,14 @@ def explain_report(model_name: str, cluster_name: str, result, explanation: dict
                 out.print(table)
             else:
                 out.print(f"layouts 1 and {i} cost the same in every term (time and memory): a tie, ranked by "
-                          f"the tie-break (peak memory, then search order)")
-            first, other = result.layouts[0], result.layouts[i - 1]
-            diff = other.step_time_s - first.step_time_s
-            if result.metrics and result.metrics[0]["step"] == result.metrics[i - 1]["step"]:
-                out.print(f"layouts 1 and {i} take the same time (to the solver's quantum); layout 1 wins the tie-break "
-                          f"on peak memory: {first.memory_bytes['peak'] / GB:.2f} GB against "
-                          f"{other.memory_bytes['peak'] / GB:.2f} GB")
+                          f"simplicity")
+            notes = {n["layout"]: n for n in explanation.get("ranking") or ()}
+            if i in notes:
+                band = tuple(explanation["uncertainty_rel_band"])
+                out.print(ranking_line(notes[i], explanation["tie_tolerance"], band), markup=False, highlight=False)
             else:
+                first, other = result.layouts[0], result.layouts[i - 1]
+                diff = other.step_time_s - first.step_time_s
                 out.print(f"layout 1 is faster by {diff:.4f} s per step ({diff / other.step_time_s:.2%})")
         return
     if explanation:

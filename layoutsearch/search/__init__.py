@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from layoutsearch.core.errors import InvalidArgumentError
 from layoutsearch.core.problem import Problem, SearchOptions, SearchRequest
 from layoutsearch.core.rules import Capabilities
 from layoutsearch.core.specs import Method, Objective
@@ -19,6 +20,7 @@ from layoutsearch.costs.estimate import Estimate, estimate
 from layoutsearch.export import capabilities_of
 from layoutsearch.search.cpsat import cpsat_top
 from layoutsearch.search.enumerate import candidate_grid, enumerate_top
+from layoutsearch.search.ranking import MAX_TIE_TOLERANCE, TIE_TOLERANCE
 from layoutsearch.search.space import Space, build_space
 from layoutsearch.search.tables import Tables, assemble, build_tables
 
@@ -42,6 +44,9 @@ class SearchResult:
     quantum_s: float
     layouts: list[Estimate] = field(default_factory=list)
     metrics: list[dict] = field(default_factory=list)  # quantised values per layout
+    candidates: list[tuple] = field(default_factory=list)  # (sk row, r index, z, o) per layout
+    tie_tolerance: float = TIE_TOLERANCE  # relative: step times this close are ties (search.ranking)
+    ranking_status: str = "OPTIMAL"  # whether the simplest of the tied layouts was proven (CP-SAT)
     space: Space | None = None
     tables: Tables | None = None
 
@@ -53,7 +58,8 @@ class SearchResult:
 
 
 def solve(problem: Problem, request: SearchRequest | None = None) -> SearchResult:
-    """The top_k layouts by the objective (then the tie-breaks: step time, peak memory).
+    """The top_k layouts by the objective, step times within the tie tolerance counting as ties
+    that go to the simplest layout (``search.ranking``; both methods rank alike).
 
     Each answer is costed once by ``estimate()`` (exact, unquantised), whose violations (the
     registry's rules and memory) must be empty: a non-empty list is a bug, never a user error.
@@ -61,23 +67,26 @@ def solve(problem: Problem, request: SearchRequest | None = None) -> SearchResul
     start = time.perf_counter()
     request = request or SearchRequest()
     objective, method = request.objective, request.method
+    tolerance = TIE_TOLERANCE if request.tie_tolerance is None else request.tie_tolerance
+    if not 0.0 <= tolerance <= MAX_TIE_TOLERANCE:  # NaN fails too
+        raise InvalidArgumentError(f"tie tolerance {tolerance} must be a fraction in 0..{MAX_TIE_TOLERANCE}")
     space = build_space(problem, request.options, capabilities_of(request.target))
     if not len(space.sk_k):
         return SearchResult(method=method, objective=objective, status="INFEASIBLE", objective_value=None, bound=None,
                             wall_s=time.perf_counter() - start, solver_wall_s=0.0, num_candidates=0, rows_kept=0,
-                            quantum_s=0.0, space=space, tables=None)
+                            quantum_s=0.0, space=space, tables=None, tie_tolerance=tolerance)
     tables = build_tables(space)
     if method == Method.enumerate:
         t0 = time.perf_counter()
-        answers, _ = enumerate_top(space, tables, objective, request.top_k)
-        key = "volume" if objective == Objective.gather_volume else "step"
-        info = {"status": "OPTIMAL" if answers else "INFEASIBLE", "objective": answers[0][4][key] if answers else None,
-                "rows_kept": len(space.sk_k), "wall_s": time.perf_counter() - t0}
+        found: dict = {}
+        answers, _ = enumerate_top(space, tables, objective, request.top_k, tolerance, found)
+        info = {"status": "OPTIMAL" if answers else "INFEASIBLE", "rows_kept": len(space.sk_k),
+                "wall_s": time.perf_counter() - t0, "objective": found.get("optimum")}
         info["bound"] = info["objective"]
     else:
-        answers, info = cpsat_top(space, tables, objective, request.top_k, request.time_limit_s)
+        answers, info = cpsat_top(space, tables, objective, request.top_k, request.time_limit_s, tolerance=tolerance)
     unit = tables.quantum_s if objective == Objective.step_time else KIB
-    estimates, metrics = [], []
+    estimates, metrics, candidates = [], [], []
     for row, ri, z, o, m in answers:
         layout = space.layout(int(space.sk_shape[row]), int(space.sk_k[row]), int(space.recompute_codes[ri]), z, o)
         est = estimate(problem, layout, strict=False)
@@ -85,6 +94,7 @@ def solve(problem: Problem, request: SearchRequest | None = None) -> SearchResul
             raise AssertionError(f"search returned an invalid layout {layout}: {[v.message for v in est.violations]}")
         estimates.append(est)
         metrics.append(m)
+        candidates.append((row, ri, z, o))
     value = info.get("objective")
     return SearchResult(
         method=method, objective=objective, status=info["status"],
@@ -92,7 +102,9 @@ def solve(problem: Problem, request: SearchRequest | None = None) -> SearchResul
         bound=None if info.get("bound") is None else info["bound"] * unit,
         wall_s=time.perf_counter() - start, solver_wall_s=info.get("wall_s", 0.0),
         num_candidates=space.num_candidates(), rows_kept=info.get("rows_kept", 0), quantum_s=tables.quantum_s,
-        layouts=estimates, metrics=metrics, space=space, tables=tables)
+        layouts=estimates, metrics=metrics, candidates=candidates, space=space, tables=tables,
+        tie_tolerance=tolerance, ranking_status=info.get("ranking_status", "OPTIMAL"))
+
 
 
 __all__ = ["solve", "SearchOptions", "SearchRequest", "SearchResult", "OBJECTIVES", "METHODS", "Capabilities"]

@@ -2,10 +2,15 @@
 ``tables.assemble`` stated as constraints, optimality proven by the solver.
 
 Before the model is built, (S, K) rows are costed best-first in the order of a valid lower
-bound until the next bound exceeds the k-th best value found; rows left out provably cannot
-enter the top k. Table entries above that value (or above the memory capacity) are clipped
-to it, which keeps the coefficients modest (google/or-tools#5293) without changing any
-top-k candidate.
+bound until the next bound exceeds the k-th best layout's value found (for step time, its tie
+limit: ``search.ranking``); rows left out provably cannot enter the top k. Table entries above
+that value (or above the memory capacity) are clipped to it, which keeps the coefficients modest
+(google/or-tools#5293) without changing any top-k candidate.
+
+Each rank is the ranking of ``search.ranking`` as solves: the least step time (the proof), then,
+with the step time at most its tie limit, the simplicity key as one or two mixed-radix objectives
+over the one-hot choices (digits: ranks among the model's own shapes, microbatch counts and axis
+orders, so the coefficients stay small); then the ranked layout, all its placements, is excluded.
 """
 
 from __future__ import annotations
@@ -18,12 +23,15 @@ from layoutsearch.search import satmodel as cp_model  # CP-SAT through cp_model_
 
 from layoutsearch.search.enumerate import candidate_grid
 from layoutsearch.costs import step as step_formula
+from layoutsearch.search.ranking import TIE_TOLERANCE, group_ids, shape_simplicity, tie_limit
+from layoutsearch.search.satmodel import LinearExpr
 from layoutsearch.search.space import Space
 from layoutsearch.search.tables import MOMENT_NAMES, Tables, assemble
 
 PROMISING_ROWS = 32
 SEED = 20240611
 BIG = np.iinfo(np.int64).max // 4
+MAX_MERGED_KEY = 1 << 20  # the two simplicity objectives become one below this range (modest coefficients)
 STATUS = {cp_model.OPTIMAL: "OPTIMAL", cp_model.FEASIBLE: "FEASIBLE", cp_model.INFEASIBLE: "INFEASIBLE",
           cp_model.MODEL_INVALID: "MODEL_INVALID", cp_model.UNKNOWN: "UNKNOWN"}
 
@@ -68,13 +76,17 @@ def row_bounds(space: Space, t: Tables, objective: str) -> tuple[np.ndarray, np.
     return bound, fits_r, fits_r.any(axis=1)
 
 
-def prune(space: Space, t: Tables, objective: str, top_k: int, exact_rows: bool = True, enabled: bool = True):
-    """(rows that may hold a top-k candidate, the exact k-th best value or None, (row, r) fit mask).
+def prune(space: Space, t: Tables, objective: str, top_k: int, exact_rows: bool = True, enabled: bool = True,
+          tolerance: float = TIE_TOLERANCE):
+    """(rows that may hold a top-k layout, the objective value above which none is ranked or
+    None, (row, r) fit mask).
 
-    Rows are costed exactly, best first in the order of their lower bound, until the next
-    bound exceeds the k-th best value found. A row is kept when its exact minimum (costed
-    rows) or its bound (the rest) does not exceed that value; every other row provably cannot
-    enter the top k. With ``exact_rows`` False, rows are kept on their bounds alone.
+    Rows are costed exactly, best first in the order of their lower bound, until the next bound
+    exceeds that value: the k-th best layout's (its best placement's) value, or for step time its
+    ``tie_limit`` (a layout tied with the k-th may be ranked before it, ``search.ranking``). A row
+    is kept when its exact minimum (costed rows) or its bound (the rest) does not exceed the value;
+    every other row provably holds no top-k layout. With ``exact_rows`` False, rows are kept on
+    their bounds alone.
     """
     bound, fits_r, fits = row_bounds(space, t, objective)
     rows = np.nonzero(fits)[0]
@@ -83,22 +95,29 @@ def prune(space: Space, t: Tables, objective: str, top_k: int, exact_rows: bool 
     rows = rows[np.argsort(bound[rows], kind="stable")]
     key = "volume" if objective == "gather-volume" else "step"
     best = bound.copy()
-    values, done, chunk = np.array([], dtype=np.int64), 0, PROMISING_ROWS
+    values, done, chunk, limit = np.array([], dtype=np.int64), 0, PROMISING_ROWS, None
     while done < len(rows):
-        if len(values) >= top_k and bound[rows[done]] > values[top_k - 1]:
+        if limit is not None and bound[rows[done]] > limit:
             break
         sk, ri, z, o = candidate_grid(space, rows[done:done + chunk])
         m = assemble(t, space, sk, ri, z, o)
         ok = m["fits"]
-        values = np.sort(np.concatenate([values, m[key][ok]]))[:top_k]
+        value = np.broadcast_to(m[key], sk.shape)[ok]
+        gid = group_ids(space, sk[ok], ri[ok], z[ok])
+        order = np.lexsort((value, gid))
+        first = np.ones(len(order), dtype=bool)
+        first[1:] = gid[order][1:] != gid[order][:-1]
+        values = np.sort(np.concatenate([values, value[order][first]]))[:top_k]  # best value of each layout
         exact = np.full(len(space.sk_k), BIG)
-        np.minimum.at(exact, sk[ok], m[key][ok])
+        np.minimum.at(exact, sk[ok], value)
         if exact_rows:
             best[rows[done:done + chunk]] = exact[rows[done:done + chunk]]
+        if len(values) >= top_k:
+            kth = int(values[top_k - 1])
+            limit = tie_limit(kth, tolerance) if key == "step" else kth
         done, chunk = done + chunk, chunk * 2
-    kth = int(values[top_k - 1]) if len(values) >= top_k else None
-    keep = rows if kth is None else rows[best[rows] <= kth]
-    return np.sort(keep), kth, fits_r
+    keep = rows if limit is None else rows[best[rows] <= limit]
+    return np.sort(keep), limit, fits_r
 
 
 def build_model(space: Space, t: Tables, rows: np.ndarray, clip: int | None, fits_r: np.ndarray):
@@ -183,16 +202,46 @@ def build_model(space: Space, t: Tables, rows: np.ndarray, clip: int | None, fit
         step = step + exposed
     for _, name in step_formula.PLAIN:
         step = step + term[name][0]
-    # ---- every stage's memory fits at every moment; the peak is the last tie-break
-    peak = model.new_int_var(0, 2 * cap + 2, "peak_kib")
+    # ---- every stage's memory fits at every moment
     for st in (0, 1):
         for mi, _ in enumerate(MOMENT_NAMES):
             live = (over(v.sz, t.MZ, lambda k, st=st, mi=mi: (k[0], k[1], st, mi), cap + 1)
                     + over(v.w, t.MB, lambda k, st=st, mi=mi: (k[0], k[1], st, mi), cap + 1))
             model.add(live <= cap)
-            model.add(peak >= live)
     volume = sum(int(t.VOLUME[s]) * b for s, b in v.shape.items())
-    return model, v, {"step": step, "peak": peak, "volume": volume}
+    return model, v, {"step": step, "volume": volume, "simplicity": simplicity_objectives(space, v)}
+
+
+def simplicity_objectives(space: Space, v: Vars) -> list:
+    """``ranking.simplicity_key`` as one or two linear expressions to minimise in turn: each a
+    mixed-radix number whose digits are the key's components (ranks among the model's own shapes,
+    microbatch counts and orders, so coefficients stay small; google/or-tools#5293)."""
+    p = shape_simplicity(space)
+    k_of = space.sk_k
+    shapes = sorted(v.shape, key=lambda s: p.degree_rank[s])
+    shape_rank = {s: i for i, s in enumerate(shapes)}
+    ks = sorted({int(k_of[j]) for j in v.y})
+    k_rank = {k: i for i, k in enumerate(ks)}
+    orders = sorted(v.o)
+    head = {s: 2 * int(p.degrees_above_one[s]) + int(p.cp_above_one[s]) for s in v.shape}
+    n_r, n_z = len(p.recompute_rank), 4
+    # key A: (degrees above one, cp > 1), TP beyond a node, ZeRO stage, microbatches, recompute
+    w_r, w_k = 1, n_r
+    w_z = w_k * len(ks)
+    w_tp = w_z * n_z
+    w_head = w_tp * 2
+    key_a = (LinearExpr.weighted_sum([v.shape[s] for s in v.shape], [w_head * head[s] for s in v.shape])
+             + LinearExpr.weighted_sum(list(v.szo.values()), [w_tp * int(p.tp_beyond_node[s, o]) for s, _, o in v.szo])
+             + LinearExpr.weighted_sum(list(v.z.values()), [w_z * z for z in v.z])
+             + LinearExpr.weighted_sum(list(v.y.values()), [w_k * k_rank[int(k_of[j])] for j in v.y])
+             + LinearExpr.weighted_sum(list(v.r.values()),
+                                       [w_r * int(p.recompute_rank[space.recompute_codes[ri]]) for ri in v.r]))
+    range_a = w_head * (max(head.values()) + 1)
+    # key B: the degrees in order, then the axis order
+    key_b = (LinearExpr.weighted_sum([v.shape[s] for s in shapes], [len(orders) * shape_rank[s] for s in shapes])
+             + LinearExpr.weighted_sum([v.o[o] for o in orders], list(range(len(orders)))))
+    range_b = len(shapes) * len(orders)
+    return [range_b * key_a + key_b] if range_a * range_b <= MAX_MERGED_KEY else [key_a, key_b]
 
 
 def _marginal(model, product: dict, factor: dict, key) -> None:
@@ -205,46 +254,57 @@ def _marginal(model, product: dict, factor: dict, key) -> None:
 
 
 def cpsat_top(space: Space, t: Tables, objective: str = "step-time", top_k: int = 1, time_limit_s: float = 30.0,
-              exact_rows: bool = True, prune_rows: bool = True):
-    """Top-k by re-solving with earlier answers excluded; each answer minimises the objective,
-    then the named tie-breaks (step time for gather-volume, then peak memory).
+              exact_rows: bool = True, prune_rows: bool = True, tolerance: float = TIE_TOLERANCE):
+    """The top-k layouts by the ranking of ``search.ranking``, rank after rank by re-solving: (the
+    least volume, fixed, for gather-volume), the least step time T (its proof: the status), then,
+    with step <= tie_limit(T), the simplest candidate by the simplicity objectives, each fixed in
+    turn; the chosen layout (all its placements) is then excluded.
 
     Returns (answers as (row, r index, z, o, metrics), info: status, objective, bound, rows, history).
     """
-    rows, kth, fits_r = prune(space, t, objective, top_k, exact_rows, prune_rows)
+    rows, limit, fits_r = prune(space, t, objective, top_k, exact_rows, prune_rows, tolerance)
     info = {"rows_kept": int(len(rows)), "rows_total": int(len(space.sk_k)), "status": "INFEASIBLE",
-            "objective": None, "bound": None, "history": [], "wall_s": 0.0}
+            "objective": None, "bound": None, "history": [], "wall_s": 0.0, "ranking_status": "OPTIMAL"}
     if not len(rows):
         return [], info
-    model, v, exprs = build_model(space, t, rows, kth if objective == "step-time" else None, fits_r)
-    keys = ["volume", "step", "peak"] if objective == "gather-volume" else ["step", "peak"]
+    model, v, exprs = build_model(space, t, rows, limit if objective == "step-time" else None, fits_r)
+    keys = ["volume", "step"] if objective == "gather-volume" else ["step"]
+    phases = [(key, exprs[key]) for key in keys] + [("simplicity", e) for e in exprs["simplicity"]]
     answers, deadline = [], time.perf_counter() + time_limit_s
     for rank in range(top_k):
         solver = None
-        for phase, key in enumerate(keys):
-            solver = _solver(max(0.05, deadline - time.perf_counter()))
+        for phase, (key, expr) in enumerate(phases):
+            attempt = _solver(max(0.05, deadline - time.perf_counter()))
             callback = Incumbents()
-            model.minimize(exprs[key])
-            status = solver.solve(model, callback)
-            info["wall_s"] += solver.wall_time
+            model.minimize(expr)
+            status = attempt.solve(model, callback)
+            info["wall_s"] += attempt.wall_time
             if status not in (cp_model.OPTIMAL, cp_model.FEASIBLE):
                 if rank == 0 and phase == 0:
                     info["status"] = STATUS[status]
-                solver = None
+                if key == "simplicity":  # out of time: the tied candidate found so far, not proven simplest
+                    info["ranking_status"] = STATUS[status]
+                else:
+                    solver = None
                 break
-            value = int(solver.value(exprs[key]))
+            solver = attempt
+            value = int(solver.value(expr))
             if rank == 0 and phase == 0:
                 info.update(status=STATUS[status], objective=value, bound=float(solver.best_objective_bound),
                             history=callback.history)
-            lit = model.new_bool_var(f"fix_{rank}_{key}")
-            model.add(exprs[key] == value).only_enforce_if(lit)
+            if key == "simplicity" and status != cp_model.OPTIMAL:
+                info["ranking_status"] = STATUS[status]
+            lit = model.new_bool_var(f"fix_{rank}_{phase}")
+            model.add(expr <= tie_limit(value, tolerance) if key == "step" else expr == value).only_enforce_if(lit)
             model.add_assumptions([lit])
         model.clear_assumptions()
         if solver is None:
             break
-        answer = _decode(solver, v, exprs)
-        answers.append(answer)
-        model.add_bool_or([~v.y[answer[0]], ~v.r[answer[1]], ~v.z[answer[2]], ~v.o[answer[3]]])
+        row, ri, z, o = _decode(solver, v)
+        m = assemble(t, space, np.array([row]), np.array([ri]), np.array([z]), np.array([o]))
+        metrics = {key: int(np.broadcast_to(m[key], (1,))[0]) for key in ("step", "peak", "volume")}
+        answers.append((row, ri, z, o, metrics))
+        model.add_bool_or([~v.y[row], ~v.r[ri], ~v.z[z]])  # the same layout placed otherwise is not ranked again
     return answers, info
 
 
@@ -259,7 +319,6 @@ def _solver(time_limit_s: float) -> cp_model.CpSolver:
     return solver
 
 
-def _decode(solver, v: Vars, exprs) -> tuple:
+def _decode(solver, v: Vars) -> tuple:
     pick = lambda d: next(k for k, b in d.items() if solver.boolean_value(b))  # noqa: E731
-    metrics = {key: int(solver.value(e)) for key, e in exprs.items()}
-    return pick(v.y), pick(v.r), pick(v.z), pick(v.o), metrics
+    return pick(v.y), pick(v.r), pick(v.z), pick(v.o)

@@ -5,17 +5,12 @@ from __future__ import annotations
 
 import numpy as np
 
+from layoutsearch.search.ranking import TIE_TOLERANCE, relevant, select
 from layoutsearch.search.space import Space
 from layoutsearch.search.tables import Tables, assemble
 
 CHUNK_CANDIDATES = 1 << 20
-
-
-def objective_keys(metrics: dict, objective: str) -> list[np.ndarray]:
-    """Sort keys, most significant first: the objective, then the named tie-breaks."""
-    if objective == "gather-volume":
-        return [metrics["volume"], metrics["step"], metrics["peak"]]
-    return [metrics["step"], metrics["peak"]]
+METRICS = ("step", "peak", "volume")
 
 
 def candidate_grid(space: Space, sk_rows: np.ndarray):
@@ -28,12 +23,17 @@ def candidate_grid(space: Space, sk_rows: np.ndarray):
     return sk_rows[j], ri, z, o
 
 
-def enumerate_top(space: Space, tables: Tables, objective: str = "step-time", top_k: int = 1) -> tuple[list, int]:
-    """The top_k fitting candidates as (sk, r index, z, o, metrics) and the number of candidates costed."""
+def enumerate_top(space: Space, tables: Tables, objective: str = "step-time", top_k: int = 1,
+                  tolerance: float = TIE_TOLERANCE, found: dict | None = None) -> tuple[list, int]:
+    """The top_k layouts by the ranking of ``search.ranking`` as (sk, r index, z, o, metrics), and
+    the number of candidates costed. Every fitting candidate is costed; the pool keeps those that
+    may still be ranked (``ranking.relevant``) as chunks arrive. ``found`` (a dict) receives the
+    ``optimum``: the least objective value (step time, or volume), which the winner, the simplest
+    of those tied with it, need not have."""
     per_row = (space.zero_mask.sum(1) * space.order_mask.sum(1))[space.sk_shape] * len(space.recompute_codes)
     bounds = np.searchsorted(np.cumsum(per_row), np.arange(CHUNK_CANDIDATES, per_row.sum() + CHUNK_CANDIDATES,
                                                           CHUNK_CANDIDATES))
-    best, start, seen = None, 0, 0
+    pool, start, seen = None, 0, 0
     for stop in list(bounds) + [len(per_row)]:
         stop = min(max(stop, start + 1), len(per_row))
         if start >= len(per_row):
@@ -46,11 +46,14 @@ def enumerate_top(space: Space, tables: Tables, objective: str = "step-time", to
         m = assemble(tables, space, sk, ri, z, o)
         keep = m["fits"]
         cand = {"sk": sk[keep], "ri": ri[keep], "z": z[keep], "o": o[keep],
-                **{key: np.asarray(v)[keep] for key, v in m.items()}}
-        best = cand if best is None else {key: np.concatenate([best[key], cand[key]]) for key in best}
-        order = np.lexsort(tuple(reversed(objective_keys(best, objective))))[:top_k]
-        best = {key: v[order] for key, v in best.items()}
-    if best is None or not len(best["sk"]):
+                **{key: np.broadcast_to(np.asarray(m[key]), sk.shape)[keep] for key in METRICS}}
+        pool = cand if pool is None else {key: np.concatenate([pool[key], cand[key]]) for key in pool}
+        mask = relevant(space, pool, objective, top_k, tolerance)
+        pool = {key: v[mask] for key, v in pool.items()}
+    if pool is None or not len(pool["sk"]):
         return [], seen
-    return [(int(best["sk"][i]), int(best["ri"][i]), int(best["z"][i]), int(best["o"][i]),
-             {key: best[key][i].item() for key in ("step", "peak", "volume")}) for i in range(len(best["sk"]))], seen
+    picks = select(space, pool, objective, top_k, tolerance)
+    if found is not None:  # the pool holds the least value (every candidate tied with it is relevant)
+        found["optimum"] = int(pool["volume" if objective == "gather-volume" else "step"].min())
+    return [(int(pool["sk"][i]), int(pool["ri"][i]), int(pool["z"][i]), int(pool["o"][i]),
+             {key: pool[key][i].item() for key in METRICS}) for i in picks], seen

@@ -22,6 +22,7 @@ from layoutsearch.costs import memory, params
 from layoutsearch.costs.estimate import Estimate, estimate
 from layoutsearch.search import solve
 from layoutsearch.search.enumerate import candidate_grid
+from layoutsearch.search.ranking import simpler_because, tie_limit
 from layoutsearch.search.space import Space, degree_tuples, with_microbatches, with_virtual_stages
 from layoutsearch.search.tables import Tables, assemble
 
@@ -42,6 +43,51 @@ def compare(winner: Estimate, other: Estimate, limit: int = 8) -> list[dict]:
     time_rows = sorted((r for r in rows if r["unit"] == "s"), key=lambda r: -abs(r["difference"]))
     mem_rows = sorted((r for r in rows if r["unit"] == "B"), key=lambda r: -abs(r["difference"]))
     return time_rows[:limit] + mem_rows[:limit]
+
+
+def ranking_notes(result, band: tuple[float, float]) -> list[dict]:
+    """How each runner-up stands against layout 1: its step-time difference (relative), whether it
+    is tied with the best step time (within the tie tolerance, step-time objective), why layout 1
+    ranks first when tied (the first simplicity component that differs), and whether its step time
+    lies inside layout 1's uncertainty band ``band`` = (low, high), relative."""
+    layouts = result.layouts
+    if not layouts:
+        return []
+    first = layouts[0].step_time_s
+    low, high = band
+    best_q = None
+    if result.objective == "step-time" and result.objective_value is not None and result.quantum_s:
+        best_q = int(round(result.objective_value / result.quantum_s))
+    notes = []
+    for i, est in enumerate(layouts[1:], start=2):
+        tied = (best_q is not None and len(result.metrics) >= i
+                and result.metrics[i - 1]["step"] <= tie_limit(best_q, result.tie_tolerance))
+        reason = None
+        if tied and result.space is not None and len(result.candidates) >= i:
+            reason = simpler_because(result.space, result.candidates[0], result.candidates[i - 1])
+        diff = est.step_time_s / first - 1 if first else 0.0
+        notes.append({"layout": i, "step_time_rel_diff": diff, "within_tie_tolerance": bool(tied),
+                      "simpler_by": reason,
+                      "within_uncertainty": bool(first * (1 + low) <= est.step_time_s <= first * (1 + high))})
+    return notes
+
+
+def ranking_line(note: dict, tolerance: float, band: tuple[float, float]) -> str:
+    """One or two sentences on a runner-up (``ranking_notes``)."""
+    i, diff = note["layout"], note["step_time_rel_diff"]
+    who = "the runner-up" if i == 2 else f"layout {i}"
+    how = f"{abs(diff):.1%} {'slower' if diff >= 0 else 'faster'}"
+    band_text = f"band {band[0] * 100:+.0f}%..{band[1] * 100:+.0f}%"
+    out = []
+    if note["within_tie_tolerance"]:
+        out.append(f"{who} is within the model's resolution of the best step time (ties below "
+                   f"{tolerance:.1%}): layout 1 ranks first as the simpler layout"
+                   + (f" ({note['simpler_by']})" if note["simpler_by"] else ""))
+    if note["within_uncertainty"]:
+        out.append(f"{who} is within the model's uncertainty: {how}, {band_text}")
+    else:
+        out.append(f"{who} is {how}, outside the model's uncertainty ({band_text})")
+    return "\n".join(out)
 
 
 def funnel(problem: Problem, rules: tuple[Rule, ...]) -> list[dict]:

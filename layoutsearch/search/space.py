@@ -218,7 +218,7 @@ def _validate_options(problem: Problem, options: SearchOptions) -> None:
     for name in (*options.fix, *options.choices, *(options.only or ())):
         if name not in DEGREE_NAMES:
             raise InvalidArgumentError(f"unknown degree '{name}'; known: {', '.join(DEGREE_NAMES)}")
-    for policy in options.recompute:
+    for policy in options.recompute or ():
         if policy not in RECOMPUTE_POLICIES:
             raise InvalidArgumentError(f"recompute '{policy}' is not one of {', '.join(RECOMPUTE_POLICIES)}")
     n = problem.num_devices

@@ -7,7 +7,7 @@ says a layout fits that ``estimate`` rejects). ``assemble`` is the step rule of
 CP-SAT model states the same rule as constraints (tests hold the two to equal optima).
 
 Per stage st (0 = first, 1 = last):
-  stage[st] = A[SKr,st] + TP[SKo,st] + full*TPF[SKo] + CP[SKo] + full*CPF[SKo]
+  stage[st] = A[SKr,st] + TP[SKo,st] + tp_rerun[r]*TPF[SKo] + CP[SKo] + cp_rerun[r]*CPF[SKo]
               + z3 * (FX[SKo,st] + max(0, X[SKo] - Y[SKr]))
   STAGE     = max_st stage[st], tabulated per (S,K,r,o) without (STAGE0) and with ZeRO-3 (STAGE3)
   step      = STAGE + max(0, RED[Szo] - WIN[SKr]) + max(0, GATH[Szo] - FWD[SK]) + PP[SKo] + OPT[Sz] + STEP0
@@ -20,7 +20,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from layoutsearch.costs import roofline, step, terms
+from layoutsearch.costs import memory, roofline, step, terms
 from layoutsearch.core.specs import RECOMPUTE_CODES
 from layoutsearch.costs.estimate import capacity_bytes
 from layoutsearch.search.space import Space
@@ -69,10 +69,7 @@ def _coeff_rows(space: Space, shape_idx: np.ndarray, order_idx: np.ndarray) -> t
     rows = shape_idx * len(space.orders) + order_idx
     co = space.coeffs
 
-    def take(c):
-        return terms.RingCoefficients(members=c.members[rows], seconds_per_byte=c.seconds_per_byte[rows],
-                                      latency_s=c.latency_s[rows])
-    return terms.Coeffs(**{name: take(getattr(co, name)) for name in ("tp", "cp", "shard", "dp", "dp_zero0", "kv", "pp")})
+    return terms.Coeffs(**{name: getattr(co, name).take(rows) for name in terms.COEFF_GROUPS})
 
 
 def _stage_flags(sh: terms.Shapes):
@@ -97,10 +94,9 @@ def build_tables(space: Space) -> Tables:
         items = terms.memory_by_microbatch(model, workload, sh, k, r, first, last)
         mb.append([sum(terms.moment_bytes(items, name).values(), 0.0 * k) for name in MOMENT_NAMES])
         if st == 0:
-            bwd = c["window/bwd_layer"]
-            win = terms.layers_per_stage(model, sh) * bwd
-            y = mult * win
-            fwd = (terms.layers_per_stage(model, sh) * c["window/fwd_layer"]).reshape(n_sk, len(codes))[:, 0]
+            y = mult * terms.layers_per_stage(model, sh) * c["window/bwd_layer"]
+            windows = terms.step_windows(model, workload, acc, sh, c)
+            win, fwd = windows["WIN"], windows["FWD"].reshape(n_sk, len(codes))[:, 0]
     # ---- (S,K) x o
     sh_o, k_o, shape_o = _grid(space, sk, n_o)
     order_o = np.tile(np.arange(n_o), n_sk)
@@ -108,17 +104,19 @@ def build_tables(space: Space) -> Tables:
     mult_o = terms.step_multiplier(sh_o, k_o)
     r0 = np.zeros_like(k_o)
     tp_st, fx_st = [], []
+    fc = terms.fsdp_collectives(model, workload, acc, sh_o, co)
     for st, (first, last) in _stage_flags(sh_o).items():
         c = terms.compute_per_microbatch(model, workload, acc, sh_o, k_o, r0, last)
         tp = terms.tp_per_microbatch(model, workload, acc, sh_o, k_o, co, last, c["window/matmul_fwd_layer"])
+        cp = terms.cp_per_microbatch(model, workload, acc, sh_o, k_o, co, c["window/attn_fwd_layer"])
+        busy = terms.shard_link_traffic(tp, cp, co)
         tp_st.append(mult_o * tp["base"])
-        fc = terms.fsdp_collectives(model, workload, acc, sh_o, co)
-        fixed = terms.fsdp_exposed_fixed(model, sh_o, fc, c["window/fwd_layer"], c["window/logits"], True)
+        fixed = terms.fsdp_exposed_fixed(model, sh_o, fc, c["window/fwd_layer"], c["window/logits"], True, busy["fwd"],
+                                         last)
         fx_st.append(mult_o * (fixed["forward"] + fixed["vocab"]))
         if st == 0:
-            cp = terms.cp_per_microbatch(model, workload, acc, sh_o, k_o, co, c["window/attn_fwd_layer"])
-            x = mult_o * terms.layers_per_stage(model, sh_o) * (fc["gather_layer"] + fc["reduce_layer"])
-            tpf = mult_o * tp["if_full"]
+            x = mult_o * terms.layers_per_stage(model, sh_o) * (fc["gather_layer"] + fc["reduce_layer"] + busy["bwd"])
+            tpf = mult_o * tp["rerun"]
     pp = terms.pipeline_sends(model, workload, acc, sh_o, k_o, co)
     # ---- S x z (x o)
     n_s = space.num_shapes
@@ -147,30 +145,33 @@ def build_tables(space: Space) -> Tables:
 
     nr = len(codes)
     tables = Tables(
-        quantum_s=quantum, capacity_kib=int(capacity_bytes(space.cluster) // KIB), step0=int(q(acc.step_overhead_s)),
+        quantum_s=quantum, capacity_kib=int(capacity_bytes(space.cluster, workload) // KIB), step0=int(q(acc.step_overhead_s)),
         A=q(np.stack(a, axis=-1)).reshape(n_sk, nr, 2), Y=q(y).reshape(n_sk, nr), WIN=q(win).reshape(n_sk, nr),
         FWD=q(fwd),
         MB=kib(np.stack([np.stack(m, axis=-1) for m in mb], axis=-2)).reshape(n_sk, nr, 2, len(MOMENT_NAMES)),
         TP=q(np.stack(tp_st, axis=-1)).reshape(n_sk, n_o, 2), TPF=q(tpf).reshape(n_sk, n_o),
-        CP=q(mult_o * cp["base"]).reshape(n_sk, n_o), CPF=q(mult_o * cp["if_full"]).reshape(n_sk, n_o),
+        CP=q(mult_o * cp["base"]).reshape(n_sk, n_o), CPF=q(mult_o * cp["rerun"]).reshape(n_sk, n_o),
         FX=q(np.stack(fx_st, axis=-1)).reshape(n_sk, n_o, 2), X=q(x).reshape(n_sk, n_o), PP=q(pp).reshape(n_sk, n_o),
         RED=q(red).reshape(n_s, 4, n_o), GATH=q(steps["gather/zero"]).reshape(n_s, 4, n_o),
         OPT=q(opt).reshape(n_s, 4),
         MZ=kib(np.stack([np.stack(m, axis=-1) for m in mz], axis=-2)).reshape(n_s, 4, 2, len(MOMENT_NAMES)),
         Z3=z3, VOLUME=kib(v_w + v_x))
-    tables.STAGE0, tables.STAGE3 = stage_parts(tables, (codes == RECOMPUTE_CODES["full"]).astype(np.int64))
+    work = memory.recompute_arrays(model)
+    tables.STAGE0, tables.STAGE3 = stage_parts(tables, work["tp"][codes], work["attention"][codes])
     return tables
 
 
-def stage_parts(t: Tables, full_by_r: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+def stage_parts(t: Tables, tp_rerun_by_r: np.ndarray, cp_rerun_by_r: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """The slowest stage per (S,K,r,o) by ``step.slowest_stage``: without ZeRO-3 collectives and with them."""
     terms_sk_r_o = {
         "A": [t.A[:, :, None, st] for st in step.STAGES], "TP": [t.TP[:, None, :, st] for st in step.STAGES],
         "TPF": t.TPF[:, None, :], "CP": t.CP[:, None, :], "CPF": t.CPF[:, None, :],
         "FX": [t.FX[:, None, :, st] for st in step.STAGES], "X": t.X[:, None, :], "Y": t.Y[:, :, None],
-        "full": full_by_r[None, :, None],
+        "tp_rerun": tp_rerun_by_r[None, :, None], "cp_rerun": cp_rerun_by_r[None, :, None],
     }
-    return step.slowest_stage({**terms_sk_r_o, "z3": 0}), step.slowest_stage({**terms_sk_r_o, "z3": 1})
+    def quanta(x):  # a policy rerunning part of the forward's collectives makes fractions: round once
+        return np.rint(x).astype(np.int64)
+    return quanta(step.slowest_stage({**terms_sk_r_o, "z3": 0})), quanta(step.slowest_stage({**terms_sk_r_o, "z3": 1}))
 
 
 def step_terms(t: Tables, space: Space, sk, ri, z, o) -> dict:

@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import inspect
 import re
 from dataclasses import dataclass
-from typing import Sequence
+from typing import Any, Sequence
 
 from layoutsearch.core.errors import InvalidArgumentError
+from layoutsearch.core.problem import build_workload
 from layoutsearch.core.units import MAX_GLOBAL_BATCH_SEQS, MAX_SEQ_LEN
 from layoutsearch.report.planning import check_price, check_tokens
 
@@ -33,10 +35,12 @@ class Point:
     seq_len: int
     training_tokens: float | None = None
     price_per_device_hour: float | None = None
+    workload: tuple[tuple[str, Any], ...] = ()  # build_workload options other than their defaults
 
     @property
     def id(self) -> str:
-        return f"{self.model}|{self.cluster}|{self.global_batch_seqs}|{self.seq_len}"
+        options = "".join(f"|{k}={v}" for k, v in self.workload)
+        return f"{self.model}|{self.cluster}|{self.global_batch_seqs}|{self.seq_len}{options}"
 
 
 def expand(text: str, field_name: str, limit: int = MAX_SWEEP_POINTS) -> list[str]:
@@ -124,10 +128,13 @@ def _as_list(values: str | Sequence[str] | int | Sequence[int]) -> list[str]:
 
 
 def expand_points(models, clusters, seqs, seq_len=4096, training_tokens: float | None = None,
-                  price_per_device_hour: float | None = None) -> list[Point]:
+                  price_per_device_hour: float | None = None, workload: dict | None = None) -> list[Point]:
     """Every (model, cluster, seq_len, seqs) combination, in that nesting order, without repeats.
     Each of the first four arguments is a string (comma items and ranges allowed) or a list of
-    them; every point carries ``training_tokens`` and ``price_per_device_hour``."""
+    them; every point carries ``training_tokens``, ``price_per_device_hour`` and the ``workload``
+    options of ``build_workload`` (those that differ from their defaults key the point)."""
+    defaults = {name: p.default for name, p in inspect.signature(build_workload).parameters.items()}
+    options = tuple(sorted((k, v) for k, v in (workload or {}).items() if v != defaults[k]))
     check_tokens(training_tokens)
     check_price(price_per_device_hour)
     model_ids = list(dict.fromkeys(m for text in _as_list(models) for m in expand(text, "--model")))
@@ -144,5 +151,5 @@ def expand_points(models, clusters, seqs, seq_len=4096, training_tokens: float |
             f"--model x --cluster x --seqs x --seq-len: {count:,} points ({len(model_ids)} x {len(cluster_ids)} x "
             f"{len(batch)} x {len(lengths)}), more than the {MAX_SWEEP_POINTS:,} one sweep takes; split it")
     return [Point(model=m, cluster=c, global_batch_seqs=b, seq_len=s, training_tokens=training_tokens,
-                  price_per_device_hour=price_per_device_hour)
+                  price_per_device_hour=price_per_device_hour, workload=options)
             for m in model_ids for c in cluster_ids for s in lengths for b in batch]

@@ -7,8 +7,7 @@ import time
 from datetime import datetime, timezone
 
 from layoutsearch.core.errors import LayoutsearchError
-from layoutsearch.core.problem import Problem, SearchRequest, version
-from layoutsearch.core.specs import Workload
+from layoutsearch.core.problem import Problem, SearchRequest, build_workload, version
 from layoutsearch.report.output import layout_record
 from layoutsearch.search import solve
 from layoutsearch.search.explain import infeasibility
@@ -23,8 +22,9 @@ def solve_point(point: Point, time_limit_s: float) -> dict:
     row = _input_columns(point, time_limit_s) | {"layoutsearch_version": version()}
     try:
         problem = Problem.build(point.model, point.cluster,
-                                Workload(global_batch_seqs=point.global_batch_seqs, seq_len=point.seq_len,
-                                         training_tokens=point.training_tokens))
+                                build_workload(point.global_batch_seqs, point.seq_len, point.training_tokens,
+                                               **dict(point.workload)))
+        row.update(framework=problem.workload.framework, precision=problem.workload.precision)
         row["num_devices"] = problem.num_devices
         result = solve(problem, SearchRequest(top_k=1, time_limit_s=time_limit_s))
         row.update(status=result.status, objective_s=result.objective_value, bound_s=result.bound,

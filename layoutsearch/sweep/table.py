@@ -16,7 +16,7 @@ from layoutsearch.core.errors import InvalidArgumentError, missing_extra
 # One row per point. Units in the names; kinds drive the Parquet schema and CSV parsing.
 COLUMNS: list[tuple[str, str]] = [
     ("point_id", "str"), ("model", "str"), ("cluster", "str"), ("num_devices", "int"),
-    ("global_batch_seqs", "int"), ("seq_len", "int"),
+    ("global_batch_seqs", "int"), ("seq_len", "int"), ("framework", "str"), ("precision", "str"),
     ("status", "str"), ("objective_s", "float"), ("bound_s", "float"), ("wall_s", "float"),
     ("num_candidates", "int"),
     ("dp", "int"), ("fsdp", "int"), ("tp", "int"), ("pp", "int"), ("cp", "int"),

@@ -1,9 +1,13 @@
-"""Fit an accelerator's calibration parameters to measured runs (`layoutsearch calibrate`).
+"""Fit an accelerator family's calibration parameters to measured runs (`layoutsearch calibrate`).
 
-Per accelerator, a handful of parameters (never one per record) are fitted by least squares on
-r_i = log(predicted_i / measured_i) over that accelerator's usable records: evaluated by
-``validate.record_to_problem`` (not skipped), not out of memory, bf16/fp16, with a measured
-throughput. The residual is symmetric in over- and under-prediction.
+Per accelerator FAMILY (``FAMILIES``: a100 = A100 40/80 GB, h100-class = H100/H200/H800 (one
+GH100 die), b200-class = B200/GB200, and each TPU generation on its own), at most
+``MAX_FIT_PARAMS`` calibration fractions (default ``DEFAULT_PARAMS``: matmul and attention
+efficiency; never one per record) are fitted by least squares on r_i = log(predicted_i /
+measured_i) over that family's usable records: mapped by ``mapping.record_to_problem`` (not
+skipped), not out of memory, with a measured throughput. The residual is symmetric in over- and
+under-prediction. Every member of a family gets the same fitted values; a family with fewer
+than 2 records per parameter gets matmul_efficiency only.
 
 Method: Levenberg-Marquardt with forward-difference Jacobians in an unbounded parameterisation
 (efficiencies e = lo + (hi - lo) sigmoid(u) inside (0.2, 1.0]; overheads and half-efficiency
@@ -30,12 +34,18 @@ from layoutsearch.core import io
 from layoutsearch.core import catalogue
 from layoutsearch.core import topology
 from layoutsearch.core.catalogue import accelerator_from_dict
-from layoutsearch.core.errors import CatalogueError
+from layoutsearch.core.errors import CatalogueError, InvalidArgumentError
 from layoutsearch.costs.estimate import estimate
 from layoutsearch.core.specs import Cluster
-from layoutsearch.validation.validate import error_stats, record_to_problem
+from layoutsearch.validation.mapping import record_to_problem
+from layoutsearch.validation.runs import source_family
+from layoutsearch.validation.stats import error_stats
 
-DEFAULT_PARAMS = ("matmul_efficiency", "attention_efficiency", "collective_efficiency", "scale_out_efficiency")
+DEFAULT_PARAMS = ("matmul_efficiency", "attention_efficiency")
+MAX_FIT_PARAMS = 4  # a few fractions per family, never one per record
+# Accelerator id -> the family whose records share one calibration (same compute die and clocks).
+FAMILIES = {"a100-40gb": "a100", "a100-80gb": "a100", "h100": "h100-class", "h200": "h100-class",
+            "h800": "h100-class", "b200": "b200-class", "gb200": "b200-class"}
 EFFICIENCY_BOUNDS = (0.2, 1.0)
 SCALES = {"matmul_half_efficiency_tokens": 128.0, "microbatch_overhead_s": 1e-4, "step_overhead_s": 1e-2,
           "collective_half_efficiency_bytes": 65536.0}
@@ -64,16 +74,24 @@ def with_calibration(cluster: Cluster, **fields: float) -> Cluster:
     return replace(cluster, accelerator=acc, axes=axes)
 
 
+def family_of(accelerator: str | None) -> str | None:
+    """The calibration family of an accelerator id (``FAMILIES``; any other id is its own family)."""
+    return FAMILIES.get(accelerator, accelerator) if accelerator is not None else None
+
+
 # ----------------------------------------------------------------------------- data
 def usable_problems(records: Iterable[dict], accelerator: str) -> list[tuple[str, tuple, float]]:
-    """(id, problem, measured tokens/s per device) of the records calibration may use for one accelerator."""
+    """(id, problem, measured tokens/s per device) of the records calibration may use for one
+    accelerator id or family (``FAMILIES``)."""
     out = []
     for r in records:
-        meas = r["measured"]
-        if (r["cluster"]["accelerator"] != accelerator or meas["oom"] or not meas["tokens_per_s_per_device"]
-                or r["workload"]["precision"] not in ("bf16", "fp16", None)):
+        meas, acc = r["measured"], r["cluster"]["accelerator"]
+        if accelerator not in (acc, family_of(acc)) or meas["oom"] or not meas["tokens_per_s_per_device"]:
             continue
-        problem = record_to_problem(r)
+        try:
+            problem = record_to_problem(r)
+        except Exception:  # noqa: BLE001 - validation lists this record's engine error; the fit goes without it
+            continue
         if not isinstance(problem, str):
             out.append((r["id"], problem, float(meas["tokens_per_s_per_device"])))
     return out
@@ -140,20 +158,29 @@ def levenberg_marquardt(residual_fn: Callable[[np.ndarray], np.ndarray], u0: np.
 
 
 # ----------------------------------------------------------------------------- fit
-def fit_accelerator(problems: list[tuple[str, tuple, float]], params: tuple[str, ...]) -> dict:
-    """Fit ``params`` of one accelerator to its problems; before/after error statistics and values."""
-    acc = problems[0][1][0].cluster.accelerator
-    start = {p: float(getattr(acc, p)) for p in params}
-    before = log_residuals(problems, {})
+def fit_fields(problems: list[tuple[str, tuple, float]], params: tuple[str, ...]) -> tuple[dict, dict, list, int]:
+    """Least-squares values of ``params`` shared by all ``problems``: (fitted, start, unconstrained, iterations).
+
+    The start is the mean of the problems' accelerators' values (members of a family may differ).
+    """
+    start = {p: float(np.mean([getattr(pr.cluster.accelerator, p) for _, (pr, _), _ in problems])) for p in params}
 
     def residual_fn(u: np.ndarray) -> np.ndarray:
         return log_residuals(problems, {p: _to_value(p, x) for p, x in zip(params, u)})
 
     u, iterations, active = levenberg_marquardt(residual_fn, np.array([_to_coord(p, start[p]) for p in params]))
     fitted = {p: (_to_value(p, x) if ok else start[p]) for p, x, ok in zip(params, u, active)}
+    return fitted, start, [p for p, ok in zip(params, active) if not ok], iterations
+
+
+def fit_accelerator(problems: list[tuple[str, tuple, float]], params: tuple[str, ...]) -> dict:
+    """Fit ``params`` of one accelerator family to its problems; before/after error statistics and values."""
+    before = log_residuals(problems, {})
+    fitted, start, unconstrained, iterations = fit_fields(problems, params)
     after = log_residuals(problems, fitted)
-    return {"records": len(problems), "ids": [pid for pid, _, _ in problems], "start": start, "fitted": fitted,
-            "unconstrained": [p for p, ok in zip(params, active) if not ok], "at_bound": _at_bound(fitted),
+    members = sorted({pr.cluster.accelerator.id for _, (pr, _), _ in problems})
+    return {"records": len(problems), "accelerators": members, "ids": [pid for pid, _, _ in problems],
+            "start": start, "fitted": fitted, "unconstrained": unconstrained, "at_bound": _at_bound(fitted),
             "iterations": iterations,
             "before": error_stats(list(np.expm1(before))), "after": error_stats(list(np.expm1(after)))}
 
@@ -165,26 +192,92 @@ def _at_bound(fitted: dict[str, float]) -> list[str]:
             if (p.endswith("efficiency") and (v < lo + 1e-3 or v > hi - 1e-3)) or (not p.endswith("efficiency") and v < 1e-9)]
 
 
+def check_params(params: tuple[str, ...]) -> tuple[str, ...]:
+    """The fitted fields: known calibration fields, at most ``MAX_FIT_PARAMS`` of them (else InvalidArgumentError)."""
+    params = tuple(dict.fromkeys(params))
+    unknown = [p for p in params if p not in YAML_KEYS]
+    if unknown or not params or len(params) > MAX_FIT_PARAMS:
+        raise InvalidArgumentError(f"calibration fits 1 to {MAX_FIT_PARAMS} of {', '.join(YAML_KEYS)} per accelerator "
+                                   f"family; got {', '.join(params) or 'none'}")
+    return params
+
+
+def chosen_params(params: tuple[str, ...], num_records: int) -> tuple[str, ...]:
+    """``params`` with at least 2 records per parameter, else matmul_efficiency alone."""
+    return params if num_records >= 2 * len(params) else ("matmul_efficiency",)
+
+
 def calibrate(records: list[dict], accelerators: Iterable[str] | None = None,
               params: tuple[str, ...] = DEFAULT_PARAMS, exclude: Iterable[str] = ()) -> dict:
-    """Fit calibration parameters per accelerator; {accelerator: fit_accelerator(...) result}.
+    """Fit calibration parameters per accelerator family; {family: fit_accelerator(...) result}.
 
-    ``accelerators`` defaults to every accelerator with usable records; ``exclude`` lists record
-    ids to leave out. With fewer than 2 records per parameter only matmul_efficiency is fitted.
+    ``accelerators`` (ids or family names) defaults to every accelerator with records; ``exclude``
+    lists record ids to leave out. With fewer than 2 records per parameter only
+    matmul_efficiency is fitted.
     """
+    params = check_params(tuple(params))
     skip = set(exclude)
-    kept = [r for r in records if r["id"] not in skip]
-    names = sorted(set(accelerators) if accelerators is not None
-                   else {r["cluster"]["accelerator"] for r in kept if r["cluster"]["accelerator"] is not None})
+    kept = [r for r in records if r["id"] not in skip and r["cluster"]["accelerator"] is not None]
+    if accelerators is not None:
+        wanted = set(accelerators)
+        kept = [r for r in kept if {r["cluster"]["accelerator"], family_of(r["cluster"]["accelerator"])} & wanted]
     out = {}
-    for name in names:
+    for name in sorted({family_of(r["cluster"]["accelerator"]) for r in kept}):
         problems = usable_problems(kept, name)
         if not problems:
             out[name] = {"records": 0, "skipped_reason": "no usable records"}
             continue
-        chosen = params if len(problems) >= 2 * len(params) else ("matmul_efficiency",)
-        out[name] = fit_accelerator(problems, chosen)
+        out[name] = fit_accelerator(problems, chosen_params(params, len(problems)))
     return out
+
+
+# ----------------------------------------------------------------------------- generalization
+def leave_one_source_out(records: list[dict], params: tuple[str, ...] = DEFAULT_PARAMS) -> dict:
+    """Leave-one-source-out: for each source family, fit the calibration (``params`` per accelerator
+    family, as ``calibrate``) on every OTHER source's usable records and predict the held-out source.
+
+    A family with fewer than 2 usable records in the other sources keeps the catalogue's values
+    (``calibration`` says which, per held-out source). Returns {"params", "count",
+    "median_abs_rel_error", "p90_abs_rel_error", "median_rel_error", "in_sample_median_abs_rel_error"
+    (the same records, calibration fitted on all sources), "by_source": {source: error stats +
+    "calibration": {family: how}}, "rel_errors": {id: LOSO rel error}}.
+    """
+    params = check_params(tuple(params))
+    items = []  # (source, family, problem tuple)
+    for r in records:
+        acc = r["cluster"]["accelerator"]
+        for prob in usable_problems([r], acc) if acc is not None else ():
+            items.append((source_family(r), family_of(acc), prob))
+    rel: dict[str, float] = {}
+    by_source: dict[str, dict] = {}
+    for source in sorted({s for s, _, _ in items}):
+        how: dict[str, str] = {}
+        for fam in sorted({f for s, f, _ in items if s == source}):
+            held = [p for s, f, p in items if s == source and f == fam]
+            train = [p for s, f, p in items if s != source and f == fam]
+            fields: dict[str, float] = {}
+            if len(train) >= 2:
+                chosen = chosen_params(params, len(train))
+                fields = fit_fields(train, chosen)[0]
+                others = len({s for s, f, _ in items if s != source and f == fam})
+                how[fam] = (f"{', '.join(chosen)} refit on {len(train)} records of {others} other "
+                            f"source{'s' if others > 1 else ''}")
+            else:
+                how[fam] = "catalogue values (no other source has records on this family)"
+            for (pid, _, _), r_log in zip(held, log_residuals(held, fields)):
+                rel[pid] = float(np.expm1(r_log))
+        ids = {p[0] for s, _, p in items if s == source}
+        by_source[source] = {**error_stats([rel[i] for i in ids if i in rel]), "calibration": how}
+    in_sample: list[float] = []
+    for fam in sorted({f for _, f, _ in items}):
+        probs = [p for _, f, p in items if f == fam]
+        fields = fit_fields(probs, chosen_params(params, len(probs)))[0] if len(probs) >= 2 else {}
+        in_sample += list(np.expm1(log_residuals(probs, fields)))
+    overall = error_stats(list(rel.values()))
+    return {"params": list(params), **{k: overall[k] for k in ("count", "median_abs_rel_error", "p90_abs_rel_error",
+                                                               "median_rel_error")},
+            "in_sample_median_abs_rel_error": error_stats(in_sample)["median_abs_rel_error"],
+            "by_source": by_source, "rel_errors": rel}
 
 
 # ----------------------------------------------------------------------------- catalogue
@@ -196,18 +289,22 @@ def write_calibration(fitted: dict, hardware_dir: str | Path, runs_name: str = "
     every other line are kept; the new file must still load, else nothing is written.
     """
     written = []
-    for acc_id, entry in fitted.items():
+    for name, entry in fitted.items():
         values = (entry.get("fitted") if "fitted" in entry or "records" in entry else entry) \
             if isinstance(entry, dict) else {}
         if not values:
             continue
-        path = Path(hardware_dir) / f"{acc_id}.yaml"
         n = entry.get("records", "?")
-        note = f"fitted by layoutsearch calibrate on {runs_name} ({n} records) on {(today or _dt.date.today()).isoformat()}"
-        text = _rewrite(path.read_text(), values, note)
-        accelerator_from_dict(_load_text(text, path), str(path))
-        io.atomic_write(path, text, "--write")
-        written.append(path)
+        members = entry.get("accelerators") or [name]  # a family's fit goes to each member with records
+        for acc_id in members:
+            path = Path(hardware_dir) / f"{acc_id}.yaml"
+            of = f", family {name}" if members != [name] else ""
+            note = (f"fitted by layoutsearch calibrate on {runs_name} ({n} records{of}) on "
+                    f"{(today or _dt.date.today()).isoformat()}")
+            text = _rewrite(path.read_text(), values, note)
+            accelerator_from_dict(_load_text(text, path), str(path))
+            io.atomic_write(path, text, "--write")
+            written.append(path)
     catalogue.load_accelerator.cache_clear()
     topology.resolve_cluster.cache_clear()
     return written

@@ -1,4 +1,5 @@
-"""Summary statistics of a validation: error quantiles, groups, rank correlation, layout sweeps."""
+"""Summary statistics of a validation: error quantiles, groups, rank correlation, layout sweeps,
+whether the engine picks the measured-best layout, quantiles of the step-time error."""
 
 from __future__ import annotations
 
@@ -58,6 +59,94 @@ def layout_sweeps(records: list[dict], entries: list[dict], min_size: int = 4) -
             out.append({"source_family": key[0], "accelerator": key[1], "num_devices": key[2], "n": len(es),
                         "ids": [e["id"] for e in es], "spearman": rho})
     return out
+
+
+SHAPE_KEYS = ("num_layers", "d_model", "d_ff", "mlp", "num_heads", "num_kv_heads", "head_dim", "vocab_size")
+
+
+def layout_label(record: dict) -> str:
+    """A record's layout in one short string: the degrees above 1, ZeRO stage, microbatching, recompute, flags."""
+    lay, wl = record["layout"], record["workload"]
+    parts = [f"{k}{lay[k]}" for k in ("dp", "fsdp", "tp", "pp", "cp") if lay.get(k) not in (None, 1)]
+    if lay.get("virtual_stages") not in (None, 1):
+        parts.append(f"vs{lay['virtual_stages']}")
+    if lay.get("zero_stage"):
+        parts.append(f"zero{lay['zero_stage']}")
+    if lay.get("microbatch_seqs") is not None:
+        parts.append(f"mbs{lay['microbatch_seqs']}")
+    if lay.get("recompute") not in (None, "none"):
+        parts.append(f"{lay['recompute']} recompute")
+    parts += [flag for flag, on in (("async-tp", lay.get("async_tp")), ("compile", wl.get("torch_compile"))) if on]
+    return " ".join(parts) or "dp1"
+
+
+def best_layout_groups(records: list[dict], entries: list[dict]) -> list[dict]:
+    """For each group of >= 2 evaluated runs of one source, model, cluster and batch (only the layout
+    differs) with at least one measured throughput: the measured-best run, the engine's pick (the
+    fastest predicted among those it predicts fit) and whether they are the same run (``hit``).
+
+    ``measured_loss`` = 1 - measured(pick) / measured(best): what following the engine costs
+    (null when the pick has no measured throughput, e.g. it ran out of memory).
+    """
+    by_id = {e["id"]: e for e in entries}
+    groups: dict[tuple, list[tuple[dict, dict]]] = defaultdict(list)
+    for r in records:
+        e = by_id[r["id"]]
+        if e["skipped_reason"] is not None:
+            continue
+        m, c, w = r["model"], r["cluster"], r["workload"]
+        key = (source_family(r), c["accelerator"], c["num_devices"], tuple(m[k] for k in SHAPE_KEYS), w["seq_len"],
+               w["global_batch_seqs"], w["precision"])
+        groups[key].append((r, e))
+    out = []
+    for key, members in groups.items():
+        ran = [(r, e) for r, e in members if e["measured_tokens_per_s_per_device"]]
+        if len(members) < 2 or not ran:
+            continue
+        best_r, best_e = max(ran, key=lambda re: re[1]["measured_tokens_per_s_per_device"])
+        fitting = [(r, e) for r, e in members if e["predicted_fits"]]
+        pick = max(fitting, key=lambda re: re[1]["predicted_tokens_per_s_per_device"]) if fitting else None
+        pick_meas = pick[1]["measured_tokens_per_s_per_device"] if pick else None
+        best_meas = best_e["measured_tokens_per_s_per_device"]
+        out.append({
+            "source_family": key[0], "accelerator": key[1], "num_devices": key[2],
+            "model": best_r["model"].get("name") or f"{key[3][0]} layers x d_model {key[3][1]}",
+            "seq_len": key[4], "global_batch_seqs": key[5], "n": len(members),
+            "measured_best": {"id": best_r["id"], "layout": layout_label(best_r), "measured_tokens_per_s_per_device":
+                              best_meas, "predicted_tokens_per_s_per_device":
+                              best_e["predicted_tokens_per_s_per_device"]},
+            "predicted_best": None if pick is None else {
+                "id": pick[0]["id"], "layout": layout_label(pick[0]), "measured_tokens_per_s_per_device": pick_meas,
+                "predicted_tokens_per_s_per_device": pick[1]["predicted_tokens_per_s_per_device"]},
+            "hit": pick is not None and (pick[0]["id"] == best_r["id"] or pick_meas == best_meas),
+            "measured_loss": None if not pick_meas else 1.0 - pick_meas / best_meas,
+            "spearman": spearman([e["predicted_tokens_per_s_per_device"] for _, e in ran],
+                                 [e["measured_tokens_per_s_per_device"] for _, e in ran]),
+        })
+    return out
+
+
+def ranking(sweeps: list[dict], groups: list[dict]) -> dict:
+    """The ranking block of the summary: Spearman per layout sweep, best-layout hits per group."""
+    bloom = [s for s in sweeps if s["source_family"] == "bigscience"]
+    return {"layout_sweeps": [{k: s[k] for k in ("source_family", "accelerator", "num_devices", "n", "spearman")}
+                              for s in sweeps],
+            "bloom_sweep_spearman": bloom[0]["spearman"] if bloom else None,
+            "best_layout": groups, "best_layout_groups": len(groups),
+            "best_layout_hits": sum(g["hit"] for g in groups)}
+
+
+def step_time_error(rel_error: float) -> float:
+    """predicted step time / measured step time - 1, from rel_error on tokens/s (predicted / measured - 1)."""
+    return 1.0 / (1.0 + rel_error) - 1.0
+
+
+def quantiles(values: list[float]) -> dict:
+    """p10, p50, p90 (linear interpolation) and the count; None quantiles for no values."""
+    if not values:
+        return {"p10": None, "p50": None, "p90": None, "count": 0}
+    q = np.percentile(np.asarray(values, float), [10, 50, 90])
+    return {"p10": float(q[0]), "p50": float(q[1]), "p90": float(q[2]), "count": len(values)}
 
 
 def _skip_category(reason: str) -> str:

@@ -2,67 +2,20 @@
 
 Input: the record format of docs/RUN_RECORDS.md, validated with pydantic at the boundary
 (``load_runs``). Output: the document of OUTPUT.md "layoutsearch validate" (``validate_runs``).
+How a record becomes an engine problem (``record_to_problem``, every rule applied to every
+record) is the docstring of ``layoutsearch.validation.mapping``; its names are re-exported here.
 
-Mapping a record onto the engine (``record_to_problem``: an engine ``Problem`` and a placed
-``Layout``, or a skip reason); every rule is applied to every record:
+A record the engine cannot use (a null it needs, an unknown accelerator, precision, mlp or
+recompute, a layout it rejects, an unforeseen engine error) is a per-record skip with its reason,
+never an abort of the file; an unknown key is a loader warning. Only a malformed FILE (not
+YAML, not a list, a wrong-typed value, a duplicate id) is one CatalogueError line.
 
-1. Degrees. A record's ``dp`` is the TOTAL data-parallel degree (replicated x sharded); the
-   engine's ``Layout`` has ``dp`` = replicated part and ``fsdp`` = sharded part. With
-   zero_stage >= 1 the shard group is the record's ``fsdp`` when > 1, else the whole ``dp``
-   (Megatron's distributed optimizer shards over all DP ranks): engine fsdp = shard group,
-   engine dp = record dp / shard group. With zero_stage 0: engine dp = record dp, fsdp = 1.
-2. Pipeline: ``virtual_stages`` null -> 1; schedule "interleaved" when virtual_stages > 1.
-3. ``sequence_parallel`` null -> tp > 1 (Megatron-Core/NeMo turn it on with TP; MaxText shards
-   the activations' embed dim over the tensor axis, the same memory and collectives), except
-   for BigScience records (Megatron-DeepSpeed, early 2022, predates Megatron SP) -> False.
-4. Null microbatching (Megatron-Core README table): ``microbatch_seqs`` -> 1,
-   ``num_microbatches`` -> global_batch / (dp x microbatch_seqs); null ``recompute`` -> "none"
-   (Megatron-Core/NeMo default recompute_granularity=None; FlashAttention keeps no scores).
-   A record whose batch is not dp x microbatch_seqs x num_microbatches is skipped.
-5. Precision: fp16 is costed with bf16 bytes; null -> bf16; fp8 is skipped ("for later": the
-   engine has no fp8 matmul rate or fp8 byte counts yet).
-6. Model: the record's architecture; norms, biases and position embeddings are not in the
-   record, so the engine defaults (RMSNorm, no biases, no learned positions) apply (parameter
-   counts change by < 0.1%). A "parallel block" (``derived.block``, MaxText Dec-2023: attention
-   and MLP read one norm output) is costed as a serial block: same matmul FLOPs and parameters
-   (one norm fewer), but the engine counts two TP collective pairs per layer where a parallel
-   block needs one; the record carries this in ``notes``.
-7. Cluster: GPUs -> ``f"{acc}-{num_devices}"`` with the record's devices_per_node and
-   scale-out bandwidth (GB/s -> bytes/s). TPUs -> one slice ``f"{acc}-{n}"``, unless the record
-   is multislice: zero_stage 3 with dp/fsdp = k > 1 replicas (MaxText "DCN data parallel across
-   k slices") -> ``f"{acc}-{n//k}x{k}"`` with the engine's dp = k placed on the "dcn" axis; or
-   more chips than one slice holds (e.g. 512 v5e) -> the fewest equal valid slices over DCN.
-8. Attention kernel: fused (FlashAttention-style, no S x S scores in HBM) unless the run
-   predates fused attention in its framework: a source dated 2021 or earlier, or BigScience's
-   tr11 (Megatron-DeepSpeed, 2022), whose scores are materialised (``Workload.flash_attention``).
-9. ZeRO-3 implementation: DeepSpeed ZeRO-3 as of 2021 (the Megatron 2021 Table 2 comparison)
-   gathers and reduces every parameter tensor of a layer separately (``fsdp_collectives_per_layer``
-   = the layer's tensors: 4 weight matrices, their biases and two norms' weights and biases = 12
-   for GPT); later ZeRO-3 records use flat per-layer collectives (1).
-10. Hardware outside the catalogue: an accelerator id the catalogue lacks, or a precision other
-    than bf16/fp16, is skipped with the reason. An H800 (accelerator id ``h800`` when the
-    catalogue has none, or named in the record's source, cluster or derived notes) is an H100 with
-    NVLink at 200 GB/s per direction (hardware.md: 400 GB/s bidirectional). A power-capped part is
-    skipped: its clocks, hence its peak FLOP/s, are not known. Capped = ``cluster.power_limit_w``
-    below the part's rating (``POWER_RATING_W``; a part without a rating there counts as capped,
-    the schema gives the field only for a cap); without the field, a wattage other than 700 W in
-    the record's text (e.g. "500 W"). ``cluster.hbm_gb_per_device`` (e.g. the 96 GB H100)
-    replaces the catalogue's HBM for that record; capacity = that HBM less the runtime reserve.
-11. TP communication overlap: NeMo runs (NVIDIA dgxc-benchmarking, NeMo performance summary)
-    and the Megatron-Core README benchmarks use Transformer Engine's pipelined TP overlap
-    (NeMo "Communication Overlap": ``tp_comm_overlap``), so ``Workload.tp_comm_overlap`` is on
-    for them; every other record keeps TP on the critical path.
-12. A record the engine rejects (structural violation, unknown cluster shape) is skipped with
-   the engine's message as the reason; nothing is dropped silently.
-13. What the engine does not model yet is skipped first, with the reason: a mixture-of-experts
-    model (``model.moe``), multi-head latent attention (``model.attention: mla`` or ``model.mla``).
-    A null where the engine needs a value (``ENGINE_NEEDS``: the model's shape, seq_len and
-    batch, accelerator and device count, dp/fsdp/zero_stage/tp/pp/cp) is skipped naming the
-    fields; so is a record with neither a measured throughput nor ``oom: true`` (nothing to
-    compare), and one whose fsdp does not divide its dp. A TPU device count that is no slice
-    shape and not a whole number of equal valid slices (e.g. 7 or 131 v5p chips) is skipped.
-    ``workload.framework`` is copied into each entry (``framework``); the other optional fields
-    (fp8_recipe, torch_compile, async_tp) are not used yet.
+Generalization (``summary.loso``): leave-one-source-out calibration (``calibrate.leave_one_source_out``:
+for each source family, the per-family calibration fitted on every other source, then that source
+predicted); each record's out-of-sample error is its ``loso_rel_error``. Ranking
+(``summary.ranking``): Spearman rho per layout sweep, and per group of runs that differ only in
+the layout (same source, model, cluster, batch) whether the engine's fastest predicted layout is
+the measured fastest.
 
 MFU: where a record reports one, the prediction is reported under the record's convention,
 divided by the record's own ``peak_tflops_used`` so both numbers share a denominator:
@@ -74,270 +27,23 @@ engine's "palm"), megatron-eq3-hardware -> "palm" plus the recomputed forward
 
 from __future__ import annotations
 
-import math
-import re
-from dataclasses import replace
-
-
 from layoutsearch.validation.runs import load_runs, source_family  # noqa: F401  (part of this module's interface)
-from layoutsearch.validation.stats import error_stats, layout_sweeps, spearman, summarize  # noqa: F401
-from layoutsearch.core.catalogue import accelerator_names, load_accelerator, model_from_dict
-from layoutsearch.core.check import check_layout
-from layoutsearch.core.problem import Problem
+from layoutsearch.validation.stats import (best_layout_groups, error_stats, layout_sweeps, ranking,  # noqa: F401
+                                           spearman, summarize)
+from layoutsearch.validation.mapping import (  # noqa: F401  (re-exported: the mapping is part of this interface)
+    ACCELERATOR_ALIASES, ENGINE_NEEDS, MODEL_KEYS, POWER_RATING_W, RECOMPUTE, UNMODELLED_PRECISIONS, Mapped,
+    fused_attention, mapping_notes, record_framework, record_to_problem, tp_comm_overlap,
+    zero3_collectives_per_layer)
+from layoutsearch.validation.calibrate import DEFAULT_PARAMS, leave_one_source_out
 from layoutsearch.costs import flops
 from layoutsearch.costs.flops import hardware_flops_per_token  # noqa: F401  (re-exported for the tests)
-from layoutsearch.core.errors import CatalogueError, LayoutsearchError, did_you_mean
+from layoutsearch.core.errors import LayoutsearchError
 from layoutsearch.costs.estimate import Estimate, estimate
-from layoutsearch.core.specs import Cluster, Layout, Workload
-from layoutsearch.core.topology import resolve_cluster, torus_shape
 from layoutsearch.search import rank_among_candidates
-from layoutsearch.core.units import GB, TERA
+from layoutsearch.core.units import TERA
 
-Mapped = tuple[Problem, Layout]  # what a record is for the engine
-MODEL_KEYS = ("num_layers", "d_model", "d_ff", "mlp", "num_heads", "num_kv_heads", "head_dim", "vocab_size",
-              "tied_embeddings")
-ENGINE_NEEDS = {"model": MODEL_KEYS, "workload": ("seq_len", "global_batch_seqs"),
-                "cluster": ("accelerator", "num_devices"), "layout": ("dp", "fsdp", "zero_stage", "tp", "pp", "cp")}
-RECOMPUTE = ("none", "selective", "full")
-# Default board power of the GPU parts (W): SXM A100 400, SXM H100/H200 700, HGX B200 1000, GB200 1200 per GPU.
-POWER_RATING_W = {"a100-40gb": 400, "a100-80gb": 400, "h100": 700, "h200": 700, "h800": 700, "b200": 1000,
-                  "gb200": 1200}
-ACCELERATOR_ALIASES = {"h800": "h100"}  # used only while the catalogue has no such id (rule 10)
 ENGINE_CONVENTION = {"palm-6n-12lhqt": "palm", "palm-causal": "palm-causal", "megatron-core": "palm",
                      "megatron-eq3-hardware": "palm", "other": "model"}
-
-
-# ----------------------------------------------------------------------------- mapping
-def _is_bigscience(record: dict) -> bool:
-    return source_family(record) == "bigscience"
-
-
-def tp_comm_overlap(record: dict) -> bool:
-    """Rule 11: NeMo and Megatron-Core (2024+) runs overlap TP collectives with their GEMMs."""
-    return source_family(record) in ("NeMo", "dgxc-benchmarking", "Megatron-LM")
-
-
-def zero3_collectives_per_layer(record: dict) -> int:
-    """Rule 9: 12 per-tensor collectives for DeepSpeed ZeRO-3 of 2021 (GPT layer tensors), else 1."""
-    lay = record["layout"]
-    deepspeed_2021 = "ZeRO-3" in record["source"] and not fused_attention(record)
-    return 12 if (deepspeed_2021 and lay["zero_stage"] == 3) else 1
-
-
-def fused_attention(record: dict) -> bool:
-    """Rule 8: fused attention, unless the run predates it (a source year <= 2021, or BigScience tr11)."""
-    years = [int(y) for y in re.findall(r"\b(20\d\d)\b", record["source"])]
-    return not (_is_bigscience(record) or (years and min(years) <= 2021))
-
-
-def mapping_notes(record: dict) -> list[str]:
-    """The approximations and defaults ``record_to_problem`` applies to this record (docstring rules)."""
-    lay, notes = record["layout"], []
-    if "parallel block" in str((record.get("derived") or {}).get("block", "")):
-        notes.append("parallel block costed as serial: TP collectives counted twice per layer and pass")
-    if lay["sequence_parallel"] is None and (lay["tp"] or 1) > 1:
-        notes.append(f"sequence_parallel null -> {not _is_bigscience(record)}")
-    if lay["recompute"] is None:
-        notes.append("recompute null -> none")
-    if lay["microbatch_seqs"] is None or lay["num_microbatches"] is None:
-        notes.append("microbatch_seqs null -> 1, num_microbatches = batch / (dp x microbatch_seqs)")
-    if record["workload"]["precision"] is None:
-        notes.append("precision null -> bf16")
-    hbm = record["cluster"].get("hbm_gb_per_device")
-    if hbm is not None:
-        notes.append(f"HBM {hbm:g} GB per device (cluster.hbm_gb_per_device) instead of the catalogue's")
-    if record["cluster"]["accelerator"] in ACCELERATOR_ALIASES and record["cluster"]["accelerator"] not in accelerator_names():
-        notes.append("h800 costed as an H100 with NVLink at 200 GB/s per direction")
-    return notes
-
-
-def _microbatching(record: dict) -> tuple[int, int] | str:
-    """(microbatch_seqs, num_microbatches) per data-parallel rank, defaults filled; or a skip reason."""
-    lay, batch = record["layout"], record["workload"]["global_batch_seqs"]
-    mbs = lay["microbatch_seqs"] or 1
-    k = lay["num_microbatches"] or batch // (lay["dp"] * mbs)
-    if lay["dp"] * mbs * k != batch:
-        return (f"global_batch_seqs({batch}) != dp({lay['dp']}) x microbatch_seqs({mbs}) x "
-                f"num_microbatches({k})")
-    return mbs, k
-
-
-def _data_parallel(record: dict) -> tuple[int, int, int]:
-    """(engine dp, engine fsdp, zero_stage): split the record's total dp into replicated x sharded."""
-    lay = record["layout"]
-    if lay["zero_stage"] == 0:
-        return lay["dp"], 1, 0
-    shard = lay["fsdp"] if lay["fsdp"] > 1 else lay["dp"]
-    return lay["dp"] // shard, shard, lay["zero_stage"]
-
-
-def _mentions(record: dict, pattern: str) -> bool:
-    """Whether the record's source, cluster or derived notes match ``pattern`` (case-insensitive)."""
-    text = " ".join(str(x) for x in (record.get("source"), record.get("cluster"), record.get("derived")))
-    return re.search(pattern, text, re.IGNORECASE) is not None
-
-
-H800_NVLINK_BYTES_PER_S = 200e9  # hardware.md: H800 NVLink 400 GB/s bidirectional
-
-
-def _accelerator_id(record: dict) -> str:
-    """The catalogue id the record is costed on (``ACCELERATOR_ALIASES`` when the catalogue lacks the id)."""
-    acc = record["cluster"]["accelerator"]
-    return acc if acc in accelerator_names() else ACCELERATOR_ALIASES.get(acc, acc)
-
-
-def _is_h800(record: dict) -> bool:
-    return record["cluster"]["accelerator"] == "h800" or _mentions(record, r"\bH800\b")
-
-
-def _with_hbm(cluster: Cluster, hbm_gb: float | None) -> Cluster:
-    """The cluster with the record's HBM per device (GB) in place of the catalogue's (rule 10)."""
-    if hbm_gb is None:
-        return cluster
-    return replace(cluster, accelerator=replace(cluster.accelerator, hbm_bytes=hbm_gb * GB))
-
-
-def _cluster(record: dict, replicas: int) -> Cluster | str:
-    """The engine cluster for the record (multislice TPU when ``replicas`` > 1); or a skip reason."""
-    c = record["cluster"]
-    acc, n = _accelerator_id(record), c["num_devices"]
-    try:
-        if load_accelerator(acc).kind == "gpu":
-            so = c["scale_out_gbytes_per_s_per_device"]
-            cluster = resolve_cluster(f"{acc}-{n}", c["devices_per_node"], so * GB if so else None)
-            if _is_h800(record):
-                axes = tuple(replace(a, bytes_per_s_per_direction=H800_NVLINK_BYTES_PER_S) if a.kind == "switch" else a
-                             for a in cluster.axes)
-                cluster = replace(cluster, axes=axes)
-        elif replicas > 1:
-            if n % replicas:
-                return f"{n} chips do not split into {replicas} slices"
-            cluster = resolve_cluster(f"{acc}-{n // replicas}x{replicas}")
-        else:
-            cluster = resolve_cluster(f"{acc}-{n}")
-    except LayoutsearchError as exc:
-        return f"cluster: {exc}"
-    return _with_hbm(cluster, c.get("hbm_gb_per_device"))
-
-
-def _divisors(n: int) -> list[int]:
-    """The divisors of n in increasing order (trial division up to sqrt(n))."""
-    small = [k for k in range(1, math.isqrt(n) + 1) if n % k == 0]
-    return sorted(set(small + [n // k for k in small]))
-
-
-def _tpu_replicas(record: dict) -> int | str:
-    """Slices of a multislice TPU record: the replicated part of ZeRO-3 data parallelism; else, when
-    the chips exceed the largest slice, the fewest equal slices (of 2 chips or more) that are valid
-    slice shapes; else 1. A count that is neither one slice nor such a split is a skip reason."""
-
-    lay, acc = record["layout"], load_accelerator(_accelerator_id(record))
-    if acc.kind != "tpu":
-        return 1
-    if lay["zero_stage"] == 3 and lay["fsdp"] > 1 and lay["dp"] // lay["fsdp"] > 1:
-        return lay["dp"] // lay["fsdp"]
-    n = record["cluster"]["num_devices"]
-    if torus_shape(acc, n) is not None:
-        return 1
-    largest = math.prod(acc.max_slice_shape)
-    if n > largest:
-        for k in _divisors(n):  # fewest slices first
-            if 1 < k < n and n // k <= largest and torus_shape(acc, n // k) is not None:
-                return k
-        return (f"cluster: {n} {acc.id} chips is more than one slice ({largest}) and no whole number of "
-                f"equal valid slices")
-    return f"cluster: {n} {acc.id} chips is not a slice shape (one slice holds up to {largest})"
-
-
-def _unmodelled(record: dict) -> str | None:
-    """Rule 13: the first reason the engine cannot cost this record at all, or None."""
-    m, lay = record["model"], record["layout"]
-    if m.get("moe") is not None:
-        return "mixture-of-experts: not modelled yet (model.moe)"
-    if m.get("attention") == "mla" or m.get("mla") is not None:
-        return "multi-head latent attention (MLA): not modelled yet"
-    missing = [f"{block}.{key}" for block, keys in ENGINE_NEEDS.items() for key in keys if record[block][key] is None]
-    if missing:
-        return f"missing value: {', '.join(missing)} null (the engine needs {'it' if len(missing) == 1 else 'them'})"
-    if lay["dp"] % lay["fsdp"]:
-        return f"layout: fsdp({lay['fsdp']}) does not divide the total data-parallel degree dp({lay['dp']})"
-    if lay["recompute"] not in (None, *RECOMPUTE):
-        return f"layout: recompute '{lay['recompute']}' is not one of {', '.join(RECOMPUTE)}"
-    return None
-
-
-def _power_capped(record: dict) -> str | None:
-    """Rule 10: a skip reason for a part run below its power rating, else None."""
-    c = record["cluster"]
-    limit = c.get("power_limit_w")
-    if limit is None:  # no field: a wattage in the text other than the SXM 700 W
-        if _mentions(record, r"\b[0-9]{3}\s?W\b") and not _mentions(record, r"\b700\s?W\b"):
-            return "power-capped part (a wattage below the SXM rating): its clocks and peak FLOP/s are unknown"
-        return None
-    rating = POWER_RATING_W.get(c["accelerator"])
-    if rating is not None and limit >= rating:
-        return None
-    of = f"below the part's {rating} W rating" if rating else "(no rating known for this part)"
-    return f"power-capped part: power_limit_w {limit:g} W {of}; its clocks and peak FLOP/s are unknown"
-
-
-def record_to_problem(record: dict) -> Mapped | str:
-    """(engine Problem, placed Layout) for a record, or a skip reason (module docstring rules).
-
-    The placement is the fastest of the cluster's axis orders (``estimate`` of the unplaced layout).
-    """
-    wl, lay = record["workload"], record["layout"]
-    reason = _unmodelled(record)
-    if reason:
-        return reason
-    if wl["precision"] == "fp8":
-        return "fp8 precision: not modelled yet (no fp8 matmul rate or byte counts in the engine)"
-    if wl["precision"] not in (None, "bf16", "fp16"):
-        return f"precision '{wl['precision']}': the engine models bf16/fp16 training only"
-    acc = record["cluster"]["accelerator"]
-    if _accelerator_id(record) not in accelerator_names():
-        return f"unknown accelerator '{acc}'{did_you_mean(acc, accelerator_names())}: not in the catalogue"
-    capped = _power_capped(record)
-    if capped:
-        return capped
-    try:
-        shape = {k: record["model"][k] for k in MODEL_KEYS}
-        model = model_from_dict({"name": record["id"], **shape}, record["id"], f"record '{record['id']}'")
-    except CatalogueError as exc:
-        return f"model: {exc}"
-    mb = _microbatching(record)
-    if isinstance(mb, str):
-        return mb
-    workload = Workload(global_batch_seqs=wl["global_batch_seqs"], seq_len=wl["seq_len"],
-                        precision=wl["precision"] or "bf16", flash_attention=fused_attention(record),
-                        fsdp_collectives_per_layer=zero3_collectives_per_layer(record),
-                        tp_comm_overlap=tp_comm_overlap(record))
-    dp, fsdp, zero = _data_parallel(record)
-    replicas = _tpu_replicas(record)
-    if isinstance(replicas, str):
-        return replicas
-    stated = re.search(r"across (\d+) slice", str((record.get("derived") or {}).get("fsdp", "")))
-    if stated and int(stated.group(1)) != replicas:
-        return f"derived.fsdp states {stated.group(1)} slices but dp/fsdp gives {replicas}"
-    cluster = _cluster(record, replicas)
-    if isinstance(cluster, str):
-        return cluster
-    vs = lay["virtual_stages"] or 1
-    sp = lay["sequence_parallel"] if lay["sequence_parallel"] is not None else (lay["tp"] > 1 and not _is_bigscience(record))
-    layout = Layout(dp=dp, fsdp=fsdp, tp=lay["tp"], pp=lay["pp"], cp=lay["cp"], zero_stage=zero, virtual_stages=vs,
-                    num_microbatches=mb[1], recompute=lay["recompute"] or "none", sequence_parallel=sp,
-                    schedule="interleaved" if vs > 1 else "1f1b")
-    problem = Problem(model_id=record["id"], model=model, cluster_name=cluster.name, cluster=cluster, workload=workload)
-    violations = check_layout(problem, layout)
-    if violations:
-        return "engine rejects the layout: " + "; ".join(v.message for v in violations)
-    try:
-        axes = estimate(problem, layout, strict=False).layout.axes
-    except LayoutsearchError as exc:
-        return f"placement: {exc}"
-    if replicas > 1 and dp == replicas and dict(dict(axes).get("dp", ())).get("dcn") != replicas:
-        return f"placement: dp({dp}) does not land on the dcn axis ({dict(axes)})"
-    return problem, replace(layout, axes=axes)
 
 
 # ----------------------------------------------------------------------------- per record
@@ -396,7 +102,7 @@ def evaluate_record(record: dict) -> dict:
            "predicted_fits": None, "measured_mfu": meas["mfu"], "mfu_convention": meas["mfu_convention"],
            "predicted_mfu": None, "measured_memory_gib": meas["memory_gib_per_device"], "predicted_memory_gib": None,
            "published_layout_rank": None, "best_predicted_speedup": None, "time_shares": None,
-           "reason": None, "notes": [], "skipped_reason": None}
+           "reason": None, "notes": [], "skipped_reason": None, "loso_rel_error": None}
     try:
         out["notes"] = mapping_notes(record)
         problem = _no_measurement(record) or record_to_problem(record)
@@ -433,13 +139,33 @@ def rank_published(record: dict) -> dict:
             "candidates": ranked["num_candidates"]}
 
 
+def loso_block(records: list[dict], entries: list[dict], params: tuple[str, ...] = DEFAULT_PARAMS) -> dict:
+    """``summary.loso`` (see ``calibrate.leave_one_source_out``); each entry gets its ``loso_rel_error``.
+
+    An unforeseen failure of the fits is reported in the block (``error``), never raised.
+    """
+    try:
+        result = leave_one_source_out(records, params)
+    except Exception as exc:  # noqa: BLE001 - the per-record results stand without the generalization block
+        return {"params": list(params), "count": 0, "median_abs_rel_error": None, "p90_abs_rel_error": None,
+                "median_rel_error": None, "in_sample_median_abs_rel_error": None, "by_source": {},
+                "error": f"leave-one-source-out failed ({type(exc).__name__}: {exc})"}
+    rel = result.pop("rel_errors")
+    for e in entries:
+        e["loso_rel_error"] = rel.get(e["id"])
+    return result
+
+
 def validate_runs(records: list[dict], max_median_error: float = 0.10, rank: bool = True,
-                  warnings: list[str] | None = None) -> dict:
+                  warnings: list[str] | None = None, loso: bool = True) -> dict:
     """Evaluate every record; the OUTPUT.md document {"records": [...], "summary": {...}}.
 
     With ``rank`` each evaluated record also gets ``published_layout_rank`` and
-    ``best_predicted_speedup`` (see ``rank_published``); without it those stay null.
-    ``summary["warnings"]`` is ``warnings``, else the loader's (``load_runs(...).warnings``).
+    ``best_predicted_speedup`` (see ``rank_published``); without it those stay null. With
+    ``loso`` the summary gets the leave-one-source-out block ``loso`` and each record its
+    ``loso_rel_error`` (else null, and ``loso`` is null). ``summary["ranking"]`` (Spearman per
+    layout sweep, best-layout hits) is always there. ``summary["warnings"]`` is ``warnings``,
+    else the loader's (``load_runs(...).warnings``).
     """
     entries = [evaluate_record(r) for r in records]
     if rank:
@@ -447,9 +173,11 @@ def validate_runs(records: list[dict], max_median_error: float = 0.10, rank: boo
             if e["skipped_reason"] is None:
                 try:
                     e.update(rank_published(r))
-                except LayoutsearchError:
-                    pass  # the rank stays null; the record's error is still reported
-    summary = summarize(entries, layout_sweeps(records, entries), max_median_error)
+                except Exception:  # noqa: BLE001 - the rank stays null; the record's error is still reported
+                    pass
+    sweeps = layout_sweeps(records, entries)
+    summary = summarize(entries, sweeps, max_median_error)
+    summary["ranking"] = ranking(sweeps, best_layout_groups(records, entries))
+    summary["loso"] = loso_block(records, entries) if loso else None
     summary["warnings"] = list(warnings if warnings is not None else getattr(records, "warnings", []))
     return {"records": entries, "summary": summary}
-

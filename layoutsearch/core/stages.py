@@ -1,0 +1,73 @@
+"""How a pipeline splits the layers over its stages: evenly, or with lighter first and last stages.
+
+pp no longer has to divide the layers. Three splits, in the order the engine tries them
+(arrays in, arrays out, one entry per candidate):
+
+1. even: pp x v divides L; every stage holds L / pp layers.
+2. embedding and loss counted as layers (Megatron ``--account-for-embedding-in-pipeline-split
+   --account-for-loss-in-pipeline-split``, as NVIDIA's Llama 3.1 405B runs use: 126 layers on
+   pp=8 with 8 virtual stages): pp x v divides L + 2, so the first and the last virtual chunk
+   hold one layer fewer (first and last stage v (L + 2)/(pp v) - 1 layers, the others one more).
+3. given first and last stages (Megatron ``--decoder-first-pipeline-num-layers`` /
+   ``--decoder-last-pipeline-num-layers``, torchtitan's first/last stage options): the middle
+   pp - 2 stages share the rest equally; with virtual stages every stage's count divides by v
+   (megatron-core TransformerConfig). Without given counts the engine proposes the lightest
+   equal first and last stages next to middle stages of ceil(L / pp) layers rounded up to v.
+
+``split_layers`` returns (first, middle, last) layers per stage and whether the split is valid;
+with pp = 1 all three are L, with pp = 2 the middle is the heavier of the two.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+EVEN, EMBEDDING_AND_LOSS, FIRST_LAST = 0, 1, 2
+SPLIT_NAMES = {EVEN: "even", EMBEDDING_AND_LOSS: "embedding-and-loss", FIRST_LAST: "first-last"}
+
+
+def split_layers(num_layers: int, pp, v, first=0, last=0):
+    """(first, middle, last, kind, ok) arrays; ``first``/``last`` 0 = not given (the engine's choice)."""
+    pp, v, first, last = (np.atleast_1d(np.asarray(x, dtype=np.int64)) for x in (pp, v, first, last))
+    pp, v, first, last = np.broadcast_arrays(pp, v, first, last)
+    L, chunks = num_layers, pp * v
+    given = (first > 0) | (last > 0)
+    even = ~given & (L % chunks == 0)
+    per_chunk = (L + 2) // chunks
+    account = ~given & ~even & ((L + 2) % chunks == 0) & (pp > 1) & (per_chunk >= 2)
+    # engine-proposed first/last: middle stages of ceil(L/pp) rounded up to v, equal first and last
+    mid_guess = -(-np.maximum(L, 1) // np.maximum(pp, 1))
+    mid_guess = -(-mid_guess // v) * v
+    rest = L - (pp - 2) * mid_guess
+    propose = ~given & ~even & ~account
+    f_given = np.where(given, first, np.where(propose, rest // 2, 0))
+    l_given = np.where(given, last, np.where(propose, rest - rest // 2, 0))
+    middle_count = np.maximum(pp - 2, 1)
+    m_given = np.where(pp > 2, (L - f_given - l_given) // middle_count, np.maximum(f_given, l_given))
+    fl_ok = ((pp >= 2) & (f_given >= v) & (l_given >= v) & (f_given % v == 0) & (l_given % v == 0)
+             & np.where(pp > 2, ((L - f_given - l_given) % middle_count == 0) & (m_given >= v) & (m_given % v == 0),
+                        f_given + l_given == L)
+             & (f_given <= m_given) & (l_given <= m_given))
+    f = np.select([even, account], [L // pp, v * per_chunk - 1], f_given)
+    m = np.select([even, account], [L // pp, v * per_chunk], m_given)
+    last_ = np.select([even, account], [L // pp, v * per_chunk - 1], l_given)
+    kind = np.select([even, account], [EVEN, EMBEDDING_AND_LOSS], FIRST_LAST)
+    ok = even | account | fl_ok
+    single = pp == 1
+    ok = np.where(single, ~given, ok)
+    f, m, last_ = (np.where(single, L, x) for x in (f, m, last_))
+    return f, m, last_, np.where(single, EVEN, kind), ok
+
+
+def default_microbatches(global_batch_seqs: int, data_units: int, pp: int, v: int = 1) -> int:
+    """The microbatch count a layout gets when none is given: 1 without a pipeline, else the
+    smallest K >= pp (a multiple of pp when interleaved) that splits each data unit's sequences
+    evenly; pp when none does (the layout check then says why)."""
+    if pp <= 1:
+        return 1
+    per_unit = global_batch_seqs // max(data_units, 1)
+    step = pp if v > 1 else 1
+    for k in range(pp, per_unit + 1, step):
+        if global_batch_seqs % (data_units * k) == 0:
+            return k
+    return pp

@@ -1,0 +1,66 @@
+"""How far a measured step time may be from the predicted one: a band per accelerator kind.
+
+``uncertainty_band(kind)`` returns (low, high) such that the measured step time lay within
+[predicted x (1 + low), predicted x (1 + high)] for 80% of the validation's records of that kind.
+It reads ``uncertainty.yaml`` beside this module, which the validation writes
+(``python scripts/validation.py``, from tests/data/runs_dev.yaml; the file's header names the
+command and the input):
+
+- ``bands``: kind (``gpu``, ``tpu``) -> [low, high]; ``default``: [low, high] over all records
+  (used for a kind without a band);
+- ``quantiles``: per kind and ``all``, p10, p50, p90 and the count of the signed error
+  ``predicted step time / measured step time - 1`` (+ = the engine predicts a slower step) over
+  the evaluated records, each predicted out of sample (its source left out of the calibration).
+  [low, high] = [1 / (1 + p90) - 1, 1 / (1 + p10) - 1] (``band_of``). The same error is measured
+  tokens/s / predicted tokens/s - 1, so [p10, p90] is the band of the throughput.
+
+Imports yaml and pathlib only: every layer (search, report, validation) may use it.
+"""
+
+from __future__ import annotations
+
+from functools import lru_cache
+from pathlib import Path
+
+import yaml
+
+PATH = Path(__file__).with_name("uncertainty.yaml")
+# No file, an unreadable one, or no usable band in it: a wide symmetric band (about the p90
+# |error| of the development set's validation).
+FALLBACK_BAND = (-0.25, 0.25)
+
+
+def band_of(p10: float, p90: float) -> tuple[float, float]:
+    """(low, high) relative to the predicted step time from the 10th and 90th percentiles of the
+    error (predicted / measured - 1): the measured step is predicted / (1 + error)."""
+    return 1.0 / (1.0 + p90) - 1.0, 1.0 / (1.0 + p10) - 1.0
+
+
+@lru_cache(maxsize=4)
+def _read(path: Path = PATH) -> dict:
+    """The file's mapping, or {} when it is missing or malformed."""
+    try:
+        data = yaml.safe_load(path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, yaml.YAMLError):
+        return {}
+    return data if isinstance(data, dict) else {}
+
+
+def _band(value: object) -> tuple[float, float] | None:
+    """A [low, high] pair of numbers with -1 < low <= high; else None."""
+    if not isinstance(value, (list, tuple)) or len(value) != 2:
+        return None
+    if not all(isinstance(x, (int, float)) and not isinstance(x, bool) for x in value):
+        return None
+    low, high = float(value[0]), float(value[1])
+    return (low, high) if -1.0 < low <= high else None
+
+
+def uncertainty_band(accelerator_kind: str) -> tuple[float, float]:
+    """(low, high), relative to the predicted step time: the measured step time lay within
+    predicted x (1 + low) .. predicted x (1 + high) for 80% of the validation records of this
+    accelerator kind ("gpu" or "tpu"; another kind, or one without a band, uses the file's
+    ``default``; no usable file: ``FALLBACK_BAND``). A biased engine has a one-sided band."""
+    data = _read(PATH)
+    bands = data.get("bands") if isinstance(data.get("bands"), dict) else {}
+    return _band(bands.get(accelerator_kind)) or _band(data.get("default")) or FALLBACK_BAND

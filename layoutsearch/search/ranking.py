@@ -1,0 +1,179 @@
+"""The one ranking both searches apply: step times closer than the model's resolution are ties,
+and a tie goes to the simplest layout.
+
+Resolution: ``TIE_TOLERANCE`` (relative, 0.5%). The cost model's terms are calibrated fractions of
+peak numbers, validated to about 10-25% (``core.uncertainty``), so two step times less than half a
+percent apart are not told apart by it; ranking them by that difference would pick layouts by
+noise, and the two searches would break such near-ties differently.
+
+The ranking, rank after rank (the enumerator applies it to arrays, CP-SAT states it as solves):
+
+1. the candidates left are those of no layout ranked yet (a layout = degrees, virtual stages,
+   microbatches, recompute and ZeRO stage: one of them is ranked with its best placement only,
+   so ``--top N`` never lists the same layout placed differently);
+2. with the gather-volume objective, only those of the least volume among them (exact);
+3. ``T`` = the least quantised step time among those; the eligible ones are within
+   ``tie_limit(T)`` = T (1 + tolerance), rounded down;
+4. the next layout is the eligible candidate that is first by ``simplicity_key``: fewer degrees
+   above one, then cp = 1, then a TP group inside a node (on no scale-out or DCN axis), a lower
+   ZeRO stage, fewer microbatches, lighter recompute, then the degrees (dp, fsdp, tp, pp, cp,
+   virtual stages) in lexicographic order, then the axis order (a total order: the key tells every
+   candidate apart).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from layoutsearch.core.placement import NESTING_ORDER, fill_order
+from layoutsearch.core.specs import DEGREE_NAMES, RECOMPUTE_POLICIES
+from layoutsearch.costs import memory
+
+# The model's resolution: 0.5% is far above the tables' rounding (a quantum is 1e-5 of the best
+# stage time) and far below the validated error of a predicted step time (core.uncertainty, about
+# 10-25%): a smaller difference does not say which of two layouts is faster.
+TIE_TOLERANCE = 0.005
+MAX_TIE_TOLERANCE = 0.5  # a larger "tie" would rank by simplicity alone
+
+# What ``simplicity_key`` compares, most significant first (explanations name the first that differs).
+SIMPLICITY = ("degrees above one", "context parallelism", "TP group beyond a node", "ZeRO stage", "microbatches",
+              "recompute", "degrees in order (dp, fsdp, tp, pp, cp, virtual stages)", "axis placement")
+SIMPLER = ("fewer degrees above one", "cp = 1", "TP inside a node", "lower ZeRO stage", "fewer microbatches",
+           "lighter recompute", "degrees (dp, fsdp, tp, pp, cp, virtual stages) in lexicographic order", "axis order")
+SLOW_AXIS_KINDS = ("scale_out", "dcn")
+
+
+def ranking_description(objective: str = "step-time") -> str:
+    """The tie-break in words (the solve document's ``solver.tie_break``)."""
+    first = "least gather volume, then " if objective == "gather-volume" else ""
+    return (f"{first}step times within the tie tolerance of the best are ties, won by the simplest layout: "
+            + ", then ".join(SIMPLER) + "; each layout (degrees, virtual stages, ZeRO stage, microbatches, "
+            "recompute) ranked once, with the first of its placements by this ranking")
+
+
+def tie_limit(best: int, tolerance: float = TIE_TOLERANCE) -> int:
+    """The largest quantised step time tied with ``best``: best (1 + tolerance), rounded down."""
+    return int(best) + int(float(best) * tolerance)
+
+
+@dataclass(frozen=True)
+class ShapeSimplicity:
+    """The parts of the key that depend on the shape (and the axis order), per shape."""
+
+    degrees_above_one: np.ndarray  # [shape]
+    cp_above_one: np.ndarray  # [shape] 0/1
+    tp_beyond_node: np.ndarray  # [shape, order] 0/1: the TP group spans a scale-out or DCN axis
+    degree_rank: np.ndarray  # [shape] rank by (dp, fsdp, tp, pp, cp, v)
+    recompute_rank: np.ndarray  # [recompute code] 0 for the lightest policy (``recompute_lightness``)
+
+
+def shape_simplicity(space) -> ShapeSimplicity:
+    """Computed once per space (cached on it)."""
+    cached = getattr(space, "_shape_simplicity", None)
+    if cached is not None:
+        return cached
+    sh = space.shapes
+    degrees = {name: np.asarray(getattr(sh, name)) for name in DEGREE_NAMES}
+    above = sum((degrees[name] > 1).astype(np.int64) for name in DEGREE_NAMES)
+    cluster = space.cluster
+    slow = [i for i, a in enumerate(cluster.axes) if a.kind in SLOW_AXIS_KINDS]
+    tp_col = NESTING_ORDER.index("tp")
+    beyond = np.zeros((space.num_shapes, len(space.orders)), dtype=np.int64)
+    if slow and space.num_shapes:
+        for o, order in enumerate(space.orders):
+            table, _ = fill_order(cluster, degrees, order)
+            beyond[:, o] = (table[:, slow, tp_col] > 1).any(axis=1)
+    order = np.lexsort(tuple(np.asarray(getattr(sh, f)) for f in ("v", "cp", "pp", "tp", "fsdp", "dp")))
+    rank = np.empty(space.num_shapes, dtype=np.int64)
+    rank[order] = np.arange(space.num_shapes)
+    lightness = [recompute_lightness(space.model, policy) + (code,) for code, policy in enumerate(RECOMPUTE_POLICIES)]
+    recompute_rank = np.empty(len(RECOMPUTE_POLICIES), dtype=np.int64)
+    recompute_rank[sorted(range(len(lightness)), key=lightness.__getitem__)] = np.arange(len(lightness))
+    out = ShapeSimplicity(degrees_above_one=above, cp_above_one=(degrees["cp"] > 1).astype(np.int64),
+                          tp_beyond_node=beyond, degree_rank=rank, recompute_rank=recompute_rank)
+    object.__setattr__(space, "_shape_simplicity", out)
+    return out
+
+
+def recompute_lightness(model, policy: str) -> tuple[float, ...]:
+    """How much a checkpoint policy reruns in backward (``costs.memory.recompute_work``): the share
+    of the forward's matmul FLOPs, then the attention core, the element-wise passes and the TP
+    collectives; smaller is lighter (none < selective < full)."""
+    work = memory.recompute_work(model, policy)
+    return tuple(float(work[key]) for key in ("matmul", "attention", "elementwise", "tp"))
+
+
+def simplicity_key(space, sk, ri, z, o) -> tuple[np.ndarray, ...]:
+    """The sort key of candidates (index arrays: (S, K) row, recompute index, ZeRO stage, axis
+    order), most significant first, in the order of ``SIMPLICITY``; smaller is simpler."""
+    sk, ri, z, o = (np.asarray(a, dtype=np.int64) for a in (sk, ri, z, o))
+    p = shape_simplicity(space)
+    s = space.sk_shape[sk]
+    return (p.degrees_above_one[s], p.cp_above_one[s], p.tp_beyond_node[s, o], z, space.sk_k[sk],
+            p.recompute_rank[space.recompute_codes[ri]], p.degree_rank[s], o)
+
+
+def simpler_because(space, a: tuple, b: tuple) -> str | None:
+    """Why candidate ``a`` = (sk, ri, z, o) is first by the simplicity key against ``b``: the first
+    component that differs, with both values (None when they are the same candidate)."""
+    ka = [int(x[0]) for x in simplicity_key(space, *([v] for v in a))]
+    kb = [int(x[0]) for x in simplicity_key(space, *([v] for v in b))]
+    for name, x, y in zip(SIMPLICITY, ka, kb):
+        if x != y:
+            if name == "recompute":
+                x, y = (RECOMPUTE_POLICIES[int(space.recompute_codes[c[1]])] for c in (a, b))
+            elif name == "TP group beyond a node":
+                x, y = ("no" if not x else "yes"), ("no" if not y else "yes")
+            elif name == "context parallelism":
+                x, y = ("cp=1" if not x else "cp>1"), ("cp=1" if not y else "cp>1")
+            elif name.startswith("degrees in order") or name == "axis placement":
+                return f"{name}: first in that order"
+            return f"{name}: {x} against {y}"
+    return None
+
+
+def group_ids(space, sk, ri, z) -> np.ndarray:
+    """One id per layout up to placement: (S, K) row, recompute, ZeRO stage."""
+    return (np.asarray(sk, dtype=np.int64) * len(space.recompute_codes) + ri) * 4 + z
+
+
+def select(space, pool: dict, objective: str, top_k: int, tolerance: float = TIE_TOLERANCE) -> list[int]:
+    """The ranking above over a pool of fitting candidates (arrays ``sk``, ``ri``, ``z``, ``o``,
+    ``step``, ``volume``): the indices of the top_k, in rank order."""
+    n = len(pool["sk"])
+    if not n:
+        return []
+    order = np.lexsort(tuple(reversed(simplicity_key(space, pool["sk"], pool["ri"], pool["z"], pool["o"]))))
+    step = pool["step"][order]
+    primary = pool["volume"][order] if objective == "gather-volume" else np.zeros(n, dtype=np.int64)
+    gid = group_ids(space, pool["sk"], pool["ri"], pool["z"])[order]
+    alive = np.ones(n, dtype=bool)
+    picks: list[int] = []
+    while len(picks) < top_k and alive.any():
+        eligible = alive & (primary == primary[alive].min())
+        eligible &= step <= tie_limit(int(step[eligible].min()), tolerance)
+        i = int(np.argmax(eligible))
+        picks.append(int(order[i]))
+        alive &= gid != gid[i]
+    return picks
+
+
+def relevant(space, pool: dict, objective: str, top_k: int, tolerance: float = TIE_TOLERANCE) -> np.ndarray:
+    """A mask of the pool's candidates that may still be ranked in the top_k once more candidates
+    join the pool: with the k-th best layout (by its best candidate, lexicographically (volume,
+    step) for gather-volume) at (V, S), a candidate with more volume than V, or the same and a step
+    above tie_limit(S), is behind k layouts each of which keeps it ineligible at every rank."""
+    n = len(pool["sk"])
+    primary = pool["volume"] if objective == "gather-volume" else np.zeros(n, dtype=np.int64)
+    gid = group_ids(space, pool["sk"], pool["ri"], pool["z"])
+    order = np.lexsort((pool["step"], primary, gid))
+    first = np.ones(n, dtype=bool)
+    first[1:] = gid[order][1:] != gid[order][:-1]
+    best = order[first]  # each layout's best candidate
+    if len(best) < top_k:
+        return np.ones(n, dtype=bool)
+    kth = best[np.lexsort((pool["step"][best], primary[best]))[top_k - 1]]
+    v, s = primary[kth], pool["step"][kth]
+    return (primary < v) | ((primary == v) & (pool["step"] <= tie_limit(int(s), tolerance)))

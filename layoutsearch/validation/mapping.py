@@ -1,0 +1,379 @@
+"""Mapping a measured-run record onto the engine (the rules every validation and calibration uses).
+
+``record_to_problem`` turns a record into an engine ``Problem`` and a placed ``Layout``, or a skip
+reason; validation (validate.py) and calibration (calibrate.py) both map records here. Every rule
+is applied to every record:
+
+1. Degrees. A record's ``dp`` is the TOTAL data-parallel degree (replicated x sharded); the
+   engine's ``Layout`` has ``dp`` = replicated part and ``fsdp`` = sharded part. With
+   zero_stage >= 1 the shard group is the record's ``fsdp`` when > 1, else the whole ``dp``
+   (Megatron's distributed optimizer shards over all DP ranks): engine fsdp = shard group,
+   engine dp = record dp / shard group. With zero_stage 0: engine dp = record dp, fsdp = 1.
+2. Pipeline: ``virtual_stages`` null -> 1; schedule "interleaved" when virtual_stages > 1.
+3. ``sequence_parallel`` null -> tp > 1 (Megatron-Core/NeMo turn it on with TP; MaxText shards
+   the activations' embed dim over the tensor axis, the same memory and collectives), except
+   for BigScience records (Megatron-DeepSpeed, early 2022, predates Megatron SP) -> False.
+4. Null microbatching (Megatron-Core README table): ``microbatch_seqs`` -> 1,
+   ``num_microbatches`` -> global_batch / (dp x microbatch_seqs); null ``recompute`` -> "none"
+   (Megatron-Core/NeMo default recompute_granularity=None; FlashAttention keeps no scores).
+   A record whose batch is not dp x microbatch_seqs x num_microbatches is skipped.
+5. Precision: fp16 is costed with bf16 bytes; null -> bf16; fp8 with the accelerator's fp8
+   matmul rate, fp8-saved linear inputs and, where the record's framework does it, fp8 weight
+   gathers (``Workload(precision="fp8")``); the fp8 recipe (tensorwise, blockwise, MXFP8) is not
+   distinguished.
+6. Model: the record's architecture; norms, biases and position embeddings are not in the
+   record, so the engine defaults (RMSNorm, no biases, no learned positions) apply (parameter
+   counts change by < 0.1%). A "parallel block" (``derived.block``, MaxText Dec-2023: attention
+   and MLP read one norm output) is costed as a serial block: same matmul FLOPs and parameters
+   (one norm fewer), but the engine counts two TP collective pairs per layer where a parallel
+   block needs one; the record carries this in ``notes``.
+7. Cluster: GPUs -> ``f"{acc}-{num_devices}"`` with the record's devices_per_node and
+   scale-out bandwidth (GB/s -> bytes/s). TPUs -> one slice ``f"{acc}-{n}"``, unless the record
+   is multislice: zero_stage 3 with dp/fsdp = k > 1 replicas (MaxText "DCN data parallel across
+   k slices") -> ``f"{acc}-{n//k}x{k}"`` with the engine's dp = k placed on the "dcn" axis; or
+   more chips than one slice holds (e.g. 512 v5e) -> the fewest equal valid slices over DCN.
+8. Attention kernel: fused (FlashAttention-style, no S x S scores in HBM) unless the run
+   predates fused attention in its framework: a source dated 2021 or earlier, or BigScience's
+   tr11 (Megatron-DeepSpeed, 2022), whose scores are materialised (``Workload.flash_attention``).
+9. ZeRO-3 implementation: DeepSpeed ZeRO-3 as of 2021 (the Megatron 2021 Table 2 comparison)
+   gathers and reduces every parameter tensor of a layer separately (``fsdp_collectives_per_layer``
+   = the layer's tensors: 4 weight matrices, their biases and two norms' weights and biases = 12
+   for GPT); later ZeRO-3 records use flat per-layer collectives (1).
+10. Hardware outside the catalogue: an accelerator id the catalogue lacks, or a precision other
+    than bf16/fp16/fp8, is skipped with the reason. An H800 (accelerator id ``h800`` when the
+    catalogue has none, or named in the record's source, cluster or derived notes) is an H100 with
+    NVLink at 200 GB/s per direction (hardware.md: 400 GB/s bidirectional). A power-capped part is
+    skipped: its clocks, hence its peak FLOP/s, are not known. Capped = ``cluster.power_limit_w``
+    below the part's rating (``POWER_RATING_W``; a part without a rating there counts as capped,
+    the schema gives the field only for a cap); without the field, a wattage other than 700 W in
+    the record's text (e.g. "500 W"). ``cluster.hbm_gb_per_device`` (e.g. the 96 GB H100)
+    replaces the catalogue's HBM for that record; capacity = that HBM less the runtime reserve.
+11. TP communication overlap: NeMo runs (NVIDIA dgxc-benchmarking, NeMo performance summary)
+    and the Megatron-Core README benchmarks use Transformer Engine's pipelined TP overlap
+    (NeMo "Communication Overlap": ``tp_comm_overlap``), and a record with ``layout.async_tp:
+    true`` (torchtitan's asynchronous, micro-pipelined TP) pipelines its TP collectives with the
+    GEMMs too; ``Workload.tp_comm_overlap`` is on for these records, every other record keeps TP
+    on the critical path.
+12. A record the engine rejects (structural violation, unknown cluster shape) is skipped with
+   the engine's message as the reason; nothing is dropped silently.
+13. What the engine does not model yet is skipped first, with the reason: a mixture-of-experts
+    model (``model.moe``), multi-head latent attention (``model.attention: mla`` or ``model.mla``).
+    A null where the engine needs a value (``ENGINE_NEEDS``: the model's shape, seq_len and
+    batch, accelerator and device count, dp/fsdp/zero_stage/tp/pp/cp) is skipped naming the
+    fields; so is a record with neither a measured throughput nor ``oom: true`` (nothing to
+    compare), and one whose fsdp does not divide its dp. A TPU device count that is no slice
+    shape and not a whole number of equal valid slices (e.g. 7 or 131 v5p chips) is skipped.
+    ``workload.framework`` is copied into each entry (``framework``); fp8_recipe and
+    torch_compile are not used yet (power_limit_w and hbm_gb_per_device: rule 10; async_tp: 11).
+14. Framework profile: ``Workload.framework`` = ``core.frameworks.framework_of_record`` of the
+    record's ``workload.framework`` and the accelerator's kind (megatron -> megatron;
+    megatron-deepspeed -> deepspeed; torchtitan, pytorch-fsdp, llm-foundry, nemo-automodel ->
+    torchtitan; maxtext -> maxtext; null, "other" or an undocumented value -> the accelerator's
+    default, megatron on GPUs and maxtext on TPUs, with a note). DeepSpeed's ZeRO-3 of 2021
+    (rule 9: the Megatron 2021 Table 2 comparison rows, whose records name the paper's framework)
+    is costed with the deepspeed profile. The profile says which collectives hide behind which
+    compute (core/frameworks.py); rule 11 decides TP overlap per record on top of it.
+15. Recompute: where the record's ``derived.recompute`` names the framework's own policy
+    (MaxText ``remat_policy=minimal``), that policy is costed by its saved tensors
+    (``costs.memory.POLICY_SAVES``); otherwise the record's none/selective/full.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from dataclasses import replace
+
+from layoutsearch.core.catalogue import accelerator_names, load_accelerator, model_from_dict
+from layoutsearch.core.check import check_layout
+from layoutsearch.core.errors import CatalogueError, InvalidArgumentError, LayoutsearchError, did_you_mean
+from layoutsearch.core.frameworks import RECORD_FRAMEWORKS, default_framework, framework_of_record
+from layoutsearch.core.problem import Problem, resolved_workload
+from layoutsearch.core.specs import RECOMPUTE_POLICIES, Cluster, Layout, Workload
+from layoutsearch.core.topology import resolve_cluster, torus_shape
+from layoutsearch.core.units import GB
+from layoutsearch.costs.estimate import estimate
+from layoutsearch.validation.runs import source_family
+
+Mapped = tuple[Problem, Layout]  # what a record is for the engine
+MODEL_KEYS = ("num_layers", "d_model", "d_ff", "mlp", "num_heads", "num_kv_heads", "head_dim", "vocab_size",
+              "tied_embeddings")
+ENGINE_NEEDS = {"model": MODEL_KEYS, "workload": ("seq_len", "global_batch_seqs"),
+                "cluster": ("accelerator", "num_devices"), "layout": ("dp", "fsdp", "zero_stage", "tp", "pp", "cp")}
+RECOMPUTE = ("none", "selective", "full")
+# Default board power of the GPU parts (W): SXM A100 400, SXM H100/H200 700, HGX B200 1000, GB200 1200 per GPU.
+POWER_RATING_W = {"a100-40gb": 400, "a100-80gb": 400, "h100": 700, "h200": 700, "h800": 700, "b200": 1000,
+                  "gb200": 1200}
+ACCELERATOR_ALIASES = {"h800": "h100"}  # used only while the catalogue has no such id (rule 10)
+# Precisions the engine does not cost yet: such a record is skipped (rule 5). Empty it when fp8 is costed.
+UNMODELLED_PRECISIONS: tuple[str, ...] = ()  # every record precision is costed (fp8 since the trust issue)
+ENGINE_PRECISIONS = ("bf16", "fp16", "fp8")
+
+
+# ----------------------------------------------------------------------------- mapping
+def _is_bigscience(record: dict) -> bool:
+    return source_family(record) == "bigscience"
+
+
+TP_OVERLAP_SOURCES = ("NeMo", "dgxc-benchmarking", "Megatron-LM")  # rule 11 (source families)
+
+
+def tp_comm_overlap(record: dict) -> bool:
+    """Rule 11: NeMo and Megatron-Core (2024+) runs, and async-TP runs, overlap TP collectives with their GEMMs."""
+    return source_family(record) in TP_OVERLAP_SOURCES or record["layout"].get("async_tp") is True
+
+
+def record_framework(record: dict, accelerator_kind: str) -> str:
+    """Rule 14: the framework profile a record is costed with."""
+    if zero3_collectives_per_layer(record) > 1:  # DeepSpeed ZeRO-3 of 2021 (rule 9)
+        return "deepspeed"
+    return framework_of_record(record["workload"].get("framework"), accelerator_kind)
+
+
+def zero3_collectives_per_layer(record: dict) -> int:
+    """Rule 9: 12 per-tensor collectives for DeepSpeed ZeRO-3 of 2021 (GPT layer tensors), else 1."""
+    lay = record["layout"]
+    deepspeed_2021 = "ZeRO-3" in (record["source"] or "") and not fused_attention(record)
+    return 12 if (deepspeed_2021 and lay["zero_stage"] == 3) else 1
+
+
+def fused_attention(record: dict) -> bool:
+    """Rule 8: fused attention, unless the run predates it (a source year <= 2021, or BigScience tr11)."""
+    years = [int(y) for y in re.findall(r"\b(20\d\d)\b", record["source"] or "")]
+    return not (_is_bigscience(record) or (years and min(years) <= 2021))
+
+
+def named_policy(record: dict) -> str | None:
+    """Rule 15: the framework's own checkpoint policy where the record names one (MaxText
+    ``remat_policy=minimal`` in ``derived.recompute``), costed as that policy's saved tensors
+    (costs.memory.POLICY_SAVES) instead of the record's none/selective/full approximation."""
+    found = re.search(r"remat_policy=([a-z_]+)", str((record.get("derived") or {}).get("recompute", "")))
+    return found.group(1) if found and found.group(1) in RECOMPUTE_POLICIES else None
+
+
+def mapping_notes(record: dict) -> list[str]:
+    """The approximations and defaults ``record_to_problem`` applies to this record (docstring rules)."""
+    lay, notes = record["layout"], []
+    if "parallel block" in str((record.get("derived") or {}).get("block", "")):
+        notes.append("parallel block costed as serial: TP collectives counted twice per layer and pass")
+    if lay["sequence_parallel"] is None and (lay["tp"] or 1) > 1:
+        notes.append(f"sequence_parallel null -> {not _is_bigscience(record)}")
+    if named_policy(record):
+        notes.append(f"recompute -> the named policy {named_policy(record)}")
+    elif lay["recompute"] is None:
+        notes.append("recompute null -> none")
+    if lay["microbatch_seqs"] is None or lay["num_microbatches"] is None:
+        notes.append("microbatch_seqs null -> 1, num_microbatches = batch / (dp x microbatch_seqs)")
+    if record["workload"]["precision"] is None:
+        notes.append("precision null -> bf16")
+    hbm = record["cluster"].get("hbm_gb_per_device")
+    if hbm is not None:
+        notes.append(f"HBM {hbm:g} GB per device (cluster.hbm_gb_per_device) instead of the catalogue's")
+    if record["cluster"]["accelerator"] in ACCELERATOR_ALIASES and record["cluster"]["accelerator"] not in accelerator_names():
+        notes.append("h800 costed as an H100 with NVLink at 200 GB/s per direction")
+    framework = record["workload"].get("framework")
+    if framework not in RECORD_FRAMEWORKS and _accelerator_id(record) in accelerator_names():
+        kind = load_accelerator(_accelerator_id(record)).kind
+        notes.append(f"framework {framework if framework is None else repr(framework)} -> the {kind}'s default "
+                     f"profile ({default_framework(kind)})")
+    if zero3_collectives_per_layer(record) > 1 and framework != "megatron-deepspeed":
+        notes.append("DeepSpeed ZeRO-3 (2021) costed with the deepspeed profile")
+    if lay.get("async_tp") is True and source_family(record) not in TP_OVERLAP_SOURCES:
+        notes.append("async_tp: TP collectives pipelined with their GEMMs (tp_comm_overlap on)")
+    return notes
+
+
+def _microbatching(record: dict) -> tuple[int, int] | str:
+    """(microbatch_seqs, num_microbatches) per data-parallel rank, defaults filled; or a skip reason."""
+    lay, batch = record["layout"], record["workload"]["global_batch_seqs"]
+    mbs = lay["microbatch_seqs"] or 1
+    k = lay["num_microbatches"] or batch // (lay["dp"] * mbs)
+    if lay["dp"] * mbs * k != batch:
+        return (f"global_batch_seqs({batch}) != dp({lay['dp']}) x microbatch_seqs({mbs}) x "
+                f"num_microbatches({k})")
+    return mbs, k
+
+
+def _data_parallel(record: dict) -> tuple[int, int, int]:
+    """(engine dp, engine fsdp, zero_stage): split the record's total dp into replicated x sharded."""
+    lay = record["layout"]
+    if lay["zero_stage"] == 0:
+        return lay["dp"], 1, 0
+    shard = lay["fsdp"] if lay["fsdp"] > 1 else lay["dp"]
+    return lay["dp"] // shard, shard, lay["zero_stage"]
+
+
+def _mentions(record: dict, pattern: str) -> bool:
+    """Whether the record's source, cluster or derived notes match ``pattern`` (case-insensitive)."""
+    text = " ".join(str(x) for x in (record.get("source"), record.get("cluster"), record.get("derived")))
+    return re.search(pattern, text, re.IGNORECASE) is not None
+
+
+H800_NVLINK_BYTES_PER_S = 200e9  # hardware.md: H800 NVLink 400 GB/s bidirectional
+
+
+def _accelerator_id(record: dict) -> str:
+    """The catalogue id the record is costed on (``ACCELERATOR_ALIASES`` when the catalogue lacks the id)."""
+    acc = record["cluster"]["accelerator"]
+    return acc if acc in accelerator_names() else ACCELERATOR_ALIASES.get(acc, acc)
+
+
+def _is_h800(record: dict) -> bool:
+    return record["cluster"]["accelerator"] == "h800" or _mentions(record, r"\bH800\b")
+
+
+def _with_hbm(cluster: Cluster, hbm_gb: float | None) -> Cluster:
+    """The cluster with the record's HBM per device (GB) in place of the catalogue's (rule 10)."""
+    if hbm_gb is None:
+        return cluster
+    return replace(cluster, accelerator=replace(cluster.accelerator, hbm_bytes=hbm_gb * GB))
+
+
+def _cluster(record: dict, replicas: int) -> Cluster | str:
+    """The engine cluster for the record (multislice TPU when ``replicas`` > 1); or a skip reason."""
+    c = record["cluster"]
+    acc, n = _accelerator_id(record), c["num_devices"]
+    try:
+        if load_accelerator(acc).kind == "gpu":
+            so = c["scale_out_gbytes_per_s_per_device"]
+            cluster = resolve_cluster(f"{acc}-{n}", c["devices_per_node"], so * GB if so else None)
+            if _is_h800(record):
+                axes = tuple(replace(a, bytes_per_s_per_direction=H800_NVLINK_BYTES_PER_S) if a.kind == "switch" else a
+                             for a in cluster.axes)
+                cluster = replace(cluster, axes=axes)
+        elif replicas > 1:
+            if n % replicas:
+                return f"{n} chips do not split into {replicas} slices"
+            cluster = resolve_cluster(f"{acc}-{n // replicas}x{replicas}")
+        else:
+            cluster = resolve_cluster(f"{acc}-{n}")
+    except LayoutsearchError as exc:
+        return f"cluster: {exc}"
+    return _with_hbm(cluster, c.get("hbm_gb_per_device"))
+
+
+def _divisors(n: int) -> list[int]:
+    """The divisors of n in increasing order (trial division up to sqrt(n))."""
+    small = [k for k in range(1, math.isqrt(n) + 1) if n % k == 0]
+    return sorted(set(small + [n // k for k in small]))
+
+
+def _tpu_replicas(record: dict) -> int | str:
+    """Slices of a multislice TPU record: the replicated part of ZeRO-3 data parallelism; else, when
+    the chips exceed the largest slice, the fewest equal slices (of 2 chips or more) that are valid
+    slice shapes; else 1. A count that is neither one slice nor such a split is a skip reason."""
+
+    lay, acc = record["layout"], load_accelerator(_accelerator_id(record))
+    if acc.kind != "tpu":
+        return 1
+    if lay["zero_stage"] == 3 and lay["fsdp"] > 1 and lay["dp"] // lay["fsdp"] > 1:
+        return lay["dp"] // lay["fsdp"]
+    n = record["cluster"]["num_devices"]
+    if torus_shape(acc, n) is not None:
+        return 1
+    largest = math.prod(acc.max_slice_shape)
+    if n > largest:
+        for k in _divisors(n):  # fewest slices first
+            if 1 < k < n and n // k <= largest and torus_shape(acc, n // k) is not None:
+                return k
+        return (f"cluster: {n} {acc.id} chips is more than one slice ({largest}) and no whole number of "
+                f"equal valid slices")
+    return f"cluster: {n} {acc.id} chips is not a slice shape (one slice holds up to {largest})"
+
+
+def _unmodelled(record: dict) -> str | None:
+    """Rule 13: the first reason the engine cannot cost this record at all, or None."""
+    m, lay = record["model"], record["layout"]
+    if m.get("moe") is not None:
+        return "mixture-of-experts: not modelled yet (model.moe)"
+    if m.get("attention") == "mla" or m.get("mla") is not None:
+        return "multi-head latent attention (MLA): not modelled yet"
+    missing = [f"{block}.{key}" for block, keys in ENGINE_NEEDS.items() for key in keys if record[block][key] is None]
+    if missing:
+        return f"missing value: {', '.join(missing)} null (the engine needs {'it' if len(missing) == 1 else 'them'})"
+    if lay["dp"] % lay["fsdp"]:
+        return f"layout: fsdp({lay['fsdp']}) does not divide the total data-parallel degree dp({lay['dp']})"
+    if lay["recompute"] not in (None, *RECOMPUTE):
+        return f"layout: recompute '{lay['recompute']}' is not one of {', '.join(RECOMPUTE)}"
+    return None
+
+
+def _power_capped(record: dict) -> str | None:
+    """Rule 10: a skip reason for a part run below its power rating, else None."""
+    c = record["cluster"]
+    limit = c.get("power_limit_w")
+    if limit is None:  # no field: a wattage in the text other than the SXM 700 W
+        if _mentions(record, r"\b[0-9]{3}\s?W\b") and not _mentions(record, r"\b700\s?W\b"):
+            return "power-capped part (a wattage below the SXM rating): its clocks and peak FLOP/s are unknown"
+        return None
+    rating = POWER_RATING_W.get(c["accelerator"])
+    if rating is not None and limit >= rating:
+        return None
+    of = f"below the part's {rating} W rating" if rating else "(no rating known for this part)"
+    return f"power-capped part: power_limit_w {limit:g} W {of}; its clocks and peak FLOP/s are unknown"
+
+
+def record_to_problem(record: dict) -> Mapped | str:
+    """(engine Problem, placed Layout) for a record, or a skip reason (module docstring rules).
+
+    The placement is the fastest of the cluster's axis orders (``estimate`` of the unplaced layout).
+    """
+    wl, lay = record["workload"], record["layout"]
+    reason = _unmodelled(record)
+    if reason:
+        return reason
+    if wl["precision"] in UNMODELLED_PRECISIONS:  # rule 5: delete when the engine costs fp8
+        return f"{wl['precision']} precision: not modelled yet (no fp8 matmul rate or byte counts in the engine)"
+    if wl["precision"] not in (None, *ENGINE_PRECISIONS):
+        costed = "/".join(x for x in ENGINE_PRECISIONS if x not in UNMODELLED_PRECISIONS)
+        return f"precision '{wl['precision']}': the engine models {costed} training only"
+    acc = record["cluster"]["accelerator"]
+    if _accelerator_id(record) not in accelerator_names():
+        return f"unknown accelerator '{acc}'{did_you_mean(acc, accelerator_names())}: not in the catalogue"
+    capped = _power_capped(record)
+    if capped:
+        return capped
+    try:
+        shape = {k: record["model"][k] for k in MODEL_KEYS}
+        model = model_from_dict({"name": record["id"], **shape}, record["id"], f"record '{record['id']}'")
+    except CatalogueError as exc:
+        return f"model: {exc}"
+    mb = _microbatching(record)
+    if isinstance(mb, str):
+        return mb
+    workload = Workload(global_batch_seqs=wl["global_batch_seqs"], seq_len=wl["seq_len"],
+                        precision=wl["precision"] or "bf16", flash_attention=fused_attention(record),
+                        fsdp_collectives_per_layer=zero3_collectives_per_layer(record),
+                        tp_comm_overlap=tp_comm_overlap(record),
+                        framework=record_framework(record, load_accelerator(_accelerator_id(record)).kind))
+    dp, fsdp, zero = _data_parallel(record)
+    replicas = _tpu_replicas(record)
+    if isinstance(replicas, str):
+        return replicas
+    stated = re.search(r"across (\d+) slice", str((record.get("derived") or {}).get("fsdp", "")))
+    if stated and int(stated.group(1)) != replicas:
+        return f"derived.fsdp states {stated.group(1)} slices but dp/fsdp gives {replicas}"
+    cluster = _cluster(record, replicas)
+    if isinstance(cluster, str):
+        return cluster
+    vs = lay["virtual_stages"] or 1
+    sp = lay["sequence_parallel"] if lay["sequence_parallel"] is not None else (lay["tp"] > 1 and not _is_bigscience(record))
+    layout = Layout(dp=dp, fsdp=fsdp, tp=lay["tp"], pp=lay["pp"], cp=lay["cp"], zero_stage=zero, virtual_stages=vs,
+                    num_microbatches=mb[1], recompute=named_policy(record) or lay["recompute"] or "none",
+                    sequence_parallel=sp,
+                    schedule="interleaved" if vs > 1 else "1f1b")
+    try:  # the checks every Problem gets (fp8 needs an fp8 matmul rate)
+        workload = resolved_workload(workload, cluster)
+    except InvalidArgumentError as exc:
+        return str(exc)
+    problem = Problem(model_id=record["id"], model=model, cluster_name=cluster.name, cluster=cluster, workload=workload)
+    violations = check_layout(problem, layout)
+    if violations:
+        return "engine rejects the layout: " + "; ".join(v.message for v in violations)
+    try:
+        axes = estimate(problem, layout, strict=False).layout.axes
+    except LayoutsearchError as exc:
+        return f"placement: {exc}"
+    if replicas > 1 and dp == replicas and dict(dict(axes).get("dp", ())).get("dcn") != replicas:
+        return f"placement: dp({dp}) does not land on the dcn axis ({dict(axes)})"
+    return problem, replace(layout, axes=axes)

@@ -1,0 +1,70 @@
+"""fp8 training: the fp8 matmul peak, fp8-saved linear inputs, cached fp8 weights, fp8 weight gathers."""
+
+import pytest
+from typer.testing import CliRunner
+
+from layoutsearch.cli import app
+from layoutsearch.core.catalogue import load_accelerator
+from layoutsearch.core.problem import Problem, build_workload
+from layoutsearch.core.specs import Layout
+from layoutsearch.costs import memory, params
+from layoutsearch.costs.estimate import estimate
+
+LAYOUT = Layout(fsdp=64, zero_stage=3, recompute="selective")
+
+
+def _pair(layout=LAYOUT, model="llama3-8b", cluster="h100-64", **options):
+    def one(precision):
+        return estimate(Problem.build(model, cluster, build_workload(256, 4096, precision=precision, **options)), layout)
+    return one("bf16"), one("fp8")
+
+
+def test_fp8_runs_the_layer_matmuls_at_the_fp8_rate_and_keeps_attention_and_logits_in_bf16():
+    bf16, fp8 = _pair()
+    acc = load_accelerator("h100")
+    ratio = (acc.peak_fp8_flops_per_s * acc.fp8_matmul_efficiency) / (acc.peak_flops_per_s * acc.matmul_efficiency)
+    assert ratio == pytest.approx(1.6, rel=1e-3)  # 1979 x 0.8 / 989 (hardware/h100.yaml)
+    assert fp8.time_s["compute/matmul"] == pytest.approx(bf16.time_s["compute/matmul"] / ratio)
+    assert fp8.time_s["compute/attention"] == pytest.approx(bf16.time_s["compute/attention"])
+    assert fp8.time_s["compute/logits"] == pytest.approx(bf16.time_s["compute/logits"])
+    assert fp8.time_s["compute/elementwise"] > bf16.time_s["compute/elementwise"]  # the casts
+    assert 1.15 < bf16.step_time_s / fp8.step_time_s < 1.6
+
+
+def test_fp8_saves_linear_inputs_in_one_byte_and_caches_fp8_weights():
+    bf16, fp8 = _pair()
+    saved = memory.saved_tensor_widths(bf16.model, 1, True, 4096)
+    kept = [n for n in saved if memory.kept_by_policy(n, "selective")]
+    per_token_bf16 = sum(saved[n] for n in kept) * 2
+    per_token_fp8 = per_token_bf16 - sum(saved[n] for n in memory.FP8_LINEAR_INPUTS if n in kept)
+    ratio = fp8.memory_bytes["activations/saved"] / bf16.memory_bytes["activations/saved"]
+    assert ratio == pytest.approx(per_token_fp8 / per_token_bf16)
+    layer_params = bf16.model.num_layers * params.layer_params(bf16.model, 1)
+    assert fp8.memory_moments["forward_end"]["state/fp8_weights"] == pytest.approx(2 * layer_params / 64)
+    assert "state/fp8_weights" not in bf16.memory_moments["forward_end"]
+
+
+@pytest.mark.parametrize("framework, gathered_bytes", [("megatron", 1), ("torchtitan", 1), ("maxtext", 2),
+                                                       ("deepspeed", 2)])
+def test_fp8_weight_gathers_where_the_framework_does_them(framework, gathered_bytes):
+    bf16, fp8 = _pair(framework=framework)
+    gather_bf16, gather_fp8 = (next(c["time_s"] for c in e.collectives if c["name"] == "fsdp weight gather")
+                               for e in (bf16, fp8))
+    if gathered_bytes == 1:
+        assert 0.5 * gather_bf16 < gather_fp8 < 0.7 * gather_bf16  # half the bytes; latency and small-message cost stay
+    else:
+        assert gather_fp8 == pytest.approx(gather_bf16)
+
+
+def test_fp8_is_refused_where_the_catalogue_has_no_fp8_rate():
+    r = CliRunner().invoke(app, ["estimate", "--model", "llama3-8b", "--cluster", "v5p-64", "--precision", "fp8"])
+    assert r.exit_code == 2
+    assert r.output.strip() == ("error: --precision fp8: v5p has no fp8 matmul rate in the catalogue (no "
+                                "peak_fp8_tflops in hardware/v5p.yaml); use --precision bf16")
+
+
+def test_solve_takes_fp8_and_records_it():
+    r = CliRunner().invoke(app, ["solve", "--model", "llama3-8b", "--cluster", "h100-64", "--seqs", "256",
+                                 "--precision", "fp8", "--top", "1", "--format", "json"])
+    assert r.exit_code == 0, r.output
+    assert '"precision": "fp8"' in r.stdout

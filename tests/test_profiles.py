@@ -1,0 +1,75 @@
+"""Framework profiles: which collectives overlap with what (core/frameworks.py), as the cost model applies them."""
+
+import json
+
+import pytest
+from typer.testing import CliRunner
+
+from layoutsearch.cli import app
+from layoutsearch.core.frameworks import PROFILES, framework_of_record, framework_of_target
+from layoutsearch.core.problem import Problem, build_workload
+from layoutsearch.core.specs import Layout
+from layoutsearch.costs.estimate import estimate
+
+
+def _estimate(layout: Layout, cluster="h100-64", **options):
+    problem = Problem.build("llama3-8b", cluster, build_workload(64, 4096, **options))
+    return estimate(problem, layout)
+
+
+def test_megatron_and_ideal_profiles_expose_different_tp_time_for_one_layout():
+    """Megatron keeps TP on the critical path unless --tp-comm-overlap; ideal pipelines it with the GEMMs."""
+    layout = Layout(fsdp=8, tp=8, zero_stage=3)
+    megatron, ideal = _estimate(layout, framework="megatron"), _estimate(layout, framework="ideal")
+    assert megatron.workload.tp_comm_overlap is False and ideal.workload.tp_comm_overlap is True
+    assert ideal.time_s["exposed_comm/tp"] < 0.5 * megatron.time_s["exposed_comm/tp"]
+    assert ideal.time_s["compute"] == pytest.approx(megatron.time_s["compute"])
+    # --tp-comm-overlap overrides the profile in both directions
+    assert _estimate(layout, framework="megatron", tp_comm_overlap=True).time_s["exposed_comm/tp"] == \
+        pytest.approx(ideal.time_s["exposed_comm/tp"])
+    assert _estimate(layout, framework="ideal", tp_comm_overlap=False).time_s["exposed_comm/tp"] == \
+        pytest.approx(megatron.time_s["exposed_comm/tp"])
+
+
+def test_tp_across_scale_out_is_on_the_critical_path_in_every_profile():
+    """A TP group of 16 on 8-GPU nodes crosses the NICs: overlap does not hide it, even in the ideal profile."""
+    layout = Layout(fsdp=4, tp=16, zero_stage=3)
+    exposed = {name: _estimate(layout, framework=name, tp_comm_overlap=True).time_s["exposed_comm/tp"]
+               for name in PROFILES}
+    plain = _estimate(layout, framework="megatron", tp_comm_overlap=False).time_s["exposed_comm/tp"]
+    assert exposed == pytest.approx({name: plain for name in PROFILES})
+
+
+def test_deepspeed_does_not_hide_the_zero1_gather_of_updated_weights():
+    """DeepSpeed all-gathers the updated ZeRO-1/2 weights after the optimizer step; Megatron's
+    --overlap-param-gather hides it behind the next forward."""
+    layout = Layout(dp=8, fsdp=8, zero_stage=1)
+    megatron, deepspeed = _estimate(layout, framework="megatron"), _estimate(layout, framework="deepspeed")
+    scatter = next(c["time_s"] for c in megatron.collectives if c["name"] == "zero-1/2 grad reduce-scatter")
+    assert megatron.time_s["exposed_comm/zero"] == pytest.approx(0.0, abs=1e-12)
+    # the same ring over the same 8 GPUs, bf16 weights instead of fp32 gradients: about half the time
+    assert deepspeed.time_s["exposed_comm/zero"] == pytest.approx(scatter / 2, rel=0.05)
+    assert deepspeed.step_time_s > megatron.step_time_s
+
+
+def test_defaults_and_names():
+    assert _estimate(Layout(fsdp=64)).workload.framework == "megatron"
+    assert Problem.build("llama3-8b", "v5p-64", build_workload(64, 4096)).workload.framework == "maxtext"
+    assert framework_of_record("megatron-deepspeed", "gpu") == "deepspeed"
+    assert framework_of_record("llm-foundry", "gpu") == "torchtitan"
+    assert framework_of_record(None, "tpu") == "maxtext" and framework_of_record("other", "gpu") == "megatron"
+    assert framework_of_target("torchtitan-0.3") == "torchtitan" and framework_of_target("megatron") == "megatron"
+
+
+def test_cli_records_and_prints_the_profile():
+    runner = CliRunner()
+    r = runner.invoke(app, ["estimate", "--model", "llama3-8b", "--cluster", "h100-64", "--seqs", "64",
+                            "--layout", "fsdp=8,tp=8", "--framework", "ideal", "--format", "json"])
+    assert r.exit_code == 0, r.output
+    workload = json.loads(r.stdout)["problem"]["workload"]
+    assert (workload["framework"], workload["tp_comm_overlap"]) == ("ideal", True)
+    r = runner.invoke(app, ["estimate", "--model", "llama3-8b", "--cluster", "h100-64", "--seqs", "64",
+                            "--layout", "fsdp=8,tp=8"])
+    assert "bf16, megatron overlap" in r.stdout.splitlines()[0]
+    r = runner.invoke(app, ["estimate", "--model", "llama3-8b", "--cluster", "h100-64", "--framework", "nemo"])
+    assert r.exit_code == 2 and "nemo" in r.output

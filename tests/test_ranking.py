@@ -1,0 +1,264 @@
+"""Robust ranking (search/ranking.py): step times within the tie tolerance are ties won by the
+simplest layout; CP-SAT and the enumerator rank identically; a layout is listed once whatever its
+placement; every layout record carries the uncertainty band."""
+
+import json
+import random
+
+import numpy as np
+import pytest
+from typer.testing import CliRunner
+
+from layoutsearch.cli import app
+from layoutsearch.core.catalogue import load_model
+from layoutsearch.core.errors import InvalidArgumentError
+from layoutsearch.core.placement import NESTING_ORDER
+from layoutsearch.core.problem import Problem, SearchOptions, SearchRequest
+from layoutsearch.core.specs import DEGREE_NAMES, RECOMPUTE_POLICIES, Workload
+from layoutsearch.core.topology import resolve_cluster
+from layoutsearch.core.uncertainty import uncertainty_band
+from layoutsearch.costs import memory
+from layoutsearch.search import solve
+from layoutsearch.search.cpsat import cpsat_top
+from layoutsearch.search.enumerate import candidate_grid, enumerate_top
+from layoutsearch.search.ranking import TIE_TOLERANCE, simplicity_key, tie_limit
+from layoutsearch.search.space import build_space
+from layoutsearch.search.tables import assemble, build_tables
+
+runner = CliRunner()
+
+# (model, cluster, batches): catalogue instances small enough for the enumerator
+CATALOGUE = [("debug", "h100-16", (16, 32, 64)), ("debug", "v5p-64", (64, 128)), ("debug", "v5e-16", (32,)),
+             ("llama3-8b", "h100-16", (32, 64)), ("llama3-8b", "h100-64", (64, 256)), ("llama3-8b", "v5p-64", (128, 256)),
+             # several axis orders (placements) per shape; slices over DCN
+             ("debug", "v5e-32", (64,)), ("debug", "v5p-128", (128,)), ("llama3-8b", "v5p-128", (256,)),
+             ("debug", "v5e-16x2", (64,))]
+
+
+def _instances(count: int, seed: int):
+    rng = random.Random(seed)
+    pool = [(m, c, b) for m, c, bs in CATALOGUE for b in bs]
+    picked = rng.sample(pool, min(count, len(pool)))
+    return [(m, c, b, rng.choice([2048, 4096])) for m, c, b in picked]
+
+
+def _identity(est) -> tuple:
+    lay = est.layout
+    return (tuple(sorted(lay.degrees.items())), lay.zero_stage, lay.num_microbatches, lay.recompute,
+            lay.virtual_stages, lay.axes)
+
+
+def _problem(model: str, cluster: str, seqs: int, seq_len: int = 4096) -> Problem:
+    return Problem.build(load_model(model), resolve_cluster(cluster), Workload(global_batch_seqs=seqs, seq_len=seq_len))
+
+
+def _brute_force(space, tables, top_k: int, tolerance: float) -> list[tuple]:
+    """The ranking written out in plain Python over every fitting candidate, for comparison:
+    rank after rank, the least step time T among the layouts not yet ranked, then the candidate
+    with the smallest key (degrees above one, cp > 1, TP beyond a node, z, K, recompute lightness
+    (costs.memory.recompute_work), degrees in order, axis order) among those with
+    step <= T + floor(T * tolerance)."""
+    sk, ri, z, o = candidate_grid(space, np.arange(len(space.sk_k)))
+    m = assemble(tables, space, sk, ri, z, o)
+    cluster, sh = space.cluster, space.shapes
+    slow = {a.name for a in cluster.axes if a.kind in ("scale_out", "dcn")}
+    cands, placements = [], {}
+    for i in np.nonzero(m["fits"])[0]:
+        j, r, zz, oo = int(sk[i]), int(ri[i]), int(z[i]), int(o[i])
+        s = int(space.sk_shape[j])
+        degrees = tuple(int(getattr(sh, name)[s]) for name in DEGREE_NAMES)
+        if (s, oo) not in placements:
+            placements[s, oo] = dict(space.placement(s, oo))
+        placement = placements[s, oo]
+        tp_beyond = any(axis in slow for axis, _ in placement.get("tp", ()))
+        policy = RECOMPUTE_POLICIES[int(space.recompute_codes[r])]
+        work = memory.recompute_work(space.model, policy)
+        lightness = (work["matmul"], work["attention"], work["elementwise"], work["tp"], RECOMPUTE_POLICIES.index(policy))
+        key = (sum(d > 1 for d in degrees), int(degrees[4] > 1), int(tp_beyond), zz, int(space.sk_k[j]),
+               lightness, degrees + (int(sh.v[s]),), oo)
+        cands.append({"c": (j, r, zz, oo), "group": (j, r, zz), "step": int(m["step"][i]), "key": key})
+    out = []
+    while len(out) < top_k and cands:
+        best = min(c["step"] for c in cands)
+        eligible = [c for c in cands if c["step"] <= best + int(best * tolerance)]
+        pick = min(eligible, key=lambda c: c["key"])
+        out.append(pick["c"])
+        cands = [c for c in cands if c["group"] != pick["group"]]
+    return out
+
+
+def test_the_simplicity_key_orders_by_the_documented_criteria():
+    """On h100-64 (nodes of 8 on a scale-out network) the key's parts are what they say."""
+    space = build_space(_problem("llama3-8b", "h100-64", 256), SearchOptions())
+    sh = space.shapes
+    sk, ri, z, o = candidate_grid(space, np.arange(len(space.sk_k)))
+    key = simplicity_key(space, sk, ri, z, o)
+    s = space.sk_shape[sk]
+    above = sum((getattr(sh, n)[s] > 1).astype(int) for n in DEGREE_NAMES)
+    assert (key[0] == above).all() and (key[1] == (sh.cp[s] > 1)).all()
+    assert (key[3] == z).all() and (key[4] == space.sk_k[sk]).all()
+    # lighter recompute first: none, then selective, then full (whatever else the space allows between them)
+    light = {RECOMPUTE_POLICIES[int(space.recompute_codes[r])]: int(k) for r, k in zip(ri, key[5])}
+    assert light["none"] == 0 and light["none"] < light["selective"] < light["full"]
+    # TP beyond a node: exactly when the placement puts a TP factor on the scale-out axis
+    for i in np.random.default_rng(1).choice(len(sk), 300, replace=False):
+        placement = dict(space.placement(int(s[i]), int(o[i])))
+        assert key[2][i] == any(axis == "scale_out" for axis, _ in placement.get("tp", ()))
+    assert key[2].any() and not key[2].all()  # tp = 16 and above leave the node of 8
+    assert (key[2][sh.tp[s] > 8] == 1).all() and (key[2][sh.tp[s] <= 8] == 0).all()
+    assert NESTING_ORDER[0] == "tp"
+
+
+def test_tie_limit_is_the_tolerance_rounded_down():
+    assert TIE_TOLERANCE == 0.005
+    assert tie_limit(100_000) == 100_500 and tie_limit(100_199) == 100_699 and tie_limit(199) == 199
+    assert tie_limit(100_000, 0.0) == 100_000 and tie_limit(100_000, 0.01) == 101_000
+
+
+@pytest.mark.parametrize("model, cluster, seqs", [("debug", "h100-16", 64), ("llama3-8b", "h100-64", 256),
+                                                  ("debug", "v5p-64", 128), ("debug", "v5e-32", 64),
+                                                  ("debug", "v5p-128", 128), ("debug", "v5e-16x2", 64)])
+def test_both_methods_rank_as_the_plain_python_ranking(model, cluster, seqs):
+    """The top 5 of CP-SAT and of the enumerator are the brute-force ranking's, candidate for candidate."""
+    space = build_space(_problem(model, cluster, seqs), SearchOptions())
+    tables = build_tables(space)
+    expected = _brute_force(space, tables, 5, TIE_TOLERANCE)
+    enum, _ = enumerate_top(space, tables, "step-time", 5)
+    cps, info = cpsat_top(space, tables, "step-time", 5, time_limit_s=30)
+    assert [a[:4] for a in enum] == expected
+    assert [a[:4] for a in cps] == expected
+    assert info["status"] == "OPTIMAL" and info["ranking_status"] == "OPTIMAL"
+    assert [a[4] for a in cps] == [a[4] for a in enum]
+    # the proof is of the least step time, which the simplest tied winner may exceed within the tolerance
+    m = assemble(tables, space, *candidate_grid(space, np.arange(len(space.sk_k))))
+    least = int(m["step"][m["fits"]].min())
+    assert info["objective"] == least and least <= cps[0][4]["step"] <= tie_limit(least)
+
+
+def test_with_no_tolerance_the_winner_is_the_fastest():
+    space = build_space(_problem("llama3-8b", "h100-64", 256), SearchOptions())
+    tables = build_tables(space)
+    expected = _brute_force(space, tables, 3, 0.0)
+    cps, info = cpsat_top(space, tables, "step-time", 3, tolerance=0.0)
+    enum, _ = enumerate_top(space, tables, "step-time", 3, tolerance=0.0)
+    assert [a[:4] for a in cps] == [a[:4] for a in enum] == expected
+    assert cps[0][4]["step"] == info["objective"]
+    steps = [a[4]["step"] for a in cps]
+    assert steps == sorted(steps)
+
+
+def test_llama3_8b_on_h100_64_both_methods_return_the_same_winner():
+    """The issue's case: fsdp=64, fsdp=32 cp=2, fsdp=16 cp=4 and fsdp=8 cp=8 tied; both methods
+    now return the same, simplest layout (whether or not CP costs make the tie go away)."""
+    problem = _problem("llama3-8b", "h100-64", 256)
+    a = solve(problem, SearchRequest(top_k=5, method="cpsat"))
+    b = solve(problem, SearchRequest(top_k=5, method="enumerate"))
+    assert [_identity(e) for e in a.layouts] == [_identity(e) for e in b.layouts]
+    assert a.objective_value == pytest.approx(b.objective_value) and a.status == b.status == "OPTIMAL"
+    winner = a.layouts[0].layout
+    tied = [e.layout for e, m in zip(a.layouts, a.metrics) if m["step"] <= a.metrics[0]["step"]]
+    assert sum(v > 1 for v in winner.degrees.values()) == min(sum(v > 1 for v in t.degrees.values()) for t in tied)
+
+
+def test_random_catalogue_instances_rank_identically_with_both_methods():
+    """A seeded sample of catalogue models, clusters and batches: the same top 4, layout for layout
+    (degrees, ZeRO stage, microbatches, recompute, virtual stages, placement), and the same metrics."""
+    checked = 0
+    for model, cluster, seqs, seq_len in _instances(12, seed=10):
+        problem = _problem(model, cluster, seqs, seq_len)
+        a = solve(problem, SearchRequest(top_k=4, method="cpsat"))
+        b = solve(problem, SearchRequest(top_k=4, method="enumerate"))
+        where = f"{model} on {cluster}, {seqs} x {seq_len}"
+        assert [_identity(e) for e in a.layouts] == [_identity(e) for e in b.layouts], where
+        assert a.metrics == b.metrics and a.candidates == b.candidates, where
+        assert a.status == b.status and a.objective_value == pytest.approx(b.objective_value), where
+        checked += bool(a.layouts)
+    assert checked >= 9
+
+
+@pytest.mark.parametrize("method", ["cpsat", "enumerate"])
+def test_top_n_lists_distinct_layouts_not_placements(method):
+    """On the main job (3 axis orders on the 16x16x32 torus) the top 5 differ in degrees, ZeRO
+    stage, microbatches or recompute, and both methods list the same."""
+    result = solve(_problem("llama70b", "v5p-8192", 1024), SearchRequest(top_k=5, method=method))
+    keys = [(tuple(e.layout.degrees.items()), e.layout.zero_stage, e.layout.num_microbatches, e.layout.recompute,
+             e.layout.virtual_stages) for e in result.layouts]
+    assert len(keys) == 5 and len(set(keys)) == 5
+    assert result.status == "OPTIMAL" and len(result.space.orders) == 3
+    other = solve(_problem("llama70b", "v5p-8192", 1024), SearchRequest(top_k=5, method="cpsat"))
+    assert [_identity(e) for e in result.layouts] == [_identity(e) for e in other.layouts]
+
+
+def test_rank_after_rank_each_layout_is_tied_with_the_best_left():
+    """Step times need not be sorted any more, but each is within the tolerance of every later one's."""
+    result = solve(_problem("llama3-8b", "h100-64", 256), SearchRequest(top_k=6))
+    steps = [m["step"] for m in result.metrics]
+    for i, s in enumerate(steps):
+        assert s <= tie_limit(min(steps[i:]))
+    assert steps[0] <= tie_limit(round(result.objective_value / result.quantum_s))
+
+
+def test_every_layout_record_carries_the_uncertainty_band():
+    r = runner.invoke(app, ["solve", "--model", "llama3-8b", "--cluster", "h100-64", "--seqs", "256", "--format", "json",
+                            "--top", "3"])
+    assert r.exit_code == 0, r.stdout
+    doc = json.loads(r.stdout)
+    low, high = uncertainty_band("gpu")
+    for rec in doc["layouts"]:
+        step = rec["time_s"]["step"]
+        assert rec["step_time_rel_band"] == [low, high]
+        assert rec["step_time_band_s"] == pytest.approx([step * (1 + low), step * (1 + high)])
+    assert doc["solver"]["tie_tolerance"] == TIE_TOLERANCE and doc["solver"]["ranking_status"] == "OPTIMAL"
+    assert "simplest layout" in doc["solver"]["tie_break"]
+    r = runner.invoke(app, ["estimate", "--model", "llama70b", "--cluster", "v5p-8192", "--layout", "fsdp=1024,tp=8",
+                            "--format", "json"])
+    rec = json.loads(r.stdout)["layout"]
+    low, high = uncertainty_band("tpu")
+    assert rec["step_time_band_s"] == pytest.approx([rec["time_s"]["step"] * (1 + low), rec["time_s"]["step"] * (1 + high)])
+
+
+def test_explain_says_when_the_runner_up_is_within_the_uncertainty(monkeypatch):
+    import layoutsearch.report.output as output
+    monkeypatch.setattr(output, "uncertainty_band", lambda kind: (-0.08, 0.12))
+    args = ["explain", "--model", "llama3-8b", "--cluster", "h100-64", "--seqs", "256", "--top", "4"]
+    doc = json.loads(runner.invoke(app, args + ["--format", "json"]).stdout)
+    ex = doc["explanation"]
+    assert ex["uncertainty_rel_band"] == [-0.08, 0.12] and ex["tie_tolerance"] == TIE_TOLERANCE
+    first = doc["layouts"][0]["time_s"]["step"]
+    assert doc["layouts"][0]["step_time_band_s"] == pytest.approx([first * 0.92, first * 1.12])
+    for note, rec in zip(ex["ranking"], doc["layouts"][1:]):
+        diff = rec["time_s"]["step"] / first - 1
+        assert note["step_time_rel_diff"] == pytest.approx(diff)
+        assert note["within_uncertainty"] == (-0.08 <= diff <= 0.12)
+        if note["within_tie_tolerance"]:
+            assert note["simpler_by"]  # layout 1 ranks first by a named criterion
+    text = runner.invoke(app, args).stdout
+    runner_up = ex["ranking"][0]
+    if runner_up["within_uncertainty"]:
+        word = "slower" if runner_up["step_time_rel_diff"] >= 0 else "faster"
+        assert (f"the runner-up is within the model's uncertainty: {abs(runner_up['step_time_rel_diff']):.1%} {word}, "
+                f"band -8%..+12%") in text
+    assert "ties below 0.5%" in text or not runner_up["within_tie_tolerance"]
+
+
+def test_explain_names_the_band_when_a_runner_up_is_outside_it(monkeypatch):
+    import layoutsearch.report.output as output
+    monkeypatch.setattr(output, "uncertainty_band", lambda kind: (-0.0001, 0.0001))
+    args = ["explain", "--model", "llama3-8b", "--cluster", "h100-64", "--seqs", "256", "--top", "3"]
+    doc = json.loads(runner.invoke(app, args + ["--format", "json"]).stdout)
+    notes = doc["explanation"]["ranking"]
+    outside = [n for n in notes if abs(n["step_time_rel_diff"]) > 0.0001]
+    assert outside and not any(n["within_uncertainty"] for n in outside)
+    text = runner.invoke(app, args).stdout
+    assert "outside the model's uncertainty (band -0%..+0%)" in text
+
+
+def test_a_tie_tolerance_request_changes_the_ranking():
+    problem = _problem("llama3-8b", "h100-64", 256)
+    exact = solve(problem, SearchRequest(top_k=3, tie_tolerance=0.0))
+    assert exact.metrics[0]["step"] == round(exact.objective_value / exact.quantum_s)
+    assert [m["step"] for m in exact.metrics] == sorted(m["step"] for m in exact.metrics)
+    assert exact.tie_tolerance == 0.0
+    for bad in (-0.01, 0.9, float("nan")):
+        with pytest.raises(InvalidArgumentError, match="tie tolerance"):
+            solve(problem, SearchRequest(tie_tolerance=bad))

@@ -1,0 +1,93 @@
+"""Uneven pipeline stages (core/stages.py): pp need not divide the layers."""
+
+import json
+
+import pytest
+from typer.testing import CliRunner
+
+from layoutsearch.cli import app
+from layoutsearch.core.check import check_layout
+from layoutsearch.export import capabilities_of
+from layoutsearch.core.problem import Problem, build_workload, layout_from_record
+from layoutsearch.core.specs import Layout
+from layoutsearch.core.stages import default_microbatches, split_layers
+from layoutsearch.costs.estimate import estimate
+from layoutsearch.report.output import layout_record
+
+runner = CliRunner()
+
+
+@pytest.mark.parametrize("args, expected", [
+    ((126, 16, 1), (7, 8, 7, "embedding-and-loss")),  # Meta's Llama 3 405B: pp=16
+    ((126, 8, 8), (15, 16, 15, "embedding-and-loss")),  # NVIDIA's Llama 3.1 405B: pp=8, 8 virtual stages
+    ((80, 8, 1), (10, 10, 10, "even")),
+    ((126, 16, 1, 6, 8), (6, 8, 8, "first-last")),  # given first and last: 14 middle stages of 8
+    ((32, 3, 1), (10, 11, 11, "first-last")),  # proposed: middle ceil(32/3) = 11, the rest shared
+    ((126, 1, 1), (126, 126, 126, "even")),
+])
+def test_splits(args, expected):
+    first, middle, last, kind, ok = split_layers(*args)
+    names = {0: "even", 1: "embedding-and-loss", 2: "first-last"}
+    assert (int(first[0]), int(middle[0]), int(last[0]), names[int(kind[0])]) == expected and ok[0]
+
+
+@pytest.mark.parametrize("args", [(126, 16, 8), (126, 16, 1, 9, 9), (126, 16, 1, 7, 6), (32, 2, 1, 10, 10)])
+def test_impossible_splits_are_refused(args):
+    assert not split_layers(*args)[4][0]
+
+
+def test_metas_405b_layout_is_estimated_near_its_published_throughput():
+    """Llama 3 405B on 16,384 H100 (Meta, 'The Llama 3 Herd of Models', table 4): tp=8, pp=16, dp=128,
+    8K sequences, 2048 per step, about 400 TFLOP/s per GPU. Meta's FSDP keeps weights gathered through
+    a step's microbatches (ZeRO-2 here) and interleaves the pipeline."""
+    problem = Problem.build("llama3-405b", "h100-16384", build_workload(2048, 8192))
+    est = estimate(problem, Layout(fsdp=128, tp=8, pp=16, zero_stage=2, virtual_stages=4, schedule="interleaved",
+                                   num_microbatches=16))
+    assert est.fits
+    tflops = est.mfu * problem.cluster.accelerator.peak_flops_per_s / 1e12
+    assert 340 <= tflops <= 460, tflops
+    assert layout_record(est)["stage_layers"] == {"first": 7, "middle": 8, "last": 7, "split": "embedding-and-loss"}
+
+
+def test_estimate_picks_microbatches_for_the_pipeline_and_the_split_shows():
+    r = runner.invoke(app, ["estimate", "--model", "llama3-405b", "--cluster", "h100-16384", "--seqs", "2048",
+                            "--seq-len", "8192", "--layout", "fsdp=128,tp=8,pp=16", "--zero-stage", "2",
+                            "--format", "json"])
+    assert r.exit_code == 0, r.output
+    lay = json.loads(r.stdout)["layout"]
+    assert lay["num_microbatches"] == 16 == default_microbatches(2048, 128, 16)
+    assert lay["stage_layers"]["split"] == "embedding-and-loss"
+    r = runner.invoke(app, ["estimate", "--model", "llama3-405b", "--cluster", "h100-16384", "--seqs", "2048",
+                            "--seq-len", "8192", "--layout", "fsdp=128,tp=8,pp=16", "--first-stage-layers", "9",
+                            "--last-stage-layers", "9"])
+    assert r.exit_code == 2
+    assert "num_layers(126) cannot be split over pp(16) x virtual_stages(1) with first_stage_layers(9)" in r.output
+
+
+def test_given_first_and_last_stage_layers_are_costed_and_read_back():
+    """A heavier last stage (8 layers and the logits) is the slowest stage; the split survives the record."""
+    problem = Problem.build("llama3-405b", "h100-16384", build_workload(2048, 8192))
+    base = dict(fsdp=128, tp=8, pp=16, zero_stage=2, num_microbatches=16)
+    light = estimate(problem, Layout(**base, first_stage_layers=7, last_stage_layers=7))
+    heavy_last = estimate(problem, Layout(**base, first_stage_layers=6, last_stage_layers=8))
+    assert heavy_last.step_time_s > light.step_time_s  # the last stage: 8 layers and the logits, the slowest
+    record = layout_record(heavy_last)
+    assert record["stage_layers"] == {"first": 6, "middle": 8, "last": 8, "split": "first-last"}
+    back = layout_from_record(record)
+    assert (back.first_stage_layers, back.last_stage_layers) == (6, 8)
+
+
+def test_search_uses_pipelines_that_do_not_divide_the_layers_and_megatron_writes_the_split(tmp_path):
+    out = tmp_path / "run.sh"
+    r = runner.invoke(app, ["solve", "--model", "llama3-405b", "--cluster", "h100-1024", "--seqs", "512",
+                            "--fix", "tp=8,pp=16", "--top", "1", "--export", "megatron", "-o", str(out)])
+    assert r.exit_code == 0, r.output
+    text = out.read_text()
+    assert "--pipeline-model-parallel-size 16" in text
+    assert "--account-for-embedding-in-pipeline-split" in text and "--account-for-loss-in-pipeline-split" in text
+    problem = Problem.build("llama3-405b", "v5p-1024", build_workload(1024, 4096))
+    gpipe = Layout(fsdp=64, pp=16, zero_stage=3, num_microbatches=16, schedule="gpipe")
+    found = check_layout(problem, gpipe, capabilities=capabilities_of("maxtext"))
+    assert [v.code for v in found] == ["maxtext-split"]
+    assert found[0].message.startswith("MaxText cannot express the embedding-and-loss split of num_layers(126) over "
+                                       "pp(16) x virtual_stages(1)")
