@@ -40,21 +40,21 @@ layout record (null when not given; `cost` is null without a price), and the pro
 
 ## Llama 3 70B on 8192 TPU v5p chips, 15T tokens at 2.0 per chip-hour
 
-Layout 1 streams 5,744,993 tokens/s: 15e12 / 5,744,993 / 86400 = 30.2 days; x 24 x 8192 =
-5,941,406 chip-hours; x 2.0 = 11,882,812.
+Layout 1 streams 5,723,350 tokens/s: 15e12 / 5,723,350 / 86400 = 30.3 days; x 24 x 8192 =
+5,963,873 chip-hours; x 2.0 = 11,927,747.
 """,
     "solve --model llama70b --cluster v5p-8192 --tokens 15e12 --price-per-device-hour 2.0",
     """## The design notes' layout (fsdp=1024, tp=8) for the same run
 
 `estimate` prints the days, device-hours and cost under the step-time breakdown: this layout
-is 50.8% slower than the solver's (1.1010 s against 0.7301 s per step), so it takes 45.6 days
+is 50.2% slower than the solver's (1.1010 s against 0.7328 s per step), so it takes 45.6 days
 and costs 17.9 M instead of 11.9 M.
 """,
     "estimate --model llama70b --cluster v5p-8192 --layout fsdp=1024,tp=8 --tokens 15e12 --price-per-device-hour 2.0",
     """## The same run on 1024 H100s at 3.0 per GPU-hour
 
-Each H100 streams 1,155 tokens/s here against 701 per v5p chip, but there are 8x fewer of
-them: 146.8 days instead of 30.2, for 3.6 M GPU-hours (10.8 M at 3.0) against 5.9 M chip-hours
+Each H100 streams 1,154 tokens/s here against 699 per v5p chip, but there are 8x fewer of
+them: 146.9 days instead of 30.3, for 3.6 M GPU-hours (10.8 M at 3.0) against 6.0 M chip-hours
 (11.9 M at 2.0).
 """,
     "solve --model llama70b --cluster h100-1024 --top 1 --tokens 15e12 --price-per-device-hour 3.0",
@@ -92,15 +92,14 @@ nothing: same layout, same step time.
     "solve --model llama3-8b --cluster h100-64 --top 1 --what-if scale_out_bandwidth=0.5",
     """## A tenth of the scale-out bandwidth
 
-Now the old winner would take 7.10 s per step (+9.3%). The re-solve shards over only 2 nodes
-(fsdp=2, ZeRO-3), replicates over the other 4 (dp=4) and keeps cp=8 inside the node, with
-selective recompute to fit: +4.7%.
+Now the old winner would take 7.10 s per step (+9.3%). The re-solve shards over only 4 nodes
+(fsdp=32, ZeRO-3) and replicates over the other 2 (dp=2), with selective recompute to fit: +4.9%.
 """,
     "solve --model llama3-8b --cluster h100-64 --top 1 --what-if scale_out_bandwidth=0.1",
     """## Llama 3 70B on v5p-8192: half the ICI bandwidth
 
 Every collective of this single slice runs on ICI. The winner moves from tp=2, cp=4 to tp=4,
-cp=2 and is 45% slower; keeping the old layout would be 74% slower (1.2733 s).
+cp=2 and is 47% slower; keeping the old layout would be 77% slower (1.2972 s).
 """,
     "solve --model llama70b --cluster v5p-8192 --top 1 --what-if link_bandwidth=0.5",
     """## Sensitivity of the winner (explain --sensitivity)
@@ -112,7 +111,7 @@ number alone x1.1 and prints the relative change of its step time; `--format jso
 close to the -9.1% (1/1.1 - 1) of pure compute.
 """,
     "explain --model llama3-8b --cluster h100-64 --sensitivity",
-    """Llama 3 70B on v5p-8192 has 0.075 s of exposed communication per 0.730 s step: ICI
+    """Llama 3 70B on v5p-8192 has 0.075 s of exposed communication per 0.733 s step: ICI
 bandwidth matters (-1.3%), FLOP/s less than on the H100s (-7.3%).
 """,
     "explain --model llama70b --cluster v5p-8192 --sensitivity",

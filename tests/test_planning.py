@@ -57,10 +57,10 @@ def test_solve_json_prices_every_layout_from_its_own_record():
     for rec in doc["layouts"]:
         assert_priced(rec, TOKENS, 8192, PRICE)
     best = doc["layouts"][0]
-    assert best["tokens_per_s"] == pytest.approx(5_623_170, rel=1e-6)
-    assert best["train_days"] == pytest.approx(30.8742, rel=1e-5)  # 15e12 / 5,623,170 / 86400
-    assert best["device_hours"] == pytest.approx(6_070_123, rel=1e-6)
-    assert best["cost"] == pytest.approx(12_140_245, rel=1e-6)
+    assert best["tokens_per_s"] == pytest.approx(5_723_350, rel=1e-6)
+    assert best["train_days"] == pytest.approx(30.3338, rel=1e-5)  # 15e12 / 5,723,350 / 86400
+    assert best["device_hours"] == pytest.approx(5_963_873, rel=1e-6)
+    assert best["cost"] == pytest.approx(11_927_747, rel=1e-6)
 
 
 def test_without_tokens_the_fields_are_null_and_without_a_price_only_cost_is():
@@ -346,4 +346,4 @@ def test_examples_show_what_the_commands_print(name):
 def test_time_to_train_example_is_llama70b_on_v5p_8192_at_15t_tokens():
     text = (EXAMPLES / "time_to_train.md").read_text()
     assert "$ layoutsearch solve --model llama70b --cluster v5p-8192 --tokens 15e12 --price-per-device-hour 2.0" in text
-    assert "│ 1 │ 5,744,993 │ 30.2 │    5,941,406 │ 11,882,812 │" in text
+    assert "│ 1 │ 5,723,350 │ 30.3 │    5,963,873 │ 11,927,747 │" in text

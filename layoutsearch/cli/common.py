@@ -132,11 +132,6 @@ class WorkloadArgs:
         """The Workload of these options (18 B/param mixed-precision Adam by default)."""
         return build_workload(seqs, seq_len, tokens, **self.workload_options())
 
-    @classmethod
-    def pick(cls, values: dict) -> "WorkloadArgs":
-        """The workload options among a command's parameter values (its ``locals()``)."""
-        return cls(**{name: values[name] for name in WORKLOAD_FIELDS})
-
     def workload_options(self) -> dict:
         """These options as ``build_workload`` keywords (choices as their plain values)."""
         values = {name: getattr(self, name) for name in WORKLOAD_FIELDS}
@@ -221,6 +216,28 @@ def search_command(**defaults: Any) -> Callable[[Callable], Callable]:
         return takes_problem_file(run)
 
     return wrap
+
+
+def takes_workload_options(command: Callable) -> Callable:
+    """Decorator: ``command(..., workload_options: WorkloadArgs)`` gets the workload options
+    (``WORKLOAD_FIELDS``, declared once in ``WorkloadArgs``) as typer options after its own."""
+    hints = get_type_hints(WorkloadArgs, include_extras=True)
+    defaults = {f.name: f.default for f in dataclasses.fields(WorkloadArgs)}
+    extra = [inspect.Parameter(name, inspect.Parameter.KEYWORD_ONLY, annotation=hints[name], default=defaults[name])
+             for name in WORKLOAD_FIELDS]
+    own = [p.replace(kind=inspect.Parameter.KEYWORD_ONLY)
+           for p in inspect.signature(command, eval_str=True).parameters.values() if p.name != "workload_options"]
+
+    @functools.wraps(command)
+    def run(**kwargs):
+        options = WorkloadArgs(**{name: kwargs.pop(name) for name in WORKLOAD_FIELDS})
+        return command(**kwargs, workload_options=options)
+
+    params = own + extra
+    run.__signature__ = inspect.Signature(params)
+    run.__annotations__ = {p.name: p.annotation for p in params}
+    del run.__wrapped__
+    return run
 
 
 # ----------------------------------------------------------------------------- problem files

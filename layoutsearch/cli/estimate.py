@@ -9,14 +9,13 @@ from typing import Annotated, Optional
 import typer
 
 from layoutsearch.cli.common import (
-    ClusterOpt, Format, FormatOpt, FrameworkOpt, FusedAttentionOpt, GradBytesOpt, HbmOpt, MarginOpt, ModelOpt,
-    MomentBytesOpt, PrecisionOpt, SeqLenOpt, SeqsOpt, TpOverlapOpt, WorkloadArgs, check_range, one_line,
-    print_document, reports_errors, takes_problem_file,
+    ClusterOpt, Format, FormatOpt, ModelOpt, SeqLenOpt, SeqsOpt, WorkloadArgs, check_range, one_line, print_document,
+    reports_errors, takes_problem_file, takes_workload_options,
 )
 from layoutsearch.cli.planning import PriceOpt, TokensOpt, WhatIfOpt, check_plan, estimate_what_if
 from layoutsearch.core.parse import parse_axes, parse_degrees
 from layoutsearch.core.problem import Problem
-from layoutsearch.core.specs import Layout, MfuConvention, Precision, Recompute, Schedule
+from layoutsearch.core.specs import Layout, MfuConvention, Recompute, Schedule
 from layoutsearch.core.stages import default_microbatches
 from layoutsearch.core.units import MAX_MICROBATCHES, MAX_MODEL_DIM, MAX_VIRTUAL_STAGES_RECORD
 from layoutsearch.costs.estimate import estimate as estimate_layout
@@ -26,6 +25,7 @@ from layoutsearch.report.output import estimate_document
 
 @reports_errors
 @takes_problem_file
+@takes_workload_options
 def estimate(
     model: ModelOpt = "llama70b",
     cluster: ClusterOpt = "v5p-8192",
@@ -48,21 +48,14 @@ def estimate(
     axes: Annotated[Optional[str], typer.Option("--axes", help="Placement, e.g. 'tp=z:8;fsdp=z:4,y:16,x:16'")] = None,
     mfu_convention: Annotated[MfuConvention, typer.Option("--mfu-convention")] = MfuConvention.model,
     tokens: TokensOpt = None,
-    framework: FrameworkOpt = None,
-    precision: PrecisionOpt = Precision.bf16,
-    tp_comm_overlap: TpOverlapOpt = None,
-    grad_bytes: GradBytesOpt = 4,
-    moment_bytes: MomentBytesOpt = 4,
-    fused_attention: FusedAttentionOpt = True,
-    hbm_gib: HbmOpt = None,
-    memory_margin_gib: MarginOpt = 0.0,
+    workload_options: WorkloadArgs = WorkloadArgs(),
     fmt: FormatOpt = Format.table,
     price_per_device_hour: PriceOpt = None,
     what_if: WhatIfOpt = None,
 ) -> None:
     """Does MY layout fit, and where does the time go? Memory by moment, time by component."""
     factors = check_plan(tokens, price_per_device_hour, what_if)
-    options = WorkloadArgs.pick(locals())
+    options = workload_options
     problem = Problem.build(model, cluster, options.workload(seqs, seq_len, tokens))
     degrees = parse_degrees(layout)
     if microbatches is None:

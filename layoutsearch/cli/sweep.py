@@ -11,12 +11,11 @@ from typing import Annotated, Optional
 import typer
 
 from layoutsearch.cli.common import (
-    FrameworkOpt, FusedAttentionOpt, GradBytesOpt, HbmOpt, MarginOpt, MomentBytesOpt, PrecisionOpt, TimeLimitOpt,
-    TpOverlapOpt, WorkloadArgs, reports_errors, takes_problem_file,
+    TimeLimitOpt, WorkloadArgs, reports_errors, takes_problem_file, takes_workload_options,
 )
 from layoutsearch.cli.planning import PriceOpt, TokensOpt
 from layoutsearch.core.errors import InvalidArgumentError
-from layoutsearch.core.specs import Precision, choices
+from layoutsearch.core.specs import choices
 from layoutsearch.sweep import expand_points, journal_path, print_summary, run_sweep
 
 
@@ -25,6 +24,7 @@ Executor = choices("Executor", ("local", "ray"), "Where the sweep's points run: 
 
 @reports_errors
 @takes_problem_file(inline=False, lists=True)
+@takes_workload_options
 def sweep(
     *,
     model: Annotated[Optional[str], typer.Option("--model", "-m", help="Model ids, comma-separated: llama70b,llama3-405b")] = None,
@@ -44,20 +44,13 @@ def sweep(
     progress: Annotated[bool, typer.Option("--progress/--no-progress", help="Progress bar on stderr")] = True,
     tokens: TokensOpt = None,
     price_per_device_hour: PriceOpt = None,
-    framework: FrameworkOpt = None,
-    precision: PrecisionOpt = Precision.bf16,
-    tp_comm_overlap: TpOverlapOpt = None,
-    grad_bytes: GradBytesOpt = 4,
-    moment_bytes: MomentBytesOpt = 4,
-    fused_attention: FusedAttentionOpt = True,
-    hbm_gib: HbmOpt = None,
-    memory_margin_gib: MarginOpt = 0.0,
+    workload_options: WorkloadArgs = WorkloadArgs(),
 ) -> None:
     """Best layout for every (model, cluster, batch) point; resumable, one row per point."""
     if not model or not cluster:
         missing = " and ".join(f"--{name}" for name, value in (("model", model), ("cluster", cluster)) if not value)
         raise InvalidArgumentError(f"sweep needs {missing} (or the key in a --problem file)")
-    options = WorkloadArgs.pick(locals())
+    options = workload_options
     points = expand_points(model, cluster, seqs, seq_len, tokens, price_per_device_hour, options.workload_options())
     try:
         summary = run_sweep(points, output, jobs=jobs, executor=executor.value, address=address,

@@ -187,6 +187,7 @@ def _step_terms(problem: Problem, key: _Keys, stages: list[dict]) -> dict:
         "tp_rerun": float(work["tp"][int(_scalar(key.r))]), "cp_rerun": float(work["attention"][int(_scalar(key.r))]),
         "z3": float(_scalar(z) == 3 and _scalar(sh.shards) > 1),
         "RED": _scalar(steps["reduce/zero"] + steps["reduce/dp"] + steps["reduce/kv_replica"]),
+        "RCON": _scalar(terms.reduction_link_traffic(model, sh, first["tp"], first["cp"], co)),
         "WIN": _scalar(windows["WIN"]), "GATH": _scalar(steps["gather/zero"]), "FWD": _scalar(windows["FWD"]),
         "PP": _scalar(terms.pipeline_sends(model, workload, acc, sh, k, co)),
         "OPT": _scalar(terms.optimizer_time(model, workload, acc, sh, z)), "STEP0": acc.step_overhead_s,
@@ -216,7 +217,7 @@ def _itemise(layout: Layout, slow: dict, stage_items: dict, parts: dict, mult: f
 def _split_reductions(t: dict, exposed: float, gather_exposed: float) -> dict:
     """The exposed once-per-step reductions by group: the window hides them in order (ZeRO
     reduce-scatter, DP all-reduce, KV-replica all-reduce), the rest is each group's share."""
-    out, budget = {}, t["WIN"]
+    out, budget = {}, max(0.0, t["WIN"] - t["RCON"])  # what the TP and CP traffic on those links leave free
     for name in ("zero", "dp", "kv_replica"):
         seconds = _scalar(t["steps"]["reduce/" + name])
         out["exposed_comm/" + name] = max(0.0, seconds - budget)

@@ -23,7 +23,7 @@ PRODUCER = {
 }
 _PROJECTIONS = ("q", "k", "v", "qk_norm_in")  # the QKV projections' outputs (MaxText "qkv_proj")
 _OUT_PROJ = ("mlp_norm_in", "post_norm_in")  # the O projection's output and the residual after it ("out_proj")
-_CONTEXT = ("attn_out", "attn_lse")  # the attention core's output ("context")
+_CONTEXT = ("attn_out", "attn_lse", "attn_scores")  # the attention core's output ("context"; scores when unfused)
 _MLP_WI = ("mlp_gate", "mlp_up")  # the MLP input projections' outputs ("mlpwi")
 ALL_TENSORS = frozenset(PRODUCER)
 POLICY_SAVES: dict[str, frozenset] = {

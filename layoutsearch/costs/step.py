@@ -8,12 +8,13 @@ one integer variable per ``max(0, hidden - window)`` (the only non-linear piece)
 Terms (all seconds per step, or quanta in the tables; "st" = stage 0 first, 1 last):
 
     stage[st] = A[st] + TP[st] + CP + tp_rerun TPF + cp_rerun CPF + z3 (FX[st] + max(0, X - Y))
-    step      = max_st stage[st] + max(0, RED - WIN) + max(0, GATH - FWD) + PP + OPT + STEP0
+    step      = max_st stage[st] + max(0, RED + RCON - WIN) + max(0, GATH - FWD) + PP + OPT + STEP0
 
 A: compute and per-microbatch overhead x (K + (p - 1)/v) (the bubble included); TP, CP: exposed
 tensor- and context-parallel collectives; FX: ZeRO-3 gathers that do not hide (the first
 layer's, the vocabulary's); X, Y: ZeRO-3 backward traffic and the backward it hides behind;
-RED, WIN: once-per-step gradient reductions and the last microbatch's backward; GATH, FWD: the
+RED, WIN: once-per-step gradient reductions and the last microbatch's backward; RCON: the hidden
+TP and CP traffic of that backward on the links the reductions use (they share them); GATH, FWD: the
 ZeRO-1/2 gather of updated weights and the next step's first forward; PP: pipeline fill and
 drain sends; OPT: the optimizer step; STEP0: a fixed per-step overhead. TPF, CPF: the TP and CP
 collectives of a forward run again; ``tp_rerun`` is the share of them the recompute policy reruns,
@@ -26,7 +27,8 @@ from __future__ import annotations
 import numpy as np
 
 # max(0, hidden - window): collectives that hide behind a compute window, what does not fit is exposed
-EXPOSED = (("exposed_comm/reduce", "RED", "WIN"), ("exposed_comm/zero_gather", "GATH", "FWD"))
+# (name, the terms that share the hidden links, window)
+EXPOSED = (("exposed_comm/reduce", ("RED", "RCON"), "WIN"), ("exposed_comm/zero_gather", ("GATH",), "FWD"))
 # added as they are
 PLAIN = (("exposed_comm/pp", "PP"), ("compute/optimizer", "OPT"), ("overhead/step", "STEP0"))
 STAGES = (0, 1)
@@ -55,7 +57,7 @@ def step_parts(t: dict, stage) -> dict:
     """The step's parts given the slowest stage's time: the once-per-step terms of EXPOSED and PLAIN."""
     parts = {"stage": stage}
     for name, hidden, window in EXPOSED:
-        parts[name] = np.maximum(0, t[hidden] - t[window])
+        parts[name] = np.maximum(0, sum(t[h] for h in hidden) - t[window])
     for name, term in PLAIN:
         parts[name] = t[term]
     return parts

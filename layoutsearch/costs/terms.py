@@ -72,7 +72,17 @@ class Shapes:
         return cls(**arrays, **extra)
 
     def take(self, index) -> "Shapes":
-        return Shapes(**{k: getattr(self, k)[index] for k in (*SHAPE_KEYS, "sched", "lf", "ll")})
+        out = Shapes(**{k: getattr(self, k)[index] for k in (*SHAPE_KEYS, "sched", "lf", "ll")})
+        for layers, split in self.__dict__.get("_split", {}).items():  # carried, not recomputed, for the rows
+            out.__dict__.setdefault("_split", {})[layers] = tuple(a[index] for a in split)
+        return out
+
+    def layer_split(self, num_layers: int):
+        """``core.stages.split_layers`` of these rows (first, middle, last, kind, ok), computed once."""
+        cache = self.__dict__.setdefault("_split", {})
+        if num_layers not in cache:
+            cache[num_layers] = split_layers(num_layers, self.pp, self.v, self.lf, self.ll)
+        return cache[num_layers]
 
     @property
     def units(self):
@@ -109,7 +119,7 @@ def tokens_per_microbatch(workload: Workload, sh: Shapes, k):
 def layers_per_stage(model: ModelSpec, sh: Shapes, last=False):
     """Layers of the last stage (``last``), else of the first stage standing for the middle ones: the
     heavier of the two (core.stages; uneven splits make the first stage lighter than the middle)."""
-    first, middle, final, _, _ = split_layers(model.num_layers, sh.pp, sh.v, sh.lf, sh.ll)
+    first, middle, final, _, _ = sh.layer_split(model.num_layers)
     return np.where(last, final, np.maximum(first, middle))
 
 
@@ -228,6 +238,14 @@ def shard_link_traffic(tp: dict, cp: dict, co: Coeffs) -> dict:
     share_tp, share_cp = shares_links(co.tp, co.shard), shares_links(co.cp, co.shard)
     return {"fwd": share_cp * cp["hidden_fwd_layer"] + share_tp * tp["hidden_fwd_layer"],
             "bwd": share_cp * cp["hidden_bwd_layer"] + share_tp * tp["hidden_bwd_layer"]}
+
+
+def reduction_link_traffic(model: ModelSpec, sh: Shapes, tp: dict, cp: dict, co: Coeffs):
+    """Seconds the hidden TP and CP traffic of one microbatch's backward keeps busy the links of the
+    data-parallel groups (dp x fsdp x cp), on which the once-per-step gradient reductions run in that
+    same backward: the reductions hide only in what of the window it leaves free."""
+    share_tp, share_cp = shares_links(co.tp, co.dp_zero0), shares_links(co.cp, co.dp_zero0)
+    return layers_per_stage(model, sh) * (share_tp * tp["hidden_bwd_layer"] + share_cp * cp["hidden_bwd_layer"])
 
 
 def fsdp_collectives(model: ModelSpec, workload: Workload, acc: Accelerator, sh: Shapes, co: Coeffs) -> dict:

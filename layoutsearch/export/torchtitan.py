@@ -142,17 +142,26 @@ def _toml_value(value) -> str:
     return str(value)
 
 
+def policy_notes(ctx: ExportContext, sac: str) -> list[str]:
+    """What torchtitan runs differently from the costed layout (both targets): selective recompute as
+    its per-op SAC (``sac`` names it), ZeRO-2 gathering once per microbatch."""
+    notes = []
+    if ctx.layout.recompute == "selective":
+        notes.append(f"selective -> {sac}: torchtitan saves every other matmul and the attention output, which is "
+                     f"not exactly layoutsearch's selective policy (memory and recompute time differ; recompute "
+                     f"'op' is torchtitan's own policy).")
+    if ctx.effective_zero_stage == 2 and ctx.layout.num_microbatches > 1 and ctx.layout.pp == 1:
+        notes.append("zero 2 -> fsdp_reshard_after_forward = \"never\": FSDP2 still gathers and reduce-scatters "
+                     "once per microbatch, not once per step.")
+    return notes
+
+
 def render(ctx: ExportContext) -> str:
     notes = header_lines(ctx)
     if flavor_for(ctx) is None:
         notes.append(f"flavor '{ctx.model_id}' is not a torchtitan llama3 flavor: register it in "
                      f"torchtitan/models/llama3/__init__.py llama3_args as {custom_flavor_args(ctx)}")
-    if ctx.layout.recompute == "selective":
-        notes.append("selective -> op-level SAC: torchtitan saves every other matmul and the attention output, "
-                     "which is not exactly layoutsearch's selective policy (memory and recompute time differ).")
-    if ctx.effective_zero_stage == 2 and ctx.layout.num_microbatches > 1 and ctx.layout.pp == 1:
-        notes.append("zero 2 -> fsdp_reshard_after_forward = \"never\": FSDP2 still gathers and reduce-scatters "
-                     "once per microbatch, not once per step.")
+    notes += policy_notes(ctx, "op-level SAC")
     notes += _model_notes(ctx)
     notes.append("Usage: NGPU=... CONFIG_FILE=THIS_FILE ./run_train.sh (torchtitan 0.2.x TOML schema)")
     notes.append(placeholder_note())

@@ -176,12 +176,7 @@ def render(ctx: ExportContext) -> str:
     notes = header_lines(ctx)
     if torchtitan.flavor_for(ctx) is None:
         notes.append(f"'{ctx.model_id}' is not a torchtitan llama3 flavor: the module builds it from MODEL below.")
-    if ctx.layout.recompute == "selective":
-        notes.append("selective -> SelectiveAC (per-op SAC): torchtitan saves every other matmul and the attention "
-                     "output, which is not exactly layoutsearch's selective policy (memory and recompute time differ).")
-    if ctx.effective_zero_stage == 2 and ctx.layout.num_microbatches > 1 and ctx.layout.pp == 1:
-        notes.append("zero 2 -> fsdp_reshard_after_forward = \"never\": FSDP2 still gathers and reduce-scatters "
-                     "once per microbatch, not once per step.")
+    notes += torchtitan.policy_notes(ctx, "SelectiveAC (per-op SAC)")
     m = ctx.model
     if m.attention_dropout or m.hidden_dropout:
         notes.append(f"dropout attention {m.attention_dropout:g} / hidden {m.hidden_dropout:g}: torchtitan's llama3 "

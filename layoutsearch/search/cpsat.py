@@ -188,6 +188,7 @@ def build_model(space: Space, t: Tables, rows: np.ndarray, clip: int | None, fit
     term = {
         "RED": (over(v.szo, t.RED, top=None), int(t.RED.max())),
         "GATH": (over(v.szo, t.GATH, top=None), int(t.GATH.max())),
+        "RCON": (over(v.w, t.RCON, lambda k: (k[0], k[2]), None), int(t.RCON.max())),
         "WIN": (over(v.w, t.WIN, lambda k: (k[0], k[1]), None), None),
         "FWD": (over(v.w, t.FWD, lambda k: k[0], None), None),
         "PP": (over(v.w, t.PP, lambda k: (k[0], k[2])), None),
@@ -197,8 +198,8 @@ def build_model(space: Space, t: Tables, rows: np.ndarray, clip: int | None, fit
     step = stage + zero3
     # ---- hidden collectives: what does not fit behind their window is exposed (costs.step.EXPOSED)
     for name, hidden, window in step_formula.EXPOSED:
-        exposed = model.new_int_var(0, term[hidden][1] + 1, name)
-        model.add(exposed >= term[hidden][0] - term[window][0])
+        exposed = model.new_int_var(0, sum(term[h][1] for h in hidden) + 1, name)
+        model.add(exposed >= sum(term[h][0] for h in hidden) - term[window][0])
         step = step + exposed
     for _, name in step_formula.PLAIN:
         step = step + term[name][0]

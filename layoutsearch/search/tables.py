@@ -10,7 +10,7 @@ Per stage st (0 = first, 1 = last):
   stage[st] = A[SKr,st] + TP[SKo,st] + tp_rerun[r]*TPF[SKo] + CP[SKo] + cp_rerun[r]*CPF[SKo]
               + z3 * (FX[SKo,st] + max(0, X[SKo] - Y[SKr]))
   STAGE     = max_st stage[st], tabulated per (S,K,r,o) without (STAGE0) and with ZeRO-3 (STAGE3)
-  step      = STAGE + max(0, RED[Szo] - WIN[SKr]) + max(0, GATH[Szo] - FWD[SK]) + PP[SKo] + OPT[Sz] + STEP0
+  step      = STAGE + max(0, RED[Szo] + RCON[SKo] - WIN[SKr]) + max(0, GATH[Szo] - FWD[SK]) + PP[SKo] + OPT[Sz] + STEP0
   memory    = MZ[Sz,st,moment] + MB[SKr,st,moment] <= capacity, for every st and moment
 """
 
@@ -48,6 +48,7 @@ class Tables:
     FX: np.ndarray  # [sk, o, st]
     X: np.ndarray  # [sk, o]
     PP: np.ndarray  # [sk, o]
+    RCON: np.ndarray  # [sk, o] hidden TP/CP traffic of the last backward on the reductions' links
     # S x z (x o)
     RED: np.ndarray  # [s, z, o]
     GATH: np.ndarray  # [s, z, o]
@@ -80,6 +81,7 @@ def _stage_flags(sh: terms.Shapes):
 def build_tables(space: Space) -> Tables:
     """Evaluate every cost term once per key it depends on, then quantise."""
     model, workload, acc = space.model, space.workload, space.cluster.accelerator
+    space.shapes.layer_split(model.num_layers)  # once per shape; every grid below takes its rows
     n_sk, codes, n_o = len(space.sk_k), space.recompute_codes, len(space.orders)
     sk = np.arange(n_sk)
 
@@ -116,6 +118,7 @@ def build_tables(space: Space) -> Tables:
         fx_st.append(mult_o * (fixed["forward"] + fixed["vocab"]))
         if st == 0:
             x = mult_o * terms.layers_per_stage(model, sh_o) * (fc["gather_layer"] + fc["reduce_layer"] + busy["bwd"])
+            rcon = terms.reduction_link_traffic(model, sh_o, tp, cp, co)
             tpf = mult_o * tp["rerun"]
     pp = terms.pipeline_sends(model, workload, acc, sh_o, k_o, co)
     # ---- S x z (x o)
@@ -151,7 +154,7 @@ def build_tables(space: Space) -> Tables:
         MB=kib(np.stack([np.stack(m, axis=-1) for m in mb], axis=-2)).reshape(n_sk, nr, 2, len(MOMENT_NAMES)),
         TP=q(np.stack(tp_st, axis=-1)).reshape(n_sk, n_o, 2), TPF=q(tpf).reshape(n_sk, n_o),
         CP=q(mult_o * cp["base"]).reshape(n_sk, n_o), CPF=q(mult_o * cp["rerun"]).reshape(n_sk, n_o),
-        FX=q(np.stack(fx_st, axis=-1)).reshape(n_sk, n_o, 2), X=q(x).reshape(n_sk, n_o), PP=q(pp).reshape(n_sk, n_o),
+        FX=q(np.stack(fx_st, axis=-1)).reshape(n_sk, n_o, 2), X=q(x).reshape(n_sk, n_o), PP=q(pp).reshape(n_sk, n_o), RCON=q(rcon).reshape(n_sk, n_o),
         RED=q(red).reshape(n_s, 4, n_o), GATH=q(steps["gather/zero"]).reshape(n_s, 4, n_o),
         OPT=q(opt).reshape(n_s, 4),
         MZ=kib(np.stack([np.stack(m, axis=-1) for m in mz], axis=-2)).reshape(n_s, 4, 2, len(MOMENT_NAMES)),
@@ -177,7 +180,7 @@ def stage_parts(t: Tables, tp_rerun_by_r: np.ndarray, cp_rerun_by_r: np.ndarray)
 def step_terms(t: Tables, space: Space, sk, ri, z, o) -> dict:
     """The once-per-step terms of ``costs.step`` for candidates (index arrays)."""
     s = space.sk_shape[sk]
-    return {"RED": t.RED[s, z, o], "WIN": t.WIN[sk, ri], "GATH": t.GATH[s, z, o], "FWD": t.FWD[sk],
+    return {"RED": t.RED[s, z, o], "RCON": t.RCON[sk, o], "WIN": t.WIN[sk, ri], "GATH": t.GATH[s, z, o], "FWD": t.FWD[sk],
             "PP": t.PP[sk, o], "OPT": t.OPT[s, z], "STEP0": t.step0}
 
 
