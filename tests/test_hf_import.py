@@ -355,3 +355,17 @@ def test_search_tables_agree_with_the_enumerator(imported, name):
     cps, _ = cpsat_top(space, tables, "step-time", 1, time_limit_s=20)
     assert enum and [a[4]["step"] for a in cps] == [a[4]["step"] for a in enum]
     assert solve(problem).layouts
+
+
+def test_a_refused_config_is_one_error_line_without_the_unused_keys_warning(data_file, capsys):
+    """Bad input is the error line alone (exit 2); on success the unused-keys warning is still printed."""
+    from layoutsearch.cli import main
+
+    mixtral = str(data_file("hf/mixtral-8x7b-v0.1.json"))
+    code = main(["solve", "--model", mixtral, "--cluster", "h100-64"])
+    err = capsys.readouterr().err
+    assert code == 2 and err == f"error: model '{mixtral}': mixture-of-experts layers are not modelled by the cost model yet\n"
+    code = main(["estimate", "--model", str(data_file("hf/llama-3.1-8b-instruct.json")), "--cluster", "h100-64",
+                 "--seqs", "64", "--layout", "fsdp=64"])
+    err = capsys.readouterr().err
+    assert code == 0 and err.startswith("warning: ") and "9 key(s) not used" in err

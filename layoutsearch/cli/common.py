@@ -14,13 +14,14 @@ import functools
 import inspect
 import json
 import math
+import warnings
 from typing import Annotated, Any, Callable, Optional, get_type_hints
 
 import typer
 import yaml
 
 from layoutsearch.core import io
-from layoutsearch.core.errors import InvalidArgumentError, LayoutsearchError
+from layoutsearch.core.errors import InvalidArgumentError, LayoutsearchError, LayoutsearchWarning
 from layoutsearch.core.parse import parse_choices, parse_degrees, parse_names
 from layoutsearch.core.frameworks import framework_of_target
 from layoutsearch.core.problem import Problem, SearchOptions, SearchRequest, build_workload
@@ -35,15 +36,31 @@ from layoutsearch.search.explain import infeasibility
 
 
 def reports_errors(command: Callable) -> Callable:
-    """Turn a LayoutsearchError into one line on stderr and its exit code (2 bad input, 1 infeasible)."""
+    """Turn a LayoutsearchError into one line on stderr and its exit code (2 bad input, 1 infeasible).
+    The command's warnings are held until it ends: bad input (exit 2) is the error line alone."""
     @functools.wraps(command)
     def run(*args, **kwargs):
-        try:
-            return command(*args, **kwargs)
-        except LayoutsearchError as exc:
-            typer.echo(f"error: {one_line(str(exc))}", err=True)
-            raise typer.Exit(exc.exit_code) from None
+        with warnings.catch_warnings(record=True) as held:
+            warnings.simplefilter("always", LayoutsearchWarning)
+            try:
+                result = command(*args, **kwargs)
+            except LayoutsearchError as exc:
+                _replay(held, keep_ours=exc.exit_code != 2)
+                typer.echo(f"error: {one_line(str(exc))}", err=True)
+                raise typer.Exit(exc.exit_code) from None
+            except BaseException:
+                _replay(held)
+                raise
+        _replay(held)
+        return result
     return run
+
+
+def _replay(held: list, keep_ours: bool = True) -> None:
+    """Emit held warnings again (outside the recording), layoutsearch's own unless ``keep_ours`` is False."""
+    for w in held:
+        if keep_ours or not issubclass(w.category, LayoutsearchWarning):
+            warnings.warn_explicit(w.message, w.category, w.filename, w.lineno)
 
 
 def one_line(text: str) -> str:
