@@ -54,7 +54,7 @@ BAD_DEGREES = ["tp=8,tp=4", "tq=8", "tp", "tp=", "=8", "tp=-1", "tp=0", "tp=1e3"
 AXES = ["dp=node:8", "tp=x:2;fsdp=y:2,z:2", "fsdp=node:8", "tp=node:8"]
 BAD_AXES = ["dp=node:8;dp=node:8", "dp=:8", "dp=node", "tp=q:8", "dp=node:0", ";;", "dp=node:2,node:4", "xx",
             "dp=node:99999999999999999999", "dp=scale_out:8"]
-RECOMPUTE = ["none", "none,full", "selective", "full,full"]
+RECOMPUTE = ["none", "none,full", "selective", "full,full", "minimal,op", "save_dot_except_mlpwi"]
 BAD_RECOMPUTE = [",", "", "most", "none;full"]
 ONLY = ["fsdp,tp", "dp", "fsdp,tp,pp,cp,dp"]
 BAD_ONLY = ["tq", ",", ""]
@@ -194,6 +194,13 @@ class Gen:
             ("--mfu-convention", lambda: self.pick(["model", "palm", "palm-causal"], ["hardware"]), 0.2),
             ("--tokens", lambda: self.pick(TOKENS, BAD_TOKENS, 0.6), 0.25),
             ("--tp-comm-overlap", None, 0.15),
+            ("--framework", lambda: self.pick(["megatron", "ideal", "maxtext", "deepspeed", "torchtitan"], ["nemo", ""]),
+             0.15),
+            ("--precision", lambda: self.pick(["bf16", "fp8"], ["fp4", "int8"], 0.85), 0.15),
+            ("--hbm-gib", lambda: self.pick(["96", "16", "141"], ["0", "-3", "nan", "1e9"], 0.7), 0.1),
+            ("--memory-margin-gib", lambda: self.pick(["0", "4"], ["-1", "inf"], 0.7), 0.1),
+            ("--grad-bytes", lambda: self.pick(["2", "4"], ["3x", "8"], 0.7), 0.1),
+            ("--first-stage-layers", lambda: self.number(["1", "2", "3"]), 0.1),
             ("--format", lambda: self.pick(["table", "json"], ["yaml"], 0.9), 0.6),
         ])
 
@@ -211,6 +218,12 @@ class Gen:
             ("--method", lambda: self.pick(["cpsat", "enumerate"], ["magic"]), 0.2),
             ("--recompute", lambda: self.pick(RECOMPUTE, BAD_RECOMPUTE, 0.6), 0.25),
             ("--tp-comm-overlap", None, 0.1),
+            ("--framework", lambda: self.pick(["megatron", "ideal", "maxtext", "deepspeed", "torchtitan"], ["nemo", ""]),
+             0.15),
+            ("--precision", lambda: self.pick(["bf16", "fp8"], ["fp4", "int8"], 0.85), 0.15),
+            ("--hbm-gib", lambda: self.pick(["96", "16", "141"], ["0", "-3", "nan", "1e9"], 0.7), 0.1),
+            ("--memory-margin-gib", lambda: self.pick(["0", "4"], ["-1", "inf"], 0.7), 0.1),
+            ("--grad-bytes", lambda: self.pick(["2", "4"], ["3x", "8"], 0.7), 0.1),
         ]
         if command == "solve":
             specs += [("--format", lambda: self.pick(["table", "json", "yaml"], ["xml"], 0.9), 0.6),
