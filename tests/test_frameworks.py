@@ -44,12 +44,19 @@ def megatron_config(doc: dict):
     a = parse_args(export_document(doc, "megatron"))
     layers, pp = int(a["--num-layers"]), int(a["--pipeline-model-parallel-size"])
     lpvs = int(a.get("--num-layers-per-virtual-pipeline-stage", 0))
-    return tc.TransformerConfig(
+    vp = layers // pp // lpvs if lpvs else (int(a["--num-virtual-stages-per-pipeline-rank"])
+                                            if "--num-virtual-stages-per-pipeline-rank" in a else None)
+    uneven = {"num_layers_in_first_pipeline_stage": int(a["--decoder-first-pipeline-num-layers"]),
+              "num_layers_in_last_pipeline_stage": int(a["--decoder-last-pipeline-num-layers"])} \
+        if "--decoder-first-pipeline-num-layers" in a else {}
+    if "--account-for-embedding-in-pipeline-split" in a:
+        uneven = {"account_for_embedding_in_pipeline_split": True, "account_for_loss_in_pipeline_split": True}
+    return tc.TransformerConfig(**uneven,
         num_layers=layers, hidden_size=int(a["--hidden-size"]), num_attention_heads=int(a["--num-attention-heads"]),
         num_query_groups=int(a.get("--num-query-groups", a["--num-attention-heads"])),
         ffn_hidden_size=int(a["--ffn-hidden-size"]), kv_channels=int(a["--kv-channels"]),
         tensor_model_parallel_size=int(a["--tensor-model-parallel-size"]), pipeline_model_parallel_size=pp,
-        virtual_pipeline_model_parallel_size=layers // pp // lpvs if lpvs else None,
+        virtual_pipeline_model_parallel_size=vp,
         context_parallel_size=int(a["--context-parallel-size"]), sequence_parallel="--sequence-parallel" in a,
         recompute_granularity=a.get("--recompute-granularity"), recompute_method=a.get("--recompute-method"),
         recompute_num_layers=int(a["--recompute-num-layers"]) if "--recompute-num-layers" in a else None,
@@ -57,8 +64,18 @@ def megatron_config(doc: dict):
         pipeline_dtype=torch.bfloat16 if pp > 1 else None), a
 
 
-@pytest.mark.parametrize("doc", [FSDP_TP, CP, HSDP, INTERLEAVED, KV_REPLICATED, ZERO1], ids=[
-    "fsdp_tp", "cp", "hsdp", "interleaved", "kv_replicated", "zero1"])
+# 126 layers on pp=8 x 8 virtual stages (NVIDIA's Llama 3.1 405B split: embedding and loss count as layers)
+# and on pp=16 with given lighter first and last stages (6 / 8 / 8)
+UNEVEN_VP = solve_doc("llama3-405b", "h100-1024", 512, 4096,
+                      Layout(fsdp=16, tp=8, pp=8, virtual_stages=8, num_microbatches=32, zero_stage=1,
+                             schedule="interleaved"))
+UNEVEN_FL = solve_doc("llama3-405b", "h100-1024", 512, 4096,
+                      Layout(fsdp=8, tp=8, pp=16, num_microbatches=64, zero_stage=1, first_stage_layers=6,
+                             last_stage_layers=8))
+
+
+@pytest.mark.parametrize("doc", [FSDP_TP, CP, HSDP, INTERLEAVED, KV_REPLICATED, ZERO1, UNEVEN_VP, UNEVEN_FL], ids=[
+    "fsdp_tp", "cp", "hsdp", "interleaved", "kv_replicated", "zero1", "uneven_vp", "uneven_first_last"])
 def test_megatron_core_accepts_exported_sizes(doc):
     """megatron-core's TransformerConfig and microbatch calculator accept the sizes and give the layout's K."""
     calc = pytest.importorskip("megatron.core.num_microbatches_calculator")
@@ -701,3 +718,21 @@ def test_main_job_export_accepted_by_deepspeed(tmp_path):
     lay = doc["layouts"][0]
     ds = deepspeed_config(json.loads(text), lay["degrees"]["dp"] * lay["degrees"]["fsdp"])
     assert ds.train_batch_size == 1024
+
+
+def test_megatron_core_rejects_a_split_that_does_not_add_up():
+    """The uneven split flags are checked by megatron-core itself: 7 + 14 x m + 8 != 126 is refused."""
+    torch = pytest.importorskip("torch")
+    pytest.importorskip("megatron.core")
+    doc = json.loads(json.dumps(UNEVEN_FL))
+    text = export_document(doc, "megatron").replace("--decoder-first-pipeline-num-layers 6",
+                                                    "--decoder-first-pipeline-num-layers 7")
+    a = parse_args(text)
+    tc = pytest.importorskip("megatron.core.transformer.transformer_config")
+    with pytest.raises(ValueError, match="middle"):
+        tc.TransformerConfig(num_layers=int(a["--num-layers"]), hidden_size=int(a["--hidden-size"]),
+                             num_attention_heads=int(a["--num-attention-heads"]),
+                             pipeline_model_parallel_size=int(a["--pipeline-model-parallel-size"]),
+                             num_layers_in_first_pipeline_stage=int(a["--decoder-first-pipeline-num-layers"]),
+                             num_layers_in_last_pipeline_stage=int(a["--decoder-last-pipeline-num-layers"]),
+                             pipeline_dtype=torch.bfloat16)
