@@ -73,3 +73,15 @@ def test_cli_records_and_prints_the_profile():
     assert "bf16, megatron overlap" in r.stdout.splitlines()[0]
     r = runner.invoke(app, ["estimate", "--model", "llama3-8b", "--cluster", "h100-64", "--framework", "nemo"])
     assert r.exit_code == 2 and "nemo" in r.output
+
+
+def test_megatron_computes_the_loss_gradient_in_place_of_its_softmax():
+    """Megatron's vocab-parallel cross entropy writes exp and the gradient into the fp32 logits it saved:
+    one fp32 logits buffer at the loss backward; torchtitan's loss allocates a second one."""
+    layout = Layout(fsdp=64, zero_stage=3)
+    megatron, torchtitan = (_estimate(layout, framework=f).memory_moments["loss_backward"]
+                            for f in ("megatron", "torchtitan"))
+    logits = torchtitan["temporary/logits"]
+    assert logits == pytest.approx(4096 * 128256 * 4)  # one microbatch (one 4096-token sequence) of fp32 logits
+    assert torchtitan["temporary/logits_grad"] == pytest.approx(logits)
+    assert megatron["temporary/logits_grad"] == 0.0 and megatron["temporary/logits"] == pytest.approx(logits)

@@ -42,11 +42,13 @@ class Profile:
     fp8_param_gather: bool = False  # with fp8: weights all-gathered in fp8 (Megatron --fp8-param-gather,
     # torchtitan enable_fsdp_float8_all_gather), else in bf16
     recompute_policies: tuple[str, ...] = ("none", "selective", "full")  # what the search tries by default
+    inplace_cross_entropy: bool = False  # the loss gradient overwrites the fp32 softmax it saved (Megatron's
+    # vocab-parallel cross entropy: exp and the gradient are computed in place), else a second fp32 buffer
 
 
 PROFILES = {
     "megatron": Profile("megatron", tp_overlap=False, grad_reduce_overlap=True, param_gather_overlap=True,
-                        fp8_param_gather=True),
+                        fp8_param_gather=True, inplace_cross_entropy=True),
     "deepspeed": Profile("deepspeed", tp_overlap=False, grad_reduce_overlap=True, param_gather_overlap=False),
     "torchtitan": Profile("torchtitan", tp_overlap=False, grad_reduce_overlap=True, param_gather_overlap=True,
                           fp8_param_gather=True, recompute_policies=("none", "op", "full")),

@@ -388,7 +388,8 @@ def memory_by_microbatch(model: ModelSpec, workload: Workload, sh: Shapes, k, r,
         "temporary/workspace": 2 * m * np.maximum(model.d_ff / sh.tp, model.d_model) * act_b,
         "temporary/logits": logits,
         "temporary/recompute": recomputed,
-        "temporary/logits_grad": logits,
+        "temporary/logits_grad": 0.0 * logits if workload.framework and profile_of(
+            workload.framework).inplace_cross_entropy else logits,
     }
 
 
