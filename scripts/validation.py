@@ -52,12 +52,14 @@ def command(runs: Path) -> str:
 
 
 def code_version() -> str:
-    """git HEAD, marked when the tree has uncommitted changes."""
+    """git HEAD, marked when the tree has uncommitted changes (besides this script's own outputs)."""
     try:
         commit = subprocess.run(["git", "-C", str(ROOT), "rev-parse", "--short", "HEAD"], capture_output=True,
                                 text=True, check=True).stdout.strip()
-        dirty = subprocess.run(["git", "-C", str(ROOT), "status", "--porcelain"], capture_output=True,
-                               text=True, check=True).stdout.strip()
+        own = [f":!{p}" for p in ("results/validation.md", "results/validation_scatter.png",
+                                  "layoutsearch/core/uncertainty.yaml")]  # what this script writes
+        dirty = subprocess.run(["git", "-C", str(ROOT), "status", "--porcelain", "--", ".", *own],
+                               capture_output=True, text=True, check=True).stdout.strip()
         return commit + (" (with uncommitted changes)" if dirty else "")
     except (OSError, subprocess.CalledProcessError):
         return "unknown"
