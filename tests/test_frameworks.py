@@ -736,3 +736,16 @@ def test_megatron_core_rejects_a_split_that_does_not_add_up():
                              num_layers_in_first_pipeline_stage=int(a["--decoder-first-pipeline-num-layers"]),
                              num_layers_in_last_pipeline_stage=int(a["--decoder-last-pipeline-num-layers"]),
                              pipeline_dtype=torch.bfloat16)
+
+
+def test_torchtitan_reads_the_fp8_sections_of_an_fp8_export(tmp_path):
+    """An fp8 export names torchao's Float8Linear converter and fp8 FSDP all-gathers in keys torchtitan parses."""
+    manager = pytest.importorskip("torchtitan.config.manager")
+    doc = json.loads(json.dumps(FSDP_TP))
+    doc["problem"]["workload"]["precision"] = "fp8"
+    path = tmp_path / "job.toml"
+    path.write_text(export_document(doc, "torchtitan"))
+    job = manager.ConfigManager().parse_args([f"--job.config_file={path}"])
+    assert job.model.converters == ["quantize.linear.float8"]
+    assert job.quantize.linear.float8.enable_fsdp_float8_all_gather is True
+    assert job.quantize.linear.float8.recipe_name == "tensorwise"

@@ -68,3 +68,30 @@ def test_solve_takes_fp8_and_records_it():
                                  "--precision", "fp8", "--top", "1", "--format", "json"])
     assert r.exit_code == 0, r.output
     assert '"precision": "fp8"' in r.stdout
+
+
+def _export(target: str, cluster: str, tmp_path) -> tuple[int, str, str]:
+    out = tmp_path / f"layout.{target}"
+    r = CliRunner().invoke(app, ["solve", "--model", "llama3-8b", "--cluster", cluster, "--seqs", "128", "--precision",
+                                 "fp8", "--top", "1", "--export", target, "-o", str(out)])
+    return r.exit_code, out.read_text() if out.exists() else "", r.output
+
+
+def test_exports_carry_the_fp8_the_prediction_assumed(tmp_path):
+    code, text, _ = _export("megatron", "h100-16", tmp_path)
+    assert code == 0 and "--fp8-format hybrid" in text and "--fp8-recipe" not in text
+    assert ("--fp8-param-gather" in text) == ("--use-distributed-optimizer" in text)  # fp8 weight gathers: megatron
+    code, text, _ = _export("megatron", "gb200-72", tmp_path)
+    assert code == 0 and "--fp8-recipe mxfp8" in text  # Blackwell: per-block scales
+    code, text, _ = _export("maxtext", "h100-16", tmp_path)
+    assert code == 0 and 'quantization: "fp8"' in text
+    code, text, _ = _export("torchtitan", "h100-16", tmp_path)
+    assert code == 0 and "converters = ['quantize.linear.float8']" in text
+    assert "[quantize.linear.float8]\nenable_fsdp_float8_all_gather = true" in text
+
+
+def test_a_target_without_fp8_says_so(tmp_path):
+    code, _, output = _export("deepspeed", "h100-16", tmp_path)
+    assert code == 1
+    assert ("no feasible layout: DeepSpeed cannot express fp8 training; nearest: --precision bf16, or export to "
+            "megatron (deepspeed-precision)") in output

@@ -218,6 +218,7 @@ class Capabilities:
     model_blocks: tuple[str, ...] = ()  # empty: any model; else one of MODEL_BLOCKS must hold
     pipeline_splits: tuple[str, ...] = ("even",)  # core.stages SPLIT_NAMES the target can write
     recompute_policies: tuple[str, ...] = ("none", "selective", "full")  # the policies the target can write
+    precisions: tuple[str, ...] = ("bf16", "fp16")  # the workload precisions the target can write
     why: dict[str, str] = field(default_factory=dict)
 
 
@@ -276,6 +277,10 @@ def framework_rules(caps: Capabilities) -> tuple[Rule, ...]:
          lambda p: f"{name}: tp <= num_kv_heads({p.model.num_kv_heads}) (no KV-head replication)",
          lambda p, c: text(f"{caps.target}-kv", f"tp({c['tp']}) > num_kv_heads({p.model.num_kv_heads}) (replicated KV "
                                                 f"heads)", f"tp={p.model.num_kv_heads} with the rest in fsdp")),
+        (f"{caps.target}-precision", (), lambda p, c: p.workload.precision in caps.precisions,
+         lambda p: f"{name}: precision {', '.join(caps.precisions)}",
+         lambda p, c: text(f"{caps.target}-precision", f"{p.workload.precision} training",
+                           f"--precision {caps.precisions[0]}, or export to megatron")),
         (f"{caps.target}-model", (), lambda p, c: not caps.model_blocks or any(MODEL_BLOCKS[b](p.model)
                                                                                for b in caps.model_blocks),
          lambda p: f"{name}: a model of the {' or '.join(caps.model_blocks) or 'any'} family",

@@ -54,7 +54,7 @@ def slice_shape(ctx: ExportContext) -> tuple[int, int]:
 
 
 CAPABILITIES = Capabilities(
-    target="maxtext", framework="MaxText", recompute_policies=tuple(REMAT), zero_stages=(0, 1, 3), zero_stages_with_replicas=(3,),
+    target="maxtext", framework="MaxText", recompute_policies=tuple(REMAT), precisions=("bf16", "fp8"), zero_stages=(0, 1, 3), zero_stages_with_replicas=(3,),
     zero_stages_with_cp=(3,), pipeline_schedules=("gpipe",), kv_replication=False, model_blocks=("llama", "gpt3"),
     why={"maxtext-zero": "it has no ZeRO-2: sharded gradients with replicated weights",
          "maxtext-replicas": "its ZeRO-1 (shard_optimizer_over_data) shards over all data replicas",
@@ -168,6 +168,7 @@ def render(ctx: ExportContext) -> str:
         ("parallelism", {"hardware": hardware, **parallelism(ctx),
                          **({"shard_optimizer_over_data": True} if ctx.effective_zero_stage == 1 else {})}),
         ("activation rematerialisation", {"remat_policy": REMAT[ctx.layout.recompute]}),
+        *([("fp8 matmuls", {"quantization": "fp8"})] if ctx.workload.precision == "fp8" else []),
     ]
     body = 'base_config: "base.yml"\n'
     for title, keys in sections:

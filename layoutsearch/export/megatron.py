@@ -35,6 +35,7 @@ from __future__ import annotations
 import math
 import shlex
 
+from layoutsearch.core.frameworks import profile_of
 from layoutsearch.core.stages import EMBEDDING_AND_LOSS, EVEN, FIRST_LAST, split_layers
 from layoutsearch.core.rules import Capabilities
 from layoutsearch.export.context import ExportContext, comment_block, header_lines, placeholder_note, set_me
@@ -45,9 +46,11 @@ PLACEHOLDER_ARRAY = "MEGATRON_PLACEHOLDER_ARGS"
 MEGATRON_ROPE_FIXED = {"low_freq_factor": 1.0, "high_freq_factor": 4.0, "original_max_position_embeddings": 8192}
 GATED_ACTIVATIONS = ("silu", "swish")  # --swiglu
 PLAIN_ACTIVATIONS = ("gelu", "gelu_new", "gelu_pytorch_tanh", "gelu_fast")  # Megatron's default GELU
+MXFP8_ACCELERATORS = ("b200", "gb200")  # Blackwell: fp8 with per-block scales (MXFP8)
+
 CAPABILITIES = Capabilities(
     target="megatron", framework="Megatron-LM", pipeline_schedules=("1f1b", "interleaved"),
-    pipeline_splits=("even", "embedding-and-loss", "first-last"),
+    pipeline_splits=("even", "embedding-and-loss", "first-last"), precisions=("bf16", "fp16", "fp8"),
     why={"megatron-pipeline": "it runs 1F1B, or interleaved 1F1B with virtual stages; no GPipe"})
 
 
@@ -79,6 +82,12 @@ def _model_args(ctx: ExportContext) -> list[tuple[str, object]]:
         if m.qkv_bias:
             args.append(("--add-qkv-bias", None))
     args.append(("--bf16", None))
+    if ctx.workload.precision == "fp8":  # Transformer Engine fp8 GEMMs (E4M3 forward, E5M2 gradients)
+        args.append(("--fp8-format", "hybrid"))
+        if ctx.cluster.accelerator.id in MXFP8_ACCELERATORS:
+            args.append(("--fp8-recipe", "mxfp8"))
+        if profile_of(ctx.workload.framework, "gpu").fp8_param_gather and ctx.effective_zero_stage >= 1:
+            args.append(("--fp8-param-gather", None))  # the prediction gathers fp8 weights
     return args
 
 

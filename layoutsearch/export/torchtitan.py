@@ -87,6 +87,7 @@ def capabilities(target: str) -> Capabilities:
     return Capabilities(
         target=target, framework="torchtitan", zero_stages=(0, 2, 3), zero_stages_with_replicas=(2, 3),
         recompute_policies=("none", "selective", "op", "full"),
+        precisions=("bf16", "fp8") if target == "torchtitan" else ("bf16",),
         zero_stages_with_cp=(2, 3), kv_replication=False, model_blocks=("llama3",),
         why={f"{target}-{code}": text for code, text in why.items()})
 
@@ -117,15 +118,26 @@ def sections(ctx: ExportContext) -> dict[str, dict]:
     return {
         "job": {"description": f"layoutsearch layout rank {ctx.record.get('rank', 1)} for {ctx.model_id} on {ctx.cluster.name}",
                 "dump_folder": set_me("output folder for logs and checkpoints")},
-        "model": {"name": "llama3", "flavor": flavor, "hf_assets_path": set_me("folder with the tokenizer (HF assets)")},
+        "model": {"name": "llama3", "flavor": flavor, "hf_assets_path": set_me("folder with the tokenizer (HF assets)"),
+                  **({"converters": ["quantize.linear.float8"]} if ctx.workload.precision == "fp8" else {})},
         "training": {"local_batch_size": mbs * k if lay.pp > 1 else mbs,
                      "global_batch_size": ctx.global_batch_seqs, "seq_len": ctx.seq_len,
                      "dataset": set_me("dataset name registered in torchtitan"),
                      "dataset_path": set_me("dataset location")},
         "parallelism": parallelism,
         "activation_checkpoint": ac,
+        **float8_sections(ctx),
         "checkpoint": {"folder": set_me("checkpoint folder under dump_folder")},
     }
+
+
+def float8_sections(ctx: ExportContext) -> dict[str, dict]:
+    """fp8: torchao's Float8Linear converter with fp8 FSDP all-gathers (what the torchtitan profile
+    costs); none for bf16."""
+    if ctx.workload.precision != "fp8":
+        return {}
+    return {"quantize.linear.float8": {"enable_fsdp_float8_all_gather": True,
+                                       "precompute_float8_dynamic_scale_for_fsdp": True, "recipe_name": "tensorwise"}}
 
 
 # Numeric fields cannot hold a '<set me>' string (the loader would refuse it): commented per section.

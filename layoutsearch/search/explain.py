@@ -143,8 +143,12 @@ def infeasibility(problem: Problem, space: Space, tables: Tables | None) -> dict
     found = nearest(space, tables) if tables is not None else None
     if found is None:
         last = next((s for s in steps if s["remaining"] == 0), steps[-1])
-        out["message"] = (f"no layout satisfies the rules: '{last['rule']}' ({last['code']}) removes the last "
-                          f"{last['removed']} degree tuples")
+        rule = next((r for r in space.rules if r.code == last["code"]), None)
+        if rule is not None and not rule.needs:  # a rule on the whole problem (model, precision): its own reason
+            out["message"] = f"{rule.why(problem, {})} ({rule.code})"
+        else:
+            out["message"] = (f"no layout satisfies the rules: '{last['rule']}' ({last['code']}) removes the last "
+                              f"{last['removed']} degree tuples")
         return out
     (row, ri, z, o), _ = found
     layout = space.layout(int(space.sk_shape[row]), int(space.sk_k[row]), int(space.recompute_codes[ri]), z, o)
