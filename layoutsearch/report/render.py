@@ -10,9 +10,8 @@ from rich.table import Table
 from layoutsearch.costs import params
 from layoutsearch.costs.estimate import Estimate
 from layoutsearch.core.units import GB
-from layoutsearch.report.output import stage_layers_record
 from layoutsearch.report import planning
-from layoutsearch.report.output import band_of
+from layoutsearch.report.output import band_of, stage_layers_record
 from layoutsearch.search.explain import ranking_line
 
 BAR_WIDTH = 30
