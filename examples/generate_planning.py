@@ -53,8 +53,8 @@ and costs 17.9 M instead of 11.9 M.
     "estimate --model llama70b --cluster v5p-8192 --layout fsdp=1024,tp=8 --tokens 15e12 --price-per-device-hour 2.0",
     """## The same run on 1024 H100s at 3.0 per GPU-hour
 
-Each H100 streams 1,154 tokens/s here against 699 per v5p chip, but there are 8x fewer of
-them: 146.9 days instead of 30.3, for 3.6 M GPU-hours (10.8 M at 3.0) against 6.0 M chip-hours
+Each H100 streams 1,234 tokens/s here against 699 per v5p chip, but there are 8x fewer of
+them: 137.4 days instead of 30.3, for 3.4 M GPU-hours (10.1 M at 3.0) against 6.0 M chip-hours
 (11.9 M at 2.0).
 """,
     "solve --model llama70b --cluster h100-1024 --top 1 --tokens 15e12 --price-per-device-hour 3.0",
@@ -92,9 +92,9 @@ nothing: same layout, same step time.
     "solve --model llama3-8b --cluster h100-64 --top 1 --what-if scale_out_bandwidth=0.5",
     """## A tenth of the scale-out bandwidth
 
-Now the old winner would take 7.10 s per step (+9.3%). The re-solve keeps fsdp=64 and ZeRO-2 but
+Now the old winner would take 6.61 s per step (+11.4%). The re-solve keeps fsdp=64 and ZeRO-2 but
 halves the microbatches (K=4: half the weight gathers over the slow NICs) and recomputes selectively
-to fit the larger microbatches: +4.2%.
+to fit the larger microbatches: +2.3%.
 """,
     "solve --model llama3-8b --cluster h100-64 --top 1 --what-if scale_out_bandwidth=0.1",
     """## Llama 3 70B on v5p-8192: half the ICI bandwidth

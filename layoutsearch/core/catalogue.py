@@ -96,6 +96,7 @@ class CalibrationFile(_Strict):
     microbatch_overhead_us: float = Field(ge=0)
     step_overhead_ms: float = Field(ge=0)
     fp8_matmul_efficiency: float | None = Field(default=None, gt=0, le=1)  # of the fp8 peak; needs peak_fp8_tflops
+    vendor_attention_efficiency: float | None = Field(default=None, gt=0, le=1)  # cuDNN / TE fused attention
 
 
 class AcceleratorFile(_Strict):

@@ -42,20 +42,23 @@ class Profile:
     fp8_param_gather: bool = False  # with fp8: weights all-gathered in fp8 (Megatron --fp8-param-gather,
     # torchtitan enable_fsdp_float8_all_gather), else in bf16
     recompute_policies: tuple[str, ...] = ("none", "selective", "full")  # what the search tries by default
+    vendor_attention: bool = False  # the vendor's fused attention kernel (Transformer Engine's cuDNN attention)
+    # where the accelerator has one (``Accelerator.vendor_attention_efficiency``), else FlashAttention-2 class
     inplace_cross_entropy: bool = False  # the loss gradient overwrites the fp32 softmax it saved (Megatron's
     # vocab-parallel cross entropy: exp and the gradient are computed in place), else a second fp32 buffer
 
 
 PROFILES = {
     "megatron": Profile("megatron", tp_overlap=False, grad_reduce_overlap=True, param_gather_overlap=True,
-                        fp8_param_gather=True, inplace_cross_entropy=True),
+                        fp8_param_gather=True, inplace_cross_entropy=True, vendor_attention=True),
     "deepspeed": Profile("deepspeed", tp_overlap=False, grad_reduce_overlap=True, param_gather_overlap=False),
     "torchtitan": Profile("torchtitan", tp_overlap=False, grad_reduce_overlap=True, param_gather_overlap=True,
                           fp8_param_gather=True, recompute_policies=("none", "op", "full")),
     "maxtext": Profile("maxtext", tp_overlap=False, grad_reduce_overlap=True, param_gather_overlap=True,
                        recompute_policies=("minimal_with_context", "minimal", "save_dot_except_mlpwi", "full")),
     "ideal": Profile("ideal", tp_overlap=True, grad_reduce_overlap=True, param_gather_overlap=True,
-                     fp8_param_gather=True, recompute_policies=tuple(r.value for r in Recompute)),
+                     fp8_param_gather=True, recompute_policies=tuple(r.value for r in Recompute),
+                     vendor_attention=True),
 }
 assert set(PROFILES) == {f.value for f in Framework}
 

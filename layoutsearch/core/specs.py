@@ -236,6 +236,8 @@ class Accelerator:
     devices_per_node: int = 1  # GPU: NVLink domain size
     peak_fp8_flops_per_s: float | None = None  # dense fp8 matmuls (MXFP8 on Blackwell); None = no fp8 unit
     fp8_matmul_efficiency: float | None = None  # achievable fraction of the fp8 peak for large matmuls
+    vendor_attention_efficiency: float | None = None  # the vendor's fused attention (cuDNN / Transformer
+    # Engine on Hopper) where it beats the portable FlashAttention-2 class of ``attention_efficiency``
     sources: dict[str, str] = field(default_factory=dict, compare=False, hash=False)
 
 

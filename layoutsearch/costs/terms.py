@@ -139,7 +139,8 @@ def compute_per_microbatch(model: ModelSpec, workload: Workload, acc: Accelerato
     rate = acc.peak_flops_per_s * acc.matmul_efficiency * size  # bf16: attention core, logits
     fp8 = workload.precision == "fp8"
     layer_rate = acc.peak_fp8_flops_per_s * acc.fp8_matmul_efficiency * size if fp8 else rate
-    attn_rate = acc.peak_flops_per_s * (acc.attention_efficiency if workload.flash_attention else acc.matmul_efficiency) * size
+    attn_rate = acc.peak_flops_per_s * (attention_efficiency(workload, acc) if workload.flash_attention
+                                         else acc.matmul_efficiency) * size
     layers = layers_per_stage(model, sh, last)
     work = memory.recompute_arrays(model)
     mm_rerun, attn_rerun, ew_rerun = work["matmul"][r], work["attention"][r], work["elementwise"][r]
@@ -170,6 +171,14 @@ def compute_per_microbatch(model: ModelSpec, workload: Workload, acc: Accelerato
         "window/attn_fwd_layer": attn,
         "window/logits": logits,
     }
+
+
+def attention_efficiency(workload: Workload, acc: Accelerator) -> float:
+    """The fused attention kernel's fraction of peak: the vendor's (cuDNN / Transformer Engine) where
+    the framework profile uses it and the accelerator has a figure for it, else the portable
+    FlashAttention-2 class fraction the catalogue calibrates."""
+    vendor = profile_of(workload.framework, acc.kind).vendor_attention and acc.vendor_attention_efficiency
+    return acc.vendor_attention_efficiency if vendor else acc.attention_efficiency
 
 
 def tp_per_microbatch(model: ModelSpec, workload: Workload, acc: Accelerator, sh: Shapes, k, co: Coeffs, last,
