@@ -104,3 +104,16 @@ def test_options_are_rules_too():
     space = build_space(DEBUG_H16, options)
     assert set(space.shapes.tp.tolist()) == {2} and set(space.shapes.pp.tolist()) == {1}
     assert {r.code for r in space.rules} >= {"option-tp", "option-pp", "option-recompute"}
+
+
+def test_a_target_that_cannot_write_any_allowed_policy_is_infeasible_not_a_crash():
+    """--recompute minimal,op with --export megatron: Megatron writes neither policy, so nothing is left to
+    tabulate (fuzz seed 3 found an IndexError here); exit 1 naming the target's rule."""
+    from typer.testing import CliRunner
+
+    from layoutsearch.cli import app
+
+    r = CliRunner().invoke(app, ["solve", "--model", "llama3-8b", "--cluster", "h100-8", "--seqs", "64",
+                                 "--recompute", "minimal,op", "--export", "megatron"])
+    assert r.exit_code == 1
+    assert "'Megatron-LM: recompute none, selective, full' (megatron-recompute)" in r.output

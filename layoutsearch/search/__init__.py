@@ -71,7 +71,7 @@ def solve(problem: Problem, request: SearchRequest | None = None) -> SearchResul
     if not 0.0 <= tolerance <= MAX_TIE_TOLERANCE:  # NaN fails too
         raise InvalidArgumentError(f"tie tolerance {tolerance} must be a fraction in 0..{MAX_TIE_TOLERANCE}")
     space = build_space(problem, request.options, capabilities_of(request.target))
-    if not len(space.sk_k):
+    if not len(space.sk_k) or not space.num_candidates():  # e.g. no recompute policy left: nothing to tabulate
         return SearchResult(method=method, objective=objective, status="INFEASIBLE", objective_value=None, bound=None,
                             wall_s=time.perf_counter() - start, solver_wall_s=0.0, num_candidates=0, rows_kept=0,
                             quantum_s=0.0, space=space, tables=None, tie_tolerance=tolerance)
