@@ -749,3 +749,18 @@ def test_torchtitan_reads_the_fp8_sections_of_an_fp8_export(tmp_path):
     assert job.model.converters == ["quantize.linear.float8"]
     assert job.quantize.linear.float8.enable_fsdp_float8_all_gather is True
     assert job.quantize.linear.float8.recipe_name == "tensorwise"
+
+
+def test_torchtitan_reads_async_tp_when_the_prediction_overlaps_tp(tmp_path):
+    """With TP overlap assumed, the torchtitan file turns on async TP and the compile it needs; torchtitan parses both."""
+    manager = pytest.importorskip("torchtitan.config.manager")
+    doc = json.loads(json.dumps(FSDP_TP))
+    doc["problem"]["workload"]["tp_comm_overlap"] = True
+    path = tmp_path / "job.toml"
+    path.write_text(export_document(doc, "torchtitan"))
+    job = manager.ConfigManager().parse_args([f"--job.config_file={path}"])
+    assert job.parallelism.enable_async_tensor_parallel is True and job.compile.enable is True
+    doc["problem"]["workload"]["tp_comm_overlap"] = False
+    path.write_text(export_document(doc, "torchtitan"))
+    job = manager.ConfigManager().parse_args([f"--job.config_file={path}"])
+    assert job.parallelism.enable_async_tensor_parallel is False and job.compile.enable is False

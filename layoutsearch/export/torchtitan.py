@@ -105,6 +105,9 @@ def sections(ctx: ExportContext) -> dict[str, dict]:
         "fsdp_reshard_after_forward": "always" if ctx.effective_zero_stage == 3 else "never",
         "tensor_parallel_degree": lay.tp, "context_parallel_degree": lay.cp, "pipeline_parallel_degree": lay.pp,
     }
+    async_tp = bool(ctx.workload.tp_comm_overlap) and lay.tp > 1  # what the prediction assumed
+    if async_tp:  # micro-pipelined TP: torchtitan applies it only to a compiled model
+        parallelism["enable_async_tensor_parallel"] = True
     if lay.pp > 1:
         parallelism.update(
             pipeline_parallel_schedule=SCHEDULES[lay.schedule if lay.virtual_stages == 1 else "interleaved"],
@@ -126,6 +129,7 @@ def sections(ctx: ExportContext) -> dict[str, dict]:
                      "dataset_path": set_me("dataset location")},
         "parallelism": parallelism,
         "activation_checkpoint": ac,
+        **({"compile": {"enable": True, "components": ["model", "loss"]}} if async_tp else {}),
         **float8_sections(ctx),
         "checkpoint": {"folder": set_me("checkpoint folder under dump_folder")},
     }
