@@ -194,15 +194,21 @@ class Gen:
             ("--mfu-convention", lambda: self.pick(["model", "palm", "palm-causal"], ["hardware"]), 0.2),
             ("--tokens", lambda: self.pick(TOKENS, BAD_TOKENS, 0.6), 0.25),
             ("--tp-comm-overlap", None, 0.15),
+            *self.workload_options(),
+            ("--first-stage-layers", lambda: self.number(["1", "2", "3"]), 0.1),
+            ("--format", lambda: self.pick(["table", "json"], ["yaml"], 0.9), 0.6),
+        ])
+
+    def workload_options(self) -> list:
+        """The workload options estimate, solve, explain and sweep share (cli.common.WorkloadArgs)."""
+        return [
             ("--framework", lambda: self.pick(["megatron", "ideal", "maxtext", "deepspeed", "torchtitan"], ["nemo", ""]),
              0.15),
             ("--precision", lambda: self.pick(["bf16", "fp8"], ["fp4", "int8"], 0.85), 0.15),
             ("--hbm-gib", lambda: self.pick(["96", "16", "141"], ["0", "-3", "nan", "1e9"], 0.7), 0.1),
             ("--memory-margin-gib", lambda: self.pick(["0", "4"], ["-1", "inf"], 0.7), 0.1),
             ("--grad-bytes", lambda: self.pick(["2", "4"], ["3x", "8"], 0.7), 0.1),
-            ("--first-stage-layers", lambda: self.number(["1", "2", "3"]), 0.1),
-            ("--format", lambda: self.pick(["table", "json"], ["yaml"], 0.9), 0.6),
-        ])
+        ]
 
     def search(self, command: str) -> list[str]:
         specs = [
@@ -218,12 +224,7 @@ class Gen:
             ("--method", lambda: self.pick(["cpsat", "enumerate"], ["magic"]), 0.2),
             ("--recompute", lambda: self.pick(RECOMPUTE, BAD_RECOMPUTE, 0.6), 0.25),
             ("--tp-comm-overlap", None, 0.1),
-            ("--framework", lambda: self.pick(["megatron", "ideal", "maxtext", "deepspeed", "torchtitan"], ["nemo", ""]),
-             0.15),
-            ("--precision", lambda: self.pick(["bf16", "fp8"], ["fp4", "int8"], 0.85), 0.15),
-            ("--hbm-gib", lambda: self.pick(["96", "16", "141"], ["0", "-3", "nan", "1e9"], 0.7), 0.1),
-            ("--memory-margin-gib", lambda: self.pick(["0", "4"], ["-1", "inf"], 0.7), 0.1),
-            ("--grad-bytes", lambda: self.pick(["2", "4"], ["3x", "8"], 0.7), 0.1),
+            *self.workload_options(),
         ]
         if command == "solve":
             specs += [("--format", lambda: self.pick(["table", "json", "yaml"], ["xml"], 0.9), 0.6),
