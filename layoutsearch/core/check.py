@@ -31,17 +31,19 @@ def placement_violations(problem: Problem, layout: Layout) -> list[Violation]:
     cluster, out = problem.cluster, []
     names = {a.name: a.size for a in cluster.axes}
     used = {a: 1 for a in names}
+    degrees = layout.all_degrees
     for degree, placed in layout.axes:
         product = math.prod(f for _, f in placed)
-        if product != layout.degrees.get(degree, 0):
+        if product != degrees.get(degree, 0):
             out.append(Violation("axes", f"axes of {degree} {list(placed)} multiply to {product}, "
-                                         f"not {degree}({layout.degrees.get(degree)})"))
+                                         f"not {degree}({degrees.get(degree)})"))
         for axis, factor in placed:
             if axis not in names:
                 out.append(Violation("axes", f"{degree} is placed on axis '{axis}', which cluster {cluster.name} "
                                              f"does not have (axes: {', '.join(names)})"))
                 continue
-            used[axis] *= factor
+            if degree in layout.degrees:  # the expert degrees regroup devices the others place
+                used[axis] *= factor
     for axis, size in names.items():
         if used[axis] != size and not out:
             out.append(Violation("axes", f"degrees placed on axis '{axis}' multiply to {used[axis]}, not its size {size}"))

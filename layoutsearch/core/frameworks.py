@@ -46,6 +46,8 @@ class Profile:
     # where the accelerator has one (``Accelerator.vendor_attention_efficiency``), else FlashAttention-2 class
     inplace_cross_entropy: bool = False  # the loss gradient overwrites the fp32 softmax it saved (Megatron's
     # vocab-parallel cross entropy: exp and the gradient are computed in place), else a second fp32 buffer
+    ep_overlap: bool = False  # MoE token AllToAlls hidden behind another microbatch's compute (Megatron
+    # --overlap-moe-expert-parallel-comm, DeepSeek's DualPipe); off by default in every framework
 
 
 PROFILES = {
@@ -58,7 +60,7 @@ PROFILES = {
                        recompute_policies=("minimal_with_context", "minimal", "save_dot_except_mlpwi", "full")),
     "ideal": Profile("ideal", tp_overlap=True, grad_reduce_overlap=True, param_gather_overlap=True,
                      fp8_param_gather=True, recompute_policies=tuple(r.value for r in Recompute),
-                     vendor_attention=True),
+                     vendor_attention=True, ep_overlap=True),
 }
 assert set(PROFILES) == {f.value for f in Framework}
 

@@ -9,10 +9,10 @@ from __future__ import annotations
 import re
 
 from layoutsearch.core.errors import InvalidArgumentError, did_you_mean
-from layoutsearch.core.specs import DEGREE_NAMES
+from layoutsearch.core.specs import ALL_DEGREE_NAMES
 from layoutsearch.core.units import MAX_DEVICES
 
-LAYOUT_KEYS = DEGREE_NAMES
+LAYOUT_KEYS = ALL_DEGREE_NAMES
 _WHOLE = re.compile(r"[+]?[0-9]{1,30}")
 
 

@@ -30,11 +30,11 @@ from layoutsearch.core.problem import Problem, SearchOptions
 from layoutsearch.core.frameworks import profile_of
 from layoutsearch.core.stages import SPLIT_NAMES, split_layers
 from layoutsearch.core.specs import (
-    DEGREE_NAMES, RECOMPUTE_CODES, RECOMPUTE_POLICIES, SCHEDULE_CODES, Layout, ModelSpec,
+    ALL_DEGREE_NAMES, DEGREE_NAMES, RECOMPUTE_CODES, RECOMPUTE_POLICIES, SCHEDULE_CODES, Layout, ModelSpec,
 )
 
 Cand = dict[str, np.ndarray]
-FIELDS = (*DEGREE_NAMES, "v", "sched", "k", "z", "r")
+FIELDS = (*ALL_DEGREE_NAMES, "v", "sched", "k", "z", "r")
 SCHEDULE_NAMES = tuple(SCHEDULE_CODES)
 
 
@@ -77,6 +77,19 @@ def _degrees_text(c: dict) -> str:
     return " x ".join(f"{k}({c[k]})" for k in DEGREE_NAMES)
 
 
+def _stage_devices(c: Cand):
+    """Devices of one pipeline stage: dp x fsdp x tp x cp (the expert layers regroup them)."""
+    return c["dp"] * c["fsdp"] * c["tp"] * c["cp"]
+
+
+def _experts(p: Problem) -> int:
+    return p.model.moe.num_experts if p.model.moe is not None else 1
+
+
+def _expert_ffn(p: Problem) -> int:
+    return p.model.moe.expert_d_ff if p.model.moe is not None else 1
+
+
 # ----------------------------------------------------------------------------- structure
 def _kv_ok(p: Problem, c: Cand):
     kv = p.model.num_kv_heads
@@ -117,6 +130,21 @@ STRUCTURE: tuple[Rule, ...] = (
           lambda p: "virtual stages > 1 exactly when the schedule is interleaved",
           lambda p, c: f"schedule {SCHEDULE_NAMES[c['sched']]} with virtual_stages({c['v']}): virtual stages "
                        f"above 1 are the interleaved schedule, and interleaved needs them"),
+    _rule("ep-dense", ("ep", "etp"), lambda p, c: (p.model.moe is not None) | ((c["ep"] == 1) & (c["etp"] == 1)),
+          lambda p: "ep = etp = 1 without expert layers",
+          lambda p, c: f"ep({c['ep']}) x etp({c['etp']}): model '{p.model.name}' has no mixture-of-experts layers"),
+    _rule("ep-experts", ("ep",), lambda p, c: (c["ep"] >= 1) & (_experts(p) % np.maximum(c["ep"], 1) == 0),
+          lambda p: f"ep divides the experts ({_experts(p)})",
+          lambda p, c: f"ep({c['ep']}) does not divide the {_experts(p)} routed experts of each MoE layer"),
+    _rule("etp-ffn", ("etp",), lambda p, c: (c["etp"] >= 1) & (_expert_ffn(p) % np.maximum(c["etp"], 1) == 0),
+          lambda p: f"etp divides the expert FFN width ({_expert_ffn(p)})",
+          lambda p, c: f"etp({c['etp']}) does not divide the expert FFN width {_expert_ffn(p)}"),
+    _rule("ep-fold", ALL_DEGREE_NAMES,
+          lambda p, c: _stage_devices(c) % np.maximum(c["ep"] * c["etp"], 1) == 0,
+          lambda p: "ep x etp divides the devices of a stage (dp x fsdp x tp x cp): expert layers regroup them",
+          lambda p, c: f"ep({c['ep']}) x etp({c['etp']}) = {c['ep'] * c['etp']} does not divide the "
+                       f"{_stage_devices(c)} devices of a pipeline stage (dp x fsdp x tp x cp): the expert layers "
+                       f"regroup those devices as edp x ep x etp"),
     _rule("cp-seq", ("cp",), lambda p, c: (c["cp"] == 1) | (p.workload.seq_len % (2 * c["cp"]) == 0),
           lambda p: f"seq_len({p.workload.seq_len}) divisible by 2 x cp",
           lambda p, c: f"seq_len({p.workload.seq_len}) is not divisible by 2 x cp({c['cp']})"),
@@ -135,6 +163,12 @@ STRUCTURE: tuple[Rule, ...] = (
                        f"pp({c['pp']})"),
     _rule("zero-stage", ("z",), lambda p, c: (c["z"] >= 0) & (c["z"] <= 3),
           lambda p: "ZeRO stage 0-3", lambda p, c: f"zero_stage({c['z']}) must be 0, 1, 2 or 3"),
+    _rule("ep-zero", (*ALL_DEGREE_NAMES, "z"),
+          lambda p, c: (effective_zero(c) == 0) | ((c["fsdp"] * c["cp"] * c["tp"]) % np.maximum(c["ep"] * c["etp"], 1) == 0),
+          lambda p: "with ZeRO, ep x etp divides fsdp x cp x tp (the experts shard over what remains, replicated over dp)",
+          lambda p, c: f"zero_stage {c['z']} with ep({c['ep']}) x etp({c['etp']}) = {c['ep'] * c['etp']}, which does not "
+                       f"divide fsdp({c['fsdp']}) x cp({c['cp']}) x tp({c['tp']}): the expert groups would straddle "
+                       f"the dp replicas; use ep x etp <= fsdp x cp x tp, or zero_stage 0"),
 )
 
 # Search-only: variants that cannot differ are enumerated once (fsdp with ZeRO-0 would be
@@ -154,7 +188,7 @@ def option_rules(options: SearchOptions | None) -> tuple[Rule, ...]:
     if options is None:
         return ()
     rules = []
-    for d in DEGREE_NAMES:
+    for d in ALL_DEGREE_NAMES:
         if d in options.fix or d in options.choices or (options.only is not None and d not in options.only):
             rules.append(_rule(f"option-{d}", (d,), lambda p, c, d=d: options.allowed(d, c[d]),
                                lambda p, d=d: f"your --fix/--choices/--only for {d}",
@@ -300,7 +334,7 @@ def registry(options: SearchOptions | None = None, capabilities: Capabilities | 
 
 def candidate_of(layout: Layout, k: int | None = None) -> Cand:
     """One layout as a candidate (arrays of length 1)."""
-    values = {**layout.degrees, "v": layout.virtual_stages, "sched": SCHEDULE_CODES.get(layout.schedule, -1),
+    values = {**layout.all_degrees, "v": layout.virtual_stages, "sched": SCHEDULE_CODES.get(layout.schedule, -1),
               "k": layout.num_microbatches if k is None else k, "z": layout.zero_stage,
               "r": RECOMPUTE_CODES.get(layout.recompute, -1),
               "lf": layout.first_stage_layers or 0, "ll": layout.last_stage_layers or 0}

@@ -14,7 +14,9 @@ from typing import Literal
 MlpKind = Literal["gated", "plain"]
 QkNorm = Literal["none", "head", "projection"]
 AxisKind = Literal["torus", "switch", "scale_out", "dcn"]
-DEGREE_NAMES = ("dp", "fsdp", "tp", "pp", "cp")
+DEGREE_NAMES = ("dp", "fsdp", "tp", "pp", "cp")  # their product is the device count
+EXPERT_DEGREE_NAMES = ("ep", "etp")  # expert layers regroup the same devices (MoE parallel folding)
+ALL_DEGREE_NAMES = (*DEGREE_NAMES, *EXPERT_DEGREE_NAMES)
 
 
 def choices(name: str, values: tuple[str, ...], doc: str) -> type[StrEnum]:
@@ -192,6 +194,8 @@ class Workload:
     framework: str | None = None  # Framework profile; None = the accelerator's default (Problem.build resolves it)
     hbm_bytes: float | None = None  # the device's memory when the part differs from the catalogue's (96 GB H100)
     memory_margin_bytes: float = 0.0  # kept free on every device besides the runtime reserve
+    moe_imbalance: float = 1.0  # tokens the busiest expert device gets over the balanced share (1: balanced
+    # routing, as vendor benchmarks force it); its expert GEMMs set the pace
 
     @property
     def global_batch_tokens(self) -> int:
@@ -284,7 +288,10 @@ class Layout:
     """The decision: degrees, microbatching, checkpointing, ZeRO stage, axis placement.
 
     ``dp`` is the replicated part of data parallelism, ``fsdp`` the sharded part; data units
-    (groups that process different sequences) number dp x fsdp.
+    (groups that process different sequences) number dp x fsdp. A mixture-of-experts model's
+    expert layers regroup the devices of one pipeline stage (dp x fsdp x tp x cp of them) as
+    edp x ep x etp (Megatron-Core MoE parallel folding): ``ep`` devices split the experts,
+    ``etp`` split each expert's FFN, and the expert data-parallel degree is what remains.
     """
 
     dp: int = 1
@@ -292,6 +299,8 @@ class Layout:
     tp: int = 1
     pp: int = 1
     cp: int = 1
+    ep: int = 1
+    etp: int = 1
     zero_stage: int = 3
     virtual_stages: int = 1
     num_microbatches: int = 1
@@ -308,7 +317,18 @@ class Layout:
 
     @property
     def degrees(self) -> dict[str, int]:
+        """The five degrees whose product is the device count."""
         return {"dp": self.dp, "fsdp": self.fsdp, "tp": self.tp, "pp": self.pp, "cp": self.cp}
+
+    @property
+    def all_degrees(self) -> dict[str, int]:
+        """``degrees`` and the expert degrees ep, etp (1 for a dense model)."""
+        return {**self.degrees, "ep": self.ep, "etp": self.etp}
+
+    @property
+    def expert_data_parallel(self) -> int:
+        """edp: the devices of one stage that hold the same expert shard (dp x fsdp x tp x cp / (ep x etp))."""
+        return self.dp * self.fsdp * self.tp * self.cp // (self.ep * self.etp)
 
     @property
     def num_devices(self) -> int:

@@ -21,7 +21,7 @@ from functools import lru_cache
 
 import numpy as np
 
-from layoutsearch.core.placement import NESTING_ORDER
+from layoutsearch.core.placement import EXPERT_NESTING, NESTING_ORDER, expert_degrees
 from layoutsearch.core.specs import Axis, Cluster, Layout
 LEVEL_OF_KIND = {"torus": 0, "switch": 0, "scale_out": 1, "dcn": 1}
 
@@ -54,15 +54,16 @@ class Spans:
                    stride=np.array([[p.stride for p in span]], dtype=np.int64))
 
 
-def spans_from_factors(axes: tuple[Axis, ...], table: np.ndarray, degrees: tuple[str, ...]) -> Spans:
-    """The group of ``degrees`` from a factor table [rows, axes, degree in NESTING_ORDER]: on each
+def spans_from_factors(axes: tuple[Axis, ...], table: np.ndarray, degrees: tuple[str, ...],
+                       nesting: tuple[str, ...] = NESTING_ORDER) -> Spans:
+    """The group of ``degrees`` from a factor table [rows, axes, degree in ``nesting``]: on each
     axis its factor is the product of its degrees' factors, its stride the product of the factors
     of the degrees nested inside it up to the first of its own."""
     rows = table.shape[0]
     factor = np.ones((rows, len(axes)), dtype=np.int64)
     stride = np.ones_like(factor)
     found = np.zeros(factor.shape, dtype=bool)
-    for i, name in enumerate(NESTING_ORDER):
+    for i, name in enumerate(nesting):
         f = table[:, :, i]
         if name in degrees:
             factor = factor * f
@@ -84,6 +85,22 @@ def factor_table(cluster: Cluster, axes) -> np.ndarray:
     placed = {name: dict(p) for name, p in axes or ()}
     return np.array([[placed.get(name, {}).get(axis.name, 1) for name in NESTING_ORDER] for axis in cluster.axes],
                     dtype=np.int64).reshape(len(cluster.axes), len(NESTING_ORDER))
+
+
+def expert_factor_table(cluster: Cluster, layout: Layout) -> np.ndarray:
+    """[axis, degree in EXPERT_NESTING] of a placed layout: etp and ep where it places them, pp as
+    the dense placement has it, the replicas (dp's factors where ``expert_degrees`` makes dp the
+    replicas) and the expert shard group in what remains of each axis."""
+    placed = {name: dict(p) for name, p in layout.axes or ()}
+    fits = bool(expert_degrees(layout.all_degrees)["edpr"] == layout.dp)
+    rows = []
+    for axis in cluster.axes:
+        etp, ep, pp = (placed.get(n, {}).get(axis.name, 1) for n in ("etp", "ep", "pp"))
+        rest = max(axis.size // (etp * ep * pp), 1)
+        dp = placed.get("dp", {}).get(axis.name, 1) if fits else rest
+        dp = math.gcd(dp, rest)
+        rows.append([etp, ep, rest // dp, dp, pp])
+    return np.array(rows, dtype=np.int64).reshape(len(cluster.axes), len(EXPERT_NESTING))
 
 
 def span_size(span: Span) -> int:
@@ -197,6 +214,32 @@ def send_coefficients_of(s: Spans) -> RingCoefficients:
     mask, scale_out = _mask_and_scale_out(s, used)
     return RingCoefficients(members=np.where(active, 2, 1), seconds_per_byte=np.where(active, 1.0 / link, 0.0),
                             latency_s=np.where(active, c["latency"][first], 0.0), axes_mask=mask, scale_out=scale_out)
+
+
+def all_to_all_coefficients_of(s: Spans) -> RingCoefficients:
+    """AllToAll coefficients of every row's group, per byte one member sends (its whole buffer,
+    the share kept local included): per level, n/4 of the AllGather's seconds per byte of the
+    whole array on a torus ring (book, "AllToAll"); through a switch each member's NIC or NVLink
+    port carries the share of its buffer bound for members reached over that level; the slowest level; one
+    round trip of the slowest spanned link's latency per level (the messages go out at once).
+    Per member: the share of its buffer that leaves over each level's links, at its bandwidth."""
+    members = s.factor.prod(axis=1)
+    c = _axis_constants(s.axes)
+    per_level, inner = [], np.ones(len(members))
+    for n_l, cost, torus in _levels(s):
+        # cost = (n_l - 1) / (n_l inner W_l): through a switch the share (n_l - 1) inner / members of
+        # the buffer leaves over the level's links, at W_l per member
+        switch = cost * n_l * inner * inner / np.maximum(members, 1)
+        per_level.append(np.where(torus, cost * members / 4.0, switch))
+        inner = inner * n_l
+    per_byte = np.max(np.stack(per_level), axis=0)
+    on = s.factor > 1
+    latency = sum(np.where(on & (c["level"] == level)[None, :], c["latency"][None, :], 0.0).max(axis=1, initial=0.0)
+                  for level in (0, 1))
+    active = members > 1
+    mask, scale_out = _mask_and_scale_out(s, on)
+    return RingCoefficients(members=members, seconds_per_byte=np.where(active, per_byte, 0.0),
+                            latency_s=np.where(active, latency, 0.0), axes_mask=mask, scale_out=scale_out)
 
 
 def replica_spans(s: Spans, replicas: np.ndarray) -> Spans:

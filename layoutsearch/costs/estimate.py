@@ -73,9 +73,9 @@ def estimate(problem: Problem, layout: Layout, mfu_convention: str = MfuConventi
         raise InvalidLayoutError("; ".join(v.message for v in violations))
     if layout.placed:
         return _estimate_placed(problem, layout, mfu_convention, violations)
-    options = [replace(layout, axes=p) for p in candidate_placements(problem.cluster, layout.degrees)]
+    options = [replace(layout, axes=p) for p in candidate_placements(problem.cluster, layout.all_degrees)]
     if not options:
-        raise InvalidLayoutError(f"degrees {layout.degrees} cannot be laid onto the axes "
+        raise InvalidLayoutError(f"degrees {layout.all_degrees} cannot be laid onto the axes "
                                  f"{' x '.join(f'{a.name}({a.size})' for a in problem.cluster.axes)} of {problem.cluster_name}")
     costed = [_estimate_placed(problem, lay, mfu_convention, violations) for lay in options]
     return min(costed, key=lambda e: e.step_time_s)
@@ -130,7 +130,7 @@ class _Keys:
 
     @classmethod
     def of(cls, problem: Problem, layout: Layout) -> "_Keys":
-        sh = terms.Shapes.of(**layout.degrees, v=layout.virtual_stages, sched=SCHEDULE_CODES[layout.schedule],
+        sh = terms.Shapes.of(**layout.all_degrees, v=layout.virtual_stages, sched=SCHEDULE_CODES[layout.schedule],
                              lf=layout.first_stage_layers or 0, ll=layout.last_stage_layers or 0)
         k = np.array([layout.num_microbatches])
         return cls(sh=sh, k=k, r=np.array([RECOMPUTE_CODES[layout.recompute]]), z=np.array([layout.zero_stage]),
@@ -156,10 +156,11 @@ def _stage(problem: Problem, key: _Keys, first: bool, last: bool) -> dict:
     tp = terms.tp_per_microbatch(model, workload, acc, sh, k, co, last, c["window/matmul_fwd_layer"])
     cp = terms.cp_per_microbatch(model, workload, acc, sh, k, co, c["window/attn_fwd_layer"])
     busy = terms.shard_link_traffic(tp, cp, co)
+    ep = terms.ep_per_microbatch(model, workload, acc, sh, k, co, c["window/fwd_layer"])
     return {
         "compute": {kk: _scalar(v) for kk, v in c.items() if kk.startswith("compute/")},
         "overhead": acc.microbatch_overhead_s * _scalar(sh.v),
-        "windows": c, "tp": tp, "cp": cp, "fsdp": fc, "link_busy": busy,
+        "windows": c, "tp": tp, "cp": cp, "ep": ep, "fsdp": fc, "link_busy": busy,
         "fsdp_fixed": terms.fsdp_exposed_fixed(model, sh, fc, c["window/fwd_layer"], c["window/logits"], True,
                                                busy["fwd"], last),
         "moments": moments, "peak": (peak, totals[peak]),
@@ -180,6 +181,8 @@ def _step_terms(problem: Problem, key: _Keys, stages: list[dict]) -> dict:
         "TP": [mult * _scalar(s["tp"]["base"]) for s in stages],
         "TPF": mult * _scalar(first["tp"]["rerun"]),
         "CP": mult * _scalar(first["cp"]["base"]), "CPF": mult * _scalar(first["cp"]["rerun"]),
+        "EP": [mult * _scalar(s["ep"]["base"]) for s in stages], "EPF": mult * _scalar(first["ep"]["rerun"]),
+        "ep_rerun": float(work["moe"][int(_scalar(key.r))]),
         "FX": [mult * _scalar(s["fsdp_fixed"]["forward"] + s["fsdp_fixed"]["vocab"]) for s in stages],
         "X": mult * layers * _scalar(first["fsdp"]["gather_layer"] + first["fsdp"]["reduce_layer"]
                                      + first["link_busy"]["bwd"]),
@@ -244,6 +247,9 @@ def _collectives(problem: Problem, key: _Keys, slow: dict, t: dict) -> list[dict
         ("zero-1/2 grad reduce-scatter", co.shard, None, "per step", _scalar(steps["reduce/zero"])),
         ("dp grad all-reduce", co.dp, None, "per step", _scalar(steps["reduce/dp"])),
         ("kv-replica grad all-reduce", co.kv, None, "per step", _scalar(steps["reduce/kv_replica"])),
+        ("ep token dispatch/combine all-to-all", co.ep,
+         m / key.sh.tp[0] * (model.moe.top_k if model.moe else 0) * model.d_model * workload.activation_bytes,
+         "per MoE layer per microbatch x4", _scalar(slow["ep"]["a2a"])),
     ]
     return [{"name": name, "group_size": int(_scalar(c.members)), "bytes": nbytes, "frequency": freq, "time_s": t_s}
             for name, c, nbytes, freq, t_s in rows if _scalar(c.members) > 1 and t_s > 0]

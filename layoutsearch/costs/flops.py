@@ -9,8 +9,10 @@ the kernel skips masked blocks). Recomputation adds a forward (full) or the atte
 
 from __future__ import annotations
 
+import numpy as np
+
 from layoutsearch.core.specs import ModelSpec
-from layoutsearch.costs.params import kv_heads_per_device
+from layoutsearch.costs.params import kv_heads_per_device, moe_layer_share
 
 BACKWARD_OVER_FORWARD = 2.0
 # FlashAttention's backward recomputes the scores: 5 matmul-sized products against 2 in the
@@ -20,11 +22,49 @@ MATERIALISED_SCORE_BYTES_FORWARD = 9  # write fp16 scores 2, softmax read 2 + wr
 RECOMPUTED_FORWARDS = {"none": 0.0, "selective": 0.0, "full": 1.0}
 
 
-def matmul_params_per_layer(model: ModelSpec, tp: int = 1) -> int:
-    """Weights one TP rank multiplies per token in one layer (projections and MLP, no norms)."""
-    q_out = model.num_heads // tp * model.head_dim
-    kv_out = kv_heads_per_device(model, tp) * model.head_dim
-    return model.d_model * (2 * q_out + 2 * kv_out) + model.mlp_matrices * model.d_model * (model.d_ff // tp)
+def matmul_params_per_layer(model: ModelSpec, tp: int = 1):
+    """Weights one TP rank multiplies per token in one layer outside the routed experts
+    (projections and MLP, no norms): with MLA its latent projections; a mixture-of-experts model's
+    mean layer (``params.moe_layer_share``) with the shared experts and the router (which runs on
+    the rank's 1/tp of the tokens, so it counts 1/tp here)."""
+    if model.mla is not None:
+        attention = mla_projection_params(model, tp)
+    else:
+        q_out = model.num_heads // tp * model.head_dim
+        kv_out = kv_heads_per_device(model, tp) * model.head_dim
+        attention = model.d_model * (2 * q_out + 2 * kv_out)
+    mlp = model.mlp_matrices * model.d_model * (model.d_ff // tp)
+    if model.moe is not None:
+        f, moe = moe_layer_share(model), model.moe
+        shared = moe.num_shared_experts * model.mlp_matrices * model.d_model * (moe.shared_d_ff // tp)
+        mlp = (1.0 - f) * mlp + f * (shared + model.d_model * moe.num_experts / tp)
+    return attention + mlp
+
+
+def mla_projection_params(model: ModelSpec, tp: int = 1):
+    """MLA's matmul weights per token on one TP rank: the down-projections (replicated, each rank
+    runs them on its tokens) and the head-wise up-projections and output (split over TP)."""
+    a, d, heads = model.mla, model.d_model, model.num_heads // tp
+    qk = a.qk_nope_head_dim + a.qk_rope_head_dim
+    q = d * heads * qk if a.q_lora_rank is None else d * a.q_lora_rank + a.q_lora_rank * heads * qk
+    kv = d * (a.kv_lora_rank + a.qk_rope_head_dim) + a.kv_lora_rank * heads * (a.qk_nope_head_dim + a.v_head_dim)
+    return q + kv + heads * a.v_head_dim * d
+
+
+def routed_params_per_token_per_layer(model: ModelSpec, tp: int = 1):
+    """Routed-expert weights multiplied per token of a device's microbatch in the mean layer: the
+    rank dispatches its 1/tp of the tokens (sequence parallel), each to k experts of width F_e
+    (expert TP splits the width and gathers the tokens: the same work): share x k x F_e x D x
+    matrices / tp. 0 for a dense model."""
+    if model.moe is None:
+        return 0.0 * np.asarray(tp)
+    moe = model.moe
+    return moe_layer_share(model) * moe.top_k * model.mlp_matrices * model.d_model * moe.expert_d_ff / np.asarray(tp)
+
+
+def value_head_dim(model: ModelSpec) -> int:
+    """Width of a value head: MLA's v_head_dim, else head_dim."""
+    return model.mla.v_head_dim if model.mla is not None else model.head_dim
 
 
 def matmul_flops_per_token_per_layer(model: ModelSpec, tp: int = 1) -> float:
@@ -63,9 +103,12 @@ def layer_attention_context(model: ModelSpec, seq_len: int, causal: bool) -> flo
 
 
 def attention_flops_per_token_per_layer(model: ModelSpec, seq_len: int, causal: bool, tp: int = 1) -> float:
-    """Forward QK^T and AV FLOPs per token of one layer on one TP rank: 4 x context x h x n_q/tp
-    (context: ``layer_attention_context``, the sliding window's where the model has one)."""
-    return 4.0 * layer_attention_context(model, seq_len, causal) * model.head_dim * (model.num_heads // tp)
+    """Forward QK^T and AV FLOPs per token of one layer on one TP rank: 2 x context x (h_qk + h_v) x
+    n_q/tp, 4 x context x h x n_q/tp when the value heads are as wide as the query-key heads
+    (context: ``layer_attention_context``, the sliding window's where the model has one; MLA: h_qk =
+    nope + rope, h_v its value width)."""
+    return (2.0 * layer_attention_context(model, seq_len, causal) * (model.head_dim + value_head_dim(model))
+            * (model.num_heads // tp))
 
 
 def logits_flops_per_token(model: ModelSpec, tp: int = 1) -> float:
@@ -80,7 +123,8 @@ def model_flops_per_token(model: ModelSpec, seq_len: int, convention: str = "mod
     - ``palm``: PaLM appendix B, 6N + 12 L n_q h S (attention without causal halving).
     - ``palm-causal``: as ``palm`` with the attention term halved.
     """
-    n = model.num_layers * matmul_params_per_layer(model) + model.d_model * model.vocab_size
+    n = (model.num_layers * (matmul_params_per_layer(model) + routed_params_per_token_per_layer(model))
+         + model.d_model * model.vocab_size)
     causal = convention in ("model", "palm-causal")
     if convention not in MFU_CONVENTIONS:
         raise ValueError(f"mfu convention '{convention}' is not one of {', '.join(MFU_CONVENTIONS)}")
@@ -107,12 +151,23 @@ def elementwise_bytes_per_token_per_layer(model: ModelSpec, tp: int, sequence_pa
     over the full S x S matrix).
     """
     d = model.d_model / tp if sequence_parallel else float(model.d_model)
-    f = model.d_ff / tp
+    f = mlp_width_per_token(model) / tp
     qk = (model.num_heads // tp + kv_heads_per_device(model, tp)) * model.head_dim
     mlp_act = (3 if model.mlp == "gated" else 2) * f
     scores = 0.0 if flash_attention else (model.num_heads // tp) * seq_len * MATERIALISED_SCORE_BYTES_FORWARD
     qk_passes = 2 if model.qk_norm == "none" else 4  # rotary, and the q/k norm (read + write)
-    return activation_bytes * (model.norms_per_layer * 2 * d + 2 * 3 * d + mlp_act + qk_passes * qk) + scores
+    # MoE: the k copies of each token permuted before the experts and back after (read + write D each)
+    permute = 0.0 if model.moe is None else moe_layer_share(model) * model.moe.top_k * 2 * 2 * model.d_model / tp
+    return activation_bytes * (model.norms_per_layer * 2 * d + 2 * 3 * d + mlp_act + qk_passes * qk + permute) + scores
+
+
+def mlp_width_per_token(model: ModelSpec) -> float:
+    """FFN width a token passes through in the mean layer: d_ff for a dense model; with MoE the dense
+    layers' d_ff and the MoE layers' k routed experts and s shared experts (share-weighted)."""
+    if model.moe is None:
+        return float(model.d_ff)
+    f, moe = moe_layer_share(model), model.moe
+    return (1.0 - f) * model.d_ff + f * (moe.top_k * moe.expert_d_ff + moe.num_shared_experts * moe.shared_d_ff)
 
 
 def hardware_flops_per_token(model: ModelSpec, seq_len: int, recompute: str) -> float:
@@ -124,5 +179,6 @@ def hardware_flops_per_token(model: ModelSpec, seq_len: int, recompute: str) -> 
     base = model_flops_per_token(model, seq_len, "palm")
     attn = model.num_layers * attention_flops_per_token_per_layer(model, seq_len, causal=False)
     if recompute == "full":
-        return base + model.num_layers * matmul_flops_per_token_per_layer(model) + attn
+        return base + model.num_layers * (matmul_flops_per_token_per_layer(model)
+                                          + 2.0 * routed_params_per_token_per_layer(model)) + attn
     return base + (attn if recompute == "selective" else 0.0)

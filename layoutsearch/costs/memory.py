@@ -9,7 +9,8 @@ from __future__ import annotations
 import numpy as np
 
 from layoutsearch.core.specs import RECOMPUTE_POLICIES, ModelSpec, Workload
-from layoutsearch.costs.params import kv_heads_per_device
+from layoutsearch.costs.flops import mlp_width_per_token, value_head_dim
+from layoutsearch.costs.params import kv_heads_per_device, moe_layer_share
 
 # The tensors a layer's backward needs (``saved_tensor_widths``), the op that produces each, and
 # what each checkpoint policy saves: the rest is recomputed from the layer input, its producers
@@ -65,16 +66,25 @@ def _saved_widths(model: ModelSpec, tp: int, sequence_parallel: bool, seq_len: i
     d_sp = model.d_model / tp if sequence_parallel else float(model.d_model)
     q = model.num_heads // tp * model.head_dim
     kv = kv_heads_per_device(model, tp) * model.head_dim
-    f = model.d_ff / tp
+    v = kv_heads_per_device(model, tp) * value_head_dim(model)
+    o_in = model.num_heads // tp * value_head_dim(model)
+    f = mlp_width_per_token(model) / tp
+    latent = 0.0
+    if model.mla is not None:  # MLA's query and key-value latents (and the shared RoPE key), inputs of the up-projections
+        a = model.mla
+        latent = (a.q_lora_rank or 0) + a.kv_lora_rank + a.qk_rope_head_dim
+    # MoE: the k dispatched copies of each token entering the experts, and the router's fp32 probabilities
+    dispatched = 0.0 if model.moe is None else moe_layer_share(model) * model.moe.top_k * model.d_model / tp
+    router = 0.0 if model.moe is None else moe_layer_share(model) * model.moe.num_experts / tp * 4 / activation_bytes
     return {
         "attn_norm_in": d_sp,  # residual stream entering the layer
         "qkv_in": d_sp,  # normalised input of the QKV projection
-        "q": q, "k": kv, "v": kv,  # inputs of the attention core
-        "attn_out": q,  # attention output, input of the O projection
+        "q": q + latent, "k": kv, "v": v,  # inputs of the attention core (and MLA's latents)
+        "attn_out": o_in,  # attention output, input of the O projection
         "attn_lse": model.num_heads / tp * 2.0 if flash_attention else 0.0,  # fp32 log-sum-exp per head
         "attn_scores": 0.0 if flash_attention else (model.num_heads // tp) * seq_len * SAVED_SCORE_BYTES / activation_bytes,
         "mlp_norm_in": d_sp,
-        "mlp_in": d_sp,
+        "mlp_in": d_sp + dispatched + router,
         "mlp_gate": f * (model.mlp_matrices - 2),  # the gate projection's output (gated MLPs)
         "mlp_up": f,  # the up projection's output (the pre-activation of a plain MLP)
         "mlp_act": f,  # input of the down projection
@@ -102,7 +112,8 @@ def recompute_work(model: ModelSpec, policy: str) -> dict[str, float]:
     the all-gather before the QKV and the MLP input projections, the reduce-scatter after the O
     and the MLP output projections). ``full`` reruns the whole layer; other policies rerun the
     producers of what they do not save."""
-    d, q, kv, f = model.d_model, model.num_heads * model.head_dim, model.num_kv_heads * model.head_dim, model.d_ff
+    d, q, kv, f = (model.d_model, model.num_heads * model.head_dim, model.num_kv_heads * model.head_dim,
+                   mlp_width_per_token(model))
     flops = {"mm_q": d * q, "mm_k": d * kv, "mm_v": d * kv, "mm_o": q * d, "mm_gate": d * f * (model.mlp_matrices - 2),
              "mm_up": d * f, "mm_down": f * d}
     if policy == "full":
@@ -114,7 +125,8 @@ def recompute_work(model: ModelSpec, policy: str) -> dict[str, float]:
     return {"matmul": sum(v for k, v in flops.items() if k in rerun) / sum(flops.values()),
             "attention": float("attention" in rerun),
             "elementwise": 1.0 if policy == "full" else 0.5 * ("norm" in rerun),  # the norms' half of the passes
-            "tp": sum(collectives) / 4.0}
+            "tp": sum(collectives) / 4.0,
+            "moe": float(collectives[2])}  # the MLP input runs again: a MoE layer dispatches its tokens again
 
 
 def state_bytes(params: float, workload: Workload, zero_stage: int, shards: int) -> dict[str, float]:

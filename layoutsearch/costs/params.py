@@ -120,10 +120,35 @@ def final_norm_params(model: ModelSpec) -> int:
     return model.params_per_norm
 
 
-def layer_params(model: ModelSpec, tp: int = 1) -> int:
-    """All parameters of one dense transformer layer held by one TP rank (the per-device terms
-    of the cost model; MoE and MLA models do not reach them: ``Problem`` refuses them)."""
-    return attention_params_per_layer(model, tp) + mlp_params_per_layer(model, tp) + norm_params_per_layer(model, tp)
+def layer_params(model: ModelSpec, tp: int = 1):
+    """Parameters of one transformer layer held by one TP rank outside the routed experts (the
+    per-device terms of the cost model): attention, norms and the MLP. A mixture-of-experts model
+    is costed at its mean layer (``moe_layer_share``): the dense MLP of its dense layers, the
+    shared experts (split over TP like a dense MLP) and the router (replicated) of its MoE layers."""
+    mlp = mlp_params_per_layer(model, tp)
+    if model.moe is not None:
+        f = moe_layer_share(model)
+        moe = model.moe.num_shared_experts * ffn_params(model, model.moe.shared_d_ff, tp) + router_params(model)
+        mlp = (1.0 - f) * mlp + f * moe
+    return attention_params_per_layer(model, tp) + mlp + norm_params_per_layer(model, tp)
+
+
+def moe_layer_share(model: ModelSpec) -> float:
+    """The share of the layers that are MoE layers (0 for a dense model). A pipeline stage is costed
+    at the mean layer: exact when the stages hold equal shares of MoE layers, the dense layers of
+    DeepSeek-V3 (3 of 61) sit on the first stage in fact."""
+    return model.num_moe_layers / model.num_layers if model.moe is not None else 0.0
+
+
+def expert_layer_params(model: ModelSpec, etp=1):
+    """Routed-expert parameters of the mean layer on one expert-TP rank, all E experts (a device of
+    the ep group holds 1/ep of them): share x E x one expert's FFN of width F_e / etp."""
+    if model.moe is None:
+        return 0.0 * np.asarray(etp)
+    width = model.moe.expert_d_ff // np.asarray(etp)
+    f_local = width
+    bias = (f_local * (model.mlp_matrices - 1) + model.d_model) if model.linear_bias else 0
+    return moe_layer_share(model) * model.moe.num_experts * (model.mlp_matrices * model.d_model * f_local + bias)
 
 
 def param_counts(model: ModelSpec) -> dict[str, int]:

@@ -7,7 +7,8 @@ one integer variable per ``max(0, hidden - window)`` (the only non-linear piece)
 
 Terms (all seconds per step, or quanta in the tables; "st" = stage 0 first, 1 last):
 
-    stage[st] = A[st] + TP[st] + CP + tp_rerun TPF + cp_rerun CPF + z3 (FX[st] + max(0, X - Y))
+    stage[st] = A[st] + TP[st] + CP + EP[st] + tp_rerun TPF + cp_rerun CPF + ep_rerun EPF
+                + z3 (FX[st] + max(0, X - Y))
     step      = max_st stage[st] + max(0, RED + RCON - WIN) + max(0, GATH - FWD) + PP + OPT + STEP0
 
 A: compute and per-microbatch overhead x (K + (p - 1)/v) (the bubble included); TP, CP: exposed
@@ -17,7 +18,8 @@ RED, WIN: once-per-step gradient reductions and the last microbatch's backward; 
 TP and CP traffic of that backward on the links the reductions use (they share them); GATH, FWD: the
 ZeRO-1/2 gather of updated weights and the next step's first forward; PP: pipeline fill and
 drain sends; OPT: the optimizer step; STEP0: a fixed per-step overhead. TPF, CPF: the TP and CP
-collectives of a forward run again; ``tp_rerun`` is the share of them the recompute policy reruns,
+collectives of a forward run again; EP, EPF: the exposed expert-parallel token AllToAlls (MoE), and
+those of a forward whose MLP runs again (``ep_rerun``); ``tp_rerun`` is the share of them the recompute policy reruns,
 ``cp_rerun`` 1 when it reruns the attention core (``memory.recompute_work``); ``z3`` 1 when
 ZeRO-3 collectives run (stage 3 and a shard group).
 """
@@ -40,6 +42,7 @@ def stage_items(t: dict, st: int) -> dict:
         "stage/compute": t["A"][st],
         "exposed_comm/tp": t["TP"][st] + t["tp_rerun"] * t["TPF"],
         "exposed_comm/cp": t["CP"] + t["cp_rerun"] * t["CPF"],
+        "exposed_comm/ep": t["EP"][st] + t["ep_rerun"] * t["EPF"],
         "exposed_comm/fsdp": t["z3"] * (t["FX"][st] + np.maximum(0, t["X"] - t["Y"])),
     }
 

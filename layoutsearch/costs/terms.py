@@ -28,17 +28,17 @@ from dataclasses import dataclass
 import numpy as np
 
 from layoutsearch.core.frameworks import profile_of
+from layoutsearch.core.placement import EXPERT_NESTING, expert_degrees
 from layoutsearch.core.stages import split_layers
 from layoutsearch.core.specs import RECOMPUTE_POLICIES, SCHEDULE_CODES, Accelerator, ModelSpec, Workload
 from layoutsearch.costs import flops, memory, params, pipeline
 from layoutsearch.costs.comms import (
-    RING_FIELDS, RingCoefficients, factor_table, replica_spans, ring_coefficients_of, ring_time, send_coefficients_of,
-    shares_links,
-    spans_from_factors,
+    RING_FIELDS, RingCoefficients, all_to_all_coefficients_of, expert_factor_table, factor_table, replica_spans,
+    ring_coefficients_of, ring_time, send_coefficients_of, shares_links, spans_from_factors,
 )
 
 
-SHAPE_KEYS = ("dp", "fsdp", "tp", "pp", "cp", "v")
+SHAPE_KEYS = ("dp", "fsdp", "tp", "pp", "cp", "v", "ep", "etp")
 
 
 @dataclass(frozen=True)
@@ -52,6 +52,8 @@ class Shapes:
     pp: np.ndarray
     cp: np.ndarray
     v: np.ndarray
+    ep: np.ndarray = None  # expert parallelism (1 for a dense model)
+    etp: np.ndarray = None  # expert tensor parallelism
     sched: np.ndarray = None
     lf: np.ndarray = None  # layers of the first stage when given (0: the engine's split, core.stages)
     ll: np.ndarray = None  # layers of the last stage when given
@@ -63,6 +65,9 @@ class Shapes:
         for name in ("lf", "ll"):
             if getattr(self, name) is None:
                 object.__setattr__(self, name, np.zeros_like(self.pp))
+        for name in ("ep", "etp"):
+            if getattr(self, name) is None:
+                object.__setattr__(self, name, np.ones_like(self.pp))
 
     @classmethod
     def of(cls, **degrees) -> "Shapes":
@@ -93,6 +98,12 @@ class Shapes:
         """Devices holding one copy of the weights that ZeRO shards over: fsdp x cp."""
         return self.fsdp * self.cp
 
+    @property
+    def expert_shards(self):
+        """Devices ZeRO shards one copy of an expert shard over (``placement.expert_degrees`` efsdp)."""
+        return expert_degrees({"dp": self.dp, "fsdp": self.fsdp, "tp": self.tp, "cp": self.cp, "pp": self.pp,
+                               "ep": self.ep, "etp": self.etp})["efsdp"]
+
 
 @dataclass(frozen=True)
 class Coeffs:
@@ -105,6 +116,11 @@ class Coeffs:
     dp_zero0: RingCoefficients  # dp x fsdp x cp (every copy, when nothing is sharded)
     kv: RingCoefficients  # the TP ranks sharing one KV head
     pp: RingCoefficients  # point-to-point to the next stage
+    ep: RingCoefficients  # expert parallelism: AllToAll coefficients (per byte a member sends)
+    etp: RingCoefficients  # expert tensor parallelism
+    eshard: RingCoefficients  # the expert ZeRO shard group (efsdp)
+    erep: RingCoefficients  # the expert replicas (edpr)
+    eall: RingCoefficients  # every copy of an expert shard (efsdp x edpr)
 
 
 def _f(x):
@@ -145,6 +161,10 @@ def compute_per_microbatch(model: ModelSpec, workload: Workload, acc: Accelerato
     work = memory.recompute_arrays(model)
     mm_rerun, attn_rerun, ew_rerun = work["matmul"][r], work["attention"][r], work["elementwise"][r]
     mm = flops.matmul_flops_per_token_per_layer(model, sh.tp) * m / layer_rate
+    if model.moe is not None:  # the routed experts' grouped GEMMs, at the rows each local expert gets
+        rows = expert_rows(model, sh, m)
+        expert_rate = layer_rate / size * rows / (rows + acc.matmul_half_efficiency_tokens)
+        mm = mm + 2.0 * flops.routed_params_per_token_per_layer(model, sh.tp) * m * workload.moe_imbalance / expert_rate
     causal_skip = workload.causal and workload.flash_attention  # unfused kernels compute the masked half too
     attn = flops.attention_flops_per_token_per_layer(model, workload.seq_len, causal_skip, sh.tp) * m / attn_rate
     ew_bytes = flops.elementwise_bytes_per_token_per_layer(model, sh.tp, sequence_parallel, workload.activation_bytes,
@@ -171,6 +191,45 @@ def compute_per_microbatch(model: ModelSpec, workload: Workload, acc: Accelerato
         "window/attn_fwd_layer": attn,
         "window/logits": logits,
     }
+
+
+def expert_rows(model: ModelSpec, sh: Shapes, m):
+    """Tokens each local expert multiplies per microbatch with balanced routing: the ep group's
+    tokens (each rank dispatches its 1/tp of m, to k experts) spread over E experts, gathered over
+    the etp ranks: m k ep etp / (tp E)."""
+    moe = model.moe
+    return m * moe.top_k * sh.ep * sh.etp / (sh.tp * moe.num_experts)
+
+
+def ep_per_microbatch(model: ModelSpec, workload: Workload, acc: Accelerator, sh: Shapes, k, co: Coeffs,
+                      fwd_layer=0.0) -> dict:
+    """Exposed expert-parallel token traffic per microbatch (keys S, K, o): 'base', plus 'rerun' for
+    a forward whose MLP runs again (``memory.recompute_work`` 'moe').
+
+    Each MoE layer dispatches the k copies of each of the rank's m/tp tokens to their experts and
+    combines them back: two AllToAlls forward, two backward, over the ep group's links (NVLink,
+    scale-out or ICI as it spans them; ``comms.all_to_all_coefficients_of``). With etp the
+    dispatched tokens are also all-gathered in the etp group and reduce-scattered after it. The
+    mean layer carries its share of them. Exposed unless the framework overlaps them with another
+    microbatch's compute (``Profile.ep_overlap``; then at least the latency stays)."""
+    if model.moe is None:
+        zero = 0.0 * tokens_per_microbatch(workload, sh, k)
+        return {"base": zero, "rerun": zero, "a2a": zero}
+    m = tokens_per_microbatch(workload, sh, k)
+    half = acc.collective_half_efficiency_bytes
+    payload = m / sh.tp * model.moe.top_k * model.d_model * workload.activation_bytes
+    a2a = np.where(co.ep.members > 1, (payload + half) * co.ep.seconds_per_byte + co.ep.latency_s, 0.0)
+    gathered = ring_time(payload * sh.etp, co.etp, half)
+    per_pass = 2 * a2a + 2 * gathered  # dispatch and combine
+    share = params.moe_layer_share(model)
+    if profile_of(workload.framework, acc.kind).ep_overlap:
+        latency = 2 * np.where(co.ep.members > 1, co.ep.latency_s, 0.0)
+        fwd = np.maximum(latency, per_pass - fwd_layer)
+        bwd = np.maximum(latency, per_pass - 2 * fwd_layer)
+    else:
+        fwd, bwd = per_pass, per_pass
+    layers = layers_per_stage(model, sh)
+    return {"base": layers * share * (fwd + bwd), "rerun": layers * share * fwd, "a2a": a2a}
 
 
 def attention_efficiency(workload: Workload, acc: Accelerator) -> float:
@@ -228,7 +287,8 @@ def cp_per_microbatch(model: ModelSpec, workload: Workload, acc: Accelerator, sh
     the layer's attention core.
     """
     m = tokens_per_microbatch(workload, sh, k)
-    kv_bytes = sh.cp * m * 2 * params.kv_heads_per_device(model, sh.tp) * model.head_dim * workload.activation_bytes
+    kv_bytes = (sh.cp * m * params.kv_heads_per_device(model, sh.tp) * (model.head_dim + flops.value_head_dim(model))
+                * workload.activation_bytes)
     t_kv = ring_time(kv_bytes, co.cp, acc.collective_half_efficiency_bytes)
     # each of the cp - 1 ring steps waits for its block: the hops' latency is never hidden
     sync = co.cp.latency_s
@@ -265,14 +325,23 @@ def fsdp_collectives(model: ModelSpec, workload: Workload, acc: Accelerator, sh:
     """
     half = acc.collective_half_efficiency_bytes
     p_layer = params.layer_params(model, sh.tp)
+    p_expert = expert_params_per_layer(model, sh)
     vocab = model.vocab_size * model.d_model // sh.tp
     n = workload.fsdp_collectives_per_layer
+    gathered = gathered_bytes_per_param(workload, acc)
     return {
-        "gather_layer": n * ring_time(_f(p_layer) * gathered_bytes_per_param(workload, acc) / n, co.shard, half),
-        "reduce_layer": n * ring_time(_f(p_layer) * workload.grad_bytes_per_param / n, co.shard, half),
+        "gather_layer": n * ring_time(_f(p_layer) * gathered / n, co.shard, half)
+        + ring_time(p_expert * gathered, co.eshard, half),
+        "reduce_layer": n * ring_time(_f(p_layer) * workload.grad_bytes_per_param / n, co.shard, half)
+        + ring_time(p_expert * workload.grad_bytes_per_param, co.eshard, half),
         "vocab": ring_time(_f(vocab) * workload.weight_bytes_per_param, co.shard, half)
         + ring_time(_f(vocab) * workload.grad_bytes_per_param, co.shard, half),
     }
+
+
+def expert_params_per_layer(model: ModelSpec, sh: Shapes):
+    """Routed-expert parameters of the mean layer on one device: 1/ep of the experts, 1/etp of each."""
+    return _f(params.expert_layer_params(model, sh.etp)) / sh.ep
 
 
 def gathered_bytes_per_param(workload: Workload, acc: Accelerator) -> float:
@@ -317,7 +386,15 @@ def step_collectives(model: ModelSpec, workload: Workload, acc: Accelerator, sh:
     kv_bytes = _f(layers_per_stage(model, sh)) * 2 * model.d_model * model.head_dim * workload.grad_bytes_per_param
     kv = 2.0 * ring_time(kv_bytes, co.kv, half)
     gather = zero12 * ring_time(p_stage * gathered_bytes_per_param(workload, acc), co.shard, half)
-    return {"reduce/zero": rs, "reduce/dp": dp, "reduce/kv_replica": kv, "gather/zero": gather}
+    # the routed experts' gradients: the expert ZeRO shard group, then the expert replicas
+    e_grads = _f(layers_per_stage(model, sh)) * expert_params_per_layer(model, sh) * workload.grad_bytes_per_param
+    e_sharded = (z >= 1) & (sh.expert_shards > 1)
+    e_rs = _f(e_sharded & (z <= 2)) * ring_time(e_grads, co.eshard, half)
+    e_dp = np.where(z == 0, 2.0 * ring_time(e_grads, co.eall, half),
+                    2.0 * ring_time(e_grads / np.where(e_sharded, sh.expert_shards, 1), co.erep, half))
+    e_gather = _f(e_sharded & (z <= 2)) * ring_time(e_grads / workload.grad_bytes_per_param
+                                                    * gathered_bytes_per_param(workload, acc), co.eshard, half)
+    return {"reduce/zero": rs + e_rs, "reduce/dp": dp + e_dp, "reduce/kv_replica": kv, "gather/zero": gather + e_gather}
 
 
 def pipeline_sends(model: ModelSpec, workload: Workload, acc: Accelerator, sh: Shapes, k, co: Coeffs):
@@ -330,10 +407,16 @@ def pipeline_sends(model: ModelSpec, workload: Workload, acc: Accelerator, sh: S
 
 def optimizer_time(model: ModelSpec, workload: Workload, acc: Accelerator, sh: Shapes, z):
     """Adam step over the local shard, HBM bound (keys S, z): reads grad, master, moments; writes master, moments, weights."""
-    local = _f(stage_params(model, sh, first=True)) / np.where(z >= 1, sh.shards, 1)
+    local = (_f(stage_params(model, sh, first=True)) / np.where(z >= 1, sh.shards, 1)
+             + expert_stage_params(model, sh) / np.where(z >= 1, sh.expert_shards, 1))
     per_param = (workload.grad_bytes_per_param + 2 * workload.master_bytes_per_param
                  + 2 * workload.optimizer_bytes_per_param + workload.weight_bytes_per_param)
     return local * per_param / acc.hbm_bytes_per_s
+
+
+def expert_stage_params(model: ModelSpec, sh: Shapes, first: bool = True):
+    """Routed-expert parameters per device of the first or last pipeline stage."""
+    return _f(layers_per_stage(model, sh, ~np.asarray(first))) * expert_params_per_layer(model, sh)
 
 
 def stage_params(model: ModelSpec, sh: Shapes, first: bool):
@@ -371,8 +454,18 @@ def memory_by_zero(model: ModelSpec, workload: Workload, sh: Shapes, z, first: b
     out = {f"state/{k}": v for k, v in state.items()}
     out["temporary/gathered"] = _f((z == 3) & (sh.shards > 1)) * 2 * p_layer * workload.weight_bytes_per_param
     out["temporary/layer_grads"] = _f((z >= 2) & (sh.shards > 1)) * p_layer * workload.grad_bytes_per_param
+    if model.moe is not None:  # the routed experts, sharded over the expert ZeRO group
+        e_shards = np.where(z >= 1, sh.expert_shards, 1)
+        p_expert = expert_params_per_layer(model, sh)
+        for key, v in memory.state_bytes(expert_stage_params(model, sh, first), workload, z, e_shards).items():
+            out[f"state/{key}"] = out[f"state/{key}"] + v
+        out["temporary/gathered"] = out["temporary/gathered"] + _f((z == 3) & (sh.expert_shards > 1)) * (
+            2 * p_expert * workload.weight_bytes_per_param)
+        out["temporary/layer_grads"] = out["temporary/layer_grads"] + _f((z >= 2) & (sh.expert_shards > 1)) * (
+            p_expert * workload.grad_bytes_per_param)
     if workload.precision == "fp8":  # cached fp8 copies of the layers' weights (sharded like them under ZeRO-3)
-        held = _f(layers_per_stage(model, sh, not first)) * p_layer / np.where(z == 3, sh.shards, 1)
+        p_all = p_layer + expert_params_per_layer(model, sh)
+        held = _f(layers_per_stage(model, sh, not first)) * p_all / np.where(z == 3, sh.shards, 1)
         out["state/fp8_weights"] = memory.FP8_WEIGHT_COPIES * memory.FP8_BYTES * held
     return out
 
@@ -394,12 +487,23 @@ def memory_by_microbatch(model: ModelSpec, workload: Workload, sh: Shapes, k, r,
     logits = _f(last) * m * model.vocab_size / sh.tp * 4.0  # fp32 logits of one microbatch
     return {
         "activations/saved": layers_per_stage(model, sh, not first) * saved * in_flight,
-        "temporary/workspace": 2 * m * np.maximum(model.d_ff / sh.tp, model.d_model) * act_b,
+        "temporary/workspace": 2 * m * np.maximum(flops.mlp_width_per_token(model) / sh.tp, model.d_model) * act_b
+        + dispatch_buffer_bytes(model, workload, sh, m),
         "temporary/logits": logits,
         "temporary/recompute": recomputed,
         "temporary/logits_grad": 0.0 * logits if workload.framework and profile_of(
             workload.framework).inplace_cross_entropy else logits,
     }
+
+
+def dispatch_buffer_bytes(model: ModelSpec, workload: Workload, sh: Shapes, m):
+    """A MoE layer's token buffers in flight: the k dispatched copies of the rank's m/tp tokens
+    received (x the imbalance, or the capacity factor's cap) and the combine's output, gathered over etp."""
+    if model.moe is None:
+        return 0.0 * m
+    moe = model.moe
+    worst = moe.capacity_factor if moe.capacity_factor is not None else workload.moe_imbalance
+    return 2 * m / sh.tp * moe.top_k * worst * sh.etp * model.d_model * workload.activation_bytes
 
 
 def moment_bytes(items: dict, moment: str) -> dict:
@@ -414,11 +518,17 @@ def _group(key: str) -> str:
 
 
 # ----------------------------------------------------------------------------- placement -> coefficients
-def coeffs_of(cluster, table: np.ndarray, kv_replicas) -> Coeffs:
+def coeffs_of(cluster, table: np.ndarray, kv_replicas, expert_table: np.ndarray | None = None) -> Coeffs:
     """Ring coefficients of every communication group, for factor tables [rows, axes, degree]
-    (``placement.fill_order``), with ``kv_replicas`` the TP ranks sharing one KV head per row."""
+    (``placement.fill_order``), with ``kv_replicas`` the TP ranks sharing one KV head per row and
+    ``expert_table`` [rows, axes, EXPERT_NESTING] the expert layers' groups (None: no experts)."""
     def group(*degrees):
         return spans_from_factors(cluster.axes, table, degrees)
+
+    def expert(*degrees):
+        ones = np.ones(table.shape[:2] + (len(EXPERT_NESTING),), dtype=np.int64)
+        return spans_from_factors(cluster.axes, ones if expert_table is None else expert_table, degrees,
+                                  EXPERT_NESTING)
 
     tp = group("tp")
     return Coeffs(
@@ -427,15 +537,20 @@ def coeffs_of(cluster, table: np.ndarray, kv_replicas) -> Coeffs:
         dp_zero0=ring_coefficients_of(group("dp", "fsdp", "cp")),
         kv=ring_coefficients_of(replica_spans(tp, np.broadcast_to(kv_replicas, (table.shape[0],)))),
         pp=send_coefficients_of(group("pp")),
+        ep=all_to_all_coefficients_of(expert("ep")), etp=ring_coefficients_of(expert("etp")),
+        eshard=ring_coefficients_of(expert("efsdp")), erep=ring_coefficients_of(expert("edpr")),
+        eall=ring_coefficients_of(expert("efsdp", "edpr")),
     )
 
 
 def layout_coeffs(model: ModelSpec, cluster, layout) -> Coeffs:
     """Ring coefficients of every group of a placed layout (arrays of one row)."""
-    return coeffs_of(cluster, factor_table(cluster, layout.axes)[None], params.kv_replication(model, layout.tp))
+    experts = expert_factor_table(cluster, layout)[None] if layout.ep * layout.etp > 1 else None
+    return coeffs_of(cluster, factor_table(cluster, layout.axes)[None], params.kv_replication(model, layout.tp),
+                     experts)
 
 
-COEFF_GROUPS = ("tp", "cp", "shard", "dp", "dp_zero0", "kv", "pp")
+COEFF_GROUPS = ("tp", "cp", "shard", "dp", "dp_zero0", "kv", "pp", "ep", "etp", "eshard", "erep", "eall")
 
 
 def interleave_coeffs(per_order: list[Coeffs]) -> Coeffs:

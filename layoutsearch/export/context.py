@@ -123,7 +123,7 @@ def header_lines(ctx: ExportContext) -> list[str]:
     mem = rec.get("memory_bytes") or {}
     step = (rec.get("time_s") or {}).get("step", nan)
     mfu = nan if rec.get("mfu") is None else rec["mfu"]
-    degrees = " ".join(f"{k}={v}" for k, v in lay.degrees.items())
+    degrees = " ".join(f"{k}={v}" for k, v in lay.all_degrees.items())
     pipeline = f", pp schedule {lay.schedule} x{lay.virtual_stages} virtual" if lay.pp > 1 else ""
     return [
         f"Written by layoutsearch {version()} for {ctx.target}: layout rank {rec.get('rank', 1)}.",

@@ -19,7 +19,7 @@ def layout_record(est: Estimate, rank: int = 1, price_per_device_hour: float | N
     low, high = band_of(est)
     return {
         "rank": rank,
-        "degrees": lay.degrees,
+        "degrees": lay.all_degrees,
         "zero_stage": lay.zero_stage,
         "virtual_stages": lay.virtual_stages,
         "num_microbatches": lay.num_microbatches,

@@ -59,7 +59,7 @@ def bar(fraction: float) -> str:
 
 def layout_summary(est: Estimate) -> str:
     lay = est.layout
-    degrees = ", ".join(f"{k}={v}" for k, v in lay.degrees.items() if v > 1) or "single device"
+    degrees = ", ".join(f"{k}={v}" for k, v in lay.all_degrees.items() if v > 1) or "single device"
     axes = "; ".join(f"{name}: " + " x ".join(f"{a}{f}" for a, f in placed) for name, placed in lay.axes)
     rep = params.kv_replication(est.model, lay.tp)
     return (f"{degrees} | ZeRO-{lay.zero_stage} | {lay.num_microbatches} microbatch(es) of "
@@ -147,7 +147,7 @@ def solve_report(model_name: str, cluster_name: str, result, explanation: dict |
         for rank, est in enumerate(result.layouts, start=1):
             lay = est.layout
             table.add_row(
-                str(rank), ", ".join(f"{k}={v}" for k, v in lay.degrees.items() if v > 1) or "1",
+                str(rank), ", ".join(f"{k}={v}" for k, v in lay.all_degrees.items() if v > 1) or "1",
                 "; ".join(f"{n}:" + "*".join(f"{a}{f}" for a, f in p) for n, p in lay.axes),
                 str(lay.zero_stage), f"{lay.num_microbatches} x {lay.microbatch_seqs(est.workload):g}"
                 + (f" v{lay.virtual_stages}" if lay.virtual_stages > 1 else ""),
@@ -194,7 +194,7 @@ def _winner_row(table: Table, label: str, est: Estimate | None, status: str | No
         table.add_row(label, f"no layout ({status})", "", "", "", "", "", "")
         return
     lay = est.layout
-    table.add_row(label, ", ".join(f"{k}={v}" for k, v in lay.degrees.items() if v > 1) or "1",
+    table.add_row(label, ", ".join(f"{k}={v}" for k, v in lay.all_degrees.items() if v > 1) or "1",
                   "; ".join(f"{n}:" + "*".join(f"{a}{f}" for a, f in p) for n, p in lay.axes),
                   f"ZeRO-{lay.zero_stage} K={lay.num_microbatches} {lay.recompute}",
                   f"{_gb(est.memory_bytes['peak'])} / {_gb(est.memory_bytes['capacity'])}",

@@ -164,7 +164,7 @@ def infeasibility(problem: Problem, space: Space, tables: Tables | None) -> dict
         fixes.append(f"2x the devices ({doubled})")
     state = sum(memory.state_bytes(params.param_counts(problem.model)["total"], problem.workload, 0, 1).values())
     min_devices = int(-(-state // capacity))
-    out["nearest_layout"] = {"degrees": layout.degrees, "recompute": layout.recompute, "zero_stage": layout.zero_stage,
+    out["nearest_layout"] = {"degrees": layout.all_degrees, "recompute": layout.recompute, "zero_stage": layout.zero_stage,
                              "num_microbatches": layout.num_microbatches, "peak_bytes": est.memory_bytes["peak"],
                              "capacity_bytes": capacity, "peak_moment": est.peak_moment}
     out["fixes"] = fixes
@@ -178,7 +178,7 @@ def infeasibility(problem: Problem, space: Space, tables: Tables | None) -> dict
 
 
 def _degrees(layout) -> str:
-    return ",".join(f"{k}={v}" for k, v in layout.degrees.items() if v > 1) or "1 device"
+    return ",".join(f"{k}={v}" for k, v in layout.all_degrees.items() if v > 1) or "1 device"
 
 
 def _fits_on_doubled(problem: Problem) -> str | None:

@@ -23,15 +23,15 @@ import numpy as np
 
 from layoutsearch.core.errors import InvalidArgumentError
 from layoutsearch.core.numbers import divisors
-from layoutsearch.core.placement import axis_orders, fill_order, placement_for_order
+from layoutsearch.core.placement import EXPERT_NESTING, axis_orders, expert_degrees, fill_order, placement_for_order
 from layoutsearch.core.problem import MAX_VIRTUAL_STAGES, HasProblem, Problem, SearchOptions
 from layoutsearch.core.rules import Capabilities, Cand, Rule, registry
-from layoutsearch.core.specs import DEGREE_NAMES, RECOMPUTE_POLICIES, SCHEDULE_CODES, Layout
+from layoutsearch.core.specs import ALL_DEGREE_NAMES, DEGREE_NAMES, RECOMPUTE_POLICIES, SCHEDULE_CODES, Layout
 from layoutsearch.costs import params, terms
 
-SHAPE_FIELDS = (*DEGREE_NAMES, "v", "sched")
+SHAPE_FIELDS = (*ALL_DEGREE_NAMES, "v", "sched")
 STAGE_FIELDS = {  # the fields known at each stage of the enumeration
-    "degrees": frozenset(DEGREE_NAMES),
+    "degrees": frozenset(ALL_DEGREE_NAMES),
     "virtual": frozenset(SHAPE_FIELDS),
     "microbatches": frozenset((*SHAPE_FIELDS, "k")),
     "zero": frozenset((*SHAPE_FIELDS, "z")),
@@ -67,13 +67,13 @@ class Space(HasProblem):
         sh = self.shapes
         v = int(sh.v[shape])
         return Layout(dp=int(sh.dp[shape]), fsdp=int(sh.fsdp[shape]), tp=int(sh.tp[shape]), pp=int(sh.pp[shape]),
-                      cp=int(sh.cp[shape]), zero_stage=int(z), virtual_stages=v, num_microbatches=int(k),
+                      cp=int(sh.cp[shape]), ep=int(sh.ep[shape]), etp=int(sh.etp[shape]), zero_stage=int(z), virtual_stages=v, num_microbatches=int(k),
                       recompute=RECOMPUTE_POLICIES[int(r)], schedule="interleaved" if v > 1 else "1f1b",
                       axes=self.placement(shape, o))
 
     def placement(self, shape: int, o: int):
         """The placement of shape ``shape`` by axis order ``o``."""
-        degrees = {name: int(getattr(self.shapes, name)[shape]) for name in DEGREE_NAMES}
+        degrees = {name: int(getattr(self.shapes, name)[shape]) for name in ALL_DEGREE_NAMES}
         return placement_for_order(self.cluster, degrees, self.orders[o])
 
 
@@ -86,16 +86,22 @@ def stage_of(rule: Rule) -> str:
     raise ValueError(f"rule '{rule.code}' reads {sorted(rule.needs)}, which no enumeration stage has together")
 
 
-def degree_tuples(num_devices: int) -> Cand:
-    """Every (dp, fsdp, tp, pp, cp) with product ``num_devices`` (tp outermost, then pp, cp, fsdp)."""
+def degree_tuples(num_devices: int, experts: int = 0) -> Cand:
+    """Every (dp, fsdp, tp, pp, cp) with product ``num_devices`` (tp outermost, then pp, cp, fsdp),
+    and with ``experts`` > 0 every (ep, etp) whose product divides the devices of a stage, ep
+    dividing the experts and etp 1 or tp (the expert TP the frameworks offer: Megatron-Core's
+    default is tp, its MoE recipes 1; torchtitan takes 1 or tp); ep = etp = 1 otherwise."""
     rows = []
     for tp in divisors(num_devices):
         for pp in divisors(num_devices // tp):
-            for cp in divisors(num_devices // tp // pp):
-                rest = num_devices // tp // pp // cp
-                rows.extend((rest // fsdp, fsdp, tp, pp, cp) for fsdp in divisors(rest))
-    table = np.array(rows, dtype=np.int64).reshape(-1, 5)
-    return {name: table[:, i] for i, name in enumerate(DEGREE_NAMES)}
+            stage = num_devices // tp // pp
+            for cp in divisors(stage):
+                rest = stage // cp
+                expert = [(ep, etp) for ep in divisors(stage * tp) if experts % ep == 0
+                          for etp in sorted({1, tp}) if (stage * tp) % (ep * etp) == 0] if experts else [(1, 1)]
+                rows.extend((rest // fsdp, fsdp, tp, pp, cp, ep, etp) for fsdp in divisors(rest) for ep, etp in expert)
+    table = np.array(rows, dtype=np.int64).reshape(-1, 7)
+    return {name: table[:, i] for i, name in enumerate(ALL_DEGREE_NAMES)}
 
 
 def with_virtual_stages(c: Cand, max_virtual_stages: int = MAX_VIRTUAL_STAGES) -> Cand:
@@ -140,7 +146,8 @@ def build_space(problem: Problem, options: SearchOptions | None = None,
     by_stage: dict[str, list[Rule]] = {stage: [] for stage in STAGE_FIELDS}
     for rule in rules:
         by_stage[stage_of(rule)].append(rule)
-    c = _apply(problem, by_stage["degrees"], degree_tuples(problem.num_devices))
+    experts = problem.model.moe.num_experts if problem.model.moe is not None else 0
+    c = _apply(problem, by_stage["degrees"], degree_tuples(problem.num_devices, experts))
     c = _apply(problem, by_stage["virtual"], with_virtual_stages(c, options.max_virtual_stages))
     c = _apply(problem, by_stage["microbatches"], with_microbatches(c, problem.workload.global_batch_seqs))
     shape_rows, sk_shape = _unique_rows(np.stack([c[f] for f in SHAPE_FIELDS], axis=1).reshape(-1, len(SHAPE_FIELDS)))
@@ -153,7 +160,7 @@ def build_space(problem: Problem, options: SearchOptions | None = None,
     orders = axis_orders(problem.cluster)
     order_mask, coeffs = _placements(problem, shape_rows, orders)
     return Space(problem=problem, rules=rules,
-                 shapes=terms.Shapes(**{f: shapes[f] for f in ("dp", "fsdp", "tp", "pp", "cp", "v")}),
+                 shapes=terms.Shapes(**{f: shapes[f] for f in terms.SHAPE_KEYS}),
                  sk_shape=sk_shape, sk_k=sk_k, recompute_codes=codes, zero_mask=zero_mask, orders=orders,
                  order_mask=order_mask, coeffs=coeffs)
 
@@ -183,7 +190,7 @@ def _ordered(shape_rows: np.ndarray, sk_shape: np.ndarray, sk_k: np.ndarray):
     if not len(shape_rows):
         return shape_rows, sk_shape.astype(np.int64), sk_k.astype(np.int64)
     col = {f: i for i, f in enumerate(SHAPE_FIELDS)}
-    order = np.lexsort(tuple(shape_rows[:, col[f]] for f in ("v", "fsdp", "cp", "pp", "tp")))
+    order = np.lexsort(tuple(shape_rows[:, col[f]] for f in ("v", "etp", "ep", "fsdp", "cp", "pp", "tp")))
     rank = np.empty(len(order), dtype=np.int64)
     rank[order] = np.arange(len(order))
     sk_shape = rank[sk_shape]
@@ -195,13 +202,18 @@ def _placements(problem: Problem, shape_rows: np.ndarray, orders: list):
     """Per shape and axis order: whether the order places it, once per distinct coefficients
     (orders that place a shape identically, for every group, are kept once), and the ring
     coefficients of every group, all shapes of one order at once."""
-    degrees = {name: shape_rows[:, i] for i, name in enumerate(DEGREE_NAMES)}
+    degrees = {name: shape_rows[:, i] for i, name in enumerate(ALL_DEGREE_NAMES)}
     kv = params.kv_replication(problem.model, degrees["tp"])
     order_mask = np.zeros((len(shape_rows), len(orders)), dtype=bool)
     per_order, keys = [], []
+    moe = problem.model.moe is not None
     for o, order in enumerate(orders):
-        table, ok = fill_order(problem.cluster, degrees, order)
-        co = terms.coeffs_of(problem.cluster, table, kv)
+        table, ok = fill_order(problem.cluster, {k: degrees[k] for k in DEGREE_NAMES}, order)
+        expert_table = None
+        if moe:
+            expert_table, expert_ok = fill_order(problem.cluster, expert_degrees(degrees), order, EXPERT_NESTING)
+            ok = ok & expert_ok
+        co = terms.coeffs_of(problem.cluster, table, kv, expert_table)
         key = np.stack([getattr(getattr(co, g), f) for g in terms.COEFF_GROUPS
                         for f in ("members", "seconds_per_byte", "latency_s")], axis=1)
         duplicate = np.zeros(len(shape_rows), dtype=bool)
@@ -216,8 +228,8 @@ def _placements(problem: Problem, shape_rows: np.ndarray, orders: list):
 def _validate_options(problem: Problem, options: SearchOptions) -> None:
     """Options that name unknown degrees or policies, or pin a degree that cannot divide the devices."""
     for name in (*options.fix, *options.choices, *(options.only or ())):
-        if name not in DEGREE_NAMES:
-            raise InvalidArgumentError(f"unknown degree '{name}'; known: {', '.join(DEGREE_NAMES)}")
+        if name not in ALL_DEGREE_NAMES:
+            raise InvalidArgumentError(f"unknown degree '{name}'; known: {', '.join(ALL_DEGREE_NAMES)}")
     for policy in options.recompute or ():
         if policy not in RECOMPUTE_POLICIES:
             raise InvalidArgumentError(f"recompute '{policy}' is not one of {', '.join(RECOMPUTE_POLICIES)}")

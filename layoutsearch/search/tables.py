@@ -8,6 +8,7 @@ CP-SAT model states the same rule as constraints (tests hold the two to equal op
 
 Per stage st (0 = first, 1 = last):
   stage[st] = A[SKr,st] + TP[SKo,st] + tp_rerun[r]*TPF[SKo] + CP[SKo] + cp_rerun[r]*CPF[SKo]
+              + EP[SKo,st] + ep_rerun[r]*EPF[SKo]
               + z3 * (FX[SKo,st] + max(0, X[SKo] - Y[SKr]))
   STAGE     = max_st stage[st], tabulated per (S,K,r,o) without (STAGE0) and with ZeRO-3 (STAGE3)
   step      = STAGE + max(0, RED[Szo] + RCON[SKo] - WIN[SKr]) + max(0, GATH[Szo] - FWD[SK]) + PP[SKo] + OPT[Sz] + STEP0
@@ -45,6 +46,8 @@ class Tables:
     TPF: np.ndarray  # [sk, o]
     CP: np.ndarray  # [sk, o]
     CPF: np.ndarray  # [sk, o]
+    EP: np.ndarray  # [sk, o, st] exposed MoE token AllToAlls
+    EPF: np.ndarray  # [sk, o] those of a forward whose MLP runs again
     FX: np.ndarray  # [sk, o, st]
     X: np.ndarray  # [sk, o]
     PP: np.ndarray  # [sk, o]
@@ -105,14 +108,16 @@ def build_tables(space: Space) -> Tables:
     co = _coeff_rows(space, shape_o, order_o)
     mult_o = terms.step_multiplier(sh_o, k_o)
     r0 = np.zeros_like(k_o)
-    tp_st, fx_st = [], []
+    tp_st, fx_st, ep_st = [], [], []
     fc = terms.fsdp_collectives(model, workload, acc, sh_o, co)
     for st, (first, last) in _stage_flags(sh_o).items():
         c = terms.compute_per_microbatch(model, workload, acc, sh_o, k_o, r0, last)
         tp = terms.tp_per_microbatch(model, workload, acc, sh_o, k_o, co, last, c["window/matmul_fwd_layer"])
         cp = terms.cp_per_microbatch(model, workload, acc, sh_o, k_o, co, c["window/attn_fwd_layer"])
         busy = terms.shard_link_traffic(tp, cp, co)
+        ep = terms.ep_per_microbatch(model, workload, acc, sh_o, k_o, co, c["window/fwd_layer"])
         tp_st.append(mult_o * tp["base"])
+        ep_st.append(mult_o * ep["base"])
         fixed = terms.fsdp_exposed_fixed(model, sh_o, fc, c["window/fwd_layer"], c["window/logits"], True, busy["fwd"],
                                          last)
         fx_st.append(mult_o * (fixed["forward"] + fixed["vocab"]))
@@ -120,6 +125,7 @@ def build_tables(space: Space) -> Tables:
             x = mult_o * terms.layers_per_stage(model, sh_o) * (fc["gather_layer"] + fc["reduce_layer"] + busy["bwd"])
             rcon = terms.reduction_link_traffic(model, sh_o, tp, cp, co)
             tpf = mult_o * tp["rerun"]
+            epf = mult_o * ep["rerun"]
     pp = terms.pipeline_sends(model, workload, acc, sh_o, k_o, co)
     # ---- S x z (x o)
     n_s = space.num_shapes
@@ -154,21 +160,25 @@ def build_tables(space: Space) -> Tables:
         MB=kib(np.stack([np.stack(m, axis=-1) for m in mb], axis=-2)).reshape(n_sk, nr, 2, len(MOMENT_NAMES)),
         TP=q(np.stack(tp_st, axis=-1)).reshape(n_sk, n_o, 2), TPF=q(tpf).reshape(n_sk, n_o),
         CP=q(mult_o * cp["base"]).reshape(n_sk, n_o), CPF=q(mult_o * cp["rerun"]).reshape(n_sk, n_o),
+        EP=q(np.stack(ep_st, axis=-1)).reshape(n_sk, n_o, 2), EPF=q(epf).reshape(n_sk, n_o),
         FX=q(np.stack(fx_st, axis=-1)).reshape(n_sk, n_o, 2), X=q(x).reshape(n_sk, n_o), PP=q(pp).reshape(n_sk, n_o), RCON=q(rcon).reshape(n_sk, n_o),
         RED=q(red).reshape(n_s, 4, n_o), GATH=q(steps["gather/zero"]).reshape(n_s, 4, n_o),
         OPT=q(opt).reshape(n_s, 4),
         MZ=kib(np.stack([np.stack(m, axis=-1) for m in mz], axis=-2)).reshape(n_s, 4, 2, len(MOMENT_NAMES)),
         Z3=z3, VOLUME=kib(v_w + v_x))
     work = memory.recompute_arrays(model)
-    tables.STAGE0, tables.STAGE3 = stage_parts(tables, work["tp"][codes], work["attention"][codes])
+    tables.STAGE0, tables.STAGE3 = stage_parts(tables, work["tp"][codes], work["attention"][codes], work["moe"][codes])
     return tables
 
 
-def stage_parts(t: Tables, tp_rerun_by_r: np.ndarray, cp_rerun_by_r: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+def stage_parts(t: Tables, tp_rerun_by_r: np.ndarray, cp_rerun_by_r: np.ndarray,
+                ep_rerun_by_r: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """The slowest stage per (S,K,r,o) by ``step.slowest_stage``: without ZeRO-3 collectives and with them."""
     terms_sk_r_o = {
         "A": [t.A[:, :, None, st] for st in step.STAGES], "TP": [t.TP[:, None, :, st] for st in step.STAGES],
         "TPF": t.TPF[:, None, :], "CP": t.CP[:, None, :], "CPF": t.CPF[:, None, :],
+        "EP": [t.EP[:, None, :, st] for st in step.STAGES], "EPF": t.EPF[:, None, :],
+        "ep_rerun": ep_rerun_by_r[None, :, None],
         "FX": [t.FX[:, None, :, st] for st in step.STAGES], "X": t.X[:, None, :], "Y": t.Y[:, :, None],
         "tp_rerun": tp_rerun_by_r[None, :, None], "cp_rerun": cp_rerun_by_r[None, :, None],
     }
