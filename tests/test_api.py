@@ -22,7 +22,7 @@ def test_solve_matches_the_cli(capsys):
     assert main(["solve", "--model", "debug", "--cluster", "h100-16", "--seqs", "64", "--seq-len", "1024", "--top", "2",
                  "--fix", "tp=2", "--recompute", "none,full", "--format", "json"]) == 0
     doc = json.loads(capsys.readouterr().out)
-    assert [e.layout.degrees for e in result.layouts] == [r["degrees"] for r in doc["layouts"]]
+    assert [e.layout.all_degrees for e in result.layouts] == [r["degrees"] for r in doc["layouts"]]
     assert [e.step_time_s for e in result.layouts] == [r["time_s"]["step"] for r in doc["layouts"]]
     assert all(e.layout.tp == 2 and e.layout.recompute in ("none", "full") for e in result.layouts)
 

@@ -37,7 +37,7 @@ def test_estimate_json_follows_the_output_contract():
     doc = json.loads(r.stdout)
     assert doc["params"]["total"] == 70_553_706_496
     lay = doc["layout"]
-    assert lay["degrees"] == {"dp": 1, "fsdp": 1024, "tp": 8, "pp": 1, "cp": 1}
+    assert lay["degrees"] == {"dp": 1, "fsdp": 1024, "tp": 8, "pp": 1, "cp": 1, "ep": 1, "etp": 1}
     assert lay["axes"] == {"tp": [["z", 8]], "fsdp": [["z", 4], ["y", 16], ["x", 16]]}
     for key in ("state", "activations", "temporary", "peak", "capacity"):
         assert key in lay["memory_bytes"]

@@ -254,7 +254,7 @@ def test_sweep_rows_carry_time_and_cost_columns(tmp_path):
     assert row["cost"] == row["device_hours"] * 2.5
     for name in ("train_days", "device_hours", "cost"):
         assert rows["h100-8"][name] is None or rows["h100-8"]["status"] in ("OPTIMAL", "FEASIBLE")
-    bad = {**row, "status": "INFEASIBLE", **{k: None for k in ("dp", "fsdp", "tp", "pp", "cp", "zero_stage",
+    bad = {**row, "status": "INFEASIBLE", **{k: None for k in ("dp", "fsdp", "tp", "pp", "cp", "ep", "etp", "zero_stage",
            "virtual_stages", "num_microbatches", "recompute", "peak_bytes", "capacity_bytes", "compute_s",
            "exposed_comm_s", "bubble_s", "overhead_s", "step_time_s", "mfu", "tokens_per_s",
            "tokens_per_s_per_device")}}

@@ -186,7 +186,7 @@ def test_the_example_problem_file_is_the_design_notes_choice():
     assert solve_json("--problem", path, "--seqs", "256")["layouts"][0]["degrees"]["tp"] == 32
     r = run("estimate", "--problem", path, "--format", "json")
     assert r.exit_code == 0, r.stderr
-    assert json.loads(r.stdout)["layout"]["degrees"] == {"dp": 1, "fsdp": 1024, "tp": 8, "pp": 1, "cp": 1}
+    assert json.loads(r.stdout)["layout"]["degrees"] == {"dp": 1, "fsdp": 1024, "tp": 8, "pp": 1, "cp": 1, "ep": 1, "etp": 1}
 
 
 def test_a_problem_file_gives_the_same_result_as_its_options(tmp_path):

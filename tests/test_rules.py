@@ -32,7 +32,14 @@ BREAKS = {
     "pp-microbatches": Layout(fsdp=4, pp=4, num_microbatches=2),
     "interleave": Layout(fsdp=8, pp=2, virtual_stages=2, num_microbatches=3, schedule="interleaved"),
     "zero-stage": Layout(fsdp=16, zero_stage=4),
+    # the expert degrees (Mixtral-8x7B: 8 experts of width 14336, on 16 or 12 GPUs)
+    "ep-dense": Layout(fsdp=16, ep=2, zero_stage=1),
+    "ep-experts": Layout(fsdp=16, ep=16, zero_stage=1),
+    "etp-ffn": Layout(fsdp=16, etp=16, zero_stage=1),
+    "ep-fold": Layout(dp=24, ep=8, etp=2, zero_stage=0),
+    "ep-zero": Layout(dp=2, fsdp=8, ep=8, etp=2, zero_stage=1),
 }
+MIXTRAL_H16 = Problem.build("mixtral-8x7b", "h100-16", Workload(global_batch_seqs=64, seq_len=1024))
 
 
 def test_every_structural_rule_is_checked_by_its_code():
@@ -44,7 +51,11 @@ def test_every_structural_rule_is_checked_by_its_code():
     # 8 heads but d_ff 1000: tp=16 breaks both tp rules; check the ffn rule alone with 16 heads
     wide = replace(DEBUG_H16, model=replace(DEBUG_H16.model, num_heads=16, num_kv_heads=16, d_ff=1000))
     batch48 = replace(DEBUG_H16, workload=Workload(global_batch_seqs=48, seq_len=1024))
-    special = {"cp-seq": odd_seq, "tp-kv-heads": gqa, "tp-ffn": wide, "interleave": batch48}
+    narrow_experts = replace(MIXTRAL_H16, model=replace(MIXTRAL_H16.model,
+                                                        moe=replace(MIXTRAL_H16.model.moe, expert_d_ff=1000)))
+    special = {"cp-seq": odd_seq, "tp-kv-heads": gqa, "tp-ffn": wide, "interleave": batch48,
+               "ep-experts": MIXTRAL_H16, "etp-ffn": narrow_experts, "ep-zero": MIXTRAL_H16,
+               "ep-fold": Problem.build("mixtral-8x7b", "h100-24", Workload(global_batch_seqs=48, seq_len=1024))}
     for code, layout in BREAKS.items():
         found = [v.code for v in check_layout(special.get(code, DEBUG_H16), layout)]
         assert found == [code], (code, found)

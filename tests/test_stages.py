@@ -24,14 +24,26 @@ runner = CliRunner()
     ((126, 16, 1, 6, 8), (6, 8, 8, "first-last")),  # given first and last: 14 middle stages of 8
     ((32, 3, 1), (10, 11, 11, "first-last")),  # proposed: middle ceil(32/3) = 11, the rest shared
     ((126, 1, 1), (126, 126, 126, "even")),
+    # Megatron --pipeline-model-parallel-layout, as NVIDIA's DeepSeek-V3 recipes: 61 layers + embedding + loss
+    # in 16 chunks of 4 slots (the last one 3): stage 0 holds E + 15 layers, stage 3 14 layers + the loss
+    ((61, 4, 4), (15, 16, 14, "chunk-layout")),
+    ((61, 8, 4), (7, 8, 6, "chunk-layout")),  # 32 chunks of 2 slots, "Et|(tt|)*30L"
+    ((126, 16, 8), (7, 8, 7, "chunk-layout")),  # 128 chunks of one slot each
 ])
 def test_splits(args, expected):
     first, middle, last, kind, ok = split_layers(*args)
-    names = {0: "even", 1: "embedding-and-loss", 2: "first-last"}
+    names = {0: "even", 1: "embedding-and-loss", 2: "first-last", 3: "chunk-layout"}
     assert (int(first[0]), int(middle[0]), int(last[0]), names[int(kind[0])]) == expected and ok[0]
 
 
-@pytest.mark.parametrize("args", [(126, 16, 8), (126, 16, 1, 9, 9), (126, 16, 1, 7, 6), (32, 2, 1, 10, 10)])
+def test_chunk_layout_lists_the_chunks_in_megatron_order():
+    from layoutsearch.core.stages import chunk_layout
+    chunks = chunk_layout(61, 8, 4)
+    assert ["".join(c) for c in chunks] == ["Et"] + ["tt"] * 30 + ["L"]
+    assert sum(c.count("t") for c in chunks) == 61
+
+
+@pytest.mark.parametrize("args", [(126, 16, 9), (126, 16, 1, 9, 9), (126, 16, 1, 7, 6), (32, 2, 1, 10, 10)])
 def test_impossible_splits_are_refused(args):
     assert not split_layers(*args)[4][0]
 

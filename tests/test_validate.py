@@ -387,17 +387,24 @@ def test_null_or_unknown_values_skip_the_record_not_the_file(tmp_path):
     assert doc["summary"]["skipped_reasons"]["missing value"] == 2
 
 
-def test_moe_and_mla_records_are_skipped_as_not_modelled(runs):
-    """A record with model.moe (or MLA attention) is skipped with the reason, before anything else is checked."""
+def test_moe_and_mla_records_are_mapped(runs):
+    """Rule 16: a record with model.moe (d_ff null: every layer MoE) maps to a MoeSpec with the expert width as
+    d_ff; MLA attention without its model.mla block is a skip naming the field (tests/test_validate_moe.py
+    covers the MoE development set)."""
     moe = copy.deepcopy(runs["megatron2021-table1-1-7b"])
-    moe["model"].update(d_ff=None, moe={"num_experts": 8, "top_k": 2, "expert_d_ff": 14336})
+    moe["model"].update(d_ff=None, moe={**{k: None for k in ("num_shared_experts", "shared_d_ff", "first_dense_layers",
+                                                             "moe_layer_freq", "capacity_factor")},
+                                        "num_experts": 8, "top_k": 2, "expert_d_ff": 14336})
     moe["cluster"]["accelerator"] = "h800"
-    assert record_to_problem(moe) == "mixture-of-experts: not modelled yet (model.moe)"
+    problem, layout = record_to_problem(moe)
+    assert problem.model.moe.num_experts == 8 and problem.model.d_ff == 14336 and problem.model.num_moe_layers == 24
+    assert (problem.model.moe.num_shared_experts, problem.model.moe.layer_freq) == (0, 1)
+    assert (layout.ep, layout.etp) == (1, 1)
     mla = copy.deepcopy(runs["megatron2021-table1-1-7b"])
     mla["model"]["attention"] = "mla"
-    assert record_to_problem(mla) == "multi-head latent attention (MLA): not modelled yet"
-    entry = evaluate_record(moe)
-    assert entry["skipped_reason"].startswith("mixture-of-experts") and entry["rel_error"] is None
+    assert record_to_problem(mla) == "missing value: model.mla null (the engine needs it)"
+    entry = evaluate_record(mla)
+    assert entry["skipped_reason"].startswith("missing value") and entry["rel_error"] is None
 
 
 def test_record_rules_across_fields(runs, tmp_path):
@@ -599,17 +606,6 @@ def test_validate_the_whole_dev_set(data_file):
     assert s["skipped"] <= 20 and s["count"] + s["skipped"] == 150
     assert all(e["skipped_reason"].strip() for e in doc["records"] if e["skipped_reason"] is not None)
     assert s["median_abs_rel_error"] < 0.10 and s["passed"] is True
-
-
-def test_moe_dev_set_is_evaluated_or_skipped_per_record(data_file):
-    """tests/data/runs_moe_dev.yaml: every record is evaluated or skipped with a reason, the file never aborts."""
-    runs = load_runs(data_file("runs_moe_dev.yaml"))
-    doc = validate_runs(runs, rank=False)
-    assert len(doc["records"]) == len(runs) == 71
-    for e in doc["records"]:
-        assert (e["skipped_reason"] is None) != (e["predicted_tokens_per_s_per_device"] is None)
-        assert e["skipped_reason"] is None or e["skipped_reason"].strip()
-    assert doc["summary"]["skipped_reasons"].get("mixture-of-experts") == 71
 
 
 # ----------------------------------------------------------------------------- calibration

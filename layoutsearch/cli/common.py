@@ -40,18 +40,23 @@ def reports_errors(command: Callable) -> Callable:
     The command's warnings are held until it ends: bad input (exit 2) is the error line alone."""
     @functools.wraps(command)
     def run(*args, **kwargs):
+        failure = other = None
         with warnings.catch_warnings(record=True) as held:
             warnings.simplefilter("always", LayoutsearchWarning)
             try:
                 result = command(*args, **kwargs)
             except LayoutsearchError as exc:
-                _replay(held, keep_ours=exc.exit_code != 2)
-                typer.echo(f"error: {one_line(str(exc))}", err=True)
-                raise typer.Exit(exc.exit_code) from None
-            except BaseException:
-                _replay(held)
-                raise
+                failure = exc
+            except BaseException as exc:  # typer.Exit (a layout that does not fit), KeyboardInterrupt
+                other = exc
+        # replayed outside the recording (inside it each replayed warning would be recorded again)
+        if failure is not None:
+            _replay(held, keep_ours=failure.exit_code != 2)
+            typer.echo(f"error: {one_line(str(failure))}", err=True)
+            raise typer.Exit(failure.exit_code) from None
         _replay(held)
+        if other is not None:
+            raise other
         return result
     return run
 
@@ -109,6 +114,9 @@ FormatOpt = Annotated[Format, typer.Option("--format", help="table, json or yaml
 TpOverlapOpt = Annotated[Optional[bool], typer.Option(
     "--tp-comm-overlap/--no-tp-comm-overlap",
     help="TP collectives pipelined with their GEMMs inside NVLink/ICI (default: the framework's choice)")]
+EpOverlapOpt = Annotated[Optional[bool], typer.Option(
+    "--ep-comm-overlap/--no-ep-comm-overlap",
+    help="MoE token all-to-alls hidden behind another microbatch's compute (default: the framework's choice)")]
 FrameworkOpt = Annotated[Optional[Framework], typer.Option(
     "--framework", help="Whose overlap the step time assumes: megatron, torchtitan, maxtext, deepspeed or ideal "
                         "(default: maxtext on TPUs, megatron on GPUs)")]
@@ -139,6 +147,7 @@ class WorkloadArgs:
     framework: FrameworkOpt = None
     precision: PrecisionOpt = Precision.bf16
     tp_comm_overlap: TpOverlapOpt = None
+    ep_comm_overlap: EpOverlapOpt = None
     grad_bytes: GradBytesOpt = 4
     moment_bytes: MomentBytesOpt = 4
     fused_attention: FusedAttentionOpt = True

@@ -97,6 +97,8 @@ class CalibrationFile(_Strict):
     step_overhead_ms: float = Field(ge=0)
     fp8_matmul_efficiency: float | None = Field(default=None, gt=0, le=1)  # of the fp8 peak; needs peak_fp8_tflops
     vendor_attention_efficiency: float | None = Field(default=None, gt=0, le=1)  # cuDNN / TE fused attention
+    grouped_matmul_efficiency: float = Field(default=1.0, gt=0, le=1)  # MoE expert GEMMs, of the dense fraction
+    moe_layer_overhead_us: float = Field(default=0.0, ge=0)  # fixed per MoE layer and microbatch
 
 
 class AcceleratorFile(_Strict):
@@ -829,7 +831,7 @@ def accelerator_from_dict(data: Any, where: str) -> Accelerator:
     if (f.peak_fp8_tflops is None) != (f.calibration.fp8_matmul_efficiency is None):
         raise CatalogueError(f"{where}: give 'peak_fp8_tflops' and 'calibration: fp8_matmul_efficiency' together")
     cal, topo = f.calibration, f.topology
-    unitless = {"collective_half_efficiency_kib", "microbatch_overhead_us", "step_overhead_ms"}
+    unitless = {"collective_half_efficiency_kib", "microbatch_overhead_us", "step_overhead_ms", "moe_layer_overhead_us"}
     return Accelerator(
         id=f.id, name=f.name, kind=f.kind,
         peak_flops_per_s=f.peak_bf16_tflops * TERA,
@@ -844,6 +846,7 @@ def accelerator_from_dict(data: Any, where: str) -> Accelerator:
         **cal.model_dump(exclude=unitless),  # fractions and token counts, already SI
         collective_half_efficiency_bytes=cal.collective_half_efficiency_kib * KIB,
         microbatch_overhead_s=cal.microbatch_overhead_us * MICRO,
+        moe_layer_overhead_s=cal.moe_layer_overhead_us * MICRO,
         step_overhead_s=cal.step_overhead_ms * MILLI,
         **topo.model_dump(exclude={"max_slice_shape"}), max_slice_shape=tuple(topo.max_slice_shape),
         sources=dict(f.sources),

@@ -48,11 +48,13 @@ class Profile:
     # vocab-parallel cross entropy: exp and the gradient are computed in place), else a second fp32 buffer
     ep_overlap: bool = False  # MoE token AllToAlls hidden behind another microbatch's compute (Megatron
     # --overlap-moe-expert-parallel-comm, DeepSeek's DualPipe); off by default in every framework
+    ep_node_dedup: bool = False  # a token crosses scale-out once per destination node, NVLink fans it out to
+    # its experts there (DeepEP / HybridEP: Megatron-Core's flex dispatcher), else once per expert (NCCL AllToAll)
 
 
 PROFILES = {
     "megatron": Profile("megatron", tp_overlap=False, grad_reduce_overlap=True, param_gather_overlap=True,
-                        fp8_param_gather=True, inplace_cross_entropy=True, vendor_attention=True),
+                        fp8_param_gather=True, inplace_cross_entropy=True, vendor_attention=True, ep_node_dedup=True),
     "deepspeed": Profile("deepspeed", tp_overlap=False, grad_reduce_overlap=True, param_gather_overlap=False),
     "torchtitan": Profile("torchtitan", tp_overlap=False, grad_reduce_overlap=True, param_gather_overlap=True,
                           fp8_param_gather=True, recompute_policies=("none", "op", "full")),
@@ -60,7 +62,7 @@ PROFILES = {
                        recompute_policies=("minimal_with_context", "minimal", "save_dot_except_mlpwi", "full")),
     "ideal": Profile("ideal", tp_overlap=True, grad_reduce_overlap=True, param_gather_overlap=True,
                      fp8_param_gather=True, recompute_policies=tuple(r.value for r in Recompute),
-                     vendor_attention=True, ep_overlap=True),
+                     vendor_attention=True, ep_overlap=True, ep_node_dedup=True),
 }
 assert set(PROFILES) == {f.value for f in Framework}
 

@@ -24,7 +24,7 @@ from layoutsearch.core import io
 from layoutsearch.core.catalogue import load_model, model_from_dict
 from layoutsearch.core.errors import InvalidArgumentError
 from layoutsearch.core.specs import (
-    DEGREE_NAMES, RECOMPUTE_POLICIES, Cluster, Layout, Method, ModelSpec, Objective, Precision, Schedule, Workload,
+    ALL_DEGREE_NAMES, DEGREE_NAMES, RECOMPUTE_POLICIES, Cluster, Layout, Method, ModelSpec, Objective, Precision, Schedule, Workload,
 )
 from layoutsearch.core.frameworks import profile_of
 from layoutsearch.core.topology import CustomCluster, cluster_from_spec, resolve_cluster
@@ -119,13 +119,15 @@ def refuse_unmodelled(model: ModelSpec, model_id: str) -> None:
 
 
 def build_workload(seqs: int, seq_len: int, tokens: float | None = None, *, framework: str | None = None,
-                   precision: str = "bf16", tp_comm_overlap: bool | None = None, grad_bytes: int = 4,
+                   precision: str = "bf16", tp_comm_overlap: bool | None = None,
+                   ep_comm_overlap: bool | None = None, grad_bytes: int = 4,
                    moment_bytes: int = 4, fused_attention: bool = True, hbm_gib: float | None = None,
                    memory_margin_gib: float = 0.0) -> Workload:
     """A Workload from the options' units (GiB, bytes per element): the one conversion of the CLI,
     problem files, sweeps and the Python API. Defaults: bf16 with 18 B/param mixed-precision Adam."""
     return Workload(global_batch_seqs=seqs, seq_len=seq_len, training_tokens=tokens, framework=framework,
-                    precision=precision, tp_comm_overlap=tp_comm_overlap, grad_bytes_per_param=grad_bytes,
+                    precision=precision, tp_comm_overlap=tp_comm_overlap, ep_comm_overlap=ep_comm_overlap,
+                    grad_bytes_per_param=grad_bytes,
                     optimizer_bytes_per_param=2 * moment_bytes, flash_attention=fused_attention,
                     hbm_bytes=None if hbm_gib is None else hbm_gib * GIB, memory_margin_bytes=memory_margin_gib * GIB)
 
@@ -140,7 +142,8 @@ def resolved_workload(workload: Workload, cluster: Cluster) -> Workload:
         raise InvalidArgumentError(f"--precision fp8: {acc.id} has no fp8 matmul rate in the catalogue (no "
                                    f"peak_fp8_tflops in hardware/{acc.id}.yaml); use --precision bf16")
     overlap = profile.tp_overlap if workload.tp_comm_overlap is None else workload.tp_comm_overlap
-    return replace(workload, framework=profile.name, tp_comm_overlap=overlap)
+    ep_overlap = profile.ep_overlap if workload.ep_comm_overlap is None else workload.ep_comm_overlap
+    return replace(workload, framework=profile.name, tp_comm_overlap=overlap, ep_comm_overlap=ep_overlap)
 
 
 def check_workload(workload: Workload, where: str = "") -> None:
@@ -254,6 +257,7 @@ class WorkloadRecord(_Record):
     causal: StrictBool = True
     flash_attention: StrictBool = True
     tp_comm_overlap: StrictBool | None = None
+    ep_comm_overlap: StrictBool | None = None
     fsdp_collectives_per_layer: StrictInt = Field(default=1, ge=1, le=64)
     training_tokens: FiniteNumber | None = Field(default=None, gt=0, le=MAX_TRAINING_TOKENS)
     precision: StrictStr = Field(default="bf16", max_length=64)
@@ -278,6 +282,8 @@ class DegreesRecord(_Record):
     tp: StrictInt = PositiveCount
     pp: StrictInt = PositiveCount
     cp: StrictInt = PositiveCount
+    ep: StrictInt = Field(default=1, ge=1, le=MAX_DEVICES)  # expert degrees (1 for a dense model)
+    etp: StrictInt = Field(default=1, ge=1, le=MAX_DEVICES)
 
 
 class LayoutRecord(_Record):
@@ -315,7 +321,7 @@ def layout_from_record(record: Any, where: str = "layout") -> Layout:
     degrees = rec.degrees.model_dump()
     schedule = rec.schedule or ("interleaved" if rec.virtual_stages > 1 else "1f1b")
     axes = tuple((name, tuple((str(a), int(f)) for a, f in placed)) for name, placed in rec.axes.items()
-                 if name in DEGREE_NAMES) if rec.axes is not None else None
+                 if name in ALL_DEGREE_NAMES) if rec.axes is not None else None
     split = rec.stage_layers or {}
     given = split.get("split") == "first-last"  # the engine's own splits are recomputed, given ones kept
     return Layout(**degrees, zero_stage=rec.zero_stage, virtual_stages=rec.virtual_stages,

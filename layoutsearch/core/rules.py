@@ -28,7 +28,7 @@ import numpy as np
 
 from layoutsearch.core.problem import Problem, SearchOptions
 from layoutsearch.core.frameworks import profile_of
-from layoutsearch.core.stages import SPLIT_NAMES, split_layers
+from layoutsearch.core.stages import CHUNK_LAYOUT, SPLIT_NAMES, split_layers
 from layoutsearch.core.specs import (
     ALL_DEGREE_NAMES, DEGREE_NAMES, RECOMPUTE_CODES, RECOMPUTE_POLICIES, SCHEDULE_CODES, Layout, ModelSpec,
 )
@@ -133,10 +133,10 @@ STRUCTURE: tuple[Rule, ...] = (
     _rule("ep-dense", ("ep", "etp"), lambda p, c: (p.model.moe is not None) | ((c["ep"] == 1) & (c["etp"] == 1)),
           lambda p: "ep = etp = 1 without expert layers",
           lambda p, c: f"ep({c['ep']}) x etp({c['etp']}): model '{p.model.name}' has no mixture-of-experts layers"),
-    _rule("ep-experts", ("ep",), lambda p, c: (c["ep"] >= 1) & (_experts(p) % np.maximum(c["ep"], 1) == 0),
+    _rule("ep-experts", ("ep",), lambda p, c: (p.model.moe is None) | ((c["ep"] >= 1) & (_experts(p) % np.maximum(c["ep"], 1) == 0)),
           lambda p: f"ep divides the experts ({_experts(p)})",
           lambda p, c: f"ep({c['ep']}) does not divide the {_experts(p)} routed experts of each MoE layer"),
-    _rule("etp-ffn", ("etp",), lambda p, c: (c["etp"] >= 1) & (_expert_ffn(p) % np.maximum(c["etp"], 1) == 0),
+    _rule("etp-ffn", ("etp",), lambda p, c: (p.model.moe is None) | ((c["etp"] >= 1) & (_expert_ffn(p) % np.maximum(c["etp"], 1) == 0)),
           lambda p: f"etp divides the expert FFN width ({_expert_ffn(p)})",
           lambda p, c: f"etp({c['etp']}) does not divide the expert FFN width {_expert_ffn(p)}"),
     _rule("ep-fold", ALL_DEGREE_NAMES,
@@ -179,7 +179,29 @@ CANONICAL: tuple[Rule, ...] = (
           lambda p: "ZeRO-0 without fsdp, ZeRO >= 1 with a shard group (each layout once)",
           lambda p, c: f"fsdp({c['fsdp']}) x cp({c['cp']}) with zero_stage {c['z']} is enumerated as another layout",
           kind="canonical"),
+    _rule("chunk-layout-search", ("pp", "v"), lambda p, c: _standard_split_or_none(p, c),
+          lambda p: "a chunk layout only where pp has no even, embedding-and-loss or first-last split",
+          lambda p, c: f"pp({c['pp']}) splits num_layers({p.model.num_layers}) without a chunk layout; the search "
+                       f"keeps to that split (uneven chunks' bubble is costed only approximately)",
+          kind="canonical"),
 )
+
+
+def _standard_split_or_none(p: Problem, c: Cand) -> np.ndarray:
+    """Search only: a candidate uses a chunk layout (core.stages) only when its pp has no other split
+    for any number of virtual stages (Megatron runs awkward layer counts, DeepSeek-V3's 61, that way)."""
+    kind = split_layers(p.model.num_layers, c["pp"], c["v"], c.get("lf", 0), c.get("ll", 0))[3]
+    chunked = kind == CHUNK_LAYOUT
+    if not chunked.any():
+        return np.ones_like(chunked, dtype=bool)
+    pp_values = np.unique(np.asarray(c["pp"])[chunked])
+    standard = set()
+    for pp in pp_values.tolist():
+        vs = np.arange(1, 9)
+        _, _, _, kinds, ok = split_layers(p.model.num_layers, np.full(len(vs), pp), vs)
+        if (ok & (kinds != CHUNK_LAYOUT)).any():
+            standard.add(pp)
+    return ~chunked | ~np.isin(c["pp"], list(standard))
 
 
 # ----------------------------------------------------------------------------- user options
@@ -219,17 +241,54 @@ def llama_block(m: ModelSpec) -> bool:
             and m.norms_per_layer == 2 and m.norm_weights and m.qk_norm == "none" and m.sliding_window is None)
 
 
+def dense(m: ModelSpec) -> bool:
+    """Dense MLPs and standard attention: no experts, no latent attention (the dense families below need it)."""
+    return m.moe is None and m.mla is None
+
+
 def gpt3_block(m: ModelSpec) -> bool:
     """LayerNorm, biases, learned positions, plain GELU MLP (GPT-3-style decoder block)."""
-    return m.norm == "layernorm" and m.linear_bias and m.learned_positions > 0 and m.mlp == "plain"
+    return dense(m) and m.norm == "layernorm" and m.linear_bias and m.learned_positions > 0 and m.mlp == "plain"
 
 
 def llama3_block(m: ModelSpec) -> bool:
     """The Llama 3 model code: gated MLP, untied, head_dim = d_model / heads, and a Llama block."""
-    return llama_block(m) and m.mlp == "gated" and not m.tied_embeddings and m.head_dim * m.num_heads == m.d_model
+    return (dense(m) and llama_block(m) and m.mlp == "gated" and not m.tied_embeddings
+            and m.head_dim * m.num_heads == m.d_model)
 
 
-MODEL_BLOCKS = {"llama": llama_block, "gpt3": gpt3_block, "llama3": llama3_block}
+def _routed_only(m: ModelSpec) -> bool:
+    """Every layer MoE with SwiGLU experts, no shared experts, no router bias, standard attention, no MTP."""
+    moe = m.moe
+    return (moe is not None and m.mla is None and m.mtp_layers == 0 and moe.num_shared_experts == 0
+            and moe.first_dense_layers == 0 and moe.layer_freq == 1 and not moe.router_bias
+            and m.mlp == "gated" and m.activation_name == "silu")
+
+
+def mixtral_block(m: ModelSpec) -> bool:
+    """Mixtral: a Llama block whose MLP is a top-k mixture of SwiGLU experts in every layer."""
+    return _routed_only(m) and llama_block(m)
+
+
+def qwen3_moe_block(m: ModelSpec) -> bool:
+    """Qwen3-MoE: Mixtral's layer with a per-head RMSNorm on queries and keys."""
+    return (_routed_only(m) and m.norm == "rmsnorm" and not m.linear_bias and not m.qkv_bias
+            and m.learned_positions == 0 and m.norms_per_layer == 2 and m.norm_weights and m.qk_norm == "head"
+            and m.sliding_window is None)
+
+
+def deepseek_block(m: ModelSpec) -> bool:
+    """DeepSeek-V2/V3: latent attention, first_dense_layers dense SwiGLU layers then MoE in every layer,
+    shared experts as wide as a routed one, untied, a Llama-style norm/position layout."""
+    moe = m.moe
+    return (moe is not None and m.mla is not None and moe.layer_freq == 1 and not moe.shared_expert_gate
+            and (moe.num_shared_experts == 0 or moe.shared_d_ff == moe.expert_d_ff) and m.mlp == "gated"
+            and m.activation_name == "silu" and not m.tied_embeddings and llama_block(m))
+
+
+MODEL_BLOCKS = {"llama": lambda m: dense(m) and llama_block(m), "gpt3": gpt3_block, "llama3": llama3_block,
+                "mixtral": mixtral_block, "qwen3-moe": qwen3_moe_block, "deepseek": deepseek_block}
+EXPERT_TENSOR = ("1", "tp", "other")  # etp = 1, etp = tp, any other etp
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -253,7 +312,64 @@ class Capabilities:
     pipeline_splits: tuple[str, ...] = ("even",)  # core.stages SPLIT_NAMES the target can write
     recompute_policies: tuple[str, ...] = ("none", "selective", "full")  # the policies the target can write
     precisions: tuple[str, ...] = ("bf16", "fp16")  # the workload precisions the target can write
+    # Mixture-of-experts layouts (rules that bind only MoE models): the expert TP the target can write
+    # (EXPERT_TENSOR names) with ep > 1 and with ep = 1, the degrees whose devices one ep x etp group
+    # may regroup ("fsdp" counts when it shards gradients or weights, ZeRO-2/3, else only beside "dp"),
+    # and whether ep > 1 can go with tp > 1 and pp > 1 together
+    expert_tensor: tuple[str, ...] = EXPERT_TENSOR
+    expert_tensor_without_ep: tuple[str, ...] = EXPERT_TENSOR
+    expert_groups: tuple[str, ...] = ("dp", "fsdp", "tp", "cp")
+    expert_parallel_with_tp_and_pp: bool = True
     why: dict[str, str] = field(default_factory=dict)
+
+
+def _etp_kind(c: Cand) -> np.ndarray:
+    """The EXPERT_TENSOR name of each candidate's etp: "1", "tp" (etp = tp > 1) or "other"."""
+    return np.where(c["etp"] == 1, "1", np.where(c["etp"] == c["tp"], "tp", "other"))
+
+
+def _etp_ok(caps: Capabilities, c: Cand) -> np.ndarray:
+    """etp is one the target writes, given ep (etp = 1 = tp counts as both "1" and "tp")."""
+    kind, tp_like = _etp_kind(c), c["etp"] == c["tp"]
+    ok = {}
+    for key, choices in (("ep", caps.expert_tensor), ("no-ep", caps.expert_tensor_without_ep)):
+        ok[key] = np.isin(kind, choices) | (tp_like & ("tp" in choices))
+    return np.where(c["ep"] > 1, ok["ep"], ok["no-ep"])
+
+
+def _expert_span(caps: Capabilities, c: Cand) -> np.ndarray:
+    """Devices an expert group may regroup on this target: the product of caps.expert_groups' degrees."""
+    sharded = effective_zero(c) >= 2
+    span = np.ones_like(c["tp"])
+    for d in caps.expert_groups:
+        if d == "fsdp" and "dp" not in caps.expert_groups:
+            span = span * np.where(sharded, c["fsdp"], 1)
+        else:
+            span = span * c[d]
+    return span
+
+
+def _span_text(caps: Capabilities, c: dict) -> str:
+    """`fsdp(8) x tp(2)`: the degrees _expert_span multiplies, an unsharded fsdp named as left out."""
+    parts = [f"{d}({c[d]})" for d in caps.expert_groups]
+    if "fsdp" in caps.expert_groups and "dp" not in caps.expert_groups and int(effective_zero(c)) < 2:
+        parts = [f"fsdp({c['fsdp']}) unsharded, so 1" if d.startswith("fsdp(") else d for d in parts]
+    return " x ".join(parts)
+
+
+def _experts_nearest(caps: Capabilities, c: dict) -> str:
+    unsharded = ("fsdp" in caps.expert_groups and "dp" not in caps.expert_groups and c["fsdp"] > 1
+                 and int(effective_zero(c)) < 2)
+    return (f"ep x etp dividing {int(_expert_span(caps, c))}"
+            + (f", or zero_stage 3 so fsdp({c['fsdp']}) shards and can hold expert groups" if unsharded else "")
+            + ", or export to megatron")
+
+
+def _etp_nearest(caps: Capabilities, c: dict) -> str:
+    choices = caps.expert_tensor if c["ep"] > 1 else caps.expert_tensor_without_ep
+    values = sorted({1 if k == "1" else c["tp"] for k in choices if k != "other"})
+    fix = " or ".join(f"etp={v}" for v in values) or "ep=1, etp=1"
+    return fix + (", or ep > 1" if c["ep"] == 1 and set(caps.expert_tensor) - set(choices) else "")
 
 
 def _split_name(p: Problem, c: Cand) -> np.ndarray:
@@ -315,6 +431,26 @@ def framework_rules(caps: Capabilities) -> tuple[Rule, ...]:
          lambda p: f"{name}: precision {', '.join(caps.precisions)}",
          lambda p, c: text(f"{caps.target}-precision", f"{p.workload.precision} training",
                            f"--precision {caps.precisions[0]}, or export to megatron")),
+        (f"{caps.target}-etp", ("ep", "etp", "tp"), lambda p, c: p.model.moe is None or _etp_ok(caps, c),
+         lambda p: f"{name}: expert TP {', '.join(caps.expert_tensor)} with ep > 1, "
+                   f"{', '.join(caps.expert_tensor_without_ep) or 'none'} with ep = 1",
+         lambda p, c: text(f"{caps.target}-etp", f"etp({c['etp']}) with ep({c['ep']}) and tp({c['tp']})",
+                           _etp_nearest(caps, c))),
+        (f"{caps.target}-experts", (*ALL_DEGREE_NAMES, "z"),
+         lambda p, c: p.model.moe is None or _expert_span(caps, c) % np.maximum(c["ep"] * c["etp"], 1) == 0,
+         lambda p: f"{name}: ep x etp divides {' x '.join(caps.expert_groups)}",
+         lambda p, c: text(f"{caps.target}-experts", f"ep({c['ep']}) x etp({c['etp']}) = {c['ep'] * c['etp']} "
+                                                     f"expert devices, which do not divide the "
+                                                     f"{int(_expert_span(caps, c))} devices its expert groups can "
+                                                     f"take ({_span_text(caps, c)})",
+                           _experts_nearest(caps, c))),
+        (f"{caps.target}-ep-tp-pp", ("ep", "tp", "pp"),
+         lambda p, c: p.model.moe is None or caps.expert_parallel_with_tp_and_pp
+                      or (c["ep"] == 1) | (c["tp"] == 1) | (c["pp"] == 1),
+         lambda p: f"{name}: ep > 1 " + ("with tp and pp" if caps.expert_parallel_with_tp_and_pp else
+                                         "not with both tp > 1 and pp > 1"),
+         lambda p, c: text(f"{caps.target}-ep-tp-pp", f"ep({c['ep']}) with both tp({c['tp']}) and pp({c['pp']})",
+                           "tp=1 or pp=1 with ep > 1")),
         (f"{caps.target}-model", (), lambda p, c: not caps.model_blocks or any(MODEL_BLOCKS[b](p.model)
                                                                                for b in caps.model_blocks),
          lambda p: f"{name}: a model of the {' or '.join(caps.model_blocks) or 'any'} family",

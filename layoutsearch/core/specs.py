@@ -187,6 +187,8 @@ class Workload:
     tp_comm_overlap: bool | None = None  # TP collectives pipelined with their GEMMs inside the fast domain
     # (Transformer Engine userbuffers, torchtitan async TP, XLA collective matmul); None = the framework
     # profile's choice (Problem.build resolves it); a TP group crossing scale-out is never overlapped
+    ep_comm_overlap: bool | None = None  # MoE token AllToAlls hidden behind another microbatch's compute (Megatron
+    # --overlap-moe-expert-parallel-comm); None = the framework profile's choice (Problem.build resolves it)
     fsdp_collectives_per_layer: int = 1  # ZeRO-3 gathers per layer: 1 with flat parameters (FSDP, XLA);
     # one per parameter tensor with DeepSpeed ZeRO-3 as of 2021
     training_tokens: float | None = None  # total tokens for a calendar estimate
@@ -240,6 +242,10 @@ class Accelerator:
     devices_per_node: int = 1  # GPU: NVLink domain size
     peak_fp8_flops_per_s: float | None = None  # dense fp8 matmuls (MXFP8 on Blackwell); None = no fp8 unit
     fp8_matmul_efficiency: float | None = None  # achievable fraction of the fp8 peak for large matmuls
+    grouped_matmul_efficiency: float = 1.0  # the MoE experts' grouped GEMMs (TE / CUTLASS grouped GEMM,
+    # megablox) as a fraction of the dense matmul efficiency at the same rows
+    moe_layer_overhead_s: float = 0.0  # fixed per MoE layer per microbatch, forward and backward: the router's
+    # softmax and top-k, the permutation kernels and the dispatcher's host sync on the token counts
     vendor_attention_efficiency: float | None = None  # the vendor's fused attention (cuDNN / Transformer
     # Engine on Hopper) where it beats the portable FlashAttention-2 class of ``attention_efficiency``
     sources: dict[str, str] = field(default_factory=dict, compare=False, hash=False)

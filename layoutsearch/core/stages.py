@@ -14,6 +14,13 @@ pp no longer has to divide the layers. Three splits, in the order the engine tri
    (megatron-core TransformerConfig). Without given counts the engine proposes the lightest
    equal first and last stages next to middle stages of ceil(L / pp) layers rounded up to v.
 
+4. chunk layout (Megatron ``--pipeline-model-parallel-layout``, as NVIDIA's DeepSeek-V3 recipes
+   split 61 layers over pp=4 x 4 virtual stages): with virtual stages, when none of the above
+   fits, the L layers plus the embedding and the loss (one slot each) fill the pp x v chunks in
+   order (chunk i on stage i mod pp), floor((L + 2)/(pp v)) slots each and one more for the first
+   (L + 2) mod (pp v) chunks; the embedding opens the first chunk, the loss closes the last.
+   ``chunk_layout`` gives the chunks.
+
 ``split_layers`` returns (first, middle, last) layers per stage and whether the split is valid;
 with pp = 1 all three are L, with pp = 2 the middle is the heavier of the two.
 """
@@ -22,8 +29,9 @@ from __future__ import annotations
 
 import numpy as np
 
-EVEN, EMBEDDING_AND_LOSS, FIRST_LAST = 0, 1, 2
-SPLIT_NAMES = {EVEN: "even", EMBEDDING_AND_LOSS: "embedding-and-loss", FIRST_LAST: "first-last"}
+EVEN, EMBEDDING_AND_LOSS, FIRST_LAST, CHUNK_LAYOUT = 0, 1, 2, 3
+SPLIT_NAMES = {EVEN: "even", EMBEDDING_AND_LOSS: "embedding-and-loss", FIRST_LAST: "first-last",
+               CHUNK_LAYOUT: "chunk-layout"}
 
 
 def split_layers(num_layers: int, pp, v, first=0, last=0):
@@ -48,15 +56,42 @@ def split_layers(num_layers: int, pp, v, first=0, last=0):
              & np.where(pp > 2, ((L - f_given - l_given) % middle_count == 0) & (m_given >= v) & (m_given % v == 0),
                         f_given + l_given == L)
              & (f_given <= m_given) & (l_given <= m_given))
-    f = np.select([even, account], [L // pp, v * per_chunk - 1], f_given)
-    m = np.select([even, account], [L // pp, v * per_chunk], m_given)
-    last_ = np.select([even, account], [L // pp, v * per_chunk - 1], l_given)
-    kind = np.select([even, account], [EVEN, EMBEDDING_AND_LOSS], FIRST_LAST)
-    ok = even | account | fl_ok
+    chunked = propose & ~fl_ok & (v > 1) & (pp > 1) & (L + 2 >= chunks)
+    c_first, c_middle, c_last = _chunk_stage_layers(L, pp, v)
+    f = np.select([even, account, chunked], [L // pp, v * per_chunk - 1, c_first], f_given)
+    m = np.select([even, account, chunked], [L // pp, v * per_chunk, c_middle], m_given)
+    last_ = np.select([even, account, chunked], [L // pp, v * per_chunk - 1, c_last], l_given)
+    kind = np.select([even, account, chunked], [EVEN, EMBEDDING_AND_LOSS, CHUNK_LAYOUT], FIRST_LAST)
+    ok = even | account | fl_ok | chunked
     single = pp == 1
     ok = np.where(single, ~given, ok)
     f, m, last_ = (np.where(single, L, x) for x in (f, m, last_))
     return f, m, last_, np.where(single, EVEN, kind), ok
+
+
+def _chunk_stage_layers(num_layers: int, pp, v):
+    """(first, heaviest middle, last) stage layers of ``chunk_layout`` (arrays)."""
+    slots, chunks = num_layers + 2, np.maximum(pp * v, 1)
+    base, extra = slots // chunks, slots % chunks
+    # stage r holds chunks r, r + pp, ...: v chunks, of which those with index < extra hold one more
+    def stage_slots(r):
+        return v * base + np.clip(-(-(extra - r) // np.maximum(pp, 1)), 0, v)
+    middle = np.where(pp > 2, stage_slots(np.minimum(1, pp - 1)), 0)
+    return stage_slots(0) - 1, np.maximum(middle, 0), stage_slots(pp - 1) - 1
+
+
+def chunk_layout(num_layers: int, pp: int, v: int) -> list[list[str]]:
+    """The pp x v chunks of the chunk-layout split in order (chunk i on stage i mod pp, virtual
+    stage i // pp), each a list of 'E' (embedding), 't' (a transformer layer), 'L' (the loss)."""
+    slots, chunks = num_layers + 2, pp * v
+    base, extra = divmod(slots, chunks)
+    items = ["E"] + ["t"] * num_layers + ["L"]
+    out, at = [], 0
+    for i in range(chunks):
+        n = base + (i < extra)
+        out.append(items[at:at + n])
+        at += n
+    return out
 
 
 def default_microbatches(global_batch_seqs: int, data_units: int, pp: int, v: int = 1) -> int:

@@ -216,23 +216,28 @@ def send_coefficients_of(s: Spans) -> RingCoefficients:
                             latency_s=np.where(active, c["latency"][first], 0.0), axes_mask=mask, scale_out=scale_out)
 
 
-def all_to_all_coefficients_of(s: Spans) -> RingCoefficients:
+def all_to_all_coefficients_of(s: Spans, level: int | None = None) -> RingCoefficients:
     """AllToAll coefficients of every row's group, per byte one member sends (its whole buffer,
     the share kept local included): per level, n/4 of the AllGather's seconds per byte of the
     whole array on a torus ring (book, "AllToAll"); through a switch each member's NIC or NVLink
     port carries the share of its buffer bound for members reached over that level; the slowest level; one
     round trip of the slowest spanned link's latency per level (the messages go out at once).
-    Per member: the share of its buffer that leaves over each level's links, at its bandwidth."""
+    Per member: the share of its buffer that leaves over each level's links, at its bandwidth.
+    With ``level`` (0: NVLink / ICI, 1: scale-out / DCN) only that level's seconds per byte, and
+    ``members`` the members it spans at that level (nodes, for level 1)."""
     members = s.factor.prod(axis=1)
     c = _axis_constants(s.axes)
-    per_level, inner = [], np.ones(len(members))
+    per_level, counts, inner = [], [], np.ones(len(members))
     for n_l, cost, torus in _levels(s):
         # cost = (n_l - 1) / (n_l inner W_l): through a switch the share (n_l - 1) inner / members of
         # the buffer leaves over the level's links, at W_l per member
         switch = cost * n_l * inner * inner / np.maximum(members, 1)
         per_level.append(np.where(torus, cost * members / 4.0, switch))
+        counts.append(n_l)
         inner = inner * n_l
-    per_byte = np.max(np.stack(per_level), axis=0)
+    per_byte = np.max(np.stack(per_level), axis=0) if level is None else per_level[level]
+    if level is not None:
+        members = counts[level]
     on = s.factor > 1
     latency = sum(np.where(on & (c["level"] == level)[None, :], c["latency"][None, :], 0.0).max(axis=1, initial=0.0)
                   for level in (0, 1))

@@ -57,9 +57,9 @@ def routed_params_per_token_per_layer(model: ModelSpec, tp: int = 1):
     (expert TP splits the width and gathers the tokens: the same work): share x k x F_e x D x
     matrices / tp. 0 for a dense model."""
     if model.moe is None:
-        return 0.0 * np.asarray(tp)
+        return 0.0 * tp
     moe = model.moe
-    return moe_layer_share(model) * moe.top_k * model.mlp_matrices * model.d_model * moe.expert_d_ff / np.asarray(tp)
+    return moe_layer_share(model) * moe.top_k * model.mlp_matrices * model.d_model * moe.expert_d_ff / tp
 
 
 def value_head_dim(model: ModelSpec) -> int:

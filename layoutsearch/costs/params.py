@@ -144,8 +144,8 @@ def expert_layer_params(model: ModelSpec, etp=1):
     """Routed-expert parameters of the mean layer on one expert-TP rank, all E experts (a device of
     the ep group holds 1/ep of them): share x E x one expert's FFN of width F_e / etp."""
     if model.moe is None:
-        return 0.0 * np.asarray(etp)
-    width = model.moe.expert_d_ff // np.asarray(etp)
+        return 0.0 * etp
+    width = model.moe.expert_d_ff // etp
     f_local = width
     bias = (f_local * (model.mlp_matrices - 1) + model.d_model) if model.linear_bias else 0
     return moe_layer_share(model) * model.moe.num_experts * (model.mlp_matrices * model.d_model * f_local + bias)

@@ -117,6 +117,8 @@ class Coeffs:
     kv: RingCoefficients  # the TP ranks sharing one KV head
     pp: RingCoefficients  # point-to-point to the next stage
     ep: RingCoefficients  # expert parallelism: AllToAll coefficients (per byte a member sends)
+    ep_in: RingCoefficients  # its NVLink / ICI level alone
+    ep_out: RingCoefficients  # its scale-out level alone (members: the nodes the group spans)
     etp: RingCoefficients  # expert tensor parallelism
     eshard: RingCoefficients  # the expert ZeRO shard group (efsdp)
     erep: RingCoefficients  # the expert replicas (edpr)
@@ -157,13 +159,17 @@ def compute_per_microbatch(model: ModelSpec, workload: Workload, acc: Accelerato
     layer_rate = acc.peak_fp8_flops_per_s * acc.fp8_matmul_efficiency * size if fp8 else rate
     attn_rate = acc.peak_flops_per_s * (attention_efficiency(workload, acc) if workload.flash_attention
                                          else acc.matmul_efficiency) * size
-    layers = layers_per_stage(model, sh, last)
+    # DeepSeek-style multi-token prediction: each module is one more layer on the stage holding the
+    # output, with its own pass through the (shared) output head (technical report section 2.2)
+    mtp = _f(last) * model.mtp_layers
+    layers = layers_per_stage(model, sh, last) + mtp
     work = memory.recompute_arrays(model)
     mm_rerun, attn_rerun, ew_rerun = work["matmul"][r], work["attention"][r], work["elementwise"][r]
     mm = flops.matmul_flops_per_token_per_layer(model, sh.tp) * m / layer_rate
     if model.moe is not None:  # the routed experts' grouped GEMMs, at the rows each local expert gets
         rows = expert_rows(model, sh, m)
-        expert_rate = layer_rate / size * rows / (rows + acc.matmul_half_efficiency_tokens)
+        expert_rate = (layer_rate / size * rows / (rows + acc.matmul_half_efficiency_tokens)
+                       * acc.grouped_matmul_efficiency)
         mm = mm + 2.0 * flops.routed_params_per_token_per_layer(model, sh.tp) * m * workload.moe_imbalance / expert_rate
     causal_skip = workload.causal and workload.flash_attention  # unfused kernels compute the masked half too
     attn = flops.attention_flops_per_token_per_layer(model, workload.seq_len, causal_skip, sh.tp) * m / attn_rate
@@ -177,9 +183,11 @@ def compute_per_microbatch(model: ModelSpec, workload: Workload, acc: Accelerato
     passes = 1.0 + flops.BACKWARD_OVER_FORWARD
     attn_passes = 1.0 + (flops.FLASH_ATTENTION_BACKWARD_OVER_FORWARD if workload.flash_attention
                          else flops.BACKWARD_OVER_FORWARD)
-    logits = _f(last) * passes * flops.logits_flops_per_token(model, sh.tp) * m / rate
+    logits = _f(last) * (1.0 + mtp) * passes * flops.logits_flops_per_token(model, sh.tp) * m / rate
     recompute = mm * mm_rerun + attn * attn_rerun
+    moe_fixed = layers * params.moe_layer_share(model) * acc.moe_layer_overhead_s
     return {
+        "compute/moe_fixed": moe_fixed + 0.0 * m,
         "compute/matmul": layers * mm * passes,
         "compute/attention": layers * attn * attn_passes,
         "compute/recompute": layers * recompute,
@@ -211,18 +219,28 @@ def ep_per_microbatch(model: ModelSpec, workload: Workload, acc: Accelerator, sh
     scale-out or ICI as it spans them; ``comms.all_to_all_coefficients_of``). With etp the
     dispatched tokens are also all-gathered in the etp group and reduce-scattered after it. The
     mean layer carries its share of them. Exposed unless the framework overlaps them with another
-    microbatch's compute (``Profile.ep_overlap``; then at least the latency stays)."""
+    microbatch's compute (``Workload.ep_comm_overlap``, the profile's ``ep_overlap`` unless set; then at
+    least the latency stays)."""
     if model.moe is None:
         zero = 0.0 * tokens_per_microbatch(workload, sh, k)
         return {"base": zero, "rerun": zero, "a2a": zero}
     m = tokens_per_microbatch(workload, sh, k)
     half = acc.collective_half_efficiency_bytes
     payload = m / sh.tp * model.moe.top_k * model.d_model * workload.activation_bytes
-    a2a = np.where(co.ep.members > 1, (payload + half) * co.ep.seconds_per_byte + co.ep.latency_s, 0.0)
+    # across nodes a token goes once to each node holding one of its k experts, and NVLink fans it out
+    # there (DeepEP, Megatron's flex dispatcher): of the k copies bound over scale-out, the distinct
+    # nodes n (1 - (1 - 1/n)^k) of n nodes, uniform routing (DeepSeek-V3 report section 3.2.2)
+    nodes = np.maximum(_f(co.ep_out.members), 1.0)
+    k_routed = model.moe.top_k
+    dedup = (nodes * (1.0 - (1.0 - 1.0 / nodes) ** k_routed) / k_routed
+             if profile_of(workload.framework, acc.kind).ep_node_dedup else 1.0)
+    per_level = np.maximum((payload + half) * co.ep_in.seconds_per_byte,
+                           (payload * dedup + half) * co.ep_out.seconds_per_byte)
+    a2a = np.where(co.ep.members > 1, per_level + co.ep.latency_s, 0.0)
     gathered = ring_time(payload * sh.etp, co.etp, half)
     per_pass = 2 * a2a + 2 * gathered  # dispatch and combine
     share = params.moe_layer_share(model)
-    if profile_of(workload.framework, acc.kind).ep_overlap:
+    if workload.ep_comm_overlap:
         latency = 2 * np.where(co.ep.members > 1, co.ep.latency_s, 0.0)
         fwd = np.maximum(latency, per_pass - fwd_layer)
         bwd = np.maximum(latency, per_pass - 2 * fwd_layer)
@@ -526,37 +544,54 @@ def coeffs_of(cluster, table: np.ndarray, kv_replicas, expert_table: np.ndarray 
         return spans_from_factors(cluster.axes, table, degrees)
 
     def expert(*degrees):
-        ones = np.ones(table.shape[:2] + (len(EXPERT_NESTING),), dtype=np.int64)
-        return spans_from_factors(cluster.axes, ones if expert_table is None else expert_table, degrees,
-                                  EXPERT_NESTING)
+        return spans_from_factors(cluster.axes, expert_table, degrees, EXPERT_NESTING)
 
     tp = group("tp")
+    if expert_table is None:  # a dense model: every expert group is a single device
+        none = single_device(table.shape[0])
+        experts = dict.fromkeys(EXPERT_GROUPS, none)
+    else:
+        experts = dict(
+            ep=all_to_all_coefficients_of(expert("ep")), ep_in=all_to_all_coefficients_of(expert("ep"), 0),
+            ep_out=all_to_all_coefficients_of(expert("ep"), 1), etp=ring_coefficients_of(expert("etp")),
+            eshard=ring_coefficients_of(expert("efsdp")), erep=ring_coefficients_of(expert("edpr")),
+            eall=ring_coefficients_of(expert("efsdp", "edpr")))
     return Coeffs(
         tp=ring_coefficients_of(tp), cp=ring_coefficients_of(group("cp")),
         shard=ring_coefficients_of(group("fsdp", "cp")), dp=ring_coefficients_of(group("dp")),
         dp_zero0=ring_coefficients_of(group("dp", "fsdp", "cp")),
         kv=ring_coefficients_of(replica_spans(tp, np.broadcast_to(kv_replicas, (table.shape[0],)))),
-        pp=send_coefficients_of(group("pp")),
-        ep=all_to_all_coefficients_of(expert("ep")), etp=ring_coefficients_of(expert("etp")),
-        eshard=ring_coefficients_of(expert("efsdp")), erep=ring_coefficients_of(expert("edpr")),
-        eall=ring_coefficients_of(expert("efsdp", "edpr")),
+        pp=send_coefficients_of(group("pp")), **experts,
     )
+
+
+EXPERT_GROUPS = ("ep", "ep_in", "ep_out", "etp", "eshard", "erep", "eall")
+
+
+def single_device(rows: int) -> RingCoefficients:
+    """The coefficients of a group of one device, for ``rows`` rows (nothing to communicate)."""
+    return RingCoefficients(members=np.ones(rows, dtype=np.int64), seconds_per_byte=np.zeros(rows),
+                            latency_s=np.zeros(rows), axes_mask=np.zeros(rows, dtype=np.int64),
+                            scale_out=np.zeros(rows, dtype=bool))
 
 
 def layout_coeffs(model: ModelSpec, cluster, layout) -> Coeffs:
     """Ring coefficients of every group of a placed layout (arrays of one row)."""
-    experts = expert_factor_table(cluster, layout)[None] if layout.ep * layout.etp > 1 else None
+    experts = expert_factor_table(cluster, layout)[None] if model.moe is not None else None
     return coeffs_of(cluster, factor_table(cluster, layout.axes)[None], params.kv_replication(model, layout.tp),
                      experts)
 
 
-COEFF_GROUPS = ("tp", "cp", "shard", "dp", "dp_zero0", "kv", "pp", "ep", "etp", "eshard", "erep", "eall")
+COEFF_GROUPS = ("tp", "cp", "shard", "dp", "dp_zero0", "kv", "pp", "ep", "ep_in", "ep_out", "etp", "eshard", "erep",
+                "eall")
 
 
 def interleave_coeffs(per_order: list[Coeffs]) -> Coeffs:
     """One Coeffs over (row, order) pairs, index row x len(per_order) + order."""
     def stack(name):
         items = [getattr(c, name) for c in per_order]
+        if name in EXPERT_GROUPS and all(np.all(c.members == 1) for c in items):  # dense: no expert groups
+            return single_device(sum(len(c.members) for c in items))
         return RingCoefficients(**{f: np.stack([getattr(c, f) for c in items], axis=1).reshape(-1)
                                    for f in RING_FIELDS})
     return Coeffs(**{name: stack(name) for name in COEFF_GROUPS})

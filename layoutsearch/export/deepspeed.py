@@ -16,6 +16,14 @@ runtime/pipe/engine.py, runtime/engine.py, runtime/tensor_parallel/config.py):
 - The model's hyper-parameters (RoPE, norm epsilon, activation, dropout) and what layoutsearch does
   not decide (data, tokenizer, learning rate, steps, checkpoints; ``<set me: ...>``) are listed
   under ``_layoutsearch``: DeepSpeed builds neither the model nor the data loader.
+- Mixture of experts: DeepSpeed 0.19.8's AutoEP (module_inject/auto_ep_config.py, auto_ep_folding.py)
+  replaces a Hugging Face model's MoE blocks from the JSON: ``expert_parallel`` = {enabled,
+  ``autoep_size`` = ep, ``expert_tensor_parallel_size`` 1, ``preset_model`` mixtral, qwen3_moe,
+  deepseek_v3 or deepseek_v2 where the architecture is one}. Its folding regroups the devices of a
+  pipeline stage as edp x ep (as the engine does); it has no expert TP yet (etp 1), needs ep > 1
+  beside AutoTP and refuses AutoTP with a pipeline. With ep = 1 nothing is written: ZeRO shards
+  the experts like every weight and AutoTP splits their linears over tp (etp = tp). The native
+  ``deepspeed.moe.layer.MoE(ep_size=...)`` is model code and refuses ZeRO-3, so it is not the route.
 - Not expressible: cp (DeepSpeed's Ulysses sequence parallelism is all-to-all over heads, not
   ring attention); ZeRO with dp replicas (MiCS was removed; hpZ keeps a secondary weight copy,
   not replicas); ZeRO-2/3 with a pipeline (PipelineEngine refuses it); GPipe or interleaved
@@ -27,7 +35,7 @@ from __future__ import annotations
 
 import json
 
-from layoutsearch.core.rules import Capabilities
+from layoutsearch.core.rules import MODEL_BLOCKS, Capabilities, deepseek_block
 from layoutsearch.export.context import ExportContext, header_lines, placeholder_note, set_me
 
 SIDE_KEY = "_layoutsearch"
@@ -36,10 +44,53 @@ SIDE_KEY = "_layoutsearch"
 CAPABILITIES = Capabilities(
     target="deepspeed", framework="DeepSpeed", zero_stages_with_replicas=(), zero_stages_with_pp=(0, 1),
     pipeline_schedules=("1f1b",), context_parallel=False, kv_replication=False,
+    expert_tensor=("1",), expert_tensor_without_ep=("tp",), expert_parallel_with_tp_and_pp=False,
     why={"deepspeed-replicas": "ZeRO shards over the whole data-parallel world (MiCS was removed)",
          "deepspeed-cp": "it has no ring context parallelism (Ulysses exchanges heads by all-to-all)",
          "deepspeed-pipeline": "its PipelineEngine runs 1F1B only and rejects ZeRO-2 and ZeRO-3",
-         "deepspeed-kv": "AutoTP does not replicate KV heads"})
+         "deepspeed-kv": "AutoTP does not replicate KV heads",
+         "deepspeed-etp": "AutoEP has no expert tensor parallelism yet (etp 1), and without AutoEP, AutoTP splits "
+                          "the experts' linears over tp",
+         "deepspeed-ep-tp-pp": "AutoEP's folding with AutoTP supports pp = 1 only"})
+AUTOEP_PRESETS = {"mixtral": "mixtral", "qwen3-moe": "qwen3_moe"}  # MODEL_BLOCKS name -> AutoEP preset_model
+
+
+def autoep_preset(m) -> str | None:
+    """AutoEP's preset_model for the architecture, None when it has none (its *_pattern keys then)."""
+    if deepseek_block(m):
+        return "deepseek_v3" if m.moe.router_bias else "deepseek_v2"
+    return next((preset for block, preset in AUTOEP_PRESETS.items() if MODEL_BLOCKS[block](m)), None)
+
+
+def expert_parallel(ctx: ExportContext) -> dict | None:
+    """The ``expert_parallel`` (AutoEP) section: only with ep > 1."""
+    if ctx.model.moe is None or ctx.layout.ep == 1:
+        return None
+    section = {"enabled": True, "autoep_size": ctx.layout.ep, "expert_tensor_parallel_size": ctx.layout.etp}
+    preset = autoep_preset(ctx.model)
+    return section | ({"preset_model": preset} if preset else {})
+
+
+def _expert_notes(ctx: ExportContext) -> list[str]:
+    m, lay = ctx.model, ctx.layout
+    if m.moe is None:
+        return []
+    if lay.ep == 1:
+        return [f"experts: no expert parallelism (ep 1): ZeRO-{ctx.effective_zero_stage} shards the "
+                f"{m.moe.num_experts} experts of each MoE layer like every weight"
+                + (f", and AutoTP splits their linears over tp {lay.tp}" if lay.tp > 1 else "")]
+    notes = [f"experts: AutoEP (expert_parallel) regroups each stage's {lay.dp * lay.fsdp * lay.tp} devices as "
+             f"edp {lay.expert_data_parallel} x ep {lay.ep}; it replaces the Hugging Face model's MoE blocks when "
+             f"deepspeed.initialize() builds the engine"]
+    if autoep_preset(m) is None:
+        notes.append("AutoEP has no preset for this architecture: set expert_parallel.moe_layer_pattern, "
+                     "router_pattern, expert_pattern (and expert_w1/w2/w3, num_experts_attr, top_k_attr) to your "
+                     "model's module names")
+    if m.moe.capacity_factor is not None:
+        notes.append(f"capacity factor {m.moe.capacity_factor:g}: AutoEP routes dropless, so the expert load is not "
+                     f"capped as predicted")
+    return notes
+
 
 def in_code(ctx: ExportContext) -> list[str]:
     """What the JSON cannot carry: the settings the training script must make."""
@@ -59,6 +110,7 @@ def in_code(ctx: ExportContext) -> list[str]:
     elif lay.recompute == "selective":
         notes.append("recompute selective: checkpoint only the attention core and the MLP activation "
                      "(deepspeed.checkpointing.checkpoint around those calls); JSON has no selective policy")
+    notes += _expert_notes(ctx)
     per_node = ctx.cluster.accelerator.devices_per_node if ctx.cluster.accelerator.kind == "gpu" else 8
     per_node = min(per_node, ctx.num_devices)  # a cluster smaller than one node (h100-2) fills part of it
     notes.append(f"launch: deepspeed --num_gpus {per_node} --num_nodes "
@@ -92,7 +144,8 @@ def config(ctx: ExportContext) -> dict:
     lay = ctx.layout
     cfg: dict = {
         SIDE_KEY: {"header": header_lines(ctx), "set_in_code": in_code(ctx),
-                   "degrees": lay.degrees, "virtual_stages": lay.virtual_stages, "schedule": lay.schedule,
+                   "degrees": lay.all_degrees if ctx.model.moe is not None else lay.degrees,
+                   "virtual_stages": lay.virtual_stages, "schedule": lay.schedule,
                    "model_hyperparameters": model_hyperparameters(ctx),
                    "placeholders": placeholders()},
         "train_batch_size": ctx.global_batch_seqs,
@@ -105,6 +158,8 @@ def config(ctx: ExportContext) -> dict:
         cfg["zero_optimization"].update(overlap_comm=True, contiguous_gradients=True)
     if lay.tp > 1:
         cfg["tensor_parallel"] = {"autotp_size": lay.tp}
+    if expert_parallel(ctx) is not None:
+        cfg["expert_parallel"] = expert_parallel(ctx)
     if lay.recompute != "none":
         cfg["activation_checkpointing"] = {"partition_activations": False, "contiguous_memory_optimization": False,
                                            "cpu_checkpointing": False}
@@ -149,6 +204,7 @@ def check(text: str, ctx: ExportContext) -> list[str]:
         out.append(f"autotp_size {tp} exceeds num_kv_heads {ctx.model.num_kv_heads}")
     if pp > 1 and not any("PipelineModule" in note for note in side.get("set_in_code", [])):
         out.append(f"pp={pp} but {SIDE_KEY}.set_in_code does not say how to build the PipelineModule")
+    out += _expert_problems(cfg, world, tp, pp, ctx)
     lay = ctx.layout
     got = {"tp": tp, "pp": pp, "DP world": dp_world, "train batch": train, "micro batch": micro, "accumulation": acc,
            "zero stage": stage}
@@ -156,3 +212,28 @@ def check(text: str, ctx: ExportContext) -> list[str]:
             "micro batch": ctx.microbatch_seqs, "accumulation": lay.num_microbatches,
             "zero stage": ctx.effective_zero_stage}
     return out + [f"{k} is {got[k]}, layout has {want[k]}" for k in want if got[k] != want[k]]
+
+
+def _expert_problems(cfg: dict, world: int, tp: int, pp: int, ctx: ExportContext) -> list[str]:
+    """AutoEP's folding rules (build_folding_spec, validate_folding_global) and agreement with the layout."""
+    section = cfg.get("expert_parallel") or {}
+    enabled = bool(section.get("enabled", False))
+    ep, etp = int(section.get("autoep_size", 1)), int(section.get("expert_tensor_parallel_size", 1))
+    m, lay, out = ctx.model, ctx.layout, []
+    if m.moe is None:
+        return [f"expert_parallel enabled for a model without experts"] if enabled else []
+    if enabled:
+        if (world // pp) % (ep * etp):
+            out.append(f"autoep_size {ep} x expert_tensor_parallel_size {etp} does not divide the stage size {world // pp}")
+        if etp != 1:
+            out.append(f"expert_tensor_parallel_size {etp}: AutoEP supports 1 only")
+        if tp > 1 and pp > 1:
+            out.append(f"AutoEP with autotp_size {tp} needs pp = 1, got {pp}")
+        if m.moe.num_experts % ep:
+            out.append(f"autoep_size {ep} does not divide num_experts {m.moe.num_experts}")
+    elif tp > 1 and lay.etp != tp:
+        out.append(f"without AutoEP, AutoTP splits the experts over tp {tp}; the layout has etp {lay.etp}")
+    got_ep = ep if enabled else 1
+    if (got_ep, etp if enabled else lay.etp) != (lay.ep, lay.etp):
+        out.append(f"experts as ep {got_ep} x etp {etp if enabled else lay.etp}, layout has ep {lay.ep} x etp {lay.etp}")
+    return out

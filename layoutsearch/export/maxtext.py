@@ -20,6 +20,16 @@ Mapping (checked against maxtext 0.2.5: configs/base.yml, configs/types.py, laye
   config and the override with different values, so a match is exact or ``default``.
 - Not decided (``<set me: ...>`` under ``# PLACEHOLDER``): dataset, tokenizer, learning rate,
   steps, output/checkpoint directory; written as comments, since pyconfig would load a value.
+- Mixture of experts (configs/base.yml "mixture of experts (moe)", "deepseek moe", configs/models/
+  mixtral-8x7b.yml, deepseek3-671b.yml, qwen3-30b-a3b.yml): ``decoder_block`` mixtral, deepseek or
+  qwen3_moe, ``num_experts``, ``num_experts_per_tok``, ``base_moe_mlp_dim``, ``megablox`` and
+  ``sparse_matmul`` (dropless grouped matmuls), ``capacity_factor`` (-1 = dropless),
+  ``first_num_dense_layers`` and ``shared_experts`` (DeepSeek; a shared expert is as wide as a routed
+  one), ``routed_bias`` with ``routed_score_func: sigmoid`` for a router bias, ``use_qk_norm`` (Qwen3),
+  ``attention_type: mla`` with its ranks and head widths, ``mtp_num_layers``. The ``expert`` mesh axis
+  (``ici_/dcn_expert_parallelism``) is ep: MaxText shards the batch and the dense weights over it as
+  over fsdp, so it is carved out of the layout's fsdp (fsdp axis = fsdp / ep) with ZeRO-3, and it
+  shards the experts' FFN over the tensor axis (etp = tp).
 - Not expressible: ZeRO-2; ZeRO-1 with dp replicas; KV-head replication (tp > kv heads);
   1F1B and interleaved pipelines (MaxText's pipeline runs in GPipe order, circular when
   ``num_pipeline_repeats`` > 1); cp without ZeRO-3 (MaxText shards weights over ``context``).
@@ -32,11 +42,11 @@ import math
 
 import yaml
 
-from layoutsearch.core.rules import Capabilities, gpt3_block
+from layoutsearch.core.rules import Capabilities, deepseek_block, gpt3_block, qwen3_moe_block
 from layoutsearch.core.specs import Recompute
 from layoutsearch.export.context import ExportContext, comment_block, header_lines, placeholder_note, set_me
 
-AXES = ("data", "fsdp", "tensor", "context", "pipeline")
+AXES = ("data", "fsdp", "tensor", "context", "pipeline", "expert")
 REMAT_POLICIES = ("minimal_with_context", "minimal", "save_dot_with_context_except_mlp", "save_dot_except_mlpwi",
                   "save_dot_except_mlp", "save_qkv_proj", "qkv_proj_offloaded", "custom", "minimal_offloaded",
                   "save_out_proj", "full")
@@ -55,25 +65,55 @@ def slice_shape(ctx: ExportContext) -> tuple[int, int]:
 
 CAPABILITIES = Capabilities(
     target="maxtext", framework="MaxText", recompute_policies=tuple(REMAT), precisions=("bf16", "fp8"), zero_stages=(0, 1, 3), zero_stages_with_replicas=(3,),
-    zero_stages_with_cp=(3,), pipeline_schedules=("gpipe",), kv_replication=False, model_blocks=("llama", "gpt3"),
+    zero_stages_with_cp=(3,), pipeline_schedules=("gpipe",), kv_replication=False,
+    model_blocks=("llama", "gpt3", "mixtral", "qwen3-moe", "deepseek"),
+    expert_tensor=("tp",), expert_tensor_without_ep=("tp",), expert_groups=("fsdp", "tp"),
     why={"maxtext-zero": "it has no ZeRO-2: sharded gradients with replicated weights",
          "maxtext-replicas": "its ZeRO-1 (shard_optimizer_over_data) shards over all data replicas",
          "maxtext-cp": "it shards weights over the context axis, i.e. ZeRO-3 over fsdp x cp",
          "maxtext-pipeline": "its pipeline runs microbatches in GPipe order, circular when num_pipeline_repeats > 1",
          "maxtext-kv": "it shards KV heads over the tensor axis and cannot replicate them",
          "maxtext-model": "its llama2 block needs RMSNorm, RoPE and no biases; its gpt3 block LayerNorm, biases and "
-                          "learned positions"})
+                          "learned positions; its MoE blocks are mixtral, qwen3_moe and deepseek",
+         "maxtext-etp": "it shards every expert's FFN over the tensor axis (etp = tp)",
+         "maxtext-experts": "its expert axis shards the batch and the weights as fsdp does: ep comes out of a "
+                            "ZeRO-3 fsdp"})
+
+
+def expert_split(ctx: ExportContext) -> tuple[int, int]:
+    """(ici, dcn) factors of the expert axis, taken out of fsdp's (inside, across) split: the engine's
+    placement of ep where it nests in fsdp's, else the largest inner factor that does."""
+    ep = ctx.layout.ep
+    if ep == 1:
+        return 1, 1
+    inner, outer = ctx.split("fsdp")
+    placed = ctx.split("ep")
+    if placed[0] * placed[1] == ep and inner % placed[0] == 0 and outer % placed[1] == 0:
+        return placed
+    ici = math.gcd(ep, inner)
+    if outer % (ep // ici):
+        raise ctx.fail(f"ep({ep}) does not fit in fsdp's {inner} devices per slice x {outer} slices "
+                       f"(MaxText's expert axis is part of fsdp); nearest: an ep dividing {inner}")
+    return ici, ep // ici
 
 
 def parallelism(ctx: ExportContext) -> dict[str, int]:
-    """ici_* and dcn_* degrees per MaxText mesh axis."""
+    """ici_* and dcn_* degrees per MaxText mesh axis (the expert axis carved out of fsdp)."""
     data_degrees = ("dp",) if ctx.effective_zero_stage == 3 else ("dp", "fsdp")
     groups = {"data": data_degrees, "fsdp": ("fsdp",) if ctx.effective_zero_stage == 3 else (),
-              "tensor": ("tp",), "context": ("cp",), "pipeline": ("pp",)}
+              "tensor": ("tp",), "context": ("cp",), "pipeline": ("pp",), "expert": ()}
+    expert = expert_split(ctx)
     out: dict[str, int] = {}
     for level, index in (("ici", 0), ("dcn", 1)):
         for axis in AXES:
-            out[f"{level}_{axis}_parallelism"] = math.prod(ctx.split(d)[index] for d in groups[axis])
+            if axis == "expert" and ctx.model.moe is None:
+                continue
+            degree = math.prod(ctx.split(d)[index] for d in groups[axis])
+            if axis == "fsdp":
+                degree //= expert[index]
+            elif axis == "expert":
+                degree = expert[index]
+            out[f"{level}_{axis}_parallelism"] = degree
     return out
 
 
@@ -113,7 +153,8 @@ MAXTEXT_ROPE_FIXED = (8.0, 1.0, 4.0, 8192)  # LLaMARotaryEmbedding: factor, low,
 def maxtext_model_name(ctx: ExportContext) -> str:
     """The MaxText model config with exactly this model's sizes and hyper-parameters, else "default"."""
     m = ctx.model
-    if (m.mlp != "gated" or m.norm != "rmsnorm" or m.linear_bias or m.qkv_bias or m.tied_embeddings
+    if (m.moe is not None or m.mla is not None or m.mlp != "gated" or m.norm != "rmsnorm" or m.linear_bias
+            or m.qkv_bias or m.tied_embeddings
             or m.learned_positions or m.qk_norm != "none" or m.sliding_window is not None or m.norms_per_layer != 2
             or not m.norm_weights or m.norm_eps != 1e-5 or m.activation_name != "silu" or m.attention_dropout
             or m.hidden_dropout or (m.rope_scaling is not None and _rope_fixed(m) != MAXTEXT_ROPE_FIXED)):
@@ -128,11 +169,44 @@ def _rope_fixed(m) -> tuple:
     return (r.factor, r.low_freq_factor, r.high_freq_factor, r.original_max_position_embeddings)
 
 
+def decoder_block(m) -> str:
+    """MaxText's decoder block for the model (the capabilities admit only these)."""
+    if gpt3_block(m):
+        return "gpt3"
+    if m.moe is None:
+        return "llama2"
+    return "deepseek" if deepseek_block(m) else "qwen3_moe" if qwen3_moe_block(m) else "mixtral"
+
+
+def moe_keys(ctx: ExportContext) -> dict:
+    """base.yml's mixture-of-experts and latent-attention keys for the model."""
+    m = ctx.model
+    if m.moe is None:
+        return {}
+    moe = m.moe
+    keys: dict = {"num_experts": moe.num_experts, "num_experts_per_tok": moe.top_k, "base_moe_mlp_dim": moe.expert_d_ff,
+                  "megablox": True, "sparse_matmul": True,
+                  "capacity_factor": float(moe.capacity_factor) if moe.capacity_factor is not None else -1.0}
+    block = decoder_block(m)
+    if block == "deepseek":
+        keys.update(first_num_dense_layers=moe.first_dense_layers, shared_experts=moe.num_shared_experts)
+        if moe.router_bias:
+            keys.update(routed_bias=True, routed_score_func="sigmoid")
+        a = m.mla
+        keys.update(attention_type="mla", q_lora_rank=a.q_lora_rank or 0, kv_lora_rank=a.kv_lora_rank,
+                    qk_nope_head_dim=a.qk_nope_head_dim, qk_rope_head_dim=a.qk_rope_head_dim, v_head_dim=a.v_head_dim)
+        if m.mtp_layers:
+            keys["mtp_num_layers"] = m.mtp_layers
+    elif block == "qwen3_moe":
+        keys.update(use_qk_norm=True, norm_topk_prob=True)
+    return keys
+
+
 def model_keys(ctx: ExportContext) -> dict:
     m = ctx.model
     keys = {
         "model_name": maxtext_model_name(ctx),
-        "decoder_block": "gpt3" if gpt3_block(m) else "llama2",
+        "decoder_block": decoder_block(m),
         "base_emb_dim": m.d_model, "base_num_query_heads": m.num_heads, "base_num_kv_heads": m.num_kv_heads,
         "base_mlp_dim": m.d_ff, "base_num_decoder_layers": m.num_layers, "head_dim": m.head_dim,
         "vocab_size": m.vocab_size,
@@ -147,7 +221,7 @@ def model_keys(ctx: ExportContext) -> dict:
         keys["rope_max_timescale"] = int(m.rope_theta) if float(m.rope_theta).is_integer() else float(m.rope_theta)
         if m.rope_scaling is not None:
             keys["rope_type"] = "llama3.1"
-    return keys
+    return keys | moe_keys(ctx)
 
 
 def render(ctx: ExportContext) -> str:
@@ -191,6 +265,15 @@ def placeholder_lines() -> list[str]:
 
 def _model_notes(ctx: ExportContext) -> list[str]:
     m, notes = ctx.model, []
+    if m.moe is not None:
+        lay = ctx.layout
+        notes.append(f"experts: {m.moe.num_experts} per MoE layer; the expert axis ({lay.ep}) is carved out of fsdp "
+                     f"({lay.fsdp} = fsdp axis {lay.fsdp // lay.ep} x expert {lay.ep}); their FFN is sharded over the "
+                     f"tensor axis (etp = tp = {lay.tp}). Router recipe (load_balance_loss_weight, routed_scaling_factor, "
+                     f"expert groups) not decided by layoutsearch.")
+    if m.mtp_layers:
+        notes.append(f"mtp_num_layers {m.mtp_layers}: the MTP modules are counted in the parameters but not in the "
+                     f"predicted time or memory.")
     if m.rope_scaling is not None and _rope_fixed(m) != MAXTEXT_ROPE_FIXED:
         notes.append("rope scaling: MaxText's llama3.1 RoPE fixes factor 8, low 1, high 4, original context 8192; "
                      f"this model has {', '.join(f'{v:g}' for v in _rope_fixed(m))}.")
@@ -254,7 +337,7 @@ def check(text: str, ctx: ExportContext) -> list[str]:
     lay = ctx.layout
     expected = {"tensor": lay.tp, "context": lay.cp, "pipeline": lay.pp,
                 "data": lay.dp * (1 if ctx.effective_zero_stage == 3 else lay.fsdp),
-                "fsdp": lay.fsdp if ctx.effective_zero_stage == 3 else 1}
+                "fsdp": lay.fsdp // lay.ep if ctx.effective_zero_stage == 3 else 1, "expert": lay.ep}
     problems += [f"{a} degree {deg[a]} != layout {expected[a]}" for a in AXES if deg[a] != expected[a]]
     if cfg.get("shard_optimizer_over_data") and deg["fsdp"] > 1:
         problems.append(f"shard_optimizer_over_data cannot be combined with fsdp({deg['fsdp']})")
@@ -289,7 +372,7 @@ def _batch_problems(cfg: dict, deg: dict[str, int], ctx: ExportContext) -> list[
         repeats = layers // (stages * per_stage) if repeats == -1 else repeats
         if stages * repeats * per_stage != layers:
             out.append(f"stages({stages}) x repeats({repeats}) x layers per stage({per_stage}) != {layers} layers")
-    shards = deg["data"] * deg["fsdp"]
+    shards = deg["data"] * deg["fsdp"] * deg["expert"]  # the batch is sharded over the expert axis too
     if micro % pieces or (micro // pieces) % shards:
         out.append(f"a microbatch of {micro}/{pieces} sequences cannot be split over data x fsdp = {shards}")
     cp = deg["context"]
@@ -316,9 +399,30 @@ def _model_problems(cfg: dict, deg: dict[str, int], ctx: ExportContext) -> list[
     if not m.learned_positions and (cfg.get("rope_type") == "llama3.1") != (m.rope_scaling is not None):
         out.append(f"rope_type {cfg.get('rope_type', 'default')}, model has "
                    f"{'no ' if m.rope_scaling is None else ''}llama3.1 rope scaling")
+    out += _moe_problems(cfg, deg, ctx)
     name = cfg.get("model_name", "default")
     if name != "default" and name != maxtext_model_name(ctx):
         out.append(f"model_name {name} is not a MaxText config with this model's sizes")
     if cfg.get("decoder_block") == "gpt3" and int(cfg.get("trainable_position_size", 0)) < ctx.seq_len:
         out.append(f"trainable_position_size({cfg.get('trainable_position_size')}) < max_target_length({ctx.seq_len})")
+    return out
+
+
+def _moe_problems(cfg: dict, deg: dict[str, int], ctx: ExportContext) -> list[str]:
+    """The MoE and MLA keys against the model (base.yml defaults when absent), and the expert axis's rules."""
+    m, out = ctx.model, []
+    if cfg.get("decoder_block", "llama2") != decoder_block(m):
+        out.append(f"decoder_block {cfg.get('decoder_block', 'llama2')}, the model's is {decoder_block(m)}")
+    if m.moe is None:
+        return out + ([f"expert axis {deg['expert']} for a model without experts"] if deg["expert"] > 1 else [])
+    want = moe_keys(ctx)
+    defaults = {"num_experts": 1, "num_experts_per_tok": 1, "base_moe_mlp_dim": -1, "megablox": True,
+                "sparse_matmul": True, "capacity_factor": -1.0, "first_num_dense_layers": 0, "shared_experts": 0,
+                "routed_bias": False, "routed_score_func": "", "attention_type": "global", "q_lora_rank": 0,
+                "kv_lora_rank": 512, "qk_nope_head_dim": 128, "qk_rope_head_dim": 64, "v_head_dim": 128,
+                "mtp_num_layers": 0, "use_qk_norm": False, "norm_topk_prob": False}
+    out += [f"{k} = {cfg.get(k, defaults[k])}, the model has {v}" for k, v in want.items() if cfg.get(k, defaults[k]) != v]
+    experts = int(cfg.get("num_experts", 1))
+    if experts % deg["expert"]:
+        out.append(f"expert axis {deg['expert']} does not divide num_experts {experts}")
     return out

@@ -25,6 +25,26 @@ num_microbatches_calculator.py):
 - Overlap the cost model assumes: ``--overlap-grad-reduce`` with data parallelism,
   ``--overlap-param-gather`` with the distributed optimizer, ``--tp-comm-overlap`` when the
   workload says TP collectives are pipelined with their GEMMs (Transformer Engine userbuffers).
+- Mixture of experts (megatron-core 0.16.1 TransformerConfig fields; the flags are the field names
+  that megatron/training/arguments.py generates with ArgumentGroupFactory, and its MoE and MLA groups):
+  ``--num-experts``, ``--moe-router-topk``, ``--moe-ffn-hidden-size`` (one routed expert),
+  ``--moe-shared-expert-intermediate-size`` = shared experts x their width (``--moe-shared-expert-gate``
+  for Qwen2-MoE's gate), ``--moe-layer-freq`` as Megatron's list expression when some layers are
+  dense (``([0]*3+[1]*58)``; Megatron's integer N makes layers 0, N, 2N... MoE, the engine's
+  layer_freq N layers N-1, 2N-1..., so only a list says the same), ``--moe-grouped-gemm``,
+  ``--moe-token-dispatcher-type alltoall``, ``--moe-router-dtype fp32`` from 32 experts (what
+  megatron-core warns for), ``--moe-router-pre-softmax`` with top-1 routing (TransformerConfig
+  refuses a softmax top-1 router without it), ``--moe-router-score-function sigmoid
+  --moe-router-enable-expert-bias`` for a router bias on a bias-free model (DeepSeek-V3's score
+  correction, aux-loss-free), a capacity factor as ``--moe-expert-capacity-factor c
+  --moe-token-drop-policy probs --moe-pad-expert-input-to-capacity`` (the cost model's cap is the
+  padded expert load), none = dropless; ``--expert-model-parallel-size`` ep and
+  ``--expert-tensor-parallel-size`` etp, always written (Megatron's default etp is tp).
+  Megatron's expert layers regroup the stage's devices (MoE parallel folding), as the engine does.
+- Latent attention: ``--multi-latent-attention --q-lora-rank --kv-lora-rank --qk-head-dim
+  --qk-pos-emb-head-dim --v-head-dim``, ``--qk-layernorm`` (the RMSNorms on the latents), ``--rope-type
+  rope --no-rope-fusion`` (the model has plain RoPE; MLA's default is YaRN, and megatron-core fuses
+  RoPE into MLA only for YaRN). ``--mtp-num-layers`` for multi-token prediction.
 - Not decided (``MEGATRON_PLACEHOLDER_ARGS``, values ``<set me: ...>``): data, tokenizer, learning
   rate and schedule, training iterations, checkpoint paths.
 - Not expressible: a GPipe schedule (Megatron runs 1F1B or interleaved 1F1B).
@@ -33,11 +53,13 @@ num_microbatches_calculator.py):
 from __future__ import annotations
 
 import math
+import re
 import shlex
 
 from layoutsearch.core.frameworks import profile_of
 from layoutsearch.core.stages import EMBEDDING_AND_LOSS, EVEN, FIRST_LAST, split_layers
 from layoutsearch.core.rules import Capabilities
+from layoutsearch.core.specs import ModelSpec
 from layoutsearch.export.context import ExportContext, comment_block, header_lines, placeholder_note, set_me
 
 ARRAY = "MEGATRON_ARGS"
@@ -88,6 +110,97 @@ def _model_args(ctx: ExportContext) -> list[tuple[str, object]]:
             args.append(("--fp8-recipe", "mxfp8"))
         if profile_of(ctx.workload.framework, "gpu").fp8_param_gather and ctx.effective_zero_stage >= 1:
             args.append(("--fp8-param-gather", None))  # the prediction gathers fp8 weights
+    return args
+
+
+ROUTER_FP32_FROM = 32  # megatron-core warns from this many experts without --moe-router-dtype
+PATTERN_CHARS = re.compile(r"[^,\d\[\]\(\)\+\*]")  # arguments.py _eval_pattern's alphabet
+
+
+def moe_layer_freq(m: ModelSpec) -> int | str:
+    """``--moe-layer-freq``: 1 when every layer is MoE, else a list expression of 1 (MoE) / 0 (dense)
+    per layer in Megatron's syntax: a dense head, then a repeated period (the shortest such text)."""
+    flags = [int(m.is_moe_layer(i)) for i in range(m.num_layers)]
+    if all(flags):
+        return 1
+    first = next((i for i, f in enumerate(flags) if f), len(flags))
+    return min((_pattern_text(h, flags[h:]) for h in range(first + 1)), key=len)
+
+
+def _pattern_text(head: int, tail: list[int]) -> str:
+    parts = [f"[0]*{head}"] if head else []
+    if tail:
+        period = next(p for p in range(1, len(tail) + 1) if len(tail) % p == 0 and tail == tail[:p] * (len(tail) // p))
+        runs = _runs(tail[:period])
+        if len(runs) == 1:  # one value throughout
+            parts.append(f"[{runs[0][0]}]*{len(tail)}")
+        else:
+            body = "+".join(f"[{v}]*{n}" for v, n in runs)
+            parts.append(f"({body})*{len(tail) // period}" if period < len(tail) else body)
+    return "(" + "+".join(parts) + ")"
+
+
+def _runs(seq: list[int]) -> list[tuple[int, int]]:
+    out: list[tuple[int, int]] = []
+    for v in seq:
+        if out and out[-1][0] == v:
+            out[-1] = (v, out[-1][1] + 1)
+        else:
+            out.append((v, 1))
+    return out
+
+
+def eval_layer_freq(value: str | int, num_layers: int) -> list[int]:
+    """Megatron's reading of ``--moe-layer-freq`` (arguments.py moe_freq_type, gpt_layer_specs): 1 = MoE."""
+    text = str(value)
+    if "[" not in text:
+        freq = int(text)
+        return [int(i % freq == 0) for i in range(num_layers)]
+    if PATTERN_CHARS.search(text):
+        raise ValueError(f"Invalid pattern: {text}")
+    return list(eval(text))  # noqa: S307 -- the alphabet above is Megatron's own guard
+
+
+def _moe_args(ctx: ExportContext) -> list[tuple[str, object]]:
+    m, lay = ctx.model, ctx.layout
+    moe = m.moe
+    if moe is None:
+        return []
+    args: list[tuple[str, object]] = [
+        ("--num-experts", moe.num_experts), ("--moe-router-topk", moe.top_k), ("--moe-ffn-hidden-size", moe.expert_d_ff)]
+    if moe.num_shared_experts:
+        args.append(("--moe-shared-expert-intermediate-size", moe.num_shared_experts * moe.shared_d_ff))
+        if moe.shared_expert_gate:
+            args.append(("--moe-shared-expert-gate", None))
+    freq = moe_layer_freq(m)
+    if freq != 1:
+        args.append(("--moe-layer-freq", freq))
+    args += [("--moe-grouped-gemm", None), ("--moe-token-dispatcher-type", "alltoall")]
+    if moe.num_experts >= ROUTER_FP32_FROM:
+        args.append(("--moe-router-dtype", "fp32"))
+    if moe.router_bias and not m.linear_bias:  # DeepSeek-V3's score-correction bias: aux-loss-free balancing
+        args += [("--moe-router-score-function", "sigmoid"), ("--moe-router-enable-expert-bias", None)]
+    elif moe.top_k == 1:
+        args.append(("--moe-router-pre-softmax", None))
+    if moe.capacity_factor is not None:
+        args += [("--moe-expert-capacity-factor", f"{moe.capacity_factor:g}"), ("--moe-token-drop-policy", "probs"),
+                 ("--moe-pad-expert-input-to-capacity", None)]
+    return args + [("--expert-model-parallel-size", lay.ep), ("--expert-tensor-parallel-size", lay.etp)]
+
+
+def _mla_args(ctx: ExportContext) -> list[tuple[str, object]]:
+    m = ctx.model
+    args: list[tuple[str, object]] = []
+    if m.mla is not None:
+        a = m.mla
+        args.append(("--multi-latent-attention", None))
+        if a.q_lora_rank is not None:
+            args.append(("--q-lora-rank", a.q_lora_rank))
+        args += [("--kv-lora-rank", a.kv_lora_rank), ("--qk-head-dim", a.qk_nope_head_dim),
+                 ("--qk-pos-emb-head-dim", a.qk_rope_head_dim), ("--v-head-dim", a.v_head_dim),
+                 ("--qk-layernorm", None), ("--rope-type", "rope"), ("--no-rope-fusion", None)]
+    if m.mtp_layers:
+        args.append(("--mtp-num-layers", m.mtp_layers))
     return args
 
 
@@ -146,6 +259,21 @@ def _placeholder_args() -> list[tuple[str, str]]:
 
 def _model_notes(ctx: ExportContext) -> list[str]:
     m, notes = ctx.model, []
+    if m.moe is not None:
+        lay = ctx.layout
+        notes.append(f"experts: {m.moe.num_experts} per MoE layer ({m.num_moe_layers} of {m.num_layers} layers) over "
+                     f"ep {lay.ep} x etp {lay.etp}; expert data parallel = {lay.dp * lay.fsdp * lay.tp * lay.cp} / "
+                     f"(ep x etp) = {lay.expert_data_parallel} (MoE parallel folding).")
+        notes.append("router recipe not decided by layoutsearch (it changes neither the parameters nor the modelled "
+                     "cost): load-balancing loss and coefficient (--moe-router-load-balancing-type, --moe-aux-loss-coeff; "
+                     "Megatron's default coefficient is 0), score function, group-limited routing, score scaling.")
+    if m.mla is not None:
+        notes.append("rope: the model has plain RoPE (theta "
+                     f"{m.rope_theta:g}); MLA defaults to YaRN, so --rope-type rope is written (set --rope-type yarn "
+                     "and its --rotary-scaling-factor/--mscale for a long-context run).")
+    if m.mtp_layers:
+        notes.append(f"--mtp-num-layers {m.mtp_layers}: the MTP modules are counted in the parameters but not in "
+                     f"the predicted time or memory.")
     act = m.activation_name
     if act not in (GATED_ACTIVATIONS if m.mlp == "gated" else PLAIN_ACTIVATIONS):
         notes.append(f"activation {act}: Megatron writes {'--swiglu (SiLU)' if m.mlp == 'gated' else 'GELU'}; "
@@ -179,7 +307,11 @@ def render(ctx: ExportContext) -> str:
     elif fsdp:
         lines.append("unset CUDA_DEVICE_MAX_CONNECTIONS  # Megatron-FSDP overlaps better without it")
     lines.append(f"{ARRAY}=(")
-    for title, args in (("model", _model_args(ctx)), ("parallelism, batch, recompute", _parallel_args(ctx))):
+    sections = [("model", _model_args(ctx)), ("latent attention, multi-token prediction", _mla_args(ctx)),
+                ("mixture of experts", _moe_args(ctx)), ("parallelism, batch, recompute", _parallel_args(ctx))]
+    for title, args in sections:
+        if not args:
+            continue
         lines.append(f"  # {title}")
         lines += [f"  {flag}" if value is None else f"  {flag} {shlex.quote(str(value))}" for flag, value in args]
     lines.append(")")
@@ -235,6 +367,7 @@ def check(text: str, ctx: ExportContext) -> list[str]:
         out.append(f"num_query_groups({groups}) must be a multiple or divisor of tp({tp})")
     out += _split_problems(f, layers, pp)
     out += _batch_problems(f, dp, pp, ctx) + _option_problems(f, tp, pp, cp, dp, layers, ctx)
+    out += _moe_problems(f, world, tp, pp, layers, ctx) + _mla_problems(f, ctx)
     lay = ctx.layout
     got = {"tp": tp, "pp": pp, "cp": cp, "dp x fsdp": dp, "global batch": _int(f, "--global-batch-size"),
            "micro batch": _int(f, "--micro-batch-size")}
@@ -348,4 +481,80 @@ def _hyper_problems(f: dict, tp: int, dp: int, cp: int, ctx: ExportContext) -> l
     lay = ctx.layout
     if lay.tp > 1 and lay.sequence_parallel and ctx.workload.tp_comm_overlap and "--tp-comm-overlap" not in f:
         out.append("--tp-comm-overlap is missing; the predicted time assumed TP communication overlap")
+    return out
+
+
+def _moe_problems(f: dict, world: int, tp: int, pp: int, layers: int, ctx: ExportContext) -> list[str]:
+    """arguments.py validate_args, parallel_state and TransformerConfig rules for the MoE flags, and the model's numbers."""
+    m, lay, out = ctx.model, ctx.layout, []
+    experts = _int(f, "--num-experts")
+    ep, etp = _int(f, "--expert-model-parallel-size", 1), _int(f, "--expert-tensor-parallel-size", tp)
+    if m.moe is None:
+        if experts is not None or ep > 1:
+            out.append(f"--num-experts {experts} / ep {ep} written for a model without experts")
+        return out
+    moe = m.moe
+    if experts is None:
+        return [f"--num-experts is missing; the model has {moe.num_experts} experts"]
+    if experts % ep:
+        out.append(f"num_experts({experts}) is not a multiple of --expert-model-parallel-size {ep}")
+    if world % (etp * ep * pp):
+        out.append(f"world size {world} is not divisible by etp({etp}) x ep({ep}) x pp({pp})")
+    else:
+        edp = world // (etp * ep * pp)
+        instances = _int(f, "--num-distributed-optimizer-instances", 1)
+        if edp % instances:
+            out.append(f"expert data parallel size {edp} is not divisible by --num-distributed-optimizer-instances "
+                       f"{instances}")
+    try:
+        pattern = eval_layer_freq(f.get("--moe-layer-freq", 1), layers)
+    except (ValueError, SyntaxError, TypeError, ZeroDivisionError) as exc:
+        pattern = None
+        out.append(f"--moe-layer-freq {f.get('--moe-layer-freq')!r} is not a Megatron pattern: {exc}")
+    if pattern is not None and pattern != [int(m.is_moe_layer(i)) for i in range(m.num_layers)]:
+        out.append(f"--moe-layer-freq {f.get('--moe-layer-freq', 1)} makes layers "
+                   f"{[i for i, v in enumerate(pattern) if v][:8]}... MoE, the model "
+                   f"{[i for i in range(m.num_layers) if m.is_moe_layer(i)][:8]}...")
+    topk = _int(f, "--moe-router-topk", 2)
+    score = f.get("--moe-router-score-function", "softmax")
+    if topk == 1 and score == "softmax" and "--moe-router-pre-softmax" not in f:
+        out.append("a top-1 softmax router needs --moe-router-pre-softmax (TransformerConfig)")
+    if "--moe-router-enable-expert-bias" in f and score != "sigmoid":
+        out.append("--moe-router-enable-expert-bias needs --moe-router-score-function sigmoid")
+    if "--moe-pad-expert-input-to-capacity" in f and "--moe-expert-capacity-factor" not in f:
+        out.append("--moe-pad-expert-input-to-capacity needs --moe-expert-capacity-factor")
+    if "--disable-bias-linear" not in f and etp != 1:
+        out.append(f"biases in MoE layers need --expert-tensor-parallel-size 1, got {etp}")
+    shared = moe.num_shared_experts * moe.shared_d_ff or None
+    capacity = _float(f, "--moe-expert-capacity-factor", -1.0)
+    got = {"num_experts": experts, "topk": topk, "expert ffn": _int(f, "--moe-ffn-hidden-size"),
+           "shared ffn": _int(f, "--moe-shared-expert-intermediate-size"), "ep": ep, "etp": etp,
+           "capacity factor": None if capacity is None or capacity < 0 else capacity,
+           "shared gate": "--moe-shared-expert-gate" in f}
+    want = {"num_experts": moe.num_experts, "topk": moe.top_k, "expert ffn": moe.expert_d_ff, "shared ffn": shared,
+            "ep": lay.ep, "etp": lay.etp, "capacity factor": moe.capacity_factor,
+            "shared gate": bool(moe.shared_expert_gate and moe.num_shared_experts)}
+    return out + [f"{k} is {got[k]}, the model and layout have {want[k]}" for k in want if got[k] != want[k]]
+
+
+def _mla_problems(f: dict, ctx: ExportContext) -> list[str]:
+    """Latent attention and MTP flags against the model (MLATransformerConfig's rules included)."""
+    m, out = ctx.model, []
+    if ("--multi-latent-attention" in f) != (m.mla is not None):
+        return [f"--multi-latent-attention is {'set' if '--multi-latent-attention' in f else 'missing'}, the model "
+                f"has {'no ' if m.mla is None else ''}latent attention"]
+    if m.mla is not None:
+        a = m.mla
+        got = {"q_lora_rank": _int(f, "--q-lora-rank"), "kv_lora_rank": _int(f, "--kv-lora-rank", 32),
+               "qk_head_dim": _int(f, "--qk-head-dim", 128), "qk_pos_emb_head_dim": _int(f, "--qk-pos-emb-head-dim", 64),
+               "v_head_dim": _int(f, "--v-head-dim", 128), "latent norms": "--qk-layernorm" in f}
+        want = {"q_lora_rank": a.q_lora_rank, "kv_lora_rank": a.kv_lora_rank, "qk_head_dim": a.qk_nope_head_dim,
+                "qk_pos_emb_head_dim": a.qk_rope_head_dim, "v_head_dim": a.v_head_dim, "latent norms": True}
+        out += [f"{k} is {got[k]}, the model has {want[k]}" for k in want if got[k] != want[k]]
+        if "--group-query-attention" in f:
+            out.append("--group-query-attention is mutually exclusive with --multi-latent-attention")
+        if f.get("--rope-type", "yarn") != "yarn" and "--no-rope-fusion" not in f:
+            out.append("MLA with --rope-type rope needs --no-rope-fusion (MLATransformerConfig)")
+    if _int(f, "--mtp-num-layers", 0) != m.mtp_layers:
+        out.append(f"--mtp-num-layers is {f.get('--mtp-num-layers', 0)}, the model has {m.mtp_layers}")
     return out

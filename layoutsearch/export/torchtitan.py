@@ -24,8 +24,19 @@ distributed/pipeline_parallel.py, train.py, models/llama3):
   ``[training] dataset`` / ``dataset_path``, ``[checkpoint] folder`` are ``<set me: ...>`` strings
   (so nothing falls back to the test dataset ``c4_test`` or the test tokenizer); the learning rate
   (``[optimizer] lr``) and ``[training] steps`` are numbers, so they are ``# PLACEHOLDER:`` comments.
+- Mixture of experts (torchtitan 0.2.2 models/deepseek_v3, models/qwen3, models/moe,
+  distributed/parallel_dims.py): ``[model] name`` deepseek_v3 (latent attention, dense first layers,
+  shared experts) or qwen3 (MoE with q/k norms), the flavor whose sizes match or the ModelArgs the
+  header says to register; ``expert_parallel_degree`` = ep and ``expert_tensor_parallel_degree`` = etp.
+  torchtitan builds expert groups as pp x dp_replicate x efsdp x ep x etp with efsdp = dp_shard x cp
+  x tp / (ep x etp): ep x etp come out of the FSDP shard, cp and tp devices, never out of replicas;
+  with ep > 1 etp is 1 or tp, with ep = 1 the experts are tensor-parallel over tp (etp = tp, written
+  as expert_tensor_parallel_degree 1, torchtitan's "no effect when ep = 1"). A router bias is
+  torchtitan's expert_bias buffer (load_balance_coeff), not a parameter.
 - Not expressible: ZeRO-1; KV-head replication (tp > kv heads); cp without weight sharding;
-  architectures other than Llama-3 (gated MLP, RMSNorm, RoPE, untied, no biases).
+  architectures other than Llama-3 (gated MLP, RMSNorm, RoPE, untied, no biases), DeepSeek-V3 and
+  Qwen3-MoE (Mixtral, Llama 4, Grok: export to megatron); etp other than 1 or tp, etp without ep
+  other than tp, ep over dp replicas.
 """
 
 from __future__ import annotations
@@ -33,7 +44,7 @@ from __future__ import annotations
 import math
 import tomllib
 
-from layoutsearch.core.rules import Capabilities
+from layoutsearch.core.rules import Capabilities, deepseek_block, qwen3_moe_block
 from layoutsearch.export.context import ExportContext, comment_block, header_lines, placeholder_note, set_me
 
 SCHEDULES = {"1f1b": "1F1B", "gpipe": "GPipe", "interleaved": "Interleaved1F1B"}
@@ -56,8 +67,58 @@ def llama3_ffn(dim: int, multiplier: float | None, multiple_of: int) -> int:
     return multiple_of * ((hidden + multiple_of - 1) // multiple_of)
 
 
+# torchtitan 0.2.2 models/deepseek_v3/__init__.py deepseekv3_args: flavor -> (vocab, dim, inter_dim, moe_inter_dim,
+# n_layers, n_dense_layers, n_heads, num_experts, num_shared_experts, top_k, q_lora_rank, kv_lora_rank,
+# qk_nope_head_dim, qk_rope_head_dim, v_head_dim); each has norm_eps 1e-5 and rope_theta 10000
+DEEPSEEK_V3_FLAVORS = {
+    "debugmodel": (2048, 256, 1024, 256, 6, 1, 16, 8, 2, 3, 0, 512, 128, 64, 128),
+    "16B": (102400, 2048, 10944, 1408, 27, 1, 16, 64, 2, 6, 0, 512, 128, 64, 128),
+    "236B": (102400, 5120, 12288, 1536, 60, 1, 128, 160, 2, 6, 1536, 512, 128, 64, 128),
+    "671B": (129280, 7168, 18432, 2048, 61, 3, 128, 256, 1, 8, 1536, 512, 128, 64, 128),
+}
+DEEPSEEK_V3_FIXED = {"norm_eps": 1e-5, "rope_theta": 10000.0}
+DEEPSEEK_V3_FLEX = ("16B", "236B", "671B")  # attn_type "flex": DeepSeekV3ModelArgs refuses them with cp > 1
+# models/qwen3/__init__.py qwen3_args, the MoE flavors: flavor -> (vocab, head_dim, dim, n_layers, n_heads,
+# n_kv_heads, hidden_dim, moe_inter_dim, num_experts, num_shared_experts, top_k, enable_weight_tying); norm_eps 1e-6
+QWEN3_MOE_FLAVORS = {
+    "debugmodel_moe": (2048, 128, 256, 8, 16, 8, 3072, 768, 64, 0, 8, False),
+    "30B-A3B": (151936, 128, 2048, 48, 32, 4, 6144, 768, 128, 0, 8, False),
+    "235B-A22B": (151936, 128, 4096, 94, 64, 4, 12288, 1536, 128, 0, 8, False),
+}
+QWEN3_THETA = {"debugmodel_moe": 1e6, "30B-A3B": 1e6, "235B-A22B": 5e6}
+FAMILY_REGISTRY = {"llama3": ("llama3/__init__.py", "llama3_args"), "deepseek_v3": ("deepseek_v3/__init__.py",
+                                                                                    "deepseekv3_args"),
+                   "qwen3": ("qwen3/__init__.py", "qwen3_args")}
+
+
+def family_of(m) -> str:
+    """torchtitan's model name for the model (capabilities admit only these three)."""
+    if deepseek_block(m):
+        return "deepseek_v3"
+    return "qwen3" if qwen3_moe_block(m) else "llama3"
+
+
+def _deepseek_key(m) -> tuple:
+    moe, a = m.moe, m.mla
+    return (m.vocab_size, m.d_model, m.d_ff, moe.expert_d_ff, m.num_layers, moe.first_dense_layers, m.num_heads,
+            moe.num_experts, moe.num_shared_experts, moe.top_k, a.q_lora_rank or 0, a.kv_lora_rank,
+            a.qk_nope_head_dim, a.qk_rope_head_dim, a.v_head_dim)
+
+
+def _qwen3_key(m) -> tuple:
+    moe = m.moe
+    return (m.vocab_size, m.head_dim, m.d_model, m.num_layers, m.num_heads, m.num_kv_heads, m.d_ff, moe.expert_d_ff,
+            moe.num_experts, moe.num_shared_experts, moe.top_k, m.tied_embeddings)
+
+
 def flavor_for(ctx: ExportContext) -> str | None:
     m = ctx.model
+    family = family_of(m)
+    if family == "deepseek_v3":
+        name = next((name for name, key in DEEPSEEK_V3_FLAVORS.items() if key == _deepseek_key(m)), None)
+        return None if name in DEEPSEEK_V3_FLEX and ctx.layout.cp > 1 else name  # the SDPA registration then
+    if family == "qwen3":
+        return next((name for name, key in QWEN3_MOE_FLAVORS.items() if key == _qwen3_key(m)), None)
     for name, (dim, layers, heads, kv, vocab, mult, mo) in LLAMA3_FLAVORS.items():
         if (dim, layers, heads, kv, vocab, llama3_ffn(dim, mult, mo)) == (
                 m.d_model, m.num_layers, m.num_heads, m.num_kv_heads, m.vocab_size, m.d_ff):
@@ -65,9 +126,33 @@ def flavor_for(ctx: ExportContext) -> str | None:
     return None
 
 
+def _moe_args_text(m, **router) -> str:
+    moe = m.moe
+    fields = {"num_experts": moe.num_experts, "num_shared_experts": moe.num_shared_experts, "top_k": moe.top_k,
+              **router, "score_before_experts": False,
+              "load_balance_coeff": 1e-3 if moe.router_bias else None}  # expert_bias only with a router bias
+    return "MoEArgs(" + ", ".join(f"{k}={v!r}" for k, v in fields.items()) + ")"
+
+
 def custom_flavor_args(ctx: ExportContext) -> str:
-    """TransformerModelArgs that reproduce the model (multiple_of = d_ff makes the width exact)."""
+    """The ModelArgs that reproduce the model in its family (llama3: multiple_of = d_ff makes the width exact)."""
     m = ctx.model
+    family = family_of(m)
+    if family == "deepseek_v3":
+        a = m.mla
+        router = {"score_func": "sigmoid", "route_norm": True} if m.moe.router_bias else {"score_func": "softmax"}
+        return (f"DeepSeekV3ModelArgs(vocab_size={m.vocab_size}, dim={m.d_model}, inter_dim={m.d_ff}, "
+                f"moe_inter_dim={m.moe.expert_d_ff}, n_layers={m.num_layers}, n_dense_layers={m.moe.first_dense_layers}, "
+                f"n_heads={m.num_heads}, norm_eps={float(m.norm_eps)!r}, moe_args={_moe_args_text(m, **router)}, "
+                f"q_lora_rank={a.q_lora_rank or 0}, kv_lora_rank={a.kv_lora_rank}, "
+                f"qk_nope_head_dim={a.qk_nope_head_dim}, qk_rope_head_dim={a.qk_rope_head_dim}, "
+                f"v_head_dim={a.v_head_dim}, rope_theta={float(m.rope_theta)!r})")
+    if family == "qwen3":
+        return (f"Qwen3ModelArgs(vocab_size={m.vocab_size}, head_dim={m.head_dim}, dim={m.d_model}, "
+                f"n_layers={m.num_layers}, n_heads={m.num_heads}, n_kv_heads={m.num_kv_heads}, qk_norm=True, "
+                f"hidden_dim={m.d_ff}, norm_eps={float(m.norm_eps)!r}, rope_theta={float(m.rope_theta)!r}, "
+                f"enable_weight_tying={m.tied_embeddings}, moe_enabled=True, moe_inter_dim={m.moe.expert_d_ff}, "
+                f"moe_args={_moe_args_text(m, score_func='softmax', route_norm=True)})")
     base = int(2 * (4 * m.d_model) / 3)
     mult = None if base <= m.d_ff else m.d_ff / base
     return (f"TransformerModelArgs(dim={m.d_model}, n_layers={m.num_layers}, n_heads={m.num_heads}, "
@@ -80,15 +165,23 @@ FLAVOR_ROPE_THETA, FLAVOR_NORM_EPS = 500000.0, 1e-5  # torchtitan llama3 flavors
 
 def capabilities(target: str) -> Capabilities:
     """torchtitan's limits (the same in 0.2.x and 0.3.x), declared for export target ``target``."""
+    moe = target == "torchtitan"  # the 0.3 module builds llama3 only (its MoE models are other config builders)
     why = {"zero": "FSDP2 has no ZeRO-1 (sharded optimizer, unsharded gradients)",
            "cp": "it always runs FSDP over data_parallel_shard x cp, so cp shards the weights",
            "kv": "it shards wk/wv column-wise and cannot replicate KV heads",
-           "model": "its llama3 model is gated-MLP, RMSNorm, RoPE, untied, bias-free, head_dim = dim / n_heads"}
+           "model": "its llama3 model is gated-MLP, RMSNorm, RoPE, untied, bias-free, head_dim = dim / n_heads"
+                    + ("; its MoE models are deepseek_v3 and qwen3" if moe else
+                       "; the 0.3 export writes llama3 only: export MoE models to torchtitan (0.2) or megatron"),
+           "etp": "with ep > 1 it runs routed experts with etp 1 or etp = tp, and with ep = 1 tensor-parallel over tp",
+           "experts": "its expert mesh is dp_shard x cp x tp regrouped as efsdp x ep x etp; replicas keep whole "
+                      "expert sets"}
     return Capabilities(
         target=target, framework="torchtitan", zero_stages=(0, 2, 3), zero_stages_with_replicas=(2, 3),
         recompute_policies=("none", "selective", "op", "full"),
         precisions=("bf16", "fp8") if target == "torchtitan" else ("bf16",),
-        zero_stages_with_cp=(2, 3), kv_replication=False, model_blocks=("llama3",),
+        zero_stages_with_cp=(2, 3), kv_replication=False,
+        model_blocks=("llama3", "deepseek", "qwen3-moe") if moe else ("llama3",),
+        expert_tensor=("1", "tp"), expert_tensor_without_ep=("tp",), expert_groups=("fsdp", "tp", "cp"),
         why={f"{target}-{code}": text for code, text in why.items()})
 
 
@@ -105,6 +198,8 @@ def sections(ctx: ExportContext) -> dict[str, dict]:
         "fsdp_reshard_after_forward": "always" if ctx.effective_zero_stage == 3 else "never",
         "tensor_parallel_degree": lay.tp, "context_parallel_degree": lay.cp, "pipeline_parallel_degree": lay.pp,
     }
+    if ctx.model.moe is not None:  # with ep = 1 torchtitan shards the experts over tp by itself
+        parallelism.update(expert_parallel_degree=lay.ep, expert_tensor_parallel_degree=lay.etp if lay.ep > 1 else 1)
     async_tp = bool(ctx.workload.tp_comm_overlap) and lay.tp > 1  # what the prediction assumed
     if async_tp:  # micro-pipelined TP: torchtitan applies it only to a compiled model
         parallelism["enable_async_tensor_parallel"] = True
@@ -121,7 +216,7 @@ def sections(ctx: ExportContext) -> dict[str, dict]:
     return {
         "job": {"description": f"layoutsearch layout rank {ctx.record.get('rank', 1)} for {ctx.model_id} on {ctx.cluster.name}",
                 "dump_folder": set_me("output folder for logs and checkpoints")},
-        "model": {"name": "llama3", "flavor": flavor, "hf_assets_path": set_me("folder with the tokenizer (HF assets)"),
+        "model": {"name": family_of(ctx.model), "flavor": flavor, "hf_assets_path": set_me("folder with the tokenizer (HF assets)"),
                   **({"converters": ["quantize.linear.float8"]} if ctx.workload.precision == "fp8" else {})},
         "training": {"local_batch_size": mbs * k if lay.pp > 1 else mbs,
                      "global_batch_size": ctx.global_batch_seqs, "seq_len": ctx.seq_len,
@@ -174,9 +269,15 @@ def policy_notes(ctx: ExportContext, sac: str) -> list[str]:
 
 def render(ctx: ExportContext) -> str:
     notes = header_lines(ctx)
+    family = family_of(ctx.model)
     if flavor_for(ctx) is None:
-        notes.append(f"flavor '{ctx.model_id}' is not a torchtitan llama3 flavor: register it in "
-                     f"torchtitan/models/llama3/__init__.py llama3_args as {custom_flavor_args(ctx)}")
+        path, table = FAMILY_REGISTRY[family]
+        flex = family == "deepseek_v3" and any(key == _deepseek_key(ctx.model) for name, key in
+                                                DEEPSEEK_V3_FLAVORS.items() if name in DEEPSEEK_V3_FLEX)
+        notes.append(f"flavor '{ctx.model_id}' is not a torchtitan {family} flavor"
+                     + (" usable here (its sizes' flavor runs FlexAttention, which torchtitan refuses with context "
+                        "parallelism)" if flex else "")
+                     + f": register it in torchtitan/models/{path} {table} as {custom_flavor_args(ctx)}")
     notes += policy_notes(ctx, "op-level SAC")
     notes += _model_notes(ctx)
     notes.append("Usage: NGPU=... CONFIG_FILE=THIS_FILE ./run_train.sh (torchtitan 0.2.x TOML schema)")
@@ -190,11 +291,40 @@ def render(ctx: ExportContext) -> str:
     return comment_block(notes) + body
 
 
+def _flavor_hyper(ctx: ExportContext) -> tuple[float, float]:
+    """(rope_theta, norm_eps) of the matched flavor."""
+    family, flavor = family_of(ctx.model), flavor_for(ctx)
+    if family == "deepseek_v3":
+        return DEEPSEEK_V3_FIXED["rope_theta"], DEEPSEEK_V3_FIXED["norm_eps"]
+    if family == "qwen3":
+        return QWEN3_THETA[flavor], 1e-6
+    return FLAVOR_ROPE_THETA, FLAVOR_NORM_EPS
+
+
+def _moe_notes(ctx: ExportContext) -> list[str]:
+    m, lay = ctx.model, ctx.layout
+    if m.moe is None:
+        return []
+    notes = [f"experts: {m.moe.num_experts} per MoE layer over ep {lay.ep} x etp {lay.etp}"
+             + (" (etp = tp: torchtitan shards the experts over tp when ep = 1)" if lay.ep == 1 and lay.tp > 1 else "")
+             + "; "
+             + "router recipe (score function, routing groups, load-balancing coefficient) from the flavor or the "
+               "ModelArgs above, not decided by layoutsearch."]
+    if m.moe.router_bias:
+        notes.append("router bias: torchtitan keeps it as the expert_bias buffer (MoEArgs.load_balance_coeff), "
+                     f"so it counts {m.moe.num_experts} parameters per MoE layer fewer than layoutsearch.")
+    if m.mtp_layers:
+        notes.append(f"multi-token prediction ({m.mtp_layers} module): torchtitan's deepseek_v3 has none; the "
+                     f"layout is costed without it too.")
+    return notes
+
+
 def _model_notes(ctx: ExportContext) -> list[str]:
-    m, notes = ctx.model, []
-    if flavor_for(ctx) is not None and (m.rope_theta != FLAVOR_ROPE_THETA or m.norm_eps != FLAVOR_NORM_EPS):
-        notes.append(f"flavor {flavor_for(ctx)} has rope_theta {FLAVOR_ROPE_THETA:g} and norm_eps "
-                     f"{FLAVOR_NORM_EPS:g}; this model has {m.rope_theta:g} and {m.norm_eps:g}: register "
+    m, notes = ctx.model, _moe_notes(ctx)
+    theta, eps = _flavor_hyper(ctx) if flavor_for(ctx) is not None else (m.rope_theta, m.norm_eps)
+    if flavor_for(ctx) is not None and (m.rope_theta != theta or m.norm_eps != eps):
+        notes.append(f"flavor {flavor_for(ctx)} has rope_theta {theta:g} and norm_eps "
+                     f"{eps:g}; this model has {m.rope_theta:g} and {m.norm_eps:g}: register "
                      f"{custom_flavor_args(ctx)} instead.")
     if m.rope_scaling is not None:
         r = m.rope_scaling
@@ -252,9 +382,31 @@ def check_config(cfg: dict, ctx: ExportContext) -> list[str]:
     mode = cfg.get("activation_checkpoint", {}).get("mode", "selective")
     if mode not in ("none", "selective", "full", "memory_budget"):
         out.append(f"activation_checkpoint.mode '{mode}' is not a torchtitan mode")
-    flavor = cfg.get("model", {}).get("flavor")
-    if flavor in LLAMA3_FLAVORS and flavor_for(ctx) != flavor:
+    model = cfg.get("model", {})
+    flavor = model.get("flavor")
+    if model.get("name", "llama3") != family_of(m):
+        out.append(f"model name {model.get('name', 'llama3')} is not the model's family {family_of(m)}")
+    tables = {"llama3": LLAMA3_FLAVORS, "deepseek_v3": DEEPSEEK_V3_FLAVORS, "qwen3": QWEN3_MOE_FLAVORS}
+    if flavor in tables.get(model.get("name", "llama3"), {}) and flavor_for(ctx) != flavor:
         out.append(f"flavor {flavor} does not have the model's sizes")
+    return out + _expert_problems(par, shard, cp, tp, ctx)
+
+
+def _expert_problems(par: dict, shard: int, cp: int, tp: int, ctx: ExportContext) -> list[str]:
+    """ParallelDims' expert rules (etp 1 or tp with ep > 1, efsdp = dp_shard x cp x tp / (ep x etp)) and the layout's."""
+    ep, etp = int(par.get("expert_parallel_degree", 1)), int(par.get("expert_tensor_parallel_degree", 1))
+    lay, out = ctx.layout, []
+    if ctx.model.moe is None:
+        return [] if ep == etp == 1 else [f"expert degrees ep {ep} / etp {etp} written for a model without experts"]
+    if ep > 1 and etp not in (1, tp):
+        out.append(f"expert_tensor_parallel_degree {etp} with ep {ep}: torchtitan supports etp = tp or 1")
+    if (shard * cp * tp) % (ep * etp):
+        out.append(f"efsdp = dp_shard({shard}) x cp({cp}) x tp({tp}) / (ep({ep}) x etp({etp})) is not whole")
+    elif ctx.model.moe.num_experts % ep:
+        out.append(f"ep({ep}) does not divide the {ctx.model.moe.num_experts} experts")
+    effective_etp = etp if ep > 1 else tp  # ep = 1: torchtitan applies TP to the experts
+    if (ep, effective_etp) != (lay.ep, lay.etp):
+        out.append(f"experts run as ep {ep} x etp {effective_etp}, layout has ep {lay.ep} x etp {lay.etp}")
     return out
 
 

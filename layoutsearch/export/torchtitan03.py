@@ -20,6 +20,10 @@ models/llama3/__init__.py and config_registry.py, models/common, distributed/act
   vocab, rope theta, norm eps; ``ROPE``: the llama3 frequency scaling) with torchtitan's own llama3
   layer builder, and keeps torchtitan's llama3 callables (parallelize, pipeline, state-dict adapter)
   from ``model_registry``. The flavor label is torchtitan's flavor when the sizes match one.
+- Not expressible here: mixture-of-experts models. torchtitan 0.3's deepseek_v3 and qwen3 are other
+  config builders (MoE layer and expert-parallel configs) that this module does not write; the
+  capability refuses them and names the torchtitan (0.2 TOML) target, which writes them with their
+  expert degrees.
 - Not decided: the ``PLACEHOLDERS`` constants at the top of the module (dump folder, tokenizer assets,
   dataset, checkpoint folder, steps, learning rate, warmup); ``layoutsearch_job`` refuses to build while
   any is still ``<set me: ...>``, so nothing falls back to torchtitan's test dataset or tokenizer.

@@ -79,7 +79,8 @@ def _split_text(est: Estimate) -> str:
 def assumptions(workload) -> str:
     """The workload choices every report names: framework profile, precision, TP overlap."""
     return (f"{workload.precision}, {workload.framework} overlap"
-            + (" + TP comm overlap" if workload.tp_comm_overlap else ""))
+            + (" + TP comm overlap" if workload.tp_comm_overlap else "")
+            + (" + EP comm overlap" if workload.ep_comm_overlap else ""))
 
 
 def estimate_report(model_name: str, cluster_name: str, est: Estimate, price_per_device_hour: float | None = None) -> None:

@@ -28,7 +28,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from layoutsearch.core.placement import NESTING_ORDER, fill_order
-from layoutsearch.core.specs import DEGREE_NAMES, RECOMPUTE_POLICIES
+from layoutsearch.core.specs import ALL_DEGREE_NAMES, RECOMPUTE_POLICIES
 from layoutsearch.costs import memory
 
 # The model's resolution: 0.5% is far above the tables' rounding (a quantum is 1e-5 of the best
@@ -65,7 +65,7 @@ class ShapeSimplicity:
     degrees_above_one: np.ndarray  # [shape]
     cp_above_one: np.ndarray  # [shape] 0/1
     tp_beyond_node: np.ndarray  # [shape, order] 0/1: the TP group spans a scale-out or DCN axis
-    degree_rank: np.ndarray  # [shape] rank by (dp, fsdp, tp, pp, cp, v)
+    degree_rank: np.ndarray  # [shape] rank by (dp, fsdp, tp, pp, cp, ep, etp, v)
     recompute_rank: np.ndarray  # [recompute code] 0 for the lightest policy (``recompute_lightness``)
 
 
@@ -75,8 +75,8 @@ def shape_simplicity(space) -> ShapeSimplicity:
     if cached is not None:
         return cached
     sh = space.shapes
-    degrees = {name: np.asarray(getattr(sh, name)) for name in DEGREE_NAMES}
-    above = sum((degrees[name] > 1).astype(np.int64) for name in DEGREE_NAMES)
+    degrees = {name: np.asarray(getattr(sh, name)) for name in ALL_DEGREE_NAMES}
+    above = sum((degrees[name] > 1).astype(np.int64) for name in ALL_DEGREE_NAMES)
     cluster = space.cluster
     slow = [i for i, a in enumerate(cluster.axes) if a.kind in SLOW_AXIS_KINDS]
     tp_col = NESTING_ORDER.index("tp")
@@ -85,7 +85,7 @@ def shape_simplicity(space) -> ShapeSimplicity:
         for o, order in enumerate(space.orders):
             table, _ = fill_order(cluster, degrees, order)
             beyond[:, o] = (table[:, slow, tp_col] > 1).any(axis=1)
-    order = np.lexsort(tuple(np.asarray(getattr(sh, f)) for f in ("v", "cp", "pp", "tp", "fsdp", "dp")))
+    order = np.lexsort(tuple(np.asarray(getattr(sh, f)) for f in ("v", "etp", "ep", "cp", "pp", "tp", "fsdp", "dp")))
     rank = np.empty(space.num_shapes, dtype=np.int64)
     rank[order] = np.arange(space.num_shapes)
     lightness = [recompute_lightness(space.model, policy) + (code,) for code, policy in enumerate(RECOMPUTE_POLICIES)]

@@ -72,8 +72,9 @@ def _grid(space: Space, sk_rows: np.ndarray, extra: int):
 def _coeff_rows(space: Space, shape_idx: np.ndarray, order_idx: np.ndarray) -> terms.Coeffs:
     rows = shape_idx * len(space.orders) + order_idx
     co = space.coeffs
-
-    return terms.Coeffs(**{name: getattr(co, name).take(rows) for name in terms.COEFF_GROUPS})
+    dense = space.model.moe is None  # expert groups of one device: nothing to take
+    return terms.Coeffs(**{name: terms.single_device(len(rows)) if dense and name in terms.EXPERT_GROUPS
+                           else getattr(co, name).take(rows) for name in terms.COEFF_GROUPS})
 
 
 def _stage_flags(sh: terms.Shapes):

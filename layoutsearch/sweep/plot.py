@@ -15,10 +15,10 @@ from layoutsearch.core import io
 from layoutsearch.core.errors import InvalidArgumentError, missing_extra
 from layoutsearch.sweep.table import read_table
 
-DEGREES = ("dp", "fsdp", "tp", "pp", "cp")
+DEGREES = ("dp", "fsdp", "tp", "pp", "cp", "ep")
 # Hollow markers of decreasing size, so degrees that coincide (often dp = pp = 1) stay visible.
 DEGREE_STYLE = {"dp": ("tab:blue", "o", 8), "fsdp": ("tab:orange", "s", 6.5), "tp": ("tab:green", "^", 5.5),
-                "pp": ("tab:red", "v", 4.5), "cp": ("tab:purple", "D", 3)}
+                "pp": ("tab:red", "v", 4.5), "cp": ("tab:purple", "D", 3), "ep": ("tab:brown", "P", 2.5)}
 LINE_STYLES = ("-", "--", ":", "-.")
 MAX_DEGREE_PANELS = 16
 

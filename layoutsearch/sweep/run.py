@@ -224,7 +224,7 @@ def layout_text(row: dict) -> str:
     """'fsdp=64,tp=4 | 2 mb | remat full | ZeRO-3' for a row with a layout, '-' otherwise."""
     if row.get("dp") is None:
         return "-"
-    degrees = ",".join(f"{k}={row[k]}" for k in ("dp", "fsdp", "tp", "pp", "cp") if row[k] > 1) or "1 device"
+    degrees = ",".join(f"{k}={row[k]}" for k in ("dp", "fsdp", "tp", "pp", "cp", "ep", "etp") if row[k] > 1) or "1 device"
     parts = [degrees, f"{row['num_microbatches']} mb", f"ZeRO-{row['zero_stage']}"]
     if row.get("recompute") and row["recompute"] != "none":
         parts.insert(2, f"remat {row['recompute']}")

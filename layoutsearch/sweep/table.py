@@ -19,7 +19,7 @@ COLUMNS: list[tuple[str, str]] = [
     ("global_batch_seqs", "int"), ("seq_len", "int"), ("framework", "str"), ("precision", "str"),
     ("status", "str"), ("objective_s", "float"), ("bound_s", "float"), ("wall_s", "float"),
     ("num_candidates", "int"),
-    ("dp", "int"), ("fsdp", "int"), ("tp", "int"), ("pp", "int"), ("cp", "int"),
+    ("dp", "int"), ("fsdp", "int"), ("tp", "int"), ("pp", "int"), ("cp", "int"), ("ep", "int"), ("etp", "int"),
     ("zero_stage", "int"), ("virtual_stages", "int"), ("num_microbatches", "int"), ("microbatch_seqs", "int"),
     ("recompute", "str"), ("sequence_parallel", "bool"), ("schedule", "str"), ("axes", "str"),
     ("peak_bytes", "float"), ("capacity_bytes", "float"),
@@ -35,7 +35,7 @@ KINDS = dict(COLUMNS)
 STATUSES = ("OPTIMAL", "FEASIBLE", "INFEASIBLE", "UNKNOWN", "MODEL_INVALID", "ERROR")
 WITH_LAYOUT = ("OPTIMAL", "FEASIBLE")
 REQUIRED = ("point_id", "model", "cluster", "global_batch_seqs", "seq_len", "status")
-LAYOUT_COLUMNS = ("dp", "fsdp", "tp", "pp", "cp", "zero_stage", "virtual_stages", "num_microbatches", "recompute",
+LAYOUT_COLUMNS = ("dp", "fsdp", "tp", "pp", "cp", "ep", "etp", "zero_stage", "virtual_stages", "num_microbatches", "recompute",
                   "peak_bytes", "capacity_bytes", "compute_s", "exposed_comm_s", "bubble_s", "overhead_s",
                   "step_time_s", "mfu", "tokens_per_s", "tokens_per_s_per_device")
 PLAN_COLUMNS = ("train_days", "device_hours", "cost")  # only with a layout (and training_tokens)
@@ -81,7 +81,7 @@ def check_row(row) -> str | None:
         return f"status {row['status']} with a layout"
     if row["status"] not in WITH_LAYOUT and any(row.get(name) is not None for name in PLAN_COLUMNS):
         return f"status {row['status']} with a time or cost to train"
-    if all(has_layout) and min(row[k] for k in ("dp", "fsdp", "tp", "pp", "cp", "num_microbatches")) < 1:
+    if all(has_layout) and min(row[k] for k in ("dp", "fsdp", "tp", "pp", "cp", "ep", "etp", "num_microbatches")) < 1:
         return "a degree or microbatch count below 1"
     return None
 

@@ -48,6 +48,7 @@ FAMILIES = {"a100-40gb": "a100", "a100-80gb": "a100", "h100": "h100-class", "h20
             "h800": "h100-class", "b200": "b200-class", "gb200": "b200-class"}
 EFFICIENCY_BOUNDS = (0.2, 1.0)
 SCALES = {"matmul_half_efficiency_tokens": 128.0, "microbatch_overhead_s": 1e-4, "step_overhead_s": 1e-2,
+          "moe_layer_overhead_s": 1e-4,
           "collective_half_efficiency_bytes": 65536.0}
 # Accelerator field (SI) -> (hardware YAML key under `calibration:`, factor from SI to the YAML unit)
 YAML_KEYS = {"matmul_efficiency": ("matmul_efficiency", 1.0),
@@ -57,7 +58,9 @@ YAML_KEYS = {"matmul_efficiency": ("matmul_efficiency", 1.0),
              "scale_out_efficiency": ("scale_out_efficiency", 1.0),
              "collective_half_efficiency_bytes": ("collective_half_efficiency_kib", 1 / 1024),
              "microbatch_overhead_s": ("microbatch_overhead_us", 1e6),
-             "step_overhead_s": ("step_overhead_ms", 1e3)}
+             "step_overhead_s": ("step_overhead_ms", 1e3),
+             "grouped_matmul_efficiency": ("grouped_matmul_efficiency", 1.0),
+             "moe_layer_overhead_s": ("moe_layer_overhead_us", 1e6)}
 AXIS_EFFICIENCY = {"torus": "collective_efficiency", "switch": "collective_efficiency",
                    "scale_out": "scale_out_efficiency", "dcn": "scale_out_efficiency"}
 

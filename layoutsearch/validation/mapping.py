@@ -48,23 +48,26 @@ is applied to every record:
     the schema gives the field only for a cap); without the field, a wattage other than 700 W in
     the record's text (e.g. "500 W"). ``cluster.hbm_gb_per_device`` (e.g. the 96 GB H100)
     replaces the catalogue's HBM for that record; capacity = that HBM less the runtime reserve.
-11. TP communication overlap: NeMo runs (NVIDIA dgxc-benchmarking, NeMo performance summary)
-    and the Megatron-Core README benchmarks use Transformer Engine's pipelined TP overlap
+11. TP communication overlap: NeMo runs (NVIDIA dgxc-benchmarking, the NeMo performance summary:
+    source families "NeMo" and "nemo-framework", and its successor the Megatron-Bridge performance
+    summary) and the Megatron-Core README benchmarks use Transformer Engine's pipelined TP overlap
     (NeMo "Communication Overlap": ``tp_comm_overlap``), and a record with ``layout.async_tp:
     true`` (torchtitan's asynchronous, micro-pipelined TP) pipelines its TP collectives with the
     GEMMs too; ``Workload.tp_comm_overlap`` is on for these records, every other record keeps TP
     on the critical path.
 12. A record the engine rejects (structural violation, unknown cluster shape) is skipped with
    the engine's message as the reason; nothing is dropped silently.
-13. What the engine does not model yet is skipped first, with the reason: a mixture-of-experts
-    model (``model.moe``), multi-head latent attention (``model.attention: mla`` or ``model.mla``).
-    A null where the engine needs a value (``ENGINE_NEEDS``: the model's shape, seq_len and
-    batch, accelerator and device count, dp/fsdp/zero_stage/tp/pp/cp) is skipped naming the
-    fields; so is a record with neither a measured throughput nor ``oom: true`` (nothing to
-    compare), and one whose fsdp does not divide its dp. A TPU device count that is no slice
-    shape and not a whole number of equal valid slices (e.g. 7 or 131 v5p chips) is skipped.
-    ``workload.framework`` is copied into each entry (``framework``); fp8_recipe and
-    torch_compile are not used yet (power_limit_w and hbm_gb_per_device: rule 10; async_tp: 11).
+13. What the engine cannot cost is skipped first, with the reason. A null where the engine needs
+    a value (``ENGINE_NEEDS``: the model's shape, seq_len and batch, accelerator and device
+    count, dp/fsdp/zero_stage/tp/pp/cp; with ``model.moe`` also ``MOE_NEEDS``, and ``d_ff`` only
+    where some layer is dense; with MLA also ``MLA_NEEDS``, and not ``head_dim`` or
+    ``num_kv_heads``, which MLA fixes) is skipped naming the fields; so is a record with neither
+    a measured throughput nor ``oom: true`` (nothing to compare), and one whose fsdp does not
+    divide its dp. A TPU device count that is no slice shape and not a whole number of equal
+    valid slices (e.g. 7 or 131 v5p chips) is skipped. ``workload.framework`` is copied into
+    each entry (``framework``); fp8_recipe and torch_compile are not used yet (power_limit_w and
+    hbm_gb_per_device: rule 10; async_tp: 11). Mixture-of-experts and MLA records are mapped by
+    rule 16 (they were skipped as "not modelled yet" before the engine costed them).
 14. Framework profile: ``Workload.framework`` = ``core.frameworks.framework_of_record`` of the
     record's ``workload.framework`` and the accelerator's kind (megatron -> megatron;
     megatron-deepspeed -> deepspeed; torchtitan, pytorch-fsdp, llm-foundry, nemo-automodel ->
@@ -76,6 +79,30 @@ is applied to every record:
 15. Recompute: where the record's ``derived.recompute`` names the framework's own policy
     (MaxText ``remat_policy=minimal``), that policy is costed by its saved tensors
     (``costs.memory.POLICY_SAVES``); otherwise the record's none/selective/full.
+16. Mixture of experts and latent attention (SCHEMA.md "Mixture-of-experts records").
+    ``model.moe`` -> ``MoeSpec``: num_experts, top_k, expert_d_ff as given; num_shared_experts
+    and first_dense_layers null -> 0, shared_d_ff null -> 0 (a shared expert without its width
+    is a skip), ``moe_layer_freq`` -> ``layer_freq`` (null -> 1), ``capacity_factor`` as given
+    (null = dropless). ``model.d_ff`` null means every layer is MoE: the engine's ``d_ff`` (the
+    dense MLP width, then unused) is the expert width, and first_dense_layers must be 0 and
+    moe_layer_freq 1 (else the dense layers' width is missing: a skip). ``model.attention:
+    mla`` (or a ``model.mla`` block with attention null) -> ``MlaSpec`` from ``model.mla``
+    (every field needed; a null q_lora_rank is a skip, not "no query bottleneck"), with
+    ``head_dim`` = qk_nope_head_dim + qk_rope_head_dim (the query-key width; records give the
+    value width there) and ``num_kv_heads`` = num_heads; an mla block with attention mha/gqa is
+    a skip. ``mtp_num_layers`` -> ``mtp_layers`` (null -> 0): the engine counts the MTP
+    modules beside the model (``param_counts`` 'mtp') and costs each as one more layer and
+    output-head pass on the last stage (not its memory; noted). ``layout.ep`` / ``layout.etp``
+    (null -> 1) -> ``Layout.ep`` / ``etp``: the expert layers regroup the dp x fsdp x tp x cp
+    devices of a stage as edp x ep x etp; the record's ``dp`` is the attention-side total
+    data-parallel degree (num_devices / (tp x pp x cp)) and rule 1 splits it unchanged.
+    Routing is costed balanced (``Workload.moe_imbalance`` 1.0): vendor benchmarks force-balance
+    it; where ``derived.load_balance`` says the run used real routing (MLPerf) or does not say,
+    the record's notes say so. ``model.notes`` name architecture details outside the record's
+    shape (sliding windows, attention sinks, biases): not costed, copied into the notes.
+17. Expert-parallel AllToAll overlap: a record whose notes name it (``A2A_OVERLAP=1``,
+    ``--overlap-moe-expert-parallel-comm``) is costed with ``Workload.ep_comm_overlap`` on; the
+    others with the profile's choice (off for every profile but ideal).
 """
 
 from __future__ import annotations
@@ -100,6 +127,8 @@ MODEL_KEYS = ("num_layers", "d_model", "d_ff", "mlp", "num_heads", "num_kv_heads
               "tied_embeddings")
 ENGINE_NEEDS = {"model": MODEL_KEYS, "workload": ("seq_len", "global_batch_seqs"),
                 "cluster": ("accelerator", "num_devices"), "layout": ("dp", "fsdp", "zero_stage", "tp", "pp", "cp")}
+MOE_NEEDS = ("num_experts", "top_k", "expert_d_ff")  # of model.moe (rule 16)
+MLA_NEEDS = ("q_lora_rank", "kv_lora_rank", "qk_rope_head_dim", "qk_nope_head_dim", "v_head_dim")  # of model.mla
 RECOMPUTE = ("none", "selective", "full")
 # Default board power of the GPU parts (W): SXM A100 400, SXM H100/H200 700, HGX B200 1000, GB200 1200 per GPU.
 POWER_RATING_W = {"a100-40gb": 400, "a100-80gb": 400, "h100": 700, "h200": 700, "h800": 700, "b200": 1000,
@@ -115,7 +144,17 @@ def _is_bigscience(record: dict) -> bool:
     return source_family(record) == "bigscience"
 
 
-TP_OVERLAP_SOURCES = ("NeMo", "dgxc-benchmarking", "Megatron-LM")  # rule 11 (source families)
+TP_OVERLAP_SOURCES = ("NeMo", "nemo-framework", "Megatron-Bridge", "dgxc-benchmarking",
+                      "Megatron-LM")  # rule 11 (source families)
+
+
+def ep_comm_overlap(record: dict) -> bool | None:
+    """Rule 17: a MoE record whose notes name the expert-parallel AllToAll overlap (the Megatron-MoE
+    model zoo's ``A2A_OVERLAP=1``, Megatron's ``--overlap-moe-expert-parallel-comm``) hides its
+    token AllToAlls behind the other microbatch's compute; else the framework profile decides
+    (off for megatron)."""
+    text = str(record.get("derived") or {}) + str(record.get("source") or "")
+    return True if re.search(r"A2A_OVERLAP=1|overlap[-_]moe[-_]expert[-_]parallel[-_]comm", text) else None
 
 
 def tp_comm_overlap(record: dict) -> bool:
@@ -180,7 +219,7 @@ def mapping_notes(record: dict) -> list[str]:
         notes.append("DeepSpeed ZeRO-3 (2021) costed with the deepspeed profile")
     if lay.get("async_tp") is True and source_family(record) not in TP_OVERLAP_SOURCES:
         notes.append("async_tp: TP collectives pipelined with their GEMMs (tp_comm_overlap on)")
-    return notes
+    return notes + _moe_notes(record)
 
 
 def _microbatching(record: dict) -> tuple[int, int] | str:
@@ -281,14 +320,31 @@ def _tpu_replicas(record: dict) -> int | str:
     return f"cluster: {n} {acc.id} chips is not a slice shape (one slice holds up to {largest})"
 
 
+def is_mla(record: dict) -> bool:
+    """Rule 16: latent attention: ``model.attention: mla``, or a ``model.mla`` block with attention null."""
+    m = record["model"]
+    return m.get("attention") == "mla" or (m.get("attention") is None and m.get("mla") is not None)
+
+
+def _missing(record: dict) -> list[str]:
+    """Rules 13 and 16: the dotted fields the engine needs that the record leaves null."""
+    m = record["model"]
+    moe, mla = m.get("moe"), is_mla(record)
+    optional = ({"d_ff"} if moe is not None else set()) | ({"head_dim", "num_kv_heads"} if mla else set())
+    missing = [f"{block}.{key}" for block, keys in ENGINE_NEEDS.items() for key in keys
+               if record[block][key] is None and not (block == "model" and key in optional)]
+    if moe is not None:
+        missing += [f"model.moe.{key}" for key in MOE_NEEDS if moe[key] is None]
+    if mla:
+        missing += (["model.mla"] if m.get("mla") is None
+                    else [f"model.mla.{key}" for key in MLA_NEEDS if m["mla"][key] is None])
+    return missing
+
+
 def _unmodelled(record: dict) -> str | None:
     """Rule 13: the first reason the engine cannot cost this record at all, or None."""
-    m, lay = record["model"], record["layout"]
-    if m.get("moe") is not None:
-        return "mixture-of-experts: not modelled yet (model.moe)"
-    if m.get("attention") == "mla" or m.get("mla") is not None:
-        return "multi-head latent attention (MLA): not modelled yet"
-    missing = [f"{block}.{key}" for block, keys in ENGINE_NEEDS.items() for key in keys if record[block][key] is None]
+    lay = record["layout"]
+    missing = _missing(record)
     if missing:
         return f"missing value: {', '.join(missing)} null (the engine needs {'it' if len(missing) == 1 else 'them'})"
     if lay["dp"] % lay["fsdp"]:
@@ -296,6 +352,86 @@ def _unmodelled(record: dict) -> str | None:
     if lay["recompute"] not in (None, *RECOMPUTE):
         return f"layout: recompute '{lay['recompute']}' is not one of {', '.join(RECOMPUTE)}"
     return None
+
+
+def model_dict(record: dict) -> dict | str:
+    """The catalogue-style model mapping of a record (``model_from_dict``'s input; rules 6 and 16),
+    or a skip reason. Assumes ``_unmodelled`` found nothing missing."""
+    m = record["model"]
+    shape = {k: m[k] for k in MODEL_KEYS}
+    moe = m.get("moe")
+    if moe is not None:
+        first, freq, shared = moe["first_dense_layers"] or 0, moe["moe_layer_freq"] or 1, moe["num_shared_experts"] or 0
+        if shared and moe["shared_d_ff"] is None:
+            return (f"missing value: model.moe.shared_d_ff null with num_shared_experts({shared}) (the engine "
+                    f"needs it)")
+        if m["d_ff"] is None:
+            if first or freq != 1:
+                return (f"missing value: model.d_ff null (every layer MoE) but moe.first_dense_layers({first}) and "
+                        f"moe_layer_freq({freq}) leave dense layers, whose FFN width the engine needs")
+            shape["d_ff"] = moe["expert_d_ff"]  # no dense layer: the dense width is never used
+        shape["moe"] = {"num_experts": moe["num_experts"], "top_k": moe["top_k"], "expert_d_ff": moe["expert_d_ff"],
+                        "num_shared_experts": shared, "shared_d_ff": moe["shared_d_ff"] if shared else 0,
+                        "first_dense_layers": first, "layer_freq": freq, "capacity_factor": moe["capacity_factor"]}
+    if m.get("mla") is not None and not is_mla(record):
+        return f"model: attention '{m['attention']}' with a model.mla block (latent attention is attention: mla)"
+    if is_mla(record):
+        a = {key: m["mla"][key] for key in MLA_NEEDS}
+        shape.update(head_dim=a["qk_nope_head_dim"] + a["qk_rope_head_dim"], num_kv_heads=m["num_heads"], mla=a)
+    if m.get("mtp_num_layers"):
+        shape["mtp_layers"] = m["mtp_num_layers"]
+    return shape
+
+
+def record_model(record: dict):
+    """The engine ``ModelSpec`` of a record (``model_from_dict`` of ``model_dict``), or a skip reason."""
+    shape = model_dict(record)
+    if isinstance(shape, str):
+        return shape
+    try:
+        return model_from_dict({"name": record["id"], **shape}, record["id"], f"record '{record['id']}'")
+    except CatalogueError as exc:
+        return f"model: {exc}"
+
+
+REAL_ROUTING = r"real routing|real data|FORCE_LOAD_BALANCING=False|load balancing type none"
+FORCED_ROUTING = r"force[ds]?[ _-]?(load[ _-]?)?balanc|fake balanced gate"
+
+
+def routing(record: dict) -> str | None:
+    """Rule 16: "real", "forced" or "not stated" for a MoE record (from its derived and model notes), else None."""
+    if record["model"].get("moe") is None:
+        return None
+    text = " ".join(str(x) for x in (record.get("derived"), record["model"].get("notes")))
+    if re.search(REAL_ROUTING, text, re.IGNORECASE):
+        return "real"
+    if re.search(FORCED_ROUTING, text, re.IGNORECASE):
+        return "forced"
+    return "not stated"
+
+
+def _moe_notes(record: dict) -> list[str]:
+    """Rule 16's approximations and defaults for a MoE or MLA record."""
+    m, lay, notes = record["model"], record["layout"], []
+    moe = m.get("moe")
+    if moe is not None:
+        if m["d_ff"] is None and moe["expert_d_ff"] is not None:
+            notes.append("d_ff null: every layer MoE")
+        notes += [f"{key} null -> 1" for key in ("ep", "etp") if lay.get(key) is None]
+        how = routing(record)
+        notes.append({"real": "real routing (derived): costed balanced, moe_imbalance 1.0",
+                      "forced": "routing force-balanced (derived), as costed",
+                      "not stated": "routing balance not stated: costed balanced"}[how])
+    if is_mla(record) and m.get("mla") is not None:
+        width = (m["mla"]["qk_nope_head_dim"] or 0) + (m["mla"]["qk_rope_head_dim"] or 0)
+        if m["head_dim"] != width or m["num_kv_heads"] != m["num_heads"]:
+            notes.append(f"MLA: head_dim {m['head_dim']} -> {width} (qk_nope + qk_rope), num_kv_heads -> num_heads")
+    if m.get("mtp_num_layers"):
+        notes.append(f"MTP: {m['mtp_num_layers']} module(s) counted beside the model, costed as a layer and an "
+                         f"output-head pass each on the last stage (not their memory)")
+    if m.get("notes") and moe is not None:
+        notes.append(f"model notes not costed: {m['notes']}")
+    return notes
 
 
 def _power_capped(record: dict) -> str | None:
@@ -333,18 +469,16 @@ def record_to_problem(record: dict) -> Mapped | str:
     capped = _power_capped(record)
     if capped:
         return capped
-    try:
-        shape = {k: record["model"][k] for k in MODEL_KEYS}
-        model = model_from_dict({"name": record["id"], **shape}, record["id"], f"record '{record['id']}'")
-    except CatalogueError as exc:
-        return f"model: {exc}"
+    model = record_model(record)
+    if isinstance(model, str):
+        return model
     mb = _microbatching(record)
     if isinstance(mb, str):
         return mb
     workload = Workload(global_batch_seqs=wl["global_batch_seqs"], seq_len=wl["seq_len"],
                         precision=wl["precision"] or "bf16", flash_attention=fused_attention(record),
                         fsdp_collectives_per_layer=zero3_collectives_per_layer(record),
-                        tp_comm_overlap=tp_comm_overlap(record),
+                        tp_comm_overlap=tp_comm_overlap(record), ep_comm_overlap=ep_comm_overlap(record),
                         framework=record_framework(record, load_accelerator(_accelerator_id(record)).kind))
     dp, fsdp, zero = _data_parallel(record)
     replicas = _tpu_replicas(record)
@@ -358,7 +492,8 @@ def record_to_problem(record: dict) -> Mapped | str:
         return cluster
     vs = lay["virtual_stages"] or 1
     sp = lay["sequence_parallel"] if lay["sequence_parallel"] is not None else (lay["tp"] > 1 and not _is_bigscience(record))
-    layout = Layout(dp=dp, fsdp=fsdp, tp=lay["tp"], pp=lay["pp"], cp=lay["cp"], zero_stage=zero, virtual_stages=vs,
+    layout = Layout(dp=dp, fsdp=fsdp, tp=lay["tp"], pp=lay["pp"], cp=lay["cp"], ep=lay.get("ep") or 1,
+                    etp=lay.get("etp") or 1, zero_stage=zero, virtual_stages=vs,
                     num_microbatches=mb[1], recompute=named_policy(record) or lay["recompute"] or "none",
                     sequence_parallel=sp,
                     schedule="interleaved" if vs > 1 else "1f1b")

@@ -7,7 +7,7 @@ mapping, a value of the wrong type (``num_layers: "abc"``), a duplicate id.
 
 Every field the schema documents is accepted, and a key a record leaves out means null: the
 dumped record always has every block and every field. What the engine cannot use (a null it
-needs, an unknown accelerator or precision, a mixture-of-experts model) is not the loader's
+needs, an unknown accelerator or precision, a layout the engine rejects) is not the loader's
 business: ``validate.record_to_problem`` skips that record with its reason. A key the schema
 does not know is a warning (record id, key, "did you mean"), never an abort; it is dropped.
 """
@@ -166,7 +166,8 @@ def load_runs(path: str | Path) -> Runs:
 
 
 def source_family(record: dict) -> str:
-    """Group name: the repository of a 'owner/repo ...' source, else the citation up to its year."""
+    """Group name: the repository of a 'owner/repo ...' source, else the citation up to its year, else
+    the source's first three words before any parenthesis or colon ('mlcommons training_results_v6.0')."""
     source = (record.get("source") or "").strip()
     if not source:
         return record["id"]
@@ -174,4 +175,4 @@ def source_family(record: dict) -> str:
     if "/" in first:
         return first.split("/")[1]
     year = re.match(r"^(.*?\b(?:19|20)\d\d)\b", source)
-    return year.group(1) if year else " ".join(source.split()[:3])
+    return year.group(1) if year else " ".join(re.split(r"[(:]", source)[0].split()[:3]) or source.split()[0]

@@ -65,9 +65,10 @@ SHAPE_KEYS = ("num_layers", "d_model", "d_ff", "mlp", "num_heads", "num_kv_heads
 
 
 def layout_label(record: dict) -> str:
-    """A record's layout in one short string: the degrees above 1, ZeRO stage, microbatching, recompute, flags."""
+    """A record's layout in one short string: the degrees above 1 (expert degrees ep, etp included), ZeRO
+    stage, microbatching, recompute, flags."""
     lay, wl = record["layout"], record["workload"]
-    parts = [f"{k}{lay[k]}" for k in ("dp", "fsdp", "tp", "pp", "cp") if lay.get(k) not in (None, 1)]
+    parts = [f"{k}{lay[k]}" for k in ("dp", "fsdp", "tp", "pp", "cp", "ep", "etp") if lay.get(k) not in (None, 1)]
     if lay.get("virtual_stages") not in (None, 1):
         parts.append(f"vs{lay['virtual_stages']}")
     if lay.get("zero_stage"):

@@ -17,6 +17,12 @@ predicted); each record's out-of-sample error is its ``loso_rel_error``. Ranking
 the layout (same source, model, cluster, batch) whether the engine's fastest predicted layout is
 the measured fastest.
 
+Compared metric: every record's ``rel_error`` is on tokens/s per device
+(``measured.tokens_per_s_per_device``, convention-free; ``compared_metric`` names it, null for a
+record that has only ``oom: true`` to check). This holds for mixture-of-experts records too
+(SCHEMA.md: their sources count FLOPs differently: causal attention halved or not, MTP counted
+or not), whose ``measured.tflops_per_device`` is the source's own figure and is never compared.
+
 MFU: where a record reports one, the prediction is reported under the record's convention,
 divided by the record's own ``peak_tflops_used`` so both numbers share a denominator:
 palm-6n-12lhqt -> "palm", palm-causal -> "palm-causal", megatron-core -> "palm" (its
@@ -96,6 +102,7 @@ def evaluate_record(record: dict) -> dict:
     out = {"id": record["id"], "source_family": source_family(record), "accelerator": record["cluster"]["accelerator"],
            "num_devices": record["cluster"]["num_devices"], "trust": record["trust"],
            "framework": record["workload"].get("framework"),
+           "compared_metric": "tokens_per_s_per_device" if meas["tokens_per_s_per_device"] else None,
            "measured_tokens_per_s_per_device": meas["tokens_per_s_per_device"],
            "predicted_tokens_per_s_per_device": None, "rel_error": None,
            "measured_oom": bool(meas["oom"]),  # null with a throughput: the run ran

@@ -1,0 +1,169 @@
+"""Mixture-of-experts costs and expert parallelism (COSTS.md "Mixture of experts"): the expert
+degrees' rules, the token AllToAll on the links the ep group spans, expert state divided by ep,
+the FLOPs of the active experts, MLA's attention widths, and the search over ep and etp."""
+
+import json
+
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from layoutsearch.cli import main
+from layoutsearch.core.catalogue import load_model
+from layoutsearch.core.problem import Problem, SearchOptions
+from layoutsearch.core.specs import Layout, MlaSpec, ModelSpec, MoeSpec, Workload
+from layoutsearch.core.topology import resolve_cluster
+from layoutsearch.costs import flops
+from layoutsearch.costs.estimate import estimate
+from layoutsearch.search.cpsat import cpsat_top
+from layoutsearch.search.enumerate import enumerate_top
+from layoutsearch.search.space import build_space
+from layoutsearch.search.tables import build_tables
+
+MIXTRAL_LAYERS, D, F, E, K = 32, 4096, 14336, 8, 2
+
+
+def _mixtral(cluster="h100-16", seqs=64):
+    return Problem.build("mixtral-8x7b", cluster, Workload(global_batch_seqs=seqs, seq_len=4096, framework="megatron"))
+
+
+def _a2a(est):
+    return next(c for c in est.collectives if c["name"].startswith("ep token"))
+
+
+# ----------------------------------------------------------------------------- the ep group's links
+NODE = (("fsdp", (("node", 8), ("scale_out", 2))),)
+
+
+def test_ep_across_scale_out_costs_more_than_the_same_group_inside_nvlink():
+    """fsdp=16, ep=8 on two 8-GPU nodes: ep inside a node, or 4 GPUs in each of the two nodes."""
+    problem = _mixtral()
+    inside = Layout(fsdp=16, ep=8, zero_stage=1, num_microbatches=4, axes=NODE + (("ep", (("node", 8),)),))
+    across = Layout(fsdp=16, ep=8, zero_stage=1, num_microbatches=4,
+                    axes=NODE + (("ep", (("node", 4), ("scale_out", 2))),))
+    a, b = estimate(problem, inside), estimate(problem, across)
+    acc = problem.cluster.accelerator
+    # the AllToAll of one MoE layer: each GPU sends its m tokens x k copies x D bf16 (m = 64 x 4096 / (16 x 4))
+    payload = 64 * 4096 / 16 / 4 * K * D * 2
+    assert _a2a(a)["bytes"] == payload == 67_108_864
+    half = acc.collective_half_efficiency_bytes
+    nvlink = acc.link_bytes_per_s_per_direction * acc.collective_efficiency
+    nic = acc.scale_out_bytes_per_s_per_direction * acc.scale_out_efficiency
+    # inside the node: 7/8 of the buffer leaves each GPU over NVLink; one NVLink latency
+    assert _a2a(a)["time_s"] == pytest.approx((payload + half) * 7 / 8 / nvlink + acc.link_latency_s, rel=1e-9)
+    # across: 4 of the 8 members sit in the other node, half the buffer would go through the GPU's NIC;
+    # Megatron's flex dispatcher sends a token once per node: of its k = 2 copies, 2 (1 - 1/2^2) = 1.5 cross
+    dedup = 2 * (1 - 0.5 ** K) / K
+    assert dedup == 0.75
+    assert _a2a(b)["time_s"] == pytest.approx((payload * dedup + half) * 4 / 8 / nic + acc.link_latency_s
+                                              + acc.scale_out_latency_s, rel=1e-9)
+    assert b.time_s["exposed_comm/ep"] > 3 * a.time_s["exposed_comm/ep"] > 0
+    # 4 AllToAlls per MoE layer and microbatch (dispatch, combine; forward, backward), all exposed with megatron
+    assert a.time_s["exposed_comm/ep"] == pytest.approx(4 * MIXTRAL_LAYERS * 4 * _a2a(a)["time_s"], rel=1e-9)
+    assert b.step_time_s > a.step_time_s
+    assert a.time_s["compute/matmul"] == b.time_s["compute/matmul"]
+
+
+def test_the_ideal_profile_hides_the_all_to_all_behind_the_layer():
+    problem = Problem.build("mixtral-8x7b", "h100-16", Workload(global_batch_seqs=64, seq_len=4096, framework="ideal"))
+    lay = Layout(fsdp=16, ep=8, zero_stage=1, num_microbatches=4, axes=NODE + (("ep", (("node", 8),)),))
+    est = estimate(problem, lay)
+    megatron = estimate(_mixtral(), lay)
+    assert est.time_s["exposed_comm/ep"] < 0.1 * megatron.time_s["exposed_comm/ep"]
+
+
+# ----------------------------------------------------------------------------- memory and FLOPs
+def test_expert_weights_divide_by_ep():
+    """With ZeRO-1 the bf16 weights are whole on every device: going from ep=4 to ep=8 saves
+    1/8 of the routed experts' weights (32 layers x 8 experts x 3 x D x F, 2 bytes each)."""
+    problem = _mixtral()
+    ep4, ep8 = (estimate(problem, Layout(fsdp=16, ep=ep, zero_stage=1, num_microbatches=4)) for ep in (4, 8))
+    experts = MIXTRAL_LAYERS * E * 3 * D * F
+    assert ep4.memory_bytes["state/weights"] - ep8.memory_bytes["state/weights"] == pytest.approx(
+        experts * (1 / 4 - 1 / 8) * 2, rel=1e-9)
+    # the fp32 master and Adam moments divide by the expert ZeRO group too: 16 / ep devices
+    assert ep4.memory_bytes["state/optimizer"] - ep8.memory_bytes["state/optimizer"] == pytest.approx(
+        experts * 8 * (1 / 4 / 4 - 1 / 8 / 2), rel=1e-6)
+
+
+def test_model_flops_count_the_k_active_experts():
+    """Mixtral: 6 x (attention projections + k of 8 experts + router + output) per token + causal attention."""
+    attention = D * (2 * 32 * 128 + 2 * 8 * 128)
+    per_layer = attention + K * 3 * D * F + D * E
+    expected = 6 * (MIXTRAL_LAYERS * per_layer + D * 32000) + 3 * MIXTRAL_LAYERS * 4 * 2048 * 128 * 32
+    assert flops.model_flops_per_token(load_model("mixtral-8x7b"), 4096) == pytest.approx(expected, rel=1e-12)
+    assert expected == pytest.approx(6 * 12.9e9, rel=0.04)  # Mixtral paper: 12.9B active parameters
+
+
+def test_mla_attention_uses_the_value_head_width():
+    """DeepSeek-V3: QK^T over nope + rope = 192 per head, AV over v_head_dim = 128, 128 heads."""
+    model = load_model("deepseek-v3")
+    assert flops.attention_flops_per_token_per_layer(model, 4096, causal=True) == 2 * 2048 * (192 + 128) * 128
+    # the latent projections: q 7168 x 1536 + 1536 x 128 x 192, kv 7168 x 576 + 512 x 128 x 256, o 128 x 128 x 7168
+    assert flops.mla_projection_params(model) == (7168 * 1536 + 1536 * 128 * 192 + 7168 * 576 + 512 * 128 * 256
+                                                  + 128 * 128 * 7168)
+
+
+# ----------------------------------------------------------------------------- rules
+@pytest.mark.parametrize("layout, message", [
+    ("fsdp=16,ep=16", "ep(16) does not divide the 8 routed experts of each MoE layer"),
+    ("fsdp=16,ep=3", "ep(3) does not divide the 8 routed experts of each MoE layer"),
+    ("dp=2,fsdp=8,ep=8,etp=4", "zero_stage 1 with ep(8) x etp(4) = 32, which does not divide fsdp(8) x cp(1) x tp(1)"),
+])
+def test_expert_rules_name_the_numbers(capsys, layout, message):
+    code = main(["estimate", "--model", "mixtral-8x7b", "--cluster", "h100-16", "--seqs", "64", "--seq-len", "4096",
+                 "--layout", layout, "--zero-stage", "1"])
+    err = capsys.readouterr().err
+    assert code == 2 and message in err and err.count("\n") == 1
+
+
+def test_a_dense_model_has_no_expert_degrees(capsys):
+    code = main(["estimate", "--model", "llama3-8b", "--cluster", "h100-8", "--seqs", "8", "--layout", "fsdp=8,ep=2"])
+    assert code == 2 and "ep(2) x etp(1): model 'llama3-8b' has no mixture-of-experts layers\n" in capsys.readouterr().err
+
+
+# ----------------------------------------------------------------------------- search
+def test_deepseek_v3_on_2048_h100_is_proven_optimal_with_expert_parallelism(capsys):
+    """The issue's Done-when command."""
+    code = main(["solve", "--model", "deepseek-v3", "--cluster", "h100-2048", "--seqs", "15360", "--seq-len", "4096",
+                 "--format", "json"])
+    doc = json.loads(capsys.readouterr().out)
+    best = doc["layouts"][0]
+    assert code == 0 and doc["solver"]["status"] == "OPTIMAL"
+    assert best["degrees"]["ep"] > 1 and "ep" in best["axes"]
+    assert best["time_s"]["exposed_comm/ep"] > 0
+
+
+@st.composite
+def moe_problems(draw):
+    heads = draw(st.sampled_from([4, 8]))
+    experts = draw(st.sampled_from([4, 8, 16]))
+    layers = draw(st.sampled_from([4, 6, 8]))
+    moe = MoeSpec(num_experts=experts, top_k=draw(st.sampled_from([1, 2])), expert_d_ff=heads * 64 * 2,
+                  num_shared_experts=draw(st.sampled_from([0, 1])), shared_d_ff=heads * 64,
+                  first_dense_layers=draw(st.sampled_from([0, 1])))
+    mla = MlaSpec(q_lora_rank=128, kv_lora_rank=64, qk_rope_head_dim=32, qk_nope_head_dim=32, v_head_dim=64)
+    use_mla = draw(st.booleans())
+    model = ModelSpec(name="rand-moe", num_layers=layers, d_model=heads * 64, d_ff=heads * 64 * 4, mlp="gated",
+                      num_heads=heads, num_kv_heads=heads if use_mla else draw(st.sampled_from([1, heads])),
+                      head_dim=64, vocab_size=32000, tied_embeddings=False, moe=moe, mla=mla if use_mla else None)
+    cluster = resolve_cluster(draw(st.sampled_from(["h100-16", "v5p-16", "h100-8", "gb200-64"])))
+    workload = Workload(global_batch_seqs=draw(st.sampled_from([16, 32, 64])), seq_len=draw(st.sampled_from([512, 2048])),
+                        framework=draw(st.sampled_from([None, "ideal"])))
+    return model, workload, cluster
+
+
+@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(problem=moe_problems())
+def test_cpsat_equals_the_enumerator_on_random_moe_instances(problem):
+    model, workload, cluster = problem
+    space = build_space(Problem.build(model, cluster, workload), SearchOptions())
+    assert not space.num_shapes or int(np.max(space.shapes.ep)) > 1  # expert parallelism is in the candidate space
+    tables = build_tables(space)
+    found = {}
+    enum, _ = enumerate_top(space, tables, "step-time", 3, found=found)
+    cps, info = cpsat_top(space, tables, "step-time", 3, time_limit_s=20)
+    assert cps == enum
+    if enum:
+        assert info["status"] == "OPTIMAL" and info["objective"] == found["optimum"]

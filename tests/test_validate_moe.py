@@ -1,0 +1,228 @@
+"""`layoutsearch validate` on mixture-of-experts records (SCHEMA.md "Mixture-of-experts records";
+mapping rule 16): the model and layout a MoE/MLA record maps to, its skips, the compared metric,
+and the whole MoE development set (tests/data/runs_moe_dev.yaml) end to end."""
+
+import copy
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+
+from layoutsearch.costs.params import param_counts
+from layoutsearch.validation.mapping import mapping_notes, record_model, record_to_problem, routing
+from layoutsearch.validation.validate import evaluate_record, load_runs, validate_runs
+
+REPO = Path(__file__).resolve().parents[1]
+DEEPSEEK = "mbridge-26.04-b200-deepseek-v3-fp8-n256-tp1pp16vp1ep8-gbs4096mbs1"  # evaluated (pp16, no vp)
+GROK_EP_ETP = "dgxc-grok1-h100-fp8-n8-L2-tp4pp1cp1ep2"  # tp4, ep2, etp4 on 8 GPUs
+QWEN3_30B = "mbridge-26.06-h100-qwen3-30b-fp8-n16-tp1pp1vp1ep16-gbs1024mb"  # prefix; every layer MoE (d_ff null)
+MLPERF_REAL = "mlperf6-gptoss20b-b200-mxfp8-n8-tp1cp1ep2-dell"  # real routing, ZeRO-3 + ep2
+AUTOMODEL_NO_EP = "automodel-gpt-oss-20b-h100-bf16-n8-pp1epNAfsdp8-gbs256"  # ep, etp null
+
+
+@pytest.fixture(scope="module")
+def moe_runs(data_file):
+    return load_runs(data_file("runs_moe_dev.yaml"))
+
+
+@pytest.fixture(scope="module")
+def by_id(moe_runs) -> dict[str, dict]:
+    return {r["id"]: r for r in moe_runs}
+
+
+def one(by_id: dict, prefix: str) -> dict:
+    """A deep copy of the one record whose id starts with ``prefix``."""
+    (rec,) = [r for rid, r in by_id.items() if rid.startswith(prefix)]
+    return copy.deepcopy(rec)
+
+
+# ----------------------------------------------------------------------------- the model
+def test_deepseek_v3_record_maps_to_its_parameter_count(by_id):
+    """The DeepSeek-V3 record's model counts params_total to 0.0002%: the difference is exactly the norms the
+    record leaves out (two per layer and the final one, in 'norms', and MLA's two latent norms per layer,
+    counted with the attention). MTP is counted beside the model; MLA fixes head_dim and the KV heads."""
+    rec = by_id[DEEPSEEK]
+    m = rec["model"]
+    model = record_model(rec)
+    counts = param_counts(model)
+    latent_norms = m["num_layers"] * (m["mla"]["q_lora_rank"] + m["mla"]["kv_lora_rank"])
+    assert counts["total"] - m["params_total"] == counts["norms"] + latent_norms == 1_006_592
+    assert abs(counts["total"] / m["params_total"] - 1) < 1e-3
+    assert counts["active"] - m["params_active"] == counts["norms"] + latent_norms
+    assert counts["mtp"] == 11_610_067_968 and model.mtp_layers == 1  # beside 'total', not in it
+    assert (model.head_dim, model.num_kv_heads, model.d_ff) == (192, 128, 18432)  # the record says head_dim 128
+    assert (model.num_moe_layers, model.num_dense_layers, model.moe.layer_freq) == (58, 3, 1)
+    assert model.moe.capacity_factor is None and model.mla.v_head_dim == 128
+    problem, _ = record_to_problem(rec)
+    assert problem.model == model and problem.workload.moe_imbalance == 1.0
+    assert "MLA: head_dim 128 -> 192 (qk_nope + qk_rope), num_kv_heads -> num_heads" in mapping_notes(rec)
+    assert ("MTP: 1 module(s) counted beside the model, costed as a layer and an output-head pass each on the last "
+            "stage (not their memory)") in mapping_notes(rec)
+
+
+def test_every_moe_model_counts_its_records_params_total(moe_runs):
+    """Each distinct model of the file counts its params_total within 0.1% (the engine adds only norms)."""
+    models = {}
+    for r in moe_runs:
+        models.setdefault(r["model"]["name"], r)
+    assert len(models) == 11
+    for name, r in models.items():
+        counts = param_counts(record_model(r))
+        assert 0 < counts["total"] - r["model"]["params_total"] < 1e-3 * r["model"]["params_total"], name
+
+
+def test_all_moe_record_takes_the_expert_width_and_dense_layers_need_theirs(by_id):
+    """d_ff null: every layer MoE, the engine's dense width is the expert's; with dense layers it is a skip."""
+    rec = one(by_id, QWEN3_30B)
+    model = record_model(rec)
+    assert rec["model"]["d_ff"] is None and model.d_ff == model.moe.expert_d_ff == 768
+    assert model.num_moe_layers == model.num_layers == 48 and "d_ff null: every layer MoE" in mapping_notes(rec)
+    rec["model"]["moe"]["first_dense_layers"] = 2
+    assert record_to_problem(rec) == ("missing value: model.d_ff null (every layer MoE) but moe.first_dense_layers(2) "
+                                      "and moe_layer_freq(1) leave dense layers, whose FFN width the engine needs")
+
+
+def test_moe_and_mla_fields_the_engine_needs(by_id):
+    """A null expert count or MLA rank is a skip naming the field; an mla block with gqa attention is refused."""
+    rec = one(by_id, DEEPSEEK)
+    rec["model"]["moe"]["expert_d_ff"] = None
+    rec["model"]["mla"]["kv_lora_rank"] = None
+    assert record_to_problem(rec) == ("missing value: model.moe.expert_d_ff, model.mla.kv_lora_rank null "
+                                      "(the engine needs them)")
+    rec = one(by_id, DEEPSEEK)
+    rec["model"]["attention"] = "gqa"
+    assert record_to_problem(rec) == "model: attention 'gqa' with a model.mla block (latent attention is attention: mla)"
+    rec = one(by_id, DEEPSEEK)
+    rec["model"]["mla"] = None
+    assert record_to_problem(rec) == "missing value: model.mla null (the engine needs it)"
+
+
+# ----------------------------------------------------------------------------- the layout
+def test_expert_degrees_land_on_the_layout(by_id):
+    """ep and etp land on the Layout (and in its placement); dp is split by rule 1; null ep/etp -> 1."""
+    problem, layout = record_to_problem(by_id[GROK_EP_ETP])
+    assert (layout.dp, layout.fsdp, layout.tp, layout.ep, layout.etp, layout.zero_stage) == (1, 2, 4, 2, 4, 1)
+    assert layout.expert_data_parallel == 1 and problem.model.moe.capacity_factor == 1.0
+    assert {"ep", "etp"} <= dict(layout.axes).keys()
+    _, layout = record_to_problem(by_id[DEEPSEEK])
+    assert (layout.dp, layout.fsdp, layout.pp, layout.ep, layout.etp) == (1, 16, 16, 8, 1)
+    assert layout.expert_data_parallel == 2
+    rec = by_id[AUTOMODEL_NO_EP]
+    _, layout = record_to_problem(rec)
+    assert (layout.ep, layout.etp, layout.fsdp, layout.zero_stage) == (1, 1, 8, 3)
+    assert {"ep null -> 1", "etp null -> 1"} <= set(mapping_notes(rec))
+
+
+def test_an_expert_layout_the_engine_rejects_is_a_skip(by_id):
+    """ep that does not divide the experts is the engine's rule ep-experts, reported as the skip reason."""
+    rec = one(by_id, GROK_EP_ETP)
+    rec["layout"].update(ep=8, etp=1)  # 8 experts: fine; now 3
+    assert not isinstance(record_to_problem(rec), str)
+    rec["layout"]["ep"] = 3
+    reason = record_to_problem(rec)
+    assert reason.startswith("engine rejects the layout: ") and "ep(3) does not divide the 8 routed experts" in reason
+
+
+def test_unknown_accelerator_is_skipped_with_its_reason(by_id):
+    rec = one(by_id, DEEPSEEK)
+    rec["cluster"]["accelerator"] = "h900"
+    assert record_to_problem(rec) == "unknown accelerator 'h900' (did you mean 'h800'?): not in the catalogue"
+    entry = evaluate_record(rec)
+    assert entry["skipped_reason"] == record_to_problem(rec)
+    assert entry["rel_error"] is None and entry["predicted_tokens_per_s_per_device"] is None
+
+
+def test_routing_is_costed_balanced_and_noted(by_id):
+    """MLPerf's real routing and the vendors' forced balance are both costed with moe_imbalance 1.0; noted."""
+    real = by_id[MLPERF_REAL]
+    assert routing(real) == "real" and routing(by_id[DEEPSEEK]) == "forced"
+    assert routing(by_id[GROK_EP_ETP]) == "not stated"
+    assert "real routing (derived): costed balanced, moe_imbalance 1.0" in mapping_notes(real)
+    problem, layout = record_to_problem(real)
+    assert problem.workload.moe_imbalance == 1.0 and (layout.ep, layout.fsdp) == (2, 8)
+
+
+# ----------------------------------------------------------------------------- the compared metric
+def test_moe_records_compare_tokens_per_s_per_device(by_id):
+    """rel_error is on tokens/s per device even where the source gives its own TFLOP/s; without tokens/s the
+    record has nothing to compare."""
+    rec = by_id[DEEPSEEK]
+    assert rec["measured"]["tflops_per_device"] is not None
+    entry = evaluate_record(rec)
+    assert entry["compared_metric"] == "tokens_per_s_per_device"
+    assert entry["rel_error"] == pytest.approx(entry["predicted_tokens_per_s_per_device"] / 2815.0 - 1)
+    rec = one(by_id, DEEPSEEK)
+    rec["measured"]["tokens_per_s_per_device"] = None
+    entry = evaluate_record(rec)
+    assert entry["compared_metric"] is None and entry["skipped_reason"].startswith("no measurement")
+
+
+# ----------------------------------------------------------------------------- the whole file
+def test_moe_dev_set_end_to_end(moe_runs):
+    """All 71 records are evaluated or skipped with a reason. 2 are skipped: the MLPerf GPT-OSS runs whose
+    ZeRO stage is not given. The 9 runs of the 61-layer DeepSeek-V3 / Kimi-K2 with virtual pipeline stages
+    are split as Megatron's pipeline layouts split them (core.stages chunk layout)."""
+    doc = validate_runs(moe_runs, rank=False, loso=False)
+    entries, s = doc["records"], doc["summary"]
+    assert len(entries) == len(moe_runs) == 71 and s["warnings"] == []
+    for e in entries:
+        assert (e["skipped_reason"] is None) != (e["predicted_tokens_per_s_per_device"] is None)
+        assert e["skipped_reason"] is None or e["skipped_reason"].strip()
+        if e["rel_error"] is not None:
+            assert e["rel_error"] == pytest.approx(e["predicted_tokens_per_s_per_device"]
+                                                   / e["measured_tokens_per_s_per_device"] - 1)
+    assert s["skipped"] == 2 and s["count"] == s["with_measured_throughput"] == 69
+    assert s["skipped_reasons"] == {"missing value": 2}
+    by_id = {r["id"]: r for r in moe_runs}
+    chunked = [e for e in entries if by_id[e["id"]]["model"]["num_layers"] == 61
+               and (by_id[e["id"]]["layout"]["virtual_stages"] or 1) > 1]
+    assert len(chunked) == 9 and all(e["skipped_reason"] is None for e in chunked)
+    missing = [e["id"] for e in entries if (e["skipped_reason"] or "").startswith("missing value")]
+    assert missing == ["mlperf6-gptoss20b-gb200-mxfp8-n8-tp1cp1ep1-nvidia",
+                       "mlperf6-gptoss20b-gb200-mxfp8-n72-tp1cp2ep4-nvidia"]
+
+
+def test_moe_dev_set_skips_at_most_ten_percent(moe_runs):
+    """The issue's target: at most 10% of the MoE records skipped."""
+    doc = validate_runs(moe_runs, rank=False, loso=False)
+    assert doc["summary"]["skipped"] <= 0.10 * len(moe_runs)
+
+
+def test_validate_cli_on_moe_records(tmp_path, capsys, by_id):
+    """`layoutsearch validate FILE --format json` on MoE records: per-record skips with reasons, exit 1/0 by
+    the median (OUTPUT.md)."""
+    from layoutsearch.cli import main
+
+    ids = [DEEPSEEK, GROK_EP_ETP, "mlperf6-gptoss20b-gb200-mxfp8-n8-tp1cp1ep1-nvidia"]
+    path = tmp_path / "moe.yaml"
+    path.write_text(yaml.safe_dump([by_id[i] for i in ids], sort_keys=False))
+    code = main(["validate", str(path), "--format", "json", "--no-rank"])
+    doc = json.loads(capsys.readouterr().out)
+    assert [e["id"] for e in doc["records"]] == ids
+    assert doc["summary"]["count"] == 2 and doc["summary"]["skipped"] == 1
+    assert doc["records"][2]["skipped_reason"] == ("missing value: layout.fsdp, layout.zero_stage null "
+                                                   "(the engine needs them)")
+    assert code == (0 if doc["summary"]["median_abs_rel_error"] <= 0.10 else 1)
+    code = main(["validate", str(path), "--no-rank", "--max-median-error", "100"])
+    assert code == 0 and "2 records evaluated, 1 skipped" in capsys.readouterr().out
+
+
+def test_moe_report_script(tmp_path):
+    """scripts/validation.py --moe writes validation_moe.md only: the command at the top, a row per record."""
+    script = REPO / "scripts" / "validation.py"
+    r = subprocess.run([sys.executable, str(script), "--moe", "--out", str(tmp_path)], capture_output=True,
+                       text=True, cwd=REPO, env={**os.environ, "PYTHONDONTWRITEBYTECODE": "1"}, timeout=300)
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.startswith("69 evaluated, 2 of 71 skipped: median ")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["validation_moe.md"]
+    text = (tmp_path / "validation_moe.md").read_text()
+    assert "`python scripts/validation.py --moe tests/data/runs_moe_dev.yaml`" in text.split("## Summary")[0]
+    assert "| skipped | 2 of 71 = 2.8% (target <= 10%: met" in text
+    rows = [line for line in text.split("## Records")[1].splitlines() if line.startswith("| ") and "---" not in line]
+    assert len(rows) == 1 + 71
+    assert ("| dgxc-grok1-h100-fp8-n8-L2-tp4pp1cp1ep2 | h100 | 8 | dp2 tp4 ep2 etp4 zero1 mbs1 | fp8 (delayed-scaling) "
+            "| 26,595 | ") in text
