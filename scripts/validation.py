@@ -30,6 +30,7 @@ from _common import REPO as ROOT, data_file  # first: puts this checkout's packa
 
 from layoutsearch.core.uncertainty import PATH as UNCERTAINTY_PATH
 from layoutsearch.validation.uncertainty import write_uncertainty
+from layoutsearch.validation.calibrate import leave_one_source_out
 from layoutsearch.validation.validate import load_runs, validate_runs
 
 DEFAULT_RUNS = "runs_dev.yaml"  # in tests/data/
@@ -448,6 +449,21 @@ def moe_record_lines(records: list[dict], entries: list[dict]) -> list[str]:
     return out
 
 
+def loso_lines(loso: dict | None) -> list[str]:
+    """Leave one source out: the MoE overhead refitted per GPU family without each source, that source predicted."""
+    if not loso:
+        return []
+    out = ["## Leave one source out", "",
+           f"`moe_layer_overhead_s` refitted per accelerator family on every other source, each source predicted: "
+           f"median |error| {pct(loso['median_abs_rel_error'])}, p90 {pct(loso['p90_abs_rel_error'])} over "
+           f"{loso['count']} records (in sample: median {pct(loso['in_sample_median_abs_rel_error'])}).", "",
+           "| held-out source | records | median abs | p90 abs | median signed |", "|---|---|---|---|---|"]
+    for name, g in sorted(loso.get("by_source", {}).items()):
+        out.append(f"| {name} | {g['count']} | {pct(g['median_abs_rel_error'])} | {pct(g['p90_abs_rel_error'])} | "
+                   f"{pct(g['median_rel_error'], True)} |")
+    return out + [""]
+
+
 def write_moe_markdown(doc: dict, runs: Path, path: Path, records: list[dict]) -> None:
     """results/validation_moe.md: summary against the targets, groups, worst 10 with the time breakdown,
     skipped records, fit mismatches, per-record table."""
@@ -456,9 +472,12 @@ def write_moe_markdown(doc: dict, runs: Path, path: Path, records: list[dict]) -
              "## Summary", "", *moe_summary_lines(s, len(entries)), "",
              "Rel error = predicted / measured - 1 on tokens/s per device (`measured.tokens_per_s_per_device`; the "
              "sources' TFLOP/s use their own FLOP counts and are not compared); + means the engine is too fast. "
-             "Predictions use the catalogue's calibration as it is (fitted on the dense runs; nothing is refitted "
-             "on these records). The mapping of a record onto the engine is the docstring of "
-             "`layoutsearch/validation/mapping.py` (rule 16 for MoE and MLA).", "",
+             "Predictions use the catalogue's calibration: the dense fractions fitted on the dense runs, and one "
+             "MoE field per GPU family, `moe_layer_overhead_us`, fitted on these records (`hardware/*.yaml` "
+             "`calibration_moe`); the leave-one-source-out table below refits it without each source. TPU MoE is "
+             "not calibrated. The mapping of a record onto the engine is the docstring of "
+             "`layoutsearch/validation/mapping.py` (rules 16 and 17 for MoE and MLA).", "",
+             *loso_lines(doc.get("loso")),
              "## By accelerator", "", *group_lines(s["by_accelerator"], "accelerator"), "",
              "## By source family", "", *group_lines(s["by_source"], "source"), "",
              "## By routing", "",
@@ -478,6 +497,8 @@ def main_moe(args: argparse.Namespace) -> int:
     args.runs = (args.runs or data_file(DEFAULT_MOE_RUNS)).resolve()
     records = load_runs(args.runs)
     doc = validate_runs(records, args.max_median_error, rank=False, loso=False)
+    if not args.no_loso:
+        doc["loso"] = leave_one_source_out(records, ("moe_layer_overhead_s",))
     args.out.mkdir(parents=True, exist_ok=True)
     write_moe_markdown(doc, args.runs, args.out / "validation_moe.md", records)
     s = doc["summary"]
@@ -491,6 +512,8 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("runs", nargs="?", type=Path,
                         help="a runs file (default: tests/data/runs_dev.yaml; with --moe tests/data/runs_moe_dev.yaml)")
+    parser.add_argument("--no-loso", action="store_true",
+                        help="with --moe: skip the leave-one-source-out refit (about a minute)")
     parser.add_argument("--moe", action="store_true",
                         help="write only results/validation_moe.md from the mixture-of-experts runs")
     parser.add_argument("--max-median-error", type=float, default=0.10)

@@ -764,3 +764,25 @@ def test_torchtitan_reads_async_tp_when_the_prediction_overlaps_tp(tmp_path):
     path.write_text(export_document(doc, "torchtitan"))
     job = manager.ConfigManager().parse_args([f"--job.config_file={path}"])
     assert job.parallelism.enable_async_tensor_parallel is False and job.compile.enable is False
+
+
+def test_megatron_core_accepts_the_chunk_layout_of_deepseek_v3(tmp_path):
+    """61 layers + embedding + loss (+ the MTP module) over pp=4 x 4 virtual stages, as NVIDIA's DeepSeek-V3
+    recipes run them: the exported --pipeline-model-parallel-layout passes megatron-core's own layout checks."""
+    from megatron.core.transformer.pipeline_parallel_layer_layout import PipelineParallelLayerLayout
+
+    from layoutsearch.core.problem import Problem, build_workload
+    from layoutsearch.costs.estimate import estimate
+    from layoutsearch.report.output import estimate_document
+
+    problem = Problem.build("deepseek-v3", "gb200-256", build_workload(4096, 4096, precision="fp8"))
+    lay = Layout(fsdp=64, pp=4, ep=64, virtual_stages=4, schedule="interleaved", zero_stage=1, num_microbatches=64,
+                 recompute="selective")
+    est = estimate(problem, lay, strict=False)
+    args = parse_args(export_document(estimate_document(est), "megatron"))
+    layout = args["--pipeline-model-parallel-layout"]
+    assert layout.count("|") == 15 and layout.startswith("Ettt|") and layout.endswith("|ttmL")
+    assert "--num-virtual-stages-per-pipeline-rank" not in args
+    parsed = PipelineParallelLayerLayout(layout, 4)
+    parsed.validate_layer_layout(61, 1)
+    assert parsed.virtual_pipeline_model_parallel_size == 4

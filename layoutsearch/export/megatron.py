@@ -57,7 +57,7 @@ import re
 import shlex
 
 from layoutsearch.core.frameworks import profile_of
-from layoutsearch.core.stages import EMBEDDING_AND_LOSS, EVEN, FIRST_LAST, split_layers
+from layoutsearch.core.stages import CHUNK_LAYOUT, EMBEDDING_AND_LOSS, EVEN, FIRST_LAST, chunk_layout, split_layers
 from layoutsearch.core.rules import Capabilities
 from layoutsearch.core.specs import ModelSpec
 from layoutsearch.export.context import ExportContext, comment_block, header_lines, placeholder_note, set_me
@@ -72,7 +72,7 @@ MXFP8_ACCELERATORS = ("b200", "gb200")  # Blackwell: fp8 with per-block scales (
 
 CAPABILITIES = Capabilities(
     target="megatron", framework="Megatron-LM", pipeline_schedules=("1f1b", "interleaved"),
-    pipeline_splits=("even", "embedding-and-loss", "first-last"), precisions=("bf16", "fp16", "fp8"),
+    pipeline_splits=("even", "embedding-and-loss", "first-last", "chunk-layout"), precisions=("bf16", "fp16", "fp8"),
     why={"megatron-pipeline": "it runs 1F1B, or interleaved 1F1B with virtual stages; no GPipe"})
 
 
@@ -216,8 +216,11 @@ def _parallel_args(ctx: ExportContext) -> list[tuple[str, object]]:
         ctx.model.num_layers, lay.pp, lay.virtual_stages, lay.first_stage_layers or 0, lay.last_stage_layers or 0))
     if lay.virtual_stages > 1 and kind == EVEN:
         args.append(("--num-layers-per-virtual-pipeline-stage", ctx.model.num_layers // (lay.pp * lay.virtual_stages)))
-    elif lay.virtual_stages > 1:  # Megatron-LM: uneven splits give the chunk count instead of its layers
+    elif lay.virtual_stages > 1 and kind != CHUNK_LAYOUT:  # uneven splits give the chunk count, not its layers
         args.append(("--num-virtual-stages-per-pipeline-rank", lay.virtual_stages))
+    if kind == CHUNK_LAYOUT:  # the chunks themselves: the virtual stages are their count / pp
+        args.append(("--pipeline-model-parallel-layout", pipeline_layout(ctx.model.num_layers, lay.pp,
+                                                                         lay.virtual_stages, ctx.model.mtp_layers)))
     if kind == EMBEDDING_AND_LOSS:
         args += [("--account-for-embedding-in-pipeline-split", None), ("--account-for-loss-in-pipeline-split", None)]
     elif kind == FIRST_LAST:
@@ -239,6 +242,8 @@ def _parallel_args(ctx: ExportContext) -> list[tuple[str, object]]:
             args.append(("--overlap-param-gather", None))
     if lay.tp > 1 and lay.sequence_parallel and ctx.workload.tp_comm_overlap:  # arguments.py: needs SP
         args.append(("--tp-comm-overlap", None))
+    if lay.ep > 1 and ctx.workload.ep_comm_overlap:  # the token all-to-alls behind the other microbatch
+        args.append(("--overlap-moe-expert-parallel-comm", None))
     if lay.recompute == "full":
         args += [("--recompute-granularity", "full"), ("--recompute-method", "uniform"), ("--recompute-num-layers", 1)]
     elif lay.recompute == "selective":
@@ -377,8 +382,24 @@ def check(text: str, ctx: ExportContext) -> list[str]:
     return out
 
 
+def pipeline_layout(num_layers: int, pp: int, v: int, mtp_layers: int = 0) -> str:
+    """Megatron's ``--pipeline-model-parallel-layout`` of ``core.stages.chunk_layout``: the pp x v
+    chunks in order, '|' between them, E the embedding, t a layer, m an MTP module, L the loss."""
+    chunks = ["".join(c) for c in chunk_layout(num_layers, pp, v)]
+    chunks[-1] = chunks[-1].replace("L", "m" * mtp_layers + "L")
+    return "|".join(chunks)
+
+
 def _split_problems(f: dict, layers: int, pp: int) -> list[str]:
     """The pipeline split as megatron-core's TransformerConfig checks it (uneven PP)."""
+    layout = f.get("--pipeline-model-parallel-layout")
+    if isinstance(layout, str):
+        chunks = layout.split("|")
+        if len(chunks) % pp or layout.count("t") != layers or not chunks[0].startswith("E") \
+                or not chunks[-1].endswith("L"):
+            return [f"pipeline layout {layout[:40]}... has {len(chunks)} chunks for pp({pp}) and {layout.count('t')} "
+                    f"layers for num_layers({layers})"]
+        return []
     vp = _int(f, "--num-virtual-stages-per-pipeline-rank", 1)
     first, last = _int(f, "--decoder-first-pipeline-num-layers"), _int(f, "--decoder-last-pipeline-num-layers")
     if "--account-for-embedding-in-pipeline-split" in f:
