@@ -38,13 +38,15 @@ STAGES = (0, 1)
 
 def stage_items(t: dict, st: int) -> dict:
     """The parts of stage ``st``'s time per step (floats or integer arrays; ``t`` holds the terms)."""
-    return {
+    items = {
         "stage/compute": t["A"][st],
         "exposed_comm/tp": t["TP"][st] + t["tp_rerun"] * t["TPF"],
         "exposed_comm/cp": t["CP"] + t["cp_rerun"] * t["CPF"],
-        "exposed_comm/ep": t["EP"][st] + t["ep_rerun"] * t["EPF"],
         "exposed_comm/fsdp": t["z3"] * (t["FX"][st] + np.maximum(0, t["X"] - t["Y"])),
     }
+    if t.get("EP") is not None:  # the search leaves the expert terms out of a dense model's tables (all zero)
+        items["exposed_comm/ep"] = t["EP"][st] + t["ep_rerun"] * t["EPF"]
+    return items
 
 
 def stage_total(t: dict, st: int):

@@ -161,8 +161,8 @@ def compute_per_microbatch(model: ModelSpec, workload: Workload, acc: Accelerato
                                          else acc.matmul_efficiency) * size
     # DeepSeek-style multi-token prediction: each module is one more layer on the stage holding the
     # output, with its own pass through the (shared) output head (technical report section 2.2)
-    mtp = _f(last) * model.mtp_layers
-    layers = layers_per_stage(model, sh, last) + mtp
+    mtp = _f(last) * model.mtp_layers if model.mtp_layers else 0.0
+    layers = layers_per_stage(model, sh, last) + mtp if model.mtp_layers else layers_per_stage(model, sh, last)
     work = memory.recompute_arrays(model)
     mm_rerun, attn_rerun, ew_rerun = work["matmul"][r], work["attention"][r], work["elementwise"][r]
     mm = flops.matmul_flops_per_token_per_layer(model, sh.tp) * m / layer_rate
@@ -185,9 +185,9 @@ def compute_per_microbatch(model: ModelSpec, workload: Workload, acc: Accelerato
                          else flops.BACKWARD_OVER_FORWARD)
     logits = _f(last) * (1.0 + mtp) * passes * flops.logits_flops_per_token(model, sh.tp) * m / rate
     recompute = mm * mm_rerun + attn * attn_rerun
-    moe_fixed = layers * params.moe_layer_share(model) * acc.moe_layer_overhead_s
+    moe_fixed = layers * params.moe_layer_share(model) * acc.moe_layer_overhead_s if model.moe is not None else 0.0
     return {
-        "compute/moe_fixed": moe_fixed + 0.0 * m,
+        "compute/moe_fixed": moe_fixed,
         "compute/matmul": layers * mm * passes,
         "compute/attention": layers * attn * attn_passes,
         "compute/recompute": layers * recompute,
@@ -347,11 +347,14 @@ def fsdp_collectives(model: ModelSpec, workload: Workload, acc: Accelerator, sh:
     vocab = model.vocab_size * model.d_model // sh.tp
     n = workload.fsdp_collectives_per_layer
     gathered = gathered_bytes_per_param(workload, acc)
+    gather = n * ring_time(_f(p_layer) * gathered / n, co.shard, half)
+    reduce = n * ring_time(_f(p_layer) * workload.grad_bytes_per_param / n, co.shard, half)
+    if model.moe is not None:  # the local experts, over the expert ZeRO group
+        gather = gather + ring_time(p_expert * gathered, co.eshard, half)
+        reduce = reduce + ring_time(p_expert * workload.grad_bytes_per_param, co.eshard, half)
     return {
-        "gather_layer": n * ring_time(_f(p_layer) * gathered / n, co.shard, half)
-        + ring_time(p_expert * gathered, co.eshard, half),
-        "reduce_layer": n * ring_time(_f(p_layer) * workload.grad_bytes_per_param / n, co.shard, half)
-        + ring_time(p_expert * workload.grad_bytes_per_param, co.eshard, half),
+        "gather_layer": gather,
+        "reduce_layer": reduce,
         "vocab": ring_time(_f(vocab) * workload.weight_bytes_per_param, co.shard, half)
         + ring_time(_f(vocab) * workload.grad_bytes_per_param, co.shard, half),
     }
@@ -404,6 +407,8 @@ def step_collectives(model: ModelSpec, workload: Workload, acc: Accelerator, sh:
     kv_bytes = _f(layers_per_stage(model, sh)) * 2 * model.d_model * model.head_dim * workload.grad_bytes_per_param
     kv = 2.0 * ring_time(kv_bytes, co.kv, half)
     gather = zero12 * ring_time(p_stage * gathered_bytes_per_param(workload, acc), co.shard, half)
+    if model.moe is None:
+        return {"reduce/zero": rs, "reduce/dp": dp, "reduce/kv_replica": kv, "gather/zero": gather}
     # the routed experts' gradients: the expert ZeRO shard group, then the expert replicas
     e_grads = _f(layers_per_stage(model, sh)) * expert_params_per_layer(model, sh) * workload.grad_bytes_per_param
     e_sharded = (z >= 1) & (sh.expert_shards > 1)
@@ -425,8 +430,9 @@ def pipeline_sends(model: ModelSpec, workload: Workload, acc: Accelerator, sh: S
 
 def optimizer_time(model: ModelSpec, workload: Workload, acc: Accelerator, sh: Shapes, z):
     """Adam step over the local shard, HBM bound (keys S, z): reads grad, master, moments; writes master, moments, weights."""
-    local = (_f(stage_params(model, sh, first=True)) / np.where(z >= 1, sh.shards, 1)
-             + expert_stage_params(model, sh) / np.where(z >= 1, sh.expert_shards, 1))
+    local = _f(stage_params(model, sh, first=True)) / np.where(z >= 1, sh.shards, 1)
+    if model.moe is not None:
+        local = local + expert_stage_params(model, sh) / np.where(z >= 1, sh.expert_shards, 1)
     per_param = (workload.grad_bytes_per_param + 2 * workload.master_bytes_per_param
                  + 2 * workload.optimizer_bytes_per_param + workload.weight_bytes_per_param)
     return local * per_param / acc.hbm_bytes_per_s
@@ -506,7 +512,7 @@ def memory_by_microbatch(model: ModelSpec, workload: Workload, sh: Shapes, k, r,
     return {
         "activations/saved": layers_per_stage(model, sh, not first) * saved * in_flight,
         "temporary/workspace": 2 * m * np.maximum(flops.mlp_width_per_token(model) / sh.tp, model.d_model) * act_b
-        + dispatch_buffer_bytes(model, workload, sh, m),
+        + (dispatch_buffer_bytes(model, workload, sh, m) if model.moe is not None else 0.0),
         "temporary/logits": logits,
         "temporary/recompute": recomputed,
         "temporary/logits_grad": 0.0 * logits if workload.framework and profile_of(

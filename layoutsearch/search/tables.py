@@ -178,8 +178,8 @@ def stage_parts(t: Tables, tp_rerun_by_r: np.ndarray, cp_rerun_by_r: np.ndarray,
     terms_sk_r_o = {
         "A": [t.A[:, :, None, st] for st in step.STAGES], "TP": [t.TP[:, None, :, st] for st in step.STAGES],
         "TPF": t.TPF[:, None, :], "CP": t.CP[:, None, :], "CPF": t.CPF[:, None, :],
-        "EP": [t.EP[:, None, :, st] for st in step.STAGES], "EPF": t.EPF[:, None, :],
-        "ep_rerun": ep_rerun_by_r[None, :, None],
+        **({"EP": [t.EP[:, None, :, st] for st in step.STAGES], "EPF": t.EPF[:, None, :],
+            "ep_rerun": ep_rerun_by_r[None, :, None]} if (t.EP.any() or t.EPF.any()) else {}),
         "FX": [t.FX[:, None, :, st] for st in step.STAGES], "X": t.X[:, None, :], "Y": t.Y[:, :, None],
         "tp_rerun": tp_rerun_by_r[None, :, None], "cp_rerun": cp_rerun_by_r[None, :, None],
     }
