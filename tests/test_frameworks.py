@@ -769,7 +769,8 @@ def test_torchtitan_reads_async_tp_when_the_prediction_overlaps_tp(tmp_path):
 def test_megatron_core_accepts_the_chunk_layout_of_deepseek_v3(tmp_path):
     """61 layers + embedding + loss (+ the MTP module) over pp=4 x 4 virtual stages, as NVIDIA's DeepSeek-V3
     recipes run them: the exported --pipeline-model-parallel-layout passes megatron-core's own layout checks."""
-    from megatron.core.transformer.pipeline_parallel_layer_layout import PipelineParallelLayerLayout
+    layouts = pytest.importorskip("megatron.core.transformer.pipeline_parallel_layer_layout")
+    PipelineParallelLayerLayout = layouts.PipelineParallelLayerLayout
 
     from layoutsearch.core.problem import Problem, build_workload
     from layoutsearch.costs.estimate import estimate

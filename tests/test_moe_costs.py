@@ -167,3 +167,12 @@ def test_cpsat_equals_the_enumerator_on_random_moe_instances(problem):
     assert cps == enum
     if enum:
         assert info["status"] == "OPTIMAL" and info["objective"] == found["optimum"]
+
+
+def test_the_infeasibility_funnel_names_the_expert_rule(capsys):
+    """`--fix ep=16` on Mixtral's 8 experts: the funnel says which MoE rule removed the last layouts."""
+    code = main(["solve", "--model", "mixtral-8x7b", "--cluster", "h100-16", "--seqs", "64", "--fix", "ep=16"])
+    out = capsys.readouterr()
+    assert code == 1
+    assert ("no layout satisfies the rules: 'ep divides the experts (8)' (ep-experts) removes the last 35 degree "
+            "tuples") in out.out + out.err

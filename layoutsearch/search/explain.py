@@ -23,7 +23,7 @@ from layoutsearch.costs.estimate import Estimate, estimate
 from layoutsearch.search import solve
 from layoutsearch.search.enumerate import candidate_grid
 from layoutsearch.search.ranking import simpler_because, tie_limit
-from layoutsearch.search.space import Space, degree_tuples, with_microbatches, with_virtual_stages
+from layoutsearch.search.space import Space, problem_degree_tuples, with_microbatches, with_virtual_stages
 from layoutsearch.search.tables import Tables, assemble
 
 
@@ -97,7 +97,7 @@ def funnel(problem: Problem, rules: tuple[Rule, ...]) -> list[dict]:
     microbatches, each with its four ZeRO stages and three recompute policies); a degree tuple
     is removed when its last candidate is.
     """
-    tuples = degree_tuples(problem.num_devices)
+    tuples = problem_degree_tuples(problem)
     ids = {name: a for name, a in tuples.items()}
     ids["tuple"] = np.arange(len(tuples["dp"]))
     c = with_microbatches(with_virtual_stages(ids), problem.workload.global_batch_seqs)

@@ -88,8 +88,8 @@ def stage_of(rule: Rule) -> str:
 
 def degree_tuples(num_devices: int, experts: int = 0) -> Cand:
     """Every (dp, fsdp, tp, pp, cp) with product ``num_devices`` (tp outermost, then pp, cp, fsdp),
-    and with ``experts`` > 0 every (ep, etp) whose product divides the devices of a stage, ep
-    dividing the experts and etp 1 or tp (the expert TP the frameworks offer: Megatron-Core's
+    and with ``experts`` > 0 every (ep, etp) whose product divides the devices of a stage (the
+    rules then keep ep dividing the experts, so the funnel names them) and etp 1 or tp (the expert TP the frameworks offer: Megatron-Core's
     default is tp, its MoE recipes 1; torchtitan takes 1 or tp); ep = etp = 1 otherwise."""
     rows = []
     for tp in divisors(num_devices):
@@ -97,11 +97,16 @@ def degree_tuples(num_devices: int, experts: int = 0) -> Cand:
             stage = num_devices // tp // pp
             for cp in divisors(stage):
                 rest = stage // cp
-                expert = [(ep, etp) for ep in divisors(stage * tp) if experts % ep == 0
+                expert = [(ep, etp) for ep in divisors(stage * tp)  # the rules keep ep dividing the experts
                           for etp in sorted({1, tp}) if (stage * tp) % (ep * etp) == 0] if experts else [(1, 1)]
                 rows.extend((rest // fsdp, fsdp, tp, pp, cp, ep, etp) for fsdp in divisors(rest) for ep, etp in expert)
     table = np.array(rows, dtype=np.int64).reshape(-1, 7)
     return {name: table[:, i] for i, name in enumerate(ALL_DEGREE_NAMES)}
+
+
+def problem_degree_tuples(problem: Problem) -> Cand:
+    """``degree_tuples`` of the problem's devices, with the expert degrees when the model has experts."""
+    return degree_tuples(problem.num_devices, problem.model.moe.num_experts if problem.model.moe is not None else 0)
 
 
 def with_virtual_stages(c: Cand, max_virtual_stages: int = MAX_VIRTUAL_STAGES) -> Cand:
@@ -146,8 +151,7 @@ def build_space(problem: Problem, options: SearchOptions | None = None,
     by_stage: dict[str, list[Rule]] = {stage: [] for stage in STAGE_FIELDS}
     for rule in rules:
         by_stage[stage_of(rule)].append(rule)
-    experts = problem.model.moe.num_experts if problem.model.moe is not None else 0
-    c = _apply(problem, by_stage["degrees"], degree_tuples(problem.num_devices, experts))
+    c = _apply(problem, by_stage["degrees"], problem_degree_tuples(problem))
     c = _apply(problem, by_stage["virtual"], with_virtual_stages(c, options.max_virtual_stages))
     c = _apply(problem, by_stage["microbatches"], with_microbatches(c, problem.workload.global_batch_seqs))
     shape_rows, sk_shape = _unique_rows(np.stack([c[f] for f in SHAPE_FIELDS], axis=1).reshape(-1, len(SHAPE_FIELDS)))
