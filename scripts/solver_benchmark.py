@@ -37,6 +37,10 @@ CASES = [  # model, cluster, global batch in sequences (seq_len 4096)
     ("llama70b", "v5p-8192x8", 16384),
     ("llama70b", "h100-65536", 65536),
     ("llama70b", "v5p-8960x4", 35840),  # the largest natural space found: 3.5 million candidates
+    # mixtures of experts: ep and etp in the space
+    ("mixtral-8x7b", "h100-64", 512),
+    ("qwen3-235b-a22b", "h100-256", 2048),
+    ("deepseek-v3", "h100-2048", 15360),  # the MoE issue's Done-when command
 ]
 MAIN_JOB = ["solve", "--model", "llama70b", "--cluster", "v5p-8192", "--format", "json"]
 
