@@ -176,3 +176,14 @@ def test_the_infeasibility_funnel_names_the_expert_rule(capsys):
     assert code == 1
     assert ("no layout satisfies the rules: 'ep divides the experts (8)' (ep-experts) removes the last 35 degree "
             "tuples") in out.out + out.err
+
+
+def test_moe_on_an_accelerator_without_moe_calibration_is_warned(capsys):
+    """TPUs have no fitted MoE overhead: the plan comes with one warning line; calibrated GPUs get none."""
+    args = ["--seqs", "512", "--seq-len", "4096", "--top", "1", "--format", "json"]
+    assert main(["solve", "--model", "mixtral-8x7b", "--cluster", "v5p-128", *args]) == 0
+    err = capsys.readouterr().err
+    assert err == ("warning: v5p has no MoE calibration (hardware/v5p.yaml): its MoE layers are costed by FLOPs and "
+                   "traffic alone; on the published TPU MoE runs that is 46-100% too fast (results/validation_moe.md)\n")
+    assert main(["solve", "--model", "mixtral-8x7b", "--cluster", "h100-64", *args]) == 0
+    assert capsys.readouterr().err == ""

@@ -10,6 +10,8 @@ and the value.
 
 from __future__ import annotations
 
+import warnings
+
 import hashlib
 import json
 import platform
@@ -22,7 +24,7 @@ from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictFloat, Stri
 from layoutsearch._version import __version__
 from layoutsearch.core import io
 from layoutsearch.core.catalogue import load_model, model_from_dict
-from layoutsearch.core.errors import InvalidArgumentError
+from layoutsearch.core.errors import LayoutsearchWarning, InvalidArgumentError
 from layoutsearch.core.specs import (
     ALL_DEGREE_NAMES, DEGREE_NAMES, RECOMPUTE_POLICIES, Cluster, Layout, Method, ModelSpec, Objective, Precision, Schedule, Workload,
 )
@@ -68,6 +70,7 @@ class Problem:
         spec = load_model(model) if isinstance(model, str) else model
         clus = resolve_cluster(cluster) if isinstance(cluster, str) else cluster
         workload = resolved_workload(workload, clus)
+        warn_uncalibrated(spec, clus.accelerator)
         return cls(model_id=model if isinstance(model, str) else spec.name, model=spec,
                    cluster_name=cluster if isinstance(cluster, str) else clus.name, cluster=clus, workload=workload)
 
@@ -116,6 +119,20 @@ def refuse_unmodelled(model: ModelSpec, model_id: str) -> None:
     if model.attention_sinks:
         raise InvalidArgumentError(f"model '{model_id:.80}': attention sinks are not modelled by the cost model yet "
                                    f"(their parameters are counted, their attention-kernel cost is not)")
+
+
+class UncalibratedWarning(LayoutsearchWarning):
+    """A cost the catalogue has no calibration for on this accelerator."""
+
+
+def warn_uncalibrated(model: ModelSpec, acc) -> None:
+    """A mixture-of-experts model on an accelerator without MoE calibration (no ``moe_layer_overhead_us``
+    and the default grouped-GEMM efficiency: the TPUs today): its MoE layers are costed by FLOPs and
+    traffic alone, which the published TPU MoE runs show too fast."""
+    if model.moe is not None and acc.moe_layer_overhead_s == 0.0 and acc.grouped_matmul_efficiency == 1.0:
+        warnings.warn(f"{acc.id} has no MoE calibration (hardware/{acc.id}.yaml): its MoE layers are costed by FLOPs "
+                      f"and traffic alone; on the published TPU MoE runs that is 46-100% too fast "
+                      f"(results/validation_moe.md)", UncalibratedWarning, stacklevel=3)
 
 
 def build_workload(seqs: int, seq_len: int, tokens: float | None = None, *, framework: str | None = None,
