@@ -40,8 +40,16 @@ def test_fp8_saves_linear_inputs_in_one_byte_and_caches_fp8_weights():
     ratio = fp8.memory_bytes["activations/saved"] / bf16.memory_bytes["activations/saved"]
     assert ratio == pytest.approx(per_token_fp8 / per_token_bf16)
     layer_params = bf16.model.num_layers * params.layer_params(bf16.model, 1)
-    assert fp8.memory_moments["forward_end"]["state/fp8_weights"] == pytest.approx(2 * layer_params / 64)
+    # megatron gathers fp8 parameters (--fp8-param-gather): the fp8 copy is the weight (1 byte instead of the
+    # bf16 2), and the transposed fp8 copy sits beside it
+    assert fp8.memory_moments["forward_end"]["state/fp8_weights"] == pytest.approx(layer_params / 64)
+    assert (bf16.memory_moments["forward_end"]["state/weights"] - fp8.memory_moments["forward_end"]["state/weights"]
+            == pytest.approx(layer_params / 64 * (2 - 1)))
     assert "state/fp8_weights" not in bf16.memory_moments["forward_end"]
+    # a framework that keeps bf16 weights (MaxText) caches both fp8 copies beside them
+    bf16_mx, fp8_mx = _pair(framework="maxtext")
+    assert fp8_mx.memory_moments["forward_end"]["state/fp8_weights"] == pytest.approx(2 * layer_params / 64)
+    assert fp8_mx.memory_moments["forward_end"]["state/weights"] == bf16_mx.memory_moments["forward_end"]["state/weights"]
 
 
 @pytest.mark.parametrize("framework, gathered_bytes", [("megatron", 1), ("torchtitan", 1), ("maxtext", 2),

@@ -490,7 +490,13 @@ def memory_by_zero(model: ModelSpec, workload: Workload, sh: Shapes, z, first: b
     if workload.precision == "fp8":  # cached fp8 copies of the layers' weights (sharded like them under ZeRO-3)
         p_all = p_layer + expert_params_per_layer(model, sh)
         held = _f(layers_per_stage(model, sh, not first)) * p_all / np.where(z == 3, sh.shards, 1)
-        out["state/fp8_weights"] = memory.FP8_WEIGHT_COPIES * memory.FP8_BYTES * held
+        copies = memory.FP8_WEIGHT_COPIES
+        if profile_of(workload.framework).fp8_param_gather:
+            # fp8 parameters (Megatron --fp8-param-gather, torchao float8 FSDP): the fp8 copy is the layer's
+            # weight, no bf16 one beside it; the transposed copy stays
+            out["state/weights"] = out["state/weights"] - held * (workload.weight_bytes_per_param - memory.FP8_BYTES)
+            copies -= 1
+        out["state/fp8_weights"] = copies * memory.FP8_BYTES * held
     return out
 
 
