@@ -26,7 +26,7 @@ from typing import Callable
 
 import numpy as np
 
-from layoutsearch.core.problem import Problem, SearchOptions
+from layoutsearch.core.problem import MAX_VIRTUAL_STAGES, Problem, SearchOptions
 from layoutsearch.core.frameworks import profile_of
 from layoutsearch.core.stages import CHUNK_LAYOUT, SPLIT_NAMES, split_layers
 from layoutsearch.core.specs import (
@@ -197,7 +197,7 @@ def _standard_split_or_none(p: Problem, c: Cand) -> np.ndarray:
     pp_values = np.unique(np.asarray(c["pp"])[chunked])
     standard = set()
     for pp in pp_values.tolist():
-        vs = np.arange(1, 9)
+        vs = np.arange(1, MAX_VIRTUAL_STAGES + 1)
         _, _, _, kinds, ok = split_layers(p.model.num_layers, np.full(len(vs), pp), vs)
         if (ok & (kinds != CHUNK_LAYOUT)).any():
             standard.add(pp)

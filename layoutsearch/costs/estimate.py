@@ -247,8 +247,7 @@ def _collectives(problem: Problem, key: _Keys, slow: dict, t: dict) -> list[dict
         ("zero-1/2 grad reduce-scatter", co.shard, None, "per step", _scalar(steps["reduce/zero"])),
         ("dp grad all-reduce", co.dp, None, "per step", _scalar(steps["reduce/dp"])),
         ("kv-replica grad all-reduce", co.kv, None, "per step", _scalar(steps["reduce/kv_replica"])),
-        ("ep token dispatch/combine all-to-all", co.ep,
-         m / key.sh.tp[0] * (model.moe.top_k if model.moe else 0) * model.d_model * workload.activation_bytes,
+        ("ep token dispatch/combine all-to-all", co.ep, _scalar(slow["ep"]["payload"]),
          "per MoE layer per microbatch x4", _scalar(slow["ep"]["a2a"])),
     ]
     return [{"name": name, "group_size": int(_scalar(c.members)), "bytes": nbytes, "frequency": freq, "time_s": t_s}

@@ -12,7 +12,7 @@ from __future__ import annotations
 import numpy as np
 
 from layoutsearch.core.specs import ModelSpec
-from layoutsearch.costs.params import kv_heads_per_device, moe_layer_share
+from layoutsearch.costs.params import kv_heads_per_device, mla_attention_params_per_layer, moe_layer_share
 
 BACKWARD_OVER_FORWARD = 2.0
 # FlashAttention's backward recomputes the scores: 5 matmul-sized products against 2 in the
@@ -42,13 +42,11 @@ def matmul_params_per_layer(model: ModelSpec, tp: int = 1):
 
 
 def mla_projection_params(model: ModelSpec, tp: int = 1):
-    """MLA's matmul weights per token on one TP rank: the down-projections (replicated, each rank
-    runs them on its tokens) and the head-wise up-projections and output (split over TP)."""
-    a, d, heads = model.mla, model.d_model, model.num_heads // tp
-    qk = a.qk_nope_head_dim + a.qk_rope_head_dim
-    q = d * heads * qk if a.q_lora_rank is None else d * a.q_lora_rank + a.q_lora_rank * heads * qk
-    kv = d * (a.kv_lora_rank + a.qk_rope_head_dim) + a.kv_lora_rank * heads * (a.qk_nope_head_dim + a.v_head_dim)
-    return q + kv + heads * a.v_head_dim * d
+    """MLA's matmul weights per token on one TP rank: ``params.mla_attention_params_per_layer`` less
+    its two latent norms (the down-projections are replicated, each rank runs them on its tokens;
+    the head-wise up-projections and the output are split over TP)."""
+    a = model.mla
+    return mla_attention_params_per_layer(model, tp) - (a.q_lora_rank or 0) - a.kv_lora_rank
 
 
 def routed_params_per_token_per_layer(model: ModelSpec, tp: int = 1):

@@ -145,10 +145,7 @@ def expert_layer_params(model: ModelSpec, etp=1):
     the ep group holds 1/ep of them): share x E x one expert's FFN of width F_e / etp."""
     if model.moe is None:
         return 0.0 * etp
-    width = model.moe.expert_d_ff // etp
-    f_local = width
-    bias = (f_local * (model.mlp_matrices - 1) + model.d_model) if model.linear_bias else 0
-    return moe_layer_share(model) * model.moe.num_experts * (model.mlp_matrices * model.d_model * f_local + bias)
+    return moe_layer_share(model) * model.moe.num_experts * ffn_params(model, model.moe.expert_d_ff, etp)
 
 
 def param_counts(model: ModelSpec) -> dict[str, int]:

@@ -223,7 +223,7 @@ def ep_per_microbatch(model: ModelSpec, workload: Workload, acc: Accelerator, sh
     least the latency stays)."""
     if model.moe is None:
         zero = 0.0 * tokens_per_microbatch(workload, sh, k)
-        return {"base": zero, "rerun": zero, "a2a": zero}
+        return {"base": zero, "rerun": zero, "a2a": zero, "payload": zero}
     m = tokens_per_microbatch(workload, sh, k)
     half = acc.collective_half_efficiency_bytes
     payload = m / sh.tp * model.moe.top_k * model.d_model * workload.activation_bytes
@@ -247,7 +247,7 @@ def ep_per_microbatch(model: ModelSpec, workload: Workload, acc: Accelerator, sh
     else:
         fwd, bwd = per_pass, per_pass
     layers = layers_per_stage(model, sh)
-    return {"base": layers * share * (fwd + bwd), "rerun": layers * share * fwd, "a2a": a2a}
+    return {"base": layers * share * (fwd + bwd), "rerun": layers * share * fwd, "a2a": a2a, "payload": payload}
 
 
 def attention_efficiency(workload: Workload, acc: Accelerator) -> float:
