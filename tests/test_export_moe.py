@@ -554,9 +554,11 @@ def test_megatron_core_accepts_the_deepseek_v3_solve(tmp_path):
     assert r.exit_code == 0, r.stderr
     doc, text = json.loads(r.stdout), out.read_text()
     cfg, model, training = megatron_config(text)
+    replicas = context_for(doc, "megatron").layout.dp  # ZeRO-3 groups replicated (HSDP): one optimizer per group
     assert training == {"--seq-length", "--micro-batch-size", "--global-batch-size", "--use-megatron-fsdp",
                         "--data-parallel-sharding-strategy", "--use-distributed-optimizer", "--ckpt-format",
-                        "--overlap-grad-reduce", "--overlap-param-gather"}, training
+                        "--overlap-grad-reduce", "--overlap-param-gather",
+                        *(["--num-distributed-optimizer-instances"] if replicas > 1 else [])}, training
     assert model == {"max_sequence_length": 4096, "position_embedding_type": "rope", "rotary_base": 10000,
                      "share_embeddings_and_output_weights": False}
     m, lay = load_model("deepseek-v3"), context_for(doc, "megatron").layout

@@ -70,7 +70,9 @@ def test_the_ideal_profile_hides_the_all_to_all_behind_the_layer():
     lay = Layout(fsdp=16, ep=8, zero_stage=1, num_microbatches=4, axes=NODE + (("ep", (("node", 8),)),))
     est = estimate(problem, lay)
     megatron = estimate(_mixtral(), lay)
-    assert est.time_s["exposed_comm/ep"] < 0.1 * megatron.time_s["exposed_comm/ep"]
+    eta = problem.cluster.accelerator.overlap_interference  # hidden, each second still slows the layer by eta
+    assert est.time_s["exposed_comm/ep"] < (eta + 0.1) * megatron.time_s["exposed_comm/ep"]
+    assert est.time_s["exposed_comm/ep"] > eta * 0.9 * megatron.time_s["exposed_comm/ep"]
 
 
 # ----------------------------------------------------------------------------- memory and FLOPs
@@ -184,6 +186,6 @@ def test_moe_on_an_accelerator_without_moe_calibration_is_warned(capsys):
     assert main(["solve", "--model", "mixtral-8x7b", "--cluster", "v5p-128", *args]) == 0
     err = capsys.readouterr().err
     assert err == ("warning: v5p has no MoE calibration (hardware/v5p.yaml): its MoE layers are costed by FLOPs and "
-                   "traffic alone; on the published TPU MoE runs that is 46-100% too fast (results/validation_moe.md)\n")
+                   "traffic alone; on the published TPU MoE runs that is 33-85% too fast (results/validation_moe.md)\n")
     assert main(["solve", "--model", "mixtral-8x7b", "--cluster", "h100-64", *args]) == 0
     assert capsys.readouterr().err == ""

@@ -57,10 +57,9 @@ def test_solve_json_prices_every_layout_from_its_own_record():
     for rec in doc["layouts"]:
         assert_priced(rec, TOKENS, 8192, PRICE)
     best = doc["layouts"][0]
-    assert best["tokens_per_s"] == pytest.approx(5_723_350, rel=1e-6)
-    assert best["train_days"] == pytest.approx(30.3338, rel=1e-5)  # 15e12 / 5,723,350 / 86400
-    assert best["device_hours"] == pytest.approx(5_963_873, rel=1e-6)
-    assert best["cost"] == pytest.approx(11_927_747, rel=1e-6)
+    unpriced = run_json("solve", "--model", "llama70b", "--cluster", "v5p-8192")["layouts"][0]
+    assert (best["degrees"], best["tokens_per_s"]) == (unpriced["degrees"], unpriced["tokens_per_s"])  # pricing ranks nothing
+    assert best["cost"] == pytest.approx(2.0 * 8192 * 24 * 15e12 / best["tokens_per_s"] / 86400, rel=1e-12)
 
 
 def test_without_tokens_the_fields_are_null_and_without_a_price_only_cost_is():
@@ -81,7 +80,7 @@ def test_estimate_json_and_table_carry_days_device_hours_and_cost():
     text = runner.invoke(app, argv).stdout
     line = (f"{rec['train_days']:.1f} days for 1.5e+13 tokens | {rec['device_hours']:,.0f} device-hours | "
             f"cost {rec['cost']:,.0f} at 2 per device-hour")
-    assert line in text and line.startswith("45.6 days")
+    assert line in text and line.startswith(f"{15e12 / rec['tokens_per_s'] / 86400:.1f} days")
 
 
 def test_solve_table_prints_the_time_to_train_of_each_layout():
@@ -148,12 +147,14 @@ def test_halving_scale_out_bandwidth_never_speeds_up_the_winner_and_is_reported(
     assert w["base_step_time_s"] == base["time_s"]["step"]
     assert w["step_time_s"] == w["layout"]["time_s"]["step"] >= base["time_s"]["step"]
     assert w["step_time_rel_change"] == (w["step_time_s"] - w["base_step_time_s"]) / w["base_step_time_s"] >= 0
-    assert w["step_time_rel_change"] == 0.0 and w["same_layout"] is True  # the NIC traffic is hidden here
+    # the NIC traffic hides here: only the compute it slows while hidden grows (overlap_interference)
+    assert 0.0 < w["step_time_rel_change"] < 0.02 and w["same_layout"] is True
     assert w["base_layout_step_time_s"] == w["step_time_s"] and w["base_layout_fits"] is True
     text = runner.invoke(app, ["solve", "--model", "llama3-8b", "--cluster", "h100-64", "--what-if",
                                "scale_out_bandwidth=0.5"]).stdout
     assert "what if scale_out_bandwidth x0.5 (re-solved)" in text
-    assert "what-if: step 5.9356 s -> 5.9356 s (+0.00%) with the same layout" in text
+    assert (f"what-if: step {w['base_step_time_s']:.4f} s -> {w['step_time_s']:.4f} s "
+            f"(+{100 * w['step_time_rel_change']:.2f}%) with the same layout") in text
 
 
 def test_a_tenth_of_the_scale_out_bandwidth_changes_the_winner():
@@ -162,12 +163,10 @@ def test_a_tenth_of_the_scale_out_bandwidth_changes_the_winner():
     w, base = doc["what_if"], doc["layouts"][0]
     layout_of = lambda rec: (rec["degrees"], rec["zero_stage"], rec["num_microbatches"], rec["recompute"])  # noqa: E731
     assert w["same_layout"] is False and layout_of(w["layout"]) != layout_of(base)
-    # the fastest layout on the slower network is 2.29% slower; the winner is the simplest layout
-    # within the tie tolerance (0.5%) of it (search.ranking)
-    assert 0.0229 - 5e-4 <= w["step_time_rel_change"] <= 1.0229 * 1.005 - 1 + 5e-4
-    # the re-solve is at least as good as keeping the old winner on the slower network, and slower than before
-    assert base["time_s"]["step"] < w["step_time_s"] <= w["base_layout_step_time_s"]
-    assert w["base_layout_step_time_s"] == pytest.approx(6.6097, rel=1e-4)
+    # the re-solve is at least as good as keeping the old winner on the slower network (up to the tie
+    # tolerance of search.ranking: the winner is the simplest layout within 0.5% of the fastest), and slower than before
+    assert base["time_s"]["step"] < w["step_time_s"] <= w["base_layout_step_time_s"] * 1.005
+    assert w["step_time_rel_change"] == pytest.approx(w["step_time_s"] / base["time_s"]["step"] - 1, rel=1e-12)
     assert_priced(w["layout"], 1e12, 64, None)
 
 
@@ -209,11 +208,13 @@ def test_estimate_what_if_re_estimates_the_same_layout():
 def test_sensitivity_of_a_compute_bound_layout_to_peak_flops_is_about_minus_9_percent():
     doc = run_json("explain", "--model", "llama3-8b", "--cluster", "h100-64", "--sensitivity")
     best, sens = doc["layouts"][0], doc["sensitivity"]
-    assert best["time_s"]["exposed_comm"] == 0.0 and best["time_s"]["bubble"] == 0.0  # compute-bound
+    # compute-bound: no bubble, and exposed traffic only the compute its hidden collectives slow
+    assert best["time_s"]["exposed_comm"] < 0.02 * best["time_s"]["step"] and best["time_s"]["bubble"] == 0.0
     assert list(sens) == list(planning.WHAT_IF_KEYS) and doc["sensitivity_factor"] == 1.1
     assert 1 / 1.1 - 1 <= sens["peak_flops"] < -0.08  # -9.1% for pure compute; the fixed overheads stay
     assert sens["hbm"] == 0.0  # capacity does not change the time of a fixed layout
-    assert sens["scale_out_bandwidth"] == 0.0 and sens["link_bandwidth"] == 0.0  # no exposed communication
+    # hidden communication: faster links only shorten the compute it slows (overlap_interference)
+    assert -0.005 < sens["scale_out_bandwidth"] <= 0.0 and -0.005 < sens["link_bandwidth"] <= 0.0
     assert all(v <= 0 for v in sens.values())  # faster hardware never slows a fixed layout down
     text = runner.invoke(app, ["explain", "--model", "llama3-8b", "--cluster", "h100-64", "--sensitivity"]).stdout
     assert f"│ peak_flops          │ peak dense FLOP/s                     │ " \
@@ -346,4 +347,8 @@ def test_examples_show_what_the_commands_print(name):
 def test_time_to_train_example_is_llama70b_on_v5p_8192_at_15t_tokens():
     text = (EXAMPLES / "time_to_train.md").read_text()
     assert "$ layoutsearch solve --model llama70b --cluster v5p-8192 --tokens 15e12 --price-per-device-hour 2.0" in text
-    assert "│ 1 │ 5,723,350 │ 30.3 │    5,963,873 │ 11,927,747 │" in text
+    best = run_json("solve", "--model", "llama70b", "--cluster", "v5p-8192", "--tokens", "15e12",
+                    "--price-per-device-hour", "2.0")["layouts"][0]
+    row = (f"│ 1 │ {best['tokens_per_s']:,.0f} │ {best['train_days']:.1f} │ {best['device_hours']:>12,.0f} │ "
+           f"{best['cost']:,.0f} │")
+    assert row in text and best["cost"] == 2.0 * best["device_hours"]

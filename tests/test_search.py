@@ -22,6 +22,7 @@ from layoutsearch.search.tables import assemble, build_tables
 from layoutsearch.core.specs import ModelSpec, Workload
 from layoutsearch.core.catalogue import load_model
 from layoutsearch.core.topology import resolve_cluster
+from layoutsearch.validation.calibrate import with_calibration
 
 runner = CliRunner()
 
@@ -36,6 +37,8 @@ def problems(draw):
                       num_heads=heads, num_kv_heads=kv, head_dim=64, vocab_size=draw(st.sampled_from([1000, 32000])),
                       tied_embeddings=draw(st.booleans()))
     cluster = resolve_cluster(draw(st.sampled_from(["h100-8", "h100-16", "v5p-16", "v5p-64", "v5e-16", "a100-40gb-32"])))
+    # hidden collectives slowing the compute beside them (0: free overlap)
+    cluster = with_calibration(cluster, overlap_interference=draw(st.sampled_from([0.0, 0.15, 0.4])))
     workload = Workload(global_batch_seqs=draw(st.sampled_from([8, 16, 32, 64])), seq_len=draw(st.sampled_from([512, 2048])))
     return model, workload, cluster
 
@@ -60,9 +63,12 @@ def test_cpsat_optimum_equals_enumerator_optimum(problem, objective, full_model)
     assert len(set(groups)) == len(groups)
 
 
-def test_cpsat_objective_of_a_fixed_candidate_is_the_quantised_cost():
-    """Pinning one candidate, the model's step equals the tables' rule and estimate() / quantum."""
-    model, cluster = load_model("llama3-8b"), resolve_cluster("h100-64")
+@pytest.mark.parametrize("interference", [0.0, 0.3])
+def test_cpsat_objective_of_a_fixed_candidate_is_the_quantised_cost(interference):
+    """Pinning one candidate, the model's step equals the tables' rule and estimate() / quantum, with and
+    without the compute that hidden collectives cost (overlap_interference)."""
+    model = load_model("llama3-8b")
+    cluster = with_calibration(resolve_cluster("h100-64"), overlap_interference=interference)
     workload = Workload(global_batch_seqs=256, seq_len=4096)
     space = build_space(Problem.build(model, cluster, workload), SearchOptions())
     t = build_tables(space)

@@ -99,6 +99,7 @@ class CalibrationFile(_Strict):
     vendor_attention_efficiency: float | None = Field(default=None, gt=0, le=1)  # cuDNN / TE fused attention
     grouped_matmul_efficiency: float = Field(default=1.0, gt=0, le=1)  # MoE expert GEMMs, of the dense fraction
     moe_layer_overhead_us: float = Field(default=0.0, ge=0)  # fixed per MoE layer and microbatch
+    overlap_interference: float = Field(default=0.0, ge=0, le=1)  # compute lost per second of hidden collective
 
 
 class AcceleratorFile(_Strict):
@@ -831,7 +832,8 @@ def accelerator_from_dict(data: Any, where: str) -> Accelerator:
     if (f.peak_fp8_tflops is None) != (f.calibration.fp8_matmul_efficiency is None):
         raise CatalogueError(f"{where}: give 'peak_fp8_tflops' and 'calibration: fp8_matmul_efficiency' together")
     cal, topo = f.calibration, f.topology
-    unitless = {"collective_half_efficiency_kib", "microbatch_overhead_us", "step_overhead_ms", "moe_layer_overhead_us"}
+    unitless = {"collective_half_efficiency_kib", "microbatch_overhead_us", "step_overhead_ms", "moe_layer_overhead_us",
+                "overlap_interference"}
     return Accelerator(
         id=f.id, name=f.name, kind=f.kind,
         peak_flops_per_s=f.peak_bf16_tflops * TERA,
@@ -847,6 +849,7 @@ def accelerator_from_dict(data: Any, where: str) -> Accelerator:
         collective_half_efficiency_bytes=cal.collective_half_efficiency_kib * KIB,
         microbatch_overhead_s=cal.microbatch_overhead_us * MICRO,
         moe_layer_overhead_s=cal.moe_layer_overhead_us * MICRO,
+        overlap_interference=round(cal.overlap_interference, 2),  # the step tables count it in percent
         step_overhead_s=cal.step_overhead_ms * MILLI,
         **topo.model_dump(exclude={"max_slice_shape"}), max_slice_shape=tuple(topo.max_slice_shape),
         sources=dict(f.sources),

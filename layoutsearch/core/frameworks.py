@@ -13,7 +13,9 @@ profile states what the framework does when launched with the flags its exporter
 - ``torchtitan`` (FSDP2): forward and backward prefetch of the per-layer all-gathers, the
   reduce-scatter in backward; HSDP's all-reduce in backward; async TP only when asked.
 - ``maxtext`` (XLA): the latency-hiding scheduler overlaps FSDP gathers and gradient reductions;
-  XLA's collective matmul (TP overlap) only when asked.
+  on TPUs XLA's continuation fusion (async collective fusion: ``--xla_tpu_enable_async_collective_fusion``
+  and its all-gather variants, on by default in libtpu and set again in every MaxText benchmark config)
+  runs the TP collectives beside the matmuls; on GPUs XLA's collective matmul only when asked.
 - ``ideal``: everything that can overlap does, TP included (the bound the others approach).
 
 In every profile ZeRO-3 gathers are prefetched one layer ahead and their reduce-scatters run
@@ -36,7 +38,8 @@ class Profile:
     """What overlaps with what under one framework (each flag: hidden behind its compute window)."""
 
     name: str
-    tp_overlap: bool  # TP collectives pipelined with their GEMMs (inside the fast domain only)
+    tp_overlap: tuple[str, ...]  # accelerator kinds on which TP collectives are pipelined with their GEMMs
+    # by default (inside the fast domain only)
     grad_reduce_overlap: bool  # DP / ZeRO-1/2 reductions behind the last microbatch's backward
     param_gather_overlap: bool  # ZeRO-1/2 gather of updated weights behind the next forward
     fp8_param_gather: bool = False  # with fp8: weights all-gathered in fp8 (Megatron --fp8-param-gather,
@@ -53,14 +56,14 @@ class Profile:
 
 
 PROFILES = {
-    "megatron": Profile("megatron", tp_overlap=False, grad_reduce_overlap=True, param_gather_overlap=True,
+    "megatron": Profile("megatron", tp_overlap=(), grad_reduce_overlap=True, param_gather_overlap=True,
                         fp8_param_gather=True, inplace_cross_entropy=True, vendor_attention=True, ep_node_dedup=True),
-    "deepspeed": Profile("deepspeed", tp_overlap=False, grad_reduce_overlap=True, param_gather_overlap=False),
-    "torchtitan": Profile("torchtitan", tp_overlap=False, grad_reduce_overlap=True, param_gather_overlap=True,
+    "deepspeed": Profile("deepspeed", tp_overlap=(), grad_reduce_overlap=True, param_gather_overlap=False),
+    "torchtitan": Profile("torchtitan", tp_overlap=(), grad_reduce_overlap=True, param_gather_overlap=True,
                           fp8_param_gather=True, recompute_policies=("none", "op", "full")),
-    "maxtext": Profile("maxtext", tp_overlap=False, grad_reduce_overlap=True, param_gather_overlap=True,
+    "maxtext": Profile("maxtext", tp_overlap=("tpu",), grad_reduce_overlap=True, param_gather_overlap=True,
                        recompute_policies=("minimal_with_context", "minimal", "save_dot_except_mlpwi", "full")),
-    "ideal": Profile("ideal", tp_overlap=True, grad_reduce_overlap=True, param_gather_overlap=True,
+    "ideal": Profile("ideal", tp_overlap=("gpu", "tpu"), grad_reduce_overlap=True, param_gather_overlap=True,
                      fp8_param_gather=True, recompute_policies=tuple(r.value for r in Recompute),
                      vendor_attention=True, ep_overlap=True, ep_node_dedup=True),
 }

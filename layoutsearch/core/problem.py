@@ -131,7 +131,7 @@ def warn_uncalibrated(model: ModelSpec, acc) -> None:
     traffic alone, which the published TPU MoE runs show too fast."""
     if model.moe is not None and acc.moe_layer_overhead_s == 0.0 and acc.grouped_matmul_efficiency == 1.0:
         warnings.warn(f"{acc.id} has no MoE calibration (hardware/{acc.id}.yaml): its MoE layers are costed by FLOPs "
-                      f"and traffic alone; on the published TPU MoE runs that is 46-100% too fast "
+                      f"and traffic alone; on the published TPU MoE runs that is 33-85% too fast "
                       f"(results/validation_moe.md)", UncalibratedWarning, stacklevel=3)
 
 
@@ -158,7 +158,7 @@ def resolved_workload(workload: Workload, cluster: Cluster) -> Workload:
     if workload.precision == "fp8" and acc.peak_fp8_flops_per_s is None:
         raise InvalidArgumentError(f"--precision fp8: {acc.id} has no fp8 matmul rate in the catalogue (no "
                                    f"peak_fp8_tflops in hardware/{acc.id}.yaml); use --precision bf16")
-    overlap = profile.tp_overlap if workload.tp_comm_overlap is None else workload.tp_comm_overlap
+    overlap = acc.kind in profile.tp_overlap if workload.tp_comm_overlap is None else workload.tp_comm_overlap
     ep_overlap = profile.ep_overlap if workload.ep_comm_overlap is None else workload.ep_comm_overlap
     return replace(workload, framework=profile.name, tp_comm_overlap=overlap, ep_comm_overlap=ep_overlap)
 

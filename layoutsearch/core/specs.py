@@ -246,6 +246,8 @@ class Accelerator:
     # megablox) as a fraction of the dense matmul efficiency at the same rows
     moe_layer_overhead_s: float = 0.0  # fixed per MoE layer per microbatch, forward and backward: the router's
     # softmax and top-k, the permutation kernels and the dispatcher's host sync on the token counts
+    overlap_interference: float = 0.0  # of each second a collective hides behind compute, the share that compute
+    # loses to it (the communication kernels' SMs or cores and HBM traffic): hiding is never free
     vendor_attention_efficiency: float | None = None  # the vendor's fused attention (cuDNN / Transformer
     # Engine on Hopper) where it beats the portable FlashAttention-2 class of ``attention_efficiency``
     sources: dict[str, str] = field(default_factory=dict, compare=False, hash=False)

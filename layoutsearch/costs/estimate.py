@@ -161,7 +161,7 @@ def _stage(problem: Problem, key: _Keys, first: bool, last: bool) -> dict:
         "compute": {kk: _scalar(v) for kk, v in c.items() if kk.startswith("compute/")},
         "overhead": acc.microbatch_overhead_s * _scalar(sh.v),
         "windows": c, "tp": tp, "cp": cp, "ep": ep, "fsdp": fc, "link_busy": busy,
-        "fsdp_fixed": terms.fsdp_exposed_fixed(model, sh, fc, c["window/fwd_layer"], c["window/logits"], True,
+        "fsdp_fixed": terms.fsdp_exposed_fixed(model, acc, sh, fc, c["window/fwd_layer"], c["window/logits"], True,
                                                busy["fwd"], last),
         "moments": moments, "peak": (peak, totals[peak]),
     }
@@ -186,12 +186,15 @@ def _step_terms(problem: Problem, key: _Keys, stages: list[dict]) -> dict:
         "FX": [mult * _scalar(s["fsdp_fixed"]["forward"] + s["fsdp_fixed"]["vocab"]) for s in stages],
         "X": mult * layers * _scalar(first["fsdp"]["gather_layer"] + first["fsdp"]["reduce_layer"]
                                      + first["link_busy"]["bwd"]),
-        "Y": mult * layers * _scalar(first["windows"]["window/bwd_layer"]),
+        "Y": mult * layers * _scalar(first["windows"]["window/bwd_layer"]), "ETA": acc.overlap_interference,
         "tp_rerun": float(work["tp"][int(_scalar(key.r))]), "cp_rerun": float(work["attention"][int(_scalar(key.r))]),
         "z3": float(_scalar(z) == 3 and _scalar(sh.shards) > 1),
         "RED": _scalar(steps["reduce/zero"] + steps["reduce/dp"] + steps["reduce/kv_replica"]),
         "RCON": _scalar(terms.reduction_link_traffic(model, sh, first["tp"], first["cp"], co)),
         "WIN": _scalar(windows["WIN"]), "GATH": _scalar(steps["gather/zero"]), "FWD": _scalar(windows["FWD"]),
+        "REDI": acc.overlap_interference * _scalar(steps["reduce/zero"] + steps["reduce/dp"] + steps["reduce/kv_replica"]),
+        "GATHI": acc.overlap_interference * _scalar(steps["gather/zero"]),
+        "ETA_PCT": round(100 * acc.overlap_interference),
         "PP": _scalar(terms.pipeline_sends(model, workload, acc, sh, k, co)),
         "OPT": _scalar(terms.optimizer_time(model, workload, acc, sh, z)), "STEP0": acc.step_overhead_s,
         "steps": steps,
@@ -221,9 +224,12 @@ def _split_reductions(t: dict, exposed: float, gather_exposed: float) -> dict:
     """The exposed once-per-step reductions by group: the window hides them in order (ZeRO
     reduce-scatter, DP all-reduce, KV-replica all-reduce), the rest is each group's share."""
     out, budget = {}, max(0.0, t["WIN"] - t["RCON"])  # what the TP and CP traffic on those links leave free
+    # the compute each hidden second of them slows (overlap_interference; costs.step.unhidden)
+    loss_rate, keep = (t["REDI"] / t["RED"] if t["RED"] else 0.0), step.unhidden(1.0, t["ETA_PCT"])
     for name in ("zero", "dp", "kv_replica"):
         seconds = _scalar(t["steps"]["reduce/" + name])
-        out["exposed_comm/" + name] = max(0.0, seconds - budget)
+        beyond = max(0.0, seconds - budget)
+        out["exposed_comm/" + name] = keep * beyond + loss_rate * seconds
         budget = max(0.0, budget - seconds)
     out["exposed_comm/zero"] += gather_exposed
     assert abs(sum(out.values()) - exposed - gather_exposed) <= 1e-9 * max(1.0, exposed + gather_exposed)

@@ -8,13 +8,16 @@ one integer variable per ``max(0, hidden - window)`` (the only non-linear piece)
 Terms (all seconds per step, or quanta in the tables; "st" = stage 0 first, 1 last):
 
     stage[st] = A[st] + TP[st] + CP + EP[st] + tp_rerun TPF + cp_rerun CPF + ep_rerun EPF
-                + z3 (FX[st] + max(0, X - Y))
-    step      = max_st stage[st] + max(0, RED + RCON - WIN) + max(0, GATH - FWD) + PP + OPT + STEP0
+                + z3 (FX[st] + max(0, X - Y) + ETA min(X, Y))
+    step      = max_st stage[st] + unhidden(max(0, RED + RCON - WIN)) + REDI + unhidden(max(0, GATH - FWD)) + GATHI
+                + PP + OPT + STEP0,  unhidden(e) = e - ETA e (floor(ETA_PCT e / 100) in integer quanta)
 
 A: compute and per-microbatch overhead x (K + (p - 1)/v) (the bubble included); TP, CP: exposed
 tensor- and context-parallel collectives; FX: ZeRO-3 gathers that do not hide (the first
 layer's, the vocabulary's); X, Y: ZeRO-3 backward traffic and the backward it hides behind;
-RED, WIN: once-per-step gradient reductions and the last microbatch's backward; RCON: the hidden
+ETA: the compute a second of hidden collective costs
+(``Accelerator.overlap_interference``; the per-microbatch terms TP, CP, EP and FX include theirs; REDI, GATHI =
+ETA x RED, ETA x GATH: the once-per-step ones', less ETA x their exposed part); RED, WIN: once-per-step gradient reductions and the last microbatch's backward; RCON: the hidden
 TP and CP traffic of that backward on the links the reductions use (they share them); GATH, FWD: the
 ZeRO-1/2 gather of updated weights and the next step's first forward; PP: pipeline fill and
 drain sends; OPT: the optimizer step; STEP0: a fixed per-step overhead. TPF, CPF: the TP and CP
@@ -28,12 +31,23 @@ from __future__ import annotations
 
 import numpy as np
 
-# max(0, hidden - window): collectives that hide behind a compute window, what does not fit is exposed
-# (name, the terms that share the hidden links, window)
-EXPOSED = (("exposed_comm/reduce", ("RED", "RCON"), "WIN"), ("exposed_comm/zero_gather", ("GATH",), "FWD"))
+# (1 - ETA) max(0, hidden - window) + loss: collectives that hide behind a compute window, what does not fit
+# is exposed, and the compute they slow while hidden, ETA x (collective - exposed), written as loss = ETA x
+# collective less ETA x exposed (exact while the other traffic on the links fits the window)
+# (name, the terms that share the hidden links, window, loss)
+EXPOSED = (("exposed_comm/reduce", ("RED", "RCON"), "WIN", "REDI"), ("exposed_comm/zero_gather", ("GATH",), "FWD", "GATHI"))
 # added as they are
 PLAIN = (("exposed_comm/pp", "PP"), ("compute/optimizer", "OPT"), ("overhead/step", "STEP0"))
 STAGES = (0, 1)
+
+
+def unhidden(exposed, eta_pct: int):
+    """An exposed collective's seconds less the interference its hidden share was already charged
+    (``loss`` = ETA x all of it): exposed - ETA exposed, with ETA = eta_pct / 100; in integer quanta the
+    subtracted part is floored (CP-SAT states it as an integer f with 100 f <= eta_pct e)."""
+    if np.issubdtype(np.asarray(exposed).dtype, np.integer):
+        return exposed - (eta_pct * exposed) // 100
+    return exposed * (1.0 - eta_pct / 100.0)
 
 
 def stage_items(t: dict, st: int) -> dict:
@@ -42,7 +56,8 @@ def stage_items(t: dict, st: int) -> dict:
         "stage/compute": t["A"][st],
         "exposed_comm/tp": t["TP"][st] + t["tp_rerun"] * t["TPF"],
         "exposed_comm/cp": t["CP"] + t["cp_rerun"] * t["CPF"],
-        "exposed_comm/fsdp": t["z3"] * (t["FX"][st] + np.maximum(0, t["X"] - t["Y"])),
+        "exposed_comm/fsdp": t["z3"] * (t["FX"][st] + np.maximum(0, t["X"] - t["Y"])
+                                        + t["ETA"] * np.minimum(t["X"], t["Y"])),
     }
     if t.get("EP") is not None:  # the search leaves the expert terms out of a dense model's tables (all zero)
         items["exposed_comm/ep"] = t["EP"][st] + t["ep_rerun"] * t["EPF"]
@@ -61,8 +76,8 @@ def slowest_stage(t: dict):
 def step_parts(t: dict, stage) -> dict:
     """The step's parts given the slowest stage's time: the once-per-step terms of EXPOSED and PLAIN."""
     parts = {"stage": stage}
-    for name, hidden, window in EXPOSED:
-        parts[name] = np.maximum(0, sum(t[h] for h in hidden) - t[window])
+    for name, hidden, window, loss in EXPOSED:
+        parts[name] = unhidden(np.maximum(0, sum(t[h] for h in hidden) - t[window]), t["ETA_PCT"]) + t[loss]
     for name, term in PLAIN:
         parts[name] = t[term]
     return parts

@@ -17,6 +17,8 @@ Overlap rule (COSTS.md; exposed = max(0, collective - its compute window)):
 - DP / ZeRO-1/2 / KV-replica gradient reductions hide behind the backward of the last
   microbatch; the ZeRO-1/2 gather of updated weights is exposed;
 - pipeline sends hide in steady state; fill and drain (2 (p - 1) sends) are exposed.
+A hidden second is not free: the compute beside it slows by ``Accelerator.overlap_interference`` of
+it (``interference``; costs.step charges the once-per-step reductions and gathers theirs).
 Step = (K + (p - 1)/v) x slowest stage's microbatch + per-step terms.
 """
 
@@ -244,10 +246,18 @@ def ep_per_microbatch(model: ModelSpec, workload: Workload, acc: Accelerator, sh
         latency = 2 * np.where(co.ep.members > 1, co.ep.latency_s, 0.0)
         fwd = np.maximum(latency, per_pass - fwd_layer)
         bwd = np.maximum(latency, per_pass - 2 * fwd_layer)
+        fwd, bwd = fwd + interference(acc, per_pass - fwd), bwd + interference(acc, per_pass - bwd)
     else:
         fwd, bwd = per_pass, per_pass
     layers = layers_per_stage(model, sh)
     return {"base": layers * share * (fwd + bwd), "rerun": layers * share * fwd, "a2a": a2a, "payload": payload}
+
+
+def interference(acc: Accelerator, hidden_s):
+    """Compute seconds lost to ``hidden_s`` seconds of collectives running beside it
+    (``Accelerator.overlap_interference``): NCCL's kernels occupy SMs and both move HBM bytes (the GPUs'
+    fitted 0.32); ICI collectives run on the TPU's DMA engines (0)."""
+    return acc.overlap_interference * hidden_s
 
 
 def attention_efficiency(workload: Workload, acc: Accelerator) -> float:
@@ -282,8 +292,10 @@ def tp_per_microbatch(model: ModelSpec, workload: Workload, acc: Accelerator, sh
     overlapped = bool(workload.tp_comm_overlap) & ~np.asarray(co.tp.scale_out, dtype=bool)
     forward = np.where(overlapped, exposed(matmul_fwd_layer), 2 * unit)
     backward = np.where(overlapped, exposed(flops.BACKWARD_OVER_FORWARD * matmul_fwd_layer), 2 * unit)
-    return {"base": layers * (forward + backward) + loss, "rerun": layers * forward, "unit": unit,
-            "hidden_fwd_layer": 2 * unit - forward, "hidden_bwd_layer": 2 * unit - backward}
+    hidden_fwd, hidden_bwd = 2 * unit - forward, 2 * unit - backward
+    lost_fwd, lost_bwd = interference(acc, hidden_fwd), interference(acc, hidden_bwd)
+    return {"base": layers * (forward + backward + lost_fwd + lost_bwd) + loss, "rerun": layers * (forward + lost_fwd),
+            "unit": unit, "hidden_fwd_layer": hidden_fwd, "hidden_bwd_layer": hidden_bwd}
 
 
 def step_windows(model: ModelSpec, workload: Workload, acc: Accelerator, sh: Shapes, c: dict) -> dict:
@@ -312,9 +324,11 @@ def cp_per_microbatch(model: ModelSpec, workload: Workload, acc: Accelerator, sh
     sync = co.cp.latency_s
     fwd = np.maximum(sync, t_kv - attn_fwd_layer)
     bwd = np.maximum(2 * sync, 2 * t_kv - 2 * attn_fwd_layer)
+    hidden_fwd, hidden_bwd = np.maximum(0.0, t_kv - fwd), np.maximum(0.0, 2 * t_kv - bwd)
+    fwd, bwd = fwd + interference(acc, hidden_fwd), bwd + interference(acc, hidden_bwd)
     layers = layers_per_stage(model, sh)
     return {"base": layers * (fwd + bwd), "rerun": layers * fwd, "t_kv": t_kv,
-            "hidden_fwd_layer": np.maximum(0.0, t_kv - fwd), "hidden_bwd_layer": np.maximum(0.0, 2 * t_kv - bwd)}
+            "hidden_fwd_layer": hidden_fwd, "hidden_bwd_layer": hidden_bwd}
 
 
 def shard_link_traffic(tp: dict, cp: dict, co: Coeffs) -> dict:
@@ -372,8 +386,8 @@ def gathered_bytes_per_param(workload: Workload, acc: Accelerator) -> float:
     return workload.weight_bytes_per_param
 
 
-def fsdp_exposed_fixed(model: ModelSpec, sh: Shapes, fc: dict, fwd_window_layer, logits_window, holds_vocab,
-                       link_busy_fwd_layer=0.0, last=False) -> dict:
+def fsdp_exposed_fixed(model: ModelSpec, acc: Accelerator, sh: Shapes, fc: dict, fwd_window_layer, logits_window,
+                       holds_vocab, link_busy_fwd_layer=0.0, last=False) -> dict:
     """ZeRO-3 exposed seconds per microbatch that do not depend on recompute (keys S, K, o, stage).
 
     Forward gathers hide behind the previous layer, sharing its links with the hidden TP and CP
@@ -381,9 +395,11 @@ def fsdp_exposed_fixed(model: ModelSpec, sh: Shapes, fc: dict, fwd_window_layer,
     gather + reduce-scatter hides behind the logits on the stages holding it.
     """
     layers = layers_per_stage(model, sh, last)
-    forward = (layers * np.maximum(0.0, fc["gather_layer"] + link_busy_fwd_layer - fwd_window_layer)
-               + fc["gather_layer"])
-    vocab = _f(holds_vocab) * np.maximum(0.0, fc["vocab"] - logits_window)
+    exposed = np.maximum(0.0, fc["gather_layer"] + link_busy_fwd_layer - fwd_window_layer)
+    hidden = np.maximum(0.0, fc["gather_layer"] - exposed)
+    forward = layers * (exposed + interference(acc, hidden)) + fc["gather_layer"]
+    vocab_exposed = np.maximum(0.0, fc["vocab"] - logits_window)
+    vocab = _f(holds_vocab) * (vocab_exposed + interference(acc, fc["vocab"] - vocab_exposed))
     return {"forward": forward, "vocab": vocab}
 
 

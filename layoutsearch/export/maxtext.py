@@ -30,6 +30,12 @@ Mapping (checked against maxtext 0.2.5: configs/base.yml, configs/types.py, laye
   (``ici_/dcn_expert_parallelism``) is ep: MaxText shards the batch and the dense weights over it as
   over fsdp, so it is carved out of the layout's fsdp (fsdp axis = fsdp / ep) with ZeRO-3, and it
   shards the experts' FFN over the tensor axis (etp = tp).
+- TP communication overlap (the prediction's ``Workload.tp_comm_overlap``) is a compiler flag, not a
+  config key: with tp > 1 the header names the environment the prediction assumed. On TPUs libtpu's
+  continuation fusion is on by default (MaxText's benchmarks/xla_flags_library.py ``CF_FOR_ALL_GATHER``
+  sets it again); a prediction made with TP exposed says how to turn it off. On GPUs XLA's collective
+  matmul needs ``XLA_FLAGS`` (MaxText's GPU recipes: ``--xla_gpu_threshold_for_windowed_einsum_mib=0
+  --xla_gpu_multi_streamed_windowed_einsum=true``).
 - Not expressible: ZeRO-2; ZeRO-1 with dp replicas; KV-head replication (tp > kv heads);
   1F1B and interleaved pipelines (MaxText's pipeline runs in GPipe order, circular when
   ``num_pipeline_repeats`` > 1); cp without ZeRO-3 (MaxText shards weights over ``context``).
@@ -54,6 +60,12 @@ REMAT_POLICIES = ("minimal_with_context", "minimal", "save_dot_with_context_exce
 # models each); none and selective by their nearest (MaxText's none rematerialises scanned layers fully)
 REMAT = {"none": "minimal_with_context", "selective": "minimal",
          **{p.value: p.value for p in Recompute if p.value in REMAT_POLICIES}}
+# Continuation fusion (TPU) and collective matmul (GPU): the compiler flags of TP communication overlap
+TPU_TP_OVERLAP_FLAGS = ("--xla_tpu_enable_async_collective_fusion=true "
+                        "--xla_tpu_enable_async_collective_fusion_fuse_all_gather=true "
+                        "--xla_tpu_enable_async_collective_fusion_multiple_steps=true "
+                        "--xla_tpu_overlap_compute_collective_tc=true --xla_enable_async_all_gather=true")
+GPU_TP_OVERLAP_FLAGS = "--xla_gpu_threshold_for_windowed_einsum_mib=0 --xla_gpu_multi_streamed_windowed_einsum=true"
 BASE_DEFAULTS = {"ici_fsdp_parallelism": -1, "dcn_data_parallelism": -1}  # base.yml auto-sharded axes
 
 
@@ -234,7 +246,7 @@ def render(ctx: ExportContext) -> str:
         f"remat_policy {REMAT[ctx.layout.recompute]} stands for layoutsearch recompute '{ctx.layout.recompute}' "
         "(none -> minimal_with_context, selective -> minimal, full -> full).",
         "Usage: python3 -m maxtext.trainers.pre_train.train THIS_FILE run_name=... base_output_directory=... dataset_path=...",
-    ] + _model_notes(ctx)
+    ] + tp_overlap_notes(ctx) + _model_notes(ctx)
     sections = [
         ("model (explicit sizes; a model_name other than 'default' is MaxText's config with these same values)",
          model_keys(ctx)),
@@ -248,6 +260,22 @@ def render(ctx: ExportContext) -> str:
     for title, keys in sections:
         body += f"\n# {title}\n" + "".join(f"{k}: {_yaml_value(v)}\n" for k, v in keys.items())
     return comment_block(notes) + body + "\n" + comment_block(placeholder_lines())
+
+
+def tp_overlap_notes(ctx: ExportContext) -> list[str]:
+    """The compiler environment the predicted TP communication matches (module docstring); none without TP."""
+    if ctx.layout.tp == 1:
+        return []
+    if ctx.cluster.accelerator.kind == "tpu":
+        if ctx.workload.tp_comm_overlap:
+            return [f"TP collectives run beside the matmuls as predicted (libtpu default; to make sure, as MaxText's "
+                    f"benchmarks do): LIBTPU_INIT_ARGS=\"{TPU_TP_OVERLAP_FLAGS}\""]
+        return ["the prediction has TP collectives on the critical path (--no-tp-comm-overlap); libtpu overlaps them "
+                "by default: LIBTPU_INIT_ARGS=\"--xla_tpu_enable_async_collective_fusion=false\" matches it"]
+    if ctx.workload.tp_comm_overlap:
+        return [f"the prediction overlaps TP collectives with their matmuls (XLA collective matmul): "
+                f"XLA_FLAGS=\"{GPU_TP_OVERLAP_FLAGS}\""]
+    return []
 
 
 def placeholder_lines() -> list[str]:

@@ -188,6 +188,7 @@ def build_model(space: Space, t: Tables, rows: np.ndarray, clip: int | None, fit
     term = {
         "RED": (over(v.szo, t.RED, top=None), int(t.RED.max())),
         "GATH": (over(v.szo, t.GATH, top=None), int(t.GATH.max())),
+        "REDI": (over(v.szo, t.REDI, top=None), None), "GATHI": (over(v.szo, t.GATHI, top=None), None),
         "RCON": (over(v.w, t.RCON, lambda k: (k[0], k[2]), None), int(t.RCON.max())),
         "WIN": (over(v.w, t.WIN, lambda k: (k[0], k[1]), None), None),
         "FWD": (over(v.w, t.FWD, lambda k: k[0], None), None),
@@ -197,10 +198,13 @@ def build_model(space: Space, t: Tables, rows: np.ndarray, clip: int | None, fit
     }
     step = stage + zero3
     # ---- hidden collectives: what does not fit behind their window is exposed (costs.step.EXPOSED)
-    for name, hidden, window in step_formula.EXPOSED:
-        exposed = model.new_int_var(0, sum(term[h][1] for h in hidden) + 1, name)
+    for name, hidden, window, loss in step_formula.EXPOSED:
+        top = sum(term[h][1] for h in hidden) + 1
+        exposed = model.new_int_var(0, top, name)
         model.add(exposed >= sum(term[h][0] for h in hidden) - term[window][0])
-        step = step + exposed
+        charged = model.new_int_var(0, top, name + "_interference")  # floor(ETA exposed): step_formula.unhidden
+        model.add(100 * charged <= t.eta_pct * exposed)
+        step = step + exposed - charged + term[loss][0]
     for _, name in step_formula.PLAIN:
         step = step + term[name][0]
     # ---- every stage's memory fits at every moment

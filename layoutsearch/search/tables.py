@@ -9,9 +9,10 @@ CP-SAT model states the same rule as constraints (tests hold the two to equal op
 Per stage st (0 = first, 1 = last):
   stage[st] = A[SKr,st] + TP[SKo,st] + tp_rerun[r]*TPF[SKo] + CP[SKo] + cp_rerun[r]*CPF[SKo]
               + EP[SKo,st] + ep_rerun[r]*EPF[SKo]
-              + z3 * (FX[SKo,st] + max(0, X[SKo] - Y[SKr]))
+              + z3 * (FX[SKo,st] + max(0, X[SKo] - Y[SKr]) + eta min(X[SKo], Y[SKr]))
   STAGE     = max_st stage[st], tabulated per (S,K,r,o) without (STAGE0) and with ZeRO-3 (STAGE3)
-  step      = STAGE + max(0, RED[Szo] + RCON[SKo] - WIN[SKr]) + max(0, GATH[Szo] - FWD[SK]) + PP[SKo] + OPT[Sz] + STEP0
+  step      = STAGE + max(0, RED[Szo] + RCON[SKo] - WIN[SKr]) + REDI[Szo] + max(0, GATH[Szo] - FWD[SK]) + GATHI[Szo]
+              + PP[SKo] + OPT[Sz] + STEP0
   memory    = MZ[Sz,st,moment] + MB[SKr,st,moment] <= capacity, for every st and moment
 """
 
@@ -35,6 +36,8 @@ class Tables:
     quantum_s: float
     capacity_kib: int
     step0: int  # fixed per-step overhead, quanta
+    eta: float  # compute lost per hidden collective second (Accelerator.overlap_interference)
+    eta_pct: int  # the same in percent (the catalogue holds it to 0.01)
     # (S,K) x r
     A: np.ndarray  # [sk, r, st]
     Y: np.ndarray  # [sk, r]
@@ -55,6 +58,8 @@ class Tables:
     # S x z (x o)
     RED: np.ndarray  # [s, z, o]
     GATH: np.ndarray  # [s, z, o]
+    REDI: np.ndarray  # [s, z, o] compute the hidden reductions slow (overlap_interference x RED)
+    GATHI: np.ndarray  # [s, z, o] and the hidden ZeRO-1/2 gather
     OPT: np.ndarray  # [s, z]
     MZ: np.ndarray  # [s, z, st, moment]
     Z3: np.ndarray  # [s, z] bool: ZeRO-3 collectives run
@@ -119,7 +124,7 @@ def build_tables(space: Space) -> Tables:
         ep = terms.ep_per_microbatch(model, workload, acc, sh_o, k_o, co, c["window/fwd_layer"])
         tp_st.append(mult_o * tp["base"])
         ep_st.append(mult_o * ep["base"])
-        fixed = terms.fsdp_exposed_fixed(model, sh_o, fc, c["window/fwd_layer"], c["window/logits"], True, busy["fwd"],
+        fixed = terms.fsdp_exposed_fixed(model, acc, sh_o, fc, c["window/fwd_layer"], c["window/logits"], True, busy["fwd"],
                                          last)
         fx_st.append(mult_o * (fixed["forward"] + fixed["vocab"]))
         if st == 0:
@@ -156,6 +161,7 @@ def build_tables(space: Space) -> Tables:
     nr = len(codes)
     tables = Tables(
         quantum_s=quantum, capacity_kib=int(capacity_bytes(space.cluster, workload) // KIB), step0=int(q(acc.step_overhead_s)),
+        eta=acc.overlap_interference, eta_pct=round(100 * acc.overlap_interference),
         A=q(np.stack(a, axis=-1)).reshape(n_sk, nr, 2), Y=q(y).reshape(n_sk, nr), WIN=q(win).reshape(n_sk, nr),
         FWD=q(fwd),
         MB=kib(np.stack([np.stack(m, axis=-1) for m in mb], axis=-2)).reshape(n_sk, nr, 2, len(MOMENT_NAMES)),
@@ -164,6 +170,8 @@ def build_tables(space: Space) -> Tables:
         EP=q(np.stack(ep_st, axis=-1)).reshape(n_sk, n_o, 2), EPF=q(epf).reshape(n_sk, n_o),
         FX=q(np.stack(fx_st, axis=-1)).reshape(n_sk, n_o, 2), X=q(x).reshape(n_sk, n_o), PP=q(pp).reshape(n_sk, n_o), RCON=q(rcon).reshape(n_sk, n_o),
         RED=q(red).reshape(n_s, 4, n_o), GATH=q(steps["gather/zero"]).reshape(n_s, 4, n_o),
+        REDI=q(acc.overlap_interference * red).reshape(n_s, 4, n_o),
+        GATHI=q(acc.overlap_interference * steps["gather/zero"]).reshape(n_s, 4, n_o),
         OPT=q(opt).reshape(n_s, 4),
         MZ=kib(np.stack([np.stack(m, axis=-1) for m in mz], axis=-2)).reshape(n_s, 4, 2, len(MOMENT_NAMES)),
         Z3=z3, VOLUME=kib(v_w + v_x))
@@ -180,7 +188,7 @@ def stage_parts(t: Tables, tp_rerun_by_r: np.ndarray, cp_rerun_by_r: np.ndarray,
         "TPF": t.TPF[:, None, :], "CP": t.CP[:, None, :], "CPF": t.CPF[:, None, :],
         **({"EP": [t.EP[:, None, :, st] for st in step.STAGES], "EPF": t.EPF[:, None, :],
             "ep_rerun": ep_rerun_by_r[None, :, None]} if (t.EP.any() or t.EPF.any()) else {}),
-        "FX": [t.FX[:, None, :, st] for st in step.STAGES], "X": t.X[:, None, :], "Y": t.Y[:, :, None],
+        "FX": [t.FX[:, None, :, st] for st in step.STAGES], "X": t.X[:, None, :], "Y": t.Y[:, :, None], "ETA": t.eta,
         "tp_rerun": tp_rerun_by_r[None, :, None], "cp_rerun": cp_rerun_by_r[None, :, None],
     }
     def quanta(x):  # a policy rerunning part of the forward's collectives makes fractions: round once
@@ -192,6 +200,7 @@ def step_terms(t: Tables, space: Space, sk, ri, z, o) -> dict:
     """The once-per-step terms of ``costs.step`` for candidates (index arrays)."""
     s = space.sk_shape[sk]
     return {"RED": t.RED[s, z, o], "RCON": t.RCON[sk, o], "WIN": t.WIN[sk, ri], "GATH": t.GATH[s, z, o], "FWD": t.FWD[sk],
+            "REDI": t.REDI[s, z, o], "GATHI": t.GATHI[s, z, o], "ETA_PCT": t.eta_pct,
             "PP": t.PP[sk, o], "OPT": t.OPT[s, z], "STEP0": t.step0}
 
 

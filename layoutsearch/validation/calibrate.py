@@ -42,11 +42,16 @@ from layoutsearch.validation.runs import source_family
 from layoutsearch.validation.stats import error_stats
 
 DEFAULT_PARAMS = ("matmul_efficiency", "attention_efficiency")
+DEFAULT_SHARED = ("overlap_interference",)  # fitted with them over the GPU families (SHARED_KIND)
 MAX_FIT_PARAMS = 4  # a few fractions per family, never one per record
 # Accelerator id -> the family whose records share one calibration (same compute die and clocks).
 FAMILIES = {"a100-40gb": "a100", "a100-80gb": "a100", "h100": "h100-class", "h200": "h100-class",
             "h800": "h100-class", "b200": "b200-class", "gb200": "b200-class"}
 EFFICIENCY_BOUNDS = (0.2, 1.0)
+SHARE_BOUNDS = (0.0, 1.0)  # fractions that may be zero (overlap_interference)
+# Shared fields: one value fitted together with every family of that accelerator kind (``fit_joint``): an effect
+# of the communication library on the chip, not of one chip's kernels (NCCL's kernels on the SMs of every GPU)
+SHARED_KIND = {"overlap_interference": "gpu"}
 SCALES = {"matmul_half_efficiency_tokens": 128.0, "microbatch_overhead_s": 1e-4, "step_overhead_s": 1e-2,
           "moe_layer_overhead_s": 1e-4,
           "collective_half_efficiency_bytes": 65536.0}
@@ -60,7 +65,8 @@ YAML_KEYS = {"matmul_efficiency": ("matmul_efficiency", 1.0),
              "microbatch_overhead_s": ("microbatch_overhead_us", 1e6),
              "step_overhead_s": ("step_overhead_ms", 1e3),
              "grouped_matmul_efficiency": ("grouped_matmul_efficiency", 1.0),
-             "moe_layer_overhead_s": ("moe_layer_overhead_us", 1e6)}
+             "moe_layer_overhead_s": ("moe_layer_overhead_us", 1e6),
+             "overlap_interference": ("overlap_interference", 1.0)}
 AXIS_EFFICIENCY = {"torus": "collective_efficiency", "switch": "collective_efficiency",
                    "scale_out": "scale_out_efficiency", "dcn": "scale_out_efficiency"}
 
@@ -111,19 +117,26 @@ def log_residuals(problems: list[tuple[str, tuple, float]], fields: dict[str, fl
 
 
 # ----------------------------------------------------------------------------- parameterisation
-def _to_value(name: str, u: float) -> float:
-    """Bounded physical value of an unbounded coordinate (efficiency: sigmoid; others: scale exp)."""
+def _bounds(name: str) -> tuple[float, float] | None:
+    """(low, high) of a bounded fraction, None for a scale (overheads, half-efficiency points)."""
     if name.endswith("efficiency"):
-        lo, hi = EFFICIENCY_BOUNDS
+        return EFFICIENCY_BOUNDS
+    return SHARE_BOUNDS if name == "overlap_interference" else None
+
+
+def _to_value(name: str, u: float) -> float:
+    """Bounded physical value of an unbounded coordinate (fractions: sigmoid; others: scale exp)."""
+    if _bounds(name):
+        lo, hi = _bounds(name)
         return lo + (hi - lo) / (1.0 + math.exp(-min(max(u, -40.0), 40.0)))
     return SCALES.get(name, 1.0) * math.exp(min(max(u, -25.0), 12.0))
 
 
 def _to_coord(name: str, value: float) -> float:
     """Inverse of ``_to_value`` (values at a bound are pulled just inside it)."""
-    if name.endswith("efficiency"):
-        lo, hi = EFFICIENCY_BOUNDS
-        p = min(max((value - lo) / (hi - lo), 1e-4), 1 - 1e-4)
+    if _bounds(name):
+        lo, hi = _bounds(name)
+        p = min(max((value - lo) / (hi - lo), 1e-2), 1 - 1e-4)
         return math.log(p / (1 - p))
     return math.log(max(value, 1e-6 * SCALES.get(name, 1.0)) / SCALES.get(name, 1.0))
 
@@ -176,6 +189,35 @@ def fit_fields(problems: list[tuple[str, tuple, float]], params: tuple[str, ...]
     return fitted, start, [p for p, ok in zip(params, active) if not ok], iterations
 
 
+def fit_joint(groups: dict[str, list], params: tuple[str, ...], shared: tuple[str, ...]) -> dict[str, dict]:
+    """``params`` per family and ``shared`` fields common to the families of their kind (``SHARED_KIND``),
+    fitted as one least-squares problem over every family's residuals: {family: fitted fields}.
+
+    A family with fewer than 2 records per parameter fits matmul_efficiency alone (``chosen_params``); one
+    of another kind keeps its catalogue values of the shared fields. Shared values are rounded to 0.01,
+    the resolution the step tables count them in.
+    """
+    kind = {f: probs[0][1][0].cluster.accelerator.kind for f, probs in groups.items() if probs}
+    own = {f: chosen_params(params, len(probs)) for f, probs in groups.items() if probs}
+    joins = {f: tuple(s for s in shared if SHARED_KIND.get(s) == kind[f]) for f in own}
+    names = [(f, p) for f in own for p in own[f]] + [("*", s) for s in shared]
+
+    def mean_of(f, p):
+        fams = [f] if f != "*" else [g for g in own if p in joins[g]]
+        return float(np.mean([getattr(pr.cluster.accelerator, p) for g in fams for _, (pr, _), _ in groups[g]] or [0.0]))
+
+    start = np.array([_to_coord(p, mean_of(f, p)) for f, p in names])
+
+    def fields_of(u: np.ndarray, f: str) -> dict:
+        return {p: _to_value(p, x) for (g, p), x in zip(names, u) if g == f or (g == "*" and p in joins[f])}
+
+    def residual_fn(u: np.ndarray) -> np.ndarray:
+        return np.concatenate([log_residuals(groups[f], fields_of(u, f)) for f in own])
+
+    u, _, _ = levenberg_marquardt(residual_fn, start)
+    return {f: {p: round(v, 2) if p in joins[f] else v for p, v in fields_of(u, f).items()} for f in own}
+
+
 def fit_accelerator(problems: list[tuple[str, tuple, float]], params: tuple[str, ...]) -> dict:
     """Fit ``params`` of one accelerator family to its problems; before/after error statistics and values."""
     before = log_residuals(problems, {})
@@ -190,9 +232,12 @@ def fit_accelerator(problems: list[tuple[str, tuple, float]], params: tuple[str,
 
 def _at_bound(fitted: dict[str, float]) -> list[str]:
     """Parameters the fit pushed to a bound: a sign of a missing physical effect, not a calibration."""
-    lo, hi = EFFICIENCY_BOUNDS
-    return [p for p, v in fitted.items()
-            if (p.endswith("efficiency") and (v < lo + 1e-3 or v > hi - 1e-3)) or (not p.endswith("efficiency") and v < 1e-9)]
+    def at_bound(p, v):
+        if _bounds(p) is None:
+            return v < 1e-9
+        lo, hi = _bounds(p)
+        return v < lo + 1e-3 or v > hi - 1e-3
+    return [p for p, v in fitted.items() if at_bound(p, v)]
 
 
 def check_params(params: tuple[str, ...]) -> tuple[str, ...]:
@@ -211,14 +256,18 @@ def chosen_params(params: tuple[str, ...], num_records: int) -> tuple[str, ...]:
 
 
 def calibrate(records: list[dict], accelerators: Iterable[str] | None = None,
-              params: tuple[str, ...] = DEFAULT_PARAMS, exclude: Iterable[str] = ()) -> dict:
+              params: tuple[str, ...] = DEFAULT_PARAMS, exclude: Iterable[str] = (),
+              shared: tuple[str, ...] = ()) -> dict:
     """Fit calibration parameters per accelerator family; {family: fit_accelerator(...) result}.
 
     ``accelerators`` (ids or family names) defaults to every accelerator with records; ``exclude``
     lists record ids to leave out. With fewer than 2 records per parameter only
-    matmul_efficiency is fitted.
+    matmul_efficiency is fitted. ``shared`` fields (``SHARED_KIND``) are fitted once over the
+    families of their kind, together with each family's ``params`` (``fit_joint``).
     """
     params = check_params(tuple(params))
+    if shared:
+        return _calibrate_joint(records, accelerators, params, tuple(shared), exclude)
     skip = set(exclude)
     kept = [r for r in records if r["id"] not in skip and r["cluster"]["accelerator"] is not None]
     if accelerators is not None:
@@ -234,13 +283,41 @@ def calibrate(records: list[dict], accelerators: Iterable[str] | None = None,
     return out
 
 
+def _calibrate_joint(records, accelerators, params, shared, exclude) -> dict:
+    """``calibrate`` with shared fields: one joint fit, reported per family as ``fit_accelerator`` does."""
+    unknown = [s for s in shared if s not in SHARED_KIND]
+    if unknown or set(shared) & set(params):
+        raise InvalidArgumentError(f"--shared: {', '.join(shared)}: shared fields are {', '.join(SHARED_KIND)}, "
+                                   f"not also in --fit")
+    skip = set(exclude)
+    kept = [r for r in records if r["id"] not in skip and r["cluster"]["accelerator"] is not None]
+    if accelerators is not None:
+        wanted = set(accelerators)
+        kept = [r for r in kept if {r["cluster"]["accelerator"], family_of(r["cluster"]["accelerator"])} & wanted]
+    groups = {name: usable_problems(kept, name) for name in sorted({family_of(r["cluster"]["accelerator"]) for r in kept})}
+    fitted = fit_joint(groups, params, shared)
+    out = {}
+    for name, problems in groups.items():
+        if not problems:
+            out[name] = {"records": 0, "skipped_reason": "no usable records"}
+            continue
+        before, after = log_residuals(problems, {}), log_residuals(problems, fitted[name])
+        out[name] = {"records": len(problems), "accelerators": sorted({pr.cluster.accelerator.id for _, (pr, _), _ in problems}),
+                     "ids": [pid for pid, _, _ in problems], "fitted": fitted[name], "unconstrained": [],
+                     "at_bound": _at_bound(fitted[name]), "shared": [s for s in shared if s in fitted[name]],
+                     "before": error_stats(list(np.expm1(before))), "after": error_stats(list(np.expm1(after)))}
+    return out
+
+
 # ----------------------------------------------------------------------------- generalization
-def leave_one_source_out(records: list[dict], params: tuple[str, ...] = DEFAULT_PARAMS) -> dict:
+def leave_one_source_out(records: list[dict], params: tuple[str, ...] = DEFAULT_PARAMS,
+                         shared: tuple[str, ...] = ()) -> dict:
     """Leave-one-source-out: for each source family, fit the calibration (``params`` per accelerator
     family, as ``calibrate``) on every OTHER source's usable records and predict the held-out source.
 
     A family with fewer than 2 usable records in the other sources keeps the catalogue's values
-    (``calibration`` says which, per held-out source). Returns {"params", "count",
+    (``calibration`` says which, per held-out source). ``shared`` fields are refitted too, jointly over
+    the other sources' families of their kind (``fit_joint``). Returns {"params", "count",
     "median_abs_rel_error", "p90_abs_rel_error", "median_rel_error", "in_sample_median_abs_rel_error"
     (the same records, calibration fitted on all sources), "by_source": {source: error stats +
     "calibration": {family: how}}, "rel_errors": {id: LOSO rel error}}.
@@ -255,13 +332,17 @@ def leave_one_source_out(records: list[dict], params: tuple[str, ...] = DEFAULT_
     by_source: dict[str, dict] = {}
     for source in sorted({s for s, _, _ in items}):
         how: dict[str, str] = {}
+        joint = {}
+        if shared:
+            train_groups = {f: [p for s, g, p in items if s != source and g == f] for f in sorted({f for _, f, _ in items})}
+            joint = fit_joint({f: g for f, g in train_groups.items() if len(g) >= 2}, params, shared)
         for fam in sorted({f for s, f, _ in items if s == source}):
             held = [p for s, f, p in items if s == source and f == fam]
             train = [p for s, f, p in items if s != source and f == fam]
             fields: dict[str, float] = {}
             if len(train) >= 2:
-                chosen = chosen_params(params, len(train))
-                fields = fit_fields(train, chosen)[0]
+                chosen = chosen_params(params, len(train)) + tuple(s for s in shared if s in joint.get(fam, {}))
+                fields = joint[fam] if shared else fit_fields(train, chosen)[0]
                 others = len({s for s, f, _ in items if s != source and f == fam})
                 how[fam] = (f"{', '.join(chosen)} refit on {len(train)} records of {others} other "
                             f"source{'s' if others > 1 else ''}")
@@ -272,12 +353,14 @@ def leave_one_source_out(records: list[dict], params: tuple[str, ...] = DEFAULT_
         ids = {p[0] for s, _, p in items if s == source}
         by_source[source] = {**error_stats([rel[i] for i in ids if i in rel]), "calibration": how}
     in_sample: list[float] = []
-    for fam in sorted({f for _, f, _ in items}):
-        probs = [p for _, f, p in items if f == fam]
-        fields = fit_fields(probs, chosen_params(params, len(probs)))[0] if len(probs) >= 2 else {}
+    groups = {fam: [p for _, f, p in items if f == fam] for fam in sorted({f for _, f, _ in items})}
+    joint = fit_joint({f: g for f, g in groups.items() if len(g) >= 2}, params, shared) if shared else {}
+    for fam, probs in groups.items():
+        fields = (joint.get(fam, {}) if shared else
+                  fit_fields(probs, chosen_params(params, len(probs)))[0] if len(probs) >= 2 else {})
         in_sample += list(np.expm1(log_residuals(probs, fields)))
     overall = error_stats(list(rel.values()))
-    return {"params": list(params), **{k: overall[k] for k in ("count", "median_abs_rel_error", "p90_abs_rel_error",
+    return {"params": list(params) + list(shared), **{k: overall[k] for k in ("count", "median_abs_rel_error", "p90_abs_rel_error",
                                                                "median_rel_error")},
             "in_sample_median_abs_rel_error": error_stats(in_sample)["median_abs_rel_error"],
             "by_source": by_source, "rel_errors": rel}

@@ -53,8 +53,10 @@ is applied to every record:
     summary) and the Megatron-Core README benchmarks use Transformer Engine's pipelined TP overlap
     (NeMo "Communication Overlap": ``tp_comm_overlap``), and a record with ``layout.async_tp:
     true`` (torchtitan's asynchronous, micro-pipelined TP) pipelines its TP collectives with the
-    GEMMs too; ``Workload.tp_comm_overlap`` is on for these records, every other record keeps TP
-    on the critical path.
+    GEMMs too; ``Workload.tp_comm_overlap`` is on for these records. Every other record takes its
+    framework profile's choice (rule 14): MaxText on TPUs overlaps TP collectives by XLA's
+    continuation fusion (libtpu's default, and the flags of every MaxText v5p config), the GPU
+    frameworks keep TP on the critical path.
 12. A record the engine rejects (structural violation, unknown cluster shape) is skipped with
    the engine's message as the reason; nothing is dropped silently.
 13. What the engine cannot cost is skipped first, with the reason. A null where the engine needs
@@ -157,9 +159,12 @@ def ep_comm_overlap(record: dict) -> bool | None:
     return True if re.search(r"A2A_OVERLAP=1|overlap[-_]moe[-_]expert[-_]parallel[-_]comm", text) else None
 
 
-def tp_comm_overlap(record: dict) -> bool:
-    """Rule 11: NeMo and Megatron-Core (2024+) runs, and async-TP runs, overlap TP collectives with their GEMMs."""
-    return source_family(record) in TP_OVERLAP_SOURCES or record["layout"].get("async_tp") is True
+def tp_comm_overlap(record: dict) -> bool | None:
+    """Rule 11: NeMo and Megatron-Core (2024+) runs, and async-TP runs, overlap TP collectives with their GEMMs;
+    the others as their framework profile does (None)."""
+    if source_family(record) in TP_OVERLAP_SOURCES or record["layout"].get("async_tp") is True:
+        return True
+    return None
 
 
 def record_framework(record: dict, accelerator_kind: str) -> str:

@@ -40,7 +40,7 @@ from layoutsearch.validation.mapping import (  # noqa: F401  (re-exported: the m
     ACCELERATOR_ALIASES, ENGINE_NEEDS, MODEL_KEYS, POWER_RATING_W, RECOMPUTE, UNMODELLED_PRECISIONS, Mapped,
     fused_attention, mapping_notes, record_framework, record_to_problem, tp_comm_overlap,
     zero3_collectives_per_layer)
-from layoutsearch.validation.calibrate import DEFAULT_PARAMS, leave_one_source_out
+from layoutsearch.validation.calibrate import DEFAULT_PARAMS, DEFAULT_SHARED, leave_one_source_out
 from layoutsearch.costs import flops
 from layoutsearch.costs.flops import hardware_flops_per_token  # noqa: F401  (re-exported for the tests)
 from layoutsearch.core.errors import LayoutsearchError
@@ -152,7 +152,7 @@ def loso_block(records: list[dict], entries: list[dict], params: tuple[str, ...]
     An unforeseen failure of the fits is reported in the block (``error``), never raised.
     """
     try:
-        result = leave_one_source_out(records, params)
+        result = leave_one_source_out(records, params, DEFAULT_SHARED)
     except Exception as exc:  # noqa: BLE001 - the per-record results stand without the generalization block
         return {"params": list(params), "count": 0, "median_abs_rel_error": None, "p90_abs_rel_error": None,
                 "median_rel_error": None, "in_sample_median_abs_rel_error": None, "by_source": {},
