@@ -55,13 +55,18 @@ def main() -> None:
     cmd = "solve --model llama2-70b --cluster v5p-512 --seqs 2048 --seq-len 4096 --top 1"
     problem = Problem.build("llama2-70b", "v5p-512", build_workload(2048, 4096))
     published = estimate(problem, Layout(fsdp=512, num_microbatches=1, recompute="save_dot_except_mlpwi"))
+    best = cli_json(cmd)["layouts"][0]
+    verdict = ("**Met**: the winner is at or below the 72% target." if best["mfu"] <= 0.72 else
+               "**Open**: the winner stays above the 72% target.")
     out += ["## 2. llama2-70b on v5p-512 at 4 sequences per chip", "",
             f"- `{cmd}`: {winner(cmd)}",
             f"- MaxText's published setting (fsdp=512, no gradient accumulation, remat save_dot_except_mlpwi): "
             f"{published.step_time_s:.3f} s, MFU {published.mfu:.1%} (published: about 65%).",
-            "- **Open**: the winner stays above the 72% target. It trades gradient accumulation (4 microbatches) for "
-            "a light MaxText policy (minimal_with_context); the 16 MaxText v5p records of the dev set fit v5p's "
-            "defaults (median 4%), so nothing in them lowers it without tuning to this case.", ""]
+            f"- {verdict} v5p's matmul efficiency was an uncalibrated 0.85; it is now fitted on the 16 MaxText v5p "
+            "records (0.753) with their TP collectives pipelined with the matmuls, as XLA's continuation fusion runs "
+            "them (libtpu's default, and the flags of every MaxText v5p config: the maxtext profile on TPUs). Before, "
+            "those records' exposed TP time (tp=4 to 16) stood in for the lower matmul rate, so a TP-free winner "
+            "got the higher one (78.9% MFU).", ""]
 
     doc = cli_json("solve --model llama70b --cluster v5p-8192 --top 1")
     rec = doc["layouts"][0]
@@ -69,9 +74,12 @@ def main() -> None:
     out += ["## 3. The main job's ZeRO-2 reduce-scatter and shared links", "",
             f"- `solve --model llama70b --cluster v5p-8192`: {layout_text(rec)}",
             f"- Exposed: TP {t['exposed_comm/tp']:.4f} s, CP {t['exposed_comm/cp']:.4f} s, ZeRO "
-            f"{t['exposed_comm/zero']:.4f} s. The gradient reduce-scatter now shares its window with the hidden TP "
-            "and CP traffic of the same backward on the links they have in common (`terms.reduction_link_traffic`) "
-            "and still fits: the winner is unchanged, its time now includes the CP ring's unhidden hop latency.", ""]
+            f"{t['exposed_comm/zero']:.4f} s. The gradient reduce-scatter shares its window with the hidden TP "
+            "and CP traffic of the same backward on the links they have in common (`terms.reduction_link_traffic`). "
+            "The winner keeps no replicated weights now: with MaxText's TP pipelined with the matmuls on ICI "
+            "(continuation fusion) tp=8 inside a z ring of the torus beats cp, and ZeRO-1 shards the optimizer state "
+            "over the 1024-way group. TPU collectives cost no compute while hidden (overlap_interference 0: DMA engines).",
+            ""]
 
     cmd = "solve --model llama3-8b --cluster h100-64 --seqs 256 --top 3"
     cps, enum = cli_json(cmd)["layouts"], cli_json(cmd + " --method enumerate")["layouts"]
@@ -86,8 +94,10 @@ def main() -> None:
     out += ["## 5. Ranking: the BLOOM sweep", "",
             "See `results/validation.md` (ranking section and leave-one-source-out table)."
             + (f" BLOOM sweep Spearman rho {found.group(1)}." if found else ""),
-            "- **Open**: the target is 0.6. The misses are a pp=2 layout measured 18% slower than predicted and "
-            "microbatch-size pairs whose measured order the model reverses.", ""]
+            "- **Open**: the target is 0.6 (0.34 before hidden collectives were charged the compute they slow). The "
+            "misses are the runs at 2 sequences per microbatch, measured about 50 ms per microbatch and stage slower "
+            "than modelled (DeepSpeed's pipeline engine of 2022), and a pp=2 layout whose 24-way gradient reduction "
+            "over OmniPath is longer than modelled; the other layouts lie within the model's noise of one another.", ""]
 
     problem = Problem.build("llama3-405b", "h100-16384", build_workload(2048, 8192))
     meta = estimate(problem, Layout(fsdp=128, tp=8, pp=16, zero_stage=2, virtual_stages=4, schedule="interleaved",
