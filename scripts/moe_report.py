@@ -35,7 +35,8 @@ CASES = [
 ]
 TERMS = ("compute/matmul", "compute/attention", "compute/recompute", "compute/elementwise", "compute/logits",
          "compute/moe_fixed", "exposed_comm/tp", "exposed_comm/cp", "exposed_comm/ep", "exposed_comm/fsdp",
-         "exposed_comm/zero", "exposed_comm/dp", "exposed_comm/pp", "bubble", "overhead/microbatch", "step")
+         "exposed_comm/zero", "exposed_comm/dp", "exposed_comm/pp", "exposed_comm/interference", "bubble",
+         "overhead/microbatch", "step")
 
 
 def _degrees(lay: Layout) -> str:

@@ -70,9 +70,10 @@ def test_the_ideal_profile_hides_the_all_to_all_behind_the_layer():
     lay = Layout(fsdp=16, ep=8, zero_stage=1, num_microbatches=4, axes=NODE + (("ep", (("node", 8),)),))
     est = estimate(problem, lay)
     megatron = estimate(_mixtral(), lay)
-    eta = problem.cluster.accelerator.overlap_interference  # hidden, each second still slows the layer by eta
-    assert est.time_s["exposed_comm/ep"] < (eta + 0.1) * megatron.time_s["exposed_comm/ep"]
-    assert est.time_s["exposed_comm/ep"] > eta * 0.9 * megatron.time_s["exposed_comm/ep"]
+    assert est.time_s["exposed_comm/ep"] < 0.1 * megatron.time_s["exposed_comm/ep"]
+    # hidden, each second still slows the layer beside it (overlap_interference), itemised as interference
+    eta = problem.cluster.accelerator.overlap_interference
+    assert est.time_s["exposed_comm/interference"] >= eta * 0.9 * megatron.time_s["exposed_comm/ep"]
 
 
 # ----------------------------------------------------------------------------- memory and FLOPs

@@ -89,7 +89,7 @@ def _estimate_placed(problem: Problem, layout: Layout, mfu_convention: str, viol
     t = _step_terms(problem, key, stages)
     parts = step.step_parts(t, step.slowest_stage(t))
     slow = int(step.stage_total(t, 1) > step.stage_total(t, 0))
-    times = _itemise(layout, stages[slow], step.stage_items(t, slow), parts, key.mult, t)
+    times = _itemise(layout, stages[slow], stages[0], step.stage_items(t, slow), parts, key.mult, t)
     big = max((0, 1), key=lambda s: stages[s]["peak"][1])
     peak_name, peak_bytes = stages[big]["peak"]
     moment = stages[big]["moments"][peak_name]
@@ -201,18 +201,36 @@ def _step_terms(problem: Problem, key: _Keys, stages: list[dict]) -> dict:
     }
 
 
-def _itemise(layout: Layout, slow: dict, stage_items: dict, parts: dict, mult: float, t: dict) -> dict:
+def _interference_per_microbatch(slow: dict, first: dict, mult: float, t: dict) -> dict:
+    """Of each group's per-microbatch item in ``step.stage_items``, the compute its hidden collectives slow
+    (``terms.interference``): the same sources, stage by stage, as the items themselves."""
+    lost = {"exposed_comm/tp": _scalar(slow["tp"]["lost"]) + t["tp_rerun"] * _scalar(first["tp"]["rerun_lost"]),
+            "exposed_comm/cp": _scalar(first["cp"]["lost"]) + t["cp_rerun"] * _scalar(first["cp"]["rerun_lost"]),
+            "exposed_comm/ep": _scalar(slow["ep"]["lost"]) + t["ep_rerun"] * _scalar(first["ep"]["rerun_lost"]),
+            "exposed_comm/fsdp": t["z3"] * (_scalar(slow["fsdp_fixed"]["lost"])
+                                            + t["ETA"] * min(t["X"], t["Y"]) / mult)}
+    return {name: value for name, value in lost.items() if value}
+
+
+def _itemise(layout: Layout, slow: dict, first: dict, stage_items: dict, parts: dict, mult: float, t: dict) -> dict:
     """time_s: the step formula's parts, with the slowest stage's per-step time split into its
-    compute items (x K), exposed collectives (x K), microbatch overhead (x K) and the bubble."""
+    compute items (x K), exposed collectives (x K), microbatch overhead (x K) and the bubble; what hidden
+    collectives cost the compute beside them is ``exposed_comm/interference``, not their group's item."""
     kk = layout.num_microbatches
     per_mb = {**slow["compute"], "overhead/microbatch": slow["overhead"],
               **{name: v / mult for name, v in stage_items.items() if name != "stage/compute"}}
+    lost = _interference_per_microbatch(slow, first, mult, t)
+    for name, value in lost.items():
+        per_mb[name] -= value
+    per_mb["exposed_comm/interference"] = sum(lost.values())
     times = {name: kk * v for name, v in per_mb.items()}
     times["bubble"] = (mult - kk) * sum(per_mb.values())
     for name, value in parts.items():
         if name not in ("stage", "exposed_comm/reduce", "exposed_comm/zero_gather"):
             times[name] = _scalar(value)
-    times.update(_split_reductions(t, _scalar(parts["exposed_comm/reduce"]), _scalar(parts["exposed_comm/zero_gather"])))
+    for name, value in _split_reductions(t, _scalar(parts["exposed_comm/reduce"]),
+                                         _scalar(parts["exposed_comm/zero_gather"])).items():
+        times[name] = times.get(name, 0.0) + value
     out = {prefix: sum(v for name, v in times.items() if name.startswith(prefix + "/"))
            for prefix in ("compute", "exposed_comm", "overhead")}
     out["bubble"] = times.pop("bubble")
@@ -224,14 +242,18 @@ def _split_reductions(t: dict, exposed: float, gather_exposed: float) -> dict:
     """The exposed once-per-step reductions by group: the window hides them in order (ZeRO
     reduce-scatter, DP all-reduce, KV-replica all-reduce), the rest is each group's share."""
     out, budget = {}, max(0.0, t["WIN"] - t["RCON"])  # what the TP and CP traffic on those links leave free
-    # the compute each hidden second of them slows (overlap_interference; costs.step.unhidden)
+    # the compute each hidden second of them slows (overlap_interference; costs.step.unhidden), as its own item
     loss_rate, keep = (t["REDI"] / t["RED"] if t["RED"] else 0.0), step.unhidden(1.0, t["ETA_PCT"])
+    out["exposed_comm/interference"] = 0.0
     for name in ("zero", "dp", "kv_replica"):
         seconds = _scalar(t["steps"]["reduce/" + name])
         beyond = max(0.0, seconds - budget)
-        out["exposed_comm/" + name] = keep * beyond + loss_rate * seconds
+        out["exposed_comm/" + name] = beyond
+        out["exposed_comm/interference"] += loss_rate * seconds - (1.0 - keep) * beyond
         budget = max(0.0, budget - seconds)
-    out["exposed_comm/zero"] += gather_exposed
+    gather_beyond = max(0.0, t["GATH"] - t["FWD"])
+    out["exposed_comm/zero"] += gather_beyond
+    out["exposed_comm/interference"] += gather_exposed - gather_beyond
     assert abs(sum(out.values()) - exposed - gather_exposed) <= 1e-9 * max(1.0, exposed + gather_exposed)
     return out
 

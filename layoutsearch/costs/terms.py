@@ -225,7 +225,7 @@ def ep_per_microbatch(model: ModelSpec, workload: Workload, acc: Accelerator, sh
     least the latency stays)."""
     if model.moe is None:
         zero = 0.0 * tokens_per_microbatch(workload, sh, k)
-        return {"base": zero, "rerun": zero, "a2a": zero, "payload": zero}
+        return {"base": zero, "rerun": zero, "lost": zero, "rerun_lost": zero, "a2a": zero, "payload": zero}
     m = tokens_per_microbatch(workload, sh, k)
     half = acc.collective_half_efficiency_bytes
     payload = m / sh.tp * model.moe.top_k * model.d_model * workload.activation_bytes
@@ -246,11 +246,13 @@ def ep_per_microbatch(model: ModelSpec, workload: Workload, acc: Accelerator, sh
         latency = 2 * np.where(co.ep.members > 1, co.ep.latency_s, 0.0)
         fwd = np.maximum(latency, per_pass - fwd_layer)
         bwd = np.maximum(latency, per_pass - 2 * fwd_layer)
-        fwd, bwd = fwd + interference(acc, per_pass - fwd), bwd + interference(acc, per_pass - bwd)
+        lost_fwd, lost_bwd = interference(acc, per_pass - fwd), interference(acc, per_pass - bwd)
     else:
-        fwd, bwd = per_pass, per_pass
+        fwd, bwd, lost_fwd, lost_bwd = per_pass, per_pass, 0.0, 0.0
     layers = layers_per_stage(model, sh)
-    return {"base": layers * share * (fwd + bwd), "rerun": layers * share * fwd, "a2a": a2a, "payload": payload}
+    return {"base": layers * share * (fwd + bwd + lost_fwd + lost_bwd), "rerun": layers * share * (fwd + lost_fwd),
+            "lost": layers * share * (lost_fwd + lost_bwd), "rerun_lost": layers * share * lost_fwd,
+            "a2a": a2a, "payload": payload}
 
 
 def interference(acc: Accelerator, hidden_s):
@@ -295,6 +297,7 @@ def tp_per_microbatch(model: ModelSpec, workload: Workload, acc: Accelerator, sh
     hidden_fwd, hidden_bwd = 2 * unit - forward, 2 * unit - backward
     lost_fwd, lost_bwd = interference(acc, hidden_fwd), interference(acc, hidden_bwd)
     return {"base": layers * (forward + backward + lost_fwd + lost_bwd) + loss, "rerun": layers * (forward + lost_fwd),
+            "lost": layers * (lost_fwd + lost_bwd), "rerun_lost": layers * lost_fwd,
             "unit": unit, "hidden_fwd_layer": hidden_fwd, "hidden_bwd_layer": hidden_bwd}
 
 
@@ -325,9 +328,10 @@ def cp_per_microbatch(model: ModelSpec, workload: Workload, acc: Accelerator, sh
     fwd = np.maximum(sync, t_kv - attn_fwd_layer)
     bwd = np.maximum(2 * sync, 2 * t_kv - 2 * attn_fwd_layer)
     hidden_fwd, hidden_bwd = np.maximum(0.0, t_kv - fwd), np.maximum(0.0, 2 * t_kv - bwd)
-    fwd, bwd = fwd + interference(acc, hidden_fwd), bwd + interference(acc, hidden_bwd)
+    lost_fwd, lost_bwd = interference(acc, hidden_fwd), interference(acc, hidden_bwd)
     layers = layers_per_stage(model, sh)
-    return {"base": layers * (fwd + bwd), "rerun": layers * fwd, "t_kv": t_kv,
+    return {"base": layers * (fwd + bwd + lost_fwd + lost_bwd), "rerun": layers * (fwd + lost_fwd),
+            "lost": layers * (lost_fwd + lost_bwd), "rerun_lost": layers * lost_fwd, "t_kv": t_kv,
             "hidden_fwd_layer": hidden_fwd, "hidden_bwd_layer": hidden_bwd}
 
 
@@ -397,10 +401,11 @@ def fsdp_exposed_fixed(model: ModelSpec, acc: Accelerator, sh: Shapes, fc: dict,
     layers = layers_per_stage(model, sh, last)
     exposed = np.maximum(0.0, fc["gather_layer"] + link_busy_fwd_layer - fwd_window_layer)
     hidden = np.maximum(0.0, fc["gather_layer"] - exposed)
-    forward = layers * (exposed + interference(acc, hidden)) + fc["gather_layer"]
+    lost_forward = layers * interference(acc, hidden)
     vocab_exposed = np.maximum(0.0, fc["vocab"] - logits_window)
-    vocab = _f(holds_vocab) * (vocab_exposed + interference(acc, fc["vocab"] - vocab_exposed))
-    return {"forward": forward, "vocab": vocab}
+    lost_vocab = _f(holds_vocab) * interference(acc, fc["vocab"] - vocab_exposed)
+    return {"forward": layers * exposed + fc["gather_layer"] + lost_forward,
+            "vocab": _f(holds_vocab) * vocab_exposed + lost_vocab, "lost": lost_forward + lost_vocab}
 
 
 
