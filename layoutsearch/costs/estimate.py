@@ -89,7 +89,7 @@ def _estimate_placed(problem: Problem, layout: Layout, mfu_convention: str, viol
     t = _step_terms(problem, key, stages)
     parts = step.step_parts(t, step.slowest_stage(t))
     slow = int(step.stage_total(t, 1) > step.stage_total(t, 0))
-    times = _itemise(layout, stages[slow], stages[0], step.stage_items(t, slow), parts, key.mult, t)
+    times = _itemise(layout, stages[slow], step.stage_items(t, slow), parts, key.mult, t)
     big = max((0, 1), key=lambda s: stages[s]["peak"][1])
     peak_name, peak_bytes = stages[big]["peak"]
     moment = stages[big]["moments"][peak_name]
@@ -178,12 +178,22 @@ def _step_terms(problem: Problem, key: _Keys, stages: list[dict]) -> dict:
     work = memory.recompute_arrays(model)
     return {
         "A": [mult * (sum(s["compute"].values()) + s["overhead"]) for s in stages],
-        "TP": [mult * _scalar(s["tp"]["base"]) for s in stages],
-        "TPF": mult * _scalar(first["tp"]["rerun"]),
-        "CP": mult * _scalar(first["cp"]["base"]), "CPF": mult * _scalar(first["cp"]["rerun"]),
-        "EP": [mult * _scalar(s["ep"]["base"]) for s in stages], "EPF": mult * _scalar(first["ep"]["rerun"]),
+        # each group's exposed part, and apart from it (step.LOST) the compute its hidden part slows
+        "TP": [mult * _scalar(s["tp"]["base"] - s["tp"]["lost"]) for s in stages],
+        "TPL": [mult * _scalar(s["tp"]["lost"]) for s in stages],
+        "TPF": mult * _scalar(first["tp"]["rerun"] - first["tp"]["rerun_lost"]),
+        "TPFL": mult * _scalar(first["tp"]["rerun_lost"]),
+        "CP": mult * _scalar(first["cp"]["base"] - first["cp"]["lost"]), "CPL": mult * _scalar(first["cp"]["lost"]),
+        "CPF": mult * _scalar(first["cp"]["rerun"] - first["cp"]["rerun_lost"]),
+        "CPFL": mult * _scalar(first["cp"]["rerun_lost"]),
+        "EP": [mult * _scalar(s["ep"]["base"] - s["ep"]["lost"]) for s in stages],
+        "EPL": [mult * _scalar(s["ep"]["lost"]) for s in stages],
+        "EPF": mult * _scalar(first["ep"]["rerun"] - first["ep"]["rerun_lost"]),
+        "EPFL": mult * _scalar(first["ep"]["rerun_lost"]),
         "ep_rerun": float(work["moe"][int(_scalar(key.r))]),
-        "FX": [mult * _scalar(s["fsdp_fixed"]["forward"] + s["fsdp_fixed"]["vocab"]) for s in stages],
+        "FX": [mult * _scalar(s["fsdp_fixed"]["forward"] + s["fsdp_fixed"]["vocab"] - s["fsdp_fixed"]["lost"])
+               for s in stages],
+        "FXL": [mult * _scalar(s["fsdp_fixed"]["lost"]) for s in stages],
         "X": mult * layers * _scalar(first["fsdp"]["gather_layer"] + first["fsdp"]["reduce_layer"]
                                      + first["link_busy"]["bwd"]),
         "Y": mult * layers * _scalar(first["windows"]["window/bwd_layer"]), "ETA": acc.overlap_interference,
@@ -201,28 +211,13 @@ def _step_terms(problem: Problem, key: _Keys, stages: list[dict]) -> dict:
     }
 
 
-def _interference_per_microbatch(slow: dict, first: dict, mult: float, t: dict) -> dict:
-    """Of each group's per-microbatch item in ``step.stage_items``, the compute its hidden collectives slow
-    (``terms.interference``): the same sources, stage by stage, as the items themselves."""
-    lost = {"exposed_comm/tp": _scalar(slow["tp"]["lost"]) + t["tp_rerun"] * _scalar(first["tp"]["rerun_lost"]),
-            "exposed_comm/cp": _scalar(first["cp"]["lost"]) + t["cp_rerun"] * _scalar(first["cp"]["rerun_lost"]),
-            "exposed_comm/ep": _scalar(slow["ep"]["lost"]) + t["ep_rerun"] * _scalar(first["ep"]["rerun_lost"]),
-            "exposed_comm/fsdp": t["z3"] * (_scalar(slow["fsdp_fixed"]["lost"])
-                                            + t["ETA"] * min(t["X"], t["Y"]) / mult)}
-    return {name: value for name, value in lost.items() if value}
-
-
-def _itemise(layout: Layout, slow: dict, first: dict, stage_items: dict, parts: dict, mult: float, t: dict) -> dict:
+def _itemise(layout: Layout, slow: dict, stage_items: dict, parts: dict, mult: float, t: dict) -> dict:
     """time_s: the step formula's parts, with the slowest stage's per-step time split into its
     compute items (x K), exposed collectives (x K), microbatch overhead (x K) and the bubble; what hidden
     collectives cost the compute beside them is ``exposed_comm/interference``, not their group's item."""
     kk = layout.num_microbatches
     per_mb = {**slow["compute"], "overhead/microbatch": slow["overhead"],
               **{name: v / mult for name, v in stage_items.items() if name != "stage/compute"}}
-    lost = _interference_per_microbatch(slow, first, mult, t)
-    for name, value in lost.items():
-        per_mb[name] -= value
-    per_mb["exposed_comm/interference"] = sum(lost.values())
     times = {name: kk * v for name, v in per_mb.items()}
     times["bubble"] = (mult - kk) * sum(per_mb.values())
     for name, value in parts.items():

@@ -8,7 +8,7 @@ one integer variable per ``max(0, hidden - window)`` (the only non-linear piece)
 Terms (all seconds per step, or quanta in the tables; "st" = stage 0 first, 1 last):
 
     stage[st] = A[st] + TP[st] + CP + EP[st] + tp_rerun TPF + cp_rerun CPF + ep_rerun EPF
-                + z3 (FX[st] + max(0, X - Y) + ETA min(X, Y))
+                + z3 (FX[st] + max(0, X - Y) + ETA min(X, Y)) + the LOST parts where given apart
     step      = max_st stage[st] + unhidden(max(0, RED + RCON - WIN)) + REDI + unhidden(max(0, GATH - FWD)) + GATHI
                 + PP + OPT + STEP0,  unhidden(e) = e - ETA e (floor(ETA_PCT e / 100) in integer quanta)
 
@@ -50,17 +50,28 @@ def unhidden(exposed, eta_pct: int):
     return exposed * (1.0 - eta_pct / 100.0)
 
 
+# The interference parts of the per-microbatch groups (costs.terms: each term's 'lost'), given apart by
+# estimate() to itemise them; the search's tables fold them into their groups' terms (the same sum).
+LOST = ("TPL", "TPFL", "CPL", "CPFL", "EPL", "EPFL", "FXL")
+
+
 def stage_items(t: dict, st: int) -> dict:
     """The parts of stage ``st``'s time per step (floats or integer arrays; ``t`` holds the terms)."""
+    lost = {name: t.get(name, 0.0) for name in LOST}
+    per_stage = {name: (value[st] if isinstance(value, list) else value) for name, value in lost.items()}
     items = {
         "stage/compute": t["A"][st],
         "exposed_comm/tp": t["TP"][st] + t["tp_rerun"] * t["TPF"],
         "exposed_comm/cp": t["CP"] + t["cp_rerun"] * t["CPF"],
-        "exposed_comm/fsdp": t["z3"] * (t["FX"][st] + np.maximum(0, t["X"] - t["Y"])
-                                        + t["ETA"] * np.minimum(t["X"], t["Y"])),
+        "exposed_comm/fsdp": t["z3"] * (t["FX"][st] + np.maximum(0, t["X"] - t["Y"])),
+        "exposed_comm/interference": (per_stage["TPL"] + t["tp_rerun"] * per_stage["TPFL"] + per_stage["CPL"]
+                                      + t["cp_rerun"] * per_stage["CPFL"]
+                                      + t["z3"] * (per_stage["FXL"] + t["ETA"] * np.minimum(t["X"], t["Y"]))),
     }
     if t.get("EP") is not None:  # the search leaves the expert terms out of a dense model's tables (all zero)
         items["exposed_comm/ep"] = t["EP"][st] + t["ep_rerun"] * t["EPF"]
+        items["exposed_comm/interference"] = (items["exposed_comm/interference"] + per_stage["EPL"]
+                                              + t["ep_rerun"] * per_stage["EPFL"])
     return items
 
 
