@@ -681,6 +681,29 @@ def test_calibration_fits_a_few_fractions_per_family(runs, tmp_path):
         assert "(5 records, family a100)" in path.read_text()
 
 
+def test_a_shared_field_is_fitted_once_over_the_gpu_families(runs):
+    """Records of two GPU families built with their own matmul efficiencies and one overlap_interference:
+    the joint fit (calibrate --shared) gives both families that one value back, and each its own matmul;
+    a field that is not shareable, or also in --fit, is refused."""
+    a100 = ["fmsfsdp-a100-llama2-7b-128gpu", "llmfoundry-mpt-a100-40g-7b-seq2048-128gpu-mbs18-ga1",
+            "llmfoundry-mpt-a100-40g-7b-seq8192-8gpu-mbs3-ga4", "megatron2021-table1-18-4b"]
+    h100 = ["llmfoundry-mpt-h100-13b-seq2048-8gpu-mbs2-ga1", "dgxc-h100-llama3-1-8b-bf16-64gpu",
+            "megatron-core-h100-2024-32b", "llmfoundry-mpt-h100-7b-seq4096-8gpu-mbs16-ga2"]
+    records = (synthetic(runs, a100, matmul_efficiency=0.7, overlap_interference=0.25)
+               + synthetic(runs, h100, matmul_efficiency=0.6, overlap_interference=0.25))
+    result = calibrate(records, params=("matmul_efficiency",), shared=("overlap_interference",))
+    assert set(result) == {"a100", "h100-class"}
+    assert result["a100"]["fitted"]["overlap_interference"] == result["h100-class"]["fitted"]["overlap_interference"] \
+        == pytest.approx(0.25, abs=0.011)  # rounded to 0.01, the resolution the step tables count it in
+    assert result["a100"]["fitted"]["matmul_efficiency"] == pytest.approx(0.7, rel=0.01)
+    assert result["h100-class"]["fitted"]["matmul_efficiency"] == pytest.approx(0.6, rel=0.01)
+    assert result["a100"]["shared"] == ["overlap_interference"]
+    for params, shared in ((("matmul_efficiency",), ("step_overhead_s",)),
+                           (("overlap_interference",), ("overlap_interference",))):
+        with pytest.raises(InvalidArgumentError, match="shared fields are overlap_interference"):
+            calibrate(records, params=params, shared=shared)
+
+
 def test_leave_one_source_out_recovers_a_shared_truth(runs):
     """Three H100 sources built with one calibration: each held-out source is predicted from the others'
     fit to within 1%; a family no other source covers keeps the catalogue's values (said per source)."""
@@ -869,3 +892,8 @@ def test_calibrate_cli_writes_only_when_asked(tmp_path, capsys):
     assert (catalogue_dir("hardware") / "a100-40gb.yaml").read_text() == before
     code, _, err = cli(["calibrate", str(path), "--fit", "matmul_eficiency"], capsys)
     assert code == 2 and "did you mean 'matmul_efficiency'" in err
+    code, _, err = cli(["calibrate", str(path), "--shared", "overlap_interferance"], capsys)
+    assert code == 2 and "--shared: unknown field 'overlap_interferance'" in err and len(err.strip().splitlines()) == 1
+    code, out, _ = cli(["calibrate", str(path), "--fit", "matmul_efficiency", "--shared", "overlap_interference"], capsys)
+    assert code == 0 and "overlap_interference" in out
+    assert (catalogue_dir("hardware") / "a100-40gb.yaml").read_text() == before

@@ -7,7 +7,10 @@ efficiency; never one per record) are fitted by least squares on r_i = log(predi
 measured_i) over that family's usable records: mapped by ``mapping.record_to_problem`` (not
 skipped), not out of memory, with a measured throughput. The residual is symmetric in over- and
 under-prediction. Every member of a family gets the same fitted values; a family with fewer
-than 2 records per parameter gets matmul_efficiency only.
+than 2 records per parameter gets matmul_efficiency only. A shared field (``SHARED_KIND``:
+``overlap_interference``, the compute a hidden collective slows, one effect of the communication
+library on every GPU) is fitted once over the families of its accelerator kind, jointly with each
+family's own fields (``fit_joint``; ``calibrate --shared``): fitted per family it is not identified.
 
 Method: Levenberg-Marquardt with forward-difference Jacobians in an unbounded parameterisation
 (efficiencies e = lo + (hi - lo) sigmoid(u) inside (0.2, 1.0]; overheads and half-efficiency
