@@ -39,7 +39,7 @@ from layoutsearch.export import check_export, context_for, export_document
 from layoutsearch.export.megatron import eval_layer_freq, moe_layer_freq, parse_args
 
 from test_export import exported, solve_doc
-from test_frameworks import custom_doc, maxtext_python
+from test_frameworks import custom_doc, maxtext_python, maxtext_script
 
 DSV3 = solve_doc("deepseek-v3", "h100-2048", 15360, 4096,
                  Layout(fsdp=64, pp=16, cp=2, ep=8, zero_stage=2, num_microbatches=240, recompute="selective",
@@ -801,33 +801,22 @@ def test_torchtitan_builds_the_engine_moe_model(case, tmp_path):
 
 
 # ----------------------------------------------------------------------------- frameworks: MaxText
-MAXTEXT_MOE = textwrap.dedent("""
-    import json, os, sys
-    os.environ["XLA_FLAGS"] = "--xla_force_host_platform_device_count=8"
-    os.environ["JAX_PLATFORMS"] = "cpu"
+MAXTEXT_MOE = maxtext_script("""
     import jax
     from flax.core.spmd import logical_axis_rules
-    from maxtext.configs import pyconfig
     from maxtext.utils import max_utils, maxtext_utils, model_creation_utils
-    out = []
-    for path in sys.argv[1:]:
-        try:
-            cfg = pyconfig.initialize(["", path, "hardware=cpu", "skip_jax_distributed_system=true",
-                                       "run_name=layoutsearch-test", "enable_checkpointing=false"])
-            mesh = maxtext_utils.get_mesh_from_config(cfg)
-            # get_abstract_param leaves its logical-axis-rules context before jax.eval_shape runs; training runs
-            # inside one, so the shapes are evaluated inside one here too
-            with mesh, logical_axis_rules(cfg.logical_axis_rules):
-                abstract = maxtext_utils.get_abstract_param(model_creation_utils.create_model(cfg, mesh), cfg)["params"]
-            shapes = {"/".join(str(getattr(k, "key", k)) for k in p).removesuffix("/.value"): list(leaf.shape)
-                      for p, leaf in jax.tree_util.tree_leaves_with_path(abstract)}
-            out.append({"params": max_utils.calculate_num_params_from_pytree(abstract), "shapes": shapes,
-                        "mesh": dict(zip(cfg.mesh_axes, mesh.devices.shape)), "experts": cfg.num_experts,
-                        "global": cfg.global_batch_size_to_train_on})
-        except Exception as exc:
-            out.append({"error": f"{type(exc).__name__}: {exc}"})
-    print("RESULT " + json.dumps(out))
-""")
+    """, """
+    mesh = maxtext_utils.get_mesh_from_config(cfg)
+    # get_abstract_param leaves its logical-axis-rules context before jax.eval_shape runs; training runs
+    # inside one, so the shapes are evaluated inside one here too
+    with mesh, logical_axis_rules(cfg.logical_axis_rules):
+        abstract = maxtext_utils.get_abstract_param(model_creation_utils.create_model(cfg, mesh), cfg)["params"]
+    shapes = {"/".join(str(getattr(k, "key", k)) for k in p).removesuffix("/.value"): list(leaf.shape)
+              for p, leaf in jax.tree_util.tree_leaves_with_path(abstract)}
+    out.append({"params": max_utils.calculate_num_params_from_pytree(abstract), "shapes": shapes,
+                "mesh": dict(zip(cfg.mesh_axes, mesh.devices.shape)), "experts": cfg.num_experts,
+                "global": cfg.global_batch_size_to_train_on})
+    """)
 
 
 @pytest.mark.frameworks

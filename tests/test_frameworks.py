@@ -435,24 +435,35 @@ def test_torchtitan03_trainer_needs_cuda(tmp_path):
 
 
 # ----------------------------------------------------------------------------- MaxText (separate interpreter)
-MAXTEXT_LOADER = textwrap.dedent("""
-    import json, os, sys
-    os.environ["XLA_FLAGS"] = "--xla_force_host_platform_device_count=8"
-    os.environ["JAX_PLATFORMS"] = "cpu"
-    from maxtext.configs import pyconfig
+def maxtext_script(imports: str, body: str) -> str:
+    """A script for MaxText's interpreter: each override file named on its command line is loaded by pyconfig
+    on 8 CPU devices (``cfg``), then ``body`` appends what it reads to ``out``; an exception is that file's
+    ``error``; the last line is RESULT and the JSON list."""
+    return textwrap.dedent("""
+        import json, os, sys
+        os.environ["XLA_FLAGS"] = "--xla_force_host_platform_device_count=8"
+        os.environ["JAX_PLATFORMS"] = "cpu"
+        from maxtext.configs import pyconfig
+        """) + textwrap.dedent(imports) + textwrap.dedent("""
+        out = []
+        for path in sys.argv[1:]:
+            try:
+                cfg = pyconfig.initialize(["", path, "hardware=cpu", "skip_jax_distributed_system=true",
+                                           "run_name=layoutsearch-test", "enable_checkpointing=false"])
+        """) + textwrap.indent(textwrap.dedent(body), " " * 8) + textwrap.dedent("""
+            except Exception as exc:
+                out.append({"error": f"{type(exc).__name__}: {exc}"})
+        print("RESULT " + json.dumps(out))
+        """)
+
+
+MAXTEXT_LOADER = maxtext_script("""
     from maxtext.utils import maxtext_utils
-    out = []
-    for path in sys.argv[1:]:
-        try:
-            cfg = pyconfig.initialize(["", path, "hardware=cpu", "skip_jax_distributed_system=true",
-                                       "run_name=layoutsearch-test", "enable_checkpointing=false"])
-            mesh = maxtext_utils.create_device_mesh(cfg)
-            out.append({"mesh": dict(zip(cfg.mesh_axes, mesh.shape)), "global": cfg.global_batch_size_to_train_on,
-                        "accumulation": cfg.gradient_accumulation_steps, "remat": cfg.remat_policy})
-        except Exception as exc:
-            out.append({"error": f"{type(exc).__name__}: {exc}"})
-    print("RESULT " + json.dumps(out))
-""")
+    """, """
+    mesh = maxtext_utils.create_device_mesh(cfg)
+    out.append({"mesh": dict(zip(cfg.mesh_axes, mesh.shape)), "global": cfg.global_batch_size_to_train_on,
+                "accumulation": cfg.gradient_accumulation_steps, "remat": cfg.remat_policy})
+    """)
 
 
 def maxtext_python() -> str:

@@ -262,6 +262,19 @@ def interference(acc: Accelerator, hidden_s):
     return acc.overlap_interference * hidden_s
 
 
+def interference_pct(acc: Accelerator) -> int:
+    """``overlap_interference`` in percent: how the step formula's integer path counts it (costs.step.unhidden)."""
+    return round(100 * acc.overlap_interference)
+
+
+def step_interference(acc: Accelerator, steps: dict) -> dict:
+    """The compute the once-per-step collectives of ``step_collectives`` slow, charged on all their time
+    (costs.step.EXPOSED takes it off again for what does not hide): 'REDI' the reductions, 'GATHI' the
+    ZeRO-1/2 gather of updated weights."""
+    reduce = steps["reduce/zero"] + steps["reduce/dp"] + steps["reduce/kv_replica"]
+    return {"REDI": interference(acc, reduce), "GATHI": interference(acc, steps["gather/zero"])}
+
+
 def attention_efficiency(workload: Workload, acc: Accelerator) -> float:
     """The fused attention kernel's fraction of peak: the vendor's (cuDNN / Transformer Engine) where
     the framework profile uses it and the accelerator has a figure for it, else the portable

@@ -37,7 +37,7 @@ class Tables:
     capacity_kib: int
     step0: int  # fixed per-step overhead, quanta
     eta: float  # compute lost per hidden collective second (Accelerator.overlap_interference)
-    eta_pct: int  # the same in percent (the catalogue holds it to 0.01)
+    eta_pct: int  # the same in percent (terms.interference_pct: the catalogue holds it to 0.01)
     # (S,K) x r
     A: np.ndarray  # [sk, r, st]
     Y: np.ndarray  # [sk, r]
@@ -161,7 +161,7 @@ def build_tables(space: Space) -> Tables:
     nr = len(codes)
     tables = Tables(
         quantum_s=quantum, capacity_kib=int(capacity_bytes(space.cluster, workload) // KIB), step0=int(q(acc.step_overhead_s)),
-        eta=acc.overlap_interference, eta_pct=round(100 * acc.overlap_interference),
+        eta=acc.overlap_interference, eta_pct=terms.interference_pct(acc),
         A=q(np.stack(a, axis=-1)).reshape(n_sk, nr, 2), Y=q(y).reshape(n_sk, nr), WIN=q(win).reshape(n_sk, nr),
         FWD=q(fwd),
         MB=kib(np.stack([np.stack(m, axis=-1) for m in mb], axis=-2)).reshape(n_sk, nr, 2, len(MOMENT_NAMES)),
@@ -170,8 +170,7 @@ def build_tables(space: Space) -> Tables:
         EP=q(np.stack(ep_st, axis=-1)).reshape(n_sk, n_o, 2), EPF=q(epf).reshape(n_sk, n_o),
         FX=q(np.stack(fx_st, axis=-1)).reshape(n_sk, n_o, 2), X=q(x).reshape(n_sk, n_o), PP=q(pp).reshape(n_sk, n_o), RCON=q(rcon).reshape(n_sk, n_o),
         RED=q(red).reshape(n_s, 4, n_o), GATH=q(steps["gather/zero"]).reshape(n_s, 4, n_o),
-        REDI=q(acc.overlap_interference * red).reshape(n_s, 4, n_o),
-        GATHI=q(acc.overlap_interference * steps["gather/zero"]).reshape(n_s, 4, n_o),
+        **{name: q(v).reshape(n_s, 4, n_o) for name, v in terms.step_interference(acc, steps).items()},
         OPT=q(opt).reshape(n_s, 4),
         MZ=kib(np.stack([np.stack(m, axis=-1) for m in mz], axis=-2)).reshape(n_s, 4, 2, len(MOMENT_NAMES)),
         Z3=z3, VOLUME=kib(v_w + v_x))
