@@ -54,6 +54,22 @@ def test_deepspeed_does_not_hide_the_zero1_gather_of_updated_weights():
     assert deepspeed.step_time_s > megatron.step_time_s
 
 
+def test_deepspeed_pipeline_engine_reduces_gradients_after_the_whole_schedule():
+    """DeepSpeed's pipeline engine ends its TrainSchedule with ReduceGrads: with pp > 1 the ZeRO-1 reduce-scatter
+    hides behind nothing (exposed whole, nothing charged as interference); with pp = 1 it hides partly behind the
+    last backward, as Megatron's --overlap-grad-reduce does with a pipeline too."""
+    piped = Layout(dp=4, fsdp=8, pp=2, zero_stage=1, num_microbatches=2)
+    deepspeed, megatron = _estimate(piped, framework="deepspeed"), _estimate(piped, framework="megatron")
+    scatter = next(c["time_s"] for c in deepspeed.collectives if c["name"] == "zero-1/2 grad reduce-scatter")
+    gather = deepspeed.time_s["exposed_comm/zero"] - scatter  # DeepSpeed hides neither: the gather is the rest
+    assert 0.4 * scatter < gather < 0.6 * scatter  # bf16 weights gathered, fp32 gradients reduced
+    assert megatron.time_s["exposed_comm/zero"] < 0.5 * scatter
+    flat = Layout(dp=8, fsdp=8, zero_stage=1)
+    flat_ds = _estimate(flat, framework="deepspeed")
+    flat_scatter = next(c["time_s"] for c in flat_ds.collectives if c["name"] == "zero-1/2 grad reduce-scatter")
+    assert flat_ds.time_s["exposed_comm/zero"] < flat_scatter + 0.6 * flat_scatter - 1e-6  # part of it hidden
+
+
 def test_defaults_and_names():
     assert _estimate(Layout(fsdp=64)).workload.framework == "megatron"
     assert Problem.build("llama3-8b", "v5p-64", build_workload(64, 4096)).workload.framework == "maxtext"

@@ -42,6 +42,8 @@ class Profile:
     # by default (inside the fast domain only)
     grad_reduce_overlap: bool  # DP / ZeRO-1/2 reductions behind the last microbatch's backward
     param_gather_overlap: bool  # ZeRO-1/2 gather of updated weights behind the next forward
+    pipelined_grad_reduce_overlap: bool = True  # the same with pp > 1; DeepSpeed's pipeline engine reduces
+    # after the whole schedule (its TrainSchedule ends with ReduceTiedGrads, ReduceGrads, OptimizerStep)
     fp8_param_gather: bool = False  # with fp8: weights all-gathered in fp8 (Megatron --fp8-param-gather,
     # torchtitan enable_fsdp_float8_all_gather), else in bf16
     recompute_policies: tuple[str, ...] = ("none", "selective", "full")  # what the search tries by default
@@ -58,7 +60,8 @@ class Profile:
 PROFILES = {
     "megatron": Profile("megatron", tp_overlap=(), grad_reduce_overlap=True, param_gather_overlap=True,
                         fp8_param_gather=True, inplace_cross_entropy=True, vendor_attention=True, ep_node_dedup=True),
-    "deepspeed": Profile("deepspeed", tp_overlap=(), grad_reduce_overlap=True, param_gather_overlap=False),
+    "deepspeed": Profile("deepspeed", tp_overlap=(), grad_reduce_overlap=True, param_gather_overlap=False,
+                         pipelined_grad_reduce_overlap=False),
     "torchtitan": Profile("torchtitan", tp_overlap=(), grad_reduce_overlap=True, param_gather_overlap=True,
                           fp8_param_gather=True, recompute_policies=("none", "op", "full")),
     "maxtext": Profile("maxtext", tp_overlap=("tpu",), grad_reduce_overlap=True, param_gather_overlap=True,

@@ -320,7 +320,8 @@ def step_windows(model: ModelSpec, workload: Workload, acc: Accelerator, sh: Sha
     step's first forward (the ZeRO-1/2 gather of updated weights); 0 where the profile does not overlap."""
     profile = profile_of(workload.framework, acc.kind)
     layers = layers_per_stage(model, sh)
-    return {"WIN": layers * c["window/bwd_layer"] * float(profile.grad_reduce_overlap),
+    reduce_overlap = profile.grad_reduce_overlap & np.where(sh.pp > 1, profile.pipelined_grad_reduce_overlap, True)
+    return {"WIN": layers * c["window/bwd_layer"] * reduce_overlap,
             "FWD": layers * c["window/fwd_layer"] * float(profile.param_gather_overlap)}
 
 
