@@ -101,6 +101,46 @@ def test_saved_activations_by_policy():
     assert none["mlp_gate"] == none["mlp_up"] == 28672 / 8  # the gated MLP's two input projections
 
 
+def test_host_offloading_policies_move_saved_tensors_out_of_hbm_and_rerun_what_their_base_policy_reruns():
+    """MaxText's qkv_proj_offloaded keeps q, k, v on the host (HBM holds the layer input only, as full); the
+    custom_offload_* policies offload the layer input too (nothing saved in HBM). Recompute is the base
+    policy's; llama2-70b on v5p at 16k tokens per chip hides the PCIe traffic behind each layer."""
+    from layoutsearch.api import estimate as api_estimate
+
+    def run(policy):
+        return api_estimate("llama2-70b", "v5p-512", "fsdp=512", 2048, 4096, recompute=policy)
+
+    base, named, custom, full = run("save_qkv_proj"), run("qkv_proj_offloaded"), run("custom_offload_qkv_proj"), run("full")
+    saved = lambda e: e.memory_bytes["activations/saved"]
+    assert saved(named) == pytest.approx(saved(full)) and saved(custom) == 0.0
+    # the layer input: 80 layers x 16384 tokens x 8192 x 2 bytes; q, k, v add 8192 + 1024 + 1024 per token
+    assert saved(full) == pytest.approx(80 * 16384 * 8192 * 2)
+    assert saved(base) == pytest.approx(80 * 16384 * (8192 + 8192 + 1024 + 1024) * 2)
+    for e in (named, custom):
+        assert e.time_s["step"] == pytest.approx(base.time_s["step"]) and e.time_s["compute/offload_wait"] == 0.0
+
+
+def test_host_offload_traffic_that_outlasts_the_layer_is_waited_for():
+    """minimal_offloaded sends every dot output of a layer to host (q 8192, k 1024, v 1024, o 8192, gate
+    and up 28672 each, per token x 2 bytes) in forward and back in backward. Over v5p's 15 GB/s that
+    outlasts the layer's forward; over 5 GB/s its backward too, and halving the bandwidth from there adds
+    2 x 80 layers x the bytes / 5 GB/s."""
+    from layoutsearch.api import problem
+
+    def run(bw):
+        p = problem("llama2-70b", "v5p-512", 2048, 4096)
+        acc = replace(p.cluster.accelerator, host_bytes_per_s_per_direction=bw)
+        p = replace(p, cluster=replace(p.cluster, accelerator=acc))
+        return estimate(p, Layout(fsdp=512, recompute="minimal_offloaded"))
+
+    per_layer = 16384 * (8192 + 1024 + 1024 + 8192 + 2 * 28672) * 2
+    assert run(15e9).time_s["compute/offload_wait"] > 0
+    fast, slow = run(5e9), run(2.5e9)
+    assert slow.time_s["compute/offload_wait"] - fast.time_s["compute/offload_wait"] == pytest.approx(
+        2 * 80 * per_layer / 5e9)
+    assert run(1e15).time_s["compute/offload_wait"] == 0.0
+
+
 def test_microbatches_in_flight_by_schedule():
     """(stages, stage, K, virtual stages): 1F1B holds p - stage, interleaved p - stage + (p - 1)/v."""
     in_flight = pipeline.microbatches_in_flight_array

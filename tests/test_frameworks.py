@@ -462,7 +462,10 @@ MAXTEXT_LOADER = maxtext_script("""
     """, """
     mesh = maxtext_utils.create_device_mesh(cfg)
     out.append({"mesh": dict(zip(cfg.mesh_axes, mesh.shape)), "global": cfg.global_batch_size_to_train_on,
-                "accumulation": cfg.gradient_accumulation_steps, "remat": cfg.remat_policy})
+                "accumulation": cfg.gradient_accumulation_steps, "remat": cfg.remat_policy,
+                "offloaded": sorted(k for k in ("decoder_layer_input", "query_proj", "key_proj", "value_proj",
+                                                "qkv_proj", "out_proj", "mlpwi", "mlpwo", "context")
+                                    if getattr(cfg, k, None) == "offload")})
     """)
 
 
@@ -482,7 +485,13 @@ def test_maxtext_pyconfig_and_mesh(tmp_path):
         "gpipe": (Layout(fsdp=4, pp=2, num_microbatches=4, schedule="gpipe", recompute="full"), 32, 1024),
         "cp": (Layout(fsdp=4, cp=2), 16, 1024),
         "zero1": (Layout(fsdp=8, zero_stage=1, num_microbatches=2), 32, 512),
+        "offload": (Layout(fsdp=8, recompute="custom_offload_dots_except_mlp"), 16, 1024),
+        "offload_named": (Layout(fsdp=8, recompute="qkv_proj_offloaded"), 16, 1024),
     }
+    remat = {"fsdp_tp": ("minimal", []), "gpipe": ("full", []), "cp": ("minimal_with_context", []),
+             "zero1": ("minimal_with_context", []), "offload_named": ("qkv_proj_offloaded", []),
+             "offload": ("custom", ["decoder_layer_input", "key_proj", "out_proj", "qkv_proj", "query_proj",
+                                    "value_proj"])}
     paths, docs = [], []
     for name, (layout, batch, seq) in cases.items():
         doc = solve_doc("debug", "v5p-8", batch, seq, layout)
@@ -499,6 +508,7 @@ def test_maxtext_pyconfig_and_mesh(tmp_path):
         assert (mesh["fsdp"] * mesh["data"], mesh["tensor"], mesh["stage"], mesh["context"]) == (
             layout.fsdp, layout.tp, layout.pp, layout.cp), name
         assert result["global"] == batch, name
+        assert (result["remat"], result["offloaded"]) == remat[name], name
 
 
 MAXTEXT_PARAMS = textwrap.dedent("""

@@ -32,6 +32,7 @@ BREAKS = {
     "pp-microbatches": Layout(fsdp=4, pp=4, num_microbatches=2),
     "interleave": Layout(fsdp=8, pp=2, virtual_stages=2, num_microbatches=3, schedule="interleaved"),
     "zero-stage": Layout(fsdp=16, zero_stage=4),
+    "host-offload": Layout(fsdp=16, recompute="qkv_proj_offloaded"),  # on a GPU without host bandwidth
     # the expert degrees (Mixtral-8x7B: 8 experts of width 14336, on 16 or 12 GPUs)
     "ep-dense": Layout(fsdp=16, ep=2, zero_stage=1),
     "ep-experts": Layout(fsdp=16, ep=16, zero_stage=1),
@@ -53,7 +54,10 @@ def test_every_structural_rule_is_checked_by_its_code():
     batch48 = replace(DEBUG_H16, workload=Workload(global_batch_seqs=48, seq_len=1024))
     narrow_experts = replace(MIXTRAL_H16, model=replace(MIXTRAL_H16.model,
                                                         moe=replace(MIXTRAL_H16.model.moe, expert_d_ff=1000)))
-    special = {"cp-seq": odd_seq, "tp-kv-heads": gqa, "tp-ffn": wide, "interleave": batch48,
+    no_host = replace(DEBUG_H16, cluster=replace(DEBUG_H16.cluster, accelerator=replace(
+        DEBUG_H16.cluster.accelerator, host_bytes_per_s_per_direction=None)))
+    assert check_layout(DEBUG_H16, BREAKS["host-offload"]) == []  # the catalogue's H100 has its PCIe rate
+    special = {"host-offload": no_host, "cp-seq": odd_seq, "tp-kv-heads": gqa, "tp-ffn": wide, "interleave": batch48,
                "ep-experts": MIXTRAL_H16, "etp-ffn": narrow_experts, "ep-zero": MIXTRAL_H16,
                "ep-fold": Problem.build("mixtral-8x7b", "h100-24", Workload(global_batch_seqs=48, seq_len=1024))}
     for code, layout in BREAKS.items():

@@ -136,6 +136,21 @@ def test_unknown_accelerator_is_skipped_with_its_reason(by_id):
     assert entry["rel_error"] is None and entry["predicted_tokens_per_s_per_device"] is None
 
 
+def test_maxtext_custom_remat_with_host_offload_maps_to_the_policy_offloading_the_same_tensors(by_id):
+    """Rule 15: the tpu-recipes' remat_policy custom (layer input and named projections offloaded to host)
+    is costed as the custom_offload_* policy of the same tensors, and the notes say so."""
+    expected = {"maxtext-v6e-mixtral-8x7b": "custom_offload_dots_except_mlp",  # decoder_layer_input/out_proj/q/k/v
+                "maxtext-v5p-deepseekv3": "custom_offload_out_proj",  # decoder_layer_input and out_proj
+                "maxtext-v5p-llama4-maverick": "custom_offload_dots_except_mlp",  # ... and q/k/v/out projections
+                "maxtext-v5p-llama4-scout": "custom_offload_input"}  # decoder_layer_input
+    for prefix, policy in expected.items():
+        rec = one(by_id, prefix)
+        _, layout = record_to_problem(rec)
+        assert layout.recompute == policy, prefix
+        assert f"recompute -> {policy} (MaxText custom remat with host offload)" in mapping_notes(rec)
+    assert record_to_problem(one(by_id, DEEPSEEK))[1].recompute == "selective"  # a GPU record keeps its own
+
+
 def test_routing_is_costed_balanced_and_noted(by_id):
     """MLPerf's real routing and the vendors' forced balance are both costed with moe_imbalance 1.0; noted."""
     real = by_id[MLPERF_REAL]

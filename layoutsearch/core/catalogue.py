@@ -116,6 +116,7 @@ class AcceleratorFile(_Strict):
     link_latency_us: float = Field(ge=0)
     scale_out_gbytes_per_s_per_direction: PositiveFloat
     scale_out_latency_us: float = Field(ge=0)
+    host_gbytes_per_s_per_direction: PositiveFloat | None = None  # PCIe / NVLink-C2C to host memory per device
     runtime_reserve_gib: float = Field(ge=0)
     topology: TopologyFile
     calibration: CalibrationFile
@@ -825,8 +826,8 @@ def accelerator_from_dict(data: Any, where: str) -> Accelerator:
         raise CatalogueError(f"{where}: give exactly one of 'hbm_gib' or 'hbm_gb'")
     undocumented = [k for k in ("peak_bf16_tflops", "hbm_gbytes_per_s", "link_gbytes_per_s_per_direction",
                                 "scale_out_gbytes_per_s_per_direction", "calibration") if k not in f.sources]
-    if f.peak_fp8_tflops is not None and "peak_fp8_tflops" not in f.sources:
-        undocumented.append("peak_fp8_tflops")
+    undocumented += [k for k in ("peak_fp8_tflops", "host_gbytes_per_s_per_direction")
+                     if getattr(f, k) is not None and k not in f.sources]
     if undocumented:
         raise CatalogueError(f"{where}: field 'sources' lacks a source for {', '.join(undocumented)}")
     if (f.peak_fp8_tflops is None) != (f.calibration.fp8_matmul_efficiency is None):
@@ -844,6 +845,8 @@ def accelerator_from_dict(data: Any, where: str) -> Accelerator:
         link_latency_s=f.link_latency_us * MICRO,
         scale_out_bytes_per_s_per_direction=f.scale_out_gbytes_per_s_per_direction * GB,
         scale_out_latency_s=f.scale_out_latency_us * MICRO,
+        host_bytes_per_s_per_direction=(None if f.host_gbytes_per_s_per_direction is None
+                                        else f.host_gbytes_per_s_per_direction * GB),
         runtime_reserve_bytes=f.runtime_reserve_gib * GIB,
         **cal.model_dump(exclude=unitless),  # fractions and token counts, already SI
         collective_half_efficiency_bytes=cal.collective_half_efficiency_kib * KIB,

@@ -30,7 +30,7 @@ from layoutsearch.core.problem import MAX_VIRTUAL_STAGES, Problem, SearchOptions
 from layoutsearch.core.frameworks import profile_of
 from layoutsearch.core.stages import CHUNK_LAYOUT, SPLIT_NAMES, split_layers
 from layoutsearch.core.specs import (
-    ALL_DEGREE_NAMES, DEGREE_NAMES, RECOMPUTE_CODES, RECOMPUTE_POLICIES, SCHEDULE_CODES, Layout, ModelSpec,
+    ALL_DEGREE_NAMES, DEGREE_NAMES, OFFLOAD_POLICIES, RECOMPUTE_CODES, RECOMPUTE_POLICIES, SCHEDULE_CODES, Layout, ModelSpec,
 )
 
 Cand = dict[str, np.ndarray]
@@ -161,6 +161,11 @@ STRUCTURE: tuple[Rule, ...] = (
           lambda p: "interleaving needs pp > 1 and microbatches divisible by pp",
           lambda p, c: f"virtual_stages({c['v']}) needs pp > 1 and num_microbatches({c['k']}) divisible by "
                        f"pp({c['pp']})"),
+    _rule("host-offload", ("r",), lambda p, c: (p.cluster.accelerator.host_bytes_per_s_per_direction is not None)
+          | ~np.isin(c["r"], [RECOMPUTE_CODES[r] for r in OFFLOAD_POLICIES]),
+          lambda p: "host-offloading recompute policies need the accelerator's host bandwidth",
+          lambda p, c: f"recompute {RECOMPUTE_POLICIES[c['r']]} offloads activations to host memory, but "
+                       f"{p.cluster.accelerator.id} has no host_gbytes_per_s_per_direction in its hardware file"),
     _rule("zero-stage", ("z",), lambda p, c: (c["z"] >= 0) & (c["z"] <= 3),
           lambda p: "ZeRO stage 0-3", lambda p, c: f"zero_stage({c['z']}) must be 0, 1, 2 or 3"),
     _rule("ep-zero", (*ALL_DEGREE_NAMES, "z"),

@@ -31,7 +31,12 @@ Recompute = choices("Recompute", (
     "op",  # torchtitan per-op selective AC: every other matmul output and the attention output saved
     "minimal", "minimal_with_context", "save_dot_with_context_except_mlp", "save_dot_except_mlpwi",
     "save_dot_except_mlp", "save_qkv_proj", "save_out_proj",  # MaxText remat policies
-), "Activation-checkpoint policy: a named set of saved tensors (costs.memory.POLICY_SAVES).")
+    "qkv_proj_offloaded", "minimal_offloaded",  # MaxText's host-offloading policies
+    # MaxText remat_policy: custom with the layer input (decoder_layer_input) and the named projections
+    # offloaded to host memory, the rest rematerialised (the tpu-recipes MoE and Llama configs)
+    "custom_offload_input", "custom_offload_qkv_proj", "custom_offload_out_proj", "custom_offload_dots_except_mlp",
+), "Activation-checkpoint policy: a named set of saved tensors (costs.memory.POLICY_SAVES), some of them "
+   "in host memory (costs.memory.OFFLOADED).")
 Schedule = choices("Schedule", ("1f1b", "interleaved", "gpipe"),
                     "Pipeline schedule: 1F1B, interleaved 1F1B (virtual stages), GPipe (all forwards first).")
 Objective = choices("Objective", ("step-time", "gather-volume"), "What the search minimises.")
@@ -44,6 +49,7 @@ Precision = choices("Precision", ("bf16", "fp16", "fp8"),
 
 
 RECOMPUTE_POLICIES = tuple(p.value for p in Recompute)
+OFFLOAD_POLICIES = tuple(p for p in RECOMPUTE_POLICIES if "offload" in p)  # some saved tensors in host memory
 RECOMPUTE_CODES = {name: code for code, name in enumerate(RECOMPUTE_POLICIES)}  # none 0, selective 1, full 2
 SCHEDULE_CODES = {s.value: code for code, s in enumerate(Schedule)}  # 1f1b 0, interleaved 1, gpipe 2
 
@@ -248,6 +254,8 @@ class Accelerator:
     # softmax and top-k, the permutation kernels and the dispatcher's host sync on the token counts
     overlap_interference: float = 0.0  # of each second a collective hides behind compute, the share that compute
     # loses to it (the communication kernels' SMs or cores and HBM traffic): hiding is never free
+    host_bytes_per_s_per_direction: float | None = None  # host memory link (PCIe, NVLink-C2C) per device:
+    # what host-offloaded activations move over; None = not in the catalogue (offloading policies refused)
     vendor_attention_efficiency: float | None = None  # the vendor's fused attention (cuDNN / Transformer
     # Engine on Hopper) where it beats the portable FlashAttention-2 class of ``attention_efficiency``
     sources: dict[str, str] = field(default_factory=dict, compare=False, hash=False)

@@ -200,7 +200,7 @@ def _step_terms(problem: Problem, key: _Keys, stages: list[dict]) -> dict:
         "tp_rerun": float(work["tp"][int(_scalar(key.r))]), "cp_rerun": float(work["attention"][int(_scalar(key.r))]),
         "z3": float(_scalar(z) == 3 and _scalar(sh.shards) > 1),
         "RED": _scalar(steps["reduce/zero"] + steps["reduce/dp"] + steps["reduce/kv_replica"]),
-        "RCON": _scalar(terms.reduction_link_traffic(model, sh, first["tp"], first["cp"], co)),
+        "RCON": _scalar(terms.reduction_link_traffic(model, workload, acc, sh, first["tp"], first["cp"], co)),
         "WIN": _scalar(windows["WIN"]), "GATH": _scalar(steps["gather/zero"]), "FWD": _scalar(windows["FWD"]),
         **{name: _scalar(v) for name, v in terms.step_interference(acc, steps).items()},
         "ETA_PCT": terms.interference_pct(acc),

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from layoutsearch.core.specs import RECOMPUTE_POLICIES, ModelSpec, Workload
+from layoutsearch.core.specs import OFFLOAD_POLICIES, RECOMPUTE_POLICIES, ModelSpec, Workload
 from layoutsearch.costs.flops import mlp_width_per_token, value_head_dim
 from layoutsearch.costs.params import kv_heads_per_device, moe_layer_share
 
@@ -43,6 +43,20 @@ POLICY_SAVES: dict[str, frozenset] = {
     "save_qkv_proj": frozenset({"attn_norm_in", *_PROJECTIONS}),
     "save_out_proj": frozenset({"attn_norm_in", *_OUT_PROJ}),
 }
+# Host offloading (MaxText: jax.checkpoint_policies.save_and_offload_only_these_names, offload_dst
+# "pinned_host"): a policy that keeps the tensors of another (its recompute is that policy's) with some
+# of them in host memory; they leave HBM during the forward and come back for the backward.
+OFFLOADED: dict[str, tuple[str, frozenset]] = {
+    "qkv_proj_offloaded": ("save_qkv_proj", frozenset(_PROJECTIONS)),
+    "minimal_offloaded": ("minimal", frozenset({*_PROJECTIONS, *_OUT_PROJ, *_MLP_WI})),  # every dot but the context
+    # remat_policy: custom, decoder_layer_input: offload, and the named projections offloaded too
+    "custom_offload_input": ("full", frozenset({"attn_norm_in"})),
+    "custom_offload_qkv_proj": ("save_qkv_proj", POLICY_SAVES["save_qkv_proj"]),
+    "custom_offload_out_proj": ("save_out_proj", POLICY_SAVES["save_out_proj"]),
+    "custom_offload_dots_except_mlp": ("save_dot_except_mlp", POLICY_SAVES["save_dot_except_mlp"]),
+}
+POLICY_SAVES.update({name: POLICY_SAVES[base] for name, (base, _) in OFFLOADED.items()})
+assert set(OFFLOADED) == set(OFFLOAD_POLICIES) and set(POLICY_SAVES) == set(RECOMPUTE_POLICIES)
 # fp8 training (Transformer Engine, torchao float8): the inputs of the linear layers are saved in
 # fp8 for the weight-gradient GEMMs, the rest stays in the activation precision.
 FP8_LINEAR_INPUTS = ("qkv_in", "attn_out", "mlp_in", "mlp_act")
@@ -99,6 +113,11 @@ def kept_by_policy(tensor: str, policy: str) -> bool:
     return tensor in POLICY_SAVES[policy]
 
 
+def on_host(tensor: str, policy: str) -> bool:
+    """Whether a policy keeps ``tensor`` in host memory (``OFFLOADED``) rather than in HBM."""
+    return policy in OFFLOADED and tensor in OFFLOADED[policy][1]
+
+
 def recompute_arrays(model: ModelSpec) -> dict[str, np.ndarray]:
     """``recompute_work`` of every policy, as arrays indexed by recompute code (RECOMPUTE_CODES)."""
     work = [recompute_work(model, policy) for policy in RECOMPUTE_POLICIES]
@@ -112,6 +131,7 @@ def recompute_work(model: ModelSpec, policy: str) -> dict[str, float]:
     the all-gather before the QKV and the MLP input projections, the reduce-scatter after the O
     and the MLP output projections). ``full`` reruns the whole layer; other policies rerun the
     producers of what they do not save."""
+    policy = OFFLOADED[policy][0] if policy in OFFLOADED else policy  # offloading moves bytes, reruns nothing more
     d, q, kv, f = (model.d_model, model.num_heads * model.head_dim, model.num_kv_heads * model.head_dim,
                    mlp_width_per_token(model))
     flops = {"mm_q": d * q, "mm_k": d * kv, "mm_v": d * kv, "mm_o": q * d, "mm_gate": d * f * (model.mlp_matrices - 2),

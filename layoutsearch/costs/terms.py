@@ -187,6 +187,12 @@ def compute_per_microbatch(model: ModelSpec, workload: Workload, acc: Accelerato
                          else flops.BACKWARD_OVER_FORWARD)
     logits = _f(last) * (1.0 + mtp) * passes * flops.logits_flops_per_token(model, sh.tp) * m / rate
     recompute = mm * mm_rerun + attn * attn_rerun
+    bwd_window = mm * flops.BACKWARD_OVER_FORWARD + attn * (attn_passes - 1.0) + recompute
+    # host offloading: each layer's offloaded tensors go to host during its forward and come back for its
+    # backward, asynchronously; what the layer's compute does not cover is waited for
+    moved = host_offload_bytes_per_token(model, workload, sh, r, sequence_parallel) * m / (
+        acc.host_bytes_per_s_per_direction or np.inf)
+    offload_wait = layers * (np.maximum(0.0, moved - (mm + attn)) + np.maximum(0.0, moved - bwd_window))
     moe_fixed = layers * params.moe_layer_share(model) * acc.moe_layer_overhead_s if model.moe is not None else 0.0
     return {
         "compute/moe_fixed": moe_fixed,
@@ -195,12 +201,21 @@ def compute_per_microbatch(model: ModelSpec, workload: Workload, acc: Accelerato
         "compute/recompute": layers * recompute,
         "compute/elementwise": layers * ew,
         "compute/logits": logits,
+        "compute/offload_wait": offload_wait,
         "window/fwd_layer": mm + attn,
         "window/matmul_fwd_layer": mm,
-        "window/bwd_layer": mm * flops.BACKWARD_OVER_FORWARD + attn * (attn_passes - 1.0) + recompute,
+        "window/bwd_layer": bwd_window,
         "window/attn_fwd_layer": attn,
         "window/logits": logits,
     }
+
+
+def host_offload_bytes_per_token(model: ModelSpec, workload: Workload, sh: Shapes, r, sequence_parallel: bool = True):
+    """Bytes per token and layer a recompute policy keeps in host memory (``memory.OFFLOADED``; keys S, r)."""
+    widths = memory.saved_tensor_widths(model, sh.tp, sequence_parallel, workload.seq_len, workload.flash_attention,
+                                        workload.activation_bytes, fp8=workload.precision == "fp8")
+    hosted = sum(_f(widths[n]) * np.array([memory.on_host(n, p) for p in RECOMPUTE_POLICIES])[r] for n in widths)
+    return hosted * workload.activation_bytes
 
 
 def expert_rows(model: ModelSpec, sh: Shapes, m):
@@ -314,14 +329,20 @@ def tp_per_microbatch(model: ModelSpec, workload: Workload, acc: Accelerator, sh
             "unit": unit, "hidden_fwd_layer": hidden_fwd, "hidden_bwd_layer": hidden_bwd}
 
 
+def reduces_in_backward(workload: Workload, acc: Accelerator, sh: Shapes):
+    """Whether the profile runs the once-per-step gradient reductions during the last microbatch's
+    backward (keys S): not where it reduces after the whole schedule (DeepSpeed's pipeline engine)."""
+    profile = profile_of(workload.framework, acc.kind)
+    return profile.grad_reduce_overlap & np.where(sh.pp > 1, profile.pipelined_grad_reduce_overlap, True)
+
+
 def step_windows(model: ModelSpec, workload: Workload, acc: Accelerator, sh: Shapes, c: dict) -> dict:
     """The compute windows the once-per-step collectives hide behind, as the framework profile
     overlaps them: 'WIN' the last microbatch's backward (gradient reductions), 'FWD' the next
     step's first forward (the ZeRO-1/2 gather of updated weights); 0 where the profile does not overlap."""
     profile = profile_of(workload.framework, acc.kind)
     layers = layers_per_stage(model, sh)
-    reduce_overlap = profile.grad_reduce_overlap & np.where(sh.pp > 1, profile.pipelined_grad_reduce_overlap, True)
-    return {"WIN": layers * c["window/bwd_layer"] * reduce_overlap,
+    return {"WIN": layers * c["window/bwd_layer"] * reduces_in_backward(workload, acc, sh),
             "FWD": layers * c["window/fwd_layer"] * float(profile.param_gather_overlap)}
 
 
@@ -359,12 +380,15 @@ def shard_link_traffic(tp: dict, cp: dict, co: Coeffs) -> dict:
             "bwd": share_cp * cp["hidden_bwd_layer"] + share_tp * tp["hidden_bwd_layer"]}
 
 
-def reduction_link_traffic(model: ModelSpec, sh: Shapes, tp: dict, cp: dict, co: Coeffs):
+def reduction_link_traffic(model: ModelSpec, workload: Workload, acc: Accelerator, sh: Shapes, tp: dict, cp: dict,
+                           co: Coeffs):
     """Seconds the hidden TP and CP traffic of one microbatch's backward keeps busy the links of the
     data-parallel groups (dp x fsdp x cp), on which the once-per-step gradient reductions run in that
-    same backward: the reductions hide only in what of the window it leaves free."""
+    same backward: the reductions hide only in what of the window it leaves free (0 where the profile
+    reduces after the backward: then they do not meet)."""
     share_tp, share_cp = shares_links(co.tp, co.dp_zero0), shares_links(co.cp, co.dp_zero0)
-    return layers_per_stage(model, sh) * (share_tp * tp["hidden_bwd_layer"] + share_cp * cp["hidden_bwd_layer"])
+    return (layers_per_stage(model, sh) * reduces_in_backward(workload, acc, sh)
+            * (share_tp * tp["hidden_bwd_layer"] + share_cp * cp["hidden_bwd_layer"]))
 
 
 def fsdp_collectives(model: ModelSpec, workload: Workload, acc: Accelerator, sh: Shapes, co: Coeffs) -> dict:
@@ -542,13 +566,16 @@ def memory_by_microbatch(model: ModelSpec, workload: Workload, sh: Shapes, k, r,
     act_b = workload.activation_bytes
     widths = memory.saved_tensor_widths(model, sh.tp, sequence_parallel, workload.seq_len, workload.flash_attention,
                                         act_b, fp8=workload.precision == "fp8")
-    kept = {n: np.array([memory.kept_by_policy(n, policy) for policy in RECOMPUTE_POLICIES]) for n in widths}
-    per_token = sum(_f(widths[n]) * kept[n][r] for n in widths)  # what the policy of each row saves
+    kept = {n: np.array([memory.kept_by_policy(n, policy) and not memory.on_host(n, policy)
+                         for policy in RECOMPUTE_POLICIES]) for n in widths}
+    per_token = sum(_f(widths[n]) * kept[n][r] for n in widths)  # what the policy of each row saves in HBM
     every = sum(_f(w) for w in widths.values())
+    per_token_all = sum(_f(widths[n]) * np.array([memory.kept_by_policy(n, p) for p in RECOMPUTE_POLICIES])[r]
+                        for n in widths)  # what it saves anywhere: the rest is rebuilt in backward
     saved = per_token * m * act_b
     stage = 0 if first else sh.pp - 1
     in_flight = pipeline.microbatches_in_flight_array(sh.pp, stage, k, sh.v, sh.sched == SCHEDULE_CODES["gpipe"])
-    recomputed = (every - per_token) * m * act_b  # one layer's dropped tensors, rebuilt during its backward
+    recomputed = (every - per_token_all) * m * act_b  # one layer's dropped tensors, rebuilt during its backward
     logits = _f(last) * m * model.vocab_size / sh.tp * 4.0  # fp32 logits of one microbatch
     return {
         "activations/saved": layers_per_stage(model, sh, not first) * saved * in_flight,

@@ -11,7 +11,10 @@ Mapping (checked against maxtext 0.2.5: configs/base.yml, configs/types.py, laye
   and ``num_pipeline_microbatches`` with it.
 - Recompute: none -> ``minimal_with_context`` (saves every matmul output and the attention
   context; MaxText's ``none`` would become full remat under scanned layers), selective ->
-  ``minimal`` (recomputes the attention core and element-wise ops), full -> ``full``.
+  ``minimal`` (recomputes the attention core and element-wise ops), full -> ``full``; MaxText's
+  own policy names as they are (``qkv_proj_offloaded`` and ``minimal_offloaded`` keep their tensors
+  in host memory); ``custom_offload_*`` -> ``remat_policy: custom`` with ``decoder_layer_input`` and
+  the named projections set to ``offload``, every other tensor ``remat`` (the tpu-recipes configs).
 - Hyper-parameters: ``rope_max_timescale`` (the RoPE base), ``rope_type: llama3.1`` for Llama 3.1
   scaling (MaxText fixes factor 8, low 1, high 4, original 8192), ``normalization_layer_epsilon``,
   ``dropout_rate`` (one rate for attention and residual; ``enable_dropout`` is base.yml's true),
@@ -58,8 +61,23 @@ REMAT_POLICIES = ("minimal_with_context", "minimal", "save_dot_with_context_exce
                   "save_out_proj", "full")
 # layoutsearch's policies -> remat_policy: MaxText's own names as they are (costs.memory.POLICY_SAVES
 # models each); none and selective by their nearest (MaxText's none rematerialises scanned layers fully)
+# the custom_offload_* policies: remat_policy custom, these tensors offloaded to host, every other named tensor
+# at base.yml's 'remat' (decoder_layer_input is base.yml's 'device' unless offloaded)
+CUSTOM_OFFLOADS = {
+    "custom_offload_input": ("decoder_layer_input",),
+    "custom_offload_qkv_proj": ("decoder_layer_input", "query_proj", "key_proj", "value_proj", "qkv_proj"),
+    "custom_offload_out_proj": ("decoder_layer_input", "out_proj"),
+    "custom_offload_dots_except_mlp": ("decoder_layer_input", "query_proj", "key_proj", "value_proj", "qkv_proj",
+                                       "out_proj"),
+}
 REMAT = {"none": "minimal_with_context", "selective": "minimal",
-         **{p.value: p.value for p in Recompute if p.value in REMAT_POLICIES}}
+         **{p.value: p.value for p in Recompute if p.value in REMAT_POLICIES},
+         **dict.fromkeys(CUSTOM_OFFLOADS, "custom")}
+
+
+def remat_keys(policy: str) -> dict:
+    """The remat_policy key, with the custom policy's per-tensor locations."""
+    return {"remat_policy": REMAT[policy], **dict.fromkeys(CUSTOM_OFFLOADS.get(policy, ()), "offload")}
 # Continuation fusion (TPU) and collective matmul (GPU): the compiler flags of TP communication overlap
 TPU_TP_OVERLAP_FLAGS = ("--xla_tpu_enable_async_collective_fusion=true "
                         "--xla_tpu_enable_async_collective_fusion_fuse_all_gather=true "
@@ -244,7 +262,8 @@ def render(ctx: ExportContext) -> str:
         f"MaxText mesh: {slices} slice(s) of {per_slice} devices (ici_* inside a slice/node, dcn_* across); "
         "the physical placement above is what layoutsearch assumed; MaxText builds its own device mesh.",
         f"remat_policy {REMAT[ctx.layout.recompute]} stands for layoutsearch recompute '{ctx.layout.recompute}' "
-        "(none -> minimal_with_context, selective -> minimal, full -> full).",
+        "(none -> minimal_with_context, selective -> minimal, full -> full; custom_offload_* -> custom with the "
+        "named tensors offloaded to host memory).",
         "Usage: python3 -m maxtext.trainers.pre_train.train THIS_FILE run_name=... base_output_directory=... dataset_path=...",
     ] + tp_overlap_notes(ctx) + _model_notes(ctx)
     sections = [
@@ -253,7 +272,7 @@ def render(ctx: ExportContext) -> str:
         ("batch: global = devices x per_device_batch_size x gradient_accumulation_steps", batch_keys(ctx)),
         ("parallelism", {"hardware": hardware, **parallelism(ctx),
                          **({"shard_optimizer_over_data": True} if ctx.effective_zero_stage == 1 else {})}),
-        ("activation rematerialisation", {"remat_policy": REMAT[ctx.layout.recompute]}),
+        ("activation rematerialisation", remat_keys(ctx.layout.recompute)),
         *([("fp8 matmuls", {"quantization": "fp8"})] if ctx.workload.precision == "fp8" else []),
     ]
     body = 'base_config: "base.yml"\n'
@@ -371,6 +390,10 @@ def check(text: str, ctx: ExportContext) -> list[str]:
         problems.append(f"shard_optimizer_over_data cannot be combined with fsdp({deg['fsdp']})")
     if cfg.get("remat_policy", "full") not in REMAT_POLICIES:
         problems.append(f"remat_policy '{cfg.get('remat_policy')}' is not a MaxText policy")
+    elif remat_keys(lay.recompute) != {k: cfg.get(k, "full" if k == "remat_policy" else None)
+                                       for k in remat_keys(lay.recompute)}:
+        problems.append(f"remat keys {({k: cfg.get(k) for k in remat_keys(lay.recompute)})} != layout "
+                        f"recompute {lay.recompute} ({remat_keys(lay.recompute)})")
     return problems
 
 

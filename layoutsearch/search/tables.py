@@ -129,7 +129,7 @@ def build_tables(space: Space) -> Tables:
         fx_st.append(mult_o * (fixed["forward"] + fixed["vocab"]))
         if st == 0:
             x = mult_o * terms.layers_per_stage(model, sh_o) * (fc["gather_layer"] + fc["reduce_layer"] + busy["bwd"])
-            rcon = terms.reduction_link_traffic(model, sh_o, tp, cp, co)
+            rcon = terms.reduction_link_traffic(model, workload, acc, sh_o, tp, cp, co)
             tpf = mult_o * tp["rerun"]
             epf = mult_o * ep["rerun"]
     pp = terms.pipeline_sends(model, workload, acc, sh_o, k_o, co)

@@ -80,7 +80,10 @@ is applied to every record:
     compute (core/frameworks.py); rule 11 decides TP overlap per record on top of it.
 15. Recompute: where the record's ``derived.recompute`` names the framework's own policy
     (MaxText ``remat_policy=minimal``), that policy is costed by its saved tensors
-    (``costs.memory.POLICY_SAVES``); otherwise the record's none/selective/full.
+    (``costs.memory.POLICY_SAVES``); otherwise the record's none/selective/full. MaxText's
+    ``remat_policy`` custom with tensors offloaded to host (the tpu-recipes configs, named in
+    ``derived.layout`` or ``derived.recompute``) is costed as the ``custom_offload_*`` policy
+    offloading the same ones: the layer input, and q/k/v and/or out_proj where named.
 16. Mixture of experts and latent attention (SCHEMA.md "Mixture-of-experts records").
     ``model.moe`` -> ``MoeSpec``: num_experts, top_k, expert_d_ff as given; num_shared_experts
     and first_dense_layers null -> 0, shared_d_ff null -> 0 (a shared expert without its width
@@ -195,6 +198,19 @@ def named_policy(record: dict) -> str | None:
     return found.group(1) if found and found.group(1) in RECOMPUTE_POLICIES else None
 
 
+def custom_offload_policy(record: dict) -> str | None:
+    """Rule 15: a MaxText custom remat policy with host offload -> the custom_offload_* policy with the
+    same offloaded tensors (None where the record names none)."""
+    derived = record.get("derived") or {}
+    text = f"{derived.get('layout', '')} {derived.get('recompute', '')}"
+    if not re.search(r"remat(_policy)?[ :=(]*custom", text) or "offload" not in text:
+        return None
+    qkv, out = (bool(re.search(r"q/k/v|query_proj|qkv_proj", text)),
+                bool(re.search(r"out_proj|/out\b|\bout projection", text)))
+    return {(True, True): "custom_offload_dots_except_mlp", (True, False): "custom_offload_qkv_proj",
+            (False, True): "custom_offload_out_proj", (False, False): "custom_offload_input"}[qkv, out]
+
+
 def mapping_notes(record: dict) -> list[str]:
     """The approximations and defaults ``record_to_problem`` applies to this record (docstring rules)."""
     lay, notes = record["layout"], []
@@ -204,6 +220,8 @@ def mapping_notes(record: dict) -> list[str]:
         notes.append(f"sequence_parallel null -> {not _is_bigscience(record)}")
     if named_policy(record):
         notes.append(f"recompute -> the named policy {named_policy(record)}")
+    elif custom_offload_policy(record):
+        notes.append(f"recompute -> {custom_offload_policy(record)} (MaxText custom remat with host offload)")
     elif lay["recompute"] is None:
         notes.append("recompute null -> none")
     if lay["microbatch_seqs"] is None or lay["num_microbatches"] is None:
@@ -499,7 +517,8 @@ def record_to_problem(record: dict) -> Mapped | str:
     sp = lay["sequence_parallel"] if lay["sequence_parallel"] is not None else (lay["tp"] > 1 and not _is_bigscience(record))
     layout = Layout(dp=dp, fsdp=fsdp, tp=lay["tp"], pp=lay["pp"], cp=lay["cp"], ep=lay.get("ep") or 1,
                     etp=lay.get("etp") or 1, zero_stage=zero, virtual_stages=vs,
-                    num_microbatches=mb[1], recompute=named_policy(record) or lay["recompute"] or "none",
+                    num_microbatches=mb[1],
+                    recompute=named_policy(record) or custom_offload_policy(record) or lay["recompute"] or "none",
                     sequence_parallel=sp,
                     schedule="interleaved" if vs > 1 else "1f1b")
     try:  # the checks every Problem gets (fp8 needs an fp8 matmul rate)
