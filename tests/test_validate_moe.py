@@ -103,7 +103,8 @@ def test_moe_and_mla_fields_the_engine_needs(by_id):
 
 # ----------------------------------------------------------------------------- the layout
 def test_expert_degrees_land_on_the_layout(by_id):
-    """ep and etp land on the Layout (and in its placement); dp is split by rule 1; null ep/etp -> 1."""
+    """ep and etp land on the Layout (and in its placement); dp is split by rule 1; null ep/etp -> 1, except an
+    Automodel record on DeepEP, whose ep is its FSDP shard group (rule 17)."""
     problem, layout = record_to_problem(by_id[GROK_EP_ETP])
     assert (layout.dp, layout.fsdp, layout.tp, layout.ep, layout.etp, layout.zero_stage) == (1, 2, 4, 2, 4, 1)
     assert layout.expert_data_parallel == 1 and problem.model.moe.capacity_factor == 1.0
@@ -111,10 +112,16 @@ def test_expert_degrees_land_on_the_layout(by_id):
     _, layout = record_to_problem(by_id[DEEPSEEK])
     assert (layout.dp, layout.fsdp, layout.pp, layout.ep, layout.etp) == (1, 16, 16, 8, 1)
     assert layout.expert_data_parallel == 2
-    rec = by_id[AUTOMODEL_NO_EP]
-    _, layout = record_to_problem(rec)
-    assert (layout.ep, layout.etp, layout.fsdp, layout.zero_stage) == (1, 1, 8, 3)
-    assert {"ep null -> 1", "etp null -> 1"} <= set(mapping_notes(rec))
+    rec = one(by_id, AUTOMODEL_NO_EP)
+    problem, layout = record_to_problem(rec)
+    assert (layout.ep, layout.etp, layout.fsdp, layout.zero_stage, problem.workload.deepep) == (8, 1, 8, 3, True)
+    assert {"ep null -> 8 (Automodel on DeepEP: ep_size = the FSDP shard group)", "etp null -> 1",
+            "token dispatch: DeepEP/HybridEP (once per node over scale-out), as the record names it"} <= set(
+        mapping_notes(rec))
+    rec["derived"] = {}  # no dispatcher named: ep null -> 1, the profile's dispatch
+    problem, layout = record_to_problem(rec)
+    assert (layout.ep, problem.workload.deepep) == (1, False) and "ep null -> 1" in mapping_notes(rec)
+    assert record_to_problem(by_id[GROK_EP_ETP])[0].workload.deepep is False  # "alltoall dispatcher" in its notes
 
 
 def test_an_expert_layout_the_engine_rejects_is_a_skip(by_id):

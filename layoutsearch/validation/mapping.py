@@ -107,7 +107,12 @@ is applied to every record:
     shape (sliding windows, attention sinks, biases): not costed, copied into the notes.
 17. Expert-parallel AllToAll overlap: a record whose notes name it (``A2A_OVERLAP=1``,
     ``--overlap-moe-expert-parallel-comm``) is costed with ``Workload.ep_comm_overlap`` on; the
-    others with the profile's choice (off for every profile but ideal).
+    others with the profile's choice (off for every profile but ideal). The token dispatcher: a
+    record naming DeepEP or HybridEP (``DISPATCHER=deepep``, "TE + DeepEP") is costed with
+    ``Workload.deepep`` on, one naming the ``alltoall`` dispatcher with it off, the others with the
+    profile's choice (on for megatron). A NeMo Automodel record on DeepEP with ep null takes ep = its
+    FSDP shard group (Automodel's benchmark configs set ``ep_size`` to the GPU count, e.g.
+    ``gptoss_120b_te_deepep.yaml``: 64 on 64 GPUs), where that divides the experts.
 """
 
 from __future__ import annotations
@@ -160,6 +165,25 @@ def ep_comm_overlap(record: dict) -> bool | None:
     (off for megatron)."""
     text = str(record.get("derived") or {}) + str(record.get("source") or "")
     return True if re.search(r"A2A_OVERLAP=1|overlap[-_]moe[-_]expert[-_]parallel[-_]comm", text) else None
+
+
+def deepep(record: dict) -> bool | None:
+    """Rule 17: the token dispatcher a MoE record names: DeepEP / HybridEP (True), NCCL alltoall (False), or
+    none (None: the framework profile's choice)."""
+    text = str(record.get("derived") or {}) + str(record.get("source") or "")
+    if re.search(r"deepep|hybridep", text, re.IGNORECASE):
+        return True
+    return False if re.search(r"alltoall dispatcher|DISPATCHER=alltoall", text) else None
+
+
+def automodel_ep(record: dict) -> int | None:
+    """Rule 17: a NeMo Automodel record on DeepEP with ep null runs ep = its FSDP shard group (where it divides
+    the experts); None otherwise."""
+    lay, moe = record["layout"], (record["model"].get("moe") or {})
+    if (lay.get("ep") is not None or record["workload"].get("framework") != "nemo-automodel" or not deepep(record)
+            or not lay.get("fsdp") or not moe.get("num_experts") or moe["num_experts"] % lay["fsdp"]):
+        return None
+    return lay["fsdp"]
 
 
 def tp_comm_overlap(record: dict) -> bool | None:
@@ -440,7 +464,12 @@ def _moe_notes(record: dict) -> list[str]:
     if moe is not None:
         if m["d_ff"] is None and moe["expert_d_ff"] is not None:
             notes.append("d_ff null: every layer MoE")
-        notes += [f"{key} null -> 1" for key in ("ep", "etp") if lay.get(key) is None]
+        if automodel_ep(record):
+            notes.append(f"ep null -> {automodel_ep(record)} (Automodel on DeepEP: ep_size = the FSDP shard group)")
+        notes += [f"{key} null -> 1" for key in ("ep", "etp") if lay.get(key) is None
+                  and not (key == "ep" and automodel_ep(record))]
+        if deepep(record) is not None:
+            notes.append(f"token dispatch: {'DeepEP/HybridEP (once per node over scale-out)' if deepep(record) else 'NCCL alltoall (once per expert)'}, as the record names it")
         how = routing(record)
         notes.append({"real": "real routing (derived): costed balanced, moe_imbalance 1.0",
                       "forced": "routing force-balanced (derived), as costed",
@@ -502,6 +531,7 @@ def record_to_problem(record: dict) -> Mapped | str:
                         precision=wl["precision"] or "bf16", flash_attention=fused_attention(record),
                         fsdp_collectives_per_layer=zero3_collectives_per_layer(record),
                         tp_comm_overlap=tp_comm_overlap(record), ep_comm_overlap=ep_comm_overlap(record),
+                        deepep=deepep(record),
                         framework=record_framework(record, load_accelerator(_accelerator_id(record)).kind))
     dp, fsdp, zero = _data_parallel(record)
     replicas = _tpu_replicas(record)
@@ -515,7 +545,7 @@ def record_to_problem(record: dict) -> Mapped | str:
         return cluster
     vs = lay["virtual_stages"] or 1
     sp = lay["sequence_parallel"] if lay["sequence_parallel"] is not None else (lay["tp"] > 1 and not _is_bigscience(record))
-    layout = Layout(dp=dp, fsdp=fsdp, tp=lay["tp"], pp=lay["pp"], cp=lay["cp"], ep=lay.get("ep") or 1,
+    layout = Layout(dp=dp, fsdp=fsdp, tp=lay["tp"], pp=lay["pp"], cp=lay["cp"], ep=lay.get("ep") or automodel_ep(record) or 1,
                     etp=lay.get("etp") or 1, zero_stage=zero, virtual_stages=vs,
                     num_microbatches=mb[1],
                     recompute=named_policy(record) or custom_offload_policy(record) or lay["recompute"] or "none",
