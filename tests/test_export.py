@@ -23,10 +23,11 @@ from layoutsearch.core.specs import Layout, Workload
 from layoutsearch.core.topology import resolve_cluster
 
 
-def solve_doc(model_id: str, cluster_name: str, batch: int, seq: int, *layouts: Layout) -> dict:
-    """A solve document (OUTPUT.md) holding ``layouts`` ranked in the given order."""
+def solve_doc(model_id: str, cluster_name: str, batch: int, seq: int, *layouts: Layout, **workload_options) -> dict:
+    """A solve document (OUTPUT.md) holding ``layouts`` ranked in the given order (``workload_options``:
+    Workload fields such as ``framework``)."""
     model, cluster = load_model(model_id), resolve_cluster(cluster_name)
-    work = Workload(global_batch_seqs=batch, seq_len=seq)
+    work = Workload(global_batch_seqs=batch, seq_len=seq, **workload_options)
     problem = Problem(model_id=model_id, model=model, cluster_name=cluster_name, cluster=cluster, workload=work)
     records = [layout_record(estimate(problem, lay), rank=i + 1) for i, lay in enumerate(layouts)]
     return {"problem": problem.record(),

@@ -45,6 +45,8 @@ DSV3 = solve_doc("deepseek-v3", "h100-2048", 15360, 4096,
                  Layout(fsdp=64, pp=16, cp=2, ep=8, zero_stage=2, num_microbatches=240, recompute="selective",
                         first_stage_layers=2, last_stage_layers=3))
 MIXTRAL = solve_doc("mixtral-8x7b", "h100-64", 512, 4096, Layout(fsdp=32, tp=2, ep=8, zero_stage=1))
+MIXTRAL_DS = solve_doc("mixtral-8x7b", "h100-64", 512, 4096, Layout(fsdp=32, tp=2, ep=8, zero_stage=1),
+                       framework="deepspeed")  # DeepSpeed's own overlap: NCCL AllToAll dispatch
 QWEN3 = solve_doc("qwen3-30b-a3b", "h100-64", 256, 4096, Layout(fsdp=32, tp=2, ep=8, recompute="full"))
 QWEN3_ETP = solve_doc("qwen3-30b-a3b", "h100-64", 256, 4096, Layout(fsdp=32, tp=2, ep=8, etp=2, recompute="full"))
 TINY_MLA = MlaSpec(q_lora_rank=64, kv_lora_rank=32, qk_rope_head_dim=16, qk_nope_head_dim=32, v_head_dim=32)
@@ -131,8 +133,9 @@ def test_megatron_deepseek_v3_flags_are_the_model_and_layout_numbers():
     for switch in ("--multi-latent-attention", "--qk-layernorm", "--no-rope-fusion", "--moe-grouped-gemm",
                    "--moe-router-enable-expert-bias"):
         assert args[switch] is True, switch
-    assert (args["--moe-token-dispatcher-type"], args["--moe-router-score-function"], args["--moe-router-dtype"]) == (
-        "alltoall", "sigmoid", "fp32")
+    # the megatron profile's DeepEP dispatch (a token crosses the NICs once per node), as the prediction assumed
+    assert (args["--moe-token-dispatcher-type"], args["--moe-flex-dispatcher-backend"], args["--moe-router-score-function"],
+            args["--moe-router-dtype"]) == ("flex", "deepep", "sigmoid", "fp32")
     # dropless, no GQA with MLA, no top-1 pre-softmax; the rest of the layout as for dense models
     assert not {"--moe-expert-capacity-factor", "--group-query-attention", "--moe-router-pre-softmax"} & set(args)
     assert (args["--pipeline-model-parallel-size"], args["--context-parallel-size"], args["--micro-batch-size"],
@@ -249,7 +252,7 @@ def test_maxtext_moe_keys_and_expert_axis():
 
 
 def test_deepspeed_autoep_section():
-    ds = json.loads(exported(MIXTRAL, "deepspeed"))
+    ds = json.loads(exported(MIXTRAL_DS, "deepspeed"))
     assert ds["expert_parallel"] == {"enabled": True, "autoep_size": 8, "expert_tensor_parallel_size": 1,
                                      "preset_model": "mixtral"}
     assert ds["tensor_parallel"] == {"autotp_size": 2} and ds["zero_optimization"]["stage"] == 1
@@ -257,13 +260,17 @@ def test_deepspeed_autoep_section():
     assert side["degrees"] == {"dp": 1, "fsdp": 32, "tp": 2, "pp": 1, "cp": 1, "ep": 8, "etp": 1}
     assert any("edp 8 x ep 8" in note for note in side["set_in_code"])
     ds3 = json.loads(exported(solve_doc("deepseek-v3", "h100-2048", 2048, 4096,
-                                        Layout(fsdp=2048, ep=64, recompute="full")), "deepspeed"))
+                                        Layout(fsdp=2048, ep=64, recompute="full"), framework="deepspeed"), "deepspeed"))
     assert ds3["expert_parallel"]["preset_model"] == "deepseek_v3" and ds3["zero_optimization"]["stage"] == 3
-    no_ep = json.loads(exported(solve_doc("qwen3-30b-a3b", "h100-64", 256, 4096, Layout(fsdp=64)), "deepspeed"))
+    no_ep = json.loads(exported(solve_doc("qwen3-30b-a3b", "h100-64", 256, 4096, Layout(fsdp=64), framework="deepspeed"), "deepspeed"))
     assert "expert_parallel" not in no_ep and any("no expert parallelism" in n for n in no_ep["_layoutsearch"]["set_in_code"])
-    grok = json.loads(exported(solve_doc("grok-1", "h100-1024", 1024, 4096, Layout(fsdp=1024, ep=8, recompute="full")),
-                               "deepspeed"))
+    grok = json.loads(exported(solve_doc("grok-1", "h100-1024", 1024, 4096, Layout(fsdp=1024, ep=8, recompute="full"),
+                                        framework="deepspeed"), "deepspeed"))
     assert "preset_model" not in grok["expert_parallel"]
+    # a prediction made with the megatron profile's DeepEP dispatch is one DeepSpeed cannot run
+    with pytest.raises(InvalidLayoutError, match=r"DeepSpeed cannot express the DeepEP token dispatch with ep\(8\); "
+                                                 r"nearest: --no-deepep, or export to megatron or torchtitan"):
+        export_document(MIXTRAL, "deepspeed")
     assert any("no preset for this architecture" in n for n in grok["_layoutsearch"]["set_in_code"])
 
 
@@ -353,6 +360,7 @@ MEGATRON_CONFIG_FLAGS = {  # TransformerConfig fields
     "--moe-shared-expert-gate": ("moe_shared_expert_gate", True), "--moe-layer-freq": ("moe_layer_freq", layer_freq),
     "--moe-grouped-gemm": ("moe_grouped_gemm", True),
     "--moe-token-dispatcher-type": ("moe_token_dispatcher_type", str),
+    "--moe-flex-dispatcher-backend": ("moe_flex_dispatcher_backend", str), "--moe-enable-deepep": ("moe_enable_deepep", True),
     "--moe-router-dtype": ("moe_router_dtype", str), "--moe-router-score-function": ("moe_router_score_function", str),
     "--moe-router-enable-expert-bias": ("moe_router_enable_expert_bias", True),
     "--moe-router-pre-softmax": ("moe_router_pre_softmax", True),
@@ -603,7 +611,10 @@ def test_megatron_core_rejects_what_the_flags_guard():
     with pytest.raises(ValueError, match="Please use --moe-router-pre-softmax when topk is 1"):
         megatron_config(maverick.replace("  --moe-router-pre-softmax\n", ""), apply_rope_fusion=False)
     with pytest.raises(ValueError, match=r"moe_token_dispatcher_type = 'all2all': .*'allgather', 'alltoall', 'flex'"):
-        megatron_config(text.replace("--moe-token-dispatcher-type alltoall", "--moe-token-dispatcher-type all2all"))
+        megatron_config(text.replace("--moe-token-dispatcher-type flex", "--moe-token-dispatcher-type all2all"))
+    with pytest.raises(ValueError, match="DeepEP backend is only supported with flex token dispatcher"):
+        megatron_config(text.replace("--moe-token-dispatcher-type flex", "--moe-token-dispatcher-type alltoall")
+                        .replace("--moe-flex-dispatcher-backend deepep", "--moe-enable-deepep"))
     with pytest.raises(ValueError, match=r"no megatron-core config field.*\['--moe-expert-bias'\]"):
         megatron_config(text.replace("  --moe-router-enable-expert-bias\n", "  --moe-expert-bias\n"))
     with pytest.raises(ValueError, match="--num-query-groups is read only under --group-query-attention"):
@@ -780,6 +791,10 @@ def test_torchtitan_builds_the_engine_moe_model(case, tmp_path):
                                                         "router_bias": True})})}[case]
     text = export_document(doc, "torchtitan")
     job = _torchtitan_job(text, tmp_path)
+    # the prediction's DeepEP dispatch (the megatron profile's); DeepEP's kernels need CUDA and do not change the
+    # parameters, so the model is built with the standard all-to-all
+    assert job.parallelism.expert_parallel_comm_backend == "deepep"
+    job.parallelism.expert_parallel_comm_backend = "standard"
     spec = get_train_spec(job.model.name)
     if job.model.flavor in spec.model_args:
         args = copy.deepcopy(spec.model_args[job.model.flavor])
@@ -899,7 +914,8 @@ def test_deepspeed_takes_the_autoep_section():
 
     from test_frameworks import deepspeed_config
 
-    for doc in (MIXTRAL, solve_doc("deepseek-v3", "h100-2048", 2048, 4096, Layout(fsdp=2048, ep=64, recompute="full"))):
+    for doc in (MIXTRAL_DS, solve_doc("deepseek-v3", "h100-2048", 2048, 4096, Layout(fsdp=2048, ep=64, recompute="full"),
+                                      framework="deepspeed")):
         cfg = json.loads(export_document(doc, "deepspeed"))
         lay = context_for(doc, "deepspeed").layout
         ds = deepspeed_config(cfg, lay.data_units)
@@ -909,7 +925,7 @@ def test_deepspeed_takes_the_autoep_section():
         validate_autoep_config(ep_cfg, world_size=doc["problem"]["num_devices"], pp_size=lay.pp, tp_size=lay.tp,
                                sp_size=1, zero_stage=cfg["zero_optimization"]["stage"])
         assert ep_cfg.preset_model == cfg["expert_parallel"]["preset_model"]
-    cfg = json.loads(export_document(MIXTRAL, "deepspeed"))
+    cfg = json.loads(export_document(MIXTRAL_DS, "deepspeed"))
     with pytest.raises(ValueError, match="expert_tensor_parallel_size=2 is reserved"):
         validate_autoep_config(parse_autoep_config({**cfg["expert_parallel"], "expert_tensor_parallel_size": 2}),
                                world_size=64, pp_size=1, tp_size=2, sp_size=1, zero_stage=1)

@@ -3,6 +3,7 @@ degrees' rules, the token AllToAll on the links the ep group spans, expert state
 the FLOPs of the active experts, MLA's attention widths, and the search over ep and etp."""
 
 import json
+from dataclasses import replace
 
 import numpy as np
 import pytest
@@ -63,6 +64,30 @@ def test_ep_across_scale_out_costs_more_than_the_same_group_inside_nvlink():
     assert a.time_s["exposed_comm/ep"] == pytest.approx(4 * MIXTRAL_LAYERS * 4 * _a2a(a)["time_s"], rel=1e-9)
     assert b.step_time_s > a.step_time_s
     assert a.time_s["compute/matmul"] == b.time_s["compute/matmul"]
+
+
+def test_deepep_sends_a_token_once_per_node_and_only_a_dropless_model_can_use_it():
+    """--deepep / --no-deepep (Workload.deepep) override the profile: with NCCL AllToAll both of a token's k = 2
+    copies bound for the other node cross the NIC (dedup 1), with DeepEP 1.5 of them; a capacity-factor model
+    pads its experts, which DeepEP cannot, so it keeps the AllToAll whatever is asked."""
+    across = Layout(fsdp=16, ep=8, zero_stage=1, num_microbatches=4, axes=NODE + (("ep", (("node", 4), ("scale_out", 2))),))
+
+    def a2a(deepep, model="mixtral-8x7b"):
+        problem = Problem.build(model, "h100-16", Workload(global_batch_seqs=64, seq_len=4096, framework="torchtitan",
+                                                           deepep=deepep))
+        return problem, _a2a(estimate(problem, across))["time_s"]
+
+    problem, default = a2a(None)  # torchtitan's standard all-to-all
+    acc = problem.cluster.accelerator
+    payload, half = 67_108_864, acc.collective_half_efficiency_bytes
+    nic = acc.scale_out_bytes_per_s_per_direction * acc.scale_out_efficiency
+    fixed = acc.link_latency_s + acc.scale_out_latency_s
+    assert default == pytest.approx((payload + half) * 4 / 8 / nic + fixed, rel=1e-9) == a2a(False)[1]
+    assert a2a(True)[1] == pytest.approx((payload * 0.75 + half) * 4 / 8 / nic + fixed, rel=1e-9)
+    assert problem.workload.deepep is False and a2a(True)[0].workload.deepep is True
+    mixtral = load_model("mixtral-8x7b")
+    padded = replace(mixtral, moe=replace(mixtral.moe, capacity_factor=1.25))
+    assert a2a(True, padded)[1] == pytest.approx(a2a(False, padded)[1]) == pytest.approx(default)
 
 
 def test_the_ideal_profile_hides_the_all_to_all_behind_the_layer():

@@ -93,6 +93,20 @@ def test_cli_records_and_prints_the_profile():
     assert r.exit_code == 2 and "nemo" in r.output
 
 
+def test_cli_takes_the_deepep_dispatch_and_names_it_for_moe_models_only():
+    runner = CliRunner()
+    base = ["estimate", "--model", "mixtral-8x7b", "--cluster", "h100-16", "--seqs", "16", "--layout", "fsdp=16,ep=8",
+            "--zero-stage", "3", "--recompute", "full", "--framework", "torchtitan"]
+    r = runner.invoke(app, base + ["--deepep", "--format", "json"])
+    assert r.exit_code == 0, r.output
+    assert json.loads(r.stdout)["problem"]["workload"]["deepep"] is True
+    assert "bf16, torchtitan overlap + DeepEP dispatch" in runner.invoke(app, base + ["--deepep"]).stdout.splitlines()[0]
+    assert "DeepEP" not in runner.invoke(app, base).stdout.splitlines()[0]  # torchtitan's default: NCCL all-to-all
+    dense = runner.invoke(app, ["estimate", "--model", "llama3-8b", "--cluster", "h100-64", "--seqs", "64",
+                                "--layout", "fsdp=64", "--deepep"])
+    assert dense.exit_code == 0 and "DeepEP" not in dense.stdout.splitlines()[0]
+
+
 def test_megatron_computes_the_loss_gradient_in_place_of_its_softmax():
     """Megatron's vocab-parallel cross entropy writes exp and the gradient into the fp32 logits it saved:
     one fp32 logits buffer at the loss backward; torchtitan's loss allocates a second one."""

@@ -117,6 +117,10 @@ TpOverlapOpt = Annotated[Optional[bool], typer.Option(
 EpOverlapOpt = Annotated[Optional[bool], typer.Option(
     "--ep-comm-overlap/--no-ep-comm-overlap",
     help="MoE token all-to-alls hidden behind another microbatch's compute (default: the framework's choice)")]
+DeepEpOpt = Annotated[Optional[bool], typer.Option(
+    "--deepep/--no-deepep",
+    help="MoE dispatch sends a token over scale-out once per destination node (DeepEP; Megatron's flex dispatcher, "
+         "torchtitan's deepep backend) instead of once per expert (default: the framework's choice)")]
 FrameworkOpt = Annotated[Optional[Framework], typer.Option(
     "--framework", help="Whose overlap the step time assumes: megatron, torchtitan, maxtext, deepspeed or ideal "
                         "(default: maxtext on TPUs, megatron on GPUs)")]
@@ -148,6 +152,7 @@ class WorkloadArgs:
     precision: PrecisionOpt = Precision.bf16
     tp_comm_overlap: TpOverlapOpt = None
     ep_comm_overlap: EpOverlapOpt = None
+    deepep: DeepEpOpt = None
     grad_bytes: GradBytesOpt = 4
     moment_bytes: MomentBytesOpt = 4
     fused_attention: FusedAttentionOpt = True

@@ -137,13 +137,13 @@ def warn_uncalibrated(model: ModelSpec, acc) -> None:
 
 def build_workload(seqs: int, seq_len: int, tokens: float | None = None, *, framework: str | None = None,
                    precision: str = "bf16", tp_comm_overlap: bool | None = None,
-                   ep_comm_overlap: bool | None = None, grad_bytes: int = 4,
+                   ep_comm_overlap: bool | None = None, deepep: bool | None = None, grad_bytes: int = 4,
                    moment_bytes: int = 4, fused_attention: bool = True, hbm_gib: float | None = None,
                    memory_margin_gib: float = 0.0) -> Workload:
     """A Workload from the options' units (GiB, bytes per element): the one conversion of the CLI,
     problem files, sweeps and the Python API. Defaults: bf16 with 18 B/param mixed-precision Adam."""
     return Workload(global_batch_seqs=seqs, seq_len=seq_len, training_tokens=tokens, framework=framework,
-                    precision=precision, tp_comm_overlap=tp_comm_overlap, ep_comm_overlap=ep_comm_overlap,
+                    precision=precision, tp_comm_overlap=tp_comm_overlap, ep_comm_overlap=ep_comm_overlap, deepep=deepep,
                     grad_bytes_per_param=grad_bytes,
                     optimizer_bytes_per_param=2 * moment_bytes, flash_attention=fused_attention,
                     hbm_bytes=None if hbm_gib is None else hbm_gib * GIB, memory_margin_bytes=memory_margin_gib * GIB)
@@ -160,7 +160,8 @@ def resolved_workload(workload: Workload, cluster: Cluster) -> Workload:
                                    f"peak_fp8_tflops in hardware/{acc.id}.yaml); use --precision bf16")
     overlap = acc.kind in profile.tp_overlap if workload.tp_comm_overlap is None else workload.tp_comm_overlap
     ep_overlap = profile.ep_overlap if workload.ep_comm_overlap is None else workload.ep_comm_overlap
-    return replace(workload, framework=profile.name, tp_comm_overlap=overlap, ep_comm_overlap=ep_overlap)
+    deepep = profile.ep_node_dedup if workload.deepep is None else workload.deepep
+    return replace(workload, framework=profile.name, tp_comm_overlap=overlap, ep_comm_overlap=ep_overlap, deepep=deepep)
 
 
 def check_workload(workload: Workload, where: str = "") -> None:
@@ -275,6 +276,7 @@ class WorkloadRecord(_Record):
     flash_attention: StrictBool = True
     tp_comm_overlap: StrictBool | None = None
     ep_comm_overlap: StrictBool | None = None
+    deepep: StrictBool | None = None
     fsdp_collectives_per_layer: StrictInt = Field(default=1, ge=1, le=64)
     training_tokens: FiniteNumber | None = Field(default=None, gt=0, le=MAX_TRAINING_TOKENS)
     precision: StrictStr = Field(default="bf16", max_length=64)

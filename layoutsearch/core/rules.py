@@ -27,7 +27,7 @@ from typing import Callable
 import numpy as np
 
 from layoutsearch.core.problem import MAX_VIRTUAL_STAGES, Problem, SearchOptions
-from layoutsearch.core.frameworks import profile_of
+from layoutsearch.core.frameworks import node_dedup, profile_of
 from layoutsearch.core.stages import CHUNK_LAYOUT, SPLIT_NAMES, split_layers
 from layoutsearch.core.specs import (
     ALL_DEGREE_NAMES, DEGREE_NAMES, OFFLOAD_POLICIES, RECOMPUTE_CODES, RECOMPUTE_POLICIES, SCHEDULE_CODES, Layout, ModelSpec,
@@ -325,6 +325,7 @@ class Capabilities:
     expert_tensor_without_ep: tuple[str, ...] = EXPERT_TENSOR
     expert_groups: tuple[str, ...] = ("dp", "fsdp", "tp", "cp")
     expert_parallel_with_tp_and_pp: bool = True
+    deepep: bool = False  # a token dispatch that crosses scale-out once per node (Workload.deepep)
     why: dict[str, str] = field(default_factory=dict)
 
 
@@ -456,6 +457,11 @@ def framework_rules(caps: Capabilities) -> tuple[Rule, ...]:
                                          "not with both tp > 1 and pp > 1"),
          lambda p, c: text(f"{caps.target}-ep-tp-pp", f"ep({c['ep']}) with both tp({c['tp']}) and pp({c['pp']})",
                            "tp=1 or pp=1 with ep > 1")),
+        (f"{caps.target}-deepep", ("ep",),
+         lambda p, c: caps.deepep | (c["ep"] == 1) | (not node_dedup(p.model, p.workload, p.cluster.accelerator.kind)),
+         lambda p: f"{name}: " + ("DeepEP dispatch" if caps.deepep else "no DeepEP dispatch with ep > 1"),
+         lambda p, c: text(f"{caps.target}-deepep", f"the DeepEP token dispatch with ep({c['ep']})",
+                           "--no-deepep, or export to megatron or torchtitan")),
         (f"{caps.target}-model", (), lambda p, c: not caps.model_blocks or any(MODEL_BLOCKS[b](p.model)
                                                                                for b in caps.model_blocks),
          lambda p: f"{name}: a model of the {' or '.join(caps.model_blocks) or 'any'} family",

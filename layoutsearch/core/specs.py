@@ -195,6 +195,9 @@ class Workload:
     # profile's choice (Problem.build resolves it); a TP group crossing scale-out is never overlapped
     ep_comm_overlap: bool | None = None  # MoE token AllToAlls hidden behind another microbatch's compute (Megatron
     # --overlap-moe-expert-parallel-comm); None = the framework profile's choice (Problem.build resolves it)
+    deepep: bool | None = None  # MoE dispatch sends a token over scale-out once per destination node and fans it
+    # out over NVLink there (DeepEP / HybridEP: Megatron's flex dispatcher, torchtitan's deepep backend), else once
+    # per expert (NCCL AllToAll); dropless routing only; None = the framework profile's choice
     fsdp_collectives_per_layer: int = 1  # ZeRO-3 gathers per layer: 1 with flat parameters (FSDP, XLA);
     # one per parameter tensor with DeepSpeed ZeRO-3 as of 2021
     training_tokens: float | None = None  # total tokens for a calendar estimate

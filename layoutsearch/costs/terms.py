@@ -29,7 +29,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from layoutsearch.core.frameworks import profile_of
+from layoutsearch.core.frameworks import node_dedup, profile_of
 from layoutsearch.core.placement import EXPERT_NESTING, expert_degrees
 from layoutsearch.core.stages import split_layers
 from layoutsearch.core.specs import RECOMPUTE_POLICIES, SCHEDULE_CODES, Accelerator, ModelSpec, Workload
@@ -250,7 +250,7 @@ def ep_per_microbatch(model: ModelSpec, workload: Workload, acc: Accelerator, sh
     nodes = np.maximum(_f(co.ep_out.members), 1.0)
     k_routed = model.moe.top_k
     dedup = (nodes * (1.0 - (1.0 - 1.0 / nodes) ** k_routed) / k_routed
-             if profile_of(workload.framework, acc.kind).ep_node_dedup else 1.0)
+             if node_dedup(model, workload, acc.kind) else 1.0)
     per_level = np.maximum((payload + half) * co.ep_in.seconds_per_byte,
                            (payload * dedup + half) * co.ep_out.seconds_per_byte)
     a2a = np.where(co.ep.members > 1, per_level + co.ep.latency_s, 0.0)

@@ -32,7 +32,9 @@ num_microbatches_calculator.py):
   for Qwen2-MoE's gate), ``--moe-layer-freq`` as Megatron's list expression when some layers are
   dense (``([0]*3+[1]*58)``; Megatron's integer N makes layers 0, N, 2N... MoE, the engine's
   layer_freq N layers N-1, 2N-1..., so only a list says the same), ``--moe-grouped-gemm``,
-  ``--moe-token-dispatcher-type alltoall``, ``--moe-router-dtype fp32`` from 32 experts (what
+  ``--moe-token-dispatcher-type flex --moe-flex-dispatcher-backend deepep`` where the prediction
+  sent tokens over scale-out once per node (``Workload.deepep``, the megatron profile's default,
+  dropless), else ``--moe-token-dispatcher-type alltoall``, ``--moe-router-dtype fp32`` from 32 experts (what
   megatron-core warns for), ``--moe-router-pre-softmax`` with top-1 routing (TransformerConfig
   refuses a softmax top-1 router without it), ``--moe-router-score-function sigmoid
   --moe-router-enable-expert-bias`` for a router bias on a bias-free model (DeepSeek-V3's score
@@ -56,7 +58,7 @@ import math
 import re
 import shlex
 
-from layoutsearch.core.frameworks import profile_of
+from layoutsearch.core.frameworks import node_dedup, profile_of
 from layoutsearch.core.stages import CHUNK_LAYOUT, EMBEDDING_AND_LOSS, EVEN, FIRST_LAST, chunk_layout, split_layers
 from layoutsearch.core.rules import Capabilities
 from layoutsearch.core.specs import ModelSpec
@@ -71,7 +73,7 @@ PLAIN_ACTIVATIONS = ("gelu", "gelu_new", "gelu_pytorch_tanh", "gelu_fast")  # Me
 MXFP8_ACCELERATORS = ("b200", "gb200")  # Blackwell: fp8 with per-block scales (MXFP8)
 
 CAPABILITIES = Capabilities(
-    target="megatron", framework="Megatron-LM", pipeline_schedules=("1f1b", "interleaved"),
+    target="megatron", framework="Megatron-LM", pipeline_schedules=("1f1b", "interleaved"), deepep=True,
     pipeline_splits=("even", "embedding-and-loss", "first-last", "chunk-layout"), precisions=("bf16", "fp16", "fp8"),
     why={"megatron-pipeline": "it runs 1F1B, or interleaved 1F1B with virtual stages; no GPipe"})
 
@@ -175,7 +177,7 @@ def _moe_args(ctx: ExportContext) -> list[tuple[str, object]]:
     freq = moe_layer_freq(m)
     if freq != 1:
         args.append(("--moe-layer-freq", freq))
-    args += [("--moe-grouped-gemm", None), ("--moe-token-dispatcher-type", "alltoall")]
+    args += [("--moe-grouped-gemm", None), *dispatcher_args(ctx)]
     if moe.num_experts >= ROUTER_FP32_FROM:
         args.append(("--moe-router-dtype", "fp32"))
     if moe.router_bias and not m.linear_bias:  # DeepSeek-V3's score-correction bias: aux-loss-free balancing
@@ -544,6 +546,9 @@ def _moe_problems(f: dict, world: int, tp: int, pp: int, layers: int, ctx: Expor
         out.append("--moe-router-enable-expert-bias needs --moe-router-score-function sigmoid")
     if "--moe-pad-expert-input-to-capacity" in f and "--moe-expert-capacity-factor" not in f:
         out.append("--moe-pad-expert-input-to-capacity needs --moe-expert-capacity-factor")
+    if dict(dispatcher_args(ctx)) != {k: f.get(k) for k in dict(dispatcher_args(ctx))}:
+        out.append(f"dispatcher {f.get('--moe-token-dispatcher-type')} / {f.get('--moe-flex-dispatcher-backend')}, "
+                   f"the prediction assumed {dict(dispatcher_args(ctx))}")
     if "--disable-bias-linear" not in f and etp != 1:
         out.append(f"biases in MoE layers need --expert-tensor-parallel-size 1, got {etp}")
     shared = moe.num_shared_experts * moe.shared_d_ff or None
@@ -556,6 +561,14 @@ def _moe_problems(f: dict, world: int, tp: int, pp: int, layers: int, ctx: Expor
             "ep": lay.ep, "etp": lay.etp, "capacity factor": moe.capacity_factor,
             "shared gate": bool(moe.shared_expert_gate and moe.num_shared_experts)}
     return out + [f"{k} is {got[k]}, the model and layout have {want[k]}" for k in want if got[k] != want[k]]
+
+
+def dispatcher_args(ctx: ExportContext) -> list[tuple[str, object]]:
+    """The token dispatcher the prediction assumed: DeepEP behind the flex dispatcher where tokens cross
+    scale-out once per node (``costs.terms.node_dedup``), else NCCL AllToAll."""
+    if ctx.layout.ep > 1 and node_dedup(ctx.model, ctx.workload, ctx.cluster.accelerator.kind):
+        return [("--moe-token-dispatcher-type", "flex"), ("--moe-flex-dispatcher-backend", "deepep")]
+    return [("--moe-token-dispatcher-type", "alltoall")]
 
 
 def _mla_problems(f: dict, ctx: ExportContext) -> list[str]:

@@ -32,7 +32,8 @@ distributed/pipeline_parallel.py, train.py, models/llama3):
   x tp / (ep x etp): ep x etp come out of the FSDP shard, cp and tp devices, never out of replicas;
   with ep > 1 etp is 1 or tp, with ep = 1 the experts are tensor-parallel over tp (etp = tp, written
   as expert_tensor_parallel_degree 1, torchtitan's "no effect when ep = 1"). A router bias is
-  torchtitan's expert_bias buffer (load_balance_coeff), not a parameter.
+  torchtitan's expert_bias buffer (load_balance_coeff), not a parameter. ``expert_parallel_comm_backend
+  = "deepep"`` where the prediction sent tokens over scale-out once per node (``Workload.deepep``).
 - Not expressible: ZeRO-1; KV-head replication (tp > kv heads); cp without weight sharding;
   architectures other than Llama-3 (gated MLP, RMSNorm, RoPE, untied, no biases), DeepSeek-V3 and
   Qwen3-MoE (Mixtral, Llama 4, Grok: export to megatron); etp other than 1 or tp, etp without ep
@@ -44,6 +45,7 @@ from __future__ import annotations
 import math
 import tomllib
 
+from layoutsearch.core.frameworks import node_dedup
 from layoutsearch.core.rules import Capabilities, deepseek_block, qwen3_moe_block
 from layoutsearch.export.context import ExportContext, comment_block, header_lines, placeholder_note, set_me
 
@@ -181,7 +183,7 @@ def capabilities(target: str) -> Capabilities:
         precisions=("bf16", "fp8") if target == "torchtitan" else ("bf16",),
         zero_stages_with_cp=(2, 3), kv_replication=False,
         model_blocks=("llama3", "deepseek", "qwen3-moe") if moe else ("llama3",),
-        expert_tensor=("1", "tp"), expert_tensor_without_ep=("tp",), expert_groups=("fsdp", "tp", "cp"),
+        expert_tensor=("1", "tp"), expert_tensor_without_ep=("tp",), expert_groups=("fsdp", "tp", "cp"), deepep=moe,
         why={f"{target}-{code}": text for code, text in why.items()})
 
 
@@ -200,6 +202,8 @@ def sections(ctx: ExportContext) -> dict[str, dict]:
     }
     if ctx.model.moe is not None:  # with ep = 1 torchtitan shards the experts over tp by itself
         parallelism.update(expert_parallel_degree=lay.ep, expert_tensor_parallel_degree=lay.etp if lay.ep > 1 else 1)
+        if comm_backend(ctx) != "standard":  # what the prediction assumed for the token dispatch
+            parallelism["expert_parallel_comm_backend"] = comm_backend(ctx)
     async_tp = bool(ctx.workload.tp_comm_overlap) and lay.tp > 1  # what the prediction assumed
     if async_tp:  # micro-pipelined TP: torchtitan applies it only to a compiled model
         parallelism["enable_async_tensor_parallel"] = True
@@ -392,12 +396,22 @@ def check_config(cfg: dict, ctx: ExportContext) -> list[str]:
     return out + _expert_problems(par, shard, cp, tp, ctx)
 
 
+def comm_backend(ctx: ExportContext) -> str:
+    """torchtitan's expert_parallel_comm_backend: deepep where the prediction sent tokens over scale-out once
+    per node (``costs.terms.node_dedup``), else standard (all-to-all)."""
+    dedup = ctx.layout.ep > 1 and node_dedup(ctx.model, ctx.workload, ctx.cluster.accelerator.kind)
+    return "deepep" if dedup else "standard"
+
+
 def _expert_problems(par: dict, shard: int, cp: int, tp: int, ctx: ExportContext) -> list[str]:
     """ParallelDims' expert rules (etp 1 or tp with ep > 1, efsdp = dp_shard x cp x tp / (ep x etp)) and the layout's."""
     ep, etp = int(par.get("expert_parallel_degree", 1)), int(par.get("expert_tensor_parallel_degree", 1))
     lay, out = ctx.layout, []
     if ctx.model.moe is None:
         return [] if ep == etp == 1 else [f"expert degrees ep {ep} / etp {etp} written for a model without experts"]
+    if par.get("expert_parallel_comm_backend", "standard") != comm_backend(ctx):
+        out.append(f"expert_parallel_comm_backend {par.get('expert_parallel_comm_backend', 'standard')}, the "
+                   f"prediction assumed {comm_backend(ctx)}")
     if ep > 1 and etp not in (1, tp):
         out.append(f"expert_tensor_parallel_degree {etp} with ep {ep}: torchtitan supports etp = tp or 1")
     if (shard * cp * tp) % (ep * etp):

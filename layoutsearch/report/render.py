@@ -76,18 +76,19 @@ def _split_text(est: Estimate) -> str:
     return f" | layers per stage {split['first']}/{split['middle']}/{split['last']} ({split['split']})"
 
 
-def assumptions(workload) -> str:
-    """The workload choices every report names: framework profile, precision, TP overlap."""
+def assumptions(workload, model) -> str:
+    """The workload choices every report names: framework profile, precision, TP overlap (and the MoE dispatch)."""
     return (f"{workload.precision}, {workload.framework} overlap"
             + (" + TP comm overlap" if workload.tp_comm_overlap else "")
-            + (" + EP comm overlap" if workload.ep_comm_overlap else ""))
+            + (" + EP comm overlap" if workload.ep_comm_overlap else "")
+            + (" + DeepEP dispatch" if model.moe is not None and workload.deepep else ""))
 
 
 def estimate_report(model_name: str, cluster_name: str, est: Estimate, price_per_device_hour: float | None = None) -> None:
     out = console()
     cap = est.memory_bytes["capacity"]
     out.print(f"[bold]{model_name}[/bold] on [bold]{cluster_name}[/bold] ({est.cluster.num_devices} devices), "
-              f"{est.workload.global_batch_seqs} x {est.workload.seq_len} tokens per step, {assumptions(est.workload)}")
+              f"{est.workload.global_batch_seqs} x {est.workload.seq_len} tokens per step, {assumptions(est.workload, est.model)}")
     out.print("  " + layout_summary(est))
     mem = Table(title=f"memory per device (stage {est.worst_stage}), capacity {cap / GB:.1f} GB "
                       f"(HBM {est.memory_bytes['hbm'] / GB:.1f} GB less runtime reserve)")
@@ -139,7 +140,7 @@ def solve_report(model_name: str, cluster_name: str, result, explanation: dict |
     space = result.space
     out.print(f"[bold]{model_name}[/bold] on [bold]{cluster_name}[/bold] ({space.cluster.num_devices} devices), "
               f"{space.workload.global_batch_seqs} x {space.workload.seq_len} tokens per step, "
-              f"{assumptions(space.workload)}, objective {result.objective}")
+              f"{assumptions(space.workload, space.model)}, objective {result.objective}")
     if result.layouts:
         table = Table()
         for col in ("#", "degrees", "axes", "ZeRO", "K x seqs", "remat", "KV rep", "peak/cap GB",
