@@ -113,6 +113,9 @@ def test_host_offloading_policies_move_saved_tensors_out_of_hbm_and_rerun_what_t
     base, named, custom, full = run("save_qkv_proj"), run("qkv_proj_offloaded"), run("custom_offload_qkv_proj"), run("full")
     saved = lambda e: e.memory_bytes["activations/saved"]
     assert saved(named) == pytest.approx(saved(full)) and saved(custom) == 0.0
+    # during a layer's backward its offloaded tensors are back in HBM beside what it rebuilds, as with full
+    rebuilt = lambda e: e.memory_bytes["temporary/recompute"]
+    assert rebuilt(named) == pytest.approx(rebuilt(full)) and rebuilt(full) > rebuilt(base)
     # the layer input: 80 layers x 16384 tokens x 8192 x 2 bytes; q, k, v add 8192 + 1024 + 1024 per token
     assert saved(full) == pytest.approx(80 * 16384 * 8192 * 2)
     assert saved(base) == pytest.approx(80 * 16384 * (8192 + 8192 + 1024 + 1024) * 2)

@@ -570,12 +570,11 @@ def memory_by_microbatch(model: ModelSpec, workload: Workload, sh: Shapes, k, r,
                          for policy in RECOMPUTE_POLICIES]) for n in widths}
     per_token = sum(_f(widths[n]) * kept[n][r] for n in widths)  # what the policy of each row saves in HBM
     every = sum(_f(w) for w in widths.values())
-    per_token_all = sum(_f(widths[n]) * np.array([memory.kept_by_policy(n, p) for p in RECOMPUTE_POLICIES])[r]
-                        for n in widths)  # what it saves anywhere: the rest is rebuilt in backward
     saved = per_token * m * act_b
     stage = 0 if first else sh.pp - 1
     in_flight = pipeline.microbatches_in_flight_array(sh.pp, stage, k, sh.v, sh.sched == SCHEDULE_CODES["gpipe"])
-    recomputed = (every - per_token_all) * m * act_b  # one layer's dropped tensors, rebuilt during its backward
+    # one layer's tensors not held in HBM, rebuilt (or brought back from the host) during its backward
+    recomputed = (every - per_token) * m * act_b
     logits = _f(last) * m * model.vocab_size / sh.tp * 4.0  # fp32 logits of one microbatch
     return {
         "activations/saved": layers_per_stage(model, sh, not first) * saved * in_flight,
