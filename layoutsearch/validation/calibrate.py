@@ -61,6 +61,7 @@ SCALES = {"matmul_half_efficiency_tokens": 128.0, "microbatch_overhead_s": 1e-4,
 # Accelerator field (SI) -> (hardware YAML key under `calibration:`, factor from SI to the YAML unit)
 YAML_KEYS = {"matmul_efficiency": ("matmul_efficiency", 1.0),
              "attention_efficiency": ("attention_efficiency", 1.0),
+             "fp8_matmul_efficiency": ("fp8_matmul_efficiency", 1.0),
              "matmul_half_efficiency_tokens": ("matmul_half_efficiency_tokens", 1.0),
              "collective_efficiency": ("collective_efficiency", 1.0),
              "scale_out_efficiency": ("scale_out_efficiency", 1.0),
