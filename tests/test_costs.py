@@ -114,6 +114,9 @@ def test_host_offloading_policies_move_saved_tensors_out_of_hbm_and_rerun_what_t
     saved = lambda e: e.memory_bytes["activations/saved"]
     assert saved(named) == pytest.approx(saved(full)) and saved(custom) == 0.0
     # during a layer's backward its offloaded tensors are back in HBM beside what it rebuilds, as with full
+    host = lambda e: e.memory_bytes["host_offloaded"]  # reported, never counted in the HBM peak
+    assert host(custom) == pytest.approx(saved(base)) and host(named) == pytest.approx(saved(base) - saved(full))
+    assert host(base) == host(full) == 0.0
     rebuilt = lambda e: e.memory_bytes["temporary/recompute"]
     assert rebuilt(named) == pytest.approx(rebuilt(full)) and rebuilt(full) > rebuilt(base)
     # the layer input: 80 layers x 16384 tokens x 8192 x 2 bytes; q, k, v add 8192 + 1024 + 1024 per token

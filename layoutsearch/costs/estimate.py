@@ -100,6 +100,7 @@ def _estimate_placed(problem: Problem, layout: Layout, mfu_convention: str, viol
         "temporary": sum(v for k, v in moment.items() if k.startswith("temporary/")),
         "peak": peak_bytes, "capacity": capacity,
         "hbm": acc.hbm_bytes if workload.hbm_bytes is None else workload.hbm_bytes, **moment,
+        "host_offloaded": stages[big]["host_offloaded"],  # activations the policy keeps in host memory (not HBM)
     }
     mfu_flops = flops.model_flops_per_token(model, workload.seq_len, mfu_convention) * workload.global_batch_tokens
     violations = list(violations)
@@ -163,7 +164,7 @@ def _stage(problem: Problem, key: _Keys, first: bool, last: bool) -> dict:
         "windows": c, "tp": tp, "cp": cp, "ep": ep, "fsdp": fc, "link_busy": busy,
         "fsdp_fixed": terms.fsdp_exposed_fixed(model, acc, sh, fc, c["window/fwd_layer"], c["window/logits"], True,
                                                busy["fwd"], last),
-        "moments": moments, "peak": (peak, totals[peak]),
+        "moments": moments, "peak": (peak, totals[peak]), "host_offloaded": _scalar(items["host/offloaded"]),
     }
 
 

@@ -576,8 +576,11 @@ def memory_by_microbatch(model: ModelSpec, workload: Workload, sh: Shapes, k, r,
     # one layer's tensors not held in HBM, rebuilt (or brought back from the host) during its backward
     recomputed = (every - per_token) * m * act_b
     logits = _f(last) * m * model.vocab_size / sh.tp * 4.0  # fp32 logits of one microbatch
+    hosted = host_offload_bytes_per_token(model, workload, sh, r, sequence_parallel) * m
     return {
         "activations/saved": layers_per_stage(model, sh, not first) * saved * in_flight,
+        # in pinned host memory, not HBM: no memory moment counts it (MOMENTS)
+        "host/offloaded": layers_per_stage(model, sh, not first) * hosted * in_flight,
         "temporary/workspace": 2 * m * np.maximum(flops.mlp_width_per_token(model) / sh.tp, model.d_model) * act_b
         + (dispatch_buffer_bytes(model, workload, sh, m) if model.moe is not None else 0.0),
         "temporary/logits": logits,

@@ -118,6 +118,9 @@ def estimate_report(model_name: str, cluster_name: str, est: Estimate, price_per
     out.print(f"MFU {est.mfu:.1%} ({est.mfu_convention} FLOPs) | {est.tokens_per_s:,.0f} tokens/s | "
               f"{est.tokens_per_s / est.cluster.num_devices:,.1f} tokens/s/device | "
               f"fits: {'yes' if est.fits else 'NO'}")
+    if est.memory_bytes["host_offloaded"]:
+        out.print(f"host memory per device for offloaded activations: {est.memory_bytes['host_offloaded'] / GB:.1f} GB "
+                  f"(not checked against the host's RAM)")
     if est.workload.training_tokens:
         plan = planning.plan_numbers(est.workload.training_tokens, est.tokens_per_s, est.cluster.num_devices,
                                      price_per_device_hour)
