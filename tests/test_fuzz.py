@@ -54,7 +54,8 @@ BAD_DEGREES = ["tp=8,tp=4", "tq=8", "tp", "tp=", "=8", "tp=-1", "tp=0", "tp=1e3"
 AXES = ["dp=node:8", "tp=x:2;fsdp=y:2,z:2", "fsdp=node:8", "tp=node:8"]
 BAD_AXES = ["dp=node:8;dp=node:8", "dp=:8", "dp=node", "tp=q:8", "dp=node:0", ";;", "dp=node:2,node:4", "xx",
             "dp=node:99999999999999999999", "dp=scale_out:8"]
-RECOMPUTE = ["none", "none,full", "selective", "full,full", "minimal,op", "save_dot_except_mlpwi"]
+RECOMPUTE = ["none", "none,full", "selective", "full,full", "minimal,op", "save_dot_except_mlpwi", "qkv_proj_offloaded",
+             "custom_offload_input,full"]
 BAD_RECOMPUTE = [",", "", "most", "none;full"]
 ONLY = ["fsdp,tp", "dp", "fsdp,tp,pp,cp,dp"]
 BAD_ONLY = ["tq", ",", ""]
@@ -208,6 +209,7 @@ class Gen:
             ("--hbm-gib", lambda: self.pick(["96", "16", "141"], ["0", "-3", "nan", "1e9"], 0.7), 0.1),
             ("--memory-margin-gib", lambda: self.pick(["0", "4"], ["-1", "inf"], 0.7), 0.1),
             ("--grad-bytes", lambda: self.pick(["2", "4"], ["3x", "8"], 0.7), 0.1),
+            ("--deepep", None, 0.05), ("--no-deepep", None, 0.05),
         ]
 
     def search(self, command: str) -> list[str]:
