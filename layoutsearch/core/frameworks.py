@@ -30,7 +30,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from layoutsearch.core.errors import InvalidArgumentError
-from layoutsearch.core.specs import Framework, Recompute
+from layoutsearch.core.specs import Framework, ModelSpec, Recompute, Workload
 
 
 @dataclass(frozen=True, slots=True)
@@ -95,7 +95,7 @@ def framework_of_target(target: str) -> str:
     return name if name in PROFILES else "ideal"
 
 
-def node_dedup(model, workload, accelerator_kind: str) -> bool:
+def node_dedup(model: ModelSpec, workload: Workload, accelerator_kind: str) -> bool:
     """Whether the MoE dispatch sends a token over scale-out once per destination node (``Workload.deepep``, the
     profile's ``ep_node_dedup`` where unset): DeepEP cannot pad experts to a capacity, so a capacity-factor model
     does not."""

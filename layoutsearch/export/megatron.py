@@ -565,7 +565,7 @@ def _moe_problems(f: dict, world: int, tp: int, pp: int, layers: int, ctx: Expor
 
 def dispatcher_args(ctx: ExportContext) -> list[tuple[str, object]]:
     """The token dispatcher the prediction assumed: DeepEP behind the flex dispatcher where tokens cross
-    scale-out once per node (``costs.terms.node_dedup``), else NCCL AllToAll."""
+    scale-out once per node (``core.frameworks.node_dedup``), else NCCL AllToAll."""
     if ctx.layout.ep > 1 and node_dedup(ctx.model, ctx.workload, ctx.cluster.accelerator.kind):
         return [("--moe-token-dispatcher-type", "flex"), ("--moe-flex-dispatcher-backend", "deepep")]
     return [("--moe-token-dispatcher-type", "alltoall")]

@@ -398,7 +398,7 @@ def check_config(cfg: dict, ctx: ExportContext) -> list[str]:
 
 def comm_backend(ctx: ExportContext) -> str:
     """torchtitan's expert_parallel_comm_backend: deepep where the prediction sent tokens over scale-out once
-    per node (``costs.terms.node_dedup``), else standard (all-to-all)."""
+    per node (``core.frameworks.node_dedup``), else standard (all-to-all)."""
     dedup = ctx.layout.ep > 1 and node_dedup(ctx.model, ctx.workload, ctx.cluster.accelerator.kind)
     return "deepep" if dedup else "standard"
 
