@@ -126,6 +126,22 @@ def test_host_offloading_policies_move_saved_tensors_out_of_hbm_and_rerun_what_t
         assert e.time_s["step"] == pytest.approx(base.time_s["step"]) and e.time_s["compute/offload_wait"] == 0.0
 
 
+def test_solve_and_estimate_print_the_host_memory_offloading_fills(capsys):
+    """The host memory is reported under the table (not checked against the host's RAM), only when a policy
+    offloads: 80 layers x 16384 tokens x (8192 + 8192 + 1024 + 1024) x 2 bytes = 48.3 GB (45.0 GiB) per chip."""
+    from layoutsearch.cli import main
+
+    base = ["--model", "llama2-70b", "--cluster", "v5p-512", "--seqs", "2048", "--seq-len", "4096"]
+    assert main(["estimate", *base, "--layout", "fsdp=512", "--recompute", "custom_offload_qkv_proj"]) == 0
+    assert "host memory per device for offloaded activations: 48.3 GB (not checked against the host's RAM)" in \
+        capsys.readouterr().out
+    assert main(["solve", *base, "--fix", "fsdp=512,tp=1,pp=1,cp=1,dp=1", "--recompute", "custom_offload_qkv_proj",
+                 "--top", "1"]) == 0
+    assert "host memory per device for offloaded activations: #1 48.3 GB" in capsys.readouterr().out
+    assert main(["solve", *base, "--fix", "fsdp=512,tp=1,pp=1,cp=1,dp=1", "--recompute", "full", "--top", "1"]) == 0
+    assert "host memory" not in capsys.readouterr().out
+
+
 def test_host_offload_traffic_that_outlasts_the_layer_is_waited_for():
     """minimal_offloaded sends every dot output of a layer to host (q 8192, k 1024, v 1024, o 8192, gate
     and up 28672 each, per token x 2 bytes) in forward and back in backward. Over v5p's 15 GB/s that

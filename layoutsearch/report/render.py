@@ -165,6 +165,12 @@ def solve_report(model_name: str, cluster_name: str, result, explanation: dict |
         out.print(f"ranking: step times within {result.tie_tolerance:.1%} of the best are ties, won by the simplest "
                   f"layout; band s: the model's uncertainty, {low * 100:+.0f}%..{high * 100:+.0f}% of the step time "
                   f"on {result.layouts[0].cluster.accelerator.kind.upper()}s", markup=False, highlight=False)
+        hosted = [(rank, est.memory_bytes["host_offloaded"]) for rank, est in enumerate(result.layouts, start=1)
+                  if est.memory_bytes["host_offloaded"]]
+        if hosted:
+            out.print("host memory per device for offloaded activations: "
+                      + ", ".join(f"#{rank} {b / GB:.1f} GB" for rank, b in hosted) + " (not checked against the host's RAM)",
+                      markup=False, highlight=False)
         plan_report(result.layouts, price_per_device_hour)
     out.print(status_line(result))
     if explanation:
