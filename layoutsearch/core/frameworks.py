@@ -95,12 +95,15 @@ def framework_of_target(target: str) -> str:
     return name if name in PROFILES else "ideal"
 
 
+def deepep_of(workload: Workload, accelerator_kind: str) -> bool:
+    """The DeepEP dispatch the workload asks for: ``Workload.deepep``, else the profile's ``ep_node_dedup``."""
+    return profile_of(workload.framework, accelerator_kind).ep_node_dedup if workload.deepep is None else workload.deepep
+
+
 def node_dedup(model: ModelSpec, workload: Workload, accelerator_kind: str) -> bool:
-    """Whether the MoE dispatch sends a token over scale-out once per destination node (``Workload.deepep``, the
-    profile's ``ep_node_dedup`` where unset): DeepEP cannot pad experts to a capacity, so a capacity-factor model
-    does not."""
-    wanted = profile_of(workload.framework, accelerator_kind).ep_node_dedup if workload.deepep is None else workload.deepep
-    return bool(wanted) and model.moe is not None and model.moe.capacity_factor is None
+    """Whether the MoE dispatch sends a token over scale-out once per destination node (``deepep_of``):
+    DeepEP cannot pad experts to a capacity, so a capacity-factor model does not."""
+    return deepep_of(workload, accelerator_kind) and model.moe is not None and model.moe.capacity_factor is None
 
 
 def profile_of(framework: str | None, accelerator_kind: str = "gpu") -> Profile:

@@ -28,7 +28,7 @@ from layoutsearch.core.errors import LayoutsearchWarning, InvalidArgumentError
 from layoutsearch.core.specs import (
     ALL_DEGREE_NAMES, DEGREE_NAMES, RECOMPUTE_POLICIES, Cluster, Layout, Method, ModelSpec, Objective, Precision, Schedule, Workload,
 )
-from layoutsearch.core.frameworks import profile_of
+from layoutsearch.core.frameworks import deepep_of, profile_of
 from layoutsearch.core.topology import CustomCluster, cluster_from_spec, resolve_cluster
 from layoutsearch.core.units import (
     GIB, MAX_DEVICES, MAX_GLOBAL_BATCH_SEQS, MAX_HBM_BYTES, MAX_SEQ_LEN, MAX_TRAINING_TOKENS, MAX_VIRTUAL_STAGES_RECORD,
@@ -160,8 +160,8 @@ def resolved_workload(workload: Workload, cluster: Cluster) -> Workload:
                                    f"peak_fp8_tflops in hardware/{acc.id}.yaml); use --precision bf16")
     overlap = acc.kind in profile.tp_overlap if workload.tp_comm_overlap is None else workload.tp_comm_overlap
     ep_overlap = profile.ep_overlap if workload.ep_comm_overlap is None else workload.ep_comm_overlap
-    deepep = profile.ep_node_dedup if workload.deepep is None else workload.deepep
-    return replace(workload, framework=profile.name, tp_comm_overlap=overlap, ep_comm_overlap=ep_overlap, deepep=deepep)
+    return replace(workload, framework=profile.name, tp_comm_overlap=overlap, ep_comm_overlap=ep_overlap,
+                   deepep=deepep_of(workload, acc.kind))
 
 
 def check_workload(workload: Workload, where: str = "") -> None:

@@ -53,6 +53,7 @@ import yaml
 
 from layoutsearch.core.rules import Capabilities, deepseek_block, gpt3_block, qwen3_moe_block
 from layoutsearch.core.specs import Recompute
+from layoutsearch.costs import memory
 from layoutsearch.export.context import ExportContext, comment_block, header_lines, placeholder_note, set_me
 
 AXES = ("data", "fsdp", "tensor", "context", "pipeline", "expert")
@@ -61,15 +62,14 @@ REMAT_POLICIES = ("minimal_with_context", "minimal", "save_dot_with_context_exce
                   "save_out_proj", "full")
 # layoutsearch's policies -> remat_policy: MaxText's own names as they are (costs.memory.POLICY_SAVES
 # models each); none and selective by their nearest (MaxText's none rematerialises scanned layers fully)
-# the custom_offload_* policies: remat_policy custom, these tensors offloaded to host, every other named tensor
-# at base.yml's 'remat' (decoder_layer_input is base.yml's 'device' unless offloaded)
-CUSTOM_OFFLOADS = {
-    "custom_offload_input": ("decoder_layer_input",),
-    "custom_offload_qkv_proj": ("decoder_layer_input", "query_proj", "key_proj", "value_proj", "qkv_proj"),
-    "custom_offload_out_proj": ("decoder_layer_input", "out_proj"),
-    "custom_offload_dots_except_mlp": ("decoder_layer_input", "query_proj", "key_proj", "value_proj", "qkv_proj",
-                                       "out_proj"),
-}
+# The engine's saved tensors (costs.memory.PRODUCER) -> MaxText's checkpoint names for them (configs/base.yml)
+CHECKPOINT_NAMES = {"attn_norm_in": ("decoder_layer_input",), "q": ("query_proj", "qkv_proj"), "k": ("key_proj",),
+                    "v": ("value_proj",), "qk_norm_in": ("query_proj", "key_proj"), "mlp_norm_in": ("out_proj",),
+                    "post_norm_in": ("out_proj",)}
+# The offloading policies MaxText has no name for: remat_policy custom with the tensors costs.memory.OFFLOADED
+# puts on the host set to 'offload', every other name at base.yml's 'remat' (decoder_layer_input: 'device')
+CUSTOM_OFFLOADS = {policy: tuple(sorted({name for tensor in hosted for name in CHECKPOINT_NAMES.get(tensor, ())}))
+                   for policy, (_, hosted) in memory.OFFLOADED.items() if policy not in REMAT_POLICIES}
 REMAT = {"none": "minimal_with_context", "selective": "minimal",
          **{p.value: p.value for p in Recompute if p.value in REMAT_POLICIES},
          **dict.fromkeys(CUSTOM_OFFLOADS, "custom")}
