@@ -11,6 +11,7 @@ from hypothesis import strategies as st
 from layoutsearch.core.catalogue import load_model
 from layoutsearch.costs import comms, memory, params, pipeline
 from layoutsearch.costs.estimate import estimate
+from layoutsearch.core.errors import InvalidArgumentError
 from layoutsearch.core.specs import Axis, Layout, Workload
 from layoutsearch.core.topology import resolve_cluster
 
@@ -161,6 +162,38 @@ def test_host_offload_traffic_that_outlasts_the_layer_is_waited_for():
     assert slow.time_s["compute/offload_wait"] - fast.time_s["compute/offload_wait"] == pytest.approx(
         2 * 80 * per_layer / 5e9)
     assert run(1e15).time_s["compute/offload_wait"] == 0.0
+
+
+def test_blocking_launches_expose_the_host_time_per_layer_and_hide_nothing():
+    """CUDA_LAUNCH_BLOCKING=1: per microbatch, 80 layers x (forward 1 + backward 2 + the recomputed share)
+    x the host time per layer pass (h100: 2385 us) is waited for: 0.5724 s without recompute, 0.7632 s
+    with full recompute, x 2 microbatches; every collective waits for the kernel before it, so nothing
+    hides (no interference item) and the ZeRO-3 traffic is all exposed."""
+    from layoutsearch.api import problem
+
+    def run(blocking, recompute="none"):
+        p = problem("llama70b", "h100-64", 64, 4096, launch_blocking=blocking)
+        return estimate(p, Layout(fsdp=8, tp=8, num_microbatches=2, recompute=recompute, zero_stage=3))
+
+    free, blocked = run(False), run(True)
+    assert free.time_s["compute/launch_wait"] == 0.0
+    assert blocked.time_s["compute/launch_wait"] == pytest.approx(2 * 80 * 3 * 2385e-6)
+    assert run(True, "full").time_s["compute/launch_wait"] == pytest.approx(2 * 80 * 4 * 2385e-6)
+    assert free.time_s["exposed_comm/interference"] > 0 and blocked.time_s["exposed_comm/interference"] == 0.0
+    assert blocked.time_s["exposed_comm/fsdp"] > free.time_s["exposed_comm/fsdp"]
+    assert blocked.time_s["step"] > free.time_s["step"] + blocked.time_s["compute/launch_wait"] - \
+        free.time_s["exposed_comm/interference"]
+
+
+def test_blocking_launches_are_refused_where_nothing_launches_cuda_kernels():
+    """TPUs have no blocking-launch calibration: one line naming the option and the file, exit 2."""
+    from layoutsearch.api import problem
+    from layoutsearch.cli import main
+
+    with pytest.raises(InvalidArgumentError, match=r"--launch-blocking: v5p has no blocking-launch calibration "
+                                                   r"\(no blocking_launch_us_per_layer_pass in hardware/v5p.yaml\)"):
+        problem("llama70b", "v5p-256", 64, 4096, launch_blocking=True)
+    assert main(["estimate", "--model", "llama70b", "--cluster", "v5p-256", "--seqs", "64", "--launch-blocking"]) == 2
 
 
 def test_microbatches_in_flight_by_schedule():

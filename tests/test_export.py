@@ -91,6 +91,18 @@ def test_header_names_model_cluster_predictions_and_version():
     assert any(f"layoutsearch {version()}" in line for line in side["header"])
 
 
+def test_blocking_launches_are_named_in_every_file_and_exported_by_megatron():
+    """--launch-blocking: every target's header says to launch with CUDA_LAUNCH_BLOCKING=1 (DeepSpeed's in its
+    side key); Megatron's script exports it; without the option no file mentions it."""
+    doc = solve_doc("llama3-8b", "h100-64", 256, 4096, Layout(fsdp=8, tp=8), launch_blocking=True)
+    line = "Launch with CUDA_LAUNCH_BLOCKING=1: the prediction costed blocking kernel launches (--launch-blocking)."
+    for target in ("maxtext", "megatron", "torchtitan"):
+        assert f"# {line}" in exported(doc, target)
+    assert line in json.loads(exported(doc, "deepspeed"))["_layoutsearch"]["header"]
+    assert "\nexport CUDA_LAUNCH_BLOCKING=1  #" in exported(doc, "megatron")
+    assert all("CUDA_LAUNCH_BLOCKING" not in exported(FSDP_TP, t) for t in ("maxtext", "megatron", "torchtitan", "deepspeed"))
+
+
 def test_kv_replication():
     """tp above the KV heads: Megatron expresses it (groups divide tp); MaxText, torchtitan, DeepSpeed refuse."""
     tpu = solve_doc("llama70b", "v5p-256", 256, 4096, Layout(fsdp=8, tp=32, recompute="full"))

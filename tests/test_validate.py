@@ -324,6 +324,20 @@ def test_bigscience_sequence_parallel_defaults_off(runs):
     assert degrees(mapped)["fsdp"] == 8 and degrees(mapped)["dp"] == 1
 
 
+def test_bloom_runs_launch_blocking_from_2022_02_18(runs):
+    """Rule 18: the tr11 slurm sets CUDA_LAUNCH_BLOCKING=1 (the production run, undated, and the prequel's
+    rows from 2022-02-18 on); an earlier tr11 row and every other source launch asynchronously."""
+    from layoutsearch.validation.mapping import launch_blocking, mapping_notes
+    prequel = runs["bloom-prequel-20220225-181b-dp8-tp8-pp6-mbs4-gbs2048"]
+    assert launch_blocking(prequel) and launch_blocking(runs["bloom176b-production-384gpu"])
+    assert not launch_blocking({**prequel, "source": prequel["source"].replace("2022-02-25", "2022-02-17")})
+    assert not launch_blocking(runs["megatron2021-table1-18-4b"])
+    problem, _ = record_to_problem(prequel)
+    assert problem.workload.launch_blocking
+    assert not record_to_problem(runs["megatron2021-table1-18-4b"])[0].workload.launch_blocking
+    assert "CUDA_LAUNCH_BLOCKING=1 (BLOOM tr11 slurm): blocking launches, nothing overlapped" in mapping_notes(prequel)
+
+
 def test_hsdp_shards_inside_the_node_and_replicates_across(runs):
     """fms-fsdp 7b: dp 128 = 8 sharded (node) x 16 replicated (scale-out)."""
     _, layout = record_to_problem(runs["fmsfsdp-a100-llama2-7b-128gpu"])

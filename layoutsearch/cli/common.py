@@ -121,6 +121,10 @@ DeepEpOpt = Annotated[Optional[bool], typer.Option(
     "--deepep/--no-deepep",
     help="MoE dispatch sends a token over scale-out once per destination node (DeepEP; Megatron's flex dispatcher, "
          "torchtitan's deepep backend) instead of once per expert (default: the framework's choice)")]
+LaunchBlockingOpt = Annotated[bool, typer.Option(
+    "--launch-blocking/--no-launch-blocking",
+    help="Every kernel launch waits for the GPU (CUDA_LAUNCH_BLOCKING=1): the host's time per layer is exposed and "
+         "no collective overlaps compute")]
 FrameworkOpt = Annotated[Optional[Framework], typer.Option(
     "--framework", help="Whose overlap the step time assumes: megatron, torchtitan, maxtext, deepspeed or ideal "
                         "(default: maxtext on TPUs, megatron on GPUs)")]
@@ -153,6 +157,7 @@ class WorkloadArgs:
     tp_comm_overlap: TpOverlapOpt = None
     ep_comm_overlap: EpOverlapOpt = None
     deepep: DeepEpOpt = None
+    launch_blocking: LaunchBlockingOpt = False
     grad_bytes: GradBytesOpt = 4
     moment_bytes: MomentBytesOpt = 4
     fused_attention: FusedAttentionOpt = True

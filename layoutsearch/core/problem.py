@@ -137,13 +137,15 @@ def warn_uncalibrated(model: ModelSpec, acc) -> None:
 
 def build_workload(seqs: int, seq_len: int, tokens: float | None = None, *, framework: str | None = None,
                    precision: str = "bf16", tp_comm_overlap: bool | None = None,
-                   ep_comm_overlap: bool | None = None, deepep: bool | None = None, grad_bytes: int = 4,
+                   ep_comm_overlap: bool | None = None, deepep: bool | None = None, launch_blocking: bool = False,
+                   grad_bytes: int = 4,
                    moment_bytes: int = 4, fused_attention: bool = True, hbm_gib: float | None = None,
                    memory_margin_gib: float = 0.0) -> Workload:
     """A Workload from the options' units (GiB, bytes per element): the one conversion of the CLI,
     problem files, sweeps and the Python API. Defaults: bf16 with 18 B/param mixed-precision Adam."""
     return Workload(global_batch_seqs=seqs, seq_len=seq_len, training_tokens=tokens, framework=framework,
                     precision=precision, tp_comm_overlap=tp_comm_overlap, ep_comm_overlap=ep_comm_overlap, deepep=deepep,
+                    launch_blocking=launch_blocking,
                     grad_bytes_per_param=grad_bytes,
                     optimizer_bytes_per_param=2 * moment_bytes, flash_attention=fused_attention,
                     hbm_bytes=None if hbm_gib is None else hbm_gib * GIB, memory_margin_bytes=memory_margin_gib * GIB)
@@ -158,6 +160,10 @@ def resolved_workload(workload: Workload, cluster: Cluster) -> Workload:
     if workload.precision == "fp8" and acc.peak_fp8_flops_per_s is None:
         raise InvalidArgumentError(f"--precision fp8: {acc.id} has no fp8 matmul rate in the catalogue (no "
                                    f"peak_fp8_tflops in hardware/{acc.id}.yaml); use --precision bf16")
+    if workload.launch_blocking and acc.blocking_launch_s_per_layer_pass is None:
+        raise InvalidArgumentError(f"--launch-blocking: {acc.id} has no blocking-launch calibration (no "
+                                   f"blocking_launch_us_per_layer_pass in hardware/{acc.id}.yaml): it applies to "
+                                   f"CUDA kernel launches on GPUs; use --no-launch-blocking")
     overlap = acc.kind in profile.tp_overlap if workload.tp_comm_overlap is None else workload.tp_comm_overlap
     ep_overlap = profile.ep_overlap if workload.ep_comm_overlap is None else workload.ep_comm_overlap
     return replace(workload, framework=profile.name, tp_comm_overlap=overlap, ep_comm_overlap=ep_overlap,
@@ -277,6 +283,7 @@ class WorkloadRecord(_Record):
     tp_comm_overlap: StrictBool | None = None
     ep_comm_overlap: StrictBool | None = None
     deepep: StrictBool | None = None
+    launch_blocking: StrictBool = False
     fsdp_collectives_per_layer: StrictInt = Field(default=1, ge=1, le=64)
     training_tokens: FiniteNumber | None = Field(default=None, gt=0, le=MAX_TRAINING_TOKENS)
     precision: StrictStr = Field(default="bf16", max_length=64)

@@ -198,6 +198,8 @@ class Workload:
     deepep: bool | None = None  # MoE dispatch sends a token over scale-out once per destination node and fans it
     # out over NVLink there (DeepEP / HybridEP: Megatron's flex dispatcher, torchtitan's deepep backend), else once
     # per expert (NCCL AllToAll); dropless routing only; None = the framework profile's choice
+    launch_blocking: bool = False  # every kernel launch waits for the GPU (CUDA_LAUNCH_BLOCKING=1, as the BLOOM
+    # runs set it against NCCL hangs): the host's time per layer is exposed and no collective overlaps compute
     fsdp_collectives_per_layer: int = 1  # ZeRO-3 gathers per layer: 1 with flat parameters (FSDP, XLA);
     # one per parameter tensor with DeepSpeed ZeRO-3 as of 2021
     training_tokens: float | None = None  # total tokens for a calendar estimate
@@ -259,6 +261,8 @@ class Accelerator:
     # loses to it (the communication kernels' SMs or cores and HBM traffic): hiding is never free
     host_bytes_per_s_per_direction: float | None = None  # host memory link (PCIe, NVLink-C2C) per device:
     # what host-offloaded activations move over; None = not in the catalogue (offloading policies refused)
+    blocking_launch_s_per_layer_pass: float | None = None  # host seconds per layer and forward-equivalent pass
+    # the GPU waits for when every launch blocks (Workload.launch_blocking); None = not calibrated (refused)
     vendor_attention_efficiency: float | None = None  # the vendor's fused attention (cuDNN / Transformer
     # Engine on Hopper) where it beats the portable FlashAttention-2 class of ``attention_efficiency``
     sources: dict[str, str] = field(default_factory=dict, compare=False, hash=False)

@@ -249,6 +249,8 @@ def _split_reductions(t: dict, exposed: float, gather_exposed: float) -> dict:
     gather_beyond = max(0.0, t["GATH"] - t["FWD"])
     out["exposed_comm/zero"] += gather_beyond
     out["exposed_comm/interference"] += gather_exposed - gather_beyond
+    if abs(out["exposed_comm/interference"]) <= 1e-12 * max(1.0, exposed + gather_exposed):
+        out["exposed_comm/interference"] = 0.0  # nothing hidden (windows of 0): the differences cancel up to rounding
     assert abs(sum(out.values()) - exposed - gather_exposed) <= 1e-9 * max(1.0, exposed + gather_exposed)
     return out
 

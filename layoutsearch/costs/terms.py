@@ -194,19 +194,26 @@ def compute_per_microbatch(model: ModelSpec, workload: Workload, acc: Accelerato
         acc.host_bytes_per_s_per_direction or np.inf)
     offload_wait = layers * (np.maximum(0.0, moved - (mm + attn)) + np.maximum(0.0, moved - bwd_window))
     moe_fixed = layers * params.moe_layer_share(model) * acc.moe_layer_overhead_s if model.moe is not None else 0.0
+    # blocking launches (CUDA_LAUNCH_BLOCKING=1): the GPU idles while the host prepares each kernel, per layer and
+    # forward-equivalent pass (the forward, the backward's two, the recomputed share), and every collective waits
+    # for the kernel before it: nothing hides behind compute (all windows 0)
+    blocking = workload.launch_blocking
+    launch_wait = layers * (passes + mm_rerun) * (acc.blocking_launch_s_per_layer_pass or 0.0) if blocking else 0.0
+    hides = 0.0 if blocking else 1.0
     return {
         "compute/moe_fixed": moe_fixed,
+        "compute/launch_wait": launch_wait,
         "compute/matmul": layers * mm * passes,
         "compute/attention": layers * attn * attn_passes,
         "compute/recompute": layers * recompute,
         "compute/elementwise": layers * ew,
         "compute/logits": logits,
         "compute/offload_wait": offload_wait,
-        "window/fwd_layer": mm + attn,
-        "window/matmul_fwd_layer": mm,
-        "window/bwd_layer": bwd_window,
-        "window/attn_fwd_layer": attn,
-        "window/logits": logits,
+        "window/fwd_layer": hides * (mm + attn),
+        "window/matmul_fwd_layer": hides * mm,
+        "window/bwd_layer": hides * bwd_window,
+        "window/attn_fwd_layer": hides * attn,
+        "window/logits": hides * logits,
     }
 
 

@@ -138,6 +138,8 @@ def header_lines(ctx: ExportContext) -> list[str]:
         f"{mem.get('peak', float('nan')) / GB:.1f} GB of {mem.get('capacity', float('nan')) / GB:.1f} GB per device",
         f"placement: {placement_text(ctx)}",
     ] + (["WARNING: layoutsearch predicts this layout does NOT fit in device memory."] if rec.get("fits") is False else []) \
+      + (["Launch with CUDA_LAUNCH_BLOCKING=1: the prediction costed blocking kernel launches (--launch-blocking)."]
+         if ctx.problem.workload.launch_blocking else []) \
       + ([f"WARNING: planned for {ctx.cluster.accelerator.id} TPUs; {ctx.target} runs on GPUs: the degrees, batch and "
           f"recompute carry over, the predicted time and memory do not (re-run solve on a GPU cluster)."]
          if ctx.cluster.accelerator.kind == "tpu" and ctx.target != "maxtext" else [])

@@ -313,6 +313,8 @@ def render(ctx: ExportContext) -> str:
         lines.append("export CUDA_DEVICE_MAX_CONNECTIONS=1  # Megatron requires it with TP/CP before Blackwell")
     elif fsdp:
         lines.append("unset CUDA_DEVICE_MAX_CONNECTIONS  # Megatron-FSDP overlaps better without it")
+    if ctx.problem.workload.launch_blocking:
+        lines.append("export CUDA_LAUNCH_BLOCKING=1  # the prediction costed blocking kernel launches (--launch-blocking)")
     lines.append(f"{ARRAY}=(")
     sections = [("model", _model_args(ctx)), ("latent attention, multi-token prediction", _mla_args(ctx)),
                 ("mixture of experts", _moe_args(ctx)), ("parallelism, batch, recompute", _parallel_args(ctx))]

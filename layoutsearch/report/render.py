@@ -81,7 +81,8 @@ def assumptions(workload, model) -> str:
     return (f"{workload.precision}, {workload.framework} overlap"
             + (" + TP comm overlap" if workload.tp_comm_overlap else "")
             + (" + EP comm overlap" if workload.ep_comm_overlap else "")
-            + (" + DeepEP dispatch" if model.moe is not None and workload.deepep else ""))
+            + (" + DeepEP dispatch" if model.moe is not None and workload.deepep else "")
+            + (", blocking launches" if workload.launch_blocking else ""))
 
 
 def estimate_report(model_name: str, cluster_name: str, est: Estimate, price_per_device_hour: float | None = None) -> None:

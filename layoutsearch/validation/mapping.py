@@ -113,6 +113,12 @@ is applied to every record:
     profile's choice (on for megatron). A NeMo Automodel record on DeepEP with ep null takes ep = its
     FSDP shard group (Automodel's benchmark configs set ``ep_size`` to the GPU count, e.g.
     ``gptoss_120b_te_deepep.yaml``: 64 on 64 GPUs), where that divides the experts.
+18. Blocking kernel launches: BigScience's BLOOM (tr11-176B-ml) runs from 2022-02-18 on, and the
+    production run, set ``CUDA_LAUNCH_BLOCKING=1`` ("do not remove or the training will hang",
+    tr11-176B-ml.slurm; chronicles-prequel.md "dealing with JZ hanging on the large model": at 320
+    GPUs the asynchronous runs always hung): costed with ``Workload.launch_blocking`` on (the
+    host's time per layer exposed, nothing overlapped). Earlier tr11 rows (their date in the
+    source) and every other record launch asynchronously.
 """
 
 from __future__ import annotations
@@ -174,6 +180,17 @@ def deepep(record: dict) -> bool | None:
     if re.search(r"deepep|hybridep", text, re.IGNORECASE):
         return True
     return False if re.search(r"alltoall dispatcher|DISPATCHER=alltoall", text) else None
+
+
+BLOCKING_LAUNCH_SOURCE, BLOCKING_LAUNCH_SINCE = "tr11-176B-ml", "2022-02-18"  # rule 18
+
+
+def launch_blocking(record: dict) -> bool:
+    """Rule 18: a BLOOM (tr11) run launched with CUDA_LAUNCH_BLOCKING=1: the production run and the
+    prequel's rows dated from 2022-02-18 on (an undated tr11 source is the production setup)."""
+    source = str(record.get("source") or "")
+    dates = re.findall(r"\b(20\d\d-\d\d-\d\d)\b", source)
+    return BLOCKING_LAUNCH_SOURCE in source and all(d >= BLOCKING_LAUNCH_SINCE for d in dates)
 
 
 def automodel_ep(record: dict) -> int | None:
@@ -264,6 +281,8 @@ def mapping_notes(record: dict) -> list[str]:
                      f"profile ({default_framework(kind)})")
     if zero3_collectives_per_layer(record) > 1 and framework != "megatron-deepspeed":
         notes.append("DeepSpeed ZeRO-3 (2021) costed with the deepspeed profile")
+    if launch_blocking(record):
+        notes.append("CUDA_LAUNCH_BLOCKING=1 (BLOOM tr11 slurm): blocking launches, nothing overlapped")
     if lay.get("async_tp") is True and source_family(record) not in TP_OVERLAP_SOURCES:
         notes.append("async_tp: TP collectives pipelined with their GEMMs (tp_comm_overlap on)")
     return notes + _moe_notes(record)
@@ -531,7 +550,7 @@ def record_to_problem(record: dict) -> Mapped | str:
                         precision=wl["precision"] or "bf16", flash_attention=fused_attention(record),
                         fsdp_collectives_per_layer=zero3_collectives_per_layer(record),
                         tp_comm_overlap=tp_comm_overlap(record), ep_comm_overlap=ep_comm_overlap(record),
-                        deepep=deepep(record),
+                        deepep=deepep(record), launch_blocking=launch_blocking(record),
                         framework=record_framework(record, load_accelerator(_accelerator_id(record)).kind))
     dp, fsdp, zero = _data_parallel(record)
     replicas = _tpu_replicas(record)
