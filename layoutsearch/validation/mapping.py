@@ -115,8 +115,8 @@ is applied to every record:
     ``gptoss_120b_te_deepep.yaml``: 64 on 64 GPUs), where that divides the experts.
 18. Blocking kernel launches: BigScience's BLOOM (tr11-176B-ml) runs from 2022-02-18 on, and the
     production run, set ``CUDA_LAUNCH_BLOCKING=1`` ("do not remove or the training will hang",
-    tr11-176B-ml.slurm; chronicles-prequel.md "dealing with JZ hanging on the large model": at 320
-    GPUs the asynchronous runs always hung): costed with ``Workload.launch_blocking`` on (the
+    tr11-176B-ml.slurm and the smaller tr11 models' slurm scripts; chronicles-prequel.md "dealing
+    with JZ hanging on the large model": at 320 GPUs the asynchronous runs always hung): costed with ``Workload.launch_blocking`` on (the
     host's time per layer exposed, nothing overlapped). Earlier tr11 rows (their date in the
     source) and every other record launch asynchronously.
 """
