@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import datetime
+from pathlib import Path
 from typing import Annotated, Optional
 
 import typer
@@ -32,7 +33,8 @@ def calibrate(
     result = fit(load_runs(runs), accelerators=accs, params=fields, shared=common)
     render.calibration_report(result)
     if write:
-        written = write_calibration(result, catalogue_dir("hardware"), today=datetime.date.today())
+        written = write_calibration(result, catalogue_dir("hardware"), runs_name=Path(runs).name,
+                                    today=datetime.date.today())
         typer.echo(f"wrote {', '.join(str(p) for p in written)}", err=True)
 
 
