@@ -505,7 +505,7 @@ def write_moe_markdown(doc: dict, runs: Path, path: Path, records: list[dict]) -
              "MoE field per GPU family, `moe_layer_overhead_us`, fitted on these records (`hardware/*.yaml` "
              "`calibration_moe`); the leave-one-source-out table below refits it without each source. TPU MoE is "
              "not calibrated. The mapping of a record onto the engine is the docstring of "
-             "`layoutsearch/validation/mapping.py` (rules 16 and 17 for MoE and MLA).", "",
+             "`layoutsearch/validation/mapping.py` (rules 16, 17 and 19 for MoE, MLA and the attention kernel).", "",
              *moe_loso_lines(doc.get("loso")),
              "## By accelerator", "", *group_lines(s["by_accelerator"], "accelerator"), "",
              "## By source family", "", *group_lines(s["by_source"], "source"), "",

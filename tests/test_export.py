@@ -103,6 +103,21 @@ def test_blocking_launches_are_named_in_every_file_and_exported_by_megatron():
     assert all("CUDA_LAUNCH_BLOCKING" not in exported(FSDP_TP, t) for t in ("maxtext", "megatron", "torchtitan", "deepspeed"))
 
 
+def test_attention_kernel_as_costed_or_refused():
+    """--no-vendor-attention under Megatron writes --attention-backend flash (FlashAttention, as costed), the
+    default writes no backend (Transformer Engine picks its cuDNN kernel); torchtitan, MaxText and DeepSpeed cannot
+    choose the vendor's kernel and refuse --vendor-attention, naming the nearest."""
+    flash = solve_doc("llama3-8b", "h100-64", 256, 4096, Layout(fsdp=8, tp=8), vendor_attention=False)
+    assert "--attention-backend flash" in exported(flash, "megatron")
+    assert "--attention-backend" not in exported(FSDP_TP, "megatron")
+    vendor = solve_doc("llama3-8b", "h100-64", 256, 4096, Layout(fsdp=8, tp=8), vendor_attention=True)
+    for target, name in (("torchtitan", "torchtitan"), ("maxtext", "MaxText"), ("deepspeed", "DeepSpeed")):
+        with pytest.raises(InvalidLayoutError, match=f"{target} export of layout rank 1: {name} cannot express the vendor's fused attention kernel "
+                                                     r"\(cuDNN / Transformer Engine\); nearest: --no-vendor-attention, "
+                                                     "or export to megatron"):
+            exported(vendor, target)
+
+
 def test_kv_replication():
     """tp above the KV heads: Megatron expresses it (groups divide tp); MaxText, torchtitan, DeepSpeed refuse."""
     tpu = solve_doc("llama70b", "v5p-256", 256, 4096, Layout(fsdp=8, tp=32, recompute="full"))

@@ -340,6 +340,13 @@ def test_solve_export_on_moe_models(tmp_path, target, model, cluster):
 # The exported flags read onto megatron-core by hand, one entry per flag the Megatron exporter can write (this is
 # not Megatron-LM's parser: it knows only our flags, and says what each one sets). A config entry is
 # flag -> (field, how): `how` is the value a switch sets (a bool) or the function that reads the flag's value.
+def attn_backend(value: str):
+    """--attention-backend's argparse type in Megatron's arguments.py: the AttnBackend member of that name."""
+    from megatron.core.transformer.enums import AttnBackend
+
+    return AttnBackend[value]
+
+
 MEGATRON_CONFIG_FLAGS = {  # TransformerConfig fields
     "--num-layers": ("num_layers", int), "--hidden-size": ("hidden_size", int),
     "--ffn-hidden-size": ("ffn_hidden_size", int), "--num-attention-heads": ("num_attention_heads", int),
@@ -352,6 +359,7 @@ MEGATRON_CONFIG_FLAGS = {  # TransformerConfig fields
     "--fp8-format": ("fp8", str), "--fp8-recipe": ("fp8_recipe", str), "--fp8-param-gather": ("fp8_param", True),
     "--multi-latent-attention": ("multi_latent_attention", True),  # and MLATransformerConfig
     "--qk-layernorm": ("qk_layernorm", True), "--no-rope-fusion": ("apply_rope_fusion", False),
+    "--attention-backend": ("attention_backend", attn_backend),
     "--mtp-num-layers": ("mtp_num_layers", int),
     # mixture of experts
     "--num-experts": ("num_moe_experts", int), "--moe-router-topk": ("moe_router_topk", int),
@@ -542,6 +550,18 @@ def test_megatron_flag_tables_name_megatron_core_fields():
     assert {name for name, _ in MEGATRON_MODEL_FLAGS.values()} <= set(inspect.signature(GPTModel.__init__).parameters)
     assert not MEGATRON_TRAINING_FLAGS & (set(MEGATRON_CONFIG_FLAGS) | set(MEGATRON_MLA_FLAGS)
                                           | set(MEGATRON_MODEL_FLAGS) | set(MEGATRON_PAIRED))
+
+
+@pytest.mark.frameworks
+def test_megatron_core_takes_the_flash_attention_backend():
+    """--no-vendor-attention: the export writes --attention-backend flash, which megatron-core's TransformerConfig
+    takes as AttnBackend.flash (FlashAttention instead of Transformer Engine's cuDNN kernel)."""
+    pytest.importorskip("megatron.core.transformer.transformer_config")
+    from megatron.core.transformer.enums import AttnBackend
+
+    doc = solve_doc("llama3-8b", "h100-64", 256, 4096, Layout(fsdp=8, tp=8), vendor_attention=False)
+    config, _, _ = megatron_config(exported(doc, "megatron"), apply_rope_fusion=False)  # (fused RoPE needs TE)
+    assert config.attention_backend is AttnBackend.flash
 
 
 @pytest.mark.frameworks

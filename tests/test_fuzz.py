@@ -210,6 +210,7 @@ class Gen:
             ("--memory-margin-gib", lambda: self.pick(["0", "4"], ["-1", "inf"], 0.7), 0.1),
             ("--grad-bytes", lambda: self.pick(["2", "4"], ["3x", "8"], 0.7), 0.1),
             ("--deepep", None, 0.05), ("--no-deepep", None, 0.05), ("--launch-blocking", None, 0.05),
+            ("--vendor-attention", None, 0.05), ("--no-vendor-attention", None, 0.05),
         ]
 
     def search(self, command: str) -> list[str]:

@@ -158,6 +158,23 @@ def test_maxtext_custom_remat_with_host_offload_maps_to_the_policy_offloading_th
     assert record_to_problem(one(by_id, DEEPSEEK))[1].recompute == "selective"  # a GPU record keeps its own
 
 
+def test_automodel_records_on_transformer_engine_attention_cost_the_vendor_kernel(by_id):
+    """Rule 19: the Automodel benchmark configs *_te_deepep.yaml set backend attn: te, so their records are costed
+    with the vendor's fused attention (H100: 0.4494 of peak) although their profile (torchtitan) uses
+    FlashAttention-2's (0.2); other records keep their profile's choice."""
+    from layoutsearch.costs.terms import attention_efficiency
+
+    problem, _ = record_to_problem(by_id["automodel-qwen3-30b-h100-bf16-n8-pp1ep8fsdp8-gbs512"])
+    assert problem.workload.framework == "torchtitan" and problem.workload.vendor_attention is True
+    assert attention_efficiency(problem.workload, problem.cluster.accelerator) == 0.4494
+    assert "Transformer Engine attention (attn: te): the vendor's fused attention" in mapping_notes(
+        by_id["automodel-qwen3-30b-h100-bf16-n8-pp1ep8fsdp8-gbs512"])
+    torchtitan, _ = record_to_problem(by_id["torchtitan-llama4-scout-gb200-bf16-n256-fsdp256-ep16"])
+    assert torchtitan.workload.vendor_attention is None  # the profile's: FlashAttention-2 class
+    assert attention_efficiency(torchtitan.workload, torchtitan.cluster.accelerator) == \
+        torchtitan.cluster.accelerator.attention_efficiency
+
+
 def test_routing_is_costed_balanced_and_noted(by_id):
     """MLPerf's real routing and the vendors' forced balance are both costed with moe_imbalance 1.0; noted."""
     real = by_id[MLPERF_REAL]

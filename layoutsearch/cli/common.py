@@ -121,6 +121,10 @@ DeepEpOpt = Annotated[Optional[bool], typer.Option(
     "--deepep/--no-deepep",
     help="MoE dispatch sends a token over scale-out once per destination node (DeepEP; Megatron's flex dispatcher, "
          "torchtitan's deepep backend) instead of once per expert (default: the framework's choice)")]
+VendorAttentionOpt = Annotated[Optional[bool], typer.Option(
+    "--vendor-attention/--no-vendor-attention",
+    help="The attention core runs the vendor's fused kernel (Transformer Engine / cuDNN) where the accelerator has "
+         "one, else the FlashAttention-2 class (default: the framework's choice: megatron and ideal use the vendor's)")]
 LaunchBlockingOpt = Annotated[bool, typer.Option(
     "--launch-blocking/--no-launch-blocking",
     help="Every kernel launch waits for the GPU (CUDA_LAUNCH_BLOCKING=1): the host's time per layer is exposed and "
@@ -157,6 +161,7 @@ class WorkloadArgs:
     tp_comm_overlap: TpOverlapOpt = None
     ep_comm_overlap: EpOverlapOpt = None
     deepep: DeepEpOpt = None
+    vendor_attention: VendorAttentionOpt = None
     launch_blocking: LaunchBlockingOpt = False
     grad_bytes: GradBytesOpt = 4
     moment_bytes: MomentBytesOpt = 4

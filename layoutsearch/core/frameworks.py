@@ -30,7 +30,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from layoutsearch.core.errors import InvalidArgumentError
-from layoutsearch.core.specs import Framework, ModelSpec, Recompute, Workload
+from layoutsearch.core.specs import Accelerator, Framework, ModelSpec, Recompute, Workload
 
 
 @dataclass(frozen=True, slots=True)
@@ -98,6 +98,18 @@ def framework_of_target(target: str) -> str:
 def deepep_of(workload: Workload, accelerator_kind: str) -> bool:
     """The DeepEP dispatch the workload asks for: ``Workload.deepep``, else the profile's ``ep_node_dedup``."""
     return profile_of(workload.framework, accelerator_kind).ep_node_dedup if workload.deepep is None else workload.deepep
+
+
+def vendor_attention_of(workload: Workload, accelerator_kind: str) -> bool:
+    """The attention kernel the workload asks for: ``Workload.vendor_attention``, else the profile's."""
+    return (profile_of(workload.framework, accelerator_kind).vendor_attention if workload.vendor_attention is None
+            else workload.vendor_attention)
+
+
+def vendor_attention(workload: Workload, acc: Accelerator) -> bool:
+    """Whether the attention core runs the vendor's fused kernel (``vendor_attention_of``) at the accelerator's
+    ``vendor_attention_efficiency``: only where the catalogue has one."""
+    return vendor_attention_of(workload, acc.kind) and acc.vendor_attention_efficiency is not None
 
 
 def node_dedup(model: ModelSpec, workload: Workload, accelerator_kind: str) -> bool:

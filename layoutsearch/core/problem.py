@@ -137,7 +137,8 @@ def warn_uncalibrated(model: ModelSpec, acc) -> None:
 
 def build_workload(seqs: int, seq_len: int, tokens: float | None = None, *, framework: str | None = None,
                    precision: str = "bf16", tp_comm_overlap: bool | None = None,
-                   ep_comm_overlap: bool | None = None, deepep: bool | None = None, launch_blocking: bool = False,
+                   ep_comm_overlap: bool | None = None, deepep: bool | None = None, vendor_attention: bool | None = None,
+                   launch_blocking: bool = False,
                    grad_bytes: int = 4,
                    moment_bytes: int = 4, fused_attention: bool = True, hbm_gib: float | None = None,
                    memory_margin_gib: float = 0.0) -> Workload:
@@ -145,7 +146,7 @@ def build_workload(seqs: int, seq_len: int, tokens: float | None = None, *, fram
     problem files, sweeps and the Python API. Defaults: bf16 with 18 B/param mixed-precision Adam."""
     return Workload(global_batch_seqs=seqs, seq_len=seq_len, training_tokens=tokens, framework=framework,
                     precision=precision, tp_comm_overlap=tp_comm_overlap, ep_comm_overlap=ep_comm_overlap, deepep=deepep,
-                    launch_blocking=launch_blocking,
+                    vendor_attention=vendor_attention, launch_blocking=launch_blocking,
                     grad_bytes_per_param=grad_bytes,
                     optimizer_bytes_per_param=2 * moment_bytes, flash_attention=fused_attention,
                     hbm_bytes=None if hbm_gib is None else hbm_gib * GIB, memory_margin_bytes=memory_margin_gib * GIB)
@@ -283,6 +284,7 @@ class WorkloadRecord(_Record):
     tp_comm_overlap: StrictBool | None = None
     ep_comm_overlap: StrictBool | None = None
     deepep: StrictBool | None = None
+    vendor_attention: StrictBool | None = None
     launch_blocking: StrictBool = False
     fsdp_collectives_per_layer: StrictInt = Field(default=1, ge=1, le=64)
     training_tokens: FiniteNumber | None = Field(default=None, gt=0, le=MAX_TRAINING_TOKENS)

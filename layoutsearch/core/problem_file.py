@@ -48,7 +48,7 @@ ProblemFile = absent_is_none(
     # the problem: model, cluster, workload
     model=_Text | dict | list[_Text], cluster=_Text | dict | list[_Text],
     seqs=StrictInt | list[StrictInt] | _Text, seq_len=StrictInt | list[StrictInt] | _Text,
-    tp_comm_overlap=StrictBool, ep_comm_overlap=StrictBool, deepep=StrictBool, launch_blocking=StrictBool,
+    tp_comm_overlap=StrictBool, ep_comm_overlap=StrictBool, deepep=StrictBool, vendor_attention=StrictBool, launch_blocking=StrictBool,
     tokens=_Number, price_per_device_hour=_Number,
     framework=_Text, precision=_Text, grad_bytes=StrictInt, moment_bytes=StrictInt, fused_attention=StrictBool,
     hbm_gib=_Number, memory_margin_gib=_Number,

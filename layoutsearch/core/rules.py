@@ -27,7 +27,7 @@ from typing import Callable
 import numpy as np
 
 from layoutsearch.core.problem import MAX_VIRTUAL_STAGES, Problem, SearchOptions
-from layoutsearch.core.frameworks import node_dedup, profile_of
+from layoutsearch.core.frameworks import node_dedup, profile_of, vendor_attention
 from layoutsearch.core.stages import CHUNK_LAYOUT, SPLIT_NAMES, split_layers
 from layoutsearch.core.specs import (
     ALL_DEGREE_NAMES, DEGREE_NAMES, OFFLOAD_POLICIES, RECOMPUTE_CODES, RECOMPUTE_POLICIES, SCHEDULE_CODES, Layout, ModelSpec,
@@ -326,6 +326,7 @@ class Capabilities:
     expert_groups: tuple[str, ...] = ("dp", "fsdp", "tp", "cp")
     expert_parallel_with_tp_and_pp: bool = True
     deepep: bool = False  # a token dispatch that crosses scale-out once per node (Workload.deepep)
+    vendor_attention: bool = False  # the vendor's fused attention kernel (frameworks.vendor_attention)
     why: dict[str, str] = field(default_factory=dict)
 
 
@@ -462,6 +463,15 @@ def framework_rules(caps: Capabilities) -> tuple[Rule, ...]:
          lambda p: f"{name}: " + ("DeepEP dispatch" if caps.deepep else "no DeepEP dispatch with ep > 1"),
          lambda p, c: text(f"{caps.target}-deepep", f"the DeepEP token dispatch with ep({c['ep']})",
                            "--no-deepep, or export to megatron or torchtitan")),
+        (f"{caps.target}-vendor-attention", (),
+         # only where the workload asks for it (--vendor-attention): a profile's own choice travels with the profile
+         lambda p, c: caps.vendor_attention or not (p.workload.vendor_attention and vendor_attention(
+             p.workload, p.cluster.accelerator)),
+         lambda p: f"{name}: " + ("the vendor's fused attention" if caps.vendor_attention
+                                  else "no vendor fused attention"),
+         lambda p, c: text(f"{caps.target}-vendor-attention", "the vendor's fused attention kernel (cuDNN / "
+                                                              "Transformer Engine)",
+                           "--no-vendor-attention, or export to megatron")),
         (f"{caps.target}-model", (), lambda p, c: not caps.model_blocks or any(MODEL_BLOCKS[b](p.model)
                                                                                for b in caps.model_blocks),
          lambda p: f"{name}: a model of the {' or '.join(caps.model_blocks) or 'any'} family",

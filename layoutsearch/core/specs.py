@@ -198,6 +198,8 @@ class Workload:
     deepep: bool | None = None  # MoE dispatch sends a token over scale-out once per destination node and fans it
     # out over NVLink there (DeepEP / HybridEP: Megatron's flex dispatcher, torchtitan's deepep backend), else once
     # per expert (NCCL AllToAll); dropless routing only; None = the framework profile's choice
+    vendor_attention: bool | None = None  # the vendor's fused attention kernel (Transformer Engine / cuDNN) where
+    # the accelerator has one, else the FlashAttention-2 class; None = the framework profile's choice
     launch_blocking: bool = False  # every kernel launch waits for the GPU (CUDA_LAUNCH_BLOCKING=1, as the BLOOM
     # runs set it against NCCL hangs): the host's time per layer is exposed and no collective overlaps compute
     fsdp_collectives_per_layer: int = 1  # ZeRO-3 gathers per layer: 1 with flat parameters (FSDP, XLA);

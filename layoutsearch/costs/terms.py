@@ -29,7 +29,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from layoutsearch.core.frameworks import node_dedup, profile_of
+from layoutsearch.core.frameworks import node_dedup, profile_of, vendor_attention
 from layoutsearch.core.placement import EXPERT_NESTING, expert_degrees
 from layoutsearch.core.stages import split_layers
 from layoutsearch.core.specs import RECOMPUTE_POLICIES, SCHEDULE_CODES, Accelerator, ModelSpec, Workload
@@ -299,10 +299,9 @@ def step_interference(acc: Accelerator, steps: dict) -> dict:
 
 def attention_efficiency(workload: Workload, acc: Accelerator) -> float:
     """The fused attention kernel's fraction of peak: the vendor's (cuDNN / Transformer Engine) where
-    the framework profile uses it and the accelerator has a figure for it, else the portable
-    FlashAttention-2 class fraction the catalogue calibrates."""
-    vendor = profile_of(workload.framework, acc.kind).vendor_attention and acc.vendor_attention_efficiency
-    return acc.vendor_attention_efficiency if vendor else acc.attention_efficiency
+    the workload or its framework profile uses it and the accelerator has a figure for it
+    (``frameworks.vendor_attention``), else the portable FlashAttention-2 class fraction the catalogue calibrates."""
+    return acc.vendor_attention_efficiency if vendor_attention(workload, acc) else acc.attention_efficiency
 
 
 def tp_per_microbatch(model: ModelSpec, workload: Workload, acc: Accelerator, sh: Shapes, k, co: Coeffs, last,

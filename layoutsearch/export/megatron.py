@@ -22,6 +22,9 @@ num_microbatches_calculator.py):
   ``--rope-scaling-factor`` (Llama 3.1 scaling; megatron-core fixes low 1, high 4, original 8192),
   ``--norm-epsilon``, ``--attention-dropout`` / ``--hidden-dropout`` (Megatron's default is 0.1),
   ``--add-qkv-bias`` (Qwen2), activation ``--swiglu`` (gated SiLU) or GELU (Megatron's default).
+- Attention kernel: Transformer Engine's choice (its cuDNN fused attention, as the megatron profile
+  costs it) unless the workload asked for the FlashAttention-2 class (``--no-vendor-attention``):
+  ``--attention-backend flash``.
 - Overlap the cost model assumes: ``--overlap-grad-reduce`` with data parallelism,
   ``--overlap-param-gather`` with the distributed optimizer, ``--tp-comm-overlap`` when the
   workload says TP collectives are pipelined with their GEMMs (Transformer Engine userbuffers).
@@ -74,6 +77,7 @@ MXFP8_ACCELERATORS = ("b200", "gb200")  # Blackwell: fp8 with per-block scales (
 
 CAPABILITIES = Capabilities(
     target="megatron", framework="Megatron-LM", pipeline_schedules=("1f1b", "interleaved"), deepep=True,
+    vendor_attention=True,
     pipeline_splits=("even", "embedding-and-loss", "first-last", "chunk-layout"), precisions=("bf16", "fp16", "fp8"),
     why={"megatron-pipeline": "it runs 1F1B, or interleaved 1F1B with virtual stages; no GPipe"})
 
@@ -244,6 +248,8 @@ def _parallel_args(ctx: ExportContext) -> list[tuple[str, object]]:
             args.append(("--overlap-param-gather", None))
     if lay.tp > 1 and lay.sequence_parallel and ctx.workload.tp_comm_overlap:  # arguments.py: needs SP
         args.append(("--tp-comm-overlap", None))
+    if ctx.workload.vendor_attention is False and ctx.cluster.accelerator.vendor_attention_efficiency is not None:
+        args.append(("--attention-backend", "flash"))  # FlashAttention, as costed, not Transformer Engine's cuDNN
     if lay.ep > 1 and ctx.workload.ep_comm_overlap:  # the token all-to-alls behind the other microbatch
         args.append(("--overlap-moe-expert-parallel-comm", None))
     if lay.recompute == "full":

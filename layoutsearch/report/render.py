@@ -9,6 +9,7 @@ from rich.table import Table
 
 from layoutsearch.costs import params
 from layoutsearch.costs.estimate import Estimate
+from layoutsearch.core.frameworks import profile_of
 from layoutsearch.core.units import GB
 from layoutsearch.report import planning
 from layoutsearch.report.output import band_of, stage_layers_record
@@ -82,7 +83,15 @@ def assumptions(workload, model) -> str:
             + (" + TP comm overlap" if workload.tp_comm_overlap else "")
             + (" + EP comm overlap" if workload.ep_comm_overlap else "")
             + (" + DeepEP dispatch" if model.moe is not None and workload.deepep else "")
+            + _attention_text(workload)
             + (", blocking launches" if workload.launch_blocking else ""))
+
+
+def _attention_text(workload) -> str:
+    """The attention kernel, where the workload overrides its profile's (``--vendor-attention``)."""
+    if workload.vendor_attention is None or workload.vendor_attention == profile_of(workload.framework).vendor_attention:
+        return ""
+    return ", vendor fused attention" if workload.vendor_attention else ", FlashAttention-2 class attention"
 
 
 def estimate_report(model_name: str, cluster_name: str, est: Estimate, price_per_device_hour: float | None = None) -> None:

@@ -119,6 +119,10 @@ is applied to every record:
     with JZ hanging on the large model": at 320 GPUs the asynchronous runs always hung): costed with ``Workload.launch_blocking`` on (the
     host's time per layer exposed, nothing overlapped). Earlier tr11 rows (their date in the
     source) and every other record launch asynchronously.
+19. Attention kernel: a NeMo Automodel record run with Transformer Engine's attention (its benchmark
+    configs ``*_te_deepep.yaml`` set ``backend: attn: te``; "TE + DeepEP") is costed with
+    ``Workload.vendor_attention`` on (cuDNN fused attention where the catalogue has a figure for it);
+    its framework profile (torchtitan, rule 14) would cost FlashAttention-2's.
 """
 
 from __future__ import annotations
@@ -180,6 +184,15 @@ def deepep(record: dict) -> bool | None:
     if re.search(r"deepep|hybridep", text, re.IGNORECASE):
         return True
     return False if re.search(r"alltoall dispatcher|DISPATCHER=alltoall", text) else None
+
+
+def vendor_attention(record: dict) -> bool | None:
+    """Rule 19: True for a NeMo Automodel record on Transformer Engine's attention (a ``_te_`` benchmark config or
+    "TE + ..." in its notes), else None (the profile's choice)."""
+    if record["workload"].get("framework") != "nemo-automodel":
+        return None
+    text = str(record.get("derived") or {}) + str(record.get("source") or "")
+    return True if re.search(r"_te_|\bTE \+|attn: te", text) else None
 
 
 BLOCKING_LAUNCH_SOURCE, BLOCKING_LAUNCH_SINCE = "tr11-176B-ml", "2022-02-18"  # rule 18
@@ -281,6 +294,8 @@ def mapping_notes(record: dict) -> list[str]:
                      f"profile ({default_framework(kind)})")
     if zero3_collectives_per_layer(record) > 1 and framework != "megatron-deepspeed":
         notes.append("DeepSpeed ZeRO-3 (2021) costed with the deepspeed profile")
+    if vendor_attention(record):
+        notes.append("Transformer Engine attention (attn: te): the vendor's fused attention")
     if launch_blocking(record):
         notes.append("CUDA_LAUNCH_BLOCKING=1 (BLOOM tr11 slurm): blocking launches, nothing overlapped")
     if lay.get("async_tp") is True and source_family(record) not in TP_OVERLAP_SOURCES:
@@ -550,7 +565,8 @@ def record_to_problem(record: dict) -> Mapped | str:
                         precision=wl["precision"] or "bf16", flash_attention=fused_attention(record),
                         fsdp_collectives_per_layer=zero3_collectives_per_layer(record),
                         tp_comm_overlap=tp_comm_overlap(record), ep_comm_overlap=ep_comm_overlap(record),
-                        deepep=deepep(record), launch_blocking=launch_blocking(record),
+                        deepep=deepep(record), vendor_attention=vendor_attention(record),
+                        launch_blocking=launch_blocking(record),
                         framework=record_framework(record, load_accelerator(_accelerator_id(record)).kind))
     dp, fsdp, zero = _data_parallel(record)
     replicas = _tpu_replicas(record)
