@@ -161,6 +161,9 @@ def resolved_workload(workload: Workload, cluster: Cluster) -> Workload:
     if workload.precision == "fp8" and acc.peak_fp8_flops_per_s is None:
         raise InvalidArgumentError(f"--precision fp8: {acc.id} has no fp8 matmul rate in the catalogue (no "
                                    f"peak_fp8_tflops in hardware/{acc.id}.yaml); use --precision bf16")
+    if workload.vendor_attention and acc.vendor_attention_efficiency is None:
+        warnings.warn(f"--vendor-attention: {acc.id} has no vendor_attention_efficiency in hardware/{acc.id}.yaml; "
+                      f"the attention core is costed at its attention_efficiency", UncalibratedWarning, stacklevel=3)
     if workload.launch_blocking and acc.blocking_launch_s_per_layer_pass is None:
         raise InvalidArgumentError(f"--launch-blocking: {acc.id} has no blocking-launch calibration (no "
                                    f"blocking_launch_us_per_layer_pass in hardware/{acc.id}.yaml): it applies to "
