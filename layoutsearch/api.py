@@ -30,7 +30,8 @@ __all__ = ["solve", "estimate", "problem"]
 def problem(model: str | ModelSpec, cluster: str | Cluster, seqs: int = 1024, seq_len: int = 4096, *,
             tokens: float | None = None, **workload_options) -> Problem:
     """The Problem the CLI builds from ``--model --cluster --seqs --seq-len`` and the workload options
-    (``framework``, ``precision``, ``tp_comm_overlap``, ``launch_blocking``, ``grad_bytes``, ``moment_bytes``,
+    (``framework``, ``precision``, ``tp_comm_overlap``, ``ep_comm_overlap``, ``deepep``, ``vendor_attention``,
+    ``launch_blocking``, ``grad_bytes``, ``moment_bytes``,
     ``fused_attention``, ``hbm_gib``, ``memory_margin_gib``: the CLI's names)."""
     return Problem.build(model, cluster, build_workload(seqs, seq_len, tokens, **workload_options))
 

@@ -183,6 +183,13 @@ def test_blocking_launches_expose_the_host_time_per_layer_and_hide_nothing():
     assert blocked.time_s["exposed_comm/fsdp"] > free.time_s["exposed_comm/fsdp"]
     assert blocked.time_s["step"] > free.time_s["step"] + blocked.time_s["compute/launch_wait"] - \
         free.time_s["exposed_comm/interference"]
+    # host offloading: the layer input (8192 / tp 8 per token with sequence parallelism, 2 bytes) goes to host and
+    # back over the 64 GB/s link; hidden behind the layer's compute without blocking, waited for entirely with it:
+    # 2 microbatches x 80 layers x 2 directions x 16384 tokens x 1024 x 2 bytes / 64 GB/s
+    offload = Layout(fsdp=8, tp=8, num_microbatches=2, recompute="custom_offload_input", zero_stage=3)
+    waits = [estimate(problem("llama70b", "h100-64", 64, 4096, launch_blocking=b), offload).time_s[
+        "compute/offload_wait"] for b in (False, True)]
+    assert waits == [0.0, pytest.approx(2 * 80 * 2 * 16384 * 1024 * 2 / 64e9)]
 
 
 def test_the_attention_kernel_follows_the_workload_then_the_profile():

@@ -188,18 +188,18 @@ def compute_per_microbatch(model: ModelSpec, workload: Workload, acc: Accelerato
     logits = _f(last) * (1.0 + mtp) * passes * flops.logits_flops_per_token(model, sh.tp) * m / rate
     recompute = mm * mm_rerun + attn * attn_rerun
     bwd_window = mm * flops.BACKWARD_OVER_FORWARD + attn * (attn_passes - 1.0) + recompute
-    # host offloading: each layer's offloaded tensors go to host during its forward and come back for its
-    # backward, asynchronously; what the layer's compute does not cover is waited for
-    moved = host_offload_bytes_per_token(model, workload, sh, r, sequence_parallel) * m / (
-        acc.host_bytes_per_s_per_direction or np.inf)
-    offload_wait = layers * (np.maximum(0.0, moved - (mm + attn)) + np.maximum(0.0, moved - bwd_window))
-    moe_fixed = layers * params.moe_layer_share(model) * acc.moe_layer_overhead_s if model.moe is not None else 0.0
     # blocking launches (CUDA_LAUNCH_BLOCKING=1): the GPU idles while the host prepares each kernel, per layer and
     # forward-equivalent pass (the forward, the backward's two, the recomputed share), and every collective waits
     # for the kernel before it: nothing hides behind compute (all windows 0)
     blocking = workload.launch_blocking
     launch_wait = layers * (passes + mm_rerun) * (acc.blocking_launch_s_per_layer_pass or 0.0) if blocking else 0.0
     hides = 0.0 if blocking else 1.0
+    # host offloading: each layer's offloaded tensors go to host during its forward and come back for its
+    # backward, asynchronously; what the layer's compute does not cover is waited for (all of it under blocking)
+    moved = host_offload_bytes_per_token(model, workload, sh, r, sequence_parallel) * m / (
+        acc.host_bytes_per_s_per_direction or np.inf)
+    offload_wait = layers * (np.maximum(0.0, moved - hides * (mm + attn)) + np.maximum(0.0, moved - hides * bwd_window))
+    moe_fixed = layers * params.moe_layer_share(model) * acc.moe_layer_overhead_s if model.moe is not None else 0.0
     return {
         "compute/moe_fixed": moe_fixed,
         "compute/launch_wait": launch_wait,
