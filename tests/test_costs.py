@@ -97,7 +97,7 @@ def test_saved_activations_by_policy():
     """full keeps the layer input only; selective drops the attention output and MLP activation."""
     none, sel, full = (_saved_widths(policy) for policy in ("none", "selective", "full"))
     assert full == {"attn_norm_in": 8192 / 8}
-    assert set(none) - set(sel) == {"attn_out", "attn_lse", "attn_scores", "mlp_act"}
+    assert set(none) - set(sel) == {"attn_out", "attn_lse", "attn_scores", "mlp_act", "moe_act"}
     assert none["attn_scores"] == 0  # fused attention saves no scores
     assert none["mlp_gate"] == none["mlp_up"] == 28672 / 8  # the gated MLP's two input projections
 

@@ -393,6 +393,7 @@ MEGATRON_CONFIG_FLAGS = {  # TransformerConfig fields
     "--num-layers-per-virtual-pipeline-stage": ("virtual_pipeline_model_parallel_size", int),
     "--recompute-granularity": ("recompute_granularity", str), "--recompute-method": ("recompute_method", str),
     "--recompute-num-layers": ("recompute_num_layers", int),
+    "--recompute-modules": ("recompute_modules", lambda value: value if isinstance(value, list) else [value]),  # nargs +
 }
 MEGATRON_MLA_FLAGS = {  # MLATransformerConfig's own fields; with --multi-latent-attention only
     "--q-lora-rank": ("q_lora_rank", int), "--kv-lora-rank": ("kv_lora_rank", int),
@@ -562,6 +563,21 @@ def test_megatron_core_takes_the_flash_attention_backend():
     doc = solve_doc("llama3-8b", "h100-64", 256, 4096, Layout(fsdp=8, tp=8), vendor_attention=False)
     config, _, _ = megatron_config(exported(doc, "megatron"), apply_rope_fusion=False)  # (fused RoPE needs TE)
     assert config.attention_backend is AttnBackend.flash
+
+
+@pytest.mark.frameworks
+def test_megatron_core_takes_the_norm_act_recompute_modules():
+    """recompute norm_act: the export writes --recompute-granularity selective --recompute-modules layernorm moe_act,
+    which megatron-core's TransformerConfig takes (moe_act needs the grouped GEMM the export also asks for); a dense
+    model gets layernorm alone (megatron-core refuses moe_act without grouped GEMMs)."""
+    pytest.importorskip("megatron.core.transformer.transformer_config")
+    doc = solve_doc("qwen3-30b-a3b", "h100-16", 256, 4096, Layout(fsdp=16, ep=8, zero_stage=1, recompute="norm_act"))
+    config, _, _ = megatron_config(exported(doc, "megatron"), apply_rope_fusion=False)
+    assert (config.recompute_granularity, config.recompute_modules, config.moe_grouped_gemm) == (
+        "selective", ["layernorm", "moe_act"], True)
+    dense = solve_doc("llama3-8b", "h100-64", 256, 4096, Layout(fsdp=8, tp=8, recompute="norm_act"))
+    config, _, _ = megatron_config(exported(dense, "megatron"), apply_rope_fusion=False)
+    assert (config.recompute_granularity, config.recompute_modules) == ("selective", ["layernorm"])
 
 
 @pytest.mark.frameworks

@@ -131,4 +131,4 @@ def test_a_target_that_cannot_write_any_allowed_policy_is_infeasible_not_a_crash
     r = CliRunner().invoke(app, ["solve", "--model", "llama3-8b", "--cluster", "h100-8", "--seqs", "64",
                                  "--recompute", "minimal,op", "--export", "megatron"])
     assert r.exit_code == 1
-    assert "'Megatron-LM: recompute none, selective, full' (megatron-recompute)" in r.output
+    assert "'Megatron-LM: recompute none, selective, full, norm_act, norm_moe' (megatron-recompute)" in r.output

@@ -158,6 +158,33 @@ def test_maxtext_custom_remat_with_host_offload_maps_to_the_policy_offloading_th
     assert record_to_problem(one(by_id, DEEPSEEK))[1].recompute == "selective"  # a GPU record keeps its own
 
 
+def test_megatron_recompute_modules_map_to_the_policy_recomputing_the_same(by_id):
+    """Rule 15: a selective record naming Megatron's --recompute-modules is costed as the policy that recomputes
+    them: the model zoo's "norm, act" and "--recompute-modules moe_act layernorm" -> norm_act, its long-context
+    command's "layernorm moe" -> norm_moe; mla_up_proj, core_attn and mlp keep selective. norm_act runs no
+    attention core again: the 32k record's recompute time goes from the attention core's to the MoE layer's."""
+    expected = {"modelzoo-qwen3-235b-h100-bf16-n256-a2a-overlap-off": "norm_act",  # table "norm, act"
+                "modelzoo-qwen3-235b-h100-bf16-n256-script-320tf": "norm_act",  # --recompute-modules moe_act layernorm
+                "modelzoo-qwen3-235b-gb200-fp8-n128-seq128k": "norm_act",  # "moe_act+layernorm"
+                "modelzoo-qwen3-235b-h100-bf16-n256-seq32k": "norm_moe",  # "selective recompute of layernorm and moe"
+                "mbridge-26.04.01-h100-gpt-oss-120b": "norm_act",  # "selective -- layernorm, moe_act (...)"
+                "mbridge-26.04.01-b200-deepseek-v3": "selective",  # mla_up_proj, mlp: the nearest
+                "dgxc-deepseekv3-gb200": "selective",  # core_attn
+                "mlperf6-deepseekv3-gb200-mxfp8-n256": "selective"}  # mlp
+    for prefix, policy in expected.items():
+        assert record_to_problem(one(by_id, prefix))[1].recompute == policy, prefix
+    rec = one(by_id, "modelzoo-qwen3-235b-h100-bf16-n256-seq32k")
+    problem, layout = record_to_problem(rec)
+    from dataclasses import replace
+
+    from layoutsearch.costs.estimate import estimate
+
+    moe_rerun, attn_rerun = (estimate(problem, replace(layout, recompute=r), strict=False) for r in ("norm_moe",
+                                                                                                     "selective"))
+    assert moe_rerun.time_s["compute/recompute"] < 0.5 * attn_rerun.time_s["compute/recompute"]
+    assert moe_rerun.time_s["exposed_comm/ep"] > attn_rerun.time_s["exposed_comm/ep"]  # the dispatch runs again
+
+
 def test_automodel_records_on_transformer_engine_attention_cost_the_vendor_kernel(by_id):
     """Rule 19: the Automodel benchmark configs *_te_deepep.yaml set backend attn: te, so their records are costed
     with the vendor's fused attention (H100: 0.4494 of peak) although their profile (torchtitan) uses

@@ -35,6 +35,10 @@ Recompute = choices("Recompute", (
     # MaxText remat_policy: custom with the layer input (decoder_layer_input) and the named projections
     # offloaded to host memory, the rest rematerialised (the tpu-recipes MoE and Llama configs)
     "custom_offload_input", "custom_offload_qkv_proj", "custom_offload_out_proj", "custom_offload_dots_except_mlp",
+    # Megatron selective with --recompute-modules layernorm moe_act: the two norms' outputs and the routed
+    # experts' activation are dropped and recomputed (output-discarding checkpoints), nothing else;
+    # with layernorm moe (and mlp for dense layers): the norms and every MLP / MoE layer run forward again
+    "norm_act", "norm_moe",
 ), "Activation-checkpoint policy: a named set of saved tensors (costs.memory.POLICY_SAVES), some of them "
    "in host memory (costs.memory.OFFLOADED).")
 Schedule = choices("Schedule", ("1f1b", "interleaved", "gpipe"),

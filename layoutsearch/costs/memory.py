@@ -21,6 +21,8 @@ PRODUCER = {
     "attn_out": "attention", "attn_lse": "attention", "attn_scores": "attention",
     "mlp_norm_in": "mm_o", "post_norm_in": "mm_o", "mlp_in": "norm", "mlp_gate": "mm_gate", "mlp_up": "mm_up",
     "mlp_act": "act",
+    # MoE: the tokens dispatched to the experts (and the router's probabilities), the routed experts' activation
+    "moe_dispatched": "norm", "moe_act": "act",
 }
 _PROJECTIONS = ("q", "k", "v", "qk_norm_in")  # the QKV projections' outputs (MaxText "qkv_proj")
 _OUT_PROJ = ("mlp_norm_in", "post_norm_in")  # the O projection's output and the residual after it ("out_proj")
@@ -30,7 +32,7 @@ ALL_TENSORS = frozenset(PRODUCER)
 POLICY_SAVES: dict[str, frozenset] = {
     "none": ALL_TENSORS,
     # Megatron selective: the attention core (and the element-wise MLP activation) are recomputed
-    "selective": ALL_TENSORS - {"attn_out", "attn_lse", "attn_scores", "mlp_act"},
+    "selective": ALL_TENSORS - {"attn_out", "attn_lse", "attn_scores", "mlp_act", "moe_act"},
     "full": frozenset({"attn_norm_in"}),  # the layer input: the whole layer runs forward again
     # torchtitan op SAC: outputs of every other matmul (wq, wv, w1 / gate) and of the attention kernel
     "op": frozenset({"attn_norm_in", "q", "v", "qk_norm_in", *_CONTEXT, "mlp_gate"}),
@@ -56,10 +58,20 @@ OFFLOADED: dict[str, tuple[str, frozenset]] = {
     "custom_offload_dots_except_mlp": ("save_dot_except_mlp", POLICY_SAVES["save_dot_except_mlp"]),
 }
 POLICY_SAVES.update({name: POLICY_SAVES[base] for name, (base, _) in OFFLOADED.items()})
+# Megatron --recompute-modules layernorm moe_act (transformer_config.py: output-discarding checkpoints): the
+# input and pre-MLP norms' outputs and the routed experts' activation are recomputed in backward; the
+# dispatched tokens the grouped GEMMs read stay (a dense model keeps its MLP activation: moe_act is experts only)
+POLICY_SAVES["norm_act"] = ALL_TENSORS - {"qkv_in", "mlp_in", "moe_act"}
+# Megatron --recompute-modules layernorm moe (+ mlp where some layers are dense): the norms' outputs and, from
+# the MLP input on, everything the MLP or MoE layer saves; the module is checkpointed whole, so its forward
+# (router, dispatch, experts, down projection, combine) runs again in backward (recompute_work)
+POLICY_SAVES["norm_moe"] = ALL_TENSORS - {"qkv_in", "mlp_in", "moe_dispatched", "mlp_gate", "mlp_up", "mlp_act",
+                                          "moe_act"}
+WHOLE_MLP_RERUN = ("norm_moe",)  # policies that checkpoint the MLP module whole: its down projection reruns too
 assert set(OFFLOADED) == set(OFFLOAD_POLICIES) and set(POLICY_SAVES) == set(RECOMPUTE_POLICIES)
 # fp8 training (Transformer Engine, torchao float8): the inputs of the linear layers are saved in
 # fp8 for the weight-gradient GEMMs, the rest stays in the activation precision.
-FP8_LINEAR_INPUTS = ("qkv_in", "attn_out", "mlp_in", "mlp_act")
+FP8_LINEAR_INPUTS = ("qkv_in", "attn_out", "mlp_in", "mlp_act", "moe_dispatched", "moe_act")
 FP8_BYTES = 1
 FP8_WEIGHT_COPIES = 2  # fp8 weights cached for the microbatches of a step: W and its transpose (Hopper TE)
 SAVED_SCORE_BYTES = 5  # without fused attention: softmax output 2, dropout mask 1, dropout output 2 (Korthikanti)
@@ -83,6 +95,7 @@ def _saved_widths(model: ModelSpec, tp: int, sequence_parallel: bool, seq_len: i
     v = kv_heads_per_device(model, tp) * value_head_dim(model)
     o_in = model.num_heads // tp * value_head_dim(model)
     f = mlp_width_per_token(model) / tp
+    routed = 0.0 if model.moe is None else moe_layer_share(model) * model.moe.top_k * model.moe.expert_d_ff / tp
     latent = 0.0
     if model.mla is not None:  # MLA's query and key-value latents (and the shared RoPE key), inputs of the up-projections
         a = model.mla
@@ -98,10 +111,12 @@ def _saved_widths(model: ModelSpec, tp: int, sequence_parallel: bool, seq_len: i
         "attn_lse": model.num_heads / tp * 2.0 if flash_attention else 0.0,  # fp32 log-sum-exp per head
         "attn_scores": 0.0 if flash_attention else (model.num_heads // tp) * seq_len * SAVED_SCORE_BYTES / activation_bytes,
         "mlp_norm_in": d_sp,
-        "mlp_in": d_sp + dispatched + router,
+        "mlp_in": d_sp,  # the pre-MLP norm's output (the router's and the shared experts' input)
+        "moe_dispatched": dispatched + router,
         "mlp_gate": f * (model.mlp_matrices - 2),  # the gate projection's output (gated MLPs)
         "mlp_up": f,  # the up projection's output (the pre-activation of a plain MLP)
-        "mlp_act": f,  # input of the down projection
+        "mlp_act": f - routed,  # input of the down projection (dense layers, shared experts)
+        "moe_act": routed,  # the routed experts' (their grouped down projection's input)
         # Gemma 2/3 post-attention and post-MLP norms: their inputs (the O and down projection outputs)
         "post_norm_in": max(model.norms_per_layer - 2, 0) * d_sp,
         "qk_norm_in": 0.0 if model.qk_norm == "none" else 1.0 * (q + kv),  # q and k before their norms
@@ -140,6 +155,7 @@ def recompute_work(model: ModelSpec, policy: str) -> dict[str, float]:
         rerun = set(flops) | {"attention", "norm", "act"}
     else:
         rerun = {PRODUCER[t] for t in ALL_TENSORS - POLICY_SAVES[policy]}
+        rerun |= {"mm_down"} if policy in WHOLE_MLP_RERUN else set()
     collectives = [any(p in rerun for p in ("mm_q", "mm_k", "mm_v")), "mm_o" in rerun,
                    any(p in rerun for p in ("mm_gate", "mm_up")), "mm_down" in rerun]
     return {"matmul": sum(v for k, v in flops.items() if k in rerun) / sum(flops.values()),

@@ -17,7 +17,10 @@ num_microbatches_calculator.py):
   ``--decoder-first-pipeline-num-layers`` / ``--decoder-last-pipeline-num-layers``.
 - Recompute: full -> granularity full, method uniform, 1 layer per unit (the layer input is
   kept); selective -> granularity selective (core attention; Megatron cannot recompute only the
-  dense MLP activation, so that part of layoutsearch's selective policy is kept in memory).
+  dense MLP activation, so that part of layoutsearch's selective policy is kept in memory);
+  norm_act -> granularity selective with ``--recompute-modules layernorm moe_act`` (``layernorm``
+  alone for a dense model: moe_act is the routed experts' activation and needs grouped GEMMs);
+  norm_moe -> ``layernorm moe``, plus ``mlp`` where some layers are dense (``recompute_modules``).
 - Hyper-parameters: ``--rotary-base`` (an int in arguments.py), ``--use-rope-scaling`` /
   ``--rope-scaling-factor`` (Llama 3.1 scaling; megatron-core fixes low 1, high 4, original 8192),
   ``--norm-epsilon``, ``--attention-dropout`` / ``--hidden-dropout`` (Megatron's default is 0.1),
@@ -77,7 +80,7 @@ MXFP8_ACCELERATORS = ("b200", "gb200")  # Blackwell: fp8 with per-block scales (
 
 CAPABILITIES = Capabilities(
     target="megatron", framework="Megatron-LM", pipeline_schedules=("1f1b", "interleaved"), deepep=True,
-    vendor_attention=True,
+    vendor_attention=True, recompute_policies=("none", "selective", "full", "norm_act", "norm_moe"),
     pipeline_splits=("even", "embedding-and-loss", "first-last", "chunk-layout"), precisions=("bf16", "fp16", "fp8"),
     why={"megatron-pipeline": "it runs 1F1B, or interleaved 1F1B with virtual stages; no GPipe"})
 
@@ -256,7 +259,23 @@ def _parallel_args(ctx: ExportContext) -> list[tuple[str, object]]:
         args += [("--recompute-granularity", "full"), ("--recompute-method", "uniform"), ("--recompute-num-layers", 1)]
     elif lay.recompute == "selective":
         args.append(("--recompute-granularity", "selective"))
+    elif lay.recompute in RECOMPUTE_MODULES:
+        args += [("--recompute-granularity", "selective"), ("--recompute-modules", recompute_modules(ctx.model, lay.recompute))]
     return args
+
+
+RECOMPUTE_MODULES = ("norm_act", "norm_moe")  # the policies written as --recompute-modules lists
+
+
+def recompute_modules(model, policy: str) -> tuple[str, ...]:
+    """Megatron's --recompute-modules for a policy (costs.memory.POLICY_SAVES): norm_act -> layernorm moe_act (moe_act
+    is the routed experts' and needs grouped GEMMs: a dense model recomputes its norms alone); norm_moe ->
+    layernorm moe, with mlp for the dense layers (moe reruns MoE layers only, mlp dense layers only)."""
+    moe = model.moe is not None
+    if policy == "norm_act":
+        return ("layernorm", "moe_act") if moe else ("layernorm",)
+    dense = not moe or model.moe.first_dense_layers > 0 or model.moe.layer_freq > 1
+    return ("layernorm",) + (("moe",) if moe else ()) + (("mlp",) if dense else ())
 
 
 def _placeholder_args() -> list[tuple[str, str]]:
@@ -328,7 +347,7 @@ def render(ctx: ExportContext) -> str:
         if not args:
             continue
         lines.append(f"  # {title}")
-        lines += [f"  {flag}" if value is None else f"  {flag} {shlex.quote(str(value))}" for flag, value in args]
+        lines += [f"  {flag}" if value is None else f"  {flag} {_shell_words(value)}" for flag, value in args]
     lines.append(")")
     lines.append(f"# PLACEHOLDER: not decided by layoutsearch; replace every <set me: ...> before launch")
     lines.append(f"{PLACEHOLDER_ARRAY}=(")
@@ -337,9 +356,15 @@ def render(ctx: ExportContext) -> str:
     return "\n".join(lines) + "\n"
 
 
+def _shell_words(value) -> str:
+    """A flag's value as shell words: one quoted word, or one per item of a tuple (an nargs='+' flag)."""
+    return " ".join(shlex.quote(str(v)) for v in value) if isinstance(value, tuple) else shlex.quote(str(value))
+
+
 # ----------------------------------------------------------------------------- checker
-def parse_args(text: str) -> dict[str, str | bool]:
-    """The flags inside ``MEGATRON_ARGS=( ... )``: {flag: value, or True for a switch}."""
+def parse_args(text: str) -> dict[str, str | bool | list[str]]:
+    """The flags inside ``MEGATRON_ARGS=( ... )``: {flag: value, a list of values for an nargs='+' flag
+    given several, or True for a switch}."""
     inside, tokens = False, []
     for line in text.splitlines():
         stripped = line.strip()
@@ -350,11 +375,15 @@ def parse_args(text: str) -> dict[str, str | bool]:
             break
         if inside:
             tokens += shlex.split(stripped, comments=True)
-    flags: dict[str, str | bool] = {}
+    flags: dict[str, str | bool | list[str]] = {}
     for i, tok in enumerate(tokens):
         if tok.startswith("--"):
-            nxt = tokens[i + 1] if i + 1 < len(tokens) else None
-            flags[tok] = nxt if nxt is not None and not nxt.startswith("--") else True
+            values = []
+            for nxt in tokens[i + 1:]:
+                if nxt.startswith("--"):
+                    break
+                values.append(nxt)
+            flags[tok] = True if not values else values[0] if len(values) == 1 else values
     return flags
 
 

@@ -80,7 +80,12 @@ is applied to every record:
     compute (core/frameworks.py); rule 11 decides TP overlap per record on top of it.
 15. Recompute: where the record's ``derived.recompute`` names the framework's own policy
     (MaxText ``remat_policy=minimal``), that policy is costed by its saved tensors
-    (``costs.memory.POLICY_SAVES``); otherwise the record's none/selective/full. MaxText's
+    (``costs.memory.POLICY_SAVES``); otherwise the record's none/selective/full. A selective record whose
+    derived notes name Megatron's ``--recompute-modules`` (in ``derived.recompute``, or after the word
+    "recompute" in another note) is costed as the policy that recomputes the same where there is one:
+    layernorm + moe_act -> ``norm_act`` (no attention core runs again), layernorm + moe (+ mlp) ->
+    ``norm_moe`` (the MLP / MoE layer's forward runs again); core_attn is ``selective``, and mla_up_proj,
+    mlp alone or shared_experts keep ``selective`` as the nearest. MaxText's
     ``remat_policy`` custom with tensors offloaded to host (the tpu-recipes configs, named in
     ``derived.layout`` or ``derived.recompute``) is costed as the ``custom_offload_*`` policy
     offloading the same ones: the layer input, and q/k/v and/or out_proj where named.
@@ -250,6 +255,34 @@ def named_policy(record: dict) -> str | None:
     (costs.memory.POLICY_SAVES) instead of the record's none/selective/full approximation."""
     found = re.search(r"remat_policy=([a-z_]+)", str((record.get("derived") or {}).get("recompute", "")))
     return found.group(1) if found and found.group(1) in RECOMPUTE_POLICIES else None
+
+
+MEGATRON_MODULES = ("core_attn", "moe_act", "layernorm", "mla_up_proj", "mlp", "moe", "shared_experts")
+
+
+def recompute_modules(record: dict) -> set[str]:
+    """Rule 15: the Megatron ``--recompute-modules`` a selective record names: the module names in its
+    ``derived.recompute``, and in the other derived notes after the word "recompute" up to the next ';'."""
+    derived = record.get("derived") or {}
+    texts = [str(derived.get("recompute") or "")] + [
+        part for key, value in derived.items() if key != "recompute"
+        for part in re.findall(r"recompute[^;]*", str(value), re.IGNORECASE)]
+    pattern = r"\b(" + "|".join(MEGATRON_MODULES) + r")\b"
+    return {name for text in texts for name in re.findall(pattern, text)}
+
+
+def modules_policy(record: dict) -> str | None:
+    """Rule 15: a selective record's Megatron modules as the policy that recomputes the same: layernorm and
+    moe_act -> norm_act; layernorm and moe (with mlp, moe_act) -> norm_moe; None otherwise (core_attn is
+    the engine's selective; mla_up_proj, mlp alone or shared_experts keep selective, the nearest)."""
+    if record["layout"]["recompute"] != "selective":
+        return None
+    modules = recompute_modules(record)
+    if modules and modules <= {"layernorm", "moe_act"}:
+        return "norm_act"
+    if "moe" in modules and modules <= {"layernorm", "moe", "mlp", "moe_act"}:
+        return "norm_moe"
+    return None
 
 
 def custom_offload_policy(record: dict) -> str | None:
@@ -583,7 +616,8 @@ def record_to_problem(record: dict) -> Mapped | str:
     layout = Layout(dp=dp, fsdp=fsdp, tp=lay["tp"], pp=lay["pp"], cp=lay["cp"], ep=lay.get("ep") or automodel_ep(record) or 1,
                     etp=lay.get("etp") or 1, zero_stage=zero, virtual_stages=vs,
                     num_microbatches=mb[1],
-                    recompute=named_policy(record) or custom_offload_policy(record) or lay["recompute"] or "none",
+                    recompute=(named_policy(record) or custom_offload_policy(record) or modules_policy(record)
+                               or lay["recompute"] or "none"),
                     sequence_parallel=sp,
                     schedule="interleaved" if vs > 1 else "1f1b")
     try:  # the checks every Problem gets (fp8 needs an fp8 matmul rate)
