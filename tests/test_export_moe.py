@@ -581,6 +581,18 @@ def test_megatron_core_takes_the_norm_act_recompute_modules():
 
 
 @pytest.mark.frameworks
+def test_megatron_core_takes_the_mla_up_proj_recompute_module():
+    """recompute mla_up_proj on DeepSeek-V3: --recompute-granularity selective --recompute-modules mla_up_proj, which
+    megatron-core's MLATransformerConfig takes (its __post_init__ refuses mla_up_proj without latent attention)."""
+    pytest.importorskip("megatron.core.transformer.transformer_config")
+    doc = solve_doc("deepseek-v3", "h100-2048", 15360, 4096,
+                    Layout(fsdp=128, pp=16, ep=64, zero_stage=1, num_microbatches=120, recompute="mla_up_proj"))
+    config, _, _ = megatron_config(exported(doc, "megatron"))
+    assert (type(config).__name__, config.recompute_granularity, config.recompute_modules) == (
+        "MLATransformerConfig", "selective", ["mla_up_proj"])
+
+
+@pytest.mark.frameworks
 def test_megatron_core_accepts_the_deepseek_v3_solve(tmp_path):
     """The issue's Done-when: `layoutsearch solve --model deepseek-v3 --cluster h100-2048 --seqs 15360 --seq-len 4096
     --export megatron -o FILE` writes flags that are, each of them, a megatron-core config field, a GPTModel argument

@@ -55,7 +55,7 @@ AXES = ["dp=node:8", "tp=x:2;fsdp=y:2,z:2", "fsdp=node:8", "tp=node:8"]
 BAD_AXES = ["dp=node:8;dp=node:8", "dp=:8", "dp=node", "tp=q:8", "dp=node:0", ";;", "dp=node:2,node:4", "xx",
             "dp=node:99999999999999999999", "dp=scale_out:8"]
 RECOMPUTE = ["none", "none,full", "selective", "full,full", "minimal,op", "save_dot_except_mlpwi", "qkv_proj_offloaded",
-             "custom_offload_input,full", "norm_act,norm_moe"]
+             "custom_offload_input,full", "norm_act,norm_moe,mla_up_proj"]
 BAD_RECOMPUTE = [",", "", "most", "none;full"]
 ONLY = ["fsdp,tp", "dp", "fsdp,tp,pp,cp,dp"]
 BAD_ONLY = ["tq", ",", ""]

@@ -240,7 +240,7 @@ def mutate(doc: dict, path: str, value):
     ("problem.workload.training_tokens", -5, "problem: field 'workload.training_tokens': Input should be greater than 0"),
     ("problem.model_spec.d_model", 2**70, "problem.model_spec: field 'd_model': Input should be less than or equal to"),
     ("problem.model_spec", [], "problem: field 'model_spec': Input should be a valid dictionary"),
-    ("layouts.0.recompute", "most", "layouts[rank 1].recompute: 'most' is not one of none, selective, full, op, minimal, minimal_with_context, save_dot_with_context_except_mlp, save_dot_except_mlpwi, save_dot_except_mlp, save_qkv_proj, save_out_proj, qkv_proj_offloaded, minimal_offloaded, custom_offload_input, custom_offload_qkv_proj, custom_offload_out_proj, custom_offload_dots_except_mlp, norm_act, norm_moe"),
+    ("layouts.0.recompute", "most", "layouts[rank 1].recompute: 'most' is not one of none, selective, full, op, minimal, minimal_with_context, save_dot_with_context_except_mlp, save_dot_except_mlpwi, save_dot_except_mlp, save_qkv_proj, save_out_proj, qkv_proj_offloaded, minimal_offloaded, custom_offload_input, custom_offload_qkv_proj, custom_offload_out_proj, custom_offload_dots_except_mlp, norm_act, norm_moe, mla_up_proj"),
     ("layouts.0.schedule", "zigzag", "layouts[rank 1].schedule: 'zigzag' is not one of 1f1b, interleaved, gpipe"),
     ("layouts.0.sequence_parallel", "yes", "layouts[rank 1]: field 'sequence_parallel': Input should be a valid boolean"),
     ("layouts.0.axes", {"cp": [["node", 8, 1]]}, "layouts[rank 1]: field 'axes.cp.0': Tuple should have at most 2 items"),
@@ -334,8 +334,8 @@ def test_sweep_seqs_and_seq_len_are_bounded(tmp_path, capsys):
 
 # ----------------------------------------------------------------------------- lists of names and degrees
 @pytest.mark.parametrize("argv, message", [
-    (["solve", "--recompute", ","], "error: --recompute: no policy given (known: none, selective, full, op, minimal, minimal_with_context, save_dot_with_context_except_mlp, save_dot_except_mlpwi, save_dot_except_mlp, save_qkv_proj, save_out_proj, qkv_proj_offloaded, minimal_offloaded, custom_offload_input, custom_offload_qkv_proj, custom_offload_out_proj, custom_offload_dots_except_mlp, norm_act, norm_moe)"),
-    (["solve", "--recompute", ""], "error: --recompute: no policy given (known: none, selective, full, op, minimal, minimal_with_context, save_dot_with_context_except_mlp, save_dot_except_mlpwi, save_dot_except_mlp, save_qkv_proj, save_out_proj, qkv_proj_offloaded, minimal_offloaded, custom_offload_input, custom_offload_qkv_proj, custom_offload_out_proj, custom_offload_dots_except_mlp, norm_act, norm_moe)"),
+    (["solve", "--recompute", ","], "error: --recompute: no policy given (known: none, selective, full, op, minimal, minimal_with_context, save_dot_with_context_except_mlp, save_dot_except_mlpwi, save_dot_except_mlp, save_qkv_proj, save_out_proj, qkv_proj_offloaded, minimal_offloaded, custom_offload_input, custom_offload_qkv_proj, custom_offload_out_proj, custom_offload_dots_except_mlp, norm_act, norm_moe, mla_up_proj)"),
+    (["solve", "--recompute", ""], "error: --recompute: no policy given (known: none, selective, full, op, minimal, minimal_with_context, save_dot_with_context_except_mlp, save_dot_except_mlpwi, save_dot_except_mlp, save_qkv_proj, save_out_proj, qkv_proj_offloaded, minimal_offloaded, custom_offload_input, custom_offload_qkv_proj, custom_offload_out_proj, custom_offload_dots_except_mlp, norm_act, norm_moe, mla_up_proj)"),
     (["solve", "--only", ",,"], "error: --only: no name given (known: dp, fsdp, tp, pp, cp)"),
     (["solve", "--fix", "tp=8,tp=4"], "error: --fix: tp given twice (8, 4)"),
     (["explain", "--fix", "tp=8,tp=4"], "error: --fix: tp given twice (8, 4)"),

@@ -135,6 +135,22 @@ def test_norm_act_recomputes_the_norms_and_the_experts_activation_only():
     assert dense[0] - dense[1] == pytest.approx(2 * 4096 * 2 * 4096 * 32, rel=1e-12)
 
 
+def test_mla_up_proj_drops_the_up_projected_heads_and_reruns_their_projections():
+    """Megatron's --recompute-modules mla_up_proj on DeepSeek-V3: against no recompute a layer drops q, k and v, 128
+    heads x (192 + 192 + 128) bf16 elements per token, for 4096 tokens x 61 layers; in backward the up-projections
+    run again from the saved latents: their FLOPs over the layer's matmul FLOPs, q_b 1536 x 128 x 192 + k_b and v_b
+    512 x 128 x 128 each, over those + the latents 7168 x (1536 + 512 + 64) + o 128 x 128 x 7168 + the MLP 3 x 7168 x
+    18432 (the mean layer: 3 dense layers of 18432, 58 of 8 experts + 1 shared of 2048), of the forward matmul time."""
+    problem = Problem.build("deepseek-v3", "h100-2048", Workload(global_batch_seqs=2048, seq_len=4096,
+                                                                 framework="megatron"))
+    none, up = (estimate(problem, Layout(fsdp=2048, ep=64, zero_stage=3, num_microbatches=1, recompute=r),
+                         strict=False) for r in ("none", "mla_up_proj"))
+    assert none.memory_bytes["activations/saved"] - up.memory_bytes["activations/saved"] == 128 * (192 + 192 + 128) * 2 * 4096 * 61
+    rerun = 1536 * 128 * 192 + 2 * 512 * 128 * 128
+    share = rerun / (rerun + 7168 * (1536 + 512 + 64) + 128 * 128 * 7168 + 3 * 7168 * 18432)
+    assert up.time_s["compute/recompute"] == pytest.approx(up.time_s["compute/matmul"] / 3 * share, rel=1e-12)
+
+
 def test_model_flops_count_the_k_active_experts():
     """Mixtral: 6 x (attention projections + k of 8 experts + router + output) per token + causal attention."""
     attention = D * (2 * 32 * 128 + 2 * 8 * 128)

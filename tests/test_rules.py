@@ -33,6 +33,7 @@ BREAKS = {
     "interleave": Layout(fsdp=8, pp=2, virtual_stages=2, num_microbatches=3, schedule="interleaved"),
     "zero-stage": Layout(fsdp=16, zero_stage=4),
     "host-offload": Layout(fsdp=16, recompute="qkv_proj_offloaded"),  # on a GPU without host bandwidth
+    "mla-up-proj": Layout(fsdp=16, recompute="mla_up_proj"),  # on a model without latent attention
     # the expert degrees (Mixtral-8x7B: 8 experts of width 14336, on 16 or 12 GPUs)
     "ep-dense": Layout(fsdp=16, ep=2, zero_stage=1),
     "ep-experts": Layout(fsdp=16, ep=16, zero_stage=1),
@@ -65,6 +66,17 @@ def test_every_structural_rule_is_checked_by_its_code():
         assert found == [code], (code, found)
     covered = set(BREAKS) | {"degree"}
     assert {r.code for r in rules.STRUCTURE} <= covered
+
+
+def test_mla_up_proj_needs_latent_attention():
+    """Megatron's mla_up_proj module recomputes latent attention's up-projections: a model without MLA is refused with
+    the model named; DeepSeek-V3 takes it."""
+    (v,) = check_layout(DEBUG_H16, BREAKS["mla-up-proj"])
+    assert v.message == ("recompute mla_up_proj reruns latent attention's up-projections, but debug has no latent "
+                         "attention (Megatron refuses mla_up_proj without it)")
+    dsv3 = Problem.build("deepseek-v3", "h100-2048", Workload(global_batch_seqs=15360, seq_len=4096))
+    assert [x.code for x in check_layout(dsv3, Layout(fsdp=128, pp=16, ep=64, zero_stage=1, num_microbatches=120,
+                                                      recompute="mla_up_proj"))] == []
 
 
 def test_messages_carry_the_numbers():
@@ -131,4 +143,4 @@ def test_a_target_that_cannot_write_any_allowed_policy_is_infeasible_not_a_crash
     r = CliRunner().invoke(app, ["solve", "--model", "llama3-8b", "--cluster", "h100-8", "--seqs", "64",
                                  "--recompute", "minimal,op", "--export", "megatron"])
     assert r.exit_code == 1
-    assert "'Megatron-LM: recompute none, selective, full, norm_act, norm_moe' (megatron-recompute)" in r.output
+    assert "'Megatron-LM: recompute none, selective, full, norm_act, norm_moe, mla_up_proj' (megatron-recompute)" in r.output

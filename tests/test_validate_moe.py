@@ -155,20 +155,22 @@ def test_maxtext_custom_remat_with_host_offload_maps_to_the_policy_offloading_th
         _, layout = record_to_problem(rec)
         assert layout.recompute == policy, prefix
         assert f"recompute -> {policy} (MaxText custom remat with host offload)" in mapping_notes(rec)
-    assert record_to_problem(one(by_id, DEEPSEEK))[1].recompute == "selective"  # a GPU record keeps its own
+    assert record_to_problem(one(by_id, "dgxc-deepseekv3-gb200"))[1].recompute == "selective"  # a GPU record keeps its own
 
 
 def test_megatron_recompute_modules_map_to_the_policy_recomputing_the_same(by_id):
     """Rule 15: a selective record naming Megatron's --recompute-modules is costed as the policy that recomputes
     them: the model zoo's "norm, act" and "--recompute-modules moe_act layernorm" -> norm_act, its long-context
-    command's "layernorm moe" -> norm_moe; mla_up_proj, core_attn and mlp keep selective. norm_act runs no
+    command's "layernorm moe" -> norm_moe, Megatron-Bridge's DeepSeek-V3 mla_up_proj -> mla_up_proj; core_attn and mlp
+    keep selective. norm_act runs no
     attention core again: the 32k record's recompute time goes from the attention core's to the MoE layer's."""
     expected = {"modelzoo-qwen3-235b-h100-bf16-n256-a2a-overlap-off": "norm_act",  # table "norm, act"
                 "modelzoo-qwen3-235b-h100-bf16-n256-script-320tf": "norm_act",  # --recompute-modules moe_act layernorm
                 "modelzoo-qwen3-235b-gb200-fp8-n128-seq128k": "norm_act",  # "moe_act+layernorm"
                 "modelzoo-qwen3-235b-h100-bf16-n256-seq32k": "norm_moe",  # "selective recompute of layernorm and moe"
                 "mbridge-26.04.01-h100-gpt-oss-120b": "norm_act",  # "selective -- layernorm, moe_act (...)"
-                "mbridge-26.04.01-b200-deepseek-v3": "selective",  # mla_up_proj, mlp: the nearest
+                "mbridge-26.04.01-b200-deepseek-v3": "mla_up_proj",  # mla_up_proj, mlp: the nearest
+                "mbridge-26.04-b200-deepseek-v3": "mla_up_proj",  # "selective -- mla_up_proj (...)"
                 "dgxc-deepseekv3-gb200": "selective",  # core_attn
                 "mlperf6-deepseekv3-gb200-mxfp8-n256": "selective"}  # mlp
     for prefix, policy in expected.items():

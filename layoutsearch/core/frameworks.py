@@ -60,7 +60,7 @@ class Profile:
 PROFILES = {
     "megatron": Profile("megatron", tp_overlap=(), grad_reduce_overlap=True, param_gather_overlap=True,
                         fp8_param_gather=True, inplace_cross_entropy=True, vendor_attention=True, ep_node_dedup=True,
-                        recompute_policies=("none", "selective", "full", "norm_act", "norm_moe")),
+                        recompute_policies=("none", "selective", "full", "norm_act", "norm_moe", "mla_up_proj")),
     "deepspeed": Profile("deepspeed", tp_overlap=(), grad_reduce_overlap=True, param_gather_overlap=False,
                          pipelined_grad_reduce_overlap=False),
     "torchtitan": Profile("torchtitan", tp_overlap=(), grad_reduce_overlap=True, param_gather_overlap=True,

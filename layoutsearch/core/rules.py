@@ -166,6 +166,10 @@ STRUCTURE: tuple[Rule, ...] = (
           lambda p: "host-offloading recompute policies need the accelerator's host bandwidth",
           lambda p, c: f"recompute {RECOMPUTE_POLICIES[c['r']]} offloads activations to host memory, but "
                        f"{p.cluster.accelerator.id} has no host_gbytes_per_s_per_direction in its hardware file"),
+    _rule("mla-up-proj", ("r",), lambda p, c: (p.model.mla is not None) | (c["r"] != RECOMPUTE_CODES["mla_up_proj"]),
+          lambda p: "recompute mla_up_proj needs multi-head latent attention",
+          lambda p, c: f"recompute mla_up_proj reruns latent attention's up-projections, but {p.model_id} has no "
+                       f"latent attention (Megatron refuses mla_up_proj without it)"),
     _rule("zero-stage", ("z",), lambda p, c: (c["z"] >= 0) & (c["z"] <= 3),
           lambda p: "ZeRO stage 0-3", lambda p, c: f"zero_stage({c['z']}) must be 0, 1, 2 or 3"),
     _rule("ep-zero", (*ALL_DEGREE_NAMES, "z"),

@@ -37,8 +37,9 @@ Recompute = choices("Recompute", (
     "custom_offload_input", "custom_offload_qkv_proj", "custom_offload_out_proj", "custom_offload_dots_except_mlp",
     # Megatron selective with --recompute-modules layernorm moe_act: the two norms' outputs and the routed
     # experts' activation are dropped and recomputed (output-discarding checkpoints), nothing else;
-    # with layernorm moe (and mlp for dense layers): the norms and every MLP / MoE layer run forward again
-    "norm_act", "norm_moe",
+    # with layernorm moe (and mlp for dense layers): the norms and every MLP / MoE layer run forward again;
+    # with mla_up_proj (latent attention only): the up-projections run again from the saved latents
+    "norm_act", "norm_moe", "mla_up_proj",
 ), "Activation-checkpoint policy: a named set of saved tensors (costs.memory.POLICY_SAVES), some of them "
    "in host memory (costs.memory.OFFLOADED).")
 Schedule = choices("Schedule", ("1f1b", "interleaved", "gpipe"),

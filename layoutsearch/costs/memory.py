@@ -21,10 +21,11 @@ PRODUCER = {
     "attn_out": "attention", "attn_lse": "attention", "attn_scores": "attention",
     "mlp_norm_in": "mm_o", "post_norm_in": "mm_o", "mlp_in": "norm", "mlp_gate": "mm_gate", "mlp_up": "mm_up",
     "mlp_act": "act",
+    "mla_latent": "mm_latent",  # MLA: the query and key-value latents (and the shared RoPE key), up-projections' input
     # MoE: the tokens dispatched to the experts (and the router's probabilities), the routed experts' activation
     "moe_dispatched": "norm", "moe_act": "act",
 }
-_PROJECTIONS = ("q", "k", "v", "qk_norm_in")  # the QKV projections' outputs (MaxText "qkv_proj")
+_PROJECTIONS = ("q", "k", "v", "qk_norm_in", "mla_latent")  # the QKV projections' outputs (MaxText "qkv_proj")
 _OUT_PROJ = ("mlp_norm_in", "post_norm_in")  # the O projection's output and the residual after it ("out_proj")
 _CONTEXT = ("attn_out", "attn_lse", "attn_scores")  # the attention core's output ("context"; scores when unfused)
 _MLP_WI = ("mlp_gate", "mlp_up")  # the MLP input projections' outputs ("mlpwi")
@@ -35,7 +36,7 @@ POLICY_SAVES: dict[str, frozenset] = {
     "selective": ALL_TENSORS - {"attn_out", "attn_lse", "attn_scores", "mlp_act", "moe_act"},
     "full": frozenset({"attn_norm_in"}),  # the layer input: the whole layer runs forward again
     # torchtitan op SAC: outputs of every other matmul (wq, wv, w1 / gate) and of the attention kernel
-    "op": frozenset({"attn_norm_in", "q", "v", "qk_norm_in", *_CONTEXT, "mlp_gate"}),
+    "op": frozenset({"attn_norm_in", "q", "v", "qk_norm_in", "mla_latent", *_CONTEXT, "mlp_gate"}),
     # MaxText remat policies (decoder checkpoint names: qkv_proj, context, out_proj, mlpwi, mlpwo)
     "minimal": frozenset({"attn_norm_in", *_PROJECTIONS, *_OUT_PROJ, *_MLP_WI}),  # every dot without batch dims
     "minimal_with_context": frozenset({"attn_norm_in", *_PROJECTIONS, *_CONTEXT, *_OUT_PROJ, *_MLP_WI}),
@@ -67,6 +68,9 @@ POLICY_SAVES["norm_act"] = ALL_TENSORS - {"qkv_in", "mlp_in", "moe_act"}
 # (router, dispatch, experts, down projection, combine) runs again in backward (recompute_work)
 POLICY_SAVES["norm_moe"] = ALL_TENSORS - {"qkv_in", "mlp_in", "moe_dispatched", "mlp_gate", "mlp_up", "mlp_act",
                                           "moe_act"}
+# Megatron --recompute-modules mla_up_proj (latent attention): the up-projected queries, keys and values (and their
+# RoPE) are dropped and recomputed from the saved latents (output-discarding checkpoints)
+POLICY_SAVES["mla_up_proj"] = ALL_TENSORS - {"q", "k", "v", "qk_norm_in"}
 WHOLE_MLP_RERUN = ("norm_moe",)  # policies that checkpoint the MLP module whole: its down projection reruns too
 assert set(OFFLOADED) == set(OFFLOAD_POLICIES) and set(POLICY_SAVES) == set(RECOMPUTE_POLICIES)
 # fp8 training (Transformer Engine, torchao float8): the inputs of the linear layers are saved in
@@ -106,7 +110,8 @@ def _saved_widths(model: ModelSpec, tp: int, sequence_parallel: bool, seq_len: i
     return {
         "attn_norm_in": d_sp,  # residual stream entering the layer
         "qkv_in": d_sp,  # normalised input of the QKV projection
-        "q": q + latent, "k": kv, "v": v,  # inputs of the attention core (and MLA's latents)
+        "q": q, "k": kv, "v": v,  # inputs of the attention core
+        "mla_latent": latent,
         "attn_out": o_in,  # attention output, input of the O projection
         "attn_lse": model.num_heads / tp * 2.0 if flash_attention else 0.0,  # fp32 log-sum-exp per head
         "attn_scores": 0.0 if flash_attention else (model.num_heads // tp) * seq_len * SAVED_SCORE_BYTES / activation_bytes,
@@ -151,12 +156,20 @@ def recompute_work(model: ModelSpec, policy: str) -> dict[str, float]:
                    mlp_width_per_token(model))
     flops = {"mm_q": d * q, "mm_k": d * kv, "mm_v": d * kv, "mm_o": q * d, "mm_gate": d * f * (model.mlp_matrices - 2),
              "mm_up": d * f, "mm_down": f * d}
+    if model.mla is not None:  # the latent projections, then the up-projections of the queries, keys and values
+        a, n = model.mla, model.num_heads
+        q_in = a.q_lora_rank or d
+        flops.update(mm_latent=d * ((a.q_lora_rank or 0) + a.kv_lora_rank + a.qk_rope_head_dim),
+                     mm_q=q_in * n * model.head_dim, mm_k=a.kv_lora_rank * n * a.qk_nope_head_dim,
+                     mm_v=a.kv_lora_rank * n * a.v_head_dim, mm_o=n * a.v_head_dim * d)
     if policy == "full":
-        rerun = set(flops) | {"attention", "norm", "act"}
+        rerun = set(flops) | {"attention", "norm", "act", "mm_latent"}
     else:
         rerun = {PRODUCER[t] for t in ALL_TENSORS - POLICY_SAVES[policy]}
         rerun |= {"mm_down"} if policy in WHOLE_MLP_RERUN else set()
-    collectives = [any(p in rerun for p in ("mm_q", "mm_k", "mm_v")), "mm_o" in rerun,
+    # the all-gather before the attention's input projections: MLA's down-projections, else Q, K and V
+    qkv_in = ("mm_latent",) if model.mla is not None else ("mm_q", "mm_k", "mm_v")
+    collectives = [any(p in rerun for p in qkv_in), "mm_o" in rerun,
                    any(p in rerun for p in ("mm_gate", "mm_up")), "mm_down" in rerun]
     return {"matmul": sum(v for k, v in flops.items() if k in rerun) / sum(flops.values()),
             "attention": float("attention" in rerun),

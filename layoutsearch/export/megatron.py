@@ -20,7 +20,8 @@ num_microbatches_calculator.py):
   dense MLP activation, so that part of layoutsearch's selective policy is kept in memory);
   norm_act -> granularity selective with ``--recompute-modules layernorm moe_act`` (``layernorm``
   alone for a dense model: moe_act is the routed experts' activation and needs grouped GEMMs);
-  norm_moe -> ``layernorm moe``, plus ``mlp`` where some layers are dense (``recompute_modules``).
+  norm_moe -> ``layernorm moe``, plus ``mlp`` where some layers are dense (``recompute_modules``);
+  mla_up_proj -> ``mla_up_proj`` (latent attention's up-projections).
 - Hyper-parameters: ``--rotary-base`` (an int in arguments.py), ``--use-rope-scaling`` /
   ``--rope-scaling-factor`` (Llama 3.1 scaling; megatron-core fixes low 1, high 4, original 8192),
   ``--norm-epsilon``, ``--attention-dropout`` / ``--hidden-dropout`` (Megatron's default is 0.1),
@@ -80,7 +81,7 @@ MXFP8_ACCELERATORS = ("b200", "gb200")  # Blackwell: fp8 with per-block scales (
 
 CAPABILITIES = Capabilities(
     target="megatron", framework="Megatron-LM", pipeline_schedules=("1f1b", "interleaved"), deepep=True,
-    vendor_attention=True, recompute_policies=("none", "selective", "full", "norm_act", "norm_moe"),
+    vendor_attention=True, recompute_policies=("none", "selective", "full", "norm_act", "norm_moe", "mla_up_proj"),
     pipeline_splits=("even", "embedding-and-loss", "first-last", "chunk-layout"), precisions=("bf16", "fp16", "fp8"),
     why={"megatron-pipeline": "it runs 1F1B, or interleaved 1F1B with virtual stages; no GPipe"})
 
@@ -264,13 +265,16 @@ def _parallel_args(ctx: ExportContext) -> list[tuple[str, object]]:
     return args
 
 
-RECOMPUTE_MODULES = ("norm_act", "norm_moe")  # the policies written as --recompute-modules lists
+RECOMPUTE_MODULES = ("norm_act", "norm_moe", "mla_up_proj")  # the policies written as --recompute-modules lists
 
 
 def recompute_modules(model, policy: str) -> tuple[str, ...]:
     """Megatron's --recompute-modules for a policy (costs.memory.POLICY_SAVES): norm_act -> layernorm moe_act (moe_act
     is the routed experts' and needs grouped GEMMs: a dense model recomputes its norms alone); norm_moe ->
-    layernorm moe, with mlp for the dense layers (moe reruns MoE layers only, mlp dense layers only)."""
+    layernorm moe, with mlp for the dense layers (moe reruns MoE layers only, mlp dense layers only); mla_up_proj
+    -> mla_up_proj (latent attention only: rules.py 'mla-up-proj')."""
+    if policy == "mla_up_proj":
+        return ("mla_up_proj",)
     moe = model.moe is not None
     if policy == "norm_act":
         return ("layernorm", "moe_act") if moe else ("layernorm",)

@@ -84,8 +84,10 @@ is applied to every record:
     derived notes name Megatron's ``--recompute-modules`` (in ``derived.recompute``, or after the word
     "recompute" in another note) is costed as the policy that recomputes the same where there is one:
     layernorm + moe_act -> ``norm_act`` (no attention core runs again), layernorm + moe (+ mlp) ->
-    ``norm_moe`` (the MLP / MoE layer's forward runs again); core_attn is ``selective``, and mla_up_proj,
-    mlp alone or shared_experts keep ``selective`` as the nearest. MaxText's
+    ``norm_moe`` (the MLP / MoE layer's forward runs again), mla_up_proj (also with mlp, moe_act or
+    layernorm beside it: the nearest, those add little) -> ``mla_up_proj`` (latent attention's
+    up-projections run again, nothing else); core_attn is ``selective``, and mlp alone or
+    shared_experts keep ``selective`` as the nearest. MaxText's
     ``remat_policy`` custom with tensors offloaded to host (the tpu-recipes configs, named in
     ``derived.layout`` or ``derived.recompute``) is costed as the ``custom_offload_*`` policy
     offloading the same ones: the layer input, and q/k/v and/or out_proj where named.
@@ -273,8 +275,9 @@ def recompute_modules(record: dict) -> set[str]:
 
 def modules_policy(record: dict) -> str | None:
     """Rule 15: a selective record's Megatron modules as the policy that recomputes the same: layernorm and
-    moe_act -> norm_act; layernorm and moe (with mlp, moe_act) -> norm_moe; None otherwise (core_attn is
-    the engine's selective; mla_up_proj, mlp alone or shared_experts keep selective, the nearest)."""
+    moe_act -> norm_act; layernorm and moe (with mlp, moe_act) -> norm_moe; mla_up_proj (with mlp, moe_act,
+    layernorm: the nearest) on a latent-attention model -> mla_up_proj; None otherwise (core_attn is the
+    engine's selective; mlp alone or shared_experts keep selective, the nearest)."""
     if record["layout"]["recompute"] != "selective":
         return None
     modules = recompute_modules(record)
@@ -282,6 +285,8 @@ def modules_policy(record: dict) -> str | None:
         return "norm_act"
     if "moe" in modules and modules <= {"layernorm", "moe", "mlp", "moe_act"}:
         return "norm_moe"
+    if "mla_up_proj" in modules and modules <= {"mla_up_proj", "mlp", "moe_act", "layernorm"} and is_mla(record):
+        return "mla_up_proj"
     return None
 
 
