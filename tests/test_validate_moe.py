@@ -176,6 +176,7 @@ def test_megatron_recompute_modules_map_to_the_policy_recomputing_the_same(by_id
     for prefix, policy in expected.items():
         assert record_to_problem(one(by_id, prefix))[1].recompute == policy, prefix
     rec = one(by_id, "modelzoo-qwen3-235b-h100-bf16-n256-seq32k")
+    assert "recompute -> norm_moe (Megatron --recompute-modules layernorm moe)" in mapping_notes(rec)
     problem, layout = record_to_problem(rec)
     from dataclasses import replace
 

@@ -314,6 +314,9 @@ def mapping_notes(record: dict) -> list[str]:
         notes.append(f"recompute -> the named policy {named_policy(record)}")
     elif custom_offload_policy(record):
         notes.append(f"recompute -> {custom_offload_policy(record)} (MaxText custom remat with host offload)")
+    elif modules_policy(record):
+        notes.append(f"recompute -> {modules_policy(record)} (Megatron --recompute-modules "
+                     f"{' '.join(sorted(recompute_modules(record)))})")
     elif lay["recompute"] is None:
         notes.append("recompute null -> none")
     if lay["microbatch_seqs"] is None or lay["num_microbatches"] is None:
