@@ -35,8 +35,9 @@ Recompute = choices("Recompute", (
     # MaxText remat_policy: custom with the layer input (decoder_layer_input) and the named projections
     # offloaded to host memory, the rest rematerialised (the tpu-recipes MoE and Llama configs)
     "custom_offload_input", "custom_offload_qkv_proj", "custom_offload_out_proj", "custom_offload_dots_except_mlp",
-    # Megatron selective with --recompute-modules layernorm moe_act: the two norms' outputs and the routed
-    # experts' activation are dropped and recomputed (output-discarding checkpoints), nothing else;
+    # Megatron selective with --recompute-modules layernorm moe_act: the outputs of the norms that are separate
+    # modules (MLA's input norm, a MoE layer's pre-MLP norm) and the routed experts' activation are dropped and
+    # recomputed (output-discarding checkpoints), nothing else;
     # with layernorm moe (and mlp for dense layers): the norms and every MLP / MoE layer run forward again;
     # with mla_up_proj (latent attention only): the up-projections run again from the saved latents
     "norm_act", "norm_moe", "mla_up_proj",

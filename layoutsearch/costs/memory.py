@@ -22,6 +22,10 @@ PRODUCER = {
     "mlp_norm_in": "mm_o", "post_norm_in": "mm_o", "mlp_in": "norm", "mlp_gate": "mm_gate", "mlp_up": "mm_up",
     "mlp_act": "act",
     "mla_latent": "mm_latent",  # MLA: the query and key-value latents (and the shared RoPE key), up-projections' input
+    # the two norms' outputs where they are separate modules in Megatron's Transformer Engine layer spec (elsewhere
+    # the norm is fused into the next linear, which saves its output as qkv_in / mlp_in): MLA's input norm, and
+    # the pre-MLP norm of a MoE layer (the router and the dispatcher read it)
+    "latent_in": "norm", "moe_in": "norm",
     # MoE: the tokens dispatched to the experts (and the router's probabilities), the routed experts' activation
     "moe_dispatched": "norm", "moe_act": "act",
 }
@@ -60,14 +64,15 @@ OFFLOADED: dict[str, tuple[str, frozenset]] = {
 }
 POLICY_SAVES.update({name: POLICY_SAVES[base] for name, (base, _) in OFFLOADED.items()})
 # Megatron --recompute-modules layernorm moe_act (transformer_config.py: output-discarding checkpoints): the
-# input and pre-MLP norms' outputs and the routed experts' activation are recomputed in backward; the
-# dispatched tokens the grouped GEMMs read stay (a dense model keeps its MLP activation: moe_act is experts only)
-POLICY_SAVES["norm_act"] = ALL_TENSORS - {"qkv_in", "mlp_in", "moe_act"}
+# separate norms' outputs (transformer_layer.py recomputes a norm only where it is no IdentityOp, i.e. not fused into
+# the next linear: MLA's input norm, a MoE layer's pre-MLP norm) and the routed experts' activation are recomputed
+# in backward; the dispatched tokens the grouped GEMMs read stay. A dense model without MLA recomputes nothing.
+POLICY_SAVES["norm_act"] = ALL_TENSORS - {"latent_in", "moe_in", "moe_act"}
 # Megatron --recompute-modules layernorm moe (+ mlp where some layers are dense): the norms' outputs and, from
 # the MLP input on, everything the MLP or MoE layer saves; the module is checkpointed whole, so its forward
 # (router, dispatch, experts, down projection, combine) runs again in backward (recompute_work)
-POLICY_SAVES["norm_moe"] = ALL_TENSORS - {"qkv_in", "mlp_in", "moe_dispatched", "mlp_gate", "mlp_up", "mlp_act",
-                                          "moe_act"}
+POLICY_SAVES["norm_moe"] = ALL_TENSORS - {"latent_in", "moe_in", "mlp_in", "moe_dispatched", "mlp_gate", "mlp_up",
+                                          "mlp_act", "moe_act"}
 # Megatron --recompute-modules mla_up_proj (latent attention): the up-projected queries, keys and values (and their
 # RoPE) are dropped and recomputed from the saved latents (output-discarding checkpoints)
 POLICY_SAVES["mla_up_proj"] = ALL_TENSORS - {"q", "k", "v", "qk_norm_in"}
@@ -75,7 +80,7 @@ WHOLE_MLP_RERUN = ("norm_moe",)  # policies that checkpoint the MLP module whole
 assert set(OFFLOADED) == set(OFFLOAD_POLICIES) and set(POLICY_SAVES) == set(RECOMPUTE_POLICIES)
 # fp8 training (Transformer Engine, torchao float8): the inputs of the linear layers are saved in
 # fp8 for the weight-gradient GEMMs, the rest stays in the activation precision.
-FP8_LINEAR_INPUTS = ("qkv_in", "attn_out", "mlp_in", "mlp_act", "moe_dispatched", "moe_act")
+FP8_LINEAR_INPUTS = ("qkv_in", "latent_in", "attn_out", "mlp_in", "moe_in", "mlp_act", "moe_dispatched", "moe_act")
 FP8_BYTES = 1
 FP8_WEIGHT_COPIES = 2  # fp8 weights cached for the microbatches of a step: W and its transpose (Hopper TE)
 SAVED_SCORE_BYTES = 5  # without fused attention: softmax output 2, dropout mask 1, dropout output 2 (Korthikanti)
@@ -99,7 +104,8 @@ def _saved_widths(model: ModelSpec, tp: int, sequence_parallel: bool, seq_len: i
     v = kv_heads_per_device(model, tp) * value_head_dim(model)
     o_in = model.num_heads // tp * value_head_dim(model)
     f = mlp_width_per_token(model) / tp
-    routed = 0.0 if model.moe is None else moe_layer_share(model) * model.moe.top_k * model.moe.expert_d_ff / tp
+    share = 0.0 if model.moe is None else moe_layer_share(model)
+    routed = share * model.moe.top_k * model.moe.expert_d_ff / tp if model.moe is not None else 0.0
     latent = 0.0
     if model.mla is not None:  # MLA's query and key-value latents (and the shared RoPE key), inputs of the up-projections
         a = model.mla
@@ -109,14 +115,16 @@ def _saved_widths(model: ModelSpec, tp: int, sequence_parallel: bool, seq_len: i
     router = 0.0 if model.moe is None else moe_layer_share(model) * model.moe.num_experts / tp * 4 / activation_bytes
     return {
         "attn_norm_in": d_sp,  # residual stream entering the layer
-        "qkv_in": d_sp,  # normalised input of the QKV projection
+        "qkv_in": 0.0 if model.mla is not None else d_sp,  # normalised input of the QKV projection (norm fused in)
+        "latent_in": d_sp if model.mla is not None else 0.0,  # MLA: the input norm's output, down-projections' input
         "q": q, "k": kv, "v": v,  # inputs of the attention core
         "mla_latent": latent,
         "attn_out": o_in,  # attention output, input of the O projection
         "attn_lse": model.num_heads / tp * 2.0 if flash_attention else 0.0,  # fp32 log-sum-exp per head
         "attn_scores": 0.0 if flash_attention else (model.num_heads // tp) * seq_len * SAVED_SCORE_BYTES / activation_bytes,
         "mlp_norm_in": d_sp,
-        "mlp_in": d_sp,  # the pre-MLP norm's output (the router's and the shared experts' input)
+        "mlp_in": (1.0 - share) * d_sp,  # the pre-MLP norm's output in dense layers (norm fused into the MLP)
+        "moe_in": share * d_sp,  # ... in MoE layers (the router's, the dispatcher's and the shared experts' input)
         "moe_dispatched": dispatched + router,
         "mlp_gate": f * (model.mlp_matrices - 2),  # the gate projection's output (gated MLPs)
         "mlp_up": f,  # the up projection's output (the pre-activation of a plain MLP)
@@ -165,7 +173,8 @@ def recompute_work(model: ModelSpec, policy: str) -> dict[str, float]:
     if policy == "full":
         rerun = set(flops) | {"attention", "norm", "act", "mm_latent"}
     else:
-        rerun = {PRODUCER[t] for t in ALL_TENSORS - POLICY_SAVES[policy]}
+        present = _saved_widths(model, 1, False, 0, True, 2)  # a tensor this model does not have reruns nothing
+        rerun = {PRODUCER[t] for t in ALL_TENSORS - POLICY_SAVES[policy] if present[t] > 0}
         rerun |= {"mm_down"} if policy in WHOLE_MLP_RERUN else set()
     # the all-gather before the attention's input projections: MLA's down-projections, else Q, K and V
     qkv_in = ("mm_latent",) if model.mla is not None else ("mm_q", "mm_k", "mm_v")

@@ -19,7 +19,8 @@ num_microbatches_calculator.py):
   kept); selective -> granularity selective (core attention; Megatron cannot recompute only the
   dense MLP activation, so that part of layoutsearch's selective policy is kept in memory);
   norm_act -> granularity selective with ``--recompute-modules layernorm moe_act`` (``layernorm``
-  alone for a dense model: moe_act is the routed experts' activation and needs grouped GEMMs);
+  alone for a dense model: moe_act is the routed experts' activation and needs grouped GEMMs; Megatron
+  recomputes only the norms that are not fused into the next linear, as the cost model does);
   norm_moe -> ``layernorm moe``, plus ``mlp`` where some layers are dense (``recompute_modules``);
   mla_up_proj -> ``mla_up_proj`` (latent attention's up-projections).
 - Hyper-parameters: ``--rotary-base`` (an int in arguments.py), ``--use-rope-scaling`` /
@@ -270,7 +271,7 @@ RECOMPUTE_MODULES = ("norm_act", "norm_moe", "mla_up_proj")  # the policies writ
 
 def recompute_modules(model, policy: str) -> tuple[str, ...]:
     """Megatron's --recompute-modules for a policy (costs.memory.POLICY_SAVES): norm_act -> layernorm moe_act (moe_act
-    is the routed experts' and needs grouped GEMMs: a dense model recomputes its norms alone); norm_moe ->
+    is the routed experts' and needs grouped GEMMs: a dense model gets layernorm alone); norm_moe ->
     layernorm moe, with mlp for the dense layers (moe reruns MoE layers only, mlp dense layers only); mla_up_proj
     -> mla_up_proj (latent attention only: rules.py 'mla-up-proj')."""
     if policy == "mla_up_proj":
