@@ -568,16 +568,12 @@ def test_megatron_core_takes_the_flash_attention_backend():
 @pytest.mark.frameworks
 def test_megatron_core_takes_the_norm_act_recompute_modules():
     """recompute norm_act: the export writes --recompute-granularity selective --recompute-modules layernorm moe_act,
-    which megatron-core's TransformerConfig takes (moe_act needs the grouped GEMM the export also asks for); a dense
-    model gets layernorm alone (megatron-core refuses moe_act without grouped GEMMs)."""
+    which megatron-core's TransformerConfig takes (moe_act needs the grouped GEMM the export also asks for)."""
     pytest.importorskip("megatron.core.transformer.transformer_config")
     doc = solve_doc("qwen3-30b-a3b", "h100-16", 256, 4096, Layout(fsdp=16, ep=8, zero_stage=1, recompute="norm_act"))
     config, _, _ = megatron_config(exported(doc, "megatron"), apply_rope_fusion=False)
     assert (config.recompute_granularity, config.recompute_modules, config.moe_grouped_gemm) == (
         "selective", ["layernorm", "moe_act"], True)
-    dense = solve_doc("llama3-8b", "h100-64", 256, 4096, Layout(fsdp=8, tp=8, recompute="norm_act"))
-    config, _, _ = megatron_config(exported(dense, "megatron"), apply_rope_fusion=False)
-    assert (config.recompute_granularity, config.recompute_modules) == ("selective", ["layernorm"])
 
 
 @pytest.mark.frameworks

@@ -34,6 +34,7 @@ BREAKS = {
     "zero-stage": Layout(fsdp=16, zero_stage=4),
     "host-offload": Layout(fsdp=16, recompute="qkv_proj_offloaded"),  # on a GPU without host bandwidth
     "mla-up-proj": Layout(fsdp=16, recompute="mla_up_proj"),  # on a model without latent attention
+    "norm-act": Layout(fsdp=16, recompute="norm_act"),  # on a dense model without latent attention
     # the expert degrees (Mixtral-8x7B: 8 experts of width 14336, on 16 or 12 GPUs)
     "ep-dense": Layout(fsdp=16, ep=2, zero_stage=1),
     "ep-experts": Layout(fsdp=16, ep=16, zero_stage=1),

@@ -170,6 +170,11 @@ STRUCTURE: tuple[Rule, ...] = (
           lambda p: "recompute mla_up_proj needs multi-head latent attention",
           lambda p, c: f"recompute mla_up_proj reruns latent attention's up-projections, but {p.model_id} has no "
                        f"latent attention (Megatron refuses mla_up_proj without it)"),
+    _rule("norm-act", ("r",), lambda p, c: (p.model.moe is not None) | (p.model.mla is not None)
+          | (c["r"] != RECOMPUTE_CODES["norm_act"]),
+          lambda p: "recompute norm_act needs experts or latent attention (else it recomputes nothing)",
+          lambda p, c: f"recompute norm_act recomputes nothing on {p.model_id}: it has no experts and no separate "
+                       f"norm module (Megatron fuses its norms into the next linear); it is recompute none"),
     _rule("zero-stage", ("z",), lambda p, c: (c["z"] >= 0) & (c["z"] <= 3),
           lambda p: "ZeRO stage 0-3", lambda p, c: f"zero_stage({c['z']}) must be 0, 1, 2 or 3"),
     _rule("ep-zero", (*ALL_DEGREE_NAMES, "z"),
