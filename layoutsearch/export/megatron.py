@@ -80,9 +80,10 @@ GATED_ACTIVATIONS = ("silu", "swish")  # --swiglu
 PLAIN_ACTIVATIONS = ("gelu", "gelu_new", "gelu_pytorch_tanh", "gelu_fast")  # Megatron's default GELU
 MXFP8_ACCELERATORS = ("b200", "gb200")  # Blackwell: fp8 with per-block scales (MXFP8)
 
+RECOMPUTE_MODULES = ("norm_act", "norm_moe", "mla_up_proj")  # the policies written as --recompute-modules lists
 CAPABILITIES = Capabilities(
     target="megatron", framework="Megatron-LM", pipeline_schedules=("1f1b", "interleaved"), deepep=True,
-    vendor_attention=True, recompute_policies=("none", "selective", "full", "norm_act", "norm_moe", "mla_up_proj"),
+    vendor_attention=True, recompute_policies=("none", "selective", "full", *RECOMPUTE_MODULES),
     pipeline_splits=("even", "embedding-and-loss", "first-last", "chunk-layout"), precisions=("bf16", "fp16", "fp8"),
     why={"megatron-pipeline": "it runs 1F1B, or interleaved 1F1B with virtual stages; no GPipe"})
 
@@ -264,9 +265,6 @@ def _parallel_args(ctx: ExportContext) -> list[tuple[str, object]]:
     elif lay.recompute in RECOMPUTE_MODULES:
         args += [("--recompute-granularity", "selective"), ("--recompute-modules", recompute_modules(ctx.model, lay.recompute))]
     return args
-
-
-RECOMPUTE_MODULES = ("norm_act", "norm_moe", "mla_up_proj")  # the policies written as --recompute-modules lists
 
 
 def recompute_modules(model, policy: str) -> tuple[str, ...]:
