@@ -394,6 +394,8 @@ MEGATRON_CONFIG_FLAGS = {  # TransformerConfig fields
     "--recompute-granularity": ("recompute_granularity", str), "--recompute-method": ("recompute_method", str),
     "--recompute-num-layers": ("recompute_num_layers", int),
     "--recompute-modules": ("recompute_modules", lambda value: value if isinstance(value, list) else [value]),  # nargs +
+    "--cuda-graph-impl": ("cuda_graph_impl", str),
+    "--cuda-graph-scope": ("cuda_graph_scope", lambda value: value if isinstance(value, list) else [value]),  # nargs +
 }
 MEGATRON_MLA_FLAGS = {  # MLATransformerConfig's own fields; with --multi-latent-attention only
     "--q-lora-rank": ("q_lora_rank", int), "--kv-lora-rank": ("kv_lora_rank", int),
@@ -574,6 +576,62 @@ def test_megatron_core_takes_the_norm_act_recompute_modules():
     config, _, _ = megatron_config(exported(doc, "megatron"), apply_rope_fusion=False)
     assert (config.recompute_granularity, config.recompute_modules, config.moe_grouped_gemm) == (
         "selective", ["layernorm", "moe_act"], True)
+
+
+def test_cuda_graphs_are_written_by_megatron_and_refused_elsewhere():
+    """--cuda-graphs scoped -> Transformer Engine graphs of the attention, the router and its preprocessing;
+    full_iteration -> MCore's whole-iteration graph, on a dense model or a drop-and-pad MoE. Megatron refuses a
+    full-iteration graph of a dropless MoE (the dispatcher syncs with the host each layer) and scoped graphs beside
+    full recompute; torchtitan, MaxText and DeepSpeed write no CUDA graphs."""
+    scoped = solve_doc("qwen3-30b-a3b", "h100-16", 256, 4096, Layout(fsdp=16, ep=8, zero_stage=1, recompute="norm_act"),
+                       cuda_graphs="scoped")
+    args = parse_args(exported(scoped, "megatron"))
+    assert (args["--cuda-graph-impl"], args["--cuda-graph-scope"]) == (
+        "transformer_engine", ["attn", "moe_router", "moe_preprocess"])
+    dense = solve_doc("llama3-8b", "h100-64", 256, 4096, Layout(fsdp=8, tp=8, recompute="full"), cuda_graphs="full_iteration")
+    args = parse_args(exported(dense, "megatron"))
+    assert (args["--cuda-graph-impl"], args["--cuda-graph-scope"]) == ("local", "full_iteration")
+    assert "--cuda-graph-impl" not in parse_args(exported(solve_doc("llama3-8b", "h100-64", 256, 4096,
+                                                                    Layout(fsdp=8, tp=8)), "megatron"))
+    full = solve_doc("qwen3-30b-a3b", "h100-16", 256, 4096, Layout(fsdp=16, ep=8, zero_stage=1, recompute="full"),
+                     cuda_graphs="full_iteration")
+    with pytest.raises(InvalidLayoutError, match=re.escape(
+            "Megatron-LM cannot express a full-iteration CUDA graph of the dropless MoE qwen3-30b-a3b (its token "
+            "dispatcher copies the token counts to the host in every MoE layer, which a graph cannot capture); "
+            "nearest: --cuda-graphs scoped, or a capacity factor (drop and pad)")):
+        export_document(full, "megatron")
+    scoped_full = solve_doc("qwen3-30b-a3b", "h100-16", 256, 4096,
+                            Layout(fsdp=16, ep=8, zero_stage=1, recompute="full"), cuda_graphs="scoped")
+    with pytest.raises(InvalidLayoutError, match=r"scoped CUDA graphs with the recompute policy full .*nearest: "
+                                                 r"recompute none or selective or norm_act or mla_up_proj, or "
+                                                 r"--cuda-graphs none"):
+        export_document(scoped_full, "megatron")
+    dense_scoped = solve_doc("llama3-8b", "h100-64", 256, 4096, Layout(fsdp=8, tp=8, num_microbatches=4, recompute="full"),
+                             cuda_graphs="scoped")
+    for target, name in (("torchtitan", "torchtitan"), ("maxtext", "MaxText"), ("deepspeed", "DeepSpeed")):
+        with pytest.raises(InvalidLayoutError, match=f"{name} cannot express --cuda-graphs scoped; nearest: "
+                                                     "--cuda-graphs none, or export to megatron"):
+            export_document(dense_scoped, target)
+
+
+@pytest.mark.frameworks
+def test_megatron_core_takes_the_exported_cuda_graphs():
+    """megatron-core's TransformerConfig builds from the scoped and full-iteration exports; with full recompute
+    instead of norm_act its __post_init__ refuses the scoped graphs, as the export rule megatron-cuda-graphs does."""
+    pytest.importorskip("megatron.core.transformer.transformer_config")
+    from megatron.core.transformer.enums import CudaGraphScope
+
+    doc = solve_doc("qwen3-30b-a3b", "h100-16", 256, 4096, Layout(fsdp=16, ep=8, zero_stage=1, recompute="norm_act"),
+                    cuda_graphs="scoped")
+    config, _, _ = megatron_config(exported(doc, "megatron"), apply_rope_fusion=False)
+    assert (config.cuda_graph_impl, config.cuda_graph_scope) == (
+        "transformer_engine", [CudaGraphScope.attn, CudaGraphScope.moe_router, CudaGraphScope.moe_preprocess])
+    with pytest.raises(AssertionError, match="full recompute is only supported with full iteration CUDA graph"):
+        megatron_config(exported(doc, "megatron"), apply_rope_fusion=False, recompute_granularity="full",
+                        recompute_method="uniform", recompute_num_layers=1)
+    dense = solve_doc("llama3-8b", "h100-64", 256, 4096, Layout(fsdp=8, tp=8, recompute="full"), cuda_graphs="full_iteration")
+    config, _, _ = megatron_config(exported(dense, "megatron"), apply_rope_fusion=False)
+    assert (config.cuda_graph_impl, config.cuda_graph_scope) == ("local", [CudaGraphScope.full_iteration])
 
 
 @pytest.mark.frameworks

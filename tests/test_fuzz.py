@@ -211,6 +211,7 @@ class Gen:
             ("--grad-bytes", lambda: self.pick(["2", "4"], ["3x", "8"], 0.7), 0.1),
             ("--deepep", None, 0.05), ("--no-deepep", None, 0.05), ("--launch-blocking", None, 0.05),
             ("--vendor-attention", None, 0.05), ("--no-vendor-attention", None, 0.05),
+            ("--cuda-graphs", lambda: self.pick(["none", "scoped", "full_iteration"], ["full", ""], 0.8), 0.1),
         ]
 
     def search(self, command: str) -> list[str]:

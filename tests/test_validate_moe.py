@@ -7,13 +7,14 @@ import json
 import os
 import subprocess
 import sys
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
 import yaml
 
 from layoutsearch.costs.params import param_counts
-from layoutsearch.validation.mapping import mapping_notes, record_model, record_to_problem, routing
+from layoutsearch.validation.mapping import cuda_graphs, mapping_notes, record_model, record_to_problem, routing
 from layoutsearch.validation.validate import evaluate_record, load_runs, validate_runs
 
 REPO = Path(__file__).resolve().parents[1]
@@ -22,6 +23,7 @@ GROK_EP_ETP = "dgxc-grok1-h100-fp8-n8-L2-tp4pp1cp1ep2"  # tp4, ep2, etp4 on 8 GP
 QWEN3_30B = "mbridge-26.06-h100-qwen3-30b-fp8-n16-tp1pp1vp1ep16-gbs1024mb"  # prefix; every layer MoE (d_ff null)
 MLPERF_REAL = "mlperf6-gptoss20b-b200-mxfp8-n8-tp1cp1ep2-dell"  # real routing, ZeRO-3 + ep2
 AUTOMODEL_NO_EP = "automodel-gpt-oss-20b-h100-bf16-n8-pp1epNAfsdp8-gbs256"  # ep, etp null
+MOE_DEV = REPO / "tests" / "data" / "runs_moe_dev.yaml"
 
 
 @pytest.fixture(scope="module")
@@ -178,8 +180,6 @@ def test_megatron_recompute_modules_map_to_the_policy_recomputing_the_same(by_id
     rec = one(by_id, "modelzoo-qwen3-235b-h100-bf16-n256-seq32k")
     assert "recompute -> norm_moe (Megatron --recompute-modules layernorm moe)" in mapping_notes(rec)
     problem, layout = record_to_problem(rec)
-    from dataclasses import replace
-
     from layoutsearch.costs.estimate import estimate
 
     moe_rerun, attn_rerun = (estimate(problem, replace(layout, recompute=r), strict=False) for r in ("norm_moe",
@@ -295,3 +295,54 @@ def test_moe_report_script(tmp_path):
     assert len(rows) == 1 + 71
     assert ("| dgxc-grok1-h100-fp8-n8-L2-tp4pp1cp1ep2 | h100 | 8 | dp2 tp4 ep2 etp4 zero1 mbs1 | fp8 (delayed-scaling) "
             "| 26,595 | ") in text
+
+
+def test_cuda_graphs_are_costed_as_the_record_names_them(by_id):
+    """Rule 20: MLPerf's "full-iteration CUDA graph" -> full_iteration; a scope list or "CUDA graphs on for GB200"
+    -> scoped; the Llama 4 Maverick note "H100 FP8 run used CUDA graphs (README); GB200 launch default
+    CUDA_GRAPH=false" -> scoped for the H100 fp8 row only; a record that names none -> none. The graphed rows lose
+    the MoE layers' host overhead: all of it in a full-iteration graph, 0.6 of it with scoped graphs."""
+    expected = {"mlperf6-deepseekv3-gb200-mxfp8-n256": "full_iteration",
+                "mlperf6-deepseekv3-gb200-mxfp8-n2048": "full_iteration",
+                "modelzoo-qwen3-235b-gb200-bf16-n256-seq4k": "scoped",  # CUDA graphs (attn, moe_router, moe_preprocess)
+                "modelzoo-qwen3-235b-h100-bf16-n256-script-320tf": "scoped",  # CUDA graphs (moe_router, moe_preprocess)
+                "mcore-blog-deepseekv3-gb200": "scoped",  # "HybridEP, CUDA graphs"
+                "dgxc-grok1-gb200-bf16-n128": "scoped", "dgxc-grok1-gb200-bf16-n512": "scoped",  # on for GB200
+                "dgxc-llama4-maverick-h100-fp8-n512": "scoped",
+                "dgxc-llama4-maverick-h100-bf16-n512": "none",
+                "dgxc-llama4-maverick-gb200-fp8-n256": "none",  # CUDA_GRAPH=false on GB200
+                "modelzoo-qwen3-235b-h100-bf16-n256-a2a-overlap-off": "none"}
+    for prefix, graphs in expected.items():
+        assert record_to_problem(one(by_id, prefix))[0].workload.cuda_graphs == graphs, prefix
+    assert sum(cuda_graphs(r) != "none" for r in by_id.values()) == 8
+    rec = one(by_id, "mlperf6-deepseekv3-gb200-mxfp8-n256")
+    assert "CUDA graphs: full_iteration, as the record names them" in mapping_notes(rec)
+    from layoutsearch.costs.estimate import estimate
+
+    problem, layout = record_to_problem(rec)
+    assert estimate(problem, layout, strict=False).time_s["compute/moe_fixed"] == 0.0
+    rec = one(by_id, "dgxc-grok1-gb200-bf16-n128")
+    problem, layout = record_to_problem(rec)
+    plain = replace(problem, workload=replace(problem.workload, cuda_graphs="none"))
+    graphed, ungraphed = (estimate(p, layout, strict=False).time_s["compute/moe_fixed"] for p in (problem, plain))
+    assert graphed == pytest.approx(0.4 * ungraphed, rel=1e-9) and ungraphed > 0.1
+
+
+def test_the_catalogues_moe_host_overhead_is_what_its_commands_fit(moe_runs, capsys):
+    """hardware/*.yaml calibration_moe: moe_layer_overhead_us fitted on the records that name no CUDA graphs (3143 us
+    on the h100 class, 3492 on the b200 class), then moe_overhead_graphed_share on the 6 scoped ones with the
+    overhead held, one value for the GPUs (0.6). `calibrate --cuda-graphs` picks the records by mapping rule 20."""
+    from layoutsearch.cli import main
+    from layoutsearch.validation.calibrate import calibrate
+
+    plain = [r["id"] for r in moe_runs if cuda_graphs(r) != "none"]
+    fitted = calibrate(moe_runs, accelerators=["h100", "h200", "h800", "b200", "gb200"],
+                       params=("moe_layer_overhead_s",), exclude=plain)
+    assert {f: (v["records"], round(v["fitted"]["moe_layer_overhead_s"] * 1e6)) for f, v in fitted.items()} == {
+        "b200-class": (29, 3492), "h100-class": (28, 3143)}
+    assert main(["calibrate", str(MOE_DEV), "--accelerator", "h100,h200,h800,b200,gb200", "--fit", "",
+                 "--shared", "moe_overhead_graphed_share", "--cuda-graphs", "scoped"]) == 0
+    assert capsys.readouterr().out.count("moe_overhead_graphed_share 0.6 ") == 2
+    assert main(["calibrate", str(MOE_DEV), "--fit", "moe_layer_overhead_s", "--cuda-graphs", "some"]) == 2
+    assert capsys.readouterr().err.strip() == ("error: --cuda-graphs: unknown value 'some' (did you mean 'scoped'?); "
+                                               "known: none, scoped, full_iteration")

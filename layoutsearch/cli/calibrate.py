@@ -12,7 +12,9 @@ from layoutsearch.cli.common import reports_errors
 from layoutsearch.core.catalogue import accelerator_names, catalogue_dir
 from layoutsearch.core.parse import parse_names
 from layoutsearch.report import render
+from layoutsearch.core.specs import CUDA_GRAPHS
 from layoutsearch.validation.calibrate import SHARED_KIND, YAML_KEYS, calibrate as fit, write_calibration
+from layoutsearch.validation.mapping import cuda_graphs as record_cuda_graphs
 from layoutsearch.validation.validate import load_runs
 
 
@@ -23,14 +25,21 @@ def calibrate(
     fit_fields: Annotated[str, typer.Option("--fit", help="Calibration fields to fit")] = "matmul_efficiency,attention_efficiency",
     shared: Annotated[str, typer.Option("--shared", help="Fields fitted once over every family of their kind "
                                         "(overlap_interference: the GPUs), beside --fit")] = "",
+    graphs: Annotated[Optional[str], typer.Option(
+        "--cuda-graphs", help="Only the records costed with these CUDA graphs (mapping rule 20), e.g. none: fit "
+                              "moe_layer_overhead_s on runs without graphs, then moe_overhead_graphed_share on the "
+                              "scoped ones")] = None,
     write: Annotated[bool, typer.Option("--write", help="Write the fitted values into hardware/*.yaml")] = False,
 ) -> None:
     """Fit a few calibration fields per accelerator (least squares on log error); writes only with --write."""
-    fields = parse_names(fit_fields, tuple(YAML_KEYS), "--fit", "field")
+    fields = parse_names(fit_fields, tuple(YAML_KEYS), "--fit", "field") if fit_fields or not shared else ()
     accs = (parse_names(accelerator, tuple(accelerator_names()), "--accelerator", "accelerator")
             if accelerator is not None else None)
     common = parse_names(shared, tuple(SHARED_KIND), "--shared", "field") if shared else ()
-    result = fit(load_runs(runs), accelerators=accs, params=fields, shared=common)
+    records = load_runs(runs)
+    wanted = parse_names(graphs, CUDA_GRAPHS, "--cuda-graphs", "value") if graphs is not None else CUDA_GRAPHS
+    exclude = [r["id"] for r in records if record_cuda_graphs(r) not in wanted]
+    result = fit(records, accelerators=accs, params=fields, shared=common, exclude=exclude)
     render.calibration_report(result)
     if write:
         written = write_calibration(result, catalogue_dir("hardware"), runs_name=Path(runs).name,

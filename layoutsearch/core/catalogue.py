@@ -99,6 +99,7 @@ class CalibrationFile(_Strict):
     vendor_attention_efficiency: float | None = Field(default=None, gt=0, le=1)  # cuDNN / TE fused attention
     grouped_matmul_efficiency: float = Field(default=1.0, gt=0, le=1)  # MoE expert GEMMs, of the dense fraction
     moe_layer_overhead_us: float = Field(default=0.0, ge=0)  # fixed per MoE layer and microbatch
+    moe_overhead_graphed_share: float = Field(default=0.0, ge=0, le=1)  # of it, what scoped CUDA graphs remove
     overlap_interference: float = Field(default=0.0, ge=0, le=1)  # compute lost per second of hidden collective
     blocking_launch_us_per_layer_pass: float | None = Field(default=None, ge=0, le=1e6)  # host time per layer pass
     # exposed by blocking kernel launches (CUDA_LAUNCH_BLOCKING=1); absent = not calibrated

@@ -336,6 +336,9 @@ class Capabilities:
     expert_parallel_with_tp_and_pp: bool = True
     deepep: bool = False  # a token dispatch that crosses scale-out once per node (Workload.deepep)
     vendor_attention: bool = False  # the vendor's fused attention kernel (frameworks.vendor_attention)
+    cuda_graphs: tuple[str, ...] = ("none",)  # the Workload.cuda_graphs the target can write
+    recompute_with_scoped_graphs: tuple[str, ...] | None = None  # policies it allows beside scoped graphs (None: all)
+    full_graph_dropless_moe: bool = True  # whether a full-iteration graph can hold a dropless MoE's layers
     why: dict[str, str] = field(default_factory=dict)
 
 
@@ -386,6 +389,45 @@ def _etp_nearest(caps: Capabilities, c: dict) -> str:
     values = sorted({1 if k == "1" else c["tp"] for k in choices if k != "other"})
     fix = " or ".join(f"etp={v}" for v in values) or "ep=1, etp=1"
     return fix + (", or ep > 1" if c["ep"] == 1 and set(caps.expert_tensor) - set(choices) else "")
+
+
+def _dropless_moe(p: Problem) -> bool:
+    return p.model.moe is not None and p.model.moe.capacity_factor is None
+
+
+def _graphs_ok(caps: Capabilities, p: Problem, c: Cand) -> np.ndarray:
+    """The workload's CUDA graphs are ones the target writes, with the candidate's recompute policy and model."""
+    graphs, ok = p.workload.cuda_graphs, np.ones_like(c["r"], dtype=bool)
+    if graphs not in caps.cuda_graphs:
+        return ~ok
+    if graphs == "scoped" and caps.recompute_with_scoped_graphs is not None:
+        return np.isin(c["r"], [RECOMPUTE_CODES[r] for r in caps.recompute_with_scoped_graphs])
+    if graphs == "full_iteration" and _dropless_moe(p) and not caps.full_graph_dropless_moe:
+        return ~ok
+    return ok
+
+
+def _graphs_title(caps: Capabilities, p: Problem) -> str:
+    graphs = p.workload.cuda_graphs
+    if graphs == "scoped" and graphs in caps.cuda_graphs and caps.recompute_with_scoped_graphs is not None:
+        return f"{caps.framework}: scoped CUDA graphs with recompute {', '.join(caps.recompute_with_scoped_graphs)}"
+    if graphs == "full_iteration" and graphs in caps.cuda_graphs and not caps.full_graph_dropless_moe:
+        return f"{caps.framework}: no full-iteration CUDA graph of a dropless MoE"
+    return f"{caps.framework}: CUDA graphs {', '.join(caps.cuda_graphs)}"
+
+
+def _graphs_text(caps: Capabilities, p: Problem, c: dict, text) -> str:
+    code, graphs = f"{caps.target}-cuda-graphs", p.workload.cuda_graphs
+    if graphs not in caps.cuda_graphs:
+        return text(code, f"--cuda-graphs {graphs}", "--cuda-graphs none, or export to megatron")
+    if graphs == "scoped":
+        allowed = caps.recompute_with_scoped_graphs or ()
+        return text(code, f"scoped CUDA graphs with the recompute policy {RECOMPUTE_POLICIES[c['r']]} (megatron-core: "
+                          f"full recompute needs a full-iteration graph, and a MoE layer's recompute cannot cover the "
+                          f"graphed router)", f"recompute {' or '.join(allowed)}, or --cuda-graphs none")
+    return text(code, f"a full-iteration CUDA graph of the dropless MoE {p.model_id} (its token dispatcher copies "
+                      f"the token counts to the host in every MoE layer, which a graph cannot capture)",
+                "--cuda-graphs scoped, or a capacity factor (drop and pad)")
 
 
 def _split_name(p: Problem, c: Cand) -> np.ndarray:
@@ -481,6 +523,9 @@ def framework_rules(caps: Capabilities) -> tuple[Rule, ...]:
          lambda p, c: text(f"{caps.target}-vendor-attention", "the vendor's fused attention kernel (cuDNN / "
                                                               "Transformer Engine)",
                            "--no-vendor-attention, or export to megatron")),
+        (f"{caps.target}-cuda-graphs", ("r",), lambda p, c: _graphs_ok(caps, p, c),
+         lambda p: _graphs_title(caps, p),
+         lambda p, c: _graphs_text(caps, p, c, text)),
         (f"{caps.target}-model", (), lambda p, c: not caps.model_blocks or any(MODEL_BLOCKS[b](p.model)
                                                                                for b in caps.model_blocks),
          lambda p: f"{name}: a model of the {' or '.join(caps.model_blocks) or 'any'} family",

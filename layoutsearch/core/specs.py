@@ -52,9 +52,13 @@ Framework = choices("Framework", ("megatron", "torchtitan", "maxtext", "deepspee
                     "The training framework whose overlap behaviour the step time assumes (core.frameworks).")
 Precision = choices("Precision", ("bf16", "fp16", "fp8"),
                     "Matmul precision: bf16 (fp16 costs the same), or fp8 GEMMs with bf16 activations between them.")
+CudaGraphs = choices("CudaGraphs", ("none", "scoped", "full_iteration"),
+                     "CUDA graphs (GPUs): none; per-layer graphs of the attention and the MoE router and "
+                     "preprocessing; or the whole forward-backward as one graph.")
 
 
 RECOMPUTE_POLICIES = tuple(p.value for p in Recompute)
+CUDA_GRAPHS = tuple(g.value for g in CudaGraphs)
 OFFLOAD_POLICIES = tuple(p for p in RECOMPUTE_POLICIES if "offload" in p)  # some saved tensors in host memory
 RECOMPUTE_CODES = {name: code for code, name in enumerate(RECOMPUTE_POLICIES)}  # none 0, selective 1, full 2
 SCHEDULE_CODES = {s.value: code for code, s in enumerate(Schedule)}  # 1f1b 0, interleaved 1, gpipe 2
@@ -215,6 +219,10 @@ class Workload:
     framework: str | None = None  # Framework profile; None = the accelerator's default (Problem.build resolves it)
     hbm_bytes: float | None = None  # the device's memory when the part differs from the catalogue's (96 GB H100)
     memory_margin_bytes: float = 0.0  # kept free on every device besides the runtime reserve
+    cuda_graphs: str = "none"  # CUDA_GRAPHS: what the host launches as captured graphs. "scoped": per-layer graphs
+    # of the attention and the MoE router and preprocessing (Megatron --cuda-graph-impl transformer_engine
+    # --cuda-graph-scope attn moe_router moe_preprocess); "full_iteration": one graph per step, forward and backward
+    # (--cuda-graph-impl local --cuda-graph-scope full_iteration). They remove MoE host overhead (costs.terms)
     moe_imbalance: float = 1.0  # tokens the busiest expert device gets over the balanced share (1: balanced
     # routing, as vendor benchmarks force it); its expert GEMMs set the pace
 
@@ -265,6 +273,8 @@ class Accelerator:
     # megablox) as a fraction of the dense matmul efficiency at the same rows
     moe_layer_overhead_s: float = 0.0  # fixed per MoE layer per microbatch, forward and backward: the router's
     # softmax and top-k, the permutation kernels and the dispatcher's host sync on the token counts
+    moe_overhead_graphed_share: float = 0.0  # of moe_layer_overhead_s, the share scoped CUDA graphs remove
+    # (Workload.cuda_graphs "scoped": the router's and the preprocessing's launches; the dispatcher's host sync stays)
     overlap_interference: float = 0.0  # of each second a collective hides behind compute, the share that compute
     # loses to it (the communication kernels' SMs or cores and HBM traffic): hiding is never free
     host_bytes_per_s_per_direction: float | None = None  # host memory link (PCIe, NVLink-C2C) per device:

@@ -85,6 +85,10 @@ CAPABILITIES = Capabilities(
     target="megatron", framework="Megatron-LM", pipeline_schedules=("1f1b", "interleaved"), deepep=True,
     vendor_attention=True, recompute_policies=("none", "selective", "full", *RECOMPUTE_MODULES),
     pipeline_splits=("even", "embedding-and-loss", "first-last", "chunk-layout"), precisions=("bf16", "fp16", "fp8"),
+    # megatron-core 0.16.1 TransformerConfig: full recompute only inside a full-iteration graph, and "moe" recompute
+    # not with the router graphed (Transformer Engine graphs); its dropless dispatcher syncs with the host each layer
+    cuda_graphs=("none", "scoped", "full_iteration"),
+    recompute_with_scoped_graphs=("none", "selective", "norm_act", "mla_up_proj"), full_graph_dropless_moe=False,
     why={"megatron-pipeline": "it runs 1F1B, or interleaved 1F1B with virtual stages; no GPipe"})
 
 
@@ -258,6 +262,7 @@ def _parallel_args(ctx: ExportContext) -> list[tuple[str, object]]:
         args.append(("--attention-backend", "flash"))  # FlashAttention, as costed, not Transformer Engine's cuDNN
     if lay.ep > 1 and ctx.workload.ep_comm_overlap:  # the token all-to-alls behind the other microbatch
         args.append(("--overlap-moe-expert-parallel-comm", None))
+    args += cuda_graph_args(ctx)
     if lay.recompute == "full":
         args += [("--recompute-granularity", "full"), ("--recompute-method", "uniform"), ("--recompute-num-layers", 1)]
     elif lay.recompute == "selective":
@@ -265,6 +270,19 @@ def _parallel_args(ctx: ExportContext) -> list[tuple[str, object]]:
     elif lay.recompute in RECOMPUTE_MODULES:
         args += [("--recompute-granularity", "selective"), ("--recompute-modules", recompute_modules(ctx.model, lay.recompute))]
     return args
+
+
+def cuda_graph_args(ctx: ExportContext) -> list[tuple[str, object]]:
+    """Workload.cuda_graphs as megatron-core's flags: scoped -> Transformer Engine graphs of the attention and, on a
+    MoE model, the router and its preprocessing (dense: the attention and the MLP); full_iteration -> MCore's own
+    graph of the whole forward-backward (``CudaGraphScope.full_iteration``; rules.py refuses it for a dropless MoE)."""
+    graphs = ctx.workload.cuda_graphs
+    if graphs == "scoped":
+        scope = ("attn", "moe_router", "moe_preprocess") if ctx.model.moe is not None else ("attn", "mlp")
+        return [("--cuda-graph-impl", "transformer_engine"), ("--cuda-graph-scope", scope)]
+    if graphs == "full_iteration":
+        return [("--cuda-graph-impl", "local"), ("--cuda-graph-scope", ("full_iteration",))]
+    return []
 
 
 def recompute_modules(model, policy: str) -> tuple[str, ...]:

@@ -84,7 +84,8 @@ def assumptions(workload, model) -> str:
             + (" + EP comm overlap" if workload.ep_comm_overlap else "")
             + (" + DeepEP dispatch" if model.moe is not None and workload.deepep else "")
             + _attention_text(workload)
-            + (", blocking launches" if workload.launch_blocking else ""))
+            + (", blocking launches" if workload.launch_blocking else "")
+            + (f", CUDA graphs {workload.cuda_graphs}" if workload.cuda_graphs != "none" else ""))
 
 
 def _attention_text(workload) -> str:

@@ -54,7 +54,7 @@ EFFICIENCY_BOUNDS = (0.2, 1.0)
 SHARE_BOUNDS = (0.0, 1.0)  # fractions that may be zero (overlap_interference)
 # Shared fields: one value fitted together with every family of that accelerator kind (``fit_joint``): an effect
 # of the communication library on the chip, not of one chip's kernels (NCCL's kernels on the SMs of every GPU)
-SHARED_KIND = {"overlap_interference": "gpu"}
+SHARED_KIND = {"overlap_interference": "gpu", "moe_overhead_graphed_share": "gpu"}
 SCALES = {"matmul_half_efficiency_tokens": 128.0, "microbatch_overhead_s": 1e-4, "step_overhead_s": 1e-2,
           "moe_layer_overhead_s": 1e-4, "blocking_launch_s_per_layer_pass": 1e-3,
           "collective_half_efficiency_bytes": 65536.0}
@@ -71,6 +71,7 @@ YAML_KEYS = {"matmul_efficiency": ("matmul_efficiency", 1.0),
              "grouped_matmul_efficiency": ("grouped_matmul_efficiency", 1.0),
              "moe_layer_overhead_s": ("moe_layer_overhead_us", 1e6),
              "overlap_interference": ("overlap_interference", 1.0),
+             "moe_overhead_graphed_share": ("moe_overhead_graphed_share", 1.0),
              "blocking_launch_s_per_layer_pass": ("blocking_launch_us_per_layer_pass", 1e6)}
 AXIS_EFFICIENCY = {"torus": "collective_efficiency", "switch": "collective_efficiency",
                    "scale_out": "scale_out_efficiency", "dcn": "scale_out_efficiency"}
@@ -126,7 +127,7 @@ def _bounds(name: str) -> tuple[float, float] | None:
     """(low, high) of a bounded fraction, None for a scale (overheads, half-efficiency points)."""
     if name.endswith("efficiency"):
         return EFFICIENCY_BOUNDS
-    return SHARE_BOUNDS if name == "overlap_interference" else None
+    return SHARE_BOUNDS if name in ("overlap_interference", "moe_overhead_graphed_share") else None
 
 
 def _to_value(name: str, u: float) -> float:
@@ -245,11 +246,12 @@ def _at_bound(fitted: dict[str, float]) -> list[str]:
     return [p for p, v in fitted.items() if at_bound(p, v)]
 
 
-def check_params(params: tuple[str, ...]) -> tuple[str, ...]:
-    """The fitted fields: known calibration fields, at most ``MAX_FIT_PARAMS`` of them (else InvalidArgumentError)."""
+def check_params(params: tuple[str, ...], shared: tuple[str, ...] = ()) -> tuple[str, ...]:
+    """The fitted fields: known calibration fields, at most ``MAX_FIT_PARAMS`` of them, none only beside shared
+    fields (else InvalidArgumentError)."""
     params = tuple(dict.fromkeys(params))
     unknown = [p for p in params if p not in YAML_KEYS]
-    if unknown or not params or len(params) > MAX_FIT_PARAMS:
+    if unknown or not (params or shared) or len(params) > MAX_FIT_PARAMS:
         raise InvalidArgumentError(f"calibration fits 1 to {MAX_FIT_PARAMS} of {', '.join(YAML_KEYS)} per accelerator "
                                    f"family; got {', '.join(params) or 'none'}")
     return params
@@ -270,7 +272,7 @@ def calibrate(records: list[dict], accelerators: Iterable[str] | None = None,
     matmul_efficiency is fitted. ``shared`` fields (``SHARED_KIND``) are fitted once over the
     families of their kind, together with each family's ``params`` (``fit_joint``).
     """
-    params = check_params(tuple(params))
+    params = check_params(tuple(params), tuple(shared))
     if shared:
         return _calibrate_joint(records, accelerators, params, tuple(shared), exclude)
     skip = set(exclude)

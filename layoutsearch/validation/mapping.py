@@ -130,6 +130,12 @@ is applied to every record:
     configs ``*_te_deepep.yaml`` set ``backend: attn: te``; "TE + DeepEP") is costed with
     ``Workload.vendor_attention`` on (cuDNN fused attention where the catalogue has a figure for it);
     its framework profile (torchtitan, rule 14) would cost FlashAttention-2's.
+20. CUDA graphs: a record naming a full-iteration CUDA graph (MLPerf's DeepSeek-V3 configs) is costed
+    with ``Workload.cuda_graphs`` "full_iteration", one naming CUDA graphs otherwise (a scope list such as
+    "attn, moe_router, moe_preprocess", "CUDA graphs on for GB200") with "scoped"; a ``derived.cuda_graphs``
+    note is read per accelerator and precision ("H100 FP8 run used CUDA graphs; GB200 launch default
+    CUDA_GRAPH=false"). Records that do not name them are costed without: the vendor tables rarely say, and
+    the fitted MoE overhead is what a layer costs without graphs.
 """
 
 from __future__ import annotations
@@ -182,6 +188,25 @@ def ep_comm_overlap(record: dict) -> bool | None:
     (off for megatron)."""
     text = str(record.get("derived") or {}) + str(record.get("source") or "")
     return True if re.search(r"A2A_OVERLAP=1|overlap[-_]moe[-_]expert[-_]parallel[-_]comm", text) else None
+
+
+def cuda_graphs(record: dict) -> str:
+    """Rule 20: the CUDA graphs a record names (``Workload.cuda_graphs``). "full-iteration CUDA graph" -> full_iteration;
+    a ``derived.cuda_graphs`` note decides per clause for the record's accelerator (and precision where the clause
+    names one), "false" or "off" meaning none; any other "CUDA graphs" (a scope list, "CUDA graphs on") -> scoped;
+    unnamed -> none."""
+    derived = record.get("derived") or {}
+    text = str(derived) + str(record.get("source") or "")
+    if re.search(r"full[- _]iteration CUDA graph", text, re.IGNORECASE):
+        return "full_iteration"
+    if derived.get("cuda_graphs"):
+        acc, precision = record["cluster"]["accelerator"], record["workload"]["precision"] or "bf16"
+        for clause in str(derived["cuda_graphs"]).lower().split(";"):
+            names_precision = "fp8" in clause or "bf16" in clause
+            if acc in clause and (not names_precision or precision in clause):
+                return "none" if re.search(r"=\s*false|\boff\b", clause) else "scoped"
+        return "none"
+    return "scoped" if re.search(r"CUDA graphs?\b", text) and not re.search(r"CUDA_GRAPH=false", text) else "none"
 
 
 def deepep(record: dict) -> bool | None:
@@ -339,6 +364,8 @@ def mapping_notes(record: dict) -> list[str]:
         notes.append("Transformer Engine attention (attn: te): the vendor's fused attention")
     if launch_blocking(record):
         notes.append("CUDA_LAUNCH_BLOCKING=1 (BLOOM tr11 slurm): blocking launches, nothing overlapped")
+    if cuda_graphs(record) != "none":
+        notes.append(f"CUDA graphs: {cuda_graphs(record)}, as the record names them")
     if lay.get("async_tp") is True and source_family(record) not in TP_OVERLAP_SOURCES:
         notes.append("async_tp: TP collectives pipelined with their GEMMs (tp_comm_overlap on)")
     return notes + _moe_notes(record)
@@ -607,7 +634,7 @@ def record_to_problem(record: dict) -> Mapped | str:
                         fsdp_collectives_per_layer=zero3_collectives_per_layer(record),
                         tp_comm_overlap=tp_comm_overlap(record), ep_comm_overlap=ep_comm_overlap(record),
                         deepep=deepep(record), vendor_attention=vendor_attention(record),
-                        launch_blocking=launch_blocking(record),
+                        launch_blocking=launch_blocking(record), cuda_graphs=cuda_graphs(record),
                         framework=record_framework(record, load_accelerator(_accelerator_id(record)).kind))
     dp, fsdp, zero = _data_parallel(record)
     replicas = _tpu_replicas(record)
