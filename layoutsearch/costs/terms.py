@@ -168,11 +168,12 @@ def compute_per_microbatch(model: ModelSpec, workload: Workload, acc: Accelerato
     work = memory.recompute_arrays(model)
     mm_rerun, attn_rerun, ew_rerun = work["matmul"][r], work["attention"][r], work["elementwise"][r]
     mm = flops.matmul_flops_per_token_per_layer(model, sh.tp) * m / layer_rate
-    if model.moe is not None:  # the routed experts' grouped GEMMs, at the rows each local expert gets
-        rows = expert_rows(model, sh, m)
+    if model.moe is not None:  # the routed experts' grouped GEMMs, at the rows the busiest local expert gets
+        load = expert_load(model, workload)
+        rows = expert_rows(model, sh, m) * load
         expert_rate = (layer_rate / size * rows / (rows + acc.matmul_half_efficiency_tokens)
                        * acc.grouped_matmul_efficiency)
-        mm = mm + 2.0 * flops.routed_params_per_token_per_layer(model, sh.tp) * m * workload.moe_imbalance / expert_rate
+        mm = mm + 2.0 * flops.routed_params_per_token_per_layer(model, sh.tp) * m * load / expert_rate
     causal_skip = workload.causal and workload.flash_attention  # unfused kernels compute the masked half too
     attn = flops.attention_flops_per_token_per_layer(model, workload.seq_len, causal_skip, sh.tp) * m / attn_rate
     ew_bytes = flops.elementwise_bytes_per_token_per_layer(model, sh.tp, sequence_parallel, workload.activation_bytes,
@@ -236,6 +237,14 @@ def host_offload_bytes_per_token(model: ModelSpec, workload: Workload, sh: Shape
                                         workload.activation_bytes, fp8=workload.precision == "fp8")
     hosted = sum(_f(widths[n]) * np.array([memory.on_host(n, p) for p in RECOMPUTE_POLICIES])[r] for n in widths)
     return hosted * workload.activation_bytes
+
+
+def expert_load(model: ModelSpec, workload: Workload) -> float:
+    """Rows the busiest local expert multiplies over the balanced share: with a capacity factor every expert is
+    padded to its capacity (Megatron --moe-pad-expert-input-to-capacity, MaxText's capacity_factor: the GEMMs run
+    over the empty slots too), so the factor itself; dropless, the routing imbalance (``Workload.moe_imbalance``)."""
+    cf = model.moe.capacity_factor
+    return cf if cf is not None else workload.moe_imbalance
 
 
 def expert_rows(model: ModelSpec, sh: Shapes, m):
@@ -614,9 +623,7 @@ def dispatch_buffer_bytes(model: ModelSpec, workload: Workload, sh: Shapes, m):
     received (x the imbalance, or the capacity factor's cap) and the combine's output, gathered over etp."""
     if model.moe is None:
         return 0.0 * m
-    moe = model.moe
-    worst = moe.capacity_factor if moe.capacity_factor is not None else workload.moe_imbalance
-    return 2 * m / sh.tp * moe.top_k * worst * sh.etp * model.d_model * workload.activation_bytes
+    return 2 * m / sh.tp * model.moe.top_k * expert_load(model, workload) * sh.etp * model.d_model * workload.activation_bytes
 
 
 def moment_bytes(items: dict, moment: str) -> dict:
