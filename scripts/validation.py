@@ -501,11 +501,14 @@ def write_moe_markdown(doc: dict, runs: Path, path: Path, records: list[dict]) -
              "## Summary", "", *moe_summary_lines(s, len(entries)), "",
              "Rel error = predicted / measured - 1 on tokens/s per device (`measured.tokens_per_s_per_device`; the "
              "sources' TFLOP/s use their own FLOP counts and are not compared); + means the engine is too fast. "
-             "Predictions use the catalogue's calibration: the dense fractions fitted on the dense runs, and one "
-             "MoE field per GPU family, `moe_layer_overhead_us`, fitted on these records (`hardware/*.yaml` "
-             "`calibration_moe`); the leave-one-source-out table below refits it without each source. TPU MoE is "
-             "not calibrated. The mapping of a record onto the engine is the docstring of "
-             "`layoutsearch/validation/mapping.py` (rules 16, 17 and 19 for MoE, MLA and the attention kernel).", "",
+             "Predictions use the catalogue's calibration: the dense fractions fitted on the dense runs, one "
+             "MoE field per GPU family, `moe_layer_overhead_us`, fitted on the records that name no CUDA graphs, and "
+             "the share of it scoped CUDA graphs remove, `moe_overhead_graphed_share`, one value for the GPUs fitted "
+             "on the 6 records that name scoped graphs (`hardware/*.yaml` `calibration_moe`); the leave-one-source-out "
+             "table below refits the overhead without each source (on all the other records, each costed with the "
+             "graphs it names). TPU MoE is not calibrated. The mapping of a record onto the engine is the docstring "
+             "of `layoutsearch/validation/mapping.py` (rules 16, 17, 19 and 20 for MoE, MLA, the attention kernel "
+             "and CUDA graphs).", "",
              *moe_loso_lines(doc.get("loso")),
              "## By accelerator", "", *group_lines(s["by_accelerator"], "accelerator"), "",
              "## By source family", "", *group_lines(s["by_source"], "source"), "",
