@@ -318,7 +318,7 @@ def _calibrate_joint(records, accelerators, params, shared, exclude) -> dict:
 
 # ----------------------------------------------------------------------------- generalization
 def leave_one_source_out(records: list[dict], params: tuple[str, ...] = DEFAULT_PARAMS,
-                         shared: tuple[str, ...] = ()) -> dict:
+                         shared: tuple[str, ...] = (), fit_on: Callable[[dict], bool] | None = None) -> dict:
     """Leave-one-source-out: for each source family, fit the calibration (``params`` per accelerator
     family, as ``calibrate``) on every OTHER source's usable records and predict the held-out source.
 
@@ -327,30 +327,35 @@ def leave_one_source_out(records: list[dict], params: tuple[str, ...] = DEFAULT_
     the other sources' families of their kind (``fit_joint``). Returns {"params", "count",
     "median_abs_rel_error", "p90_abs_rel_error", "median_rel_error", "in_sample_median_abs_rel_error"
     (the same records, calibration fitted on all sources), "by_source": {source: error stats +
-    "calibration": {family: how}}, "rel_errors": {id: LOSO rel error}}.
+    "calibration": {family: how}}, "rel_errors": {id: LOSO rel error}}. ``fit_on`` (default: every record)
+    picks the records a fit may use, as the catalogue's was made (``calibrate --cuda-graphs``); all are predicted.
     """
     params = check_params(tuple(params))
     items = []  # (source, family, problem tuple)
+    fitted_ids = set()  # the records a fit may use
     for r in records:
         acc = r["cluster"]["accelerator"]
         for prob in usable_problems([r], acc) if acc is not None else ():
             items.append((source_family(r), family_of(acc), prob))
+            if fit_on is None or fit_on(r):
+                fitted_ids.add(prob[0])
     rel: dict[str, float] = {}
     by_source: dict[str, dict] = {}
     for source in sorted({s for s, _, _ in items}):
         how: dict[str, str] = {}
         joint = {}
         if shared:
-            train_groups = {f: [p for s, g, p in items if s != source and g == f] for f in sorted({f for _, f, _ in items})}
+            train_groups = {f: [p for s, g, p in items if s != source and g == f and p[0] in fitted_ids]
+                            for f in sorted({f for _, f, _ in items})}
             joint = fit_joint({f: g for f, g in train_groups.items() if len(g) >= 2}, params, shared)
         for fam in sorted({f for s, f, _ in items if s == source}):
             held = [p for s, f, p in items if s == source and f == fam]
-            train = [p for s, f, p in items if s != source and f == fam]
+            train = [p for s, f, p in items if s != source and f == fam and p[0] in fitted_ids]
             fields: dict[str, float] = {}
             if len(train) >= 2:
                 chosen = chosen_params(params, len(train)) + tuple(s for s in shared if s in joint.get(fam, {}))
                 fields = joint[fam] if shared else fit_fields(train, chosen)[0]
-                others = len({s for s, f, _ in items if s != source and f == fam})
+                others = len({s for s, f, p in items if s != source and f == fam and p[0] in fitted_ids})
                 how[fam] = (f"{', '.join(chosen)} refit on {len(train)} records of {others} other "
                             f"source{'s' if others > 1 else ''}")
             else:
@@ -361,10 +366,12 @@ def leave_one_source_out(records: list[dict], params: tuple[str, ...] = DEFAULT_
         by_source[source] = {**error_stats([rel[i] for i in ids if i in rel]), "calibration": how}
     in_sample: list[float] = []
     groups = {fam: [p for _, f, p in items if f == fam] for fam in sorted({f for _, f, _ in items})}
-    joint = fit_joint({f: g for f, g in groups.items() if len(g) >= 2}, params, shared) if shared else {}
+    fit_groups = {fam: [p for p in probs if p[0] in fitted_ids] for fam, probs in groups.items()}
+    joint = fit_joint({f: g for f, g in fit_groups.items() if len(g) >= 2}, params, shared) if shared else {}
     for fam, probs in groups.items():
+        train = fit_groups[fam]
         fields = (joint.get(fam, {}) if shared else
-                  fit_fields(probs, chosen_params(params, len(probs)))[0] if len(probs) >= 2 else {})
+                  fit_fields(train, chosen_params(params, len(train)))[0] if len(train) >= 2 else {})
         in_sample += list(np.expm1(log_residuals(probs, fields)))
     overall = error_stats(list(rel.values()))
     return {"params": list(params) + list(shared), **{k: overall[k] for k in ("count", "median_abs_rel_error", "p90_abs_rel_error",
