@@ -315,6 +315,10 @@ def test_cuda_graphs_are_costed_as_the_record_names_them(by_id):
     for prefix, graphs in expected.items():
         assert record_to_problem(one(by_id, prefix))[0].workload.cuda_graphs == graphs, prefix
     assert sum(cuda_graphs(r) != "none" for r in by_id.values()) == 8
+    b200 = one(by_id, "dgxc-llama4-maverick-gb200-fp8-n256")  # a note naming GB200 and H100 says nothing of B200
+    b200["cluster"]["accelerator"] = "b200"
+    b200["derived"]["cuda_graphs"] = "GB200 used CUDA graphs; H100 launch default CUDA_GRAPH=false"
+    assert cuda_graphs(b200) == "none"
     rec = one(by_id, "mlperf6-deepseekv3-gb200-mxfp8-n256")
     assert "CUDA graphs: full_iteration, as the record names them" in mapping_notes(rec)
     from layoutsearch.costs.estimate import estimate

@@ -203,7 +203,7 @@ def cuda_graphs(record: dict) -> str:
         acc, precision = record["cluster"]["accelerator"], record["workload"]["precision"] or "bf16"
         for clause in str(derived["cuda_graphs"]).lower().split(";"):
             names_precision = "fp8" in clause or "bf16" in clause
-            if acc in clause and (not names_precision or precision in clause):
+            if re.search(rf"\b{re.escape(acc)}\b", clause) and (not names_precision or precision in clause):
                 return "none" if re.search(r"=\s*false|\boff\b", clause) else "scoped"
         return "none"
     return "scoped" if re.search(r"CUDA graphs?\b", text) and not re.search(r"CUDA_GRAPH=false", text) else "none"
