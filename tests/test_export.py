@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 import shutil
 import subprocess
 import tomllib
@@ -101,6 +102,34 @@ def test_blocking_launches_are_named_in_every_file_and_exported_by_megatron():
     assert line in json.loads(exported(doc, "deepspeed"))["_layoutsearch"]["header"]
     assert "\nexport CUDA_LAUNCH_BLOCKING=1  #" in exported(doc, "megatron")
     assert all("CUDA_LAUNCH_BLOCKING" not in exported(FSDP_TP, t) for t in ("maxtext", "megatron", "torchtitan", "deepspeed"))
+
+
+def test_bf16_gradients_and_moments_as_costed_or_refused():
+    """--grad-bytes 2 --moment-bytes 2: Megatron writes bf16 gradient reduction and TE's precision-aware optimizer
+    with bf16 Adam moments (which needs the distributed optimizer: ZeRO-0 is refused); torchtitan, DeepSpeed and
+    MaxText write fp32 gradients and moments and refuse, naming the nearest."""
+    doc = solve_doc("llama3-8b", "h100-64", 256, 4096, Layout(fsdp=64, num_microbatches=2, recompute="full"),
+                    grad_bytes_per_param=2, optimizer_bytes_per_param=4)
+    args = parse_args(exported(doc, "megatron"))
+    assert (args["--grad-reduce-in-bf16"], args["--use-precision-aware-optimizer"], args["--exp-avg-dtype"],
+            args["--exp-avg-sq-dtype"]) == (True, True, "bf16", "bf16")
+    assert not {"--grad-reduce-in-bf16", "--use-precision-aware-optimizer"} & set(parse_args(exported(FSDP, "megatron")))
+    with pytest.raises(InvalidLayoutError, match=re.escape(
+            "torchtitan cannot express bf16 gradients (--grad-bytes 2) (FSDP2 reduces gradients in float32 only "
+            "(mixed_precision_reduce) and its optimizers keep fp32 states); nearest: --grad-bytes 4, or export to "
+            "megatron")):
+        export_document(doc, "torchtitan")
+    for target, name in (("maxtext", "MaxText"), ("deepspeed", "DeepSpeed")):
+        with pytest.raises(InvalidLayoutError, match=f"{name} cannot express bf16 gradients"):
+            export_document(doc, target)
+    moments = solve_doc("llama3-8b", "h100-64", 256, 4096, Layout(dp=64, num_microbatches=2, recompute="full"),
+                        optimizer_bytes_per_param=4)
+    with pytest.raises(InvalidLayoutError, match=re.escape(
+            "Megatron-LM cannot express bf16 Adam moments (--moment-bytes 2) with ZeRO-0 (its precision-aware "
+            "optimizer needs the distributed optimizer); nearest: zero_stage 1 or 2 or 3, or --moment-bytes 4")):
+        export_document(moments, "megatron")
+    with pytest.raises(InvalidLayoutError, match="torchtitan cannot express bf16 Adam moments"):
+        export_document(moments, "torchtitan")
 
 
 def test_attention_kernel_as_costed_or_refused():

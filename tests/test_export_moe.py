@@ -420,7 +420,8 @@ MEGATRON_PAIRED = {"--group-query-attention": "--num-query-groups"}
 MEGATRON_TRAINING_FLAGS = {
     "--seq-length", "--micro-batch-size", "--global-batch-size", "--use-distributed-optimizer", "--overlap-grad-reduce",
     "--overlap-param-gather", "--num-distributed-optimizer-instances", "--use-megatron-fsdp",
-    "--data-parallel-sharding-strategy", "--ckpt-format"}
+    "--data-parallel-sharding-strategy", "--ckpt-format", "--grad-reduce-in-bf16", "--use-precision-aware-optimizer",
+    "--exp-avg-dtype", "--exp-avg-sq-dtype"}
 
 
 def _read_flags(flags: dict, table: dict) -> dict:
@@ -632,6 +633,26 @@ def test_megatron_core_takes_the_exported_cuda_graphs():
     dense = solve_doc("llama3-8b", "h100-64", 256, 4096, Layout(fsdp=8, tp=8, recompute="full"), cuda_graphs="full_iteration")
     config, _, _ = megatron_config(exported(dense, "megatron"), apply_rope_fusion=False)
     assert (config.cuda_graph_impl, config.cuda_graph_scope) == ("local", [CudaGraphScope.full_iteration])
+
+
+@pytest.mark.frameworks
+def test_megatron_core_has_the_fields_the_bf16_state_flags_set():
+    """Megatron-LM's arguments.py turns --grad-reduce-in-bf16 into DistributedDataParallelConfig.grad_reduce_in_fp32
+    False, and --use-precision-aware-optimizer --exp-avg-dtype bf16 --exp-avg-sq-dtype bf16 into the OptimizerConfig
+    fields of those names (bf16 -> torch.bfloat16). megatron-core has them, and its OptimizerConfig refuses the
+    precision-aware optimizer without the distributed optimizer, as the export rule does at ZeRO-0."""
+    torch = pytest.importorskip("torch")
+    ddp = pytest.importorskip("megatron.core.distributed.distributed_data_parallel_config")
+    opt = pytest.importorskip("megatron.core.optimizer.optimizer_config")
+    import dataclasses
+
+    assert ddp.DistributedDataParallelConfig(grad_reduce_in_fp32=False).grad_reduce_in_fp32 is False
+    fields = {f.name: f.default for f in dataclasses.fields(opt.OptimizerConfig)}
+    assert (fields["use_precision_aware_optimizer"], fields["exp_avg_dtype"], fields["exp_avg_sq_dtype"]) == (
+        False, torch.float32, torch.float32)
+    with pytest.raises(AssertionError, match="only supported with distributed optimizer"):
+        opt.OptimizerConfig(use_precision_aware_optimizer=True, use_distributed_optimizer=False,
+                            exp_avg_dtype=torch.bfloat16, exp_avg_sq_dtype=torch.bfloat16)
 
 
 @pytest.mark.frameworks

@@ -339,6 +339,8 @@ class Capabilities:
     cuda_graphs: tuple[str, ...] = ("none",)  # the Workload.cuda_graphs the target can write
     recompute_with_scoped_graphs: tuple[str, ...] | None = None  # policies it allows beside scoped graphs (None: all)
     full_graph_dropless_moe: bool = True  # whether a full-iteration graph can hold a dropless MoE's layers
+    bf16_grads: bool = False  # gradients kept and reduced in bf16 (Workload.grad_bytes_per_param 2)
+    bf16_moments_zero: tuple[int, ...] = ()  # the ZeRO stages it can write bf16 Adam moments with (moment bytes 2)
     why: dict[str, str] = field(default_factory=dict)
 
 
@@ -428,6 +430,29 @@ def _graphs_text(caps: Capabilities, p: Problem, c: dict, text) -> str:
     return text(code, f"a full-iteration CUDA graph of the dropless MoE {p.model_id} (its token dispatcher copies "
                       f"the token counts to the host in every MoE layer, which a graph cannot capture)",
                 "--cuda-graphs scoped, or a capacity factor (drop and pad)")
+
+
+def _state_precision_ok(caps: Capabilities, p: Problem, c: Cand) -> np.ndarray:
+    """fp32 gradients and Adam moments everywhere; bf16 ones (--grad-bytes 2, --moment-bytes 2) only where the
+    target writes them."""
+    grad, moments = p.workload.grad_bytes_per_param, p.workload.optimizer_bytes_per_param
+    grads_ok = grad == 4 or (grad == 2 and caps.bf16_grads)
+    return grads_ok & ((moments == 8) | ((moments == 4) & np.isin(effective_zero(c), caps.bf16_moments_zero)))
+
+
+def _state_precision_text(caps: Capabilities, p: Problem, c: dict, text) -> str:
+    code, grad, moments = f"{caps.target}-state-precision", p.workload.grad_bytes_per_param, \
+        p.workload.optimizer_bytes_per_param
+    elsewhere = ", or export to megatron" if caps.target != "megatron" else ""
+    if not (grad == 4 or (grad == 2 and caps.bf16_grads)):
+        return text(code, f"{'bf16' if grad == 2 else f'{grad}-byte'} gradients (--grad-bytes {grad})",
+                    f"--grad-bytes 4{elsewhere if grad == 2 else ''}")
+    if moments != 4 or not caps.bf16_moments_zero:
+        return text(code, f"{'bf16' if moments == 4 else f'{moments // 2}-byte'} Adam moments (--moment-bytes "
+                          f"{moments // 2})", f"--moment-bytes 4{elsewhere if moments == 4 else ''}")
+    return text(code, f"bf16 Adam moments (--moment-bytes 2) with ZeRO-{int(effective_zero(c))} (its precision-aware "
+                      f"optimizer needs the distributed optimizer)",
+                f"zero_stage {' or '.join(map(str, caps.bf16_moments_zero))}, or --moment-bytes 4")
 
 
 def _split_name(p: Problem, c: Cand) -> np.ndarray:
@@ -526,6 +551,12 @@ def framework_rules(caps: Capabilities) -> tuple[Rule, ...]:
         (f"{caps.target}-cuda-graphs", ("r",), lambda p, c: _graphs_ok(caps, p, c),
          lambda p: _graphs_title(caps, p),
          lambda p, c: _graphs_text(caps, p, c, text)),
+        (f"{caps.target}-state-precision", ("fsdp", "cp", "z"), lambda p, c: _state_precision_ok(caps, p, c),
+         lambda p: f"{name}: " + ", ".join(filter(None, (
+             "bf16 gradients" if caps.bf16_grads else "fp32 gradients",
+             f"bf16 Adam moments with ZeRO {set(caps.bf16_moments_zero)}" if caps.bf16_moments_zero
+             else "fp32 Adam moments"))),
+         lambda p, c: _state_precision_text(caps, p, c, text)),
         (f"{caps.target}-model", (), lambda p, c: not caps.model_blocks or any(MODEL_BLOCKS[b](p.model)
                                                                                for b in caps.model_blocks),
          lambda p: f"{name}: a model of the {' or '.join(caps.model_blocks) or 'any'} family",

@@ -89,6 +89,7 @@ CAPABILITIES = Capabilities(
     # not with the router graphed (Transformer Engine graphs); its dropless dispatcher syncs with the host each layer
     cuda_graphs=("none", "scoped", "full_iteration"),
     recompute_with_scoped_graphs=("none", "selective", "norm_act", "mla_up_proj"), full_graph_dropless_moe=False,
+    bf16_grads=True, bf16_moments_zero=(1, 2, 3),  # --use-precision-aware-optimizer needs the distributed optimizer
     why={"megatron-pipeline": "it runs 1F1B, or interleaved 1F1B with virtual stages; no GPipe"})
 
 
@@ -252,6 +253,10 @@ def _parallel_args(ctx: ExportContext) -> list[tuple[str, object]]:
                  ("--ckpt-format", "fsdp_dtensor")]
     if zero >= 1 and lay.dp > 1:
         args.append(("--num-distributed-optimizer-instances", lay.dp))
+    if ctx.workload.grad_bytes_per_param == 2:  # bf16 gradient buffers, reduced in bf16 (else fp32: Megatron's default)
+        args.append(("--grad-reduce-in-bf16", None))
+    if ctx.workload.optimizer_bytes_per_param == 4:  # bf16 Adam moments (Transformer Engine's FusedAdam)
+        args += [("--use-precision-aware-optimizer", None), ("--exp-avg-dtype", "bf16"), ("--exp-avg-sq-dtype", "bf16")]
     if lay.data_units * lay.cp > 1:  # the cost model overlaps the gradient reduction with the backward pass
         args.append(("--overlap-grad-reduce", None))
         if zero >= 1:  # and the parameter all-gather with the forward pass

@@ -176,7 +176,9 @@ def capabilities(target: str) -> Capabilities:
                        "; the 0.3 export writes llama3 only: export MoE models to torchtitan (0.2) or megatron"),
            "etp": "with ep > 1 it runs routed experts with etp 1 or etp = tp, and with ep = 1 tensor-parallel over tp",
            "experts": "its expert mesh is dp_shard x cp x tp regrouped as efsdp x ep x etp; replicas keep whole "
-                      "expert sets"}
+                      "expert sets",
+           "state-precision": "FSDP2 reduces gradients in float32 only (mixed_precision_reduce) and its optimizers "
+                              "keep fp32 states"}
     return Capabilities(
         target=target, framework="torchtitan", zero_stages=(0, 2, 3), zero_stages_with_replicas=(2, 3),
         recompute_policies=("none", "selective", "op", "full"),
