@@ -55,6 +55,14 @@ num_microbatches_calculator.py):
   --qk-pos-emb-head-dim --v-head-dim``, ``--qk-layernorm`` (the RMSNorms on the latents), ``--rope-type
   rope --no-rope-fusion`` (the model has plain RoPE; MLA's default is YaRN, and megatron-core fuses
   RoPE into MLA only for YaRN). ``--mtp-num-layers`` for multi-token prediction.
+- CUDA graphs (``Workload.cuda_graphs``, megatron-core 0.16.1's flags): scoped -> ``--cuda-graph-impl
+  transformer_engine --cuda-graph-scope attn moe_router moe_preprocess`` (``attn mlp`` on a dense model);
+  full_iteration -> ``--cuda-graph-impl local --cuda-graph-scope full_iteration``. Refused: a full-iteration graph
+  of a dropless MoE (its dispatcher syncs with the host each layer), scoped graphs beside full or ``moe``
+  recompute (TransformerConfig asserts both). Megatron-LM after 0.16 renames the scope flag
+  ``--cuda-graph-modules`` and writes a full-iteration graph as ``--cuda-graph-impl full_iteration``.
+- bf16 state (``--grad-bytes 2``, ``--moment-bytes 2``): ``--grad-reduce-in-bf16``; ``--use-precision-aware-optimizer
+  --exp-avg-dtype bf16 --exp-avg-sq-dtype bf16`` (Transformer Engine's FusedAdam; needs the distributed optimizer).
 - Not decided (``MEGATRON_PLACEHOLDER_ARGS``, values ``<set me: ...>``): data, tokenizer, learning
   rate and schedule, training iterations, checkpoint paths.
 - Not expressible: a GPipe schedule (Megatron runs 1F1B or interleaved 1F1B).
