@@ -6,6 +6,8 @@ M_peak = max_u [M_state(u) + M_activation(u) + M_temporary(u)].
 
 from __future__ import annotations
 
+from functools import lru_cache
+
 import numpy as np
 
 from layoutsearch.core.specs import OFFLOAD_POLICIES, RECOMPUTE_POLICIES, ModelSpec, Workload
@@ -144,6 +146,18 @@ def kept_by_policy(tensor: str, policy: str) -> bool:
 def on_host(tensor: str, policy: str) -> bool:
     """Whether a policy keeps ``tensor`` in host memory (``OFFLOADED``) rather than in HBM."""
     return policy in OFFLOADED and tensor in OFFLOADED[policy][1]
+
+
+@lru_cache(maxsize=None)
+def on_host_by_code(tensor: str) -> np.ndarray:
+    """``on_host`` of ``tensor`` under every policy, indexed by recompute code (RECOMPUTE_CODES)."""
+    return np.array([on_host(tensor, policy) for policy in RECOMPUTE_POLICIES])
+
+
+@lru_cache(maxsize=None)
+def in_hbm_by_code(tensor: str) -> np.ndarray:
+    """Whether each policy keeps ``tensor`` saved in HBM (``kept_by_policy``, not offloaded), by recompute code."""
+    return np.array([kept_by_policy(tensor, policy) and not on_host(tensor, policy) for policy in RECOMPUTE_POLICIES])
 
 
 def recompute_arrays(model: ModelSpec) -> dict[str, np.ndarray]:

@@ -32,7 +32,7 @@ import numpy as np
 from layoutsearch.core.frameworks import node_dedup, profile_of, vendor_attention
 from layoutsearch.core.placement import EXPERT_NESTING, expert_degrees
 from layoutsearch.core.stages import split_layers
-from layoutsearch.core.specs import RECOMPUTE_POLICIES, SCHEDULE_CODES, Accelerator, ModelSpec, Workload
+from layoutsearch.core.specs import SCHEDULE_CODES, Accelerator, ModelSpec, Workload
 from layoutsearch.costs import flops, memory, params, pipeline
 from layoutsearch.costs.comms import (
     RING_FIELDS, RingCoefficients, all_to_all_coefficients_of, expert_factor_table, factor_table, replica_spans,
@@ -235,7 +235,7 @@ def host_offload_bytes_per_token(model: ModelSpec, workload: Workload, sh: Shape
     """Bytes per token and layer a recompute policy keeps in host memory (``memory.OFFLOADED``; keys S, r)."""
     widths = memory.saved_tensor_widths(model, sh.tp, sequence_parallel, workload.seq_len, workload.flash_attention,
                                         workload.activation_bytes, fp8=workload.precision == "fp8")
-    hosted = sum(_f(widths[n]) * np.array([memory.on_host(n, p) for p in RECOMPUTE_POLICIES])[r] for n in widths)
+    hosted = sum(_f(widths[n]) * memory.on_host_by_code(n)[r] for n in widths)
     return hosted * workload.activation_bytes
 
 
@@ -594,9 +594,7 @@ def memory_by_microbatch(model: ModelSpec, workload: Workload, sh: Shapes, k, r,
     act_b = workload.activation_bytes
     widths = memory.saved_tensor_widths(model, sh.tp, sequence_parallel, workload.seq_len, workload.flash_attention,
                                         act_b, fp8=workload.precision == "fp8")
-    kept = {n: np.array([memory.kept_by_policy(n, policy) and not memory.on_host(n, policy)
-                         for policy in RECOMPUTE_POLICIES]) for n in widths}
-    per_token = sum(_f(widths[n]) * kept[n][r] for n in widths)  # what the policy of each row saves in HBM
+    per_token = sum(_f(widths[n]) * memory.in_hbm_by_code(n)[r] for n in widths)  # what each row's policy saves in HBM
     every = sum(_f(w) for w in widths.values())
     saved = per_token * m * act_b
     stage = 0 if first else sh.pp - 1
