@@ -235,6 +235,12 @@ def test_maxtext_moe_keys_and_expert_axis():
     # the expert axis is carved out of fsdp: fsdp 16 = fsdp axis 2 x expert 8; etp = the tensor axis
     assert (mt["ici_fsdp_parallelism"] * mt["dcn_fsdp_parallelism"], mt["ici_expert_parallelism"]
             * mt["dcn_expert_parallelism"], mt["ici_tensor_parallelism"]) == (2, 8, 4)
+    # a capacity factor: MaxText's dense einsum path, which drops and pads to capacity (its sparse path ignores it)
+    dropping = custom_doc("mixtral-8x7b", "v5p-8", 32, 128, Layout(fsdp=8), num_layers=2, d_model=128, d_ff=256,
+                          num_heads=4, num_kv_heads=2, head_dim=32, vocab_size=1024,
+                          moe=MoeSpec(num_experts=4, top_k=2, expert_d_ff=256, capacity_factor=1.25))
+    mt = yaml.safe_load(exported(dropping, "maxtext"))
+    assert (mt["megablox"], mt["sparse_matmul"], mt["capacity_factor"]) == (False, False, 1.25)
     ds = solve_doc("deepseek-v3", "v5p-2048", 2048, 4096, Layout(fsdp=256, tp=8, ep=64, etp=8, recompute="full"))
     mt = yaml.safe_load(exported(ds, "maxtext"))
     assert {k: mt[k] for k in ("decoder_block", "first_num_dense_layers", "shared_experts", "routed_bias",
@@ -960,13 +966,14 @@ MAXTEXT_MOE = maxtext_script("""
 @pytest.mark.frameworks
 def test_maxtext_builds_the_engine_moe_models(tmp_path):
     """MaxText's pyconfig, device mesh (with its expert axis) and MoE models from the exported overrides on 8 CPU
-    devices: mixtral, qwen3_moe (with a tensor axis: etp = tp) and deepseek (latent attention, a dense first layer,
-    shared expert, router bias, MTP) blocks have exactly the engine's parameter count (MTP included)."""
+    devices: mixtral (with a capacity factor: the dense dropping path), qwen3_moe (with a tensor axis: etp = tp) and
+    deepseek (latent attention, a dense first layer, shared expert, router bias, MTP) blocks have exactly the
+    engine's parameter count (MTP included)."""
     python = maxtext_python()
     docs = {
         "mixtral": custom_doc("mixtral-8x7b", "v5p-8", 32, 128, Layout(fsdp=8, ep=2), num_layers=2, d_model=128,
                               d_ff=256, num_heads=4, num_kv_heads=2, head_dim=32, vocab_size=1024,
-                              moe=MoeSpec(num_experts=4, top_k=2, expert_d_ff=256)),
+                              moe=MoeSpec(num_experts=4, top_k=2, expert_d_ff=256, capacity_factor=1.25)),
         "qwen3_moe": custom_doc("qwen3-30b-a3b", "v5p-8", 32, 128, Layout(fsdp=4, tp=2, ep=2, etp=2), num_layers=2,
                                 d_model=128, d_ff=384, num_heads=4, num_kv_heads=2, head_dim=32, vocab_size=1024,
                                 moe=MoeSpec(num_experts=8, top_k=2, expert_d_ff=64)),

@@ -26,7 +26,9 @@ Mapping (checked against maxtext 0.2.5: configs/base.yml, configs/types.py, laye
 - Mixture of experts (configs/base.yml "mixture of experts (moe)", "deepseek moe", configs/models/
   mixtral-8x7b.yml, deepseek3-671b.yml, qwen3-30b-a3b.yml): ``decoder_block`` mixtral, deepseek or
   qwen3_moe, ``num_experts``, ``num_experts_per_tok``, ``base_moe_mlp_dim``, ``megablox`` and
-  ``sparse_matmul`` (dropless grouped matmuls), ``capacity_factor`` (-1 = dropless),
+  ``sparse_matmul`` (dropless grouped matmuls), ``capacity_factor`` (-1 = dropless; with a capacity factor
+  ``sparse_matmul`` and ``megablox`` false: MaxText's sparse path ignores the capacity, its dense einsum path
+  drops and pads every expert to it, as the cost model does),
   ``first_num_dense_layers`` and ``shared_experts`` (DeepSeek; a shared expert is as wide as a routed
   one), ``routed_bias`` with ``routed_score_func: sigmoid`` for a router bias, ``use_qk_norm`` (Qwen3),
   ``attention_type: mla`` with its ranks and head widths, ``mtp_num_layers``. The ``expert`` mesh axis
@@ -214,9 +216,10 @@ def moe_keys(ctx: ExportContext) -> dict:
     if m.moe is None:
         return {}
     moe = m.moe
+    dropless = moe.capacity_factor is None  # MaxText drops (and pads to capacity) only in its dense einsum path
     keys: dict = {"num_experts": moe.num_experts, "num_experts_per_tok": moe.top_k, "base_moe_mlp_dim": moe.expert_d_ff,
-                  "megablox": True, "sparse_matmul": True,
-                  "capacity_factor": float(moe.capacity_factor) if moe.capacity_factor is not None else -1.0}
+                  "megablox": dropless, "sparse_matmul": dropless,
+                  "capacity_factor": -1.0 if dropless else float(moe.capacity_factor)}
     block = decoder_block(m)
     if block == "deepseek":
         keys.update(first_num_dense_layers=moe.first_dense_layers, shared_experts=moe.num_shared_experts)
