@@ -241,6 +241,13 @@ def test_maxtext_moe_keys_and_expert_axis():
                           moe=MoeSpec(num_experts=4, top_k=2, expert_d_ff=256, capacity_factor=1.25))
     mt = yaml.safe_load(exported(dropping, "maxtext"))
     assert (mt["megablox"], mt["sparse_matmul"], mt["capacity_factor"]) == (False, False, 1.25)
+    for target, name, why in (("torchtitan", "torchtitan", "its MoE routes dropless"),
+                              ("deepspeed", "DeepSpeed", "AutoEP routes dropless")):
+        with pytest.raises(InvalidLayoutError, match=re.escape(
+                f"{name} cannot express the capacity factor 1.25 of mixtral-8x7b (every expert padded to its "
+                f"capacity) ({why}); nearest: a dropless model (moe capacity_factor null), or export to megatron "
+                f"or maxtext")):
+            export_document(dropping, target)
     ds = solve_doc("deepseek-v3", "v5p-2048", 2048, 4096, Layout(fsdp=256, tp=8, ep=64, etp=8, recompute="full"))
     mt = yaml.safe_load(exported(ds, "maxtext"))
     assert {k: mt[k] for k in ("decoder_block", "first_num_dense_layers", "shared_experts", "routed_bias",

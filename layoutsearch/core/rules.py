@@ -340,6 +340,7 @@ class Capabilities:
     recompute_with_scoped_graphs: tuple[str, ...] | None = None  # policies it allows beside scoped graphs (None: all)
     full_graph_dropless_moe: bool = True  # whether a full-iteration graph can hold a dropless MoE's layers
     bf16_grads: bool = False  # gradients kept and reduced in bf16 (Workload.grad_bytes_per_param 2)
+    drop_and_pad: bool = False  # a MoE capacity factor: tokens over it dropped, every expert padded to it
     bf16_moments_zero: tuple[int, ...] = ()  # the ZeRO stages it can write bf16 Adam moments with (moment bytes 2)
     why: dict[str, str] = field(default_factory=dict)
 
@@ -551,6 +552,12 @@ def framework_rules(caps: Capabilities) -> tuple[Rule, ...]:
         (f"{caps.target}-cuda-graphs", ("r",), lambda p, c: _graphs_ok(caps, p, c),
          lambda p: _graphs_title(caps, p),
          lambda p, c: _graphs_text(caps, p, c, text)),
+        (f"{caps.target}-capacity", (),
+         lambda p, c: caps.drop_and_pad or p.model.moe is None or p.model.moe.capacity_factor is None,
+         lambda p: f"{name}: " + ("MoE capacity factors (drop and pad)" if caps.drop_and_pad else "dropless MoE only"),
+         lambda p, c: text(f"{caps.target}-capacity", f"the capacity factor {p.model.moe.capacity_factor:g} of "
+                                                      f"{p.model_id} (every expert padded to its capacity)",
+                           "a dropless model (moe capacity_factor null), or export to megatron or maxtext")),
         (f"{caps.target}-state-precision", ("fsdp", "cp", "z"), lambda p, c: _state_precision_ok(caps, p, c),
          lambda p: f"{name}: " + ", ".join(filter(None, (
              "bf16 gradients" if caps.bf16_grads else "fp32 gradients",

@@ -49,6 +49,7 @@ CAPABILITIES = Capabilities(
          "deepspeed-cp": "it has no ring context parallelism (Ulysses exchanges heads by all-to-all)",
          "deepspeed-pipeline": "its PipelineEngine runs 1F1B only and rejects ZeRO-2 and ZeRO-3",
          "deepspeed-kv": "AutoTP does not replicate KV heads",
+         "deepspeed-capacity": "AutoEP routes dropless",
          "deepspeed-etp": "AutoEP has no expert tensor parallelism yet (etp 1), and without AutoEP, AutoTP splits "
                           "the experts' linears over tp",
          "deepspeed-ep-tp-pp": "AutoEP's folding with AutoTP supports pp = 1 only"})
@@ -86,9 +87,6 @@ def _expert_notes(ctx: ExportContext) -> list[str]:
         notes.append("AutoEP has no preset for this architecture: set expert_parallel.moe_layer_pattern, "
                      "router_pattern, expert_pattern (and expert_w1/w2/w3, num_experts_attr, top_k_attr) to your "
                      "model's module names")
-    if m.moe.capacity_factor is not None:
-        notes.append(f"capacity factor {m.moe.capacity_factor:g}: AutoEP routes dropless, so the expert load is not "
-                     f"capped as predicted")
     return notes
 
 

@@ -96,7 +96,7 @@ def slice_shape(ctx: ExportContext) -> tuple[int, int]:
 
 
 CAPABILITIES = Capabilities(
-    target="maxtext", framework="MaxText", recompute_policies=tuple(REMAT), precisions=("bf16", "fp8"), zero_stages=(0, 1, 3), zero_stages_with_replicas=(3,),
+    target="maxtext", framework="MaxText", drop_and_pad=True, recompute_policies=tuple(REMAT), precisions=("bf16", "fp8"), zero_stages=(0, 1, 3), zero_stages_with_replicas=(3,),
     zero_stages_with_cp=(3,), pipeline_schedules=("gpipe",), kv_replication=False,
     model_blocks=("llama", "gpt3", "mixtral", "qwen3-moe", "deepseek"),
     expert_tensor=("tp",), expert_tensor_without_ep=("tp",), expert_groups=("fsdp", "tp"),

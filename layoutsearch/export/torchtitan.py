@@ -178,7 +178,8 @@ def capabilities(target: str) -> Capabilities:
            "experts": "its expert mesh is dp_shard x cp x tp regrouped as efsdp x ep x etp; replicas keep whole "
                       "expert sets",
            "state-precision": "FSDP2 reduces gradients in float32 only (mixed_precision_reduce) and its optimizers "
-                              "keep fp32 states"}
+                              "keep fp32 states",
+           "capacity": "its MoE routes dropless"}
     return Capabilities(
         target=target, framework="torchtitan", zero_stages=(0, 2, 3), zero_stages_with_replicas=(2, 3),
         recompute_policies=("none", "selective", "op", "full"),
