@@ -628,6 +628,26 @@ def test_cuda_graphs_are_written_by_megatron_and_refused_elsewhere():
             export_document(dense_scoped, target)
 
 
+def test_overlaps_the_prediction_assumed_are_exported_or_refused():
+    """--ep-comm-overlap: Megatron writes --overlap-moe-expert-parallel-comm; torchtitan, MaxText and DeepSpeed have
+    no such overlap and refuse an ep > 1 layout costed with it. --tp-comm-overlap: DeepSpeed's AutoTP cannot pipeline
+    its collectives and refuses tp > 1 with it (torchtitan writes async TP, MaxText XLA's collective matmul)."""
+    ep = solve_doc("qwen3-30b-a3b", "h100-16", 256, 4096, Layout(fsdp=16, ep=8, zero_stage=3, recompute="full"),
+                   ep_comm_overlap=True, deepep=False)
+    assert parse_args(exported(ep, "megatron"))["--overlap-moe-expert-parallel-comm"] is True
+    for target, name in (("torchtitan", "torchtitan"), ("maxtext", "MaxText"), ("deepspeed", "DeepSpeed")):
+        with pytest.raises(InvalidLayoutError, match=re.escape(
+                f"{name} cannot express the expert-parallel AllToAll overlap (--ep-comm-overlap) with ep(8); nearest: "
+                f"--no-ep-comm-overlap, or export to megatron")):
+            export_document(ep, target)
+    tp = solve_doc("llama3-8b", "h100-64", 256, 4096, Layout(dp=8, tp=8, num_microbatches=2), tp_comm_overlap=True)
+    with pytest.raises(InvalidLayoutError, match=re.escape(
+            "DeepSpeed cannot express the TP communication overlap (--tp-comm-overlap) with tp(8) (AutoTP all-reduces "
+            "after its GEMMs); nearest: --no-tp-comm-overlap, or export to megatron")):
+        export_document(tp, "deepspeed")
+    assert tomllib.loads(exported(tp, "torchtitan"))["parallelism"]["enable_async_tensor_parallel"] is True
+
+
 @pytest.mark.frameworks
 def test_megatron_core_takes_the_exported_cuda_graphs():
     """megatron-core's TransformerConfig builds from the scoped and full-iteration exports; with full recompute

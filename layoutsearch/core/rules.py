@@ -341,6 +341,8 @@ class Capabilities:
     full_graph_dropless_moe: bool = True  # whether a full-iteration graph can hold a dropless MoE's layers
     bf16_grads: bool = False  # gradients kept and reduced in bf16 (Workload.grad_bytes_per_param 2)
     drop_and_pad: bool = False  # a MoE capacity factor: tokens over it dropped, every expert padded to it
+    tp_comm_overlap: bool = True  # TP collectives pipelined with their GEMMs (Workload.tp_comm_overlap)
+    ep_comm_overlap: bool = False  # MoE token AllToAlls behind another microbatch's compute (Workload.ep_comm_overlap)
     bf16_moments_zero: tuple[int, ...] = ()  # the ZeRO stages it can write bf16 Adam moments with (moment bytes 2)
     why: dict[str, str] = field(default_factory=dict)
 
@@ -552,6 +554,17 @@ def framework_rules(caps: Capabilities) -> tuple[Rule, ...]:
         (f"{caps.target}-cuda-graphs", ("r",), lambda p, c: _graphs_ok(caps, p, c),
          lambda p: _graphs_title(caps, p),
          lambda p, c: _graphs_text(caps, p, c, text)),
+        (f"{caps.target}-tp-overlap", ("tp",),
+         lambda p, c: caps.tp_comm_overlap | (not p.workload.tp_comm_overlap) | (c["tp"] == 1),
+         lambda p: f"{name}: " + ("TP communication overlap" if caps.tp_comm_overlap else "no TP communication overlap"),
+         lambda p, c: text(f"{caps.target}-tp-overlap", f"the TP communication overlap (--tp-comm-overlap) with "
+                                                        f"tp({c['tp']})", "--no-tp-comm-overlap, or export to megatron")),
+        (f"{caps.target}-ep-overlap", ("ep",),
+         lambda p, c: caps.ep_comm_overlap | (not p.workload.ep_comm_overlap) | (p.model.moe is None) | (c["ep"] == 1),
+         lambda p: f"{name}: " + ("expert-parallel AllToAll overlap" if caps.ep_comm_overlap
+                                  else "no expert-parallel AllToAll overlap"),
+         lambda p, c: text(f"{caps.target}-ep-overlap", f"the expert-parallel AllToAll overlap (--ep-comm-overlap) "
+                                                        f"with ep({c['ep']})", "--no-ep-comm-overlap, or export to megatron")),
         (f"{caps.target}-capacity", (),
          lambda p, c: caps.drop_and_pad or p.model.moe is None or p.model.moe.capacity_factor is None,
          lambda p: f"{name}: " + ("MoE capacity factors (drop and pad)" if caps.drop_and_pad else "dropless MoE only"),

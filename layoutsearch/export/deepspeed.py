@@ -42,7 +42,7 @@ SIDE_KEY = "_layoutsearch"
 
 
 CAPABILITIES = Capabilities(
-    target="deepspeed", framework="DeepSpeed", zero_stages_with_replicas=(), zero_stages_with_pp=(0, 1),
+    target="deepspeed", framework="DeepSpeed", tp_comm_overlap=False, zero_stages_with_replicas=(), zero_stages_with_pp=(0, 1),
     pipeline_schedules=("1f1b",), context_parallel=False, kv_replication=False,
     expert_tensor=("1",), expert_tensor_without_ep=("tp",), expert_parallel_with_tp_and_pp=False,
     why={"deepspeed-replicas": "ZeRO shards over the whole data-parallel world (MiCS was removed)",
@@ -50,6 +50,7 @@ CAPABILITIES = Capabilities(
          "deepspeed-pipeline": "its PipelineEngine runs 1F1B only and rejects ZeRO-2 and ZeRO-3",
          "deepspeed-kv": "AutoTP does not replicate KV heads",
          "deepspeed-capacity": "AutoEP routes dropless",
+         "deepspeed-tp-overlap": "AutoTP all-reduces after its GEMMs",
          "deepspeed-etp": "AutoEP has no expert tensor parallelism yet (etp 1), and without AutoEP, AutoTP splits "
                           "the experts' linears over tp",
          "deepspeed-ep-tp-pp": "AutoEP's folding with AutoTP supports pp = 1 only"})

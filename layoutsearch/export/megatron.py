@@ -97,7 +97,7 @@ CAPABILITIES = Capabilities(
     # not with the router graphed (Transformer Engine graphs); its dropless dispatcher syncs with the host each layer
     cuda_graphs=("none", "scoped", "full_iteration"),
     recompute_with_scoped_graphs=("none", "selective", "norm_act", "mla_up_proj"), full_graph_dropless_moe=False,
-    bf16_grads=True, bf16_moments_zero=(1, 2, 3), drop_and_pad=True,  # --use-precision-aware-optimizer needs the distributed optimizer
+    bf16_grads=True, bf16_moments_zero=(1, 2, 3), drop_and_pad=True, ep_comm_overlap=True,  # --use-precision-aware-optimizer needs the distributed optimizer
     why={"megatron-pipeline": "it runs 1F1B, or interleaved 1F1B with virtual stages; no GPipe"})
 
 
