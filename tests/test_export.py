@@ -132,6 +132,21 @@ def test_bf16_gradients_and_moments_as_costed_or_refused():
         export_document(moments, "torchtitan")
 
 
+def test_materialised_attention_scores_as_costed_or_refused():
+    """--no-fused-attention (the S x S scores in HBM, as pre-2022 Megatron and BLOOM ran): Megatron writes
+    --attention-backend unfused, MaxText attention: dot_product; torchtitan and DeepSpeed refuse it."""
+    doc = solve_doc("llama3-8b", "h100-64", 256, 4096, Layout(fsdp=8, tp=8, recompute="full"), flash_attention=False)
+    assert parse_args(exported(doc, "megatron"))["--attention-backend"] == "unfused"
+    assert yaml.safe_load(exported(doc, "maxtext"))["attention"] == "dot_product"
+    assert "attention" not in yaml.safe_load(exported(FSDP_TP, "maxtext"))
+    with pytest.raises(InvalidLayoutError, match=re.escape(
+            "torchtitan cannot express materialised attention scores (--no-fused-attention) (its attention is SDPA's "
+            "fused kernels or FlexAttention); nearest: --fused-attention, or export to megatron or maxtext")):
+        export_document(doc, "torchtitan")
+    with pytest.raises(InvalidLayoutError, match="DeepSpeed cannot express materialised attention scores"):
+        export_document(doc, "deepspeed")
+
+
 def test_attention_kernel_as_costed_or_refused():
     """--no-vendor-attention under Megatron writes --attention-backend flash (FlashAttention, as costed), the
     default writes no backend (Transformer Engine picks its cuDNN kernel); torchtitan, MaxText and DeepSpeed cannot

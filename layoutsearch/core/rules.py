@@ -343,6 +343,7 @@ class Capabilities:
     drop_and_pad: bool = False  # a MoE capacity factor: tokens over it dropped, every expert padded to it
     tp_comm_overlap: bool = True  # TP collectives pipelined with their GEMMs (Workload.tp_comm_overlap)
     ep_comm_overlap: bool = False  # MoE token AllToAlls behind another microbatch's compute (Workload.ep_comm_overlap)
+    unfused_attention: bool = False  # an attention that materialises the S x S scores (Workload.flash_attention off)
     bf16_moments_zero: tuple[int, ...] = ()  # the ZeRO stages it can write bf16 Adam moments with (moment bytes 2)
     why: dict[str, str] = field(default_factory=dict)
 
@@ -565,6 +566,10 @@ def framework_rules(caps: Capabilities) -> tuple[Rule, ...]:
                                   else "no expert-parallel AllToAll overlap"),
          lambda p, c: text(f"{caps.target}-ep-overlap", f"the expert-parallel AllToAll overlap (--ep-comm-overlap) "
                                                         f"with ep({c['ep']})", "--no-ep-comm-overlap, or export to megatron")),
+        (f"{caps.target}-unfused-attention", (), lambda p, c: caps.unfused_attention or p.workload.flash_attention,
+         lambda p: f"{name}: " + ("fused or unfused attention" if caps.unfused_attention else "fused attention only"),
+         lambda p, c: text(f"{caps.target}-unfused-attention", "materialised attention scores (--no-fused-attention)",
+                           "--fused-attention, or export to megatron or maxtext")),
         (f"{caps.target}-capacity", (),
          lambda p, c: caps.drop_and_pad or p.model.moe is None or p.model.moe.capacity_factor is None,
          lambda p: f"{name}: " + ("MoE capacity factors (drop and pad)" if caps.drop_and_pad else "dropless MoE only"),

@@ -96,7 +96,7 @@ def slice_shape(ctx: ExportContext) -> tuple[int, int]:
 
 
 CAPABILITIES = Capabilities(
-    target="maxtext", framework="MaxText", drop_and_pad=True, recompute_policies=tuple(REMAT), precisions=("bf16", "fp8"), zero_stages=(0, 1, 3), zero_stages_with_replicas=(3,),
+    target="maxtext", framework="MaxText", drop_and_pad=True, unfused_attention=True, recompute_policies=tuple(REMAT), precisions=("bf16", "fp8"), zero_stages=(0, 1, 3), zero_stages_with_replicas=(3,),
     zero_stages_with_cp=(3,), pipeline_schedules=("gpipe",), kv_replication=False,
     model_blocks=("llama", "gpt3", "mixtral", "qwen3-moe", "deepseek"),
     expert_tensor=("tp",), expert_tensor_without_ep=("tp",), expert_groups=("fsdp", "tp"),
@@ -254,6 +254,8 @@ def model_keys(ctx: ExportContext) -> dict:
         keys["rope_max_timescale"] = int(m.rope_theta) if float(m.rope_theta).is_integer() else float(m.rope_theta)
         if m.rope_scaling is not None:
             keys["rope_type"] = "llama3.1"
+    if not ctx.workload.flash_attention:  # materialised scores, as costed (--no-fused-attention)
+        keys["attention"] = "dot_product"
     return keys | moe_keys(ctx)
 
 

@@ -29,7 +29,7 @@ num_microbatches_calculator.py):
   ``--add-qkv-bias`` (Qwen2), activation ``--swiglu`` (gated SiLU) or GELU (Megatron's default).
 - Attention kernel: Transformer Engine's choice (its cuDNN fused attention, as the megatron profile
   costs it) unless the workload asked for the FlashAttention-2 class (``--no-vendor-attention``):
-  ``--attention-backend flash``.
+  ``--attention-backend flash``, or for materialised scores (``--no-fused-attention``): ``unfused``.
 - Overlap the cost model assumes: ``--overlap-grad-reduce`` with data parallelism,
   ``--overlap-param-gather`` with the distributed optimizer, ``--tp-comm-overlap`` when the
   workload says TP collectives are pipelined with their GEMMs (Transformer Engine userbuffers).
@@ -97,7 +97,7 @@ CAPABILITIES = Capabilities(
     # not with the router graphed (Transformer Engine graphs); its dropless dispatcher syncs with the host each layer
     cuda_graphs=("none", "scoped", "full_iteration"),
     recompute_with_scoped_graphs=("none", "selective", "norm_act", "mla_up_proj"), full_graph_dropless_moe=False,
-    bf16_grads=True, bf16_moments_zero=(1, 2, 3), drop_and_pad=True, ep_comm_overlap=True,  # --use-precision-aware-optimizer needs the distributed optimizer
+    bf16_grads=True, bf16_moments_zero=(1, 2, 3), drop_and_pad=True, ep_comm_overlap=True, unfused_attention=True,  # --use-precision-aware-optimizer needs the distributed optimizer
     why={"megatron-pipeline": "it runs 1F1B, or interleaved 1F1B with virtual stages; no GPipe"})
 
 
@@ -271,7 +271,9 @@ def _parallel_args(ctx: ExportContext) -> list[tuple[str, object]]:
             args.append(("--overlap-param-gather", None))
     if lay.tp > 1 and lay.sequence_parallel and ctx.workload.tp_comm_overlap:  # arguments.py: needs SP
         args.append(("--tp-comm-overlap", None))
-    if ctx.workload.vendor_attention is False and ctx.cluster.accelerator.vendor_attention_efficiency is not None:
+    if not ctx.workload.flash_attention:  # materialised scores, as costed (--no-fused-attention)
+        args.append(("--attention-backend", "unfused"))
+    elif ctx.workload.vendor_attention is False and ctx.cluster.accelerator.vendor_attention_efficiency is not None:
         args.append(("--attention-backend", "flash"))  # FlashAttention, as costed, not Transformer Engine's cuDNN
     if lay.ep > 1 and ctx.workload.ep_comm_overlap:  # the token all-to-alls behind the other microbatch
         args.append(("--overlap-moe-expert-parallel-comm", None))

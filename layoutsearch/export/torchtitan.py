@@ -179,7 +179,8 @@ def capabilities(target: str) -> Capabilities:
                       "expert sets",
            "state-precision": "FSDP2 reduces gradients in float32 only (mixed_precision_reduce) and its optimizers "
                               "keep fp32 states",
-           "capacity": "its MoE routes dropless"}
+           "capacity": "its MoE routes dropless",
+           "unfused-attention": "its attention is SDPA's fused kernels or FlexAttention"}
     return Capabilities(
         target=target, framework="torchtitan", zero_stages=(0, 2, 3), zero_stages_with_replicas=(2, 3),
         recompute_policies=("none", "selective", "op", "full"),
