@@ -104,6 +104,12 @@ def test_blocking_launches_are_named_in_every_file_and_exported_by_megatron():
     assert all("CUDA_LAUNCH_BLOCKING" not in exported(FSDP_TP, t) for t in ("maxtext", "megatron", "torchtitan", "deepspeed"))
 
 
+def refused(doc: dict, target: str, message: str) -> None:
+    """The export to ``target`` fails with ``message`` (text, not a pattern) in its one-line error."""
+    with pytest.raises(InvalidLayoutError, match=re.escape(message)):
+        export_document(doc, target)
+
+
 def test_bf16_gradients_and_moments_as_costed_or_refused():
     """--grad-bytes 2 --moment-bytes 2: Megatron writes bf16 gradient reduction and TE's precision-aware optimizer
     with bf16 Adam moments (which needs the distributed optimizer: ZeRO-0 is refused); torchtitan, DeepSpeed and
@@ -114,22 +120,18 @@ def test_bf16_gradients_and_moments_as_costed_or_refused():
     assert (args["--grad-reduce-in-bf16"], args["--use-precision-aware-optimizer"], args["--exp-avg-dtype"],
             args["--exp-avg-sq-dtype"]) == (True, True, "bf16", "bf16")
     assert not {"--grad-reduce-in-bf16", "--use-precision-aware-optimizer"} & set(parse_args(exported(FSDP, "megatron")))
-    with pytest.raises(InvalidLayoutError, match=re.escape(
-            "torchtitan cannot express bf16 gradients (--grad-bytes 2) (FSDP2 reduces gradients in float32 only "
-            "(mixed_precision_reduce) and its optimizers keep fp32 states); nearest: --grad-bytes 4, or export to "
-            "megatron")):
-        export_document(doc, "torchtitan")
+    refused(doc, "torchtitan", "torchtitan cannot express bf16 gradients (--grad-bytes 2) (FSDP2 reduces gradients in "
+                               "float32 only (mixed_precision_reduce) and its optimizers keep fp32 states); nearest: "
+                               "--grad-bytes 4, or export to megatron")
     for target, name in (("maxtext", "MaxText"), ("deepspeed", "DeepSpeed")):
-        with pytest.raises(InvalidLayoutError, match=f"{name} cannot express bf16 gradients"):
-            export_document(doc, target)
+        refused(doc, target, f"{name} cannot express bf16 gradients (--grad-bytes 2); nearest: --grad-bytes 4, or "
+                             f"export to megatron")
     moments = solve_doc("llama3-8b", "h100-64", 256, 4096, Layout(dp=64, num_microbatches=2, recompute="full"),
                         optimizer_bytes_per_param=4)
-    with pytest.raises(InvalidLayoutError, match=re.escape(
-            "Megatron-LM cannot express bf16 Adam moments (--moment-bytes 2) with ZeRO-0 (its precision-aware "
-            "optimizer needs the distributed optimizer); nearest: zero_stage 1 or 2 or 3, or --moment-bytes 4")):
-        export_document(moments, "megatron")
-    with pytest.raises(InvalidLayoutError, match="torchtitan cannot express bf16 Adam moments"):
-        export_document(moments, "torchtitan")
+    refused(moments, "megatron", "Megatron-LM cannot express bf16 Adam moments (--moment-bytes 2) with ZeRO-0 (its "
+                                 "precision-aware optimizer needs the distributed optimizer); nearest: zero_stage 1 or "
+                                 "2 or 3, or --moment-bytes 4")
+    refused(moments, "torchtitan", "torchtitan cannot express bf16 Adam moments (--moment-bytes 2)")
 
 
 def test_materialised_attention_scores_as_costed_or_refused():
@@ -139,12 +141,11 @@ def test_materialised_attention_scores_as_costed_or_refused():
     assert parse_args(exported(doc, "megatron"))["--attention-backend"] == "unfused"
     assert yaml.safe_load(exported(doc, "maxtext"))["attention"] == "dot_product"
     assert "attention" not in yaml.safe_load(exported(FSDP_TP, "maxtext"))
-    with pytest.raises(InvalidLayoutError, match=re.escape(
-            "torchtitan cannot express materialised attention scores (--no-fused-attention) (its attention is SDPA's "
-            "fused kernels or FlexAttention); nearest: --fused-attention, or export to megatron or maxtext")):
-        export_document(doc, "torchtitan")
-    with pytest.raises(InvalidLayoutError, match="DeepSpeed cannot express materialised attention scores"):
-        export_document(doc, "deepspeed")
+    refused(doc, "torchtitan", "torchtitan cannot express materialised attention scores (--no-fused-attention) (its "
+                               "attention is SDPA's fused kernels or FlexAttention); nearest: --fused-attention, or "
+                               "export to megatron or maxtext")
+    refused(doc, "deepspeed", "DeepSpeed cannot express materialised attention scores (--no-fused-attention); "
+                              "nearest: --fused-attention, or export to megatron or maxtext")
 
 
 def test_attention_kernel_as_costed_or_refused():
