@@ -436,19 +436,24 @@ def _graphs_text(caps: Capabilities, p: Problem, c: dict, text) -> str:
                 "--cuda-graphs scoped, or a capacity factor (drop and pad)")
 
 
+def _grads_ok(caps: Capabilities, grad_bytes: int) -> bool:
+    """fp32 gradients everywhere, bf16 ones (--grad-bytes 2) where the target writes them."""
+    return grad_bytes == 4 or (grad_bytes == 2 and caps.bf16_grads)
+
+
 def _state_precision_ok(caps: Capabilities, p: Problem, c: Cand) -> np.ndarray:
     """fp32 gradients and Adam moments everywhere; bf16 ones (--grad-bytes 2, --moment-bytes 2) only where the
     target writes them."""
-    grad, moments = p.workload.grad_bytes_per_param, p.workload.optimizer_bytes_per_param
-    grads_ok = grad == 4 or (grad == 2 and caps.bf16_grads)
-    return grads_ok & ((moments == 8) | ((moments == 4) & np.isin(effective_zero(c), caps.bf16_moments_zero)))
+    moments = p.workload.optimizer_bytes_per_param
+    return _grads_ok(caps, p.workload.grad_bytes_per_param) & (
+        (moments == 8) | ((moments == 4) & np.isin(effective_zero(c), caps.bf16_moments_zero)))
 
 
 def _state_precision_text(caps: Capabilities, p: Problem, c: dict, text) -> str:
     code, grad, moments = f"{caps.target}-state-precision", p.workload.grad_bytes_per_param, \
         p.workload.optimizer_bytes_per_param
     elsewhere = ", or export to megatron" if caps.target != "megatron" else ""
-    if not (grad == 4 or (grad == 2 and caps.bf16_grads)):
+    if not _grads_ok(caps, grad):
         return text(code, f"{'bf16' if grad == 2 else f'{grad}-byte'} gradients (--grad-bytes {grad})",
                     f"--grad-bytes 4{elsewhere if grad == 2 else ''}")
     if moments != 4 or not caps.bf16_moments_zero:
@@ -577,10 +582,9 @@ def framework_rules(caps: Capabilities) -> tuple[Rule, ...]:
                                                       f"{p.model_id} (every expert padded to its capacity)",
                            "a dropless model (moe capacity_factor null), or export to megatron or maxtext")),
         (f"{caps.target}-state-precision", ("fsdp", "cp", "z"), lambda p, c: _state_precision_ok(caps, p, c),
-         lambda p: f"{name}: " + ", ".join(filter(None, (
-             "bf16 gradients" if caps.bf16_grads else "fp32 gradients",
+         lambda p: f"{name}: " + ("bf16 gradients" if caps.bf16_grads else "fp32 gradients") + ", " + (
              f"bf16 Adam moments with ZeRO {set(caps.bf16_moments_zero)}" if caps.bf16_moments_zero
-             else "fp32 Adam moments"))),
+             else "fp32 Adam moments"),
          lambda p, c: _state_precision_text(caps, p, c, text)),
         (f"{caps.target}-model", (), lambda p, c: not caps.model_blocks or any(MODEL_BLOCKS[b](p.model)
                                                                                for b in caps.model_blocks),

@@ -91,7 +91,7 @@ MXFP8_ACCELERATORS = ("b200", "gb200")  # Blackwell: fp8 with per-block scales (
 RECOMPUTE_MODULES = ("norm_act", "norm_moe", "mla_up_proj")  # the policies written as --recompute-modules lists
 CAPABILITIES = Capabilities(
     target="megatron", framework="Megatron-LM", pipeline_schedules=("1f1b", "interleaved"), deepep=True,
-    vendor_attention=True, recompute_policies=("none", "selective", "full", *RECOMPUTE_MODULES),
+    vendor_attention=True, recompute_policies=profile_of("megatron").recompute_policies,  # each one _parallel_args writes
     pipeline_splits=("even", "embedding-and-loss", "first-last", "chunk-layout"), precisions=("bf16", "fp16", "fp8"),
     # megatron-core 0.16.1 TransformerConfig: full recompute only inside a full-iteration graph, and "moe" recompute
     # not with the router graphed (Transformer Engine graphs); its dropless dispatcher syncs with the host each layer
@@ -99,6 +99,7 @@ CAPABILITIES = Capabilities(
     recompute_with_scoped_graphs=("none", "selective", "norm_act", "mla_up_proj"), full_graph_dropless_moe=False,
     bf16_grads=True, bf16_moments_zero=(1, 2, 3), drop_and_pad=True, ep_comm_overlap=True, unfused_attention=True,  # --use-precision-aware-optimizer needs the distributed optimizer
     why={"megatron-pipeline": "it runs 1F1B, or interleaved 1F1B with virtual stages; no GPipe"})
+assert set(CAPABILITIES.recompute_policies) == {"none", "selective", "full", *RECOMPUTE_MODULES}
 
 
 def _model_args(ctx: ExportContext) -> list[tuple[str, object]]:
