@@ -106,17 +106,17 @@ def test_the_ideal_profile_hides_the_all_to_all_behind_the_layer():
 @pytest.mark.parametrize("graphs", ["scoped", "full_iteration"])
 def test_cuda_graphs_remove_the_moe_layers_host_overhead(graphs):
     """Mixtral on 16 H100, fsdp=16, ep=8, 4 microbatches: without graphs each of the 32 MoE layers adds
-    moe_layer_overhead_s per microbatch (h100: 3,143 us); scoped graphs (attention, router, preprocessing) remove
-    moe_overhead_graphed_share (0.6) of it, a full-iteration graph all of it. Nothing else moves."""
+    moe_layer_overhead_s per microbatch (h100: 3,151 us); scoped graphs (attention, router, preprocessing) remove
+    moe_overhead_graphed_share (0.5) of it, a full-iteration graph all of it. Nothing else moves."""
     lay = Layout(fsdp=16, ep=8, zero_stage=1, num_microbatches=4, axes=NODE + (("ep", (("node", 8),)),))
     plain = estimate(_mixtral(), lay)
     graphed = estimate(Problem.build("mixtral-8x7b", "h100-16", Workload(global_batch_seqs=64, seq_len=4096,
                                                                          framework="megatron", cuda_graphs=graphs)), lay)
     acc = plain.cluster.accelerator
-    assert (acc.moe_layer_overhead_s, acc.moe_overhead_graphed_share) == (pytest.approx(3143e-6), 0.6)
-    assert plain.time_s["compute/moe_fixed"] == pytest.approx(MIXTRAL_LAYERS * 4 * 3143e-6, rel=1e-9)
-    kept = {"scoped": 0.4, "full_iteration": 0.0}[graphs]
-    assert graphed.time_s["compute/moe_fixed"] == pytest.approx(kept * MIXTRAL_LAYERS * 4 * 3143e-6, abs=1e-12)
+    assert (acc.moe_layer_overhead_s, acc.moe_overhead_graphed_share) == (pytest.approx(3151e-6), 0.5)
+    assert plain.time_s["compute/moe_fixed"] == pytest.approx(MIXTRAL_LAYERS * 4 * 3151e-6, rel=1e-9)
+    kept = {"scoped": 0.5, "full_iteration": 0.0}[graphs]
+    assert graphed.time_s["compute/moe_fixed"] == pytest.approx(kept * MIXTRAL_LAYERS * 4 * 3151e-6, abs=1e-12)
     assert graphed.step_time_s == pytest.approx(
         plain.step_time_s - (1 - kept) * plain.time_s["compute/moe_fixed"], rel=1e-9)
 

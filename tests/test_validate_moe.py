@@ -14,7 +14,8 @@ import pytest
 import yaml
 
 from layoutsearch.costs.params import param_counts
-from layoutsearch.validation.mapping import cuda_graphs, mapping_notes, record_model, record_to_problem, routing
+from layoutsearch.validation.mapping import (cuda_graphs, mapping_notes, named_cuda_graphs, record_model,
+                                             record_to_problem, routing)
 from layoutsearch.validation.validate import evaluate_record, load_runs, validate_runs
 
 REPO = Path(__file__).resolve().parents[1]
@@ -301,7 +302,8 @@ def test_cuda_graphs_are_costed_as_the_record_names_them(by_id):
     """Rule 20: MLPerf's "full-iteration CUDA graph" -> full_iteration; a scope list or "CUDA graphs on for GB200"
     -> scoped; the Llama 4 Maverick note "H100 FP8 run used CUDA graphs (README); GB200 launch default
     CUDA_GRAPH=false" -> scoped for the H100 fp8 row only; a record that names none -> none. The graphed rows lose
-    the MoE layers' host overhead: all of it in a full-iteration graph, 0.6 of it with scoped graphs."""
+    the MoE layers' host overhead: all of it in a full-iteration graph, 0.5 of it with scoped graphs. Records that
+    name none and are Megatron-Bridge rows with their release preset's layout take the preset's (rule 22): 8 more."""
     expected = {"mlperf6-deepseekv3-gb200-mxfp8-n256": "full_iteration",
                 "mlperf6-deepseekv3-gb200-mxfp8-n2048": "full_iteration",
                 "modelzoo-qwen3-235b-gb200-bf16-n256-seq4k": "scoped",  # CUDA graphs (attn, moe_router, moe_preprocess)
@@ -314,7 +316,8 @@ def test_cuda_graphs_are_costed_as_the_record_names_them(by_id):
                 "modelzoo-qwen3-235b-h100-bf16-n256-a2a-overlap-off": "none"}
     for prefix, graphs in expected.items():
         assert record_to_problem(one(by_id, prefix))[0].workload.cuda_graphs == graphs, prefix
-    assert sum(cuda_graphs(r) != "none" for r in by_id.values()) == 8
+    assert sum(named_cuda_graphs(r) not in (None, "none") for r in by_id.values()) == 8
+    assert sum(cuda_graphs(r) != "none" for r in by_id.values()) == 16
     b200 = one(by_id, "dgxc-llama4-maverick-gb200-fp8-n256")  # a note naming GB200 and H100 says nothing of B200
     b200["cluster"]["accelerator"] = "b200"
     b200["derived"]["cuda_graphs"] = "GB200 used CUDA graphs; H100 launch default CUDA_GRAPH=false"
@@ -329,13 +332,14 @@ def test_cuda_graphs_are_costed_as_the_record_names_them(by_id):
     problem, layout = record_to_problem(rec)
     plain = replace(problem, workload=replace(problem.workload, cuda_graphs="none"))
     graphed, ungraphed = (estimate(p, layout, strict=False).time_s["compute/moe_fixed"] for p in (problem, plain))
-    assert graphed == pytest.approx(0.4 * ungraphed, rel=1e-9) and ungraphed > 0.1
+    assert graphed == pytest.approx(0.5 * ungraphed, rel=1e-9) and ungraphed > 0.1
 
 
 def test_the_catalogues_moe_host_overhead_is_what_its_commands_fit(moe_runs, capsys):
-    """hardware/*.yaml calibration_moe: moe_layer_overhead_us fitted on the records that name no CUDA graphs (3143 us
-    on the h100 class, 3492 on the b200 class), then moe_overhead_graphed_share on the 6 scoped ones with the
-    overhead held, one value for the GPUs (0.6). `calibrate --cuda-graphs` picks the records by mapping rule 20."""
+    """hardware/*.yaml calibration_moe: moe_layer_overhead_us fitted on the records costed without CUDA graphs (3151 us
+    on the h100 class, 5826 on the b200 class), then moe_overhead_graphed_share on the 11 scoped ones with the
+    overhead held, one value for the GPUs (0.5). `calibrate --cuda-graphs` picks the records by mapping rules 20
+    and 22."""
     from layoutsearch.cli import main
     from layoutsearch.validation.calibrate import calibrate
 
@@ -343,10 +347,65 @@ def test_the_catalogues_moe_host_overhead_is_what_its_commands_fit(moe_runs, cap
     fitted = calibrate(moe_runs, accelerators=["h100", "h200", "h800", "b200", "gb200"],
                        params=("moe_layer_overhead_s",), exclude=plain)
     assert {f: (v["records"], round(v["fitted"]["moe_layer_overhead_s"] * 1e6)) for f, v in fitted.items()} == {
-        "b200-class": (29, 3492), "h100-class": (28, 3143)}
+        "b200-class": (21, 5826), "h100-class": (28, 3151)}
     assert main(["calibrate", str(MOE_DEV), "--accelerator", "h100,h200,h800,b200,gb200", "--fit", "",
                  "--shared", "moe_overhead_graphed_share", "--cuda-graphs", "scoped"]) == 0
-    assert capsys.readouterr().out.count("moe_overhead_graphed_share 0.6 ") == 2
+    assert capsys.readouterr().out.count("moe_overhead_graphed_share 0.5 ") == 2
     assert main(["calibrate", str(MOE_DEV), "--fit", "moe_layer_overhead_s", "--cuda-graphs", "some"]) == 2
     assert capsys.readouterr().err.strip() == ("error: --cuda-graphs: unknown value 'some' (did you mean 'scoped'?); "
                                                "known: none, scoped, full_iteration")
+
+
+def test_megatron_fsdp_records_reduce_gradients_in_bf16(by_id):
+    """Rule 21: a record run with Megatron-FSDP (named in its notes, or by the optim_grads_params sharding strategy
+    that selects it) is costed with 2-byte gradients, Megatron-FSDP's recommended --grad-reduce-in-bf16; its
+    ZeRO-3 reduce-scatters move half the bytes. Other ZeRO-3 records (FSDP2) keep fp32 gradients."""
+    from layoutsearch.costs.estimate import estimate
+
+    fsdp = one(by_id, "modelzoo-qwen3-235b-h100-bf16-n256-fsdp")  # "Megatron-FSDP (FSDP On)"
+    dell = one(by_id, MLPERF_REAL)  # "data_parallel_sharding_strategy optim_grads_params (Megatron-FSDP, ZeRO-3)"
+    fsdp2 = one(by_id, AUTOMODEL_NO_EP)  # PyTorch FSDP2
+    assert [record_to_problem(r)[0].workload.grad_bytes_per_param for r in (fsdp, dell, fsdp2)] == [2, 2, 4]
+    assert "Megatron-FSDP: gradients reduced in bf16 (its recommended --grad-reduce-in-bf16)" in mapping_notes(fsdp)
+    problem, layout = record_to_problem(fsdp)
+    fp32 = replace(problem, workload=replace(problem.workload, grad_bytes_per_param=4))
+    half, full = (estimate(p, layout, strict=False) for p in (problem, fp32))
+    (rs_half,), (rs_full,) = ([c["time_s"] for c in e.collectives if c["name"] == "fsdp grad reduce-scatter"]
+                              for e in (half, full))
+    assert (rs_half, rs_full) == pytest.approx((0.01748, 0.03255), rel=1e-3)  # per layer: half the bytes, one latency
+    assert (half.step_time_s, full.step_time_s) == pytest.approx((30.25, 35.92), abs=0.01)
+    fsdp["derived"]["note"] += "; --megatron-fsdp-grad-comm-dtype fp32"
+    assert record_to_problem(fsdp)[0].workload.grad_bytes_per_param == 4
+
+
+def test_megatron_bridge_rows_take_their_release_presets_unstated_settings(by_id):
+    """Rule 22: a Megatron-Bridge performance-summary row whose layout is its release preset's takes the preset's
+    CUDA graphs, AllToAll overlap and dispatcher where it names none (mbridge_presets.yaml); a row whose layout
+    differs takes nothing and says which fields differ; a record of another source is never matched."""
+    from layoutsearch.validation.mapping import mbridge_preset, mbridge_presets
+
+    assert len(mbridge_presets()) == 76
+    full = one(by_id, "mbridge-26.08-gb200-deepseek-v3-fp8")  # perf_recipes full-iteration helper
+    problem = record_to_problem(full)[0]
+    assert (problem.workload.cuda_graphs, problem.workload.ep_comm_overlap, problem.workload.deepep) == (
+        "full_iteration", True, True)
+    assert ("Megatron-Bridge 26.08 preset (deepseek_v3_pretrain_256gpu_gb200_fp8mx_config @ 4ab94dfad366), the "
+            "row's layout: CUDA graphs full_iteration, AllToAll overlap on, dispatcher DeepEP/HybridEP where the row "
+            "names none") in mapping_notes(full)
+    scoped = record_to_problem(one(by_id, "mbridge-26.02-b200-qwen3-30b"))[0].workload  # TE [moe_router, ...], alltoall
+    assert (scoped.cuda_graphs, scoped.ep_comm_overlap, scoped.deepep) == ("scoped", False, False)
+    local = one(by_id, "mbridge-25.09-b200-qwen3-30b")  # 25.09: enable_cuda_graph (per-layer local graphs), "fp8"
+    assert mbridge_preset(local)[0]["precision"] == "fp8" and cuda_graphs(local) == "scoped"
+    other = one(by_id, "mbridge-25.11-gb200-qwen3-235b-bf16")  # the 25.11 preset is a 64-GPU layout
+    assert mbridge_preset(other) == (None, ["num_devices 256 (preset 64)", "virtual_stages 3 (preset 1)",
+                                            "ep 32 (preset 8)", "global_batch_seqs 8192 (preset 1024)"])
+    assert cuda_graphs(other) == "none" and record_to_problem(other)[0].workload.ep_comm_overlap is False
+    assert ("Megatron-Bridge preset not applied: the row's layout differs (num_devices 256 (preset 64), "
+            "virtual_stages 3 (preset 1), ep 32 (preset 8), global_batch_seqs 8192 (preset 1024))") in mapping_notes(other)
+    named = copy.deepcopy(full)  # what a row names wins over its preset
+    named["derived"]["note"] = "CUDA_GRAPH=false"
+    assert cuda_graphs(named) == "none"
+    assert [mbridge_preset(r) for r in (one(by_id, "dgxc-deepseekv3-gb200"), one(by_id, "mlperf6-deepseekv3-gb200-mxfp8-n256"))] == [(None, [])] * 2
+    bad = copy.deepcopy(full)  # the same row with another batch is another configuration
+    bad["workload"]["global_batch_seqs"] = 2048
+    assert mbridge_preset(bad) == (None, ["global_batch_seqs 2048 (preset 4096)"]) and cuda_graphs(bad) == "none"

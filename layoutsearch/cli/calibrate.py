@@ -26,7 +26,7 @@ def calibrate(
     shared: Annotated[str, typer.Option("--shared", help="Fields fitted once over every family of their kind "
                                         "(overlap_interference: the GPUs), beside --fit")] = "",
     graphs: Annotated[Optional[str], typer.Option(
-        "--cuda-graphs", help="Only the records costed with these CUDA graphs (mapping rule 20), e.g. none: fit "
+        "--cuda-graphs", help="Only the records costed with these CUDA graphs (mapping rules 20 and 22), e.g. none: fit "
                               "moe_layer_overhead_s on runs without graphs, then moe_overhead_graphed_share on the "
                               "scoped ones")] = None,
     write: Annotated[bool, typer.Option("--write", help="Write the fitted values into hardware/*.yaml")] = False,

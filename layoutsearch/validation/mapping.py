@@ -134,8 +134,23 @@ is applied to every record:
     with ``Workload.cuda_graphs`` "full_iteration", one naming CUDA graphs otherwise (a scope list such as
     "attn, moe_router, moe_preprocess", "CUDA graphs on for GB200") with "scoped"; a ``derived.cuda_graphs``
     note is read per accelerator and precision ("H100 FP8 run used CUDA graphs; GB200 launch default
-    CUDA_GRAPH=false"). Records that do not name them are costed without: the vendor tables rarely say, and
-    the fitted MoE overhead is what a layer costs without graphs.
+    CUDA_GRAPH=false"). Records that do not name them are costed without (a Megatron-Bridge row takes its
+    release preset's, rule 22): the vendor tables rarely say, and the fitted MoE overhead is what a layer costs
+    without graphs.
+21. Megatron-FSDP gradients: a record run with Megatron-FSDP (named in its notes: "Megatron-FSDP", or the
+    ``data_parallel_sharding_strategy optim_grads(_params)`` that selects it) reduce-scatters its gradients in
+    bf16 (``Workload.grad_bytes_per_param`` 2), as Megatron-FSDP's recommended configuration does (Megatron-LM
+    docs/user-guide/features/megatron_fsdp.md, ``--grad-reduce-in-bf16``) and its MoE example
+    (examples/megatron_fsdp/sbatch_mfsdp_deepseek_v3.sh, ``--megatron-fsdp-grad-comm-dtype bf16``); unless the
+    record names fp32 gradient reduction. Other ZeRO-3 implementations keep fp32 gradients (PyTorch FSDP2's
+    default reduce dtype is the parameters' fp32, DeepSpeed's the same).
+22. Megatron-Bridge presets: a row of Megatron-Bridge's performance summary ("'<release> NeMo Container'
+    section, <model> / <system> row") was measured with its release's performance preset for that model, system
+    and precision. ``mbridge_presets.yaml`` beside this module lists the presets read at each release's commit
+    (file and name per entry). Where the preset's layout is the row's (devices, tp, pp, cp, virtual stages, ep,
+    etp, microbatch and global batch), what the row does not state is taken from the preset: its CUDA graphs
+    (rule 20's setting), the EP AllToAll overlap (rule 17) and the token dispatcher (rule 17). Where the layouts
+    differ the row ran another configuration: nothing is taken, and the notes say which fields differ.
 """
 
 from __future__ import annotations
@@ -143,8 +158,11 @@ from __future__ import annotations
 import math
 import re
 from dataclasses import replace
+from functools import cache
+from pathlib import Path
 
 from layoutsearch.core.catalogue import accelerator_names, load_accelerator, model_from_dict
+from layoutsearch.core import io
 from layoutsearch.core.check import check_layout
 from layoutsearch.core.errors import CatalogueError, InvalidArgumentError, LayoutsearchError, did_you_mean
 from layoutsearch.core.frameworks import RECORD_FRAMEWORKS, default_framework, framework_of_record
@@ -181,20 +199,90 @@ TP_OVERLAP_SOURCES = ("NeMo", "nemo-framework", "Megatron-Bridge", "dgxc-benchma
                       "Megatron-LM")  # rule 11 (source families)
 
 
-def ep_comm_overlap(record: dict) -> bool | None:
-    """Rule 17: a MoE record whose notes name the expert-parallel AllToAll overlap (the Megatron-MoE
-    model zoo's ``A2A_OVERLAP=1``, Megatron's ``--overlap-moe-expert-parallel-comm``) hides its
-    token AllToAlls behind the other microbatch's compute; else the framework profile decides
-    (off for megatron)."""
+PRESETS_PATH = Path(__file__).with_name("mbridge_presets.yaml")  # rule 22
+PRESET_LAYOUT = ("num_devices", "tp", "pp", "cp", "virtual_stages", "ep", "etp", "microbatch_seqs",
+                 "global_batch_seqs")
+PRESET_SETTINGS = {"cuda_graphs": ("none", "scoped", "full_iteration"), "ep_comm_overlap": (True, False),
+                   "dispatcher": ("alltoall", "deepep", "hybridep")}
+
+
+@cache
+def mbridge_presets() -> tuple[dict, ...]:
+    """Rule 22: the Megatron-Bridge presets of ``mbridge_presets.yaml``, each checked for its fields."""
+    entries = (io.read_yaml(PRESETS_PATH, error=CatalogueError) or {}).get("presets") or []
+    for i, e in enumerate(entries):
+        where = f"{PRESETS_PATH.name}: preset #{i + 1}"
+        missing = [f for f in ("release", "model", "system", "precision", "source", "layout", *PRESET_SETTINGS)
+                   if f not in e] + [f"layout.{f}" for f in PRESET_LAYOUT
+                                     if f != "etp" and f not in (e.get("layout") or {})]
+        if missing:
+            raise CatalogueError(f"{where}: missing {', '.join(missing)}")
+        for name, allowed in PRESET_SETTINGS.items():
+            if e[name] not in allowed:
+                raise CatalogueError(f"{where}: {name} {e[name]!r}: expected one of {', '.join(map(str, allowed))}")
+    return tuple(entries)
+
+
+def _mbridge_row(record: dict) -> tuple[str, str, str, str] | None:
+    """(release, model, system, precision) of a Megatron-Bridge performance-summary row, from its source."""
+    if source_family(record) != "Megatron-Bridge":
+        return None
+    found = re.search(r"'(\d\d\.\d\d(?:\.\d\d)?) NeMo Container' section, (.+?) / (DGX-[\w-]+) row",
+                      str(record.get("source") or ""))
+    if not found:
+        return None
+    wl = record["workload"]
+    precision = wl["precision"] or "bf16"
+    if precision == "fp8":
+        precision += {"mxfp8": "-mx", "current-scaling": "-cs"}.get(wl.get("fp8_recipe") or "", "")
+    return found.group(1), found.group(2), found.group(3), precision
+
+
+def _preset_layout_of(record: dict) -> dict:
+    lay, wl = record["layout"], record["workload"]
+    return {"num_devices": record["cluster"]["num_devices"], "tp": lay["tp"], "pp": lay["pp"], "cp": lay["cp"],
+            "virtual_stages": lay["virtual_stages"] or 1, "ep": lay.get("ep") or 1, "etp": lay.get("etp") or 1,
+            "microbatch_seqs": lay["microbatch_seqs"], "global_batch_seqs": wl["global_batch_seqs"]}
+
+
+def mbridge_preset(record: dict) -> tuple[dict | None, list[str]]:
+    """Rule 22: (the release preset of a Megatron-Bridge row, or None; the layout fields where the preset differs
+    from the row). A preset is returned only when nothing differs."""
+    row = _mbridge_row(record)
+    if row is None:
+        return None, []
+    release, model, system, precision = row
+    for entry in mbridge_presets():
+        # the 25.09 tables give no fp8 recipe: their presets' "fp8" is any
+        same_precision = entry["precision"] == precision or entry["precision"] == precision.split("-")[0]
+        if (entry["release"], entry["model"], entry["system"]) == (release, model, system) and same_precision:
+            ours = _preset_layout_of(record)
+            differ = [f"{f} {ours[f]} (preset {entry['layout'][f]})" for f in PRESET_LAYOUT
+                      if f in entry["layout"] and ours[f] != entry["layout"][f]]
+            return (None if differ else entry), differ
+    return None, []
+
+
+def named_ep_comm_overlap(record: dict) -> bool | None:
+    """Rule 17: True where a MoE record's notes name the expert-parallel AllToAll overlap (the Megatron-MoE model
+    zoo's ``A2A_OVERLAP=1``, Megatron's ``--overlap-moe-expert-parallel-comm``), else None."""
     text = str(record.get("derived") or {}) + str(record.get("source") or "")
     return True if re.search(r"A2A_OVERLAP=1|overlap[-_]moe[-_]expert[-_]parallel[-_]comm", text) else None
 
 
-def cuda_graphs(record: dict) -> str:
-    """Rule 20: the CUDA graphs a record names (``Workload.cuda_graphs``). "full-iteration CUDA graph" -> full_iteration;
-    a ``derived.cuda_graphs`` note decides per clause for the record's accelerator (and precision where the clause
-    names one), "false" or "off" meaning none; any other "CUDA graphs" (a scope list, "CUDA graphs on") -> scoped;
-    unnamed -> none."""
+def ep_comm_overlap(record: dict) -> bool | None:
+    """Rules 17 and 22: the record's AllToAll overlap as it names it, else its Megatron-Bridge preset's where that
+    overlaps, else None (the framework profile decides: off for megatron); on, the token AllToAlls hide behind
+    the other microbatch's compute."""
+    preset = mbridge_preset(record)[0]
+    return named_ep_comm_overlap(record) or (True if preset and preset["ep_comm_overlap"] else None)
+
+
+def named_cuda_graphs(record: dict) -> str | None:
+    """Rule 20: the CUDA graphs a record names (``Workload.cuda_graphs``), None where it names none.
+    "full-iteration CUDA graph" -> full_iteration; a ``derived.cuda_graphs`` note decides per clause for the
+    record's accelerator (and precision where the clause names one), "false" or "off" meaning none; any other
+    "CUDA graphs" (a scope list, "CUDA graphs on") -> scoped, "CUDA_GRAPH=false" -> none."""
     derived = record.get("derived") or {}
     text = str(derived) + str(record.get("source") or "")
     if re.search(r"full[- _]iteration CUDA graph", text, re.IGNORECASE):
@@ -206,16 +294,42 @@ def cuda_graphs(record: dict) -> str:
             if re.search(rf"\b{re.escape(acc)}\b", clause) and (not names_precision or precision in clause):
                 return "none" if re.search(r"=\s*false|\boff\b", clause) else "scoped"
         return "none"
-    return "scoped" if re.search(r"CUDA graphs?\b", text) and not re.search(r"CUDA_GRAPH=false", text) else "none"
+    if re.search(r"CUDA_GRAPH=false", text):
+        return "none"
+    return "scoped" if re.search(r"CUDA graphs?\b", text) else None
 
 
-def deepep(record: dict) -> bool | None:
+def cuda_graphs(record: dict) -> str:
+    """Rules 20 and 22: the CUDA graphs the record names, else its Megatron-Bridge preset's, else none."""
+    preset = mbridge_preset(record)[0]
+    return named_cuda_graphs(record) or (preset["cuda_graphs"] if preset else "none")
+
+
+def grad_bytes(record: dict) -> int:
+    """Rule 21: bytes per gradient element the record's data-parallel reduction moves: 2 for Megatron-FSDP (its
+    recommended bf16 gradient communication) unless the record names fp32 reduction, else 4."""
+    text = str(record.get("derived") or {}) + str(record.get("source") or "")
+    fsdp = re.search(r"Megatron-FSDP|sharding[-_ ]strategy[ =:]*optim_grads", text, re.IGNORECASE)
+    fp32 = re.search(r"grad[-_ ]reduce[-_ ]in[-_ ]fp32|grad[-_ ]comm[-_ ]dtype[ =:]*fp32", text, re.IGNORECASE)
+    return 2 if fsdp and not fp32 else 4
+
+
+def named_deepep(record: dict) -> bool | None:
     """Rule 17: the token dispatcher a MoE record names: DeepEP / HybridEP (True), NCCL alltoall (False), or
-    none (None: the framework profile's choice)."""
+    None where it names none."""
     text = str(record.get("derived") or {}) + str(record.get("source") or "")
     if re.search(r"deepep|hybridep", text, re.IGNORECASE):
         return True
     return False if re.search(r"alltoall dispatcher|DISPATCHER=alltoall", text) else None
+
+
+def deepep(record: dict) -> bool | None:
+    """Rules 17 and 22: the dispatcher the record names, else its Megatron-Bridge preset's, else None (the
+    framework profile's choice: on for megatron)."""
+    named, preset = named_deepep(record), mbridge_preset(record)[0]
+    if named is not None:
+        return named
+    return (preset["dispatcher"] != "alltoall") if preset else None
 
 
 def vendor_attention(record: dict) -> bool | None:
@@ -364,8 +478,19 @@ def mapping_notes(record: dict) -> list[str]:
         notes.append("Transformer Engine attention (attn: te): the vendor's fused attention")
     if launch_blocking(record):
         notes.append("CUDA_LAUNCH_BLOCKING=1 (BLOOM tr11 slurm): blocking launches, nothing overlapped")
-    if cuda_graphs(record) != "none":
-        notes.append(f"CUDA graphs: {cuda_graphs(record)}, as the record names them")
+    if named_cuda_graphs(record) not in (None, "none"):
+        notes.append(f"CUDA graphs: {named_cuda_graphs(record)}, as the record names them")
+    preset, differ = mbridge_preset(record)
+    if preset:
+        commit, path, *name = preset["source"].split()
+        notes.append(f"Megatron-Bridge {preset['release']} preset ({' '.join(name) or path} @ {commit}), the row's "
+                     f"layout: CUDA graphs {cuda_graphs(record)}, AllToAll overlap "
+                     f"{'on' if ep_comm_overlap(record) else 'off'}, dispatcher "
+                     f"{'DeepEP/HybridEP' if deepep(record) else 'alltoall'} where the row names none")
+    elif differ:
+        notes.append(f"Megatron-Bridge preset not applied: the row's layout differs ({', '.join(differ)})")
+    if grad_bytes(record) == 2:
+        notes.append("Megatron-FSDP: gradients reduced in bf16 (its recommended --grad-reduce-in-bf16)")
     if lay.get("async_tp") is True and source_family(record) not in TP_OVERLAP_SOURCES:
         notes.append("async_tp: TP collectives pipelined with their GEMMs (tp_comm_overlap on)")
     return notes + _moe_notes(record)
@@ -570,7 +695,7 @@ def _moe_notes(record: dict) -> list[str]:
             notes.append(f"ep null -> {automodel_ep(record)} (Automodel on DeepEP: ep_size = the FSDP shard group)")
         notes += [f"{key} null -> 1" for key in ("ep", "etp") if lay.get(key) is None
                   and not (key == "ep" and automodel_ep(record))]
-        if deepep(record) is not None:
+        if named_deepep(record) is not None:
             notes.append(f"token dispatch: {'DeepEP/HybridEP (once per node over scale-out)' if deepep(record) else 'NCCL alltoall (once per expert)'}, as the record names it")
         how = routing(record)
         notes.append({"real": "real routing (derived): costed balanced, moe_imbalance 1.0",
@@ -635,6 +760,7 @@ def record_to_problem(record: dict) -> Mapped | str:
                         tp_comm_overlap=tp_comm_overlap(record), ep_comm_overlap=ep_comm_overlap(record),
                         deepep=deepep(record), vendor_attention=vendor_attention(record),
                         launch_blocking=launch_blocking(record), cuda_graphs=cuda_graphs(record),
+                        grad_bytes_per_param=grad_bytes(record),
                         framework=record_framework(record, load_accelerator(_accelerator_id(record)).kind))
     dp, fsdp, zero = _data_parallel(record)
     replicas = _tpu_replicas(record)
