@@ -484,7 +484,8 @@ def moe_loso_lines(loso: dict | None) -> list[str]:
     if not loso:
         return []
     out = ["## Leave one source out", "",
-           f"`moe_layer_overhead_s` refitted per accelerator family on every other source's runs costed without CUDA "
+           f"`moe_layer_overhead_s` and `moe_expert_overhead_s` refitted per accelerator family on every other "
+           f"source's runs costed without CUDA "
            f"graphs (as the catalogue's was fitted), each source predicted: "
            f"median |error| {pct(loso['median_abs_rel_error'])}, p90 {pct(loso['p90_abs_rel_error'])} over "
            f"{loso['count']} records (in sample: median {pct(loso['in_sample_median_abs_rel_error'])}).", "",
@@ -504,8 +505,9 @@ def write_moe_markdown(doc: dict, runs: Path, path: Path, records: list[dict]) -
              "Rel error = predicted / measured - 1 on tokens/s per device (`measured.tokens_per_s_per_device`; the "
              "sources' TFLOP/s use their own FLOP counts and are not compared); + means the engine is too fast. "
              "Predictions use the catalogue's calibration: the dense fractions fitted on the dense runs, one "
-             "MoE field per GPU family, `moe_layer_overhead_us`, fitted on the records costed without CUDA graphs, "
-             "and the share of it scoped CUDA graphs remove, `moe_overhead_graphed_share`, one value for the GPUs "
+             "MoE overhead per GPU family, `moe_layer_overhead_us` per layer and `moe_expert_overhead_us` per local "
+             "expert, fitted together on the records costed without CUDA graphs, and the share of the per-layer part "
+             "scoped CUDA graphs remove, `moe_overhead_graphed_share`, one value for the GPUs "
              f"fitted on the {sum(record_cuda_graphs(r) == 'scoped' for r in records)} records costed with scoped "
              "graphs (`hardware/*.yaml` `calibration_moe`); the leave-one-source-out table below refits the overhead "
              "without each source. TPU MoE is not calibrated. The mapping of a record onto the engine is the "
@@ -533,7 +535,7 @@ def main_moe(args: argparse.Namespace) -> int:
     doc = validate_runs(records, args.max_median_error, rank=False, loso=False)
     if not args.no_loso:
         # as the catalogue's was fitted: on the runs costed without CUDA graphs (hardware/*.yaml calibration_moe)
-        doc["loso"] = leave_one_source_out(records, ("moe_layer_overhead_s",),
+        doc["loso"] = leave_one_source_out(records, ("moe_layer_overhead_s", "moe_expert_overhead_s"),
                                            fit_on=lambda r: record_cuda_graphs(r) == "none")
     args.out.mkdir(parents=True, exist_ok=True)
     write_moe_markdown(doc, args.runs, args.out / "validation_moe.md", records)

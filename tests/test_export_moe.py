@@ -143,6 +143,19 @@ def test_megatron_deepseek_v3_flags_are_the_model_and_layout_numbers():
         "16", "2", "1", "2", "3")
 
 
+def test_megatron_writes_given_stages_that_the_virtual_stages_do_not_divide_as_a_layout():
+    """Megatron-Bridge's DeepSeek-V3 split on pp=8 x 2 virtual stages (mapping rule 23): 8 layers on the first
+    stage, 5 on the last (MTP module and loss beside them); --decoder-last-pipeline-num-layers needs a multiple of
+    the virtual stages, so the export writes the chunks, the recipe's own layout, and no chunk count."""
+    doc = solve_doc("deepseek-v3", "b200-256", 4096, 4096,
+                    Layout(fsdp=32, pp=8, virtual_stages=2, schedule="interleaved", ep=32, zero_stage=1,
+                           num_microbatches=128, recompute="mla_up_proj", first_stage_layers=8, last_stage_layers=5))
+    args = parse_args(exported(doc, "megatron"))
+    assert args["--pipeline-model-parallel-layout"] == "Etttt|" + "tttt|" * 14 + "tmL"
+    assert not {"--decoder-first-pipeline-num-layers", "--decoder-last-pipeline-num-layers",
+                "--num-virtual-stages-per-pipeline-rank", "--num-layers-per-virtual-pipeline-stage"} & set(args)
+
+
 def test_megatron_layer_patterns_routers_and_capacity():
     """Megatron's integer --moe-layer-freq N makes layers 0, N, 2N... MoE; the engine's layer_freq N layers N-1,
     2N-1...: a list says it. Top-1 needs --moe-router-pre-softmax; a capacity factor pads to capacity."""

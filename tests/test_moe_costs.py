@@ -105,20 +105,32 @@ def test_the_ideal_profile_hides_the_all_to_all_behind_the_layer():
 # ----------------------------------------------------------------------------- CUDA graphs
 @pytest.mark.parametrize("graphs", ["scoped", "full_iteration"])
 def test_cuda_graphs_remove_the_moe_layers_host_overhead(graphs):
-    """Mixtral on 16 H100, fsdp=16, ep=8, 4 microbatches: without graphs each of the 32 MoE layers adds
-    moe_layer_overhead_s per microbatch (h100: 3,151 us); scoped graphs (attention, router, preprocessing) remove
-    moe_overhead_graphed_share (0.5) of it, a full-iteration graph all of it. Nothing else moves."""
+    """Mixtral on 16 H100, fsdp=16, ep=8, 4 microbatches: without graphs each of the 32 MoE layers adds, per
+    microbatch, moe_layer_overhead_s (h100: 1,193 us) and moe_expert_overhead_s per local expert (304 us x 8 / 8);
+    scoped graphs (attention, router, preprocessing) remove moe_overhead_graphed_share (0.72) of the per-layer
+    part, the grouped GEMMs' per-expert launches stay; a full-iteration graph removes all of it. Nothing else moves."""
     lay = Layout(fsdp=16, ep=8, zero_stage=1, num_microbatches=4, axes=NODE + (("ep", (("node", 8),)),))
     plain = estimate(_mixtral(), lay)
     graphed = estimate(Problem.build("mixtral-8x7b", "h100-16", Workload(global_batch_seqs=64, seq_len=4096,
                                                                          framework="megatron", cuda_graphs=graphs)), lay)
     acc = plain.cluster.accelerator
-    assert (acc.moe_layer_overhead_s, acc.moe_overhead_graphed_share) == (pytest.approx(3151e-6), 0.5)
-    assert plain.time_s["compute/moe_fixed"] == pytest.approx(MIXTRAL_LAYERS * 4 * 3151e-6, rel=1e-9)
-    kept = {"scoped": 0.5, "full_iteration": 0.0}[graphs]
-    assert graphed.time_s["compute/moe_fixed"] == pytest.approx(kept * MIXTRAL_LAYERS * 4 * 3151e-6, abs=1e-12)
+    assert (acc.moe_layer_overhead_s, acc.moe_expert_overhead_s, acc.moe_overhead_graphed_share) == (
+        pytest.approx(1193e-6), pytest.approx(304e-6), 0.72)
+    assert plain.time_s["compute/moe_fixed"] == pytest.approx(MIXTRAL_LAYERS * 4 * (1193e-6 + 304e-6), rel=1e-9)
+    kept = {"scoped": 0.28 * 1193e-6 + 304e-6, "full_iteration": 0.0}[graphs]
+    assert graphed.time_s["compute/moe_fixed"] == pytest.approx(MIXTRAL_LAYERS * 4 * kept, abs=1e-12)
     assert graphed.step_time_s == pytest.approx(
-        plain.step_time_s - (1 - kept) * plain.time_s["compute/moe_fixed"], rel=1e-9)
+        plain.step_time_s - plain.time_s["compute/moe_fixed"] + graphed.time_s["compute/moe_fixed"], rel=1e-9)
+
+
+def test_the_moe_host_overhead_grows_with_the_local_experts():
+    """Each local expert adds moe_expert_overhead_s per MoE layer and microbatch (Transformer Engine's grouped GEMM
+    launches one GEMM per local expert): Qwen3-30B-A3B's 128 experts over ep=8 leave 16 per GPU, over ep=16 eight;
+    48 MoE layers, 1 microbatch on 16 H100."""
+    work = Workload(global_batch_seqs=16, seq_len=4096, framework="megatron")
+    problem = Problem.build("qwen3-30b-a3b", "h100-16", work)
+    fixed = {ep: estimate(problem, Layout(fsdp=16, ep=ep, zero_stage=1)).time_s["compute/moe_fixed"] for ep in (8, 16)}
+    assert fixed == {8: pytest.approx(48 * (1193e-6 + 16 * 304e-6)), 16: pytest.approx(48 * (1193e-6 + 8 * 304e-6))}
 
 
 def test_a_capacity_factor_pads_every_expert_to_its_capacity():

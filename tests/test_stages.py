@@ -29,6 +29,10 @@ runner = CliRunner()
     ((61, 4, 4), (15, 16, 14, "chunk-layout")),
     ((61, 8, 4), (7, 8, 6, "chunk-layout")),  # 32 chunks of 2 slots, "Et|(tt|)*30L"
     ((126, 16, 8), (7, 8, 7, "chunk-layout")),  # 128 chunks of one slot each
+    # Megatron-Bridge's DeepSeek-V3 recipe (mapping rule 23): given first and last stages that virtual_stages does
+    # not divide are a --pipeline-model-parallel-layout; the middle stages still share the rest equally
+    ((61, 8, 2, 8, 5), (8, 8, 5, "first-last")),
+    ((61, 4, 4, 16, 13), (16, 16, 13, "first-last")),
 ])
 def test_splits(args, expected):
     first, middle, last, kind, ok = split_layers(*args)
@@ -43,7 +47,21 @@ def test_chunk_layout_lists_the_chunks_in_megatron_order():
     assert sum(c.count("t") for c in chunks) == 61
 
 
-@pytest.mark.parametrize("args", [(126, 16, 9), (126, 16, 1, 9, 9), (126, 16, 1, 7, 6), (32, 2, 1, 10, 10)])
+def test_given_chunks_spread_each_stage_over_its_virtual_stages_as_megatron_bridge_does():
+    """A stage fills its chunks with the middle stages' chunk size, the remainder last: 61 layers on pp=8 x 2
+    with first 8 and last 5 stage layers is the DeepSeek-V3 recipe's 'Et*4|(t*4|)*14tmL' (the MTP module beside
+    the loss: export/megatron.pipeline_layout), as is pp=4 x 4 with 16 and 13."""
+    from layoutsearch.core.stages import given_chunks
+    from layoutsearch.export.megatron import pipeline_layout
+    recipe = "Etttt|" + "tttt|" * 14 + "tmL"
+    assert pipeline_layout(61, 8, 2, 1, 8, 5) == recipe == pipeline_layout(61, 4, 4, 1, 16, 13)
+    # 30 layers on pp=3 x 4, 9 on the first and last stages: chunks of 3, the 9 as 3+3+2+1 (a layer left per chunk)
+    assert ["".join(c) for c in given_chunks(30, 3, 4, 9, 9)] == ["Ettt", "ttt", "ttt", "ttt", "ttt", "ttt", "tt",
+                                                                  "ttt", "tt", "t", "ttt", "tL"]
+
+
+@pytest.mark.parametrize("args", [(126, 16, 9), (126, 16, 1, 9, 9), (126, 16, 1, 7, 6), (32, 2, 1, 10, 10),
+                                  (61, 8, 2, 1, 4), (61, 8, 2, 10, 3)])
 def test_impossible_splits_are_refused(args):
     assert not split_layers(*args)[4][0]
 

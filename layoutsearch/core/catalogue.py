@@ -99,6 +99,7 @@ class CalibrationFile(_Strict):
     vendor_attention_efficiency: float | None = Field(default=None, gt=0, le=1)  # cuDNN / TE fused attention
     grouped_matmul_efficiency: float = Field(default=1.0, gt=0, le=1)  # MoE expert GEMMs, of the dense fraction
     moe_layer_overhead_us: float = Field(default=0.0, ge=0)  # fixed per MoE layer and microbatch
+    moe_expert_overhead_us: float = Field(default=0.0, ge=0)  # per local expert, MoE layer and microbatch
     moe_overhead_graphed_share: float = Field(default=0.0, ge=0, le=1)  # of it, what scoped CUDA graphs remove
     overlap_interference: float = Field(default=0.0, ge=0, le=1)  # compute lost per second of hidden collective
     blocking_launch_us_per_layer_pass: float | None = Field(default=None, ge=0, le=1e6)  # host time per layer pass
@@ -837,6 +838,7 @@ def accelerator_from_dict(data: Any, where: str) -> Accelerator:
         raise CatalogueError(f"{where}: give 'peak_fp8_tflops' and 'calibration: fp8_matmul_efficiency' together")
     cal, topo = f.calibration, f.topology
     unitless = {"collective_half_efficiency_kib", "microbatch_overhead_us", "step_overhead_ms", "moe_layer_overhead_us",
+                "moe_expert_overhead_us",
                 "overlap_interference", "blocking_launch_us_per_layer_pass"}
     return Accelerator(
         id=f.id, name=f.name, kind=f.kind,
@@ -855,6 +857,7 @@ def accelerator_from_dict(data: Any, where: str) -> Accelerator:
         collective_half_efficiency_bytes=cal.collective_half_efficiency_kib * KIB,
         microbatch_overhead_s=cal.microbatch_overhead_us * MICRO,
         moe_layer_overhead_s=cal.moe_layer_overhead_us * MICRO,
+        moe_expert_overhead_s=cal.moe_expert_overhead_us * MICRO,
         blocking_launch_s_per_layer_pass=(None if cal.blocking_launch_us_per_layer_pass is None
                                           else cal.blocking_launch_us_per_layer_pass * MICRO),
         overlap_interference=round(cal.overlap_interference, 2),  # the step tables count it in percent

@@ -123,8 +123,8 @@ STRUCTURE: tuple[Rule, ...] = (
           lambda p, c: f"num_layers({p.model.num_layers}) cannot be split over pp({c['pp']}) x "
                        f"virtual_stages({c['v']})" + (f" with first_stage_layers({c['lf']}) and last_stage_layers("
                                                      f"{c['ll']})" if c.get("lf", 0) or c.get("ll", 0) else "")
-                       + ": every stage needs a multiple of virtual_stages, the middle stages equal shares, "
-                         "and the first and last no more than a middle stage"),
+                       + ": the middle stages need equal shares and the first and last no more than a middle "
+                         "stage, at least virtual_stages each (a multiple of it, unless first and last are given)"),
     _rule("schedule", ("pp", "v", "sched"),
           lambda p, c: (c["v"] > 1) == (c["sched"] == SCHEDULE_CODES["interleaved"]),
           lambda p: "virtual stages > 1 exactly when the schedule is interleaved",

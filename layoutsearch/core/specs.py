@@ -273,6 +273,8 @@ class Accelerator:
     # megablox) as a fraction of the dense matmul efficiency at the same rows
     moe_layer_overhead_s: float = 0.0  # fixed per MoE layer per microbatch, forward and backward: the router's
     # softmax and top-k, the permutation kernels and the dispatcher's host sync on the token counts
+    moe_expert_overhead_s: float = 0.0  # per local expert, MoE layer and microbatch: the grouped GEMMs' per-expert
+    # launches (Transformer Engine's GroupedLinear loops over the local experts on the host, forward and backward)
     moe_overhead_graphed_share: float = 0.0  # of moe_layer_overhead_s, the share scoped CUDA graphs remove
     # (Workload.cuda_graphs "scoped": the router's and the preprocessing's launches; the dispatcher's host sync stays)
     overlap_interference: float = 0.0  # of each second a collective hides behind compute, the share that compute

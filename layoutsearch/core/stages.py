@@ -11,8 +11,11 @@ pp no longer has to divide the layers. Three splits, in the order the engine tri
 3. given first and last stages (Megatron ``--decoder-first-pipeline-num-layers`` /
    ``--decoder-last-pipeline-num-layers``, torchtitan's first/last stage options): the middle
    pp - 2 stages share the rest equally; with virtual stages every stage's count divides by v
-   (megatron-core TransformerConfig). Without given counts the engine proposes the lightest
-   equal first and last stages next to middle stages of ceil(L / pp) layers rounded up to v.
+   (megatron-core TransformerConfig), or, given counts that do not, each stage's layers spread over
+   its v chunks (Megatron ``--pipeline-model-parallel-layout``: ``given_chunks``), as Megatron-Bridge's
+   DeepSeek-V3 recipes lighten the last stage by three layers for the MTP module and the loss.
+   Without given counts the engine proposes the lightest equal first and last stages next to middle
+   stages of ceil(L / pp) layers rounded up to v.
 
 4. chunk layout (Megatron ``--pipeline-model-parallel-layout``, as NVIDIA's DeepSeek-V3 recipes
    split 61 layers over pp=4 x 4 virtual stages): with virtual stages, when none of the above
@@ -52,9 +55,11 @@ def split_layers(num_layers: int, pp, v, first=0, last=0):
     l_given = np.where(given, last, np.where(propose, rest - rest // 2, 0))
     middle_count = np.maximum(pp - 2, 1)
     m_given = np.where(pp > 2, (L - f_given - l_given) // middle_count, np.maximum(f_given, l_given))
-    fl_ok = ((pp >= 2) & (f_given >= v) & (l_given >= v) & (f_given % v == 0) & (l_given % v == 0)
-             & np.where(pp > 2, ((L - f_given - l_given) % middle_count == 0) & (m_given >= v) & (m_given % v == 0),
-                        f_given + l_given == L)
+    # each stage a multiple of v: --decoder-first/last-pipeline-num-layers; given counts that are not are a
+    # --pipeline-model-parallel-layout of chunks (Megatron-Bridge's DeepSeek-V3 recipes), which Megatron writes
+    by_v = (f_given % v == 0) & (l_given % v == 0) & (m_given % v == 0)
+    fl_ok = ((pp >= 2) & (f_given >= v) & (l_given >= v) & (given | by_v)
+             & np.where(pp > 2, ((L - f_given - l_given) % middle_count == 0) & (m_given >= v), f_given + l_given == L)
              & (f_given <= m_given) & (l_given <= m_given))
     chunked = propose & ~fl_ok & (v > 1) & (pp > 1) & (L + 2 >= chunks)
     c_first, c_middle, c_last = _chunk_stage_layers(L, pp, v)
@@ -92,6 +97,26 @@ def chunk_layout(num_layers: int, pp: int, v: int) -> list[list[str]]:
         out.append(items[at:at + n])
         at += n
     return out
+
+
+def given_chunks(num_layers: int, pp: int, v: int, first: int, last: int) -> list[list[str]]:
+    """The pp x v chunks of a given first/last split (chunk i on stage i mod pp): each stage fills its v chunks
+    in order with a middle stage's chunk size, ceil(middle / v), keeping a layer for each chunk after, so a
+    lighter stage's remainder goes to its last chunks (Megatron-Bridge's DeepSeek-V3 layout on pp=8 x 2:
+    'Etttt|' + 'tttt|' x 14 + 'tmL'); 'E' opens the first chunk, 'L' closes the last (as ``chunk_layout``)."""
+    middle = (num_layers - first - last) // (pp - 2) if pp > 2 else max(first, last)
+    counts, size = [first] + [middle] * (pp - 2) + [last], -(-middle // v)
+    per_stage = []
+    for n in counts:
+        sizes = []
+        for j in range(v):
+            sizes.append(min(size, n - (v - j - 1)))
+            n -= sizes[-1]
+        per_stage.append(sizes)
+    chunks = [["t"] * per_stage[i % pp][i // pp] for i in range(pp * v)]
+    chunks[0].insert(0, "E")
+    chunks[-1].append("L")
+    return chunks
 
 
 def default_microbatches(global_batch_seqs: int, data_units: int, pp: int, v: int = 1) -> int:

@@ -200,7 +200,7 @@ def compute_per_microbatch(model: ModelSpec, workload: Workload, acc: Accelerato
     moved = host_offload_bytes_per_token(model, workload, sh, r, sequence_parallel) * m / (
         acc.host_bytes_per_s_per_direction or np.inf)
     offload_wait = layers * (np.maximum(0.0, moved - hides * (mm + attn)) + np.maximum(0.0, moved - hides * bwd_window))
-    moe_fixed = (layers * params.moe_layer_share(model) * moe_host_overhead_s(workload, acc)
+    moe_fixed = (layers * params.moe_layer_share(model) * moe_host_overhead_s(workload, acc, model.moe.num_experts / sh.ep)
                  if model.moe is not None else 0.0)
     return {
         "compute/moe_fixed": moe_fixed,
@@ -219,16 +219,16 @@ def compute_per_microbatch(model: ModelSpec, workload: Workload, acc: Accelerato
     }
 
 
-def moe_host_overhead_s(workload: Workload, acc: Accelerator) -> float:
+def moe_host_overhead_s(workload: Workload, acc: Accelerator, local_experts=1.0):
     """Seconds a MoE layer adds per microbatch beyond its FLOPs and token traffic (``moe_layer_overhead_s``), as
     the workload's CUDA graphs leave it: all of it without graphs; scoped graphs (attention, router and
     preprocessing captured per layer) remove ``moe_overhead_graphed_share`` of it, while the dropless
     dispatcher's host sync on the token counts and the expert kernels' launches stay; a full-iteration graph
     removes it all (the host launches one graph per step: Megatron-Core MoE docs, "CUDA graphs")."""
     if workload.cuda_graphs == "full_iteration":
-        return 0.0
+        return 0.0 * local_experts
     kept = 1.0 - acc.moe_overhead_graphed_share if workload.cuda_graphs == "scoped" else 1.0
-    return acc.moe_layer_overhead_s * kept
+    return acc.moe_layer_overhead_s * kept + acc.moe_expert_overhead_s * local_experts
 
 
 def host_offload_bytes_per_token(model: ModelSpec, workload: Workload, sh: Shapes, r, sequence_parallel: bool = True):

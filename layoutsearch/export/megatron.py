@@ -75,7 +75,8 @@ import re
 import shlex
 
 from layoutsearch.core.frameworks import node_dedup, profile_of
-from layoutsearch.core.stages import CHUNK_LAYOUT, EMBEDDING_AND_LOSS, EVEN, FIRST_LAST, chunk_layout, split_layers
+from layoutsearch.core.stages import (CHUNK_LAYOUT, EMBEDDING_AND_LOSS, EVEN, FIRST_LAST, chunk_layout, given_chunks,
+                                      split_layers)
 from layoutsearch.core.rules import Capabilities
 from layoutsearch.core.specs import ModelSpec
 from layoutsearch.export.context import ExportContext, comment_block, header_lines, placeholder_note, set_me
@@ -240,16 +241,19 @@ def _parallel_args(ctx: ExportContext) -> list[tuple[str, object]]:
         args.append(("--sequence-parallel", None))
     first, middle, last, kind, _ = (int(x[0]) for x in split_layers(
         ctx.model.num_layers, lay.pp, lay.virtual_stages, lay.first_stage_layers or 0, lay.last_stage_layers or 0))
-    if lay.virtual_stages > 1 and kind == EVEN:
-        args.append(("--num-layers-per-virtual-pipeline-stage", ctx.model.num_layers // (lay.pp * lay.virtual_stages)))
-    elif lay.virtual_stages > 1 and kind != CHUNK_LAYOUT:  # uneven splits give the chunk count, not its layers
-        args.append(("--num-virtual-stages-per-pipeline-rank", lay.virtual_stages))
-    if kind == CHUNK_LAYOUT:  # the chunks themselves: the virtual stages are their count / pp
-        args.append(("--pipeline-model-parallel-layout", pipeline_layout(ctx.model.num_layers, lay.pp,
-                                                                         lay.virtual_stages, ctx.model.mtp_layers)))
+    v = lay.virtual_stages
+    chunked = kind == FIRST_LAST and v > 1 and bool(first % v or middle % v or last % v)  # core.stages.given_chunks
+    if v > 1 and kind == EVEN:
+        args.append(("--num-layers-per-virtual-pipeline-stage", ctx.model.num_layers // (lay.pp * v)))
+    elif v > 1 and kind != CHUNK_LAYOUT and not chunked:  # uneven splits give the chunk count, not its layers
+        args.append(("--num-virtual-stages-per-pipeline-rank", v))
+    if kind == CHUNK_LAYOUT or chunked:  # the chunks themselves: the virtual stages are their count / pp
+        given = (first, last) if chunked else (0, 0)
+        args.append(("--pipeline-model-parallel-layout", pipeline_layout(ctx.model.num_layers, lay.pp, v,
+                                                                         ctx.model.mtp_layers, *given)))
     if kind == EMBEDDING_AND_LOSS:
         args += [("--account-for-embedding-in-pipeline-split", None), ("--account-for-loss-in-pipeline-split", None)]
-    elif kind == FIRST_LAST:
+    elif kind == FIRST_LAST and not chunked:
         args += [("--decoder-first-pipeline-num-layers", first), ("--decoder-last-pipeline-num-layers", last)]
     args += [("--micro-batch-size", ctx.microbatch_seqs), ("--global-batch-size", ctx.global_batch_seqs)]
     zero = ctx.effective_zero_stage
@@ -458,10 +462,12 @@ def check(text: str, ctx: ExportContext) -> list[str]:
     return out
 
 
-def pipeline_layout(num_layers: int, pp: int, v: int, mtp_layers: int = 0) -> str:
-    """Megatron's ``--pipeline-model-parallel-layout`` of ``core.stages.chunk_layout``: the pp x v
-    chunks in order, '|' between them, E the embedding, t a layer, m an MTP module, L the loss."""
-    chunks = ["".join(c) for c in chunk_layout(num_layers, pp, v)]
+def pipeline_layout(num_layers: int, pp: int, v: int, mtp_layers: int = 0, first: int = 0, last: int = 0) -> str:
+    """Megatron's ``--pipeline-model-parallel-layout`` of ``core.stages.chunk_layout`` (or, with ``first`` and
+    ``last``, of ``given_chunks``): the pp x v chunks in order, '|' between them, E the embedding, t a layer,
+    m an MTP module, L the loss."""
+    chunks = ["".join(c) for c in (given_chunks(num_layers, pp, v, first, last) if first or last
+                                   else chunk_layout(num_layers, pp, v))]
     chunks[-1] = chunks[-1].replace("L", "m" * mtp_layers + "L")
     return "|".join(chunks)
 

@@ -56,7 +56,7 @@ SHARE_BOUNDS = (0.0, 1.0)  # fractions that may be zero (overlap_interference)
 # of the communication library on the chip, not of one chip's kernels (NCCL's kernels on the SMs of every GPU)
 SHARED_KIND = {"overlap_interference": "gpu", "moe_overhead_graphed_share": "gpu"}
 SCALES = {"matmul_half_efficiency_tokens": 128.0, "microbatch_overhead_s": 1e-4, "step_overhead_s": 1e-2,
-          "moe_layer_overhead_s": 1e-4, "blocking_launch_s_per_layer_pass": 1e-3,
+          "moe_layer_overhead_s": 1e-4, "moe_expert_overhead_s": 1e-5, "blocking_launch_s_per_layer_pass": 1e-3,
           "collective_half_efficiency_bytes": 65536.0}
 # Accelerator field (SI) -> (hardware YAML key under `calibration:`, factor from SI to the YAML unit)
 YAML_KEYS = {"matmul_efficiency": ("matmul_efficiency", 1.0),
@@ -70,6 +70,7 @@ YAML_KEYS = {"matmul_efficiency": ("matmul_efficiency", 1.0),
              "step_overhead_s": ("step_overhead_ms", 1e3),
              "grouped_matmul_efficiency": ("grouped_matmul_efficiency", 1.0),
              "moe_layer_overhead_s": ("moe_layer_overhead_us", 1e6),
+             "moe_expert_overhead_s": ("moe_expert_overhead_us", 1e6),
              "overlap_interference": ("overlap_interference", 1.0),
              "moe_overhead_graphed_share": ("moe_overhead_graphed_share", 1.0),
              "blocking_launch_s_per_layer_pass": ("blocking_launch_us_per_layer_pass", 1e6)}

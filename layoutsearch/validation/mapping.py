@@ -151,6 +151,12 @@ is applied to every record:
     etp, microbatch and global batch), what the row does not state is taken from the preset: its CUDA graphs
     (rule 20's setting), the EP AllToAll overlap (rule 17) and the token dispatcher (rule 17). Where the layouts
     differ the row ran another configuration: nothing is taken, and the notes say which fields differ.
+23. Pipeline split of Megatron-Bridge's DeepSeek-V3: every release's recipe (``recipes/deepseek/deepseek_v3.py``
+    ``set_deepseek_v3_pipeline_model_parallel_layout``, the same map from 25.09 to 26.08) lays the 61 layers out
+    in chunks of 64 / (pp x vp) with the last chunk holding one layer, the MTP module and the loss, for (pp, vp)
+    in (4, 1), (8, 1), (4, 2), (16, 1), (8, 2), (4, 4). A Megatron-Bridge DeepSeek-V3 row with one of those is
+    costed with that split: first stage 64 / pp layers, last stage 64 / pp - 3 (``Layout.first_stage_layers``,
+    ``last_stage_layers``); other rows and sources take the engine's split.
 """
 
 from __future__ import annotations
@@ -261,6 +267,21 @@ def mbridge_preset(record: dict) -> tuple[dict | None, list[str]]:
                       if f in entry["layout"] and ours[f] != entry["layout"][f]]
             return (None if differ else entry), differ
     return None, []
+
+
+DEEPSEEK_V3_RECIPE_SPLITS = ((4, 1), (8, 1), (4, 2), (16, 1), (8, 2), (4, 4))  # rule 23: (pp, vp)
+
+
+def recipe_stage_layers(record: dict) -> tuple[int, int] | None:
+    """Rule 23: (first, last) stage layers of a Megatron-Bridge DeepSeek-V3 row whose (pp, vp) the recipe's
+    layout map covers, else None."""
+    lay = record["layout"]
+    pp, vp = lay["pp"], lay["virtual_stages"] or 1
+    row = _mbridge_row(record)
+    if row is None or not row[1].startswith("DeepSeekV3") or (pp, vp) not in DEEPSEEK_V3_RECIPE_SPLITS \
+            or record["model"]["num_layers"] != 61:
+        return None
+    return 64 // pp, 64 // pp - 3
 
 
 def named_ep_comm_overlap(record: dict) -> bool | None:
@@ -489,6 +510,10 @@ def mapping_notes(record: dict) -> list[str]:
                      f"{'DeepEP/HybridEP' if deepep(record) else 'alltoall'} where the row names none")
     elif differ:
         notes.append(f"Megatron-Bridge preset not applied: the row's layout differs ({', '.join(differ)})")
+    if recipe_stage_layers(record):
+        first, last = recipe_stage_layers(record)
+        notes.append(f"pipeline split of the DeepSeek-V3 recipe: first stage {first} layers, last {last} "
+                     f"(with the MTP module and the loss)")
     if grad_bytes(record) == 2:
         notes.append("Megatron-FSDP: gradients reduced in bf16 (its recommended --grad-reduce-in-bf16)")
     if lay.get("async_tp") is True and source_family(record) not in TP_OVERLAP_SOURCES:
@@ -774,7 +799,9 @@ def record_to_problem(record: dict) -> Mapped | str:
         return cluster
     vs = lay["virtual_stages"] or 1
     sp = lay["sequence_parallel"] if lay["sequence_parallel"] is not None else (lay["tp"] > 1 and not _is_bigscience(record))
+    first, last = recipe_stage_layers(record) or (None, None)
     layout = Layout(dp=dp, fsdp=fsdp, tp=lay["tp"], pp=lay["pp"], cp=lay["cp"], ep=lay.get("ep") or automodel_ep(record) or 1,
+                    first_stage_layers=first, last_stage_layers=last,
                     etp=lay.get("etp") or 1, zero_stage=zero, virtual_stages=vs,
                     num_microbatches=mb[1],
                     recompute=(named_policy(record) or custom_offload_policy(record) or modules_policy(record)
