@@ -85,10 +85,12 @@ def main() -> int:
     lines = ["# Mixture-of-experts plans: the engine's winner against the published layout", "",
              "Regenerate: `python scripts/moe_report.py` (from the repository root).", "",
              "The MoE cost model (COSTS.md \"Mixture of experts\", `costs/terms.py`): routed experts as grouped GEMMs at the "
-             "rows each local expert gets (m k ep etp / (tp E)) times the fitted `grouped_matmul_efficiency`; a fixed "
-             "`moe_layer_overhead_us` per MoE layer and microbatch (router, permutation, the dispatcher's host sync), "
-             "fitted per accelerator family on `tests/data/runs_moe_dev.yaml` (the runs without CUDA graphs; scoped "
-             "graphs remove 0.6 of it, a full-iteration graph all of it; the plans below assume none); the dispatch and combine AllToAlls (4 per "
+             "rows each local expert gets (m k ep etp / (tp E)) times the fitted `grouped_matmul_efficiency`; a host "
+             "overhead per MoE layer and microbatch, `moe_layer_overhead_us` (router, permutation, the dispatcher's "
+             "host sync) plus `moe_expert_overhead_us` per local expert (the grouped GEMM's launches), fitted per "
+             "accelerator family on `tests/data/runs_moe_dev.yaml` (the runs costed without CUDA graphs; scoped graphs "
+             "remove 0.72 of the per-layer part, a full-iteration graph all of it; the plans below assume none); the "
+             "dispatch and combine AllToAlls (4 per "
              "MoE layer and microbatch) on the links the ep group spans, exposed unless the framework profile overlaps "
              "them; expert weights and optimizer state divided by ep x etp and by the expert ZeRO group; MLA's latent "
              "projections; the MTP module on the last stage. The validation of these terms against 71 published MoE runs "
