@@ -200,8 +200,8 @@ def compute_per_microbatch(model: ModelSpec, workload: Workload, acc: Accelerato
     moved = host_offload_bytes_per_token(model, workload, sh, r, sequence_parallel) * m / (
         acc.host_bytes_per_s_per_direction or np.inf)
     offload_wait = layers * (np.maximum(0.0, moved - hides * (mm + attn)) + np.maximum(0.0, moved - hides * bwd_window))
-    moe_fixed = (layers * params.moe_layer_share(model) * moe_host_overhead_s(workload, acc, model.moe.num_experts / sh.ep)
-                 if model.moe is not None else 0.0)
+    moe_fixed = (layers * params.moe_layer_share(model)
+                 * moe_host_overhead_s(workload, acc, model.moe.num_experts / sh.ep) if model.moe is not None else 0.0)
     return {
         "compute/moe_fixed": moe_fixed,
         "compute/launch_wait": launch_wait,
@@ -219,12 +219,14 @@ def compute_per_microbatch(model: ModelSpec, workload: Workload, acc: Accelerato
     }
 
 
-def moe_host_overhead_s(workload: Workload, acc: Accelerator, local_experts=1.0):
-    """Seconds a MoE layer adds per microbatch beyond its FLOPs and token traffic (``moe_layer_overhead_s``), as
-    the workload's CUDA graphs leave it: all of it without graphs; scoped graphs (attention, router and
-    preprocessing captured per layer) remove ``moe_overhead_graphed_share`` of it, while the dropless
-    dispatcher's host sync on the token counts and the expert kernels' launches stay; a full-iteration graph
-    removes it all (the host launches one graph per step: Megatron-Core MoE docs, "CUDA graphs")."""
+def moe_host_overhead_s(workload: Workload, acc: Accelerator, local_experts):
+    """Seconds a MoE layer adds per microbatch beyond its FLOPs and token traffic (keys S: ``local_experts`` =
+    num_experts / ep), as the workload's CUDA graphs leave them: ``moe_layer_overhead_s`` for the router, the
+    permutation and the dropless dispatcher's host sync on the token counts, plus ``moe_expert_overhead_s`` per
+    local expert for the grouped GEMM's launches (Transformer Engine's GroupedLinear issues one GEMM per local
+    expert, forward and backward). Scoped graphs (attention, router and preprocessing captured per layer) remove
+    ``moe_overhead_graphed_share`` of the per-layer part; the sync and the expert launches stay. A full-iteration
+    graph removes it all (the host launches one graph per step: Megatron-Core MoE docs, "CUDA graphs")."""
     if workload.cuda_graphs == "full_iteration":
         return 0.0 * local_experts
     kept = 1.0 - acc.moe_overhead_graphed_share if workload.cuda_graphs == "scoped" else 1.0

@@ -167,8 +167,8 @@ from dataclasses import replace
 from functools import cache
 from pathlib import Path
 
-from layoutsearch.core.catalogue import accelerator_names, load_accelerator, model_from_dict
 from layoutsearch.core import io
+from layoutsearch.core.catalogue import accelerator_names, load_accelerator, model_from_dict
 from layoutsearch.core.check import check_layout
 from layoutsearch.core.errors import CatalogueError, InvalidArgumentError, LayoutsearchError, did_you_mean
 from layoutsearch.core.frameworks import RECORD_FRAMEWORKS, default_framework, framework_of_record
@@ -258,15 +258,17 @@ def mbridge_preset(record: dict) -> tuple[dict | None, list[str]]:
     if row is None:
         return None, []
     release, model, system, precision = row
+    ours, first_differ = _preset_layout_of(record), None
     for entry in mbridge_presets():
         # the 25.09 tables give no fp8 recipe: their presets' "fp8" is any
-        same_precision = entry["precision"] == precision or entry["precision"] == precision.split("-")[0]
+        same_precision = entry["precision"] in (precision, precision.split("-")[0])
         if (entry["release"], entry["model"], entry["system"]) == (release, model, system) and same_precision:
-            ours = _preset_layout_of(record)
             differ = [f"{f} {ours[f]} (preset {entry['layout'][f]})" for f in PRESET_LAYOUT
                       if f in entry["layout"] and ours[f] != entry["layout"][f]]
-            return (None if differ else entry), differ
-    return None, []
+            if not differ:
+                return entry, []
+            first_differ = first_differ or differ
+    return None, first_differ or []
 
 
 DEEPSEEK_V3_RECIPE_SPLITS = ((4, 1), (8, 1), (4, 2), (16, 1), (8, 2), (4, 4))  # rule 23: (pp, vp)
