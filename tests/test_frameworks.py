@@ -808,3 +808,24 @@ def test_megatron_core_accepts_the_chunk_layout_of_deepseek_v3(tmp_path):
     parsed = PipelineParallelLayerLayout(layout, 4)
     parsed.validate_layer_layout(61, 1)
     assert parsed.virtual_pipeline_model_parallel_size == 4
+
+
+def test_megatron_core_accepts_the_megatron_bridge_deepseek_v3_split():
+    """Megatron-Bridge's DeepSeek-V3 recipe on pp=8 x 2 virtual stages (mapping rule 23: 8 layers on the first
+    stage, 5 with the MTP module and the loss on the last): first/last counts the virtual stages do not divide are
+    exported as chunks, and megatron-core's own layout checks take them."""
+    layouts = pytest.importorskip("megatron.core.transformer.pipeline_parallel_layer_layout")
+
+    from layoutsearch.core.problem import Problem, build_workload
+    from layoutsearch.costs.estimate import estimate
+    from layoutsearch.report.output import estimate_document
+
+    problem = Problem.build("deepseek-v3", "b200-256", build_workload(4096, 4096, precision="fp8"))
+    lay = Layout(fsdp=32, pp=8, ep=32, virtual_stages=2, schedule="interleaved", zero_stage=1, num_microbatches=128,
+                 recompute="mla_up_proj", first_stage_layers=8, last_stage_layers=5)
+    args = parse_args(export_document(estimate_document(estimate(problem, lay, strict=False)), "megatron"))
+    layout = args["--pipeline-model-parallel-layout"]
+    assert layout == "Etttt|" + "tttt|" * 14 + "tmL"
+    parsed = layouts.PipelineParallelLayerLayout(layout, 8)
+    parsed.validate_layer_layout(61, 1)
+    assert parsed.virtual_pipeline_model_parallel_size == 2
