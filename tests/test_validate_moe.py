@@ -357,6 +357,16 @@ def test_the_catalogues_moe_host_overhead_is_what_its_commands_fit(moe_runs, cap
     assert main(["calibrate", str(MOE_DEV), "--fit", "moe_layer_overhead_s", "--cuda-graphs", "some"]) == 2
     assert capsys.readouterr().err.strip() == ("error: --cuda-graphs: unknown value 'some' (did you mean 'scoped'?); "
                                                "known: none, scoped, full_iteration")
+    # nothing to fit (no A100 MoE record; no H100 record with a full-iteration graph): one line and exit 1
+    for args in (["--accelerator", "a100-80gb", "--fit", "moe_expert_overhead_s"],
+                 ["--accelerator", "a100-80gb", "--fit", "", "--shared", "overlap_interference"],
+                 ["--accelerator", "h100", "--fit", "moe_layer_overhead_s", "--cuda-graphs", "full_iteration"]):
+        assert main(["calibrate", str(MOE_DEV), *args]) == 1
+        err = capsys.readouterr().err.strip()
+        assert err.startswith("error: no record of ") and err.endswith("has a measured throughput to fit"), err
+        assert "\n" not in err and "Traceback" not in err
+    assert err == (f"error: no record of h100 in {MOE_DEV} costed with --cuda-graphs full_iteration has a measured "
+                   f"throughput to fit")
 
 
 def test_megatron_fsdp_records_reduce_gradients_in_bf16(by_id):

@@ -40,6 +40,11 @@ def calibrate(
     wanted = parse_names(graphs, CUDA_GRAPHS, "--cuda-graphs", "value") if graphs is not None else CUDA_GRAPHS
     exclude = [r["id"] for r in records if record_cuda_graphs(r) not in wanted]
     result = fit(records, accelerators=accs, params=fields, shared=common, exclude=exclude)
+    if not any(family.get("records") for family in result.values()):  # nothing to fit: say so, exit 1
+        which = f"of {', '.join(accs)} " if accs else ""
+        graphed = f" costed with --cuda-graphs {graphs}" if graphs is not None else ""
+        typer.echo(f"error: no record {which}in {runs}{graphed} has a measured throughput to fit", err=True)
+        raise typer.Exit(1)
     render.calibration_report(result)
     if write:
         written = write_calibration(result, catalogue_dir("hardware"), runs_name=Path(runs).name,

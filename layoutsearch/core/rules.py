@@ -397,10 +397,6 @@ def _etp_nearest(caps: Capabilities, c: dict) -> str:
     return fix + (", or ep > 1" if c["ep"] == 1 and set(caps.expert_tensor) - set(choices) else "")
 
 
-def _dropless_moe(p: Problem) -> bool:
-    return p.model.moe is not None and p.model.moe.capacity_factor is None
-
-
 def _graphs_ok(caps: Capabilities, p: Problem, c: Cand) -> np.ndarray:
     """The workload's CUDA graphs are ones the target writes, with the candidate's recompute policy and model."""
     graphs, ok = p.workload.cuda_graphs, np.ones_like(c["r"], dtype=bool)
@@ -408,7 +404,7 @@ def _graphs_ok(caps: Capabilities, p: Problem, c: Cand) -> np.ndarray:
         return ~ok
     if graphs == "scoped" and caps.recompute_with_scoped_graphs is not None:
         return np.isin(c["r"], [RECOMPUTE_CODES[r] for r in caps.recompute_with_scoped_graphs])
-    if graphs == "full_iteration" and _dropless_moe(p) and not caps.full_graph_dropless_moe:
+    if graphs == "full_iteration" and p.model.dropless_moe and not caps.full_graph_dropless_moe:
         return ~ok
     return ok
 
@@ -576,7 +572,7 @@ def framework_rules(caps: Capabilities) -> tuple[Rule, ...]:
          lambda p, c: text(f"{caps.target}-unfused-attention", "materialised attention scores (--no-fused-attention)",
                            "--fused-attention, or export to megatron or maxtext")),
         (f"{caps.target}-capacity", (),
-         lambda p, c: caps.drop_and_pad or p.model.moe is None or p.model.moe.capacity_factor is None,
+         lambda p, c: caps.drop_and_pad or p.model.moe is None or p.model.dropless_moe,
          lambda p: f"{name}: " + ("MoE capacity factors (drop and pad)" if caps.drop_and_pad else "dropless MoE only"),
          lambda p, c: text(f"{caps.target}-capacity", f"the capacity factor {p.model.moe.capacity_factor:g} of "
                                                       f"{p.model_id} (every expert padded to its capacity)",

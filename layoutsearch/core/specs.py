@@ -159,6 +159,11 @@ class ModelSpec:
         """The MLP activation: ``activation`` or the default of the MLP kind (silu gated, gelu plain)."""
         return self.activation or ("silu" if self.mlp == "gated" else "gelu")
 
+    @property
+    def dropless_moe(self) -> bool:
+        """A MoE model whose experts take every token routed to them (no capacity factor: no drop, no padding)."""
+        return self.moe is not None and self.moe.capacity_factor is None
+
     def is_moe_layer(self, layer: int) -> bool:
         """Whether layer ``layer`` (from 0) has the MoE MLP (``MoeSpec``'s rule)."""
         moe = self.moe

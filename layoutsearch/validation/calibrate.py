@@ -303,6 +303,8 @@ def _calibrate_joint(records, accelerators, params, shared, exclude) -> dict:
         wanted = set(accelerators)
         kept = [r for r in kept if {r["cluster"]["accelerator"], family_of(r["cluster"]["accelerator"])} & wanted]
     groups = {name: usable_problems(kept, name) for name in sorted({family_of(r["cluster"]["accelerator"]) for r in kept})}
+    if not any(groups.values()):  # nothing to fit
+        return {name: {"records": 0, "skipped_reason": "no usable records"} for name in groups}
     fitted = fit_joint(groups, params, shared)
     out = {}
     for name, problems in groups.items():
