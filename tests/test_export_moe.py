@@ -126,6 +126,8 @@ def test_megatron_deepseek_v3_flags_are_the_model_and_layout_numbers():
         "--moe-shared-expert-intermediate-size": "2048", "--moe-layer-freq": "([0]*3+[1]*58)",
         "--expert-model-parallel-size": "8", "--expert-tensor-parallel-size": "1"}
     assert eval_layer_freq(args["--moe-layer-freq"], 61) == [int(m.is_moe_layer(i)) for i in range(61)]
+    assert ("# --mtp-num-layers 1: the MTP modules are counted in the parameters and the predicted time (a layer and "
+            "an output-head pass each, on the last stage), not in the memory.") in exported(DSV3, "megatron")
     assert {k: args[k] for k in ("--q-lora-rank", "--kv-lora-rank", "--qk-head-dim", "--qk-pos-emb-head-dim",
                                  "--v-head-dim", "--mtp-num-layers", "--rope-type")} == {
         "--q-lora-rank": "1536", "--kv-lora-rank": "512", "--qk-head-dim": "128", "--qk-pos-emb-head-dim": "64",

@@ -22,7 +22,7 @@ runner = CliRunner()
     ((126, 8, 8), (15, 16, 15, "embedding-and-loss")),  # NVIDIA's Llama 3.1 405B: pp=8, 8 virtual stages
     ((80, 8, 1), (10, 10, 10, "even")),
     ((126, 16, 1, 6, 8), (6, 8, 8, "first-last")),  # given first and last: 14 middle stages of 8
-    ((32, 3, 1), (10, 11, 11, "first-last")),  # proposed: middle ceil(32/3) = 11, the rest shared
+    ((32, 3, 1), (11, 11, 10, "first-last")),  # proposed: middle ceil(32/3) = 11, the rest shared, the last lighter
     ((126, 1, 1), (126, 126, 126, "even")),
     # Megatron --pipeline-model-parallel-layout, as NVIDIA's DeepSeek-V3 recipes: 61 layers + embedding + loss
     # in 16 chunks of 4 slots (the last one 3): stage 0 holds E + 15 layers, stage 3 14 layers + the loss
@@ -58,6 +58,45 @@ def test_given_chunks_spread_each_stage_over_its_virtual_stages_as_megatron_brid
     # 30 layers on pp=3 x 4, 9 on the first and last stages: chunks of 3, the 9 as 3+3+2+1 (a layer left per chunk)
     assert ["".join(c) for c in given_chunks(30, 3, 4, 9, 9)] == ["Ettt", "ttt", "ttt", "ttt", "ttt", "ttt", "tt",
                                                                   "ttt", "tt", "t", "ttt", "tL"]
+
+
+@pytest.mark.parametrize("layers, pp, v, head, expected", [
+    (61, 8, 1, 4, (8, 8, 5)),  # DeepSeek-V3 (its output head and MTP module: 4 layers' worth) as Megatron-Bridge splits it
+    (61, 16, 1, 4, (4, 4, 1)),  # ... and on pp=16: the recipe's 4 / 1
+    (61, 8, 1, 0, (7, 8, 6)),  # no head: the rest shared, the odd layer first
+    (36, 8, 1, 5, (5, 5, 1)),  # GPT-OSS-120B: at least one layer on the last stage
+    (32, 3, 1, 30, (11, 11, 10)),  # the first stage takes no more than a middle one
+    (36, 4, 3, 3, (9, 9, 9)),  # even splits stay even
+])
+def test_proposed_splits_take_the_output_head_off_the_last_stage(layers, pp, v, head, expected):
+    first, middle, last, kind, ok = split_layers(layers, pp, v, head=head)
+    assert (int(first[0]), int(middle[0]), int(last[0])) == expected and ok[0]
+
+
+def test_the_heads_weight_never_changes_whether_or_how_a_pipeline_splits():
+    """The rules read a split's kind and validity without the head (core does not weigh layers): they must be
+    the same for every head weight, and the stages' layers must still add up."""
+    for layers in (7, 32, 36, 48, 61, 94, 126):
+        for pp in (2, 3, 4, 5, 7, 8, 16):
+            for v in (1, 2, 3, 4):
+                base = split_layers(layers, pp, v)
+                for head in (1, 2, 4, 9):
+                    first, middle, last, kind, ok = split_layers(layers, pp, v, head=head)
+                    assert (int(kind[0]), bool(ok[0])) == (int(base[3][0]), bool(base[4][0])), (layers, pp, v, head)
+                    if ok[0] and pp > 2 and int(kind[0]) == 2:
+                        assert int(first[0]) + int(last[0]) + (pp - 2) * int(middle[0]) == layers
+
+
+def test_deepseek_v3_proposal_balances_the_last_stage_and_estimate_costs_it():
+    """61 layers on pp=8: the last stage holds the output head and the MTP module (four layers' worth,
+    params.output_layer_equivalents), so the engine proposes 8 / 8 / 5 layers, and the slowest stage is no longer
+    the last: the step is faster than with the heavier last stage of the same pipeline given as 6 / 7."""
+    problem = Problem.build("deepseek-v3", "h100-2048", build_workload(15360, 4096))
+    base = dict(fsdp=128, tp=2, pp=8, ep=16, zero_stage=2, num_microbatches=120)
+    proposed = estimate(problem, Layout(**base))
+    assert layout_record(proposed)["stage_layers"] == {"first": 8, "middle": 8, "last": 5, "split": "first-last"}
+    heavy_last = estimate(problem, Layout(**base, first_stage_layers=6, last_stage_layers=7))
+    assert heavy_last.step_time_s / proposed.step_time_s == pytest.approx(1.179, abs=0.005)
 
 
 @pytest.mark.parametrize("args", [(126, 16, 9), (126, 16, 1, 9, 9), (126, 16, 1, 7, 6), (32, 2, 1, 10, 10),

@@ -116,8 +116,7 @@ STRUCTURE: tuple[Rule, ...] = (
           lambda p: f"tp and num_kv_heads({p.model.num_kv_heads}) divide one another",
           lambda p, c: f"tp({c['tp']}) does not divide num_kv_heads({p.model.num_kv_heads}) "
                        f"and {p.model.num_kv_heads} does not divide {c['tp']}"),
-    _rule("pp-layers", ("pp", "v"), lambda p, c: split_layers(p.model.num_layers, c["pp"], c["v"],
-                                                               c.get("lf", 0), c.get("ll", 0))[4],
+    _rule("pp-layers", ("pp", "v"), lambda p, c: _split(p, c)[4],
           lambda p: f"the pipeline splits num_layers({p.model.num_layers}): evenly, counting the embedding and "
                     f"loss as layers, or with lighter first and last stages",
           lambda p, c: f"num_layers({p.model.num_layers}) cannot be split over pp({c['pp']}) x "
@@ -201,10 +200,16 @@ CANONICAL: tuple[Rule, ...] = (
 )
 
 
+def _split(p: Problem, c: Cand):
+    """``core.stages.split_layers`` of the candidates' pipelines (first, middle, last, kind, ok); the rules read
+    only kind and ok, which the output head's weight (``head``) does not change."""
+    return split_layers(p.model.num_layers, c["pp"], c["v"], c.get("lf", 0), c.get("ll", 0))
+
+
 def _standard_split_or_none(p: Problem, c: Cand) -> np.ndarray:
     """Search only: a candidate uses a chunk layout (core.stages) only when its pp has no other split
     for any number of virtual stages (Megatron runs awkward layer counts, DeepSeek-V3's 61, that way)."""
-    kind = split_layers(p.model.num_layers, c["pp"], c["v"], c.get("lf", 0), c.get("ll", 0))[3]
+    kind = _split(p, c)[3]
     chunked = kind == CHUNK_LAYOUT
     if not chunked.any():
         return np.ones_like(chunked, dtype=bool)
@@ -461,7 +466,7 @@ def _state_precision_text(caps: Capabilities, p: Problem, c: dict, text) -> str:
 
 
 def _split_name(p: Problem, c: Cand) -> np.ndarray:
-    kind = split_layers(p.model.num_layers, c["pp"], c["v"], c.get("lf", 0), c.get("ll", 0))[3]
+    kind = _split(p, c)[3]
     return np.vectorize(SPLIT_NAMES.get, otypes=[object])(kind)
 
 

@@ -14,8 +14,9 @@ pp no longer has to divide the layers. Three splits, in the order the engine tri
    (megatron-core TransformerConfig), or, given counts that do not, each stage's layers spread over
    its v chunks (Megatron ``--pipeline-model-parallel-layout``: ``given_chunks``), as Megatron-Bridge's
    DeepSeek-V3 recipes lighten the last stage by three layers for the MTP module and the loss.
-   Without given counts the engine proposes the lightest equal first and last stages next to middle
-   stages of ceil(L / pp) layers rounded up to v.
+   Without given counts the engine proposes first and last stages next to middle stages of ceil(L / pp)
+   layers rounded up to v: they share the rest, the last stage ``head`` layers lighter (its output head
+   and multi-token-prediction modules, ``costs.params.output_layer_equivalents``) where the rest allows.
 
 4. chunk layout (Megatron ``--pipeline-model-parallel-layout``, as NVIDIA's DeepSeek-V3 recipes
    split 61 layers over pp=4 x 4 virtual stages): with virtual stages, when none of the above
@@ -37,8 +38,10 @@ SPLIT_NAMES = {EVEN: "even", EMBEDDING_AND_LOSS: "embedding-and-loss", FIRST_LAS
                CHUNK_LAYOUT: "chunk-layout"}
 
 
-def split_layers(num_layers: int, pp, v, first=0, last=0):
-    """(first, middle, last, kind, ok) arrays; ``first``/``last`` 0 = not given (the engine's choice)."""
+def split_layers(num_layers: int, pp, v, first=0, last=0, head: int = 0):
+    """(first, middle, last, kind, ok) arrays; ``first``/``last`` 0 = not given (the engine's choice);
+    ``head``: layers' worth of work the last stage does besides its layers, which a proposed split takes off it;
+    it moves layers between the first and the last stage only, never changes ``kind`` or ``ok``."""
     pp, v, first, last = (np.atleast_1d(np.asarray(x, dtype=np.int64)) for x in (pp, v, first, last))
     pp, v, first, last = np.broadcast_arrays(pp, v, first, last)
     L, chunks = num_layers, pp * v
@@ -51,8 +54,11 @@ def split_layers(num_layers: int, pp, v, first=0, last=0):
     mid_guess = -(-mid_guess // v) * v
     rest = L - (pp - 2) * mid_guess
     propose = ~given & ~even & ~account
-    f_given = np.where(given, first, np.where(propose, rest // 2, 0))
-    l_given = np.where(given, last, np.where(propose, rest - rest // 2, 0))
+    # the last stage gets half of what the rest leaves after its head, in whole chunks of v, at least one chunk,
+    # and no less than leaves the first stage a middle stage's count
+    lighter = np.maximum(np.maximum((rest - head) // (2 * v) * v, v), rest - mid_guess)
+    f_given = np.where(given, first, np.where(propose, rest - lighter, 0))
+    l_given = np.where(given, last, np.where(propose, lighter, 0))
     middle_count = np.maximum(pp - 2, 1)
     m_given = np.where(pp > 2, (L - f_given - l_given) // middle_count, np.maximum(f_given, l_given))
     # each stage a multiple of v: --decoder-first/last-pipeline-num-layers; given counts that are not are a

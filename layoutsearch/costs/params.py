@@ -197,6 +197,18 @@ def mtp_params_per_layer(model: ModelSpec) -> int:
     return 3 * model.params_per_norm + 2 * model.d_model * model.d_model + block
 
 
+def output_layer_equivalents(model: ModelSpec) -> int:
+    """Whole layers' worth of work the last pipeline stage does besides its own layers (``core.stages``
+    proposals take them off it): the output head, V x D weights against the mean layer's active ones (its
+    own and the top-k routed experts'), once for the model and once per multi-token-prediction module, plus
+    each module's layer. Llama 3 70B: 1; Llama 3 8B: 2; DeepSeek-V3 (one MTP module): 4."""
+    active = layer_params(model)
+    if model.moe is not None:
+        active = active + expert_layer_params(model) * model.moe.top_k / model.moe.num_experts
+    head = model.vocab_size * model.d_model / active
+    return int(round(model.mtp_layers + (1 + model.mtp_layers) * head))
+
+
 def stage_layers(model: ModelSpec, pp: int) -> int:
     """Transformer layers on one pipeline stage (layers are divisible by pp in a valid layout)."""
     return model.num_layers // pp

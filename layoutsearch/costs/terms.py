@@ -84,12 +84,13 @@ class Shapes:
             out.__dict__.setdefault("_split", {})[layers] = tuple(a[index] for a in split)
         return out
 
-    def layer_split(self, num_layers: int):
-        """``core.stages.split_layers`` of these rows (first, middle, last, kind, ok), computed once."""
+    def layer_split(self, model: ModelSpec):
+        """``core.stages.split_layers`` of these rows for the model (first, middle, last, kind, ok), computed once."""
         cache = self.__dict__.setdefault("_split", {})
-        if num_layers not in cache:
-            cache[num_layers] = split_layers(num_layers, self.pp, self.v, self.lf, self.ll)
-        return cache[num_layers]
+        layers, head = key = (model.num_layers, params.output_layer_equivalents(model))
+        if key not in cache:
+            cache[key] = split_layers(layers, self.pp, self.v, self.lf, self.ll, head=head)
+        return cache[key]
 
     @property
     def units(self):
@@ -139,7 +140,7 @@ def tokens_per_microbatch(workload: Workload, sh: Shapes, k):
 def layers_per_stage(model: ModelSpec, sh: Shapes, last=False):
     """Layers of the last stage (``last``), else of the first stage standing for the middle ones: the
     heavier of the two (core.stages; uneven splits make the first stage lighter than the middle)."""
-    first, middle, final, _, _ = sh.layer_split(model.num_layers)
+    first, middle, final, _, _ = sh.layer_split(model)
     return np.where(last, final, np.maximum(first, middle))
 
 

@@ -324,8 +324,8 @@ def _model_notes(ctx: ExportContext) -> list[str]:
                      f"tensor axis (etp = tp = {lay.tp}). Router recipe (load_balance_loss_weight, routed_scaling_factor, "
                      f"expert groups) not decided by layoutsearch.")
     if m.mtp_layers:
-        notes.append(f"mtp_num_layers {m.mtp_layers}: the MTP modules are counted in the parameters but not in the "
-                     f"predicted time or memory.")
+        notes.append(f"mtp_num_layers {m.mtp_layers}: the MTP modules are counted in the parameters and the "
+                     f"predicted time (a layer and an output-head pass each, on the last stage), not in the memory.")
     if m.rope_scaling is not None and _rope_fixed(m) != MAXTEXT_ROPE_FIXED:
         notes.append("rope scaling: MaxText's llama3.1 RoPE fixes factor 8, low 1, high 4, original context 8192; "
                      f"this model has {', '.join(f'{v:g}' for v in _rope_fixed(m))}.")

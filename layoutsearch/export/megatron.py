@@ -79,6 +79,7 @@ from layoutsearch.core.stages import (CHUNK_LAYOUT, EMBEDDING_AND_LOSS, EVEN, FI
                                       split_layers)
 from layoutsearch.core.rules import Capabilities
 from layoutsearch.core.specs import ModelSpec
+from layoutsearch.costs.params import output_layer_equivalents
 from layoutsearch.export.context import ExportContext, comment_block, header_lines, placeholder_note, set_me
 
 ARRAY = "MEGATRON_ARGS"
@@ -240,7 +241,8 @@ def _parallel_args(ctx: ExportContext) -> list[tuple[str, object]]:
     if lay.tp > 1 and lay.sequence_parallel:
         args.append(("--sequence-parallel", None))
     first, middle, last, kind, _ = (int(x[0]) for x in split_layers(
-        ctx.model.num_layers, lay.pp, lay.virtual_stages, lay.first_stage_layers or 0, lay.last_stage_layers or 0))
+        ctx.model.num_layers, lay.pp, lay.virtual_stages, lay.first_stage_layers or 0, lay.last_stage_layers or 0,
+        head=output_layer_equivalents(ctx.model)))
     v = lay.virtual_stages
     chunked = kind == FIRST_LAST and v > 1 and bool(first % v or middle % v or last % v)  # core.stages.given_chunks
     if v > 1 and kind == EVEN:
@@ -345,8 +347,8 @@ def _model_notes(ctx: ExportContext) -> list[str]:
                      f"{m.rope_theta:g}); MLA defaults to YaRN, so --rope-type rope is written (set --rope-type yarn "
                      "and its --rotary-scaling-factor/--mscale for a long-context run).")
     if m.mtp_layers:
-        notes.append(f"--mtp-num-layers {m.mtp_layers}: the MTP modules are counted in the parameters but not in "
-                     f"the predicted time or memory.")
+        notes.append(f"--mtp-num-layers {m.mtp_layers}: the MTP modules are counted in the parameters and the "
+                     f"predicted time (a layer and an output-head pass each, on the last stage), not in the memory.")
     act = m.activation_name
     if act not in (GATED_ACTIVATIONS if m.mlp == "gated" else PLAIN_ACTIVATIONS):
         notes.append(f"activation {act}: Megatron writes {'--swiglu (SiLU)' if m.mlp == 'gated' else 'GELU'}; "

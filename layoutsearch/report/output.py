@@ -52,7 +52,8 @@ def stage_layers_record(est: Estimate) -> dict:
     """Layers of the first, a middle and the last pipeline stage, and how they were split (core.stages)."""
     lay = est.layout
     first, middle, last, kind, _ = split_layers(est.model.num_layers, lay.pp, lay.virtual_stages,
-                                                lay.first_stage_layers or 0, lay.last_stage_layers or 0)
+                                                lay.first_stage_layers or 0, lay.last_stage_layers or 0,
+                                                head=params.output_layer_equivalents(est.model))
     return {"first": int(first[0]), "middle": int(middle[0]), "last": int(last[0]), "split": SPLIT_NAMES[int(kind[0])]}
 
 

@@ -90,7 +90,7 @@ def _stage_flags(sh: terms.Shapes):
 def build_tables(space: Space) -> Tables:
     """Evaluate every cost term once per key it depends on, then quantise."""
     model, workload, acc = space.model, space.workload, space.cluster.accelerator
-    space.shapes.layer_split(model.num_layers)  # once per shape; every grid below takes its rows
+    space.shapes.layer_split(model)  # once per shape; every grid below takes its rows
     n_sk, codes, n_o = len(space.sk_k), space.recompute_codes, len(space.orders)
     sk = np.arange(n_sk)
 
