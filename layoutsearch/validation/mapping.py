@@ -150,13 +150,25 @@ is applied to every record:
     (file and name per entry). Where the preset's layout is the row's (devices, tp, pp, cp, virtual stages, ep,
     etp, microbatch and global batch), what the row does not state is taken from the preset: its CUDA graphs
     (rule 20's setting), the EP AllToAll overlap (rule 17) and the token dispatcher (rule 17). Where the layouts
-    differ the row ran another configuration: nothing is taken, and the notes say which fields differ.
+    differ, from 25.11 on, the row ran the preset with its parallelism overridden on the command line (``-tp -pp
+    -vp -ep -gb -mb -ng``): the performance scripts' ``set_user_overrides`` (``scripts/performance/utils/
+    overrides.py``, 25.11 to 26.08) leaves the preset's CUDA graphs, dispatcher and AllToAll overlap as they are
+    unless their own flags are given, which the table does not say; so these are taken from the preset that
+    differs in the fewest fields, and the notes name the overridden fields. 25.09's scripts (a YAML performance
+    matrix) have no such overrides: a 25.09 row whose layout differs takes nothing.
 23. Pipeline split of Megatron-Bridge's DeepSeek-V3: every release's recipe (``recipes/deepseek/deepseek_v3.py``
     ``set_deepseek_v3_pipeline_model_parallel_layout``, the same map from 25.09 to 26.08) lays the 61 layers out
     in chunks of 64 / (pp x vp) with the last chunk holding one layer, the MTP module and the loss, for (pp, vp)
     in (4, 1), (8, 1), (4, 2), (16, 1), (8, 2), (4, 4). A Megatron-Bridge DeepSeek-V3 row with one of those is
     costed with that split: first stage 64 / pp layers, last stage 64 / pp - 3 (``Layout.first_stage_layers``,
-    ``last_stage_layers``); other rows and sources take the engine's split.
+    ``last_stage_layers``). NeMo 25.04's performance script (``scripts/performance/llm/pretrain_deepseek_v3.py``,
+    which the DGX Cloud benchmarks run) sets first 64 / pp - 1 and last 64 / pp - 2 instead; those records (their
+    ``derived.container`` NeMo 25.04) take it. Other rows and sources take the engine's split.
+24. MLPerf configuration files: an MLPerf Training record that names its submission's configuration file (the
+    path under ``benchmarks/<benchmark>/implementations/``) takes the CUDA graphs that file sets where the record
+    names none (``MLPERF_CONFIG_GRAPHS``, the files read at mlcommons training_results_v6.0): Dell's GPT-OSS-20B
+    B200 and GB200 configurations set ``CUDA_GRAPH_SCOPE="attn,moe_router,moe_preprocess"`` with
+    ``CUDA_GRAPH_IMPLEMENTATION="transformer_engine"`` (scoped graphs).
 """
 
 from __future__ import annotations
@@ -251,14 +263,23 @@ def _preset_layout_of(record: dict) -> dict:
             "microbatch_seqs": lay["microbatch_seqs"], "global_batch_seqs": wl["global_batch_seqs"]}
 
 
+OVERRIDE_RELEASES_FROM = (25, 11)  # rule 22: scripts/performance/utils/overrides.py set_user_overrides
+
+
+def _release_key(release: str) -> tuple[int, ...]:
+    return tuple(int(x) for x in release.split("."))
+
+
 def mbridge_preset(record: dict) -> tuple[dict | None, list[str]]:
-    """Rule 22: (the release preset of a Megatron-Bridge row, or None; the layout fields where the preset differs
-    from the row). A preset is returned only when nothing differs."""
+    """Rule 22: (the release preset of a Megatron-Bridge row, or None; the layout fields where the row differs
+    from it). The preset whose layout is the row's; else, from 25.11 on (the performance scripts' parallelism
+    overrides keep the preset's other settings), the one that differs in the fewest fields, with them; else
+    (25.09) None with those fields."""
     row = _mbridge_row(record)
     if row is None:
         return None, []
     release, model, system, precision = row
-    ours, first_differ = _preset_layout_of(record), None
+    ours, candidates = _preset_layout_of(record), []
     for entry in mbridge_presets():
         # the 25.09 tables give no fp8 recipe: their presets' "fp8" is any
         same_precision = entry["precision"] in (precision, precision.split("-")[0])
@@ -267,8 +288,11 @@ def mbridge_preset(record: dict) -> tuple[dict | None, list[str]]:
                       if f in entry["layout"] and ours[f] != entry["layout"][f]]
             if not differ:
                 return entry, []
-            first_differ = first_differ or differ
-    return None, first_differ or []
+            candidates.append((len(differ), len(candidates), entry, differ))
+    if not candidates:
+        return None, []
+    _, _, entry, differ = min(candidates)
+    return (entry if _release_key(release) >= OVERRIDE_RELEASES_FROM else None), differ
 
 
 DEEPSEEK_V3_RECIPE_SPLITS = ((4, 1), (8, 1), (4, 2), (16, 1), (8, 2), (4, 4))  # rule 23: (pp, vp)
@@ -276,14 +300,18 @@ DEEPSEEK_V3_RECIPE_SPLITS = ((4, 1), (8, 1), (4, 2), (16, 1), (8, 2), (4, 4))  #
 
 def recipe_stage_layers(record: dict) -> tuple[int, int] | None:
     """Rule 23: (first, last) stage layers of a Megatron-Bridge DeepSeek-V3 row whose (pp, vp) the recipe's
-    layout map covers, else None."""
+    layout map covers, or of a NeMo 25.04 DeepSeek-V3 run (its performance script), else None."""
     lay = record["layout"]
     pp, vp = lay["pp"], lay["virtual_stages"] or 1
-    row = _mbridge_row(record)
-    if row is None or not row[1].startswith("DeepSeekV3") or (pp, vp) not in DEEPSEEK_V3_RECIPE_SPLITS \
-            or record["model"]["num_layers"] != 61:
+    if record["model"]["num_layers"] != 61 or pp <= 1 or 64 % pp:
         return None
-    return 64 // pp, 64 // pp - 3
+    row = _mbridge_row(record)
+    if row is not None and row[1].startswith("DeepSeekV3") and (pp, vp) in DEEPSEEK_V3_RECIPE_SPLITS:
+        return 64 // pp, 64 // pp - 3
+    if row is None and vp == 1 and str((record.get("derived") or {}).get("container", "")).startswith("NeMo 25.04") \
+            and "deepseek" in record["model"]["name"].lower():
+        return 64 // pp - 1, 64 // pp - 2
+    return None
 
 
 def named_ep_comm_overlap(record: dict) -> bool | None:
@@ -322,10 +350,25 @@ def named_cuda_graphs(record: dict) -> str | None:
     return "scoped" if re.search(r"CUDA graphs?\b", text) else None
 
 
+# rule 24: MLPerf configuration files -> the CUDA graphs they set, read at mlcommons training_results_v6.0 (the
+# Richardyu114/training_results_v6.0 mirror @ eabf23a07b2a)
+MLPERF_CONFIG_GRAPHS = {
+    "Dell/benchmarks/gpt_oss_20b/implementations/nemo/config_DGXB200_1x8x2xtp1pp1cp1ep2_mxfp8.sh": "scoped",
+    "Dell/benchmarks/gpt_oss_20b/implementations/nemo/config_GB200_2x4x2xtp1pp1cp1ep2_mxfp8.sh": "scoped",
+}
+
+
+def mlperf_config_graphs(record: dict) -> tuple[str, str] | None:
+    """Rule 24: (configuration file, CUDA graphs it sets) of an MLPerf record that names one we read, else None."""
+    text = str(record.get("derived") or {}) + str(record.get("source") or "")
+    return next(((path, graphs) for path, graphs in MLPERF_CONFIG_GRAPHS.items() if path in text), None)
+
+
 def cuda_graphs(record: dict) -> str:
-    """Rules 20 and 22: the CUDA graphs the record names, else its Megatron-Bridge preset's, else none."""
-    preset = mbridge_preset(record)[0]
-    return named_cuda_graphs(record) or (preset["cuda_graphs"] if preset else "none")
+    """Rules 20, 22 and 24: the CUDA graphs the record names, else its Megatron-Bridge preset's, else its MLPerf
+    configuration file's, else none."""
+    preset, config = mbridge_preset(record)[0], mlperf_config_graphs(record)
+    return named_cuda_graphs(record) or (preset["cuda_graphs"] if preset else config[1] if config else "none")
 
 
 def grad_bytes(record: dict) -> int:
@@ -506,16 +549,20 @@ def mapping_notes(record: dict) -> list[str]:
     preset, differ = mbridge_preset(record)
     if preset:
         commit, path, *name = preset["source"].split()
-        notes.append(f"Megatron-Bridge {preset['release']} preset ({' '.join(name) or path} @ {commit}), the row's "
-                     f"layout: CUDA graphs {cuda_graphs(record)}, AllToAll overlap "
+        layout = (f"its parallelism overridden ({', '.join(differ)})" if differ else "the row's layout")
+        notes.append(f"Megatron-Bridge {preset['release']} preset ({' '.join(name) or path} @ {commit}), {layout}: "
+                     f"CUDA graphs {cuda_graphs(record)}, AllToAll overlap "
                      f"{'on' if ep_comm_overlap(record) else 'off'}, dispatcher "
                      f"{'DeepEP/HybridEP' if deepep(record) else 'alltoall'} where the row names none")
     elif differ:
         notes.append(f"Megatron-Bridge preset not applied: the row's layout differs ({', '.join(differ)})")
+    if mlperf_config_graphs(record) and not named_cuda_graphs(record):
+        path, graphs = mlperf_config_graphs(record)
+        notes.append(f"CUDA graphs {graphs}, as its configuration file sets them ({path.rsplit('/', 1)[1]})")
     if recipe_stage_layers(record):
         first, last = recipe_stage_layers(record)
-        notes.append(f"pipeline split of the DeepSeek-V3 recipe: first stage {first} layers, last {last} "
-                     f"(with the MTP module and the loss)")
+        notes.append(f"pipeline split of the {'Megatron-Bridge' if _mbridge_row(record) else 'NeMo 25.04'} DeepSeek-V3 "
+                     f"recipe: first stage {first} layers, last {last} (with the MTP module and the loss)")
     if grad_bytes(record) == 2:
         notes.append("Megatron-FSDP: gradients reduced in bf16 (its recommended --grad-reduce-in-bf16)")
     if lay.get("async_tp") is True and source_family(record) not in TP_OVERLAP_SOURCES:
