@@ -12,6 +12,7 @@ import shutil
 from dataclasses import replace
 from pathlib import Path
 
+import numpy as np
 import pytest
 import yaml
 
@@ -692,6 +693,31 @@ def test_write_calibration_rewrites_only_the_calibration_values(tmp_path):
     assert any("fitted by layoutsearch calibrate on runs_dev.yaml (42 records) on 2026-01-02" in line for line in after)
     acc = accelerator_from_dict(read_yaml(tmp_path / "h100.yaml"), "h100.yaml")
     assert acc.matmul_efficiency == 0.5432 and acc.microbatch_overhead_s == pytest.approx(3.5e-4)
+
+
+def test_a_moe_only_fit_notes_itself_under_calibration_moe_and_leaves_the_dense_provenance(tmp_path):
+    """A fit of MoE fields only writes its note to sources.calibration_moe: the dense fields' sources.calibration
+    (how matmul_efficiency was fitted) stays as it was."""
+    shutil.copy(REPO / "hardware/b200.yaml", tmp_path / "b200.yaml")
+    dense = [line for line in (tmp_path / "b200.yaml").read_text().splitlines() if line.startswith("  calibration:")]
+    write_calibration({"b200": {"records": 7, "fitted": {"moe_layer_overhead_s": 2.5e-3}}}, tmp_path,
+                      runs_name="runs_moe_dev.yaml", today=datetime.date(2026, 1, 2))
+    after = (tmp_path / "b200.yaml").read_text().splitlines()
+    assert [line for line in after if line.startswith("  calibration:")] == dense
+    assert '  calibration_moe: "fitted by layoutsearch calibrate on runs_moe_dev.yaml (7 records) on 2026-01-02"' in after
+    assert "  moe_layer_overhead_us: 2500   # per MoE layer and microbatch (sources: calibration_moe)" in after
+
+
+def test_the_huber_loss_weighs_far_records_linearly():
+    """--loss huber: log errors within 0.2 count as themselves, beyond it as sqrt(2 c |r| - c^2), so a record 2x
+    off (log 0.693) pulls with sqrt(0.237) = 0.487 instead of 0.693; the fit then follows the majority."""
+    from layoutsearch.validation.calibrate import fit_residuals
+
+    r = np.array([-0.693, -0.1, 0.0, 0.2, 0.693])
+    assert fit_residuals(r, "squares").tolist() == r.tolist()
+    assert fit_residuals(r, "huber") == pytest.approx([-0.48703, -0.1, 0.0, 0.2, 0.48703], abs=1e-5)
+    with pytest.raises(InvalidArgumentError, match="--loss median: expected one of squares, huber"):
+        calibrate([], params=("matmul_efficiency",), loss="median")
 
 
 def test_calibration_fits_a_few_fractions_per_family(runs, tmp_path):

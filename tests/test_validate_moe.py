@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 import yaml
 
+from layoutsearch.core.catalogue import load_accelerator
 from layoutsearch.costs.params import param_counts
 from layoutsearch.validation.mapping import (cuda_graphs, mapping_notes, named_cuda_graphs, record_model,
                                              record_to_problem, routing)
@@ -303,8 +304,8 @@ def test_cuda_graphs_are_costed_as_the_record_names_them(by_id):
     -> scoped; the Llama 4 Maverick note "H100 FP8 run used CUDA graphs (README); GB200 launch default
     CUDA_GRAPH=false" -> scoped for the H100 fp8 row only; a record that names none -> none. The graphed rows lose
     the MoE layers' host overhead: all of it in a full-iteration graph, 0.72 of its per-layer part with scoped
-    graphs. Records that name none and are Megatron-Bridge rows with their release preset's layout take the
-    preset's (rule 22): 8 more."""
+    graphs. Records that name none take their Megatron-Bridge release preset's (rule 22): 11 more; or their MLPerf
+    configuration file's (rule 24): Dell's GPT-OSS-20B."""
     expected = {"mlperf6-deepseekv3-gb200-mxfp8-n256": "full_iteration",
                 "mlperf6-deepseekv3-gb200-mxfp8-n2048": "full_iteration",
                 "modelzoo-qwen3-235b-gb200-bf16-n256-seq4k": "scoped",  # CUDA graphs (attn, moe_router, moe_preprocess)
@@ -318,7 +319,7 @@ def test_cuda_graphs_are_costed_as_the_record_names_them(by_id):
     for prefix, graphs in expected.items():
         assert record_to_problem(one(by_id, prefix))[0].workload.cuda_graphs == graphs, prefix
     assert sum(named_cuda_graphs(r) not in (None, "none") for r in by_id.values()) == 8
-    assert sum(cuda_graphs(r) != "none" for r in by_id.values()) == 16
+    assert sum(cuda_graphs(r) != "none" for r in by_id.values()) == 20
     b200 = one(by_id, "dgxc-llama4-maverick-gb200-fp8-n256")  # a note naming GB200 and H100 says nothing of B200
     b200["cluster"]["accelerator"] = "b200"
     b200["derived"]["cuda_graphs"] = "GB200 used CUDA graphs; H100 launch default CUDA_GRAPH=false"
@@ -333,27 +334,35 @@ def test_cuda_graphs_are_costed_as_the_record_names_them(by_id):
     problem, layout = record_to_problem(rec)
     plain = replace(problem, workload=replace(problem.workload, cuda_graphs="none"))
     graphed, ungraphed = (estimate(p, layout, strict=False).time_s["compute/moe_fixed"] for p in (problem, plain))
-    # b200 class: 5614 us per layer, 0.72 of it graphed away; 126 us for Grok-1's one local expert (8 over ep=8) stay
-    assert graphed == pytest.approx((0.28 * 5614 + 126) / (5614 + 126) * ungraphed, rel=1e-9) and ungraphed > 0.1
+    # b200 class: 6630 us per layer, 0.82 of it graphed away; 159 us for Grok-1's one local expert (8 over ep=8) stay
+    assert graphed == pytest.approx((0.18 * 6630 + 159) / (6630 + 159) * ungraphed, rel=1e-9) and ungraphed > 0.1
 
 
 def test_the_catalogues_moe_host_overhead_is_what_its_commands_fit(moe_runs, capsys):
-    """hardware/*.yaml calibration_moe: moe_layer_overhead_us and moe_expert_overhead_us fitted together on the records
-    costed without CUDA graphs (1193 us + 304 us per local expert on the h100 class, 5614 + 126 on the b200 class),
-    then moe_overhead_graphed_share on the 11 scoped ones with both held, one value for the GPUs (0.72).
-    `calibrate --cuda-graphs` picks the records by mapping rules 20 and 22."""
+    """hardware/*.yaml calibration_moe: moe_layer_overhead_us per family and moe_expert_overhead_us shared by the GPUs,
+    fitted together with the Huber loss on the records costed without CUDA graphs (1757 us on the h100 class, 6630 on
+    the b200 class, 159 us per local expert), then moe_overhead_graphed_share on the 15 scoped ones with both held,
+    one value for the GPUs (0.82). `calibrate --cuda-graphs` picks the records by mapping rules 20, 22 and 24."""
     from layoutsearch.cli import main
     from layoutsearch.validation.calibrate import calibrate
 
     plain = [r["id"] for r in moe_runs if cuda_graphs(r) != "none"]
     fitted = calibrate(moe_runs, accelerators=["h100", "h200", "h800", "b200", "gb200"],
-                       params=("moe_layer_overhead_s", "moe_expert_overhead_s"), exclude=plain)
+                       params=("moe_layer_overhead_s",), shared=("moe_expert_overhead_s",), exclude=plain, loss="huber")
     assert {f: (v["records"], round(v["fitted"]["moe_layer_overhead_s"] * 1e6),
                 round(v["fitted"]["moe_expert_overhead_s"] * 1e6)) for f, v in fitted.items()} == {
-        "b200-class": (21, 5614, 126), "h100-class": (28, 1193, 304)}
+        "b200-class": (17, 6630, 159), "h100-class": (28, 1757, 159)}
     assert main(["calibrate", str(MOE_DEV), "--accelerator", "h100,h200,h800,b200,gb200", "--fit", "",
-                 "--shared", "moe_overhead_graphed_share", "--cuda-graphs", "scoped"]) == 0
-    assert capsys.readouterr().out.count("moe_overhead_graphed_share 0.72 ") == 2
+                 "--shared", "moe_overhead_graphed_share", "--cuda-graphs", "scoped", "--loss", "huber"]) == 0
+    out = capsys.readouterr().out
+    assert out.count("moe_overhead_graphed_share 0.82 ") == 2 and "Huber loss on log(predicted / measured)" in out
+    for acc in ("h100", "h200", "h800", "b200", "gb200"):  # every member of a family carries the family's values
+        cal = load_accelerator(acc)
+        layer = 1757 if acc.startswith("h") else 6630
+        assert (round(cal.moe_layer_overhead_s * 1e6), round(cal.moe_expert_overhead_s * 1e6),
+                cal.moe_overhead_graphed_share) == (layer, 159, 0.82), acc
+    assert main(["calibrate", str(MOE_DEV), "--fit", "moe_layer_overhead_s", "--loss", "median"]) == 2
+    assert capsys.readouterr().err.strip() == "error: --loss: unknown loss 'median'; known: squares, huber"
     assert main(["calibrate", str(MOE_DEV), "--fit", "moe_layer_overhead_s", "--cuda-graphs", "some"]) == 2
     assert capsys.readouterr().err.strip() == ("error: --cuda-graphs: unknown value 'some' (did you mean 'scoped'?); "
                                                "known: none, scoped, full_iteration")
@@ -386,15 +395,17 @@ def test_megatron_fsdp_records_reduce_gradients_in_bf16(by_id):
     (rs_half,), (rs_full,) = ([c["time_s"] for c in e.collectives if c["name"] == "fsdp grad reduce-scatter"]
                               for e in (half, full))
     assert (rs_half, rs_full) == pytest.approx((0.01748, 0.03255), rel=1e-3)  # per layer: half the bytes, one latency
-    assert (half.step_time_s, full.step_time_s) == pytest.approx((31.34, 37.01), abs=0.01)
+    assert (half.step_time_s, full.step_time_s) == pytest.approx((30.68, 36.35), abs=0.01)
     fsdp["derived"]["note"] += "; --megatron-fsdp-grad-comm-dtype fp32"
     assert record_to_problem(fsdp)[0].workload.grad_bytes_per_param == 4
 
 
 def test_megatron_bridge_rows_take_their_release_presets_unstated_settings(by_id):
     """Rule 22: a Megatron-Bridge performance-summary row whose layout is its release preset's takes the preset's
-    CUDA graphs, AllToAll overlap and dispatcher where it names none (mbridge_presets.yaml); a row whose layout
-    differs takes nothing and says which fields differ; a record of another source is never matched."""
+    CUDA graphs, AllToAll overlap and dispatcher where it names none (mbridge_presets.yaml); from 25.11 on, a row
+    whose layout differs ran the preset with its parallelism overridden (the performance scripts' set_user_overrides
+    keeps the rest) and takes them too, its notes naming the overridden fields; a 25.09 row whose layout differs
+    takes nothing; a record of another source is never matched."""
     from layoutsearch.validation.mapping import mbridge_preset, mbridge_presets
 
     assert len(mbridge_presets()) == 76
@@ -410,26 +421,53 @@ def test_megatron_bridge_rows_take_their_release_presets_unstated_settings(by_id
     local = one(by_id, "mbridge-25.09-b200-qwen3-30b")  # 25.09: enable_cuda_graph (per-layer local graphs), "fp8"
     assert mbridge_preset(local)[0]["precision"] == "fp8" and cuda_graphs(local) == "scoped"
     other = one(by_id, "mbridge-25.11-gb200-qwen3-235b-bf16")  # the 25.11 preset is a 64-GPU layout
-    assert mbridge_preset(other) == (None, ["num_devices 256 (preset 64)", "virtual_stages 3 (preset 1)",
-                                            "ep 32 (preset 8)", "global_batch_seqs 8192 (preset 1024)"])
-    assert cuda_graphs(other) == "none" and record_to_problem(other)[0].workload.ep_comm_overlap is False
-    assert ("Megatron-Bridge preset not applied: the row's layout differs (num_devices 256 (preset 64), "
-            "virtual_stages 3 (preset 1), ep 32 (preset 8), global_batch_seqs 8192 (preset 1024))"
-            ) in mapping_notes(other)
+    preset, differ = mbridge_preset(other)
+    assert preset["source"].endswith("QWEN3_235B_A22B_PRETRAIN_CONFIG_GB200_BF16_BASE_CONFIG") and differ == [
+        "num_devices 256 (preset 64)", "virtual_stages 3 (preset 1)", "ep 32 (preset 8)",
+        "global_batch_seqs 8192 (preset 1024)"]
+    workload = record_to_problem(other)[0].workload  # TE graphs [attn, moe_router, moe_preprocess], HybridEP
+    assert (workload.cuda_graphs, workload.ep_comm_overlap, workload.deepep) == ("scoped", False, True)
+    assert ("Megatron-Bridge 25.11 preset (QWEN3_235B_A22B_PRETRAIN_CONFIG_GB200_BF16_BASE_CONFIG @ 5776a6d90b4d), its "
+            "parallelism overridden (num_devices 256 (preset 64), virtual_stages 3 (preset 1), ep 32 (preset 8), "
+            "global_batch_seqs 8192 (preset 1024)): CUDA graphs scoped, AllToAll overlap off, dispatcher "
+            "DeepEP/HybridEP where the row names none") in mapping_notes(other)
+    older = copy.deepcopy(local)  # 25.09's performance matrix has no overrides: another layout is another run
+    older["layout"]["microbatch_seqs"] = 2
+    assert mbridge_preset(older) == (None, ["microbatch_seqs 2 (preset 1)"])
+    assert cuda_graphs(older) == "none" and "Megatron-Bridge preset not applied: the row's layout differs " \
+        "(microbatch_seqs 2 (preset 1))" in mapping_notes(older)
     named = copy.deepcopy(full)  # what a row names wins over its preset
     named["derived"]["note"] = "CUDA_GRAPH=false"
     assert cuda_graphs(named) == "none"
     others = (one(by_id, "dgxc-deepseekv3-gb200"), one(by_id, "mlperf6-deepseekv3-gb200-mxfp8-n256"))
     assert [mbridge_preset(r) for r in others] == [(None, [])] * 2
-    bad = copy.deepcopy(full)  # the same row with another batch is another configuration
+    bad = copy.deepcopy(full)  # 26.08: the preset with the global batch overridden
     bad["workload"]["global_batch_seqs"] = 2048
-    assert mbridge_preset(bad) == (None, ["global_batch_seqs 2048 (preset 4096)"]) and cuda_graphs(bad) == "none"
+    assert mbridge_preset(bad)[1] == ["global_batch_seqs 2048 (preset 4096)"] and cuda_graphs(bad) == "full_iteration"
+
+
+def test_mlperf_records_take_the_cuda_graphs_of_the_configuration_file_they_name(by_id):
+    """Rule 24: Dell's MLPerf v6.0 GPT-OSS-20B row names its configuration file, which sets Transformer Engine CUDA
+    graphs of attn, moe_router and moe_preprocess: scoped graphs, where the record names none."""
+    from layoutsearch.validation.mapping import mlperf_config_graphs
+
+    dell = one(by_id, "mlperf6-gptoss20b-b200-mxfp8-n8-tp1cp1ep2-dell")
+    assert mlperf_config_graphs(dell) == (
+        "Dell/benchmarks/gpt_oss_20b/implementations/nemo/config_DGXB200_1x8x2xtp1pp1cp1ep2_mxfp8.sh", "scoped")
+    assert record_to_problem(dell)[0].workload.cuda_graphs == "scoped"
+    assert ("CUDA graphs scoped, as its configuration file sets them (config_DGXB200_1x8x2xtp1pp1cp1ep2_mxfp8.sh)"
+            in mapping_notes(dell))
+    named = copy.deepcopy(dell)  # what the record names wins
+    named["derived"]["note"] = "CUDA_GRAPH=false"
+    assert cuda_graphs(named) == "none"
+    nvidia = one(by_id, "mlperf6-gptoss20b-gb200-mxfp8-n8")  # its configuration file was not in the mirror
+    assert mlperf_config_graphs(nvidia) is None and cuda_graphs(nvidia) == "none"
 
 
 def test_megatron_bridge_deepseek_v3_rows_take_the_recipes_pipeline_split(by_id):
     """Rule 23: Megatron-Bridge's DeepSeek-V3 recipe lays 61 layers out in chunks of 64 / (pp vp), the last holding
-    one layer, the MTP module and the loss: first stage 64 / pp layers, last 64 / pp - 3. Other sources take the
-    engine's split (pp=16: first 2, last 3)."""
+    one layer, the MTP module and the loss: first stage 64 / pp layers, last 64 / pp - 3. NeMo 25.04's performance
+    script, which the DGX Cloud benchmarks run, sets 64 / pp - 1 and 64 / pp - 2."""
     from layoutsearch.costs.estimate import estimate
     from layoutsearch.validation.mapping import recipe_stage_layers
 
@@ -440,12 +478,19 @@ def test_megatron_bridge_deepseek_v3_rows_take_the_recipes_pipeline_split(by_id)
         layout = record_to_problem(one(by_id, prefix))[1]
         assert (layout.first_stage_layers, layout.last_stage_layers) == split, prefix
     rec = one(by_id, "mbridge-26.04-b200-deepseek-v3")
-    assert ("pipeline split of the DeepSeek-V3 recipe: first stage 4 layers, last 1 (with the MTP module and the "
+    assert ("pipeline split of the Megatron-Bridge DeepSeek-V3 recipe: first stage 4 layers, last 1 (with the MTP module and the "
             "loss)") in mapping_notes(rec)
     problem, layout = record_to_problem(rec)
-    ours = estimate(problem, replace(layout, first_stage_layers=None, last_stage_layers=None), strict=False)
+    blind = estimate(problem, replace(layout, first_stage_layers=2, last_stage_layers=3), strict=False)
     recipe = estimate(problem, layout, strict=False)
     # the last stage no longer carries 3 layers beside the two output heads: it stops being the slowest
-    assert (ours.step_time_s, recipe.step_time_s) == pytest.approx((33.77, 24.89), abs=0.01)
-    assert (ours.time_s["compute/logits"], recipe.time_s["compute/logits"]) == (pytest.approx(8.387, abs=1e-3), 0.0)
-    assert recipe_stage_layers(one(by_id, "dgxc-deepseekv3-h100-bf16-n1024-tp2pp16ep64")) is None
+    assert (blind.step_time_s, recipe.step_time_s) == pytest.approx((35.91, 27.03), abs=0.01)
+    assert (blind.time_s["compute/logits"], recipe.time_s["compute/logits"]) == (pytest.approx(8.387, abs=1e-3), 0.0)
+    # the engine's own proposal (core.stages, the head's 4 layers' worth off the last stage) is the recipe's split
+    ours = estimate(problem, replace(layout, first_stage_layers=None, last_stage_layers=None), strict=False)
+    assert ours.step_time_s == pytest.approx(recipe.step_time_s, rel=1e-9)
+    dgxc = one(by_id, "dgxc-deepseekv3-h100-bf16-n1024-tp2pp16ep64")
+    assert recipe_stage_layers(dgxc) == (3, 2)
+    assert ("pipeline split of the NeMo 25.04 DeepSeek-V3 recipe: first stage 3 layers, last 2 (with the MTP module "
+            "and the loss)") in mapping_notes(dgxc)
+    assert recipe_stage_layers(one(by_id, "maxtext-v5p-deepseekv3")) is None

@@ -10,10 +10,11 @@ import typer
 
 from layoutsearch.cli.common import reports_errors
 from layoutsearch.core.catalogue import accelerator_names, catalogue_dir
+from layoutsearch.core.errors import InvalidArgumentError
 from layoutsearch.core.parse import parse_names
 from layoutsearch.report import render
 from layoutsearch.core.specs import CUDA_GRAPHS
-from layoutsearch.validation.calibrate import SHARED_KIND, YAML_KEYS, calibrate as fit, write_calibration
+from layoutsearch.validation.calibrate import LOSSES, SHARED_KIND, YAML_KEYS, calibrate as fit, write_calibration
 from layoutsearch.validation.mapping import cuda_graphs as record_cuda_graphs
 from layoutsearch.validation.validate import load_runs
 
@@ -29,9 +30,12 @@ def calibrate(
         "--cuda-graphs", help="Only the records costed with these CUDA graphs (mapping rules 20 and 22), e.g. none: fit "
                               "moe_layer_overhead_s on runs without graphs, then moe_overhead_graphed_share on the "
                               "scoped ones")] = None,
+    loss: Annotated[str, typer.Option("--loss", help="Of the log errors: squares, or huber (squares within 20 %, "
+                                      "linear beyond: a run measured far off the rest pulls less)")] = "squares",
     write: Annotated[bool, typer.Option("--write", help="Write the fitted values into hardware/*.yaml")] = False,
 ) -> None:
-    """Fit a few calibration fields per accelerator (least squares on log error); writes only with --write."""
+    """Fit a few calibration fields per accelerator (least squares, or --loss huber, on log error); writes only
+    with --write."""
     fields = parse_names(fit_fields, tuple(YAML_KEYS), "--fit", "field") if fit_fields or not shared else ()
     accs = (parse_names(accelerator, tuple(accelerator_names()), "--accelerator", "accelerator")
             if accelerator is not None else None)
@@ -39,13 +43,15 @@ def calibrate(
     records = load_runs(runs)
     wanted = parse_names(graphs, CUDA_GRAPHS, "--cuda-graphs", "value") if graphs is not None else CUDA_GRAPHS
     exclude = [r["id"] for r in records if record_cuda_graphs(r) not in wanted]
-    result = fit(records, accelerators=accs, params=fields, shared=common, exclude=exclude)
+    if loss not in LOSSES:
+        raise InvalidArgumentError(f"--loss: unknown loss '{loss}'; known: {', '.join(LOSSES)}")
+    result = fit(records, accelerators=accs, params=fields, shared=common, exclude=exclude, loss=loss)
     if not any(family.get("records") for family in result.values()):  # nothing to fit: say so, exit 1
         which = f"of {', '.join(accs)} " if accs else ""
         graphed = f" costed with --cuda-graphs {graphs}" if graphs is not None else ""
         typer.echo(f"error: no record {which}in {runs}{graphed} has a measured throughput to fit", err=True)
         raise typer.Exit(1)
-    render.calibration_report(result)
+    render.calibration_report(result, loss)
     if write:
         written = write_calibration(result, catalogue_dir("hardware"), runs_name=Path(runs).name,
                                     today=datetime.date.today())

@@ -353,9 +353,10 @@ def validation_report(doc: dict) -> None:
         out.print(f"  skipped {r['id']}: {r['skipped_reason']}", markup=False, highlight=False)
 
 
-def calibration_report(result: dict) -> None:
+def calibration_report(result: dict, loss: str = "squares") -> None:
     """Before/after errors and the fitted values per accelerator."""
-    table = Table(title="calibration (least squares on log(predicted / measured))")
+    how = "least squares" if loss == "squares" else "Huber loss"
+    table = Table(title=f"calibration ({how} on log(predicted / measured))")
     for col in ("accelerator", "records", "median before -> after", "p90 before -> after", "fitted", "at a bound"):
         table.add_column(col)
     for acc, fit in result.items():

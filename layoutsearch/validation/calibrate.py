@@ -10,7 +10,10 @@ under-prediction. Every member of a family gets the same fitted values; a family
 than 2 records per parameter gets matmul_efficiency only. A shared field (``SHARED_KIND``:
 ``overlap_interference``, the compute a hidden collective slows, one effect of the communication
 library on every GPU) is fitted once over the families of its accelerator kind, jointly with each
-family's own fields (``fit_joint``; ``calibrate --shared``): fitted per family it is not identified.
+family's own fields (``fit_joint``; ``calibrate --shared``): fitted per family it is not identified; so is
+``moe_expert_overhead_s``, the host's launch of each local expert's GEMM, where a family's records span few
+local-expert counts. ``calibrate --loss huber`` (``fit_residuals``) weighs log errors beyond
+``HUBER_LOG_SCALE`` linearly instead of squared, for record sets where the same layout is measured far apart.
 
 Method: Levenberg-Marquardt with forward-difference Jacobians in an unbounded parameterisation
 (efficiencies e = lo + (hi - lo) sigmoid(u) inside (0.2, 1.0]; overheads and half-efficiency
@@ -47,6 +50,8 @@ from layoutsearch.validation.stats import error_stats
 DEFAULT_PARAMS = ("matmul_efficiency", "attention_efficiency")
 DEFAULT_SHARED = ("overlap_interference",)  # fitted with them over the GPU families (SHARED_KIND)
 MAX_FIT_PARAMS = 4  # a few fractions per family, never one per record
+LOSSES = ("squares", "huber")  # of the log errors: least squares, or Huber's (squares within HUBER_LOG_SCALE, linear beyond)
+HUBER_LOG_SCALE = 0.2  # log(predicted / measured) beyond which a record's pull stops growing: about 20 %
 # Accelerator id -> the family whose records share one calibration (same compute die and clocks).
 FAMILIES = {"a100-40gb": "a100", "a100-80gb": "a100", "h100": "h100-class", "h200": "h100-class",
             "h800": "h100-class", "b200": "b200-class", "gb200": "b200-class"}
@@ -54,7 +59,7 @@ EFFICIENCY_BOUNDS = (0.2, 1.0)
 SHARE_BOUNDS = (0.0, 1.0)  # fractions that may be zero (overlap_interference)
 # Shared fields: one value fitted together with every family of that accelerator kind (``fit_joint``): an effect
 # of the communication library on the chip, not of one chip's kernels (NCCL's kernels on the SMs of every GPU)
-SHARED_KIND = {"overlap_interference": "gpu", "moe_overhead_graphed_share": "gpu"}
+SHARED_KIND = {"overlap_interference": "gpu", "moe_overhead_graphed_share": "gpu", "moe_expert_overhead_s": "gpu"}
 SCALES = {"matmul_half_efficiency_tokens": 128.0, "microbatch_overhead_s": 1e-4, "step_overhead_s": 1e-2,
           "moe_layer_overhead_s": 1e-4, "moe_expert_overhead_s": 1e-5, "blocking_launch_s_per_layer_pass": 1e-3,
           "collective_half_efficiency_bytes": 65536.0}
@@ -123,6 +128,16 @@ def log_residuals(problems: list[tuple[str, tuple, float]], fields: dict[str, fl
     return out
 
 
+def fit_residuals(log_errors: np.ndarray, loss: str = "squares") -> np.ndarray:
+    """What the fit squares: the log errors themselves (least squares), or for ``huber`` their Huber-weighted
+    equivalents, sign(r) sqrt(2 c |r| - c^2) beyond c = ``HUBER_LOG_SCALE``, so that a record measured 2x off the
+    others (a release's slow run) pulls like one 20 % off with a longer lever, not like 4 records (Huber 1964)."""
+    if loss == "squares":
+        return log_errors
+    c, a = HUBER_LOG_SCALE, np.abs(log_errors)
+    return np.where(a <= c, log_errors, np.sign(log_errors) * np.sqrt(np.maximum(2.0 * c * a - c * c, 0.0)))
+
+
 # ----------------------------------------------------------------------------- parameterisation
 def _bounds(name: str) -> tuple[float, float] | None:
     """(low, high) of a bounded fraction, None for a scale (overheads, half-efficiency points)."""
@@ -181,27 +196,30 @@ def levenberg_marquardt(residual_fn: Callable[[np.ndarray], np.ndarray], u0: np.
 
 
 # ----------------------------------------------------------------------------- fit
-def fit_fields(problems: list[tuple[str, tuple, float]], params: tuple[str, ...]) -> tuple[dict, dict, list, int]:
-    """Least-squares values of ``params`` shared by all ``problems``: (fitted, start, unconstrained, iterations).
+def fit_fields(problems: list[tuple[str, tuple, float]], params: tuple[str, ...],
+               loss: str = "squares") -> tuple[dict, dict, list, int]:
+    """Values of ``params`` shared by all ``problems`` minimising the ``loss`` of their log errors (``fit_residuals``):
+    (fitted, start, unconstrained, iterations).
 
     The start is the mean of the problems' accelerators' values (members of a family may differ).
     """
     start = {p: float(np.mean([getattr(pr.cluster.accelerator, p) for _, (pr, _), _ in problems])) for p in params}
 
     def residual_fn(u: np.ndarray) -> np.ndarray:
-        return log_residuals(problems, {p: _to_value(p, x) for p, x in zip(params, u)})
+        return fit_residuals(log_residuals(problems, {p: _to_value(p, x) for p, x in zip(params, u)}), loss)
 
     u, iterations, active = levenberg_marquardt(residual_fn, np.array([_to_coord(p, start[p]) for p in params]))
     fitted = {p: (_to_value(p, x) if ok else start[p]) for p, x, ok in zip(params, u, active)}
     return fitted, start, [p for p, ok in zip(params, active) if not ok], iterations
 
 
-def fit_joint(groups: dict[str, list], params: tuple[str, ...], shared: tuple[str, ...]) -> dict[str, dict]:
+def fit_joint(groups: dict[str, list], params: tuple[str, ...], shared: tuple[str, ...],
+              loss: str = "squares") -> dict[str, dict]:
     """``params`` per family and ``shared`` fields common to the families of their kind (``SHARED_KIND``),
-    fitted as one least-squares problem over every family's residuals: {family: fitted fields}.
+    fitted as one problem over every family's residuals (``loss``, ``fit_residuals``): {family: fitted fields}.
 
     A family with fewer than 2 records per parameter fits matmul_efficiency alone (``chosen_params``); one
-    of another kind keeps its catalogue values of the shared fields. Shared values are rounded to 0.01,
+    of another kind keeps its catalogue values of the shared fields. Shared fractions are rounded to 0.01,
     the resolution the step tables count them in.
     """
     kind = {f: probs[0][1][0].cluster.accelerator.kind for f, probs in groups.items() if probs}
@@ -219,16 +237,16 @@ def fit_joint(groups: dict[str, list], params: tuple[str, ...], shared: tuple[st
         return {p: _to_value(p, x) for (g, p), x in zip(names, u) if g == f or (g == "*" and p in joins[f])}
 
     def residual_fn(u: np.ndarray) -> np.ndarray:
-        return np.concatenate([log_residuals(groups[f], fields_of(u, f)) for f in own])
+        return fit_residuals(np.concatenate([log_residuals(groups[f], fields_of(u, f)) for f in own]), loss)
 
     u, _, _ = levenberg_marquardt(residual_fn, start)
-    return {f: {p: round(v, 2) if p in joins[f] else v for p, v in fields_of(u, f).items()} for f in own}
+    return {f: {p: round(v, 2) if p in joins[f] and _bounds(p) else v for p, v in fields_of(u, f).items()} for f in own}
 
 
-def fit_accelerator(problems: list[tuple[str, tuple, float]], params: tuple[str, ...]) -> dict:
+def fit_accelerator(problems: list[tuple[str, tuple, float]], params: tuple[str, ...], loss: str = "squares") -> dict:
     """Fit ``params`` of one accelerator family to its problems; before/after error statistics and values."""
     before = log_residuals(problems, {})
-    fitted, start, unconstrained, iterations = fit_fields(problems, params)
+    fitted, start, unconstrained, iterations = fit_fields(problems, params, loss)
     after = log_residuals(problems, fitted)
     members = sorted({pr.cluster.accelerator.id for _, (pr, _), _ in problems})
     return {"records": len(problems), "accelerators": members, "ids": [pid for pid, _, _ in problems],
@@ -265,17 +283,19 @@ def chosen_params(params: tuple[str, ...], num_records: int) -> tuple[str, ...]:
 
 def calibrate(records: list[dict], accelerators: Iterable[str] | None = None,
               params: tuple[str, ...] = DEFAULT_PARAMS, exclude: Iterable[str] = (),
-              shared: tuple[str, ...] = ()) -> dict:
+              shared: tuple[str, ...] = (), loss: str = "squares") -> dict:
     """Fit calibration parameters per accelerator family; {family: fit_accelerator(...) result}.
 
     ``accelerators`` (ids or family names) defaults to every accelerator with records; ``exclude``
     lists record ids to leave out. With fewer than 2 records per parameter only
     matmul_efficiency is fitted. ``shared`` fields (``SHARED_KIND``) are fitted once over the
-    families of their kind, together with each family's ``params`` (``fit_joint``).
+    families of their kind, together with each family's ``params`` (``fit_joint``). ``loss``: ``LOSSES``.
     """
     params = check_params(tuple(params), tuple(shared))
+    if loss not in LOSSES:
+        raise InvalidArgumentError(f"--loss {loss}: expected one of {', '.join(LOSSES)}")
     if shared:
-        return _calibrate_joint(records, accelerators, params, tuple(shared), exclude)
+        return _calibrate_joint(records, accelerators, params, tuple(shared), exclude, loss)
     skip = set(exclude)
     kept = [r for r in records if r["id"] not in skip and r["cluster"]["accelerator"] is not None]
     if accelerators is not None:
@@ -287,11 +307,11 @@ def calibrate(records: list[dict], accelerators: Iterable[str] | None = None,
         if not problems:
             out[name] = {"records": 0, "skipped_reason": "no usable records"}
             continue
-        out[name] = fit_accelerator(problems, chosen_params(params, len(problems)))
+        out[name] = fit_accelerator(problems, chosen_params(params, len(problems)), loss)
     return out
 
 
-def _calibrate_joint(records, accelerators, params, shared, exclude) -> dict:
+def _calibrate_joint(records, accelerators, params, shared, exclude, loss) -> dict:
     """``calibrate`` with shared fields: one joint fit, reported per family as ``fit_accelerator`` does."""
     unknown = [s for s in shared if s not in SHARED_KIND]
     if unknown or set(shared) & set(params):
@@ -305,7 +325,7 @@ def _calibrate_joint(records, accelerators, params, shared, exclude) -> dict:
     groups = {name: usable_problems(kept, name) for name in sorted({family_of(r["cluster"]["accelerator"]) for r in kept})}
     if not any(groups.values()):  # nothing to fit
         return {name: {"records": 0, "skipped_reason": "no usable records"} for name in groups}
-    fitted = fit_joint(groups, params, shared)
+    fitted = fit_joint(groups, params, shared, loss)
     out = {}
     for name, problems in groups.items():
         if not problems:
@@ -321,7 +341,8 @@ def _calibrate_joint(records, accelerators, params, shared, exclude) -> dict:
 
 # ----------------------------------------------------------------------------- generalization
 def leave_one_source_out(records: list[dict], params: tuple[str, ...] = DEFAULT_PARAMS,
-                         shared: tuple[str, ...] = (), fit_on: Callable[[dict], bool] | None = None) -> dict:
+                         shared: tuple[str, ...] = (), fit_on: Callable[[dict], bool] | None = None,
+                         loss: str = "squares") -> dict:
     """Leave-one-source-out: for each source family, fit the calibration (``params`` per accelerator
     family, as ``calibrate``) on every OTHER source's usable records and predict the held-out source.
 
@@ -332,6 +353,7 @@ def leave_one_source_out(records: list[dict], params: tuple[str, ...] = DEFAULT_
     (the same records, calibration fitted on all sources), "by_source": {source: error stats +
     "calibration": {family: how}}, "rel_errors": {id: LOSO rel error}}. ``fit_on`` (default: every record)
     picks the records a fit may use, as the catalogue's was made (``calibrate --cuda-graphs``); all are predicted.
+    ``loss`` as the catalogue's fit used (``calibrate --loss``).
     """
     params = check_params(tuple(params))
     items = []  # (source, family, problem tuple)
@@ -350,14 +372,14 @@ def leave_one_source_out(records: list[dict], params: tuple[str, ...] = DEFAULT_
         if shared:
             train_groups = {f: [p for s, g, p in items if s != source and g == f and p[0] in fitted_ids]
                             for f in sorted({f for _, f, _ in items})}
-            joint = fit_joint({f: g for f, g in train_groups.items() if len(g) >= 2}, params, shared)
+            joint = fit_joint({f: g for f, g in train_groups.items() if len(g) >= 2}, params, shared, loss)
         for fam in sorted({f for s, f, _ in items if s == source}):
             held = [p for s, f, p in items if s == source and f == fam]
             train = [p for s, f, p in items if s != source and f == fam and p[0] in fitted_ids]
             fields: dict[str, float] = {}
             if len(train) >= 2:
                 chosen = chosen_params(params, len(train)) + tuple(s for s in shared if s in joint.get(fam, {}))
-                fields = joint[fam] if shared else fit_fields(train, chosen)[0]
+                fields = joint[fam] if shared else fit_fields(train, chosen, loss)[0]
                 others = len({s for s, f, p in items if s != source and f == fam and p[0] in fitted_ids})
                 how[fam] = (f"{', '.join(chosen)} refit on {len(train)} records of {others} other "
                             f"source{'s' if others > 1 else ''}")
@@ -370,11 +392,11 @@ def leave_one_source_out(records: list[dict], params: tuple[str, ...] = DEFAULT_
     in_sample: list[float] = []
     groups = {fam: [p for _, f, p in items if f == fam] for fam in sorted({f for _, f, _ in items})}
     fit_groups = {fam: [p for p in probs if p[0] in fitted_ids] for fam, probs in groups.items()}
-    joint = fit_joint({f: g for f, g in fit_groups.items() if len(g) >= 2}, params, shared) if shared else {}
+    joint = fit_joint({f: g for f, g in fit_groups.items() if len(g) >= 2}, params, shared, loss) if shared else {}
     for fam, probs in groups.items():
         train = fit_groups[fam]
         fields = (joint.get(fam, {}) if shared else
-                  fit_fields(train, chosen_params(params, len(train)))[0] if len(train) >= 2 else {})
+                  fit_fields(train, chosen_params(params, len(train)), loss)[0] if len(train) >= 2 else {})
         in_sample += list(np.expm1(log_residuals(probs, fields)))
     overall = error_stats(list(rel.values()))
     return {"params": list(params) + list(shared), **{k: overall[k] for k in ("count", "median_abs_rel_error", "p90_abs_rel_error",
@@ -386,7 +408,8 @@ def leave_one_source_out(records: list[dict], params: tuple[str, ...] = DEFAULT_
 # ----------------------------------------------------------------------------- catalogue
 def write_calibration(fitted: dict, hardware_dir: str | Path, runs_name: str = "runs_dev.yaml",
                       today: _dt.date | None = None) -> list[Path]:
-    """Rewrite the ``calibration:`` values (and ``sources.calibration``) of hardware/<id>.yaml.
+    """Rewrite the ``calibration:`` values (and ``sources.calibration``, or ``sources.calibration_moe`` for a fit of
+    MoE fields only, which leaves the dense fields' provenance alone) of hardware/<id>.yaml.
 
     ``fitted`` is ``calibrate()``'s result or {accelerator: {field: SI value}}. Comments and
     every other line are kept; the new file must still load, else nothing is written.
@@ -414,8 +437,10 @@ def write_calibration(fitted: dict, hardware_dir: str | Path, runs_name: str = "
 
 
 def _rewrite(text: str, values: dict[str, float], note: str) -> str:
-    """Replace the values of the given fields inside the top-level ``calibration:`` block and the note."""
+    """Replace the values of the given fields inside the top-level ``calibration:`` block and the note (under
+    ``calibration_moe`` when only MoE fields were fitted)."""
     lines, block = text.splitlines(keepends=True), None
+    note_key = "calibration_moe" if all(k.startswith("moe_") for k in values) else "calibration"
     yaml_values = {YAML_KEYS[k][0]: v * YAML_KEYS[k][1] for k, v in values.items()}
     for i, line in enumerate(lines):
         top = re.match(r"^(\w+):", line)
@@ -428,7 +453,7 @@ def _rewrite(text: str, values: dict[str, float], note: str) -> str:
         indent, key, gap, _, comment, end = m.groups()
         if block == "calibration" and key in yaml_values:
             lines[i] = f"{indent}{key}:{gap or ' '}{yaml_values[key]:.4g}{comment or ''}{end or ''}"
-        elif block == "sources" and key == "calibration":
+        elif block == "sources" and key == note_key:
             lines[i] = f'{indent}{key}: "{note}"{comment or ""}{end or ""}'
     return "".join(lines)
 
