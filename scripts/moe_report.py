@@ -12,6 +12,7 @@ import time
 
 from _common import RESULTS  # first: puts this checkout's package ahead of an installed one
 
+from layoutsearch.core.catalogue import load_accelerator
 from layoutsearch.core.problem import Problem, SearchRequest
 from layoutsearch.core.specs import Layout, Workload
 from layoutsearch.costs import params
@@ -87,9 +88,10 @@ def main() -> int:
              "The MoE cost model (COSTS.md \"Mixture of experts\", `costs/terms.py`): routed experts as grouped GEMMs at the "
              "rows each local expert gets (m k ep etp / (tp E)) times the fitted `grouped_matmul_efficiency`; a host "
              "overhead per MoE layer and microbatch, `moe_layer_overhead_us` (router, permutation, the dispatcher's "
-             "host sync) plus `moe_expert_overhead_us` per local expert (the grouped GEMM's launches), fitted per "
-             "accelerator family on `tests/data/runs_moe_dev.yaml` (the runs costed without CUDA graphs; scoped graphs "
-             "remove 0.72 of the per-layer part, a full-iteration graph all of it; the plans below assume none); the "
+             "host sync) per GPU family plus `moe_expert_overhead_us` per local expert (the grouped GEMM's launches), "
+             "one value for the GPUs, fitted on `tests/data/runs_moe_dev.yaml` (the runs costed without CUDA graphs; "
+             f"scoped graphs remove {load_accelerator('h100').moe_overhead_graphed_share:g} of the per-layer part, a "
+             "full-iteration graph all of it; the plans below assume none); the "
              "dispatch and combine AllToAlls (4 per "
              "MoE layer and microbatch) on the links the ep group spans, exposed unless the framework profile overlaps "
              "them; expert weights and optimizer state divided by ep x etp and by the expert ZeRO group; MLA's latent "

@@ -504,16 +504,17 @@ def write_moe_markdown(doc: dict, runs: Path, path: Path, records: list[dict]) -
              "## Summary", "", *moe_summary_lines(s, len(entries)), "",
              "Rel error = predicted / measured - 1 on tokens/s per device (`measured.tokens_per_s_per_device`; the "
              "sources' TFLOP/s use their own FLOP counts and are not compared); + means the engine is too fast. "
-             "Predictions use the catalogue's calibration: the dense fractions fitted on the dense runs, one "
-             "MoE overhead per GPU family, `moe_layer_overhead_us` per layer and `moe_expert_overhead_us` per local "
-             "expert, fitted together on the records costed without CUDA graphs, and the share of the per-layer part "
+             "Predictions use the catalogue's calibration: the dense fractions fitted on the dense runs; the MoE "
+             "layers' host overhead, `moe_layer_overhead_us` per layer for each GPU family and `moe_expert_overhead_us` "
+             "per local expert, one value for the GPUs, fitted together (Huber loss on log error) on the records "
+             "costed without CUDA graphs; and the share of the per-layer part "
              "scoped CUDA graphs remove, `moe_overhead_graphed_share`, one value for the GPUs "
              f"fitted on the {sum(record_cuda_graphs(r) == 'scoped' for r in records)} records costed with scoped "
              "graphs (`hardware/*.yaml` `calibration_moe`); the leave-one-source-out table below refits the overhead "
              "without each source. TPU MoE is not calibrated. The mapping of a record onto the engine is the "
-             "docstring of `layoutsearch/validation/mapping.py` (rules 16, 17, 19, 20, 21, 22 and 23 for MoE, MLA, the "
-             "attention kernel, CUDA graphs, Megatron-FSDP's gradients, the Megatron-Bridge release presets and "
-             "their DeepSeek-V3 pipeline split).", "",
+             "docstring of `layoutsearch/validation/mapping.py` (rules 16, 17, 19, 20, 21, 22, 23 and 24 for MoE, MLA, "
+             "the attention kernel, CUDA graphs, Megatron-FSDP's gradients, the Megatron-Bridge release presets, the "
+             "DeepSeek-V3 recipes' pipeline splits and the MLPerf configuration files).", "",
              *moe_loso_lines(doc.get("loso")),
              "## By accelerator", "", *group_lines(s["by_accelerator"], "accelerator"), "",
              "## By source family", "", *group_lines(s["by_source"], "source"), "",
