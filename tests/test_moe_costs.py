@@ -106,8 +106,8 @@ def test_the_ideal_profile_hides_the_all_to_all_behind_the_layer():
 @pytest.mark.parametrize("graphs", ["scoped", "full_iteration"])
 def test_cuda_graphs_remove_the_moe_layers_host_overhead(graphs):
     """Mixtral on 16 H100, fsdp=16, ep=8, 4 microbatches: without graphs each of the 32 MoE layers adds, per
-    microbatch, moe_layer_overhead_s (h100: 1,757 us) and moe_expert_overhead_s per local expert (159 us x 8 / 8);
-    scoped graphs (attention, router, preprocessing) remove moe_overhead_graphed_share (0.82) of the per-layer
+    microbatch, moe_layer_overhead_s (h100: 1,721 us) and moe_expert_overhead_s per local expert (166.8 us x 8 / 8);
+    scoped graphs (attention, router, preprocessing) remove moe_overhead_graphed_share (0.84) of the per-layer
     part, the grouped GEMMs' per-expert launches stay; a full-iteration graph removes all of it. Nothing else moves."""
     lay = Layout(fsdp=16, ep=8, zero_stage=1, num_microbatches=4, axes=NODE + (("ep", (("node", 8),)),))
     plain = estimate(_mixtral(), lay)
@@ -115,9 +115,9 @@ def test_cuda_graphs_remove_the_moe_layers_host_overhead(graphs):
                                                                          framework="megatron", cuda_graphs=graphs)), lay)
     acc = plain.cluster.accelerator
     assert (acc.moe_layer_overhead_s, acc.moe_expert_overhead_s, acc.moe_overhead_graphed_share) == (
-        pytest.approx(1757e-6), pytest.approx(159e-6), 0.82)
-    assert plain.time_s["compute/moe_fixed"] == pytest.approx(MIXTRAL_LAYERS * 4 * (1757e-6 + 159e-6), rel=1e-9)
-    kept = {"scoped": 0.18 * 1757e-6 + 159e-6, "full_iteration": 0.0}[graphs]
+        pytest.approx(1721e-6), pytest.approx(166.8e-6), 0.84)
+    assert plain.time_s["compute/moe_fixed"] == pytest.approx(MIXTRAL_LAYERS * 4 * (1721e-6 + 166.8e-6), rel=1e-9)
+    kept = {"scoped": 0.16 * 1721e-6 + 166.8e-6, "full_iteration": 0.0}[graphs]
     assert graphed.time_s["compute/moe_fixed"] == pytest.approx(MIXTRAL_LAYERS * 4 * kept, abs=1e-12)
     assert graphed.step_time_s == pytest.approx(
         plain.step_time_s - plain.time_s["compute/moe_fixed"] + graphed.time_s["compute/moe_fixed"], rel=1e-9)
@@ -130,7 +130,7 @@ def test_the_moe_host_overhead_grows_with_the_local_experts():
     work = Workload(global_batch_seqs=16, seq_len=4096, framework="megatron")
     problem = Problem.build("qwen3-30b-a3b", "h100-16", work)
     fixed = {ep: estimate(problem, Layout(fsdp=16, ep=ep, zero_stage=1)).time_s["compute/moe_fixed"] for ep in (8, 16)}
-    assert fixed == {8: pytest.approx(48 * (1757e-6 + 16 * 159e-6)), 16: pytest.approx(48 * (1757e-6 + 8 * 159e-6))}
+    assert fixed == {8: pytest.approx(48 * (1721e-6 + 16 * 166.8e-6)), 16: pytest.approx(48 * (1721e-6 + 8 * 166.8e-6))}
 
 
 def test_a_capacity_factor_pads_every_expert_to_its_capacity():

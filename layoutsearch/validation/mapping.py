@@ -169,6 +169,12 @@ is applied to every record:
     names none (``MLPERF_CONFIG_GRAPHS``, the files read at mlcommons training_results_v6.0): Dell's GPT-OSS-20B
     B200 and GB200 configurations set ``CUDA_GRAPH_SCOPE="attn,moe_router,moe_preprocess"`` with
     ``CUDA_GRAPH_IMPLEMENTATION="transformer_engine"`` (scoped graphs).
+25. Megatron-Bridge gradients: every release's performance configuration for the table's MoE models (DeepSeek-V3,
+    GPT-OSS, Qwen3; ``scripts/performance/configs/<family>/*_llm_pretrain.py`` from 25.11, the YAML configs of 25.09,
+    ``perf_recipes/_common.py`` in 26.08) sets ``ddp.grad_reduce_in_fp32 = False``: megatron-core then keeps the
+    gradient buffer in the parameters' bf16 and reduces it in bf16 (``param_and_grad_buffer.py``
+    ``group_params_for_buffers``). A Megatron-Bridge row is costed with 2-byte gradients (memory and reduction) unless
+    it names fp32 reduction, as rule 21 does for Megatron-FSDP.
 """
 
 from __future__ import annotations
@@ -371,13 +377,25 @@ def cuda_graphs(record: dict) -> str:
     return named_cuda_graphs(record) or (preset["cuda_graphs"] if preset else config[1] if config else "none")
 
 
-def grad_bytes(record: dict) -> int:
-    """Rule 21: bytes per gradient element the record's data-parallel reduction moves: 2 for Megatron-FSDP (its
-    recommended bf16 gradient communication) unless the record names fp32 reduction, else 4."""
+def bf16_grads_because(record: dict) -> str | None:
+    """Rules 21 and 25: why the record's gradients are bf16 (Megatron-FSDP's recommended bf16 gradient
+    communication; a Megatron-Bridge performance configuration's ``grad_reduce_in_fp32 = False``), or None: fp32, as
+    also where the record names fp32 reduction."""
     text = str(record.get("derived") or {}) + str(record.get("source") or "")
-    fsdp = re.search(r"Megatron-FSDP|sharding[-_ ]strategy[ =:]*optim_grads", text, re.IGNORECASE)
-    fp32 = re.search(r"grad[-_ ]reduce[-_ ]in[-_ ]fp32|grad[-_ ]comm[-_ ]dtype[ =:]*fp32", text, re.IGNORECASE)
-    return 2 if fsdp and not fp32 else 4
+    if re.search(r"grad[-_ ]reduce[-_ ]in[-_ ]fp32|grad[-_ ]comm[-_ ]dtype[ =:]*fp32", text, re.IGNORECASE):
+        return None
+    if re.search(r"Megatron-FSDP|sharding[-_ ]strategy[ =:]*optim_grads", text, re.IGNORECASE):
+        return "Megatron-FSDP: gradients reduced in bf16 (its recommended --grad-reduce-in-bf16)"
+    if _mbridge_row(record) is not None:
+        return ("Megatron-Bridge performance configuration: gradients kept and reduced in bf16 "
+                "(ddp.grad_reduce_in_fp32 = False)")
+    return None
+
+
+def grad_bytes(record: dict) -> int:
+    """Rules 21 and 25: bytes per gradient element the record keeps and its data-parallel reduction moves: 2 where
+    ``bf16_grads_because`` gives a reason, else 4."""
+    return 2 if bf16_grads_because(record) else 4
 
 
 def named_deepep(record: dict) -> bool | None:
@@ -563,8 +581,8 @@ def mapping_notes(record: dict) -> list[str]:
         first, last = recipe_stage_layers(record)
         notes.append(f"pipeline split of the {'Megatron-Bridge' if _mbridge_row(record) else 'NeMo 25.04'} DeepSeek-V3 "
                      f"recipe: first stage {first} layers, last {last} (with the MTP module and the loss)")
-    if grad_bytes(record) == 2:
-        notes.append("Megatron-FSDP: gradients reduced in bf16 (its recommended --grad-reduce-in-bf16)")
+    if bf16_grads_because(record):
+        notes.append(bf16_grads_because(record))
     if lay.get("async_tp") is True and source_family(record) not in TP_OVERLAP_SOURCES:
         notes.append("async_tp: TP collectives pipelined with their GEMMs (tp_comm_overlap on)")
     return notes + _moe_notes(record)
