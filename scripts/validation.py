@@ -512,9 +512,10 @@ def write_moe_markdown(doc: dict, runs: Path, path: Path, records: list[dict]) -
              f"fitted on the {sum(record_cuda_graphs(r) == 'scoped' for r in records)} records costed with scoped "
              "graphs (`hardware/*.yaml` `calibration_moe`); the leave-one-source-out table below refits the overhead "
              "without each source. TPU MoE is not calibrated. The mapping of a record onto the engine is the "
-             "docstring of `layoutsearch/validation/mapping.py` (rules 16, 17, 19, 20, 21, 22, 23 and 24 for MoE, MLA, "
-             "the attention kernel, CUDA graphs, Megatron-FSDP's gradients, the Megatron-Bridge release presets, the "
-             "DeepSeek-V3 recipes' pipeline splits and the MLPerf configuration files).", "",
+             "docstring of `layoutsearch/validation/mapping.py` (rules 16, 17, 19, 20, 21, 22, 23, 24 and 25 for MoE, "
+             "MLA, the attention kernel, CUDA graphs, Megatron-FSDP's gradients, the Megatron-Bridge release presets, "
+             "the DeepSeek-V3 recipes' pipeline splits, the MLPerf configuration files and Megatron-Bridge's bf16 "
+             "gradients).", "",
              *moe_loso_lines(doc.get("loso")),
              "## By accelerator", "", *group_lines(s["by_accelerator"], "accelerator"), "",
              "## By source family", "", *group_lines(s["by_source"], "source"), "",
