@@ -467,6 +467,8 @@ def test_megatron_bridge_rows_keep_and_reduce_their_gradients_in_bf16(by_id):
     named = copy.deepcopy(row)
     named["derived"]["note"] = "ddp.grad_reduce_in_fp32 = True"
     assert bf16_grads_because(named) is None and record_to_problem(named)[0].workload.grad_bytes_per_param == 4
+    named["derived"]["note"] = "ddp.grad_reduce_in_fp32 = False"  # names bf16: the rule's own reason stands
+    assert record_to_problem(named)[0].workload.grad_bytes_per_param == 2
     assert record_to_problem(one(by_id, "dgxc-deepseekv3-h100-bf16-n512"))[0].workload.grad_bytes_per_param == 4
 
 

@@ -382,7 +382,8 @@ def bf16_grads_because(record: dict) -> str | None:
     communication; a Megatron-Bridge performance configuration's ``grad_reduce_in_fp32 = False``), or None: fp32, as
     also where the record names fp32 reduction."""
     text = str(record.get("derived") or {}) + str(record.get("source") or "")
-    if re.search(r"grad[-_ ]reduce[-_ ]in[-_ ]fp32|grad[-_ ]comm[-_ ]dtype[ =:]*fp32", text, re.IGNORECASE):
+    if re.search(r"grad[-_ ]reduce[-_ ]in[-_ ]fp32(?![ =:]*(?:false|0)\b)|grad[-_ ]comm[-_ ]dtype[ =:]*fp32", text,
+                 re.IGNORECASE):  # named fp32 reduction ("grad_reduce_in_fp32 = False" names the opposite)
         return None
     if re.search(r"Megatron-FSDP|sharding[-_ ]strategy[ =:]*optim_grads", text, re.IGNORECASE):
         return "Megatron-FSDP: gradients reduced in bf16 (its recommended --grad-reduce-in-bf16)"
