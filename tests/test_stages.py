@@ -73,6 +73,17 @@ def test_proposed_splits_take_the_output_head_off_the_last_stage(layers, pp, v, 
     assert (int(first[0]), int(middle[0]), int(last[0])) == expected and ok[0]
 
 
+def test_the_output_head_weighs_whole_layers_by_the_models_own_weights():
+    """V x D output weights against the mean layer's active ones: Llama 3 70B 1.05 B / 0.86 B -> 1; Llama 3 8B
+    0.53 B / 0.22 B -> 2 (a large vocabulary on a small model); DeepSeek-V3 0.93 B / 0.59 B = 1.6 per head pass,
+    two passes (the model's and the MTP module's) and the MTP module's layer -> 4."""
+    from layoutsearch.core.catalogue import load_model
+    from layoutsearch.costs.params import output_layer_equivalents
+
+    assert {m: output_layer_equivalents(load_model(m)) for m in ("llama70b", "llama3-8b", "deepseek-v3")} == {
+        "llama70b": 1, "llama3-8b": 2, "deepseek-v3": 4}
+
+
 def test_the_heads_weight_never_changes_whether_or_how_a_pipeline_splits():
     """The rules read a split's kind and validity without the head (core does not weigh layers): they must be
     the same for every head weight, and the stages' layers must still add up."""
