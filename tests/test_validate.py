@@ -716,7 +716,7 @@ def test_the_huber_loss_weighs_far_records_linearly():
     r = np.array([-0.693, -0.1, 0.0, 0.2, 0.693])
     assert fit_residuals(r, "squares").tolist() == r.tolist()
     assert fit_residuals(r, "huber") == pytest.approx([-0.48703, -0.1, 0.0, 0.2, 0.48703], abs=1e-5)
-    with pytest.raises(InvalidArgumentError, match="--loss median: expected one of squares, huber"):
+    with pytest.raises(InvalidArgumentError, match="--loss: unknown loss 'median'; known: squares, huber"):
         calibrate([], params=("matmul_efficiency",), loss="median")
 
 

@@ -293,7 +293,7 @@ def calibrate(records: list[dict], accelerators: Iterable[str] | None = None,
     """
     params = check_params(tuple(params), tuple(shared))
     if loss not in LOSSES:
-        raise InvalidArgumentError(f"--loss {loss}: expected one of {', '.join(LOSSES)}")
+        raise InvalidArgumentError(f"--loss: unknown loss '{loss}'; known: {', '.join(LOSSES)}")
     if shared:
         return _calibrate_joint(records, accelerators, params, tuple(shared), exclude, loss)
     skip = set(exclude)
