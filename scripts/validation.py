@@ -484,15 +484,18 @@ def moe_loso_lines(loso: dict | None) -> list[str]:
     if not loso:
         return []
     out = ["## Leave one source out", "",
+           f"The learned-routing spread `routing_cv` (on the 0.05 grid of `scripts/fit_routing_cv.py`), then "
            f"`moe_layer_overhead_s` per accelerator family and `moe_expert_overhead_s` shared by the GPUs refitted "
            f"(Huber loss) on every other source's runs costed without CUDA graphs (as the catalogue's was fitted), "
            f"each source predicted: "
            f"median |error| {pct(loso['median_abs_rel_error'])}, p90 {pct(loso['p90_abs_rel_error'])} over "
            f"{loso['count']} records (in sample: median {pct(loso['in_sample_median_abs_rel_error'])}).", "",
-           "| held-out source | records | median abs | p90 abs | median signed |", "|---|---|---|---|---|"]
+           "| held-out source | records | median abs | p90 abs | median signed | routing_cv refit |",
+           "|---|---|---|---|---|---|"]
     for name, g in sorted(loso.get("by_source", {}).items()):
+        cv = g.get("calibration", {}).get("routing_cv", "-").split(",")[0]
         out.append(f"| {name} | {g['count']} | {pct(g['median_abs_rel_error'])} | {pct(g['p90_abs_rel_error'])} | "
-                   f"{pct(g['median_rel_error'], True)} |")
+                   f"{pct(g['median_rel_error'], True)} | {cv} |")
     return out + [""]
 
 
@@ -520,8 +523,11 @@ def write_moe_markdown(doc: dict, runs: Path, path: Path, records: list[dict]) -
              "## By accelerator", "", *group_lines(s["by_accelerator"], "accelerator"), "",
              "## By source family", "", *group_lines(s["by_source"], "source"), "",
              "## By routing", "",
-             "The engine costs balanced routing (`Workload.moe_imbalance` 1.0) for every record; the regime is "
-             "read from each record's `derived` notes.", "", *routing_lines(records, entries), "",
+             "A record whose notes say the benchmark forced balanced routing is costed with `--routing forced` "
+             "(random routing); one that says real routing, or does not say, with `--routing learned`, the engine's "
+             "default (a learned router's expert loads spread by `routing_cv` 0.25, `results/routing_cv.md`): the "
+             "busiest expert device sets each MoE layer's pace. The regime is read from each record's `derived` "
+             "notes.", "", *routing_lines(records, entries), "",
              "## Worst 10", "", *worst_lines(records, entries), "",
              "## Skipped", ""]
     lines += [f"- `{e['id']}`: {e['skipped_reason']}" for e in entries if e["skipped_reason"]] or ["- none"]
@@ -539,8 +545,10 @@ def main_moe(args: argparse.Namespace) -> int:
     if not args.no_loso:
         # as the catalogue's was fitted (hardware/*.yaml calibration_moe): on the runs costed without CUDA graphs, the
         # per-layer overhead per family and the per-expert one shared by the GPUs, Huber loss
+        # the learned-routing spread first, on the grid of scripts/fit_routing_cv.py
         doc["loso"] = leave_one_source_out(records, ("moe_layer_overhead_s",), shared=("moe_expert_overhead_s",),
-                                           fit_on=lambda r: record_cuda_graphs(r) == "none", loss="huber")
+                                           fit_on=lambda r: record_cuda_graphs(r) == "none", loss="huber",
+                                           routing_cv_grid=tuple(round(0.05 * i, 2) for i in range(13)))
     args.out.mkdir(parents=True, exist_ok=True)
     write_moe_markdown(doc, args.runs, args.out / "validation_moe.md", records)
     s = doc["summary"]

@@ -3,7 +3,9 @@ degrees' rules, the token AllToAll on the links the ep group spans, expert state
 the FLOPs of the active experts, MLA's attention widths, and the search over ep and etp."""
 
 import json
+import math
 from dataclasses import replace
+from statistics import NormalDist
 
 import numpy as np
 import pytest
@@ -13,6 +15,7 @@ from hypothesis import strategies as st
 from layoutsearch.cli import main
 from layoutsearch.core.catalogue import load_model
 from layoutsearch.core.check import check_layout
+from layoutsearch.core.errors import InvalidArgumentError
 from layoutsearch.core.problem import Problem, SearchOptions
 from layoutsearch.core.specs import Layout, MlaSpec, ModelSpec, MoeSpec, Workload
 from layoutsearch.core.topology import resolve_cluster
@@ -34,6 +37,18 @@ def _a2a(est):
     return next(c for c in est.collectives if c["name"].startswith("ep token"))
 
 
+def _busiest(ep, rows, local, cv):
+    """The busiest expert device's load over the balanced share, computed here from its definition: 1 + z sqrt(1 /
+    (rows x local) + cv^2 / local), z = Blom's expected maximum of ep standard normals."""
+    z = NormalDist().inv_cdf((ep - 0.375) / (ep + 0.25))
+    return 1.0 + z * math.sqrt(1.0 / (rows * local) + cv * cv / local)
+
+
+# Mixtral on 16 H100, ep=8, 4 microbatches of 64 x 4096 / 16 / 4 = 4096 tokens: each expert device (one local expert)
+# gets m k ep / E = 8192 rows balanced; a learned router (the default, cv 0.25) makes the busiest 1.36 x that
+MIXTRAL_EP8_LEARNED = _busiest(8, 8192, 1, 0.25)
+
+
 # ----------------------------------------------------------------------------- the ep group's links
 NODE = (("fsdp", (("node", 8), ("scale_out", 2))),)
 
@@ -46,9 +61,11 @@ def test_ep_across_scale_out_costs_more_than_the_same_group_inside_nvlink():
                     axes=NODE + (("ep", (("node", 4), ("scale_out", 2))),))
     a, b = estimate(problem, inside), estimate(problem, across)
     acc = problem.cluster.accelerator
-    # the AllToAll of one MoE layer: each GPU sends its m tokens x k copies x D bf16 (m = 64 x 4096 / (16 x 4))
-    payload = 64 * 4096 / 16 / 4 * K * D * 2
-    assert _a2a(a)["bytes"] == payload == 67_108_864
+    # the AllToAll of one MoE layer: each GPU sends its m tokens x k copies x D bf16 (m = 64 x 4096 / (16 x 4)),
+    # and the busiest expert device receives (and sends back) the load times as many: all wait for it
+    assert MIXTRAL_EP8_LEARNED == pytest.approx(1.3589, abs=1e-4)
+    payload = 64 * 4096 / 16 / 4 * K * D * 2 * MIXTRAL_EP8_LEARNED
+    assert _a2a(a)["bytes"] == pytest.approx(payload, rel=1e-12) and payload == pytest.approx(91_194_236, abs=1)
     half = acc.collective_half_efficiency_bytes
     nvlink = acc.link_bytes_per_s_per_direction * acc.collective_efficiency
     nic = acc.scale_out_bytes_per_s_per_direction * acc.scale_out_efficiency
@@ -80,7 +97,7 @@ def test_deepep_sends_a_token_once_per_node_and_only_a_dropless_model_can_use_it
 
     problem, default = a2a(None)  # torchtitan's standard all-to-all
     acc = problem.cluster.accelerator
-    payload, half = 67_108_864, acc.collective_half_efficiency_bytes
+    payload, half = 67_108_864 * MIXTRAL_EP8_LEARNED, acc.collective_half_efficiency_bytes
     nic = acc.scale_out_bytes_per_s_per_direction * acc.scale_out_efficiency
     fixed = acc.link_latency_s + acc.scale_out_latency_s
     assert default == pytest.approx((payload + half) * 4 / 8 / nic + fixed, rel=1e-9) == a2a(False)[1]
@@ -88,7 +105,9 @@ def test_deepep_sends_a_token_once_per_node_and_only_a_dropless_model_can_use_it
     assert problem.workload.deepep is False and a2a(True)[0].workload.deepep is True
     mixtral = load_model("mixtral-8x7b")
     padded = replace(mixtral, moe=replace(mixtral.moe, capacity_factor=1.25))
-    assert a2a(True, padded)[1] == pytest.approx(a2a(False, padded)[1]) == pytest.approx(default)
+    # padded to 1.25 x the balanced rows, it moves 1.25 x the balanced buffer, whatever the routing
+    assert a2a(True, padded)[1] == pytest.approx(a2a(False, padded)[1]) == pytest.approx(
+        (payload / MIXTRAL_EP8_LEARNED * 1.25 + half) * 4 / 8 / nic + fixed, rel=1e-9)
 
 
 def test_the_ideal_profile_hides_the_all_to_all_behind_the_layer():
@@ -106,7 +125,7 @@ def test_the_ideal_profile_hides_the_all_to_all_behind_the_layer():
 @pytest.mark.parametrize("graphs", ["scoped", "full_iteration"])
 def test_cuda_graphs_remove_the_moe_layers_host_overhead(graphs):
     """Mixtral on 16 H100, fsdp=16, ep=8, 4 microbatches: without graphs each of the 32 MoE layers adds, per
-    microbatch, moe_layer_overhead_s (h100: 1,721 us) and moe_expert_overhead_s per local expert (166.8 us x 8 / 8);
+    microbatch, moe_layer_overhead_s (h100: 1,529 us) and moe_expert_overhead_s per local expert (183.3 us x 8 / 8);
     scoped graphs (attention, router, preprocessing) remove moe_overhead_graphed_share (0.84) of the per-layer
     part, the grouped GEMMs' per-expert launches stay; a full-iteration graph removes all of it. Nothing else moves."""
     lay = Layout(fsdp=16, ep=8, zero_stage=1, num_microbatches=4, axes=NODE + (("ep", (("node", 8),)),))
@@ -115,9 +134,9 @@ def test_cuda_graphs_remove_the_moe_layers_host_overhead(graphs):
                                                                          framework="megatron", cuda_graphs=graphs)), lay)
     acc = plain.cluster.accelerator
     assert (acc.moe_layer_overhead_s, acc.moe_expert_overhead_s, acc.moe_overhead_graphed_share) == (
-        pytest.approx(1721e-6), pytest.approx(166.8e-6), 0.84)
-    assert plain.time_s["compute/moe_fixed"] == pytest.approx(MIXTRAL_LAYERS * 4 * (1721e-6 + 166.8e-6), rel=1e-9)
-    kept = {"scoped": 0.16 * 1721e-6 + 166.8e-6, "full_iteration": 0.0}[graphs]
+        pytest.approx(1529e-6), pytest.approx(183.3e-6), 0.84)
+    assert plain.time_s["compute/moe_fixed"] == pytest.approx(MIXTRAL_LAYERS * 4 * (1529e-6 + 183.3e-6), rel=1e-9)
+    kept = {"scoped": 0.16 * 1529e-6 + 183.3e-6, "full_iteration": 0.0}[graphs]
     assert graphed.time_s["compute/moe_fixed"] == pytest.approx(MIXTRAL_LAYERS * 4 * kept, abs=1e-12)
     assert graphed.step_time_s == pytest.approx(
         plain.step_time_s - plain.time_s["compute/moe_fixed"] + graphed.time_s["compute/moe_fixed"], rel=1e-9)
@@ -130,14 +149,15 @@ def test_the_moe_host_overhead_grows_with_the_local_experts():
     work = Workload(global_batch_seqs=16, seq_len=4096, framework="megatron")
     problem = Problem.build("qwen3-30b-a3b", "h100-16", work)
     fixed = {ep: estimate(problem, Layout(fsdp=16, ep=ep, zero_stage=1)).time_s["compute/moe_fixed"] for ep in (8, 16)}
-    assert fixed == {8: pytest.approx(48 * (1721e-6 + 16 * 166.8e-6)), 16: pytest.approx(48 * (1721e-6 + 8 * 166.8e-6))}
+    assert fixed == {8: pytest.approx(48 * (1529e-6 + 16 * 183.3e-6)), 16: pytest.approx(48 * (1529e-6 + 8 * 183.3e-6))}
 
 
 def test_a_capacity_factor_pads_every_expert_to_its_capacity():
     """Mixtral with capacity factor 1.25 (drop and pad: MaxText's capacity_factor, Megatron's
     --moe-pad-expert-input-to-capacity): each local expert multiplies 1.25 x its balanced rows, empty slots included,
-    so the routed GEMMs cost 1.25 x the tokens at the efficiency of 1.25 x the rows. fsdp=16, ep=8, 4 microbatches:
-    m = 4096 tokens per microbatch, balanced rows m k ep / E = 8192 per expert."""
+    so the routed GEMMs cost 1.25 x the tokens at the efficiency of 1.25 x the rows, whatever the routing; dropless, the
+    busiest device's load under learned routing (1.36). fsdp=16, ep=8, 4 microbatches: m = 4096 tokens per
+    microbatch, balanced rows m k ep / E = 8192 per expert."""
     lay = Layout(fsdp=16, ep=8, zero_stage=1, num_microbatches=4, axes=NODE + (("ep", (("node", 8),)),))
     mixtral = load_model("mixtral-8x7b")
     padded = replace(mixtral, moe=replace(mixtral.moe, capacity_factor=1.25))
@@ -152,9 +172,62 @@ def test_a_capacity_factor_pads_every_expert_to_its_capacity():
         return 4 * MIXTRAL_LAYERS * 3 * 2.0 * K * 3 * D * F * m * load / rate
 
     assert dropping.time_s["compute/matmul"] - dropless.time_s["compute/matmul"] == pytest.approx(
-        routed_s(1.25) - routed_s(1.0), rel=1e-9)
+        routed_s(1.25) - routed_s(MIXTRAL_EP8_LEARNED), rel=1e-9)
+    forced = estimate(Problem.build(padded, "h100-16", replace(work, routing="forced")), lay)
+    assert forced.step_time_s == dropping.step_time_s
     # 1.25 x the FLOPs at a slightly better efficiency: (1.25 x 8192 + h) / (8192 + h) the time, h the half-efficiency rows
     assert routed_s(1.25) / routed_s(1.0) == pytest.approx((1.25 * 8192 + half) / (8192 + half), rel=1e-12)
+
+
+# ----------------------------------------------------------------------------- routing
+def test_the_busiest_expert_device_sets_the_pace():
+    """Dropless Mixtral, fsdp=16, ep=8 (one local expert each, 8192 rows balanced per microbatch): forced routing
+    (random) leaves the multinomial spread, 1 + z(8) / sqrt(8192) = 1.0158 x the balanced rows on the busiest device;
+    a learned router (cv 0.25) 1.3589 x. The routed GEMMs and the AllToAll scale with it; attention does not. On
+    one expert device (ep = 1) every expert is local and nothing waits: both routings cost the same."""
+    lay = Layout(fsdp=16, ep=8, zero_stage=1, num_microbatches=4, axes=NODE + (("ep", (("node", 8),)),))
+    work = Workload(global_batch_seqs=64, seq_len=4096, framework="megatron")
+    learned, forced = (estimate(Problem.build("mixtral-8x7b", "h100-16", replace(work, routing=r)), lay)
+                       for r in ("learned", "forced"))
+    loads = {"learned": MIXTRAL_EP8_LEARNED, "forced": _busiest(8, 8192, 1, 0.0)}
+    assert loads["forced"] == pytest.approx(1.0158, abs=1e-4)
+    acc = learned.cluster.accelerator
+    m, rows, half = 4096, 8192, acc.matmul_half_efficiency_tokens
+
+    def routed_s(load):  # forward + backward (3 passes) of the routed experts' GEMMs, 32 layers, 4 microbatches
+        rate = acc.peak_flops_per_s * acc.matmul_efficiency * rows * load / (rows * load + half)
+        return 4 * MIXTRAL_LAYERS * 3 * 2.0 * K * 3 * D * F * m * load / rate
+
+    assert learned.time_s["compute/matmul"] - forced.time_s["compute/matmul"] == pytest.approx(
+        routed_s(loads["learned"]) - routed_s(loads["forced"]), rel=1e-9)
+    assert learned.time_s["compute/attention"] == forced.time_s["compute/attention"]
+    assert _a2a(learned)["bytes"] / _a2a(forced)["bytes"] == pytest.approx(loads["learned"] / loads["forced"], rel=1e-12)
+    # a routing spread the user measured (Workload.routing_cv) replaces the fitted default
+    measured = estimate(Problem.build("mixtral-8x7b", "h100-16", replace(work, routing_cv=0.1)), lay)
+    assert _a2a(measured)["bytes"] == pytest.approx(67_108_864 * _busiest(8, 8192, 1, 0.1), rel=1e-12)
+    one = Layout(fsdp=16, zero_stage=1, num_microbatches=4)
+    assert (estimate(Problem.build("mixtral-8x7b", "h100-16", work), one).step_time_s
+            == estimate(Problem.build("mixtral-8x7b", "h100-16", replace(work, routing="forced")), one).step_time_s)
+
+
+def test_routing_is_a_choice_of_the_cli_and_problem_files(capsys, tmp_path):
+    """--routing forced costs the benchmark's random routing; a wrong value is one line, exit 2."""
+    args = ["estimate", "--model", "mixtral-8x7b", "--cluster", "h100-16", "--seqs", "64", "--layout", "fsdp=16,ep=8", "--microbatches", "4",
+            "--zero-stage", "3", "--recompute", "full",
+            "--format", "json"]
+    assert main(args) == 0
+    learned = json.loads(capsys.readouterr().out)
+    assert main([*args, "--routing", "forced"]) == 0
+    forced = json.loads(capsys.readouterr().out)
+    assert learned["layout"]["time_s"]["exposed_comm/ep"] > 1.3 * forced["layout"]["time_s"]["exposed_comm/ep"] > 0
+    problem = tmp_path / "p.problem.yaml"
+    problem.write_text("model: mixtral-8x7b\ncluster: h100-16\nseqs: 64\nrouting: balanced\nlayout: fsdp=16,ep=8\nmicrobatches: 4\nzero_stage: 3\nrecompute: full\n")
+    assert main(["estimate", "--problem", str(problem)]) == 2
+    assert capsys.readouterr().err.strip() == (f"error: {problem}: field 'routing': Value error, 'balanced' is not one of "
+                                               f"'learned', 'forced'. (got 'balanced')")
+    # the Python API checks the value it is given the same way
+    with pytest.raises(InvalidArgumentError, match=r"^--routing: 'balanced' is not one of learned, forced$"):
+        Problem.build("mixtral-8x7b", "h100-16", Workload(global_batch_seqs=64, seq_len=4096, routing="balanced"))
 
 
 def test_cuda_graphs_leave_a_dense_model_and_refuse_a_tpu(capsys):

@@ -14,9 +14,11 @@ import pytest
 import yaml
 
 from layoutsearch.core.catalogue import load_accelerator
+from layoutsearch.core.specs import LEARNED_ROUTING_EXPERT_CV
 from layoutsearch.costs.params import param_counts
 from layoutsearch.validation.mapping import (cuda_graphs, mapping_notes, named_cuda_graphs, record_model,
                                              record_to_problem, routing)
+from layoutsearch.validation.calibrate import learned_routing_problems, routing_cv_scan
 from layoutsearch.validation.validate import evaluate_record, load_runs, validate_runs
 
 REPO = Path(__file__).resolve().parents[1]
@@ -62,7 +64,7 @@ def test_deepseek_v3_record_maps_to_its_parameter_count(by_id):
     assert (model.num_moe_layers, model.num_dense_layers, model.moe.layer_freq) == (58, 3, 1)
     assert model.moe.capacity_factor is None and model.mla.v_head_dim == 128
     problem, _ = record_to_problem(rec)
-    assert problem.model == model and problem.workload.moe_imbalance == 1.0
+    assert problem.model == model and problem.workload.routing == "forced"  # the Megatron-Bridge configs force it
     assert "MLA: head_dim 128 -> 192 (qk_nope + qk_rope), num_kv_heads -> num_heads" in mapping_notes(rec)
     assert ("MTP: 1 module(s) counted beside the model, costed as a layer and an output-head pass each on the last "
             "stage (not their memory)") in mapping_notes(rec)
@@ -207,14 +209,30 @@ def test_automodel_records_on_transformer_engine_attention_cost_the_vendor_kerne
         torchtitan.cluster.accelerator.attention_efficiency
 
 
-def test_routing_is_costed_balanced_and_noted(by_id):
-    """MLPerf's real routing and the vendors' forced balance are both costed with moe_imbalance 1.0; noted."""
-    real = by_id[MLPERF_REAL]
-    assert routing(real) == "real" and routing(by_id[DEEPSEEK]) == "forced"
-    assert routing(by_id[GROK_EP_ETP]) == "not stated"
-    assert "real routing (derived): costed balanced, moe_imbalance 1.0" in mapping_notes(real)
+def test_routing_is_costed_as_the_record_says_and_noted(by_id):
+    """MLPerf's real routing is costed learned, the vendors' forced balance forced (random routing), a record that
+    does not say learned (the engine's default); each noted."""
+    real, grok = by_id[MLPERF_REAL], by_id[GROK_EP_ETP]
+    assert routing(real) == "real" and routing(by_id[DEEPSEEK]) == "forced" and routing(grok) == "not stated"
+    assert "real routing (derived): costed learned" in mapping_notes(real)
+    assert "routing force-balanced (derived): costed forced (random routing)" in mapping_notes(by_id[DEEPSEEK])
+    assert "routing balance not stated: costed learned (the engine's default)" in mapping_notes(grok)
     problem, layout = record_to_problem(real)
-    assert problem.workload.moe_imbalance == 1.0 and (layout.ep, layout.fsdp) == (2, 8)
+    assert problem.workload.routing == "learned" and (layout.ep, layout.fsdp) == (2, 8)
+    assert record_to_problem(by_id[DEEPSEEK])[0].workload.routing == "forced"
+    assert record_to_problem(grok)[0].workload.routing == "learned"
+
+
+def test_the_learned_routing_spread_is_what_its_fit_finds(moe_runs):
+    """core.specs.LEARNED_ROUTING_EXPERT_CV (0.25) is the best of the 0.05 grid of scripts/fit_routing_cv.py: the 11
+    dev records costed learned, dropless, with ep > 1, Huber loss; 0.20 and 0.30 fit worse."""
+    problems = learned_routing_problems(moe_runs)
+    assert len(problems) == 11 and all(p[1][0].workload.routing == "learned" and p[1][1].ep > 1 for p in problems)
+    assert "torchtitan-llama4-scout-gb200-bf16-n256-fsdp256-ep16" in [p[0] for p in problems]
+    scan = routing_cv_scan(problems, (0.2, LEARNED_ROUTING_EXPERT_CV, 0.3))
+    assert LEARNED_ROUTING_EXPERT_CV == 0.25
+    assert scan[0.25][0] < min(scan[0.2][0], scan[0.3][0])
+    assert scan[0.25][0] == pytest.approx(0.1868, abs=5e-4)
 
 
 # ----------------------------------------------------------------------------- the compared metric
@@ -334,14 +352,14 @@ def test_cuda_graphs_are_costed_as_the_record_names_them(by_id):
     problem, layout = record_to_problem(rec)
     plain = replace(problem, workload=replace(problem.workload, cuda_graphs="none"))
     graphed, ungraphed = (estimate(p, layout, strict=False).time_s["compute/moe_fixed"] for p in (problem, plain))
-    # b200 class: 6892 us per layer, 0.84 of it graphed away; 166.8 us for Grok-1's one local expert (8 over ep=8) stay
-    assert graphed == pytest.approx((0.16 * 6892 + 166.8) / (6892 + 166.8) * ungraphed, rel=1e-9) and ungraphed > 0.1
+    # b200 class: 6349 us per layer, 0.84 of it graphed away; 183.3 us for Grok-1's one local expert (8 over ep=8) stay
+    assert graphed == pytest.approx((0.16 * 6349 + 183.3) / (6349 + 183.3) * ungraphed, rel=1e-9) and ungraphed > 0.1
 
 
 def test_the_catalogues_moe_host_overhead_is_what_its_commands_fit(moe_runs, capsys):
     """hardware/*.yaml calibration_moe: moe_layer_overhead_us per family and moe_expert_overhead_us shared by the GPUs,
-    fitted together with the Huber loss on the records costed without CUDA graphs (1721 us on the h100 class, 6892 on
-    the b200 class, 166.8 us per local expert), then moe_overhead_graphed_share on the 15 scoped ones with both held,
+    fitted together with the Huber loss on the records costed without CUDA graphs (1529 us on the h100 class, 6349 on
+    the b200 class, 183.3 us per local expert), then moe_overhead_graphed_share on the 15 scoped ones with both held,
     one value for the GPUs (0.84). `calibrate --cuda-graphs` picks the records by mapping rules 20, 22 and 24."""
     from layoutsearch.cli import main
     from layoutsearch.validation.calibrate import calibrate
@@ -351,17 +369,17 @@ def test_the_catalogues_moe_host_overhead_is_what_its_commands_fit(moe_runs, cap
                        params=("moe_layer_overhead_s",), shared=("moe_expert_overhead_s",), exclude=plain, loss="huber")
     # Levenberg-Marquardt from the catalogue's values: within 2 us of the fit that wrote them
     assert {f: (v["records"], v["fitted"]["moe_layer_overhead_s"] * 1e6, v["fitted"]["moe_expert_overhead_s"] * 1e6)
-            for f, v in fitted.items()} == {"b200-class": (17, pytest.approx(6892, abs=2), pytest.approx(166.8, abs=0.2)),
-                                            "h100-class": (28, pytest.approx(1721, abs=2), pytest.approx(166.8, abs=0.2))}
+            for f, v in fitted.items()} == {"b200-class": (17, pytest.approx(6349, abs=2), pytest.approx(183.3, abs=0.2)),
+                                            "h100-class": (28, pytest.approx(1529, abs=2), pytest.approx(183.3, abs=0.2))}
     assert main(["calibrate", str(MOE_DEV), "--accelerator", "h100,h200,h800,b200,gb200", "--fit", "",
                  "--shared", "moe_overhead_graphed_share", "--cuda-graphs", "scoped", "--loss", "huber"]) == 0
     out = capsys.readouterr().out
     assert out.count("moe_overhead_graphed_share 0.84 ") == 2 and "Huber loss on log(predicted / measured)" in out
     for acc in ("h100", "h200", "h800", "b200", "gb200"):  # every member of a family carries the family's values
         cal = load_accelerator(acc)
-        layer = 1721 if acc.startswith("h") else 6892
+        layer = 1529 if acc.startswith("h") else 6349
         assert (round(cal.moe_layer_overhead_s * 1e6), round(cal.moe_expert_overhead_s * 1e7),
-                cal.moe_overhead_graphed_share) == (layer, 1668, 0.84), acc
+                cal.moe_overhead_graphed_share) == (layer, 1833, 0.84), acc
     assert main(["calibrate", str(MOE_DEV), "--fit", "moe_layer_overhead_s", "--loss", "median"]) == 2
     assert capsys.readouterr().err.strip() == "error: --loss: unknown loss 'median'; known: squares, huber"
     assert main(["calibrate", str(MOE_DEV), "--fit", "moe_layer_overhead_s", "--cuda-graphs", "some"]) == 2
@@ -396,7 +414,7 @@ def test_megatron_fsdp_records_reduce_gradients_in_bf16(by_id):
     (rs_half,), (rs_full,) = ([c["time_s"] for c in e.collectives if c["name"] == "fsdp grad reduce-scatter"]
                               for e in (half, full))
     assert (rs_half, rs_full) == pytest.approx((0.01748, 0.03255), rel=1e-3)  # per layer: half the bytes, one latency
-    assert (half.step_time_s, full.step_time_s) == pytest.approx((30.72, 36.39), abs=0.01)
+    assert (half.step_time_s, full.step_time_s) == pytest.approx((30.77, 36.44), abs=0.01)
     fsdp["derived"]["note"] += "; --megatron-fsdp-grad-comm-dtype fp32"
     assert record_to_problem(fsdp)[0].workload.grad_bytes_per_param == 4
 
@@ -510,7 +528,7 @@ def test_megatron_bridge_deepseek_v3_rows_take_the_recipes_pipeline_split(by_id)
     blind = estimate(problem, replace(layout, first_stage_layers=2, last_stage_layers=3), strict=False)
     recipe = estimate(problem, layout, strict=False)
     # the last stage no longer carries 3 layers beside the two output heads: it stops being the slowest
-    assert (blind.step_time_s, recipe.step_time_s) == pytest.approx((36.30, 27.42), abs=0.01)
+    assert (blind.step_time_s, recipe.step_time_s) == pytest.approx((36.33, 27.45), abs=0.01)
     assert (blind.time_s["compute/logits"], recipe.time_s["compute/logits"]) == (pytest.approx(8.387, abs=1e-3), 0.0)
     # the engine's own proposal (core.stages, the head's 4 layers' worth off the last stage) is the recipe's split
     ours = estimate(problem, replace(layout, first_stage_layers=None, last_stage_layers=None), strict=False)

@@ -27,7 +27,7 @@ from layoutsearch.core.frameworks import framework_of_target
 from layoutsearch.core.problem import Problem, SearchOptions, SearchRequest, build_workload
 from layoutsearch.core.problem_file import load_problem_file
 from layoutsearch.core.specs import (
-    DEGREE_NAMES, RECOMPUTE_POLICIES, Cluster, CudaGraphs, Framework, Method, ModelSpec, Objective, Precision, Workload, choices,
+    DEGREE_NAMES, RECOMPUTE_POLICIES, Cluster, CudaGraphs, Framework, Routing, Method, ModelSpec, Objective, Precision, Workload, choices,
 )
 from layoutsearch.core.units import GIB, MAX_GLOBAL_BATCH_SEQS, MAX_SEQ_LEN, MAX_TIME_LIMIT_S
 from layoutsearch.report.output import solve_document
@@ -133,6 +133,10 @@ CudaGraphsOpt = Annotated[CudaGraphs, typer.Option(
     "--cuda-graphs",
     help="GPU kernels launched as CUDA graphs: none; scoped (per layer: attention, MoE router and preprocessing); "
          "full_iteration (one graph per step). They remove MoE layers' host overhead")]
+RoutingOpt = Annotated[Routing, typer.Option(
+    "--routing",
+    help="How a dropless MoE routes tokens: learned (a trained router: the expert devices' loads vary and the busiest "
+         "sets the pace) or forced (random routing, as benchmarks force it: --moe-router-force-load-balancing)")]
 FrameworkOpt = Annotated[Optional[Framework], typer.Option(
     "--framework", help="Whose overlap the step time assumes: megatron, torchtitan, maxtext, deepspeed or ideal "
                         "(default: maxtext on TPUs, megatron on GPUs)")]
@@ -168,6 +172,7 @@ class WorkloadArgs:
     vendor_attention: VendorAttentionOpt = None
     launch_blocking: LaunchBlockingOpt = False
     cuda_graphs: CudaGraphsOpt = CudaGraphs.none
+    routing: RoutingOpt = Routing.learned
     grad_bytes: GradBytesOpt = 4
     moment_bytes: MomentBytesOpt = 4
     fused_attention: FusedAttentionOpt = True
@@ -181,7 +186,7 @@ class WorkloadArgs:
     def workload_options(self) -> dict:
         """These options as ``build_workload`` keywords (choices as their plain values)."""
         values = {name: getattr(self, name) for name in WORKLOAD_FIELDS}
-        return {k: (v.value if isinstance(v, (Framework, Precision, CudaGraphs)) else v) for k, v in values.items()}
+        return {k: (v.value if isinstance(v, (Framework, Precision, CudaGraphs, Routing)) else v) for k, v in values.items()}
 
 
 WORKLOAD_FIELDS = tuple(f.name for f in dataclasses.fields(WorkloadArgs))[4:]

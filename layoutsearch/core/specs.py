@@ -55,10 +55,17 @@ Precision = choices("Precision", ("bf16", "fp16", "fp8"),
 CudaGraphs = choices("CudaGraphs", ("none", "scoped", "full_iteration"),
                      "CUDA graphs (GPUs): none; per-layer graphs of the attention and the MoE router and "
                      "preprocessing; or the whole forward-backward as one graph.")
+Routing = choices("Routing", ("learned", "forced"),
+                  "How a dropless MoE routes tokens: a trained router (the experts' loads vary), or random "
+                  "routing forced for benchmarks (Megatron --moe-router-force-load-balancing).")
 
 
 RECOMPUTE_POLICIES = tuple(p.value for p in Recompute)
 CUDA_GRAPHS = tuple(g.value for g in CudaGraphs)
+ROUTINGS = tuple(r.value for r in Routing)
+# A learned router's expert loads per MoE layer and microbatch, standard deviation over mean: fitted to the published
+# runs that route with a trained router, dropless, ep > 1 (scripts/fit_routing_cv.py -> results/routing_cv.md)
+LEARNED_ROUTING_EXPERT_CV = 0.25
 OFFLOAD_POLICIES = tuple(p for p in RECOMPUTE_POLICIES if "offload" in p)  # some saved tensors in host memory
 RECOMPUTE_CODES = {name: code for code, name in enumerate(RECOMPUTE_POLICIES)}  # none 0, selective 1, full 2
 SCHEDULE_CODES = {s.value: code for code, s in enumerate(Schedule)}  # 1f1b 0, interleaved 1, gpipe 2
@@ -228,8 +235,10 @@ class Workload:
     # of the attention and the MoE router and preprocessing (Megatron --cuda-graph-impl transformer_engine
     # --cuda-graph-scope attn moe_router moe_preprocess); "full_iteration": one graph per step, forward and backward
     # (--cuda-graph-impl local --cuda-graph-scope full_iteration). They remove MoE host overhead (costs.terms)
-    moe_imbalance: float = 1.0  # tokens the busiest expert device gets over the balanced share (1: balanced
-    # routing, as vendor benchmarks force it); its expert GEMMs set the pace
+    routing: str = "learned"  # ROUTINGS: how a dropless MoE routes tokens. "learned": a trained router, whose
+    # experts' loads vary by routing_cv; "forced": random routing, as vendor benchmarks force it (Megatron
+    # --moe-router-force-load-balancing). The busiest expert device sets the pace either way (costs.terms.expert_load)
+    routing_cv: float = LEARNED_ROUTING_EXPERT_CV  # a learned router's expert loads: standard deviation / mean
 
     @property
     def global_batch_tokens(self) -> int:

@@ -78,11 +78,13 @@ def _split_text(est: Estimate) -> str:
 
 
 def assumptions(workload, model) -> str:
-    """The workload choices every report names: framework profile, precision, TP overlap (and the MoE dispatch)."""
+    """The workload choices every report names: framework profile, precision, TP overlap (and the MoE dispatch and,
+    dropless, routing)."""
     return (f"{workload.precision}, {workload.framework} overlap"
             + (" + TP comm overlap" if workload.tp_comm_overlap else "")
             + (" + EP comm overlap" if workload.ep_comm_overlap else "")
             + (" + DeepEP dispatch" if model.moe is not None and workload.deepep else "")
+            + (f", {workload.routing} routing" if model.moe is not None and model.moe.capacity_factor is None else "")
             + _attention_text(workload)
             + (", blocking launches" if workload.launch_blocking else "")
             + (f", CUDA graphs {workload.cuda_graphs}" if workload.cuda_graphs != "none" else ""))

@@ -340,9 +340,47 @@ def _calibrate_joint(records, accelerators, params, shared, exclude, loss) -> di
 
 
 # ----------------------------------------------------------------------------- generalization
+def learned_routing_problems(records: Iterable[dict]) -> list[tuple[str, tuple, float]]:
+    """(id, (problem, layout), measured tokens/s per device) of the records that set ``Workload.routing_cv``: costed
+    with learned routing (``mapping.routing``: their notes do not say the benchmark forced balance), dropless (no
+    capacity factor pads the experts) and with ep > 1 (one expert device holds every expert and waits for none)."""
+    out = []
+    for r in records:
+        meas = r["measured"]
+        if r["model"].get("moe") is None or meas["oom"] or not meas["tokens_per_s_per_device"]:
+            continue
+        mapped = record_to_problem(r)
+        if isinstance(mapped, str):
+            continue
+        problem, layout = mapped
+        if (problem.workload.routing == "learned" and problem.model.moe.capacity_factor is None
+                and layout.ep > 1):
+            out.append((r["id"], mapped, float(meas["tokens_per_s_per_device"])))
+    return out
+
+
+def routing_cv_scan(problems: list[tuple[str, tuple, float]], values: Iterable[float],
+                    loss: str = "huber") -> dict[float, tuple[float, np.ndarray]]:
+    """For each candidate ``routing_cv``: (the fit's objective, the sum of squared ``fit_residuals``; the log errors
+    of ``problems``), the problems costed with that spread and the catalogue's calibration."""
+    out = {}
+    for cv in values:
+        errors = np.empty(len(problems))
+        for i, (_, (problem, layout), measured) in enumerate(problems):
+            varied = replace(problem, workload=replace(problem.workload, routing_cv=float(cv)))
+            errors[i] = math.log(estimate(varied, layout, strict=False).tokens_per_s / problem.num_devices / measured)
+        out[float(cv)] = (float(np.sum(fit_residuals(errors, loss) ** 2)), errors)
+    return out
+
+
+def _with_routing_cv(prob: tuple[str, tuple, float], cv: float) -> tuple[str, tuple, float]:
+    pid, (problem, layout), measured = prob
+    return pid, (replace(problem, workload=replace(problem.workload, routing_cv=cv)), layout), measured
+
+
 def leave_one_source_out(records: list[dict], params: tuple[str, ...] = DEFAULT_PARAMS,
                          shared: tuple[str, ...] = (), fit_on: Callable[[dict], bool] | None = None,
-                         loss: str = "squares") -> dict:
+                         loss: str = "squares", routing_cv_grid: Iterable[float] | None = None) -> dict:
     """Leave-one-source-out: for each source family, fit the calibration (``params`` per accelerator
     family, as ``calibrate``) on every OTHER source's usable records and predict the held-out source.
 
@@ -353,7 +391,9 @@ def leave_one_source_out(records: list[dict], params: tuple[str, ...] = DEFAULT_
     (the same records, calibration fitted on all sources), "by_source": {source: error stats +
     "calibration": {family: how}}, "rel_errors": {id: LOSO rel error}}. ``fit_on`` (default: every record)
     picks the records a fit may use, as the catalogue's was made (``calibrate --cuda-graphs``); all are predicted.
-    ``loss`` as the catalogue's fit used (``calibrate --loss``).
+    ``loss`` as the catalogue's fit used (``calibrate --loss``). With ``routing_cv_grid``, each fold first refits
+    ``Workload.routing_cv`` on that grid (``routing_cv_scan`` of the other sources' ``learned_routing_problems``, as
+    scripts/fit_routing_cv.py set the default) and costs all its records with it; "calibration" names the value.
     """
     params = check_params(tuple(params))
     items = []  # (source, family, problem tuple)
@@ -366,8 +406,18 @@ def leave_one_source_out(records: list[dict], params: tuple[str, ...] = DEFAULT_
                 fitted_ids.add(prob[0])
     rel: dict[str, float] = {}
     by_source: dict[str, dict] = {}
-    for source in sorted({s for s, _, _ in items}):
+    grid = tuple(routing_cv_grid or ())
+    learned = {pid for pid, _, _ in learned_routing_problems(records)} if grid else set()
+    all_items = items
+    for source in sorted({s for s, _, _ in all_items}):
         how: dict[str, str] = {}
+        items = all_items
+        if grid:
+            train_learned = [p for s, _, p in all_items if s != source and p[0] in learned]
+            scan = routing_cv_scan(train_learned, grid, loss)
+            cv = min(scan, key=lambda c: scan[c][0])
+            items = [(s, f, _with_routing_cv(p, cv)) for s, f, p in all_items]
+            how["routing_cv"] = f"{cv:.2f}, refit on {len(train_learned)} learned-routing records of the other sources"
         joint = {}
         if shared:
             train_groups = {f: [p for s, g, p in items if s != source and g == f and p[0] in fitted_ids]
@@ -389,6 +439,7 @@ def leave_one_source_out(records: list[dict], params: tuple[str, ...] = DEFAULT_
                 rel[pid] = float(np.expm1(r_log))
         ids = {p[0] for s, _, p in items if s == source}
         by_source[source] = {**error_stats([rel[i] for i in ids if i in rel]), "calibration": how}
+    items = all_items
     in_sample: list[float] = []
     groups = {fam: [p for _, f, p in items if f == fam] for fam in sorted({f for _, f, _ in items})}
     fit_groups = {fam: [p for p in probs if p[0] in fitted_ids] for fam, probs in groups.items()}

@@ -108,9 +108,11 @@ is applied to every record:
     (null -> 1) -> ``Layout.ep`` / ``etp``: the expert layers regroup the dp x fsdp x tp x cp
     devices of a stage as edp x ep x etp; the record's ``dp`` is the attention-side total
     data-parallel degree (num_devices / (tp x pp x cp)) and rule 1 splits it unchanged.
-    Routing is costed balanced (``Workload.moe_imbalance`` 1.0): vendor benchmarks force-balance
-    it; where ``derived.load_balance`` says the run used real routing (MLPerf) or does not say,
-    the record's notes say so. ``model.notes`` name architecture details outside the record's
+    Routing: a record whose notes say the benchmark forced balanced routing (Megatron-Bridge's
+    performance configs, the model zoo's scripts) is costed with ``Workload.routing`` "forced"
+    (random routing: only the multinomial spread of the expert loads); one that says real routing
+    (MLPerf) or does not say is costed "learned", the engine's default (``costs.terms.expert_load``);
+    the record's notes say which. ``model.notes`` name architecture details outside the record's
     shape (sliding windows, attention sinks, biases): not costed, copied into the notes.
 17. Expert-parallel AllToAll overlap: a record whose notes name it (``A2A_OVERLAP=1``,
     ``--overlap-moe-expert-parallel-comm``) is costed with ``Workload.ep_comm_overlap`` on; the
@@ -791,9 +793,9 @@ def _moe_notes(record: dict) -> list[str]:
         if named_deepep(record) is not None:
             notes.append(f"token dispatch: {'DeepEP/HybridEP (once per node over scale-out)' if deepep(record) else 'NCCL alltoall (once per expert)'}, as the record names it")
         how = routing(record)
-        notes.append({"real": "real routing (derived): costed balanced, moe_imbalance 1.0",
-                      "forced": "routing force-balanced (derived), as costed",
-                      "not stated": "routing balance not stated: costed balanced"}[how])
+        notes.append({"real": "real routing (derived): costed learned",
+                      "forced": "routing force-balanced (derived): costed forced (random routing)",
+                      "not stated": "routing balance not stated: costed learned (the engine's default)"}[how])
     if is_mla(record) and m.get("mla") is not None:
         width = (m["mla"]["qk_nope_head_dim"] or 0) + (m["mla"]["qk_rope_head_dim"] or 0)
         if m["head_dim"] != width or m["num_kv_heads"] != m["num_heads"]:
@@ -854,6 +856,7 @@ def record_to_problem(record: dict) -> Mapped | str:
                         deepep=deepep(record), vendor_attention=vendor_attention(record),
                         launch_blocking=launch_blocking(record), cuda_graphs=cuda_graphs(record),
                         grad_bytes_per_param=grad_bytes(record),
+                        routing="forced" if routing(record) == "forced" else "learned",
                         framework=record_framework(record, load_accelerator(_accelerator_id(record)).kind))
     dp, fsdp, zero = _data_parallel(record)
     replicas = _tpu_replicas(record)
