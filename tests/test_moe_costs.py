@@ -228,6 +228,9 @@ def test_routing_is_a_choice_of_the_cli_and_problem_files(capsys, tmp_path):
     # the Python API checks the value it is given the same way
     with pytest.raises(InvalidArgumentError, match=r"^--routing: 'balanced' is not one of learned, forced$"):
         Problem.build("mixtral-8x7b", "h100-16", Workload(global_batch_seqs=64, seq_len=4096, routing="balanced"))
+    for bad in (-0.1, float("nan"), float("inf"), "0.2", None):
+        with pytest.raises(InvalidArgumentError, match=r"^routing_cv: .* is not a number from 0 to 10 \(a learned "):
+            Problem.build("mixtral-8x7b", "h100-16", Workload(global_batch_seqs=64, seq_len=4096, routing_cv=bad))
 
 
 def test_cuda_graphs_leave_a_dense_model_and_refuse_a_tpu(capsys):

@@ -136,6 +136,9 @@ def warn_uncalibrated(model: ModelSpec, acc) -> None:
                       f"(results/validation_moe.md)", UncalibratedWarning, stacklevel=3)
 
 
+MAX_ROUTING_CV = 10.0  # a learned router's load spread beyond this is a collapse, not a plan
+
+
 def build_workload(seqs: int, seq_len: int, tokens: float | None = None, *, framework: str | None = None,
                    precision: str = "bf16", tp_comm_overlap: bool | None = None,
                    ep_comm_overlap: bool | None = None, deepep: bool | None = None, vendor_attention: bool | None = None,
@@ -173,6 +176,10 @@ def resolved_workload(workload: Workload, cluster: Cluster) -> Workload:
         raise InvalidArgumentError(f"--cuda-graphs: '{workload.cuda_graphs:.40}' is not one of {', '.join(CUDA_GRAPHS)}")
     if workload.routing not in ROUTINGS:
         raise InvalidArgumentError(f"--routing: '{workload.routing:.40}' is not one of {', '.join(ROUTINGS)}")
+    cv = workload.routing_cv
+    if isinstance(cv, bool) or not isinstance(cv, (int, float)) or not 0.0 <= cv <= MAX_ROUTING_CV:
+        raise InvalidArgumentError(f"routing_cv: {str(cv):.40} is not a number from 0 to {MAX_ROUTING_CV:g} (a learned "
+                                   f"router's expert loads, standard deviation / mean)")
     if workload.cuda_graphs != "none" and acc.kind != "gpu":
         raise InvalidArgumentError(f"--cuda-graphs {workload.cuda_graphs}: {acc.id} is a TPU; CUDA graphs apply to GPUs "
                                    f"(XLA compiles the whole step already); use --cuda-graphs none")

@@ -297,8 +297,8 @@ def ep_per_microbatch(model: ModelSpec, workload: Workload, acc: Accelerator, sh
     scale-out or ICI as it spans them; ``comms.all_to_all_coefficients_of``). With etp the
     dispatched tokens are also all-gathered in the etp group and reduce-scattered after it. Every
     member waits for the busiest expert device, which receives the load (``expert_load``) times the
-    balanced share and sends as much back. The mean layer carries its share of them. Exposed unless the framework overlaps them with another
-    microbatch's compute (``Workload.ep_comm_overlap``, the profile's ``ep_overlap`` unless set; then at
+    balanced share and sends as much back. The mean layer carries its share of them. Exposed unless
+    the framework overlaps them with another microbatch's compute (``Workload.ep_comm_overlap``, the profile's ``ep_overlap`` unless set; then at
     least the latency stays)."""
     if model.moe is None:
         zero = 0.0 * tokens_per_microbatch(workload, sh, k)
@@ -651,7 +651,7 @@ def memory_by_microbatch(model: ModelSpec, workload: Workload, sh: Shapes, k, r,
 
 def dispatch_buffer_bytes(model: ModelSpec, workload: Workload, sh: Shapes, m):
     """A MoE layer's token buffers in flight: the k dispatched copies of the rank's m/tp tokens
-    received (x the imbalance, or the capacity factor's cap) and the combine's output, gathered over etp."""
+    received (x the busiest device's load, ``expert_load``) and the combine's output, gathered over etp."""
     if model.moe is None:
         return 0.0 * m
     return 2 * m / sh.tp * model.moe.top_k * expert_load(model, workload, sh, m) * sh.etp * model.d_model * workload.activation_bytes

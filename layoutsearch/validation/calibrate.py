@@ -408,38 +408,36 @@ def leave_one_source_out(records: list[dict], params: tuple[str, ...] = DEFAULT_
     by_source: dict[str, dict] = {}
     grid = tuple(routing_cv_grid or ())
     learned = {pid for pid, _, _ in learned_routing_problems(records)} if grid else set()
-    all_items = items
-    for source in sorted({s for s, _, _ in all_items}):
+    for source in sorted({s for s, _, _ in items}):
         how: dict[str, str] = {}
-        items = all_items
+        fold = items
         if grid:
-            train_learned = [p for s, _, p in all_items if s != source and p[0] in learned]
+            train_learned = [p for s, _, p in items if s != source and p[0] in learned]
             scan = routing_cv_scan(train_learned, grid, loss)
             cv = min(scan, key=lambda c: scan[c][0])
-            items = [(s, f, _with_routing_cv(p, cv)) for s, f, p in all_items]
+            fold = [(s, f, _with_routing_cv(p, cv)) for s, f, p in items]
             how["routing_cv"] = f"{cv:.2f}, refit on {len(train_learned)} learned-routing records of the other sources"
         joint = {}
         if shared:
-            train_groups = {f: [p for s, g, p in items if s != source and g == f and p[0] in fitted_ids]
+            train_groups = {f: [p for s, g, p in fold if s != source and g == f and p[0] in fitted_ids]
                             for f in sorted({f for _, f, _ in items})}
             joint = fit_joint({f: g for f, g in train_groups.items() if len(g) >= 2}, params, shared, loss)
-        for fam in sorted({f for s, f, _ in items if s == source}):
-            held = [p for s, f, p in items if s == source and f == fam]
-            train = [p for s, f, p in items if s != source and f == fam and p[0] in fitted_ids]
+        for fam in sorted({f for s, f, _ in fold if s == source}):
+            held = [p for s, f, p in fold if s == source and f == fam]
+            train = [p for s, f, p in fold if s != source and f == fam and p[0] in fitted_ids]
             fields: dict[str, float] = {}
             if len(train) >= 2:
                 chosen = chosen_params(params, len(train)) + tuple(s for s in shared if s in joint.get(fam, {}))
                 fields = joint[fam] if shared else fit_fields(train, chosen, loss)[0]
-                others = len({s for s, f, p in items if s != source and f == fam and p[0] in fitted_ids})
+                others = len({s for s, f, p in fold if s != source and f == fam and p[0] in fitted_ids})
                 how[fam] = (f"{', '.join(chosen)} refit on {len(train)} records of {others} other "
                             f"source{'s' if others > 1 else ''}")
             else:
                 how[fam] = "catalogue values (no other source has records on this family)"
             for (pid, _, _), r_log in zip(held, log_residuals(held, fields)):
                 rel[pid] = float(np.expm1(r_log))
-        ids = {p[0] for s, _, p in items if s == source}
+        ids = {p[0] for s, _, p in fold if s == source}
         by_source[source] = {**error_stats([rel[i] for i in ids if i in rel]), "calibration": how}
-    items = all_items
     in_sample: list[float] = []
     groups = {fam: [p for _, f, p in items if f == fam] for fam in sorted({f for _, f, _ in items})}
     fit_groups = {fam: [p for p in probs if p[0] in fitted_ids] for fam, probs in groups.items()}
