@@ -19,15 +19,13 @@ from _common import RESULTS, data_file  # first: puts this checkout's package ah
 import numpy as np
 
 from layoutsearch.core.specs import LEARNED_ROUTING_EXPERT_CV
-from layoutsearch.validation.calibrate import learned_routing_problems, routing_cv_scan
+from layoutsearch.validation.calibrate import ROUTING_CV_GRID, learned_routing_problems, routing_cv_scan
 from layoutsearch.validation.runs import load_runs
-
-GRID = tuple(round(0.05 * i, 2) for i in range(13))  # 0 .. 0.6
 
 
 def main() -> None:
     problems = learned_routing_problems(load_runs(data_file("runs_moe_dev.yaml")))
-    scan = routing_cv_scan(problems, GRID)
+    scan = routing_cv_scan(problems, ROUTING_CV_GRID)
     best = min(scan, key=lambda cv: scan[cv][0])
     out = ["# The spread of a learned router's expert loads, fitted", "",
            "Regenerate: `python scripts/fit_routing_cv.py`. A dropless MoE layer waits for its busiest expert device "

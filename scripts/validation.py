@@ -32,7 +32,8 @@ from _common import REPO as ROOT, data_file  # first: puts this checkout's packa
 
 from layoutsearch.core.uncertainty import PATH as UNCERTAINTY_PATH
 from layoutsearch.validation.uncertainty import write_uncertainty
-from layoutsearch.validation.calibrate import leave_one_source_out
+from layoutsearch.core.specs import LEARNED_ROUTING_EXPERT_CV
+from layoutsearch.validation.calibrate import ROUTING_CV_GRID, leave_one_source_out
 from layoutsearch.validation.mapping import cuda_graphs as record_cuda_graphs
 from layoutsearch.validation.validate import load_runs, validate_runs
 
@@ -525,7 +526,8 @@ def write_moe_markdown(doc: dict, runs: Path, path: Path, records: list[dict]) -
              "## By routing", "",
              "A record whose notes say the benchmark forced balanced routing is costed with `--routing forced` "
              "(random routing); one that says real routing, or does not say, with `--routing learned`, the engine's "
-             "default (a learned router's expert loads spread by `routing_cv` 0.25, `results/routing_cv.md`): the "
+             f"default (a learned router's expert loads spread by `routing_cv` {LEARNED_ROUTING_EXPERT_CV:g}, "
+             "`results/routing_cv.md`): the "
              "busiest expert device sets each MoE layer's pace. The regime is read from each record's `derived` "
              "notes.", "", *routing_lines(records, entries), "",
              "## Worst 10", "", *worst_lines(records, entries), "",
@@ -548,7 +550,7 @@ def main_moe(args: argparse.Namespace) -> int:
         # the learned-routing spread first, on the grid of scripts/fit_routing_cv.py
         doc["loso"] = leave_one_source_out(records, ("moe_layer_overhead_s",), shared=("moe_expert_overhead_s",),
                                            fit_on=lambda r: record_cuda_graphs(r) == "none", loss="huber",
-                                           routing_cv_grid=tuple(round(0.05 * i, 2) for i in range(13)))
+                                           routing_cv_grid=ROUTING_CV_GRID)
     args.out.mkdir(parents=True, exist_ok=True)
     write_moe_markdown(doc, args.runs, args.out / "validation_moe.md", records)
     s = doc["summary"]

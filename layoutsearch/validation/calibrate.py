@@ -51,6 +51,7 @@ DEFAULT_PARAMS = ("matmul_efficiency", "attention_efficiency")
 DEFAULT_SHARED = ("overlap_interference",)  # fitted with them over the GPU families (SHARED_KIND)
 MAX_FIT_PARAMS = 4  # a few fractions per family, never one per record
 LOSSES = ("squares", "huber")  # of the log errors: least squares, or Huber's (squares within HUBER_LOG_SCALE, linear beyond)
+ROUTING_CV_GRID = tuple(round(0.05 * i, 2) for i in range(13))  # Workload.routing_cv's fit: 0 .. 0.6 by 0.05
 HUBER_LOG_SCALE = 0.2  # log(predicted / measured) beyond which a record's pull stops growing: about 20 %
 # Accelerator id -> the family whose records share one calibration (same compute die and clocks).
 FAMILIES = {"a100-40gb": "a100", "a100-80gb": "a100", "h100": "h100-class", "h200": "h100-class",
