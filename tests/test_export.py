@@ -420,3 +420,19 @@ def test_deepspeed_launch_line_on_a_cluster_smaller_than_a_node():
     assert "deepspeed --num_gpus 2 --num_nodes 1 train.py" in exported(small, "deepspeed")
     big = solve_doc("debug", "h100-16", 64, 1024, Layout(fsdp=16, num_microbatches=2))
     assert "deepspeed --num_gpus 8 --num_nodes 2 train.py" in exported(big, "deepspeed")
+
+
+def test_megatron_refuses_a_sliding_window_shorter_than_the_sequence(data_file, capsys):
+    """Mistral-7B v0.1 attends over a 4096-token window: at 4096 tokens that is the whole sequence and the export is
+    written; at 8192 the window matters, and the Megatron export, which writes no --window-size, refuses it."""
+    from layoutsearch.cli import main
+
+    mistral = str(data_file("hf/mistral-7b-v0.1.json"))
+    args = ["solve", "--model", mistral, "--cluster", "h100-8", "--seqs", "64", "--export", "megatron"]
+    assert main([*args, "--seq-len", "4096"]) == 0
+    assert "MEGATRON_ARGS=(" in capsys.readouterr().out
+    assert main([*args, "--seq-len", "8192"]) == 1
+    assert capsys.readouterr().err.splitlines()[0] == (
+        f"no feasible layout: Megatron-LM cannot express the 4096-token sliding window of {mistral} (layoutsearch does "
+        f"not write --window-size and --window-attn-skip-freq: the model catalogue records how many layers attend in "
+        f"full, not which); nearest: export to deepspeed (the Hugging Face model code has it) (megatron-window)")

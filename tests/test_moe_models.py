@@ -64,6 +64,7 @@ from __future__ import annotations
 import json
 import math
 import warnings
+from dataclasses import replace
 
 import pytest
 
@@ -72,7 +73,7 @@ from layoutsearch.core.catalogue import (HfConfigWarning, catalogue_dir, hf_warn
                                          model_from_dict, read_hf_config)
 from layoutsearch.core.errors import CatalogueError, InvalidArgumentError
 from layoutsearch.core.problem import Problem, model_hash, spec_fields
-from layoutsearch.core.specs import MlaSpec, MoeSpec, Workload
+from layoutsearch.core.specs import Layout, MlaSpec, MoeSpec, Workload
 from layoutsearch.costs import params
 
 # HF file, model_type, catalogue id, total, active, MTP
@@ -222,31 +223,55 @@ def test_capacity_factor_and_dropless():
     assert model_from_dict({**BASE, "moe": MOE}, "x", "m.yaml").moe.capacity_factor is None  # dropless
 
 
-# ----------------------------------------------------------------------------- what the cost model refuses
-@pytest.mark.parametrize("argv", [
-    ["estimate", "--model", "gpt-oss-120b", "--cluster", "h100-8", "--layout", "fsdp=8,ep=8", "--seqs", "8"],
-    ["solve", "--model", "gpt-oss-120b", "--cluster", "h100-8", "--seqs", "8"],
+# ----------------------------------------------------------------------------- attention sinks
+def test_attention_sinks_are_counted_and_cost_what_plain_attention_costs():
+    """gpt-oss: one learned sink logit per head and layer: 64 x 36 = 2,304 parameters, and no matmul (a term of each
+    row's softmax, taken in the fused kernel's pass): the same attention and matmul time as the model without them;
+    the step differs only by the 2,304 parameters' gathers and optimizer update."""
+    from layoutsearch.costs.estimate import estimate
+
+    oss = load_model("gpt-oss-120b")
+    work = Workload(global_batch_seqs=64, seq_len=4096)
+    lay = Layout(fsdp=64, ep=8, zero_stage=3, num_microbatches=1)
+    sinks, plain = (estimate(Problem.build(m, "h100-64", work), lay) for m in (oss, replace(oss, attention_sinks=False)))
+    assert sinks.params["total"] - plain.params["total"] == 64 * 36
+    for term in ("compute/attention", "compute/matmul", "compute/elementwise", "exposed_comm/ep"):
+        assert sinks.time_s[term] == plain.time_s[term] > 0, term
+    assert sinks.step_time_s == pytest.approx(plain.step_time_s, rel=1e-7) and sinks.step_time_s != plain.step_time_s
+
+
+@pytest.mark.parametrize("target, nearest", [
+    ("megatron", "Megatron-LM cannot express the attention sinks of gpt-oss-120b (pretrain_gpt.py has no argument "
+                 "for TransformerConfig softmax_type 'learnable'; a model provider sets it, as Megatron-Bridge's gpt-oss "
+                 "bridge does); nearest: export to deepspeed (the Hugging Face model code has them)"),
+    ("torchtitan", "torchtitan cannot express the attention sinks of gpt-oss-120b; nearest: export to deepspeed (the "
+                   "Hugging Face model code has them)"),
 ])
-def test_attention_sinks_are_refused(capsys, argv):
-    code = cli.main(argv)
-    assert (code, capsys.readouterr().err) == (
-        2, "error: model 'gpt-oss-120b': attention sinks are not modelled by the cost model yet (their parameters "
-           "are counted, their attention-kernel cost is not)\n")
+def test_an_export_target_without_attention_sinks_refuses_gpt_oss(capsys, target, nearest):
+    """solve accepts gpt-oss; a target that cannot write its sinks finds no layout (exit 1) and says what is nearest;
+    DeepSpeed trains the Hugging Face model, sinks included."""
+    args = ["solve", "--model", "gpt-oss-120b", "--cluster", "h100-64", "--seqs", "512"]
+    assert cli.main(args) == 0
+    assert "gpt-oss-120b on h100-64 (64 devices)" in capsys.readouterr().out
+    assert cli.main([*args, "--export", target]) == 1
+    assert capsys.readouterr().err.strip().splitlines()[-1] == f"no feasible layout: {nearest} ({target}-sinks)"
 
 
-def test_sweep_refuses_before_solving(tmp_path, capsys):
+def test_deepspeed_exports_gpt_oss(tmp_path, capsys):
+    out = tmp_path / "ds.json"
+    assert cli.main(["solve", "--model", "gpt-oss-120b", "--cluster", "h100-64", "--seqs", "512", "--export", "deepspeed",
+                     "-o", str(out)]) == 0
+    doc = json.loads(out.read_text())
+    assert doc["_layoutsearch"]["model_hyperparameters"]["attention_bias"] is True and doc["train_batch_size"] == 512
+
+
+def test_sweep_refuses_an_unknown_model_before_solving(tmp_path, capsys):
     output = tmp_path / "sweep.csv"
-    code = cli.main(["sweep", "--model", "llama3-8b,gpt-oss-120b", "--cluster", "h100-8", "--seqs", "8",
+    code = cli.main(["sweep", "--model", "llama3-8b,gpt-oss-12b", "--cluster", "h100-8", "--seqs", "8",
                      "--seq-len", "4096", "--output", str(output)])
     err = capsys.readouterr().err
-    assert code == 2 and err.startswith("error: model 'gpt-oss-120b': attention sinks are not modelled")
+    assert code == 2 and err.startswith("error: unknown model 'gpt-oss-12b' (did you mean 'gpt-oss-120b'?)"), err
     assert not output.exists()
-
-
-def test_problem_is_the_one_place_that_refuses():
-    with pytest.raises(InvalidArgumentError, match="model 'gpt-oss-120b': attention sinks are not modelled"):
-        Problem.build("gpt-oss-120b", "h100-8", Workload(global_batch_seqs=8, seq_len=4096))
-    assert Problem.build("grok-1", "h100-8", Workload(global_batch_seqs=8, seq_len=4096)).model.moe.num_experts == 8
 
 
 def test_models_lists_total_and_active(capsys):

@@ -55,9 +55,6 @@ class Problem:
     cluster: Cluster
     workload: Workload
 
-    def __post_init__(self) -> None:
-        refuse_unmodelled(self.model, self.model_id)
-
     @property
     def num_devices(self) -> int:
         return self.cluster.num_devices
@@ -109,16 +106,6 @@ class Problem:
                    else cluster_from_spec(rec.cluster_spec, "problem", "cluster_spec.", name=rec.cluster))
         workload = resolved_workload(workload, cluster)
         return cls(model_id=rec.model, model=model, cluster_name=rec.cluster, cluster=cluster, workload=workload)
-
-
-def refuse_unmodelled(model: ModelSpec, model_id: str) -> None:
-    """The one place that keeps what the cost model does not cost out of every Problem (and so out
-    of estimate, solve, explain, sweep and export). Mixture-of-experts layers and latent attention
-    are costed (costs.terms); attention sinks are counted (costs/params.py) but their cost in the
-    attention kernel is not."""
-    if model.attention_sinks:
-        raise InvalidArgumentError(f"model '{model_id:.80}': attention sinks are not modelled by the cost model yet "
-                                   f"(their parameters are counted, their attention-kernel cost is not)")
 
 
 class UncalibratedWarning(LayoutsearchWarning):

@@ -349,6 +349,8 @@ class Capabilities:
     tp_comm_overlap: bool = True  # TP collectives pipelined with their GEMMs (Workload.tp_comm_overlap)
     ep_comm_overlap: bool = False  # MoE token AllToAlls behind another microbatch's compute (Workload.ep_comm_overlap)
     unfused_attention: bool = False  # an attention that materialises the S x S scores (Workload.flash_attention off)
+    attention_sinks: bool = False  # a learned sink logit per head in the softmax (gpt-oss's attention)
+    sliding_window: bool = False  # layers attending over a window of the sequence (ModelSpec.sliding_window)
     bf16_moments_zero: tuple[int, ...] = ()  # the ZeRO stages it can write bf16 Adam moments with (moment bytes 2)
     why: dict[str, str] = field(default_factory=dict)
 
@@ -587,6 +589,16 @@ def framework_rules(caps: Capabilities) -> tuple[Rule, ...]:
              f"bf16 Adam moments with ZeRO {set(caps.bf16_moments_zero)}" if caps.bf16_moments_zero
              else "fp32 Adam moments"),
          lambda p, c: _state_precision_text(caps, p, c, text)),
+        (f"{caps.target}-sinks", (), lambda p, c: caps.attention_sinks or not p.model.attention_sinks,
+         lambda p: f"{name}: " + ("attention with or without sinks" if caps.attention_sinks else "attention without sinks"),
+         lambda p, c: text(f"{caps.target}-sinks", f"the attention sinks of {p.model_id}",
+                           "export to deepspeed (the Hugging Face model code has them)")),
+        (f"{caps.target}-window", (),  # a window as long as the sequence attends over all of it
+         lambda p, c: caps.sliding_window or (p.model.sliding_window or np.inf) >= p.workload.seq_len,
+         lambda p: f"{name}: " + ("full or windowed attention" if caps.sliding_window else "full attention only"),
+         lambda p, c: text(f"{caps.target}-window", f"the {p.model.sliding_window}-token sliding window of "
+                                                    f"{p.model_id}", "export to deepspeed (the Hugging Face model "
+                                                                     "code has it)")),
         (f"{caps.target}-model", (), lambda p, c: not caps.model_blocks or any(MODEL_BLOCKS[b](p.model)
                                                                                for b in caps.model_blocks),
          lambda p: f"{name}: a model of the {' or '.join(caps.model_blocks) or 'any'} family",

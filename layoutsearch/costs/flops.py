@@ -104,7 +104,10 @@ def attention_flops_per_token_per_layer(model: ModelSpec, seq_len: int, causal: 
     """Forward QK^T and AV FLOPs per token of one layer on one TP rank: 2 x context x (h_qk + h_v) x
     n_q/tp, 4 x context x h x n_q/tp when the value heads are as wide as the query-key heads
     (context: ``layer_attention_context``, the sliding window's where the model has one; MLA: h_qk =
-    nope + rope, h_v its value width)."""
+    nope + rope, h_v its value width). Attention sinks (gpt-oss: one learned logit per head in each
+    row's softmax) add no matmul and one term to a row's context-long softmax: nothing here, as the
+    fused kernels take them in the same pass (Transformer Engine 2.8 on; Megatron-Bridge falls back to
+    unfused attention before it)."""
     return (2.0 * layer_attention_context(model, seq_len, causal) * (model.head_dim + value_head_dim(model))
             * (model.num_heads // tp))
 

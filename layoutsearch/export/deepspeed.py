@@ -45,6 +45,7 @@ CAPABILITIES = Capabilities(
     target="deepspeed", framework="DeepSpeed", tp_comm_overlap=False, zero_stages_with_replicas=(), zero_stages_with_pp=(0, 1),
     pipeline_schedules=("1f1b",), context_parallel=False, kv_replication=False,
     expert_tensor=("1",), expert_tensor_without_ep=("tp",), expert_parallel_with_tp_and_pp=False,
+    attention_sinks=True, sliding_window=True,  # the Hugging Face model code trains its own attention
     why={"deepspeed-replicas": "ZeRO shards over the whole data-parallel world (MiCS was removed)",
          "deepspeed-cp": "it has no ring context parallelism (Ulysses exchanges heads by all-to-all)",
          "deepspeed-pipeline": "its PipelineEngine runs 1F1B only and rejects ZeRO-2 and ZeRO-3",

@@ -100,7 +100,14 @@ CAPABILITIES = Capabilities(
     cuda_graphs=("none", "scoped", "full_iteration"),
     recompute_with_scoped_graphs=("none", "selective", "norm_act", "mla_up_proj"), full_graph_dropless_moe=False,
     bf16_grads=True, bf16_moments_zero=(1, 2, 3), drop_and_pad=True, ep_comm_overlap=True, unfused_attention=True,  # --use-precision-aware-optimizer needs the distributed optimizer
-    why={"megatron-pipeline": "it runs 1F1B, or interleaved 1F1B with virtual stages; no GPipe"})
+    why={"megatron-pipeline": "it runs 1F1B, or interleaved 1F1B with virtual stages; no GPipe",
+         # arguments.py has no flag for TransformerConfig.softmax_type; Megatron-Bridge's gpt-oss bridge sets
+         # softmax_type "learnable" (with the clamped SwiGLU) in its model provider
+         "megatron-sinks": "pretrain_gpt.py has no argument for TransformerConfig softmax_type 'learnable'; a model "
+                           "provider sets it, as Megatron-Bridge's gpt-oss bridge does",
+         # --window-size and --window-attn-skip-freq exist; the catalogue keeps how many layers are full, not which
+         "megatron-window": "layoutsearch does not write --window-size and --window-attn-skip-freq: the model "
+                            "catalogue records how many layers attend in full, not which"})
 assert set(CAPABILITIES.recompute_policies) == {"none", "selective", "full", *RECOMPUTE_MODULES}
 
 
