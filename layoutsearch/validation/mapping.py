@@ -113,7 +113,9 @@ is applied to every record:
     (random routing: only the multinomial spread of the expert loads); one that says real routing
     (MLPerf) or does not say is costed "learned", the engine's default (``costs.terms.expert_load``);
     the record's notes say which. ``model.notes`` name architecture details outside the record's
-    shape (sliding windows, attention sinks, biases): not costed, copied into the notes.
+    shape (attention sinks, biases, chunked attention): not costed, copied into the notes; a sliding
+    window on every other layer (gpt-oss: "sliding-window 128 on every other layer") is costed as
+    the model's ``sliding_window``, half of the layers attending over the whole sequence.
 17. Expert-parallel AllToAll overlap: a record whose notes name it (``A2A_OVERLAP=1``,
     ``--overlap-moe-expert-parallel-comm``) is costed with ``Workload.ep_comm_overlap`` on; the
     others with the profile's choice (off for every profile but ideal). The token dispatcher: a
@@ -749,7 +751,13 @@ def model_dict(record: dict) -> dict | str:
         shape.update(head_dim=a["qk_nope_head_dim"] + a["qk_rope_head_dim"], num_kv_heads=m["num_heads"], mla=a)
     if m.get("mtp_num_layers"):
         shape["mtp_layers"] = m["mtp_num_layers"]
+    window = re.search(SLIDING_WINDOW_NOTE, m.get("notes") or "")
+    if window:  # gpt-oss: windowed and full layers alternate
+        shape.update(sliding_window=int(window.group(1)), full_attention_layers=m["num_layers"] // 2)
     return shape
+
+
+SLIDING_WINDOW_NOTE = r"sliding-window (\d+) on every other layer(?: \([^)]*\))?(?:,\s*)?"
 
 
 def record_model(record: dict):
@@ -803,8 +811,13 @@ def _moe_notes(record: dict) -> list[str]:
     if m.get("mtp_num_layers"):
         notes.append(f"MTP: {m['mtp_num_layers']} module(s) counted beside the model, costed as a layer and an "
                          f"output-head pass each on the last stage (not their memory)")
-    if m.get("notes") and moe is not None:
-        notes.append(f"model notes not costed: {m['notes']}")
+    window = re.search(SLIDING_WINDOW_NOTE, m.get("notes") or "")
+    if window:
+        notes.append(f"sliding window {window.group(1)} on every other layer (model notes): costed, "
+                     f"{m['num_layers'] // 2} of {m['num_layers']} layers attend over the whole sequence")
+    rest = re.sub(SLIDING_WINDOW_NOTE, "", m.get("notes") or "")
+    if rest and moe is not None:
+        notes.append(f"model notes not costed: {rest}")
     return notes
 
 
