@@ -31,7 +31,7 @@ def problem(model: str | ModelSpec, cluster: str | Cluster, seqs: int = 1024, se
             tokens: float | None = None, **workload_options) -> Problem:
     """The Problem the CLI builds from ``--model --cluster --seqs --seq-len`` and the workload options
     (``framework``, ``precision``, ``tp_comm_overlap``, ``ep_comm_overlap``, ``deepep``, ``vendor_attention``,
-    ``launch_blocking``, ``cuda_graphs``, ``routing``, ``grad_bytes``, ``moment_bytes``,
+    ``launch_blocking``, ``cuda_graphs``, ``routing``, ``routing_cv``, ``grad_bytes``, ``moment_bytes``,
     ``fused_attention``, ``hbm_gib``, ``memory_margin_gib``: the CLI's names)."""
     return Problem.build(model, cluster, build_workload(seqs, seq_len, tokens, **workload_options))
 

@@ -80,7 +80,7 @@ def test_solve_and_explain_share_one_declaration_of_the_search_options():
     """The search options come from SearchArgs' fields (declared once), ahead of each command's own."""
     shared = [f.name for f in common.dataclasses.fields(common.SearchArgs)]
     assert shared == ["model", "cluster", "seqs", "seq_len", "framework", "precision", "tp_comm_overlap", "ep_comm_overlap",
-                      "deepep", "vendor_attention", "launch_blocking", "cuda_graphs", "routing", "grad_bytes", "moment_bytes", "fused_attention", "hbm_gib", "memory_margin_gib",
+                      "deepep", "vendor_attention", "launch_blocking", "cuda_graphs", "routing", "routing_cv", "grad_bytes", "moment_bytes", "fused_attention", "hbm_gib", "memory_margin_gib",
                       "top", "fix", "choices", "only", "objective", "time_limit", "method", "recompute"]
     solve_params = dict(inspect.signature(cli.solve.solve).parameters)
     explain_params = dict(inspect.signature(cli.explain.explain).parameters)

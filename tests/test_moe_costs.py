@@ -220,6 +220,17 @@ def test_routing_is_a_choice_of_the_cli_and_problem_files(capsys, tmp_path):
     assert main([*args, "--routing", "forced"]) == 0
     forced = json.loads(capsys.readouterr().out)
     assert learned["layout"]["time_s"]["exposed_comm/ep"] > 1.3 * forced["layout"]["time_s"]["exposed_comm/ep"] > 0
+    # --routing-cv: the spread a user measured on their router; 16 H100, ep=8 with one local expert, 4 microbatches of
+    # one sequence (4,096 tokens, 8,192 rows per expert device): the AllToAll carries the busiest device's load
+    assert main([*args, "--routing-cv", "0.1"]) == 0
+    measured = json.loads(capsys.readouterr().out)
+    assert (learned["problem"]["workload"]["routing_cv"], measured["problem"]["workload"]["routing_cv"]) == (0.3, 0.1)
+    a2a = {doc["problem"]["workload"]["routing_cv"]: next(c["bytes"] for c in doc["collectives"] if c["name"].startswith("ep "))
+           for doc in (learned, measured)}
+    assert a2a[0.1] / a2a[0.3] == pytest.approx(_busiest(8, 8192, 1, 0.1) / _busiest(8, 8192, 1, 0.3), rel=1e-12)
+    assert main([*args, "--routing-cv", "-0.5"]) == 2
+    assert capsys.readouterr().err.strip() == ("error: Invalid value for '--routing-cv': Input should be greater than "
+                                               "or equal to 0 (got '-0.5')")
     problem = tmp_path / "p.problem.yaml"
     problem.write_text("model: mixtral-8x7b\ncluster: h100-16\nseqs: 64\nrouting: balanced\nlayout: fsdp=16,ep=8\nmicrobatches: 4\nzero_stage: 3\nrecompute: full\n")
     assert main(["estimate", "--problem", str(problem)]) == 2
@@ -229,7 +240,7 @@ def test_routing_is_a_choice_of_the_cli_and_problem_files(capsys, tmp_path):
     with pytest.raises(InvalidArgumentError, match=r"^--routing: 'balanced' is not one of learned, forced$"):
         Problem.build("mixtral-8x7b", "h100-16", Workload(global_batch_seqs=64, seq_len=4096, routing="balanced"))
     for bad in (-0.1, float("nan"), float("inf"), "0.2", None):
-        with pytest.raises(InvalidArgumentError, match=r"^routing_cv: .* is not a number from 0 to 10 \(a learned "):
+        with pytest.raises(InvalidArgumentError, match=r"^--routing-cv: .* is not a number from 0 to 10 \(a learned "):
             Problem.build("mixtral-8x7b", "h100-16", Workload(global_batch_seqs=64, seq_len=4096, routing_cv=bad))
 
 

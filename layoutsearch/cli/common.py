@@ -24,10 +24,10 @@ from layoutsearch.core import io
 from layoutsearch.core.errors import InvalidArgumentError, LayoutsearchError, LayoutsearchWarning
 from layoutsearch.core.parse import parse_choices, parse_degrees, parse_names
 from layoutsearch.core.frameworks import framework_of_target
-from layoutsearch.core.problem import Problem, SearchOptions, SearchRequest, build_workload
+from layoutsearch.core.problem import MAX_ROUTING_CV, Problem, SearchOptions, SearchRequest, build_workload
 from layoutsearch.core.problem_file import load_problem_file
 from layoutsearch.core.specs import (
-    DEGREE_NAMES, RECOMPUTE_POLICIES, Cluster, CudaGraphs, Framework, Routing, Method, ModelSpec, Objective, Precision, Workload, choices,
+    DEGREE_NAMES, LEARNED_ROUTING_EXPERT_CV, RECOMPUTE_POLICIES, Cluster, CudaGraphs, Framework, Routing, Method, ModelSpec, Objective, Precision, Workload, choices,
 )
 from layoutsearch.core.units import GIB, MAX_GLOBAL_BATCH_SEQS, MAX_SEQ_LEN, MAX_TIME_LIMIT_S
 from layoutsearch.report.output import solve_document
@@ -137,6 +137,11 @@ RoutingOpt = Annotated[Routing, typer.Option(
     "--routing",
     help="How a dropless MoE routes tokens: learned (a trained router: the expert devices' loads vary and the busiest "
          "sets the pace) or forced (random routing, as benchmarks force it: --moe-router-force-load-balancing)")]
+RoutingCvOpt = Annotated[float, typer.Option(
+    "--routing-cv", min=0, max=MAX_ROUTING_CV, callback=finite,
+    help=f"A learned router's spread of expert loads per MoE layer and microbatch, standard deviation / mean "
+         f"(default {LEARNED_ROUTING_EXPERT_CV:g}, fitted to published runs: results/routing_cv.md); unused with "
+         f"--routing forced")]
 FrameworkOpt = Annotated[Optional[Framework], typer.Option(
     "--framework", help="Whose overlap the step time assumes: megatron, torchtitan, maxtext, deepspeed or ideal "
                         "(default: maxtext on TPUs, megatron on GPUs)")]
@@ -173,6 +178,7 @@ class WorkloadArgs:
     launch_blocking: LaunchBlockingOpt = False
     cuda_graphs: CudaGraphsOpt = CudaGraphs.none
     routing: RoutingOpt = Routing.learned
+    routing_cv: RoutingCvOpt = LEARNED_ROUTING_EXPERT_CV
     grad_bytes: GradBytesOpt = 4
     moment_bytes: MomentBytesOpt = 4
     fused_attention: FusedAttentionOpt = True

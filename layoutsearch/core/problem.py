@@ -26,7 +26,7 @@ from layoutsearch.core import io
 from layoutsearch.core.catalogue import load_model, model_from_dict
 from layoutsearch.core.errors import LayoutsearchWarning, InvalidArgumentError
 from layoutsearch.core.specs import (
-    ALL_DEGREE_NAMES, CUDA_GRAPHS, DEGREE_NAMES, RECOMPUTE_POLICIES, ROUTINGS, Cluster, Layout, Method, ModelSpec, Objective, Precision, Schedule, Workload,
+    ALL_DEGREE_NAMES, CUDA_GRAPHS, DEGREE_NAMES, LEARNED_ROUTING_EXPERT_CV, RECOMPUTE_POLICIES, ROUTINGS, Cluster, Layout, Method, ModelSpec, Objective, Precision, Schedule, Workload,
 )
 from layoutsearch.core.frameworks import deepep_of, profile_of
 from layoutsearch.core.topology import CustomCluster, cluster_from_spec, resolve_cluster
@@ -130,7 +130,7 @@ def build_workload(seqs: int, seq_len: int, tokens: float | None = None, *, fram
                    precision: str = "bf16", tp_comm_overlap: bool | None = None,
                    ep_comm_overlap: bool | None = None, deepep: bool | None = None, vendor_attention: bool | None = None,
                    launch_blocking: bool = False, cuda_graphs: str = "none", routing: str = "learned",
-                   grad_bytes: int = 4,
+                   routing_cv: float = LEARNED_ROUTING_EXPERT_CV, grad_bytes: int = 4,
                    moment_bytes: int = 4, fused_attention: bool = True, hbm_gib: float | None = None,
                    memory_margin_gib: float = 0.0) -> Workload:
     """A Workload from the options' units (GiB, bytes per element): the one conversion of the CLI,
@@ -138,7 +138,7 @@ def build_workload(seqs: int, seq_len: int, tokens: float | None = None, *, fram
     return Workload(global_batch_seqs=seqs, seq_len=seq_len, training_tokens=tokens, framework=framework,
                     precision=precision, tp_comm_overlap=tp_comm_overlap, ep_comm_overlap=ep_comm_overlap, deepep=deepep,
                     vendor_attention=vendor_attention, launch_blocking=launch_blocking, cuda_graphs=cuda_graphs,
-                    routing=routing, grad_bytes_per_param=grad_bytes,
+                    routing=routing, routing_cv=routing_cv, grad_bytes_per_param=grad_bytes,
                     optimizer_bytes_per_param=2 * moment_bytes, flash_attention=fused_attention,
                     hbm_bytes=None if hbm_gib is None else hbm_gib * GIB, memory_margin_bytes=memory_margin_gib * GIB)
 
@@ -165,7 +165,7 @@ def resolved_workload(workload: Workload, cluster: Cluster) -> Workload:
         raise InvalidArgumentError(f"--routing: '{workload.routing:.40}' is not one of {', '.join(ROUTINGS)}")
     cv = workload.routing_cv
     if isinstance(cv, bool) or not isinstance(cv, (int, float)) or not 0.0 <= cv <= MAX_ROUTING_CV:
-        raise InvalidArgumentError(f"routing_cv: {str(cv):.40} is not a number from 0 to {MAX_ROUTING_CV:g} (a learned "
+        raise InvalidArgumentError(f"--routing-cv: {str(cv):.40} is not a number from 0 to {MAX_ROUTING_CV:g} (a learned "
                                    f"router's expert loads, standard deviation / mean)")
     if workload.cuda_graphs != "none" and acc.kind != "gpu":
         raise InvalidArgumentError(f"--cuda-graphs {workload.cuda_graphs}: {acc.id} is a TPU; CUDA graphs apply to GPUs "
@@ -293,6 +293,7 @@ class WorkloadRecord(_Record):
     launch_blocking: StrictBool = False
     cuda_graphs: StrictStr = Field(default="none", max_length=64)
     routing: StrictStr = Field(default="learned", max_length=64)
+    routing_cv: FiniteNumber = Field(default=LEARNED_ROUTING_EXPERT_CV, ge=0, le=MAX_ROUTING_CV)
     fsdp_collectives_per_layer: StrictInt = Field(default=1, ge=1, le=64)
     training_tokens: FiniteNumber | None = Field(default=None, gt=0, le=MAX_TRAINING_TOKENS)
     precision: StrictStr = Field(default="bf16", max_length=64)

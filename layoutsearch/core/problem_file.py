@@ -50,7 +50,7 @@ ProblemFile = absent_is_none(
     seqs=StrictInt | list[StrictInt] | _Text, seq_len=StrictInt | list[StrictInt] | _Text,
     tp_comm_overlap=StrictBool, ep_comm_overlap=StrictBool, deepep=StrictBool, vendor_attention=StrictBool, launch_blocking=StrictBool,
     tokens=_Number, price_per_device_hour=_Number,
-    framework=_Text, precision=_Text, cuda_graphs=_Text, routing=_Text, grad_bytes=StrictInt, moment_bytes=StrictInt, fused_attention=StrictBool,
+    framework=_Text, precision=_Text, cuda_graphs=_Text, routing=_Text, routing_cv=_Number, grad_bytes=StrictInt, moment_bytes=StrictInt, fused_attention=StrictBool,
     hbm_gib=_Number, memory_margin_gib=_Number,
     # the search (solve, explain)
     fix=_Text | _Degrees, choices=_Text | dict[StrictStr, StrictInt | list[StrictInt]], only=_Text | list[_Text],
