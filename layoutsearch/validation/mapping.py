@@ -109,7 +109,8 @@ is applied to every record:
     devices of a stage as edp x ep x etp; the record's ``dp`` is the attention-side total
     data-parallel degree (num_devices / (tp x pp x cp)) and rule 1 splits it unchanged.
     Routing: a record whose notes say the benchmark forced balanced routing (Megatron-Bridge's
-    performance configs, the model zoo's scripts) is costed with ``Workload.routing`` "forced"
+    performance configs, the model zoo's scripts; not "forced balancing not stated") is costed with
+    ``Workload.routing`` "forced"
     (random routing: only the multinomial spread of the expert loads); one that says real routing
     (MLPerf) or does not say is costed "learned", the engine's default (``costs.terms.expert_load``);
     the record's notes say which. ``model.notes`` name architecture details outside the record's
@@ -139,7 +140,7 @@ is applied to every record:
     "attn, moe_router, moe_preprocess", "CUDA graphs on for GB200") with "scoped"; a ``derived.cuda_graphs``
     note is read per accelerator and precision ("H100 FP8 run used CUDA graphs; GB200 launch default
     CUDA_GRAPH=false"). Records that do not name them are costed without (a Megatron-Bridge row takes its
-    release preset's, rule 22): the vendor tables rarely say, and the fitted MoE overhead is what a layer costs
+    release preset's, rule 22, a NeMo row its release configuration's, rule 26): the vendor tables rarely say, and the fitted MoE overhead is what a layer costs
     without graphs.
 21. Megatron-FSDP gradients: a record run with Megatron-FSDP (named in its notes: "Megatron-FSDP", or the
     ``data_parallel_sharding_strategy optim_grads(_params)`` that selects it) reduce-scatters its gradients in
@@ -179,6 +180,13 @@ is applied to every record:
     gradient buffer in the parameters' bf16 and reduces it in bf16 (``param_and_grad_buffer.py``
     ``group_params_for_buffers``). A Megatron-Bridge row is costed with 2-byte gradients (memory and reduction) unless
     it names fp32 reduction, as rule 21 does for Megatron-FSDP.
+26. NeMo performance configurations: a row of the NeMo Framework performance summary ("(NeMo <release>,
+    DGX-<system> table)") ran NeMo's ``scripts/performance``, which take what a run does not pass from the release's
+    ``recommended_model_configs/model_configs_<gpu>.csv``. ``nemo_perf_configs.yaml`` beside this module lists
+    the CSVs' MoE pre-training rows of 25.04 (NeMo 2.3.0) and 25.07 (2.4.0); where one has the row's model,
+    precision and whole layout (devices, sequence, tp, pp, cp, virtual stages, ep, etp, microbatch and global
+    batch), its ``cuda_graphs`` column (Megatron's per-layer ``enable_cuda_graph``) is costed "scoped", as rule 22
+    costs Megatron-Bridge 25.09's per-layer graphs; 25.02's scripts have no CUDA graph setting.
 """
 
 from __future__ import annotations
@@ -274,6 +282,43 @@ def _preset_layout_of(record: dict) -> dict:
 
 
 OVERRIDE_RELEASES_FROM = (25, 11)  # rule 22: scripts/performance/utils/overrides.py set_user_overrides
+NEMO_CONFIGS_PATH = Path(__file__).with_name("nemo_perf_configs.yaml")  # rule 26
+NEMO_LAYOUT = PRESET_LAYOUT + ("seq_len",)
+
+
+@cache
+def nemo_perf_configs() -> tuple[dict, ...]:
+    """Rule 26: the NeMo 2 performance configurations of ``nemo_perf_configs.yaml``, each checked for its fields."""
+    entries = (io.read_yaml(NEMO_CONFIGS_PATH, error=CatalogueError) or {}).get("configs") or []
+    for i, e in enumerate(entries):
+        where = f"{NEMO_CONFIGS_PATH.name}: config #{i + 1}"
+        missing = [f for f in ("release", "model", "system", "precision", "source", "layout", "cuda_graphs")
+                   if f not in e] + [f"layout.{f}" for f in NEMO_LAYOUT
+                                     if f != "etp" and f not in (e.get("layout") or {})]
+        if missing:
+            raise CatalogueError(f"{where}: missing {', '.join(missing)}")
+        if e["cuda_graphs"] not in ("none", "scoped"):
+            raise CatalogueError(f"{where}: cuda_graphs {e['cuda_graphs']!r}: expected one of none, scoped")
+    return tuple(entries)
+
+
+def _name_key(name: str) -> str:
+    return re.sub(r"[^a-z0-9]", "", name.lower())
+
+
+def nemo_perf_config(record: dict) -> dict | None:
+    """Rule 26: the NeMo 2 performance configuration a row of the NeMo Framework performance summary ("(NeMo
+    <release>, DGX-<system> table)") ran, where its model, precision and whole layout are the configuration's;
+    else None."""
+    found = re.search(r"\(NeMo (\d\d\.\d\d(?:\.\d\d)?), (DGX-[\w-]+) table\)", " ".join(str(record.get("source") or "").split()))
+    if not found or source_family(record) != "nemo-framework":
+        return None
+    ours = {**_preset_layout_of(record), "seq_len": record["workload"]["seq_len"]}
+    model, precision = _name_key(record["model"]["name"]), record["workload"]["precision"] or "bf16"
+    return next((e for e in nemo_perf_configs()
+                 if (e["release"], e["system"], e["precision"]) == (found.group(1), found.group(2), precision)
+                 and model.startswith(_name_key(e["model"]))
+                 and all(ours[f] == v for f, v in e["layout"].items())), None)
 
 
 def _release_key(release: str) -> tuple[int, ...]:
@@ -375,10 +420,11 @@ def mlperf_config_graphs(record: dict) -> tuple[str, str] | None:
 
 
 def cuda_graphs(record: dict) -> str:
-    """Rules 20, 22 and 24: the CUDA graphs the record names, else its Megatron-Bridge preset's, else its MLPerf
-    configuration file's, else none."""
-    preset, config = mbridge_preset(record)[0], mlperf_config_graphs(record)
-    return named_cuda_graphs(record) or (preset["cuda_graphs"] if preset else config[1] if config else "none")
+    """Rules 20, 22, 24 and 26: the CUDA graphs the record names, else its Megatron-Bridge preset's, else its MLPerf
+    configuration file's, else its NeMo performance configuration's, else none."""
+    preset, config, nemo = mbridge_preset(record)[0], mlperf_config_graphs(record), nemo_perf_config(record)
+    return named_cuda_graphs(record) or (preset["cuda_graphs"] if preset else config[1] if config
+                                         else nemo["cuda_graphs"] if nemo else "none")
 
 
 def bf16_grads_because(record: dict) -> str | None:
@@ -582,6 +628,12 @@ def mapping_notes(record: dict) -> list[str]:
     if mlperf_config_graphs(record) and not named_cuda_graphs(record):
         path, graphs = mlperf_config_graphs(record)
         notes.append(f"CUDA graphs {graphs}, as its configuration file sets them ({path.rsplit('/', 1)[1]})")
+    nemo = nemo_perf_config(record)
+    if nemo and not named_cuda_graphs(record):
+        tag, commit, path, key = nemo["source"].split()
+        notes.append(f"NeMo {nemo['release']} performance configuration ({path.rsplit('/', 1)[1]} {key} @ {tag}, "
+                     f"{commit.strip('()')}), the row's layout: CUDA graphs {nemo['cuda_graphs']}"
+                     + (" (per-layer graphs: Megatron's enable_cuda_graph)" if nemo["cuda_graphs"] == "scoped" else ""))
     if recipe_stage_layers(record):
         first, last = recipe_stage_layers(record)
         notes.append(f"pipeline split of the {'Megatron-Bridge' if _mbridge_row(record) else 'NeMo 25.04'} DeepSeek-V3 "
@@ -773,6 +825,7 @@ def record_model(record: dict):
 
 REAL_ROUTING = r"real routing|real data|FORCE_LOAD_BALANCING=False|load balancing type none"
 FORCED_ROUTING = r"force[ds]?[ _-]?(load[ _-]?)?balanc|fake balanced gate"
+UNSTATED_ROUTING = r"force[ds]?[ _-]?(load[ _-]?)?balanc\w*\s+(is\s+)?not\s+stated"  # "forced balancing not stated"
 
 
 def routing(record: dict) -> str | None:
@@ -782,7 +835,7 @@ def routing(record: dict) -> str | None:
     text = " ".join(str(x) for x in (record.get("derived"), record["model"].get("notes")))
     if re.search(REAL_ROUTING, text, re.IGNORECASE):
         return "real"
-    if re.search(FORCED_ROUTING, text, re.IGNORECASE):
+    if re.search(FORCED_ROUTING, re.sub(UNSTATED_ROUTING, "", text, flags=re.IGNORECASE), re.IGNORECASE):
         return "forced"
     return "not stated"
 
