@@ -587,3 +587,26 @@ def test_megatron_bridge_deepseek_v3_rows_take_the_recipes_pipeline_split(by_id)
     assert ("pipeline split of the NeMo 25.04 DeepSeek-V3 recipe: first stage 3 layers, last 2 (with the MTP module "
             "and the loss)") in mapping_notes(dgxc)
     assert recipe_stage_layers(one(by_id, "maxtext-v5p-deepseekv3")) is None
+
+
+def test_a_broken_release_table_is_one_error_naming_the_entry_and_field(tmp_path, monkeypatch):
+    """Rules 22 and 26 read their tables through one check: a missing field or a value outside its choices names the
+    file, the entry and the field."""
+    from layoutsearch.core.errors import CatalogueError
+    from layoutsearch.validation import mapping
+
+    entry = {"release": "25.04", "model": "Mixtral-8x7B", "system": "DGX-GB200", "precision": "fp8", "source": "s",
+             "layout": {f: 1 for f in mapping.NEMO_LAYOUT}, "cuda_graphs": "full"}
+    table = tmp_path / "nemo_perf_configs.yaml"
+    monkeypatch.setattr(mapping, "NEMO_CONFIGS_PATH", table)
+    for broken, message in (
+            ({**entry, "layout": {"tp": 1}}, "nemo_perf_configs.yaml: config #2: missing layout.num_devices, layout.pp, "
+                                             "layout.cp, layout.virtual_stages, layout.ep, layout.microbatch_seqs, "
+                                             "layout.global_batch_seqs, layout.seq_len"),
+            (entry, "nemo_perf_configs.yaml: config #2: cuda_graphs 'full': expected one of none, scoped")):
+        table.write_text(yaml.safe_dump({"configs": [{**entry, "cuda_graphs": "none"}, broken]}))
+        mapping.nemo_perf_configs.cache_clear()
+        with pytest.raises(CatalogueError) as err:
+            mapping.nemo_perf_configs()
+        assert str(err.value) == message
+    mapping.nemo_perf_configs.cache_clear()

@@ -140,8 +140,8 @@ is applied to every record:
     "attn, moe_router, moe_preprocess", "CUDA graphs on for GB200") with "scoped"; a ``derived.cuda_graphs``
     note is read per accelerator and precision ("H100 FP8 run used CUDA graphs; GB200 launch default
     CUDA_GRAPH=false"). Records that do not name them are costed without (a Megatron-Bridge row takes its
-    release preset's, rule 22, a NeMo row its release configuration's, rule 26): the vendor tables rarely say, and the fitted MoE overhead is what a layer costs
-    without graphs.
+    release preset's, rule 22, a NeMo row its release configuration's, rule 26): the vendor tables rarely say,
+    and the fitted MoE overhead is what a layer costs without graphs.
 21. Megatron-FSDP gradients: a record run with Megatron-FSDP (named in its notes: "Megatron-FSDP", or the
     ``data_parallel_sharding_strategy optim_grads(_params)`` that selects it) reduce-scatters its gradients in
     bf16 (``Workload.grad_bytes_per_param`` 2), as Megatron-FSDP's recommended configuration does (Megatron-LM
@@ -242,21 +242,26 @@ PRESET_SETTINGS = {"cuda_graphs": ("none", "scoped", "full_iteration"), "ep_comm
                    "dispatcher": ("alltoall", "deepep", "hybridep")}
 
 
-@cache
-def mbridge_presets() -> tuple[dict, ...]:
-    """Rule 22: the Megatron-Bridge presets of ``mbridge_presets.yaml``, each checked for its fields."""
-    entries = (io.read_yaml(PRESETS_PATH, error=CatalogueError) or {}).get("presets") or []
+def _release_table(path: Path, key: str, layout: tuple[str, ...], settings: dict[str, tuple]) -> tuple[dict, ...]:
+    """The entries under ``key`` of a table of release configurations (rules 22 and 26), each checked: release,
+    model, system, precision, source, every ``layout`` field but etp, and each of ``settings`` among its values."""
+    entries = (io.read_yaml(path, error=CatalogueError) or {}).get(key) or []
     for i, e in enumerate(entries):
-        where = f"{PRESETS_PATH.name}: preset #{i + 1}"
-        missing = [f for f in ("release", "model", "system", "precision", "source", "layout", *PRESET_SETTINGS)
-                   if f not in e] + [f"layout.{f}" for f in PRESET_LAYOUT
-                                     if f != "etp" and f not in (e.get("layout") or {})]
+        where = f"{path.name}: {key.rstrip('s')} #{i + 1}"
+        missing = [f for f in ("release", "model", "system", "precision", "source", "layout", *settings)
+                   if f not in e] + [f"layout.{f}" for f in layout if f != "etp" and f not in (e.get("layout") or {})]
         if missing:
             raise CatalogueError(f"{where}: missing {', '.join(missing)}")
-        for name, allowed in PRESET_SETTINGS.items():
+        for name, allowed in settings.items():
             if e[name] not in allowed:
                 raise CatalogueError(f"{where}: {name} {e[name]!r}: expected one of {', '.join(map(str, allowed))}")
     return tuple(entries)
+
+
+@cache
+def mbridge_presets() -> tuple[dict, ...]:
+    """Rule 22: the Megatron-Bridge presets of ``mbridge_presets.yaml``, each checked for its fields."""
+    return _release_table(PRESETS_PATH, "presets", PRESET_LAYOUT, PRESET_SETTINGS)
 
 
 def _mbridge_row(record: dict) -> tuple[str, str, str, str] | None:
@@ -289,17 +294,7 @@ NEMO_LAYOUT = PRESET_LAYOUT + ("seq_len",)
 @cache
 def nemo_perf_configs() -> tuple[dict, ...]:
     """Rule 26: the NeMo 2 performance configurations of ``nemo_perf_configs.yaml``, each checked for its fields."""
-    entries = (io.read_yaml(NEMO_CONFIGS_PATH, error=CatalogueError) or {}).get("configs") or []
-    for i, e in enumerate(entries):
-        where = f"{NEMO_CONFIGS_PATH.name}: config #{i + 1}"
-        missing = [f for f in ("release", "model", "system", "precision", "source", "layout", "cuda_graphs")
-                   if f not in e] + [f"layout.{f}" for f in NEMO_LAYOUT
-                                     if f != "etp" and f not in (e.get("layout") or {})]
-        if missing:
-            raise CatalogueError(f"{where}: missing {', '.join(missing)}")
-        if e["cuda_graphs"] not in ("none", "scoped"):
-            raise CatalogueError(f"{where}: cuda_graphs {e['cuda_graphs']!r}: expected one of none, scoped")
-    return tuple(entries)
+    return _release_table(NEMO_CONFIGS_PATH, "configs", NEMO_LAYOUT, {"cuda_graphs": ("none", "scoped")})
 
 
 def _name_key(name: str) -> str:
@@ -310,7 +305,8 @@ def nemo_perf_config(record: dict) -> dict | None:
     """Rule 26: the NeMo 2 performance configuration a row of the NeMo Framework performance summary ("(NeMo
     <release>, DGX-<system> table)") ran, where its model, precision and whole layout are the configuration's;
     else None."""
-    found = re.search(r"\(NeMo (\d\d\.\d\d(?:\.\d\d)?), (DGX-[\w-]+) table\)", " ".join(str(record.get("source") or "").split()))
+    source = " ".join(str(record.get("source") or "").split())  # the YAML folds long sources over lines
+    found = re.search(r"\(NeMo (\d\d\.\d\d(?:\.\d\d)?), (DGX-[\w-]+) table\)", source)
     if not found or source_family(record) != "nemo-framework":
         return None
     ours = {**_preset_layout_of(record), "seq_len": record["workload"]["seq_len"]}
