@@ -212,6 +212,8 @@ class Gen:
             ("--deepep", None, 0.05), ("--no-deepep", None, 0.05), ("--launch-blocking", None, 0.05),
             ("--vendor-attention", None, 0.05), ("--no-vendor-attention", None, 0.05),
             ("--cuda-graphs", lambda: self.pick(["none", "scoped", "full_iteration"], ["full", ""], 0.8), 0.1),
+            ("--routing", lambda: self.pick(["learned", "forced"], ["balanced", ""], 0.8), 0.1),
+            ("--routing-cv", lambda: self.pick(["0", "0.15", "0.6"], ["-0.1", "nan", "11", "x"], 0.7), 0.1),
         ]
 
     def search(self, command: str) -> list[str]:
