@@ -4,7 +4,7 @@ default ``core.specs.LEARNED_ROUTING_EXPERT_CV``) fitted to the published MoE ru
 The records: tests/data/runs_moe_dev.yaml costed with learned routing (their notes do not say the benchmark forced
 balanced routing), dropless, ep > 1 (``validation.calibrate.learned_routing_problems``). The objective: the Huber loss
 of `layoutsearch calibrate --loss huber` on log(predicted / measured), over a grid of 0.05 (a finer value is more
-than 12 records can say). The per-family MoE overheads are the catalogue's; they were refitted after the spread
+than a dozen records can say). The per-family MoE overheads are the catalogue's; they were refitted after the spread
 was set (hardware/*.yaml sources.calibration_moe).
 
 Regenerate: python scripts/fit_routing_cv.py

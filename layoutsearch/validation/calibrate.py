@@ -367,9 +367,9 @@ def routing_cv_scan(problems: list[tuple[str, tuple, float]], values: Iterable[f
     out = {}
     for cv in values:
         errors = np.empty(len(problems))
-        for i, (_, (problem, layout), measured) in enumerate(problems):
-            varied = replace(problem, workload=replace(problem.workload, routing_cv=float(cv)))
-            errors[i] = math.log(estimate(varied, layout, strict=False).tokens_per_s / problem.num_devices / measured)
+        for i, prob in enumerate(problems):
+            _, (varied, layout), measured = _with_routing_cv(prob, float(cv))
+            errors[i] = math.log(estimate(varied, layout, strict=False).tokens_per_s / varied.num_devices / measured)
         out[float(cv)] = (float(np.sum(fit_residuals(errors, loss) ** 2)), errors)
     return out
 
