@@ -69,8 +69,13 @@ def test_ep_across_scale_out_costs_more_than_the_same_group_inside_nvlink():
     half = acc.collective_half_efficiency_bytes
     nvlink = acc.link_bytes_per_s_per_direction * acc.collective_efficiency
     nic = acc.scale_out_bytes_per_s_per_direction * acc.scale_out_efficiency
-    # inside the node: 7/8 of the buffer leaves each GPU over NVLink; one NVLink latency
-    assert _a2a(a)["time_s"] == pytest.approx((payload + half) * 7 / 8 / nvlink + acc.link_latency_s, rel=1e-9)
+    # inside the node: Megatron's flex dispatcher (DeepEP) sends a token once to each GPU holding one of its
+    # k = 2 experts, 8 (1 - (7/8)^2) = 1.875 of its 2 copies; 7/8 of that buffer leaves each GPU over NVLink;
+    # one NVLink latency
+    per_device = 8 * (1 - (7 / 8) ** K) / K
+    assert per_device == 0.9375
+    assert _a2a(a)["time_s"] == pytest.approx((payload * per_device + half) * 7 / 8 / nvlink + acc.link_latency_s,
+                                              rel=1e-9)
     # across: 4 of the 8 members sit in the other node, half the buffer would go through the GPU's NIC;
     # Megatron's flex dispatcher sends a token once per node: of its k = 2 copies, 2 (1 - 1/2^2) = 1.5 cross
     dedup = 2 * (1 - 0.5 ** K) / K
@@ -110,6 +115,28 @@ def test_deepep_sends_a_token_once_per_node_and_only_a_dropless_model_can_use_it
         (payload / MIXTRAL_EP8_LEARNED * 1.25 + half) * 4 / 8 / nic + fixed, rel=1e-9)
 
 
+def test_deepep_sends_a_token_once_to_each_device_holding_its_experts_inside_a_node():
+    """Qwen3-30B-A3B (128 experts, top 8) with ep=8 inside one NVLink node: the NCCL AllToAll sends all k = 8
+    copies of a token, DeepEP one per destination GPU (its dispatch layout marks a token once per rank), of the
+    8 GPUs 8 (1 - (7/8)^8) = 5.25 on average under uniform routing: 0.656 of the buffer."""
+    lay = Layout(fsdp=8, ep=8, zero_stage=1, num_microbatches=4, axes=(("fsdp", (("node", 8),)), ("ep", (("node", 8),))))
+
+    def a2a(deepep):
+        problem = Problem.build("qwen3-30b-a3b", "h100-8", Workload(global_batch_seqs=32, seq_len=4096,
+                                                                     framework="megatron", deepep=deepep))
+        return problem.cluster.accelerator, _a2a(estimate(problem, lay))
+
+    acc, nccl = a2a(False)
+    deepep = a2a(True)[1]
+    assert nccl["bytes"] == deepep["bytes"]  # the buffer: m tokens x k copies x D, times the busiest device's load
+    half, nvlink = acc.collective_half_efficiency_bytes, acc.link_bytes_per_s_per_direction * acc.collective_efficiency
+    share = 8 * (1 - (7 / 8) ** 8) / 8
+    assert share == pytest.approx(0.6564, abs=1e-4)
+    assert nccl["time_s"] == pytest.approx((nccl["bytes"] + half) * 7 / 8 / nvlink + acc.link_latency_s, rel=1e-9)
+    assert deepep["time_s"] == pytest.approx((nccl["bytes"] * share + half) * 7 / 8 / nvlink + acc.link_latency_s,
+                                             rel=1e-9)
+
+
 def test_the_ideal_profile_hides_the_all_to_all_behind_the_layer():
     problem = Problem.build("mixtral-8x7b", "h100-16", Workload(global_batch_seqs=64, seq_len=4096, framework="ideal"))
     lay = Layout(fsdp=16, ep=8, zero_stage=1, num_microbatches=4, axes=NODE + (("ep", (("node", 8),)),))
@@ -125,8 +152,8 @@ def test_the_ideal_profile_hides_the_all_to_all_behind_the_layer():
 @pytest.mark.parametrize("graphs", ["scoped", "full_iteration"])
 def test_cuda_graphs_remove_the_moe_layers_host_overhead(graphs):
     """Mixtral on 16 H100, fsdp=16, ep=8, 4 microbatches: without graphs each of the 32 MoE layers adds, per
-    microbatch, moe_layer_overhead_s (h100: 1,742 us) and moe_expert_overhead_s per local expert (160.5 us x 8 / 8);
-    scoped graphs (attention, router, preprocessing) remove moe_overhead_graphed_share (0.85) of the per-layer
+    microbatch, moe_layer_overhead_s (h100: 1,742 us) and moe_expert_overhead_s per local expert (177.2 us x 8 / 8);
+    scoped graphs (attention, router, preprocessing) remove moe_overhead_graphed_share (0.84) of the per-layer
     part, the grouped GEMMs' per-expert launches stay; a full-iteration graph removes all of it. Nothing else moves."""
     lay = Layout(fsdp=16, ep=8, zero_stage=1, num_microbatches=4, axes=NODE + (("ep", (("node", 8),)),))
     plain = estimate(_mixtral(), lay)
@@ -134,9 +161,9 @@ def test_cuda_graphs_remove_the_moe_layers_host_overhead(graphs):
                                                                          framework="megatron", cuda_graphs=graphs)), lay)
     acc = plain.cluster.accelerator
     assert (acc.moe_layer_overhead_s, acc.moe_expert_overhead_s, acc.moe_overhead_graphed_share) == (
-        pytest.approx(1742e-6), pytest.approx(160.5e-6), 0.85)
-    assert plain.time_s["compute/moe_fixed"] == pytest.approx(MIXTRAL_LAYERS * 4 * (1742e-6 + 160.5e-6), rel=1e-9)
-    kept = {"scoped": 0.15 * 1742e-6 + 160.5e-6, "full_iteration": 0.0}[graphs]
+        pytest.approx(1742e-6), pytest.approx(177.2e-6), 0.84)
+    assert plain.time_s["compute/moe_fixed"] == pytest.approx(MIXTRAL_LAYERS * 4 * (1742e-6 + 177.2e-6), rel=1e-9)
+    kept = {"scoped": 0.16 * 1742e-6 + 177.2e-6, "full_iteration": 0.0}[graphs]
     assert graphed.time_s["compute/moe_fixed"] == pytest.approx(MIXTRAL_LAYERS * 4 * kept, abs=1e-12)
     assert graphed.step_time_s == pytest.approx(
         plain.step_time_s - plain.time_s["compute/moe_fixed"] + graphed.time_s["compute/moe_fixed"], rel=1e-9)
@@ -149,7 +176,7 @@ def test_the_moe_host_overhead_grows_with_the_local_experts():
     work = Workload(global_batch_seqs=16, seq_len=4096, framework="megatron")
     problem = Problem.build("qwen3-30b-a3b", "h100-16", work)
     fixed = {ep: estimate(problem, Layout(fsdp=16, ep=ep, zero_stage=1)).time_s["compute/moe_fixed"] for ep in (8, 16)}
-    assert fixed == {8: pytest.approx(48 * (1742e-6 + 16 * 160.5e-6)), 16: pytest.approx(48 * (1742e-6 + 8 * 160.5e-6))}
+    assert fixed == {8: pytest.approx(48 * (1742e-6 + 16 * 177.2e-6)), 16: pytest.approx(48 * (1742e-6 + 8 * 177.2e-6))}
 
 
 def test_a_capacity_factor_pads_every_expert_to_its_capacity():

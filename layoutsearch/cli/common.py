@@ -119,8 +119,9 @@ EpOverlapOpt = Annotated[Optional[bool], typer.Option(
     help="MoE token all-to-alls hidden behind another microbatch's compute (default: the framework's choice)")]
 DeepEpOpt = Annotated[Optional[bool], typer.Option(
     "--deepep/--no-deepep",
-    help="MoE dispatch sends a token over scale-out once per destination node (DeepEP; Megatron's flex dispatcher, "
-         "torchtitan's deepep backend) instead of once per expert (default: the framework's choice)")]
+    help="MoE dispatch sends a token once per destination GPU and over scale-out once per destination node (DeepEP; "
+         "Megatron's flex dispatcher, torchtitan's deepep backend) instead of once per expert (default: the "
+         "framework's choice)")]
 VendorAttentionOpt = Annotated[Optional[bool], typer.Option(
     "--vendor-attention/--no-vendor-attention",
     help="The attention core runs the vendor's fused kernel (Transformer Engine / cuDNN) where the accelerator has "

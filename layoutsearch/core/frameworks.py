@@ -114,7 +114,7 @@ def vendor_attention(workload: Workload, acc: Accelerator) -> bool:
 
 
 def node_dedup(model: ModelSpec, workload: Workload, accelerator_kind: str) -> bool:
-    """Whether the MoE dispatch sends a token over scale-out once per destination node (``deepep_of``):
+    """Whether the MoE dispatch sends a token once per destination GPU and node, not per expert copy (``deepep_of``):
     DeepEP cannot pad experts to a capacity, so a capacity-factor model does not."""
     return deepep_of(workload, accelerator_kind) and model.dropless_moe
 

@@ -217,9 +217,10 @@ class Workload:
     # profile's choice (Problem.build resolves it); a TP group crossing scale-out is never overlapped
     ep_comm_overlap: bool | None = None  # MoE token AllToAlls hidden behind another microbatch's compute (Megatron
     # --overlap-moe-expert-parallel-comm); None = the framework profile's choice (Problem.build resolves it)
-    deepep: bool | None = None  # MoE dispatch sends a token over scale-out once per destination node and fans it
-    # out over NVLink there (DeepEP / HybridEP: Megatron's flex dispatcher, torchtitan's deepep backend), else once
-    # per expert (NCCL AllToAll); dropless routing only; None = the framework profile's choice
+    deepep: bool | None = None  # MoE dispatch sends a token once per destination GPU (not per expert copy), over
+    # scale-out once per destination node, fanned out over NVLink there (DeepEP / HybridEP: Megatron's flex
+    # dispatcher, torchtitan's deepep backend), else once per expert (NCCL AllToAll); dropless routing only;
+    # None = the framework profile's choice
     vendor_attention: bool | None = None  # the vendor's fused attention kernel (Transformer Engine / cuDNN) where
     # the accelerator has one, else the FlashAttention-2 class; None = the framework profile's choice
     launch_blocking: bool = False  # every kernel launch waits for the GPU (CUDA_LAUNCH_BLOCKING=1, as the BLOOM

@@ -257,18 +257,24 @@ def _split_reductions(t: dict, exposed: float, gather_exposed: float) -> dict:
 
 def _collectives(problem: Problem, key: _Keys, slow: dict, t: dict) -> list[dict]:
     """What each group moves, how often, and how long one takes (for explanations and JSON)."""
-    model, workload = problem.model, problem.workload
+    model, workload, acc = problem.model, problem.workload, problem.cluster.accelerator
     sh, co, steps = key.sh, key.co, t["steps"]
     m = _scalar(terms.tokens_per_microbatch(workload, sh, key.k))
+    gathered = terms.gathered_bytes_per_param(workload, acc)
     p_layer = _scalar(params.layer_params(model, sh.tp))
+    p_experts = _scalar(terms.expert_params_per_layer(model, sh)) if model.moe is not None else 0.0
     rows = [
         ("tp activations (AG+RS or AR)", co.tp, m * model.d_model * workload.activation_bytes,
          "per layer per microbatch x4-6", _scalar(slow["tp"]["unit"])),
         ("cp ring K/V", co.cp, None, "per layer per microbatch", _scalar(slow["cp"]["t_kv"])),
-        ("fsdp weight gather", co.shard, p_layer * workload.weight_bytes_per_param, "per layer per microbatch x2",
-         _scalar(slow["fsdp"]["gather_layer"])),
+        ("fsdp weight gather", co.shard, p_layer * gathered, "per layer per microbatch x2",
+         _scalar(slow["fsdp"]["gather_layer"] - slow["fsdp"]["gather_experts_layer"])),
         ("fsdp grad reduce-scatter", co.shard, p_layer * workload.grad_bytes_per_param, "per layer per microbatch",
-         _scalar(slow["fsdp"]["reduce_layer"])),
+         _scalar(slow["fsdp"]["reduce_layer"] - slow["fsdp"]["reduce_experts_layer"])),
+        ("expert fsdp weight gather", co.eshard, p_experts * gathered, "per layer per microbatch x2",
+         _scalar(slow["fsdp"]["gather_experts_layer"])),
+        ("expert fsdp grad reduce-scatter", co.eshard, p_experts * workload.grad_bytes_per_param,
+         "per layer per microbatch", _scalar(slow["fsdp"]["reduce_experts_layer"])),
         ("zero-1/2 grad reduce-scatter", co.shard, None, "per step", _scalar(steps["reduce/zero"])),
         ("dp grad all-reduce", co.dp, None, "per step", _scalar(steps["reduce/dp"])),
         ("kv-replica grad all-reduce", co.kv, None, "per step", _scalar(steps["reduce/kv_replica"])),

@@ -306,15 +306,14 @@ def ep_per_microbatch(model: ModelSpec, workload: Workload, acc: Accelerator, sh
     m = tokens_per_microbatch(workload, sh, k)
     half = acc.collective_half_efficiency_bytes
     payload = m / sh.tp * model.moe.top_k * expert_load(model, workload, sh, m) * model.d_model * workload.activation_bytes
-    # across nodes a token goes once to each node holding one of its k experts, and NVLink fans it out
-    # there (DeepEP, Megatron's flex dispatcher): of the k copies bound over scale-out, the distinct
-    # nodes n (1 - (1 - 1/n)^k) of n nodes, uniform routing (DeepSeek-V3 report section 3.2.2)
-    nodes = np.maximum(_f(co.ep_out.members), 1.0)
-    k_routed = model.moe.top_k
-    dedup = (nodes * (1.0 - (1.0 - 1.0 / nodes) ** k_routed) / k_routed
-             if node_dedup(model, workload, acc.kind) else 1.0)
-    per_level = np.maximum((payload + half) * co.ep_in.seconds_per_byte,
-                           (payload * dedup + half) * co.ep_out.seconds_per_byte)
+    # a deduplicating dispatcher (DeepEP, Megatron's flex dispatcher) sends a token once to each device
+    # holding one of its k experts, which hands it to them there, and across nodes once to each node, which
+    # fans it out over NVLink: of the k copies, the distinct members hit (``distinct_share``)
+    dedup_in, dedup_out = (
+        (distinct_share(co.ep.members, model.moe.top_k), distinct_share(co.ep_out.members, model.moe.top_k))
+        if node_dedup(model, workload, acc.kind) else (1.0, 1.0))
+    per_level = np.maximum((payload * dedup_in + half) * co.ep_in.seconds_per_byte,
+                           (payload * dedup_out + half) * co.ep_out.seconds_per_byte)
     a2a = np.where(co.ep.members > 1, per_level + co.ep.latency_s, 0.0)
     gathered = ring_time(payload * sh.etp, co.etp, half)
     per_pass = 2 * a2a + 2 * gathered  # dispatch and combine
@@ -330,6 +329,14 @@ def ep_per_microbatch(model: ModelSpec, workload: Workload, acc: Accelerator, sh
     return {"base": layers * share * (fwd + bwd + lost_fwd + lost_bwd), "rerun": layers * share * (fwd + lost_fwd),
             "lost": layers * share * (lost_fwd + lost_bwd), "rerun_lost": layers * share * lost_fwd,
             "a2a": a2a, "payload": payload}
+
+
+def distinct_share(members, top_k: int):
+    """Of a token's ``top_k`` expert copies, the share a deduplicating dispatcher sends: the distinct
+    ones of ``members`` devices (or nodes) they fall on, n (1 - (1 - 1/n)^k) / k under uniform routing
+    (DeepSeek-V3 report section 3.2.2; DeepEP's dispatch layout marks each token once per rank)."""
+    n = np.maximum(_f(members), 1.0)
+    return n * (1.0 - (1.0 - 1.0 / n) ** top_k) / top_k
 
 
 def interference(acc: Accelerator, hidden_s):
@@ -466,12 +473,14 @@ def fsdp_collectives(model: ModelSpec, workload: Workload, acc: Accelerator, sh:
     gathered = gathered_bytes_per_param(workload, acc)
     gather = n * ring_time(_f(p_layer) * gathered / n, co.shard, half)
     reduce = n * ring_time(_f(p_layer) * workload.grad_bytes_per_param / n, co.shard, half)
-    if model.moe is not None:  # the local experts, over the expert ZeRO group
-        gather = gather + ring_time(p_expert * gathered, co.eshard, half)
-        reduce = reduce + ring_time(p_expert * workload.grad_bytes_per_param, co.eshard, half)
+    # the local experts, over the expert ZeRO group
+    gather_experts = 0.0 if model.moe is None else ring_time(p_expert * gathered, co.eshard, half)
+    reduce_experts = 0.0 if model.moe is None else ring_time(p_expert * workload.grad_bytes_per_param, co.eshard, half)
     return {
-        "gather_layer": gather,
-        "reduce_layer": reduce,
+        "gather_layer": gather + gather_experts,
+        "reduce_layer": reduce + reduce_experts,
+        "gather_experts_layer": gather_experts,
+        "reduce_experts_layer": reduce_experts,
         "vocab": ring_time(_f(vocab) * workload.weight_bytes_per_param, co.shard, half)
         + ring_time(_f(vocab) * workload.grad_bytes_per_param, co.shard, half),
     }

@@ -848,7 +848,7 @@ def _moe_notes(record: dict) -> list[str]:
         notes += [f"{key} null -> 1" for key in ("ep", "etp") if lay.get(key) is None
                   and not (key == "ep" and automodel_ep(record))]
         if named_deepep(record) is not None:
-            notes.append(f"token dispatch: {'DeepEP/HybridEP (once per node over scale-out)' if deepep(record) else 'NCCL alltoall (once per expert)'}, as the record names it")
+            notes.append(f"token dispatch: {'DeepEP/HybridEP (once per destination GPU and node)' if deepep(record) else 'NCCL alltoall (once per expert)'}, as the record names it")
         how = routing(record)
         notes.append({"real": "real routing (derived): costed learned",
                       "forced": "routing force-balanced (derived): costed forced (random routing)",
