@@ -101,6 +101,7 @@ class CalibrationFile(_Strict):
     moe_layer_overhead_us: float = Field(default=0.0, ge=0)  # fixed per MoE layer and microbatch
     moe_expert_overhead_us: float = Field(default=0.0, ge=0)  # per local expert, MoE layer and microbatch
     moe_overhead_graphed_share: float = Field(default=0.0, ge=0, le=1)  # of it, what scoped CUDA graphs remove
+    moe_overhead_full_graph_share: float = Field(default=1.0, ge=0, le=1)  # of both, what a full-iteration graph removes
     overlap_interference: float = Field(default=0.0, ge=0, le=1)  # compute lost per second of hidden collective
     blocking_launch_us_per_layer_pass: float | None = Field(default=None, ge=0, le=1e6)  # host time per layer pass
     # exposed by blocking kernel launches (CUDA_LAUNCH_BLOCKING=1); absent = not calibrated

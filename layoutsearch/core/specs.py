@@ -65,7 +65,7 @@ CUDA_GRAPHS = tuple(g.value for g in CudaGraphs)
 ROUTINGS = tuple(r.value for r in Routing)
 # A learned router's expert loads per MoE layer and microbatch, standard deviation over mean: fitted to the published
 # runs that route with a trained router, dropless, ep > 1 (scripts/fit_routing_cv.py -> results/routing_cv.md)
-LEARNED_ROUTING_EXPERT_CV = 0.15
+LEARNED_ROUTING_EXPERT_CV = 0.10
 OFFLOAD_POLICIES = tuple(p for p in RECOMPUTE_POLICIES if "offload" in p)  # some saved tensors in host memory
 RECOMPUTE_CODES = {name: code for code, name in enumerate(RECOMPUTE_POLICIES)}  # none 0, selective 1, full 2
 SCHEDULE_CODES = {s.value: code for code, s in enumerate(Schedule)}  # 1f1b 0, interleaved 1, gpipe 2
@@ -292,6 +292,8 @@ class Accelerator:
     # launches (Transformer Engine's GroupedLinear loops over the local experts on the host, forward and backward)
     moe_overhead_graphed_share: float = 0.0  # of moe_layer_overhead_s, the share scoped CUDA graphs remove
     # (Workload.cuda_graphs "scoped": the router's and the preprocessing's launches; the dispatcher's host sync stays)
+    moe_overhead_full_graph_share: float = 1.0  # of both overheads, the share a full-iteration CUDA graph removes
+    # (the host's launches and syncs; what the layer's small kernels and static buffers cost on the GPU stays)
     overlap_interference: float = 0.0  # of each second a collective hides behind compute, the share that compute
     # loses to it (the communication kernels' SMs or cores and HBM traffic): hiding is never free
     host_bytes_per_s_per_direction: float | None = None  # host memory link (PCIe, NVLink-C2C) per device:

@@ -229,11 +229,15 @@ def moe_host_overhead_s(workload: Workload, acc: Accelerator, local_experts):
     local expert for the grouped GEMM's launches (Transformer Engine's GroupedLinear issues one GEMM per local
     expert, forward and backward). Scoped graphs (attention, router and preprocessing captured per layer) remove
     ``moe_overhead_graphed_share`` of the per-layer part; the sync and the expert launches stay. A full-iteration
-    graph removes it all (the host launches one graph per step: Megatron-Core MoE docs, "CUDA graphs")."""
+    graph (the host launches one graph per step: Megatron-Core MoE docs, "CUDA graphs") removes
+    ``moe_overhead_full_graph_share`` of both, the host's part; what stays is GPU time the FLOPs and traffic do not
+    count (the router's and the permutation's small kernels and their tails, and the static buffers a graph needs:
+    Megatron pads each rank's dispatch buffer by ``moe_expert_rank_capacity_factor`` under full graphs)."""
+    per_expert = acc.moe_expert_overhead_s * local_experts
     if workload.cuda_graphs == "full_iteration":
-        return 0.0 * local_experts
+        return (1.0 - acc.moe_overhead_full_graph_share) * (acc.moe_layer_overhead_s + per_expert)
     kept = 1.0 - acc.moe_overhead_graphed_share if workload.cuda_graphs == "scoped" else 1.0
-    return acc.moe_layer_overhead_s * kept + acc.moe_expert_overhead_s * local_experts
+    return acc.moe_layer_overhead_s * kept + per_expert
 
 
 def host_offload_bytes_per_token(model: ModelSpec, workload: Workload, sh: Shapes, r, sequence_parallel: bool = True):

@@ -60,7 +60,8 @@ EFFICIENCY_BOUNDS = (0.2, 1.0)
 SHARE_BOUNDS = (0.0, 1.0)  # fractions that may be zero (overlap_interference)
 # Shared fields: one value fitted together with every family of that accelerator kind (``fit_joint``): an effect
 # of the communication library on the chip, not of one chip's kernels (NCCL's kernels on the SMs of every GPU)
-SHARED_KIND = {"overlap_interference": "gpu", "moe_overhead_graphed_share": "gpu", "moe_expert_overhead_s": "gpu"}
+SHARED_KIND = {"overlap_interference": "gpu", "moe_overhead_graphed_share": "gpu", "moe_overhead_full_graph_share": "gpu",
+               "moe_expert_overhead_s": "gpu"}
 SCALES = {"matmul_half_efficiency_tokens": 128.0, "microbatch_overhead_s": 1e-4, "step_overhead_s": 1e-2,
           "moe_layer_overhead_s": 1e-4, "moe_expert_overhead_s": 1e-5, "blocking_launch_s_per_layer_pass": 1e-3,
           "collective_half_efficiency_bytes": 65536.0}
@@ -79,6 +80,7 @@ YAML_KEYS = {"matmul_efficiency": ("matmul_efficiency", 1.0),
              "moe_expert_overhead_s": ("moe_expert_overhead_us", 1e6),
              "overlap_interference": ("overlap_interference", 1.0),
              "moe_overhead_graphed_share": ("moe_overhead_graphed_share", 1.0),
+             "moe_overhead_full_graph_share": ("moe_overhead_full_graph_share", 1.0),
              "blocking_launch_s_per_layer_pass": ("blocking_launch_us_per_layer_pass", 1e6)}
 AXIS_EFFICIENCY = {"torus": "collective_efficiency", "switch": "collective_efficiency",
                    "scale_out": "scale_out_efficiency", "dcn": "scale_out_efficiency"}
@@ -144,7 +146,8 @@ def _bounds(name: str) -> tuple[float, float] | None:
     """(low, high) of a bounded fraction, None for a scale (overheads, half-efficiency points)."""
     if name.endswith("efficiency"):
         return EFFICIENCY_BOUNDS
-    return SHARE_BOUNDS if name in ("overlap_interference", "moe_overhead_graphed_share") else None
+    return SHARE_BOUNDS if name in ("overlap_interference", "moe_overhead_graphed_share",
+                                    "moe_overhead_full_graph_share") else None
 
 
 def _to_value(name: str, u: float) -> float:
