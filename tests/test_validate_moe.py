@@ -479,7 +479,8 @@ def test_megatron_fsdp_records_reduce_gradients_in_bf16(by_id):
     assert [v[2] for v in rs_half.values()] == pytest.approx([0.001886, 0.015595], rel=1e-3)
     # fp32 gradients add their second half at each group's seconds per byte: every byte of the expert group (one
     # GPU in each of 32 nodes) leaves through the GPU's NIC; the FSDP group has 4 GPUs in each node, 4 NICs
-    nic = problem.cluster.accelerator.scale_out_bytes_per_s_per_direction * problem.cluster.accelerator.scale_out_efficiency
+    acc = problem.cluster.accelerator
+    nic = acc.scale_out_bytes_per_s_per_direction * acc.scale_out_efficiency
     assert [rs_full[n][2] - rs_half[n][2] for n in rs_half] == pytest.approx(
         [2 * layer * 31 / 32 / (4 * nic), 2 * experts * 31 / 32 / nic], rel=1e-9)
     assert (half.step_time_s, full.step_time_s) == pytest.approx((29.78, 35.45), abs=0.01)

@@ -60,8 +60,8 @@ EFFICIENCY_BOUNDS = (0.2, 1.0)
 SHARE_BOUNDS = (0.0, 1.0)  # fractions that may be zero (overlap_interference)
 # Shared fields: one value fitted together with every family of that accelerator kind (``fit_joint``): an effect
 # of the communication library on the chip, not of one chip's kernels (NCCL's kernels on the SMs of every GPU)
-SHARED_KIND = {"overlap_interference": "gpu", "moe_overhead_graphed_share": "gpu", "moe_overhead_full_graph_share": "gpu",
-               "moe_expert_overhead_s": "gpu"}
+SHARED_KIND = {"overlap_interference": "gpu", "moe_overhead_graphed_share": "gpu",
+               "moe_overhead_full_graph_share": "gpu", "moe_expert_overhead_s": "gpu"}
 SCALES = {"matmul_half_efficiency_tokens": 128.0, "microbatch_overhead_s": 1e-4, "step_overhead_s": 1e-2,
           "moe_layer_overhead_s": 1e-4, "moe_expert_overhead_s": 1e-5, "blocking_launch_s_per_layer_pass": 1e-3,
           "collective_half_efficiency_bytes": 65536.0}
