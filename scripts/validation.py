@@ -481,22 +481,27 @@ def moe_record_lines(records: list[dict], entries: list[dict]) -> list[str]:
 
 
 def moe_loso_lines(loso: dict | None) -> list[str]:
-    """Leave one source out: the MoE overhead refitted per GPU family without each source, that source predicted."""
+    """Leave one source out: the MoE overhead and the CUDA-graph shares refitted without each source, that source
+    predicted."""
     if not loso:
         return []
     out = ["## Leave one source out", "",
            f"The learned-routing spread `routing_cv` (on the 0.05 grid of `scripts/fit_routing_cv.py`), then "
            f"`moe_layer_overhead_s` per accelerator family and `moe_expert_overhead_s` shared by the GPUs refitted "
-           f"(Huber loss) on every other source's runs costed without CUDA graphs (as the catalogue's was fitted), "
-           f"each source predicted: "
+           f"(Huber loss) on every other source's runs costed without CUDA graphs, then, with those held, the share "
+           f"scoped graphs remove on the other sources' scoped runs and the share a full-iteration graph removes on "
+           f"theirs (as the catalogue's were fitted), each source predicted: "
            f"median |error| {pct(loso['median_abs_rel_error'])}, p90 {pct(loso['p90_abs_rel_error'])} over "
            f"{loso['count']} records (in sample: median {pct(loso['in_sample_median_abs_rel_error'])}).", "",
-           "| held-out source | records | median abs | p90 abs | median signed | routing_cv refit |",
-           "|---|---|---|---|---|---|"]
+           "| held-out source | records | median abs | p90 abs | median signed | routing_cv refit | graphed share "
+           "refit (scoped / full iteration) |",
+           "|---|---|---|---|---|---|---|"]
     for name, g in sorted(loso.get("by_source", {}).items()):
-        cv = g.get("calibration", {}).get("routing_cv", "-").split(",")[0]
+        how = g.get("calibration", {})
+        cv, scoped, full = (how.get(key, "-").split(",")[0]
+                            for key in ("routing_cv", "moe_overhead_graphed_share", "moe_overhead_full_graph_share"))
         out.append(f"| {name} | {g['count']} | {pct(g['median_abs_rel_error'])} | {pct(g['p90_abs_rel_error'])} | "
-                   f"{pct(g['median_rel_error'], True)} | {cv} |")
+                   f"{pct(g['median_rel_error'], True)} | {cv} | {scoped} / {full} |")
     return out + [""]
 
 
@@ -516,8 +521,8 @@ def write_moe_markdown(doc: dict, runs: Path, path: Path, records: list[dict]) -
              f"fitted on the {sum(record_cuda_graphs(r) == 'scoped' for r in records)} records costed with scoped "
              "graphs; and the share of both parts a full-iteration graph removes, `moe_overhead_full_graph_share`, "
              f"fitted on the {sum(record_cuda_graphs(r) == 'full_iteration' for r in records)} records costed with one "
-             "(`hardware/*.yaml` `calibration_moe`); the leave-one-source-out table below refits the overhead "
-             "without each source (the two shares held). TPU MoE is not calibrated. The mapping of a record onto the engine is the "
+             "(`hardware/*.yaml` `calibration_moe`); the leave-one-source-out table below refits them all without "
+             "each source. TPU MoE is not calibrated. The mapping of a record onto the engine is the "
              "docstring of `layoutsearch/validation/mapping.py` (rules 16, 17, 19, 20, 21, 22, 23, 24 and 25 for MoE, "
              "MLA, the attention kernel, CUDA graphs, Megatron-FSDP's gradients, the Megatron-Bridge release presets, "
              "the DeepSeek-V3 recipes' pipeline splits, the MLPerf configuration files and Megatron-Bridge's bf16 "
@@ -549,10 +554,13 @@ def main_moe(args: argparse.Namespace) -> int:
     if not args.no_loso:
         # as the catalogue's was fitted (hardware/*.yaml calibration_moe): on the runs costed without CUDA graphs, the
         # per-layer overhead per family and the per-expert one shared by the GPUs, Huber loss
-        # the learned-routing spread first, on the grid of scripts/fit_routing_cv.py
-        doc["loso"] = leave_one_source_out(records, ("moe_layer_overhead_s",), shared=("moe_expert_overhead_s",),
-                                           fit_on=lambda r: record_cuda_graphs(r) == "none", loss="huber",
-                                           routing_cv_grid=ROUTING_CV_GRID)
+        # the learned-routing spread first, on the grid of scripts/fit_routing_cv.py; then the share of the overhead
+        # scoped graphs remove, on the scoped runs, and the share a full-iteration graph removes, on those runs
+        doc["loso"] = leave_one_source_out(
+            records, ("moe_layer_overhead_s",), shared=("moe_expert_overhead_s",),
+            fit_on=lambda r: record_cuda_graphs(r) == "none", loss="huber", routing_cv_grid=ROUTING_CV_GRID,
+            then=(("moe_overhead_graphed_share", lambda r: record_cuda_graphs(r) == "scoped"),
+                  ("moe_overhead_full_graph_share", lambda r: record_cuda_graphs(r) == "full_iteration")))
     args.out.mkdir(parents=True, exist_ok=True)
     write_moe_markdown(doc, args.runs, args.out / "validation_moe.md", records)
     s = doc["summary"]

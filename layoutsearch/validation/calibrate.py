@@ -377,6 +377,17 @@ def routing_cv_scan(problems: list[tuple[str, tuple, float]], values: Iterable[f
     return out
 
 
+def _with_fields(prob: tuple[str, tuple, float], fields: dict[str, float]) -> tuple[str, tuple, float]:
+    """A problem tuple with calibration ``fields`` applied to its accelerator (held while other fields are fitted)."""
+    pid, (problem, layout), measured = prob
+    return pid, (replace(problem, cluster=with_calibration(problem.cluster, **fields)), layout), measured
+
+
+def _kind_of(fold: list, family: str) -> str:
+    """The accelerator kind of a family's problems in a fold (gpu, tpu)."""
+    return next(p[1][0].cluster.accelerator.kind for _, f, p in fold if f == family)
+
+
 def _with_routing_cv(prob: tuple[str, tuple, float], cv: float) -> tuple[str, tuple, float]:
     pid, (problem, layout), measured = prob
     return pid, (replace(problem, workload=replace(problem.workload, routing_cv=cv)), layout), measured
@@ -384,7 +395,8 @@ def _with_routing_cv(prob: tuple[str, tuple, float], cv: float) -> tuple[str, tu
 
 def leave_one_source_out(records: list[dict], params: tuple[str, ...] = DEFAULT_PARAMS,
                          shared: tuple[str, ...] = (), fit_on: Callable[[dict], bool] | None = None,
-                         loss: str = "squares", routing_cv_grid: Iterable[float] | None = None) -> dict:
+                         loss: str = "squares", routing_cv_grid: Iterable[float] | None = None,
+                         then: tuple[tuple[str, Callable[[dict], bool]], ...] = ()) -> dict:
     """Leave-one-source-out: for each source family, fit the calibration (``params`` per accelerator
     family, as ``calibrate``) on every OTHER source's usable records and predict the held-out source.
 
@@ -398,6 +410,9 @@ def leave_one_source_out(records: list[dict], params: tuple[str, ...] = DEFAULT_
     ``loss`` as the catalogue's fit used (``calibrate --loss``). With ``routing_cv_grid``, each fold first refits
     ``Workload.routing_cv`` on that grid (``routing_cv_scan`` of the other sources' ``learned_routing_problems``, as
     scripts/fit_routing_cv.py set the default) and costs all its records with it; "calibration" names the value.
+    ``then``: (shared field, which records fit it) fitted in turn after the fold's ``params``, with those held, on the
+    other sources' records it picks (as the catalogue's CUDA-graph shares were fitted after the overheads); fewer
+    than 2 such records keep the catalogue's value.
     """
     params = check_params(tuple(params))
     items = []  # (source, family, problem tuple)
@@ -410,6 +425,7 @@ def leave_one_source_out(records: list[dict], params: tuple[str, ...] = DEFAULT_
                 fitted_ids.add(prob[0])
     rel: dict[str, float] = {}
     by_source: dict[str, dict] = {}
+    picked_by = {name: {r["id"] for r in records if picks(r)} for name, picks in then}
     grid = tuple(routing_cv_grid or ())
     learned = {pid for pid, _, _ in learned_routing_problems(records)} if grid else set()
     for source in sorted({s for s, _, _ in items}):
@@ -426,19 +442,38 @@ def leave_one_source_out(records: list[dict], params: tuple[str, ...] = DEFAULT_
             train_groups = {f: [p for s, g, p in fold if s != source and g == f and p[0] in fitted_ids]
                             for f in sorted({f for _, f, _ in items})}
             joint = fit_joint({f: g for f, g in train_groups.items() if len(g) >= 2}, params, shared, loss)
-        for fam in sorted({f for s, f, _ in fold if s == source}):
-            held = [p for s, f, p in fold if s == source and f == fam]
+        fold_fields: dict[str, dict[str, float]] = {}  # every family's: the held-out source's, and what ``then`` fits on
+        held_families = {f for s, f, _ in fold if s == source}
+        for fam in sorted({f for _, f, _ in fold} if then else held_families):
             train = [p for s, f, p in fold if s != source and f == fam and p[0] in fitted_ids]
             fields: dict[str, float] = {}
             if len(train) >= 2:
                 chosen = chosen_params(params, len(train)) + tuple(s for s in shared if s in joint.get(fam, {}))
                 fields = joint[fam] if shared else fit_fields(train, chosen, loss)[0]
                 others = len({s for s, f, p in fold if s != source and f == fam and p[0] in fitted_ids})
-                how[fam] = (f"{', '.join(chosen)} refit on {len(train)} records of {others} other "
-                            f"source{'s' if others > 1 else ''}")
+                note = (f"{', '.join(chosen)} refit on {len(train)} records of {others} other "
+                        f"source{'s' if others > 1 else ''}")
             else:
-                how[fam] = "catalogue values (no other source has records on this family)"
-            for (pid, _, _), r_log in zip(held, log_residuals(held, fields)):
+                note = "catalogue values (no other source has records on this family)"
+            if fam in held_families:
+                how[fam] = note
+            fold_fields[fam] = fields
+        for name, _ in then:  # each in turn, the fold's fields (and the shares before it) held
+            stage = {f: [_with_fields(p, fold_fields[f]) for s, f2, p in fold
+                         if f2 == f and s != source and p[0] in picked_by[name]] for f in fold_fields}
+            stage = {f: probs for f, probs in stage.items() if probs}
+            if sum(map(len, stage.values())) < 2:
+                how[name] = "catalogue value (fewer than 2 such records in the other sources)"
+                continue
+            values = fit_joint(stage, (), (name,), loss)
+            value = next(iter(values.values()))[name]
+            for fam in fold_fields:
+                if SHARED_KIND.get(name) == _kind_of(fold, fam):
+                    fold_fields[fam] = {**fold_fields[fam], name: value}
+            how[name] = f"{value:.2f}, refit on {sum(map(len, stage.values()))} records of the other sources"
+        for fam in sorted({f for s, f, _ in fold if s == source}):
+            held = [p for s, f, p in fold if s == source and f == fam]
+            for (pid, _, _), r_log in zip(held, log_residuals(held, fold_fields[fam])):
                 rel[pid] = float(np.expm1(r_log))
         ids = {p[0] for s, _, p in fold if s == source}
         by_source[source] = {**error_stats([rel[i] for i in ids if i in rel]), "calibration": how}
