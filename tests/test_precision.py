@@ -46,10 +46,14 @@ def test_fp8_saves_linear_inputs_in_one_byte_and_caches_fp8_weights():
     assert (bf16.memory_moments["forward_end"]["state/weights"] - fp8.memory_moments["forward_end"]["state/weights"]
             == pytest.approx(layer_params / 64 * (2 - 1)))
     assert "state/fp8_weights" not in bf16.memory_moments["forward_end"]
-    # a framework that keeps bf16 weights (MaxText) caches both fp8 copies beside them
-    bf16_mx, fp8_mx = _pair(framework="maxtext")
-    assert fp8_mx.memory_moments["forward_end"]["state/fp8_weights"] == pytest.approx(2 * layer_params / 64)
-    assert fp8_mx.memory_moments["forward_end"]["state/weights"] == bf16_mx.memory_moments["forward_end"]["state/weights"]
+    # a framework that keeps sharded bf16 weights and gathers them in bf16 (DeepSpeed) caches both fp8 copies
+    bf16_ds, fp8_ds = _pair(framework="deepspeed")
+    assert fp8_ds.memory_moments["forward_end"]["state/fp8_weights"] == pytest.approx(2 * layer_params / 64)
+    assert fp8_ds.memory_moments["forward_end"]["state/weights"] == bf16_ds.memory_moments["forward_end"]["state/weights"]
+    # one that casts the fp32 master shard at each ZeRO-3 gather (MaxText, FSDP2) keeps no copy of either
+    for e in _pair(framework="maxtext") + _pair(framework="torchtitan"):
+        assert e.memory_moments["forward_end"]["state/weights"] == 0.0
+        assert e.memory_moments["forward_end"].get("state/fp8_weights", 0.0) == 0.0
 
 
 @pytest.mark.parametrize("framework, gathered_bytes", [("megatron", 1), ("torchtitan", 1), ("maxtext", 2),

@@ -119,6 +119,24 @@ def test_megatron_computes_the_loss_gradient_in_place_of_its_softmax():
     assert megatron["temporary/logits_grad"] == 0.0 and megatron["temporary/logits"] == pytest.approx(logits)
 
 
+def test_fsdp2_and_maxtext_keep_no_sharded_bf16_weights_under_zero3():
+    """FSDP2 (torchtitan) casts the fp32 master shard to bf16 before each all-gather and MaxText casts its float32
+    parameters in the layer: under ZeRO-3 no sharded bf16 copy persists, 2 bytes per parameter over 64 shards
+    less than DeepSpeed's and Megatron-FSDP's, which keep one beside the master. ZeRO-1 keeps the full bf16 copy
+    in every framework."""
+    z3, z1 = Layout(fsdp=64, zero_stage=3), Layout(fsdp=64, zero_stage=1)
+    problem = Problem.build("llama3-8b", "h100-64", build_workload(64, 4096))
+    total = problem.model.num_layers * 218_112_000 + 2 * 128256 * 4096  # llama3-8b: 8,030,261,248 less the norms
+    state = {f: _estimate(z3, framework=f).memory_bytes for f in ("megatron", "deepspeed", "torchtitan", "maxtext")}
+    assert state["megatron"]["state/weights"] == pytest.approx(total * 2 / 64, rel=1e-4)
+    assert state["deepspeed"]["state/weights"] == state["megatron"]["state/weights"]
+    assert state["torchtitan"]["state/weights"] == state["maxtext"]["state/weights"] == 0.0
+    assert state["torchtitan"]["state/master"] == state["megatron"]["state/master"]  # the fp32 shard stays
+    assert state["megatron"]["state"] - state["torchtitan"]["state"] == pytest.approx(total * 2 / 64, rel=1e-4)
+    for f in ("torchtitan", "maxtext"):
+        assert _estimate(z1, framework=f).memory_bytes["state/weights"] == pytest.approx(total * 2, rel=1e-4)
+
+
 def test_maxtext_overlaps_tp_on_tpus_only():
     """XLA's continuation fusion (libtpu default) pipelines TP collectives on TPUs; on GPUs MaxText keeps
     them on the critical path unless asked (collective matmul needs XLA_FLAGS)."""

@@ -55,6 +55,11 @@ class Profile:
     # --overlap-moe-expert-parallel-comm, DeepSeek's DualPipe); off by default in every framework
     ep_node_dedup: bool = False  # a token crosses scale-out once per destination node, NVLink fans it out to
     # its experts there (DeepEP / HybridEP: Megatron-Core's flex dispatcher), else once per expert (NCCL AllToAll)
+    transient_zero3_weights: bool = False  # under ZeRO-3 the compute-precision weights exist only gathered: the
+    # sharded parameter is the fp32 master, cast at each gather (PyTorch FSDP2's MixedPrecisionPolicy casts the
+    # shard to param_dtype before its all-gather; MaxText's weight_dtype float32 parameters are cast to dtype in
+    # the layer), else a sharded bf16 copy persists beside the master (DeepSpeed ZeRO-3's 16-bit partitions,
+    # Megatron-FSDP's model-weight buffer)
 
 
 PROFILES = {
@@ -64,9 +69,9 @@ PROFILES = {
     "deepspeed": Profile("deepspeed", tp_overlap=(), grad_reduce_overlap=True, param_gather_overlap=False,
                          pipelined_grad_reduce_overlap=False),
     "torchtitan": Profile("torchtitan", tp_overlap=(), grad_reduce_overlap=True, param_gather_overlap=True,
-                          fp8_param_gather=True, recompute_policies=("none", "op", "full")),
+                          fp8_param_gather=True, recompute_policies=("none", "op", "full"), transient_zero3_weights=True),
     "maxtext": Profile("maxtext", tp_overlap=("tpu",), grad_reduce_overlap=True, param_gather_overlap=True,
-                       recompute_policies=("minimal_with_context", "minimal", "save_dot_except_mlpwi", "full")),
+                       transient_zero3_weights=True, recompute_policies=("minimal_with_context", "minimal", "save_dot_except_mlpwi", "full")),
     "ideal": Profile("ideal", tp_overlap=("gpu", "tpu"), grad_reduce_overlap=True, param_gather_overlap=True,
                      fp8_param_gather=True, recompute_policies=tuple(r.value for r in Recompute),
                      vendor_attention=True, ep_overlap=True, ep_node_dedup=True),
@@ -117,6 +122,12 @@ def node_dedup(model: ModelSpec, workload: Workload, accelerator_kind: str) -> b
     """Whether the MoE dispatch sends a token once per destination GPU and node, not per expert copy (``deepep_of``):
     DeepEP cannot pad experts to a capacity, so a capacity-factor model does not."""
     return deepep_of(workload, accelerator_kind) and model.dropless_moe
+
+
+def transient_zero3_weights(workload: Workload) -> bool:
+    """Whether ZeRO-3 keeps no sharded compute-precision weights (the profile's ``transient_zero3_weights``): only
+    where a master copy exists to cast them from (``master_bytes_per_param`` > 0)."""
+    return profile_of(workload.framework).transient_zero3_weights and workload.master_bytes_per_param > 0
 
 
 def profile_of(framework: str | None, accelerator_kind: str = "gpu") -> Profile:

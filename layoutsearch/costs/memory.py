@@ -10,6 +10,7 @@ from functools import lru_cache
 
 import numpy as np
 
+from layoutsearch.core.frameworks import transient_zero3_weights
 from layoutsearch.core.specs import OFFLOAD_POLICIES, RECOMPUTE_POLICIES, ModelSpec, Workload
 from layoutsearch.costs.flops import mlp_width_per_token, value_head_dim
 from layoutsearch.costs.params import kv_heads_per_device, moe_layer_share
@@ -205,13 +206,15 @@ def state_bytes(params: float, workload: Workload, zero_stage: int, shards: int)
     """Model state of ``params`` parameters on one device, sharded over ``shards`` per ZeRO stage.
 
     Stage 0 shards nothing; 1 shards optimizer moments and master weights; 2 also gradients;
-    3 also the compute weights (ZeRO, Rajbhandari et al. 2020).
+    3 also the compute weights (ZeRO, Rajbhandari et al. 2020), or, where the framework casts the master shard at
+    each gather (``frameworks.transient_zero3_weights``), keeps none of them: they exist only gathered.
     """
     def sharded(bytes_per_param: int, from_stage: int):
         return params * bytes_per_param / np.where(np.asarray(zero_stage) >= from_stage, shards, 1)
 
+    kept = np.where(np.asarray(zero_stage) == 3, 0.0, 1.0) if transient_zero3_weights(workload) else 1.0
     return {
-        "weights": sharded(workload.weight_bytes_per_param, 3),
+        "weights": kept * sharded(workload.weight_bytes_per_param, 3),
         "master": sharded(workload.master_bytes_per_param, 1),
         "grads": sharded(workload.grad_bytes_per_param, 2),
         "optimizer": sharded(workload.optimizer_bytes_per_param, 1),

@@ -31,7 +31,7 @@ from statistics import NormalDist
 
 import numpy as np
 
-from layoutsearch.core.frameworks import node_dedup, profile_of, vendor_attention
+from layoutsearch.core.frameworks import node_dedup, profile_of, transient_zero3_weights, vendor_attention
 from layoutsearch.core.placement import EXPERT_NESTING, expert_degrees
 from layoutsearch.core.stages import split_layers
 from layoutsearch.core.specs import SCHEDULE_CODES, Accelerator, ModelSpec, Workload
@@ -609,20 +609,24 @@ def memory_by_zero(model: ModelSpec, workload: Workload, sh: Shapes, z, first: b
     state = memory.state_bytes(_f(stage_params(model, sh, first)), workload, z, shards)
     p_layer = _f(params.layer_params(model, sh.tp))
     out = {f"state/{k}": v for k, v in state.items()}
-    out["temporary/gathered"] = _f((z == 3) & (sh.shards > 1)) * 2 * p_layer * workload.weight_bytes_per_param
+    # the compute weights of the current and prefetched layers, gathered (or, with one shard, cast from the master)
+    transient = transient_zero3_weights(workload)
+    out["temporary/gathered"] = _f((z == 3) & ((sh.shards > 1) | transient)) * 2 * p_layer * workload.weight_bytes_per_param
     out["temporary/layer_grads"] = _f((z >= 2) & (sh.shards > 1)) * p_layer * workload.grad_bytes_per_param
     if model.moe is not None:  # the routed experts, sharded over the expert ZeRO group
         e_shards = np.where(z >= 1, sh.expert_shards, 1)
         p_expert = expert_params_per_layer(model, sh)
         for key, v in memory.state_bytes(expert_stage_params(model, sh, first), workload, z, e_shards).items():
             out[f"state/{key}"] = out[f"state/{key}"] + v
-        out["temporary/gathered"] = out["temporary/gathered"] + _f((z == 3) & (sh.expert_shards > 1)) * (
+        out["temporary/gathered"] = out["temporary/gathered"] + _f((z == 3) & ((sh.expert_shards > 1) | transient)) * (
             2 * p_expert * workload.weight_bytes_per_param)
         out["temporary/layer_grads"] = out["temporary/layer_grads"] + _f((z >= 2) & (sh.expert_shards > 1)) * (
             p_expert * workload.grad_bytes_per_param)
     if workload.precision == "fp8":  # cached fp8 copies of the layers' weights (sharded like them under ZeRO-3)
         p_all = p_layer + expert_params_per_layer(model, sh)
         held = _f(layers_per_stage(model, sh, not first)) * p_all / np.where(z == 3, sh.shards, 1)
+        if transient:  # under ZeRO-3 cast from the master shard at each gather, like the bf16 weights: none kept
+            held = held * _f(z != 3)
         copies = memory.FP8_WEIGHT_COPIES
         if profile_of(workload.framework).fp8_param_gather:
             # fp8 parameters (Megatron --fp8-param-gather, torchao float8 FSDP): the fp8 copy is the layer's
