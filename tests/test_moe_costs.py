@@ -207,6 +207,28 @@ def test_a_capacity_factor_pads_every_expert_to_its_capacity():
     assert routed_s(1.25) / routed_s(1.0) == pytest.approx((1.25 * 8192 + half) / (8192 + half), rel=1e-12)
 
 
+def test_maxtext_dispatches_a_capacity_factor_by_einsums_that_cost_matmul_time():
+    """MaxText's capacity-factor path dispatches each sequence's tokens into E x C slots and combines them back by
+    one-hot einsums ("BSM,BSEC -> EBCM", "EBCM,BSEC -> BSM", C = S k c / E = 1280 for Mixtral at S = 4096, c = 1.25):
+    2 S k c D FLOPs per token each, forward; the backward runs 3 of them (the dispatch's input gradient, the
+    combine's two). Megatron pads by permutation and pays none. fsdp=16 on 16 H100s, 4 microbatches of 4096 tokens:
+    the same layout differs by exactly those FLOPs at the bf16 GEMM rate; a dropless model pays nothing more."""
+    lay = Layout(fsdp=16, zero_stage=1, num_microbatches=4)
+    mixtral = load_model("mixtral-8x7b")
+    padded = replace(mixtral, moe=replace(mixtral.moe, capacity_factor=1.25))
+    work = Workload(global_batch_seqs=64, seq_len=4096)
+    acc = resolve_cluster("h100-16").accelerator
+    m = 4096
+    rate = acc.peak_flops_per_s * acc.matmul_efficiency * m / (m + acc.matmul_half_efficiency_tokens)
+    per_token = 2 * (2 * 4096 * K * 1.25 * D)  # dispatch and combine, forward
+    expected = 4 * MIXTRAL_LAYERS * (1 + 1.5) * per_token * m / rate
+    assert expected == pytest.approx(0.3599, abs=1e-4)  # seconds per step, 15% of the routed GEMMs' 2.42 s
+    for model, extra in ((padded, expected), (mixtral, 0.0)):
+        maxtext, megatron = (estimate(Problem.build(model, "h100-16", replace(work, framework=f)), lay)
+                             for f in ("maxtext", "megatron"))
+        assert maxtext.time_s["compute/matmul"] - megatron.time_s["compute/matmul"] == pytest.approx(extra, abs=1e-12)
+
+
 # ----------------------------------------------------------------------------- routing
 def test_the_busiest_expert_device_sets_the_pace():
     """Dropless Mixtral, fsdp=16, ep=8 (one local expert each, 8192 rows balanced per microbatch): forced routing

@@ -55,6 +55,10 @@ class Profile:
     # --overlap-moe-expert-parallel-comm, DeepSeek's DualPipe); off by default in every framework
     ep_node_dedup: bool = False  # a token crosses scale-out once per destination node, NVLink fans it out to
     # its experts there (DeepEP / HybridEP: Megatron-Core's flex dispatcher), else once per expert (NCCL AllToAll)
+    einsum_capacity_dispatch: bool = False  # with a capacity factor, each sequence's tokens are dispatched to and
+    # combined from the experts' capacity slots by one-hot einsums (MaxText's dense path, sparse_matmul false:
+    # "BSM,BSEC -> EBCM" and "EBCM,BSEC -> BSM", C = S k c / E per sequence), matmuls the MXU runs in full; else
+    # by a permutation that moves the rows without FLOPs (Megatron's padded dispatch)
     transient_zero3_weights: bool = False  # under ZeRO-3 the compute-precision weights exist only gathered: the
     # sharded parameter is the fp32 master, cast at each gather (PyTorch FSDP2's MixedPrecisionPolicy casts the
     # shard to param_dtype before its all-gather; MaxText's weight_dtype float32 parameters are cast to dtype in
@@ -71,7 +75,7 @@ PROFILES = {
     "torchtitan": Profile("torchtitan", tp_overlap=(), grad_reduce_overlap=True, param_gather_overlap=True,
                           fp8_param_gather=True, recompute_policies=("none", "op", "full"), transient_zero3_weights=True),
     "maxtext": Profile("maxtext", tp_overlap=("tpu",), grad_reduce_overlap=True, param_gather_overlap=True,
-                       transient_zero3_weights=True, recompute_policies=("minimal_with_context", "minimal", "save_dot_except_mlpwi", "full")),
+                       transient_zero3_weights=True, einsum_capacity_dispatch=True, recompute_policies=("minimal_with_context", "minimal", "save_dot_except_mlpwi", "full")),
     "ideal": Profile("ideal", tp_overlap=("gpu", "tpu"), grad_reduce_overlap=True, param_gather_overlap=True,
                      fp8_param_gather=True, recompute_policies=tuple(r.value for r in Recompute),
                      vendor_attention=True, ep_overlap=True, ep_node_dedup=True),

@@ -60,6 +60,22 @@ def routed_params_per_token_per_layer(model: ModelSpec, tp: int = 1):
     return moe_layer_share(model) * moe.top_k * model.mlp_matrices * model.d_model * moe.expert_d_ff / tp
 
 
+# The einsum dispatch's backward: the dispatch's input gradient and the combine's two (expert outputs and the
+# routing weights its mask carries), 3 einsums against the forward's 2
+EINSUM_DISPATCH_BACKWARD_OVER_FORWARD = 1.5
+
+
+def einsum_dispatch_flops_per_token_per_layer(model: ModelSpec, seq_len: int, tp: int = 1):
+    """Forward FLOPs per token of the mean layer that dispatch and combine a capacity-factor MoE's tokens by
+    one-hot einsums over each sequence (``Profile.einsum_capacity_dispatch``): each einsum contracts the token's
+    D-wide row with its E x C mask slots, E C = S k c, so 2 S k c D per token, two einsums (dispatch, combine),
+    / tp. 0 for a dense or dropless model."""
+    if model.moe is None or model.moe.capacity_factor is None:
+        return 0.0 * tp
+    moe = model.moe
+    return moe_layer_share(model) * 2 * 2.0 * seq_len * moe.top_k * moe.capacity_factor * model.d_model / tp
+
+
 def value_head_dim(model: ModelSpec) -> int:
     """Width of a value head: MLA's v_head_dim, else head_dim."""
     return model.mla.v_head_dim if model.mla is not None else model.head_dim

@@ -177,6 +177,9 @@ def compute_per_microbatch(model: ModelSpec, workload: Workload, acc: Accelerato
         expert_rate = (layer_rate / size * rows / (rows + acc.matmul_half_efficiency_tokens)
                        * acc.grouped_matmul_efficiency)
         mm = mm + 2.0 * flops.routed_params_per_token_per_layer(model, sh.tp) * m * load / expert_rate
+    # a capacity-factor MoE dispatched by one-hot einsums (MaxText's dense path): matmuls at the bf16 rate
+    dispatch = (flops.einsum_dispatch_flops_per_token_per_layer(model, workload.seq_len, sh.tp) * m / rate
+                if profile_of(workload.framework, acc.kind).einsum_capacity_dispatch else 0.0)
     causal_skip = workload.causal and workload.flash_attention  # unfused kernels compute the masked half too
     attn = flops.attention_flops_per_token_per_layer(model, workload.seq_len, causal_skip, sh.tp) * m / attn_rate
     ew_bytes = flops.elementwise_bytes_per_token_per_layer(model, sh.tp, sequence_parallel, workload.activation_bytes,
@@ -190,8 +193,9 @@ def compute_per_microbatch(model: ModelSpec, workload: Workload, acc: Accelerato
     attn_passes = 1.0 + (flops.FLASH_ATTENTION_BACKWARD_OVER_FORWARD if workload.flash_attention
                          else flops.BACKWARD_OVER_FORWARD)
     logits = _f(last) * (1.0 + mtp) * passes * flops.logits_flops_per_token(model, sh.tp) * m / rate
-    recompute = mm * mm_rerun + attn * attn_rerun
-    bwd_window = mm * flops.BACKWARD_OVER_FORWARD + attn * (attn_passes - 1.0) + recompute
+    recompute = (mm + dispatch) * mm_rerun + attn * attn_rerun
+    bwd_window = ((mm * flops.BACKWARD_OVER_FORWARD + dispatch * flops.EINSUM_DISPATCH_BACKWARD_OVER_FORWARD)
+                  + attn * (attn_passes - 1.0) + recompute)
     # blocking launches (CUDA_LAUNCH_BLOCKING=1): the GPU idles while the host prepares each kernel, per layer and
     # forward-equivalent pass (the forward, the backward's two, the recomputed share), and every collective waits
     # for the kernel before it: nothing hides behind compute (all windows 0)
@@ -202,20 +206,20 @@ def compute_per_microbatch(model: ModelSpec, workload: Workload, acc: Accelerato
     # backward, asynchronously; what the layer's compute does not cover is waited for (all of it under blocking)
     moved = host_offload_bytes_per_token(model, workload, sh, r, sequence_parallel) * m / (
         acc.host_bytes_per_s_per_direction or np.inf)
-    offload_wait = layers * (np.maximum(0.0, moved - hides * (mm + attn)) + np.maximum(0.0, moved - hides * bwd_window))
+    offload_wait = layers * (np.maximum(0.0, moved - hides * (mm + dispatch + attn)) + np.maximum(0.0, moved - hides * bwd_window))
     moe_fixed = (layers * params.moe_layer_share(model)
                  * moe_host_overhead_s(workload, acc, model.moe.num_experts / sh.ep) if model.moe is not None else 0.0)
     return {
         "compute/moe_fixed": moe_fixed,
         "compute/launch_wait": launch_wait,
-        "compute/matmul": layers * mm * passes,
+        "compute/matmul": layers * (mm * passes + dispatch * (1.0 + flops.EINSUM_DISPATCH_BACKWARD_OVER_FORWARD)),
         "compute/attention": layers * attn * attn_passes,
         "compute/recompute": layers * recompute,
         "compute/elementwise": layers * ew,
         "compute/logits": logits,
         "compute/offload_wait": offload_wait,
-        "window/fwd_layer": hides * (mm + attn),
-        "window/matmul_fwd_layer": hides * mm,
+        "window/fwd_layer": hides * (mm + dispatch + attn),
+        "window/matmul_fwd_layer": hides * (mm + dispatch),
         "window/bwd_layer": hides * bwd_window,
         "window/attn_fwd_layer": hides * attn,
         "window/logits": hides * logits,
