@@ -117,6 +117,21 @@ def test_megatron_computes_the_loss_gradient_in_place_of_its_softmax():
     assert logits == pytest.approx(4096 * 128256 * 4)  # one microbatch (one 4096-token sequence) of fp32 logits
     assert torchtitan["temporary/logits_grad"] == pytest.approx(logits)
     assert megatron["temporary/logits_grad"] == 0.0 and megatron["temporary/logits"] == pytest.approx(logits)
+    maxtext = _estimate(layout, framework="maxtext").memory_moments["loss_backward"]  # XLA fuses the gradient
+    assert maxtext["temporary/logits_grad"] == 0.0 and maxtext["temporary/logits"] == pytest.approx(logits)
+
+
+def test_maxtext_gathers_and_reduces_zero3_weights_per_tensor():
+    """XLA gathers each matmul's weight where it is used and reduce-scatters each gradient where it is made: the
+    unsharded temporaries are the largest tensor and the next (llama3-8b: an MLP matrix, 4096 x 14336), not two
+    whole layers and a layer's gradients (218,112,000 parameters: attention, MLP and two norms)."""
+    layout = Layout(fsdp=64, zero_stage=3)
+    mlp_matrix, layer = 4096 * 14336, 218_103_808 + 2 * 4096
+    maxtext, torchtitan = (_estimate(layout, framework=f).memory_moments["layer_backward"]
+                           for f in ("maxtext", "torchtitan"))
+    assert maxtext["temporary/gathered"] == 2 * mlp_matrix * 2  # two bf16 tensors
+    assert maxtext["temporary/layer_grads"] == 2 * mlp_matrix * 4  # two fp32 gradients
+    assert torchtitan["temporary/gathered"] == 2 * layer * 2 and torchtitan["temporary/layer_grads"] == layer * 4
 
 
 def test_fsdp2_and_maxtext_keep_no_sharded_bf16_weights_under_zero3():
@@ -126,7 +141,7 @@ def test_fsdp2_and_maxtext_keep_no_sharded_bf16_weights_under_zero3():
     in every framework."""
     z3, z1 = Layout(fsdp=64, zero_stage=3), Layout(fsdp=64, zero_stage=1)
     problem = Problem.build("llama3-8b", "h100-64", build_workload(64, 4096))
-    total = problem.model.num_layers * 218_112_000 + 2 * 128256 * 4096  # llama3-8b: 8,030,261,248 less the norms
+    total = problem.model.num_layers * 218_112_000 + 2 * 128256 * 4096  # llama3-8b: 8,030,261,248 less the final norm
     state = {f: _estimate(z3, framework=f).memory_bytes for f in ("megatron", "deepspeed", "torchtitan", "maxtext")}
     assert state["megatron"]["state/weights"] == pytest.approx(total * 2 / 64, rel=1e-4)
     assert state["deepspeed"]["state/weights"] == state["megatron"]["state/weights"]

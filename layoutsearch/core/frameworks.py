@@ -49,8 +49,11 @@ class Profile:
     recompute_policies: tuple[str, ...] = ("none", "selective", "full")  # what the search tries by default
     vendor_attention: bool = False  # the vendor's fused attention kernel (Transformer Engine's cuDNN attention)
     # where the accelerator has one (``Accelerator.vendor_attention_efficiency``), else FlashAttention-2 class
-    inplace_cross_entropy: bool = False  # the loss gradient overwrites the fp32 softmax it saved (Megatron's
-    # vocab-parallel cross entropy: exp and the gradient are computed in place), else a second fp32 buffer
+    inplace_cross_entropy: bool = False  # no second vocabulary-sized buffer for the loss gradient: Megatron's
+    # vocab-parallel cross entropy computes exp and the gradient in place of the fp32 logits it saved; XLA fuses
+    # the elementwise softmax - one-hot into the output layer's backward matmuls (MaxText's Llama 4 Scout v5p recipe
+    # holds 65,536 tokens of 202,048-entry logits per chip: one fp32 copy is 49 GiB of its 95, two would not fit);
+    # else a second fp32 buffer (PyTorch's cross entropy)
     ep_overlap: bool = False  # MoE token AllToAlls hidden behind another microbatch's compute (Megatron
     # --overlap-moe-expert-parallel-comm, DeepSeek's DualPipe); off by default in every framework
     ep_node_dedup: bool = False  # a token crosses scale-out once per destination node, NVLink fans it out to
@@ -59,6 +62,12 @@ class Profile:
     # combined from the experts' capacity slots by one-hot einsums (MaxText's dense path, sparse_matmul false:
     # "BSM,BSEC -> EBCM" and "EBCM,BSEC -> BSM", C = S k c / E per sequence), matmuls the MXU runs in full; else
     # by a permutation that moves the rows without FLOPs (Megatron's padded dispatch)
+    zero3_gather_unit: str = "layer"  # what a ZeRO-3 gather and gradient reduce-scatter move at once, and so the
+    # unsharded weights and gradients alive: a whole layer (FSDP units, DeepSpeed's and Megatron-FSDP's modules), or
+    # one weight tensor (XLA's SPMD partitioner gathers each matmul's operand where it is used and reduces each
+    # gradient where it is made: MaxText's DeepSeek-V3 v5p recipe, ZeRO-3 over 512 chips with every expert local,
+    # runs with a MoE layer's experts 21 GiB in bf16, where two gathered layers and a layer's fp32 gradients would
+    # not fit beside the state)
     transient_zero3_weights: bool = False  # under ZeRO-3 the compute-precision weights exist only gathered: the
     # sharded parameter is the fp32 master, cast at each gather (PyTorch FSDP2's MixedPrecisionPolicy casts the
     # shard to param_dtype before its all-gather; MaxText's weight_dtype float32 parameters are cast to dtype in
@@ -75,7 +84,9 @@ PROFILES = {
     "torchtitan": Profile("torchtitan", tp_overlap=(), grad_reduce_overlap=True, param_gather_overlap=True,
                           fp8_param_gather=True, recompute_policies=("none", "op", "full"), transient_zero3_weights=True),
     "maxtext": Profile("maxtext", tp_overlap=("tpu",), grad_reduce_overlap=True, param_gather_overlap=True,
-                       transient_zero3_weights=True, einsum_capacity_dispatch=True, recompute_policies=("minimal_with_context", "minimal", "save_dot_except_mlpwi", "full")),
+                       transient_zero3_weights=True, einsum_capacity_dispatch=True, zero3_gather_unit="tensor",
+                       inplace_cross_entropy=True,
+                       recompute_policies=("minimal_with_context", "minimal", "save_dot_except_mlpwi", "full")),
     "ideal": Profile("ideal", tp_overlap=("gpu", "tpu"), grad_reduce_overlap=True, param_gather_overlap=True,
                      fp8_param_gather=True, recompute_policies=tuple(r.value for r in Recompute),
                      vendor_attention=True, ep_overlap=True, ep_node_dedup=True),

@@ -120,6 +120,26 @@ def final_norm_params(model: ModelSpec) -> int:
     return model.params_per_norm
 
 
+def largest_layer_tensor(model: ModelSpec, tp=1):
+    """Elements of the largest weight tensor of a layer outside the routed experts on one TP rank (int or array):
+    a Q, K, V or O projection (with MLA the down- and up-projections and the output), one matrix of the dense MLP
+    where the model has dense layers, or of the shared experts (stacked, as one tensor). What a framework that
+    gathers weights per tensor (``Profile.zero3_gather_unit``) holds unsharded at once, with the next one."""
+    d, heads = model.d_model, model.num_heads // tp
+    if model.mla is not None:
+        a = model.mla
+        qk = a.qk_nope_head_dim + a.qk_rope_head_dim
+        tensors = [d * (a.q_lora_rank or 0), (a.q_lora_rank or d) * heads * qk, d * (a.kv_lora_rank + a.qk_rope_head_dim),
+                   a.kv_lora_rank * heads * (a.qk_nope_head_dim + a.v_head_dim), heads * a.v_head_dim * d]
+    else:
+        tensors = [d * heads * model.head_dim, d * kv_heads_per_device(model, tp) * model.head_dim]
+    if model.moe is None or model.num_moe_layers < model.num_layers:
+        tensors.append(d * (model.d_ff // tp))
+    if model.moe is not None and model.moe.num_shared_experts:
+        tensors.append(d * (model.moe.num_shared_experts * model.moe.shared_d_ff // tp))
+    return np.maximum.reduce(np.broadcast_arrays(*tensors)) if isinstance(tp, np.ndarray) else max(tensors)
+
+
 def layer_params(model: ModelSpec, tp: int = 1):
     """Parameters of one transformer layer held by one TP rank outside the routed experts (the
     per-device terms of the cost model): attention, norms and the MLP. A mixture-of-experts model

@@ -613,19 +613,28 @@ def memory_by_zero(model: ModelSpec, workload: Workload, sh: Shapes, z, first: b
     state = memory.state_bytes(_f(stage_params(model, sh, first)), workload, z, shards)
     p_layer = _f(params.layer_params(model, sh.tp))
     out = {f"state/{k}": v for k, v in state.items()}
-    # the compute weights of the current and prefetched layers, gathered (or, with one shard, cast from the master)
+    # the compute weights of the current and prefetched layers, gathered (or, with one shard, cast from the master),
+    # and a layer's unsharded gradients; per tensor where the framework gathers and reduces each weight apart
     transient = transient_zero3_weights(workload)
-    out["temporary/gathered"] = _f((z == 3) & ((sh.shards > 1) | transient)) * 2 * p_layer * workload.weight_bytes_per_param
-    out["temporary/layer_grads"] = _f((z >= 2) & (sh.shards > 1)) * p_layer * workload.grad_bytes_per_param
+    gathers, reduces = _f((z == 3) & ((sh.shards > 1) | transient)), _f((z >= 2) & (sh.shards > 1))
+    gathered, grads = 2 * gathers * p_layer, reduces * p_layer
+    tensor = _f(params.largest_layer_tensor(model, sh.tp))
+    gathered_t, grads_t = 2 * gathers * tensor, 2 * reduces * tensor  # the tensor in use and the next
     if model.moe is not None:  # the routed experts, sharded over the expert ZeRO group
         e_shards = np.where(z >= 1, sh.expert_shards, 1)
         p_expert = expert_params_per_layer(model, sh)
         for key, v in memory.state_bytes(expert_stage_params(model, sh, first), workload, z, e_shards).items():
             out[f"state/{key}"] = out[f"state/{key}"] + v
-        out["temporary/gathered"] = out["temporary/gathered"] + _f((z == 3) & ((sh.expert_shards > 1) | transient)) * (
-            2 * p_expert * workload.weight_bytes_per_param)
-        out["temporary/layer_grads"] = out["temporary/layer_grads"] + _f((z >= 2) & (sh.expert_shards > 1)) * (
-            p_expert * workload.grad_bytes_per_param)
+        e_gathers, e_reduces = _f((z == 3) & ((sh.expert_shards > 1) | transient)), _f((z >= 2) & (sh.expert_shards > 1))
+        gathered, grads = gathered + 2 * e_gathers * p_expert, grads + e_reduces * p_expert
+        # one stacked matrix of a MoE layer's local experts (its own size, not the mean layer's share)
+        e_tensor = model.moe.num_experts / sh.ep * model.d_model * (model.moe.expert_d_ff // sh.etp)
+        gathered_t = np.maximum(gathered_t, 2 * e_gathers * e_tensor)
+        grads_t = np.maximum(grads_t, 2 * e_reduces * e_tensor)
+    if profile_of(workload.framework).zero3_gather_unit == "tensor":
+        gathered, grads = np.minimum(gathered, gathered_t), np.minimum(grads, grads_t)
+    out["temporary/gathered"] = gathered * workload.weight_bytes_per_param
+    out["temporary/layer_grads"] = grads * workload.grad_bytes_per_param
     if workload.precision == "fp8":  # cached fp8 copies of the layers' weights (sharded like them under ZeRO-3)
         p_all = p_layer + expert_params_per_layer(model, sh)
         held = _f(layers_per_stage(model, sh, not first)) * p_all / np.where(z == 3, sh.shards, 1)
