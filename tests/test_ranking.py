@@ -74,7 +74,7 @@ def _brute_force(space, tables, top_k: int, tolerance: float) -> list[tuple]:
         policy = RECOMPUTE_POLICIES[int(space.recompute_codes[r])]
         work = memory.recompute_work(space.model, policy)
         lightness = (work["matmul"], work["attention"], work["elementwise"], work["tp"], RECOMPUTE_POLICIES.index(policy))
-        key = (sum(d > 1 for d in degrees), int(degrees[4] > 1), int(tp_beyond), zz, int(space.sk_k[j]),
+        key = (sum(d > 1 for d in degrees), degrees[4], int(tp_beyond), zz, int(space.sk_k[j]),
                lightness, degrees + (int(sh.v[s]),), oo)
         cands.append({"c": (j, r, zz, oo), "group": (j, r, zz), "step": int(m["step"][i]), "key": key})
     out = []
@@ -95,7 +95,9 @@ def test_the_simplicity_key_orders_by_the_documented_criteria():
     key = simplicity_key(space, sk, ri, z, o)
     s = space.sk_shape[sk]
     above = sum((getattr(sh, n)[s] > 1).astype(int) for n in DEGREE_NAMES)
-    assert (key[0] == above).all() and (key[1] == (sh.cp[s] > 1)).all()
+    cp_rank = {c: i for i, c in enumerate(sorted({1, *map(int, sh.cp)}))}  # the smaller cp first, cp = 1 at 0
+    assert len(cp_rank) > 2  # the space holds several cp degrees
+    assert (key[0] == above).all() and (key[1] == [cp_rank[int(c)] for c in sh.cp[s]]).all()
     assert (key[3] == z).all() and (key[4] == space.sk_k[sk]).all()
     # lighter recompute first: none, then selective, then full (whatever else the space allows between them)
     light = {RECOMPUTE_POLICIES[int(space.recompute_codes[r])]: int(k) for r, k in zip(ri, key[5])}

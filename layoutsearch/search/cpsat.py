@@ -228,9 +228,10 @@ def simplicity_objectives(space: Space, v: Vars) -> list:
     ks = sorted({int(k_of[j]) for j in v.y})
     k_rank = {k: i for i, k in enumerate(ks)}
     orders = sorted(v.o)
-    head = {s: 2 * int(p.degrees_above_one[s]) + int(p.cp_above_one[s]) for s in v.shape}
+    n_cp = int(p.cp_rank.max()) + 1 if len(p.cp_rank) else 1
+    head = {s: n_cp * int(p.degrees_above_one[s]) + int(p.cp_rank[s]) for s in v.shape}
     n_r, n_z = len(p.recompute_rank), 4
-    # key A: (degrees above one, cp > 1), TP beyond a node, ZeRO stage, microbatches, recompute
+    # key A: (degrees above one, cp rank), TP beyond a node, ZeRO stage, microbatches, recompute
     w_r, w_k = 1, n_r
     w_z = w_k * len(ks)
     w_tp = w_z * n_z

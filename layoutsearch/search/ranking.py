@@ -15,7 +15,7 @@ The ranking, rank after rank (the enumerator applies it to arrays, CP-SAT states
 3. ``T`` = the least quantised step time among those; the eligible ones are within
    ``tie_limit(T)`` = T (1 + tolerance), rounded down;
 4. the next layout is the eligible candidate that is first by ``simplicity_key``: fewer degrees
-   above one, then cp = 1, then a TP group inside a node (on no scale-out or DCN axis), a lower
+   above one, then the smaller cp (1 first: ring passes and finer sequence chunks), then a TP group inside a node (on no scale-out or DCN axis), a lower
    ZeRO stage, fewer microbatches, lighter recompute, then the degrees (dp, fsdp, tp, pp, cp,
    virtual stages) in lexicographic order, then the axis order (a total order: the key tells every
    candidate apart).
@@ -40,7 +40,7 @@ MAX_TIE_TOLERANCE = 0.5  # a larger "tie" would rank by simplicity alone
 # What ``simplicity_key`` compares, most significant first (explanations name the first that differs).
 SIMPLICITY = ("degrees above one", "context parallelism", "TP group beyond a node", "ZeRO stage", "microbatches",
               "recompute", "degrees in order (dp, fsdp, tp, pp, cp, virtual stages)", "axis placement")
-SIMPLER = ("fewer degrees above one", "cp = 1", "TP inside a node", "lower ZeRO stage", "fewer microbatches",
+SIMPLER = ("fewer degrees above one", "smaller cp", "TP inside a node", "lower ZeRO stage", "fewer microbatches",
            "lighter recompute", "degrees (dp, fsdp, tp, pp, cp, virtual stages) in lexicographic order", "axis order")
 SLOW_AXIS_KINDS = ("scale_out", "dcn")
 
@@ -63,7 +63,7 @@ class ShapeSimplicity:
     """The parts of the key that depend on the shape (and the axis order), per shape."""
 
     degrees_above_one: np.ndarray  # [shape]
-    cp_above_one: np.ndarray  # [shape] 0/1
+    cp_rank: np.ndarray  # [shape] rank of cp among the space's cp degrees: 0 for cp = 1
     tp_beyond_node: np.ndarray  # [shape, order] 0/1: the TP group spans a scale-out or DCN axis
     degree_rank: np.ndarray  # [shape] rank by (dp, fsdp, tp, pp, cp, ep, etp, v)
     recompute_rank: np.ndarray  # [recompute code] 0 for the lightest policy (``recompute_lightness``)
@@ -91,7 +91,8 @@ def shape_simplicity(space) -> ShapeSimplicity:
     lightness = [recompute_lightness(space.model, policy) + (code,) for code, policy in enumerate(RECOMPUTE_POLICIES)]
     recompute_rank = np.empty(len(RECOMPUTE_POLICIES), dtype=np.int64)
     recompute_rank[sorted(range(len(lightness)), key=lightness.__getitem__)] = np.arange(len(lightness))
-    out = ShapeSimplicity(degrees_above_one=above, cp_above_one=(degrees["cp"] > 1).astype(np.int64),
+    cp_rank = np.searchsorted(np.unique(np.append(degrees["cp"], 1)), degrees["cp"]).astype(np.int64)
+    out = ShapeSimplicity(degrees_above_one=above, cp_rank=cp_rank,
                           tp_beyond_node=beyond, degree_rank=rank, recompute_rank=recompute_rank)
     object.__setattr__(space, "_shape_simplicity", out)
     return out
@@ -111,7 +112,7 @@ def simplicity_key(space, sk, ri, z, o) -> tuple[np.ndarray, ...]:
     sk, ri, z, o = (np.asarray(a, dtype=np.int64) for a in (sk, ri, z, o))
     p = shape_simplicity(space)
     s = space.sk_shape[sk]
-    return (p.degrees_above_one[s], p.cp_above_one[s], p.tp_beyond_node[s, o], z, space.sk_k[sk],
+    return (p.degrees_above_one[s], p.cp_rank[s], p.tp_beyond_node[s, o], z, space.sk_k[sk],
             p.recompute_rank[space.recompute_codes[ri]], p.degree_rank[s], o)
 
 
@@ -127,7 +128,7 @@ def simpler_because(space, a: tuple, b: tuple) -> str | None:
             elif name == "TP group beyond a node":
                 x, y = ("no" if not x else "yes"), ("no" if not y else "yes")
             elif name == "context parallelism":
-                x, y = ("cp=1" if not x else "cp>1"), ("cp=1" if not y else "cp>1")
+                x, y = (f"cp={int(space.shapes.cp[space.sk_shape[c[0]]])}" for c in (a, b))
             elif name.startswith("degrees in order") or name == "axis placement":
                 return f"{name}: first in that order"
             return f"{name}: {x} against {y}"
