@@ -129,7 +129,8 @@ def largest_layer_tensor(model: ModelSpec, tp=1):
     if model.mla is not None:
         a = model.mla
         qk = a.qk_nope_head_dim + a.qk_rope_head_dim
-        tensors = [d * (a.q_lora_rank or 0), (a.q_lora_rank or d) * heads * qk, d * (a.kv_lora_rank + a.qk_rope_head_dim),
+        tensors = [d * (a.q_lora_rank or 0), (a.q_lora_rank or d) * heads * qk,
+                   d * (a.kv_lora_rank + a.qk_rope_head_dim),
                    a.kv_lora_rank * heads * (a.qk_nope_head_dim + a.v_head_dim), heads * a.v_head_dim * d]
     else:
         tensors = [d * heads * model.head_dim, d * kv_heads_per_device(model, tp) * model.head_dim]

@@ -206,7 +206,8 @@ def compute_per_microbatch(model: ModelSpec, workload: Workload, acc: Accelerato
     # backward, asynchronously; what the layer's compute does not cover is waited for (all of it under blocking)
     moved = host_offload_bytes_per_token(model, workload, sh, r, sequence_parallel) * m / (
         acc.host_bytes_per_s_per_direction or np.inf)
-    offload_wait = layers * (np.maximum(0.0, moved - hides * (mm + dispatch + attn)) + np.maximum(0.0, moved - hides * bwd_window))
+    offload_wait = layers * (np.maximum(0.0, moved - hides * (mm + dispatch + attn))
+                             + np.maximum(0.0, moved - hides * bwd_window))
     moe_fixed = (layers * params.moe_layer_share(model)
                  * moe_host_overhead_s(workload, acc, model.moe.num_experts / sh.ep) if model.moe is not None else 0.0)
     return {
@@ -625,7 +626,8 @@ def memory_by_zero(model: ModelSpec, workload: Workload, sh: Shapes, z, first: b
         p_expert = expert_params_per_layer(model, sh)
         for key, v in memory.state_bytes(expert_stage_params(model, sh, first), workload, z, e_shards).items():
             out[f"state/{key}"] = out[f"state/{key}"] + v
-        e_gathers, e_reduces = _f((z == 3) & ((sh.expert_shards > 1) | transient)), _f((z >= 2) & (sh.expert_shards > 1))
+        e_gathers = _f((z == 3) & ((sh.expert_shards > 1) | transient))
+        e_reduces = _f((z >= 2) & (sh.expert_shards > 1))
         gathered, grads = gathered + 2 * e_gathers * p_expert, grads + e_reduces * p_expert
         # one stacked matrix of a MoE layer's local experts (its own size, not the mean layer's share)
         e_tensor = model.moe.num_experts / sh.ep * model.d_model * (model.moe.expert_d_ff // sh.etp)

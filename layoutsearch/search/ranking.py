@@ -15,10 +15,10 @@ The ranking, rank after rank (the enumerator applies it to arrays, CP-SAT states
 3. ``T`` = the least quantised step time among those; the eligible ones are within
    ``tie_limit(T)`` = T (1 + tolerance), rounded down;
 4. the next layout is the eligible candidate that is first by ``simplicity_key``: fewer degrees
-   above one, then the smaller cp (1 first: ring passes and finer sequence chunks), then a TP group inside a node (on no scale-out or DCN axis), a lower
-   ZeRO stage, fewer microbatches, lighter recompute, then the degrees (dp, fsdp, tp, pp, cp,
-   virtual stages) in lexicographic order, then the axis order (a total order: the key tells every
-   candidate apart).
+   above one, then the smaller cp (1 first: fewer ring passes, longer sequence chunks), then a TP
+   group inside a node (on no scale-out or DCN axis), a lower ZeRO stage, fewer microbatches,
+   lighter recompute, then the degrees (dp, fsdp, tp, pp, cp, virtual stages) in lexicographic
+   order, then the axis order (a total order: the key tells every candidate apart).
 """
 
 from __future__ import annotations
