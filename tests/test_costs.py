@@ -194,7 +194,7 @@ def test_blocking_launches_expose_the_host_time_per_layer_and_hide_nothing():
 
 def test_the_attention_kernel_follows_the_workload_then_the_profile():
     """--vendor-attention/--no-vendor-attention override the profile's kernel: on H100 the attention core takes
-    0.4494 / 0.2 longer with FlashAttention-2's fraction than with cuDNN's; torchtitan with --vendor-attention costs
+    0.5868 / 0.2 longer with FlashAttention-2's fraction than with cuDNN's; torchtitan with --vendor-attention costs
     what megatron costs by default; an A100 (no vendor figure) costs FlashAttention-2's either way."""
     from layoutsearch.api import problem
 
@@ -203,13 +203,35 @@ def test_the_attention_kernel_follows_the_workload_then_the_profile():
             "compute/attention"]
 
     vendor = attention("h100-64", framework="megatron")
-    assert attention("h100-64", framework="megatron", vendor_attention=False) == pytest.approx(vendor * 0.4494 / 0.2)
+    assert attention("h100-64", framework="megatron", vendor_attention=False) == pytest.approx(vendor * 0.5868 / 0.2)
     assert attention("h100-64", framework="torchtitan", vendor_attention=True) == pytest.approx(vendor)
     with pytest.warns(UserWarning, match=r"--vendor-attention: a100-80gb has no vendor_attention_efficiency in "
                                          r"hardware/a100-80gb.yaml; the attention core is costed at its "
                                          r"attention_efficiency"):
         vendor_a100 = attention("a100-80gb-64", vendor_attention=True)
     assert vendor_a100 == pytest.approx(attention("a100-80gb-64", vendor_attention=False))
+
+
+def test_a_fused_attention_kernel_pays_each_querys_work_once_per_call():
+    """attention_half_efficiency_keys: a fused kernel's fixed work per query and call (its tile's load, the masked
+    diagonal tile, the rescale, the write) costs as much as h more keys, h = 200 on GPUs (the FlashAttention-3 paper's
+    causal H100 curves), so the attention core runs at c / (c + h) of its long-context rate, c = S/2 keys per query
+    under a causal mask: 2048 / 2248 at 4k, 65536 / 65736 at 128k; a ring of cp ranks calls the kernel cp times per
+    query. TPUs carry no figure: their splash attention is costed at its fitted fraction alone."""
+    from layoutsearch.api import problem
+    from layoutsearch.core.catalogue import load_accelerator
+    from layoutsearch.validation.calibrate import with_calibration
+
+    def attention(seq_len, cp=1, h=None):
+        p = problem("llama3-8b", "h100-64", 64, seq_len, framework="megatron")
+        if h is not None:
+            p = replace(p, cluster=with_calibration(p.cluster, attention_half_efficiency_keys=h))
+        return estimate(p, Layout(fsdp=8 // cp, tp=8, cp=cp), strict=False).time_s["compute/attention"]
+
+    assert load_accelerator("h100").attention_half_efficiency_keys == 200
+    assert load_accelerator("v5p").attention_half_efficiency_keys == 0.0
+    for seq_len, cp, factor in ((4096, 1, 2248 / 2048), (131072, 1, 65736 / 65536), (4096, 2, 2448 / 2048)):
+        assert attention(seq_len, cp) / attention(seq_len, cp, h=0) == pytest.approx(factor, rel=1e-12)
 
 
 def test_blocking_launches_are_refused_where_nothing_launches_cuda_kernels():

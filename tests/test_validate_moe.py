@@ -188,19 +188,19 @@ def test_megatron_recompute_modules_map_to_the_policy_recomputing_the_same(by_id
 
     moe_rerun, attn_rerun = (estimate(problem, replace(layout, recompute=r), strict=False) for r in ("norm_moe",
                                                                                                      "selective"))
-    assert moe_rerun.time_s["compute/recompute"] < 0.5 * attn_rerun.time_s["compute/recompute"]
+    assert moe_rerun.time_s["compute/recompute"] < attn_rerun.time_s["compute/recompute"]
     assert moe_rerun.time_s["exposed_comm/ep"] > attn_rerun.time_s["exposed_comm/ep"]  # the dispatch runs again
 
 
 def test_automodel_records_on_transformer_engine_attention_cost_the_vendor_kernel(by_id):
     """Rule 19: the Automodel benchmark configs *_te_deepep.yaml set backend attn: te, so their records are costed
-    with the vendor's fused attention (H100: 0.4494 of peak) although their profile (torchtitan) uses
+    with the vendor's fused attention (H100: 0.5868 of peak at long contexts) although their profile (torchtitan) uses
     FlashAttention-2's (0.2); other records keep their profile's choice."""
     from layoutsearch.costs.terms import attention_efficiency
 
     problem, _ = record_to_problem(by_id["automodel-qwen3-30b-h100-bf16-n8-pp1ep8fsdp8-gbs512"])
     assert problem.workload.framework == "torchtitan" and problem.workload.vendor_attention is True
-    assert attention_efficiency(problem.workload, problem.cluster.accelerator) == 0.4494
+    assert attention_efficiency(problem.workload, problem.cluster.accelerator) == 0.5868
     assert "Transformer Engine attention (attn: te): the vendor's fused attention" in mapping_notes(
         by_id["automodel-qwen3-30b-h100-bf16-n8-pp1ep8fsdp8-gbs512"])
     torchtitan, _ = record_to_problem(by_id["torchtitan-llama4-scout-gb200-bf16-n256-fsdp256-ep16"])
@@ -255,7 +255,8 @@ def test_nemo_rows_take_the_cuda_graphs_of_their_release_configuration(by_id):
 def test_gpt_oss_records_cost_their_sliding_window(by_id):
     """Rule 16: "sliding-window 128 on every other layer" in a record's model notes is costed: 18 of gpt-oss-120b's 36
     layers attend over the whole 4096-token sequence (2048 keys per query, causal), 18 over a 128-token band
-    (128 - 128^2 / (2 x 4096) = 126 keys); the rest of the notes (sinks, biases, the clamp) stays uncosted and noted."""
+    (128 - 128^2 / (2 x 4096) = 126 keys), each query paying the kernel's per-call work of B200's 200 keys
+    (attention_half_efficiency_keys) on both; the rest of the notes (sinks, biases, the clamp) stays uncosted and noted."""
     from layoutsearch.costs.estimate import estimate
 
     rec = one(by_id, "mbridge-26.04.01-b200-gpt-oss-120b")
@@ -267,21 +268,21 @@ def test_gpt_oss_records_cost_their_sliding_window(by_id):
             in mapping_notes(rec))
     full = replace(problem, model=replace(problem.model, sliding_window=None, full_attention_layers=0))
     windowed, whole = (estimate(p, layout, strict=False).time_s["compute/attention"] for p in (problem, full))
-    assert windowed / whole == pytest.approx((18 * 126 + 18 * 2048) / (36 * 2048), rel=1e-12)
+    assert windowed / whole == pytest.approx((18 * (126 + 200) + 18 * (2048 + 200)) / (36 * (2048 + 200)), rel=1e-12)
 
 
 def test_the_learned_routing_spread_is_what_its_fit_finds(moe_runs):
-    """core.specs.LEARNED_ROUTING_EXPERT_CV (0.10) is the best of the 0.05 grid of scripts/fit_routing_cv.py: the 14
-    dev records costed learned, dropless, with ep > 1 (NeMo's three Mixtral rows among them), Huber loss; 0.05 and
-    0.15 fit worse."""
+    """core.specs.LEARNED_ROUTING_EXPERT_CV (0.15) is the best of the 0.05 grid of scripts/fit_routing_cv.py: the 14
+    dev records costed learned, dropless, with ep > 1 (NeMo's three Mixtral rows among them), Huber loss; 0.10 and
+    0.20 fit worse."""
     problems = learned_routing_problems(moe_runs)
     assert len(problems) == 14 and all(p[1][0].workload.routing == "learned" and p[1][1].ep > 1 for p in problems)
     assert {"torchtitan-llama4-scout-gb200-bf16-n256-fsdp256-ep16",
             "nemo25.04-gb200-mixtral-8x7b-fp8-n64-tp1pp1cp1vp1ep8"} <= {p[0] for p in problems}
-    scan = routing_cv_scan(problems, (0.05, LEARNED_ROUTING_EXPERT_CV, 0.15))
-    assert LEARNED_ROUTING_EXPERT_CV == 0.1
-    assert scan[0.1][0] < min(scan[0.05][0], scan[0.15][0])
-    assert (scan[0.05][0], scan[0.1][0], scan[0.15][0]) == pytest.approx((0.1734, 0.1676, 0.1697), abs=5e-5)
+    scan = routing_cv_scan(problems, (0.1, LEARNED_ROUTING_EXPERT_CV, 0.2))
+    assert LEARNED_ROUTING_EXPERT_CV == 0.15
+    assert scan[0.15][0] < min(scan[0.1][0], scan[0.2][0])
+    assert (scan[0.1][0], scan[0.15][0], scan[0.2][0]) == pytest.approx((0.1665, 0.1623, 0.1659), abs=5e-5)
 
 
 # ----------------------------------------------------------------------------- the compared metric
@@ -370,7 +371,7 @@ def test_cuda_graphs_are_costed_as_the_record_names_them(by_id):
     """Rule 20: MLPerf's "full-iteration CUDA graph" -> full_iteration; a scope list or "CUDA graphs on for GB200"
     -> scoped; the Llama 4 Maverick note "H100 FP8 run used CUDA graphs (README); GB200 launch default
     CUDA_GRAPH=false" -> scoped for the H100 fp8 row only; a record that names none -> none. The graphed rows lose
-    the MoE layers' host overhead: all of it in a full-iteration graph, 0.84 of its per-layer part with scoped
+    the MoE layers' host overhead: 0.85 of it in a full-iteration graph, 0.83 of its per-layer part with scoped
     graphs. Records that name none take their Megatron-Bridge release preset's (rule 22): 11 more; or their MLPerf
     configuration file's (rule 24): Dell's GPT-OSS-20B."""
     expected = {"mlperf6-deepseekv3-gb200-mxfp8-n256": "full_iteration",
@@ -398,20 +399,20 @@ def test_cuda_graphs_are_costed_as_the_record_names_them(by_id):
     problem, layout = record_to_problem(rec)
     ungraphed = replace(problem, workload=replace(problem.workload, cuda_graphs="none"))
     full, none = (estimate(p, layout, strict=False).time_s["compute/moe_fixed"] for p in (problem, ungraphed))
-    assert full == pytest.approx((1 - 0.87) * none, rel=1e-9) and none > 1.0  # the host's share goes, the GPU's stays
+    assert full == pytest.approx((1 - 0.85) * none, rel=1e-9) and none > 1.0  # the host's share goes, the GPU's stays
     rec = one(by_id, "dgxc-grok1-gb200-bf16-n128")
     problem, layout = record_to_problem(rec)
     plain = replace(problem, workload=replace(problem.workload, cuda_graphs="none"))
     graphed, ungraphed = (estimate(p, layout, strict=False).time_s["compute/moe_fixed"] for p in (problem, plain))
-    # b200 class: 7314 us per layer, 0.84 of it graphed away; 171.9 us for Grok-1's one local expert (8 over ep=8) stay
-    assert graphed == pytest.approx((0.16 * 7314 + 171.9) / (7314 + 171.9) * ungraphed, rel=1e-9) and ungraphed > 0.1
+    # b200 class: 7828 us per layer, 0.83 of it graphed away; 174.1 us for Grok-1's one local expert (8 over ep=8) stay
+    assert graphed == pytest.approx((0.17 * 7828 + 174.1) / (7828 + 174.1) * ungraphed, rel=1e-9) and ungraphed > 0.1
 
 
 def test_the_catalogues_moe_host_overhead_is_what_its_commands_fit(moe_runs, capsys):
     """hardware/*.yaml calibration_moe: moe_layer_overhead_us per family and moe_expert_overhead_us shared by the GPUs,
-    fitted together with the Huber loss on the records costed without CUDA graphs (1784 us on the h100 class, 7314 on
-    the b200 class, 171.9 us per local expert), then moe_overhead_graphed_share on the 16 scoped ones with both held,
-    one value for the GPUs (0.84), and moe_overhead_full_graph_share on the 5 full-iteration ones (0.87).
+    fitted together with the Huber loss on the records costed without CUDA graphs (1970 us on the h100 class, 7828 on
+    the b200 class, 174.1 us per local expert), then moe_overhead_graphed_share on the 16 scoped ones with both held,
+    one value for the GPUs (0.83), and moe_overhead_full_graph_share on the 5 full-iteration ones (0.85).
     `calibrate --cuda-graphs` picks the records by mapping rules 20, 22, 24 and 26."""
     from layoutsearch.cli import main
     from layoutsearch.validation.calibrate import calibrate
@@ -421,22 +422,22 @@ def test_the_catalogues_moe_host_overhead_is_what_its_commands_fit(moe_runs, cap
                        params=("moe_layer_overhead_s",), shared=("moe_expert_overhead_s",), exclude=plain, loss="huber")
     # Levenberg-Marquardt from the catalogue's values: within 2 us of the fit that wrote them
     assert {f: (v["records"], v["fitted"]["moe_layer_overhead_s"] * 1e6, v["fitted"]["moe_expert_overhead_s"] * 1e6)
-            for f, v in fitted.items()} == {"b200-class": (16, pytest.approx(7314, abs=2), pytest.approx(171.9, abs=0.2)),
-                                            "h100-class": (28, pytest.approx(1784, abs=2), pytest.approx(171.9, abs=0.2))}
+            for f, v in fitted.items()} == {"b200-class": (16, pytest.approx(7828, abs=2), pytest.approx(174.1, abs=0.2)),
+                                            "h100-class": (28, pytest.approx(1970, abs=2), pytest.approx(174.1, abs=0.2))}
     assert main(["calibrate", str(MOE_DEV), "--accelerator", "h100,h200,h800,b200,gb200", "--fit", "",
                  "--shared", "moe_overhead_graphed_share", "--cuda-graphs", "scoped", "--loss", "huber"]) == 0
     out = capsys.readouterr().out
-    assert out.count("moe_overhead_graphed_share 0.84 ") == 2 and "Huber loss on log(predicted / measured)" in out
+    assert out.count("moe_overhead_graphed_share 0.83 ") == 2 and "Huber loss on log(predicted / measured)" in out
     assert main(["calibrate", str(MOE_DEV), "--accelerator", "h100,h200,h800,b200,gb200", "--fit", "",
                  "--shared", "moe_overhead_full_graph_share", "--cuda-graphs", "full_iteration", "--loss", "huber"]) == 0
     row = next(line for line in capsys.readouterr().out.splitlines() if "moe_overhead_full_graph_share" in line)
     # only GB200 runs used full-iteration graphs: Megatron-Bridge 26.08's three and MLPerf Training v6.0's two
-    assert row.split("\u2502")[1:3] == [" b200-class  ", " 5       "] and "moe_overhead_full_graph_share 0.87 " in row
+    assert row.split("\u2502")[1:3] == [" b200-class  ", " 5       "] and "moe_overhead_full_graph_share 0.85 " in row
     for acc in ("h100", "h200", "h800", "b200", "gb200"):  # every member of a family carries the family's values
         cal = load_accelerator(acc)
-        layer = 1784 if acc.startswith("h") else 7314
+        layer = 1970 if acc.startswith("h") else 7828
         assert (round(cal.moe_layer_overhead_s * 1e6), round(cal.moe_expert_overhead_s * 1e7),
-                cal.moe_overhead_graphed_share, cal.moe_overhead_full_graph_share) == (layer, 1719, 0.84, 0.87), acc
+                cal.moe_overhead_graphed_share, cal.moe_overhead_full_graph_share) == (layer, 1741, 0.83, 0.85), acc
     assert main(["calibrate", str(MOE_DEV), "--fit", "moe_layer_overhead_s", "--loss", "median"]) == 2
     assert capsys.readouterr().err.strip() == "error: --loss: unknown loss 'median'; known: squares, huber"
     assert main(["calibrate", str(MOE_DEV), "--fit", "moe_layer_overhead_s", "--cuda-graphs", "some"]) == 2
@@ -483,7 +484,7 @@ def test_megatron_fsdp_records_reduce_gradients_in_bf16(by_id):
     nic = acc.scale_out_bytes_per_s_per_direction * acc.scale_out_efficiency
     assert [rs_full[n][2] - rs_half[n][2] for n in rs_half] == pytest.approx(
         [2 * layer * 31 / 32 / (4 * nic), 2 * experts * 31 / 32 / nic], rel=1e-9)
-    assert (half.step_time_s, full.step_time_s) == pytest.approx((29.78, 35.45), abs=0.01)
+    assert (half.step_time_s, full.step_time_s) == pytest.approx((29.76, 35.43), abs=0.01)
     fsdp["derived"]["note"] += "; --megatron-fsdp-grad-comm-dtype fp32"
     assert record_to_problem(fsdp)[0].workload.grad_bytes_per_param == 4
 
@@ -597,7 +598,7 @@ def test_megatron_bridge_deepseek_v3_rows_take_the_recipes_pipeline_split(by_id)
     blind = estimate(problem, replace(layout, first_stage_layers=2, last_stage_layers=3), strict=False)
     recipe = estimate(problem, layout, strict=False)
     # the last stage no longer carries 3 layers beside the two output heads: it stops being the slowest
-    assert (blind.step_time_s, recipe.step_time_s) == pytest.approx((36.13, 27.26), abs=0.01)
+    assert (blind.step_time_s, recipe.step_time_s) == pytest.approx((36.31, 27.43), abs=0.01)
     assert (blind.time_s["compute/logits"], recipe.time_s["compute/logits"]) == (pytest.approx(8.387, abs=1e-3), 0.0)
     # the engine's own proposal (core.stages, the head's 4 layers' worth off the last stage) is the recipe's split
     ours = estimate(problem, replace(layout, first_stage_layers=None, last_stage_layers=None), strict=False)

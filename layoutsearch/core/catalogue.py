@@ -97,6 +97,8 @@ class CalibrationFile(_Strict):
     step_overhead_ms: float = Field(ge=0)
     fp8_matmul_efficiency: float | None = Field(default=None, gt=0, le=1)  # of the fp8 peak; needs peak_fp8_tflops
     vendor_attention_efficiency: float | None = Field(default=None, gt=0, le=1)  # cuDNN / TE fused attention
+    attention_half_efficiency_keys: float = Field(default=0.0, ge=0, le=MAX_MODEL_DIM)  # keys per query per kernel
+    # call at which fused attention runs at half its long-context rate
     grouped_matmul_efficiency: float = Field(default=1.0, gt=0, le=1)  # MoE expert GEMMs, of the dense fraction
     moe_layer_overhead_us: float = Field(default=0.0, ge=0)  # fixed per MoE layer and microbatch
     moe_expert_overhead_us: float = Field(default=0.0, ge=0)  # per local expert, MoE layer and microbatch

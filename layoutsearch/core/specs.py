@@ -65,7 +65,7 @@ CUDA_GRAPHS = tuple(g.value for g in CudaGraphs)
 ROUTINGS = tuple(r.value for r in Routing)
 # A learned router's expert loads per MoE layer and microbatch, standard deviation over mean: fitted to the published
 # runs that route with a trained router, dropless, ep > 1 (scripts/fit_routing_cv.py -> results/routing_cv.md)
-LEARNED_ROUTING_EXPERT_CV = 0.10
+LEARNED_ROUTING_EXPERT_CV = 0.15
 OFFLOAD_POLICIES = tuple(p for p in RECOMPUTE_POLICIES if "offload" in p)  # some saved tensors in host memory
 RECOMPUTE_CODES = {name: code for code, name in enumerate(RECOMPUTE_POLICIES)}  # none 0, selective 1, full 2
 SCHEDULE_CODES = {s.value: code for code, s in enumerate(Schedule)}  # 1f1b 0, interleaved 1, gpipe 2
@@ -270,7 +270,7 @@ class Accelerator:
     runtime_reserve_bytes: float  # runtime, compiler workspace and fragmentation
     matmul_efficiency: float  # achievable fraction of peak for large matmuls
     matmul_half_efficiency_tokens: float  # tokens per matmul at which efficiency halves
-    attention_efficiency: float  # achievable fraction of peak for the attention core (fused kernels)
+    attention_efficiency: float  # achievable fraction of peak for the attention core (fused kernels), long contexts
     collective_efficiency: float  # achievable fraction of ICI/NVLink bandwidth
     scale_out_efficiency: float  # achievable fraction of NIC/DCN bandwidth
     collective_half_efficiency_bytes: float  # message size at which bandwidth halves
@@ -302,6 +302,9 @@ class Accelerator:
     # the GPU waits for when every launch blocks (Workload.launch_blocking); None = not calibrated (refused)
     vendor_attention_efficiency: float | None = None  # the vendor's fused attention (cuDNN / Transformer
     # Engine on Hopper) where it beats the portable FlashAttention-2 class of ``attention_efficiency``
+    attention_half_efficiency_keys: float = 0.0  # keys per query at which a fused attention kernel runs at half
+    # its long-context rate: each query's fixed work per kernel call (its tile's load, the masked diagonal tile,
+    # the softmax rescale and the output write) costs as many more keys; 0 = no such cost
     sources: dict[str, str] = field(default_factory=dict, compare=False, hash=False)
 
 

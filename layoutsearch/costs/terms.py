@@ -181,7 +181,8 @@ def compute_per_microbatch(model: ModelSpec, workload: Workload, acc: Accelerato
     dispatch = (flops.einsum_dispatch_flops_per_token_per_layer(model, workload.seq_len, sh.tp) * m / rate
                 if profile_of(workload.framework, acc.kind).einsum_capacity_dispatch else 0.0)
     causal_skip = workload.causal and workload.flash_attention  # unfused kernels compute the masked half too
-    attn = flops.attention_flops_per_token_per_layer(model, workload.seq_len, causal_skip, sh.tp) * m / attn_rate
+    attn = (flops.attention_flops_per_token_per_layer(model, workload.seq_len, causal_skip, sh.tp) * m / attn_rate
+            * attention_call_factor(model, workload, acc, sh.cp))
     ew_bytes = flops.elementwise_bytes_per_token_per_layer(model, sh.tp, sequence_parallel, workload.activation_bytes,
                                                            workload.seq_len, workload.flash_attention)
     ew = ew_bytes * m * (3.0 + ew_rerun) / acc.hbm_bytes_per_s
@@ -366,6 +367,23 @@ def step_interference(acc: Accelerator, steps: dict) -> dict:
     ZeRO-1/2 gather of updated weights."""
     reduce = steps["reduce/zero"] + steps["reduce/dp"] + steps["reduce/kv_replica"]
     return {"REDI": interference(acc, reduce), "GATHI": interference(acc, steps["gather/zero"])}
+
+
+def attention_call_factor(model: ModelSpec, workload: Workload, acc: Accelerator, cp):
+    """A fused attention kernel's time over its FLOPs at the long-context rate: 1 + h x calls / context.
+
+    Each query costs the kernel a fixed amount of work per call besides its keys (its tile's load, the
+    partly masked diagonal tile, the softmax's rescale and the output's write), as much as h =
+    ``attention_half_efficiency_keys`` more keys: at a context of h keys per query the kernel runs at half
+    its rate. Context: ``flops.layer_attention_context`` (S/2 causal, the sliding window's band), averaged
+    over the layers, which is exact as each layer's FLOPs are its context times one constant. Calls: a
+    ring of cp context-parallel ranks splits each query's keys over cp kernel calls (one per ring step).
+    Unfused attention runs as matmuls and pays none of this."""
+    h = acc.attention_half_efficiency_keys
+    if not h or not workload.flash_attention:
+        return 1.0
+    context = flops.layer_attention_context(model, workload.seq_len, workload.causal)
+    return 1.0 + h * _f(cp) / context
 
 
 def attention_efficiency(workload: Workload, acc: Accelerator) -> float:

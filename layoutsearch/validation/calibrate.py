@@ -62,12 +62,14 @@ SHARE_BOUNDS = (0.0, 1.0)  # fractions that may be zero (overlap_interference)
 # of the communication library on the chip, not of one chip's kernels (NCCL's kernels on the SMs of every GPU)
 SHARED_KIND = {"overlap_interference": "gpu", "moe_overhead_graphed_share": "gpu",
                "moe_overhead_full_graph_share": "gpu", "moe_expert_overhead_s": "gpu"}
-SCALES = {"matmul_half_efficiency_tokens": 128.0, "microbatch_overhead_s": 1e-4, "step_overhead_s": 1e-2,
+SCALES = {"matmul_half_efficiency_tokens": 128.0, "attention_half_efficiency_keys": 128.0, "microbatch_overhead_s": 1e-4, "step_overhead_s": 1e-2,
           "moe_layer_overhead_s": 1e-4, "moe_expert_overhead_s": 1e-5, "blocking_launch_s_per_layer_pass": 1e-3,
           "collective_half_efficiency_bytes": 65536.0}
 # Accelerator field (SI) -> (hardware YAML key under `calibration:`, factor from SI to the YAML unit)
 YAML_KEYS = {"matmul_efficiency": ("matmul_efficiency", 1.0),
              "attention_efficiency": ("attention_efficiency", 1.0),
+             "vendor_attention_efficiency": ("vendor_attention_efficiency", 1.0),
+             "attention_half_efficiency_keys": ("attention_half_efficiency_keys", 1.0),
              "fp8_matmul_efficiency": ("fp8_matmul_efficiency", 1.0),
              "matmul_half_efficiency_tokens": ("matmul_half_efficiency_tokens", 1.0),
              "collective_efficiency": ("collective_efficiency", 1.0),
