@@ -27,40 +27,46 @@ def kv_replication(model: ModelSpec, tp):
     return np.maximum(tp // model.num_kv_heads, 1) if isinstance(tp, np.ndarray) else max(tp // model.num_kv_heads, 1)
 
 
+def attention_matrices(model: ModelSpec, tp=1) -> list:
+    """Elements of each weight matrix of one layer's attention on one TP rank (ints, or arrays for an array of
+    tp): the Q, K, V and O projections (KV heads replicated below one per rank); with multi-head latent attention
+    (DeepSeek-V2 paper section 2.1; the checkpoints' q_a_proj, q_b_proj, kv_a_proj_with_mqa, kv_b_proj, o_proj),
+    r_q, r_kv the latent ranks and h_n/h_r/h_v the no-RoPE, RoPE and value head widths: the query down- and
+    up-projections D r_q and r_q n_q (h_n + h_r), or D n_q (h_n + h_r) without a query latent; the key-value
+    down-projection D (r_kv + h_r), replicated, and up-projection r_kv n_q (h_n + h_v); the output n_q h_v D.
+    The head-wise matrices divide over TP."""
+    d, heads = model.d_model, model.num_heads // tp
+    if model.mla is None:
+        q_out, kv_out = heads * model.head_dim, kv_heads_per_device(model, tp) * model.head_dim
+        return [d * q_out, d * kv_out, d * kv_out, q_out * d]
+    a = model.mla
+    qk = a.qk_nope_head_dim + a.qk_rope_head_dim
+    query = [d * heads * qk] if a.q_lora_rank is None else [d * a.q_lora_rank, a.q_lora_rank * heads * qk]
+    return query + [d * (a.kv_lora_rank + a.qk_rope_head_dim),
+                    a.kv_lora_rank * heads * (a.qk_nope_head_dim + a.v_head_dim), heads * a.v_head_dim * d]
+
+
 def attention_params_per_layer(model: ModelSpec, tp: int = 1) -> int:
-    """Q, K, V, O projection parameters of one layer held by one TP rank (KV replicated); with
-    MLA the latent projections (``mla_attention_params_per_layer``); plus one sink logit per
-    local query head where the model has attention sinks."""
+    """Q, K, V, O projection parameters of one layer held by one TP rank (``attention_matrices``) with
+    their biases; with MLA the latent projections and their norms (``mla_attention_params_per_layer``);
+    plus one sink logit per local query head where the model has attention sinks."""
     sinks = model.num_heads // tp if model.attention_sinks else 0
     if model.mla is not None:
         return mla_attention_params_per_layer(model, tp) + sinks
     q_out = model.num_heads // tp * model.head_dim
     kv_out = kv_heads_per_device(model, tp) * model.head_dim
-    weights = model.d_model * (2 * q_out + 2 * kv_out)
     if model.linear_bias:
         bias = q_out + 2 * kv_out + model.d_model
     else:
         bias = (q_out + 2 * kv_out) if model.qkv_bias else 0
-    return weights + bias + sinks
+    return sum(attention_matrices(model, tp)) + bias + sinks
 
 
 def mla_attention_params_per_layer(model: ModelSpec, tp: int = 1) -> int:
-    """Multi-head latent attention of one layer on one TP rank (DeepSeek-V2 paper section 2.1;
-    the checkpoints' q_a_proj, q_a_layernorm, q_b_proj, kv_a_proj_with_mqa, kv_a_layernorm,
-    kv_b_proj, o_proj). r_q, r_kv latent ranks, h_n/h_r/h_v the no-RoPE, RoPE and value head widths:
-    queries D r_q + r_q (norm) + r_q n_q (h_n + h_r), or D n_q (h_n + h_r) without a query latent;
-    keys and values D (r_kv + h_r) + r_kv (norm) + r_kv n_q (h_n + h_v); output n_q h_v D. The
-    head-wise up-projections and the output divide over TP, the down-projections and the latent
-    norms are replicated."""
-    a, d, heads = model.mla, model.d_model, model.num_heads // tp
-    qk = a.qk_nope_head_dim + a.qk_rope_head_dim
-    if a.q_lora_rank is None:
-        q = d * heads * qk
-    else:
-        q = d * a.q_lora_rank + a.q_lora_rank + a.q_lora_rank * heads * qk
-    kv = (d * (a.kv_lora_rank + a.qk_rope_head_dim) + a.kv_lora_rank
-          + a.kv_lora_rank * heads * (a.qk_nope_head_dim + a.v_head_dim))
-    return q + kv + heads * a.v_head_dim * d
+    """Multi-head latent attention of one layer on one TP rank: its matrices (``attention_matrices``)
+    and the latent norms, r_q (the query latent's, where it has one) and r_kv, replicated."""
+    a = model.mla
+    return sum(attention_matrices(model, tp)) + (a.q_lora_rank or 0) + a.kv_lora_rank
 
 
 def ffn_params(model: ModelSpec, width: int, tp: int = 1) -> int:
@@ -125,15 +131,7 @@ def largest_layer_tensor(model: ModelSpec, tp=1):
     a Q, K, V or O projection (with MLA the down- and up-projections and the output), one matrix of the dense MLP
     where the model has dense layers, or of the shared experts (stacked, as one tensor). What a framework that
     gathers weights per tensor (``Profile.zero3_gather_unit``) holds unsharded at once, with the next one."""
-    d, heads = model.d_model, model.num_heads // tp
-    if model.mla is not None:
-        a = model.mla
-        qk = a.qk_nope_head_dim + a.qk_rope_head_dim
-        tensors = [d * (a.q_lora_rank or 0), (a.q_lora_rank or d) * heads * qk,
-                   d * (a.kv_lora_rank + a.qk_rope_head_dim),
-                   a.kv_lora_rank * heads * (a.qk_nope_head_dim + a.v_head_dim), heads * a.v_head_dim * d]
-    else:
-        tensors = [d * heads * model.head_dim, d * kv_heads_per_device(model, tp) * model.head_dim]
+    d, tensors = model.d_model, attention_matrices(model, tp)
     if model.moe is None or model.num_moe_layers < model.num_layers:
         tensors.append(d * (model.d_ff // tp))
     if model.moe is not None and model.moe.num_shared_experts:
