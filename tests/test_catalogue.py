@@ -90,6 +90,19 @@ def test_nested_unknown_accelerator_key():
         accelerator_from_dict(raw, "hardware/v5p.yaml")
 
 
+@pytest.mark.parametrize("value, message", [(-5, "greater than or equal to 0 (got -5)"),
+                                            (None, "a valid number (got None)"),
+                                            (1e30, "less than or equal to 16777216")])
+def test_a_bad_attention_half_efficiency_is_named_with_the_value(value, message):
+    """The fused attention's per-call work (keys per query) is a count: negative, null or absurd is one line."""
+    raw = yaml.safe_load((catalogue_dir("hardware") / "h100.yaml").read_text())
+    raw["calibration"]["attention_half_efficiency_keys"] = value
+    with pytest.raises(CatalogueError) as info:
+        accelerator_from_dict(raw, "hardware/h100.yaml")
+    assert str(info.value).startswith("hardware/h100.yaml: field 'calibration.attention_half_efficiency_keys': ")
+    assert message in str(info.value) and "\n" not in str(info.value)
+
+
 def test_malformed_yaml_is_one_line(tmp_path):
     """A YAML syntax error names the file and the line."""
     bad = tmp_path / "bad.yaml"
