@@ -139,6 +139,15 @@ def largest_layer_tensor(model: ModelSpec, tp=1):
     return np.maximum.reduce(np.broadcast_arrays(*tensors)) if isinstance(tp, np.ndarray) else max(tensors)
 
 
+def largest_expert_tensor(model: ModelSpec, ep=1, etp=1):
+    """Elements of one stacked matrix of a MoE layer's local experts on one expert-TP rank (int or array): E / ep
+    experts of D x F_e / etp, what a framework that gathers per tensor (``Profile.zero3_gather_unit``) holds at once
+    for the routed experts (a MoE layer's own, not the mean layer's share); 0 for a dense model."""
+    if model.moe is None:
+        return 0.0 * ep * etp
+    return model.moe.num_experts / ep * model.d_model * (model.moe.expert_d_ff // etp)
+
+
 def layer_params(model: ModelSpec, tp: int = 1):
     """Parameters of one transformer layer held by one TP rank outside the routed experts (the
     per-device terms of the cost model): attention, norms and the MLP. A mixture-of-experts model

@@ -647,8 +647,7 @@ def memory_by_zero(model: ModelSpec, workload: Workload, sh: Shapes, z, first: b
         e_gathers = _f((z == 3) & ((sh.expert_shards > 1) | transient))
         e_reduces = _f((z >= 2) & (sh.expert_shards > 1))
         gathered, grads = gathered + 2 * e_gathers * p_expert, grads + e_reduces * p_expert
-        # one stacked matrix of a MoE layer's local experts (its own size, not the mean layer's share)
-        e_tensor = model.moe.num_experts / sh.ep * model.d_model * (model.moe.expert_d_ff // sh.etp)
+        e_tensor = _f(params.largest_expert_tensor(model, sh.ep, sh.etp))
         gathered_t = np.maximum(gathered_t, 2 * e_gathers * e_tensor)
         grads_t = np.maximum(grads_t, 2 * e_reduces * e_tensor)
     if profile_of(workload.framework).zero3_gather_unit == "tensor":
