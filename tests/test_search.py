@@ -65,6 +65,23 @@ def test_cpsat_optimum_equals_enumerator_optimum(problem, objective, full_model)
     assert len(set(groups)) == len(groups)
 
 
+def test_cpsat_proves_the_true_least_step_where_inclusion_presolve_did_not():
+    """The instance the random test above found on 2026-12-02: a 12-layer model on v5p-16, gather-volume. With
+    OR-Tools 9.15's inclusion presolve CP-SAT certified step 301928 (ZeRO-3) as the least step among the least-volume
+    candidates while ZeRO-1 and ZeRO-2 reach 300695, so its tie window let a slower layout rank second. The solver
+    runs without that presolve (cpsat._solver); CP-SAT and the enumerator now rank the same three layouts."""
+    model = ModelSpec(name="rand", num_layers=12, d_model=1024, d_ff=4096, mlp="gated", num_heads=16, num_kv_heads=1,
+                      head_dim=64, vocab_size=32000, tied_embeddings=False)
+    space = build_space(Problem.build(model, resolve_cluster("v5p-16"), Workload(global_batch_seqs=64, seq_len=512)),
+                        SearchOptions())
+    tables = build_tables(space)
+    found = {}
+    enum, _ = enumerate_top(space, tables, "gather-volume", 3, found=found)
+    cps, info = cpsat_top(space, tables, "gather-volume", 3, time_limit_s=120)
+    assert [a[2] for a in enum] == [1, 2, 3] and enum[0][4]["step"] == enum[1][4]["step"] < enum[2][4]["step"]
+    assert cps == enum and info["status"] == "OPTIMAL" and info["objective"] == found["optimum"]
+
+
 @pytest.mark.parametrize("interference", [0.0, 0.3])
 def test_cpsat_objective_of_a_fixed_candidate_is_the_quantised_cost(interference):
     """Pinning one candidate, the model's step equals the tables' rule and estimate() / quantum, with and
