@@ -6,6 +6,7 @@ importing a submodule does not import the whole engine.
 """
 
 from layoutsearch._version import __version__
+
 __all__ = ["__version__", "solve", "estimate", "problem"]
 
 

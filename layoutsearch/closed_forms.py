@@ -83,7 +83,9 @@ def model_state_bytes(params: float, bytes_per_param: float) -> float:
 # --- memory illustrations (design notes sections 1-2, 5) ---------------------------------------
 
 
-def checkpoint_bytes(num_layers: int, tokens: float, d_model: int, tensors_per_layer: int, bytes_per_element: int) -> float:
+def checkpoint_bytes(
+    num_layers: int, tokens: float, d_model: int, tensors_per_layer: int, bytes_per_element: int
+) -> float:
     """Logical saved activations: tensors_per_layer x [tokens, D] per layer.
 
     The engine instead sums an explicit list of saved tensors per checkpoint policy
@@ -112,8 +114,9 @@ def peak_bytes(moments: dict[str, dict[str, float]]) -> tuple[str, float]:
 # --- pipelines (design notes section 4: forward only, balanced stages, no communication) ---------
 
 
-def pipeline_forward_time(num_microbatches: int, stages: int, compute_per_stage_s: float,
-                          overhead_per_microbatch_s: float) -> float:
+def pipeline_forward_time(
+    num_microbatches: int, stages: int, compute_per_stage_s: float, overhead_per_microbatch_s: float
+) -> float:
     """(K + p - 1)(C/K + delta) seconds for K microbatches through p stages."""
     k = num_microbatches
     return (k + stages - 1) * (compute_per_stage_s / k + overhead_per_microbatch_s)

@@ -22,10 +22,11 @@ with ``load_cases()``.
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass
-from functools import lru_cache
+from functools import cache
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 import yaml
 
@@ -33,12 +34,12 @@ from layoutsearch import closed_forms as cf
 from layoutsearch.core.catalogue import load_accelerator
 from layoutsearch.core.problem import Problem, SearchOptions, SearchRequest
 from layoutsearch.core.specs import Axis, Layout, ModelSpec, Workload
+from layoutsearch.core.units import GB, MIB, TB
 from layoutsearch.costs import comms
 from layoutsearch.costs.estimate import Estimate, estimate
+from layoutsearch.report.output import layout_record
 from layoutsearch.search import solve
 from layoutsearch.search.space import build_space
-from layoutsearch.report.output import layout_record
-from layoutsearch.core.units import GB, MIB, TB
 
 ENGINE, CLOSED_FORM = "engine", "closed-form"
 KINDS = (ENGINE, CLOSED_FORM)
@@ -60,18 +61,19 @@ def _problem(model: ModelSpec | str, cluster: str, seqs: int, seq_len: int = 409
     return Problem.build(model, cluster, Workload(global_batch_seqs=seqs, seq_len=seq_len, **workload))
 
 
-def _estimate(model: ModelSpec | str, cluster: str, layout: Layout, seqs: int, seq_len: int = 4096,
-              **workload) -> Estimate:
+def _estimate(
+    model: ModelSpec | str, cluster: str, layout: Layout, seqs: int, seq_len: int = 4096, **workload
+) -> Estimate:
     return estimate(_problem(model, cluster, seqs, seq_len, **workload), layout)
 
 
-@lru_cache(maxsize=None)
+@cache
 def _params(model: str) -> dict[str, int]:
     """The parameter counts an estimate reports (the model on one 8-GPU node, tp=8)."""
     return dict(_estimate(model, "h100-8", Layout(tp=8), seqs=8).params)
 
 
-@lru_cache(maxsize=None)
+@cache
 def state_bytes_per_param() -> float:
     """Model-state bytes per device / parameters per device, from estimate(): the debug model
     replicated on 8 GPUs (dp=8, ZeRO-0), so every device holds every parameter and its state."""
@@ -80,7 +82,7 @@ def state_bytes_per_param() -> float:
     return state / est.params["total"]
 
 
-@lru_cache(maxsize=None)
+@cache
 def min_tp_whole_sequences(seqs: int, cluster: str = "v5p-8192") -> int:
     """Smallest TP degree among the candidates of the search space of llama70b with only FSDP and
     TP (no PP, no CP): the space keeps only shapes that give every data unit whole sequences."""
@@ -89,13 +91,14 @@ def min_tp_whole_sequences(seqs: int, cluster: str = "v5p-8192") -> int:
     return int(min(space.shapes.tp[s] for s in set(space.sk_shape.tolist())))
 
 
-@lru_cache(maxsize=None)
+@cache
 def gather_volume(seqs: int, tp: int) -> float:
     """The solver's gather-volume objective (bytes) of llama70b on v5p-8192 with tp fixed."""
 
-    result = solve(_problem("llama70b", "v5p-8192", seqs),
-                   SearchRequest(options=SearchOptions(only=("fsdp", "tp"), fix={"tp": tp}), objective="gather-volume",
-                                 top_k=1))
+    result = solve(
+        _problem("llama70b", "v5p-8192", seqs),
+        SearchRequest(options=SearchOptions(only=("fsdp", "tp"), fix={"tp": tp}), objective="gather-volume", top_k=1),
+    )
     if result.status != "OPTIMAL" or result.layouts[0].layout.tp != tp:
         raise AssertionError(f"gather-volume solve at {seqs} seqs, tp={tp}: {result.status}")
     return result.objective_value
@@ -119,9 +122,14 @@ def gather_volume_t_star(seqs: int) -> float:
 def choose_tp_gather_volume(model: ModelSpec | str, num_devices: int, seqs: int, choices=(8, 16, 32, 64)) -> int:
     """The design notes' choice, by the solver: `--only fsdp,tp --choices tp=... --objective gather-volume`."""
 
-    result = solve(_problem(model, f"v5p-{num_devices}", seqs),
-                   SearchRequest(options=SearchOptions(only=("fsdp", "tp"), choices={"tp": tuple(choices)}),
-                                 objective="gather-volume", top_k=1))
+    result = solve(
+        _problem(model, f"v5p-{num_devices}", seqs),
+        SearchRequest(
+            options=SearchOptions(only=("fsdp", "tp"), choices={"tp": tuple(choices)}),
+            objective="gather-volume",
+            top_k=1,
+        ),
+    )
     return result.layouts[0].layout.tp
 
 
@@ -132,8 +140,9 @@ def kv_replication_in_layout_record(tp: int) -> int:
 
 
 def _ring_axis() -> Axis:
-    return Axis(name="x", size=16, kind="torus", bytes_per_s_per_direction=9e10, wraparound=True, latency_s=0.0,
-                efficiency=1.0)
+    return Axis(
+        name="x", size=16, kind="torus", bytes_per_s_per_direction=9e10, wraparound=True, latency_s=0.0, efficiency=1.0
+    )
 
 
 def alltoall_fraction() -> float:
@@ -153,8 +162,18 @@ def full_remat_flops_factor() -> float:
 
 
 def _book_gated(d_model: int) -> ModelSpec:
-    return ModelSpec(name="book", num_layers=1, d_model=d_model, d_ff=4 * d_model, mlp="gated", num_heads=64,
-                     num_kv_heads=64, head_dim=d_model // 64, vocab_size=1, tied_embeddings=False)
+    return ModelSpec(
+        name="book",
+        num_layers=1,
+        d_model=d_model,
+        d_ff=4 * d_model,
+        mlp="gated",
+        num_heads=64,
+        num_kv_heads=64,
+        head_dim=d_model // 64,
+        vocab_size=1,
+        tied_embeddings=False,
+    )
 
 
 def attention_crossover_seq_len(d_model: int, seq_len: int = 4096) -> float:
@@ -196,91 +215,149 @@ _VOLUME = "solve(objective=gather-volume, fix tp) at B and 2B: V_X = V(2B) - V(B
 SEED: dict[str, Case] = {
     "params-mlp": _engine(lambda: _params("llama70b")["mlp"], f"{_PARAMS}['mlp']"),
     "params-attention": _engine(lambda: _params("llama70b")["attention"], f"{_PARAMS}['attention']"),
-    "params-vocab": _engine(lambda: _params("llama70b")["embedding"] + _params("llama70b")["output"],
-                            f"{_PARAMS}: embedding + output"),
-    "params-total-no-norm": _engine(lambda: _params("llama70b")["total"] - _params("llama70b")["norms"],
-                                    f"{_PARAMS}: total - norms"),
+    "params-vocab": _engine(
+        lambda: _params("llama70b")["embedding"] + _params("llama70b")["output"], f"{_PARAMS}: embedding + output"
+    ),
+    "params-total-no-norm": _engine(
+        lambda: _params("llama70b")["total"] - _params("llama70b")["norms"], f"{_PARAMS}: total - norms"
+    ),
     "params-total-exact": _engine(lambda: _params("llama70b")["total"], f"{_PARAMS}['total']"),
-    "state-bytes-per-param": _engine(state_bytes_per_param,
-                                     "estimate(debug on h100-8, dp=8, ZeRO-0): state/* bytes per device / parameters"),
+    "state-bytes-per-param": _engine(
+        state_bytes_per_param, "estimate(debug on h100-8, dp=8, ZeRO-0): state/* bytes per device / parameters"
+    ),
     "training-flops-total": _closed(lambda: cf.training_flops_total(70e9, 15e12), "closed_forms.training_flops_total"),
-    "calendar-days-1eflops": _closed(lambda: cf.calendar_days(cf.training_flops_total(70e9, 15e12), 1e18),
-                                     "closed_forms.calendar_days"),
-    "calendar-days-4eflops": _closed(lambda: cf.calendar_days(cf.training_flops_total(70e9, 15e12), 4e18),
-                                     "closed_forms.calendar_days"),
-    "state-total-70b": _engine(lambda: state_bytes_per_param() * 70e9 / TB,
-                               "state bytes per parameter from estimate() (above) x 70e9"),
+    "calendar-days-1eflops": _closed(
+        lambda: cf.calendar_days(cf.training_flops_total(70e9, 15e12), 1e18), "closed_forms.calendar_days"
+    ),
+    "calendar-days-4eflops": _closed(
+        lambda: cf.calendar_days(cf.training_flops_total(70e9, 15e12), 4e18), "closed_forms.calendar_days"
+    ),
+    "state-total-70b": _engine(
+        lambda: state_bytes_per_param() * 70e9 / TB, "state bytes per parameter from estimate() (above) x 70e9"
+    ),
     "saved-activations-full-batch": _closed(lambda: _notes_activations(1) / TB, "closed_forms.checkpoint_bytes"),
-    "state-plus-activations-full-batch": _closed(lambda: (_notes_activations(1) + _state_70b()) / TB,
-                                                 "closed_forms.checkpoint_bytes + model_state_bytes"),
+    "state-plus-activations-full-batch": _closed(
+        lambda: (_notes_activations(1) + _state_70b()) / TB, "closed_forms.checkpoint_bytes + model_state_bytes"
+    ),
     "saved-activations-4-microbatches": _closed(lambda: _notes_activations(4) / TB, "closed_forms.checkpoint_bytes"),
-    "state-plus-activations-4-microbatches": _closed(lambda: (_notes_activations(4) + _state_70b()) / TB,
-                                                     "closed_forms.checkpoint_bytes + model_state_bytes"),
-    "fsdp-weights-all-sharded": _closed(lambda: cf.fsdp_weight_bytes(2 * GB, 4, 2, 0) / GB,
-                                        "closed_forms.fsdp_weight_bytes"),
-    "fsdp-weights-one-gathered": _closed(lambda: cf.fsdp_weight_bytes(2 * GB, 4, 2, 1) / GB,
-                                         "closed_forms.fsdp_weight_bytes"),
-    "fsdp-weights-prefetch-next": _closed(lambda: cf.fsdp_weight_bytes(2 * GB, 4, 2, 2) / GB,
-                                          "closed_forms.fsdp_weight_bytes"),
-    "peak-separate-gather-buffer": _closed(lambda: cf.peak_bytes({"backward": {
-        "state": 4.5 * GB, "activations/saved": 6 * GB, "temporary/other": 1 * GB,
-        "temporary/gather_buffer": 0.8 * GB}})[1] / GB, "closed_forms.peak_bytes"),
-    "pipeline-forward-k4": _closed(lambda: cf.pipeline_forward_time(4, 3, 8e-3, 0.5e-3) * 1e3,
-                                   "closed_forms.pipeline_forward_time"),
-    "pipeline-forward-k16": _closed(lambda: cf.pipeline_forward_time(16, 3, 8e-3, 0.5e-3) * 1e3,
-                                    "closed_forms.pipeline_forward_time"),
+    "state-plus-activations-4-microbatches": _closed(
+        lambda: (_notes_activations(4) + _state_70b()) / TB, "closed_forms.checkpoint_bytes + model_state_bytes"
+    ),
+    "fsdp-weights-all-sharded": _closed(
+        lambda: cf.fsdp_weight_bytes(2 * GB, 4, 2, 0) / GB, "closed_forms.fsdp_weight_bytes"
+    ),
+    "fsdp-weights-one-gathered": _closed(
+        lambda: cf.fsdp_weight_bytes(2 * GB, 4, 2, 1) / GB, "closed_forms.fsdp_weight_bytes"
+    ),
+    "fsdp-weights-prefetch-next": _closed(
+        lambda: cf.fsdp_weight_bytes(2 * GB, 4, 2, 2) / GB, "closed_forms.fsdp_weight_bytes"
+    ),
+    "peak-separate-gather-buffer": _closed(
+        lambda: (
+            cf.peak_bytes(
+                {
+                    "backward": {
+                        "state": 4.5 * GB,
+                        "activations/saved": 6 * GB,
+                        "temporary/other": 1 * GB,
+                        "temporary/gather_buffer": 0.8 * GB,
+                    }
+                }
+            )[1]
+            / GB
+        ),
+        "closed_forms.peak_bytes",
+    ),
+    "pipeline-forward-k4": _closed(
+        lambda: cf.pipeline_forward_time(4, 3, 8e-3, 0.5e-3) * 1e3, "closed_forms.pipeline_forward_time"
+    ),
+    "pipeline-forward-k16": _closed(
+        lambda: cf.pipeline_forward_time(16, 3, 8e-3, 0.5e-3) * 1e3, "closed_forms.pipeline_forward_time"
+    ),
     "pipeline-busy-fraction": _closed(lambda: cf.pipeline_busy_fraction(4, 2), "closed_forms.pipeline_busy_fraction"),
-    "min-tp-1024-seqs": _engine(lambda: min_tp_whole_sequences(1024),
-                                "build_space(llama70b, v5p-8192, only fsdp,tp): smallest tp among its shapes"),
-    "min-tp-256-seqs": _engine(lambda: min_tp_whole_sequences(256),
-                               "build_space(llama70b, v5p-8192, only fsdp,tp): smallest tp among its shapes"),
-    "v5p-critical-intensity": _closed(lambda: _v5p_alpha(3),
-                                      "closed_forms.critical_intensity(catalogue v5p peak, 3 axes x 2 x link)"),
+    "min-tp-1024-seqs": _engine(
+        lambda: min_tp_whole_sequences(1024),
+        "build_space(llama70b, v5p-8192, only fsdp,tp): smallest tp among its shapes",
+    ),
+    "min-tp-256-seqs": _engine(
+        lambda: min_tp_whole_sequences(256),
+        "build_space(llama70b, v5p-8192, only fsdp,tp): smallest tp among its shapes",
+    ),
+    "v5p-critical-intensity": _closed(
+        lambda: _v5p_alpha(3), "closed_forms.critical_intensity(catalogue v5p peak, 3 axes x 2 x link)"
+    ),
     "t-star-1024-seqs": _engine(lambda: gather_volume_t_star(1024), f"t0 sqrt(V_W / V_X) at t0 = min tp; {_VOLUME}"),
     "t-star-256-seqs": _engine(lambda: gather_volume_t_star(256), f"t0 sqrt(V_W / V_X) at t0 = min tp; {_VOLUME}"),
     "vw-vx-1024-seqs-tp8": _engine(lambda: [v / MIB for v in gather_volume_parts(1024, 8)], _VOLUME),
-    "chosen-tp-1024-seqs": _engine(lambda: choose_tp_gather_volume("llama70b", 8192, 1024),
-                                   "solve(only fsdp,tp, tp in 8..64, objective=gather-volume).layouts[0].tp"),
-    "chosen-tp-256-seqs": _engine(lambda: choose_tp_gather_volume("llama70b", 8192, 256),
-                                  "solve(only fsdp,tp, tp in 8..64, objective=gather-volume).layouts[0].tp"),
-    "kv-replication-tp32": _engine(lambda: kv_replication_in_layout_record(32),
-                                   "layout_record(estimate(llama70b on v5p-32, tp=32))['kv_replication']"),
+    "chosen-tp-1024-seqs": _engine(
+        lambda: choose_tp_gather_volume("llama70b", 8192, 1024),
+        "solve(only fsdp,tp, tp in 8..64, objective=gather-volume).layouts[0].tp",
+    ),
+    "chosen-tp-256-seqs": _engine(
+        lambda: choose_tp_gather_volume("llama70b", 8192, 256),
+        "solve(only fsdp,tp, tp in 8..64, objective=gather-volume).layouts[0].tp",
+    ),
+    "kv-replication-tp32": _engine(
+        lambda: kv_replication_in_layout_record(32),
+        "layout_record(estimate(llama70b on v5p-32, tp=32))['kv_replication']",
+    ),
 }
 
 _BOOK_ALPHA = 2550  # the book rounds alpha = 4.59e14 / 1.8e11 to 2550
 
 BOOK: dict[str, Case] = {
-    "v5p-dp-critical-batch-1-axis": _closed(lambda: _v5p_alpha(1),
-                                            "closed_forms.critical_intensity(catalogue v5p peak, 2 x link)"),
-    "v5p-dp-critical-batch-3-axes": _closed(lambda: _v5p_alpha(3),
-                                            "closed_forms.critical_intensity(catalogue v5p peak, 3 axes x 2 x link)"),
+    "v5p-dp-critical-batch-1-axis": _closed(
+        lambda: _v5p_alpha(1), "closed_forms.critical_intensity(catalogue v5p peak, 2 x link)"
+    ),
+    "v5p-dp-critical-batch-3-axes": _closed(
+        lambda: _v5p_alpha(3), "closed_forms.critical_intensity(catalogue v5p peak, 3 axes x 2 x link)"
+    ),
     "tp-max-degree-f30000": _closed(lambda: cf.tp_max_degree(30000, _BOOK_ALPHA, 1), "closed_forms.tp_max_degree"),
-    "mixed-threshold-f28672": _closed(lambda: cf.mixed_threshold_tokens_per_chip(_BOOK_ALPHA, 2, 28672),
-                                      "closed_forms.mixed_threshold_tokens_per_chip"),
-    "mixed-threshold-f13824": _closed(lambda: cf.mixed_threshold_tokens_per_chip(_BOOK_ALPHA, 2, 13824),
-                                      "closed_forms.mixed_threshold_tokens_per_chip"),
-    "x-opt-small-mesh": _closed(lambda: cf.optimal_fsdp_degree(48000, 32768, 64, 2), "closed_forms.optimal_fsdp_degree"),
-    "llama2-13b-x-opt": _closed(lambda: cf.optimal_fsdp_degree(3e6, 13824, 4096, 2), "closed_forms.optimal_fsdp_degree"),
-    "llama2-13b-step-time": _closed(lambda: cf.step_time_at_mfu(3e6, 13e9, 4096, 4.6e14, 0.4),
-                                    "closed_forms.step_time_at_mfu"),
-    "all-strategies-comms-bound-batch": _closed(lambda: cf.comms_bound_batch_tokens(4096, _BOOK_ALPHA, 32768),
-                                                "closed_forms.comms_bound_batch_tokens"),
-    "v5p-dcn-critical-batch": _closed(lambda: cf.critical_intensity(
-        load_accelerator("v5p").peak_flops_per_s, load_accelerator("v5p").scale_out_bytes_per_s_per_direction),
-        "closed_forms.critical_intensity(catalogue v5p peak, DCN per chip)"),
-    "llama70b-16m-batch-fsdp-chips": _closed(lambda: cf.fsdp_comms_bound_chips(16e6, 850),
-                                             "closed_forms.fsdp_comms_bound_chips"),
-    "llama2-13b-params": _engine(lambda: _params("llama2-13b")["total"] - _params("llama2-13b")["norms"],
-                                 "estimate(llama2-13b on h100-8, tp=8).params: total - norms"),
+    "mixed-threshold-f28672": _closed(
+        lambda: cf.mixed_threshold_tokens_per_chip(_BOOK_ALPHA, 2, 28672),
+        "closed_forms.mixed_threshold_tokens_per_chip",
+    ),
+    "mixed-threshold-f13824": _closed(
+        lambda: cf.mixed_threshold_tokens_per_chip(_BOOK_ALPHA, 2, 13824),
+        "closed_forms.mixed_threshold_tokens_per_chip",
+    ),
+    "x-opt-small-mesh": _closed(
+        lambda: cf.optimal_fsdp_degree(48000, 32768, 64, 2), "closed_forms.optimal_fsdp_degree"
+    ),
+    "llama2-13b-x-opt": _closed(
+        lambda: cf.optimal_fsdp_degree(3e6, 13824, 4096, 2), "closed_forms.optimal_fsdp_degree"
+    ),
+    "llama2-13b-step-time": _closed(
+        lambda: cf.step_time_at_mfu(3e6, 13e9, 4096, 4.6e14, 0.4), "closed_forms.step_time_at_mfu"
+    ),
+    "all-strategies-comms-bound-batch": _closed(
+        lambda: cf.comms_bound_batch_tokens(4096, _BOOK_ALPHA, 32768), "closed_forms.comms_bound_batch_tokens"
+    ),
+    "v5p-dcn-critical-batch": _closed(
+        lambda: cf.critical_intensity(
+            load_accelerator("v5p").peak_flops_per_s, load_accelerator("v5p").scale_out_bytes_per_s_per_direction
+        ),
+        "closed_forms.critical_intensity(catalogue v5p peak, DCN per chip)",
+    ),
+    "llama70b-16m-batch-fsdp-chips": _closed(
+        lambda: cf.fsdp_comms_bound_chips(16e6, 850), "closed_forms.fsdp_comms_bound_chips"
+    ),
+    "llama2-13b-params": _engine(
+        lambda: _params("llama2-13b")["total"] - _params("llama2-13b")["norms"],
+        "estimate(llama2-13b on h100-8, tp=8).params: total - norms",
+    ),
     "alltoall-1d-ring": _engine(alltoall_fraction, "comms.all_to_all_time / comms.all_gather_time, 16-chip ring"),
-    "h100-tp-max-degree": _closed(lambda: cf.tp_max_degree(28000, cf.critical_intensity(990e12, 450e9), 1),
-                                  "closed_forms.tp_max_degree"),
-    "block-remat-flops-factor": _engine(full_remat_flops_factor,
-                                        "estimate(debug, recompute=full vs selective).time_s: 6 x (matmul + "
-                                        "recomputed matmul) / matmul"),
-    "attention-crossover-context": _engine(lambda: attention_crossover_seq_len(8192),
-                                           "estimate(book 1-layer D=8192, unfused attention).time_s: "
-                                           "S x compute/matmul / compute/attention"),
+    "h100-tp-max-degree": _closed(
+        lambda: cf.tp_max_degree(28000, cf.critical_intensity(990e12, 450e9), 1), "closed_forms.tp_max_degree"
+    ),
+    "block-remat-flops-factor": _engine(
+        full_remat_flops_factor,
+        "estimate(debug, recompute=full vs selective).time_s: 6 x (matmul + recomputed matmul) / matmul",
+    ),
+    "attention-crossover-context": _engine(
+        lambda: attention_crossover_seq_len(8192),
+        "estimate(book 1-layer D=8192, unfused attention).time_s: S x compute/matmul / compute/attention",
+    ),
 }
 
 CASES: dict[str, Case] = {**SEED, **BOOK}

@@ -49,9 +49,9 @@ def record(table, date, dp, tp, pp, mbs, gbs, mem_gb, sec, tflops) -> dict:
     k = gbs // (dp * mbs)
     derived = {
         "scale_out_gbytes_per_s_per_device": "same 48 Jean Zay nodes as the BLOOM production run, whose README gives "
-                                             "4x OmniPath 100 Gb/s per 8-GPU node -> 6.25 GB/s per GPU",
+        "4x OmniPath 100 Gb/s per 8-GPU node -> 6.25 GB/s per GPU",
         "fsdp": f"zero_stage 1: optimizer states sharded over the {dp}-way data-parallel group, weights not sharded "
-                f"-> fsdp 1",
+        f"-> fsdp 1",
         "num_microbatches": f"GBS/(MBS*DP) = {gbs}/({mbs}*{dp})",
         "recompute": "full (activation checkpointing, --checkpoint-activations, on for every tr11 run)",
         "precision": "fp16 as the development set's rows of the same tables (the 02-17 tables name fp16 first)",
@@ -64,27 +64,63 @@ def record(table, date, dp, tp, pp, mbs, gbs, mem_gb, sec, tflops) -> dict:
         derived["memory_gib_per_device"] = f"source says {mem_gb} GB; converted GB -> GiB (x 1e9/2^30)"
     return {
         "id": f"bloom-prequel-{date.replace('-', '')}-181b-dp{dp}-tp{tp}-pp{pp}-mbs{mbs}-gbs{gbs}-heldout",
-        "source": SOURCE.format(table=table, date=date), "trust": "medium",
-        "model": {"num_layers": 72, "d_model": 14336, "d_ff": 57344, "mlp": "plain", "num_heads": 64,
-                  "num_kv_heads": 64, "head_dim": 224, "vocab_size": 250000, "tied_embeddings": True},
-        "workload": {"seq_len": SEQ_LEN, "global_batch_seqs": gbs, "precision": "fp16",
-                     "framework": "megatron-deepspeed"},
-        "cluster": {"accelerator": "a100-80gb", "num_devices": DEVICES, "devices_per_node": 8,
-                    "scale_out_gbytes_per_s_per_device": 6.25},
-        "layout": {"dp": dp, "fsdp": 1, "zero_stage": 1, "tp": tp, "sequence_parallel": None, "pp": pp,
-                   "virtual_stages": 1, "cp": 1, "microbatch_seqs": mbs, "num_microbatches": k, "recompute": "full"},
-        "measured": {"tokens_per_s_per_device": None if oom else round(gbs * SEQ_LEN / sec / DEVICES, 2),
-                     "step_time_s": sec, "mfu": None, "mfu_convention": None, "peak_tflops_used": 312,
-                     "memory_gib_per_device": None if mem_gb is None else round(mem_gb * 1e9 / 2**30, 2),
-                     "oom": oom},
+        "source": SOURCE.format(table=table, date=date),
+        "trust": "medium",
+        "model": {
+            "num_layers": 72,
+            "d_model": 14336,
+            "d_ff": 57344,
+            "mlp": "plain",
+            "num_heads": 64,
+            "num_kv_heads": 64,
+            "head_dim": 224,
+            "vocab_size": 250000,
+            "tied_embeddings": True,
+        },
+        "workload": {
+            "seq_len": SEQ_LEN,
+            "global_batch_seqs": gbs,
+            "precision": "fp16",
+            "framework": "megatron-deepspeed",
+        },
+        "cluster": {
+            "accelerator": "a100-80gb",
+            "num_devices": DEVICES,
+            "devices_per_node": 8,
+            "scale_out_gbytes_per_s_per_device": 6.25,
+        },
+        "layout": {
+            "dp": dp,
+            "fsdp": 1,
+            "zero_stage": 1,
+            "tp": tp,
+            "sequence_parallel": None,
+            "pp": pp,
+            "virtual_stages": 1,
+            "cp": 1,
+            "microbatch_seqs": mbs,
+            "num_microbatches": k,
+            "recompute": "full",
+        },
+        "measured": {
+            "tokens_per_s_per_device": None if oom else round(gbs * SEQ_LEN / sec / DEVICES, 2),
+            "step_time_s": sec,
+            "mfu": None,
+            "mfu_convention": None,
+            "peak_tflops_used": 312,
+            "memory_gib_per_device": None if mem_gb is None else round(mem_gb * 1e9 / 2**30, 2),
+            "oom": oom,
+        },
         "derived": derived,
     }
 
 
 def main() -> None:
-    header = ("# Held-out BLOOM prequel rows: written by scripts/bloom_heldout.py from BigScience's\n"
-              "# chronicles-prequel.md (bigscience-workshop/bigscience, train/tr11-176B-ml); not in runs_dev.yaml,\n"
-              "# never used by calibration. Regenerate with the script rather than editing by hand.\n")
+    header = (
+        "# Held-out BLOOM prequel rows: written by scripts/bloom_heldout.py from BigScience's\n"
+        "# chronicles-prequel.md (bigscience-workshop/bigscience, train/tr11-176B-ml); not in runs_dev.yaml,\n"
+        "# never used by calibration. Regenerate with the script rather than editing by hand.\n"
+    )
     OUT.write_text(header + yaml.safe_dump([record(*row) for row in ROWS], sort_keys=False, width=110))
     print(f"wrote {OUT} ({len(ROWS)} records)")
 

@@ -14,9 +14,8 @@ from __future__ import annotations
 
 import math
 
-from _common import RESULTS, data_file  # first: puts this checkout's package ahead of an installed one
-
 import numpy as np
+from _common import RESULTS, data_file  # first: puts this checkout's package ahead of an installed one
 
 from layoutsearch.core.specs import LEARNED_ROUTING_EXPERT_CV
 from layoutsearch.validation.calibrate import ROUTING_CV_GRID, learned_routing_problems, routing_cv_scan
@@ -27,22 +26,34 @@ def main() -> None:
     problems = learned_routing_problems(load_runs(data_file("runs_moe_dev.yaml")))
     scan = routing_cv_scan(problems, ROUTING_CV_GRID)
     best = min(scan, key=lambda cv: scan[cv][0])
-    out = ["# The spread of a learned router's expert loads, fitted", "",
-           "Regenerate: `python scripts/fit_routing_cv.py`. A dropless MoE layer waits for its busiest expert device "
-           "(`costs.terms.expert_load`): 1 + z(ep) sqrt(1 / lambda + cv^2 / (E / ep)), z(n) the expected maximum of "
-           "n standard normals, lambda the device's balanced rows, cv the relative spread of a learned router's "
-           "expert loads (0 under forced balance, which routes at random). The records that set cv: "
-           f"{len(problems)} of `tests/data/runs_moe_dev.yaml`, costed with learned routing, dropless, ep > 1.", "",
-           "| cv | Huber objective | median abs error | per record (predicted / measured - 1) |", "|---|---|---|---|"]
+    out = [
+        "# The spread of a learned router's expert loads, fitted",
+        "",
+        "Regenerate: `python scripts/fit_routing_cv.py`. A dropless MoE layer waits for its busiest expert device "
+        "(`costs.terms.expert_load`): 1 + z(ep) sqrt(1 / lambda + cv^2 / (E / ep)), z(n) the expected maximum of "
+        "n standard normals, lambda the device's balanced rows, cv the relative spread of a learned router's "
+        "expert loads (0 under forced balance, which routes at random). The records that set cv: "
+        f"{len(problems)} of `tests/data/runs_moe_dev.yaml`, costed with learned routing, dropless, ep > 1.",
+        "",
+        "| cv | Huber objective | median abs error | per record (predicted / measured - 1) |",
+        "|---|---|---|---|",
+    ]
     for cv, (objective, errors) in scan.items():
         rel = np.expm1(errors)
         mark = " (best)" if cv == best else ""
-        out.append(f"| {cv:.2f}{mark} | {objective:.4f} | {100 * np.median(np.abs(rel)):.1f}% | "
-                   + ", ".join(f"{100 * x:+.1f}%" for x in rel) + " |")
-    out += ["", "Records, in the order of the columns: " + "; ".join(f"`{pid}`" for pid, _, _ in problems) + ".", "",
-            f"Best on the grid: cv = {best:.2f}; the catalogue default (`core.specs.LEARNED_ROUTING_EXPERT_CV`) is "
-            f"{LEARNED_ROUTING_EXPERT_CV:.2f}" + (" (the same)." if math.isclose(best, LEARNED_ROUTING_EXPERT_CV)
-                                                  else " (differs: refit the default).")]
+        out.append(
+            f"| {cv:.2f}{mark} | {objective:.4f} | {100 * np.median(np.abs(rel)):.1f}% | "
+            + ", ".join(f"{100 * x:+.1f}%" for x in rel)
+            + " |"
+        )
+    out += [
+        "",
+        "Records, in the order of the columns: " + "; ".join(f"`{pid}`" for pid, _, _ in problems) + ".",
+        "",
+        f"Best on the grid: cv = {best:.2f}; the catalogue default (`core.specs.LEARNED_ROUTING_EXPERT_CV`) is "
+        f"{LEARNED_ROUTING_EXPERT_CV:.2f}"
+        + (" (the same)." if math.isclose(best, LEARNED_ROUTING_EXPERT_CV) else " (differs: refit the default)."),
+    ]
     (RESULTS / "routing_cv.md").write_text("\n".join(out) + "\n", encoding="utf-8")
     print(f"wrote {RESULTS / 'routing_cv.md'}: best cv {best:.2f} of {len(problems)} records")
 

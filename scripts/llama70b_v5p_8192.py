@@ -23,9 +23,11 @@ def _layout_line(est) -> str:
     lay = est.layout
     degrees = ", ".join(f"{k}={v}" for k, v in lay.degrees.items() if v > 1)
     axes = "; ".join(f"{n}: " + " x ".join(f"{a}{f}" for a, f in p) for n, p in lay.axes)
-    return (f"{degrees} (axes {axes}), ZeRO-{lay.zero_stage}, {lay.num_microbatches} microbatch(es) of "
-            f"{lay.microbatch_seqs(est.workload):g} sequence(s), recompute={lay.recompute}, "
-            f"KV replication {params.kv_replication(est.model, lay.tp)}")
+    return (
+        f"{degrees} (axes {axes}), ZeRO-{lay.zero_stage}, {lay.num_microbatches} microbatch(es) of "
+        f"{lay.microbatch_seqs(est.workload):g} sequence(s), recompute={lay.recompute}, "
+        f"KV replication {params.kv_replication(est.model, lay.tp)}"
+    )
 
 
 def _knobs(est) -> tuple:
@@ -36,44 +38,77 @@ def _knobs(est) -> tuple:
 
 def _breakdown(est) -> list[str]:
     t, m = est.time_s, est.memory_bytes
-    return [f"- step {t['step']:.4f} s = compute {t['compute']:.4f} + exposed communication {t['exposed_comm']:.4f} "
-            f"+ bubble {t['bubble']:.4f} + overhead {t['overhead']:.4f}; MFU {est.mfu:.1%}; "
-            f"{est.tokens_per_s:,.0f} tokens/s",
-            f"- peak memory {m['peak'] / 1e9:.2f} GB of {m['capacity'] / 1e9:.1f} GB ({est.peak_moment}): state "
-            f"{m['state'] / 1e9:.2f}, saved activations {m['activations'] / 1e9:.2f}, temporaries {m['temporary'] / 1e9:.2f}"]
+    return [
+        f"- step {t['step']:.4f} s = compute {t['compute']:.4f} + exposed communication {t['exposed_comm']:.4f} "
+        f"+ bubble {t['bubble']:.4f} + overhead {t['overhead']:.4f}; MFU {est.mfu:.1%}; "
+        f"{est.tokens_per_s:,.0f} tokens/s",
+        f"- peak memory {m['peak'] / 1e9:.2f} GB of {m['capacity'] / 1e9:.1f} GB ({est.peak_moment}): state "
+        f"{m['state'] / 1e9:.2f}, saved activations {m['activations'] / 1e9:.2f}, temporaries {m['temporary'] / 1e9:.2f}",
+    ]
 
 
 def main() -> int:
-    problems = {seqs: Problem.build("llama70b", "v5p-8192", Workload(global_batch_seqs=seqs, seq_len=4096))
-                for seqs in (1024, 256)}
+    problems = {
+        seqs: Problem.build("llama70b", "v5p-8192", Workload(global_batch_seqs=seqs, seq_len=4096))
+        for seqs in (1024, 256)
+    }
     model = problems[1024].model
-    lines = ["# llama70b (Llama 3 70B) on v5p-8192 (16x16x32 chips), 4096-token sequences", "",
-             "Regenerate: `python scripts/llama70b_v5p_8192.py`", "",
-             "## The design notes' choice (objective `gather-volume`)", "",
-             "`layoutsearch solve --model llama70b --cluster v5p-8192 --seqs N --only fsdp,tp "
-             "--choices tp=8,16,32,64 --objective gather-volume` minimises V(t) = 2DF/t + 2 B_tok D t / N "
-             "subject to whole sequences per data unit and memory:", "",
-             "| sequences | chosen tp | fsdp | KV replication | V_W + V_X (MiB) | status |", "|---|---|---|---|---|---|"]
+    lines = [
+        "# llama70b (Llama 3 70B) on v5p-8192 (16x16x32 chips), 4096-token sequences",
+        "",
+        "Regenerate: `python scripts/llama70b_v5p_8192.py`",
+        "",
+        "## The design notes' choice (objective `gather-volume`)",
+        "",
+        "`layoutsearch solve --model llama70b --cluster v5p-8192 --seqs N --only fsdp,tp "
+        "--choices tp=8,16,32,64 --objective gather-volume` minimises V(t) = 2DF/t + 2 B_tok D t / N "
+        "subject to whole sequences per data unit and memory:",
+        "",
+        "| sequences | chosen tp | fsdp | KV replication | V_W + V_X (MiB) | status |",
+        "|---|---|---|---|---|---|",
+    ]
     for seqs in (1024, 256):
-        r = solve(problems[seqs], SearchRequest(options=SearchOptions(only=("fsdp", "tp"), choices={"tp": (8, 16, 32, 64)}),
-                                                objective="gather-volume", top_k=1))
+        r = solve(
+            problems[seqs],
+            SearchRequest(
+                options=SearchOptions(only=("fsdp", "tp"), choices={"tp": (8, 16, 32, 64)}),
+                objective="gather-volume",
+                top_k=1,
+            ),
+        )
         lay = r.layouts[0].layout
-        lines.append(f"| {seqs} | {lay.tp} | {lay.fsdp} | {params.kv_replication(model, lay.tp)} | "
-                     f"{r.objective_value / MIB:.0f} | {r.status} |")
-    lines += ["", "tp=16 at 256 sequences would leave 512 data units for 256 sequences, so it is not a candidate.", "",
-              "## The full objective (step time)", ""]
+        lines.append(
+            f"| {seqs} | {lay.tp} | {lay.fsdp} | {params.kv_replication(model, lay.tp)} | "
+            f"{r.objective_value / MIB:.0f} | {r.status} |"
+        )
+    lines += [
+        "",
+        "tp=16 at 256 sequences would leave 512 data units for 256 sequences, so it is not a candidate.",
+        "",
+        "## The full objective (step time)",
+        "",
+    ]
     for seqs in (1024, 256):
         r = solve(problems[seqs], SearchRequest(top_k=12))
         win = r.layouts[0]
         run = next((e for e in r.layouts[1:] if _knobs(e) != _knobs(win)), r.layouts[1])
-        lines += [f"### {seqs} sequences", "",
-                  f"Solver: {r.status}, objective {r.objective_value:.4f} s, bound {r.bound:.4f} s, "
-                  f"{r.num_candidates:,} candidates, {r.wall_s:.2f} s.", "",
-                  f"**Winner**: {_layout_line(win)}", *_breakdown(win), "",
-                  f"**Runner-up** (the best layout that differs in more than its axis placement): "
-                  f"{_layout_line(run)}", *_breakdown(run), "",
-                  "Where they differ (positive: the runner-up pays more):", "",
-                  "| term | winner | runner-up | difference |", "|---|---|---|---|"]
+        lines += [
+            f"### {seqs} sequences",
+            "",
+            f"Solver: {r.status}, objective {r.objective_value:.4f} s, bound {r.bound:.4f} s, "
+            f"{r.num_candidates:,} candidates, {r.wall_s:.2f} s.",
+            "",
+            f"**Winner**: {_layout_line(win)}",
+            *_breakdown(win),
+            "",
+            f"**Runner-up** (the best layout that differs in more than its axis placement): {_layout_line(run)}",
+            *_breakdown(run),
+            "",
+            "Where they differ (positive: the runner-up pays more):",
+            "",
+            "| term | winner | runner-up | difference |",
+            "|---|---|---|---|",
+        ]
         for row in compare(win, run):
             fmt = (lambda x: f"{x:.4f} s") if row["unit"] == "s" else (lambda x: f"{x / 1e9:.3f} GB")
             lines.append(f"| {row['term']} | {fmt(row['winner'])} | {fmt(row['other'])} | {fmt(row['difference'])} |")
@@ -83,9 +118,12 @@ def main() -> int:
         nearest_notes = solve(problems[seqs], SearchRequest(options=SearchOptions(only=("fsdp", "tp")), top_k=1))
         if nearest_notes.layouts:
             e = nearest_notes.layouts[0]
-            lines += [f"Restricted to FSDP x TP only (the notes' family), the best is {_layout_line(e)}: "
-                      f"step {e.step_time_s:.4f} s, MFU {e.mfu:.1%} "
-                      f"({e.step_time_s / win.step_time_s - 1:+.1%} against the winner).", ""]
+            lines += [
+                f"Restricted to FSDP x TP only (the notes' family), the best is {_layout_line(e)}: "
+                f"step {e.step_time_s:.4f} s, MFU {e.mfu:.1%} "
+                f"({e.step_time_s / win.step_time_s - 1:+.1%} against the winner).",
+                "",
+            ]
     (RESULTS / "llama70b-v5p-8192.md").write_text("\n".join(lines) + "\n")
     print(f"wrote {RESULTS / 'llama70b-v5p-8192.md'}")
     return 0

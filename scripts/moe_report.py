@@ -21,23 +21,65 @@ from layoutsearch.search import solve
 
 CASES = [
     # (title, model, cluster, seqs, seq_len, published layout, where it is published)
-    ("DeepSeek-V3 on 2048 H100", "deepseek-v3", "h100-2048", 15360, 4096,
-     Layout(fsdp=128, pp=16, ep=64, zero_stage=1, num_microbatches=120, recompute="none"),
-     "DeepSeek-V3 technical report section 3.2: 16-way PP, 64-way EP over 8 nodes, ZeRO-1 DP, no TP, batch "
-     "15360 x 4096 (run on H800 with DualPipe; the engine costs 1F1B and no A2A overlap)"),
-    ("DeepSeek-V3 on 2048 H800 (DeepSeek's cluster: NVLink 200 GB/s)", "deepseek-v3", "h800-2048", 15360, 4096,
-     Layout(fsdp=128, pp=16, ep=64, zero_stage=1, num_microbatches=120, recompute="none"),
-     "as above, on the H800 DeepSeek trained on"),
-    ("Qwen3-235B-A22B on 256 H100", "qwen3-235b-a22b", "h100-256", 2048, 4096,
-     Layout(fsdp=16, tp=2, pp=8, ep=32, virtual_stages=4, zero_stage=1, num_microbatches=128,
-            recompute="selective", schedule="interleaved"),
-     "Megatron-MoE-ModelZoo best_practice/qwen3 H100 table: TP2 PP8 VPP4 EP32, MBS 1, GBS 2048, DeepEP, "
-     "1,663-2,157 tokens/s per GPU (tests/data/runs_moe_dev.yaml)"),
+    (
+        "DeepSeek-V3 on 2048 H100",
+        "deepseek-v3",
+        "h100-2048",
+        15360,
+        4096,
+        Layout(fsdp=128, pp=16, ep=64, zero_stage=1, num_microbatches=120, recompute="none"),
+        "DeepSeek-V3 technical report section 3.2: 16-way PP, 64-way EP over 8 nodes, ZeRO-1 DP, no TP, batch "
+        "15360 x 4096 (run on H800 with DualPipe; the engine costs 1F1B and no A2A overlap)",
+    ),
+    (
+        "DeepSeek-V3 on 2048 H800 (DeepSeek's cluster: NVLink 200 GB/s)",
+        "deepseek-v3",
+        "h800-2048",
+        15360,
+        4096,
+        Layout(fsdp=128, pp=16, ep=64, zero_stage=1, num_microbatches=120, recompute="none"),
+        "as above, on the H800 DeepSeek trained on",
+    ),
+    (
+        "Qwen3-235B-A22B on 256 H100",
+        "qwen3-235b-a22b",
+        "h100-256",
+        2048,
+        4096,
+        Layout(
+            fsdp=16,
+            tp=2,
+            pp=8,
+            ep=32,
+            virtual_stages=4,
+            zero_stage=1,
+            num_microbatches=128,
+            recompute="selective",
+            schedule="interleaved",
+        ),
+        "Megatron-MoE-ModelZoo best_practice/qwen3 H100 table: TP2 PP8 VPP4 EP32, MBS 1, GBS 2048, DeepEP, "
+        "1,663-2,157 tokens/s per GPU (tests/data/runs_moe_dev.yaml)",
+    ),
 ]
-TERMS = ("compute/matmul", "compute/attention", "compute/recompute", "compute/elementwise", "compute/logits",
-         "compute/moe_fixed", "exposed_comm/tp", "exposed_comm/cp", "exposed_comm/ep", "exposed_comm/fsdp",
-         "exposed_comm/zero", "exposed_comm/dp", "exposed_comm/pp", "exposed_comm/interference", "bubble",
-         "overhead/microbatch", "step")
+TERMS = (
+    "compute/matmul",
+    "compute/attention",
+    "compute/recompute",
+    "compute/elementwise",
+    "compute/logits",
+    "compute/moe_fixed",
+    "exposed_comm/tp",
+    "exposed_comm/cp",
+    "exposed_comm/ep",
+    "exposed_comm/fsdp",
+    "exposed_comm/zero",
+    "exposed_comm/dp",
+    "exposed_comm/pp",
+    "exposed_comm/interference",
+    "bubble",
+    "overhead/microbatch",
+    "step",
+)
 
 
 def _degrees(lay: Layout) -> str:
@@ -47,8 +89,10 @@ def _degrees(lay: Layout) -> str:
 def _describe(est) -> str:
     lay = est.layout
     axes = "; ".join(f"{n}: " + " x ".join(f"{a}{f}" for a, f in p) for n, p in lay.axes)
-    return (f"{_degrees(lay)} (axes {axes}), ZeRO-{lay.zero_stage}, {lay.num_microbatches} microbatches of "
-            f"{lay.microbatch_seqs(est.workload):g} sequence(s), v={lay.virtual_stages}, recompute={lay.recompute}")
+    return (
+        f"{_degrees(lay)} (axes {axes}), ZeRO-{lay.zero_stage}, {lay.num_microbatches} microbatches of "
+        f"{lay.microbatch_seqs(est.workload):g} sequence(s), v={lay.virtual_stages}, recompute={lay.recompute}"
+    )
 
 
 def _case(title, model, cluster, seqs, seq_len, published, where) -> list[str]:
@@ -59,45 +103,67 @@ def _case(title, model, cluster, seqs, seq_len, published, where) -> list[str]:
     best = result.layouts[0]
     pub = estimate(problem, published, strict=False)
     counts = params.param_counts(problem.model)
-    lines = [f"## {title}", "",
-             f"`layoutsearch solve --model {model} --cluster {cluster} --seqs {seqs} --seq-len {seq_len}`: "
-             f"{result.status} in {wall:.1f} s over {result.num_candidates:,} candidates; {counts['total'] / 1e9:.1f} B "
-             f"parameters, {counts['active'] / 1e9:.1f} B active; framework profile {problem.workload.framework}.", "",
-             f"- winner: {_describe(best)}",
-             f"- published: {_describe(pub)} ({where})", "",
-             "| term (s per step) | winner | published |", "|---|---|---|"]
+    lines = [
+        f"## {title}",
+        "",
+        f"`layoutsearch solve --model {model} --cluster {cluster} --seqs {seqs} --seq-len {seq_len}`: "
+        f"{result.status} in {wall:.1f} s over {result.num_candidates:,} candidates; {counts['total'] / 1e9:.1f} B "
+        f"parameters, {counts['active'] / 1e9:.1f} B active; framework profile {problem.workload.framework}.",
+        "",
+        f"- winner: {_describe(best)}",
+        f"- published: {_describe(pub)} ({where})",
+        "",
+        "| term (s per step) | winner | published |",
+        "|---|---|---|",
+    ]
     for term in TERMS:
         a, b = best.time_s.get(term, 0.0), pub.time_s.get(term, 0.0)
         if a or b:
             lines.append(f"| {term} | {a:.3f} | {b:.3f} |")
-    for name, fn in (("tokens/s per GPU", lambda e: f"{e.tokens_per_s / problem.num_devices:,.0f}"),
-                     ("MFU (model FLOPs, active experts)", lambda e: f"{e.mfu:.1%}"),
-                     ("peak memory GB (capacity)", lambda e: f"{e.memory_bytes['peak'] / 1e9:.1f} "
-                                                             f"({e.memory_bytes['capacity'] / 1e9:.1f})"),
-                     ("fits", lambda e: "yes" if e.fits else "no")):
+    for name, fn in (
+        ("tokens/s per GPU", lambda e: f"{e.tokens_per_s / problem.num_devices:,.0f}"),
+        ("MFU (model FLOPs, active experts)", lambda e: f"{e.mfu:.1%}"),
+        (
+            "peak memory GB (capacity)",
+            lambda e: f"{e.memory_bytes['peak'] / 1e9:.1f} ({e.memory_bytes['capacity'] / 1e9:.1f})",
+        ),
+        ("fits", lambda e: "yes" if e.fits else "no"),
+    ):
         lines.append(f"| {name} | {fn(best)} | {fn(pub)} |")
-    lines += ["", "Runners-up: " + "; ".join(f"{_degrees(e.layout)} ZeRO-{e.layout.zero_stage} K={e.layout.num_microbatches} "
-                                             f"{e.layout.recompute}: {e.step_time_s:.2f} s"
-                                             for e in result.layouts[1:]), ""]
+    lines += [
+        "",
+        "Runners-up: "
+        + "; ".join(
+            f"{_degrees(e.layout)} ZeRO-{e.layout.zero_stage} K={e.layout.num_microbatches} "
+            f"{e.layout.recompute}: {e.step_time_s:.2f} s"
+            for e in result.layouts[1:]
+        ),
+        "",
+    ]
     return lines
 
 
 def main() -> int:
-    lines = ["# Mixture-of-experts plans: the engine's winner against the published layout", "",
-             "Regenerate: `python scripts/moe_report.py` (from the repository root).", "",
-             "The MoE cost model (COSTS.md \"Mixture of experts\", `costs/terms.py`): routed experts as grouped GEMMs at the "
-             "rows each local expert gets (m k ep etp / (tp E)) times the fitted `grouped_matmul_efficiency`; a host "
-             "overhead per MoE layer and microbatch, `moe_layer_overhead_us` (router, permutation, the dispatcher's "
-             "host sync) per GPU family plus `moe_expert_overhead_us` per local expert (the grouped GEMM's launches), "
-             "one value for the GPUs, fitted on `tests/data/runs_moe_dev.yaml` (the runs costed without CUDA graphs; "
-             f"scoped graphs remove {load_accelerator('h100').moe_overhead_graphed_share:g} of the per-layer part, a "
-             f"full-iteration graph {load_accelerator('h100').moe_overhead_full_graph_share:g} of both; the plans below "
-             "assume none); the "
-             "dispatch and combine AllToAlls (4 per "
-             "MoE layer and microbatch) on the links the ep group spans, exposed unless the framework profile overlaps "
-             "them; expert weights and optimizer state divided by ep x etp and by the expert ZeRO group; MLA's latent "
-             "projections; the MTP module on the last stage. The validation of these terms against 71 published MoE runs "
-             "is `results/validation_moe.md`.", ""]
+    lines = [
+        "# Mixture-of-experts plans: the engine's winner against the published layout",
+        "",
+        "Regenerate: `python scripts/moe_report.py` (from the repository root).",
+        "",
+        'The MoE cost model (COSTS.md "Mixture of experts", `costs/terms.py`): routed experts as grouped GEMMs at the '
+        "rows each local expert gets (m k ep etp / (tp E)) times the fitted `grouped_matmul_efficiency`; a host "
+        "overhead per MoE layer and microbatch, `moe_layer_overhead_us` (router, permutation, the dispatcher's "
+        "host sync) per GPU family plus `moe_expert_overhead_us` per local expert (the grouped GEMM's launches), "
+        "one value for the GPUs, fitted on `tests/data/runs_moe_dev.yaml` (the runs costed without CUDA graphs; "
+        f"scoped graphs remove {load_accelerator('h100').moe_overhead_graphed_share:g} of the per-layer part, a "
+        f"full-iteration graph {load_accelerator('h100').moe_overhead_full_graph_share:g} of both; the plans below "
+        "assume none); the "
+        "dispatch and combine AllToAlls (4 per "
+        "MoE layer and microbatch) on the links the ep group spans, exposed unless the framework profile overlaps "
+        "them; expert weights and optimizer state divided by ep x etp and by the expert ZeRO group; MLA's latent "
+        "projections; the MTP module on the last stage. The validation of these terms against 71 published MoE runs "
+        "is `results/validation_moe.md`.",
+        "",
+    ]
     for case in CASES:
         lines += _case(*case)
     (RESULTS / "moe.md").write_text("\n".join(lines))

@@ -25,26 +25,37 @@ def _show(value) -> str:
 def main() -> int:
     per_file = {name: reference.load_cases(data_file(name)) for name in FILES}
     kinds = [reference.kind(c["id"]) for cases in per_file.values() for c in cases]
-    lines = ["# Reference cases: expected (tests/data) vs computed (layoutsearch)", "",
-             "Regenerate: `python scripts/reference_cases.py`", "",
-             "Kind `engine`: computed by what the engine runs (`estimate()`, `solve()`, the search space, the "
-             "collective primitives) on small fixtures; a change to the engine that moves the number fails the tests. "
-             "Kind `closed-form`: the notes' or the book's formula from `layoutsearch/closed_forms.py`, which the "
-             "engine's cost model does not use; these check the formula and the catalogue figures it is given, "
-             "not the engine.", "",
-             f"{kinds.count(reference.ENGINE)} engine cases, {kinds.count(reference.CLOSED_FORM)} closed-form cases.",
-             ""]
+    lines = [
+        "# Reference cases: expected (tests/data) vs computed (layoutsearch)",
+        "",
+        "Regenerate: `python scripts/reference_cases.py`",
+        "",
+        "Kind `engine`: computed by what the engine runs (`estimate()`, `solve()`, the search space, the "
+        "collective primitives) on small fixtures; a change to the engine that moves the number fails the tests. "
+        "Kind `closed-form`: the notes' or the book's formula from `layoutsearch/closed_forms.py`, which the "
+        "engine's cost model does not use; these check the formula and the catalogue figures it is given, "
+        "not the engine.",
+        "",
+        f"{kinds.count(reference.ENGINE)} engine cases, {kinds.count(reference.CLOSED_FORM)} closed-form cases.",
+        "",
+    ]
     failures = 0
     for name, cases in per_file.items():
-        lines += [f"## {name} ({len(cases)} cases)", "",
-                  "| id | kind | expected | computed | rel_tol | ok | computed by |", "|---|---|---|---|---|---|---|"]
+        lines += [
+            f"## {name} ({len(cases)} cases)",
+            "",
+            "| id | kind | expected | computed | rel_tol | ok | computed by |",
+            "|---|---|---|---|---|---|---|",
+        ]
         for case in cases:
             entry = reference.CASES[case["id"]]
             value = entry.compute()
             ok = reference.within(case["expected"], value, case["rel_tol"])
             failures += not ok
-            lines.append(f"| {case['id']} | {entry.kind} | {_show(case['expected'])} | {_show(value)} | "
-                         f"{case['rel_tol']:g} | {'yes' if ok else 'NO'} | {entry.how.replace('|', '/')} |")
+            lines.append(
+                f"| {case['id']} | {entry.kind} | {_show(case['expected'])} | {_show(value)} | "
+                f"{case['rel_tol']:g} | {'yes' if ok else 'NO'} | {entry.how.replace('|', '/')} |"
+            )
         lines.append("")
     lines.append(f"All within tolerance: {'yes' if not failures else f'no ({failures} outside)'}")
     RESULTS.mkdir(exist_ok=True)

@@ -52,6 +52,7 @@ def refresh(text: str, stale: list[str], abridged: list[str]) -> str:
         if VOLATILE.sub("", now) != VOLATILE.sub("", shown):
             stale.append(command)
         return match.group(0).replace(shown, now, 1)
+
     return FENCE.sub(one, text)
 
 
@@ -60,6 +61,7 @@ def main() -> int:
     stale: list[str] = []
     abridged: list[str] = []
     import os
+
     os.chdir(ROOT)
     for name in FILES:
         path = ROOT / name

@@ -68,10 +68,19 @@ def compare(model_name: str, cluster_name: str, seqs: int) -> dict:
     enum, seen = enumerate_top(space, tables, "step-time", 1)
     t_enum = time.perf_counter() - t0
     value = lambda a: a[0][4]["step"] * tables.quantum_s if a else None  # noqa: E731
-    return {"case": f"{model_name} on {cluster_name}, {seqs} seqs", "candidates": space.num_candidates(),
-            "shared_s": shared, "cpsat_s": t_cpsat, "enumerate_s": t_enum, "cpsat_step_s": value(cps),
-            "enumerate_step_s": value(enum), "equal": (cps[0][4]["step"] if cps else None) == (enum[0][4]["step"] if enum else None),
-            "status": info["status"], "rows_kept": info["rows_kept"], "rows_total": info["rows_total"]}
+    return {
+        "case": f"{model_name} on {cluster_name}, {seqs} seqs",
+        "candidates": space.num_candidates(),
+        "shared_s": shared,
+        "cpsat_s": t_cpsat,
+        "enumerate_s": t_enum,
+        "cpsat_step_s": value(cps),
+        "enumerate_step_s": value(enum),
+        "equal": (cps[0][4]["step"] if cps else None) == (enum[0][4]["step"] if enum else None),
+        "status": info["status"],
+        "rows_kept": info["rows_kept"],
+        "rows_total": info["rows_total"],
+    }
 
 
 def main() -> int:
@@ -81,31 +90,45 @@ def main() -> int:
         rows.append(compare(*case))
         print(rows[-1], flush=True)
     lines = [
-        "# Solver benchmark", "",
+        "# Solver benchmark",
+        "",
         "Regenerate: `python scripts/solver_benchmark.py` "
-        f"(machine: {platform.machine()}, Python {platform.python_version()}).", "",
-        "## Main job: `layoutsearch solve --model llama70b --cluster v5p-8192` (whole process)", "",
+        f"(machine: {platform.machine()}, Python {platform.python_version()}).",
+        "",
+        "## Main job: `layoutsearch solve --model llama70b --cluster v5p-8192` (whole process)",
+        "",
         f"{len(times)} runs: median {statistics.median(times):.2f} s, min {min(times):.2f} s, max {max(times):.2f} s "
-        "(target: median <= 2 s with a proven optimum).", "",
-        "## CP-SAT against the exhaustive enumerator (top 1, step-time objective)", "",
+        "(target: median <= 2 s with a proven optimum).",
+        "",
+        "## CP-SAT against the exhaustive enumerator (top 1, step-time objective)",
+        "",
         "Both use the same candidate space and integer tables (built once: `tables s`). CP-SAT first costs "
         "(shape, K) rows best-first in the order of a valid lower bound and stops when the next bound exceeds "
         "the best value found; the model gets the rows that can still hold the optimum and proves it. "
-        "The enumerator costs every candidate.", "",
+        "The enumerator costs every candidate.",
+        "",
         "| case | candidates | tables s | CP-SAT s | enumerate s | speed-up | rows to CP-SAT | status | optimum (s) | equal |",
         "|---|---|---|---|---|---|---|---|---|---|",
     ]
     for r in rows:
-        lines.append(f"| {r['case']} | {r['candidates']:,} | {r['shared_s']:.2f} | {r['cpsat_s']:.3f} | "
-                     f"{r['enumerate_s']:.3f} | {r['enumerate_s'] / max(r['cpsat_s'], 1e-9):.1f}x | "
-                     f"{r['rows_kept']:,} of {r['rows_total']:,} | {r['status']} | "
-                     f"{r['cpsat_step_s'] or float('nan'):.4f} | {'yes' if r['equal'] else 'NO'} |")
+        lines.append(
+            f"| {r['case']} | {r['candidates']:,} | {r['shared_s']:.2f} | {r['cpsat_s']:.3f} | "
+            f"{r['enumerate_s']:.3f} | {r['enumerate_s'] / max(r['cpsat_s'], 1e-9):.1f}x | "
+            f"{r['rows_kept']:,} of {r['rows_total']:,} | {r['status']} | "
+            f"{r['cpsat_step_s'] or float('nan'):.4f} | {'yes' if r['equal'] else 'NO'} |"
+        )
     big = [r for r in rows if r["candidates"] > 1e7]
-    lines += ["", f"Equal optima in {sum(r['equal'] for r in rows)} of {len(rows)} cases. "
-              + (f"Spaces above 10^7 candidates: {len(big)}; CP-SAT faster in "
-                 f"{sum(r['cpsat_s'] < r['enumerate_s'] for r in big)} of them."
-                 if big else "No case exceeds 10^7 candidates: with placements by axis order the largest natural "
-                 "spaces found hold a few million (llama70b on four 16x20x28 pods at 35,840 sequences: 3.5 million).")]
+    lines += [
+        "",
+        f"Equal optima in {sum(r['equal'] for r in rows)} of {len(rows)} cases. "
+        + (
+            f"Spaces above 10^7 candidates: {len(big)}; CP-SAT faster in "
+            f"{sum(r['cpsat_s'] < r['enumerate_s'] for r in big)} of them."
+            if big
+            else "No case exceeds 10^7 candidates: with placements by axis order the largest natural "
+            "spaces found hold a few million (llama70b on four 16x20x28 pods at 35,840 sequences: 3.5 million)."
+        ),
+    ]
     (RESULTS / "solver_benchmark.md").write_text("\n".join(lines) + "\n")
     print(f"wrote {RESULTS / 'solver_benchmark.md'}")
     return 0 if all(r["equal"] for r in rows) else 1

@@ -24,14 +24,39 @@ from layoutsearch.core.problem import version
 REPEATS = 9
 LAYOUTSEARCH = [sys.executable, "-m", "layoutsearch"]
 COMMANDS = {
-    "main job: solve --model llama70b --cluster v5p-8192": [*LAYOUTSEARCH, "solve", "--model", "llama70b",
-                                                            "--cluster", "v5p-8192"],
+    "main job: solve --model llama70b --cluster v5p-8192": [
+        *LAYOUTSEARCH,
+        "solve",
+        "--model",
+        "llama70b",
+        "--cluster",
+        "v5p-8192",
+    ],
     "65,536 devices: solve --model llama70b --cluster v5p-8192x8 --seqs 8192": [
-        *LAYOUTSEARCH, "solve", "--model", "llama70b", "--cluster", "v5p-8192x8", "--seqs", "8192"],
+        *LAYOUTSEARCH,
+        "solve",
+        "--model",
+        "llama70b",
+        "--cluster",
+        "v5p-8192x8",
+        "--seqs",
+        "8192",
+    ],
     "65,536 GPUs: solve --model llama3-405b --cluster h100-65536 --seqs 16384": [
-        *LAYOUTSEARCH, "solve", "--model", "llama3-405b", "--cluster", "h100-65536", "--seqs", "16384"],
-    'reference: python -c "import ortools.sat.python.cp_model"': [sys.executable, "-c",
-                                                                  "import ortools.sat.python.cp_model"],
+        *LAYOUTSEARCH,
+        "solve",
+        "--model",
+        "llama3-405b",
+        "--cluster",
+        "h100-65536",
+        "--seqs",
+        "16384",
+    ],
+    'reference: python -c "import ortools.sat.python.cp_model"': [
+        sys.executable,
+        "-c",
+        "import ortools.sat.python.cp_model",
+    ],
     'reference: python -c "pass"': [sys.executable, "-c", "pass"],
 }
 
@@ -46,38 +71,43 @@ def timed(command: list[str]) -> float:
 def main() -> int:
     # Byte-compile the package as `pip install` does (an editable install under
     # PYTHONDONTWRITEBYTECODE=1 would otherwise recompile every module in every process).
-    subprocess.run([sys.executable, "-m", "compileall", "-q", str(REPO / "layoutsearch")], check=True,
-                   stdout=subprocess.DEVNULL)
+    subprocess.run(
+        [sys.executable, "-m", "compileall", "-q", str(REPO / "layoutsearch")], check=True, stdout=subprocess.DEVNULL
+    )
     times: dict[str, list[float]] = {name: [] for name in COMMANDS}
-    for name, command in COMMANDS.items():  # warm the file cache once, untimed
+    for command in COMMANDS.values():  # warm the file cache once, untimed
         timed(command)
     for _ in range(REPEATS):  # interleaved, so load changes hit every command alike
         for name, command in COMMANDS.items():
             times[name].append(timed(command))
     medians = {name: statistics.median(ts) for name, ts in times.items()}
     ortools = medians['reference: python -c "import ortools.sat.python.cp_model"']
-    rows = [f"| {name} | {medians[name]:.3f} | {min(ts):.3f} | {max(ts):.3f} | {medians[name] / ortools:.2f} |"
-            for name, ts in times.items()]
+    rows = [
+        f"| {name} | {medians[name]:.3f} | {min(ts):.3f} | {max(ts):.3f} | {medians[name] / ortools:.2f} |"
+        for name, ts in times.items()
+    ]
     load = os.getloadavg()[0] if hasattr(os, "getloadavg") else float("nan")
-    text = "\n".join([
-        "# Speed: whole-process wall time, cold",
-        "",
-        f"Regenerate: `python scripts/speed_benchmark.py` (layoutsearch {version()}, Python "
-        f"{platform.python_version()}, {platform.machine()}, {os.cpu_count()} CPUs, load average {load:.2f} "
-        f"at the end; {REPEATS} interleaved runs per command, each a fresh process).",
-        "",
-        "| command | median s | min s | max s | median / ortools import |",
-        "|---|---|---|---|---|",
-        *rows,
-        "",
-        "Targets (issue: one source for every rule ... and the main job near its floor): the main job <= 0.6 s on "
-        "2 cores, 65,536 devices <= 1.5 s. The floor is the interpreter plus the imports the command needs "
-        "(numpy, pydantic, typer/rich, PyYAML, OR-Tools' compiled CP-SAT helper; networkx builds device graphs "
-        "on demand and a solve never imports it); `import "
-        "ortools.sat.python.cp_model` alone pulls in pandas, which layoutsearch avoids by building its CP-SAT "
-        "models through `cp_model_helper` (`layoutsearch/search/satmodel.py`).",
-        "",
-    ])
+    text = "\n".join(
+        [
+            "# Speed: whole-process wall time, cold",
+            "",
+            f"Regenerate: `python scripts/speed_benchmark.py` (layoutsearch {version()}, Python "
+            f"{platform.python_version()}, {platform.machine()}, {os.cpu_count()} CPUs, load average {load:.2f} "
+            f"at the end; {REPEATS} interleaved runs per command, each a fresh process).",
+            "",
+            "| command | median s | min s | max s | median / ortools import |",
+            "|---|---|---|---|---|",
+            *rows,
+            "",
+            "Targets (issue: one source for every rule ... and the main job near its floor): the main job <= 0.6 s on "
+            "2 cores, 65,536 devices <= 1.5 s. The floor is the interpreter plus the imports the command needs "
+            "(numpy, pydantic, typer/rich, PyYAML, OR-Tools' compiled CP-SAT helper; networkx builds device graphs "
+            "on demand and a solve never imports it); `import "
+            "ortools.sat.python.cp_model` alone pulls in pandas, which layoutsearch avoids by building its CP-SAT "
+            "models through `cp_model_helper` (`layoutsearch/search/satmodel.py`).",
+            "",
+        ]
+    )
     atomic_write(RESULTS / "speed_benchmark.md", text)
     print(text)
     return 0

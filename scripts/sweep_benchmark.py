@@ -31,7 +31,9 @@ ARGS = ["sweep", "-m", MODELS, "-c", CLUSTERS, "--seqs", SEQS, "--no-progress"]
 def timed_run(output: str, *extra: str) -> float:
     """Wall seconds of one whole `layoutsearch sweep` process."""
     t0 = time.perf_counter()
-    subprocess.run([sys.executable, "-m", "layoutsearch.cli", *ARGS, "-o", output, *extra], check=True, capture_output=True)
+    subprocess.run(
+        [sys.executable, "-m", "layoutsearch.cli", *ARGS, "-o", output, *extra], check=True, capture_output=True
+    )
     return time.perf_counter() - t0
 
 
@@ -43,8 +45,12 @@ def main() -> int:
     with tempfile.TemporaryDirectory() as tmp:
         configs = [(f"local, --jobs {cpus}", ["--jobs", str(cpus)]), ("local, --jobs 1", ["--jobs", "1"])]
         if find_spec("ray"):
-            configs.append((f"ray, --jobs {cpus} (a local Ray instance; its start and shutdown included)",
-                            ["--executor", "ray", "--jobs", str(cpus)]))
+            configs.append(
+                (
+                    f"ray, --jobs {cpus} (a local Ray instance; its start and shutdown included)",
+                    ["--executor", "ray", "--jobs", str(cpus)],
+                )
+            )
         for i, (label, extra) in enumerate(configs):
             walls = []
             for k in range(REPEATS):
@@ -52,7 +58,9 @@ def main() -> int:
                 walls.append(timed_run(out, *extra))
             rows = read_table(out)
             runs.append({"label": label, "wall_s": statistics.median(walls), "min_s": min(walls), "rows": rows})
-            print(f"{label}: median {runs[-1]['wall_s']:.1f} s, min {min(walls):.1f} s for {len(rows)} points", flush=True)
+            print(
+                f"{label}: median {runs[-1]['wall_s']:.1f} s, min {min(walls):.1f} s for {len(rows)} points", flush=True
+            )
         resume = timed_run(os.path.join(tmp, "run0-0.parquet"), "--jobs", str(cpus))
         print(f"rerun with every point done: {resume:.2f} s", flush=True)
     main_rows = runs[0]["rows"]
@@ -61,34 +69,51 @@ def main() -> int:
     statuses = {}
     for r in main_rows:
         statuses[r["status"]] = statuses.get(r["status"], 0) + 1
-    same = all([(a["status"], a["objective_s"], a["dp"], a["fsdp"], a["tp"], a["pp"], a["cp"]) for a in run["rows"]]
-               == [(a["status"], a["objective_s"], a["dp"], a["fsdp"], a["tp"], a["pp"], a["cp"]) for a in main_rows]
-               for run in runs)
-    command = (f"layoutsearch sweep -m {MODELS} -c '{CLUSTERS}' --seqs '{SEQS}' --jobs {cpus} -o sweep.parquet")
+    same = all(
+        [(a["status"], a["objective_s"], a["dp"], a["fsdp"], a["tp"], a["pp"], a["cp"]) for a in run["rows"]]
+        == [(a["status"], a["objective_s"], a["dp"], a["fsdp"], a["tp"], a["pp"], a["cp"]) for a in main_rows]
+        for run in runs
+    )
+    command = f"layoutsearch sweep -m {MODELS} -c '{CLUSTERS}' --seqs '{SEQS}' --jobs {cpus} -o sweep.parquet"
     lines = [
-        "# Sweep benchmark", "",
+        "# Sweep benchmark",
+        "",
         f"Regenerate: `python scripts/sweep_benchmark.py` (machine: {platform.machine()}, {cpus} CPUs, "
-        f"Python {platform.python_version()}, layoutsearch {version()}).", "",
+        f"Python {platform.python_version()}, layoutsearch {version()}).",
+        "",
         f"{n} points: {MODELS.replace(',', ' and ')} on v5p and H100 clusters of 128 to 2048 devices, 128 to 2048 "
         "sequences of 4096 tokens. Each time is one whole process, as a user runs it (interpreter start, imports, "
-        "worker start, every solve, the journal fsync per point and the Parquet rewrites):", "",
-        "```sh", command, "```", "",
-        f"{REPEATS} runs each; load average {load:.1f} when the benchmark started.", "",
-        "| executor | median wall s | min wall s | points/s (median) |", "|---|---|---|---|",
-        *[f"| {run['label']} | {run['wall_s']:.1f} | {run['min_s']:.1f} | {len(run['rows']) / run['wall_s']:.1f} |"
-          for run in runs],
-        f"| rerun of the finished sweep (every point skipped) | {resume:.2f} | | - |", "",
+        "worker start, every solve, the journal fsync per point and the Parquet rewrites):",
+        "",
+        "```sh",
+        command,
+        "```",
+        "",
+        f"{REPEATS} runs each; load average {load:.1f} when the benchmark started.",
+        "",
+        "| executor | median wall s | min wall s | points/s (median) |",
+        "|---|---|---|---|",
+        *[
+            f"| {run['label']} | {run['wall_s']:.1f} | {run['min_s']:.1f} | {len(run['rows']) / run['wall_s']:.1f} |"
+            for run in runs
+        ],
+        f"| rerun of the finished sweep (every point skipped) | {resume:.2f} | | - |",
+        "",
         f"Target: <= 60 s on a 2-core machine: {'met' if runs[0]['wall_s'] <= 60 else 'NOT met'} "
-        f"({runs[0]['wall_s']:.1f} s with {cpus} jobs).", "",
+        f"({runs[0]['wall_s']:.1f} s with {cpus} jobs).",
+        "",
         f"Statuses: {', '.join(f'{v} {k}' for k, v in sorted(statuses.items()))}. "
-        f"All executors agree on every point's status, objective and degrees: {'yes' if same else 'NO'}.", "",
+        f"All executors agree on every point's status, objective and degrees: {'yes' if same else 'NO'}.",
+        "",
         f"Per point (last run of the first row): median {statistics.median(point_s):.3f} s, p90 "
         f"{point_s[int(0.9 * (len(point_s) - 1))]:.3f} s, max {point_s[-1]:.3f} s including model/cluster loading "
         f"and the re-estimate; solve() alone median {statistics.median(solver_s):.3f} s; "
-        f"sum over points {sum(point_s):.1f} s.", "",
+        f"sum over points {sum(point_s):.1f} s.",
+        "",
         "On one machine the local executor is the one to use: a local Ray instance adds its own start "
         "(about 3-4 s here) and daemons that compete with the solves for the cores. Ray pays off across "
-        "machines (`--executor ray --address HOST:PORT`, layoutsearch installed on every node).", "",
+        "machines (`--executor ray --address HOST:PORT`, layoutsearch installed on every node).",
+        "",
     ]
     (RESULTS / "sweep_benchmark.md").write_text("\n".join(lines))
     print(f"wrote {RESULTS / 'sweep_benchmark.md'}")

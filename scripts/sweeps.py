@@ -20,23 +20,35 @@ import time
 from _common import RESULTS  # first: puts this checkout's package ahead of an installed one
 
 from layoutsearch.core.problem import version
-from layoutsearch.sweep.plot import plot_sweep
 from layoutsearch.sweep import expand_points, journal_path, run_sweep, summary_rows, write_table
+from layoutsearch.sweep.plot import plot_sweep
 
 SWEEPS = [
-    {"name": "llama70b_v5p", "model": "llama70b", "clusters": ["v5p-{256..8192:x2}", "v5p-8960"],
-     "seqs": "256,512,1024,2048", "seq_len": "4096",
-     "title": "llama70b on TPU v5p, 256 to 8960 chips"},
-    {"name": "llama3-405b_h100", "model": "llama3-405b", "clusters": ["h100-{1024..16384:x2}"],
-     "seqs": "1024,2048,4096", "seq_len": "4096",
-     "title": "llama3-405b on H100, 1024 to 16384 GPUs"},
+    {
+        "name": "llama70b_v5p",
+        "model": "llama70b",
+        "clusters": ["v5p-{256..8192:x2}", "v5p-8960"],
+        "seqs": "256,512,1024,2048",
+        "seq_len": "4096",
+        "title": "llama70b on TPU v5p, 256 to 8960 chips",
+    },
+    {
+        "name": "llama3-405b_h100",
+        "model": "llama3-405b",
+        "clusters": ["h100-{1024..16384:x2}"],
+        "seqs": "1024,2048,4096",
+        "seq_len": "4096",
+        "title": "llama3-405b on H100, 1024 to 16384 GPUs",
+    },
 ]
 
 
 def command(sweep: dict) -> str:
     clusters = " ".join(f"-c '{c}'" for c in sweep["clusters"])
-    return (f"layoutsearch sweep -m {sweep['model']} {clusters} --seqs {sweep['seqs']} --seq-len {sweep['seq_len']} "
-            f"-o results/sweep_{sweep['name']}.parquet")
+    return (
+        f"layoutsearch sweep -m {sweep['model']} {clusters} --seqs {sweep['seqs']} --seq-len {sweep['seq_len']} "
+        f"-o results/sweep_{sweep['name']}.parquet"
+    )
 
 
 def markdown_table(rows: list[dict]) -> list[str]:
@@ -57,20 +69,31 @@ def observations(rows: list[dict]) -> list[str]:
         best = max(ok, key=lambda r: r["mfu"])
         out.append(f"- Highest MFU: {best['mfu']:.1%} ({best['cluster']}, {best['global_batch_seqs']} seqs).")
         worst = min(ok, key=lambda r: r["mfu"])
-        out.append(f"- Lowest MFU with a layout: {worst['mfu']:.1%} ({worst['cluster']}, "
-                   f"{worst['global_batch_seqs']} seqs): fewer sequences per device leave less compute "
-                   "to hide communication behind.")
+        out.append(
+            f"- Lowest MFU with a layout: {worst['mfu']:.1%} ({worst['cluster']}, "
+            f"{worst['global_batch_seqs']} seqs): fewer sequences per device leave less compute "
+            "to hide communication behind."
+        )
         for seqs in sorted({r["global_batch_seqs"] for r in ok}):
             with_tp = [r for r in ok if r["global_batch_seqs"] == seqs and r["tp"] > 1]
             first = min(with_tp, key=lambda r: r["num_devices"]) if with_tp else None
-            out.append(f"- {seqs} seqs: " + (f"tensor parallelism first chosen at {first['num_devices']:,} devices "
-                                             f"(tp={first['tp']})." if first else "no tensor parallelism chosen."))
+            out.append(
+                f"- {seqs} seqs: "
+                + (
+                    f"tensor parallelism first chosen at {first['num_devices']:,} devices (tp={first['tp']})."
+                    if first
+                    else "no tensor parallelism chosen."
+                )
+            )
     failed = [r for r in rows if r.get("dp") is None]
     for cluster in dict.fromkeys(r["cluster"] for r in failed):
         group = [r for r in failed if r["cluster"] == cluster]
         seqs = ", ".join(str(r["global_batch_seqs"]) for r in group)
-        out.append(f"- No layout on {cluster} ({seqs} seqs; {group[0]['status']}): {group[0]['reason']}"
-                   + (" (likewise for the other batch sizes)" if len(group) > 1 else "") + _odd_devices(group[0]))
+        out.append(
+            f"- No layout on {cluster} ({seqs} seqs; {group[0]['status']}): {group[0]['reason']}"
+            + (" (likewise for the other batch sizes)" if len(group) > 1 else "")
+            + _odd_devices(group[0])
+        )
     return out
 
 
@@ -84,19 +107,26 @@ def _odd_devices(row: dict) -> str:
         odd //= 2
     if odd == 1 or seqs & (seqs - 1):
         return ""
-    return (f". {n:,} = {n // odd} x {odd}: dp x fsdp must divide a power-of-two batch, so tp x pp x cp "
-            f"would have to be a multiple of {odd}, which the model's heads, layers and sequence length do not allow.")
+    return (
+        f". {n:,} = {n // odd} x {odd}: dp x fsdp must divide a power-of-two batch, so tp x pp x cp "
+        f"would have to be a multiple of {odd}, which the model's heads, layers and sequence length do not allow."
+    )
 
 
 def main() -> int:
-    lines = ["# Sweeps", "",
-             f"Regenerate all: `python scripts/sweeps.py` (machine: {platform.machine()}, "
-             f"{os.cpu_count()} CPUs, Python {platform.python_version()}, layoutsearch {version()}).",
-             "", "Each point is the best layout found by `solve` (top 1, step-time objective, CP-SAT, 30 s limit); "
-             "`status` OPTIMAL means proven optimal. Points with no layout stay in the tables with their reason. "
-             "Columns of the Parquet/CSV files: see `layoutsearch.sweep.COLUMNS` (inputs, solver status, objective, "
-             "bound, degrees, ZeRO stage, microbatches, recompute, axes as JSON, peak/capacity bytes, time split, "
-             "MFU, tokens/s).", ""]
+    lines = [
+        "# Sweeps",
+        "",
+        f"Regenerate all: `python scripts/sweeps.py` (machine: {platform.machine()}, "
+        f"{os.cpu_count()} CPUs, Python {platform.python_version()}, layoutsearch {version()}).",
+        "",
+        "Each point is the best layout found by `solve` (top 1, step-time objective, CP-SAT, 30 s limit); "
+        "`status` OPTIMAL means proven optimal. Points with no layout stay in the tables with their reason. "
+        "Columns of the Parquet/CSV files: see `layoutsearch.sweep.COLUMNS` (inputs, solver status, objective, "
+        "bound, degrees, ZeRO stage, microbatches, recompute, axes as JSON, peak/capacity bytes, time split, "
+        "MFU, tokens/s).",
+        "",
+    ]
     for sweep in SWEEPS:
         parquet = RESULTS / f"sweep_{sweep['name']}.parquet"
         points = expand_points(sweep["model"], sweep["clusters"], sweep["seqs"], sweep["seq_len"])
@@ -108,14 +138,26 @@ def main() -> int:
         png = plot_sweep(parquet, parquet.with_suffix(".png"))
         statuses = ", ".join(f"{n} {s}" for s, n in sorted(summary.by_status.items()))
         print(f"{sweep['name']}: {len(points)} points ({statuses}) in {wall:.1f} s", flush=True)
-        lines += [f"## {sweep['title']}", "",
-                  f"{len(points)} points ({statuses}), {wall:.1f} s wall on this machine.", "",
-                  "```sh", command(sweep), f"layoutsearch plot results/sweep_{sweep['name']}.parquet "
-                  f"-o results/sweep_{sweep['name']}.png", "```", "",
-                  f"Files: [sweep_{sweep['name']}.parquet](sweep_{sweep['name']}.parquet), "
-                  f"[sweep_{sweep['name']}.csv](sweep_{sweep['name']}.csv).", "",
-                  f"![{sweep['title']}]({os.path.basename(png)})", "",
-                  *markdown_table(summary.rows), "", *observations(summary.rows), ""]
+        lines += [
+            f"## {sweep['title']}",
+            "",
+            f"{len(points)} points ({statuses}), {wall:.1f} s wall on this machine.",
+            "",
+            "```sh",
+            command(sweep),
+            f"layoutsearch plot results/sweep_{sweep['name']}.parquet -o results/sweep_{sweep['name']}.png",
+            "```",
+            "",
+            f"Files: [sweep_{sweep['name']}.parquet](sweep_{sweep['name']}.parquet), "
+            f"[sweep_{sweep['name']}.csv](sweep_{sweep['name']}.csv).",
+            "",
+            f"![{sweep['title']}]({os.path.basename(png)})",
+            "",
+            *markdown_table(summary.rows),
+            "",
+            *observations(summary.rows),
+            "",
+        ]
     (RESULTS / "sweeps.md").write_text("\n".join(lines))
     print(f"wrote {RESULTS / 'sweeps.md'}")
     return 0

@@ -11,7 +11,6 @@ import re
 import shlex
 
 from _common import RESULTS, data_file  # first: puts this checkout's package ahead of an installed one
-
 from typer.testing import CliRunner
 
 from layoutsearch.cli import app
@@ -30,8 +29,10 @@ def cli_json(command: str) -> dict:
 def layout_text(rec: dict) -> str:
     degrees = ",".join(f"{k}={v}" for k, v in rec["degrees"].items() if v > 1) or "1 device"
     axes = "; ".join(f"{n}:" + "*".join(f"{a}{f}" for a, f in p) for n, p in rec["axes"].items())
-    return (f"{degrees} ({axes}), ZeRO-{rec['zero_stage']}, K={rec['num_microbatches']}, recompute {rec['recompute']}, "
-            f"{rec['time_s']['step']:.3f} s, MFU {rec['mfu']:.1%}, peak {rec['memory_bytes']['peak'] / 1e9:.1f} GB")
+    return (
+        f"{degrees} ({axes}), ZeRO-{rec['zero_stage']}, K={rec['num_microbatches']}, recompute {rec['recompute']}, "
+        f"{rec['time_s']['step']:.3f} s, MFU {rec['mfu']:.1%}, peak {rec['memory_bytes']['peak'] / 1e9:.1f} GB"
+    )
 
 
 def winner(command: str) -> str:
@@ -40,15 +41,23 @@ def winner(command: str) -> str:
 
 
 def main() -> None:
-    out = ["# The trust issue's observations, answered with today's engine", "",
-           "Regenerate: `python scripts/trust_report.py` (after `python scripts/validation.py "
-           "tests/data/runs_dev.yaml`, whose summary it quotes). Each section runs the command it names.", ""]
+    out = [
+        "# The trust issue's observations, answered with today's engine",
+        "",
+        "Regenerate: `python scripts/trust_report.py` (after `python scripts/validation.py "
+        "tests/data/runs_dev.yaml`, whose summary it quotes). Each section runs the command it names.",
+        "",
+    ]
 
     cmd = "solve --model gpt3-175b --cluster a100-80gb-64 --seqs 1536 --seq-len 2048 --tp-comm-overlap --top 1"
-    out += ["## 1. TP across scale-out links", "",
-            "TP pipelined with its GEMMs needs NVLink/ICI (`core/frameworks.py`): a TP group crossing the NICs is "
-            "on the critical path whatever the profile, so it loses on cost.", "",
-            f"- `{cmd}`: {winner(cmd)}"]
+    out += [
+        "## 1. TP across scale-out links",
+        "",
+        "TP pipelined with its GEMMs needs NVLink/ICI (`core/frameworks.py`): a TP group crossing the NICs is "
+        "on the critical path whatever the profile, so it loses on cost.",
+        "",
+        f"- `{cmd}`: {winner(cmd)}",
+    ]
     cmd = "solve --model llama3-405b --cluster h100-1024 --tp-comm-overlap --top 1"
     out += [f"- `{cmd}`: {winner(cmd)}", ""]
 
@@ -56,76 +65,112 @@ def main() -> None:
     problem = Problem.build("llama2-70b", "v5p-512", build_workload(2048, 4096))
     published = estimate(problem, Layout(fsdp=512, num_microbatches=1, recompute="save_dot_except_mlpwi"))
     best = cli_json(cmd)["layouts"][0]
-    verdict = ("**Met**: the winner is at or below the 72% target." if best["mfu"] <= 0.72 else
-               "**Open**: the winner stays above the 72% target.")
-    out += ["## 2. llama2-70b on v5p-512 at 4 sequences per chip", "",
-            f"- `{cmd}`: {winner(cmd)}",
-            f"- MaxText's published setting (fsdp=512, no gradient accumulation, remat save_dot_except_mlpwi): "
-            f"{published.step_time_s:.3f} s, MFU {published.mfu:.1%} (published: about 65%).",
-            f"- {verdict} v5p's matmul efficiency was an uncalibrated 0.85; it is now fitted on the 16 MaxText v5p "
-            "records (0.753) with their TP collectives pipelined with the matmuls, as XLA's continuation fusion runs "
-            "them (libtpu's default, and the flags of every MaxText v5p config: the maxtext profile on TPUs). Before, "
-            "those records' exposed TP time (tp=4 to 16) stood in for the lower matmul rate, so a TP-free winner "
-            "got the higher one (78.9% MFU).", ""]
+    verdict = (
+        "**Met**: the winner is at or below the 72% target."
+        if best["mfu"] <= 0.72
+        else "**Open**: the winner stays above the 72% target."
+    )
+    out += [
+        "## 2. llama2-70b on v5p-512 at 4 sequences per chip",
+        "",
+        f"- `{cmd}`: {winner(cmd)}",
+        f"- MaxText's published setting (fsdp=512, no gradient accumulation, remat save_dot_except_mlpwi): "
+        f"{published.step_time_s:.3f} s, MFU {published.mfu:.1%} (published: about 65%).",
+        f"- {verdict} v5p's matmul efficiency was an uncalibrated 0.85; it is now fitted on the 16 MaxText v5p "
+        "records (0.753) with their TP collectives pipelined with the matmuls, as XLA's continuation fusion runs "
+        "them (libtpu's default, and the flags of every MaxText v5p config: the maxtext profile on TPUs). Before, "
+        "those records' exposed TP time (tp=4 to 16) stood in for the lower matmul rate, so a TP-free winner "
+        "got the higher one (78.9% MFU).",
+        "",
+    ]
 
     doc = cli_json("solve --model llama70b --cluster v5p-8192 --top 1")
     rec = doc["layouts"][0]
     t = rec["time_s"]
-    out += ["## 3. The main job's ZeRO-2 reduce-scatter and shared links", "",
-            f"- `solve --model llama70b --cluster v5p-8192`: {layout_text(rec)}",
-            f"- Exposed: TP {t['exposed_comm/tp']:.4f} s, CP {t['exposed_comm/cp']:.4f} s, ZeRO "
-            f"{t['exposed_comm/zero']:.4f} s. The gradient reduce-scatter shares its window with the hidden TP "
-            "and CP traffic of the same backward on the links they have in common (`terms.reduction_link_traffic`). "
-            "The winner keeps no replicated weights now: with MaxText's TP pipelined with the matmuls on ICI "
-            "(continuation fusion) tp=8 inside a z ring of the torus beats cp, and ZeRO-1 shards the optimizer state "
-            "over the 1024-way group. TPU collectives cost no compute while hidden (overlap_interference 0: DMA engines).",
-            ""]
+    out += [
+        "## 3. The main job's ZeRO-2 reduce-scatter and shared links",
+        "",
+        f"- `solve --model llama70b --cluster v5p-8192`: {layout_text(rec)}",
+        f"- Exposed: TP {t['exposed_comm/tp']:.4f} s, CP {t['exposed_comm/cp']:.4f} s, ZeRO "
+        f"{t['exposed_comm/zero']:.4f} s. The gradient reduce-scatter shares its window with the hidden TP "
+        "and CP traffic of the same backward on the links they have in common (`terms.reduction_link_traffic`). "
+        "The winner keeps no replicated weights now: with MaxText's TP pipelined with the matmuls on ICI "
+        "(continuation fusion) tp=8 inside a z ring of the torus beats cp, and ZeRO-1 shards the optimizer state "
+        "over the 1024-way group. TPU collectives cost no compute while hidden (overlap_interference 0: DMA engines).",
+        "",
+    ]
 
     cmd = "solve --model llama3-8b --cluster h100-64 --seqs 256 --top 3"
     cps, enum = cli_json(cmd)["layouts"], cli_json(cmd + " --method enumerate")["layouts"]
-    out += ["## 4. Context parallelism is no longer free, and ties are broken one way", "",
-            "Each CP ring step waits for its block (the hops' latency is exposed, `terms.cp_per_microbatch`); "
-            "step times within 0.5% are ties won by the simplest layout (`search/ranking.py`), by both methods.", "",
-            f"- `{cmd}` (cpsat): " + " | ".join(layout_text(r) for r in cps),
-            f"- the same with `--method enumerate`: " + ("identical" if [layout_text(r) for r in cps] ==
-                                                          [layout_text(r) for r in enum] else "DIFFERENT"), ""]
+    out += [
+        "## 4. Context parallelism is no longer free, and ties are broken one way",
+        "",
+        "Each CP ring step waits for its block (the hops' latency is exposed, `terms.cp_per_microbatch`); "
+        "step times within 0.5% are ties won by the simplest layout (`search/ranking.py`), by both methods.",
+        "",
+        f"- `{cmd}` (cpsat): " + " | ".join(layout_text(r) for r in cps),
+        "- the same with `--method enumerate`: "
+        + ("identical" if [layout_text(r) for r in cps] == [layout_text(r) for r in enum] else "DIFFERENT"),
+        "",
+    ]
 
     found = re.search(r"BLOOM sweep: rho = ([-0-9.]+)", (RESULTS / "validation.md").read_text())
-    out += ["## 5. Ranking: the BLOOM sweep", "",
-            "See `results/validation.md` (ranking section and leave-one-source-out table)."
-            + (f" BLOOM sweep Spearman rho {found.group(1)}." if found else ""),
-            ("- **Met**" if found and float(found.group(1)) >= 0.6 else "- **Open**")
-            + ": the target is 0.6 (0.34 before hidden collectives were charged the compute they slow, 0.46 before "
-            "the BLOOM runs' blocking kernel launches were costed: BigScience set CUDA_LAUNCH_BLOCKING=1 against NCCL "
-            "hangs, so each layer pass waits for the host, which small microbatches pay most; mapping rule 18, "
-            "`--launch-blocking`). The prequel's rows outside the development set, which nothing was fitted on, "
-            "check it (`results/validation.md`, held-out section). The pp=2 layout ran at 76 of 80 GB and "
-            "is still predicted 13% too fast (the engine predicts it out of memory).", ""]
+    out += [
+        "## 5. Ranking: the BLOOM sweep",
+        "",
+        "See `results/validation.md` (ranking section and leave-one-source-out table)."
+        + (f" BLOOM sweep Spearman rho {found.group(1)}." if found else ""),
+        ("- **Met**" if found and float(found.group(1)) >= 0.6 else "- **Open**")
+        + ": the target is 0.6 (0.34 before hidden collectives were charged the compute they slow, 0.46 before "
+        "the BLOOM runs' blocking kernel launches were costed: BigScience set CUDA_LAUNCH_BLOCKING=1 against NCCL "
+        "hangs, so each layer pass waits for the host, which small microbatches pay most; mapping rule 18, "
+        "`--launch-blocking`). The prequel's rows outside the development set, which nothing was fitted on, "
+        "check it (`results/validation.md`, held-out section). The pp=2 layout ran at 76 of 80 GB and "
+        "is still predicted 13% too fast (the engine predicts it out of memory).",
+        "",
+    ]
 
     problem = Problem.build("llama3-405b", "h100-16384", build_workload(2048, 8192))
-    meta = estimate(problem, Layout(fsdp=128, tp=8, pp=16, zero_stage=2, virtual_stages=4, schedule="interleaved",
-                                    num_microbatches=16))
+    meta = estimate(
+        problem,
+        Layout(fsdp=128, tp=8, pp=16, zero_stage=2, virtual_stages=4, schedule="interleaved", num_microbatches=16),
+    )
     tflops = meta.mfu * problem.cluster.accelerator.peak_flops_per_s / 1e12
-    out += ["## 6. fp8 records and Meta's 405B layout", "",
-            "fp8 is costed (`--precision fp8`: the fp8 matmul peak per accelerator with its source, fp8-saved "
-            "linear inputs, cached fp8 weights, casts, fp8 weight gathers where the framework does them); the "
-            "dev set's 16 fp8 records are evaluated (`results/validation.md`).", "",
-            "`estimate --model llama3-405b --cluster h100-16384 --seqs 2048 --seq-len 8192 --layout "
-            "fsdp=128,tp=8,pp=16 --zero-stage 2 --virtual-stages 4` (126 layers on 16 stages: the embedding and "
-            f"the loss count as layers, 7/8/7 per stage): {meta.step_time_s:.2f} s per step, {tflops:.0f} TFLOP/s "
-            f"per GPU, peak {meta.memory_bytes['peak'] / 1e9:.1f} GB (Meta: about 400 TFLOP/s).", ""]
+    out += [
+        "## 6. fp8 records and Meta's 405B layout",
+        "",
+        "fp8 is costed (`--precision fp8`: the fp8 matmul peak per accelerator with its source, fp8-saved "
+        "linear inputs, cached fp8 weights, casts, fp8 weight gathers where the framework does them); the "
+        "dev set's 16 fp8 records are evaluated (`results/validation.md`).",
+        "",
+        "`estimate --model llama3-405b --cluster h100-16384 --seqs 2048 --seq-len 8192 --layout "
+        "fsdp=128,tp=8,pp=16 --zero-stage 2 --virtual-stages 4` (126 layers on 16 stages: the embedding and "
+        f"the loss count as layers, 7/8/7 per stage): {meta.step_time_s:.2f} s per step, {tflops:.0f} TFLOP/s "
+        f"per GPU, peak {meta.memory_bytes['peak'] / 1e9:.1f} GB (Meta: about 400 TFLOP/s).",
+        "",
+    ]
 
     problem = Problem.build("llama2-70b", "v5p-512", build_workload(2048, 4096))
     rows = []
     for policy in ("minimal", "save_dot_except_mlpwi", "save_qkv_proj", "selective", "full"):
         e = estimate(problem, Layout(fsdp=512, recompute=policy))
-        rows.append(f"| {policy} | {e.memory_bytes['activations'] / 1e9:.1f} | {e.time_s['compute/recompute']:.2f} "
-                    f"| {e.memory_bytes['peak'] / 1e9:.1f} | {'yes' if e.fits else 'no'} |")
-    out += ["## 7. Recompute policies as sets of saved tensors", "",
-            "llama2-70b on v5p-512, fsdp=512, 4 sequences per chip in one pass (`costs/memory.py POLICY_SAVES`):", "",
-            "| policy | saved activations GB | recompute s | peak GB | fits |", "|---|---|---|---|---|", *rows, "",
-            "Gradient and Adam-moment bytes, fused attention and a device memory variant are CLI options "
-            "(`--grad-bytes`, `--moment-bytes`, `--fused-attention`, `--hbm-gib`, `--memory-margin-gib`).", ""]
+        rows.append(
+            f"| {policy} | {e.memory_bytes['activations'] / 1e9:.1f} | {e.time_s['compute/recompute']:.2f} "
+            f"| {e.memory_bytes['peak'] / 1e9:.1f} | {'yes' if e.fits else 'no'} |"
+        )
+    out += [
+        "## 7. Recompute policies as sets of saved tensors",
+        "",
+        "llama2-70b on v5p-512, fsdp=512, 4 sequences per chip in one pass (`costs/memory.py POLICY_SAVES`):",
+        "",
+        "| policy | saved activations GB | recompute s | peak GB | fits |",
+        "|---|---|---|---|---|",
+        *rows,
+        "",
+        "Gradient and Adam-moment bytes, fused attention and a device memory variant are CLI options "
+        "(`--grad-bytes`, `--moment-bytes`, `--fused-attention`, `--hbm-gib`, `--memory-margin-gib`).",
+        "",
+    ]
     (RESULTS / "trust.md").write_text("\n".join(out))
     print(f"wrote {RESULTS / 'trust.md'}")
 

@@ -28,13 +28,14 @@ import hashlib
 import subprocess
 from pathlib import Path
 
-from _common import REPO as ROOT, data_file  # first: puts this checkout's package ahead of an installed one
+from _common import REPO as ROOT  # first: puts this checkout's package ahead of an installed one
+from _common import data_file
 
-from layoutsearch.core.uncertainty import PATH as UNCERTAINTY_PATH
-from layoutsearch.validation.uncertainty import write_uncertainty
 from layoutsearch.core.specs import LEARNED_ROUTING_EXPERT_CV
+from layoutsearch.core.uncertainty import PATH as UNCERTAINTY_PATH
 from layoutsearch.validation.calibrate import ROUTING_CV_GRID, leave_one_source_out
 from layoutsearch.validation.mapping import cuda_graphs as record_cuda_graphs
+from layoutsearch.validation.uncertainty import write_uncertainty
 from layoutsearch.validation.validate import load_runs, validate_runs
 
 DEFAULT_RUNS = "runs_dev.yaml"  # in tests/data/
@@ -42,8 +43,12 @@ DEFAULT_MOE_RUNS = "runs_moe_dev.yaml"  # in tests/data/ (--moe)
 HELDOUT_RUNS = "bloom_prequel_heldout.yaml"  # in tests/data/: BLOOM rows outside the development set (bloom_heldout.py)
 # The MoE issue's targets: median and p90 |error| of tokens/s per device, share of records skipped.
 MOE_TARGETS = {"median_abs_rel_error": 0.12, "p90_abs_rel_error": 0.25, "skipped_share": 0.10}
-OWN_OUTPUTS = ("results/validation.md", "results/validation_scatter.png", "results/validation_moe.md",
-               "layoutsearch/core/uncertainty.yaml")  # what this script writes
+OWN_OUTPUTS = (
+    "results/validation.md",
+    "results/validation_scatter.png",
+    "results/validation_moe.md",
+    "layoutsearch/core/uncertainty.yaml",
+)  # what this script writes
 
 
 def pct(x: float | None, signed: bool = False) -> str:
@@ -72,11 +77,16 @@ def command(runs: Path, moe: bool = False) -> str:
 def code_version() -> str:
     """git HEAD, marked when the tree has uncommitted changes (besides this script's own outputs)."""
     try:
-        commit = subprocess.run(["git", "-C", str(ROOT), "rev-parse", "--short", "HEAD"], capture_output=True,
-                                text=True, check=True).stdout.strip()
+        commit = subprocess.run(
+            ["git", "-C", str(ROOT), "rev-parse", "--short", "HEAD"], capture_output=True, text=True, check=True
+        ).stdout.strip()
         own = [f":!{p}" for p in OWN_OUTPUTS]
-        dirty = subprocess.run(["git", "-C", str(ROOT), "status", "--porcelain", "--", ".", *own],
-                               capture_output=True, text=True, check=True).stdout.strip()
+        dirty = subprocess.run(
+            ["git", "-C", str(ROOT), "status", "--porcelain", "--", ".", *own],
+            capture_output=True,
+            text=True,
+            check=True,
+        ).stdout.strip()
         return commit + (" (with uncommitted changes)" if dirty else "")
     except (OSError, subprocess.CalledProcessError):
         return "unknown"
@@ -86,32 +96,41 @@ def provenance(runs: Path, moe: bool = False) -> list[str]:
     """Input hash, code version and the command that regenerates the report."""
     digest = hashlib.sha256(runs.read_bytes()).hexdigest()[:16]
     rel = runs.relative_to(ROOT) if runs.is_relative_to(ROOT) else runs
-    writes = ("it writes only this file" if moe else "it also rewrites `layoutsearch/core/uncertainty.yaml`")
-    return [f"- input: `{rel}` (sha256 {digest}...)", f"- code: git {code_version()}",
-            f"- generated: {dt.datetime.now().isoformat(timespec='seconds')}",
-            f"- regenerate: `{command(runs, moe)}` (from the repository root; {writes})"]
+    writes = "it writes only this file" if moe else "it also rewrites `layoutsearch/core/uncertainty.yaml`"
+    return [
+        f"- input: `{rel}` (sha256 {digest}...)",
+        f"- code: git {code_version()}",
+        f"- generated: {dt.datetime.now().isoformat(timespec='seconds')}",
+        f"- regenerate: `{command(runs, moe)}` (from the repository root; {writes})",
+    ]
 
 
 def summary_lines(s: dict) -> list[str]:
     """The headline numbers as a Markdown table."""
     skipped = ", ".join(f"{k}: {v}" for k, v in s["skipped_reasons"].items()) or "none"
-    rows = [("evaluated records", s["count"]), ("with a measured throughput", s["with_measured_throughput"]),
-            ("median abs rel error", pct(s["median_abs_rel_error"])), ("p90 abs rel error", pct(s["p90_abs_rel_error"])),
-            ("median signed rel error (+ = predicted too fast)", pct(s["median_rel_error"], True)),
-            ("fit accuracy (predicted fits == ran)", pct(s["fit_accuracy"])),
-            ("leave-one-source-out median / p90 abs rel error", _loso_headline(s.get("loso"))),
-            ("BLOOM layout sweep Spearman rho", rho(s["bloom_sweep_spearman"])),
-            ("engine's fastest layout = measured fastest (groups differing only in layout)", _hits(s["ranking"])),
-            ("skipped", f"{s['skipped']} ({skipped})"),
-            (f"passed (median <= {s['max_median_error']:.0%})", "yes" if s["passed"] else "no")]
+    rows = [
+        ("evaluated records", s["count"]),
+        ("with a measured throughput", s["with_measured_throughput"]),
+        ("median abs rel error", pct(s["median_abs_rel_error"])),
+        ("p90 abs rel error", pct(s["p90_abs_rel_error"])),
+        ("median signed rel error (+ = predicted too fast)", pct(s["median_rel_error"], True)),
+        ("fit accuracy (predicted fits == ran)", pct(s["fit_accuracy"])),
+        ("leave-one-source-out median / p90 abs rel error", _loso_headline(s.get("loso"))),
+        ("BLOOM layout sweep Spearman rho", rho(s["bloom_sweep_spearman"])),
+        ("engine's fastest layout = measured fastest (groups differing only in layout)", _hits(s["ranking"])),
+        ("skipped", f"{s['skipped']} ({skipped})"),
+        (f"passed (median <= {s['max_median_error']:.0%})", "yes" if s["passed"] else "no"),
+    ]
     return ["| quantity | value |", "|---|---|"] + [f"| {k} | {v} |" for k, v in rows]
 
 
 def _loso_headline(loso: dict | None) -> str:
     if not loso or loso.get("count", 0) == 0:
         return "-" if not loso or not loso.get("error") else loso["error"]
-    return (f"{pct(loso['median_abs_rel_error'])} / {pct(loso['p90_abs_rel_error'])} over {loso['count']} records "
-            f"(same records, calibration fitted on all sources: median {pct(loso['in_sample_median_abs_rel_error'])})")
+    return (
+        f"{pct(loso['median_abs_rel_error'])} / {pct(loso['p90_abs_rel_error'])} over {loso['count']} records "
+        f"(same records, calibration fitted on all sources: median {pct(loso['in_sample_median_abs_rel_error'])})"
+    )
 
 
 def _hits(ranking: dict) -> str:
@@ -124,20 +143,27 @@ def loso_lines(loso: dict | None) -> list[str]:
         return ["- not computed"]
     if loso.get("error"):
         return [f"- {loso['error']}"]
-    out = [f"For each source family, the calibration ({', '.join(loso['params'])} per accelerator family) is "
-           "refitted on every other source's records and the held-out source is predicted with it. A family no "
-           "other source covers keeps the catalogue's values (the last column says which); such a row is not "
-           "held out where the catalogue was fitted on that same source, as v5p's matmul efficiency on the "
-           "maxtext records. The signed median shows a bias the calibration of "
-           "the other sources does not remove.", "",
-           "| held-out source | records | median abs | p90 abs | median signed | calibration used |",
-           "|---|---|---|---|---|---|"]
+    out = [
+        f"For each source family, the calibration ({', '.join(loso['params'])} per accelerator family) is "
+        "refitted on every other source's records and the held-out source is predicted with it. A family no "
+        "other source covers keeps the catalogue's values (the last column says which); such a row is not "
+        "held out where the catalogue was fitted on that same source, as v5p's matmul efficiency on the "
+        "maxtext records. The signed median shows a bias the calibration of "
+        "the other sources does not remove.",
+        "",
+        "| held-out source | records | median abs | p90 abs | median signed | calibration used |",
+        "|---|---|---|---|---|---|",
+    ]
     for name, g in loso["by_source"].items():
         how = "; ".join(f"{fam}: {text}" for fam, text in g["calibration"].items())
-        out.append(f"| {name} | {g['count']} | {pct(g['median_abs_rel_error'])} | {pct(g['p90_abs_rel_error'])} | "
-                   f"{pct(g['median_rel_error'], True)} | {how} |")
-    out.append(f"| **all (LOSO)** | {loso['count']} | {pct(loso['median_abs_rel_error'])} | "
-               f"{pct(loso['p90_abs_rel_error'])} | {pct(loso['median_rel_error'], True)} | |")
+        out.append(
+            f"| {name} | {g['count']} | {pct(g['median_abs_rel_error'])} | {pct(g['p90_abs_rel_error'])} | "
+            f"{pct(g['median_rel_error'], True)} | {how} |"
+        )
+    out.append(
+        f"| **all (LOSO)** | {loso['count']} | {pct(loso['median_abs_rel_error'])} | "
+        f"{pct(loso['p90_abs_rel_error'])} | {pct(loso['median_rel_error'], True)} | |"
+    )
     return out
 
 
@@ -146,20 +172,28 @@ def best_layout_lines(ranking: dict) -> list[str]:
     groups = ranking["best_layout"]
     if not groups:
         return ["- no source has two evaluated layouts of one model, cluster and batch"]
-    out = [f"Groups: evaluated runs of one source, model, cluster, sequence length and global batch (only the "
-           f"layout differs). The engine's pick is its fastest predicted layout among those it predicts fit; "
-           f"loss = 1 - measured(pick) / measured(best). {_hits(ranking)} hit.", "",
-           "| source | cluster | model | batch (seqs) | runs | measured best | engine's pick | hit | loss | "
-           "Spearman |", "|---|---|---|---|---|---|---|---|---|---|"]
+    out = [
+        f"Groups: evaluated runs of one source, model, cluster, sequence length and global batch (only the "
+        f"layout differs). The engine's pick is its fastest predicted layout among those it predicts fit; "
+        f"loss = 1 - measured(pick) / measured(best). {_hits(ranking)} hit.",
+        "",
+        "| source | cluster | model | batch (seqs) | runs | measured best | engine's pick | hit | loss | Spearman |",
+        "|---|---|---|---|---|---|---|---|---|---|",
+    ]
     for g in groups:
         best, pick = g["measured_best"], g["predicted_best"]
-        pick_text = ("none predicted to fit" if pick is None
-                     else f"`{pick['layout']}` ({num(pick['measured_tokens_per_s_per_device'])})")
-        out.append(f"| {g['source_family']} | {g['num_devices']} x {g['accelerator']} | {g['model']} | "
-                   f"{g['global_batch_seqs']} | {g['n']} | "
-                   f"`{best['layout']}` ({num(best['measured_tokens_per_s_per_device'])}) "
-                   f"| {pick_text} | {'hit' if g['hit'] else 'miss'} | "
-                   f"{'-' if g['measured_loss'] is None else pct(g['measured_loss'])} | {rho(g['spearman'])} |")
+        pick_text = (
+            "none predicted to fit"
+            if pick is None
+            else f"`{pick['layout']}` ({num(pick['measured_tokens_per_s_per_device'])})"
+        )
+        out.append(
+            f"| {g['source_family']} | {g['num_devices']} x {g['accelerator']} | {g['model']} | "
+            f"{g['global_batch_seqs']} | {g['n']} | "
+            f"`{best['layout']}` ({num(best['measured_tokens_per_s_per_device'])}) "
+            f"| {pick_text} | {'hit' if g['hit'] else 'miss'} | "
+            f"{'-' if g['measured_loss'] is None else pct(g['measured_loss'])} | {rho(g['spearman'])} |"
+        )
     out += ["", "Measured tokens/s per device in parentheses."]
     return out
 
@@ -169,15 +203,21 @@ def uncertainty_lines(table: dict | None, path: Path | None) -> list[str]:
     if table is None:
         return ["- not written (--uncertainty '')"]
     rel = path.relative_to(ROOT) if path.is_relative_to(ROOT) else path
-    out = [f"Written to `{rel}` (read by `layoutsearch.core.uncertainty.uncertainty_band`). Error = predicted / "
-           f"measured step time - 1 over the {table['basis']} predictions; band = [low, high] such that the measured "
-           "step lay within predicted x (1 + low) .. predicted x (1 + high) for 80% of the records.", "",
-           "| kind | records | p10 | p50 | p90 | band |", "|---|---|---|---|---|---|"]
+    out = [
+        f"Written to `{rel}` (read by `layoutsearch.core.uncertainty.uncertainty_band`). Error = predicted / "
+        f"measured step time - 1 over the {table['basis']} predictions; band = [low, high] such that the measured "
+        "step lay within predicted x (1 + low) .. predicted x (1 + high) for 80% of the records.",
+        "",
+        "| kind | records | p10 | p50 | p90 | band |",
+        "|---|---|---|---|---|---|",
+    ]
     for kind, q in table["quantiles"].items():
         band = table["default"] if kind == "all" else table["bands"].get(kind)
         band_text = "-" if band is None else f"{pct(band[0], True)} .. {pct(band[1], True)}"
-        out.append(f"| {kind} | {q['count']} | {pct(q['p10'], True)} | {pct(q['p50'], True)} | {pct(q['p90'], True)} | "
-                   f"{band_text} |")
+        out.append(
+            f"| {kind} | {q['count']} | {pct(q['p10'], True)} | {pct(q['p50'], True)} | {pct(q['p90'], True)} | "
+            f"{band_text} |"
+        )
     return out
 
 
@@ -185,26 +225,38 @@ def group_lines(groups: dict, title: str) -> list[str]:
     """Per-group error statistics as a Markdown table."""
     out = [f"| {title} | evaluated | median abs | p90 abs | median signed | skipped |", "|---|---|---|---|---|---|"]
     for name, g in groups.items():
-        out.append(f"| {name} | {g['count']} | {pct(g['median_abs_rel_error'])} | {pct(g['p90_abs_rel_error'])} | "
-                   f"{pct(g['median_rel_error'], True)} | {g['skipped']} |")
+        out.append(
+            f"| {name} | {g['count']} | {pct(g['median_abs_rel_error'])} | {pct(g['p90_abs_rel_error'])} | "
+            f"{pct(g['median_rel_error'], True)} | {g['skipped']} |"
+        )
     return out
 
 
 def record_lines(records: list[dict]) -> list[str]:
     """One table row per record (skipped ones with their reason)."""
-    out = ["| id | acc | N | measured tok/s/dev | predicted | rel error | OOM measured / fits predicted | "
-           "MFU measured / predicted (convention) | published layout's rank | engine's best speed-up | notes |",
-           "|---|---|---|---|---|---|---|---|---|---|---|"]
+    out = [
+        "| id | acc | N | measured tok/s/dev | predicted | rel error | OOM measured / fits predicted | "
+        "MFU measured / predicted (convention) | published layout's rank | engine's best speed-up | notes |",
+        "|---|---|---|---|---|---|---|---|---|---|---|",
+    ]
     for e in records:
         if e["skipped_reason"]:
-            out.append(f"| {e['id']} | {e['accelerator']} | {e['num_devices']} | {num(e['measured_tokens_per_s_per_device'])} "
-                       f"| - | - | {e['measured_oom']} / - | - | - | - | skipped: {e['skipped_reason']} |")
+            out.append(
+                f"| {e['id']} | {e['accelerator']} | {e['num_devices']} | {num(e['measured_tokens_per_s_per_device'])} "
+                f"| - | - | {e['measured_oom']} / - | - | - | - | skipped: {e['skipped_reason']} |"
+            )
             continue
-        mfu = "-" if e["measured_mfu"] is None else f"{e['measured_mfu']:.3f} / {e['predicted_mfu']:.3f} ({e['mfu_convention']})"
-        out.append(f"| {e['id']} | {e['accelerator']} | {e['num_devices']} | {num(e['measured_tokens_per_s_per_device'])} | "
-                   f"{num(e['predicted_tokens_per_s_per_device'])} | {pct(e['rel_error'], True)} | "
-                   f"{e['measured_oom']} / {e['predicted_fits']} ({e['predicted_memory_gib']:.1f} GiB) | {mfu} | "
-                   f"{_rank(e)} | {_speedup(e)} | {'; '.join(e['notes'])} |")
+        mfu = (
+            "-"
+            if e["measured_mfu"] is None
+            else f"{e['measured_mfu']:.3f} / {e['predicted_mfu']:.3f} ({e['mfu_convention']})"
+        )
+        out.append(
+            f"| {e['id']} | {e['accelerator']} | {e['num_devices']} | {num(e['measured_tokens_per_s_per_device'])} | "
+            f"{num(e['predicted_tokens_per_s_per_device'])} | {pct(e['rel_error'], True)} | "
+            f"{e['measured_oom']} / {e['predicted_fits']} ({e['predicted_memory_gib']:.1f} GiB) | {mfu} | "
+            f"{_rank(e)} | {_speedup(e)} | {'; '.join(e['notes'])} |"
+        )
     return out
 
 
@@ -225,25 +277,32 @@ def ranking_lines(records: list[dict]) -> list[str]:
         return ["- not computed"]
     speedups = sorted(e["best_predicted_speedup"] for e in ranked)
     top10 = sum(e["published_layout_rank"] <= 10 for e in ranked)
-    return [f"- {len(ranked)} published layouts ranked among every candidate of the same model, cluster and batch: "
-            f"{top10} in the engine's top 10; median predicted speed-up of the engine's best over the published "
-            f"layout {speedups[len(speedups) // 2]:.2f}x (max {speedups[-1]:.2f}x). These are predictions of the "
-            "cost model, not measurements: a large speed-up flags either a better layout or a model miss."]
+    return [
+        f"- {len(ranked)} published layouts ranked among every candidate of the same model, cluster and batch: "
+        f"{top10} in the engine's top 10; median predicted speed-up of the engine's best over the published "
+        f"layout {speedups[len(speedups) // 2]:.2f}x (max {speedups[-1]:.2f}x). These are predictions of the "
+        "cost model, not measurements: a large speed-up flags either a better layout or a model miss."
+    ]
 
 
 def calibration_lines(records: list[dict]) -> list[str]:
     """Before/after error and fitted values per accelerator (the catalogue is not changed)."""
     from layoutsearch.validation.calibrate import calibrate
-    out = ["| family (accelerators) | records | median before -> after | p90 before -> after | fitted | at a bound |",
-           "|---|---|---|---|---|---|"]
+
+    out = [
+        "| family (accelerators) | records | median before -> after | p90 before -> after | fitted | at a bound |",
+        "|---|---|---|---|---|---|",
+    ]
     for acc, fit in calibrate(records).items():
         if not fit.get("fitted"):
             continue
         vals = ", ".join(f"{k} {v:.3g}" for k, v in fit["fitted"].items())
-        out.append(f"| {acc} ({', '.join(fit['accelerators'])}) | {fit['records']} | "
-                   f"{pct(fit['before']['median_abs_rel_error'])} -> "
-                   f"{pct(fit['after']['median_abs_rel_error'])} | {pct(fit['before']['p90_abs_rel_error'])} -> "
-                   f"{pct(fit['after']['p90_abs_rel_error'])} | {vals} | {', '.join(fit['at_bound']) or '-'} |")
+        out.append(
+            f"| {acc} ({', '.join(fit['accelerators'])}) | {fit['records']} | "
+            f"{pct(fit['before']['median_abs_rel_error'])} -> "
+            f"{pct(fit['after']['median_abs_rel_error'])} | {pct(fit['before']['p90_abs_rel_error'])} -> "
+            f"{pct(fit['after']['p90_abs_rel_error'])} | {vals} | {', '.join(fit['at_bound']) or '-'} |"
+        )
     return out
 
 
@@ -291,7 +350,7 @@ DISCUSSION = [
     "  GPUs are predicted out of memory because the engine keeps fp32 gradients and full-layer buffers",
     "  that Megatron-DeepSpeed (16-bit gradients) and DeepSpeed (capped buckets) avoid.",
     "- **BLOOM layout sweep, Spearman 0.71 (0.46 before blocking launches were costed).** BigScience ran",
-    "  every tr11 job with `CUDA_LAUNCH_BLOCKING=1` (the slurm: \"do not remove or the training will",
+    '  every tr11 job with `CUDA_LAUNCH_BLOCKING=1` (the slurm: "do not remove or the training will',
     "  hang\"), so the host's time per layer and pass is waited for and nothing overlaps; mapping rule 18",
     "  costs the BLOOM records so. The one constant this needs (`blocking_launch_us_per_layer_pass`, 2385",
     "  us on A100) is identified by the BLOOM rows only, fitted with the A100 matmul and attention",
@@ -300,7 +359,7 @@ DISCUSSION = [
     "  held-out rows of the same chronicle (section above: median 10.2% -> 4.7%, rho -0.14 -> 0.64) test",
     "  it on measurements it was not fitted on. Against it, the chronicle's own A/B (80 GPUs, one",
     "  microbatch of 1 per stage) measured blocking 6% slower where the constant predicts 28%, and adds",
-    "  that blocking costs \"sometimes\": the constant may hold host time these runs pay asynchronously too.",
+    '  that blocking costs "sometimes": the constant may hold host time these runs pay asynchronously too.',
     "  The bigscience row of the leave-one-source-out table refits the fractions without BLOOM but keeps",
     "  this constant (no other source launches blocking), so it is not fully held out. The dp24-tp8-pp2",
     "  row (+13%) ran at 76 of 80 GB, where the allocator's retries slow a run (the chronicle's mbs 8",
@@ -318,36 +377,77 @@ DISCUSSION = [
 ]
 
 
-def write_markdown(doc: dict, runs: Path, path: Path, records: list[dict], with_calibration: bool,
-                   uncertainty: tuple[dict, Path] | None = None, heldout: dict | None = None) -> None:
+def write_markdown(
+    doc: dict,
+    runs: Path,
+    path: Path,
+    records: list[dict],
+    with_calibration: bool,
+    uncertainty: tuple[dict, Path] | None = None,
+    heldout: dict | None = None,
+) -> None:
     """results/validation.md: summary, groups, worst misses, sweeps, skipped, per-record table."""
     s = doc["summary"]
-    lines = ["# Validation against published runs", "", *provenance(runs), "", "## Summary", "", *summary_lines(s), "",
-             "Rel error = predicted / measured - 1 on tokens/s per device; + means the engine is too fast.", "",
-             "![predicted vs measured](validation_scatter.png)", "", "## By accelerator", "",
-             *group_lines(s["by_accelerator"], "accelerator"), "", "## By source", "",
-             *group_lines(s["by_source"], "source"), "", "## Worst 5", ""]
+    lines = [
+        "# Validation against published runs",
+        "",
+        *provenance(runs),
+        "",
+        "## Summary",
+        "",
+        *summary_lines(s),
+        "",
+        "Rel error = predicted / measured - 1 on tokens/s per device; + means the engine is too fast.",
+        "",
+        "![predicted vs measured](validation_scatter.png)",
+        "",
+        "## By accelerator",
+        "",
+        *group_lines(s["by_accelerator"], "accelerator"),
+        "",
+        "## By source",
+        "",
+        *group_lines(s["by_source"], "source"),
+        "",
+        "## Worst 5",
+        "",
+    ]
     lines += [f"{i}. `{w['id']}` {pct(w['rel_error'], True)}: {w['reason']}" for i, w in enumerate(s["worst"], 1)]
     lines += ["", "## Generalization: leave one source out", "", *loso_lines(s.get("loso"))]
     lines += ["", "## Uncertainty bands", "", *uncertainty_lines(*(uncertainty or (None, None)))]
     lines += ["", "## Layout sweeps (Spearman rank correlation, predicted vs measured)", ""]
-    lines += [f"- {sw['source_family']} on {sw['num_devices']} x {sw['accelerator']}, {sw['n']} runs: "
-              f"rho = {rho(sw['spearman'])}" for sw in s["layout_sweeps"]] or ["- none found"]
+    lines += [
+        f"- {sw['source_family']} on {sw['num_devices']} x {sw['accelerator']}, {sw['n']} runs: "
+        f"rho = {rho(sw['spearman'])}"
+        for sw in s["layout_sweeps"]
+    ] or ["- none found"]
     lines += [f"- BLOOM sweep: rho = {rho(s['bloom_sweep_spearman'])} ({s['bloom_sweep_note']})"]
     if heldout is not None:
         h = heldout["summary"]
-        lines += ["", "## Held out: BLOOM prequel rows outside the development set", "",
-                  f"`tests/data/{HELDOUT_RUNS}` ({h['count']} rows of the same 181B model from BigScience's "
-                  "chronicles-prequel.md, '48 node contenders' 2022-02-21 and 'GBS Variations' 2022-02-25, written by "
-                  "`scripts/bloom_heldout.py`): no calibration was fitted on them, so they check the one constant "
-                  "fitted on the development set's BLOOM rows (`blocking_launch_us_per_layer_pass`).", "",
-                  "| evaluated | median abs | p90 abs | median signed | fit accuracy | Spearman rho |",
-                  "|---|---|---|---|---|---|",
-                  f"| {h['with_measured_throughput']} (+{h['count'] - h['with_measured_throughput']} OOM) | "
-                  f"{pct(h['median_abs_rel_error'])} | {pct(h['p90_abs_rel_error'])} | "
-                  f"{pct(h['median_rel_error'], True)} | {pct(h['fit_accuracy'])} | {rho(h['bloom_sweep_spearman'])} |"]
-    lines += ["", "## Does the engine pick the measured-best layout?", "", *best_layout_lines(s["ranking"]), "",
-              "## Memory: fit mismatches (predicted OOM but ran, or the reverse)", ""]
+        lines += [
+            "",
+            "## Held out: BLOOM prequel rows outside the development set",
+            "",
+            f"`tests/data/{HELDOUT_RUNS}` ({h['count']} rows of the same 181B model from BigScience's "
+            "chronicles-prequel.md, '48 node contenders' 2022-02-21 and 'GBS Variations' 2022-02-25, written by "
+            "`scripts/bloom_heldout.py`): no calibration was fitted on them, so they check the one constant "
+            "fitted on the development set's BLOOM rows (`blocking_launch_us_per_layer_pass`).",
+            "",
+            "| evaluated | median abs | p90 abs | median signed | fit accuracy | Spearman rho |",
+            "|---|---|---|---|---|---|",
+            f"| {h['with_measured_throughput']} (+{h['count'] - h['with_measured_throughput']} OOM) | "
+            f"{pct(h['median_abs_rel_error'])} | {pct(h['p90_abs_rel_error'])} | "
+            f"{pct(h['median_rel_error'], True)} | {pct(h['fit_accuracy'])} | {rho(h['bloom_sweep_spearman'])} |",
+        ]
+    lines += [
+        "",
+        "## Does the engine pick the measured-best layout?",
+        "",
+        *best_layout_lines(s["ranking"]),
+        "",
+        "## Memory: fit mismatches (predicted OOM but ran, or the reverse)",
+        "",
+    ]
     lines += [f"- `{i}`" for i in s["fit_mismatches"]] or ["- none"]
     lines += ["", "## The published layouts among the engine's candidates", "", *ranking_lines(doc["records"])]
     lines += ["", "## Discussion of the largest misses", "", *DISCUSSION]
@@ -360,8 +460,10 @@ def write_markdown(doc: dict, runs: Path, path: Path, records: list[dict], with_
 def write_scatter(doc: dict, path: Path) -> None:
     """Log-log predicted vs measured tokens/s per device, by accelerator, with y = x and a +-25% band."""
     import matplotlib
+
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
+
     pts = [e for e in doc["records"] if e["rel_error"] is not None]
     fig, ax = plt.subplots(figsize=(7.5, 7))
     lo = min(min(e["measured_tokens_per_s_per_device"], e["predicted_tokens_per_s_per_device"]) for e in pts) / 1.5
@@ -373,14 +475,30 @@ def write_scatter(doc: dict, path: Path) -> None:
         fits = [e for e in sel if e["predicted_fits"]]
         oom = [e for e in sel if not e["predicted_fits"]]
         color = f"C{i}"
-        ax.scatter([e["measured_tokens_per_s_per_device"] for e in fits],
-                   [e["predicted_tokens_per_s_per_device"] for e in fits], s=22, color=color, label=f"{acc} ({len(sel)})")
-        ax.scatter([e["measured_tokens_per_s_per_device"] for e in oom],
-                   [e["predicted_tokens_per_s_per_device"] for e in oom], s=22, facecolors="none", edgecolors=color)
-    ax.set(xscale="log", yscale="log", xlim=(lo, hi), ylim=(lo, hi), xlabel="measured tokens/s per device",
-           ylabel="predicted tokens/s per device",
-           title=f"layoutsearch vs published runs: median |err| {doc['summary']['median_abs_rel_error']:.1%}, "
-                 f"p90 {doc['summary']['p90_abs_rel_error']:.1%}")
+        ax.scatter(
+            [e["measured_tokens_per_s_per_device"] for e in fits],
+            [e["predicted_tokens_per_s_per_device"] for e in fits],
+            s=22,
+            color=color,
+            label=f"{acc} ({len(sel)})",
+        )
+        ax.scatter(
+            [e["measured_tokens_per_s_per_device"] for e in oom],
+            [e["predicted_tokens_per_s_per_device"] for e in oom],
+            s=22,
+            facecolors="none",
+            edgecolors=color,
+        )
+    ax.set(
+        xscale="log",
+        yscale="log",
+        xlim=(lo, hi),
+        ylim=(lo, hi),
+        xlabel="measured tokens/s per device",
+        ylabel="predicted tokens/s per device",
+        title=f"layoutsearch vs published runs: median |err| {doc['summary']['median_abs_rel_error']:.1%}, "
+        f"p90 {doc['summary']['p90_abs_rel_error']:.1%}",
+    )
     ax.legend(loc="upper left", fontsize=8, title="hollow: predicted OOM", title_fontsize=8)
     ax.grid(True, which="both", lw=0.3)
     fig.tight_layout()
@@ -404,17 +522,29 @@ def moe_summary_lines(s: dict, total: int) -> list[str]:
 
     def target(value: float | None, limit: float) -> str:
         return "-" if value is None else ("met" if value <= limit else "not met")
-    rows = [("records", total), ("evaluated records", s["count"]),
-            ("with a measured throughput", s["with_measured_throughput"]),
-            ("median abs rel error (tokens/s per device)",
-             f"{pct(s['median_abs_rel_error'])} (target <= {MOE_TARGETS['median_abs_rel_error']:.0%}: "
-             f"{target(s['median_abs_rel_error'], MOE_TARGETS['median_abs_rel_error'])})"),
-            ("p90 abs rel error", f"{pct(s['p90_abs_rel_error'])} (target <= {MOE_TARGETS['p90_abs_rel_error']:.0%}: "
-                                  f"{target(s['p90_abs_rel_error'], MOE_TARGETS['p90_abs_rel_error'])})"),
-            ("median signed rel error (+ = predicted too fast)", pct(s["median_rel_error"], True)),
-            ("fit accuracy (predicted fits == ran)", pct(s["fit_accuracy"])),
-            ("skipped", f"{s['skipped']} of {total} = {pct(share)} (target <= {MOE_TARGETS['skipped_share']:.0%}: "
-                        f"{target(share, MOE_TARGETS['skipped_share'])}; {skipped})")]
+
+    rows = [
+        ("records", total),
+        ("evaluated records", s["count"]),
+        ("with a measured throughput", s["with_measured_throughput"]),
+        (
+            "median abs rel error (tokens/s per device)",
+            f"{pct(s['median_abs_rel_error'])} (target <= {MOE_TARGETS['median_abs_rel_error']:.0%}: "
+            f"{target(s['median_abs_rel_error'], MOE_TARGETS['median_abs_rel_error'])})",
+        ),
+        (
+            "p90 abs rel error",
+            f"{pct(s['p90_abs_rel_error'])} (target <= {MOE_TARGETS['p90_abs_rel_error']:.0%}: "
+            f"{target(s['p90_abs_rel_error'], MOE_TARGETS['p90_abs_rel_error'])})",
+        ),
+        ("median signed rel error (+ = predicted too fast)", pct(s["median_rel_error"], True)),
+        ("fit accuracy (predicted fits == ran)", pct(s["fit_accuracy"])),
+        (
+            "skipped",
+            f"{s['skipped']} of {total} = {pct(share)} (target <= {MOE_TARGETS['skipped_share']:.0%}: "
+            f"{target(share, MOE_TARGETS['skipped_share'])}; {skipped})",
+        ),
+    ]
     return ["| quantity | value |", "|---|---|"] + [f"| {k} | {v} |" for k, v in rows]
 
 
@@ -422,15 +552,20 @@ def routing_lines(records: list[dict], entries: list[dict]) -> list[str]:
     """Error statistics per routing regime (mapping.routing: forced, real, not stated)."""
     from layoutsearch.validation.mapping import routing
     from layoutsearch.validation.stats import error_stats
+
     groups: dict[str, list[dict]] = {}
     for r, e in zip(records, entries):
         groups.setdefault(routing(r) or "dense", []).append(e)
-    out = ["| routing (derived notes) | records | evaluated | median abs | p90 abs | median signed |",
-           "|---|---|---|---|---|---|"]
+    out = [
+        "| routing (derived notes) | records | evaluated | median abs | p90 abs | median signed |",
+        "|---|---|---|---|---|---|",
+    ]
     for name, es in sorted(groups.items()):
         st = error_stats([e["rel_error"] for e in es if e["rel_error"] is not None])
-        out.append(f"| {name} | {len(es)} | {st['count']} | {pct(st['median_abs_rel_error'])} | "
-                   f"{pct(st['p90_abs_rel_error'])} | {pct(st['median_rel_error'], True)} |")
+        out.append(
+            f"| {name} | {len(es)} | {st['count']} | {pct(st['median_abs_rel_error'])} | "
+            f"{pct(st['p90_abs_rel_error'])} | {pct(st['median_rel_error'], True)} |"
+        )
     return out
 
 
@@ -438,6 +573,7 @@ def breakdown(record: dict) -> dict[str, float] | None:
     """The engine's predicted step time and its itemised terms (``estimate(...).time_s``), in seconds."""
     from layoutsearch.costs.estimate import estimate
     from layoutsearch.validation.mapping import record_to_problem
+
     mapped = record_to_problem(record)
     if isinstance(mapped, str):
         return None
@@ -448,35 +584,49 @@ def worst_lines(records: list[dict], entries: list[dict], n: int = 10) -> list[s
     """The n largest |errors| with the predicted step split into its terms (seconds)."""
     by_id = {r["id"]: r for r in records}
     worst = sorted((e for e in entries if e["rel_error"] is not None), key=lambda e: -abs(e["rel_error"]))[:n]
-    out = ["Predicted step time (s) and its terms from `estimate(...).time_s`; \"other\" lists the remaining "
-           "itemised terms above 1% of the step.", "",
-           "| # | id | measured | predicted | error | step | " + " | ".join(BREAKDOWN) + " | other |",
-           "|---|---|---|---|---|---|" + "---|" * len(BREAKDOWN) + "---|"]
+    out = [
+        'Predicted step time (s) and its terms from `estimate(...).time_s`; "other" lists the remaining '
+        "itemised terms above 1% of the step.",
+        "",
+        "| # | id | measured | predicted | error | step | " + " | ".join(BREAKDOWN) + " | other |",
+        "|---|---|---|---|---|---|" + "---|" * len(BREAKDOWN) + "---|",
+    ]
     for i, e in enumerate(worst, 1):
         t = breakdown(by_id[e["id"]]) or {}
         step = t.get("step", 0.0)
-        rest = sorted(((v, k) for k, v in t.items() if ("/" in k or k == "bubble") and k not in BREAKDOWN
-                       and v >= 0.01 * step), reverse=True)
+        rest = sorted(
+            ((v, k) for k, v in t.items() if ("/" in k or k == "bubble") and k not in BREAKDOWN and v >= 0.01 * step),
+            reverse=True,
+        )
         other = ", ".join(f"{k} {v:.3g}" for v, k in rest) or "-"
-        out.append(f"| {i} | `{e['id']}` | {tok(e['measured_tokens_per_s_per_device'])} | "
-                   f"{tok(e['predicted_tokens_per_s_per_device'])} | {pct(e['rel_error'], True)} | {step:.3g} | "
-                   + " | ".join(f"{t.get(k, 0.0):.3g}" for k in BREAKDOWN) + f" | {other} |")
+        out.append(
+            f"| {i} | `{e['id']}` | {tok(e['measured_tokens_per_s_per_device'])} | "
+            f"{tok(e['predicted_tokens_per_s_per_device'])} | {pct(e['rel_error'], True)} | {step:.3g} | "
+            + " | ".join(f"{t.get(k, 0.0):.3g}" for k in BREAKDOWN)
+            + f" | {other} |"
+        )
     return out
 
 
 def moe_record_lines(records: list[dict], entries: list[dict]) -> list[str]:
     """One row per record: id, accelerator, devices, layout (ep/etp included), precision, the numbers, notes."""
     from layoutsearch.validation.stats import layout_label
-    out = ["| id | acc | N | layout | precision | measured tok/s/dev | predicted | error | fits (predicted) | "
-           "notes or skip reason |", "|---|---|---|---|---|---|---|---|---|---|"]
+
+    out = [
+        "| id | acc | N | layout | precision | measured tok/s/dev | predicted | error | fits (predicted) | "
+        "notes or skip reason |",
+        "|---|---|---|---|---|---|---|---|---|---|",
+    ]
     for r, e in zip(records, entries):
         wl = r["workload"]
         precision = (wl["precision"] or "-") + (f" ({wl['fp8_recipe']})" if wl.get("fp8_recipe") else "")
         fits = "-" if e["predicted_fits"] is None else f"{e['predicted_fits']} ({e['predicted_memory_gib']:.0f} GiB)"
         text = f"skipped: {e['skipped_reason']}" if e["skipped_reason"] else "; ".join(e["notes"])
-        out.append(f"| {e['id']} | {e['accelerator']} | {e['num_devices']} | {layout_label(r)} | {precision} | "
-                   f"{tok(e['measured_tokens_per_s_per_device'])} | {tok(e['predicted_tokens_per_s_per_device'])} | "
-                   f"{pct(e['rel_error'], True)} | {fits} | {text} |")
+        out.append(
+            f"| {e['id']} | {e['accelerator']} | {e['num_devices']} | {layout_label(r)} | {precision} | "
+            f"{tok(e['measured_tokens_per_s_per_device'])} | {tok(e['predicted_tokens_per_s_per_device'])} | "
+            f"{pct(e['rel_error'], True)} | {fits} | {text} |"
+        )
     return out
 
 
@@ -485,23 +635,31 @@ def moe_loso_lines(loso: dict | None) -> list[str]:
     predicted."""
     if not loso:
         return []
-    out = ["## Leave one source out", "",
-           f"The learned-routing spread `routing_cv` (on the 0.05 grid of `scripts/fit_routing_cv.py`), then "
-           f"`moe_layer_overhead_s` per accelerator family and `moe_expert_overhead_s` shared by the GPUs refitted "
-           f"(Huber loss) on every other source's runs costed without CUDA graphs, then, with those held, the share "
-           f"scoped graphs remove on the other sources' scoped runs and the share a full-iteration graph removes on "
-           f"theirs (as the catalogue's were fitted), each source predicted: "
-           f"median |error| {pct(loso['median_abs_rel_error'])}, p90 {pct(loso['p90_abs_rel_error'])} over "
-           f"{loso['count']} records (in sample: median {pct(loso['in_sample_median_abs_rel_error'])}).", "",
-           "| held-out source | records | median abs | p90 abs | median signed | routing_cv refit | graphed share "
-           "refit (scoped / full iteration) |",
-           "|---|---|---|---|---|---|---|"]
+    out = [
+        "## Leave one source out",
+        "",
+        f"The learned-routing spread `routing_cv` (on the 0.05 grid of `scripts/fit_routing_cv.py`), then "
+        f"`moe_layer_overhead_s` per accelerator family and `moe_expert_overhead_s` shared by the GPUs refitted "
+        f"(Huber loss) on every other source's runs costed without CUDA graphs, then, with those held, the share "
+        f"scoped graphs remove on the other sources' scoped runs and the share a full-iteration graph removes on "
+        f"theirs (as the catalogue's were fitted), each source predicted: "
+        f"median |error| {pct(loso['median_abs_rel_error'])}, p90 {pct(loso['p90_abs_rel_error'])} over "
+        f"{loso['count']} records (in sample: median {pct(loso['in_sample_median_abs_rel_error'])}).",
+        "",
+        "| held-out source | records | median abs | p90 abs | median signed | routing_cv refit | graphed share "
+        "refit (scoped / full iteration) |",
+        "|---|---|---|---|---|---|---|",
+    ]
     for name, g in sorted(loso.get("by_source", {}).items()):
         how = g.get("calibration", {})
-        cv, scoped, full = (how.get(key, "-").split(",")[0]
-                            for key in ("routing_cv", "moe_overhead_graphed_share", "moe_overhead_full_graph_share"))
-        out.append(f"| {name} | {g['count']} | {pct(g['median_abs_rel_error'])} | {pct(g['p90_abs_rel_error'])} | "
-                   f"{pct(g['median_rel_error'], True)} | {cv} | {scoped} / {full} |")
+        cv, scoped, full = (
+            how.get(key, "-").split(",")[0]
+            for key in ("routing_cv", "moe_overhead_graphed_share", "moe_overhead_full_graph_share")
+        )
+        out.append(
+            f"| {name} | {g['count']} | {pct(g['median_abs_rel_error'])} | {pct(g['p90_abs_rel_error'])} | "
+            f"{pct(g['median_rel_error'], True)} | {cv} | {scoped} / {full} |"
+        )
     return out + [""]
 
 
@@ -509,39 +667,62 @@ def write_moe_markdown(doc: dict, runs: Path, path: Path, records: list[dict]) -
     """results/validation_moe.md: summary against the targets, groups, worst 10 with the time breakdown,
     skipped records, fit mismatches, per-record table."""
     s, entries = doc["summary"], doc["records"]
-    lines = ["# Validation against published mixture-of-experts runs", "", *provenance(runs, moe=True), "",
-             "## Summary", "", *moe_summary_lines(s, len(entries)), "",
-             "Rel error = predicted / measured - 1 on tokens/s per device (`measured.tokens_per_s_per_device`; the "
-             "sources' TFLOP/s use their own FLOP counts and are not compared); + means the engine is too fast. "
-             "Predictions use the catalogue's calibration: the dense fractions fitted on the dense runs; the MoE "
-             "layers' host overhead, `moe_layer_overhead_us` per layer for each GPU family and `moe_expert_overhead_us` "
-             "per local expert, one value for the GPUs, fitted together (Huber loss on log error) on the records "
-             "costed without CUDA graphs; the share of the per-layer part "
-             "scoped CUDA graphs remove, `moe_overhead_graphed_share`, one value for the GPUs "
-             f"fitted on the {sum(record_cuda_graphs(r) == 'scoped' for r in records)} records costed with scoped "
-             "graphs; and the share of both parts a full-iteration graph removes, `moe_overhead_full_graph_share`, "
-             f"fitted on the {sum(record_cuda_graphs(r) == 'full_iteration' for r in records)} records costed with one "
-             "(`hardware/*.yaml` `calibration_moe`); the leave-one-source-out table below refits them all without "
-             "each source. On TPUs no MoE overhead is fitted; the v5p MoE records (8k sequences) and the dense v5p "
-             "records were fitted together for the v5p matmul and attention fractions (`hardware/v5p.yaml`; the dense "
-             "records alone put the attention fraction at 0.2, the joint fit at 0.215), which the table below does not "
-             "refit. The mapping of a record onto the engine is the "
-             "docstring of `layoutsearch/validation/mapping.py` (rules 16, 17, 19, 20, 21, 22, 23, 24 and 25 for MoE, "
-             "MLA, the attention kernel, CUDA graphs, Megatron-FSDP's gradients, the Megatron-Bridge release presets, "
-             "the DeepSeek-V3 recipes' pipeline splits, the MLPerf configuration files and Megatron-Bridge's bf16 "
-             "gradients).", "",
-             *moe_loso_lines(doc.get("loso")),
-             "## By accelerator", "", *group_lines(s["by_accelerator"], "accelerator"), "",
-             "## By source family", "", *group_lines(s["by_source"], "source"), "",
-             "## By routing", "",
-             "A record whose notes say the benchmark forced balanced routing is costed with `--routing forced` "
-             "(random routing); one that says real routing, or does not say, with `--routing learned`, the engine's "
-             f"default (a learned router's expert loads spread by `routing_cv` {LEARNED_ROUTING_EXPERT_CV:g}, "
-             "`results/routing_cv.md`): the "
-             "busiest expert device sets each MoE layer's pace. The regime is read from each record's `derived` "
-             "notes.", "", *routing_lines(records, entries), "",
-             "## Worst 10", "", *worst_lines(records, entries), "",
-             "## Skipped", ""]
+    lines = [
+        "# Validation against published mixture-of-experts runs",
+        "",
+        *provenance(runs, moe=True),
+        "",
+        "## Summary",
+        "",
+        *moe_summary_lines(s, len(entries)),
+        "",
+        "Rel error = predicted / measured - 1 on tokens/s per device (`measured.tokens_per_s_per_device`; the "
+        "sources' TFLOP/s use their own FLOP counts and are not compared); + means the engine is too fast. "
+        "Predictions use the catalogue's calibration: the dense fractions fitted on the dense runs; the MoE "
+        "layers' host overhead, `moe_layer_overhead_us` per layer for each GPU family and `moe_expert_overhead_us` "
+        "per local expert, one value for the GPUs, fitted together (Huber loss on log error) on the records "
+        "costed without CUDA graphs; the share of the per-layer part "
+        "scoped CUDA graphs remove, `moe_overhead_graphed_share`, one value for the GPUs "
+        f"fitted on the {sum(record_cuda_graphs(r) == 'scoped' for r in records)} records costed with scoped "
+        "graphs; and the share of both parts a full-iteration graph removes, `moe_overhead_full_graph_share`, "
+        f"fitted on the {sum(record_cuda_graphs(r) == 'full_iteration' for r in records)} records costed with one "
+        "(`hardware/*.yaml` `calibration_moe`); the leave-one-source-out table below refits them all without "
+        "each source. On TPUs no MoE overhead is fitted; the v5p MoE records (8k sequences) and the dense v5p "
+        "records were fitted together for the v5p matmul and attention fractions (`hardware/v5p.yaml`; the dense "
+        "records alone put the attention fraction at 0.2, the joint fit at 0.215), which the table below does not "
+        "refit. The mapping of a record onto the engine is the "
+        "docstring of `layoutsearch/validation/mapping.py` (rules 16, 17, 19, 20, 21, 22, 23, 24 and 25 for MoE, "
+        "MLA, the attention kernel, CUDA graphs, Megatron-FSDP's gradients, the Megatron-Bridge release presets, "
+        "the DeepSeek-V3 recipes' pipeline splits, the MLPerf configuration files and Megatron-Bridge's bf16 "
+        "gradients).",
+        "",
+        *moe_loso_lines(doc.get("loso")),
+        "## By accelerator",
+        "",
+        *group_lines(s["by_accelerator"], "accelerator"),
+        "",
+        "## By source family",
+        "",
+        *group_lines(s["by_source"], "source"),
+        "",
+        "## By routing",
+        "",
+        "A record whose notes say the benchmark forced balanced routing is costed with `--routing forced` "
+        "(random routing); one that says real routing, or does not say, with `--routing learned`, the engine's "
+        f"default (a learned router's expert loads spread by `routing_cv` {LEARNED_ROUTING_EXPERT_CV:g}, "
+        "`results/routing_cv.md`): the "
+        "busiest expert device sets each MoE layer's pace. The regime is read from each record's `derived` "
+        "notes.",
+        "",
+        *routing_lines(records, entries),
+        "",
+        "## Worst 10",
+        "",
+        *worst_lines(records, entries),
+        "",
+        "## Skipped",
+        "",
+    ]
     lines += [f"- `{e['id']}`: {e['skipped_reason']}" for e in entries if e["skipped_reason"]] or ["- none"]
     lines += ["", "## Memory: fit mismatches (predicted OOM but ran, or the reverse)", ""]
     lines += [f"- `{i}`" for i in s["fit_mismatches"]] or ["- none"]
@@ -560,32 +741,48 @@ def main_moe(args: argparse.Namespace) -> int:
         # the learned-routing spread first, on the grid of scripts/fit_routing_cv.py; then the share of the overhead
         # scoped graphs remove, on the scoped runs, and the share a full-iteration graph removes, on those runs
         doc["loso"] = leave_one_source_out(
-            records, ("moe_layer_overhead_s",), shared=("moe_expert_overhead_s",),
-            fit_on=lambda r: record_cuda_graphs(r) == "none", loss="huber", routing_cv_grid=ROUTING_CV_GRID,
-            then=(("moe_overhead_graphed_share", lambda r: record_cuda_graphs(r) == "scoped"),
-                  ("moe_overhead_full_graph_share", lambda r: record_cuda_graphs(r) == "full_iteration")))
+            records,
+            ("moe_layer_overhead_s",),
+            shared=("moe_expert_overhead_s",),
+            fit_on=lambda r: record_cuda_graphs(r) == "none",
+            loss="huber",
+            routing_cv_grid=ROUTING_CV_GRID,
+            then=(
+                ("moe_overhead_graphed_share", lambda r: record_cuda_graphs(r) == "scoped"),
+                ("moe_overhead_full_graph_share", lambda r: record_cuda_graphs(r) == "full_iteration"),
+            ),
+        )
     args.out.mkdir(parents=True, exist_ok=True)
     write_moe_markdown(doc, args.runs, args.out / "validation_moe.md", records)
     s = doc["summary"]
-    print(f"{s['count']} evaluated, {s['skipped']} of {len(records)} skipped: median {pct(s['median_abs_rel_error'])}, "
-          f"p90 {pct(s['p90_abs_rel_error'])}, fit accuracy {pct(s['fit_accuracy'])}")
+    print(
+        f"{s['count']} evaluated, {s['skipped']} of {len(records)} skipped: median {pct(s['median_abs_rel_error'])}, "
+        f"p90 {pct(s['p90_abs_rel_error'])}, fit accuracy {pct(s['fit_accuracy'])}"
+    )
     return 0
 
 
 def main(argv: list[str] | None = None) -> int:
     """Parse arguments, validate, write both files; prints the summary line."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("runs", nargs="?", type=Path,
-                        help="a runs file (default: tests/data/runs_dev.yaml; with --moe tests/data/runs_moe_dev.yaml)")
-    parser.add_argument("--no-loso", action="store_true",
-                        help="with --moe: skip the leave-one-source-out refit (about a minute)")
-    parser.add_argument("--moe", action="store_true",
-                        help="write only results/validation_moe.md from the mixture-of-experts runs")
+    parser.add_argument(
+        "runs",
+        nargs="?",
+        type=Path,
+        help="a runs file (default: tests/data/runs_dev.yaml; with --moe tests/data/runs_moe_dev.yaml)",
+    )
+    parser.add_argument(
+        "--no-loso", action="store_true", help="with --moe: skip the leave-one-source-out refit (about a minute)"
+    )
+    parser.add_argument(
+        "--moe", action="store_true", help="write only results/validation_moe.md from the mixture-of-experts runs"
+    )
     parser.add_argument("--max-median-error", type=float, default=0.10)
     parser.add_argument("--calibration", action="store_true", help="add the calibration fit section")
     parser.add_argument("--out", type=Path, default=ROOT / "results")
-    parser.add_argument("--uncertainty", default=str(UNCERTAINTY_PATH),
-                        help="where to write the uncertainty bands ('' = nowhere)")
+    parser.add_argument(
+        "--uncertainty", default=str(UNCERTAINTY_PATH), help="where to write the uncertainty bands ('' = nowhere)"
+    )
     args = parser.parse_args(argv)
     if args.moe:
         return main_moe(args)
@@ -598,21 +795,25 @@ def main(argv: list[str] | None = None) -> int:
         target = Path(args.uncertainty).resolve()
         digest = hashlib.sha256(args.runs.read_bytes()).hexdigest()[:16]
         rel = args.runs.relative_to(ROOT) if args.runs.is_relative_to(ROOT) else args.runs
-        header = ["Uncertainty bands of predicted step times, per accelerator kind (layoutsearch.core.uncertainty).",
-                  f"Generated by `{command(args.runs)}` (from the repository root); do not edit by hand.",
-                  f"Input: {rel} (sha256 {digest}...); code: git {code_version()}.",
-                  "quantiles: p10/p50/p90 of error = predicted / measured step time - 1 over the evaluated records,",
-                  "each predicted out of sample (leave-one-source-out calibration); bands/default: [low, high] with",
-                  "the measured step within predicted x (1 + low) .. predicted x (1 + high) for 80% of the records."]
+        header = [
+            "Uncertainty bands of predicted step times, per accelerator kind (layoutsearch.core.uncertainty).",
+            f"Generated by `{command(args.runs)}` (from the repository root); do not edit by hand.",
+            f"Input: {rel} (sha256 {digest}...); code: git {code_version()}.",
+            "quantiles: p10/p50/p90 of error = predicted / measured step time - 1 over the evaluated records,",
+            "each predicted out of sample (leave-one-source-out calibration); bands/default: [low, high] with",
+            "the measured step within predicted x (1 + low) .. predicted x (1 + high) for 80% of the records.",
+        ]
         uncertainty = (write_uncertainty(doc, header, target), target)
     heldout = validate_runs(load_runs(data_file(HELDOUT_RUNS)), args.max_median_error, rank=False, loso=False)
     write_markdown(doc, args.runs, args.out / "validation.md", records, args.calibration, uncertainty, heldout)
     write_scatter(doc, args.out / "validation_scatter.png")
     s, loso, rk = doc["summary"], doc["summary"]["loso"], doc["summary"]["ranking"]
-    print(f"{s['count']} evaluated, {s['skipped']} skipped: median {s['median_abs_rel_error']:.3f}, "
-          f"p90 {s['p90_abs_rel_error']:.3f}, fit accuracy {s['fit_accuracy']:.3f}, passed={s['passed']}; "
-          f"LOSO median {_loso_headline(loso)}; best-layout hits {_hits(rk)}; "
-          f"BLOOM rho {rho(s['bloom_sweep_spearman'])}")
+    print(
+        f"{s['count']} evaluated, {s['skipped']} skipped: median {s['median_abs_rel_error']:.3f}, "
+        f"p90 {s['p90_abs_rel_error']:.3f}, fit accuracy {s['fit_accuracy']:.3f}, passed={s['passed']}; "
+        f"LOSO median {_loso_headline(loso)}; best-layout hits {_hits(rk)}; "
+        f"BLOOM rho {rho(s['bloom_sweep_spearman'])}"
+    )
     return 0
 
 

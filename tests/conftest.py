@@ -20,9 +20,11 @@ def data_path(name: str) -> Path:
 @pytest.fixture(scope="session")
 def data_file():
     """``data_file(name)``: the path of tests/data/NAME; a missing file fails the test that asks for it."""
+
     def get(name: str) -> Path:
         try:
             return data_path(name)
         except FileNotFoundError as exc:
             pytest.fail(str(exc))
+
     return get

@@ -19,8 +19,30 @@ README = Path(__file__).resolve().parents[1] / "README.md"
 def test_solve_matches_the_cli(capsys):
     """ls.solve with CLI-style strings finds the layouts `layoutsearch solve --format json` prints."""
     result = ls.solve(model="debug", cluster="h100-16", seqs=64, seq_len=1024, top=2, fix="tp=2", recompute="none,full")
-    assert main(["solve", "--model", "debug", "--cluster", "h100-16", "--seqs", "64", "--seq-len", "1024", "--top", "2",
-                 "--fix", "tp=2", "--recompute", "none,full", "--format", "json"]) == 0
+    assert (
+        main(
+            [
+                "solve",
+                "--model",
+                "debug",
+                "--cluster",
+                "h100-16",
+                "--seqs",
+                "64",
+                "--seq-len",
+                "1024",
+                "--top",
+                "2",
+                "--fix",
+                "tp=2",
+                "--recompute",
+                "none,full",
+                "--format",
+                "json",
+            ]
+        )
+        == 0
+    )
     doc = json.loads(capsys.readouterr().out)
     assert [e.layout.all_degrees for e in result.layouts] == [r["degrees"] for r in doc["layouts"]]
     assert [e.step_time_s for e in result.layouts] == [r["time_s"]["step"] for r in doc["layouts"]]

@@ -5,12 +5,28 @@ import json
 import pytest
 import yaml
 
-from layoutsearch.core.catalogue import (accelerator_from_dict, accelerator_names, catalogue_dir, load_accelerator,
-                                    load_model, model_from_dict, model_names)
-from layoutsearch.costs.params import param_counts
+from layoutsearch.core.catalogue import (
+    accelerator_from_dict,
+    accelerator_names,
+    catalogue_dir,
+    load_accelerator,
+    load_model,
+    model_from_dict,
+    model_names,
+)
 from layoutsearch.core.errors import CatalogueError
+from layoutsearch.costs.params import param_counts
 
-REQUIRED_MODELS = {"llama70b", "llama3-8b", "llama3-405b", "llama2-7b", "llama2-13b", "llama2-70b", "gpt3-175b", "debug"}
+REQUIRED_MODELS = {
+    "llama70b",
+    "llama3-8b",
+    "llama3-405b",
+    "llama2-7b",
+    "llama2-13b",
+    "llama2-70b",
+    "gpt3-175b",
+    "debug",
+}
 REQUIRED_ACCELERATORS = {"v4", "v5e", "v5p", "v6e", "tpu7x", "a100-40gb", "a100-80gb", "h100", "h200", "b200", "gb200"}
 
 
@@ -27,7 +43,14 @@ def test_every_catalogue_file_validates():
 def test_model_values_match_public_configs():
     """Spot values from the public configs (frameworks.md table) and exact parameter totals."""
     m = load_model("llama3-405b")
-    assert (m.num_layers, m.d_model, m.d_ff, m.num_heads, m.num_kv_heads, m.vocab_size) == (126, 16384, 53248, 128, 8, 128256)
+    assert (m.num_layers, m.d_model, m.d_ff, m.num_heads, m.num_kv_heads, m.vocab_size) == (
+        126,
+        16384,
+        53248,
+        128,
+        8,
+        128256,
+    )
     g = load_model("gpt3-175b")
     assert (g.mlp, g.mlp_matrices, g.tied_embeddings, g.vocab_size) == ("plain", 2, True, 50257)
     assert param_counts(load_model("llama3-8b"))["total"] == 8_030_261_248  # Llama-3.1-8B checkpoint
@@ -86,13 +109,20 @@ def test_nested_unknown_accelerator_key():
     """Unknown keys inside nested blocks are found too."""
     raw = yaml.safe_load((catalogue_dir("hardware") / "v5p.yaml").read_text())
     raw["calibration"]["matmul_eficiency"] = raw["calibration"].pop("matmul_efficiency")
-    with pytest.raises(CatalogueError, match=r"calibration: unknown key 'matmul_eficiency' \(did you mean 'matmul_efficiency'\?\)"):
+    with pytest.raises(
+        CatalogueError, match=r"calibration: unknown key 'matmul_eficiency' \(did you mean 'matmul_efficiency'\?\)"
+    ):
         accelerator_from_dict(raw, "hardware/v5p.yaml")
 
 
-@pytest.mark.parametrize("value, message", [(-5, "greater than or equal to 0 (got -5)"),
-                                            (None, "a valid number (got None)"),
-                                            (1e30, "less than or equal to 16777216")])
+@pytest.mark.parametrize(
+    "value, message",
+    [
+        (-5, "greater than or equal to 0 (got -5)"),
+        (None, "a valid number (got None)"),
+        (1e30, "less than or equal to 16777216"),
+    ],
+)
 def test_a_bad_attention_half_efficiency_is_named_with_the_value(value, message):
     """The fused attention's per-call work (keys per query) is a count: negative, null or absurd is one line."""
     raw = yaml.safe_load((catalogue_dir("hardware") / "h100.yaml").read_text())
@@ -120,8 +150,16 @@ def test_unknown_model_suggests_and_lists():
 
 def test_hugging_face_import(tmp_path):
     """num_key_value_heads absent = MHA, head_dim absent = hidden/heads, tie_word_embeddings honoured."""
-    cfg = {"num_hidden_layers": 4, "hidden_size": 512, "intermediate_size": 1376, "num_attention_heads": 8,
-           "vocab_size": 1000, "tie_word_embeddings": True, "hidden_act": "silu", "model_type": "llama"}
+    cfg = {
+        "num_hidden_layers": 4,
+        "hidden_size": 512,
+        "intermediate_size": 1376,
+        "num_attention_heads": 8,
+        "vocab_size": 1000,
+        "tie_word_embeddings": True,
+        "hidden_act": "silu",
+        "model_type": "llama",
+    }
     path = tmp_path / "config.json"
     path.write_text(json.dumps(cfg))
     m = load_model(str(path))

@@ -32,7 +32,9 @@ def test_clusters_lists_accelerators_and_axes():
 
 
 def test_estimate_json_follows_the_output_contract():
-    r = run("estimate", "--model", "llama70b", "--cluster", "v5p-8192", "--layout", "fsdp=1024,tp=8", "--format", "json")
+    r = run(
+        "estimate", "--model", "llama70b", "--cluster", "v5p-8192", "--layout", "fsdp=1024,tp=8", "--format", "json"
+    )
     assert r.exit_code == 0, r.stdout
     doc = json.loads(r.stdout)
     assert doc["params"]["total"] == 70_553_706_496
@@ -51,28 +53,53 @@ def test_estimate_json_follows_the_output_contract():
 def test_estimate_table_shows_moments_components_and_mfu():
     r = run("estimate", "--layout", "fsdp=256,tp=32", "--tokens", "15e12")
     assert r.exit_code == 0
-    for text in ("forward_end", "backward", "optimizer_step", "exposed_comm/tp", "MFU", "tokens/s",
-                 "KV heads replicated x4", "days for 1.5e+13 tokens"):
+    for text in (
+        "forward_end",
+        "backward",
+        "optimizer_step",
+        "exposed_comm/tp",
+        "MFU",
+        "tokens/s",
+        "KV heads replicated x4",
+        "days for 1.5e+13 tokens",
+    ):
         assert text in r.stdout, text
 
 
 def test_layout_that_does_not_fit_exits_1_with_the_numbers():
-    r = run("estimate", "--model", "llama3-405b", "--cluster", "h100-64", "--layout", "dp=8,tp=8", "--zero-stage", "0",
-            "--seqs", "64")
+    r = run(
+        "estimate",
+        "--model",
+        "llama3-405b",
+        "--cluster",
+        "h100-64",
+        "--layout",
+        "dp=8,tp=8",
+        "--zero-stage",
+        "0",
+        "--seqs",
+        "64",
+    )
     assert r.exit_code == 1
     assert "does not fit: needs" in r.stderr and "GB available" in r.stderr
 
 
-@pytest.mark.parametrize("args, message", [
-    (["--layout", "fsdp=1000,tp=8"], "dp(1) x fsdp(1000) x tp(8) x pp(1) x cp(1) = 8000, but cluster v5p-8192 has 8192 devices"),
-    (["--layout", "fsdp=256,tp=32", "--model", "llama2-13b"], "tp(32) does not divide num_heads(40)"),
-    (["--layout", "fsdp=1024,tq=8"], "unknown degree 'tq' (did you mean 'tp'?)"),
-    (["--layout", "fsdp=0"], "--layout fsdp: 0 must be >= 1"),
-    (["--model", "llama71b"], "unknown model 'llama71b' (did you mean 'llama70b'?)"),
-    (["--cluster", "h100-12"], "12 GPUs is not a whole number of 8-GPU nodes"),
-    (["--zero-stage", "5"], "zero_stage(5) must be 0, 1, 2 or 3"),
-    (["--layout", "fsdp=512,tp=8,pp=2", "--microbatches", "1"], "num_microbatches(1) < pp(2)"),
-])
+@pytest.mark.parametrize(
+    "args, message",
+    [
+        (
+            ["--layout", "fsdp=1000,tp=8"],
+            "dp(1) x fsdp(1000) x tp(8) x pp(1) x cp(1) = 8000, but cluster v5p-8192 has 8192 devices",
+        ),
+        (["--layout", "fsdp=256,tp=32", "--model", "llama2-13b"], "tp(32) does not divide num_heads(40)"),
+        (["--layout", "fsdp=1024,tq=8"], "unknown degree 'tq' (did you mean 'tp'?)"),
+        (["--layout", "fsdp=0"], "--layout fsdp: 0 must be >= 1"),
+        (["--model", "llama71b"], "unknown model 'llama71b' (did you mean 'llama70b'?)"),
+        (["--cluster", "h100-12"], "12 GPUs is not a whole number of 8-GPU nodes"),
+        (["--zero-stage", "5"], "zero_stage(5) must be 0, 1, 2 or 3"),
+        (["--layout", "fsdp=512,tp=8,pp=2", "--microbatches", "1"], "num_microbatches(1) < pp(2)"),
+    ],
+)
 def test_bad_input_is_one_line_exit_2(args, message):
     r = run("estimate", *args)
     assert r.exit_code == 2
@@ -82,6 +109,8 @@ def test_bad_input_is_one_line_exit_2(args, message):
 
 def test_usage_errors_are_one_line_through_the_console_script():
     """Click usage errors (unknown option) also come out as one line with exit 2."""
-    p = subprocess.run([sys.executable, "-m", "layoutsearch.cli", "estimate", "--bogus"], capture_output=True, text=True)
+    p = subprocess.run(
+        [sys.executable, "-m", "layoutsearch.cli", "estimate", "--bogus"], capture_output=True, text=True
+    )
     assert p.returncode == 2
     assert p.stderr == "error: No such option: --bogus\n"

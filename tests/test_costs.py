@@ -3,24 +3,32 @@
 import math
 from dataclasses import replace
 
-from layoutsearch.core.problem import Problem, SearchRequest
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from layoutsearch.core.catalogue import load_model
-from layoutsearch.costs import comms, memory, params, pipeline
-from layoutsearch.costs.estimate import estimate
 from layoutsearch.core.errors import InvalidArgumentError
+from layoutsearch.core.problem import Problem
 from layoutsearch.core.specs import Axis, Layout, Workload
 from layoutsearch.core.topology import resolve_cluster
+from layoutsearch.costs import comms, memory, params, pipeline
+from layoutsearch.costs.estimate import estimate
 
 LLAMA = load_model("llama70b")
 W1024 = Workload(global_batch_seqs=1024, seq_len=4096)
 
 
 def ring(size, wrap=True, bw=9e10, latency=0.0):
-    return Axis(name="x", size=size, kind="torus", bytes_per_s_per_direction=bw, wraparound=wrap, latency_s=latency, efficiency=1.0)
+    return Axis(
+        name="x",
+        size=size,
+        kind="torus",
+        bytes_per_s_per_direction=bw,
+        wraparound=wrap,
+        latency_s=latency,
+        efficiency=1.0,
+    )
 
 
 def test_ring_all_gather_with_and_without_wraparound():
@@ -55,7 +63,9 @@ def test_gpu_hierarchy_nvlink_then_nics():
     # NCCL's ring passes all 64 members: 63 steps at the slower (scale-out) latency
     assert comms.all_gather_time(a, span) == pytest.approx(max(nvlink, nics) + 63 * out.latency_s)
     one_per_node = (comms.SpanPart(axis=out, factor=8, stride=1),)
-    assert comms.all_gather_time(a, one_per_node) == pytest.approx(a * 7 / 8 / (50e9 * out.efficiency) + 7 * out.latency_s)
+    assert comms.all_gather_time(a, one_per_node) == pytest.approx(
+        a * 7 / 8 / (50e9 * out.efficiency) + 7 * out.latency_s
+    )
 
 
 def test_kv_heads_replicated_beyond_their_count():
@@ -111,14 +121,28 @@ def test_host_offloading_policies_move_saved_tensors_out_of_hbm_and_rerun_what_t
     def run(policy):
         return api_estimate("llama2-70b", "v5p-512", "fsdp=512", 2048, 4096, recompute=policy)
 
-    base, named, custom, full = run("save_qkv_proj"), run("qkv_proj_offloaded"), run("custom_offload_qkv_proj"), run("full")
-    saved = lambda e: e.memory_bytes["activations/saved"]
+    base, named, custom, full = (
+        run("save_qkv_proj"),
+        run("qkv_proj_offloaded"),
+        run("custom_offload_qkv_proj"),
+        run("full"),
+    )
+
+    def saved(e):
+        return e.memory_bytes["activations/saved"]
+
     assert saved(named) == pytest.approx(saved(full)) and saved(custom) == 0.0
+
     # during a layer's backward its offloaded tensors are back in HBM beside what it rebuilds, as with full
-    host = lambda e: e.memory_bytes["host_offloaded"]  # reported, never counted in the HBM peak
+    def host(e):  # reported, never counted in the HBM peak
+        return e.memory_bytes["host_offloaded"]
+
     assert host(custom) == pytest.approx(saved(base)) and host(named) == pytest.approx(saved(base) - saved(full))
     assert host(base) == host(full) == 0.0
-    rebuilt = lambda e: e.memory_bytes["temporary/recompute"]
+
+    def rebuilt(e):
+        return e.memory_bytes["temporary/recompute"]
+
     assert rebuilt(named) == pytest.approx(rebuilt(full)) and rebuilt(full) > rebuilt(base)
     # the layer input: 80 layers x 16384 tokens x 8192 x 2 bytes; q, k, v add 8192 + 1024 + 1024 per token
     assert saved(full) == pytest.approx(80 * 16384 * 8192 * 2)
@@ -134,10 +158,25 @@ def test_solve_and_estimate_print_the_host_memory_offloading_fills(capsys):
 
     base = ["--model", "llama2-70b", "--cluster", "v5p-512", "--seqs", "2048", "--seq-len", "4096"]
     assert main(["estimate", *base, "--layout", "fsdp=512", "--recompute", "custom_offload_qkv_proj"]) == 0
-    assert "host memory per device for offloaded activations: 48.3 GB (not checked against the host's RAM)" in \
-        capsys.readouterr().out
-    assert main(["solve", *base, "--fix", "fsdp=512,tp=1,pp=1,cp=1,dp=1", "--recompute", "custom_offload_qkv_proj",
-                 "--top", "1"]) == 0
+    assert (
+        "host memory per device for offloaded activations: 48.3 GB (not checked against the host's RAM)"
+        in capsys.readouterr().out
+    )
+    assert (
+        main(
+            [
+                "solve",
+                *base,
+                "--fix",
+                "fsdp=512,tp=1,pp=1,cp=1,dp=1",
+                "--recompute",
+                "custom_offload_qkv_proj",
+                "--top",
+                "1",
+            ]
+        )
+        == 0
+    )
     assert "host memory per device for offloaded activations: #1 48.3 GB" in capsys.readouterr().out
     assert main(["solve", *base, "--fix", "fsdp=512,tp=1,pp=1,cp=1,dp=1", "--recompute", "full", "--top", "1"]) == 0
     assert "host memory" not in capsys.readouterr().out
@@ -160,7 +199,8 @@ def test_host_offload_traffic_that_outlasts_the_layer_is_waited_for():
     assert run(15e9).time_s["compute/offload_wait"] > 0
     fast, slow = run(5e9), run(2.5e9)
     assert slow.time_s["compute/offload_wait"] - fast.time_s["compute/offload_wait"] == pytest.approx(
-        2 * 80 * per_layer / 5e9)
+        2 * 80 * per_layer / 5e9
+    )
     assert run(1e15).time_s["compute/offload_wait"] == 0.0
 
 
@@ -181,14 +221,18 @@ def test_blocking_launches_expose_the_host_time_per_layer_and_hide_nothing():
     assert run(True, "full").time_s["compute/launch_wait"] == pytest.approx(2 * 80 * 4 * 2385e-6)
     assert free.time_s["exposed_comm/interference"] > 0 and blocked.time_s["exposed_comm/interference"] == 0.0
     assert blocked.time_s["exposed_comm/fsdp"] > free.time_s["exposed_comm/fsdp"]
-    assert blocked.time_s["step"] > free.time_s["step"] + blocked.time_s["compute/launch_wait"] - \
-        free.time_s["exposed_comm/interference"]
+    assert (
+        blocked.time_s["step"]
+        > free.time_s["step"] + blocked.time_s["compute/launch_wait"] - free.time_s["exposed_comm/interference"]
+    )
     # host offloading: the layer input (8192 / tp 8 per token with sequence parallelism, 2 bytes) goes to host and
     # back over the 64 GB/s link; hidden behind the layer's compute without blocking, waited for entirely with it:
     # 2 microbatches x 80 layers x 2 directions x 16384 tokens x 1024 x 2 bytes / 64 GB/s
     offload = Layout(fsdp=8, tp=8, num_microbatches=2, recompute="custom_offload_input", zero_stage=3)
-    waits = [estimate(problem("llama70b", "h100-64", 64, 4096, launch_blocking=b), offload).time_s[
-        "compute/offload_wait"] for b in (False, True)]
+    waits = [
+        estimate(problem("llama70b", "h100-64", 64, 4096, launch_blocking=b), offload).time_s["compute/offload_wait"]
+        for b in (False, True)
+    ]
     assert waits == [0.0, pytest.approx(2 * 80 * 2 * 16384 * 1024 * 2 / 64e9)]
 
 
@@ -200,14 +244,18 @@ def test_the_attention_kernel_follows_the_workload_then_the_profile():
 
     def attention(cluster, **options):
         return estimate(problem("llama3-8b", cluster, 64, 4096, **options), Layout(fsdp=8, tp=8)).time_s[
-            "compute/attention"]
+            "compute/attention"
+        ]
 
     vendor = attention("h100-64", framework="megatron")
     assert attention("h100-64", framework="megatron", vendor_attention=False) == pytest.approx(vendor * 0.5868 / 0.2)
     assert attention("h100-64", framework="torchtitan", vendor_attention=True) == pytest.approx(vendor)
-    with pytest.warns(UserWarning, match=r"--vendor-attention: a100-80gb has no vendor_attention_efficiency in "
-                                         r"hardware/a100-80gb.yaml; the attention core is costed at its "
-                                         r"attention_efficiency"):
+    with pytest.warns(
+        UserWarning,
+        match=r"--vendor-attention: a100-80gb has no vendor_attention_efficiency in "
+        r"hardware/a100-80gb.yaml; the attention core is costed at its "
+        r"attention_efficiency",
+    ):
         vendor_a100 = attention("a100-80gb-64", vendor_attention=True)
     assert vendor_a100 == pytest.approx(attention("a100-80gb-64", vendor_attention=False))
 
@@ -239,8 +287,11 @@ def test_blocking_launches_are_refused_where_nothing_launches_cuda_kernels():
     from layoutsearch.api import problem
     from layoutsearch.cli import main
 
-    with pytest.raises(InvalidArgumentError, match=r"--launch-blocking: v5p has no blocking-launch calibration "
-                                                   r"\(no blocking_launch_us_per_layer_pass in hardware/v5p.yaml\)"):
+    with pytest.raises(
+        InvalidArgumentError,
+        match=r"--launch-blocking: v5p has no blocking-launch calibration "
+        r"\(no blocking_launch_us_per_layer_pass in hardware/v5p.yaml\)",
+    ):
         problem("llama70b", "v5p-256", 64, 4096, launch_blocking=True)
     assert main(["estimate", "--model", "llama70b", "--cluster", "v5p-256", "--seqs", "64", "--launch-blocking"]) == 2
 
@@ -257,7 +308,10 @@ def test_microbatches_in_flight_by_schedule():
 
 def test_estimate_itemises_and_adds_up():
     """Step = compute + exposed comm + bubble + overhead; the components are the slash keys."""
-    est = estimate(Problem.build(LLAMA, resolve_cluster("v5p-8192"), W1024), Layout(fsdp=128, tp=8, pp=8, num_microbatches=8, zero_stage=1))
+    est = estimate(
+        Problem.build(LLAMA, resolve_cluster("v5p-8192"), W1024),
+        Layout(fsdp=128, tp=8, pp=8, num_microbatches=8, zero_stage=1),
+    )
     t = est.time_s
     assert t["step"] == pytest.approx(t["compute"] + t["exposed_comm"] + t["bubble"] + t["overhead"])
     assert t["compute"] == pytest.approx(sum(v for k, v in t.items() if k.startswith("compute/")))
@@ -271,8 +325,13 @@ def test_more_microbatches_shrink_the_bubble_share():
     """(p-1)/(K+p-1) of the pipelined time is bubble: K=16 idles less than K=8."""
     c = resolve_cluster("v5p-8192")
     few = estimate(Problem.build(LLAMA, c, W1024), Layout(fsdp=128, tp=8, pp=8, num_microbatches=8, zero_stage=1))
-    many = estimate(Problem.build(LLAMA, c, W1024), Layout(fsdp=64, tp=8, pp=8, cp=2, num_microbatches=16, zero_stage=1))
-    share = lambda e: e.time_s["bubble"] / (e.time_s["bubble"] + e.time_s["compute"])
+    many = estimate(
+        Problem.build(LLAMA, c, W1024), Layout(fsdp=64, tp=8, pp=8, cp=2, num_microbatches=16, zero_stage=1)
+    )
+
+    def share(e):
+        return e.time_s["bubble"] / (e.time_s["bubble"] + e.time_s["compute"])
+
     assert share(many) < share(few)
     assert many.memory_bytes["activations/saved"] < few.memory_bytes["activations/saved"]
 
@@ -302,8 +361,12 @@ def test_memory_never_grows_when_tp_grows(recompute, zero, sp):
     """Doubling TP with the data units fixed (more devices per unit) never adds bytes per device."""
     w = Workload(global_batch_seqs=64, seq_len=1024)
     c32, c64 = resolve_cluster("h100-32"), resolve_cluster("h100-64")
-    small = estimate(Problem.build(DEBUG, c32, w), Layout(fsdp=16, tp=2, zero_stage=zero, recompute=recompute, sequence_parallel=sp))
-    large = estimate(Problem.build(DEBUG, c64, w), Layout(fsdp=16, tp=4, zero_stage=zero, recompute=recompute, sequence_parallel=sp))
+    small = estimate(
+        Problem.build(DEBUG, c32, w), Layout(fsdp=16, tp=2, zero_stage=zero, recompute=recompute, sequence_parallel=sp)
+    )
+    large = estimate(
+        Problem.build(DEBUG, c64, w), Layout(fsdp=16, tp=4, zero_stage=zero, recompute=recompute, sequence_parallel=sp)
+    )
     assert large.memory_bytes["peak"] <= small.memory_bytes["peak"] * (1 + 1e-12)
 
 
@@ -312,8 +375,14 @@ def test_memory_never_grows_when_tp_grows(recompute, zero, sp):
 def test_compute_scales_as_one_over_devices(k, recompute):
     """Pure data parallelism on twice the devices halves the matmul and attention compute."""
     w = Workload(global_batch_seqs=256, seq_len=1024)
-    a = estimate(Problem.build(DEBUG, resolve_cluster("h100-32"), w), Layout(dp=32, zero_stage=0, num_microbatches=k, recompute=recompute))
-    b = estimate(Problem.build(DEBUG, resolve_cluster("h100-64"), w), Layout(dp=64, zero_stage=0, num_microbatches=k, recompute=recompute))
+    a = estimate(
+        Problem.build(DEBUG, resolve_cluster("h100-32"), w),
+        Layout(dp=32, zero_stage=0, num_microbatches=k, recompute=recompute),
+    )
+    b = estimate(
+        Problem.build(DEBUG, resolve_cluster("h100-64"), w),
+        Layout(dp=64, zero_stage=0, num_microbatches=k, recompute=recompute),
+    )
     for key in ("compute/matmul", "compute/attention", "compute/recompute"):
         if a.time_s[key]:
             # the same tokens per matmul would be exact; the efficiency curve favours the larger matmuls slightly
@@ -322,13 +391,18 @@ def test_compute_scales_as_one_over_devices(k, recompute):
 
 
 @settings(max_examples=50, deadline=None)
-@given(size=st.floats(1e3, 1e10), factor=st.floats(1.0001, 10.0), name=st.sampled_from(["v5p-8192", "h100-1024", "v5e-64"]),
-       group=st.sampled_from([("tp",), ("fsdp",), ("fsdp", "tp")]))
+@given(
+    size=st.floats(1e3, 1e10),
+    factor=st.floats(1.0001, 10.0),
+    name=st.sampled_from(["v5p-8192", "h100-1024", "v5e-64"]),
+    group=st.sampled_from([("tp",), ("fsdp",), ("fsdp", "tp")]),
+)
 def test_a_larger_array_never_gathers_faster(size, factor, name, group):
     c = resolve_cluster(name)
     n = c.num_devices
     lay = Layout(fsdp=n // 8, tp=8)
     from layoutsearch.core.placement import default_axes
+
     lay = replace(lay, axes=default_axes(c, lay))
     span = comms.group_span(c, lay, group)
     half = c.accelerator.collective_half_efficiency_bytes
@@ -341,7 +415,10 @@ def test_tp_comm_overlap_hides_collectives_behind_their_gemms():
     than without it, never less than a chunk per pass; without it, all four pairs per layer are exposed."""
     c = resolve_cluster("h100-64")
     plain = estimate(Problem.build(LLAMA, c, Workload(global_batch_seqs=64, seq_len=4096)), Layout(fsdp=8, tp=8))
-    over = estimate(Problem.build(LLAMA, c, Workload(global_batch_seqs=64, seq_len=4096, tp_comm_overlap=True)), Layout(fsdp=8, tp=8))
+    over = estimate(
+        Problem.build(LLAMA, c, Workload(global_batch_seqs=64, seq_len=4096, tp_comm_overlap=True)),
+        Layout(fsdp=8, tp=8),
+    )
     unit = next(x["time_s"] for x in plain.collectives if x["name"].startswith("tp activations"))
     layers, k = LLAMA.num_layers, plain.layout.num_microbatches
     four_pairs = k * layers * 4 * unit  # plus three tiny vocab-parallel loss all-reduces on the last stage

@@ -9,19 +9,18 @@ import shutil
 import subprocess
 import tomllib
 
-from layoutsearch.core.problem import Problem, SearchRequest
 import pytest
 import yaml
 
 from layoutsearch.core.catalogue import load_model
 from layoutsearch.core.errors import InvalidLayoutError
+from layoutsearch.core.problem import Problem, version
+from layoutsearch.core.specs import Layout, Workload
+from layoutsearch.core.topology import resolve_cluster
 from layoutsearch.costs.estimate import estimate
 from layoutsearch.export import TARGETS, check_export, export_document
 from layoutsearch.export.megatron import parse_args
-from layoutsearch.core.problem import version
 from layoutsearch.report.output import estimate_document, layout_record
-from layoutsearch.core.specs import Layout, Workload
-from layoutsearch.core.topology import resolve_cluster
 
 
 def solve_doc(model_id: str, cluster_name: str, batch: int, seq: int, *layouts: Layout, **workload_options) -> dict:
@@ -31,8 +30,7 @@ def solve_doc(model_id: str, cluster_name: str, batch: int, seq: int, *layouts: 
     work = Workload(global_batch_seqs=batch, seq_len=seq, **workload_options)
     problem = Problem(model_id=model_id, model=model, cluster_name=cluster_name, cluster=cluster, workload=work)
     records = [layout_record(estimate(problem, lay), rank=i + 1) for i, lay in enumerate(layouts)]
-    return {"problem": problem.record(),
-            "solver": {"method": "test", "status": "FEASIBLE"}, "layouts": records}
+    return {"problem": problem.record(), "solver": {"method": "test", "status": "FEASIBLE"}, "layouts": records}
 
 
 def exported(doc: dict, target: str, rank: int = 1) -> str:
@@ -68,7 +66,10 @@ def test_fsdp_tp_degrees_and_recompute():
     args = parse_args(exported(FSDP_TP, "megatron"))
     assert args["--tensor-model-parallel-size"] == "8" and "--sequence-parallel" in args
     assert (args["--recompute-granularity"], args["--recompute-method"], args["--recompute-num-layers"]) == (
-        "full", "uniform", "1")
+        "full",
+        "uniform",
+        "1",
+    )
     mt = yaml.safe_load(exported(FSDP_TP, "maxtext"))
     assert (mt["ici_tensor_parallelism"], mt["dcn_fsdp_parallelism"], mt["remat_policy"]) == (8, 8, "full")
     assert math.prod(v for k, v in mt.items() if k.startswith("ici_") and k.endswith("_parallelism")) == 8
@@ -101,7 +102,9 @@ def test_blocking_launches_are_named_in_every_file_and_exported_by_megatron():
         assert f"# {line}" in exported(doc, target)
     assert line in json.loads(exported(doc, "deepspeed"))["_layoutsearch"]["header"]
     assert "\nexport CUDA_LAUNCH_BLOCKING=1  #" in exported(doc, "megatron")
-    assert all("CUDA_LAUNCH_BLOCKING" not in exported(FSDP_TP, t) for t in ("maxtext", "megatron", "torchtitan", "deepspeed"))
+    assert all(
+        "CUDA_LAUNCH_BLOCKING" not in exported(FSDP_TP, t) for t in ("maxtext", "megatron", "torchtitan", "deepspeed")
+    )
 
 
 def refused(doc: dict, target: str, message: str) -> None:
@@ -114,23 +117,53 @@ def test_bf16_gradients_and_moments_as_costed_or_refused():
     """--grad-bytes 2 --moment-bytes 2: Megatron writes bf16 gradient reduction and TE's precision-aware optimizer
     with bf16 Adam moments (which needs the distributed optimizer: ZeRO-0 is refused); torchtitan, DeepSpeed and
     MaxText write fp32 gradients and moments and refuse, naming the nearest."""
-    doc = solve_doc("llama3-8b", "h100-64", 256, 4096, Layout(fsdp=64, num_microbatches=2, recompute="full"),
-                    grad_bytes_per_param=2, optimizer_bytes_per_param=4)
+    doc = solve_doc(
+        "llama3-8b",
+        "h100-64",
+        256,
+        4096,
+        Layout(fsdp=64, num_microbatches=2, recompute="full"),
+        grad_bytes_per_param=2,
+        optimizer_bytes_per_param=4,
+    )
     args = parse_args(exported(doc, "megatron"))
-    assert (args["--grad-reduce-in-bf16"], args["--use-precision-aware-optimizer"], args["--exp-avg-dtype"],
-            args["--exp-avg-sq-dtype"]) == (True, True, "bf16", "bf16")
-    assert not {"--grad-reduce-in-bf16", "--use-precision-aware-optimizer"} & set(parse_args(exported(FSDP, "megatron")))
-    refused(doc, "torchtitan", "torchtitan cannot express bf16 gradients (--grad-bytes 2) (FSDP2 reduces gradients in "
-                               "float32 only (mixed_precision_reduce) and its optimizers keep fp32 states); nearest: "
-                               "--grad-bytes 4, or export to megatron")
+    assert (
+        args["--grad-reduce-in-bf16"],
+        args["--use-precision-aware-optimizer"],
+        args["--exp-avg-dtype"],
+        args["--exp-avg-sq-dtype"],
+    ) == (True, True, "bf16", "bf16")
+    assert not {"--grad-reduce-in-bf16", "--use-precision-aware-optimizer"} & set(
+        parse_args(exported(FSDP, "megatron"))
+    )
+    refused(
+        doc,
+        "torchtitan",
+        "torchtitan cannot express bf16 gradients (--grad-bytes 2) (FSDP2 reduces gradients in "
+        "float32 only (mixed_precision_reduce) and its optimizers keep fp32 states); nearest: "
+        "--grad-bytes 4, or export to megatron",
+    )
     for target, name in (("maxtext", "MaxText"), ("deepspeed", "DeepSpeed")):
-        refused(doc, target, f"{name} cannot express bf16 gradients (--grad-bytes 2); nearest: --grad-bytes 4, or "
-                             f"export to megatron")
-    moments = solve_doc("llama3-8b", "h100-64", 256, 4096, Layout(dp=64, num_microbatches=2, recompute="full"),
-                        optimizer_bytes_per_param=4)
-    refused(moments, "megatron", "Megatron-LM cannot express bf16 Adam moments (--moment-bytes 2) with ZeRO-0 (its "
-                                 "precision-aware optimizer needs the distributed optimizer); nearest: zero_stage 1 or "
-                                 "2 or 3, or --moment-bytes 4")
+        refused(
+            doc,
+            target,
+            f"{name} cannot express bf16 gradients (--grad-bytes 2); nearest: --grad-bytes 4, or export to megatron",
+        )
+    moments = solve_doc(
+        "llama3-8b",
+        "h100-64",
+        256,
+        4096,
+        Layout(dp=64, num_microbatches=2, recompute="full"),
+        optimizer_bytes_per_param=4,
+    )
+    refused(
+        moments,
+        "megatron",
+        "Megatron-LM cannot express bf16 Adam moments (--moment-bytes 2) with ZeRO-0 (its "
+        "precision-aware optimizer needs the distributed optimizer); nearest: zero_stage 1 or "
+        "2 or 3, or --moment-bytes 4",
+    )
     refused(moments, "torchtitan", "torchtitan cannot express bf16 Adam moments (--moment-bytes 2)")
 
 
@@ -141,11 +174,19 @@ def test_materialised_attention_scores_as_costed_or_refused():
     assert parse_args(exported(doc, "megatron"))["--attention-backend"] == "unfused"
     assert yaml.safe_load(exported(doc, "maxtext"))["attention"] == "dot_product"
     assert "attention" not in yaml.safe_load(exported(FSDP_TP, "maxtext"))
-    refused(doc, "torchtitan", "torchtitan cannot express materialised attention scores (--no-fused-attention) (its "
-                               "attention is SDPA's fused kernels or FlexAttention); nearest: --fused-attention, or "
-                               "export to megatron or maxtext")
-    refused(doc, "deepspeed", "DeepSpeed cannot express materialised attention scores (--no-fused-attention); "
-                              "nearest: --fused-attention, or export to megatron or maxtext")
+    refused(
+        doc,
+        "torchtitan",
+        "torchtitan cannot express materialised attention scores (--no-fused-attention) (its "
+        "attention is SDPA's fused kernels or FlexAttention); nearest: --fused-attention, or "
+        "export to megatron or maxtext",
+    )
+    refused(
+        doc,
+        "deepspeed",
+        "DeepSpeed cannot express materialised attention scores (--no-fused-attention); "
+        "nearest: --fused-attention, or export to megatron or maxtext",
+    )
 
 
 def test_attention_kernel_as_costed_or_refused():
@@ -157,9 +198,12 @@ def test_attention_kernel_as_costed_or_refused():
     assert "--attention-backend" not in exported(FSDP_TP, "megatron")
     vendor = solve_doc("llama3-8b", "h100-64", 256, 4096, Layout(fsdp=8, tp=8), vendor_attention=True)
     for target, name in (("torchtitan", "torchtitan"), ("maxtext", "MaxText"), ("deepspeed", "DeepSpeed")):
-        with pytest.raises(InvalidLayoutError, match=f"{target} export of layout rank 1: {name} cannot express the vendor's fused attention kernel "
-                                                     r"\(cuDNN / Transformer Engine\); nearest: --no-vendor-attention, "
-                                                     "or export to megatron"):
+        with pytest.raises(
+            InvalidLayoutError,
+            match=f"{target} export of layout rank 1: {name} cannot express the vendor's fused attention kernel "
+            r"\(cuDNN / Transformer Engine\); nearest: --no-vendor-attention, "
+            "or export to megatron",
+        ):
             exported(vendor, target)
 
 
@@ -167,7 +211,9 @@ def test_kv_replication():
     """tp above the KV heads: Megatron expresses it (groups divide tp); MaxText, torchtitan, DeepSpeed refuse."""
     tpu = solve_doc("llama70b", "v5p-256", 256, 4096, Layout(fsdp=8, tp=32, recompute="full"))
     assert tpu["layouts"][0]["kv_replication"] == 4
-    with pytest.raises(InvalidLayoutError, match=r"MaxText cannot express tp\(32\) > num_kv_heads\(8\) .*nearest: tp=8"):
+    with pytest.raises(
+        InvalidLayoutError, match=r"MaxText cannot express tp\(32\) > num_kv_heads\(8\) .*nearest: tp=8"
+    ):
         export_document(tpu, "maxtext")
     megatron_on_tpu = export_document(tpu, "megatron")  # degrees carry over; the header says times do not
     assert "WARNING: planned for v5p TPUs; megatron runs on GPUs" in megatron_on_tpu
@@ -182,14 +228,21 @@ def test_kv_replication():
 
 def test_interleaved_pipeline():
     """Interleaved 1F1B: Megatron layers per virtual stage, torchtitan Interleaved1F1B; MaxText/DeepSpeed refuse."""
-    doc = solve_doc("llama3-8b", "h100-64", 256, 4096,
-                    Layout(fsdp=2, tp=8, pp=4, virtual_stages=2, num_microbatches=8, schedule="interleaved"))
+    doc = solve_doc(
+        "llama3-8b",
+        "h100-64",
+        256,
+        4096,
+        Layout(fsdp=2, tp=8, pp=4, virtual_stages=2, num_microbatches=8, schedule="interleaved"),
+    )
     args = parse_args(exported(doc, "megatron"))
     assert args["--num-layers-per-virtual-pipeline-stage"] == "4" and args["--pipeline-model-parallel-size"] == "4"
     tt = tomllib.loads(exported(doc, "torchtitan"))["parallelism"]
     assert tt["pipeline_parallel_schedule"] == "Interleaved1F1B" and tt["pipeline_parallel_layers_per_stage"] == 4
     assert tt["pipeline_parallel_microbatch_size"] == 16
-    with pytest.raises(InvalidLayoutError, match="pp\\(4\\) with the interleaved schedule .*GPipe order.*nearest: schedule gpipe"):
+    with pytest.raises(
+        InvalidLayoutError, match="pp\\(4\\) with the interleaved schedule .*GPipe order.*nearest: schedule gpipe"
+    ):
         export_document(doc, "maxtext")
     with pytest.raises(InvalidLayoutError, match="runs 1F1B only"):
         export_document(doc, "deepspeed")
@@ -218,23 +271,35 @@ def test_multislice_dcn():
         text = export_document(doc, target)
         assert f"{target} runs on GPUs: the degrees, batch and recompute carry over" in text
         assert check_export(target, text, doc) == []
-    with pytest.raises(InvalidLayoutError, match=r"DeepSpeed cannot express dp\(2\) copies of a ZeRO-3 shard over fsdp\(256\) .*nearest: dp=1, fsdp=512"):
+    with pytest.raises(
+        InvalidLayoutError,
+        match=r"DeepSpeed cannot express dp\(2\) copies of a ZeRO-3 shard over fsdp\(256\) .*nearest: dp=1, fsdp=512",
+    ):
         export_document(doc, "deepspeed")
 
 
 def test_maxtext_gpipe_pipeline_and_megatron_refuses_gpipe():
     """MaxText takes a GPipe pipeline (microbatches, layers per stage); Megatron has no GPipe schedule."""
-    doc = solve_doc("llama3-8b", "v5p-256", 512, 4096,
-                    Layout(fsdp=64, pp=4, num_microbatches=8, schedule="gpipe", recompute="full"))
+    doc = solve_doc(
+        "llama3-8b", "v5p-256", 512, 4096, Layout(fsdp=64, pp=4, num_microbatches=8, schedule="gpipe", recompute="full")
+    )
     mt = yaml.safe_load(exported(doc, "maxtext"))
     assert (mt["num_pipeline_microbatches"], mt["num_layers_per_pipeline_stage"], mt["ici_pipeline_parallelism"]) == (
-        8, 8, 4)
+        8,
+        8,
+        4,
+    )
     assert mt["gradient_accumulation_steps"] == 1 and mt["per_device_batch_size"] * 256 == 512
     gpu = solve_doc("llama3-8b", "h100-64", 256, 4096, Layout(fsdp=8, pp=8, num_microbatches=16, schedule="gpipe"))
-    with pytest.raises(InvalidLayoutError, match="Megatron-LM cannot express pp.8. with the gpipe schedule .*no GPipe.*nearest: schedule 1f1b or interleaved"):
+    with pytest.raises(
+        InvalidLayoutError,
+        match="Megatron-LM cannot express pp.8. with the gpipe schedule .*no GPipe.*nearest: schedule 1f1b or interleaved",
+    ):
         export_document(gpu, "megatron")
     one_f_one_b = solve_doc("llama3-8b", "v5p-256", 512, 4096, Layout(fsdp=64, pp=4, num_microbatches=8))
-    with pytest.raises(InvalidLayoutError, match="MaxText cannot express pp.4. with the 1f1b schedule .*nearest: schedule gpipe"):
+    with pytest.raises(
+        InvalidLayoutError, match="MaxText cannot express pp.4. with the 1f1b schedule .*nearest: schedule gpipe"
+    ):
         export_document(one_f_one_b, "maxtext")
 
 
@@ -251,7 +316,9 @@ def test_zero_stage_mappings():
     z2 = solve_doc("debug", "h100-16", 64, 1024, Layout(fsdp=16, zero_stage=2))
     assert parse_args(exported(z2, "megatron"))["--data-parallel-sharding-strategy"] == "optim_grads"
     assert tomllib.loads(exported(z2, "torchtitan"))["parallelism"]["fsdp_reshard_after_forward"] == "never"
-    with pytest.raises(InvalidLayoutError, match="MaxText cannot express ZeRO-2 .*no ZeRO-2.*nearest: zero_stage 1 or 3"):
+    with pytest.raises(
+        InvalidLayoutError, match="MaxText cannot express ZeRO-2 .*no ZeRO-2.*nearest: zero_stage 1 or 3"
+    ):
         export_document(z2, "maxtext")
 
 
@@ -270,13 +337,16 @@ def test_hybrid_sharded_data_parallel():
 
 def test_gpt3_model_flags():
     """GPT-3 (tied, LayerNorm, learned positions, biases, GELU): Megatron and MaxText flags; torchtitan refuses."""
-    doc = solve_doc("gpt3-175b", "h100-64", 64, 2048, Layout(tp=8, pp=8, num_microbatches=8, recompute="full",
-                                                             zero_stage=0))
+    doc = solve_doc(
+        "gpt3-175b", "h100-64", 64, 2048, Layout(tp=8, pp=8, num_microbatches=8, recompute="full", zero_stage=0)
+    )
     args = parse_args(exported(doc, "megatron"))
     assert args["--normalization"] == "LayerNorm" and args["--position-embedding-type"] == "learned_absolute"
     assert args["--max-position-embeddings"] == "2048"
     assert not {"--swiglu", "--untie-embeddings-and-output-weights", "--disable-bias-linear"} & set(args)
-    with pytest.raises(InvalidLayoutError, match="torchtitan cannot express model gpt3-175b .*llama3 model is gated-MLP"):
+    with pytest.raises(
+        InvalidLayoutError, match="torchtitan cannot express model gpt3-175b .*llama3 model is gated-MLP"
+    ):
         export_document(doc, "torchtitan")
 
 
@@ -290,8 +360,10 @@ def test_checker_catches_edited_files():
     assert any("!= WORLD_SIZE(64)" in p for p in check_export("torchtitan", text, FSDP_TP))
     cfg = json.loads(exported(FSDP_TP, "deepspeed"))
     cfg["gradient_accumulation_steps"] = 3
-    assert any("train_batch_size 256 != micro 8 x accumulation 3 x DP world 8" in p
-               for p in check_export("deepspeed", json.dumps(cfg), FSDP_TP))
+    assert any(
+        "train_batch_size 256 != micro 8 x accumulation 3 x DP world 8" in p
+        for p in check_export("deepspeed", json.dumps(cfg), FSDP_TP)
+    )
 
 
 def test_rank_and_estimate_documents():
@@ -317,8 +389,13 @@ def test_unknown_target_and_bad_document():
 def test_megatron_file_is_valid_bash():
     """Sourcing the Megatron file defines MEGATRON_ARGS with exactly the parsed flags and values."""
     text = exported(HSDP, "megatron")
-    out = subprocess.run(["bash", "-c", 'source /dev/stdin; printf "%s\\n" "${MEGATRON_ARGS[@]}"'], input=text,
-                         capture_output=True, text=True, check=True).stdout.split()
+    out = subprocess.run(
+        ["bash", "-c", 'source /dev/stdin; printf "%s\\n" "${MEGATRON_ARGS[@]}"'],
+        input=text,
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout.split()
     flags = parse_args(text)
     assert out[0] == "--num-layers" and len([t for t in out if t.startswith("--")]) == len(flags)
 
@@ -334,13 +411,33 @@ def test_every_target_round_trips_the_fsdp_layout(target):
 def test_solve_export_writes_the_best_expressible_layout(tmp_path, target, model, cluster, seqs):
     """`solve --export T -o F` searches what T can express, writes F whole, and F passes T's own rules."""
     import json
+
     from typer.testing import CliRunner
+
     from layoutsearch.cli import app
     from layoutsearch.export import check_export
 
     out = tmp_path / f"layout-{target}"
-    r = CliRunner().invoke(app, ["solve", "--model", model, "--cluster", cluster, "--seqs", str(seqs), "--top", "1",
-                                 "--export", target, "-o", str(out), "--format", "json"])
+    r = CliRunner().invoke(
+        app,
+        [
+            "solve",
+            "--model",
+            model,
+            "--cluster",
+            cluster,
+            "--seqs",
+            str(seqs),
+            "--top",
+            "1",
+            "--export",
+            target,
+            "-o",
+            str(out),
+            "--format",
+            "json",
+        ],
+    )
     assert r.exit_code == 0, r.stderr
     doc = json.loads(r.stdout)
     text = out.read_text()
@@ -357,21 +454,54 @@ def tt03_constants(doc: dict) -> dict:
 
 def test_torchtitan03_carries_the_0_2_mapping_and_the_model_numbers():
     """The 0.3 module holds the same degrees, batch and recompute as the 0.2 TOML (one mapping) and the model's numbers."""
-    doc = solve_doc("llama3-8b", "h100-64", 256, 4096,
-                    Layout(fsdp=2, tp=8, pp=4, virtual_stages=2, num_microbatches=8, schedule="interleaved",
-                           recompute="selective"))
+    doc = solve_doc(
+        "llama3-8b",
+        "h100-64",
+        256,
+        4096,
+        Layout(fsdp=2, tp=8, pp=4, virtual_stages=2, num_microbatches=8, schedule="interleaved", recompute="selective"),
+    )
     c = tt03_constants(doc)
     toml = tomllib.loads(exported(doc, "torchtitan"))
     assert c["PARALLELISM"] == toml["parallelism"]
     assert c["PARALLELISM"]["pipeline_parallel_schedule"] == "Interleaved1F1B"
-    assert c["TRAINING"] == {"local_batch_size": 128, "global_batch_size": 256, "seq_len": 4096, "disable_cuda_graphs": True}
+    assert c["TRAINING"] == {
+        "local_batch_size": 128,
+        "global_batch_size": 256,
+        "seq_len": 4096,
+        "disable_cuda_graphs": True,
+    }
     assert c["ACTIVATION_CHECKPOINT"] == "selective" and c["FLAVOR"] == "8B"
-    assert c["MODEL"] == {"dim": 4096, "n_layers": 32, "n_heads": 32, "n_kv_heads": 8, "hidden_dim": 14336,
-                          "vocab_size": 128256, "rope_theta": 500000.0, "norm_eps": 1e-5}
-    assert c["ROPE"] == {"scaling": "llama", "scaling_factor": 8.0, "low_freq_factor": 1.0, "high_freq_factor": 4.0,
-                         "original_max_position_embeddings": 8192}
-    assert all(str(c[name]).startswith("<set me: ") for name in
-               ("DUMP_FOLDER", "HF_ASSETS_PATH", "DATASET", "DATASET_PATH", "CHECKPOINT_FOLDER", "STEPS", "LR", "WARMUP_STEPS"))
+    assert c["MODEL"] == {
+        "dim": 4096,
+        "n_layers": 32,
+        "n_heads": 32,
+        "n_kv_heads": 8,
+        "hidden_dim": 14336,
+        "vocab_size": 128256,
+        "rope_theta": 500000.0,
+        "norm_eps": 1e-5,
+    }
+    assert c["ROPE"] == {
+        "scaling": "llama",
+        "scaling_factor": 8.0,
+        "low_freq_factor": 1.0,
+        "high_freq_factor": 4.0,
+        "original_max_position_embeddings": 8192,
+    }
+    assert all(
+        str(c[name]).startswith("<set me: ")
+        for name in (
+            "DUMP_FOLDER",
+            "HF_ASSETS_PATH",
+            "DATASET",
+            "DATASET_PATH",
+            "CHECKPOINT_FOLDER",
+            "STEPS",
+            "LR",
+            "WARMUP_STEPS",
+        )
+    )
     text = exported(doc, "torchtitan-0.3")
     assert "MODULE=<this file's name without .py> CONFIG=layoutsearch_job NGPU=8" not in text  # 8 nodes: torchrun
     assert "torchrun --nnodes 8 --nproc_per_node 8" in text and "-m torchtitan.train --module" in text
@@ -380,11 +510,16 @@ def test_torchtitan03_carries_the_0_2_mapping_and_the_model_numbers():
 
 def test_torchtitan03_single_node_launch_and_no_pipeline_flags():
     c = tt03_constants(HSDP)
-    assert (c["PARALLELISM"]["data_parallel_replicate_degree"], c["PARALLELISM"]["data_parallel_shard_degree"]) == (2, 8)
+    assert (c["PARALLELISM"]["data_parallel_replicate_degree"], c["PARALLELISM"]["data_parallel_shard_degree"]) == (
+        2,
+        8,
+    )
     assert "disable_cuda_graphs" not in c["TRAINING"] and c["FLAVOR"] == "debug" and c["ROPE"] == {"scaling": "none"}
     one_node = solve_doc("debug", "h100-8", 32, 1024, Layout(fsdp=8))
-    assert "PYTHONPATH=<folder of this file> MODULE=<this file's name without .py> CONFIG=layoutsearch_job NGPU=8 " \
-           "./run_train.sh" in exported(one_node, "torchtitan-0.3")
+    assert (
+        "PYTHONPATH=<folder of this file> MODULE=<this file's name without .py> CONFIG=layoutsearch_job NGPU=8 "
+        "./run_train.sh" in exported(one_node, "torchtitan-0.3")
+    )
 
 
 def test_torchtitan03_refuses_what_torchtitan_cannot_express():
@@ -392,15 +527,21 @@ def test_torchtitan03_refuses_what_torchtitan_cannot_express():
     from layoutsearch.export import capabilities_of, target_rules
 
     z1 = solve_doc("debug", "h100-16", 64, 1024, Layout(fsdp=16, zero_stage=1, num_microbatches=2))
-    with pytest.raises(InvalidLayoutError, match=r"torchtitan-0.3 export of layout rank 1: torchtitan cannot express "
-                                                 r"ZeRO-1 \(FSDP2 has no ZeRO-1.*nearest: zero_stage 2 or 3"):
+    with pytest.raises(
+        InvalidLayoutError,
+        match=r"torchtitan-0.3 export of layout rank 1: torchtitan cannot express "
+        r"ZeRO-1 \(FSDP2 has no ZeRO-1.*nearest: zero_stage 2 or 3",
+    ):
         export_document(z1, "torchtitan-0.3")
     kv = solve_doc("llama70b", "h100-64", 256, 4096, Layout(fsdp=4, tp=16, recompute="full"))
     with pytest.raises(InvalidLayoutError, match="cannot replicate KV heads"):
         export_document(kv, "torchtitan-0.3")
     old, new = capabilities_of("torchtitan"), capabilities_of("torchtitan-0.3")
-    assert (old.zero_stages, old.zero_stages_with_cp, old.kv_replication) == (new.zero_stages, new.zero_stages_with_cp,
-                                                                              new.kv_replication)
+    assert (old.zero_stages, old.zero_stages_with_cp, old.kv_replication) == (
+        new.zero_stages,
+        new.zero_stages_with_cp,
+        new.kv_replication,
+    )
     codes = [r.code for r in target_rules("torchtitan-0.3")]
     assert "torchtitan-0.3-zero" in codes and "torchtitan-0.3-kv" in codes
 
@@ -435,4 +576,5 @@ def test_megatron_refuses_a_sliding_window_shorter_than_the_sequence(data_file, 
     assert capsys.readouterr().err.splitlines()[0] == (
         f"no feasible layout: Megatron-LM cannot express the 4096-token sliding window of {mistral} (layoutsearch does "
         f"not write --window-size and --window-attn-skip-freq: the model catalogue records how many layers attend in "
-        f"full, not which); nearest: export to deepspeed (the Hugging Face model code has it) (megatron-window)")
+        f"full, not which); nearest: export to deepspeed (the Hugging Face model code has it) (megatron-window)"
+    )

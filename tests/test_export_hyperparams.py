@@ -9,8 +9,8 @@ import warnings
 
 import pytest
 import yaml
-
 from conftest import data_path
+
 from layoutsearch.core.catalogue import load_model, read_hf_config
 from layoutsearch.core.problem import Problem, model_hash, spec_fields
 from layoutsearch.core.specs import Layout, RopeScaling, Workload
@@ -26,10 +26,18 @@ def doc_for(model_id: str, cluster: str, batch: int, seq: int, layout: Layout, *
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # a config.json import warns about the keys it does not use
         model = load_model(model_id)
-    problem = Problem(model_id=model_id, model=model, cluster_name=cluster, cluster=resolve_cluster(cluster),
-                      workload=Workload(global_batch_seqs=batch, seq_len=seq, **workload))
-    return {"problem": problem.record(), "solver": {"method": "test", "status": "FEASIBLE"},
-            "layouts": [layout_record(estimate(problem, layout), rank=1)]}
+    problem = Problem(
+        model_id=model_id,
+        model=model,
+        cluster_name=cluster,
+        cluster=resolve_cluster(cluster),
+        workload=Workload(global_batch_seqs=batch, seq_len=seq, **workload),
+    )
+    return {
+        "problem": problem.record(),
+        "solver": {"method": "test", "status": "FEASIBLE"},
+        "layouts": [layout_record(estimate(problem, layout), rank=1)],
+    }
 
 
 def exported(doc: dict, target: str) -> str:
@@ -46,14 +54,27 @@ def test_catalogue_hyperparameters_and_old_hashes():
     """Published values in models/*.yaml; a model at every default keeps its document fields (and hash)."""
     m = load_model("llama3-405b")
     assert m.rope_theta == 500000 and m.norm_eps == 1e-5
-    assert m.rope_scaling == RopeScaling(factor=8.0, low_freq_factor=1.0, high_freq_factor=4.0,
-                                         original_max_position_embeddings=8192)
+    assert m.rope_scaling == RopeScaling(
+        factor=8.0, low_freq_factor=1.0, high_freq_factor=4.0, original_max_position_embeddings=8192
+    )
     assert load_model("llama70b").rope_theta == 500000 and load_model("llama70b").rope_scaling is None
     assert load_model("llama2-7b").rope_theta == 10000
     debug = load_model("debug")
-    assert set(spec_fields(debug)) == {"name", "num_layers", "d_model", "d_ff", "mlp", "num_heads", "num_kv_heads",
-                                       "head_dim", "vocab_size", "tied_embeddings", "norm", "linear_bias",
-                                       "learned_positions"}
+    assert set(spec_fields(debug)) == {
+        "name",
+        "num_layers",
+        "d_model",
+        "d_ff",
+        "mlp",
+        "num_heads",
+        "num_kv_heads",
+        "head_dim",
+        "vocab_size",
+        "tied_embeddings",
+        "norm",
+        "linear_bias",
+        "learned_positions",
+    }
     assert spec_fields(m)["rope_scaling"]["factor"] == 8.0
     json.dumps(spec_fields(m))  # JSON-ready
     assert model_hash(m) != model_hash(debug)
@@ -100,8 +121,14 @@ def test_megatron_qwen_gets_qkv_bias():
 
 @pytest.mark.parametrize("overlap", [True, False])
 def test_megatron_tp_comm_overlap_follows_the_workload(overlap):
-    doc = doc_for("llama3-8b", "h100-64", 256, 4096, Layout(fsdp=8, tp=8, num_microbatches=4, recompute="full"),
-                  tp_comm_overlap=overlap)
+    doc = doc_for(
+        "llama3-8b",
+        "h100-64",
+        256,
+        4096,
+        Layout(fsdp=8, tp=8, num_microbatches=4, recompute="full"),
+        tp_comm_overlap=overlap,
+    )
     text = exported(doc, "megatron")
     assert ("--tp-comm-overlap" in parse_args(text)) is overlap
     if overlap:  # the checker notices when the flag the prediction assumed is removed
@@ -111,13 +138,20 @@ def test_megatron_tp_comm_overlap_follows_the_workload(overlap):
 
 def test_megatron_checker_catches_wrong_hyperparameters():
     text = exported(L405, "megatron")
-    problems = check_export("megatron", text.replace("--rotary-base 500000", "--rotary-base 10000")
-                            .replace("  --use-rope-scaling\n", "").replace("  --hidden-dropout 0.0\n", ""), L405)
+    problems = check_export(
+        "megatron",
+        text.replace("--rotary-base 500000", "--rotary-base 10000")
+        .replace("  --use-rope-scaling\n", "")
+        .replace("  --hidden-dropout 0.0\n", ""),
+        L405,
+    )
     assert any("--rotary-base is 10000" in p for p in problems)
     assert any("--use-rope-scaling is missing" in p for p in problems)
     assert any("--hidden-dropout is 0.1" in p for p in problems)  # Megatron's default when absent
-    assert any("--overlap-grad-reduce is missing" in p
-               for p in check_export("megatron", text.replace("  --overlap-grad-reduce\n", ""), L405))
+    assert any(
+        "--overlap-grad-reduce is missing" in p
+        for p in check_export("megatron", text.replace("  --overlap-grad-reduce\n", ""), L405)
+    )
 
 
 def test_megatron_placeholders_are_a_separate_array():
@@ -130,8 +164,9 @@ def test_megatron_placeholders_are_a_separate_array():
 
 @pytest.mark.parametrize("zero", [1, 2, 3])
 def test_deepspeed_overlap_comm(zero):
-    doc = doc_for("llama3-8b", "h100-64", 256, 4096, Layout(fsdp=64, num_microbatches=2, zero_stage=zero,
-                                                             recompute="full"))
+    doc = doc_for(
+        "llama3-8b", "h100-64", 256, 4096, Layout(fsdp=64, num_microbatches=2, zero_stage=zero, recompute="full")
+    )
     cfg = json.loads(exported(doc, "deepspeed"))
     assert cfg["zero_optimization"] == {"stage": zero, "overlap_comm": True, "contiguous_gradients": True}
     side = cfg["_layoutsearch"]
@@ -146,8 +181,9 @@ def test_maxtext_hyperparameters_and_model_name():
     cfg = yaml.safe_load(exported(doc, "maxtext"))
     assert cfg["rope_max_timescale"] == 500000 and cfg["normalization_layer_epsilon"] == 1e-5
     assert cfg["dropout_rate"] == 0.0 and cfg["model_name"] == "llama3-70b" and "rope_type" not in cfg
-    cfg = yaml.safe_load(exported(doc_for("llama3-405b", "v5p-256", 256, 4096, Layout(fsdp=256, recompute="full")),
-                                  "maxtext"))
+    cfg = yaml.safe_load(
+        exported(doc_for("llama3-405b", "v5p-256", 256, 4096, Layout(fsdp=256, recompute="full")), "maxtext")
+    )
     assert cfg["model_name"] == "llama3.1-405b" and cfg["rope_type"] == "llama3.1"
     debug = yaml.safe_load(exported(doc_for("debug", "v5p-8", 32, 1024, Layout(fsdp=8)), "maxtext"))
     assert debug["model_name"] == "default" and debug["rope_max_timescale"] == 10000
@@ -163,6 +199,7 @@ def test_torchtitan_placeholders_replace_test_defaults():
 
 def test_torchtitan_custom_flavor_carries_rope_theta():
     from layoutsearch.export import context_for, torchtitan
+
     doc = doc_for("debug", "h100-16", 64, 1024, Layout(dp=2, fsdp=8))
     args = torchtitan.custom_flavor_args(context_for(doc, "torchtitan"))
     assert "rope_theta=10000.0" in args and "norm_eps=1e-05" in args
@@ -170,8 +207,12 @@ def test_torchtitan_custom_flavor_carries_rope_theta():
 
 @pytest.mark.parametrize("target", TARGETS)
 def test_every_file_names_its_placeholders(target):
-    text = exported(L405 if target != "maxtext" else
-                    doc_for("llama3-405b", "v5p-256", 256, 4096, Layout(fsdp=256, recompute="full")), target)
+    text = exported(
+        L405
+        if target != "maxtext"
+        else doc_for("llama3-405b", "v5p-256", 256, 4096, Layout(fsdp=256, recompute="full")),
+        target,
+    )
     assert "PLACEHOLDER" in text and "<set me:" in text
     for item in ("data path", "tokenizer", "learning rate", "training steps", "checkpoint paths"):
         assert item in text

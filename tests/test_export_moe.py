@@ -30,6 +30,8 @@ import tomllib
 
 import pytest
 import yaml
+from test_export import exported, solve_doc
+from test_frameworks import custom_doc, maxtext_python, maxtext_script
 
 from layoutsearch.core.catalogue import load_model
 from layoutsearch.core.errors import InvalidLayoutError
@@ -38,24 +40,54 @@ from layoutsearch.costs.params import param_counts
 from layoutsearch.export import check_export, context_for, export_document
 from layoutsearch.export.megatron import eval_layer_freq, moe_layer_freq, parse_args
 
-from test_export import exported, solve_doc
-from test_frameworks import custom_doc, maxtext_python, maxtext_script
-
-DSV3 = solve_doc("deepseek-v3", "h100-2048", 15360, 4096,
-                 Layout(fsdp=64, pp=16, cp=2, ep=8, zero_stage=2, num_microbatches=240, recompute="selective",
-                        first_stage_layers=2, last_stage_layers=3))
+DSV3 = solve_doc(
+    "deepseek-v3",
+    "h100-2048",
+    15360,
+    4096,
+    Layout(
+        fsdp=64,
+        pp=16,
+        cp=2,
+        ep=8,
+        zero_stage=2,
+        num_microbatches=240,
+        recompute="selective",
+        first_stage_layers=2,
+        last_stage_layers=3,
+    ),
+)
 MIXTRAL = solve_doc("mixtral-8x7b", "h100-64", 512, 4096, Layout(fsdp=32, tp=2, ep=8, zero_stage=1))
-MIXTRAL_DS = solve_doc("mixtral-8x7b", "h100-64", 512, 4096, Layout(fsdp=32, tp=2, ep=8, zero_stage=1),
-                       framework="deepspeed")  # DeepSpeed's own overlap: NCCL AllToAll dispatch
+MIXTRAL_DS = solve_doc(
+    "mixtral-8x7b", "h100-64", 512, 4096, Layout(fsdp=32, tp=2, ep=8, zero_stage=1), framework="deepspeed"
+)  # DeepSpeed's own overlap: NCCL AllToAll dispatch
 QWEN3 = solve_doc("qwen3-30b-a3b", "h100-64", 256, 4096, Layout(fsdp=32, tp=2, ep=8, recompute="full"))
 QWEN3_ETP = solve_doc("qwen3-30b-a3b", "h100-64", 256, 4096, Layout(fsdp=32, tp=2, ep=8, etp=2, recompute="full"))
 TINY_MLA = MlaSpec(q_lora_rank=64, kv_lora_rank=32, qk_rope_head_dim=16, qk_nope_head_dim=32, v_head_dim=32)
-TINY_DSV3 = dict(num_layers=4, d_model=256, d_ff=512, num_heads=4, num_kv_heads=4, head_dim=48, vocab_size=1024,
-                 moe=MoeSpec(num_experts=8, top_k=2, expert_d_ff=128, num_shared_experts=1, shared_d_ff=128,
-                             first_dense_layers=1), mla=TINY_MLA, mtp_layers=1)
-TINY_MAVERICK = dict(num_layers=4, d_model=128, d_ff=256, num_heads=4, num_kv_heads=2, head_dim=32, vocab_size=1024,
-                     moe=MoeSpec(num_experts=4, top_k=1, expert_d_ff=64, num_shared_experts=1, shared_d_ff=64,
-                                 layer_freq=2, capacity_factor=1.25))
+TINY_DSV3 = dict(
+    num_layers=4,
+    d_model=256,
+    d_ff=512,
+    num_heads=4,
+    num_kv_heads=4,
+    head_dim=48,
+    vocab_size=1024,
+    moe=MoeSpec(num_experts=8, top_k=2, expert_d_ff=128, num_shared_experts=1, shared_d_ff=128, first_dense_layers=1),
+    mla=TINY_MLA,
+    mtp_layers=1,
+)
+TINY_MAVERICK = dict(
+    num_layers=4,
+    d_model=128,
+    d_ff=256,
+    num_heads=4,
+    num_kv_heads=2,
+    head_dim=32,
+    vocab_size=1024,
+    moe=MoeSpec(
+        num_experts=4, top_k=1, expert_d_ff=64, num_shared_experts=1, shared_d_ff=64, layer_freq=2, capacity_factor=1.25
+    ),
+)
 
 
 def layer_freq(text: str) -> int | list[int]:
@@ -82,14 +114,14 @@ def layer_freq(text: str) -> int | list[int]:
         return int(token)
 
     def atom() -> list[int]:
-        if tokens[pos:pos + 1] == ["("]:
+        if tokens[pos : pos + 1] == ["("]:
             take("(")
             value = expr()
             take(")")
             return value
         take("[")
         items = [number()]
-        while tokens[pos:pos + 1] == [","]:
+        while tokens[pos : pos + 1] == [","]:
             take(",")
             items.append(number())
         take("]")
@@ -97,14 +129,14 @@ def layer_freq(text: str) -> int | list[int]:
 
     def term() -> list[int]:
         value = atom()
-        while tokens[pos:pos + 1] == ["*"]:
+        while tokens[pos : pos + 1] == ["*"]:
             take("*")
             value = value * number()
         return value
 
     def expr() -> list[int]:
         value = term()
-        while tokens[pos:pos + 1] == ["+"]:
+        while tokens[pos : pos + 1] == ["+"]:
             take("+")
             value = value + term()
         return value
@@ -119,43 +151,107 @@ def layer_freq(text: str) -> int | list[int]:
 def test_megatron_deepseek_v3_flags_are_the_model_and_layout_numbers():
     args = parse_args(exported(DSV3, "megatron"))
     m = load_model("deepseek-v3")
-    assert {k: args[k] for k in ("--num-experts", "--moe-router-topk", "--moe-ffn-hidden-size",
-                                 "--moe-shared-expert-intermediate-size", "--moe-layer-freq",
-                                 "--expert-model-parallel-size", "--expert-tensor-parallel-size")} == {
-        "--num-experts": "256", "--moe-router-topk": "8", "--moe-ffn-hidden-size": "2048",
-        "--moe-shared-expert-intermediate-size": "2048", "--moe-layer-freq": "([0]*3+[1]*58)",
-        "--expert-model-parallel-size": "8", "--expert-tensor-parallel-size": "1"}
+    assert {
+        k: args[k]
+        for k in (
+            "--num-experts",
+            "--moe-router-topk",
+            "--moe-ffn-hidden-size",
+            "--moe-shared-expert-intermediate-size",
+            "--moe-layer-freq",
+            "--expert-model-parallel-size",
+            "--expert-tensor-parallel-size",
+        )
+    } == {
+        "--num-experts": "256",
+        "--moe-router-topk": "8",
+        "--moe-ffn-hidden-size": "2048",
+        "--moe-shared-expert-intermediate-size": "2048",
+        "--moe-layer-freq": "([0]*3+[1]*58)",
+        "--expert-model-parallel-size": "8",
+        "--expert-tensor-parallel-size": "1",
+    }
     assert eval_layer_freq(args["--moe-layer-freq"], 61) == [int(m.is_moe_layer(i)) for i in range(61)]
-    assert ("# --mtp-num-layers 1: the MTP modules are counted in the parameters and the predicted time (a layer and "
-            "an output-head pass each, on the last stage), not in the memory.") in exported(DSV3, "megatron")
-    assert {k: args[k] for k in ("--q-lora-rank", "--kv-lora-rank", "--qk-head-dim", "--qk-pos-emb-head-dim",
-                                 "--v-head-dim", "--mtp-num-layers", "--rope-type")} == {
-        "--q-lora-rank": "1536", "--kv-lora-rank": "512", "--qk-head-dim": "128", "--qk-pos-emb-head-dim": "64",
-        "--v-head-dim": "128", "--mtp-num-layers": "1", "--rope-type": "rope"}
-    for switch in ("--multi-latent-attention", "--qk-layernorm", "--no-rope-fusion", "--moe-grouped-gemm",
-                   "--moe-router-enable-expert-bias"):
+    assert (
+        "# --mtp-num-layers 1: the MTP modules are counted in the parameters and the predicted time (a layer and "
+        "an output-head pass each, on the last stage), not in the memory."
+    ) in exported(DSV3, "megatron")
+    assert {
+        k: args[k]
+        for k in (
+            "--q-lora-rank",
+            "--kv-lora-rank",
+            "--qk-head-dim",
+            "--qk-pos-emb-head-dim",
+            "--v-head-dim",
+            "--mtp-num-layers",
+            "--rope-type",
+        )
+    } == {
+        "--q-lora-rank": "1536",
+        "--kv-lora-rank": "512",
+        "--qk-head-dim": "128",
+        "--qk-pos-emb-head-dim": "64",
+        "--v-head-dim": "128",
+        "--mtp-num-layers": "1",
+        "--rope-type": "rope",
+    }
+    for switch in (
+        "--multi-latent-attention",
+        "--qk-layernorm",
+        "--no-rope-fusion",
+        "--moe-grouped-gemm",
+        "--moe-router-enable-expert-bias",
+    ):
         assert args[switch] is True, switch
     # the megatron profile's DeepEP dispatch (a token crosses the NICs once per node), as the prediction assumed
-    assert (args["--moe-token-dispatcher-type"], args["--moe-flex-dispatcher-backend"], args["--moe-router-score-function"],
-            args["--moe-router-dtype"]) == ("flex", "deepep", "sigmoid", "fp32")
+    assert (
+        args["--moe-token-dispatcher-type"],
+        args["--moe-flex-dispatcher-backend"],
+        args["--moe-router-score-function"],
+        args["--moe-router-dtype"],
+    ) == ("flex", "deepep", "sigmoid", "fp32")
     # dropless, no GQA with MLA, no top-1 pre-softmax; the rest of the layout as for dense models
     assert not {"--moe-expert-capacity-factor", "--group-query-attention", "--moe-router-pre-softmax"} & set(args)
-    assert (args["--pipeline-model-parallel-size"], args["--context-parallel-size"], args["--micro-batch-size"],
-            args["--decoder-first-pipeline-num-layers"], args["--decoder-last-pipeline-num-layers"]) == (
-        "16", "2", "1", "2", "3")
+    assert (
+        args["--pipeline-model-parallel-size"],
+        args["--context-parallel-size"],
+        args["--micro-batch-size"],
+        args["--decoder-first-pipeline-num-layers"],
+        args["--decoder-last-pipeline-num-layers"],
+    ) == ("16", "2", "1", "2", "3")
 
 
 def test_megatron_writes_given_stages_that_the_virtual_stages_do_not_divide_as_a_layout():
     """Megatron-Bridge's DeepSeek-V3 split on pp=8 x 2 virtual stages (mapping rule 23): 8 layers on the first
     stage, 5 on the last (MTP module and loss beside them); --decoder-last-pipeline-num-layers needs a multiple of
     the virtual stages, so the export writes the chunks, the recipe's own layout, and no chunk count."""
-    doc = solve_doc("deepseek-v3", "b200-256", 4096, 4096,
-                    Layout(fsdp=32, pp=8, virtual_stages=2, schedule="interleaved", ep=32, zero_stage=1,
-                           num_microbatches=128, recompute="mla_up_proj", first_stage_layers=8, last_stage_layers=5))
+    doc = solve_doc(
+        "deepseek-v3",
+        "b200-256",
+        4096,
+        4096,
+        Layout(
+            fsdp=32,
+            pp=8,
+            virtual_stages=2,
+            schedule="interleaved",
+            ep=32,
+            zero_stage=1,
+            num_microbatches=128,
+            recompute="mla_up_proj",
+            first_stage_layers=8,
+            last_stage_layers=5,
+        ),
+    )
     args = parse_args(exported(doc, "megatron"))
     assert args["--pipeline-model-parallel-layout"] == "Etttt|" + "tttt|" * 14 + "tmL"
-    assert not {"--decoder-first-pipeline-num-layers", "--decoder-last-pipeline-num-layers",
-                "--num-virtual-stages-per-pipeline-rank", "--num-layers-per-virtual-pipeline-stage"} & set(args)
+    assert not {
+        "--decoder-first-pipeline-num-layers",
+        "--decoder-last-pipeline-num-layers",
+        "--num-virtual-stages-per-pipeline-rank",
+        "--num-layers-per-virtual-pipeline-stage",
+    } & set(args)
 
 
 def test_megatron_layer_patterns_routers_and_capacity():
@@ -169,15 +265,31 @@ def test_megatron_layer_patterns_routers_and_capacity():
     args = parse_args(exported(doc, "megatron"))
     assert args["--moe-layer-freq"] == "(([0]*1+[1]*1)*2)" and args["--moe-router-topk"] == "1"
     assert args["--moe-router-pre-softmax"] is True and "--moe-router-score-function" not in args
-    assert (args["--moe-expert-capacity-factor"], args["--moe-token-drop-policy"],
-            args["--moe-pad-expert-input-to-capacity"]) == ("1.25", "probs", True)
-    assert (args["--moe-shared-expert-intermediate-size"], args["--moe-ffn-hidden-size"], args["--ffn-hidden-size"]) == (
-        "64", "64", "256")
+    assert (
+        args["--moe-expert-capacity-factor"],
+        args["--moe-token-drop-policy"],
+        args["--moe-pad-expert-input-to-capacity"],
+    ) == ("1.25", "probs", True)
+    assert (
+        args["--moe-shared-expert-intermediate-size"],
+        args["--moe-ffn-hidden-size"],
+        args["--ffn-hidden-size"],
+    ) == ("64", "64", "256")
     mix = parse_args(exported(MIXTRAL, "megatron"))
-    assert (mix["--num-experts"], mix["--moe-router-topk"], mix["--moe-ffn-hidden-size"],
-            mix["--expert-model-parallel-size"], mix["--expert-tensor-parallel-size"]) == ("8", "2", "14336", "8", "1")
-    assert not {"--moe-layer-freq", "--moe-shared-expert-intermediate-size", "--multi-latent-attention",
-                "--moe-router-dtype", "--mtp-num-layers"} & set(mix)
+    assert (
+        mix["--num-experts"],
+        mix["--moe-router-topk"],
+        mix["--moe-ffn-hidden-size"],
+        mix["--expert-model-parallel-size"],
+        mix["--expert-tensor-parallel-size"],
+    ) == ("8", "2", "14336", "8", "1")
+    assert not {
+        "--moe-layer-freq",
+        "--moe-shared-expert-intermediate-size",
+        "--multi-latent-attention",
+        "--moe-router-dtype",
+        "--mtp-num-layers",
+    } & set(mix)
     dense = parse_args(exported(solve_doc("llama3-8b", "h100-64", 256, 4096, Layout(fsdp=8, tp=8)), "megatron"))
     assert not [flag for flag in dense if flag.startswith(("--moe", "--expert", "--num-experts", "--mtp"))]
 
@@ -194,15 +306,24 @@ def test_moe_layer_freq_reader():
             layer_freq(bad)
 
 
-@pytest.mark.parametrize("edit, problem", [
-    (("--num-experts 256", "--num-experts 128"), "num_experts is 128"),
-    (("--moe-layer-freq '([0]*3+[1]*58)'", "--moe-layer-freq 1"), "--moe-layer-freq 1 makes layers"),
-    (("--expert-model-parallel-size 8", "--expert-model-parallel-size 3"), "is not a multiple of --expert-model-parallel-size 3"),
-    (("  --no-rope-fusion\n", ""), "needs --no-rope-fusion"),
-    (("--moe-router-score-function sigmoid", "--moe-router-score-function softmax"), "needs --moe-router-score-function sigmoid"),
-    (("--mtp-num-layers 1", "--mtp-num-layers 2"), "--mtp-num-layers is 2"),
-    (("--q-lora-rank 1536", "--q-lora-rank 1024"), "q_lora_rank is 1024"),
-])
+@pytest.mark.parametrize(
+    "edit, problem",
+    [
+        (("--num-experts 256", "--num-experts 128"), "num_experts is 128"),
+        (("--moe-layer-freq '([0]*3+[1]*58)'", "--moe-layer-freq 1"), "--moe-layer-freq 1 makes layers"),
+        (
+            ("--expert-model-parallel-size 8", "--expert-model-parallel-size 3"),
+            "is not a multiple of --expert-model-parallel-size 3",
+        ),
+        (("  --no-rope-fusion\n", ""), "needs --no-rope-fusion"),
+        (
+            ("--moe-router-score-function sigmoid", "--moe-router-score-function softmax"),
+            "needs --moe-router-score-function sigmoid",
+        ),
+        (("--mtp-num-layers 1", "--mtp-num-layers 2"), "--mtp-num-layers is 2"),
+        (("--q-lora-rank 1536", "--q-lora-rank 1024"), "q_lora_rank is 1024"),
+    ],
+)
 def test_megatron_checker_catches_edited_moe_flags(edit, problem):
     text = export_document(DSV3, "megatron")
     assert edit[0] in text
@@ -215,8 +336,12 @@ def test_torchtitan_expert_degrees_model_family_and_flavor():
     tt = tomllib.loads(exported(QWEN3, "torchtitan"))
     assert tt["model"] == {"name": "qwen3", "flavor": "30B-A3B", "hf_assets_path": tt["model"]["hf_assets_path"]}
     par = tt["parallelism"]
-    assert (par["expert_parallel_degree"], par["expert_tensor_parallel_degree"], par["tensor_parallel_degree"],
-            par["data_parallel_shard_degree"]) == (8, 1, 2, 32)
+    assert (
+        par["expert_parallel_degree"],
+        par["expert_tensor_parallel_degree"],
+        par["tensor_parallel_degree"],
+        par["data_parallel_shard_degree"],
+    ) == (8, 1, 2, 32)
     assert tomllib.loads(exported(QWEN3_ETP, "torchtitan"))["parallelism"]["expert_tensor_parallel_degree"] == 2
     no_ep = solve_doc("qwen3-30b-a3b", "h100-64", 256, 4096, Layout(fsdp=32, tp=2, etp=2, recompute="full"))
     par = tomllib.loads(exported(no_ep, "torchtitan"))["parallelism"]  # ep = 1: torchtitan's own TP on experts
@@ -233,8 +358,10 @@ def test_torchtitan_deepseek_v3_registers_sdpa_args_under_context_parallelism():
     tt = tomllib.loads(text)
     assert tt["model"]["name"] == "deepseek_v3" and tt["model"]["flavor"] == "deepseek-v3"
     assert "FlexAttention, which torchtitan refuses with context parallelism" in text
-    assert ("DeepSeekV3ModelArgs(vocab_size=129280, dim=7168, inter_dim=18432, moe_inter_dim=2048, n_layers=61, "
-            "n_dense_layers=3, n_heads=128, norm_eps=1e-06") in text
+    assert (
+        "DeepSeekV3ModelArgs(vocab_size=129280, dim=7168, inter_dim=18432, moe_inter_dim=2048, n_layers=61, "
+        "n_dense_layers=3, n_heads=128, norm_eps=1e-06"
+    ) in text
     assert (tt["parallelism"]["expert_parallel_degree"], tt["parallelism"]["data_parallel_replicate_degree"]) == (8, 2)
     no_cp = solve_doc("deepseek-v3", "h100-2048", 16384, 4096, Layout(dp=2, fsdp=1024, ep=8, recompute="full"))
     assert tomllib.loads(exported(no_cp, "torchtitan"))["model"]["flavor"] == "671B"
@@ -243,36 +370,101 @@ def test_torchtitan_deepseek_v3_registers_sdpa_args_under_context_parallelism():
 def test_maxtext_moe_keys_and_expert_axis():
     doc = solve_doc("qwen3-30b-a3b", "v5p-64", 128, 4096, Layout(fsdp=16, tp=4, ep=8, etp=4, recompute="full"))
     mt = yaml.safe_load(exported(doc, "maxtext"))
-    assert {k: mt[k] for k in ("decoder_block", "num_experts", "num_experts_per_tok", "base_moe_mlp_dim", "megablox",
-                               "sparse_matmul", "capacity_factor", "use_qk_norm")} == {
-        "decoder_block": "qwen3_moe", "num_experts": 128, "num_experts_per_tok": 8, "base_moe_mlp_dim": 768,
-        "megablox": True, "sparse_matmul": True, "capacity_factor": -1.0, "use_qk_norm": True}
+    assert {
+        k: mt[k]
+        for k in (
+            "decoder_block",
+            "num_experts",
+            "num_experts_per_tok",
+            "base_moe_mlp_dim",
+            "megablox",
+            "sparse_matmul",
+            "capacity_factor",
+            "use_qk_norm",
+        )
+    } == {
+        "decoder_block": "qwen3_moe",
+        "num_experts": 128,
+        "num_experts_per_tok": 8,
+        "base_moe_mlp_dim": 768,
+        "megablox": True,
+        "sparse_matmul": True,
+        "capacity_factor": -1.0,
+        "use_qk_norm": True,
+    }
     # the expert axis is carved out of fsdp: fsdp 16 = fsdp axis 2 x expert 8; etp = the tensor axis
-    assert (mt["ici_fsdp_parallelism"] * mt["dcn_fsdp_parallelism"], mt["ici_expert_parallelism"]
-            * mt["dcn_expert_parallelism"], mt["ici_tensor_parallelism"]) == (2, 8, 4)
+    assert (
+        mt["ici_fsdp_parallelism"] * mt["dcn_fsdp_parallelism"],
+        mt["ici_expert_parallelism"] * mt["dcn_expert_parallelism"],
+        mt["ici_tensor_parallelism"],
+    ) == (2, 8, 4)
     # a capacity factor: MaxText's dense einsum path, which drops and pads to capacity (its sparse path ignores it)
-    dropping = custom_doc("mixtral-8x7b", "v5p-8", 32, 128, Layout(fsdp=8), num_layers=2, d_model=128, d_ff=256,
-                          num_heads=4, num_kv_heads=2, head_dim=32, vocab_size=1024,
-                          moe=MoeSpec(num_experts=4, top_k=2, expert_d_ff=256, capacity_factor=1.25))
+    dropping = custom_doc(
+        "mixtral-8x7b",
+        "v5p-8",
+        32,
+        128,
+        Layout(fsdp=8),
+        num_layers=2,
+        d_model=128,
+        d_ff=256,
+        num_heads=4,
+        num_kv_heads=2,
+        head_dim=32,
+        vocab_size=1024,
+        moe=MoeSpec(num_experts=4, top_k=2, expert_d_ff=256, capacity_factor=1.25),
+    )
     mt = yaml.safe_load(exported(dropping, "maxtext"))
     assert (mt["megablox"], mt["sparse_matmul"], mt["capacity_factor"]) == (False, False, 1.25)
-    for target, name, why in (("torchtitan", "torchtitan", "its MoE routes dropless"),
-                              ("deepspeed", "DeepSpeed", "AutoEP routes dropless")):
-        with pytest.raises(InvalidLayoutError, match=re.escape(
+    for target, name, why in (
+        ("torchtitan", "torchtitan", "its MoE routes dropless"),
+        ("deepspeed", "DeepSpeed", "AutoEP routes dropless"),
+    ):
+        with pytest.raises(
+            InvalidLayoutError,
+            match=re.escape(
                 f"{name} cannot express the capacity factor 1.25 of mixtral-8x7b (every expert padded to its "
                 f"capacity) ({why}); nearest: a dropless model (moe capacity_factor null), or export to megatron "
-                f"or maxtext")):
+                f"or maxtext"
+            ),
+        ):
             export_document(dropping, target)
     ds = solve_doc("deepseek-v3", "v5p-2048", 2048, 4096, Layout(fsdp=256, tp=8, ep=64, etp=8, recompute="full"))
     mt = yaml.safe_load(exported(ds, "maxtext"))
-    assert {k: mt[k] for k in ("decoder_block", "first_num_dense_layers", "shared_experts", "routed_bias",
-                               "routed_score_func", "attention_type", "q_lora_rank", "kv_lora_rank", "qk_nope_head_dim",
-                               "qk_rope_head_dim", "v_head_dim", "mtp_num_layers", "base_mlp_dim",
-                               "base_moe_mlp_dim")} == {
-        "decoder_block": "deepseek", "first_num_dense_layers": 3, "shared_experts": 1, "routed_bias": True,
-        "routed_score_func": "sigmoid", "attention_type": "mla", "q_lora_rank": 1536, "kv_lora_rank": 512,
-        "qk_nope_head_dim": 128, "qk_rope_head_dim": 64, "v_head_dim": 128, "mtp_num_layers": 1,
-        "base_mlp_dim": 18432, "base_moe_mlp_dim": 2048}
+    assert {
+        k: mt[k]
+        for k in (
+            "decoder_block",
+            "first_num_dense_layers",
+            "shared_experts",
+            "routed_bias",
+            "routed_score_func",
+            "attention_type",
+            "q_lora_rank",
+            "kv_lora_rank",
+            "qk_nope_head_dim",
+            "qk_rope_head_dim",
+            "v_head_dim",
+            "mtp_num_layers",
+            "base_mlp_dim",
+            "base_moe_mlp_dim",
+        )
+    } == {
+        "decoder_block": "deepseek",
+        "first_num_dense_layers": 3,
+        "shared_experts": 1,
+        "routed_bias": True,
+        "routed_score_func": "sigmoid",
+        "attention_type": "mla",
+        "q_lora_rank": 1536,
+        "kv_lora_rank": 512,
+        "qk_nope_head_dim": 128,
+        "qk_rope_head_dim": 64,
+        "v_head_dim": 128,
+        "mtp_num_layers": 1,
+        "base_mlp_dim": 18432,
+        "base_moe_mlp_dim": 2048,
+    }
     assert mt["ici_expert_parallelism"] * mt["dcn_expert_parallelism"] == 64
     assert mt["ici_fsdp_parallelism"] * mt["dcn_fsdp_parallelism"] == 4
     dense = yaml.safe_load(exported(solve_doc("llama3-8b", "v5p-64", 128, 4096, Layout(fsdp=64)), "maxtext"))
@@ -281,54 +473,145 @@ def test_maxtext_moe_keys_and_expert_axis():
 
 def test_deepspeed_autoep_section():
     ds = json.loads(exported(MIXTRAL_DS, "deepspeed"))
-    assert ds["expert_parallel"] == {"enabled": True, "autoep_size": 8, "expert_tensor_parallel_size": 1,
-                                     "preset_model": "mixtral"}
+    assert ds["expert_parallel"] == {
+        "enabled": True,
+        "autoep_size": 8,
+        "expert_tensor_parallel_size": 1,
+        "preset_model": "mixtral",
+    }
     assert ds["tensor_parallel"] == {"autotp_size": 2} and ds["zero_optimization"]["stage"] == 1
     side = ds["_layoutsearch"]
     assert side["degrees"] == {"dp": 1, "fsdp": 32, "tp": 2, "pp": 1, "cp": 1, "ep": 8, "etp": 1}
     assert any("edp 8 x ep 8" in note for note in side["set_in_code"])
-    ds3 = json.loads(exported(solve_doc("deepseek-v3", "h100-2048", 2048, 4096,
-                                        Layout(fsdp=2048, ep=64, recompute="full"), framework="deepspeed"), "deepspeed"))
+    ds3 = json.loads(
+        exported(
+            solve_doc(
+                "deepseek-v3",
+                "h100-2048",
+                2048,
+                4096,
+                Layout(fsdp=2048, ep=64, recompute="full"),
+                framework="deepspeed",
+            ),
+            "deepspeed",
+        )
+    )
     assert ds3["expert_parallel"]["preset_model"] == "deepseek_v3" and ds3["zero_optimization"]["stage"] == 3
-    no_ep = json.loads(exported(solve_doc("qwen3-30b-a3b", "h100-64", 256, 4096, Layout(fsdp=64), framework="deepspeed"), "deepspeed"))
-    assert "expert_parallel" not in no_ep and any("no expert parallelism" in n for n in no_ep["_layoutsearch"]["set_in_code"])
-    grok = json.loads(exported(solve_doc("grok-1", "h100-1024", 1024, 4096, Layout(fsdp=1024, ep=8, recompute="full"),
-                                        framework="deepspeed"), "deepspeed"))
+    no_ep = json.loads(
+        exported(solve_doc("qwen3-30b-a3b", "h100-64", 256, 4096, Layout(fsdp=64), framework="deepspeed"), "deepspeed")
+    )
+    assert "expert_parallel" not in no_ep and any(
+        "no expert parallelism" in n for n in no_ep["_layoutsearch"]["set_in_code"]
+    )
+    grok = json.loads(
+        exported(
+            solve_doc(
+                "grok-1", "h100-1024", 1024, 4096, Layout(fsdp=1024, ep=8, recompute="full"), framework="deepspeed"
+            ),
+            "deepspeed",
+        )
+    )
     assert "preset_model" not in grok["expert_parallel"]
     # a prediction made with the megatron profile's DeepEP dispatch is one DeepSpeed cannot run
-    with pytest.raises(InvalidLayoutError, match=r"DeepSpeed cannot express the DeepEP token dispatch with ep\(8\); "
-                                                 r"nearest: --no-deepep, or export to megatron or torchtitan"):
+    with pytest.raises(
+        InvalidLayoutError,
+        match=r"DeepSpeed cannot express the DeepEP token dispatch with ep\(8\); "
+        r"nearest: --no-deepep, or export to megatron or torchtitan",
+    ):
         export_document(MIXTRAL, "deepspeed")
     assert any("no preset for this architecture" in n for n in grok["_layoutsearch"]["set_in_code"])
 
 
 # ----------------------------------------------------------------------------- refusals
-@pytest.mark.parametrize("target, model, cluster, batch, layout, message", [
-    ("torchtitan", "qwen3-30b-a3b", "h100-64", 256, Layout(fsdp=32, tp=2, recompute="full"),
-     r"torchtitan cannot express etp\(1\) with ep\(1\) and tp\(2\) .*tensor-parallel over tp\); nearest: etp=2, or ep > 1"),
-    ("torchtitan", "qwen3-30b-a3b", "h100-64", 256, Layout(fsdp=16, tp=4, ep=4, etp=2, recompute="full"),
-     r"torchtitan cannot express etp\(2\) with ep\(4\) and tp\(4\) .*nearest: etp=1 or etp=4"),
-    ("torchtitan", "qwen3-30b-a3b", "h100-64", 256, Layout(dp=64, ep=8, zero_stage=0, recompute="full"),
-     r"torchtitan cannot express ep\(8\) x etp\(1\) = 8 expert devices, which do not divide the 1 devices its expert "
-     r"groups can take \(fsdp\(1\) unsharded, so 1 x tp\(1\) x cp\(1\)\).*nearest: ep x etp dividing 1"),
-    ("torchtitan", "mixtral-8x7b", "h100-64", 512, Layout(fsdp=64),
-     r"torchtitan cannot express model mixtral-8x7b .*its MoE models are deepseek_v3 and qwen3\); nearest: export to megatron"),
-    ("torchtitan-0.3", "qwen3-30b-a3b", "h100-64", 256, Layout(fsdp=64),
-     r"torchtitan cannot express model qwen3-30b-a3b .*export MoE models to torchtitan \(0.2\) or megatron"),
-    ("maxtext", "mixtral-8x7b", "v5p-128", 256, Layout(fsdp=32, tp=4, ep=8),
-     r"MaxText cannot express etp\(1\) with ep\(8\) and tp\(4\) \(it shards every expert's FFN over the tensor axis "
-     r"\(etp = tp\)\); nearest: etp=4"),
-    ("maxtext", "mixtral-8x7b", "v5p-128", 256, Layout(fsdp=128, ep=8, zero_stage=1),
-     r"MaxText cannot express ep\(8\) .*nearest: ep x etp dividing 1, or zero_stage 3 so fsdp\(128\) shards"),
-    ("maxtext", "grok-1", "v5p-1024", 1024, Layout(fsdp=1024, recompute="full"),
-     r"MaxText cannot express model grok-1 .*MoE blocks are mixtral, qwen3_moe and deepseek"),
-    ("deepspeed", "mixtral-8x7b", "h100-64", 512, Layout(fsdp=16, tp=4, ep=4, etp=4),
-     r"DeepSpeed cannot express etp\(4\) with ep\(4\) and tp\(4\) \(AutoEP has no expert tensor parallelism yet.*"
-     r"nearest: etp=1"),
-    ("deepspeed", "mixtral-8x7b", "h100-64", 512, Layout(fsdp=16, tp=2, pp=2, ep=8, zero_stage=1, num_microbatches=4),
-     r"DeepSpeed cannot express ep\(8\) with both tp\(2\) and pp\(2\) \(AutoEP's folding with AutoTP supports pp = 1 "
-     r"only\); nearest: tp=1 or pp=1 with ep > 1"),
-])
+@pytest.mark.parametrize(
+    "target, model, cluster, batch, layout, message",
+    [
+        (
+            "torchtitan",
+            "qwen3-30b-a3b",
+            "h100-64",
+            256,
+            Layout(fsdp=32, tp=2, recompute="full"),
+            r"torchtitan cannot express etp\(1\) with ep\(1\) and tp\(2\) .*tensor-parallel over tp\); nearest: etp=2, or ep > 1",
+        ),
+        (
+            "torchtitan",
+            "qwen3-30b-a3b",
+            "h100-64",
+            256,
+            Layout(fsdp=16, tp=4, ep=4, etp=2, recompute="full"),
+            r"torchtitan cannot express etp\(2\) with ep\(4\) and tp\(4\) .*nearest: etp=1 or etp=4",
+        ),
+        (
+            "torchtitan",
+            "qwen3-30b-a3b",
+            "h100-64",
+            256,
+            Layout(dp=64, ep=8, zero_stage=0, recompute="full"),
+            r"torchtitan cannot express ep\(8\) x etp\(1\) = 8 expert devices, which do not divide the 1 devices its expert "
+            r"groups can take \(fsdp\(1\) unsharded, so 1 x tp\(1\) x cp\(1\)\).*nearest: ep x etp dividing 1",
+        ),
+        (
+            "torchtitan",
+            "mixtral-8x7b",
+            "h100-64",
+            512,
+            Layout(fsdp=64),
+            r"torchtitan cannot express model mixtral-8x7b .*its MoE models are deepseek_v3 and qwen3\); nearest: export to megatron",
+        ),
+        (
+            "torchtitan-0.3",
+            "qwen3-30b-a3b",
+            "h100-64",
+            256,
+            Layout(fsdp=64),
+            r"torchtitan cannot express model qwen3-30b-a3b .*export MoE models to torchtitan \(0.2\) or megatron",
+        ),
+        (
+            "maxtext",
+            "mixtral-8x7b",
+            "v5p-128",
+            256,
+            Layout(fsdp=32, tp=4, ep=8),
+            r"MaxText cannot express etp\(1\) with ep\(8\) and tp\(4\) \(it shards every expert's FFN over the tensor axis "
+            r"\(etp = tp\)\); nearest: etp=4",
+        ),
+        (
+            "maxtext",
+            "mixtral-8x7b",
+            "v5p-128",
+            256,
+            Layout(fsdp=128, ep=8, zero_stage=1),
+            r"MaxText cannot express ep\(8\) .*nearest: ep x etp dividing 1, or zero_stage 3 so fsdp\(128\) shards",
+        ),
+        (
+            "maxtext",
+            "grok-1",
+            "v5p-1024",
+            1024,
+            Layout(fsdp=1024, recompute="full"),
+            r"MaxText cannot express model grok-1 .*MoE blocks are mixtral, qwen3_moe and deepseek",
+        ),
+        (
+            "deepspeed",
+            "mixtral-8x7b",
+            "h100-64",
+            512,
+            Layout(fsdp=16, tp=4, ep=4, etp=4),
+            r"DeepSpeed cannot express etp\(4\) with ep\(4\) and tp\(4\) \(AutoEP has no expert tensor parallelism yet.*"
+            r"nearest: etp=1",
+        ),
+        (
+            "deepspeed",
+            "mixtral-8x7b",
+            "h100-64",
+            512,
+            Layout(fsdp=16, tp=2, pp=2, ep=8, zero_stage=1, num_microbatches=4),
+            r"DeepSpeed cannot express ep\(8\) with both tp\(2\) and pp\(2\) \(AutoEP's folding with AutoTP supports pp = 1 "
+            r"only\); nearest: tp=1 or pp=1 with ep > 1",
+        ),
+    ],
+)
 def test_targets_refuse_moe_layouts_they_cannot_express(target, model, cluster, batch, layout, message):
     with pytest.raises(InvalidLayoutError, match=message):
         export_document(solve_doc(model, cluster, batch, 4096, layout), target)
@@ -336,17 +619,27 @@ def test_targets_refuse_moe_layouts_they_cannot_express(target, model, cluster, 
 
 def test_megatron_expresses_every_folded_moe_layout():
     """Megatron-Core folds any ep x etp dividing a stage: etp without ep, etp other than tp, ep over replicas."""
-    for layout in (Layout(fsdp=32, tp=2, etp=2, zero_stage=1), Layout(fsdp=16, tp=4, ep=4, etp=2, zero_stage=1),
-                   Layout(dp=64, ep=8, zero_stage=0)):
+    for layout in (
+        Layout(fsdp=32, tp=2, etp=2, zero_stage=1),
+        Layout(fsdp=16, tp=4, ep=4, etp=2, zero_stage=1),
+        Layout(dp=64, ep=8, zero_stage=0),
+    ):
         args = parse_args(exported(solve_doc("mixtral-8x7b", "h100-64", 512, 4096, layout), "megatron"))
         assert (int(args["--expert-model-parallel-size"]), int(args["--expert-tensor-parallel-size"])) == (
-            layout.ep, layout.etp)
+            layout.ep,
+            layout.etp,
+        )
 
 
-@pytest.mark.parametrize("target, model, cluster", [
-    ("megatron", "deepseek-v3", "h100-256"), ("torchtitan", "qwen3-30b-a3b", "h100-64"),
-    ("deepspeed", "mixtral-8x7b", "h100-64"), ("maxtext", "deepseek-v3", "v5p-256"),
-])
+@pytest.mark.parametrize(
+    "target, model, cluster",
+    [
+        ("megatron", "deepseek-v3", "h100-256"),
+        ("torchtitan", "qwen3-30b-a3b", "h100-64"),
+        ("deepspeed", "mixtral-8x7b", "h100-64"),
+        ("maxtext", "deepseek-v3", "v5p-256"),
+    ],
+)
 def test_solve_export_on_moe_models(tmp_path, target, model, cluster):
     """`solve --export T -o F` on a MoE model: only T's expressible layouts are searched, and F passes T's rules."""
     from typer.testing import CliRunner
@@ -354,8 +647,26 @@ def test_solve_export_on_moe_models(tmp_path, target, model, cluster):
     from layoutsearch.cli import app
 
     out = tmp_path / f"layout-{target}"
-    r = CliRunner().invoke(app, ["solve", "--model", model, "--cluster", cluster, "--seqs", "512", "--top", "1",
-                                 "--export", target, "-o", str(out), "--format", "json"])
+    r = CliRunner().invoke(
+        app,
+        [
+            "solve",
+            "--model",
+            model,
+            "--cluster",
+            cluster,
+            "--seqs",
+            "512",
+            "--top",
+            "1",
+            "--export",
+            target,
+            "-o",
+            str(out),
+            "--format",
+            "json",
+        ],
+    )
     assert r.exit_code == 0, r.stderr
     doc = json.loads(r.stdout)
     assert check_export(target, out.read_text(), doc) == []
@@ -376,28 +687,41 @@ def attn_backend(value: str):
 
 
 MEGATRON_CONFIG_FLAGS = {  # TransformerConfig fields
-    "--num-layers": ("num_layers", int), "--hidden-size": ("hidden_size", int),
-    "--ffn-hidden-size": ("ffn_hidden_size", int), "--num-attention-heads": ("num_attention_heads", int),
-    "--num-query-groups": ("num_query_groups", int), "--kv-channels": ("kv_channels", int),
-    "--normalization": ("normalization", str), "--norm-epsilon": ("layernorm_epsilon", float),
-    "--attention-dropout": ("attention_dropout", float), "--hidden-dropout": ("hidden_dropout", float),
+    "--num-layers": ("num_layers", int),
+    "--hidden-size": ("hidden_size", int),
+    "--ffn-hidden-size": ("ffn_hidden_size", int),
+    "--num-attention-heads": ("num_attention_heads", int),
+    "--num-query-groups": ("num_query_groups", int),
+    "--kv-channels": ("kv_channels", int),
+    "--normalization": ("normalization", str),
+    "--norm-epsilon": ("layernorm_epsilon", float),
+    "--attention-dropout": ("attention_dropout", float),
+    "--hidden-dropout": ("hidden_dropout", float),
     "--swiglu": ("gated_linear_unit", True),  # and activation_func silu (megatron_config)
-    "--disable-bias-linear": ("add_bias_linear", False), "--add-qkv-bias": ("add_qkv_bias", True),
+    "--disable-bias-linear": ("add_bias_linear", False),
+    "--add-qkv-bias": ("add_qkv_bias", True),
     "--bf16": ("bf16", True),  # and params_dtype / pipeline_dtype bfloat16 (megatron_config)
-    "--fp8-format": ("fp8", str), "--fp8-recipe": ("fp8_recipe", str), "--fp8-param-gather": ("fp8_param", True),
+    "--fp8-format": ("fp8", str),
+    "--fp8-recipe": ("fp8_recipe", str),
+    "--fp8-param-gather": ("fp8_param", True),
     "--multi-latent-attention": ("multi_latent_attention", True),  # and MLATransformerConfig
-    "--qk-layernorm": ("qk_layernorm", True), "--no-rope-fusion": ("apply_rope_fusion", False),
+    "--qk-layernorm": ("qk_layernorm", True),
+    "--no-rope-fusion": ("apply_rope_fusion", False),
     "--attention-backend": ("attention_backend", attn_backend),
     "--mtp-num-layers": ("mtp_num_layers", int),
     # mixture of experts
-    "--num-experts": ("num_moe_experts", int), "--moe-router-topk": ("moe_router_topk", int),
+    "--num-experts": ("num_moe_experts", int),
+    "--moe-router-topk": ("moe_router_topk", int),
     "--moe-ffn-hidden-size": ("moe_ffn_hidden_size", int),
     "--moe-shared-expert-intermediate-size": ("moe_shared_expert_intermediate_size", int),
-    "--moe-shared-expert-gate": ("moe_shared_expert_gate", True), "--moe-layer-freq": ("moe_layer_freq", layer_freq),
+    "--moe-shared-expert-gate": ("moe_shared_expert_gate", True),
+    "--moe-layer-freq": ("moe_layer_freq", layer_freq),
     "--moe-grouped-gemm": ("moe_grouped_gemm", True),
     "--moe-token-dispatcher-type": ("moe_token_dispatcher_type", str),
-    "--moe-flex-dispatcher-backend": ("moe_flex_dispatcher_backend", str), "--moe-enable-deepep": ("moe_enable_deepep", True),
-    "--moe-router-dtype": ("moe_router_dtype", str), "--moe-router-score-function": ("moe_router_score_function", str),
+    "--moe-flex-dispatcher-backend": ("moe_flex_dispatcher_backend", str),
+    "--moe-enable-deepep": ("moe_enable_deepep", True),
+    "--moe-router-dtype": ("moe_router_dtype", str),
+    "--moe-router-score-function": ("moe_router_score_function", str),
     "--moe-router-enable-expert-bias": ("moe_router_enable_expert_bias", True),
     "--moe-router-pre-softmax": ("moe_router_pre_softmax", True),
     "--moe-expert-capacity-factor": ("moe_expert_capacity_factor", float),
@@ -409,7 +733,8 @@ MEGATRON_CONFIG_FLAGS = {  # TransformerConfig fields
     "--context-parallel-size": ("context_parallel_size", int),
     "--expert-model-parallel-size": ("expert_model_parallel_size", int),
     "--expert-tensor-parallel-size": ("expert_tensor_parallel_size", int),
-    "--sequence-parallel": ("sequence_parallel", True), "--tp-comm-overlap": ("tp_comm_overlap", True),
+    "--sequence-parallel": ("sequence_parallel", True),
+    "--tp-comm-overlap": ("tp_comm_overlap", True),
     "--no-overlap-p2p-communication": ("overlap_p2p_comm", False),
     "--no-gradient-accumulation-fusion": ("gradient_accumulation_fusion", False),
     "--decoder-first-pipeline-num-layers": ("num_layers_in_first_pipeline_stage", int),
@@ -419,37 +744,59 @@ MEGATRON_CONFIG_FLAGS = {  # TransformerConfig fields
     "--num-virtual-stages-per-pipeline-rank": ("virtual_pipeline_model_parallel_size", int),
     # layers per virtual stage: turned into the number of virtual stages in megatron_fields
     "--num-layers-per-virtual-pipeline-stage": ("virtual_pipeline_model_parallel_size", int),
-    "--recompute-granularity": ("recompute_granularity", str), "--recompute-method": ("recompute_method", str),
+    "--recompute-granularity": ("recompute_granularity", str),
+    "--recompute-method": ("recompute_method", str),
     "--recompute-num-layers": ("recompute_num_layers", int),
-    "--recompute-modules": ("recompute_modules", lambda value: value if isinstance(value, list) else [value]),  # nargs +
+    "--recompute-modules": (
+        "recompute_modules",
+        lambda value: value if isinstance(value, list) else [value],
+    ),  # nargs +
     "--cuda-graph-impl": ("cuda_graph_impl", str),
     "--cuda-graph-scope": ("cuda_graph_scope", lambda value: value if isinstance(value, list) else [value]),  # nargs +
 }
 MEGATRON_MLA_FLAGS = {  # MLATransformerConfig's own fields; with --multi-latent-attention only
-    "--q-lora-rank": ("q_lora_rank", int), "--kv-lora-rank": ("kv_lora_rank", int),
-    "--qk-head-dim": ("qk_head_dim", int), "--qk-pos-emb-head-dim": ("qk_pos_emb_head_dim", int),
-    "--v-head-dim": ("v_head_dim", int), "--rope-type": ("rope_type", str), "--rotary-base": ("rotary_base", float),
+    "--q-lora-rank": ("q_lora_rank", int),
+    "--kv-lora-rank": ("kv_lora_rank", int),
+    "--qk-head-dim": ("qk_head_dim", int),
+    "--qk-pos-emb-head-dim": ("qk_pos_emb_head_dim", int),
+    "--v-head-dim": ("v_head_dim", int),
+    "--rope-type": ("rope_type", str),
+    "--rotary-base": ("rotary_base", float),
 }
 MEGATRON_MODEL_FLAGS = {  # GPTModel arguments (pretrain_gpt.py passes them to the model, not to the config)
     "--max-position-embeddings": ("max_sequence_length", int),
     "--position-embedding-type": ("position_embedding_type", str),
     "--rotary-base": ("rotary_base", lambda value: int(float(value))),
-    "--use-rope-scaling": ("rope_scaling", True), "--rope-scaling-factor": ("rope_scaling_factor", float),
+    "--use-rope-scaling": ("rope_scaling", True),
+    "--rope-scaling-factor": ("rope_scaling_factor", float),
     "--untie-embeddings-and-output-weights": ("share_embeddings_and_output_weights", False),
 }
 # switches whose absence is a setting the checks depend on: Megatron fuses RoPE unless told --no-rope-fusion (which
 # the exporter writes because MLA's fused RoPE is YaRN only) and ties the embeddings unless told to untie them
-MEGATRON_ABSENT = {"--no-rope-fusion": ("apply_rope_fusion", True),
-                   "--untie-embeddings-and-output-weights": ("share_embeddings_and_output_weights", True)}
+MEGATRON_ABSENT = {
+    "--no-rope-fusion": ("apply_rope_fusion", True),
+    "--untie-embeddings-and-output-weights": ("share_embeddings_and_output_weights", True),
+}
 # --group-query-attention is the switch under which Megatron reads --num-query-groups (mapped above)
 MEGATRON_PAIRED = {"--group-query-attention": "--num-query-groups"}
 # the training loop's flags (data, batch, optimizer, data-parallel wrapper, checkpoints): no config field or model
 # argument; the tests check them against the layout (or dense tests do, through megatron-core's batch calculator)
 MEGATRON_TRAINING_FLAGS = {
-    "--seq-length", "--micro-batch-size", "--global-batch-size", "--use-distributed-optimizer", "--overlap-grad-reduce",
-    "--overlap-param-gather", "--num-distributed-optimizer-instances", "--use-megatron-fsdp",
-    "--data-parallel-sharding-strategy", "--ckpt-format", "--grad-reduce-in-bf16", "--use-precision-aware-optimizer",
-    "--exp-avg-dtype", "--exp-avg-sq-dtype"}
+    "--seq-length",
+    "--micro-batch-size",
+    "--global-batch-size",
+    "--use-distributed-optimizer",
+    "--overlap-grad-reduce",
+    "--overlap-param-gather",
+    "--num-distributed-optimizer-instances",
+    "--use-megatron-fsdp",
+    "--data-parallel-sharding-strategy",
+    "--ckpt-format",
+    "--grad-reduce-in-bf16",
+    "--use-precision-aware-optimizer",
+    "--exp-avg-dtype",
+    "--exp-avg-sq-dtype",
+}
 
 
 def _read_flags(flags: dict, table: dict) -> dict:
@@ -480,8 +827,9 @@ def megatron_fields(text: str) -> tuple[dict, dict, set]:
     known = set().union(*tables, MEGATRON_MODEL_FLAGS, MEGATRON_PAIRED, MEGATRON_TRAINING_FLAGS)
     unknown = sorted(set(flags) - known)
     if unknown:
-        raise ValueError(f"flags that are no megatron-core config field, GPTModel argument or listed training-loop "
-                         f"flag: {unknown}")
+        raise ValueError(
+            f"flags that are no megatron-core config field, GPTModel argument or listed training-loop flag: {unknown}"
+        )
     for switch, paired in MEGATRON_PAIRED.items():
         if (switch in flags) != (paired in flags):
             raise ValueError(f"{paired} is read only under {switch}: the file has one without the other")
@@ -490,8 +838,10 @@ def megatron_fields(text: str) -> tuple[dict, dict, set]:
         fields.update(_read_flags(flags, table))
     if "--num-layers-per-virtual-pipeline-stage" in flags:
         fields["virtual_pipeline_model_parallel_size"] = (
-            fields["num_layers"] // fields["pipeline_model_parallel_size"]
-            // fields["virtual_pipeline_model_parallel_size"])
+            fields["num_layers"]
+            // fields["pipeline_model_parallel_size"]
+            // fields["virtual_pipeline_model_parallel_size"]
+        )
     return fields, _read_flags(flags, MEGATRON_MODEL_FLAGS), set(flags) & MEGATRON_TRAINING_FLAGS
 
 
@@ -523,6 +873,7 @@ def megatron_config(text: str, **overrides):
 
     torch = pytest.importorskip("torch")
     import torch.nn.functional as F
+
     tc = pytest.importorskip("megatron.core.transformer.transformer_config")
 
     fields, model, training = megatron_fields(text)
@@ -580,8 +931,9 @@ def test_megatron_flag_tables_name_megatron_core_fields():
     assert {name for name, _ in MEGATRON_CONFIG_FLAGS.values()} <= base
     assert {name for name, _ in MEGATRON_MLA_FLAGS.values()} <= mla
     assert {name for name, _ in MEGATRON_MODEL_FLAGS.values()} <= set(inspect.signature(GPTModel.__init__).parameters)
-    assert not MEGATRON_TRAINING_FLAGS & (set(MEGATRON_CONFIG_FLAGS) | set(MEGATRON_MLA_FLAGS)
-                                          | set(MEGATRON_MODEL_FLAGS) | set(MEGATRON_PAIRED))
+    assert not MEGATRON_TRAINING_FLAGS & (
+        set(MEGATRON_CONFIG_FLAGS) | set(MEGATRON_MLA_FLAGS) | set(MEGATRON_MODEL_FLAGS) | set(MEGATRON_PAIRED)
+    )
 
 
 @pytest.mark.frameworks
@@ -604,7 +956,10 @@ def test_megatron_core_takes_the_norm_act_recompute_modules():
     doc = solve_doc("qwen3-30b-a3b", "h100-16", 256, 4096, Layout(fsdp=16, ep=8, zero_stage=1, recompute="norm_act"))
     config, _, _ = megatron_config(exported(doc, "megatron"), apply_rope_fusion=False)
     assert (config.recompute_granularity, config.recompute_modules, config.moe_grouped_gemm) == (
-        "selective", ["layernorm", "moe_act"], True)
+        "selective",
+        ["layernorm", "moe_act"],
+        True,
+    )
 
 
 def test_cuda_graphs_are_written_by_megatron_and_refused_elsewhere():
@@ -612,34 +967,72 @@ def test_cuda_graphs_are_written_by_megatron_and_refused_elsewhere():
     full_iteration -> MCore's whole-iteration graph, on a dense model or a drop-and-pad MoE. Megatron refuses a
     full-iteration graph of a dropless MoE (the dispatcher syncs with the host each layer) and scoped graphs beside
     full recompute; torchtitan, MaxText and DeepSpeed write no CUDA graphs."""
-    scoped = solve_doc("qwen3-30b-a3b", "h100-16", 256, 4096, Layout(fsdp=16, ep=8, zero_stage=1, recompute="norm_act"),
-                       cuda_graphs="scoped")
+    scoped = solve_doc(
+        "qwen3-30b-a3b",
+        "h100-16",
+        256,
+        4096,
+        Layout(fsdp=16, ep=8, zero_stage=1, recompute="norm_act"),
+        cuda_graphs="scoped",
+    )
     args = parse_args(exported(scoped, "megatron"))
     assert (args["--cuda-graph-impl"], args["--cuda-graph-scope"]) == (
-        "transformer_engine", ["attn", "moe_router", "moe_preprocess"])
-    dense = solve_doc("llama3-8b", "h100-64", 256, 4096, Layout(fsdp=8, tp=8, recompute="full"), cuda_graphs="full_iteration")
+        "transformer_engine",
+        ["attn", "moe_router", "moe_preprocess"],
+    )
+    dense = solve_doc(
+        "llama3-8b", "h100-64", 256, 4096, Layout(fsdp=8, tp=8, recompute="full"), cuda_graphs="full_iteration"
+    )
     args = parse_args(exported(dense, "megatron"))
     assert (args["--cuda-graph-impl"], args["--cuda-graph-scope"]) == ("local", "full_iteration")
-    assert "--cuda-graph-impl" not in parse_args(exported(solve_doc("llama3-8b", "h100-64", 256, 4096,
-                                                                    Layout(fsdp=8, tp=8)), "megatron"))
-    full = solve_doc("qwen3-30b-a3b", "h100-16", 256, 4096, Layout(fsdp=16, ep=8, zero_stage=1, recompute="full"),
-                     cuda_graphs="full_iteration")
-    with pytest.raises(InvalidLayoutError, match=re.escape(
+    assert "--cuda-graph-impl" not in parse_args(
+        exported(solve_doc("llama3-8b", "h100-64", 256, 4096, Layout(fsdp=8, tp=8)), "megatron")
+    )
+    full = solve_doc(
+        "qwen3-30b-a3b",
+        "h100-16",
+        256,
+        4096,
+        Layout(fsdp=16, ep=8, zero_stage=1, recompute="full"),
+        cuda_graphs="full_iteration",
+    )
+    with pytest.raises(
+        InvalidLayoutError,
+        match=re.escape(
             "Megatron-LM cannot express a full-iteration CUDA graph of the dropless MoE qwen3-30b-a3b (its token "
             "dispatcher copies the token counts to the host in every MoE layer, which a graph cannot capture); "
-            "nearest: --cuda-graphs scoped, or a capacity factor (drop and pad)")):
+            "nearest: --cuda-graphs scoped, or a capacity factor (drop and pad)"
+        ),
+    ):
         export_document(full, "megatron")
-    scoped_full = solve_doc("qwen3-30b-a3b", "h100-16", 256, 4096,
-                            Layout(fsdp=16, ep=8, zero_stage=1, recompute="full"), cuda_graphs="scoped")
-    with pytest.raises(InvalidLayoutError, match=r"scoped CUDA graphs with the recompute policy full .*nearest: "
-                                                 r"recompute none or selective or norm_act or mla_up_proj, or "
-                                                 r"--cuda-graphs none"):
+    scoped_full = solve_doc(
+        "qwen3-30b-a3b",
+        "h100-16",
+        256,
+        4096,
+        Layout(fsdp=16, ep=8, zero_stage=1, recompute="full"),
+        cuda_graphs="scoped",
+    )
+    with pytest.raises(
+        InvalidLayoutError,
+        match=r"scoped CUDA graphs with the recompute policy full .*nearest: "
+        r"recompute none or selective or norm_act or mla_up_proj, or "
+        r"--cuda-graphs none",
+    ):
         export_document(scoped_full, "megatron")
-    dense_scoped = solve_doc("llama3-8b", "h100-64", 256, 4096, Layout(fsdp=8, tp=8, num_microbatches=4, recompute="full"),
-                             cuda_graphs="scoped")
+    dense_scoped = solve_doc(
+        "llama3-8b",
+        "h100-64",
+        256,
+        4096,
+        Layout(fsdp=8, tp=8, num_microbatches=4, recompute="full"),
+        cuda_graphs="scoped",
+    )
     for target, name in (("torchtitan", "torchtitan"), ("maxtext", "MaxText"), ("deepspeed", "DeepSpeed")):
-        with pytest.raises(InvalidLayoutError, match=f"{name} cannot express --cuda-graphs scoped; nearest: "
-                                                     "--cuda-graphs none, or export to megatron"):
+        with pytest.raises(
+            InvalidLayoutError,
+            match=f"{name} cannot express --cuda-graphs scoped; nearest: --cuda-graphs none, or export to megatron",
+        ):
             export_document(dense_scoped, target)
 
 
@@ -647,18 +1040,33 @@ def test_overlaps_the_prediction_assumed_are_exported_or_refused():
     """--ep-comm-overlap: Megatron writes --overlap-moe-expert-parallel-comm; torchtitan, MaxText and DeepSpeed have
     no such overlap and refuse an ep > 1 layout costed with it. --tp-comm-overlap: DeepSpeed's AutoTP cannot pipeline
     its collectives and refuses tp > 1 with it (torchtitan writes async TP, MaxText XLA's collective matmul)."""
-    ep = solve_doc("qwen3-30b-a3b", "h100-16", 256, 4096, Layout(fsdp=16, ep=8, zero_stage=3, recompute="full"),
-                   ep_comm_overlap=True, deepep=False)
+    ep = solve_doc(
+        "qwen3-30b-a3b",
+        "h100-16",
+        256,
+        4096,
+        Layout(fsdp=16, ep=8, zero_stage=3, recompute="full"),
+        ep_comm_overlap=True,
+        deepep=False,
+    )
     assert parse_args(exported(ep, "megatron"))["--overlap-moe-expert-parallel-comm"] is True
     for target, name in (("torchtitan", "torchtitan"), ("maxtext", "MaxText"), ("deepspeed", "DeepSpeed")):
-        with pytest.raises(InvalidLayoutError, match=re.escape(
+        with pytest.raises(
+            InvalidLayoutError,
+            match=re.escape(
                 f"{name} cannot express the expert-parallel AllToAll overlap (--ep-comm-overlap) with ep(8); nearest: "
-                f"--no-ep-comm-overlap, or export to megatron")):
+                f"--no-ep-comm-overlap, or export to megatron"
+            ),
+        ):
             export_document(ep, target)
     tp = solve_doc("llama3-8b", "h100-64", 256, 4096, Layout(dp=8, tp=8, num_microbatches=2), tp_comm_overlap=True)
-    with pytest.raises(InvalidLayoutError, match=re.escape(
+    with pytest.raises(
+        InvalidLayoutError,
+        match=re.escape(
             "DeepSpeed cannot express the TP communication overlap (--tp-comm-overlap) with tp(8) (AutoTP all-reduces "
-            "after its GEMMs); nearest: --no-tp-comm-overlap, or export to megatron")):
+            "after its GEMMs); nearest: --no-tp-comm-overlap, or export to megatron"
+        ),
+    ):
         export_document(tp, "deepspeed")
     assert tomllib.loads(exported(tp, "torchtitan"))["parallelism"]["enable_async_tensor_parallel"] is True
 
@@ -670,15 +1078,30 @@ def test_megatron_core_takes_the_exported_cuda_graphs():
     pytest.importorskip("megatron.core.transformer.transformer_config")
     from megatron.core.transformer.enums import CudaGraphScope
 
-    doc = solve_doc("qwen3-30b-a3b", "h100-16", 256, 4096, Layout(fsdp=16, ep=8, zero_stage=1, recompute="norm_act"),
-                    cuda_graphs="scoped")
+    doc = solve_doc(
+        "qwen3-30b-a3b",
+        "h100-16",
+        256,
+        4096,
+        Layout(fsdp=16, ep=8, zero_stage=1, recompute="norm_act"),
+        cuda_graphs="scoped",
+    )
     config, _, _ = megatron_config(exported(doc, "megatron"), apply_rope_fusion=False)
     assert (config.cuda_graph_impl, config.cuda_graph_scope) == (
-        "transformer_engine", [CudaGraphScope.attn, CudaGraphScope.moe_router, CudaGraphScope.moe_preprocess])
+        "transformer_engine",
+        [CudaGraphScope.attn, CudaGraphScope.moe_router, CudaGraphScope.moe_preprocess],
+    )
     with pytest.raises(AssertionError, match="full recompute is only supported with full iteration CUDA graph"):
-        megatron_config(exported(doc, "megatron"), apply_rope_fusion=False, recompute_granularity="full",
-                        recompute_method="uniform", recompute_num_layers=1)
-    dense = solve_doc("llama3-8b", "h100-64", 256, 4096, Layout(fsdp=8, tp=8, recompute="full"), cuda_graphs="full_iteration")
+        megatron_config(
+            exported(doc, "megatron"),
+            apply_rope_fusion=False,
+            recompute_granularity="full",
+            recompute_method="uniform",
+            recompute_num_layers=1,
+        )
+    dense = solve_doc(
+        "llama3-8b", "h100-64", 256, 4096, Layout(fsdp=8, tp=8, recompute="full"), cuda_graphs="full_iteration"
+    )
     config, _, _ = megatron_config(exported(dense, "megatron"), apply_rope_fusion=False)
     assert (config.cuda_graph_impl, config.cuda_graph_scope) == ("local", [CudaGraphScope.full_iteration])
 
@@ -697,10 +1120,17 @@ def test_megatron_core_has_the_fields_the_bf16_state_flags_set():
     assert ddp.DistributedDataParallelConfig(grad_reduce_in_fp32=False).grad_reduce_in_fp32 is False
     fields = {f.name: f.default for f in dataclasses.fields(opt.OptimizerConfig)}
     assert (fields["use_precision_aware_optimizer"], fields["exp_avg_dtype"], fields["exp_avg_sq_dtype"]) == (
-        False, torch.float32, torch.float32)
+        False,
+        torch.float32,
+        torch.float32,
+    )
     with pytest.raises(AssertionError, match="only supported with distributed optimizer"):
-        opt.OptimizerConfig(use_precision_aware_optimizer=True, use_distributed_optimizer=False,
-                            exp_avg_dtype=torch.bfloat16, exp_avg_sq_dtype=torch.bfloat16)
+        opt.OptimizerConfig(
+            use_precision_aware_optimizer=True,
+            use_distributed_optimizer=False,
+            exp_avg_dtype=torch.bfloat16,
+            exp_avg_sq_dtype=torch.bfloat16,
+        )
 
 
 @pytest.mark.frameworks
@@ -708,11 +1138,19 @@ def test_megatron_core_takes_the_mla_up_proj_recompute_module():
     """recompute mla_up_proj on DeepSeek-V3: --recompute-granularity selective --recompute-modules mla_up_proj, which
     megatron-core's MLATransformerConfig takes (its __post_init__ refuses mla_up_proj without latent attention)."""
     pytest.importorskip("megatron.core.transformer.transformer_config")
-    doc = solve_doc("deepseek-v3", "h100-2048", 15360, 4096,
-                    Layout(fsdp=128, pp=16, ep=64, zero_stage=1, num_microbatches=120, recompute="mla_up_proj"))
+    doc = solve_doc(
+        "deepseek-v3",
+        "h100-2048",
+        15360,
+        4096,
+        Layout(fsdp=128, pp=16, ep=64, zero_stage=1, num_microbatches=120, recompute="mla_up_proj"),
+    )
     config, _, _ = megatron_config(exported(doc, "megatron"))
     assert (type(config).__name__, config.recompute_granularity, config.recompute_modules) == (
-        "MLATransformerConfig", "selective", ["mla_up_proj"])
+        "MLATransformerConfig",
+        "selective",
+        ["mla_up_proj"],
+    )
 
 
 @pytest.mark.frameworks
@@ -728,33 +1166,87 @@ def test_megatron_core_accepts_the_deepseek_v3_solve(tmp_path):
     from layoutsearch.cli import app
 
     out = tmp_path / "deepseek.sh"
-    r = CliRunner().invoke(app, ["solve", "--model", "deepseek-v3", "--cluster", "h100-2048", "--seqs", "15360",
-                                 "--seq-len", "4096", "--export", "megatron", "-o", str(out), "--format", "json"])
+    r = CliRunner().invoke(
+        app,
+        [
+            "solve",
+            "--model",
+            "deepseek-v3",
+            "--cluster",
+            "h100-2048",
+            "--seqs",
+            "15360",
+            "--seq-len",
+            "4096",
+            "--export",
+            "megatron",
+            "-o",
+            str(out),
+            "--format",
+            "json",
+        ],
+    )
     assert r.exit_code == 0, r.stderr
     doc, text = json.loads(r.stdout), out.read_text()
     cfg, model, training = megatron_config(text)
     replicas = context_for(doc, "megatron").layout.dp  # ZeRO-3 groups replicated (HSDP): one optimizer per group
-    assert training == {"--seq-length", "--micro-batch-size", "--global-batch-size", "--use-megatron-fsdp",
-                        "--data-parallel-sharding-strategy", "--use-distributed-optimizer", "--ckpt-format",
-                        "--overlap-grad-reduce", "--overlap-param-gather",
-                        *(["--num-distributed-optimizer-instances"] if replicas > 1 else [])}, training
-    assert model == {"max_sequence_length": 4096, "position_embedding_type": "rope", "rotary_base": 10000,
-                     "share_embeddings_and_output_weights": False}
+    assert training == {
+        "--seq-length",
+        "--micro-batch-size",
+        "--global-batch-size",
+        "--use-megatron-fsdp",
+        "--data-parallel-sharding-strategy",
+        "--use-distributed-optimizer",
+        "--ckpt-format",
+        "--overlap-grad-reduce",
+        "--overlap-param-gather",
+        *(["--num-distributed-optimizer-instances"] if replicas > 1 else []),
+    }, training
+    assert model == {
+        "max_sequence_length": 4096,
+        "position_embedding_type": "rope",
+        "rotary_base": 10000,
+        "share_embeddings_and_output_weights": False,
+    }
     m, lay = load_model("deepseek-v3"), context_for(doc, "megatron").layout
     assert type(cfg).__name__ == "MLATransformerConfig"
-    assert (cfg.num_moe_experts, cfg.moe_router_topk, cfg.moe_ffn_hidden_size, cfg.moe_shared_expert_intermediate_size,
-            cfg.q_lora_rank, cfg.kv_lora_rank, cfg.qk_head_dim, cfg.qk_pos_emb_head_dim, cfg.v_head_dim,
-            cfg.mtp_num_layers) == (256, 8, 2048, 2048, 1536, 512, 128, 64, 128, 1)
+    assert (
+        cfg.num_moe_experts,
+        cfg.moe_router_topk,
+        cfg.moe_ffn_hidden_size,
+        cfg.moe_shared_expert_intermediate_size,
+        cfg.q_lora_rank,
+        cfg.kv_lora_rank,
+        cfg.qk_head_dim,
+        cfg.qk_pos_emb_head_dim,
+        cfg.v_head_dim,
+        cfg.mtp_num_layers,
+    ) == (256, 8, 2048, 2048, 1536, 512, 128, 64, 128, 1)
     assert (cfg.num_layers, cfg.hidden_size, cfg.ffn_hidden_size, cfg.num_attention_heads) == (
-        m.num_layers, m.d_model, m.d_ff, m.num_heads)
+        m.num_layers,
+        m.d_model,
+        m.d_ff,
+        m.num_heads,
+    )
     assert cfg.moe_layer_freq == [int(m.is_moe_layer(i)) for i in range(61)]
-    assert (cfg.expert_model_parallel_size, cfg.expert_tensor_parallel_size, cfg.tensor_model_parallel_size,
-            cfg.pipeline_model_parallel_size, cfg.context_parallel_size) == (lay.ep, lay.etp, lay.tp, lay.pp, lay.cp)
+    assert (
+        cfg.expert_model_parallel_size,
+        cfg.expert_tensor_parallel_size,
+        cfg.tensor_model_parallel_size,
+        cfg.pipeline_model_parallel_size,
+        cfg.context_parallel_size,
+    ) == (lay.ep, lay.etp, lay.tp, lay.pp, lay.cp)
     assert cfg.moe_router_enable_expert_bias and cfg.moe_router_score_function == "sigmoid" and cfg.qk_layernorm
     assert cfg.rope_type == "rope" and cfg.apply_rope_fusion is False and cfg.moe_grouped_gemm
     assert lay.ep > 1  # the solve chose expert parallelism; parallel_state must lay it out
-    sizes = {"tp": lay.tp, "pp": lay.pp, "cp": lay.cp, "ep": lay.ep, "etp": lay.etp,
-             "instances": int(parse_args(text).get("--num-distributed-optimizer-instances", 1))}
+    sizes = {
+        "tp": lay.tp,
+        "pp": lay.pp,
+        "cp": lay.cp,
+        "ep": lay.ep,
+        "etp": lay.etp,
+        "instances": int(parse_args(text).get("--num-distributed-optimizer-instances", 1)),
+    }
     got = _run_result([sys.executable, "-c", MEGATRON_PARALLEL_STATE, json.dumps(sizes), "2048"])
     assert got == {"dp": lay.data_units, "ep": lay.ep, "etp": lay.etp, "edp": 2048 // (lay.ep * lay.etp * lay.pp)}
 
@@ -770,8 +1262,10 @@ def test_megatron_core_rejects_what_the_flags_guard():
 
     text = export_document(DSV3, "megatron")
     megatron_config(text)  # the unedited file is accepted
-    for drop, match in (("  --no-rope-fusion\n", "apply_rope_fusion for MLA only works with YARN RoPE"),
-                        ("  --moe-router-score-function sigmoid\n", "only supports sigmoid score function")):
+    for drop, match in (
+        ("  --no-rope-fusion\n", "apply_rope_fusion for MLA only works with YARN RoPE"),
+        ("  --moe-router-score-function sigmoid\n", "only supports sigmoid score function"),
+    ):
         assert drop in text
         with pytest.raises(ValueError, match=match):
             megatron_config(text.replace(drop, ""))
@@ -784,15 +1278,22 @@ def test_megatron_core_rejects_what_the_flags_guard():
     with pytest.raises(ValueError, match=r"moe_token_dispatcher_type = 'all2all': .*'allgather', 'alltoall', 'flex'"):
         megatron_config(text.replace("--moe-token-dispatcher-type flex", "--moe-token-dispatcher-type all2all"))
     with pytest.raises(ValueError, match="DeepEP backend is only supported with flex token dispatcher"):
-        megatron_config(text.replace("--moe-token-dispatcher-type flex", "--moe-token-dispatcher-type alltoall")
-                        .replace("--moe-flex-dispatcher-backend deepep", "--moe-enable-deepep"))
+        megatron_config(
+            text.replace("--moe-token-dispatcher-type flex", "--moe-token-dispatcher-type alltoall").replace(
+                "--moe-flex-dispatcher-backend deepep", "--moe-enable-deepep"
+            )
+        )
     with pytest.raises(ValueError, match=r"no megatron-core config field.*\['--moe-expert-bias'\]"):
         megatron_config(text.replace("  --moe-router-enable-expert-bias\n", "  --moe-expert-bias\n"))
     with pytest.raises(ValueError, match="--num-query-groups is read only under --group-query-attention"):
         megatron_config(maverick.replace("  --group-query-attention\n", ""), apply_rope_fusion=False)
     sizes = {"tp": 1, "pp": 16, "cp": 2, "ep": 3, "etp": 1, "instances": 1}
-    run = subprocess.run([sys.executable, "-c", MEGATRON_PARALLEL_STATE, json.dumps(sizes), "2048"],
-                         capture_output=True, text=True, timeout=600)
+    run = subprocess.run(
+        [sys.executable, "-c", MEGATRON_PARALLEL_STATE, json.dumps(sizes), "2048"],
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     assert run.returncode != 0 and "is not divisible by expert_tensor_model_pipeline_parallel size" in run.stderr
 
 
@@ -860,14 +1361,27 @@ def test_megatron_core_builds_the_engine_moe_model(case, tmp_path):
     doc = custom_doc(model_id, "h100-8", 16, 256, Layout(fsdp=8, ep=4, zero_stage=1), **spec)
     m = context_for(doc, "megatron").model
     fields, model_args, _ = megatron_fields(export_document(doc, "megatron"))
-    got = _run_result([sys.executable, "-c", MEGATRON_MOE_BUILD, json.dumps([fields, model_args]),
-                       str(tmp_path / "rendezvous"), str(m.vocab_size)])
+    got = _run_result(
+        [
+            sys.executable,
+            "-c",
+            MEGATRON_MOE_BUILD,
+            json.dumps([fields, model_args]),
+            str(tmp_path / "rendezvous"),
+            str(m.vocab_size),
+        ]
+    )
     counts = param_counts(m)
     moe = m.moe
     assert got["moe_layers"] == [i for i in range(m.num_layers) if m.is_moe_layer(i)]
     assert (got["layers"], got["experts"], got["router"], got["expert_fc1"], got["shared_fc1"], got["capacity"]) == (
-        m.num_layers, moe.num_experts, [moe.num_experts, m.d_model], [2 * moe.expert_d_ff, m.d_model],
-        [2 * moe.num_shared_experts * moe.shared_d_ff, m.d_model], moe.capacity_factor)
+        m.num_layers,
+        moe.num_experts,
+        [moe.num_experts, m.d_model],
+        [2 * moe.expert_d_ff, m.d_model],
+        [2 * moe.num_shared_experts * moe.shared_d_ff, m.d_model],
+        moe.capacity_factor,
+    )
     assert got["params"] == counts["total"] + counts.get("mtp", 0) and got["mtp"] == counts.get("mtp", 0)
     assert got["attention"] == ("MLASelfAttention" if m.mla else "SelfAttention")
     if case == "deepseek_like":
@@ -904,13 +1418,23 @@ def test_torchtitan_builds_the_expert_mesh(doc, tmp_path):
     sparse mesh (efsdp x ep x etp) from them on a fake process group of the whole world."""
     job = _torchtitan_job(export_document(doc, "torchtitan"), tmp_path)
     p = job.parallelism
-    dims = {"dp_replicate": p.data_parallel_replicate_degree, "dp_shard": p.data_parallel_shard_degree,
-            "cp": p.context_parallel_degree, "tp": p.tensor_parallel_degree, "pp": p.pipeline_parallel_degree,
-            "ep": p.expert_parallel_degree, "etp": p.expert_tensor_parallel_degree}
+    dims = {
+        "dp_replicate": p.data_parallel_replicate_degree,
+        "dp_shard": p.data_parallel_shard_degree,
+        "cp": p.context_parallel_degree,
+        "tp": p.tensor_parallel_degree,
+        "pp": p.pipeline_parallel_degree,
+        "ep": p.expert_parallel_degree,
+        "etp": p.expert_tensor_parallel_degree,
+    }
     got = _run_result([sys.executable, "-c", TORCHTITAN_MESH, json.dumps(dims), str(doc["problem"]["num_devices"])])
     lay = context_for(doc, "torchtitan").layout
-    assert got == {"ep": lay.ep, "etp": lay.etp, "efsdp": lay.fsdp * lay.cp * lay.tp // (lay.ep * lay.etp),
-                   "fsdp": lay.fsdp * lay.cp}
+    assert got == {
+        "ep": lay.ep,
+        "etp": lay.etp,
+        "efsdp": lay.fsdp * lay.cp * lay.tp // (lay.ep * lay.etp),
+        "fsdp": lay.fsdp * lay.cp,
+    }
 
 
 @pytest.mark.frameworks
@@ -921,17 +1445,48 @@ def test_torchtitan_moe_flavor_tables_match_torchtitan():
 
     for name, key in torchtitan.DEEPSEEK_V3_FLAVORS.items():
         a, moe = ds.deepseekv3_args[name], ds.deepseekv3_args[name].moe_args
-        assert (a.vocab_size, a.dim, a.inter_dim, a.moe_inter_dim, a.n_layers, a.n_dense_layers, a.n_heads,
-                moe.num_experts, moe.num_shared_experts, moe.top_k, a.q_lora_rank, a.kv_lora_rank, a.qk_nope_head_dim,
-                a.qk_rope_head_dim, a.v_head_dim) == key, name
-        assert (a.norm_eps, a.rope_theta) == (torchtitan.DEEPSEEK_V3_FIXED["norm_eps"],
-                                              torchtitan.DEEPSEEK_V3_FIXED["rope_theta"])
+        assert (
+            a.vocab_size,
+            a.dim,
+            a.inter_dim,
+            a.moe_inter_dim,
+            a.n_layers,
+            a.n_dense_layers,
+            a.n_heads,
+            moe.num_experts,
+            moe.num_shared_experts,
+            moe.top_k,
+            a.q_lora_rank,
+            a.kv_lora_rank,
+            a.qk_nope_head_dim,
+            a.qk_rope_head_dim,
+            a.v_head_dim,
+        ) == key, name
+        assert (a.norm_eps, a.rope_theta) == (
+            torchtitan.DEEPSEEK_V3_FIXED["norm_eps"],
+            torchtitan.DEEPSEEK_V3_FIXED["rope_theta"],
+        )
         assert (a.attn_type != "sdpa") == (name in torchtitan.DEEPSEEK_V3_FLEX), name
     for name, key in torchtitan.QWEN3_MOE_FLAVORS.items():
         a, moe = qwen3.qwen3_args[name], qwen3.qwen3_args[name].moe_args
-        assert a.moe_enabled and (a.vocab_size, a.head_dim, a.dim, a.n_layers, a.n_heads, a.n_kv_heads, a.hidden_dim,
-                                  a.moe_inter_dim, moe.num_experts, moe.num_shared_experts, moe.top_k,
-                                  a.enable_weight_tying) == key, name
+        assert (
+            a.moe_enabled
+            and (
+                a.vocab_size,
+                a.head_dim,
+                a.dim,
+                a.n_layers,
+                a.n_heads,
+                a.n_kv_heads,
+                a.hidden_dim,
+                a.moe_inter_dim,
+                moe.num_experts,
+                moe.num_shared_experts,
+                moe.top_k,
+                a.enable_weight_tying,
+            )
+            == key
+        ), name
         assert (a.rope_theta, a.norm_eps, a.attn_type) == (torchtitan.QWEN3_THETA[name], 1e-6, "sdpa"), name
 
 
@@ -951,15 +1506,38 @@ def test_torchtitan_builds_the_engine_moe_model(case, tmp_path):
     from torchtitan.models.qwen3 import Qwen3ModelArgs
     from torchtitan.protocols.train_spec import get_train_spec
 
-    doc = {"qwen3_flavor": QWEN3,
-           "deepseek_v3_registration": solve_doc("deepseek-v3", "h100-2048", 15360, 4096,
-                                                 Layout(dp=2, fsdp=512, cp=2, ep=8, recompute="full")),
-           "tiny_deepseek_registration": custom_doc("deepseek-v3", "h100-8", 16, 256, Layout(fsdp=8, ep=4),
-                                                    **{**TINY_DSV3, "moe": MoeSpec(**{
-                                                        **{f: getattr(TINY_DSV3["moe"], f) for f in (
-                                                            "num_experts", "top_k", "expert_d_ff", "num_shared_experts",
-                                                            "shared_d_ff", "first_dense_layers")},
-                                                        "router_bias": True})})}[case]
+    doc = {
+        "qwen3_flavor": QWEN3,
+        "deepseek_v3_registration": solve_doc(
+            "deepseek-v3", "h100-2048", 15360, 4096, Layout(dp=2, fsdp=512, cp=2, ep=8, recompute="full")
+        ),
+        "tiny_deepseek_registration": custom_doc(
+            "deepseek-v3",
+            "h100-8",
+            16,
+            256,
+            Layout(fsdp=8, ep=4),
+            **{
+                **TINY_DSV3,
+                "moe": MoeSpec(
+                    **{
+                        **{
+                            f: getattr(TINY_DSV3["moe"], f)
+                            for f in (
+                                "num_experts",
+                                "top_k",
+                                "expert_d_ff",
+                                "num_shared_experts",
+                                "shared_d_ff",
+                                "first_dense_layers",
+                            )
+                        },
+                        "router_bias": True,
+                    }
+                ),
+            },
+        ),
+    }[case]
     text = export_document(doc, "torchtitan")
     job = _torchtitan_job(text, tmp_path)
     # the prediction's DeepEP dispatch (the megatron profile's); DeepEP's kernels need CUDA and do not change the
@@ -971,8 +1549,14 @@ def test_torchtitan_builds_the_engine_moe_model(case, tmp_path):
         args = copy.deepcopy(spec.model_args[job.model.flavor])
     else:
         registration = re.search(r"_args as ((?:DeepSeekV3|Qwen3)ModelArgs\(.*\))$", text, re.M).group(1)
-        args = eval(registration, {"DeepSeekV3ModelArgs": DeepSeekV3ModelArgs,  # noqa: S307
-                                   "Qwen3ModelArgs": Qwen3ModelArgs, "MoEArgs": MoEArgs})
+        args = eval(
+            registration,
+            {
+                "DeepSeekV3ModelArgs": DeepSeekV3ModelArgs,  # noqa: S307
+                "Qwen3ModelArgs": Qwen3ModelArgs,
+                "MoEArgs": MoEArgs,
+            },
+        )
     args.update_from_config(job)
     with torch.device("meta"):
         model = spec.model_cls(args)
@@ -981,17 +1565,21 @@ def test_torchtitan_builds_the_engine_moe_model(case, tmp_path):
     assert sum(p.numel() for p in model.parameters()) == param_counts(m)["total"] - buffers
     if buffers:  # (torchtitan's qwen3 flavors keep an expert_bias buffer for their own balancing as well)
         assert sum(b.numel() for n, b in model.named_buffers() if n.endswith("expert_bias")) == buffers
-    assert {"qwen3_flavor": (job.model.name, job.model.flavor) == ("qwen3", "30B-A3B"),
-            "deepseek_v3_registration": job.model.flavor == "deepseek-v3",
-            "tiny_deepseek_registration": job.model.flavor == "deepseek-v3"}[case]
+    assert {
+        "qwen3_flavor": (job.model.name, job.model.flavor) == ("qwen3", "30B-A3B"),
+        "deepseek_v3_registration": job.model.flavor == "deepseek-v3",
+        "tiny_deepseek_registration": job.model.flavor == "deepseek-v3",
+    }[case]
 
 
 # ----------------------------------------------------------------------------- frameworks: MaxText
-MAXTEXT_MOE = maxtext_script("""
+MAXTEXT_MOE = maxtext_script(
+    """
     import jax
     from flax.core.spmd import logical_axis_rules
     from maxtext.utils import max_utils, maxtext_utils, model_creation_utils
-    """, """
+    """,
+    """
     mesh = maxtext_utils.get_mesh_from_config(cfg)
     # get_abstract_param leaves its logical-axis-rules context before jax.eval_shape runs; training runs
     # inside one, so the shapes are evaluated inside one here too
@@ -1002,7 +1590,8 @@ MAXTEXT_MOE = maxtext_script("""
     out.append({"params": max_utils.calculate_num_params_from_pytree(abstract), "shapes": shapes,
                 "mesh": dict(zip(cfg.mesh_axes, mesh.devices.shape)), "experts": cfg.num_experts,
                 "global": cfg.global_batch_size_to_train_on})
-    """)
+    """,
+)
 
 
 @pytest.mark.frameworks
@@ -1013,16 +1602,56 @@ def test_maxtext_builds_the_engine_moe_models(tmp_path):
     engine's parameter count (MTP included)."""
     python = maxtext_python()
     docs = {
-        "mixtral": custom_doc("mixtral-8x7b", "v5p-8", 32, 128, Layout(fsdp=8, ep=2), num_layers=2, d_model=128,
-                              d_ff=256, num_heads=4, num_kv_heads=2, head_dim=32, vocab_size=1024,
-                              moe=MoeSpec(num_experts=4, top_k=2, expert_d_ff=256, capacity_factor=1.25)),
-        "qwen3_moe": custom_doc("qwen3-30b-a3b", "v5p-8", 32, 128, Layout(fsdp=4, tp=2, ep=2, etp=2), num_layers=2,
-                                d_model=128, d_ff=384, num_heads=4, num_kv_heads=2, head_dim=32, vocab_size=1024,
-                                moe=MoeSpec(num_experts=8, top_k=2, expert_d_ff=64)),
-        "deepseek": custom_doc("deepseek-v3", "v5p-8", 32, 128, Layout(fsdp=8, ep=2),
-                               **{**TINY_DSV3, "num_layers": 3, "moe": MoeSpec(
-                                   num_experts=8, top_k=2, expert_d_ff=128, num_shared_experts=1, shared_d_ff=128,
-                                   first_dense_layers=1, router_bias=True)}),
+        "mixtral": custom_doc(
+            "mixtral-8x7b",
+            "v5p-8",
+            32,
+            128,
+            Layout(fsdp=8, ep=2),
+            num_layers=2,
+            d_model=128,
+            d_ff=256,
+            num_heads=4,
+            num_kv_heads=2,
+            head_dim=32,
+            vocab_size=1024,
+            moe=MoeSpec(num_experts=4, top_k=2, expert_d_ff=256, capacity_factor=1.25),
+        ),
+        "qwen3_moe": custom_doc(
+            "qwen3-30b-a3b",
+            "v5p-8",
+            32,
+            128,
+            Layout(fsdp=4, tp=2, ep=2, etp=2),
+            num_layers=2,
+            d_model=128,
+            d_ff=384,
+            num_heads=4,
+            num_kv_heads=2,
+            head_dim=32,
+            vocab_size=1024,
+            moe=MoeSpec(num_experts=8, top_k=2, expert_d_ff=64),
+        ),
+        "deepseek": custom_doc(
+            "deepseek-v3",
+            "v5p-8",
+            32,
+            128,
+            Layout(fsdp=8, ep=2),
+            **{
+                **TINY_DSV3,
+                "num_layers": 3,
+                "moe": MoeSpec(
+                    num_experts=8,
+                    top_k=2,
+                    expert_d_ff=128,
+                    num_shared_experts=1,
+                    shared_d_ff=128,
+                    first_dense_layers=1,
+                    router_bias=True,
+                ),
+            },
+        ),
     }
     paths = []
     for name, doc in docs.items():
@@ -1037,8 +1666,11 @@ def test_maxtext_builds_the_engine_moe_models(tmp_path):
         m, lay = ctx.model, ctx.layout
         counts = param_counts(m)
         assert got["params"] == counts["total"] + counts.get("mtp", 0), name
-        assert (got["mesh"]["expert"], got["mesh"]["fsdp"], got["mesh"]["tensor"]) == (lay.ep, lay.fsdp // lay.ep,
-                                                                                      lay.tp), name
+        assert (got["mesh"]["expert"], got["mesh"]["fsdp"], got["mesh"]["tensor"]) == (
+            lay.ep,
+            lay.fsdp // lay.ep,
+            lay.tp,
+        ), name
         assert got["experts"] == m.moe.num_experts and got["global"] == 32, name
     qwen = results["qwen3_moe"]["shapes"]
     assert qwen["decoder/layers/moe_block/wi_0"] == [8, 2, 128, 64]  # experts, scanned layers, D, F_e
@@ -1054,16 +1686,44 @@ def test_maxtext_moe_cpu_training_step(tmp_path):
     expert axis exchanges tokens with ragged-all-to-all, which XLA:CPU does not implement (the expert mesh is
     checked by test_maxtext_builds_the_engine_moe_models)."""
     python = maxtext_python()
-    doc = custom_doc("qwen3-30b-a3b", "v5p-8", 32, 128, Layout(fsdp=8, recompute="full"), num_layers=2, d_model=128,
-                     d_ff=384, num_heads=4, num_kv_heads=2, head_dim=32, vocab_size=1024,
-                     moe=MoeSpec(num_experts=8, top_k=2, expert_d_ff=64))
+    doc = custom_doc(
+        "qwen3-30b-a3b",
+        "v5p-8",
+        32,
+        128,
+        Layout(fsdp=8, recompute="full"),
+        num_layers=2,
+        d_model=128,
+        d_ff=384,
+        num_heads=4,
+        num_kv_heads=2,
+        head_dim=32,
+        vocab_size=1024,
+        moe=MoeSpec(num_experts=8, top_k=2, expert_d_ff=64),
+    )
     path = tmp_path / "moe.yml"
     path.write_text(export_document(doc, "maxtext"))
     env = {**os.environ, "XLA_FLAGS": "--xla_force_host_platform_device_count=8", "JAX_PLATFORMS": "cpu"}
-    run = subprocess.run([python, "-m", "maxtext.trainers.pre_train.train", str(path), "run_name=layoutsearch-moe",
-                          "hardware=cpu", "skip_jax_distributed_system=true", "enable_checkpointing=false", "steps=1",
-                          "dataset_type=synthetic", f"base_output_directory={tmp_path / 'out'}"],
-                         capture_output=True, text=True, timeout=600, env=env, cwd=tmp_path)
+    run = subprocess.run(
+        [
+            python,
+            "-m",
+            "maxtext.trainers.pre_train.train",
+            str(path),
+            "run_name=layoutsearch-moe",
+            "hardware=cpu",
+            "skip_jax_distributed_system=true",
+            "enable_checkpointing=false",
+            "steps=1",
+            "dataset_type=synthetic",
+            f"base_output_directory={tmp_path / 'out'}",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=600,
+        env=env,
+        cwd=tmp_path,
+    )
     log = run.stdout + run.stderr
     assert run.returncode == 0, log[-3000:]
     import re
@@ -1083,24 +1743,40 @@ def test_deepspeed_takes_the_autoep_section():
     world, pp, tp and ZeRO stage of the layout; an etp of 2 or a pipeline beside AutoTP is refused by the same code."""
     pytest.importorskip("deepspeed.module_inject.auto_ep_config")
     from deepspeed.module_inject.auto_ep_config import parse_autoep_config, validate_autoep_config
-
     from test_frameworks import deepspeed_config
 
-    for doc in (MIXTRAL_DS, solve_doc("deepseek-v3", "h100-2048", 2048, 4096, Layout(fsdp=2048, ep=64, recompute="full"),
-                                      framework="deepspeed")):
+    for doc in (
+        MIXTRAL_DS,
+        solve_doc(
+            "deepseek-v3", "h100-2048", 2048, 4096, Layout(fsdp=2048, ep=64, recompute="full"), framework="deepspeed"
+        ),
+    ):
         cfg = json.loads(export_document(doc, "deepspeed"))
         lay = context_for(doc, "deepspeed").layout
         ds = deepspeed_config(cfg, lay.data_units)
         assert ds.train_batch_size == doc["problem"]["global_batch_seqs"]
         ep_cfg = parse_autoep_config(cfg["expert_parallel"])
         assert (ep_cfg.enabled, ep_cfg.autoep_size, ep_cfg.expert_tensor_parallel_size) == (True, lay.ep, lay.etp)
-        validate_autoep_config(ep_cfg, world_size=doc["problem"]["num_devices"], pp_size=lay.pp, tp_size=lay.tp,
-                               sp_size=1, zero_stage=cfg["zero_optimization"]["stage"])
+        validate_autoep_config(
+            ep_cfg,
+            world_size=doc["problem"]["num_devices"],
+            pp_size=lay.pp,
+            tp_size=lay.tp,
+            sp_size=1,
+            zero_stage=cfg["zero_optimization"]["stage"],
+        )
         assert ep_cfg.preset_model == cfg["expert_parallel"]["preset_model"]
     cfg = json.loads(export_document(MIXTRAL_DS, "deepspeed"))
     with pytest.raises(ValueError, match="expert_tensor_parallel_size=2 is reserved"):
-        validate_autoep_config(parse_autoep_config({**cfg["expert_parallel"], "expert_tensor_parallel_size": 2}),
-                               world_size=64, pp_size=1, tp_size=2, sp_size=1, zero_stage=1)
+        validate_autoep_config(
+            parse_autoep_config({**cfg["expert_parallel"], "expert_tensor_parallel_size": 2}),
+            world_size=64,
+            pp_size=1,
+            tp_size=2,
+            sp_size=1,
+            zero_stage=1,
+        )
     with pytest.raises(ValueError, match="supports pp_size=1 only"):
-        validate_autoep_config(parse_autoep_config(cfg["expert_parallel"]), world_size=64, pp_size=2, tp_size=2,
-                               sp_size=1, zero_stage=1)
+        validate_autoep_config(
+            parse_autoep_config(cfg["expert_parallel"]), world_size=64, pp_size=2, tp_size=2, sp_size=1, zero_stage=1
+        )

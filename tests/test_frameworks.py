@@ -19,21 +19,26 @@ import textwrap
 from pathlib import Path
 
 import pytest
+from test_export import CP, FSDP_TP, HSDP, solve_doc
 
+from layoutsearch.core.specs import Layout
 from layoutsearch.export import export_document
 from layoutsearch.export.megatron import parse_args
-from layoutsearch.core.specs import Layout
-
-from test_export import CP, FSDP_TP, HSDP, solve_doc
 
 pytestmark = pytest.mark.frameworks
 
-INTERLEAVED = solve_doc("llama3-8b", "h100-64", 256, 4096,
-                        Layout(fsdp=2, tp=8, pp=4, virtual_stages=2, num_microbatches=8, schedule="interleaved"))
+INTERLEAVED = solve_doc(
+    "llama3-8b",
+    "h100-64",
+    256,
+    4096,
+    Layout(fsdp=2, tp=8, pp=4, virtual_stages=2, num_microbatches=8, schedule="interleaved"),
+)
 KV_REPLICATED = solve_doc("llama70b", "h100-64", 256, 4096, Layout(fsdp=4, tp=16, recompute="full"))
 ZERO1 = solve_doc("debug", "h100-16", 64, 1024, Layout(fsdp=16, zero_stage=1, num_microbatches=2))
-PIPE_1F1B = solve_doc("llama3-8b", "h100-64", 256, 4096, Layout(fsdp=1, dp=2, tp=8, pp=4, num_microbatches=8,
-                                                                 zero_stage=1))
+PIPE_1F1B = solve_doc(
+    "llama3-8b", "h100-64", 256, 4096, Layout(fsdp=1, dp=2, tp=8, pp=4, num_microbatches=8, zero_stage=1)
+)
 
 
 # ----------------------------------------------------------------------------- Megatron (megatron-core)
@@ -44,38 +49,69 @@ def megatron_config(doc: dict):
     a = parse_args(export_document(doc, "megatron"))
     layers, pp = int(a["--num-layers"]), int(a["--pipeline-model-parallel-size"])
     lpvs = int(a.get("--num-layers-per-virtual-pipeline-stage", 0))
-    vp = layers // pp // lpvs if lpvs else (int(a["--num-virtual-stages-per-pipeline-rank"])
-                                            if "--num-virtual-stages-per-pipeline-rank" in a else None)
-    uneven = {"num_layers_in_first_pipeline_stage": int(a["--decoder-first-pipeline-num-layers"]),
-              "num_layers_in_last_pipeline_stage": int(a["--decoder-last-pipeline-num-layers"])} \
-        if "--decoder-first-pipeline-num-layers" in a else {}
+    vp = (
+        layers // pp // lpvs
+        if lpvs
+        else (
+            int(a["--num-virtual-stages-per-pipeline-rank"]) if "--num-virtual-stages-per-pipeline-rank" in a else None
+        )
+    )
+    uneven = (
+        {
+            "num_layers_in_first_pipeline_stage": int(a["--decoder-first-pipeline-num-layers"]),
+            "num_layers_in_last_pipeline_stage": int(a["--decoder-last-pipeline-num-layers"]),
+        }
+        if "--decoder-first-pipeline-num-layers" in a
+        else {}
+    )
     if "--account-for-embedding-in-pipeline-split" in a:
         uneven = {"account_for_embedding_in_pipeline_split": True, "account_for_loss_in_pipeline_split": True}
-    return tc.TransformerConfig(**uneven,
-        num_layers=layers, hidden_size=int(a["--hidden-size"]), num_attention_heads=int(a["--num-attention-heads"]),
+    return tc.TransformerConfig(
+        **uneven,
+        num_layers=layers,
+        hidden_size=int(a["--hidden-size"]),
+        num_attention_heads=int(a["--num-attention-heads"]),
         num_query_groups=int(a.get("--num-query-groups", a["--num-attention-heads"])),
-        ffn_hidden_size=int(a["--ffn-hidden-size"]), kv_channels=int(a["--kv-channels"]),
-        tensor_model_parallel_size=int(a["--tensor-model-parallel-size"]), pipeline_model_parallel_size=pp,
+        ffn_hidden_size=int(a["--ffn-hidden-size"]),
+        kv_channels=int(a["--kv-channels"]),
+        tensor_model_parallel_size=int(a["--tensor-model-parallel-size"]),
+        pipeline_model_parallel_size=pp,
         virtual_pipeline_model_parallel_size=vp,
-        context_parallel_size=int(a["--context-parallel-size"]), sequence_parallel="--sequence-parallel" in a,
-        recompute_granularity=a.get("--recompute-granularity"), recompute_method=a.get("--recompute-method"),
+        context_parallel_size=int(a["--context-parallel-size"]),
+        sequence_parallel="--sequence-parallel" in a,
+        recompute_granularity=a.get("--recompute-granularity"),
+        recompute_method=a.get("--recompute-method"),
         recompute_num_layers=int(a["--recompute-num-layers"]) if "--recompute-num-layers" in a else None,
-        gated_linear_unit="--swiglu" in a, bf16=True, params_dtype=torch.bfloat16,
-        pipeline_dtype=torch.bfloat16 if pp > 1 else None), a
+        gated_linear_unit="--swiglu" in a,
+        bf16=True,
+        params_dtype=torch.bfloat16,
+        pipeline_dtype=torch.bfloat16 if pp > 1 else None,
+    ), a
 
 
 # 126 layers on pp=8 x 8 virtual stages (NVIDIA's Llama 3.1 405B split: embedding and loss count as layers)
 # and on pp=16 with given lighter first and last stages (6 / 8 / 8)
-UNEVEN_VP = solve_doc("llama3-405b", "h100-1024", 512, 4096,
-                      Layout(fsdp=16, tp=8, pp=8, virtual_stages=8, num_microbatches=32, zero_stage=1,
-                             schedule="interleaved"))
-UNEVEN_FL = solve_doc("llama3-405b", "h100-1024", 512, 4096,
-                      Layout(fsdp=8, tp=8, pp=16, num_microbatches=64, zero_stage=1, first_stage_layers=6,
-                             last_stage_layers=8))
+UNEVEN_VP = solve_doc(
+    "llama3-405b",
+    "h100-1024",
+    512,
+    4096,
+    Layout(fsdp=16, tp=8, pp=8, virtual_stages=8, num_microbatches=32, zero_stage=1, schedule="interleaved"),
+)
+UNEVEN_FL = solve_doc(
+    "llama3-405b",
+    "h100-1024",
+    512,
+    4096,
+    Layout(fsdp=8, tp=8, pp=16, num_microbatches=64, zero_stage=1, first_stage_layers=6, last_stage_layers=8),
+)
 
 
-@pytest.mark.parametrize("doc", [FSDP_TP, CP, HSDP, INTERLEAVED, KV_REPLICATED, ZERO1, UNEVEN_VP, UNEVEN_FL], ids=[
-    "fsdp_tp", "cp", "hsdp", "interleaved", "kv_replicated", "zero1", "uneven_vp", "uneven_first_last"])
+@pytest.mark.parametrize(
+    "doc",
+    [FSDP_TP, CP, HSDP, INTERLEAVED, KV_REPLICATED, ZERO1, UNEVEN_VP, UNEVEN_FL],
+    ids=["fsdp_tp", "cp", "hsdp", "interleaved", "kv_replicated", "zero1", "uneven_vp", "uneven_first_last"],
+)
 def test_megatron_core_accepts_exported_sizes(doc):
     """megatron-core's TransformerConfig and microbatch calculator accept the sizes and give the layout's K."""
     calc = pytest.importorskip("megatron.core.num_microbatches_calculator")
@@ -83,8 +119,9 @@ def test_megatron_core_accepts_exported_sizes(doc):
     lay = doc["layouts"][0]
     world = doc["problem"]["num_devices"]
     dp = world // (cfg.tensor_model_parallel_size * cfg.pipeline_model_parallel_size * cfg.context_parallel_size)
-    counter = calc.ConstantNumMicroBatchesCalculator(int(a["--global-batch-size"]), int(a["--micro-batch-size"]),
-                                                     dp, False, 0)
+    counter = calc.ConstantNumMicroBatchesCalculator(
+        int(a["--global-batch-size"]), int(a["--micro-batch-size"]), dp, False, 0
+    )
     assert counter.get() == lay["num_microbatches"]
     assert cfg.num_query_groups == int(a.get("--num-query-groups", a["--num-attention-heads"]))
 
@@ -92,12 +129,18 @@ def test_megatron_core_accepts_exported_sizes(doc):
 def test_megatron_core_rejects_a_bad_tp():
     """The same path refuses a TP that does not divide the heads (the check is real)."""
     pytest.importorskip("megatron.core")
-    text = export_document(FSDP_TP, "megatron").replace("--tensor-model-parallel-size 8", "--tensor-model-parallel-size 3")
+    text = export_document(FSDP_TP, "megatron").replace(
+        "--tensor-model-parallel-size 8", "--tensor-model-parallel-size 3"
+    )
     tc = pytest.importorskip("megatron.core.transformer.transformer_config")
     a = parse_args(text)
     with pytest.raises(ValueError, match="must be a multiple of"):
-        tc.TransformerConfig(num_layers=32, hidden_size=4096, num_attention_heads=int(a["--num-attention-heads"]),
-                             tensor_model_parallel_size=int(a["--tensor-model-parallel-size"]))
+        tc.TransformerConfig(
+            num_layers=32,
+            hidden_size=4096,
+            num_attention_heads=int(a["--num-attention-heads"]),
+            tensor_model_parallel_size=int(a["--tensor-model-parallel-size"]),
+        )
 
 
 MEGATRON_BUILD = textwrap.dedent("""
@@ -131,8 +174,16 @@ MEGATRON_BUILD = textwrap.dedent("""
         "params": sum(p.numel() for p in model.parameters())}))
 """)
 
-TINY_GPT3 = dict(num_layers=2, d_model=128, d_ff=512, num_heads=4, num_kv_heads=4, head_dim=32, vocab_size=1024,
-                 learned_positions=256)
+TINY_GPT3 = dict(
+    num_layers=2,
+    d_model=128,
+    d_ff=512,
+    num_heads=4,
+    num_kv_heads=4,
+    head_dim=32,
+    vocab_size=1024,
+    learned_positions=256,
+)
 
 
 @pytest.mark.parametrize("case", ["debug_hsdp", "tiny_gpt3"])
@@ -149,14 +200,22 @@ def test_megatron_core_builds_the_engine_model(case, tmp_path):
     m = context_for(doc, "megatron").model
     assert m.vocab_size % 128 == 0
     args = json.dumps(parse_args(export_document(doc, "megatron")))
-    run = subprocess.run([sys.executable, "-c", MEGATRON_BUILD, args, str(m.vocab_size), str(tmp_path / "rendezvous")],
-                         capture_output=True, text=True, timeout=300)
+    run = subprocess.run(
+        [sys.executable, "-c", MEGATRON_BUILD, args, str(m.vocab_size), str(tmp_path / "rendezvous")],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     lines = [line for line in run.stdout.splitlines() if line.startswith("RESULT ")]
     assert lines, run.stderr[-3000:]
     got = json.loads(lines[0][7:])
-    assert got == {"layers": m.num_layers, "qkv": [(m.num_heads + 2 * m.num_kv_heads) * m.head_dim, m.d_model],
-                   "fc1": [m.d_ff * (2 if m.mlp_matrices == 3 else 1), m.d_model], "vocab": m.vocab_size,
-                   "params": param_counts(m)["total"]}
+    assert got == {
+        "layers": m.num_layers,
+        "qkv": [(m.num_heads + 2 * m.num_kv_heads) * m.head_dim, m.d_model],
+        "fc1": [m.d_ff * (2 if m.mlp_matrices == 3 else 1), m.d_model],
+        "vocab": m.vocab_size,
+        "params": param_counts(m)["total"],
+    }
     assert got["params"] == {"debug_hsdp": 7_082_240, "tiny_gpt3": 560_640}[case]
 
 
@@ -184,8 +243,10 @@ def test_deepspeed_config_batch_assertion(doc):
     lay = doc["layouts"][0]
     dp_world = lay["degrees"]["dp"] * lay["degrees"]["fsdp"]
     ds = deepspeed_config(cfg, dp_world)
-    assert (ds.train_batch_size, ds.gradient_accumulation_steps) == (doc["problem"]["global_batch_seqs"],
-                                                                      lay["num_microbatches"])
+    assert (ds.train_batch_size, ds.gradient_accumulation_steps) == (
+        doc["problem"]["global_batch_seqs"],
+        lay["num_microbatches"],
+    )
     assert ds.zero_optimization_stage == cfg["zero_optimization"]["stage"]
     with pytest.raises(AssertionError, match="Check batch related parameters"):
         deepspeed_config(cfg, dp_world * 2)
@@ -202,16 +263,30 @@ def test_torchtitan_config_manager_and_parallel_dims(doc, tmp_path):
     job = manager.ConfigManager().parse_args([f"--job.config_file={path}"])
     p = job.parallelism
     world = doc["problem"]["num_devices"]
-    dims = pdims.ParallelDims(dp_replicate=p.data_parallel_replicate_degree, dp_shard=p.data_parallel_shard_degree,
-                              cp=p.context_parallel_degree, tp=p.tensor_parallel_degree,
-                              pp=p.pipeline_parallel_degree, ep=1, etp=1, world_size=world)
+    dims = pdims.ParallelDims(
+        dp_replicate=p.data_parallel_replicate_degree,
+        dp_shard=p.data_parallel_shard_degree,
+        cp=p.context_parallel_degree,
+        tp=p.tensor_parallel_degree,
+        pp=p.pipeline_parallel_degree,
+        ep=1,
+        etp=1,
+        world_size=world,
+    )
     assert job.training.seq_len % dims.seq_len_divisor == 0
     batch_degree = dims.dp_replicate * dims.dp_shard
     assert job.training.global_batch_size % (job.training.local_batch_size * batch_degree) == 0
     with pytest.raises(AssertionError, match="Invalid parallel dims"):
-        pdims.ParallelDims(dp_replicate=p.data_parallel_replicate_degree, dp_shard=p.data_parallel_shard_degree,
-                           cp=p.context_parallel_degree, tp=p.tensor_parallel_degree, pp=p.pipeline_parallel_degree,
-                           ep=1, etp=1, world_size=world * 2)
+        pdims.ParallelDims(
+            dp_replicate=p.data_parallel_replicate_degree,
+            dp_shard=p.data_parallel_shard_degree,
+            cp=p.context_parallel_degree,
+            tp=p.tensor_parallel_degree,
+            pp=p.pipeline_parallel_degree,
+            ep=1,
+            etp=1,
+            world_size=world * 2,
+        )
 
 
 def test_torchtitan_pipeline_split_is_even():
@@ -221,8 +296,9 @@ def test_torchtitan_pipeline_split_is_even():
 
     par = tomllib.loads(export_document(INTERLEAVED, "torchtitan"))["parallelism"]
     stages = 32 // par["pipeline_parallel_layers_per_stage"]
-    parts = pipe.generate_llm_fqn_per_model_part(stages, 32, par["pipeline_parallel_first_stage_less_layers"],
-                                                 par["pipeline_parallel_last_stage_less_layers"])
+    parts = pipe.generate_llm_fqn_per_model_part(
+        stages, 32, par["pipeline_parallel_first_stage_less_layers"], par["pipeline_parallel_last_stage_less_layers"]
+    )
     assert [sum(name.startswith("layers.") for name in part) for part in parts] == [4] * 8
     assert pipe.get_schedule_class(par["pipeline_parallel_schedule"]).__name__ == "ScheduleInterleaved1F1B"
 
@@ -235,8 +311,15 @@ def test_torchtitan_flavors_match_the_table_and_custom_flavors_build():
 
     for name, (dim, layers, heads, kv, vocab, mult, multiple_of) in torchtitan.LLAMA3_FLAVORS.items():
         args = llama3.llama3_args[name]
-        assert (args.dim, args.n_layers, args.n_heads, args.n_kv_heads or args.n_heads, args.vocab_size,
-                args.ffn_dim_multiplier, args.multiple_of) == (dim, layers, heads, kv, vocab, mult, multiple_of)
+        assert (
+            args.dim,
+            args.n_layers,
+            args.n_heads,
+            args.n_kv_heads or args.n_heads,
+            args.vocab_size,
+            args.ffn_dim_multiplier,
+            args.multiple_of,
+        ) == (dim, layers, heads, kv, vocab, mult, multiple_of)
     ctx = context_for(HSDP, "torchtitan")
     args = eval(torchtitan.custom_flavor_args(ctx), {"TransformerModelArgs": llama3.TransformerModelArgs})  # noqa: S307
     with torch.device("meta"):
@@ -271,9 +354,14 @@ def test_torchtitan_builds_the_engine_model(doc, tmp_path):
         model = llama3.Transformer(args)
     m = context_for(doc, "torchtitan").model
     block = model.layers["0"]
-    assert (len(model.layers), model.tok_embeddings.weight.shape[0], block.attention.n_heads, block.attention.n_kv_heads,
-            block.feed_forward.w1.weight.shape[0], block.attention.wq.weight.shape[1]) == (
-        m.num_layers, m.vocab_size, m.num_heads, m.num_kv_heads, m.d_ff, m.d_model)
+    assert (
+        len(model.layers),
+        model.tok_embeddings.weight.shape[0],
+        block.attention.n_heads,
+        block.attention.n_kv_heads,
+        block.feed_forward.w1.weight.shape[0],
+        block.attention.wq.weight.shape[1],
+    ) == (m.num_layers, m.vocab_size, m.num_heads, m.num_kv_heads, m.d_ff, m.d_model)
     params = sum(t.numel() for t in model.parameters())
     assert params == param_counts(m)["total"] == {"8B": 8_030_261_248, "debug": 7_082_240}[flavor]
 
@@ -320,7 +408,8 @@ TT03_LOADER = textwrap.dedent("""
 
 def torchtitan03_python() -> str:
     path = os.environ.get("LAYOUTSEARCH_TORCHTITAN03_PYTHON") or str(
-        Path.home() / ".cache" / "layoutsearch" / "torchtitan03-venv" / "bin" / "python")
+        Path.home() / ".cache" / "layoutsearch" / "torchtitan03-venv" / "bin" / "python"
+    )
     if not Path(path).is_file():
         pytest.skip(f"no torchtitan 0.3 interpreter at {path} (run .ci/frameworks.sh)")
     return path
@@ -330,12 +419,21 @@ def fill_placeholders(text: str, values: dict[str, object]) -> str:
     """What a user does before launch: replace every '<set me: ...>' constant of the exported module."""
     import re
 
-    return re.sub(r"^([A-Z_]+) = '<set me: [^']*>'", lambda m: f"{m.group(1)} = {values[m.group(1)]!r}", text,
-                  flags=re.M)
+    return re.sub(
+        r"^([A-Z_]+) = '<set me: [^']*>'", lambda m: f"{m.group(1)} = {values[m.group(1)]!r}", text, flags=re.M
+    )
 
 
-TT03_VALUES = {"DUMP_FOLDER": "/tmp/out", "HF_ASSETS_PATH": "/tmp/tokenizer", "DATASET": "c4", "DATASET_PATH": "/tmp/c4",
-               "CHECKPOINT_FOLDER": "checkpoint", "STEPS": 10, "LR": 3e-4, "WARMUP_STEPS": 2}
+TT03_VALUES = {
+    "DUMP_FOLDER": "/tmp/out",
+    "HF_ASSETS_PATH": "/tmp/tokenizer",
+    "DATASET": "c4",
+    "DATASET_PATH": "/tmp/c4",
+    "CHECKPOINT_FOLDER": "checkpoint",
+    "STEPS": 10,
+    "LR": 3e-4,
+    "WARMUP_STEPS": 2,
+}
 
 
 def custom_doc(model_id: str, cluster: str, batch: int, seq: int, layout: Layout, **model_changes) -> dict:
@@ -350,10 +448,18 @@ def custom_doc(model_id: str, cluster: str, batch: int, seq: int, layout: Layout
     from layoutsearch.report.output import layout_record
 
     model = dataclasses.replace(load_model(model_id), **model_changes)
-    problem = Problem(model_id=model_id, model=model, cluster_name=cluster, cluster=resolve_cluster(cluster),
-                      workload=Workload(global_batch_seqs=batch, seq_len=seq))
-    return {"problem": problem.record(), "solver": {"method": "test", "status": "FEASIBLE"},
-            "layouts": [layout_record(estimate(problem, layout), rank=1)]}
+    problem = Problem(
+        model_id=model_id,
+        model=model,
+        cluster_name=cluster,
+        cluster=resolve_cluster(cluster),
+        workload=Workload(global_batch_seqs=batch, seq_len=seq),
+    )
+    return {
+        "problem": problem.record(),
+        "solver": {"method": "test", "status": "FEASIBLE"},
+        "layouts": [layout_record(estimate(problem, layout), rank=1)],
+    }
 
 
 def test_torchtitan03_config_manager_builds_the_exported_job(tmp_path):
@@ -365,15 +471,33 @@ def test_torchtitan03_config_manager_builds_the_exported_job(tmp_path):
     from layoutsearch.export import context_for
 
     python = torchtitan03_python()
-    cases = {"hsdp": HSDP, "fsdp_tp": FSDP_TP, "cp": CP, "interleaved": INTERLEAVED,
-             "eps": custom_doc("debug", "h100-8", 32, 2048, Layout(fsdp=4, tp=2, num_microbatches=2, recompute="full"),
-                               norm_eps=1e-6, rope_theta=1e6)}
+    cases = {
+        "hsdp": HSDP,
+        "fsdp_tp": FSDP_TP,
+        "cp": CP,
+        "interleaved": INTERLEAVED,
+        "eps": custom_doc(
+            "debug",
+            "h100-8",
+            32,
+            2048,
+            Layout(fsdp=4, tp=2, num_microbatches=2, recompute="full"),
+            norm_eps=1e-6,
+            rope_theta=1e6,
+        ),
+    }
     argv = []
     for name, doc in cases.items():
         (tmp_path / f"ls_{name}.py").write_text(fill_placeholders(export_document(doc, "torchtitan-0.3"), TT03_VALUES))
         argv += [f"ls_{name}", str(doc["problem"]["num_devices"])]
-    run = subprocess.run([python, "-c", TT03_LOADER, *argv], capture_output=True, text=True, timeout=600,
-                         cwd=tmp_path, env={**os.environ, "PYTHONPATH": str(tmp_path)})
+    run = subprocess.run(
+        [python, "-c", TT03_LOADER, *argv],
+        capture_output=True,
+        text=True,
+        timeout=600,
+        cwd=tmp_path,
+        env={**os.environ, "PYTHONPATH": str(tmp_path)},
+    )
     lines = [line for line in run.stdout.splitlines() if line.startswith("RESULT ")]
     assert lines, run.stderr[-3000:]
     results = dict(zip(cases, json.loads(lines[0][7:])))
@@ -383,15 +507,30 @@ def test_torchtitan03_config_manager_builds_the_exported_job(tmp_path):
         ctx = context_for(doc, "torchtitan-0.3")
         m, lay = ctx.model, ctx.layout
         sharded = ctx.effective_zero_stage >= 2
-        assert got["degrees"] == [lay.dp if sharded else lay.data_units, lay.fsdp if sharded else 1,
-                                  lay.tp, lay.pp, lay.cp], name
+        assert got["degrees"] == [
+            lay.dp if sharded else lay.data_units,
+            lay.fsdp if sharded else 1,
+            lay.tp,
+            lay.pp,
+            lay.cp,
+        ], name
         assert got["batch"][1:] == [ctx.global_batch_seqs, ctx.seq_len, 7], name  # 7: the launch-line override
-        assert got["model"] == {"layers": m.num_layers, "dim": m.d_model, "heads": m.num_heads, "kv_heads": m.num_kv_heads,
-                                "ffn": m.d_ff, "vocab": m.vocab_size, "qkv_out": (m.num_heads + 2 * m.num_kv_heads) * m.head_dim,
-                                "rope_theta": m.rope_theta, "rope_scaling": "none" if m.rope_scaling is None else "llama",
-                                "norm_eps": [m.norm_eps, m.norm_eps]}, name
+        assert got["model"] == {
+            "layers": m.num_layers,
+            "dim": m.d_model,
+            "heads": m.num_heads,
+            "kv_heads": m.num_kv_heads,
+            "ffn": m.d_ff,
+            "vocab": m.vocab_size,
+            "qkv_out": (m.num_heads + 2 * m.num_kv_heads) * m.head_dim,
+            "rope_theta": m.rope_theta,
+            "rope_scaling": "none" if m.rope_scaling is None else "llama",
+            "norm_eps": [m.norm_eps, m.norm_eps],
+        }, name
         assert got["params"] == param_counts(m)["total"], name
-        assert got["ac"] == {"none": "NoneType", "full": "FullAC.Config", "selective": "SelectiveAC.Config"}[lay.recompute]
+        assert (
+            got["ac"] == {"none": "NoneType", "full": "FullAC.Config", "selective": "SelectiveAC.Config"}[lay.recompute]
+        )
     assert results["hsdp"]["params"] == 7_082_240 and results["fsdp_tp"]["params"] == 8_030_261_248
     assert results["eps"]["model"]["norm_eps"] == [1e-6, 1e-6] and results["eps"]["model"]["rope_theta"] == 1e6
     inter = results["interleaved"]
@@ -404,13 +543,21 @@ def test_torchtitan03_refuses_unset_placeholders(tmp_path):
     """Launched as exported (placeholders unset), the registry entry refuses to build and names them."""
     python = torchtitan03_python()
     (tmp_path / "ls_raw.py").write_text(export_document(HSDP, "torchtitan-0.3"))
-    run = subprocess.run([python, "-c", TT03_LOADER, "ls_raw", "16"], capture_output=True, text=True, timeout=600,
-                         cwd=tmp_path, env={**os.environ, "PYTHONPATH": str(tmp_path)})
+    run = subprocess.run(
+        [python, "-c", TT03_LOADER, "ls_raw", "16"],
+        capture_output=True,
+        text=True,
+        timeout=600,
+        cwd=tmp_path,
+        env={**os.environ, "PYTHONPATH": str(tmp_path)},
+    )
     lines = [line for line in run.stdout.splitlines() if line.startswith("RESULT ")]
     assert lines, run.stderr[-3000:]
     error = json.loads(lines[0][7:])[0]["error"]
-    assert error.startswith("ValueError: set DUMP_FOLDER, HF_ASSETS_PATH, DATASET, DATASET_PATH, CHECKPOINT_FOLDER, "
-                            "STEPS, LR, WARMUP_STEPS at the top of"), error
+    assert error.startswith(
+        "ValueError: set DUMP_FOLDER, HF_ASSETS_PATH, DATASET, DATASET_PATH, CHECKPOINT_FOLDER, "
+        "STEPS, LR, WARMUP_STEPS at the top of"
+    ), error
 
 
 def test_torchtitan03_trainer_needs_cuda(tmp_path):
@@ -421,17 +568,35 @@ def test_torchtitan03_trainer_needs_cuda(tmp_path):
     that it gets past config parsing and stops exactly at that call; with CUDA present it is skipped (a GPU step also
     needs torchtitan's tokenizer and dataset assets, which the wheel does not ship)."""
     python = torchtitan03_python()
-    probe = subprocess.run([python, "-c", "import torch; print(torch.cuda.is_available())"], capture_output=True,
-                           text=True, timeout=120)
+    probe = subprocess.run(
+        [python, "-c", "import torch; print(torch.cuda.is_available())"], capture_output=True, text=True, timeout=120
+    )
     if probe.stdout.strip() == "True":
         pytest.skip("CUDA present: a torchtitan step needs its tokenizer/dataset assets (not in the wheel)")
     (tmp_path / "ls_step.py").write_text(fill_placeholders(export_document(HSDP, "torchtitan-0.3"), TT03_VALUES))
     env = {**os.environ, "PYTHONPATH": str(tmp_path), "LOCAL_RANK": "0", "RANK": "0", "WORLD_SIZE": "1"}
-    run = subprocess.run([python, "-m", "torchtitan.train", "--module", "ls_step", "--config", "layoutsearch_job",
-                          "--training.steps", "1"], capture_output=True, text=True, timeout=300, cwd=tmp_path, env=env)
+    run = subprocess.run(
+        [
+            python,
+            "-m",
+            "torchtitan.train",
+            "--module",
+            "ls_step",
+            "--config",
+            "layoutsearch_job",
+            "--training.steps",
+            "1",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        cwd=tmp_path,
+        env=env,
+    )
     assert run.returncode != 0
-    assert "device_module.set_device(self.device)" in run.stderr and "torch/cuda/__init__.py" in run.stderr, \
-        run.stderr[-3000:]
+    assert "device_module.set_device(self.device)" in run.stderr and "torch/cuda/__init__.py" in run.stderr, run.stderr[
+        -3000:
+    ]
 
 
 # ----------------------------------------------------------------------------- MaxText (separate interpreter)
@@ -439,39 +604,49 @@ def maxtext_script(imports: str, body: str) -> str:
     """A script for MaxText's interpreter: each override file named on its command line is loaded by pyconfig
     on 8 CPU devices (``cfg``), then ``body`` appends what it reads to ``out``; an exception is that file's
     ``error``; the last line is RESULT and the JSON list."""
-    return textwrap.dedent("""
+    return (
+        textwrap.dedent("""
         import json, os, sys
         os.environ["XLA_FLAGS"] = "--xla_force_host_platform_device_count=8"
         os.environ["JAX_PLATFORMS"] = "cpu"
         from maxtext.configs import pyconfig
-        """) + textwrap.dedent(imports) + textwrap.dedent("""
+        """)
+        + textwrap.dedent(imports)
+        + textwrap.dedent("""
         out = []
         for path in sys.argv[1:]:
             try:
                 cfg = pyconfig.initialize(["", path, "hardware=cpu", "skip_jax_distributed_system=true",
                                            "run_name=layoutsearch-test", "enable_checkpointing=false"])
-        """) + textwrap.indent(textwrap.dedent(body), " " * 8) + textwrap.dedent("""
+        """)
+        + textwrap.indent(textwrap.dedent(body), " " * 8)
+        + textwrap.dedent("""
             except Exception as exc:
                 out.append({"error": f"{type(exc).__name__}: {exc}"})
         print("RESULT " + json.dumps(out))
         """)
+    )
 
 
-MAXTEXT_LOADER = maxtext_script("""
+MAXTEXT_LOADER = maxtext_script(
+    """
     from maxtext.utils import maxtext_utils
-    """, """
+    """,
+    """
     mesh = maxtext_utils.create_device_mesh(cfg)
     out.append({"mesh": dict(zip(cfg.mesh_axes, mesh.shape)), "global": cfg.global_batch_size_to_train_on,
                 "accumulation": cfg.gradient_accumulation_steps, "remat": cfg.remat_policy,
                 "offloaded": sorted(k for k in ("decoder_layer_input", "query_proj", "key_proj", "value_proj",
                                                 "qkv_proj", "out_proj", "mlpwi", "mlpwo", "context")
                                     if getattr(cfg, k, None) == "offload")})
-    """)
+    """,
+)
 
 
 def maxtext_python() -> str:
     path = os.environ.get("LAYOUTSEARCH_MAXTEXT_PYTHON") or str(
-        Path.home() / ".cache" / "layoutsearch" / "maxtext-venv" / "bin" / "python")
+        Path.home() / ".cache" / "layoutsearch" / "maxtext-venv" / "bin" / "python"
+    )
     if not Path(path).is_file():
         pytest.skip(f"no MaxText interpreter at {path} (run .ci/frameworks.sh on a machine with python3.12)")
     return path
@@ -488,10 +663,14 @@ def test_maxtext_pyconfig_and_mesh(tmp_path):
         "offload": (Layout(fsdp=8, recompute="custom_offload_dots_except_mlp"), 16, 1024),
         "offload_named": (Layout(fsdp=8, recompute="qkv_proj_offloaded"), 16, 1024),
     }
-    remat = {"fsdp_tp": ("minimal", []), "gpipe": ("full", []), "cp": ("minimal_with_context", []),
-             "zero1": ("minimal_with_context", []), "offload_named": ("qkv_proj_offloaded", []),
-             "offload": ("custom", ["decoder_layer_input", "key_proj", "out_proj", "qkv_proj", "query_proj",
-                                    "value_proj"])}
+    remat = {
+        "fsdp_tp": ("minimal", []),
+        "gpipe": ("full", []),
+        "cp": ("minimal_with_context", []),
+        "zero1": ("minimal_with_context", []),
+        "offload_named": ("qkv_proj_offloaded", []),
+        "offload": ("custom", ["decoder_layer_input", "key_proj", "out_proj", "qkv_proj", "query_proj", "value_proj"]),
+    }
     paths, docs = [], []
     for name, (layout, batch, seq) in cases.items():
         doc = solve_doc("debug", "v5p-8", batch, seq, layout)
@@ -502,11 +681,15 @@ def test_maxtext_pyconfig_and_mesh(tmp_path):
     run = subprocess.run([python, "-c", MAXTEXT_LOADER, *paths], capture_output=True, text=True, timeout=600)
     lines = [line for line in run.stdout.splitlines() if line.startswith("RESULT ")]
     assert lines, run.stderr[-2000:]
-    for doc, result, (name, (layout, batch, _)) in zip(docs, json.loads(lines[0][7:]), cases.items()):
+    for _doc, result, (name, (layout, batch, _)) in zip(docs, json.loads(lines[0][7:]), cases.items()):
         assert "error" not in result, f"{name}: {result}"
         mesh = result["mesh"]
         assert (mesh["fsdp"] * mesh["data"], mesh["tensor"], mesh["stage"], mesh["context"]) == (
-            layout.fsdp, layout.tp, layout.pp, layout.cp), name
+            layout.fsdp,
+            layout.tp,
+            layout.pp,
+            layout.cp,
+        ), name
         assert result["global"] == batch, name
         assert (result["remat"], result["offloaded"]) == remat[name], name
 
@@ -547,7 +730,13 @@ def test_maxtext_builds_the_engine_model(tmp_path):
     got = json.loads(lines[0][7:])
     m = context_for(MAXTEXT_STEP, "maxtext").model
     assert (got["layers"], got["emb"], got["heads"], got["kv_heads"], got["mlp"], got["vocab"]) == (
-        m.num_layers, m.d_model, m.num_heads, m.num_kv_heads, m.d_ff, m.vocab_size)
+        m.num_layers,
+        m.d_model,
+        m.num_heads,
+        m.num_kv_heads,
+        m.d_ff,
+        m.vocab_size,
+    )
     assert got["params"] == param_counts(m)["total"] == 7_082_240
     shapes = {k.removesuffix("/.value"): v for k, v in got["shapes"].items()}  # layers scanned: axis 1
     assert shapes["token_embedder/embedding"] == [m.vocab_size, m.d_model]
@@ -564,10 +753,26 @@ def test_maxtext_cpu_training_step(tmp_path):
     path = tmp_path / "step.yml"
     path.write_text(export_document(MAXTEXT_STEP, "maxtext"))
     env = {**os.environ, "XLA_FLAGS": "--xla_force_host_platform_device_count=8", "JAX_PLATFORMS": "cpu"}
-    run = subprocess.run([python, "-m", "maxtext.trainers.pre_train.train", str(path), "run_name=layoutsearch-step",
-                          "hardware=cpu", "skip_jax_distributed_system=true", "enable_checkpointing=false", "steps=1",
-                          "dataset_type=synthetic", f"base_output_directory={tmp_path / 'out'}"],
-                         capture_output=True, text=True, timeout=600, env=env, cwd=tmp_path)
+    run = subprocess.run(
+        [
+            python,
+            "-m",
+            "maxtext.trainers.pre_train.train",
+            str(path),
+            "run_name=layoutsearch-step",
+            "hardware=cpu",
+            "skip_jax_distributed_system=true",
+            "enable_checkpointing=false",
+            "steps=1",
+            "dataset_type=synthetic",
+            f"base_output_directory={tmp_path / 'out'}",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=600,
+        env=env,
+        cwd=tmp_path,
+    )
     log = run.stdout + run.stderr
     assert run.returncode == 0, log[-3000:]
     import math
@@ -682,16 +887,42 @@ def test_deepspeed_cpu_training_step(tmp_path):
     m = context_for(doc, "deepspeed").model
     config = tmp_path / "ds.json"
     config.write_text(export_document(doc, "deepspeed"))
-    shape = {"d_model": m.d_model, "d_ff": m.d_ff, "vocab": m.vocab_size, "heads": m.num_heads,
-             "kv_heads": m.num_kv_heads, "head_dim": m.head_dim, "layers": m.num_layers, "seq_len": 128}
+    shape = {
+        "d_model": m.d_model,
+        "d_ff": m.d_ff,
+        "vocab": m.vocab_size,
+        "heads": m.num_heads,
+        "kv_heads": m.num_kv_heads,
+        "head_dim": m.head_dim,
+        "layers": m.num_layers,
+        "seq_len": 128,
+    }
     (tmp_path / "step.py").write_text(DEEPSPEED_STEP)
     out = tmp_path / "out.json"
-    run = subprocess.run([sys.executable, str(tmp_path / "step.py"), str(config), json.dumps(shape), "2",
-                          str(tmp_path / "rendezvous"), str(out)], capture_output=True, text=True, timeout=600,
-                         cwd=tmp_path)
+    run = subprocess.run(
+        [
+            sys.executable,
+            str(tmp_path / "step.py"),
+            str(config),
+            json.dumps(shape),
+            "2",
+            str(tmp_path / "rendezvous"),
+            str(out),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=600,
+        cwd=tmp_path,
+    )
     assert run.returncode == 0 and out.is_file(), (run.stdout + run.stderr)[-4000:]
     got = json.loads(out.read_text())
-    assert (got["world"], got["zero"], got["train_batch"], got["optimizer_steps"], got["micro_steps"]) == (2, 3, 8, 1, 2)
+    assert (got["world"], got["zero"], got["train_batch"], got["optimizer_steps"], got["micro_steps"]) == (
+        2,
+        3,
+        8,
+        1,
+        2,
+    )
     assert got["dtype"] == "torch.bfloat16" and got["params"] == param_counts(m)["total"] == 7_082_240
     assert all(math.isfinite(x) and abs(x - math.log(m.vocab_size)) < 1.5 for x in got["losses"]), got["losses"]
     assert got["head_moved"] > 0  # the optimizer step changed the weights
@@ -705,8 +936,24 @@ def _main_job_export(target: str, tmp_path) -> tuple[dict, str]:
     from layoutsearch.cli import app
 
     out = tmp_path / f"main-job.{target}"
-    r = CliRunner().invoke(app, ["solve", "--model", "llama70b", "--cluster", "v5p-8192", "--top", "1",
-                                 "--export", target, "-o", str(out), "--format", "json"])
+    r = CliRunner().invoke(
+        app,
+        [
+            "solve",
+            "--model",
+            "llama70b",
+            "--cluster",
+            "v5p-8192",
+            "--top",
+            "1",
+            "--export",
+            target,
+            "-o",
+            str(out),
+            "--format",
+            "json",
+        ],
+    )
     assert r.exit_code == 0, r.stderr
     return json.loads(r.stdout), out.read_text()
 
@@ -717,8 +964,9 @@ def test_main_job_export_accepted_by_megatron_core(tmp_path):
     assert text == export_document(doc, "megatron")
     cfg, a = megatron_config(doc)
     dp = 8192 // (cfg.tensor_model_parallel_size * cfg.pipeline_model_parallel_size * cfg.context_parallel_size)
-    counter = calc.ConstantNumMicroBatchesCalculator(int(a["--global-batch-size"]), int(a["--micro-batch-size"]),
-                                                     dp, False, 0)
+    counter = calc.ConstantNumMicroBatchesCalculator(
+        int(a["--global-batch-size"]), int(a["--micro-batch-size"]), dp, False, 0
+    )
     assert counter.get() == doc["layouts"][0]["num_microbatches"]
 
 
@@ -729,9 +977,16 @@ def test_main_job_export_accepted_by_torchtitan(tmp_path):
     path = tmp_path / "main.toml"
     path.write_text(text)
     p = manager.ConfigManager().parse_args([f"--job.config_file={path}"]).parallelism
-    pdims.ParallelDims(dp_replicate=p.data_parallel_replicate_degree, dp_shard=p.data_parallel_shard_degree,
-                       cp=p.context_parallel_degree, tp=p.tensor_parallel_degree, pp=p.pipeline_parallel_degree,
-                       ep=1, etp=1, world_size=8192)
+    pdims.ParallelDims(
+        dp_replicate=p.data_parallel_replicate_degree,
+        dp_shard=p.data_parallel_shard_degree,
+        cp=p.context_parallel_degree,
+        tp=p.tensor_parallel_degree,
+        pp=p.pipeline_parallel_degree,
+        ep=1,
+        etp=1,
+        world_size=8192,
+    )
 
 
 def test_main_job_export_accepted_by_deepspeed(tmp_path):
@@ -746,17 +1001,21 @@ def test_megatron_core_rejects_a_split_that_does_not_add_up():
     torch = pytest.importorskip("torch")
     pytest.importorskip("megatron.core")
     doc = json.loads(json.dumps(UNEVEN_FL))
-    text = export_document(doc, "megatron").replace("--decoder-first-pipeline-num-layers 6",
-                                                    "--decoder-first-pipeline-num-layers 7")
+    text = export_document(doc, "megatron").replace(
+        "--decoder-first-pipeline-num-layers 6", "--decoder-first-pipeline-num-layers 7"
+    )
     a = parse_args(text)
     tc = pytest.importorskip("megatron.core.transformer.transformer_config")
     with pytest.raises(ValueError, match="middle"):
-        tc.TransformerConfig(num_layers=int(a["--num-layers"]), hidden_size=int(a["--hidden-size"]),
-                             num_attention_heads=int(a["--num-attention-heads"]),
-                             pipeline_model_parallel_size=int(a["--pipeline-model-parallel-size"]),
-                             num_layers_in_first_pipeline_stage=int(a["--decoder-first-pipeline-num-layers"]),
-                             num_layers_in_last_pipeline_stage=int(a["--decoder-last-pipeline-num-layers"]),
-                             pipeline_dtype=torch.bfloat16)
+        tc.TransformerConfig(
+            num_layers=int(a["--num-layers"]),
+            hidden_size=int(a["--hidden-size"]),
+            num_attention_heads=int(a["--num-attention-heads"]),
+            pipeline_model_parallel_size=int(a["--pipeline-model-parallel-size"]),
+            num_layers_in_first_pipeline_stage=int(a["--decoder-first-pipeline-num-layers"]),
+            num_layers_in_last_pipeline_stage=int(a["--decoder-last-pipeline-num-layers"]),
+            pipeline_dtype=torch.bfloat16,
+        )
 
 
 def test_torchtitan_reads_the_fp8_sections_of_an_fp8_export(tmp_path):
@@ -798,8 +1057,16 @@ def test_megatron_core_accepts_the_chunk_layout_of_deepseek_v3(tmp_path):
     from layoutsearch.report.output import estimate_document
 
     problem = Problem.build("deepseek-v3", "gb200-256", build_workload(4096, 4096, precision="fp8"))
-    lay = Layout(fsdp=64, pp=4, ep=64, virtual_stages=4, schedule="interleaved", zero_stage=1, num_microbatches=64,
-                 recompute="selective")
+    lay = Layout(
+        fsdp=64,
+        pp=4,
+        ep=64,
+        virtual_stages=4,
+        schedule="interleaved",
+        zero_stage=1,
+        num_microbatches=64,
+        recompute="selective",
+    )
     est = estimate(problem, lay, strict=False)
     args = parse_args(export_document(estimate_document(est), "megatron"))
     layout = args["--pipeline-model-parallel-layout"]
@@ -821,8 +1088,18 @@ def test_megatron_core_accepts_the_megatron_bridge_deepseek_v3_split():
     from layoutsearch.report.output import estimate_document
 
     problem = Problem.build("deepseek-v3", "b200-256", build_workload(4096, 4096, precision="fp8"))
-    lay = Layout(fsdp=32, pp=8, ep=32, virtual_stages=2, schedule="interleaved", zero_stage=1, num_microbatches=128,
-                 recompute="mla_up_proj", first_stage_layers=8, last_stage_layers=5)
+    lay = Layout(
+        fsdp=32,
+        pp=8,
+        ep=32,
+        virtual_stages=2,
+        schedule="interleaved",
+        zero_stage=1,
+        num_microbatches=128,
+        recompute="mla_up_proj",
+        first_stage_layers=8,
+        last_stage_layers=5,
+    )
     args = parse_args(export_document(estimate_document(estimate(problem, lay, strict=False)), "megatron"))
     layout = args["--pipeline-model-parallel-layout"]
     assert layout == "Etttt|" + "tttt|" * 14 + "tmL"

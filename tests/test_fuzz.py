@@ -36,26 +36,104 @@ REPO = Path(__file__).resolve().parents[1]
 
 # ----------------------------------------------------------------------------- values
 HUGE = ["99999999999999999999", str(2**63), str(2**70), "1e400", "9" * 40]
-BAD_NUMBERS = ["0", "-1", "-0", "1.5", "1e3", "nan", "NaN", "inf", "-inf", "", " ", "٣", "１２", "0x10", "1_000",
-               "abc", "+8", "8 ", *HUGE]
+BAD_NUMBERS = [
+    "0",
+    "-1",
+    "-0",
+    "1.5",
+    "1e3",
+    "nan",
+    "NaN",
+    "inf",
+    "-inf",
+    "",
+    " ",
+    "٣",
+    "１２",
+    "0x10",
+    "1_000",
+    "abc",
+    "+8",
+    "8 ",
+    *HUGE,
+]
 SEQS = ["8", "16", "32", "64", "128"]
 SEQ_LENS = ["512", "1024", "2048", "4096", "131072"]
 MODELS = ["debug", "llama3-8b"]
 BAD_MODELS = ["llama71b", "", "a" * 300, "../../etc/passwd", ".", "models/debug", "x\0y", "ü" * 130]
 SMALL_CLUSTERS = ["h100-8", "v5p-8", "h100-1", "v5p-1", "h100-16", "v5p-16", "v5p:2x2x2", "v5p-8x2", "gb200-1"]
-BAD_CLUSTERS = ["h100-12", "v5p-1000", "h100-0", "h100-99999999999999999999", "v5p:0x2x2", "foo-8", "", "v5p:2x2",
-                "h100--8", "v5p-8x0", "v5p-4x100000", "h100-8\0", "a" * 300 + "-8", "h100-1e3"]
+BAD_CLUSTERS = [
+    "h100-12",
+    "v5p-1000",
+    "h100-0",
+    "h100-99999999999999999999",
+    "v5p:0x2x2",
+    "foo-8",
+    "",
+    "v5p:2x2",
+    "h100--8",
+    "v5p-8x0",
+    "v5p-4x100000",
+    "h100-8\0",
+    "a" * 300 + "-8",
+    "h100-1e3",
+]
 BIG_CLUSTERS = ["v5p-8192", "h100-1024", "v5p-8960x4"]  # estimate only: one layout is costed, nothing is searched
-DEGREES = ["dp=8", "fsdp=4,tp=2", "tp=8", "pp=2,dp=4", "cp=2,fsdp=4", "dp=1", "fsdp=8", "dp=2,fsdp=2,tp=2",
-           "fsdp=1024,tp=8", "pp=4,tp=2"]
-BAD_DEGREES = ["tp=8,tp=4", "tq=8", "tp", "tp=", "=8", "tp=-1", "tp=0", "tp=1e3", "tp=99999999999999999999", ",,,",
-               "tp=８", "dp=3", "dp=16", ";", "dp=8;tp=1", "fsdp=262144,tp=262144,pp=262144,cp=262144,dp=262144",
-               "dp=" + "9" * 5000]
+DEGREES = [
+    "dp=8",
+    "fsdp=4,tp=2",
+    "tp=8",
+    "pp=2,dp=4",
+    "cp=2,fsdp=4",
+    "dp=1",
+    "fsdp=8",
+    "dp=2,fsdp=2,tp=2",
+    "fsdp=1024,tp=8",
+    "pp=4,tp=2",
+]
+BAD_DEGREES = [
+    "tp=8,tp=4",
+    "tq=8",
+    "tp",
+    "tp=",
+    "=8",
+    "tp=-1",
+    "tp=0",
+    "tp=1e3",
+    "tp=99999999999999999999",
+    ",,,",
+    "tp=８",
+    "dp=3",
+    "dp=16",
+    ";",
+    "dp=8;tp=1",
+    "fsdp=262144,tp=262144,pp=262144,cp=262144,dp=262144",
+    "dp=" + "9" * 5000,
+]
 AXES = ["dp=node:8", "tp=x:2;fsdp=y:2,z:2", "fsdp=node:8", "tp=node:8"]
-BAD_AXES = ["dp=node:8;dp=node:8", "dp=:8", "dp=node", "tp=q:8", "dp=node:0", ";;", "dp=node:2,node:4", "xx",
-            "dp=node:99999999999999999999", "dp=scale_out:8"]
-RECOMPUTE = ["none", "none,full", "selective", "full,full", "minimal,op", "save_dot_except_mlpwi", "qkv_proj_offloaded",
-             "custom_offload_input,full", "norm_act,norm_moe,mla_up_proj"]
+BAD_AXES = [
+    "dp=node:8;dp=node:8",
+    "dp=:8",
+    "dp=node",
+    "tp=q:8",
+    "dp=node:0",
+    ";;",
+    "dp=node:2,node:4",
+    "xx",
+    "dp=node:99999999999999999999",
+    "dp=scale_out:8",
+]
+RECOMPUTE = [
+    "none",
+    "none,full",
+    "selective",
+    "full,full",
+    "minimal,op",
+    "save_dot_except_mlpwi",
+    "qkv_proj_offloaded",
+    "custom_offload_input,full",
+    "norm_act,norm_moe,mla_up_proj",
+]
 BAD_RECOMPUTE = [",", "", "most", "none;full"]
 ONLY = ["fsdp,tp", "dp", "fsdp,tp,pp,cp,dp"]
 BAD_ONLY = ["tq", ",", ""]
@@ -77,22 +155,79 @@ ACCELERATORS = ["h100", "a100-40gb", "h100,a100-40gb"]
 BAD_ACCELERATORS = [",", "foo", "", "h100,foo"]
 
 MODEL_FILES = ["@model_ok.yaml", "@hf_ok.json"]
-BAD_MODEL_FILES = ["@nonutf8.yaml", "@nonutf8.json", "@null.json", "@deep.json", "@heads0.json", "@headsnull.json",
-                   "@headsstr.json", "@list.json", "@wrongtype.yaml", "@big.yaml", "@string.yaml", "@empty.yaml",
-                   "@deep.yaml", "@dir.yaml", "@dir.json", "@missing.yaml", "@missing.json", "@hfbig.json",
-                   "@hugeparams.yaml", "@unknownkey.yaml", "@badyaml.yaml"]
+BAD_MODEL_FILES = [
+    "@nonutf8.yaml",
+    "@nonutf8.json",
+    "@null.json",
+    "@deep.json",
+    "@heads0.json",
+    "@headsnull.json",
+    "@headsstr.json",
+    "@list.json",
+    "@wrongtype.yaml",
+    "@big.yaml",
+    "@string.yaml",
+    "@empty.yaml",
+    "@deep.yaml",
+    "@dir.yaml",
+    "@dir.json",
+    "@missing.yaml",
+    "@missing.json",
+    "@hfbig.json",
+    "@hugeparams.yaml",
+    "@unknownkey.yaml",
+    "@badyaml.yaml",
+]
 RESULTS = ["@solve.json", "@estimate.json", "@doc_null_predictions.json"]
-BAD_RESULTS = ["@nonutf8.json", "@null.json", "@deep.json", "@dir.json", "@missing.json", "@list.json",
-               "@doc_microbatches_null.json", "@doc_virtual0.json", "@doc_seqs1e30.json", "@doc_degree_str.json",
-               "@doc_layouts5.json", "@doc_problem_list.json", "@doc_axes_bad.json", "@doc_rank_str.json",
-               "@doc_cluster_bad.json", "@doc_model_spec_big.json", "@doc_mfu_str.json", "@doc_nan.json",
-               "@doc_degrees_huge.json", "@doc_empty_layouts.json"]
+BAD_RESULTS = [
+    "@nonutf8.json",
+    "@null.json",
+    "@deep.json",
+    "@dir.json",
+    "@missing.json",
+    "@list.json",
+    "@doc_microbatches_null.json",
+    "@doc_virtual0.json",
+    "@doc_seqs1e30.json",
+    "@doc_degree_str.json",
+    "@doc_layouts5.json",
+    "@doc_problem_list.json",
+    "@doc_axes_bad.json",
+    "@doc_rank_str.json",
+    "@doc_cluster_bad.json",
+    "@doc_model_spec_big.json",
+    "@doc_mfu_str.json",
+    "@doc_nan.json",
+    "@doc_degrees_huge.json",
+    "@doc_empty_layouts.json",
+]
 RUNS = ["@runs.yaml"]
-BAD_RUNS = ["@nonutf8.yaml", "@runs_wrongtype.yaml", "@runs_huge.yaml", "@empty.yaml", "@list_ints.yaml",
-            "@deep.yaml", "@dir.yaml", "@missing.yaml", "@runs_dup.yaml", "@null.json", "@badyaml.yaml"]
+BAD_RUNS = [
+    "@nonutf8.yaml",
+    "@runs_wrongtype.yaml",
+    "@runs_huge.yaml",
+    "@empty.yaml",
+    "@list_ints.yaml",
+    "@deep.yaml",
+    "@dir.yaml",
+    "@missing.yaml",
+    "@runs_dup.yaml",
+    "@null.json",
+    "@badyaml.yaml",
+]
 SWEEP_FILES = ["@sweep.csv"]
-BAD_SWEEP_FILES = ["@garbage.csv", "@nonutf8.csv", "@empty.csv", "@garbage.parquet", "@header.csv", "@dir.csv",
-                   "@missing.csv", "@sweep.json", "@nan.csv", "@negative.csv"]
+BAD_SWEEP_FILES = [
+    "@garbage.csv",
+    "@nonutf8.csv",
+    "@empty.csv",
+    "@garbage.parquet",
+    "@header.csv",
+    "@dir.csv",
+    "@missing.csv",
+    "@sweep.json",
+    "@nan.csv",
+    "@negative.csv",
+]
 OUTPUTS = ["@out/a.sh", "@out/b.yml", "@out/c.toml", "@out/d.json"]
 BAD_OUTPUTS = ["/nonexistent/x.sh", "/proc/x.sh", "@dir", "@out/a\0b.sh", "@out"]
 SWEEP_OUTPUTS = ["@sw/a.csv", "@sw/b.csv", "@sw/c.parquet"]
@@ -102,8 +237,20 @@ BAD_PNG_OUTPUTS = ["/nonexistent/p.png", "@dir", "/proc/p.png"]
 
 
 # ----------------------------------------------------------------------------- the corpus
-DEVICES = {"h100-8": 8, "v5p-8": 8, "h100-1": 1, "v5p-1": 1, "h100-16": 16, "v5p-16": 16, "v5p:2x2x2": 8,
-           "v5p-8x2": 16, "gb200-1": 1, "v5p-8192": 8192, "h100-1024": 1024, "v5p-8960x4": 35840}
+DEVICES = {
+    "h100-8": 8,
+    "v5p-8": 8,
+    "h100-1": 1,
+    "v5p-1": 1,
+    "h100-16": 16,
+    "v5p-16": 16,
+    "v5p:2x2x2": 8,
+    "v5p-8x2": 16,
+    "gb200-1": 1,
+    "v5p-8192": 8192,
+    "h100-1024": 1024,
+    "v5p-8960x4": 35840,
+}
 
 
 class Gen:
@@ -181,36 +328,46 @@ class Gen:
         return argv
 
     def estimate_options(self, cluster: str) -> list[str]:
-        return self.options(["estimate", "--cluster", cluster], [
-            ("--model", self.model, 0.9),
-            ("--layout", lambda: self.degrees(DEVICES.get(cluster)), 0.95),
-            ("--seqs", lambda: self.number(SEQS + ["1024"]), 0.7), ("--seq-len", lambda: self.number(SEQ_LENS), 0.4),
-            ("--microbatches", lambda: self.number(["1", "2", "4"]), 0.3),
-            ("--recompute", lambda: self.pick(["none", "selective", "full"], ["most", ""]), 0.3),
-            ("--zero-stage", lambda: self.number(["0", "1", "2", "3"], 0.6), 0.3),
-            ("--virtual-stages", lambda: self.number(["1", "2"]), 0.2),
-            ("--schedule", lambda: self.pick(["1f1b", "interleaved", "gpipe"], ["zigzag"]), 0.2),
-            ("--no-sequence-parallel", None, 0.1),
-            ("--axes", lambda: self.pick(AXES, BAD_AXES, 0.5), 0.2),
-            ("--mfu-convention", lambda: self.pick(["model", "palm", "palm-causal"], ["hardware"]), 0.2),
-            ("--tokens", lambda: self.pick(TOKENS, BAD_TOKENS, 0.6), 0.25),
-            ("--tp-comm-overlap", None, 0.15),
-            *self.workload_options(),
-            ("--first-stage-layers", lambda: self.number(["1", "2", "3"]), 0.1),
-            ("--format", lambda: self.pick(["table", "json"], ["yaml"], 0.9), 0.6),
-        ])
+        return self.options(
+            ["estimate", "--cluster", cluster],
+            [
+                ("--model", self.model, 0.9),
+                ("--layout", lambda: self.degrees(DEVICES.get(cluster)), 0.95),
+                ("--seqs", lambda: self.number(SEQS + ["1024"]), 0.7),
+                ("--seq-len", lambda: self.number(SEQ_LENS), 0.4),
+                ("--microbatches", lambda: self.number(["1", "2", "4"]), 0.3),
+                ("--recompute", lambda: self.pick(["none", "selective", "full"], ["most", ""]), 0.3),
+                ("--zero-stage", lambda: self.number(["0", "1", "2", "3"], 0.6), 0.3),
+                ("--virtual-stages", lambda: self.number(["1", "2"]), 0.2),
+                ("--schedule", lambda: self.pick(["1f1b", "interleaved", "gpipe"], ["zigzag"]), 0.2),
+                ("--no-sequence-parallel", None, 0.1),
+                ("--axes", lambda: self.pick(AXES, BAD_AXES, 0.5), 0.2),
+                ("--mfu-convention", lambda: self.pick(["model", "palm", "palm-causal"], ["hardware"]), 0.2),
+                ("--tokens", lambda: self.pick(TOKENS, BAD_TOKENS, 0.6), 0.25),
+                ("--tp-comm-overlap", None, 0.15),
+                *self.workload_options(),
+                ("--first-stage-layers", lambda: self.number(["1", "2", "3"]), 0.1),
+                ("--format", lambda: self.pick(["table", "json"], ["yaml"], 0.9), 0.6),
+            ],
+        )
 
     def workload_options(self) -> list:
         """The workload options estimate, solve, explain and sweep share (cli.common.WorkloadArgs)."""
         return [
-            ("--framework", lambda: self.pick(["megatron", "ideal", "maxtext", "deepspeed", "torchtitan"], ["nemo", ""]),
-             0.15),
+            (
+                "--framework",
+                lambda: self.pick(["megatron", "ideal", "maxtext", "deepspeed", "torchtitan"], ["nemo", ""]),
+                0.15,
+            ),
             ("--precision", lambda: self.pick(["bf16", "fp8"], ["fp4", "int8"], 0.85), 0.15),
             ("--hbm-gib", lambda: self.pick(["96", "16", "141"], ["0", "-3", "nan", "1e9"], 0.7), 0.1),
             ("--memory-margin-gib", lambda: self.pick(["0", "4"], ["-1", "inf"], 0.7), 0.1),
             ("--grad-bytes", lambda: self.pick(["2", "4"], ["3x", "8"], 0.7), 0.1),
-            ("--deepep", None, 0.05), ("--no-deepep", None, 0.05), ("--launch-blocking", None, 0.05),
-            ("--vendor-attention", None, 0.05), ("--no-vendor-attention", None, 0.05),
+            ("--deepep", None, 0.05),
+            ("--no-deepep", None, 0.05),
+            ("--launch-blocking", None, 0.05),
+            ("--vendor-attention", None, 0.05),
+            ("--no-vendor-attention", None, 0.05),
             ("--cuda-graphs", lambda: self.pick(["none", "scoped", "full_iteration"], ["full", ""], 0.8), 0.1),
             ("--routing", lambda: self.pick(["learned", "forced"], ["balanced", ""], 0.8), 0.1),
             ("--routing-cv", lambda: self.pick(["0", "0.15", "0.6"], ["-0.1", "nan", "11", "x"], 0.7), 0.1),
@@ -220,7 +377,8 @@ class Gen:
         specs = [
             ("--model", self.model, 0.9),
             ("--cluster", lambda: self.pick(SMALL_CLUSTERS, BAD_CLUSTERS, 0.85), 1.0),  # never the default v5p-8192
-            ("--seqs", lambda: self.number(SEQS), 1.0), ("--seq-len", lambda: self.number(SEQ_LENS), 0.4),
+            ("--seqs", lambda: self.number(SEQS), 1.0),
+            ("--seq-len", lambda: self.number(SEQ_LENS), 0.4),
             ("--top", lambda: self.number(["1", "2", "3"]), 0.4),
             ("--fix", lambda: self.pick(FIX, BAD_FIX, 0.6), 0.2),
             ("--choices", lambda: self.pick(CHOICES, BAD_CHOICES, 0.6), 0.2),
@@ -233,9 +391,11 @@ class Gen:
             *self.workload_options(),
         ]
         if command == "solve":
-            specs += [("--format", lambda: self.pick(["table", "json", "yaml"], ["xml"], 0.9), 0.6),
-                      ("--export", lambda: self.pick(TARGETS, BAD_TARGETS, 0.7), 0.3),
-                      ("-o", lambda: self.pick(OUTPUTS, BAD_OUTPUTS, 0.6), 0.3)]
+            specs += [
+                ("--format", lambda: self.pick(["table", "json", "yaml"], ["xml"], 0.9), 0.6),
+                ("--export", lambda: self.pick(TARGETS, BAD_TARGETS, 0.7), 0.3),
+                ("-o", lambda: self.pick(OUTPUTS, BAD_OUTPUTS, 0.6), 0.3),
+            ]
         else:
             specs += [("--format", lambda: self.pick(["table", "json"], ["yaml"], 0.9), 0.6)]
         return self.options([command], specs)
@@ -247,55 +407,106 @@ class Gen:
         return self.search("explain")
 
     def export(self) -> list[str]:
-        return self.options(["export", self.pick(RESULTS, BAD_RESULTS, 0.45)], [
-            ("--to", lambda: self.pick(TARGETS, BAD_TARGETS, 0.85), 0.95),
-            ("--rank", lambda: self.pick(RANKS, BAD_RANKS, 0.6), 0.4),
-            ("-o", lambda: self.pick(OUTPUTS, BAD_OUTPUTS, 0.6), 0.4),
-        ])
+        return self.options(
+            ["export", self.pick(RESULTS, BAD_RESULTS, 0.45)],
+            [
+                ("--to", lambda: self.pick(TARGETS, BAD_TARGETS, 0.85), 0.95),
+                ("--rank", lambda: self.pick(RANKS, BAD_RANKS, 0.6), 0.4),
+                ("-o", lambda: self.pick(OUTPUTS, BAD_OUTPUTS, 0.6), 0.4),
+            ],
+        )
 
     def validate(self) -> list[str]:
-        return self.options(["validate", self.pick(RUNS, BAD_RUNS, 0.5)], [
-            ("--max-median-error", lambda: self.pick(["0.1", "1.0", "0"], ["nan", "inf", "-0.5", "abc"], 0.7), 0.4),
-            ("--no-rank", None, 0.6),
-            ("--format", lambda: self.pick(["table", "json"], ["yaml"], 0.9), 0.6),
-        ])
+        return self.options(
+            ["validate", self.pick(RUNS, BAD_RUNS, 0.5)],
+            [
+                ("--max-median-error", lambda: self.pick(["0.1", "1.0", "0"], ["nan", "inf", "-0.5", "abc"], 0.7), 0.4),
+                ("--no-rank", None, 0.6),
+                ("--format", lambda: self.pick(["table", "json"], ["yaml"], 0.9), 0.6),
+            ],
+        )
 
     def calibrate(self) -> list[str]:
-        return self.options(["calibrate", self.pick(RUNS, BAD_RUNS, 0.5)], [
-            ("--accelerator", lambda: self.pick(ACCELERATORS, BAD_ACCELERATORS, 0.7), 0.5),
-            ("--fit", lambda: self.pick(FITS, BAD_FITS, 0.7), 0.4),
-            ("--write", None, 0.3),  # into a copy of hardware/ (see the fixture)
-        ])
+        return self.options(
+            ["calibrate", self.pick(RUNS, BAD_RUNS, 0.5)],
+            [
+                ("--accelerator", lambda: self.pick(ACCELERATORS, BAD_ACCELERATORS, 0.7), 0.5),
+                ("--fit", lambda: self.pick(FITS, BAD_FITS, 0.7), 0.4),
+                ("--write", None, 0.3),  # into a copy of hardware/ (see the fixture)
+            ],
+        )
 
     def sweep(self) -> list[str]:
         argv = ["sweep"]
-        argv += ["-m", self.pick(["debug", "llama3-8b", "debug,llama3-8b"],
-                                 ["llama71b", "", "a|b", "debug,", "@model_ok.yaml", "@nonutf8.yaml"], 0.75)]
+        argv += [
+            "-m",
+            self.pick(
+                ["debug", "llama3-8b", "debug,llama3-8b"],
+                ["llama71b", "", "a|b", "debug,", "@model_ok.yaml", "@nonutf8.yaml"],
+                0.75,
+            ),
+        ]
         for _ in range(self.rng.choice([1, 1, 2])):
-            argv += ["-c", self.pick(["h100-8", "v5p-8", "h100-{8..16:x2}", "v5p-{8..16:+8}", "h100-1"],
-                                     ["h100-{8..64:*2}", "h100-{1..10000}{1..10000}", "h100-12", "h100-{16..8}",
-                                      "h100-{8..8:x1}", "h100-}", "v5p-{1..99999999999999999999999999999999}", "",
-                                      "h100-{0..8:x2}"], 0.7)]
+            argv += [
+                "-c",
+                self.pick(
+                    ["h100-8", "v5p-8", "h100-{8..16:x2}", "v5p-{8..16:+8}", "h100-1"],
+                    [
+                        "h100-{8..64:*2}",
+                        "h100-{1..10000}{1..10000}",
+                        "h100-12",
+                        "h100-{16..8}",
+                        "h100-{8..8:x1}",
+                        "h100-}",
+                        "v5p-{1..99999999999999999999999999999999}",
+                        "",
+                        "h100-{0..8:x2}",
+                    ],
+                    0.7,
+                ),
+            ]
         argv += ["-o", self.pick(SWEEP_OUTPUTS, BAD_SWEEP_OUTPUTS, 0.7)]
-        return self.options(argv, [
-            ("--seqs", lambda: self.pick(["64", "32,64", "{32..64:x2}"], ["0", "abc", "100000000", "64,,", "{1..0}",
-                                                                          "9" * 40, "٣"], 0.75), 0.8),
-            ("--seq-len", lambda: self.pick(["4096", "2048,4096"], ["0", "4194304", "x"], 0.8), 0.3),
-            ("--jobs", lambda: self.pick(["1"], ["0", "-1", "99999999999999999999"], 0.85), 0.9),
-            ("--executor", lambda: self.pick(["local"], ["dask", ""], 0.8), 0.2),
-            ("--time-limit", lambda: self.pick(TIME_LIMITS, BAD_TIME_LIMITS, 0.7), 0.4),
-            ("--fresh", None, 0.15), ("--retry-failed", None, 0.15),
-            ("--no-progress", None, 0.8),
-        ])
+        return self.options(
+            argv,
+            [
+                (
+                    "--seqs",
+                    lambda: self.pick(
+                        ["64", "32,64", "{32..64:x2}"], ["0", "abc", "100000000", "64,,", "{1..0}", "9" * 40, "٣"], 0.75
+                    ),
+                    0.8,
+                ),
+                ("--seq-len", lambda: self.pick(["4096", "2048,4096"], ["0", "4194304", "x"], 0.8), 0.3),
+                ("--jobs", lambda: self.pick(["1"], ["0", "-1", "99999999999999999999"], 0.85), 0.9),
+                ("--executor", lambda: self.pick(["local"], ["dask", ""], 0.8), 0.2),
+                ("--time-limit", lambda: self.pick(TIME_LIMITS, BAD_TIME_LIMITS, 0.7), 0.4),
+                ("--fresh", None, 0.15),
+                ("--retry-failed", None, 0.15),
+                ("--no-progress", None, 0.8),
+            ],
+        )
 
     def plot(self) -> list[str]:
-        return self.options(["plot", self.pick(SWEEP_FILES, BAD_SWEEP_FILES, 0.3)], [
-            ("-o", lambda: self.pick(PNG_OUTPUTS, BAD_PNG_OUTPUTS, 0.6), 0.9),
-        ])
+        return self.options(
+            ["plot", self.pick(SWEEP_FILES, BAD_SWEEP_FILES, 0.3)],
+            [
+                ("-o", lambda: self.pick(PNG_OUTPUTS, BAD_PNG_OUTPUTS, 0.6), 0.9),
+            ],
+        )
 
 
-WEIGHTS = {"models": 3, "clusters": 3, "estimate": 22, "solve": 16, "explain": 9, "export": 15, "validate": 8,
-           "calibrate": 7, "sweep": 11, "plot": 6}
+WEIGHTS = {
+    "models": 3,
+    "clusters": 3,
+    "estimate": 22,
+    "solve": 16,
+    "explain": 9,
+    "export": 15,
+    "validate": 8,
+    "calibrate": 7,
+    "sweep": 11,
+    "plot": 6,
+}
 
 
 # Root causes found by this fuzzer, kept whatever the draw (one per cause).
@@ -361,8 +572,15 @@ def files(tmp_path_factory) -> Path:
     (root / "list.json").write_text("[1, 2, 3]")
     (root / "deep.json").write_text("[" * 10_000 + "]" * 10_000)
     (root / "deep.yaml").write_text("a: " + "[" * 10_000 + "]" * 10_000)
-    hf = {"num_hidden_layers": 4, "hidden_size": 256, "intermediate_size": 512, "num_attention_heads": 8,
-          "num_key_value_heads": 2, "vocab_size": 1000, "model_type": "llama"}
+    hf = {
+        "num_hidden_layers": 4,
+        "hidden_size": 256,
+        "intermediate_size": 512,
+        "num_attention_heads": 8,
+        "num_key_value_heads": 2,
+        "vocab_size": 1000,
+        "model_type": "llama",
+    }
     (root / "hf_ok.json").write_text(json.dumps(hf))
     (root / "heads0.json").write_text(json.dumps({**hf, "num_attention_heads": 0}))
     (root / "headsnull.json").write_text(json.dumps({**hf, "num_attention_heads": None}))
@@ -372,34 +590,55 @@ def files(tmp_path_factory) -> Path:
     (root / "model_ok.yaml").write_text(debug)
     (root / "wrongtype.yaml").write_text(debug.replace("d_model: 256", "d_model: [1]"))
     (root / "big.yaml").write_text(debug.replace("d_model: 256", f"d_model: {2**70}"))
-    (root / "hugeparams.yaml").write_text(debug.replace("d_model: 256", "d_model: 16777216").replace(
-        "vocab_size: 2048", "vocab_size: 16777216").replace("num_layers: 8", "num_layers: 16777216"))
+    (root / "hugeparams.yaml").write_text(
+        debug.replace("d_model: 256", "d_model: 16777216")
+        .replace("vocab_size: 2048", "vocab_size: 16777216")
+        .replace("num_layers: 8", "num_layers: 16777216")
+    )
     (root / "unknownkey.yaml").write_text(debug + "experts: 8\n")
     (root / "badyaml.yaml").write_text("a: [1\n")
     (root / "string.yaml").write_text("hello")
     (root / "empty.yaml").write_text("")
     (root / "list_ints.yaml").write_text("- 1\n- 2\n")
 
-    solve_doc = _document(["solve", "--model", "debug", "--cluster", "h100-8", "--seqs", "64", "--top", "2",
-                           "--format", "json"])
+    solve_doc = _document(
+        ["solve", "--model", "debug", "--cluster", "h100-8", "--seqs", "64", "--top", "2", "--format", "json"]
+    )
     (root / "solve.json").write_text(json.dumps(solve_doc))
-    (root / "estimate.json").write_text(json.dumps(_document(
-        ["estimate", "--model", "debug", "--cluster", "h100-8", "--layout", "fsdp=4,tp=2", "--seqs", "64",
-         "--format", "json"])))
+    (root / "estimate.json").write_text(
+        json.dumps(
+            _document(
+                [
+                    "estimate",
+                    "--model",
+                    "debug",
+                    "--cluster",
+                    "h100-8",
+                    "--layout",
+                    "fsdp=4,tp=2",
+                    "--seqs",
+                    "64",
+                    "--format",
+                    "json",
+                ]
+            )
+        )
+    )
     for name, path, value in (
-            ("doc_microbatches_null", ("layouts", 0, "num_microbatches"), None),
-            ("doc_virtual0", ("layouts", 0, "virtual_stages"), 0),
-            ("doc_seqs1e30", ("problem", "global_batch_seqs"), 1e30),
-            ("doc_degree_str", ("layouts", 0, "degrees", "cp"), "8"),
-            ("doc_degrees_huge", ("layouts", 0, "degrees"), {k: 262144 for k in ("dp", "fsdp", "tp", "pp", "cp")}),
-            ("doc_layouts5", ("layouts",), 5),
-            ("doc_empty_layouts", ("layouts",), []),
-            ("doc_problem_list", ("problem",), []),
-            ("doc_axes_bad", ("layouts", 0, "axes"), {"cp": [["node", "eight"]]}),
-            ("doc_rank_str", ("layouts", 0, "rank"), "1"),
-            ("doc_cluster_bad", ("problem", "cluster"), "h100-99999999999999999999"),
-            ("doc_model_spec_big", ("problem", "model_spec", "num_layers"), 2**70),
-            ("doc_mfu_str", ("layouts", 0, "mfu"), "high")):
+        ("doc_microbatches_null", ("layouts", 0, "num_microbatches"), None),
+        ("doc_virtual0", ("layouts", 0, "virtual_stages"), 0),
+        ("doc_seqs1e30", ("problem", "global_batch_seqs"), 1e30),
+        ("doc_degree_str", ("layouts", 0, "degrees", "cp"), "8"),
+        ("doc_degrees_huge", ("layouts", 0, "degrees"), {k: 262144 for k in ("dp", "fsdp", "tp", "pp", "cp")}),
+        ("doc_layouts5", ("layouts",), 5),
+        ("doc_empty_layouts", ("layouts",), []),
+        ("doc_problem_list", ("problem",), []),
+        ("doc_axes_bad", ("layouts", 0, "axes"), {"cp": [["node", "eight"]]}),
+        ("doc_rank_str", ("layouts", 0, "rank"), "1"),
+        ("doc_cluster_bad", ("problem", "cluster"), "h100-99999999999999999999"),
+        ("doc_model_spec_big", ("problem", "model_spec", "num_layers"), 2**70),
+        ("doc_mfu_str", ("layouts", 0, "mfu"), "high"),
+    ):
         doc = json.loads(json.dumps(solve_doc))
         target = doc
         for key in path[:-1]:
@@ -414,8 +653,10 @@ def files(tmp_path_factory) -> Path:
     (root / "doc_nan.json").write_text(json.dumps(solve_doc).replace('"mfu": 0.', '"mfu": NaN, "x": 0.', 1))
 
     records = {r["id"]: r for r in yaml.safe_load((REPO / "tests" / "data" / "runs_dev.yaml").read_text())}
-    runs = [records[i] for i in ("llmfoundry-mpt-h100-7b-seq2048-8gpu-mbs6-ga1",
-                                 "llmfoundry-mpt-a100-40g-13b-seq4096-8gpu-mbs2-ga16")]
+    runs = [
+        records[i]
+        for i in ("llmfoundry-mpt-h100-7b-seq2048-8gpu-mbs6-ga1", "llmfoundry-mpt-a100-40g-13b-seq4096-8gpu-mbs2-ga16")
+    ]
     (root / "runs.yaml").write_text(yaml.safe_dump(runs, sort_keys=False))
     wrong = json.loads(json.dumps(runs))
     wrong[0]["cluster"]["num_devices"] = "eight"
@@ -508,7 +749,7 @@ def test_fuzz_command_line(case, files, capsys, monkeypatch):
     assert code in (0, 1, 2), shown
     if code == 2:
         assert err.startswith("error: ") and err.endswith("\n") and err.count("\n") == 1, shown
-        message = err[len("error: "):]
+        message = err[len("error: ") :]
         given = [one_line(a)[:40] for a in argv[1:] if len(a.strip()) > 1]  # as messages show them (escaped)
         named = NAMED.search(message) or any(g in message for g in given)
         assert named, f"the message names no option, field, path or value: {shown}"
@@ -525,6 +766,13 @@ def test_fuzz_command_line(case, files, capsys, monkeypatch):
 def test_the_corpus_covers_every_command_and_mixes_valid_and_hostile_values():
     commands = {argv[0] for argv in CORPUS}
     assert commands == set(WEIGHTS) and len(CORPUS) == CASES
-    hostile = sum(any(v in BAD_NUMBERS + BAD_DEGREES + BAD_CLUSTERS + BAD_MODELS or v.startswith("@") and v in
-                      BAD_MODEL_FILES + BAD_RESULTS + BAD_RUNS + BAD_SWEEP_FILES for v in argv) for argv in CORPUS)
+    hostile = sum(
+        any(
+            v in BAD_NUMBERS + BAD_DEGREES + BAD_CLUSTERS + BAD_MODELS
+            or v.startswith("@")
+            and v in BAD_MODEL_FILES + BAD_RESULTS + BAD_RUNS + BAD_SWEEP_FILES
+            for v in argv
+        )
+        for argv in CORPUS
+    )
     assert CASES // 4 < hostile < CASES * 3 // 4

@@ -77,7 +77,12 @@ import pytest
 
 from layoutsearch import cli
 from layoutsearch.core.catalogue import (
-    HF_FAMILIES, HfConfigWarning, load_model, model_from_dict, model_from_hf_config, read_hf_config,
+    HF_FAMILIES,
+    HfConfigWarning,
+    load_model,
+    model_from_dict,
+    model_from_hf_config,
+    read_hf_config,
 )
 from layoutsearch.core.errors import CatalogueError
 from layoutsearch.core.problem import Problem
@@ -139,27 +144,42 @@ def test_every_family_has_a_published_config():
 
 
 def _shape(m: ModelSpec) -> tuple:
-    return (m.mlp, m.norm, m.norms_per_layer, m.norm_weights, m.qk_norm, m.qkv_bias, m.linear_bias,
-            m.tied_embeddings, m.learned_positions, m.num_kv_heads, m.head_dim, m.sliding_window,
-            m.full_attention_layers)
+    return (
+        m.mlp,
+        m.norm,
+        m.norms_per_layer,
+        m.norm_weights,
+        m.qk_norm,
+        m.qkv_bias,
+        m.linear_bias,
+        m.tied_embeddings,
+        m.learned_positions,
+        m.num_kv_heads,
+        m.head_dim,
+        m.sliding_window,
+        m.full_attention_layers,
+    )
 
 
-@pytest.mark.parametrize("name, shape", [
-    ("llama-3.2-1b-instruct", ("gated", "rmsnorm", 2, True, "none", False, False, True, 0, 8, 64, None, 0)),
-    ("mistral-7b-v0.1", ("gated", "rmsnorm", 2, True, "none", False, False, False, 0, 8, 128, 4096, 0)),
-    ("qwen2.5-72b", ("gated", "rmsnorm", 2, True, "none", True, False, False, 0, 8, 128, None, 0)),
-    ("qwen3-8b", ("gated", "rmsnorm", 2, True, "head", False, False, False, 0, 8, 128, None, 0)),
-    ("gemma-2b", ("gated", "rmsnorm", 2, True, "none", False, False, True, 0, 1, 256, None, 0)),
-    ("gemma-2-9b", ("gated", "rmsnorm", 4, True, "none", False, False, True, 0, 8, 256, 4096, 21)),
-    ("gemma-3-1b-it", ("gated", "rmsnorm", 4, True, "head", False, False, True, 0, 1, 256, 512, 4)),
-    ("phi-3-mini-4k-instruct", ("gated", "rmsnorm", 2, True, "none", False, False, False, 0, 32, 96, 2047, 0)),
-    ("gpt2", ("plain", "layernorm", 2, True, "none", False, True, True, 1024, 12, 64, None, 0)),
-    ("pythia-1b", ("plain", "layernorm", 2, True, "none", False, True, False, 0, 8, 256, None, 0)),
-    ("olmo-1b-hf", ("gated", "layernorm", 2, False, "none", False, False, True, 0, 16, 128, None, 0)),
-    ("olmo-2-1124-7b", ("gated", "rmsnorm", 2, True, "projection", False, False, False, 0, 32, 128, None, 0)),
-    ("falcon-7b", ("plain", "layernorm", 1, True, "none", False, False, True, 0, 1, 64, None, 0)),
-    ("falcon-40b", ("plain", "layernorm", 2, True, "none", False, False, True, 0, 8, 64, None, 0)),
-])
+@pytest.mark.parametrize(
+    "name, shape",
+    [
+        ("llama-3.2-1b-instruct", ("gated", "rmsnorm", 2, True, "none", False, False, True, 0, 8, 64, None, 0)),
+        ("mistral-7b-v0.1", ("gated", "rmsnorm", 2, True, "none", False, False, False, 0, 8, 128, 4096, 0)),
+        ("qwen2.5-72b", ("gated", "rmsnorm", 2, True, "none", True, False, False, 0, 8, 128, None, 0)),
+        ("qwen3-8b", ("gated", "rmsnorm", 2, True, "head", False, False, False, 0, 8, 128, None, 0)),
+        ("gemma-2b", ("gated", "rmsnorm", 2, True, "none", False, False, True, 0, 1, 256, None, 0)),
+        ("gemma-2-9b", ("gated", "rmsnorm", 4, True, "none", False, False, True, 0, 8, 256, 4096, 21)),
+        ("gemma-3-1b-it", ("gated", "rmsnorm", 4, True, "head", False, False, True, 0, 1, 256, 512, 4)),
+        ("phi-3-mini-4k-instruct", ("gated", "rmsnorm", 2, True, "none", False, False, False, 0, 32, 96, 2047, 0)),
+        ("gpt2", ("plain", "layernorm", 2, True, "none", False, True, True, 1024, 12, 64, None, 0)),
+        ("pythia-1b", ("plain", "layernorm", 2, True, "none", False, True, False, 0, 8, 256, None, 0)),
+        ("olmo-1b-hf", ("gated", "layernorm", 2, False, "none", False, False, True, 0, 16, 128, None, 0)),
+        ("olmo-2-1124-7b", ("gated", "rmsnorm", 2, True, "projection", False, False, False, 0, 32, 128, None, 0)),
+        ("falcon-7b", ("plain", "layernorm", 1, True, "none", False, False, True, 0, 1, 64, None, 0)),
+        ("falcon-40b", ("plain", "layernorm", 2, True, "none", False, False, True, 0, 8, 64, None, 0)),
+    ],
+)
 def test_family_rules(imported, name, shape):
     """MLP kind, norms, biases, tie default, positions, KV heads, head_dim and window per model_type:
     Gemma 2 alternates (21 of 42 layers global), Gemma 3 has every 6th global (4 of 26), Qwen2.5's
@@ -181,16 +201,24 @@ def _write(tmp_path, cfg, name="config.json"):
     return path
 
 
-LLAMA = {"model_type": "llama", "num_hidden_layers": 2, "hidden_size": 256, "intermediate_size": 512,
-         "num_attention_heads": 8, "num_key_value_heads": 2, "vocab_size": 1000}
+LLAMA = {
+    "model_type": "llama",
+    "num_hidden_layers": 2,
+    "hidden_size": 256,
+    "intermediate_size": 512,
+    "num_attention_heads": 8,
+    "num_key_value_heads": 2,
+    "vocab_size": 1000,
+}
 
 
 def test_tie_default_by_model_type(tmp_path):
     """Absent tie_word_embeddings: the config class's default (Llama False, Gemma True, GPT-2 True)."""
     assert not model_from_hf_config(_write(tmp_path, LLAMA)).tied_embeddings
     assert model_from_hf_config(_write(tmp_path, {**LLAMA, "model_type": "gemma"})).tied_embeddings
-    assert not model_from_hf_config(_write(tmp_path, {**LLAMA, "model_type": "gemma",
-                                                      "tie_word_embeddings": False})).tied_embeddings
+    assert not model_from_hf_config(
+        _write(tmp_path, {**LLAMA, "model_type": "gemma", "tie_word_embeddings": False})
+    ).tied_embeddings
 
 
 def test_unused_keys_are_one_warning_naming_them(data_file):
@@ -200,12 +228,30 @@ def test_unused_keys_are_one_warning_naming_them(data_file):
     assert len(caught) == 1
     message = str(caught[0].message)
     assert "14 key(s) not used" in message
-    for key in ("query_pre_attn_scalar", "attn_logit_softcapping", "torch_dtype",
-                "transformers_version", "use_cache", "architectures", "initializer_range"):
+    for key in (
+        "query_pre_attn_scalar",
+        "attn_logit_softcapping",
+        "torch_dtype",
+        "transformers_version",
+        "use_cache",
+        "architectures",
+        "initializer_range",
+    ):
         assert key in message
     listed = message.split(": ")[-1].split(", ")
-    for key in ("sliding_window", "head_dim", "num_key_value_heads", "vocab_size", "model_type", "attention_bias",
-                "rms_norm_eps", "rope_theta", "hidden_activation", "hidden_act", "attention_dropout"):
+    for key in (
+        "sliding_window",
+        "head_dim",
+        "num_key_value_heads",
+        "vocab_size",
+        "model_type",
+        "attention_bias",
+        "rms_norm_eps",
+        "rope_theta",
+        "hidden_activation",
+        "hidden_act",
+        "attention_dropout",
+    ):
         assert key not in listed
 
 
@@ -221,30 +267,41 @@ def test_missing_model_type_is_read_as_llama_with_a_warning(tmp_path):
     assert m.mlp == "gated"
 
 
-@pytest.mark.parametrize("change, message", [
-    ({"num_local_experts": 8, "num_experts_per_tok": 2},
-     "field 'num_local_experts' (8): mixture of experts is not modelled"),
-    ({"n_routed_experts": 64}, "field 'n_routed_experts' (64): mixture of experts"),
-    ({"q_lora_rank": 1536}, "field 'q_lora_rank' (1536): multi-head latent attention is not modelled"),
-    ({"vision_config": {"hidden_size": 1152}}, "field 'vision_config'"),
-    ({"model_type": "olmoe"}, "field 'model_type': 'olmoe' is a mixture of experts with q/k norms"),
-    ({"model_type": "deepseek_v2"}, "field 'model_type': 'deepseek_v2' is a mixture of experts with latent"),
-    ({"model_type": "gemma3"}, "field 'model_type': 'gemma3' is the multimodal Gemma 3"),
-    ({"model_type": "bloom"}, "field 'model_type': 'bloom' is not a family this import counts exactly"),
-    ({"model_type": 7}, "field 'model_type': expected a string"),
-    ({"attention_bias": True}, "field 'attention_bias' (True): llama with attention biases is not modelled"),
-    ({"mlp_bias": True}, "field 'mlp_bias' (True)"),
-    ({"model_type": "gpt_neox", "attention_bias": False}, "field 'attention_bias' (False): gpt_neox without"),
-    ({"model_type": "qwen2", "use_sliding_window": True, "sliding_window": 4096, "max_window_layers": 1},
-     "field 'max_window_layers': with use_sliding_window, which layers slide is not modelled"),
-    ({"model_type": "gemma2", "layer_types": ["sliding_attention", "chunked_attention"]},
-     "field 'layer_types': layer type 'chunked_attention' is not modelled"),
-    ({"model_type": "gemma2", "layer_types": ["sliding_attention"]},
-     "field 'layer_types': 1 entries for num_hidden_layers(2)"),
-    ({"model_type": "falcon", "multi_query": False, "num_kv_heads": 2}, "field 'num_kv_heads': 2 with multi_query"),
-    ({"model_type": "gpt2", "n_layer": 3}, "field 'n_layer' (3) and its alias 'num_hidden_layers' (2) differ"),
-    ({"sliding_window": 0, "model_type": "mistral"}, "field 'sliding_window': Input should be greater than 0"),
-])
+@pytest.mark.parametrize(
+    "change, message",
+    [
+        (
+            {"num_local_experts": 8, "num_experts_per_tok": 2},
+            "field 'num_local_experts' (8): mixture of experts is not modelled",
+        ),
+        ({"n_routed_experts": 64}, "field 'n_routed_experts' (64): mixture of experts"),
+        ({"q_lora_rank": 1536}, "field 'q_lora_rank' (1536): multi-head latent attention is not modelled"),
+        ({"vision_config": {"hidden_size": 1152}}, "field 'vision_config'"),
+        ({"model_type": "olmoe"}, "field 'model_type': 'olmoe' is a mixture of experts with q/k norms"),
+        ({"model_type": "deepseek_v2"}, "field 'model_type': 'deepseek_v2' is a mixture of experts with latent"),
+        ({"model_type": "gemma3"}, "field 'model_type': 'gemma3' is the multimodal Gemma 3"),
+        ({"model_type": "bloom"}, "field 'model_type': 'bloom' is not a family this import counts exactly"),
+        ({"model_type": 7}, "field 'model_type': expected a string"),
+        ({"attention_bias": True}, "field 'attention_bias' (True): llama with attention biases is not modelled"),
+        ({"mlp_bias": True}, "field 'mlp_bias' (True)"),
+        ({"model_type": "gpt_neox", "attention_bias": False}, "field 'attention_bias' (False): gpt_neox without"),
+        (
+            {"model_type": "qwen2", "use_sliding_window": True, "sliding_window": 4096, "max_window_layers": 1},
+            "field 'max_window_layers': with use_sliding_window, which layers slide is not modelled",
+        ),
+        (
+            {"model_type": "gemma2", "layer_types": ["sliding_attention", "chunked_attention"]},
+            "field 'layer_types': layer type 'chunked_attention' is not modelled",
+        ),
+        (
+            {"model_type": "gemma2", "layer_types": ["sliding_attention"]},
+            "field 'layer_types': 1 entries for num_hidden_layers(2)",
+        ),
+        ({"model_type": "falcon", "multi_query": False, "num_kv_heads": 2}, "field 'num_kv_heads': 2 with multi_query"),
+        ({"model_type": "gpt2", "n_layer": 3}, "field 'n_layer' (3) and its alias 'num_hidden_layers' (2) differ"),
+        ({"sliding_window": 0, "model_type": "mistral"}, "field 'sliding_window': Input should be greater than 0"),
+    ],
+)
 def test_what_is_not_modelled_is_refused_naming_the_key(tmp_path, change, message):
     path = _write(tmp_path, {**LLAMA, **change})
     with pytest.raises(CatalogueError) as info:
@@ -265,8 +322,23 @@ def test_gpt2_key_names_import_through_the_cli(data_file, capsys):
     load_model.cache_clear()
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", HfConfigWarning)
-        code = cli.main(["estimate", "--model", str(data_file("hf/gpt2.json")), "--cluster", "h100-8",
-                         "--layout", "dp=8", "--seqs", "8", "--seq-len", "1024", "--format", "json"])
+        code = cli.main(
+            [
+                "estimate",
+                "--model",
+                str(data_file("hf/gpt2.json")),
+                "--cluster",
+                "h100-8",
+                "--layout",
+                "dp=8",
+                "--seqs",
+                "8",
+                "--seq-len",
+                "1024",
+                "--format",
+                "json",
+            ]
+        )
     out, err = capsys.readouterr()
     assert code == 0, err
     spec = json.loads(out)["problem"]["model_spec"]
@@ -284,8 +356,14 @@ def test_layer_types_and_pattern_agree(tmp_path):
     by_types = read_hf_config(_write(tmp_path, {**base, "layer_types": types}, "b.json")).model
     assert by_pattern.full_attention_layers == by_types.full_attention_layers == 2
     assert by_pattern.sliding_window == by_types.sliding_window == 512
-    qwen = {**LLAMA, "model_type": "qwen2", "num_hidden_layers": 4, "use_sliding_window": True, "sliding_window": 1024,
-            "layer_types": ["full_attention", "full_attention", "sliding_attention", "sliding_attention"]}
+    qwen = {
+        **LLAMA,
+        "model_type": "qwen2",
+        "num_hidden_layers": 4,
+        "use_sliding_window": True,
+        "sliding_window": 1024,
+        "layer_types": ["full_attention", "full_attention", "sliding_attention", "sliding_attention"],
+    }
     m = read_hf_config(_write(tmp_path, qwen, "c.json")).model
     assert (m.sliding_window, m.full_attention_layers) == (1024, 2)
 
@@ -296,11 +374,11 @@ def test_sliding_window_attention_flops(imported):
     full context; the per-layer cost is the average over the layers."""
     names = ("mistral-7b-v0.1", "gemma-2-9b", "gemma-3-1b-it")
     mistral, gemma2, gemma3 = (imported[name].model for name in names)
-    assert flops.layer_attention_context(mistral, 8192, True) == 4096 - 4096 ** 2 / (2 * 8192) == 3072
+    assert flops.layer_attention_context(mistral, 8192, True) == 4096 - 4096**2 / (2 * 8192) == 3072
     assert flops.layer_attention_context(mistral, 4096, True) == 2048  # window = S: plain causal
     assert flops.layer_attention_context(mistral, 8192, False) == 4096
     assert flops.layer_attention_context(gemma2, 8192, True) == (21 * 3072 + 21 * 4096) / 42
-    local = 512 - 512 ** 2 / (2 * 8192)
+    local = 512 - 512**2 / (2 * 8192)
     assert flops.layer_attention_context(gemma3, 8192, True) == pytest.approx((22 * local + 4 * 4096) / 26)
     full = dataclasses.replace(mistral, sliding_window=None)
     per_layer = flops.attention_flops_per_token_per_layer
@@ -330,15 +408,28 @@ def test_post_norm_and_qk_norm_activations(imported):
     assert memory.saved_tensor_widths(llama, 1, True)["qk_norm_in"] == 0
 
 
-@pytest.mark.parametrize("change, message", [
-    ({"full_attention_layers": 2}, "full_attention_layers(2) without a sliding_window"),
-    ({"sliding_window": 64, "full_attention_layers": 9}, "full_attention_layers(9) is more than num_layers(8)"),
-    ({"norms_per_layer": 0}, "field 'norms_per_layer'"),
-    ({"qk_norm": "both"}, "field 'qk_norm'"),
-])
+@pytest.mark.parametrize(
+    "change, message",
+    [
+        ({"full_attention_layers": 2}, "full_attention_layers(2) without a sliding_window"),
+        ({"sliding_window": 64, "full_attention_layers": 9}, "full_attention_layers(9) is more than num_layers(8)"),
+        ({"norms_per_layer": 0}, "field 'norms_per_layer'"),
+        ({"qk_norm": "both"}, "field 'qk_norm'"),
+    ],
+)
 def test_model_file_checks_the_new_fields(change, message):
-    base = {"name": "x", "num_layers": 8, "d_model": 256, "d_ff": 768, "mlp": "gated", "num_heads": 8,
-            "num_kv_heads": 2, "head_dim": 32, "vocab_size": 2048, "tied_embeddings": False}
+    base = {
+        "name": "x",
+        "num_layers": 8,
+        "d_model": 256,
+        "d_ff": 768,
+        "mlp": "gated",
+        "num_heads": 8,
+        "num_kv_heads": 2,
+        "head_dim": 32,
+        "vocab_size": 2048,
+        "tied_embeddings": False,
+    }
     with pytest.raises(CatalogueError, match=re.escape(message)):
         model_from_dict({**base, **change}, "x", "m.yaml")
 
@@ -366,9 +457,22 @@ def test_a_refused_config_is_one_error_line_without_the_unused_keys_warning(data
     refused.write_text(json.dumps({**config, "layer_types": ["chunked_attention"] * 36}))
     code = main(["solve", "--model", str(refused), "--cluster", "h100-64"])
     err = capsys.readouterr().err
-    assert code == 2 and err == (f"error: {refused}: field 'layer_types': layer type 'chunked_attention' is not "
-                                 f"modelled (only sliding_attention, full_attention)\n")
-    code = main(["estimate", "--model", str(data_file("hf/llama-3.1-8b-instruct.json")), "--cluster", "h100-64",
-                 "--seqs", "64", "--layout", "fsdp=64"])
+    assert code == 2 and err == (
+        f"error: {refused}: field 'layer_types': layer type 'chunked_attention' is not "
+        f"modelled (only sliding_attention, full_attention)\n"
+    )
+    code = main(
+        [
+            "estimate",
+            "--model",
+            str(data_file("hf/llama-3.1-8b-instruct.json")),
+            "--cluster",
+            "h100-64",
+            "--seqs",
+            "64",
+            "--layout",
+            "fsdp=64",
+        ]
+    )
     err = capsys.readouterr().err
     assert code == 0 and err.startswith("warning: ") and "9 key(s) not used" in err

@@ -12,14 +12,22 @@ import subprocess
 import sys
 from pathlib import Path
 
-import typer
 import pytest
+import typer
 
 from layoutsearch import cli
 from layoutsearch.cli import common
 from layoutsearch.core import io
 from layoutsearch.core.errors import CatalogueError, InvalidArgumentError
-from layoutsearch.sweep import COLUMN_NAMES, MAX_SWEEP_POINTS, expand, expand_points, journal_path, read_table, run_sweep
+from layoutsearch.sweep import (
+    COLUMN_NAMES,
+    MAX_SWEEP_POINTS,
+    expand,
+    expand_points,
+    journal_path,
+    read_table,
+    run_sweep,
+)
 
 LONG = "a" * 300
 
@@ -48,16 +56,30 @@ def solve_doc() -> dict:
     """A solve document (two layouts) of debug on h100-8."""
     out = textio.StringIO()
     with contextlib.redirect_stdout(out), contextlib.redirect_stderr(textio.StringIO()):
-        assert cli.main(["solve", "--model", "debug", "--cluster", "h100-8", "--seqs", "64", "--top", "2",
-                         "--format", "json"]) == 0
+        assert (
+            cli.main(
+                ["solve", "--model", "debug", "--cluster", "h100-8", "--seqs", "64", "--top", "2", "--format", "json"]
+            )
+            == 0
+        )
     return json.loads(out.getvalue())
 
 
 # ----------------------------------------------------------------------------- the CLI package
 def test_one_module_per_command_and_all_registered():
     """Each command has its own module with register(app); the app lists them all, loading each on demand."""
-    assert cli.COMMANDS == ("models", "clusters", "estimate", "solve", "explain", "export", "validate", "calibrate",
-                            "sweep", "plot")
+    assert cli.COMMANDS == (
+        "models",
+        "clusters",
+        "estimate",
+        "solve",
+        "explain",
+        "export",
+        "validate",
+        "calibrate",
+        "sweep",
+        "plot",
+    )
     group = typer.main.get_command(cli.app)
     assert group.list_commands(None) == list(cli.COMMANDS)
     for name in cli.COMMANDS:
@@ -68,10 +90,12 @@ def test_one_module_per_command_and_all_registered():
 
 def test_a_command_loads_only_its_own_module():
     """`solve` does not import the validation, calibration or sweep machinery (a fresh process)."""
-    code = ("import sys; from layoutsearch.cli import main; main(['solve', '--model', 'debug', '--cluster', 'h100-8',"
-            " '--seqs', '16', '--format', 'json']); "
-            "print(sorted(m for m in sys.modules if m.startswith(('layoutsearch.validation', 'layoutsearch.sweep', "
-            "'networkx', 'pandas'))))")
+    code = (
+        "import sys; from layoutsearch.cli import main; main(['solve', '--model', 'debug', '--cluster', 'h100-8',"
+        " '--seqs', '16', '--format', 'json']); "
+        "print(sorted(m for m in sys.modules if m.startswith(('layoutsearch.validation', 'layoutsearch.sweep', "
+        "'networkx', 'pandas'))))"
+    )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert out.strip().splitlines()[-1] == "[]"
 
@@ -79,37 +103,105 @@ def test_a_command_loads_only_its_own_module():
 def test_solve_and_explain_share_one_declaration_of_the_search_options():
     """The search options come from SearchArgs' fields (declared once), ahead of each command's own."""
     shared = [f.name for f in common.dataclasses.fields(common.SearchArgs)]
-    assert shared == ["model", "cluster", "seqs", "seq_len", "framework", "precision", "tp_comm_overlap", "ep_comm_overlap",
-                      "deepep", "vendor_attention", "launch_blocking", "cuda_graphs", "routing", "routing_cv", "grad_bytes", "moment_bytes", "fused_attention", "hbm_gib", "memory_margin_gib",
-                      "top", "fix", "choices", "only", "objective", "time_limit", "method", "recompute"]
+    assert shared == [
+        "model",
+        "cluster",
+        "seqs",
+        "seq_len",
+        "framework",
+        "precision",
+        "tp_comm_overlap",
+        "ep_comm_overlap",
+        "deepep",
+        "vendor_attention",
+        "launch_blocking",
+        "cuda_graphs",
+        "routing",
+        "routing_cv",
+        "grad_bytes",
+        "moment_bytes",
+        "fused_attention",
+        "hbm_gib",
+        "memory_margin_gib",
+        "top",
+        "fix",
+        "choices",
+        "only",
+        "objective",
+        "time_limit",
+        "method",
+        "recompute",
+    ]
     solve_params = dict(inspect.signature(cli.solve.solve).parameters)
     explain_params = dict(inspect.signature(cli.explain.explain).parameters)
-    for params in (solve_params, explain_params):  # --problem (and the context it reads the options' sources from) first
+    for params in (
+        solve_params,
+        explain_params,
+    ):  # --problem (and the context it reads the options' sources from) first
         assert list(params)[:2] == ["ctx", "problem_file"]
         del params["ctx"], params["problem_file"]
-    assert list(solve_params)[:len(shared)] == shared == list(explain_params)[:len(shared)]
-    assert list(solve_params)[len(shared):] == ["fmt", "export", "output", "tokens", "price_per_device_hour", "what_if"]
-    assert list(explain_params)[len(shared):] == ["fmt", "tokens", "price_per_device_hour", "sensitivity"]
+    assert list(solve_params)[: len(shared)] == shared == list(explain_params)[: len(shared)]
+    assert list(solve_params)[len(shared) :] == [
+        "fmt",
+        "export",
+        "output",
+        "tokens",
+        "price_per_device_hour",
+        "what_if",
+    ]
+    assert list(explain_params)[len(shared) :] == ["fmt", "tokens", "price_per_device_hour", "sensitivity"]
     assert solve_params["top"].default == 3 and explain_params["top"].default == 2
     for name in shared:  # the very same annotation objects (typer options), not copies written twice
         assert solve_params[name].annotation is explain_params[name].annotation
 
 
 def test_search_args_build_one_problem_and_request():
-    args = common.SearchArgs(model="debug", cluster="h100-8", seqs=64, fix="tp=2", choices="pp=1,2", only="fsdp,tp,pp",
-                             recompute="none,full", top=4, time_limit=5.0)
+    args = common.SearchArgs(
+        model="debug",
+        cluster="h100-8",
+        seqs=64,
+        fix="tp=2",
+        choices="pp=1,2",
+        only="fsdp,tp,pp",
+        recompute="none,full",
+        top=4,
+        time_limit=5.0,
+    )
     problem, request = args.problem(), args.request(target="megatron")
     assert problem.num_devices == 8 and problem.workload.global_batch_seqs == 64
     assert request.options.fix == {"tp": 2} and request.options.choices == {"pp": (1, 2)}
     assert request.options.only == ("fsdp", "tp", "pp") and request.options.recompute == ("none", "full")
-    assert (request.top_k, request.time_limit_s, request.target, request.objective, request.method) == \
-        (4, 5.0, "megatron", "step-time", "cpsat")
+    assert (request.top_k, request.time_limit_s, request.target, request.objective, request.method) == (
+        4,
+        5.0,
+        "megatron",
+        "step-time",
+        "cpsat",
+    )
 
 
 @pytest.mark.parametrize("module", ["layoutsearch", "layoutsearch.cli"])
 def test_python_dash_m_entry_points(module):
-    p = subprocess.run([sys.executable, "-m", module, "estimate", "--model", "debug", "--cluster", "h100-8",
-                        "--layout", "dp=8", "--seqs", "64", "--format", "json"], capture_output=True, text=True)
+    p = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            module,
+            "estimate",
+            "--model",
+            "debug",
+            "--cluster",
+            "h100-8",
+            "--layout",
+            "dp=8",
+            "--seqs",
+            "64",
+            "--format",
+            "json",
+        ],
+        capture_output=True,
+        text=True,
+    )
     assert p.returncode == 0, p.stderr
     assert json.loads(p.stdout)["layout"]["degrees"]["dp"] == 8
 
@@ -117,8 +209,20 @@ def test_python_dash_m_entry_points(module):
 # ----------------------------------------------------------------------------- 1-device clusters
 def test_one_device_clusters_estimate_and_solve(capsys):
     """Formerly a RecursionError: a 1-device cluster has no axis to place a degree on."""
-    code, out, err = run(capsys, "estimate", "--model", "debug", "--cluster", "h100-1", "--layout", "dp=1",
-                         "--seqs", "8", "--format", "json")
+    code, out, err = run(
+        capsys,
+        "estimate",
+        "--model",
+        "debug",
+        "--cluster",
+        "h100-1",
+        "--layout",
+        "dp=1",
+        "--seqs",
+        "8",
+        "--format",
+        "json",
+    )
     assert code == 0, err
     doc = json.loads(out)
     assert doc["problem"]["num_devices"] == 1 and doc["layout"]["fits"] and doc["layout"]["axes"] == {}
@@ -177,25 +281,52 @@ def test_read_helpers(tmp_path):
 
 
 # ----------------------------------------------------------------------------- Hugging Face configs
-HF = {"num_hidden_layers": 4, "hidden_size": 256, "intermediate_size": 512, "num_attention_heads": 8,
-      "num_key_value_heads": 2, "vocab_size": 1000}
+HF = {
+    "num_hidden_layers": 4,
+    "hidden_size": 256,
+    "intermediate_size": 512,
+    "num_attention_heads": 8,
+    "num_key_value_heads": 2,
+    "vocab_size": 1000,
+}
 
 
-@pytest.mark.parametrize("content, message", [
-    ("null", "expected a Hugging Face config (a JSON object), got null"),
-    ("[1, 2]", "expected a Hugging Face config (a JSON object), got a list"),
-    ("[" * 10_000 + "]" * 10_000, "nested too deeply"),
-    (json.dumps({**HF, "num_attention_heads": 0}), "field 'num_attention_heads': Input should be greater than 0 (got 0)"),
-    (json.dumps({**HF, "num_attention_heads": None}), "field 'num_attention_heads': Input should be a valid integer (got None)"),
-    (json.dumps({**HF, "hidden_size": "256"}), "field 'hidden_size': Input should be a valid integer (got '256')"),
-    (json.dumps({**HF, "hidden_size": 2**70}), "field 'hidden_size': Input should be less than or equal to 16777216"),
-    (json.dumps({**HF, "vocab_size": 1e30}), "field 'vocab_size': Input should be a valid integer (got 1e+30)"),
-    (json.dumps({**HF, "num_key_value_heads": [2]}), "field 'num_key_value_heads': Input should be a valid integer"),
-    (json.dumps({**HF, "tie_word_embeddings": "yes"}), "field 'tie_word_embeddings': Input should be a valid boolean"),
-    (json.dumps({**HF, "hidden_size": 4, "num_attention_heads": 8}), "'hidden_size' (4) is smaller than 'num_attention_heads' (8)"),
-    (json.dumps({k: v for k, v in HF.items() if k != "vocab_size"}), "missing field 'vocab_size'"),
-    (json.dumps({**HF, "num_key_value_heads": 3}), "num_heads(8) is not a multiple of num_kv_heads(3)"),
-])
+@pytest.mark.parametrize(
+    "content, message",
+    [
+        ("null", "expected a Hugging Face config (a JSON object), got null"),
+        ("[1, 2]", "expected a Hugging Face config (a JSON object), got a list"),
+        ("[" * 10_000 + "]" * 10_000, "nested too deeply"),
+        (
+            json.dumps({**HF, "num_attention_heads": 0}),
+            "field 'num_attention_heads': Input should be greater than 0 (got 0)",
+        ),
+        (
+            json.dumps({**HF, "num_attention_heads": None}),
+            "field 'num_attention_heads': Input should be a valid integer (got None)",
+        ),
+        (json.dumps({**HF, "hidden_size": "256"}), "field 'hidden_size': Input should be a valid integer (got '256')"),
+        (
+            json.dumps({**HF, "hidden_size": 2**70}),
+            "field 'hidden_size': Input should be less than or equal to 16777216",
+        ),
+        (json.dumps({**HF, "vocab_size": 1e30}), "field 'vocab_size': Input should be a valid integer (got 1e+30)"),
+        (
+            json.dumps({**HF, "num_key_value_heads": [2]}),
+            "field 'num_key_value_heads': Input should be a valid integer",
+        ),
+        (
+            json.dumps({**HF, "tie_word_embeddings": "yes"}),
+            "field 'tie_word_embeddings': Input should be a valid boolean",
+        ),
+        (
+            json.dumps({**HF, "hidden_size": 4, "num_attention_heads": 8}),
+            "'hidden_size' (4) is smaller than 'num_attention_heads' (8)",
+        ),
+        (json.dumps({k: v for k, v in HF.items() if k != "vocab_size"}), "missing field 'vocab_size'"),
+        (json.dumps({**HF, "num_key_value_heads": 3}), "num_heads(8) is not a multiple of num_kv_heads(3)"),
+    ],
+)
 def test_hugging_face_config_errors_name_the_key(tmp_path, capsys, content, message):
     path = tmp_path / "config.json"
     path.write_text(content)
@@ -206,8 +337,20 @@ def test_hugging_face_config_errors_name_the_key(tmp_path, capsys, content, mess
 def test_hugging_face_config_that_is_valid_still_imports(tmp_path, capsys):
     path = tmp_path / "config.json"
     path.write_text(json.dumps({**HF, "model_type": "llama", "head_dim": None, "_name_or_path": "tiny"}))
-    code, out, err = run(capsys, "estimate", "--model", path, "--cluster", "h100-8", "--layout", "dp=8", "--seqs", "8",
-                         "--format", "json")
+    code, out, err = run(
+        capsys,
+        "estimate",
+        "--model",
+        path,
+        "--cluster",
+        "h100-8",
+        "--layout",
+        "dp=8",
+        "--seqs",
+        "8",
+        "--format",
+        "json",
+    )
     assert code == 0, err
     assert json.loads(out)["problem"]["model_spec"]["head_dim"] == 32
 
@@ -223,34 +366,81 @@ def mutate(doc: dict, path: str, value):
     return doc
 
 
-@pytest.mark.parametrize("path, value, message", [
-    ("layouts.0.num_microbatches", None, "layouts[rank 1]: field 'num_microbatches': Input should be a valid integer (got None)"),
-    ("layouts.0.virtual_stages", 0, "layouts[rank 1]: field 'virtual_stages': Input should be greater than or equal to 1 (got 0)"),
-    ("problem.global_batch_seqs", 1e30, "problem: field 'global_batch_seqs': Input should be a valid integer (got 1e+30)"),
-    ("problem.global_batch_seqs", 2**70, "problem: field 'global_batch_seqs': Input should be less than or equal to 16777216"),
-    ("layouts.0.degrees.cp", "8", "layouts[rank 1]: field 'degrees.cp': Input should be a valid integer (got '8')"),
-    ("layouts.0.degrees.tp", True, "layouts[rank 1]: field 'degrees.tp': Input should be a valid integer (got True)"),
-    ("layouts.0.degrees", "cp=8", "layouts[rank 1]: field 'degrees': Input should be a valid dictionary"),
-    ("layouts", 5, "document 'layouts': expected a list of layout records"),
-    ("layouts", [5], "document 'layouts': expected a list of layout records"),
-    ("problem", [], "problem: expected an object, got list"),
-    ("problem.seq_len", -1, "problem: field 'seq_len': Input should be greater than or equal to 1 (got -1)"),
-    ("problem.model", 7, "problem: field 'model': Input should be a valid string (got 7)"),
-    ("problem.cluster", "h100-12", "12 GPUs is not a whole number of 8-GPU nodes"),
-    ("problem.workload.training_tokens", -5, "problem: field 'workload.training_tokens': Input should be greater than 0"),
-    ("problem.model_spec.d_model", 2**70, "problem.model_spec: field 'd_model': Input should be less than or equal to"),
-    ("problem.model_spec", [], "problem: field 'model_spec': Input should be a valid dictionary"),
-    ("layouts.0.recompute", "most", "layouts[rank 1].recompute: 'most' is not one of none, selective, full, op, minimal, minimal_with_context, save_dot_with_context_except_mlp, save_dot_except_mlpwi, save_dot_except_mlp, save_qkv_proj, save_out_proj, qkv_proj_offloaded, minimal_offloaded, custom_offload_input, custom_offload_qkv_proj, custom_offload_out_proj, custom_offload_dots_except_mlp, norm_act, norm_moe, mla_up_proj"),
-    ("layouts.0.schedule", "zigzag", "layouts[rank 1].schedule: 'zigzag' is not one of 1f1b, interleaved, gpipe"),
-    ("layouts.0.sequence_parallel", "yes", "layouts[rank 1]: field 'sequence_parallel': Input should be a valid boolean"),
-    ("layouts.0.axes", {"cp": [["node", 8, 1]]}, "layouts[rank 1]: field 'axes.cp.0': Tuple should have at most 2 items"),
-    ("layouts.0.axes", {"cp": [["node", 0]]}, "layouts[rank 1]: field 'axes.cp.0.1': Input should be greater than or equal to 1"),
-    ("layouts.0.memory_bytes", "lots", "layouts[rank 1]: field 'memory_bytes': Input should be a valid dictionary"),
-    ("layouts.0.time_s", {"step": "fast"}, "layouts[rank 1]: field 'time_s.step': Input should be a valid number"),
-    ("layouts.0.mfu", "high", "layouts[rank 1]: field 'mfu': Input should be a valid number"),
-    ("layouts.0.fits", "no", "layouts[rank 1]: field 'fits': Input should be a valid boolean"),
-    ("layouts.0.rank", "1", "--rank 1: no layout with rank 1 in the document (ranks: '1', 2)"),
-])
+@pytest.mark.parametrize(
+    "path, value, message",
+    [
+        (
+            "layouts.0.num_microbatches",
+            None,
+            "layouts[rank 1]: field 'num_microbatches': Input should be a valid integer (got None)",
+        ),
+        (
+            "layouts.0.virtual_stages",
+            0,
+            "layouts[rank 1]: field 'virtual_stages': Input should be greater than or equal to 1 (got 0)",
+        ),
+        (
+            "problem.global_batch_seqs",
+            1e30,
+            "problem: field 'global_batch_seqs': Input should be a valid integer (got 1e+30)",
+        ),
+        (
+            "problem.global_batch_seqs",
+            2**70,
+            "problem: field 'global_batch_seqs': Input should be less than or equal to 16777216",
+        ),
+        ("layouts.0.degrees.cp", "8", "layouts[rank 1]: field 'degrees.cp': Input should be a valid integer (got '8')"),
+        (
+            "layouts.0.degrees.tp",
+            True,
+            "layouts[rank 1]: field 'degrees.tp': Input should be a valid integer (got True)",
+        ),
+        ("layouts.0.degrees", "cp=8", "layouts[rank 1]: field 'degrees': Input should be a valid dictionary"),
+        ("layouts", 5, "document 'layouts': expected a list of layout records"),
+        ("layouts", [5], "document 'layouts': expected a list of layout records"),
+        ("problem", [], "problem: expected an object, got list"),
+        ("problem.seq_len", -1, "problem: field 'seq_len': Input should be greater than or equal to 1 (got -1)"),
+        ("problem.model", 7, "problem: field 'model': Input should be a valid string (got 7)"),
+        ("problem.cluster", "h100-12", "12 GPUs is not a whole number of 8-GPU nodes"),
+        (
+            "problem.workload.training_tokens",
+            -5,
+            "problem: field 'workload.training_tokens': Input should be greater than 0",
+        ),
+        (
+            "problem.model_spec.d_model",
+            2**70,
+            "problem.model_spec: field 'd_model': Input should be less than or equal to",
+        ),
+        ("problem.model_spec", [], "problem: field 'model_spec': Input should be a valid dictionary"),
+        (
+            "layouts.0.recompute",
+            "most",
+            "layouts[rank 1].recompute: 'most' is not one of none, selective, full, op, minimal, minimal_with_context, save_dot_with_context_except_mlp, save_dot_except_mlpwi, save_dot_except_mlp, save_qkv_proj, save_out_proj, qkv_proj_offloaded, minimal_offloaded, custom_offload_input, custom_offload_qkv_proj, custom_offload_out_proj, custom_offload_dots_except_mlp, norm_act, norm_moe, mla_up_proj",
+        ),
+        ("layouts.0.schedule", "zigzag", "layouts[rank 1].schedule: 'zigzag' is not one of 1f1b, interleaved, gpipe"),
+        (
+            "layouts.0.sequence_parallel",
+            "yes",
+            "layouts[rank 1]: field 'sequence_parallel': Input should be a valid boolean",
+        ),
+        (
+            "layouts.0.axes",
+            {"cp": [["node", 8, 1]]},
+            "layouts[rank 1]: field 'axes.cp.0': Tuple should have at most 2 items",
+        ),
+        (
+            "layouts.0.axes",
+            {"cp": [["node", 0]]},
+            "layouts[rank 1]: field 'axes.cp.0.1': Input should be greater than or equal to 1",
+        ),
+        ("layouts.0.memory_bytes", "lots", "layouts[rank 1]: field 'memory_bytes': Input should be a valid dictionary"),
+        ("layouts.0.time_s", {"step": "fast"}, "layouts[rank 1]: field 'time_s.step': Input should be a valid number"),
+        ("layouts.0.mfu", "high", "layouts[rank 1]: field 'mfu': Input should be a valid number"),
+        ("layouts.0.fits", "no", "layouts[rank 1]: field 'fits': Input should be a valid boolean"),
+        ("layouts.0.rank", "1", "--rank 1: no layout with rank 1 in the document (ranks: '1', 2)"),
+    ],
+)
 def test_export_refuses_fields_of_the_wrong_type(tmp_path, capsys, solve_doc, path, value, message):
     result = tmp_path / "result.json"
     result.write_text(json.dumps(mutate(solve_doc, path, value)))
@@ -299,24 +489,34 @@ def test_huge_integers_are_refused_with_bounds(tmp_path, capsys):
     err = bad_input(capsys, "solve", *base, "--choices", "tp=1,99999999999999999999")
     assert err == "error: --choices tp: 99999999999999999999 must be <= 262144"
     debug = Path(__file__).resolve().parents[1] / "models" / "debug.yaml"
-    for value, message in (("1e30", "unable to parse string as an integer (got '1e30')"),
-                           ("1.0e+30", "exceeded maximum size (got 1e+30)"),
-                           (str(2**70), "less than or equal to 16777216"),
-                           (str(-2**70), "greater than 0")):
+    for value, message in (
+        ("1e30", "unable to parse string as an integer (got '1e30')"),
+        ("1.0e+30", "exceeded maximum size (got 1e+30)"),
+        (str(2**70), "less than or equal to 16777216"),
+        (str(-(2**70)), "greater than 0"),
+    ):
         model = tmp_path / "big.yaml"
         model.write_text(debug.read_text().replace("d_model: 256", f"d_model: {value}"))
         err = bad_input(capsys, "estimate", "--model", model, "--cluster", "h100-8", "--layout", "dp=8")
         assert err.startswith(f"error: {model}: field 'd_model'") and message in err, err
     model = tmp_path / "huge.yaml"  # every dimension within bounds, the parameter count not
-    model.write_text(debug.read_text().replace("d_model: 256", "d_model: 16777216").replace(
-        "num_layers: 8", "num_layers: 16777216"))
+    model.write_text(
+        debug.read_text().replace("d_model: 256", "d_model: 16777216").replace("num_layers: 8", "num_layers: 16777216")
+    )
     err = bad_input(capsys, "estimate", "--model", model, "--cluster", "h100-8", "--layout", "dp=8")
     assert "parameters, more than the 9.01e+15 (2**53) this package counts exactly" in err
 
 
 @pytest.mark.parametrize("command", ["estimate", "solve", "explain"])
-@pytest.mark.parametrize("option, value, bound", [("--seqs", "100000000", "16777216"), ("--seqs", "0", "1"),
-                                                   ("--seq-len", "4194304", "2097152"), ("--seq-len", "-1", "1")])
+@pytest.mark.parametrize(
+    "option, value, bound",
+    [
+        ("--seqs", "100000000", "16777216"),
+        ("--seqs", "0", "1"),
+        ("--seq-len", "4194304", "2097152"),
+        ("--seq-len", "-1", "1"),
+    ],
+)
 def test_seqs_and_seq_len_are_bounded_on_every_command(capsys, command, option, value, bound):
     err = bad_input(capsys, command, "--model", "debug", "--cluster", "h100-8", option, value)
     assert f"'{option}'" in err and bound in err and value in err
@@ -333,33 +533,68 @@ def test_sweep_seqs_and_seq_len_are_bounded(tmp_path, capsys):
 
 
 # ----------------------------------------------------------------------------- lists of names and degrees
-@pytest.mark.parametrize("argv, message", [
-    (["solve", "--recompute", ","], "error: --recompute: no policy given (known: none, selective, full, op, minimal, minimal_with_context, save_dot_with_context_except_mlp, save_dot_except_mlpwi, save_dot_except_mlp, save_qkv_proj, save_out_proj, qkv_proj_offloaded, minimal_offloaded, custom_offload_input, custom_offload_qkv_proj, custom_offload_out_proj, custom_offload_dots_except_mlp, norm_act, norm_moe, mla_up_proj)"),
-    (["solve", "--recompute", ""], "error: --recompute: no policy given (known: none, selective, full, op, minimal, minimal_with_context, save_dot_with_context_except_mlp, save_dot_except_mlpwi, save_dot_except_mlp, save_qkv_proj, save_out_proj, qkv_proj_offloaded, minimal_offloaded, custom_offload_input, custom_offload_qkv_proj, custom_offload_out_proj, custom_offload_dots_except_mlp, norm_act, norm_moe, mla_up_proj)"),
-    (["solve", "--only", ",,"], "error: --only: no name given (known: dp, fsdp, tp, pp, cp)"),
-    (["solve", "--fix", "tp=8,tp=4"], "error: --fix: tp given twice (8, 4)"),
-    (["explain", "--fix", "tp=8,tp=4"], "error: --fix: tp given twice (8, 4)"),
-    (["estimate", "--layout", "dp=4,tp=2,tp=2"], "error: --layout: tp given twice (2, 2)"),
-    (["solve", "--choices", "tp=1,2;tp=4"], "error: --choices: tp given twice"),
-    (["solve", "--choices", ";"], "error: --choices: no degree given (e.g. 'tp=8,16,32;pp=1,2')"),
-    (["solve", "--choices", "8,16"], "error: --choices: '8' must follow NAME= (e.g. tp=8,16,32)"),
-    (["estimate", "--layout", "dp=8", "--axes", "dp=node:8;dp=node:8"], "error: --axes: dp given twice"),
-    (["estimate", "--layout", "dp=8", "--axes", "dp=node:2,node:4"], "error: --axes: dp is placed on axis 'node' twice"),
-    (["estimate", "--layout", "dp=8", "--axes", "dp=:8"], "error: --axes: ':8' names no axis"),
-    (["estimate", "--layout", "tp=1e3"], "error: --layout tp: '1e3' is not an integer"),
-    (["estimate", "--layout", "tp=８"], "error: --layout tp: '８' is not an integer"),
-    (["estimate", "--layout", "dp=8", "--tokens", "-1e12"],
-     "error: --tokens: -1000000000000.0 is not a number of tokens in (0, 1e+18]"),
-    (["estimate", "--layout", "dp=8", "--tokens", "0"], "error: --tokens: 0.0 is not a number of tokens in (0, 1e+18]"),
-    (["estimate", "--layout", "dp=8", "--tokens", "nan"], "error: Invalid value for '--tokens': nan is not a finite number"),
-    (["estimate", "--layout", "dp=8", "--tokens", "inf"], "error: Invalid value for '--tokens': inf is not a finite number"),
-    (["estimate", "--layout", "dp=8", "--tokens", "1e400"], "error: Invalid value for '--tokens': inf is not a finite number"),
-    (["solve", "--time-limit", "nan"], "error: Invalid value for '--time-limit': Input should be less than or equal to 86400 (got 'nan')"),
-    (["validate", "x.yaml", "--max-median-error", "nan"], "error: Invalid value for '--max-median-error': Input should be greater than or equal to 0 (got 'nan')"),
-    (["validate", "x.yaml", "--max-median-error", "inf"], "error: Invalid value for '--max-median-error': inf is not a finite number"),
-    (["calibrate", "x.yaml", "--fit", ","], "error: --fit: no field given (known: "),
-    (["calibrate", "x.yaml", "--accelerator", ""], "error: --accelerator: no accelerator given (known: "),
-])
+@pytest.mark.parametrize(
+    "argv, message",
+    [
+        (
+            ["solve", "--recompute", ","],
+            "error: --recompute: no policy given (known: none, selective, full, op, minimal, minimal_with_context, save_dot_with_context_except_mlp, save_dot_except_mlpwi, save_dot_except_mlp, save_qkv_proj, save_out_proj, qkv_proj_offloaded, minimal_offloaded, custom_offload_input, custom_offload_qkv_proj, custom_offload_out_proj, custom_offload_dots_except_mlp, norm_act, norm_moe, mla_up_proj)",
+        ),
+        (
+            ["solve", "--recompute", ""],
+            "error: --recompute: no policy given (known: none, selective, full, op, minimal, minimal_with_context, save_dot_with_context_except_mlp, save_dot_except_mlpwi, save_dot_except_mlp, save_qkv_proj, save_out_proj, qkv_proj_offloaded, minimal_offloaded, custom_offload_input, custom_offload_qkv_proj, custom_offload_out_proj, custom_offload_dots_except_mlp, norm_act, norm_moe, mla_up_proj)",
+        ),
+        (["solve", "--only", ",,"], "error: --only: no name given (known: dp, fsdp, tp, pp, cp)"),
+        (["solve", "--fix", "tp=8,tp=4"], "error: --fix: tp given twice (8, 4)"),
+        (["explain", "--fix", "tp=8,tp=4"], "error: --fix: tp given twice (8, 4)"),
+        (["estimate", "--layout", "dp=4,tp=2,tp=2"], "error: --layout: tp given twice (2, 2)"),
+        (["solve", "--choices", "tp=1,2;tp=4"], "error: --choices: tp given twice"),
+        (["solve", "--choices", ";"], "error: --choices: no degree given (e.g. 'tp=8,16,32;pp=1,2')"),
+        (["solve", "--choices", "8,16"], "error: --choices: '8' must follow NAME= (e.g. tp=8,16,32)"),
+        (["estimate", "--layout", "dp=8", "--axes", "dp=node:8;dp=node:8"], "error: --axes: dp given twice"),
+        (
+            ["estimate", "--layout", "dp=8", "--axes", "dp=node:2,node:4"],
+            "error: --axes: dp is placed on axis 'node' twice",
+        ),
+        (["estimate", "--layout", "dp=8", "--axes", "dp=:8"], "error: --axes: ':8' names no axis"),
+        (["estimate", "--layout", "tp=1e3"], "error: --layout tp: '1e3' is not an integer"),
+        (["estimate", "--layout", "tp=８"], "error: --layout tp: '８' is not an integer"),
+        (
+            ["estimate", "--layout", "dp=8", "--tokens", "-1e12"],
+            "error: --tokens: -1000000000000.0 is not a number of tokens in (0, 1e+18]",
+        ),
+        (
+            ["estimate", "--layout", "dp=8", "--tokens", "0"],
+            "error: --tokens: 0.0 is not a number of tokens in (0, 1e+18]",
+        ),
+        (
+            ["estimate", "--layout", "dp=8", "--tokens", "nan"],
+            "error: Invalid value for '--tokens': nan is not a finite number",
+        ),
+        (
+            ["estimate", "--layout", "dp=8", "--tokens", "inf"],
+            "error: Invalid value for '--tokens': inf is not a finite number",
+        ),
+        (
+            ["estimate", "--layout", "dp=8", "--tokens", "1e400"],
+            "error: Invalid value for '--tokens': inf is not a finite number",
+        ),
+        (
+            ["solve", "--time-limit", "nan"],
+            "error: Invalid value for '--time-limit': Input should be less than or equal to 86400 (got 'nan')",
+        ),
+        (
+            ["validate", "x.yaml", "--max-median-error", "nan"],
+            "error: Invalid value for '--max-median-error': Input should be greater than or equal to 0 (got 'nan')",
+        ),
+        (
+            ["validate", "x.yaml", "--max-median-error", "inf"],
+            "error: Invalid value for '--max-median-error': inf is not a finite number",
+        ),
+        (["calibrate", "x.yaml", "--fit", ","], "error: --fit: no field given (known: "),
+        (["calibrate", "x.yaml", "--accelerator", ""], "error: --accelerator: no accelerator given (known: "),
+    ],
+)
 def test_option_values_are_checked(capsys, argv, message):
     command, *rest = argv
     base = [] if command in ("validate", "calibrate") else ["--model", "debug", "--cluster", "h100-8"]
@@ -371,13 +606,16 @@ def test_fix_that_does_not_divide_the_devices_is_named(capsys):
     assert err == "error: --fix tp=3: 3 does not divide the 8192 devices of v5p-8192"
 
 
-@pytest.mark.parametrize("cluster, message", [
-    ("h100-99999999999999999999", "device count 99999999999999999999 is over the limit of 262,144 devices"),
-    ("v5p:0x2x2", "every shape dimension must be >= 1"),
-    ("", "expected ACCELERATOR-COUNT"),
-    (LONG + "-8", "unknown accelerator 'aaaa"),
-    ("h100-8\0", "expected ACCELERATOR-COUNT"),
-])
+@pytest.mark.parametrize(
+    "cluster, message",
+    [
+        ("h100-99999999999999999999", "device count 99999999999999999999 is over the limit of 262,144 devices"),
+        ("v5p:0x2x2", "every shape dimension must be >= 1"),
+        ("", "expected ACCELERATOR-COUNT"),
+        (LONG + "-8", "unknown accelerator 'aaaa"),
+        ("h100-8\0", "expected ACCELERATOR-COUNT"),
+    ],
+)
 def test_cluster_errors_pass_through_as_one_line(capsys, cluster, message):
     for command in ("estimate", "solve", "explain"):
         err = bad_input(capsys, command, "--model", "debug", "--cluster", cluster)
@@ -398,16 +636,35 @@ def test_model_paths_with_a_nul_byte(capsys):
 
 # ----------------------------------------------------------------------------- writing files
 def export_argv(output):
-    return ["solve", "--model", "debug", "--cluster", "h100-8", "--seqs", "64", "--top", "1", "--export", "megatron",
-            "-o", str(output)]
+    return [
+        "solve",
+        "--model",
+        "debug",
+        "--cluster",
+        "h100-8",
+        "--seqs",
+        "64",
+        "--top",
+        "1",
+        "--export",
+        "megatron",
+        "-o",
+        str(output),
+    ]
 
 
-@pytest.mark.parametrize("where, message", [
-    ("/nonexistent/x.sh", "error: --output: cannot write '/nonexistent/x.sh' (No such file or directory)"),
-    ("/proc/x.sh", "error: --output: cannot write '/proc/x.sh' ("),
-    ("{tmp}", "error: --output: '{tmp}' is a directory, not a file"),
-    ("{tmp}/a\0b.sh", "error: --output: '{tmp}/a\\x00b.sh' is not a file name (it holds a NUL byte)"),  # shown escaped
-])
+@pytest.mark.parametrize(
+    "where, message",
+    [
+        ("/nonexistent/x.sh", "error: --output: cannot write '/nonexistent/x.sh' (No such file or directory)"),
+        ("/proc/x.sh", "error: --output: cannot write '/proc/x.sh' ("),
+        ("{tmp}", "error: --output: '{tmp}' is a directory, not a file"),
+        (
+            "{tmp}/a\0b.sh",
+            "error: --output: '{tmp}/a\\x00b.sh' is not a file name (it holds a NUL byte)",
+        ),  # shown escaped
+    ],
+)
 def test_unwritable_outputs_are_one_line_naming_the_path(tmp_path, capsys, where, message):
     where, message = where.format(tmp=tmp_path), message.format(tmp=tmp_path)
     assert bad_input(capsys, *export_argv(where)).startswith(message)
@@ -416,6 +673,7 @@ def test_unwritable_outputs_are_one_line_naming_the_path(tmp_path, capsys, where
 
 def test_read_only_directory(tmp_path, capsys, monkeypatch):
     """A directory the user may not write to (simulated: the tests may run as root, who may)."""
+
     def refuse(*args, **kwargs):
         raise PermissionError(errno.EACCES, os.strerror(errno.EACCES))
 
@@ -480,7 +738,9 @@ def test_export_command_output_full_disk(tmp_path, capsys, monkeypatch, solve_do
         err = bad_input(capsys, "export", result, "--to", "megatron", "-o", out)
     assert err == f"error: --output: cannot write '{out}' (No space left on device)"
     assert not out.exists() and temporaries(tmp_path) == []
-    assert bad_input(capsys, "export", result, "--to", "megatron", "-o", tmp_path).endswith("is a directory, not a file")
+    assert bad_input(capsys, "export", result, "--to", "megatron", "-o", tmp_path).endswith(
+        "is a directory, not a file"
+    )
 
 
 def test_plot_output_unwritable(tmp_path, capsys, monkeypatch):
@@ -502,20 +762,25 @@ def test_sweep_on_a_full_disk_is_one_line(tmp_path, capsys, monkeypatch, call):
     out = tmp_path / "s.csv"
     with monkeypatch.context() as m:
         disk_full(m, call)
-        err = bad_input(capsys, "sweep", "-m", "debug", "-c", "h100-8", "--seqs", "64", "-j", "1", "--no-progress",
-                        "-o", out)
+        err = bad_input(
+            capsys, "sweep", "-m", "debug", "-c", "h100-8", "--seqs", "64", "-j", "1", "--no-progress", "-o", out
+        )
     assert err.startswith("error: --output: cannot write '") and err.endswith("(No space left on device)")
     assert str(tmp_path) in err and temporaries(tmp_path) == []
-    code, _, err = run(capsys, "sweep", "-m", "debug", "-c", "h100-8", "--seqs", "64", "-j", "1", "--no-progress",
-                       "-o", out)
+    code, _, err = run(
+        capsys, "sweep", "-m", "debug", "-c", "h100-8", "--seqs", "64", "-j", "1", "--no-progress", "-o", out
+    )
     assert code == 0, err  # disk space back: the rerun finishes
 
 
-@pytest.mark.parametrize("where, message", [
-    ("/nonexistent/s.csv", "error: --output: '/nonexistent/s.csv': no such directory '/nonexistent'"),
-    ("/proc/s.csv", "error: --output: cannot write '/proc/s.csv.jsonl' ("),
-    ("{tmp}/d.csv", "error: --output: '{tmp}/d.csv' is a directory"),
-])
+@pytest.mark.parametrize(
+    "where, message",
+    [
+        ("/nonexistent/s.csv", "error: --output: '/nonexistent/s.csv': no such directory '/nonexistent'"),
+        ("/proc/s.csv", "error: --output: cannot write '/proc/s.csv.jsonl' ("),
+        ("{tmp}/d.csv", "error: --output: '{tmp}/d.csv' is a directory"),
+    ],
+)
 def test_sweep_unwritable_output(tmp_path, capsys, where, message):
     (tmp_path / "d.csv").mkdir()
     where, message = where.format(tmp=tmp_path), message.format(tmp=tmp_path)
@@ -525,10 +790,22 @@ def test_sweep_unwritable_output(tmp_path, capsys, where, message):
 
 # ----------------------------------------------------------------------------- sweeps
 def test_sweep_refuses_too_many_points_up_front(tmp_path, capsys):
-    err = bad_input(capsys, "sweep", "-m", "debug,llama3-8b", "-c", "h100-{8..8000:+8}", "--seqs", "{1..100}",
-                    "-o", tmp_path / "s.csv")
-    assert err == (f"error: --model x --cluster x --seqs x --seq-len: 200,000 points (2 x 1000 x 100 x 1), more than "
-                   f"the {MAX_SWEEP_POINTS:,} one sweep takes; split it")
+    err = bad_input(
+        capsys,
+        "sweep",
+        "-m",
+        "debug,llama3-8b",
+        "-c",
+        "h100-{8..8000:+8}",
+        "--seqs",
+        "{1..100}",
+        "-o",
+        tmp_path / "s.csv",
+    )
+    assert err == (
+        f"error: --model x --cluster x --seqs x --seq-len: 200,000 points (2 x 1000 x 100 x 1), more than "
+        f"the {MAX_SWEEP_POINTS:,} one sweep takes; split it"
+    )
     err = bad_input(capsys, "sweep", "-m", "debug", "-c", "h100-{1..10000}{1..10000}", "-o", tmp_path / "s.csv")
     assert err == f"error: --cluster: 'h100-{{1..10000}}{{1..10000}}' expands to more than {MAX_SWEEP_POINTS:,} values"
     assert expand("h100-8" + "{1..1}" * 5000, "--cluster") == ["h100-8" + "1" * 5000]  # no recursion
@@ -553,8 +830,9 @@ def test_sweep_journal_trusts_only_rows_of_this_sweep(tmp_path):
         [1, 2, 3],
     ]
     for forged_row in forged:
-        Path(journal_path(out)).write_bytes(f"{json.dumps(forged_row)}\n{good[1]}\n{{not json\n".encode()
-                                            + b"\xff\xfe\n" + b"[" * 100_000 + b"\n")
+        Path(journal_path(out)).write_bytes(
+            f"{json.dumps(forged_row)}\n{good[1]}\n{{not json\n".encode() + b"\xff\xfe\n" + b"[" * 100_000 + b"\n"
+        )
         summary = run_sweep(points, out, jobs=1, progress=False)
         assert (summary.skipped, summary.solved, summary.dropped) == (1, 1, 4), forged_row
         assert [r["point_id"] for r in read_table(out)] == [p.id for p in points]
@@ -579,9 +857,14 @@ def test_sweep_table_that_is_not_a_sweep_is_refused(tmp_path, capsys):
     err = bad_input(capsys, "sweep", "-m", "debug", "-c", "h100-8", "--seqs", "64", "--no-progress", "-o", out)
     assert err.startswith(f"error: --output: '{out}': row 1 is not a sweep row: no cluster")
     assert err.endswith("move it away or pass --fresh") and not Path(journal_path(out)).exists()
-    for content, message in (("a,b\n1,2\n", "unknown column 'a'"), (b"\xff", "is not UTF-8 text"),
-                             (f"{','.join(COLUMN_NAMES)}\n" + "x," * (len(COLUMN_NAMES) - 1) + "x\n",
-                              "column num_devices: 'x' is not an integer")):
+    for content, message in (
+        ("a,b\n1,2\n", "unknown column 'a'"),
+        (b"\xff", "is not UTF-8 text"),
+        (
+            f"{','.join(COLUMN_NAMES)}\n" + "x," * (len(COLUMN_NAMES) - 1) + "x\n",
+            "column num_devices: 'x' is not an integer",
+        ),
+    ):
         (out.write_bytes if isinstance(content, bytes) else out.write_text)(content)
         err = bad_input(capsys, "plot", out, "-o", tmp_path / "p.png")
         assert err.startswith(f"error: SWEEP_FILE: '{out}'") and message in err

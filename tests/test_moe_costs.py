@@ -57,8 +57,9 @@ def test_ep_across_scale_out_costs_more_than_the_same_group_inside_nvlink():
     """fsdp=16, ep=8 on two 8-GPU nodes: ep inside a node, or 4 GPUs in each of the two nodes."""
     problem = _mixtral()
     inside = Layout(fsdp=16, ep=8, zero_stage=1, num_microbatches=4, axes=NODE + (("ep", (("node", 8),)),))
-    across = Layout(fsdp=16, ep=8, zero_stage=1, num_microbatches=4,
-                    axes=NODE + (("ep", (("node", 4), ("scale_out", 2))),))
+    across = Layout(
+        fsdp=16, ep=8, zero_stage=1, num_microbatches=4, axes=NODE + (("ep", (("node", 4), ("scale_out", 2))),)
+    )
     a, b = estimate(problem, inside), estimate(problem, across)
     acc = problem.cluster.accelerator
     # the AllToAll of one MoE layer: each GPU sends its m tokens x k copies x D bf16 (m = 64 x 4096 / (16 x 4)),
@@ -74,14 +75,16 @@ def test_ep_across_scale_out_costs_more_than_the_same_group_inside_nvlink():
     # one NVLink latency
     per_device = 8 * (1 - (7 / 8) ** K) / K
     assert per_device == 0.9375
-    assert _a2a(a)["time_s"] == pytest.approx((payload * per_device + half) * 7 / 8 / nvlink + acc.link_latency_s,
-                                              rel=1e-9)
+    assert _a2a(a)["time_s"] == pytest.approx(
+        (payload * per_device + half) * 7 / 8 / nvlink + acc.link_latency_s, rel=1e-9
+    )
     # across: 4 of the 8 members sit in the other node, half the buffer would go through the GPU's NIC;
     # Megatron's flex dispatcher sends a token once per node: of its k = 2 copies, 2 (1 - 1/2^2) = 1.5 cross
-    dedup = 2 * (1 - 0.5 ** K) / K
+    dedup = 2 * (1 - 0.5**K) / K
     assert dedup == 0.75
-    assert _a2a(b)["time_s"] == pytest.approx((payload * dedup + half) * 4 / 8 / nic + acc.link_latency_s
-                                              + acc.scale_out_latency_s, rel=1e-9)
+    assert _a2a(b)["time_s"] == pytest.approx(
+        (payload * dedup + half) * 4 / 8 / nic + acc.link_latency_s + acc.scale_out_latency_s, rel=1e-9
+    )
     assert b.time_s["exposed_comm/ep"] > 3 * a.time_s["exposed_comm/ep"] > 0
     # 4 AllToAlls per MoE layer and microbatch (dispatch, combine; forward, backward), all exposed with megatron
     assert a.time_s["exposed_comm/ep"] == pytest.approx(4 * MIXTRAL_LAYERS * 4 * _a2a(a)["time_s"], rel=1e-9)
@@ -93,11 +96,14 @@ def test_deepep_sends_a_token_once_per_node_and_only_a_dropless_model_can_use_it
     """--deepep / --no-deepep (Workload.deepep) override the profile: with NCCL AllToAll both of a token's k = 2
     copies bound for the other node cross the NIC (dedup 1), with DeepEP 1.5 of them; a capacity-factor model
     pads its experts, which DeepEP cannot, so it keeps the AllToAll whatever is asked."""
-    across = Layout(fsdp=16, ep=8, zero_stage=1, num_microbatches=4, axes=NODE + (("ep", (("node", 4), ("scale_out", 2))),))
+    across = Layout(
+        fsdp=16, ep=8, zero_stage=1, num_microbatches=4, axes=NODE + (("ep", (("node", 4), ("scale_out", 2))),)
+    )
 
     def a2a(deepep, model="mixtral-8x7b"):
-        problem = Problem.build(model, "h100-16", Workload(global_batch_seqs=64, seq_len=4096, framework="torchtitan",
-                                                           deepep=deepep))
+        problem = Problem.build(
+            model, "h100-16", Workload(global_batch_seqs=64, seq_len=4096, framework="torchtitan", deepep=deepep)
+        )
         return problem, _a2a(estimate(problem, across))["time_s"]
 
     problem, default = a2a(None)  # torchtitan's standard all-to-all
@@ -111,19 +117,25 @@ def test_deepep_sends_a_token_once_per_node_and_only_a_dropless_model_can_use_it
     mixtral = load_model("mixtral-8x7b")
     padded = replace(mixtral, moe=replace(mixtral.moe, capacity_factor=1.25))
     # padded to 1.25 x the balanced rows, it moves 1.25 x the balanced buffer, whatever the routing
-    assert a2a(True, padded)[1] == pytest.approx(a2a(False, padded)[1]) == pytest.approx(
-        (payload / MIXTRAL_EP8_LEARNED * 1.25 + half) * 4 / 8 / nic + fixed, rel=1e-9)
+    assert (
+        a2a(True, padded)[1]
+        == pytest.approx(a2a(False, padded)[1])
+        == pytest.approx((payload / MIXTRAL_EP8_LEARNED * 1.25 + half) * 4 / 8 / nic + fixed, rel=1e-9)
+    )
 
 
 def test_deepep_sends_a_token_once_to_each_device_holding_its_experts_inside_a_node():
     """Qwen3-30B-A3B (128 experts, top 8) with ep=8 inside one NVLink node: the NCCL AllToAll sends all k = 8
     copies of a token, DeepEP one per destination GPU (its dispatch layout marks a token once per rank), of the
     8 GPUs 8 (1 - (7/8)^8) = 5.25 on average under uniform routing: 0.656 of the buffer."""
-    lay = Layout(fsdp=8, ep=8, zero_stage=1, num_microbatches=4, axes=(("fsdp", (("node", 8),)), ("ep", (("node", 8),))))
+    lay = Layout(
+        fsdp=8, ep=8, zero_stage=1, num_microbatches=4, axes=(("fsdp", (("node", 8),)), ("ep", (("node", 8),)))
+    )
 
     def a2a(deepep):
-        problem = Problem.build("qwen3-30b-a3b", "h100-8", Workload(global_batch_seqs=32, seq_len=4096,
-                                                                     framework="megatron", deepep=deepep))
+        problem = Problem.build(
+            "qwen3-30b-a3b", "h100-8", Workload(global_batch_seqs=32, seq_len=4096, framework="megatron", deepep=deepep)
+        )
         return problem.cluster.accelerator, _a2a(estimate(problem, lay))
 
     acc, nccl = a2a(False)
@@ -133,8 +145,9 @@ def test_deepep_sends_a_token_once_to_each_device_holding_its_experts_inside_a_n
     share = 8 * (1 - (7 / 8) ** 8) / 8
     assert share == pytest.approx(0.6564, abs=1e-4)
     assert nccl["time_s"] == pytest.approx((nccl["bytes"] + half) * 7 / 8 / nvlink + acc.link_latency_s, rel=1e-9)
-    assert deepep["time_s"] == pytest.approx((nccl["bytes"] * share + half) * 7 / 8 / nvlink + acc.link_latency_s,
-                                             rel=1e-9)
+    assert deepep["time_s"] == pytest.approx(
+        (nccl["bytes"] * share + half) * 7 / 8 / nvlink + acc.link_latency_s, rel=1e-9
+    )
 
 
 def test_the_ideal_profile_hides_the_all_to_all_behind_the_layer():
@@ -158,16 +171,27 @@ def test_cuda_graphs_remove_the_moe_layers_host_overhead(graphs):
     (0.85) of both, the host's part (the GPU time of the layer's small kernels stays). Nothing else moves."""
     lay = Layout(fsdp=16, ep=8, zero_stage=1, num_microbatches=4, axes=NODE + (("ep", (("node", 8),)),))
     plain = estimate(_mixtral(), lay)
-    graphed = estimate(Problem.build("mixtral-8x7b", "h100-16", Workload(global_batch_seqs=64, seq_len=4096,
-                                                                         framework="megatron", cuda_graphs=graphs)), lay)
+    graphed = estimate(
+        Problem.build(
+            "mixtral-8x7b",
+            "h100-16",
+            Workload(global_batch_seqs=64, seq_len=4096, framework="megatron", cuda_graphs=graphs),
+        ),
+        lay,
+    )
     acc = plain.cluster.accelerator
-    assert (acc.moe_layer_overhead_s, acc.moe_expert_overhead_s, acc.moe_overhead_graphed_share,
-            acc.moe_overhead_full_graph_share) == (pytest.approx(1970e-6), pytest.approx(174.1e-6), 0.83, 0.85)
+    assert (
+        acc.moe_layer_overhead_s,
+        acc.moe_expert_overhead_s,
+        acc.moe_overhead_graphed_share,
+        acc.moe_overhead_full_graph_share,
+    ) == (pytest.approx(1970e-6), pytest.approx(174.1e-6), 0.83, 0.85)
     assert plain.time_s["compute/moe_fixed"] == pytest.approx(MIXTRAL_LAYERS * 4 * (1970e-6 + 174.1e-6), rel=1e-9)
     kept = {"scoped": 0.17 * 1970e-6 + 174.1e-6, "full_iteration": 0.15 * (1970e-6 + 174.1e-6)}[graphs]
     assert graphed.time_s["compute/moe_fixed"] == pytest.approx(MIXTRAL_LAYERS * 4 * kept, abs=1e-12)
     assert graphed.step_time_s == pytest.approx(
-        plain.step_time_s - plain.time_s["compute/moe_fixed"] + graphed.time_s["compute/moe_fixed"], rel=1e-9)
+        plain.step_time_s - plain.time_s["compute/moe_fixed"] + graphed.time_s["compute/moe_fixed"], rel=1e-9
+    )
 
 
 def test_the_moe_host_overhead_grows_with_the_local_experts():
@@ -200,7 +224,8 @@ def test_a_capacity_factor_pads_every_expert_to_its_capacity():
         return 4 * MIXTRAL_LAYERS * 3 * 2.0 * K * 3 * D * F * m * load / rate
 
     assert dropping.time_s["compute/matmul"] - dropless.time_s["compute/matmul"] == pytest.approx(
-        routed_s(1.25) - routed_s(MIXTRAL_EP8_LEARNED), rel=1e-9)
+        routed_s(1.25) - routed_s(MIXTRAL_EP8_LEARNED), rel=1e-9
+    )
     forced = estimate(Problem.build(padded, "h100-16", replace(work, routing="forced")), lay)
     assert forced.step_time_s == dropping.step_time_s
     # 1.25 x the FLOPs at a slightly better efficiency: (1.25 x 8192 + h) / (8192 + h) the time, h the half-efficiency rows
@@ -224,8 +249,9 @@ def test_maxtext_dispatches_a_capacity_factor_by_einsums_that_cost_matmul_time()
     expected = 4 * MIXTRAL_LAYERS * (1 + 1.5) * per_token * m / rate
     assert expected == pytest.approx(0.3599, abs=1e-4)  # seconds per step, 15% of the routed GEMMs' 2.42 s
     for model, extra in ((padded, expected), (mixtral, 0.0)):
-        maxtext, megatron = (estimate(Problem.build(model, "h100-16", replace(work, framework=f)), lay)
-                             for f in ("maxtext", "megatron"))
+        maxtext, megatron = (
+            estimate(Problem.build(model, "h100-16", replace(work, framework=f)), lay) for f in ("maxtext", "megatron")
+        )
         assert maxtext.time_s["compute/matmul"] - megatron.time_s["compute/matmul"] == pytest.approx(extra, abs=1e-12)
 
 
@@ -237,8 +263,12 @@ def test_maxtext_holds_one_stacked_expert_matrix_and_the_next_not_two_moe_layers
     lay = Layout(fsdp=512, zero_stage=3, num_microbatches=1)
     work = Workload(global_batch_seqs=512, seq_len=4096)
     expert_matrix = 256 * 7168 * 2048
-    maxtext, torchtitan = (estimate(Problem.build("deepseek-v3", "v5p-512", replace(work, framework=f)), lay)
-                           .memory_moments["layer_backward"] for f in ("maxtext", "torchtitan"))
+    maxtext, torchtitan = (
+        estimate(Problem.build("deepseek-v3", "v5p-512", replace(work, framework=f)), lay).memory_moments[
+            "layer_backward"
+        ]
+        for f in ("maxtext", "torchtitan")
+    )
     assert maxtext["temporary/gathered"] == pytest.approx(2 * expert_matrix * 2, rel=1e-12)
     assert maxtext["temporary/layer_grads"] == pytest.approx(2 * expert_matrix * 4, rel=1e-12)
     # two mean layers (58 of 61 are MoE): 43.9 GB, 2.92 x
@@ -253,8 +283,9 @@ def test_the_busiest_expert_device_sets_the_pace():
     one expert device (ep = 1) every expert is local and nothing waits: both routings cost the same."""
     lay = Layout(fsdp=16, ep=8, zero_stage=1, num_microbatches=4, axes=NODE + (("ep", (("node", 8),)),))
     work = Workload(global_batch_seqs=64, seq_len=4096, framework="megatron")
-    learned, forced = (estimate(Problem.build("mixtral-8x7b", "h100-16", replace(work, routing=r)), lay)
-                       for r in ("learned", "forced"))
+    learned, forced = (
+        estimate(Problem.build("mixtral-8x7b", "h100-16", replace(work, routing=r)), lay) for r in ("learned", "forced")
+    )
     loads = {"learned": MIXTRAL_EP8_LEARNED, "forced": _busiest(8, 8192, 1, 0.0)}
     assert loads["forced"] == pytest.approx(1.0158, abs=1e-4)
     acc = learned.cluster.accelerator
@@ -265,22 +296,43 @@ def test_the_busiest_expert_device_sets_the_pace():
         return 4 * MIXTRAL_LAYERS * 3 * 2.0 * K * 3 * D * F * m * load / rate
 
     assert learned.time_s["compute/matmul"] - forced.time_s["compute/matmul"] == pytest.approx(
-        routed_s(loads["learned"]) - routed_s(loads["forced"]), rel=1e-9)
+        routed_s(loads["learned"]) - routed_s(loads["forced"]), rel=1e-9
+    )
     assert learned.time_s["compute/attention"] == forced.time_s["compute/attention"]
-    assert _a2a(learned)["bytes"] / _a2a(forced)["bytes"] == pytest.approx(loads["learned"] / loads["forced"], rel=1e-12)
+    assert _a2a(learned)["bytes"] / _a2a(forced)["bytes"] == pytest.approx(
+        loads["learned"] / loads["forced"], rel=1e-12
+    )
     # a routing spread the user measured (Workload.routing_cv) replaces the fitted default
     measured = estimate(Problem.build("mixtral-8x7b", "h100-16", replace(work, routing_cv=0.2)), lay)
     assert _a2a(measured)["bytes"] == pytest.approx(67_108_864 * _busiest(8, 8192, 1, 0.2), rel=1e-12)
     one = Layout(fsdp=16, zero_stage=1, num_microbatches=4)
-    assert (estimate(Problem.build("mixtral-8x7b", "h100-16", work), one).step_time_s
-            == estimate(Problem.build("mixtral-8x7b", "h100-16", replace(work, routing="forced")), one).step_time_s)
+    assert (
+        estimate(Problem.build("mixtral-8x7b", "h100-16", work), one).step_time_s
+        == estimate(Problem.build("mixtral-8x7b", "h100-16", replace(work, routing="forced")), one).step_time_s
+    )
 
 
 def test_routing_is_a_choice_of_the_cli_and_problem_files(capsys, tmp_path):
     """--routing forced costs the benchmark's random routing; a wrong value is one line, exit 2."""
-    args = ["estimate", "--model", "mixtral-8x7b", "--cluster", "h100-16", "--seqs", "64", "--layout", "fsdp=16,ep=8", "--microbatches", "4",
-            "--zero-stage", "3", "--recompute", "full",
-            "--format", "json"]
+    args = [
+        "estimate",
+        "--model",
+        "mixtral-8x7b",
+        "--cluster",
+        "h100-16",
+        "--seqs",
+        "64",
+        "--layout",
+        "fsdp=16,ep=8",
+        "--microbatches",
+        "4",
+        "--zero-stage",
+        "3",
+        "--recompute",
+        "full",
+        "--format",
+        "json",
+    ]
     assert main(args) == 0
     learned = json.loads(capsys.readouterr().out)
     assert main([*args, "--routing", "forced"]) == 0
@@ -291,17 +343,26 @@ def test_routing_is_a_choice_of_the_cli_and_problem_files(capsys, tmp_path):
     assert main([*args, "--routing-cv", "0.2"]) == 0
     measured = json.loads(capsys.readouterr().out)
     assert (learned["problem"]["workload"]["routing_cv"], measured["problem"]["workload"]["routing_cv"]) == (0.15, 0.2)
-    a2a = {doc["problem"]["workload"]["routing_cv"]: next(c["bytes"] for c in doc["collectives"] if c["name"].startswith("ep "))
-           for doc in (learned, measured)}
+    a2a = {
+        doc["problem"]["workload"]["routing_cv"]: next(
+            c["bytes"] for c in doc["collectives"] if c["name"].startswith("ep ")
+        )
+        for doc in (learned, measured)
+    }
     assert a2a[0.2] / a2a[0.15] == pytest.approx(_busiest(8, 8192, 1, 0.2) / _busiest(8, 8192, 1, 0.15), rel=1e-12)
     assert main([*args, "--routing-cv", "-0.5"]) == 2
-    assert capsys.readouterr().err.strip() == ("error: Invalid value for '--routing-cv': Input should be greater than "
-                                               "or equal to 0 (got '-0.5')")
+    assert capsys.readouterr().err.strip() == (
+        "error: Invalid value for '--routing-cv': Input should be greater than or equal to 0 (got '-0.5')"
+    )
     problem = tmp_path / "p.problem.yaml"
-    problem.write_text("model: mixtral-8x7b\ncluster: h100-16\nseqs: 64\nrouting: balanced\nlayout: fsdp=16,ep=8\nmicrobatches: 4\nzero_stage: 3\nrecompute: full\n")
+    problem.write_text(
+        "model: mixtral-8x7b\ncluster: h100-16\nseqs: 64\nrouting: balanced\nlayout: fsdp=16,ep=8\nmicrobatches: 4\nzero_stage: 3\nrecompute: full\n"
+    )
     assert main(["estimate", "--problem", str(problem)]) == 2
-    assert capsys.readouterr().err.strip() == (f"error: {problem}: field 'routing': Value error, 'balanced' is not one of "
-                                               f"'learned', 'forced'. (got 'balanced')")
+    assert capsys.readouterr().err.strip() == (
+        f"error: {problem}: field 'routing': Value error, 'balanced' is not one of "
+        f"'learned', 'forced'. (got 'balanced')"
+    )
     # the Python API checks the value it is given the same way
     with pytest.raises(InvalidArgumentError, match=r"^--routing: 'balanced' is not one of learned, forced$"):
         Problem.build("mixtral-8x7b", "h100-16", Workload(global_batch_seqs=64, seq_len=4096, routing="balanced"))
@@ -312,14 +373,35 @@ def test_routing_is_a_choice_of_the_cli_and_problem_files(capsys, tmp_path):
 
 def test_cuda_graphs_leave_a_dense_model_and_refuse_a_tpu(capsys):
     llama = Layout(fsdp=16, num_microbatches=4)
-    plain, graphed = (estimate(Problem.build("llama3-8b", "h100-16", Workload(
-        global_batch_seqs=64, seq_len=4096, cuda_graphs=g)), llama) for g in ("none", "full_iteration"))
+    plain, graphed = (
+        estimate(
+            Problem.build("llama3-8b", "h100-16", Workload(global_batch_seqs=64, seq_len=4096, cuda_graphs=g)), llama
+        )
+        for g in ("none", "full_iteration")
+    )
     assert graphed.step_time_s == plain.step_time_s
-    assert main(["estimate", "--model", "mixtral-8x7b", "--cluster", "v5p-16", "--seqs", "64", "--layout", "fsdp=16",
-                 "--cuda-graphs", "scoped"]) == 2
+    assert (
+        main(
+            [
+                "estimate",
+                "--model",
+                "mixtral-8x7b",
+                "--cluster",
+                "v5p-16",
+                "--seqs",
+                "64",
+                "--layout",
+                "fsdp=16",
+                "--cuda-graphs",
+                "scoped",
+            ]
+        )
+        == 2
+    )
     assert capsys.readouterr().err.strip() == (
         "error: --cuda-graphs scoped: v5p is a TPU; CUDA graphs apply to GPUs (XLA compiles the whole step already); "
-        "use --cuda-graphs none")
+        "use --cuda-graphs none"
+    )
 
 
 # ----------------------------------------------------------------------------- memory and FLOPs
@@ -330,10 +412,12 @@ def test_expert_weights_divide_by_ep():
     ep4, ep8 = (estimate(problem, Layout(fsdp=16, ep=ep, zero_stage=1, num_microbatches=4)) for ep in (4, 8))
     experts = MIXTRAL_LAYERS * E * 3 * D * F
     assert ep4.memory_bytes["state/weights"] - ep8.memory_bytes["state/weights"] == pytest.approx(
-        experts * (1 / 4 - 1 / 8) * 2, rel=1e-9)
+        experts * (1 / 4 - 1 / 8) * 2, rel=1e-9
+    )
     # the fp32 master and Adam moments divide by the expert ZeRO group too: 16 / ep devices
     assert ep4.memory_bytes["state/optimizer"] - ep8.memory_bytes["state/optimizer"] == pytest.approx(
-        experts * 8 * (1 / 4 / 4 - 1 / 8 / 2), rel=1e-6)
+        experts * 8 * (1 / 4 / 4 - 1 / 8 / 2), rel=1e-6
+    )
 
 
 def test_norm_act_recomputes_the_separate_norm_and_the_experts_activation_only():
@@ -343,22 +427,29 @@ def test_norm_act_recomputes_the_separate_norm_and_the_experts_activation_only()
     tokens x 32 layers in flight; the attention core is not run again (selective reruns it) and the norms'
     element-wise pass is half again (3 passes -> 3.5)."""
     problem = _mixtral()
-    none, sel, norm_act = (estimate(problem, Layout(fsdp=16, ep=8, zero_stage=1, num_microbatches=4, recompute=r))
-                           for r in ("none", "selective", "norm_act"))
+    none, sel, norm_act = (
+        estimate(problem, Layout(fsdp=16, ep=8, zero_stage=1, num_microbatches=4, recompute=r))
+        for r in ("none", "selective", "norm_act")
+    )
     dropped = (D + K * F) * 2 * 4096 * MIXTRAL_LAYERS
     assert none.memory_bytes["activations/saved"] - norm_act.memory_bytes["activations/saved"] == pytest.approx(
-        dropped, rel=1e-12)
+        dropped, rel=1e-12
+    )
     assert norm_act.time_s["compute/recompute"] == 0 < sel.time_s["compute/recompute"]
     assert norm_act.time_s["compute/elementwise"] == pytest.approx(none.time_s["compute/elementwise"] * 3.5 / 3)
     # a dense model without latent attention has no separate norm and no experts: norm_act is no recompute at all,
     # and the rule norm-act refuses it (the search would list a twin of every none layout)
     llama = Problem.build("llama3-8b", "h100-8", Workload(global_batch_seqs=64, seq_len=4096, framework="megatron"))
-    dense = [estimate(llama, Layout(fsdp=8, num_microbatches=8, recompute=r), strict=False) for r in ("none", "norm_act")]
+    dense = [
+        estimate(llama, Layout(fsdp=8, num_microbatches=8, recompute=r), strict=False) for r in ("none", "norm_act")
+    ]
     assert dense[0].memory_bytes["activations/saved"] == dense[1].memory_bytes["activations/saved"] > 0
     assert dense[0].step_time_s == dense[1].step_time_s
     (v,) = check_layout(llama, Layout(fsdp=8, num_microbatches=8, recompute="norm_act"))
-    assert v.message == ("recompute norm_act recomputes nothing on llama3-8b: it has no experts and no separate norm "
-                         "module (Megatron fuses its norms into the next linear); it is recompute none")
+    assert v.message == (
+        "recompute norm_act recomputes nothing on llama3-8b: it has no experts and no separate norm "
+        "module (Megatron fuses its norms into the next linear); it is recompute none"
+    )
 
 
 def test_mla_up_proj_drops_the_up_projected_heads_and_reruns_their_projections():
@@ -367,11 +458,17 @@ def test_mla_up_proj_drops_the_up_projected_heads_and_reruns_their_projections()
     run again from the saved latents: their FLOPs over the layer's matmul FLOPs, q_b 1536 x 128 x 192 + k_b and v_b
     512 x 128 x 128 each, over those + the latents 7168 x (1536 + 512 + 64) + o 128 x 128 x 7168 + the MLP 3 x 7168 x
     18432 (the mean layer: 3 dense layers of 18432, 58 of 8 experts + 1 shared of 2048), of the forward matmul time."""
-    problem = Problem.build("deepseek-v3", "h100-2048", Workload(global_batch_seqs=2048, seq_len=4096,
-                                                                 framework="megatron"))
-    none, up = (estimate(problem, Layout(fsdp=2048, ep=64, zero_stage=3, num_microbatches=1, recompute=r),
-                         strict=False) for r in ("none", "mla_up_proj"))
-    assert none.memory_bytes["activations/saved"] - up.memory_bytes["activations/saved"] == 128 * (192 + 192 + 128) * 2 * 4096 * 61
+    problem = Problem.build(
+        "deepseek-v3", "h100-2048", Workload(global_batch_seqs=2048, seq_len=4096, framework="megatron")
+    )
+    none, up = (
+        estimate(problem, Layout(fsdp=2048, ep=64, zero_stage=3, num_microbatches=1, recompute=r), strict=False)
+        for r in ("none", "mla_up_proj")
+    )
+    assert (
+        none.memory_bytes["activations/saved"] - up.memory_bytes["activations/saved"]
+        == 128 * (192 + 192 + 128) * 2 * 4096 * 61
+    )
     rerun = 1536 * 128 * 192 + 2 * 512 * 128 * 128
     share = rerun / (rerun + 7168 * (1536 + 512 + 64) + 128 * 128 * 7168 + 3 * 7168 * 18432)
     assert up.time_s["compute/recompute"] == pytest.approx(up.time_s["compute/matmul"] / 3 * share, rel=1e-12)
@@ -391,33 +488,70 @@ def test_mla_attention_uses_the_value_head_width():
     model = load_model("deepseek-v3")
     assert flops.attention_flops_per_token_per_layer(model, 4096, causal=True) == 2 * 2048 * (192 + 128) * 128
     # the latent projections: q 7168 x 1536 + 1536 x 128 x 192, kv 7168 x 576 + 512 x 128 x 256, o 128 x 128 x 7168
-    assert flops.mla_projection_params(model) == (7168 * 1536 + 1536 * 128 * 192 + 7168 * 576 + 512 * 128 * 256
-                                                  + 128 * 128 * 7168)
+    assert flops.mla_projection_params(model) == (
+        7168 * 1536 + 1536 * 128 * 192 + 7168 * 576 + 512 * 128 * 256 + 128 * 128 * 7168
+    )
 
 
 # ----------------------------------------------------------------------------- rules
-@pytest.mark.parametrize("layout, message", [
-    ("fsdp=16,ep=16", "ep(16) does not divide the 8 routed experts of each MoE layer"),
-    ("fsdp=16,ep=3", "ep(3) does not divide the 8 routed experts of each MoE layer"),
-    ("dp=2,fsdp=8,ep=8,etp=4", "zero_stage 1 with ep(8) x etp(4) = 32, which does not divide fsdp(8) x cp(1) x tp(1)"),
-])
+@pytest.mark.parametrize(
+    "layout, message",
+    [
+        ("fsdp=16,ep=16", "ep(16) does not divide the 8 routed experts of each MoE layer"),
+        ("fsdp=16,ep=3", "ep(3) does not divide the 8 routed experts of each MoE layer"),
+        (
+            "dp=2,fsdp=8,ep=8,etp=4",
+            "zero_stage 1 with ep(8) x etp(4) = 32, which does not divide fsdp(8) x cp(1) x tp(1)",
+        ),
+    ],
+)
 def test_expert_rules_name_the_numbers(capsys, layout, message):
-    code = main(["estimate", "--model", "mixtral-8x7b", "--cluster", "h100-16", "--seqs", "64", "--seq-len", "4096",
-                 "--layout", layout, "--zero-stage", "1"])
+    code = main(
+        [
+            "estimate",
+            "--model",
+            "mixtral-8x7b",
+            "--cluster",
+            "h100-16",
+            "--seqs",
+            "64",
+            "--seq-len",
+            "4096",
+            "--layout",
+            layout,
+            "--zero-stage",
+            "1",
+        ]
+    )
     err = capsys.readouterr().err
     assert code == 2 and message in err and err.count("\n") == 1
 
 
 def test_a_dense_model_has_no_expert_degrees(capsys):
     code = main(["estimate", "--model", "llama3-8b", "--cluster", "h100-8", "--seqs", "8", "--layout", "fsdp=8,ep=2"])
-    assert code == 2 and "ep(2) x etp(1): model 'llama3-8b' has no mixture-of-experts layers\n" in capsys.readouterr().err
+    assert (
+        code == 2 and "ep(2) x etp(1): model 'llama3-8b' has no mixture-of-experts layers\n" in capsys.readouterr().err
+    )
 
 
 # ----------------------------------------------------------------------------- search
 def test_deepseek_v3_on_2048_h100_is_proven_optimal_with_expert_parallelism(capsys):
     """The issue's Done-when command."""
-    code = main(["solve", "--model", "deepseek-v3", "--cluster", "h100-2048", "--seqs", "15360", "--seq-len", "4096",
-                 "--format", "json"])
+    code = main(
+        [
+            "solve",
+            "--model",
+            "deepseek-v3",
+            "--cluster",
+            "h100-2048",
+            "--seqs",
+            "15360",
+            "--seq-len",
+            "4096",
+            "--format",
+            "json",
+        ]
+    )
     doc = json.loads(capsys.readouterr().out)
     best = doc["layouts"][0]
     assert code == 0 and doc["solver"]["status"] == "OPTIMAL"
@@ -430,17 +564,36 @@ def moe_problems(draw):
     heads = draw(st.sampled_from([4, 8]))
     experts = draw(st.sampled_from([4, 8, 16]))
     layers = draw(st.sampled_from([4, 6, 8]))
-    moe = MoeSpec(num_experts=experts, top_k=draw(st.sampled_from([1, 2])), expert_d_ff=heads * 64 * 2,
-                  num_shared_experts=draw(st.sampled_from([0, 1])), shared_d_ff=heads * 64,
-                  first_dense_layers=draw(st.sampled_from([0, 1])))
+    moe = MoeSpec(
+        num_experts=experts,
+        top_k=draw(st.sampled_from([1, 2])),
+        expert_d_ff=heads * 64 * 2,
+        num_shared_experts=draw(st.sampled_from([0, 1])),
+        shared_d_ff=heads * 64,
+        first_dense_layers=draw(st.sampled_from([0, 1])),
+    )
     mla = MlaSpec(q_lora_rank=128, kv_lora_rank=64, qk_rope_head_dim=32, qk_nope_head_dim=32, v_head_dim=64)
     use_mla = draw(st.booleans())
-    model = ModelSpec(name="rand-moe", num_layers=layers, d_model=heads * 64, d_ff=heads * 64 * 4, mlp="gated",
-                      num_heads=heads, num_kv_heads=heads if use_mla else draw(st.sampled_from([1, heads])),
-                      head_dim=64, vocab_size=32000, tied_embeddings=False, moe=moe, mla=mla if use_mla else None)
+    model = ModelSpec(
+        name="rand-moe",
+        num_layers=layers,
+        d_model=heads * 64,
+        d_ff=heads * 64 * 4,
+        mlp="gated",
+        num_heads=heads,
+        num_kv_heads=heads if use_mla else draw(st.sampled_from([1, heads])),
+        head_dim=64,
+        vocab_size=32000,
+        tied_embeddings=False,
+        moe=moe,
+        mla=mla if use_mla else None,
+    )
     cluster = resolve_cluster(draw(st.sampled_from(["h100-16", "v5p-16", "h100-8", "gb200-64"])))
-    workload = Workload(global_batch_seqs=draw(st.sampled_from([16, 32, 64])), seq_len=draw(st.sampled_from([512, 2048])),
-                        framework=draw(st.sampled_from([None, "ideal"])))
+    workload = Workload(
+        global_batch_seqs=draw(st.sampled_from([16, 32, 64])),
+        seq_len=draw(st.sampled_from([512, 2048])),
+        framework=draw(st.sampled_from([None, "ideal"])),
+    )
     return model, workload, cluster
 
 
@@ -464,8 +617,9 @@ def test_the_infeasibility_funnel_names_the_expert_rule(capsys):
     code = main(["solve", "--model", "mixtral-8x7b", "--cluster", "h100-16", "--seqs", "64", "--fix", "ep=16"])
     out = capsys.readouterr()
     assert code == 1
-    assert ("no layout satisfies the rules: 'ep divides the experts (8)' (ep-experts) removes the last 35 degree "
-            "tuples") in out.out + out.err
+    assert (
+        "no layout satisfies the rules: 'ep divides the experts (8)' (ep-experts) removes the last 35 degree tuples"
+    ) in out.out + out.err
 
 
 def test_moe_on_an_accelerator_without_moe_calibration_is_warned(capsys):
@@ -473,8 +627,10 @@ def test_moe_on_an_accelerator_without_moe_calibration_is_warned(capsys):
     args = ["--seqs", "512", "--seq-len", "4096", "--top", "1", "--format", "json"]
     assert main(["solve", "--model", "mixtral-8x7b", "--cluster", "v5p-128", *args]) == 0
     err = capsys.readouterr().err
-    assert err == ("warning: v5p has no MoE calibration (hardware/v5p.yaml): its MoE layers are costed by FLOPs and "
-                   "traffic alone; on the 4 published TPU MoE runs that is 13% too slow to 10% too fast "
-                   "(results/validation_moe.md)\n")
+    assert err == (
+        "warning: v5p has no MoE calibration (hardware/v5p.yaml): its MoE layers are costed by FLOPs and "
+        "traffic alone; on the 4 published TPU MoE runs that is 13% too slow to 10% too fast "
+        "(results/validation_moe.md)\n"
+    )
     assert main(["solve", "--model", "mixtral-8x7b", "--cluster", "h100-64", *args]) == 0
     assert capsys.readouterr().err == ""

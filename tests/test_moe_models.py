@@ -69,9 +69,16 @@ from dataclasses import replace
 import pytest
 
 from layoutsearch import cli
-from layoutsearch.core.catalogue import (HfConfigWarning, catalogue_dir, hf_warnings, load_accelerator, load_model,
-                                         model_from_dict, read_hf_config)
-from layoutsearch.core.errors import CatalogueError, InvalidArgumentError
+from layoutsearch.core.catalogue import (
+    HfConfigWarning,
+    catalogue_dir,
+    hf_warnings,
+    load_accelerator,
+    load_model,
+    model_from_dict,
+    read_hf_config,
+)
+from layoutsearch.core.errors import CatalogueError
 from layoutsearch.core.problem import Problem, model_hash, spec_fields
 from layoutsearch.core.specs import Layout, MlaSpec, MoeSpec, Workload
 from layoutsearch.costs import params
@@ -106,7 +113,7 @@ def _within(count: int, published: str) -> bool:
     """``count`` equals a published figure in billions to its last written digit (one unit either way:
     sources round or truncate)."""
     decimals = len(published.partition(".")[2])
-    return abs(count / 1e9 - float(published)) < 10 ** -decimals
+    return abs(count / 1e9 - float(published)) < 10**-decimals
 
 
 @pytest.fixture(scope="module")
@@ -150,8 +157,14 @@ def test_what_the_published_figures_add():
 def test_dense_counts_and_documents_are_unchanged():
     """A dense model's components, spec fields and hash are those of before the sparse fields."""
     m = load_model("llama3-8b")
-    assert params.param_counts(m) == {"attention": 1_342_177_280, "mlp": 5_637_144_576, "norms": 266_240,
-                                      "embedding": 525_336_576, "output": 525_336_576, "total": 8_030_261_248}
+    assert params.param_counts(m) == {
+        "attention": 1_342_177_280,
+        "mlp": 5_637_144_576,
+        "norms": 266_240,
+        "embedding": 525_336_576,
+        "output": 525_336_576,
+        "total": 8_030_261_248,
+    }
     assert not {"moe", "mla", "mtp_layers", "attention_sinks"} & set(spec_fields(m))
     assert (m.num_moe_layers, m.num_dense_layers, params.active_params(m)) == (0, 32, 8_030_261_248)
 
@@ -192,25 +205,59 @@ def test_sparse_spec_round_trips_through_a_result_document():
     assert isinstance(load_model("deepseek-v3").moe, MoeSpec) and isinstance(load_model("deepseek-v3").mla, MlaSpec)
 
 
-BASE = {"name": "x", "num_layers": 4, "d_model": 256, "d_ff": 768, "mlp": "gated", "num_heads": 8, "num_kv_heads": 8,
-        "head_dim": 32, "vocab_size": 1000, "tied_embeddings": False}
+BASE = {
+    "name": "x",
+    "num_layers": 4,
+    "d_model": 256,
+    "d_ff": 768,
+    "mlp": "gated",
+    "num_heads": 8,
+    "num_kv_heads": 8,
+    "head_dim": 32,
+    "vocab_size": 1000,
+    "tied_embeddings": False,
+}
 MOE = {"num_experts": 8, "top_k": 2, "expert_d_ff": 128}
 
 
-@pytest.mark.parametrize("change, message", [
-    ({"moe": {**MOE, "top_k": 9}}, "field 'moe.top_k' (9) is more than moe.num_experts(8)"),
-    ({"moe": {**MOE, "num_shared_experts": 1}}, "field 'moe.shared_d_ff' (0) with moe.num_shared_experts(1)"),
-    ({"moe": {**MOE, "first_dense_layers": 4}}, "leave no MoE layer among num_layers(4)"),
-    ({"moe": {**MOE, "layer_freq": 5}}, "leave no MoE layer among num_layers(4)"),
-    ({"moe": {**MOE, "topk": 2}}, "m.yaml: moe: unknown key 'topk' (did you mean 'top_k'?)"),
-    ({"moe": {**MOE, "capacity_factor": 0}}, "capacity_factor"),
-    ({"moe": {"num_experts": 8, "top_k": 2}}, "expert_d_ff"),
-    ({"mla": {"q_lora_rank": None, "kv_lora_rank": 64, "qk_rope_head_dim": 16, "qk_nope_head_dim": 32,
-              "v_head_dim": 32}}, "field 'head_dim' (32): with mla it is the query-key width"),
-    ({"num_kv_heads": 2, "mla": {"q_lora_rank": 64, "kv_lora_rank": 64, "qk_rope_head_dim": 16,
-                                 "qk_nope_head_dim": 16, "v_head_dim": 32}}, "field 'num_kv_heads' (2): with mla"),
-    ({"mtp_layers": -1}, "mtp_layers"),
-])
+@pytest.mark.parametrize(
+    "change, message",
+    [
+        ({"moe": {**MOE, "top_k": 9}}, "field 'moe.top_k' (9) is more than moe.num_experts(8)"),
+        ({"moe": {**MOE, "num_shared_experts": 1}}, "field 'moe.shared_d_ff' (0) with moe.num_shared_experts(1)"),
+        ({"moe": {**MOE, "first_dense_layers": 4}}, "leave no MoE layer among num_layers(4)"),
+        ({"moe": {**MOE, "layer_freq": 5}}, "leave no MoE layer among num_layers(4)"),
+        ({"moe": {**MOE, "topk": 2}}, "m.yaml: moe: unknown key 'topk' (did you mean 'top_k'?)"),
+        ({"moe": {**MOE, "capacity_factor": 0}}, "capacity_factor"),
+        ({"moe": {"num_experts": 8, "top_k": 2}}, "expert_d_ff"),
+        (
+            {
+                "mla": {
+                    "q_lora_rank": None,
+                    "kv_lora_rank": 64,
+                    "qk_rope_head_dim": 16,
+                    "qk_nope_head_dim": 32,
+                    "v_head_dim": 32,
+                }
+            },
+            "field 'head_dim' (32): with mla it is the query-key width",
+        ),
+        (
+            {
+                "num_kv_heads": 2,
+                "mla": {
+                    "q_lora_rank": 64,
+                    "kv_lora_rank": 64,
+                    "qk_rope_head_dim": 16,
+                    "qk_nope_head_dim": 16,
+                    "v_head_dim": 32,
+                },
+            },
+            "field 'num_kv_heads' (2): with mla",
+        ),
+        ({"mtp_layers": -1}, "mtp_layers"),
+    ],
+)
 def test_model_file_checks_the_sparse_fields(change, message):
     with pytest.raises(CatalogueError) as info:
         model_from_dict({**BASE, **change}, "x", "m.yaml")
@@ -233,20 +280,31 @@ def test_attention_sinks_are_counted_and_cost_what_plain_attention_costs():
     oss = load_model("gpt-oss-120b")
     work = Workload(global_batch_seqs=64, seq_len=4096)
     lay = Layout(fsdp=64, ep=8, zero_stage=3, num_microbatches=1)
-    sinks, plain = (estimate(Problem.build(m, "h100-64", work), lay) for m in (oss, replace(oss, attention_sinks=False)))
+    sinks, plain = (
+        estimate(Problem.build(m, "h100-64", work), lay) for m in (oss, replace(oss, attention_sinks=False))
+    )
     assert sinks.params["total"] - plain.params["total"] == 64 * 36
     for term in ("compute/attention", "compute/matmul", "compute/elementwise", "exposed_comm/ep"):
         assert sinks.time_s[term] == plain.time_s[term] > 0, term
     assert sinks.step_time_s == pytest.approx(plain.step_time_s, rel=1e-7) and sinks.step_time_s != plain.step_time_s
 
 
-@pytest.mark.parametrize("target, nearest", [
-    ("megatron", "Megatron-LM cannot express the attention sinks of gpt-oss-120b (pretrain_gpt.py has no argument "
-                 "for TransformerConfig softmax_type 'learnable'; a model provider sets it, as Megatron-Bridge's gpt-oss "
-                 "bridge does); nearest: export to deepspeed (the Hugging Face model code has them)"),
-    ("torchtitan", "torchtitan cannot express the attention sinks of gpt-oss-120b; nearest: export to deepspeed (the "
-                   "Hugging Face model code has them)"),
-])
+@pytest.mark.parametrize(
+    "target, nearest",
+    [
+        (
+            "megatron",
+            "Megatron-LM cannot express the attention sinks of gpt-oss-120b (pretrain_gpt.py has no argument "
+            "for TransformerConfig softmax_type 'learnable'; a model provider sets it, as Megatron-Bridge's gpt-oss "
+            "bridge does); nearest: export to deepspeed (the Hugging Face model code has them)",
+        ),
+        (
+            "torchtitan",
+            "torchtitan cannot express the attention sinks of gpt-oss-120b; nearest: export to deepspeed (the "
+            "Hugging Face model code has them)",
+        ),
+    ],
+)
 def test_an_export_target_without_attention_sinks_refuses_gpt_oss(capsys, target, nearest):
     """solve accepts gpt-oss; a target that cannot write its sinks finds no layout (exit 1) and says what is nearest;
     DeepSpeed trains the Hugging Face model, sinks included."""
@@ -259,16 +317,45 @@ def test_an_export_target_without_attention_sinks_refuses_gpt_oss(capsys, target
 
 def test_deepspeed_exports_gpt_oss(tmp_path, capsys):
     out = tmp_path / "ds.json"
-    assert cli.main(["solve", "--model", "gpt-oss-120b", "--cluster", "h100-64", "--seqs", "512", "--export", "deepspeed",
-                     "-o", str(out)]) == 0
+    assert (
+        cli.main(
+            [
+                "solve",
+                "--model",
+                "gpt-oss-120b",
+                "--cluster",
+                "h100-64",
+                "--seqs",
+                "512",
+                "--export",
+                "deepspeed",
+                "-o",
+                str(out),
+            ]
+        )
+        == 0
+    )
     doc = json.loads(out.read_text())
     assert doc["_layoutsearch"]["model_hyperparameters"]["attention_bias"] is True and doc["train_batch_size"] == 512
 
 
 def test_sweep_refuses_an_unknown_model_before_solving(tmp_path, capsys):
     output = tmp_path / "sweep.csv"
-    code = cli.main(["sweep", "--model", "llama3-8b,gpt-oss-12b", "--cluster", "h100-8", "--seqs", "8",
-                     "--seq-len", "4096", "--output", str(output)])
+    code = cli.main(
+        [
+            "sweep",
+            "--model",
+            "llama3-8b,gpt-oss-12b",
+            "--cluster",
+            "h100-8",
+            "--seqs",
+            "8",
+            "--seq-len",
+            "4096",
+            "--output",
+            str(output),
+        ]
+    )
     err = capsys.readouterr().err
     assert code == 2 and err.startswith("error: unknown model 'gpt-oss-12b' (did you mean 'gpt-oss-120b'?)"), err
     assert not output.exists()
@@ -285,13 +372,26 @@ def test_models_lists_total_and_active(capsys):
 # ----------------------------------------------------------------------------- Hugging Face import
 def test_shapes_read_from_the_configs(imported):
     ds = imported["deepseek-v3"].model
-    assert ds.moe == MoeSpec(num_experts=256, top_k=8, expert_d_ff=2048, num_shared_experts=1, shared_d_ff=2048,
-                             first_dense_layers=3, router_bias=True)
-    assert ds.mla == MlaSpec(q_lora_rank=1536, kv_lora_rank=512, qk_rope_head_dim=64, qk_nope_head_dim=128,
-                             v_head_dim=128)
+    assert ds.moe == MoeSpec(
+        num_experts=256,
+        top_k=8,
+        expert_d_ff=2048,
+        num_shared_experts=1,
+        shared_d_ff=2048,
+        first_dense_layers=3,
+        router_bias=True,
+    )
+    assert ds.mla == MlaSpec(
+        q_lora_rank=1536, kv_lora_rank=512, qk_rope_head_dim=64, qk_nope_head_dim=128, v_head_dim=128
+    )
     assert (ds.head_dim, ds.num_kv_heads, ds.mtp_layers, ds.d_ff) == (192, 128, 1, 18432)
     oss = imported["gpt-oss-120b"].model
-    assert (oss.sliding_window, oss.full_attention_layers, oss.attention_sinks, oss.linear_bias) == (128, 18, True, True)
+    assert (oss.sliding_window, oss.full_attention_layers, oss.attention_sinks, oss.linear_bias) == (
+        128,
+        18,
+        True,
+        True,
+    )
     mav = imported["llama-4-maverick-17b-128e"].model
     assert (mav.d_ff, mav.moe.expert_d_ff, mav.moe.layer_freq, mav.moe.shared_d_ff) == (16384, 8192, 2, 8192)
     qwen2 = imported["qwen1.5-moe-a2.7b"].model
@@ -303,11 +403,26 @@ def test_routing_scalars_are_one_warning_naming_them(data_file):
         read = load_model.__wrapped__(str(data_file("hf/deepseek-v3.json")))
     assert read.moe is not None and len(caught) == 1
     listed = str(caught[0].message).split(": ")[-1].split(", ")
-    for key in ("topk_method", "n_group", "topk_group", "routed_scaling_factor", "norm_topk_prob", "scoring_func",
-                "aux_loss_alpha", "rope_scaling", "ep_size"):
+    for key in (
+        "topk_method",
+        "n_group",
+        "topk_group",
+        "routed_scaling_factor",
+        "norm_topk_prob",
+        "scoring_func",
+        "aux_loss_alpha",
+        "rope_scaling",
+        "ep_size",
+    ):
         assert key in listed
-    for key in ("n_routed_experts", "q_lora_rank", "first_k_dense_replace", "num_nextn_predict_layers",
-                "moe_layer_freq", "num_key_value_heads"):
+    for key in (
+        "n_routed_experts",
+        "q_lora_rank",
+        "first_k_dense_replace",
+        "num_nextn_predict_layers",
+        "moe_layer_freq",
+        "num_key_value_heads",
+    ):
         assert key not in listed
 
 
@@ -316,8 +431,10 @@ def test_llama4_reads_the_text_config_and_names_what_it_leaves(imported, data_fi
     the other unused keys one line naming them (nested keys with their prefix)."""
     result = imported["llama-4-scout-17b-16e"]
     lines = hf_warnings(result, "scout.json")
-    assert lines[0] == ("scout.json: field 'vision_config': the vision encoder is not counted; the model is the "
-                        "'text_config' decoder alone")
+    assert lines[0] == (
+        "scout.json: field 'vision_config': the vision encoder is not counted; the model is the "
+        "'text_config' decoder alone"
+    )
     assert lines[1].startswith("scout.json: field 'attention_chunk_size' (8192): chunked attention")
     assert "text_config.use_qk_norm" in lines[2] and "text_config.no_rope_layers" in lines[2]
     assert "boi_token_index" in lines[2] and "text_config.num_local_experts" not in lines[2]
@@ -330,16 +447,31 @@ def _write(tmp_path, cfg, name="config.json"):
     return path
 
 
-@pytest.mark.parametrize("base, change, message", [
-    ("qwen3-30b-a3b", {"mlp_only_layers": [0, 5]}, "field 'mlp_only_layers': dense layers other than the first"),
-    ("deepseek-v3", {"moe_layer_freq": 2}, "field 'moe_layer_freq' (2): MoE layers at other than every layer"),
-    ("deepseek-v3", {"attention_bias": True}, "field 'attention_bias' (True): deepseek_v3 with attention biases"),
-    ("mixtral-8x7b-v0.1", {"n_routed_experts": 8}, "field 'n_routed_experts' (8): mixture of experts is not modelled"),
-    ("qwen3-30b-a3b", {"q_lora_rank": 512}, "field 'q_lora_rank' (512): multi-head latent attention is not modelled"),
-    ("qwen3-30b-a3b", {"num_experts_per_tok": 0}, "field 'num_experts_per_tok': Input should be greater than 0"),
-    ("gpt-oss-120b", {"experts_per_token": 2}, "field 'experts_per_token' (2) and 'num_experts_per_tok' (4) differ"),
-    ("gpt-oss-120b", {"attention_bias": False}, "field 'attention_bias' (False): gpt_oss without attention biases"),
-])
+@pytest.mark.parametrize(
+    "base, change, message",
+    [
+        ("qwen3-30b-a3b", {"mlp_only_layers": [0, 5]}, "field 'mlp_only_layers': dense layers other than the first"),
+        ("deepseek-v3", {"moe_layer_freq": 2}, "field 'moe_layer_freq' (2): MoE layers at other than every layer"),
+        ("deepseek-v3", {"attention_bias": True}, "field 'attention_bias' (True): deepseek_v3 with attention biases"),
+        (
+            "mixtral-8x7b-v0.1",
+            {"n_routed_experts": 8},
+            "field 'n_routed_experts' (8): mixture of experts is not modelled",
+        ),
+        (
+            "qwen3-30b-a3b",
+            {"q_lora_rank": 512},
+            "field 'q_lora_rank' (512): multi-head latent attention is not modelled",
+        ),
+        ("qwen3-30b-a3b", {"num_experts_per_tok": 0}, "field 'num_experts_per_tok': Input should be greater than 0"),
+        (
+            "gpt-oss-120b",
+            {"experts_per_token": 2},
+            "field 'experts_per_token' (2) and 'num_experts_per_tok' (4) differ",
+        ),
+        ("gpt-oss-120b", {"attention_bias": False}, "field 'attention_bias' (False): gpt_oss without attention biases"),
+    ],
+)
 def test_what_the_sparse_import_does_not_model_is_refused(tmp_path, data_file, base, change, message):
     cfg = {**json.loads(data_file(f"hf/{base}.json").read_text()), **change}
     path = _write(tmp_path, cfg)
@@ -374,8 +506,14 @@ def test_mixtral_is_no_longer_read_as_a_dense_model(tmp_path, capsys, data_file)
 def test_h800_is_an_h100_with_200_gb_s_nvlink():
     h800, h100 = load_accelerator("h800"), load_accelerator("h100")
     assert h800.link_bytes_per_s_per_direction == 200e9
-    same = ("peak_flops_per_s", "hbm_bytes", "hbm_bytes_per_s", "scale_out_bytes_per_s_per_direction",
-            "devices_per_node", "devices_per_host")
+    same = (
+        "peak_flops_per_s",
+        "hbm_bytes",
+        "hbm_bytes_per_s",
+        "scale_out_bytes_per_s_per_direction",
+        "devices_per_node",
+        "devices_per_host",
+    )
     assert all(getattr(h800, k) == getattr(h100, k) for k in same)
     assert "NVLink" in h800.sources["link_gbytes_per_s_per_direction"]
     assert (catalogue_dir("hardware") / "h800.yaml").is_file() and math.isclose(h800.peak_flops_per_s, 989e12)

@@ -50,22 +50,30 @@ def assert_priced(rec: dict, tokens: float, devices: int, price: float | None) -
 
 
 def test_solve_json_prices_every_layout_from_its_own_record():
-    doc = run_json("solve", "--model", "llama70b", "--cluster", "v5p-8192", "--tokens", "15e12",
-                   "--price-per-device-hour", "2.0")
+    doc = run_json(
+        "solve", "--model", "llama70b", "--cluster", "v5p-8192", "--tokens", "15e12", "--price-per-device-hour", "2.0"
+    )
     assert doc["problem"]["workload"]["training_tokens"] == TOKENS
     assert len(doc["layouts"]) == 3
     for rec in doc["layouts"]:
         assert_priced(rec, TOKENS, 8192, PRICE)
     best = doc["layouts"][0]
     unpriced = run_json("solve", "--model", "llama70b", "--cluster", "v5p-8192")["layouts"][0]
-    assert (best["degrees"], best["tokens_per_s"]) == (unpriced["degrees"], unpriced["tokens_per_s"])  # pricing ranks nothing
+    assert (best["degrees"], best["tokens_per_s"]) == (
+        unpriced["degrees"],
+        unpriced["tokens_per_s"],
+    )  # pricing ranks nothing
     assert best["cost"] == pytest.approx(2.0 * 8192 * 24 * 15e12 / best["tokens_per_s"] / 86400, rel=1e-12)
 
 
 def test_without_tokens_the_fields_are_null_and_without_a_price_only_cost_is():
     plain = run_json("solve", "--model", "llama3-8b", "--cluster", "h100-64", "--top", "1")["layouts"][0]
-    assert (plain["train_days"], plain["device_hours"], plain["cost"], plain["price_per_device_hour"]) == \
-        (None, None, None, None)
+    assert (plain["train_days"], plain["device_hours"], plain["cost"], plain["price_per_device_hour"]) == (
+        None,
+        None,
+        None,
+        None,
+    )
     for key in ("degrees", "axes", "memory_bytes", "time_s", "mfu", "tokens_per_s", "fits"):  # nothing dropped
         assert key in plain
     doc = run_json("solve", "--model", "llama3-8b", "--cluster", "h100-64", "--top", "1", "--tokens", "1e12")
@@ -73,19 +81,43 @@ def test_without_tokens_the_fields_are_null_and_without_a_price_only_cost_is():
 
 
 def test_estimate_json_and_table_carry_days_device_hours_and_cost():
-    argv = ["estimate", "--model", "llama70b", "--cluster", "v5p-8192", "--layout", "fsdp=1024,tp=8",
-            "--tokens", "15e12", "--price-per-device-hour", "2.0"]
+    argv = [
+        "estimate",
+        "--model",
+        "llama70b",
+        "--cluster",
+        "v5p-8192",
+        "--layout",
+        "fsdp=1024,tp=8",
+        "--tokens",
+        "15e12",
+        "--price-per-device-hour",
+        "2.0",
+    ]
     rec = run_json(*argv)["layout"]
     assert_priced(rec, TOKENS, 8192, PRICE)
     text = runner.invoke(app, argv).stdout
-    line = (f"{rec['train_days']:.1f} days for 1.5e+13 tokens | {rec['device_hours']:,.0f} device-hours | "
-            f"cost {rec['cost']:,.0f} at 2 per device-hour")
+    line = (
+        f"{rec['train_days']:.1f} days for 1.5e+13 tokens | {rec['device_hours']:,.0f} device-hours | "
+        f"cost {rec['cost']:,.0f} at 2 per device-hour"
+    )
     assert line in text and line.startswith(f"{15e12 / rec['tokens_per_s'] / 86400:.1f} days")
 
 
 def test_solve_table_prints_the_time_to_train_of_each_layout():
-    argv = ["solve", "--model", "llama3-8b", "--cluster", "h100-64", "--top", "2", "--tokens", "1e12",
-            "--price-per-device-hour", "2.5"]
+    argv = [
+        "solve",
+        "--model",
+        "llama3-8b",
+        "--cluster",
+        "h100-64",
+        "--top",
+        "2",
+        "--tokens",
+        "1e12",
+        "--price-per-device-hour",
+        "2.5",
+    ]
     recs = run_json(*argv)["layouts"]
     text = runner.invoke(app, argv).stdout
     assert "time to train 1e+12 tokens at 2.5 per device-hour" in text
@@ -97,8 +129,9 @@ def test_solve_table_prints_the_time_to_train_of_each_layout():
 
 
 def test_explain_takes_tokens_and_price():
-    doc = run_json("explain", "--model", "llama3-8b", "--cluster", "h100-64", "--tokens", "1e12",
-                   "--price-per-device-hour", "0")
+    doc = run_json(
+        "explain", "--model", "llama3-8b", "--cluster", "h100-64", "--tokens", "1e12", "--price-per-device-hour", "0"
+    )
     for rec in doc["layouts"]:
         assert_priced(rec, 1e12, 64, 0.0)
         assert rec["cost"] == 0.0
@@ -123,8 +156,9 @@ def test_scaled_cluster_scales_the_accelerator_and_the_matching_axes_only():
     by_name = {a.name: a for a in base.axes}
     for axis in scaled.axes:
         factor = 0.5 if axis.kind == "scale_out" else 1.0
-        assert axis == dataclasses.replace(by_name[axis.name],
-                                           bytes_per_s_per_direction=factor * by_name[axis.name].bytes_per_s_per_direction)
+        assert axis == dataclasses.replace(
+            by_name[axis.name], bytes_per_s_per_direction=factor * by_name[axis.name].bytes_per_s_per_direction
+        )
     assert (scaled.name, scaled.num_devices) == (base.name, base.num_devices)
     assert resolve_cluster("h100-64") == base  # the cached cluster is untouched
 
@@ -150,16 +184,30 @@ def test_halving_scale_out_bandwidth_never_speeds_up_the_winner_and_is_reported(
     # the NIC traffic hides here: only the compute it slows while hidden grows (overlap_interference)
     assert 0.0 < w["step_time_rel_change"] < 0.02 and w["same_layout"] is True
     assert w["base_layout_step_time_s"] == w["step_time_s"] and w["base_layout_fits"] is True
-    text = runner.invoke(app, ["solve", "--model", "llama3-8b", "--cluster", "h100-64", "--what-if",
-                               "scale_out_bandwidth=0.5"]).stdout
+    text = runner.invoke(
+        app, ["solve", "--model", "llama3-8b", "--cluster", "h100-64", "--what-if", "scale_out_bandwidth=0.5"]
+    ).stdout
     assert "what if scale_out_bandwidth x0.5 (re-solved)" in text
-    assert (f"what-if: step {w['base_step_time_s']:.4f} s -> {w['step_time_s']:.4f} s "
-            f"(+{100 * w['step_time_rel_change']:.2f}%) with the same layout") in text
+    assert (
+        f"what-if: step {w['base_step_time_s']:.4f} s -> {w['step_time_s']:.4f} s "
+        f"(+{100 * w['step_time_rel_change']:.2f}%) with the same layout"
+    ) in text
 
 
 def test_a_tenth_of_the_scale_out_bandwidth_changes_the_winner():
-    doc = run_json("solve", "--model", "llama3-8b", "--cluster", "h100-64", "--top", "1", "--what-if",
-                   "scale_out_bandwidth=0.1", "--tokens", "1e12")
+    doc = run_json(
+        "solve",
+        "--model",
+        "llama3-8b",
+        "--cluster",
+        "h100-64",
+        "--top",
+        "1",
+        "--what-if",
+        "scale_out_bandwidth=0.1",
+        "--tokens",
+        "1e12",
+    )
     w, base = doc["what_if"], doc["layouts"][0]
     layout_of = lambda rec: (rec["degrees"], rec["zero_stage"], rec["num_microbatches"], rec["recompute"])  # noqa: E731
     assert w["same_layout"] is False and layout_of(w["layout"]) != layout_of(base)
@@ -176,8 +224,9 @@ def test_what_if_on_the_library_matches_a_solve_of_the_scaled_problem():
     scaled = planning.scaled_problem(problem, factors)
     assert scaled.cluster.accelerator.hbm_bytes_per_s == 2.0 * problem.cluster.accelerator.hbm_bytes_per_s
     by_hand = solve(scaled).layouts[0]
-    doc = run_json("solve", "--model", "llama3-8b", "--cluster", "h100-64", "--what-if",
-                   "link_bandwidth=0.5,hbm_bandwidth=2")
+    doc = run_json(
+        "solve", "--model", "llama3-8b", "--cluster", "h100-64", "--what-if", "link_bandwidth=0.5,hbm_bandwidth=2"
+    )
     assert doc["what_if"]["factors"] == factors
     assert doc["what_if"]["step_time_s"] == by_hand.step_time_s
 
@@ -189,12 +238,24 @@ def test_what_if_where_the_base_does_not_fit():
     w = json.loads(r.stdout)["what_if"]
     assert w["status"] == "OPTIMAL" and w["layout"]["fits"] and w["base_step_time_s"] is None
     assert w["step_time_rel_change"] is None and w["same_layout"] is None
-    assert "what-if: no layout on the base hardware; on the scaled hardware the winner takes" in runner.invoke(app, argv).stdout
+    assert (
+        "what-if: no layout on the base hardware; on the scaled hardware the winner takes"
+        in runner.invoke(app, argv).stdout
+    )
 
 
 def test_estimate_what_if_re_estimates_the_same_layout():
-    argv = ["estimate", "--model", "llama70b", "--cluster", "v5p-8192", "--layout", "fsdp=1024,tp=8",
-            "--what-if", "peak_flops=2"]
+    argv = [
+        "estimate",
+        "--model",
+        "llama70b",
+        "--cluster",
+        "v5p-8192",
+        "--layout",
+        "fsdp=1024,tp=8",
+        "--what-if",
+        "peak_flops=2",
+    ]
     doc = run_json(*argv)
     w = doc["what_if"]
     assert w["method"] == "re-estimated" and w["same_layout"] is True
@@ -217,8 +278,10 @@ def test_sensitivity_of_a_compute_bound_layout_to_peak_flops_is_about_minus_9_pe
     assert -0.005 < sens["scale_out_bandwidth"] <= 0.0 and -0.005 < sens["link_bandwidth"] <= 0.0
     assert all(v <= 0 for v in sens.values())  # faster hardware never slows a fixed layout down
     text = runner.invoke(app, ["explain", "--model", "llama3-8b", "--cluster", "h100-64", "--sensitivity"]).stdout
-    assert f"│ peak_flops          │ peak dense FLOP/s                     │ " \
-           f"{best['time_s']['step'] * (1 + sens['peak_flops']):14.4f} │ {sens['peak_flops']:+.2%} │" in text
+    assert (
+        f"│ peak_flops          │ peak dense FLOP/s                     │ "
+        f"{best['time_s']['step'] * (1 + sens['peak_flops']):14.4f} │ {sens['peak_flops']:+.2%} │" in text
+    )
 
 
 def test_sensitivity_is_a_re_estimate_of_the_fixed_layout():
@@ -234,8 +297,21 @@ def test_sensitivity_is_a_re_estimate_of_the_fixed_layout():
 def test_explain_without_sensitivity_adds_nothing_and_without_a_layout_it_is_null():
     doc = run_json("explain", "--model", "llama3-8b", "--cluster", "h100-64")
     assert "sensitivity" not in doc
-    r = runner.invoke(app, ["explain", "--model", "llama3-405b", "--cluster", "h100-8", "--seqs", "8", "--sensitivity",
-                            "--format", "json"])
+    r = runner.invoke(
+        app,
+        [
+            "explain",
+            "--model",
+            "llama3-405b",
+            "--cluster",
+            "h100-8",
+            "--seqs",
+            "8",
+            "--sensitivity",
+            "--format",
+            "json",
+        ],
+    )
     assert r.exit_code == 1 and json.loads(r.stdout)["sensitivity"] is None
 
 
@@ -255,18 +331,59 @@ def test_sweep_rows_carry_time_and_cost_columns(tmp_path):
     assert row["cost"] == row["device_hours"] * 2.5
     for name in ("train_days", "device_hours", "cost"):
         assert rows["h100-8"][name] is None or rows["h100-8"]["status"] in ("OPTIMAL", "FEASIBLE")
-    bad = {**row, "status": "INFEASIBLE", **{k: None for k in ("dp", "fsdp", "tp", "pp", "cp", "ep", "etp", "zero_stage",
-           "virtual_stages", "num_microbatches", "recompute", "peak_bytes", "capacity_bytes", "compute_s",
-           "exposed_comm_s", "bubble_s", "overhead_s", "step_time_s", "mfu", "tokens_per_s",
-           "tokens_per_s_per_device")}}
+    bad = {
+        **row,
+        "status": "INFEASIBLE",
+        **{
+            k: None
+            for k in (
+                "dp",
+                "fsdp",
+                "tp",
+                "pp",
+                "cp",
+                "ep",
+                "etp",
+                "zero_stage",
+                "virtual_stages",
+                "num_microbatches",
+                "recompute",
+                "peak_bytes",
+                "capacity_bytes",
+                "compute_s",
+                "exposed_comm_s",
+                "bubble_s",
+                "overhead_s",
+                "step_time_s",
+                "mfu",
+                "tokens_per_s",
+                "tokens_per_s_per_device",
+            )
+        },
+    }
     assert check_row(bad) == "status INFEASIBLE with a time or cost to train"
     assert check_row({**bad, "train_days": None, "device_hours": None, "cost": None}) is None
 
 
 def test_sweep_cli_takes_tokens_and_price(tmp_path):
     out = tmp_path / "s.csv"
-    r = runner.invoke(app, ["sweep", "-m", "llama3-8b", "-c", "h100-64", "-o", str(out), "--no-progress",
-                            "--tokens", "2e12", "--price-per-device-hour", "1"])
+    r = runner.invoke(
+        app,
+        [
+            "sweep",
+            "-m",
+            "llama3-8b",
+            "-c",
+            "h100-64",
+            "-o",
+            str(out),
+            "--no-progress",
+            "--tokens",
+            "2e12",
+            "--price-per-device-hour",
+            "1",
+        ],
+    )
     assert r.exit_code == 0, r.stderr
     (row,) = read_table(out)
     assert row["cost"] == row["device_hours"] == 2e12 / row["tokens_per_s"] / 86400 * 24 * 64
@@ -277,16 +394,23 @@ SWEEP = ["sweep", "-m", "debug", "-c", "h100-8", "-o"]
 
 
 @pytest.mark.parametrize("command", ["solve", "estimate", "explain", "sweep"])
-@pytest.mark.parametrize("option, value, message", [
-    ("--tokens", "-1", "error: --tokens: -1.0 is not a number of tokens in (0, 1e+18]"),
-    ("--tokens", "0", "error: --tokens: 0.0 is not a number of tokens in (0, 1e+18]"),
-    ("--tokens", "2e18", "error: --tokens: 2e+18 is not a number of tokens in (0, 1e+18]"),
-    ("--tokens", "nan", "error: Invalid value for '--tokens': nan is not a finite number"),
-    ("--tokens", "inf", "error: Invalid value for '--tokens': inf is not a finite number"),
-    ("--price-per-device-hour", "-0.5", "error: --price-per-device-hour: -0.5 is not a price in [0, 1e+06]"),
-    ("--price-per-device-hour", "nan", "error: Invalid value for '--price-per-device-hour': nan is not a finite number"),
-    ("--price-per-device-hour", "1e7", "error: --price-per-device-hour: 10000000.0 is not a price in [0, 1e+06]"),
-])
+@pytest.mark.parametrize(
+    "option, value, message",
+    [
+        ("--tokens", "-1", "error: --tokens: -1.0 is not a number of tokens in (0, 1e+18]"),
+        ("--tokens", "0", "error: --tokens: 0.0 is not a number of tokens in (0, 1e+18]"),
+        ("--tokens", "2e18", "error: --tokens: 2e+18 is not a number of tokens in (0, 1e+18]"),
+        ("--tokens", "nan", "error: Invalid value for '--tokens': nan is not a finite number"),
+        ("--tokens", "inf", "error: Invalid value for '--tokens': inf is not a finite number"),
+        ("--price-per-device-hour", "-0.5", "error: --price-per-device-hour: -0.5 is not a price in [0, 1e+06]"),
+        (
+            "--price-per-device-hour",
+            "nan",
+            "error: Invalid value for '--price-per-device-hour': nan is not a finite number",
+        ),
+        ("--price-per-device-hour", "1e7", "error: --price-per-device-hour: 10000000.0 is not a price in [0, 1e+06]"),
+    ],
+)
 def test_bad_tokens_and_price_exit_2_naming_the_option(capsys, tmp_path, command, option, value, message):
     base = [*SWEEP, tmp_path / "s.csv"] if command == "sweep" else [command, "--model", "debug", "--cluster", "h100-8"]
     assert bad_input(capsys, *base, option, value) == message
@@ -294,20 +418,26 @@ def test_bad_tokens_and_price_exit_2_naming_the_option(capsys, tmp_path, command
 
 
 @pytest.mark.parametrize("command", ["solve", "estimate"])
-@pytest.mark.parametrize("value, message", [
-    ("scale_out_bandwith=0.5", "error: --what-if: unknown key 'scale_out_bandwith' (did you mean "
-                               "'scale_out_bandwidth'?); known: scale_out_bandwidth, link_bandwidth, hbm, "
-                               "hbm_bandwidth, peak_flops"),
-    ("peak_flop=2", "error: --what-if: unknown key 'peak_flop' (did you mean 'peak_flops'?)"),
-    ("hbm=0", "error: --what-if hbm: 0 is not a factor in [0.001, 1000]"),
-    ("hbm=-2", "error: --what-if hbm: -2 is not a factor in [0.001, 1000]"),
-    ("hbm=nan", "error: --what-if hbm: nan is not a factor in [0.001, 1000]"),
-    ("hbm=inf", "error: --what-if hbm: inf is not a factor in [0.001, 1000]"),
-    ("hbm=two", "error: --what-if hbm: 'two' is not a number"),
-    ("hbm", "error: --what-if: 'hbm' is not KEY=FACTOR (e.g. scale_out_bandwidth=0.5)"),
-    ("hbm=2,hbm=3", "error: --what-if: hbm given twice"),
-    ("hbm=2,", "error: --what-if: empty item in 'hbm=2,'"),
-])
+@pytest.mark.parametrize(
+    "value, message",
+    [
+        (
+            "scale_out_bandwith=0.5",
+            "error: --what-if: unknown key 'scale_out_bandwith' (did you mean "
+            "'scale_out_bandwidth'?); known: scale_out_bandwidth, link_bandwidth, hbm, "
+            "hbm_bandwidth, peak_flops",
+        ),
+        ("peak_flop=2", "error: --what-if: unknown key 'peak_flop' (did you mean 'peak_flops'?)"),
+        ("hbm=0", "error: --what-if hbm: 0 is not a factor in [0.001, 1000]"),
+        ("hbm=-2", "error: --what-if hbm: -2 is not a factor in [0.001, 1000]"),
+        ("hbm=nan", "error: --what-if hbm: nan is not a factor in [0.001, 1000]"),
+        ("hbm=inf", "error: --what-if hbm: inf is not a factor in [0.001, 1000]"),
+        ("hbm=two", "error: --what-if hbm: 'two' is not a number"),
+        ("hbm", "error: --what-if: 'hbm' is not KEY=FACTOR (e.g. scale_out_bandwidth=0.5)"),
+        ("hbm=2,hbm=3", "error: --what-if: hbm given twice"),
+        ("hbm=2,", "error: --what-if: empty item in 'hbm=2,'"),
+    ],
+)
 def test_bad_what_if_exits_2_naming_the_option(capsys, command, value, message):
     assert bad_input(capsys, command, "--model", "debug", "--cluster", "h100-8", "--what-if", value).startswith(message)
 
@@ -341,14 +471,19 @@ def test_examples_show_what_the_commands_print(name):
         assert r.exit_code == 0, (command, r.stderr)
         got = [line.rstrip() for line in r.stdout.rstrip("\n").splitlines() if not volatile(line)]
         want = [line.rstrip() for line in shown.rstrip("\n").splitlines() if not volatile(line)]
-        assert got == want, f"examples/{name}: `layoutsearch {command}` prints otherwise; run python examples/generate_planning.py"
+        assert got == want, (
+            f"examples/{name}: `layoutsearch {command}` prints otherwise; run python examples/generate_planning.py"
+        )
 
 
 def test_time_to_train_example_is_llama70b_on_v5p_8192_at_15t_tokens():
     text = (EXAMPLES / "time_to_train.md").read_text()
     assert "$ layoutsearch solve --model llama70b --cluster v5p-8192 --tokens 15e12 --price-per-device-hour 2.0" in text
-    best = run_json("solve", "--model", "llama70b", "--cluster", "v5p-8192", "--tokens", "15e12",
-                    "--price-per-device-hour", "2.0")["layouts"][0]
-    row = (f"│ 1 │ {best['tokens_per_s']:,.0f} │ {best['train_days']:.1f} │ {best['device_hours']:>12,.0f} │ "
-           f"{best['cost']:,.0f} │")
+    best = run_json(
+        "solve", "--model", "llama70b", "--cluster", "v5p-8192", "--tokens", "15e12", "--price-per-device-hour", "2.0"
+    )["layouts"][0]
+    row = (
+        f"│ 1 │ {best['tokens_per_s']:,.0f} │ {best['train_days']:.1f} │ {best['device_hours']:>12,.0f} │ "
+        f"{best['cost']:,.0f} │"
+    )
     assert row in text and best["cost"] == 2.0 * best["device_hours"]

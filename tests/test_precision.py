@@ -15,7 +15,10 @@ LAYOUT = Layout(fsdp=64, zero_stage=3, recompute="selective")
 
 def _pair(layout=LAYOUT, model="llama3-8b", cluster="h100-64", **options):
     def one(precision):
-        return estimate(Problem.build(model, cluster, build_workload(256, 4096, precision=precision, **options)), layout)
+        return estimate(
+            Problem.build(model, cluster, build_workload(256, 4096, precision=precision, **options)), layout
+        )
+
     return one("bf16"), one("fp8")
 
 
@@ -43,8 +46,9 @@ def test_fp8_saves_linear_inputs_in_one_byte_and_caches_fp8_weights():
     # megatron gathers fp8 parameters (--fp8-param-gather): the fp8 copy is the weight (1 byte instead of the
     # bf16 2), and the transposed fp8 copy sits beside it
     assert fp8.memory_moments["forward_end"]["state/fp8_weights"] == pytest.approx(layer_params / 64)
-    assert (bf16.memory_moments["forward_end"]["state/weights"] - fp8.memory_moments["forward_end"]["state/weights"]
-            == pytest.approx(layer_params / 64 * (2 - 1)))
+    assert bf16.memory_moments["forward_end"]["state/weights"] - fp8.memory_moments["forward_end"][
+        "state/weights"
+    ] == pytest.approx(layer_params / 64 * (2 - 1))
     assert "state/fp8_weights" not in bf16.memory_moments["forward_end"]
     # a framework that keeps sharded bf16 weights and gathers them in bf16 (DeepSpeed) caches both fp8 copies
     bf16_ds, fp8_ds = _pair(framework="deepspeed")
@@ -57,12 +61,14 @@ def test_fp8_saves_linear_inputs_in_one_byte_and_caches_fp8_weights():
         assert e.memory_moments["forward_end"].get("state/fp8_weights", 0.0) == 0.0
 
 
-@pytest.mark.parametrize("framework, gathered_bytes", [("megatron", 1), ("torchtitan", 1), ("maxtext", 2),
-                                                       ("deepspeed", 2)])
+@pytest.mark.parametrize(
+    "framework, gathered_bytes", [("megatron", 1), ("torchtitan", 1), ("maxtext", 2), ("deepspeed", 2)]
+)
 def test_fp8_weight_gathers_where_the_framework_does_them(framework, gathered_bytes):
     bf16, fp8 = _pair(framework=framework)
-    gather_bf16, gather_fp8 = (next(c["time_s"] for c in e.collectives if c["name"] == "fsdp weight gather")
-                               for e in (bf16, fp8))
+    gather_bf16, gather_fp8 = (
+        next(c["time_s"] for c in e.collectives if c["name"] == "fsdp weight gather") for e in (bf16, fp8)
+    )
     if gathered_bytes == 1:
         assert 0.5 * gather_bf16 < gather_fp8 < 0.7 * gather_bf16  # half the bytes; latency and small-message cost stay
     else:
@@ -72,21 +78,57 @@ def test_fp8_weight_gathers_where_the_framework_does_them(framework, gathered_by
 def test_fp8_is_refused_where_the_catalogue_has_no_fp8_rate():
     r = CliRunner().invoke(app, ["estimate", "--model", "llama3-8b", "--cluster", "v5p-64", "--precision", "fp8"])
     assert r.exit_code == 2
-    assert r.output.strip() == ("error: --precision fp8: v5p has no fp8 matmul rate in the catalogue (no "
-                                "peak_fp8_tflops in hardware/v5p.yaml); use --precision bf16")
+    assert r.output.strip() == (
+        "error: --precision fp8: v5p has no fp8 matmul rate in the catalogue (no "
+        "peak_fp8_tflops in hardware/v5p.yaml); use --precision bf16"
+    )
 
 
 def test_solve_takes_fp8_and_records_it():
-    r = CliRunner().invoke(app, ["solve", "--model", "llama3-8b", "--cluster", "h100-64", "--seqs", "256",
-                                 "--precision", "fp8", "--top", "1", "--format", "json"])
+    r = CliRunner().invoke(
+        app,
+        [
+            "solve",
+            "--model",
+            "llama3-8b",
+            "--cluster",
+            "h100-64",
+            "--seqs",
+            "256",
+            "--precision",
+            "fp8",
+            "--top",
+            "1",
+            "--format",
+            "json",
+        ],
+    )
     assert r.exit_code == 0, r.output
     assert '"precision": "fp8"' in r.stdout
 
 
 def _export(target: str, cluster: str, tmp_path) -> tuple[int, str, str]:
     out = tmp_path / f"layout.{target}"
-    r = CliRunner().invoke(app, ["solve", "--model", "llama3-8b", "--cluster", cluster, "--seqs", "128", "--precision",
-                                 "fp8", "--top", "1", "--export", target, "-o", str(out)])
+    r = CliRunner().invoke(
+        app,
+        [
+            "solve",
+            "--model",
+            "llama3-8b",
+            "--cluster",
+            cluster,
+            "--seqs",
+            "128",
+            "--precision",
+            "fp8",
+            "--top",
+            "1",
+            "--export",
+            target,
+            "-o",
+            str(out),
+        ],
+    )
     return r.exit_code, out.read_text() if out.exists() else "", r.output
 
 
@@ -106,5 +148,7 @@ def test_exports_carry_the_fp8_the_prediction_assumed(tmp_path):
 def test_a_target_without_fp8_says_so(tmp_path):
     code, _, output = _export("deepspeed", "h100-16", tmp_path)
     assert code == 1
-    assert ("no feasible layout: DeepSpeed cannot express fp8 training; nearest: --precision bf16, or export to "
-            "megatron (deepspeed-precision)") in output
+    assert (
+        "no feasible layout: DeepSpeed cannot express fp8 training; nearest: --precision bf16, or export to "
+        "megatron (deepspeed-precision)"
+    ) in output

@@ -13,9 +13,19 @@ from layoutsearch.report.output import estimate_document
 
 def test_problem_record_round_trips_every_assumption():
     """Every Workload field (precisions, overlap, fused attention, ZeRO-3 collectives, routing) survives JSON."""
-    workload = Workload(global_batch_seqs=64, seq_len=2048, grad_bytes_per_param=2, optimizer_bytes_per_param=4,
-                        flash_attention=False, tp_comm_overlap=True, fsdp_collectives_per_layer=12,
-                        training_tokens=1e12, precision="fp16", routing="forced", routing_cv=0.12)
+    workload = Workload(
+        global_batch_seqs=64,
+        seq_len=2048,
+        grad_bytes_per_param=2,
+        optimizer_bytes_per_param=4,
+        flash_attention=False,
+        tp_comm_overlap=True,
+        fsdp_collectives_per_layer=12,
+        training_tokens=1e12,
+        precision="fp16",
+        routing="forced",
+        routing_cv=0.12,
+    )
     problem = Problem.build("debug", "h100-16", workload)
     back = Problem.from_record(json.loads(json.dumps(problem.record())))
     assert back.workload == problem.workload
@@ -42,6 +52,14 @@ def test_unplaced_and_empty_placements_differ():
 
 
 def test_a_record_field_of_the_wrong_type_is_one_line():
-    with pytest.raises(InvalidArgumentError, match=r"layout: field 'num_microbatches': Input should be a valid integer"):
-        layout_from_record({"degrees": {"dp": 1, "fsdp": 1, "tp": 1, "pp": 1, "cp": 1}, "zero_stage": 0,
-                            "num_microbatches": None, "recompute": "none"})
+    with pytest.raises(
+        InvalidArgumentError, match=r"layout: field 'num_microbatches': Input should be a valid integer"
+    ):
+        layout_from_record(
+            {
+                "degrees": {"dp": 1, "fsdp": 1, "tp": 1, "pp": 1, "cp": 1},
+                "zero_stage": 0,
+                "num_microbatches": None,
+                "recompute": "none",
+            }
+        )

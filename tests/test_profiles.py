@@ -25,17 +25,20 @@ def test_megatron_and_ideal_profiles_expose_different_tp_time_for_one_layout():
     assert ideal.time_s["exposed_comm/tp"] < 0.5 * megatron.time_s["exposed_comm/tp"]
     assert ideal.time_s["compute"] == pytest.approx(megatron.time_s["compute"])
     # --tp-comm-overlap overrides the profile in both directions
-    assert _estimate(layout, framework="megatron", tp_comm_overlap=True).time_s["exposed_comm/tp"] == \
-        pytest.approx(ideal.time_s["exposed_comm/tp"])
-    assert _estimate(layout, framework="ideal", tp_comm_overlap=False).time_s["exposed_comm/tp"] == \
-        pytest.approx(megatron.time_s["exposed_comm/tp"])
+    assert _estimate(layout, framework="megatron", tp_comm_overlap=True).time_s["exposed_comm/tp"] == pytest.approx(
+        ideal.time_s["exposed_comm/tp"]
+    )
+    assert _estimate(layout, framework="ideal", tp_comm_overlap=False).time_s["exposed_comm/tp"] == pytest.approx(
+        megatron.time_s["exposed_comm/tp"]
+    )
 
 
 def test_tp_across_scale_out_is_on_the_critical_path_in_every_profile():
     """A TP group of 16 on 8-GPU nodes crosses the NICs: overlap does not hide it, even in the ideal profile."""
     layout = Layout(fsdp=4, tp=16, zero_stage=3)
-    exposed = {name: _estimate(layout, framework=name, tp_comm_overlap=True).time_s["exposed_comm/tp"]
-               for name in PROFILES}
+    exposed = {
+        name: _estimate(layout, framework=name, tp_comm_overlap=True).time_s["exposed_comm/tp"] for name in PROFILES
+    }
     plain = _estimate(layout, framework="megatron", tp_comm_overlap=False).time_s["exposed_comm/tp"]
     assert exposed == pytest.approx({name: plain for name in PROFILES})
 
@@ -81,13 +84,30 @@ def test_defaults_and_names():
 
 def test_cli_records_and_prints_the_profile():
     runner = CliRunner()
-    r = runner.invoke(app, ["estimate", "--model", "llama3-8b", "--cluster", "h100-64", "--seqs", "64",
-                            "--layout", "fsdp=8,tp=8", "--framework", "ideal", "--format", "json"])
+    r = runner.invoke(
+        app,
+        [
+            "estimate",
+            "--model",
+            "llama3-8b",
+            "--cluster",
+            "h100-64",
+            "--seqs",
+            "64",
+            "--layout",
+            "fsdp=8,tp=8",
+            "--framework",
+            "ideal",
+            "--format",
+            "json",
+        ],
+    )
     assert r.exit_code == 0, r.output
     workload = json.loads(r.stdout)["problem"]["workload"]
     assert (workload["framework"], workload["tp_comm_overlap"]) == ("ideal", True)
-    r = runner.invoke(app, ["estimate", "--model", "llama3-8b", "--cluster", "h100-64", "--seqs", "64",
-                            "--layout", "fsdp=8,tp=8"])
+    r = runner.invoke(
+        app, ["estimate", "--model", "llama3-8b", "--cluster", "h100-64", "--seqs", "64", "--layout", "fsdp=8,tp=8"]
+    )
     assert "bf16, megatron overlap" in r.stdout.splitlines()[0]
     r = runner.invoke(app, ["estimate", "--model", "llama3-8b", "--cluster", "h100-64", "--framework", "nemo"])
     assert r.exit_code == 2 and "nemo" in r.output
@@ -95,15 +115,34 @@ def test_cli_records_and_prints_the_profile():
 
 def test_cli_takes_the_deepep_dispatch_and_names_it_for_moe_models_only():
     runner = CliRunner()
-    base = ["estimate", "--model", "mixtral-8x7b", "--cluster", "h100-16", "--seqs", "16", "--layout", "fsdp=16,ep=8",
-            "--zero-stage", "3", "--recompute", "full", "--framework", "torchtitan"]
+    base = [
+        "estimate",
+        "--model",
+        "mixtral-8x7b",
+        "--cluster",
+        "h100-16",
+        "--seqs",
+        "16",
+        "--layout",
+        "fsdp=16,ep=8",
+        "--zero-stage",
+        "3",
+        "--recompute",
+        "full",
+        "--framework",
+        "torchtitan",
+    ]
     r = runner.invoke(app, base + ["--deepep", "--format", "json"])
     assert r.exit_code == 0, r.output
     assert json.loads(r.stdout)["problem"]["workload"]["deepep"] is True
-    assert "bf16, torchtitan overlap + DeepEP dispatch" in runner.invoke(app, base + ["--deepep"]).stdout.splitlines()[0]
+    assert (
+        "bf16, torchtitan overlap + DeepEP dispatch" in runner.invoke(app, base + ["--deepep"]).stdout.splitlines()[0]
+    )
     assert "DeepEP" not in runner.invoke(app, base).stdout.splitlines()[0]  # torchtitan's default: NCCL all-to-all
-    dense = runner.invoke(app, ["estimate", "--model", "llama3-8b", "--cluster", "h100-64", "--seqs", "64",
-                                "--layout", "fsdp=64", "--deepep"])
+    dense = runner.invoke(
+        app,
+        ["estimate", "--model", "llama3-8b", "--cluster", "h100-64", "--seqs", "64", "--layout", "fsdp=64", "--deepep"],
+    )
     assert dense.exit_code == 0 and "DeepEP" not in dense.stdout.splitlines()[0]
 
 
@@ -111,8 +150,9 @@ def test_megatron_computes_the_loss_gradient_in_place_of_its_softmax():
     """Megatron's vocab-parallel cross entropy writes exp and the gradient into the fp32 logits it saved:
     one fp32 logits buffer at the loss backward; torchtitan's loss allocates a second one."""
     layout = Layout(fsdp=64, zero_stage=3)
-    megatron, torchtitan = (_estimate(layout, framework=f).memory_moments["loss_backward"]
-                            for f in ("megatron", "torchtitan"))
+    megatron, torchtitan = (
+        _estimate(layout, framework=f).memory_moments["loss_backward"] for f in ("megatron", "torchtitan")
+    )
     logits = torchtitan["temporary/logits"]
     assert logits == pytest.approx(4096 * 128256 * 4)  # one microbatch (one 4096-token sequence) of fp32 logits
     assert torchtitan["temporary/logits_grad"] == pytest.approx(logits)
@@ -127,8 +167,9 @@ def test_maxtext_gathers_and_reduces_zero3_weights_per_tensor():
     whole layers and a layer's gradients (218,112,000 parameters: attention, MLP and two norms)."""
     layout = Layout(fsdp=64, zero_stage=3)
     mlp_matrix, layer = 4096 * 14336, 218_103_808 + 2 * 4096
-    maxtext, torchtitan = (_estimate(layout, framework=f).memory_moments["layer_backward"]
-                           for f in ("maxtext", "torchtitan"))
+    maxtext, torchtitan = (
+        _estimate(layout, framework=f).memory_moments["layer_backward"] for f in ("maxtext", "torchtitan")
+    )
     assert maxtext["temporary/gathered"] == 2 * mlp_matrix * 2  # two bf16 tensors
     assert maxtext["temporary/layer_grads"] == 2 * mlp_matrix * 4  # two fp32 gradients
     assert torchtitan["temporary/gathered"] == 2 * layer * 2 and torchtitan["temporary/layer_grads"] == layer * 4
@@ -159,8 +200,10 @@ def test_maxtext_overlaps_tp_on_tpus_only():
     tpu = _estimate(layout, cluster="v5p-64", framework="maxtext")
     gpu = _estimate(layout, cluster="h100-64", framework="maxtext")
     assert tpu.workload.tp_comm_overlap is True and gpu.workload.tp_comm_overlap is False
-    assert _estimate(layout, cluster="v5p-64", framework="maxtext", tp_comm_overlap=False).time_s[
-        "exposed_comm/tp"] > 2 * tpu.time_s["exposed_comm/tp"]
+    assert (
+        _estimate(layout, cluster="v5p-64", framework="maxtext", tp_comm_overlap=False).time_s["exposed_comm/tp"]
+        > 2 * tpu.time_s["exposed_comm/tp"]
+    )
 
 
 def test_a_hidden_collective_slows_the_compute_it_hides_behind_by_the_interference_share():
@@ -188,8 +231,11 @@ def test_a_hidden_collective_slows_the_compute_it_hides_behind_by_the_interferen
     assert charged.step_time_s - free.step_time_s == pytest.approx(0.25 * (all_reduce - exposed), rel=1e-6)
     assert charged.time_s["compute"] == pytest.approx(free.time_s["compute"])
 
-    pipelined = Problem.build("llama3-8b", with_calibration(resolve_cluster("h100-64"), overlap_interference=0.25),
-                              build_workload(256, 4096, tp_comm_overlap=True))
+    pipelined = Problem.build(
+        "llama3-8b",
+        with_calibration(resolve_cluster("h100-64"), overlap_interference=0.25),
+        build_workload(256, 4096, tp_comm_overlap=True),
+    )
     tp_free = estimate(replace(pipelined, cluster=resolve_cluster("h100-64")), layout)
     tp_charged = estimate(pipelined, layout)  # the pipelined TP traffic is charged too, under interference
     # the TP item keeps what stays exposed (a ring chunk); what its hidden part slows goes to interference

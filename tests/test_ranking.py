@@ -28,11 +28,19 @@ from layoutsearch.search.tables import assemble, build_tables
 runner = CliRunner()
 
 # (model, cluster, batches): catalogue instances small enough for the enumerator
-CATALOGUE = [("debug", "h100-16", (16, 32, 64)), ("debug", "v5p-64", (64, 128)), ("debug", "v5e-16", (32,)),
-             ("llama3-8b", "h100-16", (32, 64)), ("llama3-8b", "h100-64", (64, 256)), ("llama3-8b", "v5p-64", (128, 256)),
-             # several axis orders (placements) per shape; slices over DCN
-             ("debug", "v5e-32", (64,)), ("debug", "v5p-128", (128,)), ("llama3-8b", "v5p-128", (256,)),
-             ("debug", "v5e-16x2", (64,))]
+CATALOGUE = [
+    ("debug", "h100-16", (16, 32, 64)),
+    ("debug", "v5p-64", (64, 128)),
+    ("debug", "v5e-16", (32,)),
+    ("llama3-8b", "h100-16", (32, 64)),
+    ("llama3-8b", "h100-64", (64, 256)),
+    ("llama3-8b", "v5p-64", (128, 256)),
+    # several axis orders (placements) per shape; slices over DCN
+    ("debug", "v5e-32", (64,)),
+    ("debug", "v5p-128", (128,)),
+    ("llama3-8b", "v5p-128", (256,)),
+    ("debug", "v5e-16x2", (64,)),
+]
 
 
 def _instances(count: int, seed: int):
@@ -44,8 +52,14 @@ def _instances(count: int, seed: int):
 
 def _identity(est) -> tuple:
     lay = est.layout
-    return (tuple(sorted(lay.degrees.items())), lay.zero_stage, lay.num_microbatches, lay.recompute,
-            lay.virtual_stages, lay.axes)
+    return (
+        tuple(sorted(lay.degrees.items())),
+        lay.zero_stage,
+        lay.num_microbatches,
+        lay.recompute,
+        lay.virtual_stages,
+        lay.axes,
+    )
 
 
 def _problem(model: str, cluster: str, seqs: int, seq_len: int = 4096) -> Problem:
@@ -73,9 +87,23 @@ def _brute_force(space, tables, top_k: int, tolerance: float) -> list[tuple]:
         tp_beyond = any(axis in slow for axis, _ in placement.get("tp", ()))
         policy = RECOMPUTE_POLICIES[int(space.recompute_codes[r])]
         work = memory.recompute_work(space.model, policy)
-        lightness = (work["matmul"], work["attention"], work["elementwise"], work["tp"], RECOMPUTE_POLICIES.index(policy))
-        key = (sum(d > 1 for d in degrees), degrees[4], int(tp_beyond), zz, int(space.sk_k[j]),
-               lightness, degrees + (int(sh.v[s]),), oo)
+        lightness = (
+            work["matmul"],
+            work["attention"],
+            work["elementwise"],
+            work["tp"],
+            RECOMPUTE_POLICIES.index(policy),
+        )
+        key = (
+            sum(d > 1 for d in degrees),
+            degrees[4],
+            int(tp_beyond),
+            zz,
+            int(space.sk_k[j]),
+            lightness,
+            degrees + (int(sh.v[s]),),
+            oo,
+        )
         cands.append({"c": (j, r, zz, oo), "group": (j, r, zz), "step": int(m["step"][i]), "key": key})
     out = []
     while len(out) < top_k and cands:
@@ -117,9 +145,17 @@ def test_tie_limit_is_the_tolerance_rounded_down():
     assert tie_limit(100_000, 0.0) == 100_000 and tie_limit(100_000, 0.01) == 101_000
 
 
-@pytest.mark.parametrize("model, cluster, seqs", [("debug", "h100-16", 64), ("llama3-8b", "h100-64", 256),
-                                                  ("debug", "v5p-64", 128), ("debug", "v5e-32", 64),
-                                                  ("debug", "v5p-128", 128), ("debug", "v5e-16x2", 64)])
+@pytest.mark.parametrize(
+    "model, cluster, seqs",
+    [
+        ("debug", "h100-16", 64),
+        ("llama3-8b", "h100-64", 256),
+        ("debug", "v5p-64", 128),
+        ("debug", "v5e-32", 64),
+        ("debug", "v5p-128", 128),
+        ("debug", "v5e-16x2", 64),
+    ],
+)
 def test_both_methods_rank_as_the_plain_python_ranking(model, cluster, seqs):
     """The top 5 of CP-SAT and of the enumerator are the brute-force ranking's, candidate for candidate."""
     space = build_space(_problem(model, cluster, seqs), SearchOptions())
@@ -183,8 +219,16 @@ def test_top_n_lists_distinct_layouts_not_placements(method):
     """On the main job (3 axis orders on the 16x16x32 torus) the top 5 differ in degrees, ZeRO
     stage, microbatches or recompute, and both methods list the same."""
     result = solve(_problem("llama70b", "v5p-8192", 1024), SearchRequest(top_k=5, method=method))
-    keys = [(tuple(e.layout.degrees.items()), e.layout.zero_stage, e.layout.num_microbatches, e.layout.recompute,
-             e.layout.virtual_stages) for e in result.layouts]
+    keys = [
+        (
+            tuple(e.layout.degrees.items()),
+            e.layout.zero_stage,
+            e.layout.num_microbatches,
+            e.layout.recompute,
+            e.layout.virtual_stages,
+        )
+        for e in result.layouts
+    ]
     assert len(keys) == 5 and len(set(keys)) == 5
     assert result.status == "OPTIMAL" and len(result.space.orders) == 3
     other = solve(_problem("llama70b", "v5p-8192", 1024), SearchRequest(top_k=5, method="cpsat"))
@@ -201,8 +245,10 @@ def test_rank_after_rank_each_layout_is_tied_with_the_best_left():
 
 
 def test_every_layout_record_carries_the_uncertainty_band():
-    r = runner.invoke(app, ["solve", "--model", "llama3-8b", "--cluster", "h100-64", "--seqs", "256", "--format", "json",
-                            "--top", "3"])
+    r = runner.invoke(
+        app,
+        ["solve", "--model", "llama3-8b", "--cluster", "h100-64", "--seqs", "256", "--format", "json", "--top", "3"],
+    )
     assert r.exit_code == 0, r.stdout
     doc = json.loads(r.stdout)
     low, high = uncertainty_band("gpu")
@@ -212,15 +258,20 @@ def test_every_layout_record_carries_the_uncertainty_band():
         assert rec["step_time_band_s"] == pytest.approx([step * (1 + low), step * (1 + high)])
     assert doc["solver"]["tie_tolerance"] == TIE_TOLERANCE and doc["solver"]["ranking_status"] == "OPTIMAL"
     assert "simplest layout" in doc["solver"]["tie_break"]
-    r = runner.invoke(app, ["estimate", "--model", "llama70b", "--cluster", "v5p-8192", "--layout", "fsdp=1024,tp=8",
-                            "--format", "json"])
+    r = runner.invoke(
+        app,
+        ["estimate", "--model", "llama70b", "--cluster", "v5p-8192", "--layout", "fsdp=1024,tp=8", "--format", "json"],
+    )
     rec = json.loads(r.stdout)["layout"]
     low, high = uncertainty_band("tpu")
-    assert rec["step_time_band_s"] == pytest.approx([rec["time_s"]["step"] * (1 + low), rec["time_s"]["step"] * (1 + high)])
+    assert rec["step_time_band_s"] == pytest.approx(
+        [rec["time_s"]["step"] * (1 + low), rec["time_s"]["step"] * (1 + high)]
+    )
 
 
 def test_explain_says_when_the_runner_up_is_within_the_uncertainty(monkeypatch):
     import layoutsearch.report.output as output
+
     monkeypatch.setattr(output, "uncertainty_band", lambda kind: (-0.08, 0.12))
     args = ["explain", "--model", "llama3-8b", "--cluster", "h100-64", "--seqs", "256", "--top", "4"]
     doc = json.loads(runner.invoke(app, args + ["--format", "json"]).stdout)
@@ -238,13 +289,16 @@ def test_explain_says_when_the_runner_up_is_within_the_uncertainty(monkeypatch):
     runner_up = ex["ranking"][0]
     if runner_up["within_uncertainty"]:
         word = "slower" if runner_up["step_time_rel_diff"] >= 0 else "faster"
-        assert (f"the runner-up is within the model's uncertainty: {abs(runner_up['step_time_rel_diff']):.1%} {word}, "
-                f"band -8%..+12%") in text
+        assert (
+            f"the runner-up is within the model's uncertainty: {abs(runner_up['step_time_rel_diff']):.1%} {word}, "
+            f"band -8%..+12%"
+        ) in text
     assert "ties below 0.5%" in text or not runner_up["within_tie_tolerance"]
 
 
 def test_explain_names_the_band_when_a_runner_up_is_outside_it(monkeypatch):
     import layoutsearch.report.output as output
+
     monkeypatch.setattr(output, "uncertainty_band", lambda kind: (-0.0001, 0.0001))
     args = ["explain", "--model", "llama3-8b", "--cluster", "h100-64", "--seqs", "256", "--top", "3"]
     doc = json.loads(runner.invoke(app, args + ["--format", "json"]).stdout)

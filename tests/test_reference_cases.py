@@ -53,8 +53,13 @@ def test_the_engine_does_not_use_the_closed_forms():
         if path.name in ("reference.py", "closed_forms.py"):
             continue
         for node in ast.walk(ast.parse(path.read_text(), str(path))):
-            names = ([a.name for a in node.names] if isinstance(node, ast.Import)
-                     else [f"{node.module}.{a.name}" for a in node.names] if isinstance(node, ast.ImportFrom) else [])
+            names = (
+                [a.name for a in node.names]
+                if isinstance(node, ast.Import)
+                else [f"{node.module}.{a.name}" for a in node.names]
+                if isinstance(node, ast.ImportFrom)
+                else []
+            )
             if any("closed_forms" in n for n in names):
                 users.append(str(path.relative_to(package)))
     assert users == []

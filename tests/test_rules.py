@@ -49,19 +49,33 @@ def test_every_structural_rule_is_checked_by_its_code():
     """check_layout reports each registry rule, by code, on a layout that breaks only that rule."""
     odd_seq = replace(DEBUG_H16, workload=Workload(global_batch_seqs=64, seq_len=1000))
     # 12 heads in 4 KV groups and d_ff 1536 on 24 devices: tp=6 divides the heads and d_ff, not the KV heads
-    gqa = Problem.build(replace(DEBUG_H16.model, num_heads=12, num_kv_heads=4, d_ff=1536), "h100-24",
-                        DEBUG_H16.workload)
+    gqa = Problem.build(
+        replace(DEBUG_H16.model, num_heads=12, num_kv_heads=4, d_ff=1536), "h100-24", DEBUG_H16.workload
+    )
     # 8 heads but d_ff 1000: tp=16 breaks both tp rules; check the ffn rule alone with 16 heads
     wide = replace(DEBUG_H16, model=replace(DEBUG_H16.model, num_heads=16, num_kv_heads=16, d_ff=1000))
     batch48 = replace(DEBUG_H16, workload=Workload(global_batch_seqs=48, seq_len=1024))
-    narrow_experts = replace(MIXTRAL_H16, model=replace(MIXTRAL_H16.model,
-                                                        moe=replace(MIXTRAL_H16.model.moe, expert_d_ff=1000)))
-    no_host = replace(DEBUG_H16, cluster=replace(DEBUG_H16.cluster, accelerator=replace(
-        DEBUG_H16.cluster.accelerator, host_bytes_per_s_per_direction=None)))
+    narrow_experts = replace(
+        MIXTRAL_H16, model=replace(MIXTRAL_H16.model, moe=replace(MIXTRAL_H16.model.moe, expert_d_ff=1000))
+    )
+    no_host = replace(
+        DEBUG_H16,
+        cluster=replace(
+            DEBUG_H16.cluster, accelerator=replace(DEBUG_H16.cluster.accelerator, host_bytes_per_s_per_direction=None)
+        ),
+    )
     assert check_layout(DEBUG_H16, BREAKS["host-offload"]) == []  # the catalogue's H100 has its PCIe rate
-    special = {"host-offload": no_host, "cp-seq": odd_seq, "tp-kv-heads": gqa, "tp-ffn": wide, "interleave": batch48,
-               "ep-experts": MIXTRAL_H16, "etp-ffn": narrow_experts, "ep-zero": MIXTRAL_H16,
-               "ep-fold": Problem.build("mixtral-8x7b", "h100-24", Workload(global_batch_seqs=48, seq_len=1024))}
+    special = {
+        "host-offload": no_host,
+        "cp-seq": odd_seq,
+        "tp-kv-heads": gqa,
+        "tp-ffn": wide,
+        "interleave": batch48,
+        "ep-experts": MIXTRAL_H16,
+        "etp-ffn": narrow_experts,
+        "ep-zero": MIXTRAL_H16,
+        "ep-fold": Problem.build("mixtral-8x7b", "h100-24", Workload(global_batch_seqs=48, seq_len=1024)),
+    }
     for code, layout in BREAKS.items():
         found = [v.code for v in check_layout(special.get(code, DEBUG_H16), layout)]
         assert found == [code], (code, found)
@@ -73,11 +87,17 @@ def test_mla_up_proj_needs_latent_attention():
     """Megatron's mla_up_proj module recomputes latent attention's up-projections: a model without MLA is refused with
     the model named; DeepSeek-V3 takes it."""
     (v,) = check_layout(DEBUG_H16, BREAKS["mla-up-proj"])
-    assert v.message == ("recompute mla_up_proj reruns latent attention's up-projections, but debug has no latent "
-                         "attention (Megatron refuses mla_up_proj without it)")
+    assert v.message == (
+        "recompute mla_up_proj reruns latent attention's up-projections, but debug has no latent "
+        "attention (Megatron refuses mla_up_proj without it)"
+    )
     dsv3 = Problem.build("deepseek-v3", "h100-2048", Workload(global_batch_seqs=15360, seq_len=4096))
-    assert [x.code for x in check_layout(dsv3, Layout(fsdp=128, pp=16, ep=64, zero_stage=1, num_microbatches=120,
-                                                      recompute="mla_up_proj"))] == []
+    assert [
+        x.code
+        for x in check_layout(
+            dsv3, Layout(fsdp=128, pp=16, ep=64, zero_stage=1, num_microbatches=120, recompute="mla_up_proj")
+        )
+    ] == []
 
 
 def test_messages_carry_the_numbers():
@@ -90,8 +110,13 @@ def test_messages_carry_the_numbers():
 
 def test_a_new_registry_rule_reaches_check_space_and_funnel(monkeypatch):
     """Adding one rule to the registry changes the check, the search space and the funnel alike."""
-    no_tp = rules.Rule(code="test-no-tp", needs=frozenset({"tp"}), holds=lambda p, c: c["tp"] == 1,
-                       title=lambda p: "test: tp = 1", why=lambda p, c: f"test: tp({c['tp']}) > 1")
+    no_tp = rules.Rule(
+        code="test-no-tp",
+        needs=frozenset({"tp"}),
+        holds=lambda p, c: c["tp"] == 1,
+        title=lambda p: "test: tp = 1",
+        why=lambda p, c: f"test: tp({c['tp']}) > 1",
+    )
     before = build_space(DEBUG_H16)
     assert (before.shapes.tp > 1).any()
     monkeypatch.setattr(rules, "STRUCTURE", rules.STRUCTURE + (no_tp,))
@@ -112,7 +137,9 @@ def test_export_limits_come_from_declared_capabilities(monkeypatch):
     free = solve(problem, SearchRequest(top_k=1))
     assert free.layouts[0].layout.zero_stage >= 2  # without the limit the winner shards more
     doc = solve_document(problem, free)
-    with pytest.raises(InvalidLayoutError, match=r"Megatron-LM cannot express ZeRO-\d \(test limit\); nearest: zero_stage 1"):
+    with pytest.raises(
+        InvalidLayoutError, match=r"Megatron-LM cannot express ZeRO-\d \(test limit\); nearest: zero_stage 1"
+    ):
         export_document(doc, "megatron")
     codes = [r.code for r in result.space.rules]
     assert "megatron-zero" in codes
@@ -141,7 +168,24 @@ def test_a_target_that_cannot_write_any_allowed_policy_is_infeasible_not_a_crash
 
     from layoutsearch.cli import app
 
-    r = CliRunner().invoke(app, ["solve", "--model", "llama3-8b", "--cluster", "h100-8", "--seqs", "64",
-                                 "--recompute", "minimal,op", "--export", "megatron"])
+    r = CliRunner().invoke(
+        app,
+        [
+            "solve",
+            "--model",
+            "llama3-8b",
+            "--cluster",
+            "h100-8",
+            "--seqs",
+            "64",
+            "--recompute",
+            "minimal,op",
+            "--export",
+            "megatron",
+        ],
+    )
     assert r.exit_code == 1
-    assert "'Megatron-LM: recompute none, selective, full, norm_act, norm_moe, mla_up_proj' (megatron-recompute)" in r.output
+    assert (
+        "'Megatron-LM: recompute none, selective, full, norm_act, norm_moe, mla_up_proj' (megatron-recompute)"
+        in r.output
+    )

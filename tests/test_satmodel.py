@@ -233,7 +233,7 @@ def test_truth_values_and_type_errors():
     with pytest.raises(TypeError):
         _ = 2.5 * a
     with pytest.raises(TypeError):
-        ~n
+        _ = ~n
     with pytest.raises(TypeError):
         model.add_bool_or([a, n])
     assert (~~a) is a and (~a) is (~a) and {a: 1, b: 2}[a] == 1

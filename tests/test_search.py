@@ -3,25 +3,25 @@
 import json
 
 import numpy as np
-from layoutsearch.core.problem import Problem, SearchRequest
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from typer.testing import CliRunner
 
 from layoutsearch import reference
-from layoutsearch.core.check import check_layout
 from layoutsearch.cli import app
+from layoutsearch.core.catalogue import load_model
+from layoutsearch.core.check import check_layout
+from layoutsearch.core.problem import Problem, SearchRequest
+from layoutsearch.core.specs import ModelSpec, Workload
+from layoutsearch.core.topology import resolve_cluster
 from layoutsearch.costs.estimate import estimate
 from layoutsearch.search import SearchOptions, solve
-from layoutsearch.search.cpsat import build_model, cpsat_top, prune, _solver
+from layoutsearch.search.cpsat import _solver, build_model, cpsat_top, prune
 from layoutsearch.search.enumerate import enumerate_top
 from layoutsearch.search.ranking import tie_limit
 from layoutsearch.search.space import build_space
 from layoutsearch.search.tables import assemble, build_tables
-from layoutsearch.core.specs import ModelSpec, Workload
-from layoutsearch.core.catalogue import load_model
-from layoutsearch.core.topology import resolve_cluster
 from layoutsearch.validation.calibrate import with_calibration
 
 runner = CliRunner()
@@ -32,14 +32,26 @@ def problems(draw):
     """Small random models, clusters and batches."""
     heads = draw(st.sampled_from([4, 8, 16]))
     kv = draw(st.sampled_from([h for h in (1, 2, 4, 8, 16) if heads % h == 0]))
-    model = ModelSpec(name="rand", num_layers=draw(st.sampled_from([4, 6, 8, 12])), d_model=heads * 64,
-                      d_ff=draw(st.sampled_from([2, 3, 4])) * heads * 64, mlp=draw(st.sampled_from(["gated", "plain"])),
-                      num_heads=heads, num_kv_heads=kv, head_dim=64, vocab_size=draw(st.sampled_from([1000, 32000])),
-                      tied_embeddings=draw(st.booleans()))
-    cluster = resolve_cluster(draw(st.sampled_from(["h100-8", "h100-16", "v5p-16", "v5p-64", "v5e-16", "a100-40gb-32"])))
+    model = ModelSpec(
+        name="rand",
+        num_layers=draw(st.sampled_from([4, 6, 8, 12])),
+        d_model=heads * 64,
+        d_ff=draw(st.sampled_from([2, 3, 4])) * heads * 64,
+        mlp=draw(st.sampled_from(["gated", "plain"])),
+        num_heads=heads,
+        num_kv_heads=kv,
+        head_dim=64,
+        vocab_size=draw(st.sampled_from([1000, 32000])),
+        tied_embeddings=draw(st.booleans()),
+    )
+    cluster = resolve_cluster(
+        draw(st.sampled_from(["h100-8", "h100-16", "v5p-16", "v5p-64", "v5e-16", "a100-40gb-32"]))
+    )
     # hidden collectives slowing the compute beside them (0: free overlap)
     cluster = with_calibration(cluster, overlap_interference=draw(st.sampled_from([0.0, 0.15, 0.4])))
-    workload = Workload(global_batch_seqs=draw(st.sampled_from([8, 16, 32, 64])), seq_len=draw(st.sampled_from([512, 2048])))
+    workload = Workload(
+        global_batch_seqs=draw(st.sampled_from([8, 16, 32, 64])), seq_len=draw(st.sampled_from([512, 2048]))
+    )
     return model, workload, cluster
 
 
@@ -70,10 +82,21 @@ def test_cpsat_proves_the_true_least_step_where_inclusion_presolve_did_not():
     OR-Tools 9.15's inclusion presolve CP-SAT certified step 301928 (ZeRO-3) as the least step among the least-volume
     candidates while ZeRO-1 and ZeRO-2 reach 300695, so its tie window let a slower layout rank second. The solver
     runs without that presolve (cpsat._solver); CP-SAT and the enumerator now rank the same three layouts."""
-    model = ModelSpec(name="rand", num_layers=12, d_model=1024, d_ff=4096, mlp="gated", num_heads=16, num_kv_heads=1,
-                      head_dim=64, vocab_size=32000, tied_embeddings=False)
-    space = build_space(Problem.build(model, resolve_cluster("v5p-16"), Workload(global_batch_seqs=64, seq_len=512)),
-                        SearchOptions())
+    model = ModelSpec(
+        name="rand",
+        num_layers=12,
+        d_model=1024,
+        d_ff=4096,
+        mlp="gated",
+        num_heads=16,
+        num_kv_heads=1,
+        head_dim=64,
+        vocab_size=32000,
+        tied_embeddings=False,
+    )
+    space = build_space(
+        Problem.build(model, resolve_cluster("v5p-16"), Workload(global_batch_seqs=64, seq_len=512)), SearchOptions()
+    )
     tables = build_tables(space)
     found = {}
     enum, _ = enumerate_top(space, tables, "gather-volume", 3, found=found)
@@ -131,7 +154,10 @@ def test_solve_returns_valid_distinct_sorted_layouts():
 def test_fix_choices_and_only_restrict_the_degrees():
     model, cluster = load_model("llama70b"), resolve_cluster("h100-256")
     options = SearchOptions(fix={"tp": 8}, choices={"pp": (2, 4)}, only=("fsdp", "tp", "pp"))
-    result = solve(Problem.build(model, cluster, Workload(global_batch_seqs=256, seq_len=4096)), SearchRequest(options=options, top_k=3))
+    result = solve(
+        Problem.build(model, cluster, Workload(global_batch_seqs=256, seq_len=4096)),
+        SearchRequest(options=options, top_k=3),
+    )
     for est in result.layouts:
         d = est.layout.degrees
         assert d["tp"] == 8 and d["pp"] in (2, 4) and d["dp"] == 1 and d["cp"] == 1
@@ -142,9 +168,28 @@ def test_design_notes_choice_through_the_cli(data_file, case_id, seqs):
     """`--only fsdp,tp --choices tp=8,16,32,64 --objective gather-volume` picks the notes' TP degree."""
     seed = {c["id"]: c for c in reference.load_cases(data_file("seed_cases.yaml"))}
     expected = seed[case_id]
-    r = runner.invoke(app, ["solve", "--model", "llama70b", "--cluster", "v5p-8192", "--seqs", str(seqs), "--only",
-                            "fsdp,tp", "--choices", "tp=8,16,32,64", "--objective", "gather-volume", "--top", "1",
-                            "--format", "json"])
+    r = runner.invoke(
+        app,
+        [
+            "solve",
+            "--model",
+            "llama70b",
+            "--cluster",
+            "v5p-8192",
+            "--seqs",
+            str(seqs),
+            "--only",
+            "fsdp,tp",
+            "--choices",
+            "tp=8,16,32,64",
+            "--objective",
+            "gather-volume",
+            "--top",
+            "1",
+            "--format",
+            "json",
+        ],
+    )
     assert r.exit_code == 0, r.stdout
     doc = json.loads(r.stdout)
     best = doc["layouts"][0]
@@ -182,7 +227,9 @@ def test_nothing_fits_exits_1_with_the_explanation():
     assert r.exit_code == 1
     assert "nothing fits: the nearest layout" in r.stderr
     assert "GB per device" in r.stderr and "GB available" in r.stderr
-    r = runner.invoke(app, ["solve", "--model", "llama3-405b", "--cluster", "h100-8", "--seqs", "8", "--format", "json"])
+    r = runner.invoke(
+        app, ["solve", "--model", "llama3-405b", "--cluster", "h100-8", "--seqs", "8", "--format", "json"]
+    )
     assert r.exit_code == 1
     doc = json.loads(r.stdout)
     assert doc["solver"]["status"] == "INFEASIBLE" and doc["layouts"] == []
@@ -197,20 +244,29 @@ def test_rules_that_leave_nothing_are_named():
 
 def test_explain_shows_where_the_winner_wins():
     """Term-by-term differences in seconds and bytes; ties are said to be ties."""
-    r = runner.invoke(app, ["explain", "--model", "llama70b", "--cluster", "v5p-8192", "--seqs", "256", "--format", "json"])
+    r = runner.invoke(
+        app, ["explain", "--model", "llama70b", "--cluster", "v5p-8192", "--seqs", "256", "--format", "json"]
+    )
     assert r.exit_code == 0
     rows = json.loads(r.stdout)["explanation"]["versus"][0]
     assert rows and all({"term", "winner", "other", "difference", "unit"} <= set(x) for x in rows)
     assert all(x["difference"] == pytest.approx(x["other"] - x["winner"]) for x in rows)
-    from layoutsearch.search.explain import compare
     from layoutsearch.core.specs import Layout
-    model, cluster, w = load_model("llama70b"), resolve_cluster("v5p-8192"), Workload(global_batch_seqs=256, seq_len=4096)
+    from layoutsearch.search.explain import compare
+
+    model, cluster, w = (
+        load_model("llama70b"),
+        resolve_cluster("v5p-8192"),
+        Workload(global_batch_seqs=256, seq_len=4096),
+    )
     plain = estimate(Problem.build(model, cluster, w), Layout(fsdp=256, tp=32))
     remat = estimate(Problem.build(model, cluster, w), Layout(fsdp=256, tp=32, recompute="full"))
     terms = {x["term"]: x for x in compare(plain, remat)}
     assert terms["time/compute/recompute"]["difference"] > 0 > terms["memory/activations/saved"]["difference"]
     r = runner.invoke(app, ["explain", "--model", "llama3-8b", "--cluster", "h100-64", "--seqs", "256"])
-    assert "the runner-up is within the model's uncertainty" in r.stdout or "outside the model's uncertainty" in r.stdout
+    assert (
+        "the runner-up is within the model's uncertainty" in r.stdout or "outside the model's uncertainty" in r.stdout
+    )
 
 
 def test_bad_search_options_exit_2():

@@ -7,33 +7,36 @@ from typer.testing import CliRunner
 
 from layoutsearch.cli import app
 from layoutsearch.core.check import check_layout
-from layoutsearch.export import capabilities_of
 from layoutsearch.core.problem import Problem, build_workload, layout_from_record
 from layoutsearch.core.specs import Layout
 from layoutsearch.core.stages import default_microbatches, split_layers
 from layoutsearch.costs.estimate import estimate
+from layoutsearch.export import capabilities_of
 from layoutsearch.report.output import layout_record
 
 runner = CliRunner()
 
 
-@pytest.mark.parametrize("args, expected", [
-    ((126, 16, 1), (7, 8, 7, "embedding-and-loss")),  # Meta's Llama 3 405B: pp=16
-    ((126, 8, 8), (15, 16, 15, "embedding-and-loss")),  # NVIDIA's Llama 3.1 405B: pp=8, 8 virtual stages
-    ((80, 8, 1), (10, 10, 10, "even")),
-    ((126, 16, 1, 6, 8), (6, 8, 8, "first-last")),  # given first and last: 14 middle stages of 8
-    ((32, 3, 1), (11, 11, 10, "first-last")),  # proposed: middle ceil(32/3) = 11, the rest shared, the last lighter
-    ((126, 1, 1), (126, 126, 126, "even")),
-    # Megatron --pipeline-model-parallel-layout, as NVIDIA's DeepSeek-V3 recipes: 61 layers + embedding + loss
-    # in 16 chunks of 4 slots (the last one 3): stage 0 holds E + 15 layers, stage 3 14 layers + the loss
-    ((61, 4, 4), (15, 16, 14, "chunk-layout")),
-    ((61, 8, 4), (7, 8, 6, "chunk-layout")),  # 32 chunks of 2 slots, "Et|(tt|)*30L"
-    ((126, 16, 8), (7, 8, 7, "chunk-layout")),  # 128 chunks of one slot each
-    # Megatron-Bridge's DeepSeek-V3 recipe (mapping rule 23): given first and last stages that virtual_stages does
-    # not divide are a --pipeline-model-parallel-layout; the middle stages still share the rest equally
-    ((61, 8, 2, 8, 5), (8, 8, 5, "first-last")),
-    ((61, 4, 4, 16, 13), (16, 16, 13, "first-last")),
-])
+@pytest.mark.parametrize(
+    "args, expected",
+    [
+        ((126, 16, 1), (7, 8, 7, "embedding-and-loss")),  # Meta's Llama 3 405B: pp=16
+        ((126, 8, 8), (15, 16, 15, "embedding-and-loss")),  # NVIDIA's Llama 3.1 405B: pp=8, 8 virtual stages
+        ((80, 8, 1), (10, 10, 10, "even")),
+        ((126, 16, 1, 6, 8), (6, 8, 8, "first-last")),  # given first and last: 14 middle stages of 8
+        ((32, 3, 1), (11, 11, 10, "first-last")),  # proposed: middle ceil(32/3) = 11, the rest shared, the last lighter
+        ((126, 1, 1), (126, 126, 126, "even")),
+        # Megatron --pipeline-model-parallel-layout, as NVIDIA's DeepSeek-V3 recipes: 61 layers + embedding + loss
+        # in 16 chunks of 4 slots (the last one 3): stage 0 holds E + 15 layers, stage 3 14 layers + the loss
+        ((61, 4, 4), (15, 16, 14, "chunk-layout")),
+        ((61, 8, 4), (7, 8, 6, "chunk-layout")),  # 32 chunks of 2 slots, "Et|(tt|)*30L"
+        ((126, 16, 8), (7, 8, 7, "chunk-layout")),  # 128 chunks of one slot each
+        # Megatron-Bridge's DeepSeek-V3 recipe (mapping rule 23): given first and last stages that virtual_stages does
+        # not divide are a --pipeline-model-parallel-layout; the middle stages still share the rest equally
+        ((61, 8, 2, 8, 5), (8, 8, 5, "first-last")),
+        ((61, 4, 4, 16, 13), (16, 16, 13, "first-last")),
+    ],
+)
 def test_splits(args, expected):
     first, middle, last, kind, ok = split_layers(*args)
     names = {0: "even", 1: "embedding-and-loss", 2: "first-last", 3: "chunk-layout"}
@@ -42,6 +45,7 @@ def test_splits(args, expected):
 
 def test_chunk_layout_lists_the_chunks_in_megatron_order():
     from layoutsearch.core.stages import chunk_layout
+
     chunks = chunk_layout(61, 8, 4)
     assert ["".join(c) for c in chunks] == ["Et"] + ["tt"] * 30 + ["L"]
     assert sum(c.count("t") for c in chunks) == 61
@@ -53,21 +57,43 @@ def test_given_chunks_spread_each_stage_over_its_virtual_stages_as_megatron_brid
     the loss: export/megatron.pipeline_layout), as is pp=4 x 4 with 16 and 13."""
     from layoutsearch.core.stages import given_chunks
     from layoutsearch.export.megatron import pipeline_layout
+
     recipe = "Etttt|" + "tttt|" * 14 + "tmL"
     assert pipeline_layout(61, 8, 2, 1, 8, 5) == recipe == pipeline_layout(61, 4, 4, 1, 16, 13)
     # 30 layers on pp=3 x 4, 9 on the first and last stages: chunks of 3, the 9 as 3+3+2+1 (a layer left per chunk)
-    assert ["".join(c) for c in given_chunks(30, 3, 4, 9, 9)] == ["Ettt", "ttt", "ttt", "ttt", "ttt", "ttt", "tt",
-                                                                  "ttt", "tt", "t", "ttt", "tL"]
+    assert ["".join(c) for c in given_chunks(30, 3, 4, 9, 9)] == [
+        "Ettt",
+        "ttt",
+        "ttt",
+        "ttt",
+        "ttt",
+        "ttt",
+        "tt",
+        "ttt",
+        "tt",
+        "t",
+        "ttt",
+        "tL",
+    ]
 
 
-@pytest.mark.parametrize("layers, pp, v, head, expected", [
-    (61, 8, 1, 4, (8, 8, 5)),  # DeepSeek-V3 (its output head and MTP module: 4 layers' worth) as Megatron-Bridge splits it
-    (61, 16, 1, 4, (4, 4, 1)),  # ... and on pp=16: the recipe's 4 / 1
-    (61, 8, 1, 0, (7, 8, 6)),  # no head: the rest shared, the odd layer first
-    (36, 8, 1, 5, (5, 5, 1)),  # GPT-OSS-120B: at least one layer on the last stage
-    (32, 3, 1, 30, (11, 11, 10)),  # the first stage takes no more than a middle one
-    (36, 4, 3, 3, (9, 9, 9)),  # even splits stay even
-])
+@pytest.mark.parametrize(
+    "layers, pp, v, head, expected",
+    [
+        (
+            61,
+            8,
+            1,
+            4,
+            (8, 8, 5),
+        ),  # DeepSeek-V3 (its output head and MTP module: 4 layers' worth) as Megatron-Bridge splits it
+        (61, 16, 1, 4, (4, 4, 1)),  # ... and on pp=16: the recipe's 4 / 1
+        (61, 8, 1, 0, (7, 8, 6)),  # no head: the rest shared, the odd layer first
+        (36, 8, 1, 5, (5, 5, 1)),  # GPT-OSS-120B: at least one layer on the last stage
+        (32, 3, 1, 30, (11, 11, 10)),  # the first stage takes no more than a middle one
+        (36, 4, 3, 3, (9, 9, 9)),  # even splits stay even
+    ],
+)
 def test_proposed_splits_take_the_output_head_off_the_last_stage(layers, pp, v, head, expected):
     first, middle, last, kind, ok = split_layers(layers, pp, v, head=head)
     assert (int(first[0]), int(middle[0]), int(last[0])) == expected and ok[0]
@@ -81,7 +107,10 @@ def test_the_output_head_weighs_whole_layers_by_the_models_own_weights():
     from layoutsearch.costs.params import output_layer_equivalents
 
     assert {m: output_layer_equivalents(load_model(m)) for m in ("llama70b", "llama3-8b", "deepseek-v3")} == {
-        "llama70b": 1, "llama3-8b": 2, "deepseek-v3": 4}
+        "llama70b": 1,
+        "llama3-8b": 2,
+        "deepseek-v3": 4,
+    }
 
 
 def test_the_heads_weight_never_changes_whether_or_how_a_pipeline_splits():
@@ -110,8 +139,10 @@ def test_deepseek_v3_proposal_balances_the_last_stage_and_estimate_costs_it():
     assert heavy_last.step_time_s / proposed.step_time_s == pytest.approx(1.171, abs=0.005)
 
 
-@pytest.mark.parametrize("args", [(126, 16, 9), (126, 16, 1, 9, 9), (126, 16, 1, 7, 6), (32, 2, 1, 10, 10),
-                                  (61, 8, 2, 1, 4), (61, 8, 2, 10, 3)])
+@pytest.mark.parametrize(
+    "args",
+    [(126, 16, 9), (126, 16, 1, 9, 9), (126, 16, 1, 7, 6), (32, 2, 1, 10, 10), (61, 8, 2, 1, 4), (61, 8, 2, 10, 3)],
+)
 def test_impossible_splits_are_refused(args):
     assert not split_layers(*args)[4][0]
 
@@ -121,8 +152,10 @@ def test_metas_405b_layout_is_estimated_near_its_published_throughput():
     8K sequences, 2048 per step, about 400 TFLOP/s per GPU. Meta's FSDP keeps weights gathered through
     a step's microbatches (ZeRO-2 here) and interleaves the pipeline."""
     problem = Problem.build("llama3-405b", "h100-16384", build_workload(2048, 8192))
-    est = estimate(problem, Layout(fsdp=128, tp=8, pp=16, zero_stage=2, virtual_stages=4, schedule="interleaved",
-                                   num_microbatches=16))
+    est = estimate(
+        problem,
+        Layout(fsdp=128, tp=8, pp=16, zero_stage=2, virtual_stages=4, schedule="interleaved", num_microbatches=16),
+    )
     assert est.fits
     tflops = est.mfu * problem.cluster.accelerator.peak_flops_per_s / 1e12
     assert 340 <= tflops <= 460, tflops
@@ -130,16 +163,50 @@ def test_metas_405b_layout_is_estimated_near_its_published_throughput():
 
 
 def test_estimate_picks_microbatches_for_the_pipeline_and_the_split_shows():
-    r = runner.invoke(app, ["estimate", "--model", "llama3-405b", "--cluster", "h100-16384", "--seqs", "2048",
-                            "--seq-len", "8192", "--layout", "fsdp=128,tp=8,pp=16", "--zero-stage", "2",
-                            "--format", "json"])
+    r = runner.invoke(
+        app,
+        [
+            "estimate",
+            "--model",
+            "llama3-405b",
+            "--cluster",
+            "h100-16384",
+            "--seqs",
+            "2048",
+            "--seq-len",
+            "8192",
+            "--layout",
+            "fsdp=128,tp=8,pp=16",
+            "--zero-stage",
+            "2",
+            "--format",
+            "json",
+        ],
+    )
     assert r.exit_code == 0, r.output
     lay = json.loads(r.stdout)["layout"]
     assert lay["num_microbatches"] == 16 == default_microbatches(2048, 128, 16)
     assert lay["stage_layers"]["split"] == "embedding-and-loss"
-    r = runner.invoke(app, ["estimate", "--model", "llama3-405b", "--cluster", "h100-16384", "--seqs", "2048",
-                            "--seq-len", "8192", "--layout", "fsdp=128,tp=8,pp=16", "--first-stage-layers", "9",
-                            "--last-stage-layers", "9"])
+    r = runner.invoke(
+        app,
+        [
+            "estimate",
+            "--model",
+            "llama3-405b",
+            "--cluster",
+            "h100-16384",
+            "--seqs",
+            "2048",
+            "--seq-len",
+            "8192",
+            "--layout",
+            "fsdp=128,tp=8,pp=16",
+            "--first-stage-layers",
+            "9",
+            "--last-stage-layers",
+            "9",
+        ],
+    )
     assert r.exit_code == 2
     assert "num_layers(126) cannot be split over pp(16) x virtual_stages(1) with first_stage_layers(9)" in r.output
 
@@ -159,8 +226,26 @@ def test_given_first_and_last_stage_layers_are_costed_and_read_back():
 
 def test_search_uses_pipelines_that_do_not_divide_the_layers_and_megatron_writes_the_split(tmp_path):
     out = tmp_path / "run.sh"
-    r = runner.invoke(app, ["solve", "--model", "llama3-405b", "--cluster", "h100-1024", "--seqs", "512",
-                            "--fix", "tp=8,pp=16", "--top", "1", "--export", "megatron", "-o", str(out)])
+    r = runner.invoke(
+        app,
+        [
+            "solve",
+            "--model",
+            "llama3-405b",
+            "--cluster",
+            "h100-1024",
+            "--seqs",
+            "512",
+            "--fix",
+            "tp=8,pp=16",
+            "--top",
+            "1",
+            "--export",
+            "megatron",
+            "-o",
+            str(out),
+        ],
+    )
     assert r.exit_code == 0, r.output
     text = out.read_text()
     assert "--pipeline-model-parallel-size 16" in text
@@ -169,5 +254,6 @@ def test_search_uses_pipelines_that_do_not_divide_the_layers_and_megatron_writes
     gpipe = Layout(fsdp=64, pp=16, zero_stage=3, num_microbatches=16, schedule="gpipe")
     found = check_layout(problem, gpipe, capabilities=capabilities_of("maxtext"))
     assert [v.code for v in found] == ["maxtext-split"]
-    assert found[0].message.startswith("MaxText cannot express the embedding-and-loss split of num_layers(126) over "
-                                       "pp(16) x virtual_stages(1)")
+    assert found[0].message.startswith(
+        "MaxText cannot express the embedding-and-loss split of num_layers(126) over pp(16) x virtual_stages(1)"
+    )

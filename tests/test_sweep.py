@@ -14,10 +14,19 @@ import pytest
 import typer
 from typer.testing import CliRunner
 
-from layoutsearch.cli import plot as plot_command, sweep as sweep_command
+from layoutsearch.cli import plot as plot_command
+from layoutsearch.cli import sweep as sweep_command
 from layoutsearch.core.errors import CatalogueError, InvalidArgumentError
-from layoutsearch.sweep import (COLUMN_NAMES, Point, expand, expand_points, journal_path, read_table, run_sweep,
-                                solve_point)
+from layoutsearch.sweep import (
+    COLUMN_NAMES,
+    Point,
+    expand,
+    expand_points,
+    journal_path,
+    read_table,
+    run_sweep,
+    solve_point,
+)
 
 needs_pyarrow = pytest.mark.skipif(find_spec("pyarrow") is None, reason="Parquet needs layoutsearch[parquet]")
 needs_matplotlib = pytest.mark.skipif(find_spec("matplotlib") is None, reason="plots need layoutsearch[plot]")
@@ -38,24 +47,32 @@ def journal_lines(output) -> list[str]:
 def test_ranges_multiply_add_and_combine():
     """{A..B:xF} multiplies up to B inclusive, {A..B:+S} adds, comma items concatenate in order."""
     assert expand("v5p-{256..8192:x2}", "--cluster") == [f"v5p-{n}" for n in (256, 512, 1024, 2048, 4096, 8192)]
-    assert expand("h100-{64..256:+64},v5p-8960", "--cluster") == ["h100-64", "h100-128", "h100-192", "h100-256",
-                                                                  "v5p-8960"]
+    assert expand("h100-{64..256:+64},v5p-8960", "--cluster") == [
+        "h100-64",
+        "h100-128",
+        "h100-192",
+        "h100-256",
+        "v5p-8960",
+    ]
     assert expand("{256..1000:x2}", "--seqs") == ["256", "512"]  # stops at the last value <= B
     assert expand("{3..5}", "--seqs") == ["3", "4", "5"]
     assert expand("v5p:{4..8:x2}x4x4", "--cluster") == ["v5p:4x4x4", "v5p:8x4x4"]
 
 
-@pytest.mark.parametrize("text, message", [
-    ("v5p-{256..8192:y2}", "--cluster: malformed range in 'v5p-{256..8192:y2}'"),
-    ("v5p-{256..8192:x2", "--cluster: malformed range in 'v5p-{256..8192:x2'"),
-    ("v5p-256}", "--cluster: malformed range in 'v5p-256}'"),
-    ("v5p-{8192..256:x2}", "runs backwards (8192 > 256)"),
-    ("v5p-{256..8192:x1}", "needs a start >= 1 and a factor >= 2"),
-    ("v5p-{0..8:x2}", "needs a start >= 1 and a factor >= 2"),
-    ("v5p-{1..8:+0}", "needs a step >= 1"),
-    ("v5p-{1..100000}", "has more than 10000 values"),
-    ("v5p-256,,v5p-512", "--cluster: empty item in 'v5p-256,,v5p-512'"),
-])
+@pytest.mark.parametrize(
+    "text, message",
+    [
+        ("v5p-{256..8192:y2}", "--cluster: malformed range in 'v5p-{256..8192:y2}'"),
+        ("v5p-{256..8192:x2", "--cluster: malformed range in 'v5p-{256..8192:x2'"),
+        ("v5p-256}", "--cluster: malformed range in 'v5p-256}'"),
+        ("v5p-{8192..256:x2}", "runs backwards (8192 > 256)"),
+        ("v5p-{256..8192:x1}", "needs a start >= 1 and a factor >= 2"),
+        ("v5p-{0..8:x2}", "needs a start >= 1 and a factor >= 2"),
+        ("v5p-{1..8:+0}", "needs a step >= 1"),
+        ("v5p-{1..100000}", "has more than 10000 values"),
+        ("v5p-256,,v5p-512", "--cluster: empty item in 'v5p-256,,v5p-512'"),
+    ],
+)
 def test_malformed_ranges_name_the_field_and_value(text, message):
     """Each malformed range is an InvalidArgumentError (exit 2) quoting the option and the item."""
     with pytest.raises(InvalidArgumentError, match=None) as err:
@@ -91,7 +108,12 @@ def test_one_row_per_point_with_the_contract_columns(tmp_path):
         for degree, placed in json.loads(r["axes"]).items():  # axis factors multiply to the degree
             assert r[degree] == math.prod(f for _, f in placed)
     h100 = rows[0]
-    assert (h100["model"], h100["cluster"], h100["num_devices"], h100["global_batch_seqs"]) == ("llama3-8b", "h100-16", 16, 64)
+    assert (h100["model"], h100["cluster"], h100["num_devices"], h100["global_batch_seqs"]) == (
+        "llama3-8b",
+        "h100-16",
+        16,
+        64,
+    )
 
 
 @needs_pyarrow
@@ -101,15 +123,18 @@ def test_csv_rows_match_parquet_rows(tmp_path):
     run_sweep(SMALL, tmp_path / "s.csv", jobs=2, progress=False)
     pq_rows, csv_rows = read_table(tmp_path / "s.parquet"), read_table(tmp_path / "s.csv")
     skip = {"wall_s", "point_wall_s", "finished_at"}
-    assert [{k: v for k, v in r.items() if k not in skip} for r in csv_rows] == \
-           [{k: v for k, v in r.items() if k not in skip} for r in pq_rows]
+    assert [{k: v for k, v in r.items() if k not in skip} for r in csv_rows] == [
+        {k: v for k, v in r.items() if k not in skip} for r in pq_rows
+    ]
 
 
 def test_failing_points_are_recorded_with_reasons_and_the_sweep_continues(tmp_path):
     """A cluster size that does not exist and a model that fits nowhere are rows; later points still solve."""
-    points = [Point(model="llama3-8b", cluster="v5p-1000", global_batch_seqs=64, seq_len=4096),
-              Point(model="llama3-405b", cluster="h100-8", global_batch_seqs=64, seq_len=4096),
-              Point(model="llama3-8b", cluster="h100-8", global_batch_seqs=64, seq_len=4096)]
+    points = [
+        Point(model="llama3-8b", cluster="v5p-1000", global_batch_seqs=64, seq_len=4096),
+        Point(model="llama3-405b", cluster="h100-8", global_batch_seqs=64, seq_len=4096),
+        Point(model="llama3-8b", cluster="h100-8", global_batch_seqs=64, seq_len=4096),
+    ]
     summary = run_sweep(points, tmp_path / "f.csv", jobs=1, progress=False)
     bad_size, too_big, ok = read_table(tmp_path / "f.csv")
     assert bad_size["status"] == "ERROR" and bad_size["num_devices"] is None
@@ -172,10 +197,16 @@ def test_bad_input_fails_before_any_solving(tmp_path, monkeypatch):
     with pytest.raises(InvalidArgumentError, match="--executor: unknown executor 'dask' \\(local or ray\\)"):
         run_sweep(SMALL, tmp_path / "a.csv", executor="dask", progress=False)
     monkeypatch.setitem(sys.modules, "pyarrow", None)  # import pyarrow -> ImportError
-    with pytest.raises(InvalidArgumentError, match=r"^--output .parquet \(or write a .csv\) needs the optional 'parquet' dependencies: pip install 'pyarrow>=15'"):
+    with pytest.raises(
+        InvalidArgumentError,
+        match=r"^--output .parquet \(or write a .csv\) needs the optional 'parquet' dependencies: pip install 'pyarrow>=15'",
+    ):
         run_sweep(SMALL, tmp_path / "a.parquet", progress=False)
     monkeypatch.setitem(sys.modules, "ray", None)  # import ray -> ImportError
-    with pytest.raises(InvalidArgumentError, match=r"^--executor ray needs the optional 'ray' dependencies: pip install 'ray>=2.9'; from the checkout: pip install -e '.*\[ray\]'$"):
+    with pytest.raises(
+        InvalidArgumentError,
+        match=r"^--executor ray needs the optional 'ray' dependencies: pip install 'ray>=2.9'; from the checkout: pip install -e '.*\[ray\]'$",
+    ):
         run_sweep(SMALL, tmp_path / "b.csv", executor="ray", progress=False)
     assert not os.listdir(tmp_path)
 
@@ -185,8 +216,21 @@ def test_bad_input_fails_before_any_solving(tmp_path, monkeypatch):
 def test_interrupted_sweep_reruns_to_every_point_exactly_once(tmp_path, sig):
     """kill -9 (or Ctrl-C) of the whole sweep, parent and pool, after the first point; the rerun completes it."""
     out = tmp_path / "k.parquet"
-    args = [*CLI, "sweep", "-m", "llama70b", "-c", "v5p-{256..4096:x2}", "--seqs", "256,512", "--jobs", "2",
-            "--no-progress", "-o", str(out)]
+    args = [
+        *CLI,
+        "sweep",
+        "-m",
+        "llama70b",
+        "-c",
+        "v5p-{256..4096:x2}",
+        "--seqs",
+        "256,512",
+        "--jobs",
+        "2",
+        "--no-progress",
+        "-o",
+        str(out),
+    ]
     expected = [p.id for p in expand_points("llama70b", "v5p-{256..4096:x2}", "256,512")]
     proc = subprocess.Popen(args, start_new_session=True, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
     journal = Path(journal_path(out))
@@ -225,8 +269,24 @@ def test_cli_sweep_prints_a_summary_and_plot_writes_a_png(tmp_path):
     """`sweep` writes the table and prints the best layout per point; `plot` draws it (> 10 kB PNG)."""
     runner, app = CliRunner(), cli_app()
     out, png = tmp_path / "c.csv", tmp_path / "c.png"
-    r = runner.invoke(app, ["sweep", "-m", "llama3-8b", "-c", "h100-{8..32:x2}", "-c", "v5p-1000", "--seqs", "64,128",
-                            "--jobs", "1", "-o", str(out)])
+    r = runner.invoke(
+        app,
+        [
+            "sweep",
+            "-m",
+            "llama3-8b",
+            "-c",
+            "h100-{8..32:x2}",
+            "-c",
+            "v5p-1000",
+            "--seqs",
+            "64,128",
+            "--jobs",
+            "1",
+            "-o",
+            str(out),
+        ],
+    )
     assert r.exit_code == 0, r.stderr
     assert "sweep: 8 points" in r.stdout and "OPTIMAL" in r.stdout and "ERROR" in r.stdout
     assert "fsdp=" in r.stdout and "%" in r.stdout
@@ -237,12 +297,15 @@ def test_cli_sweep_prints_a_summary_and_plot_writes_a_png(tmp_path):
     assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and png.stat().st_size > 10_000
 
 
-@pytest.mark.parametrize("args, message", [
-    (["-m", "llama71b", "-c", "h100-8"], "error: unknown model 'llama71b' (did you mean 'llama70b'?)"),
-    (["-m", "debug", "-c", "h100-{8..64:*2}"], "error: --cluster: malformed range in 'h100-{8..64:*2}'"),
-    (["-m", "debug", "-c", "h100-8", "--seqs", "8,abc"], "error: --seqs: 'abc' is not a whole number >= 1"),
-    (["-m", "debug", "-c", "h100-8", "-o", "x.json"], "error: --output: 'x.json' must end in .parquet or .csv"),
-])
+@pytest.mark.parametrize(
+    "args, message",
+    [
+        (["-m", "llama71b", "-c", "h100-8"], "error: unknown model 'llama71b' (did you mean 'llama70b'?)"),
+        (["-m", "debug", "-c", "h100-{8..64:*2}"], "error: --cluster: malformed range in 'h100-{8..64:*2}'"),
+        (["-m", "debug", "-c", "h100-8", "--seqs", "8,abc"], "error: --seqs: 'abc' is not a whole number >= 1"),
+        (["-m", "debug", "-c", "h100-8", "-o", "x.json"], "error: --output: 'x.json' must end in .parquet or .csv"),
+    ],
+)
 def test_cli_bad_input_is_one_line_exit_2(tmp_path, args, message):
     """Bad input exits 2 with one line naming the option and the value."""
     if "-o" not in args:
@@ -255,13 +318,21 @@ def test_cli_bad_input_is_one_line_exit_2(tmp_path, args, message):
 def test_cli_unknown_executor_and_plot_input_through_the_console_script(tmp_path):
     """Usage errors are one line with exit 2 through the real entry point; a sweep that finds nothing exits 1."""
     base = CLI
-    p = subprocess.run([*base, "sweep", "-m", "debug", "-c", "h100-8", "--executor", "dask", "-o", "x.csv"],
-                       capture_output=True, text=True, cwd=tmp_path)
+    p = subprocess.run(
+        [*base, "sweep", "-m", "debug", "-c", "h100-8", "--executor", "dask", "-o", "x.csv"],
+        capture_output=True,
+        text=True,
+        cwd=tmp_path,
+    )
     assert p.returncode == 2 and p.stderr.count("\n") == 1 and "'dask' is not one of 'local', 'ray'" in p.stderr
     p = subprocess.run([*base, "plot", "missing.csv"], capture_output=True, text=True, cwd=tmp_path)
     assert p.returncode == 2 and p.stderr.startswith("error: SWEEP_FILE: cannot read 'missing.csv'")
-    p = subprocess.run([*base, "sweep", "-m", "llama3-405b", "-c", "h100-8", "--seqs", "64", "-o", "n.csv",
-                        "--no-progress"], capture_output=True, text=True, cwd=tmp_path)
+    p = subprocess.run(
+        [*base, "sweep", "-m", "llama3-405b", "-c", "h100-8", "--seqs", "64", "-o", "n.csv", "--no-progress"],
+        capture_output=True,
+        text=True,
+        cwd=tmp_path,
+    )
     assert p.returncode == 1 and "INFEASIBLE" in p.stdout
 
 
@@ -276,8 +347,22 @@ def test_ray_executor_matches_the_local_executor(tmp_path):
         remote = run_sweep(points, tmp_path / "ray.parquet", executor="ray", progress=False).rows
     finally:
         ray.shutdown()
-    keys = ("point_id", "status", "objective_s", "bound_s", "dp", "fsdp", "tp", "pp", "cp", "zero_stage",
-            "num_microbatches", "recompute", "axes", "reason")
+    keys = (
+        "point_id",
+        "status",
+        "objective_s",
+        "bound_s",
+        "dp",
+        "fsdp",
+        "tp",
+        "pp",
+        "cp",
+        "zero_stage",
+        "num_microbatches",
+        "recompute",
+        "axes",
+        "reason",
+    )
     assert [[r[k] for k in keys] for r in remote] == [[r[k] for k in keys] for r in local]
     assert ids(read_table(tmp_path / "ray.parquet")) == [p.id for p in points]
 

@@ -42,8 +42,23 @@ def wait_for(condition, seconds: float) -> bool:
 
 def test_workers_exit_with_the_parent_and_the_same_command_resumes(tmp_path):
     out = tmp_path / "sweep.parquet"
-    command = [sys.executable, "-m", "layoutsearch", "sweep", "-m", "llama70b", "-c", "v5p-{256..4096:x2}",
-               "--seqs", "256,512,1024", "-o", str(out), "--jobs", "2", "--no-progress"]
+    command = [
+        sys.executable,
+        "-m",
+        "layoutsearch",
+        "sweep",
+        "-m",
+        "llama70b",
+        "-c",
+        "v5p-{256..4096:x2}",
+        "--seqs",
+        "256,512,1024",
+        "-o",
+        str(out),
+        "--jobs",
+        "2",
+        "--no-progress",
+    ]
     parent = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     journal = Path(journal_path(out))
     assert wait_for(lambda: journal.exists() and journal.read_text().count("\n") >= 1, 60)

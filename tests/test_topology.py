@@ -7,11 +7,18 @@ import networkx as nx
 import pytest
 
 from layoutsearch.core.catalogue import load_accelerator
-from layoutsearch.core.errors import CatalogueError
 from layoutsearch.core.device_graph import axes_from_device_graph, cluster_graph, to_networkx
+from layoutsearch.core.errors import CatalogueError
 from layoutsearch.core.topology import (
-    EXAMPLE_CLUSTERS, MAX_DEVICES, SINGLE_CHIP_AXIS, cluster_factors, derive_axes, resolve_cluster, torus_axis_graph,
-    valid_sizes)
+    EXAMPLE_CLUSTERS,
+    MAX_DEVICES,
+    SINGLE_CHIP_AXIS,
+    cluster_factors,
+    derive_axes,
+    resolve_cluster,
+    torus_axis_graph,
+    valid_sizes,
+)
 
 
 def shape(name):
@@ -50,7 +57,9 @@ def test_gpu_clusters_have_nvlink_then_scale_out():
     assert [(a.name, a.size) for a in resolve_cluster("gb200-576").axes] == [("node", 72), ("scale_out", 8)]
     assert resolve_cluster("h100-64", scale_out_bytes_per_s=25e9).axis("scale_out").bytes_per_s_per_direction == 25e9
     assert [(a.name, a.size) for a in resolve_cluster("h100-64", devices_per_node=4).axes] == [
-        ("node", 4), ("scale_out", 16)]
+        ("node", 4),
+        ("scale_out", 16),
+    ]
 
 
 def test_single_device_clusters():
@@ -77,13 +86,25 @@ def test_factor_graphs_are_small_per_axis_graphs():
     assert nvlink.graph["kind"] == "switch" and list(nvlink.edges()) == [(range(8), ("nvswitch",))]  # a star, one run
     assert set(fat_tree.edges()) == {(range(64), ("leaf", range(2))), (("leaf", range(2)), ("spine",))}
     _, (_, fat_tree) = cluster_factors("h100-264")  # one full scalable unit of 32 nodes and one of 1
-    assert sorted(map(str, fat_tree.nodes)) == ["('leaf', range(0, 1))", "('leaf', range(1, 2))", "('spine',)",
-                                           "range(0, 32)", "range(32, 33)"]
+    assert sorted(map(str, fat_tree.nodes)) == [
+        "('leaf', range(0, 1))",
+        "('leaf', range(1, 2))",
+        "('spine',)",
+        "range(0, 32)",
+        "range(32, 33)",
+    ]
 
 
-@pytest.mark.parametrize("name, devices, most_nodes", [
-    ("v5p-1x262144", 262_144, 2), ("v5p-8960x29", 259_840, 28), ("h100-262144", 262_144, 3),
-    ("gb200-262080", 262_080, 5), ("h100-262136", 262_136, 5)])
+@pytest.mark.parametrize(
+    "name, devices, most_nodes",
+    [
+        ("v5p-1x262144", 262_144, 2),
+        ("v5p-8960x29", 259_840, 28),
+        ("h100-262144", 262_144, 3),
+        ("gb200-262080", 262_080, 5),
+        ("h100-262136", 262_136, 5),
+    ],
+)
 def test_factors_stay_small_whatever_the_device_count(name, devices, most_nodes):
     """No factor grows with the device count: runs stand for the positions and switches that link alike."""
     acc, factors = cluster_factors(name)
@@ -92,14 +113,36 @@ def test_factors_stay_small_whatever_the_device_count(name, devices, most_nodes)
     assert resolve_cluster(name).num_devices == devices
 
 
-@pytest.mark.parametrize("name, kwargs", [
-    ("v5p-1", {}), ("v5p-4", {}), ("v5p-16", {}), ("v5p-64", {}), ("v5p:4x4x8", {}), ("v5p:4x8x12", {}),
-    ("v5p-8x2", {}), ("v5p-64x2", {}), ("v5p-1x3", {}), ("v4-64", {}), ("tpu7x-128", {}),
-    ("v5e-1", {}), ("v5e-16", {}), ("v5e-128", {}), ("v6e-256x2", {}),
-    ("h100-1", {}), ("h100-4", {}), ("h100-8", {}), ("h100-16", {}), ("h100-264", {}), ("h100-512", {}),
-    ("h100-1288", {}),
-    ("a100-80gb-64", {}), ("gb200-144", {}), ("h100-64", {"devices_per_node": 4, "scale_out_bytes_per_s": 25e9}),
-])
+@pytest.mark.parametrize(
+    "name, kwargs",
+    [
+        ("v5p-1", {}),
+        ("v5p-4", {}),
+        ("v5p-16", {}),
+        ("v5p-64", {}),
+        ("v5p:4x4x8", {}),
+        ("v5p:4x8x12", {}),
+        ("v5p-8x2", {}),
+        ("v5p-64x2", {}),
+        ("v5p-1x3", {}),
+        ("v4-64", {}),
+        ("tpu7x-128", {}),
+        ("v5e-1", {}),
+        ("v5e-16", {}),
+        ("v5e-128", {}),
+        ("v6e-256x2", {}),
+        ("h100-1", {}),
+        ("h100-4", {}),
+        ("h100-8", {}),
+        ("h100-16", {}),
+        ("h100-264", {}),
+        ("h100-512", {}),
+        ("h100-1288", {}),
+        ("a100-80gb-64", {}),
+        ("gb200-144", {}),
+        ("h100-64", {"devices_per_node": 4, "scale_out_bytes_per_s": 25e9}),
+    ],
+)
 def test_factor_axes_equal_those_of_the_device_graph(name, kwargs):
     """The axes derived from the factor graphs equal those read from their product by connected components."""
     acc, factors = cluster_factors(name, **kwargs)
@@ -157,8 +200,9 @@ def test_inconsistent_factor_graph_is_detected():
     acc = load_accelerator("v5p")
     x = torus_axis_graph("x", 6, True, 90e9, 1e-6)
     x.add_edge(0, 3, axis="x", bytes_per_s_per_direction=90e9, latency_s=1e-6)
-    with pytest.raises(CatalogueError, match="factor graph 'x': a torus axis must be a ring or a line, got 6 positions "
-                                             "and 7 links"):
+    with pytest.raises(
+        CatalogueError, match="factor graph 'x': a torus axis must be a ring or a line, got 6 positions and 7 links"
+    ):
         derive_axes([x], acc)
     y = torus_axis_graph("y", 4, True, 90e9, 1e-6)
     y.add_edge(0, 1, bytes_per_s_per_direction=45e9)
@@ -167,34 +211,55 @@ def test_inconsistent_factor_graph_is_detected():
 
 
 # ----------------------------------------------------------------------------- errors and bounds
-@pytest.mark.parametrize("name, message", [
-    ("v5p-1000", r"1000 v5p chips is not a slice shape \(valid nearby sizes: 896, 960, 1024, 1088;"),
-    ("v5p-2", r"2 v5p chips is not a slice shape \(valid nearby sizes: 1, 4, 8;"),
-    ("v5p-65536", r"65536 v5p chips is not a slice shape \(valid nearby sizes: 8896, 8960;"),
-    ("h100-12", r"12 GPUs is not a whole number of 8-GPU nodes \(valid nearby sizes: 4, 8, 16, 24\)"),
-    ("h100-262140", r"262140 GPUs is not a whole number of 8-GPU nodes \(valid nearby sizes: 262128, 262136, 262144\)"),
-    ("gb200-98", r"98 GPUs is not a whole number of 72-GPU nodes or of 4-GPU hosts \(valid nearby sizes: 92, 96, 100, 104\)"),
-    ("v5e-512", r"512 v5e chips is not a slice shape \(valid nearby sizes: 128, 256;"),
-    ("v9-8", r"unknown accelerator 'v9'"),
-    ("h100", r"expected ACCELERATOR-COUNT"),
-    ("v5p:4x4", r"an explicit shape needs 3 dimensions for v5p, got 2"),
-    ("v5p:0x4x4", r"every shape dimension must be >= 1, got 0x4x4"),
-    ("h100:8x8", r"an explicit shape is for TPUs"),
-    ("h100-16x2", r"multislice \(xN\) is for TPUs"),
-    ("v5p:100x100x100", r"shape 100x100x100 does not fit in the largest v5p slice 16x20x28 "
-                        r"\(sorted 100x100x100 vs 16x20x28\)"),
-    ("v5p:16x16x32", r"shape 16x16x32 does not fit in the largest v5p slice 16x20x28 \(sorted 16x16x32 vs 16x20x28\)"),
-    ("v5e:32x8", r"shape 32x8 does not fit in the largest v5e slice 16x16"),
-    ("v5p-64x0", r"the number of slices \(xN\) must be >= 1, got 0"),
-    ("v5p-0", r"device count must be positive, got 0"),
-    ("h100-99999999999999999999", r"cluster 'h100-99999999999999999999': device count 99999999999999999999 is over the "
-                                  r"limit of 262,144 devices"),
-    ("v5p-100000000", r"cluster 'v5p-100000000': device count 100000000 is over the limit of 262,144 devices"),
-    ("h100-262152", r"cluster 'h100-262152': 262,152 devices is over the limit of 262,144 devices"),
-    ("v5p-8960x30", r"cluster 'v5p-8960x30': 8,960 devices x 30 slices = 268,800 devices is over the limit of 262,144"),
-    ("v5p-64x99999999999", r"slice count 99999999999 is over the limit of 262,144 devices"),
-    ("v5p:4x4x" + "9" * 5000, r"shape dimension 9999.* is over the limit of 262,144 devices"),
-])
+@pytest.mark.parametrize(
+    "name, message",
+    [
+        ("v5p-1000", r"1000 v5p chips is not a slice shape \(valid nearby sizes: 896, 960, 1024, 1088;"),
+        ("v5p-2", r"2 v5p chips is not a slice shape \(valid nearby sizes: 1, 4, 8;"),
+        ("v5p-65536", r"65536 v5p chips is not a slice shape \(valid nearby sizes: 8896, 8960;"),
+        ("h100-12", r"12 GPUs is not a whole number of 8-GPU nodes \(valid nearby sizes: 4, 8, 16, 24\)"),
+        (
+            "h100-262140",
+            r"262140 GPUs is not a whole number of 8-GPU nodes \(valid nearby sizes: 262128, 262136, 262144\)",
+        ),
+        (
+            "gb200-98",
+            r"98 GPUs is not a whole number of 72-GPU nodes or of 4-GPU hosts \(valid nearby sizes: 92, 96, 100, 104\)",
+        ),
+        ("v5e-512", r"512 v5e chips is not a slice shape \(valid nearby sizes: 128, 256;"),
+        ("v9-8", r"unknown accelerator 'v9'"),
+        ("h100", r"expected ACCELERATOR-COUNT"),
+        ("v5p:4x4", r"an explicit shape needs 3 dimensions for v5p, got 2"),
+        ("v5p:0x4x4", r"every shape dimension must be >= 1, got 0x4x4"),
+        ("h100:8x8", r"an explicit shape is for TPUs"),
+        ("h100-16x2", r"multislice \(xN\) is for TPUs"),
+        (
+            "v5p:100x100x100",
+            r"shape 100x100x100 does not fit in the largest v5p slice 16x20x28 "
+            r"\(sorted 100x100x100 vs 16x20x28\)",
+        ),
+        (
+            "v5p:16x16x32",
+            r"shape 16x16x32 does not fit in the largest v5p slice 16x20x28 \(sorted 16x16x32 vs 16x20x28\)",
+        ),
+        ("v5e:32x8", r"shape 32x8 does not fit in the largest v5e slice 16x16"),
+        ("v5p-64x0", r"the number of slices \(xN\) must be >= 1, got 0"),
+        ("v5p-0", r"device count must be positive, got 0"),
+        (
+            "h100-99999999999999999999",
+            r"cluster 'h100-99999999999999999999': device count 99999999999999999999 is over the "
+            r"limit of 262,144 devices",
+        ),
+        ("v5p-100000000", r"cluster 'v5p-100000000': device count 100000000 is over the limit of 262,144 devices"),
+        ("h100-262152", r"cluster 'h100-262152': 262,152 devices is over the limit of 262,144 devices"),
+        (
+            "v5p-8960x30",
+            r"cluster 'v5p-8960x30': 8,960 devices x 30 slices = 268,800 devices is over the limit of 262,144",
+        ),
+        ("v5p-64x99999999999", r"slice count 99999999999 is over the limit of 262,144 devices"),
+        ("v5p:4x4x" + "9" * 5000, r"shape dimension 9999.* is over the limit of 262,144 devices"),
+    ],
+)
 def test_impossible_clusters_are_clear_one_line_errors(name, message):
     with pytest.raises(CatalogueError, match=message) as err:
         resolve_cluster(name)
@@ -223,6 +288,7 @@ def test_example_clusters_resolve(name):
 def test_gb200_partial_nvl72_domains_in_whole_trays():
     """128 GB200 GPUs are 2 NVL72 domains of 64 (16 trays of 4 each), not an error; 100 are 5 of 20."""
     from layoutsearch.core.topology import resolve_cluster as resolve
+
     assert [(a.name, a.size) for a in resolve("gb200-128").axes] == [("node", 64), ("scale_out", 2)]
     assert [(a.name, a.size) for a in resolve("gb200-100").axes] == [("node", 20), ("scale_out", 5)]
     assert [(a.name, a.size) for a in resolve("gb200-144").axes] == [("node", 72), ("scale_out", 2)]

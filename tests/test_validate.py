@@ -16,31 +16,63 @@ import numpy as np
 import pytest
 import yaml
 
-from layoutsearch.validation.calibrate import (MAX_FIT_PARAMS, calibrate, leave_one_source_out, with_calibration,
-                                               write_calibration)
-from layoutsearch.validation.runs import RunRecord
 from layoutsearch.core.catalogue import accelerator_from_dict, load_accelerator, read_yaml
 from layoutsearch.core.errors import CatalogueError, InvalidArgumentError
-from layoutsearch.costs.estimate import estimate
 from layoutsearch.core.topology import resolve_cluster
+from layoutsearch.costs.estimate import estimate
 from layoutsearch.report.render import validation_report
+from layoutsearch.validation.calibrate import (
+    MAX_FIT_PARAMS,
+    calibrate,
+    leave_one_source_out,
+    with_calibration,
+    write_calibration,
+)
+from layoutsearch.validation.runs import RunRecord
 from layoutsearch.validation.stats import best_layout_groups, ranking
-from layoutsearch.validation.validate import (error_stats, evaluate_record, hardware_flops_per_token, load_runs,
-                                              rank_published, record_to_problem, spearman, summarize, validate_runs)
+from layoutsearch.validation.validate import (
+    error_stats,
+    evaluate_record,
+    hardware_flops_per_token,
+    load_runs,
+    rank_published,
+    record_to_problem,
+    spearman,
+    summarize,
+    validate_runs,
+)
 
 REPO = Path(__file__).resolve().parents[1]
 
 
 # ----------------------------------------------------------------------------- inline records
 def shape(layers, d_model, d_ff, heads, kv_heads, head_dim, vocab, mlp="plain", tied=True) -> dict:
-    return {"num_layers": layers, "d_model": d_model, "d_ff": d_ff, "mlp": mlp, "num_heads": heads,
-            "num_kv_heads": kv_heads, "head_dim": head_dim, "vocab_size": vocab, "tied_embeddings": tied}
+    return {
+        "num_layers": layers,
+        "d_model": d_model,
+        "d_ff": d_ff,
+        "mlp": mlp,
+        "num_heads": heads,
+        "num_kv_heads": kv_heads,
+        "head_dim": head_dim,
+        "vocab_size": vocab,
+        "tied_embeddings": tied,
+    }
 
 
 def record(rid, source, model, workload, cluster, layout, measured, **extra) -> dict:
     """A raw SCHEMA.md record as a YAML file holds it; keys left out are null."""
-    return {"id": rid, "source": source, "trust": "high", "model": dict(model), "workload": dict(workload),
-            "cluster": dict(cluster), "layout": dict(layout), "measured": {"oom": False, **measured}, **extra}
+    return {
+        "id": rid,
+        "source": source,
+        "trust": "high",
+        "model": dict(model),
+        "workload": dict(workload),
+        "cluster": dict(cluster),
+        "layout": dict(layout),
+        "measured": {"oom": False, **measured},
+        **extra,
+    }
 
 
 def parsed(raw: dict) -> dict:
@@ -48,15 +80,19 @@ def parsed(raw: dict) -> dict:
     return RunRecord.model_validate(raw).model_dump()
 
 
-MEGATRON21 = ("Narayanan et al. 2021 (Megatron-LM, SC'21), Table 1; TP/PP/MBS from NVIDIA/Megatron-LM "
-              "examples/sc21/run_table_1.sh")
+MEGATRON21 = (
+    "Narayanan et al. 2021 (Megatron-LM, SC'21), Table 1; TP/PP/MBS from NVIDIA/Megatron-LM "
+    "examples/sc21/run_table_1.sh"
+)
 MCORE = "NVIDIA/Megatron-LM README, Megatron-Core r0.8.0 H100 table (images/model_table.png)"
 BLOOM = "bigscience-workshop/bigscience train/tr11-176B-ml/chronicles-prequel.md, 'GBS Variations' (2022-02-25)"
 MAXTEXT = "AI-Hypercomputer/maxtext MaxText/configs/v5p/README.md + v5p/*.sh @ 76bd53b0f (Dec 2023)"
 DGXC = "NVIDIA/dgxc-benchmarking llama3.1/README.md @ 741c886 (H100, 2025-05)"
 FOUNDRY = "mosaicml/llm-foundry scripts/train/benchmarking/README.md, 'H100 80GB BF16'"
-FOUNDRY_A100 = ("mosaicml/llm-foundry scripts/train/benchmarking/README.md, 'A100 40GB with 1600 Gbps node-node "
-                "interconnect (RoCE)'")
+FOUNDRY_A100 = (
+    "mosaicml/llm-foundry scripts/train/benchmarking/README.md, 'A100 40GB with 1600 Gbps node-node "
+    "interconnect (RoCE)'"
+)
 PARALLEL_BLOCK = {"block": "MaxText @ 76bd53b0f DecoderLayer is a parallel block"}
 
 GPT_1_7B = shape(24, 2304, 9216, 24, 24, 96, 51200)
@@ -76,8 +112,12 @@ MPT_7B = shape(32, 4096, 16384, 32, 32, 128, 50368)
 MPT_13B = shape(40, 5120, 20480, 40, 40, 128, 50368)
 
 A100_IB = {"accelerator": "a100-80gb", "devices_per_node": 8, "scale_out_gbytes_per_s_per_device": 25.0}
-A100_BLOOM = {"accelerator": "a100-80gb", "num_devices": 384, "devices_per_node": 8,
-              "scale_out_gbytes_per_s_per_device": 6.25}
+A100_BLOOM = {
+    "accelerator": "a100-80gb",
+    "num_devices": 384,
+    "devices_per_node": 8,
+    "scale_out_gbytes_per_s_per_device": 6.25,
+}
 H100 = {"accelerator": "h100", "devices_per_node": 8}
 V5P = {"accelerator": "v5p"}
 
@@ -92,87 +132,208 @@ def meas(tokens, mfu=None, conv=None, peak=None, **more) -> dict:
 
 def _foundry_a100(seq, batch, mbs, ga, devices, tokens):
     rid = f"llmfoundry-mpt-a100-40g-7b-seq{seq}-{devices}gpu-mbs{mbs}-ga{ga}"
-    return record(rid, FOUNDRY_A100, MPT_7B, {"seq_len": seq, "global_batch_seqs": batch, "precision": "bf16"},
-                  {"accelerator": "a100-40gb", "num_devices": devices, "devices_per_node": 8,
-                   "scale_out_gbytes_per_s_per_device": 25.0},
-                  lay(devices, fsdp=devices, zero=3, sequence_parallel=False, microbatch_seqs=mbs, num_microbatches=ga,
-                      recompute="full"), meas(tokens, peak=312))
+    return record(
+        rid,
+        FOUNDRY_A100,
+        MPT_7B,
+        {"seq_len": seq, "global_batch_seqs": batch, "precision": "bf16"},
+        {
+            "accelerator": "a100-40gb",
+            "num_devices": devices,
+            "devices_per_node": 8,
+            "scale_out_gbytes_per_s_per_device": 25.0,
+        },
+        lay(
+            devices,
+            fsdp=devices,
+            zero=3,
+            sequence_parallel=False,
+            microbatch_seqs=mbs,
+            num_microbatches=ga,
+            recompute="full",
+        ),
+        meas(tokens, peak=312),
+    )
 
 
 RAW = [
-    record("megatron2021-table1-1-7b", MEGATRON21, GPT_1_7B,
-           {"seq_len": 2048, "global_batch_seqs": 512, "precision": "fp16", "framework": "megatron"},
-           {**A100_IB, "num_devices": 32},
-           lay(32, sequence_parallel=False, microbatch_seqs=16, num_microbatches=1, recompute="full"),
-           meas(9287.9, 0.44, "megatron-eq3-hardware", 312)),
-    record("megatron2021-table1-18-4b", MEGATRON21, GPT_18_4B,
-           {"seq_len": 2048, "global_batch_seqs": 1024, "precision": "fp16", "framework": "megatron"},
-           {**A100_IB, "num_devices": 256},
-           lay(32, tp=8, sequence_parallel=False, microbatch_seqs=8, num_microbatches=4, recompute="full"),
-           meas(871.6, 0.43, "megatron-eq3-hardware", 312)),
-    record("megatron-core-h100-2024-7-1b", MCORE, MCORE_7B, {"seq_len": 4096, "global_batch_seqs": 192},
-           {**H100, "num_devices": 96}, lay(48, tp=2, zero=1), meas(10239.6, 0.47, "megatron-core", 989)),
-    record("megatron-core-h100-2024-16b", MCORE, MCORE_16B, {"seq_len": 4096, "global_batch_seqs": 192},
-           {**H100, "num_devices": 192}, lay(48, tp=4, zero=1), meas(4820.2, 0.49, "megatron-core", 989)),
-    record("megatron-core-h100-2024-32b", MCORE, MCORE_32B, {"seq_len": 4096, "global_batch_seqs": 192},
-           {**H100, "num_devices": 384}, lay(48, tp=8, zero=1), meas(2296.6, 0.46, "megatron-core", 989)),
-    record("megatron-core-h100-2024-70b", MCORE, MCORE_70B, {"seq_len": 4096, "global_batch_seqs": 384},
-           {**H100, "num_devices": 768}, lay(48, tp=8, pp=2, zero=1), meas(940.7, 0.42, "megatron-core", 989)),
-    record("bloom-prequel-20220225-181b-dp8-tp8-pp6-mbs4-gbs2048", BLOOM, BLOOM_181B,
-           {"seq_len": 2048, "global_batch_seqs": 2048, "precision": "fp16"}, A100_BLOOM,
-           lay(8, tp=8, pp=6, zero=1, microbatch_seqs=4, num_microbatches=64, recompute="full"),
-           meas(95.7, peak=312, step_time_s=114.11, memory_gib_per_device=51.22)),
-    record("bloom-prequel-20220225-181b-dp32-tp2-pp6-mbs2-gbs2048", BLOOM, BLOOM_181B,
-           {"seq_len": 2048, "global_batch_seqs": 2048, "precision": "fp16"}, A100_BLOOM,
-           lay(32, tp=2, pp=6, zero=1, microbatch_seqs=2, num_microbatches=32, recompute="full"),
-           meas(None, peak=312, oom=True)),
-    record("bloom176b-production-384gpu", "bigscience-workshop/bigscience train/tr11-176B-ml README.md", BLOOM_176B,
-           {"seq_len": 2048, "global_batch_seqs": 2048, "precision": "bf16"}, A100_BLOOM,
-           lay(8, tp=4, pp=12, zero=1, sequence_parallel=False, microbatch_seqs=2, num_microbatches=128,
-               recompute="full"), meas(103.8, peak=312)),
-    record("fmsfsdp-a100-llama2-7b-128gpu", "foundation-model-stack/fms-fsdp README.md throughput table (128 A100)",
-           LLAMA2_7B, {"seq_len": 4096, "global_batch_seqs": 256, "precision": "bf16", "framework": "pytorch-fsdp"},
-           {"accelerator": "a100-80gb", "num_devices": 128, "devices_per_node": 8},
-           lay(128, fsdp=8, zero=3, sequence_parallel=False, microbatch_seqs=2, num_microbatches=1, recompute="none"),
-           meas(3760, peak=312)),
-    record("maxtext-v5p-2023-32b-1xv5p-128", MAXTEXT, MAXTEXT_32B,
-           {"seq_len": 2048, "global_batch_seqs": 512, "precision": "bf16"}, {**V5P, "num_devices": 64},
-           lay(16, tp=4, fsdp=16, zero=3, microbatch_seqs=32, num_microbatches=1, recompute="selective"),
-           meas(1652.3, 0.7147, "palm-causal", 459), derived=PARALLEL_BLOCK),
-    record("maxtext-v5p-2023-32b-2xv5p-128", MAXTEXT, MAXTEXT_32B,
-           {"seq_len": 2048, "global_batch_seqs": 1024, "precision": "bf16"}, {**V5P, "num_devices": 128},
-           lay(32, tp=4, fsdp=16, zero=3, microbatch_seqs=32, num_microbatches=1, recompute="selective"),
-           meas(1607.0, 0.6943, "palm-causal", 459),
-           derived={**PARALLEL_BLOCK, "fsdp": "ICI FSDP=16 within slice; DCN data parallel across 2 slice(s)"}),
-    record("maxtext-v5p-2023-128b-1xv5p-256", MAXTEXT, MAXTEXT_128B,
-           {"seq_len": 2048, "global_batch_seqs": 256, "precision": "bf16"}, {**V5P, "num_devices": 128},
-           lay(16, tp=8, fsdp=16, zero=3, microbatch_seqs=16, num_microbatches=1, recompute="selective"),
-           meas(399.7, 0.6868, "palm-causal", 459), derived=PARALLEL_BLOCK),
-    record("dgxc-h100-llama3-1-8b-bf16-8gpu", DGXC, LLAMA31_8B, {"seq_len": 8192, "global_batch_seqs": 128,
-                                                                "precision": "bf16"},
-           {**H100, "num_devices": 8}, lay(4, cp=2, zero=1, sequence_parallel=False, microbatch_seqs=1,
-                                           num_microbatches=32), meas(10682.4, 0.6247, "megatron-core", 989)),
-    record("dgxc-h100-llama3-1-8b-fp8-8gpu", DGXC, LLAMA31_8B, {"seq_len": 8192, "global_batch_seqs": 128,
-                                                               "precision": "fp8"},
-           {**H100, "num_devices": 8}, lay(4, cp=2, zero=1, sequence_parallel=False, microbatch_seqs=1,
-                                           num_microbatches=32), meas(14048.5, 0.4107, "megatron-core", 1979)),
-    record("dgxc-h100-llama3-1-8b-bf16-64gpu", DGXC, LLAMA31_8B, {"seq_len": 8192, "global_batch_seqs": 1024,
-                                                                 "precision": "bf16"},
-           {**H100, "num_devices": 64}, lay(32, cp=2, zero=1, sequence_parallel=False, microbatch_seqs=1,
-                                            num_microbatches=32), meas(10630.3, 0.6216, "megatron-core", 989)),
-    record("dgxc-h100-llama3-1-70b-bf16-64gpu", DGXC, LLAMA31_70B, {"seq_len": 8192, "global_batch_seqs": 128,
-                                                                   "precision": "bf16"},
-           {**H100, "num_devices": 64}, {**lay(2, tp=4, pp=4, cp=2, zero=1, sequence_parallel=True, microbatch_seqs=1,
-                                                num_microbatches=64), "virtual_stages": 5},
-           meas(1117.6, 0.5432, "megatron-core", 989)),
-    record("llmfoundry-mpt-h100-13b-seq2048-8gpu-mbs2-ga1", FOUNDRY, MPT_13B,
-           {"seq_len": 2048, "global_batch_seqs": 16, "precision": "bf16"}, {**H100, "num_devices": 8},
-           lay(8, fsdp=8, zero=3, sequence_parallel=False, microbatch_seqs=2, num_microbatches=1, recompute="none"),
-           meas(4792, 0.3979, "palm-6n-12lhqt", 989)),
-    record("llmfoundry-mpt-h100-7b-seq4096-8gpu-mbs16-ga2", FOUNDRY, MPT_7B,
-           {"seq_len": 4096, "global_batch_seqs": 256, "precision": "bf16"}, {**H100, "num_devices": 8},
-           lay(8, fsdp=8, zero=3, sequence_parallel=False, microbatch_seqs=16, num_microbatches=2, recompute="full"),
-           meas(8611, 0.4042, "palm-6n-12lhqt", 989)),
+    record(
+        "megatron2021-table1-1-7b",
+        MEGATRON21,
+        GPT_1_7B,
+        {"seq_len": 2048, "global_batch_seqs": 512, "precision": "fp16", "framework": "megatron"},
+        {**A100_IB, "num_devices": 32},
+        lay(32, sequence_parallel=False, microbatch_seqs=16, num_microbatches=1, recompute="full"),
+        meas(9287.9, 0.44, "megatron-eq3-hardware", 312),
+    ),
+    record(
+        "megatron2021-table1-18-4b",
+        MEGATRON21,
+        GPT_18_4B,
+        {"seq_len": 2048, "global_batch_seqs": 1024, "precision": "fp16", "framework": "megatron"},
+        {**A100_IB, "num_devices": 256},
+        lay(32, tp=8, sequence_parallel=False, microbatch_seqs=8, num_microbatches=4, recompute="full"),
+        meas(871.6, 0.43, "megatron-eq3-hardware", 312),
+    ),
+    record(
+        "megatron-core-h100-2024-7-1b",
+        MCORE,
+        MCORE_7B,
+        {"seq_len": 4096, "global_batch_seqs": 192},
+        {**H100, "num_devices": 96},
+        lay(48, tp=2, zero=1),
+        meas(10239.6, 0.47, "megatron-core", 989),
+    ),
+    record(
+        "megatron-core-h100-2024-16b",
+        MCORE,
+        MCORE_16B,
+        {"seq_len": 4096, "global_batch_seqs": 192},
+        {**H100, "num_devices": 192},
+        lay(48, tp=4, zero=1),
+        meas(4820.2, 0.49, "megatron-core", 989),
+    ),
+    record(
+        "megatron-core-h100-2024-32b",
+        MCORE,
+        MCORE_32B,
+        {"seq_len": 4096, "global_batch_seqs": 192},
+        {**H100, "num_devices": 384},
+        lay(48, tp=8, zero=1),
+        meas(2296.6, 0.46, "megatron-core", 989),
+    ),
+    record(
+        "megatron-core-h100-2024-70b",
+        MCORE,
+        MCORE_70B,
+        {"seq_len": 4096, "global_batch_seqs": 384},
+        {**H100, "num_devices": 768},
+        lay(48, tp=8, pp=2, zero=1),
+        meas(940.7, 0.42, "megatron-core", 989),
+    ),
+    record(
+        "bloom-prequel-20220225-181b-dp8-tp8-pp6-mbs4-gbs2048",
+        BLOOM,
+        BLOOM_181B,
+        {"seq_len": 2048, "global_batch_seqs": 2048, "precision": "fp16"},
+        A100_BLOOM,
+        lay(8, tp=8, pp=6, zero=1, microbatch_seqs=4, num_microbatches=64, recompute="full"),
+        meas(95.7, peak=312, step_time_s=114.11, memory_gib_per_device=51.22),
+    ),
+    record(
+        "bloom-prequel-20220225-181b-dp32-tp2-pp6-mbs2-gbs2048",
+        BLOOM,
+        BLOOM_181B,
+        {"seq_len": 2048, "global_batch_seqs": 2048, "precision": "fp16"},
+        A100_BLOOM,
+        lay(32, tp=2, pp=6, zero=1, microbatch_seqs=2, num_microbatches=32, recompute="full"),
+        meas(None, peak=312, oom=True),
+    ),
+    record(
+        "bloom176b-production-384gpu",
+        "bigscience-workshop/bigscience train/tr11-176B-ml README.md",
+        BLOOM_176B,
+        {"seq_len": 2048, "global_batch_seqs": 2048, "precision": "bf16"},
+        A100_BLOOM,
+        lay(8, tp=4, pp=12, zero=1, sequence_parallel=False, microbatch_seqs=2, num_microbatches=128, recompute="full"),
+        meas(103.8, peak=312),
+    ),
+    record(
+        "fmsfsdp-a100-llama2-7b-128gpu",
+        "foundation-model-stack/fms-fsdp README.md throughput table (128 A100)",
+        LLAMA2_7B,
+        {"seq_len": 4096, "global_batch_seqs": 256, "precision": "bf16", "framework": "pytorch-fsdp"},
+        {"accelerator": "a100-80gb", "num_devices": 128, "devices_per_node": 8},
+        lay(128, fsdp=8, zero=3, sequence_parallel=False, microbatch_seqs=2, num_microbatches=1, recompute="none"),
+        meas(3760, peak=312),
+    ),
+    record(
+        "maxtext-v5p-2023-32b-1xv5p-128",
+        MAXTEXT,
+        MAXTEXT_32B,
+        {"seq_len": 2048, "global_batch_seqs": 512, "precision": "bf16"},
+        {**V5P, "num_devices": 64},
+        lay(16, tp=4, fsdp=16, zero=3, microbatch_seqs=32, num_microbatches=1, recompute="selective"),
+        meas(1652.3, 0.7147, "palm-causal", 459),
+        derived=PARALLEL_BLOCK,
+    ),
+    record(
+        "maxtext-v5p-2023-32b-2xv5p-128",
+        MAXTEXT,
+        MAXTEXT_32B,
+        {"seq_len": 2048, "global_batch_seqs": 1024, "precision": "bf16"},
+        {**V5P, "num_devices": 128},
+        lay(32, tp=4, fsdp=16, zero=3, microbatch_seqs=32, num_microbatches=1, recompute="selective"),
+        meas(1607.0, 0.6943, "palm-causal", 459),
+        derived={**PARALLEL_BLOCK, "fsdp": "ICI FSDP=16 within slice; DCN data parallel across 2 slice(s)"},
+    ),
+    record(
+        "maxtext-v5p-2023-128b-1xv5p-256",
+        MAXTEXT,
+        MAXTEXT_128B,
+        {"seq_len": 2048, "global_batch_seqs": 256, "precision": "bf16"},
+        {**V5P, "num_devices": 128},
+        lay(16, tp=8, fsdp=16, zero=3, microbatch_seqs=16, num_microbatches=1, recompute="selective"),
+        meas(399.7, 0.6868, "palm-causal", 459),
+        derived=PARALLEL_BLOCK,
+    ),
+    record(
+        "dgxc-h100-llama3-1-8b-bf16-8gpu",
+        DGXC,
+        LLAMA31_8B,
+        {"seq_len": 8192, "global_batch_seqs": 128, "precision": "bf16"},
+        {**H100, "num_devices": 8},
+        lay(4, cp=2, zero=1, sequence_parallel=False, microbatch_seqs=1, num_microbatches=32),
+        meas(10682.4, 0.6247, "megatron-core", 989),
+    ),
+    record(
+        "dgxc-h100-llama3-1-8b-fp8-8gpu",
+        DGXC,
+        LLAMA31_8B,
+        {"seq_len": 8192, "global_batch_seqs": 128, "precision": "fp8"},
+        {**H100, "num_devices": 8},
+        lay(4, cp=2, zero=1, sequence_parallel=False, microbatch_seqs=1, num_microbatches=32),
+        meas(14048.5, 0.4107, "megatron-core", 1979),
+    ),
+    record(
+        "dgxc-h100-llama3-1-8b-bf16-64gpu",
+        DGXC,
+        LLAMA31_8B,
+        {"seq_len": 8192, "global_batch_seqs": 1024, "precision": "bf16"},
+        {**H100, "num_devices": 64},
+        lay(32, cp=2, zero=1, sequence_parallel=False, microbatch_seqs=1, num_microbatches=32),
+        meas(10630.3, 0.6216, "megatron-core", 989),
+    ),
+    record(
+        "dgxc-h100-llama3-1-70b-bf16-64gpu",
+        DGXC,
+        LLAMA31_70B,
+        {"seq_len": 8192, "global_batch_seqs": 128, "precision": "bf16"},
+        {**H100, "num_devices": 64},
+        {
+            **lay(2, tp=4, pp=4, cp=2, zero=1, sequence_parallel=True, microbatch_seqs=1, num_microbatches=64),
+            "virtual_stages": 5,
+        },
+        meas(1117.6, 0.5432, "megatron-core", 989),
+    ),
+    record(
+        "llmfoundry-mpt-h100-13b-seq2048-8gpu-mbs2-ga1",
+        FOUNDRY,
+        MPT_13B,
+        {"seq_len": 2048, "global_batch_seqs": 16, "precision": "bf16"},
+        {**H100, "num_devices": 8},
+        lay(8, fsdp=8, zero=3, sequence_parallel=False, microbatch_seqs=2, num_microbatches=1, recompute="none"),
+        meas(4792, 0.3979, "palm-6n-12lhqt", 989),
+    ),
+    record(
+        "llmfoundry-mpt-h100-7b-seq4096-8gpu-mbs16-ga2",
+        FOUNDRY,
+        MPT_7B,
+        {"seq_len": 4096, "global_batch_seqs": 256, "precision": "bf16"},
+        {**H100, "num_devices": 8},
+        lay(8, fsdp=8, zero=3, sequence_parallel=False, microbatch_seqs=16, num_microbatches=2, recompute="full"),
+        meas(8611, 0.4042, "palm-6n-12lhqt", 989),
+    ),
     _foundry_a100(16384, 32, 1, 4, 8, 2249),
     _foundry_a100(8192, 96, 3, 4, 8, 2887),
     _foundry_a100(4096, 192, 6, 4, 8, 3366),
@@ -220,29 +381,59 @@ def cli(argv: list[str], capsys) -> tuple[int, str, str]:
 # ----------------------------------------------------------------------------- record format
 def test_optional_schema_fields_are_typed_and_absent_keys_are_null(tmp_path):
     """Every optional SCHEMA.md field (and the MoE blocks) loads typed; a key left out is null."""
-    rec = raw("megatron2021-table1-1-7b", workload={"framework": "torchtitan", "fp8_recipe": "rowwise",
-                                                    "torch_compile": True},
-              layout={"async_tp": False, "ep": 8, "etp": 1},
-              cluster={"hbm_gb_per_device": 96, "power_limit_w": "500"},
-              measured={"tflops_per_device": 400})
-    rec["model"].update(name="DeepSeek-V3 (671B)", d_ff=None, attention="mla", mtp_num_layers=1,
-                        params_total=671026419200, params_active=37000000000, notes="n",
-                        moe={"num_experts": 256, "top_k": 8, "expert_d_ff": 2048, "num_shared_experts": 1,
-                             "first_dense_layers": 3, "moe_layer_freq": 1},
-                        mla={"q_lora_rank": 1536, "kv_lora_rank": 512, "qk_rope_head_dim": 64,
-                             "qk_nope_head_dim": 128, "v_head_dim": 128})
+    rec = raw(
+        "megatron2021-table1-1-7b",
+        workload={"framework": "torchtitan", "fp8_recipe": "rowwise", "torch_compile": True},
+        layout={"async_tp": False, "ep": 8, "etp": 1},
+        cluster={"hbm_gb_per_device": 96, "power_limit_w": "500"},
+        measured={"tflops_per_device": 400},
+    )
+    rec["model"].update(
+        name="DeepSeek-V3 (671B)",
+        d_ff=None,
+        attention="mla",
+        mtp_num_layers=1,
+        params_total=671026419200,
+        params_active=37000000000,
+        notes="n",
+        moe={
+            "num_experts": 256,
+            "top_k": 8,
+            "expert_d_ff": 2048,
+            "num_shared_experts": 1,
+            "first_dense_layers": 3,
+            "moe_layer_freq": 1,
+        },
+        mla={
+            "q_lora_rank": 1536,
+            "kv_lora_rank": 512,
+            "qk_rope_head_dim": 64,
+            "qk_nope_head_dim": 128,
+            "v_head_dim": 128,
+        },
+    )
     del rec["cluster"]["scale_out_gbytes_per_s_per_device"], rec["trust"]
     runs = load_runs(write_runs(tmp_path, [rec]))
     (r,) = runs
     assert runs.warnings == []
-    assert (r["workload"]["framework"], r["workload"]["fp8_recipe"], r["workload"]["torch_compile"]) == \
-        ("torchtitan", "rowwise", True)
+    assert (r["workload"]["framework"], r["workload"]["fp8_recipe"], r["workload"]["torch_compile"]) == (
+        "torchtitan",
+        "rowwise",
+        True,
+    )
     assert r["layout"]["async_tp"] is False and (r["layout"]["ep"], r["layout"]["etp"]) == (8, 1)
     assert r["cluster"]["hbm_gb_per_device"] == 96.0 and r["cluster"]["power_limit_w"] == 500.0
     assert r["measured"]["tflops_per_device"] == 400.0 and r["model"]["d_ff"] is None
-    assert r["model"]["moe"] == {"num_experts": 256, "top_k": 8, "expert_d_ff": 2048, "num_shared_experts": 1,
-                                 "shared_d_ff": None, "first_dense_layers": 3, "moe_layer_freq": 1,
-                                 "capacity_factor": None}
+    assert r["model"]["moe"] == {
+        "num_experts": 256,
+        "top_k": 8,
+        "expert_d_ff": 2048,
+        "num_shared_experts": 1,
+        "shared_d_ff": None,
+        "first_dense_layers": 3,
+        "moe_layer_freq": 1,
+        "capacity_factor": None,
+    }
     assert r["model"]["mla"]["kv_lora_rank"] == 512 and r["model"]["params_total"] == 671026419200
     assert r["cluster"]["scale_out_gbytes_per_s_per_device"] is None and r["trust"] is None
     plain = parsed({"id": "bare"})
@@ -262,29 +453,37 @@ def test_unknown_key_is_a_warning_not_an_abort(tmp_path, capsys):
         "(did you mean 'microbatch_seqs'?)",
         "runs.yaml: record 'megatron2021-table1-18-4b': field 'workload.framework': value 'jax-custom' is not one "
         "of megatron, torchtitan, maxtext, megatron-deepspeed, llm-foundry, pytorch-fsdp, nemo-automodel, other; "
-        "kept as given"]
+        "kept as given",
+    ]
     assert "microbatch_seq" not in runs[0]["layout"] and runs[0]["layout"]["microbatch_seqs"] is None
     assert runs[1]["workload"]["framework"] == "jax-custom"
     doc = validate_runs(runs, rank=False)
     assert doc["summary"]["warnings"] == runs.warnings and doc["summary"]["count"] == 1
-    assert doc["records"][0]["skipped_reason"] == ("global_batch_seqs(512) != dp(32) x microbatch_seqs(1) x "
-                                                   "num_microbatches(1)")  # the misspelt key counts as null
+    assert doc["records"][0]["skipped_reason"] == (
+        "global_batch_seqs(512) != dp(32) x microbatch_seqs(1) x num_microbatches(1)"
+    )  # the misspelt key counts as null
     assert doc["records"][1]["framework"] == "jax-custom" and doc["records"][0]["framework"] == "megatron"
     validation_report(doc)
     printed = capsys.readouterr().out
     assert "warning: runs.yaml: record 'megatron2021-table1-1-7b': unknown key 'layout.microbatch_seq'" in printed
 
 
-@pytest.mark.parametrize("content, expected", [
-    (b"\xff\xfe", "not UTF-8 text (byte 0xff at offset 0)"),
-    (b"- id: x\n  source: [unclosed\n", "malformed YAML at line 3, column 1"),
-    (b"id: x\nsource: y\n", "expected a list of records, got dict"),
-    (b"", "empty file"),
-    (b"- 5\n", "record #1: expected a mapping of fields, got int"),
-    (b"- id: r1\n  model: {num_layers: abc}\n", "record 'r1': field 'model.num_layers': Input should be a valid "
-                                                "integer, unable to parse string as an integer (got 'abc')"),
-    (b"- id: r1\n- id: r1\n", "record 'r1': field 'id': duplicate id (record #2)"),
-])
+@pytest.mark.parametrize(
+    "content, expected",
+    [
+        (b"\xff\xfe", "not UTF-8 text (byte 0xff at offset 0)"),
+        (b"- id: x\n  source: [unclosed\n", "malformed YAML at line 3, column 1"),
+        (b"id: x\nsource: y\n", "expected a list of records, got dict"),
+        (b"", "empty file"),
+        (b"- 5\n", "record #1: expected a mapping of fields, got int"),
+        (
+            b"- id: r1\n  model: {num_layers: abc}\n",
+            "record 'r1': field 'model.num_layers': Input should be a valid "
+            "integer, unable to parse string as an integer (got 'abc')",
+        ),
+        (b"- id: r1\n- id: r1\n", "record 'r1': field 'id': duplicate id (record #2)"),
+    ],
+)
 def test_malformed_file_is_one_line_naming_file_record_and_field(tmp_path, capsys, content, expected):
     """Not UTF-8, not YAML, not a list, a record that is not a mapping, a wrong type, a duplicate id:
     one CatalogueError line naming the file (and the record and field), exit 2 at the command line."""
@@ -329,6 +528,7 @@ def test_bloom_runs_launch_blocking_from_2022_02_18(runs):
     """Rule 18: the tr11 slurm sets CUDA_LAUNCH_BLOCKING=1 (the production run, undated, and the prequel's
     rows from 2022-02-18 on); an earlier tr11 row and every other source launch asynchronously."""
     from layoutsearch.validation.mapping import launch_blocking, mapping_notes
+
     prequel = runs["bloom-prequel-20220225-181b-dp8-tp8-pp6-mbs4-gbs2048"]
     assert launch_blocking(prequel) and launch_blocking(runs["bloom176b-production-384gpu"])
     assert not launch_blocking({**prequel, "source": prequel["source"].replace("2022-02-25", "2022-02-17")})
@@ -373,21 +573,25 @@ def test_fp8_records_are_evaluated_and_rejected_records_are_skipped_with_a_reaso
     a100 = raw("megatron2021-table1-1-7b", workload={"precision": "fp8"})
     assert record_to_problem(parsed(a100)).startswith("--precision fp8: a100-80gb has no fp8 matmul rate")
     reason = record_to_problem(TP5)
-    assert isinstance(reason, str) and reason.startswith("engine rejects the layout: tp(5) does not divide num_heads(24)")
+    assert isinstance(reason, str) and reason.startswith(
+        "engine rejects the layout: tp(5) does not divide num_heads(24)"
+    )
 
 
 def test_null_or_unknown_values_skip_the_record_not_the_file(tmp_path):
     """num_layers null, tp null, an unknown accelerator, precision or mlp: each record is skipped with its
     reason while the good record of the same file is evaluated."""
     base = "megatron2021-table1-1-7b"
-    recs = [raw(base, id="no-layers", model={"num_layers": None}),
-            raw(base, id="no-tp", layout={"tp": None, "cp": None}),
-            raw(base, id="bad-acc", cluster={"accelerator": "a100-80g"}),
-            raw(base, id="tf32", workload={"precision": "tf32"}),
-            raw(base, id="swiglu", model={"mlp": "swiglu"}),
-            raw(base, id="no-measure", measured={"tokens_per_s_per_device": None, "oom": None}),
-            raw(base, id="fsdp-3", layout={"fsdp": 3}),
-            raw(base)]
+    recs = [
+        raw(base, id="no-layers", model={"num_layers": None}),
+        raw(base, id="no-tp", layout={"tp": None, "cp": None}),
+        raw(base, id="bad-acc", cluster={"accelerator": "a100-80g"}),
+        raw(base, id="tf32", workload={"precision": "tf32"}),
+        raw(base, id="swiglu", model={"mlp": "swiglu"}),
+        raw(base, id="no-measure", measured={"tokens_per_s_per_device": None, "oom": None}),
+        raw(base, id="fsdp-3", layout={"fsdp": 3}),
+        raw(base),
+    ]
     runs = load_runs(write_runs(tmp_path, recs))
     doc = validate_runs(runs, rank=False)
     reasons = {e["id"]: e["skipped_reason"] for e in doc["records"]}
@@ -407,9 +611,24 @@ def test_moe_and_mla_records_are_mapped(runs):
     d_ff; MLA attention without its model.mla block is a skip naming the field (tests/test_validate_moe.py
     covers the MoE development set)."""
     moe = copy.deepcopy(runs["megatron2021-table1-1-7b"])
-    moe["model"].update(d_ff=None, moe={**{k: None for k in ("num_shared_experts", "shared_d_ff", "first_dense_layers",
-                                                             "moe_layer_freq", "capacity_factor")},
-                                        "num_experts": 8, "top_k": 2, "expert_d_ff": 14336})
+    moe["model"].update(
+        d_ff=None,
+        moe={
+            **{
+                k: None
+                for k in (
+                    "num_shared_experts",
+                    "shared_d_ff",
+                    "first_dense_layers",
+                    "moe_layer_freq",
+                    "capacity_factor",
+                )
+            },
+            "num_experts": 8,
+            "top_k": 2,
+            "expert_d_ff": 14336,
+        },
+    )
     moe["cluster"]["accelerator"] = "h800"
     problem, layout = record_to_problem(moe)
     assert problem.model.moe.num_experts == 8 and problem.model.d_ff == 14336 and problem.model.num_moe_layers == 24
@@ -432,8 +651,9 @@ def test_record_rules_across_fields(runs, tmp_path):
     capped["source"] += ", H100 SXM at 500 W"
     assert record_to_problem(parsed(capped)).startswith("power-capped part (a wattage below the SXM rating)")
     field = raw("megatron2021-table1-1-7b", cluster={"accelerator": "h100", "power_limit_w": 500})
-    assert record_to_problem(parsed(field)) == ("power-capped part: power_limit_w 500 W below the part's 700 W rating; "
-                                                "its clocks and peak FLOP/s are unknown")
+    assert record_to_problem(parsed(field)) == (
+        "power-capped part: power_limit_w 500 W below the part's 700 W rating; its clocks and peak FLOP/s are unknown"
+    )
     full = copy.deepcopy(capped)
     full["cluster"]["power_limit_w"] = 700  # the field wins over the text
     assert not isinstance(record_to_problem(parsed(full)), str)
@@ -468,14 +688,17 @@ def test_tpu_device_count_without_a_slice_shape_is_skipped_fast(runs):
         reasons[n] = entry["skipped_reason"]
     assert reasons[7] == "cluster: 7 v5p chips is not a slice shape (one slice holds up to 8960)"
     assert reasons[131] == "cluster: 131 v5p chips is not a slice shape (one slice holds up to 8960)"
-    assert reasons[9001] == ("cluster: 9001 v5p chips is more than one slice (8960) and no whole number of equal "
-                             "valid slices")
+    assert reasons[9001] == (
+        "cluster: 9001 v5p chips is more than one slice (8960) and no whole number of equal valid slices"
+    )
 
 
 def test_tpu_records_larger_than_a_slice_become_multislice(runs):
     """512 v5e chips (pods of 256): two slices over DCN; a record the engine cannot cost is skipped, not fatal."""
     rec = copy.deepcopy(runs["dgxc-h100-llama3-1-8b-bf16-64gpu"])
-    rec["cluster"].update(accelerator="v5e", num_devices=512, devices_per_node=None, scale_out_gbytes_per_s_per_device=None)
+    rec["cluster"].update(
+        accelerator="v5e", num_devices=512, devices_per_node=None, scale_out_gbytes_per_s_per_device=None
+    )
     lay_ = rec["layout"]
     lay_.update(dp=512 // (lay_["tp"] * lay_["pp"] * lay_["cp"]), fsdp=1, zero_stage=1)
     rec["workload"]["global_batch_seqs"] = lay_["dp"] * lay_["microbatch_seqs"] * lay_["num_microbatches"]
@@ -490,6 +713,7 @@ def test_tpu_records_larger_than_a_slice_become_multislice(runs):
 def test_tp_overlap_rule_by_source(runs):
     """NeMo (dgxc) and Megatron-Core README runs overlap TP with GEMMs; Megatron 2021 and MaxText do not."""
     from layoutsearch.validation.validate import tp_comm_overlap
+
     assert tp_comm_overlap(runs["dgxc-h100-llama3-1-70b-bf16-64gpu"])
     assert tp_comm_overlap(runs["megatron-core-h100-2024-70b"])
     assert not tp_comm_overlap(runs["megatron2021-table1-18-4b"])
@@ -501,6 +725,7 @@ def test_tp_overlap_rule_by_source(runs):
 def test_framework_profile_and_async_tp_per_record(runs):
     """workload.framework -> the record's framework profile (null: the accelerator's default, with a note);
     layout.async_tp turns TP overlap on; DeepSpeed's ZeRO-3 of 2021 is costed with the deepspeed profile."""
+
     def workload(rec):
         return record_to_problem(rec)[0].workload
 
@@ -532,20 +757,36 @@ def test_framework_profile_and_async_tp_per_record(runs):
 def test_megatron_eq3_hardware_flops_match_the_record(runs):
     """Narayanan 2021 eq. 3 per token (96 l h^2 (1 + s/6h + V/16lh)) = 1.4750e10 for the 1.7B model."""
     problem, layout = record_to_problem(runs["megatron2021-table1-1-7b"])
-    assert hardware_flops_per_token(problem.model, problem.workload.seq_len, layout.recompute) == pytest.approx(1.4750e10, rel=1e-3)
+    assert hardware_flops_per_token(problem.model, problem.workload.seq_len, layout.recompute) == pytest.approx(
+        1.4750e10, rel=1e-3
+    )
 
 
 def test_error_statistics_and_summary_on_a_tiny_set():
     """median/p90 of |rel error| (linear interpolation), fit accuracy, skipped count, pass/fail."""
     assert error_stats([0.1, -0.2, 0.3, -0.4, 0.5]) == pytest.approx(
-        {"count": 5, "median_abs_rel_error": 0.3, "p90_abs_rel_error": 0.46, "median_rel_error": 0.1})
+        {"count": 5, "median_abs_rel_error": 0.3, "p90_abs_rel_error": 0.46, "median_rel_error": 0.1}
+    )
 
     def entry(i, err, oom=False, fits=True, skipped=None):
-        return {"id": f"r{i}", "accelerator": "h100" if i % 2 else "v5p", "source_family": "x", "rel_error": err,
-                "measured_oom": oom, "predicted_fits": fits, "skipped_reason": skipped, "reason": None}
+        return {
+            "id": f"r{i}",
+            "accelerator": "h100" if i % 2 else "v5p",
+            "source_family": "x",
+            "rel_error": err,
+            "measured_oom": oom,
+            "predicted_fits": fits,
+            "skipped_reason": skipped,
+            "reason": None,
+        }
 
-    entries = [entry(1, 0.1), entry(2, -0.2), entry(3, 0.3, fits=False), entry(4, None, oom=True, fits=False),
-               entry(5, None, skipped="fp8 precision: later")]
+    entries = [
+        entry(1, 0.1),
+        entry(2, -0.2),
+        entry(3, 0.3, fits=False),
+        entry(4, None, oom=True, fits=False),
+        entry(5, None, skipped="fp8 precision: later"),
+    ]
     s = summarize(entries, [], max_median_error=0.25)
     assert (s["count"], s["with_measured_throughput"], s["skipped"]) == (4, 3, 1)
     assert s["median_abs_rel_error"] == pytest.approx(0.2) and s["passed"] is True
@@ -586,8 +827,17 @@ def test_validate_document_follows_the_output_contract(runs):
     recs = [runs["megatron2021-table1-1-7b"], runs["bloom-prequel-20220225-181b-dp32-tp2-pp6-mbs2-gbs2048"]]
     doc = validate_runs(recs)
     ok, oom = doc["records"]
-    for key in ("id", "measured_tokens_per_s_per_device", "predicted_tokens_per_s_per_device", "rel_error",
-                "measured_oom", "predicted_fits", "published_layout_rank", "best_predicted_speedup", "framework"):
+    for key in (
+        "id",
+        "measured_tokens_per_s_per_device",
+        "predicted_tokens_per_s_per_device",
+        "rel_error",
+        "measured_oom",
+        "predicted_fits",
+        "published_layout_rank",
+        "best_predicted_speedup",
+        "framework",
+    ):
         assert key in ok
     assert ok["rel_error"] == pytest.approx(ok["predicted_tokens_per_s_per_device"] / 9287.9 - 1)
     assert ok["predicted_mfu"] > 0 and ok["reason"].startswith("predicted") and ok["framework"] == "megatron"
@@ -638,10 +888,13 @@ def test_held_out_bloom_rows_follow_the_development_fit(data_file):
 # ----------------------------------------------------------------------------- calibration
 def test_with_calibration_rebuilds_the_axes_efficiencies():
     """NVLink axes take collective_efficiency, scale-out axes scale_out_efficiency."""
-    cluster = with_calibration(resolve_cluster("h100-16"), collective_efficiency=0.5, scale_out_efficiency=0.3,
-                               matmul_efficiency=0.6)
+    cluster = with_calibration(
+        resolve_cluster("h100-16"), collective_efficiency=0.5, scale_out_efficiency=0.3, matmul_efficiency=0.6
+    )
     assert cluster.axis("node").efficiency == 0.5 and cluster.axis("scale_out").efficiency == 0.3
-    assert cluster.accelerator.matmul_efficiency == 0.6 and resolve_cluster("h100-16").accelerator.matmul_efficiency != 0.6
+    assert (
+        cluster.accelerator.matmul_efficiency == 0.6 and resolve_cluster("h100-16").accelerator.matmul_efficiency != 0.6
+    )
 
 
 def synthetic(runs, ids, **truth) -> list[dict]:
@@ -659,9 +912,14 @@ def synthetic(runs, ids, **truth) -> list[dict]:
 
 def test_calibrate_recovers_known_efficiencies(runs):
     """Measured values built with matmul 0.6 and NVLink 0.5 are fitted back within 2%."""
-    ids = ["megatron-core-h100-2024-7-1b", "megatron-core-h100-2024-16b", "megatron-core-h100-2024-32b",
-           "dgxc-h100-llama3-1-70b-bf16-64gpu", "llmfoundry-mpt-h100-13b-seq2048-8gpu-mbs2-ga1",
-           "llmfoundry-mpt-h100-7b-seq4096-8gpu-mbs16-ga2"]
+    ids = [
+        "megatron-core-h100-2024-7-1b",
+        "megatron-core-h100-2024-16b",
+        "megatron-core-h100-2024-32b",
+        "dgxc-h100-llama3-1-70b-bf16-64gpu",
+        "llmfoundry-mpt-h100-13b-seq2048-8gpu-mbs2-ga1",
+        "llmfoundry-mpt-h100-7b-seq4096-8gpu-mbs16-ga2",
+    ]
     records = synthetic(runs, ids, matmul_efficiency=0.6, collective_efficiency=0.5)
     fit = calibrate(records, accelerators=["h100"], params=("matmul_efficiency", "collective_efficiency"))["h100-class"]
     assert fit["fitted"]["matmul_efficiency"] == pytest.approx(0.6, rel=0.02)
@@ -672,8 +930,12 @@ def test_calibrate_recovers_known_efficiencies(runs):
 def test_calibrate_recovers_the_fp8_matmul_fraction_from_fp8_records_beside_bf16_ones(runs):
     """fp8_matmul_efficiency is fittable: built at 0.62 on fp8 records (bf16 ones do not depend on it), it comes
     back within 2% beside the bf16 matmul fraction 0.6 fitted on both."""
-    ids = ["dgxc-h100-llama3-1-8b-fp8-8gpu", "dgxc-h100-llama3-1-8b-bf16-8gpu", "megatron-core-h100-2024-7-1b",
-           "llmfoundry-mpt-h100-7b-seq4096-8gpu-mbs16-ga2"]
+    ids = [
+        "dgxc-h100-llama3-1-8b-fp8-8gpu",
+        "dgxc-h100-llama3-1-8b-bf16-8gpu",
+        "megatron-core-h100-2024-7-1b",
+        "llmfoundry-mpt-h100-7b-seq4096-8gpu-mbs16-ga2",
+    ]
     records = synthetic(runs, ids, matmul_efficiency=0.6, fp8_matmul_efficiency=0.62)
     fit = calibrate(records, accelerators=["h100"], params=("matmul_efficiency", "fp8_matmul_efficiency"))["h100-class"]
     assert fit["fitted"]["fp8_matmul_efficiency"] == pytest.approx(0.62, rel=0.02)
@@ -700,11 +962,17 @@ def test_a_moe_only_fit_notes_itself_under_calibration_moe_and_leaves_the_dense_
     (how matmul_efficiency was fitted) stays as it was."""
     shutil.copy(REPO / "hardware/b200.yaml", tmp_path / "b200.yaml")
     dense = [line for line in (tmp_path / "b200.yaml").read_text().splitlines() if line.startswith("  calibration:")]
-    write_calibration({"b200": {"records": 7, "fitted": {"moe_layer_overhead_s": 2.5e-3}}}, tmp_path,
-                      runs_name="runs_moe_dev.yaml", today=datetime.date(2026, 1, 2))
+    write_calibration(
+        {"b200": {"records": 7, "fitted": {"moe_layer_overhead_s": 2.5e-3}}},
+        tmp_path,
+        runs_name="runs_moe_dev.yaml",
+        today=datetime.date(2026, 1, 2),
+    )
     after = (tmp_path / "b200.yaml").read_text().splitlines()
     assert [line for line in after if line.startswith("  calibration:")] == dense
-    assert '  calibration_moe: "fitted by layoutsearch calibrate on runs_moe_dev.yaml (7 records) on 2026-01-02"' in after
+    assert (
+        '  calibration_moe: "fitted by layoutsearch calibrate on runs_moe_dev.yaml (7 records) on 2026-01-02"' in after
+    )
     assert "  moe_layer_overhead_us: 2500   # per MoE layer and microbatch (sources: calibration_moe)" in after
 
 
@@ -723,21 +991,36 @@ def test_the_huber_loss_weighs_far_records_linearly():
 def test_calibration_fits_a_few_fractions_per_family(runs, tmp_path):
     """A100 40 and 80 GB records are one family with one set of values (at most MAX_FIT_PARAMS fields);
     more fields are refused; writing a family's fit rewrites each member's hardware file."""
-    ids = ["megatron2021-table1-1-7b", "megatron2021-table1-18-4b", "fmsfsdp-a100-llama2-7b-128gpu",
-           "llmfoundry-mpt-a100-40g-7b-seq16384-8gpu-mbs1-ga4", "llmfoundry-mpt-a100-40g-7b-seq8192-8gpu-mbs3-ga4"]
+    ids = [
+        "megatron2021-table1-1-7b",
+        "megatron2021-table1-18-4b",
+        "fmsfsdp-a100-llama2-7b-128gpu",
+        "llmfoundry-mpt-a100-40g-7b-seq16384-8gpu-mbs1-ga4",
+        "llmfoundry-mpt-a100-40g-7b-seq8192-8gpu-mbs3-ga4",
+    ]
     result = calibrate([runs[i] for i in ids])
     assert list(result) == ["a100"] and result["a100"]["accelerators"] == ["a100-40gb", "a100-80gb"]
     assert set(result["a100"]["fitted"]) == {"matmul_efficiency", "attention_efficiency"}
     assert result["a100"]["records"] == 5
     with pytest.raises(InvalidArgumentError, match="fits 1 to 4"):
-        calibrate([runs[i] for i in ids], params=("matmul_efficiency", "attention_efficiency", "collective_efficiency",
-                                                  "scale_out_efficiency", "step_overhead_s"))
+        calibrate(
+            [runs[i] for i in ids],
+            params=(
+                "matmul_efficiency",
+                "attention_efficiency",
+                "collective_efficiency",
+                "scale_out_efficiency",
+                "step_overhead_s",
+            ),
+        )
     assert MAX_FIT_PARAMS == 4
     for name in ("a100-40gb", "a100-80gb"):
         shutil.copy(REPO / f"hardware/{name}.yaml", tmp_path / f"{name}.yaml")
-    written = write_calibration({"a100": {"records": 5, "accelerators": ["a100-40gb", "a100-80gb"],
-                                          "fitted": {"matmul_efficiency": 0.61}}}, tmp_path,
-                                today=datetime.date(2026, 1, 2))
+    written = write_calibration(
+        {"a100": {"records": 5, "accelerators": ["a100-40gb", "a100-80gb"], "fitted": {"matmul_efficiency": 0.61}}},
+        tmp_path,
+        today=datetime.date(2026, 1, 2),
+    )
     assert sorted(p.name for p in written) == ["a100-40gb.yaml", "a100-80gb.yaml"]
     for path in written:
         assert "  matmul_efficiency: 0.61" in path.read_text().splitlines()
@@ -748,21 +1031,35 @@ def test_a_shared_field_is_fitted_once_over_the_gpu_families(runs):
     """Records of two GPU families built with their own matmul efficiencies and one overlap_interference:
     the joint fit (calibrate --shared) gives both families that one value back, and each its own matmul;
     a field that is not shareable, or also in --fit, is refused."""
-    a100 = ["fmsfsdp-a100-llama2-7b-128gpu", "llmfoundry-mpt-a100-40g-7b-seq2048-128gpu-mbs18-ga1",
-            "llmfoundry-mpt-a100-40g-7b-seq8192-8gpu-mbs3-ga4", "megatron2021-table1-18-4b"]
-    h100 = ["llmfoundry-mpt-h100-13b-seq2048-8gpu-mbs2-ga1", "dgxc-h100-llama3-1-8b-bf16-64gpu",
-            "megatron-core-h100-2024-32b", "llmfoundry-mpt-h100-7b-seq4096-8gpu-mbs16-ga2"]
-    records = (synthetic(runs, a100, matmul_efficiency=0.7, overlap_interference=0.25)
-               + synthetic(runs, h100, matmul_efficiency=0.6, overlap_interference=0.25))
+    a100 = [
+        "fmsfsdp-a100-llama2-7b-128gpu",
+        "llmfoundry-mpt-a100-40g-7b-seq2048-128gpu-mbs18-ga1",
+        "llmfoundry-mpt-a100-40g-7b-seq8192-8gpu-mbs3-ga4",
+        "megatron2021-table1-18-4b",
+    ]
+    h100 = [
+        "llmfoundry-mpt-h100-13b-seq2048-8gpu-mbs2-ga1",
+        "dgxc-h100-llama3-1-8b-bf16-64gpu",
+        "megatron-core-h100-2024-32b",
+        "llmfoundry-mpt-h100-7b-seq4096-8gpu-mbs16-ga2",
+    ]
+    records = synthetic(runs, a100, matmul_efficiency=0.7, overlap_interference=0.25) + synthetic(
+        runs, h100, matmul_efficiency=0.6, overlap_interference=0.25
+    )
     result = calibrate(records, params=("matmul_efficiency",), shared=("overlap_interference",))
     assert set(result) == {"a100", "h100-class"}
-    assert result["a100"]["fitted"]["overlap_interference"] == result["h100-class"]["fitted"]["overlap_interference"] \
-        == pytest.approx(0.25, abs=0.011)  # rounded to 0.01, the resolution the step tables count it in
+    assert (
+        result["a100"]["fitted"]["overlap_interference"]
+        == result["h100-class"]["fitted"]["overlap_interference"]
+        == pytest.approx(0.25, abs=0.011)
+    )  # rounded to 0.01, the resolution the step tables count it in
     assert result["a100"]["fitted"]["matmul_efficiency"] == pytest.approx(0.7, rel=0.01)
     assert result["h100-class"]["fitted"]["matmul_efficiency"] == pytest.approx(0.6, rel=0.01)
     assert result["a100"]["shared"] == ["overlap_interference"]
-    for params, shared in ((("matmul_efficiency",), ("step_overhead_s",)),
-                           (("overlap_interference",), ("overlap_interference",))):
+    for params, shared in (
+        (("matmul_efficiency",), ("step_overhead_s",)),
+        (("overlap_interference",), ("overlap_interference",)),
+    ):
         with pytest.raises(InvalidArgumentError, match="shared fields are overlap_interference"):
             calibrate(records, params=params, shared=shared)
 
@@ -770,9 +1067,16 @@ def test_a_shared_field_is_fitted_once_over_the_gpu_families(runs):
 def test_leave_one_source_out_recovers_a_shared_truth(runs):
     """Three H100 sources built with one calibration: each held-out source is predicted from the others'
     fit to within 1%; a family no other source covers keeps the catalogue's values (said per source)."""
-    h100 = ["megatron-core-h100-2024-7-1b", "megatron-core-h100-2024-16b", "megatron-core-h100-2024-32b",
-            "dgxc-h100-llama3-1-8b-bf16-8gpu", "dgxc-h100-llama3-1-8b-bf16-64gpu", "dgxc-h100-llama3-1-70b-bf16-64gpu",
-            "llmfoundry-mpt-h100-13b-seq2048-8gpu-mbs2-ga1", "llmfoundry-mpt-h100-7b-seq4096-8gpu-mbs16-ga2"]
+    h100 = [
+        "megatron-core-h100-2024-7-1b",
+        "megatron-core-h100-2024-16b",
+        "megatron-core-h100-2024-32b",
+        "dgxc-h100-llama3-1-8b-bf16-8gpu",
+        "dgxc-h100-llama3-1-8b-bf16-64gpu",
+        "dgxc-h100-llama3-1-70b-bf16-64gpu",
+        "llmfoundry-mpt-h100-13b-seq2048-8gpu-mbs2-ga1",
+        "llmfoundry-mpt-h100-7b-seq4096-8gpu-mbs16-ga2",
+    ]
     records = synthetic(runs, h100, matmul_efficiency=0.55, attention_efficiency=0.3)
     records.append(runs["maxtext-v5p-2023-32b-1xv5p-128"])
     result = leave_one_source_out(records)
@@ -781,9 +1085,11 @@ def test_leave_one_source_out_recovers_a_shared_truth(runs):
     for rid in h100:
         assert abs(result["rel_errors"][rid]) < 0.01, rid
     assert result["by_source"]["dgxc-benchmarking"]["calibration"] == {
-        "h100-class": "matmul_efficiency, attention_efficiency refit on 5 records of 2 other sources"}
+        "h100-class": "matmul_efficiency, attention_efficiency refit on 5 records of 2 other sources"
+    }
     assert result["by_source"]["maxtext"]["calibration"] == {
-        "v5p": "catalogue values (no other source has records on this family)"}
+        "v5p": "catalogue values (no other source has records on this family)"
+    }
     in_sample = evaluate_record(runs["maxtext-v5p-2023-32b-1xv5p-128"])["rel_error"]
     assert result["rel_errors"]["maxtext-v5p-2023-32b-1xv5p-128"] == pytest.approx(in_sample, rel=1e-9)
 
@@ -792,9 +1098,16 @@ def test_leave_one_source_out_fits_only_on_the_records_fit_on_picks(runs):
     """As the catalogue's MoE overhead is fitted on the runs without CUDA graphs: a record fit_on leaves out is
     predicted but never fitted. One Megatron-LM record measured 2x faster than the shared truth: left out of the
     fits, the other sources are predicted from theirs to within 1% and it shows -50%; fitted, it pulls them off."""
-    h100 = ["megatron-core-h100-2024-7-1b", "megatron-core-h100-2024-16b", "megatron-core-h100-2024-32b",
-            "dgxc-h100-llama3-1-8b-bf16-8gpu", "dgxc-h100-llama3-1-8b-bf16-64gpu", "dgxc-h100-llama3-1-70b-bf16-64gpu",
-            "llmfoundry-mpt-h100-13b-seq2048-8gpu-mbs2-ga1", "llmfoundry-mpt-h100-7b-seq4096-8gpu-mbs16-ga2"]
+    h100 = [
+        "megatron-core-h100-2024-7-1b",
+        "megatron-core-h100-2024-16b",
+        "megatron-core-h100-2024-32b",
+        "dgxc-h100-llama3-1-8b-bf16-8gpu",
+        "dgxc-h100-llama3-1-8b-bf16-64gpu",
+        "dgxc-h100-llama3-1-70b-bf16-64gpu",
+        "llmfoundry-mpt-h100-13b-seq2048-8gpu-mbs2-ga1",
+        "llmfoundry-mpt-h100-7b-seq4096-8gpu-mbs16-ga2",
+    ]
     records = synthetic(runs, h100, matmul_efficiency=0.55, attention_efficiency=0.3)
     odd = "megatron-core-h100-2024-32b"
     for r in records:
@@ -805,7 +1118,8 @@ def test_leave_one_source_out_fits_only_on_the_records_fit_on_picks(runs):
         assert abs(kept["rel_errors"][rid]) < 0.01, rid
     assert kept["rel_errors"][odd] == pytest.approx(-0.5, abs=0.01)
     assert kept["by_source"]["dgxc-benchmarking"]["calibration"] == {
-        "h100-class": "matmul_efficiency, attention_efficiency refit on 4 records of 2 other sources"}
+        "h100-class": "matmul_efficiency, attention_efficiency refit on 4 records of 2 other sources"
+    }
     pulled = leave_one_source_out(records)
     assert max(abs(pulled["rel_errors"][rid]) for rid in h100 if rid.startswith("dgxc")) > 0.05
 
@@ -816,26 +1130,40 @@ def test_leave_one_source_out_fits_the_then_fields_in_turn_on_the_records_they_p
     overlap interference 0.2 (the catalogue's is 0.32): each fold refits the interference from the other sources,
     which moves it toward the truth and the held-out errors with it; picking only the llm-foundry records, a fold
     that holds them out keeps the catalogue's value, and says so."""
-    h100 = ["megatron-core-h100-2024-7-1b", "megatron-core-h100-2024-16b", "megatron-core-h100-2024-32b",
-            "dgxc-h100-llama3-1-8b-bf16-8gpu", "dgxc-h100-llama3-1-8b-bf16-64gpu", "dgxc-h100-llama3-1-70b-bf16-64gpu",
-            "llmfoundry-mpt-h100-13b-seq2048-8gpu-mbs2-ga1", "llmfoundry-mpt-h100-7b-seq4096-8gpu-mbs16-ga2"]
+    h100 = [
+        "megatron-core-h100-2024-7-1b",
+        "megatron-core-h100-2024-16b",
+        "megatron-core-h100-2024-32b",
+        "dgxc-h100-llama3-1-8b-bf16-8gpu",
+        "dgxc-h100-llama3-1-8b-bf16-64gpu",
+        "dgxc-h100-llama3-1-70b-bf16-64gpu",
+        "llmfoundry-mpt-h100-13b-seq2048-8gpu-mbs2-ga1",
+        "llmfoundry-mpt-h100-7b-seq4096-8gpu-mbs16-ga2",
+    ]
     records = synthetic(runs, h100, matmul_efficiency=0.55, attention_efficiency=0.3, overlap_interference=0.2)
     staged = leave_one_source_out(records, then=(("overlap_interference", lambda r: True),))
     held = leave_one_source_out(records)
     notes = {s: g["calibration"]["overlap_interference"].split(", ") for s, g in staged["by_source"].items()}
-    assert {s: n[1] for s, n in notes.items()} == {"Megatron-LM": "refit on 5 records of the other sources",
-                                                   "dgxc-benchmarking": "refit on 5 records of the other sources",
-                                                   "llm-foundry": "refit on 6 records of the other sources"}
+    assert {s: n[1] for s, n in notes.items()} == {
+        "Megatron-LM": "refit on 5 records of the other sources",
+        "dgxc-benchmarking": "refit on 5 records of the other sources",
+        "llm-foundry": "refit on 6 records of the other sources",
+    }
     assert all(0.2 <= float(n[0]) < 0.32 for n in notes.values()), notes  # from the catalogue's toward the truth
     assert "overlap_interference" not in held["by_source"]["llm-foundry"]["calibration"]
     assert staged["median_abs_rel_error"] < held["median_abs_rel_error"] < 0.05
-    foundry = leave_one_source_out(records, then=(("overlap_interference", lambda r: r["id"].startswith("llmfoundry")),))
+    foundry = leave_one_source_out(
+        records, then=(("overlap_interference", lambda r: r["id"].startswith("llmfoundry")),)
+    )
     assert foundry["by_source"]["Megatron-LM"]["calibration"]["overlap_interference"].endswith(
-        ", refit on 2 records of the other sources")
+        ", refit on 2 records of the other sources"
+    )
     assert foundry["by_source"]["llm-foundry"]["calibration"]["overlap_interference"] == (
-        "catalogue value (fewer than 2 such records in the other sources)")
+        "catalogue value (fewer than 2 such records in the other sources)"
+    )
     assert foundry["rel_errors"]["llmfoundry-mpt-h100-7b-seq4096-8gpu-mbs16-ga2"] == pytest.approx(
-        held["rel_errors"]["llmfoundry-mpt-h100-7b-seq4096-8gpu-mbs16-ga2"], rel=1e-9)
+        held["rel_errors"]["llmfoundry-mpt-h100-7b-seq4096-8gpu-mbs16-ga2"], rel=1e-9
+    )
 
 
 def _variant(rid, layout, tokens, new_id):
@@ -848,22 +1176,33 @@ def test_best_layout_groups_hit_miss_and_oom():
     """Runs differing only in layout form a group; the engine's pick is its fastest predicted layout that
     it predicts fits; hit when that is the measured fastest; loss = 1 - measured(pick) / measured(best)."""
     base = "megatron2021-table1-18-4b"
-    recs = [_variant(base, {"tp": 8, "dp": 32}, 900.0, "a"), _variant(base, {"tp": 4, "dp": 64}, 1000.0, "b"),
-            _variant(base, {"tp": 2, "dp": 128}, 950.0, "c"),
-            _variant("megatron2021-table1-1-7b", {}, 9000.0, "alone")]
+    recs = [
+        _variant(base, {"tp": 8, "dp": 32}, 900.0, "a"),
+        _variant(base, {"tp": 4, "dp": 64}, 1000.0, "b"),
+        _variant(base, {"tp": 2, "dp": 128}, 950.0, "c"),
+        _variant("megatron2021-table1-1-7b", {}, 9000.0, "alone"),
+    ]
 
     def entry(rid, measured, predicted, fits=True):
-        return {"id": rid, "skipped_reason": None, "measured_tokens_per_s_per_device": measured,
-                "predicted_tokens_per_s_per_device": predicted, "predicted_fits": fits}
+        return {
+            "id": rid,
+            "skipped_reason": None,
+            "measured_tokens_per_s_per_device": measured,
+            "predicted_tokens_per_s_per_device": predicted,
+            "predicted_fits": fits,
+        }
 
-    miss = best_layout_groups(recs, [entry("a", 900, 980), entry("b", 1000, 950), entry("c", 950, 900),
-                                     entry("alone", 9000, 9000)])
+    miss = best_layout_groups(
+        recs, [entry("a", 900, 980), entry("b", 1000, 950), entry("c", 950, 900), entry("alone", 9000, 9000)]
+    )
     assert len(miss) == 1 and miss[0]["n"] == 3 and miss[0]["hit"] is False
     assert miss[0]["measured_best"]["id"] == "b" and miss[0]["predicted_best"]["id"] == "a"
     assert miss[0]["measured_loss"] == pytest.approx(0.1) and miss[0]["predicted_best"]["layout"].startswith("dp32 tp8")
     assert miss[0]["spearman"] == pytest.approx(-0.5)
-    hit = best_layout_groups(recs, [entry("a", 900, 980, fits=False), entry("b", 1000, 950), entry("c", 950, 900),
-                                    entry("alone", 9000, 9000)])
+    hit = best_layout_groups(
+        recs,
+        [entry("a", 900, 980, fits=False), entry("b", 1000, 950), entry("c", 950, 900), entry("alone", 9000, 9000)],
+    )
     assert hit[0]["hit"] is True and hit[0]["predicted_best"]["id"] == "b" and hit[0]["measured_loss"] == 0.0
     block = ranking([], hit)
     assert (block["best_layout_hits"], block["best_layout_groups"], block["bloom_sweep_spearman"]) == (1, 1, None)
@@ -873,17 +1212,24 @@ def test_bad_records_among_good_ones_skip_and_the_rest_is_evaluated(tmp_path, ca
     """One file, good records and bad ones (nulls the engine needs, an unknown accelerator, recompute and
     framework, an unknown key): the bad ones are skipped with their reasons or warned about, every good one
     is evaluated, and the JSON summary keeps by_source and bloom_sweep_spearman and has loso and ranking."""
-    good = ["megatron2021-table1-1-7b", "megatron2021-table1-18-4b", "fmsfsdp-a100-llama2-7b-128gpu",
-            "llmfoundry-mpt-a100-40g-7b-seq16384-8gpu-mbs1-ga4", "llmfoundry-mpt-a100-40g-7b-seq8192-8gpu-mbs3-ga4"]
+    good = [
+        "megatron2021-table1-1-7b",
+        "megatron2021-table1-18-4b",
+        "fmsfsdp-a100-llama2-7b-128gpu",
+        "llmfoundry-mpt-a100-40g-7b-seq16384-8gpu-mbs1-ga4",
+        "llmfoundry-mpt-a100-40g-7b-seq8192-8gpu-mbs3-ga4",
+    ]
     typo = raw("megatron2021-table1-1-7b", id="typo-key")
     typo["cluster"]["gpu_clock_mhz"] = 1410
-    bad = [raw("megatron2021-table1-1-7b", id="null-seq", workload={"seq_len": None}),
-           raw("megatron2021-table1-1-7b", id="null-heads", model={"num_heads": None}),
-           raw("megatron2021-table1-1-7b", id="odd-acc", cluster={"accelerator": "h100x"}),
-           raw("megatron2021-table1-1-7b", id="odd-recompute", layout={"recompute": "partial"}),
-           raw("megatron2021-table1-1-7b", id="odd-framework", workload={"framework": "jax-custom"}),
-           raw("megatron2021-table1-1-7b", id="no-source", source=None),
-           typo]
+    bad = [
+        raw("megatron2021-table1-1-7b", id="null-seq", workload={"seq_len": None}),
+        raw("megatron2021-table1-1-7b", id="null-heads", model={"num_heads": None}),
+        raw("megatron2021-table1-1-7b", id="odd-acc", cluster={"accelerator": "h100x"}),
+        raw("megatron2021-table1-1-7b", id="odd-recompute", layout={"recompute": "partial"}),
+        raw("megatron2021-table1-1-7b", id="odd-framework", workload={"framework": "jax-custom"}),
+        raw("megatron2021-table1-1-7b", id="no-source", source=None),
+        typo,
+    ]
     path = write_runs(tmp_path, [*bad[:3], RAW_BY_ID[good[0]], *bad[3:], *[RAW_BY_ID[g] for g in good[1:]]])
     runs = load_runs(path)
     assert len(runs.warnings) == 2 and any("gpu_clock_mhz" in w for w in runs.warnings)
@@ -899,12 +1245,14 @@ def test_bad_records_among_good_ones_skip_and_the_rest_is_evaluated(tmp_path, ca
     s = doc["summary"]
     assert (s["count"], s["skipped"]) == (len(good) + 3, 4)
     assert s["loso"]["count"] == len(good) + 3 and {"Narayanan et al. 2021", "fms-fsdp", "llm-foundry"} <= set(
-        s["loso"]["by_source"])
+        s["loso"]["by_source"]
+    )
     code, out, _ = cli(["validate", str(path), "--format", "json", "--no-rank", "--max-median-error", "1.0"], capsys)
     summary = json.loads(out)["summary"]
     assert code == 0 and {"by_source", "bloom_sweep_spearman", "loso", "ranking"} <= set(summary)
-    assert {"layout_sweeps", "bloom_sweep_spearman", "best_layout", "best_layout_hits",
-            "best_layout_groups"} <= set(summary["ranking"])
+    assert {"layout_sweeps", "bloom_sweep_spearman", "best_layout", "best_layout_hits", "best_layout_groups"} <= set(
+        summary["ranking"]
+    )
     assert {"count", "median_abs_rel_error", "p90_abs_rel_error", "by_source", "params"} <= set(summary["loso"])
 
 
@@ -916,9 +1264,11 @@ def test_uncertainty_table_and_band(tmp_path, monkeypatch):
     from layoutsearch.validation.uncertainty import uncertainty_table, write_uncertainty
 
     gpu = [0.1 * i - 0.5 for i in range(11)]  # tokens/s rel errors -0.5 .. +0.5
-    records = ([{"accelerator": "h100", "rel_error": 0.0, "loso_rel_error": r} for r in gpu]
-               + [{"accelerator": "v5p", "rel_error": 0.0, "loso_rel_error": 0.25}] * 3
-               + [{"accelerator": "a100-80gb", "rel_error": None, "loso_rel_error": None}])
+    records = (
+        [{"accelerator": "h100", "rel_error": 0.0, "loso_rel_error": r} for r in gpu]
+        + [{"accelerator": "v5p", "rel_error": 0.0, "loso_rel_error": 0.25}] * 3
+        + [{"accelerator": "a100-80gb", "rel_error": None, "loso_rel_error": None}]
+    )
     table = uncertainty_table({"records": records})
     steps = sorted(1 / (1 + r) - 1 for r in gpu)
     assert table["basis"] == "leave-one-source-out" and table["quantiles"]["gpu"]["count"] == 11
@@ -943,6 +1293,7 @@ def test_shipped_uncertainty_file_and_light_loader():
     """The committed data file names its generator and gives a band per kind; core/uncertainty.py imports only
     yaml, pathlib and functools (any layer may use it)."""
     import ast
+
     import layoutsearch.core.uncertainty as core_unc
 
     text = core_unc.PATH.read_text()
@@ -964,8 +1315,9 @@ def test_validate_cli_exit_codes_and_json(tmp_path, capsys):
     doc = json.loads(out)
     assert {"records", "summary"} <= set(doc) and doc["summary"]["count"] == 2
     for rec in doc["records"]:
-        assert rec["rel_error"] == pytest.approx(rec["predicted_tokens_per_s_per_device"]
-                                                 / rec["measured_tokens_per_s_per_device"] - 1)
+        assert rec["rel_error"] == pytest.approx(
+            rec["predicted_tokens_per_s_per_device"] / rec["measured_tokens_per_s_per_device"] - 1
+        )
     assert code == (0 if doc["summary"]["median_abs_rel_error"] <= 0.10 else 1)
     code, out, err = cli(["validate", str(path), "--no-rank", "--max-median-error", "0.0"], capsys)
     assert code == 1 and "exceeds 0.0%" in err and err.count("\n") == 1
@@ -978,12 +1330,19 @@ def test_validate_cli_warns_on_unknown_keys(tmp_path, capsys):
     rec["workload"]["compiler"] = "xla"
     path = write_runs(tmp_path, [rec])
     code, out, _ = cli(["validate", str(path), "--no-rank", "--max-median-error", "1.0"], capsys)
-    assert code == 0 and ("warning: runs.yaml: record 'megatron2021-table1-18-4b': unknown key 'workload.compiler' "
-                          "ignored (did you mean 'torch_compile'?)") in out
+    assert (
+        code == 0
+        and (
+            "warning: runs.yaml: record 'megatron2021-table1-18-4b': unknown key 'workload.compiler' "
+            "ignored (did you mean 'torch_compile'?)"
+        )
+        in out
+    )
     code, out, _ = cli(["validate", str(path), "--no-rank", "--max-median-error", "1.0", "--format", "json"], capsys)
     assert json.loads(out)["summary"]["warnings"] == [
         "runs.yaml: record 'megatron2021-table1-18-4b': unknown key 'workload.compiler' ignored "
-        "(did you mean 'torch_compile'?)"]
+        "(did you mean 'torch_compile'?)"
+    ]
 
 
 def test_validate_cli_all_skipped_exits_1_with_one_line(tmp_path, capsys):
@@ -1007,6 +1366,8 @@ def test_calibrate_cli_writes_only_when_asked(tmp_path, capsys):
     assert code == 2 and "did you mean 'matmul_efficiency'" in err
     code, _, err = cli(["calibrate", str(path), "--shared", "overlap_interferance"], capsys)
     assert code == 2 and "--shared: unknown field 'overlap_interferance'" in err and len(err.strip().splitlines()) == 1
-    code, out, _ = cli(["calibrate", str(path), "--fit", "matmul_efficiency", "--shared", "overlap_interference"], capsys)
+    code, out, _ = cli(
+        ["calibrate", str(path), "--fit", "matmul_efficiency", "--shared", "overlap_interference"], capsys
+    )
     assert code == 0 and "overlap_interference" in out
     assert (catalogue_dir("hardware") / "a100-40gb.yaml").read_text() == before

@@ -16,9 +16,15 @@ import yaml
 from layoutsearch.core.catalogue import load_accelerator
 from layoutsearch.core.specs import LEARNED_ROUTING_EXPERT_CV
 from layoutsearch.costs.params import param_counts
-from layoutsearch.validation.mapping import (cuda_graphs, mapping_notes, named_cuda_graphs, record_model,
-                                             record_to_problem, routing)
 from layoutsearch.validation.calibrate import learned_routing_problems, routing_cv_scan
+from layoutsearch.validation.mapping import (
+    cuda_graphs,
+    mapping_notes,
+    named_cuda_graphs,
+    record_model,
+    record_to_problem,
+    routing,
+)
 from layoutsearch.validation.validate import evaluate_record, load_runs, validate_runs
 
 REPO = Path(__file__).resolve().parents[1]
@@ -66,8 +72,10 @@ def test_deepseek_v3_record_maps_to_its_parameter_count(by_id):
     problem, _ = record_to_problem(rec)
     assert problem.model == model and problem.workload.routing == "forced"  # the Megatron-Bridge configs force it
     assert "MLA: head_dim 128 -> 192 (qk_nope + qk_rope), num_kv_heads -> num_heads" in mapping_notes(rec)
-    assert ("MTP: 1 module(s) counted beside the model, costed as a layer and an output-head pass each on the last "
-            "stage (not their memory)") in mapping_notes(rec)
+    assert (
+        "MTP: 1 module(s) counted beside the model, costed as a layer and an output-head pass each on the last "
+        "stage (not their memory)"
+    ) in mapping_notes(rec)
 
 
 def test_every_moe_model_counts_its_records_params_total(moe_runs):
@@ -88,8 +96,10 @@ def test_all_moe_record_takes_the_expert_width_and_dense_layers_need_theirs(by_i
     assert rec["model"]["d_ff"] is None and model.d_ff == model.moe.expert_d_ff == 768
     assert model.num_moe_layers == model.num_layers == 48 and "d_ff null: every layer MoE" in mapping_notes(rec)
     rec["model"]["moe"]["first_dense_layers"] = 2
-    assert record_to_problem(rec) == ("missing value: model.d_ff null (every layer MoE) but moe.first_dense_layers(2) "
-                                      "and moe_layer_freq(1) leave dense layers, whose FFN width the engine needs")
+    assert record_to_problem(rec) == (
+        "missing value: model.d_ff null (every layer MoE) but moe.first_dense_layers(2) "
+        "and moe_layer_freq(1) leave dense layers, whose FFN width the engine needs"
+    )
 
 
 def test_moe_and_mla_fields_the_engine_needs(by_id):
@@ -97,11 +107,14 @@ def test_moe_and_mla_fields_the_engine_needs(by_id):
     rec = one(by_id, DEEPSEEK)
     rec["model"]["moe"]["expert_d_ff"] = None
     rec["model"]["mla"]["kv_lora_rank"] = None
-    assert record_to_problem(rec) == ("missing value: model.moe.expert_d_ff, model.mla.kv_lora_rank null "
-                                      "(the engine needs them)")
+    assert record_to_problem(rec) == (
+        "missing value: model.moe.expert_d_ff, model.mla.kv_lora_rank null (the engine needs them)"
+    )
     rec = one(by_id, DEEPSEEK)
     rec["model"]["attention"] = "gqa"
-    assert record_to_problem(rec) == "model: attention 'gqa' with a model.mla block (latent attention is attention: mla)"
+    assert (
+        record_to_problem(rec) == "model: attention 'gqa' with a model.mla block (latent attention is attention: mla)"
+    )
     rec = one(by_id, DEEPSEEK)
     rec["model"]["mla"] = None
     assert record_to_problem(rec) == "missing value: model.mla null (the engine needs it)"
@@ -121,9 +134,11 @@ def test_expert_degrees_land_on_the_layout(by_id):
     rec = one(by_id, AUTOMODEL_NO_EP)
     problem, layout = record_to_problem(rec)
     assert (layout.ep, layout.etp, layout.fsdp, layout.zero_stage, problem.workload.deepep) == (8, 1, 8, 3, True)
-    assert {"ep null -> 8 (Automodel on DeepEP: ep_size = the FSDP shard group)", "etp null -> 1",
-            "token dispatch: DeepEP/HybridEP (once per destination GPU and node), as the record names it"} <= set(
-        mapping_notes(rec))
+    assert {
+        "ep null -> 8 (Automodel on DeepEP: ep_size = the FSDP shard group)",
+        "etp null -> 1",
+        "token dispatch: DeepEP/HybridEP (once per destination GPU and node), as the record names it",
+    } <= set(mapping_notes(rec))
     rec["derived"] = {}  # no dispatcher named: ep null -> 1, the profile's dispatch
     problem, layout = record_to_problem(rec)
     assert (layout.ep, problem.workload.deepep) == (1, False) and "ep null -> 1" in mapping_notes(rec)
@@ -152,16 +167,20 @@ def test_unknown_accelerator_is_skipped_with_its_reason(by_id):
 def test_maxtext_custom_remat_with_host_offload_maps_to_the_policy_offloading_the_same_tensors(by_id):
     """Rule 15: the tpu-recipes' remat_policy custom (layer input and named projections offloaded to host)
     is costed as the custom_offload_* policy of the same tensors, and the notes say so."""
-    expected = {"maxtext-v6e-mixtral-8x7b": "custom_offload_dots_except_mlp",  # decoder_layer_input/out_proj/q/k/v
-                "maxtext-v5p-deepseekv3": "custom_offload_out_proj",  # decoder_layer_input and out_proj
-                "maxtext-v5p-llama4-maverick": "custom_offload_dots_except_mlp",  # ... and q/k/v/out projections
-                "maxtext-v5p-llama4-scout": "custom_offload_input"}  # decoder_layer_input
+    expected = {
+        "maxtext-v6e-mixtral-8x7b": "custom_offload_dots_except_mlp",  # decoder_layer_input/out_proj/q/k/v
+        "maxtext-v5p-deepseekv3": "custom_offload_out_proj",  # decoder_layer_input and out_proj
+        "maxtext-v5p-llama4-maverick": "custom_offload_dots_except_mlp",  # ... and q/k/v/out projections
+        "maxtext-v5p-llama4-scout": "custom_offload_input",
+    }  # decoder_layer_input
     for prefix, policy in expected.items():
         rec = one(by_id, prefix)
         _, layout = record_to_problem(rec)
         assert layout.recompute == policy, prefix
         assert f"recompute -> {policy} (MaxText custom remat with host offload)" in mapping_notes(rec)
-    assert record_to_problem(one(by_id, "dgxc-deepseekv3-gb200"))[1].recompute == "selective"  # a GPU record keeps its own
+    assert (
+        record_to_problem(one(by_id, "dgxc-deepseekv3-gb200"))[1].recompute == "selective"
+    )  # a GPU record keeps its own
 
 
 def test_megatron_recompute_modules_map_to_the_policy_recomputing_the_same(by_id):
@@ -170,15 +189,17 @@ def test_megatron_recompute_modules_map_to_the_policy_recomputing_the_same(by_id
     command's "layernorm moe" -> norm_moe, Megatron-Bridge's DeepSeek-V3 mla_up_proj -> mla_up_proj; core_attn and mlp
     keep selective. norm_act runs no
     attention core again: the 32k record's recompute time goes from the attention core's to the MoE layer's."""
-    expected = {"modelzoo-qwen3-235b-h100-bf16-n256-a2a-overlap-off": "norm_act",  # table "norm, act"
-                "modelzoo-qwen3-235b-h100-bf16-n256-script-320tf": "norm_act",  # --recompute-modules moe_act layernorm
-                "modelzoo-qwen3-235b-gb200-fp8-n128-seq128k": "norm_act",  # "moe_act+layernorm"
-                "modelzoo-qwen3-235b-h100-bf16-n256-seq32k": "norm_moe",  # "selective recompute of layernorm and moe"
-                "mbridge-26.04.01-h100-gpt-oss-120b": "norm_act",  # "selective -- layernorm, moe_act (...)"
-                "mbridge-26.04.01-b200-deepseek-v3": "mla_up_proj",  # mla_up_proj, mlp: the nearest
-                "mbridge-26.04-b200-deepseek-v3": "mla_up_proj",  # "selective -- mla_up_proj (...)"
-                "dgxc-deepseekv3-gb200": "selective",  # core_attn
-                "mlperf6-deepseekv3-gb200-mxfp8-n256": "selective"}  # mlp
+    expected = {
+        "modelzoo-qwen3-235b-h100-bf16-n256-a2a-overlap-off": "norm_act",  # table "norm, act"
+        "modelzoo-qwen3-235b-h100-bf16-n256-script-320tf": "norm_act",  # --recompute-modules moe_act layernorm
+        "modelzoo-qwen3-235b-gb200-fp8-n128-seq128k": "norm_act",  # "moe_act+layernorm"
+        "modelzoo-qwen3-235b-h100-bf16-n256-seq32k": "norm_moe",  # "selective recompute of layernorm and moe"
+        "mbridge-26.04.01-h100-gpt-oss-120b": "norm_act",  # "selective -- layernorm, moe_act (...)"
+        "mbridge-26.04.01-b200-deepseek-v3": "mla_up_proj",  # mla_up_proj, mlp: the nearest
+        "mbridge-26.04-b200-deepseek-v3": "mla_up_proj",  # "selective -- mla_up_proj (...)"
+        "dgxc-deepseekv3-gb200": "selective",  # core_attn
+        "mlperf6-deepseekv3-gb200-mxfp8-n256": "selective",
+    }  # mlp
     for prefix, policy in expected.items():
         assert record_to_problem(one(by_id, prefix))[1].recompute == policy, prefix
     rec = one(by_id, "modelzoo-qwen3-235b-h100-bf16-n256-seq32k")
@@ -186,8 +207,9 @@ def test_megatron_recompute_modules_map_to_the_policy_recomputing_the_same(by_id
     problem, layout = record_to_problem(rec)
     from layoutsearch.costs.estimate import estimate
 
-    moe_rerun, attn_rerun = (estimate(problem, replace(layout, recompute=r), strict=False) for r in ("norm_moe",
-                                                                                                     "selective"))
+    moe_rerun, attn_rerun = (
+        estimate(problem, replace(layout, recompute=r), strict=False) for r in ("norm_moe", "selective")
+    )
     assert moe_rerun.time_s["compute/recompute"] < attn_rerun.time_s["compute/recompute"]
     assert moe_rerun.time_s["exposed_comm/ep"] > attn_rerun.time_s["exposed_comm/ep"]  # the dispatch runs again
 
@@ -202,11 +224,14 @@ def test_automodel_records_on_transformer_engine_attention_cost_the_vendor_kerne
     assert problem.workload.framework == "torchtitan" and problem.workload.vendor_attention is True
     assert attention_efficiency(problem.workload, problem.cluster.accelerator) == 0.5868
     assert "Transformer Engine attention (attn: te): the vendor's fused attention" in mapping_notes(
-        by_id["automodel-qwen3-30b-h100-bf16-n8-pp1ep8fsdp8-gbs512"])
+        by_id["automodel-qwen3-30b-h100-bf16-n8-pp1ep8fsdp8-gbs512"]
+    )
     torchtitan, _ = record_to_problem(by_id["torchtitan-llama4-scout-gb200-bf16-n256-fsdp256-ep16"])
     assert torchtitan.workload.vendor_attention is None  # the profile's: FlashAttention-2 class
-    assert attention_efficiency(torchtitan.workload, torchtitan.cluster.accelerator) == \
-        torchtitan.cluster.accelerator.attention_efficiency
+    assert (
+        attention_efficiency(torchtitan.workload, torchtitan.cluster.accelerator)
+        == torchtitan.cluster.accelerator.attention_efficiency
+    )
 
 
 def test_routing_is_costed_as_the_record_says_and_noted(by_id):
@@ -237,11 +262,15 @@ def test_nemo_rows_take_the_cuda_graphs_of_their_release_configuration(by_id):
 
     assert len(nemo_perf_configs()) == 54 and sum(c["cuda_graphs"] == "scoped" for c in nemo_perf_configs()) == 20
     small = one(by_id, "nemo25.04-gb200-mixtral-8x7b")
-    assert nemo_perf_config(small)["source"] == ("v2.3.0 (2b03b748bb7d) scripts/performance/recommended_model_configs/"
-                                                 "model_configs_gb200.csv mixtral,8x7b,fp8,64")
+    assert nemo_perf_config(small)["source"] == (
+        "v2.3.0 (2b03b748bb7d) scripts/performance/recommended_model_configs/"
+        "model_configs_gb200.csv mixtral,8x7b,fp8,64"
+    )
     assert record_to_problem(small)[0].workload.cuda_graphs == "scoped"
-    assert ("NeMo 25.04 performance configuration (model_configs_gb200.csv mixtral,8x7b,fp8,64 @ v2.3.0, 2b03b748bb7d), "
-            "the row's layout: CUDA graphs scoped (per-layer graphs: Megatron's enable_cuda_graph)") in mapping_notes(small)
+    assert (
+        "NeMo 25.04 performance configuration (model_configs_gb200.csv mixtral,8x7b,fp8,64 @ v2.3.0, 2b03b748bb7d), "
+        "the row's layout: CUDA graphs scoped (per-layer graphs: Megatron's enable_cuda_graph)"
+    ) in mapping_notes(small)
     assert nemo_perf_config(one(by_id, "nemo25.04-gb200-mixtral-8x22b")) is None
     assert record_to_problem(one(by_id, "nemo25.04-gb200-mixtral-8x22b"))[0].workload.cuda_graphs == "none"
     moved = copy.deepcopy(small)
@@ -262,10 +291,13 @@ def test_gpt_oss_records_cost_their_sliding_window(by_id):
     rec = one(by_id, "mbridge-26.04.01-b200-gpt-oss-120b")
     problem, layout = record_to_problem(rec)
     assert (problem.model.sliding_window, problem.model.full_attention_layers) == (128, 18)
-    assert ("sliding window 128 on every other layer (model notes): costed, 18 of 36 layers attend over the whole "
-            "sequence") in mapping_notes(rec)
-    assert ("model notes not costed: learned attention sinks, QKV/O and expert biases; clamped SwiGLU (limit 7.0)"
-            in mapping_notes(rec))
+    assert (
+        "sliding window 128 on every other layer (model notes): costed, 18 of 36 layers attend over the whole sequence"
+    ) in mapping_notes(rec)
+    assert (
+        "model notes not costed: learned attention sinks, QKV/O and expert biases; clamped SwiGLU (limit 7.0)"
+        in mapping_notes(rec)
+    )
     full = replace(problem, model=replace(problem.model, sliding_window=None, full_attention_layers=0))
     windowed, whole = (estimate(p, layout, strict=False).time_s["compute/attention"] for p in (problem, full))
     assert windowed / whole == pytest.approx((18 * (126 + 200) + 18 * (2048 + 200)) / (36 * (2048 + 200)), rel=1e-12)
@@ -277,8 +309,10 @@ def test_the_learned_routing_spread_is_what_its_fit_finds(moe_runs):
     0.20 fit worse."""
     problems = learned_routing_problems(moe_runs)
     assert len(problems) == 14 and all(p[1][0].workload.routing == "learned" and p[1][1].ep > 1 for p in problems)
-    assert {"torchtitan-llama4-scout-gb200-bf16-n256-fsdp256-ep16",
-            "nemo25.04-gb200-mixtral-8x7b-fp8-n64-tp1pp1cp1vp1ep8"} <= {p[0] for p in problems}
+    assert {
+        "torchtitan-llama4-scout-gb200-bf16-n256-fsdp256-ep16",
+        "nemo25.04-gb200-mixtral-8x7b-fp8-n64-tp1pp1cp1vp1ep8",
+    } <= {p[0] for p in problems}
     scan = routing_cv_scan(problems, (0.1, LEARNED_ROUTING_EXPERT_CV, 0.2))
     assert LEARNED_ROUTING_EXPERT_CV == 0.15
     assert scan[0.15][0] < min(scan[0.1][0], scan[0.2][0])
@@ -312,17 +346,23 @@ def test_moe_dev_set_end_to_end(moe_runs):
         assert (e["skipped_reason"] is None) != (e["predicted_tokens_per_s_per_device"] is None)
         assert e["skipped_reason"] is None or e["skipped_reason"].strip()
         if e["rel_error"] is not None:
-            assert e["rel_error"] == pytest.approx(e["predicted_tokens_per_s_per_device"]
-                                                   / e["measured_tokens_per_s_per_device"] - 1)
+            assert e["rel_error"] == pytest.approx(
+                e["predicted_tokens_per_s_per_device"] / e["measured_tokens_per_s_per_device"] - 1
+            )
     assert s["skipped"] == 2 and s["count"] == s["with_measured_throughput"] == 69
     assert s["skipped_reasons"] == {"missing value": 2}
     by_id = {r["id"]: r for r in moe_runs}
-    chunked = [e for e in entries if by_id[e["id"]]["model"]["num_layers"] == 61
-               and (by_id[e["id"]]["layout"]["virtual_stages"] or 1) > 1]
+    chunked = [
+        e
+        for e in entries
+        if by_id[e["id"]]["model"]["num_layers"] == 61 and (by_id[e["id"]]["layout"]["virtual_stages"] or 1) > 1
+    ]
     assert len(chunked) == 9 and all(e["skipped_reason"] is None for e in chunked)
     missing = [e["id"] for e in entries if (e["skipped_reason"] or "").startswith("missing value")]
-    assert missing == ["mlperf6-gptoss20b-gb200-mxfp8-n8-tp1cp1ep1-nvidia",
-                       "mlperf6-gptoss20b-gb200-mxfp8-n72-tp1cp2ep4-nvidia"]
+    assert missing == [
+        "mlperf6-gptoss20b-gb200-mxfp8-n8-tp1cp1ep1-nvidia",
+        "mlperf6-gptoss20b-gb200-mxfp8-n72-tp1cp2ep4-nvidia",
+    ]
 
 
 def test_moe_dev_set_skips_at_most_ten_percent(moe_runs):
@@ -343,8 +383,9 @@ def test_validate_cli_on_moe_records(tmp_path, capsys, by_id):
     doc = json.loads(capsys.readouterr().out)
     assert [e["id"] for e in doc["records"]] == ids
     assert doc["summary"]["count"] == 2 and doc["summary"]["skipped"] == 1
-    assert doc["records"][2]["skipped_reason"] == ("missing value: layout.fsdp, layout.zero_stage null "
-                                                   "(the engine needs them)")
+    assert doc["records"][2]["skipped_reason"] == (
+        "missing value: layout.fsdp, layout.zero_stage null (the engine needs them)"
+    )
     assert code == (0 if doc["summary"]["median_abs_rel_error"] <= 0.10 else 1)
     code = main(["validate", str(path), "--no-rank", "--max-median-error", "100"])
     assert code == 0 and "2 records evaluated, 1 skipped" in capsys.readouterr().out
@@ -353,8 +394,14 @@ def test_validate_cli_on_moe_records(tmp_path, capsys, by_id):
 def test_moe_report_script(tmp_path):
     """scripts/validation.py --moe writes validation_moe.md only: the command at the top, a row per record."""
     script = REPO / "scripts" / "validation.py"
-    r = subprocess.run([sys.executable, str(script), "--moe", "--no-loso", "--out", str(tmp_path)], capture_output=True,
-                       text=True, cwd=REPO, env={**os.environ, "PYTHONDONTWRITEBYTECODE": "1"}, timeout=300)
+    r = subprocess.run(
+        [sys.executable, str(script), "--moe", "--no-loso", "--out", str(tmp_path)],
+        capture_output=True,
+        text=True,
+        cwd=REPO,
+        env={**os.environ, "PYTHONDONTWRITEBYTECODE": "1"},
+        timeout=300,
+    )
     assert r.returncode == 0, r.stderr
     assert r.stdout.startswith("69 evaluated, 2 of 71 skipped: median ")
     assert sorted(p.name for p in tmp_path.iterdir()) == ["validation_moe.md"]
@@ -363,8 +410,10 @@ def test_moe_report_script(tmp_path):
     assert "| skipped | 2 of 71 = 2.8% (target <= 10%: met" in text
     rows = [line for line in text.split("## Records")[1].splitlines() if line.startswith("| ") and "---" not in line]
     assert len(rows) == 1 + 71
-    assert ("| dgxc-grok1-h100-fp8-n8-L2-tp4pp1cp1ep2 | h100 | 8 | dp2 tp4 ep2 etp4 zero1 mbs1 | fp8 (delayed-scaling) "
-            "| 26,595 | ") in text
+    assert (
+        "| dgxc-grok1-h100-fp8-n8-L2-tp4pp1cp1ep2 | h100 | 8 | dp2 tp4 ep2 etp4 zero1 mbs1 | fp8 (delayed-scaling) "
+        "| 26,595 | "
+    ) in text
 
 
 def test_cuda_graphs_are_costed_as_the_record_names_them(by_id):
@@ -374,16 +423,19 @@ def test_cuda_graphs_are_costed_as_the_record_names_them(by_id):
     the MoE layers' host overhead: 0.85 of it in a full-iteration graph, 0.83 of its per-layer part with scoped
     graphs. Records that name none take their Megatron-Bridge release preset's (rule 22): 11 more; or their MLPerf
     configuration file's (rule 24): Dell's GPT-OSS-20B."""
-    expected = {"mlperf6-deepseekv3-gb200-mxfp8-n256": "full_iteration",
-                "mlperf6-deepseekv3-gb200-mxfp8-n2048": "full_iteration",
-                "modelzoo-qwen3-235b-gb200-bf16-n256-seq4k": "scoped",  # CUDA graphs (attn, moe_router, moe_preprocess)
-                "modelzoo-qwen3-235b-h100-bf16-n256-script-320tf": "scoped",  # CUDA graphs (moe_router, moe_preprocess)
-                "mcore-blog-deepseekv3-gb200": "scoped",  # "HybridEP, CUDA graphs"
-                "dgxc-grok1-gb200-bf16-n128": "scoped", "dgxc-grok1-gb200-bf16-n512": "scoped",  # on for GB200
-                "dgxc-llama4-maverick-h100-fp8-n512": "scoped",
-                "dgxc-llama4-maverick-h100-bf16-n512": "none",
-                "dgxc-llama4-maverick-gb200-fp8-n256": "none",  # CUDA_GRAPH=false on GB200
-                "modelzoo-qwen3-235b-h100-bf16-n256-a2a-overlap-off": "none"}
+    expected = {
+        "mlperf6-deepseekv3-gb200-mxfp8-n256": "full_iteration",
+        "mlperf6-deepseekv3-gb200-mxfp8-n2048": "full_iteration",
+        "modelzoo-qwen3-235b-gb200-bf16-n256-seq4k": "scoped",  # CUDA graphs (attn, moe_router, moe_preprocess)
+        "modelzoo-qwen3-235b-h100-bf16-n256-script-320tf": "scoped",  # CUDA graphs (moe_router, moe_preprocess)
+        "mcore-blog-deepseekv3-gb200": "scoped",  # "HybridEP, CUDA graphs"
+        "dgxc-grok1-gb200-bf16-n128": "scoped",
+        "dgxc-grok1-gb200-bf16-n512": "scoped",  # on for GB200
+        "dgxc-llama4-maverick-h100-fp8-n512": "scoped",
+        "dgxc-llama4-maverick-h100-bf16-n512": "none",
+        "dgxc-llama4-maverick-gb200-fp8-n256": "none",  # CUDA_GRAPH=false on GB200
+        "modelzoo-qwen3-235b-h100-bf16-n256-a2a-overlap-off": "none",
+    }
     for prefix, graphs in expected.items():
         assert record_to_problem(one(by_id, prefix))[0].workload.cuda_graphs == graphs, prefix
     assert sum(named_cuda_graphs(r) not in (None, "none") for r in by_id.values()) == 8
@@ -418,41 +470,94 @@ def test_the_catalogues_moe_host_overhead_is_what_its_commands_fit(moe_runs, cap
     from layoutsearch.validation.calibrate import calibrate
 
     plain = [r["id"] for r in moe_runs if cuda_graphs(r) != "none"]
-    fitted = calibrate(moe_runs, accelerators=["h100", "h200", "h800", "b200", "gb200"],
-                       params=("moe_layer_overhead_s",), shared=("moe_expert_overhead_s",), exclude=plain, loss="huber")
+    fitted = calibrate(
+        moe_runs,
+        accelerators=["h100", "h200", "h800", "b200", "gb200"],
+        params=("moe_layer_overhead_s",),
+        shared=("moe_expert_overhead_s",),
+        exclude=plain,
+        loss="huber",
+    )
     # Levenberg-Marquardt from the catalogue's values: within 2 us of the fit that wrote them
-    assert {f: (v["records"], v["fitted"]["moe_layer_overhead_s"] * 1e6, v["fitted"]["moe_expert_overhead_s"] * 1e6)
-            for f, v in fitted.items()} == {"b200-class": (16, pytest.approx(7828, abs=2), pytest.approx(174.1, abs=0.2)),
-                                            "h100-class": (28, pytest.approx(1970, abs=2), pytest.approx(174.1, abs=0.2))}
-    assert main(["calibrate", str(MOE_DEV), "--accelerator", "h100,h200,h800,b200,gb200", "--fit", "",
-                 "--shared", "moe_overhead_graphed_share", "--cuda-graphs", "scoped", "--loss", "huber"]) == 0
+    assert {
+        f: (v["records"], v["fitted"]["moe_layer_overhead_s"] * 1e6, v["fitted"]["moe_expert_overhead_s"] * 1e6)
+        for f, v in fitted.items()
+    } == {
+        "b200-class": (16, pytest.approx(7828, abs=2), pytest.approx(174.1, abs=0.2)),
+        "h100-class": (28, pytest.approx(1970, abs=2), pytest.approx(174.1, abs=0.2)),
+    }
+    assert (
+        main(
+            [
+                "calibrate",
+                str(MOE_DEV),
+                "--accelerator",
+                "h100,h200,h800,b200,gb200",
+                "--fit",
+                "",
+                "--shared",
+                "moe_overhead_graphed_share",
+                "--cuda-graphs",
+                "scoped",
+                "--loss",
+                "huber",
+            ]
+        )
+        == 0
+    )
     out = capsys.readouterr().out
     assert out.count("moe_overhead_graphed_share 0.83 ") == 2 and "Huber loss on log(predicted / measured)" in out
-    assert main(["calibrate", str(MOE_DEV), "--accelerator", "h100,h200,h800,b200,gb200", "--fit", "",
-                 "--shared", "moe_overhead_full_graph_share", "--cuda-graphs", "full_iteration", "--loss", "huber"]) == 0
+    assert (
+        main(
+            [
+                "calibrate",
+                str(MOE_DEV),
+                "--accelerator",
+                "h100,h200,h800,b200,gb200",
+                "--fit",
+                "",
+                "--shared",
+                "moe_overhead_full_graph_share",
+                "--cuda-graphs",
+                "full_iteration",
+                "--loss",
+                "huber",
+            ]
+        )
+        == 0
+    )
     row = next(line for line in capsys.readouterr().out.splitlines() if "moe_overhead_full_graph_share" in line)
     # only GB200 runs used full-iteration graphs: Megatron-Bridge 26.08's three and MLPerf Training v6.0's two
     assert row.split("\u2502")[1:3] == [" b200-class  ", " 5       "] and "moe_overhead_full_graph_share 0.85 " in row
     for acc in ("h100", "h200", "h800", "b200", "gb200"):  # every member of a family carries the family's values
         cal = load_accelerator(acc)
         layer = 1970 if acc.startswith("h") else 7828
-        assert (round(cal.moe_layer_overhead_s * 1e6), round(cal.moe_expert_overhead_s * 1e7),
-                cal.moe_overhead_graphed_share, cal.moe_overhead_full_graph_share) == (layer, 1741, 0.83, 0.85), acc
+        assert (
+            round(cal.moe_layer_overhead_s * 1e6),
+            round(cal.moe_expert_overhead_s * 1e7),
+            cal.moe_overhead_graphed_share,
+            cal.moe_overhead_full_graph_share,
+        ) == (layer, 1741, 0.83, 0.85), acc
     assert main(["calibrate", str(MOE_DEV), "--fit", "moe_layer_overhead_s", "--loss", "median"]) == 2
     assert capsys.readouterr().err.strip() == "error: --loss: unknown loss 'median'; known: squares, huber"
     assert main(["calibrate", str(MOE_DEV), "--fit", "moe_layer_overhead_s", "--cuda-graphs", "some"]) == 2
-    assert capsys.readouterr().err.strip() == ("error: --cuda-graphs: unknown value 'some' (did you mean 'scoped'?); "
-                                               "known: none, scoped, full_iteration")
+    assert capsys.readouterr().err.strip() == (
+        "error: --cuda-graphs: unknown value 'some' (did you mean 'scoped'?); known: none, scoped, full_iteration"
+    )
     # nothing to fit (no A100 MoE record; no H100 record with a full-iteration graph): one line and exit 1
-    for args in (["--accelerator", "a100-80gb", "--fit", "moe_expert_overhead_s"],
-                 ["--accelerator", "a100-80gb", "--fit", "", "--shared", "overlap_interference"],
-                 ["--accelerator", "h100", "--fit", "moe_layer_overhead_s", "--cuda-graphs", "full_iteration"]):
+    for args in (
+        ["--accelerator", "a100-80gb", "--fit", "moe_expert_overhead_s"],
+        ["--accelerator", "a100-80gb", "--fit", "", "--shared", "overlap_interference"],
+        ["--accelerator", "h100", "--fit", "moe_layer_overhead_s", "--cuda-graphs", "full_iteration"],
+    ):
         assert main(["calibrate", str(MOE_DEV), *args]) == 1
         err = capsys.readouterr().err.strip()
         assert err.startswith("error: no record of ") and err.endswith("has a measured throughput to fit"), err
         assert "\n" not in err and "Traceback" not in err
-    assert err == (f"error: no record of h100 in {MOE_DEV} costed with --cuda-graphs full_iteration has a measured "
-                   f"throughput to fit")
+    assert err == (
+        f"error: no record of h100 in {MOE_DEV} costed with --cuda-graphs full_iteration has a measured "
+        f"throughput to fit"
+    )
 
 
 def test_megatron_fsdp_records_reduce_gradients_in_bf16(by_id):
@@ -471,19 +576,24 @@ def test_megatron_fsdp_records_reduce_gradients_in_bf16(by_id):
     half, full = (estimate(p, layout, strict=False) for p in (problem, fp32))
     # per layer: the attention (split by tp 2), router and two RMSNorms over the 128 FSDP ranks, the 16 local experts'
     # over the 32 expert-data-parallel ranks: half the bytes, one latency each
-    rs_half, rs_full = ({c["name"]: (c["group_size"], c["bytes"], c["time_s"]) for c in e.collectives
-                         if "reduce-scatter" in c["name"]} for e in (half, full))
+    rs_half, rs_full = (
+        {c["name"]: (c["group_size"], c["bytes"], c["time_s"]) for c in e.collectives if "reduce-scatter" in c["name"]}
+        for e in (half, full)
+    )
     attention, router, norms = 4096 * (64 + 2 * 4) * 128 // 2 + 64 * 128 * 4096 // 2, 4096 * 128, 2 * 4096
     layer, experts = attention + router + norms, 128 * 3 * 4096 * 1536 // 8
-    assert {name: v[:2] for name, v in rs_half.items()} == {"fsdp grad reduce-scatter": (128, 2 * layer),
-                                                            "expert fsdp grad reduce-scatter": (32, 2 * experts)}
+    assert {name: v[:2] for name, v in rs_half.items()} == {
+        "fsdp grad reduce-scatter": (128, 2 * layer),
+        "expert fsdp grad reduce-scatter": (32, 2 * experts),
+    }
     assert [v[2] for v in rs_half.values()] == pytest.approx([0.001886, 0.015595], rel=1e-3)
     # fp32 gradients add their second half at each group's seconds per byte: every byte of the expert group (one
     # GPU in each of 32 nodes) leaves through the GPU's NIC; the FSDP group has 4 GPUs in each node, 4 NICs
     acc = problem.cluster.accelerator
     nic = acc.scale_out_bytes_per_s_per_direction * acc.scale_out_efficiency
     assert [rs_full[n][2] - rs_half[n][2] for n in rs_half] == pytest.approx(
-        [2 * layer * 31 / 32 / (4 * nic), 2 * experts * 31 / 32 / nic], rel=1e-9)
+        [2 * layer * 31 / 32 / (4 * nic), 2 * experts * 31 / 32 / nic], rel=1e-9
+    )
     assert (half.step_time_s, full.step_time_s) == pytest.approx((29.76, 35.43), abs=0.01)
     fsdp["derived"]["note"] += "; --megatron-fsdp-grad-comm-dtype fp32"
     assert record_to_problem(fsdp)[0].workload.grad_bytes_per_param == 4
@@ -501,10 +611,15 @@ def test_megatron_bridge_rows_take_their_release_presets_unstated_settings(by_id
     full = one(by_id, "mbridge-26.08-gb200-deepseek-v3-fp8")  # perf_recipes full-iteration helper
     problem = record_to_problem(full)[0]
     assert (problem.workload.cuda_graphs, problem.workload.ep_comm_overlap, problem.workload.deepep) == (
-        "full_iteration", True, True)
-    assert ("Megatron-Bridge 26.08 preset (deepseek_v3_pretrain_256gpu_gb200_fp8mx_config @ 4ab94dfad366), the "
-            "row's layout: CUDA graphs full_iteration, AllToAll overlap on, dispatcher DeepEP/HybridEP where the row "
-            "names none") in mapping_notes(full)
+        "full_iteration",
+        True,
+        True,
+    )
+    assert (
+        "Megatron-Bridge 26.08 preset (deepseek_v3_pretrain_256gpu_gb200_fp8mx_config @ 4ab94dfad366), the "
+        "row's layout: CUDA graphs full_iteration, AllToAll overlap on, dispatcher DeepEP/HybridEP where the row "
+        "names none"
+    ) in mapping_notes(full)
     scoped = record_to_problem(one(by_id, "mbridge-26.02-b200-qwen3-30b"))[0].workload  # TE [moe_router, ...], alltoall
     assert (scoped.cuda_graphs, scoped.ep_comm_overlap, scoped.deepep) == ("scoped", False, False)
     local = one(by_id, "mbridge-25.09-b200-qwen3-30b")  # 25.09: enable_cuda_graph (per-layer local graphs), "fp8"
@@ -512,19 +627,27 @@ def test_megatron_bridge_rows_take_their_release_presets_unstated_settings(by_id
     other = one(by_id, "mbridge-25.11-gb200-qwen3-235b-bf16")  # the 25.11 preset is a 64-GPU layout
     preset, differ = mbridge_preset(other)
     assert preset["source"].endswith("QWEN3_235B_A22B_PRETRAIN_CONFIG_GB200_BF16_BASE_CONFIG") and differ == [
-        "num_devices 256 (preset 64)", "virtual_stages 3 (preset 1)", "ep 32 (preset 8)",
-        "global_batch_seqs 8192 (preset 1024)"]
+        "num_devices 256 (preset 64)",
+        "virtual_stages 3 (preset 1)",
+        "ep 32 (preset 8)",
+        "global_batch_seqs 8192 (preset 1024)",
+    ]
     workload = record_to_problem(other)[0].workload  # TE graphs [attn, moe_router, moe_preprocess], HybridEP
     assert (workload.cuda_graphs, workload.ep_comm_overlap, workload.deepep) == ("scoped", False, True)
-    assert ("Megatron-Bridge 25.11 preset (QWEN3_235B_A22B_PRETRAIN_CONFIG_GB200_BF16_BASE_CONFIG @ 5776a6d90b4d), its "
-            "parallelism overridden (num_devices 256 (preset 64), virtual_stages 3 (preset 1), ep 32 (preset 8), "
-            "global_batch_seqs 8192 (preset 1024)): CUDA graphs scoped, AllToAll overlap off, dispatcher "
-            "DeepEP/HybridEP where the row names none") in mapping_notes(other)
+    assert (
+        "Megatron-Bridge 25.11 preset (QWEN3_235B_A22B_PRETRAIN_CONFIG_GB200_BF16_BASE_CONFIG @ 5776a6d90b4d), its "
+        "parallelism overridden (num_devices 256 (preset 64), virtual_stages 3 (preset 1), ep 32 (preset 8), "
+        "global_batch_seqs 8192 (preset 1024)): CUDA graphs scoped, AllToAll overlap off, dispatcher "
+        "DeepEP/HybridEP where the row names none"
+    ) in mapping_notes(other)
     older = copy.deepcopy(local)  # 25.09's performance matrix has no overrides: another layout is another run
     older["layout"]["microbatch_seqs"] = 2
     assert mbridge_preset(older) == (None, ["microbatch_seqs 2 (preset 1)"])
-    assert cuda_graphs(older) == "none" and "Megatron-Bridge preset not applied: the row's layout differs " \
-        "(microbatch_seqs 2 (preset 1))" in mapping_notes(older)
+    assert (
+        cuda_graphs(older) == "none"
+        and "Megatron-Bridge preset not applied: the row's layout differs (microbatch_seqs 2 (preset 1))"
+        in mapping_notes(older)
+    )
     named = copy.deepcopy(full)  # what a row names wins over its preset
     named["derived"]["note"] = "CUDA_GRAPH=false"
     assert cuda_graphs(named) == "none"
@@ -545,12 +668,17 @@ def test_megatron_bridge_rows_keep_and_reduce_their_gradients_in_bf16(by_id):
     row = one(by_id, "mbridge-26.04.01-b200-gpt-oss-120b")
     problem, layout = record_to_problem(row)
     assert problem.workload.grad_bytes_per_param == 2
-    assert ("Megatron-Bridge performance configuration: gradients kept and reduced in bf16 (ddp.grad_reduce_in_fp32 "
-            "= False)") in mapping_notes(row)
-    bf16, fp32 = (estimate(p, layout, strict=False) for p in (
-        problem, replace(problem, workload=replace(problem.workload, grad_bytes_per_param=4))))
+    assert (
+        "Megatron-Bridge performance configuration: gradients kept and reduced in bf16 (ddp.grad_reduce_in_fp32 "
+        "= False)"
+    ) in mapping_notes(row)
+    bf16, fp32 = (
+        estimate(p, layout, strict=False)
+        for p in (problem, replace(problem, workload=replace(problem.workload, grad_bytes_per_param=4)))
+    )
     assert (bf16.memory_bytes["state/grads"] / 2**30, fp32.memory_bytes["state/grads"] / 2**30) == pytest.approx(
-        (30.66, 61.31), abs=0.01)
+        (30.66, 61.31), abs=0.01
+    )
     assert (bf16.fits, fp32.fits) == (True, False) and row["measured"]["oom"] is False
     named = copy.deepcopy(row)
     named["derived"]["note"] = "ddp.grad_reduce_in_fp32 = True"
@@ -567,10 +695,14 @@ def test_mlperf_records_take_the_cuda_graphs_of_the_configuration_file_they_name
 
     dell = one(by_id, "mlperf6-gptoss20b-b200-mxfp8-n8-tp1cp1ep2-dell")
     assert mlperf_config_graphs(dell) == (
-        "Dell/benchmarks/gpt_oss_20b/implementations/nemo/config_DGXB200_1x8x2xtp1pp1cp1ep2_mxfp8.sh", "scoped")
+        "Dell/benchmarks/gpt_oss_20b/implementations/nemo/config_DGXB200_1x8x2xtp1pp1cp1ep2_mxfp8.sh",
+        "scoped",
+    )
     assert record_to_problem(dell)[0].workload.cuda_graphs == "scoped"
-    assert ("CUDA graphs scoped, as its configuration file sets them (config_DGXB200_1x8x2xtp1pp1cp1ep2_mxfp8.sh)"
-            in mapping_notes(dell))
+    assert (
+        "CUDA graphs scoped, as its configuration file sets them (config_DGXB200_1x8x2xtp1pp1cp1ep2_mxfp8.sh)"
+        in mapping_notes(dell)
+    )
     named = copy.deepcopy(dell)  # what the record names wins
     named["derived"]["note"] = "CUDA_GRAPH=false"
     assert cuda_graphs(named) == "none"
@@ -585,15 +717,19 @@ def test_megatron_bridge_deepseek_v3_rows_take_the_recipes_pipeline_split(by_id)
     from layoutsearch.costs.estimate import estimate
     from layoutsearch.validation.mapping import recipe_stage_layers
 
-    cases = {"mbridge-26.04-b200-deepseek-v3": (4, 1),  # pp16
-             "mbridge-26.04.01-b200-deepseek-v3": (8, 5),  # pp8 x 2
-             "mbridge-26.08-gb200-deepseek-v3": (16, 13)}  # pp4 x 4
+    cases = {
+        "mbridge-26.04-b200-deepseek-v3": (4, 1),  # pp16
+        "mbridge-26.04.01-b200-deepseek-v3": (8, 5),  # pp8 x 2
+        "mbridge-26.08-gb200-deepseek-v3": (16, 13),
+    }  # pp4 x 4
     for prefix, split in cases.items():
         layout = record_to_problem(one(by_id, prefix))[1]
         assert (layout.first_stage_layers, layout.last_stage_layers) == split, prefix
     rec = one(by_id, "mbridge-26.04-b200-deepseek-v3")
-    assert ("pipeline split of the Megatron-Bridge DeepSeek-V3 recipe: first stage 4 layers, last 1 (with the MTP module and the "
-            "loss)") in mapping_notes(rec)
+    assert (
+        "pipeline split of the Megatron-Bridge DeepSeek-V3 recipe: first stage 4 layers, last 1 (with the MTP module and the "
+        "loss)"
+    ) in mapping_notes(rec)
     problem, layout = record_to_problem(rec)
     blind = estimate(problem, replace(layout, first_stage_layers=2, last_stage_layers=3), strict=False)
     recipe = estimate(problem, layout, strict=False)
@@ -605,8 +741,10 @@ def test_megatron_bridge_deepseek_v3_rows_take_the_recipes_pipeline_split(by_id)
     assert ours.step_time_s == pytest.approx(recipe.step_time_s, rel=1e-9)
     dgxc = one(by_id, "dgxc-deepseekv3-h100-bf16-n1024-tp2pp16ep64")
     assert recipe_stage_layers(dgxc) == (3, 2)
-    assert ("pipeline split of the NeMo 25.04 DeepSeek-V3 recipe: first stage 3 layers, last 2 (with the MTP module "
-            "and the loss)") in mapping_notes(dgxc)
+    assert (
+        "pipeline split of the NeMo 25.04 DeepSeek-V3 recipe: first stage 3 layers, last 2 (with the MTP module "
+        "and the loss)"
+    ) in mapping_notes(dgxc)
     assert recipe_stage_layers(one(by_id, "maxtext-v5p-deepseekv3")) is None
 
 
@@ -616,15 +754,26 @@ def test_a_broken_release_table_is_one_error_naming_the_entry_and_field(tmp_path
     from layoutsearch.core.errors import CatalogueError
     from layoutsearch.validation import mapping
 
-    entry = {"release": "25.04", "model": "Mixtral-8x7B", "system": "DGX-GB200", "precision": "fp8", "source": "s",
-             "layout": {f: 1 for f in mapping.NEMO_LAYOUT}, "cuda_graphs": "full"}
+    entry = {
+        "release": "25.04",
+        "model": "Mixtral-8x7B",
+        "system": "DGX-GB200",
+        "precision": "fp8",
+        "source": "s",
+        "layout": {f: 1 for f in mapping.NEMO_LAYOUT},
+        "cuda_graphs": "full",
+    }
     table = tmp_path / "nemo_perf_configs.yaml"
     monkeypatch.setattr(mapping, "NEMO_CONFIGS_PATH", table)
     for broken, message in (
-            ({**entry, "layout": {"tp": 1}}, "nemo_perf_configs.yaml: config #2: missing layout.num_devices, layout.pp, "
-                                             "layout.cp, layout.virtual_stages, layout.ep, layout.microbatch_seqs, "
-                                             "layout.global_batch_seqs, layout.seq_len"),
-            (entry, "nemo_perf_configs.yaml: config #2: cuda_graphs 'full': expected one of none, scoped")):
+        (
+            {**entry, "layout": {"tp": 1}},
+            "nemo_perf_configs.yaml: config #2: missing layout.num_devices, layout.pp, "
+            "layout.cp, layout.virtual_stages, layout.ep, layout.microbatch_seqs, "
+            "layout.global_batch_seqs, layout.seq_len",
+        ),
+        (entry, "nemo_perf_configs.yaml: config #2: cuda_graphs 'full': expected one of none, scoped"),
+    ):
         table.write_text(yaml.safe_dump({"configs": [{**entry, "cuda_graphs": "none"}, broken]}))
         mapping.nemo_perf_configs.cache_clear()
         with pytest.raises(CatalogueError) as err:

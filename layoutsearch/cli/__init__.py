@@ -19,8 +19,8 @@ import sys
 import warnings
 
 import typer
-from typer.core import TyperGroup
 from pydantic import ValidationError
+from typer.core import TyperGroup
 
 from layoutsearch._version import __version__
 from layoutsearch.cli.common import one_line, reports_errors
@@ -37,7 +37,7 @@ def command_module(name: str):
     return importlib.import_module(f"layoutsearch.cli.{name}")
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _load(name: str):
     single = typer.Typer(add_completion=False)
     command_module(name).register(single)
@@ -54,8 +54,13 @@ class LazyGroup(TyperGroup):
         return _load(name) if name in COMMANDS else None
 
 
-app = typer.Typer(cls=LazyGroup, add_completion=False, no_args_is_help=True, pretty_exceptions_enable=False,
-                  help="Proven-optimal parallel layouts for transformer training.")
+app = typer.Typer(
+    cls=LazyGroup,
+    add_completion=False,
+    no_args_is_help=True,
+    pretty_exceptions_enable=False,
+    help="Proven-optimal parallel layouts for transformer training.",
+)
 
 
 def _print_version(value: bool) -> None:
@@ -65,10 +70,14 @@ def _print_version(value: bool) -> None:
 
 
 @app.callback()
-def _group(version: bool = typer.Option(False, "--version", is_eager=True, callback=_print_version,
-                                        help="Print the version and exit."),
-           wide: bool = typer.Option(False, "--wide", help="Tables 200 columns wide even on a narrower terminal "
-                                                          "(by default they fit the terminal)")) -> None:
+def _group(
+    version: bool = typer.Option(
+        False, "--version", is_eager=True, callback=_print_version, help="Print the version and exit."
+    ),
+    wide: bool = typer.Option(
+        False, "--wide", help="Tables 200 columns wide even on a narrower terminal (by default they fit the terminal)"
+    ),
+) -> None:
     """Proven-optimal parallel layouts for transformer training."""
     render.set_wide(wide)
 

@@ -4,16 +4,17 @@ from __future__ import annotations
 
 import datetime
 from pathlib import Path
-from typing import Annotated, Optional
+from typing import Annotated
 
 import typer
 
 from layoutsearch.cli.common import reports_errors
 from layoutsearch.core.catalogue import accelerator_names, catalogue_dir
 from layoutsearch.core.parse import parse_names
-from layoutsearch.report import render
 from layoutsearch.core.specs import CUDA_GRAPHS
-from layoutsearch.validation.calibrate import SHARED_KIND, YAML_KEYS, calibrate as fit, write_calibration
+from layoutsearch.report import render
+from layoutsearch.validation.calibrate import SHARED_KIND, YAML_KEYS, write_calibration
+from layoutsearch.validation.calibrate import calibrate as fit
 from layoutsearch.validation.mapping import cuda_graphs as record_cuda_graphs
 from layoutsearch.validation.validate import load_runs
 
@@ -21,23 +22,44 @@ from layoutsearch.validation.validate import load_runs
 @reports_errors
 def calibrate(
     runs: Annotated[str, typer.Argument(help="Measured runs (docs/RUN_RECORDS.md format)")],
-    accelerator: Annotated[Optional[str], typer.Option("--accelerator", help="Only these, e.g. h100,a100-80gb")] = None,
-    fit_fields: Annotated[str, typer.Option("--fit", help="Calibration fields to fit")] = "matmul_efficiency,attention_efficiency",
-    shared: Annotated[str, typer.Option("--shared", help="Fields fitted once over every family of their kind "
-                                        "(overlap_interference: the GPUs), beside --fit")] = "",
-    graphs: Annotated[Optional[str], typer.Option(
-        "--cuda-graphs", help="Only the records costed with these CUDA graphs (mapping rules 20 and 22), e.g. none: fit "
-                              "moe_layer_overhead_s on runs without graphs, then moe_overhead_graphed_share on the "
-                              "scoped ones")] = None,
-    loss: Annotated[str, typer.Option("--loss", help="Of the log errors: squares, or huber (squares within 20 %, "
-                                      "linear beyond: a run measured far off the rest pulls less)")] = "squares",
+    accelerator: Annotated[str | None, typer.Option("--accelerator", help="Only these, e.g. h100,a100-80gb")] = None,
+    fit_fields: Annotated[
+        str, typer.Option("--fit", help="Calibration fields to fit")
+    ] = "matmul_efficiency,attention_efficiency",
+    shared: Annotated[
+        str,
+        typer.Option(
+            "--shared",
+            help="Fields fitted once over every family of their kind (overlap_interference: the GPUs), beside --fit",
+        ),
+    ] = "",
+    graphs: Annotated[
+        str | None,
+        typer.Option(
+            "--cuda-graphs",
+            help="Only the records costed with these CUDA graphs (mapping rules 20 and 22), e.g. none: fit "
+            "moe_layer_overhead_s on runs without graphs, then moe_overhead_graphed_share on the "
+            "scoped ones",
+        ),
+    ] = None,
+    loss: Annotated[
+        str,
+        typer.Option(
+            "--loss",
+            help="Of the log errors: squares, or huber (squares within 20 %, "
+            "linear beyond: a run measured far off the rest pulls less)",
+        ),
+    ] = "squares",
     write: Annotated[bool, typer.Option("--write", help="Write the fitted values into hardware/*.yaml")] = False,
 ) -> None:
     """Fit a few calibration fields per accelerator (least squares, or --loss huber, on log error); writes only
     with --write."""
     fields = parse_names(fit_fields, tuple(YAML_KEYS), "--fit", "field") if fit_fields or not shared else ()
-    accs = (parse_names(accelerator, tuple(accelerator_names()), "--accelerator", "accelerator")
-            if accelerator is not None else None)
+    accs = (
+        parse_names(accelerator, tuple(accelerator_names()), "--accelerator", "accelerator")
+        if accelerator is not None
+        else None
+    )
     common = parse_names(shared, tuple(SHARED_KIND), "--shared", "field") if shared else ()
     records = load_runs(runs)
     wanted = parse_names(graphs, CUDA_GRAPHS, "--cuda-graphs", "value") if graphs is not None else CUDA_GRAPHS
@@ -50,8 +72,9 @@ def calibrate(
         raise typer.Exit(1)
     render.calibration_report(result, loss)
     if write:
-        written = write_calibration(result, catalogue_dir("hardware"), runs_name=Path(runs).name,
-                                    today=datetime.date.today())
+        written = write_calibration(
+            result, catalogue_dir("hardware"), runs_name=Path(runs).name, today=datetime.date.today()
+        )
         typer.echo(f"wrote {', '.join(str(p) for p in written)}", err=True)
 
 

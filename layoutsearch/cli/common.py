@@ -15,21 +15,34 @@ import inspect
 import json
 import math
 import warnings
-from typing import Annotated, Any, Callable, Optional, get_type_hints
+from collections.abc import Callable
+from typing import Annotated, Any, get_type_hints
 
 import typer
 import yaml
 
 from layoutsearch.core import io
 from layoutsearch.core.errors import InvalidArgumentError, LayoutsearchError, LayoutsearchWarning
-from layoutsearch.core.parse import parse_choices, parse_degrees, parse_names
 from layoutsearch.core.frameworks import framework_of_target
+from layoutsearch.core.parse import parse_choices, parse_degrees, parse_names
 from layoutsearch.core.problem import MAX_ROUTING_CV, Problem, SearchOptions, SearchRequest, build_workload
 from layoutsearch.core.problem_file import load_problem_file
 from layoutsearch.core.specs import (
-    DEGREE_NAMES, LEARNED_ROUTING_EXPERT_CV, RECOMPUTE_POLICIES, Cluster, CudaGraphs, Framework, Routing, Method, ModelSpec, Objective, Precision, Workload, choices,
+    DEGREE_NAMES,
+    LEARNED_ROUTING_EXPERT_CV,
+    RECOMPUTE_POLICIES,
+    Cluster,
+    CudaGraphs,
+    Framework,
+    Method,
+    ModelSpec,
+    Objective,
+    Precision,
+    Routing,
+    Workload,
+    choices,
 )
-from layoutsearch.core.units import GIB, MAX_GLOBAL_BATCH_SEQS, MAX_SEQ_LEN, MAX_TIME_LIMIT_S
+from layoutsearch.core.units import MAX_GLOBAL_BATCH_SEQS, MAX_SEQ_LEN, MAX_TIME_LIMIT_S
 from layoutsearch.report.output import solve_document
 from layoutsearch.search import SearchResult, solve
 from layoutsearch.search.explain import infeasibility
@@ -38,6 +51,7 @@ from layoutsearch.search.explain import infeasibility
 def reports_errors(command: Callable) -> Callable:
     """Turn a LayoutsearchError into one line on stderr and its exit code (2 bad input, 1 infeasible).
     The command's warnings are held until it ends: bad input (exit 2) is the error line alone."""
+
     @functools.wraps(command)
     def run(*args, **kwargs):
         failure = other = None
@@ -58,6 +72,7 @@ def reports_errors(command: Callable) -> Callable:
         if other is not None:
             raise other
         return result
+
     return run
 
 
@@ -103,63 +118,129 @@ def finite(value: float | None) -> float | None:
 
 
 # ----------------------------------------------------------------------------- shared options
-ModelOpt = Annotated[str, typer.Option("--model", "-m", help="Catalogue id (llama70b) or a path to a model YAML / HF config.json")]
-ClusterOpt = Annotated[str, typer.Option("--cluster", "-c", help="v5p-8192 (chips), v5p:16x20x28, v5p-8960x4, h100-1024, "
-                                                                  "or a cluster YAML (examples/*.cluster.yaml)")]
-ProblemOpt = Annotated[Optional[str], typer.Option(
-    "--problem", help="Problem YAML (examples/*.problem.yaml): keys mirror the options, which override it")]
+ModelOpt = Annotated[
+    str, typer.Option("--model", "-m", help="Catalogue id (llama70b) or a path to a model YAML / HF config.json")
+]
+ClusterOpt = Annotated[
+    str,
+    typer.Option(
+        "--cluster",
+        "-c",
+        help="v5p-8192 (chips), v5p:16x20x28, v5p-8960x4, h100-1024, or a cluster YAML (examples/*.cluster.yaml)",
+    ),
+]
+ProblemOpt = Annotated[
+    str | None,
+    typer.Option(
+        "--problem", help="Problem YAML (examples/*.problem.yaml): keys mirror the options, which override it"
+    ),
+]
 SeqsOpt = Annotated[int, typer.Option("--seqs", min=1, max=MAX_GLOBAL_BATCH_SEQS, help="Global batch in sequences")]
 SeqLenOpt = Annotated[int, typer.Option("--seq-len", min=1, max=MAX_SEQ_LEN, help="Tokens per sequence")]
 FormatOpt = Annotated[Format, typer.Option("--format", help="table, json or yaml")]
-TpOverlapOpt = Annotated[Optional[bool], typer.Option(
-    "--tp-comm-overlap/--no-tp-comm-overlap",
-    help="TP collectives pipelined with their GEMMs inside NVLink/ICI (default: the framework's choice)")]
-EpOverlapOpt = Annotated[Optional[bool], typer.Option(
-    "--ep-comm-overlap/--no-ep-comm-overlap",
-    help="MoE token all-to-alls hidden behind another microbatch's compute (default: the framework's choice)")]
-DeepEpOpt = Annotated[Optional[bool], typer.Option(
-    "--deepep/--no-deepep",
-    help="MoE dispatch sends a token once per destination GPU and over scale-out once per destination node (DeepEP; "
-         "Megatron's flex dispatcher, torchtitan's deepep backend) instead of once per expert (default: the "
-         "framework's choice)")]
-VendorAttentionOpt = Annotated[Optional[bool], typer.Option(
-    "--vendor-attention/--no-vendor-attention",
-    help="The attention core runs the vendor's fused kernel (Transformer Engine / cuDNN) where the accelerator has "
-         "one, else the FlashAttention-2 class (default: the framework's choice: megatron and ideal use the vendor's)")]
-LaunchBlockingOpt = Annotated[bool, typer.Option(
-    "--launch-blocking/--no-launch-blocking",
-    help="Every kernel launch waits for the GPU (CUDA_LAUNCH_BLOCKING=1): the host's time per layer is exposed and "
-         "no collective overlaps compute")]
-CudaGraphsOpt = Annotated[CudaGraphs, typer.Option(
-    "--cuda-graphs",
-    help="GPU kernels launched as CUDA graphs: none; scoped (per layer: attention, MoE router and preprocessing); "
-         "full_iteration (one graph per step). They remove MoE layers' host overhead")]
-RoutingOpt = Annotated[Routing, typer.Option(
-    "--routing",
-    help="How a dropless MoE routes tokens: learned (a trained router: the expert devices' loads vary and the busiest "
-         "sets the pace) or forced (random routing, as benchmarks force it: --moe-router-force-load-balancing)")]
-RoutingCvOpt = Annotated[float, typer.Option(
-    "--routing-cv", min=0, max=MAX_ROUTING_CV, callback=finite,
-    help=f"A learned router's spread of expert loads per MoE layer and microbatch, standard deviation / mean "
-         f"(default {LEARNED_ROUTING_EXPERT_CV:g}, fitted to published runs: results/routing_cv.md); unused with "
-         f"--routing forced")]
-FrameworkOpt = Annotated[Optional[Framework], typer.Option(
-    "--framework", help="Whose overlap the step time assumes: megatron, torchtitan, maxtext, deepspeed or ideal "
-                        "(default: maxtext on TPUs, megatron on GPUs)")]
+TpOverlapOpt = Annotated[
+    bool | None,
+    typer.Option(
+        "--tp-comm-overlap/--no-tp-comm-overlap",
+        help="TP collectives pipelined with their GEMMs inside NVLink/ICI (default: the framework's choice)",
+    ),
+]
+EpOverlapOpt = Annotated[
+    bool | None,
+    typer.Option(
+        "--ep-comm-overlap/--no-ep-comm-overlap",
+        help="MoE token all-to-alls hidden behind another microbatch's compute (default: the framework's choice)",
+    ),
+]
+DeepEpOpt = Annotated[
+    bool | None,
+    typer.Option(
+        "--deepep/--no-deepep",
+        help="MoE dispatch sends a token once per destination GPU and over scale-out once per destination node (DeepEP; "
+        "Megatron's flex dispatcher, torchtitan's deepep backend) instead of once per expert (default: the "
+        "framework's choice)",
+    ),
+]
+VendorAttentionOpt = Annotated[
+    bool | None,
+    typer.Option(
+        "--vendor-attention/--no-vendor-attention",
+        help="The attention core runs the vendor's fused kernel (Transformer Engine / cuDNN) where the accelerator has "
+        "one, else the FlashAttention-2 class (default: the framework's choice: megatron and ideal use the vendor's)",
+    ),
+]
+LaunchBlockingOpt = Annotated[
+    bool,
+    typer.Option(
+        "--launch-blocking/--no-launch-blocking",
+        help="Every kernel launch waits for the GPU (CUDA_LAUNCH_BLOCKING=1): the host's time per layer is exposed and "
+        "no collective overlaps compute",
+    ),
+]
+CudaGraphsOpt = Annotated[
+    CudaGraphs,
+    typer.Option(
+        "--cuda-graphs",
+        help="GPU kernels launched as CUDA graphs: none; scoped (per layer: attention, MoE router and preprocessing); "
+        "full_iteration (one graph per step). They remove MoE layers' host overhead",
+    ),
+]
+RoutingOpt = Annotated[
+    Routing,
+    typer.Option(
+        "--routing",
+        help="How a dropless MoE routes tokens: learned (a trained router: the expert devices' loads vary and the busiest "
+        "sets the pace) or forced (random routing, as benchmarks force it: --moe-router-force-load-balancing)",
+    ),
+]
+RoutingCvOpt = Annotated[
+    float,
+    typer.Option(
+        "--routing-cv",
+        min=0,
+        max=MAX_ROUTING_CV,
+        callback=finite,
+        help=f"A learned router's spread of expert loads per MoE layer and microbatch, standard deviation / mean "
+        f"(default {LEARNED_ROUTING_EXPERT_CV:g}, fitted to published runs: results/routing_cv.md); unused with "
+        f"--routing forced",
+    ),
+]
+FrameworkOpt = Annotated[
+    Framework | None,
+    typer.Option(
+        "--framework",
+        help="Whose overlap the step time assumes: megatron, torchtitan, maxtext, deepspeed or ideal "
+        "(default: maxtext on TPUs, megatron on GPUs)",
+    ),
+]
 PrecisionOpt = Annotated[Precision, typer.Option("--precision", help="bf16 (fp16 costs the same) or fp8 GEMMs")]
-GradBytesOpt = Annotated[int, typer.Option("--grad-bytes", min=2, max=4,
-                                           help="Bytes per gradient element: 4 fp32 main grads, 2 bf16")]
-MomentBytesOpt = Annotated[int, typer.Option("--moment-bytes", min=2, max=4,
-                                             help="Bytes per Adam moment element (m and v): 4 fp32, 2 bf16")]
-FusedAttentionOpt = Annotated[bool, typer.Option("--fused-attention/--no-fused-attention",
-                                                 help="FlashAttention-style kernels (no S x S scores in HBM)")]
-HbmOpt = Annotated[Optional[float], typer.Option("--hbm-gib", min=1, max=4096, callback=finite,
-                                                 help="Device memory in GiB when the part differs (e.g. 96)")]
-MarginOpt = Annotated[float, typer.Option("--memory-margin-gib", min=0, max=1024, callback=finite,
-                                          help="Memory kept free on every device, GiB")]
-OutputOpt = Annotated[Optional[str], typer.Option("--output", "-o", help="Output file (stdout without it)")]
-TimeLimitOpt = Annotated[float, typer.Option("--time-limit", min=0.1, max=MAX_TIME_LIMIT_S, callback=finite,
-                                             help="CP-SAT time limit, seconds")]
+GradBytesOpt = Annotated[
+    int, typer.Option("--grad-bytes", min=2, max=4, help="Bytes per gradient element: 4 fp32 main grads, 2 bf16")
+]
+MomentBytesOpt = Annotated[
+    int, typer.Option("--moment-bytes", min=2, max=4, help="Bytes per Adam moment element (m and v): 4 fp32, 2 bf16")
+]
+FusedAttentionOpt = Annotated[
+    bool,
+    typer.Option(
+        "--fused-attention/--no-fused-attention", help="FlashAttention-style kernels (no S x S scores in HBM)"
+    ),
+]
+HbmOpt = Annotated[
+    float | None,
+    typer.Option(
+        "--hbm-gib", min=1, max=4096, callback=finite, help="Device memory in GiB when the part differs (e.g. 96)"
+    ),
+]
+MarginOpt = Annotated[
+    float,
+    typer.Option("--memory-margin-gib", min=0, max=1024, callback=finite, help="Memory kept free on every device, GiB"),
+]
+OutputOpt = Annotated[str | None, typer.Option("--output", "-o", help="Output file (stdout without it)")]
+TimeLimitOpt = Annotated[
+    float,
+    typer.Option("--time-limit", min=0.1, max=MAX_TIME_LIMIT_S, callback=finite, help="CP-SAT time limit, seconds"),
+]
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -193,7 +274,9 @@ class WorkloadArgs:
     def workload_options(self) -> dict:
         """These options as ``build_workload`` keywords (choices as their plain values)."""
         values = {name: getattr(self, name) for name in WORKLOAD_FIELDS}
-        return {k: (v.value if isinstance(v, (Framework, Precision, CudaGraphs, Routing)) else v) for k, v in values.items()}
+        return {
+            k: (v.value if isinstance(v, (Framework, Precision, CudaGraphs, Routing)) else v) for k, v in values.items()
+        }
 
 
 WORKLOAD_FIELDS = tuple(f.name for f in dataclasses.fields(WorkloadArgs))[4:]
@@ -209,14 +292,21 @@ class SearchArgs(WorkloadArgs):
     """
 
     top: Annotated[int, typer.Option("--top", min=1, max=50, help="How many distinct layouts to rank")] = 3
-    fix: Annotated[Optional[str], typer.Option("--fix", help="Pin degrees, e.g. tp=8,pp=1")] = None
-    choices: Annotated[Optional[str], typer.Option("--choices", help="Allowed values, e.g. 'tp=8,16,32,64;pp=1,2'")] = None
-    only: Annotated[Optional[str], typer.Option("--only", help="Degrees that may exceed 1, e.g. fsdp,tp")] = None
-    objective: Annotated[Objective, typer.Option("--objective", help="step-time, or gather-volume: the FSDP weight gather plus the TP input gather per step, 2DF/tp + 2BD tp/N")] \
-        = Objective.step_time
+    fix: Annotated[str | None, typer.Option("--fix", help="Pin degrees, e.g. tp=8,pp=1")] = None
+    choices: Annotated[str | None, typer.Option("--choices", help="Allowed values, e.g. 'tp=8,16,32,64;pp=1,2'")] = None
+    only: Annotated[str | None, typer.Option("--only", help="Degrees that may exceed 1, e.g. fsdp,tp")] = None
+    objective: Annotated[
+        Objective,
+        typer.Option(
+            "--objective",
+            help="step-time, or gather-volume: the FSDP weight gather plus the TP input gather per step, 2DF/tp + 2BD tp/N",
+        ),
+    ] = Objective.step_time
     time_limit: TimeLimitOpt = 30.0
-    method: Annotated[Method, typer.Option("--method", help="cpsat (proof) or enumerate (exhaustive oracle)")] = Method.cpsat
-    recompute: Annotated[Optional[str], typer.Option("--recompute", help="Allowed policies, e.g. none,full")] = None
+    method: Annotated[Method, typer.Option("--method", help="cpsat (proof) or enumerate (exhaustive oracle)")] = (
+        Method.cpsat
+    )
+    recompute: Annotated[str | None, typer.Option("--recompute", help="Allowed policies, e.g. none,full")] = None
 
     @property
     def model_name(self) -> str:
@@ -233,15 +323,25 @@ class SearchArgs(WorkloadArgs):
             fix=parse_degrees(self.fix, "--fix") if self.fix is not None else {},
             choices=parse_choices(self.choices, "--choices") if self.choices is not None else {},
             only=parse_names(self.only, DEGREE_NAMES, "--only") if self.only is not None else None,
-            recompute=(parse_names(self.recompute, RECOMPUTE_POLICIES, "--recompute", "policy")
-                       if self.recompute is not None else None))
+            recompute=(
+                parse_names(self.recompute, RECOMPUTE_POLICIES, "--recompute", "policy")
+                if self.recompute is not None
+                else None
+            ),
+        )
 
     def problem(self) -> Problem:
         return Problem.build(self.model, self.cluster, self.workload(self.seqs, self.seq_len))
 
     def request(self, *, target: str | None = None, top_k: int | None = None) -> SearchRequest:
-        return SearchRequest(options=self.options(), objective=self.objective.value, top_k=top_k or self.top,
-                             method=self.method.value, time_limit_s=self.time_limit, target=target)
+        return SearchRequest(
+            options=self.options(),
+            objective=self.objective.value,
+            top_k=top_k or self.top,
+            method=self.method.value,
+            time_limit_s=self.time_limit,
+            target=target,
+        )
 
 
 _SEARCH_OPTIONS = get_type_hints(SearchArgs, include_extras=True)  # field -> Annotated[type, typer.Option(...)]
@@ -250,8 +350,15 @@ _SEARCH_OPTIONS = get_type_hints(SearchArgs, include_extras=True)  # field -> An
 def search_command(**defaults: Any) -> Callable[[Callable], Callable]:
     """Decorator: ``command(search, **own)`` gets SearchArgs' options (``defaults`` override their
     defaults, e.g. ``top=2``) ahead of its own in the signature typer reads."""
-    shared = [inspect.Parameter(f.name, inspect.Parameter.KEYWORD_ONLY, annotation=_SEARCH_OPTIONS[f.name],
-                                default=defaults.pop(f.name, f.default)) for f in dataclasses.fields(SearchArgs)]
+    shared = [
+        inspect.Parameter(
+            f.name,
+            inspect.Parameter.KEYWORD_ONLY,
+            annotation=_SEARCH_OPTIONS[f.name],
+            default=defaults.pop(f.name, f.default),
+        )
+        for f in dataclasses.fields(SearchArgs)
+    ]
     if defaults:
         raise TypeError(f"search_command: {', '.join(defaults)} are not search options")
     names = [p.name for p in shared]
@@ -281,10 +388,15 @@ def takes_workload_options(command: Callable) -> Callable:
     (``WORKLOAD_FIELDS``, declared once in ``WorkloadArgs``) as typer options after its own."""
     hints = get_type_hints(WorkloadArgs, include_extras=True)
     defaults = {f.name: f.default for f in dataclasses.fields(WorkloadArgs)}
-    extra = [inspect.Parameter(name, inspect.Parameter.KEYWORD_ONLY, annotation=hints[name], default=defaults[name])
-             for name in WORKLOAD_FIELDS]
-    own = [p.replace(kind=inspect.Parameter.KEYWORD_ONLY)
-           for p in inspect.signature(command, eval_str=True).parameters.values() if p.name != "workload_options"]
+    extra = [
+        inspect.Parameter(name, inspect.Parameter.KEYWORD_ONLY, annotation=hints[name], default=defaults[name])
+        for name in WORKLOAD_FIELDS
+    ]
+    own = [
+        p.replace(kind=inspect.Parameter.KEYWORD_ONLY)
+        for p in inspect.signature(command, eval_str=True).parameters.values()
+        if p.name != "workload_options"
+    ]
 
     @functools.wraps(command)
     def run(**kwargs):
@@ -309,8 +421,10 @@ def takes_problem_file(command: Callable | None = None, *, inline: bool = True, 
     to solve and explain."""
     if command is None:
         return functools.partial(takes_problem_file, inline=inline, lists=lists)
-    params = [p.replace(kind=inspect.Parameter.KEYWORD_ONLY)
-              for p in inspect.signature(command, eval_str=True).parameters.values()]
+    params = [
+        p.replace(kind=inspect.Parameter.KEYWORD_ONLY)
+        for p in inspect.signature(command, eval_str=True).parameters.values()
+    ]
     if {"ctx", "problem_file"} & {p.name for p in params}:
         raise TypeError(f"{command.__name__}: ctx and problem_file are the problem file's parameters")
 
@@ -320,8 +434,10 @@ def takes_problem_file(command: Callable | None = None, *, inline: bool = True, 
             kwargs.update(problem_file_options(ctx, problem_file, kwargs, inline=inline, lists=lists))
         return command(**kwargs)
 
-    added = [inspect.Parameter("ctx", inspect.Parameter.KEYWORD_ONLY, annotation=typer.Context),
-             inspect.Parameter("problem_file", inspect.Parameter.KEYWORD_ONLY, annotation=ProblemOpt, default=None)]
+    added = [
+        inspect.Parameter("ctx", inspect.Parameter.KEYWORD_ONLY, annotation=typer.Context),
+        inspect.Parameter("problem_file", inspect.Parameter.KEYWORD_ONLY, annotation=ProblemOpt, default=None),
+    ]
     run.__signature__ = inspect.Signature(added + params)
     run.__annotations__ = {p.name: p.annotation for p in added + params}
     del run.__wrapped__  # typer must see this signature, not the command's
@@ -334,8 +450,9 @@ def given_on_command_line(ctx: typer.Context, name: str) -> bool:
     return source is not None and source.name not in ("DEFAULT", "DEFAULT_MAP")
 
 
-def problem_file_options(ctx: typer.Context, path: str, options: dict[str, Any], *, inline: bool = True,
-                         lists: bool = False) -> dict[str, Any]:
+def problem_file_options(
+    ctx: typer.Context, path: str, options: dict[str, Any], *, inline: bool = True, lists: bool = False
+) -> dict[str, Any]:
     """The options a problem file sets: its keys that name an option of this command that was not
     given on the command line, as that option's values (``lists``: a list is joined with commas,
     as sweep's options take several values)."""
@@ -398,6 +515,9 @@ def exit_if_infeasible(run: SearchRun) -> None:
 def check_range(value: int, low: int, high: int, option: str, name: str) -> int:
     """An integer option whose bounds are rules (so the message is the rule's), checked before use."""
     if not low <= value <= high:
-        raise InvalidArgumentError(f"{option}: {name}({value}) must be {', '.join(map(str, range(low, high)))} or {high}"
-                                   if high - low < 5 else f"{option}: {name}({value}) must be in {low}..{high}")
+        raise InvalidArgumentError(
+            f"{option}: {name}({value}) must be {', '.join(map(str, range(low, high)))} or {high}"
+            if high - low < 5
+            else f"{option}: {name}({value}) must be in {low}..{high}"
+        )
     return value

@@ -15,15 +15,24 @@ from layoutsearch.export import export_document
 @reports_errors
 def export(
     result: Annotated[str, typer.Argument(help="A solve or estimate JSON document")],
-    to: Annotated[str, typer.Option("--to", help="maxtext, megatron, torchtitan (0.2 TOML), torchtitan-0.3 (config_registry module) or deepspeed")],
+    to: Annotated[
+        str,
+        typer.Option(
+            "--to",
+            help="maxtext, megatron, torchtitan (0.2 TOML), torchtitan-0.3 (config_registry module) or deepspeed",
+        ),
+    ],
     rank: Annotated[int, typer.Option("--rank", min=1, max=50, help="Which layout of the result")] = 1,
     output: OutputOpt = None,
 ) -> None:
     """Write a saved layout as a training framework's configuration (checked by that framework's rules)."""
     document = io.read_json(result, "RESULT")
     if not isinstance(document, dict):
-        raise InvalidArgumentError(io.says(result, "RESULT", f"not a result document: a JSON object (OUTPUT.md), "
-                                                             f"not {type(document).__name__}"))
+        raise InvalidArgumentError(
+            io.says(
+                result, "RESULT", f"not a result document: a JSON object (OUTPUT.md), not {type(document).__name__}"
+            )
+        )
     write_output(export_document(document, to, rank), output)
 
 

@@ -4,12 +4,19 @@ scaled hardware (--what-if)."""
 
 from __future__ import annotations
 
-from typing import Annotated, Optional
+from typing import Annotated
 
 import typer
 
 from layoutsearch.cli.common import (
-    OutputOpt, SearchArgs, Format, FormatOpt, exit_if_infeasible, print_document, reports_errors, search_command,
+    Format,
+    FormatOpt,
+    OutputOpt,
+    SearchArgs,
+    exit_if_infeasible,
+    print_document,
+    reports_errors,
+    search_command,
     write_output,
 )
 from layoutsearch.cli.planning import PriceOpt, TokensOpt, WhatIfOpt, check_plan, planned_search, solve_what_if
@@ -23,7 +30,10 @@ from layoutsearch.report import render
 def solve(
     search: SearchArgs,
     fmt: FormatOpt = Format.table,
-    export: Annotated[Optional[str], typer.Option("--export", help="Also write layout 1 as maxtext|megatron|torchtitan|torchtitan-0.3|deepspeed")] = None,
+    export: Annotated[
+        str | None,
+        typer.Option("--export", help="Also write layout 1 as maxtext|megatron|torchtitan|torchtitan-0.3|deepspeed"),
+    ] = None,
     output: OutputOpt = None,
     tokens: TokensOpt = None,
     price_per_device_hour: PriceOpt = None,
@@ -31,11 +41,14 @@ def solve(
 ) -> None:
     """The best layouts, proven optimal: degrees and axes, memory, step time split, MFU, tokens/s."""
     if output and not export:
-        raise InvalidArgumentError(f"-o/--output {output}: solve writes a file only with --export TARGET "
-                                   f"(for the result document: --format json > {output})")
+        raise InvalidArgumentError(
+            f"-o/--output {output}: solve writes a file only with --export TARGET "
+            f"(for the result document: --format json > {output})"
+        )
     if export and not output and fmt != Format.table:
-        raise InvalidArgumentError(f"--format {fmt.value}: stdout carries the --export {export} file; "
-                                   f"give it a file with -o FILE")
+        raise InvalidArgumentError(
+            f"--format {fmt.value}: stdout carries the --export {export} file; give it a file with -o FILE"
+        )
     factors = check_plan(tokens, price_per_device_hour, what_if)
     run = planned_search(search, tokens, price_per_device_hour, target=export)
     alt = solve_what_if(run, search, factors, price_per_device_hour, export) if factors else None
@@ -49,8 +62,9 @@ def solve(
     elif not (export and not output):
         render.solve_report(search.model_name, search.cluster_name, run.result, run.explanation, price_per_device_hour)
         if alt:
-            render.what_if_report(alt.document, run.result.layouts[0] if run.result.layouts else None, alt.winner,
-                                  run.result.status)
+            render.what_if_report(
+                alt.document, run.result.layouts[0] if run.result.layouts else None, alt.winner, run.result.status
+            )
     exit_if_infeasible(run)
 
 

@@ -15,7 +15,9 @@ from layoutsearch.validation.validate import load_runs, validate_runs
 def validate(
     runs: Annotated[str, typer.Argument(help="Measured runs (docs/RUN_RECORDS.md format)")],
     max_median_error: Annotated[float, typer.Option("--max-median-error", min=0.0, callback=finite)] = 0.10,
-    rank: Annotated[bool, typer.Option("--rank/--no-rank", help="Rank each published layout among the candidates")] = True,
+    rank: Annotated[
+        bool, typer.Option("--rank/--no-rank", help="Rank each published layout among the candidates")
+    ] = True,
     fmt: FormatOpt = Format.table,
 ) -> None:
     """Predicted against measured tokens/s per device; exit 1 when the median error exceeds the limit."""

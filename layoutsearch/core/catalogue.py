@@ -12,17 +12,28 @@ import os
 import types
 import typing
 import warnings
-from functools import lru_cache
+from functools import cache
 from pathlib import Path
 from typing import Annotated, Any, Literal, Optional
 
-from pydantic import (BaseModel, ConfigDict, Field, PositiveFloat, PositiveInt, StrictBool, StrictInt, StrictStr,
-                      TypeAdapter, ValidationError, create_model)
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    PositiveFloat,
+    PositiveInt,
+    StrictBool,
+    StrictInt,
+    StrictStr,
+    TypeAdapter,
+    ValidationError,
+    create_model,
+)
 
 from layoutsearch.core import io
 from layoutsearch.core.errors import CatalogueError, LayoutsearchWarning, did_you_mean
-from layoutsearch.core.units import GB, GIB, KIB, MAX_MODEL_DIM, MAX_MODEL_PARAMS, MICRO, MILLI, TERA
 from layoutsearch.core.specs import Accelerator, MlaSpec, MlpKind, ModelSpec, MoeSpec, QkNorm, RopeScaling
+from layoutsearch.core.units import GB, GIB, KIB, MAX_MODEL_DIM, MAX_MODEL_PARAMS, MICRO, MILLI, TERA
 
 Dim = Annotated[int, Field(gt=0, le=MAX_MODEL_DIM)]  # every model dimension: parameter counts stay exact in int64
 MAX_NORMS_PER_LAYER = 8
@@ -45,8 +56,13 @@ def _file_schema(spec: type, overrides: dict) -> type[BaseModel]:
     """The YAML schema of a frozen spec dataclass: its fields, every integer a model dimension
     (``Dim``) unless ``overrides`` says otherwise, the dataclass defaults as defaults."""
     hints = typing.get_type_hints(spec)
-    fields = {f.name: (overrides.get(f.name, Dim if hints[f.name] is int else hints[f.name]),
-                       ... if f.default is dataclasses.MISSING else f.default) for f in dataclasses.fields(spec)}
+    fields = {
+        f.name: (
+            overrides.get(f.name, Dim if hints[f.name] is int else hints[f.name]),
+            ... if f.default is dataclasses.MISSING else f.default,
+        )
+        for f in dataclasses.fields(spec)
+    }
     return create_model(f"{spec.__name__}File", __base__=_Strict, **fields)
 
 
@@ -61,20 +77,35 @@ class RopeScalingFile(_Strict):
 Unit = Annotated[float, Field(ge=0, lt=1)]
 Count = Annotated[int, Field(ge=0, le=MAX_MODEL_DIM)]
 MAX_MTP_LAYERS = 16
-MoeFile = _file_schema(MoeSpec, {"num_shared_experts": Count, "shared_d_ff": Count, "first_dense_layers": Count,
-                                 "capacity_factor": Optional[Annotated[float, Field(gt=0, le=MAX_MODEL_DIM)]]})
+MoeFile = _file_schema(
+    MoeSpec,
+    {
+        "num_shared_experts": Count,
+        "shared_d_ff": Count,
+        "first_dense_layers": Count,
+        "capacity_factor": Optional[Annotated[float, Field(gt=0, le=MAX_MODEL_DIM)]],
+    },
+)
 MlaFile = _file_schema(MlaSpec, {"q_lora_rank": Optional[Dim]})
-ModelFile = _file_schema(ModelSpec, {"moe": Optional[MoeFile], "mla": Optional[MlaFile],
-                                     "mtp_layers": Annotated[int, Field(ge=0, le=MAX_MTP_LAYERS)],"name": Annotated[str, Field(min_length=1, max_length=256)],
-                                     "learned_positions": Annotated[int, Field(ge=0, le=MAX_MODEL_DIM)],
-                                     "norms_per_layer": Annotated[int, Field(ge=1, le=MAX_NORMS_PER_LAYER)],
-                                     "sliding_window": Optional[Dim],
-                                     "full_attention_layers": Annotated[int, Field(ge=0, le=MAX_MODEL_DIM)],
-                                     "rope_theta": Annotated[float, Field(gt=0)],
-                                     "rope_scaling": Optional[RopeScalingFile],
-                                     "norm_eps": Annotated[float, Field(gt=0, lt=1)],
-                                     "activation": Optional[Annotated[str, Field(min_length=1, max_length=64)]],
-                                     "attention_dropout": Unit, "hidden_dropout": Unit})
+ModelFile = _file_schema(
+    ModelSpec,
+    {
+        "moe": Optional[MoeFile],
+        "mla": Optional[MlaFile],
+        "mtp_layers": Annotated[int, Field(ge=0, le=MAX_MTP_LAYERS)],
+        "name": Annotated[str, Field(min_length=1, max_length=256)],
+        "learned_positions": Annotated[int, Field(ge=0, le=MAX_MODEL_DIM)],
+        "norms_per_layer": Annotated[int, Field(ge=1, le=MAX_NORMS_PER_LAYER)],
+        "sliding_window": Optional[Dim],
+        "full_attention_layers": Annotated[int, Field(ge=0, le=MAX_MODEL_DIM)],
+        "rope_theta": Annotated[float, Field(gt=0)],
+        "rope_scaling": Optional[RopeScalingFile],
+        "norm_eps": Annotated[float, Field(gt=0, lt=1)],
+        "activation": Optional[Annotated[str, Field(min_length=1, max_length=64)]],
+        "attention_dropout": Unit,
+        "hidden_dropout": Unit,
+    },
+)
 
 
 class TopologyFile(_Strict):
@@ -103,7 +134,9 @@ class CalibrationFile(_Strict):
     moe_layer_overhead_us: float = Field(default=0.0, ge=0)  # fixed per MoE layer and microbatch
     moe_expert_overhead_us: float = Field(default=0.0, ge=0)  # per local expert, MoE layer and microbatch
     moe_overhead_graphed_share: float = Field(default=0.0, ge=0, le=1)  # of it, what scoped CUDA graphs remove
-    moe_overhead_full_graph_share: float = Field(default=1.0, ge=0, le=1)  # of both, what a full-iteration graph removes
+    moe_overhead_full_graph_share: float = Field(
+        default=1.0, ge=0, le=1
+    )  # of both, what a full-iteration graph removes
     overlap_interference: float = Field(default=0.0, ge=0, le=1)  # compute lost per second of hidden collective
     blocking_launch_us_per_layer_pass: float | None = Field(default=None, ge=0, le=1e6)  # host time per layer pass
     # exposed by blocking kernel launches (CUDA_LAUNCH_BLOCKING=1); absent = not calibrated
@@ -159,15 +192,22 @@ def read_yaml(path: Path) -> Any:
 
 def model_param_bound(f: ModelFile) -> int:
     """An upper bound of the parameter count (every bias and norm counted), without the cost model."""
-    attention = f.d_model * (2 * f.num_heads + 2 * f.num_kv_heads) * f.head_dim + (f.num_heads + 2 * f.num_kv_heads) * f.head_dim
+    attention = (
+        f.d_model * (2 * f.num_heads + 2 * f.num_kv_heads) * f.head_dim
+        + (f.num_heads + 2 * f.num_kv_heads) * f.head_dim
+    )
     if f.qk_norm != "none":
         attention += (f.num_heads + f.num_kv_heads) * f.head_dim
     if f.mla is not None:  # every latent projection at its widest
         a = f.mla
         rank = a.q_lora_rank or f.d_model
-        attention = (2 * f.d_model * rank + rank * f.num_heads * f.head_dim + f.d_model * (a.kv_lora_rank + a.qk_rope_head_dim)
-                     + a.kv_lora_rank * (1 + f.num_heads * (a.qk_nope_head_dim + a.v_head_dim))
-                     + f.num_heads * a.v_head_dim * f.d_model)
+        attention = (
+            2 * f.d_model * rank
+            + rank * f.num_heads * f.head_dim
+            + f.d_model * (a.kv_lora_rank + a.qk_rope_head_dim)
+            + a.kv_lora_rank * (1 + f.num_heads * (a.qk_nope_head_dim + a.v_head_dim))
+            + f.num_heads * a.v_head_dim * f.d_model
+        )
     attention += f.num_heads
 
     def ffn(width: int) -> int:
@@ -176,7 +216,11 @@ def model_param_bound(f: ModelFile) -> int:
     mlp = ffn(f.d_ff)
     if f.moe is not None:
         m = f.moe
-        mlp += m.num_experts * ffn(m.expert_d_ff) + m.num_shared_experts * ffn(m.shared_d_ff) + (m.num_experts + 1) * (f.d_model + 1)
+        mlp += (
+            m.num_experts * ffn(m.expert_d_ff)
+            + m.num_shared_experts * ffn(m.shared_d_ff)
+            + (m.num_experts + 1) * (f.d_model + 1)
+        )
     per_layer = attention + mlp + (2 * f.norms_per_layer + 1) * f.d_model
     mtp = f.mtp_layers * (per_layer + 2 * f.d_model * f.d_model + 3 * f.d_model)
     return f.num_layers * per_layer + mtp + (2 * f.vocab_size + f.learned_positions + 2) * f.d_model
@@ -187,26 +231,37 @@ def _check_sparse(f: ModelFile, where: str) -> None:
     m, a = f.moe, f.mla
     if m is not None:
         if m.top_k > m.num_experts:
-            raise CatalogueError(f"{where}: field 'moe.top_k' ({m.top_k}) is more than moe.num_experts({m.num_experts})")
+            raise CatalogueError(
+                f"{where}: field 'moe.top_k' ({m.top_k}) is more than moe.num_experts({m.num_experts})"
+            )
         if (m.num_shared_experts == 0) != (m.shared_d_ff == 0):
-            raise CatalogueError(f"{where}: field 'moe.shared_d_ff' ({m.shared_d_ff}) with moe.num_shared_experts"
-                                 f"({m.num_shared_experts}): give both or neither")
+            raise CatalogueError(
+                f"{where}: field 'moe.shared_d_ff' ({m.shared_d_ff}) with moe.num_shared_experts"
+                f"({m.num_shared_experts}): give both or neither"
+            )
         if m.shared_expert_gate and not m.num_shared_experts:
             raise CatalogueError(f"{where}: field 'moe.shared_expert_gate' (True) without shared experts")
         if m.first_dense_layers >= f.num_layers or not any(
-                i >= m.first_dense_layers and (i + 1) % m.layer_freq == 0 for i in range(f.num_layers)):
-            raise CatalogueError(f"{where}: field 'moe': first_dense_layers({m.first_dense_layers}) and "
-                                 f"layer_freq({m.layer_freq}) leave no MoE layer among num_layers({f.num_layers})")
+            i >= m.first_dense_layers and (i + 1) % m.layer_freq == 0 for i in range(f.num_layers)
+        ):
+            raise CatalogueError(
+                f"{where}: field 'moe': first_dense_layers({m.first_dense_layers}) and "
+                f"layer_freq({m.layer_freq}) leave no MoE layer among num_layers({f.num_layers})"
+            )
     if a is not None:
         if f.num_kv_heads != f.num_heads:
-            raise CatalogueError(f"{where}: field 'num_kv_heads' ({f.num_kv_heads}): with mla it must equal "
-                                 f"num_heads({f.num_heads})")
+            raise CatalogueError(
+                f"{where}: field 'num_kv_heads' ({f.num_kv_heads}): with mla it must equal num_heads({f.num_heads})"
+            )
         if f.head_dim != a.qk_nope_head_dim + a.qk_rope_head_dim:
-            raise CatalogueError(f"{where}: field 'head_dim' ({f.head_dim}): with mla it is the query-key width "
-                                 f"qk_nope_head_dim + qk_rope_head_dim = {a.qk_nope_head_dim + a.qk_rope_head_dim}")
+            raise CatalogueError(
+                f"{where}: field 'head_dim' ({f.head_dim}): with mla it is the query-key width "
+                f"qk_nope_head_dim + qk_rope_head_dim = {a.qk_nope_head_dim + a.qk_rope_head_dim}"
+            )
         if f.linear_bias or f.qkv_bias or f.qk_norm != "none":
-            raise CatalogueError(f"{where}: field 'mla': latent attention with projection biases or q/k norms is "
-                                 f"not modelled")
+            raise CatalogueError(
+                f"{where}: field 'mla': latent attention with projection biases or q/k norms is not modelled"
+            )
 
 
 def model_from_dict(data: Any, name: str, where: str) -> ModelSpec:
@@ -217,13 +272,16 @@ def model_from_dict(data: Any, name: str, where: str) -> ModelSpec:
     if f.full_attention_layers and f.sliding_window is None:
         raise CatalogueError(f"{where}: full_attention_layers({f.full_attention_layers}) without a sliding_window")
     if f.full_attention_layers > f.num_layers:
-        raise CatalogueError(f"{where}: full_attention_layers({f.full_attention_layers}) is more than "
-                             f"num_layers({f.num_layers})")
+        raise CatalogueError(
+            f"{where}: full_attention_layers({f.full_attention_layers}) is more than num_layers({f.num_layers})"
+        )
     _check_sparse(f, where)
     bound = model_param_bound(f)
     if bound >= MAX_MODEL_PARAMS:
-        raise CatalogueError(f"{where}: about {bound:.3g} parameters, more than the {MAX_MODEL_PARAMS:.3g} "
-                             f"(2**53) this package counts exactly")
+        raise CatalogueError(
+            f"{where}: about {bound:.3g} parameters, more than the {MAX_MODEL_PARAMS:.3g} "
+            f"(2**53) this package counts exactly"
+        )
     values = {k: getattr(f, k) for k in type(f).model_fields if k != "name"}
     for key, spec in (("rope_scaling", RopeScaling), ("moe", MoeSpec), ("mla", MlaSpec)):
         if values[key] is not None:
@@ -294,11 +352,20 @@ HF_FAMILIES: dict[str, HfFamily] = {
     # Gemma: GeGLU, head_dim 256, tied embeddings; Gemma 2/3 add post-attention and post-MLP
     # norms (4 per layer) and alternate sliding-window and global layers.
     "gemma": HfFamily(mlp="gated", tied=True, head_dim=256),
-    "gemma2": HfFamily(mlp="gated", norms_per_layer=4, tied=True, head_dim=256, window="pattern",
-                       window_default=4096, pattern=2),
-    "gemma3_text": HfFamily(mlp="gated", norms_per_layer=4, qk_norm="head", tied=True, head_dim=256,
-                            window="pattern", window_default=4096, pattern=6,
-                            pattern_keys=("sliding_window_pattern", "_sliding_window_pattern")),
+    "gemma2": HfFamily(
+        mlp="gated", norms_per_layer=4, tied=True, head_dim=256, window="pattern", window_default=4096, pattern=2
+    ),
+    "gemma3_text": HfFamily(
+        mlp="gated",
+        norms_per_layer=4,
+        qk_norm="head",
+        tied=True,
+        head_dim=256,
+        window="pattern",
+        window_default=4096,
+        pattern=6,
+        pattern_keys=("sliding_window_pattern", "_sliding_window_pattern"),
+    ),
     # LayerNorm with bias, biases on every linear layer, plain GELU MLP, head_dim = hidden / heads.
     # GPT-2: learned positions, GPT-2 key names, tied; GPT-NeoX (Pythia): untied embed_out, parallel
     # residual (the same parameters); Falcon: see _hf_falcon. GPT-2 and GPT-NeoX honour a head_dim
@@ -306,8 +373,9 @@ HF_FAMILIES: dict[str, HfFamily] = {
     # config of theirs has them; tests/test_catalogue.py imports such a GPT-2 config).
     "gpt2": HfFamily(mlp="plain", norm="layernorm", linear_bias=True, tied=True, attention_bias=None),
     "gpt_neox": HfFamily(mlp="plain", norm="layernorm", linear_bias=True, attention_bias=True),
-    "falcon": HfFamily(mlp="plain", norm="layernorm", tied=True, reads_head_dim=False, reads_kv_heads=False,
-                       attention_bias=None),
+    "falcon": HfFamily(
+        mlp="plain", norm="layernorm", tied=True, reads_head_dim=False, reads_kv_heads=False, attention_bias=None
+    ),
     # Mixtures of experts (the expert, router and latent-attention keys: _hf_sparse). Mixtral: the
     # Mistral decoder, every MLP 8 SwiGLU experts; Qwen2-MoE: Qwen2 attention, routed experts plus a
     # gated shared expert; Qwen3-MoE: Qwen3 attention, routed experts; DeepSeek-V3: latent attention,
@@ -315,12 +383,16 @@ HF_FAMILIES: dict[str, HfFamily] = {
     # attention sinks, alternating 128-token windows; Llama 4: the decoder of a llama4 config's
     # text_config, a shared expert, MoE every interleave_moe_layer_step-th layer.
     "mixtral": HfFamily(mlp="gated", window="all", attention_bias=None, sparse=True),
-    "qwen2_moe": HfFamily(mlp="gated", qkv_bias=True, attention_bias=None, window="qwen", window_default=4096,
-                          sparse=True),
-    "qwen3_moe": HfFamily(mlp="gated", qk_norm="head", window="qwen", window_default=4096, sparse=True),  # head_dim: hidden / heads when absent
+    "qwen2_moe": HfFamily(
+        mlp="gated", qkv_bias=True, attention_bias=None, window="qwen", window_default=4096, sparse=True
+    ),
+    "qwen3_moe": HfFamily(
+        mlp="gated", qk_norm="head", window="qwen", window_default=4096, sparse=True
+    ),  # head_dim: hidden / heads when absent
     "deepseek_v3": HfFamily(mlp="gated", reads_kv_heads=False, sparse=True),
-    "gpt_oss": HfFamily(mlp="gated", linear_bias=True, attention_bias=True, window="pattern", window_default=128,
-                        pattern=2, sparse=True),
+    "gpt_oss": HfFamily(
+        mlp="gated", linear_bias=True, attention_bias=True, window="pattern", window_default=128, pattern=2, sparse=True
+    ),
     "llama4_text": HfFamily(mlp="gated", sparse=True),
 }
 # Multimodal configs whose decoder is read from a nested config (the other encoders are not counted).
@@ -328,35 +400,54 @@ _HF_NESTED = {"llama4": ("text_config", "llama4_text")}
 HF_DEFAULT_FAMILY = "llama"  # a config without model_type (warned)
 
 # Key names per family: the canonical name, then the names the config class also accepts.
-_HF_KEYS = {"num_hidden_layers": ("num_hidden_layers",), "hidden_size": ("hidden_size",),
-            "intermediate_size": ("intermediate_size",), "num_attention_heads": ("num_attention_heads",),
-            "vocab_size": ("vocab_size",)}
+_HF_KEYS = {
+    "num_hidden_layers": ("num_hidden_layers",),
+    "hidden_size": ("hidden_size",),
+    "intermediate_size": ("intermediate_size",),
+    "num_attention_heads": ("num_attention_heads",),
+    "vocab_size": ("vocab_size",),
+}
 _HF_ALIASES = {
-    "gpt2": {"num_hidden_layers": ("n_layer", "num_hidden_layers"), "hidden_size": ("n_embd", "hidden_size"),
-             "num_attention_heads": ("n_head", "num_attention_heads"), "intermediate_size": ("n_inner",)},
+    "gpt2": {
+        "num_hidden_layers": ("n_layer", "num_hidden_layers"),
+        "hidden_size": ("n_embd", "hidden_size"),
+        "num_attention_heads": ("n_head", "num_attention_heads"),
+        "intermediate_size": ("n_inner",),
+    },
     "falcon": {"hidden_size": ("hidden_size", "n_embed"), "intermediate_size": ("ffn_hidden_size",)},
 }
 _HF_INNER_DEFAULT = {"gpt2": 4, "falcon": 4}  # intermediate size = 4 x hidden when the key is absent or null
 
 # Keys that change the parameter count or the cost and that no family here models: refused when set.
 HF_REFUSED = {
-    "num_local_experts": "mixture of experts", "num_experts": "mixture of experts",
-    "n_routed_experts": "mixture of experts", "n_shared_experts": "mixture of experts",
-    "num_experts_per_tok": "mixture of experts", "moe_intermediate_size": "mixture of experts",
-    "shared_expert_intermediate_size": "mixture of experts", "first_k_dense_replace": "mixture of experts",
+    "num_local_experts": "mixture of experts",
+    "num_experts": "mixture of experts",
+    "n_routed_experts": "mixture of experts",
+    "n_shared_experts": "mixture of experts",
+    "num_experts_per_tok": "mixture of experts",
+    "moe_intermediate_size": "mixture of experts",
+    "shared_expert_intermediate_size": "mixture of experts",
+    "first_k_dense_replace": "mixture of experts",
     "moe_layer_freq": "mixture of experts",
-    "q_lora_rank": "multi-head latent attention", "kv_lora_rank": "multi-head latent attention",
-    "qk_nope_head_dim": "multi-head latent attention", "qk_rope_head_dim": "multi-head latent attention",
+    "q_lora_rank": "multi-head latent attention",
+    "kv_lora_rank": "multi-head latent attention",
+    "qk_nope_head_dim": "multi-head latent attention",
+    "qk_rope_head_dim": "multi-head latent attention",
     "v_head_dim": "multi-head latent attention",
-    "text_config": "a multimodal model's nested decoder config", "vision_config": "a vision encoder",
+    "text_config": "a multimodal model's nested decoder config",
+    "vision_config": "a vision encoder",
     "audio_config": "an audio encoder",
-    "is_encoder_decoder": "an encoder-decoder model", "add_cross_attention": "cross-attention layers",
-    "num_nextn_predict_layers": "multi-token prediction layers", "lm_head_bias": "a bias on the output projection",
+    "is_encoder_decoder": "an encoder-decoder model",
+    "add_cross_attention": "cross-attention layers",
+    "num_nextn_predict_layers": "multi-token prediction layers",
+    "lm_head_bias": "a bias on the output projection",
 }
-_HF_NOT_DENSE = {"olmoe": "a mixture of experts with q/k norms over the projections",
-                 "deepseek_v2": "a mixture of experts with latent attention (only deepseek_v3 is read)",
-                 "gemma3": "the multimodal Gemma 3 (a vision tower besides the decoder); its text_config "
-                           "alone is model_type 'gemma3_text'"}
+_HF_NOT_DENSE = {
+    "olmoe": "a mixture of experts with q/k norms over the projections",
+    "deepseek_v2": "a mixture of experts with latent attention (only deepseek_v3 is read)",
+    "gemma3": "the multimodal Gemma 3 (a vision tower besides the decoder); its text_config "
+    "alone is model_type 'gemma3_text'",
+}
 _HF_LAYER_TYPES = {"sliding_attention": True, "full_attention": False}
 
 
@@ -400,8 +491,10 @@ def _hf_pick(cfg: dict, names: tuple[str, ...], where: str) -> str | None:
     """The one key of ``names`` the config gives (a key and its alias disagreeing is an error)."""
     given = [n for n in names if n in cfg]
     if len(given) > 1 and any(cfg[n] != cfg[given[0]] for n in given[1:]):
-        raise CatalogueError(f"{where}: field '{given[0]}' ({cfg[given[0]]!r:.40}) and its alias '{given[1]}' "
-                             f"({cfg[given[1]]!r:.40}) differ")
+        raise CatalogueError(
+            f"{where}: field '{given[0]}' ({cfg[given[0]]!r:.40}) and its alias '{given[1]}' "
+            f"({cfg[given[1]]!r:.40}) differ"
+        )
     return given[0] if given else None
 
 
@@ -413,10 +506,14 @@ def _hf_model_type(cfg: dict, where: str) -> tuple[str, bool]:
         raise CatalogueError(f"{where}: field 'model_type': expected a string (got {model_type!r:.40})")
     if model_type not in HF_FAMILIES:
         why = _HF_NOT_DENSE.get(model_type)
-        what = (f"is {why}, not modelled" if why else
-                f"is not a family this import counts exactly{did_you_mean(model_type[:60], HF_FAMILIES)}")
-        raise CatalogueError(f"{where}: field 'model_type': '{model_type[:60]}' {what}; "
-                             f"known: {', '.join(HF_FAMILIES)}")
+        what = (
+            f"is {why}, not modelled"
+            if why
+            else f"is not a family this import counts exactly{did_you_mean(model_type[:60], HF_FAMILIES)}"
+        )
+        raise CatalogueError(
+            f"{where}: field 'model_type': '{model_type[:60]}' {what}; known: {', '.join(HF_FAMILIES)}"
+        )
     return model_type, True
 
 
@@ -435,8 +532,10 @@ def _hf_window(fam: HfFamily, cfg: dict, layers: int, where: str, used: set) -> 
     if types is not None:
         unknown = sorted({t for t in types if t not in _HF_LAYER_TYPES})
         if unknown:
-            raise CatalogueError(f"{where}: field 'layer_types': layer type '{unknown[0][:40]}' is not modelled "
-                                 f"(only {', '.join(_HF_LAYER_TYPES)})")
+            raise CatalogueError(
+                f"{where}: field 'layer_types': layer type '{unknown[0][:40]}' is not modelled "
+                f"(only {', '.join(_HF_LAYER_TYPES)})"
+            )
         if len(types) != layers:
             raise CatalogueError(f"{where}: field 'layer_types': {len(types)} entries for num_hidden_layers({layers})")
     if fam.window == "qwen":
@@ -444,9 +543,11 @@ def _hf_window(fam: HfFamily, cfg: dict, layers: int, where: str, used: set) -> 
         if not _hf_value(cfg, "use_sliding_window", StrictBool, where, False):
             return None, 0  # transformers: sliding_window = None unless use_sliding_window
         if types is None:
-            raise CatalogueError(f"{where}: field 'max_window_layers': with use_sliding_window, which layers slide is "
-                                 f"not modelled (Qwen's documentation and transformers' code disagree); give "
-                                 f"'layer_types'")
+            raise CatalogueError(
+                f"{where}: field 'max_window_layers': with use_sliding_window, which layers slide is "
+                f"not modelled (Qwen's documentation and transformers' code disagree); give "
+                f"'layer_types'"
+            )
     if window is None:
         return None, 0
     if types is None:
@@ -468,15 +569,19 @@ def _hf_unnest(cfg: dict, where: str) -> tuple[dict, str | None, tuple[str, ...]
     key, inner_type = _HF_NESTED[outer_type]
     inner = cfg.get(key)
     if not isinstance(inner, dict):
-        raise CatalogueError(f"{where}: field '{key}': expected the decoder's config (an object) in a "
-                             f"'{outer_type}' config, got {_json_kind(inner)}")
+        raise CatalogueError(
+            f"{where}: field '{key}': expected the decoder's config (an object) in a "
+            f"'{outer_type}' config, got {_json_kind(inner)}"
+        )
     if inner.get("model_type", inner_type) not in (inner_type, outer_type):
-        raise CatalogueError(f"{where}: field '{key}.model_type': {inner.get('model_type')!r:.40} is not "
-                             f"'{inner_type}'")
+        raise CatalogueError(
+            f"{where}: field '{key}.model_type': {inner.get('model_type')!r:.40} is not '{inner_type}'"
+        )
     notes = []
     if "vision_config" in cfg:
-        notes.append(f"field 'vision_config': the vision encoder is not counted; the model is the '{key}' "
-                     f"decoder alone")
+        notes.append(
+            f"field 'vision_config': the vision encoder is not counted; the model is the '{key}' decoder alone"
+        )
     outer = tuple(k for k in cfg if k not in ("model_type", key, "vision_config"))
     return {**inner, "model_type": inner_type}, key, outer, notes
 
@@ -486,21 +591,46 @@ _HF_SPARSE_KEYS = {
     "mixtral": ("num_local_experts", "num_experts_per_tok"),
     "qwen2_moe": ("num_experts", "num_experts_per_tok", "moe_intermediate_size", "shared_expert_intermediate_size"),
     "qwen3_moe": ("num_experts", "num_experts_per_tok", "moe_intermediate_size"),
-    "deepseek_v3": ("n_routed_experts", "num_experts_per_tok", "moe_intermediate_size", "n_shared_experts",
-                    "first_k_dense_replace", "moe_layer_freq", "q_lora_rank", "kv_lora_rank", "qk_rope_head_dim",
-                    "qk_nope_head_dim", "v_head_dim", "num_nextn_predict_layers"),
+    "deepseek_v3": (
+        "n_routed_experts",
+        "num_experts_per_tok",
+        "moe_intermediate_size",
+        "n_shared_experts",
+        "first_k_dense_replace",
+        "moe_layer_freq",
+        "q_lora_rank",
+        "kv_lora_rank",
+        "qk_rope_head_dim",
+        "qk_nope_head_dim",
+        "v_head_dim",
+        "num_nextn_predict_layers",
+    ),
     "gpt_oss": ("num_local_experts", "num_experts_per_tok"),
     "llama4_text": ("num_local_experts", "num_experts_per_tok"),
 }
 # The config classes' defaults (transformers) where a key is absent: experts, top-k, expert width.
-_HF_MOE_DEFAULTS = {"mixtral": (8, 2, None), "qwen2_moe": (60, 4, 1408), "qwen3_moe": (128, 8, 768),
-                    "deepseek_v3": (256, 8, 2048), "gpt_oss": (128, 4, None), "llama4_text": (16, 1, None)}
-_HF_EXPERT_KEYS = {"mixtral": "num_local_experts", "gpt_oss": "num_local_experts", "llama4_text": "num_local_experts",
-                   "qwen2_moe": "num_experts", "qwen3_moe": "num_experts", "deepseek_v3": "n_routed_experts"}
+_HF_MOE_DEFAULTS = {
+    "mixtral": (8, 2, None),
+    "qwen2_moe": (60, 4, 1408),
+    "qwen3_moe": (128, 8, 768),
+    "deepseek_v3": (256, 8, 2048),
+    "gpt_oss": (128, 4, None),
+    "llama4_text": (16, 1, None),
+}
+_HF_EXPERT_KEYS = {
+    "mixtral": "num_local_experts",
+    "gpt_oss": "num_local_experts",
+    "llama4_text": "num_local_experts",
+    "qwen2_moe": "num_experts",
+    "qwen3_moe": "num_experts",
+    "deepseek_v3": "n_routed_experts",
+}
 # Keys that change the cost model's attention and are read but not modelled (the MoE refusal of
 # core.problem keeps these models out of the cost model): a warning each.
-_HF_APPROXIMATED = {"attention_chunk_size": "chunked attention (block-diagonal chunks on the RoPE layers) is "
-                                            "not modelled: full attention is assumed"}
+_HF_APPROXIMATED = {
+    "attention_chunk_size": "chunked attention (block-diagonal chunks on the RoPE layers) is "
+    "not modelled: full attention is assumed"
+}
 
 
 def _hf_sparse(family: str, cfg: dict, layers: int, d_ff: int, where: str, used: set) -> dict:
@@ -511,8 +641,10 @@ def _hf_sparse(family: str, cfg: dict, layers: int, d_ff: int, where: str, used:
     n_experts, top_k, width = _HF_MOE_DEFAULTS[family]
     experts_key = _HF_EXPERT_KEYS[family]
     used.update((experts_key, "num_experts_per_tok", "moe_intermediate_size"))
-    moe = {"num_experts": _hf_value(cfg, experts_key, HfDim, where, n_experts),
-           "top_k": _hf_value(cfg, "num_experts_per_tok", HfDim, where, top_k)}
+    moe = {
+        "num_experts": _hf_value(cfg, experts_key, HfDim, where, n_experts),
+        "top_k": _hf_value(cfg, "num_experts_per_tok", HfDim, where, top_k),
+    }
     width = _hf_value(cfg, "moe_intermediate_size", HfDim, where, width) if width else None
     moe["expert_d_ff"] = width or d_ff  # Mixtral, gpt-oss, Llama 4: the experts are intermediate_size wide
     out: dict = {"d_ff": d_ff, "notes": [], "moe": moe}
@@ -540,8 +672,10 @@ def _hf_llama4(cfg: dict, layers: int, d_ff: int, where: str, used: set, moe: di
     moe.update(num_shared_experts=1, shared_d_ff=d_ff, layer_freq=step)
     given = _hf_value(cfg, "moe_layers", _LayerList, where)
     if given is not None and given != list(range(step - 1, layers, step)):
-        raise CatalogueError(f"{where}: field 'moe_layers': MoE layers other than every "
-                             f"interleave_moe_layer_step-th ({step}) are not modelled")
+        raise CatalogueError(
+            f"{where}: field 'moe_layers': MoE layers other than every "
+            f"interleave_moe_layer_step-th ({step}) are not modelled"
+        )
 
 
 def _hf_qwen_moe(cfg: dict, layers: int, d_ff: int, where: str, used: set, moe: dict, out: dict) -> None:
@@ -552,8 +686,9 @@ def _hf_qwen_moe(cfg: dict, layers: int, d_ff: int, where: str, used: set, moe: 
     moe["layer_freq"] = _hf_value(cfg, "decoder_sparse_step", HfDim, where, 1)
     dense = _hf_value(cfg, "mlp_only_layers", _LayerList, where) or []
     if sorted(dense) != list(range(len(dense))):
-        raise CatalogueError(f"{where}: field 'mlp_only_layers': dense layers other than the first ones "
-                             f"({dense!r:.60}) are not modelled")
+        raise CatalogueError(
+            f"{where}: field 'mlp_only_layers': dense layers other than the first ones ({dense!r:.60}) are not modelled"
+        )
     moe["first_dense_layers"] = len(dense)
     if cfg.get("model_type") == "qwen2_moe":
         shared = _hf_value(cfg, "shared_expert_intermediate_size", Optional[HfDim], where, 5632)
@@ -565,22 +700,41 @@ def _hf_deepseek(cfg: dict, layers: int, d_ff: int, where: str, used: set, moe: 
     """DeepSeek-V3: first_k_dense_replace dense layers, then MoE layers with n_shared_experts of
     moe_intermediate_size (one MLP n_shared x wider in the code: the same count) and the router's
     e_score_correction_bias; MLA attention; num_nextn_predict_layers MTP modules."""
-    used.update(("n_shared_experts", "first_k_dense_replace", "moe_layer_freq", "num_nextn_predict_layers",
-                 "num_key_value_heads"))
+    used.update(
+        (
+            "n_shared_experts",
+            "first_k_dense_replace",
+            "moe_layer_freq",
+            "num_nextn_predict_layers",
+            "num_key_value_heads",
+        )
+    )
     shared = _hf_value(cfg, "n_shared_experts", Optional[_HfCount], where, 1) or 0
     freq = _hf_value(cfg, "moe_layer_freq", HfDim, where, 1)
     if freq != 1:  # DeepSeek's rule (i % freq == 0) is not MoeSpec's ((i + 1) % freq == 0)
-        raise CatalogueError(f"{where}: field 'moe_layer_freq' ({freq}): MoE layers at other than every "
-                             f"layer after first_k_dense_replace are not modelled")
-    moe.update(num_shared_experts=shared, shared_d_ff=moe["expert_d_ff"] if shared else 0, router_bias=True,
-               first_dense_layers=_hf_value(cfg, "first_k_dense_replace", _HfCount, where, 3))
+        raise CatalogueError(
+            f"{where}: field 'moe_layer_freq' ({freq}): MoE layers at other than every "
+            f"layer after first_k_dense_replace are not modelled"
+        )
+    moe.update(
+        num_shared_experts=shared,
+        shared_d_ff=moe["expert_d_ff"] if shared else 0,
+        router_bias=True,
+        first_dense_layers=_hf_value(cfg, "first_k_dense_replace", _HfCount, where, 3),
+    )
     mla = {}
-    for key, default in (("q_lora_rank", 1536), ("kv_lora_rank", 512), ("qk_rope_head_dim", 64),
-                         ("qk_nope_head_dim", 128), ("v_head_dim", 128)):
+    for key, default in (
+        ("q_lora_rank", 1536),
+        ("kv_lora_rank", 512),
+        ("qk_rope_head_dim", 64),
+        ("qk_nope_head_dim", 128),
+        ("v_head_dim", 128),
+    ):
         used.add(key)
         mla[key] = _hf_value(cfg, key, Optional[HfDim] if key == "q_lora_rank" else HfDim, where, default)
-    mtp = _hf_value(cfg, "num_nextn_predict_layers", Optional[Annotated[StrictInt, Field(ge=0, le=MAX_MTP_LAYERS)]],
-                    where, 0)
+    mtp = _hf_value(
+        cfg, "num_nextn_predict_layers", Optional[Annotated[StrictInt, Field(ge=0, le=MAX_MTP_LAYERS)]], where, 0
+    )
     out.update(mla=mla, head_dim=mla["qk_nope_head_dim"] + mla["qk_rope_head_dim"], mtp_layers=mtp or 0)
 
 
@@ -589,20 +743,28 @@ def _hf_gpt_oss(cfg: dict, layers: int, d_ff: int, where: str, used: set, moe: d
     experts_per_token, when given, must equal num_experts_per_tok."""
     used.add("experts_per_token")
     if "experts_per_token" in cfg and cfg["experts_per_token"] != moe["top_k"]:
-        raise CatalogueError(f"{where}: field 'experts_per_token' ({cfg['experts_per_token']!r:.40}) and "
-                             f"'num_experts_per_tok' ({moe['top_k']}) differ")
+        raise CatalogueError(
+            f"{where}: field 'experts_per_token' ({cfg['experts_per_token']!r:.40}) and "
+            f"'num_experts_per_tok' ({moe['top_k']}) differ"
+        )
     moe["router_bias"] = True
     out["attention_sinks"] = True
 
 
-_HF_SPARSE_READERS = {"llama4_text": _hf_llama4, "qwen2_moe": _hf_qwen_moe, "qwen3_moe": _hf_qwen_moe,
-                      "deepseek_v3": _hf_deepseek, "gpt_oss": _hf_gpt_oss}
+_HF_SPARSE_READERS = {
+    "llama4_text": _hf_llama4,
+    "qwen2_moe": _hf_qwen_moe,
+    "qwen3_moe": _hf_qwen_moe,
+    "deepseek_v3": _hf_deepseek,
+    "gpt_oss": _hf_gpt_oss,
+}
 
 
 def _hf_falcon(cfg: dict, heads: int, where: str, used: set) -> dict:
     """Falcon's KV heads, norms per layer and biases (transformers FalconAttention/FalconDecoderLayer)."""
-    used.update(("new_decoder_architecture", "multi_query", "parallel_attn", "num_kv_heads", "bias",
-                 "num_ln_in_parallel_attn"))
+    used.update(
+        ("new_decoder_architecture", "multi_query", "parallel_attn", "num_kv_heads", "bias", "num_ln_in_parallel_attn")
+    )
     new = _hf_value(cfg, "new_decoder_architecture", Optional[StrictBool], where) or False
     multi_query = _hf_value(cfg, "multi_query", Optional[StrictBool], where)
     parallel = _hf_value(cfg, "parallel_attn", Optional[StrictBool], where)
@@ -614,8 +776,10 @@ def _hf_falcon(cfg: dict, heads: int, where: str, used: set) -> dict:
         if multi_query:
             kv = 1  # one K and one V head: Q, K, V = hidden + 2 head_dim
         elif kv != heads:  # the fused QKV is 3 x hidden wide whatever num_kv_heads says
-            raise CatalogueError(f"{where}: field 'num_kv_heads': {kv} with multi_query and new_decoder_architecture "
-                                 f"false is not modelled (the fused QKV projection has {heads} K and V heads)")
+            raise CatalogueError(
+                f"{where}: field 'num_kv_heads': {kv} with multi_query and new_decoder_architecture "
+                f"false is not modelled (the fused QKV projection has {heads} K and V heads)"
+            )
     norms = 2 if (new and n_ln in (None, 2)) or not parallel else 1
     if n_ln not in (None, 1, 2):
         raise CatalogueError(f"{where}: field 'num_ln_in_parallel_attn': {n_ln} is not 1 or 2")
@@ -626,14 +790,20 @@ def _hf_falcon(cfg: dict, heads: int, where: str, used: set) -> dict:
 # Hyper-parameters that change neither the count nor the cost but that the exporters write:
 # ModelSpec field -> the config keys that give it, the first given wins (Gemma's hidden_activation
 # is what its modeling code reads, over hidden_act; GPT-2 names its own).
-_HF_HYPER = {"rope_theta": ("rope_theta",), "norm_eps": ("rms_norm_eps", "layer_norm_eps", "layer_norm_epsilon"),
-             "activation": ("hidden_activation", "hidden_act", "activation_function"),
-             "attention_dropout": ("attention_dropout", "attn_pdrop"),
-             "hidden_dropout": ("hidden_dropout", "resid_pdrop")}
-_HF_HYPER_KINDS = {"rope_theta": Annotated[float, Field(gt=0)], "norm_eps": Annotated[float, Field(gt=0, lt=1)],
-                   "activation": Annotated[StrictStr, Field(min_length=1, max_length=64)],
-                   "attention_dropout": Annotated[float, Field(ge=0, lt=1)],
-                   "hidden_dropout": Annotated[float, Field(ge=0, lt=1)]}
+_HF_HYPER = {
+    "rope_theta": ("rope_theta",),
+    "norm_eps": ("rms_norm_eps", "layer_norm_eps", "layer_norm_epsilon"),
+    "activation": ("hidden_activation", "hidden_act", "activation_function"),
+    "attention_dropout": ("attention_dropout", "attn_pdrop"),
+    "hidden_dropout": ("hidden_dropout", "resid_pdrop"),
+}
+_HF_HYPER_KINDS = {
+    "rope_theta": Annotated[float, Field(gt=0)],
+    "norm_eps": Annotated[float, Field(gt=0, lt=1)],
+    "activation": Annotated[StrictStr, Field(min_length=1, max_length=64)],
+    "attention_dropout": Annotated[float, Field(ge=0, lt=1)],
+    "hidden_dropout": Annotated[float, Field(ge=0, lt=1)],
+}
 
 
 def _hf_hyperparams(cfg: dict, where: str, used: set) -> dict:
@@ -686,12 +856,17 @@ def read_hf_config(path: Path) -> HfImport:
     required = [names[k][0] for k in names if not (k == "intermediate_size" and inner)]
     for canon, key in keys.items():
         if key is None and names[canon][0] in required:
-            raise CatalogueError(f"{where}: missing field '{names[canon][0]}' (a "
-                                 f"{'Hugging Face' if family not in _HF_ALIASES else family} config needs "
-                                 f"{', '.join(required)})")
+            raise CatalogueError(
+                f"{where}: missing field '{names[canon][0]}' (a "
+                f"{'Hugging Face' if family not in _HF_ALIASES else family} config needs "
+                f"{', '.join(required)})"
+            )
     used.update(k for alias in names.values() for k in alias)
-    dims = {canon: _hf_value(cfg, key, Optional[HfDim] if canon == "intermediate_size" and inner else HfDim, where)
-            for canon, key in keys.items() if key is not None}
+    dims = {
+        canon: _hf_value(cfg, key, Optional[HfDim] if canon == "intermediate_size" and inner else HfDim, where)
+        for canon, key in keys.items()
+        if key is not None
+    }
     layers, hidden, heads = dims["num_hidden_layers"], dims["hidden_size"], dims["num_attention_heads"]
     d_ff = dims.get("intermediate_size") or inner * hidden
 
@@ -704,20 +879,32 @@ def read_hf_config(path: Path) -> HfImport:
         used.add("head_dim")
         head_dim = _hf_value(cfg, "head_dim", Optional[HfDim], where) or head_dim
     elif hidden % heads:
-        raise CatalogueError(f"{where}: field 'hidden_size' ({hidden}) is not a multiple of 'num_attention_heads' "
-                             f"({heads}), as {family} needs")
+        raise CatalogueError(
+            f"{where}: field 'hidden_size' ({hidden}) is not a multiple of 'num_attention_heads' "
+            f"({heads}), as {family} needs"
+        )
     if not head_dim:
-        raise CatalogueError(f"{where}: field 'hidden_size' ({hidden}) is smaller than 'num_attention_heads' "
-                             f"({heads}): no head_dim; give 'head_dim'")
+        raise CatalogueError(
+            f"{where}: field 'hidden_size' ({hidden}) is smaller than 'num_attention_heads' "
+            f"({heads}): no head_dim; give 'head_dim'"
+        )
 
-    spec = {"norm": fam.norm, "norms_per_layer": fam.norms_per_layer, "norm_weights": fam.norm_weights,
-            "qk_norm": fam.qk_norm, "qkv_bias": fam.qkv_bias, "linear_bias": fam.linear_bias}
+    spec = {
+        "norm": fam.norm,
+        "norms_per_layer": fam.norms_per_layer,
+        "norm_weights": fam.norm_weights,
+        "qk_norm": fam.qk_norm,
+        "qkv_bias": fam.qkv_bias,
+        "linear_bias": fam.linear_bias,
+    }
     if fam.attention_bias is not None:
         used.add("attention_bias")
         value = _hf_value(cfg, "attention_bias", Optional[StrictBool], where)
         if value is not None and value != fam.attention_bias:
-            raise CatalogueError(f"{where}: field 'attention_bias' ({value}): {family} "
-                                 f"{'without' if fam.attention_bias else 'with'} attention biases is not modelled")
+            raise CatalogueError(
+                f"{where}: field 'attention_bias' ({value}): {family} "
+                f"{'without' if fam.attention_bias else 'with'} attention biases is not modelled"
+            )
     used.add("mlp_bias")
     if _hf_value(cfg, "mlp_bias", Optional[StrictBool], where) and not fam.linear_bias:
         raise CatalogueError(f"{where}: field 'mlp_bias' (True): MLP biases without attention biases are not modelled")
@@ -769,8 +956,10 @@ def hf_warnings(result: HfImport, where: str) -> list[str]:
         lines.append(f"{where}: no 'model_type': read as {HF_DEFAULT_FAMILY} (known: {', '.join(HF_FAMILIES)})")
     lines.extend(f"{where}: {note}" for note in result.notes)
     if result.unused:
-        lines.append(f"{where}: {len(result.unused)} key(s) not used (they change neither the parameter count nor "
-                     f"the modelled cost): {', '.join(k[:60] for k in result.unused)}")
+        lines.append(
+            f"{where}: {len(result.unused)} key(s) not used (they change neither the parameter count nor "
+            f"the modelled cost): {', '.join(k[:60] for k in result.unused)}"
+        )
     return lines
 
 
@@ -784,8 +973,14 @@ def model_from_hf_config(path: Path) -> ModelSpec:
 
 
 def _json_kind(value: Any) -> str:
-    return {type(None): "null", bool: "a boolean", int: "a number", float: "a number", str: "a string",
-            list: "a list"}.get(type(value), type(value).__name__)
+    return {
+        type(None): "null",
+        bool: "a boolean",
+        int: "a number",
+        float: "a number",
+        str: "a string",
+        list: "a list",
+    }.get(type(value), type(value).__name__)
 
 
 def catalogue_file(kind: str, name: str, noun: str, alternatives: str = "") -> Path:
@@ -796,8 +991,9 @@ def catalogue_file(kind: str, name: str, noun: str, alternatives: str = "") -> P
         return file
     known = sorted(p.stem for p in catalogue_dir(kind).glob("*.yaml"))
     shown = name if len(name) <= 80 else f"{name[:60]}... ({len(name)} characters)"
-    raise CatalogueError(f"unknown {noun} '{shown}'{did_you_mean(name[:80], known)}; known: {', '.join(known)}"
-                         f"{alternatives}")
+    raise CatalogueError(
+        f"unknown {noun} '{shown}'{did_you_mean(name[:80], known)}; known: {', '.join(known)}{alternatives}"
+    )
 
 
 def model_names() -> list[str]:
@@ -806,11 +1002,16 @@ def model_names() -> list[str]:
 
 def _is_catalogue_id(name: str) -> bool:
     """A plain file-name stem (no folder, not hidden, within the file-name limit)."""
-    return (0 < len(name.encode(errors="surrogatepass")) <= 200 and os.sep not in name and "\0" not in name
-            and (os.altsep is None or os.altsep not in name) and not name.startswith("."))
+    return (
+        0 < len(name.encode(errors="surrogatepass")) <= 200
+        and os.sep not in name
+        and "\0" not in name
+        and (os.altsep is None or os.altsep not in name)
+        and not name.startswith(".")
+    )
 
 
-@lru_cache(maxsize=None)
+@cache
 def load_model(name_or_path: str) -> ModelSpec:
     """A catalogue id (`llama70b`), a model YAML path, or a Hugging Face config.json path."""
     path = Path(name_or_path)
@@ -831,20 +1032,40 @@ def accelerator_from_dict(data: Any, where: str) -> Accelerator:
     f = _validate(data, AcceleratorFile, where)
     if (f.hbm_gib is None) == (f.hbm_gb is None):
         raise CatalogueError(f"{where}: give exactly one of 'hbm_gib' or 'hbm_gb'")
-    undocumented = [k for k in ("peak_bf16_tflops", "hbm_gbytes_per_s", "link_gbytes_per_s_per_direction",
-                                "scale_out_gbytes_per_s_per_direction", "calibration") if k not in f.sources]
-    undocumented += [k for k in ("peak_fp8_tflops", "host_gbytes_per_s_per_direction")
-                     if getattr(f, k) is not None and k not in f.sources]
+    undocumented = [
+        k
+        for k in (
+            "peak_bf16_tflops",
+            "hbm_gbytes_per_s",
+            "link_gbytes_per_s_per_direction",
+            "scale_out_gbytes_per_s_per_direction",
+            "calibration",
+        )
+        if k not in f.sources
+    ]
+    undocumented += [
+        k
+        for k in ("peak_fp8_tflops", "host_gbytes_per_s_per_direction")
+        if getattr(f, k) is not None and k not in f.sources
+    ]
     if undocumented:
         raise CatalogueError(f"{where}: field 'sources' lacks a source for {', '.join(undocumented)}")
     if (f.peak_fp8_tflops is None) != (f.calibration.fp8_matmul_efficiency is None):
         raise CatalogueError(f"{where}: give 'peak_fp8_tflops' and 'calibration: fp8_matmul_efficiency' together")
     cal, topo = f.calibration, f.topology
-    unitless = {"collective_half_efficiency_kib", "microbatch_overhead_us", "step_overhead_ms", "moe_layer_overhead_us",
-                "moe_expert_overhead_us",
-                "overlap_interference", "blocking_launch_us_per_layer_pass"}
+    unitless = {
+        "collective_half_efficiency_kib",
+        "microbatch_overhead_us",
+        "step_overhead_ms",
+        "moe_layer_overhead_us",
+        "moe_expert_overhead_us",
+        "overlap_interference",
+        "blocking_launch_us_per_layer_pass",
+    }
     return Accelerator(
-        id=f.id, name=f.name, kind=f.kind,
+        id=f.id,
+        name=f.name,
+        kind=f.kind,
         peak_flops_per_s=f.peak_bf16_tflops * TERA,
         peak_fp8_flops_per_s=None if f.peak_fp8_tflops is None else f.peak_fp8_tflops * TERA,
         hbm_bytes=f.hbm_gib * GIB if f.hbm_gib is not None else f.hbm_gb * GB,
@@ -853,24 +1074,27 @@ def accelerator_from_dict(data: Any, where: str) -> Accelerator:
         link_latency_s=f.link_latency_us * MICRO,
         scale_out_bytes_per_s_per_direction=f.scale_out_gbytes_per_s_per_direction * GB,
         scale_out_latency_s=f.scale_out_latency_us * MICRO,
-        host_bytes_per_s_per_direction=(None if f.host_gbytes_per_s_per_direction is None
-                                        else f.host_gbytes_per_s_per_direction * GB),
+        host_bytes_per_s_per_direction=(
+            None if f.host_gbytes_per_s_per_direction is None else f.host_gbytes_per_s_per_direction * GB
+        ),
         runtime_reserve_bytes=f.runtime_reserve_gib * GIB,
         **cal.model_dump(exclude=unitless),  # fractions and token counts, already SI
         collective_half_efficiency_bytes=cal.collective_half_efficiency_kib * KIB,
         microbatch_overhead_s=cal.microbatch_overhead_us * MICRO,
         moe_layer_overhead_s=cal.moe_layer_overhead_us * MICRO,
         moe_expert_overhead_s=cal.moe_expert_overhead_us * MICRO,
-        blocking_launch_s_per_layer_pass=(None if cal.blocking_launch_us_per_layer_pass is None
-                                          else cal.blocking_launch_us_per_layer_pass * MICRO),
+        blocking_launch_s_per_layer_pass=(
+            None if cal.blocking_launch_us_per_layer_pass is None else cal.blocking_launch_us_per_layer_pass * MICRO
+        ),
         overlap_interference=round(cal.overlap_interference, 2),  # the step tables count it in percent
         step_overhead_s=cal.step_overhead_ms * MILLI,
-        **topo.model_dump(exclude={"max_slice_shape"}), max_slice_shape=tuple(topo.max_slice_shape),
+        **topo.model_dump(exclude={"max_slice_shape"}),
+        max_slice_shape=tuple(topo.max_slice_shape),
         sources=dict(f.sources),
     )
 
 
-@lru_cache(maxsize=None)
+@cache
 def load_accelerator(name: str) -> Accelerator:
     file = catalogue_file("hardware", name, "accelerator")
     acc = accelerator_from_dict(read_yaml(file), f"hardware/{file.name}")

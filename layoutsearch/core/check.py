@@ -17,8 +17,9 @@ from layoutsearch.core.specs import Layout
 __all__ = ["Violation", "check_layout", "placement_violations"]
 
 
-def check_layout(problem: Problem, layout: Layout, *, options: SearchOptions | None = None,
-                 capabilities: Capabilities | None = None) -> list[Violation]:
+def check_layout(
+    problem: Problem, layout: Layout, *, options: SearchOptions | None = None, capabilities: Capabilities | None = None
+) -> list[Violation]:
     """Every rule of the registry the layout breaks, then its placement's inconsistencies."""
     out = violations(problem, layout, registry(options, capabilities))
     return out or placement_violations(problem, layout)
@@ -35,16 +36,27 @@ def placement_violations(problem: Problem, layout: Layout) -> list[Violation]:
     for degree, placed in layout.axes:
         product = math.prod(f for _, f in placed)
         if product != degrees.get(degree, 0):
-            out.append(Violation("axes", f"axes of {degree} {list(placed)} multiply to {product}, "
-                                         f"not {degree}({degrees.get(degree)})"))
+            out.append(
+                Violation(
+                    "axes",
+                    f"axes of {degree} {list(placed)} multiply to {product}, not {degree}({degrees.get(degree)})",
+                )
+            )
         for axis, factor in placed:
             if axis not in names:
-                out.append(Violation("axes", f"{degree} is placed on axis '{axis}', which cluster {cluster.name} "
-                                             f"does not have (axes: {', '.join(names)})"))
+                out.append(
+                    Violation(
+                        "axes",
+                        f"{degree} is placed on axis '{axis}', which cluster {cluster.name} "
+                        f"does not have (axes: {', '.join(names)})",
+                    )
+                )
                 continue
             if degree in layout.degrees:  # the expert degrees regroup devices the others place
                 used[axis] *= factor
     for axis, size in names.items():
         if used[axis] != size and not out:
-            out.append(Violation("axes", f"degrees placed on axis '{axis}' multiply to {used[axis]}, not its size {size}"))
+            out.append(
+                Violation("axes", f"degrees placed on axis '{axis}' multiply to {used[axis]}, not its size {size}")
+            )
     return out

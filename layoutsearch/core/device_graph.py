@@ -16,7 +16,12 @@ import networkx as nx
 from layoutsearch.core.errors import CatalogueError
 from layoutsearch.core.specs import Accelerator, Axis
 from layoutsearch.core.topology import (
-    SINGLE_CHIP_AXIS, TORUS_AXIS_NAMES, FactorGraph, members, positions, cluster_factors,
+    SINGLE_CHIP_AXIS,
+    TORUS_AXIS_NAMES,
+    FactorGraph,
+    cluster_factors,
+    members,
+    positions,
 )
 
 
@@ -59,7 +64,7 @@ def torus_product(factors: Sequence[FactorGraph]) -> nx.Graph:
             g.add_node((s, *c), device=True)
             for d, f in enumerate(torus):
                 for v, data in f.adj[c[d]].items():
-                    g.add_edge((s, *c), (s, *c[:d], v, *c[d + 1:]), **data)
+                    g.add_edge((s, *c), (s, *c[:d], v, *c[d + 1 :]), **data)
     for s, hub, data in (link for f in dcn for link in _hub_links(f)):
         g.add_edges_from((((s, *c), hub) for c in coords), **data)
     return g
@@ -146,12 +151,30 @@ def axes_from_device_graph(g: nx.Graph, acc: Accelerator) -> tuple[tuple[Axis, .
             if len(wrap) != 1:
                 raise CatalogueError(f"cluster graph: axis '{name}' mixes rings with and without wraparound")
             bw, lat = _edge_stats(g, by_axis[name], name)
-            axes.append(Axis(name=name, size=size, kind="torus", bytes_per_s_per_direction=bw,
-                             wraparound=wrap.pop() and size > 2, latency_s=lat, efficiency=acc.collective_efficiency))
+            axes.append(
+                Axis(
+                    name=name,
+                    size=size,
+                    kind="torus",
+                    bytes_per_s_per_direction=bw,
+                    wraparound=wrap.pop() and size > 2,
+                    latency_s=lat,
+                    efficiency=acc.collective_efficiency,
+                )
+            )
         if slices > 1:
             bw, lat = _edge_stats(g, by_axis.get("dcn", []), "dcn")
-            axes.append(Axis(name="dcn", size=slices, kind="dcn", bytes_per_s_per_direction=bw, wraparound=False,
-                             latency_s=lat, efficiency=acc.scale_out_efficiency))
+            axes.append(
+                Axis(
+                    name="dcn",
+                    size=slices,
+                    kind="dcn",
+                    bytes_per_s_per_direction=bw,
+                    wraparound=False,
+                    latency_s=lat,
+                    efficiency=acc.scale_out_efficiency,
+                )
+            )
         axes = [a for a in axes if a.size > 1] or [SINGLE_CHIP_AXIS]
     else:
         nvl = nx.Graph(by_axis.get("node", []))
@@ -160,19 +183,39 @@ def axes_from_device_graph(g: nx.Graph, acc: Accelerator) -> tuple[tuple[Axis, .
             raise CatalogueError(f"cluster graph: NVLink domains of different sizes {sorted(set(domains))}")
         slices = len(domains)
         bw, lat = _edge_stats(g, by_axis.get("node", []), "node")
-        axes.append(Axis(name="node", size=domains[0], kind="switch", bytes_per_s_per_direction=bw,
-                         wraparound=False, latency_s=lat, efficiency=acc.collective_efficiency))
+        axes.append(
+            Axis(
+                name="node",
+                size=domains[0],
+                kind="switch",
+                bytes_per_s_per_direction=bw,
+                wraparound=False,
+                latency_s=lat,
+                efficiency=acc.collective_efficiency,
+            )
+        )
         if slices > 1:
             bw, lat = _edge_stats(g, by_axis.get("scale_out", []), "scale_out")
-            axes.append(Axis(name="scale_out", size=slices, kind="scale_out", bytes_per_s_per_direction=bw,
-                             wraparound=False, latency_s=lat, efficiency=acc.scale_out_efficiency))
+            axes.append(
+                Axis(
+                    name="scale_out",
+                    size=slices,
+                    kind="scale_out",
+                    bytes_per_s_per_direction=bw,
+                    wraparound=False,
+                    latency_s=lat,
+                    efficiency=acc.scale_out_efficiency,
+                )
+            )
     if math.prod(a.size for a in axes) != len(devices):
-        raise CatalogueError(f"cluster graph: axes {[(a.name, a.size) for a in axes]} do not multiply to "
-                             f"{len(devices)} devices")
+        raise CatalogueError(
+            f"cluster graph: axes {[(a.name, a.size) for a in axes]} do not multiply to {len(devices)} devices"
+        )
     return tuple(axes), slices
 
 
-def cluster_graph(name: str, devices_per_node: int | None = None,
-                  scale_out_bytes_per_s: float | None = None) -> nx.Graph:
+def cluster_graph(
+    name: str, devices_per_node: int | None = None, scale_out_bytes_per_s: float | None = None
+) -> nx.Graph:
     """The device graph behind a cluster name, the product of its factor graphs (inspection, tests)."""
     return product_graph(cluster_factors(name, devices_per_node, scale_out_bytes_per_s)[1])

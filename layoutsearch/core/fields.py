@@ -19,12 +19,20 @@ __all__ = ["check_keys", "validated_fields", "kind_of"]
 
 def kind_of(value: Any) -> str:
     """How a message names a YAML value's type."""
-    return {type(None): "null", bool: "a boolean", int: "a number", float: "a number", str: "a string",
-            list: "a list", dict: "a mapping"}.get(type(value), type(value).__name__)
+    return {
+        type(None): "null",
+        bool: "a boolean",
+        int: "a number",
+        float: "a number",
+        str: "a string",
+        list: "a list",
+        dict: "a mapping",
+    }.get(type(value), type(value).__name__)
 
 
-def check_keys(data: Any, known, file: str, prefix: str = "",
-               error: type[LayoutsearchError] = InvalidArgumentError) -> dict:
+def check_keys(
+    data: Any, known, file: str, prefix: str = "", error: type[LayoutsearchError] = InvalidArgumentError
+) -> dict:
     """``data`` as a mapping whose keys are all in ``known``; else one line naming the key."""
     if not isinstance(data, dict):
         where = f"field '{prefix.rstrip('.')}'" if prefix else "the file"
@@ -32,13 +40,20 @@ def check_keys(data: Any, known, file: str, prefix: str = "",
     known = list(known)
     for key in data:
         if not isinstance(key, str) or key not in known:
-            raise error(f"{file}: unknown key '{prefix}{str(key)[:80]}'{did_you_mean(str(key), known)}; "
-                        f"known: {', '.join(known)}")
+            raise error(
+                f"{file}: unknown key '{prefix}{str(key)[:80]}'{did_you_mean(str(key), known)}; "
+                f"known: {', '.join(known)}"
+            )
     return data
 
 
-def validated_fields(schema: type[BaseModel], data: Any, file: str, prefix: str = "",
-                     error: type[LayoutsearchError] = InvalidArgumentError):
+def validated_fields(
+    schema: type[BaseModel],
+    data: Any,
+    file: str,
+    prefix: str = "",
+    error: type[LayoutsearchError] = InvalidArgumentError,
+):
     """``schema.model_validate(data)`` after ``check_keys``; the first error names the field and the value."""
     check_keys(data, schema.model_fields, file, prefix, error)
     try:
@@ -53,12 +68,16 @@ def validated_fields(schema: type[BaseModel], data: Any, file: str, prefix: str 
 
 def _is_union_tag(part: Any) -> bool:
     """pydantic names the member of a union it tried in the location (``int``, ``list[int]``, ...)."""
-    return isinstance(part, str) and (part in ("str", "int", "float", "bool", "dict", "list")
-                                      or "[" in part or part.startswith(("constrained-", "function-")))
+    return isinstance(part, str) and (
+        part in ("str", "int", "float", "bool", "dict", "list")
+        or "[" in part
+        or part.startswith(("constrained-", "function-"))
+    )
 
 
 def absent_is_none(name: str, base: type[BaseModel], /, *, nullable: bool, **fields: Any) -> type[BaseModel]:
     """A schema whose every field may be left out (then None); with ``nullable`` an explicit null
     is accepted too, else it is refused like any value of the wrong type."""
-    return create_model(name, __base__=base,
-                        **{key: ((kind | None) if nullable else kind, None) for key, kind in fields.items()})
+    return create_model(
+        name, __base__=base, **{key: ((kind | None) if nullable else kind, None) for key, kind in fields.items()}
+    )

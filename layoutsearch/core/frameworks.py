@@ -76,28 +76,67 @@ class Profile:
 
 
 PROFILES = {
-    "megatron": Profile("megatron", tp_overlap=(), grad_reduce_overlap=True, param_gather_overlap=True,
-                        fp8_param_gather=True, inplace_cross_entropy=True, vendor_attention=True, ep_node_dedup=True,
-                        recompute_policies=("none", "selective", "full", "norm_act", "norm_moe", "mla_up_proj")),
-    "deepspeed": Profile("deepspeed", tp_overlap=(), grad_reduce_overlap=True, param_gather_overlap=False,
-                         pipelined_grad_reduce_overlap=False),
-    "torchtitan": Profile("torchtitan", tp_overlap=(), grad_reduce_overlap=True, param_gather_overlap=True,
-                          fp8_param_gather=True, recompute_policies=("none", "op", "full"),
-                          transient_zero3_weights=True),
-    "maxtext": Profile("maxtext", tp_overlap=("tpu",), grad_reduce_overlap=True, param_gather_overlap=True,
-                       transient_zero3_weights=True, einsum_capacity_dispatch=True, zero3_gather_unit="tensor",
-                       inplace_cross_entropy=True,
-                       recompute_policies=("minimal_with_context", "minimal", "save_dot_except_mlpwi", "full")),
-    "ideal": Profile("ideal", tp_overlap=("gpu", "tpu"), grad_reduce_overlap=True, param_gather_overlap=True,
-                     fp8_param_gather=True, recompute_policies=tuple(r.value for r in Recompute),
-                     vendor_attention=True, ep_overlap=True, ep_node_dedup=True),
+    "megatron": Profile(
+        "megatron",
+        tp_overlap=(),
+        grad_reduce_overlap=True,
+        param_gather_overlap=True,
+        fp8_param_gather=True,
+        inplace_cross_entropy=True,
+        vendor_attention=True,
+        ep_node_dedup=True,
+        recompute_policies=("none", "selective", "full", "norm_act", "norm_moe", "mla_up_proj"),
+    ),
+    "deepspeed": Profile(
+        "deepspeed",
+        tp_overlap=(),
+        grad_reduce_overlap=True,
+        param_gather_overlap=False,
+        pipelined_grad_reduce_overlap=False,
+    ),
+    "torchtitan": Profile(
+        "torchtitan",
+        tp_overlap=(),
+        grad_reduce_overlap=True,
+        param_gather_overlap=True,
+        fp8_param_gather=True,
+        recompute_policies=("none", "op", "full"),
+        transient_zero3_weights=True,
+    ),
+    "maxtext": Profile(
+        "maxtext",
+        tp_overlap=("tpu",),
+        grad_reduce_overlap=True,
+        param_gather_overlap=True,
+        transient_zero3_weights=True,
+        einsum_capacity_dispatch=True,
+        zero3_gather_unit="tensor",
+        inplace_cross_entropy=True,
+        recompute_policies=("minimal_with_context", "minimal", "save_dot_except_mlpwi", "full"),
+    ),
+    "ideal": Profile(
+        "ideal",
+        tp_overlap=("gpu", "tpu"),
+        grad_reduce_overlap=True,
+        param_gather_overlap=True,
+        fp8_param_gather=True,
+        recompute_policies=tuple(r.value for r in Recompute),
+        vendor_attention=True,
+        ep_overlap=True,
+        ep_node_dedup=True,
+    ),
 }
 assert set(PROFILES) == {f.value for f in Framework}
 
 # The run-record framework names (validation SCHEMA.md) -> the profile that models them.
 RECORD_FRAMEWORKS = {
-    "megatron": "megatron", "nemo-automodel": "torchtitan", "torchtitan": "torchtitan", "pytorch-fsdp": "torchtitan",
-    "llm-foundry": "torchtitan", "maxtext": "maxtext", "megatron-deepspeed": "deepspeed",
+    "megatron": "megatron",
+    "nemo-automodel": "torchtitan",
+    "torchtitan": "torchtitan",
+    "pytorch-fsdp": "torchtitan",
+    "llm-foundry": "torchtitan",
+    "maxtext": "maxtext",
+    "megatron-deepspeed": "deepspeed",
 }
 
 
@@ -119,13 +158,18 @@ def framework_of_target(target: str) -> str:
 
 def deepep_of(workload: Workload, accelerator_kind: str) -> bool:
     """The DeepEP dispatch the workload asks for: ``Workload.deepep``, else the profile's ``ep_node_dedup``."""
-    return profile_of(workload.framework, accelerator_kind).ep_node_dedup if workload.deepep is None else workload.deepep
+    return (
+        profile_of(workload.framework, accelerator_kind).ep_node_dedup if workload.deepep is None else workload.deepep
+    )
 
 
 def vendor_attention_of(workload: Workload, accelerator_kind: str) -> bool:
     """The attention kernel the workload asks for: ``Workload.vendor_attention``, else the profile's."""
-    return (profile_of(workload.framework, accelerator_kind).vendor_attention if workload.vendor_attention is None
-            else workload.vendor_attention)
+    return (
+        profile_of(workload.framework, accelerator_kind).vendor_attention
+        if workload.vendor_attention is None
+        else workload.vendor_attention
+    )
 
 
 def vendor_attention(workload: Workload, acc: Accelerator) -> bool:

@@ -17,7 +17,8 @@ from __future__ import annotations
 import json
 import os
 import tempfile
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 import yaml
 from pydantic import BaseModel, ValidationError
@@ -25,8 +26,21 @@ from pydantic import BaseModel, ValidationError
 from layoutsearch.core.errors import InvalidArgumentError, LayoutsearchError
 from layoutsearch.core.units import MIB
 
-__all__ = ["validated", "label", "says", "read_bytes", "read_text", "read_json", "read_yaml", "atomic_write", "write_error",
-           "temp_prefix", "TEMP_SUFFIX", "fsync_dir", "MAX_INPUT_BYTES"]
+__all__ = [
+    "validated",
+    "label",
+    "says",
+    "read_bytes",
+    "read_text",
+    "read_json",
+    "read_yaml",
+    "atomic_write",
+    "write_error",
+    "temp_prefix",
+    "TEMP_SUFFIX",
+    "fsync_dir",
+    "MAX_INPUT_BYTES",
+]
 
 
 MAX_INPUT_BYTES = 256 * MIB  # /dev/zero or a runaway file as an input is refused, not read to the end
@@ -52,18 +66,23 @@ def label(path: str | os.PathLike, what: str | None) -> str:
 
 
 def says(path: str | os.PathLike, what: str | None, problem: str) -> str:
-    """"RESULT: 'r.json' is not JSON (...)" or, without ``what``, "r.json: not JSON (...)"."""
+    """ "RESULT: 'r.json' is not JSON (...)" or, without ``what``, "r.json: not JSON (...)"."""
     return f"{label(path, what)} is {problem}" if what else f"{os.fspath(path)}: {problem}"
 
 
 def _failed(verb: str, path: str | os.PathLike, what: str | None, exc: OSError) -> str:
-    """"RESULT: cannot read 'r.json' (No such file or directory)" or "r.json: cannot read (...)"."""
+    """ "RESULT: cannot read 'r.json' (No such file or directory)" or "r.json: cannot read (...)"."""
     reason = exc.strerror or type(exc).__name__
-    return f"{what}: cannot {verb} '{os.fspath(path)}' ({reason})" if what else f"{os.fspath(path)}: cannot {verb} ({reason})"
+    return (
+        f"{what}: cannot {verb} '{os.fspath(path)}' ({reason})"
+        if what
+        else f"{os.fspath(path)}: cannot {verb} ({reason})"
+    )
 
 
-def read_bytes(path: str | os.PathLike, what: str | None = None,
-               error: type[LayoutsearchError] = InvalidArgumentError) -> bytes:
+def read_bytes(
+    path: str | os.PathLike, what: str | None = None, error: type[LayoutsearchError] = InvalidArgumentError
+) -> bytes:
     """The file's bytes; a missing file, a directory or no permission is one ``error`` line."""
     _check_name(path, what, error)
     try:
@@ -82,19 +101,26 @@ def _check_name(path: str | os.PathLike, what: str | None, error: type[Layoutsea
         raise error(says(path, what, "not a file name (it holds a NUL byte)"))
 
 
-def read_text(path: str | os.PathLike, what: str | None = None,
-              error: type[LayoutsearchError] = InvalidArgumentError) -> str:
+def read_text(
+    path: str | os.PathLike, what: str | None = None, error: type[LayoutsearchError] = InvalidArgumentError
+) -> str:
     """The file as UTF-8 text (a BOM is allowed); unreadable or not UTF-8 is one ``error`` line."""
     data = read_bytes(path, what, error)
     try:
         return data.decode("utf-8-sig")
     except UnicodeDecodeError as exc:
-        raise error(says(path, what, f"not UTF-8 text (byte 0x{data[exc.start]:02x} at offset {exc.start}); "
-                         f"save the file as UTF-8")) from None
+        raise error(
+            says(
+                path,
+                what,
+                f"not UTF-8 text (byte 0x{data[exc.start]:02x} at offset {exc.start}); save the file as UTF-8",
+            )
+        ) from None
 
 
-def read_json(path: str | os.PathLike, what: str | None = None,
-              error: type[LayoutsearchError] = InvalidArgumentError) -> Any:
+def read_json(
+    path: str | os.PathLike, what: str | None = None, error: type[LayoutsearchError] = InvalidArgumentError
+) -> Any:
     """Parse a JSON file (NaN and Infinity refused: they are not JSON)."""
     text = read_text(path, what, error)
     try:
@@ -111,8 +137,9 @@ def _no_constant(name: str):
     raise ValueError(f"{name} is not a JSON number")
 
 
-def read_yaml(path: str | os.PathLike, what: str | None = None,
-              error: type[LayoutsearchError] = InvalidArgumentError) -> Any:
+def read_yaml(
+    path: str | os.PathLike, what: str | None = None, error: type[LayoutsearchError] = InvalidArgumentError
+) -> Any:
     """Parse a YAML file; a syntax error names the line and column."""
     text = read_text(path, what, error)
     try:
@@ -147,8 +174,13 @@ def write_error(path: str | os.PathLike, what: str | None, exc: OSError) -> Inva
     return InvalidArgumentError(_failed("write", path, what, exc))
 
 
-def atomic_write(path: str | os.PathLike, data: str | bytes, what: str | None = "--output", *,
-                 before_replace: Callable[[int], None] | None = None) -> None:
+def atomic_write(
+    path: str | os.PathLike,
+    data: str | bytes,
+    what: str | None = "--output",
+    *,
+    before_replace: Callable[[int], None] | None = None,
+) -> None:
     """Write ``data`` to ``path`` whole or not at all (see the module doc).
 
     ``before_replace(fd)`` runs on the complete, fsynced temporary file just before the rename
@@ -169,7 +201,7 @@ def atomic_write(path: str | os.PathLike, data: str | bytes, what: str | None = 
             os.fchmod(fd, 0o666 & ~_umask())
             view = memoryview(payload)
             while view:
-                view = view[os.write(fd, view):]
+                view = view[os.write(fd, view) :]
             os.fsync(fd)
             if before_replace is not None:
                 before_replace(fd)
@@ -199,4 +231,3 @@ def fsync_dir(folder: str | os.PathLike) -> None:
         pass
     finally:
         os.close(fd)
-

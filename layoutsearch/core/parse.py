@@ -35,8 +35,10 @@ def parse_int(text: str, field: str, minimum: int = 1, maximum: int = MAX_DEVICE
 
 def _degree_name(name: str, field: str) -> str:
     if name not in LAYOUT_KEYS:
-        raise InvalidArgumentError(f"{field}: unknown degree '{_shown(name)}'{did_you_mean(name, LAYOUT_KEYS)}; "
-                                   f"known: {', '.join(LAYOUT_KEYS)}")
+        raise InvalidArgumentError(
+            f"{field}: unknown degree '{_shown(name)}'{did_you_mean(name, LAYOUT_KEYS)}; "
+            f"known: {', '.join(LAYOUT_KEYS)}"
+        )
     return name
 
 
@@ -86,8 +88,9 @@ def parse_names(text: str, allowed: tuple[str, ...], field: str, noun: str = "na
         raise InvalidArgumentError(f"{field}: no {noun} given (known: {', '.join(allowed)})")
     for name in names:
         if name not in allowed:
-            raise InvalidArgumentError(f"{field}: unknown {noun} '{_shown(name)}'{did_you_mean(name, allowed)}; "
-                                       f"known: {', '.join(allowed)}")
+            raise InvalidArgumentError(
+                f"{field}: unknown {noun} '{_shown(name)}'{did_you_mean(name, allowed)}; known: {', '.join(allowed)}"
+            )
     return names
 
 
@@ -96,8 +99,9 @@ def parse_axes(text: str, field: str = "--axes") -> tuple[tuple[str, tuple[tuple
     out: dict[str, tuple[tuple[str, int], ...]] = {}
     for group in filter(None, (s.strip() for s in text.split(";"))):
         if "=" not in group:
-            raise InvalidArgumentError(f"{field}: '{_shown(group)}' is not DEGREE=AXIS:FACTOR,... "
-                                       f"(e.g. tp=z:8;fsdp=x:16)")
+            raise InvalidArgumentError(
+                f"{field}: '{_shown(group)}' is not DEGREE=AXIS:FACTOR,... (e.g. tp=z:8;fsdp=x:16)"
+            )
         name, spec = (s.strip() for s in group.split("=", 1))
         _degree_name(name, field)
         if name in out:

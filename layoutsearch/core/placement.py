@@ -14,7 +14,6 @@ order of the fast axes is the choice (up to 3! on a 3-D torus, fewer when axes a
 from __future__ import annotations
 
 import itertools
-import math
 
 import numpy as np
 
@@ -41,8 +40,9 @@ def axis_orders(cluster: Cluster) -> list[Order]:
     return orders
 
 
-def fill_order(cluster: Cluster, degrees: dict[str, np.ndarray], order: Order,
-               nesting: tuple[str, ...] = NESTING_ORDER) -> tuple[np.ndarray, np.ndarray]:
+def fill_order(
+    cluster: Cluster, degrees: dict[str, np.ndarray], order: Order, nesting: tuple[str, ...] = NESTING_ORDER
+) -> tuple[np.ndarray, np.ndarray]:
     """Fill the axes in ``order`` with the degrees in nesting order, for many degree tuples at
     once: each degree takes gcd(what it still needs, what the axis has left) from each axis.
 

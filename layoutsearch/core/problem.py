@@ -10,11 +10,10 @@ and the value.
 
 from __future__ import annotations
 
-import warnings
-
 import hashlib
 import json
 import platform
+import warnings
 from dataclasses import asdict, dataclass, field, fields, replace
 from typing import Annotated, Any
 
@@ -24,14 +23,32 @@ from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictFloat, Stri
 from layoutsearch._version import __version__
 from layoutsearch.core import io
 from layoutsearch.core.catalogue import load_model, model_from_dict
-from layoutsearch.core.errors import LayoutsearchWarning, InvalidArgumentError
-from layoutsearch.core.specs import (
-    ALL_DEGREE_NAMES, CUDA_GRAPHS, DEGREE_NAMES, LEARNED_ROUTING_EXPERT_CV, RECOMPUTE_POLICIES, ROUTINGS, Cluster, Layout, Method, ModelSpec, Objective, Precision, Schedule, Workload,
-)
+from layoutsearch.core.errors import InvalidArgumentError, LayoutsearchWarning
 from layoutsearch.core.frameworks import deepep_of, profile_of
+from layoutsearch.core.specs import (
+    ALL_DEGREE_NAMES,
+    CUDA_GRAPHS,
+    LEARNED_ROUTING_EXPERT_CV,
+    RECOMPUTE_POLICIES,
+    ROUTINGS,
+    Cluster,
+    Layout,
+    Method,
+    ModelSpec,
+    Objective,
+    Precision,
+    Schedule,
+    Workload,
+)
 from layoutsearch.core.topology import CustomCluster, cluster_from_spec, resolve_cluster
 from layoutsearch.core.units import (
-    GIB, MAX_DEVICES, MAX_GLOBAL_BATCH_SEQS, MAX_HBM_BYTES, MAX_SEQ_LEN, MAX_TRAINING_TOKENS, MAX_VIRTUAL_STAGES_RECORD,
+    GIB,
+    MAX_DEVICES,
+    MAX_GLOBAL_BATCH_SEQS,
+    MAX_HBM_BYTES,
+    MAX_SEQ_LEN,
+    MAX_TRAINING_TOKENS,
+    MAX_VIRTUAL_STAGES_RECORD,
 )
 
 ZERO_STAGES = (0, 1, 2, 3)
@@ -60,7 +77,7 @@ class Problem:
         return self.cluster.num_devices
 
     @classmethod
-    def build(cls, model: str | ModelSpec, cluster: str | Cluster, workload: Workload) -> "Problem":
+    def build(cls, model: str | ModelSpec, cluster: str | Cluster, workload: Workload) -> Problem:
         """From catalogue ids or paths (as the CLI takes them: a model YAML or config.json, a cluster
         name or cluster YAML) or resolved objects (a ``CustomCluster`` keeps its description)."""
         check_workload(workload)
@@ -68,8 +85,13 @@ class Problem:
         clus = resolve_cluster(cluster) if isinstance(cluster, str) else cluster
         workload = resolved_workload(workload, clus)
         warn_uncalibrated(spec, clus.accelerator)
-        return cls(model_id=model if isinstance(model, str) else spec.name, model=spec,
-                   cluster_name=cluster if isinstance(cluster, str) else clus.name, cluster=clus, workload=workload)
+        return cls(
+            model_id=model if isinstance(model, str) else spec.name,
+            model=spec,
+            cluster_name=cluster if isinstance(cluster, str) else clus.name,
+            cluster=clus,
+            workload=workload,
+        )
 
     def record(self) -> dict:
         """The `problem` object of every result document (OUTPUT.md), with every assumption."""
@@ -79,8 +101,11 @@ class Problem:
             "model_sha256_16": model_hash(self.model),
             "model_spec": spec_fields(self.model),
             "cluster": self.cluster_name,
-            **({"cluster_spec": spec} if isinstance(self.cluster, CustomCluster)
-               and (spec := self.cluster.current_spec()) is not None else {}),
+            **(
+                {"cluster_spec": spec}
+                if isinstance(self.cluster, CustomCluster) and (spec := self.cluster.current_spec()) is not None
+                else {}
+            ),
             "num_devices": self.num_devices,
             "accelerator": self.cluster.accelerator.id,
             "global_batch_seqs": wl.global_batch_seqs,
@@ -92,18 +117,29 @@ class Problem:
         }
 
     @classmethod
-    def from_record(cls, record: Any) -> "Problem":
+    def from_record(cls, record: Any) -> Problem:
         """Rebuild the Problem of a result document's `problem` object (validated field by field)."""
         rec = validate_record(record, ProblemRecord, "problem")
-        workload = Workload(**{**(rec.workload.model_dump(exclude_none=True) if rec.workload else {}),
-                               "global_batch_seqs": rec.global_batch_seqs, "seq_len": rec.seq_len})
+        workload = Workload(
+            **{
+                **(rec.workload.model_dump(exclude_none=True) if rec.workload else {}),
+                "global_batch_seqs": rec.global_batch_seqs,
+                "seq_len": rec.seq_len,
+            }
+        )
         if rec.model_spec is not None:
-            model = model_from_dict({k: v for k, v in rec.model_spec.items()}, str(rec.model_spec.get("name", rec.model)),
-                                    "problem.model_spec")
+            model = model_from_dict(
+                {k: v for k, v in rec.model_spec.items()},
+                str(rec.model_spec.get("name", rec.model)),
+                "problem.model_spec",
+            )
         else:
             model = load_model(rec.model)
-        cluster = (resolve_cluster(rec.cluster) if rec.cluster_spec is None
-                   else cluster_from_spec(rec.cluster_spec, "problem", "cluster_spec.", name=rec.cluster))
+        cluster = (
+            resolve_cluster(rec.cluster)
+            if rec.cluster_spec is None
+            else cluster_from_spec(rec.cluster_spec, "problem", "cluster_spec.", name=rec.cluster)
+        )
         workload = resolved_workload(workload, cluster)
         return cls(model_id=rec.model, model=model, cluster_name=rec.cluster, cluster=cluster, workload=workload)
 
@@ -116,31 +152,67 @@ def warn_uncalibrated(model: ModelSpec, acc) -> None:
     """A mixture-of-experts model on an accelerator without MoE calibration (no ``moe_layer_overhead_us`` or
     ``moe_expert_overhead_us`` and the default grouped-GEMM efficiency: the TPUs today): its MoE layers are costed
     by FLOPs and traffic alone, which the published TPU MoE runs show within 13% either way."""
-    if (model.moe is not None and acc.moe_layer_overhead_s == 0.0 and acc.moe_expert_overhead_s == 0.0
-            and acc.grouped_matmul_efficiency == 1.0):
-        warnings.warn(f"{acc.id} has no MoE calibration (hardware/{acc.id}.yaml): its MoE layers are costed by FLOPs "
-                      f"and traffic alone; on the 4 published TPU MoE runs that is 13% too slow to 10% too fast "
-                      f"(results/validation_moe.md)", UncalibratedWarning, stacklevel=3)
+    if (
+        model.moe is not None
+        and acc.moe_layer_overhead_s == 0.0
+        and acc.moe_expert_overhead_s == 0.0
+        and acc.grouped_matmul_efficiency == 1.0
+    ):
+        warnings.warn(
+            f"{acc.id} has no MoE calibration (hardware/{acc.id}.yaml): its MoE layers are costed by FLOPs "
+            f"and traffic alone; on the 4 published TPU MoE runs that is 13% too slow to 10% too fast "
+            f"(results/validation_moe.md)",
+            UncalibratedWarning,
+            stacklevel=3,
+        )
 
 
 MAX_ROUTING_CV = 10.0  # a learned router's load spread beyond this is a collapse, not a plan
 
 
-def build_workload(seqs: int, seq_len: int, tokens: float | None = None, *, framework: str | None = None,
-                   precision: str = "bf16", tp_comm_overlap: bool | None = None,
-                   ep_comm_overlap: bool | None = None, deepep: bool | None = None, vendor_attention: bool | None = None,
-                   launch_blocking: bool = False, cuda_graphs: str = "none", routing: str = "learned",
-                   routing_cv: float = LEARNED_ROUTING_EXPERT_CV, grad_bytes: int = 4,
-                   moment_bytes: int = 4, fused_attention: bool = True, hbm_gib: float | None = None,
-                   memory_margin_gib: float = 0.0) -> Workload:
+def build_workload(
+    seqs: int,
+    seq_len: int,
+    tokens: float | None = None,
+    *,
+    framework: str | None = None,
+    precision: str = "bf16",
+    tp_comm_overlap: bool | None = None,
+    ep_comm_overlap: bool | None = None,
+    deepep: bool | None = None,
+    vendor_attention: bool | None = None,
+    launch_blocking: bool = False,
+    cuda_graphs: str = "none",
+    routing: str = "learned",
+    routing_cv: float = LEARNED_ROUTING_EXPERT_CV,
+    grad_bytes: int = 4,
+    moment_bytes: int = 4,
+    fused_attention: bool = True,
+    hbm_gib: float | None = None,
+    memory_margin_gib: float = 0.0,
+) -> Workload:
     """A Workload from the options' units (GiB, bytes per element): the one conversion of the CLI,
     problem files, sweeps and the Python API. Defaults: bf16 with 18 B/param mixed-precision Adam."""
-    return Workload(global_batch_seqs=seqs, seq_len=seq_len, training_tokens=tokens, framework=framework,
-                    precision=precision, tp_comm_overlap=tp_comm_overlap, ep_comm_overlap=ep_comm_overlap, deepep=deepep,
-                    vendor_attention=vendor_attention, launch_blocking=launch_blocking, cuda_graphs=cuda_graphs,
-                    routing=routing, routing_cv=routing_cv, grad_bytes_per_param=grad_bytes,
-                    optimizer_bytes_per_param=2 * moment_bytes, flash_attention=fused_attention,
-                    hbm_bytes=None if hbm_gib is None else hbm_gib * GIB, memory_margin_bytes=memory_margin_gib * GIB)
+    return Workload(
+        global_batch_seqs=seqs,
+        seq_len=seq_len,
+        training_tokens=tokens,
+        framework=framework,
+        precision=precision,
+        tp_comm_overlap=tp_comm_overlap,
+        ep_comm_overlap=ep_comm_overlap,
+        deepep=deepep,
+        vendor_attention=vendor_attention,
+        launch_blocking=launch_blocking,
+        cuda_graphs=cuda_graphs,
+        routing=routing,
+        routing_cv=routing_cv,
+        grad_bytes_per_param=grad_bytes,
+        optimizer_bytes_per_param=2 * moment_bytes,
+        flash_attention=fused_attention,
+        hbm_bytes=None if hbm_gib is None else hbm_gib * GIB,
+        memory_margin_bytes=memory_margin_gib * GIB,
+    )
 
 
 def resolved_workload(workload: Workload, cluster: Cluster) -> Workload:
@@ -150,52 +222,93 @@ def resolved_workload(workload: Workload, cluster: Cluster) -> Workload:
         raise InvalidArgumentError(f"--precision: '{workload.precision:.40}' is not one of {', '.join(PRECISIONS)}")
     acc = cluster.accelerator
     if workload.precision == "fp8" and acc.peak_fp8_flops_per_s is None:
-        raise InvalidArgumentError(f"--precision fp8: {acc.id} has no fp8 matmul rate in the catalogue (no "
-                                   f"peak_fp8_tflops in hardware/{acc.id}.yaml); use --precision bf16")
+        raise InvalidArgumentError(
+            f"--precision fp8: {acc.id} has no fp8 matmul rate in the catalogue (no "
+            f"peak_fp8_tflops in hardware/{acc.id}.yaml); use --precision bf16"
+        )
     if workload.vendor_attention and acc.vendor_attention_efficiency is None:
-        warnings.warn(f"--vendor-attention: {acc.id} has no vendor_attention_efficiency in hardware/{acc.id}.yaml; "
-                      f"the attention core is costed at its attention_efficiency", UncalibratedWarning, stacklevel=3)
+        warnings.warn(
+            f"--vendor-attention: {acc.id} has no vendor_attention_efficiency in hardware/{acc.id}.yaml; "
+            f"the attention core is costed at its attention_efficiency",
+            UncalibratedWarning,
+            stacklevel=3,
+        )
     if workload.launch_blocking and acc.blocking_launch_s_per_layer_pass is None:
-        raise InvalidArgumentError(f"--launch-blocking: {acc.id} has no blocking-launch calibration (no "
-                                   f"blocking_launch_us_per_layer_pass in hardware/{acc.id}.yaml): it applies to "
-                                   f"CUDA kernel launches on GPUs; use --no-launch-blocking")
+        raise InvalidArgumentError(
+            f"--launch-blocking: {acc.id} has no blocking-launch calibration (no "
+            f"blocking_launch_us_per_layer_pass in hardware/{acc.id}.yaml): it applies to "
+            f"CUDA kernel launches on GPUs; use --no-launch-blocking"
+        )
     if workload.cuda_graphs not in CUDA_GRAPHS:
-        raise InvalidArgumentError(f"--cuda-graphs: '{workload.cuda_graphs:.40}' is not one of {', '.join(CUDA_GRAPHS)}")
+        raise InvalidArgumentError(
+            f"--cuda-graphs: '{workload.cuda_graphs:.40}' is not one of {', '.join(CUDA_GRAPHS)}"
+        )
     if workload.routing not in ROUTINGS:
         raise InvalidArgumentError(f"--routing: '{workload.routing:.40}' is not one of {', '.join(ROUTINGS)}")
     cv = workload.routing_cv
     if isinstance(cv, bool) or not isinstance(cv, (int, float)) or not 0.0 <= cv <= MAX_ROUTING_CV:
-        raise InvalidArgumentError(f"--routing-cv: {str(cv):.40} is not a number from 0 to {MAX_ROUTING_CV:g} (a learned "
-                                   f"router's expert loads, standard deviation / mean)")
+        raise InvalidArgumentError(
+            f"--routing-cv: {str(cv):.40} is not a number from 0 to {MAX_ROUTING_CV:g} (a learned "
+            f"router's expert loads, standard deviation / mean)"
+        )
     if workload.cuda_graphs != "none" and acc.kind != "gpu":
-        raise InvalidArgumentError(f"--cuda-graphs {workload.cuda_graphs}: {acc.id} is a TPU; CUDA graphs apply to GPUs "
-                                   f"(XLA compiles the whole step already); use --cuda-graphs none")
+        raise InvalidArgumentError(
+            f"--cuda-graphs {workload.cuda_graphs}: {acc.id} is a TPU; CUDA graphs apply to GPUs "
+            f"(XLA compiles the whole step already); use --cuda-graphs none"
+        )
     overlap = acc.kind in profile.tp_overlap if workload.tp_comm_overlap is None else workload.tp_comm_overlap
     ep_overlap = profile.ep_overlap if workload.ep_comm_overlap is None else workload.ep_comm_overlap
-    return replace(workload, framework=profile.name, tp_comm_overlap=overlap, ep_comm_overlap=ep_overlap,
-                   deepep=deepep_of(workload, acc.kind))
+    return replace(
+        workload,
+        framework=profile.name,
+        tp_comm_overlap=overlap,
+        ep_comm_overlap=ep_overlap,
+        deepep=deepep_of(workload, acc.kind),
+    )
 
 
 def check_workload(workload: Workload, where: str = "") -> None:
     """The batch, sequence length and token count within the bounds everything downstream assumes."""
-    for name, value, top, option in (("global_batch_seqs", workload.global_batch_seqs, MAX_GLOBAL_BATCH_SEQS, "--seqs"),
-                                     ("seq_len", workload.seq_len, MAX_SEQ_LEN, "--seq-len")):
+    for name, value, top, option in (
+        ("global_batch_seqs", workload.global_batch_seqs, MAX_GLOBAL_BATCH_SEQS, "--seqs"),
+        ("seq_len", workload.seq_len, MAX_SEQ_LEN, "--seq-len"),
+    ):
         if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= top:
-            raise InvalidArgumentError(f"{where or option}{'.' + name if where else ''}: {value!r:.40} is not a "
-                                       f"whole number in 1..{top}")
-    for name, value, low in (("hbm_bytes", workload.hbm_bytes, 1), ("memory_margin_bytes", workload.memory_margin_bytes, 0)):
+            raise InvalidArgumentError(
+                f"{where or option}{'.' + name if where else ''}: {value!r:.40} is not a whole number in 1..{top}"
+            )
+    for name, value, low in (
+        ("hbm_bytes", workload.hbm_bytes, 1),
+        ("memory_margin_bytes", workload.memory_margin_bytes, 0),
+    ):
         if value is not None and not (isinstance(value, (int, float)) and low <= value <= MAX_HBM_BYTES):
-            raise InvalidArgumentError(f"{where or 'workload'}.{name}: "
-                                       f"{value!r:.40} is not a byte count in [{low}, {MAX_HBM_BYTES:g}]")
+            raise InvalidArgumentError(
+                f"{where or 'workload'}.{name}: {value!r:.40} is not a byte count in [{low}, {MAX_HBM_BYTES:g}]"
+            )
     tokens = workload.training_tokens
     if tokens is not None and not (isinstance(tokens, (int, float)) and 0 < tokens <= MAX_TRAINING_TOKENS):
-        raise InvalidArgumentError(f"{where or '--tokens'}{'.training_tokens' if where else ''}: {tokens!r:.40} is not "
-                                   f"a number of tokens in (0, {MAX_TRAINING_TOKENS:g}]")
+        raise InvalidArgumentError(
+            f"{where or '--tokens'}{'.training_tokens' if where else ''}: {tokens!r:.40} is not "
+            f"a number of tokens in (0, {MAX_TRAINING_TOKENS:g}]"
+        )
 
 
 # The ModelSpec fields of version 0.1 (documents written then list exactly these).
-BASE_SPEC_FIELDS = ("name", "num_layers", "d_model", "d_ff", "mlp", "num_heads", "num_kv_heads", "head_dim",
-                    "vocab_size", "tied_embeddings", "norm", "linear_bias", "learned_positions")
+BASE_SPEC_FIELDS = (
+    "name",
+    "num_layers",
+    "d_model",
+    "d_ff",
+    "mlp",
+    "num_heads",
+    "num_kv_heads",
+    "head_dim",
+    "vocab_size",
+    "tied_embeddings",
+    "norm",
+    "linear_bias",
+    "learned_positions",
+)
 
 
 class HasProblem:
@@ -210,8 +323,11 @@ class HasProblem:
 def spec_fields(model: ModelSpec) -> dict:
     """The architecture's fields; those added to ModelSpec later appear only where they differ
     from their default, so documents and hashes of earlier models stay as they were."""
-    out = {f.name: getattr(model, f.name) for f in fields(model)
-           if f.name in BASE_SPEC_FIELDS or getattr(model, f.name) != f.default}
+    out = {
+        f.name: getattr(model, f.name)
+        for f in fields(model)
+        if f.name in BASE_SPEC_FIELDS or getattr(model, f.name) != f.default
+    }
     for key in ("rope_scaling", "moe", "mla"):  # nested specs in JSON form; model_from_dict rebuilds them
         if out.get(key) is not None:
             out[key] = asdict(out[key])
@@ -263,7 +379,7 @@ class SearchRequest:
     target: str | None = None
     tie_tolerance: float | None = None  # relative step-time difference below which layouts tie (None: search.ranking's)
 
-    def with_options(self, **changes) -> "SearchRequest":
+    def with_options(self, **changes) -> SearchRequest:
         return replace(self, options=replace(self.options, **changes))
 
 
@@ -351,20 +467,36 @@ def layout_from_record(record: Any, where: str = "layout") -> Layout:
     """Rebuild a Layout from a layout record (OUTPUT.md), validated field by field."""
     rec = validate_record(record, LayoutRecord, where)
     if rec.recompute not in RECOMPUTE_POLICIES:
-        raise InvalidArgumentError(f"{where}.recompute: '{rec.recompute:.80}' is not one of {', '.join(RECOMPUTE_POLICIES)}")
+        raise InvalidArgumentError(
+            f"{where}.recompute: '{rec.recompute:.80}' is not one of {', '.join(RECOMPUTE_POLICIES)}"
+        )
     if rec.schedule is not None and rec.schedule not in SCHEDULES:
         raise InvalidArgumentError(f"{where}.schedule: '{rec.schedule:.80}' is not one of {', '.join(SCHEDULES)}")
     degrees = rec.degrees.model_dump()
     schedule = rec.schedule or ("interleaved" if rec.virtual_stages > 1 else "1f1b")
-    axes = tuple((name, tuple((str(a), int(f)) for a, f in placed)) for name, placed in rec.axes.items()
-                 if name in ALL_DEGREE_NAMES) if rec.axes is not None else None
+    axes = (
+        tuple(
+            (name, tuple((str(a), int(f)) for a, f in placed))
+            for name, placed in rec.axes.items()
+            if name in ALL_DEGREE_NAMES
+        )
+        if rec.axes is not None
+        else None
+    )
     split = rec.stage_layers or {}
     given = split.get("split") == "first-last"  # the engine's own splits are recomputed, given ones kept
-    return Layout(**degrees, zero_stage=rec.zero_stage, virtual_stages=rec.virtual_stages,
-                  first_stage_layers=_stage_count(split, "first", where) if given else None,
-                  last_stage_layers=_stage_count(split, "last", where) if given else None,
-                  num_microbatches=rec.num_microbatches, recompute=rec.recompute,
-                  sequence_parallel=rec.sequence_parallel, schedule=schedule, axes=axes)
+    return Layout(
+        **degrees,
+        zero_stage=rec.zero_stage,
+        virtual_stages=rec.virtual_stages,
+        first_stage_layers=_stage_count(split, "first", where) if given else None,
+        last_stage_layers=_stage_count(split, "last", where) if given else None,
+        num_microbatches=rec.num_microbatches,
+        recompute=rec.recompute,
+        sequence_parallel=rec.sequence_parallel,
+        schedule=schedule,
+        axes=axes,
+    )
 
 
 def _stage_count(split: dict, key: str, where: str) -> int:

@@ -44,20 +44,51 @@ class _Strict(BaseModel):
 # The keys of a problem file, typed; a null is refused like a wrong type. Ranges and choices
 # (``top`` 1..50, ``objective``) are checked by the command's own options, not repeated here.
 ProblemFile = absent_is_none(
-    "ProblemFile", _Strict, nullable=False,
+    "ProblemFile",
+    _Strict,
+    nullable=False,
     # the problem: model, cluster, workload
-    model=_Text | dict | list[_Text], cluster=_Text | dict | list[_Text],
-    seqs=StrictInt | list[StrictInt] | _Text, seq_len=StrictInt | list[StrictInt] | _Text,
-    tp_comm_overlap=StrictBool, ep_comm_overlap=StrictBool, deepep=StrictBool, vendor_attention=StrictBool, launch_blocking=StrictBool,
-    tokens=_Number, price_per_device_hour=_Number,
-    framework=_Text, precision=_Text, cuda_graphs=_Text, routing=_Text, routing_cv=_Number, grad_bytes=StrictInt, moment_bytes=StrictInt, fused_attention=StrictBool,
-    hbm_gib=_Number, memory_margin_gib=_Number,
+    model=_Text | dict | list[_Text],
+    cluster=_Text | dict | list[_Text],
+    seqs=StrictInt | list[StrictInt] | _Text,
+    seq_len=StrictInt | list[StrictInt] | _Text,
+    tp_comm_overlap=StrictBool,
+    ep_comm_overlap=StrictBool,
+    deepep=StrictBool,
+    vendor_attention=StrictBool,
+    launch_blocking=StrictBool,
+    tokens=_Number,
+    price_per_device_hour=_Number,
+    framework=_Text,
+    precision=_Text,
+    cuda_graphs=_Text,
+    routing=_Text,
+    routing_cv=_Number,
+    grad_bytes=StrictInt,
+    moment_bytes=StrictInt,
+    fused_attention=StrictBool,
+    hbm_gib=_Number,
+    memory_margin_gib=_Number,
     # the search (solve, explain)
-    fix=_Text | _Degrees, choices=_Text | dict[StrictStr, StrictInt | list[StrictInt]], only=_Text | list[_Text],
-    recompute=_Text | list[_Text], objective=_Text, top=StrictInt, method=_Text, time_limit=_Number, export=_Text,
+    fix=_Text | _Degrees,
+    choices=_Text | dict[StrictStr, StrictInt | list[StrictInt]],
+    only=_Text | list[_Text],
+    recompute=_Text | list[_Text],
+    objective=_Text,
+    top=StrictInt,
+    method=_Text,
+    time_limit=_Number,
+    export=_Text,
     # one layout (estimate)
-    layout=_Text | _Degrees, microbatches=StrictInt, zero_stage=StrictInt, virtual_stages=StrictInt, schedule=_Text,
-    sequence_parallel=StrictBool, axes=_Text | _Axes, mfu_convention=_Text)
+    layout=_Text | _Degrees,
+    microbatches=StrictInt,
+    zero_stage=StrictInt,
+    virtual_stages=StrictInt,
+    schedule=_Text,
+    sequence_parallel=StrictBool,
+    axes=_Text | _Axes,
+    mfu_convention=_Text,
+)
 
 
 def load_problem_file(path: str, command: str | None = None) -> dict[str, Any]:
@@ -80,8 +111,10 @@ def problem_values(data: Any, file: str, command: str | None = None) -> dict[str
     if command is not None:
         for key in ("model", "cluster"):
             if isinstance(values.get(key), dict):
-                raise InvalidArgumentError(f"{where(key)}: {command} takes {key} ids, names or paths, not a "
-                                           f"mapping; write the mapping to its own file and give its path")
+                raise InvalidArgumentError(
+                    f"{where(key)}: {command} takes {key} ids, names or paths, not a "
+                    f"mapping; write the mapping to its own file and give its path"
+                )
 
     if "model" in values:
         values["model"] = _each(values["model"], lambda m: _model(m, base, where("model")))
@@ -129,8 +162,9 @@ def _anchored(path: str, base: Path, where: str) -> str:
     """A relative path inside a problem file is relative to the problem file's folder; it must name a file."""
     anchored = path if Path(path).is_absolute() else os.path.normpath(base / path)
     if not os.path.isfile(anchored):  # False for a NUL byte or an over-long name too
-        raise InvalidArgumentError(f"{where}: no file '{anchored:.200}' (a path in a problem file is relative to "
-                                   f"the problem file's folder)")
+        raise InvalidArgumentError(
+            f"{where}: no file '{anchored:.200}' (a path in a problem file is relative to the problem file's folder)"
+        )
     return anchored
 
 

@@ -21,17 +21,24 @@ z (ZeRO stage), r (recompute code: 0 none, 1 selective, 2 full).
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Callable
 
 import numpy as np
 
-from layoutsearch.core.problem import MAX_VIRTUAL_STAGES, Problem, SearchOptions
 from layoutsearch.core.frameworks import node_dedup, profile_of, vendor_attention
-from layoutsearch.core.stages import CHUNK_LAYOUT, SPLIT_NAMES, split_layers
+from layoutsearch.core.problem import MAX_VIRTUAL_STAGES, Problem, SearchOptions
 from layoutsearch.core.specs import (
-    ALL_DEGREE_NAMES, DEGREE_NAMES, OFFLOAD_POLICIES, RECOMPUTE_CODES, RECOMPUTE_POLICIES, SCHEDULE_CODES, Layout, ModelSpec,
+    ALL_DEGREE_NAMES,
+    DEGREE_NAMES,
+    OFFLOAD_POLICIES,
+    RECOMPUTE_CODES,
+    RECOMPUTE_POLICIES,
+    SCHEDULE_CODES,
+    Layout,
+    ModelSpec,
 )
+from layoutsearch.core.stages import CHUNK_LAYOUT, SPLIT_NAMES, split_layers
 
 Cand = dict[str, np.ndarray]
 FIELDS = (*ALL_DEGREE_NAMES, "v", "sched", "k", "z", "r")
@@ -97,106 +104,220 @@ def _kv_ok(p: Problem, c: Cand):
 
 
 STRUCTURE: tuple[Rule, ...] = (
-    _rule("degree", DEGREE_NAMES,
-          lambda p, c: np.all([c[d] >= 1 for d in DEGREE_NAMES], axis=0),
-          lambda p: "every degree is a positive integer",
-          lambda p, c: "degrees must be positive: " + _degrees_text(c)),
-    _rule("product", DEGREE_NAMES,
-          lambda p, c: c["dp"] * c["fsdp"] * c["tp"] * c["pp"] * c["cp"] == p.num_devices,
-          lambda p: f"product of degrees = devices ({p.num_devices})",
-          lambda p, c: f"{_degrees_text(c)} = {c['dp'] * c['fsdp'] * c['tp'] * c['pp'] * c['cp']}, but cluster "
-                       f"{p.cluster_name} has {p.num_devices} devices"),
-    _rule("tp-heads", ("tp",), lambda p, c: p.model.num_heads % c["tp"] == 0,
-          lambda p: f"tp divides num_heads({p.model.num_heads})",
-          lambda p, c: f"tp({c['tp']}) does not divide num_heads({p.model.num_heads})"),
-    _rule("tp-ffn", ("tp",), lambda p, c: p.model.d_ff % c["tp"] == 0,
-          lambda p: f"tp divides d_ff({p.model.d_ff})",
-          lambda p, c: f"tp({c['tp']}) does not divide d_ff({p.model.d_ff})"),
-    _rule("tp-kv-heads", ("tp",), _kv_ok,
-          lambda p: f"tp and num_kv_heads({p.model.num_kv_heads}) divide one another",
-          lambda p, c: f"tp({c['tp']}) does not divide num_kv_heads({p.model.num_kv_heads}) "
-                       f"and {p.model.num_kv_heads} does not divide {c['tp']}"),
-    _rule("pp-layers", ("pp", "v"), lambda p, c: _split(p, c)[4],
-          lambda p: f"the pipeline splits num_layers({p.model.num_layers}): evenly, counting the embedding and "
-                    f"loss as layers, or with lighter first and last stages",
-          lambda p, c: f"num_layers({p.model.num_layers}) cannot be split over pp({c['pp']}) x "
-                       f"virtual_stages({c['v']})" + (f" with first_stage_layers({c['lf']}) and last_stage_layers("
-                                                     f"{c['ll']})" if c.get("lf", 0) or c.get("ll", 0) else "")
-                       + ": the middle stages need equal shares and the first and last no more than a middle "
-                         "stage, at least virtual_stages each (a multiple of it, unless first and last are given)"),
-    _rule("schedule", ("pp", "v", "sched"),
-          lambda p, c: (c["v"] > 1) == (c["sched"] == SCHEDULE_CODES["interleaved"]),
-          lambda p: "virtual stages > 1 exactly when the schedule is interleaved",
-          lambda p, c: f"schedule {SCHEDULE_NAMES[c['sched']]} with virtual_stages({c['v']}): virtual stages "
-                       f"above 1 are the interleaved schedule, and interleaved needs them"),
-    _rule("ep-dense", ("ep", "etp"), lambda p, c: (p.model.moe is not None) | ((c["ep"] == 1) & (c["etp"] == 1)),
-          lambda p: "ep = etp = 1 without expert layers",
-          lambda p, c: f"ep({c['ep']}) x etp({c['etp']}): model '{p.model.name}' has no mixture-of-experts layers"),
-    _rule("ep-experts", ("ep",), lambda p, c: (p.model.moe is None) | ((c["ep"] >= 1) & (_experts(p) % np.maximum(c["ep"], 1) == 0)),
-          lambda p: f"ep divides the experts ({_experts(p)})",
-          lambda p, c: f"ep({c['ep']}) does not divide the {_experts(p)} routed experts of each MoE layer"),
-    _rule("etp-ffn", ("etp",), lambda p, c: (p.model.moe is None) | ((c["etp"] >= 1) & (_expert_ffn(p) % np.maximum(c["etp"], 1) == 0)),
-          lambda p: f"etp divides the expert FFN width ({_expert_ffn(p)})",
-          lambda p, c: f"etp({c['etp']}) does not divide the expert FFN width {_expert_ffn(p)}"),
-    _rule("ep-fold", ALL_DEGREE_NAMES,
-          lambda p, c: _stage_devices(c) % np.maximum(c["ep"] * c["etp"], 1) == 0,
-          lambda p: "ep x etp divides the devices of a stage (dp x fsdp x tp x cp): expert layers regroup them",
-          lambda p, c: f"ep({c['ep']}) x etp({c['etp']}) = {c['ep'] * c['etp']} does not divide the "
-                       f"{_stage_devices(c)} devices of a pipeline stage (dp x fsdp x tp x cp): the expert layers "
-                       f"regroup those devices as edp x ep x etp"),
-    _rule("cp-seq", ("cp",), lambda p, c: (c["cp"] == 1) | (p.workload.seq_len % (2 * c["cp"]) == 0),
-          lambda p: f"seq_len({p.workload.seq_len}) divisible by 2 x cp",
-          lambda p, c: f"seq_len({p.workload.seq_len}) is not divisible by 2 x cp({c['cp']})"),
-    _rule("whole-sequences", ("dp", "fsdp", "k"),
-          lambda p, c: p.workload.global_batch_seqs % (c["dp"] * c["fsdp"] * c["k"]) == 0,
-          lambda p: f"whole sequences: dp x fsdp x microbatches divides the batch ({p.workload.global_batch_seqs})",
-          lambda p, c: f"global batch {p.workload.global_batch_seqs} sequences is not divisible into dp({c['dp']}) x "
-                       f"fsdp({c['fsdp']}) data units x {c['k']} microbatches = {c['dp'] * c['fsdp'] * c['k']}: every "
-                       f"data unit needs whole sequences in every microbatch"),
-    _rule("pp-microbatches", ("pp", "k"), lambda p, c: (c["pp"] == 1) | (c["k"] >= c["pp"]),
-          lambda p: "microbatches >= pp",
-          lambda p, c: f"num_microbatches({c['k']}) < pp({c['pp']}): the pipeline never fills"),
-    _rule("interleave", ("pp", "v", "k"), lambda p, c: (c["v"] == 1) | ((c["pp"] > 1) & (c["k"] % c["pp"] == 0)),
-          lambda p: "interleaving needs pp > 1 and microbatches divisible by pp",
-          lambda p, c: f"virtual_stages({c['v']}) needs pp > 1 and num_microbatches({c['k']}) divisible by "
-                       f"pp({c['pp']})"),
-    _rule("host-offload", ("r",), lambda p, c: (p.cluster.accelerator.host_bytes_per_s_per_direction is not None)
-          | ~np.isin(c["r"], [RECOMPUTE_CODES[r] for r in OFFLOAD_POLICIES]),
-          lambda p: "host-offloading recompute policies need the accelerator's host bandwidth",
-          lambda p, c: f"recompute {RECOMPUTE_POLICIES[c['r']]} offloads activations to host memory, but "
-                       f"{p.cluster.accelerator.id} has no host_gbytes_per_s_per_direction in its hardware file"),
-    _rule("mla-up-proj", ("r",), lambda p, c: (p.model.mla is not None) | (c["r"] != RECOMPUTE_CODES["mla_up_proj"]),
-          lambda p: "recompute mla_up_proj needs multi-head latent attention",
-          lambda p, c: f"recompute mla_up_proj reruns latent attention's up-projections, but {p.model_id} has no "
-                       f"latent attention (Megatron refuses mla_up_proj without it)"),
-    _rule("norm-act", ("r",), lambda p, c: (p.model.moe is not None) | (p.model.mla is not None)
-          | (c["r"] != RECOMPUTE_CODES["norm_act"]),
-          lambda p: "recompute norm_act needs experts or latent attention (else it recomputes nothing)",
-          lambda p, c: f"recompute norm_act recomputes nothing on {p.model_id}: it has no experts and no separate "
-                       f"norm module (Megatron fuses its norms into the next linear); it is recompute none"),
-    _rule("zero-stage", ("z",), lambda p, c: (c["z"] >= 0) & (c["z"] <= 3),
-          lambda p: "ZeRO stage 0-3", lambda p, c: f"zero_stage({c['z']}) must be 0, 1, 2 or 3"),
-    _rule("ep-zero", (*ALL_DEGREE_NAMES, "z"),
-          lambda p, c: (effective_zero(c) == 0) | ((c["fsdp"] * c["cp"] * c["tp"]) % np.maximum(c["ep"] * c["etp"], 1) == 0),
-          lambda p: "with ZeRO, ep x etp divides fsdp x cp x tp (the experts shard over what remains, replicated over dp)",
-          lambda p, c: f"zero_stage {c['z']} with ep({c['ep']}) x etp({c['etp']}) = {c['ep'] * c['etp']}, which does not "
-                       f"divide fsdp({c['fsdp']}) x cp({c['cp']}) x tp({c['tp']}): the expert groups would straddle "
-                       f"the dp replicas; use ep x etp <= fsdp x cp x tp, or zero_stage 0"),
+    _rule(
+        "degree",
+        DEGREE_NAMES,
+        lambda p, c: np.all([c[d] >= 1 for d in DEGREE_NAMES], axis=0),
+        lambda p: "every degree is a positive integer",
+        lambda p, c: "degrees must be positive: " + _degrees_text(c),
+    ),
+    _rule(
+        "product",
+        DEGREE_NAMES,
+        lambda p, c: c["dp"] * c["fsdp"] * c["tp"] * c["pp"] * c["cp"] == p.num_devices,
+        lambda p: f"product of degrees = devices ({p.num_devices})",
+        lambda p, c: (
+            f"{_degrees_text(c)} = {c['dp'] * c['fsdp'] * c['tp'] * c['pp'] * c['cp']}, but cluster "
+            f"{p.cluster_name} has {p.num_devices} devices"
+        ),
+    ),
+    _rule(
+        "tp-heads",
+        ("tp",),
+        lambda p, c: p.model.num_heads % c["tp"] == 0,
+        lambda p: f"tp divides num_heads({p.model.num_heads})",
+        lambda p, c: f"tp({c['tp']}) does not divide num_heads({p.model.num_heads})",
+    ),
+    _rule(
+        "tp-ffn",
+        ("tp",),
+        lambda p, c: p.model.d_ff % c["tp"] == 0,
+        lambda p: f"tp divides d_ff({p.model.d_ff})",
+        lambda p, c: f"tp({c['tp']}) does not divide d_ff({p.model.d_ff})",
+    ),
+    _rule(
+        "tp-kv-heads",
+        ("tp",),
+        _kv_ok,
+        lambda p: f"tp and num_kv_heads({p.model.num_kv_heads}) divide one another",
+        lambda p, c: (
+            f"tp({c['tp']}) does not divide num_kv_heads({p.model.num_kv_heads}) "
+            f"and {p.model.num_kv_heads} does not divide {c['tp']}"
+        ),
+    ),
+    _rule(
+        "pp-layers",
+        ("pp", "v"),
+        lambda p, c: _split(p, c)[4],
+        lambda p: (
+            f"the pipeline splits num_layers({p.model.num_layers}): evenly, counting the embedding and "
+            f"loss as layers, or with lighter first and last stages"
+        ),
+        lambda p, c: (
+            f"num_layers({p.model.num_layers}) cannot be split over pp({c['pp']}) x "
+            f"virtual_stages({c['v']})"
+            + (
+                f" with first_stage_layers({c['lf']}) and last_stage_layers({c['ll']})"
+                if c.get("lf", 0) or c.get("ll", 0)
+                else ""
+            )
+            + ": the middle stages need equal shares and the first and last no more than a middle "
+            "stage, at least virtual_stages each (a multiple of it, unless first and last are given)"
+        ),
+    ),
+    _rule(
+        "schedule",
+        ("pp", "v", "sched"),
+        lambda p, c: (c["v"] > 1) == (c["sched"] == SCHEDULE_CODES["interleaved"]),
+        lambda p: "virtual stages > 1 exactly when the schedule is interleaved",
+        lambda p, c: (
+            f"schedule {SCHEDULE_NAMES[c['sched']]} with virtual_stages({c['v']}): virtual stages "
+            f"above 1 are the interleaved schedule, and interleaved needs them"
+        ),
+    ),
+    _rule(
+        "ep-dense",
+        ("ep", "etp"),
+        lambda p, c: (p.model.moe is not None) | ((c["ep"] == 1) & (c["etp"] == 1)),
+        lambda p: "ep = etp = 1 without expert layers",
+        lambda p, c: f"ep({c['ep']}) x etp({c['etp']}): model '{p.model.name}' has no mixture-of-experts layers",
+    ),
+    _rule(
+        "ep-experts",
+        ("ep",),
+        lambda p, c: (p.model.moe is None) | ((c["ep"] >= 1) & (_experts(p) % np.maximum(c["ep"], 1) == 0)),
+        lambda p: f"ep divides the experts ({_experts(p)})",
+        lambda p, c: f"ep({c['ep']}) does not divide the {_experts(p)} routed experts of each MoE layer",
+    ),
+    _rule(
+        "etp-ffn",
+        ("etp",),
+        lambda p, c: (p.model.moe is None) | ((c["etp"] >= 1) & (_expert_ffn(p) % np.maximum(c["etp"], 1) == 0)),
+        lambda p: f"etp divides the expert FFN width ({_expert_ffn(p)})",
+        lambda p, c: f"etp({c['etp']}) does not divide the expert FFN width {_expert_ffn(p)}",
+    ),
+    _rule(
+        "ep-fold",
+        ALL_DEGREE_NAMES,
+        lambda p, c: _stage_devices(c) % np.maximum(c["ep"] * c["etp"], 1) == 0,
+        lambda p: "ep x etp divides the devices of a stage (dp x fsdp x tp x cp): expert layers regroup them",
+        lambda p, c: (
+            f"ep({c['ep']}) x etp({c['etp']}) = {c['ep'] * c['etp']} does not divide the "
+            f"{_stage_devices(c)} devices of a pipeline stage (dp x fsdp x tp x cp): the expert layers "
+            f"regroup those devices as edp x ep x etp"
+        ),
+    ),
+    _rule(
+        "cp-seq",
+        ("cp",),
+        lambda p, c: (c["cp"] == 1) | (p.workload.seq_len % (2 * c["cp"]) == 0),
+        lambda p: f"seq_len({p.workload.seq_len}) divisible by 2 x cp",
+        lambda p, c: f"seq_len({p.workload.seq_len}) is not divisible by 2 x cp({c['cp']})",
+    ),
+    _rule(
+        "whole-sequences",
+        ("dp", "fsdp", "k"),
+        lambda p, c: p.workload.global_batch_seqs % (c["dp"] * c["fsdp"] * c["k"]) == 0,
+        lambda p: f"whole sequences: dp x fsdp x microbatches divides the batch ({p.workload.global_batch_seqs})",
+        lambda p, c: (
+            f"global batch {p.workload.global_batch_seqs} sequences is not divisible into dp({c['dp']}) x "
+            f"fsdp({c['fsdp']}) data units x {c['k']} microbatches = {c['dp'] * c['fsdp'] * c['k']}: every "
+            f"data unit needs whole sequences in every microbatch"
+        ),
+    ),
+    _rule(
+        "pp-microbatches",
+        ("pp", "k"),
+        lambda p, c: (c["pp"] == 1) | (c["k"] >= c["pp"]),
+        lambda p: "microbatches >= pp",
+        lambda p, c: f"num_microbatches({c['k']}) < pp({c['pp']}): the pipeline never fills",
+    ),
+    _rule(
+        "interleave",
+        ("pp", "v", "k"),
+        lambda p, c: (c["v"] == 1) | ((c["pp"] > 1) & (c["k"] % c["pp"] == 0)),
+        lambda p: "interleaving needs pp > 1 and microbatches divisible by pp",
+        lambda p, c: f"virtual_stages({c['v']}) needs pp > 1 and num_microbatches({c['k']}) divisible by pp({c['pp']})",
+    ),
+    _rule(
+        "host-offload",
+        ("r",),
+        lambda p, c: (
+            (p.cluster.accelerator.host_bytes_per_s_per_direction is not None)
+            | ~np.isin(c["r"], [RECOMPUTE_CODES[r] for r in OFFLOAD_POLICIES])
+        ),
+        lambda p: "host-offloading recompute policies need the accelerator's host bandwidth",
+        lambda p, c: (
+            f"recompute {RECOMPUTE_POLICIES[c['r']]} offloads activations to host memory, but "
+            f"{p.cluster.accelerator.id} has no host_gbytes_per_s_per_direction in its hardware file"
+        ),
+    ),
+    _rule(
+        "mla-up-proj",
+        ("r",),
+        lambda p, c: (p.model.mla is not None) | (c["r"] != RECOMPUTE_CODES["mla_up_proj"]),
+        lambda p: "recompute mla_up_proj needs multi-head latent attention",
+        lambda p, c: (
+            f"recompute mla_up_proj reruns latent attention's up-projections, but {p.model_id} has no "
+            f"latent attention (Megatron refuses mla_up_proj without it)"
+        ),
+    ),
+    _rule(
+        "norm-act",
+        ("r",),
+        lambda p, c: (p.model.moe is not None) | (p.model.mla is not None) | (c["r"] != RECOMPUTE_CODES["norm_act"]),
+        lambda p: "recompute norm_act needs experts or latent attention (else it recomputes nothing)",
+        lambda p, c: (
+            f"recompute norm_act recomputes nothing on {p.model_id}: it has no experts and no separate "
+            f"norm module (Megatron fuses its norms into the next linear); it is recompute none"
+        ),
+    ),
+    _rule(
+        "zero-stage",
+        ("z",),
+        lambda p, c: (c["z"] >= 0) & (c["z"] <= 3),
+        lambda p: "ZeRO stage 0-3",
+        lambda p, c: f"zero_stage({c['z']}) must be 0, 1, 2 or 3",
+    ),
+    _rule(
+        "ep-zero",
+        (*ALL_DEGREE_NAMES, "z"),
+        lambda p, c: (
+            (effective_zero(c) == 0) | ((c["fsdp"] * c["cp"] * c["tp"]) % np.maximum(c["ep"] * c["etp"], 1) == 0)
+        ),
+        lambda p: (
+            "with ZeRO, ep x etp divides fsdp x cp x tp (the experts shard over what remains, replicated over dp)"
+        ),
+        lambda p, c: (
+            f"zero_stage {c['z']} with ep({c['ep']}) x etp({c['etp']}) = {c['ep'] * c['etp']}, which does not "
+            f"divide fsdp({c['fsdp']}) x cp({c['cp']}) x tp({c['tp']}): the expert groups would straddle "
+            f"the dp replicas; use ep x etp <= fsdp x cp x tp, or zero_stage 0"
+        ),
+    ),
 )
 
 # Search-only: variants that cannot differ are enumerated once (fsdp with ZeRO-0 would be
 # replicated data parallelism, which dp already is; ZeRO >= 1 needs a shard group).
 CANONICAL: tuple[Rule, ...] = (
-    _rule("zero-canonical", ("fsdp", "cp", "z"),
-          lambda p, c: ((c["z"] == 0) & (c["fsdp"] == 1)) | ((c["z"] >= 1) & (c["fsdp"] * c["cp"] > 1)),
-          lambda p: "ZeRO-0 without fsdp, ZeRO >= 1 with a shard group (each layout once)",
-          lambda p, c: f"fsdp({c['fsdp']}) x cp({c['cp']}) with zero_stage {c['z']} is enumerated as another layout",
-          kind="canonical"),
-    _rule("chunk-layout-search", ("pp", "v"), lambda p, c: _standard_split_or_none(p, c),
-          lambda p: "a chunk layout only where pp has no even, embedding-and-loss or first-last split",
-          lambda p, c: f"pp({c['pp']}) splits num_layers({p.model.num_layers}) without a chunk layout; the search "
-                       f"keeps to that split (uneven chunks' bubble is costed only approximately)",
-          kind="canonical"),
+    _rule(
+        "zero-canonical",
+        ("fsdp", "cp", "z"),
+        lambda p, c: ((c["z"] == 0) & (c["fsdp"] == 1)) | ((c["z"] >= 1) & (c["fsdp"] * c["cp"] > 1)),
+        lambda p: "ZeRO-0 without fsdp, ZeRO >= 1 with a shard group (each layout once)",
+        lambda p, c: f"fsdp({c['fsdp']}) x cp({c['cp']}) with zero_stage {c['z']} is enumerated as another layout",
+        kind="canonical",
+    ),
+    _rule(
+        "chunk-layout-search",
+        ("pp", "v"),
+        lambda p, c: _standard_split_or_none(p, c),
+        lambda p: "a chunk layout only where pp has no even, embedding-and-loss or first-last split",
+        lambda p, c: (
+            f"pp({c['pp']}) splits num_layers({p.model.num_layers}) without a chunk layout; the search "
+            f"keeps to that split (uneven chunks' bubble is costed only approximately)"
+        ),
+        kind="canonical",
+    ),
 )
 
 
@@ -231,24 +352,53 @@ def option_rules(options: SearchOptions | None) -> tuple[Rule, ...]:
     rules = []
     for d in ALL_DEGREE_NAMES:
         if d in options.fix or d in options.choices or (options.only is not None and d not in options.only):
-            rules.append(_rule(f"option-{d}", (d,), lambda p, c, d=d: options.allowed(d, c[d]),
-                               lambda p, d=d: f"your --fix/--choices/--only for {d}",
-                               lambda p, c, d=d: f"{d}({c[d]}) is excluded by --fix/--choices/--only", "option"))
+            rules.append(
+                _rule(
+                    f"option-{d}",
+                    (d,),
+                    lambda p, c, d=d: options.allowed(d, c[d]),
+                    lambda p, d=d: f"your --fix/--choices/--only for {d}",
+                    lambda p, c, d=d: f"{d}({c[d]}) is excluded by --fix/--choices/--only",
+                    "option",
+                )
+            )
+
     def allowed(p: Problem) -> tuple[str, ...]:  # --recompute, else the framework profile's default set
         return options.recompute or profile_of(p.workload.framework, p.cluster.accelerator.kind).recompute_policies
 
-    rules.append(_rule("option-recompute", ("r",), lambda p, c: np.isin(c["r"], [RECOMPUTE_CODES[r] for r in allowed(p)]),
-                       lambda p: f"recompute in {{{', '.join(allowed(p))}}}",
-                       lambda p, c: f"recompute {RECOMPUTE_POLICIES[c['r']]} is not among {', '.join(allowed(p))}"
-                                    + ("" if options.recompute else f" (the {p.workload.framework} default; "
-                                                                    f"--recompute widens it)"),
-                       "option"))
-    rules.append(_rule("option-zero", ("fsdp", "cp", "z"), lambda p, c: np.isin(effective_zero(c), options.zero_stages),
-                       lambda p: f"ZeRO stage in {{{', '.join(map(str, options.zero_stages))}}}",
-                       lambda p, c: f"zero_stage {c['z']} is not among the allowed stages", "option"))
-    rules.append(_rule("option-virtual", ("v",), lambda p, c: c["v"] <= options.max_virtual_stages,
-                       lambda p: f"virtual stages <= {options.max_virtual_stages}",
-                       lambda p, c: f"virtual_stages({c['v']}) > {options.max_virtual_stages}", "option"))
+    rules.append(
+        _rule(
+            "option-recompute",
+            ("r",),
+            lambda p, c: np.isin(c["r"], [RECOMPUTE_CODES[r] for r in allowed(p)]),
+            lambda p: f"recompute in {{{', '.join(allowed(p))}}}",
+            lambda p, c: (
+                f"recompute {RECOMPUTE_POLICIES[c['r']]} is not among {', '.join(allowed(p))}"
+                + ("" if options.recompute else f" (the {p.workload.framework} default; --recompute widens it)")
+            ),
+            "option",
+        )
+    )
+    rules.append(
+        _rule(
+            "option-zero",
+            ("fsdp", "cp", "z"),
+            lambda p, c: np.isin(effective_zero(c), options.zero_stages),
+            lambda p: f"ZeRO stage in {{{', '.join(map(str, options.zero_stages))}}}",
+            lambda p, c: f"zero_stage {c['z']} is not among the allowed stages",
+            "option",
+        )
+    )
+    rules.append(
+        _rule(
+            "option-virtual",
+            ("v",),
+            lambda p, c: c["v"] <= options.max_virtual_stages,
+            lambda p: f"virtual stages <= {options.max_virtual_stages}",
+            lambda p, c: f"virtual_stages({c['v']}) > {options.max_virtual_stages}",
+            "option",
+        )
+    )
     return tuple(rules)
 
 
@@ -256,8 +406,16 @@ def option_rules(options: SearchOptions | None) -> tuple[Rule, ...]:
 def llama_block(m: ModelSpec) -> bool:
     """RMSNorm, rotary positions, no linear biases, two weighted norms per layer, full attention
     (the Llama decoder block; QKV biases, extra or q/k norms and sliding windows are other blocks)."""
-    return (m.norm == "rmsnorm" and not m.linear_bias and m.learned_positions == 0 and not m.qkv_bias
-            and m.norms_per_layer == 2 and m.norm_weights and m.qk_norm == "none" and m.sliding_window is None)
+    return (
+        m.norm == "rmsnorm"
+        and not m.linear_bias
+        and m.learned_positions == 0
+        and not m.qkv_bias
+        and m.norms_per_layer == 2
+        and m.norm_weights
+        and m.qk_norm == "none"
+        and m.sliding_window is None
+    )
 
 
 def dense(m: ModelSpec) -> bool:
@@ -272,16 +430,29 @@ def gpt3_block(m: ModelSpec) -> bool:
 
 def llama3_block(m: ModelSpec) -> bool:
     """The Llama 3 model code: gated MLP, untied, head_dim = d_model / heads, and a Llama block."""
-    return (dense(m) and llama_block(m) and m.mlp == "gated" and not m.tied_embeddings
-            and m.head_dim * m.num_heads == m.d_model)
+    return (
+        dense(m)
+        and llama_block(m)
+        and m.mlp == "gated"
+        and not m.tied_embeddings
+        and m.head_dim * m.num_heads == m.d_model
+    )
 
 
 def _routed_only(m: ModelSpec) -> bool:
     """Every layer MoE with SwiGLU experts, no shared experts, no router bias, standard attention, no MTP."""
     moe = m.moe
-    return (moe is not None and m.mla is None and m.mtp_layers == 0 and moe.num_shared_experts == 0
-            and moe.first_dense_layers == 0 and moe.layer_freq == 1 and not moe.router_bias
-            and m.mlp == "gated" and m.activation_name == "silu")
+    return (
+        moe is not None
+        and m.mla is None
+        and m.mtp_layers == 0
+        and moe.num_shared_experts == 0
+        and moe.first_dense_layers == 0
+        and moe.layer_freq == 1
+        and not moe.router_bias
+        and m.mlp == "gated"
+        and m.activation_name == "silu"
+    )
 
 
 def mixtral_block(m: ModelSpec) -> bool:
@@ -291,22 +462,44 @@ def mixtral_block(m: ModelSpec) -> bool:
 
 def qwen3_moe_block(m: ModelSpec) -> bool:
     """Qwen3-MoE: Mixtral's layer with a per-head RMSNorm on queries and keys."""
-    return (_routed_only(m) and m.norm == "rmsnorm" and not m.linear_bias and not m.qkv_bias
-            and m.learned_positions == 0 and m.norms_per_layer == 2 and m.norm_weights and m.qk_norm == "head"
-            and m.sliding_window is None)
+    return (
+        _routed_only(m)
+        and m.norm == "rmsnorm"
+        and not m.linear_bias
+        and not m.qkv_bias
+        and m.learned_positions == 0
+        and m.norms_per_layer == 2
+        and m.norm_weights
+        and m.qk_norm == "head"
+        and m.sliding_window is None
+    )
 
 
 def deepseek_block(m: ModelSpec) -> bool:
     """DeepSeek-V2/V3: latent attention, first_dense_layers dense SwiGLU layers then MoE in every layer,
     shared experts as wide as a routed one, untied, a Llama-style norm/position layout."""
     moe = m.moe
-    return (moe is not None and m.mla is not None and moe.layer_freq == 1 and not moe.shared_expert_gate
-            and (moe.num_shared_experts == 0 or moe.shared_d_ff == moe.expert_d_ff) and m.mlp == "gated"
-            and m.activation_name == "silu" and not m.tied_embeddings and llama_block(m))
+    return (
+        moe is not None
+        and m.mla is not None
+        and moe.layer_freq == 1
+        and not moe.shared_expert_gate
+        and (moe.num_shared_experts == 0 or moe.shared_d_ff == moe.expert_d_ff)
+        and m.mlp == "gated"
+        and m.activation_name == "silu"
+        and not m.tied_embeddings
+        and llama_block(m)
+    )
 
 
-MODEL_BLOCKS = {"llama": lambda m: dense(m) and llama_block(m), "gpt3": gpt3_block, "llama3": llama3_block,
-                "mixtral": mixtral_block, "qwen3-moe": qwen3_moe_block, "deepseek": deepseek_block}
+MODEL_BLOCKS = {
+    "llama": lambda m: dense(m) and llama_block(m),
+    "gpt3": gpt3_block,
+    "llama3": llama3_block,
+    "mixtral": mixtral_block,
+    "qwen3-moe": qwen3_moe_block,
+    "deepseek": deepseek_block,
+}
 EXPERT_TENSOR = ("1", "tp", "other")  # etp = 1, etp = tp, any other etp
 
 
@@ -390,11 +583,14 @@ def _span_text(caps: Capabilities, c: dict) -> str:
 
 
 def _experts_nearest(caps: Capabilities, c: dict) -> str:
-    unsharded = ("fsdp" in caps.expert_groups and "dp" not in caps.expert_groups and c["fsdp"] > 1
-                 and int(effective_zero(c)) < 2)
-    return (f"ep x etp dividing {int(_expert_span(caps, c))}"
-            + (f", or zero_stage 3 so fsdp({c['fsdp']}) shards and can hold expert groups" if unsharded else "")
-            + ", or export to megatron")
+    unsharded = (
+        "fsdp" in caps.expert_groups and "dp" not in caps.expert_groups and c["fsdp"] > 1 and int(effective_zero(c)) < 2
+    )
+    return (
+        f"ep x etp dividing {int(_expert_span(caps, c))}"
+        + (f", or zero_stage 3 so fsdp({c['fsdp']}) shards and can hold expert groups" if unsharded else "")
+        + ", or export to megatron"
+    )
 
 
 def _etp_nearest(caps: Capabilities, c: dict) -> str:
@@ -431,12 +627,19 @@ def _graphs_text(caps: Capabilities, p: Problem, c: dict, text) -> str:
         return text(code, f"--cuda-graphs {graphs}", "--cuda-graphs none, or export to megatron")
     if graphs == "scoped":
         allowed = caps.recompute_with_scoped_graphs or ()
-        return text(code, f"scoped CUDA graphs with the recompute policy {RECOMPUTE_POLICIES[c['r']]} (megatron-core: "
-                          f"full recompute needs a full-iteration graph, and a MoE layer's recompute cannot cover the "
-                          f"graphed router)", f"recompute {' or '.join(allowed)}, or --cuda-graphs none")
-    return text(code, f"a full-iteration CUDA graph of the dropless MoE {p.model_id} (its token dispatcher copies "
-                      f"the token counts to the host in every MoE layer, which a graph cannot capture)",
-                "--cuda-graphs scoped, or a capacity factor (drop and pad)")
+        return text(
+            code,
+            f"scoped CUDA graphs with the recompute policy {RECOMPUTE_POLICIES[c['r']]} (megatron-core: "
+            f"full recompute needs a full-iteration graph, and a MoE layer's recompute cannot cover the "
+            f"graphed router)",
+            f"recompute {' or '.join(allowed)}, or --cuda-graphs none",
+        )
+    return text(
+        code,
+        f"a full-iteration CUDA graph of the dropless MoE {p.model_id} (its token dispatcher copies "
+        f"the token counts to the host in every MoE layer, which a graph cannot capture)",
+        "--cuda-graphs scoped, or a capacity factor (drop and pad)",
+    )
 
 
 def _grads_ok(caps: Capabilities, grad_bytes: int) -> bool:
@@ -449,22 +652,35 @@ def _state_precision_ok(caps: Capabilities, p: Problem, c: Cand) -> np.ndarray:
     target writes them."""
     moments = p.workload.optimizer_bytes_per_param
     return _grads_ok(caps, p.workload.grad_bytes_per_param) & (
-        (moments == 8) | ((moments == 4) & np.isin(effective_zero(c), caps.bf16_moments_zero)))
+        (moments == 8) | ((moments == 4) & np.isin(effective_zero(c), caps.bf16_moments_zero))
+    )
 
 
 def _state_precision_text(caps: Capabilities, p: Problem, c: dict, text) -> str:
-    code, grad, moments = f"{caps.target}-state-precision", p.workload.grad_bytes_per_param, \
-        p.workload.optimizer_bytes_per_param
+    code, grad, moments = (
+        f"{caps.target}-state-precision",
+        p.workload.grad_bytes_per_param,
+        p.workload.optimizer_bytes_per_param,
+    )
     elsewhere = ", or export to megatron" if caps.target != "megatron" else ""
     if not _grads_ok(caps, grad):
-        return text(code, f"{'bf16' if grad == 2 else f'{grad}-byte'} gradients (--grad-bytes {grad})",
-                    f"--grad-bytes 4{elsewhere if grad == 2 else ''}")
+        return text(
+            code,
+            f"{'bf16' if grad == 2 else f'{grad}-byte'} gradients (--grad-bytes {grad})",
+            f"--grad-bytes 4{elsewhere if grad == 2 else ''}",
+        )
     if moments != 4 or not caps.bf16_moments_zero:
-        return text(code, f"{'bf16' if moments == 4 else f'{moments // 2}-byte'} Adam moments (--moment-bytes "
-                          f"{moments // 2})", f"--moment-bytes 4{elsewhere if moments == 4 else ''}")
-    return text(code, f"bf16 Adam moments (--moment-bytes 2) with ZeRO-{int(effective_zero(c))} (its precision-aware "
-                      f"optimizer needs the distributed optimizer)",
-                f"zero_stage {' or '.join(map(str, caps.bf16_moments_zero))}, or --moment-bytes 4")
+        return text(
+            code,
+            f"{'bf16' if moments == 4 else f'{moments // 2}-byte'} Adam moments (--moment-bytes {moments // 2})",
+            f"--moment-bytes 4{elsewhere if moments == 4 else ''}",
+        )
+    return text(
+        code,
+        f"bf16 Adam moments (--moment-bytes 2) with ZeRO-{int(effective_zero(c))} (its precision-aware "
+        f"optimizer needs the distributed optimizer)",
+        f"zero_stage {' or '.join(map(str, caps.bf16_moments_zero))}, or --moment-bytes 4",
+    )
 
 
 def _split_name(p: Problem, c: Cand) -> np.ndarray:
@@ -481,147 +697,348 @@ def framework_rules(caps: Capabilities) -> tuple[Rule, ...]:
         return f"{name} cannot express {what}{reason}; nearest: {nearest}"
 
     codes = [SCHEDULE_CODES[s] for s in caps.pipeline_schedules]
-    return tuple(_rule(code, needs, holds, title, msg, "framework") for
-                 code, needs, holds, title, msg in (
-        (f"{caps.target}-zero", ("fsdp", "cp", "z"), lambda p, c: np.isin(effective_zero(c), caps.zero_stages),
-         lambda p: f"{name}: ZeRO stage in {set(caps.zero_stages)}",
-         lambda p, c: text(f"{caps.target}-zero", f"ZeRO-{c['z']}",
-                           f"zero_stage {' or '.join(map(str, [s for s in caps.zero_stages if s]))}")),
-        (f"{caps.target}-replicas", ("dp", "fsdp", "cp", "z"),
-         lambda p, c: (c["dp"] == 1) | (effective_zero(c) == 0) | np.isin(effective_zero(c), caps.zero_stages_with_replicas),
-         lambda p: f"{name}: dp replicas of a ZeRO shard only with ZeRO {set(caps.zero_stages_with_replicas)}",
-         lambda p, c: text(f"{caps.target}-replicas", f"dp({c['dp']}) copies of a ZeRO-{c['z']} shard over "
-                                                      f"fsdp({c['fsdp']})", f"dp=1, fsdp={c['dp'] * c['fsdp']}")),
-        (f"{caps.target}-cp", ("cp", "fsdp", "z"),
-         lambda p, c: (c["cp"] == 1) | (caps.context_parallel & np.isin(effective_zero(c), caps.zero_stages_with_cp)),
-         lambda p: f"{name}: cp " + (f"with ZeRO {set(caps.zero_stages_with_cp)}" if caps.context_parallel else "= 1"),
-         lambda p, c: text(f"{caps.target}-cp", f"cp({c['cp']}) with ZeRO-{c['z']}",
-                           f"cp=1 with fsdp x {c['cp']}" if not caps.context_parallel else
-                           f"zero_stage {' or '.join(map(str, caps.zero_stages_with_cp))}")),
-        (f"{caps.target}-pipeline", ("pp", "sched", "fsdp", "cp", "z"),
-         lambda p, c: (c["pp"] == 1) | (np.isin(c["sched"], codes) & np.isin(effective_zero(c), caps.zero_stages_with_pp)),
-         lambda p: f"{name}: pipelines {', '.join(caps.pipeline_schedules) or 'none'}"
-                   + (f" with ZeRO {set(caps.zero_stages_with_pp)}" if len(caps.zero_stages_with_pp) < 4 else ""),
-         lambda p, c: text(f"{caps.target}-pipeline", f"pp({c['pp']}) with the {SCHEDULE_NAMES[c['sched']]} schedule",
-                           f"schedule {' or '.join(caps.pipeline_schedules)}" if caps.pipeline_schedules else "pp=1")
-         if c["sched"] not in codes else
-         text(f"{caps.target}-pipeline", f"ZeRO-{c['z']} with pp({c['pp']})",
-              f"zero_stage {' or '.join(map(str, caps.zero_stages_with_pp))}")),
-        (f"{caps.target}-split", ("pp", "v"),
-         lambda p, c: np.isin(_split_name(p, c), caps.pipeline_splits),
-         lambda p: f"{name}: pipeline splits {', '.join(caps.pipeline_splits)}",
-         lambda p, c: text(f"{caps.target}-split", f"the {_split_name(p, c)[0]} split of num_layers("
-                                                   f"{p.model.num_layers}) over pp({c['pp']}) x virtual_stages({c['v']})",
-                           "a pp that divides the layers, or export to megatron")),
-        (f"{caps.target}-recompute", ("r",),
-         lambda p, c: np.isin(c["r"], [RECOMPUTE_CODES[r] for r in caps.recompute_policies]),
-         lambda p: f"{name}: recompute {', '.join(caps.recompute_policies)}",
-         lambda p, c: text(f"{caps.target}-recompute", f"the recompute policy {RECOMPUTE_POLICIES[c['r']]}",
-                           f"recompute {' or '.join(caps.recompute_policies)}")),
-        (f"{caps.target}-kv", ("tp",), lambda p, c: caps.kv_replication | (c["tp"] <= p.model.num_kv_heads),
-         lambda p: f"{name}: tp <= num_kv_heads({p.model.num_kv_heads}) (no KV-head replication)",
-         lambda p, c: text(f"{caps.target}-kv", f"tp({c['tp']}) > num_kv_heads({p.model.num_kv_heads}) (replicated KV "
-                                                f"heads)", f"tp={p.model.num_kv_heads} with the rest in fsdp")),
-        (f"{caps.target}-precision", (), lambda p, c: p.workload.precision in caps.precisions,
-         lambda p: f"{name}: precision {', '.join(caps.precisions)}",
-         lambda p, c: text(f"{caps.target}-precision", f"{p.workload.precision} training",
-                           f"--precision {caps.precisions[0]}, or export to megatron")),
-        (f"{caps.target}-etp", ("ep", "etp", "tp"), lambda p, c: p.model.moe is None or _etp_ok(caps, c),
-         lambda p: f"{name}: expert TP {', '.join(caps.expert_tensor)} with ep > 1, "
-                   f"{', '.join(caps.expert_tensor_without_ep) or 'none'} with ep = 1",
-         lambda p, c: text(f"{caps.target}-etp", f"etp({c['etp']}) with ep({c['ep']}) and tp({c['tp']})",
-                           _etp_nearest(caps, c))),
-        (f"{caps.target}-experts", (*ALL_DEGREE_NAMES, "z"),
-         lambda p, c: p.model.moe is None or _expert_span(caps, c) % np.maximum(c["ep"] * c["etp"], 1) == 0,
-         lambda p: f"{name}: ep x etp divides {' x '.join(caps.expert_groups)}",
-         lambda p, c: text(f"{caps.target}-experts", f"ep({c['ep']}) x etp({c['etp']}) = {c['ep'] * c['etp']} "
-                                                     f"expert devices, which do not divide the "
-                                                     f"{int(_expert_span(caps, c))} devices its expert groups can "
-                                                     f"take ({_span_text(caps, c)})",
-                           _experts_nearest(caps, c))),
-        (f"{caps.target}-ep-tp-pp", ("ep", "tp", "pp"),
-         lambda p, c: p.model.moe is None or caps.expert_parallel_with_tp_and_pp
-                      or (c["ep"] == 1) | (c["tp"] == 1) | (c["pp"] == 1),
-         lambda p: f"{name}: ep > 1 " + ("with tp and pp" if caps.expert_parallel_with_tp_and_pp else
-                                         "not with both tp > 1 and pp > 1"),
-         lambda p, c: text(f"{caps.target}-ep-tp-pp", f"ep({c['ep']}) with both tp({c['tp']}) and pp({c['pp']})",
-                           "tp=1 or pp=1 with ep > 1")),
-        (f"{caps.target}-deepep", ("ep",),
-         lambda p, c: caps.deepep | (c["ep"] == 1) | (not node_dedup(p.model, p.workload, p.cluster.accelerator.kind)),
-         lambda p: f"{name}: " + ("DeepEP dispatch" if caps.deepep else "no DeepEP dispatch with ep > 1"),
-         lambda p, c: text(f"{caps.target}-deepep", f"the DeepEP token dispatch with ep({c['ep']})",
-                           "--no-deepep, or export to megatron or torchtitan")),
-        (f"{caps.target}-vendor-attention", (),
-         # only where the workload asks for it (--vendor-attention): a profile's own choice travels with the profile
-         lambda p, c: caps.vendor_attention or not (p.workload.vendor_attention and vendor_attention(
-             p.workload, p.cluster.accelerator)),
-         lambda p: f"{name}: " + ("the vendor's fused attention" if caps.vendor_attention
-                                  else "no vendor fused attention"),
-         lambda p, c: text(f"{caps.target}-vendor-attention", "the vendor's fused attention kernel (cuDNN / "
-                                                              "Transformer Engine)",
-                           "--no-vendor-attention, or export to megatron")),
-        (f"{caps.target}-cuda-graphs", ("r",), lambda p, c: _graphs_ok(caps, p, c),
-         lambda p: _graphs_title(caps, p),
-         lambda p, c: _graphs_text(caps, p, c, text)),
-        (f"{caps.target}-tp-overlap", ("tp",),
-         lambda p, c: caps.tp_comm_overlap | (not p.workload.tp_comm_overlap) | (c["tp"] == 1),
-         lambda p: f"{name}: " + ("TP communication overlap" if caps.tp_comm_overlap else "no TP communication overlap"),
-         lambda p, c: text(f"{caps.target}-tp-overlap", f"the TP communication overlap (--tp-comm-overlap) with "
-                                                        f"tp({c['tp']})", "--no-tp-comm-overlap, or export to megatron")),
-        (f"{caps.target}-ep-overlap", ("ep",),
-         lambda p, c: caps.ep_comm_overlap | (not p.workload.ep_comm_overlap) | (p.model.moe is None) | (c["ep"] == 1),
-         lambda p: f"{name}: " + ("expert-parallel AllToAll overlap" if caps.ep_comm_overlap
-                                  else "no expert-parallel AllToAll overlap"),
-         lambda p, c: text(f"{caps.target}-ep-overlap", f"the expert-parallel AllToAll overlap (--ep-comm-overlap) "
-                                                        f"with ep({c['ep']})", "--no-ep-comm-overlap, or export to megatron")),
-        (f"{caps.target}-unfused-attention", (), lambda p, c: caps.unfused_attention or p.workload.flash_attention,
-         lambda p: f"{name}: " + ("fused or unfused attention" if caps.unfused_attention else "fused attention only"),
-         lambda p, c: text(f"{caps.target}-unfused-attention", "materialised attention scores (--no-fused-attention)",
-                           "--fused-attention, or export to megatron or maxtext")),
-        (f"{caps.target}-capacity", (),
-         lambda p, c: caps.drop_and_pad or p.model.moe is None or p.model.dropless_moe,
-         lambda p: f"{name}: " + ("MoE capacity factors (drop and pad)" if caps.drop_and_pad else "dropless MoE only"),
-         lambda p, c: text(f"{caps.target}-capacity", f"the capacity factor {p.model.moe.capacity_factor:g} of "
-                                                      f"{p.model_id} (every expert padded to its capacity)",
-                           "a dropless model (moe capacity_factor null), or export to megatron or maxtext")),
-        (f"{caps.target}-state-precision", ("fsdp", "cp", "z"), lambda p, c: _state_precision_ok(caps, p, c),
-         lambda p: f"{name}: " + ("bf16 gradients" if caps.bf16_grads else "fp32 gradients") + ", " + (
-             f"bf16 Adam moments with ZeRO {set(caps.bf16_moments_zero)}" if caps.bf16_moments_zero
-             else "fp32 Adam moments"),
-         lambda p, c: _state_precision_text(caps, p, c, text)),
-        (f"{caps.target}-sinks", (), lambda p, c: caps.attention_sinks or not p.model.attention_sinks,
-         lambda p: f"{name}: " + ("attention with or without sinks" if caps.attention_sinks else "attention without sinks"),
-         lambda p, c: text(f"{caps.target}-sinks", f"the attention sinks of {p.model_id}",
-                           "export to deepspeed (the Hugging Face model code has them)")),
-        (f"{caps.target}-window", (),  # a window as long as the sequence attends over all of it
-         lambda p, c: caps.sliding_window or (p.model.sliding_window or np.inf) >= p.workload.seq_len,
-         lambda p: f"{name}: " + ("full or windowed attention" if caps.sliding_window else "full attention only"),
-         lambda p, c: text(f"{caps.target}-window", f"the {p.model.sliding_window}-token sliding window of "
-                                                    f"{p.model_id}", "export to deepspeed (the Hugging Face model "
-                                                                     "code has it)")),
-        (f"{caps.target}-model", (), lambda p, c: not caps.model_blocks or any(MODEL_BLOCKS[b](p.model)
-                                                                               for b in caps.model_blocks),
-         lambda p: f"{name}: a model of the {' or '.join(caps.model_blocks) or 'any'} family",
-         lambda p, c: text(f"{caps.target}-model", f"model {p.model_id} (its decoder blocks: "
-                                                   f"{' or '.join(caps.model_blocks)})", "export to megatron")),
-    ))
+    return tuple(
+        _rule(code, needs, holds, title, msg, "framework")
+        for code, needs, holds, title, msg in (
+            (
+                f"{caps.target}-zero",
+                ("fsdp", "cp", "z"),
+                lambda p, c: np.isin(effective_zero(c), caps.zero_stages),
+                lambda p: f"{name}: ZeRO stage in {set(caps.zero_stages)}",
+                lambda p, c: text(
+                    f"{caps.target}-zero",
+                    f"ZeRO-{c['z']}",
+                    f"zero_stage {' or '.join(map(str, [s for s in caps.zero_stages if s]))}",
+                ),
+            ),
+            (
+                f"{caps.target}-replicas",
+                ("dp", "fsdp", "cp", "z"),
+                lambda p, c: (
+                    (c["dp"] == 1)
+                    | (effective_zero(c) == 0)
+                    | np.isin(effective_zero(c), caps.zero_stages_with_replicas)
+                ),
+                lambda p: f"{name}: dp replicas of a ZeRO shard only with ZeRO {set(caps.zero_stages_with_replicas)}",
+                lambda p, c: text(
+                    f"{caps.target}-replicas",
+                    f"dp({c['dp']}) copies of a ZeRO-{c['z']} shard over fsdp({c['fsdp']})",
+                    f"dp=1, fsdp={c['dp'] * c['fsdp']}",
+                ),
+            ),
+            (
+                f"{caps.target}-cp",
+                ("cp", "fsdp", "z"),
+                lambda p, c: (
+                    (c["cp"] == 1) | (caps.context_parallel & np.isin(effective_zero(c), caps.zero_stages_with_cp))
+                ),
+                lambda p: (
+                    f"{name}: cp " + (f"with ZeRO {set(caps.zero_stages_with_cp)}" if caps.context_parallel else "= 1")
+                ),
+                lambda p, c: text(
+                    f"{caps.target}-cp",
+                    f"cp({c['cp']}) with ZeRO-{c['z']}",
+                    f"cp=1 with fsdp x {c['cp']}"
+                    if not caps.context_parallel
+                    else f"zero_stage {' or '.join(map(str, caps.zero_stages_with_cp))}",
+                ),
+            ),
+            (
+                f"{caps.target}-pipeline",
+                ("pp", "sched", "fsdp", "cp", "z"),
+                lambda p, c: (
+                    (c["pp"] == 1) | (np.isin(c["sched"], codes) & np.isin(effective_zero(c), caps.zero_stages_with_pp))
+                ),
+                lambda p: (
+                    f"{name}: pipelines {', '.join(caps.pipeline_schedules) or 'none'}"
+                    + (f" with ZeRO {set(caps.zero_stages_with_pp)}" if len(caps.zero_stages_with_pp) < 4 else "")
+                ),
+                lambda p, c: (
+                    text(
+                        f"{caps.target}-pipeline",
+                        f"pp({c['pp']}) with the {SCHEDULE_NAMES[c['sched']]} schedule",
+                        f"schedule {' or '.join(caps.pipeline_schedules)}" if caps.pipeline_schedules else "pp=1",
+                    )
+                    if c["sched"] not in codes
+                    else text(
+                        f"{caps.target}-pipeline",
+                        f"ZeRO-{c['z']} with pp({c['pp']})",
+                        f"zero_stage {' or '.join(map(str, caps.zero_stages_with_pp))}",
+                    )
+                ),
+            ),
+            (
+                f"{caps.target}-split",
+                ("pp", "v"),
+                lambda p, c: np.isin(_split_name(p, c), caps.pipeline_splits),
+                lambda p: f"{name}: pipeline splits {', '.join(caps.pipeline_splits)}",
+                lambda p, c: text(
+                    f"{caps.target}-split",
+                    f"the {_split_name(p, c)[0]} split of num_layers("
+                    f"{p.model.num_layers}) over pp({c['pp']}) x virtual_stages({c['v']})",
+                    "a pp that divides the layers, or export to megatron",
+                ),
+            ),
+            (
+                f"{caps.target}-recompute",
+                ("r",),
+                lambda p, c: np.isin(c["r"], [RECOMPUTE_CODES[r] for r in caps.recompute_policies]),
+                lambda p: f"{name}: recompute {', '.join(caps.recompute_policies)}",
+                lambda p, c: text(
+                    f"{caps.target}-recompute",
+                    f"the recompute policy {RECOMPUTE_POLICIES[c['r']]}",
+                    f"recompute {' or '.join(caps.recompute_policies)}",
+                ),
+            ),
+            (
+                f"{caps.target}-kv",
+                ("tp",),
+                lambda p, c: caps.kv_replication | (c["tp"] <= p.model.num_kv_heads),
+                lambda p: f"{name}: tp <= num_kv_heads({p.model.num_kv_heads}) (no KV-head replication)",
+                lambda p, c: text(
+                    f"{caps.target}-kv",
+                    f"tp({c['tp']}) > num_kv_heads({p.model.num_kv_heads}) (replicated KV heads)",
+                    f"tp={p.model.num_kv_heads} with the rest in fsdp",
+                ),
+            ),
+            (
+                f"{caps.target}-precision",
+                (),
+                lambda p, c: p.workload.precision in caps.precisions,
+                lambda p: f"{name}: precision {', '.join(caps.precisions)}",
+                lambda p, c: text(
+                    f"{caps.target}-precision",
+                    f"{p.workload.precision} training",
+                    f"--precision {caps.precisions[0]}, or export to megatron",
+                ),
+            ),
+            (
+                f"{caps.target}-etp",
+                ("ep", "etp", "tp"),
+                lambda p, c: p.model.moe is None or _etp_ok(caps, c),
+                lambda p: (
+                    f"{name}: expert TP {', '.join(caps.expert_tensor)} with ep > 1, "
+                    f"{', '.join(caps.expert_tensor_without_ep) or 'none'} with ep = 1"
+                ),
+                lambda p, c: text(
+                    f"{caps.target}-etp", f"etp({c['etp']}) with ep({c['ep']}) and tp({c['tp']})", _etp_nearest(caps, c)
+                ),
+            ),
+            (
+                f"{caps.target}-experts",
+                (*ALL_DEGREE_NAMES, "z"),
+                lambda p, c: p.model.moe is None or _expert_span(caps, c) % np.maximum(c["ep"] * c["etp"], 1) == 0,
+                lambda p: f"{name}: ep x etp divides {' x '.join(caps.expert_groups)}",
+                lambda p, c: text(
+                    f"{caps.target}-experts",
+                    f"ep({c['ep']}) x etp({c['etp']}) = {c['ep'] * c['etp']} "
+                    f"expert devices, which do not divide the "
+                    f"{int(_expert_span(caps, c))} devices its expert groups can "
+                    f"take ({_span_text(caps, c)})",
+                    _experts_nearest(caps, c),
+                ),
+            ),
+            (
+                f"{caps.target}-ep-tp-pp",
+                ("ep", "tp", "pp"),
+                lambda p, c: (
+                    p.model.moe is None
+                    or caps.expert_parallel_with_tp_and_pp
+                    or (c["ep"] == 1) | (c["tp"] == 1) | (c["pp"] == 1)
+                ),
+                lambda p: (
+                    f"{name}: ep > 1 "
+                    + ("with tp and pp" if caps.expert_parallel_with_tp_and_pp else "not with both tp > 1 and pp > 1")
+                ),
+                lambda p, c: text(
+                    f"{caps.target}-ep-tp-pp",
+                    f"ep({c['ep']}) with both tp({c['tp']}) and pp({c['pp']})",
+                    "tp=1 or pp=1 with ep > 1",
+                ),
+            ),
+            (
+                f"{caps.target}-deepep",
+                ("ep",),
+                lambda p, c: (
+                    caps.deepep | (c["ep"] == 1) | (not node_dedup(p.model, p.workload, p.cluster.accelerator.kind))
+                ),
+                lambda p: f"{name}: " + ("DeepEP dispatch" if caps.deepep else "no DeepEP dispatch with ep > 1"),
+                lambda p, c: text(
+                    f"{caps.target}-deepep",
+                    f"the DeepEP token dispatch with ep({c['ep']})",
+                    "--no-deepep, or export to megatron or torchtitan",
+                ),
+            ),
+            (
+                f"{caps.target}-vendor-attention",
+                (),
+                # only where the workload asks for it (--vendor-attention): a profile's own choice travels with the profile
+                lambda p, c: (
+                    caps.vendor_attention
+                    or not (p.workload.vendor_attention and vendor_attention(p.workload, p.cluster.accelerator))
+                ),
+                lambda p: (
+                    f"{name}: "
+                    + ("the vendor's fused attention" if caps.vendor_attention else "no vendor fused attention")
+                ),
+                lambda p, c: text(
+                    f"{caps.target}-vendor-attention",
+                    "the vendor's fused attention kernel (cuDNN / Transformer Engine)",
+                    "--no-vendor-attention, or export to megatron",
+                ),
+            ),
+            (
+                f"{caps.target}-cuda-graphs",
+                ("r",),
+                lambda p, c: _graphs_ok(caps, p, c),
+                lambda p: _graphs_title(caps, p),
+                lambda p, c: _graphs_text(caps, p, c, text),
+            ),
+            (
+                f"{caps.target}-tp-overlap",
+                ("tp",),
+                lambda p, c: caps.tp_comm_overlap | (not p.workload.tp_comm_overlap) | (c["tp"] == 1),
+                lambda p: (
+                    f"{name}: "
+                    + ("TP communication overlap" if caps.tp_comm_overlap else "no TP communication overlap")
+                ),
+                lambda p, c: text(
+                    f"{caps.target}-tp-overlap",
+                    f"the TP communication overlap (--tp-comm-overlap) with tp({c['tp']})",
+                    "--no-tp-comm-overlap, or export to megatron",
+                ),
+            ),
+            (
+                f"{caps.target}-ep-overlap",
+                ("ep",),
+                lambda p, c: (
+                    caps.ep_comm_overlap | (not p.workload.ep_comm_overlap) | (p.model.moe is None) | (c["ep"] == 1)
+                ),
+                lambda p: (
+                    f"{name}: "
+                    + (
+                        "expert-parallel AllToAll overlap"
+                        if caps.ep_comm_overlap
+                        else "no expert-parallel AllToAll overlap"
+                    )
+                ),
+                lambda p, c: text(
+                    f"{caps.target}-ep-overlap",
+                    f"the expert-parallel AllToAll overlap (--ep-comm-overlap) with ep({c['ep']})",
+                    "--no-ep-comm-overlap, or export to megatron",
+                ),
+            ),
+            (
+                f"{caps.target}-unfused-attention",
+                (),
+                lambda p, c: caps.unfused_attention or p.workload.flash_attention,
+                lambda p: (
+                    f"{name}: " + ("fused or unfused attention" if caps.unfused_attention else "fused attention only")
+                ),
+                lambda p, c: text(
+                    f"{caps.target}-unfused-attention",
+                    "materialised attention scores (--no-fused-attention)",
+                    "--fused-attention, or export to megatron or maxtext",
+                ),
+            ),
+            (
+                f"{caps.target}-capacity",
+                (),
+                lambda p, c: caps.drop_and_pad or p.model.moe is None or p.model.dropless_moe,
+                lambda p: (
+                    f"{name}: " + ("MoE capacity factors (drop and pad)" if caps.drop_and_pad else "dropless MoE only")
+                ),
+                lambda p, c: text(
+                    f"{caps.target}-capacity",
+                    f"the capacity factor {p.model.moe.capacity_factor:g} of "
+                    f"{p.model_id} (every expert padded to its capacity)",
+                    "a dropless model (moe capacity_factor null), or export to megatron or maxtext",
+                ),
+            ),
+            (
+                f"{caps.target}-state-precision",
+                ("fsdp", "cp", "z"),
+                lambda p, c: _state_precision_ok(caps, p, c),
+                lambda p: (
+                    f"{name}: "
+                    + ("bf16 gradients" if caps.bf16_grads else "fp32 gradients")
+                    + ", "
+                    + (
+                        f"bf16 Adam moments with ZeRO {set(caps.bf16_moments_zero)}"
+                        if caps.bf16_moments_zero
+                        else "fp32 Adam moments"
+                    )
+                ),
+                lambda p, c: _state_precision_text(caps, p, c, text),
+            ),
+            (
+                f"{caps.target}-sinks",
+                (),
+                lambda p, c: caps.attention_sinks or not p.model.attention_sinks,
+                lambda p: (
+                    f"{name}: "
+                    + ("attention with or without sinks" if caps.attention_sinks else "attention without sinks")
+                ),
+                lambda p, c: text(
+                    f"{caps.target}-sinks",
+                    f"the attention sinks of {p.model_id}",
+                    "export to deepspeed (the Hugging Face model code has them)",
+                ),
+            ),
+            (
+                f"{caps.target}-window",
+                (),  # a window as long as the sequence attends over all of it
+                lambda p, c: caps.sliding_window or (p.model.sliding_window or np.inf) >= p.workload.seq_len,
+                lambda p: (
+                    f"{name}: " + ("full or windowed attention" if caps.sliding_window else "full attention only")
+                ),
+                lambda p, c: text(
+                    f"{caps.target}-window",
+                    f"the {p.model.sliding_window}-token sliding window of {p.model_id}",
+                    "export to deepspeed (the Hugging Face model code has it)",
+                ),
+            ),
+            (
+                f"{caps.target}-model",
+                (),
+                lambda p, c: not caps.model_blocks or any(MODEL_BLOCKS[b](p.model) for b in caps.model_blocks),
+                lambda p: f"{name}: a model of the {' or '.join(caps.model_blocks) or 'any'} family",
+                lambda p, c: text(
+                    f"{caps.target}-model",
+                    f"model {p.model_id} (its decoder blocks: {' or '.join(caps.model_blocks)})",
+                    "export to megatron",
+                ),
+            ),
+        )
+    )
 
 
 # ----------------------------------------------------------------------------- evaluation
-def registry(options: SearchOptions | None = None, capabilities: Capabilities | None = None,
-             canonical: bool = False) -> tuple[Rule, ...]:
+def registry(
+    options: SearchOptions | None = None, capabilities: Capabilities | None = None, canonical: bool = False
+) -> tuple[Rule, ...]:
     """The rules in force, in funnel order: the user's options, structure, the search's canonical
     forms, then an export target's limits."""
-    return (option_rules(options) + STRUCTURE + (CANONICAL if canonical else ())
-            + (framework_rules(capabilities) if capabilities else ()))
+    return (
+        option_rules(options)
+        + STRUCTURE
+        + (CANONICAL if canonical else ())
+        + (framework_rules(capabilities) if capabilities else ())
+    )
 
 
 def candidate_of(layout: Layout, k: int | None = None) -> Cand:
     """One layout as a candidate (arrays of length 1)."""
-    values = {**layout.all_degrees, "v": layout.virtual_stages, "sched": SCHEDULE_CODES.get(layout.schedule, -1),
-              "k": layout.num_microbatches if k is None else k, "z": layout.zero_stage,
-              "r": RECOMPUTE_CODES.get(layout.recompute, -1),
-              "lf": layout.first_stage_layers or 0, "ll": layout.last_stage_layers or 0}
+    values = {
+        **layout.all_degrees,
+        "v": layout.virtual_stages,
+        "sched": SCHEDULE_CODES.get(layout.schedule, -1),
+        "k": layout.num_microbatches if k is None else k,
+        "z": layout.zero_stage,
+        "r": RECOMPUTE_CODES.get(layout.recompute, -1),
+        "lf": layout.first_stage_layers or 0,
+        "ll": layout.last_stage_layers or 0,
+    }
     return {key: np.array([value], dtype=np.int64) for key, value in values.items()}
 
 

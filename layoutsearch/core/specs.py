@@ -26,38 +26,70 @@ def choices(name: str, values: tuple[str, ...], doc: str) -> type[StrEnum]:
     return enum
 
 
-Recompute = choices("Recompute", (
-    "none", "selective", "full",  # Megatron: nothing, the attention core (+ MLP activation), the whole layer
-    "op",  # torchtitan per-op selective AC: every other matmul output and the attention output saved
-    "minimal", "minimal_with_context", "save_dot_with_context_except_mlp", "save_dot_except_mlpwi",
-    "save_dot_except_mlp", "save_qkv_proj", "save_out_proj",  # MaxText remat policies
-    "qkv_proj_offloaded", "minimal_offloaded",  # MaxText's host-offloading policies
-    # MaxText remat_policy: custom with the layer input (decoder_layer_input) and the named projections
-    # offloaded to host memory, the rest rematerialised (the tpu-recipes MoE and Llama configs)
-    "custom_offload_input", "custom_offload_qkv_proj", "custom_offload_out_proj", "custom_offload_dots_except_mlp",
-    # Megatron selective with --recompute-modules layernorm moe_act: the outputs of the norms that are separate
-    # modules (MLA's input norm, a MoE layer's pre-MLP norm) and the routed experts' activation are dropped and
-    # recomputed (output-discarding checkpoints), nothing else;
-    # with layernorm moe (and mlp for dense layers): the norms and every MLP / MoE layer run forward again;
-    # with mla_up_proj (latent attention only): the up-projections run again from the saved latents
-    "norm_act", "norm_moe", "mla_up_proj",
-), "Activation-checkpoint policy: a named set of saved tensors (costs.memory.POLICY_SAVES), some of them "
-   "in host memory (costs.memory.OFFLOADED).")
-Schedule = choices("Schedule", ("1f1b", "interleaved", "gpipe"),
-                    "Pipeline schedule: 1F1B, interleaved 1F1B (virtual stages), GPipe (all forwards first).")
+Recompute = choices(
+    "Recompute",
+    (
+        "none",
+        "selective",
+        "full",  # Megatron: nothing, the attention core (+ MLP activation), the whole layer
+        "op",  # torchtitan per-op selective AC: every other matmul output and the attention output saved
+        "minimal",
+        "minimal_with_context",
+        "save_dot_with_context_except_mlp",
+        "save_dot_except_mlpwi",
+        "save_dot_except_mlp",
+        "save_qkv_proj",
+        "save_out_proj",  # MaxText remat policies
+        "qkv_proj_offloaded",
+        "minimal_offloaded",  # MaxText's host-offloading policies
+        # MaxText remat_policy: custom with the layer input (decoder_layer_input) and the named projections
+        # offloaded to host memory, the rest rematerialised (the tpu-recipes MoE and Llama configs)
+        "custom_offload_input",
+        "custom_offload_qkv_proj",
+        "custom_offload_out_proj",
+        "custom_offload_dots_except_mlp",
+        # Megatron selective with --recompute-modules layernorm moe_act: the outputs of the norms that are separate
+        # modules (MLA's input norm, a MoE layer's pre-MLP norm) and the routed experts' activation are dropped and
+        # recomputed (output-discarding checkpoints), nothing else;
+        # with layernorm moe (and mlp for dense layers): the norms and every MLP / MoE layer run forward again;
+        # with mla_up_proj (latent attention only): the up-projections run again from the saved latents
+        "norm_act",
+        "norm_moe",
+        "mla_up_proj",
+    ),
+    "Activation-checkpoint policy: a named set of saved tensors (costs.memory.POLICY_SAVES), some of them "
+    "in host memory (costs.memory.OFFLOADED).",
+)
+Schedule = choices(
+    "Schedule",
+    ("1f1b", "interleaved", "gpipe"),
+    "Pipeline schedule: 1F1B, interleaved 1F1B (virtual stages), GPipe (all forwards first).",
+)
 Objective = choices("Objective", ("step-time", "gather-volume"), "What the search minimises.")
 Method = choices("Method", ("cpsat", "enumerate"), "CP-SAT (a proof) or the exhaustive enumerator (the oracle).")
 MfuConvention = choices("MfuConvention", ("model", "palm", "palm-causal"), "How MFU counts FLOPs (costs.flops).")
-Framework = choices("Framework", ("megatron", "torchtitan", "maxtext", "deepspeed", "ideal"),
-                    "The training framework whose overlap behaviour the step time assumes (core.frameworks).")
-Precision = choices("Precision", ("bf16", "fp16", "fp8"),
-                    "Matmul precision: bf16 (fp16 costs the same), or fp8 GEMMs with bf16 activations between them.")
-CudaGraphs = choices("CudaGraphs", ("none", "scoped", "full_iteration"),
-                     "CUDA graphs (GPUs): none; per-layer graphs of the attention and the MoE router and "
-                     "preprocessing; or the whole forward-backward as one graph.")
-Routing = choices("Routing", ("learned", "forced"),
-                  "How a dropless MoE routes tokens: a trained router (the experts' loads vary), or random "
-                  "routing forced for benchmarks (Megatron --moe-router-force-load-balancing).")
+Framework = choices(
+    "Framework",
+    ("megatron", "torchtitan", "maxtext", "deepspeed", "ideal"),
+    "The training framework whose overlap behaviour the step time assumes (core.frameworks).",
+)
+Precision = choices(
+    "Precision",
+    ("bf16", "fp16", "fp8"),
+    "Matmul precision: bf16 (fp16 costs the same), or fp8 GEMMs with bf16 activations between them.",
+)
+CudaGraphs = choices(
+    "CudaGraphs",
+    ("none", "scoped", "full_iteration"),
+    "CUDA graphs (GPUs): none; per-layer graphs of the attention and the MoE router and "
+    "preprocessing; or the whole forward-backward as one graph.",
+)
+Routing = choices(
+    "Routing",
+    ("learned", "forced"),
+    "How a dropless MoE routes tokens: a trained router (the experts' loads vary), or random "
+    "routing forced for benchmarks (Megatron --moe-router-force-load-balancing).",
+)
 
 
 RECOMPUTE_POLICIES = tuple(p.value for p in Recompute)
@@ -249,8 +281,12 @@ class Workload:
     @property
     def state_bytes_per_param(self) -> int:
         """Model-state bytes per parameter (18 for the mixed-precision Adam preset)."""
-        return (self.weight_bytes_per_param + self.master_bytes_per_param
-                + self.grad_bytes_per_param + self.optimizer_bytes_per_param)
+        return (
+            self.weight_bytes_per_param
+            + self.master_bytes_per_param
+            + self.grad_bytes_per_param
+            + self.optimizer_bytes_per_param
+        )
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)

@@ -34,8 +34,12 @@ from __future__ import annotations
 import numpy as np
 
 EVEN, EMBEDDING_AND_LOSS, FIRST_LAST, CHUNK_LAYOUT = 0, 1, 2, 3
-SPLIT_NAMES = {EVEN: "even", EMBEDDING_AND_LOSS: "embedding-and-loss", FIRST_LAST: "first-last",
-               CHUNK_LAYOUT: "chunk-layout"}
+SPLIT_NAMES = {
+    EVEN: "even",
+    EMBEDDING_AND_LOSS: "embedding-and-loss",
+    FIRST_LAST: "first-last",
+    CHUNK_LAYOUT: "chunk-layout",
+}
 
 
 def split_layers(num_layers: int, pp, v, first=0, last=0, head: int = 0):
@@ -64,9 +68,15 @@ def split_layers(num_layers: int, pp, v, first=0, last=0, head: int = 0):
     # each stage a multiple of v: --decoder-first/last-pipeline-num-layers; given counts that are not are a
     # --pipeline-model-parallel-layout of chunks (Megatron-Bridge's DeepSeek-V3 recipes), which Megatron writes
     by_v = (f_given % v == 0) & (l_given % v == 0) & (m_given % v == 0)
-    fl_ok = ((pp >= 2) & (f_given >= v) & (l_given >= v) & (given | by_v)
-             & np.where(pp > 2, ((L - f_given - l_given) % middle_count == 0) & (m_given >= v), f_given + l_given == L)
-             & (f_given <= m_given) & (l_given <= m_given))
+    fl_ok = (
+        (pp >= 2)
+        & (f_given >= v)
+        & (l_given >= v)
+        & (given | by_v)
+        & np.where(pp > 2, ((L - f_given - l_given) % middle_count == 0) & (m_given >= v), f_given + l_given == L)
+        & (f_given <= m_given)
+        & (l_given <= m_given)
+    )
     chunked = propose & ~fl_ok & (v > 1) & (pp > 1) & (L + 2 >= chunks)
     c_first, c_middle, c_last = _chunk_stage_layers(L, pp, v)
     f = np.select([even, account, chunked], [L // pp, v * per_chunk - 1, c_first], f_given)
@@ -84,9 +94,11 @@ def _chunk_stage_layers(num_layers: int, pp, v):
     """(first, heaviest middle, last) stage layers of ``chunk_layout`` (arrays)."""
     slots, chunks = num_layers + 2, np.maximum(pp * v, 1)
     base, extra = slots // chunks, slots % chunks
+
     # stage r holds chunks r, r + pp, ...: v chunks, of which those with index < extra hold one more
     def stage_slots(r):
         return v * base + np.clip(-(-(extra - r) // np.maximum(pp, 1)), 0, v)
+
     middle = np.where(pp > 2, stage_slots(np.minimum(1, pp - 1)), 0)
     return stage_slots(0) - 1, np.maximum(middle, 0), stage_slots(pp - 1) - 1
 
@@ -100,7 +112,7 @@ def chunk_layout(num_layers: int, pp: int, v: int) -> list[list[str]]:
     out, at = [], 0
     for i in range(chunks):
         n = base + (i < extra)
-        out.append(items[at:at + n])
+        out.append(items[at : at + n])
         at += n
     return out
 

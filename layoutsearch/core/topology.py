@@ -40,7 +40,6 @@ document's ``problem.cluster_spec``, from which ``Problem.from_record`` rebuilds
 
 from __future__ import annotations
 
-import itertools
 import math
 import re
 from collections.abc import Iterable, Sequence
@@ -65,8 +64,9 @@ SHAPES_2D = {1: (1, 1), 4: (2, 2), 8: (2, 4), 16: (4, 4), 32: (4, 8), 64: (8, 8)
 SCALABLE_UNIT_NODES = 32  # H100 reference: 32 nodes under one set of rail leaves
 MAX_RAILS = 8  # NICs per node: one leaf per rail in each scalable unit, as many spines
 # A single TPU chip: no link to span; one axis of size 1 so that a Cluster always has an axis.
-SINGLE_CHIP_AXIS = Axis(name="x", size=1, kind="torus", bytes_per_s_per_direction=0.0, wraparound=False,
-                        latency_s=0.0, efficiency=1.0)
+SINGLE_CHIP_AXIS = Axis(
+    name="x", size=1, kind="torus", bytes_per_s_per_direction=0.0, wraparound=False, latency_s=0.0, efficiency=1.0
+)
 
 
 # ----------------------------------------------------------------------------- shapes
@@ -123,14 +123,16 @@ def _nearby_sizes(acc: Accelerator, n: int, per_node: int = 1) -> list[int]:
         candidates = [d for d in divisors(per_node) if d < per_node]
         candidates += [m * per_node for m in range(max(k - 1, 1), k + 3)]
         host = acc.devices_per_host
-        candidates += [m * host for m in range(max(n // host - 2, 1), n // host + 3)
-                       if partial_domains(acc, m * host, per_node)]
+        candidates += [
+            m * host for m in range(max(n // host - 2, 1), n // host + 3) if partial_domains(acc, m * host, per_node)
+        ]
     elif acc.torus_dims == 2:
         candidates = [s for s in SHAPES_2D if torus_shape(acc, s)]
     else:
         k = min(n, _max_slice_chips(acc)) // 64
-        candidates = [s for s in [*SMALL_3D_SHAPES, *(64 * m for m in range(max(k - 1, 1), k + 3))]
-                      if torus_shape(acc, s)]
+        candidates = [
+            s for s in [*SMALL_3D_SHAPES, *(64 * m for m in range(max(k - 1, 1), k + 3))] if torus_shape(acc, s)
+        ]
     valid = sorted({s for s in candidates if s <= MAX_DEVICES})
     return [s for s in valid if s < n][-2:] + [s for s in valid if s > n][:2]
 
@@ -168,7 +170,7 @@ class FactorGraph:
             self.add_edge(u, v, **attrs)
 
     @property
-    def nodes(self) -> "_NodeView":
+    def nodes(self) -> _NodeView:
         return _NodeView(self._node)
 
     @property
@@ -273,19 +275,26 @@ def fat_tree_graph(num_nodes: int, rails: int, nic_bytes_per_s: float, latency_s
 
 def torus_factors(acc: Accelerator, shape: tuple[int, ...], num_slices: int = 1) -> tuple[FactorGraph, ...]:
     """The torus axes of one slice, then DCN between slices when there is more than one."""
-    factors = [torus_axis_graph(name, size, wrap, acc.link_bytes_per_s_per_direction, acc.link_latency_s)
-               for name, size, wrap in zip(TORUS_AXIS_NAMES, shape, torus_wraparound(acc, shape))]
+    factors = [
+        torus_axis_graph(name, size, wrap, acc.link_bytes_per_s_per_direction, acc.link_latency_s)
+        for name, size, wrap in zip(TORUS_AXIS_NAMES, shape, torus_wraparound(acc, shape))
+    ]
     if num_slices > 1:
-        factors.append(hub_graph("dcn", "dcn", num_slices, "dcn", acc.scale_out_bytes_per_s_per_direction,
-                                 acc.scale_out_latency_s))
+        factors.append(
+            hub_graph("dcn", "dcn", num_slices, "dcn", acc.scale_out_bytes_per_s_per_direction, acc.scale_out_latency_s)
+        )
     return tuple(factors)
 
 
-def gpu_factors(acc: Accelerator, num_nodes: int, devices_per_node: int,
-                scale_out_bytes_per_s: float | None = None) -> tuple[FactorGraph, ...]:
+def gpu_factors(
+    acc: Accelerator, num_nodes: int, devices_per_node: int, scale_out_bytes_per_s: float | None = None
+) -> tuple[FactorGraph, ...]:
     """The NVLink domain of one node, then the scale-out fat tree when there is more than one node."""
-    factors = [hub_graph("node", "switch", devices_per_node, ("nvswitch",), acc.link_bytes_per_s_per_direction,
-                         acc.link_latency_s)]
+    factors = [
+        hub_graph(
+            "node", "switch", devices_per_node, ("nvswitch",), acc.link_bytes_per_s_per_direction, acc.link_latency_s
+        )
+    ]
     if num_nodes > 1:
         nic = scale_out_bytes_per_s or acc.scale_out_bytes_per_s_per_direction
         factors.append(fat_tree_graph(num_nodes, min(devices_per_node, MAX_RAILS), nic, acc.scale_out_latency_s))
@@ -315,8 +324,9 @@ def _is_ring(f: FactorGraph) -> bool:
     """True for a cycle, False for a path; anything else is an inconsistent torus axis."""
     n, e = f.number_of_nodes(), f.number_of_edges()
     if e not in (n - 1, n) or max(d for _, d in f.degree) > 2 or not f.is_connected():
-        raise CatalogueError(f"factor graph '{f.graph['axis']}': a torus axis must be a ring or a line, "
-                             f"got {n} positions and {e} links")
+        raise CatalogueError(
+            f"factor graph '{f.graph['axis']}': a torus axis must be a ring or a line, got {n} positions and {e} links"
+        )
     return e == n and n > 2
 
 
@@ -328,8 +338,15 @@ def factor_axis(f: FactorGraph, acc: Accelerator) -> Axis:
         raise CatalogueError(f"factor graph '{name}': links differ in (bandwidth, latency): {sorted(rates)}")
     bytes_per_s, latency_s = rates.pop() if rates else (0.0, 0.0)
     efficiency = acc.collective_efficiency if kind in ("torus", "switch") else acc.scale_out_efficiency
-    return Axis(name=name, size=_size(f), kind=kind, bytes_per_s_per_direction=bytes_per_s,
-                wraparound=kind == "torus" and _is_ring(f), latency_s=latency_s, efficiency=efficiency)
+    return Axis(
+        name=name,
+        size=_size(f),
+        kind=kind,
+        bytes_per_s_per_direction=bytes_per_s,
+        wraparound=kind == "torus" and _is_ring(f),
+        latency_s=latency_s,
+        efficiency=efficiency,
+    )
 
 
 def derive_axes(factors: Sequence[FactorGraph], acc: Accelerator) -> tuple[tuple[Axis, ...], int]:
@@ -346,7 +363,9 @@ def derive_axes(factors: Sequence[FactorGraph], acc: Accelerator) -> tuple[tuple
 
 
 # ----------------------------------------------------------------------------- names and bounds
-_NAME = re.compile(r"^(?P<acc>[a-z0-9.]+(?:-[0-9]+gb)?)(?:-(?P<n>[0-9]+)|:(?P<shape>[0-9]+(?:x[0-9]+)*))(?:x(?P<slices>[0-9]+))?$")
+_NAME = re.compile(
+    r"^(?P<acc>[a-z0-9.]+(?:-[0-9]+gb)?)(?:-(?P<n>[0-9]+)|:(?P<shape>[0-9]+(?:x[0-9]+)*))(?:x(?P<slices>[0-9]+))?$"
+)
 
 
 def _number(name: str, digits: str, what: str) -> int:
@@ -366,14 +385,17 @@ def _check_shape(where: str, acc: Accelerator, shape: tuple[int, ...]) -> None:
     if acc.kind != "tpu":
         raise CatalogueError(f"{where}: an explicit shape is for TPUs; give the GPU count ({acc.id}-N)")
     if len(shape) != acc.torus_dims:
-        raise CatalogueError(f"{where}: an explicit shape needs {acc.torus_dims} "
-                             f"dimensions for {acc.id}, got {len(shape)}")
+        raise CatalogueError(
+            f"{where}: an explicit shape needs {acc.torus_dims} dimensions for {acc.id}, got {len(shape)}"
+        )
     if min(shape) < 1:
         raise CatalogueError(f"{where}: every shape dimension must be >= 1, got {_dims(shape)}")
     largest = acc.max_slice_shape  # sorted dims within sorted dims, so the product is within too
     if any(s > m for s, m in zip(sorted(shape), sorted(largest))):
-        raise CatalogueError(f"{where}: shape {_dims(shape)} does not fit in the largest {acc.id} slice "
-                             f"{_dims(largest)} (sorted {_dims(sorted(shape))} vs {_dims(sorted(largest))})")
+        raise CatalogueError(
+            f"{where}: shape {_dims(shape)} does not fit in the largest {acc.id} slice "
+            f"{_dims(largest)} (sorted {_dims(sorted(shape))} vs {_dims(sorted(largest))})"
+        )
 
 
 def parse_cluster_name(name: str) -> tuple[Accelerator, dict]:
@@ -381,12 +403,16 @@ def parse_cluster_name(name: str) -> tuple[Accelerator, dict]:
     every count is checked against MAX_DEVICES here."""
     m = _NAME.match(name.strip().lower())
     if not m:
-        raise CatalogueError(f"cluster '{name}': expected ACCELERATOR-COUNT (v5p-8192, h100-1024), "
-                             f"ACCELERATOR:SHAPE (v5p:16x20x28) or ACCELERATOR-COUNTxSLICES (v5p-8960x4)")
+        raise CatalogueError(
+            f"cluster '{name}': expected ACCELERATOR-COUNT (v5p-8192, h100-1024), "
+            f"ACCELERATOR:SHAPE (v5p:16x20x28) or ACCELERATOR-COUNTxSLICES (v5p-8960x4)"
+        )
     acc_id = m["acc"]
     if acc_id not in accelerator_names():
-        raise CatalogueError(f"cluster '{name}': unknown accelerator '{acc_id}'{did_you_mean(acc_id, accelerator_names())}; "
-                             f"known: {', '.join(accelerator_names())}")
+        raise CatalogueError(
+            f"cluster '{name}': unknown accelerator '{acc_id}'{did_you_mean(acc_id, accelerator_names())}; "
+            f"known: {', '.join(accelerator_names())}"
+        )
     acc = load_accelerator(acc_id)
     slices = _number(name, m["slices"], "slice count") if m["slices"] else 1
     if slices < 1:
@@ -402,8 +428,9 @@ def parse_cluster_name(name: str) -> tuple[Accelerator, dict]:
         desc = {"count": per_slice, "slices": slices}
     if per_slice * slices > MAX_DEVICES:
         counted = f"{per_slice:,} devices x {slices:,} slices = " if slices > 1 else ""
-        raise CatalogueError(f"cluster '{name}': {counted}{per_slice * slices:,} devices is over the limit of "
-                             f"{MAX_DEVICES:,} devices")
+        raise CatalogueError(
+            f"cluster '{name}': {counted}{per_slice * slices:,} devices is over the limit of {MAX_DEVICES:,} devices"
+        )
     return acc, desc
 
 
@@ -420,8 +447,9 @@ def partial_domains(acc: Accelerator, n: int, per_node: int) -> int | None:
     return None
 
 
-def cluster_factors(name: str, devices_per_node: int | None = None,
-                    scale_out_bytes_per_s: float | None = None) -> tuple[Accelerator, tuple[FactorGraph, ...]]:
+def cluster_factors(
+    name: str, devices_per_node: int | None = None, scale_out_bytes_per_s: float | None = None
+) -> tuple[Accelerator, tuple[FactorGraph, ...]]:
     """The accelerator and the factor graphs a cluster name (or a cluster file's path) describes,
     inner axis first (cheap).
 
@@ -437,9 +465,11 @@ def cluster_factors(name: str, devices_per_node: int | None = None,
         shape = desc.get("shape") or torus_shape(acc, desc["count"])
         if shape is None:
             n = desc["count"]
-            raise CatalogueError(f"cluster '{name}': {n} {acc.id} chips is not a slice shape "
-                                 f"(valid nearby sizes: {', '.join(map(str, _nearby_sizes(acc, n)))}; "
-                                 f"or give a shape, e.g. '{acc.id}:{_dims(acc.max_slice_shape)}')")
+            raise CatalogueError(
+                f"cluster '{name}': {n} {acc.id} chips is not a slice shape "
+                f"(valid nearby sizes: {', '.join(map(str, _nearby_sizes(acc, n)))}; "
+                f"or give a shape, e.g. '{acc.id}:{_dims(acc.max_slice_shape)}')"
+            )
         return acc, torus_factors(acc, shape, slices)
     if slices != 1:
         raise CatalogueError(f"cluster '{name}': multislice (xN) is for TPUs; give the GPU count")
@@ -449,14 +479,17 @@ def cluster_factors(name: str, devices_per_node: int | None = None,
         return acc, gpu_factors(acc, spread, n // spread, scale_out_bytes_per_s)
     if n % per_node and per_node % n:
         trays = f" or of {acc.devices_per_host}-GPU hosts" if acc.devices_per_host < per_node else ""
-        raise CatalogueError(f"cluster '{name}': {n} GPUs is not a whole number of {per_node}-GPU nodes{trays} "
-                             f"(valid nearby sizes: {', '.join(map(str, _nearby_sizes(acc, n, per_node)))})")
+        raise CatalogueError(
+            f"cluster '{name}': {n} GPUs is not a whole number of {per_node}-GPU nodes{trays} "
+            f"(valid nearby sizes: {', '.join(map(str, _nearby_sizes(acc, n, per_node)))})"
+        )
     nodes, per_node = (n // per_node, per_node) if n >= per_node else (1, n)
     return acc, gpu_factors(acc, nodes, per_node, scale_out_bytes_per_s)
 
 
-def resolve_cluster(name: str, devices_per_node: int | None = None,
-                    scale_out_bytes_per_s: float | None = None) -> Cluster:
+def resolve_cluster(
+    name: str, devices_per_node: int | None = None, scale_out_bytes_per_s: float | None = None
+) -> Cluster:
     """The cluster a name describes, its axes derived from the factor graphs (no device graph); a
     path ending in .yaml/.yml is a cluster file (``load_cluster_file``, read again on every call)."""
     if is_cluster_file(name):
@@ -550,8 +583,13 @@ def cluster_from_spec(data: Any, file: str, prefix: str = "", name: str | None =
     field (``prefix`` + key, e.g. ``cluster.nodes`` for a mapping inside a problem file)."""
     acc, factors, spec = file_cluster_factors(data, file, prefix)
     axes, slices = derive_axes(factors, acc)
-    return CustomCluster(name=name or spec.get("name") or file, accelerator=acc, axes=axes,
-                         num_slices=slices if acc.kind == "tpu" else 1, spec=spec)
+    return CustomCluster(
+        name=name or spec.get("name") or file,
+        accelerator=acc,
+        axes=axes,
+        num_slices=slices if acc.kind == "tpu" else 1,
+        spec=spec,
+    )
 
 
 def file_cluster_factors(data: Any, file: str, prefix: str = "") -> tuple[Accelerator, tuple[FactorGraph, ...], dict]:
@@ -566,9 +604,10 @@ def file_cluster_factors(data: Any, file: str, prefix: str = "") -> tuple[Accele
     gpu = acc.kind == "gpu"
     wrong = [key for key in (TPU_FIELDS if gpu else GPU_FIELDS) if getattr(f, key) is not None]
     if wrong:
-        raise CatalogueError(f"{where(wrong[0])} is for {'TPU' if gpu else 'GPU'} clusters; {acc.id} is a "
-                             f"{acc.kind.upper()}: give " + ("'nodes' (and 'devices_per_node')" if gpu
-                                                             else "'shape' (and 'slices')"))
+        raise CatalogueError(
+            f"{where(wrong[0])} is for {'TPU' if gpu else 'GPU'} clusters; {acc.id} is a "
+            f"{acc.kind.upper()}: give " + ("'nodes' (and 'devices_per_node')" if gpu else "'shape' (and 'slices')")
+        )
     sources = dict(acc.sources)
     changes: dict = {}
 
@@ -585,26 +624,40 @@ def file_cluster_factors(data: Any, file: str, prefix: str = "") -> tuple[Accele
             raise CatalogueError(f"{where('nodes')} is missing: the number of nodes of {per_node} {acc.id} GPUs")
         total = f.nodes * per_node
         if total > MAX_DEVICES:
-            raise CatalogueError(f"{where('nodes')}: {f.nodes:,} nodes x {per_node} GPUs = {total:,} devices is "
-                                 f"over the limit of {MAX_DEVICES:,} devices")
+            raise CatalogueError(
+                f"{where('nodes')}: {f.nodes:,} nodes x {per_node} GPUs = {total:,} devices is "
+                f"over the limit of {MAX_DEVICES:,} devices"
+            )
         changes["devices_per_node"] = spec["devices_per_node"] = per_node
-        override("nvlink_gbytes_per_s_per_direction", "link_bytes_per_s_per_direction",
-                 f.nvlink_gbytes_per_s_per_direction, GB)
-        override("scale_out_gbytes_per_s_per_device", "scale_out_bytes_per_s_per_direction",
-                 f.scale_out_gbytes_per_s_per_device, GB)
+        override(
+            "nvlink_gbytes_per_s_per_direction",
+            "link_bytes_per_s_per_direction",
+            f.nvlink_gbytes_per_s_per_direction,
+            GB,
+        )
+        override(
+            "scale_out_gbytes_per_s_per_device",
+            "scale_out_bytes_per_s_per_direction",
+            f.scale_out_gbytes_per_s_per_device,
+            GB,
+        )
         acc = replace(acc, **changes, sources=sources)
         return acc, gpu_factors(acc, f.nodes, per_node), spec
     if f.shape is None:
-        raise CatalogueError(f"{where('shape')} is missing: the torus of one slice, e.g. "
-                             f"{list(acc.max_slice_shape)} for the largest {acc.id} slice")
+        raise CatalogueError(
+            f"{where('shape')} is missing: the torus of one slice, e.g. "
+            f"{list(acc.max_slice_shape)} for the largest {acc.id} slice"
+        )
     shape = tuple(f.shape)
     if shape != torus_shape(acc, math.prod(shape)):  # a shape a count name builds (16x16x32), else as v5p:XxYxZ
         _check_shape(where("shape"), acc, shape)
     slices = spec["slices"] = f.slices or 1
     total = math.prod(shape) * slices
     if total > MAX_DEVICES:
-        raise CatalogueError(f"{where('slices')}: {math.prod(shape):,} chips ({_dims(shape)}) x {slices:,} slices = "
-                             f"{total:,} devices is over the limit of {MAX_DEVICES:,} devices")
+        raise CatalogueError(
+            f"{where('slices')}: {math.prod(shape):,} chips ({_dims(shape)}) x {slices:,} slices = "
+            f"{total:,} devices is over the limit of {MAX_DEVICES:,} devices"
+        )
     override("dcn_gbytes_per_s_per_chip", "scale_out_bytes_per_s_per_direction", f.dcn_gbytes_per_s_per_chip, GB)
     acc = replace(acc, **changes, sources=sources)
     return acc, torus_factors(acc, shape, slices), spec
@@ -618,13 +671,31 @@ def _file_accelerator(f: ClusterFile, file: str, prefix: str) -> Accelerator:
         return accelerator_from_dict(f.accelerator_spec, f"{file}: field '{prefix}accelerator_spec'")
     known = accelerator_names()
     if f.accelerator is None:
-        raise CatalogueError(f"{file}: field '{prefix}accelerator' is missing: give 'accelerator' (a catalogue id: "
-                             f"{', '.join(known)}) or 'accelerator_spec' (a mapping in the hardware/*.yaml format)")
+        raise CatalogueError(
+            f"{file}: field '{prefix}accelerator' is missing: give 'accelerator' (a catalogue id: "
+            f"{', '.join(known)}) or 'accelerator_spec' (a mapping in the hardware/*.yaml format)"
+        )
     if f.accelerator not in known:
-        raise CatalogueError(f"{file}: field '{prefix}accelerator': unknown accelerator '{f.accelerator:.80}'"
-                             f"{did_you_mean(f.accelerator, known)}; known: {', '.join(known)}")
+        raise CatalogueError(
+            f"{file}: field '{prefix}accelerator': unknown accelerator '{f.accelerator:.80}'"
+            f"{did_you_mean(f.accelerator, known)}; known: {', '.join(known)}"
+        )
     return load_accelerator(f.accelerator)
 
 
-EXAMPLE_CLUSTERS = ("v5p-8192", "v5p-8960", "v5p:16x20x28", "v5p-8960x4", "v5p-256", "v4-4096", "v5e-256",
-                    "v6e-256", "tpu7x-9216", "a100-80gb-1024", "h100-1024", "h200-1024", "b200-1024", "gb200-576")
+EXAMPLE_CLUSTERS = (
+    "v5p-8192",
+    "v5p-8960",
+    "v5p:16x20x28",
+    "v5p-8960x4",
+    "v5p-256",
+    "v4-4096",
+    "v5e-256",
+    "v6e-256",
+    "tpu7x-9216",
+    "a100-80gb-1024",
+    "h100-1024",
+    "h200-1024",
+    "b200-1024",
+    "gb200-576",
+)

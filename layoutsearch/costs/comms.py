@@ -23,6 +23,7 @@ import numpy as np
 
 from layoutsearch.core.placement import EXPERT_NESTING, NESTING_ORDER, expert_degrees
 from layoutsearch.core.specs import Axis, Cluster, Layout
+
 LEVEL_OF_KIND = {"torus": 0, "switch": 0, "scale_out": 1, "dcn": 1}
 
 
@@ -49,13 +50,17 @@ class Spans:
     stride: np.ndarray
 
     @classmethod
-    def of(cls, span: Span) -> "Spans":
-        return cls(axes=tuple(p.axis for p in span), factor=np.array([[p.factor for p in span]], dtype=np.int64),
-                   stride=np.array([[p.stride for p in span]], dtype=np.int64))
+    def of(cls, span: Span) -> Spans:
+        return cls(
+            axes=tuple(p.axis for p in span),
+            factor=np.array([[p.factor for p in span]], dtype=np.int64),
+            stride=np.array([[p.stride for p in span]], dtype=np.int64),
+        )
 
 
-def spans_from_factors(axes: tuple[Axis, ...], table: np.ndarray, degrees: tuple[str, ...],
-                       nesting: tuple[str, ...] = NESTING_ORDER) -> Spans:
+def spans_from_factors(
+    axes: tuple[Axis, ...], table: np.ndarray, degrees: tuple[str, ...], nesting: tuple[str, ...] = NESTING_ORDER
+) -> Spans:
     """The group of ``degrees`` from a factor table [rows, axes, degree in ``nesting``]: on each
     axis its factor is the product of its degrees' factors, its stride the product of the factors
     of the degrees nested inside it up to the first of its own."""
@@ -76,15 +81,17 @@ def spans_from_factors(axes: tuple[Axis, ...], table: np.ndarray, degrees: tuple
 def group_span(cluster: Cluster, layout: Layout, degrees: tuple[str, ...]) -> Span:
     """The parts of the physical axes spanned by the group of ``degrees`` (e.g. ('fsdp', 'cp'))."""
     s = spans_from_factors(cluster.axes, factor_table(cluster, layout.axes)[None], degrees)
-    return tuple(SpanPart(axis=a, factor=int(f), stride=int(st))
-                 for a, f, st in zip(s.axes, s.factor[0], s.stride[0]) if f > 1)
+    return tuple(
+        SpanPart(axis=a, factor=int(f), stride=int(st)) for a, f, st in zip(s.axes, s.factor[0], s.stride[0]) if f > 1
+    )
 
 
 def factor_table(cluster: Cluster, axes) -> np.ndarray:
     """[axis, degree in NESTING_ORDER]: the factor of each degree on each axis of a placement."""
     placed = {name: dict(p) for name, p in axes or ()}
-    return np.array([[placed.get(name, {}).get(axis.name, 1) for name in NESTING_ORDER] for axis in cluster.axes],
-                    dtype=np.int64).reshape(len(cluster.axes), len(NESTING_ORDER))
+    return np.array(
+        [[placed.get(name, {}).get(axis.name, 1) for name in NESTING_ORDER] for axis in cluster.axes], dtype=np.int64
+    ).reshape(len(cluster.axes), len(NESTING_ORDER))
 
 
 def expert_factor_table(cluster: Cluster, layout: Layout) -> np.ndarray:
@@ -108,12 +115,14 @@ def span_size(span: Span) -> int:
 
 
 def _axis_constants(axes: tuple[Axis, ...]) -> dict[str, np.ndarray]:
-    return {"torus": np.array([a.kind == "torus" for a in axes], dtype=bool),
-            "level": np.array([LEVEL_OF_KIND[a.kind] for a in axes], dtype=np.int64),
-            "size": np.array([a.size for a in axes], dtype=np.int64),
-            "wrap": np.array([a.wraparound for a in axes], dtype=bool),
-            "bw": np.array([a.bytes_per_s_per_direction * a.efficiency for a in axes], dtype=np.float64),
-            "latency": np.array([a.latency_s for a in axes], dtype=np.float64)}
+    return {
+        "torus": np.array([a.kind == "torus" for a in axes], dtype=bool),
+        "level": np.array([LEVEL_OF_KIND[a.kind] for a in axes], dtype=np.int64),
+        "size": np.array([a.size for a in axes], dtype=np.int64),
+        "wrap": np.array([a.wraparound for a in axes], dtype=bool),
+        "bw": np.array([a.bytes_per_s_per_direction * a.efficiency for a in axes], dtype=np.float64),
+        "latency": np.array([a.latency_s for a in axes], dtype=np.float64),
+    }
 
 
 def ring_bandwidth(s: Spans) -> np.ndarray:
@@ -168,12 +177,16 @@ class RingCoefficients:
     axes_mask: int = 0
     scale_out: bool = False
 
-    def row(self, i: int = 0) -> "RingCoefficients":
-        return RingCoefficients(members=int(self.members[i]), seconds_per_byte=float(self.seconds_per_byte[i]),
-                                latency_s=float(self.latency_s[i]), axes_mask=int(self.axes_mask[i]),
-                                scale_out=bool(self.scale_out[i]))
+    def row(self, i: int = 0) -> RingCoefficients:
+        return RingCoefficients(
+            members=int(self.members[i]),
+            seconds_per_byte=float(self.seconds_per_byte[i]),
+            latency_s=float(self.latency_s[i]),
+            axes_mask=int(self.axes_mask[i]),
+            scale_out=bool(self.scale_out[i]),
+        )
 
-    def take(self, rows) -> "RingCoefficients":
+    def take(self, rows) -> RingCoefficients:
         """The coefficients of the given rows (arrays)."""
         return RingCoefficients(**{f: np.asarray(getattr(self, f))[rows] for f in RING_FIELDS})
 
@@ -198,8 +211,13 @@ def ring_coefficients_of(s: Spans) -> RingCoefficients:
     per_byte = np.max(np.stack([c for _, c, _ in _levels(s)]), axis=0)
     active = members > 1
     mask, scale_out = _mask_and_scale_out(s, s.factor > 1)
-    return RingCoefficients(members=members, seconds_per_byte=np.where(active, per_byte, 0.0),
-                            latency_s=np.where(active, span_latency(s), 0.0), axes_mask=mask, scale_out=scale_out)
+    return RingCoefficients(
+        members=members,
+        seconds_per_byte=np.where(active, per_byte, 0.0),
+        latency_s=np.where(active, span_latency(s), 0.0),
+        axes_mask=mask,
+        scale_out=scale_out,
+    )
 
 
 def send_coefficients_of(s: Spans) -> RingCoefficients:
@@ -212,8 +230,13 @@ def send_coefficients_of(s: Spans) -> RingCoefficients:
     link = np.where(active, c["bw"][first] / np.where(c["torus"][first], s.stride[rows, first], 1), 1.0)
     used = on & (np.arange(on.shape[1])[None, :] == first[:, None])
     mask, scale_out = _mask_and_scale_out(s, used)
-    return RingCoefficients(members=np.where(active, 2, 1), seconds_per_byte=np.where(active, 1.0 / link, 0.0),
-                            latency_s=np.where(active, c["latency"][first], 0.0), axes_mask=mask, scale_out=scale_out)
+    return RingCoefficients(
+        members=np.where(active, 2, 1),
+        seconds_per_byte=np.where(active, 1.0 / link, 0.0),
+        latency_s=np.where(active, c["latency"][first], 0.0),
+        axes_mask=mask,
+        scale_out=scale_out,
+    )
 
 
 def all_to_all_coefficients_of(s: Spans, level: int | None = None) -> RingCoefficients:
@@ -239,12 +262,19 @@ def all_to_all_coefficients_of(s: Spans, level: int | None = None) -> RingCoeffi
     if level is not None:
         members = counts[level]
     on = s.factor > 1
-    latency = sum(np.where(on & (c["level"] == level)[None, :], c["latency"][None, :], 0.0).max(axis=1, initial=0.0)
-                  for level in (0, 1))
+    latency = sum(
+        np.where(on & (c["level"] == level)[None, :], c["latency"][None, :], 0.0).max(axis=1, initial=0.0)
+        for level in (0, 1)
+    )
     active = members > 1
     mask, scale_out = _mask_and_scale_out(s, on)
-    return RingCoefficients(members=members, seconds_per_byte=np.where(active, per_byte, 0.0),
-                            latency_s=np.where(active, latency, 0.0), axes_mask=mask, scale_out=scale_out)
+    return RingCoefficients(
+        members=members,
+        seconds_per_byte=np.where(active, per_byte, 0.0),
+        latency_s=np.where(active, latency, 0.0),
+        axes_mask=mask,
+        scale_out=scale_out,
+    )
 
 
 def replica_spans(s: Spans, replicas: np.ndarray) -> Spans:
@@ -276,7 +306,6 @@ def ring_time(array_bytes, coeffs: RingCoefficients, half_efficiency_bytes: floa
 def all_gather_time(array_bytes, span: Span, half_efficiency_bytes: float = 0.0):
     """Seconds to AllGather an array of ``array_bytes`` (the full result) over ``span``."""
     return ring_time(array_bytes, ring_coefficients(span), half_efficiency_bytes)
-
 
 
 def all_reduce_time(array_bytes, span: Span, half_efficiency_bytes: float = 0.0):

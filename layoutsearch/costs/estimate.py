@@ -50,9 +50,12 @@ class Estimate(HasProblem):
     def mfu_under(self, convention: str) -> float:
         """MFU under another FLOP-counting convention (see costs.flops.model_flops_per_token)."""
         per_token = flops.model_flops_per_token(self.model, self.workload.seq_len, convention)
-        return flops.mfu(per_token * self.workload.global_batch_tokens, self.step_time_s, self.cluster.num_devices,
-                         self.cluster.accelerator.peak_flops_per_s)
-
+        return flops.mfu(
+            per_token * self.workload.global_batch_tokens,
+            self.step_time_s,
+            self.cluster.num_devices,
+            self.cluster.accelerator.peak_flops_per_s,
+        )
 
 
 def capacity_bytes(cluster, workload) -> float:
@@ -63,8 +66,9 @@ def capacity_bytes(cluster, workload) -> float:
     return hbm - acc.runtime_reserve_bytes - workload.memory_margin_bytes
 
 
-def estimate(problem: Problem, layout: Layout, mfu_convention: str = MfuConvention.model.value,
-             strict: bool = True) -> Estimate:
+def estimate(
+    problem: Problem, layout: Layout, mfu_convention: str = MfuConvention.model.value, strict: bool = True
+) -> Estimate:
     """Cost one layout. With ``strict`` a structural violation raises InvalidLayoutError."""
     if mfu_convention not in flops.MFU_CONVENTIONS:
         raise InvalidLayoutError(f"mfu convention '{mfu_convention}' is not one of {', '.join(flops.MFU_CONVENTIONS)}")
@@ -75,8 +79,10 @@ def estimate(problem: Problem, layout: Layout, mfu_convention: str = MfuConventi
         return _estimate_placed(problem, layout, mfu_convention, violations)
     options = [replace(layout, axes=p) for p in candidate_placements(problem.cluster, layout.all_degrees)]
     if not options:
-        raise InvalidLayoutError(f"degrees {layout.all_degrees} cannot be laid onto the axes "
-                                 f"{' x '.join(f'{a.name}({a.size})' for a in problem.cluster.axes)} of {problem.cluster_name}")
+        raise InvalidLayoutError(
+            f"degrees {layout.all_degrees} cannot be laid onto the axes "
+            f"{' x '.join(f'{a.name}({a.size})' for a in problem.cluster.axes)} of {problem.cluster_name}"
+        )
     costed = [_estimate_placed(problem, lay, mfu_convention, violations) for lay in options]
     return min(costed, key=lambda e: e.step_time_s)
 
@@ -98,23 +104,40 @@ def _estimate_placed(problem: Problem, layout: Layout, mfu_convention: str, viol
         "state": sum(v for k, v in moment.items() if k.startswith("state/")),
         "activations": sum(v for k, v in moment.items() if k.startswith("activations/")),
         "temporary": sum(v for k, v in moment.items() if k.startswith("temporary/")),
-        "peak": peak_bytes, "capacity": capacity,
-        "hbm": acc.hbm_bytes if workload.hbm_bytes is None else workload.hbm_bytes, **moment,
+        "peak": peak_bytes,
+        "capacity": capacity,
+        "hbm": acc.hbm_bytes if workload.hbm_bytes is None else workload.hbm_bytes,
+        **moment,
         "host_offloaded": stages[big]["host_offloaded"],  # activations the policy keeps in host memory (not HBM)
     }
     mfu_flops = flops.model_flops_per_token(model, workload.seq_len, mfu_convention) * workload.global_batch_tokens
     violations = list(violations)
     if peak_bytes > capacity:
         stage_no = 0 if big == 0 else layout.pp - 1
-        violations.append(Violation("memory", f"needs {peak_bytes / GB:.1f} GB per device at {peak_name} "
-                                              f"(stage {stage_no}), {capacity / GB:.1f} GB available"))
+        violations.append(
+            Violation(
+                "memory",
+                f"needs {peak_bytes / GB:.1f} GB per device at {peak_name} "
+                f"(stage {stage_no}), {capacity / GB:.1f} GB available",
+            )
+        )
     return Estimate(
-        problem=problem, layout=layout, params=params.param_counts(model), memory_bytes=memory_bytes,
-        memory_moments=stages[big]["moments"], peak_moment=peak_name, worst_stage=0 if big == 0 else layout.pp - 1,
-        time_s=times, collectives=_collectives(problem, key, stages[slow], t), step_time_s=times["step"],
+        problem=problem,
+        layout=layout,
+        params=params.param_counts(model),
+        memory_bytes=memory_bytes,
+        memory_moments=stages[big]["moments"],
+        peak_moment=peak_name,
+        worst_stage=0 if big == 0 else layout.pp - 1,
+        time_s=times,
+        collectives=_collectives(problem, key, stages[slow], t),
+        step_time_s=times["step"],
         tokens_per_s=workload.global_batch_tokens / times["step"],
         mfu=flops.mfu(mfu_flops, times["step"], cluster.num_devices, acc.peak_flops_per_s),
-        mfu_convention=mfu_convention, model_flops_per_step=mfu_flops, violations=violations)
+        mfu_convention=mfu_convention,
+        model_flops_per_step=mfu_flops,
+        violations=violations,
+    )
 
 
 @dataclass(frozen=True)
@@ -130,13 +153,24 @@ class _Keys:
     sp: bool
 
     @classmethod
-    def of(cls, problem: Problem, layout: Layout) -> "_Keys":
-        sh = terms.Shapes.of(**layout.all_degrees, v=layout.virtual_stages, sched=SCHEDULE_CODES[layout.schedule],
-                             lf=layout.first_stage_layers or 0, ll=layout.last_stage_layers or 0)
+    def of(cls, problem: Problem, layout: Layout) -> _Keys:
+        sh = terms.Shapes.of(
+            **layout.all_degrees,
+            v=layout.virtual_stages,
+            sched=SCHEDULE_CODES[layout.schedule],
+            lf=layout.first_stage_layers or 0,
+            ll=layout.last_stage_layers or 0,
+        )
         k = np.array([layout.num_microbatches])
-        return cls(sh=sh, k=k, r=np.array([RECOMPUTE_CODES[layout.recompute]]), z=np.array([layout.zero_stage]),
-                   co=terms.layout_coeffs(problem.model, problem.cluster, layout),
-                   mult=_scalar(terms.step_multiplier(sh, k)), sp=layout.sequence_parallel)
+        return cls(
+            sh=sh,
+            k=k,
+            r=np.array([RECOMPUTE_CODES[layout.recompute]]),
+            z=np.array([layout.zero_stage]),
+            co=terms.layout_coeffs(problem.model, problem.cluster, layout),
+            mult=_scalar(terms.step_multiplier(sh, k)),
+            sp=layout.sequence_parallel,
+        )
 
 
 def _scalar(x) -> float:
@@ -148,8 +182,10 @@ def _stage(problem: Problem, key: _Keys, first: bool, last: bool) -> dict:
     model, workload, acc = problem.model, problem.workload, problem.cluster.accelerator
     sh, k, r, z, co = key.sh, key.k, key.r, key.z, key.co
     c = terms.compute_per_microbatch(model, workload, acc, sh, k, r, last, key.sp)
-    items = {**terms.memory_by_zero(model, workload, sh, z, first),
-             **terms.memory_by_microbatch(model, workload, sh, k, r, first, last, key.sp)}
+    items = {
+        **terms.memory_by_zero(model, workload, sh, z, first),
+        **terms.memory_by_microbatch(model, workload, sh, k, r, first, last, key.sp),
+    }
     moments = {name: {kk: _scalar(v) for kk, v in terms.moment_bytes(items, name).items()} for name in terms.MOMENTS}
     totals = {name: sum(live.values()) for name, live in moments.items()}
     peak = max(totals, key=totals.get)
@@ -161,10 +197,18 @@ def _stage(problem: Problem, key: _Keys, first: bool, last: bool) -> dict:
     return {
         "compute": {kk: _scalar(v) for kk, v in c.items() if kk.startswith("compute/")},
         "overhead": acc.microbatch_overhead_s * _scalar(sh.v),
-        "windows": c, "tp": tp, "cp": cp, "ep": ep, "fsdp": fc, "link_busy": busy,
-        "fsdp_fixed": terms.fsdp_exposed_fixed(model, acc, sh, fc, c["window/fwd_layer"], c["window/logits"], True,
-                                               busy["fwd"], last),
-        "moments": moments, "peak": (peak, totals[peak]), "host_offloaded": _scalar(items["host/offloaded"]),
+        "windows": c,
+        "tp": tp,
+        "cp": cp,
+        "ep": ep,
+        "fsdp": fc,
+        "link_busy": busy,
+        "fsdp_fixed": terms.fsdp_exposed_fixed(
+            model, acc, sh, fc, c["window/fwd_layer"], c["window/logits"], True, busy["fwd"], last
+        ),
+        "moments": moments,
+        "peak": (peak, totals[peak]),
+        "host_offloaded": _scalar(items["host/offloaded"]),
     }
 
 
@@ -184,7 +228,8 @@ def _step_terms(problem: Problem, key: _Keys, stages: list[dict]) -> dict:
         "TPL": [mult * _scalar(s["tp"]["lost"]) for s in stages],
         "TPF": mult * _scalar(first["tp"]["rerun"] - first["tp"]["rerun_lost"]),
         "TPFL": mult * _scalar(first["tp"]["rerun_lost"]),
-        "CP": mult * _scalar(first["cp"]["base"] - first["cp"]["lost"]), "CPL": mult * _scalar(first["cp"]["lost"]),
+        "CP": mult * _scalar(first["cp"]["base"] - first["cp"]["lost"]),
+        "CPL": mult * _scalar(first["cp"]["lost"]),
         "CPF": mult * _scalar(first["cp"]["rerun"] - first["cp"]["rerun_lost"]),
         "CPFL": mult * _scalar(first["cp"]["rerun_lost"]),
         "EP": [mult * _scalar(s["ep"]["base"] - s["ep"]["lost"]) for s in stages],
@@ -192,21 +237,29 @@ def _step_terms(problem: Problem, key: _Keys, stages: list[dict]) -> dict:
         "EPF": mult * _scalar(first["ep"]["rerun"] - first["ep"]["rerun_lost"]),
         "EPFL": mult * _scalar(first["ep"]["rerun_lost"]),
         "ep_rerun": float(work["moe"][int(_scalar(key.r))]),
-        "FX": [mult * _scalar(s["fsdp_fixed"]["forward"] + s["fsdp_fixed"]["vocab"] - s["fsdp_fixed"]["lost"])
-               for s in stages],
+        "FX": [
+            mult * _scalar(s["fsdp_fixed"]["forward"] + s["fsdp_fixed"]["vocab"] - s["fsdp_fixed"]["lost"])
+            for s in stages
+        ],
         "FXL": [mult * _scalar(s["fsdp_fixed"]["lost"]) for s in stages],
-        "X": mult * layers * _scalar(first["fsdp"]["gather_layer"] + first["fsdp"]["reduce_layer"]
-                                     + first["link_busy"]["bwd"]),
-        "Y": mult * layers * _scalar(first["windows"]["window/bwd_layer"]), "ETA": acc.overlap_interference,
-        "tp_rerun": float(work["tp"][int(_scalar(key.r))]), "cp_rerun": float(work["attention"][int(_scalar(key.r))]),
+        "X": mult
+        * layers
+        * _scalar(first["fsdp"]["gather_layer"] + first["fsdp"]["reduce_layer"] + first["link_busy"]["bwd"]),
+        "Y": mult * layers * _scalar(first["windows"]["window/bwd_layer"]),
+        "ETA": acc.overlap_interference,
+        "tp_rerun": float(work["tp"][int(_scalar(key.r))]),
+        "cp_rerun": float(work["attention"][int(_scalar(key.r))]),
         "z3": float(_scalar(z) == 3 and _scalar(sh.shards) > 1),
         "RED": _scalar(steps["reduce/zero"] + steps["reduce/dp"] + steps["reduce/kv_replica"]),
         "RCON": _scalar(terms.reduction_link_traffic(model, workload, acc, sh, first["tp"], first["cp"], co)),
-        "WIN": _scalar(windows["WIN"]), "GATH": _scalar(steps["gather/zero"]), "FWD": _scalar(windows["FWD"]),
+        "WIN": _scalar(windows["WIN"]),
+        "GATH": _scalar(steps["gather/zero"]),
+        "FWD": _scalar(windows["FWD"]),
         **{name: _scalar(v) for name, v in terms.step_interference(acc, steps).items()},
         "ETA_PCT": terms.interference_pct(acc),
         "PP": _scalar(terms.pipeline_sends(model, workload, acc, sh, k, co)),
-        "OPT": _scalar(terms.optimizer_time(model, workload, acc, sh, z)), "STEP0": acc.step_overhead_s,
+        "OPT": _scalar(terms.optimizer_time(model, workload, acc, sh, z)),
+        "STEP0": acc.step_overhead_s,
         "steps": steps,
     }
 
@@ -216,18 +269,24 @@ def _itemise(layout: Layout, slow: dict, stage_items: dict, parts: dict, mult: f
     compute items (x K), exposed collectives (x K), microbatch overhead (x K) and the bubble; what hidden
     collectives cost the compute beside them is ``exposed_comm/interference``, not their group's item."""
     kk = layout.num_microbatches
-    per_mb = {**slow["compute"], "overhead/microbatch": slow["overhead"],
-              **{name: v / mult for name, v in stage_items.items() if name != "stage/compute"}}
+    per_mb = {
+        **slow["compute"],
+        "overhead/microbatch": slow["overhead"],
+        **{name: v / mult for name, v in stage_items.items() if name != "stage/compute"},
+    }
     times = {name: kk * v for name, v in per_mb.items()}
     times["bubble"] = (mult - kk) * sum(per_mb.values())
     for name, value in parts.items():
         if name not in ("stage", "exposed_comm/reduce", "exposed_comm/zero_gather"):
             times[name] = _scalar(value)
-    for name, value in _split_reductions(t, _scalar(parts["exposed_comm/reduce"]),
-                                         _scalar(parts["exposed_comm/zero_gather"])).items():
+    for name, value in _split_reductions(
+        t, _scalar(parts["exposed_comm/reduce"]), _scalar(parts["exposed_comm/zero_gather"])
+    ).items():
         times[name] = times.get(name, 0.0) + value
-    out = {prefix: sum(v for name, v in times.items() if name.startswith(prefix + "/"))
-           for prefix in ("compute", "exposed_comm", "overhead")}
+    out = {
+        prefix: sum(v for name, v in times.items() if name.startswith(prefix + "/"))
+        for prefix in ("compute", "exposed_comm", "overhead")
+    }
     out["bubble"] = times.pop("bubble")
     out["step"] = _scalar(sum(parts.values()))
     return {name: float(v) for name, v in {**out, **times}.items()}
@@ -264,22 +323,55 @@ def _collectives(problem: Problem, key: _Keys, slow: dict, t: dict) -> list[dict
     p_layer = _scalar(params.layer_params(model, sh.tp))
     p_experts = _scalar(terms.expert_params_per_layer(model, sh)) if model.moe is not None else 0.0
     rows = [
-        ("tp activations (AG+RS or AR)", co.tp, m * model.d_model * workload.activation_bytes,
-         "per layer per microbatch x4-6", _scalar(slow["tp"]["unit"])),
+        (
+            "tp activations (AG+RS or AR)",
+            co.tp,
+            m * model.d_model * workload.activation_bytes,
+            "per layer per microbatch x4-6",
+            _scalar(slow["tp"]["unit"]),
+        ),
         ("cp ring K/V", co.cp, None, "per layer per microbatch", _scalar(slow["cp"]["t_kv"])),
-        ("fsdp weight gather", co.shard, p_layer * gathered, "per layer per microbatch x2",
-         _scalar(slow["fsdp"]["gather_layer"] - slow["fsdp"]["gather_experts_layer"])),
-        ("fsdp grad reduce-scatter", co.shard, p_layer * workload.grad_bytes_per_param, "per layer per microbatch",
-         _scalar(slow["fsdp"]["reduce_layer"] - slow["fsdp"]["reduce_experts_layer"])),
-        ("expert fsdp weight gather", co.eshard, p_experts * gathered, "per layer per microbatch x2",
-         _scalar(slow["fsdp"]["gather_experts_layer"])),
-        ("expert fsdp grad reduce-scatter", co.eshard, p_experts * workload.grad_bytes_per_param,
-         "per layer per microbatch", _scalar(slow["fsdp"]["reduce_experts_layer"])),
+        (
+            "fsdp weight gather",
+            co.shard,
+            p_layer * gathered,
+            "per layer per microbatch x2",
+            _scalar(slow["fsdp"]["gather_layer"] - slow["fsdp"]["gather_experts_layer"]),
+        ),
+        (
+            "fsdp grad reduce-scatter",
+            co.shard,
+            p_layer * workload.grad_bytes_per_param,
+            "per layer per microbatch",
+            _scalar(slow["fsdp"]["reduce_layer"] - slow["fsdp"]["reduce_experts_layer"]),
+        ),
+        (
+            "expert fsdp weight gather",
+            co.eshard,
+            p_experts * gathered,
+            "per layer per microbatch x2",
+            _scalar(slow["fsdp"]["gather_experts_layer"]),
+        ),
+        (
+            "expert fsdp grad reduce-scatter",
+            co.eshard,
+            p_experts * workload.grad_bytes_per_param,
+            "per layer per microbatch",
+            _scalar(slow["fsdp"]["reduce_experts_layer"]),
+        ),
         ("zero-1/2 grad reduce-scatter", co.shard, None, "per step", _scalar(steps["reduce/zero"])),
         ("dp grad all-reduce", co.dp, None, "per step", _scalar(steps["reduce/dp"])),
         ("kv-replica grad all-reduce", co.kv, None, "per step", _scalar(steps["reduce/kv_replica"])),
-        ("ep token dispatch/combine all-to-all", co.ep, _scalar(slow["ep"]["payload"]),
-         "per MoE layer per microbatch x4", _scalar(slow["ep"]["a2a"])),
+        (
+            "ep token dispatch/combine all-to-all",
+            co.ep,
+            _scalar(slow["ep"]["payload"]),
+            "per MoE layer per microbatch x4",
+            _scalar(slow["ep"]["a2a"]),
+        ),
     ]
-    return [{"name": name, "group_size": int(_scalar(c.members)), "bytes": nbytes, "frequency": freq, "time_s": t_s}
-            for name, c, nbytes, freq, t_s in rows if _scalar(c.members) > 1 and t_s > 0]
+    return [
+        {"name": name, "group_size": int(_scalar(c.members)), "bytes": nbytes, "frequency": freq, "time_s": t_s}
+        for name, c, nbytes, freq, t_s in rows
+        if _scalar(c.members) > 1 and t_s > 0
+    ]

@@ -9,8 +9,6 @@ the kernel skips masked blocks). Recomputation adds a forward (full) or the atte
 
 from __future__ import annotations
 
-import numpy as np
-
 from layoutsearch.core.specs import ModelSpec
 from layoutsearch.costs.params import kv_heads_per_device, mla_attention_params_per_layer, moe_layer_share
 
@@ -124,8 +122,12 @@ def attention_flops_per_token_per_layer(model: ModelSpec, seq_len: int, causal: 
     row's softmax) add no matmul and one term to a row's context-long softmax: nothing here, as the
     fused kernels take them in the same pass (Transformer Engine 2.8 on; Megatron-Bridge falls back to
     unfused attention before it)."""
-    return (2.0 * layer_attention_context(model, seq_len, causal) * (model.head_dim + value_head_dim(model))
-            * (model.num_heads // tp))
+    return (
+        2.0
+        * layer_attention_context(model, seq_len, causal)
+        * (model.head_dim + value_head_dim(model))
+        * (model.num_heads // tp)
+    )
 
 
 def logits_flops_per_token(model: ModelSpec, tp: int = 1) -> float:
@@ -140,8 +142,10 @@ def model_flops_per_token(model: ModelSpec, seq_len: int, convention: str = "mod
     - ``palm``: PaLM appendix B, 6N + 12 L n_q h S (attention without causal halving).
     - ``palm-causal``: as ``palm`` with the attention term halved.
     """
-    n = (model.num_layers * (matmul_params_per_layer(model) + routed_params_per_token_per_layer(model))
-         + model.d_model * model.vocab_size)
+    n = (
+        model.num_layers * (matmul_params_per_layer(model) + routed_params_per_token_per_layer(model))
+        + model.d_model * model.vocab_size
+    )
     causal = convention in ("model", "palm-causal")
     if convention not in MFU_CONVENTIONS:
         raise ValueError(f"mfu convention '{convention}' is not one of {', '.join(MFU_CONVENTIONS)}")
@@ -157,8 +161,14 @@ def mfu(model_flops_per_step: float, step_time_s: float, num_devices: int, peak_
     return model_flops_per_step / (step_time_s * num_devices * peak_flops_per_s)
 
 
-def elementwise_bytes_per_token_per_layer(model: ModelSpec, tp: int, sequence_parallel: bool, activation_bytes: int,
-                                          seq_len: int = 0, flash_attention: bool = True) -> float:
+def elementwise_bytes_per_token_per_layer(
+    model: ModelSpec,
+    tp: int,
+    sequence_parallel: bool,
+    activation_bytes: int,
+    seq_len: int = 0,
+    flash_attention: bool = True,
+) -> float:
     """HBM bytes one forward of a layer's element-wise ops moves per token (memory-bound work).
 
     The norms (``norms_per_layer``, two by default: read + write D each), two residual adds
@@ -196,6 +206,10 @@ def hardware_flops_per_token(model: ModelSpec, seq_len: int, recompute: str) -> 
     base = model_flops_per_token(model, seq_len, "palm")
     attn = model.num_layers * attention_flops_per_token_per_layer(model, seq_len, causal=False)
     if recompute == "full":
-        return base + model.num_layers * (matmul_flops_per_token_per_layer(model)
-                                          + 2.0 * routed_params_per_token_per_layer(model)) + attn
+        return (
+            base
+            + model.num_layers
+            * (matmul_flops_per_token_per_layer(model) + 2.0 * routed_params_per_token_per_layer(model))
+            + attn
+        )
     return base + (attn if recompute == "selective" else 0.0)

@@ -6,7 +6,7 @@ M_peak = max_u [M_state(u) + M_activation(u) + M_temporary(u)].
 
 from __future__ import annotations
 
-from functools import lru_cache
+from functools import cache
 
 import numpy as np
 
@@ -20,17 +20,30 @@ from layoutsearch.costs.params import kv_heads_per_device, moe_layer_share
 # rerun (``recompute_work``). Korthikanti et al. 2022 table 2 for the tensors (no dropout masks);
 # FlashAttention keeps O and the row log-sum-exp, not the scores.
 PRODUCER = {
-    "attn_norm_in": "input", "qkv_in": "norm", "q": "mm_q", "k": "mm_k", "v": "mm_v", "qk_norm_in": "mm_q",
-    "attn_out": "attention", "attn_lse": "attention", "attn_scores": "attention",
-    "mlp_norm_in": "mm_o", "post_norm_in": "mm_o", "mlp_in": "norm", "mlp_gate": "mm_gate", "mlp_up": "mm_up",
+    "attn_norm_in": "input",
+    "qkv_in": "norm",
+    "q": "mm_q",
+    "k": "mm_k",
+    "v": "mm_v",
+    "qk_norm_in": "mm_q",
+    "attn_out": "attention",
+    "attn_lse": "attention",
+    "attn_scores": "attention",
+    "mlp_norm_in": "mm_o",
+    "post_norm_in": "mm_o",
+    "mlp_in": "norm",
+    "mlp_gate": "mm_gate",
+    "mlp_up": "mm_up",
     "mlp_act": "act",
     "mla_latent": "mm_latent",  # MLA: the query and key-value latents (and the shared RoPE key), up-projections' input
     # the two norms' outputs where they are separate modules in Megatron's Transformer Engine layer spec (elsewhere
     # the norm is fused into the next linear, which saves its output as qkv_in / mlp_in): MLA's input norm, and
     # the pre-MLP norm of a MoE layer (the router and the dispatcher read it)
-    "latent_in": "norm", "moe_in": "norm",
+    "latent_in": "norm",
+    "moe_in": "norm",
     # MoE: the tokens dispatched to the experts (and the router's probabilities), the routed experts' activation
-    "moe_dispatched": "norm", "moe_act": "act",
+    "moe_dispatched": "norm",
+    "moe_act": "act",
 }
 _PROJECTIONS = ("q", "k", "v", "qk_norm_in", "mla_latent")  # the QKV projections' outputs (MaxText "qkv_proj")
 _OUT_PROJ = ("mlp_norm_in", "post_norm_in")  # the O projection's output and the residual after it ("out_proj")
@@ -74,8 +87,16 @@ POLICY_SAVES["norm_act"] = ALL_TENSORS - {"latent_in", "moe_in", "moe_act"}
 # Megatron --recompute-modules layernorm moe (+ mlp where some layers are dense): the norms' outputs and, from
 # the MLP input on, everything the MLP or MoE layer saves; the module is checkpointed whole, so its forward
 # (router, dispatch, experts, down projection, combine) runs again in backward (recompute_work)
-POLICY_SAVES["norm_moe"] = ALL_TENSORS - {"latent_in", "moe_in", "mlp_in", "moe_dispatched", "mlp_gate", "mlp_up",
-                                          "mlp_act", "moe_act"}
+POLICY_SAVES["norm_moe"] = ALL_TENSORS - {
+    "latent_in",
+    "moe_in",
+    "mlp_in",
+    "moe_dispatched",
+    "mlp_gate",
+    "mlp_up",
+    "mlp_act",
+    "moe_act",
+}
 # Megatron --recompute-modules mla_up_proj (latent attention): the up-projected queries, keys and values (and their
 # RoPE) are dropped and recomputed from the saved latents (output-discarding checkpoints)
 POLICY_SAVES["mla_up_proj"] = ALL_TENSORS - {"q", "k", "v", "qk_norm_in"}
@@ -89,8 +110,15 @@ FP8_WEIGHT_COPIES = 2  # fp8 weights cached for the microbatches of a step: W an
 SAVED_SCORE_BYTES = 5  # without fused attention: softmax output 2, dropout mask 1, dropout output 2 (Korthikanti)
 
 
-def saved_tensor_widths(model: ModelSpec, tp: int, sequence_parallel: bool, seq_len: int = 0,
-                        flash_attention: bool = True, activation_bytes: int = 2, fp8: bool = False) -> dict[str, float]:
+def saved_tensor_widths(
+    model: ModelSpec,
+    tp: int,
+    sequence_parallel: bool,
+    seq_len: int = 0,
+    flash_attention: bool = True,
+    activation_bytes: int = 2,
+    fp8: bool = False,
+) -> dict[str, float]:
     """Elements per token of every tensor a layer saves for backward, on one TP rank, in units of
     ``activation_bytes`` (with ``fp8`` the linear layers' inputs count FP8_BYTES / activation_bytes)."""
     widths = _saved_widths(model, tp, sequence_parallel, seq_len, flash_attention, activation_bytes)
@@ -99,8 +127,9 @@ def saved_tensor_widths(model: ModelSpec, tp: int, sequence_parallel: bool, seq_
     return widths
 
 
-def _saved_widths(model: ModelSpec, tp: int, sequence_parallel: bool, seq_len: int, flash_attention: bool,
-                  activation_bytes: int) -> dict[str, float]:
+def _saved_widths(
+    model: ModelSpec, tp: int, sequence_parallel: bool, seq_len: int, flash_attention: bool, activation_bytes: int
+) -> dict[str, float]:
     d_sp = model.d_model / tp if sequence_parallel else float(model.d_model)
     q = model.num_heads // tp * model.head_dim
     kv = kv_heads_per_device(model, tp) * model.head_dim
@@ -110,7 +139,9 @@ def _saved_widths(model: ModelSpec, tp: int, sequence_parallel: bool, seq_len: i
     share = 0.0 if model.moe is None else moe_layer_share(model)
     routed = share * model.moe.top_k * model.moe.expert_d_ff / tp if model.moe is not None else 0.0
     latent = 0.0
-    if model.mla is not None:  # MLA's query and key-value latents (and the shared RoPE key), inputs of the up-projections
+    if (
+        model.mla is not None
+    ):  # MLA's query and key-value latents (and the shared RoPE key), inputs of the up-projections
         a = model.mla
         latent = (a.q_lora_rank or 0) + a.kv_lora_rank + a.qk_rope_head_dim
     # MoE: the k dispatched copies of each token entering the experts, and the router's fp32 probabilities
@@ -120,11 +151,15 @@ def _saved_widths(model: ModelSpec, tp: int, sequence_parallel: bool, seq_len: i
         "attn_norm_in": d_sp,  # residual stream entering the layer
         "qkv_in": 0.0 if model.mla is not None else d_sp,  # normalised input of the QKV projection (norm fused in)
         "latent_in": d_sp if model.mla is not None else 0.0,  # MLA: the input norm's output, down-projections' input
-        "q": q, "k": kv, "v": v,  # inputs of the attention core
+        "q": q,
+        "k": kv,
+        "v": v,  # inputs of the attention core
         "mla_latent": latent,
         "attn_out": o_in,  # attention output, input of the O projection
         "attn_lse": model.num_heads / tp * 2.0 if flash_attention else 0.0,  # fp32 log-sum-exp per head
-        "attn_scores": 0.0 if flash_attention else (model.num_heads // tp) * seq_len * SAVED_SCORE_BYTES / activation_bytes,
+        "attn_scores": 0.0
+        if flash_attention
+        else (model.num_heads // tp) * seq_len * SAVED_SCORE_BYTES / activation_bytes,
         "mlp_norm_in": d_sp,
         "mlp_in": (1.0 - share) * d_sp,  # the pre-MLP norm's output in dense layers (norm fused into the MLP)
         "moe_in": share * d_sp,  # ... in MoE layers (the router's, the dispatcher's and the shared experts' input)
@@ -149,13 +184,13 @@ def on_host(tensor: str, policy: str) -> bool:
     return policy in OFFLOADED and tensor in OFFLOADED[policy][1]
 
 
-@lru_cache(maxsize=None)
+@cache
 def on_host_by_code(tensor: str) -> np.ndarray:
     """``on_host`` of ``tensor`` under every policy, indexed by recompute code (RECOMPUTE_CODES)."""
     return np.array([on_host(tensor, policy) for policy in RECOMPUTE_POLICIES])
 
 
-@lru_cache(maxsize=None)
+@cache
 def in_hbm_by_code(tensor: str) -> np.ndarray:
     """Whether each policy keeps ``tensor`` saved in HBM (``kept_by_policy``, not offloaded), by recompute code."""
     return np.array([kept_by_policy(tensor, policy) and not on_host(tensor, policy) for policy in RECOMPUTE_POLICIES])
@@ -175,16 +210,31 @@ def recompute_work(model: ModelSpec, policy: str) -> dict[str, float]:
     and the MLP output projections). ``full`` reruns the whole layer; other policies rerun the
     producers of what they do not save."""
     policy = OFFLOADED[policy][0] if policy in OFFLOADED else policy  # offloading moves bytes, reruns nothing more
-    d, q, kv, f = (model.d_model, model.num_heads * model.head_dim, model.num_kv_heads * model.head_dim,
-                   mlp_width_per_token(model))
-    flops = {"mm_q": d * q, "mm_k": d * kv, "mm_v": d * kv, "mm_o": q * d, "mm_gate": d * f * (model.mlp_matrices - 2),
-             "mm_up": d * f, "mm_down": f * d}
+    d, q, kv, f = (
+        model.d_model,
+        model.num_heads * model.head_dim,
+        model.num_kv_heads * model.head_dim,
+        mlp_width_per_token(model),
+    )
+    flops = {
+        "mm_q": d * q,
+        "mm_k": d * kv,
+        "mm_v": d * kv,
+        "mm_o": q * d,
+        "mm_gate": d * f * (model.mlp_matrices - 2),
+        "mm_up": d * f,
+        "mm_down": f * d,
+    }
     if model.mla is not None:  # the latent projections, then the up-projections of the queries, keys and values
         a, n = model.mla, model.num_heads
         q_in = a.q_lora_rank or d
-        flops.update(mm_latent=d * ((a.q_lora_rank or 0) + a.kv_lora_rank + a.qk_rope_head_dim),
-                     mm_q=q_in * n * model.head_dim, mm_k=a.kv_lora_rank * n * a.qk_nope_head_dim,
-                     mm_v=a.kv_lora_rank * n * a.v_head_dim, mm_o=n * a.v_head_dim * d)
+        flops.update(
+            mm_latent=d * ((a.q_lora_rank or 0) + a.kv_lora_rank + a.qk_rope_head_dim),
+            mm_q=q_in * n * model.head_dim,
+            mm_k=a.kv_lora_rank * n * a.qk_nope_head_dim,
+            mm_v=a.kv_lora_rank * n * a.v_head_dim,
+            mm_o=n * a.v_head_dim * d,
+        )
     if policy == "full":
         rerun = set(flops) | {"attention", "norm", "act", "mm_latent"}
     else:
@@ -193,13 +243,19 @@ def recompute_work(model: ModelSpec, policy: str) -> dict[str, float]:
         rerun |= {"mm_down"} if policy in WHOLE_MLP_RERUN else set()
     # the all-gather before the attention's input projections: MLA's down-projections, else Q, K and V
     qkv_in = ("mm_latent",) if model.mla is not None else ("mm_q", "mm_k", "mm_v")
-    collectives = [any(p in rerun for p in qkv_in), "mm_o" in rerun,
-                   any(p in rerun for p in ("mm_gate", "mm_up")), "mm_down" in rerun]
-    return {"matmul": sum(v for k, v in flops.items() if k in rerun) / sum(flops.values()),
-            "attention": float("attention" in rerun),
-            "elementwise": 1.0 if policy == "full" else 0.5 * ("norm" in rerun),  # the norms' half of the passes
-            "tp": sum(collectives) / 4.0,
-            "moe": float(collectives[2])}  # the MLP input runs again: a MoE layer dispatches its tokens again
+    collectives = [
+        any(p in rerun for p in qkv_in),
+        "mm_o" in rerun,
+        any(p in rerun for p in ("mm_gate", "mm_up")),
+        "mm_down" in rerun,
+    ]
+    return {
+        "matmul": sum(v for k, v in flops.items() if k in rerun) / sum(flops.values()),
+        "attention": float("attention" in rerun),
+        "elementwise": 1.0 if policy == "full" else 0.5 * ("norm" in rerun),  # the norms' half of the passes
+        "tp": sum(collectives) / 4.0,
+        "moe": float(collectives[2]),
+    }  # the MLP input runs again: a MoE layer dispatches its tokens again
 
 
 def state_bytes(params: float, workload: Workload, zero_stage: int, shards: int) -> dict[str, float]:
@@ -209,6 +265,7 @@ def state_bytes(params: float, workload: Workload, zero_stage: int, shards: int)
     3 also the compute weights (ZeRO, Rajbhandari et al. 2020), or, where the framework casts the master shard at
     each gather (``frameworks.transient_zero3_weights``), keeps none of them: they exist only gathered.
     """
+
     def sharded(bytes_per_param: int, from_stage: int):
         return params * bytes_per_param / np.where(np.asarray(zero_stage) >= from_stage, shards, 1)
 

@@ -42,8 +42,11 @@ def attention_matrices(model: ModelSpec, tp=1) -> list:
     a = model.mla
     qk = a.qk_nope_head_dim + a.qk_rope_head_dim
     query = [d * heads * qk] if a.q_lora_rank is None else [d * a.q_lora_rank, a.q_lora_rank * heads * qk]
-    return query + [d * (a.kv_lora_rank + a.qk_rope_head_dim),
-                    a.kv_lora_rank * heads * (a.qk_nope_head_dim + a.v_head_dim), heads * a.v_head_dim * d]
+    return query + [
+        d * (a.kv_lora_rank + a.qk_rope_head_dim),
+        a.kv_lora_rank * heads * (a.qk_nope_head_dim + a.v_head_dim),
+        heads * a.v_head_dim * d,
+    ]
 
 
 def attention_params_per_layer(model: ModelSpec, tp: int = 1) -> int:
@@ -96,8 +99,11 @@ def router_params(model: ModelSpec) -> int:
     """The router of one MoE layer: [D, E], plus E bias (or score-correction) values, plus the
     [D, 1] shared-expert gate (Qwen2-MoE)."""
     moe = model.moe
-    return (model.d_model * moe.num_experts + (moe.num_experts if moe.router_bias else 0)
-            + (model.d_model if moe.shared_expert_gate else 0))
+    return (
+        model.d_model * moe.num_experts
+        + (moe.num_experts if moe.router_bias else 0)
+        + (model.d_model if moe.shared_expert_gate else 0)
+    )
 
 
 def moe_mlp_params(model: ModelSpec) -> int:

@@ -35,7 +35,10 @@ import numpy as np
 # is exposed, and the compute they slow while hidden, ETA x (collective - exposed), written as loss = ETA x
 # collective less ETA x exposed (exact while the other traffic on the links fits the window)
 # (name, the terms that share the hidden links, window, loss)
-EXPOSED = (("exposed_comm/reduce", ("RED", "RCON"), "WIN", "REDI"), ("exposed_comm/zero_gather", ("GATH",), "FWD", "GATHI"))
+EXPOSED = (
+    ("exposed_comm/reduce", ("RED", "RCON"), "WIN", "REDI"),
+    ("exposed_comm/zero_gather", ("GATH",), "FWD", "GATHI"),
+)
 # added as they are
 PLAIN = (("exposed_comm/pp", "PP"), ("compute/optimizer", "OPT"), ("overhead/step", "STEP0"))
 STAGES = (0, 1)
@@ -64,14 +67,19 @@ def stage_items(t: dict, st: int) -> dict:
         "exposed_comm/tp": t["TP"][st] + t["tp_rerun"] * t["TPF"],
         "exposed_comm/cp": t["CP"] + t["cp_rerun"] * t["CPF"],
         "exposed_comm/fsdp": t["z3"] * (t["FX"][st] + np.maximum(0, t["X"] - t["Y"])),
-        "exposed_comm/interference": (per_stage["TPL"] + t["tp_rerun"] * per_stage["TPFL"] + per_stage["CPL"]
-                                      + t["cp_rerun"] * per_stage["CPFL"]
-                                      + t["z3"] * (per_stage["FXL"] + t["ETA"] * np.minimum(t["X"], t["Y"]))),
+        "exposed_comm/interference": (
+            per_stage["TPL"]
+            + t["tp_rerun"] * per_stage["TPFL"]
+            + per_stage["CPL"]
+            + t["cp_rerun"] * per_stage["CPFL"]
+            + t["z3"] * (per_stage["FXL"] + t["ETA"] * np.minimum(t["X"], t["Y"]))
+        ),
     }
     if t.get("EP") is not None:  # the search leaves the expert terms out of a dense model's tables (all zero)
         items["exposed_comm/ep"] = t["EP"][st] + t["ep_rerun"] * t["EPF"]
-        items["exposed_comm/interference"] = (items["exposed_comm/interference"] + per_stage["EPL"]
-                                              + t["ep_rerun"] * per_stage["EPFL"])
+        items["exposed_comm/interference"] = (
+            items["exposed_comm/interference"] + per_stage["EPL"] + t["ep_rerun"] * per_stage["EPFL"]
+        )
     return items
 
 

@@ -24,23 +24,30 @@ Step = (K + (p - 1)/v) x slowest stage's microbatch + per-step terms.
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
-from functools import lru_cache
+from functools import cache
 from statistics import NormalDist
 
 import numpy as np
 
 from layoutsearch.core.frameworks import node_dedup, profile_of, transient_zero3_weights, vendor_attention
 from layoutsearch.core.placement import EXPERT_NESTING, expert_degrees
-from layoutsearch.core.stages import split_layers
 from layoutsearch.core.specs import SCHEDULE_CODES, Accelerator, ModelSpec, Workload
+from layoutsearch.core.stages import split_layers
 from layoutsearch.costs import flops, memory, params, pipeline
 from layoutsearch.costs.comms import (
-    RING_FIELDS, RingCoefficients, all_to_all_coefficients_of, expert_factor_table, factor_table, replica_spans,
-    ring_coefficients_of, ring_time, send_coefficients_of, shares_links, spans_from_factors,
+    RING_FIELDS,
+    RingCoefficients,
+    all_to_all_coefficients_of,
+    expert_factor_table,
+    factor_table,
+    replica_spans,
+    ring_coefficients_of,
+    ring_time,
+    send_coefficients_of,
+    shares_links,
+    spans_from_factors,
 )
-
 
 SHAPE_KEYS = ("dp", "fsdp", "tp", "pp", "cp", "v", "ep", "etp")
 
@@ -74,13 +81,15 @@ class Shapes:
                 object.__setattr__(self, name, np.ones_like(self.pp))
 
     @classmethod
-    def of(cls, **degrees) -> "Shapes":
+    def of(cls, **degrees) -> Shapes:
         arrays = {k: np.atleast_1d(np.asarray(degrees.get(k, 1), dtype=np.int64)) for k in SHAPE_KEYS}
-        extra = {k: None if degrees.get(k) is None else np.atleast_1d(np.asarray(degrees[k], dtype=np.int64))
-                 for k in ("sched", "lf", "ll")}
+        extra = {
+            k: None if degrees.get(k) is None else np.atleast_1d(np.asarray(degrees[k], dtype=np.int64))
+            for k in ("sched", "lf", "ll")
+        }
         return cls(**arrays, **extra)
 
-    def take(self, index) -> "Shapes":
+    def take(self, index) -> Shapes:
         out = Shapes(**{k: getattr(self, k)[index] for k in (*SHAPE_KEYS, "sched", "lf", "ll")})
         for layers, split in self.__dict__.get("_split", {}).items():  # carried, not recomputed, for the rows
             out.__dict__.setdefault("_split", {})[layers] = tuple(a[index] for a in split)
@@ -106,8 +115,17 @@ class Shapes:
     @property
     def expert_shards(self):
         """Devices ZeRO shards one copy of an expert shard over (``placement.expert_degrees`` efsdp)."""
-        return expert_degrees({"dp": self.dp, "fsdp": self.fsdp, "tp": self.tp, "cp": self.cp, "pp": self.pp,
-                               "ep": self.ep, "etp": self.etp})["efsdp"]
+        return expert_degrees(
+            {
+                "dp": self.dp,
+                "fsdp": self.fsdp,
+                "tp": self.tp,
+                "cp": self.cp,
+                "pp": self.pp,
+                "ep": self.ep,
+                "etp": self.etp,
+            }
+        )["efsdp"]
 
 
 @dataclass(frozen=True)
@@ -151,8 +169,9 @@ def step_multiplier(sh: Shapes, k):
     return k + pipeline.bubble_microbatches(_f(sh.pp), _f(sh.v))
 
 
-def compute_per_microbatch(model: ModelSpec, workload: Workload, acc: Accelerator, sh: Shapes, k, r, last,
-                           sequence_parallel: bool = True) -> dict:
+def compute_per_microbatch(
+    model: ModelSpec, workload: Workload, acc: Accelerator, sh: Shapes, k, r, last, sequence_parallel: bool = True
+) -> dict:
     """Seconds of compute per microbatch on a stage, and the windows collectives hide behind.
 
     Keys (S, K, r, stage). ``last`` marks the stage holding the output layer (logits).
@@ -162,8 +181,11 @@ def compute_per_microbatch(model: ModelSpec, workload: Workload, acc: Accelerato
     rate = acc.peak_flops_per_s * acc.matmul_efficiency * size  # bf16: attention core, logits
     fp8 = workload.precision == "fp8"
     layer_rate = acc.peak_fp8_flops_per_s * acc.fp8_matmul_efficiency * size if fp8 else rate
-    attn_rate = acc.peak_flops_per_s * (attention_efficiency(workload, acc) if workload.flash_attention
-                                         else acc.matmul_efficiency) * size
+    attn_rate = (
+        acc.peak_flops_per_s
+        * (attention_efficiency(workload, acc) if workload.flash_attention else acc.matmul_efficiency)
+        * size
+    )
     # DeepSeek-style multi-token prediction: each module is one more layer on the stage holding the
     # output, with its own pass through the (shared) output head (technical report section 2.2)
     mtp = _f(last) * model.mtp_layers if model.mtp_layers else 0.0
@@ -174,29 +196,42 @@ def compute_per_microbatch(model: ModelSpec, workload: Workload, acc: Accelerato
     if model.moe is not None:  # the routed experts' grouped GEMMs, at the rows the busiest local expert gets
         load = expert_load(model, workload, sh, m)
         rows = expert_rows(model, sh, m) * load
-        expert_rate = (layer_rate / size * rows / (rows + acc.matmul_half_efficiency_tokens)
-                       * acc.grouped_matmul_efficiency)
+        expert_rate = (
+            layer_rate / size * rows / (rows + acc.matmul_half_efficiency_tokens) * acc.grouped_matmul_efficiency
+        )
         mm = mm + 2.0 * flops.routed_params_per_token_per_layer(model, sh.tp) * m * load / expert_rate
     # a capacity-factor MoE dispatched by one-hot einsums (MaxText's dense path): matmuls at the bf16 rate
-    dispatch = (flops.einsum_dispatch_flops_per_token_per_layer(model, workload.seq_len, sh.tp) * m / rate
-                if profile_of(workload.framework, acc.kind).einsum_capacity_dispatch else 0.0)
+    dispatch = (
+        flops.einsum_dispatch_flops_per_token_per_layer(model, workload.seq_len, sh.tp) * m / rate
+        if profile_of(workload.framework, acc.kind).einsum_capacity_dispatch
+        else 0.0
+    )
     causal_skip = workload.causal and workload.flash_attention  # unfused kernels compute the masked half too
-    attn = (flops.attention_flops_per_token_per_layer(model, workload.seq_len, causal_skip, sh.tp) * m / attn_rate
-            * attention_call_factor(model, workload, acc, sh.cp))
-    ew_bytes = flops.elementwise_bytes_per_token_per_layer(model, sh.tp, sequence_parallel, workload.activation_bytes,
-                                                           workload.seq_len, workload.flash_attention)
+    attn = (
+        flops.attention_flops_per_token_per_layer(model, workload.seq_len, causal_skip, sh.tp)
+        * m
+        / attn_rate
+        * attention_call_factor(model, workload, acc, sh.cp)
+    )
+    ew_bytes = flops.elementwise_bytes_per_token_per_layer(
+        model, sh.tp, sequence_parallel, workload.activation_bytes, workload.seq_len, workload.flash_attention
+    )
     ew = ew_bytes * m * (3.0 + ew_rerun) / acc.hbm_bytes_per_s
     if fp8:  # quantising each linear input (read bf16, write fp8) and, in backward, the output gradients
         widths = memory.saved_tensor_widths(model, sh.tp, sequence_parallel, workload.seq_len)
         cast = (workload.activation_bytes + memory.FP8_BYTES) * sum(widths[n] for n in memory.FP8_LINEAR_INPUTS)
         ew = ew + cast * m * (2.0 + mm_rerun) / acc.hbm_bytes_per_s
     passes = 1.0 + flops.BACKWARD_OVER_FORWARD
-    attn_passes = 1.0 + (flops.FLASH_ATTENTION_BACKWARD_OVER_FORWARD if workload.flash_attention
-                         else flops.BACKWARD_OVER_FORWARD)
+    attn_passes = 1.0 + (
+        flops.FLASH_ATTENTION_BACKWARD_OVER_FORWARD if workload.flash_attention else flops.BACKWARD_OVER_FORWARD
+    )
     logits = _f(last) * (1.0 + mtp) * passes * flops.logits_flops_per_token(model, sh.tp) * m / rate
     recompute = (mm + dispatch) * mm_rerun + attn * attn_rerun
-    bwd_window = ((mm * flops.BACKWARD_OVER_FORWARD + dispatch * flops.EINSUM_DISPATCH_BACKWARD_OVER_FORWARD)
-                  + attn * (attn_passes - 1.0) + recompute)
+    bwd_window = (
+        (mm * flops.BACKWARD_OVER_FORWARD + dispatch * flops.EINSUM_DISPATCH_BACKWARD_OVER_FORWARD)
+        + attn * (attn_passes - 1.0)
+        + recompute
+    )
     # blocking launches (CUDA_LAUNCH_BLOCKING=1): the GPU idles while the host prepares each kernel, per layer and
     # forward-equivalent pass (the forward, the backward's two, the recomputed share), and every collective waits
     # for the kernel before it: nothing hides behind compute (all windows 0)
@@ -205,12 +240,19 @@ def compute_per_microbatch(model: ModelSpec, workload: Workload, acc: Accelerato
     hides = 0.0 if blocking else 1.0
     # host offloading: each layer's offloaded tensors go to host during its forward and come back for its
     # backward, asynchronously; what the layer's compute does not cover is waited for (all of it under blocking)
-    moved = host_offload_bytes_per_token(model, workload, sh, r, sequence_parallel) * m / (
-        acc.host_bytes_per_s_per_direction or np.inf)
-    offload_wait = layers * (np.maximum(0.0, moved - hides * (mm + dispatch + attn))
-                             + np.maximum(0.0, moved - hides * bwd_window))
-    moe_fixed = (layers * params.moe_layer_share(model)
-                 * moe_host_overhead_s(workload, acc, model.moe.num_experts / sh.ep) if model.moe is not None else 0.0)
+    moved = (
+        host_offload_bytes_per_token(model, workload, sh, r, sequence_parallel)
+        * m
+        / (acc.host_bytes_per_s_per_direction or np.inf)
+    )
+    offload_wait = layers * (
+        np.maximum(0.0, moved - hides * (mm + dispatch + attn)) + np.maximum(0.0, moved - hides * bwd_window)
+    )
+    moe_fixed = (
+        layers * params.moe_layer_share(model) * moe_host_overhead_s(workload, acc, model.moe.num_experts / sh.ep)
+        if model.moe is not None
+        else 0.0
+    )
     return {
         "compute/moe_fixed": moe_fixed,
         "compute/launch_wait": launch_wait,
@@ -248,13 +290,20 @@ def moe_host_overhead_s(workload: Workload, acc: Accelerator, local_experts):
 
 def host_offload_bytes_per_token(model: ModelSpec, workload: Workload, sh: Shapes, r, sequence_parallel: bool = True):
     """Bytes per token and layer a recompute policy keeps in host memory (``memory.OFFLOADED``; keys S, r)."""
-    widths = memory.saved_tensor_widths(model, sh.tp, sequence_parallel, workload.seq_len, workload.flash_attention,
-                                        workload.activation_bytes, fp8=workload.precision == "fp8")
+    widths = memory.saved_tensor_widths(
+        model,
+        sh.tp,
+        sequence_parallel,
+        workload.seq_len,
+        workload.flash_attention,
+        workload.activation_bytes,
+        fp8=workload.precision == "fp8",
+    )
     hosted = sum(_f(widths[n]) * memory.on_host_by_code(n)[r] for n in widths)
     return hosted * workload.activation_bytes
 
 
-@lru_cache(maxsize=None)
+@cache
 def _expected_max_of_normals(n: int) -> float:
     """E[max] of n independent standard normals, Blom's approximation inv_cdf((n - 0.375) / (n + 0.25))
     (within 0.03 of the exact value for n >= 2: 0.589 against 0.564 for 2, 2.337 against 2.345 for 64); 0 for n <= 1."""
@@ -297,8 +346,9 @@ def expert_rows(model: ModelSpec, sh: Shapes, m):
     return m * moe.top_k * sh.ep * sh.etp / (sh.tp * moe.num_experts)
 
 
-def ep_per_microbatch(model: ModelSpec, workload: Workload, acc: Accelerator, sh: Shapes, k, co: Coeffs,
-                      fwd_layer=0.0) -> dict:
+def ep_per_microbatch(
+    model: ModelSpec, workload: Workload, acc: Accelerator, sh: Shapes, k, co: Coeffs, fwd_layer=0.0
+) -> dict:
     """Exposed expert-parallel token traffic per microbatch (keys S, K, o): 'base', plus 'rerun' for
     a forward whose MLP runs again (``memory.recompute_work`` 'moe').
 
@@ -315,15 +365,21 @@ def ep_per_microbatch(model: ModelSpec, workload: Workload, acc: Accelerator, sh
         return {"base": zero, "rerun": zero, "lost": zero, "rerun_lost": zero, "a2a": zero, "payload": zero}
     m = tokens_per_microbatch(workload, sh, k)
     half = acc.collective_half_efficiency_bytes
-    payload = m / sh.tp * model.moe.top_k * expert_load(model, workload, sh, m) * model.d_model * workload.activation_bytes
+    payload = (
+        m / sh.tp * model.moe.top_k * expert_load(model, workload, sh, m) * model.d_model * workload.activation_bytes
+    )
     # a deduplicating dispatcher (DeepEP, Megatron's flex dispatcher) sends a token once to each device
     # holding one of its k experts, which hands it to them there, and across nodes once to each node, which
     # fans it out over NVLink: of the k copies, the distinct members hit (``distinct_share``)
     dedup_in, dedup_out = (
         (distinct_share(co.ep.members, model.moe.top_k), distinct_share(co.ep_out.members, model.moe.top_k))
-        if node_dedup(model, workload, acc.kind) else (1.0, 1.0))
-    per_level = np.maximum((payload * dedup_in + half) * co.ep_in.seconds_per_byte,
-                           (payload * dedup_out + half) * co.ep_out.seconds_per_byte)
+        if node_dedup(model, workload, acc.kind)
+        else (1.0, 1.0)
+    )
+    per_level = np.maximum(
+        (payload * dedup_in + half) * co.ep_in.seconds_per_byte,
+        (payload * dedup_out + half) * co.ep_out.seconds_per_byte,
+    )
     a2a = np.where(co.ep.members > 1, per_level + co.ep.latency_s, 0.0)
     gathered = ring_time(payload * sh.etp, co.etp, half)
     per_pass = 2 * a2a + 2 * gathered  # dispatch and combine
@@ -336,9 +392,14 @@ def ep_per_microbatch(model: ModelSpec, workload: Workload, acc: Accelerator, sh
     else:
         fwd, bwd, lost_fwd, lost_bwd = per_pass, per_pass, 0.0, 0.0
     layers = layers_per_stage(model, sh)
-    return {"base": layers * share * (fwd + bwd + lost_fwd + lost_bwd), "rerun": layers * share * (fwd + lost_fwd),
-            "lost": layers * share * (lost_fwd + lost_bwd), "rerun_lost": layers * share * lost_fwd,
-            "a2a": a2a, "payload": payload}
+    return {
+        "base": layers * share * (fwd + bwd + lost_fwd + lost_bwd),
+        "rerun": layers * share * (fwd + lost_fwd),
+        "lost": layers * share * (lost_fwd + lost_bwd),
+        "rerun_lost": layers * share * lost_fwd,
+        "a2a": a2a,
+        "payload": payload,
+    }
 
 
 def distinct_share(members, top_k: int):
@@ -393,8 +454,9 @@ def attention_efficiency(workload: Workload, acc: Accelerator) -> float:
     return acc.vendor_attention_efficiency if vendor_attention(workload, acc) else acc.attention_efficiency
 
 
-def tp_per_microbatch(model: ModelSpec, workload: Workload, acc: Accelerator, sh: Shapes, k, co: Coeffs, last,
-                      matmul_fwd_layer=0.0) -> dict:
+def tp_per_microbatch(
+    model: ModelSpec, workload: Workload, acc: Accelerator, sh: Shapes, k, co: Coeffs, last, matmul_fwd_layer=0.0
+) -> dict:
     """Exposed TP collectives per microbatch (keys S, K, o, stage): 'base', plus 'rerun' for a forward run
     again by recompute (scaled by the policy's share of the forward's collectives, ``memory.recompute_work``).
 
@@ -419,9 +481,15 @@ def tp_per_microbatch(model: ModelSpec, workload: Workload, acc: Accelerator, sh
     backward = np.where(overlapped, exposed(flops.BACKWARD_OVER_FORWARD * matmul_fwd_layer), 2 * unit)
     hidden_fwd, hidden_bwd = 2 * unit - forward, 2 * unit - backward
     lost_fwd, lost_bwd = interference(acc, hidden_fwd), interference(acc, hidden_bwd)
-    return {"base": layers * (forward + backward + lost_fwd + lost_bwd) + loss, "rerun": layers * (forward + lost_fwd),
-            "lost": layers * (lost_fwd + lost_bwd), "rerun_lost": layers * lost_fwd,
-            "unit": unit, "hidden_fwd_layer": hidden_fwd, "hidden_bwd_layer": hidden_bwd}
+    return {
+        "base": layers * (forward + backward + lost_fwd + lost_bwd) + loss,
+        "rerun": layers * (forward + lost_fwd),
+        "lost": layers * (lost_fwd + lost_bwd),
+        "rerun_lost": layers * lost_fwd,
+        "unit": unit,
+        "hidden_fwd_layer": hidden_fwd,
+        "hidden_bwd_layer": hidden_bwd,
+    }
 
 
 def reduces_in_backward(workload: Workload, acc: Accelerator, sh: Shapes):
@@ -437,11 +505,15 @@ def step_windows(model: ModelSpec, workload: Workload, acc: Accelerator, sh: Sha
     step's first forward (the ZeRO-1/2 gather of updated weights); 0 where the profile does not overlap."""
     profile = profile_of(workload.framework, acc.kind)
     layers = layers_per_stage(model, sh)
-    return {"WIN": layers * c["window/bwd_layer"] * reduces_in_backward(workload, acc, sh),
-            "FWD": layers * c["window/fwd_layer"] * float(profile.param_gather_overlap)}
+    return {
+        "WIN": layers * c["window/bwd_layer"] * reduces_in_backward(workload, acc, sh),
+        "FWD": layers * c["window/fwd_layer"] * float(profile.param_gather_overlap),
+    }
 
 
-def cp_per_microbatch(model: ModelSpec, workload: Workload, acc: Accelerator, sh: Shapes, k, co: Coeffs, attn_fwd_layer) -> dict:
+def cp_per_microbatch(
+    model: ModelSpec, workload: Workload, acc: Accelerator, sh: Shapes, k, co: Coeffs, attn_fwd_layer
+) -> dict:
     """Exposed CP ring time per microbatch (keys S, K, o): 'base', plus 'rerun' when recompute runs the
     attention core again.
 
@@ -450,8 +522,13 @@ def cp_per_microbatch(model: ModelSpec, workload: Workload, acc: Accelerator, sh
     the layer's attention core.
     """
     m = tokens_per_microbatch(workload, sh, k)
-    kv_bytes = (sh.cp * m * params.kv_heads_per_device(model, sh.tp) * (model.head_dim + flops.value_head_dim(model))
-                * workload.activation_bytes)
+    kv_bytes = (
+        sh.cp
+        * m
+        * params.kv_heads_per_device(model, sh.tp)
+        * (model.head_dim + flops.value_head_dim(model))
+        * workload.activation_bytes
+    )
     t_kv = ring_time(kv_bytes, co.cp, acc.collective_half_efficiency_bytes)
     # each of the cp - 1 ring steps waits for its block: the hops' latency is never hidden
     sync = co.cp.latency_s
@@ -460,9 +537,15 @@ def cp_per_microbatch(model: ModelSpec, workload: Workload, acc: Accelerator, sh
     hidden_fwd, hidden_bwd = np.maximum(0.0, t_kv - fwd), np.maximum(0.0, 2 * t_kv - bwd)
     lost_fwd, lost_bwd = interference(acc, hidden_fwd), interference(acc, hidden_bwd)
     layers = layers_per_stage(model, sh)
-    return {"base": layers * (fwd + bwd + lost_fwd + lost_bwd), "rerun": layers * (fwd + lost_fwd),
-            "lost": layers * (lost_fwd + lost_bwd), "rerun_lost": layers * lost_fwd, "t_kv": t_kv,
-            "hidden_fwd_layer": hidden_fwd, "hidden_bwd_layer": hidden_bwd}
+    return {
+        "base": layers * (fwd + bwd + lost_fwd + lost_bwd),
+        "rerun": layers * (fwd + lost_fwd),
+        "lost": layers * (lost_fwd + lost_bwd),
+        "rerun_lost": layers * lost_fwd,
+        "t_kv": t_kv,
+        "hidden_fwd_layer": hidden_fwd,
+        "hidden_bwd_layer": hidden_bwd,
+    }
 
 
 def shard_link_traffic(tp: dict, cp: dict, co: Coeffs) -> dict:
@@ -471,19 +554,25 @@ def shard_link_traffic(tp: dict, cp: dict, co: Coeffs) -> dict:
     ZeRO-3 gather or reduce-scatter hides only in what of its window they leave free
     (COSTS.md "overlap windows"; NCCL and ICI serve concurrent transfers on a link in turn)."""
     share_tp, share_cp = shares_links(co.tp, co.shard), shares_links(co.cp, co.shard)
-    return {"fwd": share_cp * cp["hidden_fwd_layer"] + share_tp * tp["hidden_fwd_layer"],
-            "bwd": share_cp * cp["hidden_bwd_layer"] + share_tp * tp["hidden_bwd_layer"]}
+    return {
+        "fwd": share_cp * cp["hidden_fwd_layer"] + share_tp * tp["hidden_fwd_layer"],
+        "bwd": share_cp * cp["hidden_bwd_layer"] + share_tp * tp["hidden_bwd_layer"],
+    }
 
 
-def reduction_link_traffic(model: ModelSpec, workload: Workload, acc: Accelerator, sh: Shapes, tp: dict, cp: dict,
-                           co: Coeffs):
+def reduction_link_traffic(
+    model: ModelSpec, workload: Workload, acc: Accelerator, sh: Shapes, tp: dict, cp: dict, co: Coeffs
+):
     """Seconds the hidden TP and CP traffic of one microbatch's backward keeps busy the links of the
     data-parallel groups (dp x fsdp x cp), on which the once-per-step gradient reductions run in that
     same backward: the reductions hide only in what of the window it leaves free (0 where the profile
     reduces after the backward: then they do not meet)."""
     share_tp, share_cp = shares_links(co.tp, co.dp_zero0), shares_links(co.cp, co.dp_zero0)
-    return (layers_per_stage(model, sh) * reduces_in_backward(workload, acc, sh)
-            * (share_tp * tp["hidden_bwd_layer"] + share_cp * cp["hidden_bwd_layer"]))
+    return (
+        layers_per_stage(model, sh)
+        * reduces_in_backward(workload, acc, sh)
+        * (share_tp * tp["hidden_bwd_layer"] + share_cp * cp["hidden_bwd_layer"])
+    )
 
 
 def fsdp_collectives(model: ModelSpec, workload: Workload, acc: Accelerator, sh: Shapes, co: Coeffs) -> dict:
@@ -525,8 +614,17 @@ def gathered_bytes_per_param(workload: Workload, acc: Accelerator) -> float:
     return workload.weight_bytes_per_param
 
 
-def fsdp_exposed_fixed(model: ModelSpec, acc: Accelerator, sh: Shapes, fc: dict, fwd_window_layer, logits_window,
-                       holds_vocab, link_busy_fwd_layer=0.0, last=False) -> dict:
+def fsdp_exposed_fixed(
+    model: ModelSpec,
+    acc: Accelerator,
+    sh: Shapes,
+    fc: dict,
+    fwd_window_layer,
+    logits_window,
+    holds_vocab,
+    link_busy_fwd_layer=0.0,
+    last=False,
+) -> dict:
     """ZeRO-3 exposed seconds per microbatch that do not depend on recompute (keys S, K, o, stage).
 
     Forward gathers hide behind the previous layer, sharing its links with the hidden TP and CP
@@ -539,9 +637,11 @@ def fsdp_exposed_fixed(model: ModelSpec, acc: Accelerator, sh: Shapes, fc: dict,
     lost_forward = layers * interference(acc, hidden)
     vocab_exposed = np.maximum(0.0, fc["vocab"] - logits_window)
     lost_vocab = _f(holds_vocab) * interference(acc, fc["vocab"] - vocab_exposed)
-    return {"forward": layers * exposed + fc["gather_layer"] + lost_forward,
-            "vocab": _f(holds_vocab) * vocab_exposed + lost_vocab, "lost": lost_forward + lost_vocab}
-
+    return {
+        "forward": layers * exposed + fc["gather_layer"] + lost_forward,
+        "vocab": _f(holds_vocab) * vocab_exposed + lost_vocab,
+        "lost": lost_forward + lost_vocab,
+    }
 
 
 def step_collectives(model: ModelSpec, workload: Workload, acc: Accelerator, sh: Shapes, z, co: Coeffs) -> dict:
@@ -569,10 +669,14 @@ def step_collectives(model: ModelSpec, workload: Workload, acc: Accelerator, sh:
     e_grads = _f(layers_per_stage(model, sh)) * expert_params_per_layer(model, sh) * workload.grad_bytes_per_param
     e_sharded = (z >= 1) & (sh.expert_shards > 1)
     e_rs = _f(e_sharded & (z <= 2)) * ring_time(e_grads, co.eshard, half)
-    e_dp = np.where(z == 0, 2.0 * ring_time(e_grads, co.eall, half),
-                    2.0 * ring_time(e_grads / np.where(e_sharded, sh.expert_shards, 1), co.erep, half))
-    e_gather = _f(e_sharded & (z <= 2)) * ring_time(e_grads / workload.grad_bytes_per_param
-                                                    * gathered_bytes_per_param(workload, acc), co.eshard, half)
+    e_dp = np.where(
+        z == 0,
+        2.0 * ring_time(e_grads, co.eall, half),
+        2.0 * ring_time(e_grads / np.where(e_sharded, sh.expert_shards, 1), co.erep, half),
+    )
+    e_gather = _f(e_sharded & (z <= 2)) * ring_time(
+        e_grads / workload.grad_bytes_per_param * gathered_bytes_per_param(workload, acc), co.eshard, half
+    )
     return {"reduce/zero": rs + e_rs, "reduce/dp": dp + e_dp, "reduce/kv_replica": kv, "gather/zero": gather + e_gather}
 
 
@@ -589,8 +693,12 @@ def optimizer_time(model: ModelSpec, workload: Workload, acc: Accelerator, sh: S
     local = _f(stage_params(model, sh, first=True)) / np.where(z >= 1, sh.shards, 1)
     if model.moe is not None:
         local = local + expert_stage_params(model, sh) / np.where(z >= 1, sh.expert_shards, 1)
-    per_param = (workload.grad_bytes_per_param + 2 * workload.master_bytes_per_param
-                 + 2 * workload.optimizer_bytes_per_param + workload.weight_bytes_per_param)
+    per_param = (
+        workload.grad_bytes_per_param
+        + 2 * workload.master_bytes_per_param
+        + 2 * workload.optimizer_bytes_per_param
+        + workload.weight_bytes_per_param
+    )
     return local * per_param / acc.hbm_bytes_per_s
 
 
@@ -669,13 +777,21 @@ def memory_by_zero(model: ModelSpec, workload: Workload, sh: Shapes, z, first: b
     return out
 
 
-def memory_by_microbatch(model: ModelSpec, workload: Workload, sh: Shapes, k, r, first: bool, last,
-                         sequence_parallel: bool = True) -> dict:
+def memory_by_microbatch(
+    model: ModelSpec, workload: Workload, sh: Shapes, k, r, first: bool, last, sequence_parallel: bool = True
+) -> dict:
     """Bytes per device that depend on the microbatching and recompute (keys S, K, r, stage)."""
     m = tokens_per_microbatch(workload, sh, k)
     act_b = workload.activation_bytes
-    widths = memory.saved_tensor_widths(model, sh.tp, sequence_parallel, workload.seq_len, workload.flash_attention,
-                                        act_b, fp8=workload.precision == "fp8")
+    widths = memory.saved_tensor_widths(
+        model,
+        sh.tp,
+        sequence_parallel,
+        workload.seq_len,
+        workload.flash_attention,
+        act_b,
+        fp8=workload.precision == "fp8",
+    )
     per_token = sum(_f(widths[n]) * memory.in_hbm_by_code(n)[r] for n in widths)  # what each row's policy saves in HBM
     every = sum(_f(w) for w in widths.values())
     saved = per_token * m * act_b
@@ -693,8 +809,9 @@ def memory_by_microbatch(model: ModelSpec, workload: Workload, sh: Shapes, k, r,
         + (dispatch_buffer_bytes(model, workload, sh, m) if model.moe is not None else 0.0),
         "temporary/logits": logits,
         "temporary/recompute": recomputed,
-        "temporary/logits_grad": 0.0 * logits if workload.framework and profile_of(
-            workload.framework).inplace_cross_entropy else logits,
+        "temporary/logits_grad": 0.0 * logits
+        if workload.framework and profile_of(workload.framework).inplace_cross_entropy
+        else logits,
     }
 
 
@@ -703,7 +820,16 @@ def dispatch_buffer_bytes(model: ModelSpec, workload: Workload, sh: Shapes, m):
     received (x the busiest device's load, ``expert_load``) and the combine's output, gathered over etp."""
     if model.moe is None:
         return 0.0 * m
-    return 2 * m / sh.tp * model.moe.top_k * expert_load(model, workload, sh, m) * sh.etp * model.d_model * workload.activation_bytes
+    return (
+        2
+        * m
+        / sh.tp
+        * model.moe.top_k
+        * expert_load(model, workload, sh, m)
+        * sh.etp
+        * model.d_model
+        * workload.activation_bytes
+    )
 
 
 def moment_bytes(items: dict, moment: str) -> dict:
@@ -722,6 +848,7 @@ def coeffs_of(cluster, table: np.ndarray, kv_replicas, expert_table: np.ndarray 
     """Ring coefficients of every communication group, for factor tables [rows, axes, degree]
     (``placement.fill_order``), with ``kv_replicas`` the TP ranks sharing one KV head per row and
     ``expert_table`` [rows, axes, EXPERT_NESTING] the expert layers' groups (None: no experts)."""
+
     def group(*degrees):
         return spans_from_factors(cluster.axes, table, degrees)
 
@@ -734,16 +861,23 @@ def coeffs_of(cluster, table: np.ndarray, kv_replicas, expert_table: np.ndarray 
         experts = dict.fromkeys(EXPERT_GROUPS, none)
     else:
         experts = dict(
-            ep=all_to_all_coefficients_of(expert("ep")), ep_in=all_to_all_coefficients_of(expert("ep"), 0),
-            ep_out=all_to_all_coefficients_of(expert("ep"), 1), etp=ring_coefficients_of(expert("etp")),
-            eshard=ring_coefficients_of(expert("efsdp")), erep=ring_coefficients_of(expert("edpr")),
-            eall=ring_coefficients_of(expert("efsdp", "edpr")))
+            ep=all_to_all_coefficients_of(expert("ep")),
+            ep_in=all_to_all_coefficients_of(expert("ep"), 0),
+            ep_out=all_to_all_coefficients_of(expert("ep"), 1),
+            etp=ring_coefficients_of(expert("etp")),
+            eshard=ring_coefficients_of(expert("efsdp")),
+            erep=ring_coefficients_of(expert("edpr")),
+            eall=ring_coefficients_of(expert("efsdp", "edpr")),
+        )
     return Coeffs(
-        tp=ring_coefficients_of(tp), cp=ring_coefficients_of(group("cp")),
-        shard=ring_coefficients_of(group("fsdp", "cp")), dp=ring_coefficients_of(group("dp")),
+        tp=ring_coefficients_of(tp),
+        cp=ring_coefficients_of(group("cp")),
+        shard=ring_coefficients_of(group("fsdp", "cp")),
+        dp=ring_coefficients_of(group("dp")),
         dp_zero0=ring_coefficients_of(group("dp", "fsdp", "cp")),
         kv=ring_coefficients_of(replica_spans(tp, np.broadcast_to(kv_replicas, (table.shape[0],)))),
-        pp=send_coefficients_of(group("pp")), **experts,
+        pp=send_coefficients_of(group("pp")),
+        **experts,
     )
 
 
@@ -752,28 +886,50 @@ EXPERT_GROUPS = ("ep", "ep_in", "ep_out", "etp", "eshard", "erep", "eall")
 
 def single_device(rows: int) -> RingCoefficients:
     """The coefficients of a group of one device, for ``rows`` rows (nothing to communicate)."""
-    return RingCoefficients(members=np.ones(rows, dtype=np.int64), seconds_per_byte=np.zeros(rows),
-                            latency_s=np.zeros(rows), axes_mask=np.zeros(rows, dtype=np.int64),
-                            scale_out=np.zeros(rows, dtype=bool))
+    return RingCoefficients(
+        members=np.ones(rows, dtype=np.int64),
+        seconds_per_byte=np.zeros(rows),
+        latency_s=np.zeros(rows),
+        axes_mask=np.zeros(rows, dtype=np.int64),
+        scale_out=np.zeros(rows, dtype=bool),
+    )
 
 
 def layout_coeffs(model: ModelSpec, cluster, layout) -> Coeffs:
     """Ring coefficients of every group of a placed layout (arrays of one row)."""
     experts = expert_factor_table(cluster, layout)[None] if model.moe is not None else None
-    return coeffs_of(cluster, factor_table(cluster, layout.axes)[None], params.kv_replication(model, layout.tp),
-                     experts)
+    return coeffs_of(
+        cluster, factor_table(cluster, layout.axes)[None], params.kv_replication(model, layout.tp), experts
+    )
 
 
-COEFF_GROUPS = ("tp", "cp", "shard", "dp", "dp_zero0", "kv", "pp", "ep", "ep_in", "ep_out", "etp", "eshard", "erep",
-                "eall")
+COEFF_GROUPS = (
+    "tp",
+    "cp",
+    "shard",
+    "dp",
+    "dp_zero0",
+    "kv",
+    "pp",
+    "ep",
+    "ep_in",
+    "ep_out",
+    "etp",
+    "eshard",
+    "erep",
+    "eall",
+)
 
 
 def interleave_coeffs(per_order: list[Coeffs]) -> Coeffs:
     """One Coeffs over (row, order) pairs, index row x len(per_order) + order."""
+
     def stack(name):
         items = [getattr(c, name) for c in per_order]
         if name in EXPERT_GROUPS and all(np.all(c.members == 1) for c in items):  # dense: no expert groups
             return single_device(sum(len(c.members) for c in items))
-        return RingCoefficients(**{f: np.stack([getattr(c, f) for c in items], axis=1).reshape(-1)
-                                   for f in RING_FIELDS})
+        return RingCoefficients(
+            **{f: np.stack([getattr(c, f) for c in items], axis=1).reshape(-1) for f in RING_FIELDS}
+        )
+
     return Coeffs(**{name: stack(name) for name in COEFF_GROUPS})

@@ -19,16 +19,17 @@ from types import ModuleType
 
 from layoutsearch.core.errors import InvalidLayoutError, did_you_mean
 from layoutsearch.core.rules import Capabilities, Rule, framework_rules, violations
-from layoutsearch.export import deepspeed
-from layoutsearch.export import maxtext
-from layoutsearch.export import megatron
-from layoutsearch.export import torchtitan
-from layoutsearch.export import torchtitan03
+from layoutsearch.export import deepspeed, maxtext, megatron, torchtitan, torchtitan03
 from layoutsearch.export.context import ExportContext, build_context
 
 TARGETS = ("maxtext", "megatron", "torchtitan", "torchtitan-0.3", "deepspeed")
-_MODULES: dict[str, ModuleType] = {"maxtext": maxtext, "megatron": megatron, "torchtitan": torchtitan,
-                                   "torchtitan-0.3": torchtitan03, "deepspeed": deepspeed}
+_MODULES: dict[str, ModuleType] = {
+    "maxtext": maxtext,
+    "megatron": megatron,
+    "torchtitan": torchtitan,
+    "torchtitan-0.3": torchtitan03,
+    "deepspeed": deepspeed,
+}
 GPU_ONLY = ("megatron", "torchtitan", "torchtitan-0.3", "deepspeed")
 SUFFIXES = {"maxtext": ".yml", "megatron": ".sh", "torchtitan": ".toml", "torchtitan-0.3": ".py", "deepspeed": ".json"}
 
@@ -37,8 +38,9 @@ __all__ = ["TARGETS", "SUFFIXES", "export_document", "check_export", "context_fo
 
 def _module(target: str) -> ModuleType:
     if target not in _MODULES:
-        raise InvalidLayoutError(f"unknown export target '{target}'{did_you_mean(target, TARGETS)}; "
-                                 f"known: {', '.join(TARGETS)}")
+        raise InvalidLayoutError(
+            f"unknown export target '{target}'{did_you_mean(target, TARGETS)}; known: {', '.join(TARGETS)}"
+        )
     return _MODULES[target]
 
 

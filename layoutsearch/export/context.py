@@ -15,7 +15,7 @@ from layoutsearch.core.check import check_layout
 from layoutsearch.core.errors import InvalidLayoutError
 from layoutsearch.core.placement import default_axes
 from layoutsearch.core.problem import HasProblem, Problem, layout_from_record, version
-from layoutsearch.core.specs import Cluster, Layout, ModelSpec
+from layoutsearch.core.specs import Layout
 from layoutsearch.core.units import GB
 
 OUTER_AXIS_KINDS = ("dcn", "scale_out")  # between slices (TPU) or between nodes (GPU)
@@ -110,7 +110,9 @@ def build_context(document: dict, target: str, rank: int = 1) -> ExportContext:
     layout = layout_from_record(record, f"layouts[rank {rank}]")
     violations = check_layout(problem, layout)
     if violations:
-        raise InvalidLayoutError(f"layout rank {rank} breaks the package rules: " + "; ".join(v.message for v in violations))
+        raise InvalidLayoutError(
+            f"layout rank {rank} breaks the package rules: " + "; ".join(v.message for v in violations)
+        )
     if not layout.placed:
         layout = replace(layout, axes=default_axes(problem.cluster, layout))
     return ExportContext(target=target, problem=problem, layout=layout, record=record)
@@ -125,24 +127,39 @@ def header_lines(ctx: ExportContext) -> list[str]:
     mfu = nan if rec.get("mfu") is None else rec["mfu"]
     degrees = " ".join(f"{k}={v}" for k, v in lay.all_degrees.items())
     pipeline = f", pp schedule {lay.schedule} x{lay.virtual_stages} virtual" if lay.pp > 1 else ""
-    return [
-        f"Written by layoutsearch {version()} for {ctx.target}: layout rank {rec.get('rank', 1)}.",
-        f"model: {ctx.model_id}{'' if model.name == ctx.model_id else f' ({model.name})'}: {model.num_layers} layers, "
-        f"d_model {model.d_model}, d_ff {model.d_ff}, "
-        f"{model.num_heads} heads / {model.num_kv_heads} kv, vocab {model.vocab_size}",
-        f"cluster: {ctx.cluster.name} ({ctx.num_devices} {ctx.cluster.accelerator.id} devices); "
-        f"batch {ctx.global_batch_seqs} sequences x {ctx.seq_len} tokens",
-        f"layout: {degrees}, zero {lay.zero_stage}, {lay.num_microbatches} microbatches x "
-        f"{ctx.microbatch_seqs} sequences per data unit, recompute {lay.recompute}{pipeline}",
-        f"predicted: step {step:.4g} s, MFU {100 * mfu:.1f} %, peak memory "
-        f"{mem.get('peak', float('nan')) / GB:.1f} GB of {mem.get('capacity', float('nan')) / GB:.1f} GB per device",
-        f"placement: {placement_text(ctx)}",
-    ] + (["WARNING: layoutsearch predicts this layout does NOT fit in device memory."] if rec.get("fits") is False else []) \
-      + (["Launch with CUDA_LAUNCH_BLOCKING=1: the prediction costed blocking kernel launches (--launch-blocking)."]
-         if ctx.problem.workload.launch_blocking else []) \
-      + ([f"WARNING: planned for {ctx.cluster.accelerator.id} TPUs; {ctx.target} runs on GPUs: the degrees, batch and "
-          f"recompute carry over, the predicted time and memory do not (re-run solve on a GPU cluster)."]
-         if ctx.cluster.accelerator.kind == "tpu" and ctx.target != "maxtext" else [])
+    return (
+        [
+            f"Written by layoutsearch {version()} for {ctx.target}: layout rank {rec.get('rank', 1)}.",
+            f"model: {ctx.model_id}{'' if model.name == ctx.model_id else f' ({model.name})'}: {model.num_layers} layers, "
+            f"d_model {model.d_model}, d_ff {model.d_ff}, "
+            f"{model.num_heads} heads / {model.num_kv_heads} kv, vocab {model.vocab_size}",
+            f"cluster: {ctx.cluster.name} ({ctx.num_devices} {ctx.cluster.accelerator.id} devices); "
+            f"batch {ctx.global_batch_seqs} sequences x {ctx.seq_len} tokens",
+            f"layout: {degrees}, zero {lay.zero_stage}, {lay.num_microbatches} microbatches x "
+            f"{ctx.microbatch_seqs} sequences per data unit, recompute {lay.recompute}{pipeline}",
+            f"predicted: step {step:.4g} s, MFU {100 * mfu:.1f} %, peak memory "
+            f"{mem.get('peak', float('nan')) / GB:.1f} GB of {mem.get('capacity', float('nan')) / GB:.1f} GB per device",
+            f"placement: {placement_text(ctx)}",
+        ]
+        + (
+            ["WARNING: layoutsearch predicts this layout does NOT fit in device memory."]
+            if rec.get("fits") is False
+            else []
+        )
+        + (
+            ["Launch with CUDA_LAUNCH_BLOCKING=1: the prediction costed blocking kernel launches (--launch-blocking)."]
+            if ctx.problem.workload.launch_blocking
+            else []
+        )
+        + (
+            [
+                f"WARNING: planned for {ctx.cluster.accelerator.id} TPUs; {ctx.target} runs on GPUs: the degrees, batch and "
+                f"recompute carry over, the predicted time and memory do not (re-run solve on a GPU cluster)."
+            ]
+            if ctx.cluster.accelerator.kind == "tpu" and ctx.target != "maxtext"
+            else []
+        )
+    )
 
 
 # What the engine does not decide: every exported file names these and leaves them for the user.
@@ -152,8 +169,10 @@ PLACEHOLDER_ITEMS = ("data path", "tokenizer", "learning rate and schedule", "tr
 
 def placeholder_note() -> str:
     """The one line every file carries about what it leaves unset."""
-    return (f"{PLACEHOLDER}: layoutsearch does not decide the {', '.join(PLACEHOLDER_ITEMS)}; every value marked "
-            f"'<set me: ...>' must be replaced before launch.")
+    return (
+        f"{PLACEHOLDER}: layoutsearch does not decide the {', '.join(PLACEHOLDER_ITEMS)}; every value marked "
+        f"'<set me: ...>' must be replaced before launch."
+    )
 
 
 def set_me(what: str) -> str:

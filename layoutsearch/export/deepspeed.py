@@ -42,19 +42,31 @@ SIDE_KEY = "_layoutsearch"
 
 
 CAPABILITIES = Capabilities(
-    target="deepspeed", framework="DeepSpeed", tp_comm_overlap=False, zero_stages_with_replicas=(), zero_stages_with_pp=(0, 1),
-    pipeline_schedules=("1f1b",), context_parallel=False, kv_replication=False,
-    expert_tensor=("1",), expert_tensor_without_ep=("tp",), expert_parallel_with_tp_and_pp=False,
-    attention_sinks=True, sliding_window=True,  # the Hugging Face model code trains its own attention
-    why={"deepspeed-replicas": "ZeRO shards over the whole data-parallel world (MiCS was removed)",
-         "deepspeed-cp": "it has no ring context parallelism (Ulysses exchanges heads by all-to-all)",
-         "deepspeed-pipeline": "its PipelineEngine runs 1F1B only and rejects ZeRO-2 and ZeRO-3",
-         "deepspeed-kv": "AutoTP does not replicate KV heads",
-         "deepspeed-capacity": "AutoEP routes dropless",
-         "deepspeed-tp-overlap": "AutoTP all-reduces after its GEMMs",
-         "deepspeed-etp": "AutoEP has no expert tensor parallelism yet (etp 1), and without AutoEP, AutoTP splits "
-                          "the experts' linears over tp",
-         "deepspeed-ep-tp-pp": "AutoEP's folding with AutoTP supports pp = 1 only"})
+    target="deepspeed",
+    framework="DeepSpeed",
+    tp_comm_overlap=False,
+    zero_stages_with_replicas=(),
+    zero_stages_with_pp=(0, 1),
+    pipeline_schedules=("1f1b",),
+    context_parallel=False,
+    kv_replication=False,
+    expert_tensor=("1",),
+    expert_tensor_without_ep=("tp",),
+    expert_parallel_with_tp_and_pp=False,
+    attention_sinks=True,
+    sliding_window=True,  # the Hugging Face model code trains its own attention
+    why={
+        "deepspeed-replicas": "ZeRO shards over the whole data-parallel world (MiCS was removed)",
+        "deepspeed-cp": "it has no ring context parallelism (Ulysses exchanges heads by all-to-all)",
+        "deepspeed-pipeline": "its PipelineEngine runs 1F1B only and rejects ZeRO-2 and ZeRO-3",
+        "deepspeed-kv": "AutoTP does not replicate KV heads",
+        "deepspeed-capacity": "AutoEP routes dropless",
+        "deepspeed-tp-overlap": "AutoTP all-reduces after its GEMMs",
+        "deepspeed-etp": "AutoEP has no expert tensor parallelism yet (etp 1), and without AutoEP, AutoTP splits "
+        "the experts' linears over tp",
+        "deepspeed-ep-tp-pp": "AutoEP's folding with AutoTP supports pp = 1 only",
+    },
+)
 AUTOEP_PRESETS = {"mixtral": "mixtral", "qwen3-moe": "qwen3_moe"}  # MODEL_BLOCKS name -> AutoEP preset_model
 
 
@@ -79,16 +91,22 @@ def _expert_notes(ctx: ExportContext) -> list[str]:
     if m.moe is None:
         return []
     if lay.ep == 1:
-        return [f"experts: no expert parallelism (ep 1): ZeRO-{ctx.effective_zero_stage} shards the "
-                f"{m.moe.num_experts} experts of each MoE layer like every weight"
-                + (f", and AutoTP splits their linears over tp {lay.tp}" if lay.tp > 1 else "")]
-    notes = [f"experts: AutoEP (expert_parallel) regroups each stage's {lay.dp * lay.fsdp * lay.tp} devices as "
-             f"edp {lay.expert_data_parallel} x ep {lay.ep}; it replaces the Hugging Face model's MoE blocks when "
-             f"deepspeed.initialize() builds the engine"]
+        return [
+            f"experts: no expert parallelism (ep 1): ZeRO-{ctx.effective_zero_stage} shards the "
+            f"{m.moe.num_experts} experts of each MoE layer like every weight"
+            + (f", and AutoTP splits their linears over tp {lay.tp}" if lay.tp > 1 else "")
+        ]
+    notes = [
+        f"experts: AutoEP (expert_parallel) regroups each stage's {lay.dp * lay.fsdp * lay.tp} devices as "
+        f"edp {lay.expert_data_parallel} x ep {lay.ep}; it replaces the Hugging Face model's MoE blocks when "
+        f"deepspeed.initialize() builds the engine"
+    ]
     if autoep_preset(m) is None:
-        notes.append("AutoEP has no preset for this architecture: set expert_parallel.moe_layer_pattern, "
-                     "router_pattern, expert_pattern (and expert_w1/w2/w3, num_experts_attr, top_k_attr) to your "
-                     "model's module names")
+        notes.append(
+            "AutoEP has no preset for this architecture: set expert_parallel.moe_layer_pattern, "
+            "router_pattern, expert_pattern (and expert_w1/w2/w3, num_experts_attr, top_k_attr) to your "
+            "model's module names"
+        )
     return notes
 
 
@@ -97,57 +115,87 @@ def in_code(ctx: ExportContext) -> list[str]:
     lay = ctx.layout
     notes = []
     if lay.pp > 1:
-        notes.append(f"pipeline: build the model as deepspeed.pipe.PipelineModule(layers=..., num_stages={lay.pp}, "
-                     f"partition_method='uniform') ({ctx.model.num_layers // lay.pp} transformer layers per stage); "
-                     f"its topology gives DP world {lay.data_units}, and engine.train_batch() runs "
-                     f"{lay.num_microbatches} microbatches (gradient_accumulation_steps) in 1F1B order")
+        notes.append(
+            f"pipeline: build the model as deepspeed.pipe.PipelineModule(layers=..., num_stages={lay.pp}, "
+            f"partition_method='uniform') ({ctx.model.num_layers // lay.pp} transformer layers per stage); "
+            f"its topology gives DP world {lay.data_units}, and engine.train_batch() runs "
+            f"{lay.num_microbatches} microbatches (gradient_accumulation_steps) in 1F1B order"
+        )
     if lay.tp > 1:
-        notes.append(f"tensor parallel: tensor_parallel.autotp_size = {lay.tp} shards a Hugging Face-style model when "
-                     f"deepspeed.initialize() builds the engine; keep the {lay.tp} TP ranks inside one node")
+        notes.append(
+            f"tensor parallel: tensor_parallel.autotp_size = {lay.tp} shards a Hugging Face-style model when "
+            f"deepspeed.initialize() builds the engine; keep the {lay.tp} TP ranks inside one node"
+        )
     if lay.recompute == "full":
-        notes.append("recompute full: checkpoint every transformer layer (model.gradient_checkpointing_enable(), or "
-                     "deepspeed.checkpointing.checkpoint(layer, ...) around each layer)")
+        notes.append(
+            "recompute full: checkpoint every transformer layer (model.gradient_checkpointing_enable(), or "
+            "deepspeed.checkpointing.checkpoint(layer, ...) around each layer)"
+        )
     elif lay.recompute == "selective":
-        notes.append("recompute selective: checkpoint only the attention core and the MLP activation "
-                     "(deepspeed.checkpointing.checkpoint around those calls); JSON has no selective policy")
+        notes.append(
+            "recompute selective: checkpoint only the attention core and the MLP activation "
+            "(deepspeed.checkpointing.checkpoint around those calls); JSON has no selective policy"
+        )
     notes += _expert_notes(ctx)
     per_node = ctx.cluster.accelerator.devices_per_node if ctx.cluster.accelerator.kind == "gpu" else 8
     per_node = min(per_node, ctx.num_devices)  # a cluster smaller than one node (h100-2) fills part of it
-    notes.append(f"launch: deepspeed --num_gpus {per_node} --num_nodes "
-                 f"{max(1, ctx.num_devices // per_node)} train.py --deepspeed_config THIS_FILE")
+    notes.append(
+        f"launch: deepspeed --num_gpus {per_node} --num_nodes "
+        f"{max(1, ctx.num_devices // per_node)} train.py --deepspeed_config THIS_FILE"
+    )
     return notes
 
 
 def model_hyperparameters(ctx: ExportContext) -> dict:
     """The model's hyper-parameters in Hugging Face config.json names (the model is built in code)."""
     m = ctx.model
-    out: dict = {"hidden_act": m.activation_name, "rms_norm_eps" if m.norm == "rmsnorm" else "layer_norm_eps": m.norm_eps,
-                 "attention_dropout": m.attention_dropout, "hidden_dropout": m.hidden_dropout,
-                 "attention_bias": m.qkv_bias or m.linear_bias}
+    out: dict = {
+        "hidden_act": m.activation_name,
+        "rms_norm_eps" if m.norm == "rmsnorm" else "layer_norm_eps": m.norm_eps,
+        "attention_dropout": m.attention_dropout,
+        "hidden_dropout": m.hidden_dropout,
+        "attention_bias": m.qkv_bias or m.linear_bias,
+    }
     if not m.learned_positions:
         out["rope_theta"] = m.rope_theta
-        out["rope_scaling"] = None if m.rope_scaling is None else {
-            "rope_type": m.rope_scaling.rope_type, "factor": m.rope_scaling.factor,
-            "low_freq_factor": m.rope_scaling.low_freq_factor, "high_freq_factor": m.rope_scaling.high_freq_factor,
-            "original_max_position_embeddings": m.rope_scaling.original_max_position_embeddings}
+        out["rope_scaling"] = (
+            None
+            if m.rope_scaling is None
+            else {
+                "rope_type": m.rope_scaling.rope_type,
+                "factor": m.rope_scaling.factor,
+                "low_freq_factor": m.rope_scaling.low_freq_factor,
+                "high_freq_factor": m.rope_scaling.high_freq_factor,
+                "original_max_position_embeddings": m.rope_scaling.original_max_position_embeddings,
+            }
+        )
     return out
 
 
 def placeholders() -> dict:
     """What layoutsearch does not decide, for the training script (DeepSpeed's JSON has no place for it)."""
-    return {"note": placeholder_note(), "data_path": set_me("training data"), "tokenizer": set_me("tokenizer"),
-            "learning_rate": set_me("peak learning rate and schedule (an 'optimizer'/'scheduler' block)"),
-            "train_steps": set_me("optimizer steps"), "checkpoint_dir": set_me("engine.save_checkpoint directory")}
+    return {
+        "note": placeholder_note(),
+        "data_path": set_me("training data"),
+        "tokenizer": set_me("tokenizer"),
+        "learning_rate": set_me("peak learning rate and schedule (an 'optimizer'/'scheduler' block)"),
+        "train_steps": set_me("optimizer steps"),
+        "checkpoint_dir": set_me("engine.save_checkpoint directory"),
+    }
 
 
 def config(ctx: ExportContext) -> dict:
     lay = ctx.layout
     cfg: dict = {
-        SIDE_KEY: {"header": header_lines(ctx), "set_in_code": in_code(ctx),
-                   "degrees": lay.all_degrees if ctx.model.moe is not None else lay.degrees,
-                   "virtual_stages": lay.virtual_stages, "schedule": lay.schedule,
-                   "model_hyperparameters": model_hyperparameters(ctx),
-                   "placeholders": placeholders()},
+        SIDE_KEY: {
+            "header": header_lines(ctx),
+            "set_in_code": in_code(ctx),
+            "degrees": lay.all_degrees if ctx.model.moe is not None else lay.degrees,
+            "virtual_stages": lay.virtual_stages,
+            "schedule": lay.schedule,
+            "model_hyperparameters": model_hyperparameters(ctx),
+            "placeholders": placeholders(),
+        },
         "train_batch_size": ctx.global_batch_seqs,
         "train_micro_batch_size_per_gpu": ctx.microbatch_seqs,
         "gradient_accumulation_steps": lay.num_microbatches,
@@ -161,8 +209,11 @@ def config(ctx: ExportContext) -> dict:
     if expert_parallel(ctx) is not None:
         cfg["expert_parallel"] = expert_parallel(ctx)
     if lay.recompute != "none":
-        cfg["activation_checkpointing"] = {"partition_activations": False, "contiguous_memory_optimization": False,
-                                           "cpu_checkpointing": False}
+        cfg["activation_checkpointing"] = {
+            "partition_activations": False,
+            "contiguous_memory_optimization": False,
+            "cpu_checkpointing": False,
+        }
     return cfg
 
 
@@ -196,8 +247,10 @@ def check(text: str, ctx: ExportContext) -> list[str]:
         out.append(f"zero_optimization.stage {stage} is not 0-3")
     zero = cfg.get("zero_optimization", {})
     if stage >= 1 and not zero.get("overlap_comm"):
-        out.append(f"zero_optimization.overlap_comm is off with ZeRO-{stage}; the predicted time overlaps the "
-                   f"gradient reduction")
+        out.append(
+            f"zero_optimization.overlap_comm is off with ZeRO-{stage}; the predicted time overlaps the "
+            f"gradient reduction"
+        )
     if pp > 1 and stage >= 2:
         out.append(f"ZeRO-{stage} is incompatible with pipeline parallelism (pp={pp})")
     if tp > ctx.model.num_kv_heads:
@@ -206,11 +259,24 @@ def check(text: str, ctx: ExportContext) -> list[str]:
         out.append(f"pp={pp} but {SIDE_KEY}.set_in_code does not say how to build the PipelineModule")
     out += _expert_problems(cfg, world, tp, pp, ctx)
     lay = ctx.layout
-    got = {"tp": tp, "pp": pp, "DP world": dp_world, "train batch": train, "micro batch": micro, "accumulation": acc,
-           "zero stage": stage}
-    want = {"tp": lay.tp, "pp": lay.pp, "DP world": lay.data_units, "train batch": ctx.global_batch_seqs,
-            "micro batch": ctx.microbatch_seqs, "accumulation": lay.num_microbatches,
-            "zero stage": ctx.effective_zero_stage}
+    got = {
+        "tp": tp,
+        "pp": pp,
+        "DP world": dp_world,
+        "train batch": train,
+        "micro batch": micro,
+        "accumulation": acc,
+        "zero stage": stage,
+    }
+    want = {
+        "tp": lay.tp,
+        "pp": lay.pp,
+        "DP world": lay.data_units,
+        "train batch": ctx.global_batch_seqs,
+        "micro batch": ctx.microbatch_seqs,
+        "accumulation": lay.num_microbatches,
+        "zero stage": ctx.effective_zero_stage,
+    }
     return out + [f"{k} is {got[k]}, layout has {want[k]}" for k in want if got[k] != want[k]]
 
 
@@ -221,10 +287,12 @@ def _expert_problems(cfg: dict, world: int, tp: int, pp: int, ctx: ExportContext
     ep, etp = int(section.get("autoep_size", 1)), int(section.get("expert_tensor_parallel_size", 1))
     m, lay, out = ctx.model, ctx.layout, []
     if m.moe is None:
-        return [f"expert_parallel enabled for a model without experts"] if enabled else []
+        return ["expert_parallel enabled for a model without experts"] if enabled else []
     if enabled:
         if (world // pp) % (ep * etp):
-            out.append(f"autoep_size {ep} x expert_tensor_parallel_size {etp} does not divide the stage size {world // pp}")
+            out.append(
+                f"autoep_size {ep} x expert_tensor_parallel_size {etp} does not divide the stage size {world // pp}"
+            )
         if etp != 1:
             out.append(f"expert_tensor_parallel_size {etp}: AutoEP supports 1 only")
         if tp > 1 and pp > 1:
@@ -235,5 +303,7 @@ def _expert_problems(cfg: dict, world: int, tp: int, pp: int, ctx: ExportContext
         out.append(f"without AutoEP, AutoTP splits the experts over tp {tp}; the layout has etp {lay.etp}")
     got_ep = ep if enabled else 1
     if (got_ep, etp if enabled else lay.etp) != (lay.ep, lay.etp):
-        out.append(f"experts as ep {got_ep} x etp {etp if enabled else lay.etp}, layout has ep {lay.ep} x etp {lay.etp}")
+        out.append(
+            f"experts as ep {got_ep} x etp {etp if enabled else lay.etp}, layout has ep {lay.ep} x etp {lay.etp}"
+        )
     return out

@@ -59,32 +59,58 @@ from layoutsearch.costs import memory
 from layoutsearch.export.context import ExportContext, comment_block, header_lines, placeholder_note, set_me
 
 AXES = ("data", "fsdp", "tensor", "context", "pipeline", "expert")
-REMAT_POLICIES = ("minimal_with_context", "minimal", "save_dot_with_context_except_mlp", "save_dot_except_mlpwi",
-                  "save_dot_except_mlp", "save_qkv_proj", "qkv_proj_offloaded", "custom", "minimal_offloaded",
-                  "save_out_proj", "full")
+REMAT_POLICIES = (
+    "minimal_with_context",
+    "minimal",
+    "save_dot_with_context_except_mlp",
+    "save_dot_except_mlpwi",
+    "save_dot_except_mlp",
+    "save_qkv_proj",
+    "qkv_proj_offloaded",
+    "custom",
+    "minimal_offloaded",
+    "save_out_proj",
+    "full",
+)
 # layoutsearch's policies -> remat_policy: MaxText's own names as they are (costs.memory.POLICY_SAVES
 # models each); none and selective by their nearest (MaxText's none rematerialises scanned layers fully)
 # The engine's saved tensors (costs.memory.PRODUCER) -> MaxText's checkpoint names for them (configs/base.yml)
-CHECKPOINT_NAMES = {"attn_norm_in": ("decoder_layer_input",), "q": ("query_proj", "qkv_proj"), "k": ("key_proj",),
-                    "v": ("value_proj",), "qk_norm_in": ("query_proj", "key_proj"), "mlp_norm_in": ("out_proj",),
-                    "post_norm_in": ("out_proj",)}
+CHECKPOINT_NAMES = {
+    "attn_norm_in": ("decoder_layer_input",),
+    "q": ("query_proj", "qkv_proj"),
+    "k": ("key_proj",),
+    "v": ("value_proj",),
+    "qk_norm_in": ("query_proj", "key_proj"),
+    "mlp_norm_in": ("out_proj",),
+    "post_norm_in": ("out_proj",),
+}
 # The offloading policies MaxText has no name for: remat_policy custom with the tensors costs.memory.OFFLOADED
 # puts on the host set to 'offload', every other name at base.yml's 'remat' (decoder_layer_input: 'device')
-CUSTOM_OFFLOADS = {policy: tuple(sorted({name for tensor in hosted for name in CHECKPOINT_NAMES.get(tensor, ())}))
-                   for policy, (_, hosted) in memory.OFFLOADED.items() if policy not in REMAT_POLICIES}
-REMAT = {"none": "minimal_with_context", "selective": "minimal",
-         **{p.value: p.value for p in Recompute if p.value in REMAT_POLICIES},
-         **dict.fromkeys(CUSTOM_OFFLOADS, "custom")}
+CUSTOM_OFFLOADS = {
+    policy: tuple(sorted({name for tensor in hosted for name in CHECKPOINT_NAMES.get(tensor, ())}))
+    for policy, (_, hosted) in memory.OFFLOADED.items()
+    if policy not in REMAT_POLICIES
+}
+REMAT = {
+    "none": "minimal_with_context",
+    "selective": "minimal",
+    **{p.value: p.value for p in Recompute if p.value in REMAT_POLICIES},
+    **dict.fromkeys(CUSTOM_OFFLOADS, "custom"),
+}
 
 
 def remat_keys(policy: str) -> dict:
     """The remat_policy key, with the custom policy's per-tensor locations."""
     return {"remat_policy": REMAT[policy], **dict.fromkeys(CUSTOM_OFFLOADS.get(policy, ()), "offload")}
+
+
 # Continuation fusion (TPU) and collective matmul (GPU): the compiler flags of TP communication overlap
-TPU_TP_OVERLAP_FLAGS = ("--xla_tpu_enable_async_collective_fusion=true "
-                        "--xla_tpu_enable_async_collective_fusion_fuse_all_gather=true "
-                        "--xla_tpu_enable_async_collective_fusion_multiple_steps=true "
-                        "--xla_tpu_overlap_compute_collective_tc=true --xla_enable_async_all_gather=true")
+TPU_TP_OVERLAP_FLAGS = (
+    "--xla_tpu_enable_async_collective_fusion=true "
+    "--xla_tpu_enable_async_collective_fusion_fuse_all_gather=true "
+    "--xla_tpu_enable_async_collective_fusion_multiple_steps=true "
+    "--xla_tpu_overlap_compute_collective_tc=true --xla_enable_async_all_gather=true"
+)
 GPU_TP_OVERLAP_FLAGS = "--xla_gpu_threshold_for_windowed_einsum_mib=0 --xla_gpu_multi_streamed_windowed_einsum=true"
 BASE_DEFAULTS = {"ici_fsdp_parallelism": -1, "dcn_data_parallelism": -1}  # base.yml auto-sharded axes
 
@@ -96,20 +122,34 @@ def slice_shape(ctx: ExportContext) -> tuple[int, int]:
 
 
 CAPABILITIES = Capabilities(
-    target="maxtext", framework="MaxText", drop_and_pad=True, unfused_attention=True, recompute_policies=tuple(REMAT), precisions=("bf16", "fp8"), zero_stages=(0, 1, 3), zero_stages_with_replicas=(3,),
-    zero_stages_with_cp=(3,), pipeline_schedules=("gpipe",), kv_replication=False,
+    target="maxtext",
+    framework="MaxText",
+    drop_and_pad=True,
+    unfused_attention=True,
+    recompute_policies=tuple(REMAT),
+    precisions=("bf16", "fp8"),
+    zero_stages=(0, 1, 3),
+    zero_stages_with_replicas=(3,),
+    zero_stages_with_cp=(3,),
+    pipeline_schedules=("gpipe",),
+    kv_replication=False,
     model_blocks=("llama", "gpt3", "mixtral", "qwen3-moe", "deepseek"),
-    expert_tensor=("tp",), expert_tensor_without_ep=("tp",), expert_groups=("fsdp", "tp"),
-    why={"maxtext-zero": "it has no ZeRO-2: sharded gradients with replicated weights",
-         "maxtext-replicas": "its ZeRO-1 (shard_optimizer_over_data) shards over all data replicas",
-         "maxtext-cp": "it shards weights over the context axis, i.e. ZeRO-3 over fsdp x cp",
-         "maxtext-pipeline": "its pipeline runs microbatches in GPipe order, circular when num_pipeline_repeats > 1",
-         "maxtext-kv": "it shards KV heads over the tensor axis and cannot replicate them",
-         "maxtext-model": "its llama2 block needs RMSNorm, RoPE and no biases; its gpt3 block LayerNorm, biases and "
-                          "learned positions; its MoE blocks are mixtral, qwen3_moe and deepseek",
-         "maxtext-etp": "it shards every expert's FFN over the tensor axis (etp = tp)",
-         "maxtext-experts": "its expert axis shards the batch and the weights as fsdp does: ep comes out of a "
-                            "ZeRO-3 fsdp"})
+    expert_tensor=("tp",),
+    expert_tensor_without_ep=("tp",),
+    expert_groups=("fsdp", "tp"),
+    why={
+        "maxtext-zero": "it has no ZeRO-2: sharded gradients with replicated weights",
+        "maxtext-replicas": "its ZeRO-1 (shard_optimizer_over_data) shards over all data replicas",
+        "maxtext-cp": "it shards weights over the context axis, i.e. ZeRO-3 over fsdp x cp",
+        "maxtext-pipeline": "its pipeline runs microbatches in GPipe order, circular when num_pipeline_repeats > 1",
+        "maxtext-kv": "it shards KV heads over the tensor axis and cannot replicate them",
+        "maxtext-model": "its llama2 block needs RMSNorm, RoPE and no biases; its gpt3 block LayerNorm, biases and "
+        "learned positions; its MoE blocks are mixtral, qwen3_moe and deepseek",
+        "maxtext-etp": "it shards every expert's FFN over the tensor axis (etp = tp)",
+        "maxtext-experts": "its expert axis shards the batch and the weights as fsdp does: ep comes out of a "
+        "ZeRO-3 fsdp",
+    },
+)
 
 
 def expert_split(ctx: ExportContext) -> tuple[int, int]:
@@ -124,16 +164,24 @@ def expert_split(ctx: ExportContext) -> tuple[int, int]:
         return placed
     ici = math.gcd(ep, inner)
     if outer % (ep // ici):
-        raise ctx.fail(f"ep({ep}) does not fit in fsdp's {inner} devices per slice x {outer} slices "
-                       f"(MaxText's expert axis is part of fsdp); nearest: an ep dividing {inner}")
+        raise ctx.fail(
+            f"ep({ep}) does not fit in fsdp's {inner} devices per slice x {outer} slices "
+            f"(MaxText's expert axis is part of fsdp); nearest: an ep dividing {inner}"
+        )
     return ici, ep // ici
 
 
 def parallelism(ctx: ExportContext) -> dict[str, int]:
     """ici_* and dcn_* degrees per MaxText mesh axis (the expert axis carved out of fsdp)."""
     data_degrees = ("dp",) if ctx.effective_zero_stage == 3 else ("dp", "fsdp")
-    groups = {"data": data_degrees, "fsdp": ("fsdp",) if ctx.effective_zero_stage == 3 else (),
-              "tensor": ("tp",), "context": ("cp",), "pipeline": ("pp",), "expert": ()}
+    groups = {
+        "data": data_degrees,
+        "fsdp": ("fsdp",) if ctx.effective_zero_stage == 3 else (),
+        "tensor": ("tp",),
+        "context": ("cp",),
+        "pipeline": ("pp",),
+        "expert": (),
+    }
     expert = expert_split(ctx)
     out: dict[str, int] = {}
     for level, index in (("ici", 0), ("dcn", 1)):
@@ -156,13 +204,21 @@ def batch_keys(ctx: ExportContext) -> dict:
     per_step = ctx.global_batch_seqs // accumulation  # sequences in one forward pass of the whole cluster
     per_device = per_step / ctx.num_devices
     if int(ctx.num_devices * per_device) != per_step:
-        raise ctx.fail(f"per_device_batch_size {per_step}/{ctx.num_devices} is not exact in floating point; "
-                       f"nearest: a batch of {ctx.num_devices * max(1, round(per_device))} sequences per step")
-    keys: dict = {"per_device_batch_size": int(per_device) if per_device.is_integer() else per_device,
-                  "gradient_accumulation_steps": accumulation, "max_target_length": ctx.seq_len}
+        raise ctx.fail(
+            f"per_device_batch_size {per_step}/{ctx.num_devices} is not exact in floating point; "
+            f"nearest: a batch of {ctx.num_devices * max(1, round(per_device))} sequences per step"
+        )
+    keys: dict = {
+        "per_device_batch_size": int(per_device) if per_device.is_integer() else per_device,
+        "gradient_accumulation_steps": accumulation,
+        "max_target_length": ctx.seq_len,
+    }
     if lay.pp > 1:
-        keys.update(num_pipeline_microbatches=lay.num_microbatches, num_pipeline_repeats=1,
-                    num_layers_per_pipeline_stage=ctx.model.num_layers // lay.pp)
+        keys.update(
+            num_pipeline_microbatches=lay.num_microbatches,
+            num_pipeline_repeats=1,
+            num_layers_per_pipeline_stage=ctx.model.num_layers // lay.pp,
+        )
     return keys
 
 
@@ -185,14 +241,37 @@ MAXTEXT_ROPE_FIXED = (8.0, 1.0, 4.0, 8192)  # LLaMARotaryEmbedding: factor, low,
 def maxtext_model_name(ctx: ExportContext) -> str:
     """The MaxText model config with exactly this model's sizes and hyper-parameters, else "default"."""
     m = ctx.model
-    if (m.moe is not None or m.mla is not None or m.mlp != "gated" or m.norm != "rmsnorm" or m.linear_bias
-            or m.qkv_bias or m.tied_embeddings
-            or m.learned_positions or m.qk_norm != "none" or m.sliding_window is not None or m.norms_per_layer != 2
-            or not m.norm_weights or m.norm_eps != 1e-5 or m.activation_name != "silu" or m.attention_dropout
-            or m.hidden_dropout or (m.rope_scaling is not None and _rope_fixed(m) != MAXTEXT_ROPE_FIXED)):
+    if (
+        m.moe is not None
+        or m.mla is not None
+        or m.mlp != "gated"
+        or m.norm != "rmsnorm"
+        or m.linear_bias
+        or m.qkv_bias
+        or m.tied_embeddings
+        or m.learned_positions
+        or m.qk_norm != "none"
+        or m.sliding_window is not None
+        or m.norms_per_layer != 2
+        or not m.norm_weights
+        or m.norm_eps != 1e-5
+        or m.activation_name != "silu"
+        or m.attention_dropout
+        or m.hidden_dropout
+        or (m.rope_scaling is not None and _rope_fixed(m) != MAXTEXT_ROPE_FIXED)
+    ):
         return "default"
-    key = (m.d_model, m.num_heads, m.num_kv_heads, m.num_layers, m.d_ff, m.head_dim, m.vocab_size, m.rope_theta,
-           m.rope_scaling is not None)
+    key = (
+        m.d_model,
+        m.num_heads,
+        m.num_kv_heads,
+        m.num_layers,
+        m.d_ff,
+        m.head_dim,
+        m.vocab_size,
+        m.rope_theta,
+        m.rope_scaling is not None,
+    )
     return next((name for name, sizes in MAXTEXT_MODELS.items() if sizes == key), "default")
 
 
@@ -217,17 +296,28 @@ def moe_keys(ctx: ExportContext) -> dict:
         return {}
     moe = m.moe
     dropless = moe.capacity_factor is None  # MaxText drops (and pads to capacity) only in its dense einsum path
-    keys: dict = {"num_experts": moe.num_experts, "num_experts_per_tok": moe.top_k, "base_moe_mlp_dim": moe.expert_d_ff,
-                  "megablox": dropless, "sparse_matmul": dropless,
-                  "capacity_factor": -1.0 if dropless else float(moe.capacity_factor)}
+    keys: dict = {
+        "num_experts": moe.num_experts,
+        "num_experts_per_tok": moe.top_k,
+        "base_moe_mlp_dim": moe.expert_d_ff,
+        "megablox": dropless,
+        "sparse_matmul": dropless,
+        "capacity_factor": -1.0 if dropless else float(moe.capacity_factor),
+    }
     block = decoder_block(m)
     if block == "deepseek":
         keys.update(first_num_dense_layers=moe.first_dense_layers, shared_experts=moe.num_shared_experts)
         if moe.router_bias:
             keys.update(routed_bias=True, routed_score_func="sigmoid")
         a = m.mla
-        keys.update(attention_type="mla", q_lora_rank=a.q_lora_rank or 0, kv_lora_rank=a.kv_lora_rank,
-                    qk_nope_head_dim=a.qk_nope_head_dim, qk_rope_head_dim=a.qk_rope_head_dim, v_head_dim=a.v_head_dim)
+        keys.update(
+            attention_type="mla",
+            q_lora_rank=a.q_lora_rank or 0,
+            kv_lora_rank=a.kv_lora_rank,
+            qk_nope_head_dim=a.qk_nope_head_dim,
+            qk_rope_head_dim=a.qk_rope_head_dim,
+            v_head_dim=a.v_head_dim,
+        )
         if m.mtp_layers:
             keys["mtp_num_layers"] = m.mtp_layers
     elif block == "qwen3_moe":
@@ -240,8 +330,12 @@ def model_keys(ctx: ExportContext) -> dict:
     keys = {
         "model_name": maxtext_model_name(ctx),
         "decoder_block": decoder_block(m),
-        "base_emb_dim": m.d_model, "base_num_query_heads": m.num_heads, "base_num_kv_heads": m.num_kv_heads,
-        "base_mlp_dim": m.d_ff, "base_num_decoder_layers": m.num_layers, "head_dim": m.head_dim,
+        "base_emb_dim": m.d_model,
+        "base_num_query_heads": m.num_heads,
+        "base_num_kv_heads": m.num_kv_heads,
+        "base_mlp_dim": m.d_ff,
+        "base_num_decoder_layers": m.num_layers,
+        "head_dim": m.head_dim,
         "vocab_size": m.vocab_size,
         "mlp_activations": ["silu", "linear"] if m.mlp == "gated" else ["gelu"],
         "logits_via_embedding": m.tied_embeddings,
@@ -263,20 +357,33 @@ def render(ctx: ExportContext) -> str:
     """The override file text."""
     hardware = "tpu" if ctx.cluster.accelerator.kind == "tpu" else "gpu"
     per_slice, slices = slice_shape(ctx)
-    notes = header_lines(ctx) + [
-        f"MaxText mesh: {slices} slice(s) of {per_slice} devices (ici_* inside a slice/node, dcn_* across); "
-        "the physical placement above is what layoutsearch assumed; MaxText builds its own device mesh.",
-        f"remat_policy {REMAT[ctx.layout.recompute]} stands for layoutsearch recompute '{ctx.layout.recompute}' "
-        "(none -> minimal_with_context, selective -> minimal, full -> full; custom_offload_* -> custom with the "
-        "named tensors offloaded to host memory).",
-        "Usage: python3 -m maxtext.trainers.pre_train.train THIS_FILE run_name=... base_output_directory=... dataset_path=...",
-    ] + tp_overlap_notes(ctx) + _model_notes(ctx)
+    notes = (
+        header_lines(ctx)
+        + [
+            f"MaxText mesh: {slices} slice(s) of {per_slice} devices (ici_* inside a slice/node, dcn_* across); "
+            "the physical placement above is what layoutsearch assumed; MaxText builds its own device mesh.",
+            f"remat_policy {REMAT[ctx.layout.recompute]} stands for layoutsearch recompute '{ctx.layout.recompute}' "
+            "(none -> minimal_with_context, selective -> minimal, full -> full; custom_offload_* -> custom with the "
+            "named tensors offloaded to host memory).",
+            "Usage: python3 -m maxtext.trainers.pre_train.train THIS_FILE run_name=... base_output_directory=... dataset_path=...",
+        ]
+        + tp_overlap_notes(ctx)
+        + _model_notes(ctx)
+    )
     sections = [
-        ("model (explicit sizes; a model_name other than 'default' is MaxText's config with these same values)",
-         model_keys(ctx)),
+        (
+            "model (explicit sizes; a model_name other than 'default' is MaxText's config with these same values)",
+            model_keys(ctx),
+        ),
         ("batch: global = devices x per_device_batch_size x gradient_accumulation_steps", batch_keys(ctx)),
-        ("parallelism", {"hardware": hardware, **parallelism(ctx),
-                         **({"shard_optimizer_over_data": True} if ctx.effective_zero_stage == 1 else {})}),
+        (
+            "parallelism",
+            {
+                "hardware": hardware,
+                **parallelism(ctx),
+                **({"shard_optimizer_over_data": True} if ctx.effective_zero_stage == 1 else {}),
+            },
+        ),
         ("activation rematerialisation", remat_keys(ctx.layout.recompute)),
         *([("fp8 matmuls", {"quantization": "fp8"})] if ctx.workload.precision == "fp8" else []),
     ]
@@ -292,49 +399,67 @@ def tp_overlap_notes(ctx: ExportContext) -> list[str]:
         return []
     if ctx.cluster.accelerator.kind == "tpu":
         if ctx.workload.tp_comm_overlap:
-            return [f"TP collectives run beside the matmuls as predicted (libtpu default; to make sure, as MaxText's "
-                    f"benchmarks do): LIBTPU_INIT_ARGS=\"{TPU_TP_OVERLAP_FLAGS}\""]
-        return ["the prediction has TP collectives on the critical path (--no-tp-comm-overlap); libtpu overlaps them "
-                "by default: LIBTPU_INIT_ARGS=\"--xla_tpu_enable_async_collective_fusion=false\" matches it"]
+            return [
+                f"TP collectives run beside the matmuls as predicted (libtpu default; to make sure, as MaxText's "
+                f'benchmarks do): LIBTPU_INIT_ARGS="{TPU_TP_OVERLAP_FLAGS}"'
+            ]
+        return [
+            "the prediction has TP collectives on the critical path (--no-tp-comm-overlap); libtpu overlaps them "
+            'by default: LIBTPU_INIT_ARGS="--xla_tpu_enable_async_collective_fusion=false" matches it'
+        ]
     if ctx.workload.tp_comm_overlap:
-        return [f"the prediction overlaps TP collectives with their matmuls (XLA collective matmul): "
-                f"XLA_FLAGS=\"{GPU_TP_OVERLAP_FLAGS}\""]
+        return [
+            f"the prediction overlaps TP collectives with their matmuls (XLA collective matmul): "
+            f'XLA_FLAGS="{GPU_TP_OVERLAP_FLAGS}"'
+        ]
     return []
 
 
 def placeholder_lines() -> list[str]:
     """What layoutsearch does not decide, as commented keys (MaxText's base.yml names)."""
-    return [placeholder_note(),
-            f"PLACEHOLDER: run_name: {set_me('run name')}",
-            f"PLACEHOLDER: base_output_directory: {set_me('gs:// or local directory for checkpoints and logs')}",
-            f"PLACEHOLDER: dataset_type: {set_me('tfds, grain or hf')}",
-            f"PLACEHOLDER: dataset_path: {set_me('training data')}",
-            f"PLACEHOLDER: tokenizer_path: {set_me('tokenizer')}",
-            f"PLACEHOLDER: learning_rate: {set_me('peak learning rate')}",
-            f"PLACEHOLDER: steps: {set_me('training steps')}",
-            f"PLACEHOLDER: load_parameters_path: {set_me('checkpoint to start from, or leave unset')}"]
+    return [
+        placeholder_note(),
+        f"PLACEHOLDER: run_name: {set_me('run name')}",
+        f"PLACEHOLDER: base_output_directory: {set_me('gs:// or local directory for checkpoints and logs')}",
+        f"PLACEHOLDER: dataset_type: {set_me('tfds, grain or hf')}",
+        f"PLACEHOLDER: dataset_path: {set_me('training data')}",
+        f"PLACEHOLDER: tokenizer_path: {set_me('tokenizer')}",
+        f"PLACEHOLDER: learning_rate: {set_me('peak learning rate')}",
+        f"PLACEHOLDER: steps: {set_me('training steps')}",
+        f"PLACEHOLDER: load_parameters_path: {set_me('checkpoint to start from, or leave unset')}",
+    ]
 
 
 def _model_notes(ctx: ExportContext) -> list[str]:
     m, notes = ctx.model, []
     if m.moe is not None:
         lay = ctx.layout
-        notes.append(f"experts: {m.moe.num_experts} per MoE layer; the expert axis ({lay.ep}) is carved out of fsdp "
-                     f"({lay.fsdp} = fsdp axis {lay.fsdp // lay.ep} x expert {lay.ep}); their FFN is sharded over the "
-                     f"tensor axis (etp = tp = {lay.tp}). Router recipe (load_balance_loss_weight, routed_scaling_factor, "
-                     f"expert groups) not decided by layoutsearch.")
+        notes.append(
+            f"experts: {m.moe.num_experts} per MoE layer; the expert axis ({lay.ep}) is carved out of fsdp "
+            f"({lay.fsdp} = fsdp axis {lay.fsdp // lay.ep} x expert {lay.ep}); their FFN is sharded over the "
+            f"tensor axis (etp = tp = {lay.tp}). Router recipe (load_balance_loss_weight, routed_scaling_factor, "
+            f"expert groups) not decided by layoutsearch."
+        )
     if m.mtp_layers:
-        notes.append(f"mtp_num_layers {m.mtp_layers}: the MTP modules are counted in the parameters and the "
-                     f"predicted time (a layer and an output-head pass each, on the last stage), not in the memory.")
+        notes.append(
+            f"mtp_num_layers {m.mtp_layers}: the MTP modules are counted in the parameters and the "
+            f"predicted time (a layer and an output-head pass each, on the last stage), not in the memory."
+        )
     if m.rope_scaling is not None and _rope_fixed(m) != MAXTEXT_ROPE_FIXED:
-        notes.append("rope scaling: MaxText's llama3.1 RoPE fixes factor 8, low 1, high 4, original context 8192; "
-                     f"this model has {', '.join(f'{v:g}' for v in _rope_fixed(m))}.")
+        notes.append(
+            "rope scaling: MaxText's llama3.1 RoPE fixes factor 8, low 1, high 4, original context 8192; "
+            f"this model has {', '.join(f'{v:g}' for v in _rope_fixed(m))}."
+        )
     if m.attention_dropout != m.hidden_dropout:
-        notes.append(f"dropout: MaxText has one dropout_rate; written as the larger of attention "
-                     f"{m.attention_dropout:g} and hidden {m.hidden_dropout:g}.")
+        notes.append(
+            f"dropout: MaxText has one dropout_rate; written as the larger of attention "
+            f"{m.attention_dropout:g} and hidden {m.hidden_dropout:g}."
+        )
     if m.activation_name not in ("silu", "gelu"):
-        notes.append(f"activation {m.activation_name}: written as MaxText's "
-                     f"{'silu' if m.mlp == 'gated' else 'gelu'}; change mlp_activations to match.")
+        notes.append(
+            f"activation {m.activation_name}: written as MaxText's "
+            f"{'silu' if m.mlp == 'gated' else 'gelu'}; change mlp_activations to match."
+        )
     return notes
 
 
@@ -387,18 +512,26 @@ def check(text: str, ctx: ExportContext) -> list[str]:
     deg = {a: par.get(f"ici_{a}_parallelism", 1) * par.get(f"dcn_{a}_parallelism", 1) for a in AXES}
     problems += _batch_problems(cfg, deg, ctx) + _model_problems(cfg, deg, ctx)
     lay = ctx.layout
-    expected = {"tensor": lay.tp, "context": lay.cp, "pipeline": lay.pp,
-                "data": lay.dp * (1 if ctx.effective_zero_stage == 3 else lay.fsdp),
-                "fsdp": lay.fsdp // lay.ep if ctx.effective_zero_stage == 3 else 1, "expert": lay.ep}
+    expected = {
+        "tensor": lay.tp,
+        "context": lay.cp,
+        "pipeline": lay.pp,
+        "data": lay.dp * (1 if ctx.effective_zero_stage == 3 else lay.fsdp),
+        "fsdp": lay.fsdp // lay.ep if ctx.effective_zero_stage == 3 else 1,
+        "expert": lay.ep,
+    }
     problems += [f"{a} degree {deg[a]} != layout {expected[a]}" for a in AXES if deg[a] != expected[a]]
     if cfg.get("shard_optimizer_over_data") and deg["fsdp"] > 1:
         problems.append(f"shard_optimizer_over_data cannot be combined with fsdp({deg['fsdp']})")
     if cfg.get("remat_policy", "full") not in REMAT_POLICIES:
         problems.append(f"remat_policy '{cfg.get('remat_policy')}' is not a MaxText policy")
-    elif remat_keys(lay.recompute) != {k: cfg.get(k, "full" if k == "remat_policy" else None)
-                                       for k in remat_keys(lay.recompute)}:
-        problems.append(f"remat keys {({k: cfg.get(k) for k in remat_keys(lay.recompute)})} != layout "
-                        f"recompute {lay.recompute} ({remat_keys(lay.recompute)})")
+    elif remat_keys(lay.recompute) != {
+        k: cfg.get(k, "full" if k == "remat_policy" else None) for k in remat_keys(lay.recompute)
+    }:
+        problems.append(
+            f"remat keys { ({k: cfg.get(k) for k in remat_keys(lay.recompute)}) } != layout "
+            f"recompute {lay.recompute} ({remat_keys(lay.recompute)})"
+        )
     return problems
 
 
@@ -408,8 +541,10 @@ def _batch_problems(cfg: dict, deg: dict[str, int], ctx: ExportContext) -> list[
     accumulation = int(cfg.get("gradient_accumulation_steps", 1))
     micro = int(ctx.num_devices * pdbs)  # MaxText's micro_batch_size_to_train_on
     if micro * accumulation != ctx.global_batch_seqs:
-        out.append(f"global batch int({ctx.num_devices} x {pdbs}) x {accumulation} = {micro * accumulation}, "
-                   f"problem says {ctx.global_batch_seqs}")
+        out.append(
+            f"global batch int({ctx.num_devices} x {pdbs}) x {accumulation} = {micro * accumulation}, "
+            f"problem says {ctx.global_batch_seqs}"
+        )
     if int(cfg.get("max_target_length", 2048)) != ctx.seq_len:
         out.append(f"max_target_length {cfg.get('max_target_length')} != seq_len {ctx.seq_len}")
     stages = deg["pipeline"]
@@ -439,9 +574,15 @@ def _batch_problems(cfg: dict, deg: dict[str, int], ctx: ExportContext) -> list[
 
 def _model_problems(cfg: dict, deg: dict[str, int], ctx: ExportContext) -> list[str]:
     m, out = ctx.model, []
-    want = {"base_emb_dim": m.d_model, "base_num_query_heads": m.num_heads, "base_num_kv_heads": m.num_kv_heads,
-            "base_mlp_dim": m.d_ff, "base_num_decoder_layers": m.num_layers, "head_dim": m.head_dim,
-            "vocab_size": m.vocab_size}
+    want = {
+        "base_emb_dim": m.d_model,
+        "base_num_query_heads": m.num_heads,
+        "base_num_kv_heads": m.num_kv_heads,
+        "base_mlp_dim": m.d_ff,
+        "base_num_decoder_layers": m.num_layers,
+        "head_dim": m.head_dim,
+        "vocab_size": m.vocab_size,
+    }
     out += [f"{k} = {cfg.get(k)}, model has {v}" for k, v in want.items() if cfg.get(k) != v]
     tensor = deg["tensor"]
     if int(cfg.get("base_num_kv_heads", 0)) % tensor:
@@ -453,8 +594,10 @@ def _model_problems(cfg: dict, deg: dict[str, int], ctx: ExportContext) -> list[
     if not m.learned_positions and float(cfg.get("rope_max_timescale", 10_000)) != float(m.rope_theta):
         out.append(f"rope_max_timescale {cfg.get('rope_max_timescale', 10_000)}, model has {m.rope_theta:g}")
     if not m.learned_positions and (cfg.get("rope_type") == "llama3.1") != (m.rope_scaling is not None):
-        out.append(f"rope_type {cfg.get('rope_type', 'default')}, model has "
-                   f"{'no ' if m.rope_scaling is None else ''}llama3.1 rope scaling")
+        out.append(
+            f"rope_type {cfg.get('rope_type', 'default')}, model has "
+            f"{'no ' if m.rope_scaling is None else ''}llama3.1 rope scaling"
+        )
     out += _moe_problems(cfg, deg, ctx)
     name = cfg.get("model_name", "default")
     if name != "default" and name != maxtext_model_name(ctx):
@@ -472,12 +615,30 @@ def _moe_problems(cfg: dict, deg: dict[str, int], ctx: ExportContext) -> list[st
     if m.moe is None:
         return out + ([f"expert axis {deg['expert']} for a model without experts"] if deg["expert"] > 1 else [])
     want = moe_keys(ctx)
-    defaults = {"num_experts": 1, "num_experts_per_tok": 1, "base_moe_mlp_dim": -1, "megablox": True,
-                "sparse_matmul": True, "capacity_factor": -1.0, "first_num_dense_layers": 0, "shared_experts": 0,
-                "routed_bias": False, "routed_score_func": "", "attention_type": "global", "q_lora_rank": 0,
-                "kv_lora_rank": 512, "qk_nope_head_dim": 128, "qk_rope_head_dim": 64, "v_head_dim": 128,
-                "mtp_num_layers": 0, "use_qk_norm": False, "norm_topk_prob": False}
-    out += [f"{k} = {cfg.get(k, defaults[k])}, the model has {v}" for k, v in want.items() if cfg.get(k, defaults[k]) != v]
+    defaults = {
+        "num_experts": 1,
+        "num_experts_per_tok": 1,
+        "base_moe_mlp_dim": -1,
+        "megablox": True,
+        "sparse_matmul": True,
+        "capacity_factor": -1.0,
+        "first_num_dense_layers": 0,
+        "shared_experts": 0,
+        "routed_bias": False,
+        "routed_score_func": "",
+        "attention_type": "global",
+        "q_lora_rank": 0,
+        "kv_lora_rank": 512,
+        "qk_nope_head_dim": 128,
+        "qk_rope_head_dim": 64,
+        "v_head_dim": 128,
+        "mtp_num_layers": 0,
+        "use_qk_norm": False,
+        "norm_topk_prob": False,
+    }
+    out += [
+        f"{k} = {cfg.get(k, defaults[k])}, the model has {v}" for k, v in want.items() if cfg.get(k, defaults[k]) != v
+    ]
     experts = int(cfg.get("num_experts", 1))
     if experts % deg["expert"]:
         out.append(f"expert axis {deg['expert']} does not divide num_experts {experts}")

@@ -75,10 +75,17 @@ import re
 import shlex
 
 from layoutsearch.core.frameworks import node_dedup, profile_of
-from layoutsearch.core.stages import (CHUNK_LAYOUT, EMBEDDING_AND_LOSS, EVEN, FIRST_LAST, chunk_layout, given_chunks,
-                                      split_layers)
 from layoutsearch.core.rules import Capabilities
 from layoutsearch.core.specs import ModelSpec
+from layoutsearch.core.stages import (
+    CHUNK_LAYOUT,
+    EMBEDDING_AND_LOSS,
+    EVEN,
+    FIRST_LAST,
+    chunk_layout,
+    given_chunks,
+    split_layers,
+)
 from layoutsearch.costs.params import output_layer_equivalents
 from layoutsearch.export.context import ExportContext, comment_block, header_lines, placeholder_note, set_me
 
@@ -92,30 +99,46 @@ MXFP8_ACCELERATORS = ("b200", "gb200")  # Blackwell: fp8 with per-block scales (
 
 RECOMPUTE_MODULES = ("norm_act", "norm_moe", "mla_up_proj")  # the policies written as --recompute-modules lists
 CAPABILITIES = Capabilities(
-    target="megatron", framework="Megatron-LM", pipeline_schedules=("1f1b", "interleaved"), deepep=True,
-    vendor_attention=True, recompute_policies=profile_of("megatron").recompute_policies,  # each one _parallel_args writes
-    pipeline_splits=("even", "embedding-and-loss", "first-last", "chunk-layout"), precisions=("bf16", "fp16", "fp8"),
+    target="megatron",
+    framework="Megatron-LM",
+    pipeline_schedules=("1f1b", "interleaved"),
+    deepep=True,
+    vendor_attention=True,
+    recompute_policies=profile_of("megatron").recompute_policies,  # each one _parallel_args writes
+    pipeline_splits=("even", "embedding-and-loss", "first-last", "chunk-layout"),
+    precisions=("bf16", "fp16", "fp8"),
     # megatron-core 0.16.1 TransformerConfig: full recompute only inside a full-iteration graph, and "moe" recompute
     # not with the router graphed (Transformer Engine graphs); its dropless dispatcher syncs with the host each layer
     cuda_graphs=("none", "scoped", "full_iteration"),
-    recompute_with_scoped_graphs=("none", "selective", "norm_act", "mla_up_proj"), full_graph_dropless_moe=False,
-    bf16_grads=True, bf16_moments_zero=(1, 2, 3), drop_and_pad=True, ep_comm_overlap=True, unfused_attention=True,  # --use-precision-aware-optimizer needs the distributed optimizer
-    why={"megatron-pipeline": "it runs 1F1B, or interleaved 1F1B with virtual stages; no GPipe",
-         # arguments.py has no flag for TransformerConfig.softmax_type; Megatron-Bridge's gpt-oss bridge sets
-         # softmax_type "learnable" (with the clamped SwiGLU) in its model provider
-         "megatron-sinks": "pretrain_gpt.py has no argument for TransformerConfig softmax_type 'learnable'; a model "
-                           "provider sets it, as Megatron-Bridge's gpt-oss bridge does",
-         # --window-size and --window-attn-skip-freq exist; the catalogue keeps how many layers are full, not which
-         "megatron-window": "layoutsearch does not write --window-size and --window-attn-skip-freq: the model "
-                            "catalogue records how many layers attend in full, not which"})
+    recompute_with_scoped_graphs=("none", "selective", "norm_act", "mla_up_proj"),
+    full_graph_dropless_moe=False,
+    bf16_grads=True,
+    bf16_moments_zero=(1, 2, 3),
+    drop_and_pad=True,
+    ep_comm_overlap=True,
+    unfused_attention=True,  # --use-precision-aware-optimizer needs the distributed optimizer
+    why={
+        "megatron-pipeline": "it runs 1F1B, or interleaved 1F1B with virtual stages; no GPipe",
+        # arguments.py has no flag for TransformerConfig.softmax_type; Megatron-Bridge's gpt-oss bridge sets
+        # softmax_type "learnable" (with the clamped SwiGLU) in its model provider
+        "megatron-sinks": "pretrain_gpt.py has no argument for TransformerConfig softmax_type 'learnable'; a model "
+        "provider sets it, as Megatron-Bridge's gpt-oss bridge does",
+        # --window-size and --window-attn-skip-freq exist; the catalogue keeps how many layers are full, not which
+        "megatron-window": "layoutsearch does not write --window-size and --window-attn-skip-freq: the model "
+        "catalogue records how many layers attend in full, not which",
+    },
+)
 assert set(CAPABILITIES.recompute_policies) == {"none", "selective", "full", *RECOMPUTE_MODULES}
 
 
 def _model_args(ctx: ExportContext) -> list[tuple[str, object]]:
     m = ctx.model
     args: list[tuple[str, object]] = [
-        ("--num-layers", m.num_layers), ("--hidden-size", m.d_model), ("--ffn-hidden-size", m.d_ff),
-        ("--num-attention-heads", m.num_heads), ("--kv-channels", m.head_dim),
+        ("--num-layers", m.num_layers),
+        ("--hidden-size", m.d_model),
+        ("--ffn-hidden-size", m.d_ff),
+        ("--num-attention-heads", m.num_heads),
+        ("--kv-channels", m.head_dim),
         ("--seq-length", ctx.seq_len),
         ("--max-position-embeddings", m.learned_positions if m.learned_positions else ctx.seq_len),
         ("--position-embedding-type", "learned_absolute" if m.learned_positions else "rope"),
@@ -126,8 +149,10 @@ def _model_args(ctx: ExportContext) -> list[tuple[str, object]]:
         args.append(("--rotary-base", int(m.rope_theta)))
         if m.rope_scaling is not None:
             args += [("--use-rope-scaling", None), ("--rope-scaling-factor", f"{m.rope_scaling.factor:g}")]
-    args += [("--attention-dropout", repr(float(m.attention_dropout))),
-             ("--hidden-dropout", repr(float(m.hidden_dropout)))]
+    args += [
+        ("--attention-dropout", repr(float(m.attention_dropout))),
+        ("--hidden-dropout", repr(float(m.hidden_dropout))),
+    ]
     if m.num_kv_heads != m.num_heads:
         args += [("--group-query-attention", None), ("--num-query-groups", m.num_kv_heads)]
     if m.mlp == "gated":
@@ -202,7 +227,10 @@ def _moe_args(ctx: ExportContext) -> list[tuple[str, object]]:
     if moe is None:
         return []
     args: list[tuple[str, object]] = [
-        ("--num-experts", moe.num_experts), ("--moe-router-topk", moe.top_k), ("--moe-ffn-hidden-size", moe.expert_d_ff)]
+        ("--num-experts", moe.num_experts),
+        ("--moe-router-topk", moe.top_k),
+        ("--moe-ffn-hidden-size", moe.expert_d_ff),
+    ]
     if moe.num_shared_experts:
         args.append(("--moe-shared-expert-intermediate-size", moe.num_shared_experts * moe.shared_d_ff))
         if moe.shared_expert_gate:
@@ -218,8 +246,11 @@ def _moe_args(ctx: ExportContext) -> list[tuple[str, object]]:
     elif moe.top_k == 1:
         args.append(("--moe-router-pre-softmax", None))
     if moe.capacity_factor is not None:
-        args += [("--moe-expert-capacity-factor", f"{moe.capacity_factor:g}"), ("--moe-token-drop-policy", "probs"),
-                 ("--moe-pad-expert-input-to-capacity", None)]
+        args += [
+            ("--moe-expert-capacity-factor", f"{moe.capacity_factor:g}"),
+            ("--moe-token-drop-policy", "probs"),
+            ("--moe-pad-expert-input-to-capacity", None),
+        ]
     return args + [("--expert-model-parallel-size", lay.ep), ("--expert-tensor-parallel-size", lay.etp)]
 
 
@@ -231,9 +262,15 @@ def _mla_args(ctx: ExportContext) -> list[tuple[str, object]]:
         args.append(("--multi-latent-attention", None))
         if a.q_lora_rank is not None:
             args.append(("--q-lora-rank", a.q_lora_rank))
-        args += [("--kv-lora-rank", a.kv_lora_rank), ("--qk-head-dim", a.qk_nope_head_dim),
-                 ("--qk-pos-emb-head-dim", a.qk_rope_head_dim), ("--v-head-dim", a.v_head_dim),
-                 ("--qk-layernorm", None), ("--rope-type", "rope"), ("--no-rope-fusion", None)]
+        args += [
+            ("--kv-lora-rank", a.kv_lora_rank),
+            ("--qk-head-dim", a.qk_nope_head_dim),
+            ("--qk-pos-emb-head-dim", a.qk_rope_head_dim),
+            ("--v-head-dim", a.v_head_dim),
+            ("--qk-layernorm", None),
+            ("--rope-type", "rope"),
+            ("--no-rope-fusion", None),
+        ]
     if m.mtp_layers:
         args.append(("--mtp-num-layers", m.mtp_layers))
     return args
@@ -242,14 +279,23 @@ def _mla_args(ctx: ExportContext) -> list[tuple[str, object]]:
 def _parallel_args(ctx: ExportContext) -> list[tuple[str, object]]:
     lay = ctx.layout
     args: list[tuple[str, object]] = [
-        ("--tensor-model-parallel-size", lay.tp), ("--pipeline-model-parallel-size", lay.pp),
+        ("--tensor-model-parallel-size", lay.tp),
+        ("--pipeline-model-parallel-size", lay.pp),
         ("--context-parallel-size", lay.cp),
     ]
     if lay.tp > 1 and lay.sequence_parallel:
         args.append(("--sequence-parallel", None))
-    first, middle, last, kind, _ = (int(x[0]) for x in split_layers(
-        ctx.model.num_layers, lay.pp, lay.virtual_stages, lay.first_stage_layers or 0, lay.last_stage_layers or 0,
-        head=output_layer_equivalents(ctx.model)))
+    first, middle, last, kind, _ = (
+        int(x[0])
+        for x in split_layers(
+            ctx.model.num_layers,
+            lay.pp,
+            lay.virtual_stages,
+            lay.first_stage_layers or 0,
+            lay.last_stage_layers or 0,
+            head=output_layer_equivalents(ctx.model),
+        )
+    )
     v = lay.virtual_stages
     chunked = kind == FIRST_LAST and v > 1 and bool(first % v or middle % v or last % v)  # core.stages.given_chunks
     if v > 1 and kind == EVEN:
@@ -258,8 +304,12 @@ def _parallel_args(ctx: ExportContext) -> list[tuple[str, object]]:
         args.append(("--num-virtual-stages-per-pipeline-rank", v))
     if kind == CHUNK_LAYOUT or chunked:  # the chunks themselves: the virtual stages are their count / pp
         given = (first, last) if chunked else (0, 0)
-        args.append(("--pipeline-model-parallel-layout", pipeline_layout(ctx.model.num_layers, lay.pp, v,
-                                                                         ctx.model.mtp_layers, *given)))
+        args.append(
+            (
+                "--pipeline-model-parallel-layout",
+                pipeline_layout(ctx.model.num_layers, lay.pp, v, ctx.model.mtp_layers, *given),
+            )
+        )
     if kind == EMBEDDING_AND_LOSS:
         args += [("--account-for-embedding-in-pipeline-split", None), ("--account-for-loss-in-pipeline-split", None)]
     elif kind == FIRST_LAST and not chunked:
@@ -270,9 +320,13 @@ def _parallel_args(ctx: ExportContext) -> list[tuple[str, object]]:
         args.append(("--use-distributed-optimizer", None))
     elif zero in (2, 3):
         strategy = "optim_grads" if zero == 2 else "optim_grads_params"
-        args += [("--use-megatron-fsdp", None), ("--data-parallel-sharding-strategy", strategy),
-                 ("--use-distributed-optimizer", None), ("--no-gradient-accumulation-fusion", None),
-                 ("--ckpt-format", "fsdp_dtensor")]
+        args += [
+            ("--use-megatron-fsdp", None),
+            ("--data-parallel-sharding-strategy", strategy),
+            ("--use-distributed-optimizer", None),
+            ("--no-gradient-accumulation-fusion", None),
+            ("--ckpt-format", "fsdp_dtensor"),
+        ]
     if zero >= 1 and lay.dp > 1:
         args.append(("--num-distributed-optimizer-instances", lay.dp))
     if ctx.workload.grad_bytes_per_param == 2:  # bf16 gradient buffers, reduced in bf16 (else fp32: Megatron's default)
@@ -297,7 +351,10 @@ def _parallel_args(ctx: ExportContext) -> list[tuple[str, object]]:
     elif lay.recompute == "selective":
         args.append(("--recompute-granularity", "selective"))
     elif lay.recompute in RECOMPUTE_MODULES:
-        args += [("--recompute-granularity", "selective"), ("--recompute-modules", recompute_modules(ctx.model, lay.recompute))]
+        args += [
+            ("--recompute-granularity", "selective"),
+            ("--recompute-modules", recompute_modules(ctx.model, lay.recompute)),
+        ]
     return args
 
 
@@ -330,41 +387,58 @@ def recompute_modules(model, policy: str) -> tuple[str, ...]:
 
 def _placeholder_args() -> list[tuple[str, str]]:
     """What layoutsearch does not decide, as in Megatron-LM's examples/ scripts (DATA_ARGS, TRAINING_ARGS)."""
-    return [("--data-path", set_me("data prefix of your preprocessed .bin/.idx files")),
-            ("--tokenizer-type", set_me("e.g. HuggingFaceTokenizer")),
-            ("--tokenizer-model", set_me("tokenizer path or Hugging Face id")),
-            ("--lr", set_me("peak learning rate")), ("--min-lr", set_me("final learning rate")),
-            ("--lr-decay-style", set_me("e.g. cosine")), ("--lr-warmup-iters", set_me("warmup iterations")),
-            ("--train-iters", set_me("training iterations")),
-            ("--save", set_me("checkpoint directory")), ("--load", set_me("checkpoint directory to resume from"))]
+    return [
+        ("--data-path", set_me("data prefix of your preprocessed .bin/.idx files")),
+        ("--tokenizer-type", set_me("e.g. HuggingFaceTokenizer")),
+        ("--tokenizer-model", set_me("tokenizer path or Hugging Face id")),
+        ("--lr", set_me("peak learning rate")),
+        ("--min-lr", set_me("final learning rate")),
+        ("--lr-decay-style", set_me("e.g. cosine")),
+        ("--lr-warmup-iters", set_me("warmup iterations")),
+        ("--train-iters", set_me("training iterations")),
+        ("--save", set_me("checkpoint directory")),
+        ("--load", set_me("checkpoint directory to resume from")),
+    ]
 
 
 def _model_notes(ctx: ExportContext) -> list[str]:
     m, notes = ctx.model, []
     if m.moe is not None:
         lay = ctx.layout
-        notes.append(f"experts: {m.moe.num_experts} per MoE layer ({m.num_moe_layers} of {m.num_layers} layers) over "
-                     f"ep {lay.ep} x etp {lay.etp}; expert data parallel = {lay.dp * lay.fsdp * lay.tp * lay.cp} / "
-                     f"(ep x etp) = {lay.expert_data_parallel} (MoE parallel folding).")
-        notes.append("router recipe not decided by layoutsearch (it changes neither the parameters nor the modelled "
-                     "cost): load-balancing loss and coefficient (--moe-router-load-balancing-type, --moe-aux-loss-coeff; "
-                     "Megatron's default coefficient is 0), score function, group-limited routing, score scaling.")
+        notes.append(
+            f"experts: {m.moe.num_experts} per MoE layer ({m.num_moe_layers} of {m.num_layers} layers) over "
+            f"ep {lay.ep} x etp {lay.etp}; expert data parallel = {lay.dp * lay.fsdp * lay.tp * lay.cp} / "
+            f"(ep x etp) = {lay.expert_data_parallel} (MoE parallel folding)."
+        )
+        notes.append(
+            "router recipe not decided by layoutsearch (it changes neither the parameters nor the modelled "
+            "cost): load-balancing loss and coefficient (--moe-router-load-balancing-type, --moe-aux-loss-coeff; "
+            "Megatron's default coefficient is 0), score function, group-limited routing, score scaling."
+        )
     if m.mla is not None:
-        notes.append("rope: the model has plain RoPE (theta "
-                     f"{m.rope_theta:g}); MLA defaults to YaRN, so --rope-type rope is written (set --rope-type yarn "
-                     "and its --rotary-scaling-factor/--mscale for a long-context run).")
+        notes.append(
+            "rope: the model has plain RoPE (theta "
+            f"{m.rope_theta:g}); MLA defaults to YaRN, so --rope-type rope is written (set --rope-type yarn "
+            "and its --rotary-scaling-factor/--mscale for a long-context run)."
+        )
     if m.mtp_layers:
-        notes.append(f"--mtp-num-layers {m.mtp_layers}: the MTP modules are counted in the parameters and the "
-                     f"predicted time (a layer and an output-head pass each, on the last stage), not in the memory.")
+        notes.append(
+            f"--mtp-num-layers {m.mtp_layers}: the MTP modules are counted in the parameters and the "
+            f"predicted time (a layer and an output-head pass each, on the last stage), not in the memory."
+        )
     act = m.activation_name
     if act not in (GATED_ACTIVATIONS if m.mlp == "gated" else PLAIN_ACTIVATIONS):
-        notes.append(f"activation {act}: Megatron writes {'--swiglu (SiLU)' if m.mlp == 'gated' else 'GELU'}; "
-                     f"set the activation in your model provider to match.")
+        notes.append(
+            f"activation {act}: Megatron writes {'--swiglu (SiLU)' if m.mlp == 'gated' else 'GELU'}; "
+            f"set the activation in your model provider to match."
+        )
     scaling = m.rope_scaling
     if scaling is not None and any(getattr(scaling, k) != v for k, v in MEGATRON_ROPE_FIXED.items()):
-        notes.append(f"rope scaling: megatron-core fixes low_freq_factor 1, high_freq_factor 4 and original "
-                     f"context 8192; this model has {scaling.low_freq_factor:g}, {scaling.high_freq_factor:g}, "
-                     f"{scaling.original_max_position_embeddings}.")
+        notes.append(
+            f"rope scaling: megatron-core fixes low_freq_factor 1, high_freq_factor 4 and original "
+            f"context 8192; this model has {scaling.low_freq_factor:g}, {scaling.high_freq_factor:g}, "
+            f"{scaling.original_max_position_embeddings}."
+        )
     return notes
 
 
@@ -372,34 +446,46 @@ def render(ctx: ExportContext) -> str:
     """A sourceable bash file defining ``MEGATRON_ARGS``."""
     lay = ctx.layout
     fsdp = ctx.effective_zero_stage >= 2
-    notes = header_lines(ctx) + [
-        f"Data-parallel size (Megatron's DP) = {lay.num_devices} / (tp {lay.tp} x pp {lay.pp} x cp {lay.cp}) = "
-        f"{lay.data_units}; {lay.num_microbatches} microbatches per step.",
-        f"Vocabulary: {ctx.model.vocab_size} tokens from your tokenizer (Megatron pads it to a multiple of 128 x tp).",
-        f"Usage: source THIS_FILE; torchrun ... pretrain_gpt.py \"${{{ARRAY}[@]}}\" \"${{{PLACEHOLDER_ARRAY}[@]}}\"",
-        placeholder_note() + f" They are in {PLACEHOLDER_ARRAY}.",
-    ] + _model_notes(ctx)
+    notes = (
+        header_lines(ctx)
+        + [
+            f"Data-parallel size (Megatron's DP) = {lay.num_devices} / (tp {lay.tp} x pp {lay.pp} x cp {lay.cp}) = "
+            f"{lay.data_units}; {lay.num_microbatches} microbatches per step.",
+            f"Vocabulary: {ctx.model.vocab_size} tokens from your tokenizer (Megatron pads it to a multiple of 128 x tp).",
+            f'Usage: source THIS_FILE; torchrun ... pretrain_gpt.py "${{{ARRAY}[@]}}" "${{{PLACEHOLDER_ARRAY}[@]}}"',
+            placeholder_note() + f" They are in {PLACEHOLDER_ARRAY}.",
+        ]
+        + _model_notes(ctx)
+    )
     if lay.recompute == "selective":
-        notes.append("recompute selective -> --recompute-granularity selective (core attention only; with Transformer "
-                     "Engine's fused attention that saves little). layoutsearch's selective also drops the MLP "
-                     "activation, which Megatron keeps: expect somewhat more activation memory than predicted.")
+        notes.append(
+            "recompute selective -> --recompute-granularity selective (core attention only; with Transformer "
+            "Engine's fused attention that saves little). layoutsearch's selective also drops the MLP "
+            "activation, which Megatron keeps: expect somewhat more activation memory than predicted."
+        )
     lines = ["#!/usr/bin/env bash", comment_block(notes).rstrip("\n")]
     if (lay.tp > 1 or lay.cp > 1) and not fsdp:
         lines.append("export CUDA_DEVICE_MAX_CONNECTIONS=1  # Megatron requires it with TP/CP before Blackwell")
     elif fsdp:
         lines.append("unset CUDA_DEVICE_MAX_CONNECTIONS  # Megatron-FSDP overlaps better without it")
     if ctx.problem.workload.launch_blocking:
-        lines.append("export CUDA_LAUNCH_BLOCKING=1  # the prediction costed blocking kernel launches (--launch-blocking)")
+        lines.append(
+            "export CUDA_LAUNCH_BLOCKING=1  # the prediction costed blocking kernel launches (--launch-blocking)"
+        )
     lines.append(f"{ARRAY}=(")
-    sections = [("model", _model_args(ctx)), ("latent attention, multi-token prediction", _mla_args(ctx)),
-                ("mixture of experts", _moe_args(ctx)), ("parallelism, batch, recompute", _parallel_args(ctx))]
+    sections = [
+        ("model", _model_args(ctx)),
+        ("latent attention, multi-token prediction", _mla_args(ctx)),
+        ("mixture of experts", _moe_args(ctx)),
+        ("parallelism, batch, recompute", _parallel_args(ctx)),
+    ]
     for title, args in sections:
         if not args:
             continue
         lines.append(f"  # {title}")
         lines += [f"  {flag}" if value is None else f"  {flag} {_shell_words(value)}" for flag, value in args]
     lines.append(")")
-    lines.append(f"# PLACEHOLDER: not decided by layoutsearch; replace every <set me: ...> before launch")
+    lines.append("# PLACEHOLDER: not decided by layoutsearch; replace every <set me: ...> before launch")
     lines.append(f"{PLACEHOLDER_ARRAY}=(")
     lines += [f"  {flag} {shlex.quote(value)}" for flag, value in _placeholder_args()]
     lines.append(")")
@@ -429,7 +515,7 @@ def parse_args(text: str) -> dict[str, str | bool | list[str]]:
     for i, tok in enumerate(tokens):
         if tok.startswith("--"):
             values = []
-            for nxt in tokens[i + 1:]:
+            for nxt in tokens[i + 1 :]:
                 if nxt.startswith("--"):
                     break
                 values.append(nxt)
@@ -448,8 +534,10 @@ def check(text: str, ctx: ExportContext) -> list[str]:
     if not f:
         return [f"no {ARRAY}=( ... ) array found"]
     world, out = ctx.num_devices, []
-    tp, pp, cp = (_int(f, n, 1) for n in ("--tensor-model-parallel-size", "--pipeline-model-parallel-size",
-                                          "--context-parallel-size"))
+    tp, pp, cp = (
+        _int(f, n, 1)
+        for n in ("--tensor-model-parallel-size", "--pipeline-model-parallel-size", "--context-parallel-size")
+    )
     if world % (tp * pp * cp):
         return [f"world size {world} is not divisible by tp({tp}) x pp({pp}) x cp({cp})"]
     dp = world // (tp * pp * cp)
@@ -463,10 +551,22 @@ def check(text: str, ctx: ExportContext) -> list[str]:
     out += _batch_problems(f, dp, pp, ctx) + _option_problems(f, tp, pp, cp, dp, layers, ctx)
     out += _moe_problems(f, world, tp, pp, layers, ctx) + _mla_problems(f, ctx)
     lay = ctx.layout
-    got = {"tp": tp, "pp": pp, "cp": cp, "dp x fsdp": dp, "global batch": _int(f, "--global-batch-size"),
-           "micro batch": _int(f, "--micro-batch-size")}
-    want = {"tp": lay.tp, "pp": lay.pp, "cp": lay.cp, "dp x fsdp": lay.data_units,
-            "global batch": ctx.global_batch_seqs, "micro batch": ctx.microbatch_seqs}
+    got = {
+        "tp": tp,
+        "pp": pp,
+        "cp": cp,
+        "dp x fsdp": dp,
+        "global batch": _int(f, "--global-batch-size"),
+        "micro batch": _int(f, "--micro-batch-size"),
+    }
+    want = {
+        "tp": lay.tp,
+        "pp": lay.pp,
+        "cp": lay.cp,
+        "dp x fsdp": lay.data_units,
+        "global batch": ctx.global_batch_seqs,
+        "micro batch": ctx.microbatch_seqs,
+    }
     out += [f"{k} is {got[k]}, layout has {want[k]}" for k in want if got[k] != want[k]]
     return out
 
@@ -475,8 +575,10 @@ def pipeline_layout(num_layers: int, pp: int, v: int, mtp_layers: int = 0, first
     """Megatron's ``--pipeline-model-parallel-layout`` of ``core.stages.chunk_layout`` (or, with ``first`` and
     ``last``, of ``given_chunks``): the pp x v chunks in order, '|' between them, E the embedding, t a layer,
     m an MTP module, L the loss."""
-    chunks = ["".join(c) for c in (given_chunks(num_layers, pp, v, first, last) if first or last
-                                   else chunk_layout(num_layers, pp, v))]
+    chunks = [
+        "".join(c)
+        for c in (given_chunks(num_layers, pp, v, first, last) if first or last else chunk_layout(num_layers, pp, v))
+    ]
     chunks[-1] = chunks[-1].replace("L", "m" * mtp_layers + "L")
     return "|".join(chunks)
 
@@ -486,10 +588,16 @@ def _split_problems(f: dict, layers: int, pp: int) -> list[str]:
     layout = f.get("--pipeline-model-parallel-layout")
     if isinstance(layout, str):
         chunks = layout.split("|")
-        if len(chunks) % pp or layout.count("t") != layers or not chunks[0].startswith("E") \
-                or not chunks[-1].endswith("L"):
-            return [f"pipeline layout {layout[:40]}... has {len(chunks)} chunks for pp({pp}) and {layout.count('t')} "
-                    f"layers for num_layers({layers})"]
+        if (
+            len(chunks) % pp
+            or layout.count("t") != layers
+            or not chunks[0].startswith("E")
+            or not chunks[-1].endswith("L")
+        ):
+            return [
+                f"pipeline layout {layout[:40]}... has {len(chunks)} chunks for pp({pp}) and {layout.count('t')} "
+                f"layers for num_layers({layers})"
+            ]
         return []
     vp = _int(f, "--num-virtual-stages-per-pipeline-rank", 1)
     first, last = _int(f, "--decoder-first-pipeline-num-layers"), _int(f, "--decoder-last-pipeline-num-layers")
@@ -518,7 +626,9 @@ def _batch_problems(f: dict, dp: int, pp: int, ctx: ExportContext) -> list[str]:
     layers = _int(f, "--num-layers", 0)
     lpvs = _int(f, "--num-layers-per-virtual-pipeline-stage")
     if lpvs and (layers // pp) % lpvs:
-        out.append(f"layers per stage {layers // pp} are not divisible by --num-layers-per-virtual-pipeline-stage {lpvs}")
+        out.append(
+            f"layers per stage {layers // pp} are not divisible by --num-layers-per-virtual-pipeline-stage {lpvs}"
+        )
     elif lpvs and layers // pp // lpvs > 1:
         min_pp = 1 if "--no-overlap-p2p-communication" not in f else 2
         if pp <= min_pp:
@@ -543,7 +653,9 @@ def _option_problems(f: dict, tp: int, pp: int, cp: int, dp: int, layers: int, c
     if granularity == "full":
         n = _int(f, "--recompute-num-layers")
         if f.get("--recompute-method") not in ("uniform", "block") or n is None or not 1 <= n <= layers // pp:
-            out.append("full recompute needs --recompute-method uniform|block and 1 <= --recompute-num-layers <= layers/pp")
+            out.append(
+                "full recompute needs --recompute-method uniform|block and 1 <= --recompute-num-layers <= layers/pp"
+            )
     elif granularity == "selective" and "--recompute-method" in f:
         out.append("selective recompute takes no --recompute-method")
     if "--use-megatron-fsdp" in f:
@@ -567,8 +679,11 @@ def _float(flags: dict, name: str, default: float) -> float | None:
 def _hyper_problems(f: dict, tp: int, dp: int, cp: int, ctx: ExportContext) -> list[str]:
     """The model's hyper-parameters and the overlap flags the prediction assumes (Megatron defaults when absent)."""
     m, out = ctx.model, []
-    want = {"--norm-epsilon": (1e-5, m.norm_eps), "--attention-dropout": (0.1, m.attention_dropout),
-            "--hidden-dropout": (0.1, m.hidden_dropout)}
+    want = {
+        "--norm-epsilon": (1e-5, m.norm_eps),
+        "--attention-dropout": (0.1, m.attention_dropout),
+        "--hidden-dropout": (0.1, m.hidden_dropout),
+    }
     if not m.learned_positions:
         want["--rotary-base"] = (10000.0, float(int(m.rope_theta)))
         if m.rope_scaling is not None:
@@ -578,12 +693,16 @@ def _hyper_problems(f: dict, tp: int, dp: int, cp: int, ctx: ExportContext) -> l
         if got is None or not math.isclose(got, value, rel_tol=1e-9, abs_tol=1e-12):
             out.append(f"{flag} is {f.get(flag, default)}, the model has {value:g}")
     if not m.learned_positions and ("--use-rope-scaling" in f) != (m.rope_scaling is not None):
-        out.append(f"--use-rope-scaling is {'set' if '--use-rope-scaling' in f else 'missing'}, the model has "
-                   f"{'no ' if m.rope_scaling is None else ''}llama3 rope scaling")
+        out.append(
+            f"--use-rope-scaling is {'set' if '--use-rope-scaling' in f else 'missing'}, the model has "
+            f"{'no ' if m.rope_scaling is None else ''}llama3 rope scaling"
+        )
     qkv = m.qkv_bias and not m.linear_bias
     if ("--add-qkv-bias" in f) != qkv:
-        out.append(f"--add-qkv-bias is {'set' if '--add-qkv-bias' in f else 'missing'}, the model has "
-                   f"{'' if qkv else 'no '}Q/K/V-only biases")
+        out.append(
+            f"--add-qkv-bias is {'set' if '--add-qkv-bias' in f else 'missing'}, the model has "
+            f"{'' if qkv else 'no '}Q/K/V-only biases"
+        )
     if "--tp-comm-overlap" in f and (tp == 1 or "--sequence-parallel" not in f):
         out.append("--tp-comm-overlap needs tp > 1 and --sequence-parallel")
     if "--overlap-param-gather" in f and "--use-distributed-optimizer" not in f:
@@ -616,17 +735,20 @@ def _moe_problems(f: dict, world: int, tp: int, pp: int, layers: int, ctx: Expor
         edp = world // (etp * ep * pp)
         instances = _int(f, "--num-distributed-optimizer-instances", 1)
         if edp % instances:
-            out.append(f"expert data parallel size {edp} is not divisible by --num-distributed-optimizer-instances "
-                       f"{instances}")
+            out.append(
+                f"expert data parallel size {edp} is not divisible by --num-distributed-optimizer-instances {instances}"
+            )
     try:
         pattern = eval_layer_freq(f.get("--moe-layer-freq", 1), layers)
     except (ValueError, SyntaxError, TypeError, ZeroDivisionError) as exc:
         pattern = None
         out.append(f"--moe-layer-freq {f.get('--moe-layer-freq')!r} is not a Megatron pattern: {exc}")
     if pattern is not None and pattern != [int(m.is_moe_layer(i)) for i in range(m.num_layers)]:
-        out.append(f"--moe-layer-freq {f.get('--moe-layer-freq', 1)} makes layers "
-                   f"{[i for i, v in enumerate(pattern) if v][:8]}... MoE, the model "
-                   f"{[i for i in range(m.num_layers) if m.is_moe_layer(i)][:8]}...")
+        out.append(
+            f"--moe-layer-freq {f.get('--moe-layer-freq', 1)} makes layers "
+            f"{[i for i, v in enumerate(pattern) if v][:8]}... MoE, the model "
+            f"{[i for i in range(m.num_layers) if m.is_moe_layer(i)][:8]}..."
+        )
     topk = _int(f, "--moe-router-topk", 2)
     score = f.get("--moe-router-score-function", "softmax")
     if topk == 1 and score == "softmax" and "--moe-router-pre-softmax" not in f:
@@ -636,19 +758,34 @@ def _moe_problems(f: dict, world: int, tp: int, pp: int, layers: int, ctx: Expor
     if "--moe-pad-expert-input-to-capacity" in f and "--moe-expert-capacity-factor" not in f:
         out.append("--moe-pad-expert-input-to-capacity needs --moe-expert-capacity-factor")
     if dict(dispatcher_args(ctx)) != {k: f.get(k) for k in dict(dispatcher_args(ctx))}:
-        out.append(f"dispatcher {f.get('--moe-token-dispatcher-type')} / {f.get('--moe-flex-dispatcher-backend')}, "
-                   f"the prediction assumed {dict(dispatcher_args(ctx))}")
+        out.append(
+            f"dispatcher {f.get('--moe-token-dispatcher-type')} / {f.get('--moe-flex-dispatcher-backend')}, "
+            f"the prediction assumed {dict(dispatcher_args(ctx))}"
+        )
     if "--disable-bias-linear" not in f and etp != 1:
         out.append(f"biases in MoE layers need --expert-tensor-parallel-size 1, got {etp}")
     shared = moe.num_shared_experts * moe.shared_d_ff or None
     capacity = _float(f, "--moe-expert-capacity-factor", -1.0)
-    got = {"num_experts": experts, "topk": topk, "expert ffn": _int(f, "--moe-ffn-hidden-size"),
-           "shared ffn": _int(f, "--moe-shared-expert-intermediate-size"), "ep": ep, "etp": etp,
-           "capacity factor": None if capacity is None or capacity < 0 else capacity,
-           "shared gate": "--moe-shared-expert-gate" in f}
-    want = {"num_experts": moe.num_experts, "topk": moe.top_k, "expert ffn": moe.expert_d_ff, "shared ffn": shared,
-            "ep": lay.ep, "etp": lay.etp, "capacity factor": moe.capacity_factor,
-            "shared gate": bool(moe.shared_expert_gate and moe.num_shared_experts)}
+    got = {
+        "num_experts": experts,
+        "topk": topk,
+        "expert ffn": _int(f, "--moe-ffn-hidden-size"),
+        "shared ffn": _int(f, "--moe-shared-expert-intermediate-size"),
+        "ep": ep,
+        "etp": etp,
+        "capacity factor": None if capacity is None or capacity < 0 else capacity,
+        "shared gate": "--moe-shared-expert-gate" in f,
+    }
+    want = {
+        "num_experts": moe.num_experts,
+        "topk": moe.top_k,
+        "expert ffn": moe.expert_d_ff,
+        "shared ffn": shared,
+        "ep": lay.ep,
+        "etp": lay.etp,
+        "capacity factor": moe.capacity_factor,
+        "shared gate": bool(moe.shared_expert_gate and moe.num_shared_experts),
+    }
     return out + [f"{k} is {got[k]}, the model and layout have {want[k]}" for k in want if got[k] != want[k]]
 
 
@@ -664,15 +801,28 @@ def _mla_problems(f: dict, ctx: ExportContext) -> list[str]:
     """Latent attention and MTP flags against the model (MLATransformerConfig's rules included)."""
     m, out = ctx.model, []
     if ("--multi-latent-attention" in f) != (m.mla is not None):
-        return [f"--multi-latent-attention is {'set' if '--multi-latent-attention' in f else 'missing'}, the model "
-                f"has {'no ' if m.mla is None else ''}latent attention"]
+        return [
+            f"--multi-latent-attention is {'set' if '--multi-latent-attention' in f else 'missing'}, the model "
+            f"has {'no ' if m.mla is None else ''}latent attention"
+        ]
     if m.mla is not None:
         a = m.mla
-        got = {"q_lora_rank": _int(f, "--q-lora-rank"), "kv_lora_rank": _int(f, "--kv-lora-rank", 32),
-               "qk_head_dim": _int(f, "--qk-head-dim", 128), "qk_pos_emb_head_dim": _int(f, "--qk-pos-emb-head-dim", 64),
-               "v_head_dim": _int(f, "--v-head-dim", 128), "latent norms": "--qk-layernorm" in f}
-        want = {"q_lora_rank": a.q_lora_rank, "kv_lora_rank": a.kv_lora_rank, "qk_head_dim": a.qk_nope_head_dim,
-                "qk_pos_emb_head_dim": a.qk_rope_head_dim, "v_head_dim": a.v_head_dim, "latent norms": True}
+        got = {
+            "q_lora_rank": _int(f, "--q-lora-rank"),
+            "kv_lora_rank": _int(f, "--kv-lora-rank", 32),
+            "qk_head_dim": _int(f, "--qk-head-dim", 128),
+            "qk_pos_emb_head_dim": _int(f, "--qk-pos-emb-head-dim", 64),
+            "v_head_dim": _int(f, "--v-head-dim", 128),
+            "latent norms": "--qk-layernorm" in f,
+        }
+        want = {
+            "q_lora_rank": a.q_lora_rank,
+            "kv_lora_rank": a.kv_lora_rank,
+            "qk_head_dim": a.qk_nope_head_dim,
+            "qk_pos_emb_head_dim": a.qk_rope_head_dim,
+            "v_head_dim": a.v_head_dim,
+            "latent norms": True,
+        }
         out += [f"{k} is {got[k]}, the model has {want[k]}" for k in want if got[k] != want[k]]
         if "--group-query-attention" in f:
             out.append("--group-query-attention is mutually exclusive with --multi-latent-attention")

@@ -88,9 +88,11 @@ QWEN3_MOE_FLAVORS = {
     "235B-A22B": (151936, 128, 4096, 94, 64, 4, 12288, 1536, 128, 0, 8, False),
 }
 QWEN3_THETA = {"debugmodel_moe": 1e6, "30B-A3B": 1e6, "235B-A22B": 5e6}
-FAMILY_REGISTRY = {"llama3": ("llama3/__init__.py", "llama3_args"), "deepseek_v3": ("deepseek_v3/__init__.py",
-                                                                                    "deepseekv3_args"),
-                   "qwen3": ("qwen3/__init__.py", "qwen3_args")}
+FAMILY_REGISTRY = {
+    "llama3": ("llama3/__init__.py", "llama3_args"),
+    "deepseek_v3": ("deepseek_v3/__init__.py", "deepseekv3_args"),
+    "qwen3": ("qwen3/__init__.py", "qwen3_args"),
+}
 
 
 def family_of(m) -> str:
@@ -102,15 +104,41 @@ def family_of(m) -> str:
 
 def _deepseek_key(m) -> tuple:
     moe, a = m.moe, m.mla
-    return (m.vocab_size, m.d_model, m.d_ff, moe.expert_d_ff, m.num_layers, moe.first_dense_layers, m.num_heads,
-            moe.num_experts, moe.num_shared_experts, moe.top_k, a.q_lora_rank or 0, a.kv_lora_rank,
-            a.qk_nope_head_dim, a.qk_rope_head_dim, a.v_head_dim)
+    return (
+        m.vocab_size,
+        m.d_model,
+        m.d_ff,
+        moe.expert_d_ff,
+        m.num_layers,
+        moe.first_dense_layers,
+        m.num_heads,
+        moe.num_experts,
+        moe.num_shared_experts,
+        moe.top_k,
+        a.q_lora_rank or 0,
+        a.kv_lora_rank,
+        a.qk_nope_head_dim,
+        a.qk_rope_head_dim,
+        a.v_head_dim,
+    )
 
 
 def _qwen3_key(m) -> tuple:
     moe = m.moe
-    return (m.vocab_size, m.head_dim, m.d_model, m.num_layers, m.num_heads, m.num_kv_heads, m.d_ff, moe.expert_d_ff,
-            moe.num_experts, moe.num_shared_experts, moe.top_k, m.tied_embeddings)
+    return (
+        m.vocab_size,
+        m.head_dim,
+        m.d_model,
+        m.num_layers,
+        m.num_heads,
+        m.num_kv_heads,
+        m.d_ff,
+        moe.expert_d_ff,
+        moe.num_experts,
+        moe.num_shared_experts,
+        moe.top_k,
+        m.tied_embeddings,
+    )
 
 
 def flavor_for(ctx: ExportContext) -> str | None:
@@ -123,16 +151,27 @@ def flavor_for(ctx: ExportContext) -> str | None:
         return next((name for name, key in QWEN3_MOE_FLAVORS.items() if key == _qwen3_key(m)), None)
     for name, (dim, layers, heads, kv, vocab, mult, mo) in LLAMA3_FLAVORS.items():
         if (dim, layers, heads, kv, vocab, llama3_ffn(dim, mult, mo)) == (
-                m.d_model, m.num_layers, m.num_heads, m.num_kv_heads, m.vocab_size, m.d_ff):
+            m.d_model,
+            m.num_layers,
+            m.num_heads,
+            m.num_kv_heads,
+            m.vocab_size,
+            m.d_ff,
+        ):
             return name
     return None
 
 
 def _moe_args_text(m, **router) -> str:
     moe = m.moe
-    fields = {"num_experts": moe.num_experts, "num_shared_experts": moe.num_shared_experts, "top_k": moe.top_k,
-              **router, "score_before_experts": False,
-              "load_balance_coeff": 1e-3 if moe.router_bias else None}  # expert_bias only with a router bias
+    fields = {
+        "num_experts": moe.num_experts,
+        "num_shared_experts": moe.num_shared_experts,
+        "top_k": moe.top_k,
+        **router,
+        "score_before_experts": False,
+        "load_balance_coeff": 1e-3 if moe.router_bias else None,
+    }  # expert_bias only with a router bias
     return "MoEArgs(" + ", ".join(f"{k}={v!r}" for k, v in fields.items()) + ")"
 
 
@@ -143,23 +182,29 @@ def custom_flavor_args(ctx: ExportContext) -> str:
     if family == "deepseek_v3":
         a = m.mla
         router = {"score_func": "sigmoid", "route_norm": True} if m.moe.router_bias else {"score_func": "softmax"}
-        return (f"DeepSeekV3ModelArgs(vocab_size={m.vocab_size}, dim={m.d_model}, inter_dim={m.d_ff}, "
-                f"moe_inter_dim={m.moe.expert_d_ff}, n_layers={m.num_layers}, n_dense_layers={m.moe.first_dense_layers}, "
-                f"n_heads={m.num_heads}, norm_eps={float(m.norm_eps)!r}, moe_args={_moe_args_text(m, **router)}, "
-                f"q_lora_rank={a.q_lora_rank or 0}, kv_lora_rank={a.kv_lora_rank}, "
-                f"qk_nope_head_dim={a.qk_nope_head_dim}, qk_rope_head_dim={a.qk_rope_head_dim}, "
-                f"v_head_dim={a.v_head_dim}, rope_theta={float(m.rope_theta)!r})")
+        return (
+            f"DeepSeekV3ModelArgs(vocab_size={m.vocab_size}, dim={m.d_model}, inter_dim={m.d_ff}, "
+            f"moe_inter_dim={m.moe.expert_d_ff}, n_layers={m.num_layers}, n_dense_layers={m.moe.first_dense_layers}, "
+            f"n_heads={m.num_heads}, norm_eps={float(m.norm_eps)!r}, moe_args={_moe_args_text(m, **router)}, "
+            f"q_lora_rank={a.q_lora_rank or 0}, kv_lora_rank={a.kv_lora_rank}, "
+            f"qk_nope_head_dim={a.qk_nope_head_dim}, qk_rope_head_dim={a.qk_rope_head_dim}, "
+            f"v_head_dim={a.v_head_dim}, rope_theta={float(m.rope_theta)!r})"
+        )
     if family == "qwen3":
-        return (f"Qwen3ModelArgs(vocab_size={m.vocab_size}, head_dim={m.head_dim}, dim={m.d_model}, "
-                f"n_layers={m.num_layers}, n_heads={m.num_heads}, n_kv_heads={m.num_kv_heads}, qk_norm=True, "
-                f"hidden_dim={m.d_ff}, norm_eps={float(m.norm_eps)!r}, rope_theta={float(m.rope_theta)!r}, "
-                f"enable_weight_tying={m.tied_embeddings}, moe_enabled=True, moe_inter_dim={m.moe.expert_d_ff}, "
-                f"moe_args={_moe_args_text(m, score_func='softmax', route_norm=True)})")
+        return (
+            f"Qwen3ModelArgs(vocab_size={m.vocab_size}, head_dim={m.head_dim}, dim={m.d_model}, "
+            f"n_layers={m.num_layers}, n_heads={m.num_heads}, n_kv_heads={m.num_kv_heads}, qk_norm=True, "
+            f"hidden_dim={m.d_ff}, norm_eps={float(m.norm_eps)!r}, rope_theta={float(m.rope_theta)!r}, "
+            f"enable_weight_tying={m.tied_embeddings}, moe_enabled=True, moe_inter_dim={m.moe.expert_d_ff}, "
+            f"moe_args={_moe_args_text(m, score_func='softmax', route_norm=True)})"
+        )
     base = int(2 * (4 * m.d_model) / 3)
     mult = None if base <= m.d_ff else m.d_ff / base
-    return (f"TransformerModelArgs(dim={m.d_model}, n_layers={m.num_layers}, n_heads={m.num_heads}, "
-            f"n_kv_heads={m.num_kv_heads}, vocab_size={m.vocab_size}, ffn_dim_multiplier={mult!r}, "
-            f"multiple_of={m.d_ff}, rope_theta={float(m.rope_theta)!r}, norm_eps={float(m.norm_eps)!r})")
+    return (
+        f"TransformerModelArgs(dim={m.d_model}, n_layers={m.num_layers}, n_heads={m.num_heads}, "
+        f"n_kv_heads={m.num_kv_heads}, vocab_size={m.vocab_size}, ffn_dim_multiplier={mult!r}, "
+        f"multiple_of={m.d_ff}, rope_theta={float(m.rope_theta)!r}, norm_eps={float(m.norm_eps)!r})"
+    )
 
 
 FLAVOR_ROPE_THETA, FLAVOR_NORM_EPS = 500000.0, 1e-5  # torchtitan llama3 flavors (TransformerModelArgs)
@@ -168,27 +213,40 @@ FLAVOR_ROPE_THETA, FLAVOR_NORM_EPS = 500000.0, 1e-5  # torchtitan llama3 flavors
 def capabilities(target: str) -> Capabilities:
     """torchtitan's limits (the same in 0.2.x and 0.3.x), declared for export target ``target``."""
     moe = target == "torchtitan"  # the 0.3 module builds llama3 only (its MoE models are other config builders)
-    why = {"zero": "FSDP2 has no ZeRO-1 (sharded optimizer, unsharded gradients)",
-           "cp": "it always runs FSDP over data_parallel_shard x cp, so cp shards the weights",
-           "kv": "it shards wk/wv column-wise and cannot replicate KV heads",
-           "model": "its llama3 model is gated-MLP, RMSNorm, RoPE, untied, bias-free, head_dim = dim / n_heads"
-                    + ("; its MoE models are deepseek_v3 and qwen3" if moe else
-                       "; the 0.3 export writes llama3 only: export MoE models to torchtitan (0.2) or megatron"),
-           "etp": "with ep > 1 it runs routed experts with etp 1 or etp = tp, and with ep = 1 tensor-parallel over tp",
-           "experts": "its expert mesh is dp_shard x cp x tp regrouped as efsdp x ep x etp; replicas keep whole "
-                      "expert sets",
-           "state-precision": "FSDP2 reduces gradients in float32 only (mixed_precision_reduce) and its optimizers "
-                              "keep fp32 states",
-           "capacity": "its MoE routes dropless",
-           "unfused-attention": "its attention is SDPA's fused kernels or FlexAttention"}
+    why = {
+        "zero": "FSDP2 has no ZeRO-1 (sharded optimizer, unsharded gradients)",
+        "cp": "it always runs FSDP over data_parallel_shard x cp, so cp shards the weights",
+        "kv": "it shards wk/wv column-wise and cannot replicate KV heads",
+        "model": "its llama3 model is gated-MLP, RMSNorm, RoPE, untied, bias-free, head_dim = dim / n_heads"
+        + (
+            "; its MoE models are deepseek_v3 and qwen3"
+            if moe
+            else "; the 0.3 export writes llama3 only: export MoE models to torchtitan (0.2) or megatron"
+        ),
+        "etp": "with ep > 1 it runs routed experts with etp 1 or etp = tp, and with ep = 1 tensor-parallel over tp",
+        "experts": "its expert mesh is dp_shard x cp x tp regrouped as efsdp x ep x etp; replicas keep whole "
+        "expert sets",
+        "state-precision": "FSDP2 reduces gradients in float32 only (mixed_precision_reduce) and its optimizers "
+        "keep fp32 states",
+        "capacity": "its MoE routes dropless",
+        "unfused-attention": "its attention is SDPA's fused kernels or FlexAttention",
+    }
     return Capabilities(
-        target=target, framework="torchtitan", zero_stages=(0, 2, 3), zero_stages_with_replicas=(2, 3),
+        target=target,
+        framework="torchtitan",
+        zero_stages=(0, 2, 3),
+        zero_stages_with_replicas=(2, 3),
         recompute_policies=("none", "selective", "op", "full"),
         precisions=("bf16", "fp8") if target == "torchtitan" else ("bf16",),
-        zero_stages_with_cp=(2, 3), kv_replication=False,
+        zero_stages_with_cp=(2, 3),
+        kv_replication=False,
         model_blocks=("llama3", "deepseek", "qwen3-moe") if moe else ("llama3",),
-        expert_tensor=("1", "tp"), expert_tensor_without_ep=("tp",), expert_groups=("fsdp", "tp", "cp"), deepep=moe,
-        why={f"{target}-{code}": text for code, text in why.items()})
+        expert_tensor=("1", "tp"),
+        expert_tensor_without_ep=("tp",),
+        expert_groups=("fsdp", "tp", "cp"),
+        deepep=moe,
+        why={f"{target}-{code}": text for code, text in why.items()},
+    )
 
 
 CAPABILITIES = capabilities("torchtitan")
@@ -200,9 +258,12 @@ def sections(ctx: ExportContext) -> dict[str, dict]:
     replicate, shard = (lay.dp, lay.fsdp) if sharded else (lay.dp * lay.fsdp, 1)
     k, mbs = lay.num_microbatches, ctx.microbatch_seqs
     parallelism: dict = {
-        "data_parallel_replicate_degree": replicate, "data_parallel_shard_degree": shard,
+        "data_parallel_replicate_degree": replicate,
+        "data_parallel_shard_degree": shard,
         "fsdp_reshard_after_forward": "always" if ctx.effective_zero_stage == 3 else "never",
-        "tensor_parallel_degree": lay.tp, "context_parallel_degree": lay.cp, "pipeline_parallel_degree": lay.pp,
+        "tensor_parallel_degree": lay.tp,
+        "context_parallel_degree": lay.cp,
+        "pipeline_parallel_degree": lay.pp,
     }
     if ctx.model.moe is not None:  # with ep = 1 torchtitan shards the experts over tp by itself
         parallelism.update(expert_parallel_degree=lay.ep, expert_tensor_parallel_degree=lay.etp if lay.ep > 1 else 1)
@@ -216,20 +277,31 @@ def sections(ctx: ExportContext) -> dict[str, dict]:
             pipeline_parallel_schedule=SCHEDULES[lay.schedule if lay.virtual_stages == 1 else "interleaved"],
             pipeline_parallel_microbatch_size=mbs,
             pipeline_parallel_layers_per_stage=ctx.model.num_layers // (lay.pp * lay.virtual_stages),
-            pipeline_parallel_first_stage_less_layers=0, pipeline_parallel_last_stage_less_layers=0)
+            pipeline_parallel_first_stage_less_layers=0,
+            pipeline_parallel_last_stage_less_layers=0,
+        )
     ac: dict = {"mode": lay.recompute}
     if lay.recompute in ("selective", "op"):  # "op" is torchtitan's own per-op SAC, exactly
         ac = {"mode": "selective", "selective_ac_option": "op"}
     flavor = flavor_for(ctx) or ctx.model_id
     return {
-        "job": {"description": f"layoutsearch layout rank {ctx.record.get('rank', 1)} for {ctx.model_id} on {ctx.cluster.name}",
-                "dump_folder": set_me("output folder for logs and checkpoints")},
-        "model": {"name": family_of(ctx.model), "flavor": flavor, "hf_assets_path": set_me("folder with the tokenizer (HF assets)"),
-                  **({"converters": ["quantize.linear.float8"]} if ctx.workload.precision == "fp8" else {})},
-        "training": {"local_batch_size": mbs * k if lay.pp > 1 else mbs,
-                     "global_batch_size": ctx.global_batch_seqs, "seq_len": ctx.seq_len,
-                     "dataset": set_me("dataset name registered in torchtitan"),
-                     "dataset_path": set_me("dataset location")},
+        "job": {
+            "description": f"layoutsearch layout rank {ctx.record.get('rank', 1)} for {ctx.model_id} on {ctx.cluster.name}",
+            "dump_folder": set_me("output folder for logs and checkpoints"),
+        },
+        "model": {
+            "name": family_of(ctx.model),
+            "flavor": flavor,
+            "hf_assets_path": set_me("folder with the tokenizer (HF assets)"),
+            **({"converters": ["quantize.linear.float8"]} if ctx.workload.precision == "fp8" else {}),
+        },
+        "training": {
+            "local_batch_size": mbs * k if lay.pp > 1 else mbs,
+            "global_batch_size": ctx.global_batch_seqs,
+            "seq_len": ctx.seq_len,
+            "dataset": set_me("dataset name registered in torchtitan"),
+            "dataset_path": set_me("dataset location"),
+        },
         "parallelism": parallelism,
         "activation_checkpoint": ac,
         **({"compile": {"enable": True, "components": ["model", "loss"]}} if async_tp else {}),
@@ -243,14 +315,21 @@ def float8_sections(ctx: ExportContext) -> dict[str, dict]:
     costs); none for bf16."""
     if ctx.workload.precision != "fp8":
         return {}
-    return {"quantize.linear.float8": {"enable_fsdp_float8_all_gather": True,
-                                       "precompute_float8_dynamic_scale_for_fsdp": True, "recipe_name": "tensorwise"}}
+    return {
+        "quantize.linear.float8": {
+            "enable_fsdp_float8_all_gather": True,
+            "precompute_float8_dynamic_scale_for_fsdp": True,
+            "recipe_name": "tensorwise",
+        }
+    }
 
 
 # Numeric fields cannot hold a '<set me>' string (the loader would refuse it): commented per section.
-NUMERIC_PLACEHOLDERS = {"training": [f"steps = {set_me('training steps')}"],
-                        "optimizer": [f"lr = {set_me('peak learning rate')}"],
-                        "lr_scheduler": [f"warmup_steps = {set_me('warmup steps')}"]}
+NUMERIC_PLACEHOLDERS = {
+    "training": [f"steps = {set_me('training steps')}"],
+    "optimizer": [f"lr = {set_me('peak learning rate')}"],
+    "lr_scheduler": [f"warmup_steps = {set_me('warmup steps')}"],
+}
 
 
 def _toml_value(value) -> str:
@@ -266,12 +345,16 @@ def policy_notes(ctx: ExportContext, sac: str) -> list[str]:
     its per-op SAC (``sac`` names it), ZeRO-2 gathering once per microbatch."""
     notes = []
     if ctx.layout.recompute == "selective":
-        notes.append(f"selective -> {sac}: torchtitan saves every other matmul and the attention output, which is "
-                     f"not exactly layoutsearch's selective policy (memory and recompute time differ; recompute "
-                     f"'op' is torchtitan's own policy).")
+        notes.append(
+            f"selective -> {sac}: torchtitan saves every other matmul and the attention output, which is "
+            f"not exactly layoutsearch's selective policy (memory and recompute time differ; recompute "
+            f"'op' is torchtitan's own policy)."
+        )
     if ctx.effective_zero_stage == 2 and ctx.layout.num_microbatches > 1 and ctx.layout.pp == 1:
-        notes.append("zero 2 -> fsdp_reshard_after_forward = \"never\": FSDP2 still gathers and reduce-scatters "
-                     "once per microbatch, not once per step.")
+        notes.append(
+            'zero 2 -> fsdp_reshard_after_forward = "never": FSDP2 still gathers and reduce-scatters '
+            "once per microbatch, not once per step."
+        )
     return notes
 
 
@@ -280,12 +363,18 @@ def render(ctx: ExportContext) -> str:
     family = family_of(ctx.model)
     if flavor_for(ctx) is None:
         path, table = FAMILY_REGISTRY[family]
-        flex = family == "deepseek_v3" and any(key == _deepseek_key(ctx.model) for name, key in
-                                                DEEPSEEK_V3_FLAVORS.items() if name in DEEPSEEK_V3_FLEX)
-        notes.append(f"flavor '{ctx.model_id}' is not a torchtitan {family} flavor"
-                     + (" usable here (its sizes' flavor runs FlexAttention, which torchtitan refuses with context "
-                        "parallelism)" if flex else "")
-                     + f": register it in torchtitan/models/{path} {table} as {custom_flavor_args(ctx)}")
+        flex = family == "deepseek_v3" and any(
+            key == _deepseek_key(ctx.model) for name, key in DEEPSEEK_V3_FLAVORS.items() if name in DEEPSEEK_V3_FLEX
+        )
+        notes.append(
+            f"flavor '{ctx.model_id}' is not a torchtitan {family} flavor"
+            + (
+                " usable here (its sizes' flavor runs FlexAttention, which torchtitan refuses with context parallelism)"
+                if flex
+                else ""
+            )
+            + f": register it in torchtitan/models/{path} {table} as {custom_flavor_args(ctx)}"
+        )
     notes += policy_notes(ctx, "op-level SAC")
     notes += _model_notes(ctx)
     notes.append("Usage: NGPU=... CONFIG_FILE=THIS_FILE ./run_train.sh (torchtitan 0.2.x TOML schema)")
@@ -313,17 +402,23 @@ def _moe_notes(ctx: ExportContext) -> list[str]:
     m, lay = ctx.model, ctx.layout
     if m.moe is None:
         return []
-    notes = [f"experts: {m.moe.num_experts} per MoE layer over ep {lay.ep} x etp {lay.etp}"
-             + (" (etp = tp: torchtitan shards the experts over tp when ep = 1)" if lay.ep == 1 and lay.tp > 1 else "")
-             + "; "
-             + "router recipe (score function, routing groups, load-balancing coefficient) from the flavor or the "
-               "ModelArgs above, not decided by layoutsearch."]
+    notes = [
+        f"experts: {m.moe.num_experts} per MoE layer over ep {lay.ep} x etp {lay.etp}"
+        + (" (etp = tp: torchtitan shards the experts over tp when ep = 1)" if lay.ep == 1 and lay.tp > 1 else "")
+        + "; "
+        + "router recipe (score function, routing groups, load-balancing coefficient) from the flavor or the "
+        "ModelArgs above, not decided by layoutsearch."
+    ]
     if m.moe.router_bias:
-        notes.append("router bias: torchtitan keeps it as the expert_bias buffer (MoEArgs.load_balance_coeff), "
-                     f"so it counts {m.moe.num_experts} parameters per MoE layer fewer than layoutsearch.")
+        notes.append(
+            "router bias: torchtitan keeps it as the expert_bias buffer (MoEArgs.load_balance_coeff), "
+            f"so it counts {m.moe.num_experts} parameters per MoE layer fewer than layoutsearch."
+        )
     if m.mtp_layers:
-        notes.append(f"multi-token prediction ({m.mtp_layers} module): torchtitan's deepseek_v3 has none; the "
-                     f"layout is costed without it too.")
+        notes.append(
+            f"multi-token prediction ({m.mtp_layers} module): torchtitan's deepseek_v3 has none; the "
+            f"layout is costed without it too."
+        )
     return notes
 
 
@@ -331,17 +426,23 @@ def _model_notes(ctx: ExportContext) -> list[str]:
     m, notes = ctx.model, _moe_notes(ctx)
     theta, eps = _flavor_hyper(ctx) if flavor_for(ctx) is not None else (m.rope_theta, m.norm_eps)
     if flavor_for(ctx) is not None and (m.rope_theta != theta or m.norm_eps != eps):
-        notes.append(f"flavor {flavor_for(ctx)} has rope_theta {theta:g} and norm_eps "
-                     f"{eps:g}; this model has {m.rope_theta:g} and {m.norm_eps:g}: register "
-                     f"{custom_flavor_args(ctx)} instead.")
+        notes.append(
+            f"flavor {flavor_for(ctx)} has rope_theta {theta:g} and norm_eps "
+            f"{eps:g}; this model has {m.rope_theta:g} and {m.norm_eps:g}: register "
+            f"{custom_flavor_args(ctx)} instead."
+        )
     if m.rope_scaling is not None:
         r = m.rope_scaling
-        notes.append(f"rope scaling llama3: factor {r.factor:g}, low_freq_factor {r.low_freq_factor:g}, "
-                     f"high_freq_factor {r.high_freq_factor:g}, original context {r.original_max_position_embeddings} "
-                     f"(torchtitan's llama3 RoPE; check the flavor's rope scaling arguments match).")
+        notes.append(
+            f"rope scaling llama3: factor {r.factor:g}, low_freq_factor {r.low_freq_factor:g}, "
+            f"high_freq_factor {r.high_freq_factor:g}, original context {r.original_max_position_embeddings} "
+            f"(torchtitan's llama3 RoPE; check the flavor's rope scaling arguments match)."
+        )
     if m.attention_dropout or m.hidden_dropout:
-        notes.append(f"dropout attention {m.attention_dropout:g} / hidden {m.hidden_dropout:g}: torchtitan's llama3 "
-                     f"has no dropout.")
+        notes.append(
+            f"dropout attention {m.attention_dropout:g} / hidden {m.hidden_dropout:g}: torchtitan's llama3 "
+            f"has no dropout."
+        )
     return notes
 
 
@@ -366,7 +467,11 @@ def check_config(cfg: dict, ctx: ExportContext) -> list[str]:
         shard = world // (rep * cp * tp * pp)
     if rep * shard * cp * tp * pp != world:
         return [f"dp_replicate({rep}) * dp_shard({shard}) * cp({cp}) * tp({tp}) * pp({pp}) != WORLD_SIZE({world})"]
-    local, gbs, seq = int(tr.get("local_batch_size", 8)), int(tr.get("global_batch_size", -1)), int(tr.get("seq_len", 2048))
+    local, gbs, seq = (
+        int(tr.get("local_batch_size", 8)),
+        int(tr.get("global_batch_size", -1)),
+        int(tr.get("seq_len", 2048)),
+    )
     batch_degree = rep * shard
     gbs = local * batch_degree if gbs < 0 else gbs
     if gbs % (local * batch_degree):
@@ -381,11 +486,26 @@ def check_config(cfg: dict, ctx: ExportContext) -> list[str]:
         microbatches = _pipeline_problems(par, local, pp, m.num_layers, out)
     lay = ctx.layout
     sharded = ctx.effective_zero_stage >= 2
-    got = {"dp_replicate": rep, "dp_shard": shard, "tp": tp, "pp": pp, "cp": cp, "global batch": gbs,
-           "seq_len": seq, "microbatches": microbatches}
-    want = {"dp_replicate": lay.dp if sharded else lay.data_units, "dp_shard": lay.fsdp if sharded else 1,
-            "tp": lay.tp, "pp": lay.pp, "cp": lay.cp, "global batch": ctx.global_batch_seqs, "seq_len": ctx.seq_len,
-            "microbatches": lay.num_microbatches}
+    got = {
+        "dp_replicate": rep,
+        "dp_shard": shard,
+        "tp": tp,
+        "pp": pp,
+        "cp": cp,
+        "global batch": gbs,
+        "seq_len": seq,
+        "microbatches": microbatches,
+    }
+    want = {
+        "dp_replicate": lay.dp if sharded else lay.data_units,
+        "dp_shard": lay.fsdp if sharded else 1,
+        "tp": lay.tp,
+        "pp": lay.pp,
+        "cp": lay.cp,
+        "global batch": ctx.global_batch_seqs,
+        "seq_len": ctx.seq_len,
+        "microbatches": lay.num_microbatches,
+    }
     out += [f"{k} is {got[k]}, layout has {want[k]}" for k in want if got[k] != want[k]]
     mode = cfg.get("activation_checkpoint", {}).get("mode", "selective")
     if mode not in ("none", "selective", "full", "memory_budget"):
@@ -414,8 +534,10 @@ def _expert_problems(par: dict, shard: int, cp: int, tp: int, ctx: ExportContext
     if ctx.model.moe is None:
         return [] if ep == etp == 1 else [f"expert degrees ep {ep} / etp {etp} written for a model without experts"]
     if par.get("expert_parallel_comm_backend", "standard") != comm_backend(ctx):
-        out.append(f"expert_parallel_comm_backend {par.get('expert_parallel_comm_backend', 'standard')}, the "
-                   f"prediction assumed {comm_backend(ctx)}")
+        out.append(
+            f"expert_parallel_comm_backend {par.get('expert_parallel_comm_backend', 'standard')}, the "
+            f"prediction assumed {comm_backend(ctx)}"
+        )
     if ep > 1 and etp not in (1, tp):
         out.append(f"expert_tensor_parallel_degree {etp} with ep {ep}: torchtitan supports etp = tp or 1")
     if (shard * cp * tp) % (ep * etp):
@@ -451,4 +573,3 @@ def _pipeline_problems(par: dict, local: int, pp: int, num_layers: int, out: lis
         if schedule == "Interleaved1F1B" and n % max(1, n // pp):
             out.append(f"Interleaved1F1B needs {n} microbatches divisible by their rounds ({max(1, n // pp)})")
     return n
-

@@ -58,9 +58,16 @@ PLACEHOLDERS = {
 def model_values(ctx: ExportContext) -> dict:
     """MODEL: the numbers the module builds the llama3 model from."""
     m = ctx.model
-    return {"dim": m.d_model, "n_layers": m.num_layers, "n_heads": m.num_heads, "n_kv_heads": m.num_kv_heads,
-            "hidden_dim": m.d_ff, "vocab_size": m.vocab_size, "rope_theta": float(m.rope_theta),
-            "norm_eps": float(m.norm_eps)}
+    return {
+        "dim": m.d_model,
+        "n_layers": m.num_layers,
+        "n_heads": m.num_heads,
+        "n_kv_heads": m.num_kv_heads,
+        "hidden_dim": m.d_ff,
+        "vocab_size": m.vocab_size,
+        "rope_theta": float(m.rope_theta),
+        "norm_eps": float(m.norm_eps),
+    }
 
 
 def rope_values(ctx: ExportContext) -> dict:
@@ -68,9 +75,13 @@ def rope_values(ctx: ExportContext) -> dict:
     r = ctx.model.rope_scaling
     if r is None:
         return {"scaling": "none"}
-    return {"scaling": "llama", "scaling_factor": float(r.factor), "low_freq_factor": float(r.low_freq_factor),
-            "high_freq_factor": float(r.high_freq_factor),
-            "original_max_position_embeddings": int(r.original_max_position_embeddings)}
+    return {
+        "scaling": "llama",
+        "scaling_factor": float(r.factor),
+        "low_freq_factor": float(r.low_freq_factor),
+        "high_freq_factor": float(r.high_freq_factor),
+        "original_max_position_embeddings": int(r.original_max_position_embeddings),
+    }
 
 
 def job_values(ctx: ExportContext) -> dict[str, object]:
@@ -79,9 +90,14 @@ def job_values(ctx: ExportContext) -> dict[str, object]:
     training = {k: secs["training"][k] for k in ("local_batch_size", "global_batch_size", "seq_len")}
     if ctx.layout.pp > 1:
         training["disable_cuda_graphs"] = True
-    return {"FLAVOR": torchtitan.flavor_for(ctx) or ctx.model_id, "MODEL": model_values(ctx), "ROPE": rope_values(ctx),
-            "TRAINING": training, "PARALLELISM": secs["parallelism"],
-            "ACTIVATION_CHECKPOINT": secs["activation_checkpoint"]["mode"]}
+    return {
+        "FLAVOR": torchtitan.flavor_for(ctx) or ctx.model_id,
+        "MODEL": model_values(ctx),
+        "ROPE": rope_values(ctx),
+        "TRAINING": training,
+        "PARALLELISM": secs["parallelism"],
+        "ACTIVATION_CHECKPOINT": secs["activation_checkpoint"]["mode"],
+    }
 
 
 def _literal(value) -> str:
@@ -162,17 +178,23 @@ def launch_lines(ctx: ExportContext) -> list[str]:
     nodes = _nodes(ctx)
     per_node = ctx.num_devices // nodes
     run = f"PYTHONPATH=<folder of this file> MODULE=<this file's name without .py> CONFIG={FUNCTION}"
-    lines = ["Launch (torchtitan 0.3.x, from its repository: run_train.sh passes --module/--config to torchtitan.train; "
-             "save this file under an importable name, e.g. layout.py):"]
+    lines = [
+        "Launch (torchtitan 0.3.x, from its repository: run_train.sh passes --module/--config to torchtitan.train; "
+        "save this file under an importable name, e.g. layout.py):"
+    ]
     if nodes == 1:
         lines.append(f"  {run} NGPU={per_node} ./run_train.sh")
     else:
-        lines.append(f"  on each of the {nodes} nodes: PYTHONPATH=<folder of this file> torchrun --nnodes {nodes} "
-                     f"--nproc_per_node {per_node} --rdzv_backend c10d --rdzv_endpoint <host:port> -m torchtitan.train "
-                     f"--module <this file's name without .py> --config {FUNCTION}")
-    lines.append("  any field can be overridden after it as --section.key value (e.g. --training.steps 100 "
-                 "--metrics.log_freq 10); check the parsed job with python -m torchtitan.config.manager --module "
-                 f"<name> --config {FUNCTION}")
+        lines.append(
+            f"  on each of the {nodes} nodes: PYTHONPATH=<folder of this file> torchrun --nnodes {nodes} "
+            f"--nproc_per_node {per_node} --rdzv_backend c10d --rdzv_endpoint <host:port> -m torchtitan.train "
+            f"--module <this file's name without .py> --config {FUNCTION}"
+        )
+    lines.append(
+        "  any field can be overridden after it as --section.key value (e.g. --training.steps 100 "
+        "--metrics.log_freq 10); check the parsed job with python -m torchtitan.config.manager --module "
+        f"<name> --config {FUNCTION}"
+    )
     return lines
 
 
@@ -183,13 +205,17 @@ def render(ctx: ExportContext) -> str:
     notes += torchtitan.policy_notes(ctx, "SelectiveAC (per-op SAC)")
     m = ctx.model
     if m.attention_dropout or m.hidden_dropout:
-        notes.append(f"dropout attention {m.attention_dropout:g} / hidden {m.hidden_dropout:g}: torchtitan's llama3 "
-                     f"has no dropout.")
+        notes.append(
+            f"dropout attention {m.attention_dropout:g} / hidden {m.hidden_dropout:g}: torchtitan's llama3 "
+            f"has no dropout."
+        )
     notes += launch_lines(ctx)
     notes.append(placeholder_note())
     text = comment_block(notes)
-    text += f'"""layoutsearch layout rank {ctx.record.get("rank", 1)} for {ctx.model_id} on {ctx.cluster.name}: ' \
-            f'a torchtitan 0.3 config_registry entry."""\n\n'
+    text += (
+        f'"""layoutsearch layout rank {ctx.record.get("rank", 1)} for {ctx.model_id} on {ctx.cluster.name}: '
+        f'a torchtitan 0.3 config_registry entry."""\n\n'
+    )
     text += "# PLACEHOLDER: layoutsearch does not decide these; replace each '<set me: ...>' (type in brackets).\n"
     for name, (what, kind) in PLACEHOLDERS.items():
         text += f"{name} = {set_me(what)!r}  # [{kind}]\n"
@@ -220,17 +246,30 @@ def check(text: str, ctx: ExportContext) -> list[str]:
         functions = {n.name for n in ast.parse(text).body if isinstance(n, ast.FunctionDef)}
     except SyntaxError as exc:
         return [f"not valid Python: {exc}"]
-    missing = [n for n in ("FLAVOR", "MODEL", "ROPE", "TRAINING", "PARALLELISM", "ACTIVATION_CHECKPOINT") if n not in values]
+    missing = [
+        n for n in ("FLAVOR", "MODEL", "ROPE", "TRAINING", "PARALLELISM", "ACTIVATION_CHECKPOINT") if n not in values
+    ]
     if missing or FUNCTION not in functions:
         return [f"missing {', '.join(missing + ([] if FUNCTION in functions else [FUNCTION + '()']))}"]
     mode = values["ACTIVATION_CHECKPOINT"]
     out = [] if mode in AC_CONFIGS else [f"ACTIVATION_CHECKPOINT '{mode}' is not one of {', '.join(AC_CONFIGS)}"]
-    out += torchtitan.check_config({"parallelism": values["PARALLELISM"], "training": values["TRAINING"],
-                                    "activation_checkpoint": {"mode": mode}, "model": {"flavor": values["FLAVOR"]}}, ctx)
+    out += torchtitan.check_config(
+        {
+            "parallelism": values["PARALLELISM"],
+            "training": values["TRAINING"],
+            "activation_checkpoint": {"mode": mode},
+            "model": {"flavor": values["FLAVOR"]},
+        },
+        ctx,
+    )
     model, want = values["MODEL"], model_values(ctx)
     out += [f"MODEL {k} is {model.get(k)}, the model has {v}" for k, v in want.items() if model.get(k) != v]
     if values["ROPE"] != rope_values(ctx):
         out.append(f"ROPE {values['ROPE']} is not the model's rope scaling {rope_values(ctx)}")
-    if values["PARALLELISM"].get("pipeline_parallel_degree", 1) > 1 and not values["TRAINING"].get("disable_cuda_graphs"):
-        out.append("pipeline parallelism needs training.disable_cuda_graphs (Trainer.Config refuses CUDA graphs with PP)")
+    if values["PARALLELISM"].get("pipeline_parallel_degree", 1) > 1 and not values["TRAINING"].get(
+        "disable_cuda_graphs"
+    ):
+        out.append(
+            "pipeline parallelism needs training.disable_cuda_graphs (Trainer.Config refuses CUDA graphs with PP)"
+        )
     return out

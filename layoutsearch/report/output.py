@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from layoutsearch.core.stages import SPLIT_NAMES, split_layers
 from layoutsearch.core.problem import Problem
+from layoutsearch.core.stages import SPLIT_NAMES, split_layers
 from layoutsearch.core.uncertainty import uncertainty_band
 from layoutsearch.costs import params
 from layoutsearch.costs.estimate import Estimate
@@ -42,8 +42,9 @@ def layout_record(est: Estimate, rank: int = 1, price_per_device_hour: float | N
         "fits": est.fits,
         "step_time_band_s": [est.step_time_s * (1 + low), est.step_time_s * (1 + high)],
         "step_time_rel_band": [low, high],
-        **planning.plan_numbers(est.workload.training_tokens, est.tokens_per_s, est.cluster.num_devices,
-                                price_per_device_hour),
+        **planning.plan_numbers(
+            est.workload.training_tokens, est.tokens_per_s, est.cluster.num_devices, price_per_device_hour
+        ),
         "price_per_device_hour": price_per_device_hour,
     }
 
@@ -51,9 +52,14 @@ def layout_record(est: Estimate, rank: int = 1, price_per_device_hour: float | N
 def stage_layers_record(est: Estimate) -> dict:
     """Layers of the first, a middle and the last pipeline stage, and how they were split (core.stages)."""
     lay = est.layout
-    first, middle, last, kind, _ = split_layers(est.model.num_layers, lay.pp, lay.virtual_stages,
-                                                lay.first_stage_layers or 0, lay.last_stage_layers or 0,
-                                                head=params.output_layer_equivalents(est.model))
+    first, middle, last, kind, _ = split_layers(
+        est.model.num_layers,
+        lay.pp,
+        lay.virtual_stages,
+        lay.first_stage_layers or 0,
+        lay.last_stage_layers or 0,
+        head=params.output_layer_equivalents(est.model),
+    )
     return {"first": int(first[0]), "middle": int(middle[0]), "last": int(last[0]), "split": SPLIT_NAMES[int(kind[0])]}
 
 
@@ -73,8 +79,12 @@ def estimate_document(est: Estimate, price_per_device_hour: float | None = None)
     """`layoutsearch estimate --format json`."""
     return {
         "problem": est.problem.record(),
-        "params": {**est.params, "per_device_by_stage": {
-            str(s): params.stage_params(est.model, est.layout, s) for s in sorted({0, est.layout.pp - 1})}},
+        "params": {
+            **est.params,
+            "per_device_by_stage": {
+                str(s): params.stage_params(est.model, est.layout, s) for s in sorted({0, est.layout.pp - 1})
+            },
+        },
         "layout": layout_record(est, 1, price_per_device_hour),
         "memory_moments_bytes": est.memory_moments,
         "collectives": est.collectives,
@@ -82,32 +92,49 @@ def estimate_document(est: Estimate, price_per_device_hour: float | None = None)
     }
 
 
-def solve_document(problem: Problem, result, explanation: dict | None = None,
-                   price_per_device_hour: float | None = None) -> dict:
+def solve_document(
+    problem: Problem, result, explanation: dict | None = None, price_per_device_hour: float | None = None
+) -> dict:
     """`layoutsearch solve --format json` (OUTPUT.md): problem, solver proof, ranked layouts."""
     doc = {
         "problem": problem.record(),
         "solver": {
-            "method": result.method, "status": result.status, "objective": result.objective_value,
-            "bound": result.bound, "gap": result.gap, "objective_name": result.objective,
+            "method": result.method,
+            "status": result.status,
+            "objective": result.objective_value,
+            "bound": result.bound,
+            "gap": result.gap,
+            "objective_name": result.objective,
             "objective_unit": "s" if result.objective == "step-time" else "bytes",
-            "quantum_s": result.quantum_s, "wall_s": result.wall_s, "solver_wall_s": result.solver_wall_s,
-            "num_candidates": result.num_candidates, "rows_kept_for_solver": result.rows_kept,
+            "quantum_s": result.quantum_s,
+            "wall_s": result.wall_s,
+            "solver_wall_s": result.solver_wall_s,
+            "num_candidates": result.num_candidates,
+            "rows_kept_for_solver": result.rows_kept,
             "tie_break": ranking_description(result.objective),
             "tie_tolerance": result.tie_tolerance,
             "ranking_status": result.ranking_status,
             "seed": SEED,
         },
-        "layouts": [layout_record(est, rank, price_per_device_hour) for rank, est in enumerate(result.layouts, start=1)],
+        "layouts": [
+            layout_record(est, rank, price_per_device_hour) for rank, est in enumerate(result.layouts, start=1)
+        ],
     }
     if not result.layouts and explanation is not None:
         doc["explanation"] = explanation
     return doc
 
 
-def what_if_document(factors: dict[str, float], base: Estimate | None, other: Estimate | None, *, method: str,
-                     status: str | None = None, base_on_other: Estimate | None = None,
-                     price_per_device_hour: float | None = None) -> dict:
+def what_if_document(
+    factors: dict[str, float],
+    base: Estimate | None,
+    other: Estimate | None,
+    *,
+    method: str,
+    status: str | None = None,
+    base_on_other: Estimate | None = None,
+    price_per_device_hour: float | None = None,
+) -> dict:
     """The `what_if` object: the factors, the winner on the scaled hardware (``other``; the same
     layout re-estimated for `estimate`) and its step time against the base winner's.
 

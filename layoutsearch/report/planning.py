@@ -48,7 +48,9 @@ WHAT_IF_DESCRIPTIONS = {
 def check_tokens(tokens: float | None, option: str = "--tokens") -> float | None:
     """A token count in (0, 1e18] (None: not given)."""
     if tokens is not None and not (isinstance(tokens, (int, float)) and 0 < tokens <= MAX_TRAINING_TOKENS):
-        raise InvalidArgumentError(f"{option}: {tokens!r:.40} is not a number of tokens in (0, {MAX_TRAINING_TOKENS:g}]")
+        raise InvalidArgumentError(
+            f"{option}: {tokens!r:.40} is not a number of tokens in (0, {MAX_TRAINING_TOKENS:g}]"
+        )
     return tokens
 
 
@@ -78,15 +80,17 @@ def _what_if_item(item: str, option: str) -> tuple[str, float]:
         raise InvalidArgumentError(f"{option}: '{item:.40}' is not KEY=FACTOR (e.g. scale_out_bandwidth=0.5)")
     key, text = (s.strip() for s in item.split("=", 1))
     if key not in WHAT_IF_FIELDS:
-        raise InvalidArgumentError(f"{option}: unknown key '{key:.40}'{did_you_mean(key, WHAT_IF_KEYS)}; "
-                                   f"known: {', '.join(WHAT_IF_KEYS)}")
+        raise InvalidArgumentError(
+            f"{option}: unknown key '{key:.40}'{did_you_mean(key, WHAT_IF_KEYS)}; known: {', '.join(WHAT_IF_KEYS)}"
+        )
     try:
         factor = float(text)
     except ValueError:
         raise InvalidArgumentError(f"{option} {key}: '{text:.40}' is not a number") from None
     if not MIN_WHAT_IF_FACTOR <= factor <= MAX_WHAT_IF_FACTOR:  # NaN fails too
-        raise InvalidArgumentError(f"{option} {key}: {factor:g} is not a factor in "
-                                   f"[{MIN_WHAT_IF_FACTOR:g}, {MAX_WHAT_IF_FACTOR:g}]")
+        raise InvalidArgumentError(
+            f"{option} {key}: {factor:g} is not a factor in [{MIN_WHAT_IF_FACTOR:g}, {MAX_WHAT_IF_FACTOR:g}]"
+        )
     return key, factor
 
 
@@ -96,8 +100,9 @@ def cost(device_hours: float | None, price_per_device_hour: float | None) -> flo
     return None if device_hours is None or price_per_device_hour is None else device_hours * price_per_device_hour
 
 
-def plan_numbers(training_tokens: float | None, tokens_per_s: float, num_devices: int,
-                 price_per_device_hour: float | None) -> dict[str, float | None]:
+def plan_numbers(
+    training_tokens: float | None, tokens_per_s: float, num_devices: int, price_per_device_hour: float | None
+) -> dict[str, float | None]:
     """train_days, device_hours and cost of training ``training_tokens`` (all None without tokens)."""
     if training_tokens is None:
         return {"train_days": None, "device_hours": None, "cost": None}
@@ -116,8 +121,9 @@ def with_training_tokens(problem: Problem, training_tokens: float | None) -> Pro
 # ----------------------------------------------------------------------------- what-if hardware
 def scaled_accelerator(acc: Accelerator, factors: dict[str, float]) -> Accelerator:
     """The accelerator with each named number multiplied by its factor."""
-    return replace(acc, **{WHAT_IF_FIELDS[key][0]: getattr(acc, WHAT_IF_FIELDS[key][0]) * f
-                           for key, f in factors.items()})
+    return replace(
+        acc, **{WHAT_IF_FIELDS[key][0]: getattr(acc, WHAT_IF_FIELDS[key][0]) * f for key, f in factors.items()}
+    )
 
 
 def scaled_axis(axis: Axis, factors: dict[str, float]) -> Axis:
@@ -128,8 +134,11 @@ def scaled_axis(axis: Axis, factors: dict[str, float]) -> Axis:
 
 def scaled_cluster(cluster: Cluster, factors: dict[str, float]) -> Cluster:
     """The cluster with its hardware numbers scaled (same name, shape and axes)."""
-    return replace(cluster, accelerator=scaled_accelerator(cluster.accelerator, factors),
-                   axes=tuple(scaled_axis(a, factors) for a in cluster.axes))
+    return replace(
+        cluster,
+        accelerator=scaled_accelerator(cluster.accelerator, factors),
+        axes=tuple(scaled_axis(a, factors) for a in cluster.axes),
+    )
 
 
 def scaled_problem(problem: Problem, factors: dict[str, float]) -> Problem:

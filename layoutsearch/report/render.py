@@ -7,10 +7,10 @@ import sys
 from rich.console import Console
 from rich.table import Table
 
-from layoutsearch.costs import params
-from layoutsearch.costs.estimate import Estimate
 from layoutsearch.core.frameworks import profile_of
 from layoutsearch.core.units import GB
+from layoutsearch.costs import params
+from layoutsearch.costs.estimate import Estimate
 from layoutsearch.report import planning
 from layoutsearch.report.output import band_of, stage_layers_record
 from layoutsearch.search.explain import ranking_line
@@ -63,10 +63,14 @@ def layout_summary(est: Estimate) -> str:
     degrees = ", ".join(f"{k}={v}" for k, v in lay.all_degrees.items() if v > 1) or "single device"
     axes = "; ".join(f"{name}: " + " x ".join(f"{a}{f}" for a, f in placed) for name, placed in lay.axes)
     rep = params.kv_replication(est.model, lay.tp)
-    return (f"{degrees} | ZeRO-{lay.zero_stage} | {lay.num_microbatches} microbatch(es) of "
-            f"{lay.microbatch_seqs(est.workload):g} seq | recompute={lay.recompute}"
-            + (f" | virtual stages {lay.virtual_stages}" if lay.virtual_stages > 1 else "")
-            + _split_text(est) + (f" | KV heads replicated x{rep}" if rep > 1 else "") + f"\n  axes: {axes}")
+    return (
+        f"{degrees} | ZeRO-{lay.zero_stage} | {lay.num_microbatches} microbatch(es) of "
+        f"{lay.microbatch_seqs(est.workload):g} seq | recompute={lay.recompute}"
+        + (f" | virtual stages {lay.virtual_stages}" if lay.virtual_stages > 1 else "")
+        + _split_text(est)
+        + (f" | KV heads replicated x{rep}" if rep > 1 else "")
+        + f"\n  axes: {axes}"
+    )
 
 
 def _split_text(est: Estimate) -> str:
@@ -80,31 +84,42 @@ def _split_text(est: Estimate) -> str:
 def assumptions(workload, model) -> str:
     """The workload choices every report names: framework profile, precision, TP overlap (and the MoE dispatch and,
     dropless, routing)."""
-    return (f"{workload.precision}, {workload.framework} overlap"
-            + (" + TP comm overlap" if workload.tp_comm_overlap else "")
-            + (" + EP comm overlap" if workload.ep_comm_overlap else "")
-            + (" + DeepEP dispatch" if model.moe is not None and workload.deepep else "")
-            + (f", {workload.routing} routing" if model.moe is not None and model.moe.capacity_factor is None else "")
-            + _attention_text(workload)
-            + (", blocking launches" if workload.launch_blocking else "")
-            + (f", CUDA graphs {workload.cuda_graphs}" if workload.cuda_graphs != "none" else ""))
+    return (
+        f"{workload.precision}, {workload.framework} overlap"
+        + (" + TP comm overlap" if workload.tp_comm_overlap else "")
+        + (" + EP comm overlap" if workload.ep_comm_overlap else "")
+        + (" + DeepEP dispatch" if model.moe is not None and workload.deepep else "")
+        + (f", {workload.routing} routing" if model.moe is not None and model.moe.capacity_factor is None else "")
+        + _attention_text(workload)
+        + (", blocking launches" if workload.launch_blocking else "")
+        + (f", CUDA graphs {workload.cuda_graphs}" if workload.cuda_graphs != "none" else "")
+    )
 
 
 def _attention_text(workload) -> str:
     """The attention kernel, where the workload overrides its profile's (``--vendor-attention``)."""
-    if workload.vendor_attention is None or workload.vendor_attention == profile_of(workload.framework).vendor_attention:
+    if (
+        workload.vendor_attention is None
+        or workload.vendor_attention == profile_of(workload.framework).vendor_attention
+    ):
         return ""
     return ", vendor fused attention" if workload.vendor_attention else ", FlashAttention-2 class attention"
 
 
-def estimate_report(model_name: str, cluster_name: str, est: Estimate, price_per_device_hour: float | None = None) -> None:
+def estimate_report(
+    model_name: str, cluster_name: str, est: Estimate, price_per_device_hour: float | None = None
+) -> None:
     out = console()
     cap = est.memory_bytes["capacity"]
-    out.print(f"[bold]{model_name}[/bold] on [bold]{cluster_name}[/bold] ({est.cluster.num_devices} devices), "
-              f"{est.workload.global_batch_seqs} x {est.workload.seq_len} tokens per step, {assumptions(est.workload, est.model)}")
+    out.print(
+        f"[bold]{model_name}[/bold] on [bold]{cluster_name}[/bold] ({est.cluster.num_devices} devices), "
+        f"{est.workload.global_batch_seqs} x {est.workload.seq_len} tokens per step, {assumptions(est.workload, est.model)}"
+    )
     out.print("  " + layout_summary(est))
-    mem = Table(title=f"memory per device (stage {est.worst_stage}), capacity {cap / GB:.1f} GB "
-                      f"(HBM {est.memory_bytes['hbm'] / GB:.1f} GB less runtime reserve)")
+    mem = Table(
+        title=f"memory per device (stage {est.worst_stage}), capacity {cap / GB:.1f} GB "
+        f"(HBM {est.memory_bytes['hbm'] / GB:.1f} GB less runtime reserve)"
+    )
     for col in ("moment", "GB", "of capacity", ""):
         mem.add_column(col, justify="right" if col in ("GB", "of capacity") else "left")
     for name, items in est.memory_moments.items():
@@ -128,17 +143,24 @@ def estimate_report(model_name: str, cluster_name: str, est: Estimate, price_per
     for key in ("compute", "exposed_comm", "bubble", "overhead", "step"):
         times.add_row(f"[bold]{key}[/bold]", f"{est.time_s[key]:.4f}", f"{est.time_s[key] / step:.1%}")
     out.print(times)
-    out.print(f"MFU {est.mfu:.1%} ({est.mfu_convention} FLOPs) | {est.tokens_per_s:,.0f} tokens/s | "
-              f"{est.tokens_per_s / est.cluster.num_devices:,.1f} tokens/s/device | "
-              f"fits: {'yes' if est.fits else 'NO'}")
+    out.print(
+        f"MFU {est.mfu:.1%} ({est.mfu_convention} FLOPs) | {est.tokens_per_s:,.0f} tokens/s | "
+        f"{est.tokens_per_s / est.cluster.num_devices:,.1f} tokens/s/device | "
+        f"fits: {'yes' if est.fits else 'NO'}"
+    )
     if est.memory_bytes["host_offloaded"]:
-        out.print(f"host memory per device for offloaded activations: {est.memory_bytes['host_offloaded'] / GB:.1f} GB "
-                  f"(not checked against the host's RAM)")
+        out.print(
+            f"host memory per device for offloaded activations: {est.memory_bytes['host_offloaded'] / GB:.1f} GB "
+            f"(not checked against the host's RAM)"
+        )
     if est.workload.training_tokens:
-        plan = planning.plan_numbers(est.workload.training_tokens, est.tokens_per_s, est.cluster.num_devices,
-                                     price_per_device_hour)
-        out.print(f"{plan['train_days']:.1f} days for {est.workload.training_tokens:.3g} tokens | "
-                  f"{plan['device_hours']:,.0f} device-hours" + _cost_text(plan["cost"], price_per_device_hour))
+        plan = planning.plan_numbers(
+            est.workload.training_tokens, est.tokens_per_s, est.cluster.num_devices, price_per_device_hour
+        )
+        out.print(
+            f"{plan['train_days']:.1f} days for {est.workload.training_tokens:.3g} tokens | "
+            f"{plan['device_hours']:,.0f} device-hours" + _cost_text(plan["cost"], price_per_device_hour)
+        )
 
 
 def _cost_text(cost: float | None, price_per_device_hour: float | None) -> str:
@@ -149,41 +171,79 @@ def _gb(x: float) -> str:
     return f"{x / GB:.1f}"
 
 
-def solve_report(model_name: str, cluster_name: str, result, explanation: dict | None,
-                 price_per_device_hour: float | None = None) -> None:
+def solve_report(
+    model_name: str, cluster_name: str, result, explanation: dict | None, price_per_device_hour: float | None = None
+) -> None:
     """The top layouts as a table, then the solver's status and proof."""
     out = console()
     space = result.space
-    out.print(f"[bold]{model_name}[/bold] on [bold]{cluster_name}[/bold] ({space.cluster.num_devices} devices), "
-              f"{space.workload.global_batch_seqs} x {space.workload.seq_len} tokens per step, "
-              f"{assumptions(space.workload, space.model)}, objective {result.objective}")
+    out.print(
+        f"[bold]{model_name}[/bold] on [bold]{cluster_name}[/bold] ({space.cluster.num_devices} devices), "
+        f"{space.workload.global_batch_seqs} x {space.workload.seq_len} tokens per step, "
+        f"{assumptions(space.workload, space.model)}, objective {result.objective}"
+    )
     if result.layouts:
         table = Table()
-        for col in ("#", "degrees", "axes", "ZeRO", "K x seqs", "remat", "KV rep", "peak/cap GB",
-                    "compute s", "comm s", "bubble s", "step s", "band s", "MFU", "tokens/s"):
+        for col in (
+            "#",
+            "degrees",
+            "axes",
+            "ZeRO",
+            "K x seqs",
+            "remat",
+            "KV rep",
+            "peak/cap GB",
+            "compute s",
+            "comm s",
+            "bubble s",
+            "step s",
+            "band s",
+            "MFU",
+            "tokens/s",
+        ):
             table.add_column(col, justify="left" if col in ("degrees", "axes", "remat") else "right", overflow="fold")
         for rank, est in enumerate(result.layouts, start=1):
             lay = est.layout
             table.add_row(
-                str(rank), ", ".join(f"{k}={v}" for k, v in lay.all_degrees.items() if v > 1) or "1",
+                str(rank),
+                ", ".join(f"{k}={v}" for k, v in lay.all_degrees.items() if v > 1) or "1",
                 "; ".join(f"{n}:" + "*".join(f"{a}{f}" for a, f in p) for n, p in lay.axes),
-                str(lay.zero_stage), f"{lay.num_microbatches} x {lay.microbatch_seqs(est.workload):g}"
+                str(lay.zero_stage),
+                f"{lay.num_microbatches} x {lay.microbatch_seqs(est.workload):g}"
                 + (f" v{lay.virtual_stages}" if lay.virtual_stages > 1 else ""),
-                lay.recompute, str(params.kv_replication(est.model, lay.tp)),
+                lay.recompute,
+                str(params.kv_replication(est.model, lay.tp)),
                 f"{_gb(est.memory_bytes['peak'])} / {_gb(est.memory_bytes['capacity'])}",
-                f"{est.time_s['compute']:.3f}", f"{est.time_s['exposed_comm']:.3f}", f"{est.time_s['bubble']:.3f}",
-                f"{est.step_time_s:.3f}", _band_text(est), f"{est.mfu:.1%}", f"{est.tokens_per_s:,.0f}")
+                f"{est.time_s['compute']:.3f}",
+                f"{est.time_s['exposed_comm']:.3f}",
+                f"{est.time_s['bubble']:.3f}",
+                f"{est.step_time_s:.3f}",
+                _band_text(est),
+                f"{est.mfu:.1%}",
+                f"{est.tokens_per_s:,.0f}",
+            )
         out.print(table)
         low, high = band_of(result.layouts[0])
-        out.print(f"ranking: step times within {result.tie_tolerance:.1%} of the best are ties, won by the simplest "
-                  f"layout; band s: the model's uncertainty, {low * 100:+.0f}%..{high * 100:+.0f}% of the step time "
-                  f"on {result.layouts[0].cluster.accelerator.kind.upper()}s", markup=False, highlight=False)
-        hosted = [(rank, est.memory_bytes["host_offloaded"]) for rank, est in enumerate(result.layouts, start=1)
-                  if est.memory_bytes["host_offloaded"]]
+        out.print(
+            f"ranking: step times within {result.tie_tolerance:.1%} of the best are ties, won by the simplest "
+            f"layout; band s: the model's uncertainty, {low * 100:+.0f}%..{high * 100:+.0f}% of the step time "
+            f"on {result.layouts[0].cluster.accelerator.kind.upper()}s",
+            markup=False,
+            highlight=False,
+        )
+        hosted = [
+            (rank, est.memory_bytes["host_offloaded"])
+            for rank, est in enumerate(result.layouts, start=1)
+            if est.memory_bytes["host_offloaded"]
+        ]
         if hosted:
-            out.print("host memory per device for offloaded activations: "
-                      + ", ".join(f"#{rank} {b / GB:.1f} GB" for rank, b in hosted) + " (not checked against the host's RAM)",
-                      markup=False, highlight=False)
+            out.print(
+                "host memory per device for offloaded activations: "
+                + ", ".join(f"#{rank} {b / GB:.1f} GB" for rank, b in hosted)
+                + " (not checked against the host's RAM)",
+                markup=False,
+                highlight=False,
+            )
         plan_report(result.layouts, price_per_device_hour)
     out.print(status_line(result))
     if explanation:
@@ -201,15 +261,22 @@ def plan_report(estimates: list[Estimate], price_per_device_hour: float | None) 
     if tokens is None:
         return
     out = console()
-    out.print(f"time to train {tokens:.3g} tokens"
-              + ("" if price_per_device_hour is None else f" at {price_per_device_hour:g} per device-hour"))
+    out.print(
+        f"time to train {tokens:.3g} tokens"
+        + ("" if price_per_device_hour is None else f" at {price_per_device_hour:g} per device-hour")
+    )
     table = Table()
     for col in ("#", "tokens/s", "days", "device-hours", "cost"):
         table.add_column(col, justify="right")
     for rank, est in enumerate(estimates, start=1):
         plan = planning.plan_numbers(tokens, est.tokens_per_s, est.cluster.num_devices, price_per_device_hour)
-        table.add_row(str(rank), f"{est.tokens_per_s:,.0f}", f"{plan['train_days']:,.1f}",
-                      f"{plan['device_hours']:,.0f}", "-" if plan["cost"] is None else f"{plan['cost']:,.0f}")
+        table.add_row(
+            str(rank),
+            f"{est.tokens_per_s:,.0f}",
+            f"{plan['train_days']:,.1f}",
+            f"{plan['device_hours']:,.0f}",
+            "-" if plan["cost"] is None else f"{plan['cost']:,.0f}",
+        )
     out.print(table)
 
 
@@ -218,11 +285,16 @@ def _winner_row(table: Table, label: str, est: Estimate | None, status: str | No
         table.add_row(label, f"no layout ({status})", "", "", "", "", "", "")
         return
     lay = est.layout
-    table.add_row(label, ", ".join(f"{k}={v}" for k, v in lay.all_degrees.items() if v > 1) or "1",
-                  "; ".join(f"{n}:" + "*".join(f"{a}{f}" for a, f in p) for n, p in lay.axes),
-                  f"ZeRO-{lay.zero_stage} K={lay.num_microbatches} {lay.recompute}",
-                  f"{_gb(est.memory_bytes['peak'])} / {_gb(est.memory_bytes['capacity'])}",
-                  f"{est.step_time_s:.4f}", f"{est.mfu:.1%}", f"{est.tokens_per_s:,.0f}")
+    table.add_row(
+        label,
+        ", ".join(f"{k}={v}" for k, v in lay.all_degrees.items() if v > 1) or "1",
+        "; ".join(f"{n}:" + "*".join(f"{a}{f}" for a, f in p) for n, p in lay.axes),
+        f"ZeRO-{lay.zero_stage} K={lay.num_microbatches} {lay.recompute}",
+        f"{_gb(est.memory_bytes['peak'])} / {_gb(est.memory_bytes['capacity'])}",
+        f"{est.step_time_s:.4f}",
+        f"{est.mfu:.1%}",
+        f"{est.tokens_per_s:,.0f}",
+    )
 
 
 def what_if_report(doc: dict, base: Estimate | None, other: Estimate | None, base_status: str | None) -> None:
@@ -232,8 +304,11 @@ def what_if_report(doc: dict, base: Estimate | None, other: Estimate | None, bas
     out.print(f"what if {factors} ({doc['method']})")
     table = Table()
     for col in ("hardware", "degrees", "axes", "ZeRO, K, remat", "peak/cap GB", "step s", "MFU", "tokens/s"):
-        table.add_column(col, justify="left" if col in ("hardware", "degrees", "axes", "ZeRO, K, remat") else "right",
-                         overflow="fold")
+        table.add_column(
+            col,
+            justify="left" if col in ("hardware", "degrees", "axes", "ZeRO, K, remat") else "right",
+            overflow="fold",
+        )
     _winner_row(table, "base", base, base_status)
     _winner_row(table, "what-if", other, doc["status"])
     out.print(table)
@@ -247,24 +322,35 @@ def what_if_line(doc: dict) -> str:
         return f"what-if: no layout on the scaled hardware ({doc['status']})"
     if change is None:
         return f"what-if: no layout on the base hardware; on the scaled hardware the winner takes {doc['step_time_s']:.4f} s"
-    winner = ("the same layout" if doc["same_layout"] else
-              "another layout" + ("" if doc["base_layout_step_time_s"] is None else
-                                  f" (the base layout would take {doc['base_layout_step_time_s']:.4f} s"
-                                  + ("" if doc["base_layout_fits"] else ", and no longer fits") + ")"))
-    return (f"what-if: step {doc['base_step_time_s']:.4f} s -> {doc['step_time_s']:.4f} s ({change:+.2%}) "
-            f"with {winner}")
+    winner = (
+        "the same layout"
+        if doc["same_layout"]
+        else "another layout"
+        + (
+            ""
+            if doc["base_layout_step_time_s"] is None
+            else f" (the base layout would take {doc['base_layout_step_time_s']:.4f} s"
+            + ("" if doc["base_layout_fits"] else ", and no longer fits")
+            + ")"
+        )
+    )
+    return f"what-if: step {doc['base_step_time_s']:.4f} s -> {doc['step_time_s']:.4f} s ({change:+.2%}) with {winner}"
 
 
 def sensitivity_report(sensitivity: dict[str, float], est: Estimate, factor: float) -> None:
     """How layout 1's step time moves when each hardware number alone is scaled (layout fixed)."""
     out = console()
-    out.print(f"sensitivity of layout 1's step time ({est.step_time_s:.4f} s) to each hardware number x{factor:g}, "
-              f"layout fixed")
+    out.print(
+        f"sensitivity of layout 1's step time ({est.step_time_s:.4f} s) to each hardware number x{factor:g}, "
+        f"layout fixed"
+    )
     table = Table()
     for col in ("key", "number", f"step s at x{factor:g}", "change"):
         table.add_column(col, justify="left" if col in ("key", "number") else "right")
     for key, change in sensitivity.items():
-        table.add_row(key, planning.WHAT_IF_DESCRIPTIONS[key], f"{est.step_time_s * (1 + change):.4f}", f"{change:+.2%}")
+        table.add_row(
+            key, planning.WHAT_IF_DESCRIPTIONS[key], f"{est.step_time_s * (1 + change):.4f}", f"{change:+.2%}"
+        )
     out.print(table)
 
 
@@ -278,12 +364,15 @@ def status_line(result) -> str:
         proof = "INFEASIBLE (no candidate fits)"
     else:
         proof = f"{result.status} (objective {value}, bound {bound}, gap {result.gap or 0:.2%})"
-    return (f"solver {result.method}: {proof} | {result.num_candidates:,} candidates "
-            f"({result.rows_kept:,} (shape, K) row(s) left for CP-SAT by the bounds) | wall {result.wall_s:.2f} s")
+    return (
+        f"solver {result.method}: {proof} | {result.num_candidates:,} candidates "
+        f"({result.rows_kept:,} (shape, K) row(s) left for CP-SAT by the bounds) | wall {result.wall_s:.2f} s"
+    )
 
 
-def explain_report(model_name: str, cluster_name: str, result, explanation: dict | None,
-                   price_per_device_hour: float | None = None) -> None:
+def explain_report(
+    model_name: str, cluster_name: str, result, explanation: dict | None, price_per_device_hour: float | None = None
+) -> None:
     """Why the winner wins (term by term), or the infeasibility funnel."""
     out = console()
     solve_report(model_name, cluster_name, result, None, price_per_device_hour)
@@ -298,8 +387,9 @@ def explain_report(model_name: str, cluster_name: str, result, explanation: dict
             if rows:
                 out.print(table)
             else:
-                out.print(f"layouts 1 and {i} cost the same in every term (time and memory): a tie, ranked by "
-                          f"simplicity")
+                out.print(
+                    f"layouts 1 and {i} cost the same in every term (time and memory): a tie, ranked by simplicity"
+                )
             notes = {n["layout"]: n for n in explanation.get("ranking") or ()}
             if i in notes:
                 band = tuple(explanation["uncertainty_rel_band"])
@@ -332,17 +422,25 @@ def validation_report(doc: dict) -> None:
     if not s["count"]:
         out.print(f"[bold]0 records evaluated, {s['skipped']} skipped[/bold]: no record could be evaluated")
     else:
-        out.print(f"[bold]{s['count']} records evaluated, {s['skipped']} skipped[/bold]: median |error| "
-                  f"{_pct(s['median_abs_rel_error'])}, p90 {_pct(s['p90_abs_rel_error'])}, signed median "
-                  f"{_pct(s['median_rel_error'], True)} (+ = predicted too fast), "
-                  f"fit accuracy {_pct(s['fit_accuracy'])}")
+        out.print(
+            f"[bold]{s['count']} records evaluated, {s['skipped']} skipped[/bold]: median |error| "
+            f"{_pct(s['median_abs_rel_error'])}, p90 {_pct(s['p90_abs_rel_error'])}, signed median "
+            f"{_pct(s['median_rel_error'], True)} (+ = predicted too fast), "
+            f"fit accuracy {_pct(s['fit_accuracy'])}"
+        )
     for title, groups in (("accelerator", s["by_accelerator"]), ("source", s["by_source"])):
         table = Table(title=f"by {title}")
         for col in (title, "evaluated", "median |err|", "p90 |err|", "median signed", "skipped"):
             table.add_column(col, justify="left" if col == title else "right")
         for name, g in groups.items():
-            table.add_row(str(name), str(g["count"]), _pct(g["median_abs_rel_error"]), _pct(g["p90_abs_rel_error"]),
-                          _pct(g["median_rel_error"], True), str(g["skipped"]))
+            table.add_row(
+                str(name),
+                str(g["count"]),
+                _pct(g["median_abs_rel_error"]),
+                _pct(g["p90_abs_rel_error"]),
+                _pct(g["median_rel_error"], True),
+                str(g["skipped"]),
+            )
         out.print(table)
     if s["worst"]:
         out.print("[bold]worst 5[/bold]")
@@ -365,8 +463,12 @@ def calibration_report(result: dict, loss: str = "squares") -> None:
         if not fit.get("fitted"):
             table.add_row(acc, str(fit.get("records", 0)), "-", "-", "no usable records", "-")
             continue
-        table.add_row(acc, str(fit["records"]),
-                      f"{_pct(fit['before']['median_abs_rel_error'])} -> {_pct(fit['after']['median_abs_rel_error'])}",
-                      f"{_pct(fit['before']['p90_abs_rel_error'])} -> {_pct(fit['after']['p90_abs_rel_error'])}",
-                      ", ".join(f"{k} {v:.3g}" for k, v in fit["fitted"].items()), ", ".join(fit["at_bound"]) or "-")
+        table.add_row(
+            acc,
+            str(fit["records"]),
+            f"{_pct(fit['before']['median_abs_rel_error'])} -> {_pct(fit['after']['median_abs_rel_error'])}",
+            f"{_pct(fit['before']['p90_abs_rel_error'])} -> {_pct(fit['after']['p90_abs_rel_error'])}",
+            ", ".join(f"{k} {v:.3g}" for k, v in fit["fitted"].items()),
+            ", ".join(fit["at_bound"]) or "-",
+        )
     console().print(table)

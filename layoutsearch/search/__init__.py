@@ -72,16 +72,32 @@ def solve(problem: Problem, request: SearchRequest | None = None) -> SearchResul
         raise InvalidArgumentError(f"tie tolerance {tolerance} must be a fraction in 0..{MAX_TIE_TOLERANCE}")
     space = build_space(problem, request.options, capabilities_of(request.target))
     if not len(space.sk_k) or not space.num_candidates():  # e.g. no recompute policy left: nothing to tabulate
-        return SearchResult(method=method, objective=objective, status="INFEASIBLE", objective_value=None, bound=None,
-                            wall_s=time.perf_counter() - start, solver_wall_s=0.0, num_candidates=0, rows_kept=0,
-                            quantum_s=0.0, space=space, tables=None, tie_tolerance=tolerance)
+        return SearchResult(
+            method=method,
+            objective=objective,
+            status="INFEASIBLE",
+            objective_value=None,
+            bound=None,
+            wall_s=time.perf_counter() - start,
+            solver_wall_s=0.0,
+            num_candidates=0,
+            rows_kept=0,
+            quantum_s=0.0,
+            space=space,
+            tables=None,
+            tie_tolerance=tolerance,
+        )
     tables = build_tables(space)
     if method == Method.enumerate:
         t0 = time.perf_counter()
         found: dict = {}
         answers, _ = enumerate_top(space, tables, objective, request.top_k, tolerance, found)
-        info = {"status": "OPTIMAL" if answers else "INFEASIBLE", "rows_kept": len(space.sk_k),
-                "wall_s": time.perf_counter() - t0, "objective": found.get("optimum")}
+        info = {
+            "status": "OPTIMAL" if answers else "INFEASIBLE",
+            "rows_kept": len(space.sk_k),
+            "wall_s": time.perf_counter() - t0,
+            "objective": found.get("optimum"),
+        }
         info["bound"] = info["objective"]
     else:
         answers, info = cpsat_top(space, tables, objective, request.top_k, request.time_limit_s, tolerance=tolerance)
@@ -97,14 +113,24 @@ def solve(problem: Problem, request: SearchRequest | None = None) -> SearchResul
         candidates.append((row, ri, z, o))
     value = info.get("objective")
     return SearchResult(
-        method=method, objective=objective, status=info["status"],
+        method=method,
+        objective=objective,
+        status=info["status"],
         objective_value=None if value is None else value * unit,
         bound=None if info.get("bound") is None else info["bound"] * unit,
-        wall_s=time.perf_counter() - start, solver_wall_s=info.get("wall_s", 0.0),
-        num_candidates=space.num_candidates(), rows_kept=info.get("rows_kept", 0), quantum_s=tables.quantum_s,
-        layouts=estimates, metrics=metrics, candidates=candidates, space=space, tables=tables,
-        tie_tolerance=tolerance, ranking_status=info.get("ranking_status", "OPTIMAL"))
-
+        wall_s=time.perf_counter() - start,
+        solver_wall_s=info.get("wall_s", 0.0),
+        num_candidates=space.num_candidates(),
+        rows_kept=info.get("rows_kept", 0),
+        quantum_s=tables.quantum_s,
+        layouts=estimates,
+        metrics=metrics,
+        candidates=candidates,
+        space=space,
+        tables=tables,
+        tie_tolerance=tolerance,
+        ranking_status=info.get("ranking_status", "OPTIMAL"),
+    )
 
 
 __all__ = ["solve", "SearchOptions", "SearchRequest", "SearchResult", "OBJECTIVES", "METHODS", "Capabilities"]
@@ -126,5 +152,8 @@ def rank_among_candidates(problem: Problem, step_time_s: float) -> dict:
         faster += int((steps < target - 0.5).sum())
         if len(steps):
             best = min(best, int(steps.min())) if best is not None else int(steps.min())
-    return {"rank": faster + 1, "best_step_s": None if best is None else best * tables.quantum_s,
-            "num_candidates": space.num_candidates()}
+    return {
+        "rank": faster + 1,
+        "best_step_s": None if best is None else best * tables.quantum_s,
+        "num_candidates": space.num_candidates(),
+    }

@@ -19,10 +19,10 @@ import time
 from dataclasses import dataclass, field
 
 import numpy as np
-from layoutsearch.search import satmodel as cp_model  # CP-SAT through cp_model_helper, without pandas
 
-from layoutsearch.search.enumerate import candidate_grid
 from layoutsearch.costs import step as step_formula
+from layoutsearch.search import satmodel as cp_model  # CP-SAT through cp_model_helper, without pandas
+from layoutsearch.search.enumerate import candidate_grid
 from layoutsearch.search.ranking import TIE_TOLERANCE, group_ids, shape_simplicity, tie_limit
 from layoutsearch.search.satmodel import LinearExpr
 from layoutsearch.search.space import Space
@@ -32,8 +32,13 @@ PROMISING_ROWS = 32
 SEED = 20240611
 BIG = np.iinfo(np.int64).max // 4
 MAX_MERGED_KEY = 1 << 20  # the two simplicity objectives become one below this range (modest coefficients)
-STATUS = {cp_model.OPTIMAL: "OPTIMAL", cp_model.FEASIBLE: "FEASIBLE", cp_model.INFEASIBLE: "INFEASIBLE",
-          cp_model.MODEL_INVALID: "MODEL_INVALID", cp_model.UNKNOWN: "UNKNOWN"}
+STATUS = {
+    cp_model.OPTIMAL: "OPTIMAL",
+    cp_model.FEASIBLE: "FEASIBLE",
+    cp_model.INFEASIBLE: "INFEASIBLE",
+    cp_model.MODEL_INVALID: "MODEL_INVALID",
+    cp_model.UNKNOWN: "UNKNOWN",
+}
 
 
 class Incumbents(cp_model.CpSolverSolutionCallback):
@@ -76,8 +81,15 @@ def row_bounds(space: Space, t: Tables, objective: str) -> tuple[np.ndarray, np.
     return bound, fits_r, fits_r.any(axis=1)
 
 
-def prune(space: Space, t: Tables, objective: str, top_k: int, exact_rows: bool = True, enabled: bool = True,
-          tolerance: float = TIE_TOLERANCE):
+def prune(
+    space: Space,
+    t: Tables,
+    objective: str,
+    top_k: int,
+    exact_rows: bool = True,
+    enabled: bool = True,
+    tolerance: float = TIE_TOLERANCE,
+):
     """(rows that may hold a top-k layout, the objective value above which none is ranked or
     None, (row, r) fit mask).
 
@@ -99,7 +111,7 @@ def prune(space: Space, t: Tables, objective: str, top_k: int, exact_rows: bool 
     while done < len(rows):
         if limit is not None and bound[rows[done]] > limit:
             break
-        sk, ri, z, o = candidate_grid(space, rows[done:done + chunk])
+        sk, ri, z, o = candidate_grid(space, rows[done : done + chunk])
         m = assemble(t, space, sk, ri, z, o)
         ok = m["fits"]
         value = np.broadcast_to(m[key], sk.shape)[ok]
@@ -111,7 +123,7 @@ def prune(space: Space, t: Tables, objective: str, top_k: int, exact_rows: bool 
         exact = np.full(len(space.sk_k), BIG)
         np.minimum.at(exact, sk[ok], value)
         if exact_rows:
-            best[rows[done:done + chunk]] = exact[rows[done:done + chunk]]
+            best[rows[done : done + chunk]] = exact[rows[done : done + chunk]]
         if len(values) >= top_k:
             kth = int(values[top_k - 1])
             limit = tie_limit(kth, tolerance) if key == "step" else kth
@@ -172,8 +184,9 @@ def build_model(space: Space, t: Tables, rows: np.ndarray, clip: int | None, fit
 
     # ---- table lookups: linear in the selections (clipped where a top-k answer cannot be affected)
     def over(sel, table, index=lambda k: k, top=limit):
-        return sum((int(min(table[index(k)], top)) if top is not None else int(table[index(k)])) * b
-                   for k, b in sel.items())
+        return sum(
+            (int(min(table[index(k)], top)) if top is not None else int(table[index(k)])) * b for k, b in sel.items()
+        )
 
     stage = over(v.w, t.STAGE0)
     zero3_extra = over(v.w, t.STAGE3 - t.STAGE0)
@@ -188,7 +201,8 @@ def build_model(space: Space, t: Tables, rows: np.ndarray, clip: int | None, fit
     term = {
         "RED": (over(v.szo, t.RED, top=None), int(t.RED.max())),
         "GATH": (over(v.szo, t.GATH, top=None), int(t.GATH.max())),
-        "REDI": (over(v.szo, t.REDI, top=None), None), "GATHI": (over(v.szo, t.GATHI, top=None), None),
+        "REDI": (over(v.szo, t.REDI, top=None), None),
+        "GATHI": (over(v.szo, t.GATHI, top=None), None),
         "RCON": (over(v.w, t.RCON, lambda k: (k[0], k[2]), None), int(t.RCON.max())),
         "WIN": (over(v.w, t.WIN, lambda k: (k[0], k[1]), None), None),
         "FWD": (over(v.w, t.FWD, lambda k: k[0], None), None),
@@ -210,8 +224,9 @@ def build_model(space: Space, t: Tables, rows: np.ndarray, clip: int | None, fit
     # ---- every stage's memory fits at every moment
     for st in (0, 1):
         for mi, _ in enumerate(MOMENT_NAMES):
-            live = (over(v.sz, t.MZ, lambda k, st=st, mi=mi: (k[0], k[1], st, mi), cap + 1)
-                    + over(v.w, t.MB, lambda k, st=st, mi=mi: (k[0], k[1], st, mi), cap + 1))
+            live = over(v.sz, t.MZ, lambda k, st=st, mi=mi: (k[0], k[1], st, mi), cap + 1) + over(
+                v.w, t.MB, lambda k, st=st, mi=mi: (k[0], k[1], st, mi), cap + 1
+            )
             model.add(live <= cap)
     volume = sum(int(t.VOLUME[s]) * b for s, b in v.shape.items())
     return model, v, {"step": step, "volume": volume, "simplicity": simplicity_objectives(space, v)}
@@ -236,16 +251,20 @@ def simplicity_objectives(space: Space, v: Vars) -> list:
     w_z = w_k * len(ks)
     w_tp = w_z * n_z
     w_head = w_tp * 2
-    key_a = (LinearExpr.weighted_sum([v.shape[s] for s in v.shape], [w_head * head[s] for s in v.shape])
-             + LinearExpr.weighted_sum(list(v.szo.values()), [w_tp * int(p.tp_beyond_node[s, o]) for s, _, o in v.szo])
-             + LinearExpr.weighted_sum(list(v.z.values()), [w_z * z for z in v.z])
-             + LinearExpr.weighted_sum(list(v.y.values()), [w_k * k_rank[int(k_of[j])] for j in v.y])
-             + LinearExpr.weighted_sum(list(v.r.values()),
-                                       [w_r * int(p.recompute_rank[space.recompute_codes[ri]]) for ri in v.r]))
+    key_a = (
+        LinearExpr.weighted_sum([v.shape[s] for s in v.shape], [w_head * head[s] for s in v.shape])
+        + LinearExpr.weighted_sum(list(v.szo.values()), [w_tp * int(p.tp_beyond_node[s, o]) for s, _, o in v.szo])
+        + LinearExpr.weighted_sum(list(v.z.values()), [w_z * z for z in v.z])
+        + LinearExpr.weighted_sum(list(v.y.values()), [w_k * k_rank[int(k_of[j])] for j in v.y])
+        + LinearExpr.weighted_sum(
+            list(v.r.values()), [w_r * int(p.recompute_rank[space.recompute_codes[ri]]) for ri in v.r]
+        )
+    )
     range_a = w_head * (max(head.values()) + 1)
     # key B: the degrees in order, then the axis order
-    key_b = (LinearExpr.weighted_sum([v.shape[s] for s in shapes], [len(orders) * shape_rank[s] for s in shapes])
-             + LinearExpr.weighted_sum([v.o[o] for o in orders], list(range(len(orders)))))
+    key_b = LinearExpr.weighted_sum(
+        [v.shape[s] for s in shapes], [len(orders) * shape_rank[s] for s in shapes]
+    ) + LinearExpr.weighted_sum([v.o[o] for o in orders], list(range(len(orders))))
     range_b = len(shapes) * len(orders)
     return [range_b * key_a + key_b] if range_a * range_b <= MAX_MERGED_KEY else [key_a, key_b]
 
@@ -259,8 +278,16 @@ def _marginal(model, product: dict, factor: dict, key) -> None:
         model.add(sum(groups.get(k, [])) == var)
 
 
-def cpsat_top(space: Space, t: Tables, objective: str = "step-time", top_k: int = 1, time_limit_s: float = 30.0,
-              exact_rows: bool = True, prune_rows: bool = True, tolerance: float = TIE_TOLERANCE):
+def cpsat_top(
+    space: Space,
+    t: Tables,
+    objective: str = "step-time",
+    top_k: int = 1,
+    time_limit_s: float = 30.0,
+    exact_rows: bool = True,
+    prune_rows: bool = True,
+    tolerance: float = TIE_TOLERANCE,
+):
     """The top-k layouts by the ranking of ``search.ranking``, rank after rank by re-solving: (the
     least volume, fixed, for gather-volume), the least step time T (its proof: the status), then,
     with step <= tie_limit(T), the simplest candidate by the simplicity objectives, each fixed in
@@ -269,8 +296,16 @@ def cpsat_top(space: Space, t: Tables, objective: str = "step-time", top_k: int 
     Returns (answers as (row, r index, z, o, metrics), info: status, objective, bound, rows, history).
     """
     rows, limit, fits_r = prune(space, t, objective, top_k, exact_rows, prune_rows, tolerance)
-    info = {"rows_kept": int(len(rows)), "rows_total": int(len(space.sk_k)), "status": "INFEASIBLE",
-            "objective": None, "bound": None, "history": [], "wall_s": 0.0, "ranking_status": "OPTIMAL"}
+    info = {
+        "rows_kept": int(len(rows)),
+        "rows_total": int(len(space.sk_k)),
+        "status": "INFEASIBLE",
+        "objective": None,
+        "bound": None,
+        "history": [],
+        "wall_s": 0.0,
+        "ranking_status": "OPTIMAL",
+    }
     if not len(rows):
         return [], info
     model, v, exprs = build_model(space, t, rows, limit if objective == "step-time" else None, fits_r)
@@ -296,8 +331,12 @@ def cpsat_top(space: Space, t: Tables, objective: str = "step-time", top_k: int 
             solver = attempt
             value = int(solver.value(expr))
             if rank == 0 and phase == 0:
-                info.update(status=STATUS[status], objective=value, bound=float(solver.best_objective_bound),
-                            history=callback.history)
+                info.update(
+                    status=STATUS[status],
+                    objective=value,
+                    bound=float(solver.best_objective_bound),
+                    history=callback.history,
+                )
             if key == "simplicity" and status != cp_model.OPTIMAL:
                 info["ranking_status"] = STATUS[status]
             lit = model.new_bool_var(f"fix_{rank}_{phase}")

@@ -17,22 +17,29 @@ def candidate_grid(space: Space, sk_rows: np.ndarray):
     """Index arrays (sk, r, z, o) of every allowed candidate of the given (S, K) rows."""
     s = space.sk_shape[sk_rows]
     n_r, n_o = len(space.recompute_codes), len(space.orders)
-    mask = (space.zero_mask[s][:, None, :, None] & space.order_mask[s][:, None, None, :])
+    mask = space.zero_mask[s][:, None, :, None] & space.order_mask[s][:, None, None, :]
     mask = np.broadcast_to(mask, (len(sk_rows), n_r, 4, n_o))
     j, ri, z, o = np.nonzero(mask)
     return sk_rows[j], ri, z, o
 
 
-def enumerate_top(space: Space, tables: Tables, objective: str = "step-time", top_k: int = 1,
-                  tolerance: float = TIE_TOLERANCE, found: dict | None = None) -> tuple[list, int]:
+def enumerate_top(
+    space: Space,
+    tables: Tables,
+    objective: str = "step-time",
+    top_k: int = 1,
+    tolerance: float = TIE_TOLERANCE,
+    found: dict | None = None,
+) -> tuple[list, int]:
     """The top_k layouts by the ranking of ``search.ranking`` as (sk, r index, z, o, metrics), and
     the number of candidates costed. Every fitting candidate is costed; the pool keeps those that
     may still be ranked (``ranking.relevant``) as chunks arrive. ``found`` (a dict) receives the
     ``optimum``: the least objective value (step time, or volume), which the winner, the simplest
     of those tied with it, need not have."""
     per_row = (space.zero_mask.sum(1) * space.order_mask.sum(1))[space.sk_shape] * len(space.recompute_codes)
-    bounds = np.searchsorted(np.cumsum(per_row), np.arange(CHUNK_CANDIDATES, per_row.sum() + CHUNK_CANDIDATES,
-                                                          CHUNK_CANDIDATES))
+    bounds = np.searchsorted(
+        np.cumsum(per_row), np.arange(CHUNK_CANDIDATES, per_row.sum() + CHUNK_CANDIDATES, CHUNK_CANDIDATES)
+    )
     pool, start, seen = None, 0, 0
     for stop in list(bounds) + [len(per_row)]:
         stop = min(max(stop, start + 1), len(per_row))
@@ -45,8 +52,13 @@ def enumerate_top(space: Space, tables: Tables, objective: str = "step-time", to
             continue
         m = assemble(tables, space, sk, ri, z, o)
         keep = m["fits"]
-        cand = {"sk": sk[keep], "ri": ri[keep], "z": z[keep], "o": o[keep],
-                **{key: np.broadcast_to(np.asarray(m[key]), sk.shape)[keep] for key in METRICS}}
+        cand = {
+            "sk": sk[keep],
+            "ri": ri[keep],
+            "z": z[keep],
+            "o": o[keep],
+            **{key: np.broadcast_to(np.asarray(m[key]), sk.shape)[keep] for key in METRICS},
+        }
         pool = cand if pool is None else {key: np.concatenate([pool[key], cand[key]]) for key in pool}
         mask = relevant(space, pool, objective, top_k, tolerance)
         pool = {key: v[mask] for key, v in pool.items()}
@@ -55,5 +67,13 @@ def enumerate_top(space: Space, tables: Tables, objective: str = "step-time", to
     picks = select(space, pool, objective, top_k, tolerance)
     if found is not None:  # the pool holds the least value (every candidate tied with it is relevant)
         found["optimum"] = int(pool["volume" if objective == "gather-volume" else "step"].min())
-    return [(int(pool["sk"][i]), int(pool["ri"][i]), int(pool["z"][i]), int(pool["o"][i]),
-             {key: pool[key][i].item() for key in METRICS}) for i in picks], seen
+    return [
+        (
+            int(pool["sk"][i]),
+            int(pool["ri"][i]),
+            int(pool["z"][i]),
+            int(pool["o"][i]),
+            {key: pool[key][i].item() for key in METRICS},
+        )
+        for i in picks
+    ], seen

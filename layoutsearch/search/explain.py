@@ -60,15 +60,24 @@ def ranking_notes(result, band: tuple[float, float]) -> list[dict]:
         best_q = int(round(result.objective_value / result.quantum_s))
     notes = []
     for i, est in enumerate(layouts[1:], start=2):
-        tied = (best_q is not None and len(result.metrics) >= i
-                and result.metrics[i - 1]["step"] <= tie_limit(best_q, result.tie_tolerance))
+        tied = (
+            best_q is not None
+            and len(result.metrics) >= i
+            and result.metrics[i - 1]["step"] <= tie_limit(best_q, result.tie_tolerance)
+        )
         reason = None
         if tied and result.space is not None and len(result.candidates) >= i:
             reason = simpler_because(result.space, result.candidates[0], result.candidates[i - 1])
         diff = est.step_time_s / first - 1 if first else 0.0
-        notes.append({"layout": i, "step_time_rel_diff": diff, "within_tie_tolerance": bool(tied),
-                      "simpler_by": reason,
-                      "within_uncertainty": bool(first * (1 + low) <= est.step_time_s <= first * (1 + high))})
+        notes.append(
+            {
+                "layout": i,
+                "step_time_rel_diff": diff,
+                "within_tie_tolerance": bool(tied),
+                "simpler_by": reason,
+                "within_uncertainty": bool(first * (1 + low) <= est.step_time_s <= first * (1 + high)),
+            }
+        )
     return notes
 
 
@@ -80,9 +89,11 @@ def ranking_line(note: dict, tolerance: float, band: tuple[float, float]) -> str
     band_text = f"band {band[0] * 100:+.0f}%..{band[1] * 100:+.0f}%"
     out = []
     if note["within_tie_tolerance"]:
-        out.append(f"{who} is within the model's resolution of the best step time (ties below "
-                   f"{tolerance:.1%}): layout 1 ranks first as the simpler layout"
-                   + (f" ({note['simpler_by']})" if note["simpler_by"] else ""))
+        out.append(
+            f"{who} is within the model's resolution of the best step time (ties below "
+            f"{tolerance:.1%}): layout 1 ranks first as the simpler layout"
+            + (f" ({note['simpler_by']})" if note["simpler_by"] else "")
+        )
     if note["within_uncertainty"]:
         out.append(f"{who} is within the model's uncertainty: {how}, {band_text}")
     else:
@@ -119,7 +130,9 @@ def funnel(problem: Problem, rules: tuple[Rule, ...]) -> list[dict]:
             alive &= rule.mask(problem, c)
         survivors = alive & zero_ok.any(axis=1) & recompute_ok.any()
         remaining = len(np.unique(c["tuple"][survivors]))
-        out.append({"rule": rule.title(problem), "code": rule.code, "removed": left - remaining, "remaining": remaining})
+        out.append(
+            {"rule": rule.title(problem), "code": rule.code, "removed": left - remaining, "remaining": remaining}
+        )
         left = remaining
     return out
 
@@ -147,16 +160,20 @@ def infeasibility(problem: Problem, space: Space, tables: Tables | None) -> dict
         if rule is not None and not rule.needs:  # a rule on the whole problem (model, precision): its own reason
             out["message"] = f"{rule.why(problem, {})} ({rule.code})"
         else:
-            out["message"] = (f"no layout satisfies the rules: '{last['rule']}' ({last['code']}) removes the last "
-                              f"{last['removed']} degree tuples")
+            out["message"] = (
+                f"no layout satisfies the rules: '{last['rule']}' ({last['code']}) removes the last "
+                f"{last['removed']} degree tuples"
+            )
         return out
     (row, ri, z, o), _ = found
     layout = space.layout(int(space.sk_shape[row]), int(space.sk_k[row]), int(space.recompute_codes[ri]), z, o)
     est = estimate(problem, layout, strict=False)
     capacity = est.memory_bytes["capacity"]
     fixes = []
-    for name, changed in (("recompute=full", replace(layout, recompute="full")),
-                          ("zero-stage=3", replace(layout, zero_stage=3) if layout.fsdp * layout.cp > 1 else None)):
+    for name, changed in (
+        ("recompute=full", replace(layout, recompute="full")),
+        ("zero-stage=3", replace(layout, zero_stage=3) if layout.fsdp * layout.cp > 1 else None),
+    ):
         if changed is not None and changed != layout and estimate(problem, changed, strict=False).fits:
             fixes.append(name)
     doubled = _fits_on_doubled(problem)
@@ -164,16 +181,24 @@ def infeasibility(problem: Problem, space: Space, tables: Tables | None) -> dict
         fixes.append(f"2x the devices ({doubled})")
     state = sum(memory.state_bytes(params.param_counts(problem.model)["total"], problem.workload, 0, 1).values())
     min_devices = int(-(-state // capacity))
-    out["nearest_layout"] = {"degrees": layout.all_degrees, "recompute": layout.recompute, "zero_stage": layout.zero_stage,
-                             "num_microbatches": layout.num_microbatches, "peak_bytes": est.memory_bytes["peak"],
-                             "capacity_bytes": capacity, "peak_moment": est.peak_moment}
+    out["nearest_layout"] = {
+        "degrees": layout.all_degrees,
+        "recompute": layout.recompute,
+        "zero_stage": layout.zero_stage,
+        "num_microbatches": layout.num_microbatches,
+        "peak_bytes": est.memory_bytes["peak"],
+        "capacity_bytes": capacity,
+        "peak_moment": est.peak_moment,
+    }
     out["fixes"] = fixes
-    out["message"] = (f"nothing fits: the nearest layout ({_degrees(layout)}, recompute={layout.recompute}, "
-                      f"ZeRO-{layout.zero_stage}) needs {est.memory_bytes['peak'] / GB:.1f} GB per device, "
-                      f"{capacity / GB:.1f} GB available"
-                      + (f"; fits with {' or '.join(fixes)}" if fixes else "; no single change found that fits")
-                      + f"; the model state alone ({state / TB:.2f} TB at {problem.workload.state_bytes_per_param} "
-                        f"B/param) needs at least {min_devices} devices")
+    out["message"] = (
+        f"nothing fits: the nearest layout ({_degrees(layout)}, recompute={layout.recompute}, "
+        f"ZeRO-{layout.zero_stage}) needs {est.memory_bytes['peak'] / GB:.1f} GB per device, "
+        f"{capacity / GB:.1f} GB available"
+        + (f"; fits with {' or '.join(fixes)}" if fixes else "; no single change found that fits")
+        + f"; the model state alone ({state / TB:.2f} TB at {problem.workload.state_bytes_per_param} "
+        f"B/param) needs at least {min_devices} devices"
+    )
     return out
 
 

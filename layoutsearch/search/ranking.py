@@ -38,19 +38,38 @@ TIE_TOLERANCE = 0.005
 MAX_TIE_TOLERANCE = 0.5  # a larger "tie" would rank by simplicity alone
 
 # What ``simplicity_key`` compares, most significant first (explanations name the first that differs).
-SIMPLICITY = ("degrees above one", "context parallelism", "TP group beyond a node", "ZeRO stage", "microbatches",
-              "recompute", "degrees in order (dp, fsdp, tp, pp, cp, virtual stages)", "axis placement")
-SIMPLER = ("fewer degrees above one", "smaller cp", "TP inside a node", "lower ZeRO stage", "fewer microbatches",
-           "lighter recompute", "degrees (dp, fsdp, tp, pp, cp, virtual stages) in lexicographic order", "axis order")
+SIMPLICITY = (
+    "degrees above one",
+    "context parallelism",
+    "TP group beyond a node",
+    "ZeRO stage",
+    "microbatches",
+    "recompute",
+    "degrees in order (dp, fsdp, tp, pp, cp, virtual stages)",
+    "axis placement",
+)
+SIMPLER = (
+    "fewer degrees above one",
+    "smaller cp",
+    "TP inside a node",
+    "lower ZeRO stage",
+    "fewer microbatches",
+    "lighter recompute",
+    "degrees (dp, fsdp, tp, pp, cp, virtual stages) in lexicographic order",
+    "axis order",
+)
 SLOW_AXIS_KINDS = ("scale_out", "dcn")
 
 
 def ranking_description(objective: str = "step-time") -> str:
     """The tie-break in words (the solve document's ``solver.tie_break``)."""
     first = "least gather volume, then " if objective == "gather-volume" else ""
-    return (f"{first}step times within the tie tolerance of the best are ties, won by the simplest layout: "
-            + ", then ".join(SIMPLER) + "; each layout (degrees, virtual stages, ZeRO stage, microbatches, "
-            "recompute) ranked once, with the first of its placements by this ranking")
+    return (
+        f"{first}step times within the tie tolerance of the best are ties, won by the simplest layout: "
+        + ", then ".join(SIMPLER)
+        + "; each layout (degrees, virtual stages, ZeRO stage, microbatches, "
+        "recompute) ranked once, with the first of its placements by this ranking"
+    )
 
 
 def tie_limit(best: int, tolerance: float = TIE_TOLERANCE) -> int:
@@ -92,8 +111,9 @@ def shape_simplicity(space) -> ShapeSimplicity:
     recompute_rank = np.empty(len(RECOMPUTE_POLICIES), dtype=np.int64)
     recompute_rank[sorted(range(len(lightness)), key=lightness.__getitem__)] = np.arange(len(lightness))
     cp_rank = np.searchsorted(np.unique(np.append(degrees["cp"], 1)), degrees["cp"]).astype(np.int64)
-    out = ShapeSimplicity(degrees_above_one=above, cp_rank=cp_rank,
-                          tp_beyond_node=beyond, degree_rank=rank, recompute_rank=recompute_rank)
+    out = ShapeSimplicity(
+        degrees_above_one=above, cp_rank=cp_rank, tp_beyond_node=beyond, degree_rank=rank, recompute_rank=recompute_rank
+    )
     object.__setattr__(space, "_shape_simplicity", out)
     return out
 
@@ -112,8 +132,16 @@ def simplicity_key(space, sk, ri, z, o) -> tuple[np.ndarray, ...]:
     sk, ri, z, o = (np.asarray(a, dtype=np.int64) for a in (sk, ri, z, o))
     p = shape_simplicity(space)
     s = space.sk_shape[sk]
-    return (p.degrees_above_one[s], p.cp_rank[s], p.tp_beyond_node[s, o], z, space.sk_k[sk],
-            p.recompute_rank[space.recompute_codes[ri]], p.degree_rank[s], o)
+    return (
+        p.degrees_above_one[s],
+        p.cp_rank[s],
+        p.tp_beyond_node[s, o],
+        z,
+        space.sk_k[sk],
+        p.recompute_rank[space.recompute_codes[ri]],
+        p.degree_rank[s],
+        o,
+    )
 
 
 def simpler_because(space, a: tuple, b: tuple) -> str | None:

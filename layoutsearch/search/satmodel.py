@@ -29,7 +29,6 @@ from __future__ import annotations
 
 import operator
 from collections.abc import Iterable
-from typing import Union
 
 from ortools.sat.python import cp_model_helper as _cmh
 
@@ -44,9 +43,24 @@ INT_MAX = 2**63 - 1
 SatParameters = _cmh.SatParameters
 CpSolverStatus = _cmh.CpSolverStatus
 
-__all__ = ["CpModel", "CpSolver", "CpSolverSolutionCallback", "LinearExpr", "IntVar", "Var", "NotBoolVar",
-           "BoundedLinearExpression", "Constraint", "SatParameters", "CpSolverStatus",
-           "OPTIMAL", "FEASIBLE", "INFEASIBLE", "MODEL_INVALID", "UNKNOWN"]
+__all__ = [
+    "CpModel",
+    "CpSolver",
+    "CpSolverSolutionCallback",
+    "LinearExpr",
+    "IntVar",
+    "Var",
+    "NotBoolVar",
+    "BoundedLinearExpression",
+    "Constraint",
+    "SatParameters",
+    "CpSolverStatus",
+    "OPTIMAL",
+    "FEASIBLE",
+    "INFEASIBLE",
+    "MODEL_INVALID",
+    "UNKNOWN",
+]
 
 
 def _as_int(value: object) -> int | None:
@@ -237,7 +251,7 @@ class _Sum(LinearExpr):
 
 
 Var = IntVar  # short alias
-Literal = Union[IntVar, NotBoolVar]
+Literal = IntVar | NotBoolVar
 
 
 def _flatten(expr: LinearExpr) -> tuple[dict[int, int], int]:

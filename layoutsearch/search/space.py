@@ -19,13 +19,14 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+
 import numpy as np
 
 from layoutsearch.core.errors import InvalidArgumentError
 from layoutsearch.core.numbers import divisors
 from layoutsearch.core.placement import EXPERT_NESTING, axis_orders, expert_degrees, fill_order, placement_for_order
 from layoutsearch.core.problem import MAX_VIRTUAL_STAGES, HasProblem, Problem, SearchOptions
-from layoutsearch.core.rules import Capabilities, Cand, Rule, registry
+from layoutsearch.core.rules import Cand, Capabilities, Rule, registry
 from layoutsearch.core.specs import ALL_DEGREE_NAMES, DEGREE_NAMES, RECOMPUTE_POLICIES, SCHEDULE_CODES, Layout
 from layoutsearch.costs import params, terms
 
@@ -66,10 +67,21 @@ class Space(HasProblem):
         """The Layout of one candidate."""
         sh = self.shapes
         v = int(sh.v[shape])
-        return Layout(dp=int(sh.dp[shape]), fsdp=int(sh.fsdp[shape]), tp=int(sh.tp[shape]), pp=int(sh.pp[shape]),
-                      cp=int(sh.cp[shape]), ep=int(sh.ep[shape]), etp=int(sh.etp[shape]), zero_stage=int(z), virtual_stages=v, num_microbatches=int(k),
-                      recompute=RECOMPUTE_POLICIES[int(r)], schedule="interleaved" if v > 1 else "1f1b",
-                      axes=self.placement(shape, o))
+        return Layout(
+            dp=int(sh.dp[shape]),
+            fsdp=int(sh.fsdp[shape]),
+            tp=int(sh.tp[shape]),
+            pp=int(sh.pp[shape]),
+            cp=int(sh.cp[shape]),
+            ep=int(sh.ep[shape]),
+            etp=int(sh.etp[shape]),
+            zero_stage=int(z),
+            virtual_stages=v,
+            num_microbatches=int(k),
+            recompute=RECOMPUTE_POLICIES[int(r)],
+            schedule="interleaved" if v > 1 else "1f1b",
+            axes=self.placement(shape, o),
+        )
 
     def placement(self, shape: int, o: int):
         """The placement of shape ``shape`` by axis order ``o``."""
@@ -97,8 +109,16 @@ def degree_tuples(num_devices: int, experts: int = 0) -> Cand:
             stage = num_devices // tp // pp
             for cp in divisors(stage):
                 rest = stage // cp
-                expert = [(ep, etp) for ep in divisors(stage * tp)  # the rules keep ep dividing the experts
-                          for etp in sorted({1, tp}) if (stage * tp) % (ep * etp) == 0] if experts else [(1, 1)]
+                expert = (
+                    [
+                        (ep, etp)
+                        for ep in divisors(stage * tp)  # the rules keep ep dividing the experts
+                        for etp in sorted({1, tp})
+                        if (stage * tp) % (ep * etp) == 0
+                    ]
+                    if experts
+                    else [(1, 1)]
+                )
                 rows.extend((rest // fsdp, fsdp, tp, pp, cp, ep, etp) for fsdp in divisors(rest) for ep, etp in expert)
     table = np.array(rows, dtype=np.int64).reshape(-1, 7)
     return {name: table[:, i] for i, name in enumerate(ALL_DEGREE_NAMES)}
@@ -142,8 +162,9 @@ def search_rules(options: SearchOptions | None, capabilities: Capabilities | Non
     return registry(options, capabilities, canonical=True)
 
 
-def build_space(problem: Problem, options: SearchOptions | None = None,
-                capabilities: Capabilities | None = None) -> Space:
+def build_space(
+    problem: Problem, options: SearchOptions | None = None, capabilities: Capabilities | None = None
+) -> Space:
     """Every candidate of the problem, organised by the keys the cost terms depend on."""
     options = options or SearchOptions()
     _validate_options(problem, options)
@@ -157,16 +178,30 @@ def build_space(problem: Problem, options: SearchOptions | None = None,
     shape_rows, sk_shape = _unique_rows(np.stack([c[f] for f in SHAPE_FIELDS], axis=1).reshape(-1, len(SHAPE_FIELDS)))
     shape_rows, sk_shape, sk_k = _ordered(shape_rows, sk_shape, c["k"])
     shapes = {f: shape_rows[:, i] for i, f in enumerate(SHAPE_FIELDS)}
-    zero_mask = np.stack([_apply_mask(problem, by_stage["zero"], {**shapes, "z": np.full(len(shape_rows), z)})
-                          for z in range(4)], axis=1) if len(shape_rows) else np.zeros((0, 4), dtype=bool)
+    zero_mask = (
+        np.stack(
+            [_apply_mask(problem, by_stage["zero"], {**shapes, "z": np.full(len(shape_rows), z)}) for z in range(4)],
+            axis=1,
+        )
+        if len(shape_rows)
+        else np.zeros((0, 4), dtype=bool)
+    )
     codes = np.arange(len(RECOMPUTE_POLICIES), dtype=np.int64)
     codes = codes[_apply_mask(problem, by_stage["recompute"], {"r": codes})]
     orders = axis_orders(problem.cluster)
     order_mask, coeffs = _placements(problem, shape_rows, orders)
-    return Space(problem=problem, rules=rules,
-                 shapes=terms.Shapes(**{f: shapes[f] for f in terms.SHAPE_KEYS}),
-                 sk_shape=sk_shape, sk_k=sk_k, recompute_codes=codes, zero_mask=zero_mask, orders=orders,
-                 order_mask=order_mask, coeffs=coeffs)
+    return Space(
+        problem=problem,
+        rules=rules,
+        shapes=terms.Shapes(**{f: shapes[f] for f in terms.SHAPE_KEYS}),
+        sk_shape=sk_shape,
+        sk_k=sk_k,
+        recompute_codes=codes,
+        zero_mask=zero_mask,
+        orders=orders,
+        order_mask=order_mask,
+        coeffs=coeffs,
+    )
 
 
 def _apply_mask(problem: Problem, rules: list[Rule], c: Cand) -> np.ndarray:
@@ -218,8 +253,14 @@ def _placements(problem: Problem, shape_rows: np.ndarray, orders: list):
             expert_table, expert_ok = fill_order(problem.cluster, expert_degrees(degrees), order, EXPERT_NESTING)
             ok = ok & expert_ok
         co = terms.coeffs_of(problem.cluster, table, kv, expert_table)
-        key = np.stack([getattr(getattr(co, g), f) for g in terms.COEFF_GROUPS
-                        for f in ("members", "seconds_per_byte", "latency_s")], axis=1)
+        key = np.stack(
+            [
+                getattr(getattr(co, g), f)
+                for g in terms.COEFF_GROUPS
+                for f in ("members", "seconds_per_byte", "latency_s")
+            ],
+            axis=1,
+        )
         duplicate = np.zeros(len(shape_rows), dtype=bool)
         for earlier, earlier_key in enumerate(keys):
             duplicate |= order_mask[:, earlier] & (key == earlier_key).all(axis=1)
@@ -240,5 +281,6 @@ def _validate_options(problem: Problem, options: SearchOptions) -> None:
     n = problem.num_devices
     for name, value in options.fix.items():
         if n % value:
-            raise InvalidArgumentError(f"--fix {name}={value}: {value} does not divide the {n} devices of "
-                                       f"{problem.cluster_name}")
+            raise InvalidArgumentError(
+                f"--fix {name}={value}: {value} does not divide the {n} devices of {problem.cluster_name}"
+            )

@@ -22,11 +22,10 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from layoutsearch.core.units import KIB
 from layoutsearch.costs import memory, roofline, step, terms
-from layoutsearch.core.specs import RECOMPUTE_CODES
 from layoutsearch.costs.estimate import capacity_bytes
 from layoutsearch.search.space import Space
-from layoutsearch.core.units import KIB
 
 MOMENT_NAMES = tuple(terms.MOMENTS)
 
@@ -78,8 +77,14 @@ def _coeff_rows(space: Space, shape_idx: np.ndarray, order_idx: np.ndarray) -> t
     rows = shape_idx * len(space.orders) + order_idx
     co = space.coeffs
     dense = space.model.moe is None  # expert groups of one device: nothing to take
-    return terms.Coeffs(**{name: terms.single_device(len(rows)) if dense and name in terms.EXPERT_GROUPS
-                           else getattr(co, name).take(rows) for name in terms.COEFF_GROUPS})
+    return terms.Coeffs(
+        **{
+            name: terms.single_device(len(rows))
+            if dense and name in terms.EXPERT_GROUPS
+            else getattr(co, name).take(rows)
+            for name in terms.COEFF_GROUPS
+        }
+    )
 
 
 def _stage_flags(sh: terms.Shapes):
@@ -101,7 +106,9 @@ def build_tables(space: Space) -> Tables:
     a, mb, win = [], [], None
     for st, (first, last) in _stage_flags(sh).items():
         c = terms.compute_per_microbatch(model, workload, acc, sh, k, r, last)
-        a.append(mult * (sum(v for key, v in c.items() if key.startswith("compute/")) + acc.microbatch_overhead_s * sh.v))
+        a.append(
+            mult * (sum(v for key, v in c.items() if key.startswith("compute/")) + acc.microbatch_overhead_s * sh.v)
+        )
         items = terms.memory_by_microbatch(model, workload, sh, k, r, first, last)
         mb.append([sum(terms.moment_bytes(items, name).values(), 0.0 * k) for name in MOMENT_NAMES])
         if st == 0:
@@ -116,7 +123,7 @@ def build_tables(space: Space) -> Tables:
     r0 = np.zeros_like(k_o)
     tp_st, fx_st, ep_st = [], [], []
     fc = terms.fsdp_collectives(model, workload, acc, sh_o, co)
-    for st, (first, last) in _stage_flags(sh_o).items():
+    for st, (_first, last) in _stage_flags(sh_o).items():
         c = terms.compute_per_microbatch(model, workload, acc, sh_o, k_o, r0, last)
         tp = terms.tp_per_microbatch(model, workload, acc, sh_o, k_o, co, last, c["window/matmul_fwd_layer"])
         cp = terms.cp_per_microbatch(model, workload, acc, sh_o, k_o, co, c["window/attn_fwd_layer"])
@@ -124,8 +131,9 @@ def build_tables(space: Space) -> Tables:
         ep = terms.ep_per_microbatch(model, workload, acc, sh_o, k_o, co, c["window/fwd_layer"])
         tp_st.append(mult_o * tp["base"])
         ep_st.append(mult_o * ep["base"])
-        fixed = terms.fsdp_exposed_fixed(model, acc, sh_o, fc, c["window/fwd_layer"], c["window/logits"], True, busy["fwd"],
-                                         last)
+        fixed = terms.fsdp_exposed_fixed(
+            model, acc, sh_o, fc, c["window/fwd_layer"], c["window/logits"], True, busy["fwd"], last
+        )
         fx_st.append(mult_o * (fixed["forward"] + fixed["vocab"]))
         if st == 0:
             x = mult_o * terms.layers_per_stage(model, sh_o) * (fc["gather_layer"] + fc["reduce_layer"] + busy["bwd"])
@@ -143,11 +151,17 @@ def build_tables(space: Space) -> Tables:
     s_z, z_z = np.repeat(np.arange(n_s), 4), np.tile(np.arange(4), n_s)
     sh_z = space.shapes.take(s_z)
     opt = terms.optimizer_time(model, workload, acc, sh_z, z_z)
-    mz = [[sum(terms.moment_bytes(terms.memory_by_zero(model, workload, sh_z, z_z, first), name).values(), 0.0 * z_z)
-           for name in MOMENT_NAMES] for first in (True, False)]
+    mz = [
+        [
+            sum(terms.moment_bytes(terms.memory_by_zero(model, workload, sh_z, z_z, first), name).values(), 0.0 * z_z)
+            for name in MOMENT_NAMES
+        ]
+        for first in (True, False)
+    ]
     z3 = ((z_z == 3) & (sh_z.shards > 1)).reshape(n_s, 4)
-    v_w, v_x = roofline.gather_volumes_bytes(model.d_model, model.d_ff, workload.global_batch_tokens,
-                                             space.cluster.num_devices, space.shapes.tp)
+    v_w, v_x = roofline.gather_volumes_bytes(
+        model.d_model, model.d_ff, workload.global_batch_tokens, space.cluster.num_devices, space.shapes.tp
+    )
 
     lower = float(np.min(np.max(np.stack(a), axis=0))) if n_sk else 1.0
     quantum = max(1e-7, lower / 1e5)
@@ -160,47 +174,88 @@ def build_tables(space: Space) -> Tables:
 
     nr = len(codes)
     tables = Tables(
-        quantum_s=quantum, capacity_kib=int(capacity_bytes(space.cluster, workload) // KIB), step0=int(q(acc.step_overhead_s)),
-        eta=acc.overlap_interference, eta_pct=terms.interference_pct(acc),
-        A=q(np.stack(a, axis=-1)).reshape(n_sk, nr, 2), Y=q(y).reshape(n_sk, nr), WIN=q(win).reshape(n_sk, nr),
+        quantum_s=quantum,
+        capacity_kib=int(capacity_bytes(space.cluster, workload) // KIB),
+        step0=int(q(acc.step_overhead_s)),
+        eta=acc.overlap_interference,
+        eta_pct=terms.interference_pct(acc),
+        A=q(np.stack(a, axis=-1)).reshape(n_sk, nr, 2),
+        Y=q(y).reshape(n_sk, nr),
+        WIN=q(win).reshape(n_sk, nr),
         FWD=q(fwd),
         MB=kib(np.stack([np.stack(m, axis=-1) for m in mb], axis=-2)).reshape(n_sk, nr, 2, len(MOMENT_NAMES)),
-        TP=q(np.stack(tp_st, axis=-1)).reshape(n_sk, n_o, 2), TPF=q(tpf).reshape(n_sk, n_o),
-        CP=q(mult_o * cp["base"]).reshape(n_sk, n_o), CPF=q(mult_o * cp["rerun"]).reshape(n_sk, n_o),
-        EP=q(np.stack(ep_st, axis=-1)).reshape(n_sk, n_o, 2), EPF=q(epf).reshape(n_sk, n_o),
-        FX=q(np.stack(fx_st, axis=-1)).reshape(n_sk, n_o, 2), X=q(x).reshape(n_sk, n_o), PP=q(pp).reshape(n_sk, n_o), RCON=q(rcon).reshape(n_sk, n_o),
-        RED=q(red).reshape(n_s, 4, n_o), GATH=q(steps["gather/zero"]).reshape(n_s, 4, n_o),
+        TP=q(np.stack(tp_st, axis=-1)).reshape(n_sk, n_o, 2),
+        TPF=q(tpf).reshape(n_sk, n_o),
+        CP=q(mult_o * cp["base"]).reshape(n_sk, n_o),
+        CPF=q(mult_o * cp["rerun"]).reshape(n_sk, n_o),
+        EP=q(np.stack(ep_st, axis=-1)).reshape(n_sk, n_o, 2),
+        EPF=q(epf).reshape(n_sk, n_o),
+        FX=q(np.stack(fx_st, axis=-1)).reshape(n_sk, n_o, 2),
+        X=q(x).reshape(n_sk, n_o),
+        PP=q(pp).reshape(n_sk, n_o),
+        RCON=q(rcon).reshape(n_sk, n_o),
+        RED=q(red).reshape(n_s, 4, n_o),
+        GATH=q(steps["gather/zero"]).reshape(n_s, 4, n_o),
         **{name: q(v).reshape(n_s, 4, n_o) for name, v in terms.step_interference(acc, steps).items()},
         OPT=q(opt).reshape(n_s, 4),
         MZ=kib(np.stack([np.stack(m, axis=-1) for m in mz], axis=-2)).reshape(n_s, 4, 2, len(MOMENT_NAMES)),
-        Z3=z3, VOLUME=kib(v_w + v_x))
+        Z3=z3,
+        VOLUME=kib(v_w + v_x),
+    )
     work = memory.recompute_arrays(model)
     tables.STAGE0, tables.STAGE3 = stage_parts(tables, work["tp"][codes], work["attention"][codes], work["moe"][codes])
     return tables
 
 
-def stage_parts(t: Tables, tp_rerun_by_r: np.ndarray, cp_rerun_by_r: np.ndarray,
-                ep_rerun_by_r: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+def stage_parts(
+    t: Tables, tp_rerun_by_r: np.ndarray, cp_rerun_by_r: np.ndarray, ep_rerun_by_r: np.ndarray
+) -> tuple[np.ndarray, np.ndarray]:
     """The slowest stage per (S,K,r,o) by ``step.slowest_stage``: without ZeRO-3 collectives and with them."""
     terms_sk_r_o = {
-        "A": [t.A[:, :, None, st] for st in step.STAGES], "TP": [t.TP[:, None, :, st] for st in step.STAGES],
-        "TPF": t.TPF[:, None, :], "CP": t.CP[:, None, :], "CPF": t.CPF[:, None, :],
-        **({"EP": [t.EP[:, None, :, st] for st in step.STAGES], "EPF": t.EPF[:, None, :],
-            "ep_rerun": ep_rerun_by_r[None, :, None]} if (t.EP.any() or t.EPF.any()) else {}),
-        "FX": [t.FX[:, None, :, st] for st in step.STAGES], "X": t.X[:, None, :], "Y": t.Y[:, :, None], "ETA": t.eta,
-        "tp_rerun": tp_rerun_by_r[None, :, None], "cp_rerun": cp_rerun_by_r[None, :, None],
+        "A": [t.A[:, :, None, st] for st in step.STAGES],
+        "TP": [t.TP[:, None, :, st] for st in step.STAGES],
+        "TPF": t.TPF[:, None, :],
+        "CP": t.CP[:, None, :],
+        "CPF": t.CPF[:, None, :],
+        **(
+            {
+                "EP": [t.EP[:, None, :, st] for st in step.STAGES],
+                "EPF": t.EPF[:, None, :],
+                "ep_rerun": ep_rerun_by_r[None, :, None],
+            }
+            if (t.EP.any() or t.EPF.any())
+            else {}
+        ),
+        "FX": [t.FX[:, None, :, st] for st in step.STAGES],
+        "X": t.X[:, None, :],
+        "Y": t.Y[:, :, None],
+        "ETA": t.eta,
+        "tp_rerun": tp_rerun_by_r[None, :, None],
+        "cp_rerun": cp_rerun_by_r[None, :, None],
     }
+
     def quanta(x):  # a policy rerunning part of the forward's collectives makes fractions: round once
         return np.rint(x).astype(np.int64)
+
     return quanta(step.slowest_stage({**terms_sk_r_o, "z3": 0})), quanta(step.slowest_stage({**terms_sk_r_o, "z3": 1}))
 
 
 def step_terms(t: Tables, space: Space, sk, ri, z, o) -> dict:
     """The once-per-step terms of ``costs.step`` for candidates (index arrays)."""
     s = space.sk_shape[sk]
-    return {"RED": t.RED[s, z, o], "RCON": t.RCON[sk, o], "WIN": t.WIN[sk, ri], "GATH": t.GATH[s, z, o], "FWD": t.FWD[sk],
-            "REDI": t.REDI[s, z, o], "GATHI": t.GATHI[s, z, o], "ETA_PCT": t.eta_pct,
-            "PP": t.PP[sk, o], "OPT": t.OPT[s, z], "STEP0": t.step0}
+    return {
+        "RED": t.RED[s, z, o],
+        "RCON": t.RCON[sk, o],
+        "WIN": t.WIN[sk, ri],
+        "GATH": t.GATH[s, z, o],
+        "FWD": t.FWD[sk],
+        "REDI": t.REDI[s, z, o],
+        "GATHI": t.GATHI[s, z, o],
+        "ETA_PCT": t.eta_pct,
+        "PP": t.PP[sk, o],
+        "OPT": t.OPT[s, z],
+        "STEP0": t.step0,
+    }
 
 
 def assemble(t: Tables, space: Space, sk, ri, z, o) -> dict:

@@ -10,7 +10,24 @@ the journal holds and rewrites the table: no point is lost or duplicated. A poin
 its ``status`` and ``reason``; it never stops the sweep.
 """
 
-from layoutsearch.sweep.points import EXECUTORS, MAX_RANGE_VALUES, MAX_SWEEP_POINTS, Point, RETRYABLE, expand, expand_points  # noqa: F401
-from layoutsearch.sweep.solving import error_row, solve_point  # noqa: F401
-from layoutsearch.sweep.table import COLUMNS, COLUMN_NAMES, Journal, check_output, check_row, journal_path, read_table, write_table  # noqa: F401
+from layoutsearch.sweep.points import (  # noqa: F401
+    EXECUTORS,
+    MAX_RANGE_VALUES,
+    MAX_SWEEP_POINTS,
+    RETRYABLE,
+    Point,
+    expand,
+    expand_points,
+)
 from layoutsearch.sweep.run import SweepSummary, layout_text, print_summary, run_sweep, summary_rows  # noqa: F401
+from layoutsearch.sweep.solving import error_row, solve_point  # noqa: F401
+from layoutsearch.sweep.table import (  # noqa: F401
+    COLUMN_NAMES,
+    COLUMNS,
+    Journal,
+    check_output,
+    check_row,
+    journal_path,
+    read_table,
+    write_table,
+)

@@ -10,11 +10,10 @@ import os
 import signal
 import threading
 import time
+from collections.abc import Callable
 from concurrent.futures import ProcessPoolExecutor, as_completed
-from typing import Callable
 
 from layoutsearch.core.errors import missing_extra
-
 from layoutsearch.sweep.points import Point
 from layoutsearch.sweep.solving import error_row, solve_point
 
@@ -57,7 +56,9 @@ def _run_local(todo: list[Point], jobs: int, time_limit_s: float, on_row: Callab
         return
     methods = multiprocessing.get_all_start_methods()
     context = multiprocessing.get_context("fork" if "fork" in methods else None)
-    pool = ProcessPoolExecutor(max_workers=min(jobs, len(todo)), mp_context=context, initializer=_worker_init, initargs=(os.getpid(),))
+    pool = ProcessPoolExecutor(
+        max_workers=min(jobs, len(todo)), mp_context=context, initializer=_worker_init, initargs=(os.getpid(),)
+    )
     clean = False
     try:
         futures = {pool.submit(solve_point, point, time_limit_s): point for point in todo}
@@ -85,15 +86,21 @@ def _import_ray():
     return ray
 
 
-def _run_ray(todo: list[Point], jobs: int, time_limit_s: float, on_row: Callable[[dict], None],
-             address: str | None) -> None:
+def _run_ray(
+    todo: list[Point], jobs: int, time_limit_s: float, on_row: Callable[[dict], None], address: str | None
+) -> None:
     """Points as Ray tasks, consumed as they complete; a local Ray instance when no address is given."""
     ray = _import_ray()
     started = not ray.is_initialized()
     if started:
         local = address is None and not os.environ.get("RAY_ADDRESS")
-        ray.init(address=address, num_cpus=jobs if local else None, include_dashboard=False,
-                 log_to_driver=False, logging_level=logging.WARNING)
+        ray.init(
+            address=address,
+            num_cpus=jobs if local else None,
+            include_dashboard=False,
+            log_to_driver=False,
+            logging_level=logging.WARNING,
+        )
     refs = {}
     try:
         task = ray.remote(num_cpus=1)(solve_point)

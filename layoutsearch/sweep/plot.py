@@ -17,8 +17,14 @@ from layoutsearch.sweep.table import read_table
 
 DEGREES = ("dp", "fsdp", "tp", "pp", "cp", "ep")
 # Hollow markers of decreasing size, so degrees that coincide (often dp = pp = 1) stay visible.
-DEGREE_STYLE = {"dp": ("tab:blue", "o", 8), "fsdp": ("tab:orange", "s", 6.5), "tp": ("tab:green", "^", 5.5),
-                "pp": ("tab:red", "v", 4.5), "cp": ("tab:purple", "D", 3), "ep": ("tab:brown", "P", 2.5)}
+DEGREE_STYLE = {
+    "dp": ("tab:blue", "o", 8),
+    "fsdp": ("tab:orange", "s", 6.5),
+    "tp": ("tab:green", "^", 5.5),
+    "pp": ("tab:red", "v", 4.5),
+    "cp": ("tab:purple", "D", 3),
+    "ep": ("tab:brown", "P", 2.5),
+}
 LINE_STYLES = ("-", "--", ":", "-.")
 MAX_DEGREE_PANELS = 16
 
@@ -109,7 +115,7 @@ def plot_sweep(path: str | os.PathLike, out_png: str | os.PathLike) -> str:
 
     for i, (key, group) in enumerate(panels):
         r, c = divmod(i, ncols)
-        ax = fig.add_subplot(grid[1 + r, 2 * c:2 * c + 2])
+        ax = fig.add_subplot(grid[1 + r, 2 * c : 2 * c + 2])
         xs = [g["num_devices"] for g in group]
         for name in DEGREES:
             ys = [g[name] if g.get(name) is not None else math.nan for g in group]

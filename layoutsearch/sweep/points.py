@@ -4,15 +4,14 @@ from __future__ import annotations
 
 import inspect
 import re
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any, Sequence
+from typing import Any
 
 from layoutsearch.core.errors import InvalidArgumentError
 from layoutsearch.core.problem import build_workload
 from layoutsearch.core.units import MAX_GLOBAL_BATCH_SEQS, MAX_SEQ_LEN
 from layoutsearch.report.planning import check_price, check_tokens
-
-
 
 EXECUTORS = ("local", "ray")
 RETRYABLE = ("ERROR", "UNKNOWN")  # statuses that --retry-failed solves again
@@ -22,6 +21,7 @@ _DIGITS = re.compile(r"[0-9]{1,30}")
 _RANGE = re.compile(r"\{([0-9]+)\.\.([0-9]+)(?::([x+])([0-9]+))?\}")
 
 # ----------------------------------------------------------------------------- points
+
 
 @dataclass(frozen=True, kw_only=True, slots=True)
 class Point:
@@ -74,14 +74,16 @@ def _expand_item(item: str, field_name: str, limit: int) -> list[str]:
             break
         match = _RANGE.match(rest, start)
         if not match:
-            raise InvalidArgumentError(f"{field_name}: malformed range in '{_shown(item)}' (expected {{A..B:xF}} or "
-                                       f"{{A..B:+S}} with whole numbers, e.g. 'v5p-{{256..8192:x2}}')")
+            raise InvalidArgumentError(
+                f"{field_name}: malformed range in '{_shown(item)}' (expected {{A..B:xF}} or "
+                f"{{A..B:+S}} with whole numbers, e.g. 'v5p-{{256..8192:x2}}')"
+            )
         values = _range_values(match, _shown(item), field_name)
         count *= len(values)
         if count > limit:
             raise InvalidArgumentError(f"{field_name}: '{_shown(item)}' expands to more than {max(limit, 0):,} values")
         pieces.append([str(v) for v in values])
-        rest = rest[match.end():]
+        rest = rest[match.end() :]
     out = [""]
     for choices in pieces:
         out = [head + choice for head in out for choice in choices]
@@ -93,7 +95,9 @@ def _expand_item(item: str, field_name: str, limit: int) -> list[str]:
 def _range_values(match: re.Match, item: str, field_name: str) -> list[int]:
     """The values A, A op S, ... up to B inclusive, for op 'x' (multiply) or '+' (add)."""
     if any(len(g) > 30 for g in match.groups() if g):
-        raise InvalidArgumentError(f"{field_name}: range '{_shown(match[0])}' in '{item}' has numbers of more than 30 digits")
+        raise InvalidArgumentError(
+            f"{field_name}: range '{_shown(match[0])}' in '{item}' has numbers of more than 30 digits"
+        )
     first, last, op, step = int(match[1]), int(match[2]), match[3] or "+", int(match[4] or 1)
     if first > last:
         raise InvalidArgumentError(f"{field_name}: range '{match[0]}' in '{item}' runs backwards ({first} > {last})")
@@ -105,8 +109,9 @@ def _range_values(match: re.Match, item: str, field_name: str) -> list[int]:
     while value <= last:
         values.append(value)
         if len(values) > MAX_RANGE_VALUES:
-            raise InvalidArgumentError(f"{field_name}: range '{match[0]}' in '{item}' has more than "
-                                       f"{MAX_RANGE_VALUES} values")
+            raise InvalidArgumentError(
+                f"{field_name}: range '{match[0]}' in '{item}' has more than {MAX_RANGE_VALUES} values"
+            )
         value = value * step if op == "x" else value + step
     return values
 
@@ -127,8 +132,15 @@ def _as_list(values: str | Sequence[str] | int | Sequence[int]) -> list[str]:
     return [str(v) for v in values] if isinstance(values, (list, tuple)) else [str(values)]
 
 
-def expand_points(models, clusters, seqs, seq_len=4096, training_tokens: float | None = None,
-                  price_per_device_hour: float | None = None, workload: dict | None = None) -> list[Point]:
+def expand_points(
+    models,
+    clusters,
+    seqs,
+    seq_len=4096,
+    training_tokens: float | None = None,
+    price_per_device_hour: float | None = None,
+    workload: dict | None = None,
+) -> list[Point]:
     """Every (model, cluster, seq_len, seqs) combination, in that nesting order, without repeats.
     Each of the first four arguments is a string (comma items and ranges allowed) or a list of
     them; every point carries ``training_tokens``, ``price_per_device_hour`` and the ``workload``
@@ -149,7 +161,20 @@ def expand_points(models, clusters, seqs, seq_len=4096, training_tokens: float |
     if count > MAX_SWEEP_POINTS:
         raise InvalidArgumentError(
             f"--model x --cluster x --seqs x --seq-len: {count:,} points ({len(model_ids)} x {len(cluster_ids)} x "
-            f"{len(batch)} x {len(lengths)}), more than the {MAX_SWEEP_POINTS:,} one sweep takes; split it")
-    return [Point(model=m, cluster=c, global_batch_seqs=b, seq_len=s, training_tokens=training_tokens,
-                  price_per_device_hour=price_per_device_hour, workload=options)
-            for m in model_ids for c in cluster_ids for s in lengths for b in batch]
+            f"{len(batch)} x {len(lengths)}), more than the {MAX_SWEEP_POINTS:,} one sweep takes; split it"
+        )
+    return [
+        Point(
+            model=m,
+            cluster=c,
+            global_batch_seqs=b,
+            seq_len=s,
+            training_tokens=training_tokens,
+            price_per_device_hour=price_per_device_hour,
+            workload=options,
+        )
+        for m in model_ids
+        for c in cluster_ids
+        for s in lengths
+        for b in batch
+    ]

@@ -6,25 +6,33 @@ import os
 import signal
 import threading
 import time
+from collections.abc import Iterable
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from typing import Iterable
 
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, ProgressColumn, TextColumn
 from rich.table import Table
 from rich.text import Text
 
-from layoutsearch.report import render
 from layoutsearch.core.catalogue import load_model
 from layoutsearch.core.errors import InvalidArgumentError
 from layoutsearch.core.units import MAX_TIME_LIMIT_S
-
+from layoutsearch.report import render
 from layoutsearch.sweep.executors import _import_ray, _run_local, _run_ray
-from layoutsearch.sweep.points import EXECUTORS, Point, RETRYABLE
-from layoutsearch.sweep.table import COLUMN_NAMES, Journal, _remove_stale_temporaries, check_output, journal_path, read_table, write_table
+from layoutsearch.sweep.points import EXECUTORS, RETRYABLE, Point
+from layoutsearch.sweep.table import (
+    COLUMN_NAMES,
+    Journal,
+    _remove_stale_temporaries,
+    check_output,
+    journal_path,
+    read_table,
+    write_table,
+)
 
 # ----------------------------------------------------------------------------- the sweep
+
 
 @dataclass(frozen=True, kw_only=True)
 class SweepSummary:
@@ -45,9 +53,17 @@ class SweepSummary:
         return sum(1 for r in self.rows if r.get("dp") is not None)
 
 
-def run_sweep(points: Iterable[Point], output_path: str | os.PathLike, jobs: int | None = None,
-              executor: str = "local", address: str | None = None, time_limit_s: float = 30.0,
-              progress: bool = True, fresh: bool = False, retry_failed: bool = False) -> SweepSummary:
+def run_sweep(
+    points: Iterable[Point],
+    output_path: str | os.PathLike,
+    jobs: int | None = None,
+    executor: str = "local",
+    address: str | None = None,
+    time_limit_s: float = 30.0,
+    progress: bool = True,
+    fresh: bool = False,
+    retry_failed: bool = False,
+) -> SweepSummary:
     """Solve every point not yet in the journal, writing each as it finishes (see the module doc).
 
     ``jobs``: worker processes (local) or CPUs of a local Ray instance; default os.cpu_count().
@@ -110,9 +126,17 @@ def run_sweep(points: Iterable[Point], output_path: str | os.PathLike, jobs: int
     statuses: dict[str, int] = {}
     for row in rows:
         statuses[row["status"]] = statuses.get(row["status"], 0) + 1
-    return SweepSummary(output=output, journal=journal.path, total=len(points), skipped=len(points) - len(todo),
-                        solved=len(todo), wall_s=time.perf_counter() - start, by_status=statuses, rows=rows,
-                        dropped=journal.dropped)
+    return SweepSummary(
+        output=output,
+        journal=journal.path,
+        total=len(points),
+        skipped=len(points) - len(todo),
+        solved=len(todo),
+        wall_s=time.perf_counter() - start,
+        by_status=statuses,
+        rows=rows,
+        dropped=journal.dropped,
+    )
 
 
 class _Interrupts:
@@ -155,7 +179,9 @@ def _adopt_existing_output(output: str, journal: Journal) -> dict[str, dict]:
     try:
         rows = read_table(output, "--output")
     except InvalidArgumentError as exc:
-        raise InvalidArgumentError(f"{exc}; the file exists without its journal: move it away or pass --fresh") from None
+        raise InvalidArgumentError(
+            f"{exc}; the file exists without its journal: move it away or pass --fresh"
+        ) from None
     done = {}
     for row in rows:
         if row.get("point_id"):
@@ -199,7 +225,9 @@ class TimesColumn(ProgressColumn):
         if task.finished:
             return Text(f"done in {elapsed}")
         left = task.time_remaining
-        return Text(f"{elapsed} elapsed, " + (f"about {_clock(left)} left" if left is not None else "time left unknown"))
+        return Text(
+            f"{elapsed} elapsed, " + (f"about {_clock(left)} left" if left is not None else "time left unknown")
+        )
 
 
 def _clock(seconds: float | None) -> str:
@@ -209,9 +237,16 @@ def _clock(seconds: float | None) -> str:
 
 def _progress_bar(total: int, skipped: int):
     """Points done/total, rate, elapsed and time left, on stderr."""
-    progress = Progress(TextColumn("sweep"), BarColumn(), MofNCompleteColumn(), RateColumn(), TimesColumn(),
-                        TextColumn(f"({skipped} already done)" if skipped else ""),
-                        console=Console(stderr=True), transient=False)
+    progress = Progress(
+        TextColumn("sweep"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        RateColumn(),
+        TimesColumn(),
+        TextColumn(f"({skipped} already done)" if skipped else ""),
+        console=Console(stderr=True),
+        transient=False,
+    )
     progress.add_task("sweep", total=total)
     progress.start()
     return progress
@@ -219,11 +254,14 @@ def _progress_bar(total: int, skipped: int):
 
 # ----------------------------------------------------------------------------- summary
 
+
 def layout_text(row: dict) -> str:
     """'fsdp=64,tp=4 | 2 mb | remat full | ZeRO-3' for a row with a layout, '-' otherwise."""
     if row.get("dp") is None:
         return "-"
-    degrees = ",".join(f"{k}={row[k]}" for k in ("dp", "fsdp", "tp", "pp", "cp", "ep", "etp") if row[k] > 1) or "1 device"
+    degrees = (
+        ",".join(f"{k}={row[k]}" for k in ("dp", "fsdp", "tp", "pp", "cp", "ep", "etp") if row[k] > 1) or "1 device"
+    )
     parts = [degrees, f"{row['num_microbatches']} mb", f"ZeRO-{row['zero_stage']}"]
     if row.get("recompute") and row["recompute"] != "none":
         parts.insert(2, f"remat {row['recompute']}")
@@ -237,11 +275,20 @@ def summary_rows(rows: list[dict]) -> list[dict]:
     out = []
     for r in rows:
         ok = r.get("dp") is not None
-        out.append({"model": r["model"], "cluster": r["cluster"], "devices": r.get("num_devices"),
-                    "seqs": r["global_batch_seqs"], "status": r["status"], "layout": layout_text(r),
-                    "MFU": f"{r['mfu']:.1%}" if ok else "-", "step s": f"{r['step_time_s']:.3f}" if ok else "-",
-                    "tokens/s/device": f"{r['tokens_per_s_per_device']:,.0f}" if ok else "-",
-                    "reason": r.get("reason") or ""})
+        out.append(
+            {
+                "model": r["model"],
+                "cluster": r["cluster"],
+                "devices": r.get("num_devices"),
+                "seqs": r["global_batch_seqs"],
+                "status": r["status"],
+                "layout": layout_text(r),
+                "MFU": f"{r['mfu']:.1%}" if ok else "-",
+                "step s": f"{r['step_time_s']:.3f}" if ok else "-",
+                "tokens/s/device": f"{r['tokens_per_s_per_device']:,.0f}" if ok else "-",
+                "reason": r.get("reason") or "",
+            }
+        )
     return out
 
 
@@ -250,12 +297,13 @@ def print_summary(rows: list[dict], console=None) -> None:
     console = console or render.console()
     table = Table(title=f"sweep: {len(rows)} points")
     records = summary_rows(rows)
-    for key in (records[0] if records else {}):
+    for key in records[0] if records else {}:
         if key in ("reason", "layout"):
             table.add_column(key, no_wrap=True, overflow="ellipsis", max_width=56 if key == "layout" else 48)
         else:
-            table.add_column(key, justify="right" if key in ("devices", "seqs", "MFU", "step s", "tokens/s/device")
-                             else "left")
+            table.add_column(
+                key, justify="right" if key in ("devices", "seqs", "MFU", "step s", "tokens/s/device") else "left"
+            )
     for rec in records:
         rec["devices"] = "-" if rec["devices"] is None else f"{rec['devices']:,}"
         table.add_row(*(str(v) for v in rec.values()))

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 import time
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 
 from layoutsearch.core.errors import LayoutsearchError
 from layoutsearch.core.problem import Problem, SearchRequest, build_workload, version
@@ -16,19 +16,27 @@ from layoutsearch.sweep.table import COLUMN_NAMES
 
 # ----------------------------------------------------------------------------- one point
 
+
 def solve_point(point: Point, time_limit_s: float) -> dict:
     """Solve one point for its best layout (top 1). Never raises: a failure is a row with a reason."""
     start = time.perf_counter()
     row = _input_columns(point, time_limit_s) | {"layoutsearch_version": version()}
     try:
-        problem = Problem.build(point.model, point.cluster,
-                                build_workload(point.global_batch_seqs, point.seq_len, point.training_tokens,
-                                               **dict(point.workload)))
+        problem = Problem.build(
+            point.model,
+            point.cluster,
+            build_workload(point.global_batch_seqs, point.seq_len, point.training_tokens, **dict(point.workload)),
+        )
         row.update(framework=problem.workload.framework, precision=problem.workload.precision)
         row["num_devices"] = problem.num_devices
         result = solve(problem, SearchRequest(top_k=1, time_limit_s=time_limit_s))
-        row.update(status=result.status, objective_s=result.objective_value, bound_s=result.bound,
-                   wall_s=result.wall_s, num_candidates=result.num_candidates)
+        row.update(
+            status=result.status,
+            objective_s=result.objective_value,
+            bound_s=result.bound,
+            wall_s=result.wall_s,
+            num_candidates=result.num_candidates,
+        )
         if result.layouts:
             row.update(_layout_columns(result.layouts[0], point.price_per_device_hour))
         else:
@@ -44,32 +52,57 @@ def solve_point(point: Point, time_limit_s: float) -> dict:
 def error_row(point: Point, time_limit_s: float, exc: BaseException) -> dict:
     """The row of a point whose worker died or whose task failed outside solve_point."""
     row = _input_columns(point, time_limit_s)
-    row.update(status="ERROR", reason=f"{type(exc).__name__}: {str(exc).strip().splitlines()[-1] if str(exc).strip() else ''}")
+    row.update(
+        status="ERROR", reason=f"{type(exc).__name__}: {str(exc).strip().splitlines()[-1] if str(exc).strip() else ''}"
+    )
     return _finish(row)
 
 
 def _input_columns(point: Point, time_limit_s: float) -> dict:
-    return {"point_id": point.id, "model": point.model, "cluster": point.cluster,
-            "global_batch_seqs": point.global_batch_seqs, "seq_len": point.seq_len, "time_limit_s": time_limit_s,
-            "training_tokens": point.training_tokens, "price_per_device_hour": point.price_per_device_hour}
+    return {
+        "point_id": point.id,
+        "model": point.model,
+        "cluster": point.cluster,
+        "global_batch_seqs": point.global_batch_seqs,
+        "seq_len": point.seq_len,
+        "time_limit_s": time_limit_s,
+        "training_tokens": point.training_tokens,
+        "price_per_device_hour": point.price_per_device_hour,
+    }
 
 
 def _finish(row: dict) -> dict:
-    row["finished_at"] = datetime.now(timezone.utc).isoformat(timespec="seconds")
+    row["finished_at"] = datetime.now(UTC).isoformat(timespec="seconds")
     return {name: row.get(name) for name in COLUMN_NAMES}
 
 
 def _layout_columns(est, price_per_device_hour: float | None) -> dict:
     rec = layout_record(est, 1, price_per_device_hour)
     mem, t = rec["memory_bytes"], rec["time_s"]
-    return {**rec["degrees"], "zero_stage": rec["zero_stage"], "virtual_stages": rec["virtual_stages"],
-            "num_microbatches": rec["num_microbatches"], "microbatch_seqs": rec["microbatch_seqs"],
-            "recompute": rec["recompute"], "sequence_parallel": rec["sequence_parallel"], "schedule": rec["schedule"],
-            "axes": json.dumps(rec["axes"], separators=(",", ":")), "peak_bytes": mem["peak"],
-            "capacity_bytes": mem["capacity"], "compute_s": t["compute"], "exposed_comm_s": t["exposed_comm"],
-            "bubble_s": t["bubble"], "overhead_s": t["overhead"], "step_time_s": t["step"], "mfu": rec["mfu"],
-            "tokens_per_s": rec["tokens_per_s"], "tokens_per_s_per_device": rec["tokens_per_s_per_device"],
-            "train_days": rec["train_days"], "device_hours": rec["device_hours"], "cost": rec["cost"]}
+    return {
+        **rec["degrees"],
+        "zero_stage": rec["zero_stage"],
+        "virtual_stages": rec["virtual_stages"],
+        "num_microbatches": rec["num_microbatches"],
+        "microbatch_seqs": rec["microbatch_seqs"],
+        "recompute": rec["recompute"],
+        "sequence_parallel": rec["sequence_parallel"],
+        "schedule": rec["schedule"],
+        "axes": json.dumps(rec["axes"], separators=(",", ":")),
+        "peak_bytes": mem["peak"],
+        "capacity_bytes": mem["capacity"],
+        "compute_s": t["compute"],
+        "exposed_comm_s": t["exposed_comm"],
+        "bubble_s": t["bubble"],
+        "overhead_s": t["overhead"],
+        "step_time_s": t["step"],
+        "mfu": rec["mfu"],
+        "tokens_per_s": rec["tokens_per_s"],
+        "tokens_per_s_per_device": rec["tokens_per_s_per_device"],
+        "train_days": rec["train_days"],
+        "device_hours": rec["device_hours"],
+        "cost": rec["cost"],
+    }
 
 
 def _why_no_layout(problem: Problem, result, time_limit_s: float) -> str:

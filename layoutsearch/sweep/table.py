@@ -11,23 +11,55 @@ import os
 from layoutsearch.core import io
 from layoutsearch.core.errors import InvalidArgumentError, missing_extra
 
-
-
 # One row per point. Units in the names; kinds drive the Parquet schema and CSV parsing.
 COLUMNS: list[tuple[str, str]] = [
-    ("point_id", "str"), ("model", "str"), ("cluster", "str"), ("num_devices", "int"),
-    ("global_batch_seqs", "int"), ("seq_len", "int"), ("framework", "str"), ("precision", "str"),
-    ("status", "str"), ("objective_s", "float"), ("bound_s", "float"), ("wall_s", "float"),
+    ("point_id", "str"),
+    ("model", "str"),
+    ("cluster", "str"),
+    ("num_devices", "int"),
+    ("global_batch_seqs", "int"),
+    ("seq_len", "int"),
+    ("framework", "str"),
+    ("precision", "str"),
+    ("status", "str"),
+    ("objective_s", "float"),
+    ("bound_s", "float"),
+    ("wall_s", "float"),
     ("num_candidates", "int"),
-    ("dp", "int"), ("fsdp", "int"), ("tp", "int"), ("pp", "int"), ("cp", "int"), ("ep", "int"), ("etp", "int"),
-    ("zero_stage", "int"), ("virtual_stages", "int"), ("num_microbatches", "int"), ("microbatch_seqs", "int"),
-    ("recompute", "str"), ("sequence_parallel", "bool"), ("schedule", "str"), ("axes", "str"),
-    ("peak_bytes", "float"), ("capacity_bytes", "float"),
-    ("compute_s", "float"), ("exposed_comm_s", "float"), ("bubble_s", "float"), ("overhead_s", "float"),
-    ("step_time_s", "float"), ("mfu", "float"), ("tokens_per_s", "float"), ("tokens_per_s_per_device", "float"),
-    ("training_tokens", "float"), ("price_per_device_hour", "float"),
-    ("train_days", "float"), ("device_hours", "float"), ("cost", "float"),
-    ("reason", "str"), ("time_limit_s", "float"), ("point_wall_s", "float"), ("layoutsearch_version", "str"),
+    ("dp", "int"),
+    ("fsdp", "int"),
+    ("tp", "int"),
+    ("pp", "int"),
+    ("cp", "int"),
+    ("ep", "int"),
+    ("etp", "int"),
+    ("zero_stage", "int"),
+    ("virtual_stages", "int"),
+    ("num_microbatches", "int"),
+    ("microbatch_seqs", "int"),
+    ("recompute", "str"),
+    ("sequence_parallel", "bool"),
+    ("schedule", "str"),
+    ("axes", "str"),
+    ("peak_bytes", "float"),
+    ("capacity_bytes", "float"),
+    ("compute_s", "float"),
+    ("exposed_comm_s", "float"),
+    ("bubble_s", "float"),
+    ("overhead_s", "float"),
+    ("step_time_s", "float"),
+    ("mfu", "float"),
+    ("tokens_per_s", "float"),
+    ("tokens_per_s_per_device", "float"),
+    ("training_tokens", "float"),
+    ("price_per_device_hour", "float"),
+    ("train_days", "float"),
+    ("device_hours", "float"),
+    ("cost", "float"),
+    ("reason", "str"),
+    ("time_limit_s", "float"),
+    ("point_wall_s", "float"),
+    ("layoutsearch_version", "str"),
     ("finished_at", "str"),
 ]
 COLUMN_NAMES = [name for name, _ in COLUMNS]
@@ -35,11 +67,30 @@ KINDS = dict(COLUMNS)
 STATUSES = ("OPTIMAL", "FEASIBLE", "INFEASIBLE", "UNKNOWN", "MODEL_INVALID", "ERROR")
 WITH_LAYOUT = ("OPTIMAL", "FEASIBLE")
 REQUIRED = ("point_id", "model", "cluster", "global_batch_seqs", "seq_len", "status")
-LAYOUT_COLUMNS = ("dp", "fsdp", "tp", "pp", "cp", "ep", "etp", "zero_stage", "virtual_stages", "num_microbatches", "recompute",
-                  "peak_bytes", "capacity_bytes", "compute_s", "exposed_comm_s", "bubble_s", "overhead_s",
-                  "step_time_s", "mfu", "tokens_per_s", "tokens_per_s_per_device")
+LAYOUT_COLUMNS = (
+    "dp",
+    "fsdp",
+    "tp",
+    "pp",
+    "cp",
+    "ep",
+    "etp",
+    "zero_stage",
+    "virtual_stages",
+    "num_microbatches",
+    "recompute",
+    "peak_bytes",
+    "capacity_bytes",
+    "compute_s",
+    "exposed_comm_s",
+    "bubble_s",
+    "overhead_s",
+    "step_time_s",
+    "mfu",
+    "tokens_per_s",
+    "tokens_per_s_per_device",
+)
 PLAN_COLUMNS = ("train_days", "device_hours", "cost")  # only with a layout (and training_tokens)
-
 
 
 # ----------------------------------------------------------------------------- rows
@@ -50,8 +101,9 @@ def _type_ok(kind: str, value) -> bool:
         return isinstance(value, bool)
     if kind == "int":
         return isinstance(value, int) and not isinstance(value, bool) and 0 <= value <= 2**62
-    return (isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
-            and 0 <= value <= 1e30)
+    return (
+        isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value) and 0 <= value <= 1e30
+    )
 
 
 def check_row(row) -> str | None:
@@ -68,8 +120,9 @@ def check_row(row) -> str | None:
             return f"no {name}"
     for name, value in row.items():
         if value is not None and not _type_ok(KINDS[name], value):
-            return f"column {name}: {value!r:.40} is not {_KIND_NAMES[KINDS[name]]}" + \
-                (" (finite, >= 0)" if KINDS[name] in ("int", "float") else "")
+            return f"column {name}: {value!r:.40} is not {_KIND_NAMES[KINDS[name]]}" + (
+                " (finite, >= 0)" if KINDS[name] in ("int", "float") else ""
+            )
     if row["point_id"] != f"{row['model']}|{row['cluster']}|{row['global_batch_seqs']}|{row['seq_len']}":
         return f"point_id '{row['point_id'][:80]}' does not match its model, cluster, batch and length"
     if row["status"] not in STATUSES:
@@ -87,6 +140,7 @@ def check_row(row) -> str | None:
 
 
 # ----------------------------------------------------------------------------- files
+
 
 def journal_path(output: str | os.PathLike) -> str:
     return f"{os.fspath(output)}.jsonl"
@@ -230,7 +284,9 @@ def write_table(rows: list[dict], path: str) -> None:
         import pyarrow.parquet as pq
 
         kinds = {"str": pa.string(), "int": pa.int64(), "float": pa.float64(), "bool": pa.bool_()}
-        schema = pa.schema([(name, kinds[kind]) for name, kind in COLUMNS], metadata={"generator": "layoutsearch sweep"})
+        schema = pa.schema(
+            [(name, kinds[kind]) for name, kind in COLUMNS], metadata={"generator": "layoutsearch sweep"}
+        )
         table = pa.Table.from_pylist([{k: r.get(k) for k in COLUMN_NAMES} for r in rows], schema=schema)
         sink = pa.BufferOutputStream()
         pq.write_table(table, sink)
@@ -270,7 +326,9 @@ def read_table(path: str | os.PathLike, what: str = "SWEEP_FILE") -> list[dict]:
         except OSError as exc:
             raise InvalidArgumentError(f"{where}: cannot read ({exc.strerror or exc})") from None
         except (pa.ArrowException, ValueError) as exc:
-            raise InvalidArgumentError(f"{where}: not a sweep Parquet file ({str(exc).splitlines()[0][:120]})") from None
+            raise InvalidArgumentError(
+                f"{where}: not a sweep Parquet file ({str(exc).splitlines()[0][:120]})"
+            ) from None
     else:
         rows = []
         reader = csv.DictReader(textio.StringIO(io.read_text(path, what), newline=""))
@@ -286,8 +344,9 @@ def read_table(path: str | os.PathLike, what: str = "SWEEP_FILE") -> list[dict]:
                     try:
                         row[k] = None if v == "" else _PARSE[kind](v)
                     except (ValueError, KeyError):
-                        raise InvalidArgumentError(f"{where}: line {number}, column {k}: '{v[:40]}' is not "
-                                                   f"{_KIND_NAMES[kind]}") from None
+                        raise InvalidArgumentError(
+                            f"{where}: line {number}, column {k}: '{v[:40]}' is not {_KIND_NAMES[kind]}"
+                        ) from None
                 rows.append(row)
         except csv.Error as exc:
             raise InvalidArgumentError(f"{where}: not CSV ({exc})") from None

@@ -29,20 +29,18 @@ from __future__ import annotations
 import datetime as _dt
 import math
 import re
+from collections.abc import Callable, Iterable
 from dataclasses import replace
 from pathlib import Path
-from typing import Callable, Iterable
 
 import numpy as np
 import yaml
 
-from layoutsearch.core import io
-from layoutsearch.core import catalogue
-from layoutsearch.core import topology
+from layoutsearch.core import catalogue, io, topology
 from layoutsearch.core.catalogue import accelerator_from_dict
 from layoutsearch.core.errors import CatalogueError, InvalidArgumentError
-from layoutsearch.costs.estimate import estimate
 from layoutsearch.core.specs import Cluster
+from layoutsearch.costs.estimate import estimate
 from layoutsearch.validation.mapping import record_to_problem
 from layoutsearch.validation.runs import source_family
 from layoutsearch.validation.stats import error_stats
@@ -50,42 +48,69 @@ from layoutsearch.validation.stats import error_stats
 DEFAULT_PARAMS = ("matmul_efficiency", "attention_efficiency")
 DEFAULT_SHARED = ("overlap_interference",)  # fitted with them over the GPU families (SHARED_KIND)
 MAX_FIT_PARAMS = 4  # a few fractions per family, never one per record
-LOSSES = ("squares", "huber")  # of the log errors: least squares, or Huber's (squares within HUBER_LOG_SCALE, linear beyond)
+LOSSES = (
+    "squares",
+    "huber",
+)  # of the log errors: least squares, or Huber's (squares within HUBER_LOG_SCALE, linear beyond)
 ROUTING_CV_GRID = tuple(round(0.05 * i, 2) for i in range(13))  # Workload.routing_cv's fit: 0 .. 0.6 by 0.05
 HUBER_LOG_SCALE = 0.2  # log(predicted / measured) beyond which a record's pull stops growing: about 20 %
 # Accelerator id -> the family whose records share one calibration (same compute die and clocks).
-FAMILIES = {"a100-40gb": "a100", "a100-80gb": "a100", "h100": "h100-class", "h200": "h100-class",
-            "h800": "h100-class", "b200": "b200-class", "gb200": "b200-class"}
+FAMILIES = {
+    "a100-40gb": "a100",
+    "a100-80gb": "a100",
+    "h100": "h100-class",
+    "h200": "h100-class",
+    "h800": "h100-class",
+    "b200": "b200-class",
+    "gb200": "b200-class",
+}
 EFFICIENCY_BOUNDS = (0.2, 1.0)
 SHARE_BOUNDS = (0.0, 1.0)  # fractions that may be zero (overlap_interference)
 # Shared fields: one value fitted together with every family of that accelerator kind (``fit_joint``): an effect
 # of the communication library on the chip, not of one chip's kernels (NCCL's kernels on the SMs of every GPU)
-SHARED_KIND = {"overlap_interference": "gpu", "moe_overhead_graphed_share": "gpu",
-               "moe_overhead_full_graph_share": "gpu", "moe_expert_overhead_s": "gpu"}
-SCALES = {"matmul_half_efficiency_tokens": 128.0, "attention_half_efficiency_keys": 128.0, "microbatch_overhead_s": 1e-4, "step_overhead_s": 1e-2,
-          "moe_layer_overhead_s": 1e-4, "moe_expert_overhead_s": 1e-5, "blocking_launch_s_per_layer_pass": 1e-3,
-          "collective_half_efficiency_bytes": 65536.0}
+SHARED_KIND = {
+    "overlap_interference": "gpu",
+    "moe_overhead_graphed_share": "gpu",
+    "moe_overhead_full_graph_share": "gpu",
+    "moe_expert_overhead_s": "gpu",
+}
+SCALES = {
+    "matmul_half_efficiency_tokens": 128.0,
+    "attention_half_efficiency_keys": 128.0,
+    "microbatch_overhead_s": 1e-4,
+    "step_overhead_s": 1e-2,
+    "moe_layer_overhead_s": 1e-4,
+    "moe_expert_overhead_s": 1e-5,
+    "blocking_launch_s_per_layer_pass": 1e-3,
+    "collective_half_efficiency_bytes": 65536.0,
+}
 # Accelerator field (SI) -> (hardware YAML key under `calibration:`, factor from SI to the YAML unit)
-YAML_KEYS = {"matmul_efficiency": ("matmul_efficiency", 1.0),
-             "attention_efficiency": ("attention_efficiency", 1.0),
-             "vendor_attention_efficiency": ("vendor_attention_efficiency", 1.0),
-             "attention_half_efficiency_keys": ("attention_half_efficiency_keys", 1.0),
-             "fp8_matmul_efficiency": ("fp8_matmul_efficiency", 1.0),
-             "matmul_half_efficiency_tokens": ("matmul_half_efficiency_tokens", 1.0),
-             "collective_efficiency": ("collective_efficiency", 1.0),
-             "scale_out_efficiency": ("scale_out_efficiency", 1.0),
-             "collective_half_efficiency_bytes": ("collective_half_efficiency_kib", 1 / 1024),
-             "microbatch_overhead_s": ("microbatch_overhead_us", 1e6),
-             "step_overhead_s": ("step_overhead_ms", 1e3),
-             "grouped_matmul_efficiency": ("grouped_matmul_efficiency", 1.0),
-             "moe_layer_overhead_s": ("moe_layer_overhead_us", 1e6),
-             "moe_expert_overhead_s": ("moe_expert_overhead_us", 1e6),
-             "overlap_interference": ("overlap_interference", 1.0),
-             "moe_overhead_graphed_share": ("moe_overhead_graphed_share", 1.0),
-             "moe_overhead_full_graph_share": ("moe_overhead_full_graph_share", 1.0),
-             "blocking_launch_s_per_layer_pass": ("blocking_launch_us_per_layer_pass", 1e6)}
-AXIS_EFFICIENCY = {"torus": "collective_efficiency", "switch": "collective_efficiency",
-                   "scale_out": "scale_out_efficiency", "dcn": "scale_out_efficiency"}
+YAML_KEYS = {
+    "matmul_efficiency": ("matmul_efficiency", 1.0),
+    "attention_efficiency": ("attention_efficiency", 1.0),
+    "vendor_attention_efficiency": ("vendor_attention_efficiency", 1.0),
+    "attention_half_efficiency_keys": ("attention_half_efficiency_keys", 1.0),
+    "fp8_matmul_efficiency": ("fp8_matmul_efficiency", 1.0),
+    "matmul_half_efficiency_tokens": ("matmul_half_efficiency_tokens", 1.0),
+    "collective_efficiency": ("collective_efficiency", 1.0),
+    "scale_out_efficiency": ("scale_out_efficiency", 1.0),
+    "collective_half_efficiency_bytes": ("collective_half_efficiency_kib", 1 / 1024),
+    "microbatch_overhead_s": ("microbatch_overhead_us", 1e6),
+    "step_overhead_s": ("step_overhead_ms", 1e3),
+    "grouped_matmul_efficiency": ("grouped_matmul_efficiency", 1.0),
+    "moe_layer_overhead_s": ("moe_layer_overhead_us", 1e6),
+    "moe_expert_overhead_s": ("moe_expert_overhead_us", 1e6),
+    "overlap_interference": ("overlap_interference", 1.0),
+    "moe_overhead_graphed_share": ("moe_overhead_graphed_share", 1.0),
+    "moe_overhead_full_graph_share": ("moe_overhead_full_graph_share", 1.0),
+    "blocking_launch_s_per_layer_pass": ("blocking_launch_us_per_layer_pass", 1e6),
+}
+AXIS_EFFICIENCY = {
+    "torus": "collective_efficiency",
+    "switch": "collective_efficiency",
+    "scale_out": "scale_out_efficiency",
+    "dcn": "scale_out_efficiency",
+}
 
 
 def with_calibration(cluster: Cluster, **fields: float) -> Cluster:
@@ -95,8 +120,12 @@ def with_calibration(cluster: Cluster, **fields: float) -> Cluster:
     (scale-out, DCN) from the accelerator when the cluster is resolved; both are refreshed here.
     """
     acc = replace(cluster.accelerator, **fields)
-    axes = tuple(a if a.bytes_per_s_per_direction == 0 or a.kind not in AXIS_EFFICIENCY
-                 else replace(a, efficiency=getattr(acc, AXIS_EFFICIENCY[a.kind])) for a in cluster.axes)
+    axes = tuple(
+        a
+        if a.bytes_per_s_per_direction == 0 or a.kind not in AXIS_EFFICIENCY
+        else replace(a, efficiency=getattr(acc, AXIS_EFFICIENCY[a.kind]))
+        for a in cluster.axes
+    )
     return replace(cluster, accelerator=acc, axes=axes)
 
 
@@ -148,8 +177,11 @@ def _bounds(name: str) -> tuple[float, float] | None:
     """(low, high) of a bounded fraction, None for a scale (overheads, half-efficiency points)."""
     if name.endswith("efficiency"):
         return EFFICIENCY_BOUNDS
-    return SHARE_BOUNDS if name in ("overlap_interference", "moe_overhead_graphed_share",
-                                    "moe_overhead_full_graph_share") else None
+    return (
+        SHARE_BOUNDS
+        if name in ("overlap_interference", "moe_overhead_graphed_share", "moe_overhead_full_graph_share")
+        else None
+    )
 
 
 def _to_value(name: str, u: float) -> float:
@@ -169,8 +201,9 @@ def _to_coord(name: str, value: float) -> float:
     return math.log(max(value, 1e-6 * SCALES.get(name, 1.0)) / SCALES.get(name, 1.0))
 
 
-def levenberg_marquardt(residual_fn: Callable[[np.ndarray], np.ndarray], u0: np.ndarray, max_iter: int = 40,
-                        step: float = 1e-3) -> tuple[np.ndarray, int, np.ndarray]:
+def levenberg_marquardt(
+    residual_fn: Callable[[np.ndarray], np.ndarray], u0: np.ndarray, max_iter: int = 40, step: float = 1e-3
+) -> tuple[np.ndarray, int, np.ndarray]:
     """Minimise ||r(u)||^2 (dimensionless residuals). Returns (u, iterations, mask of constrained coordinates).
 
     Coordinates whose Jacobian column is zero at the start are not constrained by the data and
@@ -179,7 +212,7 @@ def levenberg_marquardt(residual_fn: Callable[[np.ndarray], np.ndarray], u0: np.
     u, lam = np.asarray(u0, float).copy(), 1e-2
     r = residual_fn(u)
     active, it = None, 0
-    for it in range(1, max_iter + 1):
+    for it in range(1, max_iter + 1):  # noqa: B007 (the last count is reported)
         jac = np.column_stack([(residual_fn(u + step * e) - r) / step for e in np.eye(len(u))])
         if active is None:
             active = np.linalg.norm(jac, axis=0) > 1e-9
@@ -202,8 +235,9 @@ def levenberg_marquardt(residual_fn: Callable[[np.ndarray], np.ndarray], u0: np.
 
 
 # ----------------------------------------------------------------------------- fit
-def fit_fields(problems: list[tuple[str, tuple, float]], params: tuple[str, ...],
-               loss: str = "squares") -> tuple[dict, dict, list, int]:
+def fit_fields(
+    problems: list[tuple[str, tuple, float]], params: tuple[str, ...], loss: str = "squares"
+) -> tuple[dict, dict, list, int]:
     """Values of ``params`` shared by all ``problems`` minimising the ``loss`` of their log errors (``fit_residuals``):
     (fitted, start, unconstrained, iterations).
 
@@ -219,8 +253,9 @@ def fit_fields(problems: list[tuple[str, tuple, float]], params: tuple[str, ...]
     return fitted, start, [p for p, ok in zip(params, active) if not ok], iterations
 
 
-def fit_joint(groups: dict[str, list], params: tuple[str, ...], shared: tuple[str, ...],
-              loss: str = "squares") -> dict[str, dict]:
+def fit_joint(
+    groups: dict[str, list], params: tuple[str, ...], shared: tuple[str, ...], loss: str = "squares"
+) -> dict[str, dict]:
     """``params`` per family and ``shared`` fields common to the families of their kind (``SHARED_KIND``),
     fitted as one problem over every family's residuals (``loss``, ``fit_residuals``): {family: fitted fields}.
 
@@ -235,7 +270,9 @@ def fit_joint(groups: dict[str, list], params: tuple[str, ...], shared: tuple[st
 
     def mean_of(f, p):
         fams = [f] if f != "*" else [g for g in own if p in joins[g]]
-        return float(np.mean([getattr(pr.cluster.accelerator, p) for g in fams for _, (pr, _), _ in groups[g]] or [0.0]))
+        return float(
+            np.mean([getattr(pr.cluster.accelerator, p) for g in fams for _, (pr, _), _ in groups[g]] or [0.0])
+        )
 
     start = np.array([_to_coord(p, mean_of(f, p)) for f, p in names])
 
@@ -255,19 +292,29 @@ def fit_accelerator(problems: list[tuple[str, tuple, float]], params: tuple[str,
     fitted, start, unconstrained, iterations = fit_fields(problems, params, loss)
     after = log_residuals(problems, fitted)
     members = sorted({pr.cluster.accelerator.id for _, (pr, _), _ in problems})
-    return {"records": len(problems), "accelerators": members, "ids": [pid for pid, _, _ in problems],
-            "start": start, "fitted": fitted, "unconstrained": unconstrained, "at_bound": _at_bound(fitted),
-            "iterations": iterations,
-            "before": error_stats(list(np.expm1(before))), "after": error_stats(list(np.expm1(after)))}
+    return {
+        "records": len(problems),
+        "accelerators": members,
+        "ids": [pid for pid, _, _ in problems],
+        "start": start,
+        "fitted": fitted,
+        "unconstrained": unconstrained,
+        "at_bound": _at_bound(fitted),
+        "iterations": iterations,
+        "before": error_stats(list(np.expm1(before))),
+        "after": error_stats(list(np.expm1(after))),
+    }
 
 
 def _at_bound(fitted: dict[str, float]) -> list[str]:
     """Parameters the fit pushed to a bound: a sign of a missing physical effect, not a calibration."""
+
     def at_bound(p, v):
         if _bounds(p) is None:
             return v < 1e-9
         lo, hi = _bounds(p)
         return v < lo + 1e-3 or v > hi - 1e-3
+
     return [p for p, v in fitted.items() if at_bound(p, v)]
 
 
@@ -277,8 +324,10 @@ def check_params(params: tuple[str, ...], shared: tuple[str, ...] = ()) -> tuple
     params = tuple(dict.fromkeys(params))
     unknown = [p for p in params if p not in YAML_KEYS]
     if unknown or not (params or shared) or len(params) > MAX_FIT_PARAMS:
-        raise InvalidArgumentError(f"calibration fits 1 to {MAX_FIT_PARAMS} of {', '.join(YAML_KEYS)} per accelerator "
-                                   f"family; got {', '.join(params) or 'none'}")
+        raise InvalidArgumentError(
+            f"calibration fits 1 to {MAX_FIT_PARAMS} of {', '.join(YAML_KEYS)} per accelerator "
+            f"family; got {', '.join(params) or 'none'}"
+        )
     return params
 
 
@@ -287,9 +336,14 @@ def chosen_params(params: tuple[str, ...], num_records: int) -> tuple[str, ...]:
     return params if num_records >= 2 * len(params) else ("matmul_efficiency",)
 
 
-def calibrate(records: list[dict], accelerators: Iterable[str] | None = None,
-              params: tuple[str, ...] = DEFAULT_PARAMS, exclude: Iterable[str] = (),
-              shared: tuple[str, ...] = (), loss: str = "squares") -> dict:
+def calibrate(
+    records: list[dict],
+    accelerators: Iterable[str] | None = None,
+    params: tuple[str, ...] = DEFAULT_PARAMS,
+    exclude: Iterable[str] = (),
+    shared: tuple[str, ...] = (),
+    loss: str = "squares",
+) -> dict:
     """Fit calibration parameters per accelerator family; {family: fit_accelerator(...) result}.
 
     ``accelerators`` (ids or family names) defaults to every accelerator with records; ``exclude``
@@ -321,14 +375,17 @@ def _calibrate_joint(records, accelerators, params, shared, exclude, loss) -> di
     """``calibrate`` with shared fields: one joint fit, reported per family as ``fit_accelerator`` does."""
     unknown = [s for s in shared if s not in SHARED_KIND]
     if unknown or set(shared) & set(params):
-        raise InvalidArgumentError(f"--shared: {', '.join(shared)}: shared fields are {', '.join(SHARED_KIND)}, "
-                                   f"not also in --fit")
+        raise InvalidArgumentError(
+            f"--shared: {', '.join(shared)}: shared fields are {', '.join(SHARED_KIND)}, not also in --fit"
+        )
     skip = set(exclude)
     kept = [r for r in records if r["id"] not in skip and r["cluster"]["accelerator"] is not None]
     if accelerators is not None:
         wanted = set(accelerators)
         kept = [r for r in kept if {r["cluster"]["accelerator"], family_of(r["cluster"]["accelerator"])} & wanted]
-    groups = {name: usable_problems(kept, name) for name in sorted({family_of(r["cluster"]["accelerator"]) for r in kept})}
+    groups = {
+        name: usable_problems(kept, name) for name in sorted({family_of(r["cluster"]["accelerator"]) for r in kept})
+    }
     if not any(groups.values()):  # nothing to fit
         return {name: {"records": 0, "skipped_reason": "no usable records"} for name in groups}
     fitted = fit_joint(groups, params, shared, loss)
@@ -338,10 +395,17 @@ def _calibrate_joint(records, accelerators, params, shared, exclude, loss) -> di
             out[name] = {"records": 0, "skipped_reason": "no usable records"}
             continue
         before, after = log_residuals(problems, {}), log_residuals(problems, fitted[name])
-        out[name] = {"records": len(problems), "accelerators": sorted({pr.cluster.accelerator.id for _, (pr, _), _ in problems}),
-                     "ids": [pid for pid, _, _ in problems], "fitted": fitted[name], "unconstrained": [],
-                     "at_bound": _at_bound(fitted[name]), "shared": [s for s in shared if s in fitted[name]],
-                     "before": error_stats(list(np.expm1(before))), "after": error_stats(list(np.expm1(after)))}
+        out[name] = {
+            "records": len(problems),
+            "accelerators": sorted({pr.cluster.accelerator.id for _, (pr, _), _ in problems}),
+            "ids": [pid for pid, _, _ in problems],
+            "fitted": fitted[name],
+            "unconstrained": [],
+            "at_bound": _at_bound(fitted[name]),
+            "shared": [s for s in shared if s in fitted[name]],
+            "before": error_stats(list(np.expm1(before))),
+            "after": error_stats(list(np.expm1(after))),
+        }
     return out
 
 
@@ -359,14 +423,14 @@ def learned_routing_problems(records: Iterable[dict]) -> list[tuple[str, tuple, 
         if isinstance(mapped, str):
             continue
         problem, layout = mapped
-        if (problem.workload.routing == "learned" and problem.model.moe.capacity_factor is None
-                and layout.ep > 1):
+        if problem.workload.routing == "learned" and problem.model.moe.capacity_factor is None and layout.ep > 1:
             out.append((r["id"], mapped, float(meas["tokens_per_s_per_device"])))
     return out
 
 
-def routing_cv_scan(problems: list[tuple[str, tuple, float]], values: Iterable[float],
-                    loss: str = "huber") -> dict[float, tuple[float, np.ndarray]]:
+def routing_cv_scan(
+    problems: list[tuple[str, tuple, float]], values: Iterable[float], loss: str = "huber"
+) -> dict[float, tuple[float, np.ndarray]]:
     """For each candidate ``routing_cv``: (the fit's objective, the sum of squared ``fit_residuals``; the log errors
     of ``problems``), the problems costed with that spread and the catalogue's calibration."""
     out = {}
@@ -395,10 +459,15 @@ def _with_routing_cv(prob: tuple[str, tuple, float], cv: float) -> tuple[str, tu
     return pid, (replace(problem, workload=replace(problem.workload, routing_cv=cv)), layout), measured
 
 
-def leave_one_source_out(records: list[dict], params: tuple[str, ...] = DEFAULT_PARAMS,
-                         shared: tuple[str, ...] = (), fit_on: Callable[[dict], bool] | None = None,
-                         loss: str = "squares", routing_cv_grid: Iterable[float] | None = None,
-                         then: tuple[tuple[str, Callable[[dict], bool]], ...] = ()) -> dict:
+def leave_one_source_out(
+    records: list[dict],
+    params: tuple[str, ...] = DEFAULT_PARAMS,
+    shared: tuple[str, ...] = (),
+    fit_on: Callable[[dict], bool] | None = None,
+    loss: str = "squares",
+    routing_cv_grid: Iterable[float] | None = None,
+    then: tuple[tuple[str, Callable[[dict], bool]], ...] = (),
+) -> dict:
     """Leave-one-source-out: for each source family, fit the calibration (``params`` per accelerator
     family, as ``calibrate``) on every OTHER source's usable records and predict the held-out source.
 
@@ -441,10 +510,14 @@ def leave_one_source_out(records: list[dict], params: tuple[str, ...] = DEFAULT_
             how["routing_cv"] = f"{cv:.2f}, refit on {len(train_learned)} learned-routing records of the other sources"
         joint = {}
         if shared:
-            train_groups = {f: [p for s, g, p in fold if s != source and g == f and p[0] in fitted_ids]
-                            for f in sorted({f for _, f, _ in items})}
+            train_groups = {
+                f: [p for s, g, p in fold if s != source and g == f and p[0] in fitted_ids]
+                for f in sorted({f for _, f, _ in items})
+            }
             joint = fit_joint({f: g for f, g in train_groups.items() if len(g) >= 2}, params, shared, loss)
-        fold_fields: dict[str, dict[str, float]] = {}  # every family's: the held-out source's, and what ``then`` fits on
+        fold_fields: dict[
+            str, dict[str, float]
+        ] = {}  # every family's: the held-out source's, and what ``then`` fits on
         held_families = {f for s, f, _ in fold if s == source}
         for fam in sorted({f for _, f, _ in fold} if then else held_families):
             train = [p for s, f, p in fold if s != source and f == fam and p[0] in fitted_ids]
@@ -453,16 +526,24 @@ def leave_one_source_out(records: list[dict], params: tuple[str, ...] = DEFAULT_
                 chosen = chosen_params(params, len(train)) + tuple(s for s in shared if s in joint.get(fam, {}))
                 fields = joint[fam] if shared else fit_fields(train, chosen, loss)[0]
                 others = len({s for s, f, p in fold if s != source and f == fam and p[0] in fitted_ids})
-                note = (f"{', '.join(chosen)} refit on {len(train)} records of {others} other "
-                        f"source{'s' if others > 1 else ''}")
+                note = (
+                    f"{', '.join(chosen)} refit on {len(train)} records of {others} other "
+                    f"source{'s' if others > 1 else ''}"
+                )
             else:
                 note = "catalogue values (no other source has records on this family)"
             if fam in held_families:
                 how[fam] = note
             fold_fields[fam] = fields
         for name, _ in then:  # each in turn, the fold's fields (and the shares before it) held
-            stage = {f: [_with_fields(p, fold_fields[f]) for s, f2, p in fold
-                         if f2 == f and s != source and p[0] in picked_by[name]] for f in fold_fields}
+            stage = {
+                f: [
+                    _with_fields(p, fold_fields[f])
+                    for s, f2, p in fold
+                    if f2 == f and s != source and p[0] in picked_by[name]
+                ]
+                for f in fold_fields
+            }
             stage = {f: probs for f, probs in stage.items() if probs}
             if sum(map(len, stage.values())) < 2:
                 how[name] = "catalogue value (fewer than 2 such records in the other sources)"
@@ -485,19 +566,28 @@ def leave_one_source_out(records: list[dict], params: tuple[str, ...] = DEFAULT_
     joint = fit_joint({f: g for f, g in fit_groups.items() if len(g) >= 2}, params, shared, loss) if shared else {}
     for fam, probs in groups.items():
         train = fit_groups[fam]
-        fields = (joint.get(fam, {}) if shared else
-                  fit_fields(train, chosen_params(params, len(train)), loss)[0] if len(train) >= 2 else {})
+        fields = (
+            joint.get(fam, {})
+            if shared
+            else fit_fields(train, chosen_params(params, len(train)), loss)[0]
+            if len(train) >= 2
+            else {}
+        )
         in_sample += list(np.expm1(log_residuals(probs, fields)))
     overall = error_stats(list(rel.values()))
-    return {"params": list(params) + list(shared), **{k: overall[k] for k in ("count", "median_abs_rel_error", "p90_abs_rel_error",
-                                                               "median_rel_error")},
-            "in_sample_median_abs_rel_error": error_stats(in_sample)["median_abs_rel_error"],
-            "by_source": by_source, "rel_errors": rel}
+    return {
+        "params": list(params) + list(shared),
+        **{k: overall[k] for k in ("count", "median_abs_rel_error", "p90_abs_rel_error", "median_rel_error")},
+        "in_sample_median_abs_rel_error": error_stats(in_sample)["median_abs_rel_error"],
+        "by_source": by_source,
+        "rel_errors": rel,
+    }
 
 
 # ----------------------------------------------------------------------------- catalogue
-def write_calibration(fitted: dict, hardware_dir: str | Path, runs_name: str = "runs_dev.yaml",
-                      today: _dt.date | None = None) -> list[Path]:
+def write_calibration(
+    fitted: dict, hardware_dir: str | Path, runs_name: str = "runs_dev.yaml", today: _dt.date | None = None
+) -> list[Path]:
     """Rewrite the ``calibration:`` values (and ``sources.calibration``, or ``sources.calibration_moe`` for a fit of
     MoE fields only, which leaves the dense fields' provenance alone) of hardware/<id>.yaml.
 
@@ -506,8 +596,11 @@ def write_calibration(fitted: dict, hardware_dir: str | Path, runs_name: str = "
     """
     written = []
     for name, entry in fitted.items():
-        values = (entry.get("fitted") if "fitted" in entry or "records" in entry else entry) \
-            if isinstance(entry, dict) else {}
+        values = (
+            (entry.get("fitted") if "fitted" in entry or "records" in entry else entry)
+            if isinstance(entry, dict)
+            else {}
+        )
         if not values:
             continue
         n = entry.get("records", "?")
@@ -515,8 +608,10 @@ def write_calibration(fitted: dict, hardware_dir: str | Path, runs_name: str = "
         for acc_id in members:
             path = Path(hardware_dir) / f"{acc_id}.yaml"
             of = f", family {name}" if members != [name] else ""
-            note = (f"fitted by layoutsearch calibrate on {runs_name} ({n} records{of}) on "
-                    f"{(today or _dt.date.today()).isoformat()}")
+            note = (
+                f"fitted by layoutsearch calibrate on {runs_name} ({n} records{of}) on "
+                f"{(today or _dt.date.today()).isoformat()}"
+            )
             text = _rewrite(path.read_text(), values, note)
             accelerator_from_dict(_load_text(text, path), str(path))
             io.atomic_write(path, text, "--write")

@@ -210,16 +210,36 @@ from layoutsearch.costs.estimate import estimate
 from layoutsearch.validation.runs import source_family
 
 Mapped = tuple[Problem, Layout]  # what a record is for the engine
-MODEL_KEYS = ("num_layers", "d_model", "d_ff", "mlp", "num_heads", "num_kv_heads", "head_dim", "vocab_size",
-              "tied_embeddings")
-ENGINE_NEEDS = {"model": MODEL_KEYS, "workload": ("seq_len", "global_batch_seqs"),
-                "cluster": ("accelerator", "num_devices"), "layout": ("dp", "fsdp", "zero_stage", "tp", "pp", "cp")}
+MODEL_KEYS = (
+    "num_layers",
+    "d_model",
+    "d_ff",
+    "mlp",
+    "num_heads",
+    "num_kv_heads",
+    "head_dim",
+    "vocab_size",
+    "tied_embeddings",
+)
+ENGINE_NEEDS = {
+    "model": MODEL_KEYS,
+    "workload": ("seq_len", "global_batch_seqs"),
+    "cluster": ("accelerator", "num_devices"),
+    "layout": ("dp", "fsdp", "zero_stage", "tp", "pp", "cp"),
+}
 MOE_NEEDS = ("num_experts", "top_k", "expert_d_ff")  # of model.moe (rule 16)
 MLA_NEEDS = ("q_lora_rank", "kv_lora_rank", "qk_rope_head_dim", "qk_nope_head_dim", "v_head_dim")  # of model.mla
 RECOMPUTE = ("none", "selective", "full")
 # Default board power of the GPU parts (W): SXM A100 400, SXM H100/H200 700, HGX B200 1000, GB200 1200 per GPU.
-POWER_RATING_W = {"a100-40gb": 400, "a100-80gb": 400, "h100": 700, "h200": 700, "h800": 700, "b200": 1000,
-                  "gb200": 1200}
+POWER_RATING_W = {
+    "a100-40gb": 400,
+    "a100-80gb": 400,
+    "h100": 700,
+    "h200": 700,
+    "h800": 700,
+    "b200": 1000,
+    "gb200": 1200,
+}
 ACCELERATOR_ALIASES = {"h800": "h100"}  # used only while the catalogue has no such id (rule 10)
 # Precisions the engine does not cost yet: such a record is skipped (rule 5). Empty it when fp8 is costed.
 UNMODELLED_PRECISIONS: tuple[str, ...] = ()  # every record precision is costed (fp8 since the trust issue)
@@ -231,15 +251,22 @@ def _is_bigscience(record: dict) -> bool:
     return source_family(record) == "bigscience"
 
 
-TP_OVERLAP_SOURCES = ("NeMo", "nemo-framework", "Megatron-Bridge", "dgxc-benchmarking",
-                      "Megatron-LM")  # rule 11 (source families)
+TP_OVERLAP_SOURCES = (
+    "NeMo",
+    "nemo-framework",
+    "Megatron-Bridge",
+    "dgxc-benchmarking",
+    "Megatron-LM",
+)  # rule 11 (source families)
 
 
 PRESETS_PATH = Path(__file__).with_name("mbridge_presets.yaml")  # rule 22
-PRESET_LAYOUT = ("num_devices", "tp", "pp", "cp", "virtual_stages", "ep", "etp", "microbatch_seqs",
-                 "global_batch_seqs")
-PRESET_SETTINGS = {"cuda_graphs": ("none", "scoped", "full_iteration"), "ep_comm_overlap": (True, False),
-                   "dispatcher": ("alltoall", "deepep", "hybridep")}
+PRESET_LAYOUT = ("num_devices", "tp", "pp", "cp", "virtual_stages", "ep", "etp", "microbatch_seqs", "global_batch_seqs")
+PRESET_SETTINGS = {
+    "cuda_graphs": ("none", "scoped", "full_iteration"),
+    "ep_comm_overlap": (True, False),
+    "dispatcher": ("alltoall", "deepep", "hybridep"),
+}
 
 
 def _release_table(path: Path, key: str, layout: tuple[str, ...], settings: dict[str, tuple]) -> tuple[dict, ...]:
@@ -248,8 +275,9 @@ def _release_table(path: Path, key: str, layout: tuple[str, ...], settings: dict
     entries = (io.read_yaml(path, error=CatalogueError) or {}).get(key) or []
     for i, e in enumerate(entries):
         where = f"{path.name}: {key.rstrip('s')} #{i + 1}"
-        missing = [f for f in ("release", "model", "system", "precision", "source", "layout", *settings)
-                   if f not in e] + [f"layout.{f}" for f in layout if f != "etp" and f not in (e.get("layout") or {})]
+        missing = [
+            f for f in ("release", "model", "system", "precision", "source", "layout", *settings) if f not in e
+        ] + [f"layout.{f}" for f in layout if f != "etp" and f not in (e.get("layout") or {})]
         if missing:
             raise CatalogueError(f"{where}: missing {', '.join(missing)}")
         for name, allowed in settings.items():
@@ -268,8 +296,9 @@ def _mbridge_row(record: dict) -> tuple[str, str, str, str] | None:
     """(release, model, system, precision) of a Megatron-Bridge performance-summary row, from its source."""
     if source_family(record) != "Megatron-Bridge":
         return None
-    found = re.search(r"'(\d\d\.\d\d(?:\.\d\d)?) NeMo Container' section, (.+?) / (DGX-[\w-]+) row",
-                      str(record.get("source") or ""))
+    found = re.search(
+        r"'(\d\d\.\d\d(?:\.\d\d)?) NeMo Container' section, (.+?) / (DGX-[\w-]+) row", str(record.get("source") or "")
+    )
     if not found:
         return None
     wl = record["workload"]
@@ -281,9 +310,17 @@ def _mbridge_row(record: dict) -> tuple[str, str, str, str] | None:
 
 def _preset_layout_of(record: dict) -> dict:
     lay, wl = record["layout"], record["workload"]
-    return {"num_devices": record["cluster"]["num_devices"], "tp": lay["tp"], "pp": lay["pp"], "cp": lay["cp"],
-            "virtual_stages": lay["virtual_stages"] or 1, "ep": lay.get("ep") or 1, "etp": lay.get("etp") or 1,
-            "microbatch_seqs": lay["microbatch_seqs"], "global_batch_seqs": wl["global_batch_seqs"]}
+    return {
+        "num_devices": record["cluster"]["num_devices"],
+        "tp": lay["tp"],
+        "pp": lay["pp"],
+        "cp": lay["cp"],
+        "virtual_stages": lay["virtual_stages"] or 1,
+        "ep": lay.get("ep") or 1,
+        "etp": lay.get("etp") or 1,
+        "microbatch_seqs": lay["microbatch_seqs"],
+        "global_batch_seqs": wl["global_batch_seqs"],
+    }
 
 
 OVERRIDE_RELEASES_FROM = (25, 11)  # rule 22: scripts/performance/utils/overrides.py set_user_overrides
@@ -311,10 +348,16 @@ def nemo_perf_config(record: dict) -> dict | None:
         return None
     ours = {**_preset_layout_of(record), "seq_len": record["workload"]["seq_len"]}
     model, precision = _name_key(record["model"]["name"]), record["workload"]["precision"] or "bf16"
-    return next((e for e in nemo_perf_configs()
-                 if (e["release"], e["system"], e["precision"]) == (found.group(1), found.group(2), precision)
-                 and model.startswith(_name_key(e["model"]))
-                 and all(ours[f] == v for f, v in e["layout"].items())), None)
+    return next(
+        (
+            e
+            for e in nemo_perf_configs()
+            if (e["release"], e["system"], e["precision"]) == (found.group(1), found.group(2), precision)
+            and model.startswith(_name_key(e["model"]))
+            and all(ours[f] == v for f, v in e["layout"].items())
+        ),
+        None,
+    )
 
 
 def _release_key(release: str) -> tuple[int, ...]:
@@ -335,8 +378,11 @@ def mbridge_preset(record: dict) -> tuple[dict | None, list[str]]:
         # the 25.09 tables give no fp8 recipe: their presets' "fp8" is any
         same_precision = entry["precision"] in (precision, precision.split("-")[0])
         if (entry["release"], entry["model"], entry["system"]) == (release, model, system) and same_precision:
-            differ = [f"{f} {ours[f]} (preset {entry['layout'][f]})" for f in PRESET_LAYOUT
-                      if f in entry["layout"] and ours[f] != entry["layout"][f]]
+            differ = [
+                f"{f} {ours[f]} (preset {entry['layout'][f]})"
+                for f in PRESET_LAYOUT
+                if f in entry["layout"] and ours[f] != entry["layout"][f]
+            ]
             if not differ:
                 return entry, []
             candidates.append((len(differ), len(candidates), entry, differ))
@@ -359,8 +405,12 @@ def recipe_stage_layers(record: dict) -> tuple[int, int] | None:
     row = _mbridge_row(record)
     if row is not None and row[1].startswith("DeepSeekV3") and (pp, vp) in DEEPSEEK_V3_RECIPE_SPLITS:
         return 64 // pp, 64 // pp - 3
-    if row is None and vp == 1 and str((record.get("derived") or {}).get("container", "")).startswith("NeMo 25.04") \
-            and "deepseek" in record["model"]["name"].lower():
+    if (
+        row is None
+        and vp == 1
+        and str((record.get("derived") or {}).get("container", "")).startswith("NeMo 25.04")
+        and "deepseek" in record["model"]["name"].lower()
+    ):
         return 64 // pp - 1, 64 // pp - 2
     return None
 
@@ -419,8 +469,9 @@ def cuda_graphs(record: dict) -> str:
     """Rules 20, 22, 24 and 26: the CUDA graphs the record names, else its Megatron-Bridge preset's, else its MLPerf
     configuration file's, else its NeMo performance configuration's, else none."""
     preset, config, nemo = mbridge_preset(record)[0], mlperf_config_graphs(record), nemo_perf_config(record)
-    return named_cuda_graphs(record) or (preset["cuda_graphs"] if preset else config[1] if config
-                                         else nemo["cuda_graphs"] if nemo else "none")
+    return named_cuda_graphs(record) or (
+        preset["cuda_graphs"] if preset else config[1] if config else nemo["cuda_graphs"] if nemo else "none"
+    )
 
 
 def bf16_grads_because(record: dict) -> str | None:
@@ -428,14 +479,17 @@ def bf16_grads_because(record: dict) -> str | None:
     communication; a Megatron-Bridge performance configuration's ``grad_reduce_in_fp32 = False``), or None: fp32, as
     also where the record names fp32 reduction."""
     text = str(record.get("derived") or {}) + str(record.get("source") or "")
-    if re.search(r"grad[-_ ]reduce[-_ ]in[-_ ]fp32(?![ =:]*(?:false|0)\b)|grad[-_ ]comm[-_ ]dtype[ =:]*fp32", text,
-                 re.IGNORECASE):  # named fp32 reduction ("grad_reduce_in_fp32 = False" names the opposite)
+    if re.search(
+        r"grad[-_ ]reduce[-_ ]in[-_ ]fp32(?![ =:]*(?:false|0)\b)|grad[-_ ]comm[-_ ]dtype[ =:]*fp32", text, re.IGNORECASE
+    ):  # named fp32 reduction ("grad_reduce_in_fp32 = False" names the opposite)
         return None
     if re.search(r"Megatron-FSDP|sharding[-_ ]strategy[ =:]*optim_grads", text, re.IGNORECASE):
         return "Megatron-FSDP: gradients reduced in bf16 (its recommended --grad-reduce-in-bf16)"
     if _mbridge_row(record) is not None:
-        return ("Megatron-Bridge performance configuration: gradients kept and reduced in bf16 "
-                "(ddp.grad_reduce_in_fp32 = False)")
+        return (
+            "Megatron-Bridge performance configuration: gradients kept and reduced in bf16 "
+            "(ddp.grad_reduce_in_fp32 = False)"
+        )
     return None
 
 
@@ -487,8 +541,14 @@ def automodel_ep(record: dict) -> int | None:
     """Rule 17: a NeMo Automodel record on DeepEP with ep null runs ep = its FSDP shard group (where it divides
     the experts); None otherwise."""
     lay, moe = record["layout"], (record["model"].get("moe") or {})
-    if (lay.get("ep") is not None or record["workload"].get("framework") != "nemo-automodel" or not deepep(record)
-            or not lay.get("fsdp") or not moe.get("num_experts") or moe["num_experts"] % lay["fsdp"]):
+    if (
+        lay.get("ep") is not None
+        or record["workload"].get("framework") != "nemo-automodel"
+        or not deepep(record)
+        or not lay.get("fsdp")
+        or not moe.get("num_experts")
+        or moe["num_experts"] % lay["fsdp"]
+    ):
         return None
     return lay["fsdp"]
 
@@ -537,8 +597,11 @@ def recompute_modules(record: dict) -> set[str]:
     ``derived.recompute``, and in the other derived notes after the word "recompute" up to the next ';'."""
     derived = record.get("derived") or {}
     texts = [str(derived.get("recompute") or "")] + [
-        part for key, value in derived.items() if key != "recompute"
-        for part in re.findall(r"recompute[^;]*", str(value), re.IGNORECASE)]
+        part
+        for key, value in derived.items()
+        if key != "recompute"
+        for part in re.findall(r"recompute[^;]*", str(value), re.IGNORECASE)
+    ]
     pattern = r"\b(" + "|".join(MEGATRON_MODULES) + r")\b"
     return {name for text in texts for name in re.findall(pattern, text)}
 
@@ -567,10 +630,16 @@ def custom_offload_policy(record: dict) -> str | None:
     text = f"{derived.get('layout', '')} {derived.get('recompute', '')}"
     if not re.search(r"remat(_policy)?[ :=(]*custom", text) or "offload" not in text:
         return None
-    qkv, out = (bool(re.search(r"q/k/v|query_proj|qkv_proj", text)),
-                bool(re.search(r"out_proj|/out\b|\bout projection", text)))
-    return {(True, True): "custom_offload_dots_except_mlp", (True, False): "custom_offload_qkv_proj",
-            (False, True): "custom_offload_out_proj", (False, False): "custom_offload_input"}[qkv, out]
+    qkv, out = (
+        bool(re.search(r"q/k/v|query_proj|qkv_proj", text)),
+        bool(re.search(r"out_proj|/out\b|\bout projection", text)),
+    )
+    return {
+        (True, True): "custom_offload_dots_except_mlp",
+        (True, False): "custom_offload_qkv_proj",
+        (False, True): "custom_offload_out_proj",
+        (False, False): "custom_offload_input",
+    }[qkv, out]
 
 
 def mapping_notes(record: dict) -> list[str]:
@@ -585,8 +654,10 @@ def mapping_notes(record: dict) -> list[str]:
     elif custom_offload_policy(record):
         notes.append(f"recompute -> {custom_offload_policy(record)} (MaxText custom remat with host offload)")
     elif modules_policy(record):
-        notes.append(f"recompute -> {modules_policy(record)} (Megatron --recompute-modules "
-                     f"{' '.join(sorted(recompute_modules(record)))})")
+        notes.append(
+            f"recompute -> {modules_policy(record)} (Megatron --recompute-modules "
+            f"{' '.join(sorted(recompute_modules(record)))})"
+        )
     elif lay["recompute"] is None:
         notes.append("recompute null -> none")
     if lay["microbatch_seqs"] is None or lay["num_microbatches"] is None:
@@ -596,13 +667,18 @@ def mapping_notes(record: dict) -> list[str]:
     hbm = record["cluster"].get("hbm_gb_per_device")
     if hbm is not None:
         notes.append(f"HBM {hbm:g} GB per device (cluster.hbm_gb_per_device) instead of the catalogue's")
-    if record["cluster"]["accelerator"] in ACCELERATOR_ALIASES and record["cluster"]["accelerator"] not in accelerator_names():
+    if (
+        record["cluster"]["accelerator"] in ACCELERATOR_ALIASES
+        and record["cluster"]["accelerator"] not in accelerator_names()
+    ):
         notes.append("h800 costed as an H100 with NVLink at 200 GB/s per direction")
     framework = record["workload"].get("framework")
     if framework not in RECORD_FRAMEWORKS and _accelerator_id(record) in accelerator_names():
         kind = load_accelerator(_accelerator_id(record)).kind
-        notes.append(f"framework {framework if framework is None else repr(framework)} -> the {kind}'s default "
-                     f"profile ({default_framework(kind)})")
+        notes.append(
+            f"framework {framework if framework is None else repr(framework)} -> the {kind}'s default "
+            f"profile ({default_framework(kind)})"
+        )
     if zero3_collectives_per_layer(record) > 1 and framework != "megatron-deepspeed":
         notes.append("DeepSpeed ZeRO-3 (2021) costed with the deepspeed profile")
     if vendor_attention(record):
@@ -614,11 +690,13 @@ def mapping_notes(record: dict) -> list[str]:
     preset, differ = mbridge_preset(record)
     if preset:
         commit, path, *name = preset["source"].split()
-        layout = (f"its parallelism overridden ({', '.join(differ)})" if differ else "the row's layout")
-        notes.append(f"Megatron-Bridge {preset['release']} preset ({' '.join(name) or path} @ {commit}), {layout}: "
-                     f"CUDA graphs {cuda_graphs(record)}, AllToAll overlap "
-                     f"{'on' if ep_comm_overlap(record) else 'off'}, dispatcher "
-                     f"{'DeepEP/HybridEP' if deepep(record) else 'alltoall'} where the row names none")
+        layout = f"its parallelism overridden ({', '.join(differ)})" if differ else "the row's layout"
+        notes.append(
+            f"Megatron-Bridge {preset['release']} preset ({' '.join(name) or path} @ {commit}), {layout}: "
+            f"CUDA graphs {cuda_graphs(record)}, AllToAll overlap "
+            f"{'on' if ep_comm_overlap(record) else 'off'}, dispatcher "
+            f"{'DeepEP/HybridEP' if deepep(record) else 'alltoall'} where the row names none"
+        )
     elif differ:
         notes.append(f"Megatron-Bridge preset not applied: the row's layout differs ({', '.join(differ)})")
     if mlperf_config_graphs(record) and not named_cuda_graphs(record):
@@ -627,13 +705,17 @@ def mapping_notes(record: dict) -> list[str]:
     nemo = nemo_perf_config(record)
     if nemo and not named_cuda_graphs(record):
         tag, commit, path, key = nemo["source"].split()
-        notes.append(f"NeMo {nemo['release']} performance configuration ({path.rsplit('/', 1)[1]} {key} @ {tag}, "
-                     f"{commit.strip('()')}), the row's layout: CUDA graphs {nemo['cuda_graphs']}"
-                     + (" (per-layer graphs: Megatron's enable_cuda_graph)" if nemo["cuda_graphs"] == "scoped" else ""))
+        notes.append(
+            f"NeMo {nemo['release']} performance configuration ({path.rsplit('/', 1)[1]} {key} @ {tag}, "
+            f"{commit.strip('()')}), the row's layout: CUDA graphs {nemo['cuda_graphs']}"
+            + (" (per-layer graphs: Megatron's enable_cuda_graph)" if nemo["cuda_graphs"] == "scoped" else "")
+        )
     if recipe_stage_layers(record):
         first, last = recipe_stage_layers(record)
-        notes.append(f"pipeline split of the {'Megatron-Bridge' if _mbridge_row(record) else 'NeMo 25.04'} DeepSeek-V3 "
-                     f"recipe: first stage {first} layers, last {last} (with the MTP module and the loss)")
+        notes.append(
+            f"pipeline split of the {'Megatron-Bridge' if _mbridge_row(record) else 'NeMo 25.04'} DeepSeek-V3 "
+            f"recipe: first stage {first} layers, last {last} (with the MTP module and the loss)"
+        )
     if bf16_grads_because(record):
         notes.append(bf16_grads_because(record))
     if lay.get("async_tp") is True and source_family(record) not in TP_OVERLAP_SOURCES:
@@ -647,8 +729,7 @@ def _microbatching(record: dict) -> tuple[int, int] | str:
     mbs = lay["microbatch_seqs"] or 1
     k = lay["num_microbatches"] or batch // (lay["dp"] * mbs)
     if lay["dp"] * mbs * k != batch:
-        return (f"global_batch_seqs({batch}) != dp({lay['dp']}) x microbatch_seqs({mbs}) x "
-                f"num_microbatches({k})")
+        return f"global_batch_seqs({batch}) != dp({lay['dp']}) x microbatch_seqs({mbs}) x num_microbatches({k})"
     return mbs, k
 
 
@@ -696,8 +777,10 @@ def _cluster(record: dict, replicas: int) -> Cluster | str:
             so = c["scale_out_gbytes_per_s_per_device"]
             cluster = resolve_cluster(f"{acc}-{n}", c["devices_per_node"], so * GB if so else None)
             if _is_h800(record):
-                axes = tuple(replace(a, bytes_per_s_per_direction=H800_NVLINK_BYTES_PER_S) if a.kind == "switch" else a
-                             for a in cluster.axes)
+                axes = tuple(
+                    replace(a, bytes_per_s_per_direction=H800_NVLINK_BYTES_PER_S) if a.kind == "switch" else a
+                    for a in cluster.axes
+                )
                 cluster = replace(cluster, axes=axes)
         elif replicas > 1:
             if n % replicas:
@@ -734,8 +817,9 @@ def _tpu_replicas(record: dict) -> int | str:
         for k in _divisors(n):  # fewest slices first
             if 1 < k < n and n // k <= largest and torus_shape(acc, n // k) is not None:
                 return k
-        return (f"cluster: {n} {acc.id} chips is more than one slice ({largest}) and no whole number of "
-                f"equal valid slices")
+        return (
+            f"cluster: {n} {acc.id} chips is more than one slice ({largest}) and no whole number of equal valid slices"
+        )
     return f"cluster: {n} {acc.id} chips is not a slice shape (one slice holds up to {largest})"
 
 
@@ -750,13 +834,20 @@ def _missing(record: dict) -> list[str]:
     m = record["model"]
     moe, mla = m.get("moe"), is_mla(record)
     optional = ({"d_ff"} if moe is not None else set()) | ({"head_dim", "num_kv_heads"} if mla else set())
-    missing = [f"{block}.{key}" for block, keys in ENGINE_NEEDS.items() for key in keys
-               if record[block][key] is None and not (block == "model" and key in optional)]
+    missing = [
+        f"{block}.{key}"
+        for block, keys in ENGINE_NEEDS.items()
+        for key in keys
+        if record[block][key] is None and not (block == "model" and key in optional)
+    ]
     if moe is not None:
         missing += [f"model.moe.{key}" for key in MOE_NEEDS if moe[key] is None]
     if mla:
-        missing += (["model.mla"] if m.get("mla") is None
-                    else [f"model.mla.{key}" for key in MLA_NEEDS if m["mla"][key] is None])
+        missing += (
+            ["model.mla"]
+            if m.get("mla") is None
+            else [f"model.mla.{key}" for key in MLA_NEEDS if m["mla"][key] is None]
+        )
     return missing
 
 
@@ -782,16 +873,24 @@ def model_dict(record: dict) -> dict | str:
     if moe is not None:
         first, freq, shared = moe["first_dense_layers"] or 0, moe["moe_layer_freq"] or 1, moe["num_shared_experts"] or 0
         if shared and moe["shared_d_ff"] is None:
-            return (f"missing value: model.moe.shared_d_ff null with num_shared_experts({shared}) (the engine "
-                    f"needs it)")
+            return f"missing value: model.moe.shared_d_ff null with num_shared_experts({shared}) (the engine needs it)"
         if m["d_ff"] is None:
             if first or freq != 1:
-                return (f"missing value: model.d_ff null (every layer MoE) but moe.first_dense_layers({first}) and "
-                        f"moe_layer_freq({freq}) leave dense layers, whose FFN width the engine needs")
+                return (
+                    f"missing value: model.d_ff null (every layer MoE) but moe.first_dense_layers({first}) and "
+                    f"moe_layer_freq({freq}) leave dense layers, whose FFN width the engine needs"
+                )
             shape["d_ff"] = moe["expert_d_ff"]  # no dense layer: the dense width is never used
-        shape["moe"] = {"num_experts": moe["num_experts"], "top_k": moe["top_k"], "expert_d_ff": moe["expert_d_ff"],
-                        "num_shared_experts": shared, "shared_d_ff": moe["shared_d_ff"] if shared else 0,
-                        "first_dense_layers": first, "layer_freq": freq, "capacity_factor": moe["capacity_factor"]}
+        shape["moe"] = {
+            "num_experts": moe["num_experts"],
+            "top_k": moe["top_k"],
+            "expert_d_ff": moe["expert_d_ff"],
+            "num_shared_experts": shared,
+            "shared_d_ff": moe["shared_d_ff"] if shared else 0,
+            "first_dense_layers": first,
+            "layer_freq": freq,
+            "capacity_factor": moe["capacity_factor"],
+        }
     if m.get("mla") is not None and not is_mla(record):
         return f"model: attention '{m['attention']}' with a model.mla block (latent attention is attention: mla)"
     if is_mla(record):
@@ -845,25 +944,38 @@ def _moe_notes(record: dict) -> list[str]:
             notes.append("d_ff null: every layer MoE")
         if automodel_ep(record):
             notes.append(f"ep null -> {automodel_ep(record)} (Automodel on DeepEP: ep_size = the FSDP shard group)")
-        notes += [f"{key} null -> 1" for key in ("ep", "etp") if lay.get(key) is None
-                  and not (key == "ep" and automodel_ep(record))]
+        notes += [
+            f"{key} null -> 1"
+            for key in ("ep", "etp")
+            if lay.get(key) is None and not (key == "ep" and automodel_ep(record))
+        ]
         if named_deepep(record) is not None:
-            notes.append(f"token dispatch: {'DeepEP/HybridEP (once per destination GPU and node)' if deepep(record) else 'NCCL alltoall (once per expert)'}, as the record names it")
+            notes.append(
+                f"token dispatch: {'DeepEP/HybridEP (once per destination GPU and node)' if deepep(record) else 'NCCL alltoall (once per expert)'}, as the record names it"
+            )
         how = routing(record)
-        notes.append({"real": "real routing (derived): costed learned",
-                      "forced": "routing force-balanced (derived): costed forced (random routing)",
-                      "not stated": "routing balance not stated: costed learned (the engine's default)"}[how])
+        notes.append(
+            {
+                "real": "real routing (derived): costed learned",
+                "forced": "routing force-balanced (derived): costed forced (random routing)",
+                "not stated": "routing balance not stated: costed learned (the engine's default)",
+            }[how]
+        )
     if is_mla(record) and m.get("mla") is not None:
         width = (m["mla"]["qk_nope_head_dim"] or 0) + (m["mla"]["qk_rope_head_dim"] or 0)
         if m["head_dim"] != width or m["num_kv_heads"] != m["num_heads"]:
             notes.append(f"MLA: head_dim {m['head_dim']} -> {width} (qk_nope + qk_rope), num_kv_heads -> num_heads")
     if m.get("mtp_num_layers"):
-        notes.append(f"MTP: {m['mtp_num_layers']} module(s) counted beside the model, costed as a layer and an "
-                         f"output-head pass each on the last stage (not their memory)")
+        notes.append(
+            f"MTP: {m['mtp_num_layers']} module(s) counted beside the model, costed as a layer and an "
+            f"output-head pass each on the last stage (not their memory)"
+        )
     window = re.search(SLIDING_WINDOW_NOTE, m.get("notes") or "")
     if window:
-        notes.append(f"sliding window {window.group(1)} on every other layer (model notes): costed, "
-                     f"{m['num_layers'] // 2} of {m['num_layers']} layers attend over the whole sequence")
+        notes.append(
+            f"sliding window {window.group(1)} on every other layer (model notes): costed, "
+            f"{m['num_layers'] // 2} of {m['num_layers']} layers attend over the whole sequence"
+        )
     rest = re.sub(SLIDING_WINDOW_NOTE, "", m.get("notes") or "")
     if rest and moe is not None:
         notes.append(f"model notes not costed: {rest}")
@@ -911,15 +1023,22 @@ def record_to_problem(record: dict) -> Mapped | str:
     mb = _microbatching(record)
     if isinstance(mb, str):
         return mb
-    workload = Workload(global_batch_seqs=wl["global_batch_seqs"], seq_len=wl["seq_len"],
-                        precision=wl["precision"] or "bf16", flash_attention=fused_attention(record),
-                        fsdp_collectives_per_layer=zero3_collectives_per_layer(record),
-                        tp_comm_overlap=tp_comm_overlap(record), ep_comm_overlap=ep_comm_overlap(record),
-                        deepep=deepep(record), vendor_attention=vendor_attention(record),
-                        launch_blocking=launch_blocking(record), cuda_graphs=cuda_graphs(record),
-                        grad_bytes_per_param=grad_bytes(record),
-                        routing="forced" if routing(record) == "forced" else "learned",
-                        framework=record_framework(record, load_accelerator(_accelerator_id(record)).kind))
+    workload = Workload(
+        global_batch_seqs=wl["global_batch_seqs"],
+        seq_len=wl["seq_len"],
+        precision=wl["precision"] or "bf16",
+        flash_attention=fused_attention(record),
+        fsdp_collectives_per_layer=zero3_collectives_per_layer(record),
+        tp_comm_overlap=tp_comm_overlap(record),
+        ep_comm_overlap=ep_comm_overlap(record),
+        deepep=deepep(record),
+        vendor_attention=vendor_attention(record),
+        launch_blocking=launch_blocking(record),
+        cuda_graphs=cuda_graphs(record),
+        grad_bytes_per_param=grad_bytes(record),
+        routing="forced" if routing(record) == "forced" else "learned",
+        framework=record_framework(record, load_accelerator(_accelerator_id(record)).kind),
+    )
     dp, fsdp, zero = _data_parallel(record)
     replicas = _tpu_replicas(record)
     if isinstance(replicas, str):
@@ -931,16 +1050,35 @@ def record_to_problem(record: dict) -> Mapped | str:
     if isinstance(cluster, str):
         return cluster
     vs = lay["virtual_stages"] or 1
-    sp = lay["sequence_parallel"] if lay["sequence_parallel"] is not None else (lay["tp"] > 1 and not _is_bigscience(record))
+    sp = (
+        lay["sequence_parallel"]
+        if lay["sequence_parallel"] is not None
+        else (lay["tp"] > 1 and not _is_bigscience(record))
+    )
     first, last = recipe_stage_layers(record) or (None, None)
-    layout = Layout(dp=dp, fsdp=fsdp, tp=lay["tp"], pp=lay["pp"], cp=lay["cp"], ep=lay.get("ep") or automodel_ep(record) or 1,
-                    first_stage_layers=first, last_stage_layers=last,
-                    etp=lay.get("etp") or 1, zero_stage=zero, virtual_stages=vs,
-                    num_microbatches=mb[1],
-                    recompute=(named_policy(record) or custom_offload_policy(record) or modules_policy(record)
-                               or lay["recompute"] or "none"),
-                    sequence_parallel=sp,
-                    schedule="interleaved" if vs > 1 else "1f1b")
+    layout = Layout(
+        dp=dp,
+        fsdp=fsdp,
+        tp=lay["tp"],
+        pp=lay["pp"],
+        cp=lay["cp"],
+        ep=lay.get("ep") or automodel_ep(record) or 1,
+        first_stage_layers=first,
+        last_stage_layers=last,
+        etp=lay.get("etp") or 1,
+        zero_stage=zero,
+        virtual_stages=vs,
+        num_microbatches=mb[1],
+        recompute=(
+            named_policy(record)
+            or custom_offload_policy(record)
+            or modules_policy(record)
+            or lay["recompute"]
+            or "none"
+        ),
+        sequence_parallel=sp,
+        schedule="interleaved" if vs > 1 else "1f1b",
+    )
     try:  # the checks every Problem gets (fp8 needs an fp8 matmul rate)
         workload = resolved_workload(workload, cluster)
     except InvalidArgumentError as exc:

@@ -19,25 +19,46 @@ import typing
 from pathlib import Path
 from typing import Annotated, Any
 
-from pydantic import (BaseModel, ConfigDict, Field, NonNegativeFloat, NonNegativeInt, PositiveFloat, PositiveInt,
-                      field_validator)
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    NonNegativeFloat,
+    NonNegativeInt,
+    PositiveFloat,
+    PositiveInt,
+    field_validator,
+)
 
 from layoutsearch.core import io
-from layoutsearch.core.fields import absent_is_none
 from layoutsearch.core.errors import CatalogueError, did_you_mean
+from layoutsearch.core.fields import absent_is_none
 
 # Documented values of the open enumerations (SCHEMA.md). Other values are kept as given, with a warning.
 TRUST = ("high", "medium", "low")
-FRAMEWORKS = ("megatron", "torchtitan", "maxtext", "megatron-deepspeed", "llm-foundry", "pytorch-fsdp",
-              "nemo-automodel", "other")
+FRAMEWORKS = (
+    "megatron",
+    "torchtitan",
+    "maxtext",
+    "megatron-deepspeed",
+    "llm-foundry",
+    "pytorch-fsdp",
+    "nemo-automodel",
+    "other",
+)
 FP8_RECIPES = ("delayed-scaling", "current-scaling", "tensorwise", "rowwise", "blockwise", "mxfp8")
 ATTENTION = ("mha", "gqa", "mla")
-ENUMS = {"trust": TRUST, "workload.framework": FRAMEWORKS, "workload.fp8_recipe": FP8_RECIPES,
-         "model.attention": ATTENTION}
+ENUMS = {
+    "trust": TRUST,
+    "workload.framework": FRAMEWORKS,
+    "workload.fp8_recipe": FP8_RECIPES,
+    "model.attention": ATTENTION,
+}
 
 
 class _Block(BaseModel):
     """Every field optional (absent = null); unknown keys are reported by ``_unknown_keys`` and ignored."""
+
     model_config = ConfigDict(extra="ignore", frozen=True, defer_build=True)
 
 
@@ -46,34 +67,98 @@ def _block(block_name: str, /, **fields) -> type[_Block]:
     return absent_is_none(block_name, _Block, nullable=True, **fields)
 
 
-RecMoE = _block("RecMoE", num_experts=PositiveInt, top_k=PositiveInt, expert_d_ff=PositiveInt,
-                num_shared_experts=NonNegativeInt, shared_d_ff=PositiveInt, first_dense_layers=NonNegativeInt,
-                moe_layer_freq=PositiveInt, capacity_factor=PositiveFloat)  # capacity_factor null = dropless
-RecMLA = _block("RecMLA", q_lora_rank=PositiveInt, kv_lora_rank=PositiveInt, qk_rope_head_dim=PositiveInt,
-                qk_nope_head_dim=PositiveInt, v_head_dim=PositiveInt)
+RecMoE = _block(
+    "RecMoE",
+    num_experts=PositiveInt,
+    top_k=PositiveInt,
+    expert_d_ff=PositiveInt,
+    num_shared_experts=NonNegativeInt,
+    shared_d_ff=PositiveInt,
+    first_dense_layers=NonNegativeInt,
+    moe_layer_freq=PositiveInt,
+    capacity_factor=PositiveFloat,
+)  # capacity_factor null = dropless
+RecMLA = _block(
+    "RecMLA",
+    q_lora_rank=PositiveInt,
+    kv_lora_rank=PositiveInt,
+    qk_rope_head_dim=PositiveInt,
+    qk_nope_head_dim=PositiveInt,
+    v_head_dim=PositiveInt,
+)
 # d_ff: MoE records give the dense layers' FFN (null when every layer is MoE); mlp plain | gated, another
 # value is a per-record skip; attention mha | gqa | mla
-RecModel = _block("RecModel", name=str, num_layers=PositiveInt, d_model=PositiveInt, d_ff=PositiveInt, mlp=str,
-                  num_heads=PositiveInt, num_kv_heads=PositiveInt, head_dim=PositiveInt, vocab_size=PositiveInt,
-                  tied_embeddings=bool, moe=RecMoE, attention=str, mla=RecMLA, mtp_num_layers=NonNegativeInt,
-                  params_total=PositiveInt, params_active=PositiveInt, notes=str)
+RecModel = _block(
+    "RecModel",
+    name=str,
+    num_layers=PositiveInt,
+    d_model=PositiveInt,
+    d_ff=PositiveInt,
+    mlp=str,
+    num_heads=PositiveInt,
+    num_kv_heads=PositiveInt,
+    head_dim=PositiveInt,
+    vocab_size=PositiveInt,
+    tied_embeddings=bool,
+    moe=RecMoE,
+    attention=str,
+    mla=RecMLA,
+    mtp_num_layers=NonNegativeInt,
+    params_total=PositiveInt,
+    params_active=PositiveInt,
+    notes=str,
+)
 # precision bf16 | fp16 | fp8 (others are per-record skips); framework FRAMEWORKS, fp8_recipe FP8_RECIPES
 # (another value is kept as given, with a warning)
-RecWorkload = _block("RecWorkload", seq_len=PositiveInt, global_batch_seqs=PositiveInt, precision=str,
-                     framework=str, fp8_recipe=str, torch_compile=bool)
-RecCluster = _block("RecCluster", accelerator=str, num_devices=PositiveInt, devices_per_node=PositiveInt,
-                    scale_out_gbytes_per_s_per_device=PositiveFloat, hbm_gb_per_device=PositiveFloat,
-                    power_limit_w=PositiveFloat)
+RecWorkload = _block(
+    "RecWorkload",
+    seq_len=PositiveInt,
+    global_batch_seqs=PositiveInt,
+    precision=str,
+    framework=str,
+    fp8_recipe=str,
+    torch_compile=bool,
+)
+RecCluster = _block(
+    "RecCluster",
+    accelerator=str,
+    num_devices=PositiveInt,
+    devices_per_node=PositiveInt,
+    scale_out_gbytes_per_s_per_device=PositiveFloat,
+    hbm_gb_per_device=PositiveFloat,
+    power_limit_w=PositiveFloat,
+)
 
 
-RecLayout = _block("RecLayout", dp=PositiveInt, fsdp=PositiveInt, zero_stage=Annotated[int, Field(ge=0, le=3)],
-                   tp=PositiveInt, sequence_parallel=bool, pp=PositiveInt, virtual_stages=PositiveInt, cp=PositiveInt,
-                   ep=PositiveInt, etp=PositiveInt, microbatch_seqs=PositiveInt, num_microbatches=PositiveInt,
-                   recompute=str, async_tp=bool)  # recompute none | selective | full; another value is a skip
+RecLayout = _block(
+    "RecLayout",
+    dp=PositiveInt,
+    fsdp=PositiveInt,
+    zero_stage=Annotated[int, Field(ge=0, le=3)],
+    tp=PositiveInt,
+    sequence_parallel=bool,
+    pp=PositiveInt,
+    virtual_stages=PositiveInt,
+    cp=PositiveInt,
+    ep=PositiveInt,
+    etp=PositiveInt,
+    microbatch_seqs=PositiveInt,
+    num_microbatches=PositiveInt,
+    recompute=str,
+    async_tp=bool,
+)  # recompute none | selective | full; another value is a skip
 # mfu_convention: palm-6n-12lhqt | palm-causal | megatron-eq3-hardware | megatron-core | other
-RecMeasured = _block("RecMeasured", tokens_per_s_per_device=PositiveFloat, step_time_s=PositiveFloat,
-                     mfu=Annotated[float, Field(gt=0, le=1)], mfu_convention=str, peak_tflops_used=PositiveFloat,
-                     tflops_per_device=PositiveFloat, memory_gib_per_device=NonNegativeFloat, oom=bool)
+RecMeasured = _block(
+    "RecMeasured",
+    tokens_per_s_per_device=PositiveFloat,
+    step_time_s=PositiveFloat,
+    mfu=Annotated[float, Field(gt=0, le=1)],
+    mfu_convention=str,
+    peak_tflops_used=PositiveFloat,
+    tflops_per_device=PositiveFloat,
+    memory_gib_per_device=NonNegativeFloat,
+    oom=bool,
+)
 
 
 class RunRecord(_Block):
@@ -131,8 +216,10 @@ def _unknown_values(rec: dict) -> list[str]:
         *block, key = dotted.split(".")
         value = (rec[block[0]] if block else rec)[key]
         if value is not None and value not in allowed:
-            out.append(f"field '{dotted}': value {value!r} is not one of {', '.join(allowed)}"
-                       f"{did_you_mean(str(value), allowed)}; kept as given")
+            out.append(
+                f"field '{dotted}': value {value!r} is not one of {', '.join(allowed)}"
+                f"{did_you_mean(str(value), allowed)}; kept as given"
+            )
     return out
 
 

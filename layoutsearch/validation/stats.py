@@ -9,13 +9,18 @@ import numpy as np
 
 from layoutsearch.validation.runs import source_family
 
+
 def error_stats(rel_errors: list[float]) -> dict:
     """count, median and 90th percentile (linear interpolation) of |rel_error|, and the signed median."""
     if not rel_errors:
         return {"count": 0, "median_abs_rel_error": None, "p90_abs_rel_error": None, "median_rel_error": None}
     a = np.abs(np.asarray(rel_errors, dtype=float))
-    return {"count": len(rel_errors), "median_abs_rel_error": float(np.median(a)),
-            "p90_abs_rel_error": float(np.percentile(a, 90)), "median_rel_error": float(np.median(rel_errors))}
+    return {
+        "count": len(rel_errors),
+        "median_abs_rel_error": float(np.median(a)),
+        "p90_abs_rel_error": float(np.percentile(a, 90)),
+        "median_rel_error": float(np.median(rel_errors)),
+    }
 
 
 def spearman(x: list[float], y: list[float]) -> float | None:
@@ -48,16 +53,33 @@ def layout_sweeps(records: list[dict], entries: list[dict], min_size: int = 4) -
         if e["rel_error"] is None:
             continue
         m, c = r["model"], r["cluster"]
-        key = (source_family(r), c["accelerator"], c["num_devices"], m["num_layers"], m["d_model"], m["d_ff"],
-               r["workload"]["seq_len"])
+        key = (
+            source_family(r),
+            c["accelerator"],
+            c["num_devices"],
+            m["num_layers"],
+            m["d_model"],
+            m["d_ff"],
+            r["workload"]["seq_len"],
+        )
         groups[key].append(e)
     out = []
     for key, es in groups.items():
         if len(es) >= min_size:
-            rho = spearman([e["predicted_tokens_per_s_per_device"] for e in es],
-                           [e["measured_tokens_per_s_per_device"] for e in es])
-            out.append({"source_family": key[0], "accelerator": key[1], "num_devices": key[2], "n": len(es),
-                        "ids": [e["id"] for e in es], "spearman": rho})
+            rho = spearman(
+                [e["predicted_tokens_per_s_per_device"] for e in es],
+                [e["measured_tokens_per_s_per_device"] for e in es],
+            )
+            out.append(
+                {
+                    "source_family": key[0],
+                    "accelerator": key[1],
+                    "num_devices": key[2],
+                    "n": len(es),
+                    "ids": [e["id"] for e in es],
+                    "spearman": rho,
+                }
+            )
     return out
 
 
@@ -96,8 +118,15 @@ def best_layout_groups(records: list[dict], entries: list[dict]) -> list[dict]:
         if e["skipped_reason"] is not None:
             continue
         m, c, w = r["model"], r["cluster"], r["workload"]
-        key = (source_family(r), c["accelerator"], c["num_devices"], tuple(m[k] for k in SHAPE_KEYS), w["seq_len"],
-               w["global_batch_seqs"], w["precision"])
+        key = (
+            source_family(r),
+            c["accelerator"],
+            c["num_devices"],
+            tuple(m[k] for k in SHAPE_KEYS),
+            w["seq_len"],
+            w["global_batch_seqs"],
+            w["precision"],
+        )
         groups[key].append((r, e))
     out = []
     for key, members in groups.items():
@@ -109,32 +138,52 @@ def best_layout_groups(records: list[dict], entries: list[dict]) -> list[dict]:
         pick = max(fitting, key=lambda re: re[1]["predicted_tokens_per_s_per_device"]) if fitting else None
         pick_meas = pick[1]["measured_tokens_per_s_per_device"] if pick else None
         best_meas = best_e["measured_tokens_per_s_per_device"]
-        out.append({
-            "source_family": key[0], "accelerator": key[1], "num_devices": key[2],
-            "model": best_r["model"].get("name") or f"{key[3][0]} layers x d_model {key[3][1]}",
-            "seq_len": key[4], "global_batch_seqs": key[5], "n": len(members),
-            "measured_best": {"id": best_r["id"], "layout": layout_label(best_r), "measured_tokens_per_s_per_device":
-                              best_meas, "predicted_tokens_per_s_per_device":
-                              best_e["predicted_tokens_per_s_per_device"]},
-            "predicted_best": None if pick is None else {
-                "id": pick[0]["id"], "layout": layout_label(pick[0]), "measured_tokens_per_s_per_device": pick_meas,
-                "predicted_tokens_per_s_per_device": pick[1]["predicted_tokens_per_s_per_device"]},
-            "hit": pick is not None and (pick[0]["id"] == best_r["id"] or pick_meas == best_meas),
-            "measured_loss": None if not pick_meas else 1.0 - pick_meas / best_meas,
-            "spearman": spearman([e["predicted_tokens_per_s_per_device"] for _, e in ran],
-                                 [e["measured_tokens_per_s_per_device"] for _, e in ran]),
-        })
+        out.append(
+            {
+                "source_family": key[0],
+                "accelerator": key[1],
+                "num_devices": key[2],
+                "model": best_r["model"].get("name") or f"{key[3][0]} layers x d_model {key[3][1]}",
+                "seq_len": key[4],
+                "global_batch_seqs": key[5],
+                "n": len(members),
+                "measured_best": {
+                    "id": best_r["id"],
+                    "layout": layout_label(best_r),
+                    "measured_tokens_per_s_per_device": best_meas,
+                    "predicted_tokens_per_s_per_device": best_e["predicted_tokens_per_s_per_device"],
+                },
+                "predicted_best": None
+                if pick is None
+                else {
+                    "id": pick[0]["id"],
+                    "layout": layout_label(pick[0]),
+                    "measured_tokens_per_s_per_device": pick_meas,
+                    "predicted_tokens_per_s_per_device": pick[1]["predicted_tokens_per_s_per_device"],
+                },
+                "hit": pick is not None and (pick[0]["id"] == best_r["id"] or pick_meas == best_meas),
+                "measured_loss": None if not pick_meas else 1.0 - pick_meas / best_meas,
+                "spearman": spearman(
+                    [e["predicted_tokens_per_s_per_device"] for _, e in ran],
+                    [e["measured_tokens_per_s_per_device"] for _, e in ran],
+                ),
+            }
+        )
     return out
 
 
 def ranking(sweeps: list[dict], groups: list[dict]) -> dict:
     """The ranking block of the summary: Spearman per layout sweep, best-layout hits per group."""
     bloom = [s for s in sweeps if s["source_family"] == "bigscience"]
-    return {"layout_sweeps": [{k: s[k] for k in ("source_family", "accelerator", "num_devices", "n", "spearman")}
-                              for s in sweeps],
-            "bloom_sweep_spearman": bloom[0]["spearman"] if bloom else None,
-            "best_layout": groups, "best_layout_groups": len(groups),
-            "best_layout_hits": sum(g["hit"] for g in groups)}
+    return {
+        "layout_sweeps": [
+            {k: s[k] for k in ("source_family", "accelerator", "num_devices", "n", "spearman")} for s in sweeps
+        ],
+        "bloom_sweep_spearman": bloom[0]["spearman"] if bloom else None,
+        "best_layout": groups,
+        "best_layout_groups": len(groups),
+        "best_layout_hits": sum(g["hit"] for g in groups),
+    }
 
 
 def step_time_error(rel_error: float) -> float:
@@ -163,21 +212,28 @@ def summarize(entries: list[dict], sweeps: list[dict], max_median_error: float) 
     groups = {}
     for field in ("accelerator", "source_family"):
         keys = sorted({e[field] for e in entries}, key=lambda k: (k is None, str(k)))
-        groups[field] = {k: {**error_stats([e["rel_error"] for e in errs if e[field] == k]),
-                             "skipped": sum(1 for e in entries if e[field] == k and e["skipped_reason"])}
-                         for k in keys}
+        groups[field] = {
+            k: {
+                **error_stats([e["rel_error"] for e in errs if e[field] == k]),
+                "skipped": sum(1 for e in entries if e[field] == k and e["skipped_reason"]),
+            }
+            for k in keys
+        }
     worst = sorted(errs, key=lambda e: -abs(e["rel_error"]))[:5]
     bloom = [s for s in sweeps if s["source_family"] == "bigscience"]
     median = stats["median_abs_rel_error"]
     return {
-        "count": len(done), "with_measured_throughput": stats["count"],
-        "median_abs_rel_error": median, "p90_abs_rel_error": stats["p90_abs_rel_error"],
+        "count": len(done),
+        "with_measured_throughput": stats["count"],
+        "median_abs_rel_error": median,
+        "p90_abs_rel_error": stats["p90_abs_rel_error"],
         "median_rel_error": stats["median_rel_error"],
         "fit_accuracy": sum(fits) / len(fits) if fits else None,
         "fit_mismatches": [e["id"] for e, ok in zip(done, fits) if not ok],
         "skipped": len(entries) - len(done),
         "skipped_reasons": dict(Counter(_skip_category(e["skipped_reason"]) for e in entries if e["skipped_reason"])),
-        "by_accelerator": groups["accelerator"], "by_source": groups["source_family"],
+        "by_accelerator": groups["accelerator"],
+        "by_source": groups["source_family"],
         "worst": [{"id": e["id"], "rel_error": e["rel_error"], "reason": e["reason"]} for e in worst],
         "layout_sweeps": sweeps,
         "bloom_sweep_spearman": bloom[0]["spearman"] if bloom else None,
@@ -195,5 +251,3 @@ def verdict(count: int, skipped: int, median: float | None, max_median_error: fl
     if median is None:
         return f"none of the {count} evaluated records has a measured throughput: the median error is unknown"
     return f"median error {median:.1%} {'within' if median <= max_median_error else 'exceeds'} {max_median_error:.1%}"
-
-

@@ -21,7 +21,7 @@ from layoutsearch.validation.stats import quantiles, step_time_error
 
 
 def accelerator_kind(accelerator: str | None) -> str | None:
-    """"gpu" or "tpu" for a record's accelerator id (aliases included), None when unknown."""
+    """ "gpu" or "tpu" for a record's accelerator id (aliases included), None when unknown."""
     acc = accelerator if accelerator in accelerator_names() else ACCELERATOR_ALIASES.get(accelerator or "")
     return load_accelerator(acc).kind if acc in accelerator_names() else None
 
@@ -42,18 +42,24 @@ def uncertainty_table(doc: dict) -> dict:
             continue
         err = step_time_error(e[field])
         kind = accelerator_kind(e["accelerator"])
-        for key in ((kind, "all") if kind else ("all",)):
+        for key in (kind, "all") if kind else ("all",):
             errors.setdefault(key, []).append(err)
-    table = {k: {x: (round(v, 4) if isinstance(v, float) else v) for x, v in quantiles(errors.get(k, [])).items()}
-             for k in sorted(errors, key=lambda k: (k == "all", k))}
+    table = {
+        k: {x: (round(v, 4) if isinstance(v, float) else v) for x, v in quantiles(errors.get(k, [])).items()}
+        for k in sorted(errors, key=lambda k: (k == "all", k))
+    }
 
     def band(q: dict) -> list[float] | None:
         return [round(x, 4) for x in band_of(q["p10"], q["p90"])] if q["count"] >= MIN_COUNT else None
 
     bands = {k: b for k, q in table.items() if k != "all" and (b := band(q)) is not None}
-    return {"default": band(table["all"]) if "all" in table else None, "bands": bands, "quantiles": table,
-            "basis": "leave-one-source-out" if out_of_sample else "in-sample",
-            "error": "predicted step time / measured step time - 1"}
+    return {
+        "default": band(table["all"]) if "all" in table else None,
+        "bands": bands,
+        "quantiles": table,
+        "basis": "leave-one-source-out" if out_of_sample else "in-sample",
+        "error": "predicted step time / measured step time - 1",
+    }
 
 
 def write_uncertainty(doc: dict, header: list[str], path: Path = PATH) -> dict:

@@ -33,23 +33,38 @@ engine's "palm"), megatron-eq3-hardware -> "palm" plus the recomputed forward
 
 from __future__ import annotations
 
-from layoutsearch.validation.runs import load_runs, source_family  # noqa: F401  (part of this module's interface)
-from layoutsearch.validation.stats import (best_layout_groups, error_stats, layout_sweeps, ranking,  # noqa: F401
-                                           spearman, summarize)
-from layoutsearch.validation.mapping import (  # noqa: F401  (re-exported: the mapping is part of this interface)
-    ACCELERATOR_ALIASES, ENGINE_NEEDS, MODEL_KEYS, POWER_RATING_W, RECOMPUTE, UNMODELLED_PRECISIONS, Mapped,
-    fused_attention, mapping_notes, record_framework, record_to_problem, tp_comm_overlap,
-    zero3_collectives_per_layer)
-from layoutsearch.validation.calibrate import DEFAULT_PARAMS, DEFAULT_SHARED, leave_one_source_out
-from layoutsearch.costs import flops
-from layoutsearch.costs.flops import hardware_flops_per_token  # noqa: F401  (re-exported for the tests)
 from layoutsearch.core.errors import LayoutsearchError
-from layoutsearch.costs.estimate import Estimate, estimate
-from layoutsearch.search import rank_among_candidates
 from layoutsearch.core.units import TERA
+from layoutsearch.costs import flops
+from layoutsearch.costs.estimate import Estimate, estimate
+from layoutsearch.costs.flops import hardware_flops_per_token  # noqa: F401  (re-exported for the tests)
+from layoutsearch.search import rank_among_candidates
+from layoutsearch.validation.calibrate import DEFAULT_PARAMS, DEFAULT_SHARED, leave_one_source_out
+from layoutsearch.validation.mapping import (  # noqa: F401  (re-exported: the mapping is part of this interface)
+    ACCELERATOR_ALIASES,
+    ENGINE_NEEDS,
+    MODEL_KEYS,
+    POWER_RATING_W,
+    RECOMPUTE,
+    UNMODELLED_PRECISIONS,
+    Mapped,
+    fused_attention,
+    mapping_notes,
+    record_framework,
+    record_to_problem,
+    tp_comm_overlap,
+    zero3_collectives_per_layer,
+)
+from layoutsearch.validation.runs import load_runs, source_family  # noqa: F401  (part of this module's interface)
+from layoutsearch.validation.stats import best_layout_groups, error_stats, layout_sweeps, ranking, spearman, summarize  # noqa: F401
 
-ENGINE_CONVENTION = {"palm-6n-12lhqt": "palm", "palm-causal": "palm-causal", "megatron-core": "palm",
-                     "megatron-eq3-hardware": "palm", "other": "model"}
+ENGINE_CONVENTION = {
+    "palm-6n-12lhqt": "palm",
+    "palm-causal": "palm-causal",
+    "megatron-core": "palm",
+    "megatron-eq3-hardware": "palm",
+    "other": "model",
+}
 
 
 # ----------------------------------------------------------------------------- per record
@@ -60,8 +75,11 @@ def predicted_mfu(record: dict, est: Estimate) -> float | None:
         return None
     conv = meas["mfu_convention"] or "other"
     s = est.workload.seq_len
-    per_token = (hardware_flops_per_token(est.model, s, est.layout.recompute) if conv == "megatron-eq3-hardware"
-                 else flops.model_flops_per_token(est.model, s, ENGINE_CONVENTION.get(conv, "model")))
+    per_token = (
+        hardware_flops_per_token(est.model, s, est.layout.recompute)
+        if conv == "megatron-eq3-hardware"
+        else flops.model_flops_per_token(est.model, s, ENGINE_CONVENTION.get(conv, "model"))
+    )
     return per_token * est.tokens_per_s / est.cluster.num_devices / (meas["peak_tflops_used"] * TERA)
 
 
@@ -78,13 +96,17 @@ def miss_reason(rel_error: float, est: Estimate) -> str:
     rest = sorted(((v, k) for k, v in shares.items() if not k.startswith("compute/")), reverse=True)
     parts = ", ".join(f"{k} {v:.0%}" for v, k in rest[:3] if v >= 0.005) or "no exposed comm, bubble or overhead"
     side = "too fast" if rel_error > 0 else "too slow"
-    text = (f"predicted {abs(rel_error):.0%} {side}; step {est.time_s['step']:.3g} s = compute {compute:.0%} "
-            f"(attention {shares.get('compute/attention', 0):.0%}, recompute {shares.get('compute/recompute', 0):.0%})"
-            f" + {parts}")
+    text = (
+        f"predicted {abs(rel_error):.0%} {side}; step {est.time_s['step']:.3g} s = compute {compute:.0%} "
+        f"(attention {shares.get('compute/attention', 0):.0%}, recompute {shares.get('compute/recompute', 0):.0%})"
+        f" + {parts}"
+    )
     if est.collectives:
         big = max(est.collectives, key=lambda c: c.get("time_s", 0.0))
-        text += (f"; longest collective: {big['name']} {big.get('time_s', 0.0):.3g} s each"
-                 f" ({big.get('frequency', '')}, group {big.get('group_size', '?')})")
+        text += (
+            f"; longest collective: {big['name']} {big.get('time_s', 0.0):.3g} s each"
+            f" ({big.get('frequency', '')}, group {big.get('group_size', '?')})"
+        )
     return text
 
 
@@ -99,17 +121,32 @@ def _no_measurement(record: dict) -> str | None:
 def evaluate_record(record: dict) -> dict:
     """The validate entry of one record (OUTPUT.md fields plus diagnostics); never raises for a record."""
     meas = record["measured"]
-    out = {"id": record["id"], "source_family": source_family(record), "accelerator": record["cluster"]["accelerator"],
-           "num_devices": record["cluster"]["num_devices"], "trust": record["trust"],
-           "framework": record["workload"].get("framework"),
-           "compared_metric": "tokens_per_s_per_device" if meas["tokens_per_s_per_device"] else None,
-           "measured_tokens_per_s_per_device": meas["tokens_per_s_per_device"],
-           "predicted_tokens_per_s_per_device": None, "rel_error": None,
-           "measured_oom": bool(meas["oom"]),  # null with a throughput: the run ran
-           "predicted_fits": None, "measured_mfu": meas["mfu"], "mfu_convention": meas["mfu_convention"],
-           "predicted_mfu": None, "measured_memory_gib": meas["memory_gib_per_device"], "predicted_memory_gib": None,
-           "published_layout_rank": None, "best_predicted_speedup": None, "time_shares": None,
-           "reason": None, "notes": [], "skipped_reason": None, "loso_rel_error": None}
+    out = {
+        "id": record["id"],
+        "source_family": source_family(record),
+        "accelerator": record["cluster"]["accelerator"],
+        "num_devices": record["cluster"]["num_devices"],
+        "trust": record["trust"],
+        "framework": record["workload"].get("framework"),
+        "compared_metric": "tokens_per_s_per_device" if meas["tokens_per_s_per_device"] else None,
+        "measured_tokens_per_s_per_device": meas["tokens_per_s_per_device"],
+        "predicted_tokens_per_s_per_device": None,
+        "rel_error": None,
+        "measured_oom": bool(meas["oom"]),  # null with a throughput: the run ran
+        "predicted_fits": None,
+        "measured_mfu": meas["mfu"],
+        "mfu_convention": meas["mfu_convention"],
+        "predicted_mfu": None,
+        "measured_memory_gib": meas["memory_gib_per_device"],
+        "predicted_memory_gib": None,
+        "published_layout_rank": None,
+        "best_predicted_speedup": None,
+        "time_shares": None,
+        "reason": None,
+        "notes": [],
+        "skipped_reason": None,
+        "loso_rel_error": None,
+    }
     try:
         out["notes"] = mapping_notes(record)
         problem = _no_measurement(record) or record_to_problem(record)
@@ -122,8 +159,13 @@ def evaluate_record(record: dict) -> dict:
         out["skipped_reason"] = problem
         return out
     pred = est.tokens_per_s / est.cluster.num_devices
-    out.update(predicted_tokens_per_s_per_device=pred, predicted_fits=est.fits, predicted_mfu=predicted_mfu(record, est),
-               predicted_memory_gib=est.memory_bytes["peak"] / 2**30, time_shares=time_shares(est))
+    out.update(
+        predicted_tokens_per_s_per_device=pred,
+        predicted_fits=est.fits,
+        predicted_mfu=predicted_mfu(record, est),
+        predicted_memory_gib=est.memory_bytes["peak"] / 2**30,
+        time_shares=time_shares(est),
+    )
     if meas["tokens_per_s_per_device"]:
         out["rel_error"] = pred / meas["tokens_per_s_per_device"] - 1.0
         out["reason"] = miss_reason(out["rel_error"], est)
@@ -142,8 +184,11 @@ def rank_published(record: dict) -> dict:
     ranked = rank_among_candidates(problem[0], published)
     if ranked["best_step_s"] is None:
         return {"published_layout_rank": None, "best_predicted_speedup": None}
-    return {"published_layout_rank": ranked["rank"], "best_predicted_speedup": published / ranked["best_step_s"],
-            "candidates": ranked["num_candidates"]}
+    return {
+        "published_layout_rank": ranked["rank"],
+        "best_predicted_speedup": published / ranked["best_step_s"],
+        "candidates": ranked["num_candidates"],
+    }
 
 
 def loso_block(records: list[dict], entries: list[dict], params: tuple[str, ...] = DEFAULT_PARAMS) -> dict:
@@ -154,17 +199,29 @@ def loso_block(records: list[dict], entries: list[dict], params: tuple[str, ...]
     try:
         result = leave_one_source_out(records, params, DEFAULT_SHARED)
     except Exception as exc:  # noqa: BLE001 - the per-record results stand without the generalization block
-        return {"params": list(params), "count": 0, "median_abs_rel_error": None, "p90_abs_rel_error": None,
-                "median_rel_error": None, "in_sample_median_abs_rel_error": None, "by_source": {},
-                "error": f"leave-one-source-out failed ({type(exc).__name__}: {exc})"}
+        return {
+            "params": list(params),
+            "count": 0,
+            "median_abs_rel_error": None,
+            "p90_abs_rel_error": None,
+            "median_rel_error": None,
+            "in_sample_median_abs_rel_error": None,
+            "by_source": {},
+            "error": f"leave-one-source-out failed ({type(exc).__name__}: {exc})",
+        }
     rel = result.pop("rel_errors")
     for e in entries:
         e["loso_rel_error"] = rel.get(e["id"])
     return result
 
 
-def validate_runs(records: list[dict], max_median_error: float = 0.10, rank: bool = True,
-                  warnings: list[str] | None = None, loso: bool = True) -> dict:
+def validate_runs(
+    records: list[dict],
+    max_median_error: float = 0.10,
+    rank: bool = True,
+    warnings: list[str] | None = None,
+    loso: bool = True,
+) -> dict:
     """Evaluate every record; the OUTPUT.md document {"records": [...], "summary": {...}}.
 
     With ``rank`` each evaluated record also gets ``published_layout_rank`` and
