@@ -131,7 +131,11 @@ def render(parts: list[str]) -> str:
     """Prose as is; each command as a console block with its output."""
     out = []
     for i, part in enumerate(parts):
-        out.append(part.rstrip("\n") + "\n" if i % 2 == 0 else f"```console\n$ layoutsearch {part}\n{run(part)}\n```\n")
+        out.append(
+            part.rstrip("\n") + "\n"
+            if i % 2 == 0
+            else f"```console\n$ layoutsearch {part}\n{run(part)}\n```\n"
+        )
     return "\n".join(out)
 
 

@@ -70,7 +70,12 @@ def solve(
         recompute=_names(recompute, RECOMPUTE_POLICIES, "recompute"),
     )
     request = SearchRequest(
-        options=options, objective=objective, top_k=top, method=method, time_limit_s=time_limit_s, target=target
+        options=options,
+        objective=objective,
+        top_k=top,
+        method=method,
+        time_limit_s=time_limit_s,
+        target=target,
     )
     return solve_problem(problem(model, cluster, seqs, seq_len, **workload_options), request)
 
@@ -102,7 +107,9 @@ def estimate(
     return estimate_layout(prob, layout)
 
 
-def _names(value: str | Sequence[str] | None, allowed: tuple[str, ...], field: str) -> tuple[str, ...] | None:
+def _names(
+    value: str | Sequence[str] | None, allowed: tuple[str, ...], field: str
+) -> tuple[str, ...] | None:
     if value is None:
         return None
     return parse_names(value if isinstance(value, str) else ",".join(value), allowed, field)

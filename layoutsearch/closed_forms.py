@@ -42,12 +42,16 @@ def mixed_threshold_tokens_per_chip(alpha: float, fsdp_axes_times_tp_axes: int, 
     return alpha**2 / (fsdp_axes_times_tp_axes * d_ff)
 
 
-def optimal_fsdp_degree(batch_tokens: float, d_ff: int, num_chips: int, fsdp_over_tp_axes: float) -> float:
+def optimal_fsdp_degree(
+    batch_tokens: float, d_ff: int, num_chips: int, fsdp_over_tp_axes: float
+) -> float:
     """X_opt = sqrt(B / F x M_X / M_Y x N): the FSDP degree balancing FSDP and TP comms."""
     return math.sqrt(batch_tokens / d_ff * fsdp_over_tp_axes * num_chips)
 
 
-def step_time_at_mfu(batch_tokens: float, params: float, num_chips: int, peak_flops_per_s: float, mfu: float) -> float:
+def step_time_at_mfu(
+    batch_tokens: float, params: float, num_chips: int, peak_flops_per_s: float, mfu: float
+) -> float:
     """6 B P / (N C MFU) seconds per step."""
     return 6.0 * batch_tokens * params / (num_chips * peak_flops_per_s * mfu)
 
@@ -94,7 +98,9 @@ def checkpoint_bytes(
     return num_layers * tensors_per_layer * tokens * d_model * bytes_per_element
 
 
-def fsdp_weight_bytes(layer_bytes: float, num_layers: int, shards: int, gathered_layers: int) -> float:
+def fsdp_weight_bytes(
+    layer_bytes: float, num_layers: int, shards: int, gathered_layers: int
+) -> float:
     """Weight bytes on one device while ``gathered_layers`` layers are gathered in full, the full
     buffer including the local shard (the notes' accounting).
 

@@ -57,8 +57,12 @@ class Case:
 # --- engine fixtures ---------------------------------------------------------------------------
 
 
-def _problem(model: ModelSpec | str, cluster: str, seqs: int, seq_len: int = 4096, **workload) -> Problem:
-    return Problem.build(model, cluster, Workload(global_batch_seqs=seqs, seq_len=seq_len, **workload))
+def _problem(
+    model: ModelSpec | str, cluster: str, seqs: int, seq_len: int = 4096, **workload
+) -> Problem:
+    return Problem.build(
+        model, cluster, Workload(global_batch_seqs=seqs, seq_len=seq_len, **workload)
+    )
 
 
 def _estimate(
@@ -97,7 +101,11 @@ def gather_volume(seqs: int, tp: int) -> float:
 
     result = solve(
         _problem("llama70b", "v5p-8192", seqs),
-        SearchRequest(options=SearchOptions(only=("fsdp", "tp"), fix={"tp": tp}), objective="gather-volume", top_k=1),
+        SearchRequest(
+            options=SearchOptions(only=("fsdp", "tp"), fix={"tp": tp}),
+            objective="gather-volume",
+            top_k=1,
+        ),
     )
     if result.status != "OPTIMAL" or result.layouts[0].layout.tp != tp:
         raise AssertionError(f"gather-volume solve at {seqs} seqs, tp={tp}: {result.status}")
@@ -119,7 +127,9 @@ def gather_volume_t_star(seqs: int) -> float:
     return t0 * math.sqrt(v_w / v_x)
 
 
-def choose_tp_gather_volume(model: ModelSpec | str, num_devices: int, seqs: int, choices=(8, 16, 32, 64)) -> int:
+def choose_tp_gather_volume(
+    model: ModelSpec | str, num_devices: int, seqs: int, choices=(8, 16, 32, 64)
+) -> int:
     """The design notes' choice, by the solver: `--only fsdp,tp --choices tp=... --objective gather-volume`."""
 
     result = solve(
@@ -136,12 +146,20 @@ def choose_tp_gather_volume(model: ModelSpec | str, num_devices: int, seqs: int,
 def kv_replication_in_layout_record(tp: int) -> int:
     """`kv_replication` of the JSON layout record of an estimate of llama70b with this TP degree."""
 
-    return layout_record(_estimate("llama70b", f"v5p-{tp}", Layout(tp=tp), seqs=tp))["kv_replication"]
+    return layout_record(_estimate("llama70b", f"v5p-{tp}", Layout(tp=tp), seqs=tp))[
+        "kv_replication"
+    ]
 
 
 def _ring_axis() -> Axis:
     return Axis(
-        name="x", size=16, kind="torus", bytes_per_s_per_direction=9e10, wraparound=True, latency_s=0.0, efficiency=1.0
+        name="x",
+        size=16,
+        kind="torus",
+        bytes_per_s_per_direction=9e10,
+        wraparound=True,
+        latency_s=0.0,
+        efficiency=1.0,
     )
 
 
@@ -156,7 +174,9 @@ def full_remat_flops_factor() -> float:
     6 x (matmul + the matmul part of the recompute) / matmul, where the matmul part is what full
     recompute adds over selective (which recomputes the attention core only)."""
     full = _estimate("debug", "h100-8", Layout(dp=8, recompute="full"), seqs=8, seq_len=512).time_s
-    selective = _estimate("debug", "h100-8", Layout(dp=8, recompute="selective"), seqs=8, seq_len=512).time_s
+    selective = _estimate(
+        "debug", "h100-8", Layout(dp=8, recompute="selective"), seqs=8, seq_len=512
+    ).time_s
     recomputed_matmul = full["compute/recompute"] - selective["compute/recompute"]
     return 6.0 * (full["compute/matmul"] + recomputed_matmul) / full["compute/matmul"]
 
@@ -181,7 +201,9 @@ def attention_crossover_seq_len(d_model: int, seq_len: int = 4096) -> float:
     book's one-layer model (gated MLP, F = 4D, 64 heads, no GQA). Unfused attention without causal
     skipping, so both run at the matmul rate with the same backward factor and their times are
     in the ratio of their FLOPs; attention grows linearly with the sequence."""
-    t = _estimate(_book_gated(d_model), "h100-8", Layout(dp=8), seqs=8, seq_len=seq_len, flash_attention=False).time_s
+    t = _estimate(
+        _book_gated(d_model), "h100-8", Layout(dp=8), seqs=8, seq_len=seq_len, flash_attention=False
+    ).time_s
     return seq_len * t["compute/matmul"] / t["compute/attention"]
 
 
@@ -190,11 +212,15 @@ def attention_crossover_seq_len(d_model: int, seq_len: int = 4096) -> float:
 
 def _v5p_alpha(axes: int) -> float:
     v5p = load_accelerator("v5p")
-    return cf.critical_intensity(v5p.peak_flops_per_s, cf.ici_bandwidth(v5p.link_bytes_per_s_per_direction, axes))
+    return cf.critical_intensity(
+        v5p.peak_flops_per_s, cf.ici_bandwidth(v5p.link_bytes_per_s_per_direction, axes)
+    )
 
 
 def _state_70b() -> float:
-    return cf.model_state_bytes(70e9, Workload(global_batch_seqs=1, seq_len=1).state_bytes_per_param)
+    return cf.model_state_bytes(
+        70e9, Workload(global_batch_seqs=1, seq_len=1).state_bytes_per_param
+    )
 
 
 def _notes_activations(microbatches: int) -> float:
@@ -214,34 +240,50 @@ _VOLUME = "solve(objective=gather-volume, fix tp) at B and 2B: V_X = V(2B) - V(B
 
 SEED: dict[str, Case] = {
     "params-mlp": _engine(lambda: _params("llama70b")["mlp"], f"{_PARAMS}['mlp']"),
-    "params-attention": _engine(lambda: _params("llama70b")["attention"], f"{_PARAMS}['attention']"),
+    "params-attention": _engine(
+        lambda: _params("llama70b")["attention"], f"{_PARAMS}['attention']"
+    ),
     "params-vocab": _engine(
-        lambda: _params("llama70b")["embedding"] + _params("llama70b")["output"], f"{_PARAMS}: embedding + output"
+        lambda: _params("llama70b")["embedding"] + _params("llama70b")["output"],
+        f"{_PARAMS}: embedding + output",
     ),
     "params-total-no-norm": _engine(
-        lambda: _params("llama70b")["total"] - _params("llama70b")["norms"], f"{_PARAMS}: total - norms"
+        lambda: _params("llama70b")["total"] - _params("llama70b")["norms"],
+        f"{_PARAMS}: total - norms",
     ),
     "params-total-exact": _engine(lambda: _params("llama70b")["total"], f"{_PARAMS}['total']"),
     "state-bytes-per-param": _engine(
-        state_bytes_per_param, "estimate(debug on h100-8, dp=8, ZeRO-0): state/* bytes per device / parameters"
+        state_bytes_per_param,
+        "estimate(debug on h100-8, dp=8, ZeRO-0): state/* bytes per device / parameters",
     ),
-    "training-flops-total": _closed(lambda: cf.training_flops_total(70e9, 15e12), "closed_forms.training_flops_total"),
+    "training-flops-total": _closed(
+        lambda: cf.training_flops_total(70e9, 15e12), "closed_forms.training_flops_total"
+    ),
     "calendar-days-1eflops": _closed(
-        lambda: cf.calendar_days(cf.training_flops_total(70e9, 15e12), 1e18), "closed_forms.calendar_days"
+        lambda: cf.calendar_days(cf.training_flops_total(70e9, 15e12), 1e18),
+        "closed_forms.calendar_days",
     ),
     "calendar-days-4eflops": _closed(
-        lambda: cf.calendar_days(cf.training_flops_total(70e9, 15e12), 4e18), "closed_forms.calendar_days"
+        lambda: cf.calendar_days(cf.training_flops_total(70e9, 15e12), 4e18),
+        "closed_forms.calendar_days",
     ),
     "state-total-70b": _engine(
-        lambda: state_bytes_per_param() * 70e9 / TB, "state bytes per parameter from estimate() (above) x 70e9"
+        lambda: state_bytes_per_param() * 70e9 / TB,
+        "state bytes per parameter from estimate() (above) x 70e9",
     ),
-    "saved-activations-full-batch": _closed(lambda: _notes_activations(1) / TB, "closed_forms.checkpoint_bytes"),
+    "saved-activations-full-batch": _closed(
+        lambda: _notes_activations(1) / TB, "closed_forms.checkpoint_bytes"
+    ),
     "state-plus-activations-full-batch": _closed(
-        lambda: (_notes_activations(1) + _state_70b()) / TB, "closed_forms.checkpoint_bytes + model_state_bytes"
+        lambda: (_notes_activations(1) + _state_70b()) / TB,
+        "closed_forms.checkpoint_bytes + model_state_bytes",
     ),
-    "saved-activations-4-microbatches": _closed(lambda: _notes_activations(4) / TB, "closed_forms.checkpoint_bytes"),
+    "saved-activations-4-microbatches": _closed(
+        lambda: _notes_activations(4) / TB, "closed_forms.checkpoint_bytes"
+    ),
     "state-plus-activations-4-microbatches": _closed(
-        lambda: (_notes_activations(4) + _state_70b()) / TB, "closed_forms.checkpoint_bytes + model_state_bytes"
+        lambda: (_notes_activations(4) + _state_70b()) / TB,
+        "closed_forms.checkpoint_bytes + model_state_bytes",
     ),
     "fsdp-weights-all-sharded": _closed(
         lambda: cf.fsdp_weight_bytes(2 * GB, 4, 2, 0) / GB, "closed_forms.fsdp_weight_bytes"
@@ -269,12 +311,16 @@ SEED: dict[str, Case] = {
         "closed_forms.peak_bytes",
     ),
     "pipeline-forward-k4": _closed(
-        lambda: cf.pipeline_forward_time(4, 3, 8e-3, 0.5e-3) * 1e3, "closed_forms.pipeline_forward_time"
+        lambda: cf.pipeline_forward_time(4, 3, 8e-3, 0.5e-3) * 1e3,
+        "closed_forms.pipeline_forward_time",
     ),
     "pipeline-forward-k16": _closed(
-        lambda: cf.pipeline_forward_time(16, 3, 8e-3, 0.5e-3) * 1e3, "closed_forms.pipeline_forward_time"
+        lambda: cf.pipeline_forward_time(16, 3, 8e-3, 0.5e-3) * 1e3,
+        "closed_forms.pipeline_forward_time",
     ),
-    "pipeline-busy-fraction": _closed(lambda: cf.pipeline_busy_fraction(4, 2), "closed_forms.pipeline_busy_fraction"),
+    "pipeline-busy-fraction": _closed(
+        lambda: cf.pipeline_busy_fraction(4, 2), "closed_forms.pipeline_busy_fraction"
+    ),
     "min-tp-1024-seqs": _engine(
         lambda: min_tp_whole_sequences(1024),
         "build_space(llama70b, v5p-8192, only fsdp,tp): smallest tp among its shapes",
@@ -284,11 +330,18 @@ SEED: dict[str, Case] = {
         "build_space(llama70b, v5p-8192, only fsdp,tp): smallest tp among its shapes",
     ),
     "v5p-critical-intensity": _closed(
-        lambda: _v5p_alpha(3), "closed_forms.critical_intensity(catalogue v5p peak, 3 axes x 2 x link)"
+        lambda: _v5p_alpha(3),
+        "closed_forms.critical_intensity(catalogue v5p peak, 3 axes x 2 x link)",
     ),
-    "t-star-1024-seqs": _engine(lambda: gather_volume_t_star(1024), f"t0 sqrt(V_W / V_X) at t0 = min tp; {_VOLUME}"),
-    "t-star-256-seqs": _engine(lambda: gather_volume_t_star(256), f"t0 sqrt(V_W / V_X) at t0 = min tp; {_VOLUME}"),
-    "vw-vx-1024-seqs-tp8": _engine(lambda: [v / MIB for v in gather_volume_parts(1024, 8)], _VOLUME),
+    "t-star-1024-seqs": _engine(
+        lambda: gather_volume_t_star(1024), f"t0 sqrt(V_W / V_X) at t0 = min tp; {_VOLUME}"
+    ),
+    "t-star-256-seqs": _engine(
+        lambda: gather_volume_t_star(256), f"t0 sqrt(V_W / V_X) at t0 = min tp; {_VOLUME}"
+    ),
+    "vw-vx-1024-seqs-tp8": _engine(
+        lambda: [v / MIB for v in gather_volume_parts(1024, 8)], _VOLUME
+    ),
     "chosen-tp-1024-seqs": _engine(
         lambda: choose_tp_gather_volume("llama70b", 8192, 1024),
         "solve(only fsdp,tp, tp in 8..64, objective=gather-volume).layouts[0].tp",
@@ -310,9 +363,12 @@ BOOK: dict[str, Case] = {
         lambda: _v5p_alpha(1), "closed_forms.critical_intensity(catalogue v5p peak, 2 x link)"
     ),
     "v5p-dp-critical-batch-3-axes": _closed(
-        lambda: _v5p_alpha(3), "closed_forms.critical_intensity(catalogue v5p peak, 3 axes x 2 x link)"
+        lambda: _v5p_alpha(3),
+        "closed_forms.critical_intensity(catalogue v5p peak, 3 axes x 2 x link)",
     ),
-    "tp-max-degree-f30000": _closed(lambda: cf.tp_max_degree(30000, _BOOK_ALPHA, 1), "closed_forms.tp_max_degree"),
+    "tp-max-degree-f30000": _closed(
+        lambda: cf.tp_max_degree(30000, _BOOK_ALPHA, 1), "closed_forms.tp_max_degree"
+    ),
     "mixed-threshold-f28672": _closed(
         lambda: cf.mixed_threshold_tokens_per_chip(_BOOK_ALPHA, 2, 28672),
         "closed_forms.mixed_threshold_tokens_per_chip",
@@ -331,11 +387,13 @@ BOOK: dict[str, Case] = {
         lambda: cf.step_time_at_mfu(3e6, 13e9, 4096, 4.6e14, 0.4), "closed_forms.step_time_at_mfu"
     ),
     "all-strategies-comms-bound-batch": _closed(
-        lambda: cf.comms_bound_batch_tokens(4096, _BOOK_ALPHA, 32768), "closed_forms.comms_bound_batch_tokens"
+        lambda: cf.comms_bound_batch_tokens(4096, _BOOK_ALPHA, 32768),
+        "closed_forms.comms_bound_batch_tokens",
     ),
     "v5p-dcn-critical-batch": _closed(
         lambda: cf.critical_intensity(
-            load_accelerator("v5p").peak_flops_per_s, load_accelerator("v5p").scale_out_bytes_per_s_per_direction
+            load_accelerator("v5p").peak_flops_per_s,
+            load_accelerator("v5p").scale_out_bytes_per_s_per_direction,
         ),
         "closed_forms.critical_intensity(catalogue v5p peak, DCN per chip)",
     ),
@@ -346,9 +404,12 @@ BOOK: dict[str, Case] = {
         lambda: _params("llama2-13b")["total"] - _params("llama2-13b")["norms"],
         "estimate(llama2-13b on h100-8, tp=8).params: total - norms",
     ),
-    "alltoall-1d-ring": _engine(alltoall_fraction, "comms.all_to_all_time / comms.all_gather_time, 16-chip ring"),
+    "alltoall-1d-ring": _engine(
+        alltoall_fraction, "comms.all_to_all_time / comms.all_gather_time, 16-chip ring"
+    ),
     "h100-tp-max-degree": _closed(
-        lambda: cf.tp_max_degree(28000, cf.critical_intensity(990e12, 450e9), 1), "closed_forms.tp_max_degree"
+        lambda: cf.tp_max_degree(28000, cf.critical_intensity(990e12, 450e9), 1),
+        "closed_forms.tp_max_degree",
     ),
     "block-remat-flops-factor": _engine(
         full_remat_flops_factor,
@@ -375,8 +436,12 @@ def kind(case_id: str) -> str:
 
 def within(expected, computed, rel_tol: float) -> bool:
     if isinstance(expected, list):
-        return len(expected) == len(computed) and all(within(e, c, rel_tol) for e, c in zip(expected, computed))
-    return abs(computed - expected) <= rel_tol * abs(expected) + (0 if rel_tol else 1e-9 * abs(expected))
+        return len(expected) == len(computed) and all(
+            within(e, c, rel_tol) for e, c in zip(expected, computed)
+        )
+    return abs(computed - expected) <= rel_tol * abs(expected) + (
+        0 if rel_tol else 1e-9 * abs(expected)
+    )
 
 
 def _number(value):
@@ -398,4 +463,7 @@ def load_cases(path) -> list[dict]:
         cases = yaml.safe_load(fh)
     if not isinstance(cases, list) or not cases:
         raise ValueError(f"{path} holds no reference cases")
-    return [{**c, "expected": _number(c["expected"]), "rel_tol": float(_number(c["rel_tol"]))} for c in cases]
+    return [
+        {**c, "expected": _number(c["expected"]), "rel_tol": float(_number(c["rel_tol"]))}
+        for c in cases
+    ]

@@ -21,5 +21,7 @@ def data_file(name: str) -> Path:
     """A file of tests/data/, or FileNotFoundError naming the path it looked for."""
     path = DATA / name
     if not path.is_file():
-        raise FileNotFoundError(f"{path} not found: the repository's reference data (tests/data/) is incomplete")
+        raise FileNotFoundError(
+            f"{path} not found: the repository's reference data (tests/data/) is incomplete"
+        )
     return path

@@ -18,7 +18,9 @@ from pathlib import Path
 import yaml
 
 OUT = Path(__file__).resolve().parents[1] / "tests" / "data" / "bloom_prequel_heldout.yaml"
-SOURCE = "bigscience-workshop/bigscience train/tr11-176B-ml/chronicles-prequel.md, '{table}' ({date})"
+SOURCE = (
+    "bigscience-workshop/bigscience train/tr11-176B-ml/chronicles-prequel.md, '{table}' ({date})"
+)
 DEVICES, SEQ_LEN = 384, 2048
 # (table, date, dp, tp, pp, mbs, gbs, memory GB or None, sec/it or None (OOM), TFLOPs as printed)
 ROWS = [
@@ -59,9 +61,13 @@ def record(table, date, dp, tp, pp, mbs, gbs, mem_gb, sec, tflops) -> dict:
     }
     if not oom:
         derived["tokens_per_s_per_device"] = f"GBS*2048/sec_per_it/384 = {gbs}*2048/{sec}/384"
-        derived["source_tflops_per_device"] = f"{tflops} (as printed: Megatron Eq.3 incl. recompute)"
+        derived["source_tflops_per_device"] = (
+            f"{tflops} (as printed: Megatron Eq.3 incl. recompute)"
+        )
     if mem_gb is not None:
-        derived["memory_gib_per_device"] = f"source says {mem_gb} GB; converted GB -> GiB (x 1e9/2^30)"
+        derived["memory_gib_per_device"] = (
+            f"source says {mem_gb} GB; converted GB -> GiB (x 1e9/2^30)"
+        )
     return {
         "id": f"bloom-prequel-{date.replace('-', '')}-181b-dp{dp}-tp{tp}-pp{pp}-mbs{mbs}-gbs{gbs}-heldout",
         "source": SOURCE.format(table=table, date=date),
@@ -121,7 +127,9 @@ def main() -> None:
         "# chronicles-prequel.md (bigscience-workshop/bigscience, train/tr11-176B-ml); not in runs_dev.yaml,\n"
         "# never used by calibration. Regenerate with the script rather than editing by hand.\n"
     )
-    OUT.write_text(header + yaml.safe_dump([record(*row) for row in ROWS], sort_keys=False, width=110))
+    OUT.write_text(
+        header + yaml.safe_dump([record(*row) for row in ROWS], sort_keys=False, width=110)
+    )
     print(f"wrote {OUT} ({len(ROWS)} records)")
 
 

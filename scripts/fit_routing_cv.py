@@ -15,10 +15,17 @@ from __future__ import annotations
 import math
 
 import numpy as np
-from _common import RESULTS, data_file  # first: puts this checkout's package ahead of an installed one
+from _common import (
+    RESULTS,
+    data_file,
+)  # first: puts this checkout's package ahead of an installed one
 
 from layoutsearch.core.specs import LEARNED_ROUTING_EXPERT_CV
-from layoutsearch.validation.calibrate import ROUTING_CV_GRID, learned_routing_problems, routing_cv_scan
+from layoutsearch.validation.calibrate import (
+    ROUTING_CV_GRID,
+    learned_routing_problems,
+    routing_cv_scan,
+)
 from layoutsearch.validation.runs import load_runs
 
 
@@ -48,11 +55,17 @@ def main() -> None:
         )
     out += [
         "",
-        "Records, in the order of the columns: " + "; ".join(f"`{pid}`" for pid, _, _ in problems) + ".",
+        "Records, in the order of the columns: "
+        + "; ".join(f"`{pid}`" for pid, _, _ in problems)
+        + ".",
         "",
         f"Best on the grid: cv = {best:.2f}; the catalogue default (`core.specs.LEARNED_ROUTING_EXPERT_CV`) is "
         f"{LEARNED_ROUTING_EXPERT_CV:.2f}"
-        + (" (the same)." if math.isclose(best, LEARNED_ROUTING_EXPERT_CV) else " (differs: refit the default)."),
+        + (
+            " (the same)."
+            if math.isclose(best, LEARNED_ROUTING_EXPERT_CV)
+            else " (differs: refit the default)."
+        ),
     ]
     (RESULTS / "routing_cv.md").write_text("\n".join(out) + "\n", encoding="utf-8")
     print(f"wrote {RESULTS / 'routing_cv.md'}: best cv {best:.2f} of {len(problems)} records")

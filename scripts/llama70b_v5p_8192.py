@@ -33,7 +33,13 @@ def _layout_line(est) -> str:
 def _knobs(est) -> tuple:
     """What a user would call a different layout: degrees and knobs, not only the axis placement."""
     lay = est.layout
-    return tuple(lay.degrees.values()), lay.zero_stage, lay.num_microbatches, lay.recompute, lay.virtual_stages
+    return (
+        tuple(lay.degrees.values()),
+        lay.zero_stage,
+        lay.num_microbatches,
+        lay.recompute,
+        lay.virtual_stages,
+    )
 
 
 def _breakdown(est) -> list[str]:
@@ -110,12 +116,20 @@ def main() -> int:
             "|---|---|---|---|",
         ]
         for row in compare(win, run):
-            fmt = (lambda x: f"{x:.4f} s") if row["unit"] == "s" else (lambda x: f"{x / 1e9:.3f} GB")
-            lines.append(f"| {row['term']} | {fmt(row['winner'])} | {fmt(row['other'])} | {fmt(row['difference'])} |")
+            fmt = (
+                (lambda x: f"{x:.4f} s") if row["unit"] == "s" else (lambda x: f"{x / 1e9:.3f} GB")
+            )
+            lines.append(
+                f"| {row['term']} | {fmt(row['winner'])} | {fmt(row['other'])} | {fmt(row['difference'])} |"
+            )
         if not compare(win, run):
-            lines.append("| (none: the two cost the same in every term; the tie-break ranks them) | | | |")
+            lines.append(
+                "| (none: the two cost the same in every term; the tie-break ranks them) | | | |"
+            )
         lines.append("")
-        nearest_notes = solve(problems[seqs], SearchRequest(options=SearchOptions(only=("fsdp", "tp")), top_k=1))
+        nearest_notes = solve(
+            problems[seqs], SearchRequest(options=SearchOptions(only=("fsdp", "tp")), top_k=1)
+        )
         if nearest_notes.layouts:
             e = nearest_notes.layouts[0]
             lines += [

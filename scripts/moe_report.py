@@ -125,7 +125,9 @@ def _case(title, model, cluster, seqs, seq_len, published, where) -> list[str]:
         ("MFU (model FLOPs, active experts)", lambda e: f"{e.mfu:.1%}"),
         (
             "peak memory GB (capacity)",
-            lambda e: f"{e.memory_bytes['peak'] / 1e9:.1f} ({e.memory_bytes['capacity'] / 1e9:.1f})",
+            lambda e: (
+                f"{e.memory_bytes['peak'] / 1e9:.1f} ({e.memory_bytes['capacity'] / 1e9:.1f})"
+            ),
         ),
         ("fits", lambda e: "yes" if e.fits else "no"),
     ):

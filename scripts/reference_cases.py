@@ -9,7 +9,10 @@ from __future__ import annotations
 
 import sys
 
-from _common import RESULTS, data_file  # first: puts this checkout's package ahead of an installed one
+from _common import (
+    RESULTS,
+    data_file,
+)  # first: puts this checkout's package ahead of an installed one
 
 from layoutsearch import reference
 

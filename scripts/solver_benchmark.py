@@ -50,7 +50,9 @@ def main_job_times(runs: int = 7) -> list[float]:
     out = []
     for _ in range(runs):
         t0 = time.perf_counter()
-        subprocess.run([sys.executable, "-m", "layoutsearch.cli", *MAIN_JOB], check=True, capture_output=True)
+        subprocess.run(
+            [sys.executable, "-m", "layoutsearch.cli", *MAIN_JOB], check=True, capture_output=True
+        )
         out.append(time.perf_counter() - t0)
     return out
 

@@ -72,7 +72,9 @@ def main() -> int:
     # Byte-compile the package as `pip install` does (an editable install under
     # PYTHONDONTWRITEBYTECODE=1 would otherwise recompile every module in every process).
     subprocess.run(
-        [sys.executable, "-m", "compileall", "-q", str(REPO / "layoutsearch")], check=True, stdout=subprocess.DEVNULL
+        [sys.executable, "-m", "compileall", "-q", str(REPO / "layoutsearch")],
+        check=True,
+        stdout=subprocess.DEVNULL,
     )
     times: dict[str, list[float]] = {name: [] for name in COMMANDS}
     for command in COMMANDS.values():  # warm the file cache once, untimed

@@ -32,7 +32,9 @@ def timed_run(output: str, *extra: str) -> float:
     """Wall seconds of one whole `layoutsearch sweep` process."""
     t0 = time.perf_counter()
     subprocess.run(
-        [sys.executable, "-m", "layoutsearch.cli", *ARGS, "-o", output, *extra], check=True, capture_output=True
+        [sys.executable, "-m", "layoutsearch.cli", *ARGS, "-o", output, *extra],
+        check=True,
+        capture_output=True,
     )
     return time.perf_counter() - t0
 
@@ -43,7 +45,10 @@ def main() -> int:
     load = os.getloadavg()[0]
     runs = []
     with tempfile.TemporaryDirectory() as tmp:
-        configs = [(f"local, --jobs {cpus}", ["--jobs", str(cpus)]), ("local, --jobs 1", ["--jobs", "1"])]
+        configs = [
+            (f"local, --jobs {cpus}", ["--jobs", str(cpus)]),
+            ("local, --jobs 1", ["--jobs", "1"]),
+        ]
         if find_spec("ray"):
             configs.append(
                 (
@@ -57,9 +62,17 @@ def main() -> int:
                 out = os.path.join(tmp, f"run{i}-{k}.parquet")
                 walls.append(timed_run(out, *extra))
             rows = read_table(out)
-            runs.append({"label": label, "wall_s": statistics.median(walls), "min_s": min(walls), "rows": rows})
+            runs.append(
+                {
+                    "label": label,
+                    "wall_s": statistics.median(walls),
+                    "min_s": min(walls),
+                    "rows": rows,
+                }
+            )
             print(
-                f"{label}: median {runs[-1]['wall_s']:.1f} s, min {min(walls):.1f} s for {len(rows)} points", flush=True
+                f"{label}: median {runs[-1]['wall_s']:.1f} s, min {min(walls):.1f} s for {len(rows)} points",
+                flush=True,
             )
         resume = timed_run(os.path.join(tmp, "run0-0.parquet"), "--jobs", str(cpus))
         print(f"rerun with every point done: {resume:.2f} s", flush=True)
@@ -70,8 +83,14 @@ def main() -> int:
     for r in main_rows:
         statuses[r["status"]] = statuses.get(r["status"], 0) + 1
     same = all(
-        [(a["status"], a["objective_s"], a["dp"], a["fsdp"], a["tp"], a["pp"], a["cp"]) for a in run["rows"]]
-        == [(a["status"], a["objective_s"], a["dp"], a["fsdp"], a["tp"], a["pp"], a["cp"]) for a in main_rows]
+        [
+            (a["status"], a["objective_s"], a["dp"], a["fsdp"], a["tp"], a["pp"], a["cp"])
+            for a in run["rows"]
+        ]
+        == [
+            (a["status"], a["objective_s"], a["dp"], a["fsdp"], a["tp"], a["pp"], a["cp"])
+            for a in main_rows
+        ]
         for run in runs
     )
     command = f"layoutsearch sweep -m {MODELS} -c '{CLUSTERS}' --seqs '{SEQS}' --jobs {cpus} -o sweep.parquet"

@@ -67,7 +67,9 @@ def observations(rows: list[dict]) -> list[str]:
     out = []
     if ok:
         best = max(ok, key=lambda r: r["mfu"])
-        out.append(f"- Highest MFU: {best['mfu']:.1%} ({best['cluster']}, {best['global_batch_seqs']} seqs).")
+        out.append(
+            f"- Highest MFU: {best['mfu']:.1%} ({best['cluster']}, {best['global_batch_seqs']} seqs)."
+        )
         worst = min(ok, key=lambda r: r["mfu"])
         out.append(
             f"- Lowest MFU with a layout: {worst['mfu']:.1%} ({worst['cluster']}, "

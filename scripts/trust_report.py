@@ -10,7 +10,10 @@ import json
 import re
 import shlex
 
-from _common import RESULTS, data_file  # first: puts this checkout's package ahead of an installed one
+from _common import (
+    RESULTS,
+    data_file,
+)  # first: puts this checkout's package ahead of an installed one
 from typer.testing import CliRunner
 
 from layoutsearch.cli import app
@@ -63,7 +66,9 @@ def main() -> None:
 
     cmd = "solve --model llama2-70b --cluster v5p-512 --seqs 2048 --seq-len 4096 --top 1"
     problem = Problem.build("llama2-70b", "v5p-512", build_workload(2048, 4096))
-    published = estimate(problem, Layout(fsdp=512, num_microbatches=1, recompute="save_dot_except_mlpwi"))
+    published = estimate(
+        problem, Layout(fsdp=512, num_microbatches=1, recompute="save_dot_except_mlpwi")
+    )
     best = cli_json(cmd)["layouts"][0]
     verdict = (
         "**Met**: the winner is at or below the 72% target."
@@ -110,7 +115,11 @@ def main() -> None:
         "",
         f"- `{cmd}` (cpsat): " + " | ".join(layout_text(r) for r in cps),
         "- the same with `--method enumerate`: "
-        + ("identical" if [layout_text(r) for r in cps] == [layout_text(r) for r in enum] else "DIFFERENT"),
+        + (
+            "identical"
+            if [layout_text(r) for r in cps] == [layout_text(r) for r in enum]
+            else "DIFFERENT"
+        ),
         "",
     ]
 
@@ -133,7 +142,15 @@ def main() -> None:
     problem = Problem.build("llama3-405b", "h100-16384", build_workload(2048, 8192))
     meta = estimate(
         problem,
-        Layout(fsdp=128, tp=8, pp=16, zero_stage=2, virtual_stages=4, schedule="interleaved", num_microbatches=16),
+        Layout(
+            fsdp=128,
+            tp=8,
+            pp=16,
+            zero_stage=2,
+            virtual_stages=4,
+            schedule="interleaved",
+            num_microbatches=16,
+        ),
     )
     tflops = meta.mfu * problem.cluster.accelerator.peak_flops_per_s / 1e12
     out += [

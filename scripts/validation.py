@@ -78,7 +78,10 @@ def code_version() -> str:
     """git HEAD, marked when the tree has uncommitted changes (besides this script's own outputs)."""
     try:
         commit = subprocess.run(
-            ["git", "-C", str(ROOT), "rev-parse", "--short", "HEAD"], capture_output=True, text=True, check=True
+            ["git", "-C", str(ROOT), "rev-parse", "--short", "HEAD"],
+            capture_output=True,
+            text=True,
+            check=True,
         ).stdout.strip()
         own = [f":!{p}" for p in OWN_OUTPUTS]
         dirty = subprocess.run(
@@ -96,7 +99,11 @@ def provenance(runs: Path, moe: bool = False) -> list[str]:
     """Input hash, code version and the command that regenerates the report."""
     digest = hashlib.sha256(runs.read_bytes()).hexdigest()[:16]
     rel = runs.relative_to(ROOT) if runs.is_relative_to(ROOT) else runs
-    writes = "it writes only this file" if moe else "it also rewrites `layoutsearch/core/uncertainty.yaml`"
+    writes = (
+        "it writes only this file"
+        if moe
+        else "it also rewrites `layoutsearch/core/uncertainty.yaml`"
+    )
     return [
         f"- input: `{rel}` (sha256 {digest}...)",
         f"- code: git {code_version()}",
@@ -117,7 +124,10 @@ def summary_lines(s: dict) -> list[str]:
         ("fit accuracy (predicted fits == ran)", pct(s["fit_accuracy"])),
         ("leave-one-source-out median / p90 abs rel error", _loso_headline(s.get("loso"))),
         ("BLOOM layout sweep Spearman rho", rho(s["bloom_sweep_spearman"])),
-        ("engine's fastest layout = measured fastest (groups differing only in layout)", _hits(s["ranking"])),
+        (
+            "engine's fastest layout = measured fastest (groups differing only in layout)",
+            _hits(s["ranking"]),
+        ),
         ("skipped", f"{s['skipped']} ({skipped})"),
         (f"passed (median <= {s['max_median_error']:.0%})", "yes" if s["passed"] else "no"),
     ]
@@ -223,7 +233,10 @@ def uncertainty_lines(table: dict | None, path: Path | None) -> list[str]:
 
 def group_lines(groups: dict, title: str) -> list[str]:
     """Per-group error statistics as a Markdown table."""
-    out = [f"| {title} | evaluated | median abs | p90 abs | median signed | skipped |", "|---|---|---|---|---|---|"]
+    out = [
+        f"| {title} | evaluated | median abs | p90 abs | median signed | skipped |",
+        "|---|---|---|---|---|---|",
+    ]
     for name, g in groups.items():
         out.append(
             f"| {name} | {g['count']} | {pct(g['median_abs_rel_error'])} | {pct(g['p90_abs_rel_error'])} | "
@@ -412,7 +425,10 @@ def write_markdown(
         "## Worst 5",
         "",
     ]
-    lines += [f"{i}. `{w['id']}` {pct(w['rel_error'], True)}: {w['reason']}" for i, w in enumerate(s["worst"], 1)]
+    lines += [
+        f"{i}. `{w['id']}` {pct(w['rel_error'], True)}: {w['reason']}"
+        for i, w in enumerate(s["worst"], 1)
+    ]
     lines += ["", "## Generalization: leave one source out", "", *loso_lines(s.get("loso"))]
     lines += ["", "## Uncertainty bands", "", *uncertainty_lines(*(uncertainty or (None, None)))]
     lines += ["", "## Layout sweeps (Spearman rank correlation, predicted vs measured)", ""]
@@ -449,10 +465,20 @@ def write_markdown(
         "",
     ]
     lines += [f"- `{i}`" for i in s["fit_mismatches"]] or ["- none"]
-    lines += ["", "## The published layouts among the engine's candidates", "", *ranking_lines(doc["records"])]
+    lines += [
+        "",
+        "## The published layouts among the engine's candidates",
+        "",
+        *ranking_lines(doc["records"]),
+    ]
     lines += ["", "## Discussion of the largest misses", "", *DISCUSSION]
     if with_calibration:
-        lines += ["", "## Calibration fit (not written to the catalogue)", "", *calibration_lines(records)]
+        lines += [
+            "",
+            "## Calibration fit (not written to the catalogue)",
+            "",
+            *calibration_lines(records),
+        ]
     lines += ["", "## Records", "", *record_lines(doc["records"]), ""]
     path.write_text("\n".join(lines))
 
@@ -466,10 +492,24 @@ def write_scatter(doc: dict, path: Path) -> None:
 
     pts = [e for e in doc["records"] if e["rel_error"] is not None]
     fig, ax = plt.subplots(figsize=(7.5, 7))
-    lo = min(min(e["measured_tokens_per_s_per_device"], e["predicted_tokens_per_s_per_device"]) for e in pts) / 1.5
-    hi = max(max(e["measured_tokens_per_s_per_device"], e["predicted_tokens_per_s_per_device"]) for e in pts) * 1.5
+    lo = (
+        min(
+            min(e["measured_tokens_per_s_per_device"], e["predicted_tokens_per_s_per_device"])
+            for e in pts
+        )
+        / 1.5
+    )
+    hi = (
+        max(
+            max(e["measured_tokens_per_s_per_device"], e["predicted_tokens_per_s_per_device"])
+            for e in pts
+        )
+        * 1.5
+    )
     ax.plot([lo, hi], [lo, hi], "k-", lw=1, label="y = x")
-    ax.fill_between([lo, hi], [0.75 * lo, 0.75 * hi], [1.25 * lo, 1.25 * hi], color="0.85", label="±25%")
+    ax.fill_between(
+        [lo, hi], [0.75 * lo, 0.75 * hi], [1.25 * lo, 1.25 * hi], color="0.85", label="±25%"
+    )
     for i, acc in enumerate(sorted({e["accelerator"] for e in pts})):
         sel = [e for e in pts if e["accelerator"] == acc]
         fits = [e for e in sel if e["predicted_fits"]]
@@ -512,7 +552,13 @@ def tok(x: float | None) -> str:
     return "-" if x is None else f"{x:,.0f}"
 
 
-BREAKDOWN = ("compute/matmul", "compute/attention", "compute/recompute", "exposed_comm/ep", "bubble")
+BREAKDOWN = (
+    "compute/matmul",
+    "compute/attention",
+    "compute/recompute",
+    "exposed_comm/ep",
+    "bubble",
+)
 
 
 def moe_summary_lines(s: dict, total: int) -> list[str]:
@@ -583,7 +629,9 @@ def breakdown(record: dict) -> dict[str, float] | None:
 def worst_lines(records: list[dict], entries: list[dict], n: int = 10) -> list[str]:
     """The n largest |errors| with the predicted step split into its terms (seconds)."""
     by_id = {r["id"]: r for r in records}
-    worst = sorted((e for e in entries if e["rel_error"] is not None), key=lambda e: -abs(e["rel_error"]))[:n]
+    worst = sorted(
+        (e for e in entries if e["rel_error"] is not None), key=lambda e: -abs(e["rel_error"])
+    )[:n]
     out = [
         'Predicted step time (s) and its terms from `estimate(...).time_s`; "other" lists the remaining '
         "itemised terms above 1% of the step.",
@@ -595,7 +643,11 @@ def worst_lines(records: list[dict], entries: list[dict], n: int = 10) -> list[s
         t = breakdown(by_id[e["id"]]) or {}
         step = t.get("step", 0.0)
         rest = sorted(
-            ((v, k) for k, v in t.items() if ("/" in k or k == "bubble") and k not in BREAKDOWN and v >= 0.01 * step),
+            (
+                (v, k)
+                for k, v in t.items()
+                if ("/" in k or k == "bubble") and k not in BREAKDOWN and v >= 0.01 * step
+            ),
             reverse=True,
         )
         other = ", ".join(f"{k} {v:.3g}" for v, k in rest) or "-"
@@ -619,8 +671,14 @@ def moe_record_lines(records: list[dict], entries: list[dict]) -> list[str]:
     ]
     for r, e in zip(records, entries):
         wl = r["workload"]
-        precision = (wl["precision"] or "-") + (f" ({wl['fp8_recipe']})" if wl.get("fp8_recipe") else "")
-        fits = "-" if e["predicted_fits"] is None else f"{e['predicted_fits']} ({e['predicted_memory_gib']:.0f} GiB)"
+        precision = (wl["precision"] or "-") + (
+            f" ({wl['fp8_recipe']})" if wl.get("fp8_recipe") else ""
+        )
+        fits = (
+            "-"
+            if e["predicted_fits"] is None
+            else f"{e['predicted_fits']} ({e['predicted_memory_gib']:.0f} GiB)"
+        )
         text = f"skipped: {e['skipped_reason']}" if e["skipped_reason"] else "; ".join(e["notes"])
         out.append(
             f"| {e['id']} | {e['accelerator']} | {e['num_devices']} | {layout_label(r)} | {precision} | "
@@ -723,7 +781,9 @@ def write_moe_markdown(doc: dict, runs: Path, path: Path, records: list[dict]) -
         "## Skipped",
         "",
     ]
-    lines += [f"- `{e['id']}`: {e['skipped_reason']}" for e in entries if e["skipped_reason"]] or ["- none"]
+    lines += [f"- `{e['id']}`: {e['skipped_reason']}" for e in entries if e["skipped_reason"]] or [
+        "- none"
+    ]
     lines += ["", "## Memory: fit mismatches (predicted OOM but ran, or the reverse)", ""]
     lines += [f"- `{i}`" for i in s["fit_mismatches"]] or ["- none"]
     lines += ["", "## Records", "", *moe_record_lines(records, entries), ""]
@@ -749,7 +809,10 @@ def main_moe(args: argparse.Namespace) -> int:
             routing_cv_grid=ROUTING_CV_GRID,
             then=(
                 ("moe_overhead_graphed_share", lambda r: record_cuda_graphs(r) == "scoped"),
-                ("moe_overhead_full_graph_share", lambda r: record_cuda_graphs(r) == "full_iteration"),
+                (
+                    "moe_overhead_full_graph_share",
+                    lambda r: record_cuda_graphs(r) == "full_iteration",
+                ),
             ),
         )
     args.out.mkdir(parents=True, exist_ok=True)
@@ -772,16 +835,24 @@ def main(argv: list[str] | None = None) -> int:
         help="a runs file (default: tests/data/runs_dev.yaml; with --moe tests/data/runs_moe_dev.yaml)",
     )
     parser.add_argument(
-        "--no-loso", action="store_true", help="with --moe: skip the leave-one-source-out refit (about a minute)"
+        "--no-loso",
+        action="store_true",
+        help="with --moe: skip the leave-one-source-out refit (about a minute)",
     )
     parser.add_argument(
-        "--moe", action="store_true", help="write only results/validation_moe.md from the mixture-of-experts runs"
+        "--moe",
+        action="store_true",
+        help="write only results/validation_moe.md from the mixture-of-experts runs",
     )
     parser.add_argument("--max-median-error", type=float, default=0.10)
-    parser.add_argument("--calibration", action="store_true", help="add the calibration fit section")
+    parser.add_argument(
+        "--calibration", action="store_true", help="add the calibration fit section"
+    )
     parser.add_argument("--out", type=Path, default=ROOT / "results")
     parser.add_argument(
-        "--uncertainty", default=str(UNCERTAINTY_PATH), help="where to write the uncertainty bands ('' = nowhere)"
+        "--uncertainty",
+        default=str(UNCERTAINTY_PATH),
+        help="where to write the uncertainty bands ('' = nowhere)",
     )
     args = parser.parse_args(argv)
     if args.moe:
@@ -804,8 +875,12 @@ def main(argv: list[str] | None = None) -> int:
             "the measured step within predicted x (1 + low) .. predicted x (1 + high) for 80% of the records.",
         ]
         uncertainty = (write_uncertainty(doc, header, target), target)
-    heldout = validate_runs(load_runs(data_file(HELDOUT_RUNS)), args.max_median_error, rank=False, loso=False)
-    write_markdown(doc, args.runs, args.out / "validation.md", records, args.calibration, uncertainty, heldout)
+    heldout = validate_runs(
+        load_runs(data_file(HELDOUT_RUNS)), args.max_median_error, rank=False, loso=False
+    )
+    write_markdown(
+        doc, args.runs, args.out / "validation.md", records, args.calibration, uncertainty, heldout
+    )
     write_scatter(doc, args.out / "validation_scatter.png")
     s, loso, rk = doc["summary"], doc["summary"]["loso"], doc["summary"]["ranking"]
     print(

@@ -13,7 +13,9 @@ def data_path(name: str) -> Path:
     """tests/data/NAME; FileNotFoundError naming the path when it is missing (never a skip)."""
     path = DATA / name
     if not path.is_file():
-        raise FileNotFoundError(f"test data file {path} not found: tests/data/ is part of the repository")
+        raise FileNotFoundError(
+            f"test data file {path} not found: tests/data/ is part of the repository"
+        )
     return path
 
 

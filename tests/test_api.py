@@ -18,7 +18,15 @@ README = Path(__file__).resolve().parents[1] / "README.md"
 
 def test_solve_matches_the_cli(capsys):
     """ls.solve with CLI-style strings finds the layouts `layoutsearch solve --format json` prints."""
-    result = ls.solve(model="debug", cluster="h100-16", seqs=64, seq_len=1024, top=2, fix="tp=2", recompute="none,full")
+    result = ls.solve(
+        model="debug",
+        cluster="h100-16",
+        seqs=64,
+        seq_len=1024,
+        top=2,
+        fix="tp=2",
+        recompute="none,full",
+    )
     assert (
         main(
             [
@@ -52,13 +60,19 @@ def test_solve_matches_the_cli(capsys):
 def test_estimate_takes_strings_mappings_or_layouts():
     """The same layout given three ways costs the same."""
     a = ls.estimate("debug", "h100-16", "fsdp=8,tp=2", seqs=64, seq_len=1024, num_microbatches=2)
-    b = ls.estimate("debug", "h100-16", {"fsdp": 8, "tp": 2}, seqs=64, seq_len=1024, num_microbatches=2)
-    c = ls.estimate("debug", "h100-16", Layout(fsdp=8, tp=2, num_microbatches=2), seqs=64, seq_len=1024)
+    b = ls.estimate(
+        "debug", "h100-16", {"fsdp": 8, "tp": 2}, seqs=64, seq_len=1024, num_microbatches=2
+    )
+    c = ls.estimate(
+        "debug", "h100-16", Layout(fsdp=8, tp=2, num_microbatches=2), seqs=64, seq_len=1024
+    )
     assert a.step_time_s == b.step_time_s == c.step_time_s and a.layout.degrees["tp"] == 2
 
 
 def test_bad_input_raises_the_cli_error():
-    with pytest.raises(InvalidArgumentError, match=r"fix: unknown degree 'tq' \(did you mean 'tp'\?\)"):
+    with pytest.raises(
+        InvalidArgumentError, match=r"fix: unknown degree 'tq' \(did you mean 'tp'\?\)"
+    ):
         ls.solve("debug", "h100-16", seqs=64, fix="tq=2")
 
 
@@ -74,6 +88,10 @@ def test_version_is_the_package_version(capsys):
 def test_the_readme_example_runs_and_prints_what_the_readme_says():
     """The README's Python API block, run as it is, prints the output the README shows."""
     text = README.read_text()
-    code, shown = re.search(r"## Python API.*?```python\n(.*?)```\n\n```\n(.*?)```", text, re.S).groups()
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    code, shown = re.search(
+        r"## Python API.*?```python\n(.*?)```\n\n```\n(.*?)```", text, re.S
+    ).groups()
+    out = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, check=True
+    ).stdout
     assert out == shown

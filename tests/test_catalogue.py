@@ -27,7 +27,19 @@ REQUIRED_MODELS = {
     "gpt3-175b",
     "debug",
 }
-REQUIRED_ACCELERATORS = {"v4", "v5e", "v5p", "v6e", "tpu7x", "a100-40gb", "a100-80gb", "h100", "h200", "b200", "gb200"}
+REQUIRED_ACCELERATORS = {
+    "v4",
+    "v5e",
+    "v5p",
+    "v6e",
+    "tpu7x",
+    "a100-40gb",
+    "a100-80gb",
+    "h100",
+    "h200",
+    "b200",
+    "gb200",
+}
 
 
 def test_every_catalogue_file_validates():
@@ -53,7 +65,9 @@ def test_model_values_match_public_configs():
     )
     g = load_model("gpt3-175b")
     assert (g.mlp, g.mlp_matrices, g.tied_embeddings, g.vocab_size) == ("plain", 2, True, 50257)
-    assert param_counts(load_model("llama3-8b"))["total"] == 8_030_261_248  # Llama-3.1-8B checkpoint
+    assert (
+        param_counts(load_model("llama3-8b"))["total"] == 8_030_261_248
+    )  # Llama-3.1-8B checkpoint
     assert param_counts(load_model("llama2-7b"))["total"] == 6_738_415_616  # Llama-2-7b checkpoint
     assert 174e9 < param_counts(g)["total"] < 176e9
 
@@ -65,11 +79,18 @@ def test_accelerators_convert_units_once_and_cite_sources():
     assert v5p.peak_flops_per_s == 459e12
     assert v5p.link_bytes_per_s_per_direction == 90e9
     h100 = load_accelerator("h100")
-    assert h100.hbm_bytes == pytest.approx(81559 * 2**20, rel=1e-5) and h100.devices_per_node == 8  # nvidia-smi
+    assert (
+        h100.hbm_bytes == pytest.approx(81559 * 2**20, rel=1e-5) and h100.devices_per_node == 8
+    )  # nvidia-smi
     assert load_accelerator("gb200").devices_per_node == 72
     for name in accelerator_names():
         raw = yaml.safe_load((catalogue_dir("hardware") / f"{name}.yaml").read_text())
-        for key in ("peak_bf16_tflops", "hbm_gbytes_per_s", "link_gbytes_per_s_per_direction", "calibration"):
+        for key in (
+            "peak_bf16_tflops",
+            "hbm_gbytes_per_s",
+            "link_gbytes_per_s_per_direction",
+            "calibration",
+        ):
             assert raw["sources"].get(key), (name, key)
 
 
@@ -81,7 +102,9 @@ def test_unknown_key_is_named_with_did_you_mean():
     """A misspelt key is an error naming it and suggesting the right one."""
     data = _llama_dict()
     data["num_kv_head"] = data.pop("num_kv_heads")
-    with pytest.raises(CatalogueError, match=r"unknown key 'num_kv_head' \(did you mean 'num_kv_heads'\?\)"):
+    with pytest.raises(
+        CatalogueError, match=r"unknown key 'num_kv_head' \(did you mean 'num_kv_heads'\?\)"
+    ):
         model_from_dict(data, "x", "models/x.yaml")
 
 
@@ -101,7 +124,9 @@ def test_bad_values_are_named_with_the_value():
         model_from_dict(data, "x", "x.yaml")
     data = _llama_dict()
     data["num_kv_heads"] = 7
-    with pytest.raises(CatalogueError, match=r"num_heads\(64\) is not a multiple of num_kv_heads\(7\)"):
+    with pytest.raises(
+        CatalogueError, match=r"num_heads\(64\) is not a multiple of num_kv_heads\(7\)"
+    ):
         model_from_dict(data, "x", "x.yaml")
 
 
@@ -110,7 +135,8 @@ def test_nested_unknown_accelerator_key():
     raw = yaml.safe_load((catalogue_dir("hardware") / "v5p.yaml").read_text())
     raw["calibration"]["matmul_eficiency"] = raw["calibration"].pop("matmul_efficiency")
     with pytest.raises(
-        CatalogueError, match=r"calibration: unknown key 'matmul_eficiency' \(did you mean 'matmul_efficiency'\?\)"
+        CatalogueError,
+        match=r"calibration: unknown key 'matmul_eficiency' \(did you mean 'matmul_efficiency'\?\)",
     ):
         accelerator_from_dict(raw, "hardware/v5p.yaml")
 
@@ -129,7 +155,9 @@ def test_a_bad_attention_half_efficiency_is_named_with_the_value(value, message)
     raw["calibration"]["attention_half_efficiency_keys"] = value
     with pytest.raises(CatalogueError) as info:
         accelerator_from_dict(raw, "hardware/h100.yaml")
-    assert str(info.value).startswith("hardware/h100.yaml: field 'calibration.attention_half_efficiency_keys': ")
+    assert str(info.value).startswith(
+        "hardware/h100.yaml: field 'calibration.attention_half_efficiency_keys': "
+    )
     assert message in str(info.value) and "\n" not in str(info.value)
 
 
@@ -144,7 +172,9 @@ def test_malformed_yaml_is_one_line(tmp_path):
 
 
 def test_unknown_model_suggests_and_lists():
-    with pytest.raises(CatalogueError, match=r"unknown model 'llama7b' \(did you mean 'llama70b'\?\)"):
+    with pytest.raises(
+        CatalogueError, match=r"unknown model 'llama7b' \(did you mean 'llama70b'\?\)"
+    ):
         load_model("llama7b")
 
 
@@ -164,7 +194,9 @@ def test_hugging_face_import(tmp_path):
     path.write_text(json.dumps(cfg))
     m = load_model(str(path))
     assert (m.num_kv_heads, m.head_dim, m.tied_embeddings, m.mlp) == (8, 64, True, "gated")
-    cfg.update(num_key_value_heads=2, head_dim=128, model_type="gpt2", activation_function="gelu_new")
+    cfg.update(
+        num_key_value_heads=2, head_dim=128, model_type="gpt2", activation_function="gelu_new"
+    )
     cfg.pop("hidden_act")
     path2 = tmp_path / "gpt" / "config.json"
     path2.parent.mkdir()

@@ -33,7 +33,15 @@ def test_clusters_lists_accelerators_and_axes():
 
 def test_estimate_json_follows_the_output_contract():
     r = run(
-        "estimate", "--model", "llama70b", "--cluster", "v5p-8192", "--layout", "fsdp=1024,tp=8", "--format", "json"
+        "estimate",
+        "--model",
+        "llama70b",
+        "--cluster",
+        "v5p-8192",
+        "--layout",
+        "fsdp=1024,tp=8",
+        "--format",
+        "json",
     )
     assert r.exit_code == 0, r.stdout
     doc = json.loads(r.stdout)
@@ -44,7 +52,9 @@ def test_estimate_json_follows_the_output_contract():
     for key in ("state", "activations", "temporary", "peak", "capacity"):
         assert key in lay["memory_bytes"]
     t = lay["time_s"]
-    assert t["step"] == pytest.approx(t["compute"] + t["exposed_comm"] + t["bubble"] + t["overhead"])
+    assert t["step"] == pytest.approx(
+        t["compute"] + t["exposed_comm"] + t["bubble"] + t["overhead"]
+    )
     assert lay["tokens_per_s"] == pytest.approx(1024 * 4096 / t["step"])
     assert 0 < lay["mfu"] < 1 and lay["fits"] is True and lay["kv_replication"] == 1
     assert doc["problem"]["num_devices"] == 8192 and doc["violations"] == []
@@ -91,7 +101,10 @@ def test_layout_that_does_not_fit_exits_1_with_the_numbers():
             ["--layout", "fsdp=1000,tp=8"],
             "dp(1) x fsdp(1000) x tp(8) x pp(1) x cp(1) = 8000, but cluster v5p-8192 has 8192 devices",
         ),
-        (["--layout", "fsdp=256,tp=32", "--model", "llama2-13b"], "tp(32) does not divide num_heads(40)"),
+        (
+            ["--layout", "fsdp=256,tp=32", "--model", "llama2-13b"],
+            "tp(32) does not divide num_heads(40)",
+        ),
         (["--layout", "fsdp=1024,tq=8"], "unknown degree 'tq' (did you mean 'tp'?)"),
         (["--layout", "fsdp=0"], "--layout fsdp: 0 must be >= 1"),
         (["--model", "llama71b"], "unknown model 'llama71b' (did you mean 'llama70b'?)"),
@@ -110,7 +123,9 @@ def test_bad_input_is_one_line_exit_2(args, message):
 def test_usage_errors_are_one_line_through_the_console_script():
     """Click usage errors (unknown option) also come out as one line with exit 2."""
     p = subprocess.run(
-        [sys.executable, "-m", "layoutsearch.cli", "estimate", "--bogus"], capture_output=True, text=True
+        [sys.executable, "-m", "layoutsearch.cli", "estimate", "--bogus"],
+        capture_output=True,
+        text=True,
     )
     assert p.returncode == 2
     assert p.stderr == "error: No such option: --bogus\n"

@@ -38,9 +38,13 @@ def test_ring_all_gather_with_and_without_wraparound():
     assert comms.all_gather_time(a, full) == pytest.approx(a * 15 / 16 / 1.8e11)
     line = (comms.SpanPart(axis=ring(16, wrap=False), factor=16, stride=1),)
     assert comms.all_gather_time(a, line) == pytest.approx(2 * comms.all_gather_time(a, full))
-    inner = (comms.SpanPart(axis=ring(16), factor=4, stride=1),)  # contiguous segment: no wraparound
+    inner = (
+        comms.SpanPart(axis=ring(16), factor=4, stride=1),
+    )  # contiguous segment: no wraparound
     assert comms.all_gather_time(a, inner) == pytest.approx(a * 3 / 4 / 9e10)
-    outer = (comms.SpanPart(axis=ring(16), factor=4, stride=4),)  # strided, closes through the wraparound
+    outer = (
+        comms.SpanPart(axis=ring(16), factor=4, stride=4),
+    )  # strided, closes through the wraparound
     assert comms.all_gather_time(a, outer) == pytest.approx(a * 3 / 4 / (1.8e11 / 4))
     assert comms.all_reduce_time(a, full) == pytest.approx(2 * comms.all_gather_time(a, full))
 
@@ -56,7 +60,10 @@ def test_gpu_hierarchy_nvlink_then_nics():
     """8 GPUs per node in the group: the node's 8 NICs carry the cross-node part (max over levels)."""
     c = resolve_cluster("h100-64")
     node, out = c.axis("node"), c.axis("scale_out")
-    span = (comms.SpanPart(axis=node, factor=8, stride=1), comms.SpanPart(axis=out, factor=8, stride=1))
+    span = (
+        comms.SpanPart(axis=node, factor=8, stride=1),
+        comms.SpanPart(axis=out, factor=8, stride=1),
+    )
     a = 8e9
     nvlink = a * 7 / 8 / (450e9 * node.efficiency)
     nics = a * 7 / 8 / (8 * 50e9 * out.efficiency)
@@ -84,7 +91,10 @@ def test_pipeline_stages_hold_embedding_first_and_output_last():
     assert params.stage_params(LLAMA, lay, 0) == 20 * layer + vocab
     assert params.stage_params(LLAMA, lay, 1) == 20 * layer
     assert params.stage_params(LLAMA, lay, 3) == 20 * layer + vocab + LLAMA.d_model
-    assert sum(params.stage_params(LLAMA, lay, s) for s in range(4)) == params.param_counts(LLAMA)["total"]
+    assert (
+        sum(params.stage_params(LLAMA, lay, s) for s in range(4))
+        == params.param_counts(LLAMA)["total"]
+    )
 
 
 def test_zero_stages_shard_state_progressively():
@@ -137,7 +147,9 @@ def test_host_offloading_policies_move_saved_tensors_out_of_hbm_and_rerun_what_t
     def host(e):  # reported, never counted in the HBM peak
         return e.memory_bytes["host_offloaded"]
 
-    assert host(custom) == pytest.approx(saved(base)) and host(named) == pytest.approx(saved(base) - saved(full))
+    assert host(custom) == pytest.approx(saved(base)) and host(named) == pytest.approx(
+        saved(base) - saved(full)
+    )
     assert host(base) == host(full) == 0.0
 
     def rebuilt(e):
@@ -148,7 +160,10 @@ def test_host_offloading_policies_move_saved_tensors_out_of_hbm_and_rerun_what_t
     assert saved(full) == pytest.approx(80 * 16384 * 8192 * 2)
     assert saved(base) == pytest.approx(80 * 16384 * (8192 + 8192 + 1024 + 1024) * 2)
     for e in (named, custom):
-        assert e.time_s["step"] == pytest.approx(base.time_s["step"]) and e.time_s["compute/offload_wait"] == 0.0
+        assert (
+            e.time_s["step"] == pytest.approx(base.time_s["step"])
+            and e.time_s["compute/offload_wait"] == 0.0
+        )
 
 
 def test_solve_and_estimate_print_the_host_memory_offloading_fills(capsys):
@@ -157,7 +172,10 @@ def test_solve_and_estimate_print_the_host_memory_offloading_fills(capsys):
     from layoutsearch.cli import main
 
     base = ["--model", "llama2-70b", "--cluster", "v5p-512", "--seqs", "2048", "--seq-len", "4096"]
-    assert main(["estimate", *base, "--layout", "fsdp=512", "--recompute", "custom_offload_qkv_proj"]) == 0
+    assert (
+        main(["estimate", *base, "--layout", "fsdp=512", "--recompute", "custom_offload_qkv_proj"])
+        == 0
+    )
     assert (
         "host memory per device for offloaded activations: 48.3 GB (not checked against the host's RAM)"
         in capsys.readouterr().out
@@ -178,7 +196,21 @@ def test_solve_and_estimate_print_the_host_memory_offloading_fills(capsys):
         == 0
     )
     assert "host memory per device for offloaded activations: #1 48.3 GB" in capsys.readouterr().out
-    assert main(["solve", *base, "--fix", "fsdp=512,tp=1,pp=1,cp=1,dp=1", "--recompute", "full", "--top", "1"]) == 0
+    assert (
+        main(
+            [
+                "solve",
+                *base,
+                "--fix",
+                "fsdp=512,tp=1,pp=1,cp=1,dp=1",
+                "--recompute",
+                "full",
+                "--top",
+                "1",
+            ]
+        )
+        == 0
+    )
     assert "host memory" not in capsys.readouterr().out
 
 
@@ -198,9 +230,9 @@ def test_host_offload_traffic_that_outlasts_the_layer_is_waited_for():
     per_layer = 16384 * (8192 + 1024 + 1024 + 8192 + 2 * 28672) * 2
     assert run(15e9).time_s["compute/offload_wait"] > 0
     fast, slow = run(5e9), run(2.5e9)
-    assert slow.time_s["compute/offload_wait"] - fast.time_s["compute/offload_wait"] == pytest.approx(
-        2 * 80 * per_layer / 5e9
-    )
+    assert slow.time_s["compute/offload_wait"] - fast.time_s[
+        "compute/offload_wait"
+    ] == pytest.approx(2 * 80 * per_layer / 5e9)
     assert run(1e15).time_s["compute/offload_wait"] == 0.0
 
 
@@ -213,24 +245,35 @@ def test_blocking_launches_expose_the_host_time_per_layer_and_hide_nothing():
 
     def run(blocking, recompute="none"):
         p = problem("llama70b", "h100-64", 64, 4096, launch_blocking=blocking)
-        return estimate(p, Layout(fsdp=8, tp=8, num_microbatches=2, recompute=recompute, zero_stage=3))
+        return estimate(
+            p, Layout(fsdp=8, tp=8, num_microbatches=2, recompute=recompute, zero_stage=3)
+        )
 
     free, blocked = run(False), run(True)
     assert free.time_s["compute/launch_wait"] == 0.0
     assert blocked.time_s["compute/launch_wait"] == pytest.approx(2 * 80 * 3 * 2385e-6)
     assert run(True, "full").time_s["compute/launch_wait"] == pytest.approx(2 * 80 * 4 * 2385e-6)
-    assert free.time_s["exposed_comm/interference"] > 0 and blocked.time_s["exposed_comm/interference"] == 0.0
+    assert (
+        free.time_s["exposed_comm/interference"] > 0
+        and blocked.time_s["exposed_comm/interference"] == 0.0
+    )
     assert blocked.time_s["exposed_comm/fsdp"] > free.time_s["exposed_comm/fsdp"]
     assert (
         blocked.time_s["step"]
-        > free.time_s["step"] + blocked.time_s["compute/launch_wait"] - free.time_s["exposed_comm/interference"]
+        > free.time_s["step"]
+        + blocked.time_s["compute/launch_wait"]
+        - free.time_s["exposed_comm/interference"]
     )
     # host offloading: the layer input (8192 / tp 8 per token with sequence parallelism, 2 bytes) goes to host and
     # back over the 64 GB/s link; hidden behind the layer's compute without blocking, waited for entirely with it:
     # 2 microbatches x 80 layers x 2 directions x 16384 tokens x 1024 x 2 bytes / 64 GB/s
-    offload = Layout(fsdp=8, tp=8, num_microbatches=2, recompute="custom_offload_input", zero_stage=3)
+    offload = Layout(
+        fsdp=8, tp=8, num_microbatches=2, recompute="custom_offload_input", zero_stage=3
+    )
     waits = [
-        estimate(problem("llama70b", "h100-64", 64, 4096, launch_blocking=b), offload).time_s["compute/offload_wait"]
+        estimate(problem("llama70b", "h100-64", 64, 4096, launch_blocking=b), offload).time_s[
+            "compute/offload_wait"
+        ]
         for b in (False, True)
     ]
     assert waits == [0.0, pytest.approx(2 * 80 * 2 * 16384 * 1024 * 2 / 64e9)]
@@ -243,13 +286,17 @@ def test_the_attention_kernel_follows_the_workload_then_the_profile():
     from layoutsearch.api import problem
 
     def attention(cluster, **options):
-        return estimate(problem("llama3-8b", cluster, 64, 4096, **options), Layout(fsdp=8, tp=8)).time_s[
-            "compute/attention"
-        ]
+        return estimate(
+            problem("llama3-8b", cluster, 64, 4096, **options), Layout(fsdp=8, tp=8)
+        ).time_s["compute/attention"]
 
     vendor = attention("h100-64", framework="megatron")
-    assert attention("h100-64", framework="megatron", vendor_attention=False) == pytest.approx(vendor * 0.5868 / 0.2)
-    assert attention("h100-64", framework="torchtitan", vendor_attention=True) == pytest.approx(vendor)
+    assert attention("h100-64", framework="megatron", vendor_attention=False) == pytest.approx(
+        vendor * 0.5868 / 0.2
+    )
+    assert attention("h100-64", framework="torchtitan", vendor_attention=True) == pytest.approx(
+        vendor
+    )
     with pytest.warns(
         UserWarning,
         match=r"--vendor-attention: a100-80gb has no vendor_attention_efficiency in "
@@ -274,12 +321,20 @@ def test_a_fused_attention_kernel_pays_each_querys_work_once_per_call():
         p = problem("llama3-8b", "h100-64", 64, seq_len, framework="megatron")
         if h is not None:
             p = replace(p, cluster=with_calibration(p.cluster, attention_half_efficiency_keys=h))
-        return estimate(p, Layout(fsdp=8 // cp, tp=8, cp=cp), strict=False).time_s["compute/attention"]
+        return estimate(p, Layout(fsdp=8 // cp, tp=8, cp=cp), strict=False).time_s[
+            "compute/attention"
+        ]
 
     assert load_accelerator("h100").attention_half_efficiency_keys == 200
     assert load_accelerator("v5p").attention_half_efficiency_keys == 0.0
-    for seq_len, cp, factor in ((4096, 1, 2248 / 2048), (131072, 1, 65736 / 65536), (4096, 2, 2448 / 2048)):
-        assert attention(seq_len, cp) / attention(seq_len, cp, h=0) == pytest.approx(factor, rel=1e-12)
+    for seq_len, cp, factor in (
+        (4096, 1, 2248 / 2048),
+        (131072, 1, 65736 / 65536),
+        (4096, 2, 2448 / 2048),
+    ):
+        assert attention(seq_len, cp) / attention(seq_len, cp, h=0) == pytest.approx(
+            factor, rel=1e-12
+        )
 
 
 def test_blocking_launches_are_refused_where_nothing_launches_cuda_kernels():
@@ -293,7 +348,21 @@ def test_blocking_launches_are_refused_where_nothing_launches_cuda_kernels():
         r"\(no blocking_launch_us_per_layer_pass in hardware/v5p.yaml\)",
     ):
         problem("llama70b", "v5p-256", 64, 4096, launch_blocking=True)
-    assert main(["estimate", "--model", "llama70b", "--cluster", "v5p-256", "--seqs", "64", "--launch-blocking"]) == 2
+    assert (
+        main(
+            [
+                "estimate",
+                "--model",
+                "llama70b",
+                "--cluster",
+                "v5p-256",
+                "--seqs",
+                "64",
+                "--launch-blocking",
+            ]
+        )
+        == 2
+    )
 
 
 def test_microbatches_in_flight_by_schedule():
@@ -313,7 +382,9 @@ def test_estimate_itemises_and_adds_up():
         Layout(fsdp=128, tp=8, pp=8, num_microbatches=8, zero_stage=1),
     )
     t = est.time_s
-    assert t["step"] == pytest.approx(t["compute"] + t["exposed_comm"] + t["bubble"] + t["overhead"])
+    assert t["step"] == pytest.approx(
+        t["compute"] + t["exposed_comm"] + t["bubble"] + t["overhead"]
+    )
     assert t["compute"] == pytest.approx(sum(v for k, v in t.items() if k.startswith("compute/")))
     assert t["bubble"] > 0 and t["exposed_comm/pp"] > 0 and t["exposed_comm/tp"] > 0
     assert est.layout.axes  # a placement was filled in
@@ -324,9 +395,13 @@ def test_estimate_itemises_and_adds_up():
 def test_more_microbatches_shrink_the_bubble_share():
     """(p-1)/(K+p-1) of the pipelined time is bubble: K=16 idles less than K=8."""
     c = resolve_cluster("v5p-8192")
-    few = estimate(Problem.build(LLAMA, c, W1024), Layout(fsdp=128, tp=8, pp=8, num_microbatches=8, zero_stage=1))
+    few = estimate(
+        Problem.build(LLAMA, c, W1024),
+        Layout(fsdp=128, tp=8, pp=8, num_microbatches=8, zero_stage=1),
+    )
     many = estimate(
-        Problem.build(LLAMA, c, W1024), Layout(fsdp=64, tp=8, pp=8, cp=2, num_microbatches=16, zero_stage=1)
+        Problem.build(LLAMA, c, W1024),
+        Layout(fsdp=64, tp=8, pp=8, cp=2, num_microbatches=16, zero_stage=1),
     )
 
     def share(e):
@@ -346,7 +421,11 @@ def _peak(layout, workload):
 
 
 @settings(max_examples=30, deadline=None)
-@given(tp=st.sampled_from([1, 2]), recompute=st.sampled_from(["none", "selective", "full"]), zero=st.integers(0, 3))
+@given(
+    tp=st.sampled_from([1, 2]),
+    recompute=st.sampled_from(["none", "selective", "full"]),
+    zero=st.integers(0, 3),
+)
 def test_memory_never_grows_when_fsdp_grows(tp, recompute, zero):
     """Doubling FSDP (halving replicated DP) with everything else fixed never adds bytes per device."""
     w = Workload(global_batch_seqs=64, seq_len=1024)
@@ -356,16 +435,22 @@ def test_memory_never_grows_when_fsdp_grows(tp, recompute, zero):
 
 
 @settings(max_examples=30, deadline=None)
-@given(recompute=st.sampled_from(["none", "selective", "full"]), zero=st.integers(0, 3), sp=st.booleans())
+@given(
+    recompute=st.sampled_from(["none", "selective", "full"]),
+    zero=st.integers(0, 3),
+    sp=st.booleans(),
+)
 def test_memory_never_grows_when_tp_grows(recompute, zero, sp):
     """Doubling TP with the data units fixed (more devices per unit) never adds bytes per device."""
     w = Workload(global_batch_seqs=64, seq_len=1024)
     c32, c64 = resolve_cluster("h100-32"), resolve_cluster("h100-64")
     small = estimate(
-        Problem.build(DEBUG, c32, w), Layout(fsdp=16, tp=2, zero_stage=zero, recompute=recompute, sequence_parallel=sp)
+        Problem.build(DEBUG, c32, w),
+        Layout(fsdp=16, tp=2, zero_stage=zero, recompute=recompute, sequence_parallel=sp),
     )
     large = estimate(
-        Problem.build(DEBUG, c64, w), Layout(fsdp=16, tp=4, zero_stage=zero, recompute=recompute, sequence_parallel=sp)
+        Problem.build(DEBUG, c64, w),
+        Layout(fsdp=16, tp=4, zero_stage=zero, recompute=recompute, sequence_parallel=sp),
     )
     assert large.memory_bytes["peak"] <= small.memory_bytes["peak"] * (1 + 1e-12)
 
@@ -406,7 +491,9 @@ def test_a_larger_array_never_gathers_faster(size, factor, name, group):
     lay = replace(lay, axes=default_axes(c, lay))
     span = comms.group_span(c, lay, group)
     half = c.accelerator.collective_half_efficiency_bytes
-    assert comms.all_gather_time(size * factor, span, half) >= comms.all_gather_time(size, span, half)
+    assert comms.all_gather_time(size * factor, span, half) >= comms.all_gather_time(
+        size, span, half
+    )
     assert math.isfinite(comms.all_gather_time(size, span, half))
 
 
@@ -414,14 +501,18 @@ def test_tp_comm_overlap_hides_collectives_behind_their_gemms():
     """With overlap, exposed TP = max(one ring chunk, collectives - the pass's GEMMs) per pass: never more
     than without it, never less than a chunk per pass; without it, all four pairs per layer are exposed."""
     c = resolve_cluster("h100-64")
-    plain = estimate(Problem.build(LLAMA, c, Workload(global_batch_seqs=64, seq_len=4096)), Layout(fsdp=8, tp=8))
+    plain = estimate(
+        Problem.build(LLAMA, c, Workload(global_batch_seqs=64, seq_len=4096)), Layout(fsdp=8, tp=8)
+    )
     over = estimate(
         Problem.build(LLAMA, c, Workload(global_batch_seqs=64, seq_len=4096, tp_comm_overlap=True)),
         Layout(fsdp=8, tp=8),
     )
     unit = next(x["time_s"] for x in plain.collectives if x["name"].startswith("tp activations"))
     layers, k = LLAMA.num_layers, plain.layout.num_microbatches
-    four_pairs = k * layers * 4 * unit  # plus three tiny vocab-parallel loss all-reduces on the last stage
+    four_pairs = (
+        k * layers * 4 * unit
+    )  # plus three tiny vocab-parallel loss all-reduces on the last stage
     assert four_pairs <= plain.time_s["exposed_comm/tp"] <= four_pairs * 1.01
     assert over.time_s["exposed_comm/tp"] < plain.time_s["exposed_comm/tp"]
     chunk = 2 * unit / 8
@@ -433,6 +524,10 @@ def test_gpipe_holds_every_microbatch_and_1f1b_only_the_pipeline_depth():
     """GPipe keeps all K microbatches' activations on the first stage; 1F1B keeps min(K, p); the time is the same."""
     problem = Problem.build("llama3-8b", "h100-64", Workload(global_batch_seqs=256, seq_len=4096))
     one_f_one_b = estimate(problem, Layout(fsdp=8, pp=8, num_microbatches=16, zero_stage=1))
-    gpipe = estimate(problem, Layout(fsdp=8, pp=8, num_microbatches=16, zero_stage=1, schedule="gpipe"))
-    assert gpipe.memory_bytes["activations/saved"] == pytest.approx(2 * one_f_one_b.memory_bytes["activations/saved"])
+    gpipe = estimate(
+        problem, Layout(fsdp=8, pp=8, num_microbatches=16, zero_stage=1, schedule="gpipe")
+    )
+    assert gpipe.memory_bytes["activations/saved"] == pytest.approx(
+        2 * one_f_one_b.memory_bytes["activations/saved"]
+    )
     assert gpipe.step_time_s == pytest.approx(one_f_one_b.step_time_s)

@@ -11,7 +11,10 @@ def test_shown_command_outputs_are_current():
     """scripts/refresh_docs.py --check reruns every complete `$ layoutsearch ...` block (all but the
     solver's wall time must match); regenerate with `python scripts/refresh_docs.py`."""
     r = subprocess.run(
-        [sys.executable, str(ROOT / "scripts" / "refresh_docs.py"), "--check"], capture_output=True, text=True, cwd=ROOT
+        [sys.executable, str(ROOT / "scripts" / "refresh_docs.py"), "--check"],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
     )
     stale = [line for line in r.stdout.splitlines() if line.startswith("stale")]
     assert r.returncode == 0 and not stale, r.stdout + r.stderr

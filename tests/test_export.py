@@ -23,14 +23,22 @@ from layoutsearch.export.megatron import parse_args
 from layoutsearch.report.output import estimate_document, layout_record
 
 
-def solve_doc(model_id: str, cluster_name: str, batch: int, seq: int, *layouts: Layout, **workload_options) -> dict:
+def solve_doc(
+    model_id: str, cluster_name: str, batch: int, seq: int, *layouts: Layout, **workload_options
+) -> dict:
     """A solve document (OUTPUT.md) holding ``layouts`` ranked in the given order (``workload_options``:
     Workload fields such as ``framework``)."""
     model, cluster = load_model(model_id), resolve_cluster(cluster_name)
     work = Workload(global_batch_seqs=batch, seq_len=seq, **workload_options)
-    problem = Problem(model_id=model_id, model=model, cluster_name=cluster_name, cluster=cluster, workload=work)
+    problem = Problem(
+        model_id=model_id, model=model, cluster_name=cluster_name, cluster=cluster, workload=work
+    )
     records = [layout_record(estimate(problem, lay), rank=i + 1) for i, lay in enumerate(layouts)]
-    return {"problem": problem.record(), "solver": {"method": "test", "status": "FEASIBLE"}, "layouts": records}
+    return {
+        "problem": problem.record(),
+        "solver": {"method": "test", "status": "FEASIBLE"},
+        "layouts": records,
+    }
 
 
 def exported(doc: dict, target: str, rank: int = 1) -> str:
@@ -40,8 +48,12 @@ def exported(doc: dict, target: str, rank: int = 1) -> str:
     return text
 
 
-FSDP = solve_doc("llama3-8b", "h100-64", 256, 4096, Layout(fsdp=64, num_microbatches=2, recompute="full"))
-FSDP_TP = solve_doc("llama3-8b", "h100-64", 256, 4096, Layout(fsdp=8, tp=8, num_microbatches=4, recompute="full"))
+FSDP = solve_doc(
+    "llama3-8b", "h100-64", 256, 4096, Layout(fsdp=64, num_microbatches=2, recompute="full")
+)
+FSDP_TP = solve_doc(
+    "llama3-8b", "h100-64", 256, 4096, Layout(fsdp=8, tp=8, num_microbatches=4, recompute="full")
+)
 CP = solve_doc("llama3-8b", "h100-64", 128, 8192, Layout(fsdp=4, tp=8, cp=2, recompute="selective"))
 HSDP = solve_doc("debug", "h100-16", 64, 1024, Layout(dp=2, fsdp=8))
 
@@ -50,14 +62,23 @@ def test_plain_fsdp_every_target():
     """Plain FSDP over 64 GPUs: all four files pass their checks and carry the batch identities."""
     args = parse_args(exported(FSDP, "megatron"))
     assert args["--global-batch-size"] == "256" and args["--micro-batch-size"] == "2"
-    assert args["--data-parallel-sharding-strategy"] == "optim_grads_params" and "--use-megatron-fsdp" in args
+    assert (
+        args["--data-parallel-sharding-strategy"] == "optim_grads_params"
+        and "--use-megatron-fsdp" in args
+    )
     mt = yaml.safe_load(exported(FSDP, "maxtext"))
     assert mt["ici_fsdp_parallelism"] == 8 and mt["dcn_fsdp_parallelism"] == 8  # 8 nodes of 8 GPUs
     assert mt["per_device_batch_size"] * 64 * mt["gradient_accumulation_steps"] == 256
     tt = tomllib.loads(exported(FSDP, "torchtitan"))
-    assert tt["parallelism"]["data_parallel_shard_degree"] == 64 and tt["training"]["local_batch_size"] == 2
+    assert (
+        tt["parallelism"]["data_parallel_shard_degree"] == 64
+        and tt["training"]["local_batch_size"] == 2
+    )
     ds = json.loads(exported(FSDP, "deepspeed"))
-    assert ds["train_batch_size"] == ds["train_micro_batch_size_per_gpu"] * ds["gradient_accumulation_steps"] * 64
+    assert (
+        ds["train_batch_size"]
+        == ds["train_micro_batch_size_per_gpu"] * ds["gradient_accumulation_steps"] * 64
+    )
     assert ds["zero_optimization"]["stage"] == 3
 
 
@@ -65,14 +86,25 @@ def test_fsdp_tp_degrees_and_recompute():
     """FSDP x TP: TP inside the node, FSDP across; full recompute maps to each framework's name."""
     args = parse_args(exported(FSDP_TP, "megatron"))
     assert args["--tensor-model-parallel-size"] == "8" and "--sequence-parallel" in args
-    assert (args["--recompute-granularity"], args["--recompute-method"], args["--recompute-num-layers"]) == (
+    assert (
+        args["--recompute-granularity"],
+        args["--recompute-method"],
+        args["--recompute-num-layers"],
+    ) == (
         "full",
         "uniform",
         "1",
     )
     mt = yaml.safe_load(exported(FSDP_TP, "maxtext"))
-    assert (mt["ici_tensor_parallelism"], mt["dcn_fsdp_parallelism"], mt["remat_policy"]) == (8, 8, "full")
-    assert math.prod(v for k, v in mt.items() if k.startswith("ici_") and k.endswith("_parallelism")) == 8
+    assert (mt["ici_tensor_parallelism"], mt["dcn_fsdp_parallelism"], mt["remat_policy"]) == (
+        8,
+        8,
+        "full",
+    )
+    assert (
+        math.prod(v for k, v in mt.items() if k.startswith("ici_") and k.endswith("_parallelism"))
+        == 8
+    )
     tt = tomllib.loads(exported(FSDP_TP, "torchtitan"))
     assert tt["model"]["flavor"] == "8B" and tt["parallelism"]["tensor_parallel_degree"] == 8
     assert tt["activation_checkpoint"]["mode"] == "full"
@@ -87,7 +119,10 @@ def test_header_names_model_cluster_predictions_and_version():
         text = exported(FSDP_TP, target)
         head = "\n".join(line for line in text.splitlines() if line.startswith("#"))
         assert f"layoutsearch {version()}" in head and "llama3-8b" in head and "h100-64" in head
-        assert f"step {rec['time_s']['step']:.4g} s" in head and f"MFU {100 * rec['mfu']:.1f} %" in head
+        assert (
+            f"step {rec['time_s']['step']:.4g} s" in head
+            and f"MFU {100 * rec['mfu']:.1f} %" in head
+        )
         assert f"peak memory {rec['memory_bytes']['peak'] / 1e9:.1f} GB" in head
     side = json.loads(exported(FSDP_TP, "deepspeed"))["_layoutsearch"]
     assert any(f"layoutsearch {version()}" in line for line in side["header"])
@@ -103,7 +138,8 @@ def test_blocking_launches_are_named_in_every_file_and_exported_by_megatron():
     assert line in json.loads(exported(doc, "deepspeed"))["_layoutsearch"]["header"]
     assert "\nexport CUDA_LAUNCH_BLOCKING=1  #" in exported(doc, "megatron")
     assert all(
-        "CUDA_LAUNCH_BLOCKING" not in exported(FSDP_TP, t) for t in ("maxtext", "megatron", "torchtitan", "deepspeed")
+        "CUDA_LAUNCH_BLOCKING" not in exported(FSDP_TP, t)
+        for t in ("maxtext", "megatron", "torchtitan", "deepspeed")
     )
 
 
@@ -170,7 +206,14 @@ def test_bf16_gradients_and_moments_as_costed_or_refused():
 def test_materialised_attention_scores_as_costed_or_refused():
     """--no-fused-attention (the S x S scores in HBM, as pre-2022 Megatron and BLOOM ran): Megatron writes
     --attention-backend unfused, MaxText attention: dot_product; torchtitan and DeepSpeed refuse it."""
-    doc = solve_doc("llama3-8b", "h100-64", 256, 4096, Layout(fsdp=8, tp=8, recompute="full"), flash_attention=False)
+    doc = solve_doc(
+        "llama3-8b",
+        "h100-64",
+        256,
+        4096,
+        Layout(fsdp=8, tp=8, recompute="full"),
+        flash_attention=False,
+    )
     assert parse_args(exported(doc, "megatron"))["--attention-backend"] == "unfused"
     assert yaml.safe_load(exported(doc, "maxtext"))["attention"] == "dot_product"
     assert "attention" not in yaml.safe_load(exported(FSDP_TP, "maxtext"))
@@ -193,11 +236,19 @@ def test_attention_kernel_as_costed_or_refused():
     """--no-vendor-attention under Megatron writes --attention-backend flash (FlashAttention, as costed), the
     default writes no backend (Transformer Engine picks its cuDNN kernel); torchtitan, MaxText and DeepSpeed cannot
     choose the vendor's kernel and refuse --vendor-attention, naming the nearest."""
-    flash = solve_doc("llama3-8b", "h100-64", 256, 4096, Layout(fsdp=8, tp=8), vendor_attention=False)
+    flash = solve_doc(
+        "llama3-8b", "h100-64", 256, 4096, Layout(fsdp=8, tp=8), vendor_attention=False
+    )
     assert "--attention-backend flash" in exported(flash, "megatron")
     assert "--attention-backend" not in exported(FSDP_TP, "megatron")
-    vendor = solve_doc("llama3-8b", "h100-64", 256, 4096, Layout(fsdp=8, tp=8), vendor_attention=True)
-    for target, name in (("torchtitan", "torchtitan"), ("maxtext", "MaxText"), ("deepspeed", "DeepSpeed")):
+    vendor = solve_doc(
+        "llama3-8b", "h100-64", 256, 4096, Layout(fsdp=8, tp=8), vendor_attention=True
+    )
+    for target, name in (
+        ("torchtitan", "torchtitan"),
+        ("maxtext", "MaxText"),
+        ("deepspeed", "DeepSpeed"),
+    ):
         with pytest.raises(
             InvalidLayoutError,
             match=f"{target} export of layout rank 1: {name} cannot express the vendor's fused attention kernel "
@@ -212,10 +263,13 @@ def test_kv_replication():
     tpu = solve_doc("llama70b", "v5p-256", 256, 4096, Layout(fsdp=8, tp=32, recompute="full"))
     assert tpu["layouts"][0]["kv_replication"] == 4
     with pytest.raises(
-        InvalidLayoutError, match=r"MaxText cannot express tp\(32\) > num_kv_heads\(8\) .*nearest: tp=8"
+        InvalidLayoutError,
+        match=r"MaxText cannot express tp\(32\) > num_kv_heads\(8\) .*nearest: tp=8",
     ):
         export_document(tpu, "maxtext")
-    megatron_on_tpu = export_document(tpu, "megatron")  # degrees carry over; the header says times do not
+    megatron_on_tpu = export_document(
+        tpu, "megatron"
+    )  # degrees carry over; the header says times do not
     assert "WARNING: planned for v5p TPUs; megatron runs on GPUs" in megatron_on_tpu
     gpu = solve_doc("llama70b", "h100-64", 256, 4096, Layout(fsdp=4, tp=16, recompute="full"))
     args = parse_args(exported(gpu, "megatron"))
@@ -236,12 +290,19 @@ def test_interleaved_pipeline():
         Layout(fsdp=2, tp=8, pp=4, virtual_stages=2, num_microbatches=8, schedule="interleaved"),
     )
     args = parse_args(exported(doc, "megatron"))
-    assert args["--num-layers-per-virtual-pipeline-stage"] == "4" and args["--pipeline-model-parallel-size"] == "4"
+    assert (
+        args["--num-layers-per-virtual-pipeline-stage"] == "4"
+        and args["--pipeline-model-parallel-size"] == "4"
+    )
     tt = tomllib.loads(exported(doc, "torchtitan"))["parallelism"]
-    assert tt["pipeline_parallel_schedule"] == "Interleaved1F1B" and tt["pipeline_parallel_layers_per_stage"] == 4
+    assert (
+        tt["pipeline_parallel_schedule"] == "Interleaved1F1B"
+        and tt["pipeline_parallel_layers_per_stage"] == 4
+    )
     assert tt["pipeline_parallel_microbatch_size"] == 16
     with pytest.raises(
-        InvalidLayoutError, match="pp\\(4\\) with the interleaved schedule .*GPipe order.*nearest: schedule gpipe"
+        InvalidLayoutError,
+        match="pp\\(4\\) with the interleaved schedule .*GPipe order.*nearest: schedule gpipe",
     ):
         export_document(doc, "maxtext")
     with pytest.raises(InvalidLayoutError, match="runs 1F1B only"):
@@ -255,7 +316,10 @@ def test_context_parallel():
     assert tt["parallelism"]["context_parallel_degree"] == 2
     assert tt["activation_checkpoint"] == {"mode": "selective", "selective_ac_option": "op"}
     mt = yaml.safe_load(exported(CP, "maxtext"))
-    assert mt["ici_context_parallelism"] * mt["dcn_context_parallelism"] == 2 and mt["remat_policy"] == "minimal"
+    assert (
+        mt["ici_context_parallelism"] * mt["dcn_context_parallelism"] == 2
+        and mt["remat_policy"] == "minimal"
+    )
     with pytest.raises(InvalidLayoutError, match="no ring context parallelism.*nearest: cp=1"):
         export_document(CP, "deepspeed")
 
@@ -265,7 +329,11 @@ def test_multislice_dcn():
     doc = solve_doc("llama3-8b", "v5p-256x2", 512, 4096, Layout(dp=2, fsdp=256, recompute="full"))
     assert doc["layouts"][0]["axes"]["dp"] == [["dcn", 2]]
     mt = yaml.safe_load(exported(doc, "maxtext"))
-    assert (mt["dcn_data_parallelism"], mt["ici_fsdp_parallelism"], mt["hardware"]) == (2, 256, "tpu")
+    assert (mt["dcn_data_parallelism"], mt["ici_fsdp_parallelism"], mt["hardware"]) == (
+        2,
+        256,
+        "tpu",
+    )
     assert math.prod(v for k, v in mt.items() if k.startswith("dcn_")) == 2
     for target in ("megatron", "torchtitan"):
         text = export_document(doc, target)
@@ -281,24 +349,41 @@ def test_multislice_dcn():
 def test_maxtext_gpipe_pipeline_and_megatron_refuses_gpipe():
     """MaxText takes a GPipe pipeline (microbatches, layers per stage); Megatron has no GPipe schedule."""
     doc = solve_doc(
-        "llama3-8b", "v5p-256", 512, 4096, Layout(fsdp=64, pp=4, num_microbatches=8, schedule="gpipe", recompute="full")
+        "llama3-8b",
+        "v5p-256",
+        512,
+        4096,
+        Layout(fsdp=64, pp=4, num_microbatches=8, schedule="gpipe", recompute="full"),
     )
     mt = yaml.safe_load(exported(doc, "maxtext"))
-    assert (mt["num_pipeline_microbatches"], mt["num_layers_per_pipeline_stage"], mt["ici_pipeline_parallelism"]) == (
+    assert (
+        mt["num_pipeline_microbatches"],
+        mt["num_layers_per_pipeline_stage"],
+        mt["ici_pipeline_parallelism"],
+    ) == (
         8,
         8,
         4,
     )
     assert mt["gradient_accumulation_steps"] == 1 and mt["per_device_batch_size"] * 256 == 512
-    gpu = solve_doc("llama3-8b", "h100-64", 256, 4096, Layout(fsdp=8, pp=8, num_microbatches=16, schedule="gpipe"))
+    gpu = solve_doc(
+        "llama3-8b",
+        "h100-64",
+        256,
+        4096,
+        Layout(fsdp=8, pp=8, num_microbatches=16, schedule="gpipe"),
+    )
     with pytest.raises(
         InvalidLayoutError,
         match="Megatron-LM cannot express pp.8. with the gpipe schedule .*no GPipe.*nearest: schedule 1f1b or interleaved",
     ):
         export_document(gpu, "megatron")
-    one_f_one_b = solve_doc("llama3-8b", "v5p-256", 512, 4096, Layout(fsdp=64, pp=4, num_microbatches=8))
+    one_f_one_b = solve_doc(
+        "llama3-8b", "v5p-256", 512, 4096, Layout(fsdp=64, pp=4, num_microbatches=8)
+    )
     with pytest.raises(
-        InvalidLayoutError, match="MaxText cannot express pp.4. with the 1f1b schedule .*nearest: schedule gpipe"
+        InvalidLayoutError,
+        match="MaxText cannot express pp.4. with the 1f1b schedule .*nearest: schedule gpipe",
     ):
         export_document(one_f_one_b, "maxtext")
 
@@ -309,15 +394,24 @@ def test_zero_stage_mappings():
     args = parse_args(exported(z1, "megatron"))
     assert "--use-distributed-optimizer" in args and "--use-megatron-fsdp" not in args
     mt = yaml.safe_load(exported(z1, "maxtext"))
-    assert mt["shard_optimizer_over_data"] is True and mt["ici_data_parallelism"] * mt["dcn_data_parallelism"] == 16
+    assert (
+        mt["shard_optimizer_over_data"] is True
+        and mt["ici_data_parallelism"] * mt["dcn_data_parallelism"] == 16
+    )
     assert json.loads(exported(z1, "deepspeed"))["zero_optimization"]["stage"] == 1
     with pytest.raises(InvalidLayoutError, match="no ZeRO-1 .*nearest: zero_stage 2"):
         export_document(z1, "torchtitan")
     z2 = solve_doc("debug", "h100-16", 64, 1024, Layout(fsdp=16, zero_stage=2))
-    assert parse_args(exported(z2, "megatron"))["--data-parallel-sharding-strategy"] == "optim_grads"
-    assert tomllib.loads(exported(z2, "torchtitan"))["parallelism"]["fsdp_reshard_after_forward"] == "never"
+    assert (
+        parse_args(exported(z2, "megatron"))["--data-parallel-sharding-strategy"] == "optim_grads"
+    )
+    assert (
+        tomllib.loads(exported(z2, "torchtitan"))["parallelism"]["fsdp_reshard_after_forward"]
+        == "never"
+    )
     with pytest.raises(
-        InvalidLayoutError, match="MaxText cannot express ZeRO-2 .*no ZeRO-2.*nearest: zero_stage 1 or 3"
+        InvalidLayoutError,
+        match="MaxText cannot express ZeRO-2 .*no ZeRO-2.*nearest: zero_stage 1 or 3",
     ):
         export_document(z2, "maxtext")
 
@@ -328,7 +422,9 @@ def test_hybrid_sharded_data_parallel():
     assert args["--num-distributed-optimizer-instances"] == "2"
     par = tomllib.loads(exported(HSDP, "torchtitan"))["parallelism"]
     assert (par["data_parallel_replicate_degree"], par["data_parallel_shard_degree"]) == (2, 8)
-    assert tomllib.loads(exported(HSDP, "torchtitan"))["model"]["flavor"] == "debug"  # custom flavor, documented
+    assert (
+        tomllib.loads(exported(HSDP, "torchtitan"))["model"]["flavor"] == "debug"
+    )  # custom flavor, documented
     mt = yaml.safe_load(exported(HSDP, "maxtext"))
     assert (mt["ici_fsdp_parallelism"], mt["dcn_data_parallelism"]) == (8, 2)
     with pytest.raises(InvalidLayoutError, match="MiCS was removed.*nearest: dp=1, fsdp=16"):
@@ -338,25 +434,44 @@ def test_hybrid_sharded_data_parallel():
 def test_gpt3_model_flags():
     """GPT-3 (tied, LayerNorm, learned positions, biases, GELU): Megatron and MaxText flags; torchtitan refuses."""
     doc = solve_doc(
-        "gpt3-175b", "h100-64", 64, 2048, Layout(tp=8, pp=8, num_microbatches=8, recompute="full", zero_stage=0)
+        "gpt3-175b",
+        "h100-64",
+        64,
+        2048,
+        Layout(tp=8, pp=8, num_microbatches=8, recompute="full", zero_stage=0),
     )
     args = parse_args(exported(doc, "megatron"))
-    assert args["--normalization"] == "LayerNorm" and args["--position-embedding-type"] == "learned_absolute"
+    assert (
+        args["--normalization"] == "LayerNorm"
+        and args["--position-embedding-type"] == "learned_absolute"
+    )
     assert args["--max-position-embeddings"] == "2048"
-    assert not {"--swiglu", "--untie-embeddings-and-output-weights", "--disable-bias-linear"} & set(args)
+    assert not {"--swiglu", "--untie-embeddings-and-output-weights", "--disable-bias-linear"} & set(
+        args
+    )
     with pytest.raises(
-        InvalidLayoutError, match="torchtitan cannot express model gpt3-175b .*llama3 model is gated-MLP"
+        InvalidLayoutError,
+        match="torchtitan cannot express model gpt3-175b .*llama3 model is gated-MLP",
     ):
         export_document(doc, "torchtitan")
 
 
 def test_checker_catches_edited_files():
     """A hand-edited file breaks the framework rules and the checker says which."""
-    text = exported(FSDP_TP, "megatron").replace("--global-batch-size 256", "--global-batch-size 250")
-    assert any("not divisible by micro batch 8 x DP 8" in p for p in check_export("megatron", text, FSDP_TP))
-    text = exported(FSDP_TP, "maxtext").replace("ici_tensor_parallelism: 8", "ici_tensor_parallelism: 4")
+    text = exported(FSDP_TP, "megatron").replace(
+        "--global-batch-size 256", "--global-batch-size 250"
+    )
+    assert any(
+        "not divisible by micro batch 8 x DP 8" in p
+        for p in check_export("megatron", text, FSDP_TP)
+    )
+    text = exported(FSDP_TP, "maxtext").replace(
+        "ici_tensor_parallelism: 8", "ici_tensor_parallelism: 4"
+    )
     assert any("devices per slice is 8" in p for p in check_export("maxtext", text, FSDP_TP))
-    text = exported(FSDP_TP, "torchtitan").replace("tensor_parallel_degree = 8", "tensor_parallel_degree = 4")
+    text = exported(FSDP_TP, "torchtitan").replace(
+        "tensor_parallel_degree = 8", "tensor_parallel_degree = 4"
+    )
     assert any("!= WORLD_SIZE(64)" in p for p in check_export("torchtitan", text, FSDP_TP))
     cfg = json.loads(exported(FSDP_TP, "deepspeed"))
     cfg["gradient_accumulation_steps"] = 3
@@ -368,18 +483,28 @@ def test_checker_catches_edited_files():
 
 def test_rank_and_estimate_documents():
     """Rank N picks the N-th layout; an estimate document (one 'layout') exports as rank 1."""
-    doc = solve_doc("llama3-8b", "h100-64", 256, 4096, Layout(fsdp=64), Layout(fsdp=8, tp=8, num_microbatches=2))
+    doc = solve_doc(
+        "llama3-8b", "h100-64", 256, 4096, Layout(fsdp=64), Layout(fsdp=8, tp=8, num_microbatches=2)
+    )
     assert parse_args(exported(doc, "megatron", rank=2))["--tensor-model-parallel-size"] == "8"
-    with pytest.raises(InvalidLayoutError, match=r"no layout with rank 3 in the document \(ranks: 1, 2\)"):
+    with pytest.raises(
+        InvalidLayoutError, match=r"no layout with rank 3 in the document \(ranks: 1, 2\)"
+    ):
         export_document(doc, "megatron", rank=3)
     model, cluster = load_model("llama3-8b"), resolve_cluster("h100-64")
-    est = estimate(Problem.build(model, cluster, Workload(global_batch_seqs=256, seq_len=4096)), Layout(fsdp=64))
+    est = estimate(
+        Problem.build(model, cluster, Workload(global_batch_seqs=256, seq_len=4096)),
+        Layout(fsdp=64),
+    )
     assert json.loads(exported(estimate_document(est), "deepspeed"))["train_batch_size"] == 256
 
 
 def test_unknown_target_and_bad_document():
     """Unknown targets get a hint; a document without layouts is refused in one line."""
-    with pytest.raises(InvalidLayoutError, match="unknown export target 'megatorn' \\(did you mean 'megatron'\\?\\)"):
+    with pytest.raises(
+        InvalidLayoutError,
+        match="unknown export target 'megatorn' \\(did you mean 'megatron'\\?\\)",
+    ):
         export_document(FSDP, "megatorn")
     with pytest.raises(InvalidLayoutError, match="neither 'layouts'"):
         export_document({"problem": FSDP["problem"]}, "maxtext")
@@ -406,8 +531,12 @@ def test_every_target_round_trips_the_fsdp_layout(target):
     assert check_export(target, export_document(FSDP_TP, target), FSDP_TP) == []
 
 
-@pytest.mark.parametrize("target", ["maxtext", "megatron", "torchtitan", "torchtitan-0.3", "deepspeed"])
-@pytest.mark.parametrize("model, cluster, seqs", [("llama70b", "v5p-256", 256), ("llama3-8b", "h100-64", 256)])
+@pytest.mark.parametrize(
+    "target", ["maxtext", "megatron", "torchtitan", "torchtitan-0.3", "deepspeed"]
+)
+@pytest.mark.parametrize(
+    "model, cluster, seqs", [("llama70b", "v5p-256", 256), ("llama3-8b", "h100-64", 256)]
+)
 def test_solve_export_writes_the_best_expressible_layout(tmp_path, target, model, cluster, seqs):
     """`solve --export T -o F` searches what T can express, writes F whole, and F passes T's own rules."""
     import json
@@ -459,7 +588,15 @@ def test_torchtitan03_carries_the_0_2_mapping_and_the_model_numbers():
         "h100-64",
         256,
         4096,
-        Layout(fsdp=2, tp=8, pp=4, virtual_stages=2, num_microbatches=8, schedule="interleaved", recompute="selective"),
+        Layout(
+            fsdp=2,
+            tp=8,
+            pp=4,
+            virtual_stages=2,
+            num_microbatches=8,
+            schedule="interleaved",
+            recompute="selective",
+        ),
     )
     c = tt03_constants(doc)
     toml = tomllib.loads(exported(doc, "torchtitan"))
@@ -503,18 +640,29 @@ def test_torchtitan03_carries_the_0_2_mapping_and_the_model_numbers():
         )
     )
     text = exported(doc, "torchtitan-0.3")
-    assert "MODULE=<this file's name without .py> CONFIG=layoutsearch_job NGPU=8" not in text  # 8 nodes: torchrun
-    assert "torchrun --nnodes 8 --nproc_per_node 8" in text and "-m torchtitan.train --module" in text
+    assert (
+        "MODULE=<this file's name without .py> CONFIG=layoutsearch_job NGPU=8" not in text
+    )  # 8 nodes: torchrun
+    assert (
+        "torchrun --nnodes 8 --nproc_per_node 8" in text and "-m torchtitan.train --module" in text
+    )
     compile(text, "layout.py", "exec")  # a valid Python module
 
 
 def test_torchtitan03_single_node_launch_and_no_pipeline_flags():
     c = tt03_constants(HSDP)
-    assert (c["PARALLELISM"]["data_parallel_replicate_degree"], c["PARALLELISM"]["data_parallel_shard_degree"]) == (
+    assert (
+        c["PARALLELISM"]["data_parallel_replicate_degree"],
+        c["PARALLELISM"]["data_parallel_shard_degree"],
+    ) == (
         2,
         8,
     )
-    assert "disable_cuda_graphs" not in c["TRAINING"] and c["FLAVOR"] == "debug" and c["ROPE"] == {"scaling": "none"}
+    assert (
+        "disable_cuda_graphs" not in c["TRAINING"]
+        and c["FLAVOR"] == "debug"
+        and c["ROPE"] == {"scaling": "none"}
+    )
     one_node = solve_doc("debug", "h100-8", 32, 1024, Layout(fsdp=8))
     assert (
         "PYTHONPATH=<folder of this file> MODULE=<this file's name without .py> CONFIG=layoutsearch_job NGPU=8 "
@@ -551,7 +699,9 @@ def test_torchtitan03_checker_finds_a_wrong_degree_and_a_wrong_width():
     bad_tp = text.replace("'tensor_parallel_degree': 8", "'tensor_parallel_degree': 4")
     assert any("!= WORLD_SIZE(64)" in p for p in check_export("torchtitan-0.3", bad_tp, FSDP_TP))
     bad_ffn = text.replace("'hidden_dim': 14336", "'hidden_dim': 14335")
-    assert check_export("torchtitan-0.3", bad_ffn, FSDP_TP) == ["MODEL hidden_dim is 14335, the model has 14336"]
+    assert check_export("torchtitan-0.3", bad_ffn, FSDP_TP) == [
+        "MODEL hidden_dim is 14335, the model has 14336"
+    ]
     assert check_export("torchtitan-0.3", "def (", FSDP_TP)[0].startswith("not valid Python")
 
 
@@ -569,7 +719,17 @@ def test_megatron_refuses_a_sliding_window_shorter_than_the_sequence(data_file, 
     from layoutsearch.cli import main
 
     mistral = str(data_file("hf/mistral-7b-v0.1.json"))
-    args = ["solve", "--model", mistral, "--cluster", "h100-8", "--seqs", "64", "--export", "megatron"]
+    args = [
+        "solve",
+        "--model",
+        mistral,
+        "--cluster",
+        "h100-8",
+        "--seqs",
+        "64",
+        "--export",
+        "megatron",
+    ]
     assert main([*args, "--seq-len", "4096"]) == 0
     assert "MEGATRON_ARGS=(" in capsys.readouterr().out
     assert main([*args, "--seq-len", "8192"]) == 1

@@ -46,7 +46,9 @@ def exported(doc: dict, target: str) -> str:
     return text
 
 
-L405 = doc_for("llama3-405b", "h100-64", 256, 4096, Layout(fsdp=8, tp=8, num_microbatches=4, recompute="full"))
+L405 = doc_for(
+    "llama3-405b", "h100-64", 256, 4096, Layout(fsdp=8, tp=8, num_microbatches=4, recompute="full")
+)
 QWEN = str(data_path("hf/qwen2.5-7b.json"))
 
 
@@ -57,7 +59,9 @@ def test_catalogue_hyperparameters_and_old_hashes():
     assert m.rope_scaling == RopeScaling(
         factor=8.0, low_freq_factor=1.0, high_freq_factor=4.0, original_max_position_embeddings=8192
     )
-    assert load_model("llama70b").rope_theta == 500000 and load_model("llama70b").rope_scaling is None
+    assert (
+        load_model("llama70b").rope_theta == 500000 and load_model("llama70b").rope_scaling is None
+    )
     assert load_model("llama2-7b").rope_theta == 10000
     debug = load_model("debug")
     assert set(spec_fields(debug)) == {
@@ -105,7 +109,11 @@ def test_hf_import_keeps_other_rope_scaling_types_as_unused(tmp_path, data_file)
 
 def test_megatron_llama3_405b_hyperparameters():
     a = parse_args(exported(L405, "megatron"))
-    assert a["--rotary-base"] == "500000" and a["--use-rope-scaling"] is True and a["--rope-scaling-factor"] == "8"
+    assert (
+        a["--rotary-base"] == "500000"
+        and a["--use-rope-scaling"] is True
+        and a["--rope-scaling-factor"] == "8"
+    )
     assert float(a["--attention-dropout"]) == 0.0 and float(a["--hidden-dropout"]) == 0.0
     assert float(a["--norm-epsilon"]) == 1e-5
     assert "--add-qkv-bias" not in a
@@ -113,7 +121,9 @@ def test_megatron_llama3_405b_hyperparameters():
 
 
 def test_megatron_qwen_gets_qkv_bias():
-    doc = doc_for(QWEN, "h100-64", 256, 4096, Layout(fsdp=16, tp=4, num_microbatches=4, recompute="full"))
+    doc = doc_for(
+        QWEN, "h100-64", 256, 4096, Layout(fsdp=16, tp=4, num_microbatches=4, recompute="full")
+    )
     a = parse_args(exported(doc, "megatron"))
     assert a["--add-qkv-bias"] is True and "--disable-bias-linear" in a
     assert a["--rotary-base"] == "1000000" and float(a["--norm-epsilon"]) == 1e-6
@@ -133,7 +143,9 @@ def test_megatron_tp_comm_overlap_follows_the_workload(overlap):
     assert ("--tp-comm-overlap" in parse_args(text)) is overlap
     if overlap:  # the checker notices when the flag the prediction assumed is removed
         edited = text.replace("  --tp-comm-overlap\n", "")
-        assert any("--tp-comm-overlap is missing" in p for p in check_export("megatron", edited, doc))
+        assert any(
+            "--tp-comm-overlap is missing" in p for p in check_export("megatron", edited, doc)
+        )
 
 
 def test_megatron_checker_catches_wrong_hyperparameters():
@@ -165,10 +177,18 @@ def test_megatron_placeholders_are_a_separate_array():
 @pytest.mark.parametrize("zero", [1, 2, 3])
 def test_deepspeed_overlap_comm(zero):
     doc = doc_for(
-        "llama3-8b", "h100-64", 256, 4096, Layout(fsdp=64, num_microbatches=2, zero_stage=zero, recompute="full")
+        "llama3-8b",
+        "h100-64",
+        256,
+        4096,
+        Layout(fsdp=64, num_microbatches=2, zero_stage=zero, recompute="full"),
     )
     cfg = json.loads(exported(doc, "deepspeed"))
-    assert cfg["zero_optimization"] == {"stage": zero, "overlap_comm": True, "contiguous_gradients": True}
+    assert cfg["zero_optimization"] == {
+        "stage": zero,
+        "overlap_comm": True,
+        "contiguous_gradients": True,
+    }
     side = cfg["_layoutsearch"]
     assert side["model_hyperparameters"]["rope_theta"] == 500000
     assert all(v.startswith("<set me:") for k, v in side["placeholders"].items() if k != "note")
@@ -180,9 +200,14 @@ def test_maxtext_hyperparameters_and_model_name():
     doc = doc_for("llama70b", "v5p-256", 256, 4096, Layout(fsdp=256, recompute="full"))
     cfg = yaml.safe_load(exported(doc, "maxtext"))
     assert cfg["rope_max_timescale"] == 500000 and cfg["normalization_layer_epsilon"] == 1e-5
-    assert cfg["dropout_rate"] == 0.0 and cfg["model_name"] == "llama3-70b" and "rope_type" not in cfg
+    assert (
+        cfg["dropout_rate"] == 0.0 and cfg["model_name"] == "llama3-70b" and "rope_type" not in cfg
+    )
     cfg = yaml.safe_load(
-        exported(doc_for("llama3-405b", "v5p-256", 256, 4096, Layout(fsdp=256, recompute="full")), "maxtext")
+        exported(
+            doc_for("llama3-405b", "v5p-256", 256, 4096, Layout(fsdp=256, recompute="full")),
+            "maxtext",
+        )
     )
     assert cfg["model_name"] == "llama3.1-405b" and cfg["rope_type"] == "llama3.1"
     debug = yaml.safe_load(exported(doc_for("debug", "v5p-8", 32, 1024, Layout(fsdp=8)), "maxtext"))
@@ -192,8 +217,12 @@ def test_maxtext_hyperparameters_and_model_name():
 def test_torchtitan_placeholders_replace_test_defaults():
     text = exported(L405, "torchtitan")
     cfg = tomllib.loads(text)
-    assert cfg["training"]["dataset"].startswith("<set me:") and cfg["model"]["hf_assets_path"].startswith("<set me:")
-    assert cfg["job"]["dump_folder"].startswith("<set me:") and cfg["checkpoint"]["folder"].startswith("<set me:")
+    assert cfg["training"]["dataset"].startswith("<set me:") and cfg["model"][
+        "hf_assets_path"
+    ].startswith("<set me:")
+    assert cfg["job"]["dump_folder"].startswith("<set me:") and cfg["checkpoint"][
+        "folder"
+    ].startswith("<set me:")
     assert "# PLACEHOLDER: lr = <set me:" in text and "# PLACEHOLDER: steps = <set me:" in text
 
 

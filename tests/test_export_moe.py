@@ -59,11 +59,22 @@ DSV3 = solve_doc(
 )
 MIXTRAL = solve_doc("mixtral-8x7b", "h100-64", 512, 4096, Layout(fsdp=32, tp=2, ep=8, zero_stage=1))
 MIXTRAL_DS = solve_doc(
-    "mixtral-8x7b", "h100-64", 512, 4096, Layout(fsdp=32, tp=2, ep=8, zero_stage=1), framework="deepspeed"
+    "mixtral-8x7b",
+    "h100-64",
+    512,
+    4096,
+    Layout(fsdp=32, tp=2, ep=8, zero_stage=1),
+    framework="deepspeed",
 )  # DeepSpeed's own overlap: NCCL AllToAll dispatch
-QWEN3 = solve_doc("qwen3-30b-a3b", "h100-64", 256, 4096, Layout(fsdp=32, tp=2, ep=8, recompute="full"))
-QWEN3_ETP = solve_doc("qwen3-30b-a3b", "h100-64", 256, 4096, Layout(fsdp=32, tp=2, ep=8, etp=2, recompute="full"))
-TINY_MLA = MlaSpec(q_lora_rank=64, kv_lora_rank=32, qk_rope_head_dim=16, qk_nope_head_dim=32, v_head_dim=32)
+QWEN3 = solve_doc(
+    "qwen3-30b-a3b", "h100-64", 256, 4096, Layout(fsdp=32, tp=2, ep=8, recompute="full")
+)
+QWEN3_ETP = solve_doc(
+    "qwen3-30b-a3b", "h100-64", 256, 4096, Layout(fsdp=32, tp=2, ep=8, etp=2, recompute="full")
+)
+TINY_MLA = MlaSpec(
+    q_lora_rank=64, kv_lora_rank=32, qk_rope_head_dim=16, qk_nope_head_dim=32, v_head_dim=32
+)
 TINY_DSV3 = dict(
     num_layers=4,
     d_model=256,
@@ -72,7 +83,14 @@ TINY_DSV3 = dict(
     num_kv_heads=4,
     head_dim=48,
     vocab_size=1024,
-    moe=MoeSpec(num_experts=8, top_k=2, expert_d_ff=128, num_shared_experts=1, shared_d_ff=128, first_dense_layers=1),
+    moe=MoeSpec(
+        num_experts=8,
+        top_k=2,
+        expert_d_ff=128,
+        num_shared_experts=1,
+        shared_d_ff=128,
+        first_dense_layers=1,
+    ),
     mla=TINY_MLA,
     mtp_layers=1,
 )
@@ -85,7 +103,13 @@ TINY_MAVERICK = dict(
     head_dim=32,
     vocab_size=1024,
     moe=MoeSpec(
-        num_experts=4, top_k=1, expert_d_ff=64, num_shared_experts=1, shared_d_ff=64, layer_freq=2, capacity_factor=1.25
+        num_experts=4,
+        top_k=1,
+        expert_d_ff=64,
+        num_shared_experts=1,
+        shared_d_ff=64,
+        layer_freq=2,
+        capacity_factor=1.25,
     ),
 )
 
@@ -171,7 +195,9 @@ def test_megatron_deepseek_v3_flags_are_the_model_and_layout_numbers():
         "--expert-model-parallel-size": "8",
         "--expert-tensor-parallel-size": "1",
     }
-    assert eval_layer_freq(args["--moe-layer-freq"], 61) == [int(m.is_moe_layer(i)) for i in range(61)]
+    assert eval_layer_freq(args["--moe-layer-freq"], 61) == [
+        int(m.is_moe_layer(i)) for i in range(61)
+    ]
     assert (
         "# --mtp-num-layers 1: the MTP modules are counted in the parameters and the predicted time (a layer and "
         "an output-head pass each, on the last stage), not in the memory."
@@ -212,7 +238,11 @@ def test_megatron_deepseek_v3_flags_are_the_model_and_layout_numbers():
         args["--moe-router-dtype"],
     ) == ("flex", "deepep", "sigmoid", "fp32")
     # dropless, no GQA with MLA, no top-1 pre-softmax; the rest of the layout as for dense models
-    assert not {"--moe-expert-capacity-factor", "--group-query-attention", "--moe-router-pre-softmax"} & set(args)
+    assert not {
+        "--moe-expert-capacity-factor",
+        "--group-query-attention",
+        "--moe-router-pre-softmax",
+    } & set(args)
     assert (
         args["--pipeline-model-parallel-size"],
         args["--context-parallel-size"],
@@ -259,9 +289,13 @@ def test_megatron_layer_patterns_routers_and_capacity():
     2N-1...: a list says it. Top-1 needs --moe-router-pre-softmax; a capacity factor pads to capacity."""
     maverick = load_model("llama4-maverick")
     assert moe_layer_freq(maverick) == "(([0]*1+[1]*1)*24)"
-    assert eval_layer_freq("2", 48) != [int(maverick.is_moe_layer(i)) for i in range(48)]  # why not "2"
+    assert eval_layer_freq("2", 48) != [
+        int(maverick.is_moe_layer(i)) for i in range(48)
+    ]  # why not "2"
     assert moe_layer_freq(load_model("mixtral-8x7b")) == 1
-    doc = custom_doc("llama4-maverick", "h100-8", 16, 256, Layout(fsdp=8, ep=4, zero_stage=1), **TINY_MAVERICK)
+    doc = custom_doc(
+        "llama4-maverick", "h100-8", 16, 256, Layout(fsdp=8, ep=4, zero_stage=1), **TINY_MAVERICK
+    )
     args = parse_args(exported(doc, "megatron"))
     assert args["--moe-layer-freq"] == "(([0]*1+[1]*1)*2)" and args["--moe-router-topk"] == "1"
     assert args["--moe-router-pre-softmax"] is True and "--moe-router-score-function" not in args
@@ -290,8 +324,12 @@ def test_megatron_layer_patterns_routers_and_capacity():
         "--moe-router-dtype",
         "--mtp-num-layers",
     } & set(mix)
-    dense = parse_args(exported(solve_doc("llama3-8b", "h100-64", 256, 4096, Layout(fsdp=8, tp=8)), "megatron"))
-    assert not [flag for flag in dense if flag.startswith(("--moe", "--expert", "--num-experts", "--mtp"))]
+    dense = parse_args(
+        exported(solve_doc("llama3-8b", "h100-64", 256, 4096, Layout(fsdp=8, tp=8)), "megatron")
+    )
+    assert not [
+        flag for flag in dense if flag.startswith(("--moe", "--expert", "--num-experts", "--mtp"))
+    ]
 
 
 def test_moe_layer_freq_reader():
@@ -299,7 +337,9 @@ def test_moe_layer_freq_reader():
     and refuses anything but the list-pattern form."""
     for model_id in ("deepseek-v3", "llama4-maverick"):
         m = load_model(model_id)
-        assert layer_freq(moe_layer_freq(m)) == [int(m.is_moe_layer(i)) for i in range(m.num_layers)], model_id
+        assert layer_freq(moe_layer_freq(m)) == [
+            int(m.is_moe_layer(i)) for i in range(m.num_layers)
+        ], model_id
     assert layer_freq("1") == 1 and layer_freq("[1,0]*2") == [1, 0, 1, 0]
     for bad in ("__import__('os')", "([0]*3+", "[0]*-1", "[0]**2", "(1)", "[0]*3+[1]*len('x')", ""):
         with pytest.raises(ValueError, match="not a layer pattern"):
@@ -310,7 +350,10 @@ def test_moe_layer_freq_reader():
     "edit, problem",
     [
         (("--num-experts 256", "--num-experts 128"), "num_experts is 128"),
-        (("--moe-layer-freq '([0]*3+[1]*58)'", "--moe-layer-freq 1"), "--moe-layer-freq 1 makes layers"),
+        (
+            ("--moe-layer-freq '([0]*3+[1]*58)'", "--moe-layer-freq 1"),
+            "--moe-layer-freq 1 makes layers",
+        ),
         (
             ("--expert-model-parallel-size 8", "--expert-model-parallel-size 3"),
             "is not a multiple of --expert-model-parallel-size 3",
@@ -334,7 +377,11 @@ def test_megatron_checker_catches_edited_moe_flags(edit, problem):
 # ----------------------------------------------------------------------------- torchtitan, MaxText, DeepSpeed
 def test_torchtitan_expert_degrees_model_family_and_flavor():
     tt = tomllib.loads(exported(QWEN3, "torchtitan"))
-    assert tt["model"] == {"name": "qwen3", "flavor": "30B-A3B", "hf_assets_path": tt["model"]["hf_assets_path"]}
+    assert tt["model"] == {
+        "name": "qwen3",
+        "flavor": "30B-A3B",
+        "hf_assets_path": tt["model"]["hf_assets_path"],
+    }
     par = tt["parallelism"]
     assert (
         par["expert_parallel_degree"],
@@ -342,18 +389,37 @@ def test_torchtitan_expert_degrees_model_family_and_flavor():
         par["tensor_parallel_degree"],
         par["data_parallel_shard_degree"],
     ) == (8, 1, 2, 32)
-    assert tomllib.loads(exported(QWEN3_ETP, "torchtitan"))["parallelism"]["expert_tensor_parallel_degree"] == 2
-    no_ep = solve_doc("qwen3-30b-a3b", "h100-64", 256, 4096, Layout(fsdp=32, tp=2, etp=2, recompute="full"))
-    par = tomllib.loads(exported(no_ep, "torchtitan"))["parallelism"]  # ep = 1: torchtitan's own TP on experts
+    assert (
+        tomllib.loads(exported(QWEN3_ETP, "torchtitan"))["parallelism"][
+            "expert_tensor_parallel_degree"
+        ]
+        == 2
+    )
+    no_ep = solve_doc(
+        "qwen3-30b-a3b", "h100-64", 256, 4096, Layout(fsdp=32, tp=2, etp=2, recompute="full")
+    )
+    par = tomllib.loads(exported(no_ep, "torchtitan"))[
+        "parallelism"
+    ]  # ep = 1: torchtitan's own TP on experts
     assert (par["expert_parallel_degree"], par["expert_tensor_parallel_degree"]) == (1, 1)
-    dense = tomllib.loads(exported(solve_doc("llama3-8b", "h100-64", 256, 4096, Layout(fsdp=64)), "torchtitan"))
-    assert "expert_parallel_degree" not in dense["parallelism"] and dense["model"]["name"] == "llama3"
+    dense = tomllib.loads(
+        exported(solve_doc("llama3-8b", "h100-64", 256, 4096, Layout(fsdp=64)), "torchtitan")
+    )
+    assert (
+        "expert_parallel_degree" not in dense["parallelism"] and dense["model"]["name"] == "llama3"
+    )
 
 
 def test_torchtitan_deepseek_v3_registers_sdpa_args_under_context_parallelism():
     """deepseek-v3 has the sizes of torchtitan's 671B flavor, which runs FlexAttention; with cp the file names the
     SDPA ModelArgs to register (with the model's norm eps), and without cp the flavor itself."""
-    doc = solve_doc("deepseek-v3", "h100-2048", 15360, 4096, Layout(dp=2, fsdp=512, cp=2, ep=8, recompute="full"))
+    doc = solve_doc(
+        "deepseek-v3",
+        "h100-2048",
+        15360,
+        4096,
+        Layout(dp=2, fsdp=512, cp=2, ep=8, recompute="full"),
+    )
     text = exported(doc, "torchtitan")
     tt = tomllib.loads(text)
     assert tt["model"]["name"] == "deepseek_v3" and tt["model"]["flavor"] == "deepseek-v3"
@@ -362,13 +428,20 @@ def test_torchtitan_deepseek_v3_registers_sdpa_args_under_context_parallelism():
         "DeepSeekV3ModelArgs(vocab_size=129280, dim=7168, inter_dim=18432, moe_inter_dim=2048, n_layers=61, "
         "n_dense_layers=3, n_heads=128, norm_eps=1e-06"
     ) in text
-    assert (tt["parallelism"]["expert_parallel_degree"], tt["parallelism"]["data_parallel_replicate_degree"]) == (8, 2)
-    no_cp = solve_doc("deepseek-v3", "h100-2048", 16384, 4096, Layout(dp=2, fsdp=1024, ep=8, recompute="full"))
+    assert (
+        tt["parallelism"]["expert_parallel_degree"],
+        tt["parallelism"]["data_parallel_replicate_degree"],
+    ) == (8, 2)
+    no_cp = solve_doc(
+        "deepseek-v3", "h100-2048", 16384, 4096, Layout(dp=2, fsdp=1024, ep=8, recompute="full")
+    )
     assert tomllib.loads(exported(no_cp, "torchtitan"))["model"]["flavor"] == "671B"
 
 
 def test_maxtext_moe_keys_and_expert_axis():
-    doc = solve_doc("qwen3-30b-a3b", "v5p-64", 128, 4096, Layout(fsdp=16, tp=4, ep=8, etp=4, recompute="full"))
+    doc = solve_doc(
+        "qwen3-30b-a3b", "v5p-64", 128, 4096, Layout(fsdp=16, tp=4, ep=8, etp=4, recompute="full")
+    )
     mt = yaml.safe_load(exported(doc, "maxtext"))
     assert {
         k: mt[k]
@@ -429,7 +502,13 @@ def test_maxtext_moe_keys_and_expert_axis():
             ),
         ):
             export_document(dropping, target)
-    ds = solve_doc("deepseek-v3", "v5p-2048", 2048, 4096, Layout(fsdp=256, tp=8, ep=64, etp=8, recompute="full"))
+    ds = solve_doc(
+        "deepseek-v3",
+        "v5p-2048",
+        2048,
+        4096,
+        Layout(fsdp=256, tp=8, ep=64, etp=8, recompute="full"),
+    )
     mt = yaml.safe_load(exported(ds, "maxtext"))
     assert {
         k: mt[k]
@@ -467,7 +546,9 @@ def test_maxtext_moe_keys_and_expert_axis():
     }
     assert mt["ici_expert_parallelism"] * mt["dcn_expert_parallelism"] == 64
     assert mt["ici_fsdp_parallelism"] * mt["dcn_fsdp_parallelism"] == 4
-    dense = yaml.safe_load(exported(solve_doc("llama3-8b", "v5p-64", 128, 4096, Layout(fsdp=64)), "maxtext"))
+    dense = yaml.safe_load(
+        exported(solve_doc("llama3-8b", "v5p-64", 128, 4096, Layout(fsdp=64)), "maxtext")
+    )
     assert "ici_expert_parallelism" not in dense and "num_experts" not in dense
 
 
@@ -496,9 +577,17 @@ def test_deepspeed_autoep_section():
             "deepspeed",
         )
     )
-    assert ds3["expert_parallel"]["preset_model"] == "deepseek_v3" and ds3["zero_optimization"]["stage"] == 3
+    assert (
+        ds3["expert_parallel"]["preset_model"] == "deepseek_v3"
+        and ds3["zero_optimization"]["stage"] == 3
+    )
     no_ep = json.loads(
-        exported(solve_doc("qwen3-30b-a3b", "h100-64", 256, 4096, Layout(fsdp=64), framework="deepspeed"), "deepspeed")
+        exported(
+            solve_doc(
+                "qwen3-30b-a3b", "h100-64", 256, 4096, Layout(fsdp=64), framework="deepspeed"
+            ),
+            "deepspeed",
+        )
     )
     assert "expert_parallel" not in no_ep and any(
         "no expert parallelism" in n for n in no_ep["_layoutsearch"]["set_in_code"]
@@ -506,7 +595,12 @@ def test_deepspeed_autoep_section():
     grok = json.loads(
         exported(
             solve_doc(
-                "grok-1", "h100-1024", 1024, 4096, Layout(fsdp=1024, ep=8, recompute="full"), framework="deepspeed"
+                "grok-1",
+                "h100-1024",
+                1024,
+                4096,
+                Layout(fsdp=1024, ep=8, recompute="full"),
+                framework="deepspeed",
             ),
             "deepspeed",
         )
@@ -612,7 +706,9 @@ def test_deepspeed_autoep_section():
         ),
     ],
 )
-def test_targets_refuse_moe_layouts_they_cannot_express(target, model, cluster, batch, layout, message):
+def test_targets_refuse_moe_layouts_they_cannot_express(
+    target, model, cluster, batch, layout, message
+):
     with pytest.raises(InvalidLayoutError, match=message):
         export_document(solve_doc(model, cluster, batch, 4096, layout), target)
 
@@ -624,8 +720,13 @@ def test_megatron_expresses_every_folded_moe_layout():
         Layout(fsdp=16, tp=4, ep=4, etp=2, zero_stage=1),
         Layout(dp=64, ep=8, zero_stage=0),
     ):
-        args = parse_args(exported(solve_doc("mixtral-8x7b", "h100-64", 512, 4096, layout), "megatron"))
-        assert (int(args["--expert-model-parallel-size"]), int(args["--expert-tensor-parallel-size"])) == (
+        args = parse_args(
+            exported(solve_doc("mixtral-8x7b", "h100-64", 512, 4096, layout), "megatron")
+        )
+        assert (
+            int(args["--expert-model-parallel-size"]),
+            int(args["--expert-tensor-parallel-size"]),
+        ) == (
             layout.ep,
             layout.etp,
         )
@@ -672,7 +773,10 @@ def test_solve_export_on_moe_models(tmp_path, target, model, cluster):
     assert check_export(target, out.read_text(), doc) == []
     degrees = doc["layouts"][0]["degrees"]
     ctx = context_for(doc, target)
-    assert (ctx.layout.ep, ctx.layout.etp) == (degrees["ep"], degrees["etp"])  # the file's layout is the document's
+    assert (ctx.layout.ep, ctx.layout.etp) == (
+        degrees["ep"],
+        degrees["etp"],
+    )  # the file's layout is the document's
 
 
 # ----------------------------------------------------------------------------- frameworks: Megatron
@@ -752,7 +856,10 @@ MEGATRON_CONFIG_FLAGS = {  # TransformerConfig fields
         lambda value: value if isinstance(value, list) else [value],
     ),  # nargs +
     "--cuda-graph-impl": ("cuda_graph_impl", str),
-    "--cuda-graph-scope": ("cuda_graph_scope", lambda value: value if isinstance(value, list) else [value]),  # nargs +
+    "--cuda-graph-scope": (
+        "cuda_graph_scope",
+        lambda value: value if isinstance(value, list) else [value],
+    ),  # nargs +
 }
 MEGATRON_MLA_FLAGS = {  # MLATransformerConfig's own fields; with --multi-latent-attention only
     "--q-lora-rank": ("q_lora_rank", int),
@@ -832,7 +939,9 @@ def megatron_fields(text: str) -> tuple[dict, dict, set]:
         )
     for switch, paired in MEGATRON_PAIRED.items():
         if (switch in flags) != (paired in flags):
-            raise ValueError(f"{paired} is read only under {switch}: the file has one without the other")
+            raise ValueError(
+                f"{paired} is read only under {switch}: the file has one without the other"
+            )
     fields = {}
     for table in tables:
         fields.update(_read_flags(flags, table))
@@ -861,7 +970,9 @@ def _admits(annotation, value) -> bool:
     if annotation is type(None):
         return value is None
     if annotation in (int, float):
-        return isinstance(value, (int, float) if annotation is float else int) and not isinstance(value, bool)
+        return isinstance(value, (int, float) if annotation is float else int) and not isinstance(
+            value, bool
+        )
     return isinstance(value, annotation) if isinstance(annotation, type) else True
 
 
@@ -883,7 +994,9 @@ def megatron_config(text: str, **overrides):
         if name not in hints:
             raise ValueError(f"{name} is no field of megatron-core's {cls.__name__}")
         if not _admits(hints[name], value):
-            raise ValueError(f"{name} = {value!r}: megatron-core's {cls.__name__}.{name} is {hints[name]}")
+            raise ValueError(
+                f"{name} = {value!r}: megatron-core's {cls.__name__}.{name} is {hints[name]}"
+            )
     dtype = torch.bfloat16 if fields.get("bf16") else torch.float32
     derived = {"params_dtype": dtype, "pipeline_dtype": dtype}
     if fields.get("gated_linear_unit"):
@@ -930,9 +1043,14 @@ def test_megatron_flag_tables_name_megatron_core_fields():
     mla = {f.name for f in dataclasses.fields(tc.MLATransformerConfig)} - base
     assert {name for name, _ in MEGATRON_CONFIG_FLAGS.values()} <= base
     assert {name for name, _ in MEGATRON_MLA_FLAGS.values()} <= mla
-    assert {name for name, _ in MEGATRON_MODEL_FLAGS.values()} <= set(inspect.signature(GPTModel.__init__).parameters)
+    assert {name for name, _ in MEGATRON_MODEL_FLAGS.values()} <= set(
+        inspect.signature(GPTModel.__init__).parameters
+    )
     assert not MEGATRON_TRAINING_FLAGS & (
-        set(MEGATRON_CONFIG_FLAGS) | set(MEGATRON_MLA_FLAGS) | set(MEGATRON_MODEL_FLAGS) | set(MEGATRON_PAIRED)
+        set(MEGATRON_CONFIG_FLAGS)
+        | set(MEGATRON_MLA_FLAGS)
+        | set(MEGATRON_MODEL_FLAGS)
+        | set(MEGATRON_PAIRED)
     )
 
 
@@ -944,7 +1062,9 @@ def test_megatron_core_takes_the_flash_attention_backend():
     from megatron.core.transformer.enums import AttnBackend
 
     doc = solve_doc("llama3-8b", "h100-64", 256, 4096, Layout(fsdp=8, tp=8), vendor_attention=False)
-    config, _, _ = megatron_config(exported(doc, "megatron"), apply_rope_fusion=False)  # (fused RoPE needs TE)
+    config, _, _ = megatron_config(
+        exported(doc, "megatron"), apply_rope_fusion=False
+    )  # (fused RoPE needs TE)
     assert config.attention_backend is AttnBackend.flash
 
 
@@ -953,7 +1073,13 @@ def test_megatron_core_takes_the_norm_act_recompute_modules():
     """recompute norm_act: the export writes --recompute-granularity selective --recompute-modules layernorm moe_act,
     which megatron-core's TransformerConfig takes (moe_act needs the grouped GEMM the export also asks for)."""
     pytest.importorskip("megatron.core.transformer.transformer_config")
-    doc = solve_doc("qwen3-30b-a3b", "h100-16", 256, 4096, Layout(fsdp=16, ep=8, zero_stage=1, recompute="norm_act"))
+    doc = solve_doc(
+        "qwen3-30b-a3b",
+        "h100-16",
+        256,
+        4096,
+        Layout(fsdp=16, ep=8, zero_stage=1, recompute="norm_act"),
+    )
     config, _, _ = megatron_config(exported(doc, "megatron"), apply_rope_fusion=False)
     assert (config.recompute_granularity, config.recompute_modules, config.moe_grouped_gemm) == (
         "selective",
@@ -981,7 +1107,12 @@ def test_cuda_graphs_are_written_by_megatron_and_refused_elsewhere():
         ["attn", "moe_router", "moe_preprocess"],
     )
     dense = solve_doc(
-        "llama3-8b", "h100-64", 256, 4096, Layout(fsdp=8, tp=8, recompute="full"), cuda_graphs="full_iteration"
+        "llama3-8b",
+        "h100-64",
+        256,
+        4096,
+        Layout(fsdp=8, tp=8, recompute="full"),
+        cuda_graphs="full_iteration",
     )
     args = parse_args(exported(dense, "megatron"))
     assert (args["--cuda-graph-impl"], args["--cuda-graph-scope"]) == ("local", "full_iteration")
@@ -1028,7 +1159,11 @@ def test_cuda_graphs_are_written_by_megatron_and_refused_elsewhere():
         Layout(fsdp=8, tp=8, num_microbatches=4, recompute="full"),
         cuda_graphs="scoped",
     )
-    for target, name in (("torchtitan", "torchtitan"), ("maxtext", "MaxText"), ("deepspeed", "DeepSpeed")):
+    for target, name in (
+        ("torchtitan", "torchtitan"),
+        ("maxtext", "MaxText"),
+        ("deepspeed", "DeepSpeed"),
+    ):
         with pytest.raises(
             InvalidLayoutError,
             match=f"{name} cannot express --cuda-graphs scoped; nearest: --cuda-graphs none, or export to megatron",
@@ -1050,7 +1185,11 @@ def test_overlaps_the_prediction_assumed_are_exported_or_refused():
         deepep=False,
     )
     assert parse_args(exported(ep, "megatron"))["--overlap-moe-expert-parallel-comm"] is True
-    for target, name in (("torchtitan", "torchtitan"), ("maxtext", "MaxText"), ("deepspeed", "DeepSpeed")):
+    for target, name in (
+        ("torchtitan", "torchtitan"),
+        ("maxtext", "MaxText"),
+        ("deepspeed", "DeepSpeed"),
+    ):
         with pytest.raises(
             InvalidLayoutError,
             match=re.escape(
@@ -1059,7 +1198,14 @@ def test_overlaps_the_prediction_assumed_are_exported_or_refused():
             ),
         ):
             export_document(ep, target)
-    tp = solve_doc("llama3-8b", "h100-64", 256, 4096, Layout(dp=8, tp=8, num_microbatches=2), tp_comm_overlap=True)
+    tp = solve_doc(
+        "llama3-8b",
+        "h100-64",
+        256,
+        4096,
+        Layout(dp=8, tp=8, num_microbatches=2),
+        tp_comm_overlap=True,
+    )
     with pytest.raises(
         InvalidLayoutError,
         match=re.escape(
@@ -1068,7 +1214,10 @@ def test_overlaps_the_prediction_assumed_are_exported_or_refused():
         ),
     ):
         export_document(tp, "deepspeed")
-    assert tomllib.loads(exported(tp, "torchtitan"))["parallelism"]["enable_async_tensor_parallel"] is True
+    assert (
+        tomllib.loads(exported(tp, "torchtitan"))["parallelism"]["enable_async_tensor_parallel"]
+        is True
+    )
 
 
 @pytest.mark.frameworks
@@ -1091,7 +1240,9 @@ def test_megatron_core_takes_the_exported_cuda_graphs():
         "transformer_engine",
         [CudaGraphScope.attn, CudaGraphScope.moe_router, CudaGraphScope.moe_preprocess],
     )
-    with pytest.raises(AssertionError, match="full recompute is only supported with full iteration CUDA graph"):
+    with pytest.raises(
+        AssertionError, match="full recompute is only supported with full iteration CUDA graph"
+    ):
         megatron_config(
             exported(doc, "megatron"),
             apply_rope_fusion=False,
@@ -1100,10 +1251,18 @@ def test_megatron_core_takes_the_exported_cuda_graphs():
             recompute_num_layers=1,
         )
     dense = solve_doc(
-        "llama3-8b", "h100-64", 256, 4096, Layout(fsdp=8, tp=8, recompute="full"), cuda_graphs="full_iteration"
+        "llama3-8b",
+        "h100-64",
+        256,
+        4096,
+        Layout(fsdp=8, tp=8, recompute="full"),
+        cuda_graphs="full_iteration",
     )
     config, _, _ = megatron_config(exported(dense, "megatron"), apply_rope_fusion=False)
-    assert (config.cuda_graph_impl, config.cuda_graph_scope) == ("local", [CudaGraphScope.full_iteration])
+    assert (config.cuda_graph_impl, config.cuda_graph_scope) == (
+        "local",
+        [CudaGraphScope.full_iteration],
+    )
 
 
 @pytest.mark.frameworks
@@ -1119,7 +1278,11 @@ def test_megatron_core_has_the_fields_the_bf16_state_flags_set():
 
     assert ddp.DistributedDataParallelConfig(grad_reduce_in_fp32=False).grad_reduce_in_fp32 is False
     fields = {f.name: f.default for f in dataclasses.fields(opt.OptimizerConfig)}
-    assert (fields["use_precision_aware_optimizer"], fields["exp_avg_dtype"], fields["exp_avg_sq_dtype"]) == (
+    assert (
+        fields["use_precision_aware_optimizer"],
+        fields["exp_avg_dtype"],
+        fields["exp_avg_sq_dtype"],
+    ) == (
         False,
         torch.float32,
         torch.float32,
@@ -1189,7 +1352,9 @@ def test_megatron_core_accepts_the_deepseek_v3_solve(tmp_path):
     assert r.exit_code == 0, r.stderr
     doc, text = json.loads(r.stdout), out.read_text()
     cfg, model, training = megatron_config(text)
-    replicas = context_for(doc, "megatron").layout.dp  # ZeRO-3 groups replicated (HSDP): one optimizer per group
+    replicas = context_for(
+        doc, "megatron"
+    ).layout.dp  # ZeRO-3 groups replicated (HSDP): one optimizer per group
     assert training == {
         "--seq-length",
         "--micro-batch-size",
@@ -1236,7 +1401,11 @@ def test_megatron_core_accepts_the_deepseek_v3_solve(tmp_path):
         cfg.pipeline_model_parallel_size,
         cfg.context_parallel_size,
     ) == (lay.ep, lay.etp, lay.tp, lay.pp, lay.cp)
-    assert cfg.moe_router_enable_expert_bias and cfg.moe_router_score_function == "sigmoid" and cfg.qk_layernorm
+    assert (
+        cfg.moe_router_enable_expert_bias
+        and cfg.moe_router_score_function == "sigmoid"
+        and cfg.qk_layernorm
+    )
     assert cfg.rope_type == "rope" and cfg.apply_rope_fusion is False and cfg.moe_grouped_gemm
     assert lay.ep > 1  # the solve chose expert parallelism; parallel_state must lay it out
     sizes = {
@@ -1248,7 +1417,12 @@ def test_megatron_core_accepts_the_deepseek_v3_solve(tmp_path):
         "instances": int(parse_args(text).get("--num-distributed-optimizer-instances", 1)),
     }
     got = _run_result([sys.executable, "-c", MEGATRON_PARALLEL_STATE, json.dumps(sizes), "2048"])
-    assert got == {"dp": lay.data_units, "ep": lay.ep, "etp": lay.etp, "edp": 2048 // (lay.ep * lay.etp * lay.pp)}
+    assert got == {
+        "dp": lay.data_units,
+        "ep": lay.ep,
+        "etp": lay.etp,
+        "edp": 2048 // (lay.ep * lay.etp * lay.pp),
+    }
 
 
 @pytest.mark.frameworks
@@ -1269,24 +1443,43 @@ def test_megatron_core_rejects_what_the_flags_guard():
         assert drop in text
         with pytest.raises(ValueError, match=match):
             megatron_config(text.replace(drop, ""))
-    doc = custom_doc("llama4-maverick", "h100-8", 16, 256, Layout(fsdp=8, ep=4, zero_stage=1), **TINY_MAVERICK)
+    doc = custom_doc(
+        "llama4-maverick", "h100-8", 16, 256, Layout(fsdp=8, ep=4, zero_stage=1), **TINY_MAVERICK
+    )
     maverick = export_document(doc, "megatron")
-    megatron_config(maverick, apply_rope_fusion=False)  # (fused RoPE without MLA needs Transformer Engine)
+    megatron_config(
+        maverick, apply_rope_fusion=False
+    )  # (fused RoPE without MLA needs Transformer Engine)
     assert "  --moe-router-pre-softmax\n" in maverick
     with pytest.raises(ValueError, match="Please use --moe-router-pre-softmax when topk is 1"):
-        megatron_config(maverick.replace("  --moe-router-pre-softmax\n", ""), apply_rope_fusion=False)
-    with pytest.raises(ValueError, match=r"moe_token_dispatcher_type = 'all2all': .*'allgather', 'alltoall', 'flex'"):
-        megatron_config(text.replace("--moe-token-dispatcher-type flex", "--moe-token-dispatcher-type all2all"))
-    with pytest.raises(ValueError, match="DeepEP backend is only supported with flex token dispatcher"):
         megatron_config(
-            text.replace("--moe-token-dispatcher-type flex", "--moe-token-dispatcher-type alltoall").replace(
-                "--moe-flex-dispatcher-backend deepep", "--moe-enable-deepep"
-            )
+            maverick.replace("  --moe-router-pre-softmax\n", ""), apply_rope_fusion=False
+        )
+    with pytest.raises(
+        ValueError,
+        match=r"moe_token_dispatcher_type = 'all2all': .*'allgather', 'alltoall', 'flex'",
+    ):
+        megatron_config(
+            text.replace("--moe-token-dispatcher-type flex", "--moe-token-dispatcher-type all2all")
+        )
+    with pytest.raises(
+        ValueError, match="DeepEP backend is only supported with flex token dispatcher"
+    ):
+        megatron_config(
+            text.replace(
+                "--moe-token-dispatcher-type flex", "--moe-token-dispatcher-type alltoall"
+            ).replace("--moe-flex-dispatcher-backend deepep", "--moe-enable-deepep")
         )
     with pytest.raises(ValueError, match=r"no megatron-core config field.*\['--moe-expert-bias'\]"):
-        megatron_config(text.replace("  --moe-router-enable-expert-bias\n", "  --moe-expert-bias\n"))
-    with pytest.raises(ValueError, match="--num-query-groups is read only under --group-query-attention"):
-        megatron_config(maverick.replace("  --group-query-attention\n", ""), apply_rope_fusion=False)
+        megatron_config(
+            text.replace("  --moe-router-enable-expert-bias\n", "  --moe-expert-bias\n")
+        )
+    with pytest.raises(
+        ValueError, match="--num-query-groups is read only under --group-query-attention"
+    ):
+        megatron_config(
+            maverick.replace("  --group-query-attention\n", ""), apply_rope_fusion=False
+        )
     sizes = {"tp": 1, "pp": 16, "cp": 2, "ep": 3, "etp": 1, "instances": 1}
     run = subprocess.run(
         [sys.executable, "-c", MEGATRON_PARALLEL_STATE, json.dumps(sizes), "2048"],
@@ -1294,7 +1487,10 @@ def test_megatron_core_rejects_what_the_flags_guard():
         text=True,
         timeout=600,
     )
-    assert run.returncode != 0 and "is not divisible by expert_tensor_model_pipeline_parallel size" in run.stderr
+    assert (
+        run.returncode != 0
+        and "is not divisible by expert_tensor_model_pipeline_parallel size" in run.stderr
+    )
 
 
 MEGATRON_MOE_BUILD = textwrap.dedent("""
@@ -1357,7 +1553,11 @@ def test_megatron_core_builds_the_engine_moe_model(case, tmp_path):
     and MTP (deepseek_like); alternating dense / MoE layers, top-1 routing, a shared expert and a capacity factor
     (maverick_like). The router has no score-correction bias here: Megatron keeps that one in a CUDA buffer."""
     pytest.importorskip("megatron.core.models.gpt")
-    model_id, spec = ("deepseek-v3", TINY_DSV3) if case == "deepseek_like" else ("llama4-maverick", TINY_MAVERICK)
+    model_id, spec = (
+        ("deepseek-v3", TINY_DSV3)
+        if case == "deepseek_like"
+        else ("llama4-maverick", TINY_MAVERICK)
+    )
     doc = custom_doc(model_id, "h100-8", 16, 256, Layout(fsdp=8, ep=4, zero_stage=1), **spec)
     m = context_for(doc, "megatron").model
     fields, model_args, _ = megatron_fields(export_document(doc, "megatron"))
@@ -1374,7 +1574,14 @@ def test_megatron_core_builds_the_engine_moe_model(case, tmp_path):
     counts = param_counts(m)
     moe = m.moe
     assert got["moe_layers"] == [i for i in range(m.num_layers) if m.is_moe_layer(i)]
-    assert (got["layers"], got["experts"], got["router"], got["expert_fc1"], got["shared_fc1"], got["capacity"]) == (
+    assert (
+        got["layers"],
+        got["experts"],
+        got["router"],
+        got["expert_fc1"],
+        got["shared_fc1"],
+        got["capacity"],
+    ) == (
         m.num_layers,
         moe.num_experts,
         [moe.num_experts, m.d_model],
@@ -1382,7 +1589,9 @@ def test_megatron_core_builds_the_engine_moe_model(case, tmp_path):
         [2 * moe.num_shared_experts * moe.shared_d_ff, m.d_model],
         moe.capacity_factor,
     )
-    assert got["params"] == counts["total"] + counts.get("mtp", 0) and got["mtp"] == counts.get("mtp", 0)
+    assert got["params"] == counts["total"] + counts.get("mtp", 0) and got["mtp"] == counts.get(
+        "mtp", 0
+    )
     assert got["attention"] == ("MLASelfAttention" if m.mla else "SelfAttention")
     if case == "deepseek_like":
         assert (counts["total"], counts["mtp"]) == (3_908_224, 1_101_152)
@@ -1427,7 +1636,15 @@ def test_torchtitan_builds_the_expert_mesh(doc, tmp_path):
         "ep": p.expert_parallel_degree,
         "etp": p.expert_tensor_parallel_degree,
     }
-    got = _run_result([sys.executable, "-c", TORCHTITAN_MESH, json.dumps(dims), str(doc["problem"]["num_devices"])])
+    got = _run_result(
+        [
+            sys.executable,
+            "-c",
+            TORCHTITAN_MESH,
+            json.dumps(dims),
+            str(doc["problem"]["num_devices"]),
+        ]
+    )
     lay = context_for(doc, "torchtitan").layout
     assert got == {
         "ep": lay.ep,
@@ -1487,11 +1704,17 @@ def test_torchtitan_moe_flavor_tables_match_torchtitan():
             )
             == key
         ), name
-        assert (a.rope_theta, a.norm_eps, a.attn_type) == (torchtitan.QWEN3_THETA[name], 1e-6, "sdpa"), name
+        assert (a.rope_theta, a.norm_eps, a.attn_type) == (
+            torchtitan.QWEN3_THETA[name],
+            1e-6,
+            "sdpa",
+        ), name
 
 
 @pytest.mark.frameworks
-@pytest.mark.parametrize("case", ["qwen3_flavor", "deepseek_v3_registration", "tiny_deepseek_registration"])
+@pytest.mark.parametrize(
+    "case", ["qwen3_flavor", "deepseek_v3_registration", "tiny_deepseek_registration"]
+)
 def test_torchtitan_builds_the_engine_moe_model(case, tmp_path):
     """The model torchtitan 0.2 builds for the exported TOML (its flavor, or the ModelArgs the header says to register,
     updated from the parsed job as its trainer does) has the engine's parameter count on the meta device, less the
@@ -1509,7 +1732,11 @@ def test_torchtitan_builds_the_engine_moe_model(case, tmp_path):
     doc = {
         "qwen3_flavor": QWEN3,
         "deepseek_v3_registration": solve_doc(
-            "deepseek-v3", "h100-2048", 15360, 4096, Layout(dp=2, fsdp=512, cp=2, ep=8, recompute="full")
+            "deepseek-v3",
+            "h100-2048",
+            15360,
+            4096,
+            Layout(dp=2, fsdp=512, cp=2, ep=8, recompute="full"),
         ),
         "tiny_deepseek_registration": custom_doc(
             "deepseek-v3",
@@ -1548,7 +1775,9 @@ def test_torchtitan_builds_the_engine_moe_model(case, tmp_path):
     if job.model.flavor in spec.model_args:
         args = copy.deepcopy(spec.model_args[job.model.flavor])
     else:
-        registration = re.search(r"_args as ((?:DeepSeekV3|Qwen3)ModelArgs\(.*\))$", text, re.M).group(1)
+        registration = re.search(
+            r"_args as ((?:DeepSeekV3|Qwen3)ModelArgs\(.*\))$", text, re.M
+        ).group(1)
         args = eval(
             registration,
             {
@@ -1563,8 +1792,12 @@ def test_torchtitan_builds_the_engine_moe_model(case, tmp_path):
     m = context_for(doc, "torchtitan").model
     buffers = m.num_moe_layers * m.moe.num_experts if m.moe.router_bias else 0
     assert sum(p.numel() for p in model.parameters()) == param_counts(m)["total"] - buffers
-    if buffers:  # (torchtitan's qwen3 flavors keep an expert_bias buffer for their own balancing as well)
-        assert sum(b.numel() for n, b in model.named_buffers() if n.endswith("expert_bias")) == buffers
+    if (
+        buffers
+    ):  # (torchtitan's qwen3 flavors keep an expert_bias buffer for their own balancing as well)
+        assert (
+            sum(b.numel() for n, b in model.named_buffers() if n.endswith("expert_bias")) == buffers
+        )
     assert {
         "qwen3_flavor": (job.model.name, job.model.flavor) == ("qwen3", "30B-A3B"),
         "deepseek_v3_registration": job.model.flavor == "deepseek-v3",
@@ -1673,10 +1906,22 @@ def test_maxtext_builds_the_engine_moe_models(tmp_path):
         ), name
         assert got["experts"] == m.moe.num_experts and got["global"] == 32, name
     qwen = results["qwen3_moe"]["shapes"]
-    assert qwen["decoder/layers/moe_block/wi_0"] == [8, 2, 128, 64]  # experts, scanned layers, D, F_e
+    assert qwen["decoder/layers/moe_block/wi_0"] == [
+        8,
+        2,
+        128,
+        64,
+    ]  # experts, scanned layers, D, F_e
     ds = results["deepseek"]["shapes"]
-    assert ds["decoder/moe_layers/DeepSeekMoeBlock_0/MoeBlock_0/gate/bias"] == [8, 2]  # the router bias, 2 MoE layers
-    assert ds["decoder/dense_layers/self_attention/wq_a/kernel"] == [256, 1, 64]  # q_lora_rank, 1 dense layer
+    assert ds["decoder/moe_layers/DeepSeekMoeBlock_0/MoeBlock_0/gate/bias"] == [
+        8,
+        2,
+    ]  # the router bias, 2 MoE layers
+    assert ds["decoder/dense_layers/self_attention/wq_a/kernel"] == [
+        256,
+        1,
+        64,
+    ]  # q_lora_rank, 1 dense layer
 
 
 @pytest.mark.frameworks
@@ -1703,7 +1948,11 @@ def test_maxtext_moe_cpu_training_step(tmp_path):
     )
     path = tmp_path / "moe.yml"
     path.write_text(export_document(doc, "maxtext"))
-    env = {**os.environ, "XLA_FLAGS": "--xla_force_host_platform_device_count=8", "JAX_PLATFORMS": "cpu"}
+    env = {
+        **os.environ,
+        "XLA_FLAGS": "--xla_force_host_platform_device_count=8",
+        "JAX_PLATFORMS": "cpu",
+    }
     run = subprocess.run(
         [
             python,
@@ -1748,7 +1997,12 @@ def test_deepspeed_takes_the_autoep_section():
     for doc in (
         MIXTRAL_DS,
         solve_doc(
-            "deepseek-v3", "h100-2048", 2048, 4096, Layout(fsdp=2048, ep=64, recompute="full"), framework="deepspeed"
+            "deepseek-v3",
+            "h100-2048",
+            2048,
+            4096,
+            Layout(fsdp=2048, ep=64, recompute="full"),
+            framework="deepspeed",
         ),
     ):
         cfg = json.loads(export_document(doc, "deepspeed"))
@@ -1756,7 +2010,11 @@ def test_deepspeed_takes_the_autoep_section():
         ds = deepspeed_config(cfg, lay.data_units)
         assert ds.train_batch_size == doc["problem"]["global_batch_seqs"]
         ep_cfg = parse_autoep_config(cfg["expert_parallel"])
-        assert (ep_cfg.enabled, ep_cfg.autoep_size, ep_cfg.expert_tensor_parallel_size) == (True, lay.ep, lay.etp)
+        assert (ep_cfg.enabled, ep_cfg.autoep_size, ep_cfg.expert_tensor_parallel_size) == (
+            True,
+            lay.ep,
+            lay.etp,
+        )
         validate_autoep_config(
             ep_cfg,
             world_size=doc["problem"]["num_devices"],
@@ -1778,5 +2036,10 @@ def test_deepspeed_takes_the_autoep_section():
         )
     with pytest.raises(ValueError, match="supports pp_size=1 only"):
         validate_autoep_config(
-            parse_autoep_config(cfg["expert_parallel"]), world_size=64, pp_size=2, tp_size=2, sp_size=1, zero_stage=1
+            parse_autoep_config(cfg["expert_parallel"]),
+            world_size=64,
+            pp_size=2,
+            tp_size=2,
+            sp_size=1,
+            zero_stage=1,
         )

@@ -37,7 +37,11 @@ INTERLEAVED = solve_doc(
 KV_REPLICATED = solve_doc("llama70b", "h100-64", 256, 4096, Layout(fsdp=4, tp=16, recompute="full"))
 ZERO1 = solve_doc("debug", "h100-16", 64, 1024, Layout(fsdp=16, zero_stage=1, num_microbatches=2))
 PIPE_1F1B = solve_doc(
-    "llama3-8b", "h100-64", 256, 4096, Layout(fsdp=1, dp=2, tp=8, pp=4, num_microbatches=8, zero_stage=1)
+    "llama3-8b",
+    "h100-64",
+    256,
+    4096,
+    Layout(fsdp=1, dp=2, tp=8, pp=4, num_microbatches=8, zero_stage=1),
 )
 
 
@@ -53,7 +57,9 @@ def megatron_config(doc: dict):
         layers // pp // lpvs
         if lpvs
         else (
-            int(a["--num-virtual-stages-per-pipeline-rank"]) if "--num-virtual-stages-per-pipeline-rank" in a else None
+            int(a["--num-virtual-stages-per-pipeline-rank"])
+            if "--num-virtual-stages-per-pipeline-rank" in a
+            else None
         )
     )
     uneven = (
@@ -65,7 +71,10 @@ def megatron_config(doc: dict):
         else {}
     )
     if "--account-for-embedding-in-pipeline-split" in a:
-        uneven = {"account_for_embedding_in_pipeline_split": True, "account_for_loss_in_pipeline_split": True}
+        uneven = {
+            "account_for_embedding_in_pipeline_split": True,
+            "account_for_loss_in_pipeline_split": True,
+        }
     return tc.TransformerConfig(
         **uneven,
         num_layers=layers,
@@ -81,7 +90,9 @@ def megatron_config(doc: dict):
         sequence_parallel="--sequence-parallel" in a,
         recompute_granularity=a.get("--recompute-granularity"),
         recompute_method=a.get("--recompute-method"),
-        recompute_num_layers=int(a["--recompute-num-layers"]) if "--recompute-num-layers" in a else None,
+        recompute_num_layers=int(a["--recompute-num-layers"])
+        if "--recompute-num-layers" in a
+        else None,
         gated_linear_unit="--swiglu" in a,
         bf16=True,
         params_dtype=torch.bfloat16,
@@ -96,21 +107,46 @@ UNEVEN_VP = solve_doc(
     "h100-1024",
     512,
     4096,
-    Layout(fsdp=16, tp=8, pp=8, virtual_stages=8, num_microbatches=32, zero_stage=1, schedule="interleaved"),
+    Layout(
+        fsdp=16,
+        tp=8,
+        pp=8,
+        virtual_stages=8,
+        num_microbatches=32,
+        zero_stage=1,
+        schedule="interleaved",
+    ),
 )
 UNEVEN_FL = solve_doc(
     "llama3-405b",
     "h100-1024",
     512,
     4096,
-    Layout(fsdp=8, tp=8, pp=16, num_microbatches=64, zero_stage=1, first_stage_layers=6, last_stage_layers=8),
+    Layout(
+        fsdp=8,
+        tp=8,
+        pp=16,
+        num_microbatches=64,
+        zero_stage=1,
+        first_stage_layers=6,
+        last_stage_layers=8,
+    ),
 )
 
 
 @pytest.mark.parametrize(
     "doc",
     [FSDP_TP, CP, HSDP, INTERLEAVED, KV_REPLICATED, ZERO1, UNEVEN_VP, UNEVEN_FL],
-    ids=["fsdp_tp", "cp", "hsdp", "interleaved", "kv_replicated", "zero1", "uneven_vp", "uneven_first_last"],
+    ids=[
+        "fsdp_tp",
+        "cp",
+        "hsdp",
+        "interleaved",
+        "kv_replicated",
+        "zero1",
+        "uneven_vp",
+        "uneven_first_last",
+    ],
 )
 def test_megatron_core_accepts_exported_sizes(doc):
     """megatron-core's TransformerConfig and microbatch calculator accept the sizes and give the layout's K."""
@@ -118,7 +154,11 @@ def test_megatron_core_accepts_exported_sizes(doc):
     cfg, a = megatron_config(doc)
     lay = doc["layouts"][0]
     world = doc["problem"]["num_devices"]
-    dp = world // (cfg.tensor_model_parallel_size * cfg.pipeline_model_parallel_size * cfg.context_parallel_size)
+    dp = world // (
+        cfg.tensor_model_parallel_size
+        * cfg.pipeline_model_parallel_size
+        * cfg.context_parallel_size
+    )
     counter = calc.ConstantNumMicroBatchesCalculator(
         int(a["--global-batch-size"]), int(a["--micro-batch-size"]), dp, False, 0
     )
@@ -196,12 +236,23 @@ def test_megatron_core_builds_the_engine_model(case, tmp_path):
     from layoutsearch.costs.params import param_counts
     from layoutsearch.export import context_for
 
-    doc = HSDP if case == "debug_hsdp" else custom_doc("gpt3-175b", "h100-8", 16, 256, Layout(fsdp=8), **TINY_GPT3)
+    doc = (
+        HSDP
+        if case == "debug_hsdp"
+        else custom_doc("gpt3-175b", "h100-8", 16, 256, Layout(fsdp=8), **TINY_GPT3)
+    )
     m = context_for(doc, "megatron").model
     assert m.vocab_size % 128 == 0
     args = json.dumps(parse_args(export_document(doc, "megatron")))
     run = subprocess.run(
-        [sys.executable, "-c", MEGATRON_BUILD, args, str(m.vocab_size), str(tmp_path / "rendezvous")],
+        [
+            sys.executable,
+            "-c",
+            MEGATRON_BUILD,
+            args,
+            str(m.vocab_size),
+            str(tmp_path / "rendezvous"),
+        ],
         capture_output=True,
         text=True,
         timeout=300,
@@ -236,7 +287,9 @@ def deepspeed_config(cfg: dict, dp_world: int):
         dsc.dist.get_rank = original
 
 
-@pytest.mark.parametrize("doc", [FSDP_TP, ZERO1, PIPE_1F1B], ids=["fsdp_tp", "zero1", "pipeline_1f1b"])
+@pytest.mark.parametrize(
+    "doc", [FSDP_TP, ZERO1, PIPE_1F1B], ids=["fsdp_tp", "zero1", "pipeline_1f1b"]
+)
 def test_deepspeed_config_batch_assertion(doc):
     """DeepSpeedConfig accepts the JSON (with its _layoutsearch key) for DP world = dp x fsdp."""
     cfg = json.loads(export_document(doc, "deepspeed"))
@@ -253,7 +306,9 @@ def test_deepspeed_config_batch_assertion(doc):
 
 
 # ----------------------------------------------------------------------------- torchtitan
-@pytest.mark.parametrize("doc", [FSDP_TP, CP, HSDP, INTERLEAVED], ids=["fsdp_tp", "cp", "hsdp", "interleaved"])
+@pytest.mark.parametrize(
+    "doc", [FSDP_TP, CP, HSDP, INTERLEAVED], ids=["fsdp_tp", "cp", "hsdp", "interleaved"]
+)
 def test_torchtitan_config_manager_and_parallel_dims(doc, tmp_path):
     """torchtitan's ConfigManager loads the TOML and ParallelDims validates the degrees against the world."""
     manager = pytest.importorskip("torchtitan.config.manager")
@@ -297,10 +352,16 @@ def test_torchtitan_pipeline_split_is_even():
     par = tomllib.loads(export_document(INTERLEAVED, "torchtitan"))["parallelism"]
     stages = 32 // par["pipeline_parallel_layers_per_stage"]
     parts = pipe.generate_llm_fqn_per_model_part(
-        stages, 32, par["pipeline_parallel_first_stage_less_layers"], par["pipeline_parallel_last_stage_less_layers"]
+        stages,
+        32,
+        par["pipeline_parallel_first_stage_less_layers"],
+        par["pipeline_parallel_last_stage_less_layers"],
     )
     assert [sum(name.startswith("layers.") for name in part) for part in parts] == [4] * 8
-    assert pipe.get_schedule_class(par["pipeline_parallel_schedule"]).__name__ == "ScheduleInterleaved1F1B"
+    assert (
+        pipe.get_schedule_class(par["pipeline_parallel_schedule"]).__name__
+        == "ScheduleInterleaved1F1B"
+    )
 
 
 def test_torchtitan_flavors_match_the_table_and_custom_flavors_build():
@@ -309,7 +370,15 @@ def test_torchtitan_flavors_match_the_table_and_custom_flavors_build():
     llama3 = pytest.importorskip("torchtitan.models.llama3")
     from layoutsearch.export import context_for, torchtitan
 
-    for name, (dim, layers, heads, kv, vocab, mult, multiple_of) in torchtitan.LLAMA3_FLAVORS.items():
+    for name, (
+        dim,
+        layers,
+        heads,
+        kv,
+        vocab,
+        mult,
+        multiple_of,
+    ) in torchtitan.LLAMA3_FLAVORS.items():
         args = llama3.llama3_args[name]
         assert (
             args.dim,
@@ -321,12 +390,17 @@ def test_torchtitan_flavors_match_the_table_and_custom_flavors_build():
             args.multiple_of,
         ) == (dim, layers, heads, kv, vocab, mult, multiple_of)
     ctx = context_for(HSDP, "torchtitan")
-    args = eval(torchtitan.custom_flavor_args(ctx), {"TransformerModelArgs": llama3.TransformerModelArgs})  # noqa: S307
+    args = eval(
+        torchtitan.custom_flavor_args(ctx), {"TransformerModelArgs": llama3.TransformerModelArgs}
+    )  # noqa: S307
     with torch.device("meta"):
         model = llama3.Transformer(args)
     block = model.layers["0"]
     assert tuple(block.feed_forward.w1.weight.shape) == (ctx.model.d_ff, ctx.model.d_model)
-    assert tuple(block.attention.wk.weight.shape) == (ctx.model.num_kv_heads * ctx.model.head_dim, ctx.model.d_model)
+    assert tuple(block.attention.wk.weight.shape) == (
+        ctx.model.num_kv_heads * ctx.model.head_dim,
+        ctx.model.d_model,
+    )
 
 
 @pytest.mark.parametrize("doc", [FSDP_TP, HSDP], ids=["flavor_8B", "custom_debug"])
@@ -348,7 +422,9 @@ def test_torchtitan_builds_the_engine_model(doc, tmp_path):
     if flavor in llama3.llama3_args:
         args = llama3.llama3_args[flavor]
     else:  # what the header tells the user to register
-        registration = re.search(r"llama3_args as (TransformerModelArgs\(.*\))$", text, re.M).group(1)
+        registration = re.search(r"llama3_args as (TransformerModelArgs\(.*\))$", text, re.M).group(
+            1
+        )
         args = eval(registration, {"TransformerModelArgs": llama3.TransformerModelArgs})  # noqa: S307
     with torch.device("meta"):
         model = llama3.Transformer(args)
@@ -420,7 +496,10 @@ def fill_placeholders(text: str, values: dict[str, object]) -> str:
     import re
 
     return re.sub(
-        r"^([A-Z_]+) = '<set me: [^']*>'", lambda m: f"{m.group(1)} = {values[m.group(1)]!r}", text, flags=re.M
+        r"^([A-Z_]+) = '<set me: [^']*>'",
+        lambda m: f"{m.group(1)} = {values[m.group(1)]!r}",
+        text,
+        flags=re.M,
     )
 
 
@@ -436,7 +515,9 @@ TT03_VALUES = {
 }
 
 
-def custom_doc(model_id: str, cluster: str, batch: int, seq: int, layout: Layout, **model_changes) -> dict:
+def custom_doc(
+    model_id: str, cluster: str, batch: int, seq: int, layout: Layout, **model_changes
+) -> dict:
     """A solve document for a catalogue model with some fields changed (a custom ModelSpec)."""
     import dataclasses
 
@@ -488,7 +569,9 @@ def test_torchtitan03_config_manager_builds_the_exported_job(tmp_path):
     }
     argv = []
     for name, doc in cases.items():
-        (tmp_path / f"ls_{name}.py").write_text(fill_placeholders(export_document(doc, "torchtitan-0.3"), TT03_VALUES))
+        (tmp_path / f"ls_{name}.py").write_text(
+            fill_placeholders(export_document(doc, "torchtitan-0.3"), TT03_VALUES)
+        )
         argv += [f"ls_{name}", str(doc["problem"]["num_devices"])]
     run = subprocess.run(
         [python, "-c", TT03_LOADER, *argv],
@@ -514,7 +597,9 @@ def test_torchtitan03_config_manager_builds_the_exported_job(tmp_path):
             lay.pp,
             lay.cp,
         ], name
-        assert got["batch"][1:] == [ctx.global_batch_seqs, ctx.seq_len, 7], name  # 7: the launch-line override
+        assert got["batch"][1:] == [ctx.global_batch_seqs, ctx.seq_len, 7], (
+            name
+        )  # 7: the launch-line override
         assert got["model"] == {
             "layers": m.num_layers,
             "dim": m.d_model,
@@ -529,10 +614,16 @@ def test_torchtitan03_config_manager_builds_the_exported_job(tmp_path):
         }, name
         assert got["params"] == param_counts(m)["total"], name
         assert (
-            got["ac"] == {"none": "NoneType", "full": "FullAC.Config", "selective": "SelectiveAC.Config"}[lay.recompute]
+            got["ac"]
+            == {"none": "NoneType", "full": "FullAC.Config", "selective": "SelectiveAC.Config"}[
+                lay.recompute
+            ]
         )
     assert results["hsdp"]["params"] == 7_082_240 and results["fsdp_tp"]["params"] == 8_030_261_248
-    assert results["eps"]["model"]["norm_eps"] == [1e-6, 1e-6] and results["eps"]["model"]["rope_theta"] == 1e6
+    assert (
+        results["eps"]["model"]["norm_eps"] == [1e-6, 1e-6]
+        and results["eps"]["model"]["rope_theta"] == 1e6
+    )
     inter = results["interleaved"]
     assert (inter["schedule"], inter["stage_layers"]) == ("Interleaved1F1B", [4] * 8)
     assert inter["batch"][0] // inter["microbatch"] == 8  # the layout's 8 microbatches
@@ -569,12 +660,25 @@ def test_torchtitan03_trainer_needs_cuda(tmp_path):
     needs torchtitan's tokenizer and dataset assets, which the wheel does not ship)."""
     python = torchtitan03_python()
     probe = subprocess.run(
-        [python, "-c", "import torch; print(torch.cuda.is_available())"], capture_output=True, text=True, timeout=120
+        [python, "-c", "import torch; print(torch.cuda.is_available())"],
+        capture_output=True,
+        text=True,
+        timeout=120,
     )
     if probe.stdout.strip() == "True":
-        pytest.skip("CUDA present: a torchtitan step needs its tokenizer/dataset assets (not in the wheel)")
-    (tmp_path / "ls_step.py").write_text(fill_placeholders(export_document(HSDP, "torchtitan-0.3"), TT03_VALUES))
-    env = {**os.environ, "PYTHONPATH": str(tmp_path), "LOCAL_RANK": "0", "RANK": "0", "WORLD_SIZE": "1"}
+        pytest.skip(
+            "CUDA present: a torchtitan step needs its tokenizer/dataset assets (not in the wheel)"
+        )
+    (tmp_path / "ls_step.py").write_text(
+        fill_placeholders(export_document(HSDP, "torchtitan-0.3"), TT03_VALUES)
+    )
+    env = {
+        **os.environ,
+        "PYTHONPATH": str(tmp_path),
+        "LOCAL_RANK": "0",
+        "RANK": "0",
+        "WORLD_SIZE": "1",
+    }
     run = subprocess.run(
         [
             python,
@@ -594,9 +698,10 @@ def test_torchtitan03_trainer_needs_cuda(tmp_path):
         env=env,
     )
     assert run.returncode != 0
-    assert "device_module.set_device(self.device)" in run.stderr and "torch/cuda/__init__.py" in run.stderr, run.stderr[
-        -3000:
-    ]
+    assert (
+        "device_module.set_device(self.device)" in run.stderr
+        and "torch/cuda/__init__.py" in run.stderr
+    ), run.stderr[-3000:]
 
 
 # ----------------------------------------------------------------------------- MaxText (separate interpreter)
@@ -648,7 +753,9 @@ def maxtext_python() -> str:
         Path.home() / ".cache" / "layoutsearch" / "maxtext-venv" / "bin" / "python"
     )
     if not Path(path).is_file():
-        pytest.skip(f"no MaxText interpreter at {path} (run .ci/frameworks.sh on a machine with python3.12)")
+        pytest.skip(
+            f"no MaxText interpreter at {path} (run .ci/frameworks.sh on a machine with python3.12)"
+        )
     return path
 
 
@@ -657,7 +764,11 @@ def test_maxtext_pyconfig_and_mesh(tmp_path):
     python = maxtext_python()
     cases = {
         "fsdp_tp": (Layout(fsdp=4, tp=2, num_microbatches=2, recompute="selective"), 32, 1024),
-        "gpipe": (Layout(fsdp=4, pp=2, num_microbatches=4, schedule="gpipe", recompute="full"), 32, 1024),
+        "gpipe": (
+            Layout(fsdp=4, pp=2, num_microbatches=4, schedule="gpipe", recompute="full"),
+            32,
+            1024,
+        ),
         "cp": (Layout(fsdp=4, cp=2), 16, 1024),
         "zero1": (Layout(fsdp=8, zero_stage=1, num_microbatches=2), 32, 512),
         "offload": (Layout(fsdp=8, recompute="custom_offload_dots_except_mlp"), 16, 1024),
@@ -669,7 +780,10 @@ def test_maxtext_pyconfig_and_mesh(tmp_path):
         "cp": ("minimal_with_context", []),
         "zero1": ("minimal_with_context", []),
         "offload_named": ("qkv_proj_offloaded", []),
-        "offload": ("custom", ["decoder_layer_input", "key_proj", "out_proj", "qkv_proj", "query_proj", "value_proj"]),
+        "offload": (
+            "custom",
+            ["decoder_layer_input", "key_proj", "out_proj", "qkv_proj", "query_proj", "value_proj"],
+        ),
     }
     paths, docs = [], []
     for name, (layout, batch, seq) in cases.items():
@@ -678,10 +792,14 @@ def test_maxtext_pyconfig_and_mesh(tmp_path):
         path.write_text(export_document(doc, "maxtext"))
         paths.append(str(path))
         docs.append(doc)
-    run = subprocess.run([python, "-c", MAXTEXT_LOADER, *paths], capture_output=True, text=True, timeout=600)
+    run = subprocess.run(
+        [python, "-c", MAXTEXT_LOADER, *paths], capture_output=True, text=True, timeout=600
+    )
     lines = [line for line in run.stdout.splitlines() if line.startswith("RESULT ")]
     assert lines, run.stderr[-2000:]
-    for _doc, result, (name, (layout, batch, _)) in zip(docs, json.loads(lines[0][7:]), cases.items()):
+    for _doc, result, (name, (layout, batch, _)) in zip(
+        docs, json.loads(lines[0][7:]), cases.items()
+    ):
         assert "error" not in result, f"{name}: {result}"
         mesh = result["mesh"]
         assert (mesh["fsdp"] * mesh["data"], mesh["tensor"], mesh["stage"], mesh["context"]) == (
@@ -712,7 +830,9 @@ MAXTEXT_PARAMS = textwrap.dedent("""
                                   "kv_heads": cfg.num_kv_heads, "mlp": cfg.mlp_dim, "vocab": cfg.vocab_size}))
 """)
 
-MAXTEXT_STEP = solve_doc("debug", "v5p-8", 32, 128, Layout(fsdp=4, tp=2, num_microbatches=2, recompute="full"))
+MAXTEXT_STEP = solve_doc(
+    "debug", "v5p-8", 32, 128, Layout(fsdp=4, tp=2, num_microbatches=2, recompute="full")
+)
 
 
 def test_maxtext_builds_the_engine_model(tmp_path):
@@ -724,7 +844,9 @@ def test_maxtext_builds_the_engine_model(tmp_path):
     python = maxtext_python()
     path = tmp_path / "model.yml"
     path.write_text(export_document(MAXTEXT_STEP, "maxtext"))
-    run = subprocess.run([python, "-c", MAXTEXT_PARAMS, str(path)], capture_output=True, text=True, timeout=600)
+    run = subprocess.run(
+        [python, "-c", MAXTEXT_PARAMS, str(path)], capture_output=True, text=True, timeout=600
+    )
     lines = [line for line in run.stdout.splitlines() if line.startswith("RESULT ")]
     assert lines, run.stderr[-3000:]
     got = json.loads(lines[0][7:])
@@ -738,9 +860,16 @@ def test_maxtext_builds_the_engine_model(tmp_path):
         m.vocab_size,
     )
     assert got["params"] == param_counts(m)["total"] == 7_082_240
-    shapes = {k.removesuffix("/.value"): v for k, v in got["shapes"].items()}  # layers scanned: axis 1
+    shapes = {
+        k.removesuffix("/.value"): v for k, v in got["shapes"].items()
+    }  # layers scanned: axis 1
     assert shapes["token_embedder/embedding"] == [m.vocab_size, m.d_model]
-    assert shapes["decoder/layers/self_attention/key/kernel"] == [m.d_model, m.num_layers, m.num_kv_heads, m.head_dim]
+    assert shapes["decoder/layers/self_attention/key/kernel"] == [
+        m.d_model,
+        m.num_layers,
+        m.num_kv_heads,
+        m.head_dim,
+    ]
     assert shapes["decoder/layers/mlp/wi_0/kernel"] == [m.d_model, m.num_layers, m.d_ff]
     assert shapes["decoder/logits_dense/kernel"] == [m.d_model, m.vocab_size]  # untied
 
@@ -752,7 +881,11 @@ def test_maxtext_cpu_training_step(tmp_path):
     python = maxtext_python()
     path = tmp_path / "step.yml"
     path.write_text(export_document(MAXTEXT_STEP, "maxtext"))
-    env = {**os.environ, "XLA_FLAGS": "--xla_force_host_platform_device_count=8", "JAX_PLATFORMS": "cpu"}
+    env = {
+        **os.environ,
+        "XLA_FLAGS": "--xla_force_host_platform_device_count=8",
+        "JAX_PLATFORMS": "cpu",
+    }
     run = subprocess.run(
         [
             python,
@@ -916,15 +1049,25 @@ def test_deepspeed_cpu_training_step(tmp_path):
     )
     assert run.returncode == 0 and out.is_file(), (run.stdout + run.stderr)[-4000:]
     got = json.loads(out.read_text())
-    assert (got["world"], got["zero"], got["train_batch"], got["optimizer_steps"], got["micro_steps"]) == (
+    assert (
+        got["world"],
+        got["zero"],
+        got["train_batch"],
+        got["optimizer_steps"],
+        got["micro_steps"],
+    ) == (
         2,
         3,
         8,
         1,
         2,
     )
-    assert got["dtype"] == "torch.bfloat16" and got["params"] == param_counts(m)["total"] == 7_082_240
-    assert all(math.isfinite(x) and abs(x - math.log(m.vocab_size)) < 1.5 for x in got["losses"]), got["losses"]
+    assert (
+        got["dtype"] == "torch.bfloat16" and got["params"] == param_counts(m)["total"] == 7_082_240
+    )
+    assert all(math.isfinite(x) and abs(x - math.log(m.vocab_size)) < 1.5 for x in got["losses"]), (
+        got["losses"]
+    )
     assert got["head_moved"] > 0  # the optimizer step changed the weights
 
 
@@ -963,7 +1106,11 @@ def test_main_job_export_accepted_by_megatron_core(tmp_path):
     doc, text = _main_job_export("megatron", tmp_path)
     assert text == export_document(doc, "megatron")
     cfg, a = megatron_config(doc)
-    dp = 8192 // (cfg.tensor_model_parallel_size * cfg.pipeline_model_parallel_size * cfg.context_parallel_size)
+    dp = 8192 // (
+        cfg.tensor_model_parallel_size
+        * cfg.pipeline_model_parallel_size
+        * cfg.context_parallel_size
+    )
     counter = calc.ConstantNumMicroBatchesCalculator(
         int(a["--global-batch-size"]), int(a["--micro-batch-size"]), dp, False, 0
     )
@@ -1100,7 +1247,9 @@ def test_megatron_core_accepts_the_megatron_bridge_deepseek_v3_split():
         first_stage_layers=8,
         last_stage_layers=5,
     )
-    args = parse_args(export_document(estimate_document(estimate(problem, lay, strict=False)), "megatron"))
+    args = parse_args(
+        export_document(estimate_document(estimate(problem, lay, strict=False)), "megatron")
+    )
     layout = args["--pipeline-model-parallel-layout"]
     assert layout == "Etttt|" + "tttt|" * 14 + "tmL"
     parsed = layouts.PipelineParallelLayerLayout(layout, 8)

@@ -33,9 +33,18 @@ def test_a_pipe_gets_wide_tables(monkeypatch):
 def test_solve_refuses_an_output_file_without_export(capsys, tmp_path):
     """`solve -o FILE` without --export would silently write nothing: exit 2 saying what to do."""
     target = tmp_path / "x.sh"
-    assert main(["solve", "--model", "debug", "--cluster", "h100-8", "--seqs", "16", "-o", str(target)]) == 2
+    assert (
+        main(
+            ["solve", "--model", "debug", "--cluster", "h100-8", "--seqs", "16", "-o", str(target)]
+        )
+        == 2
+    )
     err = capsys.readouterr().err
-    assert err.count("\n") == 1 and "solve writes a file only with --export TARGET" in err and not target.exists()
+    assert (
+        err.count("\n") == 1
+        and "solve writes a file only with --export TARGET" in err
+        and not target.exists()
+    )
 
 
 @pytest.mark.parametrize("command", ["solve", "explain", "estimate", "sweep", "export", "validate"])

@@ -61,7 +61,17 @@ SEQS = ["8", "16", "32", "64", "128"]
 SEQ_LENS = ["512", "1024", "2048", "4096", "131072"]
 MODELS = ["debug", "llama3-8b"]
 BAD_MODELS = ["llama71b", "", "a" * 300, "../../etc/passwd", ".", "models/debug", "x\0y", "ü" * 130]
-SMALL_CLUSTERS = ["h100-8", "v5p-8", "h100-1", "v5p-1", "h100-16", "v5p-16", "v5p:2x2x2", "v5p-8x2", "gb200-1"]
+SMALL_CLUSTERS = [
+    "h100-8",
+    "v5p-8",
+    "h100-1",
+    "v5p-1",
+    "h100-16",
+    "v5p-16",
+    "v5p:2x2x2",
+    "v5p-8x2",
+    "gb200-1",
+]
 BAD_CLUSTERS = [
     "h100-12",
     "v5p-1000",
@@ -78,7 +88,11 @@ BAD_CLUSTERS = [
     "a" * 300 + "-8",
     "h100-1e3",
 ]
-BIG_CLUSTERS = ["v5p-8192", "h100-1024", "v5p-8960x4"]  # estimate only: one layout is costed, nothing is searched
+BIG_CLUSTERS = [
+    "v5p-8192",
+    "h100-1024",
+    "v5p-8960x4",
+]  # estimate only: one layout is costed, nothing is searched
 DEGREES = [
     "dp=8",
     "fsdp=4,tp=2",
@@ -231,7 +245,14 @@ BAD_SWEEP_FILES = [
 OUTPUTS = ["@out/a.sh", "@out/b.yml", "@out/c.toml", "@out/d.json"]
 BAD_OUTPUTS = ["/nonexistent/x.sh", "/proc/x.sh", "@dir", "@out/a\0b.sh", "@out"]
 SWEEP_OUTPUTS = ["@sw/a.csv", "@sw/b.csv", "@sw/c.parquet"]
-BAD_SWEEP_OUTPUTS = ["x.json", "/nonexistent/s.csv", "/proc/s.csv", "@dir.csv", "@garbage_out.csv", "@sw"]
+BAD_SWEEP_OUTPUTS = [
+    "x.json",
+    "/nonexistent/s.csv",
+    "/proc/s.csv",
+    "@dir.csv",
+    "@garbage_out.csv",
+    "@sw",
+]
 PNG_OUTPUTS = ["@out/p.png"]
 BAD_PNG_OUTPUTS = ["/nonexistent/p.png", "@dir", "/proc/p.png"]
 
@@ -311,10 +332,14 @@ class Gen:
 
     # one method per command ------------------------------------------------------------
     def models(self) -> list[str]:
-        return self.options(["models"], [("--format", lambda: self.pick(["table", "json"], ["xml", ""]), 0.6)])
+        return self.options(
+            ["models"], [("--format", lambda: self.pick(["table", "json"], ["xml", ""]), 0.6)]
+        )
 
     def clusters(self) -> list[str]:
-        return self.options(["clusters"], [("--format", lambda: self.pick(["table", "json"], ["yaml"]), 0.6)])
+        return self.options(
+            ["clusters"], [("--format", lambda: self.pick(["table", "json"], ["yaml"]), 0.6)]
+        )
 
     def model(self) -> str:
         return self.pick(MODELS * 4 + MODEL_FILES, BAD_MODEL_FILES * 2 + BAD_MODELS, 0.6)
@@ -336,13 +361,25 @@ class Gen:
                 ("--seqs", lambda: self.number(SEQS + ["1024"]), 0.7),
                 ("--seq-len", lambda: self.number(SEQ_LENS), 0.4),
                 ("--microbatches", lambda: self.number(["1", "2", "4"]), 0.3),
-                ("--recompute", lambda: self.pick(["none", "selective", "full"], ["most", ""]), 0.3),
+                (
+                    "--recompute",
+                    lambda: self.pick(["none", "selective", "full"], ["most", ""]),
+                    0.3,
+                ),
                 ("--zero-stage", lambda: self.number(["0", "1", "2", "3"], 0.6), 0.3),
                 ("--virtual-stages", lambda: self.number(["1", "2"]), 0.2),
-                ("--schedule", lambda: self.pick(["1f1b", "interleaved", "gpipe"], ["zigzag"]), 0.2),
+                (
+                    "--schedule",
+                    lambda: self.pick(["1f1b", "interleaved", "gpipe"], ["zigzag"]),
+                    0.2,
+                ),
                 ("--no-sequence-parallel", None, 0.1),
                 ("--axes", lambda: self.pick(AXES, BAD_AXES, 0.5), 0.2),
-                ("--mfu-convention", lambda: self.pick(["model", "palm", "palm-causal"], ["hardware"]), 0.2),
+                (
+                    "--mfu-convention",
+                    lambda: self.pick(["model", "palm", "palm-causal"], ["hardware"]),
+                    0.2,
+                ),
                 ("--tokens", lambda: self.pick(TOKENS, BAD_TOKENS, 0.6), 0.25),
                 ("--tp-comm-overlap", None, 0.15),
                 *self.workload_options(),
@@ -356,11 +393,17 @@ class Gen:
         return [
             (
                 "--framework",
-                lambda: self.pick(["megatron", "ideal", "maxtext", "deepspeed", "torchtitan"], ["nemo", ""]),
+                lambda: self.pick(
+                    ["megatron", "ideal", "maxtext", "deepspeed", "torchtitan"], ["nemo", ""]
+                ),
                 0.15,
             ),
             ("--precision", lambda: self.pick(["bf16", "fp8"], ["fp4", "int8"], 0.85), 0.15),
-            ("--hbm-gib", lambda: self.pick(["96", "16", "141"], ["0", "-3", "nan", "1e9"], 0.7), 0.1),
+            (
+                "--hbm-gib",
+                lambda: self.pick(["96", "16", "141"], ["0", "-3", "nan", "1e9"], 0.7),
+                0.1,
+            ),
             ("--memory-margin-gib", lambda: self.pick(["0", "4"], ["-1", "inf"], 0.7), 0.1),
             ("--grad-bytes", lambda: self.pick(["2", "4"], ["3x", "8"], 0.7), 0.1),
             ("--deepep", None, 0.05),
@@ -368,15 +411,27 @@ class Gen:
             ("--launch-blocking", None, 0.05),
             ("--vendor-attention", None, 0.05),
             ("--no-vendor-attention", None, 0.05),
-            ("--cuda-graphs", lambda: self.pick(["none", "scoped", "full_iteration"], ["full", ""], 0.8), 0.1),
+            (
+                "--cuda-graphs",
+                lambda: self.pick(["none", "scoped", "full_iteration"], ["full", ""], 0.8),
+                0.1,
+            ),
             ("--routing", lambda: self.pick(["learned", "forced"], ["balanced", ""], 0.8), 0.1),
-            ("--routing-cv", lambda: self.pick(["0", "0.15", "0.6"], ["-0.1", "nan", "11", "x"], 0.7), 0.1),
+            (
+                "--routing-cv",
+                lambda: self.pick(["0", "0.15", "0.6"], ["-0.1", "nan", "11", "x"], 0.7),
+                0.1,
+            ),
         ]
 
     def search(self, command: str) -> list[str]:
         specs = [
             ("--model", self.model, 0.9),
-            ("--cluster", lambda: self.pick(SMALL_CLUSTERS, BAD_CLUSTERS, 0.85), 1.0),  # never the default v5p-8192
+            (
+                "--cluster",
+                lambda: self.pick(SMALL_CLUSTERS, BAD_CLUSTERS, 0.85),
+                1.0,
+            ),  # never the default v5p-8192
             ("--seqs", lambda: self.number(SEQS), 1.0),
             ("--seq-len", lambda: self.number(SEQ_LENS), 0.4),
             ("--top", lambda: self.number(["1", "2", "3"]), 0.4),
@@ -420,7 +475,11 @@ class Gen:
         return self.options(
             ["validate", self.pick(RUNS, BAD_RUNS, 0.5)],
             [
-                ("--max-median-error", lambda: self.pick(["0.1", "1.0", "0"], ["nan", "inf", "-0.5", "abc"], 0.7), 0.4),
+                (
+                    "--max-median-error",
+                    lambda: self.pick(["0.1", "1.0", "0"], ["nan", "inf", "-0.5", "abc"], 0.7),
+                    0.4,
+                ),
                 ("--no-rank", None, 0.6),
                 ("--format", lambda: self.pick(["table", "json"], ["yaml"], 0.9), 0.6),
             ],
@@ -472,12 +531,22 @@ class Gen:
                 (
                     "--seqs",
                     lambda: self.pick(
-                        ["64", "32,64", "{32..64:x2}"], ["0", "abc", "100000000", "64,,", "{1..0}", "9" * 40, "٣"], 0.75
+                        ["64", "32,64", "{32..64:x2}"],
+                        ["0", "abc", "100000000", "64,,", "{1..0}", "9" * 40, "٣"],
+                        0.75,
                     ),
                     0.8,
                 ),
-                ("--seq-len", lambda: self.pick(["4096", "2048,4096"], ["0", "4194304", "x"], 0.8), 0.3),
-                ("--jobs", lambda: self.pick(["1"], ["0", "-1", "99999999999999999999"], 0.85), 0.9),
+                (
+                    "--seq-len",
+                    lambda: self.pick(["4096", "2048,4096"], ["0", "4194304", "x"], 0.8),
+                    0.3,
+                ),
+                (
+                    "--jobs",
+                    lambda: self.pick(["1"], ["0", "-1", "99999999999999999999"], 0.85),
+                    0.9,
+                ),
                 ("--executor", lambda: self.pick(["local"], ["dask", ""], 0.8), 0.2),
                 ("--time-limit", lambda: self.pick(TIME_LIMITS, BAD_TIME_LIMITS, 0.7), 0.4),
                 ("--fresh", None, 0.15),
@@ -511,7 +580,19 @@ WEIGHTS = {
 
 # Root causes found by this fuzzer, kept whatever the draw (one per cause).
 PINNED = [
-    ["estimate", "--model", "debug", "--cluster", "h100-1", "--layout", "dp=1", "--seqs", "8", "--format", "json"],
+    [
+        "estimate",
+        "--model",
+        "debug",
+        "--cluster",
+        "h100-1",
+        "--layout",
+        "dp=1",
+        "--seqs",
+        "8",
+        "--format",
+        "json",
+    ],
     ["solve", "--model", "debug", "--cluster", "v5p-1", "--seqs", "8", "--format", "json"],
     ["estimate", "--model", "@nonutf8.yaml", "--cluster", "h100-8"],
     ["estimate", "--model", "@deep.json", "--cluster", "h100-8"],
@@ -526,8 +607,32 @@ PINNED = [
     ["solve", "--seqs", "100000000", "--cluster", "h100-8"],
     ["solve", "--recompute", ",", "--cluster", "h100-8"],
     ["solve", "--fix", "tp=8,tp=4", "--cluster", "h100-8"],
-    ["solve", "--model", "debug", "--cluster", "h100-8", "--seqs", "64", "--export", "megatron", "-o", "/proc/x.sh"],
-    ["solve", "--model", "debug", "--cluster", "h100-8", "--seqs", "64", "--export", "megatron", "--format", "json"],
+    [
+        "solve",
+        "--model",
+        "debug",
+        "--cluster",
+        "h100-8",
+        "--seqs",
+        "64",
+        "--export",
+        "megatron",
+        "-o",
+        "/proc/x.sh",
+    ],
+    [
+        "solve",
+        "--model",
+        "debug",
+        "--cluster",
+        "h100-8",
+        "--seqs",
+        "64",
+        "--export",
+        "megatron",
+        "--format",
+        "json",
+    ],
     ["export", "@nonutf8.json", "--to", "megatron"],
     ["export", "@null.json", "--to", "megatron"],
     ["export", "@doc_null_predictions.json", "--to", "megatron"],
@@ -536,7 +641,20 @@ PINNED = [
     ["validate", "@deep.yaml"],
     ["calibrate", "@runs_huge.yaml", "--write"],
     ["sweep", "-m", "debug", "-c", "h100-{1..10000}{1..10000}", "-o", "@sw/a.csv"],
-    ["sweep", "-m", "debug", "-c", "h100-8", "--seqs", "64", "-j", "1", "--no-progress", "-o", "@garbage_out.csv"],
+    [
+        "sweep",
+        "-m",
+        "debug",
+        "-c",
+        "h100-8",
+        "--seqs",
+        "64",
+        "-j",
+        "1",
+        "--no-progress",
+        "-o",
+        "@garbage_out.csv",
+    ],
     ["plot", "@negative.csv", "-o", "@out/p.png"],
     ["models", "json"],
 ]
@@ -547,7 +665,9 @@ def corpus(seed: int = SEED, n: int = CASES) -> list[list[str]]:
     rng = random.Random(seed)
     gen = Gen(rng)
     names, weights = zip(*WEIGHTS.items())
-    cases = [list(argv) for argv in PINNED] + [gen.case(name) for name in names]  # every command at least once
+    cases = [list(argv) for argv in PINNED] + [
+        gen.case(name) for name in names
+    ]  # every command at least once
     while len(cases) < n:
         cases.append(gen.noise(gen.case(rng.choices(names, weights)[0])))
     return cases
@@ -602,7 +722,19 @@ def files(tmp_path_factory) -> Path:
     (root / "list_ints.yaml").write_text("- 1\n- 2\n")
 
     solve_doc = _document(
-        ["solve", "--model", "debug", "--cluster", "h100-8", "--seqs", "64", "--top", "2", "--format", "json"]
+        [
+            "solve",
+            "--model",
+            "debug",
+            "--cluster",
+            "h100-8",
+            "--seqs",
+            "64",
+            "--top",
+            "2",
+            "--format",
+            "json",
+        ]
     )
     (root / "solve.json").write_text(json.dumps(solve_doc))
     (root / "estimate.json").write_text(
@@ -629,7 +761,11 @@ def files(tmp_path_factory) -> Path:
         ("doc_virtual0", ("layouts", 0, "virtual_stages"), 0),
         ("doc_seqs1e30", ("problem", "global_batch_seqs"), 1e30),
         ("doc_degree_str", ("layouts", 0, "degrees", "cp"), "8"),
-        ("doc_degrees_huge", ("layouts", 0, "degrees"), {k: 262144 for k in ("dp", "fsdp", "tp", "pp", "cp")}),
+        (
+            "doc_degrees_huge",
+            ("layouts", 0, "degrees"),
+            {k: 262144 for k in ("dp", "fsdp", "tp", "pp", "cp")},
+        ),
         ("doc_layouts5", ("layouts",), 5),
         ("doc_empty_layouts", ("layouts",), []),
         ("doc_problem_list", ("problem",), []),
@@ -650,12 +786,19 @@ def files(tmp_path_factory) -> Path:
         record.update(memory_bytes=None, time_s=None, mfu=None, fits=None)
         del record["rank"]
     (root / "doc_null_predictions.json").write_text(json.dumps(bare))
-    (root / "doc_nan.json").write_text(json.dumps(solve_doc).replace('"mfu": 0.', '"mfu": NaN, "x": 0.', 1))
+    (root / "doc_nan.json").write_text(
+        json.dumps(solve_doc).replace('"mfu": 0.', '"mfu": NaN, "x": 0.', 1)
+    )
 
-    records = {r["id"]: r for r in yaml.safe_load((REPO / "tests" / "data" / "runs_dev.yaml").read_text())}
+    records = {
+        r["id"]: r for r in yaml.safe_load((REPO / "tests" / "data" / "runs_dev.yaml").read_text())
+    }
     runs = [
         records[i]
-        for i in ("llmfoundry-mpt-h100-7b-seq2048-8gpu-mbs6-ga1", "llmfoundry-mpt-a100-40g-13b-seq4096-8gpu-mbs2-ga16")
+        for i in (
+            "llmfoundry-mpt-h100-7b-seq2048-8gpu-mbs6-ga1",
+            "llmfoundry-mpt-a100-40g-13b-seq4096-8gpu-mbs2-ga16",
+        )
     ]
     (root / "runs.yaml").write_text(yaml.safe_dump(runs, sort_keys=False))
     wrong = json.loads(json.dumps(runs))
@@ -667,7 +810,12 @@ def files(tmp_path_factory) -> Path:
     (root / "runs_huge.yaml").write_text(yaml.safe_dump(huge, sort_keys=False))
     (root / "runs_dup.yaml").write_text(yaml.safe_dump([runs[0], runs[0]], sort_keys=False))
 
-    run_sweep(expand_points("debug", "h100-{8..16:x2},h100-12", "32,64"), root / "sweep.csv", jobs=1, progress=False)
+    run_sweep(
+        expand_points("debug", "h100-{8..16:x2},h100-12", "32,64"),
+        root / "sweep.csv",
+        jobs=1,
+        progress=False,
+    )
     good = (root / "sweep.csv").read_text().splitlines()
     (root / "garbage.csv").write_text("a,b\n1,2\n")
     (root / "garbage_out.csv").write_text("point_id,model\nx,y\n")
@@ -703,7 +851,9 @@ def resolve(argv: list[str], root: Path) -> list[str]:
 
 
 # ----------------------------------------------------------------------------- the invariants
-NAMED = re.compile(r"--[a-z][a-z-]*|'[^']*'|/|\b\w+\(-?\d+\)|\b(RESULT|RUNS|SWEEP_FILE|field|problem|layouts|record)\b")
+NAMED = re.compile(
+    r"--[a-z][a-z-]*|'[^']*'|/|\b\w+\(-?\d+\)|\b(RESULT|RUNS|SWEEP_FILE|field|problem|layouts|record)\b"
+)
 SIGNED_KEYS = re.compile(r"difference|signed|error|delta|log_|residual|rel_|change|speedup", re.I)
 
 
@@ -732,8 +882,12 @@ def _alarm(signum, frame):
 @pytest.mark.parametrize("case", range(len(CORPUS)), ids=lambda i: f"{i:03d}-{CORPUS[i][0]}")
 def test_fuzz_command_line(case, files, capsys, monkeypatch):
     argv = resolve(CORPUS[case], files)
-    monkeypatch.chdir(files / "cwd")  # default outputs (plot's sweep.png) land there, not in the repository
-    monkeypatch.setattr(calibrate_command, "catalogue_dir", lambda kind: files / kind)  # --write into a copy
+    monkeypatch.chdir(
+        files / "cwd"
+    )  # default outputs (plot's sweep.png) land there, not in the repository
+    monkeypatch.setattr(
+        calibrate_command, "catalogue_dir", lambda kind: files / kind
+    )  # --write into a copy
     previous = signal.signal(signal.SIGALRM, _alarm)
     signal.alarm(ALARM_S)
     try:
@@ -750,15 +904,28 @@ def test_fuzz_command_line(case, files, capsys, monkeypatch):
     if code == 2:
         assert err.startswith("error: ") and err.endswith("\n") and err.count("\n") == 1, shown
         message = err[len("error: ") :]
-        given = [one_line(a)[:40] for a in argv[1:] if len(a.strip()) > 1]  # as messages show them (escaped)
+        given = [
+            one_line(a)[:40] for a in argv[1:] if len(a.strip()) > 1
+        ]  # as messages show them (escaped)
         named = NAMED.search(message) or any(g in message for g in given)
         assert named, f"the message names no option, field, path or value: {shown}"
-    fmt = argv[argv.index("--format") + 1] if "--format" in argv and argv.index("--format") + 1 < len(argv) else None
+    fmt = (
+        argv[argv.index("--format") + 1]
+        if "--format" in argv and argv.index("--format") + 1 < len(argv)
+        else None
+    )
     if code in (0, 1) and fmt == "json" and out.strip():
         check_numbers(json.loads(out))
-    if argv[0] == "sweep" and code in (0, 1):  # a point that failed by a bug would hide in its row's reason
+    if argv[0] == "sweep" and code in (
+        0,
+        1,
+    ):  # a point that failed by a bug would hide in its row's reason
         rows = read_table(argv[argv.index("-o") + 1], "-o")
-        bugs = [r["reason"] for r in rows if re.match(r"[A-Z]\w*(Error|Exception)\b", r.get("reason") or "")]
+        bugs = [
+            r["reason"]
+            for r in rows
+            if re.match(r"[A-Z]\w*(Error|Exception)\b", r.get("reason") or "")
+        ]
         assert not bugs, f"{bugs[0]}: {shown}"
     assert not [p.name for p in files.rglob("*.tmp")], f"a temporary file was left: {shown}"
 

@@ -164,20 +164,56 @@ def _shape(m: ModelSpec) -> tuple:
 @pytest.mark.parametrize(
     "name, shape",
     [
-        ("llama-3.2-1b-instruct", ("gated", "rmsnorm", 2, True, "none", False, False, True, 0, 8, 64, None, 0)),
-        ("mistral-7b-v0.1", ("gated", "rmsnorm", 2, True, "none", False, False, False, 0, 8, 128, 4096, 0)),
-        ("qwen2.5-72b", ("gated", "rmsnorm", 2, True, "none", True, False, False, 0, 8, 128, None, 0)),
-        ("qwen3-8b", ("gated", "rmsnorm", 2, True, "head", False, False, False, 0, 8, 128, None, 0)),
+        (
+            "llama-3.2-1b-instruct",
+            ("gated", "rmsnorm", 2, True, "none", False, False, True, 0, 8, 64, None, 0),
+        ),
+        (
+            "mistral-7b-v0.1",
+            ("gated", "rmsnorm", 2, True, "none", False, False, False, 0, 8, 128, 4096, 0),
+        ),
+        (
+            "qwen2.5-72b",
+            ("gated", "rmsnorm", 2, True, "none", True, False, False, 0, 8, 128, None, 0),
+        ),
+        (
+            "qwen3-8b",
+            ("gated", "rmsnorm", 2, True, "head", False, False, False, 0, 8, 128, None, 0),
+        ),
         ("gemma-2b", ("gated", "rmsnorm", 2, True, "none", False, False, True, 0, 1, 256, None, 0)),
-        ("gemma-2-9b", ("gated", "rmsnorm", 4, True, "none", False, False, True, 0, 8, 256, 4096, 21)),
-        ("gemma-3-1b-it", ("gated", "rmsnorm", 4, True, "head", False, False, True, 0, 1, 256, 512, 4)),
-        ("phi-3-mini-4k-instruct", ("gated", "rmsnorm", 2, True, "none", False, False, False, 0, 32, 96, 2047, 0)),
+        (
+            "gemma-2-9b",
+            ("gated", "rmsnorm", 4, True, "none", False, False, True, 0, 8, 256, 4096, 21),
+        ),
+        (
+            "gemma-3-1b-it",
+            ("gated", "rmsnorm", 4, True, "head", False, False, True, 0, 1, 256, 512, 4),
+        ),
+        (
+            "phi-3-mini-4k-instruct",
+            ("gated", "rmsnorm", 2, True, "none", False, False, False, 0, 32, 96, 2047, 0),
+        ),
         ("gpt2", ("plain", "layernorm", 2, True, "none", False, True, True, 1024, 12, 64, None, 0)),
-        ("pythia-1b", ("plain", "layernorm", 2, True, "none", False, True, False, 0, 8, 256, None, 0)),
-        ("olmo-1b-hf", ("gated", "layernorm", 2, False, "none", False, False, True, 0, 16, 128, None, 0)),
-        ("olmo-2-1124-7b", ("gated", "rmsnorm", 2, True, "projection", False, False, False, 0, 32, 128, None, 0)),
-        ("falcon-7b", ("plain", "layernorm", 1, True, "none", False, False, True, 0, 1, 64, None, 0)),
-        ("falcon-40b", ("plain", "layernorm", 2, True, "none", False, False, True, 0, 8, 64, None, 0)),
+        (
+            "pythia-1b",
+            ("plain", "layernorm", 2, True, "none", False, True, False, 0, 8, 256, None, 0),
+        ),
+        (
+            "olmo-1b-hf",
+            ("gated", "layernorm", 2, False, "none", False, False, True, 0, 16, 128, None, 0),
+        ),
+        (
+            "olmo-2-1124-7b",
+            ("gated", "rmsnorm", 2, True, "projection", False, False, False, 0, 32, 128, None, 0),
+        ),
+        (
+            "falcon-7b",
+            ("plain", "layernorm", 1, True, "none", False, False, True, 0, 1, 64, None, 0),
+        ),
+        (
+            "falcon-40b",
+            ("plain", "layernorm", 2, True, "none", False, False, True, 0, 8, 64, None, 0),
+        ),
     ],
 )
 def test_family_rules(imported, name, shape):
@@ -263,7 +299,9 @@ def test_all_keys_used_means_no_warning(tmp_path):
 
 def test_missing_model_type_is_read_as_llama_with_a_warning(tmp_path):
     with pytest.warns(HfConfigWarning, match="no 'model_type': read as llama"):
-        m = model_from_hf_config(_write(tmp_path, {k: v for k, v in LLAMA.items() if k != "model_type"}))
+        m = model_from_hf_config(
+            _write(tmp_path, {k: v for k, v in LLAMA.items() if k != "model_type"})
+        )
     assert m.mlp == "gated"
 
 
@@ -275,18 +313,41 @@ def test_missing_model_type_is_read_as_llama_with_a_warning(tmp_path):
             "field 'num_local_experts' (8): mixture of experts is not modelled",
         ),
         ({"n_routed_experts": 64}, "field 'n_routed_experts' (64): mixture of experts"),
-        ({"q_lora_rank": 1536}, "field 'q_lora_rank' (1536): multi-head latent attention is not modelled"),
-        ({"vision_config": {"hidden_size": 1152}}, "field 'vision_config'"),
-        ({"model_type": "olmoe"}, "field 'model_type': 'olmoe' is a mixture of experts with q/k norms"),
-        ({"model_type": "deepseek_v2"}, "field 'model_type': 'deepseek_v2' is a mixture of experts with latent"),
-        ({"model_type": "gemma3"}, "field 'model_type': 'gemma3' is the multimodal Gemma 3"),
-        ({"model_type": "bloom"}, "field 'model_type': 'bloom' is not a family this import counts exactly"),
-        ({"model_type": 7}, "field 'model_type': expected a string"),
-        ({"attention_bias": True}, "field 'attention_bias' (True): llama with attention biases is not modelled"),
-        ({"mlp_bias": True}, "field 'mlp_bias' (True)"),
-        ({"model_type": "gpt_neox", "attention_bias": False}, "field 'attention_bias' (False): gpt_neox without"),
         (
-            {"model_type": "qwen2", "use_sliding_window": True, "sliding_window": 4096, "max_window_layers": 1},
+            {"q_lora_rank": 1536},
+            "field 'q_lora_rank' (1536): multi-head latent attention is not modelled",
+        ),
+        ({"vision_config": {"hidden_size": 1152}}, "field 'vision_config'"),
+        (
+            {"model_type": "olmoe"},
+            "field 'model_type': 'olmoe' is a mixture of experts with q/k norms",
+        ),
+        (
+            {"model_type": "deepseek_v2"},
+            "field 'model_type': 'deepseek_v2' is a mixture of experts with latent",
+        ),
+        ({"model_type": "gemma3"}, "field 'model_type': 'gemma3' is the multimodal Gemma 3"),
+        (
+            {"model_type": "bloom"},
+            "field 'model_type': 'bloom' is not a family this import counts exactly",
+        ),
+        ({"model_type": 7}, "field 'model_type': expected a string"),
+        (
+            {"attention_bias": True},
+            "field 'attention_bias' (True): llama with attention biases is not modelled",
+        ),
+        ({"mlp_bias": True}, "field 'mlp_bias' (True)"),
+        (
+            {"model_type": "gpt_neox", "attention_bias": False},
+            "field 'attention_bias' (False): gpt_neox without",
+        ),
+        (
+            {
+                "model_type": "qwen2",
+                "use_sliding_window": True,
+                "sliding_window": 4096,
+                "max_window_layers": 1,
+            },
             "field 'max_window_layers': with use_sliding_window, which layers slide is not modelled",
         ),
         (
@@ -297,9 +358,18 @@ def test_missing_model_type_is_read_as_llama_with_a_warning(tmp_path):
             {"model_type": "gemma2", "layer_types": ["sliding_attention"]},
             "field 'layer_types': 1 entries for num_hidden_layers(2)",
         ),
-        ({"model_type": "falcon", "multi_query": False, "num_kv_heads": 2}, "field 'num_kv_heads': 2 with multi_query"),
-        ({"model_type": "gpt2", "n_layer": 3}, "field 'n_layer' (3) and its alias 'num_hidden_layers' (2) differ"),
-        ({"sliding_window": 0, "model_type": "mistral"}, "field 'sliding_window': Input should be greater than 0"),
+        (
+            {"model_type": "falcon", "multi_query": False, "num_kv_heads": 2},
+            "field 'num_kv_heads': 2 with multi_query",
+        ),
+        (
+            {"model_type": "gpt2", "n_layer": 3},
+            "field 'n_layer' (3) and its alias 'num_hidden_layers' (2) differ",
+        ),
+        (
+            {"sliding_window": 0, "model_type": "mistral"},
+            "field 'sliding_window': Input should be greater than 0",
+        ),
     ],
 )
 def test_what_is_not_modelled_is_refused_naming_the_key(tmp_path, change, message):
@@ -311,7 +381,9 @@ def test_what_is_not_modelled_is_refused_naming_the_key(tmp_path, change, messag
 
 def test_refusal_exits_2_with_one_line(tmp_path, capsys):
     path = _write(tmp_path, {**LLAMA, "num_local_experts": 8})
-    code = cli.main(["estimate", "--model", str(path), "--cluster", "h100-8", "--layout", "dp=8", "--seqs", "8"])
+    code = cli.main(
+        ["estimate", "--model", str(path), "--cluster", "h100-8", "--layout", "dp=8", "--seqs", "8"]
+    )
     err = capsys.readouterr().err
     assert code == 2 and err.count("\n") == 1 and "field 'num_local_experts'" in err
 
@@ -342,7 +414,12 @@ def test_gpt2_key_names_import_through_the_cli(data_file, capsys):
     out, err = capsys.readouterr()
     assert code == 0, err
     spec = json.loads(out)["problem"]["model_spec"]
-    assert (spec["num_layers"], spec["d_model"], spec["d_ff"], spec["learned_positions"]) == (12, 768, 3072, 1024)
+    assert (spec["num_layers"], spec["d_model"], spec["d_ff"], spec["learned_positions"]) == (
+        12,
+        768,
+        3072,
+        1024,
+    )
     load_model.cache_clear()
 
 
@@ -351,8 +428,15 @@ def test_layer_types_and_pattern_agree(tmp_path):
     Qwen2 with use_sliding_window slides where layer_types says."""
     layers = 12
     types = ["full_attention" if (i + 1) % 6 == 0 else "sliding_attention" for i in range(layers)]
-    base = {**LLAMA, "model_type": "gemma3_text", "num_hidden_layers": layers, "sliding_window": 512}
-    by_pattern = read_hf_config(_write(tmp_path, {**base, "sliding_window_pattern": 6}, "a.json")).model
+    base = {
+        **LLAMA,
+        "model_type": "gemma3_text",
+        "num_hidden_layers": layers,
+        "sliding_window": 512,
+    }
+    by_pattern = read_hf_config(
+        _write(tmp_path, {**base, "sliding_window_pattern": 6}, "a.json")
+    ).model
     by_types = read_hf_config(_write(tmp_path, {**base, "layer_types": types}, "b.json")).model
     assert by_pattern.full_attention_layers == by_types.full_attention_layers == 2
     assert by_pattern.sliding_window == by_types.sliding_window == 512
@@ -362,7 +446,12 @@ def test_layer_types_and_pattern_agree(tmp_path):
         "num_hidden_layers": 4,
         "use_sliding_window": True,
         "sliding_window": 1024,
-        "layer_types": ["full_attention", "full_attention", "sliding_attention", "sliding_attention"],
+        "layer_types": [
+            "full_attention",
+            "full_attention",
+            "sliding_attention",
+            "sliding_attention",
+        ],
     }
     m = read_hf_config(_write(tmp_path, qwen, "c.json")).model
     assert (m.sliding_window, m.full_attention_layers) == (1024, 2)
@@ -379,7 +468,9 @@ def test_sliding_window_attention_flops(imported):
     assert flops.layer_attention_context(mistral, 8192, False) == 4096
     assert flops.layer_attention_context(gemma2, 8192, True) == (21 * 3072 + 21 * 4096) / 42
     local = 512 - 512**2 / (2 * 8192)
-    assert flops.layer_attention_context(gemma3, 8192, True) == pytest.approx((22 * local + 4 * 4096) / 26)
+    assert flops.layer_attention_context(gemma3, 8192, True) == pytest.approx(
+        (22 * local + 4 * 4096) / 26
+    )
     full = dataclasses.replace(mistral, sliding_window=None)
     per_layer = flops.attention_flops_per_token_per_layer
     assert per_layer(mistral, 8192, True) == per_layer(full, 8192, True) * 3072 / 4096
@@ -389,18 +480,29 @@ def test_sliding_window_attention_flops(imported):
 
 def test_stage_params_sum_to_the_total(imported):
     """Per-stage parameters add up to the model's, with post norms, q/k norms and weightless norms."""
-    for name in ("gemma-2-9b", "qwen3-8b", "olmo-1b-hf", "olmo-2-1124-7b", "falcon-7b", "qwen2.5-7b"):
+    for name in (
+        "gemma-2-9b",
+        "qwen3-8b",
+        "olmo-1b-hf",
+        "olmo-2-1124-7b",
+        "falcon-7b",
+        "qwen2.5-7b",
+    ):
         m = imported[name].model
         pp = 2
         lay = Layout(pp=pp, dp=1)
         stages = sum(params.stage_params(m, lay, s) for s in range(pp))
-        tied_copy = m.vocab_size * m.d_model if m.tied_embeddings else 0  # the last stage's copy of the tied matrix
+        tied_copy = (
+            m.vocab_size * m.d_model if m.tied_embeddings else 0
+        )  # the last stage's copy of the tied matrix
         assert stages == params.param_counts(m)["total"] + tied_copy, name
 
 
 def test_post_norm_and_qk_norm_activations(imported):
     """Gemma 2's post-attention/post-MLP norms keep their inputs; q/k norms keep q and k before them."""
-    gemma2, qwen3, llama = (imported[n].model for n in ("gemma-2-9b", "qwen3-8b", "llama-3.1-8b-instruct"))
+    gemma2, qwen3, llama = (
+        imported[n].model for n in ("gemma-2-9b", "qwen3-8b", "llama-3.1-8b-instruct")
+    )
     assert memory.saved_tensor_widths(gemma2, 1, True)["post_norm_in"] == 2 * 3584
     widths = memory.saved_tensor_widths(qwen3, 2, True)
     assert widths["qk_norm_in"] == widths["q"] + widths["k"]
@@ -412,7 +514,10 @@ def test_post_norm_and_qk_norm_activations(imported):
     "change, message",
     [
         ({"full_attention_layers": 2}, "full_attention_layers(2) without a sliding_window"),
-        ({"sliding_window": 64, "full_attention_layers": 9}, "full_attention_layers(9) is more than num_layers(8)"),
+        (
+            {"sliding_window": 64, "full_attention_layers": 9},
+            "full_attention_layers(9) is more than num_layers(8)",
+        ),
         ({"norms_per_layer": 0}, "field 'norms_per_layer'"),
         ({"qk_norm": "both"}, "field 'qk_norm'"),
     ],
@@ -434,12 +539,16 @@ def test_model_file_checks_the_new_fields(change, message):
         model_from_dict({**base, **change}, "x", "m.yaml")
 
 
-@pytest.mark.parametrize("name", ["gemma-2-9b", "olmo-2-1124-7b", "falcon-7b", "qwen3-8b", "olmo-1b-hf"])
+@pytest.mark.parametrize(
+    "name", ["gemma-2-9b", "olmo-2-1124-7b", "falcon-7b", "qwen3-8b", "olmo-1b-hf"]
+)
 def test_search_tables_agree_with_the_enumerator(imported, name):
     """The new fields go through the vectorised tables (TP arrays) as through the scalar path:
     CP-SAT and the enumerator find the same optimum, and solve() re-costs its answer with estimate()."""
     model = imported[name].model
-    problem = Problem.build(model, resolve_cluster("h100-16"), Workload(global_batch_seqs=32, seq_len=8192))
+    problem = Problem.build(
+        model, resolve_cluster("h100-16"), Workload(global_batch_seqs=32, seq_len=8192)
+    )
     space = build_space(problem, SearchOptions())
     tables = build_tables(space)
     enum, _ = enumerate_top(space, tables, "step-time", 1)
@@ -448,12 +557,16 @@ def test_search_tables_agree_with_the_enumerator(imported, name):
     assert solve(problem).layouts
 
 
-def test_a_refused_config_is_one_error_line_without_the_unused_keys_warning(data_file, tmp_path, capsys):
+def test_a_refused_config_is_one_error_line_without_the_unused_keys_warning(
+    data_file, tmp_path, capsys
+):
     """Bad input is the error line alone (exit 2); on success the unused-keys warning is still printed."""
     from layoutsearch.cli import main
 
     config = json.loads(data_file("hf/gpt-oss-120b.json").read_text())
-    refused = tmp_path / "config.json"  # a layer type no family here models, beside keys the import warns about
+    refused = (
+        tmp_path / "config.json"
+    )  # a layer type no family here models, beside keys the import warns about
     refused.write_text(json.dumps({**config, "layer_types": ["chunked_attention"] * 36}))
     code = main(["solve", "--model", str(refused), "--cluster", "h100-64"])
     err = capsys.readouterr().err

@@ -58,7 +58,19 @@ def solve_doc() -> dict:
     with contextlib.redirect_stdout(out), contextlib.redirect_stderr(textio.StringIO()):
         assert (
             cli.main(
-                ["solve", "--model", "debug", "--cluster", "h100-8", "--seqs", "64", "--top", "2", "--format", "json"]
+                [
+                    "solve",
+                    "--model",
+                    "debug",
+                    "--cluster",
+                    "h100-8",
+                    "--seqs",
+                    "64",
+                    "--top",
+                    "2",
+                    "--format",
+                    "json",
+                ]
             )
             == 0
         )
@@ -96,7 +108,9 @@ def test_a_command_loads_only_its_own_module():
         "print(sorted(m for m in sys.modules if m.startswith(('layoutsearch.validation', 'layoutsearch.sweep', "
         "'networkx', 'pandas'))))"
     )
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    out = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, check=True
+    ).stdout
     assert out.strip().splitlines()[-1] == "[]"
 
 
@@ -149,9 +163,16 @@ def test_solve_and_explain_share_one_declaration_of_the_search_options():
         "price_per_device_hour",
         "what_if",
     ]
-    assert list(explain_params)[len(shared) :] == ["fmt", "tokens", "price_per_device_hour", "sensitivity"]
+    assert list(explain_params)[len(shared) :] == [
+        "fmt",
+        "tokens",
+        "price_per_device_hour",
+        "sensitivity",
+    ]
     assert solve_params["top"].default == 3 and explain_params["top"].default == 2
-    for name in shared:  # the very same annotation objects (typer options), not copies written twice
+    for (
+        name
+    ) in shared:  # the very same annotation objects (typer options), not copies written twice
         assert solve_params[name].annotation is explain_params[name].annotation
 
 
@@ -170,8 +191,17 @@ def test_search_args_build_one_problem_and_request():
     problem, request = args.problem(), args.request(target="megatron")
     assert problem.num_devices == 8 and problem.workload.global_batch_seqs == 64
     assert request.options.fix == {"tp": 2} and request.options.choices == {"pp": (1, 2)}
-    assert request.options.only == ("fsdp", "tp", "pp") and request.options.recompute == ("none", "full")
-    assert (request.top_k, request.time_limit_s, request.target, request.objective, request.method) == (
+    assert request.options.only == ("fsdp", "tp", "pp") and request.options.recompute == (
+        "none",
+        "full",
+    )
+    assert (
+        request.top_k,
+        request.time_limit_s,
+        request.target,
+        request.objective,
+        request.method,
+    ) == (
         4,
         5.0,
         "megatron",
@@ -225,13 +255,21 @@ def test_one_device_clusters_estimate_and_solve(capsys):
     )
     assert code == 0, err
     doc = json.loads(out)
-    assert doc["problem"]["num_devices"] == 1 and doc["layout"]["fits"] and doc["layout"]["axes"] == {}
-    code, out, err = run(capsys, "solve", "--model", "debug", "--cluster", "v5p-1", "--seqs", "8", "--format", "json")
+    assert (
+        doc["problem"]["num_devices"] == 1 and doc["layout"]["fits"] and doc["layout"]["axes"] == {}
+    )
+    code, out, err = run(
+        capsys, "solve", "--model", "debug", "--cluster", "v5p-1", "--seqs", "8", "--format", "json"
+    )
     assert code == 0, err
     layouts = json.loads(out)["layouts"]
     assert layouts and all(set(lay["degrees"].values()) == {1} for lay in layouts)
-    code, _, err = run(capsys, "estimate", "--model", "debug", "--cluster", "h100-1", "--layout", "dp=1")
-    assert code == 1 and err.startswith("does not fit: needs") and err.count("\n") == 1  # 1024 x 4096 tokens
+    code, _, err = run(
+        capsys, "estimate", "--model", "debug", "--cluster", "h100-1", "--layout", "dp=1"
+    )
+    assert (
+        code == 1 and err.startswith("does not fit: needs") and err.count("\n") == 1
+    )  # 1024 x 4096 tokens
 
 
 # ----------------------------------------------------------------------------- files that are not text
@@ -244,7 +282,9 @@ def test_non_utf8_files_are_one_line_naming_the_path(tmp_path, capsys, solve_doc
     err = bad_input(capsys, "solve", "--model", tmp_path / "config.json", "--cluster", "h100-8")
     assert f"{tmp_path / 'config.json'}: not UTF-8 text" in err
     err = bad_input(capsys, "export", tmp_path / "result.json", "--to", "megatron")
-    assert err.startswith(f"error: RESULT: '{tmp_path / 'result.json'}' is not UTF-8 text (byte 0xff at offset 0)")
+    assert err.startswith(
+        f"error: RESULT: '{tmp_path / 'result.json'}' is not UTF-8 text (byte 0xff at offset 0)"
+    )
     err = bad_input(capsys, "validate", tmp_path / "runs.yaml")
     assert f"{tmp_path / 'runs.yaml'}: not UTF-8 text" in err
 
@@ -252,7 +292,9 @@ def test_non_utf8_files_are_one_line_naming_the_path(tmp_path, capsys, solve_doc
 def test_read_helpers(tmp_path):
     """One reading helper: missing, a directory, NUL in the name, not UTF-8, not JSON, NaN, too deep, bad YAML."""
     f = tmp_path / "f.json"
-    with pytest.raises(InvalidArgumentError, match=r"^RESULT: cannot read '.*missing.json' \(No such file"):
+    with pytest.raises(
+        InvalidArgumentError, match=r"^RESULT: cannot read '.*missing.json' \(No such file"
+    ):
         io.read_json(tmp_path / "missing.json", "RESULT")
     with pytest.raises(InvalidArgumentError, match=r"^RESULT: cannot read '.*' \(Is a directory\)"):
         io.read_json(tmp_path, "RESULT")
@@ -269,7 +311,9 @@ def test_read_helpers(tmp_path):
         io.read_json(f, None, CatalogueError)
     f.write_text("\ufeff{}")  # a BOM is allowed
     assert io.read_json(f) == {}
-    with pytest.raises(InvalidArgumentError, match=r"^RESULT: '/dev/zero' is larger than the 256 MiB"):
+    with pytest.raises(
+        InvalidArgumentError, match=r"^RESULT: '/dev/zero' is larger than the 256 MiB"
+    ):
         io.read_json("/dev/zero", "RESULT")
     y = tmp_path / "f.yaml"
     y.write_text("a: [1\n")
@@ -305,12 +349,18 @@ HF = {
             json.dumps({**HF, "num_attention_heads": None}),
             "field 'num_attention_heads': Input should be a valid integer (got None)",
         ),
-        (json.dumps({**HF, "hidden_size": "256"}), "field 'hidden_size': Input should be a valid integer (got '256')"),
+        (
+            json.dumps({**HF, "hidden_size": "256"}),
+            "field 'hidden_size': Input should be a valid integer (got '256')",
+        ),
         (
             json.dumps({**HF, "hidden_size": 2**70}),
             "field 'hidden_size': Input should be less than or equal to 16777216",
         ),
-        (json.dumps({**HF, "vocab_size": 1e30}), "field 'vocab_size': Input should be a valid integer (got 1e+30)"),
+        (
+            json.dumps({**HF, "vocab_size": 1e30}),
+            "field 'vocab_size': Input should be a valid integer (got 1e+30)",
+        ),
         (
             json.dumps({**HF, "num_key_value_heads": [2]}),
             "field 'num_key_value_heads': Input should be a valid integer",
@@ -323,8 +373,14 @@ HF = {
             json.dumps({**HF, "hidden_size": 4, "num_attention_heads": 8}),
             "'hidden_size' (4) is smaller than 'num_attention_heads' (8)",
         ),
-        (json.dumps({k: v for k, v in HF.items() if k != "vocab_size"}), "missing field 'vocab_size'"),
-        (json.dumps({**HF, "num_key_value_heads": 3}), "num_heads(8) is not a multiple of num_kv_heads(3)"),
+        (
+            json.dumps({k: v for k, v in HF.items() if k != "vocab_size"}),
+            "missing field 'vocab_size'",
+        ),
+        (
+            json.dumps({**HF, "num_key_value_heads": 3}),
+            "num_heads(8) is not a multiple of num_kv_heads(3)",
+        ),
     ],
 )
 def test_hugging_face_config_errors_name_the_key(tmp_path, capsys, content, message):
@@ -336,7 +392,9 @@ def test_hugging_face_config_errors_name_the_key(tmp_path, capsys, content, mess
 
 def test_hugging_face_config_that_is_valid_still_imports(tmp_path, capsys):
     path = tmp_path / "config.json"
-    path.write_text(json.dumps({**HF, "model_type": "llama", "head_dim": None, "_name_or_path": "tiny"}))
+    path.write_text(
+        json.dumps({**HF, "model_type": "llama", "head_dim": None, "_name_or_path": "tiny"})
+    )
     code, out, err = run(
         capsys,
         "estimate",
@@ -389,17 +447,29 @@ def mutate(doc: dict, path: str, value):
             2**70,
             "problem: field 'global_batch_seqs': Input should be less than or equal to 16777216",
         ),
-        ("layouts.0.degrees.cp", "8", "layouts[rank 1]: field 'degrees.cp': Input should be a valid integer (got '8')"),
+        (
+            "layouts.0.degrees.cp",
+            "8",
+            "layouts[rank 1]: field 'degrees.cp': Input should be a valid integer (got '8')",
+        ),
         (
             "layouts.0.degrees.tp",
             True,
             "layouts[rank 1]: field 'degrees.tp': Input should be a valid integer (got True)",
         ),
-        ("layouts.0.degrees", "cp=8", "layouts[rank 1]: field 'degrees': Input should be a valid dictionary"),
+        (
+            "layouts.0.degrees",
+            "cp=8",
+            "layouts[rank 1]: field 'degrees': Input should be a valid dictionary",
+        ),
         ("layouts", 5, "document 'layouts': expected a list of layout records"),
         ("layouts", [5], "document 'layouts': expected a list of layout records"),
         ("problem", [], "problem: expected an object, got list"),
-        ("problem.seq_len", -1, "problem: field 'seq_len': Input should be greater than or equal to 1 (got -1)"),
+        (
+            "problem.seq_len",
+            -1,
+            "problem: field 'seq_len': Input should be greater than or equal to 1 (got -1)",
+        ),
         ("problem.model", 7, "problem: field 'model': Input should be a valid string (got 7)"),
         ("problem.cluster", "h100-12", "12 GPUs is not a whole number of 8-GPU nodes"),
         (
@@ -412,13 +482,21 @@ def mutate(doc: dict, path: str, value):
             2**70,
             "problem.model_spec: field 'd_model': Input should be less than or equal to",
         ),
-        ("problem.model_spec", [], "problem: field 'model_spec': Input should be a valid dictionary"),
+        (
+            "problem.model_spec",
+            [],
+            "problem: field 'model_spec': Input should be a valid dictionary",
+        ),
         (
             "layouts.0.recompute",
             "most",
             "layouts[rank 1].recompute: 'most' is not one of none, selective, full, op, minimal, minimal_with_context, save_dot_with_context_except_mlp, save_dot_except_mlpwi, save_dot_except_mlp, save_qkv_proj, save_out_proj, qkv_proj_offloaded, minimal_offloaded, custom_offload_input, custom_offload_qkv_proj, custom_offload_out_proj, custom_offload_dots_except_mlp, norm_act, norm_moe, mla_up_proj",
         ),
-        ("layouts.0.schedule", "zigzag", "layouts[rank 1].schedule: 'zigzag' is not one of 1f1b, interleaved, gpipe"),
+        (
+            "layouts.0.schedule",
+            "zigzag",
+            "layouts[rank 1].schedule: 'zigzag' is not one of 1f1b, interleaved, gpipe",
+        ),
         (
             "layouts.0.sequence_parallel",
             "yes",
@@ -434,8 +512,16 @@ def mutate(doc: dict, path: str, value):
             {"cp": [["node", 0]]},
             "layouts[rank 1]: field 'axes.cp.0.1': Input should be greater than or equal to 1",
         ),
-        ("layouts.0.memory_bytes", "lots", "layouts[rank 1]: field 'memory_bytes': Input should be a valid dictionary"),
-        ("layouts.0.time_s", {"step": "fast"}, "layouts[rank 1]: field 'time_s.step': Input should be a valid number"),
+        (
+            "layouts.0.memory_bytes",
+            "lots",
+            "layouts[rank 1]: field 'memory_bytes': Input should be a valid dictionary",
+        ),
+        (
+            "layouts.0.time_s",
+            {"step": "fast"},
+            "layouts[rank 1]: field 'time_s.step': Input should be a valid number",
+        ),
         ("layouts.0.mfu", "high", "layouts[rank 1]: field 'mfu': Input should be a valid number"),
         ("layouts.0.fits", "no", "layouts[rank 1]: field 'fits': Input should be a valid boolean"),
         ("layouts.0.rank", "1", "--rank 1: no layout with rank 1 in the document (ranks: '1', 2)"),
@@ -470,7 +556,9 @@ def test_export_of_a_record_with_null_predictions(tmp_path, capsys, solve_doc, f
 def test_export_refuses_a_json_document_with_nan(tmp_path, capsys):
     result = tmp_path / "result.json"
     result.write_text('{"problem": NaN}')
-    assert "is not JSON (NaN is not a JSON number)" in bad_input(capsys, "export", result, "--to", "megatron")
+    assert "is not JSON (NaN is not a JSON number)" in bad_input(
+        capsys, "export", result, "--to", "megatron"
+    )
 
 
 # ----------------------------------------------------------------------------- huge integers
@@ -480,7 +568,9 @@ def test_huge_integers_are_refused_with_bounds(tmp_path, capsys):
     assert "'--seqs'" in err and "16777216" in err and "99999999999999999999" in err
     err = bad_input(capsys, "estimate", *base, "--layout", "tp=99999999999999999999")
     assert err == "error: --layout tp: 99999999999999999999 must be <= 262144"
-    err = bad_input(capsys, "estimate", *base, "--axes", "dp=node:99999999999999999999", "--layout", "dp=8")
+    err = bad_input(
+        capsys, "estimate", *base, "--axes", "dp=node:99999999999999999999", "--layout", "dp=8"
+    )
     assert err == "error: --axes dp node: 99999999999999999999 must be <= 262144"
     err = bad_input(capsys, "estimate", *base, "--zero-stage", "99999999999999999999")
     assert err == "error: --zero-stage: zero_stage(99999999999999999999) must be 0, 1, 2 or 3"
@@ -497,11 +587,15 @@ def test_huge_integers_are_refused_with_bounds(tmp_path, capsys):
     ):
         model = tmp_path / "big.yaml"
         model.write_text(debug.read_text().replace("d_model: 256", f"d_model: {value}"))
-        err = bad_input(capsys, "estimate", "--model", model, "--cluster", "h100-8", "--layout", "dp=8")
+        err = bad_input(
+            capsys, "estimate", "--model", model, "--cluster", "h100-8", "--layout", "dp=8"
+        )
         assert err.startswith(f"error: {model}: field 'd_model'") and message in err, err
     model = tmp_path / "huge.yaml"  # every dimension within bounds, the parameter count not
     model.write_text(
-        debug.read_text().replace("d_model: 256", "d_model: 16777216").replace("num_layers: 8", "num_layers: 16777216")
+        debug.read_text()
+        .replace("d_model: 256", "d_model: 16777216")
+        .replace("num_layers: 8", "num_layers: 16777216")
     )
     err = bad_input(capsys, "estimate", "--model", model, "--cluster", "h100-8", "--layout", "dp=8")
     assert "parameters, more than the 9.01e+15 (2**53) this package counts exactly" in err
@@ -524,9 +618,13 @@ def test_seqs_and_seq_len_are_bounded_on_every_command(capsys, command, option, 
 
 def test_sweep_seqs_and_seq_len_are_bounded(tmp_path, capsys):
     out = tmp_path / "s.csv"
-    err = bad_input(capsys, "sweep", "-m", "debug", "-c", "h100-8", "--seqs", "100000000", "-o", out)
+    err = bad_input(
+        capsys, "sweep", "-m", "debug", "-c", "h100-8", "--seqs", "100000000", "-o", out
+    )
     assert err == "error: --seqs: 100000000 is more than 16777216"
-    err = bad_input(capsys, "sweep", "-m", "debug", "-c", "h100-8", "--seq-len", "9" * 40, "-o", out)
+    err = bad_input(
+        capsys, "sweep", "-m", "debug", "-c", "h100-8", "--seq-len", "9" * 40, "-o", out
+    )
     assert err.startswith("error: --seq-len: '9999") and "is not a whole number >= 1" in err
     err = bad_input(capsys, "sweep", "-m", "debug", "-c", "h100-8", "--seqs", "٣", "-o", out)
     assert err == "error: --seqs: '٣' is not a whole number >= 1"
@@ -549,9 +647,18 @@ def test_sweep_seqs_and_seq_len_are_bounded(tmp_path, capsys):
         (["explain", "--fix", "tp=8,tp=4"], "error: --fix: tp given twice (8, 4)"),
         (["estimate", "--layout", "dp=4,tp=2,tp=2"], "error: --layout: tp given twice (2, 2)"),
         (["solve", "--choices", "tp=1,2;tp=4"], "error: --choices: tp given twice"),
-        (["solve", "--choices", ";"], "error: --choices: no degree given (e.g. 'tp=8,16,32;pp=1,2')"),
-        (["solve", "--choices", "8,16"], "error: --choices: '8' must follow NAME= (e.g. tp=8,16,32)"),
-        (["estimate", "--layout", "dp=8", "--axes", "dp=node:8;dp=node:8"], "error: --axes: dp given twice"),
+        (
+            ["solve", "--choices", ";"],
+            "error: --choices: no degree given (e.g. 'tp=8,16,32;pp=1,2')",
+        ),
+        (
+            ["solve", "--choices", "8,16"],
+            "error: --choices: '8' must follow NAME= (e.g. tp=8,16,32)",
+        ),
+        (
+            ["estimate", "--layout", "dp=8", "--axes", "dp=node:8;dp=node:8"],
+            "error: --axes: dp given twice",
+        ),
         (
             ["estimate", "--layout", "dp=8", "--axes", "dp=node:2,node:4"],
             "error: --axes: dp is placed on axis 'node' twice",
@@ -592,24 +699,34 @@ def test_sweep_seqs_and_seq_len_are_bounded(tmp_path, capsys):
             "error: Invalid value for '--max-median-error': inf is not a finite number",
         ),
         (["calibrate", "x.yaml", "--fit", ","], "error: --fit: no field given (known: "),
-        (["calibrate", "x.yaml", "--accelerator", ""], "error: --accelerator: no accelerator given (known: "),
+        (
+            ["calibrate", "x.yaml", "--accelerator", ""],
+            "error: --accelerator: no accelerator given (known: ",
+        ),
     ],
 )
 def test_option_values_are_checked(capsys, argv, message):
     command, *rest = argv
-    base = [] if command in ("validate", "calibrate") else ["--model", "debug", "--cluster", "h100-8"]
+    base = (
+        [] if command in ("validate", "calibrate") else ["--model", "debug", "--cluster", "h100-8"]
+    )
     assert bad_input(capsys, command, *base, *rest).startswith(message)
 
 
 def test_fix_that_does_not_divide_the_devices_is_named(capsys):
-    err = bad_input(capsys, "solve", "--model", "llama70b", "--cluster", "v5p-8192", "--fix", "tp=3")
+    err = bad_input(
+        capsys, "solve", "--model", "llama70b", "--cluster", "v5p-8192", "--fix", "tp=3"
+    )
     assert err == "error: --fix tp=3: 3 does not divide the 8192 devices of v5p-8192"
 
 
 @pytest.mark.parametrize(
     "cluster, message",
     [
-        ("h100-99999999999999999999", "device count 99999999999999999999 is over the limit of 262,144 devices"),
+        (
+            "h100-99999999999999999999",
+            "device count 99999999999999999999 is over the limit of 262,144 devices",
+        ),
         ("v5p:0x2x2", "every shape dimension must be >= 1"),
         ("", "expected ACCELERATOR-COUNT"),
         (LONG + "-8", "unknown accelerator 'aaaa"),
@@ -622,7 +739,9 @@ def test_cluster_errors_pass_through_as_one_line(capsys, cluster, message):
         assert err.startswith("error: cluster '") and message in err
 
 
-@pytest.mark.parametrize("model", [LONG, "a" * 5000, "../../../../etc/passwd", "models/debug", ".", "x\0y", "ü" * 200])
+@pytest.mark.parametrize(
+    "model", [LONG, "a" * 5000, "../../../../etc/passwd", "models/debug", ".", "x\0y", "ü" * 200]
+)
 def test_unknown_model_ids_of_any_length_are_unknown(capsys, model):
     err = bad_input(capsys, "estimate", "--model", model, "--cluster", "h100-8")
     assert err.startswith("error: unknown model '") and len(err) < 400
@@ -656,7 +775,10 @@ def export_argv(output):
 @pytest.mark.parametrize(
     "where, message",
     [
-        ("/nonexistent/x.sh", "error: --output: cannot write '/nonexistent/x.sh' (No such file or directory)"),
+        (
+            "/nonexistent/x.sh",
+            "error: --output: cannot write '/nonexistent/x.sh' (No such file or directory)",
+        ),
         ("/proc/x.sh", "error: --output: cannot write '/proc/x.sh' ("),
         ("{tmp}", "error: --output: '{tmp}' is a directory, not a file"),
         (
@@ -689,7 +811,9 @@ def disk_full(monkeypatch, call="write"):
     original = getattr(os, call)
 
     def full(fd, *args):
-        if os.fstat(fd).st_size or call == "write":  # let pytest's own empty-file fsyncs, if any, through
+        if (
+            os.fstat(fd).st_size or call == "write"
+        ):  # let pytest's own empty-file fsyncs, if any, through
             raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
         return original(fd, *args)
 
@@ -763,12 +887,38 @@ def test_sweep_on_a_full_disk_is_one_line(tmp_path, capsys, monkeypatch, call):
     with monkeypatch.context() as m:
         disk_full(m, call)
         err = bad_input(
-            capsys, "sweep", "-m", "debug", "-c", "h100-8", "--seqs", "64", "-j", "1", "--no-progress", "-o", out
+            capsys,
+            "sweep",
+            "-m",
+            "debug",
+            "-c",
+            "h100-8",
+            "--seqs",
+            "64",
+            "-j",
+            "1",
+            "--no-progress",
+            "-o",
+            out,
         )
-    assert err.startswith("error: --output: cannot write '") and err.endswith("(No space left on device)")
+    assert err.startswith("error: --output: cannot write '") and err.endswith(
+        "(No space left on device)"
+    )
     assert str(tmp_path) in err and temporaries(tmp_path) == []
     code, _, err = run(
-        capsys, "sweep", "-m", "debug", "-c", "h100-8", "--seqs", "64", "-j", "1", "--no-progress", "-o", out
+        capsys,
+        "sweep",
+        "-m",
+        "debug",
+        "-c",
+        "h100-8",
+        "--seqs",
+        "64",
+        "-j",
+        "1",
+        "--no-progress",
+        "-o",
+        out,
     )
     assert code == 0, err  # disk space back: the rerun finishes
 
@@ -776,7 +926,10 @@ def test_sweep_on_a_full_disk_is_one_line(tmp_path, capsys, monkeypatch, call):
 @pytest.mark.parametrize(
     "where, message",
     [
-        ("/nonexistent/s.csv", "error: --output: '/nonexistent/s.csv': no such directory '/nonexistent'"),
+        (
+            "/nonexistent/s.csv",
+            "error: --output: '/nonexistent/s.csv': no such directory '/nonexistent'",
+        ),
         ("/proc/s.csv", "error: --output: cannot write '/proc/s.csv.jsonl' ("),
         ("{tmp}/d.csv", "error: --output: '{tmp}/d.csv' is a directory"),
     ],
@@ -784,7 +937,9 @@ def test_sweep_on_a_full_disk_is_one_line(tmp_path, capsys, monkeypatch, call):
 def test_sweep_unwritable_output(tmp_path, capsys, where, message):
     (tmp_path / "d.csv").mkdir()
     where, message = where.format(tmp=tmp_path), message.format(tmp=tmp_path)
-    err = bad_input(capsys, "sweep", "-m", "debug", "-c", "h100-8", "--seqs", "64", "--no-progress", "-o", where)
+    err = bad_input(
+        capsys, "sweep", "-m", "debug", "-c", "h100-8", "--seqs", "64", "--no-progress", "-o", where
+    )
     assert err.startswith(message)
 
 
@@ -806,9 +961,16 @@ def test_sweep_refuses_too_many_points_up_front(tmp_path, capsys):
         f"error: --model x --cluster x --seqs x --seq-len: 200,000 points (2 x 1000 x 100 x 1), more than "
         f"the {MAX_SWEEP_POINTS:,} one sweep takes; split it"
     )
-    err = bad_input(capsys, "sweep", "-m", "debug", "-c", "h100-{1..10000}{1..10000}", "-o", tmp_path / "s.csv")
-    assert err == f"error: --cluster: 'h100-{{1..10000}}{{1..10000}}' expands to more than {MAX_SWEEP_POINTS:,} values"
-    assert expand("h100-8" + "{1..1}" * 5000, "--cluster") == ["h100-8" + "1" * 5000]  # no recursion
+    err = bad_input(
+        capsys, "sweep", "-m", "debug", "-c", "h100-{1..10000}{1..10000}", "-o", tmp_path / "s.csv"
+    )
+    assert (
+        err
+        == f"error: --cluster: 'h100-{{1..10000}}{{1..10000}}' expands to more than {MAX_SWEEP_POINTS:,} values"
+    )
+    assert expand("h100-8" + "{1..1}" * 5000, "--cluster") == [
+        "h100-8" + "1" * 5000
+    ]  # no recursion
     assert not (tmp_path / "s.csv").exists() and not Path(journal_path(tmp_path / "s.csv")).exists()
 
 
@@ -831,7 +993,10 @@ def test_sweep_journal_trusts_only_rows_of_this_sweep(tmp_path):
     ]
     for forged_row in forged:
         Path(journal_path(out)).write_bytes(
-            f"{json.dumps(forged_row)}\n{good[1]}\n{{not json\n".encode() + b"\xff\xfe\n" + b"[" * 100_000 + b"\n"
+            f"{json.dumps(forged_row)}\n{good[1]}\n{{not json\n".encode()
+            + b"\xff\xfe\n"
+            + b"[" * 100_000
+            + b"\n"
         )
         summary = run_sweep(points, out, jobs=1, progress=False)
         assert (summary.skipped, summary.solved, summary.dropped) == (1, 1, 4), forged_row
@@ -854,7 +1019,9 @@ def test_sweep_rows_written_pass_the_row_check(tmp_path):
 def test_sweep_table_that_is_not_a_sweep_is_refused(tmp_path, capsys):
     out = tmp_path / "s.csv"
     out.write_text("point_id,model\nx,y\n")
-    err = bad_input(capsys, "sweep", "-m", "debug", "-c", "h100-8", "--seqs", "64", "--no-progress", "-o", out)
+    err = bad_input(
+        capsys, "sweep", "-m", "debug", "-c", "h100-8", "--seqs", "64", "--no-progress", "-o", out
+    )
     assert err.startswith(f"error: --output: '{out}': row 1 is not a sweep row: no cluster")
     assert err.endswith("move it away or pass --fresh") and not Path(journal_path(out)).exists()
     for content, message in (
@@ -872,7 +1039,20 @@ def test_sweep_table_that_is_not_a_sweep_is_refused(tmp_path, capsys):
 
 def test_sweep_cli_says_how_many_journal_lines_it_dropped(tmp_path, capsys):
     out = tmp_path / "s.csv"
-    argv = ["sweep", "-m", "debug", "-c", "h100-8", "--seqs", "64", "-j", "1", "--no-progress", "-o", out]
+    argv = [
+        "sweep",
+        "-m",
+        "debug",
+        "-c",
+        "h100-8",
+        "--seqs",
+        "64",
+        "-j",
+        "1",
+        "--no-progress",
+        "-o",
+        out,
+    ]
     assert run(capsys, *argv)[0] == 0
     journal = Path(journal_path(out))
     journal.write_text(journal.read_text().replace('"status":"OPTIMAL"', '"status":"DONE"'))

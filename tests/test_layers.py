@@ -8,7 +8,16 @@ import networkx as nx
 
 PACKAGE = Path(__file__).resolve().parents[1] / "layoutsearch"
 # lowest first; report and validation sit side by side
-RANK = {"core": 0, "costs": 1, "export": 2, "search": 3, "report": 4, "validation": 4, "sweep": 5, "cli": 6}
+RANK = {
+    "core": 0,
+    "costs": 1,
+    "export": 2,
+    "search": 3,
+    "report": 4,
+    "validation": 4,
+    "sweep": 5,
+    "cli": 6,
+}
 
 
 def module_name(path: Path) -> str:
@@ -21,7 +30,11 @@ def imports(path: Path, modules: set[str]) -> set[str]:
     the module P.m when m is one, else P itself."""
     out = set()
     for node in ast.walk(ast.parse(path.read_text())):
-        if isinstance(node, ast.ImportFrom) and node.module and node.module.startswith("layoutsearch"):
+        if (
+            isinstance(node, ast.ImportFrom)
+            and node.module
+            and node.module.startswith("layoutsearch")
+        ):
             for alias in node.names:
                 full = f"{node.module}.{alias.name}"
                 out.add(full if full in modules else node.module)
@@ -50,7 +63,11 @@ def graph() -> nx.DiGraph:
 
 def test_no_module_imports_a_higher_layer():
     """core < costs < export < search < report, validation < sweep < cli."""
-    bad = [(a, b) for a, b in graph().edges if rank(a) is not None and rank(b) is not None and rank(b) > rank(a)]
+    bad = [
+        (a, b)
+        for a, b in graph().edges
+        if rank(a) is not None and rank(b) is not None and rank(b) > rank(a)
+    ]
     assert bad == []
 
 

@@ -30,7 +30,11 @@ MIXTRAL_LAYERS, D, F, E, K = 32, 4096, 14336, 8, 2
 
 
 def _mixtral(cluster="h100-16", seqs=64):
-    return Problem.build("mixtral-8x7b", cluster, Workload(global_batch_seqs=seqs, seq_len=4096, framework="megatron"))
+    return Problem.build(
+        "mixtral-8x7b",
+        cluster,
+        Workload(global_batch_seqs=seqs, seq_len=4096, framework="megatron"),
+    )
 
 
 def _a2a(est):
@@ -56,9 +60,15 @@ NODE = (("fsdp", (("node", 8), ("scale_out", 2))),)
 def test_ep_across_scale_out_costs_more_than_the_same_group_inside_nvlink():
     """fsdp=16, ep=8 on two 8-GPU nodes: ep inside a node, or 4 GPUs in each of the two nodes."""
     problem = _mixtral()
-    inside = Layout(fsdp=16, ep=8, zero_stage=1, num_microbatches=4, axes=NODE + (("ep", (("node", 8),)),))
+    inside = Layout(
+        fsdp=16, ep=8, zero_stage=1, num_microbatches=4, axes=NODE + (("ep", (("node", 8),)),)
+    )
     across = Layout(
-        fsdp=16, ep=8, zero_stage=1, num_microbatches=4, axes=NODE + (("ep", (("node", 4), ("scale_out", 2))),)
+        fsdp=16,
+        ep=8,
+        zero_stage=1,
+        num_microbatches=4,
+        axes=NODE + (("ep", (("node", 4), ("scale_out", 2))),),
     )
     a, b = estimate(problem, inside), estimate(problem, across)
     acc = problem.cluster.accelerator
@@ -66,7 +76,9 @@ def test_ep_across_scale_out_costs_more_than_the_same_group_inside_nvlink():
     # and the busiest expert device receives (and sends back) the load times as many: all wait for it
     assert MIXTRAL_EP8_LEARNED == pytest.approx(1.2157, abs=1e-4)
     payload = 64 * 4096 / 16 / 4 * K * D * 2 * MIXTRAL_EP8_LEARNED
-    assert _a2a(a)["bytes"] == pytest.approx(payload, rel=1e-12) and payload == pytest.approx(81_585_105, abs=1)
+    assert _a2a(a)["bytes"] == pytest.approx(payload, rel=1e-12) and payload == pytest.approx(
+        81_585_105, abs=1
+    )
     half = acc.collective_half_efficiency_bytes
     nvlink = acc.link_bytes_per_s_per_direction * acc.collective_efficiency
     nic = acc.scale_out_bytes_per_s_per_direction * acc.scale_out_efficiency
@@ -83,11 +95,14 @@ def test_ep_across_scale_out_costs_more_than_the_same_group_inside_nvlink():
     dedup = 2 * (1 - 0.5**K) / K
     assert dedup == 0.75
     assert _a2a(b)["time_s"] == pytest.approx(
-        (payload * dedup + half) * 4 / 8 / nic + acc.link_latency_s + acc.scale_out_latency_s, rel=1e-9
+        (payload * dedup + half) * 4 / 8 / nic + acc.link_latency_s + acc.scale_out_latency_s,
+        rel=1e-9,
     )
     assert b.time_s["exposed_comm/ep"] > 3 * a.time_s["exposed_comm/ep"] > 0
     # 4 AllToAlls per MoE layer and microbatch (dispatch, combine; forward, backward), all exposed with megatron
-    assert a.time_s["exposed_comm/ep"] == pytest.approx(4 * MIXTRAL_LAYERS * 4 * _a2a(a)["time_s"], rel=1e-9)
+    assert a.time_s["exposed_comm/ep"] == pytest.approx(
+        4 * MIXTRAL_LAYERS * 4 * _a2a(a)["time_s"], rel=1e-9
+    )
     assert b.step_time_s > a.step_time_s
     assert a.time_s["compute/matmul"] == b.time_s["compute/matmul"]
 
@@ -97,12 +112,18 @@ def test_deepep_sends_a_token_once_per_node_and_only_a_dropless_model_can_use_it
     copies bound for the other node cross the NIC (dedup 1), with DeepEP 1.5 of them; a capacity-factor model
     pads its experts, which DeepEP cannot, so it keeps the AllToAll whatever is asked."""
     across = Layout(
-        fsdp=16, ep=8, zero_stage=1, num_microbatches=4, axes=NODE + (("ep", (("node", 4), ("scale_out", 2))),)
+        fsdp=16,
+        ep=8,
+        zero_stage=1,
+        num_microbatches=4,
+        axes=NODE + (("ep", (("node", 4), ("scale_out", 2))),),
     )
 
     def a2a(deepep, model="mixtral-8x7b"):
         problem = Problem.build(
-            model, "h100-16", Workload(global_batch_seqs=64, seq_len=4096, framework="torchtitan", deepep=deepep)
+            model,
+            "h100-16",
+            Workload(global_batch_seqs=64, seq_len=4096, framework="torchtitan", deepep=deepep),
         )
         return problem, _a2a(estimate(problem, across))["time_s"]
 
@@ -111,7 +132,9 @@ def test_deepep_sends_a_token_once_per_node_and_only_a_dropless_model_can_use_it
     payload, half = 67_108_864 * MIXTRAL_EP8_LEARNED, acc.collective_half_efficiency_bytes
     nic = acc.scale_out_bytes_per_s_per_direction * acc.scale_out_efficiency
     fixed = acc.link_latency_s + acc.scale_out_latency_s
-    assert default == pytest.approx((payload + half) * 4 / 8 / nic + fixed, rel=1e-9) == a2a(False)[1]
+    assert (
+        default == pytest.approx((payload + half) * 4 / 8 / nic + fixed, rel=1e-9) == a2a(False)[1]
+    )
     assert a2a(True)[1] == pytest.approx((payload * 0.75 + half) * 4 / 8 / nic + fixed, rel=1e-9)
     assert problem.workload.deepep is False and a2a(True)[0].workload.deepep is True
     mixtral = load_model("mixtral-8x7b")
@@ -120,7 +143,9 @@ def test_deepep_sends_a_token_once_per_node_and_only_a_dropless_model_can_use_it
     assert (
         a2a(True, padded)[1]
         == pytest.approx(a2a(False, padded)[1])
-        == pytest.approx((payload / MIXTRAL_EP8_LEARNED * 1.25 + half) * 4 / 8 / nic + fixed, rel=1e-9)
+        == pytest.approx(
+            (payload / MIXTRAL_EP8_LEARNED * 1.25 + half) * 4 / 8 / nic + fixed, rel=1e-9
+        )
     )
 
 
@@ -129,30 +154,47 @@ def test_deepep_sends_a_token_once_to_each_device_holding_its_experts_inside_a_n
     copies of a token, DeepEP one per destination GPU (its dispatch layout marks a token once per rank), of the
     8 GPUs 8 (1 - (7/8)^8) = 5.25 on average under uniform routing: 0.656 of the buffer."""
     lay = Layout(
-        fsdp=8, ep=8, zero_stage=1, num_microbatches=4, axes=(("fsdp", (("node", 8),)), ("ep", (("node", 8),)))
+        fsdp=8,
+        ep=8,
+        zero_stage=1,
+        num_microbatches=4,
+        axes=(("fsdp", (("node", 8),)), ("ep", (("node", 8),))),
     )
 
     def a2a(deepep):
         problem = Problem.build(
-            "qwen3-30b-a3b", "h100-8", Workload(global_batch_seqs=32, seq_len=4096, framework="megatron", deepep=deepep)
+            "qwen3-30b-a3b",
+            "h100-8",
+            Workload(global_batch_seqs=32, seq_len=4096, framework="megatron", deepep=deepep),
         )
         return problem.cluster.accelerator, _a2a(estimate(problem, lay))
 
     acc, nccl = a2a(False)
     deepep = a2a(True)[1]
-    assert nccl["bytes"] == deepep["bytes"]  # the buffer: m tokens x k copies x D, times the busiest device's load
-    half, nvlink = acc.collective_half_efficiency_bytes, acc.link_bytes_per_s_per_direction * acc.collective_efficiency
+    assert (
+        nccl["bytes"] == deepep["bytes"]
+    )  # the buffer: m tokens x k copies x D, times the busiest device's load
+    half, nvlink = (
+        acc.collective_half_efficiency_bytes,
+        acc.link_bytes_per_s_per_direction * acc.collective_efficiency,
+    )
     share = 8 * (1 - (7 / 8) ** 8) / 8
     assert share == pytest.approx(0.6564, abs=1e-4)
-    assert nccl["time_s"] == pytest.approx((nccl["bytes"] + half) * 7 / 8 / nvlink + acc.link_latency_s, rel=1e-9)
+    assert nccl["time_s"] == pytest.approx(
+        (nccl["bytes"] + half) * 7 / 8 / nvlink + acc.link_latency_s, rel=1e-9
+    )
     assert deepep["time_s"] == pytest.approx(
         (nccl["bytes"] * share + half) * 7 / 8 / nvlink + acc.link_latency_s, rel=1e-9
     )
 
 
 def test_the_ideal_profile_hides_the_all_to_all_behind_the_layer():
-    problem = Problem.build("mixtral-8x7b", "h100-16", Workload(global_batch_seqs=64, seq_len=4096, framework="ideal"))
-    lay = Layout(fsdp=16, ep=8, zero_stage=1, num_microbatches=4, axes=NODE + (("ep", (("node", 8),)),))
+    problem = Problem.build(
+        "mixtral-8x7b", "h100-16", Workload(global_batch_seqs=64, seq_len=4096, framework="ideal")
+    )
+    lay = Layout(
+        fsdp=16, ep=8, zero_stage=1, num_microbatches=4, axes=NODE + (("ep", (("node", 8),)),)
+    )
     est = estimate(problem, lay)
     megatron = estimate(_mixtral(), lay)
     assert est.time_s["exposed_comm/ep"] < 0.1 * megatron.time_s["exposed_comm/ep"]
@@ -169,7 +211,9 @@ def test_cuda_graphs_remove_the_moe_layers_host_overhead(graphs):
     scoped graphs (attention, router, preprocessing) remove moe_overhead_graphed_share (0.83) of the per-layer
     part, the grouped GEMMs' per-expert launches stay; a full-iteration graph removes moe_overhead_full_graph_share
     (0.85) of both, the host's part (the GPU time of the layer's small kernels stays). Nothing else moves."""
-    lay = Layout(fsdp=16, ep=8, zero_stage=1, num_microbatches=4, axes=NODE + (("ep", (("node", 8),)),))
+    lay = Layout(
+        fsdp=16, ep=8, zero_stage=1, num_microbatches=4, axes=NODE + (("ep", (("node", 8),)),)
+    )
     plain = estimate(_mixtral(), lay)
     graphed = estimate(
         Problem.build(
@@ -186,11 +230,18 @@ def test_cuda_graphs_remove_the_moe_layers_host_overhead(graphs):
         acc.moe_overhead_graphed_share,
         acc.moe_overhead_full_graph_share,
     ) == (pytest.approx(1970e-6), pytest.approx(174.1e-6), 0.83, 0.85)
-    assert plain.time_s["compute/moe_fixed"] == pytest.approx(MIXTRAL_LAYERS * 4 * (1970e-6 + 174.1e-6), rel=1e-9)
-    kept = {"scoped": 0.17 * 1970e-6 + 174.1e-6, "full_iteration": 0.15 * (1970e-6 + 174.1e-6)}[graphs]
-    assert graphed.time_s["compute/moe_fixed"] == pytest.approx(MIXTRAL_LAYERS * 4 * kept, abs=1e-12)
+    assert plain.time_s["compute/moe_fixed"] == pytest.approx(
+        MIXTRAL_LAYERS * 4 * (1970e-6 + 174.1e-6), rel=1e-9
+    )
+    kept = {"scoped": 0.17 * 1970e-6 + 174.1e-6, "full_iteration": 0.15 * (1970e-6 + 174.1e-6)}[
+        graphs
+    ]
+    assert graphed.time_s["compute/moe_fixed"] == pytest.approx(
+        MIXTRAL_LAYERS * 4 * kept, abs=1e-12
+    )
     assert graphed.step_time_s == pytest.approx(
-        plain.step_time_s - plain.time_s["compute/moe_fixed"] + graphed.time_s["compute/moe_fixed"], rel=1e-9
+        plain.step_time_s - plain.time_s["compute/moe_fixed"] + graphed.time_s["compute/moe_fixed"],
+        rel=1e-9,
     )
 
 
@@ -200,8 +251,14 @@ def test_the_moe_host_overhead_grows_with_the_local_experts():
     48 MoE layers, 1 microbatch on 16 H100."""
     work = Workload(global_batch_seqs=16, seq_len=4096, framework="megatron")
     problem = Problem.build("qwen3-30b-a3b", "h100-16", work)
-    fixed = {ep: estimate(problem, Layout(fsdp=16, ep=ep, zero_stage=1)).time_s["compute/moe_fixed"] for ep in (8, 16)}
-    assert fixed == {8: pytest.approx(48 * (1970e-6 + 16 * 174.1e-6)), 16: pytest.approx(48 * (1970e-6 + 8 * 174.1e-6))}
+    fixed = {
+        ep: estimate(problem, Layout(fsdp=16, ep=ep, zero_stage=1)).time_s["compute/moe_fixed"]
+        for ep in (8, 16)
+    }
+    assert fixed == {
+        8: pytest.approx(48 * (1970e-6 + 16 * 174.1e-6)),
+        16: pytest.approx(48 * (1970e-6 + 8 * 174.1e-6)),
+    }
 
 
 def test_a_capacity_factor_pads_every_expert_to_its_capacity():
@@ -210,16 +267,22 @@ def test_a_capacity_factor_pads_every_expert_to_its_capacity():
     so the routed GEMMs cost 1.25 x the tokens at the efficiency of 1.25 x the rows, whatever the routing; dropless, the
     busiest device's load under learned routing (1.22). fsdp=16, ep=8, 4 microbatches: m = 4096 tokens per
     microbatch, balanced rows m k ep / E = 8192 per expert."""
-    lay = Layout(fsdp=16, ep=8, zero_stage=1, num_microbatches=4, axes=NODE + (("ep", (("node", 8),)),))
+    lay = Layout(
+        fsdp=16, ep=8, zero_stage=1, num_microbatches=4, axes=NODE + (("ep", (("node", 8),)),)
+    )
     mixtral = load_model("mixtral-8x7b")
     padded = replace(mixtral, moe=replace(mixtral.moe, capacity_factor=1.25))
     work = Workload(global_batch_seqs=64, seq_len=4096, framework="megatron")
-    dropless, dropping = (estimate(Problem.build(m, "h100-16", work), lay) for m in (mixtral, padded))
+    dropless, dropping = (
+        estimate(Problem.build(m, "h100-16", work), lay) for m in (mixtral, padded)
+    )
     acc = dropless.cluster.accelerator
     m, rows, half = 4096, 4096 * K * 8 / E, acc.matmul_half_efficiency_tokens
     assert rows == 8192
 
-    def routed_s(load):  # forward + backward (3 passes) of the routed experts' GEMMs, 32 layers, 4 microbatches
+    def routed_s(
+        load,
+    ):  # forward + backward (3 passes) of the routed experts' GEMMs, 32 layers, 4 microbatches
         rate = acc.peak_flops_per_s * acc.matmul_efficiency * rows * load / (rows * load + half)
         return 4 * MIXTRAL_LAYERS * 3 * 2.0 * K * 3 * D * F * m * load / rate
 
@@ -229,7 +292,9 @@ def test_a_capacity_factor_pads_every_expert_to_its_capacity():
     forced = estimate(Problem.build(padded, "h100-16", replace(work, routing="forced")), lay)
     assert forced.step_time_s == dropping.step_time_s
     # 1.25 x the FLOPs at a slightly better efficiency: (1.25 x 8192 + h) / (8192 + h) the time, h the half-efficiency rows
-    assert routed_s(1.25) / routed_s(1.0) == pytest.approx((1.25 * 8192 + half) / (8192 + half), rel=1e-12)
+    assert routed_s(1.25) / routed_s(1.0) == pytest.approx(
+        (1.25 * 8192 + half) / (8192 + half), rel=1e-12
+    )
 
 
 def test_maxtext_dispatches_a_capacity_factor_by_einsums_that_cost_matmul_time():
@@ -244,15 +309,22 @@ def test_maxtext_dispatches_a_capacity_factor_by_einsums_that_cost_matmul_time()
     work = Workload(global_batch_seqs=64, seq_len=4096)
     acc = resolve_cluster("h100-16").accelerator
     m = 4096
-    rate = acc.peak_flops_per_s * acc.matmul_efficiency * m / (m + acc.matmul_half_efficiency_tokens)
+    rate = (
+        acc.peak_flops_per_s * acc.matmul_efficiency * m / (m + acc.matmul_half_efficiency_tokens)
+    )
     per_token = 2 * (2 * 4096 * K * 1.25 * D)  # dispatch and combine, forward
     expected = 4 * MIXTRAL_LAYERS * (1 + 1.5) * per_token * m / rate
-    assert expected == pytest.approx(0.3599, abs=1e-4)  # seconds per step, 15% of the routed GEMMs' 2.42 s
+    assert expected == pytest.approx(
+        0.3599, abs=1e-4
+    )  # seconds per step, 15% of the routed GEMMs' 2.42 s
     for model, extra in ((padded, expected), (mixtral, 0.0)):
         maxtext, megatron = (
-            estimate(Problem.build(model, "h100-16", replace(work, framework=f)), lay) for f in ("maxtext", "megatron")
+            estimate(Problem.build(model, "h100-16", replace(work, framework=f)), lay)
+            for f in ("maxtext", "megatron")
         )
-        assert maxtext.time_s["compute/matmul"] - megatron.time_s["compute/matmul"] == pytest.approx(extra, abs=1e-12)
+        assert maxtext.time_s["compute/matmul"] - megatron.time_s[
+            "compute/matmul"
+        ] == pytest.approx(extra, abs=1e-12)
 
 
 def test_maxtext_holds_one_stacked_expert_matrix_and_the_next_not_two_moe_layers():
@@ -264,15 +336,17 @@ def test_maxtext_holds_one_stacked_expert_matrix_and_the_next_not_two_moe_layers
     work = Workload(global_batch_seqs=512, seq_len=4096)
     expert_matrix = 256 * 7168 * 2048
     maxtext, torchtitan = (
-        estimate(Problem.build("deepseek-v3", "v5p-512", replace(work, framework=f)), lay).memory_moments[
-            "layer_backward"
-        ]
+        estimate(
+            Problem.build("deepseek-v3", "v5p-512", replace(work, framework=f)), lay
+        ).memory_moments["layer_backward"]
         for f in ("maxtext", "torchtitan")
     )
     assert maxtext["temporary/gathered"] == pytest.approx(2 * expert_matrix * 2, rel=1e-12)
     assert maxtext["temporary/layer_grads"] == pytest.approx(2 * expert_matrix * 4, rel=1e-12)
     # two mean layers (58 of 61 are MoE): 43.9 GB, 2.92 x
-    assert torchtitan["temporary/gathered"] / maxtext["temporary/gathered"] == pytest.approx(2.919, abs=1e-3)
+    assert torchtitan["temporary/gathered"] / maxtext["temporary/gathered"] == pytest.approx(
+        2.919, abs=1e-3
+    )
 
 
 # ----------------------------------------------------------------------------- routing
@@ -281,17 +355,22 @@ def test_the_busiest_expert_device_sets_the_pace():
     (random) leaves the multinomial spread, 1 + z(8) / sqrt(8192) = 1.0158 x the balanced rows on the busiest device;
     a learned router (cv 0.15) 1.2157 x. The routed GEMMs and the AllToAll scale with it; attention does not. On
     one expert device (ep = 1) every expert is local and nothing waits: both routings cost the same."""
-    lay = Layout(fsdp=16, ep=8, zero_stage=1, num_microbatches=4, axes=NODE + (("ep", (("node", 8),)),))
+    lay = Layout(
+        fsdp=16, ep=8, zero_stage=1, num_microbatches=4, axes=NODE + (("ep", (("node", 8),)),)
+    )
     work = Workload(global_batch_seqs=64, seq_len=4096, framework="megatron")
     learned, forced = (
-        estimate(Problem.build("mixtral-8x7b", "h100-16", replace(work, routing=r)), lay) for r in ("learned", "forced")
+        estimate(Problem.build("mixtral-8x7b", "h100-16", replace(work, routing=r)), lay)
+        for r in ("learned", "forced")
     )
     loads = {"learned": MIXTRAL_EP8_LEARNED, "forced": _busiest(8, 8192, 1, 0.0)}
     assert loads["forced"] == pytest.approx(1.0158, abs=1e-4)
     acc = learned.cluster.accelerator
     m, rows, half = 4096, 8192, acc.matmul_half_efficiency_tokens
 
-    def routed_s(load):  # forward + backward (3 passes) of the routed experts' GEMMs, 32 layers, 4 microbatches
+    def routed_s(
+        load,
+    ):  # forward + backward (3 passes) of the routed experts' GEMMs, 32 layers, 4 microbatches
         rate = acc.peak_flops_per_s * acc.matmul_efficiency * rows * load / (rows * load + half)
         return 4 * MIXTRAL_LAYERS * 3 * 2.0 * K * 3 * D * F * m * load / rate
 
@@ -303,12 +382,18 @@ def test_the_busiest_expert_device_sets_the_pace():
         loads["learned"] / loads["forced"], rel=1e-12
     )
     # a routing spread the user measured (Workload.routing_cv) replaces the fitted default
-    measured = estimate(Problem.build("mixtral-8x7b", "h100-16", replace(work, routing_cv=0.2)), lay)
-    assert _a2a(measured)["bytes"] == pytest.approx(67_108_864 * _busiest(8, 8192, 1, 0.2), rel=1e-12)
+    measured = estimate(
+        Problem.build("mixtral-8x7b", "h100-16", replace(work, routing_cv=0.2)), lay
+    )
+    assert _a2a(measured)["bytes"] == pytest.approx(
+        67_108_864 * _busiest(8, 8192, 1, 0.2), rel=1e-12
+    )
     one = Layout(fsdp=16, zero_stage=1, num_microbatches=4)
     assert (
         estimate(Problem.build("mixtral-8x7b", "h100-16", work), one).step_time_s
-        == estimate(Problem.build("mixtral-8x7b", "h100-16", replace(work, routing="forced")), one).step_time_s
+        == estimate(
+            Problem.build("mixtral-8x7b", "h100-16", replace(work, routing="forced")), one
+        ).step_time_s
     )
 
 
@@ -337,19 +422,28 @@ def test_routing_is_a_choice_of_the_cli_and_problem_files(capsys, tmp_path):
     learned = json.loads(capsys.readouterr().out)
     assert main([*args, "--routing", "forced"]) == 0
     forced = json.loads(capsys.readouterr().out)
-    assert learned["layout"]["time_s"]["exposed_comm/ep"] > 1.1 * forced["layout"]["time_s"]["exposed_comm/ep"] > 0
+    assert (
+        learned["layout"]["time_s"]["exposed_comm/ep"]
+        > 1.1 * forced["layout"]["time_s"]["exposed_comm/ep"]
+        > 0
+    )
     # --routing-cv: the spread a user measured on their router; 16 H100, ep=8 with one local expert, 4 microbatches of
     # one sequence (4,096 tokens, 8,192 rows per expert device): the AllToAll carries the busiest device's load
     assert main([*args, "--routing-cv", "0.2"]) == 0
     measured = json.loads(capsys.readouterr().out)
-    assert (learned["problem"]["workload"]["routing_cv"], measured["problem"]["workload"]["routing_cv"]) == (0.15, 0.2)
+    assert (
+        learned["problem"]["workload"]["routing_cv"],
+        measured["problem"]["workload"]["routing_cv"],
+    ) == (0.15, 0.2)
     a2a = {
         doc["problem"]["workload"]["routing_cv"]: next(
             c["bytes"] for c in doc["collectives"] if c["name"].startswith("ep ")
         )
         for doc in (learned, measured)
     }
-    assert a2a[0.2] / a2a[0.15] == pytest.approx(_busiest(8, 8192, 1, 0.2) / _busiest(8, 8192, 1, 0.15), rel=1e-12)
+    assert a2a[0.2] / a2a[0.15] == pytest.approx(
+        _busiest(8, 8192, 1, 0.2) / _busiest(8, 8192, 1, 0.15), rel=1e-12
+    )
     assert main([*args, "--routing-cv", "-0.5"]) == 2
     assert capsys.readouterr().err.strip() == (
         "error: Invalid value for '--routing-cv': Input should be greater than or equal to 0 (got '-0.5')"
@@ -364,18 +458,34 @@ def test_routing_is_a_choice_of_the_cli_and_problem_files(capsys, tmp_path):
         f"'learned', 'forced'. (got 'balanced')"
     )
     # the Python API checks the value it is given the same way
-    with pytest.raises(InvalidArgumentError, match=r"^--routing: 'balanced' is not one of learned, forced$"):
-        Problem.build("mixtral-8x7b", "h100-16", Workload(global_batch_seqs=64, seq_len=4096, routing="balanced"))
+    with pytest.raises(
+        InvalidArgumentError, match=r"^--routing: 'balanced' is not one of learned, forced$"
+    ):
+        Problem.build(
+            "mixtral-8x7b",
+            "h100-16",
+            Workload(global_batch_seqs=64, seq_len=4096, routing="balanced"),
+        )
     for bad in (-0.1, float("nan"), float("inf"), "0.2", None):
-        with pytest.raises(InvalidArgumentError, match=r"^--routing-cv: .* is not a number from 0 to 10 \(a learned "):
-            Problem.build("mixtral-8x7b", "h100-16", Workload(global_batch_seqs=64, seq_len=4096, routing_cv=bad))
+        with pytest.raises(
+            InvalidArgumentError,
+            match=r"^--routing-cv: .* is not a number from 0 to 10 \(a learned ",
+        ):
+            Problem.build(
+                "mixtral-8x7b",
+                "h100-16",
+                Workload(global_batch_seqs=64, seq_len=4096, routing_cv=bad),
+            )
 
 
 def test_cuda_graphs_leave_a_dense_model_and_refuse_a_tpu(capsys):
     llama = Layout(fsdp=16, num_microbatches=4)
     plain, graphed = (
         estimate(
-            Problem.build("llama3-8b", "h100-16", Workload(global_batch_seqs=64, seq_len=4096, cuda_graphs=g)), llama
+            Problem.build(
+                "llama3-8b", "h100-16", Workload(global_batch_seqs=64, seq_len=4096, cuda_graphs=g)
+            ),
+            llama,
         )
         for g in ("none", "full_iteration")
     )
@@ -409,15 +519,17 @@ def test_expert_weights_divide_by_ep():
     """With ZeRO-1 the bf16 weights are whole on every device: going from ep=4 to ep=8 saves
     1/8 of the routed experts' weights (32 layers x 8 experts x 3 x D x F, 2 bytes each)."""
     problem = _mixtral()
-    ep4, ep8 = (estimate(problem, Layout(fsdp=16, ep=ep, zero_stage=1, num_microbatches=4)) for ep in (4, 8))
+    ep4, ep8 = (
+        estimate(problem, Layout(fsdp=16, ep=ep, zero_stage=1, num_microbatches=4)) for ep in (4, 8)
+    )
     experts = MIXTRAL_LAYERS * E * 3 * D * F
     assert ep4.memory_bytes["state/weights"] - ep8.memory_bytes["state/weights"] == pytest.approx(
         experts * (1 / 4 - 1 / 8) * 2, rel=1e-9
     )
     # the fp32 master and Adam moments divide by the expert ZeRO group too: 16 / ep devices
-    assert ep4.memory_bytes["state/optimizer"] - ep8.memory_bytes["state/optimizer"] == pytest.approx(
-        experts * 8 * (1 / 4 / 4 - 1 / 8 / 2), rel=1e-6
-    )
+    assert ep4.memory_bytes["state/optimizer"] - ep8.memory_bytes[
+        "state/optimizer"
+    ] == pytest.approx(experts * 8 * (1 / 4 / 4 - 1 / 8 / 2), rel=1e-6)
 
 
 def test_norm_act_recomputes_the_separate_norm_and_the_experts_activation_only():
@@ -432,18 +544,25 @@ def test_norm_act_recomputes_the_separate_norm_and_the_experts_activation_only()
         for r in ("none", "selective", "norm_act")
     )
     dropped = (D + K * F) * 2 * 4096 * MIXTRAL_LAYERS
-    assert none.memory_bytes["activations/saved"] - norm_act.memory_bytes["activations/saved"] == pytest.approx(
-        dropped, rel=1e-12
-    )
+    assert none.memory_bytes["activations/saved"] - norm_act.memory_bytes[
+        "activations/saved"
+    ] == pytest.approx(dropped, rel=1e-12)
     assert norm_act.time_s["compute/recompute"] == 0 < sel.time_s["compute/recompute"]
-    assert norm_act.time_s["compute/elementwise"] == pytest.approx(none.time_s["compute/elementwise"] * 3.5 / 3)
+    assert norm_act.time_s["compute/elementwise"] == pytest.approx(
+        none.time_s["compute/elementwise"] * 3.5 / 3
+    )
     # a dense model without latent attention has no separate norm and no experts: norm_act is no recompute at all,
     # and the rule norm-act refuses it (the search would list a twin of every none layout)
-    llama = Problem.build("llama3-8b", "h100-8", Workload(global_batch_seqs=64, seq_len=4096, framework="megatron"))
+    llama = Problem.build(
+        "llama3-8b", "h100-8", Workload(global_batch_seqs=64, seq_len=4096, framework="megatron")
+    )
     dense = [
-        estimate(llama, Layout(fsdp=8, num_microbatches=8, recompute=r), strict=False) for r in ("none", "norm_act")
+        estimate(llama, Layout(fsdp=8, num_microbatches=8, recompute=r), strict=False)
+        for r in ("none", "norm_act")
     ]
-    assert dense[0].memory_bytes["activations/saved"] == dense[1].memory_bytes["activations/saved"] > 0
+    assert (
+        dense[0].memory_bytes["activations/saved"] == dense[1].memory_bytes["activations/saved"] > 0
+    )
     assert dense[0].step_time_s == dense[1].step_time_s
     (v,) = check_layout(llama, Layout(fsdp=8, num_microbatches=8, recompute="norm_act"))
     assert v.message == (
@@ -459,10 +578,16 @@ def test_mla_up_proj_drops_the_up_projected_heads_and_reruns_their_projections()
     512 x 128 x 128 each, over those + the latents 7168 x (1536 + 512 + 64) + o 128 x 128 x 7168 + the MLP 3 x 7168 x
     18432 (the mean layer: 3 dense layers of 18432, 58 of 8 experts + 1 shared of 2048), of the forward matmul time."""
     problem = Problem.build(
-        "deepseek-v3", "h100-2048", Workload(global_batch_seqs=2048, seq_len=4096, framework="megatron")
+        "deepseek-v3",
+        "h100-2048",
+        Workload(global_batch_seqs=2048, seq_len=4096, framework="megatron"),
     )
     none, up = (
-        estimate(problem, Layout(fsdp=2048, ep=64, zero_stage=3, num_microbatches=1, recompute=r), strict=False)
+        estimate(
+            problem,
+            Layout(fsdp=2048, ep=64, zero_stage=3, num_microbatches=1, recompute=r),
+            strict=False,
+        )
         for r in ("none", "mla_up_proj")
     )
     assert (
@@ -471,22 +596,31 @@ def test_mla_up_proj_drops_the_up_projected_heads_and_reruns_their_projections()
     )
     rerun = 1536 * 128 * 192 + 2 * 512 * 128 * 128
     share = rerun / (rerun + 7168 * (1536 + 512 + 64) + 128 * 128 * 7168 + 3 * 7168 * 18432)
-    assert up.time_s["compute/recompute"] == pytest.approx(up.time_s["compute/matmul"] / 3 * share, rel=1e-12)
+    assert up.time_s["compute/recompute"] == pytest.approx(
+        up.time_s["compute/matmul"] / 3 * share, rel=1e-12
+    )
 
 
 def test_model_flops_count_the_k_active_experts():
     """Mixtral: 6 x (attention projections + k of 8 experts + router + output) per token + causal attention."""
     attention = D * (2 * 32 * 128 + 2 * 8 * 128)
     per_layer = attention + K * 3 * D * F + D * E
-    expected = 6 * (MIXTRAL_LAYERS * per_layer + D * 32000) + 3 * MIXTRAL_LAYERS * 4 * 2048 * 128 * 32
-    assert flops.model_flops_per_token(load_model("mixtral-8x7b"), 4096) == pytest.approx(expected, rel=1e-12)
+    expected = (
+        6 * (MIXTRAL_LAYERS * per_layer + D * 32000) + 3 * MIXTRAL_LAYERS * 4 * 2048 * 128 * 32
+    )
+    assert flops.model_flops_per_token(load_model("mixtral-8x7b"), 4096) == pytest.approx(
+        expected, rel=1e-12
+    )
     assert expected == pytest.approx(6 * 12.9e9, rel=0.04)  # Mixtral paper: 12.9B active parameters
 
 
 def test_mla_attention_uses_the_value_head_width():
     """DeepSeek-V3: QK^T over nope + rope = 192 per head, AV over v_head_dim = 128, 128 heads."""
     model = load_model("deepseek-v3")
-    assert flops.attention_flops_per_token_per_layer(model, 4096, causal=True) == 2 * 2048 * (192 + 128) * 128
+    assert (
+        flops.attention_flops_per_token_per_layer(model, 4096, causal=True)
+        == 2 * 2048 * (192 + 128) * 128
+    )
     # the latent projections: q 7168 x 1536 + 1536 x 128 x 192, kv 7168 x 576 + 512 x 128 x 256, o 128 x 128 x 7168
     assert flops.mla_projection_params(model) == (
         7168 * 1536 + 1536 * 128 * 192 + 7168 * 576 + 512 * 128 * 256 + 128 * 128 * 7168
@@ -528,9 +662,23 @@ def test_expert_rules_name_the_numbers(capsys, layout, message):
 
 
 def test_a_dense_model_has_no_expert_degrees(capsys):
-    code = main(["estimate", "--model", "llama3-8b", "--cluster", "h100-8", "--seqs", "8", "--layout", "fsdp=8,ep=2"])
+    code = main(
+        [
+            "estimate",
+            "--model",
+            "llama3-8b",
+            "--cluster",
+            "h100-8",
+            "--seqs",
+            "8",
+            "--layout",
+            "fsdp=8,ep=2",
+        ]
+    )
     assert (
-        code == 2 and "ep(2) x etp(1): model 'llama3-8b' has no mixture-of-experts layers\n" in capsys.readouterr().err
+        code == 2
+        and "ep(2) x etp(1): model 'llama3-8b' has no mixture-of-experts layers\n"
+        in capsys.readouterr().err
     )
 
 
@@ -572,7 +720,9 @@ def moe_problems(draw):
         shared_d_ff=heads * 64,
         first_dense_layers=draw(st.sampled_from([0, 1])),
     )
-    mla = MlaSpec(q_lora_rank=128, kv_lora_rank=64, qk_rope_head_dim=32, qk_nope_head_dim=32, v_head_dim=64)
+    mla = MlaSpec(
+        q_lora_rank=128, kv_lora_rank=64, qk_rope_head_dim=32, qk_nope_head_dim=32, v_head_dim=64
+    )
     use_mla = draw(st.booleans())
     model = ModelSpec(
         name="rand-moe",
@@ -602,7 +752,9 @@ def moe_problems(draw):
 def test_cpsat_equals_the_enumerator_on_random_moe_instances(problem):
     model, workload, cluster = problem
     space = build_space(Problem.build(model, cluster, workload), SearchOptions())
-    assert not space.num_shapes or int(np.max(space.shapes.ep)) > 1  # expert parallelism is in the candidate space
+    assert (
+        not space.num_shapes or int(np.max(space.shapes.ep)) > 1
+    )  # expert parallelism is in the candidate space
     tables = build_tables(space)
     found = {}
     enum, _ = enumerate_top(space, tables, "step-time", 3, found=found)
@@ -614,7 +766,19 @@ def test_cpsat_equals_the_enumerator_on_random_moe_instances(problem):
 
 def test_the_infeasibility_funnel_names_the_expert_rule(capsys):
     """`--fix ep=16` on Mixtral's 8 experts: the funnel says which MoE rule removed the last layouts."""
-    code = main(["solve", "--model", "mixtral-8x7b", "--cluster", "h100-16", "--seqs", "64", "--fix", "ep=16"])
+    code = main(
+        [
+            "solve",
+            "--model",
+            "mixtral-8x7b",
+            "--cluster",
+            "h100-16",
+            "--seqs",
+            "64",
+            "--fix",
+            "ep=16",
+        ]
+    )
     out = capsys.readouterr()
     assert code == 1
     assert (

@@ -93,7 +93,14 @@ COUNTS = [
     ("qwen1.5-moe-a2.7b", "qwen2_moe", None, 14_315_784_192, 2_689_173_504, None),
     ("gpt-oss-120b", "gpt_oss", "gpt-oss-120b", 116_829_156_672, 5_711_982_912, None),
     ("llama-4-scout-17b-16e", "llama4_text", "llama4-scout", 107_769_861_120, 17_172_894_720, None),
-    ("llama-4-maverick-17b-128e", "llama4_text", "llama4-maverick", 400_711_848_960, 17_184_691_200, None),
+    (
+        "llama-4-maverick-17b-128e",
+        "llama4_text",
+        "llama4-maverick",
+        400_711_848_960,
+        17_184_691_200,
+        None,
+    ),
 ]
 
 # catalogue id, published total, published active (billions, as the source writes them), whether
@@ -123,8 +130,12 @@ def imported(data_file):
         return {name: read_hf_config(data_file(f"hf/{name}.json")) for name, *_ in COUNTS}
 
 
-@pytest.mark.parametrize("name, model_type, catalogue, total, active, mtp", COUNTS, ids=[c[0] for c in COUNTS])
-def test_exact_counts_of_the_published_configs(imported, name, model_type, catalogue, total, active, mtp):
+@pytest.mark.parametrize(
+    "name, model_type, catalogue, total, active, mtp", COUNTS, ids=[c[0] for c in COUNTS]
+)
+def test_exact_counts_of_the_published_configs(
+    imported, name, model_type, catalogue, total, active, mtp
+):
     """Total, active and MTP counts of each published config (derivations in the module docstring);
     the catalogue entry counts the same."""
     result = imported[name]
@@ -136,7 +147,9 @@ def test_exact_counts_of_the_published_configs(imported, name, model_type, catal
         assert params.param_counts(load_model(catalogue)) == counts
 
 
-@pytest.mark.parametrize("model_id, total, active, without_embedding", PUBLISHED, ids=[p[0] for p in PUBLISHED])
+@pytest.mark.parametrize(
+    "model_id, total, active, without_embedding", PUBLISHED, ids=[p[0] for p in PUBLISHED]
+)
 def test_counts_match_the_published_figures(model_id, total, active, without_embedding):
     counts = params.param_counts(load_model(model_id))
     assert _within(counts["total"], total)
@@ -173,7 +186,12 @@ def test_moe_layer_rule():
     """Layer i is MoE when i >= first_dense_layers and (i + 1) % layer_freq == 0: DeepSeek-V3 from
     layer 3, Maverick the odd layers, Mixtral all."""
     ds, mav, mix = (load_model(n) for n in ("deepseek-v3", "llama4-maverick", "mixtral-8x7b"))
-    assert [ds.is_moe_layer(i) for i in (0, 2, 3, 60)] == [False, False, True, True] and ds.num_moe_layers == 58
+    assert [ds.is_moe_layer(i) for i in (0, 2, 3, 60)] == [
+        False,
+        False,
+        True,
+        True,
+    ] and ds.num_moe_layers == 58
     assert [i for i in range(6) if mav.is_moe_layer(i)] == [1, 3, 5] and mav.num_dense_layers == 24
     assert mix.num_moe_layers == 32 and mix.num_dense_layers == 0
 
@@ -181,14 +199,20 @@ def test_moe_layer_rule():
 def test_components_of_deepseek_v3():
     c = params.param_counts(load_model("deepseek-v3"))
     assert c["attention"] == 61 * 187_107_328 and c["mlp"] == 3 * 396_361_728
-    assert (c["experts"], c["shared_experts"], c["router"]) == (58 * 11_274_289_152, 58 * 44_040_192, 58 * 1_835_264)
+    assert (c["experts"], c["shared_experts"], c["router"]) == (
+        58 * 11_274_289_152,
+        58 * 44_040_192,
+        58 * 1_835_264,
+    )
     assert c["norms"] == 61 * 2 * 7168 + 7168
 
 
 def test_mla_without_query_compression():
     """q_lora_rank None: a full query projection D x n_q (h_nope + h_rope), no query latent or norm."""
     ds = load_model("deepseek-v3")
-    plain = model_from_dict({**spec_fields(ds), "mla": {**spec_fields(ds)["mla"], "q_lora_rank": None}}, "x", "x")
+    plain = model_from_dict(
+        {**spec_fields(ds), "mla": {**spec_fields(ds)["mla"], "q_lora_rank": None}}, "x", "x"
+    )
     saved = 7168 * 1536 + 1536 + 1536 * 128 * 192 - 7168 * 128 * 192
     assert params.attention_params_per_layer(ds) - params.attention_params_per_layer(plain) == saved
 
@@ -201,8 +225,14 @@ def test_sparse_spec_round_trips_through_a_result_document():
         back = model_from_dict(doc, m.name, "problem.model_spec")
         assert back == m and model_hash(back) == model_hash(m)
     doc = spec_fields(load_model("deepseek-v3"))
-    assert doc["moe"]["first_dense_layers"] == 3 and doc["mla"]["kv_lora_rank"] == 512 and doc["mtp_layers"] == 1
-    assert isinstance(load_model("deepseek-v3").moe, MoeSpec) and isinstance(load_model("deepseek-v3").mla, MlaSpec)
+    assert (
+        doc["moe"]["first_dense_layers"] == 3
+        and doc["mla"]["kv_lora_rank"] == 512
+        and doc["mtp_layers"] == 1
+    )
+    assert isinstance(load_model("deepseek-v3").moe, MoeSpec) and isinstance(
+        load_model("deepseek-v3").mla, MlaSpec
+    )
 
 
 BASE = {
@@ -224,7 +254,10 @@ MOE = {"num_experts": 8, "top_k": 2, "expert_d_ff": 128}
     "change, message",
     [
         ({"moe": {**MOE, "top_k": 9}}, "field 'moe.top_k' (9) is more than moe.num_experts(8)"),
-        ({"moe": {**MOE, "num_shared_experts": 1}}, "field 'moe.shared_d_ff' (0) with moe.num_shared_experts(1)"),
+        (
+            {"moe": {**MOE, "num_shared_experts": 1}},
+            "field 'moe.shared_d_ff' (0) with moe.num_shared_experts(1)",
+        ),
         ({"moe": {**MOE, "first_dense_layers": 4}}, "leave no MoE layer among num_layers(4)"),
         ({"moe": {**MOE, "layer_freq": 5}}, "leave no MoE layer among num_layers(4)"),
         ({"moe": {**MOE, "topk": 2}}, "m.yaml: moe: unknown key 'topk' (did you mean 'top_k'?)"),
@@ -267,7 +300,9 @@ def test_model_file_checks_the_sparse_fields(change, message):
 def test_capacity_factor_and_dropless():
     m = model_from_dict({**BASE, "moe": {**MOE, "capacity_factor": 1.25}}, "x", "m.yaml")
     assert m.moe.capacity_factor == 1.25
-    assert model_from_dict({**BASE, "moe": MOE}, "x", "m.yaml").moe.capacity_factor is None  # dropless
+    assert (
+        model_from_dict({**BASE, "moe": MOE}, "x", "m.yaml").moe.capacity_factor is None
+    )  # dropless
 
 
 # ----------------------------------------------------------------------------- attention sinks
@@ -281,12 +316,16 @@ def test_attention_sinks_are_counted_and_cost_what_plain_attention_costs():
     work = Workload(global_batch_seqs=64, seq_len=4096)
     lay = Layout(fsdp=64, ep=8, zero_stage=3, num_microbatches=1)
     sinks, plain = (
-        estimate(Problem.build(m, "h100-64", work), lay) for m in (oss, replace(oss, attention_sinks=False))
+        estimate(Problem.build(m, "h100-64", work), lay)
+        for m in (oss, replace(oss, attention_sinks=False))
     )
     assert sinks.params["total"] - plain.params["total"] == 64 * 36
     for term in ("compute/attention", "compute/matmul", "compute/elementwise", "exposed_comm/ep"):
         assert sinks.time_s[term] == plain.time_s[term] > 0, term
-    assert sinks.step_time_s == pytest.approx(plain.step_time_s, rel=1e-7) and sinks.step_time_s != plain.step_time_s
+    assert (
+        sinks.step_time_s == pytest.approx(plain.step_time_s, rel=1e-7)
+        and sinks.step_time_s != plain.step_time_s
+    )
 
 
 @pytest.mark.parametrize(
@@ -312,7 +351,10 @@ def test_an_export_target_without_attention_sinks_refuses_gpt_oss(capsys, target
     assert cli.main(args) == 0
     assert "gpt-oss-120b on h100-64 (64 devices)" in capsys.readouterr().out
     assert cli.main([*args, "--export", target]) == 1
-    assert capsys.readouterr().err.strip().splitlines()[-1] == f"no feasible layout: {nearest} ({target}-sinks)"
+    assert (
+        capsys.readouterr().err.strip().splitlines()[-1]
+        == f"no feasible layout: {nearest} ({target}-sinks)"
+    )
 
 
 def test_deepspeed_exports_gpt_oss(tmp_path, capsys):
@@ -336,7 +378,10 @@ def test_deepspeed_exports_gpt_oss(tmp_path, capsys):
         == 0
     )
     doc = json.loads(out.read_text())
-    assert doc["_layoutsearch"]["model_hyperparameters"]["attention_bias"] is True and doc["train_batch_size"] == 512
+    assert (
+        doc["_layoutsearch"]["model_hyperparameters"]["attention_bias"] is True
+        and doc["train_batch_size"] == 512
+    )
 
 
 def test_sweep_refuses_an_unknown_model_before_solving(tmp_path, capsys):
@@ -357,15 +402,23 @@ def test_sweep_refuses_an_unknown_model_before_solving(tmp_path, capsys):
         ]
     )
     err = capsys.readouterr().err
-    assert code == 2 and err.startswith("error: unknown model 'gpt-oss-12b' (did you mean 'gpt-oss-120b'?)"), err
+    assert code == 2 and err.startswith(
+        "error: unknown model 'gpt-oss-12b' (did you mean 'gpt-oss-120b'?)"
+    ), err
     assert not output.exists()
 
 
 def test_models_lists_total_and_active(capsys):
     assert cli.main(["models", "--format", "json"]) == 0
     rows = {row["id"]: row for row in json.loads(capsys.readouterr().out)}
-    assert (rows["mixtral-8x7b"]["params"], rows["mixtral-8x7b"]["active"]) == (46_702_792_704, 12_879_925_248)
-    assert (rows["deepseek-v3"]["experts"], rows["deepseek-v3"]["mtp_params"]) == ("256/8+1", 11_610_068_224)
+    assert (rows["mixtral-8x7b"]["params"], rows["mixtral-8x7b"]["active"]) == (
+        46_702_792_704,
+        12_879_925_248,
+    )
+    assert (rows["deepseek-v3"]["experts"], rows["deepseek-v3"]["mtp_params"]) == (
+        "256/8+1",
+        11_610_068_224,
+    )
     assert rows["llama70b"]["active"] == rows["llama70b"]["params"] == 70_553_706_496
 
 
@@ -382,18 +435,32 @@ def test_shapes_read_from_the_configs(imported):
         router_bias=True,
     )
     assert ds.mla == MlaSpec(
-        q_lora_rank=1536, kv_lora_rank=512, qk_rope_head_dim=64, qk_nope_head_dim=128, v_head_dim=128
+        q_lora_rank=1536,
+        kv_lora_rank=512,
+        qk_rope_head_dim=64,
+        qk_nope_head_dim=128,
+        v_head_dim=128,
     )
     assert (ds.head_dim, ds.num_kv_heads, ds.mtp_layers, ds.d_ff) == (192, 128, 1, 18432)
     oss = imported["gpt-oss-120b"].model
-    assert (oss.sliding_window, oss.full_attention_layers, oss.attention_sinks, oss.linear_bias) == (
+    assert (
+        oss.sliding_window,
+        oss.full_attention_layers,
+        oss.attention_sinks,
+        oss.linear_bias,
+    ) == (
         128,
         18,
         True,
         True,
     )
     mav = imported["llama-4-maverick-17b-128e"].model
-    assert (mav.d_ff, mav.moe.expert_d_ff, mav.moe.layer_freq, mav.moe.shared_d_ff) == (16384, 8192, 2, 8192)
+    assert (mav.d_ff, mav.moe.expert_d_ff, mav.moe.layer_freq, mav.moe.shared_d_ff) == (
+        16384,
+        8192,
+        2,
+        8192,
+    )
     qwen2 = imported["qwen1.5-moe-a2.7b"].model
     assert qwen2.moe.shared_expert_gate and qwen2.qkv_bias and qwen2.sliding_window is None
 
@@ -450,9 +517,21 @@ def _write(tmp_path, cfg, name="config.json"):
 @pytest.mark.parametrize(
     "base, change, message",
     [
-        ("qwen3-30b-a3b", {"mlp_only_layers": [0, 5]}, "field 'mlp_only_layers': dense layers other than the first"),
-        ("deepseek-v3", {"moe_layer_freq": 2}, "field 'moe_layer_freq' (2): MoE layers at other than every layer"),
-        ("deepseek-v3", {"attention_bias": True}, "field 'attention_bias' (True): deepseek_v3 with attention biases"),
+        (
+            "qwen3-30b-a3b",
+            {"mlp_only_layers": [0, 5]},
+            "field 'mlp_only_layers': dense layers other than the first",
+        ),
+        (
+            "deepseek-v3",
+            {"moe_layer_freq": 2},
+            "field 'moe_layer_freq' (2): MoE layers at other than every layer",
+        ),
+        (
+            "deepseek-v3",
+            {"attention_bias": True},
+            "field 'attention_bias' (True): deepseek_v3 with attention biases",
+        ),
         (
             "mixtral-8x7b-v0.1",
             {"n_routed_experts": 8},
@@ -463,16 +542,26 @@ def _write(tmp_path, cfg, name="config.json"):
             {"q_lora_rank": 512},
             "field 'q_lora_rank' (512): multi-head latent attention is not modelled",
         ),
-        ("qwen3-30b-a3b", {"num_experts_per_tok": 0}, "field 'num_experts_per_tok': Input should be greater than 0"),
+        (
+            "qwen3-30b-a3b",
+            {"num_experts_per_tok": 0},
+            "field 'num_experts_per_tok': Input should be greater than 0",
+        ),
         (
             "gpt-oss-120b",
             {"experts_per_token": 2},
             "field 'experts_per_token' (2) and 'num_experts_per_tok' (4) differ",
         ),
-        ("gpt-oss-120b", {"attention_bias": False}, "field 'attention_bias' (False): gpt_oss without attention biases"),
+        (
+            "gpt-oss-120b",
+            {"attention_bias": False},
+            "field 'attention_bias' (False): gpt_oss without attention biases",
+        ),
     ],
 )
-def test_what_the_sparse_import_does_not_model_is_refused(tmp_path, data_file, base, change, message):
+def test_what_the_sparse_import_does_not_model_is_refused(
+    tmp_path, data_file, base, change, message
+):
     cfg = {**json.loads(data_file(f"hf/{base}.json").read_text()), **change}
     path = _write(tmp_path, cfg)
     with pytest.raises(CatalogueError) as info:
@@ -496,9 +585,13 @@ def test_mixtral_is_no_longer_read_as_a_dense_model(tmp_path, capsys, data_file)
     model = read_hf_config(data_file("hf/mixtral-8x7b-v0.1.json")).model
     assert model.moe.num_experts == 8 and params.param_counts(model)["total"] == 46_702_792_704
     path = _write(tmp_path, json.loads(data_file("hf/mixtral-8x7b-v0.1.json").read_text()))
-    code = cli.main(["estimate", "--model", str(path), "--cluster", "h100-8", "--layout", "dp=8", "--seqs", "8"])
+    code = cli.main(
+        ["estimate", "--model", str(path), "--cluster", "h100-8", "--layout", "dp=8", "--seqs", "8"]
+    )
     captured = capsys.readouterr()
-    assert code == 1 and captured.err.count("warning: ") == 1 and "10 key(s) not used" in captured.err
+    assert (
+        code == 1 and captured.err.count("warning: ") == 1 and "10 key(s) not used" in captured.err
+    )
     assert "does not fit: needs 873.5 GB per device" in captured.out + captured.err
 
 
@@ -516,4 +609,6 @@ def test_h800_is_an_h100_with_200_gb_s_nvlink():
     )
     assert all(getattr(h800, k) == getattr(h100, k) for k in same)
     assert "NVLink" in h800.sources["link_gbytes_per_s_per_direction"]
-    assert (catalogue_dir("hardware") / "h800.yaml").is_file() and math.isclose(h800.peak_flops_per_s, 989e12)
+    assert (catalogue_dir("hardware") / "h800.yaml").is_file() and math.isclose(
+        h800.peak_flops_per_s, 989e12
+    )

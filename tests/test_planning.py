@@ -51,7 +51,15 @@ def assert_priced(rec: dict, tokens: float, devices: int, price: float | None) -
 
 def test_solve_json_prices_every_layout_from_its_own_record():
     doc = run_json(
-        "solve", "--model", "llama70b", "--cluster", "v5p-8192", "--tokens", "15e12", "--price-per-device-hour", "2.0"
+        "solve",
+        "--model",
+        "llama70b",
+        "--cluster",
+        "v5p-8192",
+        "--tokens",
+        "15e12",
+        "--price-per-device-hour",
+        "2.0",
     )
     assert doc["problem"]["workload"]["training_tokens"] == TOKENS
     assert len(doc["layouts"]) == 3
@@ -63,20 +71,39 @@ def test_solve_json_prices_every_layout_from_its_own_record():
         unpriced["degrees"],
         unpriced["tokens_per_s"],
     )  # pricing ranks nothing
-    assert best["cost"] == pytest.approx(2.0 * 8192 * 24 * 15e12 / best["tokens_per_s"] / 86400, rel=1e-12)
+    assert best["cost"] == pytest.approx(
+        2.0 * 8192 * 24 * 15e12 / best["tokens_per_s"] / 86400, rel=1e-12
+    )
 
 
 def test_without_tokens_the_fields_are_null_and_without_a_price_only_cost_is():
-    plain = run_json("solve", "--model", "llama3-8b", "--cluster", "h100-64", "--top", "1")["layouts"][0]
-    assert (plain["train_days"], plain["device_hours"], plain["cost"], plain["price_per_device_hour"]) == (
+    plain = run_json("solve", "--model", "llama3-8b", "--cluster", "h100-64", "--top", "1")[
+        "layouts"
+    ][0]
+    assert (
+        plain["train_days"],
+        plain["device_hours"],
+        plain["cost"],
+        plain["price_per_device_hour"],
+    ) == (
         None,
         None,
         None,
         None,
     )
-    for key in ("degrees", "axes", "memory_bytes", "time_s", "mfu", "tokens_per_s", "fits"):  # nothing dropped
+    for key in (
+        "degrees",
+        "axes",
+        "memory_bytes",
+        "time_s",
+        "mfu",
+        "tokens_per_s",
+        "fits",
+    ):  # nothing dropped
         assert key in plain
-    doc = run_json("solve", "--model", "llama3-8b", "--cluster", "h100-64", "--top", "1", "--tokens", "1e12")
+    doc = run_json(
+        "solve", "--model", "llama3-8b", "--cluster", "h100-64", "--top", "1", "--tokens", "1e12"
+    )
     assert_priced(doc["layouts"][0], 1e12, 64, None)
 
 
@@ -122,15 +149,30 @@ def test_solve_table_prints_the_time_to_train_of_each_layout():
     text = runner.invoke(app, argv).stdout
     assert "time to train 1e+12 tokens at 2.5 per device-hour" in text
     for rank, rec in enumerate(recs, start=1):
-        row = re.search(rf"│ {rank} │ +{rec['tokens_per_s']:,.0f} │ +([0-9.,]+) │ +([0-9,]+) │ +([0-9,]+) │", text)
+        row = re.search(
+            rf"│ {rank} │ +{rec['tokens_per_s']:,.0f} │ +([0-9.,]+) │ +([0-9,]+) │ +([0-9,]+) │",
+            text,
+        )
         assert row, text
-        assert row.groups() == (f"{rec['train_days']:,.1f}", f"{rec['device_hours']:,.0f}", f"{rec['cost']:,.0f}")
+        assert row.groups() == (
+            f"{rec['train_days']:,.1f}",
+            f"{rec['device_hours']:,.0f}",
+            f"{rec['cost']:,.0f}",
+        )
     assert "time to train" not in runner.invoke(app, argv[:7]).stdout  # no --tokens: no table
 
 
 def test_explain_takes_tokens_and_price():
     doc = run_json(
-        "explain", "--model", "llama3-8b", "--cluster", "h100-64", "--tokens", "1e12", "--price-per-device-hour", "0"
+        "explain",
+        "--model",
+        "llama3-8b",
+        "--cluster",
+        "h100-64",
+        "--tokens",
+        "1e12",
+        "--price-per-device-hour",
+        "0",
     )
     for rec in doc["layouts"]:
         assert_priced(rec, 1e12, 64, 0.0)
@@ -141,7 +183,11 @@ def test_plan_numbers_are_the_formulas():
     got = planning.plan_numbers(1e12, 1e6, 64, 3.0)
     days = 1e12 / 1e6 / 86400
     assert got == {"train_days": days, "device_hours": days * 24 * 64, "cost": days * 24 * 64 * 3.0}
-    assert planning.plan_numbers(None, 1e6, 64, 3.0) == {"train_days": None, "device_hours": None, "cost": None}
+    assert planning.plan_numbers(None, 1e6, 64, 3.0) == {
+        "train_days": None,
+        "device_hours": None,
+        "cost": None,
+    }
 
 
 # ----------------------------------------------------------------------------- what-if
@@ -157,7 +203,8 @@ def test_scaled_cluster_scales_the_accelerator_and_the_matching_axes_only():
     for axis in scaled.axes:
         factor = 0.5 if axis.kind == "scale_out" else 1.0
         assert axis == dataclasses.replace(
-            by_name[axis.name], bytes_per_s_per_direction=factor * by_name[axis.name].bytes_per_s_per_direction
+            by_name[axis.name],
+            bytes_per_s_per_direction=factor * by_name[axis.name].bytes_per_s_per_direction,
         )
     assert (scaled.name, scaled.num_devices) == (base.name, base.num_devices)
     assert resolve_cluster("h100-64") == base  # the cached cluster is untouched
@@ -167,25 +214,54 @@ def test_scaled_cluster_scales_the_accelerator_and_the_matching_axes_only():
     assert kinds == {"torus", "dcn"}
     ici = planning.scaled_cluster(tpu, {"link_bandwidth": 0.5})
     for old, axis in zip(tpu.axes, ici.axes):
-        assert axis.bytes_per_s_per_direction == old.bytes_per_s_per_direction * (0.5 if old.kind == "torus" else 1.0)
+        assert axis.bytes_per_s_per_direction == old.bytes_per_s_per_direction * (
+            0.5 if old.kind == "torus" else 1.0
+        )
     dcn = planning.scaled_cluster(tpu, {"scale_out_bandwidth": 0.25, "hbm": 2.0})
     for old, axis in zip(tpu.axes, dcn.axes):
-        assert axis.bytes_per_s_per_direction == old.bytes_per_s_per_direction * (0.25 if old.kind == "dcn" else 1.0)
+        assert axis.bytes_per_s_per_direction == old.bytes_per_s_per_direction * (
+            0.25 if old.kind == "dcn" else 1.0
+        )
     assert dcn.accelerator.hbm_bytes == 2.0 * tpu.accelerator.hbm_bytes
 
 
 def test_halving_scale_out_bandwidth_never_speeds_up_the_winner_and_is_reported():
-    doc = run_json("solve", "--model", "llama3-8b", "--cluster", "h100-64", "--what-if", "scale_out_bandwidth=0.5")
+    doc = run_json(
+        "solve",
+        "--model",
+        "llama3-8b",
+        "--cluster",
+        "h100-64",
+        "--what-if",
+        "scale_out_bandwidth=0.5",
+    )
     w, base = doc["what_if"], doc["layouts"][0]
-    assert w["factors"] == {"scale_out_bandwidth": 0.5} and w["method"] == "re-solved" and w["status"] == "OPTIMAL"
+    assert (
+        w["factors"] == {"scale_out_bandwidth": 0.5}
+        and w["method"] == "re-solved"
+        and w["status"] == "OPTIMAL"
+    )
     assert w["base_step_time_s"] == base["time_s"]["step"]
     assert w["step_time_s"] == w["layout"]["time_s"]["step"] >= base["time_s"]["step"]
-    assert w["step_time_rel_change"] == (w["step_time_s"] - w["base_step_time_s"]) / w["base_step_time_s"] >= 0
+    assert (
+        w["step_time_rel_change"]
+        == (w["step_time_s"] - w["base_step_time_s"]) / w["base_step_time_s"]
+        >= 0
+    )
     # the NIC traffic hides here: only the compute it slows while hidden grows (overlap_interference)
     assert 0.0 < w["step_time_rel_change"] < 0.02 and w["same_layout"] is True
     assert w["base_layout_step_time_s"] == w["step_time_s"] and w["base_layout_fits"] is True
     text = runner.invoke(
-        app, ["solve", "--model", "llama3-8b", "--cluster", "h100-64", "--what-if", "scale_out_bandwidth=0.5"]
+        app,
+        [
+            "solve",
+            "--model",
+            "llama3-8b",
+            "--cluster",
+            "h100-64",
+            "--what-if",
+            "scale_out_bandwidth=0.5",
+        ],
     ).stdout
     assert "what if scale_out_bandwidth x0.5 (re-solved)" in text
     assert (
@@ -209,12 +285,22 @@ def test_a_tenth_of_the_scale_out_bandwidth_changes_the_winner():
         "1e12",
     )
     w, base = doc["what_if"], doc["layouts"][0]
-    layout_of = lambda rec: (rec["degrees"], rec["zero_stage"], rec["num_microbatches"], rec["recompute"])  # noqa: E731
+
+    def layout_of(rec):
+        return (
+            rec["degrees"],
+            rec["zero_stage"],
+            rec["num_microbatches"],
+            rec["recompute"],
+        )
+
     assert w["same_layout"] is False and layout_of(w["layout"]) != layout_of(base)
     # the re-solve is at least as good as keeping the old winner on the slower network (up to the tie
     # tolerance of search.ranking: the winner is the simplest layout within 0.5% of the fastest), and slower than before
     assert base["time_s"]["step"] < w["step_time_s"] <= w["base_layout_step_time_s"] * 1.005
-    assert w["step_time_rel_change"] == pytest.approx(w["step_time_s"] / base["time_s"]["step"] - 1, rel=1e-12)
+    assert w["step_time_rel_change"] == pytest.approx(
+        w["step_time_s"] / base["time_s"]["step"] - 1, rel=1e-12
+    )
     assert_priced(w["layout"], 1e12, 64, None)
 
 
@@ -222,17 +308,36 @@ def test_what_if_on_the_library_matches_a_solve_of_the_scaled_problem():
     problem = Problem.build("llama3-8b", "h100-64", Workload(global_batch_seqs=1024, seq_len=4096))
     factors = {"link_bandwidth": 0.5, "hbm_bandwidth": 2.0}
     scaled = planning.scaled_problem(problem, factors)
-    assert scaled.cluster.accelerator.hbm_bytes_per_s == 2.0 * problem.cluster.accelerator.hbm_bytes_per_s
+    assert (
+        scaled.cluster.accelerator.hbm_bytes_per_s
+        == 2.0 * problem.cluster.accelerator.hbm_bytes_per_s
+    )
     by_hand = solve(scaled).layouts[0]
     doc = run_json(
-        "solve", "--model", "llama3-8b", "--cluster", "h100-64", "--what-if", "link_bandwidth=0.5,hbm_bandwidth=2"
+        "solve",
+        "--model",
+        "llama3-8b",
+        "--cluster",
+        "h100-64",
+        "--what-if",
+        "link_bandwidth=0.5,hbm_bandwidth=2",
     )
     assert doc["what_if"]["factors"] == factors
     assert doc["what_if"]["step_time_s"] == by_hand.step_time_s
 
 
 def test_what_if_where_the_base_does_not_fit():
-    argv = ["solve", "--model", "llama3-405b", "--cluster", "h100-64", "--seqs", "64", "--what-if", "hbm=4"]
+    argv = [
+        "solve",
+        "--model",
+        "llama3-405b",
+        "--cluster",
+        "h100-64",
+        "--seqs",
+        "64",
+        "--what-if",
+        "hbm=4",
+    ]
     r = runner.invoke(app, [*argv, "--format", "json"])
     assert r.exit_code == 1  # the base problem has no layout
     w = json.loads(r.stdout)["what_if"]
@@ -260,7 +365,9 @@ def test_estimate_what_if_re_estimates_the_same_layout():
     w = doc["what_if"]
     assert w["method"] == "re-estimated" and w["same_layout"] is True
     assert w["layout"]["axes"] == doc["layout"]["axes"]
-    assert 0.5 < w["layout"]["time_s"]["compute"] / doc["layout"]["time_s"]["compute"] < 0.55  # HBM-bound parts stay
+    assert (
+        0.5 < w["layout"]["time_s"]["compute"] / doc["layout"]["time_s"]["compute"] < 0.55
+    )  # HBM-bound parts stay
     assert w["step_time_s"] < w["base_step_time_s"]
     assert "what if peak_flops x2 (re-estimated)" in runner.invoke(app, argv).stdout
 
@@ -270,17 +377,25 @@ def test_sensitivity_of_a_compute_bound_layout_to_peak_flops_is_about_minus_9_pe
     doc = run_json("explain", "--model", "llama3-8b", "--cluster", "h100-64", "--sensitivity")
     best, sens = doc["layouts"][0], doc["sensitivity"]
     # compute-bound: no bubble, and exposed traffic only the compute its hidden collectives slow
-    assert best["time_s"]["exposed_comm"] < 0.02 * best["time_s"]["step"] and best["time_s"]["bubble"] == 0.0
+    assert (
+        best["time_s"]["exposed_comm"] < 0.02 * best["time_s"]["step"]
+        and best["time_s"]["bubble"] == 0.0
+    )
     assert list(sens) == list(planning.WHAT_IF_KEYS) and doc["sensitivity_factor"] == 1.1
-    assert 1 / 1.1 - 1 <= sens["peak_flops"] < -0.08  # -9.1% for pure compute; the fixed overheads stay
+    assert (
+        1 / 1.1 - 1 <= sens["peak_flops"] < -0.08
+    )  # -9.1% for pure compute; the fixed overheads stay
     assert sens["hbm"] == 0.0  # capacity does not change the time of a fixed layout
     # hidden communication: faster links only shorten the compute it slows (overlap_interference)
     assert -0.005 < sens["scale_out_bandwidth"] <= 0.0 and -0.005 < sens["link_bandwidth"] <= 0.0
     assert all(v <= 0 for v in sens.values())  # faster hardware never slows a fixed layout down
-    text = runner.invoke(app, ["explain", "--model", "llama3-8b", "--cluster", "h100-64", "--sensitivity"]).stdout
+    text = runner.invoke(
+        app, ["explain", "--model", "llama3-8b", "--cluster", "h100-64", "--sensitivity"]
+    ).stdout
     assert (
         f"│ peak_flops          │ peak dense FLOP/s                     │ "
-        f"{best['time_s']['step'] * (1 + sens['peak_flops']):14.4f} │ {sens['peak_flops']:+.2%} │" in text
+        f"{best['time_s']['step'] * (1 + sens['peak_flops']):14.4f} │ {sens['peak_flops']:+.2%} │"
+        in text
     )
 
 
@@ -318,8 +433,13 @@ def test_explain_without_sensitivity_adds_nothing_and_without_a_layout_it_is_nul
 # ----------------------------------------------------------------------------- sweep
 def test_sweep_rows_carry_time_and_cost_columns(tmp_path):
     out = tmp_path / "s.csv"
-    points = expand_points("llama3-8b", "h100-64,h100-8", "1024", training_tokens=1e12, price_per_device_hour=2.5)
-    assert [p.id for p in points] == ["llama3-8b|h100-64|1024|4096", "llama3-8b|h100-8|1024|4096"]  # ids unchanged
+    points = expand_points(
+        "llama3-8b", "h100-64,h100-8", "1024", training_tokens=1e12, price_per_device_hour=2.5
+    )
+    assert [p.id for p in points] == [
+        "llama3-8b|h100-64|1024|4096",
+        "llama3-8b|h100-8|1024|4096",
+    ]  # ids unchanged
     summary = run_sweep(points, out, jobs=1, progress=False)
     rows = {r["cluster"]: r for r in read_table(out)}
     assert rows == {r["cluster"]: r for r in summary.rows}
@@ -402,17 +522,31 @@ SWEEP = ["sweep", "-m", "debug", "-c", "h100-8", "-o"]
         ("--tokens", "2e18", "error: --tokens: 2e+18 is not a number of tokens in (0, 1e+18]"),
         ("--tokens", "nan", "error: Invalid value for '--tokens': nan is not a finite number"),
         ("--tokens", "inf", "error: Invalid value for '--tokens': inf is not a finite number"),
-        ("--price-per-device-hour", "-0.5", "error: --price-per-device-hour: -0.5 is not a price in [0, 1e+06]"),
+        (
+            "--price-per-device-hour",
+            "-0.5",
+            "error: --price-per-device-hour: -0.5 is not a price in [0, 1e+06]",
+        ),
         (
             "--price-per-device-hour",
             "nan",
             "error: Invalid value for '--price-per-device-hour': nan is not a finite number",
         ),
-        ("--price-per-device-hour", "1e7", "error: --price-per-device-hour: 10000000.0 is not a price in [0, 1e+06]"),
+        (
+            "--price-per-device-hour",
+            "1e7",
+            "error: --price-per-device-hour: 10000000.0 is not a price in [0, 1e+06]",
+        ),
     ],
 )
-def test_bad_tokens_and_price_exit_2_naming_the_option(capsys, tmp_path, command, option, value, message):
-    base = [*SWEEP, tmp_path / "s.csv"] if command == "sweep" else [command, "--model", "debug", "--cluster", "h100-8"]
+def test_bad_tokens_and_price_exit_2_naming_the_option(
+    capsys, tmp_path, command, option, value, message
+):
+    base = (
+        [*SWEEP, tmp_path / "s.csv"]
+        if command == "sweep"
+        else [command, "--model", "debug", "--cluster", "h100-8"]
+    )
     assert bad_input(capsys, *base, option, value) == message
     assert not (tmp_path / "s.csv").exists()
 
@@ -439,7 +573,9 @@ def test_bad_tokens_and_price_exit_2_naming_the_option(capsys, tmp_path, command
     ],
 )
 def test_bad_what_if_exits_2_naming_the_option(capsys, command, value, message):
-    assert bad_input(capsys, command, "--model", "debug", "--cluster", "h100-8", "--what-if", value).startswith(message)
+    assert bad_input(
+        capsys, command, "--model", "debug", "--cluster", "h100-8", "--what-if", value
+    ).startswith(message)
 
 
 def test_library_checks_raise_the_same_errors():
@@ -478,9 +614,20 @@ def test_examples_show_what_the_commands_print(name):
 
 def test_time_to_train_example_is_llama70b_on_v5p_8192_at_15t_tokens():
     text = (EXAMPLES / "time_to_train.md").read_text()
-    assert "$ layoutsearch solve --model llama70b --cluster v5p-8192 --tokens 15e12 --price-per-device-hour 2.0" in text
+    assert (
+        "$ layoutsearch solve --model llama70b --cluster v5p-8192 --tokens 15e12 --price-per-device-hour 2.0"
+        in text
+    )
     best = run_json(
-        "solve", "--model", "llama70b", "--cluster", "v5p-8192", "--tokens", "15e12", "--price-per-device-hour", "2.0"
+        "solve",
+        "--model",
+        "llama70b",
+        "--cluster",
+        "v5p-8192",
+        "--tokens",
+        "15e12",
+        "--price-per-device-hour",
+        "2.0",
     )["layouts"][0]
     row = (
         f"│ 1 │ {best['tokens_per_s']:,.0f} │ {best['train_days']:.1f} │ {best['device_hours']:>12,.0f} │ "

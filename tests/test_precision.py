@@ -16,7 +16,10 @@ LAYOUT = Layout(fsdp=64, zero_stage=3, recompute="selective")
 def _pair(layout=LAYOUT, model="llama3-8b", cluster="h100-64", **options):
     def one(precision):
         return estimate(
-            Problem.build(model, cluster, build_workload(256, 4096, precision=precision, **options)), layout
+            Problem.build(
+                model, cluster, build_workload(256, 4096, precision=precision, **options)
+            ),
+            layout,
         )
 
     return one("bf16"), one("fp8")
@@ -25,7 +28,9 @@ def _pair(layout=LAYOUT, model="llama3-8b", cluster="h100-64", **options):
 def test_fp8_runs_the_layer_matmuls_at_the_fp8_rate_and_keeps_attention_and_logits_in_bf16():
     bf16, fp8 = _pair()
     acc = load_accelerator("h100")
-    ratio = (acc.peak_fp8_flops_per_s * acc.fp8_matmul_efficiency) / (acc.peak_flops_per_s * acc.matmul_efficiency)
+    ratio = (acc.peak_fp8_flops_per_s * acc.fp8_matmul_efficiency) / (
+        acc.peak_flops_per_s * acc.matmul_efficiency
+    )
     assert ratio == pytest.approx(1.6, rel=1e-3)  # 1979 x 0.8 / 989 (hardware/h100.yaml)
     assert fp8.time_s["compute/matmul"] == pytest.approx(bf16.time_s["compute/matmul"] / ratio)
     assert fp8.time_s["compute/attention"] == pytest.approx(bf16.time_s["compute/attention"])
@@ -45,14 +50,18 @@ def test_fp8_saves_linear_inputs_in_one_byte_and_caches_fp8_weights():
     layer_params = bf16.model.num_layers * params.layer_params(bf16.model, 1)
     # megatron gathers fp8 parameters (--fp8-param-gather): the fp8 copy is the weight (1 byte instead of the
     # bf16 2), and the transposed fp8 copy sits beside it
-    assert fp8.memory_moments["forward_end"]["state/fp8_weights"] == pytest.approx(layer_params / 64)
+    assert fp8.memory_moments["forward_end"]["state/fp8_weights"] == pytest.approx(
+        layer_params / 64
+    )
     assert bf16.memory_moments["forward_end"]["state/weights"] - fp8.memory_moments["forward_end"][
         "state/weights"
     ] == pytest.approx(layer_params / 64 * (2 - 1))
     assert "state/fp8_weights" not in bf16.memory_moments["forward_end"]
     # a framework that keeps sharded bf16 weights and gathers them in bf16 (DeepSpeed) caches both fp8 copies
     bf16_ds, fp8_ds = _pair(framework="deepspeed")
-    assert fp8_ds.memory_moments["forward_end"]["state/fp8_weights"] == pytest.approx(2 * layer_params / 64)
+    assert fp8_ds.memory_moments["forward_end"]["state/fp8_weights"] == pytest.approx(
+        2 * layer_params / 64
+    )
     weights = [e.memory_moments["forward_end"]["state/weights"] for e in (bf16_ds, fp8_ds)]
     assert weights[0] == weights[1]
     # one that casts the fp32 master shard at each ZeRO-3 gather (MaxText, FSDP2) keeps no copy of either
@@ -62,21 +71,27 @@ def test_fp8_saves_linear_inputs_in_one_byte_and_caches_fp8_weights():
 
 
 @pytest.mark.parametrize(
-    "framework, gathered_bytes", [("megatron", 1), ("torchtitan", 1), ("maxtext", 2), ("deepspeed", 2)]
+    "framework, gathered_bytes",
+    [("megatron", 1), ("torchtitan", 1), ("maxtext", 2), ("deepspeed", 2)],
 )
 def test_fp8_weight_gathers_where_the_framework_does_them(framework, gathered_bytes):
     bf16, fp8 = _pair(framework=framework)
     gather_bf16, gather_fp8 = (
-        next(c["time_s"] for c in e.collectives if c["name"] == "fsdp weight gather") for e in (bf16, fp8)
+        next(c["time_s"] for c in e.collectives if c["name"] == "fsdp weight gather")
+        for e in (bf16, fp8)
     )
     if gathered_bytes == 1:
-        assert 0.5 * gather_bf16 < gather_fp8 < 0.7 * gather_bf16  # half the bytes; latency and small-message cost stay
+        assert (
+            0.5 * gather_bf16 < gather_fp8 < 0.7 * gather_bf16
+        )  # half the bytes; latency and small-message cost stay
     else:
         assert gather_fp8 == pytest.approx(gather_bf16)
 
 
 def test_fp8_is_refused_where_the_catalogue_has_no_fp8_rate():
-    r = CliRunner().invoke(app, ["estimate", "--model", "llama3-8b", "--cluster", "v5p-64", "--precision", "fp8"])
+    r = CliRunner().invoke(
+        app, ["estimate", "--model", "llama3-8b", "--cluster", "v5p-64", "--precision", "fp8"]
+    )
     assert r.exit_code == 2
     assert r.output.strip() == (
         "error: --precision fp8: v5p has no fp8 matmul rate in the catalogue (no "
@@ -135,7 +150,9 @@ def _export(target: str, cluster: str, tmp_path) -> tuple[int, str, str]:
 def test_exports_carry_the_fp8_the_prediction_assumed(tmp_path):
     code, text, _ = _export("megatron", "h100-16", tmp_path)
     assert code == 0 and "--fp8-format hybrid" in text and "--fp8-recipe" not in text
-    assert ("--fp8-param-gather" in text) == ("--use-distributed-optimizer" in text)  # fp8 weight gathers: megatron
+    assert ("--fp8-param-gather" in text) == (
+        "--use-distributed-optimizer" in text
+    )  # fp8 weight gathers: megatron
     code, text, _ = _export("megatron", "gb200-72", tmp_path)
     assert code == 0 and "--fp8-recipe mxfp8" in text  # Blackwell: per-block scales
     code, text, _ = _export("maxtext", "h100-16", tmp_path)

@@ -29,13 +29,17 @@ def test_problem_record_round_trips_every_assumption():
     problem = Problem.build("debug", "h100-16", workload)
     back = Problem.from_record(json.loads(json.dumps(problem.record())))
     assert back.workload == problem.workload
-    assert problem.workload.framework == "megatron" and workload.framework is None  # the GPU default, named
+    assert (
+        problem.workload.framework == "megatron" and workload.framework is None
+    )  # the GPU default, named
     assert back.model == problem.model and back.cluster.axes == problem.cluster.axes
 
 
 def test_estimate_document_reads_back_to_the_same_cost():
     """The layout record of an estimate document rebuilds the same layout, which costs the same."""
-    problem = Problem.build("debug", "h100-16", Workload(global_batch_seqs=64, seq_len=1024, tp_comm_overlap=True))
+    problem = Problem.build(
+        "debug", "h100-16", Workload(global_batch_seqs=64, seq_len=1024, tp_comm_overlap=True)
+    )
     est = estimate(problem, Layout(fsdp=8, tp=2, recompute="selective"))
     doc = json.loads(json.dumps(estimate_document(est)))
     again = estimate(Problem.from_record(doc["problem"]), layout_from_record(doc["layout"]))
@@ -53,7 +57,8 @@ def test_unplaced_and_empty_placements_differ():
 
 def test_a_record_field_of_the_wrong_type_is_one_line():
     with pytest.raises(
-        InvalidArgumentError, match=r"layout: field 'num_microbatches': Input should be a valid integer"
+        InvalidArgumentError,
+        match=r"layout: field 'num_microbatches': Input should be a valid integer",
     ):
         layout_from_record(
             {

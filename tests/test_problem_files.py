@@ -16,7 +16,12 @@ from layoutsearch.core.errors import CatalogueError
 from layoutsearch.core.problem import Problem
 from layoutsearch.core.problem_file import load_problem_file
 from layoutsearch.core.specs import Workload
-from layoutsearch.core.topology import CustomCluster, cluster_factors, load_cluster_file, resolve_cluster
+from layoutsearch.core.topology import (
+    CustomCluster,
+    cluster_factors,
+    load_cluster_file,
+    resolve_cluster,
+)
 from layoutsearch.core.units import GB, GIB
 
 EXAMPLES = Path(__file__).resolve().parents[1] / "examples"
@@ -48,7 +53,10 @@ def without_walls_and_cluster(doc: dict) -> dict:
 
 
 def factor_graphs(factors) -> list:
-    return [(f.graph, sorted(map(repr, f.nodes(data=True))), sorted(map(repr, f.edges(data=True)))) for f in factors]
+    return [
+        (f.graph, sorted(map(repr, f.nodes(data=True))), sorted(map(repr, f.edges(data=True))))
+        for f in factors
+    ]
 
 
 def one_error_line(r, *parts: str) -> str:
@@ -81,7 +89,9 @@ def test_a_cluster_file_builds_the_factor_graphs_and_axes_of_its_name(tmp_path, 
     assert filed.axes == named.axes and filed.num_slices == named.num_slices
     # a file's node is devices_per_node GPUs; the name h100-4 is half of an 8-GPU node (the same one axis)
     same = replace(filed.accelerator, devices_per_node=named.accelerator.devices_per_node)
-    assert same == named.accelerator and (filed.accelerator == named.accelerator) == (name != "h100-4")
+    assert same == named.accelerator and (filed.accelerator == named.accelerator) == (
+        name != "h100-4"
+    )
     assert filed.num_devices == named.num_devices
     acc_n, factors_n = cluster_factors(name)
     acc_f, factors_f = cluster_factors(path)
@@ -101,14 +111,18 @@ def test_solve_on_a_cluster_file_gives_the_layouts_of_its_name(tmp_path, spec, n
 
 
 def test_the_example_cluster_file_is_h100_1024():
-    assert resolve_cluster(str(EXAMPLES / "h100-1024.cluster.yaml")).axes == resolve_cluster("h100-1024").axes
+    assert (
+        resolve_cluster(str(EXAMPLES / "h100-1024.cluster.yaml")).axes
+        == resolve_cluster("h100-1024").axes
+    )
 
 
 def test_the_record_carries_the_cluster_file_so_export_needs_no_file(tmp_path):
     """The problem record holds the resolved description; from_record and export rebuild the cluster
     from it after the file is gone."""
     path = write(
-        tmp_path / "c.yaml", {**H100_1024, "nodes": 2, "hbm_gib": 100, "scale_out_gbytes_per_s_per_device": 25}
+        tmp_path / "c.yaml",
+        {**H100_1024, "nodes": 2, "hbm_gib": 100, "scale_out_gbytes_per_s_per_device": 25},
     )
     problem = Problem.build("debug", str(path), Workload(global_batch_seqs=64, seq_len=1024))
     record = json.loads(json.dumps(problem.record()))
@@ -124,7 +138,10 @@ def test_the_record_carries_the_cluster_file_so_export_needs_no_file(tmp_path):
     back = Problem.from_record(record)
     assert back.cluster == problem.cluster and back.cluster_name == str(path)
     assert back.cluster.accelerator.hbm_bytes == 100 * GIB
-    with pytest.raises(CatalogueError, match=r"^problem: field 'cluster_spec\.nodes': Input should be a valid integer"):
+    with pytest.raises(
+        CatalogueError,
+        match=r"^problem: field 'cluster_spec\.nodes': Input should be a valid integer",
+    ):
         Problem.from_record(record | {"cluster_spec": {**record["cluster_spec"], "nodes": "2"}})
     result = tmp_path / "result.json"
     result.write_text(json.dumps(doc))
@@ -138,7 +155,10 @@ def test_the_custom_4_gpu_cluster_solves():
     cluster = load_cluster_file(str(path))
     node, scale_out = cluster.axes
     assert (node.name, node.size, scale_out.size) == ("node", 4, 32)
-    assert scale_out.bytes_per_s_per_direction == 25 * GB and node.bytes_per_s_per_direction == 300 * GB
+    assert (
+        scale_out.bytes_per_s_per_direction == 25 * GB
+        and node.bytes_per_s_per_direction == 300 * GB
+    )
     assert cluster.accelerator.hbm_bytes == 94 * GIB and cluster.accelerator.devices_per_node == 4
     assert cluster.name == "custom-4gpu-nodes"
     doc = solve_json("--model", "llama3-8b", "--cluster", path, "--seqs", "256")
@@ -152,23 +172,40 @@ def test_overrides_reach_the_axes(tmp_path):
         str(
             write(
                 tmp_path / "g.yaml",
-                {**H100_1024, "scale_out_gbytes_per_s_per_device": 12.5, "nvlink_gbytes_per_s_per_direction": 200},
+                {
+                    **H100_1024,
+                    "scale_out_gbytes_per_s_per_device": 12.5,
+                    "nvlink_gbytes_per_s_per_direction": 200,
+                },
             )
         )
     )
     assert gpu.axis("scale_out").bytes_per_s_per_direction == 12.5 * GB
     assert gpu.axis("node").bytes_per_s_per_direction == 200 * GB
-    tpu = load_cluster_file(str(write(tmp_path / "t.yaml", {**V5P_8192, "slices": 2, "dcn_gbytes_per_s_per_chip": 25})))
+    tpu = load_cluster_file(
+        str(write(tmp_path / "t.yaml", {**V5P_8192, "slices": 2, "dcn_gbytes_per_s_per_chip": 25}))
+    )
     assert tpu.axis("dcn").bytes_per_s_per_direction == 25 * GB and tpu.num_devices == 16384
 
 
 def test_an_inline_accelerator_is_validated_like_the_catalogue(tmp_path):
-    spec = yaml.safe_load((catalogue_dir("hardware") / "h100.yaml").read_text()) | {"id": "h100-custom"}
-    cluster = load_cluster_file(str(write(tmp_path / "c.yaml", {"accelerator_spec": spec, "nodes": 4})))
+    spec = yaml.safe_load((catalogue_dir("hardware") / "h100.yaml").read_text()) | {
+        "id": "h100-custom"
+    }
+    cluster = load_cluster_file(
+        str(write(tmp_path / "c.yaml", {"accelerator_spec": spec, "nodes": 4}))
+    )
     assert cluster.accelerator.id == "h100-custom" and cluster.num_devices == 32
-    with pytest.raises(CatalogueError, match=r"c\.yaml: field 'accelerator_spec': field 'peak_bf16_tflops'"):
+    with pytest.raises(
+        CatalogueError, match=r"c\.yaml: field 'accelerator_spec': field 'peak_bf16_tflops'"
+    ):
         load_cluster_file(
-            str(write(tmp_path / "c.yaml", {"accelerator_spec": spec | {"peak_bf16_tflops": "fast"}, "nodes": 4}))
+            str(
+                write(
+                    tmp_path / "c.yaml",
+                    {"accelerator_spec": spec | {"peak_bf16_tflops": "fast"}, "nodes": 4},
+                )
+            )
         )
 
 
@@ -179,7 +216,10 @@ def test_an_inline_accelerator_is_validated_like_the_catalogue(tmp_path):
         ({"accelerator": "h100", "node": 4}, ["unknown key 'node'", "did you mean 'nodes'?"]),
         ({"nodes": 4}, ["field 'accelerator' is missing", "accelerator_spec"]),
         ({"accelerator": "h10", "nodes": 4}, ["field 'accelerator'", "did you mean 'h100'?"]),
-        ({"accelerator": "h100", "nodes": 37500}, ["field 'nodes'", "300,000 devices is over the limit of 262,144"]),
+        (
+            {"accelerator": "h100", "nodes": 37500},
+            ["field 'nodes'", "300,000 devices is over the limit of 262,144"],
+        ),
         (
             {"accelerator": "v5p", "shape": [16, 20, 28], "slices": 34},
             ["field 'slices'", "304,640 devices is over the limit"],
@@ -187,10 +227,16 @@ def test_an_inline_accelerator_is_validated_like_the_catalogue(tmp_path):
         ({"accelerator": "h100"}, ["field 'nodes' is missing"]),
         ({"accelerator": "v5p", "nodes": 4}, ["field 'nodes' is for GPU clusters", "give 'shape'"]),
         ({"accelerator": "v5p", "shape": [16, 16]}, ["field 'shape'", "needs 3 dimensions"]),
-        ({"accelerator": "v5p", "shape": [32, 32, 32]}, ["field 'shape'", "does not fit in the largest v5p slice"]),
+        (
+            {"accelerator": "v5p", "shape": [32, 32, 32]},
+            ["field 'shape'", "does not fit in the largest v5p slice"],
+        ),
         ({"accelerator": "h100", "nodes": 2, "hbm_gib": -1}, ["field 'hbm_gib'", "greater than 0"]),
         ({"accelerator": "h100", "nodes": None}, ["field 'nodes'", "valid integer (got None)"]),
-        ({"accelerator": "h100", "accelerator_spec": {}, "nodes": 2}, ["'accelerator' and 'accelerator_spec'"]),
+        (
+            {"accelerator": "h100", "accelerator_spec": {}, "nodes": 2},
+            ["'accelerator' and 'accelerator_spec'"],
+        ),
         ([1, 2], ["must be a mapping"]),
     ],
 )
@@ -201,7 +247,11 @@ def test_a_bad_cluster_file_is_one_line_naming_the_file_and_the_field(tmp_path, 
 
 
 def test_a_malformed_or_missing_cluster_file_is_one_line(tmp_path):
-    one_error_line(run("solve", "--cluster", write(tmp_path / "c.yaml", "nodes: [")), "c.yaml", "malformed YAML")
+    one_error_line(
+        run("solve", "--cluster", write(tmp_path / "c.yaml", "nodes: [")),
+        "c.yaml",
+        "malformed YAML",
+    )
     one_error_line(run("solve", "--cluster", tmp_path / "none.yaml"), "none.yaml", "cannot read")
 
 
@@ -210,7 +260,10 @@ def test_the_example_problem_file_is_the_design_notes_choice():
     """FSDP x TP, TP from 8 to 64, gather-volume: tp=8 for 1024 sequences, tp=32 for 256 (README)."""
     path = EXAMPLES / "llama70b-v5p.problem.yaml"
     doc = solve_json("--problem", path)
-    assert doc["problem"]["cluster"] == "v5p-8192" and doc["solver"]["objective_name"] == "gather-volume"
+    assert (
+        doc["problem"]["cluster"] == "v5p-8192"
+        and doc["solver"]["objective_name"] == "gather-volume"
+    )
     assert len(doc["layouts"]) == 2 and doc["layouts"][0]["degrees"]["tp"] == 8
     assert solve_json("--problem", path, "--seqs", "256")["layouts"][0]["degrees"]["tp"] == 32
     r = run("estimate", "--problem", path, "--format", "json")
@@ -267,17 +320,32 @@ def test_a_problem_file_gives_the_same_result_as_its_options(tmp_path):
     )
     assert without_walls_and_cluster(by_file) == without_walls_and_cluster(by_options)
     assert by_file["solver"]["method"] == "enumerate" and len(by_file["layouts"]) == 2
-    assert all(x["degrees"]["tp"] == 2 and x["recompute"] in ("none", "full") for x in by_file["layouts"])
+    assert all(
+        x["degrees"]["tp"] == 2 and x["recompute"] in ("none", "full") for x in by_file["layouts"]
+    )
 
 
 def test_options_on_the_command_line_override_the_file(tmp_path):
-    path = write(tmp_path / "p.yaml", {"model": "debug", "cluster": "h100-8", "seqs": 256, "seq_len": 1024, "top": 1})
+    path = write(
+        tmp_path / "p.yaml",
+        {"model": "debug", "cluster": "h100-8", "seqs": 256, "seq_len": 1024, "top": 1},
+    )
     assert solve_json("--problem", path)["problem"]["global_batch_seqs"] == 256
     assert solve_json("--problem", path, "--seqs", "512")["problem"]["global_batch_seqs"] == 512
     # given explicitly, even the default value wins over the file
     assert solve_json("--problem", path, "--seqs", "1024")["problem"]["global_batch_seqs"] == 1024
     assert solve_json("--problem", path, "--cluster", "h100-16")["problem"]["num_devices"] == 16
-    r = run("estimate", "--problem", path, "--layout", "fsdp=4,tp=2", "--seqs", "512", "--format", "json")
+    r = run(
+        "estimate",
+        "--problem",
+        path,
+        "--layout",
+        "fsdp=4,tp=2",
+        "--seqs",
+        "512",
+        "--format",
+        "json",
+    )
     assert r.exit_code == 0, r.stderr
     assert json.loads(r.stdout)["problem"]["global_batch_seqs"] == 512
 
@@ -291,14 +359,20 @@ def test_inline_model_and_cluster_and_paths_relative_to_the_problem_file(tmp_pat
         tmp_path / "sub" / "inline.yaml",
         {
             "model": model,
-            "cluster": {"accelerator": "h100", "devices_per_node": 4, "nodes": 2, "name": "two-nodes"},
+            "cluster": {
+                "accelerator": "h100",
+                "devices_per_node": 4,
+                "nodes": 2,
+                "name": "two-nodes",
+            },
             "seqs": 64,
             "seq_len": 1024,
             "layout": "fsdp=4,tp=2",
         },
     )
     paths = write(
-        tmp_path / "sub" / "paths.yaml", {"model": "../m.yaml", "cluster": "../c.yaml", "seqs": 64, "seq_len": 1024}
+        tmp_path / "sub" / "paths.yaml",
+        {"model": "../m.yaml", "cluster": "../c.yaml", "seqs": 64, "seq_len": 1024},
     )
     a, b = solve_json("--problem", inline), solve_json("--problem", paths)
     assert a["problem"]["model"] == "tiny" and a["problem"]["cluster"] == "two-nodes"
@@ -354,7 +428,10 @@ def test_load_problem_file_normalises_the_yaml_forms(tmp_path):
         ({"model": ["llama70b", "debug"]}, ["field 'model'", "one value expected"]),
         ({"model": "missing.yaml"}, ["field 'model'", "no file"]),
         ({"cluster": {"nodes": 4}}, ["field 'cluster.accelerator' is missing"]),
-        ({"cluster": {"accelerator": "h100", "nodes": 37500}}, ["field 'cluster.nodes'", "300,000 devices"]),
+        (
+            {"cluster": {"accelerator": "h100", "nodes": 37500}},
+            ["field 'cluster.nodes'", "300,000 devices"],
+        ),
         (
             {"cluster": {"accelerator": "h100", "nodes": 2, "nods": 2}},
             ["unknown key 'cluster.nods'", "did you mean 'nodes'?"],
@@ -371,26 +448,57 @@ def test_a_bad_problem_file_is_one_line_naming_the_file_and_the_field(tmp_path, 
 
 def test_problem_file_errors_in_estimate_and_missing_files(tmp_path):
     path = write(tmp_path / "p.yaml", {"recompute": ["none", "full"]})  # estimate takes one policy
-    one_error_line(run("estimate", "--problem", path), "p.yaml: field 'recompute'", "'none,full' is not one of")
     one_error_line(
-        run("estimate", "--problem", write(tmp_path / "z.yaml", {"zero_stage": 5, "layout": "fsdp=8192"})),
+        run("estimate", "--problem", path), "p.yaml: field 'recompute'", "'none,full' is not one of"
+    )
+    one_error_line(
+        run(
+            "estimate",
+            "--problem",
+            write(tmp_path / "z.yaml", {"zero_stage": 5, "layout": "fsdp=8192"}),
+        ),
         "zero_stage(5) must be 0, 1, 2 or 3",
     )
-    one_error_line(run("solve", "--problem", tmp_path / "none.yaml"), "--problem: cannot read", "none.yaml")
+    one_error_line(
+        run("solve", "--problem", tmp_path / "none.yaml"), "--problem: cannot read", "none.yaml"
+    )
 
 
 def test_sweep_takes_the_problem_file_and_refuses_inline_mappings(tmp_path):
     path = write(
         tmp_path / "p.yaml",
-        {"model": ["debug"], "cluster": ["h100-8", "h100-16"], "seqs": [64, 128], "seq_len": 1024, "fix": "tp=2"},
+        {
+            "model": ["debug"],
+            "cluster": ["h100-8", "h100-16"],
+            "seqs": [64, 128],
+            "seq_len": 1024,
+            "fix": "tp=2",
+        },
     )
     r = run("sweep", "--problem", path, "-o", tmp_path / "s.csv", "--no-progress", "--jobs", "1")
     assert r.exit_code == 0, r.stderr
     assert "4 points" in r.stderr
-    r = run("sweep", "--problem", path, "-c", "h100-8", "-o", tmp_path / "t.csv", "--no-progress", "--jobs", "1")
+    r = run(
+        "sweep",
+        "--problem",
+        path,
+        "-c",
+        "h100-8",
+        "-o",
+        tmp_path / "t.csv",
+        "--no-progress",
+        "--jobs",
+        "1",
+    )
     assert r.exit_code == 0 and "2 points" in r.stderr
-    inline = write(tmp_path / "i.yaml", {"model": "debug", "cluster": {"accelerator": "h100", "nodes": 1}})
-    one_error_line(run("sweep", "--problem", inline, "-o", tmp_path / "u.csv"), "field 'cluster'", "not a mapping")
+    inline = write(
+        tmp_path / "i.yaml", {"model": "debug", "cluster": {"accelerator": "h100", "nodes": 1}}
+    )
+    one_error_line(
+        run("sweep", "--problem", inline, "-o", tmp_path / "u.csv"),
+        "field 'cluster'",
+        "not a mapping",
+    )
     one_error_line(run("sweep", "-o", tmp_path / "u.csv"), "sweep needs --model and --cluster")
 
 
@@ -403,5 +511,7 @@ def test_a_changed_custom_cluster_records_no_stale_description(tmp_path):
         Workload(global_batch_seqs=64, seq_len=1024),
     )
     assert "cluster_spec" in problem.record()
-    faster = replace(problem.cluster, accelerator=replace(problem.cluster.accelerator, hbm_bytes=1e12))
+    faster = replace(
+        problem.cluster, accelerator=replace(problem.cluster.accelerator, hbm_bytes=1e12)
+    )
     assert "cluster_spec" not in replace(problem, cluster=faster).record()

@@ -25,19 +25,20 @@ def test_megatron_and_ideal_profiles_expose_different_tp_time_for_one_layout():
     assert ideal.time_s["exposed_comm/tp"] < 0.5 * megatron.time_s["exposed_comm/tp"]
     assert ideal.time_s["compute"] == pytest.approx(megatron.time_s["compute"])
     # --tp-comm-overlap overrides the profile in both directions
-    assert _estimate(layout, framework="megatron", tp_comm_overlap=True).time_s["exposed_comm/tp"] == pytest.approx(
-        ideal.time_s["exposed_comm/tp"]
-    )
-    assert _estimate(layout, framework="ideal", tp_comm_overlap=False).time_s["exposed_comm/tp"] == pytest.approx(
-        megatron.time_s["exposed_comm/tp"]
-    )
+    assert _estimate(layout, framework="megatron", tp_comm_overlap=True).time_s[
+        "exposed_comm/tp"
+    ] == pytest.approx(ideal.time_s["exposed_comm/tp"])
+    assert _estimate(layout, framework="ideal", tp_comm_overlap=False).time_s[
+        "exposed_comm/tp"
+    ] == pytest.approx(megatron.time_s["exposed_comm/tp"])
 
 
 def test_tp_across_scale_out_is_on_the_critical_path_in_every_profile():
     """A TP group of 16 on 8-GPU nodes crosses the NICs: overlap does not hide it, even in the ideal profile."""
     layout = Layout(fsdp=4, tp=16, zero_stage=3)
     exposed = {
-        name: _estimate(layout, framework=name, tp_comm_overlap=True).time_s["exposed_comm/tp"] for name in PROFILES
+        name: _estimate(layout, framework=name, tp_comm_overlap=True).time_s["exposed_comm/tp"]
+        for name in PROFILES
     }
     plain = _estimate(layout, framework="megatron", tp_comm_overlap=False).time_s["exposed_comm/tp"]
     assert exposed == pytest.approx({name: plain for name in PROFILES})
@@ -47,13 +48,21 @@ def test_deepspeed_does_not_hide_the_zero1_gather_of_updated_weights():
     """DeepSpeed all-gathers the updated ZeRO-1/2 weights after the optimizer step; Megatron's
     --overlap-param-gather hides it behind the next forward."""
     layout = Layout(dp=8, fsdp=8, zero_stage=1)
-    megatron, deepspeed = _estimate(layout, framework="megatron"), _estimate(layout, framework="deepspeed")
-    scatter = next(c["time_s"] for c in megatron.collectives if c["name"] == "zero-1/2 grad reduce-scatter")
+    megatron, deepspeed = (
+        _estimate(layout, framework="megatron"),
+        _estimate(layout, framework="deepspeed"),
+    )
+    scatter = next(
+        c["time_s"] for c in megatron.collectives if c["name"] == "zero-1/2 grad reduce-scatter"
+    )
     # the gather: the same ring over the same 8 GPUs, bf16 weights instead of fp32 gradients, about half the time;
     # Megatron hides both, DeepSpeed the reduce-scatter only (what hiding costs is exposed_comm/interference)
     assert megatron.time_s["exposed_comm/zero"] == pytest.approx(0.0, abs=1e-12)
     assert deepspeed.time_s["exposed_comm/zero"] == pytest.approx(scatter / 2, rel=0.05)
-    assert megatron.time_s["exposed_comm/interference"] > 0 and deepspeed.time_s["exposed_comm/interference"] > 0
+    assert (
+        megatron.time_s["exposed_comm/interference"] > 0
+        and deepspeed.time_s["exposed_comm/interference"] > 0
+    )
     assert deepspeed.step_time_s > megatron.step_time_s
 
 
@@ -62,24 +71,44 @@ def test_deepspeed_pipeline_engine_reduces_gradients_after_the_whole_schedule():
     hides behind nothing (exposed whole, nothing charged as interference); with pp = 1 it hides partly behind the
     last backward, as Megatron's --overlap-grad-reduce does with a pipeline too."""
     piped = Layout(dp=4, fsdp=8, pp=2, zero_stage=1, num_microbatches=2)
-    deepspeed, megatron = _estimate(piped, framework="deepspeed"), _estimate(piped, framework="megatron")
-    scatter = next(c["time_s"] for c in deepspeed.collectives if c["name"] == "zero-1/2 grad reduce-scatter")
-    gather = deepspeed.time_s["exposed_comm/zero"] - scatter  # DeepSpeed hides neither: the gather is the rest
+    deepspeed, megatron = (
+        _estimate(piped, framework="deepspeed"),
+        _estimate(piped, framework="megatron"),
+    )
+    scatter = next(
+        c["time_s"] for c in deepspeed.collectives if c["name"] == "zero-1/2 grad reduce-scatter"
+    )
+    gather = (
+        deepspeed.time_s["exposed_comm/zero"] - scatter
+    )  # DeepSpeed hides neither: the gather is the rest
     assert 0.4 * scatter < gather < 0.6 * scatter  # bf16 weights gathered, fp32 gradients reduced
     assert megatron.time_s["exposed_comm/zero"] < 0.5 * scatter
     flat = Layout(dp=8, fsdp=8, zero_stage=1)
     flat_ds = _estimate(flat, framework="deepspeed")
-    flat_scatter = next(c["time_s"] for c in flat_ds.collectives if c["name"] == "zero-1/2 grad reduce-scatter")
-    assert flat_ds.time_s["exposed_comm/zero"] < flat_scatter + 0.6 * flat_scatter - 1e-6  # part of it hidden
+    flat_scatter = next(
+        c["time_s"] for c in flat_ds.collectives if c["name"] == "zero-1/2 grad reduce-scatter"
+    )
+    assert (
+        flat_ds.time_s["exposed_comm/zero"] < flat_scatter + 0.6 * flat_scatter - 1e-6
+    )  # part of it hidden
 
 
 def test_defaults_and_names():
     assert _estimate(Layout(fsdp=64)).workload.framework == "megatron"
-    assert Problem.build("llama3-8b", "v5p-64", build_workload(64, 4096)).workload.framework == "maxtext"
+    assert (
+        Problem.build("llama3-8b", "v5p-64", build_workload(64, 4096)).workload.framework
+        == "maxtext"
+    )
     assert framework_of_record("megatron-deepspeed", "gpu") == "deepspeed"
     assert framework_of_record("llm-foundry", "gpu") == "torchtitan"
-    assert framework_of_record(None, "tpu") == "maxtext" and framework_of_record("other", "gpu") == "megatron"
-    assert framework_of_target("torchtitan-0.3") == "torchtitan" and framework_of_target("megatron") == "megatron"
+    assert (
+        framework_of_record(None, "tpu") == "maxtext"
+        and framework_of_record("other", "gpu") == "megatron"
+    )
+    assert (
+        framework_of_target("torchtitan-0.3") == "torchtitan"
+        and framework_of_target("megatron") == "megatron"
+    )
 
 
 def test_cli_records_and_prints_the_profile():
@@ -106,10 +135,23 @@ def test_cli_records_and_prints_the_profile():
     workload = json.loads(r.stdout)["problem"]["workload"]
     assert (workload["framework"], workload["tp_comm_overlap"]) == ("ideal", True)
     r = runner.invoke(
-        app, ["estimate", "--model", "llama3-8b", "--cluster", "h100-64", "--seqs", "64", "--layout", "fsdp=8,tp=8"]
+        app,
+        [
+            "estimate",
+            "--model",
+            "llama3-8b",
+            "--cluster",
+            "h100-64",
+            "--seqs",
+            "64",
+            "--layout",
+            "fsdp=8,tp=8",
+        ],
     )
     assert "bf16, megatron overlap" in r.stdout.splitlines()[0]
-    r = runner.invoke(app, ["estimate", "--model", "llama3-8b", "--cluster", "h100-64", "--framework", "nemo"])
+    r = runner.invoke(
+        app, ["estimate", "--model", "llama3-8b", "--cluster", "h100-64", "--framework", "nemo"]
+    )
     assert r.exit_code == 2 and "nemo" in r.output
 
 
@@ -136,12 +178,26 @@ def test_cli_takes_the_deepep_dispatch_and_names_it_for_moe_models_only():
     assert r.exit_code == 0, r.output
     assert json.loads(r.stdout)["problem"]["workload"]["deepep"] is True
     assert (
-        "bf16, torchtitan overlap + DeepEP dispatch" in runner.invoke(app, base + ["--deepep"]).stdout.splitlines()[0]
+        "bf16, torchtitan overlap + DeepEP dispatch"
+        in runner.invoke(app, base + ["--deepep"]).stdout.splitlines()[0]
     )
-    assert "DeepEP" not in runner.invoke(app, base).stdout.splitlines()[0]  # torchtitan's default: NCCL all-to-all
+    assert (
+        "DeepEP" not in runner.invoke(app, base).stdout.splitlines()[0]
+    )  # torchtitan's default: NCCL all-to-all
     dense = runner.invoke(
         app,
-        ["estimate", "--model", "llama3-8b", "--cluster", "h100-64", "--seqs", "64", "--layout", "fsdp=64", "--deepep"],
+        [
+            "estimate",
+            "--model",
+            "llama3-8b",
+            "--cluster",
+            "h100-64",
+            "--seqs",
+            "64",
+            "--layout",
+            "fsdp=64",
+            "--deepep",
+        ],
     )
     assert dense.exit_code == 0 and "DeepEP" not in dense.stdout.splitlines()[0]
 
@@ -151,14 +207,23 @@ def test_megatron_computes_the_loss_gradient_in_place_of_its_softmax():
     one fp32 logits buffer at the loss backward; torchtitan's loss allocates a second one."""
     layout = Layout(fsdp=64, zero_stage=3)
     megatron, torchtitan = (
-        _estimate(layout, framework=f).memory_moments["loss_backward"] for f in ("megatron", "torchtitan")
+        _estimate(layout, framework=f).memory_moments["loss_backward"]
+        for f in ("megatron", "torchtitan")
     )
     logits = torchtitan["temporary/logits"]
-    assert logits == pytest.approx(4096 * 128256 * 4)  # one microbatch (one 4096-token sequence) of fp32 logits
+    assert logits == pytest.approx(
+        4096 * 128256 * 4
+    )  # one microbatch (one 4096-token sequence) of fp32 logits
     assert torchtitan["temporary/logits_grad"] == pytest.approx(logits)
-    assert megatron["temporary/logits_grad"] == 0.0 and megatron["temporary/logits"] == pytest.approx(logits)
-    maxtext = _estimate(layout, framework="maxtext").memory_moments["loss_backward"]  # XLA fuses the gradient
-    assert maxtext["temporary/logits_grad"] == 0.0 and maxtext["temporary/logits"] == pytest.approx(logits)
+    assert megatron["temporary/logits_grad"] == 0.0 and megatron[
+        "temporary/logits"
+    ] == pytest.approx(logits)
+    maxtext = _estimate(layout, framework="maxtext").memory_moments[
+        "loss_backward"
+    ]  # XLA fuses the gradient
+    assert maxtext["temporary/logits_grad"] == 0.0 and maxtext["temporary/logits"] == pytest.approx(
+        logits
+    )
 
 
 def test_maxtext_gathers_and_reduces_zero3_weights_per_tensor():
@@ -168,11 +233,15 @@ def test_maxtext_gathers_and_reduces_zero3_weights_per_tensor():
     layout = Layout(fsdp=64, zero_stage=3)
     mlp_matrix, layer = 4096 * 14336, 218_103_808 + 2 * 4096
     maxtext, torchtitan = (
-        _estimate(layout, framework=f).memory_moments["layer_backward"] for f in ("maxtext", "torchtitan")
+        _estimate(layout, framework=f).memory_moments["layer_backward"]
+        for f in ("maxtext", "torchtitan")
     )
     assert maxtext["temporary/gathered"] == 2 * mlp_matrix * 2  # two bf16 tensors
     assert maxtext["temporary/layer_grads"] == 2 * mlp_matrix * 4  # two fp32 gradients
-    assert torchtitan["temporary/gathered"] == 2 * layer * 2 and torchtitan["temporary/layer_grads"] == layer * 4
+    assert (
+        torchtitan["temporary/gathered"] == 2 * layer * 2
+        and torchtitan["temporary/layer_grads"] == layer * 4
+    )
 
 
 def test_fsdp2_and_maxtext_keep_no_sharded_bf16_weights_under_zero3():
@@ -182,15 +251,26 @@ def test_fsdp2_and_maxtext_keep_no_sharded_bf16_weights_under_zero3():
     in every framework."""
     z3, z1 = Layout(fsdp=64, zero_stage=3), Layout(fsdp=64, zero_stage=1)
     problem = Problem.build("llama3-8b", "h100-64", build_workload(64, 4096))
-    total = problem.model.num_layers * 218_112_000 + 2 * 128256 * 4096  # llama3-8b: 8,030,261,248 less the final norm
-    state = {f: _estimate(z3, framework=f).memory_bytes for f in ("megatron", "deepspeed", "torchtitan", "maxtext")}
+    total = (
+        problem.model.num_layers * 218_112_000 + 2 * 128256 * 4096
+    )  # llama3-8b: 8,030,261,248 less the final norm
+    state = {
+        f: _estimate(z3, framework=f).memory_bytes
+        for f in ("megatron", "deepspeed", "torchtitan", "maxtext")
+    }
     assert state["megatron"]["state/weights"] == pytest.approx(total * 2 / 64, rel=1e-4)
     assert state["deepspeed"]["state/weights"] == state["megatron"]["state/weights"]
     assert state["torchtitan"]["state/weights"] == state["maxtext"]["state/weights"] == 0.0
-    assert state["torchtitan"]["state/master"] == state["megatron"]["state/master"]  # the fp32 shard stays
-    assert state["megatron"]["state"] - state["torchtitan"]["state"] == pytest.approx(total * 2 / 64, rel=1e-4)
+    assert (
+        state["torchtitan"]["state/master"] == state["megatron"]["state/master"]
+    )  # the fp32 shard stays
+    assert state["megatron"]["state"] - state["torchtitan"]["state"] == pytest.approx(
+        total * 2 / 64, rel=1e-4
+    )
     for f in ("torchtitan", "maxtext"):
-        assert _estimate(z1, framework=f).memory_bytes["state/weights"] == pytest.approx(total * 2, rel=1e-4)
+        assert _estimate(z1, framework=f).memory_bytes["state/weights"] == pytest.approx(
+            total * 2, rel=1e-4
+        )
 
 
 def test_maxtext_overlaps_tp_on_tpus_only():
@@ -201,7 +281,9 @@ def test_maxtext_overlaps_tp_on_tpus_only():
     gpu = _estimate(layout, cluster="h100-64", framework="maxtext")
     assert tpu.workload.tp_comm_overlap is True and gpu.workload.tp_comm_overlap is False
     assert (
-        _estimate(layout, cluster="v5p-64", framework="maxtext", tp_comm_overlap=False).time_s["exposed_comm/tp"]
+        _estimate(layout, cluster="v5p-64", framework="maxtext", tp_comm_overlap=False).time_s[
+            "exposed_comm/tp"
+        ]
         > 2 * tpu.time_s["exposed_comm/tp"]
     )
 
@@ -219,7 +301,10 @@ def test_a_hidden_collective_slows_the_compute_it_hides_behind_by_the_interferen
 
     def run(share):
         cluster = with_calibration(resolve_cluster("h100-64"), overlap_interference=share)
-        return estimate(Problem.build("llama3-8b", cluster, build_workload(256, 4096, tp_comm_overlap=False)), layout)
+        return estimate(
+            Problem.build("llama3-8b", cluster, build_workload(256, 4096, tp_comm_overlap=False)),
+            layout,
+        )
 
     free, charged = run(0.0), run(0.25)
     all_reduce = next(c["time_s"] for c in free.collectives if c["name"] == "dp grad all-reduce")
@@ -227,8 +312,12 @@ def test_a_hidden_collective_slows_the_compute_it_hides_behind_by_the_interferen
     assert 0 < exposed < all_reduce  # partly hidden
     assert charged.time_s["exposed_comm/dp"] == pytest.approx(exposed, rel=1e-9)
     assert free.time_s["exposed_comm/interference"] == 0.0
-    assert charged.time_s["exposed_comm/interference"] == pytest.approx(0.25 * (all_reduce - exposed), rel=1e-6)
-    assert charged.step_time_s - free.step_time_s == pytest.approx(0.25 * (all_reduce - exposed), rel=1e-6)
+    assert charged.time_s["exposed_comm/interference"] == pytest.approx(
+        0.25 * (all_reduce - exposed), rel=1e-6
+    )
+    assert charged.step_time_s - free.step_time_s == pytest.approx(
+        0.25 * (all_reduce - exposed), rel=1e-6
+    )
     assert charged.time_s["compute"] == pytest.approx(free.time_s["compute"])
 
     pipelined = Problem.build(
@@ -237,7 +326,13 @@ def test_a_hidden_collective_slows_the_compute_it_hides_behind_by_the_interferen
         build_workload(256, 4096, tp_comm_overlap=True),
     )
     tp_free = estimate(replace(pipelined, cluster=resolve_cluster("h100-64")), layout)
-    tp_charged = estimate(pipelined, layout)  # the pipelined TP traffic is charged too, under interference
+    tp_charged = estimate(
+        pipelined, layout
+    )  # the pipelined TP traffic is charged too, under interference
     # the TP item keeps what stays exposed (a ring chunk); what its hidden part slows goes to interference
-    assert tp_charged.time_s["exposed_comm/tp"] == pytest.approx(tp_free.time_s["exposed_comm/tp"], rel=1e-9)
-    assert tp_charged.time_s["exposed_comm/interference"] > charged.time_s["exposed_comm/interference"]
+    assert tp_charged.time_s["exposed_comm/tp"] == pytest.approx(
+        tp_free.time_s["exposed_comm/tp"], rel=1e-9
+    )
+    assert (
+        tp_charged.time_s["exposed_comm/interference"] > charged.time_s["exposed_comm/interference"]
+    )

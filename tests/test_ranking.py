@@ -63,7 +63,11 @@ def _identity(est) -> tuple:
 
 
 def _problem(model: str, cluster: str, seqs: int, seq_len: int = 4096) -> Problem:
-    return Problem.build(load_model(model), resolve_cluster(cluster), Workload(global_batch_seqs=seqs, seq_len=seq_len))
+    return Problem.build(
+        load_model(model),
+        resolve_cluster(cluster),
+        Workload(global_batch_seqs=seqs, seq_len=seq_len),
+    )
 
 
 def _brute_force(space, tables, top_k: int, tolerance: float) -> list[tuple]:
@@ -104,7 +108,9 @@ def _brute_force(space, tables, top_k: int, tolerance: float) -> list[tuple]:
             degrees + (int(sh.v[s]),),
             oo,
         )
-        cands.append({"c": (j, r, zz, oo), "group": (j, r, zz), "step": int(m["step"][i]), "key": key})
+        cands.append(
+            {"c": (j, r, zz, oo), "group": (j, r, zz), "step": int(m["step"][i]), "key": key}
+        )
     out = []
     while len(out) < top_k and cands:
         best = min(c["step"] for c in cands)
@@ -123,7 +129,9 @@ def test_the_simplicity_key_orders_by_the_documented_criteria():
     key = simplicity_key(space, sk, ri, z, o)
     s = space.sk_shape[sk]
     above = sum((getattr(sh, n)[s] > 1).astype(int) for n in DEGREE_NAMES)
-    cp_rank = {c: i for i, c in enumerate(sorted({1, *map(int, sh.cp)}))}  # the smaller cp first, cp = 1 at 0
+    cp_rank = {
+        c: i for i, c in enumerate(sorted({1, *map(int, sh.cp)}))
+    }  # the smaller cp first, cp = 1 at 0
     assert len(cp_rank) > 2  # the space holds several cp degrees
     assert (key[0] == above).all() and (key[1] == [cp_rank[int(c)] for c in sh.cp[s]]).all()
     assert (key[3] == z).all() and (key[4] == space.sk_k[sk]).all()
@@ -192,10 +200,14 @@ def test_llama3_8b_on_h100_64_both_methods_return_the_same_winner():
     a = solve(problem, SearchRequest(top_k=5, method="cpsat"))
     b = solve(problem, SearchRequest(top_k=5, method="enumerate"))
     assert [_identity(e) for e in a.layouts] == [_identity(e) for e in b.layouts]
-    assert a.objective_value == pytest.approx(b.objective_value) and a.status == b.status == "OPTIMAL"
+    assert (
+        a.objective_value == pytest.approx(b.objective_value) and a.status == b.status == "OPTIMAL"
+    )
     winner = a.layouts[0].layout
     tied = [e.layout for e, m in zip(a.layouts, a.metrics) if m["step"] <= a.metrics[0]["step"]]
-    assert sum(v > 1 for v in winner.degrees.values()) == min(sum(v > 1 for v in t.degrees.values()) for t in tied)
+    assert sum(v > 1 for v in winner.degrees.values()) == min(
+        sum(v > 1 for v in t.degrees.values()) for t in tied
+    )
 
 
 def test_random_catalogue_instances_rank_identically_with_both_methods():
@@ -247,7 +259,19 @@ def test_rank_after_rank_each_layout_is_tied_with_the_best_left():
 def test_every_layout_record_carries_the_uncertainty_band():
     r = runner.invoke(
         app,
-        ["solve", "--model", "llama3-8b", "--cluster", "h100-64", "--seqs", "256", "--format", "json", "--top", "3"],
+        [
+            "solve",
+            "--model",
+            "llama3-8b",
+            "--cluster",
+            "h100-64",
+            "--seqs",
+            "256",
+            "--format",
+            "json",
+            "--top",
+            "3",
+        ],
     )
     assert r.exit_code == 0, r.stdout
     doc = json.loads(r.stdout)
@@ -256,11 +280,24 @@ def test_every_layout_record_carries_the_uncertainty_band():
         step = rec["time_s"]["step"]
         assert rec["step_time_rel_band"] == [low, high]
         assert rec["step_time_band_s"] == pytest.approx([step * (1 + low), step * (1 + high)])
-    assert doc["solver"]["tie_tolerance"] == TIE_TOLERANCE and doc["solver"]["ranking_status"] == "OPTIMAL"
+    assert (
+        doc["solver"]["tie_tolerance"] == TIE_TOLERANCE
+        and doc["solver"]["ranking_status"] == "OPTIMAL"
+    )
     assert "simplest layout" in doc["solver"]["tie_break"]
     r = runner.invoke(
         app,
-        ["estimate", "--model", "llama70b", "--cluster", "v5p-8192", "--layout", "fsdp=1024,tp=8", "--format", "json"],
+        [
+            "estimate",
+            "--model",
+            "llama70b",
+            "--cluster",
+            "v5p-8192",
+            "--layout",
+            "fsdp=1024,tp=8",
+            "--format",
+            "json",
+        ],
     )
     rec = json.loads(r.stdout)["layout"]
     low, high = uncertainty_band("tpu")
@@ -273,7 +310,17 @@ def test_explain_says_when_the_runner_up_is_within_the_uncertainty(monkeypatch):
     import layoutsearch.report.output as output
 
     monkeypatch.setattr(output, "uncertainty_band", lambda kind: (-0.08, 0.12))
-    args = ["explain", "--model", "llama3-8b", "--cluster", "h100-64", "--seqs", "256", "--top", "4"]
+    args = [
+        "explain",
+        "--model",
+        "llama3-8b",
+        "--cluster",
+        "h100-64",
+        "--seqs",
+        "256",
+        "--top",
+        "4",
+    ]
     doc = json.loads(runner.invoke(app, args + ["--format", "json"]).stdout)
     ex = doc["explanation"]
     assert ex["uncertainty_rel_band"] == [-0.08, 0.12] and ex["tie_tolerance"] == TIE_TOLERANCE
@@ -300,7 +347,17 @@ def test_explain_names_the_band_when_a_runner_up_is_outside_it(monkeypatch):
     import layoutsearch.report.output as output
 
     monkeypatch.setattr(output, "uncertainty_band", lambda kind: (-0.0001, 0.0001))
-    args = ["explain", "--model", "llama3-8b", "--cluster", "h100-64", "--seqs", "256", "--top", "3"]
+    args = [
+        "explain",
+        "--model",
+        "llama3-8b",
+        "--cluster",
+        "h100-64",
+        "--seqs",
+        "256",
+        "--top",
+        "3",
+    ]
     doc = json.loads(runner.invoke(app, args + ["--format", "json"]).stdout)
     notes = doc["explanation"]["ranking"]
     outside = [n for n in notes if abs(n["step_time_rel_diff"]) > 0.0001]

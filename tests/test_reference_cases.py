@@ -69,4 +69,8 @@ def test_the_engine_does_not_use_the_closed_forms():
 def test_reference_case(case):
     """The value is within the case's rel_tol of the expected value."""
     computed = reference.compute(case["id"])
-    assert reference.within(case["expected"], computed, case["rel_tol"]), (case["id"], case["expected"], computed)
+    assert reference.within(case["expected"], computed, case["rel_tol"]), (
+        case["id"],
+        case["expected"],
+        computed,
+    )

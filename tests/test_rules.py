@@ -30,9 +30,13 @@ BREAKS = {
     "cp-seq": Layout(fsdp=1, cp=16, zero_stage=3),
     "whole-sequences": Layout(fsdp=16, num_microbatches=8),
     "pp-microbatches": Layout(fsdp=4, pp=4, num_microbatches=2),
-    "interleave": Layout(fsdp=8, pp=2, virtual_stages=2, num_microbatches=3, schedule="interleaved"),
+    "interleave": Layout(
+        fsdp=8, pp=2, virtual_stages=2, num_microbatches=3, schedule="interleaved"
+    ),
     "zero-stage": Layout(fsdp=16, zero_stage=4),
-    "host-offload": Layout(fsdp=16, recompute="qkv_proj_offloaded"),  # on a GPU without host bandwidth
+    "host-offload": Layout(
+        fsdp=16, recompute="qkv_proj_offloaded"
+    ),  # on a GPU without host bandwidth
     "mla-up-proj": Layout(fsdp=16, recompute="mla_up_proj"),  # on a model without latent attention
     "norm-act": Layout(fsdp=16, recompute="norm_act"),  # on a dense model without latent attention
     # the expert degrees (Mixtral-8x7B: 8 experts of width 14336, on 16 or 12 GPUs)
@@ -50,21 +54,29 @@ def test_every_structural_rule_is_checked_by_its_code():
     odd_seq = replace(DEBUG_H16, workload=Workload(global_batch_seqs=64, seq_len=1000))
     # 12 heads in 4 KV groups and d_ff 1536 on 24 devices: tp=6 divides the heads and d_ff, not the KV heads
     gqa = Problem.build(
-        replace(DEBUG_H16.model, num_heads=12, num_kv_heads=4, d_ff=1536), "h100-24", DEBUG_H16.workload
+        replace(DEBUG_H16.model, num_heads=12, num_kv_heads=4, d_ff=1536),
+        "h100-24",
+        DEBUG_H16.workload,
     )
     # 8 heads but d_ff 1000: tp=16 breaks both tp rules; check the ffn rule alone with 16 heads
-    wide = replace(DEBUG_H16, model=replace(DEBUG_H16.model, num_heads=16, num_kv_heads=16, d_ff=1000))
+    wide = replace(
+        DEBUG_H16, model=replace(DEBUG_H16.model, num_heads=16, num_kv_heads=16, d_ff=1000)
+    )
     batch48 = replace(DEBUG_H16, workload=Workload(global_batch_seqs=48, seq_len=1024))
     narrow_experts = replace(
-        MIXTRAL_H16, model=replace(MIXTRAL_H16.model, moe=replace(MIXTRAL_H16.model.moe, expert_d_ff=1000))
+        MIXTRAL_H16,
+        model=replace(MIXTRAL_H16.model, moe=replace(MIXTRAL_H16.model.moe, expert_d_ff=1000)),
     )
     no_host = replace(
         DEBUG_H16,
         cluster=replace(
-            DEBUG_H16.cluster, accelerator=replace(DEBUG_H16.cluster.accelerator, host_bytes_per_s_per_direction=None)
+            DEBUG_H16.cluster,
+            accelerator=replace(DEBUG_H16.cluster.accelerator, host_bytes_per_s_per_direction=None),
         ),
     )
-    assert check_layout(DEBUG_H16, BREAKS["host-offload"]) == []  # the catalogue's H100 has its PCIe rate
+    assert (
+        check_layout(DEBUG_H16, BREAKS["host-offload"]) == []
+    )  # the catalogue's H100 has its PCIe rate
     special = {
         "host-offload": no_host,
         "cp-seq": odd_seq,
@@ -74,7 +86,9 @@ def test_every_structural_rule_is_checked_by_its_code():
         "ep-experts": MIXTRAL_H16,
         "etp-ffn": narrow_experts,
         "ep-zero": MIXTRAL_H16,
-        "ep-fold": Problem.build("mixtral-8x7b", "h100-24", Workload(global_batch_seqs=48, seq_len=1024)),
+        "ep-fold": Problem.build(
+            "mixtral-8x7b", "h100-24", Workload(global_batch_seqs=48, seq_len=1024)
+        ),
     }
     for code, layout in BREAKS.items():
         found = [v.code for v in check_layout(special.get(code, DEBUG_H16), layout)]
@@ -91,11 +105,16 @@ def test_mla_up_proj_needs_latent_attention():
         "recompute mla_up_proj reruns latent attention's up-projections, but debug has no latent "
         "attention (Megatron refuses mla_up_proj without it)"
     )
-    dsv3 = Problem.build("deepseek-v3", "h100-2048", Workload(global_batch_seqs=15360, seq_len=4096))
+    dsv3 = Problem.build(
+        "deepseek-v3", "h100-2048", Workload(global_batch_seqs=15360, seq_len=4096)
+    )
     assert [
         x.code
         for x in check_layout(
-            dsv3, Layout(fsdp=128, pp=16, ep=64, zero_stage=1, num_microbatches=120, recompute="mla_up_proj")
+            dsv3,
+            Layout(
+                fsdp=128, pp=16, ep=64, zero_stage=1, num_microbatches=120, recompute="mla_up_proj"
+            ),
         )
     ] == []
 
@@ -105,7 +124,10 @@ def test_messages_carry_the_numbers():
     (v,) = check_layout(DEBUG_H16, BREAKS["tp-heads"])
     assert v.message == "tp(16) does not divide num_heads(8)"
     (v,) = check_layout(DEBUG_H16, BREAKS["product"])
-    assert v.message == "dp(1) x fsdp(8) x tp(1) x pp(1) x cp(1) = 8, but cluster h100-16 has 16 devices"
+    assert (
+        v.message
+        == "dp(1) x fsdp(8) x tp(1) x pp(1) x cp(1) = 8, but cluster h100-16 has 16 devices"
+    )
 
 
 def test_a_new_registry_rule_reaches_check_space_and_funnel(monkeypatch):
@@ -130,15 +152,20 @@ def test_a_new_registry_rule_reaches_check_space_and_funnel(monkeypatch):
 def test_export_limits_come_from_declared_capabilities(monkeypatch):
     """A target's capabilities restrict `solve --export` and make its exporter refuse, with one message."""
     problem = Problem.build("llama3-8b", "h100-64", Workload(global_batch_seqs=256, seq_len=4096))
-    narrowed = replace(megatron.CAPABILITIES, zero_stages=(0, 1), why={"megatron-zero": "test limit"})
+    narrowed = replace(
+        megatron.CAPABILITIES, zero_stages=(0, 1), why={"megatron-zero": "test limit"}
+    )
     monkeypatch.setattr(megatron, "CAPABILITIES", narrowed)
     result = solve(problem, SearchRequest(top_k=3, target="megatron"))
-    assert result.layouts and all(e.layout.zero_stage <= 1 or e.layout.fsdp * e.layout.cp == 1 for e in result.layouts)
+    assert result.layouts and all(
+        e.layout.zero_stage <= 1 or e.layout.fsdp * e.layout.cp == 1 for e in result.layouts
+    )
     free = solve(problem, SearchRequest(top_k=1))
     assert free.layouts[0].layout.zero_stage >= 2  # without the limit the winner shards more
     doc = solve_document(problem, free)
     with pytest.raises(
-        InvalidLayoutError, match=r"Megatron-LM cannot express ZeRO-\d \(test limit\); nearest: zero_stage 1"
+        InvalidLayoutError,
+        match=r"Megatron-LM cannot express ZeRO-\d \(test limit\); nearest: zero_stage 1",
     ):
         export_document(doc, "megatron")
     codes = [r.code for r in result.space.rules]

@@ -81,7 +81,10 @@ def test_solution_satisfies_the_model():
     solver = _solver(sm)
     assert solver.solve(model) == sm.OPTIMAL
     for i in range(9):
-        assert sum(solver.boolean_value(x[i, b]) for b in range(3)) + solver.boolean_value(skip[i]) == 1
+        assert (
+            sum(solver.boolean_value(x[i, b]) for b in range(3)) + solver.boolean_value(skip[i])
+            == 1
+        )
     for b in range(3):
         assert solver.value(load[b]) <= model.proto.variables[load[b].index].domain[1]
         assert (solver.value(load[b]) > 0) == solver.boolean_value(opened[b])
@@ -114,13 +117,19 @@ def test_infeasible_and_invalid_statuses():
 def test_status_constants_match_cp_model():
     """OPTIMAL, FEASIBLE, INFEASIBLE, MODEL_INVALID, UNKNOWN equal cp_model's (usable as dict keys)."""
     names = ("OPTIMAL", "FEASIBLE", "INFEASIBLE", "MODEL_INVALID", "UNKNOWN")
-    assert [int(getattr(sm, n)) for n in names] == [int(getattr(cp_model, n)) for n in names] == [4, 2, 3, 1, 0]
+    assert (
+        [int(getattr(sm, n)) for n in names]
+        == [int(getattr(cp_model, n)) for n in names]
+        == [4, 2, 3, 1, 0]
+    )
     table = {getattr(cp_model, n): n for n in names}
     assert [table[getattr(sm, n)] for n in names] == list(names)
 
 
 def _import_check(code: str) -> str:
-    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    result = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, check=True
+    )
     return result.stdout.strip()
 
 
@@ -139,7 +148,10 @@ def test_package_import_does_not_load_pandas():
     """``import layoutsearch.search.satmodel`` stays pandas-free once the package no longer needs cp_model."""
     if _import_check("import sys, layoutsearch.search; print('pandas' in sys.modules)") == "True":
         pytest.skip("layoutsearch/search/__init__.py still imports cp_model (through cpsat.py)")
-    assert _import_check("import sys, layoutsearch.search.satmodel; print('pandas' in sys.modules)") == "False"
+    assert (
+        _import_check("import sys, layoutsearch.search.satmodel; print('pandas' in sys.modules)")
+        == "False"
+    )
 
 
 def test_values_of_expressions_and_literals():
@@ -174,7 +186,9 @@ def test_solution_callback_records_improving_solutions():
             self.var, self.seen = var, []
 
         def on_solution_callback(self):
-            self.seen.append((self.objective_value, self.value(self.var), self.boolean_value(~flag)))
+            self.seen.append(
+                (self.objective_value, self.value(self.var), self.boolean_value(~flag))
+            )
 
     model, *_ = _assignment(sm, 5)
     flag = model.new_bool_var("flag")

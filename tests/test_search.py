@@ -48,15 +48,22 @@ def problems(draw):
         draw(st.sampled_from(["h100-8", "h100-16", "v5p-16", "v5p-64", "v5e-16", "a100-40gb-32"]))
     )
     # hidden collectives slowing the compute beside them (0: free overlap)
-    cluster = with_calibration(cluster, overlap_interference=draw(st.sampled_from([0.0, 0.15, 0.4])))
+    cluster = with_calibration(
+        cluster, overlap_interference=draw(st.sampled_from([0.0, 0.15, 0.4]))
+    )
     workload = Workload(
-        global_batch_seqs=draw(st.sampled_from([8, 16, 32, 64])), seq_len=draw(st.sampled_from([512, 2048]))
+        global_batch_seqs=draw(st.sampled_from([8, 16, 32, 64])),
+        seq_len=draw(st.sampled_from([512, 2048])),
     )
     return model, workload, cluster
 
 
 @settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(problem=problems(), objective=st.sampled_from(["step-time", "gather-volume"]), full_model=st.booleans())
+@given(
+    problem=problems(),
+    objective=st.sampled_from(["step-time", "gather-volume"]),
+    full_model=st.booleans(),
+)
 def test_cpsat_optimum_equals_enumerator_optimum(problem, objective, full_model):
     """On random instances CP-SAT (pruned, or the whole model) and the enumerator find the same optimum
     and rank the same top 3, candidate for candidate (ties to the simplest, search.ranking)."""
@@ -68,11 +75,17 @@ def test_cpsat_optimum_equals_enumerator_optimum(problem, objective, full_model)
     # the whole model (no row pruning, which every command uses) can take 20 s to prove 3 ranks on 410 rows of a
     # v5p-16 instance on a loaded 2-core machine: past a time limit the ranks are unproven, so give it room
     cps, info = cpsat_top(space, tables, objective, 3, time_limit_s=120, prune_rows=not full_model)
-    assert cps == enum  # the same candidates (row, recompute, ZeRO stage, axis order) and metrics, rank for rank
+    assert (
+        cps == enum
+    )  # the same candidates (row, recompute, ZeRO stage, axis order) and metrics, rank for rank
     if enum:
         assert info["status"] == "OPTIMAL" and info["objective"] == found["optimum"]
         key = "volume" if objective == "gather-volume" else "step"
-        assert enum[0][4][key] <= tie_limit(found["optimum"]) if key == "step" else enum[0][4][key] == found["optimum"]
+        assert (
+            enum[0][4][key] <= tie_limit(found["optimum"])
+            if key == "step"
+            else enum[0][4][key] == found["optimum"]
+        )
     groups = [a[:3] for a in enum]  # a layout is ranked once, whatever its placement
     assert len(set(groups)) == len(groups)
 
@@ -95,13 +108,18 @@ def test_cpsat_proves_the_true_least_step_where_inclusion_presolve_did_not():
         tied_embeddings=False,
     )
     space = build_space(
-        Problem.build(model, resolve_cluster("v5p-16"), Workload(global_batch_seqs=64, seq_len=512)), SearchOptions()
+        Problem.build(
+            model, resolve_cluster("v5p-16"), Workload(global_batch_seqs=64, seq_len=512)
+        ),
+        SearchOptions(),
     )
     tables = build_tables(space)
     found = {}
     enum, _ = enumerate_top(space, tables, "gather-volume", 3, found=found)
     cps, info = cpsat_top(space, tables, "gather-volume", 3, time_limit_s=120)
-    assert [a[2] for a in enum] == [1, 2, 3] and enum[0][4]["step"] == enum[1][4]["step"] < enum[2][4]["step"]
+    assert [a[2] for a in enum] == [1, 2, 3] and enum[0][4]["step"] == enum[1][4]["step"] < enum[2][
+        4
+    ]["step"]
     assert cps == enum and info["status"] == "OPTIMAL" and info["objective"] == found["optimum"]
 
 
@@ -140,7 +158,10 @@ def test_cpsat_objective_of_a_fixed_candidate_is_the_quantised_cost(interference
 
 def test_solve_returns_valid_distinct_sorted_layouts():
     model, cluster = load_model("llama3-8b"), resolve_cluster("h100-64")
-    result = solve(Problem.build(model, cluster, Workload(global_batch_seqs=256, seq_len=4096)), SearchRequest(top_k=5))
+    result = solve(
+        Problem.build(model, cluster, Workload(global_batch_seqs=256, seq_len=4096)),
+        SearchRequest(top_k=5),
+    )
     assert result.status == "OPTIMAL" and result.objective_value == result.bound
     layouts = [e.layout for e in result.layouts]
     assert len(layouts) == 5 and len(set(layouts)) == 5
@@ -163,7 +184,9 @@ def test_fix_choices_and_only_restrict_the_degrees():
         assert d["tp"] == 8 and d["pp"] in (2, 4) and d["dp"] == 1 and d["cp"] == 1
 
 
-@pytest.mark.parametrize("case_id, seqs", [("chosen-tp-1024-seqs", 1024), ("chosen-tp-256-seqs", 256)])
+@pytest.mark.parametrize(
+    "case_id, seqs", [("chosen-tp-1024-seqs", 1024), ("chosen-tp-256-seqs", 256)]
+)
 def test_design_notes_choice_through_the_cli(data_file, case_id, seqs):
     """`--only fsdp,tp --choices tp=8,16,32,64 --objective gather-volume` picks the notes' TP degree."""
     seed = {c["id"]: c for c in reference.load_cases(data_file("seed_cases.yaml"))}
@@ -202,7 +225,17 @@ def test_design_notes_choice_through_the_cli(data_file, case_id, seqs):
 
 
 def test_solve_json_contract_and_determinism():
-    args = ["solve", "--model", "llama3-8b", "--cluster", "h100-64", "--seqs", "256", "--format", "json"]
+    args = [
+        "solve",
+        "--model",
+        "llama3-8b",
+        "--cluster",
+        "h100-64",
+        "--seqs",
+        "256",
+        "--format",
+        "json",
+    ]
     first, second = runner.invoke(app, args), runner.invoke(app, args)
     assert first.exit_code == 0
     a, b = json.loads(first.stdout), json.loads(second.stdout)
@@ -215,7 +248,19 @@ def test_solve_json_contract_and_determinism():
 
 
 def test_method_enumerate_matches_cpsat_through_the_cli():
-    base = ["solve", "--model", "debug", "--cluster", "h100-16", "--seqs", "64", "--format", "json", "--top", "2"]
+    base = [
+        "solve",
+        "--model",
+        "debug",
+        "--cluster",
+        "h100-16",
+        "--seqs",
+        "64",
+        "--format",
+        "json",
+        "--top",
+        "2",
+    ]
     a = json.loads(runner.invoke(app, base).stdout)
     b = json.loads(runner.invoke(app, base + ["--method", "enumerate"]).stdout)
     assert a["solver"]["objective"] == pytest.approx(b["solver"]["objective"])
@@ -223,12 +268,25 @@ def test_method_enumerate_matches_cpsat_through_the_cli():
 
 
 def test_nothing_fits_exits_1_with_the_explanation():
-    r = runner.invoke(app, ["explain", "--model", "llama3-405b", "--cluster", "h100-8", "--seqs", "8"])
+    r = runner.invoke(
+        app, ["explain", "--model", "llama3-405b", "--cluster", "h100-8", "--seqs", "8"]
+    )
     assert r.exit_code == 1
     assert "nothing fits: the nearest layout" in r.stderr
     assert "GB per device" in r.stderr and "GB available" in r.stderr
     r = runner.invoke(
-        app, ["solve", "--model", "llama3-405b", "--cluster", "h100-8", "--seqs", "8", "--format", "json"]
+        app,
+        [
+            "solve",
+            "--model",
+            "llama3-405b",
+            "--cluster",
+            "h100-8",
+            "--seqs",
+            "8",
+            "--format",
+            "json",
+        ],
     )
     assert r.exit_code == 1
     doc = json.loads(r.stdout)
@@ -237,7 +295,9 @@ def test_nothing_fits_exits_1_with_the_explanation():
 
 
 def test_rules_that_leave_nothing_are_named():
-    r = runner.invoke(app, ["solve", "--model", "debug", "--cluster", "h100-16", "--seqs", "64", "--fix", "tp=16"])
+    r = runner.invoke(
+        app, ["solve", "--model", "debug", "--cluster", "h100-16", "--seqs", "64", "--fix", "tp=16"]
+    )
     assert r.exit_code == 1
     assert "tp divides num_heads(8)" in r.stderr
 
@@ -245,7 +305,18 @@ def test_rules_that_leave_nothing_are_named():
 def test_explain_shows_where_the_winner_wins():
     """Term-by-term differences in seconds and bytes; ties are said to be ties."""
     r = runner.invoke(
-        app, ["explain", "--model", "llama70b", "--cluster", "v5p-8192", "--seqs", "256", "--format", "json"]
+        app,
+        [
+            "explain",
+            "--model",
+            "llama70b",
+            "--cluster",
+            "v5p-8192",
+            "--seqs",
+            "256",
+            "--format",
+            "json",
+        ],
     )
     assert r.exit_code == 0
     rows = json.loads(r.stdout)["explanation"]["versus"][0]
@@ -262,10 +333,17 @@ def test_explain_shows_where_the_winner_wins():
     plain = estimate(Problem.build(model, cluster, w), Layout(fsdp=256, tp=32))
     remat = estimate(Problem.build(model, cluster, w), Layout(fsdp=256, tp=32, recompute="full"))
     terms = {x["term"]: x for x in compare(plain, remat)}
-    assert terms["time/compute/recompute"]["difference"] > 0 > terms["memory/activations/saved"]["difference"]
-    r = runner.invoke(app, ["explain", "--model", "llama3-8b", "--cluster", "h100-64", "--seqs", "256"])
     assert (
-        "the runner-up is within the model's uncertainty" in r.stdout or "outside the model's uncertainty" in r.stdout
+        terms["time/compute/recompute"]["difference"]
+        > 0
+        > terms["memory/activations/saved"]["difference"]
+    )
+    r = runner.invoke(
+        app, ["explain", "--model", "llama3-8b", "--cluster", "h100-64", "--seqs", "256"]
+    )
+    assert (
+        "the runner-up is within the model's uncertainty" in r.stdout
+        or "outside the model's uncertainty" in r.stdout
     )
 
 

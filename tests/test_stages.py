@@ -21,10 +21,19 @@ runner = CliRunner()
     "args, expected",
     [
         ((126, 16, 1), (7, 8, 7, "embedding-and-loss")),  # Meta's Llama 3 405B: pp=16
-        ((126, 8, 8), (15, 16, 15, "embedding-and-loss")),  # NVIDIA's Llama 3.1 405B: pp=8, 8 virtual stages
+        (
+            (126, 8, 8),
+            (15, 16, 15, "embedding-and-loss"),
+        ),  # NVIDIA's Llama 3.1 405B: pp=8, 8 virtual stages
         ((80, 8, 1), (10, 10, 10, "even")),
-        ((126, 16, 1, 6, 8), (6, 8, 8, "first-last")),  # given first and last: 14 middle stages of 8
-        ((32, 3, 1), (11, 11, 10, "first-last")),  # proposed: middle ceil(32/3) = 11, the rest shared, the last lighter
+        (
+            (126, 16, 1, 6, 8),
+            (6, 8, 8, "first-last"),
+        ),  # given first and last: 14 middle stages of 8
+        (
+            (32, 3, 1),
+            (11, 11, 10, "first-last"),
+        ),  # proposed: middle ceil(32/3) = 11, the rest shared, the last lighter
         ((126, 1, 1), (126, 126, 126, "even")),
         # Megatron --pipeline-model-parallel-layout, as NVIDIA's DeepSeek-V3 recipes: 61 layers + embedding + loss
         # in 16 chunks of 4 slots (the last one 3): stage 0 holds E + 15 layers, stage 3 14 layers + the loss
@@ -106,7 +115,9 @@ def test_the_output_head_weighs_whole_layers_by_the_models_own_weights():
     from layoutsearch.core.catalogue import load_model
     from layoutsearch.costs.params import output_layer_equivalents
 
-    assert {m: output_layer_equivalents(load_model(m)) for m in ("llama70b", "llama3-8b", "deepseek-v3")} == {
+    assert {
+        m: output_layer_equivalents(load_model(m)) for m in ("llama70b", "llama3-8b", "deepseek-v3")
+    } == {
         "llama70b": 1,
         "llama3-8b": 2,
         "deepseek-v3": 4,
@@ -122,7 +133,12 @@ def test_the_heads_weight_never_changes_whether_or_how_a_pipeline_splits():
                 base = split_layers(layers, pp, v)
                 for head in (1, 2, 4, 9):
                     first, middle, last, kind, ok = split_layers(layers, pp, v, head=head)
-                    assert (int(kind[0]), bool(ok[0])) == (int(base[3][0]), bool(base[4][0])), (layers, pp, v, head)
+                    assert (int(kind[0]), bool(ok[0])) == (int(base[3][0]), bool(base[4][0])), (
+                        layers,
+                        pp,
+                        v,
+                        head,
+                    )
                     if ok[0] and pp > 2 and int(kind[0]) == 2:
                         assert int(first[0]) + int(last[0]) + (pp - 2) * int(middle[0]) == layers
 
@@ -134,14 +150,26 @@ def test_deepseek_v3_proposal_balances_the_last_stage_and_estimate_costs_it():
     problem = Problem.build("deepseek-v3", "h100-2048", build_workload(15360, 4096))
     base = dict(fsdp=128, tp=2, pp=8, ep=16, zero_stage=2, num_microbatches=120)
     proposed = estimate(problem, Layout(**base))
-    assert layout_record(proposed)["stage_layers"] == {"first": 8, "middle": 8, "last": 5, "split": "first-last"}
+    assert layout_record(proposed)["stage_layers"] == {
+        "first": 8,
+        "middle": 8,
+        "last": 5,
+        "split": "first-last",
+    }
     heavy_last = estimate(problem, Layout(**base, first_stage_layers=6, last_stage_layers=7))
     assert heavy_last.step_time_s / proposed.step_time_s == pytest.approx(1.171, abs=0.005)
 
 
 @pytest.mark.parametrize(
     "args",
-    [(126, 16, 9), (126, 16, 1, 9, 9), (126, 16, 1, 7, 6), (32, 2, 1, 10, 10), (61, 8, 2, 1, 4), (61, 8, 2, 10, 3)],
+    [
+        (126, 16, 9),
+        (126, 16, 1, 9, 9),
+        (126, 16, 1, 7, 6),
+        (32, 2, 1, 10, 10),
+        (61, 8, 2, 1, 4),
+        (61, 8, 2, 10, 3),
+    ],
 )
 def test_impossible_splits_are_refused(args):
     assert not split_layers(*args)[4][0]
@@ -154,12 +182,25 @@ def test_metas_405b_layout_is_estimated_near_its_published_throughput():
     problem = Problem.build("llama3-405b", "h100-16384", build_workload(2048, 8192))
     est = estimate(
         problem,
-        Layout(fsdp=128, tp=8, pp=16, zero_stage=2, virtual_stages=4, schedule="interleaved", num_microbatches=16),
+        Layout(
+            fsdp=128,
+            tp=8,
+            pp=16,
+            zero_stage=2,
+            virtual_stages=4,
+            schedule="interleaved",
+            num_microbatches=16,
+        ),
     )
     assert est.fits
     tflops = est.mfu * problem.cluster.accelerator.peak_flops_per_s / 1e12
     assert 340 <= tflops <= 460, tflops
-    assert layout_record(est)["stage_layers"] == {"first": 7, "middle": 8, "last": 7, "split": "embedding-and-loss"}
+    assert layout_record(est)["stage_layers"] == {
+        "first": 7,
+        "middle": 8,
+        "last": 7,
+        "split": "embedding-and-loss",
+    }
 
 
 def test_estimate_picks_microbatches_for_the_pipeline_and_the_split_shows():
@@ -208,7 +249,10 @@ def test_estimate_picks_microbatches_for_the_pipeline_and_the_split_shows():
         ],
     )
     assert r.exit_code == 2
-    assert "num_layers(126) cannot be split over pp(16) x virtual_stages(1) with first_stage_layers(9)" in r.output
+    assert (
+        "num_layers(126) cannot be split over pp(16) x virtual_stages(1) with first_stage_layers(9)"
+        in r.output
+    )
 
 
 def test_given_first_and_last_stage_layers_are_costed_and_read_back():
@@ -217,14 +261,18 @@ def test_given_first_and_last_stage_layers_are_costed_and_read_back():
     base = dict(fsdp=128, tp=8, pp=16, zero_stage=2, num_microbatches=16)
     light = estimate(problem, Layout(**base, first_stage_layers=7, last_stage_layers=7))
     heavy_last = estimate(problem, Layout(**base, first_stage_layers=6, last_stage_layers=8))
-    assert heavy_last.step_time_s > light.step_time_s  # the last stage: 8 layers and the logits, the slowest
+    assert (
+        heavy_last.step_time_s > light.step_time_s
+    )  # the last stage: 8 layers and the logits, the slowest
     record = layout_record(heavy_last)
     assert record["stage_layers"] == {"first": 6, "middle": 8, "last": 8, "split": "first-last"}
     back = layout_from_record(record)
     assert (back.first_stage_layers, back.last_stage_layers) == (6, 8)
 
 
-def test_search_uses_pipelines_that_do_not_divide_the_layers_and_megatron_writes_the_split(tmp_path):
+def test_search_uses_pipelines_that_do_not_divide_the_layers_and_megatron_writes_the_split(
+    tmp_path,
+):
     out = tmp_path / "run.sh"
     r = runner.invoke(
         app,
@@ -249,7 +297,10 @@ def test_search_uses_pipelines_that_do_not_divide_the_layers_and_megatron_writes
     assert r.exit_code == 0, r.output
     text = out.read_text()
     assert "--pipeline-model-parallel-size 16" in text
-    assert "--account-for-embedding-in-pipeline-split" in text and "--account-for-loss-in-pipeline-split" in text
+    assert (
+        "--account-for-embedding-in-pipeline-split" in text
+        and "--account-for-loss-in-pipeline-split" in text
+    )
     problem = Problem.build("llama3-405b", "v5p-1024", build_workload(1024, 4096))
     gpipe = Layout(fsdp=64, pp=16, zero_stage=3, num_microbatches=16, schedule="gpipe")
     found = check_layout(problem, gpipe, capabilities=capabilities_of("maxtext"))

@@ -28,12 +28,18 @@ from layoutsearch.sweep import (
     solve_point,
 )
 
-needs_pyarrow = pytest.mark.skipif(find_spec("pyarrow") is None, reason="Parquet needs layoutsearch[parquet]")
-needs_matplotlib = pytest.mark.skipif(find_spec("matplotlib") is None, reason="plots need layoutsearch[plot]")
+needs_pyarrow = pytest.mark.skipif(
+    find_spec("pyarrow") is None, reason="Parquet needs layoutsearch[parquet]"
+)
+needs_matplotlib = pytest.mark.skipif(
+    find_spec("matplotlib") is None, reason="plots need layoutsearch[plot]"
+)
 
 # The real entry point (cli.main) with the sweep commands, whether or not cli.py registers them yet.
 CLI = [sys.executable, "-m", "layoutsearch.cli"]
-SMALL = expand_points("llama3-8b", "h100-16,v5p-64", "64,128")  # 4 points, tens of milliseconds each
+SMALL = expand_points(
+    "llama3-8b", "h100-16,v5p-64", "64,128"
+)  # 4 points, tens of milliseconds each
 
 
 def ids(rows):
@@ -46,7 +52,9 @@ def journal_lines(output) -> list[str]:
 
 def test_ranges_multiply_add_and_combine():
     """{A..B:xF} multiplies up to B inclusive, {A..B:+S} adds, comma items concatenate in order."""
-    assert expand("v5p-{256..8192:x2}", "--cluster") == [f"v5p-{n}" for n in (256, 512, 1024, 2048, 4096, 8192)]
+    assert expand("v5p-{256..8192:x2}", "--cluster") == [
+        f"v5p-{n}" for n in (256, 512, 1024, 2048, 4096, 8192)
+    ]
     assert expand("h100-{64..256:+64},v5p-8960", "--cluster") == [
         "h100-64",
         "h100-128",
@@ -83,7 +91,9 @@ def test_malformed_ranges_name_the_field_and_value(text, message):
 
 def test_points_are_the_product_without_repeats():
     """One point per (model, cluster, seq_len, seqs); duplicates collapse; ids are stable strings."""
-    points = expand_points("debug,llama3-8b", ["h100-8,h100-16", "h100-8"], "{8..16:x2}", "2048,4096")
+    points = expand_points(
+        "debug,llama3-8b", ["h100-8,h100-16", "h100-8"], "{8..16:x2}", "2048,4096"
+    )
     assert len(points) == 2 * 2 * 2 * 2
     assert points[0].id == "debug|h100-8|8|2048" and points[-1].id == "llama3-8b|h100-16|16|4096"
     with pytest.raises(InvalidArgumentError, match="--seqs: 'x' is not a whole number >= 1"):
@@ -99,10 +109,18 @@ def test_one_row_per_point_with_the_contract_columns(tmp_path):
     assert ids(rows) == [p.id for p in SMALL] and list(rows[0]) == COLUMN_NAMES
     assert summary.solved == 4 and summary.skipped == 0 and summary.by_status == {"OPTIMAL": 4}
     for r in rows:
-        assert r["status"] == "OPTIMAL" and r["reason"] is None and r["bound_s"] <= r["objective_s"] + 1e-9
+        assert (
+            r["status"] == "OPTIMAL"
+            and r["reason"] is None
+            and r["bound_s"] <= r["objective_s"] + 1e-9
+        )
         assert r["dp"] * r["fsdp"] * r["tp"] * r["pp"] * r["cp"] == r["num_devices"]
-        assert r["step_time_s"] == pytest.approx(r["compute_s"] + r["exposed_comm_s"] + r["bubble_s"] + r["overhead_s"])
-        assert r["tokens_per_s"] == pytest.approx(r["global_batch_seqs"] * r["seq_len"] / r["step_time_s"])
+        assert r["step_time_s"] == pytest.approx(
+            r["compute_s"] + r["exposed_comm_s"] + r["bubble_s"] + r["overhead_s"]
+        )
+        assert r["tokens_per_s"] == pytest.approx(
+            r["global_batch_seqs"] * r["seq_len"] / r["step_time_s"]
+        )
         assert r["tokens_per_s_per_device"] == pytest.approx(r["tokens_per_s"] / r["num_devices"])
         assert 0 < r["mfu"] < 1 and 0 < r["peak_bytes"] <= r["capacity_bytes"]
         for degree, placed in json.loads(r["axes"]).items():  # axis factors multiply to the degree
@@ -139,10 +157,18 @@ def test_failing_points_are_recorded_with_reasons_and_the_sweep_continues(tmp_pa
     bad_size, too_big, ok = read_table(tmp_path / "f.csv")
     assert bad_size["status"] == "ERROR" and bad_size["num_devices"] is None
     assert "1000 v5p chips is not a slice shape" in bad_size["reason"]
-    assert too_big["status"] == "INFEASIBLE" and too_big["num_devices"] == 8 and too_big["dp"] is None
-    assert too_big["reason"].startswith("nothing fits: the nearest layout") and "GB per device" in too_big["reason"]
+    assert (
+        too_big["status"] == "INFEASIBLE" and too_big["num_devices"] == 8 and too_big["dp"] is None
+    )
+    assert (
+        too_big["reason"].startswith("nothing fits: the nearest layout")
+        and "GB per device" in too_big["reason"]
+    )
     assert ok["status"] == "OPTIMAL" and ok["reason"] is None
-    assert summary.by_status == {"ERROR": 1, "INFEASIBLE": 1, "OPTIMAL": 1} and summary.with_layout == 1
+    assert (
+        summary.by_status == {"ERROR": 1, "INFEASIBLE": 1, "OPTIMAL": 1}
+        and summary.with_layout == 1
+    )
 
 
 def test_rerun_after_losing_the_table_solves_nothing_and_duplicates_nothing(tmp_path):
@@ -160,7 +186,9 @@ def test_torn_last_journal_line_is_dropped_and_that_point_solved_again(tmp_path)
     out = tmp_path / "s.csv"
     run_sweep(SMALL, out, jobs=1, progress=False)
     lines = journal_lines(out)
-    Path(journal_path(out)).write_text("\n".join(lines[:-1]) + "\n" + lines[-1][: len(lines[-1]) // 2])
+    Path(journal_path(out)).write_text(
+        "\n".join(lines[:-1]) + "\n" + lines[-1][: len(lines[-1]) // 2]
+    )
     summary = run_sweep(SMALL, out, jobs=1, progress=False)
     assert summary.solved == 1 and summary.skipped == 3
     lines = journal_lines(out)
@@ -192,9 +220,13 @@ def test_bad_input_fails_before_any_solving(tmp_path, monkeypatch):
     """Unknown model, output suffix, executor and a missing Ray are exit-2 errors; nothing is written."""
     with pytest.raises(CatalogueError, match="unknown model 'llama71b'"):
         run_sweep(expand_points("llama71b", "h100-8", "8"), tmp_path / "a.csv", progress=False)
-    with pytest.raises(InvalidArgumentError, match=r"--output: '.*a\.txt' must end in \.parquet or \.csv"):
+    with pytest.raises(
+        InvalidArgumentError, match=r"--output: '.*a\.txt' must end in \.parquet or \.csv"
+    ):
         run_sweep(SMALL, tmp_path / "a.txt", progress=False)
-    with pytest.raises(InvalidArgumentError, match="--executor: unknown executor 'dask' \\(local or ray\\)"):
+    with pytest.raises(
+        InvalidArgumentError, match="--executor: unknown executor 'dask' \\(local or ray\\)"
+    ):
         run_sweep(SMALL, tmp_path / "a.csv", executor="dask", progress=False)
     monkeypatch.setitem(sys.modules, "pyarrow", None)  # import pyarrow -> ImportError
     with pytest.raises(
@@ -232,7 +264,9 @@ def test_interrupted_sweep_reruns_to_every_point_exactly_once(tmp_path, sig):
         str(out),
     ]
     expected = [p.id for p in expand_points("llama70b", "v5p-{256..4096:x2}", "256,512")]
-    proc = subprocess.Popen(args, start_new_session=True, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    proc = subprocess.Popen(
+        args, start_new_session=True, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE
+    )
     journal = Path(journal_path(out))
     deadline = time.monotonic() + 60
     while proc.poll() is None and time.monotonic() < deadline:
@@ -242,7 +276,9 @@ def test_interrupted_sweep_reruns_to_every_point_exactly_once(tmp_path, sig):
     os.killpg(proc.pid, sig)  # the process group, as a terminal's Ctrl-C or a job killer does
     _, stderr = proc.communicate(timeout=30)
     done_before = journal.read_bytes().count(b"\n")
-    assert 1 <= done_before < len(expected), "the sweep finished before the signal: nothing to resume"
+    assert 1 <= done_before < len(expected), (
+        "the sweep finished before the signal: nothing to resume"
+    )
     if sig == signal.SIGINT:  # Ctrl-C: exit 130, and the table already holds what the journal holds
         assert proc.returncode == 130 and b"rerun the same command to resume" in stderr
         assert len(read_table(out)) == done_before
@@ -300,10 +336,22 @@ def test_cli_sweep_prints_a_summary_and_plot_writes_a_png(tmp_path):
 @pytest.mark.parametrize(
     "args, message",
     [
-        (["-m", "llama71b", "-c", "h100-8"], "error: unknown model 'llama71b' (did you mean 'llama70b'?)"),
-        (["-m", "debug", "-c", "h100-{8..64:*2}"], "error: --cluster: malformed range in 'h100-{8..64:*2}'"),
-        (["-m", "debug", "-c", "h100-8", "--seqs", "8,abc"], "error: --seqs: 'abc' is not a whole number >= 1"),
-        (["-m", "debug", "-c", "h100-8", "-o", "x.json"], "error: --output: 'x.json' must end in .parquet or .csv"),
+        (
+            ["-m", "llama71b", "-c", "h100-8"],
+            "error: unknown model 'llama71b' (did you mean 'llama70b'?)",
+        ),
+        (
+            ["-m", "debug", "-c", "h100-{8..64:*2}"],
+            "error: --cluster: malformed range in 'h100-{8..64:*2}'",
+        ),
+        (
+            ["-m", "debug", "-c", "h100-8", "--seqs", "8,abc"],
+            "error: --seqs: 'abc' is not a whole number >= 1",
+        ),
+        (
+            ["-m", "debug", "-c", "h100-8", "-o", "x.json"],
+            "error: --output: 'x.json' must end in .parquet or .csv",
+        ),
     ],
 )
 def test_cli_bad_input_is_one_line_exit_2(tmp_path, args, message):
@@ -324,11 +372,27 @@ def test_cli_unknown_executor_and_plot_input_through_the_console_script(tmp_path
         text=True,
         cwd=tmp_path,
     )
-    assert p.returncode == 2 and p.stderr.count("\n") == 1 and "'dask' is not one of 'local', 'ray'" in p.stderr
+    assert (
+        p.returncode == 2
+        and p.stderr.count("\n") == 1
+        and "'dask' is not one of 'local', 'ray'" in p.stderr
+    )
     p = subprocess.run([*base, "plot", "missing.csv"], capture_output=True, text=True, cwd=tmp_path)
     assert p.returncode == 2 and p.stderr.startswith("error: SWEEP_FILE: cannot read 'missing.csv'")
     p = subprocess.run(
-        [*base, "sweep", "-m", "llama3-405b", "-c", "h100-8", "--seqs", "64", "-o", "n.csv", "--no-progress"],
+        [
+            *base,
+            "sweep",
+            "-m",
+            "llama3-405b",
+            "-c",
+            "h100-8",
+            "--seqs",
+            "64",
+            "-o",
+            "n.csv",
+            "--no-progress",
+        ],
         capture_output=True,
         text=True,
         cwd=tmp_path,
@@ -340,7 +404,10 @@ def test_cli_unknown_executor_and_plot_input_through_the_console_script(tmp_path
 def test_ray_executor_matches_the_local_executor(tmp_path):
     """The same points through Ray tasks give the same statuses, degrees and objectives as the process pool."""
     ray = pytest.importorskip("ray")
-    points = [*SMALL[:2], Point(model="llama3-8b", cluster="v5p-1000", global_batch_seqs=64, seq_len=4096)]
+    points = [
+        *SMALL[:2],
+        Point(model="llama3-8b", cluster="v5p-1000", global_batch_seqs=64, seq_len=4096),
+    ]
     local = run_sweep(points, tmp_path / "local.parquet", jobs=1, progress=False).rows
     ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
     try:
@@ -370,4 +437,8 @@ def test_ray_executor_matches_the_local_executor(tmp_path):
 def test_solve_point_never_raises():
     """A broken point (here: an unknown model reaching a worker) comes back as an ERROR row."""
     row = solve_point(Point(model="nope", cluster="h100-8", global_batch_seqs=8, seq_len=4096), 5.0)
-    assert row["status"] == "ERROR" and "unknown model 'nope'" in row["reason"] and list(row) == COLUMN_NAMES
+    assert (
+        row["status"] == "ERROR"
+        and "unknown model 'nope'" in row["reason"]
+        and list(row) == COLUMN_NAMES
+    )

@@ -12,7 +12,9 @@ import pytest
 
 from layoutsearch.sweep import journal_path, read_table
 
-pytestmark = pytest.mark.skipif(not Path("/proc/self/task").is_dir(), reason="reads child pids from /proc (Linux)")
+pytestmark = pytest.mark.skipif(
+    not Path("/proc/self/task").is_dir(), reason="reads child pids from /proc (Linux)"
+)
 
 
 def children(pid: int) -> set[int]:

@@ -51,11 +51,22 @@ def test_multislice_adds_a_dcn_axis():
 def test_gpu_clusters_have_nvlink_then_scale_out():
     """h100-1024 = 128 nodes of 8 on NVLink, rail fat tree across; gb200-576 = 8 NVL72 domains."""
     c = resolve_cluster("h100-1024")
-    assert [(a.name, a.size, a.kind) for a in c.axes] == [("node", 8, "switch"), ("scale_out", 128, "scale_out")]
+    assert [(a.name, a.size, a.kind) for a in c.axes] == [
+        ("node", 8, "switch"),
+        ("scale_out", 128, "scale_out"),
+    ]
     assert c.axis("node").bytes_per_s_per_direction == 450e9
     assert c.axis("scale_out").bytes_per_s_per_direction == 50e9
-    assert [(a.name, a.size) for a in resolve_cluster("gb200-576").axes] == [("node", 72), ("scale_out", 8)]
-    assert resolve_cluster("h100-64", scale_out_bytes_per_s=25e9).axis("scale_out").bytes_per_s_per_direction == 25e9
+    assert [(a.name, a.size) for a in resolve_cluster("gb200-576").axes] == [
+        ("node", 72),
+        ("scale_out", 8),
+    ]
+    assert (
+        resolve_cluster("h100-64", scale_out_bytes_per_s=25e9)
+        .axis("scale_out")
+        .bytes_per_s_per_direction
+        == 25e9
+    )
     assert [(a.name, a.size) for a in resolve_cluster("h100-64", devices_per_node=4).axes] == [
         ("node", 4),
         ("scale_out", 16),
@@ -68,7 +79,9 @@ def test_single_device_clusters():
         c = resolve_cluster(name)
         assert c.axes == (SINGLE_CHIP_AXIS,) and c.num_devices == 1 and c.num_slices == 1
     c = resolve_cluster("h100-1")
-    assert [(a.name, a.size, a.kind, a.bytes_per_s_per_direction) for a in c.axes] == [("node", 1, "switch", 450e9)]
+    assert [(a.name, a.size, a.kind, a.bytes_per_s_per_direction) for a in c.axes] == [
+        ("node", 1, "switch", 450e9)
+    ]
     assert c.num_devices == 1
     assert [(a.name, a.size) for a in resolve_cluster("v5p-1x4").axes] == [("dcn", 4)]
 
@@ -83,9 +96,16 @@ def test_factor_graphs_are_small_per_axis_graphs():
     assert nx.is_isomorphic(to_networkx(x), nx.cycle_graph(4))
     assert {d["bytes_per_s_per_direction"] for *_, d in x.edges(data=True)} == {90e9}
     _, (nvlink, fat_tree) = cluster_factors("h100-512")
-    assert nvlink.graph["kind"] == "switch" and list(nvlink.edges()) == [(range(8), ("nvswitch",))]  # a star, one run
-    assert set(fat_tree.edges()) == {(range(64), ("leaf", range(2))), (("leaf", range(2)), ("spine",))}
-    _, (_, fat_tree) = cluster_factors("h100-264")  # one full scalable unit of 32 nodes and one of 1
+    assert nvlink.graph["kind"] == "switch" and list(nvlink.edges()) == [
+        (range(8), ("nvswitch",))
+    ]  # a star, one run
+    assert set(fat_tree.edges()) == {
+        (range(64), ("leaf", range(2))),
+        (("leaf", range(2)), ("spine",)),
+    }
+    _, (_, fat_tree) = cluster_factors(
+        "h100-264"
+    )  # one full scalable unit of 32 nodes and one of 1
     assert sorted(map(str, fat_tree.nodes)) == [
         "('leaf', range(0, 1))",
         "('leaf', range(1, 2))",
@@ -149,7 +169,10 @@ def test_factor_axes_equal_those_of_the_device_graph(name, kwargs):
     g = cluster_graph(name, **kwargs)
     assert derive_axes(factors, acc) == axes_from_device_graph(g, acc)
     assert resolve_cluster(name, **kwargs).axes == axes_from_device_graph(g, acc)[0]
-    assert sum(1 for _, d in g.nodes(data="device") if d) == resolve_cluster(name, **kwargs).num_devices
+    assert (
+        sum(1 for _, d in g.nodes(data="device") if d)
+        == resolve_cluster(name, **kwargs).num_devices
+    )
 
 
 @pytest.mark.parametrize("name", ["v5p-64", "v5p-16", "v5e-128", "v5p:4x8x12"])
@@ -160,7 +183,9 @@ def test_device_graph_of_a_slice_is_the_networkx_cartesian_product(name):
     def flat(node):
         return (*flat(node[0]), node[1]) if isinstance(node[0], tuple) else node
 
-    expected = {frozenset({(0, *flat(u)), (0, *flat(v))}): d["axis"] for u, v, d in product.edges(data=True)}
+    expected = {
+        frozenset({(0, *flat(u)), (0, *flat(v))}): d["axis"] for u, v, d in product.edges(data=True)
+    }
     g = cluster_graph(name)
     assert {frozenset(e): d["axis"] for *e, d in g.edges(data=True)} == expected
 
@@ -181,7 +206,12 @@ def test_gpu_device_graph_is_a_rail_optimised_fat_tree():
     kinds = {}
     for node in g:
         kinds.setdefault(node[0], []).append(node)
-    assert {k: len(v) for k, v in kinds.items()} == {"gpu": 512, "nvswitch": 64, "leaf": 16, "spine": 8}
+    assert {k: len(v) for k, v in kinds.items()} == {
+        "gpu": 512,
+        "nvswitch": 64,
+        "leaf": 16,
+        "spine": 8,
+    }
     assert set(g[("gpu", 40, 3)]) == {("nvswitch", 40), ("leaf", 1, 3)}
     assert g.degree(("leaf", 1, 3)) == 32 + 8 and g.degree(("spine", 0)) == 16
     assert g.edges[("leaf", 0, 0), ("spine", 5)]["bytes_per_s_per_direction"] == 32 * 50e9
@@ -201,12 +231,15 @@ def test_inconsistent_factor_graph_is_detected():
     x = torus_axis_graph("x", 6, True, 90e9, 1e-6)
     x.add_edge(0, 3, axis="x", bytes_per_s_per_direction=90e9, latency_s=1e-6)
     with pytest.raises(
-        CatalogueError, match="factor graph 'x': a torus axis must be a ring or a line, got 6 positions and 7 links"
+        CatalogueError,
+        match="factor graph 'x': a torus axis must be a ring or a line, got 6 positions and 7 links",
     ):
         derive_axes([x], acc)
     y = torus_axis_graph("y", 4, True, 90e9, 1e-6)
     y.add_edge(0, 1, bytes_per_s_per_direction=45e9)
-    with pytest.raises(CatalogueError, match=r"factor graph 'y': links differ in \(bandwidth, latency\)"):
+    with pytest.raises(
+        CatalogueError, match=r"factor graph 'y': links differ in \(bandwidth, latency\)"
+    ):
         derive_axes([y], acc)
 
 
@@ -214,10 +247,16 @@ def test_inconsistent_factor_graph_is_detected():
 @pytest.mark.parametrize(
     "name, message",
     [
-        ("v5p-1000", r"1000 v5p chips is not a slice shape \(valid nearby sizes: 896, 960, 1024, 1088;"),
+        (
+            "v5p-1000",
+            r"1000 v5p chips is not a slice shape \(valid nearby sizes: 896, 960, 1024, 1088;",
+        ),
         ("v5p-2", r"2 v5p chips is not a slice shape \(valid nearby sizes: 1, 4, 8;"),
         ("v5p-65536", r"65536 v5p chips is not a slice shape \(valid nearby sizes: 8896, 8960;"),
-        ("h100-12", r"12 GPUs is not a whole number of 8-GPU nodes \(valid nearby sizes: 4, 8, 16, 24\)"),
+        (
+            "h100-12",
+            r"12 GPUs is not a whole number of 8-GPU nodes \(valid nearby sizes: 4, 8, 16, 24\)",
+        ),
         (
             "h100-262140",
             r"262140 GPUs is not a whole number of 8-GPU nodes \(valid nearby sizes: 262128, 262136, 262144\)",
@@ -250,8 +289,14 @@ def test_inconsistent_factor_graph_is_detected():
             r"cluster 'h100-99999999999999999999': device count 99999999999999999999 is over the "
             r"limit of 262,144 devices",
         ),
-        ("v5p-100000000", r"cluster 'v5p-100000000': device count 100000000 is over the limit of 262,144 devices"),
-        ("h100-262152", r"cluster 'h100-262152': 262,152 devices is over the limit of 262,144 devices"),
+        (
+            "v5p-100000000",
+            r"cluster 'v5p-100000000': device count 100000000 is over the limit of 262,144 devices",
+        ),
+        (
+            "h100-262152",
+            r"cluster 'h100-262152': 262,152 devices is over the limit of 262,144 devices",
+        ),
         (
             "v5p-8960x30",
             r"cluster 'v5p-8960x30': 8,960 devices x 30 slices = 268,800 devices is over the limit of 262,144",

@@ -111,7 +111,11 @@ MAXTEXT_128B = shape(64, 10240, 65536, 64, 64, 256, 32768)
 MPT_7B = shape(32, 4096, 16384, 32, 32, 128, 50368)
 MPT_13B = shape(40, 5120, 20480, 40, 40, 128, 50368)
 
-A100_IB = {"accelerator": "a100-80gb", "devices_per_node": 8, "scale_out_gbytes_per_s_per_device": 25.0}
+A100_IB = {
+    "accelerator": "a100-80gb",
+    "devices_per_node": 8,
+    "scale_out_gbytes_per_s_per_device": 25.0,
+}
 A100_BLOOM = {
     "accelerator": "a100-80gb",
     "num_devices": 384,
@@ -123,11 +127,26 @@ V5P = {"accelerator": "v5p"}
 
 
 def lay(dp, tp=1, pp=1, cp=1, fsdp=1, zero=0, **more) -> dict:
-    return {"dp": dp, "fsdp": fsdp, "zero_stage": zero, "tp": tp, "pp": pp, "virtual_stages": 1, "cp": cp, **more}
+    return {
+        "dp": dp,
+        "fsdp": fsdp,
+        "zero_stage": zero,
+        "tp": tp,
+        "pp": pp,
+        "virtual_stages": 1,
+        "cp": cp,
+        **more,
+    }
 
 
 def meas(tokens, mfu=None, conv=None, peak=None, **more) -> dict:
-    return {"tokens_per_s_per_device": tokens, "mfu": mfu, "mfu_convention": conv, "peak_tflops_used": peak, **more}
+    return {
+        "tokens_per_s_per_device": tokens,
+        "mfu": mfu,
+        "mfu_convention": conv,
+        "peak_tflops_used": peak,
+        **more,
+    }
 
 
 def _foundry_a100(seq, batch, mbs, ga, devices, tokens):
@@ -172,7 +191,14 @@ RAW = [
         GPT_18_4B,
         {"seq_len": 2048, "global_batch_seqs": 1024, "precision": "fp16", "framework": "megatron"},
         {**A100_IB, "num_devices": 256},
-        lay(32, tp=8, sequence_parallel=False, microbatch_seqs=8, num_microbatches=4, recompute="full"),
+        lay(
+            32,
+            tp=8,
+            sequence_parallel=False,
+            microbatch_seqs=8,
+            num_microbatches=4,
+            recompute="full",
+        ),
         meas(871.6, 0.43, "megatron-eq3-hardware", 312),
     ),
     record(
@@ -235,16 +261,38 @@ RAW = [
         BLOOM_176B,
         {"seq_len": 2048, "global_batch_seqs": 2048, "precision": "bf16"},
         A100_BLOOM,
-        lay(8, tp=4, pp=12, zero=1, sequence_parallel=False, microbatch_seqs=2, num_microbatches=128, recompute="full"),
+        lay(
+            8,
+            tp=4,
+            pp=12,
+            zero=1,
+            sequence_parallel=False,
+            microbatch_seqs=2,
+            num_microbatches=128,
+            recompute="full",
+        ),
         meas(103.8, peak=312),
     ),
     record(
         "fmsfsdp-a100-llama2-7b-128gpu",
         "foundation-model-stack/fms-fsdp README.md throughput table (128 A100)",
         LLAMA2_7B,
-        {"seq_len": 4096, "global_batch_seqs": 256, "precision": "bf16", "framework": "pytorch-fsdp"},
+        {
+            "seq_len": 4096,
+            "global_batch_seqs": 256,
+            "precision": "bf16",
+            "framework": "pytorch-fsdp",
+        },
         {"accelerator": "a100-80gb", "num_devices": 128, "devices_per_node": 8},
-        lay(128, fsdp=8, zero=3, sequence_parallel=False, microbatch_seqs=2, num_microbatches=1, recompute="none"),
+        lay(
+            128,
+            fsdp=8,
+            zero=3,
+            sequence_parallel=False,
+            microbatch_seqs=2,
+            num_microbatches=1,
+            recompute="none",
+        ),
         meas(3760, peak=312),
     ),
     record(
@@ -253,7 +301,9 @@ RAW = [
         MAXTEXT_32B,
         {"seq_len": 2048, "global_batch_seqs": 512, "precision": "bf16"},
         {**V5P, "num_devices": 64},
-        lay(16, tp=4, fsdp=16, zero=3, microbatch_seqs=32, num_microbatches=1, recompute="selective"),
+        lay(
+            16, tp=4, fsdp=16, zero=3, microbatch_seqs=32, num_microbatches=1, recompute="selective"
+        ),
         meas(1652.3, 0.7147, "palm-causal", 459),
         derived=PARALLEL_BLOCK,
     ),
@@ -263,9 +313,14 @@ RAW = [
         MAXTEXT_32B,
         {"seq_len": 2048, "global_batch_seqs": 1024, "precision": "bf16"},
         {**V5P, "num_devices": 128},
-        lay(32, tp=4, fsdp=16, zero=3, microbatch_seqs=32, num_microbatches=1, recompute="selective"),
+        lay(
+            32, tp=4, fsdp=16, zero=3, microbatch_seqs=32, num_microbatches=1, recompute="selective"
+        ),
         meas(1607.0, 0.6943, "palm-causal", 459),
-        derived={**PARALLEL_BLOCK, "fsdp": "ICI FSDP=16 within slice; DCN data parallel across 2 slice(s)"},
+        derived={
+            **PARALLEL_BLOCK,
+            "fsdp": "ICI FSDP=16 within slice; DCN data parallel across 2 slice(s)",
+        },
     ),
     record(
         "maxtext-v5p-2023-128b-1xv5p-256",
@@ -273,7 +328,9 @@ RAW = [
         MAXTEXT_128B,
         {"seq_len": 2048, "global_batch_seqs": 256, "precision": "bf16"},
         {**V5P, "num_devices": 128},
-        lay(16, tp=8, fsdp=16, zero=3, microbatch_seqs=16, num_microbatches=1, recompute="selective"),
+        lay(
+            16, tp=8, fsdp=16, zero=3, microbatch_seqs=16, num_microbatches=1, recompute="selective"
+        ),
         meas(399.7, 0.6868, "palm-causal", 459),
         derived=PARALLEL_BLOCK,
     ),
@@ -311,7 +368,16 @@ RAW = [
         {"seq_len": 8192, "global_batch_seqs": 128, "precision": "bf16"},
         {**H100, "num_devices": 64},
         {
-            **lay(2, tp=4, pp=4, cp=2, zero=1, sequence_parallel=True, microbatch_seqs=1, num_microbatches=64),
+            **lay(
+                2,
+                tp=4,
+                pp=4,
+                cp=2,
+                zero=1,
+                sequence_parallel=True,
+                microbatch_seqs=1,
+                num_microbatches=64,
+            ),
             "virtual_stages": 5,
         },
         meas(1117.6, 0.5432, "megatron-core", 989),
@@ -322,7 +388,15 @@ RAW = [
         MPT_13B,
         {"seq_len": 2048, "global_batch_seqs": 16, "precision": "bf16"},
         {**H100, "num_devices": 8},
-        lay(8, fsdp=8, zero=3, sequence_parallel=False, microbatch_seqs=2, num_microbatches=1, recompute="none"),
+        lay(
+            8,
+            fsdp=8,
+            zero=3,
+            sequence_parallel=False,
+            microbatch_seqs=2,
+            num_microbatches=1,
+            recompute="none",
+        ),
         meas(4792, 0.3979, "palm-6n-12lhqt", 989),
     ),
     record(
@@ -331,7 +405,15 @@ RAW = [
         MPT_7B,
         {"seq_len": 4096, "global_batch_seqs": 256, "precision": "bf16"},
         {**H100, "num_devices": 8},
-        lay(8, fsdp=8, zero=3, sequence_parallel=False, microbatch_seqs=16, num_microbatches=2, recompute="full"),
+        lay(
+            8,
+            fsdp=8,
+            zero=3,
+            sequence_parallel=False,
+            microbatch_seqs=16,
+            num_microbatches=2,
+            recompute="full",
+        ),
         meas(8611, 0.4042, "palm-6n-12lhqt", 989),
     ),
     _foundry_a100(16384, 32, 1, 4, 8, 2249),
@@ -416,7 +498,11 @@ def test_optional_schema_fields_are_typed_and_absent_keys_are_null(tmp_path):
     runs = load_runs(write_runs(tmp_path, [rec]))
     (r,) = runs
     assert runs.warnings == []
-    assert (r["workload"]["framework"], r["workload"]["fp8_recipe"], r["workload"]["torch_compile"]) == (
+    assert (
+        r["workload"]["framework"],
+        r["workload"]["fp8_recipe"],
+        r["workload"]["torch_compile"],
+    ) == (
         "torchtitan",
         "rowwise",
         True,
@@ -437,7 +523,11 @@ def test_optional_schema_fields_are_typed_and_absent_keys_are_null(tmp_path):
     assert r["model"]["mla"]["kv_lora_rank"] == 512 and r["model"]["params_total"] == 671026419200
     assert r["cluster"]["scale_out_gbytes_per_s_per_device"] is None and r["trust"] is None
     plain = parsed({"id": "bare"})
-    assert plain["model"]["num_layers"] is None and plain["layout"]["tp"] is None and plain["derived"] == {}
+    assert (
+        plain["model"]["num_layers"] is None
+        and plain["layout"]["tp"] is None
+        and plain["derived"] == {}
+    )
 
 
 def test_unknown_key_is_a_warning_not_an_abort(tmp_path, capsys):
@@ -455,17 +545,25 @@ def test_unknown_key_is_a_warning_not_an_abort(tmp_path, capsys):
         "of megatron, torchtitan, maxtext, megatron-deepspeed, llm-foundry, pytorch-fsdp, nemo-automodel, other; "
         "kept as given",
     ]
-    assert "microbatch_seq" not in runs[0]["layout"] and runs[0]["layout"]["microbatch_seqs"] is None
+    assert (
+        "microbatch_seq" not in runs[0]["layout"] and runs[0]["layout"]["microbatch_seqs"] is None
+    )
     assert runs[1]["workload"]["framework"] == "jax-custom"
     doc = validate_runs(runs, rank=False)
     assert doc["summary"]["warnings"] == runs.warnings and doc["summary"]["count"] == 1
     assert doc["records"][0]["skipped_reason"] == (
         "global_batch_seqs(512) != dp(32) x microbatch_seqs(1) x num_microbatches(1)"
     )  # the misspelt key counts as null
-    assert doc["records"][1]["framework"] == "jax-custom" and doc["records"][0]["framework"] == "megatron"
+    assert (
+        doc["records"][1]["framework"] == "jax-custom"
+        and doc["records"][0]["framework"] == "megatron"
+    )
     validation_report(doc)
     printed = capsys.readouterr().out
-    assert "warning: runs.yaml: record 'megatron2021-table1-1-7b': unknown key 'layout.microbatch_seq'" in printed
+    assert (
+        "warning: runs.yaml: record 'megatron2021-table1-1-7b': unknown key 'layout.microbatch_seq'"
+        in printed
+    )
 
 
 @pytest.mark.parametrize(
@@ -484,7 +582,9 @@ def test_unknown_key_is_a_warning_not_an_abort(tmp_path, capsys):
         (b"- id: r1\n- id: r1\n", "record 'r1': field 'id': duplicate id (record #2)"),
     ],
 )
-def test_malformed_file_is_one_line_naming_file_record_and_field(tmp_path, capsys, content, expected):
+def test_malformed_file_is_one_line_naming_file_record_and_field(
+    tmp_path, capsys, content, expected
+):
     """Not UTF-8, not YAML, not a list, a record that is not a mapping, a wrong type, a duplicate id:
     one CatalogueError line naming the file (and the record and field), exit 2 at the command line."""
     path = tmp_path / "bad.yaml"
@@ -514,7 +614,10 @@ def test_megatron_distributed_optimizer_shards_over_all_dp_ranks(runs):
     assert core[1].recompute == "none" and core[1].num_microbatches == 192 // 48
     t1 = record_to_problem(runs["megatron2021-table1-18-4b"])
     assert degrees(t1) == {"dp": 32, "fsdp": 1, "tp": 8, "pp": 1, "cp": 1, "zero_stage": 0}
-    assert t1[0].num_devices == 256 and t1[0].cluster.axis("scale_out").bytes_per_s_per_direction == 25e9
+    assert (
+        t1[0].num_devices == 256
+        and t1[0].cluster.axis("scale_out").bytes_per_s_per_direction == 25e9
+    )
 
 
 def test_bigscience_sequence_parallel_defaults_off(runs):
@@ -531,19 +634,26 @@ def test_bloom_runs_launch_blocking_from_2022_02_18(runs):
 
     prequel = runs["bloom-prequel-20220225-181b-dp8-tp8-pp6-mbs4-gbs2048"]
     assert launch_blocking(prequel) and launch_blocking(runs["bloom176b-production-384gpu"])
-    assert not launch_blocking({**prequel, "source": prequel["source"].replace("2022-02-25", "2022-02-17")})
+    assert not launch_blocking(
+        {**prequel, "source": prequel["source"].replace("2022-02-25", "2022-02-17")}
+    )
     assert not launch_blocking(runs["megatron2021-table1-18-4b"])
     problem, _ = record_to_problem(prequel)
     assert problem.workload.launch_blocking
     assert not record_to_problem(runs["megatron2021-table1-18-4b"])[0].workload.launch_blocking
-    assert "CUDA_LAUNCH_BLOCKING=1 (BLOOM tr11 slurm): blocking launches, nothing overlapped" in mapping_notes(prequel)
+    assert (
+        "CUDA_LAUNCH_BLOCKING=1 (BLOOM tr11 slurm): blocking launches, nothing overlapped"
+        in mapping_notes(prequel)
+    )
 
 
 def test_hsdp_shards_inside_the_node_and_replicates_across(runs):
     """fms-fsdp 7b: dp 128 = 8 sharded (node) x 16 replicated (scale-out)."""
     _, layout = record_to_problem(runs["fmsfsdp-a100-llama2-7b-128gpu"])
     assert (layout.dp, layout.fsdp, layout.zero_stage) == (16, 8, 3)
-    assert dict(layout.axes)["fsdp"] == (("node", 8),) and dict(layout.axes)["dp"] == (("scale_out", 16),)
+    assert dict(layout.axes)["fsdp"] == (("node", 8),) and dict(layout.axes)["dp"] == (
+        ("scale_out", 16),
+    )
 
 
 def test_maxtext_multislice_puts_the_replicas_on_dcn(runs):
@@ -557,7 +667,9 @@ def test_maxtext_multislice_puts_the_replicas_on_dcn(runs):
     assert single[0].cluster.num_slices == 1 and single[1].dp == 1
 
 
-TP5 = parsed(raw("megatron2021-table1-1-7b", id="tp5", cluster={"num_devices": 160}, layout={"tp": 5}))  # 24 heads
+TP5 = parsed(
+    raw("megatron2021-table1-1-7b", id="tp5", cluster={"num_devices": 160}, layout={"tp": 5})
+)  # 24 heads
 
 
 def test_fp8_records_are_evaluated_and_rejected_records_are_skipped_with_a_reason(runs):
@@ -569,9 +681,13 @@ def test_fp8_records_are_evaluated_and_rejected_records_are_skipped_with_a_reaso
     assert doc["summary"]["skipped"] == 0 and doc["summary"]["count"] == 2
     predicted = {e["id"]: e["predicted_tokens_per_s_per_device"] for e in doc["records"]}
     measured = {r["id"]: r["measured"]["tokens_per_s_per_device"] for r in (fp8, bf16)}
-    assert predicted[fp8["id"]] > predicted[bf16["id"]] and measured[fp8["id"]] > measured[bf16["id"]]
+    assert (
+        predicted[fp8["id"]] > predicted[bf16["id"]] and measured[fp8["id"]] > measured[bf16["id"]]
+    )
     a100 = raw("megatron2021-table1-1-7b", workload={"precision": "fp8"})
-    assert record_to_problem(parsed(a100)).startswith("--precision fp8: a100-80gb has no fp8 matmul rate")
+    assert record_to_problem(parsed(a100)).startswith(
+        "--precision fp8: a100-80gb has no fp8 matmul rate"
+    )
     reason = record_to_problem(TP5)
     assert isinstance(reason, str) and reason.startswith(
         "engine rejects the layout: tp(5) does not divide num_heads(24)"
@@ -597,11 +713,18 @@ def test_null_or_unknown_values_skip_the_record_not_the_file(tmp_path):
     reasons = {e["id"]: e["skipped_reason"] for e in doc["records"]}
     assert reasons["no-layers"] == "missing value: model.num_layers null (the engine needs it)"
     assert reasons["no-tp"] == "missing value: layout.tp, layout.cp null (the engine needs them)"
-    assert reasons["bad-acc"] == "unknown accelerator 'a100-80g' (did you mean 'a100-80gb'?): not in the catalogue"
+    assert (
+        reasons["bad-acc"]
+        == "unknown accelerator 'a100-80g' (did you mean 'a100-80gb'?): not in the catalogue"
+    )
     assert reasons["tf32"] == "precision 'tf32': the engine models bf16/fp16/fp8 training only"
     assert reasons["swiglu"].startswith("model: ") and "'mlp'" in reasons["swiglu"]
-    assert reasons["no-measure"].startswith("no measurement: measured.tokens_per_s_per_device is null")
-    assert reasons["fsdp-3"] == "layout: fsdp(3) does not divide the total data-parallel degree dp(32)"
+    assert reasons["no-measure"].startswith(
+        "no measurement: measured.tokens_per_s_per_device is null"
+    )
+    assert (
+        reasons["fsdp-3"] == "layout: fsdp(3) does not divide the total data-parallel degree dp(32)"
+    )
     assert reasons[base] is None and doc["summary"]["count"] == 1 and doc["summary"]["skipped"] == 7
     assert doc["summary"]["skipped_reasons"]["missing value"] == 2
 
@@ -631,7 +754,11 @@ def test_moe_and_mla_records_are_mapped(runs):
     )
     moe["cluster"]["accelerator"] = "h800"
     problem, layout = record_to_problem(moe)
-    assert problem.model.moe.num_experts == 8 and problem.model.d_ff == 14336 and problem.model.num_moe_layers == 24
+    assert (
+        problem.model.moe.num_experts == 8
+        and problem.model.d_ff == 14336
+        and problem.model.num_moe_layers == 24
+    )
     assert (problem.model.moe.num_shared_experts, problem.model.moe.layer_freq) == (0, 1)
     assert (layout.ep, layout.etp) == (1, 1)
     mla = copy.deepcopy(runs["megatron2021-table1-1-7b"])
@@ -649,7 +776,9 @@ def test_record_rules_across_fields(runs, tmp_path):
         load_runs(write_runs(tmp_path, [rec, rec]))
     capped = raw("megatron2021-table1-1-7b", cluster={"accelerator": "h100"})
     capped["source"] += ", H100 SXM at 500 W"
-    assert record_to_problem(parsed(capped)).startswith("power-capped part (a wattage below the SXM rating)")
+    assert record_to_problem(parsed(capped)).startswith(
+        "power-capped part (a wattage below the SXM rating)"
+    )
     field = raw("megatron2021-table1-1-7b", cluster={"accelerator": "h100", "power_limit_w": 500})
     assert record_to_problem(parsed(field)) == (
         "power-capped part: power_limit_w 500 W below the part's 700 W rating; its clocks and peak FLOP/s are unknown"
@@ -669,11 +798,16 @@ def test_hbm_override_changes_the_memory_capacity(runs):
     rec["cluster"]["hbm_gb_per_device"] = 96.0
     problem, layout = record_to_problem(rec)
     reserve = load_accelerator("h100").runtime_reserve_bytes
-    assert problem.cluster.accelerator.hbm_bytes == 96e9 and load_accelerator("h100").hbm_bytes != 96e9
+    assert (
+        problem.cluster.accelerator.hbm_bytes == 96e9 and load_accelerator("h100").hbm_bytes != 96e9
+    )
     est = estimate(problem, layout, strict=False)
     assert est.memory_bytes["capacity"] == pytest.approx(96e9 - reserve)
     entry = evaluate_record(rec)
-    assert "HBM 96 GB per device (cluster.hbm_gb_per_device) instead of the catalogue's" in entry["notes"]
+    assert (
+        "HBM 96 GB per device (cluster.hbm_gb_per_device) instead of the catalogue's"
+        in entry["notes"]
+    )
 
 
 def test_tpu_device_count_without_a_slice_shape_is_skipped_fast(runs):
@@ -687,7 +821,9 @@ def test_tpu_device_count_without_a_slice_shape_is_skipped_fast(runs):
         entry = validate_runs([rec], rank=True)["records"][0]
         reasons[n] = entry["skipped_reason"]
     assert reasons[7] == "cluster: 7 v5p chips is not a slice shape (one slice holds up to 8960)"
-    assert reasons[131] == "cluster: 131 v5p chips is not a slice shape (one slice holds up to 8960)"
+    assert (
+        reasons[131] == "cluster: 131 v5p chips is not a slice shape (one slice holds up to 8960)"
+    )
     assert reasons[9001] == (
         "cluster: 9001 v5p chips is more than one slice (8960) and no whole number of equal valid slices"
     )
@@ -697,17 +833,25 @@ def test_tpu_records_larger_than_a_slice_become_multislice(runs):
     """512 v5e chips (pods of 256): two slices over DCN; a record the engine cannot cost is skipped, not fatal."""
     rec = copy.deepcopy(runs["dgxc-h100-llama3-1-8b-bf16-64gpu"])
     rec["cluster"].update(
-        accelerator="v5e", num_devices=512, devices_per_node=None, scale_out_gbytes_per_s_per_device=None
+        accelerator="v5e",
+        num_devices=512,
+        devices_per_node=None,
+        scale_out_gbytes_per_s_per_device=None,
     )
     lay_ = rec["layout"]
     lay_.update(dp=512 // (lay_["tp"] * lay_["pp"] * lay_["cp"]), fsdp=1, zero_stage=1)
-    rec["workload"]["global_batch_seqs"] = lay_["dp"] * lay_["microbatch_seqs"] * lay_["num_microbatches"]
+    rec["workload"]["global_batch_seqs"] = (
+        lay_["dp"] * lay_["microbatch_seqs"] * lay_["num_microbatches"]
+    )
     cluster = record_to_problem(rec)[0].cluster
     assert cluster.num_slices == 2 and cluster.axis("dcn").size == 2 and cluster.num_devices == 512
     weird = copy.deepcopy(rec)
     weird["layout"]["pp"] = 7  # 32 layers over 7 stages
     entry = validate_runs([rec, weird], rank=False)["records"][1]
-    assert entry["skipped_reason"].startswith("engine rejects the layout") and "pp(7)" in entry["skipped_reason"]
+    assert (
+        entry["skipped_reason"].startswith("engine rejects the layout")
+        and "pp(7)" in entry["skipped_reason"]
+    )
 
 
 def test_tp_overlap_rule_by_source(runs):
@@ -738,11 +882,17 @@ def test_framework_profile_and_async_tp_per_record(runs):
     assert workload(ds).framework == "deepspeed"
     odd = parsed(raw("megatron2021-table1-18-4b", workload={"framework": "jax-custom"}))
     assert workload(odd).framework == "megatron"
-    assert "framework 'jax-custom' -> the gpu's default profile (megatron)" in evaluate_record(odd)["notes"]
+    assert (
+        "framework 'jax-custom' -> the gpu's default profile (megatron)"
+        in evaluate_record(odd)["notes"]
+    )
     zero3 = raw("megatron2021-table1-18-4b", layout={"zero_stage": 3, "fsdp": 32})
     zero3["source"] = "Narayanan et al. 2021 (Megatron-LM, SC'21), Table 2 (PTD-P vs ZeRO-3)"
     zero3 = parsed(zero3)
-    assert workload(zero3).framework == "deepspeed" and workload(zero3).fsdp_collectives_per_layer == 12
+    assert (
+        workload(zero3).framework == "deepspeed"
+        and workload(zero3).fsdp_collectives_per_layer == 12
+    )
     rid = "llmfoundry-mpt-h100-13b-seq2048-8gpu-mbs2-ga1"
     tp2 = {"tp": 2, "dp": 4, "fsdp": 4, "microbatch_seqs": 4}
     plain = parsed(raw(rid, workload={"framework": "torchtitan"}, layout=tp2))
@@ -750,22 +900,29 @@ def test_framework_profile_and_async_tp_per_record(runs):
     assert workload(plain).tp_comm_overlap is False and workload(fast).tp_comm_overlap is True
     assert workload(fast).framework == "torchtitan"
     assert any(n.startswith("async_tp") for n in evaluate_record(fast)["notes"])
-    assert workload(runs["dgxc-h100-llama3-1-70b-bf16-64gpu"]).tp_comm_overlap  # the source rule stays
+    assert workload(
+        runs["dgxc-h100-llama3-1-70b-bf16-64gpu"]
+    ).tp_comm_overlap  # the source rule stays
 
 
 # ----------------------------------------------------------------------------- numbers
 def test_megatron_eq3_hardware_flops_match_the_record(runs):
     """Narayanan 2021 eq. 3 per token (96 l h^2 (1 + s/6h + V/16lh)) = 1.4750e10 for the 1.7B model."""
     problem, layout = record_to_problem(runs["megatron2021-table1-1-7b"])
-    assert hardware_flops_per_token(problem.model, problem.workload.seq_len, layout.recompute) == pytest.approx(
-        1.4750e10, rel=1e-3
-    )
+    assert hardware_flops_per_token(
+        problem.model, problem.workload.seq_len, layout.recompute
+    ) == pytest.approx(1.4750e10, rel=1e-3)
 
 
 def test_error_statistics_and_summary_on_a_tiny_set():
     """median/p90 of |rel error| (linear interpolation), fit accuracy, skipped count, pass/fail."""
     assert error_stats([0.1, -0.2, 0.3, -0.4, 0.5]) == pytest.approx(
-        {"count": 5, "median_abs_rel_error": 0.3, "p90_abs_rel_error": 0.46, "median_rel_error": 0.1}
+        {
+            "count": 5,
+            "median_abs_rel_error": 0.3,
+            "p90_abs_rel_error": 0.46,
+            "median_rel_error": 0.1,
+        }
     )
 
     def entry(i, err, oom=False, fits=True, skipped=None):
@@ -805,7 +962,11 @@ def test_all_skipped_file_summarises_to_no_median(runs, capsys):
     doc = validate_runs(recs, rank=False)
     s = doc["summary"]
     assert (s["count"], s["skipped"]) == (0, 2)
-    assert s["median_abs_rel_error"] is None and s["p90_abs_rel_error"] is None and s["median_rel_error"] is None
+    assert (
+        s["median_abs_rel_error"] is None
+        and s["p90_abs_rel_error"] is None
+        and s["median_rel_error"] is None
+    )
     assert s["fit_accuracy"] is None and s["passed"] is False and s["worst"] == []
     assert s["message"] == "no record could be evaluated (2 skipped): the median error is unknown"
     validation_report(doc)
@@ -824,7 +985,10 @@ def test_spearman_rank_correlation():
 
 def test_validate_document_follows_the_output_contract(runs):
     """rel_error = predicted / measured - 1; an OOM record has no error and is a fit check."""
-    recs = [runs["megatron2021-table1-1-7b"], runs["bloom-prequel-20220225-181b-dp32-tp2-pp6-mbs2-gbs2048"]]
+    recs = [
+        runs["megatron2021-table1-1-7b"],
+        runs["bloom-prequel-20220225-181b-dp32-tp2-pp6-mbs2-gbs2048"],
+    ]
     doc = validate_runs(recs)
     ok, oom = doc["records"]
     for key in (
@@ -840,10 +1004,20 @@ def test_validate_document_follows_the_output_contract(runs):
     ):
         assert key in ok
     assert ok["rel_error"] == pytest.approx(ok["predicted_tokens_per_s_per_device"] / 9287.9 - 1)
-    assert ok["predicted_mfu"] > 0 and ok["reason"].startswith("predicted") and ok["framework"] == "megatron"
-    assert oom["measured_oom"] is True and oom["rel_error"] is None and oom["predicted_fits"] is False
+    assert (
+        ok["predicted_mfu"] > 0
+        and ok["reason"].startswith("predicted")
+        and ok["framework"] == "megatron"
+    )
+    assert (
+        oom["measured_oom"] is True and oom["rel_error"] is None and oom["predicted_fits"] is False
+    )
     assert oom["framework"] is None
-    assert doc["summary"]["count"] == 2 and doc["summary"]["fit_accuracy"] == 1.0 and doc["summary"]["warnings"] == []
+    assert (
+        doc["summary"]["count"] == 2
+        and doc["summary"]["fit_accuracy"] == 1.0
+        and doc["summary"]["warnings"] == []
+    )
 
 
 def test_rank_published_against_the_search(runs):
@@ -857,7 +1031,9 @@ def test_rank_published_against_the_search(runs):
     best = solve(problem, SearchRequest(top_k=1))
     assert result["published_layout_rank"] >= 1 and result["candidates"] > 1000
     # the least step time (the solver's objective): layout 1 may be a simpler layout tied with it (search.ranking)
-    assert result["best_predicted_speedup"] == pytest.approx(published / best.objective_value, rel=1e-4)
+    assert result["best_predicted_speedup"] == pytest.approx(
+        published / best.objective_value, rel=1e-4
+    )
     assert result["best_predicted_speedup"] >= 1.0
 
 
@@ -869,7 +1045,9 @@ def test_validate_the_whole_dev_set(data_file):
     s = doc["summary"]
     assert len(doc["records"]) == len(runs) == 150 and s["warnings"] == []
     assert s["skipped"] <= 20 and s["count"] + s["skipped"] == 150
-    assert all(e["skipped_reason"].strip() for e in doc["records"] if e["skipped_reason"] is not None)
+    assert all(
+        e["skipped_reason"].strip() for e in doc["records"] if e["skipped_reason"] is not None
+    )
     assert s["median_abs_rel_error"] < 0.10 and s["passed"] is True
 
 
@@ -889,11 +1067,15 @@ def test_held_out_bloom_rows_follow_the_development_fit(data_file):
 def test_with_calibration_rebuilds_the_axes_efficiencies():
     """NVLink axes take collective_efficiency, scale-out axes scale_out_efficiency."""
     cluster = with_calibration(
-        resolve_cluster("h100-16"), collective_efficiency=0.5, scale_out_efficiency=0.3, matmul_efficiency=0.6
+        resolve_cluster("h100-16"),
+        collective_efficiency=0.5,
+        scale_out_efficiency=0.3,
+        matmul_efficiency=0.6,
     )
     assert cluster.axis("node").efficiency == 0.5 and cluster.axis("scale_out").efficiency == 0.3
     assert (
-        cluster.accelerator.matmul_efficiency == 0.6 and resolve_cluster("h100-16").accelerator.matmul_efficiency != 0.6
+        cluster.accelerator.matmul_efficiency == 0.6
+        and resolve_cluster("h100-16").accelerator.matmul_efficiency != 0.6
     )
 
 
@@ -921,7 +1103,9 @@ def test_calibrate_recovers_known_efficiencies(runs):
         "llmfoundry-mpt-h100-7b-seq4096-8gpu-mbs16-ga2",
     ]
     records = synthetic(runs, ids, matmul_efficiency=0.6, collective_efficiency=0.5)
-    fit = calibrate(records, accelerators=["h100"], params=("matmul_efficiency", "collective_efficiency"))["h100-class"]
+    fit = calibrate(
+        records, accelerators=["h100"], params=("matmul_efficiency", "collective_efficiency")
+    )["h100-class"]
     assert fit["fitted"]["matmul_efficiency"] == pytest.approx(0.6, rel=0.02)
     assert fit["fitted"]["collective_efficiency"] == pytest.approx(0.5, rel=0.02)
     assert fit["after"]["p90_abs_rel_error"] < 1e-3 < fit["before"]["p90_abs_rel_error"]
@@ -937,7 +1121,9 @@ def test_calibrate_recovers_the_fp8_matmul_fraction_from_fp8_records_beside_bf16
         "llmfoundry-mpt-h100-7b-seq4096-8gpu-mbs16-ga2",
     ]
     records = synthetic(runs, ids, matmul_efficiency=0.6, fp8_matmul_efficiency=0.62)
-    fit = calibrate(records, accelerators=["h100"], params=("matmul_efficiency", "fp8_matmul_efficiency"))["h100-class"]
+    fit = calibrate(
+        records, accelerators=["h100"], params=("matmul_efficiency", "fp8_matmul_efficiency")
+    )["h100-class"]
     assert fit["fitted"]["fp8_matmul_efficiency"] == pytest.approx(0.62, rel=0.02)
     assert fit["fitted"]["matmul_efficiency"] == pytest.approx(0.6, rel=0.02)
 
@@ -946,22 +1132,36 @@ def test_write_calibration_rewrites_only_the_calibration_values(tmp_path):
     """Values in YAML units, comments and other lines kept, sources.calibration names the fit."""
     shutil.copy(REPO / "hardware/h100.yaml", tmp_path / "h100.yaml")
     before = (tmp_path / "h100.yaml").read_text().splitlines()
-    fitted = {"h100": {"records": 42, "fitted": {"matmul_efficiency": 0.5432, "microbatch_overhead_s": 3.5e-4}}}
+    fitted = {
+        "h100": {
+            "records": 42,
+            "fitted": {"matmul_efficiency": 0.5432, "microbatch_overhead_s": 3.5e-4},
+        }
+    }
     write_calibration(fitted, tmp_path, today=datetime.date(2026, 1, 2))
     after = (tmp_path / "h100.yaml").read_text().splitlines()
     changed = [(a, b) for a, b in zip(before, after) if a != b]
     assert len(before) == len(after) and len(changed) == 3
     assert "  matmul_efficiency: 0.5432" in after and "  microbatch_overhead_us: 350" in after
-    assert any("fitted by layoutsearch calibrate on runs_dev.yaml (42 records) on 2026-01-02" in line for line in after)
+    assert any(
+        "fitted by layoutsearch calibrate on runs_dev.yaml (42 records) on 2026-01-02" in line
+        for line in after
+    )
     acc = accelerator_from_dict(read_yaml(tmp_path / "h100.yaml"), "h100.yaml")
     assert acc.matmul_efficiency == 0.5432 and acc.microbatch_overhead_s == pytest.approx(3.5e-4)
 
 
-def test_a_moe_only_fit_notes_itself_under_calibration_moe_and_leaves_the_dense_provenance(tmp_path):
+def test_a_moe_only_fit_notes_itself_under_calibration_moe_and_leaves_the_dense_provenance(
+    tmp_path,
+):
     """A fit of MoE fields only writes its note to sources.calibration_moe: the dense fields' sources.calibration
     (how matmul_efficiency was fitted) stays as it was."""
     shutil.copy(REPO / "hardware/b200.yaml", tmp_path / "b200.yaml")
-    dense = [line for line in (tmp_path / "b200.yaml").read_text().splitlines() if line.startswith("  calibration:")]
+    dense = [
+        line
+        for line in (tmp_path / "b200.yaml").read_text().splitlines()
+        if line.startswith("  calibration:")
+    ]
     write_calibration(
         {"b200": {"records": 7, "fitted": {"moe_layer_overhead_s": 2.5e-3}}},
         tmp_path,
@@ -971,9 +1171,13 @@ def test_a_moe_only_fit_notes_itself_under_calibration_moe_and_leaves_the_dense_
     after = (tmp_path / "b200.yaml").read_text().splitlines()
     assert [line for line in after if line.startswith("  calibration:")] == dense
     assert (
-        '  calibration_moe: "fitted by layoutsearch calibrate on runs_moe_dev.yaml (7 records) on 2026-01-02"' in after
+        '  calibration_moe: "fitted by layoutsearch calibrate on runs_moe_dev.yaml (7 records) on 2026-01-02"'
+        in after
     )
-    assert "  moe_layer_overhead_us: 2500   # per MoE layer and microbatch (sources: calibration_moe)" in after
+    assert (
+        "  moe_layer_overhead_us: 2500   # per MoE layer and microbatch (sources: calibration_moe)"
+        in after
+    )
 
 
 def test_the_huber_loss_weighs_far_records_linearly():
@@ -984,7 +1188,9 @@ def test_the_huber_loss_weighs_far_records_linearly():
     r = np.array([-0.693, -0.1, 0.0, 0.2, 0.693])
     assert fit_residuals(r, "squares").tolist() == r.tolist()
     assert fit_residuals(r, "huber") == pytest.approx([-0.48703, -0.1, 0.0, 0.2, 0.48703], abs=1e-5)
-    with pytest.raises(InvalidArgumentError, match="--loss: unknown loss 'median'; known: squares, huber"):
+    with pytest.raises(
+        InvalidArgumentError, match="--loss: unknown loss 'median'; known: squares, huber"
+    ):
         calibrate([], params=("matmul_efficiency",), loss="median")
 
 
@@ -1017,7 +1223,13 @@ def test_calibration_fits_a_few_fractions_per_family(runs, tmp_path):
     for name in ("a100-40gb", "a100-80gb"):
         shutil.copy(REPO / f"hardware/{name}.yaml", tmp_path / f"{name}.yaml")
     written = write_calibration(
-        {"a100": {"records": 5, "accelerators": ["a100-40gb", "a100-80gb"], "fitted": {"matmul_efficiency": 0.61}}},
+        {
+            "a100": {
+                "records": 5,
+                "accelerators": ["a100-40gb", "a100-80gb"],
+                "fitted": {"matmul_efficiency": 0.61},
+            }
+        },
         tmp_path,
         today=datetime.date(2026, 1, 2),
     )
@@ -1080,8 +1292,15 @@ def test_leave_one_source_out_recovers_a_shared_truth(runs):
     records = synthetic(runs, h100, matmul_efficiency=0.55, attention_efficiency=0.3)
     records.append(runs["maxtext-v5p-2023-32b-1xv5p-128"])
     result = leave_one_source_out(records)
-    assert set(result["by_source"]) == {"Megatron-LM", "dgxc-benchmarking", "llm-foundry", "maxtext"}
-    assert result["count"] == 9 and set(result["rel_errors"]) == set(h100) | {"maxtext-v5p-2023-32b-1xv5p-128"}
+    assert set(result["by_source"]) == {
+        "Megatron-LM",
+        "dgxc-benchmarking",
+        "llm-foundry",
+        "maxtext",
+    }
+    assert result["count"] == 9 and set(result["rel_errors"]) == set(h100) | {
+        "maxtext-v5p-2023-32b-1xv5p-128"
+    }
     for rid in h100:
         assert abs(result["rel_errors"][rid]) < 0.01, rid
     assert result["by_source"]["dgxc-benchmarking"]["calibration"] == {
@@ -1091,7 +1310,9 @@ def test_leave_one_source_out_recovers_a_shared_truth(runs):
         "v5p": "catalogue values (no other source has records on this family)"
     }
     in_sample = evaluate_record(runs["maxtext-v5p-2023-32b-1xv5p-128"])["rel_error"]
-    assert result["rel_errors"]["maxtext-v5p-2023-32b-1xv5p-128"] == pytest.approx(in_sample, rel=1e-9)
+    assert result["rel_errors"]["maxtext-v5p-2023-32b-1xv5p-128"] == pytest.approx(
+        in_sample, rel=1e-9
+    )
 
 
 def test_leave_one_source_out_fits_only_on_the_records_fit_on_picks(runs):
@@ -1140,16 +1361,23 @@ def test_leave_one_source_out_fits_the_then_fields_in_turn_on_the_records_they_p
         "llmfoundry-mpt-h100-13b-seq2048-8gpu-mbs2-ga1",
         "llmfoundry-mpt-h100-7b-seq4096-8gpu-mbs16-ga2",
     ]
-    records = synthetic(runs, h100, matmul_efficiency=0.55, attention_efficiency=0.3, overlap_interference=0.2)
+    records = synthetic(
+        runs, h100, matmul_efficiency=0.55, attention_efficiency=0.3, overlap_interference=0.2
+    )
     staged = leave_one_source_out(records, then=(("overlap_interference", lambda r: True),))
     held = leave_one_source_out(records)
-    notes = {s: g["calibration"]["overlap_interference"].split(", ") for s, g in staged["by_source"].items()}
+    notes = {
+        s: g["calibration"]["overlap_interference"].split(", ")
+        for s, g in staged["by_source"].items()
+    }
     assert {s: n[1] for s, n in notes.items()} == {
         "Megatron-LM": "refit on 5 records of the other sources",
         "dgxc-benchmarking": "refit on 5 records of the other sources",
         "llm-foundry": "refit on 6 records of the other sources",
     }
-    assert all(0.2 <= float(n[0]) < 0.32 for n in notes.values()), notes  # from the catalogue's toward the truth
+    assert all(0.2 <= float(n[0]) < 0.32 for n in notes.values()), (
+        notes
+    )  # from the catalogue's toward the truth
     assert "overlap_interference" not in held["by_source"]["llm-foundry"]["calibration"]
     assert staged["median_abs_rel_error"] < held["median_abs_rel_error"] < 0.05
     foundry = leave_one_source_out(
@@ -1193,19 +1421,40 @@ def test_best_layout_groups_hit_miss_and_oom():
         }
 
     miss = best_layout_groups(
-        recs, [entry("a", 900, 980), entry("b", 1000, 950), entry("c", 950, 900), entry("alone", 9000, 9000)]
+        recs,
+        [
+            entry("a", 900, 980),
+            entry("b", 1000, 950),
+            entry("c", 950, 900),
+            entry("alone", 9000, 9000),
+        ],
     )
     assert len(miss) == 1 and miss[0]["n"] == 3 and miss[0]["hit"] is False
     assert miss[0]["measured_best"]["id"] == "b" and miss[0]["predicted_best"]["id"] == "a"
-    assert miss[0]["measured_loss"] == pytest.approx(0.1) and miss[0]["predicted_best"]["layout"].startswith("dp32 tp8")
+    assert miss[0]["measured_loss"] == pytest.approx(0.1) and miss[0]["predicted_best"][
+        "layout"
+    ].startswith("dp32 tp8")
     assert miss[0]["spearman"] == pytest.approx(-0.5)
     hit = best_layout_groups(
         recs,
-        [entry("a", 900, 980, fits=False), entry("b", 1000, 950), entry("c", 950, 900), entry("alone", 9000, 9000)],
+        [
+            entry("a", 900, 980, fits=False),
+            entry("b", 1000, 950),
+            entry("c", 950, 900),
+            entry("alone", 9000, 9000),
+        ],
     )
-    assert hit[0]["hit"] is True and hit[0]["predicted_best"]["id"] == "b" and hit[0]["measured_loss"] == 0.0
+    assert (
+        hit[0]["hit"] is True
+        and hit[0]["predicted_best"]["id"] == "b"
+        and hit[0]["measured_loss"] == 0.0
+    )
     block = ranking([], hit)
-    assert (block["best_layout_hits"], block["best_layout_groups"], block["bloom_sweep_spearman"]) == (1, 1, None)
+    assert (
+        block["best_layout_hits"],
+        block["best_layout_groups"],
+        block["bloom_sweep_spearman"],
+    ) == (1, 1, None)
 
 
 def test_bad_records_among_good_ones_skip_and_the_rest_is_evaluated(tmp_path, capsys):
@@ -1230,13 +1479,21 @@ def test_bad_records_among_good_ones_skip_and_the_rest_is_evaluated(tmp_path, ca
         raw("megatron2021-table1-1-7b", id="no-source", source=None),
         typo,
     ]
-    path = write_runs(tmp_path, [*bad[:3], RAW_BY_ID[good[0]], *bad[3:], *[RAW_BY_ID[g] for g in good[1:]]])
+    path = write_runs(
+        tmp_path, [*bad[:3], RAW_BY_ID[good[0]], *bad[3:], *[RAW_BY_ID[g] for g in good[1:]]]
+    )
     runs = load_runs(path)
     assert len(runs.warnings) == 2 and any("gpu_clock_mhz" in w for w in runs.warnings)
     doc = validate_runs(runs, rank=False)
     by_id = {e["id"]: e for e in doc["records"]}
-    assert by_id["null-seq"]["skipped_reason"] == "missing value: workload.seq_len null (the engine needs it)"
-    assert by_id["null-heads"]["skipped_reason"] == "missing value: model.num_heads null (the engine needs it)"
+    assert (
+        by_id["null-seq"]["skipped_reason"]
+        == "missing value: workload.seq_len null (the engine needs it)"
+    )
+    assert (
+        by_id["null-heads"]["skipped_reason"]
+        == "missing value: model.num_heads null (the engine needs it)"
+    )
     assert by_id["odd-acc"]["skipped_reason"].startswith("unknown accelerator 'h100x'")
     assert by_id["odd-recompute"]["skipped_reason"].startswith("layout: recompute 'partial'")
     for rid in [*good, "odd-framework", "no-source", "typo-key"]:
@@ -1244,16 +1501,27 @@ def test_bad_records_among_good_ones_skip_and_the_rest_is_evaluated(tmp_path, ca
         assert by_id[rid]["loso_rel_error"] is not None, rid
     s = doc["summary"]
     assert (s["count"], s["skipped"]) == (len(good) + 3, 4)
-    assert s["loso"]["count"] == len(good) + 3 and {"Narayanan et al. 2021", "fms-fsdp", "llm-foundry"} <= set(
-        s["loso"]["by_source"]
+    assert s["loso"]["count"] == len(good) + 3 and {
+        "Narayanan et al. 2021",
+        "fms-fsdp",
+        "llm-foundry",
+    } <= set(s["loso"]["by_source"])
+    code, out, _ = cli(
+        ["validate", str(path), "--format", "json", "--no-rank", "--max-median-error", "1.0"],
+        capsys,
     )
-    code, out, _ = cli(["validate", str(path), "--format", "json", "--no-rank", "--max-median-error", "1.0"], capsys)
     summary = json.loads(out)["summary"]
     assert code == 0 and {"by_source", "bloom_sweep_spearman", "loso", "ranking"} <= set(summary)
-    assert {"layout_sweeps", "bloom_sweep_spearman", "best_layout", "best_layout_hits", "best_layout_groups"} <= set(
-        summary["ranking"]
+    assert {
+        "layout_sweeps",
+        "bloom_sweep_spearman",
+        "best_layout",
+        "best_layout_hits",
+        "best_layout_groups",
+    } <= set(summary["ranking"])
+    assert {"count", "median_abs_rel_error", "p90_abs_rel_error", "by_source", "params"} <= set(
+        summary["loso"]
     )
-    assert {"count", "median_abs_rel_error", "p90_abs_rel_error", "by_source", "params"} <= set(summary["loso"])
 
 
 def test_uncertainty_table_and_band(tmp_path, monkeypatch):
@@ -1297,7 +1565,10 @@ def test_shipped_uncertainty_file_and_light_loader():
     import layoutsearch.core.uncertainty as core_unc
 
     text = core_unc.PATH.read_text()
-    assert "python scripts/validation.py tests/data/runs_dev.yaml" in text and "tests/data/runs_dev.yaml" in text
+    assert (
+        "python scripts/validation.py tests/data/runs_dev.yaml" in text
+        and "tests/data/runs_dev.yaml" in text
+    )
     for kind in ("gpu", "tpu"):
         low, high = core_unc.uncertainty_band(kind)
         assert -1 < low <= high and (low, high) != core_unc.FALLBACK_BAND
@@ -1310,7 +1581,10 @@ def test_shipped_uncertainty_file_and_light_loader():
 # ----------------------------------------------------------------------------- command line
 def test_validate_cli_exit_codes_and_json(tmp_path, capsys):
     """JSON per OUTPUT.md; exit 1 when the median error exceeds the limit (one stderr line)."""
-    path = write_runs(tmp_path, [RAW_BY_ID["megatron2021-table1-18-4b"], RAW_BY_ID["maxtext-v5p-2023-128b-1xv5p-256"]])
+    path = write_runs(
+        tmp_path,
+        [RAW_BY_ID["megatron2021-table1-18-4b"], RAW_BY_ID["maxtext-v5p-2023-128b-1xv5p-256"]],
+    )
     code, out, _ = cli(["validate", str(path), "--format", "json", "--no-rank"], capsys)
     doc = json.loads(out)
     assert {"records", "summary"} <= set(doc) and doc["summary"]["count"] == 2
@@ -1338,7 +1612,10 @@ def test_validate_cli_warns_on_unknown_keys(tmp_path, capsys):
         )
         in out
     )
-    code, out, _ = cli(["validate", str(path), "--no-rank", "--max-median-error", "1.0", "--format", "json"], capsys)
+    code, out, _ = cli(
+        ["validate", str(path), "--no-rank", "--max-median-error", "1.0", "--format", "json"],
+        capsys,
+    )
     assert json.loads(out)["summary"]["warnings"] == [
         "runs.yaml: record 'megatron2021-table1-18-4b': unknown key 'workload.compiler' ignored "
         "(did you mean 'torch_compile'?)"
@@ -1349,7 +1626,10 @@ def test_validate_cli_all_skipped_exits_1_with_one_line(tmp_path, capsys):
     """A file whose records are all skipped: exit 1 (median unknown = not passed), one stderr line, no traceback."""
     path = write_runs(tmp_path, [raw("megatron2021-table1-1-7b", workload={"precision": "tf32"})])
     code, out, err = cli(["validate", str(path), "--no-rank"], capsys)
-    assert code == 1 and err == "no record could be evaluated (1 skipped): the median error is unknown\n"
+    assert (
+        code == 1
+        and err == "no record could be evaluated (1 skipped): the median error is unknown\n"
+    )
     assert "0 records evaluated, 1 skipped: no record could be evaluated" in out
 
 
@@ -1358,16 +1638,23 @@ def test_calibrate_cli_writes_only_when_asked(tmp_path, capsys):
     from layoutsearch.core.catalogue import catalogue_dir
 
     before = (catalogue_dir("hardware") / "a100-40gb.yaml").read_text()
-    path = write_runs(tmp_path, [r for r in RAW if r["id"].startswith("llmfoundry-mpt-a100-40g-7b")])
+    path = write_runs(
+        tmp_path, [r for r in RAW if r["id"].startswith("llmfoundry-mpt-a100-40g-7b")]
+    )
     code, out, _ = cli(["calibrate", str(path), "--accelerator", "a100-40gb"], capsys)
     assert code == 0 and "a100" in out and "->" in out
     assert (catalogue_dir("hardware") / "a100-40gb.yaml").read_text() == before
     code, _, err = cli(["calibrate", str(path), "--fit", "matmul_eficiency"], capsys)
     assert code == 2 and "did you mean 'matmul_efficiency'" in err
     code, _, err = cli(["calibrate", str(path), "--shared", "overlap_interferance"], capsys)
-    assert code == 2 and "--shared: unknown field 'overlap_interferance'" in err and len(err.strip().splitlines()) == 1
+    assert (
+        code == 2
+        and "--shared: unknown field 'overlap_interferance'" in err
+        and len(err.strip().splitlines()) == 1
+    )
     code, out, _ = cli(
-        ["calibrate", str(path), "--fit", "matmul_efficiency", "--shared", "overlap_interference"], capsys
+        ["calibrate", str(path), "--fit", "matmul_efficiency", "--shared", "overlap_interference"],
+        capsys,
     )
     assert code == 0 and "overlap_interference" in out
     assert (catalogue_dir("hardware") / "a100-40gb.yaml").read_text() == before

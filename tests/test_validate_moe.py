@@ -28,7 +28,9 @@ from layoutsearch.validation.mapping import (
 from layoutsearch.validation.validate import evaluate_record, load_runs, validate_runs
 
 REPO = Path(__file__).resolve().parents[1]
-DEEPSEEK = "mbridge-26.04-b200-deepseek-v3-fp8-n256-tp1pp16vp1ep8-gbs4096mbs1"  # evaluated (pp16, no vp)
+DEEPSEEK = (
+    "mbridge-26.04-b200-deepseek-v3-fp8-n256-tp1pp16vp1ep8-gbs4096mbs1"  # evaluated (pp16, no vp)
+)
 GROK_EP_ETP = "dgxc-grok1-h100-fp8-n8-L2-tp4pp1cp1ep2"  # tp4, ep2, etp4 on 8 GPUs
 QWEN3_30B = "mbridge-26.06-h100-qwen3-30b-fp8-n16-tp1pp1vp1ep16-gbs1024mb"  # prefix; every layer MoE (d_ff null)
 MLPERF_REAL = "mlperf6-gptoss20b-b200-mxfp8-n8-tp1cp1ep2-dell"  # real routing, ZeRO-3 + ep2
@@ -66,12 +68,21 @@ def test_deepseek_v3_record_maps_to_its_parameter_count(by_id):
     assert abs(counts["total"] / m["params_total"] - 1) < 1e-3
     assert counts["active"] - m["params_active"] == counts["norms"] + latent_norms
     assert counts["mtp"] == 11_610_067_968 and model.mtp_layers == 1  # beside 'total', not in it
-    assert (model.head_dim, model.num_kv_heads, model.d_ff) == (192, 128, 18432)  # the record says head_dim 128
+    assert (model.head_dim, model.num_kv_heads, model.d_ff) == (
+        192,
+        128,
+        18432,
+    )  # the record says head_dim 128
     assert (model.num_moe_layers, model.num_dense_layers, model.moe.layer_freq) == (58, 3, 1)
     assert model.moe.capacity_factor is None and model.mla.v_head_dim == 128
     problem, _ = record_to_problem(rec)
-    assert problem.model == model and problem.workload.routing == "forced"  # the Megatron-Bridge configs force it
-    assert "MLA: head_dim 128 -> 192 (qk_nope + qk_rope), num_kv_heads -> num_heads" in mapping_notes(rec)
+    assert (
+        problem.model == model and problem.workload.routing == "forced"
+    )  # the Megatron-Bridge configs force it
+    assert (
+        "MLA: head_dim 128 -> 192 (qk_nope + qk_rope), num_kv_heads -> num_heads"
+        in mapping_notes(rec)
+    )
     assert (
         "MTP: 1 module(s) counted beside the model, costed as a layer and an output-head pass each on the last "
         "stage (not their memory)"
@@ -86,7 +97,9 @@ def test_every_moe_model_counts_its_records_params_total(moe_runs):
     assert len(models) == 11
     for name, r in models.items():
         counts = param_counts(record_model(r))
-        assert 0 < counts["total"] - r["model"]["params_total"] < 1e-3 * r["model"]["params_total"], name
+        assert (
+            0 < counts["total"] - r["model"]["params_total"] < 1e-3 * r["model"]["params_total"]
+        ), name
 
 
 def test_all_moe_record_takes_the_expert_width_and_dense_layers_need_theirs(by_id):
@@ -94,7 +107,10 @@ def test_all_moe_record_takes_the_expert_width_and_dense_layers_need_theirs(by_i
     rec = one(by_id, QWEN3_30B)
     model = record_model(rec)
     assert rec["model"]["d_ff"] is None and model.d_ff == model.moe.expert_d_ff == 768
-    assert model.num_moe_layers == model.num_layers == 48 and "d_ff null: every layer MoE" in mapping_notes(rec)
+    assert (
+        model.num_moe_layers == model.num_layers == 48
+        and "d_ff null: every layer MoE" in mapping_notes(rec)
+    )
     rec["model"]["moe"]["first_dense_layers"] = 2
     assert record_to_problem(rec) == (
         "missing value: model.d_ff null (every layer MoE) but moe.first_dense_layers(2) "
@@ -113,7 +129,8 @@ def test_moe_and_mla_fields_the_engine_needs(by_id):
     rec = one(by_id, DEEPSEEK)
     rec["model"]["attention"] = "gqa"
     assert (
-        record_to_problem(rec) == "model: attention 'gqa' with a model.mla block (latent attention is attention: mla)"
+        record_to_problem(rec)
+        == "model: attention 'gqa' with a model.mla block (latent attention is attention: mla)"
     )
     rec = one(by_id, DEEPSEEK)
     rec["model"]["mla"] = None
@@ -125,7 +142,14 @@ def test_expert_degrees_land_on_the_layout(by_id):
     """ep and etp land on the Layout (and in its placement); dp is split by rule 1; null ep/etp -> 1, except an
     Automodel record on DeepEP, whose ep is its FSDP shard group (rule 17)."""
     problem, layout = record_to_problem(by_id[GROK_EP_ETP])
-    assert (layout.dp, layout.fsdp, layout.tp, layout.ep, layout.etp, layout.zero_stage) == (1, 2, 4, 2, 4, 1)
+    assert (layout.dp, layout.fsdp, layout.tp, layout.ep, layout.etp, layout.zero_stage) == (
+        1,
+        2,
+        4,
+        2,
+        4,
+        1,
+    )
     assert layout.expert_data_parallel == 1 and problem.model.moe.capacity_factor == 1.0
     assert {"ep", "etp"} <= dict(layout.axes).keys()
     _, layout = record_to_problem(by_id[DEEPSEEK])
@@ -133,7 +157,13 @@ def test_expert_degrees_land_on_the_layout(by_id):
     assert layout.expert_data_parallel == 2
     rec = one(by_id, AUTOMODEL_NO_EP)
     problem, layout = record_to_problem(rec)
-    assert (layout.ep, layout.etp, layout.fsdp, layout.zero_stage, problem.workload.deepep) == (8, 1, 8, 3, True)
+    assert (layout.ep, layout.etp, layout.fsdp, layout.zero_stage, problem.workload.deepep) == (
+        8,
+        1,
+        8,
+        3,
+        True,
+    )
     assert {
         "ep null -> 8 (Automodel on DeepEP: ep_size = the FSDP shard group)",
         "etp null -> 1",
@@ -141,8 +171,12 @@ def test_expert_degrees_land_on_the_layout(by_id):
     } <= set(mapping_notes(rec))
     rec["derived"] = {}  # no dispatcher named: ep null -> 1, the profile's dispatch
     problem, layout = record_to_problem(rec)
-    assert (layout.ep, problem.workload.deepep) == (1, False) and "ep null -> 1" in mapping_notes(rec)
-    assert record_to_problem(by_id[GROK_EP_ETP])[0].workload.deepep is False  # "alltoall dispatcher" in its notes
+    assert (layout.ep, problem.workload.deepep) == (1, False) and "ep null -> 1" in mapping_notes(
+        rec
+    )
+    assert (
+        record_to_problem(by_id[GROK_EP_ETP])[0].workload.deepep is False
+    )  # "alltoall dispatcher" in its notes
 
 
 def test_an_expert_layout_the_engine_rejects_is_a_skip(by_id):
@@ -152,19 +186,27 @@ def test_an_expert_layout_the_engine_rejects_is_a_skip(by_id):
     assert not isinstance(record_to_problem(rec), str)
     rec["layout"]["ep"] = 3
     reason = record_to_problem(rec)
-    assert reason.startswith("engine rejects the layout: ") and "ep(3) does not divide the 8 routed experts" in reason
+    assert (
+        reason.startswith("engine rejects the layout: ")
+        and "ep(3) does not divide the 8 routed experts" in reason
+    )
 
 
 def test_unknown_accelerator_is_skipped_with_its_reason(by_id):
     rec = one(by_id, DEEPSEEK)
     rec["cluster"]["accelerator"] = "h900"
-    assert record_to_problem(rec) == "unknown accelerator 'h900' (did you mean 'h800'?): not in the catalogue"
+    assert (
+        record_to_problem(rec)
+        == "unknown accelerator 'h900' (did you mean 'h800'?): not in the catalogue"
+    )
     entry = evaluate_record(rec)
     assert entry["skipped_reason"] == record_to_problem(rec)
     assert entry["rel_error"] is None and entry["predicted_tokens_per_s_per_device"] is None
 
 
-def test_maxtext_custom_remat_with_host_offload_maps_to_the_policy_offloading_the_same_tensors(by_id):
+def test_maxtext_custom_remat_with_host_offload_maps_to_the_policy_offloading_the_same_tensors(
+    by_id,
+):
     """Rule 15: the tpu-recipes' remat_policy custom (layer input and named projections offloaded to host)
     is costed as the custom_offload_* policy of the same tensors, and the notes say so."""
     expected = {
@@ -177,7 +219,9 @@ def test_maxtext_custom_remat_with_host_offload_maps_to_the_policy_offloading_th
         rec = one(by_id, prefix)
         _, layout = record_to_problem(rec)
         assert layout.recompute == policy, prefix
-        assert f"recompute -> {policy} (MaxText custom remat with host offload)" in mapping_notes(rec)
+        assert f"recompute -> {policy} (MaxText custom remat with host offload)" in mapping_notes(
+            rec
+        )
     assert (
         record_to_problem(one(by_id, "dgxc-deepseekv3-gb200"))[1].recompute == "selective"
     )  # a GPU record keeps its own
@@ -203,15 +247,20 @@ def test_megatron_recompute_modules_map_to_the_policy_recomputing_the_same(by_id
     for prefix, policy in expected.items():
         assert record_to_problem(one(by_id, prefix))[1].recompute == policy, prefix
     rec = one(by_id, "modelzoo-qwen3-235b-h100-bf16-n256-seq32k")
-    assert "recompute -> norm_moe (Megatron --recompute-modules layernorm moe)" in mapping_notes(rec)
+    assert "recompute -> norm_moe (Megatron --recompute-modules layernorm moe)" in mapping_notes(
+        rec
+    )
     problem, layout = record_to_problem(rec)
     from layoutsearch.costs.estimate import estimate
 
     moe_rerun, attn_rerun = (
-        estimate(problem, replace(layout, recompute=r), strict=False) for r in ("norm_moe", "selective")
+        estimate(problem, replace(layout, recompute=r), strict=False)
+        for r in ("norm_moe", "selective")
     )
     assert moe_rerun.time_s["compute/recompute"] < attn_rerun.time_s["compute/recompute"]
-    assert moe_rerun.time_s["exposed_comm/ep"] > attn_rerun.time_s["exposed_comm/ep"]  # the dispatch runs again
+    assert (
+        moe_rerun.time_s["exposed_comm/ep"] > attn_rerun.time_s["exposed_comm/ep"]
+    )  # the dispatch runs again
 
 
 def test_automodel_records_on_transformer_engine_attention_cost_the_vendor_kernel(by_id):
@@ -238,17 +287,28 @@ def test_routing_is_costed_as_the_record_says_and_noted(by_id):
     """MLPerf's real routing is costed learned, the vendors' forced balance forced (random routing), a record that
     does not say learned (the engine's default); each noted."""
     real, grok = by_id[MLPERF_REAL], by_id[GROK_EP_ETP]
-    assert routing(real) == "real" and routing(by_id[DEEPSEEK]) == "forced" and routing(grok) == "not stated"
+    assert (
+        routing(real) == "real"
+        and routing(by_id[DEEPSEEK]) == "forced"
+        and routing(grok) == "not stated"
+    )
     assert "real routing (derived): costed learned" in mapping_notes(real)
-    assert "routing force-balanced (derived): costed forced (random routing)" in mapping_notes(by_id[DEEPSEEK])
-    assert "routing balance not stated: costed learned (the engine's default)" in mapping_notes(grok)
+    assert "routing force-balanced (derived): costed forced (random routing)" in mapping_notes(
+        by_id[DEEPSEEK]
+    )
+    assert "routing balance not stated: costed learned (the engine's default)" in mapping_notes(
+        grok
+    )
     problem, layout = record_to_problem(real)
     assert problem.workload.routing == "learned" and (layout.ep, layout.fsdp) == (2, 8)
     assert record_to_problem(by_id[DEEPSEEK])[0].workload.routing == "forced"
     assert record_to_problem(grok)[0].workload.routing == "learned"
     # NeMo's rows say "forced balancing not stated": a negation, not a forced balance
     nemo = one(by_id, "nemo25.04-gb200-mixtral-8x7b")
-    assert "forced balancing not stated" in nemo["derived"]["load_balance"] and routing(nemo) == "not stated"
+    assert (
+        "forced balancing not stated" in nemo["derived"]["load_balance"]
+        and routing(nemo) == "not stated"
+    )
     assert record_to_problem(nemo)[0].workload.routing == "learned"
 
 
@@ -260,7 +320,10 @@ def test_nemo_rows_take_the_cuda_graphs_of_their_release_configuration(by_id):
     changed layout matches none."""
     from layoutsearch.validation.mapping import nemo_perf_config, nemo_perf_configs
 
-    assert len(nemo_perf_configs()) == 54 and sum(c["cuda_graphs"] == "scoped" for c in nemo_perf_configs()) == 20
+    assert (
+        len(nemo_perf_configs()) == 54
+        and sum(c["cuda_graphs"] == "scoped" for c in nemo_perf_configs()) == 20
+    )
     small = one(by_id, "nemo25.04-gb200-mixtral-8x7b")
     assert nemo_perf_config(small)["source"] == (
         "v2.3.0 (2b03b748bb7d) scripts/performance/recommended_model_configs/"
@@ -272,11 +335,16 @@ def test_nemo_rows_take_the_cuda_graphs_of_their_release_configuration(by_id):
         "the row's layout: CUDA graphs scoped (per-layer graphs: Megatron's enable_cuda_graph)"
     ) in mapping_notes(small)
     assert nemo_perf_config(one(by_id, "nemo25.04-gb200-mixtral-8x22b")) is None
-    assert record_to_problem(one(by_id, "nemo25.04-gb200-mixtral-8x22b"))[0].workload.cuda_graphs == "none"
+    assert (
+        record_to_problem(one(by_id, "nemo25.04-gb200-mixtral-8x22b"))[0].workload.cuda_graphs
+        == "none"
+    )
     moved = copy.deepcopy(small)
     moved["layout"]["microbatch_seqs"] = 1
     assert nemo_perf_config(moved) is None and cuda_graphs(moved) == "none"
-    elsewhere = copy.deepcopy(small)  # the same text in another source's record is not a NeMo summary row
+    elsewhere = copy.deepcopy(
+        small
+    )  # the same text in another source's record is not a NeMo summary row
     elsewhere["source"] = "NVIDIA/dgxc-benchmarking mixtral (NeMo 25.04, DGX-GB200 table)"
     assert nemo_perf_config(elsewhere) is None
 
@@ -298,9 +366,15 @@ def test_gpt_oss_records_cost_their_sliding_window(by_id):
         "model notes not costed: learned attention sinks, QKV/O and expert biases; clamped SwiGLU (limit 7.0)"
         in mapping_notes(rec)
     )
-    full = replace(problem, model=replace(problem.model, sliding_window=None, full_attention_layers=0))
-    windowed, whole = (estimate(p, layout, strict=False).time_s["compute/attention"] for p in (problem, full))
-    assert windowed / whole == pytest.approx((18 * (126 + 200) + 18 * (2048 + 200)) / (36 * (2048 + 200)), rel=1e-12)
+    full = replace(
+        problem, model=replace(problem.model, sliding_window=None, full_attention_layers=0)
+    )
+    windowed, whole = (
+        estimate(p, layout, strict=False).time_s["compute/attention"] for p in (problem, full)
+    )
+    assert windowed / whole == pytest.approx(
+        (18 * (126 + 200) + 18 * (2048 + 200)) / (36 * (2048 + 200)), rel=1e-12
+    )
 
 
 def test_the_learned_routing_spread_is_what_its_fit_finds(moe_runs):
@@ -308,7 +382,9 @@ def test_the_learned_routing_spread_is_what_its_fit_finds(moe_runs):
     dev records costed learned, dropless, with ep > 1 (NeMo's three Mixtral rows among them), Huber loss; 0.10 and
     0.20 fit worse."""
     problems = learned_routing_problems(moe_runs)
-    assert len(problems) == 14 and all(p[1][0].workload.routing == "learned" and p[1][1].ep > 1 for p in problems)
+    assert len(problems) == 14 and all(
+        p[1][0].workload.routing == "learned" and p[1][1].ep > 1 for p in problems
+    )
     assert {
         "torchtitan-llama4-scout-gb200-bf16-n256-fsdp256-ep16",
         "nemo25.04-gb200-mixtral-8x7b-fp8-n64-tp1pp1cp1vp1ep8",
@@ -316,7 +392,9 @@ def test_the_learned_routing_spread_is_what_its_fit_finds(moe_runs):
     scan = routing_cv_scan(problems, (0.1, LEARNED_ROUTING_EXPERT_CV, 0.2))
     assert LEARNED_ROUTING_EXPERT_CV == 0.15
     assert scan[0.15][0] < min(scan[0.1][0], scan[0.2][0])
-    assert (scan[0.1][0], scan[0.15][0], scan[0.2][0]) == pytest.approx((0.1665, 0.1623, 0.1659), abs=5e-5)
+    assert (scan[0.1][0], scan[0.15][0], scan[0.2][0]) == pytest.approx(
+        (0.1665, 0.1623, 0.1659), abs=5e-5
+    )
 
 
 # ----------------------------------------------------------------------------- the compared metric
@@ -327,7 +405,9 @@ def test_moe_records_compare_tokens_per_s_per_device(by_id):
     assert rec["measured"]["tflops_per_device"] is not None
     entry = evaluate_record(rec)
     assert entry["compared_metric"] == "tokens_per_s_per_device"
-    assert entry["rel_error"] == pytest.approx(entry["predicted_tokens_per_s_per_device"] / 2815.0 - 1)
+    assert entry["rel_error"] == pytest.approx(
+        entry["predicted_tokens_per_s_per_device"] / 2815.0 - 1
+    )
     rec = one(by_id, DEEPSEEK)
     rec["measured"]["tokens_per_s_per_device"] = None
     entry = evaluate_record(rec)
@@ -355,7 +435,8 @@ def test_moe_dev_set_end_to_end(moe_runs):
     chunked = [
         e
         for e in entries
-        if by_id[e["id"]]["model"]["num_layers"] == 61 and (by_id[e["id"]]["layout"]["virtual_stages"] or 1) > 1
+        if by_id[e["id"]]["model"]["num_layers"] == 61
+        and (by_id[e["id"]]["layout"]["virtual_stages"] or 1) > 1
     ]
     assert len(chunked) == 9 and all(e["skipped_reason"] is None for e in chunked)
     missing = [e["id"] for e in entries if (e["skipped_reason"] or "").startswith("missing value")]
@@ -406,9 +487,16 @@ def test_moe_report_script(tmp_path):
     assert r.stdout.startswith("69 evaluated, 2 of 71 skipped: median ")
     assert sorted(p.name for p in tmp_path.iterdir()) == ["validation_moe.md"]
     text = (tmp_path / "validation_moe.md").read_text()
-    assert "`python scripts/validation.py --moe tests/data/runs_moe_dev.yaml`" in text.split("## Summary")[0]
+    assert (
+        "`python scripts/validation.py --moe tests/data/runs_moe_dev.yaml`"
+        in text.split("## Summary")[0]
+    )
     assert "| skipped | 2 of 71 = 2.8% (target <= 10%: met" in text
-    rows = [line for line in text.split("## Records")[1].splitlines() if line.startswith("| ") and "---" not in line]
+    rows = [
+        line
+        for line in text.split("## Records")[1].splitlines()
+        if line.startswith("| ") and "---" not in line
+    ]
     assert len(rows) == 1 + 71
     assert (
         "| dgxc-grok1-h100-fp8-n8-L2-tp4pp1cp1ep2 | h100 | 8 | dp2 tp4 ep2 etp4 zero1 mbs1 | fp8 (delayed-scaling) "
@@ -439,8 +527,12 @@ def test_cuda_graphs_are_costed_as_the_record_names_them(by_id):
     for prefix, graphs in expected.items():
         assert record_to_problem(one(by_id, prefix))[0].workload.cuda_graphs == graphs, prefix
     assert sum(named_cuda_graphs(r) not in (None, "none") for r in by_id.values()) == 8
-    assert sum(cuda_graphs(r) != "none" for r in by_id.values()) == 21  # with NeMo 25.04's Mixtral 8x7B (rule 26)
-    b200 = one(by_id, "dgxc-llama4-maverick-gb200-fp8-n256")  # a note naming GB200 and H100 says nothing of B200
+    assert (
+        sum(cuda_graphs(r) != "none" for r in by_id.values()) == 21
+    )  # with NeMo 25.04's Mixtral 8x7B (rule 26)
+    b200 = one(
+        by_id, "dgxc-llama4-maverick-gb200-fp8-n256"
+    )  # a note naming GB200 and H100 says nothing of B200
     b200["cluster"]["accelerator"] = "b200"
     b200["derived"]["cuda_graphs"] = "GB200 used CUDA graphs; H100 launch default CUDA_GRAPH=false"
     assert cuda_graphs(b200) == "none"
@@ -450,14 +542,23 @@ def test_cuda_graphs_are_costed_as_the_record_names_them(by_id):
 
     problem, layout = record_to_problem(rec)
     ungraphed = replace(problem, workload=replace(problem.workload, cuda_graphs="none"))
-    full, none = (estimate(p, layout, strict=False).time_s["compute/moe_fixed"] for p in (problem, ungraphed))
-    assert full == pytest.approx((1 - 0.85) * none, rel=1e-9) and none > 1.0  # the host's share goes, the GPU's stays
+    full, none = (
+        estimate(p, layout, strict=False).time_s["compute/moe_fixed"] for p in (problem, ungraphed)
+    )
+    assert (
+        full == pytest.approx((1 - 0.85) * none, rel=1e-9) and none > 1.0
+    )  # the host's share goes, the GPU's stays
     rec = one(by_id, "dgxc-grok1-gb200-bf16-n128")
     problem, layout = record_to_problem(rec)
     plain = replace(problem, workload=replace(problem.workload, cuda_graphs="none"))
-    graphed, ungraphed = (estimate(p, layout, strict=False).time_s["compute/moe_fixed"] for p in (problem, plain))
+    graphed, ungraphed = (
+        estimate(p, layout, strict=False).time_s["compute/moe_fixed"] for p in (problem, plain)
+    )
     # b200 class: 7828 us per layer, 0.83 of it graphed away; 174.1 us for Grok-1's one local expert (8 over ep=8) stay
-    assert graphed == pytest.approx((0.17 * 7828 + 174.1) / (7828 + 174.1) * ungraphed, rel=1e-9) and ungraphed > 0.1
+    assert (
+        graphed == pytest.approx((0.17 * 7828 + 174.1) / (7828 + 174.1) * ungraphed, rel=1e-9)
+        and ungraphed > 0.1
+    )
 
 
 def test_the_catalogues_moe_host_overhead_is_what_its_commands_fit(moe_runs, capsys):
@@ -480,7 +581,11 @@ def test_the_catalogues_moe_host_overhead_is_what_its_commands_fit(moe_runs, cap
     )
     # Levenberg-Marquardt from the catalogue's values: within 2 us of the fit that wrote them
     assert {
-        f: (v["records"], v["fitted"]["moe_layer_overhead_s"] * 1e6, v["fitted"]["moe_expert_overhead_s"] * 1e6)
+        f: (
+            v["records"],
+            v["fitted"]["moe_layer_overhead_s"] * 1e6,
+            v["fitted"]["moe_expert_overhead_s"] * 1e6,
+        )
         for f, v in fitted.items()
     } == {
         "b200-class": (16, pytest.approx(7828, abs=2), pytest.approx(174.1, abs=0.2)),
@@ -506,7 +611,10 @@ def test_the_catalogues_moe_host_overhead_is_what_its_commands_fit(moe_runs, cap
         == 0
     )
     out = capsys.readouterr().out
-    assert out.count("moe_overhead_graphed_share 0.83 ") == 2 and "Huber loss on log(predicted / measured)" in out
+    assert (
+        out.count("moe_overhead_graphed_share 0.83 ") == 2
+        and "Huber loss on log(predicted / measured)" in out
+    )
     assert (
         main(
             [
@@ -526,10 +634,23 @@ def test_the_catalogues_moe_host_overhead_is_what_its_commands_fit(moe_runs, cap
         )
         == 0
     )
-    row = next(line for line in capsys.readouterr().out.splitlines() if "moe_overhead_full_graph_share" in line)
+    row = next(
+        line
+        for line in capsys.readouterr().out.splitlines()
+        if "moe_overhead_full_graph_share" in line
+    )
     # only GB200 runs used full-iteration graphs: Megatron-Bridge 26.08's three and MLPerf Training v6.0's two
-    assert row.split("\u2502")[1:3] == [" b200-class  ", " 5       "] and "moe_overhead_full_graph_share 0.85 " in row
-    for acc in ("h100", "h200", "h800", "b200", "gb200"):  # every member of a family carries the family's values
+    assert (
+        row.split("\u2502")[1:3] == [" b200-class  ", " 5       "]
+        and "moe_overhead_full_graph_share 0.85 " in row
+    )
+    for acc in (
+        "h100",
+        "h200",
+        "h800",
+        "b200",
+        "gb200",
+    ):  # every member of a family carries the family's values
         cal = load_accelerator(acc)
         layer = 1970 if acc.startswith("h") else 7828
         assert (
@@ -538,9 +659,17 @@ def test_the_catalogues_moe_host_overhead_is_what_its_commands_fit(moe_runs, cap
             cal.moe_overhead_graphed_share,
             cal.moe_overhead_full_graph_share,
         ) == (layer, 1741, 0.83, 0.85), acc
-    assert main(["calibrate", str(MOE_DEV), "--fit", "moe_layer_overhead_s", "--loss", "median"]) == 2
-    assert capsys.readouterr().err.strip() == "error: --loss: unknown loss 'median'; known: squares, huber"
-    assert main(["calibrate", str(MOE_DEV), "--fit", "moe_layer_overhead_s", "--cuda-graphs", "some"]) == 2
+    assert (
+        main(["calibrate", str(MOE_DEV), "--fit", "moe_layer_overhead_s", "--loss", "median"]) == 2
+    )
+    assert (
+        capsys.readouterr().err.strip()
+        == "error: --loss: unknown loss 'median'; known: squares, huber"
+    )
+    assert (
+        main(["calibrate", str(MOE_DEV), "--fit", "moe_layer_overhead_s", "--cuda-graphs", "some"])
+        == 2
+    )
     assert capsys.readouterr().err.strip() == (
         "error: --cuda-graphs: unknown value 'some' (did you mean 'scoped'?); known: none, scoped, full_iteration"
     )
@@ -548,11 +677,20 @@ def test_the_catalogues_moe_host_overhead_is_what_its_commands_fit(moe_runs, cap
     for args in (
         ["--accelerator", "a100-80gb", "--fit", "moe_expert_overhead_s"],
         ["--accelerator", "a100-80gb", "--fit", "", "--shared", "overlap_interference"],
-        ["--accelerator", "h100", "--fit", "moe_layer_overhead_s", "--cuda-graphs", "full_iteration"],
+        [
+            "--accelerator",
+            "h100",
+            "--fit",
+            "moe_layer_overhead_s",
+            "--cuda-graphs",
+            "full_iteration",
+        ],
     ):
         assert main(["calibrate", str(MOE_DEV), *args]) == 1
         err = capsys.readouterr().err.strip()
-        assert err.startswith("error: no record of ") and err.endswith("has a measured throughput to fit"), err
+        assert err.startswith("error: no record of ") and err.endswith(
+            "has a measured throughput to fit"
+        ), err
         assert "\n" not in err and "Traceback" not in err
     assert err == (
         f"error: no record of h100 in {MOE_DEV} costed with --cuda-graphs full_iteration has a measured "
@@ -567,20 +705,37 @@ def test_megatron_fsdp_records_reduce_gradients_in_bf16(by_id):
     from layoutsearch.costs.estimate import estimate
 
     fsdp = one(by_id, "modelzoo-qwen3-235b-h100-bf16-n256-fsdp")  # "Megatron-FSDP (FSDP On)"
-    dell = one(by_id, MLPERF_REAL)  # "data_parallel_sharding_strategy optim_grads_params (Megatron-FSDP, ZeRO-3)"
+    dell = one(
+        by_id, MLPERF_REAL
+    )  # "data_parallel_sharding_strategy optim_grads_params (Megatron-FSDP, ZeRO-3)"
     fsdp2 = one(by_id, AUTOMODEL_NO_EP)  # PyTorch FSDP2
-    assert [record_to_problem(r)[0].workload.grad_bytes_per_param for r in (fsdp, dell, fsdp2)] == [2, 2, 4]
-    assert "Megatron-FSDP: gradients reduced in bf16 (its recommended --grad-reduce-in-bf16)" in mapping_notes(fsdp)
+    assert [record_to_problem(r)[0].workload.grad_bytes_per_param for r in (fsdp, dell, fsdp2)] == [
+        2,
+        2,
+        4,
+    ]
+    assert (
+        "Megatron-FSDP: gradients reduced in bf16 (its recommended --grad-reduce-in-bf16)"
+        in mapping_notes(fsdp)
+    )
     problem, layout = record_to_problem(fsdp)
     fp32 = replace(problem, workload=replace(problem.workload, grad_bytes_per_param=4))
     half, full = (estimate(p, layout, strict=False) for p in (problem, fp32))
     # per layer: the attention (split by tp 2), router and two RMSNorms over the 128 FSDP ranks, the 16 local experts'
     # over the 32 expert-data-parallel ranks: half the bytes, one latency each
     rs_half, rs_full = (
-        {c["name"]: (c["group_size"], c["bytes"], c["time_s"]) for c in e.collectives if "reduce-scatter" in c["name"]}
+        {
+            c["name"]: (c["group_size"], c["bytes"], c["time_s"])
+            for c in e.collectives
+            if "reduce-scatter" in c["name"]
+        }
         for e in (half, full)
     )
-    attention, router, norms = 4096 * (64 + 2 * 4) * 128 // 2 + 64 * 128 * 4096 // 2, 4096 * 128, 2 * 4096
+    attention, router, norms = (
+        4096 * (64 + 2 * 4) * 128 // 2 + 64 * 128 * 4096 // 2,
+        4096 * 128,
+        2 * 4096,
+    )
     layer, experts = attention + router + norms, 128 * 3 * 4096 * 1536 // 8
     assert {name: v[:2] for name, v in rs_half.items()} == {
         "fsdp grad reduce-scatter": (128, 2 * layer),
@@ -610,7 +765,11 @@ def test_megatron_bridge_rows_take_their_release_presets_unstated_settings(by_id
     assert len(mbridge_presets()) == 76
     full = one(by_id, "mbridge-26.08-gb200-deepseek-v3-fp8")  # perf_recipes full-iteration helper
     problem = record_to_problem(full)[0]
-    assert (problem.workload.cuda_graphs, problem.workload.ep_comm_overlap, problem.workload.deepep) == (
+    assert (
+        problem.workload.cuda_graphs,
+        problem.workload.ep_comm_overlap,
+        problem.workload.deepep,
+    ) == (
         "full_iteration",
         True,
         True,
@@ -620,27 +779,41 @@ def test_megatron_bridge_rows_take_their_release_presets_unstated_settings(by_id
         "row's layout: CUDA graphs full_iteration, AllToAll overlap on, dispatcher DeepEP/HybridEP where the row "
         "names none"
     ) in mapping_notes(full)
-    scoped = record_to_problem(one(by_id, "mbridge-26.02-b200-qwen3-30b"))[0].workload  # TE [moe_router, ...], alltoall
+    scoped = record_to_problem(one(by_id, "mbridge-26.02-b200-qwen3-30b"))[
+        0
+    ].workload  # TE [moe_router, ...], alltoall
     assert (scoped.cuda_graphs, scoped.ep_comm_overlap, scoped.deepep) == ("scoped", False, False)
-    local = one(by_id, "mbridge-25.09-b200-qwen3-30b")  # 25.09: enable_cuda_graph (per-layer local graphs), "fp8"
+    local = one(
+        by_id, "mbridge-25.09-b200-qwen3-30b"
+    )  # 25.09: enable_cuda_graph (per-layer local graphs), "fp8"
     assert mbridge_preset(local)[0]["precision"] == "fp8" and cuda_graphs(local) == "scoped"
     other = one(by_id, "mbridge-25.11-gb200-qwen3-235b-bf16")  # the 25.11 preset is a 64-GPU layout
     preset, differ = mbridge_preset(other)
-    assert preset["source"].endswith("QWEN3_235B_A22B_PRETRAIN_CONFIG_GB200_BF16_BASE_CONFIG") and differ == [
+    assert preset["source"].endswith(
+        "QWEN3_235B_A22B_PRETRAIN_CONFIG_GB200_BF16_BASE_CONFIG"
+    ) and differ == [
         "num_devices 256 (preset 64)",
         "virtual_stages 3 (preset 1)",
         "ep 32 (preset 8)",
         "global_batch_seqs 8192 (preset 1024)",
     ]
-    workload = record_to_problem(other)[0].workload  # TE graphs [attn, moe_router, moe_preprocess], HybridEP
-    assert (workload.cuda_graphs, workload.ep_comm_overlap, workload.deepep) == ("scoped", False, True)
+    workload = record_to_problem(other)[
+        0
+    ].workload  # TE graphs [attn, moe_router, moe_preprocess], HybridEP
+    assert (workload.cuda_graphs, workload.ep_comm_overlap, workload.deepep) == (
+        "scoped",
+        False,
+        True,
+    )
     assert (
         "Megatron-Bridge 25.11 preset (QWEN3_235B_A22B_PRETRAIN_CONFIG_GB200_BF16_BASE_CONFIG @ 5776a6d90b4d), its "
         "parallelism overridden (num_devices 256 (preset 64), virtual_stages 3 (preset 1), ep 32 (preset 8), "
         "global_batch_seqs 8192 (preset 1024)): CUDA graphs scoped, AllToAll overlap off, dispatcher "
         "DeepEP/HybridEP where the row names none"
     ) in mapping_notes(other)
-    older = copy.deepcopy(local)  # 25.09's performance matrix has no overrides: another layout is another run
+    older = copy.deepcopy(
+        local
+    )  # 25.09's performance matrix has no overrides: another layout is another run
     older["layout"]["microbatch_seqs"] = 2
     assert mbridge_preset(older) == (None, ["microbatch_seqs 2 (preset 1)"])
     assert (
@@ -651,11 +824,17 @@ def test_megatron_bridge_rows_take_their_release_presets_unstated_settings(by_id
     named = copy.deepcopy(full)  # what a row names wins over its preset
     named["derived"]["note"] = "CUDA_GRAPH=false"
     assert cuda_graphs(named) == "none"
-    others = (one(by_id, "dgxc-deepseekv3-gb200"), one(by_id, "mlperf6-deepseekv3-gb200-mxfp8-n256"))
+    others = (
+        one(by_id, "dgxc-deepseekv3-gb200"),
+        one(by_id, "mlperf6-deepseekv3-gb200-mxfp8-n256"),
+    )
     assert [mbridge_preset(r) for r in others] == [(None, [])] * 2
     bad = copy.deepcopy(full)  # 26.08: the preset with the global batch overridden
     bad["workload"]["global_batch_seqs"] = 2048
-    assert mbridge_preset(bad)[1] == ["global_batch_seqs 2048 (preset 4096)"] and cuda_graphs(bad) == "full_iteration"
+    assert (
+        mbridge_preset(bad)[1] == ["global_batch_seqs 2048 (preset 4096)"]
+        and cuda_graphs(bad) == "full_iteration"
+    )
 
 
 def test_megatron_bridge_rows_keep_and_reduce_their_gradients_in_bf16(by_id):
@@ -674,18 +853,32 @@ def test_megatron_bridge_rows_keep_and_reduce_their_gradients_in_bf16(by_id):
     ) in mapping_notes(row)
     bf16, fp32 = (
         estimate(p, layout, strict=False)
-        for p in (problem, replace(problem, workload=replace(problem.workload, grad_bytes_per_param=4)))
+        for p in (
+            problem,
+            replace(problem, workload=replace(problem.workload, grad_bytes_per_param=4)),
+        )
     )
-    assert (bf16.memory_bytes["state/grads"] / 2**30, fp32.memory_bytes["state/grads"] / 2**30) == pytest.approx(
-        (30.66, 61.31), abs=0.01
-    )
+    assert (
+        bf16.memory_bytes["state/grads"] / 2**30,
+        fp32.memory_bytes["state/grads"] / 2**30,
+    ) == pytest.approx((30.66, 61.31), abs=0.01)
     assert (bf16.fits, fp32.fits) == (True, False) and row["measured"]["oom"] is False
     named = copy.deepcopy(row)
     named["derived"]["note"] = "ddp.grad_reduce_in_fp32 = True"
-    assert bf16_grads_because(named) is None and record_to_problem(named)[0].workload.grad_bytes_per_param == 4
-    named["derived"]["note"] = "ddp.grad_reduce_in_fp32 = False"  # names bf16: the rule's own reason stands
+    assert (
+        bf16_grads_because(named) is None
+        and record_to_problem(named)[0].workload.grad_bytes_per_param == 4
+    )
+    named["derived"]["note"] = (
+        "ddp.grad_reduce_in_fp32 = False"  # names bf16: the rule's own reason stands
+    )
     assert record_to_problem(named)[0].workload.grad_bytes_per_param == 2
-    assert record_to_problem(one(by_id, "dgxc-deepseekv3-h100-bf16-n512"))[0].workload.grad_bytes_per_param == 4
+    assert (
+        record_to_problem(one(by_id, "dgxc-deepseekv3-h100-bf16-n512"))[
+            0
+        ].workload.grad_bytes_per_param
+        == 4
+    )
 
 
 def test_mlperf_records_take_the_cuda_graphs_of_the_configuration_file_they_name(by_id):
@@ -706,7 +899,9 @@ def test_mlperf_records_take_the_cuda_graphs_of_the_configuration_file_they_name
     named = copy.deepcopy(dell)  # what the record names wins
     named["derived"]["note"] = "CUDA_GRAPH=false"
     assert cuda_graphs(named) == "none"
-    nvidia = one(by_id, "mlperf6-gptoss20b-gb200-mxfp8-n8")  # its configuration file was not in the mirror
+    nvidia = one(
+        by_id, "mlperf6-gptoss20b-gb200-mxfp8-n8"
+    )  # its configuration file was not in the mirror
     assert mlperf_config_graphs(nvidia) is None and cuda_graphs(nvidia) == "none"
 
 
@@ -731,13 +926,20 @@ def test_megatron_bridge_deepseek_v3_rows_take_the_recipes_pipeline_split(by_id)
         "loss)"
     ) in mapping_notes(rec)
     problem, layout = record_to_problem(rec)
-    blind = estimate(problem, replace(layout, first_stage_layers=2, last_stage_layers=3), strict=False)
+    blind = estimate(
+        problem, replace(layout, first_stage_layers=2, last_stage_layers=3), strict=False
+    )
     recipe = estimate(problem, layout, strict=False)
     # the last stage no longer carries 3 layers beside the two output heads: it stops being the slowest
     assert (blind.step_time_s, recipe.step_time_s) == pytest.approx((36.31, 27.43), abs=0.01)
-    assert (blind.time_s["compute/logits"], recipe.time_s["compute/logits"]) == (pytest.approx(8.387, abs=1e-3), 0.0)
+    assert (blind.time_s["compute/logits"], recipe.time_s["compute/logits"]) == (
+        pytest.approx(8.387, abs=1e-3),
+        0.0,
+    )
     # the engine's own proposal (core.stages, the head's 4 layers' worth off the last stage) is the recipe's split
-    ours = estimate(problem, replace(layout, first_stage_layers=None, last_stage_layers=None), strict=False)
+    ours = estimate(
+        problem, replace(layout, first_stage_layers=None, last_stage_layers=None), strict=False
+    )
     assert ours.step_time_s == pytest.approx(recipe.step_time_s, rel=1e-9)
     dgxc = one(by_id, "dgxc-deepseekv3-h100-bf16-n1024-tp2pp16ep64")
     assert recipe_stage_layers(dgxc) == (3, 2)
@@ -772,7 +974,10 @@ def test_a_broken_release_table_is_one_error_naming_the_entry_and_field(tmp_path
             "layout.cp, layout.virtual_stages, layout.ep, layout.microbatch_seqs, "
             "layout.global_batch_seqs, layout.seq_len",
         ),
-        (entry, "nemo_perf_configs.yaml: config #2: cuda_graphs 'full': expected one of none, scoped"),
+        (
+            entry,
+            "nemo_perf_configs.yaml: config #2: cuda_graphs 'full': expected one of none, scoped",
+        ),
     ):
         table.write_text(yaml.safe_dump({"configs": [{**entry, "cuda_graphs": "none"}, broken]}))
         mapping.nemo_perf_configs.cache_clear()

@@ -29,7 +29,18 @@ from layoutsearch.report import render
 
 __all__ = ["app", "main", "reports_errors", "usage_message", "COMMANDS", "command_module"]
 
-COMMANDS = ("models", "clusters", "estimate", "solve", "explain", "export", "validate", "calibrate", "sweep", "plot")
+COMMANDS = (
+    "models",
+    "clusters",
+    "estimate",
+    "solve",
+    "explain",
+    "export",
+    "validate",
+    "calibrate",
+    "sweep",
+    "plot",
+)
 
 
 def command_module(name: str):
@@ -72,10 +83,16 @@ def _print_version(value: bool) -> None:
 @app.callback()
 def _group(
     version: bool = typer.Option(
-        False, "--version", is_eager=True, callback=_print_version, help="Print the version and exit."
+        False,
+        "--version",
+        is_eager=True,
+        callback=_print_version,
+        help="Print the version and exit.",
     ),
     wide: bool = typer.Option(
-        False, "--wide", help="Tables 200 columns wide even on a narrower terminal (by default they fit the terminal)"
+        False,
+        "--wide",
+        help="Tables 200 columns wide even on a narrower terminal (by default they fit the terminal)",
     ),
 ) -> None:
     """Proven-optimal parallel layouts for transformer training."""
@@ -97,7 +114,9 @@ def main(argv: list[str] | None = None) -> int:
     except typer.Abort:
         typer.echo("aborted", err=True)
         return 130
-    except typer.TyperException as exc:  # click usage errors: unknown option, bad value, missing argument
+    except (
+        typer.TyperException
+    ) as exc:  # click usage errors: unknown option, bad value, missing argument
         typer.echo(f"error: {one_line(usage_message(exc))}", err=True)
         return 2
     return code if isinstance(code, int) else 0

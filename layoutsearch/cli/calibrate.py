@@ -22,7 +22,9 @@ from layoutsearch.validation.validate import load_runs
 @reports_errors
 def calibrate(
     runs: Annotated[str, typer.Argument(help="Measured runs (docs/RUN_RECORDS.md format)")],
-    accelerator: Annotated[str | None, typer.Option("--accelerator", help="Only these, e.g. h100,a100-80gb")] = None,
+    accelerator: Annotated[
+        str | None, typer.Option("--accelerator", help="Only these, e.g. h100,a100-80gb")
+    ] = None,
     fit_fields: Annotated[
         str, typer.Option("--fit", help="Calibration fields to fit")
     ] = "matmul_efficiency,attention_efficiency",
@@ -50,11 +52,17 @@ def calibrate(
             "linear beyond: a run measured far off the rest pulls less)",
         ),
     ] = "squares",
-    write: Annotated[bool, typer.Option("--write", help="Write the fitted values into hardware/*.yaml")] = False,
+    write: Annotated[
+        bool, typer.Option("--write", help="Write the fitted values into hardware/*.yaml")
+    ] = False,
 ) -> None:
     """Fit a few calibration fields per accelerator (least squares, or --loss huber, on log error); writes only
     with --write."""
-    fields = parse_names(fit_fields, tuple(YAML_KEYS), "--fit", "field") if fit_fields or not shared else ()
+    fields = (
+        parse_names(fit_fields, tuple(YAML_KEYS), "--fit", "field")
+        if fit_fields or not shared
+        else ()
+    )
     accs = (
         parse_names(accelerator, tuple(accelerator_names()), "--accelerator", "accelerator")
         if accelerator is not None
@@ -62,18 +70,31 @@ def calibrate(
     )
     common = parse_names(shared, tuple(SHARED_KIND), "--shared", "field") if shared else ()
     records = load_runs(runs)
-    wanted = parse_names(graphs, CUDA_GRAPHS, "--cuda-graphs", "value") if graphs is not None else CUDA_GRAPHS
+    wanted = (
+        parse_names(graphs, CUDA_GRAPHS, "--cuda-graphs", "value")
+        if graphs is not None
+        else CUDA_GRAPHS
+    )
     exclude = [r["id"] for r in records if record_cuda_graphs(r) not in wanted]
-    result = fit(records, accelerators=accs, params=fields, shared=common, exclude=exclude, loss=loss)
-    if not any(family.get("records") for family in result.values()):  # nothing to fit: say so, exit 1
+    result = fit(
+        records, accelerators=accs, params=fields, shared=common, exclude=exclude, loss=loss
+    )
+    if not any(
+        family.get("records") for family in result.values()
+    ):  # nothing to fit: say so, exit 1
         which = f"of {', '.join(accs)} " if accs else ""
         graphed = f" costed with --cuda-graphs {graphs}" if graphs is not None else ""
-        typer.echo(f"error: no record {which}in {runs}{graphed} has a measured throughput to fit", err=True)
+        typer.echo(
+            f"error: no record {which}in {runs}{graphed} has a measured throughput to fit", err=True
+        )
         raise typer.Exit(1)
     render.calibration_report(result, loss)
     if write:
         written = write_calibration(
-            result, catalogue_dir("hardware"), runs_name=Path(runs).name, today=datetime.date.today()
+            result,
+            catalogue_dir("hardware"),
+            runs_name=Path(runs).name,
+            today=datetime.date.today(),
         )
         typer.echo(f"wrote {', '.join(str(p) for p in written)}", err=True)
 

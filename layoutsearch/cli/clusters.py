@@ -22,7 +22,9 @@ def clusters(fmt: FormatOpt = Format.table) -> None:
             {
                 "name": name,
                 "devices": c.num_devices,
-                "axes": " x ".join(f"{a.name}{a.size}{'(wrap)' if a.wraparound else ''}" for a in c.axes),
+                "axes": " x ".join(
+                    f"{a.name}{a.size}{'(wrap)' if a.wraparound else ''}" for a in c.axes
+                ),
             }
         )
     if fmt != Format.table:
@@ -60,7 +62,9 @@ def clusters(fmt: FormatOpt = Format.table) -> None:
             for a in accs
         ],
     )
-    render.table_of_dicts("example clusters (v5p-N counts chips; Google's Cloud names count TensorCores)", examples)
+    render.table_of_dicts(
+        "example clusters (v5p-N counts chips; Google's Cloud names count TensorCores)", examples
+    )
 
 
 def register(app: typer.Typer) -> None:

@@ -25,7 +25,13 @@ from layoutsearch.core import io
 from layoutsearch.core.errors import InvalidArgumentError, LayoutsearchError, LayoutsearchWarning
 from layoutsearch.core.frameworks import framework_of_target
 from layoutsearch.core.parse import parse_choices, parse_degrees, parse_names
-from layoutsearch.core.problem import MAX_ROUTING_CV, Problem, SearchOptions, SearchRequest, build_workload
+from layoutsearch.core.problem import (
+    MAX_ROUTING_CV,
+    Problem,
+    SearchOptions,
+    SearchRequest,
+    build_workload,
+)
 from layoutsearch.core.problem_file import load_problem_file
 from layoutsearch.core.specs import (
     DEGREE_NAMES,
@@ -61,7 +67,9 @@ def reports_errors(command: Callable) -> Callable:
                 result = command(*args, **kwargs)
             except LayoutsearchError as exc:
                 failure = exc
-            except BaseException as exc:  # typer.Exit (a layout that does not fit), KeyboardInterrupt
+            except (
+                BaseException
+            ) as exc:  # typer.Exit (a layout that does not fit), KeyboardInterrupt
                 other = exc
         # replayed outside the recording (inside it each replayed warning would be recorded again)
         if failure is not None:
@@ -90,14 +98,20 @@ def one_line(text: str) -> str:
 
 
 # ----------------------------------------------------------------------------- formats
-Format = choices("Format", ("table", "json", "yaml"), "Output format; every command prints all three.")
+Format = choices(
+    "Format", ("table", "json", "yaml"), "Output format; every command prints all three."
+)
 
 
 def print_document(document: Any, fmt: str) -> None:
     """A result document on stdout as JSON or YAML; NaN or infinity in it is a bug (it is not JSON),
     never printed."""
     text = json.dumps(document, indent=2, allow_nan=False, default=float)
-    typer.echo(text if fmt == Format.json else yaml.safe_dump(json.loads(text), sort_keys=False).rstrip("\n"))
+    typer.echo(
+        text
+        if fmt == Format.json
+        else yaml.safe_dump(json.loads(text), sort_keys=False).rstrip("\n")
+    )
 
 
 def write_output(text: str, output: str | None, what: str = "--output") -> None:
@@ -119,7 +133,10 @@ def finite(value: float | None) -> float | None:
 
 # ----------------------------------------------------------------------------- shared options
 ModelOpt = Annotated[
-    str, typer.Option("--model", "-m", help="Catalogue id (llama70b) or a path to a model YAML / HF config.json")
+    str,
+    typer.Option(
+        "--model", "-m", help="Catalogue id (llama70b) or a path to a model YAML / HF config.json"
+    ),
 ]
 ClusterOpt = Annotated[
     str,
@@ -132,11 +149,16 @@ ClusterOpt = Annotated[
 ProblemOpt = Annotated[
     str | None,
     typer.Option(
-        "--problem", help="Problem YAML (examples/*.problem.yaml): keys mirror the options, which override it"
+        "--problem",
+        help="Problem YAML (examples/*.problem.yaml): keys mirror the options, which override it",
     ),
 ]
-SeqsOpt = Annotated[int, typer.Option("--seqs", min=1, max=MAX_GLOBAL_BATCH_SEQS, help="Global batch in sequences")]
-SeqLenOpt = Annotated[int, typer.Option("--seq-len", min=1, max=MAX_SEQ_LEN, help="Tokens per sequence")]
+SeqsOpt = Annotated[
+    int, typer.Option("--seqs", min=1, max=MAX_GLOBAL_BATCH_SEQS, help="Global batch in sequences")
+]
+SeqLenOpt = Annotated[
+    int, typer.Option("--seq-len", min=1, max=MAX_SEQ_LEN, help="Tokens per sequence")
+]
 FormatOpt = Annotated[Format, typer.Option("--format", help="table, json or yaml")]
 TpOverlapOpt = Annotated[
     bool | None,
@@ -213,33 +235,63 @@ FrameworkOpt = Annotated[
         "(default: maxtext on TPUs, megatron on GPUs)",
     ),
 ]
-PrecisionOpt = Annotated[Precision, typer.Option("--precision", help="bf16 (fp16 costs the same) or fp8 GEMMs")]
+PrecisionOpt = Annotated[
+    Precision, typer.Option("--precision", help="bf16 (fp16 costs the same) or fp8 GEMMs")
+]
 GradBytesOpt = Annotated[
-    int, typer.Option("--grad-bytes", min=2, max=4, help="Bytes per gradient element: 4 fp32 main grads, 2 bf16")
+    int,
+    typer.Option(
+        "--grad-bytes", min=2, max=4, help="Bytes per gradient element: 4 fp32 main grads, 2 bf16"
+    ),
 ]
 MomentBytesOpt = Annotated[
-    int, typer.Option("--moment-bytes", min=2, max=4, help="Bytes per Adam moment element (m and v): 4 fp32, 2 bf16")
+    int,
+    typer.Option(
+        "--moment-bytes",
+        min=2,
+        max=4,
+        help="Bytes per Adam moment element (m and v): 4 fp32, 2 bf16",
+    ),
 ]
 FusedAttentionOpt = Annotated[
     bool,
     typer.Option(
-        "--fused-attention/--no-fused-attention", help="FlashAttention-style kernels (no S x S scores in HBM)"
+        "--fused-attention/--no-fused-attention",
+        help="FlashAttention-style kernels (no S x S scores in HBM)",
     ),
 ]
 HbmOpt = Annotated[
     float | None,
     typer.Option(
-        "--hbm-gib", min=1, max=4096, callback=finite, help="Device memory in GiB when the part differs (e.g. 96)"
+        "--hbm-gib",
+        min=1,
+        max=4096,
+        callback=finite,
+        help="Device memory in GiB when the part differs (e.g. 96)",
     ),
 ]
 MarginOpt = Annotated[
     float,
-    typer.Option("--memory-margin-gib", min=0, max=1024, callback=finite, help="Memory kept free on every device, GiB"),
+    typer.Option(
+        "--memory-margin-gib",
+        min=0,
+        max=1024,
+        callback=finite,
+        help="Memory kept free on every device, GiB",
+    ),
 ]
-OutputOpt = Annotated[str | None, typer.Option("--output", "-o", help="Output file (stdout without it)")]
+OutputOpt = Annotated[
+    str | None, typer.Option("--output", "-o", help="Output file (stdout without it)")
+]
 TimeLimitOpt = Annotated[
     float,
-    typer.Option("--time-limit", min=0.1, max=MAX_TIME_LIMIT_S, callback=finite, help="CP-SAT time limit, seconds"),
+    typer.Option(
+        "--time-limit",
+        min=0.1,
+        max=MAX_TIME_LIMIT_S,
+        callback=finite,
+        help="CP-SAT time limit, seconds",
+    ),
 ]
 
 
@@ -275,7 +327,8 @@ class WorkloadArgs:
         """These options as ``build_workload`` keywords (choices as their plain values)."""
         values = {name: getattr(self, name) for name in WORKLOAD_FIELDS}
         return {
-            k: (v.value if isinstance(v, (Framework, Precision, CudaGraphs, Routing)) else v) for k, v in values.items()
+            k: (v.value if isinstance(v, (Framework, Precision, CudaGraphs, Routing)) else v)
+            for k, v in values.items()
         }
 
 
@@ -291,10 +344,16 @@ class SearchArgs(WorkloadArgs):
     inline mappings); ``model_name`` and ``cluster_name`` are their labels.
     """
 
-    top: Annotated[int, typer.Option("--top", min=1, max=50, help="How many distinct layouts to rank")] = 3
+    top: Annotated[
+        int, typer.Option("--top", min=1, max=50, help="How many distinct layouts to rank")
+    ] = 3
     fix: Annotated[str | None, typer.Option("--fix", help="Pin degrees, e.g. tp=8,pp=1")] = None
-    choices: Annotated[str | None, typer.Option("--choices", help="Allowed values, e.g. 'tp=8,16,32,64;pp=1,2'")] = None
-    only: Annotated[str | None, typer.Option("--only", help="Degrees that may exceed 1, e.g. fsdp,tp")] = None
+    choices: Annotated[
+        str | None, typer.Option("--choices", help="Allowed values, e.g. 'tp=8,16,32,64;pp=1,2'")
+    ] = None
+    only: Annotated[
+        str | None, typer.Option("--only", help="Degrees that may exceed 1, e.g. fsdp,tp")
+    ] = None
     objective: Annotated[
         Objective,
         typer.Option(
@@ -303,10 +362,12 @@ class SearchArgs(WorkloadArgs):
         ),
     ] = Objective.step_time
     time_limit: TimeLimitOpt = 30.0
-    method: Annotated[Method, typer.Option("--method", help="cpsat (proof) or enumerate (exhaustive oracle)")] = (
-        Method.cpsat
-    )
-    recompute: Annotated[str | None, typer.Option("--recompute", help="Allowed policies, e.g. none,full")] = None
+    method: Annotated[
+        Method, typer.Option("--method", help="cpsat (proof) or enumerate (exhaustive oracle)")
+    ] = Method.cpsat
+    recompute: Annotated[
+        str | None, typer.Option("--recompute", help="Allowed policies, e.g. none,full")
+    ] = None
 
     @property
     def model_name(self) -> str:
@@ -344,7 +405,9 @@ class SearchArgs(WorkloadArgs):
         )
 
 
-_SEARCH_OPTIONS = get_type_hints(SearchArgs, include_extras=True)  # field -> Annotated[type, typer.Option(...)]
+_SEARCH_OPTIONS = get_type_hints(
+    SearchArgs, include_extras=True
+)  # field -> Annotated[type, typer.Option(...)]
 
 
 def search_command(**defaults: Any) -> Callable[[Callable], Callable]:
@@ -364,10 +427,14 @@ def search_command(**defaults: Any) -> Callable[[Callable], Callable]:
     names = [p.name for p in shared]
 
     def wrap(command: Callable) -> Callable:
-        own = list(inspect.signature(command, eval_str=True).parameters.values())[1:]  # after `search`
+        own = list(inspect.signature(command, eval_str=True).parameters.values())[
+            1:
+        ]  # after `search`
         clash = set(names) & {p.name for p in own}
         if clash:
-            raise TypeError(f"{command.__name__}: {', '.join(sorted(clash))} are search options already")
+            raise TypeError(
+                f"{command.__name__}: {', '.join(sorted(clash))} are search options already"
+            )
 
         @functools.wraps(command)
         def run(**kwargs):
@@ -389,7 +456,9 @@ def takes_workload_options(command: Callable) -> Callable:
     hints = get_type_hints(WorkloadArgs, include_extras=True)
     defaults = {f.name: f.default for f in dataclasses.fields(WorkloadArgs)}
     extra = [
-        inspect.Parameter(name, inspect.Parameter.KEYWORD_ONLY, annotation=hints[name], default=defaults[name])
+        inspect.Parameter(
+            name, inspect.Parameter.KEYWORD_ONLY, annotation=hints[name], default=defaults[name]
+        )
         for name in WORKLOAD_FIELDS
     ]
     own = [
@@ -411,7 +480,9 @@ def takes_workload_options(command: Callable) -> Callable:
 
 
 # ----------------------------------------------------------------------------- problem files
-def takes_problem_file(command: Callable | None = None, *, inline: bool = True, lists: bool = False) -> Callable:
+def takes_problem_file(
+    command: Callable | None = None, *, inline: bool = True, lists: bool = False
+) -> Callable:
     """Decorator: the command also takes ``--problem FILE`` (``core/problem_file.py``). The file's
     values fill the options that were not given on the command line (click's parameter source is
     DEFAULT), each converted and checked by the option itself (ranges, choices, callbacks); keys
@@ -426,17 +497,23 @@ def takes_problem_file(command: Callable | None = None, *, inline: bool = True, 
         for p in inspect.signature(command, eval_str=True).parameters.values()
     ]
     if {"ctx", "problem_file"} & {p.name for p in params}:
-        raise TypeError(f"{command.__name__}: ctx and problem_file are the problem file's parameters")
+        raise TypeError(
+            f"{command.__name__}: ctx and problem_file are the problem file's parameters"
+        )
 
     @functools.wraps(command)
     def run(ctx: typer.Context, problem_file: str | None = None, **kwargs):
         if problem_file is not None:
-            kwargs.update(problem_file_options(ctx, problem_file, kwargs, inline=inline, lists=lists))
+            kwargs.update(
+                problem_file_options(ctx, problem_file, kwargs, inline=inline, lists=lists)
+            )
         return command(**kwargs)
 
     added = [
         inspect.Parameter("ctx", inspect.Parameter.KEYWORD_ONLY, annotation=typer.Context),
-        inspect.Parameter("problem_file", inspect.Parameter.KEYWORD_ONLY, annotation=ProblemOpt, default=None),
+        inspect.Parameter(
+            "problem_file", inspect.Parameter.KEYWORD_ONLY, annotation=ProblemOpt, default=None
+        ),
     ]
     run.__signature__ = inspect.Signature(added + params)
     run.__annotations__ = {p.name: p.annotation for p in added + params}
@@ -451,7 +528,12 @@ def given_on_command_line(ctx: typer.Context, name: str) -> bool:
 
 
 def problem_file_options(
-    ctx: typer.Context, path: str, options: dict[str, Any], *, inline: bool = True, lists: bool = False
+    ctx: typer.Context,
+    path: str,
+    options: dict[str, Any],
+    *,
+    inline: bool = True,
+    lists: bool = False,
 ) -> dict[str, Any]:
     """The options a problem file sets: its keys that name an option of this command that was not
     given on the command line, as that option's values (``lists``: a list is joined with commas,
@@ -473,7 +555,9 @@ def _option_value(ctx: typer.Context, param, value: Any, where: str, lists: bool
     if isinstance(value, list):
         if not param.multiple:
             if not lists:
-                raise InvalidArgumentError(f"{where}: one value expected, got a list of {len(value)}")
+                raise InvalidArgumentError(
+                    f"{where}: one value expected, got a list of {len(value)}"
+                )
             value = ",".join(map(str, value))
     elif param.multiple:
         value = [value]
@@ -494,7 +578,9 @@ class SearchRun:
     explanation: dict | None
 
 
-def run_search(search: SearchArgs, *, target: str | None = None, top_k: int | None = None) -> SearchRun:
+def run_search(
+    search: SearchArgs, *, target: str | None = None, top_k: int | None = None
+) -> SearchRun:
     """Solve, and explain why nothing fits when nothing does. With an export ``target`` and no
     --framework, the step time assumes the target framework's overlap (its file sets those flags)."""
     if target and search.framework is None:

@@ -65,17 +65,30 @@ def estimate(
     ] = None,
     last_stage_layers: Annotated[
         int | None,
-        typer.Option("--last-stage-layers", min=1, max=MAX_MODEL_DIM, help="Layers of the last pipeline stage"),
+        typer.Option(
+            "--last-stage-layers",
+            min=1,
+            max=MAX_MODEL_DIM,
+            help="Layers of the last pipeline stage",
+        ),
     ] = None,
     recompute: Annotated[Recompute, typer.Option("--recompute")] = Recompute.none,
     zero_stage: Annotated[
         int, typer.Option("--zero-stage", help="0 DDP, 1 optimizer, 2 + grads, 3 + weights sharded")
     ] = 3,
-    virtual_stages: Annotated[int, typer.Option("--virtual-stages", min=1, max=MAX_VIRTUAL_STAGES_RECORD)] = 1,
+    virtual_stages: Annotated[
+        int, typer.Option("--virtual-stages", min=1, max=MAX_VIRTUAL_STAGES_RECORD)
+    ] = 1,
     schedule: Annotated[Schedule, typer.Option("--schedule")] = Schedule["1f1b"],
-    sequence_parallel: Annotated[bool, typer.Option("--sequence-parallel/--no-sequence-parallel")] = True,
-    axes: Annotated[str | None, typer.Option("--axes", help="Placement, e.g. 'tp=z:8;fsdp=z:4,y:16,x:16'")] = None,
-    mfu_convention: Annotated[MfuConvention, typer.Option("--mfu-convention")] = MfuConvention.model,
+    sequence_parallel: Annotated[
+        bool, typer.Option("--sequence-parallel/--no-sequence-parallel")
+    ] = True,
+    axes: Annotated[
+        str | None, typer.Option("--axes", help="Placement, e.g. 'tp=z:8;fsdp=z:4,y:16,x:16'")
+    ] = None,
+    mfu_convention: Annotated[
+        MfuConvention, typer.Option("--mfu-convention")
+    ] = MfuConvention.model,
     tokens: TokensOpt = None,
     workload_options: WorkloadArgs = WorkloadArgs(),
     fmt: FormatOpt = Format.table,
@@ -89,7 +102,10 @@ def estimate(
     degrees = parse_degrees(layout)
     if microbatches is None:
         microbatches = default_microbatches(
-            seqs, degrees.get("dp", 1) * degrees.get("fsdp", 1), degrees.get("pp", 1), virtual_stages
+            seqs,
+            degrees.get("dp", 1) * degrees.get("fsdp", 1),
+            degrees.get("pp", 1),
+            virtual_stages,
         )
     lay = Layout(
         **degrees,

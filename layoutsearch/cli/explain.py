@@ -14,7 +14,13 @@ from layoutsearch.cli.common import (
     reports_errors,
     search_command,
 )
-from layoutsearch.cli.planning import PriceOpt, SensitivityOpt, TokensOpt, check_plan, planned_search
+from layoutsearch.cli.planning import (
+    PriceOpt,
+    SensitivityOpt,
+    TokensOpt,
+    check_plan,
+    planned_search,
+)
 from layoutsearch.report import render
 from layoutsearch.report.output import band_of
 from layoutsearch.report.planning import SENSITIVITY_FACTOR

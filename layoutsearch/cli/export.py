@@ -22,7 +22,9 @@ def export(
             help="maxtext, megatron, torchtitan (0.2 TOML), torchtitan-0.3 (config_registry module) or deepspeed",
         ),
     ],
-    rank: Annotated[int, typer.Option("--rank", min=1, max=50, help="Which layout of the result")] = 1,
+    rank: Annotated[
+        int, typer.Option("--rank", min=1, max=50, help="Which layout of the result")
+    ] = 1,
     output: OutputOpt = None,
 ) -> None:
     """Write a saved layout as a training framework's configuration (checked by that framework's rules)."""
@@ -30,7 +32,9 @@ def export(
     if not isinstance(document, dict):
         raise InvalidArgumentError(
             io.says(
-                result, "RESULT", f"not a result document: a JSON object (OUTPUT.md), not {type(document).__name__}"
+                result,
+                "RESULT",
+                f"not a result document: a JSON object (OUTPUT.md), not {type(document).__name__}",
             )
         )
     write_output(export_document(document, to, rank), output)

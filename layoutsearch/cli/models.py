@@ -43,7 +43,8 @@ def _counts(m) -> dict:
     multi-token prediction the MTP modules' own parameters (beside the total, not in it)."""
     counts = params.param_counts(m)
     moe = (
-        f"{m.moe.num_experts}/{m.moe.top_k}" + (f"+{m.moe.num_shared_experts}" if m.moe.num_shared_experts else "")
+        f"{m.moe.num_experts}/{m.moe.top_k}"
+        + (f"+{m.moe.num_shared_experts}" if m.moe.num_shared_experts else "")
         if m.moe is not None
         else ""
     )

@@ -27,7 +27,9 @@ from layoutsearch.search import SearchResult, solve
 TokensOpt = Annotated[
     float | None,
     typer.Option(
-        "--tokens", callback=finite, help="Training tokens (e.g. 15e12): days, device-hours and cost of each layout"
+        "--tokens",
+        callback=finite,
+        help="Training tokens (e.g. 15e12): days, device-hours and cost of each layout",
     ),
 ]
 PriceOpt = Annotated[
@@ -47,7 +49,10 @@ WhatIfOpt = Annotated[
 ]
 SensitivityOpt = Annotated[
     bool,
-    typer.Option("--sensitivity", help="Step-time change of layout 1 when each hardware number is +10% (layout fixed)"),
+    typer.Option(
+        "--sensitivity",
+        help="Step-time change of layout 1 when each hardware number is +10% (layout fixed)",
+    ),
 ]
 
 
@@ -61,7 +66,9 @@ class PlannedSearch(SearchArgs):
         return with_training_tokens(super().problem(), self.training_tokens)
 
 
-def check_plan(tokens: float | None, price: float | None, what_if: str | None = None) -> dict[str, float] | None:
+def check_plan(
+    tokens: float | None, price: float | None, what_if: str | None = None
+) -> dict[str, float] | None:
     """Check the planning options before any solving; the what-if factors (None without --what-if)."""
     check_tokens(tokens)
     check_price(price)
@@ -93,7 +100,11 @@ class WhatIf:
 
 
 def solve_what_if(
-    run: SearchRun, search: SearchArgs, factors: dict[str, float], price: float | None, target: str | None = None
+    run: SearchRun,
+    search: SearchArgs,
+    factors: dict[str, float],
+    price: float | None,
+    target: str | None = None,
 ) -> WhatIf:
     """Solve the same request on the scaled hardware and compare its winner with the base one."""
     result = solve(scaled_problem(run.problem, factors), search.request(target=target, top_k=1))
@@ -115,6 +126,12 @@ def estimate_what_if(est: Estimate, factors: dict[str, float], price: float | No
     """The same layout re-estimated on the scaled hardware."""
     other = re_estimate(est, factors)
     doc = what_if_document(
-        factors, est, other, method="re-estimated", status=None, base_on_other=other, price_per_device_hour=price
+        factors,
+        est,
+        other,
+        method="re-estimated",
+        status=None,
+        base_on_other=other,
+        price_per_device_hour=price,
     )
     return WhatIf(doc, other, None)

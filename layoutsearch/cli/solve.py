@@ -19,7 +19,14 @@ from layoutsearch.cli.common import (
     search_command,
     write_output,
 )
-from layoutsearch.cli.planning import PriceOpt, TokensOpt, WhatIfOpt, check_plan, planned_search, solve_what_if
+from layoutsearch.cli.planning import (
+    PriceOpt,
+    TokensOpt,
+    WhatIfOpt,
+    check_plan,
+    planned_search,
+    solve_what_if,
+)
 from layoutsearch.core.errors import InvalidArgumentError
 from layoutsearch.export import export_document
 from layoutsearch.report import render
@@ -32,7 +39,10 @@ def solve(
     fmt: FormatOpt = Format.table,
     export: Annotated[
         str | None,
-        typer.Option("--export", help="Also write layout 1 as maxtext|megatron|torchtitan|torchtitan-0.3|deepspeed"),
+        typer.Option(
+            "--export",
+            help="Also write layout 1 as maxtext|megatron|torchtitan|torchtitan-0.3|deepspeed",
+        ),
     ] = None,
     output: OutputOpt = None,
     tokens: TokensOpt = None,
@@ -60,10 +70,19 @@ def solve(
     if fmt != Format.table:
         print_document(run.document, fmt)
     elif not (export and not output):
-        render.solve_report(search.model_name, search.cluster_name, run.result, run.explanation, price_per_device_hour)
+        render.solve_report(
+            search.model_name,
+            search.cluster_name,
+            run.result,
+            run.explanation,
+            price_per_device_hour,
+        )
         if alt:
             render.what_if_report(
-                alt.document, run.result.layouts[0] if run.result.layouts else None, alt.winner, run.result.status
+                alt.document,
+                run.result.layouts[0] if run.result.layouts else None,
+                alt.winner,
+                run.result.status,
             )
     exit_if_infeasible(run)
 

@@ -22,7 +22,9 @@ from layoutsearch.core.errors import InvalidArgumentError
 from layoutsearch.core.specs import choices
 from layoutsearch.sweep import expand_points, journal_path, print_summary, run_sweep
 
-Executor = choices("Executor", ("local", "ray"), "Where the sweep's points run: a local process pool or Ray.")
+Executor = choices(
+    "Executor", ("local", "ray"), "Where the sweep's points run: a local process pool or Ray."
+)
 
 
 @reports_errors
@@ -31,7 +33,8 @@ Executor = choices("Executor", ("local", "ray"), "Where the sweep's points run: 
 def sweep(
     *,
     model: Annotated[
-        str | None, typer.Option("--model", "-m", help="Model ids, comma-separated: llama70b,llama3-405b")
+        str | None,
+        typer.Option("--model", "-m", help="Model ids, comma-separated: llama70b,llama3-405b"),
     ] = None,
     cluster: Annotated[
         list[str] | None,
@@ -46,30 +49,45 @@ def sweep(
     seqs: Annotated[
         str, typer.Option("--seqs", help="Global batches in sequences: 256,512 or {256..2048:x2}")
     ] = "1024",
-    seq_len: Annotated[str, typer.Option("--seq-len", help="Tokens per sequence (comma list allowed)")] = "4096",
+    seq_len: Annotated[
+        str, typer.Option("--seq-len", help="Tokens per sequence (comma list allowed)")
+    ] = "4096",
     jobs: Annotated[
-        int | None, typer.Option("--jobs", "-j", min=1, max=1024, help="Parallel solves (default: CPU count)")
+        int | None,
+        typer.Option("--jobs", "-j", min=1, max=1024, help="Parallel solves (default: CPU count)"),
     ] = None,
-    executor: Annotated[Executor, typer.Option("--executor", help="local (process pool) or ray")] = Executor.local,
+    executor: Annotated[
+        Executor, typer.Option("--executor", help="local (process pool) or ray")
+    ] = Executor.local,
     address: Annotated[
-        str | None, typer.Option("--address", help="Ray cluster address (default: start a local Ray)")
+        str | None,
+        typer.Option("--address", help="Ray cluster address (default: start a local Ray)"),
     ] = None,
     time_limit: TimeLimitOpt = 30.0,
     fresh: Annotated[
-        bool, typer.Option("--fresh", help="Forget finished points (the journal) and solve all again")
+        bool,
+        typer.Option("--fresh", help="Forget finished points (the journal) and solve all again"),
     ] = False,
-    retry_failed: Annotated[bool, typer.Option("--retry-failed", help="Solve ERROR and UNKNOWN points again")] = False,
-    progress: Annotated[bool, typer.Option("--progress/--no-progress", help="Progress bar on stderr")] = True,
+    retry_failed: Annotated[
+        bool, typer.Option("--retry-failed", help="Solve ERROR and UNKNOWN points again")
+    ] = False,
+    progress: Annotated[
+        bool, typer.Option("--progress/--no-progress", help="Progress bar on stderr")
+    ] = True,
     tokens: TokensOpt = None,
     price_per_device_hour: PriceOpt = None,
     workload_options: WorkloadArgs = WorkloadArgs(),
 ) -> None:
     """Best layout for every (model, cluster, batch) point; resumable, one row per point."""
     if not model or not cluster:
-        missing = " and ".join(f"--{name}" for name, value in (("model", model), ("cluster", cluster)) if not value)
+        missing = " and ".join(
+            f"--{name}" for name, value in (("model", model), ("cluster", cluster)) if not value
+        )
         raise InvalidArgumentError(f"sweep needs {missing} (or the key in a --problem file)")
     options = workload_options
-    points = expand_points(model, cluster, seqs, seq_len, tokens, price_per_device_hour, options.workload_options())
+    points = expand_points(
+        model, cluster, seqs, seq_len, tokens, price_per_device_hour, options.workload_options()
+    )
     try:
         summary = run_sweep(
             points,

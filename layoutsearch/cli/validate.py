@@ -6,7 +6,14 @@ from typing import Annotated
 
 import typer
 
-from layoutsearch.cli.common import Format, FormatOpt, finite, one_line, print_document, reports_errors
+from layoutsearch.cli.common import (
+    Format,
+    FormatOpt,
+    finite,
+    one_line,
+    print_document,
+    reports_errors,
+)
 from layoutsearch.report import render
 from layoutsearch.validation.validate import load_runs, validate_runs
 
@@ -14,9 +21,12 @@ from layoutsearch.validation.validate import load_runs, validate_runs
 @reports_errors
 def validate(
     runs: Annotated[str, typer.Argument(help="Measured runs (docs/RUN_RECORDS.md format)")],
-    max_median_error: Annotated[float, typer.Option("--max-median-error", min=0.0, callback=finite)] = 0.10,
+    max_median_error: Annotated[
+        float, typer.Option("--max-median-error", min=0.0, callback=finite)
+    ] = 0.10,
     rank: Annotated[
-        bool, typer.Option("--rank/--no-rank", help="Rank each published layout among the candidates")
+        bool,
+        typer.Option("--rank/--no-rank", help="Rank each published layout among the candidates"),
     ] = True,
     fmt: FormatOpt = Format.table,
 ) -> None:

@@ -32,10 +32,29 @@ from pydantic import (
 
 from layoutsearch.core import io
 from layoutsearch.core.errors import CatalogueError, LayoutsearchWarning, did_you_mean
-from layoutsearch.core.specs import Accelerator, MlaSpec, MlpKind, ModelSpec, MoeSpec, QkNorm, RopeScaling
-from layoutsearch.core.units import GB, GIB, KIB, MAX_MODEL_DIM, MAX_MODEL_PARAMS, MICRO, MILLI, TERA
+from layoutsearch.core.specs import (
+    Accelerator,
+    MlaSpec,
+    MlpKind,
+    ModelSpec,
+    MoeSpec,
+    QkNorm,
+    RopeScaling,
+)
+from layoutsearch.core.units import (
+    GB,
+    GIB,
+    KIB,
+    MAX_MODEL_DIM,
+    MAX_MODEL_PARAMS,
+    MICRO,
+    MILLI,
+    TERA,
+)
 
-Dim = Annotated[int, Field(gt=0, le=MAX_MODEL_DIM)]  # every model dimension: parameter counts stay exact in int64
+Dim = Annotated[
+    int, Field(gt=0, le=MAX_MODEL_DIM)
+]  # every model dimension: parameter counts stay exact in int64
 MAX_NORMS_PER_LAYER = 8
 
 
@@ -126,19 +145,35 @@ class CalibrationFile(_Strict):
     collective_half_efficiency_kib: float = Field(ge=0)
     microbatch_overhead_us: float = Field(ge=0)
     step_overhead_ms: float = Field(ge=0)
-    fp8_matmul_efficiency: float | None = Field(default=None, gt=0, le=1)  # of the fp8 peak; needs peak_fp8_tflops
-    vendor_attention_efficiency: float | None = Field(default=None, gt=0, le=1)  # cuDNN / TE fused attention
-    attention_half_efficiency_keys: float = Field(default=0.0, ge=0, le=MAX_MODEL_DIM)  # keys per query per kernel
+    fp8_matmul_efficiency: float | None = Field(
+        default=None, gt=0, le=1
+    )  # of the fp8 peak; needs peak_fp8_tflops
+    vendor_attention_efficiency: float | None = Field(
+        default=None, gt=0, le=1
+    )  # cuDNN / TE fused attention
+    attention_half_efficiency_keys: float = Field(
+        default=0.0, ge=0, le=MAX_MODEL_DIM
+    )  # keys per query per kernel
     # call at which fused attention runs at half its long-context rate
-    grouped_matmul_efficiency: float = Field(default=1.0, gt=0, le=1)  # MoE expert GEMMs, of the dense fraction
+    grouped_matmul_efficiency: float = Field(
+        default=1.0, gt=0, le=1
+    )  # MoE expert GEMMs, of the dense fraction
     moe_layer_overhead_us: float = Field(default=0.0, ge=0)  # fixed per MoE layer and microbatch
-    moe_expert_overhead_us: float = Field(default=0.0, ge=0)  # per local expert, MoE layer and microbatch
-    moe_overhead_graphed_share: float = Field(default=0.0, ge=0, le=1)  # of it, what scoped CUDA graphs remove
+    moe_expert_overhead_us: float = Field(
+        default=0.0, ge=0
+    )  # per local expert, MoE layer and microbatch
+    moe_overhead_graphed_share: float = Field(
+        default=0.0, ge=0, le=1
+    )  # of it, what scoped CUDA graphs remove
     moe_overhead_full_graph_share: float = Field(
         default=1.0, ge=0, le=1
     )  # of both, what a full-iteration graph removes
-    overlap_interference: float = Field(default=0.0, ge=0, le=1)  # compute lost per second of hidden collective
-    blocking_launch_us_per_layer_pass: float | None = Field(default=None, ge=0, le=1e6)  # host time per layer pass
+    overlap_interference: float = Field(
+        default=0.0, ge=0, le=1
+    )  # compute lost per second of hidden collective
+    blocking_launch_us_per_layer_pass: float | None = Field(
+        default=None, ge=0, le=1e6
+    )  # host time per layer pass
     # exposed by blocking kernel launches (CUDA_LAUNCH_BLOCKING=1); absent = not calibrated
 
 
@@ -147,7 +182,9 @@ class AcceleratorFile(_Strict):
     name: str
     kind: Literal["tpu", "gpu"]
     peak_bf16_tflops: PositiveFloat
-    peak_fp8_tflops: PositiveFloat | None = None  # dense fp8 (MXFP8 on Blackwell); absent = no fp8 matmuls
+    peak_fp8_tflops: PositiveFloat | None = (
+        None  # dense fp8 (MXFP8 on Blackwell); absent = no fp8 matmuls
+    )
     hbm_gib: PositiveFloat | None = None
     hbm_gb: PositiveFloat | None = None
     hbm_gbytes_per_s: PositiveFloat
@@ -156,7 +193,9 @@ class AcceleratorFile(_Strict):
     link_latency_us: float = Field(ge=0)
     scale_out_gbytes_per_s_per_direction: PositiveFloat
     scale_out_latency_us: float = Field(ge=0)
-    host_gbytes_per_s_per_direction: PositiveFloat | None = None  # PCIe / NVLink-C2C to host memory per device
+    host_gbytes_per_s_per_direction: PositiveFloat | None = (
+        None  # PCIe / NVLink-C2C to host memory per device
+    )
     runtime_reserve_gib: float = Field(ge=0)
     topology: TopologyFile
     calibration: CalibrationFile
@@ -172,8 +211,13 @@ def _check_keys(data: Any, schema: type[BaseModel], where: str) -> None:
         if key not in fields:
             raise CatalogueError(f"{where}: unknown key '{key}'{did_you_mean(str(key), fields)}")
         annotation = fields[key].annotation
-        if typing.get_origin(annotation) in (typing.Union, types.UnionType):  # Optional[a nested schema]
-            annotation = next((a for a in typing.get_args(annotation) if a is not type(None)), annotation)
+        if typing.get_origin(annotation) in (
+            typing.Union,
+            types.UnionType,
+        ):  # Optional[a nested schema]
+            annotation = next(
+                (a for a in typing.get_args(annotation) if a is not type(None)), annotation
+            )
             if value is None:
                 continue
         if isinstance(annotation, type) and issubclass(annotation, BaseModel):
@@ -240,7 +284,9 @@ def _check_sparse(f: ModelFile, where: str) -> None:
                 f"({m.num_shared_experts}): give both or neither"
             )
         if m.shared_expert_gate and not m.num_shared_experts:
-            raise CatalogueError(f"{where}: field 'moe.shared_expert_gate' (True) without shared experts")
+            raise CatalogueError(
+                f"{where}: field 'moe.shared_expert_gate' (True) without shared experts"
+            )
         if m.first_dense_layers >= f.num_layers or not any(
             i >= m.first_dense_layers and (i + 1) % m.layer_freq == 0 for i in range(f.num_layers)
         ):
@@ -268,9 +314,13 @@ def model_from_dict(data: Any, name: str, where: str) -> ModelSpec:
     """Validate a catalogue-style model mapping and freeze it."""
     f = _validate(data, ModelFile, where)
     if f.num_heads % f.num_kv_heads:
-        raise CatalogueError(f"{where}: num_heads({f.num_heads}) is not a multiple of num_kv_heads({f.num_kv_heads})")
+        raise CatalogueError(
+            f"{where}: num_heads({f.num_heads}) is not a multiple of num_kv_heads({f.num_kv_heads})"
+        )
     if f.full_attention_layers and f.sliding_window is None:
-        raise CatalogueError(f"{where}: full_attention_layers({f.full_attention_layers}) without a sliding_window")
+        raise CatalogueError(
+            f"{where}: full_attention_layers({f.full_attention_layers}) without a sliding_window"
+        )
     if f.full_attention_layers > f.num_layers:
         raise CatalogueError(
             f"{where}: full_attention_layers({f.full_attention_layers}) is more than num_layers({f.num_layers})"
@@ -331,8 +381,12 @@ class HfFamily:
     attention_bias: bool | None = False
     window: WindowRule = "none"
     window_default: int | None = None  # sliding_window when the key is absent
-    pattern: int = 0  # "pattern": every pattern-th layer attends globally when layer_types is absent
-    pattern_keys: tuple[str, ...] = ()  # keys that give the pattern (Gemma 3: sliding_window_pattern)
+    pattern: int = (
+        0  # "pattern": every pattern-th layer attends globally when layer_types is absent
+    )
+    pattern_keys: tuple[
+        str, ...
+    ] = ()  # keys that give the pattern (Gemma 3: sliding_window_pattern)
     sparse: bool = False  # a mixture of experts (and latent attention): read by _hf_sparse
 
 
@@ -342,8 +396,12 @@ HF_FAMILIES: dict[str, HfFamily] = {
     # the same shapes as separate ones).
     "llama": HfFamily(mlp="gated"),
     "mistral": HfFamily(mlp="gated", window="all", window_default=4096),
-    "qwen2": HfFamily(mlp="gated", qkv_bias=True, attention_bias=None, window="qwen", window_default=4096),
-    "qwen3": HfFamily(mlp="gated", qk_norm="head", head_dim=128, window="qwen", window_default=4096),
+    "qwen2": HfFamily(
+        mlp="gated", qkv_bias=True, attention_bias=None, window="qwen", window_default=4096
+    ),
+    "qwen3": HfFamily(
+        mlp="gated", qk_norm="head", head_dim=128, window="qwen", window_default=4096
+    ),
     "phi3": HfFamily(mlp="gated", window="all"),
     # OLMo 1: LayerNorm without weight or bias; OLMo 2: RMSNorm after attention and MLP (still
     # two) and over the whole Q and K projections.
@@ -353,7 +411,13 @@ HF_FAMILIES: dict[str, HfFamily] = {
     # norms (4 per layer) and alternate sliding-window and global layers.
     "gemma": HfFamily(mlp="gated", tied=True, head_dim=256),
     "gemma2": HfFamily(
-        mlp="gated", norms_per_layer=4, tied=True, head_dim=256, window="pattern", window_default=4096, pattern=2
+        mlp="gated",
+        norms_per_layer=4,
+        tied=True,
+        head_dim=256,
+        window="pattern",
+        window_default=4096,
+        pattern=2,
     ),
     "gemma3_text": HfFamily(
         mlp="gated",
@@ -371,10 +435,17 @@ HF_FAMILIES: dict[str, HfFamily] = {
     # residual (the same parameters); Falcon: see _hf_falcon. GPT-2 and GPT-NeoX honour a head_dim
     # or num_key_value_heads given explicitly (transformers ignores them there; no published
     # config of theirs has them; tests/test_catalogue.py imports such a GPT-2 config).
-    "gpt2": HfFamily(mlp="plain", norm="layernorm", linear_bias=True, tied=True, attention_bias=None),
+    "gpt2": HfFamily(
+        mlp="plain", norm="layernorm", linear_bias=True, tied=True, attention_bias=None
+    ),
     "gpt_neox": HfFamily(mlp="plain", norm="layernorm", linear_bias=True, attention_bias=True),
     "falcon": HfFamily(
-        mlp="plain", norm="layernorm", tied=True, reads_head_dim=False, reads_kv_heads=False, attention_bias=None
+        mlp="plain",
+        norm="layernorm",
+        tied=True,
+        reads_head_dim=False,
+        reads_kv_heads=False,
+        attention_bias=None,
     ),
     # Mixtures of experts (the expert, router and latent-attention keys: _hf_sparse). Mixtral: the
     # Mistral decoder, every MLP 8 SwiGLU experts; Qwen2-MoE: Qwen2 attention, routed experts plus a
@@ -384,14 +455,25 @@ HF_FAMILIES: dict[str, HfFamily] = {
     # text_config, a shared expert, MoE every interleave_moe_layer_step-th layer.
     "mixtral": HfFamily(mlp="gated", window="all", attention_bias=None, sparse=True),
     "qwen2_moe": HfFamily(
-        mlp="gated", qkv_bias=True, attention_bias=None, window="qwen", window_default=4096, sparse=True
+        mlp="gated",
+        qkv_bias=True,
+        attention_bias=None,
+        window="qwen",
+        window_default=4096,
+        sparse=True,
     ),
     "qwen3_moe": HfFamily(
         mlp="gated", qk_norm="head", window="qwen", window_default=4096, sparse=True
     ),  # head_dim: hidden / heads when absent
     "deepseek_v3": HfFamily(mlp="gated", reads_kv_heads=False, sparse=True),
     "gpt_oss": HfFamily(
-        mlp="gated", linear_bias=True, attention_bias=True, window="pattern", window_default=128, pattern=2, sparse=True
+        mlp="gated",
+        linear_bias=True,
+        attention_bias=True,
+        window="pattern",
+        window_default=128,
+        pattern=2,
+        sparse=True,
     ),
     "llama4_text": HfFamily(mlp="gated", sparse=True),
 }
@@ -414,9 +496,15 @@ _HF_ALIASES = {
         "num_attention_heads": ("n_head", "num_attention_heads"),
         "intermediate_size": ("n_inner",),
     },
-    "falcon": {"hidden_size": ("hidden_size", "n_embed"), "intermediate_size": ("ffn_hidden_size",)},
+    "falcon": {
+        "hidden_size": ("hidden_size", "n_embed"),
+        "intermediate_size": ("ffn_hidden_size",),
+    },
 }
-_HF_INNER_DEFAULT = {"gpt2": 4, "falcon": 4}  # intermediate size = 4 x hidden when the key is absent or null
+_HF_INNER_DEFAULT = {
+    "gpt2": 4,
+    "falcon": 4,
+}  # intermediate size = 4 x hidden when the key is absent or null
 
 # Keys that change the parameter count or the cost and that no family here models: refused when set.
 HF_REFUSED = {
@@ -503,7 +591,9 @@ def _hf_model_type(cfg: dict, where: str) -> tuple[str, bool]:
         return HF_DEFAULT_FAMILY, False
     model_type = cfg["model_type"]
     if not isinstance(model_type, str):
-        raise CatalogueError(f"{where}: field 'model_type': expected a string (got {model_type!r:.40})")
+        raise CatalogueError(
+            f"{where}: field 'model_type': expected a string (got {model_type!r:.40})"
+        )
     if model_type not in HF_FAMILIES:
         why = _HF_NOT_DENSE.get(model_type)
         what = (
@@ -517,7 +607,9 @@ def _hf_model_type(cfg: dict, where: str) -> tuple[str, bool]:
     return model_type, True
 
 
-def _hf_window(fam: HfFamily, cfg: dict, layers: int, where: str, used: set) -> tuple[int | None, int]:
+def _hf_window(
+    fam: HfFamily, cfg: dict, layers: int, where: str, used: set
+) -> tuple[int | None, int]:
     """(sliding_window, full_attention_layers) as the family's attention code applies them."""
     if fam.window == "none":
         return None, 0
@@ -537,7 +629,9 @@ def _hf_window(fam: HfFamily, cfg: dict, layers: int, where: str, used: set) -> 
                 f"(only {', '.join(_HF_LAYER_TYPES)})"
             )
         if len(types) != layers:
-            raise CatalogueError(f"{where}: field 'layer_types': {len(types)} entries for num_hidden_layers({layers})")
+            raise CatalogueError(
+                f"{where}: field 'layer_types': {len(types)} entries for num_hidden_layers({layers})"
+            )
     if fam.window == "qwen":
         used.update(("use_sliding_window", "max_window_layers"))
         if not _hf_value(cfg, "use_sliding_window", StrictBool, where, False):
@@ -589,7 +683,12 @@ def _hf_unnest(cfg: dict, where: str) -> tuple[dict, str | None, tuple[str, ...]
 # The expert and latent-attention keys each sparse family reads (HF_REFUSED does not apply to them).
 _HF_SPARSE_KEYS = {
     "mixtral": ("num_local_experts", "num_experts_per_tok"),
-    "qwen2_moe": ("num_experts", "num_experts_per_tok", "moe_intermediate_size", "shared_expert_intermediate_size"),
+    "qwen2_moe": (
+        "num_experts",
+        "num_experts_per_tok",
+        "moe_intermediate_size",
+        "shared_expert_intermediate_size",
+    ),
     "qwen3_moe": ("num_experts", "num_experts_per_tok", "moe_intermediate_size"),
     "deepseek_v3": (
         "n_routed_experts",
@@ -646,7 +745,9 @@ def _hf_sparse(family: str, cfg: dict, layers: int, d_ff: int, where: str, used:
         "top_k": _hf_value(cfg, "num_experts_per_tok", HfDim, where, top_k),
     }
     width = _hf_value(cfg, "moe_intermediate_size", HfDim, where, width) if width else None
-    moe["expert_d_ff"] = width or d_ff  # Mixtral, gpt-oss, Llama 4: the experts are intermediate_size wide
+    moe["expert_d_ff"] = (
+        width or d_ff
+    )  # Mixtral, gpt-oss, Llama 4: the experts are intermediate_size wide
     out: dict = {"d_ff": d_ff, "notes": [], "moe": moe}
     reader = _HF_SPARSE_READERS.get(family)
     if reader is not None:
@@ -662,7 +763,9 @@ _LayerList = Optional[list[Annotated[StrictInt, Field(ge=0)]]]
 _HfCount = Annotated[StrictInt, Field(ge=0, le=MAX_MODEL_DIM)]
 
 
-def _hf_llama4(cfg: dict, layers: int, d_ff: int, where: str, used: set, moe: dict, out: dict) -> None:
+def _hf_llama4(
+    cfg: dict, layers: int, d_ff: int, where: str, used: set, moe: dict, out: dict
+) -> None:
     """Llama 4 (Llama4TextMoe): experts and one shared expert of intermediate_size, MoE every
     interleave_moe_layer_step-th layer (moe_layers, when given, must say the same), dense layers
     of intermediate_size_mlp."""
@@ -678,7 +781,9 @@ def _hf_llama4(cfg: dict, layers: int, d_ff: int, where: str, used: set, moe: di
         )
 
 
-def _hf_qwen_moe(cfg: dict, layers: int, d_ff: int, where: str, used: set, moe: dict, out: dict) -> None:
+def _hf_qwen_moe(
+    cfg: dict, layers: int, d_ff: int, where: str, used: set, moe: dict, out: dict
+) -> None:
     """Qwen2/3-MoE: layer i is MoE unless in mlp_only_layers, when (i + 1) % decoder_sparse_step == 0
     (only leading mlp_only_layers are modelled); Qwen2-MoE adds one shared expert of
     shared_expert_intermediate_size with a [D, 1] sigmoid gate."""
@@ -696,7 +801,9 @@ def _hf_qwen_moe(cfg: dict, layers: int, d_ff: int, where: str, used: set, moe: 
             moe.update(num_shared_experts=1, shared_d_ff=shared, shared_expert_gate=True)
 
 
-def _hf_deepseek(cfg: dict, layers: int, d_ff: int, where: str, used: set, moe: dict, out: dict) -> None:
+def _hf_deepseek(
+    cfg: dict, layers: int, d_ff: int, where: str, used: set, moe: dict, out: dict
+) -> None:
     """DeepSeek-V3: first_k_dense_replace dense layers, then MoE layers with n_shared_experts of
     moe_intermediate_size (one MLP n_shared x wider in the code: the same count) and the router's
     e_score_correction_bias; MLA attention; num_nextn_predict_layers MTP modules."""
@@ -731,14 +838,24 @@ def _hf_deepseek(cfg: dict, layers: int, d_ff: int, where: str, used: set, moe: 
         ("v_head_dim", 128),
     ):
         used.add(key)
-        mla[key] = _hf_value(cfg, key, Optional[HfDim] if key == "q_lora_rank" else HfDim, where, default)
+        mla[key] = _hf_value(
+            cfg, key, Optional[HfDim] if key == "q_lora_rank" else HfDim, where, default
+        )
     mtp = _hf_value(
-        cfg, "num_nextn_predict_layers", Optional[Annotated[StrictInt, Field(ge=0, le=MAX_MTP_LAYERS)]], where, 0
+        cfg,
+        "num_nextn_predict_layers",
+        Optional[Annotated[StrictInt, Field(ge=0, le=MAX_MTP_LAYERS)]],
+        where,
+        0,
     )
-    out.update(mla=mla, head_dim=mla["qk_nope_head_dim"] + mla["qk_rope_head_dim"], mtp_layers=mtp or 0)
+    out.update(
+        mla=mla, head_dim=mla["qk_nope_head_dim"] + mla["qk_rope_head_dim"], mtp_layers=mtp or 0
+    )
 
 
-def _hf_gpt_oss(cfg: dict, layers: int, d_ff: int, where: str, used: set, moe: dict, out: dict) -> None:
+def _hf_gpt_oss(
+    cfg: dict, layers: int, d_ff: int, where: str, used: set, moe: dict, out: dict
+) -> None:
     """gpt-oss: the router Linear(D, E) has a bias; one sink logit per head (GptOssAttention.sinks);
     experts_per_token, when given, must equal num_experts_per_tok."""
     used.add("experts_per_token")
@@ -763,7 +880,14 @@ _HF_SPARSE_READERS = {
 def _hf_falcon(cfg: dict, heads: int, where: str, used: set) -> dict:
     """Falcon's KV heads, norms per layer and biases (transformers FalconAttention/FalconDecoderLayer)."""
     used.update(
-        ("new_decoder_architecture", "multi_query", "parallel_attn", "num_kv_heads", "bias", "num_ln_in_parallel_attn")
+        (
+            "new_decoder_architecture",
+            "multi_query",
+            "parallel_attn",
+            "num_kv_heads",
+            "bias",
+            "num_ln_in_parallel_attn",
+        )
     )
     new = _hf_value(cfg, "new_decoder_architecture", Optional[StrictBool], where) or False
     multi_query = _hf_value(cfg, "multi_query", Optional[StrictBool], where)
@@ -820,12 +944,21 @@ def _hf_hyperparams(cfg: dict, where: str, used: set) -> dict:
     scaling = cfg.get("rope_scaling")
     if scaling is None:
         used.add("rope_scaling")
-    elif isinstance(scaling, dict) and (scaling.get("rope_type") or scaling.get("type")) == "llama3":
+    elif (
+        isinstance(scaling, dict) and (scaling.get("rope_type") or scaling.get("type")) == "llama3"
+    ):
         used.add("rope_scaling")
-        fields = ("factor", "low_freq_factor", "high_freq_factor", "original_max_position_embeddings")
+        fields = (
+            "factor",
+            "low_freq_factor",
+            "high_freq_factor",
+            "original_max_position_embeddings",
+        )
         missing = [k for k in fields if k not in scaling]
         if missing:
-            raise CatalogueError(f"{where}: field 'rope_scaling': rope_type llama3 without '{missing[0]}'")
+            raise CatalogueError(
+                f"{where}: field 'rope_scaling': rope_type llama3 without '{missing[0]}'"
+            )
         out["rope_scaling"] = {k: scaling[k] for k in fields}
     return out
 
@@ -840,14 +973,18 @@ def read_hf_config(path: Path) -> HfImport:
     where = str(path)
     cfg = io.read_json(path, error=CatalogueError)
     if not isinstance(cfg, dict):
-        raise CatalogueError(f"{where}: expected a Hugging Face config (a JSON object), got {_json_kind(cfg)}")
+        raise CatalogueError(
+            f"{where}: expected a Hugging Face config (a JSON object), got {_json_kind(cfg)}"
+        )
     cfg, nested, outer_unused, notes = _hf_unnest(cfg, where)
     family, typed = _hf_model_type(cfg, where)
     fam = HF_FAMILIES[family]
     sparse_keys = _HF_SPARSE_KEYS.get(family, ()) if fam.sparse else ()
     for key, what in HF_REFUSED.items():
         if key in cfg and _hf_is_set(cfg[key]) and key not in sparse_keys:
-            raise CatalogueError(f"{where}: field '{key}' ({cfg[key]!r:.40}): {what} is not modelled")
+            raise CatalogueError(
+                f"{where}: field '{key}' ({cfg[key]!r:.40}): {what} is not modelled"
+            )
     used = {"model_type", "_name_or_path", "tie_word_embeddings"}
 
     names = {**_HF_KEYS, **_HF_ALIASES.get(family, {})}
@@ -863,11 +1000,17 @@ def read_hf_config(path: Path) -> HfImport:
             )
     used.update(k for alias in names.values() for k in alias)
     dims = {
-        canon: _hf_value(cfg, key, Optional[HfDim] if canon == "intermediate_size" and inner else HfDim, where)
+        canon: _hf_value(
+            cfg, key, Optional[HfDim] if canon == "intermediate_size" and inner else HfDim, where
+        )
         for canon, key in keys.items()
         if key is not None
     }
-    layers, hidden, heads = dims["num_hidden_layers"], dims["hidden_size"], dims["num_attention_heads"]
+    layers, hidden, heads = (
+        dims["num_hidden_layers"],
+        dims["hidden_size"],
+        dims["num_attention_heads"],
+    )
     d_ff = dims.get("intermediate_size") or inner * hidden
 
     kv_heads = heads
@@ -907,7 +1050,9 @@ def read_hf_config(path: Path) -> HfImport:
             )
     used.add("mlp_bias")
     if _hf_value(cfg, "mlp_bias", Optional[StrictBool], where) and not fam.linear_bias:
-        raise CatalogueError(f"{where}: field 'mlp_bias' (True): MLP biases without attention biases are not modelled")
+        raise CatalogueError(
+            f"{where}: field 'mlp_bias' (True): MLP biases without attention biases are not modelled"
+        )
     if family == "falcon":
         spec.update(_hf_falcon(cfg, heads, where, used))
         kv_heads = spec.pop("num_kv_heads")
@@ -946,14 +1091,18 @@ def read_hf_config(path: Path) -> HfImport:
     }
     model = model_from_dict(data, data["name"], where)
     unused = outer_unused + tuple(f"{nested}.{k}" if nested else k for k in cfg if k not in used)
-    return HfImport(model=model, unused=unused, family=family, model_type_given=typed, notes=tuple(notes))
+    return HfImport(
+        model=model, unused=unused, family=family, model_type_given=typed, notes=tuple(notes)
+    )
 
 
 def hf_warnings(result: HfImport, where: str) -> list[str]:
     """The warnings of an import, one line each (what ``model_from_hf_config`` warns)."""
     lines = []
     if not result.model_type_given:
-        lines.append(f"{where}: no 'model_type': read as {HF_DEFAULT_FAMILY} (known: {', '.join(HF_FAMILIES)})")
+        lines.append(
+            f"{where}: no 'model_type': read as {HF_DEFAULT_FAMILY} (known: {', '.join(HF_FAMILIES)})"
+        )
     lines.extend(f"{where}: {note}" for note in result.notes)
     if result.unused:
         lines.append(
@@ -1049,9 +1198,13 @@ def accelerator_from_dict(data: Any, where: str) -> Accelerator:
         if getattr(f, k) is not None and k not in f.sources
     ]
     if undocumented:
-        raise CatalogueError(f"{where}: field 'sources' lacks a source for {', '.join(undocumented)}")
+        raise CatalogueError(
+            f"{where}: field 'sources' lacks a source for {', '.join(undocumented)}"
+        )
     if (f.peak_fp8_tflops is None) != (f.calibration.fp8_matmul_efficiency is None):
-        raise CatalogueError(f"{where}: give 'peak_fp8_tflops' and 'calibration: fp8_matmul_efficiency' together")
+        raise CatalogueError(
+            f"{where}: give 'peak_fp8_tflops' and 'calibration: fp8_matmul_efficiency' together"
+        )
     cal, topo = f.calibration, f.topology
     unitless = {
         "collective_half_efficiency_kib",
@@ -1075,7 +1228,9 @@ def accelerator_from_dict(data: Any, where: str) -> Accelerator:
         scale_out_bytes_per_s_per_direction=f.scale_out_gbytes_per_s_per_direction * GB,
         scale_out_latency_s=f.scale_out_latency_us * MICRO,
         host_bytes_per_s_per_direction=(
-            None if f.host_gbytes_per_s_per_direction is None else f.host_gbytes_per_s_per_direction * GB
+            None
+            if f.host_gbytes_per_s_per_direction is None
+            else f.host_gbytes_per_s_per_direction * GB
         ),
         runtime_reserve_bytes=f.runtime_reserve_gib * GIB,
         **cal.model_dump(exclude=unitless),  # fractions and token counts, already SI
@@ -1084,9 +1239,13 @@ def accelerator_from_dict(data: Any, where: str) -> Accelerator:
         moe_layer_overhead_s=cal.moe_layer_overhead_us * MICRO,
         moe_expert_overhead_s=cal.moe_expert_overhead_us * MICRO,
         blocking_launch_s_per_layer_pass=(
-            None if cal.blocking_launch_us_per_layer_pass is None else cal.blocking_launch_us_per_layer_pass * MICRO
+            None
+            if cal.blocking_launch_us_per_layer_pass is None
+            else cal.blocking_launch_us_per_layer_pass * MICRO
         ),
-        overlap_interference=round(cal.overlap_interference, 2),  # the step tables count it in percent
+        overlap_interference=round(
+            cal.overlap_interference, 2
+        ),  # the step tables count it in percent
         step_overhead_s=cal.step_overhead_ms * MILLI,
         **topo.model_dump(exclude={"max_slice_shape"}),
         max_slice_shape=tuple(topo.max_slice_shape),
@@ -1099,5 +1258,7 @@ def load_accelerator(name: str) -> Accelerator:
     file = catalogue_file("hardware", name, "accelerator")
     acc = accelerator_from_dict(read_yaml(file), f"hardware/{file.name}")
     if acc.id != name:
-        raise CatalogueError(f"hardware/{file.name}: field 'id' is '{acc.id}', expected the file name '{name}'")
+        raise CatalogueError(
+            f"hardware/{file.name}: field 'id' is '{acc.id}', expected the file name '{name}'"
+        )
     return acc

@@ -18,7 +18,11 @@ __all__ = ["Violation", "check_layout", "placement_violations"]
 
 
 def check_layout(
-    problem: Problem, layout: Layout, *, options: SearchOptions | None = None, capabilities: Capabilities | None = None
+    problem: Problem,
+    layout: Layout,
+    *,
+    options: SearchOptions | None = None,
+    capabilities: Capabilities | None = None,
 ) -> list[Violation]:
     """Every rule of the registry the layout breaks, then its placement's inconsistencies."""
     out = violations(problem, layout, registry(options, capabilities))
@@ -57,6 +61,9 @@ def placement_violations(problem: Problem, layout: Layout) -> list[Violation]:
     for axis, size in names.items():
         if used[axis] != size and not out:
             out.append(
-                Violation("axes", f"degrees placed on axis '{axis}' multiply to {used[axis]}, not its size {size}")
+                Violation(
+                    "axes",
+                    f"degrees placed on axis '{axis}' multiply to {used[axis]}, not its size {size}",
+                )
             )
     return out

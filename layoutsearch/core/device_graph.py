@@ -88,7 +88,9 @@ def gpu_product(factors: Sequence[FactorGraph]) -> nx.Graph:
         for u, v, data in f.edges(data=True):
             if not (f.nodes[u]["device"] or f.nodes[v]["device"]):
                 for a, b in _member_links(f, u, v):
-                    g.add_edges_from((((*a, r), (*b, s)) for r in range(rails) for s in range(rails)), **data)
+                    g.add_edges_from(
+                        (((*a, r), (*b, s)) for r in range(rails) for s in range(rails)), **data
+                    )
     return g
 
 
@@ -145,11 +147,15 @@ def axes_from_device_graph(g: nx.Graph, acc: Accelerator) -> tuple[tuple[Axis, .
             rings = _rings(by_axis[name])
             sizes = {n for n, _ in rings}
             if len(sizes) != 1:
-                raise CatalogueError(f"cluster graph: axis '{name}' has rings of different sizes {sorted(sizes)}")
+                raise CatalogueError(
+                    f"cluster graph: axis '{name}' has rings of different sizes {sorted(sizes)}"
+                )
             size = sizes.pop()
             wrap = {e == n for n, e in rings}
             if len(wrap) != 1:
-                raise CatalogueError(f"cluster graph: axis '{name}' mixes rings with and without wraparound")
+                raise CatalogueError(
+                    f"cluster graph: axis '{name}' mixes rings with and without wraparound"
+                )
             bw, lat = _edge_stats(g, by_axis[name], name)
             axes.append(
                 Axis(
@@ -180,7 +186,9 @@ def axes_from_device_graph(g: nx.Graph, acc: Accelerator) -> tuple[tuple[Axis, .
         nvl = nx.Graph(by_axis.get("node", []))
         domains = [sum(1 for n in c if g.nodes[n]["device"]) for c in nx.connected_components(nvl)]
         if len(set(domains)) != 1:
-            raise CatalogueError(f"cluster graph: NVLink domains of different sizes {sorted(set(domains))}")
+            raise CatalogueError(
+                f"cluster graph: NVLink domains of different sizes {sorted(set(domains))}"
+            )
         slices = len(domains)
         bw, lat = _edge_stats(g, by_axis.get("node", []), "node")
         axes.append(

@@ -54,7 +54,9 @@ def missing_extra(what: str, extra: str) -> InvalidArgumentError:
     command that works (layoutsearch is installed from its repository, not a package index)."""
     checkout = Path(__file__).resolve().parents[2]
     local = (
-        f"; from the checkout: pip install -e '{checkout}[{extra}]'" if (checkout / "pyproject.toml").is_file() else ""
+        f"; from the checkout: pip install -e '{checkout}[{extra}]'"
+        if (checkout / "pyproject.toml").is_file()
+        else ""
     )
     return InvalidArgumentError(
         f"{what} needs the optional '{extra}' dependencies: pip install '{EXTRAS[extra]}'{local}"

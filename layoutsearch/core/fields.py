@@ -31,7 +31,11 @@ def kind_of(value: Any) -> str:
 
 
 def check_keys(
-    data: Any, known, file: str, prefix: str = "", error: type[LayoutsearchError] = InvalidArgumentError
+    data: Any,
+    known,
+    file: str,
+    prefix: str = "",
+    error: type[LayoutsearchError] = InvalidArgumentError,
 ) -> dict:
     """``data`` as a mapping whose keys are all in ``known``; else one line naming the key."""
     if not isinstance(data, dict):
@@ -63,7 +67,9 @@ def validated_fields(
         loc = ".".join(str(p) for p in err["loc"] if not _is_union_tag(p))
         value = err.get("input")
         shown = "" if isinstance(value, (dict, list)) else f" (got {value!r:.80})"
-        raise error(f"{file}: field '{prefix}{loc}': {' '.join(str(err['msg']).split())}{shown}") from None
+        raise error(
+            f"{file}: field '{prefix}{loc}': {' '.join(str(err['msg']).split())}{shown}"
+        ) from None
 
 
 def _is_union_tag(part: Any) -> bool:
@@ -75,9 +81,13 @@ def _is_union_tag(part: Any) -> bool:
     )
 
 
-def absent_is_none(name: str, base: type[BaseModel], /, *, nullable: bool, **fields: Any) -> type[BaseModel]:
+def absent_is_none(
+    name: str, base: type[BaseModel], /, *, nullable: bool, **fields: Any
+) -> type[BaseModel]:
     """A schema whose every field may be left out (then None); with ``nullable`` an explicit null
     is accepted too, else it is refused like any value of the wrong type."""
     return create_model(
-        name, __base__=base, **{key: ((kind | None) if nullable else kind, None) for key, kind in fields.items()}
+        name,
+        __base__=base,
+        **{key: ((kind | None) if nullable else kind, None) for key, kind in fields.items()},
     )

@@ -38,37 +38,61 @@ class Profile:
     """What overlaps with what under one framework (each flag: hidden behind its compute window)."""
 
     name: str
-    tp_overlap: tuple[str, ...]  # accelerator kinds on which TP collectives are pipelined with their GEMMs
+    tp_overlap: tuple[
+        str, ...
+    ]  # accelerator kinds on which TP collectives are pipelined with their GEMMs
     # by default (inside the fast domain only)
     grad_reduce_overlap: bool  # DP / ZeRO-1/2 reductions behind the last microbatch's backward
     param_gather_overlap: bool  # ZeRO-1/2 gather of updated weights behind the next forward
-    pipelined_grad_reduce_overlap: bool = True  # the same with pp > 1; DeepSpeed's pipeline engine reduces
+    pipelined_grad_reduce_overlap: bool = (
+        True  # the same with pp > 1; DeepSpeed's pipeline engine reduces
+    )
     # after the whole schedule (its TrainSchedule ends with ReduceTiedGrads, ReduceGrads, OptimizerStep)
-    fp8_param_gather: bool = False  # with fp8: weights all-gathered in fp8 (Megatron --fp8-param-gather,
+    fp8_param_gather: bool = (
+        False  # with fp8: weights all-gathered in fp8 (Megatron --fp8-param-gather,
+    )
     # torchtitan enable_fsdp_float8_all_gather), else in bf16
-    recompute_policies: tuple[str, ...] = ("none", "selective", "full")  # what the search tries by default
-    vendor_attention: bool = False  # the vendor's fused attention kernel (Transformer Engine's cuDNN attention)
+    recompute_policies: tuple[str, ...] = (
+        "none",
+        "selective",
+        "full",
+    )  # what the search tries by default
+    vendor_attention: bool = (
+        False  # the vendor's fused attention kernel (Transformer Engine's cuDNN attention)
+    )
     # where the accelerator has one (``Accelerator.vendor_attention_efficiency``), else FlashAttention-2 class
-    inplace_cross_entropy: bool = False  # no second vocabulary-sized buffer for the loss gradient: Megatron's
+    inplace_cross_entropy: bool = (
+        False  # no second vocabulary-sized buffer for the loss gradient: Megatron's
+    )
     # vocab-parallel cross entropy computes exp and the gradient in place of the fp32 logits it saved; XLA fuses
     # the elementwise softmax - one-hot into the output layer's backward matmuls (MaxText's Llama 4 Scout v5p recipe
     # holds 65,536 tokens of 202,048-entry logits per chip: one fp32 copy is 49 GiB of its 95, two would not fit);
     # else a second fp32 buffer (PyTorch's cross entropy)
-    ep_overlap: bool = False  # MoE token AllToAlls hidden behind another microbatch's compute (Megatron
+    ep_overlap: bool = (
+        False  # MoE token AllToAlls hidden behind another microbatch's compute (Megatron
+    )
     # --overlap-moe-expert-parallel-comm, DeepSeek's DualPipe); off by default in every framework
-    ep_node_dedup: bool = False  # a token crosses scale-out once per destination node, NVLink fans it out to
+    ep_node_dedup: bool = (
+        False  # a token crosses scale-out once per destination node, NVLink fans it out to
+    )
     # its experts there (DeepEP / HybridEP: Megatron-Core's flex dispatcher), else once per expert (NCCL AllToAll)
-    einsum_capacity_dispatch: bool = False  # with a capacity factor, each sequence's tokens are dispatched to and
+    einsum_capacity_dispatch: bool = (
+        False  # with a capacity factor, each sequence's tokens are dispatched to and
+    )
     # combined from the experts' capacity slots by one-hot einsums (MaxText's dense path, sparse_matmul false:
     # "BSM,BSEC -> EBCM" and "EBCM,BSEC -> BSM", C = S k c / E per sequence), matmuls the MXU runs in full; else
     # by a permutation that moves the rows without FLOPs (Megatron's padded dispatch)
-    zero3_gather_unit: str = "layer"  # what a ZeRO-3 gather and gradient reduce-scatter move at once, and so the
+    zero3_gather_unit: str = (
+        "layer"  # what a ZeRO-3 gather and gradient reduce-scatter move at once, and so the
+    )
     # unsharded weights and gradients alive: a whole layer (FSDP units, DeepSpeed's and Megatron-FSDP's modules), or
     # one weight tensor (XLA's SPMD partitioner gathers each matmul's operand where it is used and reduces each
     # gradient where it is made: MaxText's DeepSeek-V3 v5p recipe, ZeRO-3 over 512 chips with every expert local,
     # runs with a MoE layer's experts 21 GiB in bf16, where two gathered layers and a layer's fp32 gradients would
     # not fit beside the state)
-    transient_zero3_weights: bool = False  # under ZeRO-3 the compute-precision weights exist only gathered: the
+    transient_zero3_weights: bool = (
+        False  # under ZeRO-3 the compute-precision weights exist only gathered: the
+    )
     # sharded parameter is the fp32 master, cast at each gather (PyTorch FSDP2's MixedPrecisionPolicy casts the
     # shard to param_dtype before its all-gather; MaxText's weight_dtype float32 parameters are cast to dtype in
     # the layer), else a sharded bf16 copy persists beside the master (DeepSpeed ZeRO-3's 16-bit partitions,
@@ -159,7 +183,9 @@ def framework_of_target(target: str) -> str:
 def deepep_of(workload: Workload, accelerator_kind: str) -> bool:
     """The DeepEP dispatch the workload asks for: ``Workload.deepep``, else the profile's ``ep_node_dedup``."""
     return (
-        profile_of(workload.framework, accelerator_kind).ep_node_dedup if workload.deepep is None else workload.deepep
+        profile_of(workload.framework, accelerator_kind).ep_node_dedup
+        if workload.deepep is None
+        else workload.deepep
     )
 
 
@@ -187,7 +213,10 @@ def node_dedup(model: ModelSpec, workload: Workload, accelerator_kind: str) -> b
 def transient_zero3_weights(workload: Workload) -> bool:
     """Whether ZeRO-3 keeps no sharded compute-precision weights (the profile's ``transient_zero3_weights``): only
     where a master copy exists to cast them from (``master_bytes_per_param`` > 0)."""
-    return profile_of(workload.framework).transient_zero3_weights and workload.master_bytes_per_param > 0
+    return (
+        profile_of(workload.framework).transient_zero3_weights
+        and workload.master_bytes_per_param > 0
+    )
 
 
 def profile_of(framework: str | None, accelerator_kind: str = "gpu") -> Profile:

@@ -43,10 +43,17 @@ __all__ = [
 ]
 
 
-MAX_INPUT_BYTES = 256 * MIB  # /dev/zero or a runaway file as an input is refused, not read to the end
+MAX_INPUT_BYTES = (
+    256 * MIB
+)  # /dev/zero or a runaway file as an input is refused, not read to the end
 
 
-def validated(schema: type[BaseModel], data: Any, where: str, error: type[LayoutsearchError] = InvalidArgumentError):
+def validated(
+    schema: type[BaseModel],
+    data: Any,
+    where: str,
+    error: type[LayoutsearchError] = InvalidArgumentError,
+):
     """``schema.model_validate(data)``; the first error is one ``error`` line naming the field and the value."""
     if not isinstance(data, dict):
         raise error(f"{where}: expected a mapping of fields, got {type(data).__name__}")
@@ -81,7 +88,9 @@ def _failed(verb: str, path: str | os.PathLike, what: str | None, exc: OSError) 
 
 
 def read_bytes(
-    path: str | os.PathLike, what: str | None = None, error: type[LayoutsearchError] = InvalidArgumentError
+    path: str | os.PathLike,
+    what: str | None = None,
+    error: type[LayoutsearchError] = InvalidArgumentError,
 ) -> bytes:
     """The file's bytes; a missing file, a directory or no permission is one ``error`` line."""
     _check_name(path, what, error)
@@ -91,7 +100,13 @@ def read_bytes(
     except OSError as exc:
         raise error(_failed("read", path, what, exc)) from None
     if len(data) > MAX_INPUT_BYTES:
-        raise error(says(path, what, f"larger than the {MAX_INPUT_BYTES // MIB} MiB an input of this package may be"))
+        raise error(
+            says(
+                path,
+                what,
+                f"larger than the {MAX_INPUT_BYTES // MIB} MiB an input of this package may be",
+            )
+        )
     return data
 
 
@@ -102,7 +117,9 @@ def _check_name(path: str | os.PathLike, what: str | None, error: type[Layoutsea
 
 
 def read_text(
-    path: str | os.PathLike, what: str | None = None, error: type[LayoutsearchError] = InvalidArgumentError
+    path: str | os.PathLike,
+    what: str | None = None,
+    error: type[LayoutsearchError] = InvalidArgumentError,
 ) -> str:
     """The file as UTF-8 text (a BOM is allowed); unreadable or not UTF-8 is one ``error`` line."""
     data = read_bytes(path, what, error)
@@ -119,18 +136,24 @@ def read_text(
 
 
 def read_json(
-    path: str | os.PathLike, what: str | None = None, error: type[LayoutsearchError] = InvalidArgumentError
+    path: str | os.PathLike,
+    what: str | None = None,
+    error: type[LayoutsearchError] = InvalidArgumentError,
 ) -> Any:
     """Parse a JSON file (NaN and Infinity refused: they are not JSON)."""
     text = read_text(path, what, error)
     try:
         return json.loads(text, parse_constant=_no_constant)
     except json.JSONDecodeError as exc:
-        raise error(says(path, what, f"not JSON (line {exc.lineno}, column {exc.colno}: {exc.msg})")) from None
+        raise error(
+            says(path, what, f"not JSON (line {exc.lineno}, column {exc.colno}: {exc.msg})")
+        ) from None
     except ValueError as exc:  # _no_constant
         raise error(says(path, what, f"not JSON ({exc})")) from None
     except RecursionError:
-        raise error(says(path, what, "nested too deeply to be a document of this package")) from None
+        raise error(
+            says(path, what, "nested too deeply to be a document of this package")
+        ) from None
 
 
 def _no_constant(name: str):
@@ -138,7 +161,9 @@ def _no_constant(name: str):
 
 
 def read_yaml(
-    path: str | os.PathLike, what: str | None = None, error: type[LayoutsearchError] = InvalidArgumentError
+    path: str | os.PathLike,
+    what: str | None = None,
+    error: type[LayoutsearchError] = InvalidArgumentError,
 ) -> Any:
     """Parse a YAML file; a syntax error names the line and column."""
     text = read_text(path, what, error)
@@ -150,7 +175,9 @@ def read_yaml(
         problem = getattr(exc, "problem", None) or (str(exc).splitlines() or ["syntax error"])[0]
         raise error(says(path, what, f"malformed YAML{at}: {problem}")) from None
     except RecursionError:
-        raise error(says(path, what, "nested too deeply to be a document of this package")) from None
+        raise error(
+            says(path, what, "nested too deeply to be a document of this package")
+        ) from None
 
 
 # ----------------------------------------------------------------------------- writing

@@ -47,7 +47,9 @@ def parse_degrees(text: str, field: str = "--layout") -> dict[str, int]:
     out: dict[str, int] = {}
     for item in filter(None, (s.strip() for s in text.split(","))):
         if "=" not in item:
-            raise InvalidArgumentError(f"{field}: '{_shown(item)}' is not NAME=VALUE (e.g. fsdp=1024,tp=8)")
+            raise InvalidArgumentError(
+                f"{field}: '{_shown(item)}' is not NAME=VALUE (e.g. fsdp=1024,tp=8)"
+            )
         name, value = (s.strip() for s in item.split("=", 1))
         _degree_name(name, field)
         number = parse_int(value, f"{field} {name}")
@@ -70,7 +72,9 @@ def parse_choices(text: str, field: str = "--choices") -> dict[str, tuple[int, .
             current = name
             out[name] = []
         elif current is None:
-            raise InvalidArgumentError(f"{field}: '{_shown(item)}' must follow NAME= (e.g. tp=8,16,32)")
+            raise InvalidArgumentError(
+                f"{field}: '{_shown(item)}' must follow NAME= (e.g. tp=8,16,32)"
+            )
         else:
             value = item
         number = parse_int(value, f"{field} {current}")
@@ -81,7 +85,9 @@ def parse_choices(text: str, field: str = "--choices") -> dict[str, tuple[int, .
     return {k: tuple(v) for k, v in out.items()}
 
 
-def parse_names(text: str, allowed: tuple[str, ...], field: str, noun: str = "name") -> tuple[str, ...]:
+def parse_names(
+    text: str, allowed: tuple[str, ...], field: str, noun: str = "name"
+) -> tuple[str, ...]:
     """'none,full' -> ('none', 'full'): each name known, at least one, repeats kept once."""
     names = tuple(dict.fromkeys(filter(None, (s.strip() for s in text.split(",")))))
     if not names:
@@ -94,7 +100,9 @@ def parse_names(text: str, allowed: tuple[str, ...], field: str, noun: str = "na
     return names
 
 
-def parse_axes(text: str, field: str = "--axes") -> tuple[tuple[str, tuple[tuple[str, int], ...]], ...]:
+def parse_axes(
+    text: str, field: str = "--axes"
+) -> tuple[tuple[str, tuple[tuple[str, int], ...]], ...]:
     """'tp=z:8;fsdp=z:4,y:16,x:16' -> (('tp', (('z', 8),)), ('fsdp', (('z', 4), ('y', 16), ('x', 16))))."""
     out: dict[str, tuple[tuple[str, int], ...]] = {}
     for group in filter(None, (s.strip() for s in text.split(";"))):
@@ -114,7 +122,9 @@ def parse_axes(text: str, field: str = "--axes") -> tuple[tuple[str, tuple[tuple
             if not axis:
                 raise InvalidArgumentError(f"{field}: '{_shown(piece)}' names no axis")
             if any(axis == seen for seen, _ in parts):
-                raise InvalidArgumentError(f"{field}: {name} is placed on axis '{_shown(axis)}' twice")
+                raise InvalidArgumentError(
+                    f"{field}: {name} is placed on axis '{_shown(axis)}' twice"
+                )
             parts.append((axis, parse_int(factor, f"{field} {name} {_shown(axis)}")))
         out[name] = tuple(parts)
     return tuple(out.items())

@@ -20,7 +20,13 @@ import numpy as np
 from layoutsearch.core.errors import InvalidLayoutError
 from layoutsearch.core.specs import Cluster, Layout, Placements
 
-NESTING_ORDER = ("tp", "cp", "fsdp", "dp", "pp")  # inner to outer on a shared axis (Megatron: tp-cp-dp-pp)
+NESTING_ORDER = (
+    "tp",
+    "cp",
+    "fsdp",
+    "dp",
+    "pp",
+)  # inner to outer on a shared axis (Megatron: tp-cp-dp-pp)
 # Expert layers regroup the same devices (Megatron-Core MoE parallel folding, rank order tp-ep-dp-pp
 # with the expert TP): etp innermost, then ep, the expert ZeRO shard group, the replicas, pp.
 EXPERT_NESTING = ("etp", "ep", "efsdp", "edpr", "pp")
@@ -41,7 +47,10 @@ def axis_orders(cluster: Cluster) -> list[Order]:
 
 
 def fill_order(
-    cluster: Cluster, degrees: dict[str, np.ndarray], order: Order, nesting: tuple[str, ...] = NESTING_ORDER
+    cluster: Cluster,
+    degrees: dict[str, np.ndarray],
+    order: Order,
+    nesting: tuple[str, ...] = NESTING_ORDER,
 ) -> tuple[np.ndarray, np.ndarray]:
     """Fill the axes in ``order`` with the degrees in nesting order, for many degree tuples at
     once: each degree takes gcd(what it still needs, what the axis has left) from each axis.
@@ -73,19 +82,31 @@ def expert_degrees(degrees: dict) -> dict:
     ``rules``), and pp."""
     one = np.ones_like(np.asarray(degrees["tp"]))
     ep, etp = (np.asarray(degrees.get(name, one)) for name in ("ep", "etp"))
-    inner = np.asarray(degrees.get("fsdp", one)) * np.asarray(degrees.get("cp", one)) * np.asarray(degrees["tp"])
+    inner = (
+        np.asarray(degrees.get("fsdp", one))
+        * np.asarray(degrees.get("cp", one))
+        * np.asarray(degrees["tp"])
+    )
     dp = np.asarray(degrees.get("dp", one))
     fits = inner % (ep * etp) == 0
     efsdp = np.where(fits, inner // np.maximum(ep * etp, 1), 1)
     edpr = np.where(fits, dp, dp * inner // np.maximum(ep * etp, 1))
-    return {"etp": etp, "ep": ep, "efsdp": efsdp, "edpr": edpr, "pp": np.asarray(degrees.get("pp", one))}
+    return {
+        "etp": etp,
+        "ep": ep,
+        "efsdp": efsdp,
+        "edpr": edpr,
+        "pp": np.asarray(degrees.get("pp", one)),
+    }
 
 
 def has_experts(degrees: dict) -> bool:
     return degrees.get("ep", 1) * degrees.get("etp", 1) > 1
 
 
-def placement_for_order(cluster: Cluster, degrees: dict[str, int], order: Order) -> Placements | None:
+def placement_for_order(
+    cluster: Cluster, degrees: dict[str, int], order: Order
+) -> Placements | None:
     """``fill_order`` for one degree tuple, as a placement; None when a degree does not fit. A
     mixture-of-experts layout also places etp and ep (their own nesting, ``EXPERT_NESTING``)."""
     dense = {k: np.array([v]) for k, v in degrees.items() if k in NESTING_ORDER}
@@ -106,7 +127,9 @@ def _entries(cluster: Cluster, table: np.ndarray, order: Order, nesting, names) 
     index = {a.name: i for i, a in enumerate(cluster.axes)}
     out = []
     for j, name in enumerate(nesting):
-        placed = tuple((axis, int(table[0, index[axis], j])) for axis in order if table[0, index[axis], j] > 1)
+        placed = tuple(
+            (axis, int(table[0, index[axis], j])) for axis in order if table[0, index[axis], j] > 1
+        )
         if placed and name in names:
             out.append((name, placed))
     return out
@@ -131,7 +154,9 @@ def default_axes(cluster: Cluster, layout: Layout) -> Placements:
     placements = candidate_placements(cluster, layout.all_degrees)
     if not placements:
         shape = " x ".join(f"{a.name}({a.size})" for a in cluster.axes)
-        raise InvalidLayoutError(f"degrees {layout.all_degrees} cannot be laid onto the axes {shape} of {cluster.name}")
+        raise InvalidLayoutError(
+            f"degrees {layout.all_degrees} cannot be laid onto the axes {shape} of {cluster.name}"
+        )
     return placements[0]
 
 

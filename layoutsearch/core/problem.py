@@ -103,7 +103,8 @@ class Problem:
             "cluster": self.cluster_name,
             **(
                 {"cluster_spec": spec}
-                if isinstance(self.cluster, CustomCluster) and (spec := self.cluster.current_spec()) is not None
+                if isinstance(self.cluster, CustomCluster)
+                and (spec := self.cluster.current_spec()) is not None
                 else {}
             ),
             "num_devices": self.num_devices,
@@ -141,7 +142,13 @@ class Problem:
             else cluster_from_spec(rec.cluster_spec, "problem", "cluster_spec.", name=rec.cluster)
         )
         workload = resolved_workload(workload, cluster)
-        return cls(model_id=rec.model, model=model, cluster_name=rec.cluster, cluster=cluster, workload=workload)
+        return cls(
+            model_id=rec.model,
+            model=model,
+            cluster_name=rec.cluster,
+            cluster=cluster,
+            workload=workload,
+        )
 
 
 class UncalibratedWarning(LayoutsearchWarning):
@@ -219,7 +226,9 @@ def resolved_workload(workload: Workload, cluster: Cluster) -> Workload:
     """The workload with its framework profile named (the accelerator's default when unset) and checked."""
     profile = profile_of(workload.framework, cluster.accelerator.kind)
     if workload.precision not in PRECISIONS:
-        raise InvalidArgumentError(f"--precision: '{workload.precision:.40}' is not one of {', '.join(PRECISIONS)}")
+        raise InvalidArgumentError(
+            f"--precision: '{workload.precision:.40}' is not one of {', '.join(PRECISIONS)}"
+        )
     acc = cluster.accelerator
     if workload.precision == "fp8" and acc.peak_fp8_flops_per_s is None:
         raise InvalidArgumentError(
@@ -244,7 +253,9 @@ def resolved_workload(workload: Workload, cluster: Cluster) -> Workload:
             f"--cuda-graphs: '{workload.cuda_graphs:.40}' is not one of {', '.join(CUDA_GRAPHS)}"
         )
     if workload.routing not in ROUTINGS:
-        raise InvalidArgumentError(f"--routing: '{workload.routing:.40}' is not one of {', '.join(ROUTINGS)}")
+        raise InvalidArgumentError(
+            f"--routing: '{workload.routing:.40}' is not one of {', '.join(ROUTINGS)}"
+        )
     cv = workload.routing_cv
     if isinstance(cv, bool) or not isinstance(cv, (int, float)) or not 0.0 <= cv <= MAX_ROUTING_CV:
         raise InvalidArgumentError(
@@ -256,8 +267,14 @@ def resolved_workload(workload: Workload, cluster: Cluster) -> Workload:
             f"--cuda-graphs {workload.cuda_graphs}: {acc.id} is a TPU; CUDA graphs apply to GPUs "
             f"(XLA compiles the whole step already); use --cuda-graphs none"
         )
-    overlap = acc.kind in profile.tp_overlap if workload.tp_comm_overlap is None else workload.tp_comm_overlap
-    ep_overlap = profile.ep_overlap if workload.ep_comm_overlap is None else workload.ep_comm_overlap
+    overlap = (
+        acc.kind in profile.tp_overlap
+        if workload.tp_comm_overlap is None
+        else workload.tp_comm_overlap
+    )
+    ep_overlap = (
+        profile.ep_overlap if workload.ep_comm_overlap is None else workload.ep_comm_overlap
+    )
     return replace(
         workload,
         framework=profile.name,
@@ -281,12 +298,16 @@ def check_workload(workload: Workload, where: str = "") -> None:
         ("hbm_bytes", workload.hbm_bytes, 1),
         ("memory_margin_bytes", workload.memory_margin_bytes, 0),
     ):
-        if value is not None and not (isinstance(value, (int, float)) and low <= value <= MAX_HBM_BYTES):
+        if value is not None and not (
+            isinstance(value, (int, float)) and low <= value <= MAX_HBM_BYTES
+        ):
             raise InvalidArgumentError(
                 f"{where or 'workload'}.{name}: {value!r:.40} is not a byte count in [{low}, {MAX_HBM_BYTES:g}]"
             )
     tokens = workload.training_tokens
-    if tokens is not None and not (isinstance(tokens, (int, float)) and 0 < tokens <= MAX_TRAINING_TOKENS):
+    if tokens is not None and not (
+        isinstance(tokens, (int, float)) and 0 < tokens <= MAX_TRAINING_TOKENS
+    ):
         raise InvalidArgumentError(
             f"{where or '--tokens'}{'.training_tokens' if where else ''}: {tokens!r:.40} is not "
             f"a number of tokens in (0, {MAX_TRAINING_TOKENS:g}]"
@@ -328,7 +349,11 @@ def spec_fields(model: ModelSpec) -> dict:
         for f in fields(model)
         if f.name in BASE_SPEC_FIELDS or getattr(model, f.name) != f.default
     }
-    for key in ("rope_scaling", "moe", "mla"):  # nested specs in JSON form; model_from_dict rebuilds them
+    for key in (
+        "rope_scaling",
+        "moe",
+        "mla",
+    ):  # nested specs in JSON form; model_from_dict rebuilds them
         if out.get(key) is not None:
             out[key] = asdict(out[key])
     return out
@@ -347,7 +372,9 @@ class SearchOptions:
     fix: dict[str, int] = field(default_factory=dict)  # degree -> value
     choices: dict[str, tuple[int, ...]] = field(default_factory=dict)  # degree -> allowed values
     only: tuple[str, ...] | None = None  # degrees that may exceed 1
-    recompute: tuple[str, ...] | None = None  # None: the framework profile's policies (core.frameworks)
+    recompute: tuple[str, ...] | None = (
+        None  # None: the framework profile's policies (core.frameworks)
+    )
     zero_stages: tuple[int, ...] = ZERO_STAGES
     max_virtual_stages: int = MAX_VIRTUAL_STAGES
 
@@ -377,7 +404,9 @@ class SearchRequest:
     method: str = Method.cpsat.value
     time_limit_s: float = 30.0
     target: str | None = None
-    tie_tolerance: float | None = None  # relative step-time difference below which layouts tie (None: search.ranking's)
+    tie_tolerance: float | None = (
+        None  # relative step-time difference below which layouts tie (None: search.ranking's)
+    )
 
     def with_options(self, **changes) -> SearchRequest:
         return replace(self, options=replace(self.options, **changes))
@@ -448,7 +477,10 @@ class LayoutRecord(_Record):
     sequence_parallel: StrictBool = True
     schedule: StrictStr | None = None
     stage_layers: dict[StrictStr, StrictInt | StrictStr] | None = None  # first, middle, last, split
-    axes: dict[StrictStr, list[tuple[StrictStr, Annotated[StrictInt, Field(ge=1, le=MAX_DEVICES)]]]] | None = None
+    axes: (
+        dict[StrictStr, list[tuple[StrictStr, Annotated[StrictInt, Field(ge=1, le=MAX_DEVICES)]]]]
+        | None
+    ) = None
     # the predictions a file's header repeats (absent in hand-written records)
     memory_bytes: dict[StrictStr, FiniteNumber] | None = None
     time_s: dict[StrictStr, FiniteNumber] | None = None
@@ -471,7 +503,9 @@ def layout_from_record(record: Any, where: str = "layout") -> Layout:
             f"{where}.recompute: '{rec.recompute:.80}' is not one of {', '.join(RECOMPUTE_POLICIES)}"
         )
     if rec.schedule is not None and rec.schedule not in SCHEDULES:
-        raise InvalidArgumentError(f"{where}.schedule: '{rec.schedule:.80}' is not one of {', '.join(SCHEDULES)}")
+        raise InvalidArgumentError(
+            f"{where}.schedule: '{rec.schedule:.80}' is not one of {', '.join(SCHEDULES)}"
+        )
     degrees = rec.degrees.model_dump()
     schedule = rec.schedule or ("interleaved" if rec.virtual_stages > 1 else "1f1b")
     axes = (
@@ -484,7 +518,9 @@ def layout_from_record(record: Any, where: str = "layout") -> Layout:
         else None
     )
     split = rec.stage_layers or {}
-    given = split.get("split") == "first-last"  # the engine's own splits are recomputed, given ones kept
+    given = (
+        split.get("split") == "first-last"
+    )  # the engine's own splits are recomputed, given ones kept
     return Layout(
         **degrees,
         zero_stage=rec.zero_stage,
@@ -502,5 +538,7 @@ def layout_from_record(record: Any, where: str = "layout") -> Layout:
 def _stage_count(split: dict, key: str, where: str) -> int:
     value = split.get(key)
     if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= MAX_DEVICES:
-        raise InvalidArgumentError(f"{where}.stage_layers.{key}: {value!r:.40} is not a layer count")
+        raise InvalidArgumentError(
+            f"{where}.stage_layers.{key}: {value!r:.40} is not a layer count"
+        )
     return value

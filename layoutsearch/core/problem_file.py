@@ -29,7 +29,11 @@ from layoutsearch.core.topology import cluster_from_spec, is_cluster_file
 
 __all__ = ["ProblemFile", "load_problem_file", "problem_values", "MODEL_FILE_SUFFIXES"]
 
-MODEL_FILE_SUFFIXES = (".yaml", ".yml", ".json")  # load_model reads these as files, anything else as an id
+MODEL_FILE_SUFFIXES = (
+    ".yaml",
+    ".yml",
+    ".json",
+)  # load_model reads these as files, anything else as an id
 
 _Text = Annotated[StrictStr, Field(min_length=1, max_length=4096)]
 _Number = Annotated[StrictFloat, Field(allow_inf_nan=False)]  # an int is accepted too
@@ -119,7 +123,9 @@ def problem_values(data: Any, file: str, command: str | None = None) -> dict[str
     if "model" in values:
         values["model"] = _each(values["model"], lambda m: _model(m, base, where("model")))
     if "cluster" in values:
-        values["cluster"] = _each(values["cluster"], lambda c: _cluster(c, base, file, where("cluster")))
+        values["cluster"] = _each(
+            values["cluster"], lambda c: _cluster(c, base, file, where("cluster"))
+        )
     for key in ("fix", "layout"):
         if key in values:
             values[key] = _joined(values[key], ",")
@@ -127,7 +133,10 @@ def problem_values(data: Any, file: str, command: str | None = None) -> dict[str
     if "choices" in values:
         values["choices"] = _joined(values["choices"], ";")
         parse_choices(values["choices"], where("choices"))
-    for key, allowed, noun in (("only", DEGREE_NAMES, "degree"), ("recompute", RECOMPUTE_POLICIES, "policy")):
+    for key, allowed, noun in (
+        ("only", DEGREE_NAMES, "degree"),
+        ("recompute", RECOMPUTE_POLICIES, "policy"),
+    ):
         if key in values:
             values[key] = _joined(values[key], ",")
             parse_names(values[key], allowed, where(key), noun)
@@ -154,7 +163,9 @@ def _cluster(value: str | dict, base: Path, file: str, where: str):
     from a mapping (named by its ``name`` field, else ``FILE:cluster``)."""
     if isinstance(value, dict):
         name = value.get("name")
-        return cluster_from_spec(value, file, "cluster.", name if isinstance(name, str) and name else f"{file}:cluster")
+        return cluster_from_spec(
+            value, file, "cluster.", name if isinstance(name, str) and name else f"{file}:cluster"
+        )
     return _anchored(value, base, where) if is_cluster_file(value) else value
 
 
@@ -175,7 +186,9 @@ def _joined(value: str | list | dict, separator: str) -> str:
         return value
     if isinstance(value, list):
         return ",".join(map(str, value))
-    return separator.join(f"{k}={','.join(map(str, v)) if isinstance(v, list) else v}" for k, v in value.items())
+    return separator.join(
+        f"{k}={','.join(map(str, v)) if isinstance(v, list) else v}" for k, v in value.items()
+    )
 
 
 def _axes_text(value: str | dict) -> str:

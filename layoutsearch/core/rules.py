@@ -62,7 +62,9 @@ class Rule:
     needs: frozenset[str]
     holds: Callable[[Problem, Cand], np.ndarray]
     title: Callable[[Problem], str]
-    why: Callable[[Problem, dict], str]  # one violating candidate (plain ints) -> message with numbers
+    why: Callable[
+        [Problem, dict], str
+    ]  # one violating candidate (plain ints) -> message with numbers
     kind: str = "structure"  # structure | canonical (search only) | option | framework
 
     def mask(self, problem: Problem, cand: Cand) -> np.ndarray:
@@ -180,19 +182,28 @@ STRUCTURE: tuple[Rule, ...] = (
         ("ep", "etp"),
         lambda p, c: (p.model.moe is not None) | ((c["ep"] == 1) & (c["etp"] == 1)),
         lambda p: "ep = etp = 1 without expert layers",
-        lambda p, c: f"ep({c['ep']}) x etp({c['etp']}): model '{p.model.name}' has no mixture-of-experts layers",
+        lambda p, c: (
+            f"ep({c['ep']}) x etp({c['etp']}): model '{p.model.name}' has no mixture-of-experts layers"
+        ),
     ),
     _rule(
         "ep-experts",
         ("ep",),
-        lambda p, c: (p.model.moe is None) | ((c["ep"] >= 1) & (_experts(p) % np.maximum(c["ep"], 1) == 0)),
+        lambda p, c: (
+            (p.model.moe is None) | ((c["ep"] >= 1) & (_experts(p) % np.maximum(c["ep"], 1) == 0))
+        ),
         lambda p: f"ep divides the experts ({_experts(p)})",
-        lambda p, c: f"ep({c['ep']}) does not divide the {_experts(p)} routed experts of each MoE layer",
+        lambda p, c: (
+            f"ep({c['ep']}) does not divide the {_experts(p)} routed experts of each MoE layer"
+        ),
     ),
     _rule(
         "etp-ffn",
         ("etp",),
-        lambda p, c: (p.model.moe is None) | ((c["etp"] >= 1) & (_expert_ffn(p) % np.maximum(c["etp"], 1) == 0)),
+        lambda p, c: (
+            (p.model.moe is None)
+            | ((c["etp"] >= 1) & (_expert_ffn(p) % np.maximum(c["etp"], 1) == 0))
+        ),
         lambda p: f"etp divides the expert FFN width ({_expert_ffn(p)})",
         lambda p, c: f"etp({c['etp']}) does not divide the expert FFN width {_expert_ffn(p)}",
     ),
@@ -200,7 +211,9 @@ STRUCTURE: tuple[Rule, ...] = (
         "ep-fold",
         ALL_DEGREE_NAMES,
         lambda p, c: _stage_devices(c) % np.maximum(c["ep"] * c["etp"], 1) == 0,
-        lambda p: "ep x etp divides the devices of a stage (dp x fsdp x tp x cp): expert layers regroup them",
+        lambda p: (
+            "ep x etp divides the devices of a stage (dp x fsdp x tp x cp): expert layers regroup them"
+        ),
         lambda p, c: (
             f"ep({c['ep']}) x etp({c['etp']}) = {c['ep'] * c['etp']} does not divide the "
             f"{_stage_devices(c)} devices of a pipeline stage (dp x fsdp x tp x cp): the expert layers "
@@ -218,7 +231,9 @@ STRUCTURE: tuple[Rule, ...] = (
         "whole-sequences",
         ("dp", "fsdp", "k"),
         lambda p, c: p.workload.global_batch_seqs % (c["dp"] * c["fsdp"] * c["k"]) == 0,
-        lambda p: f"whole sequences: dp x fsdp x microbatches divides the batch ({p.workload.global_batch_seqs})",
+        lambda p: (
+            f"whole sequences: dp x fsdp x microbatches divides the batch ({p.workload.global_batch_seqs})"
+        ),
         lambda p, c: (
             f"global batch {p.workload.global_batch_seqs} sequences is not divisible into dp({c['dp']}) x "
             f"fsdp({c['fsdp']}) data units x {c['k']} microbatches = {c['dp'] * c['fsdp'] * c['k']}: every "
@@ -237,7 +252,9 @@ STRUCTURE: tuple[Rule, ...] = (
         ("pp", "v", "k"),
         lambda p, c: (c["v"] == 1) | ((c["pp"] > 1) & (c["k"] % c["pp"] == 0)),
         lambda p: "interleaving needs pp > 1 and microbatches divisible by pp",
-        lambda p, c: f"virtual_stages({c['v']}) needs pp > 1 and num_microbatches({c['k']}) divisible by pp({c['pp']})",
+        lambda p, c: (
+            f"virtual_stages({c['v']}) needs pp > 1 and num_microbatches({c['k']}) divisible by pp({c['pp']})"
+        ),
     ),
     _rule(
         "host-offload",
@@ -265,8 +282,14 @@ STRUCTURE: tuple[Rule, ...] = (
     _rule(
         "norm-act",
         ("r",),
-        lambda p, c: (p.model.moe is not None) | (p.model.mla is not None) | (c["r"] != RECOMPUTE_CODES["norm_act"]),
-        lambda p: "recompute norm_act needs experts or latent attention (else it recomputes nothing)",
+        lambda p, c: (
+            (p.model.moe is not None)
+            | (p.model.mla is not None)
+            | (c["r"] != RECOMPUTE_CODES["norm_act"])
+        ),
+        lambda p: (
+            "recompute norm_act needs experts or latent attention (else it recomputes nothing)"
+        ),
         lambda p, c: (
             f"recompute norm_act recomputes nothing on {p.model_id}: it has no experts and no separate "
             f"norm module (Megatron fuses its norms into the next linear); it is recompute none"
@@ -283,7 +306,8 @@ STRUCTURE: tuple[Rule, ...] = (
         "ep-zero",
         (*ALL_DEGREE_NAMES, "z"),
         lambda p, c: (
-            (effective_zero(c) == 0) | ((c["fsdp"] * c["cp"] * c["tp"]) % np.maximum(c["ep"] * c["etp"], 1) == 0)
+            (effective_zero(c) == 0)
+            | ((c["fsdp"] * c["cp"] * c["tp"]) % np.maximum(c["ep"] * c["etp"], 1) == 0)
         ),
         lambda p: (
             "with ZeRO, ep x etp divides fsdp x cp x tp (the experts shard over what remains, replicated over dp)"
@@ -302,16 +326,22 @@ CANONICAL: tuple[Rule, ...] = (
     _rule(
         "zero-canonical",
         ("fsdp", "cp", "z"),
-        lambda p, c: ((c["z"] == 0) & (c["fsdp"] == 1)) | ((c["z"] >= 1) & (c["fsdp"] * c["cp"] > 1)),
+        lambda p, c: (
+            ((c["z"] == 0) & (c["fsdp"] == 1)) | ((c["z"] >= 1) & (c["fsdp"] * c["cp"] > 1))
+        ),
         lambda p: "ZeRO-0 without fsdp, ZeRO >= 1 with a shard group (each layout once)",
-        lambda p, c: f"fsdp({c['fsdp']}) x cp({c['cp']}) with zero_stage {c['z']} is enumerated as another layout",
+        lambda p, c: (
+            f"fsdp({c['fsdp']}) x cp({c['cp']}) with zero_stage {c['z']} is enumerated as another layout"
+        ),
         kind="canonical",
     ),
     _rule(
         "chunk-layout-search",
         ("pp", "v"),
         lambda p, c: _standard_split_or_none(p, c),
-        lambda p: "a chunk layout only where pp has no even, embedding-and-loss or first-last split",
+        lambda p: (
+            "a chunk layout only where pp has no even, embedding-and-loss or first-last split"
+        ),
         lambda p, c: (
             f"pp({c['pp']}) splits num_layers({p.model.num_layers}) without a chunk layout; the search "
             f"keeps to that split (uneven chunks' bubble is costed only approximately)"
@@ -351,7 +381,11 @@ def option_rules(options: SearchOptions | None) -> tuple[Rule, ...]:
         return ()
     rules = []
     for d in ALL_DEGREE_NAMES:
-        if d in options.fix or d in options.choices or (options.only is not None and d not in options.only):
+        if (
+            d in options.fix
+            or d in options.choices
+            or (options.only is not None and d not in options.only)
+        ):
             rules.append(
                 _rule(
                     f"option-{d}",
@@ -363,8 +397,13 @@ def option_rules(options: SearchOptions | None) -> tuple[Rule, ...]:
                 )
             )
 
-    def allowed(p: Problem) -> tuple[str, ...]:  # --recompute, else the framework profile's default set
-        return options.recompute or profile_of(p.workload.framework, p.cluster.accelerator.kind).recompute_policies
+    def allowed(
+        p: Problem,
+    ) -> tuple[str, ...]:  # --recompute, else the framework profile's default set
+        return (
+            options.recompute
+            or profile_of(p.workload.framework, p.cluster.accelerator.kind).recompute_policies
+        )
 
     rules.append(
         _rule(
@@ -374,7 +413,11 @@ def option_rules(options: SearchOptions | None) -> tuple[Rule, ...]:
             lambda p: f"recompute in {{{', '.join(allowed(p))}}}",
             lambda p, c: (
                 f"recompute {RECOMPUTE_POLICIES[c['r']]} is not among {', '.join(allowed(p))}"
-                + ("" if options.recompute else f" (the {p.workload.framework} default; --recompute widens it)")
+                + (
+                    ""
+                    if options.recompute
+                    else f" (the {p.workload.framework} default; --recompute widens it)"
+                )
             ),
             "option",
         )
@@ -425,7 +468,13 @@ def dense(m: ModelSpec) -> bool:
 
 def gpt3_block(m: ModelSpec) -> bool:
     """LayerNorm, biases, learned positions, plain GELU MLP (GPT-3-style decoder block)."""
-    return dense(m) and m.norm == "layernorm" and m.linear_bias and m.learned_positions > 0 and m.mlp == "plain"
+    return (
+        dense(m)
+        and m.norm == "layernorm"
+        and m.linear_bias
+        and m.learned_positions > 0
+        and m.mlp == "plain"
+    )
 
 
 def llama3_block(m: ModelSpec) -> bool:
@@ -514,7 +563,11 @@ class Capabilities:
     target: str
     framework: str
     zero_stages: tuple[int, ...] = (0, 1, 2, 3)
-    zero_stages_with_replicas: tuple[int, ...] = (1, 2, 3)  # sharded stages allowed with dp > 1 copies
+    zero_stages_with_replicas: tuple[int, ...] = (
+        1,
+        2,
+        3,
+    )  # sharded stages allowed with dp > 1 copies
     zero_stages_with_cp: tuple[int, ...] = (0, 1, 2, 3)
     zero_stages_with_pp: tuple[int, ...] = (0, 1, 2, 3)
     pipeline_schedules: tuple[str, ...] = tuple(SCHEDULE_CODES)
@@ -522,7 +575,11 @@ class Capabilities:
     kv_replication: bool = True
     model_blocks: tuple[str, ...] = ()  # empty: any model; else one of MODEL_BLOCKS must hold
     pipeline_splits: tuple[str, ...] = ("even",)  # core.stages SPLIT_NAMES the target can write
-    recompute_policies: tuple[str, ...] = ("none", "selective", "full")  # the policies the target can write
+    recompute_policies: tuple[str, ...] = (
+        "none",
+        "selective",
+        "full",
+    )  # the policies the target can write
     precisions: tuple[str, ...] = ("bf16", "fp16")  # the workload precisions the target can write
     # Mixture-of-experts layouts (rules that bind only MoE models): the expert TP the target can write
     # (EXPERT_TENSOR names) with ep > 1 and with ep = 1, the degrees whose devices one ep x etp group
@@ -533,18 +590,38 @@ class Capabilities:
     expert_groups: tuple[str, ...] = ("dp", "fsdp", "tp", "cp")
     expert_parallel_with_tp_and_pp: bool = True
     deepep: bool = False  # a token dispatch that crosses scale-out once per node (Workload.deepep)
-    vendor_attention: bool = False  # the vendor's fused attention kernel (frameworks.vendor_attention)
+    vendor_attention: bool = (
+        False  # the vendor's fused attention kernel (frameworks.vendor_attention)
+    )
     cuda_graphs: tuple[str, ...] = ("none",)  # the Workload.cuda_graphs the target can write
-    recompute_with_scoped_graphs: tuple[str, ...] | None = None  # policies it allows beside scoped graphs (None: all)
-    full_graph_dropless_moe: bool = True  # whether a full-iteration graph can hold a dropless MoE's layers
+    recompute_with_scoped_graphs: tuple[str, ...] | None = (
+        None  # policies it allows beside scoped graphs (None: all)
+    )
+    full_graph_dropless_moe: bool = (
+        True  # whether a full-iteration graph can hold a dropless MoE's layers
+    )
     bf16_grads: bool = False  # gradients kept and reduced in bf16 (Workload.grad_bytes_per_param 2)
-    drop_and_pad: bool = False  # a MoE capacity factor: tokens over it dropped, every expert padded to it
-    tp_comm_overlap: bool = True  # TP collectives pipelined with their GEMMs (Workload.tp_comm_overlap)
-    ep_comm_overlap: bool = False  # MoE token AllToAlls behind another microbatch's compute (Workload.ep_comm_overlap)
-    unfused_attention: bool = False  # an attention that materialises the S x S scores (Workload.flash_attention off)
-    attention_sinks: bool = False  # a learned sink logit per head in the softmax (gpt-oss's attention)
-    sliding_window: bool = False  # layers attending over a window of the sequence (ModelSpec.sliding_window)
-    bf16_moments_zero: tuple[int, ...] = ()  # the ZeRO stages it can write bf16 Adam moments with (moment bytes 2)
+    drop_and_pad: bool = (
+        False  # a MoE capacity factor: tokens over it dropped, every expert padded to it
+    )
+    tp_comm_overlap: bool = (
+        True  # TP collectives pipelined with their GEMMs (Workload.tp_comm_overlap)
+    )
+    ep_comm_overlap: bool = (
+        False  # MoE token AllToAlls behind another microbatch's compute (Workload.ep_comm_overlap)
+    )
+    unfused_attention: bool = (
+        False  # an attention that materialises the S x S scores (Workload.flash_attention off)
+    )
+    attention_sinks: bool = (
+        False  # a learned sink logit per head in the softmax (gpt-oss's attention)
+    )
+    sliding_window: bool = (
+        False  # layers attending over a window of the sequence (ModelSpec.sliding_window)
+    )
+    bf16_moments_zero: tuple[
+        int, ...
+    ] = ()  # the ZeRO stages it can write bf16 Adam moments with (moment bytes 2)
     why: dict[str, str] = field(default_factory=dict)
 
 
@@ -577,18 +654,31 @@ def _expert_span(caps: Capabilities, c: Cand) -> np.ndarray:
 def _span_text(caps: Capabilities, c: dict) -> str:
     """`fsdp(8) x tp(2)`: the degrees _expert_span multiplies, an unsharded fsdp named as left out."""
     parts = [f"{d}({c[d]})" for d in caps.expert_groups]
-    if "fsdp" in caps.expert_groups and "dp" not in caps.expert_groups and int(effective_zero(c)) < 2:
-        parts = [f"fsdp({c['fsdp']}) unsharded, so 1" if d.startswith("fsdp(") else d for d in parts]
+    if (
+        "fsdp" in caps.expert_groups
+        and "dp" not in caps.expert_groups
+        and int(effective_zero(c)) < 2
+    ):
+        parts = [
+            f"fsdp({c['fsdp']}) unsharded, so 1" if d.startswith("fsdp(") else d for d in parts
+        ]
     return " x ".join(parts)
 
 
 def _experts_nearest(caps: Capabilities, c: dict) -> str:
     unsharded = (
-        "fsdp" in caps.expert_groups and "dp" not in caps.expert_groups and c["fsdp"] > 1 and int(effective_zero(c)) < 2
+        "fsdp" in caps.expert_groups
+        and "dp" not in caps.expert_groups
+        and c["fsdp"] > 1
+        and int(effective_zero(c)) < 2
     )
     return (
         f"ep x etp dividing {int(_expert_span(caps, c))}"
-        + (f", or zero_stage 3 so fsdp({c['fsdp']}) shards and can hold expert groups" if unsharded else "")
+        + (
+            f", or zero_stage 3 so fsdp({c['fsdp']}) shards and can hold expert groups"
+            if unsharded
+            else ""
+        )
         + ", or export to megatron"
     )
 
@@ -614,9 +704,17 @@ def _graphs_ok(caps: Capabilities, p: Problem, c: Cand) -> np.ndarray:
 
 def _graphs_title(caps: Capabilities, p: Problem) -> str:
     graphs = p.workload.cuda_graphs
-    if graphs == "scoped" and graphs in caps.cuda_graphs and caps.recompute_with_scoped_graphs is not None:
+    if (
+        graphs == "scoped"
+        and graphs in caps.cuda_graphs
+        and caps.recompute_with_scoped_graphs is not None
+    ):
         return f"{caps.framework}: scoped CUDA graphs with recompute {', '.join(caps.recompute_with_scoped_graphs)}"
-    if graphs == "full_iteration" and graphs in caps.cuda_graphs and not caps.full_graph_dropless_moe:
+    if (
+        graphs == "full_iteration"
+        and graphs in caps.cuda_graphs
+        and not caps.full_graph_dropless_moe
+    ):
         return f"{caps.framework}: no full-iteration CUDA graph of a dropless MoE"
     return f"{caps.framework}: CUDA graphs {', '.join(caps.cuda_graphs)}"
 
@@ -719,7 +817,9 @@ def framework_rules(caps: Capabilities) -> tuple[Rule, ...]:
                     | (effective_zero(c) == 0)
                     | np.isin(effective_zero(c), caps.zero_stages_with_replicas)
                 ),
-                lambda p: f"{name}: dp replicas of a ZeRO shard only with ZeRO {set(caps.zero_stages_with_replicas)}",
+                lambda p: (
+                    f"{name}: dp replicas of a ZeRO shard only with ZeRO {set(caps.zero_stages_with_replicas)}"
+                ),
                 lambda p, c: text(
                     f"{caps.target}-replicas",
                     f"dp({c['dp']}) copies of a ZeRO-{c['z']} shard over fsdp({c['fsdp']})",
@@ -730,10 +830,16 @@ def framework_rules(caps: Capabilities) -> tuple[Rule, ...]:
                 f"{caps.target}-cp",
                 ("cp", "fsdp", "z"),
                 lambda p, c: (
-                    (c["cp"] == 1) | (caps.context_parallel & np.isin(effective_zero(c), caps.zero_stages_with_cp))
+                    (c["cp"] == 1)
+                    | (caps.context_parallel & np.isin(effective_zero(c), caps.zero_stages_with_cp))
                 ),
                 lambda p: (
-                    f"{name}: cp " + (f"with ZeRO {set(caps.zero_stages_with_cp)}" if caps.context_parallel else "= 1")
+                    f"{name}: cp "
+                    + (
+                        f"with ZeRO {set(caps.zero_stages_with_cp)}"
+                        if caps.context_parallel
+                        else "= 1"
+                    )
                 ),
                 lambda p, c: text(
                     f"{caps.target}-cp",
@@ -747,17 +853,27 @@ def framework_rules(caps: Capabilities) -> tuple[Rule, ...]:
                 f"{caps.target}-pipeline",
                 ("pp", "sched", "fsdp", "cp", "z"),
                 lambda p, c: (
-                    (c["pp"] == 1) | (np.isin(c["sched"], codes) & np.isin(effective_zero(c), caps.zero_stages_with_pp))
+                    (c["pp"] == 1)
+                    | (
+                        np.isin(c["sched"], codes)
+                        & np.isin(effective_zero(c), caps.zero_stages_with_pp)
+                    )
                 ),
                 lambda p: (
                     f"{name}: pipelines {', '.join(caps.pipeline_schedules) or 'none'}"
-                    + (f" with ZeRO {set(caps.zero_stages_with_pp)}" if len(caps.zero_stages_with_pp) < 4 else "")
+                    + (
+                        f" with ZeRO {set(caps.zero_stages_with_pp)}"
+                        if len(caps.zero_stages_with_pp) < 4
+                        else ""
+                    )
                 ),
                 lambda p, c: (
                     text(
                         f"{caps.target}-pipeline",
                         f"pp({c['pp']}) with the {SCHEDULE_NAMES[c['sched']]} schedule",
-                        f"schedule {' or '.join(caps.pipeline_schedules)}" if caps.pipeline_schedules else "pp=1",
+                        f"schedule {' or '.join(caps.pipeline_schedules)}"
+                        if caps.pipeline_schedules
+                        else "pp=1",
                     )
                     if c["sched"] not in codes
                     else text(
@@ -794,7 +910,9 @@ def framework_rules(caps: Capabilities) -> tuple[Rule, ...]:
                 f"{caps.target}-kv",
                 ("tp",),
                 lambda p, c: caps.kv_replication | (c["tp"] <= p.model.num_kv_heads),
-                lambda p: f"{name}: tp <= num_kv_heads({p.model.num_kv_heads}) (no KV-head replication)",
+                lambda p: (
+                    f"{name}: tp <= num_kv_heads({p.model.num_kv_heads}) (no KV-head replication)"
+                ),
                 lambda p, c: text(
                     f"{caps.target}-kv",
                     f"tp({c['tp']}) > num_kv_heads({p.model.num_kv_heads}) (replicated KV heads)",
@@ -821,13 +939,18 @@ def framework_rules(caps: Capabilities) -> tuple[Rule, ...]:
                     f"{', '.join(caps.expert_tensor_without_ep) or 'none'} with ep = 1"
                 ),
                 lambda p, c: text(
-                    f"{caps.target}-etp", f"etp({c['etp']}) with ep({c['ep']}) and tp({c['tp']})", _etp_nearest(caps, c)
+                    f"{caps.target}-etp",
+                    f"etp({c['etp']}) with ep({c['ep']}) and tp({c['tp']})",
+                    _etp_nearest(caps, c),
                 ),
             ),
             (
                 f"{caps.target}-experts",
                 (*ALL_DEGREE_NAMES, "z"),
-                lambda p, c: p.model.moe is None or _expert_span(caps, c) % np.maximum(c["ep"] * c["etp"], 1) == 0,
+                lambda p, c: (
+                    p.model.moe is None
+                    or _expert_span(caps, c) % np.maximum(c["ep"] * c["etp"], 1) == 0
+                ),
                 lambda p: f"{name}: ep x etp divides {' x '.join(caps.expert_groups)}",
                 lambda p, c: text(
                     f"{caps.target}-experts",
@@ -848,7 +971,11 @@ def framework_rules(caps: Capabilities) -> tuple[Rule, ...]:
                 ),
                 lambda p: (
                     f"{name}: ep > 1 "
-                    + ("with tp and pp" if caps.expert_parallel_with_tp_and_pp else "not with both tp > 1 and pp > 1")
+                    + (
+                        "with tp and pp"
+                        if caps.expert_parallel_with_tp_and_pp
+                        else "not with both tp > 1 and pp > 1"
+                    )
                 ),
                 lambda p, c: text(
                     f"{caps.target}-ep-tp-pp",
@@ -860,9 +987,14 @@ def framework_rules(caps: Capabilities) -> tuple[Rule, ...]:
                 f"{caps.target}-deepep",
                 ("ep",),
                 lambda p, c: (
-                    caps.deepep | (c["ep"] == 1) | (not node_dedup(p.model, p.workload, p.cluster.accelerator.kind))
+                    caps.deepep
+                    | (c["ep"] == 1)
+                    | (not node_dedup(p.model, p.workload, p.cluster.accelerator.kind))
                 ),
-                lambda p: f"{name}: " + ("DeepEP dispatch" if caps.deepep else "no DeepEP dispatch with ep > 1"),
+                lambda p: (
+                    f"{name}: "
+                    + ("DeepEP dispatch" if caps.deepep else "no DeepEP dispatch with ep > 1")
+                ),
                 lambda p, c: text(
                     f"{caps.target}-deepep",
                     f"the DeepEP token dispatch with ep({c['ep']})",
@@ -875,11 +1007,18 @@ def framework_rules(caps: Capabilities) -> tuple[Rule, ...]:
                 # only where the workload asks for it (--vendor-attention): a profile's own choice travels with the profile
                 lambda p, c: (
                     caps.vendor_attention
-                    or not (p.workload.vendor_attention and vendor_attention(p.workload, p.cluster.accelerator))
+                    or not (
+                        p.workload.vendor_attention
+                        and vendor_attention(p.workload, p.cluster.accelerator)
+                    )
                 ),
                 lambda p: (
                     f"{name}: "
-                    + ("the vendor's fused attention" if caps.vendor_attention else "no vendor fused attention")
+                    + (
+                        "the vendor's fused attention"
+                        if caps.vendor_attention
+                        else "no vendor fused attention"
+                    )
                 ),
                 lambda p, c: text(
                     f"{caps.target}-vendor-attention",
@@ -897,10 +1036,16 @@ def framework_rules(caps: Capabilities) -> tuple[Rule, ...]:
             (
                 f"{caps.target}-tp-overlap",
                 ("tp",),
-                lambda p, c: caps.tp_comm_overlap | (not p.workload.tp_comm_overlap) | (c["tp"] == 1),
+                lambda p, c: (
+                    caps.tp_comm_overlap | (not p.workload.tp_comm_overlap) | (c["tp"] == 1)
+                ),
                 lambda p: (
                     f"{name}: "
-                    + ("TP communication overlap" if caps.tp_comm_overlap else "no TP communication overlap")
+                    + (
+                        "TP communication overlap"
+                        if caps.tp_comm_overlap
+                        else "no TP communication overlap"
+                    )
                 ),
                 lambda p, c: text(
                     f"{caps.target}-tp-overlap",
@@ -912,7 +1057,10 @@ def framework_rules(caps: Capabilities) -> tuple[Rule, ...]:
                 f"{caps.target}-ep-overlap",
                 ("ep",),
                 lambda p, c: (
-                    caps.ep_comm_overlap | (not p.workload.ep_comm_overlap) | (p.model.moe is None) | (c["ep"] == 1)
+                    caps.ep_comm_overlap
+                    | (not p.workload.ep_comm_overlap)
+                    | (p.model.moe is None)
+                    | (c["ep"] == 1)
                 ),
                 lambda p: (
                     f"{name}: "
@@ -933,7 +1081,12 @@ def framework_rules(caps: Capabilities) -> tuple[Rule, ...]:
                 (),
                 lambda p, c: caps.unfused_attention or p.workload.flash_attention,
                 lambda p: (
-                    f"{name}: " + ("fused or unfused attention" if caps.unfused_attention else "fused attention only")
+                    f"{name}: "
+                    + (
+                        "fused or unfused attention"
+                        if caps.unfused_attention
+                        else "fused attention only"
+                    )
                 ),
                 lambda p, c: text(
                     f"{caps.target}-unfused-attention",
@@ -946,7 +1099,12 @@ def framework_rules(caps: Capabilities) -> tuple[Rule, ...]:
                 (),
                 lambda p, c: caps.drop_and_pad or p.model.moe is None or p.model.dropless_moe,
                 lambda p: (
-                    f"{name}: " + ("MoE capacity factors (drop and pad)" if caps.drop_and_pad else "dropless MoE only")
+                    f"{name}: "
+                    + (
+                        "MoE capacity factors (drop and pad)"
+                        if caps.drop_and_pad
+                        else "dropless MoE only"
+                    )
                 ),
                 lambda p, c: text(
                     f"{caps.target}-capacity",
@@ -977,7 +1135,11 @@ def framework_rules(caps: Capabilities) -> tuple[Rule, ...]:
                 lambda p, c: caps.attention_sinks or not p.model.attention_sinks,
                 lambda p: (
                     f"{name}: "
-                    + ("attention with or without sinks" if caps.attention_sinks else "attention without sinks")
+                    + (
+                        "attention with or without sinks"
+                        if caps.attention_sinks
+                        else "attention without sinks"
+                    )
                 ),
                 lambda p, c: text(
                     f"{caps.target}-sinks",
@@ -988,9 +1150,16 @@ def framework_rules(caps: Capabilities) -> tuple[Rule, ...]:
             (
                 f"{caps.target}-window",
                 (),  # a window as long as the sequence attends over all of it
-                lambda p, c: caps.sliding_window or (p.model.sliding_window or np.inf) >= p.workload.seq_len,
+                lambda p, c: (
+                    caps.sliding_window or (p.model.sliding_window or np.inf) >= p.workload.seq_len
+                ),
                 lambda p: (
-                    f"{name}: " + ("full or windowed attention" if caps.sliding_window else "full attention only")
+                    f"{name}: "
+                    + (
+                        "full or windowed attention"
+                        if caps.sliding_window
+                        else "full attention only"
+                    )
                 ),
                 lambda p, c: text(
                     f"{caps.target}-window",
@@ -1001,8 +1170,13 @@ def framework_rules(caps: Capabilities) -> tuple[Rule, ...]:
             (
                 f"{caps.target}-model",
                 (),
-                lambda p, c: not caps.model_blocks or any(MODEL_BLOCKS[b](p.model) for b in caps.model_blocks),
-                lambda p: f"{name}: a model of the {' or '.join(caps.model_blocks) or 'any'} family",
+                lambda p, c: (
+                    not caps.model_blocks
+                    or any(MODEL_BLOCKS[b](p.model) for b in caps.model_blocks)
+                ),
+                lambda p: (
+                    f"{name}: a model of the {' or '.join(caps.model_blocks) or 'any'} family"
+                ),
                 lambda p, c: text(
                     f"{caps.target}-model",
                     f"model {p.model_id} (its decoder blocks: {' or '.join(caps.model_blocks)})",
@@ -1015,7 +1189,9 @@ def framework_rules(caps: Capabilities) -> tuple[Rule, ...]:
 
 # ----------------------------------------------------------------------------- evaluation
 def registry(
-    options: SearchOptions | None = None, capabilities: Capabilities | None = None, canonical: bool = False
+    options: SearchOptions | None = None,
+    capabilities: Capabilities | None = None,
+    canonical: bool = False,
 ) -> tuple[Rule, ...]:
     """The rules in force, in funnel order: the user's options, structure, the search's canonical
     forms, then an export target's limits."""
@@ -1048,7 +1224,9 @@ def violations(problem: Problem, layout: Layout, rules: tuple[Rule, ...]) -> lis
     out = []
     for rule in rules:
         if not rule.mask(problem, cand).all():
-            out.append(Violation(rule.code, rule.why(problem, {key: int(v[0]) for key, v in cand.items()})))
+            out.append(
+                Violation(rule.code, rule.why(problem, {key: int(v[0]) for key, v in cand.items()}))
+            )
             if rule.code == "degree":
                 break
     return out

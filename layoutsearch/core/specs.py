@@ -66,8 +66,12 @@ Schedule = choices(
     "Pipeline schedule: 1F1B, interleaved 1F1B (virtual stages), GPipe (all forwards first).",
 )
 Objective = choices("Objective", ("step-time", "gather-volume"), "What the search minimises.")
-Method = choices("Method", ("cpsat", "enumerate"), "CP-SAT (a proof) or the exhaustive enumerator (the oracle).")
-MfuConvention = choices("MfuConvention", ("model", "palm", "palm-causal"), "How MFU counts FLOPs (costs.flops).")
+Method = choices(
+    "Method", ("cpsat", "enumerate"), "CP-SAT (a proof) or the exhaustive enumerator (the oracle)."
+)
+MfuConvention = choices(
+    "MfuConvention", ("model", "palm", "palm-causal"), "How MFU counts FLOPs (costs.flops)."
+)
 Framework = choices(
     "Framework",
     ("megatron", "torchtitan", "maxtext", "deepspeed", "ideal"),
@@ -98,9 +102,15 @@ ROUTINGS = tuple(r.value for r in Routing)
 # A learned router's expert loads per MoE layer and microbatch, standard deviation over mean: fitted to the published
 # runs that route with a trained router, dropless, ep > 1 (scripts/fit_routing_cv.py -> results/routing_cv.md)
 LEARNED_ROUTING_EXPERT_CV = 0.15
-OFFLOAD_POLICIES = tuple(p for p in RECOMPUTE_POLICIES if "offload" in p)  # some saved tensors in host memory
-RECOMPUTE_CODES = {name: code for code, name in enumerate(RECOMPUTE_POLICIES)}  # none 0, selective 1, full 2
-SCHEDULE_CODES = {s.value: code for code, s in enumerate(Schedule)}  # 1f1b 0, interleaved 1, gpipe 2
+OFFLOAD_POLICIES = tuple(
+    p for p in RECOMPUTE_POLICIES if "offload" in p
+)  # some saved tensors in host memory
+RECOMPUTE_CODES = {
+    name: code for code, name in enumerate(RECOMPUTE_POLICIES)
+}  # none 0, selective 1, full 2
+SCHEDULE_CODES = {
+    s.value: code for code, s in enumerate(Schedule)
+}  # 1f1b 0, interleaved 1, gpipe 2
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -131,12 +141,20 @@ class MoeSpec:
     expert_d_ff: int  # FFN width of one routed expert (F_e)
     num_shared_experts: int = 0  # always-on experts per MoE layer (s)
     shared_d_ff: int = 0  # FFN width of one shared expert (F_s); 0 without shared experts
-    first_dense_layers: int = 0  # dense layers before the first MoE layer (DeepSeek first_k_dense_replace)
+    first_dense_layers: int = (
+        0  # dense layers before the first MoE layer (DeepSeek first_k_dense_replace)
+    )
     layer_freq: int = 1  # every layer_freq-th layer (counting from 1) after those is MoE
-    capacity_factor: float | None = None  # tokens per expert capped at c x tokens x k / E; None = dropless
-    router_bias: bool = False  # E values per MoE layer: the router's bias (gpt-oss) or DeepSeek-V3's
+    capacity_factor: float | None = (
+        None  # tokens per expert capped at c x tokens x k / E; None = dropless
+    )
+    router_bias: bool = (
+        False  # E values per MoE layer: the router's bias (gpt-oss) or DeepSeek-V3's
+    )
     # e_score_correction_bias (added to the scores only to choose the experts)
-    shared_expert_gate: bool = False  # Qwen2-MoE: a [D, 1] sigmoid gate on the shared expert's output
+    shared_expert_gate: bool = (
+        False  # Qwen2-MoE: a [D, 1] sigmoid gate on the shared expert's output
+    )
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -172,14 +190,24 @@ class ModelSpec:
     norm: Literal["rmsnorm", "layernorm"] = "rmsnorm"
     linear_bias: bool = False
     learned_positions: int = 0  # rows of a learned position embedding (GPT-3: 2048), 0 = RoPE
-    qkv_bias: bool = False  # biases on the Q, K and V projections only (Qwen2); linear_bias implies them
-    norms_per_layer: int = 2  # norm layers per block: 2 (pre-attention, pre-MLP); Gemma 2/3 4 (also post);
+    qkv_bias: bool = (
+        False  # biases on the Q, K and V projections only (Qwen2); linear_bias implies them
+    )
+    norms_per_layer: int = (
+        2  # norm layers per block: 2 (pre-attention, pre-MLP); Gemma 2/3 4 (also post);
+    )
     # Falcon-7B 1 (one norm feeds the parallel attention and MLP)
     norm_weights: bool = True  # False: non-parametric norms (OLMo 1 LayerNorm: no weight, no bias)
-    qk_norm: QkNorm = "none"  # RMSNorm of queries and keys: "head" one head_dim weight each (Qwen3, Gemma 3),
+    qk_norm: QkNorm = (
+        "none"  # RMSNorm of queries and keys: "head" one head_dim weight each (Qwen3, Gemma 3),
+    )
     # "projection" over the whole Q and K projections (OLMo 2)
-    sliding_window: int | None = None  # tokens a query attends back to in a windowed layer; None = full attention
-    full_attention_layers: int = 0  # with a window: layers that still attend over the whole sequence (Gemma 2: half)
+    sliding_window: int | None = (
+        None  # tokens a query attends back to in a windowed layer; None = full attention
+    )
+    full_attention_layers: int = (
+        0  # with a window: layers that still attend over the whole sequence (Gemma 2: half)
+    )
     # Hyper-parameters that change neither the parameter count nor the cost; the exporters write them.
     rope_theta: float = 10000.0  # RoPE base (Llama 3: 500000); unused with learned positions
     rope_scaling: RopeScaling | None = None  # Llama 3.1 long-context frequency scaling
@@ -191,7 +219,9 @@ class ModelSpec:
     attention_sinks: bool = False  # one learned logit per query head per layer (gpt-oss)
     moe: MoeSpec | None = None  # mixture-of-experts MLP layers; None = every layer dense
     mla: MlaSpec | None = None  # multi-head latent attention; None = MHA/GQA projections
-    mtp_layers: int = 0  # DeepSeek-style multi-token-prediction modules (counted beside the model, not in it)
+    mtp_layers: int = (
+        0  # DeepSeek-style multi-token-prediction modules (counted beside the model, not in it)
+    )
 
     @property
     def activation_name(self) -> str:
@@ -206,12 +236,18 @@ class ModelSpec:
     def is_moe_layer(self, layer: int) -> bool:
         """Whether layer ``layer`` (from 0) has the MoE MLP (``MoeSpec``'s rule)."""
         moe = self.moe
-        return moe is not None and layer >= moe.first_dense_layers and (layer + 1) % moe.layer_freq == 0
+        return (
+            moe is not None
+            and layer >= moe.first_dense_layers
+            and (layer + 1) % moe.layer_freq == 0
+        )
 
     @property
     def num_moe_layers(self) -> int:
         """Layers with the MoE MLP (0 for a dense model)."""
-        return sum(self.is_moe_layer(i) for i in range(self.num_layers)) if self.moe is not None else 0
+        return (
+            sum(self.is_moe_layer(i) for i in range(self.num_layers)) if self.moe is not None else 0
+        )
 
     @property
     def num_dense_layers(self) -> int:
@@ -243,35 +279,61 @@ class Workload:
     optimizer_bytes_per_param: int = 8  # Adam m and v in fp32
     activation_bytes: int = 2  # bf16 activations
     causal: bool = True  # causal attention: masked score blocks are skipped (FlashAttention)
-    flash_attention: bool = True  # fused attention; False = scores materialised (pre-2022 Megatron, BLOOM)
-    tp_comm_overlap: bool | None = None  # TP collectives pipelined with their GEMMs inside the fast domain
+    flash_attention: bool = (
+        True  # fused attention; False = scores materialised (pre-2022 Megatron, BLOOM)
+    )
+    tp_comm_overlap: bool | None = (
+        None  # TP collectives pipelined with their GEMMs inside the fast domain
+    )
     # (Transformer Engine userbuffers, torchtitan async TP, XLA collective matmul); None = the framework
     # profile's choice (Problem.build resolves it); a TP group crossing scale-out is never overlapped
-    ep_comm_overlap: bool | None = None  # MoE token AllToAlls hidden behind another microbatch's compute (Megatron
+    ep_comm_overlap: bool | None = (
+        None  # MoE token AllToAlls hidden behind another microbatch's compute (Megatron
+    )
     # --overlap-moe-expert-parallel-comm); None = the framework profile's choice (Problem.build resolves it)
-    deepep: bool | None = None  # MoE dispatch sends a token once per destination GPU (not per expert copy), over
+    deepep: bool | None = (
+        None  # MoE dispatch sends a token once per destination GPU (not per expert copy), over
+    )
     # scale-out once per destination node, fanned out over NVLink there (DeepEP / HybridEP: Megatron's flex
     # dispatcher, torchtitan's deepep backend), else once per expert (NCCL AllToAll); dropless routing only;
     # None = the framework profile's choice
-    vendor_attention: bool | None = None  # the vendor's fused attention kernel (Transformer Engine / cuDNN) where
+    vendor_attention: bool | None = (
+        None  # the vendor's fused attention kernel (Transformer Engine / cuDNN) where
+    )
     # the accelerator has one, else the FlashAttention-2 class; None = the framework profile's choice
-    launch_blocking: bool = False  # every kernel launch waits for the GPU (CUDA_LAUNCH_BLOCKING=1, as the BLOOM
+    launch_blocking: bool = (
+        False  # every kernel launch waits for the GPU (CUDA_LAUNCH_BLOCKING=1, as the BLOOM
+    )
     # runs set it against NCCL hangs): the host's time per layer is exposed and no collective overlaps compute
-    fsdp_collectives_per_layer: int = 1  # ZeRO-3 gathers per layer: 1 with flat parameters (FSDP, XLA);
+    fsdp_collectives_per_layer: int = (
+        1  # ZeRO-3 gathers per layer: 1 with flat parameters (FSDP, XLA);
+    )
     # one per parameter tensor with DeepSpeed ZeRO-3 as of 2021
     training_tokens: float | None = None  # total tokens for a calendar estimate
-    precision: str = "bf16"  # Precision: "fp8" runs the GEMMs in fp8 (Transformer Engine / MaxText recipes)
-    framework: str | None = None  # Framework profile; None = the accelerator's default (Problem.build resolves it)
-    hbm_bytes: float | None = None  # the device's memory when the part differs from the catalogue's (96 GB H100)
+    precision: str = (
+        "bf16"  # Precision: "fp8" runs the GEMMs in fp8 (Transformer Engine / MaxText recipes)
+    )
+    framework: str | None = (
+        None  # Framework profile; None = the accelerator's default (Problem.build resolves it)
+    )
+    hbm_bytes: float | None = (
+        None  # the device's memory when the part differs from the catalogue's (96 GB H100)
+    )
     memory_margin_bytes: float = 0.0  # kept free on every device besides the runtime reserve
-    cuda_graphs: str = "none"  # CUDA_GRAPHS: what the host launches as captured graphs. "scoped": per-layer graphs
+    cuda_graphs: str = (
+        "none"  # CUDA_GRAPHS: what the host launches as captured graphs. "scoped": per-layer graphs
+    )
     # of the attention and the MoE router and preprocessing (Megatron --cuda-graph-impl transformer_engine
     # --cuda-graph-scope attn moe_router moe_preprocess); "full_iteration": one graph per step, forward and backward
     # (--cuda-graph-impl local --cuda-graph-scope full_iteration). They remove MoE host overhead (costs.terms)
-    routing: str = "learned"  # ROUTINGS: how a dropless MoE routes tokens. "learned": a trained router, whose
+    routing: str = (
+        "learned"  # ROUTINGS: how a dropless MoE routes tokens. "learned": a trained router, whose
+    )
     # experts' loads vary by routing_cv; "forced": random routing, as vendor benchmarks force it (Megatron
     # --moe-router-force-load-balancing). The busiest expert device sets the pace either way (costs.terms.expert_load)
-    routing_cv: float = LEARNED_ROUTING_EXPERT_CV  # a learned router's expert loads: standard deviation / mean
+    routing_cv: float = (
+        LEARNED_ROUTING_EXPERT_CV  # a learned router's expert loads: standard deviation / mean
+    )
 
     @property
     def global_batch_tokens(self) -> int:
@@ -306,7 +368,9 @@ class Accelerator:
     runtime_reserve_bytes: float  # runtime, compiler workspace and fragmentation
     matmul_efficiency: float  # achievable fraction of peak for large matmuls
     matmul_half_efficiency_tokens: float  # tokens per matmul at which efficiency halves
-    attention_efficiency: float  # achievable fraction of peak for the attention core (fused kernels), long contexts
+    attention_efficiency: (
+        float  # achievable fraction of peak for the attention core (fused kernels), long contexts
+    )
     collective_efficiency: float  # achievable fraction of ICI/NVLink bandwidth
     scale_out_efficiency: float  # achievable fraction of NIC/DCN bandwidth
     collective_half_efficiency_bytes: float  # message size at which bandwidth halves
@@ -318,27 +382,51 @@ class Accelerator:
     max_slice_shape: tuple[int, ...] = ()  # TPU: largest ICI domain
     devices_per_host: int = 1
     devices_per_node: int = 1  # GPU: NVLink domain size
-    peak_fp8_flops_per_s: float | None = None  # dense fp8 matmuls (MXFP8 on Blackwell); None = no fp8 unit
-    fp8_matmul_efficiency: float | None = None  # achievable fraction of the fp8 peak for large matmuls
-    grouped_matmul_efficiency: float = 1.0  # the MoE experts' grouped GEMMs (TE / CUTLASS grouped GEMM,
+    peak_fp8_flops_per_s: float | None = (
+        None  # dense fp8 matmuls (MXFP8 on Blackwell); None = no fp8 unit
+    )
+    fp8_matmul_efficiency: float | None = (
+        None  # achievable fraction of the fp8 peak for large matmuls
+    )
+    grouped_matmul_efficiency: float = (
+        1.0  # the MoE experts' grouped GEMMs (TE / CUTLASS grouped GEMM,
+    )
     # megablox) as a fraction of the dense matmul efficiency at the same rows
-    moe_layer_overhead_s: float = 0.0  # fixed per MoE layer per microbatch, forward and backward: the router's
+    moe_layer_overhead_s: float = (
+        0.0  # fixed per MoE layer per microbatch, forward and backward: the router's
+    )
     # softmax and top-k, the permutation kernels and the dispatcher's host sync on the token counts
-    moe_expert_overhead_s: float = 0.0  # per local expert, MoE layer and microbatch: the grouped GEMMs' per-expert
+    moe_expert_overhead_s: float = (
+        0.0  # per local expert, MoE layer and microbatch: the grouped GEMMs' per-expert
+    )
     # launches (Transformer Engine's GroupedLinear loops over the local experts on the host, forward and backward)
-    moe_overhead_graphed_share: float = 0.0  # of moe_layer_overhead_s, the share scoped CUDA graphs remove
+    moe_overhead_graphed_share: float = (
+        0.0  # of moe_layer_overhead_s, the share scoped CUDA graphs remove
+    )
     # (Workload.cuda_graphs "scoped": the router's and the preprocessing's launches; the dispatcher's host sync stays)
-    moe_overhead_full_graph_share: float = 1.0  # of both overheads, the share a full-iteration CUDA graph removes
+    moe_overhead_full_graph_share: float = (
+        1.0  # of both overheads, the share a full-iteration CUDA graph removes
+    )
     # (the host's launches and syncs; what the layer's small kernels and static buffers cost on the GPU stays)
-    overlap_interference: float = 0.0  # of each second a collective hides behind compute, the share that compute
+    overlap_interference: float = (
+        0.0  # of each second a collective hides behind compute, the share that compute
+    )
     # loses to it (the communication kernels' SMs or cores and HBM traffic): hiding is never free
-    host_bytes_per_s_per_direction: float | None = None  # host memory link (PCIe, NVLink-C2C) per device:
+    host_bytes_per_s_per_direction: float | None = (
+        None  # host memory link (PCIe, NVLink-C2C) per device:
+    )
     # what host-offloaded activations move over; None = not in the catalogue (offloading policies refused)
-    blocking_launch_s_per_layer_pass: float | None = None  # host seconds per layer and forward-equivalent pass
+    blocking_launch_s_per_layer_pass: float | None = (
+        None  # host seconds per layer and forward-equivalent pass
+    )
     # the GPU waits for when every launch blocks (Workload.launch_blocking); None = not calibrated (refused)
-    vendor_attention_efficiency: float | None = None  # the vendor's fused attention (cuDNN / Transformer
+    vendor_attention_efficiency: float | None = (
+        None  # the vendor's fused attention (cuDNN / Transformer
+    )
     # Engine on Hopper) where it beats the portable FlashAttention-2 class of ``attention_efficiency``
-    attention_half_efficiency_keys: float = 0.0  # keys per query at which a fused attention kernel runs at half
+    attention_half_efficiency_keys: float = (
+        0.0  # keys per query at which a fused attention kernel runs at half
+    )
     # its long-context rate: each query's fixed work per kernel call (its tile's load, the masked diagonal tile,
     # the softmax rescale and the output write) costs as many more keys; 0 = no such cost
     sources: dict[str, str] = field(default_factory=dict, compare=False, hash=False)
@@ -379,7 +467,9 @@ class Cluster:
 
 Placement = tuple[tuple[str, int], ...]  # ((axis name, factor), ...) from inner to outer
 Placements = tuple[tuple[str, Placement], ...]  # (degree, placement) for every degree above 1
-UNPLACED = None  # Layout.axes before a placement is chosen; () is a placed layout whose degrees are all 1
+UNPLACED = (
+    None  # Layout.axes before a placement is chosen; () is a placed layout whose degrees are all 1
+)
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -407,7 +497,9 @@ class Layout:
     sequence_parallel: bool = True  # shard norm/residual activations over tp (Megatron SP)
     schedule: str = "1f1b"  # a Schedule value
     axes: Placements | None = UNPLACED
-    first_stage_layers: int | None = None  # uneven pipeline split (core.stages); None = the engine's split
+    first_stage_layers: int | None = (
+        None  # uneven pipeline split (core.stages); None = the engine's split
+    )
     last_stage_layers: int | None = None
 
     @property

@@ -46,7 +46,9 @@ def split_layers(num_layers: int, pp, v, first=0, last=0, head: int = 0):
     """(first, middle, last, kind, ok) arrays; ``first``/``last`` 0 = not given (the engine's choice);
     ``head``: layers' worth of work the last stage does besides its layers, which a proposed split takes off it;
     it moves layers between the first and the last stage only, never changes ``kind`` or ``ok``."""
-    pp, v, first, last = (np.atleast_1d(np.asarray(x, dtype=np.int64)) for x in (pp, v, first, last))
+    pp, v, first, last = (
+        np.atleast_1d(np.asarray(x, dtype=np.int64)) for x in (pp, v, first, last)
+    )
     pp, v, first, last = np.broadcast_arrays(pp, v, first, last)
     L, chunks = num_layers, pp * v
     given = (first > 0) | (last > 0)
@@ -64,7 +66,9 @@ def split_layers(num_layers: int, pp, v, first=0, last=0, head: int = 0):
     f_given = np.where(given, first, np.where(propose, rest - lighter, 0))
     l_given = np.where(given, last, np.where(propose, lighter, 0))
     middle_count = np.maximum(pp - 2, 1)
-    m_given = np.where(pp > 2, (L - f_given - l_given) // middle_count, np.maximum(f_given, l_given))
+    m_given = np.where(
+        pp > 2, (L - f_given - l_given) // middle_count, np.maximum(f_given, l_given)
+    )
     # each stage a multiple of v: --decoder-first/last-pipeline-num-layers; given counts that are not are a
     # --pipeline-model-parallel-layout of chunks (Megatron-Bridge's DeepSeek-V3 recipes), which Megatron writes
     by_v = (f_given % v == 0) & (l_given % v == 0) & (m_given % v == 0)
@@ -73,7 +77,11 @@ def split_layers(num_layers: int, pp, v, first=0, last=0, head: int = 0):
         & (f_given >= v)
         & (l_given >= v)
         & (given | by_v)
-        & np.where(pp > 2, ((L - f_given - l_given) % middle_count == 0) & (m_given >= v), f_given + l_given == L)
+        & np.where(
+            pp > 2,
+            ((L - f_given - l_given) % middle_count == 0) & (m_given >= v),
+            f_given + l_given == L,
+        )
         & (f_given <= m_given)
         & (l_given <= m_given)
     )

@@ -60,12 +60,27 @@ from layoutsearch.core.units import GB, GIB
 MAX_DEVICES = 262_144  # 2^18 devices in one cluster, all slices together
 TORUS_AXIS_NAMES = ("x", "y", "z")
 SMALL_3D_SHAPES = {1: (1, 1, 1), 4: (2, 2, 1), 8: (2, 2, 2), 16: (2, 2, 4), 32: (2, 4, 4)}
-SHAPES_2D = {1: (1, 1), 4: (2, 2), 8: (2, 4), 16: (4, 4), 32: (4, 8), 64: (8, 8), 128: (8, 16), 256: (16, 16)}
+SHAPES_2D = {
+    1: (1, 1),
+    4: (2, 2),
+    8: (2, 4),
+    16: (4, 4),
+    32: (4, 8),
+    64: (8, 8),
+    128: (8, 16),
+    256: (16, 16),
+}
 SCALABLE_UNIT_NODES = 32  # H100 reference: 32 nodes under one set of rail leaves
 MAX_RAILS = 8  # NICs per node: one leaf per rail in each scalable unit, as many spines
 # A single TPU chip: no link to span; one axis of size 1 so that a Cluster always has an axis.
 SINGLE_CHIP_AXIS = Axis(
-    name="x", size=1, kind="torus", bytes_per_s_per_direction=0.0, wraparound=False, latency_s=0.0, efficiency=1.0
+    name="x",
+    size=1,
+    kind="torus",
+    bytes_per_s_per_direction=0.0,
+    wraparound=False,
+    latency_s=0.0,
+    efficiency=1.0,
 )
 
 
@@ -124,14 +139,18 @@ def _nearby_sizes(acc: Accelerator, n: int, per_node: int = 1) -> list[int]:
         candidates += [m * per_node for m in range(max(k - 1, 1), k + 3)]
         host = acc.devices_per_host
         candidates += [
-            m * host for m in range(max(n // host - 2, 1), n // host + 3) if partial_domains(acc, m * host, per_node)
+            m * host
+            for m in range(max(n // host - 2, 1), n // host + 3)
+            if partial_domains(acc, m * host, per_node)
         ]
     elif acc.torus_dims == 2:
         candidates = [s for s in SHAPES_2D if torus_shape(acc, s)]
     else:
         k = min(n, _max_slice_chips(acc)) // 64
         candidates = [
-            s for s in [*SMALL_3D_SHAPES, *(64 * m for m in range(max(k - 1, 1), k + 3))] if torus_shape(acc, s)
+            s
+            for s in [*SMALL_3D_SHAPES, *(64 * m for m in range(max(k - 1, 1), k + 3))]
+            if torus_shape(acc, s)
         ]
     valid = sorted({s for s in candidates if s <= MAX_DEVICES})
     return [s for s in valid if s < n][-2:] + [s for s in valid if s > n][:2]
@@ -234,16 +253,22 @@ def _link(axis: str, bytes_per_s: float, latency_s: float) -> dict:
     return {"axis": axis, "bytes_per_s_per_direction": bytes_per_s, "latency_s": latency_s}
 
 
-def torus_axis_graph(name: str, size: int, wraparound: bool, bytes_per_s: float, latency_s: float) -> FactorGraph:
+def torus_axis_graph(
+    name: str, size: int, wraparound: bool, bytes_per_s: float, latency_s: float
+) -> FactorGraph:
     """Positions 0..size-1 along one torus axis: a cycle with wraparound (from 3 positions), else a path."""
     g = FactorGraph(axis=name, kind="torus")
     g.add_nodes_from(range(size), device=True)
     links = size if wraparound and size > 2 else size - 1
-    g.add_edges_from(((i, (i + 1) % size) for i in range(links)), **_link(name, bytes_per_s, latency_s))
+    g.add_edges_from(
+        ((i, (i + 1) % size) for i in range(links)), **_link(name, bytes_per_s, latency_s)
+    )
     return g
 
 
-def hub_graph(name: str, kind: str, size: int, hub, bytes_per_s: float, latency_s: float) -> FactorGraph:
+def hub_graph(
+    name: str, kind: str, size: int, hub, bytes_per_s: float, latency_s: float
+) -> FactorGraph:
     """``size`` positions each linked to one switch ``hub``: a star, its positions one run."""
     g = FactorGraph(axis=name, kind=kind)
     g.add_node(range(size), device=True)
@@ -252,7 +277,9 @@ def hub_graph(name: str, kind: str, size: int, hub, bytes_per_s: float, latency_
     return g
 
 
-def fat_tree_graph(num_nodes: int, rails: int, nic_bytes_per_s: float, latency_s: float) -> FactorGraph:
+def fat_tree_graph(
+    num_nodes: int, rails: int, nic_bytes_per_s: float, latency_s: float
+) -> FactorGraph:
     """Nodes 0..num_nodes-1 under one leaf ('leaf', u) per scalable unit of 32 nodes; with more than
     one unit, every leaf under the spine layer ('spine',) at the unit's aggregate bandwidth. The full
     units are one run of nodes on a run of leaves, a last partial unit another."""
@@ -269,11 +296,17 @@ def fat_tree_graph(num_nodes: int, rails: int, nic_bytes_per_s: float, latency_s
         g.add_edge(nodes, leaves, **_link("scale_out", nic_bytes_per_s, latency_s))
         if units > 1:
             g.add_node(("spine",), device=False)
-            g.add_edge(leaves, ("spine",), **_link("scale_out_spine", nic_bytes_per_s * SCALABLE_UNIT_NODES, latency_s))
+            g.add_edge(
+                leaves,
+                ("spine",),
+                **_link("scale_out_spine", nic_bytes_per_s * SCALABLE_UNIT_NODES, latency_s),
+            )
     return g
 
 
-def torus_factors(acc: Accelerator, shape: tuple[int, ...], num_slices: int = 1) -> tuple[FactorGraph, ...]:
+def torus_factors(
+    acc: Accelerator, shape: tuple[int, ...], num_slices: int = 1
+) -> tuple[FactorGraph, ...]:
     """The torus axes of one slice, then DCN between slices when there is more than one."""
     factors = [
         torus_axis_graph(name, size, wrap, acc.link_bytes_per_s_per_direction, acc.link_latency_s)
@@ -281,23 +314,42 @@ def torus_factors(acc: Accelerator, shape: tuple[int, ...], num_slices: int = 1)
     ]
     if num_slices > 1:
         factors.append(
-            hub_graph("dcn", "dcn", num_slices, "dcn", acc.scale_out_bytes_per_s_per_direction, acc.scale_out_latency_s)
+            hub_graph(
+                "dcn",
+                "dcn",
+                num_slices,
+                "dcn",
+                acc.scale_out_bytes_per_s_per_direction,
+                acc.scale_out_latency_s,
+            )
         )
     return tuple(factors)
 
 
 def gpu_factors(
-    acc: Accelerator, num_nodes: int, devices_per_node: int, scale_out_bytes_per_s: float | None = None
+    acc: Accelerator,
+    num_nodes: int,
+    devices_per_node: int,
+    scale_out_bytes_per_s: float | None = None,
 ) -> tuple[FactorGraph, ...]:
     """The NVLink domain of one node, then the scale-out fat tree when there is more than one node."""
     factors = [
         hub_graph(
-            "node", "switch", devices_per_node, ("nvswitch",), acc.link_bytes_per_s_per_direction, acc.link_latency_s
+            "node",
+            "switch",
+            devices_per_node,
+            ("nvswitch",),
+            acc.link_bytes_per_s_per_direction,
+            acc.link_latency_s,
         )
     ]
     if num_nodes > 1:
         nic = scale_out_bytes_per_s or acc.scale_out_bytes_per_s_per_direction
-        factors.append(fat_tree_graph(num_nodes, min(devices_per_node, MAX_RAILS), nic, acc.scale_out_latency_s))
+        factors.append(
+            fat_tree_graph(
+                num_nodes, min(devices_per_node, MAX_RAILS), nic, acc.scale_out_latency_s
+            )
+        )
     return tuple(factors)
 
 
@@ -317,7 +369,9 @@ def positions(f: FactorGraph) -> list[int]:
 
 
 def _size(f: FactorGraph) -> int:
-    return sum(len(node) if isinstance(node, range) else 1 for node, dev in f.nodes(data="device") if dev)
+    return sum(
+        len(node) if isinstance(node, range) else 1 for node, dev in f.nodes(data="device") if dev
+    )
 
 
 def _is_ring(f: FactorGraph) -> bool:
@@ -333,11 +387,19 @@ def _is_ring(f: FactorGraph) -> bool:
 def factor_axis(f: FactorGraph, acc: Accelerator) -> Axis:
     """The axis one factor graph describes: its positions, its links' rate, a ring or not."""
     name, kind = f.graph["axis"], f.graph["kind"]
-    rates = {(d["bytes_per_s_per_direction"], d["latency_s"]) for *_, d in f.edges(data=True) if d["axis"] == name}
+    rates = {
+        (d["bytes_per_s_per_direction"], d["latency_s"])
+        for *_, d in f.edges(data=True)
+        if d["axis"] == name
+    }
     if len(rates) > 1:
-        raise CatalogueError(f"factor graph '{name}': links differ in (bandwidth, latency): {sorted(rates)}")
+        raise CatalogueError(
+            f"factor graph '{name}': links differ in (bandwidth, latency): {sorted(rates)}"
+        )
     bytes_per_s, latency_s = rates.pop() if rates else (0.0, 0.0)
-    efficiency = acc.collective_efficiency if kind in ("torus", "switch") else acc.scale_out_efficiency
+    efficiency = (
+        acc.collective_efficiency if kind in ("torus", "switch") else acc.scale_out_efficiency
+    )
     return Axis(
         name=name,
         size=_size(f),
@@ -371,7 +433,9 @@ _NAME = re.compile(
 def _number(name: str, digits: str, what: str) -> int:
     """A number from a cluster name; one with more digits than MAX_DEVICES is refused before int()."""
     if len(digits.lstrip("0")) > len(str(MAX_DEVICES)):
-        raise CatalogueError(f"cluster '{name}': {what} {digits} is over the limit of {MAX_DEVICES:,} devices")
+        raise CatalogueError(
+            f"cluster '{name}': {what} {digits} is over the limit of {MAX_DEVICES:,} devices"
+        )
     return int(digits)
 
 
@@ -383,7 +447,9 @@ def _check_shape(where: str, acc: Accelerator, shape: tuple[int, ...]) -> None:
     """An explicit shape: the accelerator's dimensions, each >= 1, within its largest slice;
     ``where`` opens each message (``cluster 'v5p:4x4'``, ``c.yaml: field 'shape'``)."""
     if acc.kind != "tpu":
-        raise CatalogueError(f"{where}: an explicit shape is for TPUs; give the GPU count ({acc.id}-N)")
+        raise CatalogueError(
+            f"{where}: an explicit shape is for TPUs; give the GPU count ({acc.id}-N)"
+        )
     if len(shape) != acc.torus_dims:
         raise CatalogueError(
             f"{where}: an explicit shape needs {acc.torus_dims} dimensions for {acc.id}, got {len(shape)}"
@@ -416,7 +482,9 @@ def parse_cluster_name(name: str) -> tuple[Accelerator, dict]:
     acc = load_accelerator(acc_id)
     slices = _number(name, m["slices"], "slice count") if m["slices"] else 1
     if slices < 1:
-        raise CatalogueError(f"cluster '{name}': the number of slices (xN) must be >= 1, got {slices}")
+        raise CatalogueError(
+            f"cluster '{name}': the number of slices (xN) must be >= 1, got {slices}"
+        )
     if m["shape"]:
         shape = tuple(_number(name, s, "shape dimension") for s in m["shape"].split("x"))
         _check_shape(f"cluster '{name}'", acc, shape)
@@ -424,7 +492,9 @@ def parse_cluster_name(name: str) -> tuple[Accelerator, dict]:
     else:
         per_slice = _number(name, m["n"], "device count")
         if per_slice < 1:
-            raise CatalogueError(f"cluster '{name}': device count must be positive, got {per_slice}")
+            raise CatalogueError(
+                f"cluster '{name}': device count must be positive, got {per_slice}"
+            )
         desc = {"count": per_slice, "slices": slices}
     if per_slice * slices > MAX_DEVICES:
         counted = f"{per_slice:,} devices x {slices:,} slices = " if slices > 1 else ""
@@ -478,7 +548,9 @@ def cluster_factors(
     if n % per_node and per_node % n and (spread := partial_domains(acc, n, per_node)):
         return acc, gpu_factors(acc, spread, n // spread, scale_out_bytes_per_s)
     if n % per_node and per_node % n:
-        trays = f" or of {acc.devices_per_host}-GPU hosts" if acc.devices_per_host < per_node else ""
+        trays = (
+            f" or of {acc.devices_per_host}-GPU hosts" if acc.devices_per_host < per_node else ""
+        )
         raise CatalogueError(
             f"cluster '{name}': {n} GPUs is not a whole number of {per_node}-GPU nodes{trays} "
             f"(valid nearby sizes: {', '.join(map(str, _nearby_sizes(acc, n, per_node)))})"
@@ -494,16 +566,22 @@ def resolve_cluster(
     path ending in .yaml/.yml is a cluster file (``load_cluster_file``, read again on every call)."""
     if is_cluster_file(name):
         if devices_per_node is not None or scale_out_bytes_per_s is not None:
-            raise CatalogueError(f"cluster file '{name}': node size and NIC bandwidth come from the file")
+            raise CatalogueError(
+                f"cluster file '{name}': node size and NIC bandwidth come from the file"
+            )
         return load_cluster_file(name)
     return _resolve_name(name, devices_per_node, scale_out_bytes_per_s)
 
 
 @lru_cache(maxsize=64)
-def _resolve_name(name: str, devices_per_node: int | None, scale_out_bytes_per_s: float | None) -> Cluster:
+def _resolve_name(
+    name: str, devices_per_node: int | None, scale_out_bytes_per_s: float | None
+) -> Cluster:
     acc, factors = cluster_factors(name, devices_per_node, scale_out_bytes_per_s)
     axes, slices = derive_axes(factors, acc)
-    return Cluster(name=name, accelerator=acc, axes=axes, num_slices=slices if acc.kind == "tpu" else 1)
+    return Cluster(
+        name=name, accelerator=acc, axes=axes, num_slices=slices if acc.kind == "tpu" else 1
+    )
 
 
 resolve_cluster.cache_clear = _resolve_name.cache_clear  # calibration rewrites the catalogue
@@ -511,10 +589,17 @@ resolve_cluster.cache_clear = _resolve_name.cache_clear  # calibration rewrites 
 
 # ----------------------------------------------------------------------------- cluster files
 CLUSTER_FILE_SUFFIXES = (".yaml", ".yml")
-GPU_FIELDS = ("devices_per_node", "nodes", "scale_out_gbytes_per_s_per_device", "nvlink_gbytes_per_s_per_direction")
+GPU_FIELDS = (
+    "devices_per_node",
+    "nodes",
+    "scale_out_gbytes_per_s_per_device",
+    "nvlink_gbytes_per_s_per_direction",
+)
 TPU_FIELDS = ("shape", "slices", "dcn_gbytes_per_s_per_chip")
 _Count = Annotated[StrictInt, Field(ge=1, le=MAX_DEVICES)]
-_Rate = Annotated[StrictFloat, Field(gt=0, le=1e9, allow_inf_nan=False)]  # GB/s or GiB; an int is accepted too
+_Rate = Annotated[
+    StrictFloat, Field(gt=0, le=1e9, allow_inf_nan=False)
+]  # GB/s or GiB; an int is accepted too
 _Text = Annotated[StrictStr, Field(min_length=1, max_length=256)]
 
 
@@ -558,7 +643,11 @@ class CustomCluster(Cluster):
         """``spec`` when it still builds this cluster; None after a change to the cluster (a what-if
         scaling, a calibration), whose description would rebuild the unchanged one."""
         try:
-            return self.spec if cluster_from_spec(self.spec, "cluster_spec", name=self.name) == self else None
+            return (
+                self.spec
+                if cluster_from_spec(self.spec, "cluster_spec", name=self.name) == self
+                else None
+            )
         except CatalogueError:
             return None
 
@@ -578,7 +667,9 @@ def load_cluster_file(path: str) -> CustomCluster:
     return cluster_from_spec(read_cluster_file(path), path)
 
 
-def cluster_from_spec(data: Any, file: str, prefix: str = "", name: str | None = None) -> CustomCluster:
+def cluster_from_spec(
+    data: Any, file: str, prefix: str = "", name: str | None = None
+) -> CustomCluster:
     """The cluster a ``ClusterFile`` mapping describes; every error one line naming ``file`` and the
     field (``prefix`` + key, e.g. ``cluster.nodes`` for a mapping inside a problem file)."""
     acc, factors, spec = file_cluster_factors(data, file, prefix)
@@ -592,7 +683,9 @@ def cluster_from_spec(data: Any, file: str, prefix: str = "", name: str | None =
     )
 
 
-def file_cluster_factors(data: Any, file: str, prefix: str = "") -> tuple[Accelerator, tuple[FactorGraph, ...], dict]:
+def file_cluster_factors(
+    data: Any, file: str, prefix: str = ""
+) -> tuple[Accelerator, tuple[FactorGraph, ...], dict]:
     """The accelerator, the factor graphs (as a cluster name builds them) and the resolved description
     of a ``ClusterFile`` mapping; the device count is checked against MAX_DEVICES before any is built."""
     f = validated_fields(ClusterFile, data, file, prefix, CatalogueError)
@@ -606,7 +699,8 @@ def file_cluster_factors(data: Any, file: str, prefix: str = "") -> tuple[Accele
     if wrong:
         raise CatalogueError(
             f"{where(wrong[0])} is for {'TPU' if gpu else 'GPU'} clusters; {acc.id} is a "
-            f"{acc.kind.upper()}: give " + ("'nodes' (and 'devices_per_node')" if gpu else "'shape' (and 'slices')")
+            f"{acc.kind.upper()}: give "
+            + ("'nodes' (and 'devices_per_node')" if gpu else "'shape' (and 'slices')")
         )
     sources = dict(acc.sources)
     changes: dict = {}
@@ -621,7 +715,9 @@ def file_cluster_factors(data: Any, file: str, prefix: str = "") -> tuple[Accele
     if gpu:
         per_node = f.devices_per_node or acc.devices_per_node
         if f.nodes is None:
-            raise CatalogueError(f"{where('nodes')} is missing: the number of nodes of {per_node} {acc.id} GPUs")
+            raise CatalogueError(
+                f"{where('nodes')} is missing: the number of nodes of {per_node} {acc.id} GPUs"
+            )
         total = f.nodes * per_node
         if total > MAX_DEVICES:
             raise CatalogueError(
@@ -649,7 +745,9 @@ def file_cluster_factors(data: Any, file: str, prefix: str = "") -> tuple[Accele
             f"{list(acc.max_slice_shape)} for the largest {acc.id} slice"
         )
     shape = tuple(f.shape)
-    if shape != torus_shape(acc, math.prod(shape)):  # a shape a count name builds (16x16x32), else as v5p:XxYxZ
+    if shape != torus_shape(
+        acc, math.prod(shape)
+    ):  # a shape a count name builds (16x16x32), else as v5p:XxYxZ
         _check_shape(where("shape"), acc, shape)
     slices = spec["slices"] = f.slices or 1
     total = math.prod(shape) * slices
@@ -658,7 +756,12 @@ def file_cluster_factors(data: Any, file: str, prefix: str = "") -> tuple[Accele
             f"{where('slices')}: {math.prod(shape):,} chips ({_dims(shape)}) x {slices:,} slices = "
             f"{total:,} devices is over the limit of {MAX_DEVICES:,} devices"
         )
-    override("dcn_gbytes_per_s_per_chip", "scale_out_bytes_per_s_per_direction", f.dcn_gbytes_per_s_per_chip, GB)
+    override(
+        "dcn_gbytes_per_s_per_chip",
+        "scale_out_bytes_per_s_per_direction",
+        f.dcn_gbytes_per_s_per_chip,
+        GB,
+    )
     acc = replace(acc, **changes, sources=sources)
     return acc, torus_factors(acc, shape, slices), spec
 
@@ -666,9 +769,13 @@ def file_cluster_factors(data: Any, file: str, prefix: str = "") -> tuple[Accele
 def _file_accelerator(f: ClusterFile, file: str, prefix: str) -> Accelerator:
     """A catalogue accelerator (``accelerator``) or an inline one (``accelerator_spec``), exactly one."""
     if f.accelerator is not None and f.accelerator_spec is not None:
-        raise CatalogueError(f"{file}: fields '{prefix}accelerator' and '{prefix}accelerator_spec': give one, not both")
+        raise CatalogueError(
+            f"{file}: fields '{prefix}accelerator' and '{prefix}accelerator_spec': give one, not both"
+        )
     if f.accelerator_spec is not None:
-        return accelerator_from_dict(f.accelerator_spec, f"{file}: field '{prefix}accelerator_spec'")
+        return accelerator_from_dict(
+            f.accelerator_spec, f"{file}: field '{prefix}accelerator_spec'"
+        )
     known = accelerator_names()
     if f.accelerator is None:
         raise CatalogueError(

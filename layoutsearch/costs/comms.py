@@ -59,7 +59,10 @@ class Spans:
 
 
 def spans_from_factors(
-    axes: tuple[Axis, ...], table: np.ndarray, degrees: tuple[str, ...], nesting: tuple[str, ...] = NESTING_ORDER
+    axes: tuple[Axis, ...],
+    table: np.ndarray,
+    degrees: tuple[str, ...],
+    nesting: tuple[str, ...] = NESTING_ORDER,
 ) -> Spans:
     """The group of ``degrees`` from a factor table [rows, axes, degree in ``nesting``]: on each
     axis its factor is the product of its degrees' factors, its stride the product of the factors
@@ -82,7 +85,9 @@ def group_span(cluster: Cluster, layout: Layout, degrees: tuple[str, ...]) -> Sp
     """The parts of the physical axes spanned by the group of ``degrees`` (e.g. ('fsdp', 'cp'))."""
     s = spans_from_factors(cluster.axes, factor_table(cluster, layout.axes)[None], degrees)
     return tuple(
-        SpanPart(axis=a, factor=int(f), stride=int(st)) for a, f, st in zip(s.axes, s.factor[0], s.stride[0]) if f > 1
+        SpanPart(axis=a, factor=int(f), stride=int(st))
+        for a, f, st in zip(s.axes, s.factor[0], s.stride[0])
+        if f > 1
     )
 
 
@@ -90,7 +95,11 @@ def factor_table(cluster: Cluster, axes) -> np.ndarray:
     """[axis, degree in NESTING_ORDER]: the factor of each degree on each axis of a placement."""
     placed = {name: dict(p) for name, p in axes or ()}
     return np.array(
-        [[placed.get(name, {}).get(axis.name, 1) for name in NESTING_ORDER] for axis in cluster.axes], dtype=np.int64
+        [
+            [placed.get(name, {}).get(axis.name, 1) for name in NESTING_ORDER]
+            for axis in cluster.axes
+        ],
+        dtype=np.int64,
     ).reshape(len(cluster.axes), len(NESTING_ORDER))
 
 
@@ -120,7 +129,9 @@ def _axis_constants(axes: tuple[Axis, ...]) -> dict[str, np.ndarray]:
         "level": np.array([LEVEL_OF_KIND[a.kind] for a in axes], dtype=np.int64),
         "size": np.array([a.size for a in axes], dtype=np.int64),
         "wrap": np.array([a.wraparound for a in axes], dtype=bool),
-        "bw": np.array([a.bytes_per_s_per_direction * a.efficiency for a in axes], dtype=np.float64),
+        "bw": np.array(
+            [a.bytes_per_s_per_direction * a.efficiency for a in axes], dtype=np.float64
+        ),
         "latency": np.array([a.latency_s for a in axes], dtype=np.float64),
     }
 
@@ -142,7 +153,9 @@ def _levels(s: Spans):
         on = (c["level"] == level)[None, :] & (s.factor > 1)
         n_l = np.where(on, s.factor, 1).prod(axis=1)
         total_bw = np.where(on, bw, 0.0).sum(axis=1)
-        per_byte = np.where(n_l > 1, (n_l - 1) / n_l / (inner * np.where(total_bw > 0, total_bw, 1.0)), 0.0)
+        per_byte = np.where(
+            n_l > 1, (n_l - 1) / n_l / (inner * np.where(total_bw > 0, total_bw, 1.0)), 0.0
+        )
         yield n_l, per_byte, (on & c["torus"][None, :]).any(axis=1)
         inner = inner * n_l
 
@@ -197,7 +210,9 @@ RING_FIELDS = ("members", "seconds_per_byte", "latency_s", "axes_mask", "scale_o
 def _mask_and_scale_out(s: Spans, on: np.ndarray):
     c = _axis_constants(s.axes)
     bits = (np.int64(1) << np.arange(len(s.axes), dtype=np.int64))[None, :]
-    return np.where(on, bits, 0).sum(axis=1).astype(np.int64), (on & (c["level"] == 1)[None, :]).any(axis=1)
+    return np.where(on, bits, 0).sum(axis=1).astype(np.int64), (
+        on & (c["level"] == 1)[None, :]
+    ).any(axis=1)
 
 
 def shares_links(a: RingCoefficients, b: RingCoefficients):
@@ -227,7 +242,9 @@ def send_coefficients_of(s: Spans) -> RingCoefficients:
     first = np.argmax(on, axis=1)
     rows = np.arange(len(first))
     active = on.any(axis=1)
-    link = np.where(active, c["bw"][first] / np.where(c["torus"][first], s.stride[rows, first], 1), 1.0)
+    link = np.where(
+        active, c["bw"][first] / np.where(c["torus"][first], s.stride[rows, first], 1), 1.0
+    )
     used = on & (np.arange(on.shape[1])[None, :] == first[:, None])
     mask, scale_out = _mask_and_scale_out(s, used)
     return RingCoefficients(
@@ -263,7 +280,9 @@ def all_to_all_coefficients_of(s: Spans, level: int | None = None) -> RingCoeffi
         members = counts[level]
     on = s.factor > 1
     latency = sum(
-        np.where(on & (c["level"] == level)[None, :], c["latency"][None, :], 0.0).max(axis=1, initial=0.0)
+        np.where(on & (c["level"] == level)[None, :], c["latency"][None, :], 0.0).max(
+            axis=1, initial=0.0
+        )
         for level in (0, 1)
     )
     active = members > 1
@@ -299,8 +318,14 @@ def ring_coefficients(span: Span) -> RingCoefficients:
 def ring_time(array_bytes, coeffs: RingCoefficients, half_efficiency_bytes: float = 0.0):
     """AllGather (or ReduceScatter) seconds of ``array_bytes``; numbers or numpy arrays (also in coeffs)."""
     active = np.asarray(coeffs.members) > 1
-    seconds = (array_bytes + half_efficiency_bytes * coeffs.members) * coeffs.seconds_per_byte + coeffs.latency_s
-    return np.where(active, seconds, 0.0) if np.ndim(seconds) or np.ndim(active) else (seconds if active else 0.0)
+    seconds = (
+        array_bytes + half_efficiency_bytes * coeffs.members
+    ) * coeffs.seconds_per_byte + coeffs.latency_s
+    return (
+        np.where(active, seconds, 0.0)
+        if np.ndim(seconds) or np.ndim(active)
+        else (seconds if active else 0.0)
+    )
 
 
 def all_gather_time(array_bytes, span: Span, half_efficiency_bytes: float = 0.0):
@@ -320,7 +345,9 @@ def all_to_all_time(array_bytes, span: Span, half_efficiency_bytes: float = 0.0)
     if n <= 1:
         return 0.0 * array_bytes
     s = Spans.of(span)
-    per_byte = max(float(np.where(torus, c / 4.0, c / n_l)[0]) for n_l, c, torus in _levels(s) if n_l[0] > 1)
+    per_byte = max(
+        float(np.where(torus, c / 4.0, c / n_l)[0]) for n_l, c, torus in _levels(s) if n_l[0] > 1
+    )
     return (array_bytes + half_efficiency_bytes * n) * per_byte + float(span_latency(s)[0])
 
 

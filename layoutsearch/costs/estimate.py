@@ -30,11 +30,15 @@ class Estimate(HasProblem):
     problem: Problem
     layout: Layout
     params: dict[str, int]
-    memory_bytes: dict[str, float]  # worst stage: state, activations, temporary, peak, capacity, itemised
+    memory_bytes: dict[
+        str, float
+    ]  # worst stage: state, activations, temporary, peak, capacity, itemised
     memory_moments: dict[str, dict[str, float]]  # moment -> live arrays (worst stage)
     peak_moment: str
     worst_stage: int
-    time_s: dict[str, float]  # compute, exposed_comm, bubble, overhead, step, itemised with slash keys
+    time_s: dict[
+        str, float
+    ]  # compute, exposed_comm, bubble, overhead, step, itemised with slash keys
     collectives: list[dict] = field(default_factory=list)
     step_time_s: float
     tokens_per_s: float
@@ -67,17 +71,24 @@ def capacity_bytes(cluster, workload) -> float:
 
 
 def estimate(
-    problem: Problem, layout: Layout, mfu_convention: str = MfuConvention.model.value, strict: bool = True
+    problem: Problem,
+    layout: Layout,
+    mfu_convention: str = MfuConvention.model.value,
+    strict: bool = True,
 ) -> Estimate:
     """Cost one layout. With ``strict`` a structural violation raises InvalidLayoutError."""
     if mfu_convention not in flops.MFU_CONVENTIONS:
-        raise InvalidLayoutError(f"mfu convention '{mfu_convention}' is not one of {', '.join(flops.MFU_CONVENTIONS)}")
+        raise InvalidLayoutError(
+            f"mfu convention '{mfu_convention}' is not one of {', '.join(flops.MFU_CONVENTIONS)}"
+        )
     violations = check_layout(problem, layout)
     if violations and strict:
         raise InvalidLayoutError("; ".join(v.message for v in violations))
     if layout.placed:
         return _estimate_placed(problem, layout, mfu_convention, violations)
-    options = [replace(layout, axes=p) for p in candidate_placements(problem.cluster, layout.all_degrees)]
+    options = [
+        replace(layout, axes=p) for p in candidate_placements(problem.cluster, layout.all_degrees)
+    ]
     if not options:
         raise InvalidLayoutError(
             f"degrees {layout.all_degrees} cannot be laid onto the axes "
@@ -87,11 +98,16 @@ def estimate(
     return min(costed, key=lambda e: e.step_time_s)
 
 
-def _estimate_placed(problem: Problem, layout: Layout, mfu_convention: str, violations: list) -> Estimate:
+def _estimate_placed(
+    problem: Problem, layout: Layout, mfu_convention: str, violations: list
+) -> Estimate:
     model, workload, cluster = problem.model, problem.workload, problem.cluster
     acc = cluster.accelerator
     key = _Keys.of(problem, layout)
-    stages = [_stage(problem, key, first=True, last=layout.pp == 1), _stage(problem, key, first=False, last=True)]
+    stages = [
+        _stage(problem, key, first=True, last=layout.pp == 1),
+        _stage(problem, key, first=False, last=True),
+    ]
     t = _step_terms(problem, key, stages)
     parts = step.step_parts(t, step.slowest_stage(t))
     slow = int(step.stage_total(t, 1) > step.stage_total(t, 0))
@@ -108,9 +124,14 @@ def _estimate_placed(problem: Problem, layout: Layout, mfu_convention: str, viol
         "capacity": capacity,
         "hbm": acc.hbm_bytes if workload.hbm_bytes is None else workload.hbm_bytes,
         **moment,
-        "host_offloaded": stages[big]["host_offloaded"],  # activations the policy keeps in host memory (not HBM)
+        "host_offloaded": stages[big][
+            "host_offloaded"
+        ],  # activations the policy keeps in host memory (not HBM)
     }
-    mfu_flops = flops.model_flops_per_token(model, workload.seq_len, mfu_convention) * workload.global_batch_tokens
+    mfu_flops = (
+        flops.model_flops_per_token(model, workload.seq_len, mfu_convention)
+        * workload.global_batch_tokens
+    )
     violations = list(violations)
     if peak_bytes > capacity:
         stage_no = 0 if big == 0 else layout.pp - 1
@@ -186,11 +207,16 @@ def _stage(problem: Problem, key: _Keys, first: bool, last: bool) -> dict:
         **terms.memory_by_zero(model, workload, sh, z, first),
         **terms.memory_by_microbatch(model, workload, sh, k, r, first, last, key.sp),
     }
-    moments = {name: {kk: _scalar(v) for kk, v in terms.moment_bytes(items, name).items()} for name in terms.MOMENTS}
+    moments = {
+        name: {kk: _scalar(v) for kk, v in terms.moment_bytes(items, name).items()}
+        for name in terms.MOMENTS
+    }
     totals = {name: sum(live.values()) for name, live in moments.items()}
     peak = max(totals, key=totals.get)
     fc = terms.fsdp_collectives(model, workload, acc, sh, co)
-    tp = terms.tp_per_microbatch(model, workload, acc, sh, k, co, last, c["window/matmul_fwd_layer"])
+    tp = terms.tp_per_microbatch(
+        model, workload, acc, sh, k, co, last, c["window/matmul_fwd_layer"]
+    )
     cp = terms.cp_per_microbatch(model, workload, acc, sh, k, co, c["window/attn_fwd_layer"])
     busy = terms.shard_link_traffic(tp, cp, co)
     ep = terms.ep_per_microbatch(model, workload, acc, sh, k, co, c["window/fwd_layer"])
@@ -238,20 +264,29 @@ def _step_terms(problem: Problem, key: _Keys, stages: list[dict]) -> dict:
         "EPFL": mult * _scalar(first["ep"]["rerun_lost"]),
         "ep_rerun": float(work["moe"][int(_scalar(key.r))]),
         "FX": [
-            mult * _scalar(s["fsdp_fixed"]["forward"] + s["fsdp_fixed"]["vocab"] - s["fsdp_fixed"]["lost"])
+            mult
+            * _scalar(
+                s["fsdp_fixed"]["forward"] + s["fsdp_fixed"]["vocab"] - s["fsdp_fixed"]["lost"]
+            )
             for s in stages
         ],
         "FXL": [mult * _scalar(s["fsdp_fixed"]["lost"]) for s in stages],
         "X": mult
         * layers
-        * _scalar(first["fsdp"]["gather_layer"] + first["fsdp"]["reduce_layer"] + first["link_busy"]["bwd"]),
+        * _scalar(
+            first["fsdp"]["gather_layer"]
+            + first["fsdp"]["reduce_layer"]
+            + first["link_busy"]["bwd"]
+        ),
         "Y": mult * layers * _scalar(first["windows"]["window/bwd_layer"]),
         "ETA": acc.overlap_interference,
         "tp_rerun": float(work["tp"][int(_scalar(key.r))]),
         "cp_rerun": float(work["attention"][int(_scalar(key.r))]),
         "z3": float(_scalar(z) == 3 and _scalar(sh.shards) > 1),
         "RED": _scalar(steps["reduce/zero"] + steps["reduce/dp"] + steps["reduce/kv_replica"]),
-        "RCON": _scalar(terms.reduction_link_traffic(model, workload, acc, sh, first["tp"], first["cp"], co)),
+        "RCON": _scalar(
+            terms.reduction_link_traffic(model, workload, acc, sh, first["tp"], first["cp"], co)
+        ),
         "WIN": _scalar(windows["WIN"]),
         "GATH": _scalar(steps["gather/zero"]),
         "FWD": _scalar(windows["FWD"]),
@@ -264,7 +299,9 @@ def _step_terms(problem: Problem, key: _Keys, stages: list[dict]) -> dict:
     }
 
 
-def _itemise(layout: Layout, slow: dict, stage_items: dict, parts: dict, mult: float, t: dict) -> dict:
+def _itemise(
+    layout: Layout, slow: dict, stage_items: dict, parts: dict, mult: float, t: dict
+) -> dict:
     """time_s: the step formula's parts, with the slowest stage's per-step time split into its
     compute items (x K), exposed collectives (x K), microbatch overhead (x K) and the bubble; what hidden
     collectives cost the compute beside them is ``exposed_comm/interference``, not their group's item."""
@@ -295,7 +332,10 @@ def _itemise(layout: Layout, slow: dict, stage_items: dict, parts: dict, mult: f
 def _split_reductions(t: dict, exposed: float, gather_exposed: float) -> dict:
     """The exposed once-per-step reductions by group: the window hides them in order (ZeRO
     reduce-scatter, DP all-reduce, KV-replica all-reduce), the rest is each group's share."""
-    out, budget = {}, max(0.0, t["WIN"] - t["RCON"])  # what the TP and CP traffic on those links leave free
+    out, budget = (
+        {},
+        max(0.0, t["WIN"] - t["RCON"]),
+    )  # what the TP and CP traffic on those links leave free
     # the compute each hidden second of them slows (overlap_interference; costs.step.unhidden), as its own item
     loss_rate, keep = (t["REDI"] / t["RED"] if t["RED"] else 0.0), step.unhidden(1.0, t["ETA_PCT"])
     out["exposed_comm/interference"] = 0.0
@@ -309,8 +349,12 @@ def _split_reductions(t: dict, exposed: float, gather_exposed: float) -> dict:
     out["exposed_comm/zero"] += gather_beyond
     out["exposed_comm/interference"] += gather_exposed - gather_beyond
     if abs(out["exposed_comm/interference"]) <= 1e-12 * max(1.0, exposed + gather_exposed):
-        out["exposed_comm/interference"] = 0.0  # nothing hidden (windows of 0): the differences cancel up to rounding
-    assert abs(sum(out.values()) - exposed - gather_exposed) <= 1e-9 * max(1.0, exposed + gather_exposed)
+        out["exposed_comm/interference"] = (
+            0.0  # nothing hidden (windows of 0): the differences cancel up to rounding
+        )
+    assert abs(sum(out.values()) - exposed - gather_exposed) <= 1e-9 * max(
+        1.0, exposed + gather_exposed
+    )
     return out
 
 
@@ -361,7 +405,13 @@ def _collectives(problem: Problem, key: _Keys, slow: dict, t: dict) -> list[dict
         ),
         ("zero-1/2 grad reduce-scatter", co.shard, None, "per step", _scalar(steps["reduce/zero"])),
         ("dp grad all-reduce", co.dp, None, "per step", _scalar(steps["reduce/dp"])),
-        ("kv-replica grad all-reduce", co.kv, None, "per step", _scalar(steps["reduce/kv_replica"])),
+        (
+            "kv-replica grad all-reduce",
+            co.kv,
+            None,
+            "per step",
+            _scalar(steps["reduce/kv_replica"]),
+        ),
         (
             "ep token dispatch/combine all-to-all",
             co.ep,
@@ -371,7 +421,13 @@ def _collectives(problem: Problem, key: _Keys, slow: dict, t: dict) -> list[dict
         ),
     ]
     return [
-        {"name": name, "group_size": int(_scalar(c.members)), "bytes": nbytes, "frequency": freq, "time_s": t_s}
+        {
+            "name": name,
+            "group_size": int(_scalar(c.members)),
+            "bytes": nbytes,
+            "frequency": freq,
+            "time_s": t_s,
+        }
         for name, c, nbytes, freq, t_s in rows
         if _scalar(c.members) > 1 and t_s > 0
     ]

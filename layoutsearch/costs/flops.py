@@ -10,13 +10,19 @@ the kernel skips masked blocks). Recomputation adds a forward (full) or the atte
 from __future__ import annotations
 
 from layoutsearch.core.specs import ModelSpec
-from layoutsearch.costs.params import kv_heads_per_device, mla_attention_params_per_layer, moe_layer_share
+from layoutsearch.costs.params import (
+    kv_heads_per_device,
+    mla_attention_params_per_layer,
+    moe_layer_share,
+)
 
 BACKWARD_OVER_FORWARD = 2.0
 # FlashAttention's backward recomputes the scores: 5 matmul-sized products against 2 in the
 # forward (Dao 2023, FlashAttention-2, section 3.1), so 2.5x the forward.
 FLASH_ATTENTION_BACKWARD_OVER_FORWARD = 2.5
-MATERIALISED_SCORE_BYTES_FORWARD = 9  # write fp16 scores 2, softmax read 2 + write 2, dropout mask 1, read for AV 2
+MATERIALISED_SCORE_BYTES_FORWARD = (
+    9  # write fp16 scores 2, softmax read 2 + write 2, dropout mask 1, read for AV 2
+)
 RECOMPUTED_FORWARDS = {"none": 0.0, "selective": 0.0, "full": 1.0}
 
 
@@ -34,7 +40,9 @@ def matmul_params_per_layer(model: ModelSpec, tp: int = 1):
     mlp = model.mlp_matrices * model.d_model * (model.d_ff // tp)
     if model.moe is not None:
         f, moe = moe_layer_share(model), model.moe
-        shared = moe.num_shared_experts * model.mlp_matrices * model.d_model * (moe.shared_d_ff // tp)
+        shared = (
+            moe.num_shared_experts * model.mlp_matrices * model.d_model * (moe.shared_d_ff // tp)
+        )
         mlp = (1.0 - f) * mlp + f * (shared + model.d_model * moe.num_experts / tp)
     return attention + mlp
 
@@ -55,7 +63,14 @@ def routed_params_per_token_per_layer(model: ModelSpec, tp: int = 1):
     if model.moe is None:
         return 0.0 * tp
     moe = model.moe
-    return moe_layer_share(model) * moe.top_k * model.mlp_matrices * model.d_model * moe.expert_d_ff / tp
+    return (
+        moe_layer_share(model)
+        * moe.top_k
+        * model.mlp_matrices
+        * model.d_model
+        * moe.expert_d_ff
+        / tp
+    )
 
 
 # The einsum dispatch's backward: the dispatch's input gradient and the combine's two (expert outputs and the
@@ -71,7 +86,16 @@ def einsum_dispatch_flops_per_token_per_layer(model: ModelSpec, seq_len: int, tp
     if model.moe is None or model.moe.capacity_factor is None:
         return 0.0 * tp
     moe = model.moe
-    return moe_layer_share(model) * 2 * 2.0 * seq_len * moe.top_k * moe.capacity_factor * model.d_model / tp
+    return (
+        moe_layer_share(model)
+        * 2
+        * 2.0
+        * seq_len
+        * moe.top_k
+        * moe.capacity_factor
+        * model.d_model
+        / tp
+    )
 
 
 def value_head_dim(model: ModelSpec) -> int:
@@ -114,7 +138,9 @@ def layer_attention_context(model: ModelSpec, seq_len: int, causal: bool) -> flo
     return (windowed * local + model.full_attention_layers * full) / model.num_layers
 
 
-def attention_flops_per_token_per_layer(model: ModelSpec, seq_len: int, causal: bool, tp: int = 1) -> float:
+def attention_flops_per_token_per_layer(
+    model: ModelSpec, seq_len: int, causal: bool, tp: int = 1
+) -> float:
     """Forward QK^T and AV FLOPs per token of one layer on one TP rank: 2 x context x (h_qk + h_v) x
     n_q/tp, 4 x context x h x n_q/tp when the value heads are as wide as the query-key heads
     (context: ``layer_attention_context``, the sliding window's where the model has one; MLA: h_qk =
@@ -143,12 +169,15 @@ def model_flops_per_token(model: ModelSpec, seq_len: int, convention: str = "mod
     - ``palm-causal``: as ``palm`` with the attention term halved.
     """
     n = (
-        model.num_layers * (matmul_params_per_layer(model) + routed_params_per_token_per_layer(model))
+        model.num_layers
+        * (matmul_params_per_layer(model) + routed_params_per_token_per_layer(model))
         + model.d_model * model.vocab_size
     )
     causal = convention in ("model", "palm-causal")
     if convention not in MFU_CONVENTIONS:
-        raise ValueError(f"mfu convention '{convention}' is not one of {', '.join(MFU_CONVENTIONS)}")
+        raise ValueError(
+            f"mfu convention '{convention}' is not one of {', '.join(MFU_CONVENTIONS)}"
+        )
     attn = 3.0 * model.num_layers * attention_flops_per_token_per_layer(model, seq_len, causal)
     return 6.0 * n + attn
 
@@ -156,7 +185,9 @@ def model_flops_per_token(model: ModelSpec, seq_len: int, convention: str = "mod
 MFU_CONVENTIONS = ("model", "palm", "palm-causal")
 
 
-def mfu(model_flops_per_step: float, step_time_s: float, num_devices: int, peak_flops_per_s: float) -> float:
+def mfu(
+    model_flops_per_step: float, step_time_s: float, num_devices: int, peak_flops_per_s: float
+) -> float:
     """Model FLOPs utilisation: model FLOPs per step / (step time x devices x peak FLOP/s)."""
     return model_flops_per_step / (step_time_s * num_devices * peak_flops_per_s)
 
@@ -181,11 +212,23 @@ def elementwise_bytes_per_token_per_layer(
     f = mlp_width_per_token(model) / tp
     qk = (model.num_heads // tp + kv_heads_per_device(model, tp)) * model.head_dim
     mlp_act = (3 if model.mlp == "gated" else 2) * f
-    scores = 0.0 if flash_attention else (model.num_heads // tp) * seq_len * MATERIALISED_SCORE_BYTES_FORWARD
+    scores = (
+        0.0
+        if flash_attention
+        else (model.num_heads // tp) * seq_len * MATERIALISED_SCORE_BYTES_FORWARD
+    )
     qk_passes = 2 if model.qk_norm == "none" else 4  # rotary, and the q/k norm (read + write)
     # MoE: the k copies of each token permuted before the experts and back after (read + write D each)
-    permute = 0.0 if model.moe is None else moe_layer_share(model) * model.moe.top_k * 2 * 2 * model.d_model / tp
-    return activation_bytes * (model.norms_per_layer * 2 * d + 2 * 3 * d + mlp_act + qk_passes * qk + permute) + scores
+    permute = (
+        0.0
+        if model.moe is None
+        else moe_layer_share(model) * model.moe.top_k * 2 * 2 * model.d_model / tp
+    )
+    return (
+        activation_bytes
+        * (model.norms_per_layer * 2 * d + 2 * 3 * d + mlp_act + qk_passes * qk + permute)
+        + scores
+    )
 
 
 def mlp_width_per_token(model: ModelSpec) -> float:
@@ -194,7 +237,9 @@ def mlp_width_per_token(model: ModelSpec) -> float:
     if model.moe is None:
         return float(model.d_ff)
     f, moe = moe_layer_share(model), model.moe
-    return (1.0 - f) * model.d_ff + f * (moe.top_k * moe.expert_d_ff + moe.num_shared_experts * moe.shared_d_ff)
+    return (1.0 - f) * model.d_ff + f * (
+        moe.top_k * moe.expert_d_ff + moe.num_shared_experts * moe.shared_d_ff
+    )
 
 
 def hardware_flops_per_token(model: ModelSpec, seq_len: int, recompute: str) -> float:
@@ -209,7 +254,10 @@ def hardware_flops_per_token(model: ModelSpec, seq_len: int, recompute: str) -> 
         return (
             base
             + model.num_layers
-            * (matmul_flops_per_token_per_layer(model) + 2.0 * routed_params_per_token_per_layer(model))
+            * (
+                matmul_flops_per_token_per_layer(model)
+                + 2.0 * routed_params_per_token_per_layer(model)
+            )
             + attn
         )
     return base + (attn if recompute == "selective" else 0.0)

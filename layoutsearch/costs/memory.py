@@ -45,9 +45,22 @@ PRODUCER = {
     "moe_dispatched": "norm",
     "moe_act": "act",
 }
-_PROJECTIONS = ("q", "k", "v", "qk_norm_in", "mla_latent")  # the QKV projections' outputs (MaxText "qkv_proj")
-_OUT_PROJ = ("mlp_norm_in", "post_norm_in")  # the O projection's output and the residual after it ("out_proj")
-_CONTEXT = ("attn_out", "attn_lse", "attn_scores")  # the attention core's output ("context"; scores when unfused)
+_PROJECTIONS = (
+    "q",
+    "k",
+    "v",
+    "qk_norm_in",
+    "mla_latent",
+)  # the QKV projections' outputs (MaxText "qkv_proj")
+_OUT_PROJ = (
+    "mlp_norm_in",
+    "post_norm_in",
+)  # the O projection's output and the residual after it ("out_proj")
+_CONTEXT = (
+    "attn_out",
+    "attn_lse",
+    "attn_scores",
+)  # the attention core's output ("context"; scores when unfused)
 _MLP_WI = ("mlp_gate", "mlp_up")  # the MLP input projections' outputs ("mlpwi")
 ALL_TENSORS = frozenset(PRODUCER)
 POLICY_SAVES: dict[str, frozenset] = {
@@ -58,9 +71,15 @@ POLICY_SAVES: dict[str, frozenset] = {
     # torchtitan op SAC: outputs of every other matmul (wq, wv, w1 / gate) and of the attention kernel
     "op": frozenset({"attn_norm_in", "q", "v", "qk_norm_in", "mla_latent", *_CONTEXT, "mlp_gate"}),
     # MaxText remat policies (decoder checkpoint names: qkv_proj, context, out_proj, mlpwi, mlpwo)
-    "minimal": frozenset({"attn_norm_in", *_PROJECTIONS, *_OUT_PROJ, *_MLP_WI}),  # every dot without batch dims
-    "minimal_with_context": frozenset({"attn_norm_in", *_PROJECTIONS, *_CONTEXT, *_OUT_PROJ, *_MLP_WI}),
-    "save_dot_with_context_except_mlp": frozenset({"attn_norm_in", *_PROJECTIONS, *_CONTEXT, *_OUT_PROJ}),
+    "minimal": frozenset(
+        {"attn_norm_in", *_PROJECTIONS, *_OUT_PROJ, *_MLP_WI}
+    ),  # every dot without batch dims
+    "minimal_with_context": frozenset(
+        {"attn_norm_in", *_PROJECTIONS, *_CONTEXT, *_OUT_PROJ, *_MLP_WI}
+    ),
+    "save_dot_with_context_except_mlp": frozenset(
+        {"attn_norm_in", *_PROJECTIONS, *_CONTEXT, *_OUT_PROJ}
+    ),
     "save_dot_except_mlpwi": frozenset({"attn_norm_in", *_PROJECTIONS, *_OUT_PROJ}),
     "save_dot_except_mlp": frozenset({"attn_norm_in", *_PROJECTIONS, *_OUT_PROJ}),
     "save_qkv_proj": frozenset({"attn_norm_in", *_PROJECTIONS}),
@@ -71,7 +90,10 @@ POLICY_SAVES: dict[str, frozenset] = {
 # of them in host memory; they leave HBM during the forward and come back for the backward.
 OFFLOADED: dict[str, tuple[str, frozenset]] = {
     "qkv_proj_offloaded": ("save_qkv_proj", frozenset(_PROJECTIONS)),
-    "minimal_offloaded": ("minimal", frozenset({*_PROJECTIONS, *_OUT_PROJ, *_MLP_WI})),  # every dot but the context
+    "minimal_offloaded": (
+        "minimal",
+        frozenset({*_PROJECTIONS, *_OUT_PROJ, *_MLP_WI}),
+    ),  # every dot but the context
     # remat_policy: custom, decoder_layer_input: offload, and the named projections offloaded too
     "custom_offload_input": ("full", frozenset({"attn_norm_in"})),
     "custom_offload_qkv_proj": ("save_qkv_proj", POLICY_SAVES["save_qkv_proj"]),
@@ -100,14 +122,29 @@ POLICY_SAVES["norm_moe"] = ALL_TENSORS - {
 # Megatron --recompute-modules mla_up_proj (latent attention): the up-projected queries, keys and values (and their
 # RoPE) are dropped and recomputed from the saved latents (output-discarding checkpoints)
 POLICY_SAVES["mla_up_proj"] = ALL_TENSORS - {"q", "k", "v", "qk_norm_in"}
-WHOLE_MLP_RERUN = ("norm_moe",)  # policies that checkpoint the MLP module whole: its down projection reruns too
+WHOLE_MLP_RERUN = (
+    "norm_moe",
+)  # policies that checkpoint the MLP module whole: its down projection reruns too
 assert set(OFFLOADED) == set(OFFLOAD_POLICIES) and set(POLICY_SAVES) == set(RECOMPUTE_POLICIES)
 # fp8 training (Transformer Engine, torchao float8): the inputs of the linear layers are saved in
 # fp8 for the weight-gradient GEMMs, the rest stays in the activation precision.
-FP8_LINEAR_INPUTS = ("qkv_in", "latent_in", "attn_out", "mlp_in", "moe_in", "mlp_act", "moe_dispatched", "moe_act")
+FP8_LINEAR_INPUTS = (
+    "qkv_in",
+    "latent_in",
+    "attn_out",
+    "mlp_in",
+    "moe_in",
+    "mlp_act",
+    "moe_dispatched",
+    "moe_act",
+)
 FP8_BYTES = 1
-FP8_WEIGHT_COPIES = 2  # fp8 weights cached for the microbatches of a step: W and its transpose (Hopper TE)
-SAVED_SCORE_BYTES = 5  # without fused attention: softmax output 2, dropout mask 1, dropout output 2 (Korthikanti)
+FP8_WEIGHT_COPIES = (
+    2  # fp8 weights cached for the microbatches of a step: W and its transpose (Hopper TE)
+)
+SAVED_SCORE_BYTES = (
+    5  # without fused attention: softmax output 2, dropout mask 1, dropout output 2 (Korthikanti)
+)
 
 
 def saved_tensor_widths(
@@ -128,7 +165,12 @@ def saved_tensor_widths(
 
 
 def _saved_widths(
-    model: ModelSpec, tp: int, sequence_parallel: bool, seq_len: int, flash_attention: bool, activation_bytes: int
+    model: ModelSpec,
+    tp: int,
+    sequence_parallel: bool,
+    seq_len: int,
+    flash_attention: bool,
+    activation_bytes: int,
 ) -> dict[str, float]:
     d_sp = model.d_model / tp if sequence_parallel else float(model.d_model)
     q = model.num_heads // tp * model.head_dim
@@ -145,24 +187,38 @@ def _saved_widths(
         a = model.mla
         latent = (a.q_lora_rank or 0) + a.kv_lora_rank + a.qk_rope_head_dim
     # MoE: the k dispatched copies of each token entering the experts, and the router's fp32 probabilities
-    dispatched = 0.0 if model.moe is None else moe_layer_share(model) * model.moe.top_k * model.d_model / tp
-    router = 0.0 if model.moe is None else moe_layer_share(model) * model.moe.num_experts / tp * 4 / activation_bytes
+    dispatched = (
+        0.0 if model.moe is None else moe_layer_share(model) * model.moe.top_k * model.d_model / tp
+    )
+    router = (
+        0.0
+        if model.moe is None
+        else moe_layer_share(model) * model.moe.num_experts / tp * 4 / activation_bytes
+    )
     return {
         "attn_norm_in": d_sp,  # residual stream entering the layer
-        "qkv_in": 0.0 if model.mla is not None else d_sp,  # normalised input of the QKV projection (norm fused in)
-        "latent_in": d_sp if model.mla is not None else 0.0,  # MLA: the input norm's output, down-projections' input
+        "qkv_in": 0.0
+        if model.mla is not None
+        else d_sp,  # normalised input of the QKV projection (norm fused in)
+        "latent_in": d_sp
+        if model.mla is not None
+        else 0.0,  # MLA: the input norm's output, down-projections' input
         "q": q,
         "k": kv,
         "v": v,  # inputs of the attention core
         "mla_latent": latent,
         "attn_out": o_in,  # attention output, input of the O projection
-        "attn_lse": model.num_heads / tp * 2.0 if flash_attention else 0.0,  # fp32 log-sum-exp per head
+        "attn_lse": model.num_heads / tp * 2.0
+        if flash_attention
+        else 0.0,  # fp32 log-sum-exp per head
         "attn_scores": 0.0
         if flash_attention
         else (model.num_heads // tp) * seq_len * SAVED_SCORE_BYTES / activation_bytes,
         "mlp_norm_in": d_sp,
-        "mlp_in": (1.0 - share) * d_sp,  # the pre-MLP norm's output in dense layers (norm fused into the MLP)
-        "moe_in": share * d_sp,  # ... in MoE layers (the router's, the dispatcher's and the shared experts' input)
+        "mlp_in": (1.0 - share)
+        * d_sp,  # the pre-MLP norm's output in dense layers (norm fused into the MLP)
+        "moe_in": share
+        * d_sp,  # ... in MoE layers (the router's, the dispatcher's and the shared experts' input)
         "moe_dispatched": dispatched + router,
         "mlp_gate": f * (model.mlp_matrices - 2),  # the gate projection's output (gated MLPs)
         "mlp_up": f,  # the up projection's output (the pre-activation of a plain MLP)
@@ -170,7 +226,9 @@ def _saved_widths(
         "moe_act": routed,  # the routed experts' (their grouped down projection's input)
         # Gemma 2/3 post-attention and post-MLP norms: their inputs (the O and down projection outputs)
         "post_norm_in": max(model.norms_per_layer - 2, 0) * d_sp,
-        "qk_norm_in": 0.0 if model.qk_norm == "none" else 1.0 * (q + kv),  # q and k before their norms
+        "qk_norm_in": 0.0
+        if model.qk_norm == "none"
+        else 1.0 * (q + kv),  # q and k before their norms
     }
 
 
@@ -193,7 +251,12 @@ def on_host_by_code(tensor: str) -> np.ndarray:
 @cache
 def in_hbm_by_code(tensor: str) -> np.ndarray:
     """Whether each policy keeps ``tensor`` saved in HBM (``kept_by_policy``, not offloaded), by recompute code."""
-    return np.array([kept_by_policy(tensor, policy) and not on_host(tensor, policy) for policy in RECOMPUTE_POLICIES])
+    return np.array(
+        [
+            kept_by_policy(tensor, policy) and not on_host(tensor, policy)
+            for policy in RECOMPUTE_POLICIES
+        ]
+    )
 
 
 def recompute_arrays(model: ModelSpec) -> dict[str, np.ndarray]:
@@ -209,7 +272,9 @@ def recompute_work(model: ModelSpec, policy: str) -> dict[str, float]:
     the all-gather before the QKV and the MLP input projections, the reduce-scatter after the O
     and the MLP output projections). ``full`` reruns the whole layer; other policies rerun the
     producers of what they do not save."""
-    policy = OFFLOADED[policy][0] if policy in OFFLOADED else policy  # offloading moves bytes, reruns nothing more
+    policy = (
+        OFFLOADED[policy][0] if policy in OFFLOADED else policy
+    )  # offloading moves bytes, reruns nothing more
     d, q, kv, f = (
         model.d_model,
         model.num_heads * model.head_dim,
@@ -225,7 +290,9 @@ def recompute_work(model: ModelSpec, policy: str) -> dict[str, float]:
         "mm_up": d * f,
         "mm_down": f * d,
     }
-    if model.mla is not None:  # the latent projections, then the up-projections of the queries, keys and values
+    if (
+        model.mla is not None
+    ):  # the latent projections, then the up-projections of the queries, keys and values
         a, n = model.mla, model.num_heads
         q_in = a.q_lora_rank or d
         flops.update(
@@ -238,7 +305,9 @@ def recompute_work(model: ModelSpec, policy: str) -> dict[str, float]:
     if policy == "full":
         rerun = set(flops) | {"attention", "norm", "act", "mm_latent"}
     else:
-        present = _saved_widths(model, 1, False, 0, True, 2)  # a tensor this model does not have reruns nothing
+        present = _saved_widths(
+            model, 1, False, 0, True, 2
+        )  # a tensor this model does not have reruns nothing
         rerun = {PRODUCER[t] for t in ALL_TENSORS - POLICY_SAVES[policy] if present[t] > 0}
         rerun |= {"mm_down"} if policy in WHOLE_MLP_RERUN else set()
     # the all-gather before the attention's input projections: MLA's down-projections, else Q, K and V
@@ -252,13 +321,17 @@ def recompute_work(model: ModelSpec, policy: str) -> dict[str, float]:
     return {
         "matmul": sum(v for k, v in flops.items() if k in rerun) / sum(flops.values()),
         "attention": float("attention" in rerun),
-        "elementwise": 1.0 if policy == "full" else 0.5 * ("norm" in rerun),  # the norms' half of the passes
+        "elementwise": 1.0
+        if policy == "full"
+        else 0.5 * ("norm" in rerun),  # the norms' half of the passes
         "tp": sum(collectives) / 4.0,
         "moe": float(collectives[2]),
     }  # the MLP input runs again: a MoE layer dispatches its tokens again
 
 
-def state_bytes(params: float, workload: Workload, zero_stage: int, shards: int) -> dict[str, float]:
+def state_bytes(
+    params: float, workload: Workload, zero_stage: int, shards: int
+) -> dict[str, float]:
     """Model state of ``params`` parameters on one device, sharded over ``shards`` per ZeRO stage.
 
     Stage 0 shards nothing; 1 shards optimizer moments and master weights; 2 also gradients;
@@ -269,7 +342,11 @@ def state_bytes(params: float, workload: Workload, zero_stage: int, shards: int)
     def sharded(bytes_per_param: int, from_stage: int):
         return params * bytes_per_param / np.where(np.asarray(zero_stage) >= from_stage, shards, 1)
 
-    kept = np.where(np.asarray(zero_stage) == 3, 0.0, 1.0) if transient_zero3_weights(workload) else 1.0
+    kept = (
+        np.where(np.asarray(zero_stage) == 3, 0.0, 1.0)
+        if transient_zero3_weights(workload)
+        else 1.0
+    )
     return {
         "weights": kept * sharded(workload.weight_bytes_per_param, 3),
         "master": sharded(workload.master_bytes_per_param, 1),

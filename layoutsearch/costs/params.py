@@ -19,12 +19,20 @@ from layoutsearch.core.specs import Layout, ModelSpec
 
 def kv_heads_per_device(model: ModelSpec, tp):
     """KV heads each TP rank holds: n_kv/tp, or one (replicated) when tp exceeds n_kv (int or array)."""
-    return np.maximum(model.num_kv_heads // tp, 1) if isinstance(tp, np.ndarray) else max(model.num_kv_heads // tp, 1)
+    return (
+        np.maximum(model.num_kv_heads // tp, 1)
+        if isinstance(tp, np.ndarray)
+        else max(model.num_kv_heads // tp, 1)
+    )
 
 
 def kv_replication(model: ModelSpec, tp):
     """On how many TP ranks each KV head is stored: tp/n_kv when tp > n_kv, else 1 (int or array)."""
-    return np.maximum(tp // model.num_kv_heads, 1) if isinstance(tp, np.ndarray) else max(tp // model.num_kv_heads, 1)
+    return (
+        np.maximum(tp // model.num_kv_heads, 1)
+        if isinstance(tp, np.ndarray)
+        else max(tp // model.num_kv_heads, 1)
+    )
 
 
 def attention_matrices(model: ModelSpec, tp=1) -> list:
@@ -41,7 +49,11 @@ def attention_matrices(model: ModelSpec, tp=1) -> list:
         return [d * q_out, d * kv_out, d * kv_out, q_out * d]
     a = model.mla
     qk = a.qk_nope_head_dim + a.qk_rope_head_dim
-    query = [d * heads * qk] if a.q_lora_rank is None else [d * a.q_lora_rank, a.q_lora_rank * heads * qk]
+    query = (
+        [d * heads * qk]
+        if a.q_lora_rank is None
+        else [d * a.q_lora_rank, a.q_lora_rank * heads * qk]
+    )
     return query + [
         d * (a.kv_lora_rank + a.qk_rope_head_dim),
         a.kv_lora_rank * heads * (a.qk_nope_head_dim + a.v_head_dim),
@@ -108,7 +120,11 @@ def router_params(model: ModelSpec) -> int:
 
 def moe_mlp_params(model: ModelSpec) -> int:
     """Everything the MLP of one MoE layer holds: E routed experts, the shared ones, the router."""
-    return model.moe.num_experts * routed_expert_params(model) + shared_expert_params(model) + router_params(model)
+    return (
+        model.moe.num_experts * routed_expert_params(model)
+        + shared_expert_params(model)
+        + router_params(model)
+    )
 
 
 def qk_norm_params_per_layer(model: ModelSpec, tp: int = 1) -> int:
@@ -142,7 +158,11 @@ def largest_layer_tensor(model: ModelSpec, tp=1):
         tensors.append(d * (model.d_ff // tp))
     if model.moe is not None and model.moe.num_shared_experts:
         tensors.append(d * (model.moe.num_shared_experts * model.moe.shared_d_ff // tp))
-    return np.maximum.reduce(np.broadcast_arrays(*tensors)) if isinstance(tp, np.ndarray) else max(tensors)
+    return (
+        np.maximum.reduce(np.broadcast_arrays(*tensors))
+        if isinstance(tp, np.ndarray)
+        else max(tensors)
+    )
 
 
 def largest_expert_tensor(model: ModelSpec, ep=1, etp=1):
@@ -162,7 +182,9 @@ def layer_params(model: ModelSpec, tp: int = 1):
     mlp = mlp_params_per_layer(model, tp)
     if model.moe is not None:
         f = moe_layer_share(model)
-        moe = model.moe.num_shared_experts * ffn_params(model, model.moe.shared_d_ff, tp) + router_params(model)
+        moe = model.moe.num_shared_experts * ffn_params(
+            model, model.moe.shared_d_ff, tp
+        ) + router_params(model)
         mlp = (1.0 - f) * mlp + f * moe
     return attention_params_per_layer(model, tp) + mlp + norm_params_per_layer(model, tp)
 
@@ -179,7 +201,11 @@ def expert_layer_params(model: ModelSpec, etp=1):
     the ep group holds 1/ep of them): share x E x one expert's FFN of width F_e / etp."""
     if model.moe is None:
         return 0.0 * etp
-    return moe_layer_share(model) * model.moe.num_experts * ffn_params(model, model.moe.expert_d_ff, etp)
+    return (
+        moe_layer_share(model)
+        * model.moe.num_experts
+        * ffn_params(model, model.moe.expert_d_ff, etp)
+    )
 
 
 def param_counts(model: ModelSpec) -> dict[str, int]:

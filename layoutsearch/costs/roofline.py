@@ -10,7 +10,12 @@ from __future__ import annotations
 
 
 def gather_volumes_bytes(
-    d_model: int, d_ff: int, batch_tokens: float, num_chips: int, tp: int, bytes_per_element: int = 2
+    d_model: int,
+    d_ff: int,
+    batch_tokens: float,
+    num_chips: int,
+    tp: int,
+    bytes_per_element: int = 2,
 ) -> tuple[float, float]:
     """(V_W, V_X): FSDP weight-gather target 2DF/t and TP input-gather target 2 B_tok D t / N."""
     v_w = bytes_per_element * d_model * d_ff / tp

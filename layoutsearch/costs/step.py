@@ -61,7 +61,9 @@ LOST = ("TPL", "TPFL", "CPL", "CPFL", "EPL", "EPFL", "FXL")
 def stage_items(t: dict, st: int) -> dict:
     """The parts of stage ``st``'s time per step (floats or integer arrays; ``t`` holds the terms)."""
     lost = {name: t.get(name, 0.0) for name in LOST}
-    per_stage = {name: (value[st] if isinstance(value, list) else value) for name, value in lost.items()}
+    per_stage = {
+        name: (value[st] if isinstance(value, list) else value) for name, value in lost.items()
+    }
     items = {
         "stage/compute": t["A"][st],
         "exposed_comm/tp": t["TP"][st] + t["tp_rerun"] * t["TPF"],
@@ -75,10 +77,14 @@ def stage_items(t: dict, st: int) -> dict:
             + t["z3"] * (per_stage["FXL"] + t["ETA"] * np.minimum(t["X"], t["Y"]))
         ),
     }
-    if t.get("EP") is not None:  # the search leaves the expert terms out of a dense model's tables (all zero)
+    if (
+        t.get("EP") is not None
+    ):  # the search leaves the expert terms out of a dense model's tables (all zero)
         items["exposed_comm/ep"] = t["EP"][st] + t["ep_rerun"] * t["EPF"]
         items["exposed_comm/interference"] = (
-            items["exposed_comm/interference"] + per_stage["EPL"] + t["ep_rerun"] * per_stage["EPFL"]
+            items["exposed_comm/interference"]
+            + per_stage["EPL"]
+            + t["ep_rerun"] * per_stage["EPFL"]
         )
     return items
 
@@ -96,7 +102,9 @@ def step_parts(t: dict, stage) -> dict:
     """The step's parts given the slowest stage's time: the once-per-step terms of EXPOSED and PLAIN."""
     parts = {"stage": stage}
     for name, hidden, window, loss in EXPOSED:
-        parts[name] = unhidden(np.maximum(0, sum(t[h] for h in hidden) - t[window]), t["ETA_PCT"]) + t[loss]
+        parts[name] = (
+            unhidden(np.maximum(0, sum(t[h] for h in hidden) - t[window]), t["ETA_PCT"]) + t[loss]
+        )
     for name, term in PLAIN:
         parts[name] = t[term]
     return parts

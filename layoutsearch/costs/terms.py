@@ -30,7 +30,12 @@ from statistics import NormalDist
 
 import numpy as np
 
-from layoutsearch.core.frameworks import node_dedup, profile_of, transient_zero3_weights, vendor_attention
+from layoutsearch.core.frameworks import (
+    node_dedup,
+    profile_of,
+    transient_zero3_weights,
+    vendor_attention,
+)
 from layoutsearch.core.placement import EXPERT_NESTING, expert_degrees
 from layoutsearch.core.specs import SCHEDULE_CODES, Accelerator, ModelSpec, Workload
 from layoutsearch.core.stages import split_layers
@@ -66,7 +71,9 @@ class Shapes:
     ep: np.ndarray = None  # expert parallelism (1 for a dense model)
     etp: np.ndarray = None  # expert tensor parallelism
     sched: np.ndarray = None
-    lf: np.ndarray = None  # layers of the first stage when given (0: the engine's split, core.stages)
+    lf: np.ndarray = (
+        None  # layers of the first stage when given (0: the engine's split, core.stages)
+    )
     ll: np.ndarray = None  # layers of the last stage when given
 
     def __post_init__(self):
@@ -82,16 +89,22 @@ class Shapes:
 
     @classmethod
     def of(cls, **degrees) -> Shapes:
-        arrays = {k: np.atleast_1d(np.asarray(degrees.get(k, 1), dtype=np.int64)) for k in SHAPE_KEYS}
+        arrays = {
+            k: np.atleast_1d(np.asarray(degrees.get(k, 1), dtype=np.int64)) for k in SHAPE_KEYS
+        }
         extra = {
-            k: None if degrees.get(k) is None else np.atleast_1d(np.asarray(degrees[k], dtype=np.int64))
+            k: None
+            if degrees.get(k) is None
+            else np.atleast_1d(np.asarray(degrees[k], dtype=np.int64))
             for k in ("sched", "lf", "ll")
         }
         return cls(**arrays, **extra)
 
     def take(self, index) -> Shapes:
         out = Shapes(**{k: getattr(self, k)[index] for k in (*SHAPE_KEYS, "sched", "lf", "ll")})
-        for layers, split in self.__dict__.get("_split", {}).items():  # carried, not recomputed, for the rows
+        for layers, split in self.__dict__.get(
+            "_split", {}
+        ).items():  # carried, not recomputed, for the rows
             out.__dict__.setdefault("_split", {})[layers] = tuple(a[index] for a in split)
         return out
 
@@ -170,7 +183,14 @@ def step_multiplier(sh: Shapes, k):
 
 
 def compute_per_microbatch(
-    model: ModelSpec, workload: Workload, acc: Accelerator, sh: Shapes, k, r, last, sequence_parallel: bool = True
+    model: ModelSpec,
+    workload: Workload,
+    acc: Accelerator,
+    sh: Shapes,
+    k,
+    r,
+    last,
+    sequence_parallel: bool = True,
 ) -> dict:
     """Seconds of compute per microbatch on a stage, and the windows collectives hide behind.
 
@@ -183,30 +203,49 @@ def compute_per_microbatch(
     layer_rate = acc.peak_fp8_flops_per_s * acc.fp8_matmul_efficiency * size if fp8 else rate
     attn_rate = (
         acc.peak_flops_per_s
-        * (attention_efficiency(workload, acc) if workload.flash_attention else acc.matmul_efficiency)
+        * (
+            attention_efficiency(workload, acc)
+            if workload.flash_attention
+            else acc.matmul_efficiency
+        )
         * size
     )
     # DeepSeek-style multi-token prediction: each module is one more layer on the stage holding the
     # output, with its own pass through the (shared) output head (technical report section 2.2)
     mtp = _f(last) * model.mtp_layers if model.mtp_layers else 0.0
-    layers = layers_per_stage(model, sh, last) + mtp if model.mtp_layers else layers_per_stage(model, sh, last)
+    layers = (
+        layers_per_stage(model, sh, last) + mtp
+        if model.mtp_layers
+        else layers_per_stage(model, sh, last)
+    )
     work = memory.recompute_arrays(model)
     mm_rerun, attn_rerun, ew_rerun = work["matmul"][r], work["attention"][r], work["elementwise"][r]
     mm = flops.matmul_flops_per_token_per_layer(model, sh.tp) * m / layer_rate
-    if model.moe is not None:  # the routed experts' grouped GEMMs, at the rows the busiest local expert gets
+    if (
+        model.moe is not None
+    ):  # the routed experts' grouped GEMMs, at the rows the busiest local expert gets
         load = expert_load(model, workload, sh, m)
         rows = expert_rows(model, sh, m) * load
         expert_rate = (
-            layer_rate / size * rows / (rows + acc.matmul_half_efficiency_tokens) * acc.grouped_matmul_efficiency
+            layer_rate
+            / size
+            * rows
+            / (rows + acc.matmul_half_efficiency_tokens)
+            * acc.grouped_matmul_efficiency
         )
-        mm = mm + 2.0 * flops.routed_params_per_token_per_layer(model, sh.tp) * m * load / expert_rate
+        mm = (
+            mm
+            + 2.0 * flops.routed_params_per_token_per_layer(model, sh.tp) * m * load / expert_rate
+        )
     # a capacity-factor MoE dispatched by one-hot einsums (MaxText's dense path): matmuls at the bf16 rate
     dispatch = (
         flops.einsum_dispatch_flops_per_token_per_layer(model, workload.seq_len, sh.tp) * m / rate
         if profile_of(workload.framework, acc.kind).einsum_capacity_dispatch
         else 0.0
     )
-    causal_skip = workload.causal and workload.flash_attention  # unfused kernels compute the masked half too
+    causal_skip = (
+        workload.causal and workload.flash_attention
+    )  # unfused kernels compute the masked half too
     attn = (
         flops.attention_flops_per_token_per_layer(model, workload.seq_len, causal_skip, sh.tp)
         * m
@@ -214,16 +253,27 @@ def compute_per_microbatch(
         * attention_call_factor(model, workload, acc, sh.cp)
     )
     ew_bytes = flops.elementwise_bytes_per_token_per_layer(
-        model, sh.tp, sequence_parallel, workload.activation_bytes, workload.seq_len, workload.flash_attention
+        model,
+        sh.tp,
+        sequence_parallel,
+        workload.activation_bytes,
+        workload.seq_len,
+        workload.flash_attention,
     )
     ew = ew_bytes * m * (3.0 + ew_rerun) / acc.hbm_bytes_per_s
-    if fp8:  # quantising each linear input (read bf16, write fp8) and, in backward, the output gradients
+    if (
+        fp8
+    ):  # quantising each linear input (read bf16, write fp8) and, in backward, the output gradients
         widths = memory.saved_tensor_widths(model, sh.tp, sequence_parallel, workload.seq_len)
-        cast = (workload.activation_bytes + memory.FP8_BYTES) * sum(widths[n] for n in memory.FP8_LINEAR_INPUTS)
+        cast = (workload.activation_bytes + memory.FP8_BYTES) * sum(
+            widths[n] for n in memory.FP8_LINEAR_INPUTS
+        )
         ew = ew + cast * m * (2.0 + mm_rerun) / acc.hbm_bytes_per_s
     passes = 1.0 + flops.BACKWARD_OVER_FORWARD
     attn_passes = 1.0 + (
-        flops.FLASH_ATTENTION_BACKWARD_OVER_FORWARD if workload.flash_attention else flops.BACKWARD_OVER_FORWARD
+        flops.FLASH_ATTENTION_BACKWARD_OVER_FORWARD
+        if workload.flash_attention
+        else flops.BACKWARD_OVER_FORWARD
     )
     logits = _f(last) * (1.0 + mtp) * passes * flops.logits_flops_per_token(model, sh.tp) * m / rate
     recompute = (mm + dispatch) * mm_rerun + attn * attn_rerun
@@ -236,7 +286,11 @@ def compute_per_microbatch(
     # forward-equivalent pass (the forward, the backward's two, the recomputed share), and every collective waits
     # for the kernel before it: nothing hides behind compute (all windows 0)
     blocking = workload.launch_blocking
-    launch_wait = layers * (passes + mm_rerun) * (acc.blocking_launch_s_per_layer_pass or 0.0) if blocking else 0.0
+    launch_wait = (
+        layers * (passes + mm_rerun) * (acc.blocking_launch_s_per_layer_pass or 0.0)
+        if blocking
+        else 0.0
+    )
     hides = 0.0 if blocking else 1.0
     # host offloading: each layer's offloaded tensors go to host during its forward and come back for its
     # backward, asynchronously; what the layer's compute does not cover is waited for (all of it under blocking)
@@ -246,17 +300,21 @@ def compute_per_microbatch(
         / (acc.host_bytes_per_s_per_direction or np.inf)
     )
     offload_wait = layers * (
-        np.maximum(0.0, moved - hides * (mm + dispatch + attn)) + np.maximum(0.0, moved - hides * bwd_window)
+        np.maximum(0.0, moved - hides * (mm + dispatch + attn))
+        + np.maximum(0.0, moved - hides * bwd_window)
     )
     moe_fixed = (
-        layers * params.moe_layer_share(model) * moe_host_overhead_s(workload, acc, model.moe.num_experts / sh.ep)
+        layers
+        * params.moe_layer_share(model)
+        * moe_host_overhead_s(workload, acc, model.moe.num_experts / sh.ep)
         if model.moe is not None
         else 0.0
     )
     return {
         "compute/moe_fixed": moe_fixed,
         "compute/launch_wait": launch_wait,
-        "compute/matmul": layers * (mm * passes + dispatch * (1.0 + flops.EINSUM_DISPATCH_BACKWARD_OVER_FORWARD)),
+        "compute/matmul": layers
+        * (mm * passes + dispatch * (1.0 + flops.EINSUM_DISPATCH_BACKWARD_OVER_FORWARD)),
         "compute/attention": layers * attn * attn_passes,
         "compute/recompute": layers * recompute,
         "compute/elementwise": layers * ew,
@@ -288,7 +346,9 @@ def moe_host_overhead_s(workload: Workload, acc: Accelerator, local_experts):
     return acc.moe_layer_overhead_s * kept + per_expert
 
 
-def host_offload_bytes_per_token(model: ModelSpec, workload: Workload, sh: Shapes, r, sequence_parallel: bool = True):
+def host_offload_bytes_per_token(
+    model: ModelSpec, workload: Workload, sh: Shapes, r, sequence_parallel: bool = True
+):
     """Bytes per token and layer a recompute policy keeps in host memory (``memory.OFFLOADED``; keys S, r)."""
     widths = memory.saved_tensor_widths(
         model,
@@ -313,7 +373,11 @@ def _expected_max_of_normals(n: int) -> float:
 def expected_max_of_normals(n):
     """``_expected_max_of_normals`` of each entry of an int array (or an int)."""
     n = np.asarray(n, dtype=np.int64)
-    return np.vectorize(_expected_max_of_normals, otypes=[float])(n) if n.ndim else _expected_max_of_normals(int(n))
+    return (
+        np.vectorize(_expected_max_of_normals, otypes=[float])(n)
+        if n.ndim
+        else _expected_max_of_normals(int(n))
+    )
 
 
 def expert_load(model: ModelSpec, workload: Workload, sh: Shapes, m):
@@ -362,17 +426,32 @@ def ep_per_microbatch(
     least the latency stays)."""
     if model.moe is None:
         zero = 0.0 * tokens_per_microbatch(workload, sh, k)
-        return {"base": zero, "rerun": zero, "lost": zero, "rerun_lost": zero, "a2a": zero, "payload": zero}
+        return {
+            "base": zero,
+            "rerun": zero,
+            "lost": zero,
+            "rerun_lost": zero,
+            "a2a": zero,
+            "payload": zero,
+        }
     m = tokens_per_microbatch(workload, sh, k)
     half = acc.collective_half_efficiency_bytes
     payload = (
-        m / sh.tp * model.moe.top_k * expert_load(model, workload, sh, m) * model.d_model * workload.activation_bytes
+        m
+        / sh.tp
+        * model.moe.top_k
+        * expert_load(model, workload, sh, m)
+        * model.d_model
+        * workload.activation_bytes
     )
     # a deduplicating dispatcher (DeepEP, Megatron's flex dispatcher) sends a token once to each device
     # holding one of its k experts, which hands it to them there, and across nodes once to each node, which
     # fans it out over NVLink: of the k copies, the distinct members hit (``distinct_share``)
     dedup_in, dedup_out = (
-        (distinct_share(co.ep.members, model.moe.top_k), distinct_share(co.ep_out.members, model.moe.top_k))
+        (
+            distinct_share(co.ep.members, model.moe.top_k),
+            distinct_share(co.ep_out.members, model.moe.top_k),
+        )
         if node_dedup(model, workload, acc.kind)
         else (1.0, 1.0)
     )
@@ -451,11 +530,22 @@ def attention_efficiency(workload: Workload, acc: Accelerator) -> float:
     """The fused attention kernel's fraction of peak: the vendor's (cuDNN / Transformer Engine) where
     the workload or its framework profile uses it and the accelerator has a figure for it
     (``frameworks.vendor_attention``), else the portable FlashAttention-2 class fraction the catalogue calibrates."""
-    return acc.vendor_attention_efficiency if vendor_attention(workload, acc) else acc.attention_efficiency
+    return (
+        acc.vendor_attention_efficiency
+        if vendor_attention(workload, acc)
+        else acc.attention_efficiency
+    )
 
 
 def tp_per_microbatch(
-    model: ModelSpec, workload: Workload, acc: Accelerator, sh: Shapes, k, co: Coeffs, last, matmul_fwd_layer=0.0
+    model: ModelSpec,
+    workload: Workload,
+    acc: Accelerator,
+    sh: Shapes,
+    k,
+    co: Coeffs,
+    last,
+    matmul_fwd_layer=0.0,
 ) -> dict:
     """Exposed TP collectives per microbatch (keys S, K, o, stage): 'base', plus 'rerun' for a forward run
     again by recompute (scaled by the policy's share of the forward's collectives, ``memory.recompute_work``).
@@ -467,7 +557,9 @@ def tp_per_microbatch(
     at least one ring chunk of tp stays exposed (NeMo "Communication Overlap").
     """
     m = tokens_per_microbatch(workload, sh, k)
-    unit = 2.0 * ring_time(m * model.d_model * workload.activation_bytes, co.tp, acc.collective_half_efficiency_bytes)
+    unit = 2.0 * ring_time(
+        m * model.d_model * workload.activation_bytes, co.tp, acc.collective_half_efficiency_bytes
+    )
     loss = 3 * 2.0 * ring_time(m * 4.0, co.tp, acc.collective_half_efficiency_bytes) * _f(last)
     layers = layers_per_stage(model, sh, last)
     chunk = 2 * unit / sh.tp
@@ -478,7 +570,9 @@ def tp_per_microbatch(
     # pipelined with the GEMMs only inside the fast domain (userbuffers / async TP need NVLink or ICI)
     overlapped = bool(workload.tp_comm_overlap) & ~np.asarray(co.tp.scale_out, dtype=bool)
     forward = np.where(overlapped, exposed(matmul_fwd_layer), 2 * unit)
-    backward = np.where(overlapped, exposed(flops.BACKWARD_OVER_FORWARD * matmul_fwd_layer), 2 * unit)
+    backward = np.where(
+        overlapped, exposed(flops.BACKWARD_OVER_FORWARD * matmul_fwd_layer), 2 * unit
+    )
     hidden_fwd, hidden_bwd = 2 * unit - forward, 2 * unit - backward
     lost_fwd, lost_bwd = interference(acc, hidden_fwd), interference(acc, hidden_bwd)
     return {
@@ -496,10 +590,14 @@ def reduces_in_backward(workload: Workload, acc: Accelerator, sh: Shapes):
     """Whether the profile runs the once-per-step gradient reductions during the last microbatch's
     backward (keys S): not where it reduces after the whole schedule (DeepSpeed's pipeline engine)."""
     profile = profile_of(workload.framework, acc.kind)
-    return profile.grad_reduce_overlap & np.where(sh.pp > 1, profile.pipelined_grad_reduce_overlap, True)
+    return profile.grad_reduce_overlap & np.where(
+        sh.pp > 1, profile.pipelined_grad_reduce_overlap, True
+    )
 
 
-def step_windows(model: ModelSpec, workload: Workload, acc: Accelerator, sh: Shapes, c: dict) -> dict:
+def step_windows(
+    model: ModelSpec, workload: Workload, acc: Accelerator, sh: Shapes, c: dict
+) -> dict:
     """The compute windows the once-per-step collectives hide behind, as the framework profile
     overlaps them: 'WIN' the last microbatch's backward (gradient reductions), 'FWD' the next
     step's first forward (the ZeRO-1/2 gather of updated weights); 0 where the profile does not overlap."""
@@ -512,7 +610,13 @@ def step_windows(model: ModelSpec, workload: Workload, acc: Accelerator, sh: Sha
 
 
 def cp_per_microbatch(
-    model: ModelSpec, workload: Workload, acc: Accelerator, sh: Shapes, k, co: Coeffs, attn_fwd_layer
+    model: ModelSpec,
+    workload: Workload,
+    acc: Accelerator,
+    sh: Shapes,
+    k,
+    co: Coeffs,
+    attn_fwd_layer,
 ) -> dict:
     """Exposed CP ring time per microbatch (keys S, K, o): 'base', plus 'rerun' when recompute runs the
     attention core again.
@@ -561,7 +665,13 @@ def shard_link_traffic(tp: dict, cp: dict, co: Coeffs) -> dict:
 
 
 def reduction_link_traffic(
-    model: ModelSpec, workload: Workload, acc: Accelerator, sh: Shapes, tp: dict, cp: dict, co: Coeffs
+    model: ModelSpec,
+    workload: Workload,
+    acc: Accelerator,
+    sh: Shapes,
+    tp: dict,
+    cp: dict,
+    co: Coeffs,
 ):
     """Seconds the hidden TP and CP traffic of one microbatch's backward keeps busy the links of the
     data-parallel groups (dp x fsdp x cp), on which the once-per-step gradient reductions run in that
@@ -575,7 +685,9 @@ def reduction_link_traffic(
     )
 
 
-def fsdp_collectives(model: ModelSpec, workload: Workload, acc: Accelerator, sh: Shapes, co: Coeffs) -> dict:
+def fsdp_collectives(
+    model: ModelSpec, workload: Workload, acc: Accelerator, sh: Shapes, co: Coeffs
+) -> dict:
     """ZeRO-3 per-layer gather and gradient reduce-scatter seconds, and the vocabulary's (keys S, o).
 
     A layer moves in ``workload.fsdp_collectives_per_layer`` equal collectives (each paying
@@ -591,7 +703,11 @@ def fsdp_collectives(model: ModelSpec, workload: Workload, acc: Accelerator, sh:
     reduce = n * ring_time(_f(p_layer) * workload.grad_bytes_per_param / n, co.shard, half)
     # the local experts, over the expert ZeRO group
     gather_experts = 0.0 if model.moe is None else ring_time(p_expert * gathered, co.eshard, half)
-    reduce_experts = 0.0 if model.moe is None else ring_time(p_expert * workload.grad_bytes_per_param, co.eshard, half)
+    reduce_experts = (
+        0.0
+        if model.moe is None
+        else ring_time(p_expert * workload.grad_bytes_per_param, co.eshard, half)
+    )
     return {
         "gather_layer": gather + gather_experts,
         "reduce_layer": reduce + reduce_experts,
@@ -644,7 +760,9 @@ def fsdp_exposed_fixed(
     }
 
 
-def step_collectives(model: ModelSpec, workload: Workload, acc: Accelerator, sh: Shapes, z, co: Coeffs) -> dict:
+def step_collectives(
+    model: ModelSpec, workload: Workload, acc: Accelerator, sh: Shapes, z, co: Coeffs
+) -> dict:
     """Once-per-step collectives of stage 0 (keys S, z, o): hideable reductions and exposed gathers.
 
     'reduce': ZeRO-1/2 gradient reduce-scatter + DP all-reduce (over every copy when z = 0)
@@ -659,14 +777,26 @@ def step_collectives(model: ModelSpec, workload: Workload, acc: Accelerator, sh:
     grads = p_stage * workload.grad_bytes_per_param
     rs = zero12 * ring_time(grads, co.shard, half)
     dp_local = grads / sharded
-    dp = np.where(z == 0, 2.0 * ring_time(dp_local, co.dp_zero0, half), 2.0 * ring_time(dp_local, co.dp, half))
-    kv_bytes = _f(layers_per_stage(model, sh)) * 2 * model.d_model * model.head_dim * workload.grad_bytes_per_param
+    dp = np.where(
+        z == 0, 2.0 * ring_time(dp_local, co.dp_zero0, half), 2.0 * ring_time(dp_local, co.dp, half)
+    )
+    kv_bytes = (
+        _f(layers_per_stage(model, sh))
+        * 2
+        * model.d_model
+        * model.head_dim
+        * workload.grad_bytes_per_param
+    )
     kv = 2.0 * ring_time(kv_bytes, co.kv, half)
     gather = zero12 * ring_time(p_stage * gathered_bytes_per_param(workload, acc), co.shard, half)
     if model.moe is None:
         return {"reduce/zero": rs, "reduce/dp": dp, "reduce/kv_replica": kv, "gather/zero": gather}
     # the routed experts' gradients: the expert ZeRO shard group, then the expert replicas
-    e_grads = _f(layers_per_stage(model, sh)) * expert_params_per_layer(model, sh) * workload.grad_bytes_per_param
+    e_grads = (
+        _f(layers_per_stage(model, sh))
+        * expert_params_per_layer(model, sh)
+        * workload.grad_bytes_per_param
+    )
     e_sharded = (z >= 1) & (sh.expert_shards > 1)
     e_rs = _f(e_sharded & (z <= 2)) * ring_time(e_grads, co.eshard, half)
     e_dp = np.where(
@@ -675,12 +805,21 @@ def step_collectives(model: ModelSpec, workload: Workload, acc: Accelerator, sh:
         2.0 * ring_time(e_grads / np.where(e_sharded, sh.expert_shards, 1), co.erep, half),
     )
     e_gather = _f(e_sharded & (z <= 2)) * ring_time(
-        e_grads / workload.grad_bytes_per_param * gathered_bytes_per_param(workload, acc), co.eshard, half
+        e_grads / workload.grad_bytes_per_param * gathered_bytes_per_param(workload, acc),
+        co.eshard,
+        half,
     )
-    return {"reduce/zero": rs + e_rs, "reduce/dp": dp + e_dp, "reduce/kv_replica": kv, "gather/zero": gather + e_gather}
+    return {
+        "reduce/zero": rs + e_rs,
+        "reduce/dp": dp + e_dp,
+        "reduce/kv_replica": kv,
+        "gather/zero": gather + e_gather,
+    }
 
 
-def pipeline_sends(model: ModelSpec, workload: Workload, acc: Accelerator, sh: Shapes, k, co: Coeffs):
+def pipeline_sends(
+    model: ModelSpec, workload: Workload, acc: Accelerator, sh: Shapes, k, co: Coeffs
+):
     """Exposed pipeline sends per step (keys S, K, o): fill and drain, 2 (p - 1) sends of [m, D]/tp."""
     m = tokens_per_microbatch(workload, sh, k)
     a = m * model.d_model * workload.activation_bytes / sh.tp
@@ -746,11 +885,16 @@ def memory_by_zero(model: ModelSpec, workload: Workload, sh: Shapes, z, first: b
     gathers, reduces = _f((z == 3) & ((sh.shards > 1) | transient)), _f((z >= 2) & (sh.shards > 1))
     gathered, grads = 2 * gathers * p_layer, reduces * p_layer
     tensor = _f(params.largest_layer_tensor(model, sh.tp))
-    gathered_t, grads_t = 2 * gathers * tensor, 2 * reduces * tensor  # the tensor in use and the next
+    gathered_t, grads_t = (
+        2 * gathers * tensor,
+        2 * reduces * tensor,
+    )  # the tensor in use and the next
     if model.moe is not None:  # the routed experts, sharded over the expert ZeRO group
         e_shards = np.where(z >= 1, sh.expert_shards, 1)
         p_expert = expert_params_per_layer(model, sh)
-        for key, v in memory.state_bytes(expert_stage_params(model, sh, first), workload, z, e_shards).items():
+        for key, v in memory.state_bytes(
+            expert_stage_params(model, sh, first), workload, z, e_shards
+        ).items():
             out[f"state/{key}"] = out[f"state/{key}"] + v
         e_gathers = _f((z == 3) & ((sh.expert_shards > 1) | transient))
         e_reduces = _f((z >= 2) & (sh.expert_shards > 1))
@@ -762,7 +906,9 @@ def memory_by_zero(model: ModelSpec, workload: Workload, sh: Shapes, z, first: b
         gathered, grads = np.minimum(gathered, gathered_t), np.minimum(grads, grads_t)
     out["temporary/gathered"] = gathered * workload.weight_bytes_per_param
     out["temporary/layer_grads"] = grads * workload.grad_bytes_per_param
-    if workload.precision == "fp8":  # cached fp8 copies of the layers' weights (sharded like them under ZeRO-3)
+    if (
+        workload.precision == "fp8"
+    ):  # cached fp8 copies of the layers' weights (sharded like them under ZeRO-3)
         p_all = p_layer + expert_params_per_layer(model, sh)
         held = _f(layers_per_stage(model, sh, not first)) * p_all / np.where(z == 3, sh.shards, 1)
         if transient:  # under ZeRO-3 cast from the master shard at each gather, like the bf16 weights: none kept
@@ -771,14 +917,23 @@ def memory_by_zero(model: ModelSpec, workload: Workload, sh: Shapes, z, first: b
         if profile_of(workload.framework).fp8_param_gather:
             # fp8 parameters (Megatron --fp8-param-gather, torchao float8 FSDP): the fp8 copy is the layer's
             # weight, no bf16 one beside it; the transposed copy stays
-            out["state/weights"] = out["state/weights"] - held * (workload.weight_bytes_per_param - memory.FP8_BYTES)
+            out["state/weights"] = out["state/weights"] - held * (
+                workload.weight_bytes_per_param - memory.FP8_BYTES
+            )
             copies -= 1
         out["state/fp8_weights"] = copies * memory.FP8_BYTES * held
     return out
 
 
 def memory_by_microbatch(
-    model: ModelSpec, workload: Workload, sh: Shapes, k, r, first: bool, last, sequence_parallel: bool = True
+    model: ModelSpec,
+    workload: Workload,
+    sh: Shapes,
+    k,
+    r,
+    first: bool,
+    last,
+    sequence_parallel: bool = True,
 ) -> dict:
     """Bytes per device that depend on the microbatching and recompute (keys S, K, r, stage)."""
     m = tokens_per_microbatch(workload, sh, k)
@@ -792,11 +947,15 @@ def memory_by_microbatch(
         act_b,
         fp8=workload.precision == "fp8",
     )
-    per_token = sum(_f(widths[n]) * memory.in_hbm_by_code(n)[r] for n in widths)  # what each row's policy saves in HBM
+    per_token = sum(
+        _f(widths[n]) * memory.in_hbm_by_code(n)[r] for n in widths
+    )  # what each row's policy saves in HBM
     every = sum(_f(w) for w in widths.values())
     saved = per_token * m * act_b
     stage = 0 if first else sh.pp - 1
-    in_flight = pipeline.microbatches_in_flight_array(sh.pp, stage, k, sh.v, sh.sched == SCHEDULE_CODES["gpipe"])
+    in_flight = pipeline.microbatches_in_flight_array(
+        sh.pp, stage, k, sh.v, sh.sched == SCHEDULE_CODES["gpipe"]
+    )
     # one layer's tensors not held in HBM, rebuilt (or brought back from the host) during its backward
     recomputed = (every - per_token) * m * act_b
     logits = _f(last) * m * model.vocab_size / sh.tp * 4.0  # fp32 logits of one microbatch
@@ -805,7 +964,10 @@ def memory_by_microbatch(
         "activations/saved": layers_per_stage(model, sh, not first) * saved * in_flight,
         # in pinned host memory, not HBM: no memory moment counts it (MOMENTS)
         "host/offloaded": layers_per_stage(model, sh, not first) * hosted * in_flight,
-        "temporary/workspace": 2 * m * np.maximum(flops.mlp_width_per_token(model) / sh.tp, model.d_model) * act_b
+        "temporary/workspace": 2
+        * m
+        * np.maximum(flops.mlp_width_per_token(model) / sh.tp, model.d_model)
+        * act_b
         + (dispatch_buffer_bytes(model, workload, sh, m) if model.moe is not None else 0.0),
         "temporary/logits": logits,
         "temporary/recompute": recomputed,
@@ -844,7 +1006,9 @@ def _group(key: str) -> str:
 
 
 # ----------------------------------------------------------------------------- placement -> coefficients
-def coeffs_of(cluster, table: np.ndarray, kv_replicas, expert_table: np.ndarray | None = None) -> Coeffs:
+def coeffs_of(
+    cluster, table: np.ndarray, kv_replicas, expert_table: np.ndarray | None = None
+) -> Coeffs:
     """Ring coefficients of every communication group, for factor tables [rows, axes, degree]
     (``placement.fill_order``), with ``kv_replicas`` the TP ranks sharing one KV head per row and
     ``expert_table`` [rows, axes, EXPERT_NESTING] the expert layers' groups (None: no experts)."""
@@ -899,7 +1063,10 @@ def layout_coeffs(model: ModelSpec, cluster, layout) -> Coeffs:
     """Ring coefficients of every group of a placed layout (arrays of one row)."""
     experts = expert_factor_table(cluster, layout)[None] if model.moe is not None else None
     return coeffs_of(
-        cluster, factor_table(cluster, layout.axes)[None], params.kv_replication(model, layout.tp), experts
+        cluster,
+        factor_table(cluster, layout.axes)[None],
+        params.kv_replication(model, layout.tp),
+        experts,
     )
 
 
@@ -926,7 +1093,9 @@ def interleave_coeffs(per_order: list[Coeffs]) -> Coeffs:
 
     def stack(name):
         items = [getattr(c, name) for c in per_order]
-        if name in EXPERT_GROUPS and all(np.all(c.members == 1) for c in items):  # dense: no expert groups
+        if name in EXPERT_GROUPS and all(
+            np.all(c.members == 1) for c in items
+        ):  # dense: no expert groups
             return single_device(sum(len(c.members) for c in items))
         return RingCoefficients(
             **{f: np.stack([getattr(c, f) for c in items], axis=1).reshape(-1) for f in RING_FIELDS}

@@ -31,9 +31,23 @@ _MODULES: dict[str, ModuleType] = {
     "deepspeed": deepspeed,
 }
 GPU_ONLY = ("megatron", "torchtitan", "torchtitan-0.3", "deepspeed")
-SUFFIXES = {"maxtext": ".yml", "megatron": ".sh", "torchtitan": ".toml", "torchtitan-0.3": ".py", "deepspeed": ".json"}
+SUFFIXES = {
+    "maxtext": ".yml",
+    "megatron": ".sh",
+    "torchtitan": ".toml",
+    "torchtitan-0.3": ".py",
+    "deepspeed": ".json",
+}
 
-__all__ = ["TARGETS", "SUFFIXES", "export_document", "check_export", "context_for", "capabilities_of", "target_rules"]
+__all__ = [
+    "TARGETS",
+    "SUFFIXES",
+    "export_document",
+    "check_export",
+    "context_for",
+    "capabilities_of",
+    "target_rules",
+]
 
 
 def _module(target: str) -> ModuleType:
@@ -62,8 +76,12 @@ def export_document(document: dict, target: str, rank: int = 1) -> str:
         raise ctx.fail(refused[0].message)
     text = _module(target).render(ctx)
     problems = _module(target).check(text, ctx)
-    if problems:  # an exporter bug, not bad input: refuse rather than write a file the framework rejects
-        raise InvalidLayoutError(f"{target} export of layout rank {rank} failed its own check: {'; '.join(problems)}")
+    if (
+        problems
+    ):  # an exporter bug, not bad input: refuse rather than write a file the framework rejects
+        raise InvalidLayoutError(
+            f"{target} export of layout rank {rank} failed its own check: {'; '.join(problems)}"
+        )
     return text
 
 

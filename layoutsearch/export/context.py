@@ -77,7 +77,9 @@ class ExportContext(HasProblem):
 
     def fail(self, message: str) -> InvalidLayoutError:
         """A one-line InvalidLayoutError naming the target and the layout rank."""
-        return InvalidLayoutError(f"{self.target} export of layout rank {self.record.get('rank', '?')}: {message}")
+        return InvalidLayoutError(
+            f"{self.target} export of layout rank {self.record.get('rank', '?')}: {message}"
+        )
 
 
 def pick_record(document: dict, rank: int) -> dict:
@@ -85,33 +87,44 @@ def pick_record(document: dict, rank: int) -> dict:
     if "layouts" in document:
         records = document["layouts"] or []
         if not isinstance(records, list) or not all(isinstance(r, dict) for r in records):
-            raise InvalidLayoutError("document 'layouts': expected a list of layout records (OUTPUT.md)")
+            raise InvalidLayoutError(
+                "document 'layouts': expected a list of layout records (OUTPUT.md)"
+            )
         for rec in records:
             if rec.get("rank") == rank:
                 return rec
         if 1 <= rank <= len(records) and "rank" not in records[rank - 1]:
             return records[rank - 1]
         ranks = ", ".join(repr(r.get("rank")) for r in records) or "none"
-        raise InvalidLayoutError(f"--rank {rank}: no layout with rank {rank} in the document (ranks: {ranks})")
+        raise InvalidLayoutError(
+            f"--rank {rank}: no layout with rank {rank} in the document (ranks: {ranks})"
+        )
     if "layout" in document:
         if rank != 1:
-            raise InvalidLayoutError(f"--rank {rank}: an estimate document holds one layout (rank 1)")
+            raise InvalidLayoutError(
+                f"--rank {rank}: an estimate document holds one layout (rank 1)"
+            )
         return document["layout"]
-    raise InvalidLayoutError("document has neither 'layouts' (solve) nor 'layout' (estimate); see OUTPUT.md")
+    raise InvalidLayoutError(
+        "document has neither 'layouts' (solve) nor 'layout' (estimate); see OUTPUT.md"
+    )
 
 
 def build_context(document: dict, target: str, rank: int = 1) -> ExportContext:
     """Resolve the problem and layout of ``document`` (validated field by field) and check the
     layout against the registry's rules."""
     if not isinstance(document, dict):
-        raise InvalidLayoutError(f"document: expected a JSON object (OUTPUT.md), got {type(document).__name__}")
+        raise InvalidLayoutError(
+            f"document: expected a JSON object (OUTPUT.md), got {type(document).__name__}"
+        )
     problem = Problem.from_record(document.get("problem"))
     record = pick_record(document, rank)
     layout = layout_from_record(record, f"layouts[rank {rank}]")
     violations = check_layout(problem, layout)
     if violations:
         raise InvalidLayoutError(
-            f"layout rank {rank} breaks the package rules: " + "; ".join(v.message for v in violations)
+            f"layout rank {rank} breaks the package rules: "
+            + "; ".join(v.message for v in violations)
         )
     if not layout.placed:
         layout = replace(layout, axes=default_axes(problem.cluster, layout))
@@ -147,7 +160,9 @@ def header_lines(ctx: ExportContext) -> list[str]:
             else []
         )
         + (
-            ["Launch with CUDA_LAUNCH_BLOCKING=1: the prediction costed blocking kernel launches (--launch-blocking)."]
+            [
+                "Launch with CUDA_LAUNCH_BLOCKING=1: the prediction costed blocking kernel launches (--launch-blocking)."
+            ]
             if ctx.problem.workload.launch_blocking
             else []
         )
@@ -164,7 +179,13 @@ def header_lines(ctx: ExportContext) -> list[str]:
 
 # What the engine does not decide: every exported file names these and leaves them for the user.
 PLACEHOLDER = "PLACEHOLDER"
-PLACEHOLDER_ITEMS = ("data path", "tokenizer", "learning rate and schedule", "training steps", "checkpoint paths")
+PLACEHOLDER_ITEMS = (
+    "data path",
+    "tokenizer",
+    "learning rate and schedule",
+    "training steps",
+    "checkpoint paths",
+)
 
 
 def placeholder_note() -> str:

@@ -67,21 +67,30 @@ CAPABILITIES = Capabilities(
         "deepspeed-ep-tp-pp": "AutoEP's folding with AutoTP supports pp = 1 only",
     },
 )
-AUTOEP_PRESETS = {"mixtral": "mixtral", "qwen3-moe": "qwen3_moe"}  # MODEL_BLOCKS name -> AutoEP preset_model
+AUTOEP_PRESETS = {
+    "mixtral": "mixtral",
+    "qwen3-moe": "qwen3_moe",
+}  # MODEL_BLOCKS name -> AutoEP preset_model
 
 
 def autoep_preset(m) -> str | None:
     """AutoEP's preset_model for the architecture, None when it has none (its *_pattern keys then)."""
     if deepseek_block(m):
         return "deepseek_v3" if m.moe.router_bias else "deepseek_v2"
-    return next((preset for block, preset in AUTOEP_PRESETS.items() if MODEL_BLOCKS[block](m)), None)
+    return next(
+        (preset for block, preset in AUTOEP_PRESETS.items() if MODEL_BLOCKS[block](m)), None
+    )
 
 
 def expert_parallel(ctx: ExportContext) -> dict | None:
     """The ``expert_parallel`` (AutoEP) section: only with ep > 1."""
     if ctx.model.moe is None or ctx.layout.ep == 1:
         return None
-    section = {"enabled": True, "autoep_size": ctx.layout.ep, "expert_tensor_parallel_size": ctx.layout.etp}
+    section = {
+        "enabled": True,
+        "autoep_size": ctx.layout.ep,
+        "expert_tensor_parallel_size": ctx.layout.etp,
+    }
     preset = autoep_preset(ctx.model)
     return section | ({"preset_model": preset} if preset else {})
 
@@ -137,8 +146,12 @@ def in_code(ctx: ExportContext) -> list[str]:
             "(deepspeed.checkpointing.checkpoint around those calls); JSON has no selective policy"
         )
     notes += _expert_notes(ctx)
-    per_node = ctx.cluster.accelerator.devices_per_node if ctx.cluster.accelerator.kind == "gpu" else 8
-    per_node = min(per_node, ctx.num_devices)  # a cluster smaller than one node (h100-2) fills part of it
+    per_node = (
+        ctx.cluster.accelerator.devices_per_node if ctx.cluster.accelerator.kind == "gpu" else 8
+    )
+    per_node = min(
+        per_node, ctx.num_devices
+    )  # a cluster smaller than one node (h100-2) fills part of it
     notes.append(
         f"launch: deepspeed --num_gpus {per_node} --num_nodes "
         f"{max(1, ctx.num_devices // per_node)} train.py --deepspeed_config THIS_FILE"
@@ -178,7 +191,9 @@ def placeholders() -> dict:
         "note": placeholder_note(),
         "data_path": set_me("training data"),
         "tokenizer": set_me("tokenizer"),
-        "learning_rate": set_me("peak learning rate and schedule (an 'optimizer'/'scheduler' block)"),
+        "learning_rate": set_me(
+            "peak learning rate and schedule (an 'optimizer'/'scheduler' block)"
+        ),
         "train_steps": set_me("optimizer steps"),
         "checkpoint_dir": set_me("engine.save_checkpoint directory"),
     }
@@ -230,7 +245,10 @@ def check(text: str, ctx: ExportContext) -> list[str]:
         return [f"not valid JSON: {exc}"]
     side = cfg.get(SIDE_KEY, {})
     degrees = side.get("degrees", {})
-    tp, pp = int(cfg.get("tensor_parallel", {}).get("autotp_size", 0) or 1), int(degrees.get("pp", 1))
+    tp, pp = (
+        int(cfg.get("tensor_parallel", {}).get("autotp_size", 0) or 1),
+        int(degrees.get("pp", 1)),
+    )
     world = ctx.num_devices
     out = []
     if world % (tp * pp):
@@ -239,9 +257,13 @@ def check(text: str, ctx: ExportContext) -> list[str]:
     train, micro = cfg.get("train_batch_size"), cfg.get("train_micro_batch_size_per_gpu")
     acc = cfg.get("gradient_accumulation_steps")
     if None in (train, micro, acc):
-        return ["train_batch_size, train_micro_batch_size_per_gpu and gradient_accumulation_steps must all be set"]
+        return [
+            "train_batch_size, train_micro_batch_size_per_gpu and gradient_accumulation_steps must all be set"
+        ]
     if train != micro * acc * dp_world:
-        out.append(f"train_batch_size {train} != micro {micro} x accumulation {acc} x DP world {dp_world}")
+        out.append(
+            f"train_batch_size {train} != micro {micro} x accumulation {acc} x DP world {dp_world}"
+        )
     stage = int(cfg.get("zero_optimization", {}).get("stage", 0))
     if stage not in (0, 1, 2, 3):
         out.append(f"zero_optimization.stage {stage} is not 0-3")
@@ -256,7 +278,9 @@ def check(text: str, ctx: ExportContext) -> list[str]:
     if tp > ctx.model.num_kv_heads:
         out.append(f"autotp_size {tp} exceeds num_kv_heads {ctx.model.num_kv_heads}")
     if pp > 1 and not any("PipelineModule" in note for note in side.get("set_in_code", [])):
-        out.append(f"pp={pp} but {SIDE_KEY}.set_in_code does not say how to build the PipelineModule")
+        out.append(
+            f"pp={pp} but {SIDE_KEY}.set_in_code does not say how to build the PipelineModule"
+        )
     out += _expert_problems(cfg, world, tp, pp, ctx)
     lay = ctx.layout
     got = {
@@ -300,7 +324,9 @@ def _expert_problems(cfg: dict, world: int, tp: int, pp: int, ctx: ExportContext
         if m.moe.num_experts % ep:
             out.append(f"autoep_size {ep} does not divide num_experts {m.moe.num_experts}")
     elif tp > 1 and lay.etp != tp:
-        out.append(f"without AutoEP, AutoTP splits the experts over tp {tp}; the layout has etp {lay.etp}")
+        out.append(
+            f"without AutoEP, AutoTP splits the experts over tp {tp}; the layout has etp {lay.etp}"
+        )
     got_ep = ep if enabled else 1
     if (got_ep, etp if enabled else lay.etp) != (lay.ep, lay.etp):
         out.append(

@@ -56,7 +56,13 @@ import yaml
 from layoutsearch.core.rules import Capabilities, deepseek_block, gpt3_block, qwen3_moe_block
 from layoutsearch.core.specs import Recompute
 from layoutsearch.costs import memory
-from layoutsearch.export.context import ExportContext, comment_block, header_lines, placeholder_note, set_me
+from layoutsearch.export.context import (
+    ExportContext,
+    comment_block,
+    header_lines,
+    placeholder_note,
+    set_me,
+)
 
 AXES = ("data", "fsdp", "tensor", "context", "pipeline", "expert")
 REMAT_POLICIES = (
@@ -101,7 +107,10 @@ REMAT = {
 
 def remat_keys(policy: str) -> dict:
     """The remat_policy key, with the custom policy's per-tensor locations."""
-    return {"remat_policy": REMAT[policy], **dict.fromkeys(CUSTOM_OFFLOADS.get(policy, ()), "offload")}
+    return {
+        "remat_policy": REMAT[policy],
+        **dict.fromkeys(CUSTOM_OFFLOADS.get(policy, ()), "offload"),
+    }
 
 
 # Continuation fusion (TPU) and collective matmul (GPU): the compiler flags of TP communication overlap
@@ -111,8 +120,13 @@ TPU_TP_OVERLAP_FLAGS = (
     "--xla_tpu_enable_async_collective_fusion_multiple_steps=true "
     "--xla_tpu_overlap_compute_collective_tc=true --xla_enable_async_all_gather=true"
 )
-GPU_TP_OVERLAP_FLAGS = "--xla_gpu_threshold_for_windowed_einsum_mib=0 --xla_gpu_multi_streamed_windowed_einsum=true"
-BASE_DEFAULTS = {"ici_fsdp_parallelism": -1, "dcn_data_parallelism": -1}  # base.yml auto-sharded axes
+GPU_TP_OVERLAP_FLAGS = (
+    "--xla_gpu_threshold_for_windowed_einsum_mib=0 --xla_gpu_multi_streamed_windowed_einsum=true"
+)
+BASE_DEFAULTS = {
+    "ici_fsdp_parallelism": -1,
+    "dcn_data_parallelism": -1,
+}  # base.yml auto-sharded axes
 
 
 def slice_shape(ctx: ExportContext) -> tuple[int, int]:
@@ -201,7 +215,9 @@ def batch_keys(ctx: ExportContext) -> dict:
     """per_device_batch_size (sequences per device per accumulation step), accumulation, pipeline microbatches."""
     lay = ctx.layout
     accumulation = 1 if lay.pp > 1 else lay.num_microbatches
-    per_step = ctx.global_batch_seqs // accumulation  # sequences in one forward pass of the whole cluster
+    per_step = (
+        ctx.global_batch_seqs // accumulation
+    )  # sequences in one forward pass of the whole cluster
     per_device = per_step / ctx.num_devices
     if int(ctx.num_devices * per_device) != per_step:
         raise ctx.fail(
@@ -235,7 +251,12 @@ MAXTEXT_MODELS = {
     "llama3.1-70b": (8192, 64, 8, 80, 28672, 128, 128256, 500000, True),
     "llama3.1-405b": (16384, 128, 8, 126, 53248, 128, 128256, 500000, True),
 }
-MAXTEXT_ROPE_FIXED = (8.0, 1.0, 4.0, 8192)  # LLaMARotaryEmbedding: factor, low, high, original context
+MAXTEXT_ROPE_FIXED = (
+    8.0,
+    1.0,
+    4.0,
+    8192,
+)  # LLaMARotaryEmbedding: factor, low, high, original context
 
 
 def maxtext_model_name(ctx: ExportContext) -> str:
@@ -295,7 +316,9 @@ def moe_keys(ctx: ExportContext) -> dict:
     if m.moe is None:
         return {}
     moe = m.moe
-    dropless = moe.capacity_factor is None  # MaxText drops (and pads to capacity) only in its dense einsum path
+    dropless = (
+        moe.capacity_factor is None
+    )  # MaxText drops (and pads to capacity) only in its dense einsum path
     keys: dict = {
         "num_experts": moe.num_experts,
         "num_experts_per_tok": moe.top_k,
@@ -306,7 +329,9 @@ def moe_keys(ctx: ExportContext) -> dict:
     }
     block = decoder_block(m)
     if block == "deepseek":
-        keys.update(first_num_dense_layers=moe.first_dense_layers, shared_experts=moe.num_shared_experts)
+        keys.update(
+            first_num_dense_layers=moe.first_dense_layers, shared_experts=moe.num_shared_experts
+        )
         if moe.router_bias:
             keys.update(routed_bias=True, routed_score_func="sigmoid")
         a = m.mla
@@ -345,7 +370,9 @@ def model_keys(ctx: ExportContext) -> dict:
     if gpt3_block(m):
         keys["trainable_position_size"] = m.learned_positions
     else:
-        keys["rope_max_timescale"] = int(m.rope_theta) if float(m.rope_theta).is_integer() else float(m.rope_theta)
+        keys["rope_max_timescale"] = (
+            int(m.rope_theta) if float(m.rope_theta).is_integer() else float(m.rope_theta)
+        )
         if m.rope_scaling is not None:
             keys["rope_type"] = "llama3.1"
     if not ctx.workload.flash_attention:  # materialised scores, as costed (--no-fused-attention)
@@ -375,7 +402,10 @@ def render(ctx: ExportContext) -> str:
             "model (explicit sizes; a model_name other than 'default' is MaxText's config with these same values)",
             model_keys(ctx),
         ),
-        ("batch: global = devices x per_device_batch_size x gradient_accumulation_steps", batch_keys(ctx)),
+        (
+            "batch: global = devices x per_device_batch_size x gradient_accumulation_steps",
+            batch_keys(ctx),
+        ),
         (
             "parallelism",
             {
@@ -474,7 +504,9 @@ def _yaml_value(value) -> str:
 
 
 # ----------------------------------------------------------------------------- checker
-def resolved_parallelism(cfg: dict, per_slice: int, slices: int) -> tuple[dict[str, int], list[str]]:
+def resolved_parallelism(
+    cfg: dict, per_slice: int, slices: int
+) -> tuple[dict[str, int], list[str]]:
     """ici/dcn degrees with base.yml defaults and MaxText's single -1 per level filled with the remainder."""
     problems: list[str] = []
     out: dict[str, int] = {}
@@ -488,7 +520,9 @@ def resolved_parallelism(cfg: dict, per_slice: int, slices: int) -> tuple[dict[s
             problems.append(f"more than one {level}_* axis is -1: {', '.join(auto)}")
         elif auto:
             if total % known:
-                problems.append(f"{level}_* fixed axes multiply to {known}, which does not divide {total}")
+                problems.append(
+                    f"{level}_* fixed axes multiply to {known}, which does not divide {total}"
+                )
             values[auto[0]] = total // known
         product = math.prod(values.values())
         if product != total:
@@ -520,7 +554,9 @@ def check(text: str, ctx: ExportContext) -> list[str]:
         "fsdp": lay.fsdp // lay.ep if ctx.effective_zero_stage == 3 else 1,
         "expert": lay.ep,
     }
-    problems += [f"{a} degree {deg[a]} != layout {expected[a]}" for a in AXES if deg[a] != expected[a]]
+    problems += [
+        f"{a} degree {deg[a]} != layout {expected[a]}" for a in AXES if deg[a] != expected[a]
+    ]
     if cfg.get("shard_optimizer_over_data") and deg["fsdp"] > 1:
         problems.append(f"shard_optimizer_over_data cannot be combined with fsdp({deg['fsdp']})")
     if cfg.get("remat_policy", "full") not in REMAT_POLICIES:
@@ -556,19 +592,29 @@ def _batch_problems(cfg: dict, deg: dict[str, int], ctx: ExportContext) -> list[
         if nmb % stages:
             out.append(f"num_pipeline_microbatches({nmb}) is not divisible by the {stages} stages")
         if micro % nmb:
-            out.append(f"batch per forward pass {micro} is not divisible by num_pipeline_microbatches({nmb})")
+            out.append(
+                f"batch per forward pass {micro} is not divisible by num_pipeline_microbatches({nmb})"
+            )
         layers = int(cfg.get("base_num_decoder_layers", 16))
         repeats = int(cfg.get("num_pipeline_repeats", -1))
         per_stage = int(cfg.get("num_layers_per_pipeline_stage", 1))
         repeats = layers // (stages * per_stage) if repeats == -1 else repeats
         if stages * repeats * per_stage != layers:
-            out.append(f"stages({stages}) x repeats({repeats}) x layers per stage({per_stage}) != {layers} layers")
-    shards = deg["data"] * deg["fsdp"] * deg["expert"]  # the batch is sharded over the expert axis too
+            out.append(
+                f"stages({stages}) x repeats({repeats}) x layers per stage({per_stage}) != {layers} layers"
+            )
+    shards = (
+        deg["data"] * deg["fsdp"] * deg["expert"]
+    )  # the batch is sharded over the expert axis too
     if micro % pieces or (micro // pieces) % shards:
-        out.append(f"a microbatch of {micro}/{pieces} sequences cannot be split over data x fsdp = {shards}")
+        out.append(
+            f"a microbatch of {micro}/{pieces} sequences cannot be split over data x fsdp = {shards}"
+        )
     cp = deg["context"]
     if cp > 1 and ctx.seq_len % (2 * cp):
-        out.append(f"max_target_length({ctx.seq_len}) is not divisible by 2 x context({cp}) (load balancing)")
+        out.append(
+            f"max_target_length({ctx.seq_len}) is not divisible by 2 x context({cp}) (load balancing)"
+        )
     return out
 
 
@@ -586,14 +632,28 @@ def _model_problems(cfg: dict, deg: dict[str, int], ctx: ExportContext) -> list[
     out += [f"{k} = {cfg.get(k)}, model has {v}" for k, v in want.items() if cfg.get(k) != v]
     tensor = deg["tensor"]
     if int(cfg.get("base_num_kv_heads", 0)) % tensor:
-        out.append(f"tensor({tensor}) does not divide base_num_kv_heads({cfg.get('base_num_kv_heads')})")
+        out.append(
+            f"tensor({tensor}) does not divide base_num_kv_heads({cfg.get('base_num_kv_heads')})"
+        )
     if int(cfg.get("base_num_query_heads", 0)) % tensor:
-        out.append(f"tensor({tensor}) does not divide base_num_query_heads({cfg.get('base_num_query_heads')})")
-    if not math.isclose(float(cfg.get("normalization_layer_epsilon", 1e-5)), m.norm_eps, rel_tol=1e-9):
-        out.append(f"normalization_layer_epsilon {cfg.get('normalization_layer_epsilon')}, model has {m.norm_eps:g}")
-    if not m.learned_positions and float(cfg.get("rope_max_timescale", 10_000)) != float(m.rope_theta):
-        out.append(f"rope_max_timescale {cfg.get('rope_max_timescale', 10_000)}, model has {m.rope_theta:g}")
-    if not m.learned_positions and (cfg.get("rope_type") == "llama3.1") != (m.rope_scaling is not None):
+        out.append(
+            f"tensor({tensor}) does not divide base_num_query_heads({cfg.get('base_num_query_heads')})"
+        )
+    if not math.isclose(
+        float(cfg.get("normalization_layer_epsilon", 1e-5)), m.norm_eps, rel_tol=1e-9
+    ):
+        out.append(
+            f"normalization_layer_epsilon {cfg.get('normalization_layer_epsilon')}, model has {m.norm_eps:g}"
+        )
+    if not m.learned_positions and float(cfg.get("rope_max_timescale", 10_000)) != float(
+        m.rope_theta
+    ):
+        out.append(
+            f"rope_max_timescale {cfg.get('rope_max_timescale', 10_000)}, model has {m.rope_theta:g}"
+        )
+    if not m.learned_positions and (cfg.get("rope_type") == "llama3.1") != (
+        m.rope_scaling is not None
+    ):
         out.append(
             f"rope_type {cfg.get('rope_type', 'default')}, model has "
             f"{'no ' if m.rope_scaling is None else ''}llama3.1 rope scaling"
@@ -602,8 +662,13 @@ def _model_problems(cfg: dict, deg: dict[str, int], ctx: ExportContext) -> list[
     name = cfg.get("model_name", "default")
     if name != "default" and name != maxtext_model_name(ctx):
         out.append(f"model_name {name} is not a MaxText config with this model's sizes")
-    if cfg.get("decoder_block") == "gpt3" and int(cfg.get("trainable_position_size", 0)) < ctx.seq_len:
-        out.append(f"trainable_position_size({cfg.get('trainable_position_size')}) < max_target_length({ctx.seq_len})")
+    if (
+        cfg.get("decoder_block") == "gpt3"
+        and int(cfg.get("trainable_position_size", 0)) < ctx.seq_len
+    ):
+        out.append(
+            f"trainable_position_size({cfg.get('trainable_position_size')}) < max_target_length({ctx.seq_len})"
+        )
     return out
 
 
@@ -611,9 +676,15 @@ def _moe_problems(cfg: dict, deg: dict[str, int], ctx: ExportContext) -> list[st
     """The MoE and MLA keys against the model (base.yml defaults when absent), and the expert axis's rules."""
     m, out = ctx.model, []
     if cfg.get("decoder_block", "llama2") != decoder_block(m):
-        out.append(f"decoder_block {cfg.get('decoder_block', 'llama2')}, the model's is {decoder_block(m)}")
+        out.append(
+            f"decoder_block {cfg.get('decoder_block', 'llama2')}, the model's is {decoder_block(m)}"
+        )
     if m.moe is None:
-        return out + ([f"expert axis {deg['expert']} for a model without experts"] if deg["expert"] > 1 else [])
+        return out + (
+            [f"expert axis {deg['expert']} for a model without experts"]
+            if deg["expert"] > 1
+            else []
+        )
     want = moe_keys(ctx)
     defaults = {
         "num_experts": 1,
@@ -637,7 +708,9 @@ def _moe_problems(cfg: dict, deg: dict[str, int], ctx: ExportContext) -> list[st
         "norm_topk_prob": False,
     }
     out += [
-        f"{k} = {cfg.get(k, defaults[k])}, the model has {v}" for k, v in want.items() if cfg.get(k, defaults[k]) != v
+        f"{k} = {cfg.get(k, defaults[k])}, the model has {v}"
+        for k, v in want.items()
+        if cfg.get(k, defaults[k]) != v
     ]
     experts = int(cfg.get("num_experts", 1))
     if experts % deg["expert"]:

@@ -87,17 +87,36 @@ from layoutsearch.core.stages import (
     split_layers,
 )
 from layoutsearch.costs.params import output_layer_equivalents
-from layoutsearch.export.context import ExportContext, comment_block, header_lines, placeholder_note, set_me
+from layoutsearch.export.context import (
+    ExportContext,
+    comment_block,
+    header_lines,
+    placeholder_note,
+    set_me,
+)
 
 ARRAY = "MEGATRON_ARGS"
 PLACEHOLDER_ARRAY = "MEGATRON_PLACEHOLDER_ARGS"
 # megatron-core's llama3 scaling (rope_utils / rotary_pos_embedding): only the factor is a flag.
-MEGATRON_ROPE_FIXED = {"low_freq_factor": 1.0, "high_freq_factor": 4.0, "original_max_position_embeddings": 8192}
+MEGATRON_ROPE_FIXED = {
+    "low_freq_factor": 1.0,
+    "high_freq_factor": 4.0,
+    "original_max_position_embeddings": 8192,
+}
 GATED_ACTIVATIONS = ("silu", "swish")  # --swiglu
-PLAIN_ACTIVATIONS = ("gelu", "gelu_new", "gelu_pytorch_tanh", "gelu_fast")  # Megatron's default GELU
+PLAIN_ACTIVATIONS = (
+    "gelu",
+    "gelu_new",
+    "gelu_pytorch_tanh",
+    "gelu_fast",
+)  # Megatron's default GELU
 MXFP8_ACCELERATORS = ("b200", "gb200")  # Blackwell: fp8 with per-block scales (MXFP8)
 
-RECOMPUTE_MODULES = ("norm_act", "norm_moe", "mla_up_proj")  # the policies written as --recompute-modules lists
+RECOMPUTE_MODULES = (
+    "norm_act",
+    "norm_moe",
+    "mla_up_proj",
+)  # the policies written as --recompute-modules lists
 CAPABILITIES = Capabilities(
     target="megatron",
     framework="Megatron-LM",
@@ -148,7 +167,10 @@ def _model_args(ctx: ExportContext) -> list[tuple[str, object]]:
     if not m.learned_positions:
         args.append(("--rotary-base", int(m.rope_theta)))
         if m.rope_scaling is not None:
-            args += [("--use-rope-scaling", None), ("--rope-scaling-factor", f"{m.rope_scaling.factor:g}")]
+            args += [
+                ("--use-rope-scaling", None),
+                ("--rope-scaling-factor", f"{m.rope_scaling.factor:g}"),
+            ]
     args += [
         ("--attention-dropout", repr(float(m.attention_dropout))),
         ("--hidden-dropout", repr(float(m.hidden_dropout))),
@@ -164,11 +186,16 @@ def _model_args(ctx: ExportContext) -> list[tuple[str, object]]:
         if m.qkv_bias:
             args.append(("--add-qkv-bias", None))
     args.append(("--bf16", None))
-    if ctx.workload.precision == "fp8":  # Transformer Engine fp8 GEMMs (E4M3 forward, E5M2 gradients)
+    if (
+        ctx.workload.precision == "fp8"
+    ):  # Transformer Engine fp8 GEMMs (E4M3 forward, E5M2 gradients)
         args.append(("--fp8-format", "hybrid"))
         if ctx.cluster.accelerator.id in MXFP8_ACCELERATORS:
             args.append(("--fp8-recipe", "mxfp8"))
-        if profile_of(ctx.workload.framework, "gpu").fp8_param_gather and ctx.effective_zero_stage >= 1:
+        if (
+            profile_of(ctx.workload.framework, "gpu").fp8_param_gather
+            and ctx.effective_zero_stage >= 1
+        ):
             args.append(("--fp8-param-gather", None))  # the prediction gathers fp8 weights
     return args
 
@@ -190,7 +217,11 @@ def moe_layer_freq(m: ModelSpec) -> int | str:
 def _pattern_text(head: int, tail: list[int]) -> str:
     parts = [f"[0]*{head}"] if head else []
     if tail:
-        period = next(p for p in range(1, len(tail) + 1) if len(tail) % p == 0 and tail == tail[:p] * (len(tail) // p))
+        period = next(
+            p
+            for p in range(1, len(tail) + 1)
+            if len(tail) % p == 0 and tail == tail[:p] * (len(tail) // p)
+        )
         runs = _runs(tail[:period])
         if len(runs) == 1:  # one value throughout
             parts.append(f"[{runs[0][0]}]*{len(tail)}")
@@ -232,7 +263,9 @@ def _moe_args(ctx: ExportContext) -> list[tuple[str, object]]:
         ("--moe-ffn-hidden-size", moe.expert_d_ff),
     ]
     if moe.num_shared_experts:
-        args.append(("--moe-shared-expert-intermediate-size", moe.num_shared_experts * moe.shared_d_ff))
+        args.append(
+            ("--moe-shared-expert-intermediate-size", moe.num_shared_experts * moe.shared_d_ff)
+        )
         if moe.shared_expert_gate:
             args.append(("--moe-shared-expert-gate", None))
     freq = moe_layer_freq(m)
@@ -241,8 +274,13 @@ def _moe_args(ctx: ExportContext) -> list[tuple[str, object]]:
     args += [("--moe-grouped-gemm", None), *dispatcher_args(ctx)]
     if moe.num_experts >= ROUTER_FP32_FROM:
         args.append(("--moe-router-dtype", "fp32"))
-    if moe.router_bias and not m.linear_bias:  # DeepSeek-V3's score-correction bias: aux-loss-free balancing
-        args += [("--moe-router-score-function", "sigmoid"), ("--moe-router-enable-expert-bias", None)]
+    if (
+        moe.router_bias and not m.linear_bias
+    ):  # DeepSeek-V3's score-correction bias: aux-loss-free balancing
+        args += [
+            ("--moe-router-score-function", "sigmoid"),
+            ("--moe-router-enable-expert-bias", None),
+        ]
     elif moe.top_k == 1:
         args.append(("--moe-router-pre-softmax", None))
     if moe.capacity_factor is not None:
@@ -251,7 +289,10 @@ def _moe_args(ctx: ExportContext) -> list[tuple[str, object]]:
             ("--moe-token-drop-policy", "probs"),
             ("--moe-pad-expert-input-to-capacity", None),
         ]
-    return args + [("--expert-model-parallel-size", lay.ep), ("--expert-tensor-parallel-size", lay.etp)]
+    return args + [
+        ("--expert-model-parallel-size", lay.ep),
+        ("--expert-tensor-parallel-size", lay.etp),
+    ]
 
 
 def _mla_args(ctx: ExportContext) -> list[tuple[str, object]]:
@@ -297,12 +338,20 @@ def _parallel_args(ctx: ExportContext) -> list[tuple[str, object]]:
         )
     )
     v = lay.virtual_stages
-    chunked = kind == FIRST_LAST and v > 1 and bool(first % v or middle % v or last % v)  # core.stages.given_chunks
+    chunked = (
+        kind == FIRST_LAST and v > 1 and bool(first % v or middle % v or last % v)
+    )  # core.stages.given_chunks
     if v > 1 and kind == EVEN:
-        args.append(("--num-layers-per-virtual-pipeline-stage", ctx.model.num_layers // (lay.pp * v)))
-    elif v > 1 and kind != CHUNK_LAYOUT and not chunked:  # uneven splits give the chunk count, not its layers
+        args.append(
+            ("--num-layers-per-virtual-pipeline-stage", ctx.model.num_layers // (lay.pp * v))
+        )
+    elif (
+        v > 1 and kind != CHUNK_LAYOUT and not chunked
+    ):  # uneven splits give the chunk count, not its layers
         args.append(("--num-virtual-stages-per-pipeline-rank", v))
-    if kind == CHUNK_LAYOUT or chunked:  # the chunks themselves: the virtual stages are their count / pp
+    if (
+        kind == CHUNK_LAYOUT or chunked
+    ):  # the chunks themselves: the virtual stages are their count / pp
         given = (first, last) if chunked else (0, 0)
         args.append(
             (
@@ -311,10 +360,19 @@ def _parallel_args(ctx: ExportContext) -> list[tuple[str, object]]:
             )
         )
     if kind == EMBEDDING_AND_LOSS:
-        args += [("--account-for-embedding-in-pipeline-split", None), ("--account-for-loss-in-pipeline-split", None)]
+        args += [
+            ("--account-for-embedding-in-pipeline-split", None),
+            ("--account-for-loss-in-pipeline-split", None),
+        ]
     elif kind == FIRST_LAST and not chunked:
-        args += [("--decoder-first-pipeline-num-layers", first), ("--decoder-last-pipeline-num-layers", last)]
-    args += [("--micro-batch-size", ctx.microbatch_seqs), ("--global-batch-size", ctx.global_batch_seqs)]
+        args += [
+            ("--decoder-first-pipeline-num-layers", first),
+            ("--decoder-last-pipeline-num-layers", last),
+        ]
+    args += [
+        ("--micro-batch-size", ctx.microbatch_seqs),
+        ("--global-batch-size", ctx.global_batch_seqs),
+    ]
     zero = ctx.effective_zero_stage
     if zero == 1:
         args.append(("--use-distributed-optimizer", None))
@@ -329,25 +387,48 @@ def _parallel_args(ctx: ExportContext) -> list[tuple[str, object]]:
         ]
     if zero >= 1 and lay.dp > 1:
         args.append(("--num-distributed-optimizer-instances", lay.dp))
-    if ctx.workload.grad_bytes_per_param == 2:  # bf16 gradient buffers, reduced in bf16 (else fp32: Megatron's default)
+    if (
+        ctx.workload.grad_bytes_per_param == 2
+    ):  # bf16 gradient buffers, reduced in bf16 (else fp32: Megatron's default)
         args.append(("--grad-reduce-in-bf16", None))
-    if ctx.workload.optimizer_bytes_per_param == 4:  # bf16 Adam moments (Transformer Engine's FusedAdam)
-        args += [("--use-precision-aware-optimizer", None), ("--exp-avg-dtype", "bf16"), ("--exp-avg-sq-dtype", "bf16")]
-    if lay.data_units * lay.cp > 1:  # the cost model overlaps the gradient reduction with the backward pass
+    if (
+        ctx.workload.optimizer_bytes_per_param == 4
+    ):  # bf16 Adam moments (Transformer Engine's FusedAdam)
+        args += [
+            ("--use-precision-aware-optimizer", None),
+            ("--exp-avg-dtype", "bf16"),
+            ("--exp-avg-sq-dtype", "bf16"),
+        ]
+    if (
+        lay.data_units * lay.cp > 1
+    ):  # the cost model overlaps the gradient reduction with the backward pass
         args.append(("--overlap-grad-reduce", None))
         if zero >= 1:  # and the parameter all-gather with the forward pass
             args.append(("--overlap-param-gather", None))
-    if lay.tp > 1 and lay.sequence_parallel and ctx.workload.tp_comm_overlap:  # arguments.py: needs SP
+    if (
+        lay.tp > 1 and lay.sequence_parallel and ctx.workload.tp_comm_overlap
+    ):  # arguments.py: needs SP
         args.append(("--tp-comm-overlap", None))
     if not ctx.workload.flash_attention:  # materialised scores, as costed (--no-fused-attention)
         args.append(("--attention-backend", "unfused"))
-    elif ctx.workload.vendor_attention is False and ctx.cluster.accelerator.vendor_attention_efficiency is not None:
-        args.append(("--attention-backend", "flash"))  # FlashAttention, as costed, not Transformer Engine's cuDNN
-    if lay.ep > 1 and ctx.workload.ep_comm_overlap:  # the token all-to-alls behind the other microbatch
+    elif (
+        ctx.workload.vendor_attention is False
+        and ctx.cluster.accelerator.vendor_attention_efficiency is not None
+    ):
+        args.append(
+            ("--attention-backend", "flash")
+        )  # FlashAttention, as costed, not Transformer Engine's cuDNN
+    if (
+        lay.ep > 1 and ctx.workload.ep_comm_overlap
+    ):  # the token all-to-alls behind the other microbatch
         args.append(("--overlap-moe-expert-parallel-comm", None))
     args += cuda_graph_args(ctx)
     if lay.recompute == "full":
-        args += [("--recompute-granularity", "full"), ("--recompute-method", "uniform"), ("--recompute-num-layers", 1)]
+        args += [
+            ("--recompute-granularity", "full"),
+            ("--recompute-method", "uniform"),
+            ("--recompute-num-layers", 1),
+        ]
     elif lay.recompute == "selective":
         args.append(("--recompute-granularity", "selective"))
     elif lay.recompute in RECOMPUTE_MODULES:
@@ -364,7 +445,11 @@ def cuda_graph_args(ctx: ExportContext) -> list[tuple[str, object]]:
     graph of the whole forward-backward (``CudaGraphScope.full_iteration``; rules.py refuses it for a dropless MoE)."""
     graphs = ctx.workload.cuda_graphs
     if graphs == "scoped":
-        scope = ("attn", "moe_router", "moe_preprocess") if ctx.model.moe is not None else ("attn", "mlp")
+        scope = (
+            ("attn", "moe_router", "moe_preprocess")
+            if ctx.model.moe is not None
+            else ("attn", "mlp")
+        )
         return [("--cuda-graph-impl", "transformer_engine"), ("--cuda-graph-scope", scope)]
     if graphs == "full_iteration":
         return [("--cuda-graph-impl", "local"), ("--cuda-graph-scope", ("full_iteration",))]
@@ -433,7 +518,9 @@ def _model_notes(ctx: ExportContext) -> list[str]:
             f"set the activation in your model provider to match."
         )
     scaling = m.rope_scaling
-    if scaling is not None and any(getattr(scaling, k) != v for k, v in MEGATRON_ROPE_FIXED.items()):
+    if scaling is not None and any(
+        getattr(scaling, k) != v for k, v in MEGATRON_ROPE_FIXED.items()
+    ):
         notes.append(
             f"rope scaling: megatron-core fixes low_freq_factor 1, high_freq_factor 4 and original "
             f"context 8192; this model has {scaling.low_freq_factor:g}, {scaling.high_freq_factor:g}, "
@@ -465,9 +552,13 @@ def render(ctx: ExportContext) -> str:
         )
     lines = ["#!/usr/bin/env bash", comment_block(notes).rstrip("\n")]
     if (lay.tp > 1 or lay.cp > 1) and not fsdp:
-        lines.append("export CUDA_DEVICE_MAX_CONNECTIONS=1  # Megatron requires it with TP/CP before Blackwell")
+        lines.append(
+            "export CUDA_DEVICE_MAX_CONNECTIONS=1  # Megatron requires it with TP/CP before Blackwell"
+        )
     elif fsdp:
-        lines.append("unset CUDA_DEVICE_MAX_CONNECTIONS  # Megatron-FSDP overlaps better without it")
+        lines.append(
+            "unset CUDA_DEVICE_MAX_CONNECTIONS  # Megatron-FSDP overlaps better without it"
+        )
     if ctx.problem.workload.launch_blocking:
         lines.append(
             "export CUDA_LAUNCH_BLOCKING=1  # the prediction costed blocking kernel launches (--launch-blocking)"
@@ -483,9 +574,14 @@ def render(ctx: ExportContext) -> str:
         if not args:
             continue
         lines.append(f"  # {title}")
-        lines += [f"  {flag}" if value is None else f"  {flag} {_shell_words(value)}" for flag, value in args]
+        lines += [
+            f"  {flag}" if value is None else f"  {flag} {_shell_words(value)}"
+            for flag, value in args
+        ]
     lines.append(")")
-    lines.append("# PLACEHOLDER: not decided by layoutsearch; replace every <set me: ...> before launch")
+    lines.append(
+        "# PLACEHOLDER: not decided by layoutsearch; replace every <set me: ...> before launch"
+    )
     lines.append(f"{PLACEHOLDER_ARRAY}=(")
     lines += [f"  {flag} {shlex.quote(value)}" for flag, value in _placeholder_args()]
     lines.append(")")
@@ -494,7 +590,11 @@ def render(ctx: ExportContext) -> str:
 
 def _shell_words(value) -> str:
     """A flag's value as shell words: one quoted word, or one per item of a tuple (an nargs='+' flag)."""
-    return " ".join(shlex.quote(str(v)) for v in value) if isinstance(value, tuple) else shlex.quote(str(value))
+    return (
+        " ".join(shlex.quote(str(v)) for v in value)
+        if isinstance(value, tuple)
+        else shlex.quote(str(value))
+    )
 
 
 # ----------------------------------------------------------------------------- checker
@@ -536,7 +636,11 @@ def check(text: str, ctx: ExportContext) -> list[str]:
     world, out = ctx.num_devices, []
     tp, pp, cp = (
         _int(f, n, 1)
-        for n in ("--tensor-model-parallel-size", "--pipeline-model-parallel-size", "--context-parallel-size")
+        for n in (
+            "--tensor-model-parallel-size",
+            "--pipeline-model-parallel-size",
+            "--context-parallel-size",
+        )
     )
     if world % (tp * pp * cp):
         return [f"world size {world} is not divisible by tp({tp}) x pp({pp}) x cp({cp})"]
@@ -571,13 +675,19 @@ def check(text: str, ctx: ExportContext) -> list[str]:
     return out
 
 
-def pipeline_layout(num_layers: int, pp: int, v: int, mtp_layers: int = 0, first: int = 0, last: int = 0) -> str:
+def pipeline_layout(
+    num_layers: int, pp: int, v: int, mtp_layers: int = 0, first: int = 0, last: int = 0
+) -> str:
     """Megatron's ``--pipeline-model-parallel-layout`` of ``core.stages.chunk_layout`` (or, with ``first`` and
     ``last``, of ``given_chunks``): the pp x v chunks in order, '|' between them, E the embedding, t a layer,
     m an MTP module, L the loss."""
     chunks = [
         "".join(c)
-        for c in (given_chunks(num_layers, pp, v, first, last) if first or last else chunk_layout(num_layers, pp, v))
+        for c in (
+            given_chunks(num_layers, pp, v, first, last)
+            if first or last
+            else chunk_layout(num_layers, pp, v)
+        )
     ]
     chunks[-1] = chunks[-1].replace("L", "m" * mtp_layers + "L")
     return "|".join(chunks)
@@ -600,14 +710,22 @@ def _split_problems(f: dict, layers: int, pp: int) -> list[str]:
             ]
         return []
     vp = _int(f, "--num-virtual-stages-per-pipeline-rank", 1)
-    first, last = _int(f, "--decoder-first-pipeline-num-layers"), _int(f, "--decoder-last-pipeline-num-layers")
+    first, last = (
+        _int(f, "--decoder-first-pipeline-num-layers"),
+        _int(f, "--decoder-last-pipeline-num-layers"),
+    )
     if "--account-for-embedding-in-pipeline-split" in f:
         if (layers + 2) % (pp * vp):
-            return [f"num_layers({layers}) + embedding + loss is not divisible by pp({pp}) x vp({vp})"]
+            return [
+                f"num_layers({layers}) + embedding + loss is not divisible by pp({pp}) x vp({vp})"
+            ]
         return []
     if first is None and last is None:
         return [f"num_layers({layers}) is not divisible by pp({pp})"] if layers % pp else []
-    rest, middle = layers - (first or 0) - (last or 0), pp - (first is not None) - (last is not None)
+    rest, middle = (
+        layers - (first or 0) - (last or 0),
+        pp - (first is not None) - (last is not None),
+    )
     if any(n is not None and n % vp for n in (first, last)):
         return [f"first/last stage layers ({first}, {last}) are not divisible by vp({vp})"]
     if bool(rest) != bool(middle) or (middle and (rest % middle or (rest // middle) % vp)):
@@ -633,26 +751,36 @@ def _batch_problems(f: dict, dp: int, pp: int, ctx: ExportContext) -> list[str]:
         min_pp = 1 if "--no-overlap-p2p-communication" not in f else 2
         if pp <= min_pp:
             out.append(f"interleaving needs pp > {min_pp}, got {pp}")
-        if k < pp or k % pp:  # microbatch groups of pp (Megatron's default group size) must be whole
+        if (
+            k < pp or k % pp
+        ):  # microbatch groups of pp (Megatron's default group size) must be whole
             out.append(f"interleaving needs microbatches ({k}) to be a multiple of pp({pp})")
     if k != ctx.layout.num_microbatches:
         out.append(f"{k} microbatches per step, layout has {ctx.layout.num_microbatches}")
     return out
 
 
-def _option_problems(f: dict, tp: int, pp: int, cp: int, dp: int, layers: int, ctx: ExportContext) -> list[str]:
+def _option_problems(
+    f: dict, tp: int, pp: int, cp: int, dp: int, layers: int, ctx: ExportContext
+) -> list[str]:
     out = []
     seq = _int(f, "--seq-length", 0)
     if cp > 1 and seq % (2 * cp):
         out.append(f"seq_length({seq}) is not a multiple of 2 x cp({cp})")
     if _int(f, "--max-position-embeddings", 0) < seq:
-        out.append(f"max_position_embeddings({f.get('--max-position-embeddings')}) < seq_length({seq})")
+        out.append(
+            f"max_position_embeddings({f.get('--max-position-embeddings')}) < seq_length({seq})"
+        )
     if "--sequence-parallel" in f and tp == 1:
         out.append("--sequence-parallel needs tp > 1")
     granularity = f.get("--recompute-granularity")
     if granularity == "full":
         n = _int(f, "--recompute-num-layers")
-        if f.get("--recompute-method") not in ("uniform", "block") or n is None or not 1 <= n <= layers // pp:
+        if (
+            f.get("--recompute-method") not in ("uniform", "block")
+            or n is None
+            or not 1 <= n <= layers // pp
+        ):
             out.append(
                 "full recompute needs --recompute-method uniform|block and 1 <= --recompute-num-layers <= layers/pp"
             )
@@ -660,11 +788,15 @@ def _option_problems(f: dict, tp: int, pp: int, cp: int, dp: int, layers: int, c
         out.append("selective recompute takes no --recompute-method")
     if "--use-megatron-fsdp" in f:
         if f.get("--ckpt-format") != "fsdp_dtensor" or "--use-distributed-optimizer" not in f:
-            out.append("Megatron-FSDP needs --ckpt-format fsdp_dtensor and --use-distributed-optimizer")
+            out.append(
+                "Megatron-FSDP needs --ckpt-format fsdp_dtensor and --use-distributed-optimizer"
+            )
     out += _hyper_problems(f, tp, dp, cp, ctx)
     instances = _int(f, "--num-distributed-optimizer-instances", 1)
     if (dp * cp) % instances:
-        out.append(f"DP x CP ({dp * cp}) is not divisible by --num-distributed-optimizer-instances {instances}")
+        out.append(
+            f"DP x CP ({dp * cp}) is not divisible by --num-distributed-optimizer-instances {instances}"
+        )
     return out
 
 
@@ -708,18 +840,32 @@ def _hyper_problems(f: dict, tp: int, dp: int, cp: int, ctx: ExportContext) -> l
     if "--overlap-param-gather" in f and "--use-distributed-optimizer" not in f:
         out.append("--overlap-param-gather needs --use-distributed-optimizer")
     if dp * cp > 1 and "--overlap-grad-reduce" not in f:
-        out.append("--overlap-grad-reduce is missing; the predicted time overlaps the gradient reduction")
+        out.append(
+            "--overlap-grad-reduce is missing; the predicted time overlaps the gradient reduction"
+        )
     lay = ctx.layout
-    if lay.tp > 1 and lay.sequence_parallel and ctx.workload.tp_comm_overlap and "--tp-comm-overlap" not in f:
-        out.append("--tp-comm-overlap is missing; the predicted time assumed TP communication overlap")
+    if (
+        lay.tp > 1
+        and lay.sequence_parallel
+        and ctx.workload.tp_comm_overlap
+        and "--tp-comm-overlap" not in f
+    ):
+        out.append(
+            "--tp-comm-overlap is missing; the predicted time assumed TP communication overlap"
+        )
     return out
 
 
-def _moe_problems(f: dict, world: int, tp: int, pp: int, layers: int, ctx: ExportContext) -> list[str]:
+def _moe_problems(
+    f: dict, world: int, tp: int, pp: int, layers: int, ctx: ExportContext
+) -> list[str]:
     """arguments.py validate_args, parallel_state and TransformerConfig rules for the MoE flags, and the model's numbers."""
     m, lay, out = ctx.model, ctx.layout, []
     experts = _int(f, "--num-experts")
-    ep, etp = _int(f, "--expert-model-parallel-size", 1), _int(f, "--expert-tensor-parallel-size", tp)
+    ep, etp = (
+        _int(f, "--expert-model-parallel-size", 1),
+        _int(f, "--expert-tensor-parallel-size", tp),
+    )
     if m.moe is None:
         if experts is not None or ep > 1:
             out.append(f"--num-experts {experts} / ep {ep} written for a model without experts")
@@ -742,7 +888,9 @@ def _moe_problems(f: dict, world: int, tp: int, pp: int, layers: int, ctx: Expor
         pattern = eval_layer_freq(f.get("--moe-layer-freq", 1), layers)
     except (ValueError, SyntaxError, TypeError, ZeroDivisionError) as exc:
         pattern = None
-        out.append(f"--moe-layer-freq {f.get('--moe-layer-freq')!r} is not a Megatron pattern: {exc}")
+        out.append(
+            f"--moe-layer-freq {f.get('--moe-layer-freq')!r} is not a Megatron pattern: {exc}"
+        )
     if pattern is not None and pattern != [int(m.is_moe_layer(i)) for i in range(m.num_layers)]:
         out.append(
             f"--moe-layer-freq {f.get('--moe-layer-freq', 1)} makes layers "
@@ -786,14 +934,19 @@ def _moe_problems(f: dict, world: int, tp: int, pp: int, layers: int, ctx: Expor
         "capacity factor": moe.capacity_factor,
         "shared gate": bool(moe.shared_expert_gate and moe.num_shared_experts),
     }
-    return out + [f"{k} is {got[k]}, the model and layout have {want[k]}" for k in want if got[k] != want[k]]
+    return out + [
+        f"{k} is {got[k]}, the model and layout have {want[k]}" for k in want if got[k] != want[k]
+    ]
 
 
 def dispatcher_args(ctx: ExportContext) -> list[tuple[str, object]]:
     """The token dispatcher the prediction assumed: DeepEP behind the flex dispatcher where tokens cross
     scale-out once per node (``core.frameworks.node_dedup``), else NCCL AllToAll."""
     if ctx.layout.ep > 1 and node_dedup(ctx.model, ctx.workload, ctx.cluster.accelerator.kind):
-        return [("--moe-token-dispatcher-type", "flex"), ("--moe-flex-dispatcher-backend", "deepep")]
+        return [
+            ("--moe-token-dispatcher-type", "flex"),
+            ("--moe-flex-dispatcher-backend", "deepep"),
+        ]
     return [("--moe-token-dispatcher-type", "alltoall")]
 
 
@@ -825,9 +978,13 @@ def _mla_problems(f: dict, ctx: ExportContext) -> list[str]:
         }
         out += [f"{k} is {got[k]}, the model has {want[k]}" for k in want if got[k] != want[k]]
         if "--group-query-attention" in f:
-            out.append("--group-query-attention is mutually exclusive with --multi-latent-attention")
+            out.append(
+                "--group-query-attention is mutually exclusive with --multi-latent-attention"
+            )
         if f.get("--rope-type", "yarn") != "yarn" and "--no-rope-fusion" not in f:
             out.append("MLA with --rope-type rope needs --no-rope-fusion (MLATransformerConfig)")
     if _int(f, "--mtp-num-layers", 0) != m.mtp_layers:
-        out.append(f"--mtp-num-layers is {f.get('--mtp-num-layers', 0)}, the model has {m.mtp_layers}")
+        out.append(
+            f"--mtp-num-layers is {f.get('--mtp-num-layers', 0)}, the model has {m.mtp_layers}"
+        )
     return out

@@ -47,7 +47,13 @@ import tomllib
 
 from layoutsearch.core.frameworks import node_dedup
 from layoutsearch.core.rules import Capabilities, deepseek_block, qwen3_moe_block
-from layoutsearch.export.context import ExportContext, comment_block, header_lines, placeholder_note, set_me
+from layoutsearch.export.context import (
+    ExportContext,
+    comment_block,
+    header_lines,
+    placeholder_note,
+    set_me,
+)
 
 SCHEDULES = {"1f1b": "1F1B", "gpipe": "GPipe", "interleaved": "Interleaved1F1B"}
 SINGLE_STAGE = ("1F1B", "GPipe")
@@ -79,7 +85,11 @@ DEEPSEEK_V3_FLAVORS = {
     "671B": (129280, 7168, 18432, 2048, 61, 3, 128, 256, 1, 8, 1536, 512, 128, 64, 128),
 }
 DEEPSEEK_V3_FIXED = {"norm_eps": 1e-5, "rope_theta": 10000.0}
-DEEPSEEK_V3_FLEX = ("16B", "236B", "671B")  # attn_type "flex": DeepSeekV3ModelArgs refuses them with cp > 1
+DEEPSEEK_V3_FLEX = (
+    "16B",
+    "236B",
+    "671B",
+)  # attn_type "flex": DeepSeekV3ModelArgs refuses them with cp > 1
 # models/qwen3/__init__.py qwen3_args, the MoE flavors: flavor -> (vocab, head_dim, dim, n_layers, n_heads,
 # n_kv_heads, hidden_dim, moe_inter_dim, num_experts, num_shared_experts, top_k, enable_weight_tying); norm_eps 1e-6
 QWEN3_MOE_FLAVORS = {
@@ -145,8 +155,12 @@ def flavor_for(ctx: ExportContext) -> str | None:
     m = ctx.model
     family = family_of(m)
     if family == "deepseek_v3":
-        name = next((name for name, key in DEEPSEEK_V3_FLAVORS.items() if key == _deepseek_key(m)), None)
-        return None if name in DEEPSEEK_V3_FLEX and ctx.layout.cp > 1 else name  # the SDPA registration then
+        name = next(
+            (name for name, key in DEEPSEEK_V3_FLAVORS.items() if key == _deepseek_key(m)), None
+        )
+        return (
+            None if name in DEEPSEEK_V3_FLEX and ctx.layout.cp > 1 else name
+        )  # the SDPA registration then
     if family == "qwen3":
         return next((name for name, key in QWEN3_MOE_FLAVORS.items() if key == _qwen3_key(m)), None)
     for name, (dim, layers, heads, kv, vocab, mult, mo) in LLAMA3_FLAVORS.items():
@@ -181,7 +195,11 @@ def custom_flavor_args(ctx: ExportContext) -> str:
     family = family_of(m)
     if family == "deepseek_v3":
         a = m.mla
-        router = {"score_func": "sigmoid", "route_norm": True} if m.moe.router_bias else {"score_func": "softmax"}
+        router = (
+            {"score_func": "sigmoid", "route_norm": True}
+            if m.moe.router_bias
+            else {"score_func": "softmax"}
+        )
         return (
             f"DeepSeekV3ModelArgs(vocab_size={m.vocab_size}, dim={m.d_model}, inter_dim={m.d_ff}, "
             f"moe_inter_dim={m.moe.expert_d_ff}, n_layers={m.num_layers}, n_dense_layers={m.moe.first_dense_layers}, "
@@ -207,12 +225,17 @@ def custom_flavor_args(ctx: ExportContext) -> str:
     )
 
 
-FLAVOR_ROPE_THETA, FLAVOR_NORM_EPS = 500000.0, 1e-5  # torchtitan llama3 flavors (TransformerModelArgs)
+FLAVOR_ROPE_THETA, FLAVOR_NORM_EPS = (
+    500000.0,
+    1e-5,
+)  # torchtitan llama3 flavors (TransformerModelArgs)
 
 
 def capabilities(target: str) -> Capabilities:
     """torchtitan's limits (the same in 0.2.x and 0.3.x), declared for export target ``target``."""
-    moe = target == "torchtitan"  # the 0.3 module builds llama3 only (its MoE models are other config builders)
+    moe = (
+        target == "torchtitan"
+    )  # the 0.3 module builds llama3 only (its MoE models are other config builders)
     why = {
         "zero": "FSDP2 has no ZeRO-1 (sharded optimizer, unsharded gradients)",
         "cp": "it always runs FSDP over data_parallel_shard x cp, so cp shards the weights",
@@ -266,7 +289,10 @@ def sections(ctx: ExportContext) -> dict[str, dict]:
         "pipeline_parallel_degree": lay.pp,
     }
     if ctx.model.moe is not None:  # with ep = 1 torchtitan shards the experts over tp by itself
-        parallelism.update(expert_parallel_degree=lay.ep, expert_tensor_parallel_degree=lay.etp if lay.ep > 1 else 1)
+        parallelism.update(
+            expert_parallel_degree=lay.ep,
+            expert_tensor_parallel_degree=lay.etp if lay.ep > 1 else 1,
+        )
         if comm_backend(ctx) != "standard":  # what the prediction assumed for the token dispatch
             parallelism["expert_parallel_comm_backend"] = comm_backend(ctx)
     async_tp = bool(ctx.workload.tp_comm_overlap) and lay.tp > 1  # what the prediction assumed
@@ -274,9 +300,12 @@ def sections(ctx: ExportContext) -> dict[str, dict]:
         parallelism["enable_async_tensor_parallel"] = True
     if lay.pp > 1:
         parallelism.update(
-            pipeline_parallel_schedule=SCHEDULES[lay.schedule if lay.virtual_stages == 1 else "interleaved"],
+            pipeline_parallel_schedule=SCHEDULES[
+                lay.schedule if lay.virtual_stages == 1 else "interleaved"
+            ],
             pipeline_parallel_microbatch_size=mbs,
-            pipeline_parallel_layers_per_stage=ctx.model.num_layers // (lay.pp * lay.virtual_stages),
+            pipeline_parallel_layers_per_stage=ctx.model.num_layers
+            // (lay.pp * lay.virtual_stages),
             pipeline_parallel_first_stage_less_layers=0,
             pipeline_parallel_last_stage_less_layers=0,
         )
@@ -293,7 +322,11 @@ def sections(ctx: ExportContext) -> dict[str, dict]:
             "name": family_of(ctx.model),
             "flavor": flavor,
             "hf_assets_path": set_me("folder with the tokenizer (HF assets)"),
-            **({"converters": ["quantize.linear.float8"]} if ctx.workload.precision == "fp8" else {}),
+            **(
+                {"converters": ["quantize.linear.float8"]}
+                if ctx.workload.precision == "fp8"
+                else {}
+            ),
         },
         "training": {
             "local_batch_size": mbs * k if lay.pp > 1 else mbs,
@@ -364,7 +397,9 @@ def render(ctx: ExportContext) -> str:
     if flavor_for(ctx) is None:
         path, table = FAMILY_REGISTRY[family]
         flex = family == "deepseek_v3" and any(
-            key == _deepseek_key(ctx.model) for name, key in DEEPSEEK_V3_FLAVORS.items() if name in DEEPSEEK_V3_FLEX
+            key == _deepseek_key(ctx.model)
+            for name, key in DEEPSEEK_V3_FLAVORS.items()
+            if name in DEEPSEEK_V3_FLEX
         )
         notes.append(
             f"flavor '{ctx.model_id}' is not a torchtitan {family} flavor"
@@ -377,7 +412,9 @@ def render(ctx: ExportContext) -> str:
         )
     notes += policy_notes(ctx, "op-level SAC")
     notes += _model_notes(ctx)
-    notes.append("Usage: NGPU=... CONFIG_FILE=THIS_FILE ./run_train.sh (torchtitan 0.2.x TOML schema)")
+    notes.append(
+        "Usage: NGPU=... CONFIG_FILE=THIS_FILE ./run_train.sh (torchtitan 0.2.x TOML schema)"
+    )
     notes.append(placeholder_note())
     body = ""
     secs = sections(ctx)
@@ -404,7 +441,11 @@ def _moe_notes(ctx: ExportContext) -> list[str]:
         return []
     notes = [
         f"experts: {m.moe.num_experts} per MoE layer over ep {lay.ep} x etp {lay.etp}"
-        + (" (etp = tp: torchtitan shards the experts over tp when ep = 1)" if lay.ep == 1 and lay.tp > 1 else "")
+        + (
+            " (etp = tp: torchtitan shards the experts over tp when ep = 1)"
+            if lay.ep == 1 and lay.tp > 1
+            else ""
+        )
         + "; "
         + "router recipe (score function, routing groups, load-balancing coefficient) from the flavor or the "
         "ModelArgs above, not decided by layoutsearch."
@@ -461,12 +502,19 @@ def check_config(cfg: dict, ctx: ExportContext) -> list[str]:
     as in the v0.2 TOML; the torchtitan-0.3 exporter builds the same dict from its module)."""
     par, tr = cfg.get("parallelism", {}), cfg.get("training", {})
     world, out = ctx.num_devices, []
-    rep, shard = int(par.get("data_parallel_replicate_degree", 1)), int(par.get("data_parallel_shard_degree", -1))
-    cp, tp, pp = (int(par.get(f"{n}_parallel_degree", 1)) for n in ("context", "tensor", "pipeline"))
+    rep, shard = (
+        int(par.get("data_parallel_replicate_degree", 1)),
+        int(par.get("data_parallel_shard_degree", -1)),
+    )
+    cp, tp, pp = (
+        int(par.get(f"{n}_parallel_degree", 1)) for n in ("context", "tensor", "pipeline")
+    )
     if shard == -1:
         shard = world // (rep * cp * tp * pp)
     if rep * shard * cp * tp * pp != world:
-        return [f"dp_replicate({rep}) * dp_shard({shard}) * cp({cp}) * tp({tp}) * pp({pp}) != WORLD_SIZE({world})"]
+        return [
+            f"dp_replicate({rep}) * dp_shard({shard}) * cp({cp}) * tp({tp}) * pp({pp}) != WORLD_SIZE({world})"
+        ]
     local, gbs, seq = (
         int(tr.get("local_batch_size", 8)),
         int(tr.get("global_batch_size", -1)),
@@ -475,7 +523,9 @@ def check_config(cfg: dict, ctx: ExportContext) -> list[str]:
     batch_degree = rep * shard
     gbs = local * batch_degree if gbs < 0 else gbs
     if gbs % (local * batch_degree):
-        out.append(f"global batch {gbs} % (local batch {local} * data-parallel degree {batch_degree}) != 0")
+        out.append(
+            f"global batch {gbs} % (local batch {local} * data-parallel degree {batch_degree}) != 0"
+        )
     if seq % (tp * 2 * cp):
         out.append(f"seq_len {seq} is not divisible by tp({tp}) x 2 x cp({cp})")
     m = ctx.model
@@ -513,8 +563,14 @@ def check_config(cfg: dict, ctx: ExportContext) -> list[str]:
     model = cfg.get("model", {})
     flavor = model.get("flavor")
     if model.get("name", "llama3") != family_of(m):
-        out.append(f"model name {model.get('name', 'llama3')} is not the model's family {family_of(m)}")
-    tables = {"llama3": LLAMA3_FLAVORS, "deepseek_v3": DEEPSEEK_V3_FLAVORS, "qwen3": QWEN3_MOE_FLAVORS}
+        out.append(
+            f"model name {model.get('name', 'llama3')} is not the model's family {family_of(m)}"
+        )
+    tables = {
+        "llama3": LLAMA3_FLAVORS,
+        "deepseek_v3": DEEPSEEK_V3_FLAVORS,
+        "qwen3": QWEN3_MOE_FLAVORS,
+    }
     if flavor in tables.get(model.get("name", "llama3"), {}) and flavor_for(ctx) != flavor:
         out.append(f"flavor {flavor} does not have the model's sizes")
     return out + _expert_problems(par, shard, cp, tp, ctx)
@@ -529,24 +585,37 @@ def comm_backend(ctx: ExportContext) -> str:
 
 def _expert_problems(par: dict, shard: int, cp: int, tp: int, ctx: ExportContext) -> list[str]:
     """ParallelDims' expert rules (etp 1 or tp with ep > 1, efsdp = dp_shard x cp x tp / (ep x etp)) and the layout's."""
-    ep, etp = int(par.get("expert_parallel_degree", 1)), int(par.get("expert_tensor_parallel_degree", 1))
+    ep, etp = (
+        int(par.get("expert_parallel_degree", 1)),
+        int(par.get("expert_tensor_parallel_degree", 1)),
+    )
     lay, out = ctx.layout, []
     if ctx.model.moe is None:
-        return [] if ep == etp == 1 else [f"expert degrees ep {ep} / etp {etp} written for a model without experts"]
+        return (
+            []
+            if ep == etp == 1
+            else [f"expert degrees ep {ep} / etp {etp} written for a model without experts"]
+        )
     if par.get("expert_parallel_comm_backend", "standard") != comm_backend(ctx):
         out.append(
             f"expert_parallel_comm_backend {par.get('expert_parallel_comm_backend', 'standard')}, the "
             f"prediction assumed {comm_backend(ctx)}"
         )
     if ep > 1 and etp not in (1, tp):
-        out.append(f"expert_tensor_parallel_degree {etp} with ep {ep}: torchtitan supports etp = tp or 1")
+        out.append(
+            f"expert_tensor_parallel_degree {etp} with ep {ep}: torchtitan supports etp = tp or 1"
+        )
     if (shard * cp * tp) % (ep * etp):
-        out.append(f"efsdp = dp_shard({shard}) x cp({cp}) x tp({tp}) / (ep({ep}) x etp({etp})) is not whole")
+        out.append(
+            f"efsdp = dp_shard({shard}) x cp({cp}) x tp({tp}) / (ep({ep}) x etp({etp})) is not whole"
+        )
     elif ctx.model.moe.num_experts % ep:
         out.append(f"ep({ep}) does not divide the {ctx.model.moe.num_experts} experts")
     effective_etp = etp if ep > 1 else tp  # ep = 1: torchtitan applies TP to the experts
     if (ep, effective_etp) != (lay.ep, lay.etp):
-        out.append(f"experts run as ep {ep} x etp {effective_etp}, layout has ep {lay.ep} x etp {lay.etp}")
+        out.append(
+            f"experts run as ep {ep} x etp {effective_etp}, layout has ep {lay.ep} x etp {lay.etp}"
+        )
     return out
 
 
@@ -554,7 +623,9 @@ def _pipeline_problems(par: dict, local: int, pp: int, num_layers: int, out: lis
     """pipeline_parallel.py: microbatch split and stages per rank; returns the microbatch count."""
     mbs = int(par.get("pipeline_parallel_microbatch_size", 1))
     if local % mbs:
-        out.append(f"local batch {local} is not divisible by pipeline_parallel_microbatch_size {mbs}")
+        out.append(
+            f"local batch {local} is not divisible by pipeline_parallel_microbatch_size {mbs}"
+        )
         return 0
     n = local // mbs
     schedule = par.get("pipeline_parallel_schedule", "1F1B")
@@ -571,5 +642,7 @@ def _pipeline_problems(par: dict, local: int, pp: int, num_layers: int, out: lis
         if schedule not in SINGLE_STAGE and per_rank < 2:
             out.append(f"{schedule} needs at least 2 stages per rank, got {per_rank}")
         if schedule == "Interleaved1F1B" and n % max(1, n // pp):
-            out.append(f"Interleaved1F1B needs {n} microbatches divisible by their rounds ({max(1, n // pp)})")
+            out.append(
+                f"Interleaved1F1B needs {n} microbatches divisible by their rounds ({max(1, n // pp)})"
+            )
     return n

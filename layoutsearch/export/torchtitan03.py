@@ -35,7 +35,13 @@ import ast
 import math
 
 from layoutsearch.export import torchtitan
-from layoutsearch.export.context import ExportContext, comment_block, header_lines, placeholder_note, set_me
+from layoutsearch.export.context import (
+    ExportContext,
+    comment_block,
+    header_lines,
+    placeholder_note,
+    set_me,
+)
 
 CAPABILITIES = torchtitan.capabilities("torchtitan-0.3")
 FUNCTION = "layoutsearch_job"
@@ -87,7 +93,9 @@ def rope_values(ctx: ExportContext) -> dict:
 def job_values(ctx: ExportContext) -> dict[str, object]:
     """The module-level constants the engine decides (the checker reads them back)."""
     secs = torchtitan.sections(ctx)
-    training = {k: secs["training"][k] for k in ("local_batch_size", "global_batch_size", "seq_len")}
+    training = {
+        k: secs["training"][k] for k in ("local_batch_size", "global_batch_size", "seq_len")
+    }
     if ctx.layout.pp > 1:
         training["disable_cuda_graphs"] = True
     return {
@@ -177,7 +185,9 @@ def _nodes(ctx: ExportContext) -> int:
 def launch_lines(ctx: ExportContext) -> list[str]:
     nodes = _nodes(ctx)
     per_node = ctx.num_devices // nodes
-    run = f"PYTHONPATH=<folder of this file> MODULE=<this file's name without .py> CONFIG={FUNCTION}"
+    run = (
+        f"PYTHONPATH=<folder of this file> MODULE=<this file's name without .py> CONFIG={FUNCTION}"
+    )
     lines = [
         "Launch (torchtitan 0.3.x, from its repository: run_train.sh passes --module/--config to torchtitan.train; "
         "save this file under an importable name, e.g. layout.py):"
@@ -201,7 +211,9 @@ def launch_lines(ctx: ExportContext) -> list[str]:
 def render(ctx: ExportContext) -> str:
     notes = header_lines(ctx)
     if torchtitan.flavor_for(ctx) is None:
-        notes.append(f"'{ctx.model_id}' is not a torchtitan llama3 flavor: the module builds it from MODEL below.")
+        notes.append(
+            f"'{ctx.model_id}' is not a torchtitan llama3 flavor: the module builds it from MODEL below."
+        )
     notes += torchtitan.policy_notes(ctx, "SelectiveAC (per-op SAC)")
     m = ctx.model
     if m.attention_dropout or m.hidden_dropout:
@@ -231,7 +243,11 @@ def read_constants(text: str) -> dict[str, object]:
     """The module's top-level NAME = literal assignments (raises SyntaxError / ValueError)."""
     out = {}
     for node in ast.parse(text).body:
-        if isinstance(node, ast.Assign) and len(node.targets) == 1 and isinstance(node.targets[0], ast.Name):
+        if (
+            isinstance(node, ast.Assign)
+            and len(node.targets) == 1
+            and isinstance(node.targets[0], ast.Name)
+        ):
             try:
                 out[node.targets[0].id] = ast.literal_eval(node.value)
             except ValueError:
@@ -247,12 +263,20 @@ def check(text: str, ctx: ExportContext) -> list[str]:
     except SyntaxError as exc:
         return [f"not valid Python: {exc}"]
     missing = [
-        n for n in ("FLAVOR", "MODEL", "ROPE", "TRAINING", "PARALLELISM", "ACTIVATION_CHECKPOINT") if n not in values
+        n
+        for n in ("FLAVOR", "MODEL", "ROPE", "TRAINING", "PARALLELISM", "ACTIVATION_CHECKPOINT")
+        if n not in values
     ]
     if missing or FUNCTION not in functions:
-        return [f"missing {', '.join(missing + ([] if FUNCTION in functions else [FUNCTION + '()']))}"]
+        return [
+            f"missing {', '.join(missing + ([] if FUNCTION in functions else [FUNCTION + '()']))}"
+        ]
     mode = values["ACTIVATION_CHECKPOINT"]
-    out = [] if mode in AC_CONFIGS else [f"ACTIVATION_CHECKPOINT '{mode}' is not one of {', '.join(AC_CONFIGS)}"]
+    out = (
+        []
+        if mode in AC_CONFIGS
+        else [f"ACTIVATION_CHECKPOINT '{mode}' is not one of {', '.join(AC_CONFIGS)}"]
+    )
     out += torchtitan.check_config(
         {
             "parallelism": values["PARALLELISM"],
@@ -263,7 +287,11 @@ def check(text: str, ctx: ExportContext) -> list[str]:
         ctx,
     )
     model, want = values["MODEL"], model_values(ctx)
-    out += [f"MODEL {k} is {model.get(k)}, the model has {v}" for k, v in want.items() if model.get(k) != v]
+    out += [
+        f"MODEL {k} is {model.get(k)}, the model has {v}"
+        for k, v in want.items()
+        if model.get(k) != v
+    ]
     if values["ROPE"] != rope_values(ctx):
         out.append(f"ROPE {values['ROPE']} is not the model's rope scaling {rope_values(ctx)}")
     if values["PARALLELISM"].get("pipeline_parallel_degree", 1) > 1 and not values["TRAINING"].get(

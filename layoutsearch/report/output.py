@@ -31,7 +31,9 @@ def layout_record(est: Estimate, rank: int = 1, price_per_device_hour: float | N
         "kv_replication": params.kv_replication(est.model, lay.tp),
         "axes": {name: [[axis, factor] for axis, factor in placed] for name, placed in lay.axes},
         "memory_bytes": dict(est.memory_bytes),
-        "memory_moments_bytes": {name: sum(items.values()) for name, items in est.memory_moments.items()},
+        "memory_moments_bytes": {
+            name: sum(items.values()) for name, items in est.memory_moments.items()
+        },
         "peak_moment": est.peak_moment,
         "worst_stage": est.worst_stage,
         "time_s": dict(est.time_s),
@@ -43,7 +45,10 @@ def layout_record(est: Estimate, rank: int = 1, price_per_device_hour: float | N
         "step_time_band_s": [est.step_time_s * (1 + low), est.step_time_s * (1 + high)],
         "step_time_rel_band": [low, high],
         **planning.plan_numbers(
-            est.workload.training_tokens, est.tokens_per_s, est.cluster.num_devices, price_per_device_hour
+            est.workload.training_tokens,
+            est.tokens_per_s,
+            est.cluster.num_devices,
+            price_per_device_hour,
         ),
         "price_per_device_hour": price_per_device_hour,
     }
@@ -60,7 +65,12 @@ def stage_layers_record(est: Estimate) -> dict:
         lay.last_stage_layers or 0,
         head=params.output_layer_equivalents(est.model),
     )
-    return {"first": int(first[0]), "middle": int(middle[0]), "last": int(last[0]), "split": SPLIT_NAMES[int(kind[0])]}
+    return {
+        "first": int(first[0]),
+        "middle": int(middle[0]),
+        "last": int(last[0]),
+        "split": SPLIT_NAMES[int(kind[0])],
+    }
 
 
 def band_of(est: Estimate) -> tuple[float, float]:
@@ -82,7 +92,8 @@ def estimate_document(est: Estimate, price_per_device_hour: float | None = None)
         "params": {
             **est.params,
             "per_device_by_stage": {
-                str(s): params.stage_params(est.model, est.layout, s) for s in sorted({0, est.layout.pp - 1})
+                str(s): params.stage_params(est.model, est.layout, s)
+                for s in sorted({0, est.layout.pp - 1})
             },
         },
         "layout": layout_record(est, 1, price_per_device_hour),
@@ -93,7 +104,10 @@ def estimate_document(est: Estimate, price_per_device_hour: float | None = None)
 
 
 def solve_document(
-    problem: Problem, result, explanation: dict | None = None, price_per_device_hour: float | None = None
+    problem: Problem,
+    result,
+    explanation: dict | None = None,
+    price_per_device_hour: float | None = None,
 ) -> dict:
     """`layoutsearch solve --format json` (OUTPUT.md): problem, solver proof, ranked layouts."""
     doc = {
@@ -117,7 +131,8 @@ def solve_document(
             "seed": SEED,
         },
         "layouts": [
-            layout_record(est, rank, price_per_device_hour) for rank, est in enumerate(result.layouts, start=1)
+            layout_record(est, rank, price_per_device_hour)
+            for rank, est in enumerate(result.layouts, start=1)
         ],
     }
     if not result.layouts and explanation is not None:

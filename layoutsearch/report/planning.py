@@ -21,7 +21,9 @@ from layoutsearch.core.units import MAX_TRAINING_TOKENS, SECONDS_PER_DAY
 from layoutsearch.costs.estimate import Estimate, estimate
 
 HOURS_PER_DAY = 24.0
-MAX_PRICE_PER_DEVICE_HOUR = 1e6  # keeps every cost finite (and below the sweep's 1e30 bound on numbers)
+MAX_PRICE_PER_DEVICE_HOUR = (
+    1e6  # keeps every cost finite (and below the sweep's 1e30 bound on numbers)
+)
 MIN_WHAT_IF_FACTOR = 1e-3
 MAX_WHAT_IF_FACTOR = 1e3
 SENSITIVITY_FACTOR = 1.1  # explain --sensitivity: each number +10%
@@ -47,7 +49,9 @@ WHAT_IF_DESCRIPTIONS = {
 # ----------------------------------------------------------------------------- option checks
 def check_tokens(tokens: float | None, option: str = "--tokens") -> float | None:
     """A token count in (0, 1e18] (None: not given)."""
-    if tokens is not None and not (isinstance(tokens, (int, float)) and 0 < tokens <= MAX_TRAINING_TOKENS):
+    if tokens is not None and not (
+        isinstance(tokens, (int, float)) and 0 < tokens <= MAX_TRAINING_TOKENS
+    ):
         raise InvalidArgumentError(
             f"{option}: {tokens!r:.40} is not a number of tokens in (0, {MAX_TRAINING_TOKENS:g}]"
         )
@@ -56,8 +60,12 @@ def check_tokens(tokens: float | None, option: str = "--tokens") -> float | None
 
 def check_price(price: float | None, option: str = "--price-per-device-hour") -> float | None:
     """A price per device-hour in [0, 1e6] (None: not given)."""
-    if price is not None and not (isinstance(price, (int, float)) and 0 <= price <= MAX_PRICE_PER_DEVICE_HOUR):
-        raise InvalidArgumentError(f"{option}: {price!r:.40} is not a price in [0, {MAX_PRICE_PER_DEVICE_HOUR:g}]")
+    if price is not None and not (
+        isinstance(price, (int, float)) and 0 <= price <= MAX_PRICE_PER_DEVICE_HOUR
+    ):
+        raise InvalidArgumentError(
+            f"{option}: {price!r:.40} is not a price in [0, {MAX_PRICE_PER_DEVICE_HOUR:g}]"
+        )
     return price
 
 
@@ -65,7 +73,9 @@ def parse_what_if(text: str, option: str = "--what-if") -> dict[str, float]:
     """'scale_out_bandwidth=0.5,hbm=2' -> {'scale_out_bandwidth': 0.5, 'hbm': 2.0}."""
     items = [item.strip() for item in text.split(",")]
     if not text.strip() or not all(items):
-        raise InvalidArgumentError(f"{option}: empty item in '{text:.80}' (e.g. scale_out_bandwidth=0.5)")
+        raise InvalidArgumentError(
+            f"{option}: empty item in '{text:.80}' (e.g. scale_out_bandwidth=0.5)"
+        )
     factors: dict[str, float] = {}
     for item in items:
         key, factor = _what_if_item(item, option)
@@ -77,7 +87,9 @@ def parse_what_if(text: str, option: str = "--what-if") -> dict[str, float]:
 
 def _what_if_item(item: str, option: str) -> tuple[str, float]:
     if "=" not in item:
-        raise InvalidArgumentError(f"{option}: '{item:.40}' is not KEY=FACTOR (e.g. scale_out_bandwidth=0.5)")
+        raise InvalidArgumentError(
+            f"{option}: '{item:.40}' is not KEY=FACTOR (e.g. scale_out_bandwidth=0.5)"
+        )
     key, text = (s.strip() for s in item.split("=", 1))
     if key not in WHAT_IF_FIELDS:
         raise InvalidArgumentError(
@@ -97,32 +109,49 @@ def _what_if_item(item: str, option: str) -> tuple[str, float]:
 # ----------------------------------------------------------------------------- time and cost
 def cost(device_hours: float | None, price_per_device_hour: float | None) -> float | None:
     """device_hours x price, None when either is unknown."""
-    return None if device_hours is None or price_per_device_hour is None else device_hours * price_per_device_hour
+    return (
+        None
+        if device_hours is None or price_per_device_hour is None
+        else device_hours * price_per_device_hour
+    )
 
 
 def plan_numbers(
-    training_tokens: float | None, tokens_per_s: float, num_devices: int, price_per_device_hour: float | None
+    training_tokens: float | None,
+    tokens_per_s: float,
+    num_devices: int,
+    price_per_device_hour: float | None,
 ) -> dict[str, float | None]:
     """train_days, device_hours and cost of training ``training_tokens`` (all None without tokens)."""
     if training_tokens is None:
         return {"train_days": None, "device_hours": None, "cost": None}
     train_days = training_tokens / tokens_per_s / SECONDS_PER_DAY
     device_hours = train_days * HOURS_PER_DAY * num_devices
-    return {"train_days": train_days, "device_hours": device_hours, "cost": cost(device_hours, price_per_device_hour)}
+    return {
+        "train_days": train_days,
+        "device_hours": device_hours,
+        "cost": cost(device_hours, price_per_device_hour),
+    }
 
 
 def with_training_tokens(problem: Problem, training_tokens: float | None) -> Problem:
     """The problem with ``training_tokens`` in its Workload (unchanged when None)."""
     if training_tokens is None:
         return problem
-    return replace(problem, workload=replace(problem.workload, training_tokens=check_tokens(training_tokens)))
+    return replace(
+        problem, workload=replace(problem.workload, training_tokens=check_tokens(training_tokens))
+    )
 
 
 # ----------------------------------------------------------------------------- what-if hardware
 def scaled_accelerator(acc: Accelerator, factors: dict[str, float]) -> Accelerator:
     """The accelerator with each named number multiplied by its factor."""
     return replace(
-        acc, **{WHAT_IF_FIELDS[key][0]: getattr(acc, WHAT_IF_FIELDS[key][0]) * f for key, f in factors.items()}
+        acc,
+        **{
+            WHAT_IF_FIELDS[key][0]: getattr(acc, WHAT_IF_FIELDS[key][0]) * f
+            for key, f in factors.items()
+        },
     )
 
 
@@ -152,10 +181,18 @@ def relative_change(new: float | None, base: float | None) -> float | None:
 
 def re_estimate(est: Estimate, factors: dict[str, float]) -> Estimate:
     """The same (placed) layout costed on the estimate's hardware scaled by ``factors``."""
-    return estimate(scaled_problem(est.problem, factors), est.layout, mfu_convention=est.mfu_convention, strict=False)
+    return estimate(
+        scaled_problem(est.problem, factors),
+        est.layout,
+        mfu_convention=est.mfu_convention,
+        strict=False,
+    )
 
 
 def sensitivity(est: Estimate, factor: float = SENSITIVITY_FACTOR) -> dict[str, float]:
     """Key -> relative change of the layout's step time when that number alone is x ``factor``
     (the layout held fixed: re-estimated, not re-solved)."""
-    return {key: relative_change(re_estimate(est, {key: factor}).step_time_s, est.step_time_s) for key in WHAT_IF_KEYS}
+    return {
+        key: relative_change(re_estimate(est, {key: factor}).step_time_s, est.step_time_s)
+        for key in WHAT_IF_KEYS
+    }

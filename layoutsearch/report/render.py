@@ -18,7 +18,9 @@ from layoutsearch.search.explain import ranking_line
 BAR_WIDTH = 30
 
 
-WIDE_COLUMNS = 200  # `--wide`, and whenever stdout is not a terminal (a file or a pipe has no width)
+WIDE_COLUMNS = (
+    200  # `--wide`, and whenever stdout is not a terminal (a file or a pipe has no width)
+)
 _layout = {"wide": False}
 
 
@@ -46,7 +48,9 @@ def table_of_dicts(title: str, rows: list[dict]) -> None:
         return
     table = Table(title=title)
     for key in rows[0]:
-        table.add_column(str(key), justify="right" if isinstance(rows[0][key], (int, float)) else "left")
+        table.add_column(
+            str(key), justify="right" if isinstance(rows[0][key], (int, float)) else "left"
+        )
     for row in rows:
         table.add_row(*(_fmt(v) for v in row.values()))
     console().print(table)
@@ -61,7 +65,9 @@ def bar(fraction: float) -> str:
 def layout_summary(est: Estimate) -> str:
     lay = est.layout
     degrees = ", ".join(f"{k}={v}" for k, v in lay.all_degrees.items() if v > 1) or "single device"
-    axes = "; ".join(f"{name}: " + " x ".join(f"{a}{f}" for a, f in placed) for name, placed in lay.axes)
+    axes = "; ".join(
+        f"{name}: " + " x ".join(f"{a}{f}" for a, f in placed) for name, placed in lay.axes
+    )
     rep = params.kv_replication(est.model, lay.tp)
     return (
         f"{degrees} | ZeRO-{lay.zero_stage} | {lay.num_microbatches} microbatch(es) of "
@@ -78,7 +84,9 @@ def _split_text(est: Estimate) -> str:
     split = stage_layers_record(est)
     if est.layout.pp == 1 or split["split"] == "even":
         return ""
-    return f" | layers per stage {split['first']}/{split['middle']}/{split['last']} ({split['split']})"
+    return (
+        f" | layers per stage {split['first']}/{split['middle']}/{split['last']} ({split['split']})"
+    )
 
 
 def assumptions(workload, model) -> str:
@@ -89,7 +97,11 @@ def assumptions(workload, model) -> str:
         + (" + TP comm overlap" if workload.tp_comm_overlap else "")
         + (" + EP comm overlap" if workload.ep_comm_overlap else "")
         + (" + DeepEP dispatch" if model.moe is not None and workload.deepep else "")
-        + (f", {workload.routing} routing" if model.moe is not None and model.moe.capacity_factor is None else "")
+        + (
+            f", {workload.routing} routing"
+            if model.moe is not None and model.moe.capacity_factor is None
+            else ""
+        )
         + _attention_text(workload)
         + (", blocking launches" if workload.launch_blocking else "")
         + (f", CUDA graphs {workload.cuda_graphs}" if workload.cuda_graphs != "none" else "")
@@ -103,7 +115,11 @@ def _attention_text(workload) -> str:
         or workload.vendor_attention == profile_of(workload.framework).vendor_attention
     ):
         return ""
-    return ", vendor fused attention" if workload.vendor_attention else ", FlashAttention-2 class attention"
+    return (
+        ", vendor fused attention"
+        if workload.vendor_attention
+        else ", FlashAttention-2 class attention"
+    )
 
 
 def estimate_report(
@@ -141,7 +157,9 @@ def estimate_report(
         if "/" in key and value > 0:
             times.add_row(key, f"{value:.4f}", f"{value / step:.1%}")
     for key in ("compute", "exposed_comm", "bubble", "overhead", "step"):
-        times.add_row(f"[bold]{key}[/bold]", f"{est.time_s[key]:.4f}", f"{est.time_s[key] / step:.1%}")
+        times.add_row(
+            f"[bold]{key}[/bold]", f"{est.time_s[key]:.4f}", f"{est.time_s[key] / step:.1%}"
+        )
     out.print(times)
     out.print(
         f"MFU {est.mfu:.1%} ({est.mfu_convention} FLOPs) | {est.tokens_per_s:,.0f} tokens/s | "
@@ -155,16 +173,22 @@ def estimate_report(
         )
     if est.workload.training_tokens:
         plan = planning.plan_numbers(
-            est.workload.training_tokens, est.tokens_per_s, est.cluster.num_devices, price_per_device_hour
+            est.workload.training_tokens,
+            est.tokens_per_s,
+            est.cluster.num_devices,
+            price_per_device_hour,
         )
         out.print(
             f"{plan['train_days']:.1f} days for {est.workload.training_tokens:.3g} tokens | "
-            f"{plan['device_hours']:,.0f} device-hours" + _cost_text(plan["cost"], price_per_device_hour)
+            f"{plan['device_hours']:,.0f} device-hours"
+            + _cost_text(plan["cost"], price_per_device_hour)
         )
 
 
 def _cost_text(cost: float | None, price_per_device_hour: float | None) -> str:
-    return "" if cost is None else f" | cost {cost:,.0f} at {price_per_device_hour:g} per device-hour"
+    return (
+        "" if cost is None else f" | cost {cost:,.0f} at {price_per_device_hour:g} per device-hour"
+    )
 
 
 def _gb(x: float) -> str:
@@ -172,7 +196,11 @@ def _gb(x: float) -> str:
 
 
 def solve_report(
-    model_name: str, cluster_name: str, result, explanation: dict | None, price_per_device_hour: float | None = None
+    model_name: str,
+    cluster_name: str,
+    result,
+    explanation: dict | None,
+    price_per_device_hour: float | None = None,
 ) -> None:
     """The top layouts as a table, then the solver's status and proof."""
     out = console()
@@ -201,7 +229,11 @@ def solve_report(
             "MFU",
             "tokens/s",
         ):
-            table.add_column(col, justify="left" if col in ("degrees", "axes", "remat") else "right", overflow="fold")
+            table.add_column(
+                col,
+                justify="left" if col in ("degrees", "axes", "remat") else "right",
+                overflow="fold",
+            )
         for rank, est in enumerate(result.layouts, start=1):
             lay = est.layout
             table.add_row(
@@ -263,13 +295,19 @@ def plan_report(estimates: list[Estimate], price_per_device_hour: float | None) 
     out = console()
     out.print(
         f"time to train {tokens:.3g} tokens"
-        + ("" if price_per_device_hour is None else f" at {price_per_device_hour:g} per device-hour")
+        + (
+            ""
+            if price_per_device_hour is None
+            else f" at {price_per_device_hour:g} per device-hour"
+        )
     )
     table = Table()
     for col in ("#", "tokens/s", "days", "device-hours", "cost"):
         table.add_column(col, justify="right")
     for rank, est in enumerate(estimates, start=1):
-        plan = planning.plan_numbers(tokens, est.tokens_per_s, est.cluster.num_devices, price_per_device_hour)
+        plan = planning.plan_numbers(
+            tokens, est.tokens_per_s, est.cluster.num_devices, price_per_device_hour
+        )
         table.add_row(
             str(rank),
             f"{est.tokens_per_s:,.0f}",
@@ -297,13 +335,24 @@ def _winner_row(table: Table, label: str, est: Estimate | None, status: str | No
     )
 
 
-def what_if_report(doc: dict, base: Estimate | None, other: Estimate | None, base_status: str | None) -> None:
+def what_if_report(
+    doc: dict, base: Estimate | None, other: Estimate | None, base_status: str | None
+) -> None:
     """The base winner against the winner on the scaled hardware (a `what_if` object, output.py)."""
     factors = ", ".join(f"{k} x{v:g}" for k, v in doc["factors"].items())
     out = console()
     out.print(f"what if {factors} ({doc['method']})")
     table = Table()
-    for col in ("hardware", "degrees", "axes", "ZeRO, K, remat", "peak/cap GB", "step s", "MFU", "tokens/s"):
+    for col in (
+        "hardware",
+        "degrees",
+        "axes",
+        "ZeRO, K, remat",
+        "peak/cap GB",
+        "step s",
+        "MFU",
+        "tokens/s",
+    ):
         table.add_column(
             col,
             justify="left" if col in ("hardware", "degrees", "axes", "ZeRO, K, remat") else "right",
@@ -349,7 +398,10 @@ def sensitivity_report(sensitivity: dict[str, float], est: Estimate, factor: flo
         table.add_column(col, justify="left" if col in ("key", "number") else "right")
     for key, change in sensitivity.items():
         table.add_row(
-            key, planning.WHAT_IF_DESCRIPTIONS[key], f"{est.step_time_s * (1 + change):.4f}", f"{change:+.2%}"
+            key,
+            planning.WHAT_IF_DESCRIPTIONS[key],
+            f"{est.step_time_s * (1 + change):.4f}",
+            f"{change:+.2%}",
         )
     out.print(table)
 
@@ -371,19 +423,31 @@ def status_line(result) -> str:
 
 
 def explain_report(
-    model_name: str, cluster_name: str, result, explanation: dict | None, price_per_device_hour: float | None = None
+    model_name: str,
+    cluster_name: str,
+    result,
+    explanation: dict | None,
+    price_per_device_hour: float | None = None,
 ) -> None:
     """Why the winner wins (term by term), or the infeasibility funnel."""
     out = console()
     solve_report(model_name, cluster_name, result, None, price_per_device_hour)
     if result.layouts and explanation:
         for i, rows in enumerate(explanation["versus"], start=2):
-            table = Table(title=f"layout 1 against layout {i}: where they differ (positive = layout {i} pays more)")
+            table = Table(
+                title=f"layout 1 against layout {i}: where they differ (positive = layout {i} pays more)"
+            )
             for col in ("term", "layout 1", f"layout {i}", "difference"):
                 table.add_column(col, justify="left" if col == "term" else "right")
             for row in rows:
-                fmt = (lambda x: f"{x:.4f} s") if row["unit"] == "s" else (lambda x: f"{x / GB:.2f} GB")
-                table.add_row(row["term"], fmt(row["winner"]), fmt(row["other"]), fmt(row["difference"]))
+                fmt = (
+                    (lambda x: f"{x:.4f} s")
+                    if row["unit"] == "s"
+                    else (lambda x: f"{x / GB:.2f} GB")
+                )
+                table.add_row(
+                    row["term"], fmt(row["winner"]), fmt(row["other"]), fmt(row["difference"])
+                )
             if rows:
                 out.print(table)
             else:
@@ -393,11 +457,17 @@ def explain_report(
             notes = {n["layout"]: n for n in explanation.get("ranking") or ()}
             if i in notes:
                 band = tuple(explanation["uncertainty_rel_band"])
-                out.print(ranking_line(notes[i], explanation["tie_tolerance"], band), markup=False, highlight=False)
+                out.print(
+                    ranking_line(notes[i], explanation["tie_tolerance"], band),
+                    markup=False,
+                    highlight=False,
+                )
             else:
                 first, other = result.layouts[0], result.layouts[i - 1]
                 diff = other.step_time_s - first.step_time_s
-                out.print(f"layout 1 is faster by {diff:.4f} s per step ({diff / other.step_time_s:.2%})")
+                out.print(
+                    f"layout 1 is faster by {diff:.4f} s per step ({diff / other.step_time_s:.2%})"
+                )
         return
     if explanation:
         table = Table(title="what removes the candidates")
@@ -420,7 +490,9 @@ def validation_report(doc: dict) -> None:
     for warning in s.get("warnings") or ():
         out.print(f"warning: {warning}", markup=False, highlight=False)
     if not s["count"]:
-        out.print(f"[bold]0 records evaluated, {s['skipped']} skipped[/bold]: no record could be evaluated")
+        out.print(
+            f"[bold]0 records evaluated, {s['skipped']} skipped[/bold]: no record could be evaluated"
+        )
     else:
         out.print(
             f"[bold]{s['count']} records evaluated, {s['skipped']} skipped[/bold]: median |error| "
@@ -457,7 +529,14 @@ def calibration_report(result: dict, loss: str = "squares") -> None:
     """Before/after errors and the fitted values per accelerator."""
     how = "least squares" if loss == "squares" else "Huber loss"
     table = Table(title=f"calibration ({how} on log(predicted / measured))")
-    for col in ("accelerator", "records", "median before -> after", "p90 before -> after", "fitted", "at a bound"):
+    for col in (
+        "accelerator",
+        "records",
+        "median before -> after",
+        "p90 before -> after",
+        "fitted",
+        "at a bound",
+    ):
         table.add_column(col)
     for acc, fit in result.items():
         if not fit.get("fitted"):

@@ -45,7 +45,9 @@ class SearchResult:
     layouts: list[Estimate] = field(default_factory=list)
     metrics: list[dict] = field(default_factory=list)  # quantised values per layout
     candidates: list[tuple] = field(default_factory=list)  # (sk row, r index, z, o) per layout
-    tie_tolerance: float = TIE_TOLERANCE  # relative: step times this close are ties (search.ranking)
+    tie_tolerance: float = (
+        TIE_TOLERANCE  # relative: step times this close are ties (search.ranking)
+    )
     ranking_status: str = "OPTIMAL"  # whether the simplest of the tied layouts was proven (CP-SAT)
     space: Space | None = None
     tables: Tables | None = None
@@ -69,9 +71,13 @@ def solve(problem: Problem, request: SearchRequest | None = None) -> SearchResul
     objective, method = request.objective, request.method
     tolerance = TIE_TOLERANCE if request.tie_tolerance is None else request.tie_tolerance
     if not 0.0 <= tolerance <= MAX_TIE_TOLERANCE:  # NaN fails too
-        raise InvalidArgumentError(f"tie tolerance {tolerance} must be a fraction in 0..{MAX_TIE_TOLERANCE}")
+        raise InvalidArgumentError(
+            f"tie tolerance {tolerance} must be a fraction in 0..{MAX_TIE_TOLERANCE}"
+        )
     space = build_space(problem, request.options, capabilities_of(request.target))
-    if not len(space.sk_k) or not space.num_candidates():  # e.g. no recompute policy left: nothing to tabulate
+    if (
+        not len(space.sk_k) or not space.num_candidates()
+    ):  # e.g. no recompute policy left: nothing to tabulate
         return SearchResult(
             method=method,
             objective=objective,
@@ -100,14 +106,20 @@ def solve(problem: Problem, request: SearchRequest | None = None) -> SearchResul
         }
         info["bound"] = info["objective"]
     else:
-        answers, info = cpsat_top(space, tables, objective, request.top_k, request.time_limit_s, tolerance=tolerance)
+        answers, info = cpsat_top(
+            space, tables, objective, request.top_k, request.time_limit_s, tolerance=tolerance
+        )
     unit = tables.quantum_s if objective == Objective.step_time else KIB
     estimates, metrics, candidates = [], [], []
     for row, ri, z, o, m in answers:
-        layout = space.layout(int(space.sk_shape[row]), int(space.sk_k[row]), int(space.recompute_codes[ri]), z, o)
+        layout = space.layout(
+            int(space.sk_shape[row]), int(space.sk_k[row]), int(space.recompute_codes[ri]), z, o
+        )
         est = estimate(problem, layout, strict=False)
         if est.violations:  # the tables and estimate() disagree: a bug, never a user error
-            raise AssertionError(f"search returned an invalid layout {layout}: {[v.message for v in est.violations]}")
+            raise AssertionError(
+                f"search returned an invalid layout {layout}: {[v.message for v in est.violations]}"
+            )
         estimates.append(est)
         metrics.append(m)
         candidates.append((row, ri, z, o))
@@ -133,7 +145,15 @@ def solve(problem: Problem, request: SearchRequest | None = None) -> SearchResul
     )
 
 
-__all__ = ["solve", "SearchOptions", "SearchRequest", "SearchResult", "OBJECTIVES", "METHODS", "Capabilities"]
+__all__ = [
+    "solve",
+    "SearchOptions",
+    "SearchRequest",
+    "SearchResult",
+    "OBJECTIVES",
+    "METHODS",
+    "Capabilities",
+]
 
 
 def rank_among_candidates(problem: Problem, step_time_s: float) -> dict:

@@ -21,7 +21,9 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from layoutsearch.costs import step as step_formula
-from layoutsearch.search import satmodel as cp_model  # CP-SAT through cp_model_helper, without pandas
+from layoutsearch.search import (
+    satmodel as cp_model,
+)  # CP-SAT through cp_model_helper, without pandas
 from layoutsearch.search.enumerate import candidate_grid
 from layoutsearch.search.ranking import TIE_TOLERANCE, group_ids, shape_simplicity, tie_limit
 from layoutsearch.search.satmodel import LinearExpr
@@ -31,7 +33,9 @@ from layoutsearch.search.tables import MOMENT_NAMES, Tables, assemble
 PROMISING_ROWS = 32
 SEED = 20240611
 BIG = np.iinfo(np.int64).max // 4
-MAX_MERGED_KEY = 1 << 20  # the two simplicity objectives become one below this range (modest coefficients)
+MAX_MERGED_KEY = (
+    1 << 20
+)  # the two simplicity objectives become one below this range (modest coefficients)
 STATUS = {
     cp_model.OPTIMAL: "OPTIMAL",
     cp_model.FEASIBLE: "FEASIBLE",
@@ -67,7 +71,9 @@ class Vars:
     szo: dict = field(default_factory=dict)  # (shape, z, o) -> bool
 
 
-def row_bounds(space: Space, t: Tables, objective: str) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+def row_bounds(
+    space: Space, t: Tables, objective: str
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Per (S, K) row: a valid lower bound of the objective, which (row, r) fit in memory with
     some allowed ZeRO stage, and whether the row fits at all."""
     s = space.sk_shape
@@ -119,7 +125,9 @@ def prune(
         order = np.lexsort((value, gid))
         first = np.ones(len(order), dtype=bool)
         first[1:] = gid[order][1:] != gid[order][:-1]
-        values = np.sort(np.concatenate([values, value[order][first]]))[:top_k]  # best value of each layout
+        values = np.sort(np.concatenate([values, value[order][first]]))[
+            :top_k
+        ]  # best value of each layout
         exact = np.full(len(space.sk_k), BIG)
         np.minimum.at(exact, sk[ok], value)
         if exact_rows:
@@ -185,7 +193,8 @@ def build_model(space: Space, t: Tables, rows: np.ndarray, clip: int | None, fit
     # ---- table lookups: linear in the selections (clipped where a top-k answer cannot be affected)
     def over(sel, table, index=lambda k: k, top=limit):
         return sum(
-            (int(min(table[index(k)], top)) if top is not None else int(table[index(k)])) * b for k, b in sel.items()
+            (int(min(table[index(k)], top)) if top is not None else int(table[index(k)])) * b
+            for k, b in sel.items()
         )
 
     stage = over(v.w, t.STAGE0)
@@ -216,7 +225,9 @@ def build_model(space: Space, t: Tables, rows: np.ndarray, clip: int | None, fit
         top = sum(term[h][1] for h in hidden) + 1
         exposed = model.new_int_var(0, top, name)
         model.add(exposed >= sum(term[h][0] for h in hidden) - term[window][0])
-        charged = model.new_int_var(0, top, name + "_interference")  # floor(ETA exposed): step_formula.unhidden
+        charged = model.new_int_var(
+            0, top, name + "_interference"
+        )  # floor(ETA exposed): step_formula.unhidden
         model.add(100 * charged <= t.eta_pct * exposed)
         step = step + exposed - charged + term[loss][0]
     for _, name in step_formula.PLAIN:
@@ -253,11 +264,14 @@ def simplicity_objectives(space: Space, v: Vars) -> list:
     w_head = w_tp * 2
     key_a = (
         LinearExpr.weighted_sum([v.shape[s] for s in v.shape], [w_head * head[s] for s in v.shape])
-        + LinearExpr.weighted_sum(list(v.szo.values()), [w_tp * int(p.tp_beyond_node[s, o]) for s, _, o in v.szo])
+        + LinearExpr.weighted_sum(
+            list(v.szo.values()), [w_tp * int(p.tp_beyond_node[s, o]) for s, _, o in v.szo]
+        )
         + LinearExpr.weighted_sum(list(v.z.values()), [w_z * z for z in v.z])
         + LinearExpr.weighted_sum(list(v.y.values()), [w_k * k_rank[int(k_of[j])] for j in v.y])
         + LinearExpr.weighted_sum(
-            list(v.r.values()), [w_r * int(p.recompute_rank[space.recompute_codes[ri]]) for ri in v.r]
+            list(v.r.values()),
+            [w_r * int(p.recompute_rank[space.recompute_codes[ri]]) for ri in v.r],
         )
     )
     range_a = w_head * (max(head.values()) + 1)
@@ -308,7 +322,9 @@ def cpsat_top(
     }
     if not len(rows):
         return [], info
-    model, v, exprs = build_model(space, t, rows, limit if objective == "step-time" else None, fits_r)
+    model, v, exprs = build_model(
+        space, t, rows, limit if objective == "step-time" else None, fits_r
+    )
     keys = ["volume", "step"] if objective == "gather-volume" else ["step"]
     phases = [(key, exprs[key]) for key in keys] + [("simplicity", e) for e in exprs["simplicity"]]
     answers, deadline = [], time.perf_counter() + time_limit_s
@@ -323,7 +339,9 @@ def cpsat_top(
             if status not in (cp_model.OPTIMAL, cp_model.FEASIBLE):
                 if rank == 0 and phase == 0:
                     info["status"] = STATUS[status]
-                if key == "simplicity":  # out of time: the tied candidate found so far, not proven simplest
+                if (
+                    key == "simplicity"
+                ):  # out of time: the tied candidate found so far, not proven simplest
                     info["ranking_status"] = STATUS[status]
                 else:
                     solver = None
@@ -340,7 +358,9 @@ def cpsat_top(
             if key == "simplicity" and status != cp_model.OPTIMAL:
                 info["ranking_status"] = STATUS[status]
             lit = model.new_bool_var(f"fix_{rank}_{phase}")
-            model.add(expr <= tie_limit(value, tolerance) if key == "step" else expr == value).only_enforce_if(lit)
+            model.add(
+                expr <= tie_limit(value, tolerance) if key == "step" else expr == value
+            ).only_enforce_if(lit)
             model.add_assumptions([lit])
         model.clear_assumptions()
         if solver is None:
@@ -349,7 +369,9 @@ def cpsat_top(
         m = assemble(t, space, np.array([row]), np.array([ri]), np.array([z]), np.array([o]))
         metrics = {key: int(np.broadcast_to(m[key], (1,))[0]) for key in ("step", "peak", "volume")}
         answers.append((row, ri, z, o, metrics))
-        model.add_bool_or([~v.y[row], ~v.r[ri], ~v.z[z]])  # the same layout placed otherwise is not ranked again
+        model.add_bool_or(
+            [~v.y[row], ~v.r[ri], ~v.z[z]]
+        )  # the same layout placed otherwise is not ranked again
     return answers, info
 
 

@@ -36,9 +36,12 @@ def enumerate_top(
     may still be ranked (``ranking.relevant``) as chunks arrive. ``found`` (a dict) receives the
     ``optimum``: the least objective value (step time, or volume), which the winner, the simplest
     of those tied with it, need not have."""
-    per_row = (space.zero_mask.sum(1) * space.order_mask.sum(1))[space.sk_shape] * len(space.recompute_codes)
+    per_row = (space.zero_mask.sum(1) * space.order_mask.sum(1))[space.sk_shape] * len(
+        space.recompute_codes
+    )
     bounds = np.searchsorted(
-        np.cumsum(per_row), np.arange(CHUNK_CANDIDATES, per_row.sum() + CHUNK_CANDIDATES, CHUNK_CANDIDATES)
+        np.cumsum(per_row),
+        np.arange(CHUNK_CANDIDATES, per_row.sum() + CHUNK_CANDIDATES, CHUNK_CANDIDATES),
     )
     pool, start, seen = None, 0, 0
     for stop in list(bounds) + [len(per_row)]:
@@ -59,13 +62,17 @@ def enumerate_top(
             "o": o[keep],
             **{key: np.broadcast_to(np.asarray(m[key]), sk.shape)[keep] for key in METRICS},
         }
-        pool = cand if pool is None else {key: np.concatenate([pool[key], cand[key]]) for key in pool}
+        pool = (
+            cand if pool is None else {key: np.concatenate([pool[key], cand[key]]) for key in pool}
+        )
         mask = relevant(space, pool, objective, top_k, tolerance)
         pool = {key: v[mask] for key, v in pool.items()}
     if pool is None or not len(pool["sk"]):
         return [], seen
     picks = select(space, pool, objective, top_k, tolerance)
-    if found is not None:  # the pool holds the least value (every candidate tied with it is relevant)
+    if (
+        found is not None
+    ):  # the pool holds the least value (every candidate tied with it is relevant)
         found["optimum"] = int(pool["volume" if objective == "gather-volume" else "step"].min())
     return [
         (

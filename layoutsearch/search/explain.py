@@ -23,7 +23,12 @@ from layoutsearch.costs.estimate import Estimate, estimate
 from layoutsearch.search import solve
 from layoutsearch.search.enumerate import candidate_grid
 from layoutsearch.search.ranking import simpler_because, tie_limit
-from layoutsearch.search.space import Space, problem_degree_tuples, with_microbatches, with_virtual_stages
+from layoutsearch.search.space import (
+    Space,
+    problem_degree_tuples,
+    with_microbatches,
+    with_virtual_stages,
+)
 from layoutsearch.search.tables import Tables, assemble
 
 
@@ -34,12 +39,28 @@ def compare(winner: Estimate, other: Estimate, limit: int = 8) -> list[dict]:
         if "/" in key or key == "bubble":
             a, b = winner.time_s.get(key, 0.0), other.time_s.get(key, 0.0)
             if abs(a - b) > 1e-6:
-                rows.append({"term": f"time/{key}", "winner": a, "other": b, "difference": b - a, "unit": "s"})
+                rows.append(
+                    {
+                        "term": f"time/{key}",
+                        "winner": a,
+                        "other": b,
+                        "difference": b - a,
+                        "unit": "s",
+                    }
+                )
     for key in sorted(set(winner.memory_bytes) | set(other.memory_bytes)):
         if "/" in key:
             a, b = winner.memory_bytes.get(key, 0.0), other.memory_bytes.get(key, 0.0)
             if abs(a - b) > 1e6:
-                rows.append({"term": f"memory/{key}", "winner": a, "other": b, "difference": b - a, "unit": "B"})
+                rows.append(
+                    {
+                        "term": f"memory/{key}",
+                        "winner": a,
+                        "other": b,
+                        "difference": b - a,
+                        "unit": "B",
+                    }
+                )
     time_rows = sorted((r for r in rows if r["unit"] == "s"), key=lambda r: -abs(r["difference"]))
     mem_rows = sorted((r for r in rows if r["unit"] == "B"), key=lambda r: -abs(r["difference"]))
     return time_rows[:limit] + mem_rows[:limit]
@@ -75,7 +96,9 @@ def ranking_notes(result, band: tuple[float, float]) -> list[dict]:
                 "step_time_rel_diff": diff,
                 "within_tie_tolerance": bool(tied),
                 "simpler_by": reason,
-                "within_uncertainty": bool(first * (1 + low) <= est.step_time_s <= first * (1 + high)),
+                "within_uncertainty": bool(
+                    first * (1 + low) <= est.step_time_s <= first * (1 + high)
+                ),
             }
         )
     return notes
@@ -117,7 +140,14 @@ def funnel(problem: Problem, rules: tuple[Rule, ...]) -> list[dict]:
     zero_ok = np.ones((rows, 4), dtype=bool)
     recompute_ok = np.ones(len(RECOMPUTE_POLICIES), dtype=bool)
     z = np.arange(4)
-    out = [{"rule": "product of degrees = devices", "code": "product", "removed": 0, "remaining": len(ids["tuple"])}]
+    out = [
+        {
+            "rule": "product of degrees = devices",
+            "code": "product",
+            "removed": 0,
+            "remaining": len(ids["tuple"]),
+        }
+    ]
     left = len(ids["tuple"])
     for rule in rules:
         if rule.code in ("product", "degree"):
@@ -125,13 +155,20 @@ def funnel(problem: Problem, rules: tuple[Rule, ...]) -> list[dict]:
         if rule.needs == {"r"}:
             recompute_ok &= rule.mask(problem, {"r": np.arange(len(RECOMPUTE_POLICIES))})
         elif "z" in rule.needs:
-            zero_ok &= rule.mask(problem, {**{k: v[:, None] for k, v in c.items()}, "z": z[None, :]})
+            zero_ok &= rule.mask(
+                problem, {**{k: v[:, None] for k, v in c.items()}, "z": z[None, :]}
+            )
         else:
             alive &= rule.mask(problem, c)
         survivors = alive & zero_ok.any(axis=1) & recompute_ok.any()
         remaining = len(np.unique(c["tuple"][survivors]))
         out.append(
-            {"rule": rule.title(problem), "code": rule.code, "removed": left - remaining, "remaining": remaining}
+            {
+                "rule": rule.title(problem),
+                "code": rule.code,
+                "removed": left - remaining,
+                "remaining": remaining,
+            }
         )
         left = remaining
     return out
@@ -157,7 +194,9 @@ def infeasibility(problem: Problem, space: Space, tables: Tables | None) -> dict
     if found is None:
         last = next((s for s in steps if s["remaining"] == 0), steps[-1])
         rule = next((r for r in space.rules if r.code == last["code"]), None)
-        if rule is not None and not rule.needs:  # a rule on the whole problem (model, precision): its own reason
+        if (
+            rule is not None and not rule.needs
+        ):  # a rule on the whole problem (model, precision): its own reason
             out["message"] = f"{rule.why(problem, {})} ({rule.code})"
         else:
             out["message"] = (
@@ -166,7 +205,9 @@ def infeasibility(problem: Problem, space: Space, tables: Tables | None) -> dict
             )
         return out
     (row, ri, z, o), _ = found
-    layout = space.layout(int(space.sk_shape[row]), int(space.sk_k[row]), int(space.recompute_codes[ri]), z, o)
+    layout = space.layout(
+        int(space.sk_shape[row]), int(space.sk_k[row]), int(space.recompute_codes[ri]), z, o
+    )
     est = estimate(problem, layout, strict=False)
     capacity = est.memory_bytes["capacity"]
     fixes = []
@@ -174,12 +215,20 @@ def infeasibility(problem: Problem, space: Space, tables: Tables | None) -> dict
         ("recompute=full", replace(layout, recompute="full")),
         ("zero-stage=3", replace(layout, zero_stage=3) if layout.fsdp * layout.cp > 1 else None),
     ):
-        if changed is not None and changed != layout and estimate(problem, changed, strict=False).fits:
+        if (
+            changed is not None
+            and changed != layout
+            and estimate(problem, changed, strict=False).fits
+        ):
             fixes.append(name)
     doubled = _fits_on_doubled(problem)
     if doubled:
         fixes.append(f"2x the devices ({doubled})")
-    state = sum(memory.state_bytes(params.param_counts(problem.model)["total"], problem.workload, 0, 1).values())
+    state = sum(
+        memory.state_bytes(
+            params.param_counts(problem.model)["total"], problem.workload, 0, 1
+        ).values()
+    )
     min_devices = int(-(-state // capacity))
     out["nearest_layout"] = {
         "degrees": layout.all_degrees,
@@ -209,7 +258,9 @@ def _degrees(layout) -> str:
 def _fits_on_doubled(problem: Problem) -> str | None:
     """The name of a cluster with twice the devices on which some layout fits, if one resolves."""
     cluster = problem.cluster
-    name = f"{cluster.accelerator.id}-{2 * cluster.num_devices}" if cluster.num_slices == 1 else None
+    name = (
+        f"{cluster.accelerator.id}-{2 * cluster.num_devices}" if cluster.num_slices == 1 else None
+    )
     try:
         bigger = resolve_cluster(name) if name else None
     except LayoutsearchError:

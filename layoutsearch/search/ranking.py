@@ -85,7 +85,9 @@ class ShapeSimplicity:
     cp_rank: np.ndarray  # [shape] rank of cp among the space's cp degrees: 0 for cp = 1
     tp_beyond_node: np.ndarray  # [shape, order] 0/1: the TP group spans a scale-out or DCN axis
     degree_rank: np.ndarray  # [shape] rank by (dp, fsdp, tp, pp, cp, ep, etp, v)
-    recompute_rank: np.ndarray  # [recompute code] 0 for the lightest policy (``recompute_lightness``)
+    recompute_rank: (
+        np.ndarray
+    )  # [recompute code] 0 for the lightest policy (``recompute_lightness``)
 
 
 def shape_simplicity(space) -> ShapeSimplicity:
@@ -104,15 +106,30 @@ def shape_simplicity(space) -> ShapeSimplicity:
         for o, order in enumerate(space.orders):
             table, _ = fill_order(cluster, degrees, order)
             beyond[:, o] = (table[:, slow, tp_col] > 1).any(axis=1)
-    order = np.lexsort(tuple(np.asarray(getattr(sh, f)) for f in ("v", "etp", "ep", "cp", "pp", "tp", "fsdp", "dp")))
+    order = np.lexsort(
+        tuple(
+            np.asarray(getattr(sh, f)) for f in ("v", "etp", "ep", "cp", "pp", "tp", "fsdp", "dp")
+        )
+    )
     rank = np.empty(space.num_shapes, dtype=np.int64)
     rank[order] = np.arange(space.num_shapes)
-    lightness = [recompute_lightness(space.model, policy) + (code,) for code, policy in enumerate(RECOMPUTE_POLICIES)]
+    lightness = [
+        recompute_lightness(space.model, policy) + (code,)
+        for code, policy in enumerate(RECOMPUTE_POLICIES)
+    ]
     recompute_rank = np.empty(len(RECOMPUTE_POLICIES), dtype=np.int64)
-    recompute_rank[sorted(range(len(lightness)), key=lightness.__getitem__)] = np.arange(len(lightness))
-    cp_rank = np.searchsorted(np.unique(np.append(degrees["cp"], 1)), degrees["cp"]).astype(np.int64)
+    recompute_rank[sorted(range(len(lightness)), key=lightness.__getitem__)] = np.arange(
+        len(lightness)
+    )
+    cp_rank = np.searchsorted(np.unique(np.append(degrees["cp"], 1)), degrees["cp"]).astype(
+        np.int64
+    )
     out = ShapeSimplicity(
-        degrees_above_one=above, cp_rank=cp_rank, tp_beyond_node=beyond, degree_rank=rank, recompute_rank=recompute_rank
+        degrees_above_one=above,
+        cp_rank=cp_rank,
+        tp_beyond_node=beyond,
+        degree_rank=rank,
+        recompute_rank=recompute_rank,
     )
     object.__setattr__(space, "_shape_simplicity", out)
     return out
@@ -168,13 +185,17 @@ def group_ids(space, sk, ri, z) -> np.ndarray:
     return (np.asarray(sk, dtype=np.int64) * len(space.recompute_codes) + ri) * 4 + z
 
 
-def select(space, pool: dict, objective: str, top_k: int, tolerance: float = TIE_TOLERANCE) -> list[int]:
+def select(
+    space, pool: dict, objective: str, top_k: int, tolerance: float = TIE_TOLERANCE
+) -> list[int]:
     """The ranking above over a pool of fitting candidates (arrays ``sk``, ``ri``, ``z``, ``o``,
     ``step``, ``volume``): the indices of the top_k, in rank order."""
     n = len(pool["sk"])
     if not n:
         return []
-    order = np.lexsort(tuple(reversed(simplicity_key(space, pool["sk"], pool["ri"], pool["z"], pool["o"]))))
+    order = np.lexsort(
+        tuple(reversed(simplicity_key(space, pool["sk"], pool["ri"], pool["z"], pool["o"])))
+    )
     step = pool["step"][order]
     primary = pool["volume"][order] if objective == "gather-volume" else np.zeros(n, dtype=np.int64)
     gid = group_ids(space, pool["sk"], pool["ri"], pool["z"])[order]
@@ -189,7 +210,9 @@ def select(space, pool: dict, objective: str, top_k: int, tolerance: float = TIE
     return picks
 
 
-def relevant(space, pool: dict, objective: str, top_k: int, tolerance: float = TIE_TOLERANCE) -> np.ndarray:
+def relevant(
+    space, pool: dict, objective: str, top_k: int, tolerance: float = TIE_TOLERANCE
+) -> np.ndarray:
     """A mask of the pool's candidates that may still be ranked in the top_k once more candidates
     join the pool: with the k-th best layout (by its best candidate, lexicographically (volume,
     step) for gather-volume) at (V, S), a candidate with more volume than V, or the same and a step

@@ -158,10 +158,16 @@ class LinearExpr:
         return LinearExpr.weighted_sum(expressions, None)
 
     @staticmethod
-    def weighted_sum(expressions: Iterable[LinearExpr | int], coefficients: Iterable[int] | None) -> LinearExpr:
+    def weighted_sum(
+        expressions: Iterable[LinearExpr | int], coefficients: Iterable[int] | None
+    ) -> LinearExpr:
         """sum(c * e) as one flat node; ``coefficients`` None means all ones."""
         terms, constant = [], 0
-        pairs = ((e, 1) for e in expressions) if coefficients is None else zip(expressions, coefficients, strict=True)
+        pairs = (
+            ((e, 1) for e in expressions)
+            if coefficients is None
+            else zip(expressions, coefficients, strict=True)
+        )
         for e, c in pairs:
             k = _coefficient(c)
             if isinstance(e, LinearExpr):
@@ -322,14 +328,18 @@ class BoundedLinearExpression:
 
     __slots__ = ("left", "right", "domain", "op")
 
-    def __init__(self, left: LinearExpr, right: LinearExpr | int, domain: tuple[int, ...], op: str) -> None:
+    def __init__(
+        self, left: LinearExpr, right: LinearExpr | int, domain: tuple[int, ...], op: str
+    ) -> None:
         self.left, self.right, self.domain, self.op = left, right, domain, op
 
     def __bool__(self) -> bool:
         """Only ``a == b`` / ``a != b`` between expressions has a truth value: identity (so
         ``var in list`` works); any other comparison is a constraint, never a bool."""
         if self.op not in ("==", "!=") or not isinstance(self.right, LinearExpr):
-            raise TypeError(f"a linear constraint ({self.op}) has no truth value; pass it to CpModel.add")
+            raise TypeError(
+                f"a linear constraint ({self.op}) has no truth value; pass it to CpModel.add"
+            )
         same = self.left is self.right
         return same if self.op == "==" else not same
 
@@ -420,7 +430,9 @@ class CpModel:
             return self._add_linear(constraint)
         if type(constraint).__name__ in ("bool", "bool_"):  # e.g. 0 == 0 from an empty sum
             ct, index = self._new_constraint()
-            (ct.bool_and if constraint else ct.bool_or).literals.extend([])  # empty and: true, or: false
+            (ct.bool_and if constraint else ct.bool_or).literals.extend(
+                []
+            )  # empty and: true, or: false
             return Constraint(ct, index)
         raise TypeError(f"CpModel.add takes a linear comparison, got {constraint!r}")
 
@@ -534,7 +546,9 @@ class CpSolver:
         self._response: _cmh.CpSolverResponse | None = None
         self._solution: list[int] = []
 
-    def solve(self, model: CpModel, solution_callback: CpSolverSolutionCallback | None = None) -> CpSolverStatus:
+    def solve(
+        self, model: CpModel, solution_callback: CpSolverSolutionCallback | None = None
+    ) -> CpSolverStatus:
         """Solves ``model``, calling ``solution_callback`` at each solution; returns the status."""
         wrapper = _cmh.SolveWrapper()
         wrapper.set_parameters(self.parameters)

@@ -24,10 +24,22 @@ import numpy as np
 
 from layoutsearch.core.errors import InvalidArgumentError
 from layoutsearch.core.numbers import divisors
-from layoutsearch.core.placement import EXPERT_NESTING, axis_orders, expert_degrees, fill_order, placement_for_order
+from layoutsearch.core.placement import (
+    EXPERT_NESTING,
+    axis_orders,
+    expert_degrees,
+    fill_order,
+    placement_for_order,
+)
 from layoutsearch.core.problem import MAX_VIRTUAL_STAGES, HasProblem, Problem, SearchOptions
 from layoutsearch.core.rules import Cand, Capabilities, Rule, registry
-from layoutsearch.core.specs import ALL_DEGREE_NAMES, DEGREE_NAMES, RECOMPUTE_POLICIES, SCHEDULE_CODES, Layout
+from layoutsearch.core.specs import (
+    ALL_DEGREE_NAMES,
+    DEGREE_NAMES,
+    RECOMPUTE_POLICIES,
+    SCHEDULE_CODES,
+    Layout,
+)
 from layoutsearch.costs import params, terms
 
 SHAPE_FIELDS = (*ALL_DEGREE_NAMES, "v", "sched")
@@ -53,7 +65,9 @@ class Space(HasProblem):
     zero_mask: np.ndarray  # [shape, z] allowed
     orders: list  # axis orders
     order_mask: np.ndarray  # [shape, o] allowed (placeable and not a duplicate)
-    coeffs: terms.Coeffs | None  # arrays over shape * len(orders) + o (masked pairs hold unused values)
+    coeffs: (
+        terms.Coeffs | None
+    )  # arrays over shape * len(orders) + o (masked pairs hold unused values)
 
     @property
     def num_shapes(self) -> int:
@@ -95,7 +109,9 @@ def stage_of(rule: Rule) -> str:
     for stage, known in STAGE_FIELDS.items():
         if rule.needs <= known:
             return stage
-    raise ValueError(f"rule '{rule.code}' reads {sorted(rule.needs)}, which no enumeration stage has together")
+    raise ValueError(
+        f"rule '{rule.code}' reads {sorted(rule.needs)}, which no enumeration stage has together"
+    )
 
 
 def degree_tuples(num_devices: int, experts: int = 0) -> Cand:
@@ -119,14 +135,20 @@ def degree_tuples(num_devices: int, experts: int = 0) -> Cand:
                     if experts
                     else [(1, 1)]
                 )
-                rows.extend((rest // fsdp, fsdp, tp, pp, cp, ep, etp) for fsdp in divisors(rest) for ep, etp in expert)
+                rows.extend(
+                    (rest // fsdp, fsdp, tp, pp, cp, ep, etp)
+                    for fsdp in divisors(rest)
+                    for ep, etp in expert
+                )
     table = np.array(rows, dtype=np.int64).reshape(-1, 7)
     return {name: table[:, i] for i, name in enumerate(ALL_DEGREE_NAMES)}
 
 
 def problem_degree_tuples(problem: Problem) -> Cand:
     """``degree_tuples`` of the problem's devices, with the expert degrees when the model has experts."""
-    return degree_tuples(problem.num_devices, problem.model.moe.num_experts if problem.model.moe is not None else 0)
+    return degree_tuples(
+        problem.num_devices, problem.model.moe.num_experts if problem.model.moe is not None else 0
+    )
 
 
 def with_virtual_stages(c: Cand, max_virtual_stages: int = MAX_VIRTUAL_STAGES) -> Cand:
@@ -141,7 +163,10 @@ def with_virtual_stages(c: Cand, max_virtual_stages: int = MAX_VIRTUAL_STAGES) -
 def with_microbatches(c: Cand, global_batch_seqs: int) -> Cand:
     """Each row x K among the divisors of B / gcd(B, dp x fsdp) (a superset of the valid counts)."""
     units = c["dp"] * c["fsdp"]
-    by_units = {int(u): divisors(global_batch_seqs // math.gcd(global_batch_seqs, int(u))) for u in set(units.tolist())}
+    by_units = {
+        int(u): divisors(global_batch_seqs // math.gcd(global_batch_seqs, int(u)))
+        for u in set(units.tolist())
+    }
     per_row = [by_units[int(u)] for u in units]
     counts = np.array([len(ks) for ks in per_row], dtype=np.int64)
     out = {name: np.repeat(a, counts) for name, a in c.items()}
@@ -157,7 +182,9 @@ def _apply(problem: Problem, rules: list[Rule], c: Cand) -> Cand:
     return _keep(c, _apply_mask(problem, rules, c))
 
 
-def search_rules(options: SearchOptions | None, capabilities: Capabilities | None) -> tuple[Rule, ...]:
+def search_rules(
+    options: SearchOptions | None, capabilities: Capabilities | None
+) -> tuple[Rule, ...]:
     """The rules the search applies: the registry with its canonical forms, options and target limits."""
     return registry(options, capabilities, canonical=True)
 
@@ -174,13 +201,20 @@ def build_space(
         by_stage[stage_of(rule)].append(rule)
     c = _apply(problem, by_stage["degrees"], problem_degree_tuples(problem))
     c = _apply(problem, by_stage["virtual"], with_virtual_stages(c, options.max_virtual_stages))
-    c = _apply(problem, by_stage["microbatches"], with_microbatches(c, problem.workload.global_batch_seqs))
-    shape_rows, sk_shape = _unique_rows(np.stack([c[f] for f in SHAPE_FIELDS], axis=1).reshape(-1, len(SHAPE_FIELDS)))
+    c = _apply(
+        problem, by_stage["microbatches"], with_microbatches(c, problem.workload.global_batch_seqs)
+    )
+    shape_rows, sk_shape = _unique_rows(
+        np.stack([c[f] for f in SHAPE_FIELDS], axis=1).reshape(-1, len(SHAPE_FIELDS))
+    )
     shape_rows, sk_shape, sk_k = _ordered(shape_rows, sk_shape, c["k"])
     shapes = {f: shape_rows[:, i] for i, f in enumerate(SHAPE_FIELDS)}
     zero_mask = (
         np.stack(
-            [_apply_mask(problem, by_stage["zero"], {**shapes, "z": np.full(len(shape_rows), z)}) for z in range(4)],
+            [
+                _apply_mask(problem, by_stage["zero"], {**shapes, "z": np.full(len(shape_rows), z)})
+                for z in range(4)
+            ],
             axis=1,
         )
         if len(shape_rows)
@@ -229,7 +263,9 @@ def _ordered(shape_rows: np.ndarray, sk_shape: np.ndarray, sk_k: np.ndarray):
     if not len(shape_rows):
         return shape_rows, sk_shape.astype(np.int64), sk_k.astype(np.int64)
     col = {f: i for i, f in enumerate(SHAPE_FIELDS)}
-    order = np.lexsort(tuple(shape_rows[:, col[f]] for f in ("v", "etp", "ep", "fsdp", "cp", "pp", "tp")))
+    order = np.lexsort(
+        tuple(shape_rows[:, col[f]] for f in ("v", "etp", "ep", "fsdp", "cp", "pp", "tp"))
+    )
     rank = np.empty(len(order), dtype=np.int64)
     rank[order] = np.arange(len(order))
     sk_shape = rank[sk_shape]
@@ -250,7 +286,9 @@ def _placements(problem: Problem, shape_rows: np.ndarray, orders: list):
         table, ok = fill_order(problem.cluster, {k: degrees[k] for k in DEGREE_NAMES}, order)
         expert_table = None
         if moe:
-            expert_table, expert_ok = fill_order(problem.cluster, expert_degrees(degrees), order, EXPERT_NESTING)
+            expert_table, expert_ok = fill_order(
+                problem.cluster, expert_degrees(degrees), order, EXPERT_NESTING
+            )
             ok = ok & expert_ok
         co = terms.coeffs_of(problem.cluster, table, kv, expert_table)
         key = np.stack(
@@ -274,10 +312,14 @@ def _validate_options(problem: Problem, options: SearchOptions) -> None:
     """Options that name unknown degrees or policies, or pin a degree that cannot divide the devices."""
     for name in (*options.fix, *options.choices, *(options.only or ())):
         if name not in ALL_DEGREE_NAMES:
-            raise InvalidArgumentError(f"unknown degree '{name}'; known: {', '.join(ALL_DEGREE_NAMES)}")
+            raise InvalidArgumentError(
+                f"unknown degree '{name}'; known: {', '.join(ALL_DEGREE_NAMES)}"
+            )
     for policy in options.recompute or ():
         if policy not in RECOMPUTE_POLICIES:
-            raise InvalidArgumentError(f"recompute '{policy}' is not one of {', '.join(RECOMPUTE_POLICIES)}")
+            raise InvalidArgumentError(
+                f"recompute '{policy}' is not one of {', '.join(RECOMPUTE_POLICIES)}"
+            )
     n = problem.num_devices
     for name, value in options.fix.items():
         if n % value:

@@ -107,7 +107,11 @@ def build_tables(space: Space) -> Tables:
     for st, (first, last) in _stage_flags(sh).items():
         c = terms.compute_per_microbatch(model, workload, acc, sh, k, r, last)
         a.append(
-            mult * (sum(v for key, v in c.items() if key.startswith("compute/")) + acc.microbatch_overhead_s * sh.v)
+            mult
+            * (
+                sum(v for key, v in c.items() if key.startswith("compute/"))
+                + acc.microbatch_overhead_s * sh.v
+            )
         )
         items = terms.memory_by_microbatch(model, workload, sh, k, r, first, last)
         mb.append([sum(terms.moment_bytes(items, name).values(), 0.0 * k) for name in MOMENT_NAMES])
@@ -125,8 +129,12 @@ def build_tables(space: Space) -> Tables:
     fc = terms.fsdp_collectives(model, workload, acc, sh_o, co)
     for st, (_first, last) in _stage_flags(sh_o).items():
         c = terms.compute_per_microbatch(model, workload, acc, sh_o, k_o, r0, last)
-        tp = terms.tp_per_microbatch(model, workload, acc, sh_o, k_o, co, last, c["window/matmul_fwd_layer"])
-        cp = terms.cp_per_microbatch(model, workload, acc, sh_o, k_o, co, c["window/attn_fwd_layer"])
+        tp = terms.tp_per_microbatch(
+            model, workload, acc, sh_o, k_o, co, last, c["window/matmul_fwd_layer"]
+        )
+        cp = terms.cp_per_microbatch(
+            model, workload, acc, sh_o, k_o, co, c["window/attn_fwd_layer"]
+        )
         busy = terms.shard_link_traffic(tp, cp, co)
         ep = terms.ep_per_microbatch(model, workload, acc, sh_o, k_o, co, c["window/fwd_layer"])
         tp_st.append(mult_o * tp["base"])
@@ -136,7 +144,11 @@ def build_tables(space: Space) -> Tables:
         )
         fx_st.append(mult_o * (fixed["forward"] + fixed["vocab"]))
         if st == 0:
-            x = mult_o * terms.layers_per_stage(model, sh_o) * (fc["gather_layer"] + fc["reduce_layer"] + busy["bwd"])
+            x = (
+                mult_o
+                * terms.layers_per_stage(model, sh_o)
+                * (fc["gather_layer"] + fc["reduce_layer"] + busy["bwd"])
+            )
             rcon = terms.reduction_link_traffic(model, workload, acc, sh_o, tp, cp, co)
             tpf = mult_o * tp["rerun"]
             epf = mult_o * ep["rerun"]
@@ -146,21 +158,32 @@ def build_tables(space: Space) -> Tables:
     s_zo = np.repeat(np.arange(n_s), 4 * n_o)
     z_zo = np.tile(np.repeat(np.arange(4), n_o), n_s)
     o_zo = np.tile(np.arange(n_o), 4 * n_s)
-    steps = terms.step_collectives(model, workload, acc, space.shapes.take(s_zo), z_zo, _coeff_rows(space, s_zo, o_zo))
+    steps = terms.step_collectives(
+        model, workload, acc, space.shapes.take(s_zo), z_zo, _coeff_rows(space, s_zo, o_zo)
+    )
     red = steps["reduce/zero"] + steps["reduce/dp"] + steps["reduce/kv_replica"]
     s_z, z_z = np.repeat(np.arange(n_s), 4), np.tile(np.arange(4), n_s)
     sh_z = space.shapes.take(s_z)
     opt = terms.optimizer_time(model, workload, acc, sh_z, z_z)
     mz = [
         [
-            sum(terms.moment_bytes(terms.memory_by_zero(model, workload, sh_z, z_z, first), name).values(), 0.0 * z_z)
+            sum(
+                terms.moment_bytes(
+                    terms.memory_by_zero(model, workload, sh_z, z_z, first), name
+                ).values(),
+                0.0 * z_z,
+            )
             for name in MOMENT_NAMES
         ]
         for first in (True, False)
     ]
     z3 = ((z_z == 3) & (sh_z.shards > 1)).reshape(n_s, 4)
     v_w, v_x = roofline.gather_volumes_bytes(
-        model.d_model, model.d_ff, workload.global_batch_tokens, space.cluster.num_devices, space.shapes.tp
+        model.d_model,
+        model.d_ff,
+        workload.global_batch_tokens,
+        space.cluster.num_devices,
+        space.shapes.tp,
     )
 
     lower = float(np.min(np.max(np.stack(a), axis=0))) if n_sk else 1.0
@@ -183,7 +206,9 @@ def build_tables(space: Space) -> Tables:
         Y=q(y).reshape(n_sk, nr),
         WIN=q(win).reshape(n_sk, nr),
         FWD=q(fwd),
-        MB=kib(np.stack([np.stack(m, axis=-1) for m in mb], axis=-2)).reshape(n_sk, nr, 2, len(MOMENT_NAMES)),
+        MB=kib(np.stack([np.stack(m, axis=-1) for m in mb], axis=-2)).reshape(
+            n_sk, nr, 2, len(MOMENT_NAMES)
+        ),
         TP=q(np.stack(tp_st, axis=-1)).reshape(n_sk, n_o, 2),
         TPF=q(tpf).reshape(n_sk, n_o),
         CP=q(mult_o * cp["base"]).reshape(n_sk, n_o),
@@ -196,14 +221,21 @@ def build_tables(space: Space) -> Tables:
         RCON=q(rcon).reshape(n_sk, n_o),
         RED=q(red).reshape(n_s, 4, n_o),
         GATH=q(steps["gather/zero"]).reshape(n_s, 4, n_o),
-        **{name: q(v).reshape(n_s, 4, n_o) for name, v in terms.step_interference(acc, steps).items()},
+        **{
+            name: q(v).reshape(n_s, 4, n_o)
+            for name, v in terms.step_interference(acc, steps).items()
+        },
         OPT=q(opt).reshape(n_s, 4),
-        MZ=kib(np.stack([np.stack(m, axis=-1) for m in mz], axis=-2)).reshape(n_s, 4, 2, len(MOMENT_NAMES)),
+        MZ=kib(np.stack([np.stack(m, axis=-1) for m in mz], axis=-2)).reshape(
+            n_s, 4, 2, len(MOMENT_NAMES)
+        ),
         Z3=z3,
         VOLUME=kib(v_w + v_x),
     )
     work = memory.recompute_arrays(model)
-    tables.STAGE0, tables.STAGE3 = stage_parts(tables, work["tp"][codes], work["attention"][codes], work["moe"][codes])
+    tables.STAGE0, tables.STAGE3 = stage_parts(
+        tables, work["tp"][codes], work["attention"][codes], work["moe"][codes]
+    )
     return tables
 
 
@@ -234,10 +266,14 @@ def stage_parts(
         "cp_rerun": cp_rerun_by_r[None, :, None],
     }
 
-    def quanta(x):  # a policy rerunning part of the forward's collectives makes fractions: round once
+    def quanta(
+        x,
+    ):  # a policy rerunning part of the forward's collectives makes fractions: round once
         return np.rint(x).astype(np.int64)
 
-    return quanta(step.slowest_stage({**terms_sk_r_o, "z3": 0})), quanta(step.slowest_stage({**terms_sk_r_o, "z3": 1}))
+    return quanta(step.slowest_stage({**terms_sk_r_o, "z3": 0})), quanta(
+        step.slowest_stage({**terms_sk_r_o, "z3": 1})
+    )
 
 
 def step_terms(t: Tables, space: Space, sk, ri, z, o) -> dict:

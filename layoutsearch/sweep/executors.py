@@ -48,7 +48,9 @@ def _watch_parent(parent_pid: int) -> None:
 PR_SET_PDEATHSIG = 1
 
 
-def _run_local(todo: list[Point], jobs: int, time_limit_s: float, on_row: Callable[[dict], None]) -> None:
+def _run_local(
+    todo: list[Point], jobs: int, time_limit_s: float, on_row: Callable[[dict], None]
+) -> None:
     """A process pool (fork where the platform has it: the workers start with the package imported)."""
     if jobs == 1 or len(todo) == 1:
         for point in todo:
@@ -57,7 +59,10 @@ def _run_local(todo: list[Point], jobs: int, time_limit_s: float, on_row: Callab
     methods = multiprocessing.get_all_start_methods()
     context = multiprocessing.get_context("fork" if "fork" in methods else None)
     pool = ProcessPoolExecutor(
-        max_workers=min(jobs, len(todo)), mp_context=context, initializer=_worker_init, initargs=(os.getpid(),)
+        max_workers=min(jobs, len(todo)),
+        mp_context=context,
+        initializer=_worker_init,
+        initargs=(os.getpid(),),
     )
     clean = False
     try:
@@ -87,7 +92,11 @@ def _import_ray():
 
 
 def _run_ray(
-    todo: list[Point], jobs: int, time_limit_s: float, on_row: Callable[[dict], None], address: str | None
+    todo: list[Point],
+    jobs: int,
+    time_limit_s: float,
+    on_row: Callable[[dict], None],
+    address: str | None,
 ) -> None:
     """Points as Ray tasks, consumed as they complete; a local Ray instance when no address is given."""
     ray = _import_ray()

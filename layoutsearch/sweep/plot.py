@@ -34,13 +34,21 @@ def _series(rows: list[dict]) -> dict[tuple[str, int, int], list[dict]]:
     groups: dict[tuple[str, int, int], list[dict]] = {}
     for row in rows:
         if row.get("num_devices") is not None:
-            groups.setdefault((row["model"], row["seq_len"], row["global_batch_seqs"]), []).append(row)
-    return {key: sorted(group, key=lambda r: r["num_devices"]) for key, group in sorted(groups.items())}
+            groups.setdefault((row["model"], row["seq_len"], row["global_batch_seqs"]), []).append(
+                row
+            )
+    return {
+        key: sorted(group, key=lambda r: r["num_devices"]) for key, group in sorted(groups.items())
+    }
 
 
 def _label(key: tuple[str, int, int], models: set, lengths: set) -> str:
     model, seq_len, seqs = key
-    parts = ([model] if len(models) > 1 else []) + [f"{seqs} seqs"] + ([f"x {seq_len}"] if len(lengths) > 1 else [])
+    parts = (
+        ([model] if len(models) > 1 else [])
+        + [f"{seqs} seqs"]
+        + ([f"x {seq_len}"] if len(lengths) > 1 else [])
+    )
     return " ".join(parts)
 
 
@@ -89,7 +97,9 @@ def plot_sweep(path: str | os.PathLike, out_png: str | os.PathLike) -> str:
     ncols = min(4, len(panels))
     nrows = math.ceil(len(panels) / ncols)
     fig = plt.figure(figsize=(4 * max(ncols, 3), 4.2 + 2.8 * nrows))
-    grid = fig.add_gridspec(1 + nrows, 2 * ncols, height_ratios=[1.5] + [1] * nrows, hspace=0.55, wspace=0.6)
+    grid = fig.add_gridspec(
+        1 + nrows, 2 * ncols, height_ratios=[1.5] + [1] * nrows, hspace=0.55, wspace=0.6
+    )
     ax_mfu, ax_step = fig.add_subplot(grid[0, :ncols]), fig.add_subplot(grid[0, ncols:])
     missing = 0
     for key, group in groups.items():
@@ -111,7 +121,9 @@ def plot_sweep(path: str | os.PathLike, out_png: str | os.PathLike) -> str:
     ax_step.set_yscale("log")
     ax_mfu.legend(fontsize=7, ncol=2 if len(groups) > 6 else 1)
     if missing:
-        ax_mfu.text(0.01, 0.02, f"x = no layout ({missing} points)", transform=ax_mfu.transAxes, fontsize=7)
+        ax_mfu.text(
+            0.01, 0.02, f"x = no layout ({missing} points)", transform=ax_mfu.transAxes, fontsize=7
+        )
 
     for i, (key, group) in enumerate(panels):
         r, c = divmod(i, ncols)
@@ -120,7 +132,16 @@ def plot_sweep(path: str | os.PathLike, out_png: str | os.PathLike) -> str:
         for name in DEGREES:
             ys = [g[name] if g.get(name) is not None else math.nan for g in group]
             col, marker, size = DEGREE_STYLE[name]
-            ax.plot(xs, ys, color=col, marker=marker, markersize=size, fillstyle="none", label=name, linewidth=1)
+            ax.plot(
+                xs,
+                ys,
+                color=col,
+                marker=marker,
+                markersize=size,
+                fillstyle="none",
+                label=name,
+                linewidth=1,
+            )
         _device_axis(ax, devices)
         ax.set_yscale("log", base=2)
         ax.yaxis.set_major_formatter(FuncFormatter(lambda v, _: f"{v:g}"))

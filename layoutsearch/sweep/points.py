@@ -16,7 +16,9 @@ from layoutsearch.report.planning import check_price, check_tokens
 EXECUTORS = ("local", "ray")
 RETRYABLE = ("ERROR", "UNKNOWN")  # statuses that --retry-failed solves again
 MAX_RANGE_VALUES = 10_000
-MAX_SWEEP_POINTS = 100_000  # points of one sweep (each a solve); more is refused before anything is built
+MAX_SWEEP_POINTS = (
+    100_000  # points of one sweep (each a solve); more is refused before anything is built
+)
 _DIGITS = re.compile(r"[0-9]{1,30}")
 _RANGE = re.compile(r"\{([0-9]+)\.\.([0-9]+)(?::([x+])([0-9]+))?\}")
 
@@ -68,7 +70,9 @@ def _expand_item(item: str, field_name: str, limit: int) -> list[str]:
         start = rest.find("{")
         literal = rest if start < 0 else rest[:start]
         if "}" in literal:
-            raise InvalidArgumentError(f"{field_name}: malformed range in '{_shown(item)}' ('}}' without '{{')")
+            raise InvalidArgumentError(
+                f"{field_name}: malformed range in '{_shown(item)}' ('}}' without '{{')"
+            )
         pieces.append([literal])
         if start < 0:
             break
@@ -81,14 +85,18 @@ def _expand_item(item: str, field_name: str, limit: int) -> list[str]:
         values = _range_values(match, _shown(item), field_name)
         count *= len(values)
         if count > limit:
-            raise InvalidArgumentError(f"{field_name}: '{_shown(item)}' expands to more than {max(limit, 0):,} values")
+            raise InvalidArgumentError(
+                f"{field_name}: '{_shown(item)}' expands to more than {max(limit, 0):,} values"
+            )
         pieces.append([str(v) for v in values])
         rest = rest[match.end() :]
     out = [""]
     for choices in pieces:
         out = [head + choice for head in out for choice in choices]
     if len(out) > limit:
-        raise InvalidArgumentError(f"{field_name}: '{_shown(item)}' expands to more than {max(limit, 0):,} values")
+        raise InvalidArgumentError(
+            f"{field_name}: '{_shown(item)}' expands to more than {max(limit, 0):,} values"
+        )
     return out
 
 
@@ -100,11 +108,17 @@ def _range_values(match: re.Match, item: str, field_name: str) -> list[int]:
         )
     first, last, op, step = int(match[1]), int(match[2]), match[3] or "+", int(match[4] or 1)
     if first > last:
-        raise InvalidArgumentError(f"{field_name}: range '{match[0]}' in '{item}' runs backwards ({first} > {last})")
+        raise InvalidArgumentError(
+            f"{field_name}: range '{match[0]}' in '{item}' runs backwards ({first} > {last})"
+        )
     if op == "x" and (first < 1 or step < 2):
-        raise InvalidArgumentError(f"{field_name}: range '{match[0]}' in '{item}' needs a start >= 1 and a factor >= 2")
+        raise InvalidArgumentError(
+            f"{field_name}: range '{match[0]}' in '{item}' needs a start >= 1 and a factor >= 2"
+        )
     if op == "+" and step < 1:
-        raise InvalidArgumentError(f"{field_name}: range '{match[0]}' in '{item}' needs a step >= 1")
+        raise InvalidArgumentError(
+            f"{field_name}: range '{match[0]}' in '{item}' needs a step >= 1"
+        )
     values, value = [], first
     while value <= last:
         values.append(value)
@@ -121,7 +135,9 @@ def _whole_numbers(texts: Sequence[str], field_name: str, maximum: int) -> list[
     for text in texts:
         for value in expand(text, field_name):
             if not _DIGITS.fullmatch(value) or int(value) < 1:
-                raise InvalidArgumentError(f"{field_name}: '{_shown(value)}' is not a whole number >= 1")
+                raise InvalidArgumentError(
+                    f"{field_name}: '{_shown(value)}' is not a whole number >= 1"
+                )
             if int(value) > maximum:
                 raise InvalidArgumentError(f"{field_name}: {_shown(value)} is more than {maximum}")
             out.append(int(value))
@@ -150,7 +166,9 @@ def expand_points(
     check_tokens(training_tokens)
     check_price(price_per_device_hour)
     model_ids = list(dict.fromkeys(m for text in _as_list(models) for m in expand(text, "--model")))
-    cluster_ids = list(dict.fromkeys(c for text in _as_list(clusters) for c in expand(text, "--cluster")))
+    cluster_ids = list(
+        dict.fromkeys(c for text in _as_list(clusters) for c in expand(text, "--cluster"))
+    )
     for option, names in (("--model", model_ids), ("--cluster", cluster_ids)):
         for name in names:
             if "|" in name:

@@ -81,7 +81,9 @@ def run_sweep(
     if jobs < 1:
         raise InvalidArgumentError(f"--jobs: {jobs} must be >= 1")
     if not 0 < time_limit_s <= MAX_TIME_LIMIT_S:  # NaN fails too
-        raise InvalidArgumentError(f"--time-limit: {time_limit_s:g} must be in (0, {MAX_TIME_LIMIT_S:g}]")
+        raise InvalidArgumentError(
+            f"--time-limit: {time_limit_s:g} must be in (0, {MAX_TIME_LIMIT_S:g}]"
+        )
     for name in dict.fromkeys(p.model for p in points):
         load_model(name)  # an unknown model is bad input, not a failed point
     journal = Journal(journal_path(output))
@@ -96,14 +98,20 @@ def run_sweep(
                 os.unlink(journal.path)  # leave things as they were
                 raise
         _remove_stale_temporaries(output)
-        todo = [p for p in points if p.id not in done or (retry_failed and done[p.id]["status"] in RETRYABLE)]
+        todo = [
+            p
+            for p in points
+            if p.id not in done or (retry_failed and done[p.id]["status"] in RETRYABLE)
+        ]
         table = _Table(output, points)
         bar = _progress_bar(len(todo), len(points) - len(todo)) if progress and todo else None
 
         interrupts = _Interrupts()
 
         def on_row(row: dict) -> None:
-            with interrupts.deferred():  # a Ctrl-C here waits until the point is in the journal and in `done`
+            with (
+                interrupts.deferred()
+            ):  # a Ctrl-C here waits until the point is in the journal and in `done`
                 journal.append(row)  # durable from here on
                 done[row["point_id"]] = row
             table.write(done)
@@ -153,7 +161,9 @@ class _Interrupts:
 
     @contextmanager
     def installed(self):
-        if threading.current_thread() is not threading.main_thread():  # signals reach the main thread only
+        if (
+            threading.current_thread() is not threading.main_thread()
+        ):  # signals reach the main thread only
             yield
             return
         previous = signal.signal(signal.SIGINT, self._handler)
@@ -203,7 +213,9 @@ class _Table:
         if not force and now - self.last_write < max(0.2, 10 * self.cost_s):
             return
         asked = set(self.order)
-        rows = [done[i] for i in self.order if i in done] + [r for i, r in done.items() if i not in asked]
+        rows = [done[i] for i in self.order if i in done] + [
+            r for i, r in done.items() if i not in asked
+        ]
         write_table(rows, self.path)
         self.last_write = time.perf_counter()
         self.cost_s = self.last_write - now
@@ -214,7 +226,11 @@ class RateColumn(ProgressColumn):
 
     def render(self, task) -> Text:
         elapsed = task.finished_time if task.finished else task.elapsed
-        return Text(f"{task.completed / elapsed:.2f} points/s" if task.completed and elapsed else "- points/s")
+        return Text(
+            f"{task.completed / elapsed:.2f} points/s"
+            if task.completed and elapsed
+            else "- points/s"
+        )
 
 
 class TimesColumn(ProgressColumn):
@@ -226,7 +242,8 @@ class TimesColumn(ProgressColumn):
             return Text(f"done in {elapsed}")
         left = task.time_remaining
         return Text(
-            f"{elapsed} elapsed, " + (f"about {_clock(left)} left" if left is not None else "time left unknown")
+            f"{elapsed} elapsed, "
+            + (f"about {_clock(left)} left" if left is not None else "time left unknown")
         )
 
 
@@ -260,7 +277,10 @@ def layout_text(row: dict) -> str:
     if row.get("dp") is None:
         return "-"
     degrees = (
-        ",".join(f"{k}={row[k]}" for k in ("dp", "fsdp", "tp", "pp", "cp", "ep", "etp") if row[k] > 1) or "1 device"
+        ",".join(
+            f"{k}={row[k]}" for k in ("dp", "fsdp", "tp", "pp", "cp", "ep", "etp") if row[k] > 1
+        )
+        or "1 device"
     )
     parts = [degrees, f"{row['num_microbatches']} mb", f"ZeRO-{row['zero_stage']}"]
     if row.get("recompute") and row["recompute"] != "none":
@@ -299,10 +319,15 @@ def print_summary(rows: list[dict], console=None) -> None:
     records = summary_rows(rows)
     for key in records[0] if records else {}:
         if key in ("reason", "layout"):
-            table.add_column(key, no_wrap=True, overflow="ellipsis", max_width=56 if key == "layout" else 48)
+            table.add_column(
+                key, no_wrap=True, overflow="ellipsis", max_width=56 if key == "layout" else 48
+            )
         else:
             table.add_column(
-                key, justify="right" if key in ("devices", "seqs", "MFU", "step s", "tokens/s/device") else "left"
+                key,
+                justify="right"
+                if key in ("devices", "seqs", "MFU", "step s", "tokens/s/device")
+                else "left",
             )
     for rec in records:
         rec["devices"] = "-" if rec["devices"] is None else f"{rec['devices']:,}"

@@ -25,7 +25,12 @@ def solve_point(point: Point, time_limit_s: float) -> dict:
         problem = Problem.build(
             point.model,
             point.cluster,
-            build_workload(point.global_batch_seqs, point.seq_len, point.training_tokens, **dict(point.workload)),
+            build_workload(
+                point.global_batch_seqs,
+                point.seq_len,
+                point.training_tokens,
+                **dict(point.workload),
+            ),
         )
         row.update(framework=problem.workload.framework, precision=problem.workload.precision)
         row["num_devices"] = problem.num_devices
@@ -53,7 +58,8 @@ def error_row(point: Point, time_limit_s: float, exc: BaseException) -> dict:
     """The row of a point whose worker died or whose task failed outside solve_point."""
     row = _input_columns(point, time_limit_s)
     row.update(
-        status="ERROR", reason=f"{type(exc).__name__}: {str(exc).strip().splitlines()[-1] if str(exc).strip() else ''}"
+        status="ERROR",
+        reason=f"{type(exc).__name__}: {str(exc).strip().splitlines()[-1] if str(exc).strip() else ''}",
     )
     return _finish(row)
 

@@ -102,7 +102,10 @@ def _type_ok(kind: str, value) -> bool:
     if kind == "int":
         return isinstance(value, int) and not isinstance(value, bool) and 0 <= value <= 2**62
     return (
-        isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value) and 0 <= value <= 1e30
+        isinstance(value, (int, float))
+        and not isinstance(value, bool)
+        and math.isfinite(value)
+        and 0 <= value <= 1e30
     )
 
 
@@ -123,8 +126,13 @@ def check_row(row) -> str | None:
             return f"column {name}: {value!r:.40} is not {_KIND_NAMES[KINDS[name]]}" + (
                 " (finite, >= 0)" if KINDS[name] in ("int", "float") else ""
             )
-    if row["point_id"] != f"{row['model']}|{row['cluster']}|{row['global_batch_seqs']}|{row['seq_len']}":
-        return f"point_id '{row['point_id'][:80]}' does not match its model, cluster, batch and length"
+    if (
+        row["point_id"]
+        != f"{row['model']}|{row['cluster']}|{row['global_batch_seqs']}|{row['seq_len']}"
+    ):
+        return (
+            f"point_id '{row['point_id'][:80]}' does not match its model, cluster, batch and length"
+        )
     if row["status"] not in STATUSES:
         return f"status '{row['status'][:40]}' is not one of {', '.join(STATUSES)}"
     has_layout = [row.get(name) is not None for name in LAYOUT_COLUMNS]
@@ -134,7 +142,11 @@ def check_row(row) -> str | None:
         return f"status {row['status']} with a layout"
     if row["status"] not in WITH_LAYOUT and any(row.get(name) is not None for name in PLAN_COLUMNS):
         return f"status {row['status']} with a time or cost to train"
-    if all(has_layout) and min(row[k] for k in ("dp", "fsdp", "tp", "pp", "cp", "ep", "etp", "num_microbatches")) < 1:
+    if (
+        all(has_layout)
+        and min(row[k] for k in ("dp", "fsdp", "tp", "pp", "cp", "ep", "etp", "num_microbatches"))
+        < 1
+    ):
         return "a degree or microbatch count below 1"
     return None
 
@@ -175,7 +187,9 @@ class Journal:
             data = self._fh.read()
         except OSError as exc:
             self.close()
-            raise InvalidArgumentError(f"--output: cannot read '{self.path}' ({exc.strerror})") from None
+            raise InvalidArgumentError(
+                f"--output: cannot read '{self.path}' ({exc.strerror})"
+            ) from None
         rows, good = {}, []
         lines = data.split(b"\n")
         for line in lines[:-1] if data.endswith(b"\n") else lines:
@@ -203,7 +217,9 @@ class Journal:
                 _lock(fh)
             except OSError:
                 fh.close()
-                raise InvalidArgumentError(f"--output: another sweep is writing '{self.path}'") from None
+                raise InvalidArgumentError(
+                    f"--output: another sweep is writing '{self.path}'"
+                ) from None
             try:  # a rewrite by another process may have renamed a new journal over the one we locked
                 here, there = os.fstat(fh.fileno()), os.stat(self.path)
                 if (here.st_dev, here.st_ino) == (there.st_dev, there.st_ino):
@@ -223,7 +239,12 @@ class Journal:
             _lock(fh)
 
         try:
-            io.atomic_write(self.path, b"".join(line + b"\n" for line in lines), "--output", before_replace=lock_new)
+            io.atomic_write(
+                self.path,
+                b"".join(line + b"\n" for line in lines),
+                "--output",
+                before_replace=lock_new,
+            )
         except BaseException:
             for fh in new:
                 fh.close()
@@ -285,9 +306,12 @@ def write_table(rows: list[dict], path: str) -> None:
 
         kinds = {"str": pa.string(), "int": pa.int64(), "float": pa.float64(), "bool": pa.bool_()}
         schema = pa.schema(
-            [(name, kinds[kind]) for name, kind in COLUMNS], metadata={"generator": "layoutsearch sweep"}
+            [(name, kinds[kind]) for name, kind in COLUMNS],
+            metadata={"generator": "layoutsearch sweep"},
         )
-        table = pa.Table.from_pylist([{k: r.get(k) for k in COLUMN_NAMES} for r in rows], schema=schema)
+        table = pa.Table.from_pylist(
+            [{k: r.get(k) for k in COLUMN_NAMES} for r in rows], schema=schema
+        )
         sink = pa.BufferOutputStream()
         pq.write_table(table, sink)
         data = sink.getvalue().to_pybytes()
@@ -309,7 +333,12 @@ def _csv_text(value) -> str:
 
 
 _KIND_NAMES = {"str": "a string", "int": "an integer", "float": "a number", "bool": "true or false"}
-_PARSE = {"str": str, "int": int, "float": float, "bool": {"true": True, "false": False}.__getitem__}
+_PARSE = {
+    "str": str,
+    "int": int,
+    "float": float,
+    "bool": {"true": True, "false": False}.__getitem__,
+}
 
 
 def read_table(path: str | os.PathLike, what: str = "SWEEP_FILE") -> list[dict]:
@@ -335,7 +364,9 @@ def read_table(path: str | os.PathLike, what: str = "SWEEP_FILE") -> list[dict]:
         try:
             for number, raw in enumerate(reader, start=2):
                 if None in raw or None in raw.values():
-                    raise InvalidArgumentError(f"{where}: line {number} does not have one cell per column")
+                    raise InvalidArgumentError(
+                        f"{where}: line {number} does not have one cell per column"
+                    )
                 row = {}
                 for k, v in raw.items():
                     kind = KINDS.get(k)
@@ -366,7 +397,11 @@ def _remove_stale_temporaries(path: str) -> None:
         return
     for prefix in (io.temp_prefix(path), io.temp_prefix(journal_path(path))):
         for name in names:
-            if name.startswith(prefix) and name.endswith(io.TEMP_SUFFIX) and len(name) == len(prefix) + 8 + 4:
+            if (
+                name.startswith(prefix)
+                and name.endswith(io.TEMP_SUFFIX)
+                and len(name) == len(prefix) + 8 + 4
+            ):
                 try:
                     os.unlink(os.path.join(folder, name))
                 except OSError:

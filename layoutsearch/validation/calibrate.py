@@ -52,8 +52,12 @@ LOSSES = (
     "squares",
     "huber",
 )  # of the log errors: least squares, or Huber's (squares within HUBER_LOG_SCALE, linear beyond)
-ROUTING_CV_GRID = tuple(round(0.05 * i, 2) for i in range(13))  # Workload.routing_cv's fit: 0 .. 0.6 by 0.05
-HUBER_LOG_SCALE = 0.2  # log(predicted / measured) beyond which a record's pull stops growing: about 20 %
+ROUTING_CV_GRID = tuple(
+    round(0.05 * i, 2) for i in range(13)
+)  # Workload.routing_cv's fit: 0 .. 0.6 by 0.05
+HUBER_LOG_SCALE = (
+    0.2  # log(predicted / measured) beyond which a record's pull stops growing: about 20 %
+)
 # Accelerator id -> the family whose records share one calibration (same compute die and clocks).
 FAMILIES = {
     "a100-40gb": "a100",
@@ -141,7 +145,11 @@ def usable_problems(records: Iterable[dict], accelerator: str) -> list[tuple[str
     out = []
     for r in records:
         meas, acc = r["measured"], r["cluster"]["accelerator"]
-        if accelerator not in (acc, family_of(acc)) or meas["oom"] or not meas["tokens_per_s_per_device"]:
+        if (
+            accelerator not in (acc, family_of(acc))
+            or meas["oom"]
+            or not meas["tokens_per_s_per_device"]
+        ):
             continue
         try:
             problem = record_to_problem(r)
@@ -169,7 +177,9 @@ def fit_residuals(log_errors: np.ndarray, loss: str = "squares") -> np.ndarray:
     if loss == "squares":
         return log_errors
     c, a = HUBER_LOG_SCALE, np.abs(log_errors)
-    return np.where(a <= c, log_errors, np.sign(log_errors) * np.sqrt(np.maximum(2.0 * c * a - c * c, 0.0)))
+    return np.where(
+        a <= c, log_errors, np.sign(log_errors) * np.sqrt(np.maximum(2.0 * c * a - c * c, 0.0))
+    )
 
 
 # ----------------------------------------------------------------------------- parameterisation
@@ -179,7 +189,8 @@ def _bounds(name: str) -> tuple[float, float] | None:
         return EFFICIENCY_BOUNDS
     return (
         SHARE_BOUNDS
-        if name in ("overlap_interference", "moe_overhead_graphed_share", "moe_overhead_full_graph_share")
+        if name
+        in ("overlap_interference", "moe_overhead_graphed_share", "moe_overhead_full_graph_share")
         else None
     )
 
@@ -202,7 +213,10 @@ def _to_coord(name: str, value: float) -> float:
 
 
 def levenberg_marquardt(
-    residual_fn: Callable[[np.ndarray], np.ndarray], u0: np.ndarray, max_iter: int = 40, step: float = 1e-3
+    residual_fn: Callable[[np.ndarray], np.ndarray],
+    u0: np.ndarray,
+    max_iter: int = 40,
+    step: float = 1e-3,
 ) -> tuple[np.ndarray, int, np.ndarray]:
     """Minimise ||r(u)||^2 (dimensionless residuals). Returns (u, iterations, mask of constrained coordinates).
 
@@ -243,12 +257,19 @@ def fit_fields(
 
     The start is the mean of the problems' accelerators' values (members of a family may differ).
     """
-    start = {p: float(np.mean([getattr(pr.cluster.accelerator, p) for _, (pr, _), _ in problems])) for p in params}
+    start = {
+        p: float(np.mean([getattr(pr.cluster.accelerator, p) for _, (pr, _), _ in problems]))
+        for p in params
+    }
 
     def residual_fn(u: np.ndarray) -> np.ndarray:
-        return fit_residuals(log_residuals(problems, {p: _to_value(p, x) for p, x in zip(params, u)}), loss)
+        return fit_residuals(
+            log_residuals(problems, {p: _to_value(p, x) for p, x in zip(params, u)}), loss
+        )
 
-    u, iterations, active = levenberg_marquardt(residual_fn, np.array([_to_coord(p, start[p]) for p in params]))
+    u, iterations, active = levenberg_marquardt(
+        residual_fn, np.array([_to_coord(p, start[p]) for p in params])
+    )
     fitted = {p: (_to_value(p, x) if ok else start[p]) for p, x, ok in zip(params, u, active)}
     return fitted, start, [p for p, ok in zip(params, active) if not ok], iterations
 
@@ -271,22 +292,39 @@ def fit_joint(
     def mean_of(f, p):
         fams = [f] if f != "*" else [g for g in own if p in joins[g]]
         return float(
-            np.mean([getattr(pr.cluster.accelerator, p) for g in fams for _, (pr, _), _ in groups[g]] or [0.0])
+            np.mean(
+                [getattr(pr.cluster.accelerator, p) for g in fams for _, (pr, _), _ in groups[g]]
+                or [0.0]
+            )
         )
 
     start = np.array([_to_coord(p, mean_of(f, p)) for f, p in names])
 
     def fields_of(u: np.ndarray, f: str) -> dict:
-        return {p: _to_value(p, x) for (g, p), x in zip(names, u) if g == f or (g == "*" and p in joins[f])}
+        return {
+            p: _to_value(p, x)
+            for (g, p), x in zip(names, u)
+            if g == f or (g == "*" and p in joins[f])
+        }
 
     def residual_fn(u: np.ndarray) -> np.ndarray:
-        return fit_residuals(np.concatenate([log_residuals(groups[f], fields_of(u, f)) for f in own]), loss)
+        return fit_residuals(
+            np.concatenate([log_residuals(groups[f], fields_of(u, f)) for f in own]), loss
+        )
 
     u, _, _ = levenberg_marquardt(residual_fn, start)
-    return {f: {p: round(v, 2) if p in joins[f] and _bounds(p) else v for p, v in fields_of(u, f).items()} for f in own}
+    return {
+        f: {
+            p: round(v, 2) if p in joins[f] and _bounds(p) else v
+            for p, v in fields_of(u, f).items()
+        }
+        for f in own
+    }
 
 
-def fit_accelerator(problems: list[tuple[str, tuple, float]], params: tuple[str, ...], loss: str = "squares") -> dict:
+def fit_accelerator(
+    problems: list[tuple[str, tuple, float]], params: tuple[str, ...], loss: str = "squares"
+) -> dict:
     """Fit ``params`` of one accelerator family to its problems; before/after error statistics and values."""
     before = log_residuals(problems, {})
     fitted, start, unconstrained, iterations = fit_fields(problems, params, loss)
@@ -360,7 +398,11 @@ def calibrate(
     kept = [r for r in records if r["id"] not in skip and r["cluster"]["accelerator"] is not None]
     if accelerators is not None:
         wanted = set(accelerators)
-        kept = [r for r in kept if {r["cluster"]["accelerator"], family_of(r["cluster"]["accelerator"])} & wanted]
+        kept = [
+            r
+            for r in kept
+            if {r["cluster"]["accelerator"], family_of(r["cluster"]["accelerator"])} & wanted
+        ]
     out = {}
     for name in sorted({family_of(r["cluster"]["accelerator"]) for r in kept}):
         problems = usable_problems(kept, name)
@@ -382,9 +424,14 @@ def _calibrate_joint(records, accelerators, params, shared, exclude, loss) -> di
     kept = [r for r in records if r["id"] not in skip and r["cluster"]["accelerator"] is not None]
     if accelerators is not None:
         wanted = set(accelerators)
-        kept = [r for r in kept if {r["cluster"]["accelerator"], family_of(r["cluster"]["accelerator"])} & wanted]
+        kept = [
+            r
+            for r in kept
+            if {r["cluster"]["accelerator"], family_of(r["cluster"]["accelerator"])} & wanted
+        ]
     groups = {
-        name: usable_problems(kept, name) for name in sorted({family_of(r["cluster"]["accelerator"]) for r in kept})
+        name: usable_problems(kept, name)
+        for name in sorted({family_of(r["cluster"]["accelerator"]) for r in kept})
     }
     if not any(groups.values()):  # nothing to fit
         return {name: {"records": 0, "skipped_reason": "no usable records"} for name in groups}
@@ -423,7 +470,11 @@ def learned_routing_problems(records: Iterable[dict]) -> list[tuple[str, tuple, 
         if isinstance(mapped, str):
             continue
         problem, layout = mapped
-        if problem.workload.routing == "learned" and problem.model.moe.capacity_factor is None and layout.ep > 1:
+        if (
+            problem.workload.routing == "learned"
+            and problem.model.moe.capacity_factor is None
+            and layout.ep > 1
+        ):
             out.append((r["id"], mapped, float(meas["tokens_per_s_per_device"])))
     return out
 
@@ -438,15 +489,23 @@ def routing_cv_scan(
         errors = np.empty(len(problems))
         for i, prob in enumerate(problems):
             _, (varied, layout), measured = _with_routing_cv(prob, float(cv))
-            errors[i] = math.log(estimate(varied, layout, strict=False).tokens_per_s / varied.num_devices / measured)
+            errors[i] = math.log(
+                estimate(varied, layout, strict=False).tokens_per_s / varied.num_devices / measured
+            )
         out[float(cv)] = (float(np.sum(fit_residuals(errors, loss) ** 2)), errors)
     return out
 
 
-def _with_fields(prob: tuple[str, tuple, float], fields: dict[str, float]) -> tuple[str, tuple, float]:
+def _with_fields(
+    prob: tuple[str, tuple, float], fields: dict[str, float]
+) -> tuple[str, tuple, float]:
     """A problem tuple with calibration ``fields`` applied to its accelerator (held while other fields are fitted)."""
     pid, (problem, layout), measured = prob
-    return pid, (replace(problem, cluster=with_calibration(problem.cluster, **fields)), layout), measured
+    return (
+        pid,
+        (replace(problem, cluster=with_calibration(problem.cluster, **fields)), layout),
+        measured,
+    )
 
 
 def _kind_of(fold: list, family: str) -> str:
@@ -456,7 +515,11 @@ def _kind_of(fold: list, family: str) -> str:
 
 def _with_routing_cv(prob: tuple[str, tuple, float], cv: float) -> tuple[str, tuple, float]:
     pid, (problem, layout), measured = prob
-    return pid, (replace(problem, workload=replace(problem.workload, routing_cv=cv)), layout), measured
+    return (
+        pid,
+        (replace(problem, workload=replace(problem.workload, routing_cv=cv)), layout),
+        measured,
+    )
 
 
 def leave_one_source_out(
@@ -507,14 +570,18 @@ def leave_one_source_out(
             scan = routing_cv_scan(train_learned, grid, loss)
             cv = min(scan, key=lambda c: scan[c][0])
             fold = [(s, f, _with_routing_cv(p, cv)) for s, f, p in items]
-            how["routing_cv"] = f"{cv:.2f}, refit on {len(train_learned)} learned-routing records of the other sources"
+            how["routing_cv"] = (
+                f"{cv:.2f}, refit on {len(train_learned)} learned-routing records of the other sources"
+            )
         joint = {}
         if shared:
             train_groups = {
                 f: [p for s, g, p in fold if s != source and g == f and p[0] in fitted_ids]
                 for f in sorted({f for _, f, _ in items})
             }
-            joint = fit_joint({f: g for f, g in train_groups.items() if len(g) >= 2}, params, shared, loss)
+            joint = fit_joint(
+                {f: g for f, g in train_groups.items() if len(g) >= 2}, params, shared, loss
+            )
         fold_fields: dict[
             str, dict[str, float]
         ] = {}  # every family's: the held-out source's, and what ``then`` fits on
@@ -523,9 +590,13 @@ def leave_one_source_out(
             train = [p for s, f, p in fold if s != source and f == fam and p[0] in fitted_ids]
             fields: dict[str, float] = {}
             if len(train) >= 2:
-                chosen = chosen_params(params, len(train)) + tuple(s for s in shared if s in joint.get(fam, {}))
+                chosen = chosen_params(params, len(train)) + tuple(
+                    s for s in shared if s in joint.get(fam, {})
+                )
                 fields = joint[fam] if shared else fit_fields(train, chosen, loss)[0]
-                others = len({s for s, f, p in fold if s != source and f == fam and p[0] in fitted_ids})
+                others = len(
+                    {s for s, f, p in fold if s != source and f == fam and p[0] in fitted_ids}
+                )
                 note = (
                     f"{', '.join(chosen)} refit on {len(train)} records of {others} other "
                     f"source{'s' if others > 1 else ''}"
@@ -553,7 +624,9 @@ def leave_one_source_out(
             for fam in fold_fields:
                 if SHARED_KIND.get(name) == _kind_of(fold, fam):
                     fold_fields[fam] = {**fold_fields[fam], name: value}
-            how[name] = f"{value:.2f}, refit on {sum(map(len, stage.values()))} records of the other sources"
+            how[name] = (
+                f"{value:.2f}, refit on {sum(map(len, stage.values()))} records of the other sources"
+            )
         for fam in sorted({f for s, f, _ in fold if s == source}):
             held = [p for s, f, p in fold if s == source and f == fam]
             for (pid, _, _), r_log in zip(held, log_residuals(held, fold_fields[fam])):
@@ -563,7 +636,11 @@ def leave_one_source_out(
     in_sample: list[float] = []
     groups = {fam: [p for _, f, p in items if f == fam] for fam in sorted({f for _, f, _ in items})}
     fit_groups = {fam: [p for p in probs if p[0] in fitted_ids] for fam, probs in groups.items()}
-    joint = fit_joint({f: g for f, g in fit_groups.items() if len(g) >= 2}, params, shared, loss) if shared else {}
+    joint = (
+        fit_joint({f: g for f, g in fit_groups.items() if len(g) >= 2}, params, shared, loss)
+        if shared
+        else {}
+    )
     for fam, probs in groups.items():
         train = fit_groups[fam]
         fields = (
@@ -577,7 +654,10 @@ def leave_one_source_out(
     overall = error_stats(list(rel.values()))
     return {
         "params": list(params) + list(shared),
-        **{k: overall[k] for k in ("count", "median_abs_rel_error", "p90_abs_rel_error", "median_rel_error")},
+        **{
+            k: overall[k]
+            for k in ("count", "median_abs_rel_error", "p90_abs_rel_error", "median_rel_error")
+        },
         "in_sample_median_abs_rel_error": error_stats(in_sample)["median_abs_rel_error"],
         "by_source": by_source,
         "rel_errors": rel,
@@ -586,7 +666,10 @@ def leave_one_source_out(
 
 # ----------------------------------------------------------------------------- catalogue
 def write_calibration(
-    fitted: dict, hardware_dir: str | Path, runs_name: str = "runs_dev.yaml", today: _dt.date | None = None
+    fitted: dict,
+    hardware_dir: str | Path,
+    runs_name: str = "runs_dev.yaml",
+    today: _dt.date | None = None,
 ) -> list[Path]:
     """Rewrite the ``calibration:`` values (and ``sources.calibration``, or ``sources.calibration_moe`` for a fit of
     MoE fields only, which leaves the dense fields' provenance alone) of hardware/<id>.yaml.
@@ -604,7 +687,9 @@ def write_calibration(
         if not values:
             continue
         n = entry.get("records", "?")
-        members = entry.get("accelerators") or [name]  # a family's fit goes to each member with records
+        members = entry.get("accelerators") or [
+            name
+        ]  # a family's fit goes to each member with records
         for acc_id in members:
             path = Path(hardware_dir) / f"{acc_id}.yaml"
             of = f", family {name}" if members != [name] else ""
@@ -648,4 +733,6 @@ def _load_text(text: str, path: Path) -> dict:
     try:
         return yaml.safe_load(text)
     except yaml.YAMLError as exc:
-        raise CatalogueError(f"{path}: rewritten calibration is not valid YAML ({str(exc).splitlines()[0]})") from None
+        raise CatalogueError(
+            f"{path}: rewritten calibration is not valid YAML ({str(exc).splitlines()[0]})"
+        ) from None

@@ -200,7 +200,12 @@ from pathlib import Path
 from layoutsearch.core import io
 from layoutsearch.core.catalogue import accelerator_names, load_accelerator, model_from_dict
 from layoutsearch.core.check import check_layout
-from layoutsearch.core.errors import CatalogueError, InvalidArgumentError, LayoutsearchError, did_you_mean
+from layoutsearch.core.errors import (
+    CatalogueError,
+    InvalidArgumentError,
+    LayoutsearchError,
+    did_you_mean,
+)
 from layoutsearch.core.frameworks import RECORD_FRAMEWORKS, default_framework, framework_of_record
 from layoutsearch.core.problem import Problem, resolved_workload
 from layoutsearch.core.specs import RECOMPUTE_POLICIES, Cluster, Layout, Workload
@@ -228,7 +233,13 @@ ENGINE_NEEDS = {
     "layout": ("dp", "fsdp", "zero_stage", "tp", "pp", "cp"),
 }
 MOE_NEEDS = ("num_experts", "top_k", "expert_d_ff")  # of model.moe (rule 16)
-MLA_NEEDS = ("q_lora_rank", "kv_lora_rank", "qk_rope_head_dim", "qk_nope_head_dim", "v_head_dim")  # of model.mla
+MLA_NEEDS = (
+    "q_lora_rank",
+    "kv_lora_rank",
+    "qk_rope_head_dim",
+    "qk_nope_head_dim",
+    "v_head_dim",
+)  # of model.mla
 RECOMPUTE = ("none", "selective", "full")
 # Default board power of the GPU parts (W): SXM A100 400, SXM H100/H200 700, HGX B200 1000, GB200 1200 per GPU.
 POWER_RATING_W = {
@@ -242,7 +253,9 @@ POWER_RATING_W = {
 }
 ACCELERATOR_ALIASES = {"h800": "h100"}  # used only while the catalogue has no such id (rule 10)
 # Precisions the engine does not cost yet: such a record is skipped (rule 5). Empty it when fp8 is costed.
-UNMODELLED_PRECISIONS: tuple[str, ...] = ()  # every record precision is costed (fp8 since the trust issue)
+UNMODELLED_PRECISIONS: tuple[
+    str, ...
+] = ()  # every record precision is costed (fp8 since the trust issue)
 ENGINE_PRECISIONS = ("bf16", "fp16", "fp8")
 
 
@@ -261,7 +274,17 @@ TP_OVERLAP_SOURCES = (
 
 
 PRESETS_PATH = Path(__file__).with_name("mbridge_presets.yaml")  # rule 22
-PRESET_LAYOUT = ("num_devices", "tp", "pp", "cp", "virtual_stages", "ep", "etp", "microbatch_seqs", "global_batch_seqs")
+PRESET_LAYOUT = (
+    "num_devices",
+    "tp",
+    "pp",
+    "cp",
+    "virtual_stages",
+    "ep",
+    "etp",
+    "microbatch_seqs",
+    "global_batch_seqs",
+)
 PRESET_SETTINGS = {
     "cuda_graphs": ("none", "scoped", "full_iteration"),
     "ep_comm_overlap": (True, False),
@@ -269,20 +292,26 @@ PRESET_SETTINGS = {
 }
 
 
-def _release_table(path: Path, key: str, layout: tuple[str, ...], settings: dict[str, tuple]) -> tuple[dict, ...]:
+def _release_table(
+    path: Path, key: str, layout: tuple[str, ...], settings: dict[str, tuple]
+) -> tuple[dict, ...]:
     """The entries under ``key`` of a table of release configurations (rules 22 and 26), each checked: release,
     model, system, precision, source, every ``layout`` field but etp, and each of ``settings`` among its values."""
     entries = (io.read_yaml(path, error=CatalogueError) or {}).get(key) or []
     for i, e in enumerate(entries):
         where = f"{path.name}: {key.rstrip('s')} #{i + 1}"
         missing = [
-            f for f in ("release", "model", "system", "precision", "source", "layout", *settings) if f not in e
+            f
+            for f in ("release", "model", "system", "precision", "source", "layout", *settings)
+            if f not in e
         ] + [f"layout.{f}" for f in layout if f != "etp" and f not in (e.get("layout") or {})]
         if missing:
             raise CatalogueError(f"{where}: missing {', '.join(missing)}")
         for name, allowed in settings.items():
             if e[name] not in allowed:
-                raise CatalogueError(f"{where}: {name} {e[name]!r}: expected one of {', '.join(map(str, allowed))}")
+                raise CatalogueError(
+                    f"{where}: {name} {e[name]!r}: expected one of {', '.join(map(str, allowed))}"
+                )
     return tuple(entries)
 
 
@@ -297,7 +326,8 @@ def _mbridge_row(record: dict) -> tuple[str, str, str, str] | None:
     if source_family(record) != "Megatron-Bridge":
         return None
     found = re.search(
-        r"'(\d\d\.\d\d(?:\.\d\d)?) NeMo Container' section, (.+?) / (DGX-[\w-]+) row", str(record.get("source") or "")
+        r"'(\d\d\.\d\d(?:\.\d\d)?) NeMo Container' section, (.+?) / (DGX-[\w-]+) row",
+        str(record.get("source") or ""),
     )
     if not found:
         return None
@@ -323,7 +353,10 @@ def _preset_layout_of(record: dict) -> dict:
     }
 
 
-OVERRIDE_RELEASES_FROM = (25, 11)  # rule 22: scripts/performance/utils/overrides.py set_user_overrides
+OVERRIDE_RELEASES_FROM = (
+    25,
+    11,
+)  # rule 22: scripts/performance/utils/overrides.py set_user_overrides
 NEMO_CONFIGS_PATH = Path(__file__).with_name("nemo_perf_configs.yaml")  # rule 26
 NEMO_LAYOUT = PRESET_LAYOUT + ("seq_len",)
 
@@ -331,7 +364,9 @@ NEMO_LAYOUT = PRESET_LAYOUT + ("seq_len",)
 @cache
 def nemo_perf_configs() -> tuple[dict, ...]:
     """Rule 26: the NeMo 2 performance configurations of ``nemo_perf_configs.yaml``, each checked for its fields."""
-    return _release_table(NEMO_CONFIGS_PATH, "configs", NEMO_LAYOUT, {"cuda_graphs": ("none", "scoped")})
+    return _release_table(
+        NEMO_CONFIGS_PATH, "configs", NEMO_LAYOUT, {"cuda_graphs": ("none", "scoped")}
+    )
 
 
 def _name_key(name: str) -> str:
@@ -342,7 +377,9 @@ def nemo_perf_config(record: dict) -> dict | None:
     """Rule 26: the NeMo 2 performance configuration a row of the NeMo Framework performance summary ("(NeMo
     <release>, DGX-<system> table)") ran, where its model, precision and whole layout are the configuration's;
     else None."""
-    source = " ".join(str(record.get("source") or "").split())  # the YAML folds long sources over lines
+    source = " ".join(
+        str(record.get("source") or "").split()
+    )  # the YAML folds long sources over lines
     found = re.search(r"\(NeMo (\d\d\.\d\d(?:\.\d\d)?), (DGX-[\w-]+) table\)", source)
     if not found or source_family(record) != "nemo-framework":
         return None
@@ -352,7 +389,8 @@ def nemo_perf_config(record: dict) -> dict | None:
         (
             e
             for e in nemo_perf_configs()
-            if (e["release"], e["system"], e["precision"]) == (found.group(1), found.group(2), precision)
+            if (e["release"], e["system"], e["precision"])
+            == (found.group(1), found.group(2), precision)
             and model.startswith(_name_key(e["model"]))
             and all(ours[f] == v for f, v in e["layout"].items())
         ),
@@ -377,7 +415,11 @@ def mbridge_preset(record: dict) -> tuple[dict | None, list[str]]:
     for entry in mbridge_presets():
         # the 25.09 tables give no fp8 recipe: their presets' "fp8" is any
         same_precision = entry["precision"] in (precision, precision.split("-")[0])
-        if (entry["release"], entry["model"], entry["system"]) == (release, model, system) and same_precision:
+        if (entry["release"], entry["model"], entry["system"]) == (
+            release,
+            model,
+            system,
+        ) and same_precision:
             differ = [
                 f"{f} {ours[f]} (preset {entry['layout'][f]})"
                 for f in PRESET_LAYOUT
@@ -403,7 +445,11 @@ def recipe_stage_layers(record: dict) -> tuple[int, int] | None:
     if record["model"]["num_layers"] != 61 or pp <= 1 or 64 % pp:
         return None
     row = _mbridge_row(record)
-    if row is not None and row[1].startswith("DeepSeekV3") and (pp, vp) in DEEPSEEK_V3_RECIPE_SPLITS:
+    if (
+        row is not None
+        and row[1].startswith("DeepSeekV3")
+        and (pp, vp) in DEEPSEEK_V3_RECIPE_SPLITS
+    ):
         return 64 // pp, 64 // pp - 3
     if (
         row is None
@@ -419,7 +465,11 @@ def named_ep_comm_overlap(record: dict) -> bool | None:
     """Rule 17: True where a MoE record's notes name the expert-parallel AllToAll overlap (the Megatron-MoE model
     zoo's ``A2A_OVERLAP=1``, Megatron's ``--overlap-moe-expert-parallel-comm``), else None."""
     text = str(record.get("derived") or {}) + str(record.get("source") or "")
-    return True if re.search(r"A2A_OVERLAP=1|overlap[-_]moe[-_]expert[-_]parallel[-_]comm", text) else None
+    return (
+        True
+        if re.search(r"A2A_OVERLAP=1|overlap[-_]moe[-_]expert[-_]parallel[-_]comm", text)
+        else None
+    )
 
 
 def ep_comm_overlap(record: dict) -> bool | None:
@@ -443,7 +493,9 @@ def named_cuda_graphs(record: dict) -> str | None:
         acc, precision = record["cluster"]["accelerator"], record["workload"]["precision"] or "bf16"
         for clause in str(derived["cuda_graphs"]).lower().split(";"):
             names_precision = "fp8" in clause or "bf16" in clause
-            if re.search(rf"\b{re.escape(acc)}\b", clause) and (not names_precision or precision in clause):
+            if re.search(rf"\b{re.escape(acc)}\b", clause) and (
+                not names_precision or precision in clause
+            ):
                 return "none" if re.search(r"=\s*false|\boff\b", clause) else "scoped"
         return "none"
     if re.search(r"CUDA_GRAPH=false", text):
@@ -462,15 +514,27 @@ MLPERF_CONFIG_GRAPHS = {
 def mlperf_config_graphs(record: dict) -> tuple[str, str] | None:
     """Rule 24: (configuration file, CUDA graphs it sets) of an MLPerf record that names one we read, else None."""
     text = str(record.get("derived") or {}) + str(record.get("source") or "")
-    return next(((path, graphs) for path, graphs in MLPERF_CONFIG_GRAPHS.items() if path in text), None)
+    return next(
+        ((path, graphs) for path, graphs in MLPERF_CONFIG_GRAPHS.items() if path in text), None
+    )
 
 
 def cuda_graphs(record: dict) -> str:
     """Rules 20, 22, 24 and 26: the CUDA graphs the record names, else its Megatron-Bridge preset's, else its MLPerf
     configuration file's, else its NeMo performance configuration's, else none."""
-    preset, config, nemo = mbridge_preset(record)[0], mlperf_config_graphs(record), nemo_perf_config(record)
+    preset, config, nemo = (
+        mbridge_preset(record)[0],
+        mlperf_config_graphs(record),
+        nemo_perf_config(record),
+    )
     return named_cuda_graphs(record) or (
-        preset["cuda_graphs"] if preset else config[1] if config else nemo["cuda_graphs"] if nemo else "none"
+        preset["cuda_graphs"]
+        if preset
+        else config[1]
+        if config
+        else nemo["cuda_graphs"]
+        if nemo
+        else "none"
     )
 
 
@@ -480,7 +544,9 @@ def bf16_grads_because(record: dict) -> str | None:
     also where the record names fp32 reduction."""
     text = str(record.get("derived") or {}) + str(record.get("source") or "")
     if re.search(
-        r"grad[-_ ]reduce[-_ ]in[-_ ]fp32(?![ =:]*(?:false|0)\b)|grad[-_ ]comm[-_ ]dtype[ =:]*fp32", text, re.IGNORECASE
+        r"grad[-_ ]reduce[-_ ]in[-_ ]fp32(?![ =:]*(?:false|0)\b)|grad[-_ ]comm[-_ ]dtype[ =:]*fp32",
+        text,
+        re.IGNORECASE,
     ):  # named fp32 reduction ("grad_reduce_in_fp32 = False" names the opposite)
         return None
     if re.search(r"Megatron-FSDP|sharding[-_ ]strategy[ =:]*optim_grads", text, re.IGNORECASE):
@@ -585,11 +651,21 @@ def named_policy(record: dict) -> str | None:
     """Rule 15: the framework's own checkpoint policy where the record names one (MaxText
     ``remat_policy=minimal`` in ``derived.recompute``), costed as that policy's saved tensors
     (costs.memory.POLICY_SAVES) instead of the record's none/selective/full approximation."""
-    found = re.search(r"remat_policy=([a-z_]+)", str((record.get("derived") or {}).get("recompute", "")))
+    found = re.search(
+        r"remat_policy=([a-z_]+)", str((record.get("derived") or {}).get("recompute", ""))
+    )
     return found.group(1) if found and found.group(1) in RECOMPUTE_POLICIES else None
 
 
-MEGATRON_MODULES = ("core_attn", "moe_act", "layernorm", "mla_up_proj", "mlp", "moe", "shared_experts")
+MEGATRON_MODULES = (
+    "core_attn",
+    "moe_act",
+    "layernorm",
+    "mla_up_proj",
+    "mlp",
+    "moe",
+    "shared_experts",
+)
 
 
 def recompute_modules(record: dict) -> set[str]:
@@ -618,7 +694,11 @@ def modules_policy(record: dict) -> str | None:
         return "norm_act"
     if "moe" in modules and modules <= {"layernorm", "moe", "mlp", "moe_act"}:
         return "norm_moe"
-    if "mla_up_proj" in modules and modules <= {"mla_up_proj", "mlp", "moe_act", "layernorm"} and is_mla(record):
+    if (
+        "mla_up_proj" in modules
+        and modules <= {"mla_up_proj", "mlp", "moe_act", "layernorm"}
+        and is_mla(record)
+    ):
         return "mla_up_proj"
     return None
 
@@ -646,13 +726,17 @@ def mapping_notes(record: dict) -> list[str]:
     """The approximations and defaults ``record_to_problem`` applies to this record (docstring rules)."""
     lay, notes = record["layout"], []
     if "parallel block" in str((record.get("derived") or {}).get("block", "")):
-        notes.append("parallel block costed as serial: TP collectives counted twice per layer and pass")
+        notes.append(
+            "parallel block costed as serial: TP collectives counted twice per layer and pass"
+        )
     if lay["sequence_parallel"] is None and (lay["tp"] or 1) > 1:
         notes.append(f"sequence_parallel null -> {not _is_bigscience(record)}")
     if named_policy(record):
         notes.append(f"recompute -> the named policy {named_policy(record)}")
     elif custom_offload_policy(record):
-        notes.append(f"recompute -> {custom_offload_policy(record)} (MaxText custom remat with host offload)")
+        notes.append(
+            f"recompute -> {custom_offload_policy(record)} (MaxText custom remat with host offload)"
+        )
     elif modules_policy(record):
         notes.append(
             f"recompute -> {modules_policy(record)} (Megatron --recompute-modules "
@@ -666,7 +750,9 @@ def mapping_notes(record: dict) -> list[str]:
         notes.append("precision null -> bf16")
     hbm = record["cluster"].get("hbm_gb_per_device")
     if hbm is not None:
-        notes.append(f"HBM {hbm:g} GB per device (cluster.hbm_gb_per_device) instead of the catalogue's")
+        notes.append(
+            f"HBM {hbm:g} GB per device (cluster.hbm_gb_per_device) instead of the catalogue's"
+        )
     if (
         record["cluster"]["accelerator"] in ACCELERATOR_ALIASES
         and record["cluster"]["accelerator"] not in accelerator_names()
@@ -684,13 +770,17 @@ def mapping_notes(record: dict) -> list[str]:
     if vendor_attention(record):
         notes.append("Transformer Engine attention (attn: te): the vendor's fused attention")
     if launch_blocking(record):
-        notes.append("CUDA_LAUNCH_BLOCKING=1 (BLOOM tr11 slurm): blocking launches, nothing overlapped")
+        notes.append(
+            "CUDA_LAUNCH_BLOCKING=1 (BLOOM tr11 slurm): blocking launches, nothing overlapped"
+        )
     if named_cuda_graphs(record) not in (None, "none"):
         notes.append(f"CUDA graphs: {named_cuda_graphs(record)}, as the record names them")
     preset, differ = mbridge_preset(record)
     if preset:
         commit, path, *name = preset["source"].split()
-        layout = f"its parallelism overridden ({', '.join(differ)})" if differ else "the row's layout"
+        layout = (
+            f"its parallelism overridden ({', '.join(differ)})" if differ else "the row's layout"
+        )
         notes.append(
             f"Megatron-Bridge {preset['release']} preset ({' '.join(name) or path} @ {commit}), {layout}: "
             f"CUDA graphs {cuda_graphs(record)}, AllToAll overlap "
@@ -698,17 +788,25 @@ def mapping_notes(record: dict) -> list[str]:
             f"{'DeepEP/HybridEP' if deepep(record) else 'alltoall'} where the row names none"
         )
     elif differ:
-        notes.append(f"Megatron-Bridge preset not applied: the row's layout differs ({', '.join(differ)})")
+        notes.append(
+            f"Megatron-Bridge preset not applied: the row's layout differs ({', '.join(differ)})"
+        )
     if mlperf_config_graphs(record) and not named_cuda_graphs(record):
         path, graphs = mlperf_config_graphs(record)
-        notes.append(f"CUDA graphs {graphs}, as its configuration file sets them ({path.rsplit('/', 1)[1]})")
+        notes.append(
+            f"CUDA graphs {graphs}, as its configuration file sets them ({path.rsplit('/', 1)[1]})"
+        )
     nemo = nemo_perf_config(record)
     if nemo and not named_cuda_graphs(record):
         tag, commit, path, key = nemo["source"].split()
         notes.append(
             f"NeMo {nemo['release']} performance configuration ({path.rsplit('/', 1)[1]} {key} @ {tag}, "
             f"{commit.strip('()')}), the row's layout: CUDA graphs {nemo['cuda_graphs']}"
-            + (" (per-layer graphs: Megatron's enable_cuda_graph)" if nemo["cuda_graphs"] == "scoped" else "")
+            + (
+                " (per-layer graphs: Megatron's enable_cuda_graph)"
+                if nemo["cuda_graphs"] == "scoped"
+                else ""
+            )
         )
     if recipe_stage_layers(record):
         first, last = recipe_stage_layers(record)
@@ -744,7 +842,9 @@ def _data_parallel(record: dict) -> tuple[int, int, int]:
 
 def _mentions(record: dict, pattern: str) -> bool:
     """Whether the record's source, cluster or derived notes match ``pattern`` (case-insensitive)."""
-    text = " ".join(str(x) for x in (record.get("source"), record.get("cluster"), record.get("derived")))
+    text = " ".join(
+        str(x) for x in (record.get("source"), record.get("cluster"), record.get("derived"))
+    )
     return re.search(pattern, text, re.IGNORECASE) is not None
 
 
@@ -778,7 +878,9 @@ def _cluster(record: dict, replicas: int) -> Cluster | str:
             cluster = resolve_cluster(f"{acc}-{n}", c["devices_per_node"], so * GB if so else None)
             if _is_h800(record):
                 axes = tuple(
-                    replace(a, bytes_per_s_per_direction=H800_NVLINK_BYTES_PER_S) if a.kind == "switch" else a
+                    replace(a, bytes_per_s_per_direction=H800_NVLINK_BYTES_PER_S)
+                    if a.kind == "switch"
+                    else a
                     for a in cluster.axes
                 )
                 cluster = replace(cluster, axes=axes)
@@ -817,9 +919,7 @@ def _tpu_replicas(record: dict) -> int | str:
         for k in _divisors(n):  # fewest slices first
             if 1 < k < n and n // k <= largest and torus_shape(acc, n // k) is not None:
                 return k
-        return (
-            f"cluster: {n} {acc.id} chips is more than one slice ({largest}) and no whole number of equal valid slices"
-        )
+        return f"cluster: {n} {acc.id} chips is more than one slice ({largest}) and no whole number of equal valid slices"
     return f"cluster: {n} {acc.id} chips is not a slice shape (one slice holds up to {largest})"
 
 
@@ -833,7 +933,9 @@ def _missing(record: dict) -> list[str]:
     """Rules 13 and 16: the dotted fields the engine needs that the record leaves null."""
     m = record["model"]
     moe, mla = m.get("moe"), is_mla(record)
-    optional = ({"d_ff"} if moe is not None else set()) | ({"head_dim", "num_kv_heads"} if mla else set())
+    optional = ({"d_ff"} if moe is not None else set()) | (
+        {"head_dim", "num_kv_heads"} if mla else set()
+    )
     missing = [
         f"{block}.{key}"
         for block, keys in ENGINE_NEEDS.items()
@@ -871,7 +973,11 @@ def model_dict(record: dict) -> dict | str:
     shape = {k: m[k] for k in MODEL_KEYS}
     moe = m.get("moe")
     if moe is not None:
-        first, freq, shared = moe["first_dense_layers"] or 0, moe["moe_layer_freq"] or 1, moe["num_shared_experts"] or 0
+        first, freq, shared = (
+            moe["first_dense_layers"] or 0,
+            moe["moe_layer_freq"] or 1,
+            moe["num_shared_experts"] or 0,
+        )
         if shared and moe["shared_d_ff"] is None:
             return f"missing value: model.moe.shared_d_ff null with num_shared_experts({shared}) (the engine needs it)"
         if m["d_ff"] is None:
@@ -895,12 +1001,18 @@ def model_dict(record: dict) -> dict | str:
         return f"model: attention '{m['attention']}' with a model.mla block (latent attention is attention: mla)"
     if is_mla(record):
         a = {key: m["mla"][key] for key in MLA_NEEDS}
-        shape.update(head_dim=a["qk_nope_head_dim"] + a["qk_rope_head_dim"], num_kv_heads=m["num_heads"], mla=a)
+        shape.update(
+            head_dim=a["qk_nope_head_dim"] + a["qk_rope_head_dim"],
+            num_kv_heads=m["num_heads"],
+            mla=a,
+        )
     if m.get("mtp_num_layers"):
         shape["mtp_layers"] = m["mtp_num_layers"]
     window = re.search(SLIDING_WINDOW_NOTE, m.get("notes") or "")
     if window:  # gpt-oss: windowed and full layers alternate
-        shape.update(sliding_window=int(window.group(1)), full_attention_layers=m["num_layers"] // 2)
+        shape.update(
+            sliding_window=int(window.group(1)), full_attention_layers=m["num_layers"] // 2
+        )
     return shape
 
 
@@ -913,7 +1025,9 @@ def record_model(record: dict):
     if isinstance(shape, str):
         return shape
     try:
-        return model_from_dict({"name": record["id"], **shape}, record["id"], f"record '{record['id']}'")
+        return model_from_dict(
+            {"name": record["id"], **shape}, record["id"], f"record '{record['id']}'"
+        )
     except CatalogueError as exc:
         return f"model: {exc}"
 
@@ -930,7 +1044,9 @@ def routing(record: dict) -> str | None:
     text = " ".join(str(x) for x in (record.get("derived"), record["model"].get("notes")))
     if re.search(REAL_ROUTING, text, re.IGNORECASE):
         return "real"
-    if re.search(FORCED_ROUTING, re.sub(UNSTATED_ROUTING, "", text, flags=re.IGNORECASE), re.IGNORECASE):
+    if re.search(
+        FORCED_ROUTING, re.sub(UNSTATED_ROUTING, "", text, flags=re.IGNORECASE), re.IGNORECASE
+    ):
         return "forced"
     return "not stated"
 
@@ -943,7 +1059,9 @@ def _moe_notes(record: dict) -> list[str]:
         if m["d_ff"] is None and moe["expert_d_ff"] is not None:
             notes.append("d_ff null: every layer MoE")
         if automodel_ep(record):
-            notes.append(f"ep null -> {automodel_ep(record)} (Automodel on DeepEP: ep_size = the FSDP shard group)")
+            notes.append(
+                f"ep null -> {automodel_ep(record)} (Automodel on DeepEP: ep_size = the FSDP shard group)"
+            )
         notes += [
             f"{key} null -> 1"
             for key in ("ep", "etp")
@@ -964,7 +1082,9 @@ def _moe_notes(record: dict) -> list[str]:
     if is_mla(record) and m.get("mla") is not None:
         width = (m["mla"]["qk_nope_head_dim"] or 0) + (m["mla"]["qk_rope_head_dim"] or 0)
         if m["head_dim"] != width or m["num_kv_heads"] != m["num_heads"]:
-            notes.append(f"MLA: head_dim {m['head_dim']} -> {width} (qk_nope + qk_rope), num_kv_heads -> num_heads")
+            notes.append(
+                f"MLA: head_dim {m['head_dim']} -> {width} (qk_nope + qk_rope), num_kv_heads -> num_heads"
+            )
     if m.get("mtp_num_layers"):
         notes.append(
             f"MTP: {m['mtp_num_layers']} module(s) counted beside the model, costed as a layer and an "
@@ -994,7 +1114,9 @@ def _power_capped(record: dict) -> str | None:
     if rating is not None and limit >= rating:
         return None
     of = f"below the part's {rating} W rating" if rating else "(no rating known for this part)"
-    return f"power-capped part: power_limit_w {limit:g} W {of}; its clocks and peak FLOP/s are unknown"
+    return (
+        f"power-capped part: power_limit_w {limit:g} W {of}; its clocks and peak FLOP/s are unknown"
+    )
 
 
 def record_to_problem(record: dict) -> Mapped | str:
@@ -1083,7 +1205,13 @@ def record_to_problem(record: dict) -> Mapped | str:
         workload = resolved_workload(workload, cluster)
     except InvalidArgumentError as exc:
         return str(exc)
-    problem = Problem(model_id=record["id"], model=model, cluster_name=cluster.name, cluster=cluster, workload=workload)
+    problem = Problem(
+        model_id=record["id"],
+        model=model,
+        cluster_name=cluster.name,
+        cluster=cluster,
+        workload=workload,
+    )
     violations = check_layout(problem, layout)
     if violations:
         return "engine rejects the layout: " + "; ".join(v.message for v in violations)

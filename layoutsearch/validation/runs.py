@@ -201,7 +201,9 @@ def _unknown_keys(data: dict, schema: type[BaseModel], prefix: str = "") -> list
     for key, value in data.items():
         field = schema.model_fields.get(key) if isinstance(key, str) else None
         if field is None:
-            out.append(f"unknown key '{prefix}{key}' ignored{did_you_mean(str(key), schema.model_fields)}")
+            out.append(
+                f"unknown key '{prefix}{key}' ignored{did_you_mean(str(key), schema.model_fields)}"
+            )
             continue
         sub = _submodel(field.annotation)
         if sub is not None and isinstance(value, dict):
@@ -240,7 +242,11 @@ def load_runs(path: str | Path) -> Runs:
     out, warnings, seen = Runs(), [], set()
     for i, raw in enumerate(data):
         rid = raw.get("id") if isinstance(raw, dict) else None
-        where = f"{path}: record '{rid}'" if isinstance(rid, str) and rid else f"{path}: record #{i + 1}"
+        where = (
+            f"{path}: record '{rid}'"
+            if isinstance(rid, str) and rid
+            else f"{path}: record #{i + 1}"
+        )
         rec = _validate_record(raw, where).model_dump()
         if rec["id"] in seen:
             raise CatalogueError(f"{where}: field 'id': duplicate id (record #{i + 1})")
@@ -262,4 +268,8 @@ def source_family(record: dict) -> str:
     if "/" in first:
         return first.split("/")[1]
     year = re.match(r"^(.*?\b(?:19|20)\d\d)\b", source)
-    return year.group(1) if year else " ".join(re.split(r"[(:]", source)[0].split()[:3]) or source.split()[0]
+    return (
+        year.group(1)
+        if year
+        else " ".join(re.split(r"[(:]", source)[0].split()[:3]) or source.split()[0]
+    )

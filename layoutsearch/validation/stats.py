@@ -13,7 +13,12 @@ from layoutsearch.validation.runs import source_family
 def error_stats(rel_errors: list[float]) -> dict:
     """count, median and 90th percentile (linear interpolation) of |rel_error|, and the signed median."""
     if not rel_errors:
-        return {"count": 0, "median_abs_rel_error": None, "p90_abs_rel_error": None, "median_rel_error": None}
+        return {
+            "count": 0,
+            "median_abs_rel_error": None,
+            "p90_abs_rel_error": None,
+            "median_rel_error": None,
+        }
     a = np.abs(np.asarray(rel_errors, dtype=float))
     return {
         "count": len(rel_errors),
@@ -83,14 +88,27 @@ def layout_sweeps(records: list[dict], entries: list[dict], min_size: int = 4) -
     return out
 
 
-SHAPE_KEYS = ("num_layers", "d_model", "d_ff", "mlp", "num_heads", "num_kv_heads", "head_dim", "vocab_size")
+SHAPE_KEYS = (
+    "num_layers",
+    "d_model",
+    "d_ff",
+    "mlp",
+    "num_heads",
+    "num_kv_heads",
+    "head_dim",
+    "vocab_size",
+)
 
 
 def layout_label(record: dict) -> str:
     """A record's layout in one short string: the degrees above 1 (expert degrees ep, etp included), ZeRO
     stage, microbatching, recompute, flags."""
     lay, wl = record["layout"], record["workload"]
-    parts = [f"{k}{lay[k]}" for k in ("dp", "fsdp", "tp", "pp", "cp", "ep", "etp") if lay.get(k) not in (None, 1)]
+    parts = [
+        f"{k}{lay[k]}"
+        for k in ("dp", "fsdp", "tp", "pp", "cp", "ep", "etp")
+        if lay.get(k) not in (None, 1)
+    ]
     if lay.get("virtual_stages") not in (None, 1):
         parts.append(f"vs{lay['virtual_stages']}")
     if lay.get("zero_stage"):
@@ -99,7 +117,11 @@ def layout_label(record: dict) -> str:
         parts.append(f"mbs{lay['microbatch_seqs']}")
     if lay.get("recompute") not in (None, "none"):
         parts.append(f"{lay['recompute']} recompute")
-    parts += [flag for flag, on in (("async-tp", lay.get("async_tp")), ("compile", wl.get("torch_compile"))) if on]
+    parts += [
+        flag
+        for flag, on in (("async-tp", lay.get("async_tp")), ("compile", wl.get("torch_compile")))
+        if on
+    ]
     return " ".join(parts) or "dp1"
 
 
@@ -135,7 +157,11 @@ def best_layout_groups(records: list[dict], entries: list[dict]) -> list[dict]:
             continue
         best_r, best_e = max(ran, key=lambda re: re[1]["measured_tokens_per_s_per_device"])
         fitting = [(r, e) for r, e in members if e["predicted_fits"]]
-        pick = max(fitting, key=lambda re: re[1]["predicted_tokens_per_s_per_device"]) if fitting else None
+        pick = (
+            max(fitting, key=lambda re: re[1]["predicted_tokens_per_s_per_device"])
+            if fitting
+            else None
+        )
         pick_meas = pick[1]["measured_tokens_per_s_per_device"] if pick else None
         best_meas = best_e["measured_tokens_per_s_per_device"]
         out.append(
@@ -151,7 +177,9 @@ def best_layout_groups(records: list[dict], entries: list[dict]) -> list[dict]:
                     "id": best_r["id"],
                     "layout": layout_label(best_r),
                     "measured_tokens_per_s_per_device": best_meas,
-                    "predicted_tokens_per_s_per_device": best_e["predicted_tokens_per_s_per_device"],
+                    "predicted_tokens_per_s_per_device": best_e[
+                        "predicted_tokens_per_s_per_device"
+                    ],
                 },
                 "predicted_best": None
                 if pick is None
@@ -159,9 +187,12 @@ def best_layout_groups(records: list[dict], entries: list[dict]) -> list[dict]:
                     "id": pick[0]["id"],
                     "layout": layout_label(pick[0]),
                     "measured_tokens_per_s_per_device": pick_meas,
-                    "predicted_tokens_per_s_per_device": pick[1]["predicted_tokens_per_s_per_device"],
+                    "predicted_tokens_per_s_per_device": pick[1][
+                        "predicted_tokens_per_s_per_device"
+                    ],
                 },
-                "hit": pick is not None and (pick[0]["id"] == best_r["id"] or pick_meas == best_meas),
+                "hit": pick is not None
+                and (pick[0]["id"] == best_r["id"] or pick_meas == best_meas),
                 "measured_loss": None if not pick_meas else 1.0 - pick_meas / best_meas,
                 "spearman": spearman(
                     [e["predicted_tokens_per_s_per_device"] for _, e in ran],
@@ -177,7 +208,8 @@ def ranking(sweeps: list[dict], groups: list[dict]) -> dict:
     bloom = [s for s in sweeps if s["source_family"] == "bigscience"]
     return {
         "layout_sweeps": [
-            {k: s[k] for k in ("source_family", "accelerator", "num_devices", "n", "spearman")} for s in sweeps
+            {k: s[k] for k in ("source_family", "accelerator", "num_devices", "n", "spearman")}
+            for s in sweeps
         ],
         "bloom_sweep_spearman": bloom[0]["spearman"] if bloom else None,
         "best_layout": groups,
@@ -231,13 +263,19 @@ def summarize(entries: list[dict], sweeps: list[dict], max_median_error: float) 
         "fit_accuracy": sum(fits) / len(fits) if fits else None,
         "fit_mismatches": [e["id"] for e, ok in zip(done, fits) if not ok],
         "skipped": len(entries) - len(done),
-        "skipped_reasons": dict(Counter(_skip_category(e["skipped_reason"]) for e in entries if e["skipped_reason"])),
+        "skipped_reasons": dict(
+            Counter(_skip_category(e["skipped_reason"]) for e in entries if e["skipped_reason"])
+        ),
         "by_accelerator": groups["accelerator"],
         "by_source": groups["source_family"],
-        "worst": [{"id": e["id"], "rel_error": e["rel_error"], "reason": e["reason"]} for e in worst],
+        "worst": [
+            {"id": e["id"], "rel_error": e["rel_error"], "reason": e["reason"]} for e in worst
+        ],
         "layout_sweeps": sweeps,
         "bloom_sweep_spearman": bloom[0]["spearman"] if bloom else None,
-        "bloom_sweep_note": (f"{bloom[0]['n']} BLOOM sweep runs" if bloom else "no BLOOM layout sweep records found"),
+        "bloom_sweep_note": (
+            f"{bloom[0]['n']} BLOOM sweep runs" if bloom else "no BLOOM layout sweep records found"
+        ),
         "max_median_error": max_median_error,
         "passed": median is not None and median <= max_median_error,
         "message": verdict(len(done), len(entries) - len(done), median, max_median_error),

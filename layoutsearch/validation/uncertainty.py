@@ -22,7 +22,11 @@ from layoutsearch.validation.stats import quantiles, step_time_error
 
 def accelerator_kind(accelerator: str | None) -> str | None:
     """ "gpu" or "tpu" for a record's accelerator id (aliases included), None when unknown."""
-    acc = accelerator if accelerator in accelerator_names() else ACCELERATOR_ALIASES.get(accelerator or "")
+    acc = (
+        accelerator
+        if accelerator in accelerator_names()
+        else ACCELERATOR_ALIASES.get(accelerator or "")
+    )
     return load_accelerator(acc).kind if acc in accelerator_names() else None
 
 
@@ -45,12 +49,17 @@ def uncertainty_table(doc: dict) -> dict:
         for key in (kind, "all") if kind else ("all",):
             errors.setdefault(key, []).append(err)
     table = {
-        k: {x: (round(v, 4) if isinstance(v, float) else v) for x, v in quantiles(errors.get(k, [])).items()}
+        k: {
+            x: (round(v, 4) if isinstance(v, float) else v)
+            for x, v in quantiles(errors.get(k, [])).items()
+        }
         for k in sorted(errors, key=lambda k: (k == "all", k))
     }
 
     def band(q: dict) -> list[float] | None:
-        return [round(x, 4) for x in band_of(q["p10"], q["p90"])] if q["count"] >= MIN_COUNT else None
+        return (
+            [round(x, 4) for x in band_of(q["p10"], q["p90"])] if q["count"] >= MIN_COUNT else None
+        )
 
     bands = {k: b for k, q in table.items() if k != "all" and (b := band(q)) is not None}
     return {

@@ -56,7 +56,12 @@ from layoutsearch.validation.mapping import (  # noqa: F401  (re-exported: the m
     zero3_collectives_per_layer,
 )
 from layoutsearch.validation.runs import load_runs, source_family  # noqa: F401  (part of this module's interface)
-from layoutsearch.validation.stats import best_layout_groups, error_stats, layout_sweeps, ranking, spearman, summarize  # noqa: F401
+from layoutsearch.validation.stats import (
+    best_layout_groups,
+    layout_sweeps,
+    ranking,
+    summarize,
+)  # noqa: F401
 
 ENGINE_CONVENTION = {
     "palm-6n-12lhqt": "palm",
@@ -80,7 +85,9 @@ def predicted_mfu(record: dict, est: Estimate) -> float | None:
         if conv == "megatron-eq3-hardware"
         else flops.model_flops_per_token(est.model, s, ENGINE_CONVENTION.get(conv, "model"))
     )
-    return per_token * est.tokens_per_s / est.cluster.num_devices / (meas["peak_tflops_used"] * TERA)
+    return (
+        per_token * est.tokens_per_s / est.cluster.num_devices / (meas["peak_tflops_used"] * TERA)
+    )
 
 
 def time_shares(est: Estimate) -> dict[str, float]:
@@ -94,7 +101,10 @@ def miss_reason(rel_error: float, est: Estimate) -> str:
     shares = time_shares(est)
     compute = sum(v for k, v in shares.items() if k.startswith("compute/"))
     rest = sorted(((v, k) for k, v in shares.items() if not k.startswith("compute/")), reverse=True)
-    parts = ", ".join(f"{k} {v:.0%}" for v, k in rest[:3] if v >= 0.005) or "no exposed comm, bubble or overhead"
+    parts = (
+        ", ".join(f"{k} {v:.0%}" for v, k in rest[:3] if v >= 0.005)
+        or "no exposed comm, bubble or overhead"
+    )
     side = "too fast" if rel_error > 0 else "too slow"
     text = (
         f"predicted {abs(rel_error):.0%} {side}; step {est.time_s['step']:.3g} s = compute {compute:.0%} "
@@ -114,7 +124,9 @@ def _no_measurement(record: dict) -> str | None:
     """Rule 13: a skip reason when the record has nothing to compare (no throughput, not an OOM)."""
     meas = record["measured"]
     if meas["tokens_per_s_per_device"] is None and not meas["oom"]:
-        return "no measurement: measured.tokens_per_s_per_device is null and measured.oom is not true"
+        return (
+            "no measurement: measured.tokens_per_s_per_device is null and measured.oom is not true"
+        )
     return None
 
 
@@ -191,7 +203,9 @@ def rank_published(record: dict) -> dict:
     }
 
 
-def loso_block(records: list[dict], entries: list[dict], params: tuple[str, ...] = DEFAULT_PARAMS) -> dict:
+def loso_block(
+    records: list[dict], entries: list[dict], params: tuple[str, ...] = DEFAULT_PARAMS
+) -> dict:
     """``summary.loso`` (see ``calibrate.leave_one_source_out``); each entry gets its ``loso_rel_error``.
 
     An unforeseen failure of the fits is reported in the block (``error``), never raised.
@@ -243,5 +257,7 @@ def validate_runs(
     summary = summarize(entries, sweeps, max_median_error)
     summary["ranking"] = ranking(sweeps, best_layout_groups(records, entries))
     summary["loso"] = loso_block(records, entries) if loso else None
-    summary["warnings"] = list(warnings if warnings is not None else getattr(records, "warnings", []))
+    summary["warnings"] = list(
+        warnings if warnings is not None else getattr(records, "warnings", [])
+    )
     return {"records": entries, "summary": summary}
