@@ -165,6 +165,33 @@ def _f(x):
     return np.asarray(x, dtype=np.float64)
 
 
+def per_key(fn, *keys):
+    """``fn(*keys)`` of an elementwise ``fn`` over integer key arrays, computed once per distinct
+    tuple of keys and spread back to every row: the same values, at the cost of the distinct keys
+    (a term of the tensor-parallel degree alone takes a handful of rows, not one per candidate).
+    ``fn`` returns an array, a scalar, or a tuple or dict of them."""
+    arrays = [np.asarray(key) for key in keys]
+    if all(a.ndim == 0 for a in arrays):
+        return fn(*keys)
+    shape = np.broadcast_shapes(*(a.shape for a in arrays))
+    columns = [np.broadcast_to(a, shape).ravel().astype(np.int64) for a in arrays]
+    code = np.zeros(columns[0].shape, dtype=np.int64)  # one integer per tuple (keys are small)
+    for column in columns:
+        code = code * (int(column.max()) + 1) + column
+    _, first, inverse = np.unique(code, return_index=True, return_inverse=True)
+    inverse = inverse.reshape(shape)
+
+    def spread(value):
+        if isinstance(value, dict):
+            return {name: spread(v) for name, v in value.items()}
+        if isinstance(value, tuple):
+            return tuple(spread(v) for v in value)
+        value = np.asarray(value)
+        return value[inverse] if value.ndim else value
+
+    return spread(fn(*(column[first] for column in columns)))
+
+
 def tokens_per_microbatch(workload: Workload, sh: Shapes, k):
     """m: tokens one device processes per microbatch (its data unit's sequences / cp)."""
     return _f(workload.global_batch_tokens) / (sh.units * k * sh.cp)
@@ -350,17 +377,33 @@ def host_offload_bytes_per_token(
     model: ModelSpec, workload: Workload, sh: Shapes, r, sequence_parallel: bool = True
 ):
     """Bytes per token and layer a recompute policy keeps in host memory (``memory.OFFLOADED``; keys S, r)."""
+    return per_key(
+        lambda tp, r: (
+            saved_widths_by_policy(model, workload, tp, r, sequence_parallel)[1]
+            * workload.activation_bytes
+        ),
+        sh.tp,
+        r,
+    )
+
+
+def saved_widths_by_policy(
+    model: ModelSpec, workload: Workload, tp, r, sequence_parallel: bool = True
+) -> tuple:
+    """Elements per token and layer (``memory.saved_tensor_widths``, in activation_bytes units) that
+    policy code ``r`` keeps in HBM, keeps on the host, and that a layer saves in all (keys tp, r)."""
     widths = memory.saved_tensor_widths(
         model,
-        sh.tp,
+        tp,
         sequence_parallel,
         workload.seq_len,
         workload.flash_attention,
         workload.activation_bytes,
         fp8=workload.precision == "fp8",
     )
+    in_hbm = sum(_f(widths[n]) * memory.in_hbm_by_code(n)[r] for n in widths)
     hosted = sum(_f(widths[n]) * memory.on_host_by_code(n)[r] for n in widths)
-    return hosted * workload.activation_bytes
+    return in_hbm, hosted, sum(_f(w) for w in widths.values())
 
 
 @cache
@@ -938,19 +981,10 @@ def memory_by_microbatch(
     """Bytes per device that depend on the microbatching and recompute (keys S, K, r, stage)."""
     m = tokens_per_microbatch(workload, sh, k)
     act_b = workload.activation_bytes
-    widths = memory.saved_tensor_widths(
-        model,
-        sh.tp,
-        sequence_parallel,
-        workload.seq_len,
-        workload.flash_attention,
-        act_b,
-        fp8=workload.precision == "fp8",
+    # what each row's policy saves in HBM, and what a layer saves in all
+    per_token, _, every = per_key(
+        lambda tp, r: saved_widths_by_policy(model, workload, tp, r, sequence_parallel), sh.tp, r
     )
-    per_token = sum(
-        _f(widths[n]) * memory.in_hbm_by_code(n)[r] for n in widths
-    )  # what each row's policy saves in HBM
-    every = sum(_f(w) for w in widths.values())
     saved = per_token * m * act_b
     stage = 0 if first else sh.pp - 1
     in_flight = pipeline.microbatches_in_flight_array(

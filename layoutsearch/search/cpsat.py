@@ -25,7 +25,13 @@ from layoutsearch.search import (
     satmodel as cp_model,
 )  # CP-SAT through cp_model_helper, without pandas
 from layoutsearch.search.enumerate import candidate_grid
-from layoutsearch.search.ranking import TIE_TOLERANCE, group_ids, shape_simplicity, tie_limit
+from layoutsearch.search.ranking import (
+    TIE_TOLERANCE,
+    group_ids,
+    select,
+    shape_simplicity,
+    tie_limit,
+)
 from layoutsearch.search.satmodel import LinearExpr
 from layoutsearch.search.space import Space
 from layoutsearch.search.tables import MOMENT_NAMES, Tables, assemble
@@ -180,7 +186,7 @@ def build_model(space: Space, t: Tables, rows: np.ndarray, clip: int | None, fit
         model.add_exactly_one(group.values())
     # ---- a shape is chosen when one of its rows is
     for s in shapes:
-        model.add(v.shape[s] == sum(v.y[j] for j in v.y if s_of[j] == s))
+        model.add(v.shape[s] == LinearExpr.sum([v.y[j] for j in v.y if s_of[j] == s]))
     # ---- product selections agree with each factor (with one-hot factors this forces the product)
     _marginal(model, v.w, v.y, lambda k: k[0])
     _marginal(model, v.w, v.r, lambda k: k[1])
@@ -192,17 +198,17 @@ def build_model(space: Space, t: Tables, rows: np.ndarray, clip: int | None, fit
 
     # ---- table lookups: linear in the selections (clipped where a top-k answer cannot be affected)
     def over(sel, table, index=lambda k: k, top=limit):
-        return sum(
-            (int(min(table[index(k)], top)) if top is not None else int(table[index(k)])) * b
-            for k, b in sel.items()
-        )
+        values = [int(table[index(k)]) for k in sel]
+        if top is not None:
+            values = [min(x, top) for x in values]
+        return LinearExpr.weighted_sum(list(sel.values()), values)
 
     stage = over(v.w, t.STAGE0)
     zero3_extra = over(v.w, t.STAGE3 - t.STAGE0)
     horizon = int(limit if limit is not None else t.STAGE3.max()) + 1
     # ---- ZeRO-3 collectives run only with stage 3 and more than one shard
     z3 = model.new_bool_var("zero3")
-    model.add(z3 == sum(b for (s, z), b in v.sz.items() if t.Z3[s, z]))
+    model.add(z3 == LinearExpr.sum([b for (s, z), b in v.sz.items() if t.Z3[s, z]]))
     zero3 = model.new_int_var(0, horizon, "zero3_stage_extra")
     model.add(zero3 == zero3_extra).only_enforce_if(z3)
     model.add(zero3 == 0).only_enforce_if(~z3)
@@ -239,7 +245,7 @@ def build_model(space: Space, t: Tables, rows: np.ndarray, clip: int | None, fit
                 v.w, t.MB, lambda k, st=st, mi=mi: (k[0], k[1], st, mi), cap + 1
             )
             model.add(live <= cap)
-    volume = sum(int(t.VOLUME[s]) * b for s, b in v.shape.items())
+    volume = LinearExpr.weighted_sum(list(v.shape.values()), [int(t.VOLUME[s]) for s in v.shape])
     return model, v, {"step": step, "volume": volume, "simplicity": simplicity_objectives(space, v)}
 
 
@@ -289,7 +295,7 @@ def _marginal(model, product: dict, factor: dict, key) -> None:
     for k, var in product.items():
         groups.setdefault(key(k), []).append(var)
     for k, var in factor.items():
-        model.add(sum(groups.get(k, [])) == var)
+        model.add(LinearExpr.sum(groups.get(k, [])) == var)
 
 
 def cpsat_top(
@@ -325,11 +331,17 @@ def cpsat_top(
     model, v, exprs = build_model(
         space, t, rows, limit if objective == "step-time" else None, fits_r
     )
+    hints = [
+        _hint(space, v, *answer)
+        for answer in _expected(space, t, rows, objective, top_k, tolerance)
+    ]
     keys = ["volume", "step"] if objective == "gather-volume" else ["step"]
     phases = [(key, exprs[key]) for key in keys] + [("simplicity", e) for e in exprs["simplicity"]]
     answers, deadline = [], time.perf_counter() + time_limit_s
     for rank in range(top_k):
         solver = None
+        if rank < len(hints):  # the search still proves every phase; a hint only finds it sooner
+            model.set_hint(hints[rank])
         for phase, (key, expr) in enumerate(phases):
             attempt = _solver(max(0.05, deadline - time.perf_counter()))
             callback = Incumbents()
@@ -373,6 +385,38 @@ def cpsat_top(
             [~v.y[row], ~v.r[ri], ~v.z[z]]
         )  # the same layout placed otherwise is not ranked again
     return answers, info
+
+
+def _expected(
+    space: Space, t: Tables, rows: np.ndarray, objective: str, top_k: int, tolerance: float
+):
+    """The ranking of ``search.ranking`` over the kept rows' candidates, costed by ``tables.assemble``
+    as the enumerator does: (row, r index, z, o) per rank, for the solver's hints."""
+    sk, ri, z, o = candidate_grid(space, rows)
+    m = assemble(t, space, sk, ri, z, o)
+    ok = m["fits"]
+    pool = {"sk": sk[ok], "ri": ri[ok], "z": z[ok], "o": o[ok]}
+    pool.update({key: np.broadcast_to(m[key], sk.shape)[ok] for key in ("step", "volume")})
+    picks = select(space, pool, objective, top_k, tolerance)
+    return [tuple(int(pool[key][i]) for key in ("sk", "ri", "z", "o")) for i in picks]
+
+
+def _hint(space: Space, v: Vars, row: int, ri: int, z: int, o: int) -> dict:
+    """Every one-hot selection of the model set as candidate (row, ri, z, o) sets it."""
+    s = int(space.sk_shape[row])
+    chosen = {
+        "y": row,
+        "shape": s,
+        "r": ri,
+        "z": z,
+        "o": o,
+        "w": (row, ri, o),
+        "sz": (s, z),
+        "szo": (s, z, o),
+    }
+    return {
+        var: int(key == chosen[group]) for group in chosen for key, var in getattr(v, group).items()
+    }
 
 
 def _solver(time_limit_s: float) -> cp_model.CpSolver:

@@ -406,13 +406,14 @@ class CpModel:
         self.proto = _cmh.CpModelProto()
         self._num_vars = 0
         self._num_constraints = 0
+        self._names: list[str] = []  # kept here, not in the proto: a proto name costs 20x the variable
 
     # ---- variables
     def new_int_var(self, lb: int, ub: int, name: str) -> IntVar:
         lo, hi = _coefficient(lb), _coefficient(ub)
         var = self.proto.variables.add()
         var.domain.extend([lo, hi])
-        var.name = name
+        self._names.append(name)
         self._num_vars += 1
         return IntVar(self._num_vars - 1, name, 0 <= lo and hi <= 1)
 
@@ -465,6 +466,13 @@ class CpModel:
         objective.offset = float(constant)
         objective.scaling_factor = 1.0
 
+    def set_hint(self, values: dict[IntVar, int]) -> None:
+        """A solution to start from (replacing any previous hint): {variable: value}, any subset."""
+        self.proto.clear_solution_hint()
+        hint = self.proto.solution_hint
+        hint.vars.extend(var.index for var in values)
+        hint.values.extend(_coefficient(x) for x in values.values())
+
     def has_objective(self) -> bool:
         return self.proto.has_objective()
 
@@ -479,6 +487,7 @@ class CpModel:
         copy = CpModel()
         copy.proto.copy_from(self.proto)
         copy._num_vars, copy._num_constraints = self._num_vars, self._num_constraints
+        copy._names = list(self._names)
         return copy
 
     def get_bool_var_from_proto_index(self, index: int) -> IntVar:
@@ -487,7 +496,7 @@ class CpModel:
         lo, hi = list(var.domain)[0], list(var.domain)[-1]
         if not (0 <= lo and hi <= 1):
             raise TypeError(f"variable {index} is not Boolean")
-        return IntVar(index, var.name, True)
+        return IntVar(index, self._names[index], True)
 
     def validate(self) -> str:
         """An empty string when the proto is valid, else the first problem found."""
