@@ -1,115 +1,172 @@
-"""The Python API: the CLI's names, returning the result objects.
+"""The Python API: the commands' options as keyword arguments, the commands' documents as results.
 
     import layoutsearch as ls
-    result = ls.solve(model="llama3-8b", cluster="h100-64", seqs=256)
-    best = result.layouts[0]                      # an Estimate: .layout, .step_time_s, .mfu, .memory_bytes
+    run = ls.solve(model="llama3-8b", cluster="h100-64", seqs=256, tokens=15e12, what_if="hbm=2")
+    best = run.layouts[0]      # an Estimate: .layout, .step_time_s, .mfu, .memory_bytes
+    run.document               # what `layoutsearch solve --format json` prints
     est = ls.estimate(model="llama70b", cluster="v5p-8192", layout="fsdp=1024,tp=8")
 
-Models and clusters are given as the CLI takes them (a catalogue id, a model YAML or a Hugging
-Face config.json path; a cluster name) or as objects (ModelSpec, Cluster). Degrees, choices and
-options are the CLI's strings (``fix="tp=8"``) or mappings (``fix={"tp": 8}``). Bad input raises
-the CLI's one-line errors (``layoutsearch.core.errors.LayoutsearchError``).
+Every keyword is an option of the command, by its declared name (``core.options``: ``seq_len``
+for ``--seq-len``), with the same default, range and check; the degrees and lists take the
+option's text (``fix="tp=8"``) or a problem file's forms (``fix={"tp": 8}``, ``only=["fsdp",
+"tp"]``). Models and clusters are given as the CLI takes them or as objects (ModelSpec,
+Cluster). Bad input raises the CLI's one-line errors (``core.errors.LayoutsearchError``), naming
+the keyword. The work is ``layoutsearch.engine``'s, the same the commands call.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from typing import Any
 
-from layoutsearch.core.parse import parse_choices, parse_degrees, parse_names
-from layoutsearch.core.problem import Problem, SearchOptions, SearchRequest, build_workload
-from layoutsearch.core.specs import DEGREE_NAMES, RECOMPUTE_POLICIES, Cluster, Layout, ModelSpec
-from layoutsearch.core.stages import default_microbatches
-from layoutsearch.costs.estimate import Estimate
-from layoutsearch.costs.estimate import estimate as estimate_layout
-from layoutsearch.search import SearchResult
-from layoutsearch.search import solve as solve_problem
+from pydantic import ValidationError
 
-__all__ = ["solve", "estimate", "problem"]
+from layoutsearch import engine
+from layoutsearch.core import options as declared
+from layoutsearch.core.errors import InvalidArgumentError, did_you_mean
+from layoutsearch.core.problem import Problem
+from layoutsearch.core.problem_file import _axes_text, _joined
+from layoutsearch.core.specs import Cluster, Layout, ModelSpec
 
+__all__ = ["solve", "explain", "estimate", "problem"]
 
-def problem(
-    model: str | ModelSpec,
-    cluster: str | Cluster,
-    seqs: int = 1024,
-    seq_len: int = 4096,
-    *,
-    tokens: float | None = None,
-    **workload_options,
-) -> Problem:
-    """The Problem the CLI builds from ``--model --cluster --seqs --seq-len`` and the workload options
-    (``framework``, ``precision``, ``tp_comm_overlap``, ``ep_comm_overlap``, ``deepep``, ``vendor_attention``,
-    ``launch_blocking``, ``cuda_graphs``, ``routing``, ``routing_cv``, ``grad_bytes``, ``moment_bytes``,
-    ``fused_attention``, ``hbm_gib``, ``memory_margin_gib``: the CLI's names)."""
-    return Problem.build(model, cluster, build_workload(seqs, seq_len, tokens, **workload_options))
+_TEXT_FORMS = {"fix": ",", "choices": ";", "only": ",", "recompute": ",", "layout": ","}
 
 
-def solve(
-    model: str | ModelSpec,
-    cluster: str | Cluster,
-    seqs: int = 1024,
-    seq_len: int = 4096,
-    *,
-    top: int = 3,
-    fix: str | Mapping[str, int] | None = None,
-    choices: str | Mapping[str, Sequence[int]] | None = None,
-    only: str | Sequence[str] | None = None,
-    recompute: str | Sequence[str] | None = None,
-    objective: str = "step-time",
-    method: str = "cpsat",
-    time_limit_s: float = 30.0,
-    target: str | None = None,
-    **workload_options,
-) -> SearchResult:
-    """`layoutsearch solve`: the ``top`` best layouts, proven optimal (``result.layouts``, best first)."""
-    options = SearchOptions(
-        fix=parse_degrees(fix, "fix") if isinstance(fix, str) else dict(fix or {}),
-        choices=parse_choices(choices, "choices")
-        if isinstance(choices, str)
-        else {k: tuple(v) for k, v in (choices or {}).items()},
-        only=_names(only, DEGREE_NAMES, "only"),
-        recompute=_names(recompute, RECOMPUTE_POLICIES, "recompute"),
+def _group(group: type[declared.OptionGroup], given: dict[str, Any]) -> declared.OptionGroup:
+    """The options of ``group`` among ``given`` (removed from it), validated by the group's model."""
+    values = {k: given.pop(k) for k in list(given) if k in group.model_fields}
+    objects = {k: v for k, v in values.items() if isinstance(v, (ModelSpec, Cluster))}
+    for key, separator in _TEXT_FORMS.items():
+        if not isinstance(values.get(key, ""), str | None):
+            values[key] = _joined(values[key], separator)
+    if isinstance(values.get("axes"), dict):
+        values["axes"] = _axes_text(values["axes"])
+    try:
+        options = group.model_validate({k: v for k, v in values.items() if k not in objects})
+    except ValidationError as exc:
+        err = exc.errors()[0]
+        value = err.get("input")
+        raise InvalidArgumentError(
+            f"{err['loc'][0]}: {' '.join(str(err['msg']).split())} (got {value!r:.80})"
+        ) from None
+    return options.model_copy(update=objects) if objects else options
+
+
+def _split(command: str, given: dict[str, Any]) -> list[declared.OptionGroup]:
+    """The command's option groups from its keyword arguments; an unknown keyword is an error."""
+    unknown = [k for k in given if k not in _KEYWORDS[command]]
+    if unknown:
+        known = sorted(_KEYWORDS[command])
+        raise InvalidArgumentError(
+            f"{command}: unknown option '{unknown[0]}'{did_you_mean(unknown[0], known)}; "
+            f"known: {', '.join(known)}"
+        )
+    return [_group(group, given) for group in _GROUPS[command]]
+
+
+_GROUPS = {
+    "solve": (
+        declared.ProblemOptions,
+        declared.WorkloadOptions,
+        declared.SearchOptions,
+        declared.PlanOptions,
+        declared.OutputOptions,
+    ),
+    "explain": (
+        declared.ProblemOptions,
+        declared.WorkloadOptions,
+        declared.SearchOptions,
+        declared.PlanOptions,
+    ),
+    "estimate": (
+        declared.ProblemOptions,
+        declared.WorkloadOptions,
+        declared.LayoutOptions,
+        declared.PlanOptions,
+    ),
+}
+_KEYWORDS = {
+    "solve": {
+        *declared.ProblemOptions.model_fields,
+        *declared.WorkloadOptions.model_fields,
+        *declared.SearchOptions.model_fields,
+        "tokens",
+        "price_per_device_hour",
+        "what_if",
+        "export",
+    },
+    "explain": {
+        *declared.ProblemOptions.model_fields,
+        *declared.WorkloadOptions.model_fields,
+        *declared.SearchOptions.model_fields,
+        "tokens",
+        "price_per_device_hour",
+        "sensitivity",
+    },
+    "estimate": {
+        *declared.ProblemOptions.model_fields,
+        *declared.WorkloadOptions.model_fields,
+        *declared.LayoutOptions.model_fields,
+        "tokens",
+        "price_per_device_hour",
+        "what_if",
+    },
+}
+
+
+def _label(name: str) -> str:
+    return name
+
+
+def solve(model: str | ModelSpec = "llama70b", cluster: str | Cluster = "v5p-8192", **options):
+    """`layoutsearch solve`: the ``top`` best layouts, proven optimal (``.layouts``, best first),
+    with every option of the command (``fix``, ``tokens``, ``price_per_device_hour``,
+    ``what_if``, ``export``, the workload options...); ``.document`` is the JSON document."""
+    problem, workload, search, plan, output = _split(
+        "solve", {"model": model, "cluster": cluster, **options}
     )
-    request = SearchRequest(
-        options=options,
-        objective=objective,
-        top_k=top,
-        method=method,
-        time_limit_s=time_limit_s,
-        target=target,
+    return engine.solve(problem, workload, search, plan, export=output.export, label=_label)
+
+
+def explain(model: str | ModelSpec = "llama70b", cluster: str | Cluster = "v5p-8192", **options):
+    """`layoutsearch explain`: the search of ``solve`` (``top`` 2 by default) with why the winner
+    wins (``.document['explanation']``) and, with ``sensitivity=True``, its sensitivity."""
+    options.setdefault("top", 2)
+    problem, workload, search, plan = _split(
+        "explain", {"model": model, "cluster": cluster, **options}
     )
-    return solve_problem(problem(model, cluster, seqs, seq_len, **workload_options), request)
+    return engine.explain(problem, workload, search, plan, label=_label)
 
 
 def estimate(
-    model: str | ModelSpec,
-    cluster: str | Cluster,
-    layout: str | Mapping[str, int] | Layout,
-    seqs: int = 1024,
-    seq_len: int = 4096,
-    *,
-    workload: Mapping | None = None,
-    **layout_options,
-) -> Estimate:
-    """`layoutsearch estimate`: the itemised cost of one layout (degrees as 'fsdp=1024,tp=8' or a
-    mapping, plus Layout fields such as ``zero_stage``, ``num_microbatches``, ``recompute``); ``workload``
-    holds the workload options of ``problem`` (e.g. ``{"framework": "ideal", "precision": "fp8"}``)."""
-    prob = problem(model, cluster, seqs, seq_len, **dict(workload or {}))
+    model: str | ModelSpec = "llama70b",
+    cluster: str | Cluster = "v5p-8192",
+    layout: str | dict | Layout = "fsdp=1024,tp=8",
+    **options,
+):
+    """`layoutsearch estimate`: the itemised cost of one layout (degrees as 'fsdp=1024,tp=8', a
+    mapping or a Layout) with the command's options (``microbatches``, ``zero_stage``,
+    ``recompute``, the workload and plan options); the Estimate's attributes are the result's."""
+    given = {"model": model, "cluster": cluster, **options}
     if not isinstance(layout, Layout):
-        degrees = parse_degrees(layout, "layout") if isinstance(layout, str) else dict(layout)
-        if "num_microbatches" not in layout_options:
-            layout_options["num_microbatches"] = default_microbatches(
-                seqs,
-                degrees.get("dp", 1) * degrees.get("fsdp", 1),
-                degrees.get("pp", 1),
-                layout_options.get("virtual_stages", 1),
-            )
-        layout = Layout(**degrees, **layout_options)
-    return estimate_layout(prob, layout)
+        given["layout"] = layout
+    problem, workload, layout_options, plan = _split("estimate", given)
+    chosen = layout if isinstance(layout, Layout) else layout_options
+    return engine.estimate(problem, workload, chosen, plan, label=_label)
 
 
-def _names(
-    value: str | Sequence[str] | None, allowed: tuple[str, ...], field: str
-) -> tuple[str, ...] | None:
-    if value is None:
-        return None
-    return parse_names(value if isinstance(value, str) else ",".join(value), allowed, field)
+def problem(
+    model: str | ModelSpec = "llama70b", cluster: str | Cluster = "v5p-8192", **options
+) -> Problem:
+    """The Problem the commands build from the model, cluster, batch and workload options (and
+    ``tokens``)."""
+    tokens = options.pop("tokens", None)
+    given = {"model": model, "cluster": cluster, **options}
+    unknown = set(given) - {
+        *declared.ProblemOptions.model_fields,
+        *declared.WorkloadOptions.model_fields,
+    }
+    if unknown:
+        raise InvalidArgumentError(f"problem: unknown option '{sorted(unknown)[0]}'")
+    prob, workload = _group(declared.ProblemOptions, given), _group(declared.WorkloadOptions, given)
+    return engine.build_problem(prob, workload, tokens)

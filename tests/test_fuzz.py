@@ -389,7 +389,7 @@ class Gen:
         )
 
     def workload_options(self) -> list:
-        """The workload options estimate, solve, explain and sweep share (cli.common.WorkloadArgs)."""
+        """The workload options estimate, solve, explain and sweep share (core.options.WorkloadOptions)."""
         return [
             (
                 "--framework",

@@ -3,7 +3,6 @@ field or path and the value, with exit 2 (1 when nothing fits), never a tracebac
 
 import contextlib
 import errno
-import inspect
 import io as textio
 import json
 import os
@@ -16,7 +15,6 @@ import pytest
 import typer
 
 from layoutsearch import cli
-from layoutsearch.cli import common
 from layoutsearch.core import io
 from layoutsearch.core.errors import CatalogueError, InvalidArgumentError
 from layoutsearch.sweep import (
@@ -112,102 +110,6 @@ def test_a_command_loads_only_its_own_module():
         [sys.executable, "-c", code], capture_output=True, text=True, check=True
     ).stdout
     assert out.strip().splitlines()[-1] == "[]"
-
-
-def test_solve_and_explain_share_one_declaration_of_the_search_options():
-    """The search options come from SearchArgs' fields (declared once), ahead of each command's own."""
-    shared = [f.name for f in common.dataclasses.fields(common.SearchArgs)]
-    assert shared == [
-        "model",
-        "cluster",
-        "seqs",
-        "seq_len",
-        "framework",
-        "precision",
-        "tp_comm_overlap",
-        "ep_comm_overlap",
-        "deepep",
-        "vendor_attention",
-        "launch_blocking",
-        "cuda_graphs",
-        "routing",
-        "routing_cv",
-        "grad_bytes",
-        "moment_bytes",
-        "fused_attention",
-        "hbm_gib",
-        "memory_margin_gib",
-        "top",
-        "fix",
-        "choices",
-        "only",
-        "objective",
-        "time_limit",
-        "method",
-        "recompute",
-    ]
-    solve_params = dict(inspect.signature(cli.solve.solve).parameters)
-    explain_params = dict(inspect.signature(cli.explain.explain).parameters)
-    for params in (
-        solve_params,
-        explain_params,
-    ):  # --problem (and the context it reads the options' sources from) first
-        assert list(params)[:2] == ["ctx", "problem_file"]
-        del params["ctx"], params["problem_file"]
-    assert list(solve_params)[: len(shared)] == shared == list(explain_params)[: len(shared)]
-    assert list(solve_params)[len(shared) :] == [
-        "fmt",
-        "export",
-        "output",
-        "tokens",
-        "price_per_device_hour",
-        "what_if",
-    ]
-    assert list(explain_params)[len(shared) :] == [
-        "fmt",
-        "tokens",
-        "price_per_device_hour",
-        "sensitivity",
-    ]
-    assert solve_params["top"].default == 3 and explain_params["top"].default == 2
-    for (
-        name
-    ) in shared:  # the very same annotation objects (typer options), not copies written twice
-        assert solve_params[name].annotation is explain_params[name].annotation
-
-
-def test_search_args_build_one_problem_and_request():
-    args = common.SearchArgs(
-        model="debug",
-        cluster="h100-8",
-        seqs=64,
-        fix="tp=2",
-        choices="pp=1,2",
-        only="fsdp,tp,pp",
-        recompute="none,full",
-        top=4,
-        time_limit=5.0,
-    )
-    problem, request = args.problem(), args.request(target="megatron")
-    assert problem.num_devices == 8 and problem.workload.global_batch_seqs == 64
-    assert request.options.fix == {"tp": 2} and request.options.choices == {"pp": (1, 2)}
-    assert request.options.only == ("fsdp", "tp", "pp") and request.options.recompute == (
-        "none",
-        "full",
-    )
-    assert (
-        request.top_k,
-        request.time_limit_s,
-        request.target,
-        request.objective,
-        request.method,
-    ) == (
-        4,
-        5.0,
-        "megatron",
-        "step-time",
-        "cpsat",
-    )
 
 
 @pytest.mark.parametrize("module", ["layoutsearch", "layoutsearch.cli"])

@@ -4,8 +4,9 @@ traceback).
 
 One module per command (``models``, ``clusters``, ``estimate``, ``solve``, ``explain``,
 ``export``, ``validate``, ``calibrate``, ``sweep``, ``plot``), each with ``register(app)``;
-``common`` holds the shared options (``SearchArgs``: the search options of solve and explain,
-declared once), the formats and the error and file handling. A command's module is imported
+estimate, solve, explain and sweep build their options from their one declaration
+(``core.options``, through ``cli.options``); ``common`` holds the formats and the error and file
+handling. A command's module is imported
 when that command runs (``LazyGroup``, click's lazily loaded subcommands), so `layoutsearch
 solve` does not pay for the validation, calibration and sweep machinery.
 """
@@ -50,6 +51,9 @@ def command_module(name: str):
 
 @functools.cache
 def _load(name: str):
+    module = command_module(name)
+    if hasattr(module, "command"):  # built from the declared options (cli.options)
+        return module.command()
     single = typer.Typer(add_completion=False)
     command_module(name).register(single)
     return typer.main.get_group(single).commands[name]

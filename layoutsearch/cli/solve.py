@@ -4,52 +4,36 @@ scaled hardware (--what-if)."""
 
 from __future__ import annotations
 
-from typing import Annotated
-
 import typer
 
-from layoutsearch.cli.common import (
-    Format,
-    FormatOpt,
-    OutputOpt,
-    SearchArgs,
-    exit_if_infeasible,
-    print_document,
-    reports_errors,
-    search_command,
-    write_output,
-)
-from layoutsearch.cli.planning import (
-    PriceOpt,
-    TokensOpt,
-    WhatIfOpt,
-    check_plan,
-    planned_search,
-    solve_what_if,
-)
+from layoutsearch import engine
+from layoutsearch.cli.common import exit_if_infeasible, print_document, write_output
+from layoutsearch.cli.options import ALL, CommandSpec, Given, build_command, register_command
 from layoutsearch.core.errors import InvalidArgumentError
-from layoutsearch.export import export_document
-from layoutsearch.report import render
+from layoutsearch.core.options import (
+    Format,
+    OutputOptions,
+    PlanOptions,
+    ProblemOptions,
+    SearchOptions,
+    WorkloadOptions,
+)
+
+# The options of a search, shared with explain.
+SEARCH = ((ProblemOptions, ALL), (WorkloadOptions, ALL), (SearchOptions, ALL))
+SPEC = CommandSpec(
+    "solve",
+    (
+        *SEARCH,
+        (OutputOptions, ("format", "export", "output")),
+        (PlanOptions, ("tokens", "price_per_device_hour", "what_if")),
+    ),
+)
 
 
-@reports_errors
-@search_command()
-def solve(
-    search: SearchArgs,
-    fmt: FormatOpt = Format.table,
-    export: Annotated[
-        str | None,
-        typer.Option(
-            "--export",
-            help="Also write layout 1 as maxtext|megatron|torchtitan|torchtitan-0.3|deepspeed",
-        ),
-    ] = None,
-    output: OutputOpt = None,
-    tokens: TokensOpt = None,
-    price_per_device_hour: PriceOpt = None,
-    what_if: WhatIfOpt = None,
-) -> None:
+def solve(given: Given) -> None:
     """The best layouts, proven optimal: degrees and axes, memory, step time split, MFU, tokens/s."""
+    fmt, export, output = given.output.format, given.output.export, given.output.output
     if output and not export:
         raise InvalidArgumentError(
             f"-o/--output {output}: solve writes a file only with --export TARGET "
@@ -59,33 +43,37 @@ def solve(
         raise InvalidArgumentError(
             f"--format {fmt.value}: stdout carries the --export {export} file; give it a file with -o FILE"
         )
-    factors = check_plan(tokens, price_per_device_hour, what_if)
-    run = planned_search(search, tokens, price_per_device_hour, target=export)
-    alt = solve_what_if(run, search, factors, price_per_device_hour, export) if factors else None
-    if alt:
-        run.document["what_if"] = alt.document
+    run = engine.solve(given.problem, given.workload, given.search, given.plan, export=export)
     if export and run.result.layouts:
+        from layoutsearch.export import export_document
+
         write_output(export_document(run.document, export), output)
         typer.echo(f"searched only layouts {export} can express", err=True)
     if fmt != Format.table:
         print_document(run.document, fmt)
     elif not (export and not output):
+        from layoutsearch.report import render
+
         render.solve_report(
-            search.model_name,
-            search.cluster_name,
+            run.problem.model_id,
+            run.problem.cluster_name,
             run.result,
             run.explanation,
-            price_per_device_hour,
+            given.plan.price_per_device_hour,
         )
-        if alt:
+        if run.what_if:
             render.what_if_report(
-                alt.document,
+                run.what_if.document,
                 run.result.layouts[0] if run.result.layouts else None,
-                alt.winner,
+                run.what_if.winner,
                 run.result.status,
             )
     exit_if_infeasible(run)
 
 
+def command():
+    return build_command(SPEC, solve, solve.__doc__)
+
+
 def register(app: typer.Typer) -> None:
-    app.command("solve")(solve)
+    register_command(app, "solve", command)

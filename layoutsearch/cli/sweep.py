@@ -6,99 +6,62 @@ a layout, 2 bad input (one line on stderr), 130 interrupted (rerun to resume).
 
 from __future__ import annotations
 
-from typing import Annotated
-
 import typer
 
-from layoutsearch.cli.common import (
-    TimeLimitOpt,
-    WorkloadArgs,
-    reports_errors,
-    takes_problem_file,
-    takes_workload_options,
-)
-from layoutsearch.cli.planning import PriceOpt, TokensOpt
+from layoutsearch.cli.options import ALL, CommandSpec, Given, build_command, register_command
 from layoutsearch.core.errors import InvalidArgumentError
-from layoutsearch.core.specs import choices
-from layoutsearch.sweep import expand_points, journal_path, print_summary, run_sweep
+from layoutsearch.core.options import PlanOptions, SearchOptions, SweepOptions, WorkloadOptions
 
-Executor = choices(
-    "Executor", ("local", "ray"), "Where the sweep's points run: a local process pool or Ray."
+SPEC = CommandSpec(
+    "sweep",
+    (
+        (
+            SweepOptions,
+            ("model", "cluster", "output", "seqs", "seq_len", "jobs", "executor", "address"),
+        ),
+        (SearchOptions, ("time_limit",)),
+        (SweepOptions, ("fresh", "retry_failed", "progress")),
+        (PlanOptions, ("tokens", "price_per_device_hour")),
+        (WorkloadOptions, ALL),
+    ),
+    inline=False,
+    lists=True,
 )
 
 
-@reports_errors
-@takes_problem_file(inline=False, lists=True)
-@takes_workload_options
-def sweep(
-    *,
-    model: Annotated[
-        str | None,
-        typer.Option("--model", "-m", help="Model ids, comma-separated: llama70b,llama3-405b"),
-    ] = None,
-    cluster: Annotated[
-        list[str] | None,
-        typer.Option(
-            "--cluster",
-            "-c",
-            help="Clusters, comma-separated and repeatable; ranges: 'v5p-{256..8192:x2}' "
-            "(multiply) or 'h100-{64..512:+64}' (add); cluster YAML files",
-        ),
-    ] = None,
-    output: Annotated[str, typer.Option("--output", "-o", help="sweep.parquet or sweep.csv")],
-    seqs: Annotated[
-        str, typer.Option("--seqs", help="Global batches in sequences: 256,512 or {256..2048:x2}")
-    ] = "1024",
-    seq_len: Annotated[
-        str, typer.Option("--seq-len", help="Tokens per sequence (comma list allowed)")
-    ] = "4096",
-    jobs: Annotated[
-        int | None,
-        typer.Option("--jobs", "-j", min=1, max=1024, help="Parallel solves (default: CPU count)"),
-    ] = None,
-    executor: Annotated[
-        Executor, typer.Option("--executor", help="local (process pool) or ray")
-    ] = Executor.local,
-    address: Annotated[
-        str | None,
-        typer.Option("--address", help="Ray cluster address (default: start a local Ray)"),
-    ] = None,
-    time_limit: TimeLimitOpt = 30.0,
-    fresh: Annotated[
-        bool,
-        typer.Option("--fresh", help="Forget finished points (the journal) and solve all again"),
-    ] = False,
-    retry_failed: Annotated[
-        bool, typer.Option("--retry-failed", help="Solve ERROR and UNKNOWN points again")
-    ] = False,
-    progress: Annotated[
-        bool, typer.Option("--progress/--no-progress", help="Progress bar on stderr")
-    ] = True,
-    tokens: TokensOpt = None,
-    price_per_device_hour: PriceOpt = None,
-    workload_options: WorkloadArgs = WorkloadArgs(),
-) -> None:
+def sweep(given: Given) -> None:
     """Best layout for every (model, cluster, batch) point; resumable, one row per point."""
-    if not model or not cluster:
+    from layoutsearch.sweep import expand_points, journal_path, print_summary, run_sweep
+
+    opts, plan = given.sweep, given.plan
+    if not opts.model or not opts.cluster:
         missing = " and ".join(
-            f"--{name}" for name, value in (("model", model), ("cluster", cluster)) if not value
+            f"--{name}"
+            for name, value in (("model", opts.model), ("cluster", opts.cluster))
+            if not value
         )
         raise InvalidArgumentError(f"sweep needs {missing} (or the key in a --problem file)")
-    options = workload_options
     points = expand_points(
-        model, cluster, seqs, seq_len, tokens, price_per_device_hour, options.workload_options()
+        opts.model,
+        opts.cluster,
+        opts.seqs,
+        opts.seq_len,
+        plan.tokens,
+        plan.price_per_device_hour,
+        given.workload.values(),
     )
+    output = opts.output
     try:
         summary = run_sweep(
             points,
             output,
-            jobs=jobs,
-            executor=executor.value,
-            address=address,
-            time_limit_s=time_limit,
-            progress=progress,
-            fresh=fresh,
-            retry_failed=retry_failed,
+            jobs=opts.jobs,
+            executor=opts.executor.value,
+            address=opts.address,
+            time_limit_s=given.search.time_limit,
+            progress=opts.progress,
+            fresh=opts.fresh,
+            retry_failed=opts.retry_failed,
         )
     except KeyboardInterrupt:
         typer.echo(
@@ -124,5 +87,9 @@ def sweep(
         raise typer.Exit(1)
 
 
+def command():
+    return build_command(SPEC, sweep, sweep.__doc__)
+
+
 def register(app: typer.Typer) -> None:
-    app.command("sweep")(sweep)
+    register_command(app, "sweep", command)

@@ -18,17 +18,26 @@ from dataclasses import asdict, dataclass, field, fields, replace
 from typing import Annotated, Any
 
 import numpy as np
-from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictFloat, StrictInt, StrictStr
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    StrictBool,
+    StrictFloat,
+    StrictInt,
+    StrictStr,
+    create_model,
+)
 
 from layoutsearch._version import __version__
 from layoutsearch.core import io
 from layoutsearch.core.catalogue import load_model, model_from_dict
 from layoutsearch.core.errors import InvalidArgumentError, LayoutsearchWarning
 from layoutsearch.core.frameworks import deepep_of, profile_of
+from layoutsearch.core.options import MAX_ROUTING_CV, WorkloadOptions, option_type
 from layoutsearch.core.specs import (
     ALL_DEGREE_NAMES,
     CUDA_GRAPHS,
-    LEARNED_ROUTING_EXPERT_CV,
     RECOMPUTE_POLICIES,
     ROUTINGS,
     Cluster,
@@ -42,7 +51,6 @@ from layoutsearch.core.specs import (
 )
 from layoutsearch.core.topology import CustomCluster, cluster_from_spec, resolve_cluster
 from layoutsearch.core.units import (
-    GIB,
     MAX_DEVICES,
     MAX_GLOBAL_BATCH_SEQS,
     MAX_HBM_BYTES,
@@ -174,52 +182,15 @@ def warn_uncalibrated(model: ModelSpec, acc) -> None:
         )
 
 
-MAX_ROUTING_CV = 10.0  # a learned router's load spread beyond this is a collapse, not a plan
-
-
 def build_workload(
-    seqs: int,
-    seq_len: int,
-    tokens: float | None = None,
-    *,
-    framework: str | None = None,
-    precision: str = "bf16",
-    tp_comm_overlap: bool | None = None,
-    ep_comm_overlap: bool | None = None,
-    deepep: bool | None = None,
-    vendor_attention: bool | None = None,
-    launch_blocking: bool = False,
-    cuda_graphs: str = "none",
-    routing: str = "learned",
-    routing_cv: float = LEARNED_ROUTING_EXPERT_CV,
-    grad_bytes: int = 4,
-    moment_bytes: int = 4,
-    fused_attention: bool = True,
-    hbm_gib: float | None = None,
-    memory_margin_gib: float = 0.0,
+    seqs: int, seq_len: int, tokens: float | None = None, **options: Any
 ) -> Workload:
-    """A Workload from the options' units (GiB, bytes per element): the one conversion of the CLI,
-    problem files, sweeps and the Python API. Defaults: bf16 with 18 B/param mixed-precision Adam."""
-    return Workload(
-        global_batch_seqs=seqs,
-        seq_len=seq_len,
-        training_tokens=tokens,
-        framework=framework,
-        precision=precision,
-        tp_comm_overlap=tp_comm_overlap,
-        ep_comm_overlap=ep_comm_overlap,
-        deepep=deepep,
-        vendor_attention=vendor_attention,
-        launch_blocking=launch_blocking,
-        cuda_graphs=cuda_graphs,
-        routing=routing,
-        routing_cv=routing_cv,
-        grad_bytes_per_param=grad_bytes,
-        optimizer_bytes_per_param=2 * moment_bytes,
-        flash_attention=fused_attention,
-        hbm_bytes=None if hbm_gib is None else hbm_gib * GIB,
-        memory_margin_bytes=memory_margin_gib * GIB,
-    )
+    """A Workload from the workload options (``core.options.WorkloadOptions``: their names, units
+    and defaults), converted as given: the values are checked when the Problem is built."""
+    unknown = set(options) - set(WorkloadOptions.model_fields)
+    if unknown:
+        raise TypeError(f"build_workload: unknown workload options {', '.join(sorted(unknown))}")
+    return WorkloadOptions.model_construct(**options).workload(seqs, seq_len, tokens)
 
 
 def resolved_workload(workload: Workload, cluster: Cluster) -> Workload:
@@ -423,28 +394,42 @@ PositiveCount = Field(ge=1, le=MAX_DEVICES)
 FiniteNumber = Annotated[StrictFloat, Field(allow_inf_nan=False)]  # an int is accepted too
 
 
-class WorkloadRecord(_Record):
-    weight_bytes_per_param: StrictInt = Field(ge=1, le=8)
-    master_bytes_per_param: StrictInt = Field(ge=0, le=8)
-    grad_bytes_per_param: StrictInt = Field(ge=1, le=8)
-    optimizer_bytes_per_param: StrictInt = Field(ge=0, le=16)
-    activation_bytes: StrictInt = Field(ge=1, le=8)
-    causal: StrictBool = True
-    flash_attention: StrictBool = True
-    tp_comm_overlap: StrictBool | None = None
-    ep_comm_overlap: StrictBool | None = None
-    deepep: StrictBool | None = None
-    vendor_attention: StrictBool | None = None
-    launch_blocking: StrictBool = False
-    cuda_graphs: StrictStr = Field(default="none", max_length=64)
-    routing: StrictStr = Field(default="learned", max_length=64)
-    routing_cv: FiniteNumber = Field(default=LEARNED_ROUTING_EXPERT_CV, ge=0, le=MAX_ROUTING_CV)
-    fsdp_collectives_per_layer: StrictInt = Field(default=1, ge=1, le=64)
-    training_tokens: FiniteNumber | None = Field(default=None, gt=0, le=MAX_TRAINING_TOKENS)
-    precision: StrictStr = Field(default="bf16", max_length=64)
-    framework: StrictStr | None = Field(default=None, max_length=64)
-    hbm_bytes: FiniteNumber | None = Field(default=None, gt=0, le=MAX_HBM_BYTES)
-    memory_margin_bytes: FiniteNumber = Field(default=0.0, ge=0, le=MAX_HBM_BYTES)
+def _record_type(name: str) -> tuple[Any, Any]:
+    """A workload option's field in a record: strict, its range, a choice as text."""
+    field = WorkloadOptions.model_fields[name]
+    kind = option_type(field.annotation)
+    strict = {bool: StrictBool, int: StrictInt, float: FiniteNumber}.get(kind)
+    if strict is None:  # a closed choice: the record keeps its text, Problem.build checks it
+        default = field.default.value if field.default is not None else None
+        text = Annotated[StrictStr, Field(max_length=64)]
+        return (text if field.default is not None else text | None), default
+    bounds = {k: getattr(m, k) for m in field.metadata for k in ("ge", "le") if hasattr(m, k)}
+    kind = Annotated[strict, Field(**bounds)] if bounds else strict
+    return (kind if field.default is not None else kind | None), field.default
+
+
+# The workload record (``Problem.record()['workload']``): the Workload fields that no option sets
+# or that an option sets converted, then every option named like its Workload field, derived.
+WorkloadRecord = create_model(
+    "WorkloadRecord",
+    __base__=_Record,
+    weight_bytes_per_param=(StrictInt, Field(ge=1, le=8)),
+    master_bytes_per_param=(StrictInt, Field(ge=0, le=8)),
+    grad_bytes_per_param=(StrictInt, Field(ge=1, le=8)),
+    optimizer_bytes_per_param=(StrictInt, Field(ge=0, le=16)),
+    activation_bytes=(StrictInt, Field(ge=1, le=8)),
+    causal=(StrictBool, True),
+    flash_attention=(StrictBool, True),
+    fsdp_collectives_per_layer=(StrictInt, Field(default=1, ge=1, le=64)),
+    training_tokens=(FiniteNumber | None, Field(default=None, gt=0, le=MAX_TRAINING_TOKENS)),
+    hbm_bytes=(FiniteNumber | None, Field(default=None, gt=0, le=MAX_HBM_BYTES)),
+    memory_margin_bytes=(FiniteNumber, Field(default=0.0, ge=0, le=MAX_HBM_BYTES)),
+    **{
+        name: _record_type(name)
+        for name in WorkloadOptions.model_fields
+        if name in Workload.__dataclass_fields__
+    },
+)
 
 
 class ProblemRecord(_Record):

@@ -1,5 +1,6 @@
 """Problem files (``--problem PATH.yaml``): the options of estimate, solve, explain and sweep as
-one YAML mapping whose keys mirror the options (``seq_len`` for ``--seq-len``).
+one YAML mapping whose keys are the options' declared names (``core.options``: ``seq_len`` for
+``--seq-len``).
 
 ``model`` is a catalogue id, a path (model YAML or Hugging Face config.json) or a mapping in the
 ``models/*.yaml`` format; ``cluster`` is a cluster name, a path to a cluster file or a mapping in
@@ -7,15 +8,17 @@ the cluster-file format (``topology.ClusterFile``); paths are relative to the pr
 degrees and lists take the option's text (``fix: "tp=8,pp=1"``) or YAML's own forms
 (``fix: {tp: 8, pp: 1}``, ``choices: {tp: [8, 16]}``, ``only: [fsdp, tp]``). ``load_problem_file``
 checks the types here and the values' syntax with the options' own parsers, each error one line
-naming the file and the field; the command line turns the values into its options (ranges and
+naming the file and the field; the command line validates them with its options (ranges and
 choices are the options' own) and lets every option given on the command line override the file.
 """
 
 from __future__ import annotations
 
+import functools
+import operator
 import os
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Annotated, Any, get_origin
 
 from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictFloat, StrictInt, StrictStr
 
@@ -23,6 +26,7 @@ from layoutsearch.core import io
 from layoutsearch.core.catalogue import model_from_dict
 from layoutsearch.core.errors import InvalidArgumentError
 from layoutsearch.core.fields import absent_is_none, validated_fields
+from layoutsearch.core.options import GROUPS, option_type
 from layoutsearch.core.parse import parse_axes, parse_choices, parse_degrees, parse_names
 from layoutsearch.core.specs import DEGREE_NAMES, RECOMPUTE_POLICIES
 from layoutsearch.core.topology import cluster_from_spec, is_cluster_file
@@ -45,54 +49,57 @@ class _Strict(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True, defer_build=True)
 
 
+# Options a problem file does not set: where and how this invocation writes, how a sweep runs.
+NOT_IN_FILE = ("problem_file", "format", "output", "jobs", "executor", "address", "fresh")
+NOT_IN_FILE += ("retry_failed", "progress")
+
+# The forms YAML adds to an option's own type: several values (sweep), mappings for degrees.
+YAML_FORMS: dict[str, Any] = {
+    "model": dict | list[_Text],
+    "cluster": dict,
+    "seqs": list[StrictInt],
+    "seq_len": list[StrictInt],
+    "fix": _Degrees,
+    "choices": dict[StrictStr, StrictInt | list[StrictInt]],
+    "only": list[_Text],
+    "recompute": list[_Text],
+    "layout": _Degrees,
+    "axes": _Axes,
+}
+
+
+def _file_type(annotation: Any) -> Any:
+    """The strict YAML type of an option's type: a number is a number, never the text of one."""
+    kind = option_type(annotation)
+    if get_origin(kind) is list:
+        return list[_Text]
+    if kind is bool:
+        return StrictBool
+    if kind is int:
+        return StrictInt
+    if kind is float:
+        return _Number
+    return _Text  # text and closed choices (their option checks the choice)
+
+
+def _file_fields() -> dict[str, Any]:
+    """Every declared option (``core.options``) but NOT_IN_FILE, typed as YAML gives it: the
+    types of every option of that name, then YAML's own forms."""
+    kinds: dict[str, list] = {}
+    for group in GROUPS:
+        for name, field in group.model_fields.items():
+            if name not in NOT_IN_FILE:
+                kind = _file_type(field.annotation)
+                if kind not in kinds.setdefault(name, []):
+                    kinds[name].append(kind)
+    for name, form in YAML_FORMS.items():
+        kinds[name].append(form)
+    return {name: functools.reduce(operator.or_, k) for name, k in kinds.items()}
+
+
 # The keys of a problem file, typed; a null is refused like a wrong type. Ranges and choices
-# (``top`` 1..50, ``objective``) are checked by the command's own options, not repeated here.
-ProblemFile = absent_is_none(
-    "ProblemFile",
-    _Strict,
-    nullable=False,
-    # the problem: model, cluster, workload
-    model=_Text | dict | list[_Text],
-    cluster=_Text | dict | list[_Text],
-    seqs=StrictInt | list[StrictInt] | _Text,
-    seq_len=StrictInt | list[StrictInt] | _Text,
-    tp_comm_overlap=StrictBool,
-    ep_comm_overlap=StrictBool,
-    deepep=StrictBool,
-    vendor_attention=StrictBool,
-    launch_blocking=StrictBool,
-    tokens=_Number,
-    price_per_device_hour=_Number,
-    framework=_Text,
-    precision=_Text,
-    cuda_graphs=_Text,
-    routing=_Text,
-    routing_cv=_Number,
-    grad_bytes=StrictInt,
-    moment_bytes=StrictInt,
-    fused_attention=StrictBool,
-    hbm_gib=_Number,
-    memory_margin_gib=_Number,
-    # the search (solve, explain)
-    fix=_Text | _Degrees,
-    choices=_Text | dict[StrictStr, StrictInt | list[StrictInt]],
-    only=_Text | list[_Text],
-    recompute=_Text | list[_Text],
-    objective=_Text,
-    top=StrictInt,
-    method=_Text,
-    time_limit=_Number,
-    export=_Text,
-    # one layout (estimate)
-    layout=_Text | _Degrees,
-    microbatches=StrictInt,
-    zero_stage=StrictInt,
-    virtual_stages=StrictInt,
-    schedule=_Text,
-    sequence_parallel=StrictBool,
-    axes=_Text | _Axes,
-    mfu_convention=_Text,
-)
+# (``top`` 1..50, ``objective``) are checked by the options' own models, not repeated here.
+ProblemFile = absent_is_none("ProblemFile", _Strict, nullable=False, **_file_fields())
 
 
 def load_problem_file(path: str, command: str | None = None) -> dict[str, Any]:

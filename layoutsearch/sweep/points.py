@@ -2,14 +2,13 @@
 
 from __future__ import annotations
 
-import inspect
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from layoutsearch.core.errors import InvalidArgumentError
-from layoutsearch.core.problem import build_workload
+from layoutsearch.core.options import WorkloadOptions
 from layoutsearch.core.units import MAX_GLOBAL_BATCH_SEQS, MAX_SEQ_LEN
 from layoutsearch.report.planning import check_price, check_tokens
 
@@ -160,8 +159,8 @@ def expand_points(
     """Every (model, cluster, seq_len, seqs) combination, in that nesting order, without repeats.
     Each of the first four arguments is a string (comma items and ranges allowed) or a list of
     them; every point carries ``training_tokens``, ``price_per_device_hour`` and the ``workload``
-    options of ``build_workload`` (those that differ from their defaults key the point)."""
-    defaults = {name: p.default for name, p in inspect.signature(build_workload).parameters.items()}
+    options (``core.options.WorkloadOptions``) (those that differ from their defaults key the point)."""
+    defaults = {name: f.default for name, f in WorkloadOptions.model_fields.items()}
     options = tuple(sorted((k, v) for k, v in (workload or {}).items() if v != defaults[k]))
     check_tokens(training_tokens)
     check_price(price_per_device_hour)

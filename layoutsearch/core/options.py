@@ -1,0 +1,405 @@
+"""Every option of a run, declared once: its name, type, range, default and description.
+
+The groups are frozen pydantic models, one per concern: the problem (model, cluster, batch),
+the workload assumptions, the search restrictions, the plan (tokens, price, what-if), one
+layout (estimate), the outputs and the sweep's own. Everything else is derived from them: the
+command-line options of estimate, solve, explain and sweep (``layoutsearch.cli.options``), the
+keys of a problem file (``core.problem_file``), the keyword arguments of the Python API
+(``layoutsearch.api``), ``docs/cli.md`` (``scripts/cli_docs.py``) and the option-backed fields
+of a result document's workload record (``core.problem.WorkloadRecord``).
+
+A field's command-line spelling is ``--field-name`` (``--name/--no-name`` for a boolean)
+unless ``flags`` in its metadata gives another (a short name, a plain switch). ``finite``
+marks a float without a range whose value must still be a finite number.
+"""
+
+from __future__ import annotations
+
+from enum import Enum
+from types import UnionType
+from typing import Any, Union, get_args, get_origin
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator
+
+from layoutsearch.core.specs import (
+    LEARNED_ROUTING_EXPERT_CV,
+    CudaGraphs,
+    Framework,
+    Method,
+    MfuConvention,
+    Objective,
+    Precision,
+    Recompute,
+    Routing,
+    Schedule,
+    Workload,
+    choices,
+)
+from layoutsearch.core.units import (
+    GIB,
+    MAX_GLOBAL_BATCH_SEQS,
+    MAX_MICROBATCHES,
+    MAX_MODEL_DIM,
+    MAX_SEQ_LEN,
+    MAX_TIME_LIMIT_S,
+    MAX_VIRTUAL_STAGES_RECORD,
+)
+
+__all__ = [
+    "Format",
+    "Executor",
+    "OptionGroup",
+    "InputOptions",
+    "ProblemOptions",
+    "WorkloadOptions",
+    "SearchOptions",
+    "PlanOptions",
+    "LayoutOptions",
+    "OutputOptions",
+    "SweepOptions",
+    "GROUPS",
+    "MAX_ROUTING_CV",
+    "plain",
+    "option_type",
+]
+
+MAX_ROUTING_CV = 10.0  # a learned router's load spread beyond this is a collapse, not a plan
+
+Format = choices(
+    "Format", ("table", "json", "yaml"), "Output format; every command prints all three."
+)
+Executor = choices(
+    "Executor", ("local", "ray"), "Where the sweep's points run: a local process pool or Ray."
+)
+
+
+def cli(*flags: str, finite: bool = False) -> dict[str, Any]:
+    """A field's command-line metadata: its flags where they differ from ``--field-name``."""
+    return {"flags": flags, "finite": finite} if flags else {"finite": finite}
+
+
+def plain(value: Any) -> Any:
+    """A choice as its plain value ('bf16', not Precision.bf16); anything else as it is."""
+    return value.value if isinstance(value, Enum) else value
+
+
+def option_type(annotation: Any) -> Any:
+    """The type of a field without ``| None`` (``list[str]`` stays a list)."""
+    if get_origin(annotation) in (Union, UnionType):
+        members = [a for a in get_args(annotation) if a is not type(None)]
+        return members[0] if len(members) == 1 else annotation
+    return annotation
+
+
+def _choice_of(annotation: Any) -> type[Enum] | None:
+    """The Enum of a choice field (``Framework | None`` -> Framework), else None."""
+    members = (
+        get_args(annotation) if get_origin(annotation) in (Union, UnionType) else (annotation,)
+    )
+    return next((m for m in members if isinstance(m, type) and issubclass(m, Enum)), None)
+
+
+class OptionGroup(BaseModel):
+    """Options of one concern: frozen, unknown names refused, validated only when used."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid", defer_build=True)
+
+    @field_validator("*", mode="before")
+    @classmethod
+    def _choice(cls, value: Any, info: ValidationInfo) -> Any:
+        """A closed choice by its value ('bf16'); anything else refused naming the choices."""
+        enum = _choice_of(cls.model_fields[info.field_name].annotation)
+        if enum is None or value is None or isinstance(value, enum):
+            return value
+        for member in enum:
+            if member.value == value:
+                return member
+        raise ValueError(f"{value!r} is not one of {', '.join(repr(m.value) for m in enum)}.")
+
+    def values(self) -> dict[str, Any]:
+        """The options by name, choices as their plain values."""
+        return {name: plain(getattr(self, name)) for name in type(self).model_fields}
+
+
+class InputOptions(OptionGroup):
+    """Where options come from besides the command line."""
+
+    problem_file: str | None = Field(
+        None,
+        description="Problem YAML (examples/*.problem.yaml): keys mirror the options, which "
+        "override it",
+        json_schema_extra=cli("--problem"),
+    )
+
+
+class ProblemOptions(OptionGroup):
+    """What is trained, on what, with what batch."""
+
+    model: str = Field(
+        "llama70b",
+        description="Catalogue id (llama70b) or a path to a model YAML / HF config.json",
+        json_schema_extra=cli("--model", "-m"),
+    )
+    cluster: str = Field(
+        "v5p-8192",
+        description="v5p-8192 (chips), v5p:16x20x28, v5p-8960x4, h100-1024, or a cluster YAML "
+        "(examples/*.cluster.yaml)",
+        json_schema_extra=cli("--cluster", "-c"),
+    )
+    seqs: int = Field(1024, ge=1, le=MAX_GLOBAL_BATCH_SEQS, description="Global batch in sequences")
+    seq_len: int = Field(4096, ge=1, le=MAX_SEQ_LEN, description="Tokens per sequence")
+
+
+class WorkloadOptions(OptionGroup):
+    """The workload assumptions; ``workload()`` turns them into a ``Workload`` in SI units."""
+
+    framework: Framework | None = Field(
+        None,
+        description="Whose overlap the step time assumes: megatron, torchtitan, maxtext, "
+        "deepspeed or ideal (default: maxtext on TPUs, megatron on GPUs)",
+    )
+    precision: Precision = Field(
+        Precision.bf16, description="bf16 (fp16 costs the same) or fp8 GEMMs"
+    )
+    tp_comm_overlap: bool | None = Field(
+        None,
+        description="TP collectives pipelined with their GEMMs inside NVLink/ICI (default: the "
+        "framework's choice)",
+    )
+    ep_comm_overlap: bool | None = Field(
+        None,
+        description="MoE token all-to-alls hidden behind another microbatch's compute (default: "
+        "the framework's choice)",
+    )
+    deepep: bool | None = Field(
+        None,
+        description="MoE dispatch sends a token once per destination GPU and over scale-out once "
+        "per destination node (DeepEP; Megatron's flex dispatcher, torchtitan's deepep backend) "
+        "instead of once per expert (default: the framework's choice)",
+    )
+    vendor_attention: bool | None = Field(
+        None,
+        description="The attention core runs the vendor's fused kernel (Transformer Engine / "
+        "cuDNN) where the accelerator has one, else the FlashAttention-2 class (default: the "
+        "framework's choice: megatron and ideal use the vendor's)",
+    )
+    launch_blocking: bool = Field(
+        False,
+        description="Every kernel launch waits for the GPU (CUDA_LAUNCH_BLOCKING=1): the host's "
+        "time per layer is exposed and no collective overlaps compute",
+    )
+    cuda_graphs: CudaGraphs = Field(
+        CudaGraphs.none,
+        description="GPU kernels launched as CUDA graphs: none; scoped (per layer: attention, "
+        "MoE router and preprocessing); full_iteration (one graph per step). They remove MoE "
+        "layers' host overhead",
+    )
+    routing: Routing = Field(
+        Routing.learned,
+        description="How a dropless MoE routes tokens: learned (a trained router: the expert "
+        "devices' loads vary and the busiest sets the pace) or forced (random routing, as "
+        "benchmarks force it: --moe-router-force-load-balancing)",
+    )
+    routing_cv: float = Field(
+        LEARNED_ROUTING_EXPERT_CV,
+        ge=0,
+        le=MAX_ROUTING_CV,
+        description=f"A learned router's spread of expert loads per MoE layer and microbatch, "
+        f"standard deviation / mean (default {LEARNED_ROUTING_EXPERT_CV:g}, fitted to published "
+        f"runs: results/routing_cv.md); unused with --routing forced",
+    )
+    grad_bytes: int = Field(
+        4, ge=2, le=4, description="Bytes per gradient element: 4 fp32 main grads, 2 bf16"
+    )
+    moment_bytes: int = Field(
+        4, ge=2, le=4, description="Bytes per Adam moment element (m and v): 4 fp32, 2 bf16"
+    )
+    fused_attention: bool = Field(
+        True, description="FlashAttention-style kernels (no S x S scores in HBM)"
+    )
+    hbm_gib: float | None = Field(
+        None, ge=1, le=4096, description="Device memory in GiB when the part differs (e.g. 96)"
+    )
+    memory_margin_gib: float = Field(
+        0.0, ge=0, le=1024, description="Memory kept free on every device, GiB"
+    )
+
+    def workload(self, seqs: int, seq_len: int, tokens: float | None = None) -> Workload:
+        """The Workload of these options: GiB become bytes, bytes per element bytes per
+        parameter (Adam keeps two moments); an option named like a Workload field is copied."""
+        converted = {
+            "grad_bytes_per_param": self.grad_bytes,
+            "optimizer_bytes_per_param": 2 * self.moment_bytes,
+            "flash_attention": self.fused_attention,
+            "hbm_bytes": None if self.hbm_gib is None else self.hbm_gib * GIB,
+            "memory_margin_bytes": self.memory_margin_gib * GIB,
+        }
+        same = {k: v for k, v in self.values().items() if k not in _CONVERTED}
+        return Workload(
+            global_batch_seqs=seqs,
+            seq_len=seq_len,
+            training_tokens=tokens,
+            **same,
+            **converted,
+        )
+
+
+_CONVERTED = ("grad_bytes", "moment_bytes", "fused_attention", "hbm_gib", "memory_margin_gib")
+
+
+class SearchOptions(OptionGroup):
+    """What a search (solve, explain) may return and how it searches."""
+
+    top: int = Field(3, ge=1, le=50, description="How many distinct layouts to rank")
+    fix: str | None = Field(None, description="Pin degrees, e.g. tp=8,pp=1")
+    choices: str | None = Field(None, description="Allowed values, e.g. 'tp=8,16,32,64;pp=1,2'")
+    only: str | None = Field(None, description="Degrees that may exceed 1, e.g. fsdp,tp")
+    objective: Objective = Field(
+        Objective.step_time,
+        description="step-time, or gather-volume: the FSDP weight gather plus the TP input "
+        "gather per step, 2DF/tp + 2BD tp/N",
+    )
+    time_limit: float = Field(
+        30.0, ge=0.1, le=MAX_TIME_LIMIT_S, description="CP-SAT time limit, seconds"
+    )
+    method: Method = Field(
+        Method.cpsat, description="cpsat (proof) or enumerate (exhaustive oracle)"
+    )
+    recompute: str | None = Field(None, description="Allowed policies, e.g. none,full")
+
+
+class PlanOptions(OptionGroup):
+    """The plan around a layout: time and cost to train, a what-if, the sensitivity."""
+
+    tokens: float | None = Field(
+        None,
+        description="Training tokens (e.g. 15e12): days, device-hours and cost of each layout",
+        json_schema_extra=cli(finite=True),
+    )
+    price_per_device_hour: float | None = Field(
+        None,
+        description="Price of one device for one hour (any currency): cost = device-hours x price",
+        json_schema_extra=cli(finite=True),
+    )
+    what_if: str | None = Field(
+        None,
+        description="Scale hardware numbers and compare: KEY=FACTOR[,KEY=FACTOR], KEY one of "
+        "scale_out_bandwidth, link_bandwidth, hbm, hbm_bandwidth, peak_flops",
+    )
+    sensitivity: bool = Field(
+        False,
+        description="Step-time change of layout 1 when each hardware number is +10% (layout fixed)",
+        json_schema_extra=cli("--sensitivity"),
+    )
+
+
+class LayoutOptions(OptionGroup):
+    """One layout, as estimate takes it."""
+
+    layout: str = Field(
+        "fsdp=1024,tp=8",
+        json_schema_extra=cli("--layout", "-l"),
+        description="Degrees, e.g. fsdp=1024,tp=8 (missing = 1)",
+    )
+    microbatches: int | None = Field(
+        None,
+        ge=1,
+        le=MAX_MICROBATCHES,
+        description="Microbatches per step (default: 1, or with a pipeline the smallest count "
+        ">= pp that divides the batch)",
+    )
+    first_stage_layers: int | None = Field(
+        None,
+        ge=1,
+        le=MAX_MODEL_DIM,
+        description="Layers of the first pipeline stage (uneven split; default: the engine's "
+        "split)",
+    )
+    last_stage_layers: int | None = Field(
+        None, ge=1, le=MAX_MODEL_DIM, description="Layers of the last pipeline stage"
+    )
+    recompute: Recompute = Field(
+        Recompute.none, description="Activation-checkpoint policy of the layout"
+    )
+    zero_stage: int = Field(3, description="0 DDP, 1 optimizer, 2 + grads, 3 + weights sharded")
+    virtual_stages: int = Field(
+        1, ge=1, le=MAX_VIRTUAL_STAGES_RECORD, description="Model chunks per pipeline stage"
+    )
+    schedule: Schedule = Field(Schedule["1f1b"], description="Pipeline schedule")
+    sequence_parallel: bool = Field(
+        True, description="Megatron sequence parallelism inside the TP group"
+    )
+    axes: str | None = Field(None, description="Placement, e.g. 'tp=z:8;fsdp=z:4,y:16,x:16'")
+    mfu_convention: MfuConvention = Field(
+        MfuConvention.model, description="How MFU counts FLOPs: model, palm or palm-causal"
+    )
+
+
+class OutputOptions(OptionGroup):
+    """Where and how a command writes its result."""
+
+    format: Format = Field(Format.table, description="table, json or yaml")
+    export: str | None = Field(
+        None,
+        description="Also write layout 1 as maxtext|megatron|torchtitan|torchtitan-0.3|deepspeed",
+    )
+    output: str | None = Field(
+        None,
+        description="Output file (stdout without it)",
+        json_schema_extra=cli("--output", "-o"),
+    )
+
+
+class SweepOptions(OptionGroup):
+    """A sweep's points (several values per option) and how it runs them."""
+
+    model: str | None = Field(
+        None,
+        description="Model ids, comma-separated: llama70b,llama3-405b",
+        json_schema_extra=cli("--model", "-m"),
+    )
+    cluster: list[str] | None = Field(
+        None,
+        description="Clusters, comma-separated and repeatable; ranges: 'v5p-{256..8192:x2}' "
+        "(multiply) or 'h100-{64..512:+64}' (add); cluster YAML files",
+        json_schema_extra=cli("--cluster", "-c"),
+    )
+    seqs: str = Field("1024", description="Global batches in sequences: 256,512 or {256..2048:x2}")
+    seq_len: str = Field("4096", description="Tokens per sequence (comma list allowed)")
+    output: str = Field(
+        ..., description="sweep.parquet or sweep.csv", json_schema_extra=cli("--output", "-o")
+    )
+    jobs: int | None = Field(
+        None,
+        ge=1,
+        le=1024,
+        description="Parallel solves (default: CPU count)",
+        json_schema_extra=cli("--jobs", "-j"),
+    )
+    executor: Executor = Field(Executor.local, description="local (process pool) or ray")
+    address: str | None = Field(
+        None, description="Ray cluster address (default: start a local Ray)"
+    )
+    fresh: bool = Field(
+        False,
+        description="Forget finished points (the journal) and solve all again",
+        json_schema_extra=cli("--fresh"),
+    )
+    retry_failed: bool = Field(
+        False,
+        description="Solve ERROR and UNKNOWN points again",
+        json_schema_extra=cli("--retry-failed"),
+    )
+    progress: bool = Field(True, description="Progress bar on stderr")
+
+
+GROUPS = (
+    InputOptions,
+    ProblemOptions,
+    WorkloadOptions,
+    SearchOptions,
+    PlanOptions,
+    LayoutOptions,
+    OutputOptions,
+    SweepOptions,
+)

@@ -1,0 +1,303 @@
+"""The library core under the command line and the Python API: from the declared options
+(``core.options``) to a run and its result document (docs/OUTPUT.md).
+
+``solve``: the best layouts, the reason when nothing fits, the time and cost to train and a
+what-if re-solve on scaled hardware. ``explain``: the same search, with why the winner wins and
+optionally its sensitivity to each hardware number. ``estimate``: one layout, with the same plan
+numbers and a what-if re-estimate. Option errors name the option through ``label`` (the CLI's
+``--fix``, the API's ``fix``).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable
+from typing import Any
+
+from layoutsearch.core.errors import InvalidArgumentError
+from layoutsearch.core.frameworks import framework_of_target
+from layoutsearch.core.options import (
+    LayoutOptions,
+    PlanOptions,
+    ProblemOptions,
+    SearchOptions,
+    WorkloadOptions,
+)
+from layoutsearch.core.parse import parse_axes, parse_choices, parse_degrees, parse_names
+from layoutsearch.core.problem import Problem, SearchRequest
+from layoutsearch.core.problem import SearchOptions as Restrictions
+from layoutsearch.core.specs import DEGREE_NAMES, RECOMPUTE_POLICIES, Layout, Schedule
+from layoutsearch.core.stages import default_microbatches
+from layoutsearch.costs.estimate import Estimate
+from layoutsearch.costs.estimate import estimate as estimate_layout
+from layoutsearch.report import planning
+from layoutsearch.report.output import (
+    band_of,
+    estimate_document,
+    set_price,
+    solve_document,
+    what_if_document,
+)
+from layoutsearch.search import SearchResult
+from layoutsearch.search import solve as solve_problem
+from layoutsearch.search.explain import compare, infeasibility, ranking_notes
+
+__all__ = ["SolveRun", "EstimateRun", "WhatIf", "solve", "explain", "estimate", "build_problem"]
+
+Label = Callable[[str], str]
+
+
+def flag(name: str) -> str:
+    """How the command line names an option in an error: ``--fix``."""
+    return "--" + name.replace("_", "-")
+
+
+@dataclasses.dataclass(frozen=True)
+class WhatIf:
+    """The what-if run: its `what_if` object (OUTPUT.md) and the winner on the scaled hardware."""
+
+    document: dict
+    winner: Estimate | None
+    result: SearchResult | None
+
+
+@dataclasses.dataclass(frozen=True)
+class SolveRun:
+    """One search (solve, explain): its problem, result, document (OUTPUT.md), the explanation
+    when nothing fits, and the what-if. The result's attributes (``layouts``, ``status``, ...)
+    are the run's too."""
+
+    problem: Problem
+    result: SearchResult
+    document: dict
+    explanation: dict | None
+    what_if: WhatIf | None = None
+
+    def __getattr__(self, name: str) -> Any:
+        if name.startswith("__"):
+            raise AttributeError(name)
+        return getattr(self.result, name)
+
+
+@dataclasses.dataclass(frozen=True)
+class EstimateRun:
+    """One layout's estimate, its document (OUTPUT.md) and the what-if; the Estimate's attributes
+    (``step_time_s``, ``memory_bytes``, ``fits``, ...) are the run's too."""
+
+    problem: Problem
+    estimate: Estimate
+    document: dict
+    what_if: WhatIf | None = None
+
+    def __getattr__(self, name: str) -> Any:
+        if name.startswith("__"):
+            raise AttributeError(name)
+        return getattr(self.estimate, name)
+
+
+def build_problem(
+    problem: ProblemOptions, workload: WorkloadOptions, tokens: float | None = None
+) -> Problem:
+    """The Problem of the options (the workload carries the training tokens when given)."""
+    return Problem.build(
+        problem.model, problem.cluster, workload.workload(problem.seqs, problem.seq_len, tokens)
+    )
+
+
+def search_request(
+    search: SearchOptions, *, target: str | None, top_k: int | None, label: Label
+) -> SearchRequest:
+    """The SearchRequest of the search options (texts parsed, each error naming its option)."""
+    recompute = search.recompute
+    return SearchRequest(
+        options=Restrictions(
+            fix=parse_degrees(search.fix, label("fix")) if search.fix is not None else {},
+            choices=(
+                parse_choices(search.choices, label("choices"))
+                if search.choices is not None
+                else {}
+            ),
+            only=(
+                parse_names(search.only, DEGREE_NAMES, label("only"))
+                if search.only is not None
+                else None
+            ),
+            recompute=(
+                parse_names(recompute, RECOMPUTE_POLICIES, label("recompute"), "policy")
+                if recompute is not None
+                else None
+            ),
+        ),
+        objective=search.objective.value,
+        top_k=top_k or search.top,
+        method=search.method.value,
+        time_limit_s=search.time_limit,
+        target=target,
+    )
+
+
+def check_plan(plan: PlanOptions, label: Label = flag) -> dict[str, float] | None:
+    """The plan options checked before any solving; the what-if factors (None without one)."""
+    planning.check_tokens(plan.tokens, label("tokens"))
+    planning.check_price(plan.price_per_device_hour, label("price_per_device_hour"))
+    return planning.parse_what_if(plan.what_if, label("what_if")) if plan.what_if else None
+
+
+def _search(
+    problem: ProblemOptions,
+    workload: WorkloadOptions,
+    search: SearchOptions,
+    plan: PlanOptions,
+    *,
+    target: str | None,
+    top_k: int | None,
+    label: Label,
+) -> tuple[SolveRun, SearchRequest]:
+    """Solve, explain why nothing fits when nothing does, price every layout record. With an
+    export ``target`` and no framework, the step time assumes the target framework's overlap."""
+    if target and workload.framework is None:
+        workload = workload.model_copy(update={"framework": framework_of_target(target)})
+    prob = planning.with_training_tokens(build_problem(problem, workload), plan.tokens)
+    request = search_request(search, target=target, top_k=top_k, label=label)
+    result = solve_problem(prob, request)
+    explanation = None if result.layouts else infeasibility(prob, result.space, result.tables)
+    document = solve_document(prob, result, explanation)
+    set_price(document["layouts"], plan.price_per_device_hour)
+    return SolveRun(prob, result, document, explanation), request
+
+
+def solve(
+    problem: ProblemOptions,
+    workload: WorkloadOptions,
+    search: SearchOptions,
+    plan: PlanOptions,
+    *,
+    export: str | None = None,
+    label: Label = flag,
+) -> SolveRun:
+    """The best layouts (only those ``export`` can express, when given), priced, with the
+    what-if re-solve in ``document['what_if']`` when the plan asks for one."""
+    factors = check_plan(plan, label)
+    run, request = _search(problem, workload, search, plan, target=export, top_k=None, label=label)
+    if not factors:
+        return run
+    result = solve_problem(
+        planning.scaled_problem(run.problem, factors), dataclasses.replace(request, top_k=1)
+    )
+    base = run.result.layouts[0] if run.result.layouts else None
+    winner = result.layouts[0] if result.layouts else None
+    doc = what_if_document(
+        factors,
+        base,
+        winner,
+        method="re-solved",
+        status=result.status,
+        base_on_other=planning.re_estimate(base, factors) if base else None,
+        price_per_device_hour=plan.price_per_device_hour,
+    )
+    run.document["what_if"] = doc
+    return dataclasses.replace(run, what_if=WhatIf(doc, winner, result))
+
+
+def explain(
+    problem: ProblemOptions,
+    workload: WorkloadOptions,
+    search: SearchOptions,
+    plan: PlanOptions,
+    *,
+    label: Label = flag,
+) -> SolveRun:
+    """The search of ``solve`` (at least two layouts) with why the winner beats each other one
+    (``document['explanation']``) and, with ``plan.sensitivity``, the winner's step-time change
+    when each hardware number is +10%."""
+    if plan.what_if is not None:
+        raise InvalidArgumentError(f"{label('what_if')}: explain takes no what-if; use solve")
+    check_plan(plan, label)
+    run, _ = _search(
+        problem, workload, search, plan, target=None, top_k=max(search.top, 2), label=label
+    )
+    doc, layouts = run.document, run.result.layouts
+    if layouts:
+        band = band_of(layouts[0])
+        doc["explanation"] = {
+            "versus": [compare(layouts[0], other) for other in layouts[1:]],
+            "ranking": ranking_notes(run.result, band),
+            "tie_tolerance": run.result.tie_tolerance,
+            "uncertainty_rel_band": list(band),
+        }
+    if plan.sensitivity:
+        factor = planning.SENSITIVITY_FACTOR
+        doc["sensitivity"] = planning.sensitivity(layouts[0], factor) if layouts else None
+        doc["sensitivity_factor"] = factor
+    return run
+
+
+def layout_of(
+    problem: ProblemOptions, layout: LayoutOptions | Layout, label: Label = flag
+) -> Layout:
+    """The Layout of the layout options (microbatches: 1, or with a pipeline the smallest count
+    >= pp that divides the batch)."""
+    if isinstance(layout, Layout):
+        return layout
+    degrees = parse_degrees(layout.layout, label("layout"))
+    microbatches = layout.microbatches
+    if microbatches is None:
+        microbatches = default_microbatches(
+            problem.seqs,
+            degrees.get("dp", 1) * degrees.get("fsdp", 1),
+            degrees.get("pp", 1),
+            layout.virtual_stages,
+        )
+    if not 0 <= layout.zero_stage <= 3:
+        raise InvalidArgumentError(
+            f"{label('zero_stage')}: zero_stage({layout.zero_stage}) must be 0, 1, 2 or 3"
+        )
+    axes = layout.axes
+    return Layout(
+        **degrees,
+        zero_stage=layout.zero_stage,
+        first_stage_layers=layout.first_stage_layers,
+        last_stage_layers=layout.last_stage_layers,
+        virtual_stages=layout.virtual_stages,
+        num_microbatches=microbatches,
+        recompute=layout.recompute.value,
+        sequence_parallel=layout.sequence_parallel,
+        schedule=Schedule.interleaved.value if layout.virtual_stages > 1 else layout.schedule.value,
+        axes=parse_axes(axes, label("axes")) if axes and axes.strip() else None,
+    )
+
+
+def estimate(
+    problem: ProblemOptions,
+    workload: WorkloadOptions,
+    layout: LayoutOptions | Layout,
+    plan: PlanOptions,
+    *,
+    label: Label = flag,
+) -> EstimateRun:
+    """One layout's itemised cost, with the time and cost to train and the what-if re-estimate
+    (``document['what_if']``) when the plan asks for one."""
+    factors = check_plan(plan, label)
+    prob = build_problem(problem, workload, plan.tokens)
+    mfu_convention = layout.mfu_convention.value if isinstance(layout, LayoutOptions) else "model"
+    est = estimate_layout(prob, layout_of(problem, layout, label), mfu_convention=mfu_convention)
+    price = plan.price_per_device_hour
+    doc = estimate_document(est, price)
+    what_if = None
+    if factors:
+        other = planning.re_estimate(est, factors)
+        what_if = WhatIf(
+            what_if_document(
+                factors,
+                est,
+                other,
+                method="re-estimated",
+                status=None,
+                base_on_other=other,
+                price_per_device_hour=price,
+            ),
+            other,
+            None,
+        )
+        doc["what_if"] = what_if.document
+    return EstimateRun(prob, est, doc, what_if)
