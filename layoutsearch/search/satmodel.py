@@ -406,7 +406,9 @@ class CpModel:
         self.proto = _cmh.CpModelProto()
         self._num_vars = 0
         self._num_constraints = 0
-        self._names: list[str] = []  # kept here, not in the proto: a proto name costs 20x the variable
+        self._names: list[
+            str
+        ] = []  # kept here, not in the proto: a proto name costs 20x the variable
 
     # ---- variables
     def new_int_var(self, lb: int, ub: int, name: str) -> IntVar:
