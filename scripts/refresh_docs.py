@@ -155,7 +155,8 @@ def compare(shown: list[str], now: list[str]) -> tuple[bool, list[str] | None]:
     if _match(shown, now, lambda a, b: _stable(a) == _stable(b)) is not None:
         return True, shown
     if not any(line.startswith(ELISION) for line in shown):
-        return False, now
+        before = {_stable(line): line for line in shown}  # keep the shown wall times
+        return False, [before.get(_stable(line), line) for line in now]
     placed = _match(shown, now, lambda a, b: _skeleton(a) == _skeleton(b))
     if placed is None:
         return False, None
