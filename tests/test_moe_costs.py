@@ -1,4 +1,4 @@
-"""Mixture-of-experts costs and expert parallelism (COSTS.md "Mixture of experts"): the expert
+"""Mixture-of-experts costs and expert parallelism (docs/cost_model.md "Mixture of experts"): the expert
 degrees' rules, the token AllToAll on the links the ep group spans, expert state divided by ep,
 the FLOPs of the active experts, MLA's attention widths, and the search over ep and etp."""
 

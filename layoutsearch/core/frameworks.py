@@ -152,7 +152,7 @@ PROFILES = {
 }
 assert set(PROFILES) == {f.value for f in Framework}
 
-# The run-record framework names (validation SCHEMA.md) -> the profile that models them.
+# The run-record framework names (docs/RUN_RECORDS.md) -> the profile that models them.
 RECORD_FRAMEWORKS = {
     "megatron": "megatron",
     "nemo-automodel": "torchtitan",

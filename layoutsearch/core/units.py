@@ -1,7 +1,7 @@
 """Units: SI inside the engine (bytes, seconds, FLOPs); these constants convert at the boundaries.
 
 Decimal prefixes for bytes unless the name says binary (``GIB``, ``MIB``, ``KIB``), as in
-DESIGN.md "Names". Catalogue keys carry the human unit (``hbm_gib: 95``); ``catalogue.py``
+docs/cost_model.md "Units and names". Catalogue keys carry the human unit (``hbm_gib: 95``); ``catalogue.py``
 multiplies once when it reads them.
 """
 

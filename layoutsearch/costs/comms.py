@@ -1,4 +1,4 @@
-"""Collective times on the physical axes a group spans (COSTS.md "Communication").
+"""Collective times on the physical axes a group spans (docs/cost_model.md "Communication").
 
 Sources: scaling-book "Sharded matrices" and "TPUs" chapters (a ring AllGather moves
 A (n-1)/n bytes through each device; a torus axis with wraparound is a bidirectional ring of

@@ -1,4 +1,4 @@
-"""FLOPs per token, per layer, per device (COSTS.md "Compute").
+"""FLOPs per token, per layer, per device (docs/cost_model.md "Compute").
 
 Source: the design notes section 5 (a dense layer costs 2 m P_W FLOPs forward and twice that
 backward: 6 P_W per token for training) and the scaling-book's transformer chapter (attention

@@ -1,4 +1,4 @@
-"""Pipeline schedules: bubble and microbatches alive (COSTS.md "Step").
+"""Pipeline schedules: bubble and microbatches alive (docs/cost_model.md "Step").
 
 Source: Narayanan et al. 2021 (1F1B bubble (p - 1)/K of the ideal time, divided by the
 virtual stages v when interleaved); Korthikanti et al. 2022 (activations alive on the first

@@ -34,7 +34,7 @@ from layoutsearch.core import io
 from layoutsearch.core.errors import CatalogueError, did_you_mean
 from layoutsearch.core.fields import absent_is_none
 
-# Documented values of the open enumerations (SCHEMA.md). Other values are kept as given, with a warning.
+# Documented values of the open enumerations (docs/RUN_RECORDS.md). Other values are kept as given, with a warning.
 TRUST = ("high", "medium", "low")
 FRAMEWORKS = (
     "megatron",
