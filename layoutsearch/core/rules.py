@@ -10,9 +10,9 @@ nearest fix. Every consumer iterates these rules and nothing restates them:
   the enumeration where its fields exist (degrees, then virtual stages, microbatches, ZeRO
   stage, recompute);
 - ``search.explain.funnel``: how many degree tuples each rule removes, in registry order;
-- export targets: ``framework_rules(capabilities)`` turns an exporter's declared capabilities
-  into rules, which restrict ``solve --export`` and make the exporter refuse what it cannot
-  write.
+- export targets: ``framework_rules(capabilities)`` turns the capabilities a framework declares
+  (``layoutsearch.frameworks``) into rules, one per ``Limit`` in ``LIMITS``, which restrict
+  ``solve --export`` and make the exporter refuse what it cannot write.
 
 Candidate fields (``Cand``, equal-length int arrays): dp, fsdp, tp, pp, cp (degrees), v
 (virtual stages), sched (schedule code: 0 1f1b, 1 interleaved, 2 gpipe), k (microbatches),
@@ -22,7 +22,7 @@ z (ZeRO stage), r (recompute code: 0 none, 1 selective, 2 full).
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 import numpy as np
 
@@ -39,9 +39,9 @@ from layoutsearch.core.specs import (
     ModelSpec,
 )
 from layoutsearch.core.stages import CHUNK_LAYOUT, SPLIT_NAMES, split_layers
+from layoutsearch.frameworks import Capabilities
 
 Cand = dict[str, np.ndarray]
-FIELDS = (*ALL_DEGREE_NAMES, "v", "sched", "k", "z", "r")
 SCHEDULE_NAMES = tuple(SCHEDULE_CODES)
 
 
@@ -549,80 +549,6 @@ MODEL_BLOCKS = {
     "qwen3-moe": qwen3_moe_block,
     "deepseek": deepseek_block,
 }
-EXPERT_TENSOR = ("1", "tp", "other")  # etp = 1, etp = tp, any other etp
-
-
-@dataclass(frozen=True, kw_only=True)
-class Capabilities:
-    """What an export target can express; each exporter declares one (``CAPABILITIES``).
-
-    ZeRO stages are effective stages (0 when nothing is sharded). ``why`` holds the
-    framework's own reason for a limit, by rule code, for the refusal message.
-    """
-
-    target: str
-    framework: str
-    zero_stages: tuple[int, ...] = (0, 1, 2, 3)
-    zero_stages_with_replicas: tuple[int, ...] = (
-        1,
-        2,
-        3,
-    )  # sharded stages allowed with dp > 1 copies
-    zero_stages_with_cp: tuple[int, ...] = (0, 1, 2, 3)
-    zero_stages_with_pp: tuple[int, ...] = (0, 1, 2, 3)
-    pipeline_schedules: tuple[str, ...] = tuple(SCHEDULE_CODES)
-    context_parallel: bool = True
-    kv_replication: bool = True
-    model_blocks: tuple[str, ...] = ()  # empty: any model; else one of MODEL_BLOCKS must hold
-    pipeline_splits: tuple[str, ...] = ("even",)  # core.stages SPLIT_NAMES the target can write
-    recompute_policies: tuple[str, ...] = (
-        "none",
-        "selective",
-        "full",
-    )  # the policies the target can write
-    precisions: tuple[str, ...] = ("bf16", "fp16")  # the workload precisions the target can write
-    # Mixture-of-experts layouts (rules that bind only MoE models): the expert TP the target can write
-    # (EXPERT_TENSOR names) with ep > 1 and with ep = 1, the degrees whose devices one ep x etp group
-    # may regroup ("fsdp" counts when it shards gradients or weights, ZeRO-2/3, else only beside "dp"),
-    # and whether ep > 1 can go with tp > 1 and pp > 1 together
-    expert_tensor: tuple[str, ...] = EXPERT_TENSOR
-    expert_tensor_without_ep: tuple[str, ...] = EXPERT_TENSOR
-    expert_groups: tuple[str, ...] = ("dp", "fsdp", "tp", "cp")
-    expert_parallel_with_tp_and_pp: bool = True
-    deepep: bool = False  # a token dispatch that crosses scale-out once per node (Workload.deepep)
-    vendor_attention: bool = (
-        False  # the vendor's fused attention kernel (frameworks.vendor_attention)
-    )
-    cuda_graphs: tuple[str, ...] = ("none",)  # the Workload.cuda_graphs the target can write
-    recompute_with_scoped_graphs: tuple[str, ...] | None = (
-        None  # policies it allows beside scoped graphs (None: all)
-    )
-    full_graph_dropless_moe: bool = (
-        True  # whether a full-iteration graph can hold a dropless MoE's layers
-    )
-    bf16_grads: bool = False  # gradients kept and reduced in bf16 (Workload.grad_bytes_per_param 2)
-    drop_and_pad: bool = (
-        False  # a MoE capacity factor: tokens over it dropped, every expert padded to it
-    )
-    tp_comm_overlap: bool = (
-        True  # TP collectives pipelined with their GEMMs (Workload.tp_comm_overlap)
-    )
-    ep_comm_overlap: bool = (
-        False  # MoE token AllToAlls behind another microbatch's compute (Workload.ep_comm_overlap)
-    )
-    unfused_attention: bool = (
-        False  # an attention that materialises the S x S scores (Workload.flash_attention off)
-    )
-    attention_sinks: bool = (
-        False  # a learned sink logit per head in the softmax (gpt-oss's attention)
-    )
-    sliding_window: bool = (
-        False  # layers attending over a window of the sequence (ModelSpec.sliding_window)
-    )
-    bf16_moments_zero: tuple[
-        int, ...
-    ] = ()  # the ZeRO stages it can write bf16 Adam moments with (moment bytes 2)
-    why: dict[str, str] = field(default_factory=dict)
 
 
 def _etp_kind(c: Cand) -> np.ndarray:
@@ -709,31 +635,30 @@ def _graphs_title(caps: Capabilities, p: Problem) -> str:
         and graphs in caps.cuda_graphs
         and caps.recompute_with_scoped_graphs is not None
     ):
-        return f"{caps.framework}: scoped CUDA graphs with recompute {', '.join(caps.recompute_with_scoped_graphs)}"
+        return f"scoped CUDA graphs with recompute {', '.join(caps.recompute_with_scoped_graphs)}"
     if (
         graphs == "full_iteration"
         and graphs in caps.cuda_graphs
         and not caps.full_graph_dropless_moe
     ):
-        return f"{caps.framework}: no full-iteration CUDA graph of a dropless MoE"
-    return f"{caps.framework}: CUDA graphs {', '.join(caps.cuda_graphs)}"
+        return "no full-iteration CUDA graph of a dropless MoE"
+    return f"CUDA graphs {', '.join(caps.cuda_graphs)}"
 
 
-def _graphs_text(caps: Capabilities, p: Problem, c: dict, text) -> str:
-    code, graphs = f"{caps.target}-cuda-graphs", p.workload.cuda_graphs
+def _graphs_refusal(caps: Capabilities, p: Problem, c: dict) -> tuple[str, str]:
+    """(what the target cannot express, the nearest it can) for the workload's CUDA graphs."""
+    graphs = p.workload.cuda_graphs
     if graphs not in caps.cuda_graphs:
-        return text(code, f"--cuda-graphs {graphs}", "--cuda-graphs none, or export to megatron")
+        return f"--cuda-graphs {graphs}", "--cuda-graphs none, or export to megatron"
     if graphs == "scoped":
         allowed = caps.recompute_with_scoped_graphs or ()
-        return text(
-            code,
+        return (
             f"scoped CUDA graphs with the recompute policy {RECOMPUTE_POLICIES[c['r']]} (megatron-core: "
             f"full recompute needs a full-iteration graph, and a MoE layer's recompute cannot cover the "
             f"graphed router)",
             f"recompute {' or '.join(allowed)}, or --cuda-graphs none",
         )
-    return text(
-        code,
+    return (
         f"a full-iteration CUDA graph of the dropless MoE {p.model_id} (its token dispatcher copies "
         f"the token counts to the host in every MoE layer, which a graph cannot capture)",
         "--cuda-graphs scoped, or a capacity factor (drop and pad)",
@@ -754,27 +679,30 @@ def _state_precision_ok(caps: Capabilities, p: Problem, c: Cand) -> np.ndarray:
     )
 
 
-def _state_precision_text(caps: Capabilities, p: Problem, c: dict, text) -> str:
-    code, grad, moments = (
-        f"{caps.target}-state-precision",
-        p.workload.grad_bytes_per_param,
-        p.workload.optimizer_bytes_per_param,
+def _state_precision_title(caps: Capabilities) -> str:
+    moments = (
+        f"bf16 Adam moments with ZeRO {set(caps.bf16_moments_zero)}"
+        if caps.bf16_moments_zero
+        else "fp32 Adam moments"
     )
+    return ("bf16 gradients" if caps.bf16_grads else "fp32 gradients") + ", " + moments
+
+
+def _state_precision_refusal(caps: Capabilities, p: Problem, c: dict) -> tuple[str, str]:
+    """(what the target cannot express, the nearest it can) for the workload's gradient and moment bytes."""
+    grad, moments = p.workload.grad_bytes_per_param, p.workload.optimizer_bytes_per_param
     elsewhere = ", or export to megatron" if caps.target != "megatron" else ""
     if not _grads_ok(caps, grad):
-        return text(
-            code,
+        return (
             f"{'bf16' if grad == 2 else f'{grad}-byte'} gradients (--grad-bytes {grad})",
             f"--grad-bytes 4{elsewhere if grad == 2 else ''}",
         )
     if moments != 4 or not caps.bf16_moments_zero:
-        return text(
-            code,
+        return (
             f"{'bf16' if moments == 4 else f'{moments // 2}-byte'} Adam moments (--moment-bytes {moments // 2})",
             f"--moment-bytes 4{elsewhere if moments == 4 else ''}",
         )
-    return text(
-        code,
+    return (
         f"bf16 Adam moments (--moment-bytes 2) with ZeRO-{int(effective_zero(c))} (its precision-aware "
         f"optimizer needs the distributed optimizer)",
         f"zero_stage {' or '.join(map(str, caps.bf16_moments_zero))}, or --moment-bytes 4",
@@ -786,405 +714,345 @@ def _split_name(p: Problem, c: Cand) -> np.ndarray:
     return np.vectorize(SPLIT_NAMES.get, otypes=[object])(kind)
 
 
-def framework_rules(caps: Capabilities) -> tuple[Rule, ...]:
-    """The rules a target's capabilities imply; messages name the framework, its reason and the nearest fix."""
-    name, why = caps.framework, caps.why
+def _writes_schedule(caps: Capabilities, c: Cand) -> np.ndarray:
+    """Whether the candidates' pipeline schedule is one the target writes."""
+    return np.isin(c["sched"], [SCHEDULE_CODES[s] for s in caps.pipeline_schedules])
 
-    def text(code: str, what: str, nearest: str) -> str:
-        reason = f" ({why[code]})" if code in why else ""
-        return f"{name} cannot express {what}{reason}; nearest: {nearest}"
 
-    codes = [SCHEDULE_CODES[s] for s in caps.pipeline_schedules]
-    return tuple(
-        _rule(code, needs, holds, title, msg, "framework")
-        for code, needs, holds, title, msg in (
-            (
-                f"{caps.target}-zero",
-                ("fsdp", "cp", "z"),
-                lambda p, c: np.isin(effective_zero(c), caps.zero_stages),
-                lambda p: f"{name}: ZeRO stage in {set(caps.zero_stages)}",
-                lambda p, c: text(
-                    f"{caps.target}-zero",
-                    f"ZeRO-{c['z']}",
-                    f"zero_stage {' or '.join(map(str, [s for s in caps.zero_stages if s]))}",
-                ),
+def _or_(values) -> str:
+    return " or ".join(map(str, values))
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class Limit:
+    """One limit a framework may have, stated once for every export target: the rule
+    ``<target>-<code>`` holds where ``holds(caps, problem, cand)``; the funnel titles it
+    ``<framework>: <title>`` and a violating layout reads ``<framework> cannot express <cannot>
+    (<the framework's reason, Capabilities.why>); nearest: <nearest>``."""
+
+    code: str
+    needs: tuple[str, ...]  # the candidate fields ``holds`` reads
+    holds: Callable[[Capabilities, Problem, Cand], np.ndarray]
+    title: Callable[[Capabilities, Problem], str]
+    cannot: Callable[[Capabilities, Problem, dict], str]
+    nearest: Callable[[Capabilities, Problem, dict], str]
+
+    @classmethod
+    def feature(
+        cls,
+        *,
+        code: str,
+        needs: tuple[str, ...] = (),
+        capability: str,
+        used: Callable[[Problem, Cand], np.ndarray | bool],
+        can: str,
+        cannot_title: str,
+        cannot: Callable[[Problem, dict], str],
+        nearest: str,
+    ) -> Limit:
+        """A feature a target writes or not (the boolean ``Capabilities.<capability>``), binding only
+        where the candidate ``used`` it; titled ``can`` or ``cannot_title``."""
+        return cls(
+            code=code,
+            needs=needs,
+            holds=lambda caps, p, c: np.logical_or(
+                getattr(caps, capability), np.logical_not(np.asarray(used(p, c), dtype=bool))
             ),
-            (
-                f"{caps.target}-replicas",
-                ("dp", "fsdp", "cp", "z"),
-                lambda p, c: (
-                    (c["dp"] == 1)
-                    | (effective_zero(c) == 0)
-                    | np.isin(effective_zero(c), caps.zero_stages_with_replicas)
-                ),
-                lambda p: (
-                    f"{name}: dp replicas of a ZeRO shard only with ZeRO {set(caps.zero_stages_with_replicas)}"
-                ),
-                lambda p, c: text(
-                    f"{caps.target}-replicas",
-                    f"dp({c['dp']}) copies of a ZeRO-{c['z']} shard over fsdp({c['fsdp']})",
-                    f"dp=1, fsdp={c['dp'] * c['fsdp']}",
-                ),
-            ),
-            (
-                f"{caps.target}-cp",
-                ("cp", "fsdp", "z"),
-                lambda p, c: (
-                    (c["cp"] == 1)
-                    | (caps.context_parallel & np.isin(effective_zero(c), caps.zero_stages_with_cp))
-                ),
-                lambda p: (
-                    f"{name}: cp "
-                    + (
-                        f"with ZeRO {set(caps.zero_stages_with_cp)}"
-                        if caps.context_parallel
-                        else "= 1"
-                    )
-                ),
-                lambda p, c: text(
-                    f"{caps.target}-cp",
-                    f"cp({c['cp']}) with ZeRO-{c['z']}",
-                    f"cp=1 with fsdp x {c['cp']}"
-                    if not caps.context_parallel
-                    else f"zero_stage {' or '.join(map(str, caps.zero_stages_with_cp))}",
-                ),
-            ),
-            (
-                f"{caps.target}-pipeline",
-                ("pp", "sched", "fsdp", "cp", "z"),
-                lambda p, c: (
-                    (c["pp"] == 1)
-                    | (
-                        np.isin(c["sched"], codes)
-                        & np.isin(effective_zero(c), caps.zero_stages_with_pp)
-                    )
-                ),
-                lambda p: (
-                    f"{name}: pipelines {', '.join(caps.pipeline_schedules) or 'none'}"
-                    + (
-                        f" with ZeRO {set(caps.zero_stages_with_pp)}"
-                        if len(caps.zero_stages_with_pp) < 4
-                        else ""
-                    )
-                ),
-                lambda p, c: (
-                    text(
-                        f"{caps.target}-pipeline",
-                        f"pp({c['pp']}) with the {SCHEDULE_NAMES[c['sched']]} schedule",
-                        f"schedule {' or '.join(caps.pipeline_schedules)}"
-                        if caps.pipeline_schedules
-                        else "pp=1",
-                    )
-                    if c["sched"] not in codes
-                    else text(
-                        f"{caps.target}-pipeline",
-                        f"ZeRO-{c['z']} with pp({c['pp']})",
-                        f"zero_stage {' or '.join(map(str, caps.zero_stages_with_pp))}",
-                    )
-                ),
-            ),
-            (
-                f"{caps.target}-split",
-                ("pp", "v"),
-                lambda p, c: np.isin(_split_name(p, c), caps.pipeline_splits),
-                lambda p: f"{name}: pipeline splits {', '.join(caps.pipeline_splits)}",
-                lambda p, c: text(
-                    f"{caps.target}-split",
-                    f"the {_split_name(p, c)[0]} split of num_layers("
-                    f"{p.model.num_layers}) over pp({c['pp']}) x virtual_stages({c['v']})",
-                    "a pp that divides the layers, or export to megatron",
-                ),
-            ),
-            (
-                f"{caps.target}-recompute",
-                ("r",),
-                lambda p, c: np.isin(c["r"], [RECOMPUTE_CODES[r] for r in caps.recompute_policies]),
-                lambda p: f"{name}: recompute {', '.join(caps.recompute_policies)}",
-                lambda p, c: text(
-                    f"{caps.target}-recompute",
-                    f"the recompute policy {RECOMPUTE_POLICIES[c['r']]}",
-                    f"recompute {' or '.join(caps.recompute_policies)}",
-                ),
-            ),
-            (
-                f"{caps.target}-kv",
-                ("tp",),
-                lambda p, c: caps.kv_replication | (c["tp"] <= p.model.num_kv_heads),
-                lambda p: (
-                    f"{name}: tp <= num_kv_heads({p.model.num_kv_heads}) (no KV-head replication)"
-                ),
-                lambda p, c: text(
-                    f"{caps.target}-kv",
-                    f"tp({c['tp']}) > num_kv_heads({p.model.num_kv_heads}) (replicated KV heads)",
-                    f"tp={p.model.num_kv_heads} with the rest in fsdp",
-                ),
-            ),
-            (
-                f"{caps.target}-precision",
-                (),
-                lambda p, c: p.workload.precision in caps.precisions,
-                lambda p: f"{name}: precision {', '.join(caps.precisions)}",
-                lambda p, c: text(
-                    f"{caps.target}-precision",
-                    f"{p.workload.precision} training",
-                    f"--precision {caps.precisions[0]}, or export to megatron",
-                ),
-            ),
-            (
-                f"{caps.target}-etp",
-                ("ep", "etp", "tp"),
-                lambda p, c: p.model.moe is None or _etp_ok(caps, c),
-                lambda p: (
-                    f"{name}: expert TP {', '.join(caps.expert_tensor)} with ep > 1, "
-                    f"{', '.join(caps.expert_tensor_without_ep) or 'none'} with ep = 1"
-                ),
-                lambda p, c: text(
-                    f"{caps.target}-etp",
-                    f"etp({c['etp']}) with ep({c['ep']}) and tp({c['tp']})",
-                    _etp_nearest(caps, c),
-                ),
-            ),
-            (
-                f"{caps.target}-experts",
-                (*ALL_DEGREE_NAMES, "z"),
-                lambda p, c: (
-                    p.model.moe is None
-                    or _expert_span(caps, c) % np.maximum(c["ep"] * c["etp"], 1) == 0
-                ),
-                lambda p: f"{name}: ep x etp divides {' x '.join(caps.expert_groups)}",
-                lambda p, c: text(
-                    f"{caps.target}-experts",
-                    f"ep({c['ep']}) x etp({c['etp']}) = {c['ep'] * c['etp']} "
-                    f"expert devices, which do not divide the "
-                    f"{int(_expert_span(caps, c))} devices its expert groups can "
-                    f"take ({_span_text(caps, c)})",
-                    _experts_nearest(caps, c),
-                ),
-            ),
-            (
-                f"{caps.target}-ep-tp-pp",
-                ("ep", "tp", "pp"),
-                lambda p, c: (
-                    p.model.moe is None
-                    or caps.expert_parallel_with_tp_and_pp
-                    or (c["ep"] == 1) | (c["tp"] == 1) | (c["pp"] == 1)
-                ),
-                lambda p: (
-                    f"{name}: ep > 1 "
-                    + (
-                        "with tp and pp"
-                        if caps.expert_parallel_with_tp_and_pp
-                        else "not with both tp > 1 and pp > 1"
-                    )
-                ),
-                lambda p, c: text(
-                    f"{caps.target}-ep-tp-pp",
-                    f"ep({c['ep']}) with both tp({c['tp']}) and pp({c['pp']})",
-                    "tp=1 or pp=1 with ep > 1",
-                ),
-            ),
-            (
-                f"{caps.target}-deepep",
-                ("ep",),
-                lambda p, c: (
-                    caps.deepep
-                    | (c["ep"] == 1)
-                    | (not node_dedup(p.model, p.workload, p.cluster.accelerator.kind))
-                ),
-                lambda p: (
-                    f"{name}: "
-                    + ("DeepEP dispatch" if caps.deepep else "no DeepEP dispatch with ep > 1")
-                ),
-                lambda p, c: text(
-                    f"{caps.target}-deepep",
-                    f"the DeepEP token dispatch with ep({c['ep']})",
-                    "--no-deepep, or export to megatron or torchtitan",
-                ),
-            ),
-            (
-                f"{caps.target}-vendor-attention",
-                (),
-                # only where the workload asks for it (--vendor-attention): a profile's own choice travels with the profile
-                lambda p, c: (
-                    caps.vendor_attention
-                    or not (
-                        p.workload.vendor_attention
-                        and vendor_attention(p.workload, p.cluster.accelerator)
-                    )
-                ),
-                lambda p: (
-                    f"{name}: "
-                    + (
-                        "the vendor's fused attention"
-                        if caps.vendor_attention
-                        else "no vendor fused attention"
-                    )
-                ),
-                lambda p, c: text(
-                    f"{caps.target}-vendor-attention",
-                    "the vendor's fused attention kernel (cuDNN / Transformer Engine)",
-                    "--no-vendor-attention, or export to megatron",
-                ),
-            ),
-            (
-                f"{caps.target}-cuda-graphs",
-                ("r",),
-                lambda p, c: _graphs_ok(caps, p, c),
-                lambda p: _graphs_title(caps, p),
-                lambda p, c: _graphs_text(caps, p, c, text),
-            ),
-            (
-                f"{caps.target}-tp-overlap",
-                ("tp",),
-                lambda p, c: (
-                    caps.tp_comm_overlap | (not p.workload.tp_comm_overlap) | (c["tp"] == 1)
-                ),
-                lambda p: (
-                    f"{name}: "
-                    + (
-                        "TP communication overlap"
-                        if caps.tp_comm_overlap
-                        else "no TP communication overlap"
-                    )
-                ),
-                lambda p, c: text(
-                    f"{caps.target}-tp-overlap",
-                    f"the TP communication overlap (--tp-comm-overlap) with tp({c['tp']})",
-                    "--no-tp-comm-overlap, or export to megatron",
-                ),
-            ),
-            (
-                f"{caps.target}-ep-overlap",
-                ("ep",),
-                lambda p, c: (
-                    caps.ep_comm_overlap
-                    | (not p.workload.ep_comm_overlap)
-                    | (p.model.moe is None)
-                    | (c["ep"] == 1)
-                ),
-                lambda p: (
-                    f"{name}: "
-                    + (
-                        "expert-parallel AllToAll overlap"
-                        if caps.ep_comm_overlap
-                        else "no expert-parallel AllToAll overlap"
-                    )
-                ),
-                lambda p, c: text(
-                    f"{caps.target}-ep-overlap",
-                    f"the expert-parallel AllToAll overlap (--ep-comm-overlap) with ep({c['ep']})",
-                    "--no-ep-comm-overlap, or export to megatron",
-                ),
-            ),
-            (
-                f"{caps.target}-unfused-attention",
-                (),
-                lambda p, c: caps.unfused_attention or p.workload.flash_attention,
-                lambda p: (
-                    f"{name}: "
-                    + (
-                        "fused or unfused attention"
-                        if caps.unfused_attention
-                        else "fused attention only"
-                    )
-                ),
-                lambda p, c: text(
-                    f"{caps.target}-unfused-attention",
-                    "materialised attention scores (--no-fused-attention)",
-                    "--fused-attention, or export to megatron or maxtext",
-                ),
-            ),
-            (
-                f"{caps.target}-capacity",
-                (),
-                lambda p, c: caps.drop_and_pad or p.model.moe is None or p.model.dropless_moe,
-                lambda p: (
-                    f"{name}: "
-                    + (
-                        "MoE capacity factors (drop and pad)"
-                        if caps.drop_and_pad
-                        else "dropless MoE only"
-                    )
-                ),
-                lambda p, c: text(
-                    f"{caps.target}-capacity",
-                    f"the capacity factor {p.model.moe.capacity_factor:g} of "
-                    f"{p.model_id} (every expert padded to its capacity)",
-                    "a dropless model (moe capacity_factor null), or export to megatron or maxtext",
-                ),
-            ),
-            (
-                f"{caps.target}-state-precision",
-                ("fsdp", "cp", "z"),
-                lambda p, c: _state_precision_ok(caps, p, c),
-                lambda p: (
-                    f"{name}: "
-                    + ("bf16 gradients" if caps.bf16_grads else "fp32 gradients")
-                    + ", "
-                    + (
-                        f"bf16 Adam moments with ZeRO {set(caps.bf16_moments_zero)}"
-                        if caps.bf16_moments_zero
-                        else "fp32 Adam moments"
-                    )
-                ),
-                lambda p, c: _state_precision_text(caps, p, c, text),
-            ),
-            (
-                f"{caps.target}-sinks",
-                (),
-                lambda p, c: caps.attention_sinks or not p.model.attention_sinks,
-                lambda p: (
-                    f"{name}: "
-                    + (
-                        "attention with or without sinks"
-                        if caps.attention_sinks
-                        else "attention without sinks"
-                    )
-                ),
-                lambda p, c: text(
-                    f"{caps.target}-sinks",
-                    f"the attention sinks of {p.model_id}",
-                    "export to deepspeed (the Hugging Face model code has them)",
-                ),
-            ),
-            (
-                f"{caps.target}-window",
-                (),  # a window as long as the sequence attends over all of it
-                lambda p, c: (
-                    caps.sliding_window or (p.model.sliding_window or np.inf) >= p.workload.seq_len
-                ),
-                lambda p: (
-                    f"{name}: "
-                    + (
-                        "full or windowed attention"
-                        if caps.sliding_window
-                        else "full attention only"
-                    )
-                ),
-                lambda p, c: text(
-                    f"{caps.target}-window",
-                    f"the {p.model.sliding_window}-token sliding window of {p.model_id}",
-                    "export to deepspeed (the Hugging Face model code has it)",
-                ),
-            ),
-            (
-                f"{caps.target}-model",
-                (),
-                lambda p, c: (
-                    not caps.model_blocks
-                    or any(MODEL_BLOCKS[b](p.model) for b in caps.model_blocks)
-                ),
-                lambda p: (
-                    f"{name}: a model of the {' or '.join(caps.model_blocks) or 'any'} family"
-                ),
-                lambda p, c: text(
-                    f"{caps.target}-model",
-                    f"model {p.model_id} (its decoder blocks: {' or '.join(caps.model_blocks)})",
-                    "export to megatron",
-                ),
-            ),
+            title=lambda caps, p: can if getattr(caps, capability) else cannot_title,
+            cannot=lambda caps, p, c: cannot(p, c),
+            nearest=lambda caps, p, c: nearest,
         )
-    )
+
+    def rule(self, caps: Capabilities) -> Rule:
+        """The limit as ``caps.target``'s rule; messages name the framework, its reason and the nearest fix."""
+        code = f"{caps.target}-{self.code}"
+        reason = f" ({caps.why[code]})" if code in caps.why else ""
+        return Rule(
+            code=code,
+            needs=frozenset(self.needs),
+            holds=lambda p, c: self.holds(caps, p, c),
+            title=lambda p: f"{caps.framework}: {self.title(caps, p)}",
+            why=lambda p, c: (
+                f"{caps.framework} cannot express {self.cannot(caps, p, c)}{reason}; "
+                f"nearest: {self.nearest(caps, p, c)}"
+            ),
+            kind="framework",
+        )
+
+
+def _moe(p: Problem) -> bool:
+    return p.model.moe is not None
+
+
+# The limits in funnel order; each reads the Capabilities fields it names.
+LIMITS: tuple[Limit, ...] = (
+    Limit(
+        code="zero",
+        needs=("fsdp", "cp", "z"),
+        holds=lambda caps, p, c: np.isin(effective_zero(c), caps.zero_stages),
+        title=lambda caps, p: f"ZeRO stage in {set(caps.zero_stages)}",
+        cannot=lambda caps, p, c: f"ZeRO-{c['z']}",
+        nearest=lambda caps, p, c: f"zero_stage {_or_(s for s in caps.zero_stages if s)}",
+    ),
+    Limit(
+        code="replicas",
+        needs=("dp", "fsdp", "cp", "z"),
+        holds=lambda caps, p, c: (
+            (c["dp"] == 1)
+            | (effective_zero(c) == 0)
+            | np.isin(effective_zero(c), caps.zero_stages_with_replicas)
+        ),
+        title=lambda caps, p: (
+            f"dp replicas of a ZeRO shard only with ZeRO {set(caps.zero_stages_with_replicas)}"
+        ),
+        cannot=lambda caps, p, c: (
+            f"dp({c['dp']}) copies of a ZeRO-{c['z']} shard over fsdp({c['fsdp']})"
+        ),
+        nearest=lambda caps, p, c: f"dp=1, fsdp={c['dp'] * c['fsdp']}",
+    ),
+    Limit(
+        code="cp",
+        needs=("cp", "fsdp", "z"),
+        holds=lambda caps, p, c: (
+            (c["cp"] == 1)
+            | (caps.context_parallel & np.isin(effective_zero(c), caps.zero_stages_with_cp))
+        ),
+        title=lambda caps, p: (
+            "cp "
+            + (f"with ZeRO {set(caps.zero_stages_with_cp)}" if caps.context_parallel else "= 1")
+        ),
+        cannot=lambda caps, p, c: f"cp({c['cp']}) with ZeRO-{c['z']}",
+        nearest=lambda caps, p, c: (
+            f"zero_stage {_or_(caps.zero_stages_with_cp)}"
+            if caps.context_parallel
+            else f"cp=1 with fsdp x {c['cp']}"
+        ),
+    ),
+    Limit(
+        code="pipeline",
+        needs=("pp", "sched", "fsdp", "cp", "z"),
+        holds=lambda caps, p, c: (
+            (c["pp"] == 1)
+            | (_writes_schedule(caps, c) & np.isin(effective_zero(c), caps.zero_stages_with_pp))
+        ),
+        title=lambda caps, p: (
+            f"pipelines {', '.join(caps.pipeline_schedules) or 'none'}"
+            + (
+                f" with ZeRO {set(caps.zero_stages_with_pp)}"
+                if len(caps.zero_stages_with_pp) < 4
+                else ""
+            )
+        ),
+        cannot=lambda caps, p, c: (
+            f"ZeRO-{c['z']} with pp({c['pp']})"
+            if _writes_schedule(caps, c)
+            else f"pp({c['pp']}) with the {SCHEDULE_NAMES[c['sched']]} schedule"
+        ),
+        nearest=lambda caps, p, c: (
+            f"zero_stage {_or_(caps.zero_stages_with_pp)}"
+            if _writes_schedule(caps, c)
+            else f"schedule {_or_(caps.pipeline_schedules)}"
+            if caps.pipeline_schedules
+            else "pp=1"
+        ),
+    ),
+    Limit(
+        code="split",
+        needs=("pp", "v"),
+        holds=lambda caps, p, c: np.isin(_split_name(p, c), caps.pipeline_splits),
+        title=lambda caps, p: f"pipeline splits {', '.join(caps.pipeline_splits)}",
+        cannot=lambda caps, p, c: (
+            f"the {_split_name(p, c)[0]} split of num_layers({p.model.num_layers}) over "
+            f"pp({c['pp']}) x virtual_stages({c['v']})"
+        ),
+        nearest=lambda caps, p, c: "a pp that divides the layers, or export to megatron",
+    ),
+    Limit(
+        code="recompute",
+        needs=("r",),
+        holds=lambda caps, p, c: np.isin(
+            c["r"], [RECOMPUTE_CODES[r] for r in caps.recompute_policies]
+        ),
+        title=lambda caps, p: f"recompute {', '.join(caps.recompute_policies)}",
+        cannot=lambda caps, p, c: f"the recompute policy {RECOMPUTE_POLICIES[c['r']]}",
+        nearest=lambda caps, p, c: f"recompute {_or_(caps.recompute_policies)}",
+    ),
+    Limit(
+        code="kv",
+        needs=("tp",),
+        holds=lambda caps, p, c: caps.kv_replication | (c["tp"] <= p.model.num_kv_heads),
+        title=lambda caps, p: (
+            f"tp <= num_kv_heads({p.model.num_kv_heads}) (no KV-head replication)"
+        ),
+        cannot=lambda caps, p, c: (
+            f"tp({c['tp']}) > num_kv_heads({p.model.num_kv_heads}) (replicated KV heads)"
+        ),
+        nearest=lambda caps, p, c: f"tp={p.model.num_kv_heads} with the rest in fsdp",
+    ),
+    Limit(
+        code="precision",
+        needs=(),
+        holds=lambda caps, p, c: p.workload.precision in caps.precisions,
+        title=lambda caps, p: f"precision {', '.join(caps.precisions)}",
+        cannot=lambda caps, p, c: f"{p.workload.precision} training",
+        nearest=lambda caps, p, c: f"--precision {caps.precisions[0]}, or export to megatron",
+    ),
+    Limit(
+        code="etp",
+        needs=("ep", "etp", "tp"),
+        holds=lambda caps, p, c: not _moe(p) or _etp_ok(caps, c),
+        title=lambda caps, p: (
+            f"expert TP {', '.join(caps.expert_tensor)} with ep > 1, "
+            f"{', '.join(caps.expert_tensor_without_ep) or 'none'} with ep = 1"
+        ),
+        cannot=lambda caps, p, c: f"etp({c['etp']}) with ep({c['ep']}) and tp({c['tp']})",
+        nearest=lambda caps, p, c: _etp_nearest(caps, c),
+    ),
+    Limit(
+        code="experts",
+        needs=(*ALL_DEGREE_NAMES, "z"),
+        holds=lambda caps, p, c: (
+            not _moe(p) or _expert_span(caps, c) % np.maximum(c["ep"] * c["etp"], 1) == 0
+        ),
+        title=lambda caps, p: f"ep x etp divides {' x '.join(caps.expert_groups)}",
+        cannot=lambda caps, p, c: (
+            f"ep({c['ep']}) x etp({c['etp']}) = {c['ep'] * c['etp']} expert devices, which do not "
+            f"divide the {int(_expert_span(caps, c))} devices its expert groups can take "
+            f"({_span_text(caps, c)})"
+        ),
+        nearest=lambda caps, p, c: _experts_nearest(caps, c),
+    ),
+    Limit.feature(
+        code="ep-tp-pp",
+        needs=("ep", "tp", "pp"),
+        capability="expert_parallel_with_tp_and_pp",
+        used=lambda p, c: _moe(p) & (c["ep"] != 1) & (c["tp"] != 1) & (c["pp"] != 1),
+        can="ep > 1 with tp and pp",
+        cannot_title="ep > 1 not with both tp > 1 and pp > 1",
+        cannot=lambda p, c: f"ep({c['ep']}) with both tp({c['tp']}) and pp({c['pp']})",
+        nearest="tp=1 or pp=1 with ep > 1",
+    ),
+    Limit.feature(
+        code="deepep",
+        needs=("ep",),
+        capability="deepep",
+        used=lambda p, c: (
+            (c["ep"] != 1) & node_dedup(p.model, p.workload, p.cluster.accelerator.kind)
+        ),
+        can="DeepEP dispatch",
+        cannot_title="no DeepEP dispatch with ep > 1",
+        cannot=lambda p, c: f"the DeepEP token dispatch with ep({c['ep']})",
+        nearest="--no-deepep, or export to megatron or torchtitan",
+    ),
+    Limit.feature(
+        code="vendor-attention",
+        capability="vendor_attention",
+        # only where the workload asks for it (--vendor-attention): a profile's own choice travels
+        # with the profile
+        used=lambda p, c: bool(
+            p.workload.vendor_attention and vendor_attention(p.workload, p.cluster.accelerator)
+        ),
+        can="the vendor's fused attention",
+        cannot_title="no vendor fused attention",
+        cannot=lambda p, c: "the vendor's fused attention kernel (cuDNN / Transformer Engine)",
+        nearest="--no-vendor-attention, or export to megatron",
+    ),
+    Limit(
+        code="cuda-graphs",
+        needs=("r",),
+        holds=_graphs_ok,
+        title=_graphs_title,
+        cannot=lambda caps, p, c: _graphs_refusal(caps, p, c)[0],
+        nearest=lambda caps, p, c: _graphs_refusal(caps, p, c)[1],
+    ),
+    Limit.feature(
+        code="tp-overlap",
+        needs=("tp",),
+        capability="tp_comm_overlap",
+        used=lambda p, c: bool(p.workload.tp_comm_overlap) & (c["tp"] != 1),
+        can="TP communication overlap",
+        cannot_title="no TP communication overlap",
+        cannot=lambda p, c: f"the TP communication overlap (--tp-comm-overlap) with tp({c['tp']})",
+        nearest="--no-tp-comm-overlap, or export to megatron",
+    ),
+    Limit.feature(
+        code="ep-overlap",
+        needs=("ep",),
+        capability="ep_comm_overlap",
+        used=lambda p, c: (bool(p.workload.ep_comm_overlap) and _moe(p)) & (c["ep"] != 1),
+        can="expert-parallel AllToAll overlap",
+        cannot_title="no expert-parallel AllToAll overlap",
+        cannot=lambda p, c: (
+            f"the expert-parallel AllToAll overlap (--ep-comm-overlap) with ep({c['ep']})"
+        ),
+        nearest="--no-ep-comm-overlap, or export to megatron",
+    ),
+    Limit.feature(
+        code="unfused-attention",
+        capability="unfused_attention",
+        used=lambda p, c: not p.workload.flash_attention,
+        can="fused or unfused attention",
+        cannot_title="fused attention only",
+        cannot=lambda p, c: "materialised attention scores (--no-fused-attention)",
+        nearest="--fused-attention, or export to megatron or maxtext",
+    ),
+    Limit.feature(
+        code="capacity",
+        capability="drop_and_pad",
+        used=lambda p, c: _moe(p) and not p.model.dropless_moe,
+        can="MoE capacity factors (drop and pad)",
+        cannot_title="dropless MoE only",
+        cannot=lambda p, c: (
+            f"the capacity factor {p.model.moe.capacity_factor:g} of {p.model_id} (every expert "
+            f"padded to its capacity)"
+        ),
+        nearest="a dropless model (moe capacity_factor null), or export to megatron or maxtext",
+    ),
+    Limit(
+        code="state-precision",
+        needs=("fsdp", "cp", "z"),
+        holds=_state_precision_ok,
+        title=lambda caps, p: _state_precision_title(caps),
+        cannot=lambda caps, p, c: _state_precision_refusal(caps, p, c)[0],
+        nearest=lambda caps, p, c: _state_precision_refusal(caps, p, c)[1],
+    ),
+    Limit.feature(
+        code="sinks",
+        capability="attention_sinks",
+        used=lambda p, c: p.model.attention_sinks,
+        can="attention with or without sinks",
+        cannot_title="attention without sinks",
+        cannot=lambda p, c: f"the attention sinks of {p.model_id}",
+        nearest="export to deepspeed (the Hugging Face model code has them)",
+    ),
+    Limit.feature(
+        code="window",
+        capability="sliding_window",
+        # a window as long as the sequence attends over all of it
+        used=lambda p, c: (p.model.sliding_window or np.inf) < p.workload.seq_len,
+        can="full or windowed attention",
+        cannot_title="full attention only",
+        cannot=lambda p, c: f"the {p.model.sliding_window}-token sliding window of {p.model_id}",
+        nearest="export to deepspeed (the Hugging Face model code has it)",
+    ),
+    Limit(
+        code="model",
+        needs=(),
+        holds=lambda caps, p, c: (
+            not caps.model_blocks or any(MODEL_BLOCKS[b](p.model) for b in caps.model_blocks)
+        ),
+        title=lambda caps, p: f"a model of the {' or '.join(caps.model_blocks) or 'any'} family",
+        cannot=lambda caps, p, c: (
+            f"model {p.model_id} (its decoder blocks: {' or '.join(caps.model_blocks)})"
+        ),
+        nearest=lambda caps, p, c: "export to megatron",
+    ),
+)
+
+
+def framework_rules(caps: Capabilities) -> tuple[Rule, ...]:
+    """The rules a target's capabilities imply (``LIMITS``, each for ``caps.target``)."""
+    return tuple(limit.rule(caps) for limit in LIMITS)
 
 
 # ----------------------------------------------------------------------------- evaluation

@@ -42,8 +42,9 @@ from layoutsearch.export.context import (
     placeholder_note,
     set_me,
 )
+from layoutsearch.frameworks import torchtitan03 as framework
 
-CAPABILITIES = torchtitan.capabilities("torchtitan-0.3")
+CAPABILITIES = framework.CAPABILITIES  # what this module writes, declared with the framework
 FUNCTION = "layoutsearch_job"
 AC_CONFIGS = {"none": "None", "full": "FullAC.Config()", "selective": "SelectiveAC.Config()"}
 ROPE_MAX_SEQ_LEN = 131072  # torchtitan 0.3 llama3 flavors' RoPE table length
