@@ -13,6 +13,7 @@ from layoutsearch.core.frameworks import PROFILES, framework_of_target
 from layoutsearch.core.problem import Problem
 from layoutsearch.core.rules import framework_rules, violations
 from layoutsearch.core.specs import Layout, Workload
+from layoutsearch.export import target_rules
 from layoutsearch.frameworks import (
     TARGETS,
     capabilities_of,
@@ -45,7 +46,8 @@ def test_the_search_and_the_costs_do_not_import_the_exporters(module):
 
 
 def test_each_target_is_declared_once_with_its_exporter():
-    """Every export target names its exporter module, and that exporter's CAPABILITIES is the declaration's object."""
+    """Every export target's declaration names its exporter module, which keeps no copy of the
+    capabilities: the search and the export both read the declaration's object."""
     assert TARGETS == ("maxtext", "megatron", "torchtitan", "torchtitan-0.3", "deepspeed")
     assert {t: exporter_of(t) for t in TARGETS} == {
         "maxtext": "layoutsearch.export.maxtext",
@@ -56,8 +58,28 @@ def test_each_target_is_declared_once_with_its_exporter():
     }
     for target in TARGETS:
         exporter = importlib.import_module(exporter_of(target))
-        assert exporter.CAPABILITIES is capabilities_of(target)
+        assert callable(exporter.render) and callable(exporter.check)
+        assert not hasattr(exporter, "CAPABILITIES")
+        assert capabilities_of(target) is declaration_of(target).CAPABILITIES
         assert capabilities_of(target).target == target
+    assert [r.code for r in target_rules("deepspeed")][:3] == [
+        "deepspeed-zero",
+        "deepspeed-replicas",
+        "deepspeed-cp",
+    ]
+
+
+def test_the_maxtext_exporter_maps_every_declared_recompute_policy():
+    """MaxText's declaration lists 16 policies, none of Megatron's modules or torchtitan's op, and
+    its exporter writes each as a remat_policy."""
+    from layoutsearch.export.maxtext import REMAT
+
+    declared = capabilities_of("maxtext").recompute_policies
+    assert len(declared) == 16 and {"op", "norm_act", "norm_moe", "mla_up_proj"}.isdisjoint(
+        declared
+    )
+    assert tuple(REMAT) == declared
+    assert REMAT["none"] == "minimal_with_context" and REMAT["custom_offload_input"] == "custom"
 
 
 def test_torchtitan_03_shares_torchtitans_profile_and_ideal_exports_nothing():

@@ -73,7 +73,8 @@ class Rule:
         return np.broadcast_to(np.asarray(self.holds(problem, cand), dtype=bool), shape)
 
 
-def _rule(code, needs, holds, title, why, kind="structure") -> Rule:
+def _rule(*, code, needs, holds, title, why, kind="structure") -> Rule:
+    """A rule reading candidate fields ``needs`` (any iterable of names)."""
     return Rule(code=code, needs=frozenset(needs), holds=holds, title=title, why=why, kind=kind)
 
 
@@ -107,55 +108,55 @@ def _kv_ok(p: Problem, c: Cand):
 
 STRUCTURE: tuple[Rule, ...] = (
     _rule(
-        "degree",
-        DEGREE_NAMES,
-        lambda p, c: np.all([c[d] >= 1 for d in DEGREE_NAMES], axis=0),
-        lambda p: "every degree is a positive integer",
-        lambda p, c: "degrees must be positive: " + _degrees_text(c),
+        code="degree",
+        needs=DEGREE_NAMES,
+        holds=lambda p, c: np.all([c[d] >= 1 for d in DEGREE_NAMES], axis=0),
+        title=lambda p: "every degree is a positive integer",
+        why=lambda p, c: "degrees must be positive: " + _degrees_text(c),
     ),
     _rule(
-        "product",
-        DEGREE_NAMES,
-        lambda p, c: c["dp"] * c["fsdp"] * c["tp"] * c["pp"] * c["cp"] == p.num_devices,
-        lambda p: f"product of degrees = devices ({p.num_devices})",
-        lambda p, c: (
+        code="product",
+        needs=DEGREE_NAMES,
+        holds=lambda p, c: c["dp"] * c["fsdp"] * c["tp"] * c["pp"] * c["cp"] == p.num_devices,
+        title=lambda p: f"product of degrees = devices ({p.num_devices})",
+        why=lambda p, c: (
             f"{_degrees_text(c)} = {c['dp'] * c['fsdp'] * c['tp'] * c['pp'] * c['cp']}, but cluster "
             f"{p.cluster_name} has {p.num_devices} devices"
         ),
     ),
     _rule(
-        "tp-heads",
-        ("tp",),
-        lambda p, c: p.model.num_heads % c["tp"] == 0,
-        lambda p: f"tp divides num_heads({p.model.num_heads})",
-        lambda p, c: f"tp({c['tp']}) does not divide num_heads({p.model.num_heads})",
+        code="tp-heads",
+        needs=("tp",),
+        holds=lambda p, c: p.model.num_heads % c["tp"] == 0,
+        title=lambda p: f"tp divides num_heads({p.model.num_heads})",
+        why=lambda p, c: f"tp({c['tp']}) does not divide num_heads({p.model.num_heads})",
     ),
     _rule(
-        "tp-ffn",
-        ("tp",),
-        lambda p, c: p.model.d_ff % c["tp"] == 0,
-        lambda p: f"tp divides d_ff({p.model.d_ff})",
-        lambda p, c: f"tp({c['tp']}) does not divide d_ff({p.model.d_ff})",
+        code="tp-ffn",
+        needs=("tp",),
+        holds=lambda p, c: p.model.d_ff % c["tp"] == 0,
+        title=lambda p: f"tp divides d_ff({p.model.d_ff})",
+        why=lambda p, c: f"tp({c['tp']}) does not divide d_ff({p.model.d_ff})",
     ),
     _rule(
-        "tp-kv-heads",
-        ("tp",),
-        _kv_ok,
-        lambda p: f"tp and num_kv_heads({p.model.num_kv_heads}) divide one another",
-        lambda p, c: (
+        code="tp-kv-heads",
+        needs=("tp",),
+        holds=_kv_ok,
+        title=lambda p: f"tp and num_kv_heads({p.model.num_kv_heads}) divide one another",
+        why=lambda p, c: (
             f"tp({c['tp']}) does not divide num_kv_heads({p.model.num_kv_heads}) "
             f"and {p.model.num_kv_heads} does not divide {c['tp']}"
         ),
     ),
     _rule(
-        "pp-layers",
-        ("pp", "v"),
-        lambda p, c: _split(p, c)[4],
-        lambda p: (
+        code="pp-layers",
+        needs=("pp", "v"),
+        holds=lambda p, c: _split(p, c)[4],
+        title=lambda p: (
             f"the pipeline splits num_layers({p.model.num_layers}): evenly, counting the embedding and "
             f"loss as layers, or with lighter first and last stages"
         ),
-        lambda p, c: (
+        why=lambda p, c: (
             f"num_layers({p.model.num_layers}) cannot be split over pp({c['pp']}) x "
             f"virtual_stages({c['v']})"
             + (
@@ -168,151 +169,151 @@ STRUCTURE: tuple[Rule, ...] = (
         ),
     ),
     _rule(
-        "schedule",
-        ("pp", "v", "sched"),
-        lambda p, c: (c["v"] > 1) == (c["sched"] == SCHEDULE_CODES["interleaved"]),
-        lambda p: "virtual stages > 1 exactly when the schedule is interleaved",
-        lambda p, c: (
+        code="schedule",
+        needs=("pp", "v", "sched"),
+        holds=lambda p, c: (c["v"] > 1) == (c["sched"] == SCHEDULE_CODES["interleaved"]),
+        title=lambda p: "virtual stages > 1 exactly when the schedule is interleaved",
+        why=lambda p, c: (
             f"schedule {SCHEDULE_NAMES[c['sched']]} with virtual_stages({c['v']}): virtual stages "
             f"above 1 are the interleaved schedule, and interleaved needs them"
         ),
     ),
     _rule(
-        "ep-dense",
-        ("ep", "etp"),
-        lambda p, c: (p.model.moe is not None) | ((c["ep"] == 1) & (c["etp"] == 1)),
-        lambda p: "ep = etp = 1 without expert layers",
-        lambda p, c: (
+        code="ep-dense",
+        needs=("ep", "etp"),
+        holds=lambda p, c: (p.model.moe is not None) | ((c["ep"] == 1) & (c["etp"] == 1)),
+        title=lambda p: "ep = etp = 1 without expert layers",
+        why=lambda p, c: (
             f"ep({c['ep']}) x etp({c['etp']}): model '{p.model.name}' has no mixture-of-experts layers"
         ),
     ),
     _rule(
-        "ep-experts",
-        ("ep",),
-        lambda p, c: (
+        code="ep-experts",
+        needs=("ep",),
+        holds=lambda p, c: (
             (p.model.moe is None) | ((c["ep"] >= 1) & (_experts(p) % np.maximum(c["ep"], 1) == 0))
         ),
-        lambda p: f"ep divides the experts ({_experts(p)})",
-        lambda p, c: (
+        title=lambda p: f"ep divides the experts ({_experts(p)})",
+        why=lambda p, c: (
             f"ep({c['ep']}) does not divide the {_experts(p)} routed experts of each MoE layer"
         ),
     ),
     _rule(
-        "etp-ffn",
-        ("etp",),
-        lambda p, c: (
+        code="etp-ffn",
+        needs=("etp",),
+        holds=lambda p, c: (
             (p.model.moe is None)
             | ((c["etp"] >= 1) & (_expert_ffn(p) % np.maximum(c["etp"], 1) == 0))
         ),
-        lambda p: f"etp divides the expert FFN width ({_expert_ffn(p)})",
-        lambda p, c: f"etp({c['etp']}) does not divide the expert FFN width {_expert_ffn(p)}",
+        title=lambda p: f"etp divides the expert FFN width ({_expert_ffn(p)})",
+        why=lambda p, c: f"etp({c['etp']}) does not divide the expert FFN width {_expert_ffn(p)}",
     ),
     _rule(
-        "ep-fold",
-        ALL_DEGREE_NAMES,
-        lambda p, c: _stage_devices(c) % np.maximum(c["ep"] * c["etp"], 1) == 0,
-        lambda p: (
+        code="ep-fold",
+        needs=ALL_DEGREE_NAMES,
+        holds=lambda p, c: _stage_devices(c) % np.maximum(c["ep"] * c["etp"], 1) == 0,
+        title=lambda p: (
             "ep x etp divides the devices of a stage (dp x fsdp x tp x cp): expert layers regroup them"
         ),
-        lambda p, c: (
+        why=lambda p, c: (
             f"ep({c['ep']}) x etp({c['etp']}) = {c['ep'] * c['etp']} does not divide the "
             f"{_stage_devices(c)} devices of a pipeline stage (dp x fsdp x tp x cp): the expert layers "
             f"regroup those devices as edp x ep x etp"
         ),
     ),
     _rule(
-        "cp-seq",
-        ("cp",),
-        lambda p, c: (c["cp"] == 1) | (p.workload.seq_len % (2 * c["cp"]) == 0),
-        lambda p: f"seq_len({p.workload.seq_len}) divisible by 2 x cp",
-        lambda p, c: f"seq_len({p.workload.seq_len}) is not divisible by 2 x cp({c['cp']})",
+        code="cp-seq",
+        needs=("cp",),
+        holds=lambda p, c: (c["cp"] == 1) | (p.workload.seq_len % (2 * c["cp"]) == 0),
+        title=lambda p: f"seq_len({p.workload.seq_len}) divisible by 2 x cp",
+        why=lambda p, c: f"seq_len({p.workload.seq_len}) is not divisible by 2 x cp({c['cp']})",
     ),
     _rule(
-        "whole-sequences",
-        ("dp", "fsdp", "k"),
-        lambda p, c: p.workload.global_batch_seqs % (c["dp"] * c["fsdp"] * c["k"]) == 0,
-        lambda p: (
+        code="whole-sequences",
+        needs=("dp", "fsdp", "k"),
+        holds=lambda p, c: p.workload.global_batch_seqs % (c["dp"] * c["fsdp"] * c["k"]) == 0,
+        title=lambda p: (
             f"whole sequences: dp x fsdp x microbatches divides the batch ({p.workload.global_batch_seqs})"
         ),
-        lambda p, c: (
+        why=lambda p, c: (
             f"global batch {p.workload.global_batch_seqs} sequences is not divisible into dp({c['dp']}) x "
             f"fsdp({c['fsdp']}) data units x {c['k']} microbatches = {c['dp'] * c['fsdp'] * c['k']}: every "
             f"data unit needs whole sequences in every microbatch"
         ),
     ),
     _rule(
-        "pp-microbatches",
-        ("pp", "k"),
-        lambda p, c: (c["pp"] == 1) | (c["k"] >= c["pp"]),
-        lambda p: "microbatches >= pp",
-        lambda p, c: f"num_microbatches({c['k']}) < pp({c['pp']}): the pipeline never fills",
+        code="pp-microbatches",
+        needs=("pp", "k"),
+        holds=lambda p, c: (c["pp"] == 1) | (c["k"] >= c["pp"]),
+        title=lambda p: "microbatches >= pp",
+        why=lambda p, c: f"num_microbatches({c['k']}) < pp({c['pp']}): the pipeline never fills",
     ),
     _rule(
-        "interleave",
-        ("pp", "v", "k"),
-        lambda p, c: (c["v"] == 1) | ((c["pp"] > 1) & (c["k"] % c["pp"] == 0)),
-        lambda p: "interleaving needs pp > 1 and microbatches divisible by pp",
-        lambda p, c: (
+        code="interleave",
+        needs=("pp", "v", "k"),
+        holds=lambda p, c: (c["v"] == 1) | ((c["pp"] > 1) & (c["k"] % c["pp"] == 0)),
+        title=lambda p: "interleaving needs pp > 1 and microbatches divisible by pp",
+        why=lambda p, c: (
             f"virtual_stages({c['v']}) needs pp > 1 and num_microbatches({c['k']}) divisible by pp({c['pp']})"
         ),
     ),
     _rule(
-        "host-offload",
-        ("r",),
-        lambda p, c: (
+        code="host-offload",
+        needs=("r",),
+        holds=lambda p, c: (
             (p.cluster.accelerator.host_bytes_per_s_per_direction is not None)
             | ~np.isin(c["r"], [RECOMPUTE_CODES[r] for r in OFFLOAD_POLICIES])
         ),
-        lambda p: "host-offloading recompute policies need the accelerator's host bandwidth",
-        lambda p, c: (
+        title=lambda p: "host-offloading recompute policies need the accelerator's host bandwidth",
+        why=lambda p, c: (
             f"recompute {RECOMPUTE_POLICIES[c['r']]} offloads activations to host memory, but "
             f"{p.cluster.accelerator.id} has no host_gbytes_per_s_per_direction in its hardware file"
         ),
     ),
     _rule(
-        "mla-up-proj",
-        ("r",),
-        lambda p, c: (p.model.mla is not None) | (c["r"] != RECOMPUTE_CODES["mla_up_proj"]),
-        lambda p: "recompute mla_up_proj needs multi-head latent attention",
-        lambda p, c: (
+        code="mla-up-proj",
+        needs=("r",),
+        holds=lambda p, c: (p.model.mla is not None) | (c["r"] != RECOMPUTE_CODES["mla_up_proj"]),
+        title=lambda p: "recompute mla_up_proj needs multi-head latent attention",
+        why=lambda p, c: (
             f"recompute mla_up_proj reruns latent attention's up-projections, but {p.model_id} has no "
             f"latent attention (Megatron refuses mla_up_proj without it)"
         ),
     ),
     _rule(
-        "norm-act",
-        ("r",),
-        lambda p, c: (
+        code="norm-act",
+        needs=("r",),
+        holds=lambda p, c: (
             (p.model.moe is not None)
             | (p.model.mla is not None)
             | (c["r"] != RECOMPUTE_CODES["norm_act"])
         ),
-        lambda p: (
+        title=lambda p: (
             "recompute norm_act needs experts or latent attention (else it recomputes nothing)"
         ),
-        lambda p, c: (
+        why=lambda p, c: (
             f"recompute norm_act recomputes nothing on {p.model_id}: it has no experts and no separate "
             f"norm module (Megatron fuses its norms into the next linear); it is recompute none"
         ),
     ),
     _rule(
-        "zero-stage",
-        ("z",),
-        lambda p, c: (c["z"] >= 0) & (c["z"] <= 3),
-        lambda p: "ZeRO stage 0-3",
-        lambda p, c: f"zero_stage({c['z']}) must be 0, 1, 2 or 3",
+        code="zero-stage",
+        needs=("z",),
+        holds=lambda p, c: (c["z"] >= 0) & (c["z"] <= 3),
+        title=lambda p: "ZeRO stage 0-3",
+        why=lambda p, c: f"zero_stage({c['z']}) must be 0, 1, 2 or 3",
     ),
     _rule(
-        "ep-zero",
-        (*ALL_DEGREE_NAMES, "z"),
-        lambda p, c: (
+        code="ep-zero",
+        needs=(*ALL_DEGREE_NAMES, "z"),
+        holds=lambda p, c: (
             (effective_zero(c) == 0)
             | ((c["fsdp"] * c["cp"] * c["tp"]) % np.maximum(c["ep"] * c["etp"], 1) == 0)
         ),
-        lambda p: (
+        title=lambda p: (
             "with ZeRO, ep x etp divides fsdp x cp x tp (the experts shard over what remains, replicated over dp)"
         ),
-        lambda p, c: (
+        why=lambda p, c: (
             f"zero_stage {c['z']} with ep({c['ep']}) x etp({c['etp']}) = {c['ep'] * c['etp']}, which does not "
             f"divide fsdp({c['fsdp']}) x cp({c['cp']}) x tp({c['tp']}): the expert groups would straddle "
             f"the dp replicas; use ep x etp <= fsdp x cp x tp, or zero_stage 0"
@@ -324,25 +325,25 @@ STRUCTURE: tuple[Rule, ...] = (
 # replicated data parallelism, which dp already is; ZeRO >= 1 needs a shard group).
 CANONICAL: tuple[Rule, ...] = (
     _rule(
-        "zero-canonical",
-        ("fsdp", "cp", "z"),
-        lambda p, c: (
+        code="zero-canonical",
+        needs=("fsdp", "cp", "z"),
+        holds=lambda p, c: (
             ((c["z"] == 0) & (c["fsdp"] == 1)) | ((c["z"] >= 1) & (c["fsdp"] * c["cp"] > 1))
         ),
-        lambda p: "ZeRO-0 without fsdp, ZeRO >= 1 with a shard group (each layout once)",
-        lambda p, c: (
+        title=lambda p: "ZeRO-0 without fsdp, ZeRO >= 1 with a shard group (each layout once)",
+        why=lambda p, c: (
             f"fsdp({c['fsdp']}) x cp({c['cp']}) with zero_stage {c['z']} is enumerated as another layout"
         ),
         kind="canonical",
     ),
     _rule(
-        "chunk-layout-search",
-        ("pp", "v"),
-        lambda p, c: _standard_split_or_none(p, c),
-        lambda p: (
+        code="chunk-layout-search",
+        needs=("pp", "v"),
+        holds=lambda p, c: _standard_split_or_none(p, c),
+        title=lambda p: (
             "a chunk layout only where pp has no even, embedding-and-loss or first-last split"
         ),
-        lambda p, c: (
+        why=lambda p, c: (
             f"pp({c['pp']}) splits num_layers({p.model.num_layers}) without a chunk layout; the search "
             f"keeps to that split (uneven chunks' bubble is costed only approximately)"
         ),
@@ -388,12 +389,12 @@ def option_rules(options: SearchOptions | None) -> tuple[Rule, ...]:
         ):
             rules.append(
                 _rule(
-                    f"option-{d}",
-                    (d,),
-                    lambda p, c, d=d: options.allowed(d, c[d]),
-                    lambda p, d=d: f"your --fix/--choices/--only for {d}",
-                    lambda p, c, d=d: f"{d}({c[d]}) is excluded by --fix/--choices/--only",
-                    "option",
+                    code=f"option-{d}",
+                    needs=(d,),
+                    holds=lambda p, c, d=d: options.allowed(d, c[d]),
+                    title=lambda p, d=d: f"your --fix/--choices/--only for {d}",
+                    why=lambda p, c, d=d: f"{d}({c[d]}) is excluded by --fix/--choices/--only",
+                    kind="option",
                 )
             )
 
@@ -407,11 +408,11 @@ def option_rules(options: SearchOptions | None) -> tuple[Rule, ...]:
 
     rules.append(
         _rule(
-            "option-recompute",
-            ("r",),
-            lambda p, c: np.isin(c["r"], [RECOMPUTE_CODES[r] for r in allowed(p)]),
-            lambda p: f"recompute in {{{', '.join(allowed(p))}}}",
-            lambda p, c: (
+            code="option-recompute",
+            needs=("r",),
+            holds=lambda p, c: np.isin(c["r"], [RECOMPUTE_CODES[r] for r in allowed(p)]),
+            title=lambda p: f"recompute in {{{', '.join(allowed(p))}}}",
+            why=lambda p, c: (
                 f"recompute {RECOMPUTE_POLICIES[c['r']]} is not among {', '.join(allowed(p))}"
                 + (
                     ""
@@ -419,27 +420,27 @@ def option_rules(options: SearchOptions | None) -> tuple[Rule, ...]:
                     else f" (the {p.workload.framework} default; --recompute widens it)"
                 )
             ),
-            "option",
+            kind="option",
         )
     )
     rules.append(
         _rule(
-            "option-zero",
-            ("fsdp", "cp", "z"),
-            lambda p, c: np.isin(effective_zero(c), options.zero_stages),
-            lambda p: f"ZeRO stage in {{{', '.join(map(str, options.zero_stages))}}}",
-            lambda p, c: f"zero_stage {c['z']} is not among the allowed stages",
-            "option",
+            code="option-zero",
+            needs=("fsdp", "cp", "z"),
+            holds=lambda p, c: np.isin(effective_zero(c), options.zero_stages),
+            title=lambda p: f"ZeRO stage in {{{', '.join(map(str, options.zero_stages))}}}",
+            why=lambda p, c: f"zero_stage {c['z']} is not among the allowed stages",
+            kind="option",
         )
     )
     rules.append(
         _rule(
-            "option-virtual",
-            ("v",),
-            lambda p, c: c["v"] <= options.max_virtual_stages,
-            lambda p: f"virtual stages <= {options.max_virtual_stages}",
-            lambda p, c: f"virtual_stages({c['v']}) > {options.max_virtual_stages}",
-            "option",
+            code="option-virtual",
+            needs=("v",),
+            holds=lambda p, c: c["v"] <= options.max_virtual_stages,
+            title=lambda p: f"virtual stages <= {options.max_virtual_stages}",
+            why=lambda p, c: f"virtual_stages({c['v']}) > {options.max_virtual_stages}",
+            kind="option",
         )
     )
     return tuple(rules)

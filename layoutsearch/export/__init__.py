@@ -4,7 +4,9 @@
 InvalidLayoutError with one line naming what the framework cannot express and the nearest
 layout it can); ``check_export(target, text, document, rank)`` parses such a text and
 re-derives the framework's rules (products of degrees, divisibility, batch identities),
-returning a list of problems (empty = consistent). Targets and their file formats:
+returning a list of problems (empty = consistent). What a target can express, and which module
+here writes it, is declared with its framework (``layoutsearch.frameworks``). Targets and their
+file formats:
 
 - ``maxtext``: YAML override of base.yml;
 - ``megatron``: sourceable bash defining ``MEGATRON_ARGS=( ... )`` for pretrain_gpt.py;

@@ -37,12 +37,10 @@ import json
 
 from layoutsearch.core.rules import MODEL_BLOCKS, deepseek_block
 from layoutsearch.export.context import ExportContext, header_lines, placeholder_note, set_me
-from layoutsearch.frameworks import deepspeed as framework
 
 SIDE_KEY = "_layoutsearch"
 
 
-CAPABILITIES = framework.CAPABILITIES  # what this module writes, declared with the framework
 AUTOEP_PRESETS = {
     "mixtral": "mixtral",
     "qwen3-moe": "qwen3_moe",

@@ -63,7 +63,7 @@ from layoutsearch.export.context import (
     placeholder_note,
     set_me,
 )
-from layoutsearch.frameworks import maxtext as framework
+from layoutsearch.frameworks import maxtext as declaration
 
 AXES = ("data", "fsdp", "tensor", "context", "pipeline", "expert")
 REMAT_POLICIES = (
@@ -136,8 +136,8 @@ def slice_shape(ctx: ExportContext) -> tuple[int, int]:
     return ctx.num_devices // outer, outer
 
 
-CAPABILITIES = framework.CAPABILITIES  # what this module writes, declared with the framework
-assert tuple(REMAT) == CAPABILITIES.recompute_policies  # each declared policy has a remat_policy
+# each policy the framework declares has a remat_policy
+assert tuple(REMAT) == declaration.CAPABILITIES.recompute_policies
 
 
 def expert_split(ctx: ExportContext) -> tuple[int, int]:

@@ -93,7 +93,7 @@ from layoutsearch.export.context import (
     placeholder_note,
     set_me,
 )
-from layoutsearch.frameworks import megatron as framework
+from layoutsearch.frameworks import megatron as declaration
 
 ARRAY = "MEGATRON_ARGS"
 PLACEHOLDER_ARRAY = "MEGATRON_PLACEHOLDER_ARGS"
@@ -117,8 +117,13 @@ RECOMPUTE_MODULES = (
     "norm_moe",
     "mla_up_proj",
 )  # the policies written as --recompute-modules lists
-CAPABILITIES = framework.CAPABILITIES  # what this module writes, declared with the framework
-assert set(CAPABILITIES.recompute_policies) == {"none", "selective", "full", *RECOMPUTE_MODULES}
+# each policy the framework declares, _parallel_args writes
+assert set(declaration.CAPABILITIES.recompute_policies) == {
+    "none",
+    "selective",
+    "full",
+    *RECOMPUTE_MODULES,
+}
 
 
 def _model_args(ctx: ExportContext) -> list[tuple[str, object]]:

@@ -54,7 +54,6 @@ from layoutsearch.export.context import (
     placeholder_note,
     set_me,
 )
-from layoutsearch.frameworks import torchtitan as framework
 
 SCHEDULES = {"1f1b": "1F1B", "gpipe": "GPipe", "interleaved": "Interleaved1F1B"}
 SINGLE_STAGE = ("1F1B", "GPipe")
@@ -230,9 +229,6 @@ FLAVOR_ROPE_THETA, FLAVOR_NORM_EPS = (
     500000.0,
     1e-5,
 )  # torchtitan llama3 flavors (TransformerModelArgs)
-
-
-CAPABILITIES = framework.CAPABILITIES  # what this module writes, declared with the framework
 
 
 def sections(ctx: ExportContext) -> dict[str, dict]:

@@ -42,9 +42,7 @@ from layoutsearch.export.context import (
     placeholder_note,
     set_me,
 )
-from layoutsearch.frameworks import torchtitan03 as framework
 
-CAPABILITIES = framework.CAPABILITIES  # what this module writes, declared with the framework
 FUNCTION = "layoutsearch_job"
 AC_CONFIGS = {"none": "None", "full": "FullAC.Config()", "selective": "SelectiveAC.Config()"}
 ROPE_MAX_SEQ_LEN = 131072  # torchtitan 0.3 llama3 flavors' RoPE table length
