@@ -4,11 +4,11 @@ import json
 
 import numpy as np
 import pytest
+import reference
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from typer.testing import CliRunner
 
-from layoutsearch import reference
 from layoutsearch.cli import app
 from layoutsearch.core.catalogue import load_model
 from layoutsearch.core.check import check_layout
