@@ -74,6 +74,7 @@ import re
 import warnings
 
 import pytest
+from builders import proven_top
 
 from layoutsearch import cli
 from layoutsearch.core.catalogue import (
@@ -90,7 +91,6 @@ from layoutsearch.core.specs import Layout, ModelSpec, Workload
 from layoutsearch.core.topology import resolve_cluster
 from layoutsearch.costs import flops, memory, params
 from layoutsearch.search import SearchOptions, solve
-from layoutsearch.search.cpsat import cpsat_top
 from layoutsearch.search.enumerate import enumerate_top
 from layoutsearch.search.space import build_space
 from layoutsearch.search.tables import build_tables
@@ -552,7 +552,7 @@ def test_search_tables_agree_with_the_enumerator(imported, name):
     space = build_space(problem, SearchOptions())
     tables = build_tables(space)
     enum, _ = enumerate_top(space, tables, "step-time", 1)
-    cps, _ = cpsat_top(space, tables, "step-time", 1, time_limit_s=20)
+    cps, _ = proven_top(space, tables, "step-time", 1)
     assert enum and [a[4]["step"] for a in cps] == [a[4]["step"] for a in enum]
     assert solve(problem).layouts
 

@@ -5,6 +5,7 @@ import json
 import numpy as np
 import pytest
 import reference
+from builders import proven_top
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from typer.testing import CliRunner
@@ -17,7 +18,7 @@ from layoutsearch.core.specs import ModelSpec, Workload
 from layoutsearch.core.topology import resolve_cluster
 from layoutsearch.costs.estimate import estimate
 from layoutsearch.search import SearchOptions, solve
-from layoutsearch.search.cpsat import _solver, build_model, cpsat_top, prune
+from layoutsearch.search.cpsat import _solver, build_model, prune
 from layoutsearch.search.enumerate import enumerate_top
 from layoutsearch.search.ranking import tie_limit
 from layoutsearch.search.space import build_space
@@ -72,9 +73,9 @@ def test_cpsat_optimum_equals_enumerator_optimum(problem, objective, full_model)
     tables = build_tables(space)
     found = {}
     enum, _ = enumerate_top(space, tables, objective, 3, found=found)
-    # the whole model (no row pruning, which every command uses) can take 20 s to prove 3 ranks on 410 rows of a
-    # v5p-16 instance on a loaded 2-core machine: past a time limit the ranks are unproven, so give it room
-    cps, info = cpsat_top(space, tables, objective, 3, time_limit_s=120, prune_rows=not full_model)
+    # no time limit: the verdict is the ranking, never the machine's speed (the whole model, without the row
+    # pruning every command uses, takes ~20 s to prove 3 ranks on 410 rows of a v5p-16 instance)
+    cps, info = proven_top(space, tables, objective, 3, prune_rows=not full_model)
     assert (
         cps == enum
     )  # the same candidates (row, recompute, ZeRO stage, axis order) and metrics, rank for rank
@@ -116,7 +117,7 @@ def test_cpsat_proves_the_true_least_step_where_inclusion_presolve_did_not():
     tables = build_tables(space)
     found = {}
     enum, _ = enumerate_top(space, tables, "gather-volume", 3, found=found)
-    cps, info = cpsat_top(space, tables, "gather-volume", 3, time_limit_s=120)
+    cps, info = proven_top(space, tables, "gather-volume", 3)
     assert [a[2] for a in enum] == [1, 2, 3] and enum[0][4]["step"] == enum[1][4]["step"] < enum[2][
         4
     ]["step"]
