@@ -30,12 +30,14 @@ runner = CliRunner()
 
 @st.composite
 def problems(draw):
-    """Small random models, clusters and batches."""
+    """Small random models, clusters (4 and 8 devices: a switch, a torus, two TPU slices) and
+    batches: small enough that CP-SAT proves three ranks of the whole model in seconds (16 to 64
+    devices took up to 100 s an instance, 544 s for the test on a loaded machine)."""
     heads = draw(st.sampled_from([4, 8, 16]))
     kv = draw(st.sampled_from([h for h in (1, 2, 4, 8, 16) if heads % h == 0]))
     model = ModelSpec(
         name="rand",
-        num_layers=draw(st.sampled_from([4, 6, 8, 12])),
+        num_layers=draw(st.sampled_from([4, 6, 8])),
         d_model=heads * 64,
         d_ff=draw(st.sampled_from([2, 3, 4])) * heads * 64,
         mlp=draw(st.sampled_from(["gated", "plain"])),
@@ -46,7 +48,7 @@ def problems(draw):
         tied_embeddings=draw(st.booleans()),
     )
     cluster = resolve_cluster(
-        draw(st.sampled_from(["h100-8", "h100-16", "v5p-16", "v5p-64", "v5e-16", "a100-40gb-32"]))
+        draw(st.sampled_from(["h100-4", "v5e-4", "h100-8", "v5p-8", "a100-40gb-8", "v5e-4x2"]))
     )
     # hidden collectives slowing the compute beside them (0: free overlap)
     cluster = with_calibration(
@@ -73,8 +75,7 @@ def test_cpsat_optimum_equals_enumerator_optimum(problem, objective, full_model)
     tables = build_tables(space)
     found = {}
     enum, _ = enumerate_top(space, tables, objective, 3, found=found)
-    # no time limit: the verdict is the ranking, never the machine's speed (the whole model, without the row
-    # pruning every command uses, takes ~20 s to prove 3 ranks on 410 rows of a v5p-16 instance)
+    # no time limit: the verdict is the ranking, never the machine's speed
     cps, info = proven_top(space, tables, objective, 3, prune_rows=not full_model)
     assert (
         cps == enum
