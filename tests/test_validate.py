@@ -29,15 +29,13 @@ from layoutsearch.validation.calibrate import (
     write_calibration,
 )
 from layoutsearch.validation.runs import RunRecord
-from layoutsearch.validation.stats import best_layout_groups, ranking
+from layoutsearch.validation.stats import best_layout_groups, error_stats, ranking, spearman
 from layoutsearch.validation.validate import (
-    error_stats,
     evaluate_record,
     hardware_flops_per_token,
     load_runs,
     rank_published,
     record_to_problem,
-    spearman,
     summarize,
     validate_runs,
 )
