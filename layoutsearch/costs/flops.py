@@ -23,7 +23,6 @@ FLASH_ATTENTION_BACKWARD_OVER_FORWARD = 2.5
 MATERIALISED_SCORE_BYTES_FORWARD = (
     9  # write fp16 scores 2, softmax read 2 + write 2, dropout mask 1, read for AV 2
 )
-RECOMPUTED_FORWARDS = {"none": 0.0, "selective": 0.0, "full": 1.0}
 
 
 def matmul_params_per_layer(model: ModelSpec, tp: int = 1):
