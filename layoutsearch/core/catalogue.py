@@ -62,12 +62,12 @@ MAX_NORMS_PER_LAYER = 8
 # search quantises stays far inside int64 (a 1e-300 GB/s link or 2**70 GiB overflowed it).
 MIN_TFLOPS, MAX_TFLOPS = 1e-3, 1e5  # 1 GFLOP/s .. 100 PFLOP/s per device
 MIN_GBYTES_PER_S, MAX_GBYTES_PER_S = 1e-3, 1e6  # 1 MB/s .. 1 PB/s per device and direction
-MIN_HBM_GIB, MAX_HBM_GIB = 2**-10, MAX_HBM_BYTES / GIB  # 1 MiB .. 4096 GiB per device
+MAX_HBM_GIB = MAX_HBM_BYTES / GIB  # 4096 GiB per device (what leaves nothing usable: problem.py)
 MAX_LATENCY_US = 1e6  # one second per collective step
 MAX_OVERHEAD_US = 1e6  # per microbatch, MoE layer or expert: one second
 Tflops = Annotated[float, Field(ge=MIN_TFLOPS, le=MAX_TFLOPS, allow_inf_nan=False)]
 GBytesPerS = Annotated[float, Field(ge=MIN_GBYTES_PER_S, le=MAX_GBYTES_PER_S, allow_inf_nan=False)]
-Gib = Annotated[float, Field(ge=MIN_HBM_GIB, le=MAX_HBM_GIB, allow_inf_nan=False)]
+Gib = Annotated[float, Field(gt=0, le=MAX_HBM_GIB, allow_inf_nan=False)]
 Latency = Annotated[float, Field(ge=0, le=MAX_LATENCY_US, allow_inf_nan=False)]
 Overhead = Annotated[float, Field(ge=0, le=MAX_OVERHEAD_US, allow_inf_nan=False)]
 
@@ -202,7 +202,7 @@ class AcceleratorFile(_Strict):
     peak_bf16_tflops: Tflops
     peak_fp8_tflops: Tflops | None = None  # dense fp8 (MXFP8 on Blackwell); absent = no fp8 matmuls
     hbm_gib: Gib | None = None
-    hbm_gb: Annotated[float, Field(ge=MIN_HBM_GIB * GIB / GB, le=MAX_HBM_BYTES / GB)] | None = None
+    hbm_gb: Annotated[float, Field(gt=0, le=MAX_HBM_BYTES / GB)] | None = None
     hbm_gbytes_per_s: GBytesPerS
     link_gbytes_per_s_per_direction: GBytesPerS
     links_per_device: Annotated[int, Field(ge=1, le=1024)] | None = None

@@ -54,7 +54,6 @@ from layoutsearch.core.catalogue import (
     MAX_GBYTES_PER_S,
     MAX_HBM_GIB,
     MIN_GBYTES_PER_S,
-    MIN_HBM_GIB,
     accelerator_from_dict,
     accelerator_names,
     load_accelerator,
@@ -608,7 +607,7 @@ _Count = Annotated[StrictInt, Field(ge=1, le=MAX_DEVICES)]
 _Rate = Annotated[
     StrictFloat, Field(ge=MIN_GBYTES_PER_S, le=MAX_GBYTES_PER_S, allow_inf_nan=False)
 ]  # GB/s, the range of hardware/*.yaml; an int is accepted too
-_Gib = Annotated[StrictFloat, Field(ge=MIN_HBM_GIB, le=MAX_HBM_GIB, allow_inf_nan=False)]
+_Gib = Annotated[StrictFloat, Field(gt=0, le=MAX_HBM_GIB, allow_inf_nan=False)]
 _Text = Annotated[StrictStr, Field(min_length=1, max_length=256)]
 
 
