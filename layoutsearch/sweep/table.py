@@ -7,6 +7,7 @@ import io as textio
 import json
 import math
 import os
+import stat
 
 from layoutsearch.core import io
 from layoutsearch.core.errors import InvalidArgumentError, missing_extra
@@ -209,10 +210,7 @@ class Journal:
 
     def _open_locked(self):
         for _ in range(5):
-            try:
-                fh = open(self.path, "a+b")
-            except OSError as exc:
-                raise io.write_error(self.path, "--output", exc) from None
+            fh = _open_journal(self.path)
             try:
                 _lock(fh)
             except OSError:
@@ -221,7 +219,7 @@ class Journal:
                     f"--output: another sweep is writing '{self.path}'"
                 ) from None
             try:  # a rewrite by another process may have renamed a new journal over the one we locked
-                here, there = os.fstat(fh.fileno()), os.stat(self.path)
+                here, there = os.fstat(fh.fileno()), os.lstat(self.path)
                 if (here.st_dev, here.st_ino) == (there.st_dev, there.st_ino):
                     return fh
             except FileNotFoundError:
@@ -234,7 +232,7 @@ class Journal:
         new = []
 
         def lock_new(fd: int) -> None:
-            fh = os.fdopen(os.dup(fd), "a+b")
+            fh = os.fdopen(os.dup(fd), "a+b", buffering=0)
             new.append(fh)
             _lock(fh)
 
@@ -244,6 +242,7 @@ class Journal:
                 b"".join(line + b"\n" for line in lines),
                 "--output",
                 before_replace=lock_new,
+                follow=False,
             )
         except BaseException:
             for fh in new:
@@ -254,9 +253,12 @@ class Journal:
         self._fh.seek(0, os.SEEK_END)
 
     def append(self, row: dict) -> None:
+        """One line, written whole (unbuffered: a failed write leaves nothing for close to flush)
+        and fsynced; a full disk is one line (the torn end is dropped when the journal is opened)."""
+        view = memoryview((json.dumps(row, separators=(",", ":")) + "\n").encode())
         try:
-            self._fh.write((json.dumps(row, separators=(",", ":")) + "\n").encode())
-            self._fh.flush()
+            while view:
+                view = view[self._fh.write(view) :]
             os.fsync(self._fh.fileno())
         except OSError as exc:
             raise io.write_error(self.path, "--output", exc) from None
@@ -265,6 +267,35 @@ class Journal:
         if self._fh is not None:
             self._fh.close()
             self._fh = None
+
+
+def _open_journal(path: str):
+    """The journal opened unbuffered for reading and appending, created if absent; a symlink (the
+    user named the table, not its journal), a FIFO or a device there is one line."""
+    try:
+        mode = os.lstat(path).st_mode
+    except OSError:
+        mode = None  # absent (created below), or the open says why not
+    if mode is not None and stat.S_ISLNK(mode):
+        raise InvalidArgumentError(
+            f"--output: '{path}' (the journal) is a symlink; a journal is never written through "
+            f"one: remove it"
+        )
+    if mode is not None:
+        io.check_regular(mode, path, "--output")
+    flags = os.O_RDWR | os.O_APPEND | os.O_CREAT | getattr(os, "O_CLOEXEC", 0)
+    flags |= getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_NONBLOCK", 0)
+    try:
+        fd = os.open(path, flags, 0o666)
+    except OSError as exc:
+        raise io.write_error(path, "--output", exc) from None
+    fh = os.fdopen(fd, "a+b", buffering=0)
+    try:
+        io.check_regular(os.fstat(fd).st_mode, path, "--output")
+    except InvalidArgumentError:
+        fh.close()
+        raise
+    return fh
 
 
 def _parse_line(line: bytes) -> dict | None:
