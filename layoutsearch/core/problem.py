@@ -51,6 +51,7 @@ from layoutsearch.core.specs import (
 )
 from layoutsearch.core.topology import CustomCluster, cluster_from_spec, resolve_cluster
 from layoutsearch.core.units import (
+    GIB,
     MAX_DEVICES,
     MAX_GLOBAL_BATCH_SEQS,
     MAX_HBM_BYTES,
