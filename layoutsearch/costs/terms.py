@@ -416,10 +416,10 @@ def _expected_max_of_normals(n: int) -> float:
 def expected_max_of_normals(n):
     """``_expected_max_of_normals`` of each entry of an int array (or an int)."""
     n = np.asarray(n, dtype=np.int64)
-    return (
-        np.vectorize(_expected_max_of_normals, otypes=[float])(n)
-        if n.ndim
-        else _expected_max_of_normals(int(n))
+    if not n.ndim:
+        return _expected_max_of_normals(int(n))
+    return per_key(
+        lambda distinct: np.array([_expected_max_of_normals(int(x)) for x in distinct]), n
     )
 
 
