@@ -4,9 +4,12 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 ROOT = Path(__file__).resolve().parent.parent
 
 
+@pytest.mark.slow
 def test_shown_command_outputs_are_current():
     """scripts/refresh_docs.py --check reruns every complete `$ layoutsearch ...` block (all but the
     solver's wall time must match); regenerate with `python scripts/refresh_docs.py`."""
