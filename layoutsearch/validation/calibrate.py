@@ -717,7 +717,8 @@ def _rewrite(text: str, values: dict[str, float], note: str) -> str:
         if top:
             block = top.group(1)
             continue
-        m = re.match(r"^(\s+)(\w+):(\s*)([^#\n]*?)(\s*#.*)?(\r?\n)?$", line)
+        # the value: a double-quoted string (which may hold '#') or plain text up to a comment
+        m = re.match(r'^(\s+)(\w+):(\s*)("[^"\n]*"|[^#\n]*?)(\s*#.*)?(\r?\n)?$', line)
         if not m:
             continue
         indent, key, gap, _, comment, end = m.groups()
