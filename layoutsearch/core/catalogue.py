@@ -30,6 +30,7 @@ from pydantic import (
 
 from layoutsearch.core import io
 from layoutsearch.core.errors import CatalogueError, LayoutsearchWarning, did_you_mean
+from layoutsearch.core.fields import kind_of
 from layoutsearch.core.specs import (
     Accelerator,
     MlaSpec,
@@ -679,7 +680,7 @@ def _hf_unnest(cfg: dict, where: str) -> tuple[dict, str | None, tuple[str, ...]
     if not isinstance(inner, dict):
         raise CatalogueError(
             f"{where}: field '{key}': expected the decoder's config (an object) in a "
-            f"'{outer_type}' config, got {_json_kind(inner)}"
+            f"'{outer_type}' config, got {kind_of(inner)}"
         )
     if inner.get("model_type", inner_type) not in (inner_type, outer_type):
         raise CatalogueError(
@@ -988,7 +989,7 @@ def read_hf_config(path: Path) -> HfImport:
     cfg = io.read_json(path, error=CatalogueError)
     if not isinstance(cfg, dict):
         raise CatalogueError(
-            f"{where}: expected a Hugging Face config (a JSON object), got {_json_kind(cfg)}"
+            f"{where}: expected a Hugging Face config (a JSON object), got {kind_of(cfg)}"
         )
     cfg, nested, outer_unused, notes = _hf_unnest(cfg, where)
     family, typed = _hf_model_type(cfg, where)
@@ -1133,17 +1134,6 @@ def model_from_hf_config(path: Path) -> ModelSpec:
     for line in hf_warnings(result, str(path)):
         warnings.warn(line, HfConfigWarning, stacklevel=2)
     return result.model
-
-
-def _json_kind(value: Any) -> str:
-    return {
-        type(None): "null",
-        bool: "a boolean",
-        int: "a number",
-        float: "a number",
-        str: "a string",
-        list: "a list",
-    }.get(type(value), type(value).__name__)
 
 
 def catalogue_file(kind: str, name: str, noun: str, alternatives: str = "") -> Path:
