@@ -310,9 +310,8 @@ def check_workload(workload: Workload, where: str = "") -> None:
         )
 
 
-# The ModelSpec fields of version 0.1 (documents written then list exactly these).
-BASE_SPEC_FIELDS = (
-    "name",
+# The ModelSpec fields that give a decoder's dimensions (how validation groups measured runs).
+MODEL_SHAPE_FIELDS = (
     "num_layers",
     "d_model",
     "d_ff",
@@ -321,6 +320,11 @@ BASE_SPEC_FIELDS = (
     "num_kv_heads",
     "head_dim",
     "vocab_size",
+)
+# The ModelSpec fields of version 0.1 (documents written then list exactly these).
+BASE_SPEC_FIELDS = (
+    "name",
+    *MODEL_SHAPE_FIELDS,
     "tied_embeddings",
     "norm",
     "linear_bias",
