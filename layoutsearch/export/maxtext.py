@@ -54,7 +54,7 @@ import math
 import yaml
 
 from layoutsearch.core.rules import deepseek_block, gpt3_block, qwen3_moe_block
-from layoutsearch.core.specs import Recompute
+from layoutsearch.core.specs import ModelSpec, Recompute
 from layoutsearch.costs import memory
 from layoutsearch.export.context import (
     ExportContext,
@@ -324,11 +324,9 @@ def moe_keys(ctx: ExportContext) -> dict:
     return keys
 
 
-def model_keys(ctx: ExportContext) -> dict:
-    m = ctx.model
-    keys = {
-        "model_name": maxtext_model_name(ctx),
-        "decoder_block": decoder_block(m),
+def _dimension_keys(m: ModelSpec) -> dict:
+    """The model's dimensions as MaxText's keys (written, and checked in a file read back)."""
+    return {
         "base_emb_dim": m.d_model,
         "base_num_query_heads": m.num_heads,
         "base_num_kv_heads": m.num_kv_heads,
@@ -336,6 +334,15 @@ def model_keys(ctx: ExportContext) -> dict:
         "base_num_decoder_layers": m.num_layers,
         "head_dim": m.head_dim,
         "vocab_size": m.vocab_size,
+    }
+
+
+def model_keys(ctx: ExportContext) -> dict:
+    m = ctx.model
+    keys = {
+        "model_name": maxtext_model_name(ctx),
+        "decoder_block": decoder_block(m),
+        **_dimension_keys(m),
         "mlp_activations": ["silu", "linear"] if m.mlp == "gated" else ["gelu"],
         "logits_via_embedding": m.tied_embeddings,
         "normalization_layer_epsilon": float(m.norm_eps),
@@ -594,15 +601,7 @@ def _batch_problems(cfg: dict, deg: dict[str, int], ctx: ExportContext) -> list[
 
 def _model_problems(cfg: dict, deg: dict[str, int], ctx: ExportContext) -> list[str]:
     m, out = ctx.model, []
-    want = {
-        "base_emb_dim": m.d_model,
-        "base_num_query_heads": m.num_heads,
-        "base_num_kv_heads": m.num_kv_heads,
-        "base_mlp_dim": m.d_ff,
-        "base_num_decoder_layers": m.num_layers,
-        "head_dim": m.head_dim,
-        "vocab_size": m.vocab_size,
-    }
+    want = _dimension_keys(m)
     out += [f"{k} = {cfg.get(k)}, model has {v}" for k, v in want.items() if cfg.get(k) != v]
     tensor = deg["tensor"]
     if int(cfg.get("base_num_kv_heads", 0)) % tensor:
