@@ -201,6 +201,17 @@ def set_me(what: str) -> str:
     return f"<set me: {what}>"
 
 
+def mismatches(pairs: dict[str, tuple[object, object]], has: str = "layout has") -> list[str]:
+    """A file read back against what was meant: ``name -> (in the file, expected)``, one line
+    ``<name> is <in the file>, <has> <expected>`` for each pair that differs."""
+    return [f"{k} is {got}, {has} {want}" for k, (got, want) in pairs.items() if got != want]
+
+
+def degree_pairs(ctx: ExportContext, **written: int) -> dict[str, tuple[int, int]]:
+    """``mismatches`` pairs of the degrees a file writes (``tp=4``) and the layout's."""
+    return {name: (value, getattr(ctx.layout, name)) for name, value in written.items()}
+
+
 def placement_text(ctx: ExportContext) -> str:
     """`tp on z(8); fsdp on z(4) y(16) x(16)`: the physical axes each degree spans."""
     parts = []

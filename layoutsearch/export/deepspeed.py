@@ -36,7 +36,14 @@ from __future__ import annotations
 import json
 
 from layoutsearch.core.rules import MODEL_BLOCKS, deepseek_block
-from layoutsearch.export.context import ExportContext, header_lines, placeholder_note, set_me
+from layoutsearch.export.context import (
+    ExportContext,
+    degree_pairs,
+    header_lines,
+    mismatches,
+    placeholder_note,
+    set_me,
+)
 
 SIDE_KEY = "_layoutsearch"
 
@@ -257,25 +264,16 @@ def check(text: str, ctx: ExportContext) -> list[str]:
         )
     out += _expert_problems(cfg, world, tp, pp, ctx)
     lay = ctx.layout
-    got = {
-        "tp": tp,
-        "pp": pp,
-        "DP world": dp_world,
-        "train batch": train,
-        "micro batch": micro,
-        "accumulation": acc,
-        "zero stage": stage,
-    }
-    want = {
-        "tp": lay.tp,
-        "pp": lay.pp,
-        "DP world": lay.data_units,
-        "train batch": ctx.global_batch_seqs,
-        "micro batch": ctx.microbatch_seqs,
-        "accumulation": lay.num_microbatches,
-        "zero stage": ctx.effective_zero_stage,
-    }
-    return out + [f"{k} is {got[k]}, layout has {want[k]}" for k in want if got[k] != want[k]]
+    return out + mismatches(
+        {
+            **degree_pairs(ctx, tp=tp, pp=pp),
+            "DP world": (dp_world, lay.data_units),
+            "train batch": (train, ctx.global_batch_seqs),
+            "micro batch": (micro, ctx.microbatch_seqs),
+            "accumulation": (acc, lay.num_microbatches),
+            "zero stage": (stage, ctx.effective_zero_stage),
+        }
+    )
 
 
 def _expert_problems(cfg: dict, world: int, tp: int, pp: int, ctx: ExportContext) -> list[str]:

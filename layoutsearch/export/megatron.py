@@ -89,7 +89,9 @@ from layoutsearch.costs.params import output_layer_equivalents
 from layoutsearch.export.context import (
     ExportContext,
     comment_block,
+    degree_pairs,
     header_lines,
+    mismatches,
     placeholder_note,
     set_me,
 )
@@ -631,23 +633,14 @@ def check(text: str, ctx: ExportContext) -> list[str]:
     out += _batch_problems(f, dp, pp, ctx) + _option_problems(f, tp, pp, cp, dp, layers, ctx)
     out += _moe_problems(f, world, tp, pp, layers, ctx) + _mla_problems(f, ctx)
     lay = ctx.layout
-    got = {
-        "tp": tp,
-        "pp": pp,
-        "cp": cp,
-        "dp x fsdp": dp,
-        "global batch": _int(f, "--global-batch-size"),
-        "micro batch": _int(f, "--micro-batch-size"),
-    }
-    want = {
-        "tp": lay.tp,
-        "pp": lay.pp,
-        "cp": lay.cp,
-        "dp x fsdp": lay.data_units,
-        "global batch": ctx.global_batch_seqs,
-        "micro batch": ctx.microbatch_seqs,
-    }
-    out += [f"{k} is {got[k]}, layout has {want[k]}" for k in want if got[k] != want[k]]
+    out += mismatches(
+        {
+            **degree_pairs(ctx, tp=tp, pp=pp, cp=cp),
+            "dp x fsdp": (dp, lay.data_units),
+            "global batch": (_int(f, "--global-batch-size"), ctx.global_batch_seqs),
+            "micro batch": (_int(f, "--micro-batch-size"), ctx.microbatch_seqs),
+        }
+    )
     return out
 
 
@@ -890,29 +883,25 @@ def _moe_problems(
         out.append(f"biases in MoE layers need --expert-tensor-parallel-size 1, got {etp}")
     shared = moe.num_shared_experts * moe.shared_d_ff or None
     capacity = _float(f, "--moe-expert-capacity-factor", -1.0)
-    got = {
-        "num_experts": experts,
-        "topk": topk,
-        "expert ffn": _int(f, "--moe-ffn-hidden-size"),
-        "shared ffn": _int(f, "--moe-shared-expert-intermediate-size"),
-        "ep": ep,
-        "etp": etp,
-        "capacity factor": None if capacity is None or capacity < 0 else capacity,
-        "shared gate": "--moe-shared-expert-gate" in f,
-    }
-    want = {
-        "num_experts": moe.num_experts,
-        "topk": moe.top_k,
-        "expert ffn": moe.expert_d_ff,
-        "shared ffn": shared,
-        "ep": lay.ep,
-        "etp": lay.etp,
-        "capacity factor": moe.capacity_factor,
-        "shared gate": bool(moe.shared_expert_gate and moe.num_shared_experts),
-    }
-    return out + [
-        f"{k} is {got[k]}, the model and layout have {want[k]}" for k in want if got[k] != want[k]
-    ]
+    return out + mismatches(
+        {
+            "num_experts": (experts, moe.num_experts),
+            "topk": (topk, moe.top_k),
+            "expert ffn": (_int(f, "--moe-ffn-hidden-size"), moe.expert_d_ff),
+            "shared ffn": (_int(f, "--moe-shared-expert-intermediate-size"), shared),
+            "ep": (ep, lay.ep),
+            "etp": (etp, lay.etp),
+            "capacity factor": (
+                None if capacity is None or capacity < 0 else capacity,
+                moe.capacity_factor,
+            ),
+            "shared gate": (
+                "--moe-shared-expert-gate" in f,
+                bool(moe.shared_expert_gate and moe.num_shared_experts),
+            ),
+        },
+        has="the model and layout have",
+    )
 
 
 def dispatcher_args(ctx: ExportContext) -> list[tuple[str, object]]:
@@ -936,23 +925,17 @@ def _mla_problems(f: dict, ctx: ExportContext) -> list[str]:
         ]
     if m.mla is not None:
         a = m.mla
-        got = {
-            "q_lora_rank": _int(f, "--q-lora-rank"),
-            "kv_lora_rank": _int(f, "--kv-lora-rank", 32),
-            "qk_head_dim": _int(f, "--qk-head-dim", 128),
-            "qk_pos_emb_head_dim": _int(f, "--qk-pos-emb-head-dim", 64),
-            "v_head_dim": _int(f, "--v-head-dim", 128),
-            "latent norms": "--qk-layernorm" in f,
-        }
-        want = {
-            "q_lora_rank": a.q_lora_rank,
-            "kv_lora_rank": a.kv_lora_rank,
-            "qk_head_dim": a.qk_nope_head_dim,
-            "qk_pos_emb_head_dim": a.qk_rope_head_dim,
-            "v_head_dim": a.v_head_dim,
-            "latent norms": True,
-        }
-        out += [f"{k} is {got[k]}, the model has {want[k]}" for k in want if got[k] != want[k]]
+        out += mismatches(
+            {
+                "q_lora_rank": (_int(f, "--q-lora-rank"), a.q_lora_rank),
+                "kv_lora_rank": (_int(f, "--kv-lora-rank", 32), a.kv_lora_rank),
+                "qk_head_dim": (_int(f, "--qk-head-dim", 128), a.qk_nope_head_dim),
+                "qk_pos_emb_head_dim": (_int(f, "--qk-pos-emb-head-dim", 64), a.qk_rope_head_dim),
+                "v_head_dim": (_int(f, "--v-head-dim", 128), a.v_head_dim),
+                "latent norms": ("--qk-layernorm" in f, True),
+            },
+            has="the model has",
+        )
         if "--group-query-attention" in f:
             out.append(
                 "--group-query-attention is mutually exclusive with --multi-latent-attention"

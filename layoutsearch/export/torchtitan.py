@@ -50,7 +50,9 @@ from layoutsearch.core.rules import deepseek_block, qwen3_moe_block
 from layoutsearch.export.context import (
     ExportContext,
     comment_block,
+    degree_pairs,
     header_lines,
+    mismatches,
     placeholder_note,
     set_me,
 )
@@ -492,27 +494,16 @@ def check_config(cfg: dict, ctx: ExportContext) -> list[str]:
         microbatches = _pipeline_problems(par, local, pp, m.num_layers, out)
     lay = ctx.layout
     sharded = ctx.effective_zero_stage >= 2
-    got = {
-        "dp_replicate": rep,
-        "dp_shard": shard,
-        "tp": tp,
-        "pp": pp,
-        "cp": cp,
-        "global batch": gbs,
-        "seq_len": seq,
-        "microbatches": microbatches,
-    }
-    want = {
-        "dp_replicate": lay.dp if sharded else lay.data_units,
-        "dp_shard": lay.fsdp if sharded else 1,
-        "tp": lay.tp,
-        "pp": lay.pp,
-        "cp": lay.cp,
-        "global batch": ctx.global_batch_seqs,
-        "seq_len": ctx.seq_len,
-        "microbatches": lay.num_microbatches,
-    }
-    out += [f"{k} is {got[k]}, layout has {want[k]}" for k in want if got[k] != want[k]]
+    out += mismatches(
+        {
+            "dp_replicate": (rep, lay.dp if sharded else lay.data_units),
+            "dp_shard": (shard, lay.fsdp if sharded else 1),
+            **degree_pairs(ctx, tp=tp, pp=pp, cp=cp),
+            "global batch": (gbs, ctx.global_batch_seqs),
+            "seq_len": (seq, ctx.seq_len),
+            "microbatches": (microbatches, lay.num_microbatches),
+        }
+    )
     mode = cfg.get("activation_checkpoint", {}).get("mode", "selective")
     if mode not in ("none", "selective", "full", "memory_budget"):
         out.append(f"activation_checkpoint.mode '{mode}' is not a torchtitan mode")
