@@ -580,6 +580,21 @@ def attention_efficiency(workload: Workload, acc: Accelerator) -> float:
     )
 
 
+def _pass_terms(acc: Accelerator, layers, fwd, bwd, hidden_fwd, hidden_bwd) -> dict:
+    """A per-layer collective's exposed seconds (``fwd``, ``bwd``) and hidden ones over a stage's
+    ``layers``, with the interference the hidden part costs: 'base', 'rerun' (the forward run
+    again), 'lost', 'rerun_lost' (the interference in those) and the hidden seconds per layer."""
+    lost_fwd, lost_bwd = interference(acc, hidden_fwd), interference(acc, hidden_bwd)
+    return {
+        "base": layers * (fwd + bwd + lost_fwd + lost_bwd),
+        "rerun": layers * (fwd + lost_fwd),
+        "lost": layers * (lost_fwd + lost_bwd),
+        "rerun_lost": layers * lost_fwd,
+        "hidden_fwd_layer": hidden_fwd,
+        "hidden_bwd_layer": hidden_bwd,
+    }
+
+
 def tp_per_microbatch(
     model: ModelSpec,
     workload: Workload,
@@ -616,17 +631,8 @@ def tp_per_microbatch(
     backward = np.where(
         overlapped, exposed(flops.BACKWARD_OVER_FORWARD * matmul_fwd_layer), 2 * unit
     )
-    hidden_fwd, hidden_bwd = 2 * unit - forward, 2 * unit - backward
-    lost_fwd, lost_bwd = interference(acc, hidden_fwd), interference(acc, hidden_bwd)
-    return {
-        "base": layers * (forward + backward + lost_fwd + lost_bwd) + loss,
-        "rerun": layers * (forward + lost_fwd),
-        "lost": layers * (lost_fwd + lost_bwd),
-        "rerun_lost": layers * lost_fwd,
-        "unit": unit,
-        "hidden_fwd_layer": hidden_fwd,
-        "hidden_bwd_layer": hidden_bwd,
-    }
+    out = _pass_terms(acc, layers, forward, backward, 2 * unit - forward, 2 * unit - backward)
+    return {**out, "base": out["base"] + loss, "unit": unit}
 
 
 def reduces_in_backward(workload: Workload, acc: Accelerator, sh: Shapes):
@@ -682,17 +688,8 @@ def cp_per_microbatch(
     fwd = np.maximum(sync, t_kv - attn_fwd_layer)
     bwd = np.maximum(2 * sync, 2 * t_kv - 2 * attn_fwd_layer)
     hidden_fwd, hidden_bwd = np.maximum(0.0, t_kv - fwd), np.maximum(0.0, 2 * t_kv - bwd)
-    lost_fwd, lost_bwd = interference(acc, hidden_fwd), interference(acc, hidden_bwd)
     layers = layers_per_stage(model, sh)
-    return {
-        "base": layers * (fwd + bwd + lost_fwd + lost_bwd),
-        "rerun": layers * (fwd + lost_fwd),
-        "lost": layers * (lost_fwd + lost_bwd),
-        "rerun_lost": layers * lost_fwd,
-        "t_kv": t_kv,
-        "hidden_fwd_layer": hidden_fwd,
-        "hidden_bwd_layer": hidden_bwd,
-    }
+    return {**_pass_terms(acc, layers, fwd, bwd, hidden_fwd, hidden_bwd), "t_kv": t_kv}
 
 
 def shard_link_traffic(tp: dict, cp: dict, co: Coeffs) -> dict:
