@@ -32,13 +32,14 @@ def explain(given: Given) -> None:
         from layoutsearch.report import render
         from layoutsearch.report.planning import SENSITIVITY_FACTOR
 
-        render.explain_report(
+        render.solve_report(
             run.problem.model_id,
             run.problem.cluster_name,
             run.result,
-            doc.get("explanation") or run.explanation,
+            None,
             given.plan.price_per_device_hour,
         )
+        render.explain_report(run.result, doc.get("explanation") or run.explanation)
         if doc.get("sensitivity"):
             render.sensitivity_report(doc["sensitivity"], run.result.layouts[0], SENSITIVITY_FACTOR)
     exit_if_infeasible(run)

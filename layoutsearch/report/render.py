@@ -422,16 +422,10 @@ def status_line(result) -> str:
     )
 
 
-def explain_report(
-    model_name: str,
-    cluster_name: str,
-    result,
-    explanation: dict | None,
-    price_per_device_hour: float | None = None,
-) -> None:
-    """Why the winner wins (term by term), or the infeasibility funnel."""
+def explain_report(result, explanation: dict | None) -> None:
+    """Why the winner wins (term by term), or the infeasibility funnel (after ``solve_report``
+    of the same result without its explanation)."""
     out = console()
-    solve_report(model_name, cluster_name, result, None, price_per_device_hour)
     if result.layouts and explanation:
         for i, rows in enumerate(explanation["versus"], start=2):
             table = Table(
