@@ -117,6 +117,29 @@ def _edge_stats(g: nx.Graph, edges: list[tuple], label: str) -> tuple[float, flo
     return data["bytes_per_s_per_direction"], data["latency_s"]
 
 
+def _measured_axis(
+    g: nx.Graph,
+    by_axis: dict[str, list[tuple]],
+    name: str,
+    *,
+    size: int,
+    kind: str,
+    efficiency: float,
+    wraparound: bool = False,
+) -> Axis:
+    """Axis ``name`` of ``size`` members, its bandwidth and latency read from its links in ``g``."""
+    bw, lat = _edge_stats(g, by_axis.get(name, []), name)
+    return Axis(
+        name=name,
+        size=size,
+        kind=kind,
+        bytes_per_s_per_direction=bw,
+        wraparound=wraparound,
+        latency_s=lat,
+        efficiency=efficiency,
+    )
+
+
 def _rings(edges: list[tuple]) -> list[tuple[int, int]]:
     """(nodes, edges) of each connected component of an axis's links."""
     sub = nx.Graph(edges)
@@ -156,29 +179,21 @@ def axes_from_device_graph(g: nx.Graph, acc: Accelerator) -> tuple[tuple[Axis, .
                 raise CatalogueError(
                     f"cluster graph: axis '{name}' mixes rings with and without wraparound"
                 )
-            bw, lat = _edge_stats(g, by_axis[name], name)
             axes.append(
-                Axis(
-                    name=name,
+                _measured_axis(
+                    g,
+                    by_axis,
+                    name,
                     size=size,
                     kind="torus",
-                    bytes_per_s_per_direction=bw,
-                    wraparound=wrap.pop() and size > 2,
-                    latency_s=lat,
                     efficiency=acc.collective_efficiency,
+                    wraparound=wrap.pop() and size > 2,
                 )
             )
         if slices > 1:
-            bw, lat = _edge_stats(g, by_axis.get("dcn", []), "dcn")
             axes.append(
-                Axis(
-                    name="dcn",
-                    size=slices,
-                    kind="dcn",
-                    bytes_per_s_per_direction=bw,
-                    wraparound=False,
-                    latency_s=lat,
-                    efficiency=acc.scale_out_efficiency,
+                _measured_axis(
+                    g, by_axis, "dcn", size=slices, kind="dcn", efficiency=acc.scale_out_efficiency
                 )
             )
         axes = [a for a in axes if a.size > 1] or [SINGLE_CHIP_AXIS]
@@ -190,28 +205,24 @@ def axes_from_device_graph(g: nx.Graph, acc: Accelerator) -> tuple[tuple[Axis, .
                 f"cluster graph: NVLink domains of different sizes {sorted(set(domains))}"
             )
         slices = len(domains)
-        bw, lat = _edge_stats(g, by_axis.get("node", []), "node")
         axes.append(
-            Axis(
-                name="node",
+            _measured_axis(
+                g,
+                by_axis,
+                "node",
                 size=domains[0],
                 kind="switch",
-                bytes_per_s_per_direction=bw,
-                wraparound=False,
-                latency_s=lat,
                 efficiency=acc.collective_efficiency,
             )
         )
         if slices > 1:
-            bw, lat = _edge_stats(g, by_axis.get("scale_out", []), "scale_out")
             axes.append(
-                Axis(
-                    name="scale_out",
+                _measured_axis(
+                    g,
+                    by_axis,
+                    "scale_out",
                     size=slices,
                     kind="scale_out",
-                    bytes_per_s_per_direction=bw,
-                    wraparound=False,
-                    latency_s=lat,
                     efficiency=acc.scale_out_efficiency,
                 )
             )
