@@ -1230,29 +1230,21 @@ def accelerator_from_dict(data: Any, where: str) -> Accelerator:
         name=f.name,
         kind=f.kind,
         peak_flops_per_s=f.peak_bf16_tflops * TERA,
-        peak_fp8_flops_per_s=None if f.peak_fp8_tflops is None else f.peak_fp8_tflops * TERA,
+        peak_fp8_flops_per_s=_times(f.peak_fp8_tflops, TERA),
         hbm_bytes=hbm_bytes,
         hbm_bytes_per_s=f.hbm_gbytes_per_s * GB,
         link_bytes_per_s_per_direction=f.link_gbytes_per_s_per_direction * GB,
         link_latency_s=f.link_latency_us * MICRO,
         scale_out_bytes_per_s_per_direction=f.scale_out_gbytes_per_s_per_direction * GB,
         scale_out_latency_s=f.scale_out_latency_us * MICRO,
-        host_bytes_per_s_per_direction=(
-            None
-            if f.host_gbytes_per_s_per_direction is None
-            else f.host_gbytes_per_s_per_direction * GB
-        ),
+        host_bytes_per_s_per_direction=_times(f.host_gbytes_per_s_per_direction, GB),
         runtime_reserve_bytes=f.runtime_reserve_gib * GIB,
         **cal.model_dump(exclude=unitless),  # fractions and token counts, already SI
         collective_half_efficiency_bytes=cal.collective_half_efficiency_kib * KIB,
         microbatch_overhead_s=cal.microbatch_overhead_us * MICRO,
         moe_layer_overhead_s=cal.moe_layer_overhead_us * MICRO,
         moe_expert_overhead_s=cal.moe_expert_overhead_us * MICRO,
-        blocking_launch_s_per_layer_pass=(
-            None
-            if cal.blocking_launch_us_per_layer_pass is None
-            else cal.blocking_launch_us_per_layer_pass * MICRO
-        ),
+        blocking_launch_s_per_layer_pass=_times(cal.blocking_launch_us_per_layer_pass, MICRO),
         overlap_interference=round(
             cal.overlap_interference, 2
         ),  # the step tables count it in percent
@@ -1261,6 +1253,11 @@ def accelerator_from_dict(data: Any, where: str) -> Accelerator:
         max_slice_shape=tuple(topo.max_slice_shape),
         sources=dict(f.sources),
     )
+
+
+def _times(value: float | None, unit: float) -> float | None:
+    """An optional value in ``unit`` converted to SI (``value * unit``); None stays None."""
+    return None if value is None else value * unit
 
 
 @cache
