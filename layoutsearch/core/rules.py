@@ -106,6 +106,19 @@ def _kv_ok(p: Problem, c: Cand):
     return (kv % c["tp"] == 0) | (c["tp"] % kv == 0)
 
 
+def _tp_divides(code: str, dimension: str) -> Rule:
+    """tp divides the model's ``dimension`` (a ModelSpec field): each tp rank holds a whole share."""
+    return _rule(
+        code=code,
+        needs=("tp",),
+        holds=lambda p, c: getattr(p.model, dimension) % c["tp"] == 0,
+        title=lambda p: f"tp divides {dimension}({getattr(p.model, dimension)})",
+        why=lambda p, c: (
+            f"tp({c['tp']}) does not divide {dimension}({getattr(p.model, dimension)})"
+        ),
+    )
+
+
 STRUCTURE: tuple[Rule, ...] = (
     _rule(
         code="degree",
@@ -124,20 +137,8 @@ STRUCTURE: tuple[Rule, ...] = (
             f"{p.cluster_name} has {p.num_devices} devices"
         ),
     ),
-    _rule(
-        code="tp-heads",
-        needs=("tp",),
-        holds=lambda p, c: p.model.num_heads % c["tp"] == 0,
-        title=lambda p: f"tp divides num_heads({p.model.num_heads})",
-        why=lambda p, c: f"tp({c['tp']}) does not divide num_heads({p.model.num_heads})",
-    ),
-    _rule(
-        code="tp-ffn",
-        needs=("tp",),
-        holds=lambda p, c: p.model.d_ff % c["tp"] == 0,
-        title=lambda p: f"tp divides d_ff({p.model.d_ff})",
-        why=lambda p, c: f"tp({c['tp']}) does not divide d_ff({p.model.d_ff})",
-    ),
+    _tp_divides("tp-heads", "num_heads"),
+    _tp_divides("tp-ffn", "d_ff"),
     _rule(
         code="tp-kv-heads",
         needs=("tp",),
