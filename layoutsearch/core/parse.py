@@ -42,16 +42,20 @@ def _degree_name(name: str, field: str) -> str:
     return name
 
 
+def _degree_item(item: str, field: str, form: str) -> tuple[str, str]:
+    """'tp=8' -> ('tp', '8'): a known degree name and the text after '=' (an item without '=' is
+    refused as not ``form``)."""
+    if "=" not in item:
+        raise InvalidArgumentError(f"{field}: '{_shown(item)}' is not {form}")
+    name, value = (s.strip() for s in item.split("=", 1))
+    return _degree_name(name, field), value
+
+
 def parse_degrees(text: str, field: str = "--layout") -> dict[str, int]:
     """'fsdp=1024,tp=8' -> {'fsdp': 1024, 'tp': 8}; unknown names get a did-you-mean, repeats are refused."""
     out: dict[str, int] = {}
     for item in filter(None, (s.strip() for s in text.split(","))):
-        if "=" not in item:
-            raise InvalidArgumentError(
-                f"{field}: '{_shown(item)}' is not NAME=VALUE (e.g. fsdp=1024,tp=8)"
-            )
-        name, value = (s.strip() for s in item.split("=", 1))
-        _degree_name(name, field)
+        name, value = _degree_item(item, field, "NAME=VALUE (e.g. fsdp=1024,tp=8)")
         number = parse_int(value, f"{field} {name}")
         if name in out:
             raise InvalidArgumentError(f"{field}: {name} given twice ({out[name]}, {number})")
@@ -66,8 +70,7 @@ def parse_choices(text: str, field: str = "--choices") -> dict[str, tuple[int, .
     current = None
     for item in filter(None, (s.strip() for s in text.replace(";", ",").split(","))):
         if "=" in item:
-            name, value = (s.strip() for s in item.split("=", 1))
-            _degree_name(name, field)
+            name, value = _degree_item(item, field, "NAME=VALUE,...")
             if name in out:
                 raise InvalidArgumentError(f"{field}: {name} given twice")
             current = name
@@ -110,12 +113,7 @@ def parse_axes(
     """'tp=z:8;fsdp=z:4,y:16,x:16' -> (('tp', (('z', 8),)), ('fsdp', (('z', 4), ('y', 16), ('x', 16))))."""
     out: dict[str, tuple[tuple[str, int], ...]] = {}
     for group in filter(None, (s.strip() for s in text.split(";"))):
-        if "=" not in group:
-            raise InvalidArgumentError(
-                f"{field}: '{_shown(group)}' is not DEGREE=AXIS:FACTOR,... (e.g. tp=z:8;fsdp=x:16)"
-            )
-        name, spec = (s.strip() for s in group.split("=", 1))
-        _degree_name(name, field)
+        name, spec = _degree_item(group, field, "DEGREE=AXIS:FACTOR,... (e.g. tp=z:8;fsdp=x:16)")
         if name in out:
             raise InvalidArgumentError(f"{field}: {name} given twice")
         parts: list[tuple[str, int]] = []
