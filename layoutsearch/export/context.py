@@ -75,6 +75,10 @@ class ExportContext(HasProblem):
                 inner *= factor
         return inner, outer
 
+    def degree_pairs(self, **written: int) -> dict[str, tuple[int, int]]:
+        """``mismatches`` pairs of the degrees a file writes (``tp=4``) and the layout's."""
+        return {name: (value, getattr(self.layout, name)) for name, value in written.items()}
+
     def fail(self, message: str) -> InvalidLayoutError:
         """A one-line InvalidLayoutError naming the target and the layout rank."""
         return InvalidLayoutError(
@@ -205,11 +209,6 @@ def mismatches(pairs: dict[str, tuple[object, object]], has: str = "layout has")
     """A file read back against what was meant: ``name -> (in the file, expected)``, one line
     ``<name> is <in the file>, <has> <expected>`` for each pair that differs."""
     return [f"{k} is {got}, {has} {want}" for k, (got, want) in pairs.items() if got != want]
-
-
-def degree_pairs(ctx: ExportContext, **written: int) -> dict[str, tuple[int, int]]:
-    """``mismatches`` pairs of the degrees a file writes (``tp=4``) and the layout's."""
-    return {name: (value, getattr(ctx.layout, name)) for name, value in written.items()}
 
 
 def placement_text(ctx: ExportContext) -> str:

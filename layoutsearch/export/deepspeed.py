@@ -38,7 +38,6 @@ import json
 from layoutsearch.core.rules import MODEL_BLOCKS, deepseek_block
 from layoutsearch.export.context import (
     ExportContext,
-    degree_pairs,
     header_lines,
     mismatches,
     placeholder_note,
@@ -266,7 +265,7 @@ def check(text: str, ctx: ExportContext) -> list[str]:
     lay = ctx.layout
     return out + mismatches(
         {
-            **degree_pairs(ctx, tp=tp, pp=pp),
+            **ctx.degree_pairs(tp=tp, pp=pp),
             "DP world": (dp_world, lay.data_units),
             "train batch": (train, ctx.global_batch_seqs),
             "micro batch": (micro, ctx.microbatch_seqs),

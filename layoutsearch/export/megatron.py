@@ -89,7 +89,6 @@ from layoutsearch.costs.params import output_layer_equivalents
 from layoutsearch.export.context import (
     ExportContext,
     comment_block,
-    degree_pairs,
     header_lines,
     mismatches,
     placeholder_note,
@@ -635,7 +634,7 @@ def check(text: str, ctx: ExportContext) -> list[str]:
     lay = ctx.layout
     out += mismatches(
         {
-            **degree_pairs(ctx, tp=tp, pp=pp, cp=cp),
+            **ctx.degree_pairs(tp=tp, pp=pp, cp=cp),
             "dp x fsdp": (dp, lay.data_units),
             "global batch": (_int(f, "--global-batch-size"), ctx.global_batch_seqs),
             "micro batch": (_int(f, "--micro-batch-size"), ctx.microbatch_seqs),

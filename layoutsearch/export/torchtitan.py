@@ -50,7 +50,6 @@ from layoutsearch.core.rules import deepseek_block, qwen3_moe_block
 from layoutsearch.export.context import (
     ExportContext,
     comment_block,
-    degree_pairs,
     header_lines,
     mismatches,
     placeholder_note,
@@ -498,7 +497,7 @@ def check_config(cfg: dict, ctx: ExportContext) -> list[str]:
         {
             "dp_replicate": (rep, lay.dp if sharded else lay.data_units),
             "dp_shard": (shard, lay.fsdp if sharded else 1),
-            **degree_pairs(ctx, tp=tp, pp=pp, cp=cp),
+            **ctx.degree_pairs(tp=tp, pp=pp, cp=cp),
             "global batch": (gbs, ctx.global_batch_seqs),
             "seq_len": (seq, ctx.seq_len),
             "microbatches": (microbatches, lay.num_microbatches),
