@@ -859,7 +859,7 @@ def main(argv: list[str] | None = None) -> int:
         return main_moe(args)
     args.runs = (args.runs or data_file(DEFAULT_RUNS)).resolve()
     records = load_runs(args.runs)
-    doc = validate_runs(records, args.max_median_error)
+    doc = validate_runs(records, args.max_median_error, loso=True)  # the LOSO section and bands
     args.out.mkdir(parents=True, exist_ok=True)
     uncertainty = None
     if args.uncertainty:
