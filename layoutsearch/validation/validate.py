@@ -3,7 +3,7 @@
 Input: the record format of docs/RUN_RECORDS.md, validated with pydantic at the boundary
 (``load_runs``). Output: the document of OUTPUT.md "layoutsearch validate" (``validate_runs``).
 How a record becomes an engine problem (``record_to_problem``, every rule applied to every
-record) is the docstring of ``layoutsearch.validation.mapping``; its names are re-exported here.
+record) is docs/run_record_mapping.md (``layoutsearch.validation.mapping``; its names are re-exported here).
 
 A record the engine cannot use (a null it needs, an unknown accelerator, precision, mlp or
 recompute, a layout it rejects, an unforeseen engine error) is a per-record skip with its reason,
