@@ -49,9 +49,6 @@ from layoutsearch.validation.stats import error_stats
 
 DEFAULT_PARAMS = ("matmul_efficiency", "attention_efficiency")
 DEFAULT_SHARED = ("overlap_interference",)  # fitted with them over the GPU families (SHARED_KIND)
-# A leave-one-source-out fold's fit starts at the fit on every source and stops when an iteration
-# gains less than this share of the cost (the catalogue's fit: 1e-10): rel errors within ~1e-6
-FOLD_TOLERANCE = 1e-6
 MAX_FIT_PARAMS = 4  # a few fractions per family, never one per record
 LOSSES = (
     "squares",
@@ -178,7 +175,8 @@ def log_residuals(problems: list[tuple[str, tuple, float]], fields: dict[str, fl
 def tokens_per_s(problem: Problem, layout: Layout) -> float:
     """``estimate(problem, layout).tokens_per_s``, remembered: a fit asks again for the same values
     (a forward difference in one family's fields leaves the other families' records as they were;
-    the leave-one-source-out folds start where the full fit did and scan the same routing spreads).
+    every leave-one-source-out fold starts from the same catalogue values and scans the same
+    routing spreads), and ``estimate`` is a pure function of its arguments.
     """
     return estimate(problem, layout, strict=False).tokens_per_s
 
@@ -230,7 +228,6 @@ def levenberg_marquardt(
     u0: np.ndarray,
     max_iter: int = 40,
     step: float = 1e-3,
-    tolerance: float = 1e-10,
 ) -> tuple[np.ndarray, int, np.ndarray]:
     """Minimise ||r(u)||^2 (dimensionless residuals). Returns (u, iterations, mask of constrained coordinates).
 
@@ -257,31 +254,24 @@ def levenberg_marquardt(
                 u, r, lam = u + delta, r_new, max(lam / 3, 1e-9)
                 break
             lam *= 4
-        if lam >= 1e8 or cost - float(r @ r) < tolerance * max(cost, 1e-30):
+        if lam >= 1e8 or cost - float(r @ r) < 1e-10 * max(cost, 1e-30):
             break
     return u, it, active if active is not None else np.zeros(len(u), bool)
 
 
 # ----------------------------------------------------------------------------- fit
 def fit_fields(
-    problems: list[tuple[str, tuple, float]],
-    params: tuple[str, ...],
-    loss: str = "squares",
-    start_at: dict[str, float] | None = None,
-    tolerance: float = 1e-10,
+    problems: list[tuple[str, tuple, float]], params: tuple[str, ...], loss: str = "squares"
 ) -> tuple[dict, dict, list, int]:
     """Values of ``params`` shared by all ``problems`` minimising the ``loss`` of their log errors (``fit_residuals``):
     (fitted, start, unconstrained, iterations).
 
-    The start is the mean of the problems' accelerators' values (members of a family may differ); the
-    search begins there, or at ``start_at``'s values (a nearby fit's) where it has them. A parameter
-    the problems do not constrain keeps the start.
+    The start is the mean of the problems' accelerators' values (members of a family may differ).
     """
     start = {
         p: float(np.mean([getattr(pr.cluster.accelerator, p) for _, (pr, _), _ in problems]))
         for p in params
     }
-    begin = {**start, **{p: v for p, v in (start_at or {}).items() if p in start}}
 
     def residual_fn(u: np.ndarray) -> np.ndarray:
         return fit_residuals(
@@ -289,28 +279,21 @@ def fit_fields(
         )
 
     u, iterations, active = levenberg_marquardt(
-        residual_fn, np.array([_to_coord(p, begin[p]) for p in params]), tolerance=tolerance
+        residual_fn, np.array([_to_coord(p, start[p]) for p in params])
     )
     fitted = {p: (_to_value(p, x) if ok else start[p]) for p, x, ok in zip(params, u, active)}
     return fitted, start, [p for p, ok in zip(params, active) if not ok], iterations
 
 
 def fit_joint(
-    groups: dict[str, list],
-    params: tuple[str, ...],
-    shared: tuple[str, ...],
-    loss: str = "squares",
-    start_at: dict[str, dict[str, float]] | None = None,
-    tolerance: float = 1e-10,
+    groups: dict[str, list], params: tuple[str, ...], shared: tuple[str, ...], loss: str = "squares"
 ) -> dict[str, dict]:
     """``params`` per family and ``shared`` fields common to the families of their kind (``SHARED_KIND``),
     fitted as one problem over every family's residuals (``loss``, ``fit_residuals``): {family: fitted fields}.
 
     A family with fewer than 2 records per parameter fits matmul_efficiency alone (``chosen_params``); one
     of another kind keeps its catalogue values of the shared fields. Shared fractions are rounded to 0.01,
-    the resolution the step tables count them in. The search begins at the mean of the catalogue's values,
-    or at ``start_at``'s ({family: fields}, a nearby fit's) where it has them; a field the records do not
-    constrain keeps that mean.
+    the resolution the step tables count them in.
     """
     kind = {f: probs[0][1][0].cluster.accelerator.kind for f, probs in groups.items() if probs}
     own = {f: chosen_params(params, len(probs)) for f, probs in groups.items() if probs}
@@ -326,18 +309,7 @@ def fit_joint(
             )
         )
 
-    def begin_of(f, p):
-        fams = [f] if f != "*" else [g for g in own if p in joins[g]]
-        given = [(start_at or {}).get(g, {}).get(p) for g in fams]
-        return next((v for v in given if v is not None), None)
-
     start = np.array([_to_coord(p, mean_of(f, p)) for f, p in names])
-    begin = np.array(
-        [
-            x if begin_of(f, p) is None else _to_coord(p, begin_of(f, p))
-            for (f, p), x in zip(names, start)
-        ]
-    )
 
     def fields_of(u: np.ndarray, f: str) -> dict:
         return {
@@ -351,8 +323,7 @@ def fit_joint(
             np.concatenate([log_residuals(groups[f], fields_of(u, f)) for f in own]), loss
         )
 
-    u, _, active = levenberg_marquardt(residual_fn, begin, tolerance=tolerance)
-    u = np.where(active, u, start)
+    u, _, _ = levenberg_marquardt(residual_fn, start)
     return {
         f: {
             p: round(v, 2) if p in joins[f] and _bounds(p) else v
@@ -585,10 +556,6 @@ def leave_one_source_out(
     ``then``: (shared field, which records fit it) fitted in turn after the fold's ``params``, with those held, on the
     other sources' records it picks (as the catalogue's CUDA-graph shares were fitted after the overheads); fewer
     than 2 such records keep the catalogue's value.
-
-    The fit on every source comes first (the in-sample errors); each fold's fit of ``params`` and ``shared``
-    starts from its values and stops at ``FOLD_TOLERANCE``: fewer iterations than from the catalogue's values,
-    the same optimum to within about 1e-6 of a rel error (``tokens_per_s`` remembers the estimates the folds share).
     """
     params = check_params(tuple(params))
     items = []  # (source, family, problem tuple)
@@ -599,20 +566,6 @@ def leave_one_source_out(
             items.append((source_family(r), family_of(acc), prob))
             if fit_on is None or fit_on(r):
                 fitted_ids.add(prob[0])
-    in_sample: list[float] = []
-    groups = {fam: [p for _, f, p in items if f == fam] for fam in sorted({f for _, f, _ in items})}
-    fit_groups = {fam: [p for p in probs if p[0] in fitted_ids] for fam, probs in groups.items()}
-    full = (
-        fit_joint({f: g for f, g in fit_groups.items() if len(g) >= 2}, params, shared, loss)
-        if shared
-        else {
-            fam: fit_fields(train, chosen_params(params, len(train)), loss)[0]
-            for fam, train in fit_groups.items()
-            if len(train) >= 2
-        }
-    )
-    for fam, probs in groups.items():
-        in_sample += list(np.expm1(log_residuals(probs, full.get(fam, {}))))
     rel: dict[str, float] = {}
     by_source: dict[str, dict] = {}
     picked_by = {name: {r["id"] for r in records if picks(r)} for name, picks in then}
@@ -636,12 +589,7 @@ def leave_one_source_out(
                 for f in sorted({f for _, f, _ in items})
             }
             joint = fit_joint(
-                {f: g for f, g in train_groups.items() if len(g) >= 2},
-                params,
-                shared,
-                loss,
-                start_at=full,
-                tolerance=FOLD_TOLERANCE,
+                {f: g for f, g in train_groups.items() if len(g) >= 2}, params, shared, loss
             )
         fold_fields: dict[
             str, dict[str, float]
@@ -654,13 +602,7 @@ def leave_one_source_out(
                 chosen = chosen_params(params, len(train)) + tuple(
                     s for s in shared if s in joint.get(fam, {})
                 )
-                fields = (
-                    joint[fam]
-                    if shared
-                    else fit_fields(
-                        train, chosen, loss, start_at=full.get(fam), tolerance=FOLD_TOLERANCE
-                    )[0]
-                )
+                fields = joint[fam] if shared else fit_fields(train, chosen, loss)[0]
                 others = len(
                     {s for s, f, p in fold if s != source and f == fam and p[0] in fitted_ids}
                 )
@@ -700,6 +642,24 @@ def leave_one_source_out(
                 rel[pid] = float(np.expm1(r_log))
         ids = {p[0] for s, _, p in fold if s == source}
         by_source[source] = {**error_stats([rel[i] for i in ids if i in rel]), "calibration": how}
+    in_sample: list[float] = []
+    groups = {fam: [p for _, f, p in items if f == fam] for fam in sorted({f for _, f, _ in items})}
+    fit_groups = {fam: [p for p in probs if p[0] in fitted_ids] for fam, probs in groups.items()}
+    joint = (
+        fit_joint({f: g for f, g in fit_groups.items() if len(g) >= 2}, params, shared, loss)
+        if shared
+        else {}
+    )
+    for fam, probs in groups.items():
+        train = fit_groups[fam]
+        fields = (
+            joint.get(fam, {})
+            if shared
+            else fit_fields(train, chosen_params(params, len(train)), loss)[0]
+            if len(train) >= 2
+            else {}
+        )
+        in_sample += list(np.expm1(log_residuals(probs, fields)))
     overall = error_stats(list(rel.values()))
     return {
         "params": list(params) + list(shared),
