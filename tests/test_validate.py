@@ -1176,7 +1176,8 @@ def test_a_moe_only_fit_notes_itself_under_calibration_moe_and_leaves_the_dense_
         in after
     )
     assert (
-        "  moe_layer_overhead_us: 2500   # source: fitted: docs/calibration.md#moe-overheads" in after
+        "  moe_layer_overhead_us: 2500   # source: fitted: docs/calibration.md#moe-overheads"
+        in after
     )
 
 
