@@ -24,6 +24,7 @@ Step = (K + (p - 1)/v) x slowest stage's microbatch + per-step terms.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from functools import cache
 from statistics import NormalDist
@@ -165,6 +166,9 @@ def _f(x):
     return np.asarray(x, dtype=np.float64)
 
 
+PER_KEY_DIRECT_CODES = 1 << 22  # key tuples up to this many codes are found by a lookup table
+
+
 def per_key(fn, *keys):
     """``fn(*keys)`` of an elementwise ``fn`` over integer key arrays, computed once per distinct
     tuple of keys and spread back to every row: the same values, at the cost of the distinct keys
@@ -175,11 +179,25 @@ def per_key(fn, *keys):
         return fn(*keys)
     shape = np.broadcast_shapes(*(a.shape for a in arrays))
     columns = [np.broadcast_to(a, shape).ravel().astype(np.int64) for a in arrays]
+    bases = [int(column.max()) + 1 for column in columns]
     code = np.zeros(columns[0].shape, dtype=np.int64)  # one integer per tuple (keys are small)
-    for column in columns:
-        code = code * (int(column.max()) + 1) + column
-    _, first, inverse = np.unique(code, return_index=True, return_inverse=True)
-    inverse = inverse.reshape(shape)
+    for column, base in zip(columns, bases):
+        code = code * base + column
+    if math.prod(bases) <= PER_KEY_DIRECT_CODES:  # a lookup table over the codes: no sort
+        present = np.zeros(math.prod(bases), dtype=bool)
+        present[code] = True
+        distinct = np.flatnonzero(present)
+        position = np.zeros(len(present), dtype=np.int64)
+        position[distinct] = np.arange(len(distinct))
+        inverse = position[code].reshape(shape)
+        values, rest = [], distinct
+        for base in reversed(bases):
+            rest, value = np.divmod(rest, base)
+            values.append(value)
+        values.reverse()
+    else:
+        _, first, inverse = np.unique(code, return_index=True, return_inverse=True)
+        inverse, values = inverse.reshape(shape), [column[first] for column in columns]
 
     def spread(value):
         if isinstance(value, dict):
@@ -189,7 +207,7 @@ def per_key(fn, *keys):
         value = np.asarray(value)
         return value[inverse] if value.ndim else value
 
-    return spread(fn(*(column[first] for column in columns)))
+    return spread(fn(*values))
 
 
 def tokens_per_microbatch(workload: Workload, sh: Shapes, k):
@@ -247,7 +265,11 @@ def compute_per_microbatch(
     )
     work = memory.recompute_arrays(model)
     mm_rerun, attn_rerun, ew_rerun = work["matmul"][r], work["attention"][r], work["elementwise"][r]
-    mm = flops.matmul_flops_per_token_per_layer(model, sh.tp) * m / layer_rate
+    mm = (
+        per_key(lambda tp: flops.matmul_flops_per_token_per_layer(model, tp), sh.tp)
+        * m
+        / layer_rate
+    )
     if (
         model.moe is not None
     ):  # the routed experts' grouped GEMMs, at the rows the busiest local expert gets
@@ -262,11 +284,20 @@ def compute_per_microbatch(
         )
         mm = (
             mm
-            + 2.0 * flops.routed_params_per_token_per_layer(model, sh.tp) * m * load / expert_rate
+            + 2.0
+            * per_key(lambda tp: flops.routed_params_per_token_per_layer(model, tp), sh.tp)
+            * m
+            * load
+            / expert_rate
         )
     # a capacity-factor MoE dispatched by one-hot einsums (MaxText's dense path): matmuls at the bf16 rate
     dispatch = (
-        flops.einsum_dispatch_flops_per_token_per_layer(model, workload.seq_len, sh.tp) * m / rate
+        per_key(
+            lambda tp: flops.einsum_dispatch_flops_per_token_per_layer(model, workload.seq_len, tp),
+            sh.tp,
+        )
+        * m
+        / rate
         if profile_of(workload.framework, acc.kind).einsum_capacity_dispatch
         else 0.0
     )
@@ -274,18 +305,26 @@ def compute_per_microbatch(
         workload.causal and workload.flash_attention
     )  # unfused kernels compute the masked half too
     attn = (
-        flops.attention_flops_per_token_per_layer(model, workload.seq_len, causal_skip, sh.tp)
+        per_key(
+            lambda tp: flops.attention_flops_per_token_per_layer(
+                model, workload.seq_len, causal_skip, tp
+            ),
+            sh.tp,
+        )
         * m
         / attn_rate
         * attention_call_factor(model, workload, acc, sh.cp)
     )
-    ew_bytes = flops.elementwise_bytes_per_token_per_layer(
-        model,
+    ew_bytes = per_key(
+        lambda tp: flops.elementwise_bytes_per_token_per_layer(
+            model,
+            tp,
+            sequence_parallel,
+            workload.activation_bytes,
+            workload.seq_len,
+            workload.flash_attention,
+        ),
         sh.tp,
-        sequence_parallel,
-        workload.activation_bytes,
-        workload.seq_len,
-        workload.flash_attention,
     )
     ew = ew_bytes * m * (3.0 + ew_rerun) / acc.hbm_bytes_per_s
     if (
@@ -302,7 +341,14 @@ def compute_per_microbatch(
         if workload.flash_attention
         else flops.BACKWARD_OVER_FORWARD
     )
-    logits = _f(last) * (1.0 + mtp) * passes * flops.logits_flops_per_token(model, sh.tp) * m / rate
+    logits = (
+        _f(last)
+        * (1.0 + mtp)
+        * passes
+        * per_key(lambda tp: flops.logits_flops_per_token(model, tp), sh.tp)
+        * m
+        / rate
+    )
     recompute = (mm + dispatch) * mm_rerun + attn * attn_rerun
     bwd_window = (
         (mm * flops.BACKWARD_OVER_FORWARD + dispatch * flops.EINSUM_DISPATCH_BACKWARD_OVER_FORWARD)
@@ -737,7 +783,7 @@ def fsdp_collectives(
     the ring latency and the small-message penalty once).
     """
     half = acc.collective_half_efficiency_bytes
-    p_layer = params.layer_params(model, sh.tp)
+    p_layer = per_key(lambda tp: params.layer_params(model, tp), sh.tp)
     p_expert = expert_params_per_layer(model, sh)
     vocab = model.vocab_size * model.d_model // sh.tp
     n = workload.fsdp_collectives_per_layer
@@ -892,7 +938,7 @@ def expert_stage_params(model: ModelSpec, sh: Shapes, first: bool = True):
 def stage_params(model: ModelSpec, sh: Shapes, first: bool):
     """Parameters per device of the first (``first``) or last pipeline stage, after TP (arrays)."""
     layers = layers_per_stage(model, sh, ~np.asarray(first))
-    per_layer = params.layer_params(model, sh.tp)
+    per_layer = per_key(lambda tp: params.layer_params(model, tp), sh.tp)
     vocab = model.vocab_size * model.d_model // sh.tp
     single = sh.pp == 1
     norm = params.final_norm_params(model)
@@ -920,14 +966,14 @@ def memory_by_zero(model: ModelSpec, workload: Workload, sh: Shapes, z, first: b
     """Bytes per device that depend on the ZeRO stage (keys S, z, stage): state, gathered weights, layer grads."""
     shards = np.where(z >= 1, sh.shards, 1)
     state = memory.state_bytes(_f(stage_params(model, sh, first)), workload, z, shards)
-    p_layer = _f(params.layer_params(model, sh.tp))
+    p_layer = _f(per_key(lambda tp: params.layer_params(model, tp), sh.tp))
     out = {f"state/{k}": v for k, v in state.items()}
     # the compute weights of the current and prefetched layers, gathered (or, with one shard, cast from the master),
     # and a layer's unsharded gradients; per tensor where the framework gathers and reduces each weight apart
     transient = transient_zero3_weights(workload)
     gathers, reduces = _f((z == 3) & ((sh.shards > 1) | transient)), _f((z >= 2) & (sh.shards > 1))
     gathered, grads = 2 * gathers * p_layer, reduces * p_layer
-    tensor = _f(params.largest_layer_tensor(model, sh.tp))
+    tensor = _f(per_key(lambda tp: params.largest_layer_tensor(model, tp), sh.tp))
     gathered_t, grads_t = (
         2 * gathers * tensor,
         2 * reduces * tensor,
