@@ -15,7 +15,7 @@ marks a float without a range whose value must still be a finite number.
 
 from __future__ import annotations
 
-from enum import Enum
+from enum import Enum, StrEnum
 from types import UnionType
 from typing import Any, Union, get_args, get_origin
 
@@ -33,7 +33,6 @@ from layoutsearch.core.specs import (
     Routing,
     Schedule,
     Workload,
-    choices,
 )
 from layoutsearch.core.units import (
     GIB,
@@ -65,12 +64,20 @@ __all__ = [
 
 MAX_ROUTING_CV = 10.0  # a learned router's load spread beyond this is a collapse, not a plan
 
-Format = choices(
-    "Format", ("table", "json", "yaml"), "Output format; every command prints all three."
-)
-Executor = choices(
-    "Executor", ("local", "ray"), "Where the sweep's points run: a local process pool or Ray."
-)
+
+class Format(StrEnum):
+    """Output format; every command prints all three."""
+
+    table = "table"
+    json = "json"
+    yaml = "yaml"
+
+
+class Executor(StrEnum):
+    """Where the sweep's points run: a local process pool or Ray."""
+
+    local = "local"
+    ray = "ray"
 
 
 def cli(*flags: str, finite: bool = False) -> dict[str, Any]:
@@ -325,7 +332,7 @@ class LayoutOptions(OptionGroup):
     virtual_stages: int = Field(
         1, ge=1, le=MAX_VIRTUAL_STAGES_RECORD, description="Model chunks per pipeline stage"
     )
-    schedule: Schedule = Field(Schedule["1f1b"], description="Pipeline schedule")
+    schedule: Schedule = Field(Schedule.one_f_one_b, description="Pipeline schedule")
     sequence_parallel: bool = Field(
         True, description="Megatron sequence parallelism inside the TP group"
     )
