@@ -529,6 +529,13 @@ class Layout:
         return self.axes is not UNPLACED
 
     @property
+    def placements(self) -> Placements:
+        """``axes`` of a placed layout (every layout a search returns or an estimate prices is)."""
+        if self.axes is None:
+            raise ValueError(f"layout {self} is not placed on the cluster's axes")
+        return self.axes
+
+    @property
     def degrees(self) -> dict[str, int]:
         """The five degrees whose product is the device count."""
         return {"dp": self.dp, "fsdp": self.fsdp, "tp": self.tp, "pp": self.pp, "cp": self.cp}

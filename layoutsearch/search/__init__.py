@@ -50,7 +50,7 @@ class SearchResult:
         TIE_TOLERANCE  # relative: step times this close are ties (search.ranking)
     )
     ranking_status: str = "OPTIMAL"  # whether the simplest of the tied layouts was proven (CP-SAT)
-    space: Space | None = None
+    space: Space  # the candidates searched
     tables: Tables | None = None
 
     @property
