@@ -86,8 +86,11 @@ def absent_is_none(
 ) -> type[BaseModel]:
     """A schema whose every field may be left out (then None); with ``nullable`` an explicit null
     is accepted too, else it is refused like any value of the wrong type."""
+    definitions: dict[str, Any] = {
+        key: ((kind | None) if nullable else kind, None) for key, kind in fields.items()
+    }
     return create_model(
         name,
         __base__=base,
-        **{key: ((kind | None) if nullable else kind, None) for key, kind in fields.items()},
+        **definitions,
     )

@@ -115,6 +115,7 @@ class OptionGroup(BaseModel):
     @classmethod
     def _choice(cls, value: Any, info: ValidationInfo) -> Any:
         """A closed choice by its value ('bf16'); anything else refused naming the choices."""
+        assert info.field_name is not None  # a field validator always has its field
         enum = _choice_of(cls.model_fields[info.field_name].annotation)
         if enum is None or value is None or isinstance(value, enum):
             return value
@@ -234,7 +235,7 @@ class WorkloadOptions(OptionGroup):
     def workload(self, seqs: int, seq_len: int, tokens: float | None = None) -> Workload:
         """The Workload of these options: GiB become bytes, bytes per element bytes per
         parameter (Adam keeps two moments); an option named like a Workload field is copied."""
-        converted = {
+        converted: dict[str, Any] = {
             "grad_bytes_per_param": self.grad_bytes,
             "optimizer_bytes_per_param": 2 * self.moment_bytes,
             "flash_attention": self.fused_attention,

@@ -7,6 +7,8 @@ import io as textio
 import json
 import math
 import os
+from collections.abc import Callable
+from typing import BinaryIO
 
 from layoutsearch.core import io
 from layoutsearch.core.errors import InvalidArgumentError, missing_extra
@@ -177,14 +179,14 @@ class Journal:
     def __init__(self, path: str):
         self.path = path
         self.dropped = 0
-        self._fh = None
+        self._fh: BinaryIO | None = None
 
     def open(self, fresh: bool = False) -> dict[str, dict]:
         """Lock, read (dropping what is not a valid row, as said above), and stay open for appends."""
-        self._fh = self._open_locked()
+        fh = self._fh = self._open_locked()
         try:
-            self._fh.seek(0)
-            data = self._fh.read()
+            fh.seek(0)
+            data = fh.read()
         except OSError as exc:
             self.close()
             raise InvalidArgumentError(
@@ -207,7 +209,7 @@ class Journal:
                 raise
         return rows
 
-    def _open_locked(self):
+    def _open_locked(self) -> BinaryIO:
         for _ in range(5):
             try:
                 fh = open(self.path, "a+b")
@@ -231,7 +233,7 @@ class Journal:
 
     def _rewrite(self, lines: list[bytes]) -> None:
         """The good lines, written whole to a temporary file locked before it is renamed over the journal."""
-        new = []
+        new: list[BinaryIO] = []
 
         def lock_new(fd: int) -> None:
             fh = os.fdopen(os.dup(fd), "a+b")
@@ -249,15 +251,21 @@ class Journal:
             for fh in new:
                 fh.close()
             raise
-        self._fh.close()
+        self._open_file().close()
         self._fh = new[0]
         self._fh.seek(0, os.SEEK_END)
 
+    def _open_file(self) -> BinaryIO:
+        if self._fh is None:
+            raise RuntimeError(f"journal {self.path} is not open (Journal.open first)")
+        return self._fh
+
     def append(self, row: dict) -> None:
+        fh = self._open_file()
         try:
-            self._fh.write((json.dumps(row, separators=(",", ":")) + "\n").encode())
-            self._fh.flush()
-            os.fsync(self._fh.fileno())
+            fh.write((json.dumps(row, separators=(",", ":")) + "\n").encode())
+            fh.flush()
+            os.fsync(fh.fileno())
         except OSError as exc:
             raise io.write_error(self.path, "--output", exc) from None
 
@@ -333,7 +341,7 @@ def _csv_text(value) -> str:
 
 
 _KIND_NAMES = {"str": "a string", "int": "an integer", "float": "a number", "bool": "true or false"}
-_PARSE = {
+_PARSE: dict[str, Callable[[str], object]] = {
     "str": str,
     "int": int,
     "float": float,
