@@ -1,5 +1,5 @@
 """Regenerate examples/time_to_train.md and examples/what_if.md: each command is run through the
-CLI and its output written below it.
+CLI and its output written below it; the numbers in the prose come from the same commands' JSON.
 
     python examples/generate_planning.py
 
@@ -9,6 +9,8 @@ line (all but the solver's wall-clock time), so an example never goes stale sile
 
 from __future__ import annotations
 
+import json
+import re
 import shlex
 import sys
 from pathlib import Path
@@ -20,8 +22,7 @@ sys.path.insert(0, str(EXAMPLES.parent))
 
 from layoutsearch.cli import app  # noqa: E402  (the checkout's package, ahead of an installed copy)
 
-TIME_TO_TRAIN = [
-    """# Time to train and cost
+INTRO_TIME_TO_TRAIN = """# Time to train and cost
 
 Every block is the command's output (regenerate: `python examples/generate_planning.py`;
 tests/test_planning.py runs each command again and compares all but the solver's wall time).
@@ -37,31 +38,9 @@ tests/test_planning.py runs each command again and compares all but the solver's
 layout record (null when not given; `cost` is null without a price), and the problem's
 `workload.training_tokens` holds the tokens. A sweep's table gets the columns
 `training_tokens`, `price_per_device_hour`, `train_days`, `device_hours` and `cost`.
+"""
 
-## Llama 3 70B on 8192 TPU v5p chips, 15T tokens at 2.0 per chip-hour
-
-Layout 1 streams 5,723,350 tokens/s: 15e12 / 5,723,350 / 86400 = 30.3 days; x 24 x 8192 =
-5,963,873 chip-hours; x 2.0 = 11,927,747.
-""",
-    "solve --model llama70b --cluster v5p-8192 --tokens 15e12 --price-per-device-hour 2.0",
-    """## The design notes' layout (fsdp=1024, tp=8) for the same run
-
-`estimate` prints the days, device-hours and cost under the step-time breakdown: this layout
-is 50.2% slower than the solver's (1.1010 s against 0.7328 s per step), so it takes 45.6 days
-and costs 17.9 M instead of 11.9 M.
-""",
-    "estimate --model llama70b --cluster v5p-8192 --layout fsdp=1024,tp=8 --tokens 15e12 --price-per-device-hour 2.0",
-    """## The same run on 1024 H100s at 3.0 per GPU-hour
-
-Each H100 streams 1,234 tokens/s here against 699 per v5p chip, but there are 8x fewer of
-them: 137.4 days instead of 30.3, for 3.4 M GPU-hours (10.1 M at 3.0) against 6.0 M chip-hours
-(11.9 M at 2.0).
-""",
-    "solve --model llama70b --cluster h100-1024 --top 1 --tokens 15e12 --price-per-device-hour 3.0",
-]
-
-WHAT_IF = [
-    """# What if the hardware were different?
+INTRO_WHAT_IF = """# What if the hardware were different?
 
 Every block is the command's output (regenerate: `python examples/generate_planning.py`;
 tests/test_planning.py runs each command again and compares all but the solver's wall time).
@@ -83,40 +62,118 @@ json` adds a `what_if` object: `factors`, `method` (re-solved / re-estimated), `
 what-if winner's `layout` record, `same_layout`, `base_step_time_s`, `step_time_s`,
 `step_time_rel_change` ((what-if - base) / base), and `base_layout_step_time_s` /
 `base_layout_fits` (the base winner kept on the scaled hardware).
+"""
 
-## Llama 3 8B on 64 H100s: half the scale-out bandwidth
+V5P = "solve --model llama70b --cluster v5p-8192 --tokens 15e12 --price-per-device-hour 2.0"
+NOTES = "estimate --model llama70b --cluster v5p-8192 --layout fsdp=1024,tp=8 --tokens 15e12 --price-per-device-hour 2.0"
+H100 = (
+    "solve --model llama70b --cluster h100-1024 --top 1 --tokens 15e12 --price-per-device-hour 3.0"
+)
+HALF_NIC = "solve --model llama3-8b --cluster h100-64 --top 1 --what-if scale_out_bandwidth=0.5"
+TENTH_NIC = "solve --model llama3-8b --cluster h100-64 --top 1 --what-if scale_out_bandwidth=0.1"
+HALF_ICI = "solve --model llama70b --cluster v5p-8192 --top 1 --what-if link_bandwidth=0.5"
+SENS_H100 = "explain --model llama3-8b --cluster h100-64 --sensitivity"
+SENS_V5P = "explain --model llama70b --cluster v5p-8192 --sensitivity"
 
-The winner's FSDP traffic over the NICs is hidden behind compute, so halving it changes
-nothing: same layout, same step time.
+
+def layout_text(record: dict) -> str:
+    """`fsdp=64, ZeRO-2, K=8, recompute none`: what the prose names of a layout record."""
+    degrees = ", ".join(f"{k}={v}" for k, v in record["degrees"].items() if v > 1) or "one device"
+    return (
+        f"{degrees}, ZeRO-{record['zero_stage']}, K={record['num_microbatches']}, "
+        f"recompute {record['recompute']}"
+    )
+
+
+def pct(x: float) -> str:
+    return f"{x:+.1%}"
+
+
+def time_to_train(j) -> list:
+    """The prose and commands of time_to_train.md, the prose's numbers from the commands' JSON."""
+    v5p, h100 = j(V5P)["layouts"][0], j(H100)["layouts"][0]
+    notes = j(NOTES)["layout"]
+    slower = notes["time_s"]["step"] / v5p["time_s"]["step"] - 1
+    per_chip = v5p["tokens_per_s"] / 8192
+    per_gpu = h100["tokens_per_s"] / 1024
+    return [
+        INTRO_TIME_TO_TRAIN
+        + "\n"
+        + f"""## Llama 3 70B on 8192 TPU v5p chips, 15T tokens at 2.0 per chip-hour
+
+Layout 1 streams {v5p["tokens_per_s"]:,.0f} tokens/s: 15e12 / {v5p["tokens_per_s"]:,.0f} / 86400 =
+{v5p["train_days"]:.1f} days; x 24 x 8192 = {v5p["device_hours"]:,.0f} chip-hours; x 2.0 = {v5p["cost"]:,.0f}.
 """,
-    "solve --model llama3-8b --cluster h100-64 --top 1 --what-if scale_out_bandwidth=0.5",
-    """## A tenth of the scale-out bandwidth
+        V5P,
+        f"""## The design notes' layout (fsdp=1024, tp=8) for the same run
 
-Now the old winner would take 6.61 s per step (+11.4%). The re-solve keeps fsdp=64 and ZeRO-2 but
-halves the microbatches (K=4: half the weight gathers over the slow NICs) and recomputes selectively
-to fit the larger microbatches: +2.3%.
+`estimate` prints the days, device-hours and cost under the step-time breakdown: this layout
+is {slower:.1%} slower than the solver's ({notes["time_s"]["step"]:.4f} s against
+{v5p["time_s"]["step"]:.4f} s per step), so it takes {notes["train_days"]:.1f} days and costs
+{notes["cost"] / 1e6:.1f} M instead of {v5p["cost"] / 1e6:.1f} M.
 """,
-    "solve --model llama3-8b --cluster h100-64 --top 1 --what-if scale_out_bandwidth=0.1",
-    """## Llama 3 70B on v5p-8192: half the ICI bandwidth
+        NOTES,
+        f"""## The same run on 1024 H100s at 3.0 per GPU-hour
 
-Every collective of this single slice runs on ICI. The winner moves from tp=2, cp=4 to tp=4,
-cp=2 and is 47% slower; keeping the old layout would be 77% slower (1.2972 s).
+Each H100 streams {per_gpu:,.0f} tokens/s here against {per_chip:,.0f} per v5p chip, but there are
+8x fewer of them: {h100["train_days"]:.1f} days instead of {v5p["train_days"]:.1f}, for
+{h100["device_hours"] / 1e6:.1f} M GPU-hours ({h100["cost"] / 1e6:.1f} M at 3.0) against
+{v5p["device_hours"] / 1e6:.1f} M chip-hours ({v5p["cost"] / 1e6:.1f} M at 2.0).
 """,
-    "solve --model llama70b --cluster v5p-8192 --top 1 --what-if link_bandwidth=0.5",
-    """## Sensitivity of the winner (explain --sensitivity)
+        H100,
+    ]
+
+
+def what_if_text(what_if: dict, base: dict) -> str:
+    """One sentence on a what-if: same winner or which, its change, and the old winner's."""
+    change = pct(what_if["step_time_rel_change"])
+    if what_if["same_layout"]:
+        return f"The winner stays ({layout_text(base)}); its step time changes by {change}."
+    kept = what_if["base_layout_step_time_s"] / what_if["base_step_time_s"] - 1
+    return (
+        f"The old winner ({layout_text(base)}) would take {what_if['base_layout_step_time_s']:.2f} s "
+        f"per step ({pct(kept)}); the re-solve picks {layout_text(what_if['layout'])}: {change}."
+    )
+
+
+def what_if(j) -> list:
+    """The prose and commands of what_if.md, the prose's numbers from the commands' JSON."""
+    half, tenth, ici = j(HALF_NIC), j(TENTH_NIC), j(HALF_ICI)
+    sens_h100, sens_v5p = j(SENS_H100), j(SENS_V5P)
+    v5p_best = sens_v5p["layouts"][0]["time_s"]
+    return [
+        INTRO_WHAT_IF
+        + "\n"
+        + f"""## Llama 3 8B on 64 H100s: half the scale-out bandwidth
+
+{what_if_text(half["what_if"], half["layouts"][0])}
+""",
+        HALF_NIC,
+        f"""## A tenth of the scale-out bandwidth
+
+{what_if_text(tenth["what_if"], tenth["layouts"][0])}
+""",
+        TENTH_NIC,
+        f"""## Llama 3 70B on v5p-8192: half the ICI bandwidth
+
+Every collective of this single slice runs on ICI. {what_if_text(ici["what_if"], ici["layouts"][0])}
+""",
+        HALF_ICI,
+        f"""## Sensitivity of the winner (explain --sensitivity)
 
 `explain --sensitivity` re-costs layout 1 (held fixed, not re-solved) with each hardware
 number alone x1.1 and prints the relative change of its step time; `--format json` adds
-`sensitivity` (key -> relative change per +10%) and `sensitivity_factor` (1.1). Llama 3 8B on
-64 H100s is compute-bound (no exposed communication, no bubble): +10% FLOP/s gives -8.5%,
-close to the -9.1% (1/1.1 - 1) of pure compute.
+`sensitivity` (key -> relative change per +10%) and `sensitivity_factor` (1.1). On Llama 3 8B on
+64 H100s, +10% FLOP/s gives {pct(sens_h100["sensitivity"]["peak_flops"])}, against the
+{1 / 1.1 - 1:+.1%} (1/1.1 - 1) of pure compute.
 """,
-    "explain --model llama3-8b --cluster h100-64 --sensitivity",
-    """Llama 3 70B on v5p-8192 has 0.075 s of exposed communication per 0.733 s step: ICI
-bandwidth matters (-1.3%), FLOP/s less than on the H100s (-7.3%).
+        SENS_H100,
+        f"""Llama 3 70B on v5p-8192 has {v5p_best["exposed_comm"]:.3f} s of exposed communication per
+{v5p_best["step"]:.3f} s step: +10% FLOP/s gives {pct(sens_v5p["sensitivity"]["peak_flops"])} and
++10% ICI bandwidth {pct(sens_v5p["sensitivity"]["link_bandwidth"])}.
 """,
-    "explain --model llama70b --cluster v5p-8192 --sensitivity",
-]
+        SENS_V5P,
+    ]
 
 
 def run(command: str) -> str:
@@ -139,9 +196,26 @@ def render(parts: list[str]) -> str:
     return "\n".join(out)
 
 
+def run_json(command: str) -> dict:
+    """The command's JSON document."""
+    return json.loads(run(f"{command} --format json"))
+
+
+WALL = re.compile(r"wall [0-9.]+ s")
+
+
+def keep_wall_times(new: str, old: str) -> str:
+    """The new text, but a line that the old text holds but for the solver's wall time keeps the
+    old line (wall times differ from run to run; everything else is deterministic)."""
+    before = {WALL.sub("", line): line for line in old.split("\n")}
+    return "\n".join(before.get(WALL.sub("", line), line) for line in new.split("\n"))
+
+
 def main() -> None:
-    for name, parts in (("time_to_train.md", TIME_TO_TRAIN), ("what_if.md", WHAT_IF)):
-        (EXAMPLES / name).write_text(render(parts))
+    for name, parts in (("time_to_train.md", time_to_train), ("what_if.md", what_if)):
+        path = EXAMPLES / name
+        old = path.read_text() if path.exists() else ""
+        path.write_text(keep_wall_times(render(parts(run_json)), old))
         print(f"wrote examples/{name}")
 
 

@@ -151,7 +151,7 @@ def main() -> int:
         "",
         "Regenerate: `python scripts/moe_report.py` (from the repository root).",
         "",
-        'The MoE cost model (COSTS.md "Mixture of experts", `costs/terms.py`): routed experts as grouped GEMMs at the '
+        'The MoE cost model (docs/cost_model.md "Mixture of experts", `costs/terms.py`): routed experts as grouped GEMMs at the '
         "rows each local expert gets (m k ep etp / (tp E)) times the fitted `grouped_matmul_efficiency`; a host "
         "overhead per MoE layer and microbatch, `moe_layer_overhead_us` (router, permutation, the dispatcher's "
         "host sync) per GPU family plus `moe_expert_overhead_us` per local expert (the grouped GEMM's launches), "

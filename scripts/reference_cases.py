@@ -2,7 +2,7 @@
 
 Regenerate: python scripts/reference_cases.py
 Reads tests/data/seed_cases.yaml and tests/data/book_cases.yaml (copies of the design notes'
-and the book's worked numbers); the computations are the table of ``layoutsearch.reference``.
+and the book's worked numbers); the computations are the table of ``tests/reference.py``.
 """
 
 from __future__ import annotations
@@ -10,11 +10,13 @@ from __future__ import annotations
 import sys
 
 from _common import (
+    REPO,
     RESULTS,
     data_file,
 )  # first: puts this checkout's package ahead of an installed one
 
-from layoutsearch import reference
+sys.path.insert(0, str(REPO / "tests"))  # the reference table is a helper of the tests
+import reference  # noqa: E402
 
 FILES = ("seed_cases.yaml", "book_cases.yaml")
 
@@ -35,7 +37,7 @@ def main() -> int:
         "",
         "Kind `engine`: computed by what the engine runs (`estimate()`, `solve()`, the search space, the "
         "collective primitives) on small fixtures; a change to the engine that moves the number fails the tests. "
-        "Kind `closed-form`: the notes' or the book's formula from `layoutsearch/closed_forms.py`, which the "
+        "Kind `closed-form`: the notes' or the book's formula from `tests/closed_forms.py`, which the "
         "engine's cost model does not use; these check the formula and the catalogue figures it is given, "
         "not the engine.",
         "",

@@ -1,19 +1,32 @@
-"""Rerun the commands shown in README.md and examples/README.md and write their output back.
+"""Rerun every command whose output README.md, examples/README.md and docs/*.md show, and write
+the output back; rebuild the README's headline numbers from the results/ files they quote.
 
     python scripts/refresh_docs.py            # rewrite the files
-    python scripts/refresh_docs.py --check    # exit 1 and name the stale blocks
+    python scripts/refresh_docs.py --check    # exit 1 and name every block that differs
 
-A block is refreshed when it is a fenced block holding exactly one `$ layoutsearch ...` line
-followed by that command's complete output (no ` ... ` elisions, no shell redirection, every
-path it names present in the checkout). Abridged blocks are left to the hand (the script lists
-them), so that no shown output silently goes stale.
+A shown session is a fenced block whose first line starts with `$ `. Each block runs in its own
+scratch folder (holding links to the checkout's examples/ and tests/), one command at a time:
+
+- `$ layoutsearch ARGS [> FILE]`: run through the CLI; stdout and stderr as a terminal shows them
+  (with `> FILE`, stdout goes to FILE in the scratch folder and only stderr is shown);
+- `$ cat PATH`: a file of the checkout must be shown as it is; a file the checkout lacks is
+  written from the shown text (so an error example can show the bad file it reads);
+- `$ echo $?`: the exit code of the command before.
+
+A shown line that starts with ` ...` stands for any run of lines (an abridged output); every
+other shown line must equal the output's line in order, all but the solver's wall time. A
+```python block directly followed by a plain ``` block is run, and the second block is its
+output. Any other `$` command makes --check fail, so that no shown output goes unchecked.
 """
 
 from __future__ import annotations
 
+import contextlib
+import io
 import re
 import shlex
 import sys
+import tempfile
 from pathlib import Path
 
 from typer.testing import CliRunner
@@ -23,57 +36,247 @@ sys.path.insert(0, str(ROOT))
 
 from layoutsearch.cli import app  # noqa: E402  (the checkout's package)
 
-FILES = ("README.md", "examples/README.md")
-FENCE = re.compile(r"```[a-z]*\n(\$ layoutsearch [^\n]*)\n(.*?)```", re.S)
-VOLATILE = re.compile(r"wall [0-9.]+ s")  # the solver's wall time differs from run to run
+GENERATED_ELSEWHERE = ("docs/cli.md",)  # written from the option declarations, not from here
+FENCE = re.compile(r"^```([a-z]*)\n(.*?)^```\n", re.S | re.M)
+PYTHON_THEN_OUTPUT = re.compile(r"^```python\n(.*?)^```\n\n```\n(.*?)^```\n", re.S | re.M)
+VOLATILE = (
+    re.compile(r"wall [0-9.]+ s"),  # the solver's wall time
+    re.compile(r"already done, [0-9.]+ s"),  # a sweep's wall time
+)
+ELISION = " ..."
+HEADLINE = re.compile(r"(<!-- headline: begin -->\n)(.*?)(<!-- headline: end -->)", re.S)
 
 
-def output_of(command: str) -> str | None:
-    """The command's output as a terminal shows it (stdout, then stderr), or None when it cannot be rerun."""
-    argv = shlex.split(command.split("#")[0])[1:]
-    if any(a in (">", "|") or a.startswith("[") for a in argv):
-        return None
-    if any(a.endswith((".yaml", ".json", ".csv")) and not (ROOT / a).exists() for a in argv):
-        return None
-    result = CliRunner().invoke(app, argv)
-    text = result.stdout + (result.stderr if result.exit_code else "")
-    return "\n".join(line.rstrip() for line in text.rstrip("\n").splitlines()) + "\n"
+def doc_files() -> list[Path]:
+    """The documents whose shown outputs this script owns."""
+    docs = sorted((ROOT / "docs").glob("*.md"))
+    names = [ROOT / "README.md", ROOT / "examples" / "README.md", *docs]
+    return [p for p in names if p.relative_to(ROOT).as_posix() not in GENERATED_ELSEWHERE]
 
 
-def refresh(text: str, stale: list[str], abridged: list[str]) -> str:
-    def one(match: re.Match) -> str:
-        command, shown = match.group(1), match.group(2)
-        if " ..." in shown or "\n$ " in shown:
-            abridged.append(command)
+def _stable(line: str) -> str:
+    for pattern in VOLATILE:
+        line = pattern.sub("", line)
+    return line
+
+
+def _lines(text: str) -> list[str]:
+    return [line.rstrip() for line in text.rstrip("\n").splitlines()] if text.strip() else []
+
+
+class Session:
+    """One fenced block's commands, run in a scratch folder."""
+
+    def __init__(self, scratch: Path):
+        self.scratch = scratch
+        self.exit_code = 0
+        for name in ("examples", "tests"):
+            (scratch / name).symlink_to(ROOT / name)
+
+    def run(self, command: str, shown: list[str]) -> list[str] | None:
+        """The command's output lines now, or None when this script cannot run it."""
+        try:
+            argv = shlex.split(command, comments=True)
+        except ValueError:
+            return None
+        if argv[:1] == ["cat"] and len(argv) == 2:
+            return self._cat(argv[1], shown)
+        if argv == ["echo", "$?"]:
+            return [str(self.exit_code)]
+        if argv[:1] != ["layoutsearch"] or any(a in ("|", "<", "2>", ">>") for a in argv):
+            return None
+        target = None
+        if ">" in argv:
+            i = argv.index(">")
+            if i != len(argv) - 2:
+                return None
+            argv, target = argv[:i], argv[i + 1]
+        result = CliRunner().invoke(app, argv[1:])
+        self.exit_code = result.exit_code
+        if result.exception is not None and not isinstance(result.exception, SystemExit):
+            raise RuntimeError(f"`{command}` raised {result.exception!r}") from result.exception
+        if target is not None:
+            (self.scratch / target).write_text(result.stdout)
+            return _lines(result.stderr)
+        return _lines(result.output)
+
+    def _cat(self, name: str, shown: list[str]) -> list[str]:
+        self.exit_code = 0
+        for path in (self.scratch / name, ROOT / name):
+            if path.exists():
+                return _lines(path.read_text())
+        (self.scratch / name).write_text("\n".join(shown) + "\n")  # the block defines the file
+        return shown
+
+
+def _segments(shown: list[str]) -> list[list[str] | None]:
+    """Shown lines split at elisions: a list of runs, None where an elision stands."""
+    out: list[list[str] | None] = []
+    for line in shown:
+        if line.startswith(ELISION) or line == ELISION.strip():
+            if not out or out[-1] is not None:
+                out.append(None)
+        elif out and out[-1] is not None:
+            out[-1].append(line)
+        else:
+            out.append([line])
+    return out
+
+
+def _skeleton(line: str) -> str:
+    return re.sub(r"[\d.,%+\-\s]+", "#", _stable(line))
+
+
+def _match(shown: list[str], now: list[str], same) -> list[tuple[int, list[str]]] | None:
+    """Where each shown run lies in the output (index, run): in order, each run contiguous, the
+    first at the start and the last at the end unless an elision stands there; None if not."""
+    segments, at, placed = _segments(shown), 0, []
+    for k, run in enumerate(segments):
+        if run is None:
+            continue
+        after_elision = k > 0 and segments[k - 1] is None
+        ends = k == len(segments) - 1
+        for i in range(at, len(now) - len(run) + 1) if after_elision else [at]:
+            end = i + len(run)
+            fits = end <= len(now) and (not ends or end == len(now))
+            if fits and all(same(a, b) for a, b in zip(run, now[i:end], strict=True)):
+                placed.append((i, run))
+                at = i + len(run)
+                break
+        else:
+            return None
+    if segments and segments[-1] is None:
+        return placed
+    return placed if at == len(now) else None
+
+
+def compare(shown: list[str], now: list[str]) -> tuple[bool, list[str] | None]:
+    """(shown == now but for wall times and elisions, the refreshed shown lines or None)."""
+    if _match(shown, now, lambda a, b: _stable(a) == _stable(b)) is not None:
+        return True, shown
+    if not any(line.startswith(ELISION) for line in shown):
+        before = {_stable(line): line for line in shown}  # keep the shown wall times
+        return False, [before.get(_stable(line), line) for line in now]
+    placed = _match(shown, now, lambda a, b: _skeleton(a) == _skeleton(b))
+    if placed is None:
+        return False, None
+    fresh, k = list(shown), 0
+    for i, run in placed:
+        k = fresh.index(run[0], k)
+        fresh[k : k + len(run)] = now[i : i + len(run)]
+        k += len(run)
+    return False, fresh
+
+
+def refresh_session(body: str, problems: list[str], where: str) -> str:
+    """The block's text with every command's output as it is now; problems named."""
+    lines, out, i = body.rstrip("\n").split("\n"), [], 0
+    with tempfile.TemporaryDirectory() as scratch, contextlib.chdir(scratch):
+        session = Session(Path(scratch))
+        while i < len(lines):
+            command, j = lines[i], i + 1
+            while j < len(lines) and not lines[j].startswith("$ "):
+                j += 1
+            shown = [line.rstrip() for line in lines[i + 1 : j]]
+            now = session.run(command[2:], shown)
+            out.append(command)
+            if now is None:
+                problems.append(f"cannot run ({where}): {command}")
+                out.extend(shown)
+            else:
+                same, fresh = compare(shown, now)
+                if not same:
+                    kind = "stale" if fresh is not None else "stale, edit by hand"
+                    problems.append(f"{kind} ({where}): {command}")
+                out.extend(fresh if fresh is not None else shown)
+            i = j
+    return "\n".join(out) + "\n"
+
+
+def run_python(code: str) -> str:
+    """What a ```python block prints, run from the checkout's root."""
+    buffer = io.StringIO()
+    with contextlib.redirect_stdout(buffer), contextlib.chdir(ROOT):
+        exec(compile(code, "<docs>", "exec"), {"__name__": "__docs__"})
+    return buffer.getvalue()
+
+
+def _results_row(name: str, label: str) -> str:
+    """The value cell of the row `| label | value |` in results/NAME (the first such row)."""
+    text = (ROOT / "results" / name).read_text()
+    for line in text.splitlines():
+        cells = [c.strip() for c in line.strip().strip("|").split("|")]
+        if cells and cells[0] == label:
+            return cells[1]
+    raise SystemExit(f"results/{name} has no row '{label}'")
+
+
+def headline() -> str:
+    """The README's headline numbers, as the results files give them now."""
+    dense = "validation.md"
+    moe = "validation_moe.md"
+    speed = _results_row(
+        "speed_benchmark.md", "main job: solve --model llama70b --cluster v5p-8192"
+    )
+    loso = _results_row(dense, "leave-one-source-out median / p90 abs rel error").split(" over")[0]
+    rows = [
+        "| what | value | from |",
+        "|---|---|---|",
+        f"| dense runs (150 published; tokens/s per device): median / p90 error | "
+        f"{_results_row(dense, 'median abs rel error')} / {_results_row(dense, 'p90 abs rel error')}"
+        f" (held out by source: {loso}) | [results/validation.md](results/validation.md) |",
+        f"| dense runs: predicted to fit as they ran | "
+        f"{_results_row(dense, 'fit accuracy (predicted fits == ran)')} "
+        f"| [results/validation.md](results/validation.md) |",
+        f"| mixture-of-experts runs (71 published): median / p90 error | "
+        f"{_results_row(moe, 'median abs rel error (tokens/s per device)').split(' (')[0]} / "
+        f"{_results_row(moe, 'p90 abs rel error').split(' (')[0]} "
+        f"| [results/validation_moe.md](results/validation_moe.md) |",
+        f"| the main job's wall time (whole process, 2 CPUs, median) | {speed} s "
+        f"| [results/speed_benchmark.md](results/speed_benchmark.md) |",
+    ]
+    return "\n".join(rows) + "\n"
+
+
+def refresh(path: Path, problems: list[str]) -> str:
+    """The file's text with every shown output and the headline as they are now."""
+    text, where = path.read_text(), path.relative_to(ROOT).as_posix()
+
+    def python_block(match: re.Match) -> str:
+        now = run_python(match.group(1))
+        if _lines(now) != _lines(match.group(2)):
+            problems.append(f"stale ({where}): python block {match.group(1).splitlines()[0]}")
+        return match.group(0).replace(match.group(2), now, 1)
+
+    def session(match: re.Match) -> str:
+        body = match.group(2)
+        if not body.startswith("$ "):
             return match.group(0)
-        now = output_of(command[2:])
-        if now is None:
-            return match.group(0)
-        if VOLATILE.sub("", now) != VOLATILE.sub("", shown):
-            stale.append(command)
-        return match.group(0).replace(shown, now, 1)
+        return f"```{match.group(1)}\n{refresh_session(body, problems, where)}```\n"
 
-    return FENCE.sub(one, text)
+    def headline_block(match: re.Match) -> str:
+        now = headline()
+        if now != match.group(2):
+            problems.append(f"stale ({where}): the headline numbers")
+        return match.group(1) + now + match.group(3)
+
+    text = PYTHON_THEN_OUTPUT.sub(python_block, text)
+    text = FENCE.sub(session, text)
+    return HEADLINE.sub(headline_block, text)
 
 
-def main() -> int:
-    check = "--check" in sys.argv
-    stale: list[str] = []
-    abridged: list[str] = []
-    import os
-
-    os.chdir(ROOT)
-    for name in FILES:
-        path = ROOT / name
-        new = refresh(path.read_text(), stale, abridged)
-        if not check:
+def main(argv: list[str]) -> int:
+    check = "--check" in argv
+    problems: list[str] = []
+    for path in doc_files():
+        new = refresh(path, problems)
+        if not check and new != path.read_text():
             path.write_text(new)
-    for command in abridged:
-        print(f"abridged (check by hand): {command}")
-    for command in stale:
-        print(f"{'stale' if check else 'refreshed'}: {command}")
-    return 1 if check and stale else 0
+    for line in problems:
+        print(line if check else line.replace("stale (", "refreshed (", 1))
+    unfixable = [p for p in problems if not p.startswith("stale (")]
+    return 1 if problems and (check or unfixable) else 0
 
 
 if __name__ == "__main__":
-    raise SystemExit(main())
+    raise SystemExit(main(sys.argv[1:]))

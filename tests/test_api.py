@@ -1,4 +1,4 @@
-"""The Python API takes the CLI's names and returns the result objects; the README's example runs."""
+"""The Python API takes the CLI's names and returns the result objects; the docs/usage.md example runs."""
 
 import json
 import re
@@ -13,7 +13,7 @@ from layoutsearch.cli import main
 from layoutsearch.core.errors import InvalidArgumentError
 from layoutsearch.core.specs import Layout
 
-README = Path(__file__).resolve().parents[1] / "README.md"
+README = Path(__file__).resolve().parents[1] / "docs" / "usage.md"
 
 
 def test_solve_matches_the_cli(capsys):
@@ -85,7 +85,7 @@ def test_version_is_the_package_version(capsys):
 
 
 def test_the_readme_example_runs_and_prints_what_the_readme_says():
-    """The README's Python API block, run as it is, prints the output the README shows."""
+    """The Python API block of docs/usage.md, run as it is, prints the output shown there."""
     text = README.read_text()
     code, shown = re.search(
         r"## Python API.*?```python\n(.*?)```\n\n```\n(.*?)```", text, re.S

@@ -129,7 +129,9 @@ def test_host_offloading_policies_move_saved_tensors_out_of_hbm_and_rerun_what_t
     from layoutsearch.api import estimate as api_estimate
 
     def run(policy):
-        return api_estimate("llama2-70b", "v5p-512", "fsdp=512", 2048, 4096, recompute=policy)
+        return api_estimate(
+            "llama2-70b", "v5p-512", "fsdp=512", seqs=2048, seq_len=4096, recompute=policy
+        )
 
     base, named, custom, full = (
         run("save_qkv_proj"),
@@ -222,7 +224,7 @@ def test_host_offload_traffic_that_outlasts_the_layer_is_waited_for():
     from layoutsearch.api import problem
 
     def run(bw):
-        p = problem("llama2-70b", "v5p-512", 2048, 4096)
+        p = problem("llama2-70b", "v5p-512", seqs=2048, seq_len=4096)
         acc = replace(p.cluster.accelerator, host_bytes_per_s_per_direction=bw)
         p = replace(p, cluster=replace(p.cluster, accelerator=acc))
         return estimate(p, Layout(fsdp=512, recompute="minimal_offloaded"))
@@ -244,7 +246,7 @@ def test_blocking_launches_expose_the_host_time_per_layer_and_hide_nothing():
     from layoutsearch.api import problem
 
     def run(blocking, recompute="none"):
-        p = problem("llama70b", "h100-64", 64, 4096, launch_blocking=blocking)
+        p = problem("llama70b", "h100-64", seqs=64, seq_len=4096, launch_blocking=blocking)
         return estimate(
             p, Layout(fsdp=8, tp=8, num_microbatches=2, recompute=recompute, zero_stage=3)
         )
@@ -271,9 +273,9 @@ def test_blocking_launches_expose_the_host_time_per_layer_and_hide_nothing():
         fsdp=8, tp=8, num_microbatches=2, recompute="custom_offload_input", zero_stage=3
     )
     waits = [
-        estimate(problem("llama70b", "h100-64", 64, 4096, launch_blocking=b), offload).time_s[
-            "compute/offload_wait"
-        ]
+        estimate(
+            problem("llama70b", "h100-64", seqs=64, seq_len=4096, launch_blocking=b), offload
+        ).time_s["compute/offload_wait"]
         for b in (False, True)
     ]
     assert waits == [0.0, pytest.approx(2 * 80 * 2 * 16384 * 1024 * 2 / 64e9)]
@@ -287,7 +289,7 @@ def test_the_attention_kernel_follows_the_workload_then_the_profile():
 
     def attention(cluster, **options):
         return estimate(
-            problem("llama3-8b", cluster, 64, 4096, **options), Layout(fsdp=8, tp=8)
+            problem("llama3-8b", cluster, seqs=64, seq_len=4096, **options), Layout(fsdp=8, tp=8)
         ).time_s["compute/attention"]
 
     vendor = attention("h100-64", framework="megatron")
@@ -318,7 +320,7 @@ def test_a_fused_attention_kernel_pays_each_querys_work_once_per_call():
     from layoutsearch.validation.calibrate import with_calibration
 
     def attention(seq_len, cp=1, h=None):
-        p = problem("llama3-8b", "h100-64", 64, seq_len, framework="megatron")
+        p = problem("llama3-8b", "h100-64", seqs=64, seq_len=seq_len, framework="megatron")
         if h is not None:
             p = replace(p, cluster=with_calibration(p.cluster, attention_half_efficiency_keys=h))
         return estimate(p, Layout(fsdp=8 // cp, tp=8, cp=cp), strict=False).time_s[
@@ -347,7 +349,7 @@ def test_blocking_launches_are_refused_where_nothing_launches_cuda_kernels():
         match=r"--launch-blocking: v5p has no blocking-launch calibration "
         r"\(no blocking_launch_us_per_layer_pass in hardware/v5p.yaml\)",
     ):
-        problem("llama70b", "v5p-256", 64, 4096, launch_blocking=True)
+        problem("llama70b", "v5p-256", seqs=64, seq_len=4096, launch_blocking=True)
     assert (
         main(
             [

@@ -11,6 +11,7 @@ import tomllib
 
 import pytest
 import yaml
+from builders import export_docs, exported, solve_doc, solve_export
 
 from layoutsearch.core.catalogue import load_model
 from layoutsearch.core.errors import InvalidLayoutError
@@ -20,42 +21,9 @@ from layoutsearch.core.topology import resolve_cluster
 from layoutsearch.costs.estimate import estimate
 from layoutsearch.export import TARGETS, check_export, export_document
 from layoutsearch.export.megatron import parse_args
-from layoutsearch.report.output import estimate_document, layout_record
+from layoutsearch.report.output import estimate_document
 
-
-def solve_doc(
-    model_id: str, cluster_name: str, batch: int, seq: int, *layouts: Layout, **workload_options
-) -> dict:
-    """A solve document (OUTPUT.md) holding ``layouts`` ranked in the given order (``workload_options``:
-    Workload fields such as ``framework``)."""
-    model, cluster = load_model(model_id), resolve_cluster(cluster_name)
-    work = Workload(global_batch_seqs=batch, seq_len=seq, **workload_options)
-    problem = Problem(
-        model_id=model_id, model=model, cluster_name=cluster_name, cluster=cluster, workload=work
-    )
-    records = [layout_record(estimate(problem, lay), rank=i + 1) for i, lay in enumerate(layouts)]
-    return {
-        "problem": problem.record(),
-        "solver": {"method": "test", "status": "FEASIBLE"},
-        "layouts": records,
-    }
-
-
-def exported(doc: dict, target: str, rank: int = 1) -> str:
-    """Export and assert the checker finds nothing."""
-    text = export_document(doc, target, rank)
-    assert check_export(target, text, doc, rank) == []
-    return text
-
-
-FSDP = solve_doc(
-    "llama3-8b", "h100-64", 256, 4096, Layout(fsdp=64, num_microbatches=2, recompute="full")
-)
-FSDP_TP = solve_doc(
-    "llama3-8b", "h100-64", 256, 4096, Layout(fsdp=8, tp=8, num_microbatches=4, recompute="full")
-)
-CP = solve_doc("llama3-8b", "h100-64", 128, 8192, Layout(fsdp=4, tp=8, cp=2, recompute="selective"))
-HSDP = solve_doc("debug", "h100-16", 64, 1024, Layout(dp=2, fsdp=8))
+FSDP, FSDP_TP, CP, HSDP = (export_docs()[k] for k in ("fsdp", "fsdp_tp", "cp", "hsdp"))
 
 
 def test_plain_fsdp_every_target():
@@ -539,37 +507,9 @@ def test_every_target_round_trips_the_fsdp_layout(target):
 )
 def test_solve_export_writes_the_best_expressible_layout(tmp_path, target, model, cluster, seqs):
     """`solve --export T -o F` searches what T can express, writes F whole, and F passes T's own rules."""
-    import json
-
-    from typer.testing import CliRunner
-
-    from layoutsearch.cli import app
-    from layoutsearch.export import check_export
-
-    out = tmp_path / f"layout-{target}"
-    r = CliRunner().invoke(
-        app,
-        [
-            "solve",
-            "--model",
-            model,
-            "--cluster",
-            cluster,
-            "--seqs",
-            str(seqs),
-            "--top",
-            "1",
-            "--export",
-            target,
-            "-o",
-            str(out),
-            "--format",
-            "json",
-        ],
+    doc, text = solve_export(
+        model, cluster, target, tmp_path / f"layout-{target}", "--seqs", str(seqs)
     )
-    assert r.exit_code == 0, r.stderr
-    doc = json.loads(r.stdout)
-    text = out.read_text()
     assert check_export(target, text, doc) == []
     assert "layoutsearch" in text and str(doc["layouts"][0]["degrees"]["tp"]) in text
 

@@ -5,48 +5,18 @@ from __future__ import annotations
 
 import json
 import tomllib
-import warnings
 
 import pytest
 import yaml
-from conftest import data_path
+from builders import data_path, exported, solve_doc
 
 from layoutsearch.core.catalogue import load_model, read_hf_config
 from layoutsearch.core.problem import Problem, model_hash, spec_fields
-from layoutsearch.core.specs import Layout, RopeScaling, Workload
-from layoutsearch.core.topology import resolve_cluster
-from layoutsearch.costs.estimate import estimate
-from layoutsearch.export import TARGETS, check_export, export_document
+from layoutsearch.core.specs import Layout, RopeScaling
+from layoutsearch.export import TARGETS, check_export
 from layoutsearch.export.megatron import parse_args
-from layoutsearch.report.output import layout_record
 
-
-def doc_for(model_id: str, cluster: str, batch: int, seq: int, layout: Layout, **workload) -> dict:
-    """A one-layout solve document with a chosen workload (e.g. tp_comm_overlap)."""
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")  # a config.json import warns about the keys it does not use
-        model = load_model(model_id)
-    problem = Problem(
-        model_id=model_id,
-        model=model,
-        cluster_name=cluster,
-        cluster=resolve_cluster(cluster),
-        workload=Workload(global_batch_seqs=batch, seq_len=seq, **workload),
-    )
-    return {
-        "problem": problem.record(),
-        "solver": {"method": "test", "status": "FEASIBLE"},
-        "layouts": [layout_record(estimate(problem, layout), rank=1)],
-    }
-
-
-def exported(doc: dict, target: str) -> str:
-    text = export_document(doc, target)
-    assert check_export(target, text, doc) == []
-    return text
-
-
-L405 = doc_for(
+L405 = solve_doc(
     "llama3-405b", "h100-64", 256, 4096, Layout(fsdp=8, tp=8, num_microbatches=4, recompute="full")
 )
 QWEN = str(data_path("hf/qwen2.5-7b.json"))
@@ -121,7 +91,7 @@ def test_megatron_llama3_405b_hyperparameters():
 
 
 def test_megatron_qwen_gets_qkv_bias():
-    doc = doc_for(
+    doc = solve_doc(
         QWEN, "h100-64", 256, 4096, Layout(fsdp=16, tp=4, num_microbatches=4, recompute="full")
     )
     a = parse_args(exported(doc, "megatron"))
@@ -131,7 +101,7 @@ def test_megatron_qwen_gets_qkv_bias():
 
 @pytest.mark.parametrize("overlap", [True, False])
 def test_megatron_tp_comm_overlap_follows_the_workload(overlap):
-    doc = doc_for(
+    doc = solve_doc(
         "llama3-8b",
         "h100-64",
         256,
@@ -176,7 +146,7 @@ def test_megatron_placeholders_are_a_separate_array():
 
 @pytest.mark.parametrize("zero", [1, 2, 3])
 def test_deepspeed_overlap_comm(zero):
-    doc = doc_for(
+    doc = solve_doc(
         "llama3-8b",
         "h100-64",
         256,
@@ -197,7 +167,7 @@ def test_deepspeed_overlap_comm(zero):
 
 
 def test_maxtext_hyperparameters_and_model_name():
-    doc = doc_for("llama70b", "v5p-256", 256, 4096, Layout(fsdp=256, recompute="full"))
+    doc = solve_doc("llama70b", "v5p-256", 256, 4096, Layout(fsdp=256, recompute="full"))
     cfg = yaml.safe_load(exported(doc, "maxtext"))
     assert cfg["rope_max_timescale"] == 500000 and cfg["normalization_layer_epsilon"] == 1e-5
     assert (
@@ -205,12 +175,14 @@ def test_maxtext_hyperparameters_and_model_name():
     )
     cfg = yaml.safe_load(
         exported(
-            doc_for("llama3-405b", "v5p-256", 256, 4096, Layout(fsdp=256, recompute="full")),
+            solve_doc("llama3-405b", "v5p-256", 256, 4096, Layout(fsdp=256, recompute="full")),
             "maxtext",
         )
     )
     assert cfg["model_name"] == "llama3.1-405b" and cfg["rope_type"] == "llama3.1"
-    debug = yaml.safe_load(exported(doc_for("debug", "v5p-8", 32, 1024, Layout(fsdp=8)), "maxtext"))
+    debug = yaml.safe_load(
+        exported(solve_doc("debug", "v5p-8", 32, 1024, Layout(fsdp=8)), "maxtext")
+    )
     assert debug["model_name"] == "default" and debug["rope_max_timescale"] == 10000
 
 
@@ -229,7 +201,7 @@ def test_torchtitan_placeholders_replace_test_defaults():
 def test_torchtitan_custom_flavor_carries_rope_theta():
     from layoutsearch.export import context_for, torchtitan
 
-    doc = doc_for("debug", "h100-16", 64, 1024, Layout(dp=2, fsdp=8))
+    doc = solve_doc("debug", "h100-16", 64, 1024, Layout(dp=2, fsdp=8))
     args = torchtitan.custom_flavor_args(context_for(doc, "torchtitan"))
     assert "rope_theta=10000.0" in args and "norm_eps=1e-05" in args
 
@@ -239,7 +211,7 @@ def test_every_file_names_its_placeholders(target):
     text = exported(
         L405
         if target != "maxtext"
-        else doc_for("llama3-405b", "v5p-256", 256, 4096, Layout(fsdp=256, recompute="full")),
+        else solve_doc("llama3-405b", "v5p-256", 256, 4096, Layout(fsdp=256, recompute="full")),
         target,
     )
     assert "PLACEHOLDER" in text and "<set me:" in text

@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import json
 import math
-import os
 import re
 import subprocess
 import sys
@@ -30,8 +29,15 @@ import tomllib
 
 import pytest
 import yaml
-from test_export import exported, solve_doc
-from test_frameworks import custom_doc, maxtext_python, maxtext_script
+from builders import (
+    custom_doc,
+    exported,
+    maxtext_python,
+    maxtext_script,
+    maxtext_train_log,
+    solve_doc,
+    solve_export,
+)
 
 from layoutsearch.core.catalogue import load_model
 from layoutsearch.core.errors import InvalidLayoutError
@@ -743,34 +749,8 @@ def test_megatron_expresses_every_folded_moe_layout():
 )
 def test_solve_export_on_moe_models(tmp_path, target, model, cluster):
     """`solve --export T -o F` on a MoE model: only T's expressible layouts are searched, and F passes T's rules."""
-    from typer.testing import CliRunner
-
-    from layoutsearch.cli import app
-
-    out = tmp_path / f"layout-{target}"
-    r = CliRunner().invoke(
-        app,
-        [
-            "solve",
-            "--model",
-            model,
-            "--cluster",
-            cluster,
-            "--seqs",
-            "512",
-            "--top",
-            "1",
-            "--export",
-            target,
-            "-o",
-            str(out),
-            "--format",
-            "json",
-        ],
-    )
-    assert r.exit_code == 0, r.stderr
-    doc = json.loads(r.stdout)
-    assert check_export(target, out.read_text(), doc) == []
+    doc, text = solve_export(model, cluster, target, tmp_path / f"layout-{target}", "--seqs", "512")
+    assert check_export(target, text, doc) == []
     degrees = doc["layouts"][0]["degrees"]
     ctx = context_for(doc, target)
     assert (ctx.layout.ep, ctx.layout.etp) == (
@@ -1948,33 +1928,7 @@ def test_maxtext_moe_cpu_training_step(tmp_path):
     )
     path = tmp_path / "moe.yml"
     path.write_text(export_document(doc, "maxtext"))
-    env = {
-        **os.environ,
-        "XLA_FLAGS": "--xla_force_host_platform_device_count=8",
-        "JAX_PLATFORMS": "cpu",
-    }
-    run = subprocess.run(
-        [
-            python,
-            "-m",
-            "maxtext.trainers.pre_train.train",
-            str(path),
-            "run_name=layoutsearch-moe",
-            "hardware=cpu",
-            "skip_jax_distributed_system=true",
-            "enable_checkpointing=false",
-            "steps=1",
-            "dataset_type=synthetic",
-            f"base_output_directory={tmp_path / 'out'}",
-        ],
-        capture_output=True,
-        text=True,
-        timeout=600,
-        env=env,
-        cwd=tmp_path,
-    )
-    log = run.stdout + run.stderr
-    assert run.returncode == 0, log[-3000:]
+    log = maxtext_train_log(python, path, tmp_path, "layoutsearch-moe")
     import re
 
     step = re.search(r"completed step: 0, .*total_weights: (\d+), loss: ([\d.naif]+)", log)
@@ -1991,8 +1945,8 @@ def test_deepspeed_takes_the_autoep_section():
     validate_autoep_config: folding spec, ETP, AutoTP with pipelines) accepts the expert_parallel section for the
     world, pp, tp and ZeRO stage of the layout; an etp of 2 or a pipeline beside AutoTP is refused by the same code."""
     pytest.importorskip("deepspeed.module_inject.auto_ep_config")
+    from builders import deepspeed_config
     from deepspeed.module_inject.auto_ep_config import parse_autoep_config, validate_autoep_config
-    from test_frameworks import deepspeed_config
 
     for doc in (
         MIXTRAL_DS,

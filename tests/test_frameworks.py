@@ -19,11 +19,22 @@ import textwrap
 from pathlib import Path
 
 import pytest
-from test_export import CP, FSDP_TP, HSDP, solve_doc
+from builders import (
+    custom_doc,
+    deepspeed_config,
+    export_docs,
+    maxtext_python,
+    maxtext_script,
+    maxtext_train_log,
+    solve_doc,
+    solve_export,
+)
 
 from layoutsearch.core.specs import Layout
 from layoutsearch.export import export_document
 from layoutsearch.export.megatron import parse_args
+
+FSDP_TP, CP, HSDP = (export_docs()[k] for k in ("fsdp_tp", "cp", "hsdp"))
 
 pytestmark = pytest.mark.frameworks
 
@@ -271,22 +282,6 @@ def test_megatron_core_builds_the_engine_model(case, tmp_path):
 
 
 # ----------------------------------------------------------------------------- DeepSpeed
-def deepspeed_config(cfg: dict, dp_world: int):
-    """DeepSpeedConfig with a given data-parallel world (no process group needed)."""
-    dsc = pytest.importorskip("deepspeed.runtime.config")
-
-    class Mpu:
-        def get_data_parallel_world_size(self) -> int:
-            return dp_world
-
-    original = dsc.dist.get_rank
-    dsc.dist.get_rank = lambda *args, **kwargs: 0
-    try:
-        return dsc.DeepSpeedConfig(cfg, mpu=Mpu())
-    finally:
-        dsc.dist.get_rank = original
-
-
 @pytest.mark.parametrize(
     "doc", [FSDP_TP, ZERO1, PIPE_1F1B], ids=["fsdp_tp", "zero1", "pipeline_1f1b"]
 )
@@ -515,34 +510,6 @@ TT03_VALUES = {
 }
 
 
-def custom_doc(
-    model_id: str, cluster: str, batch: int, seq: int, layout: Layout, **model_changes
-) -> dict:
-    """A solve document for a catalogue model with some fields changed (a custom ModelSpec)."""
-    import dataclasses
-
-    from layoutsearch.core.catalogue import load_model
-    from layoutsearch.core.problem import Problem
-    from layoutsearch.core.specs import Workload
-    from layoutsearch.core.topology import resolve_cluster
-    from layoutsearch.costs.estimate import estimate
-    from layoutsearch.report.output import layout_record
-
-    model = dataclasses.replace(load_model(model_id), **model_changes)
-    problem = Problem(
-        model_id=model_id,
-        model=model,
-        cluster_name=cluster,
-        cluster=resolve_cluster(cluster),
-        workload=Workload(global_batch_seqs=batch, seq_len=seq),
-    )
-    return {
-        "problem": problem.record(),
-        "solver": {"method": "test", "status": "FEASIBLE"},
-        "layouts": [layout_record(estimate(problem, layout), rank=1)],
-    }
-
-
 def test_torchtitan03_config_manager_builds_the_exported_job(tmp_path):
     """torchtitan 0.3's ConfigManager loads each exported config_registry entry (--module/--config, with a
     --training.steps override), ParallelDims checks the degrees against the world, its pipeline split gives
@@ -705,34 +672,6 @@ def test_torchtitan03_trainer_needs_cuda(tmp_path):
 
 
 # ----------------------------------------------------------------------------- MaxText (separate interpreter)
-def maxtext_script(imports: str, body: str) -> str:
-    """A script for MaxText's interpreter: each override file named on its command line is loaded by pyconfig
-    on 8 CPU devices (``cfg``), then ``body`` appends what it reads to ``out``; an exception is that file's
-    ``error``; the last line is RESULT and the JSON list."""
-    return (
-        textwrap.dedent("""
-        import json, os, sys
-        os.environ["XLA_FLAGS"] = "--xla_force_host_platform_device_count=8"
-        os.environ["JAX_PLATFORMS"] = "cpu"
-        from maxtext.configs import pyconfig
-        """)
-        + textwrap.dedent(imports)
-        + textwrap.dedent("""
-        out = []
-        for path in sys.argv[1:]:
-            try:
-                cfg = pyconfig.initialize(["", path, "hardware=cpu", "skip_jax_distributed_system=true",
-                                           "run_name=layoutsearch-test", "enable_checkpointing=false"])
-        """)
-        + textwrap.indent(textwrap.dedent(body), " " * 8)
-        + textwrap.dedent("""
-            except Exception as exc:
-                out.append({"error": f"{type(exc).__name__}: {exc}"})
-        print("RESULT " + json.dumps(out))
-        """)
-    )
-
-
 MAXTEXT_LOADER = maxtext_script(
     """
     from maxtext.utils import maxtext_utils
@@ -746,17 +685,6 @@ MAXTEXT_LOADER = maxtext_script(
                                     if getattr(cfg, k, None) == "offload")})
     """,
 )
-
-
-def maxtext_python() -> str:
-    path = os.environ.get("LAYOUTSEARCH_MAXTEXT_PYTHON") or str(
-        Path.home() / ".cache" / "layoutsearch" / "maxtext-venv" / "bin" / "python"
-    )
-    if not Path(path).is_file():
-        pytest.skip(
-            f"no MaxText interpreter at {path} (run .ci/frameworks.sh on a machine with python3.12)"
-        )
-    return path
 
 
 def test_maxtext_pyconfig_and_mesh(tmp_path):
@@ -881,33 +809,7 @@ def test_maxtext_cpu_training_step(tmp_path):
     python = maxtext_python()
     path = tmp_path / "step.yml"
     path.write_text(export_document(MAXTEXT_STEP, "maxtext"))
-    env = {
-        **os.environ,
-        "XLA_FLAGS": "--xla_force_host_platform_device_count=8",
-        "JAX_PLATFORMS": "cpu",
-    }
-    run = subprocess.run(
-        [
-            python,
-            "-m",
-            "maxtext.trainers.pre_train.train",
-            str(path),
-            "run_name=layoutsearch-step",
-            "hardware=cpu",
-            "skip_jax_distributed_system=true",
-            "enable_checkpointing=false",
-            "steps=1",
-            "dataset_type=synthetic",
-            f"base_output_directory={tmp_path / 'out'}",
-        ],
-        capture_output=True,
-        text=True,
-        timeout=600,
-        env=env,
-        cwd=tmp_path,
-    )
-    log = run.stdout + run.stderr
-    assert run.returncode == 0, log[-3000:]
+    log = maxtext_train_log(python, path, tmp_path, "layoutsearch-step")
     import math
     import re
 
@@ -1074,31 +976,7 @@ def test_deepspeed_cpu_training_step(tmp_path):
 # ----------------------------------------------------------------------------- the main job, end to end
 def _main_job_export(target: str, tmp_path) -> tuple[dict, str]:
     """`layoutsearch solve --model llama70b --cluster v5p-8192 --export TARGET -o FILE`: (document, file text)."""
-    from typer.testing import CliRunner
-
-    from layoutsearch.cli import app
-
-    out = tmp_path / f"main-job.{target}"
-    r = CliRunner().invoke(
-        app,
-        [
-            "solve",
-            "--model",
-            "llama70b",
-            "--cluster",
-            "v5p-8192",
-            "--top",
-            "1",
-            "--export",
-            target,
-            "-o",
-            str(out),
-            "--format",
-            "json",
-        ],
-    )
-    assert r.exit_code == 0, r.stderr
-    return json.loads(r.stdout), out.read_text()
+    return solve_export("llama70b", "v5p-8192", target, tmp_path / f"main-job.{target}")
 
 
 def test_main_job_export_accepted_by_megatron_core(tmp_path):

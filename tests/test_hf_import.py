@@ -74,6 +74,7 @@ import re
 import warnings
 
 import pytest
+from builders import proven_top, write_json
 
 from layoutsearch import cli
 from layoutsearch.core.catalogue import (
@@ -90,7 +91,6 @@ from layoutsearch.core.specs import Layout, ModelSpec, Workload
 from layoutsearch.core.topology import resolve_cluster
 from layoutsearch.costs import flops, memory, params
 from layoutsearch.search import SearchOptions, solve
-from layoutsearch.search.cpsat import cpsat_top
 from layoutsearch.search.enumerate import enumerate_top
 from layoutsearch.search.space import build_space
 from layoutsearch.search.tables import build_tables
@@ -123,12 +123,6 @@ PUBLISHED = [
     ("gpt-oss-120b", "gpt_oss", 116_829_156_672),
     ("llama-4-scout-17b-16e", "llama4_text", 107_769_861_120),
 ]
-
-
-@pytest.fixture(scope="module")
-def imported(data_file):
-    """Every file of tests/data/hf/ read once: name -> HfImport."""
-    return {name: read_hf_config(data_file(f"hf/{name}.json")) for name, _, _ in PUBLISHED}
 
 
 @pytest.mark.parametrize("name, model_type, total", PUBLISHED, ids=[p[0] for p in PUBLISHED])
@@ -231,12 +225,6 @@ def test_gemma_gelu_is_still_gated_and_tied_by_default(imported):
     assert (m.mlp, m.tied_embeddings) == ("gated", True)
 
 
-def _write(tmp_path, cfg, name="config.json"):
-    path = tmp_path / name
-    path.write_text(json.dumps(cfg))
-    return path
-
-
 LLAMA = {
     "model_type": "llama",
     "num_hidden_layers": 2,
@@ -250,10 +238,12 @@ LLAMA = {
 
 def test_tie_default_by_model_type(tmp_path):
     """Absent tie_word_embeddings: the config class's default (Llama False, Gemma True, GPT-2 True)."""
-    assert not model_from_hf_config(_write(tmp_path, LLAMA)).tied_embeddings
-    assert model_from_hf_config(_write(tmp_path, {**LLAMA, "model_type": "gemma"})).tied_embeddings
+    assert not model_from_hf_config(write_json(tmp_path, LLAMA)).tied_embeddings
+    assert model_from_hf_config(
+        write_json(tmp_path, {**LLAMA, "model_type": "gemma"})
+    ).tied_embeddings
     assert not model_from_hf_config(
-        _write(tmp_path, {**LLAMA, "model_type": "gemma", "tie_word_embeddings": False})
+        write_json(tmp_path, {**LLAMA, "model_type": "gemma", "tie_word_embeddings": False})
     ).tied_embeddings
 
 
@@ -294,13 +284,13 @@ def test_unused_keys_are_one_warning_naming_them(data_file):
 def test_all_keys_used_means_no_warning(tmp_path):
     with warnings.catch_warnings():
         warnings.simplefilter("error")
-        model_from_hf_config(_write(tmp_path, LLAMA))
+        model_from_hf_config(write_json(tmp_path, LLAMA))
 
 
 def test_missing_model_type_is_read_as_llama_with_a_warning(tmp_path):
     with pytest.warns(HfConfigWarning, match="no 'model_type': read as llama"):
         m = model_from_hf_config(
-            _write(tmp_path, {k: v for k, v in LLAMA.items() if k != "model_type"})
+            write_json(tmp_path, {k: v for k, v in LLAMA.items() if k != "model_type"})
         )
     assert m.mlp == "gated"
 
@@ -373,14 +363,14 @@ def test_missing_model_type_is_read_as_llama_with_a_warning(tmp_path):
     ],
 )
 def test_what_is_not_modelled_is_refused_naming_the_key(tmp_path, change, message):
-    path = _write(tmp_path, {**LLAMA, **change})
+    path = write_json(tmp_path, {**LLAMA, **change})
     with pytest.raises(CatalogueError) as info:
         read_hf_config(path)
     assert str(info.value).startswith(f"{path}: ") and message in str(info.value)
 
 
 def test_refusal_exits_2_with_one_line(tmp_path, capsys):
-    path = _write(tmp_path, {**LLAMA, "num_local_experts": 8})
+    path = write_json(tmp_path, {**LLAMA, "num_local_experts": 8})
     code = cli.main(
         ["estimate", "--model", str(path), "--cluster", "h100-8", "--layout", "dp=8", "--seqs", "8"]
     )
@@ -435,9 +425,9 @@ def test_layer_types_and_pattern_agree(tmp_path):
         "sliding_window": 512,
     }
     by_pattern = read_hf_config(
-        _write(tmp_path, {**base, "sliding_window_pattern": 6}, "a.json")
+        write_json(tmp_path, {**base, "sliding_window_pattern": 6}, "a.json")
     ).model
-    by_types = read_hf_config(_write(tmp_path, {**base, "layer_types": types}, "b.json")).model
+    by_types = read_hf_config(write_json(tmp_path, {**base, "layer_types": types}, "b.json")).model
     assert by_pattern.full_attention_layers == by_types.full_attention_layers == 2
     assert by_pattern.sliding_window == by_types.sliding_window == 512
     qwen = {
@@ -453,7 +443,7 @@ def test_layer_types_and_pattern_agree(tmp_path):
             "sliding_attention",
         ],
     }
-    m = read_hf_config(_write(tmp_path, qwen, "c.json")).model
+    m = read_hf_config(write_json(tmp_path, qwen, "c.json")).model
     assert (m.sliding_window, m.full_attention_layers) == (1024, 2)
 
 
@@ -552,7 +542,7 @@ def test_search_tables_agree_with_the_enumerator(imported, name):
     space = build_space(problem, SearchOptions())
     tables = build_tables(space)
     enum, _ = enumerate_top(space, tables, "step-time", 1)
-    cps, _ = cpsat_top(space, tables, "step-time", 1, time_limit_s=20)
+    cps, _ = proven_top(space, tables, "step-time", 1)
     assert enum and [a[4]["step"] for a in cps] == [a[4]["step"] for a in enum]
     assert solve(problem).layouts
 

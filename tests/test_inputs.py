@@ -30,21 +30,6 @@ from layoutsearch.sweep import (
 LONG = "a" * 300
 
 
-def run(capsys, *argv) -> tuple[int, str, str]:
-    """``cli.main(argv)`` in this process: exit code, stdout, stderr."""
-    code = cli.main([str(a) for a in argv])
-    out = capsys.readouterr()
-    return code, out.out, out.err
-
-
-def bad_input(capsys, *argv, code: int = 2) -> str:
-    """Run and check the contract of bad input: the exit code and exactly one 'error:' line; return it."""
-    got, _, err = run(capsys, *argv)
-    assert got == code, err
-    assert err.startswith("error: ") and err.count("\n") == 1 and "Traceback" not in err, err
-    return err.strip()
-
-
 def temporaries(folder: Path) -> list[str]:
     return [p.name for p in folder.iterdir() if p.name.endswith(".tmp")]
 
@@ -139,10 +124,9 @@ def test_python_dash_m_entry_points(module):
 
 
 # ----------------------------------------------------------------------------- 1-device clusters
-def test_one_device_clusters_estimate_and_solve(capsys):
+def test_one_device_clusters_estimate_and_solve(cli_main):
     """Formerly a RecursionError: a 1-device cluster has no axis to place a degree on."""
-    code, out, err = run(
-        capsys,
+    code, out, err = cli_main(
         "estimate",
         "--model",
         "debug",
@@ -160,14 +144,14 @@ def test_one_device_clusters_estimate_and_solve(capsys):
     assert (
         doc["problem"]["num_devices"] == 1 and doc["layout"]["fits"] and doc["layout"]["axes"] == {}
     )
-    code, out, err = run(
-        capsys, "solve", "--model", "debug", "--cluster", "v5p-1", "--seqs", "8", "--format", "json"
+    code, out, err = cli_main(
+        "solve", "--model", "debug", "--cluster", "v5p-1", "--seqs", "8", "--format", "json"
     )
     assert code == 0, err
     layouts = json.loads(out)["layouts"]
     assert layouts and all(set(lay["degrees"].values()) == {1} for lay in layouts)
-    code, _, err = run(
-        capsys, "estimate", "--model", "debug", "--cluster", "h100-1", "--layout", "dp=1"
+    code, _, err = cli_main(
+        "estimate", "--model", "debug", "--cluster", "h100-1", "--layout", "dp=1"
     )
     assert (
         code == 1 and err.startswith("does not fit: needs") and err.count("\n") == 1
@@ -175,19 +159,19 @@ def test_one_device_clusters_estimate_and_solve(capsys):
 
 
 # ----------------------------------------------------------------------------- files that are not text
-def test_non_utf8_files_are_one_line_naming_the_path(tmp_path, capsys, solve_doc):
+def test_non_utf8_files_are_one_line_naming_the_path(bad_input, tmp_path, solve_doc):
     for name in ("m.yaml", "config.json", "result.json", "runs.yaml"):
         (tmp_path / name).write_bytes(b"\xff\xfe")
     model = tmp_path / "m.yaml"
-    err = bad_input(capsys, "estimate", "--model", model, "--cluster", "h100-8", "--layout", "dp=8")
+    err = bad_input("estimate", "--model", model, "--cluster", "h100-8", "--layout", "dp=8")
     assert err == f"error: {model}: not UTF-8 text (byte 0xff at offset 0); save the file as UTF-8"
-    err = bad_input(capsys, "solve", "--model", tmp_path / "config.json", "--cluster", "h100-8")
+    err = bad_input("solve", "--model", tmp_path / "config.json", "--cluster", "h100-8")
     assert f"{tmp_path / 'config.json'}: not UTF-8 text" in err
-    err = bad_input(capsys, "export", tmp_path / "result.json", "--to", "megatron")
+    err = bad_input("export", tmp_path / "result.json", "--to", "megatron")
     assert err.startswith(
         f"error: RESULT: '{tmp_path / 'result.json'}' is not UTF-8 text (byte 0xff at offset 0)"
     )
-    err = bad_input(capsys, "validate", tmp_path / "runs.yaml")
+    err = bad_input("validate", tmp_path / "runs.yaml")
     assert f"{tmp_path / 'runs.yaml'}: not UTF-8 text" in err
 
 
@@ -198,7 +182,9 @@ def test_read_helpers(tmp_path):
         InvalidArgumentError, match=r"^RESULT: cannot read '.*missing.json' \(No such file"
     ):
         io.read_json(tmp_path / "missing.json", "RESULT")
-    with pytest.raises(InvalidArgumentError, match=r"^RESULT: cannot read '.*' \(Is a directory\)"):
+    with pytest.raises(
+        InvalidArgumentError, match=r"^RESULT: '.*' is a directory, not a regular file$"
+    ):
         io.read_json(tmp_path, "RESULT")
     with pytest.raises(InvalidArgumentError, match=r"NUL byte"):
         io.read_text("a\0b.json", "RESULT")
@@ -213,10 +199,13 @@ def test_read_helpers(tmp_path):
         io.read_json(f, None, CatalogueError)
     f.write_text("\ufeff{}")  # a BOM is allowed
     assert io.read_json(f) == {}
+    big = tmp_path / "big.json"
+    with open(big, "wb") as fh:  # sparse: no disk space used
+        fh.truncate(256 * 2**20 + 1)
     with pytest.raises(
-        InvalidArgumentError, match=r"^RESULT: '/dev/zero' is larger than the 256 MiB"
+        InvalidArgumentError, match=r"^RESULT: '.*big.json' is larger than the 256 MiB"
     ):
-        io.read_json("/dev/zero", "RESULT")
+        io.read_json(big, "RESULT")
     y = tmp_path / "f.yaml"
     y.write_text("a: [1\n")
     with pytest.raises(InvalidArgumentError, match=r"f.yaml' is malformed YAML at line 2"):
@@ -285,20 +274,19 @@ HF = {
         ),
     ],
 )
-def test_hugging_face_config_errors_name_the_key(tmp_path, capsys, content, message):
+def test_hugging_face_config_errors_name_the_key(bad_input, tmp_path, content, message):
     path = tmp_path / "config.json"
     path.write_text(content)
-    err = bad_input(capsys, "estimate", "--model", path, "--cluster", "h100-8", "--layout", "dp=8")
+    err = bad_input("estimate", "--model", path, "--cluster", "h100-8", "--layout", "dp=8")
     assert err.startswith(f"error: {path}: ") and message in err
 
 
-def test_hugging_face_config_that_is_valid_still_imports(tmp_path, capsys):
+def test_hugging_face_config_that_is_valid_still_imports(cli_main, tmp_path):
     path = tmp_path / "config.json"
     path.write_text(
         json.dumps({**HF, "model_type": "llama", "head_dim": None, "_name_or_path": "tiny"})
     )
-    code, out, err = run(
-        capsys,
+    code, out, err = cli_main(
         "estimate",
         "--model",
         path,
@@ -429,56 +417,56 @@ def mutate(doc: dict, path: str, value):
         ("layouts.0.rank", "1", "--rank 1: no layout with rank 1 in the document (ranks: '1', 2)"),
     ],
 )
-def test_export_refuses_fields_of_the_wrong_type(tmp_path, capsys, solve_doc, path, value, message):
+def test_export_refuses_fields_of_the_wrong_type(
+    bad_input, tmp_path, solve_doc, path, value, message
+):
     result = tmp_path / "result.json"
     result.write_text(json.dumps(mutate(solve_doc, path, value)))
-    err = bad_input(capsys, "export", result, "--to", "megatron")
+    err = bad_input("export", result, "--to", "megatron")
     assert message in err
 
 
-def test_export_of_the_unmutated_document_works(tmp_path, capsys, solve_doc):
+def test_export_of_the_unmutated_document_works(cli_main, tmp_path, solve_doc):
     result = tmp_path / "result.json"
     result.write_text(json.dumps(solve_doc))
     for target in ("megatron", "torchtitan", "torchtitan-0.3", "maxtext"):
-        code, out, err = run(capsys, "export", result, "--to", target, "--rank", "2")
+        code, out, err = cli_main("export", result, "--to", target, "--rank", "2")
         assert code in (0, 2), err  # a layout a target cannot express is refused, in one line
         assert code == 0 or err.count("\n") == 1
 
 
 @pytest.mark.parametrize("field", ["memory_bytes", "time_s", "mfu", "fits"])
-def test_export_of_a_record_with_null_predictions(tmp_path, capsys, solve_doc, field):
+def test_export_of_a_record_with_null_predictions(cli_main, tmp_path, solve_doc, field):
     """The predictions a file's header repeats may be null (or absent): the header says nan."""
     result = tmp_path / "result.json"
     result.write_text(json.dumps(mutate(solve_doc, f"layouts.0.{field}", None)))
-    code, out, err = run(capsys, "export", result, "--to", "megatron")
+    code, out, err = cli_main("export", result, "--to", "megatron")
     assert code == 0, err
     assert "# Written by layoutsearch" in out
 
 
-def test_export_refuses_a_json_document_with_nan(tmp_path, capsys):
+def test_export_refuses_a_json_document_with_nan(bad_input, tmp_path):
     result = tmp_path / "result.json"
     result.write_text('{"problem": NaN}')
     assert "is not JSON (NaN is not a JSON number)" in bad_input(
-        capsys, "export", result, "--to", "megatron"
+        "export", result, "--to", "megatron"
     )
 
 
 # ----------------------------------------------------------------------------- huge integers
-def test_huge_integers_are_refused_with_bounds(tmp_path, capsys):
+def test_huge_integers_are_refused_with_bounds(bad_input, tmp_path):
     base = ("--model", "debug", "--cluster", "h100-8")
-    err = bad_input(capsys, "estimate", *base, "--seqs", "99999999999999999999")
+    err = bad_input("estimate", *base, "--seqs", "99999999999999999999")
     assert "'--seqs'" in err and "16777216" in err and "99999999999999999999" in err
-    err = bad_input(capsys, "estimate", *base, "--layout", "tp=99999999999999999999")
+    err = bad_input("estimate", *base, "--layout", "tp=99999999999999999999")
     assert err == "error: --layout tp: 99999999999999999999 must be <= 262144"
-    err = bad_input(
-        capsys, "estimate", *base, "--axes", "dp=node:99999999999999999999", "--layout", "dp=8"
-    )
+    err = bad_input("estimate", *base, "--axes", "dp=node:99999999999999999999", "--layout", "dp=8")
     assert err == "error: --axes dp node: 99999999999999999999 must be <= 262144"
-    err = bad_input(capsys, "estimate", *base, "--zero-stage", "99999999999999999999")
+    err = bad_input("estimate", *base, "--zero-stage", "99999999999999999999")
     assert err == "error: --zero-stage: zero_stage(99999999999999999999) must be 0, 1, 2 or 3"
-    err = bad_input(capsys, "estimate", *base, "--microbatches", str(2**63))
+    err = bad_input("estimate", *base, "--microbatches", str(2**63))
     assert "'--microbatches'" in err
-    err = bad_input(capsys, "solve", *base, "--choices", "tp=1,99999999999999999999")
+    err = bad_input("solve", *base, "--choices", "tp=1,99999999999999999999")
     assert err == "error: --choices tp: 99999999999999999999 must be <= 262144"
     debug = Path(__file__).resolve().parents[1] / "models" / "debug.yaml"
     for value, message in (
@@ -489,9 +477,7 @@ def test_huge_integers_are_refused_with_bounds(tmp_path, capsys):
     ):
         model = tmp_path / "big.yaml"
         model.write_text(debug.read_text().replace("d_model: 256", f"d_model: {value}"))
-        err = bad_input(
-            capsys, "estimate", "--model", model, "--cluster", "h100-8", "--layout", "dp=8"
-        )
+        err = bad_input("estimate", "--model", model, "--cluster", "h100-8", "--layout", "dp=8")
         assert err.startswith(f"error: {model}: field 'd_model'") and message in err, err
     model = tmp_path / "huge.yaml"  # every dimension within bounds, the parameter count not
     model.write_text(
@@ -499,7 +485,7 @@ def test_huge_integers_are_refused_with_bounds(tmp_path, capsys):
         .replace("d_model: 256", "d_model: 16777216")
         .replace("num_layers: 8", "num_layers: 16777216")
     )
-    err = bad_input(capsys, "estimate", "--model", model, "--cluster", "h100-8", "--layout", "dp=8")
+    err = bad_input("estimate", "--model", model, "--cluster", "h100-8", "--layout", "dp=8")
     assert "parameters, more than the 9.01e+15 (2**53) this package counts exactly" in err
 
 
@@ -513,22 +499,18 @@ def test_huge_integers_are_refused_with_bounds(tmp_path, capsys):
         ("--seq-len", "-1", "1"),
     ],
 )
-def test_seqs_and_seq_len_are_bounded_on_every_command(capsys, command, option, value, bound):
-    err = bad_input(capsys, command, "--model", "debug", "--cluster", "h100-8", option, value)
+def test_seqs_and_seq_len_are_bounded_on_every_command(bad_input, command, option, value, bound):
+    err = bad_input(command, "--model", "debug", "--cluster", "h100-8", option, value)
     assert f"'{option}'" in err and bound in err and value in err
 
 
-def test_sweep_seqs_and_seq_len_are_bounded(tmp_path, capsys):
+def test_sweep_seqs_and_seq_len_are_bounded(bad_input, tmp_path):
     out = tmp_path / "s.csv"
-    err = bad_input(
-        capsys, "sweep", "-m", "debug", "-c", "h100-8", "--seqs", "100000000", "-o", out
-    )
+    err = bad_input("sweep", "-m", "debug", "-c", "h100-8", "--seqs", "100000000", "-o", out)
     assert err == "error: --seqs: 100000000 is more than 16777216"
-    err = bad_input(
-        capsys, "sweep", "-m", "debug", "-c", "h100-8", "--seq-len", "9" * 40, "-o", out
-    )
+    err = bad_input("sweep", "-m", "debug", "-c", "h100-8", "--seq-len", "9" * 40, "-o", out)
     assert err.startswith("error: --seq-len: '9999") and "is not a whole number >= 1" in err
-    err = bad_input(capsys, "sweep", "-m", "debug", "-c", "h100-8", "--seqs", "٣", "-o", out)
+    err = bad_input("sweep", "-m", "debug", "-c", "h100-8", "--seqs", "٣", "-o", out)
     assert err == "error: --seqs: '٣' is not a whole number >= 1"
 
 
@@ -607,18 +589,16 @@ def test_sweep_seqs_and_seq_len_are_bounded(tmp_path, capsys):
         ),
     ],
 )
-def test_option_values_are_checked(capsys, argv, message):
+def test_option_values_are_checked(bad_input, argv, message):
     command, *rest = argv
     base = (
         [] if command in ("validate", "calibrate") else ["--model", "debug", "--cluster", "h100-8"]
     )
-    assert bad_input(capsys, command, *base, *rest).startswith(message)
+    assert bad_input(command, *base, *rest).startswith(message)
 
 
-def test_fix_that_does_not_divide_the_devices_is_named(capsys):
-    err = bad_input(
-        capsys, "solve", "--model", "llama70b", "--cluster", "v5p-8192", "--fix", "tp=3"
-    )
+def test_fix_that_does_not_divide_the_devices_is_named(bad_input):
+    err = bad_input("solve", "--model", "llama70b", "--cluster", "v5p-8192", "--fix", "tp=3")
     assert err == "error: --fix tp=3: 3 does not divide the 8192 devices of v5p-8192"
 
 
@@ -635,23 +615,23 @@ def test_fix_that_does_not_divide_the_devices_is_named(capsys):
         ("h100-8\0", "expected ACCELERATOR-COUNT"),
     ],
 )
-def test_cluster_errors_pass_through_as_one_line(capsys, cluster, message):
+def test_cluster_errors_pass_through_as_one_line(bad_input, cluster, message):
     for command in ("estimate", "solve", "explain"):
-        err = bad_input(capsys, command, "--model", "debug", "--cluster", cluster)
+        err = bad_input(command, "--model", "debug", "--cluster", cluster)
         assert err.startswith("error: cluster '") and message in err
 
 
 @pytest.mark.parametrize(
     "model", [LONG, "a" * 5000, "../../../../etc/passwd", "models/debug", ".", "x\0y", "ü" * 200]
 )
-def test_unknown_model_ids_of_any_length_are_unknown(capsys, model):
-    err = bad_input(capsys, "estimate", "--model", model, "--cluster", "h100-8")
+def test_unknown_model_ids_of_any_length_are_unknown(bad_input, model):
+    err = bad_input("estimate", "--model", model, "--cluster", "h100-8")
     assert err.startswith("error: unknown model '") and len(err) < 400
 
 
-def test_model_paths_with_a_nul_byte(capsys):
+def test_model_paths_with_a_nul_byte(bad_input):
     for name in ("x\0.yaml", "x\0.json"):
-        err = bad_input(capsys, "estimate", "--model", name, "--cluster", "h100-8")
+        err = bad_input("estimate", "--model", name, "--cluster", "h100-8")
         assert "not a file name (it holds a NUL byte)" in err
 
 
@@ -689,13 +669,13 @@ def export_argv(output):
         ),  # shown escaped
     ],
 )
-def test_unwritable_outputs_are_one_line_naming_the_path(tmp_path, capsys, where, message):
+def test_unwritable_outputs_are_one_line_naming_the_path(bad_input, tmp_path, where, message):
     where, message = where.format(tmp=tmp_path), message.format(tmp=tmp_path)
-    assert bad_input(capsys, *export_argv(where)).startswith(message)
+    assert bad_input(*export_argv(where)).startswith(message)
     assert temporaries(tmp_path) == []
 
 
-def test_read_only_directory(tmp_path, capsys, monkeypatch):
+def test_read_only_directory(bad_input, tmp_path, monkeypatch):
     """A directory the user may not write to (simulated: the tests may run as root, who may)."""
 
     def refuse(*args, **kwargs):
@@ -703,7 +683,7 @@ def test_read_only_directory(tmp_path, capsys, monkeypatch):
 
     monkeypatch.setattr(io.tempfile, "mkstemp", refuse)
     out = tmp_path / "x.sh"
-    err = bad_input(capsys, *export_argv(out))
+    err = bad_input(*export_argv(out))
     assert err == f"error: --output: cannot write '{out}' (Permission denied)"
     assert not out.exists()
 
@@ -722,12 +702,12 @@ def disk_full(monkeypatch, call="write"):
     monkeypatch.setattr(os, call, full)
 
 
-def test_full_disk_leaves_the_old_file_and_no_temporary(tmp_path, capsys, monkeypatch):
+def test_full_disk_leaves_the_old_file_and_no_temporary(bad_input, tmp_path, monkeypatch):
     out = tmp_path / "x.sh"
     out.write_text("old\n")
     with monkeypatch.context() as m:
         disk_full(m)
-        err = bad_input(capsys, *export_argv(out))
+        err = bad_input(*export_argv(out))
     assert err == f"error: --output: cannot write '{out}' (No space left on device)"
     assert out.read_text() == "old\n" and temporaries(tmp_path) == []
 
@@ -755,41 +735,40 @@ def test_atomic_write_cleans_up_on_interrupt(tmp_path, monkeypatch):
     assert list(tmp_path.iterdir()) == []
 
 
-def test_export_command_output_full_disk(tmp_path, capsys, monkeypatch, solve_doc):
+def test_export_command_output_full_disk(bad_input, tmp_path, monkeypatch, solve_doc):
     result = tmp_path / "result.json"
     result.write_text(json.dumps(solve_doc))
     out = tmp_path / "layout.sh"
     with monkeypatch.context() as m:
         disk_full(m)
-        err = bad_input(capsys, "export", result, "--to", "megatron", "-o", out)
+        err = bad_input("export", result, "--to", "megatron", "-o", out)
     assert err == f"error: --output: cannot write '{out}' (No space left on device)"
     assert not out.exists() and temporaries(tmp_path) == []
-    assert bad_input(capsys, "export", result, "--to", "megatron", "-o", tmp_path).endswith(
+    assert bad_input("export", result, "--to", "megatron", "-o", tmp_path).endswith(
         "is a directory, not a file"
     )
 
 
-def test_plot_output_unwritable(tmp_path, capsys, monkeypatch):
+def test_plot_output_unwritable(bad_input, tmp_path, monkeypatch):
     table = tmp_path / "s.csv"
     run_sweep(expand_points("debug", "h100-8", "64"), table, jobs=1, progress=False)
-    err = bad_input(capsys, "plot", table, "-o", "/nonexistent/s.png")
+    err = bad_input("plot", table, "-o", "/nonexistent/s.png")
     assert err == "error: --output: cannot write '/nonexistent/s.png' (No such file or directory)"
-    err = bad_input(capsys, "plot", table, "-o", tmp_path)
+    err = bad_input("plot", table, "-o", tmp_path)
     assert err == f"error: --output: '{tmp_path}' is a directory, not a file"
     with monkeypatch.context() as m:
         disk_full(m)
-        err = bad_input(capsys, "plot", table, "-o", tmp_path / "s.png")
+        err = bad_input("plot", table, "-o", tmp_path / "s.png")
     assert err.endswith("(No space left on device)") and temporaries(tmp_path) == []
 
 
 @pytest.mark.parametrize("call", ["write", "fsync"])
-def test_sweep_on_a_full_disk_is_one_line(tmp_path, capsys, monkeypatch, call):
+def test_sweep_on_a_full_disk_is_one_line(bad_input, cli_main, tmp_path, monkeypatch, call):
     """The journal append (fsync) or the table write (os.write) failing: exit 2 naming the path, no temporary."""
     out = tmp_path / "s.csv"
     with monkeypatch.context() as m:
         disk_full(m, call)
         err = bad_input(
-            capsys,
             "sweep",
             "-m",
             "debug",
@@ -807,8 +786,7 @@ def test_sweep_on_a_full_disk_is_one_line(tmp_path, capsys, monkeypatch, call):
         "(No space left on device)"
     )
     assert str(tmp_path) in err and temporaries(tmp_path) == []
-    code, _, err = run(
-        capsys,
+    code, _, err = cli_main(
         "sweep",
         "-m",
         "debug",
@@ -836,19 +814,18 @@ def test_sweep_on_a_full_disk_is_one_line(tmp_path, capsys, monkeypatch, call):
         ("{tmp}/d.csv", "error: --output: '{tmp}/d.csv' is a directory"),
     ],
 )
-def test_sweep_unwritable_output(tmp_path, capsys, where, message):
+def test_sweep_unwritable_output(bad_input, tmp_path, where, message):
     (tmp_path / "d.csv").mkdir()
     where, message = where.format(tmp=tmp_path), message.format(tmp=tmp_path)
     err = bad_input(
-        capsys, "sweep", "-m", "debug", "-c", "h100-8", "--seqs", "64", "--no-progress", "-o", where
+        "sweep", "-m", "debug", "-c", "h100-8", "--seqs", "64", "--no-progress", "-o", where
     )
     assert err.startswith(message)
 
 
 # ----------------------------------------------------------------------------- sweeps
-def test_sweep_refuses_too_many_points_up_front(tmp_path, capsys):
+def test_sweep_refuses_too_many_points_up_front(bad_input, tmp_path):
     err = bad_input(
-        capsys,
         "sweep",
         "-m",
         "debug,llama3-8b",
@@ -864,7 +841,7 @@ def test_sweep_refuses_too_many_points_up_front(tmp_path, capsys):
         f"the {MAX_SWEEP_POINTS:,} one sweep takes; split it"
     )
     err = bad_input(
-        capsys, "sweep", "-m", "debug", "-c", "h100-{1..10000}{1..10000}", "-o", tmp_path / "s.csv"
+        "sweep", "-m", "debug", "-c", "h100-{1..10000}{1..10000}", "-o", tmp_path / "s.csv"
     )
     assert (
         err
@@ -918,11 +895,11 @@ def test_sweep_rows_written_pass_the_row_check(tmp_path):
         assert check_row(row) is None and list(row) == COLUMN_NAMES
 
 
-def test_sweep_table_that_is_not_a_sweep_is_refused(tmp_path, capsys):
+def test_sweep_table_that_is_not_a_sweep_is_refused(bad_input, tmp_path):
     out = tmp_path / "s.csv"
     out.write_text("point_id,model\nx,y\n")
     err = bad_input(
-        capsys, "sweep", "-m", "debug", "-c", "h100-8", "--seqs", "64", "--no-progress", "-o", out
+        "sweep", "-m", "debug", "-c", "h100-8", "--seqs", "64", "--no-progress", "-o", out
     )
     assert err.startswith(f"error: --output: '{out}': row 1 is not a sweep row: no cluster")
     assert err.endswith("move it away or pass --fresh") and not Path(journal_path(out)).exists()
@@ -935,11 +912,11 @@ def test_sweep_table_that_is_not_a_sweep_is_refused(tmp_path, capsys):
         ),
     ):
         (out.write_bytes if isinstance(content, bytes) else out.write_text)(content)
-        err = bad_input(capsys, "plot", out, "-o", tmp_path / "p.png")
+        err = bad_input("plot", out, "-o", tmp_path / "p.png")
         assert err.startswith(f"error: SWEEP_FILE: '{out}'") and message in err
 
 
-def test_sweep_cli_says_how_many_journal_lines_it_dropped(tmp_path, capsys):
+def test_sweep_cli_says_how_many_journal_lines_it_dropped(cli_main, tmp_path):
     out = tmp_path / "s.csv"
     argv = [
         "sweep",
@@ -955,9 +932,9 @@ def test_sweep_cli_says_how_many_journal_lines_it_dropped(tmp_path, capsys):
         "-o",
         out,
     ]
-    assert run(capsys, *argv)[0] == 0
+    assert cli_main(*argv)[0] == 0
     journal = Path(journal_path(out))
     journal.write_text(journal.read_text().replace('"status":"OPTIMAL"', '"status":"DONE"'))
-    code, _, err = run(capsys, *argv)
+    code, _, err = cli_main(*argv)
     assert code == 0 and f"{journal}: dropped 1 line(s) that are not rows of a sweep" in err
     assert "1 solved now, 0 already done" in err

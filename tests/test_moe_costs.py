@@ -1,4 +1,4 @@
-"""Mixture-of-experts costs and expert parallelism (COSTS.md "Mixture of experts"): the expert
+"""Mixture-of-experts costs and expert parallelism (docs/cost_model.md "Mixture of experts"): the expert
 degrees' rules, the token AllToAll on the links the ep group spans, expert state divided by ep,
 the FLOPs of the active experts, MLA's attention widths, and the search over ep and etp."""
 
@@ -9,6 +9,7 @@ from statistics import NormalDist
 
 import numpy as np
 import pytest
+from builders import proven_top
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -21,7 +22,6 @@ from layoutsearch.core.specs import Layout, MlaSpec, ModelSpec, MoeSpec, Workloa
 from layoutsearch.core.topology import resolve_cluster
 from layoutsearch.costs import flops
 from layoutsearch.costs.estimate import estimate
-from layoutsearch.search.cpsat import cpsat_top
 from layoutsearch.search.enumerate import enumerate_top
 from layoutsearch.search.space import build_space
 from layoutsearch.search.tables import build_tables
@@ -758,7 +758,7 @@ def test_cpsat_equals_the_enumerator_on_random_moe_instances(problem):
     tables = build_tables(space)
     found = {}
     enum, _ = enumerate_top(space, tables, "step-time", 3, found=found)
-    cps, info = cpsat_top(space, tables, "step-time", 3, time_limit_s=20)
+    cps, info = proven_top(space, tables, "step-time", 3)
     assert cps == enum
     if enum:
         assert info["status"] == "OPTIMAL" and info["objective"] == found["optimum"]

@@ -63,10 +63,10 @@ from __future__ import annotations
 
 import json
 import math
-import warnings
 from dataclasses import replace
 
 import pytest
+from builders import write_json
 
 from layoutsearch import cli
 from layoutsearch.core.catalogue import (
@@ -121,13 +121,6 @@ def _within(count: int, published: str) -> bool:
     sources round or truncate)."""
     decimals = len(published.partition(".")[2])
     return abs(count / 1e9 - float(published)) < 10**-decimals
-
-
-@pytest.fixture(scope="module")
-def imported(data_file):
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore", HfConfigWarning)
-        return {name: read_hf_config(data_file(f"hf/{name}.json")) for name, *_ in COUNTS}
 
 
 @pytest.mark.parametrize(
@@ -508,12 +501,6 @@ def test_llama4_reads_the_text_config_and_names_what_it_leaves(imported, data_fi
     assert result.model.rope_scaling is not None and result.model.rope_scaling.factor == 16.0
 
 
-def _write(tmp_path, cfg, name="config.json"):
-    path = tmp_path / name
-    path.write_text(json.dumps(cfg))
-    return path
-
-
 @pytest.mark.parametrize(
     "base, change, message",
     [
@@ -563,7 +550,7 @@ def test_what_the_sparse_import_does_not_model_is_refused(
     tmp_path, data_file, base, change, message
 ):
     cfg = {**json.loads(data_file(f"hf/{base}.json").read_text()), **change}
-    path = _write(tmp_path, cfg)
+    path = write_json(tmp_path, cfg)
     with pytest.raises(CatalogueError) as info:
         read_hf_config(path)
     assert str(info.value).startswith(f"{path}: ") and message in str(info.value)
@@ -573,9 +560,9 @@ def test_llama4_refusals(tmp_path, data_file):
     cfg = json.loads(data_file("hf/llama-4-maverick-17b-128e.json").read_text())
     cfg["text_config"]["moe_layers"] = [0, 2]
     with pytest.raises(CatalogueError, match="field 'moe_layers': MoE layers other than every"):
-        read_hf_config(_write(tmp_path, cfg))
+        read_hf_config(write_json(tmp_path, cfg))
     with pytest.raises(CatalogueError, match="field 'text_config': expected the decoder's config"):
-        read_hf_config(_write(tmp_path, {"model_type": "llama4", "text_config": None}))
+        read_hf_config(write_json(tmp_path, {"model_type": "llama4", "text_config": None}))
 
 
 def test_mixtral_is_no_longer_read_as_a_dense_model(tmp_path, capsys, data_file):
@@ -584,7 +571,7 @@ def test_mixtral_is_no_longer_read_as_a_dense_model(tmp_path, capsys, data_file)
     warning replayed while the command exits used to be recorded again, forever)."""
     model = read_hf_config(data_file("hf/mixtral-8x7b-v0.1.json")).model
     assert model.moe.num_experts == 8 and params.param_counts(model)["total"] == 46_702_792_704
-    path = _write(tmp_path, json.loads(data_file("hf/mixtral-8x7b-v0.1.json").read_text()))
+    path = write_json(tmp_path, json.loads(data_file("hf/mixtral-8x7b-v0.1.json").read_text()))
     code = cli.main(
         ["estimate", "--model", str(path), "--cluster", "h100-8", "--layout", "dp=8", "--seqs", "8"]
     )

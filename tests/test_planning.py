@@ -11,7 +11,6 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from layoutsearch import cli
 from layoutsearch.cli import app
 from layoutsearch.core.errors import InvalidArgumentError
 from layoutsearch.core.problem import Problem
@@ -30,15 +29,6 @@ def run_json(*argv) -> dict:
     r = runner.invoke(app, [*argv, "--format", "json"])
     assert r.exit_code == 0, r.stderr
     return json.loads(r.stdout)
-
-
-def bad_input(capsys, *argv) -> str:
-    """Exit 2 with exactly one 'error:' line on stderr (the console script's path); return it."""
-    code = cli.main([str(a) for a in argv])
-    err = capsys.readouterr().err
-    assert code == 2, err
-    assert err.startswith("error: ") and err.count("\n") == 1 and "Traceback" not in err, err
-    return err.strip()
 
 
 # ----------------------------------------------------------------------------- time and cost
@@ -540,14 +530,14 @@ SWEEP = ["sweep", "-m", "debug", "-c", "h100-8", "-o"]
     ],
 )
 def test_bad_tokens_and_price_exit_2_naming_the_option(
-    capsys, tmp_path, command, option, value, message
+    bad_input, tmp_path, command, option, value, message
 ):
     base = (
         [*SWEEP, tmp_path / "s.csv"]
         if command == "sweep"
         else [command, "--model", "debug", "--cluster", "h100-8"]
     )
-    assert bad_input(capsys, *base, option, value) == message
+    assert bad_input(*base, option, value) == message
     assert not (tmp_path / "s.csv").exists()
 
 
@@ -572,9 +562,9 @@ def test_bad_tokens_and_price_exit_2_naming_the_option(
         ("hbm=2,", "error: --what-if: empty item in 'hbm=2,'"),
     ],
 )
-def test_bad_what_if_exits_2_naming_the_option(capsys, command, value, message):
+def test_bad_what_if_exits_2_naming_the_option(bad_input, command, value, message):
     assert bad_input(
-        capsys, command, "--model", "debug", "--cluster", "h100-8", "--what-if", value
+        command, "--model", "debug", "--cluster", "h100-8", "--what-if", value
     ).startswith(message)
 
 

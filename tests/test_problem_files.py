@@ -257,7 +257,7 @@ def test_a_malformed_or_missing_cluster_file_is_one_line(tmp_path):
 
 # ----------------------------------------------------------------------------- problem files
 def test_the_example_problem_file_is_the_design_notes_choice():
-    """FSDP x TP, TP from 8 to 64, gather-volume: tp=8 for 1024 sequences, tp=32 for 256 (README)."""
+    """FSDP x TP, TP from 8 to 64, gather-volume: tp=8 for 1024 sequences, tp=32 for 256 (docs/search.md)."""
     path = EXAMPLES / "llama70b-v5p.problem.yaml"
     doc = solve_json("--problem", path)
     assert (

@@ -7,6 +7,7 @@ import random
 
 import numpy as np
 import pytest
+from builders import proven_top
 from typer.testing import CliRunner
 
 from layoutsearch.cli import app
@@ -19,7 +20,6 @@ from layoutsearch.core.topology import resolve_cluster
 from layoutsearch.core.uncertainty import uncertainty_band
 from layoutsearch.costs import memory
 from layoutsearch.search import solve
-from layoutsearch.search.cpsat import cpsat_top
 from layoutsearch.search.enumerate import candidate_grid, enumerate_top
 from layoutsearch.search.ranking import TIE_TOLERANCE, simplicity_key, tie_limit
 from layoutsearch.search.space import build_space
@@ -170,7 +170,7 @@ def test_both_methods_rank_as_the_plain_python_ranking(model, cluster, seqs):
     tables = build_tables(space)
     expected = _brute_force(space, tables, 5, TIE_TOLERANCE)
     enum, _ = enumerate_top(space, tables, "step-time", 5)
-    cps, info = cpsat_top(space, tables, "step-time", 5, time_limit_s=30)
+    cps, info = proven_top(space, tables, "step-time", 5)
     assert [a[:4] for a in enum] == expected
     assert [a[:4] for a in cps] == expected
     assert info["status"] == "OPTIMAL" and info["ranking_status"] == "OPTIMAL"
@@ -185,7 +185,7 @@ def test_with_no_tolerance_the_winner_is_the_fastest():
     space = build_space(_problem("llama3-8b", "h100-64", 256), SearchOptions())
     tables = build_tables(space)
     expected = _brute_force(space, tables, 3, 0.0)
-    cps, info = cpsat_top(space, tables, "step-time", 3, tolerance=0.0)
+    cps, info = proven_top(space, tables, "step-time", 3, tolerance=0.0)
     enum, _ = enumerate_top(space, tables, "step-time", 3, tolerance=0.0)
     assert [a[:4] for a in cps] == [a[:4] for a in enum] == expected
     assert cps[0][4]["step"] == info["objective"]

@@ -1,20 +1,20 @@
 """Every worked number of the design notes and the book, as layoutsearch computes it.
 
 The expected values and tolerances are read, as they are, from tests/data/seed_cases.yaml and
-tests/data/book_cases.yaml; the computations are the table of ``layoutsearch.reference``, where
+tests/data/book_cases.yaml; the computations are the table of ``tests/reference.py``, where
 each case is an ``engine`` case (estimate(), solve(), the search space, the collective
-primitives) or a ``closed-form`` case (``layoutsearch.closed_forms``, not used by the engine).
+primitives) or a ``closed-form`` case (``tests/closed_forms.py``, not used by the engine).
 """
 
 import ast
 from pathlib import Path
 
 import pytest
-
-from layoutsearch import reference
+import reference
 
 DATA = Path(__file__).resolve().parent / "data"
 FILES = ("seed_cases.yaml", "book_cases.yaml")
+HELPERS = ("reference", "closed_forms")
 
 
 def _read():
@@ -45,13 +45,13 @@ def test_every_case_has_a_kind():
     assert sum(case.kind == reference.ENGINE for case in reference.CASES.values()) >= 15
 
 
-def test_the_engine_does_not_use_the_closed_forms():
-    """layoutsearch.closed_forms is for reference cases only: no other module of the package imports it."""
-    package = Path(reference.__file__).resolve().parent
+def test_the_package_neither_holds_nor_imports_the_reference_helpers():
+    """reference.py and closed_forms.py live under tests/ (not in the wheel): the package has no
+    such module and none of its modules imports one."""
+    package = Path(__file__).resolve().parents[1] / "layoutsearch"
+    assert sorted(p.name for p in package.rglob("*.py") if p.stem in HELPERS) == []
     users = []
     for path in package.rglob("*.py"):
-        if path.name in ("reference.py", "closed_forms.py"):
-            continue
         for node in ast.walk(ast.parse(path.read_text(), str(path))):
             names = (
                 [a.name for a in node.names]
@@ -60,7 +60,7 @@ def test_the_engine_does_not_use_the_closed_forms():
                 if isinstance(node, ast.ImportFrom)
                 else []
             )
-            if any("closed_forms" in n for n in names):
+            if any(part in HELPERS for n in names for part in n.split(".")):
                 users.append(str(path.relative_to(package)))
     assert users == []
 

@@ -11,7 +11,8 @@ from layoutsearch.core.check import check_layout
 from layoutsearch.core.errors import InvalidLayoutError
 from layoutsearch.core.problem import Problem, SearchOptions, SearchRequest
 from layoutsearch.core.specs import Layout, Workload
-from layoutsearch.export import export_document, megatron
+from layoutsearch.export import export_document
+from layoutsearch.frameworks import megatron
 from layoutsearch.report.output import solve_document
 from layoutsearch.search import solve
 from layoutsearch.search.explain import funnel

@@ -2,7 +2,7 @@
 
 Unit tests build their records inline (``record``, copies of the published values they need);
 only the end-to-end tests read the development sets, from tests/data/ (conftest's ``data_file``;
-never ../shared).
+never a path outside the repository).
 """
 
 import copy
@@ -29,15 +29,13 @@ from layoutsearch.validation.calibrate import (
     write_calibration,
 )
 from layoutsearch.validation.runs import RunRecord
-from layoutsearch.validation.stats import best_layout_groups, ranking
+from layoutsearch.validation.stats import best_layout_groups, error_stats, ranking, spearman
 from layoutsearch.validation.validate import (
-    error_stats,
     evaluate_record,
     hardware_flops_per_token,
     load_runs,
     rank_published,
     record_to_problem,
-    spearman,
     summarize,
     validate_runs,
 )
@@ -61,7 +59,7 @@ def shape(layers, d_model, d_ff, heads, kv_heads, head_dim, vocab, mlp="plain", 
 
 
 def record(rid, source, model, workload, cluster, layout, measured, **extra) -> dict:
-    """A raw SCHEMA.md record as a YAML file holds it; keys left out are null."""
+    """A raw docs/RUN_RECORDS.md record as a YAML file holds it; keys left out are null."""
     return {
         "id": rid,
         "source": source,
@@ -462,7 +460,7 @@ def cli(argv: list[str], capsys) -> tuple[int, str, str]:
 
 # ----------------------------------------------------------------------------- record format
 def test_optional_schema_fields_are_typed_and_absent_keys_are_null(tmp_path):
-    """Every optional SCHEMA.md field (and the MoE blocks) loads typed; a key left out is null."""
+    """Every optional docs/RUN_RECORDS.md field (and the MoE blocks) loads typed; a key left out is null."""
     rec = raw(
         "megatron2021-table1-1-7b",
         workload={"framework": "torchtitan", "fp8_recipe": "rowwise", "torch_compile": True},

@@ -1,4 +1,4 @@
-"""`layoutsearch validate` on mixture-of-experts records (SCHEMA.md "Mixture-of-experts records";
+"""`layoutsearch validate` on mixture-of-experts records (docs/RUN_RECORDS.md "Mixture-of-experts records";
 mapping rule 16): the model and layout a MoE/MLA record maps to, its skips, the compared metric,
 and the whole MoE development set (tests/data/runs_moe_dev.yaml) end to end."""
 

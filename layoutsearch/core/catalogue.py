@@ -20,8 +20,6 @@ from pydantic import (
     BaseModel,
     ConfigDict,
     Field,
-    PositiveFloat,
-    PositiveInt,
     StrictBool,
     StrictInt,
     StrictStr,
@@ -45,6 +43,8 @@ from layoutsearch.core.units import (
     GB,
     GIB,
     KIB,
+    MAX_DEVICES,
+    MAX_HBM_BYTES,
     MAX_MODEL_DIM,
     MAX_MODEL_PARAMS,
     MICRO,
@@ -57,6 +57,20 @@ Dim = Annotated[
 ]  # every model dimension: parameter counts stay exact in int64
 MAX_NORMS_PER_LAYER = 8
 
+# The ranges of the hardware numbers (hardware/*.yaml, an accelerator_spec, a cluster file): wide
+# enough for any device built or announced, narrow enough that every time and byte count the
+# search quantises stays far inside int64 (a 1e-300 GB/s link or 2**70 GiB overflowed it).
+MIN_TFLOPS, MAX_TFLOPS = 1e-3, 1e5  # 1 GFLOP/s .. 100 PFLOP/s per device
+MIN_GBYTES_PER_S, MAX_GBYTES_PER_S = 1e-3, 1e6  # 1 MB/s .. 1 PB/s per device and direction
+MAX_HBM_GIB = MAX_HBM_BYTES / GIB  # 4096 GiB per device (what leaves nothing usable: problem.py)
+MAX_LATENCY_US = 1e6  # one second per collective step
+MAX_OVERHEAD_US = 1e6  # per microbatch, MoE layer or expert: one second
+Tflops = Annotated[float, Field(ge=MIN_TFLOPS, le=MAX_TFLOPS, allow_inf_nan=False)]
+GBytesPerS = Annotated[float, Field(ge=MIN_GBYTES_PER_S, le=MAX_GBYTES_PER_S, allow_inf_nan=False)]
+Gib = Annotated[float, Field(gt=0, le=MAX_HBM_GIB, allow_inf_nan=False)]
+Latency = Annotated[float, Field(ge=0, le=MAX_LATENCY_US, allow_inf_nan=False)]
+Overhead = Annotated[float, Field(ge=0, le=MAX_OVERHEAD_US, allow_inf_nan=False)]
+
 
 def catalogue_dir(kind: str) -> Path:
     """The `models/` or `hardware/` folder: the repository's when run from a checkout, else the wheel's."""
@@ -68,7 +82,9 @@ def catalogue_dir(kind: str) -> Path:
 
 
 class _Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True, defer_build=True)
+    """Every float of a catalogue file finite (a YAML .inf or .nan is refused, naming the field)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True, defer_build=True, allow_inf_nan=False)
 
 
 def _file_schema(spec: type, overrides: dict) -> type[BaseModel]:
@@ -87,13 +103,14 @@ def _file_schema(spec: type, overrides: dict) -> type[BaseModel]:
 
 class RopeScalingFile(_Strict):
     rope_type: Literal["llama3"] = "llama3"
-    factor: float = Field(gt=0)
-    low_freq_factor: float = Field(gt=0)
-    high_freq_factor: float = Field(gt=0)
+    factor: float = Field(gt=0, le=MAX_MODEL_DIM)
+    low_freq_factor: float = Field(gt=0, le=MAX_MODEL_DIM)
+    high_freq_factor: float = Field(gt=0, le=MAX_MODEL_DIM)
     original_max_position_embeddings: Dim
 
 
 Unit = Annotated[float, Field(ge=0, lt=1)]
+MAX_ROPE_THETA = 1e12  # published bases reach 1e8
 Count = Annotated[int, Field(ge=0, le=MAX_MODEL_DIM)]
 MAX_MTP_LAYERS = 16
 MoeFile = _file_schema(
@@ -117,7 +134,7 @@ ModelFile = _file_schema(
         "norms_per_layer": Annotated[int, Field(ge=1, le=MAX_NORMS_PER_LAYER)],
         "sliding_window": Optional[Dim],
         "full_attention_layers": Annotated[int, Field(ge=0, le=MAX_MODEL_DIM)],
-        "rope_theta": Annotated[float, Field(gt=0)],
+        "rope_theta": Annotated[float, Field(gt=0, le=MAX_ROPE_THETA)],
         "rope_scaling": Optional[RopeScalingFile],
         "norm_eps": Annotated[float, Field(gt=0, lt=1)],
         "activation": Optional[Annotated[str, Field(min_length=1, max_length=64)]],
@@ -127,24 +144,27 @@ ModelFile = _file_schema(
 )
 
 
+DeviceCount = Annotated[int, Field(ge=1, le=MAX_DEVICES)]
+
+
 class TopologyFile(_Strict):
     torus_dims: int = Field(default=0, ge=0, le=3)
-    wraparound_min_axis: int = 0
+    wraparound_min_axis: int = Field(default=0, ge=0, le=MAX_DEVICES)
     wraparound_needs_full_cube: bool = False
-    max_slice_shape: list[PositiveInt] = []
-    devices_per_host: PositiveInt = 1
-    devices_per_node: PositiveInt = 1
+    max_slice_shape: list[DeviceCount] = Field(default=[], max_length=3)
+    devices_per_host: DeviceCount = 1
+    devices_per_node: DeviceCount = 1
 
 
 class CalibrationFile(_Strict):
     matmul_efficiency: float = Field(gt=0, le=1)
-    matmul_half_efficiency_tokens: float = Field(ge=0)
+    matmul_half_efficiency_tokens: float = Field(ge=0, le=MAX_MODEL_DIM)
     attention_efficiency: float = Field(gt=0, le=1)
     collective_efficiency: float = Field(gt=0, le=1)
     scale_out_efficiency: float = Field(gt=0, le=1)
-    collective_half_efficiency_kib: float = Field(ge=0)
-    microbatch_overhead_us: float = Field(ge=0)
-    step_overhead_ms: float = Field(ge=0)
+    collective_half_efficiency_kib: float = Field(ge=0, le=MAX_HBM_BYTES / KIB)
+    microbatch_overhead_us: Overhead
+    step_overhead_ms: float = Field(ge=0, le=MAX_OVERHEAD_US)
     fp8_matmul_efficiency: float | None = Field(
         default=None, gt=0, le=1
     )  # of the fp8 peak; needs peak_fp8_tflops
@@ -158,10 +178,8 @@ class CalibrationFile(_Strict):
     grouped_matmul_efficiency: float = Field(
         default=1.0, gt=0, le=1
     )  # MoE expert GEMMs, of the dense fraction
-    moe_layer_overhead_us: float = Field(default=0.0, ge=0)  # fixed per MoE layer and microbatch
-    moe_expert_overhead_us: float = Field(
-        default=0.0, ge=0
-    )  # per local expert, MoE layer and microbatch
+    moe_layer_overhead_us: Overhead = 0.0  # fixed per MoE layer and microbatch
+    moe_expert_overhead_us: Overhead = 0.0  # per local expert, MoE layer and microbatch
     moe_overhead_graphed_share: float = Field(
         default=0.0, ge=0, le=1
     )  # of it, what scoped CUDA graphs remove
@@ -172,7 +190,7 @@ class CalibrationFile(_Strict):
         default=0.0, ge=0, le=1
     )  # compute lost per second of hidden collective
     blocking_launch_us_per_layer_pass: float | None = Field(
-        default=None, ge=0, le=1e6
+        default=None, ge=0, le=MAX_OVERHEAD_US
     )  # host time per layer pass
     # exposed by blocking kernel launches (CUDA_LAUNCH_BLOCKING=1); absent = not calibrated
 
@@ -181,22 +199,18 @@ class AcceleratorFile(_Strict):
     id: str
     name: str
     kind: Literal["tpu", "gpu"]
-    peak_bf16_tflops: PositiveFloat
-    peak_fp8_tflops: PositiveFloat | None = (
-        None  # dense fp8 (MXFP8 on Blackwell); absent = no fp8 matmuls
-    )
-    hbm_gib: PositiveFloat | None = None
-    hbm_gb: PositiveFloat | None = None
-    hbm_gbytes_per_s: PositiveFloat
-    link_gbytes_per_s_per_direction: PositiveFloat
-    links_per_device: PositiveInt | None = None
-    link_latency_us: float = Field(ge=0)
-    scale_out_gbytes_per_s_per_direction: PositiveFloat
-    scale_out_latency_us: float = Field(ge=0)
-    host_gbytes_per_s_per_direction: PositiveFloat | None = (
-        None  # PCIe / NVLink-C2C to host memory per device
-    )
-    runtime_reserve_gib: float = Field(ge=0)
+    peak_bf16_tflops: Tflops
+    peak_fp8_tflops: Tflops | None = None  # dense fp8 (MXFP8 on Blackwell); absent = no fp8 matmuls
+    hbm_gib: Gib | None = None
+    hbm_gb: Annotated[float, Field(gt=0, le=MAX_HBM_BYTES / GB)] | None = None
+    hbm_gbytes_per_s: GBytesPerS
+    link_gbytes_per_s_per_direction: GBytesPerS
+    links_per_device: Annotated[int, Field(ge=1, le=1024)] | None = None
+    link_latency_us: Latency
+    scale_out_gbytes_per_s_per_direction: GBytesPerS
+    scale_out_latency_us: Latency
+    host_gbytes_per_s_per_direction: GBytesPerS | None = None  # PCIe / NVLink-C2C to host memory
+    runtime_reserve_gib: float = Field(ge=0, le=MAX_HBM_GIB)
     topology: TopologyFile
     calibration: CalibrationFile
     sources: dict[str, str]
@@ -1201,6 +1215,12 @@ def accelerator_from_dict(data: Any, where: str) -> Accelerator:
         raise CatalogueError(
             f"{where}: field 'sources' lacks a source for {', '.join(undocumented)}"
         )
+    hbm_bytes = f.hbm_gib * GIB if f.hbm_gib is not None else f.hbm_gb * GB
+    if f.runtime_reserve_gib * GIB >= hbm_bytes:
+        raise CatalogueError(
+            f"{where}: field 'runtime_reserve_gib' ({f.runtime_reserve_gib:g}) leaves no usable "
+            f"memory of the {hbm_bytes / GIB:.4g} GiB per device"
+        )
     if (f.peak_fp8_tflops is None) != (f.calibration.fp8_matmul_efficiency is None):
         raise CatalogueError(
             f"{where}: give 'peak_fp8_tflops' and 'calibration: fp8_matmul_efficiency' together"
@@ -1221,7 +1241,7 @@ def accelerator_from_dict(data: Any, where: str) -> Accelerator:
         kind=f.kind,
         peak_flops_per_s=f.peak_bf16_tflops * TERA,
         peak_fp8_flops_per_s=None if f.peak_fp8_tflops is None else f.peak_fp8_tflops * TERA,
-        hbm_bytes=f.hbm_gib * GIB if f.hbm_gib is not None else f.hbm_gb * GB,
+        hbm_bytes=hbm_bytes,
         hbm_bytes_per_s=f.hbm_gbytes_per_s * GB,
         link_bytes_per_s_per_direction=f.link_gbytes_per_s_per_direction * GB,
         link_latency_s=f.link_latency_us * MICRO,

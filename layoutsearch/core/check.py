@@ -1,4 +1,4 @@
-"""Solver-agnostic layout checks (STYLE.md 6): every violation with a code and the numbers.
+"""Solver-agnostic layout checks (docs/search.md "Checks"): every violation with a code and the numbers.
 
 The structural rules come from the registry (``rules.py``); this module adds the placement
 check (each degree's axis factors multiply to the degree, each axis is filled exactly).

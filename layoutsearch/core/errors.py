@@ -1,7 +1,7 @@
 """Typed, actionable errors. Every message names the field and prints the numbers.
 
-The CLI maps ``LayoutsearchError`` subclasses to exit codes: bad input (catalogue, layout,
-argument) exits 2, an infeasible search exits 1.
+The CLI maps ``LayoutsearchError`` subclasses to their ``exit_code``: bad input (catalogue,
+layout, argument) exits 2. An infeasible search is a result, not an error: its command exits 1.
 """
 
 from __future__ import annotations
@@ -31,12 +31,6 @@ class InvalidArgumentError(LayoutsearchError):
 class LayoutsearchWarning(UserWarning):
     """Something the engine accepts but a user should know (e.g. config keys it does not use);
     the CLI prints it as one ``warning:`` line on stderr."""
-
-
-class NoFeasibleLayoutError(LayoutsearchError):
-    """The search space is non-empty but nothing fits."""
-
-    exit_code = 1
 
 
 def did_you_mean(word: str, choices) -> str:

@@ -1,21 +1,29 @@
 """Every file the package reads or writes goes through here, so that each failure is one line.
 
-Reading: ``read_text`` (UTF-8, a BOM allowed), ``read_json`` and ``read_yaml``. A file that
-cannot be opened, is not UTF-8, is not JSON/YAML or nests too deeply to parse raises the
-given ``LayoutsearchError`` subclass (exit 2) naming the option or field and the path.
+Reading: ``read_text`` (UTF-8, a BOM allowed), ``read_json`` and ``read_yaml``. Only a regular
+file is read: a directory, a FIFO, a device or a socket is refused from ``os.stat`` before it is
+opened, and the open is non-blocking, so a FIFO swapped in meanwhile cannot hang the read. A file
+that cannot be opened, is not UTF-8, is not JSON/YAML, nests too deeply to parse or repeats a
+key in a YAML mapping raises the given ``LayoutsearchError`` subclass (exit 2) naming the option
+or field and the path. YAML is parsed by libyaml (``yaml.CSafeLoader``) where PyYAML has it, else
+by the pure-Python ``SafeLoader``: the same constructors and resolver, so the same documents.
 
 Writing: ``atomic_write`` writes whole or not at all: a temporary file in the target's
 directory, fsynced, renamed over the target (``os.replace``), the directory fsynced. Any
 failure (no such directory, a directory as the target, no permission, a full disk, an
 interrupt) removes the temporary file and leaves the target as it was; an ``OSError`` becomes
-one line naming the option and the path. The file gets the mode a plain ``open(path, "w")``
-would give it (0666 less the umask), not mkstemp's 0600.
+one line naming the option and the path. Only a regular file (or nothing) is replaced: a FIFO,
+a device or a socket at the path is refused, as is a read-only file. A symlink given as the path
+is followed to its target, which is replaced (the link stays). A new file gets the mode a plain
+``open(path, "w")`` would give it (0666 less the umask), not mkstemp's 0600; a replaced one
+keeps its mode (and, where permitted, its owner).
 """
 
 from __future__ import annotations
 
 import json
 import os
+import stat
 import tempfile
 from collections.abc import Callable
 from typing import Any
@@ -34,11 +42,14 @@ __all__ = [
     "read_text",
     "read_json",
     "read_yaml",
+    "parse_yaml",
+    "SafeLoader",
     "atomic_write",
     "write_error",
     "temp_prefix",
     "TEMP_SUFFIX",
     "fsync_dir",
+    "check_regular",
     "MAX_INPUT_BYTES",
 ]
 
@@ -92,13 +103,23 @@ def read_bytes(
     what: str | None = None,
     error: type[LayoutsearchError] = InvalidArgumentError,
 ) -> bytes:
-    """The file's bytes; a missing file, a directory or no permission is one ``error`` line."""
+    """The bytes of a regular file; missing, not a regular file or no permission is one ``error`` line."""
     _check_name(path, what, error)
     try:
-        with open(path, "rb") as fh:
+        check_regular(os.stat(path).st_mode, path, what, error)
+        fd = os.open(path, os.O_RDONLY | _NONBLOCK | getattr(os, "O_CLOEXEC", 0))
+    except OSError as exc:
+        raise error(_failed("read", path, what, exc)) from None
+    try:
+        check_regular(os.fstat(fd).st_mode, path, what, error)  # swapped since the stat
+        with os.fdopen(fd, "rb") as fh:
+            fd = -1
             data = fh.read(MAX_INPUT_BYTES + 1)
     except OSError as exc:
         raise error(_failed("read", path, what, exc)) from None
+    finally:
+        if fd >= 0:
+            os.close(fd)
     if len(data) > MAX_INPUT_BYTES:
         raise error(
             says(
@@ -108,6 +129,25 @@ def read_bytes(
             )
         )
     return data
+
+
+_NONBLOCK = getattr(os, "O_NONBLOCK", 0)  # a FIFO opened for reading does not wait for a writer
+_KINDS = (
+    (stat.S_ISDIR, "a directory"),
+    (stat.S_ISFIFO, "a FIFO (named pipe)"),
+    (stat.S_ISCHR, "a character device"),
+    (stat.S_ISBLK, "a block device"),
+    (stat.S_ISSOCK, "a socket"),
+)
+
+
+def check_regular(
+    mode: int, path, what: str | None, error: type[LayoutsearchError] = InvalidArgumentError
+) -> None:
+    """A directory, a FIFO, a device or a socket is one ``error`` line naming the path."""
+    if not stat.S_ISREG(mode):
+        kind = next((name for test, name in _KINDS if test(mode)), "an unknown kind of file")
+        raise error(says(path, what, f"{kind}, not a regular file"))
 
 
 def _check_name(path: str | os.PathLike, what: str | None, error: type[LayoutsearchError]) -> None:
@@ -151,13 +191,78 @@ def read_json(
     except ValueError as exc:  # _no_constant
         raise error(says(path, what, f"not JSON ({exc})")) from None
     except RecursionError:
-        raise error(
-            says(path, what, "nested too deeply to be a document of this package")
-        ) from None
+        raise error(says(path, what, _TOO_DEEP)) from None
+
+
+_TOO_DEEP = "nested too deeply to be a document of this package"
 
 
 def _no_constant(name: str):
     raise ValueError(f"{name} is not a JSON number")
+
+
+class _UniqueKeys:
+    """A mapping that names a key twice is a ConstructorError at the second (PyYAML keeps the
+    last); plain scalars are resolved through a memo (the resolver's regular expressions are most
+    of the time a large file takes)."""
+
+    def construct_mapping(self, node, deep=False):
+        merges = isinstance(node, yaml.MappingNode) and any(k.tag == _MERGE for k, _ in node.value)
+        keys = list(node.value) if isinstance(node, yaml.MappingNode) else []
+        mapping = super().construct_mapping(node, deep)
+        if merges or len(mapping) != len(keys):  # `<<: *base` keys may be overridden
+            seen = set()
+            for key_node, _ in keys:
+                if key_node.tag == _MERGE:
+                    continue
+                key = self.construct_object(key_node)
+                if key in seen:
+                    raise yaml.constructor.ConstructorError(
+                        None, None, f"duplicate key {str(key)[:80]!r}", key_node.start_mark
+                    )
+                seen.add(key)
+        return mapping
+
+    def resolve(self, kind, value, implicit):
+        if kind is not yaml.ScalarNode or not implicit[0]:
+            return super().resolve(kind, value, implicit)
+        memo = self.__dict__.setdefault("_tags", {})
+        tag = memo.get(value)
+        if tag is None:
+            tag = memo[value] = super().resolve(kind, value, implicit)
+        return tag
+
+
+_MERGE = "tag:yaml.org,2002:merge"
+
+
+class SafeLoader(_UniqueKeys, getattr(yaml, "CSafeLoader", yaml.SafeLoader)):
+    """PyYAML's safe loader, libyaml's parser where available, refusing repeated keys."""
+
+
+class PurePythonSafeLoader(_UniqueKeys, yaml.SafeLoader):
+    """The same loader without libyaml (what ``SafeLoader`` is where PyYAML was built without it)."""
+
+
+def parse_yaml(
+    text: str,
+    path: str | os.PathLike,
+    what: str | None = None,
+    error: type[LayoutsearchError] = InvalidArgumentError,
+) -> Any:
+    """``text`` (the contents of ``path``) parsed by ``SafeLoader``; malformed, a repeated key or
+    nesting too deep is one ``error`` line naming the path (``says``)."""
+    try:
+        return yaml.load(text, Loader=SafeLoader)
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        at = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
+        problem = getattr(exc, "problem", None) or (str(exc).splitlines() or ["syntax error"])[0]
+        if problem == "exceeded maximum nesting depth":  # libyaml's limit (1000 levels)
+            raise error(says(path, what, _TOO_DEEP)) from None
+        raise error(says(path, what, f"malformed YAML{at}: {problem}")) from None
+    except RecursionError:
+        raise error(says(path, what, _TOO_DEEP)) from None
 
 
 def read_yaml(
@@ -165,19 +270,9 @@ def read_yaml(
     what: str | None = None,
     error: type[LayoutsearchError] = InvalidArgumentError,
 ) -> Any:
-    """Parse a YAML file; a syntax error names the line and column."""
+    """Parse a YAML file (``parse_yaml``); a syntax error names the line and column."""
     text = read_text(path, what, error)
-    try:
-        return yaml.safe_load(text)
-    except yaml.YAMLError as exc:
-        mark = getattr(exc, "problem_mark", None)
-        at = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
-        problem = getattr(exc, "problem", None) or (str(exc).splitlines() or ["syntax error"])[0]
-        raise error(says(path, what, f"malformed YAML{at}: {problem}")) from None
-    except RecursionError:
-        raise error(
-            says(path, what, "nested too deeply to be a document of this package")
-        ) from None
+    return parse_yaml(text, path, what, error)
 
 
 # ----------------------------------------------------------------------------- writing
@@ -207,25 +302,28 @@ def atomic_write(
     what: str | None = "--output",
     *,
     before_replace: Callable[[int], None] | None = None,
+    follow: bool = True,
 ) -> None:
     """Write ``data`` to ``path`` whole or not at all (see the module doc).
 
     ``before_replace(fd)`` runs on the complete, fsynced temporary file just before the rename
-    (the sweep journal locks it there, so the path never names an unlocked journal).
+    (the sweep journal locks it there, so the path never names an unlocked journal). With
+    ``follow`` False a symlink at ``path`` is replaced itself, never written through (for a path
+    the package derived, which the user did not name).
     """
     path = os.fspath(path)
     _check_name(path, what, InvalidArgumentError)
     payload = data.encode() if isinstance(data, str) else bytes(data)
-    if os.path.isdir(path):
-        raise InvalidArgumentError(says(path, what, "a directory, not a file"))
-    folder = os.path.dirname(os.path.abspath(path))
+    target = os.path.realpath(path) if follow and os.path.islink(path) else path
+    old = _replaceable(target, path, what)
+    folder = os.path.dirname(os.path.abspath(target))
     try:
-        fd, tmp = tempfile.mkstemp(dir=folder, prefix=temp_prefix(path), suffix=TEMP_SUFFIX)
+        fd, tmp = tempfile.mkstemp(dir=folder, prefix=temp_prefix(target), suffix=TEMP_SUFFIX)
     except OSError as exc:
         raise write_error(path, what, exc) from None
     try:
         try:
-            os.fchmod(fd, 0o666 & ~_umask())
+            _take_mode(fd, old)
             view = memoryview(payload)
             while view:
                 view = view[os.write(fd, view) :]
@@ -234,7 +332,8 @@ def atomic_write(
                 before_replace(fd)
         finally:
             os.close(fd)
-        os.replace(tmp, path)
+        _replaceable(target, path, what)  # nothing swapped in meanwhile
+        os.replace(tmp, target)
     except BaseException as exc:
         try:
             os.unlink(tmp)
@@ -244,6 +343,42 @@ def atomic_write(
             raise write_error(path, what, exc) from None
         raise
     fsync_dir(folder)
+
+
+def _replaceable(target: str, path: str, what: str | None) -> os.stat_result | None:
+    """The stat of the regular, writable file ``target`` (``path`` or the file its link names),
+    None when there is none; a directory, a FIFO, a device or a read-only file is one line."""
+    try:
+        old = os.lstat(target)
+    except FileNotFoundError:
+        return None
+    except OSError as exc:
+        raise write_error(path, what, exc) from None
+    if stat.S_ISLNK(old.st_mode):  # a link not to be followed is replaced itself
+        return None
+    if stat.S_ISDIR(old.st_mode):
+        raise InvalidArgumentError(says(path, what, "a directory, not a file"))
+    check_regular(old.st_mode, path, what, InvalidArgumentError)
+    if not old.st_mode & 0o222 or not os.access(target, os.W_OK):
+        raise InvalidArgumentError(
+            says(path, what, f"read-only (mode {stat.S_IMODE(old.st_mode):04o}); not replaced")
+        )
+    return old
+
+
+def _take_mode(fd: int, old: os.stat_result | None) -> None:
+    """The mode (and, where permitted, the owner) of the file replaced, else what
+    ``open(path, "w")`` gives a new file."""
+    if old is None:
+        os.fchmod(fd, 0o666 & ~_umask())
+        return
+    os.fchmod(fd, old.st_mode & 0o777)
+    mine = os.fstat(fd)
+    if (mine.st_uid, mine.st_gid) != (old.st_uid, old.st_gid):
+        try:
+            os.fchown(fd, old.st_uid, old.st_gid)
+        except OSError:  # not permitted: the file becomes the writer's
+            pass
 
 
 def fsync_dir(folder: str | os.PathLike) -> None:

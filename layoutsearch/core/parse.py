@@ -60,7 +60,8 @@ def parse_degrees(text: str, field: str = "--layout") -> dict[str, int]:
 
 
 def parse_choices(text: str, field: str = "--choices") -> dict[str, tuple[int, ...]]:
-    """'tp=8,16,32;pp=1,2' or 'tp=8,16,32,pp=1' -> {'tp': (8, 16, 32), 'pp': (1,)}; a degree named twice is refused."""
+    """'tp=8,16,32;pp=1,2' or 'tp=8,16,32,pp=1' -> {'tp': (8, 16, 32), 'pp': (1,)}; a degree or a
+    value of one named twice is refused."""
     out: dict[str, list[int]] = {}
     current = None
     for item in filter(None, (s.strip() for s in text.replace(";", ",").split(","))):
@@ -78,8 +79,9 @@ def parse_choices(text: str, field: str = "--choices") -> dict[str, tuple[int, .
         else:
             value = item
         number = parse_int(value, f"{field} {current}")
-        if number not in out[current]:
-            out[current].append(number)
+        if number in out[current]:
+            raise InvalidArgumentError(f"{field}: {current}={number} given twice")
+        out[current].append(number)
     if not out:
         raise InvalidArgumentError(f"{field}: no degree given (e.g. 'tp=8,16,32;pp=1,2')")
     return {k: tuple(v) for k, v in out.items()}
@@ -88,15 +90,17 @@ def parse_choices(text: str, field: str = "--choices") -> dict[str, tuple[int, .
 def parse_names(
     text: str, allowed: tuple[str, ...], field: str, noun: str = "name"
 ) -> tuple[str, ...]:
-    """'none,full' -> ('none', 'full'): each name known, at least one, repeats kept once."""
-    names = tuple(dict.fromkeys(filter(None, (s.strip() for s in text.split(",")))))
+    """'none,full' -> ('none', 'full'): each name known, at least one, none given twice."""
+    names = tuple(filter(None, (s.strip() for s in text.split(","))))
     if not names:
         raise InvalidArgumentError(f"{field}: no {noun} given (known: {', '.join(allowed)})")
-    for name in names:
+    for i, name in enumerate(names):
         if name not in allowed:
             raise InvalidArgumentError(
                 f"{field}: unknown {noun} '{_shown(name)}'{did_you_mean(name, allowed)}; known: {', '.join(allowed)}"
             )
+        if name in names[:i]:
+            raise InvalidArgumentError(f"{field}: {noun} '{name}' given twice")
     return names
 
 

@@ -51,6 +51,7 @@ from layoutsearch.core.specs import (
 )
 from layoutsearch.core.topology import CustomCluster, cluster_from_spec, resolve_cluster
 from layoutsearch.core.units import (
+    GIB,
     MAX_DEVICES,
     MAX_GLOBAL_BATCH_SEQS,
     MAX_HBM_BYTES,
@@ -233,6 +234,7 @@ def resolved_workload(workload: Workload, cluster: Cluster) -> Workload:
             f"--routing-cv: {str(cv):.40} is not a number from 0 to {MAX_ROUTING_CV:g} (a learned "
             f"router's expert loads, standard deviation / mean)"
         )
+    check_capacity(workload, acc)
     if workload.cuda_graphs != "none" and acc.kind != "gpu":
         raise InvalidArgumentError(
             f"--cuda-graphs {workload.cuda_graphs}: {acc.id} is a TPU; CUDA graphs apply to GPUs "
@@ -252,6 +254,29 @@ def resolved_workload(workload: Workload, cluster: Cluster) -> Workload:
         tp_comm_overlap=overlap,
         ep_comm_overlap=ep_overlap,
         deepep=deepep_of(workload, acc.kind),
+    )
+
+
+def check_capacity(workload: Workload, acc) -> None:
+    """The device memory (--hbm-gib, else the cluster's) less the runtime reserve and the margin
+    (--memory-margin-gib) must leave room for a layout; else one line naming them with the numbers."""
+    hbm = acc.hbm_bytes if workload.hbm_bytes is None else workload.hbm_bytes
+    reserve, margin = acc.runtime_reserve_bytes, workload.memory_margin_bytes
+    if hbm - reserve - margin > 0:
+        return
+    named = [
+        option
+        for option, value in (("--hbm-gib", workload.hbm_bytes), ("--memory-margin-gib", margin))
+        if value
+    ]
+    source = acc.sources.get("hbm_gib", "")
+    given = " and ".join(named) or (
+        source if source.startswith("cluster file") else f"{acc.id} hbm_gib"
+    )
+    raise InvalidArgumentError(
+        f"{given}: no usable memory per device: {hbm / GIB:.4g} GiB device memory - "
+        f"{reserve / GIB:.4g} GiB runtime reserve ({acc.id} runtime_reserve_gib) - "
+        f"{margin / GIB:.4g} GiB margin = {(hbm - reserve - margin) / GIB:.4g} GiB"
     )
 
 

@@ -10,9 +10,9 @@ nearest fix. Every consumer iterates these rules and nothing restates them:
   the enumeration where its fields exist (degrees, then virtual stages, microbatches, ZeRO
   stage, recompute);
 - ``search.explain.funnel``: how many degree tuples each rule removes, in registry order;
-- export targets: ``framework_rules(capabilities)`` turns an exporter's declared capabilities
-  into rules, which restrict ``solve --export`` and make the exporter refuse what it cannot
-  write.
+- export targets: ``framework_rules(capabilities)`` turns the capabilities a framework declares
+  (``layoutsearch.frameworks``) into rules, one per ``Limit`` in ``LIMITS``, which restrict
+  ``solve --export`` and make the exporter refuse what it cannot write.
 
 Candidate fields (``Cand``, equal-length int arrays): dp, fsdp, tp, pp, cp (degrees), v
 (virtual stages), sched (schedule code: 0 1f1b, 1 interleaved, 2 gpipe), k (microbatches),
@@ -22,7 +22,7 @@ z (ZeRO stage), r (recompute code: 0 none, 1 selective, 2 full).
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 import numpy as np
 
@@ -39,9 +39,9 @@ from layoutsearch.core.specs import (
     ModelSpec,
 )
 from layoutsearch.core.stages import CHUNK_LAYOUT, SPLIT_NAMES, split_layers
+from layoutsearch.frameworks import Capabilities
 
 Cand = dict[str, np.ndarray]
-FIELDS = (*ALL_DEGREE_NAMES, "v", "sched", "k", "z", "r")
 SCHEDULE_NAMES = tuple(SCHEDULE_CODES)
 
 
@@ -73,7 +73,8 @@ class Rule:
         return np.broadcast_to(np.asarray(self.holds(problem, cand), dtype=bool), shape)
 
 
-def _rule(code, needs, holds, title, why, kind="structure") -> Rule:
+def _rule(*, code, needs, holds, title, why, kind="structure") -> Rule:
+    """A rule reading candidate fields ``needs`` (any iterable of names)."""
     return Rule(code=code, needs=frozenset(needs), holds=holds, title=title, why=why, kind=kind)
 
 
@@ -107,55 +108,55 @@ def _kv_ok(p: Problem, c: Cand):
 
 STRUCTURE: tuple[Rule, ...] = (
     _rule(
-        "degree",
-        DEGREE_NAMES,
-        lambda p, c: np.all([c[d] >= 1 for d in DEGREE_NAMES], axis=0),
-        lambda p: "every degree is a positive integer",
-        lambda p, c: "degrees must be positive: " + _degrees_text(c),
+        code="degree",
+        needs=DEGREE_NAMES,
+        holds=lambda p, c: np.all([c[d] >= 1 for d in DEGREE_NAMES], axis=0),
+        title=lambda p: "every degree is a positive integer",
+        why=lambda p, c: "degrees must be positive: " + _degrees_text(c),
     ),
     _rule(
-        "product",
-        DEGREE_NAMES,
-        lambda p, c: c["dp"] * c["fsdp"] * c["tp"] * c["pp"] * c["cp"] == p.num_devices,
-        lambda p: f"product of degrees = devices ({p.num_devices})",
-        lambda p, c: (
+        code="product",
+        needs=DEGREE_NAMES,
+        holds=lambda p, c: c["dp"] * c["fsdp"] * c["tp"] * c["pp"] * c["cp"] == p.num_devices,
+        title=lambda p: f"product of degrees = devices ({p.num_devices})",
+        why=lambda p, c: (
             f"{_degrees_text(c)} = {c['dp'] * c['fsdp'] * c['tp'] * c['pp'] * c['cp']}, but cluster "
             f"{p.cluster_name} has {p.num_devices} devices"
         ),
     ),
     _rule(
-        "tp-heads",
-        ("tp",),
-        lambda p, c: p.model.num_heads % c["tp"] == 0,
-        lambda p: f"tp divides num_heads({p.model.num_heads})",
-        lambda p, c: f"tp({c['tp']}) does not divide num_heads({p.model.num_heads})",
+        code="tp-heads",
+        needs=("tp",),
+        holds=lambda p, c: p.model.num_heads % c["tp"] == 0,
+        title=lambda p: f"tp divides num_heads({p.model.num_heads})",
+        why=lambda p, c: f"tp({c['tp']}) does not divide num_heads({p.model.num_heads})",
     ),
     _rule(
-        "tp-ffn",
-        ("tp",),
-        lambda p, c: p.model.d_ff % c["tp"] == 0,
-        lambda p: f"tp divides d_ff({p.model.d_ff})",
-        lambda p, c: f"tp({c['tp']}) does not divide d_ff({p.model.d_ff})",
+        code="tp-ffn",
+        needs=("tp",),
+        holds=lambda p, c: p.model.d_ff % c["tp"] == 0,
+        title=lambda p: f"tp divides d_ff({p.model.d_ff})",
+        why=lambda p, c: f"tp({c['tp']}) does not divide d_ff({p.model.d_ff})",
     ),
     _rule(
-        "tp-kv-heads",
-        ("tp",),
-        _kv_ok,
-        lambda p: f"tp and num_kv_heads({p.model.num_kv_heads}) divide one another",
-        lambda p, c: (
+        code="tp-kv-heads",
+        needs=("tp",),
+        holds=_kv_ok,
+        title=lambda p: f"tp and num_kv_heads({p.model.num_kv_heads}) divide one another",
+        why=lambda p, c: (
             f"tp({c['tp']}) does not divide num_kv_heads({p.model.num_kv_heads}) "
             f"and {p.model.num_kv_heads} does not divide {c['tp']}"
         ),
     ),
     _rule(
-        "pp-layers",
-        ("pp", "v"),
-        lambda p, c: _split(p, c)[4],
-        lambda p: (
+        code="pp-layers",
+        needs=("pp", "v"),
+        holds=lambda p, c: _split(p, c)[4],
+        title=lambda p: (
             f"the pipeline splits num_layers({p.model.num_layers}): evenly, counting the embedding and "
             f"loss as layers, or with lighter first and last stages"
         ),
-        lambda p, c: (
+        why=lambda p, c: (
             f"num_layers({p.model.num_layers}) cannot be split over pp({c['pp']}) x "
             f"virtual_stages({c['v']})"
             + (
@@ -168,151 +169,151 @@ STRUCTURE: tuple[Rule, ...] = (
         ),
     ),
     _rule(
-        "schedule",
-        ("pp", "v", "sched"),
-        lambda p, c: (c["v"] > 1) == (c["sched"] == SCHEDULE_CODES["interleaved"]),
-        lambda p: "virtual stages > 1 exactly when the schedule is interleaved",
-        lambda p, c: (
+        code="schedule",
+        needs=("pp", "v", "sched"),
+        holds=lambda p, c: (c["v"] > 1) == (c["sched"] == SCHEDULE_CODES["interleaved"]),
+        title=lambda p: "virtual stages > 1 exactly when the schedule is interleaved",
+        why=lambda p, c: (
             f"schedule {SCHEDULE_NAMES[c['sched']]} with virtual_stages({c['v']}): virtual stages "
             f"above 1 are the interleaved schedule, and interleaved needs them"
         ),
     ),
     _rule(
-        "ep-dense",
-        ("ep", "etp"),
-        lambda p, c: (p.model.moe is not None) | ((c["ep"] == 1) & (c["etp"] == 1)),
-        lambda p: "ep = etp = 1 without expert layers",
-        lambda p, c: (
+        code="ep-dense",
+        needs=("ep", "etp"),
+        holds=lambda p, c: (p.model.moe is not None) | ((c["ep"] == 1) & (c["etp"] == 1)),
+        title=lambda p: "ep = etp = 1 without expert layers",
+        why=lambda p, c: (
             f"ep({c['ep']}) x etp({c['etp']}): model '{p.model.name}' has no mixture-of-experts layers"
         ),
     ),
     _rule(
-        "ep-experts",
-        ("ep",),
-        lambda p, c: (
+        code="ep-experts",
+        needs=("ep",),
+        holds=lambda p, c: (
             (p.model.moe is None) | ((c["ep"] >= 1) & (_experts(p) % np.maximum(c["ep"], 1) == 0))
         ),
-        lambda p: f"ep divides the experts ({_experts(p)})",
-        lambda p, c: (
+        title=lambda p: f"ep divides the experts ({_experts(p)})",
+        why=lambda p, c: (
             f"ep({c['ep']}) does not divide the {_experts(p)} routed experts of each MoE layer"
         ),
     ),
     _rule(
-        "etp-ffn",
-        ("etp",),
-        lambda p, c: (
+        code="etp-ffn",
+        needs=("etp",),
+        holds=lambda p, c: (
             (p.model.moe is None)
             | ((c["etp"] >= 1) & (_expert_ffn(p) % np.maximum(c["etp"], 1) == 0))
         ),
-        lambda p: f"etp divides the expert FFN width ({_expert_ffn(p)})",
-        lambda p, c: f"etp({c['etp']}) does not divide the expert FFN width {_expert_ffn(p)}",
+        title=lambda p: f"etp divides the expert FFN width ({_expert_ffn(p)})",
+        why=lambda p, c: f"etp({c['etp']}) does not divide the expert FFN width {_expert_ffn(p)}",
     ),
     _rule(
-        "ep-fold",
-        ALL_DEGREE_NAMES,
-        lambda p, c: _stage_devices(c) % np.maximum(c["ep"] * c["etp"], 1) == 0,
-        lambda p: (
+        code="ep-fold",
+        needs=ALL_DEGREE_NAMES,
+        holds=lambda p, c: _stage_devices(c) % np.maximum(c["ep"] * c["etp"], 1) == 0,
+        title=lambda p: (
             "ep x etp divides the devices of a stage (dp x fsdp x tp x cp): expert layers regroup them"
         ),
-        lambda p, c: (
+        why=lambda p, c: (
             f"ep({c['ep']}) x etp({c['etp']}) = {c['ep'] * c['etp']} does not divide the "
             f"{_stage_devices(c)} devices of a pipeline stage (dp x fsdp x tp x cp): the expert layers "
             f"regroup those devices as edp x ep x etp"
         ),
     ),
     _rule(
-        "cp-seq",
-        ("cp",),
-        lambda p, c: (c["cp"] == 1) | (p.workload.seq_len % (2 * c["cp"]) == 0),
-        lambda p: f"seq_len({p.workload.seq_len}) divisible by 2 x cp",
-        lambda p, c: f"seq_len({p.workload.seq_len}) is not divisible by 2 x cp({c['cp']})",
+        code="cp-seq",
+        needs=("cp",),
+        holds=lambda p, c: (c["cp"] == 1) | (p.workload.seq_len % (2 * c["cp"]) == 0),
+        title=lambda p: f"seq_len({p.workload.seq_len}) divisible by 2 x cp",
+        why=lambda p, c: f"seq_len({p.workload.seq_len}) is not divisible by 2 x cp({c['cp']})",
     ),
     _rule(
-        "whole-sequences",
-        ("dp", "fsdp", "k"),
-        lambda p, c: p.workload.global_batch_seqs % (c["dp"] * c["fsdp"] * c["k"]) == 0,
-        lambda p: (
+        code="whole-sequences",
+        needs=("dp", "fsdp", "k"),
+        holds=lambda p, c: p.workload.global_batch_seqs % (c["dp"] * c["fsdp"] * c["k"]) == 0,
+        title=lambda p: (
             f"whole sequences: dp x fsdp x microbatches divides the batch ({p.workload.global_batch_seqs})"
         ),
-        lambda p, c: (
+        why=lambda p, c: (
             f"global batch {p.workload.global_batch_seqs} sequences is not divisible into dp({c['dp']}) x "
             f"fsdp({c['fsdp']}) data units x {c['k']} microbatches = {c['dp'] * c['fsdp'] * c['k']}: every "
             f"data unit needs whole sequences in every microbatch"
         ),
     ),
     _rule(
-        "pp-microbatches",
-        ("pp", "k"),
-        lambda p, c: (c["pp"] == 1) | (c["k"] >= c["pp"]),
-        lambda p: "microbatches >= pp",
-        lambda p, c: f"num_microbatches({c['k']}) < pp({c['pp']}): the pipeline never fills",
+        code="pp-microbatches",
+        needs=("pp", "k"),
+        holds=lambda p, c: (c["pp"] == 1) | (c["k"] >= c["pp"]),
+        title=lambda p: "microbatches >= pp",
+        why=lambda p, c: f"num_microbatches({c['k']}) < pp({c['pp']}): the pipeline never fills",
     ),
     _rule(
-        "interleave",
-        ("pp", "v", "k"),
-        lambda p, c: (c["v"] == 1) | ((c["pp"] > 1) & (c["k"] % c["pp"] == 0)),
-        lambda p: "interleaving needs pp > 1 and microbatches divisible by pp",
-        lambda p, c: (
+        code="interleave",
+        needs=("pp", "v", "k"),
+        holds=lambda p, c: (c["v"] == 1) | ((c["pp"] > 1) & (c["k"] % c["pp"] == 0)),
+        title=lambda p: "interleaving needs pp > 1 and microbatches divisible by pp",
+        why=lambda p, c: (
             f"virtual_stages({c['v']}) needs pp > 1 and num_microbatches({c['k']}) divisible by pp({c['pp']})"
         ),
     ),
     _rule(
-        "host-offload",
-        ("r",),
-        lambda p, c: (
+        code="host-offload",
+        needs=("r",),
+        holds=lambda p, c: (
             (p.cluster.accelerator.host_bytes_per_s_per_direction is not None)
             | ~np.isin(c["r"], [RECOMPUTE_CODES[r] for r in OFFLOAD_POLICIES])
         ),
-        lambda p: "host-offloading recompute policies need the accelerator's host bandwidth",
-        lambda p, c: (
+        title=lambda p: "host-offloading recompute policies need the accelerator's host bandwidth",
+        why=lambda p, c: (
             f"recompute {RECOMPUTE_POLICIES[c['r']]} offloads activations to host memory, but "
             f"{p.cluster.accelerator.id} has no host_gbytes_per_s_per_direction in its hardware file"
         ),
     ),
     _rule(
-        "mla-up-proj",
-        ("r",),
-        lambda p, c: (p.model.mla is not None) | (c["r"] != RECOMPUTE_CODES["mla_up_proj"]),
-        lambda p: "recompute mla_up_proj needs multi-head latent attention",
-        lambda p, c: (
+        code="mla-up-proj",
+        needs=("r",),
+        holds=lambda p, c: (p.model.mla is not None) | (c["r"] != RECOMPUTE_CODES["mla_up_proj"]),
+        title=lambda p: "recompute mla_up_proj needs multi-head latent attention",
+        why=lambda p, c: (
             f"recompute mla_up_proj reruns latent attention's up-projections, but {p.model_id} has no "
             f"latent attention (Megatron refuses mla_up_proj without it)"
         ),
     ),
     _rule(
-        "norm-act",
-        ("r",),
-        lambda p, c: (
+        code="norm-act",
+        needs=("r",),
+        holds=lambda p, c: (
             (p.model.moe is not None)
             | (p.model.mla is not None)
             | (c["r"] != RECOMPUTE_CODES["norm_act"])
         ),
-        lambda p: (
+        title=lambda p: (
             "recompute norm_act needs experts or latent attention (else it recomputes nothing)"
         ),
-        lambda p, c: (
+        why=lambda p, c: (
             f"recompute norm_act recomputes nothing on {p.model_id}: it has no experts and no separate "
             f"norm module (Megatron fuses its norms into the next linear); it is recompute none"
         ),
     ),
     _rule(
-        "zero-stage",
-        ("z",),
-        lambda p, c: (c["z"] >= 0) & (c["z"] <= 3),
-        lambda p: "ZeRO stage 0-3",
-        lambda p, c: f"zero_stage({c['z']}) must be 0, 1, 2 or 3",
+        code="zero-stage",
+        needs=("z",),
+        holds=lambda p, c: (c["z"] >= 0) & (c["z"] <= 3),
+        title=lambda p: "ZeRO stage 0-3",
+        why=lambda p, c: f"zero_stage({c['z']}) must be 0, 1, 2 or 3",
     ),
     _rule(
-        "ep-zero",
-        (*ALL_DEGREE_NAMES, "z"),
-        lambda p, c: (
+        code="ep-zero",
+        needs=(*ALL_DEGREE_NAMES, "z"),
+        holds=lambda p, c: (
             (effective_zero(c) == 0)
             | ((c["fsdp"] * c["cp"] * c["tp"]) % np.maximum(c["ep"] * c["etp"], 1) == 0)
         ),
-        lambda p: (
+        title=lambda p: (
             "with ZeRO, ep x etp divides fsdp x cp x tp (the experts shard over what remains, replicated over dp)"
         ),
-        lambda p, c: (
+        why=lambda p, c: (
             f"zero_stage {c['z']} with ep({c['ep']}) x etp({c['etp']}) = {c['ep'] * c['etp']}, which does not "
             f"divide fsdp({c['fsdp']}) x cp({c['cp']}) x tp({c['tp']}): the expert groups would straddle "
             f"the dp replicas; use ep x etp <= fsdp x cp x tp, or zero_stage 0"
@@ -324,25 +325,25 @@ STRUCTURE: tuple[Rule, ...] = (
 # replicated data parallelism, which dp already is; ZeRO >= 1 needs a shard group).
 CANONICAL: tuple[Rule, ...] = (
     _rule(
-        "zero-canonical",
-        ("fsdp", "cp", "z"),
-        lambda p, c: (
+        code="zero-canonical",
+        needs=("fsdp", "cp", "z"),
+        holds=lambda p, c: (
             ((c["z"] == 0) & (c["fsdp"] == 1)) | ((c["z"] >= 1) & (c["fsdp"] * c["cp"] > 1))
         ),
-        lambda p: "ZeRO-0 without fsdp, ZeRO >= 1 with a shard group (each layout once)",
-        lambda p, c: (
+        title=lambda p: "ZeRO-0 without fsdp, ZeRO >= 1 with a shard group (each layout once)",
+        why=lambda p, c: (
             f"fsdp({c['fsdp']}) x cp({c['cp']}) with zero_stage {c['z']} is enumerated as another layout"
         ),
         kind="canonical",
     ),
     _rule(
-        "chunk-layout-search",
-        ("pp", "v"),
-        lambda p, c: _standard_split_or_none(p, c),
-        lambda p: (
+        code="chunk-layout-search",
+        needs=("pp", "v"),
+        holds=lambda p, c: _standard_split_or_none(p, c),
+        title=lambda p: (
             "a chunk layout only where pp has no even, embedding-and-loss or first-last split"
         ),
-        lambda p, c: (
+        why=lambda p, c: (
             f"pp({c['pp']}) splits num_layers({p.model.num_layers}) without a chunk layout; the search "
             f"keeps to that split (uneven chunks' bubble is costed only approximately)"
         ),
@@ -388,12 +389,12 @@ def option_rules(options: SearchOptions | None) -> tuple[Rule, ...]:
         ):
             rules.append(
                 _rule(
-                    f"option-{d}",
-                    (d,),
-                    lambda p, c, d=d: options.allowed(d, c[d]),
-                    lambda p, d=d: f"your --fix/--choices/--only for {d}",
-                    lambda p, c, d=d: f"{d}({c[d]}) is excluded by --fix/--choices/--only",
-                    "option",
+                    code=f"option-{d}",
+                    needs=(d,),
+                    holds=lambda p, c, d=d: options.allowed(d, c[d]),
+                    title=lambda p, d=d: f"your --fix/--choices/--only for {d}",
+                    why=lambda p, c, d=d: f"{d}({c[d]}) is excluded by --fix/--choices/--only",
+                    kind="option",
                 )
             )
 
@@ -407,11 +408,11 @@ def option_rules(options: SearchOptions | None) -> tuple[Rule, ...]:
 
     rules.append(
         _rule(
-            "option-recompute",
-            ("r",),
-            lambda p, c: np.isin(c["r"], [RECOMPUTE_CODES[r] for r in allowed(p)]),
-            lambda p: f"recompute in {{{', '.join(allowed(p))}}}",
-            lambda p, c: (
+            code="option-recompute",
+            needs=("r",),
+            holds=lambda p, c: np.isin(c["r"], [RECOMPUTE_CODES[r] for r in allowed(p)]),
+            title=lambda p: f"recompute in {{{', '.join(allowed(p))}}}",
+            why=lambda p, c: (
                 f"recompute {RECOMPUTE_POLICIES[c['r']]} is not among {', '.join(allowed(p))}"
                 + (
                     ""
@@ -419,27 +420,27 @@ def option_rules(options: SearchOptions | None) -> tuple[Rule, ...]:
                     else f" (the {p.workload.framework} default; --recompute widens it)"
                 )
             ),
-            "option",
+            kind="option",
         )
     )
     rules.append(
         _rule(
-            "option-zero",
-            ("fsdp", "cp", "z"),
-            lambda p, c: np.isin(effective_zero(c), options.zero_stages),
-            lambda p: f"ZeRO stage in {{{', '.join(map(str, options.zero_stages))}}}",
-            lambda p, c: f"zero_stage {c['z']} is not among the allowed stages",
-            "option",
+            code="option-zero",
+            needs=("fsdp", "cp", "z"),
+            holds=lambda p, c: np.isin(effective_zero(c), options.zero_stages),
+            title=lambda p: f"ZeRO stage in {{{', '.join(map(str, options.zero_stages))}}}",
+            why=lambda p, c: f"zero_stage {c['z']} is not among the allowed stages",
+            kind="option",
         )
     )
     rules.append(
         _rule(
-            "option-virtual",
-            ("v",),
-            lambda p, c: c["v"] <= options.max_virtual_stages,
-            lambda p: f"virtual stages <= {options.max_virtual_stages}",
-            lambda p, c: f"virtual_stages({c['v']}) > {options.max_virtual_stages}",
-            "option",
+            code="option-virtual",
+            needs=("v",),
+            holds=lambda p, c: c["v"] <= options.max_virtual_stages,
+            title=lambda p: f"virtual stages <= {options.max_virtual_stages}",
+            why=lambda p, c: f"virtual_stages({c['v']}) > {options.max_virtual_stages}",
+            kind="option",
         )
     )
     return tuple(rules)
@@ -549,80 +550,6 @@ MODEL_BLOCKS = {
     "qwen3-moe": qwen3_moe_block,
     "deepseek": deepseek_block,
 }
-EXPERT_TENSOR = ("1", "tp", "other")  # etp = 1, etp = tp, any other etp
-
-
-@dataclass(frozen=True, kw_only=True)
-class Capabilities:
-    """What an export target can express; each exporter declares one (``CAPABILITIES``).
-
-    ZeRO stages are effective stages (0 when nothing is sharded). ``why`` holds the
-    framework's own reason for a limit, by rule code, for the refusal message.
-    """
-
-    target: str
-    framework: str
-    zero_stages: tuple[int, ...] = (0, 1, 2, 3)
-    zero_stages_with_replicas: tuple[int, ...] = (
-        1,
-        2,
-        3,
-    )  # sharded stages allowed with dp > 1 copies
-    zero_stages_with_cp: tuple[int, ...] = (0, 1, 2, 3)
-    zero_stages_with_pp: tuple[int, ...] = (0, 1, 2, 3)
-    pipeline_schedules: tuple[str, ...] = tuple(SCHEDULE_CODES)
-    context_parallel: bool = True
-    kv_replication: bool = True
-    model_blocks: tuple[str, ...] = ()  # empty: any model; else one of MODEL_BLOCKS must hold
-    pipeline_splits: tuple[str, ...] = ("even",)  # core.stages SPLIT_NAMES the target can write
-    recompute_policies: tuple[str, ...] = (
-        "none",
-        "selective",
-        "full",
-    )  # the policies the target can write
-    precisions: tuple[str, ...] = ("bf16", "fp16")  # the workload precisions the target can write
-    # Mixture-of-experts layouts (rules that bind only MoE models): the expert TP the target can write
-    # (EXPERT_TENSOR names) with ep > 1 and with ep = 1, the degrees whose devices one ep x etp group
-    # may regroup ("fsdp" counts when it shards gradients or weights, ZeRO-2/3, else only beside "dp"),
-    # and whether ep > 1 can go with tp > 1 and pp > 1 together
-    expert_tensor: tuple[str, ...] = EXPERT_TENSOR
-    expert_tensor_without_ep: tuple[str, ...] = EXPERT_TENSOR
-    expert_groups: tuple[str, ...] = ("dp", "fsdp", "tp", "cp")
-    expert_parallel_with_tp_and_pp: bool = True
-    deepep: bool = False  # a token dispatch that crosses scale-out once per node (Workload.deepep)
-    vendor_attention: bool = (
-        False  # the vendor's fused attention kernel (frameworks.vendor_attention)
-    )
-    cuda_graphs: tuple[str, ...] = ("none",)  # the Workload.cuda_graphs the target can write
-    recompute_with_scoped_graphs: tuple[str, ...] | None = (
-        None  # policies it allows beside scoped graphs (None: all)
-    )
-    full_graph_dropless_moe: bool = (
-        True  # whether a full-iteration graph can hold a dropless MoE's layers
-    )
-    bf16_grads: bool = False  # gradients kept and reduced in bf16 (Workload.grad_bytes_per_param 2)
-    drop_and_pad: bool = (
-        False  # a MoE capacity factor: tokens over it dropped, every expert padded to it
-    )
-    tp_comm_overlap: bool = (
-        True  # TP collectives pipelined with their GEMMs (Workload.tp_comm_overlap)
-    )
-    ep_comm_overlap: bool = (
-        False  # MoE token AllToAlls behind another microbatch's compute (Workload.ep_comm_overlap)
-    )
-    unfused_attention: bool = (
-        False  # an attention that materialises the S x S scores (Workload.flash_attention off)
-    )
-    attention_sinks: bool = (
-        False  # a learned sink logit per head in the softmax (gpt-oss's attention)
-    )
-    sliding_window: bool = (
-        False  # layers attending over a window of the sequence (ModelSpec.sliding_window)
-    )
-    bf16_moments_zero: tuple[
-        int, ...
-    ] = ()  # the ZeRO stages it can write bf16 Adam moments with (moment bytes 2)
-    why: dict[str, str] = field(default_factory=dict)
 
 
 def _etp_kind(c: Cand) -> np.ndarray:
@@ -709,31 +636,30 @@ def _graphs_title(caps: Capabilities, p: Problem) -> str:
         and graphs in caps.cuda_graphs
         and caps.recompute_with_scoped_graphs is not None
     ):
-        return f"{caps.framework}: scoped CUDA graphs with recompute {', '.join(caps.recompute_with_scoped_graphs)}"
+        return f"scoped CUDA graphs with recompute {', '.join(caps.recompute_with_scoped_graphs)}"
     if (
         graphs == "full_iteration"
         and graphs in caps.cuda_graphs
         and not caps.full_graph_dropless_moe
     ):
-        return f"{caps.framework}: no full-iteration CUDA graph of a dropless MoE"
-    return f"{caps.framework}: CUDA graphs {', '.join(caps.cuda_graphs)}"
+        return "no full-iteration CUDA graph of a dropless MoE"
+    return f"CUDA graphs {', '.join(caps.cuda_graphs)}"
 
 
-def _graphs_text(caps: Capabilities, p: Problem, c: dict, text) -> str:
-    code, graphs = f"{caps.target}-cuda-graphs", p.workload.cuda_graphs
+def _graphs_refusal(caps: Capabilities, p: Problem, c: dict) -> tuple[str, str]:
+    """(what the target cannot express, the nearest it can) for the workload's CUDA graphs."""
+    graphs = p.workload.cuda_graphs
     if graphs not in caps.cuda_graphs:
-        return text(code, f"--cuda-graphs {graphs}", "--cuda-graphs none, or export to megatron")
+        return f"--cuda-graphs {graphs}", "--cuda-graphs none, or export to megatron"
     if graphs == "scoped":
         allowed = caps.recompute_with_scoped_graphs or ()
-        return text(
-            code,
+        return (
             f"scoped CUDA graphs with the recompute policy {RECOMPUTE_POLICIES[c['r']]} (megatron-core: "
             f"full recompute needs a full-iteration graph, and a MoE layer's recompute cannot cover the "
             f"graphed router)",
             f"recompute {' or '.join(allowed)}, or --cuda-graphs none",
         )
-    return text(
-        code,
+    return (
         f"a full-iteration CUDA graph of the dropless MoE {p.model_id} (its token dispatcher copies "
         f"the token counts to the host in every MoE layer, which a graph cannot capture)",
         "--cuda-graphs scoped, or a capacity factor (drop and pad)",
@@ -754,27 +680,30 @@ def _state_precision_ok(caps: Capabilities, p: Problem, c: Cand) -> np.ndarray:
     )
 
 
-def _state_precision_text(caps: Capabilities, p: Problem, c: dict, text) -> str:
-    code, grad, moments = (
-        f"{caps.target}-state-precision",
-        p.workload.grad_bytes_per_param,
-        p.workload.optimizer_bytes_per_param,
+def _state_precision_title(caps: Capabilities) -> str:
+    moments = (
+        f"bf16 Adam moments with ZeRO {set(caps.bf16_moments_zero)}"
+        if caps.bf16_moments_zero
+        else "fp32 Adam moments"
     )
+    return ("bf16 gradients" if caps.bf16_grads else "fp32 gradients") + ", " + moments
+
+
+def _state_precision_refusal(caps: Capabilities, p: Problem, c: dict) -> tuple[str, str]:
+    """(what the target cannot express, the nearest it can) for the workload's gradient and moment bytes."""
+    grad, moments = p.workload.grad_bytes_per_param, p.workload.optimizer_bytes_per_param
     elsewhere = ", or export to megatron" if caps.target != "megatron" else ""
     if not _grads_ok(caps, grad):
-        return text(
-            code,
+        return (
             f"{'bf16' if grad == 2 else f'{grad}-byte'} gradients (--grad-bytes {grad})",
             f"--grad-bytes 4{elsewhere if grad == 2 else ''}",
         )
     if moments != 4 or not caps.bf16_moments_zero:
-        return text(
-            code,
+        return (
             f"{'bf16' if moments == 4 else f'{moments // 2}-byte'} Adam moments (--moment-bytes {moments // 2})",
             f"--moment-bytes 4{elsewhere if moments == 4 else ''}",
         )
-    return text(
-        code,
+    return (
         f"bf16 Adam moments (--moment-bytes 2) with ZeRO-{int(effective_zero(c))} (its precision-aware "
         f"optimizer needs the distributed optimizer)",
         f"zero_stage {' or '.join(map(str, caps.bf16_moments_zero))}, or --moment-bytes 4",
@@ -786,405 +715,345 @@ def _split_name(p: Problem, c: Cand) -> np.ndarray:
     return np.vectorize(SPLIT_NAMES.get, otypes=[object])(kind)
 
 
-def framework_rules(caps: Capabilities) -> tuple[Rule, ...]:
-    """The rules a target's capabilities imply; messages name the framework, its reason and the nearest fix."""
-    name, why = caps.framework, caps.why
+def _writes_schedule(caps: Capabilities, c: Cand) -> np.ndarray:
+    """Whether the candidates' pipeline schedule is one the target writes."""
+    return np.isin(c["sched"], [SCHEDULE_CODES[s] for s in caps.pipeline_schedules])
 
-    def text(code: str, what: str, nearest: str) -> str:
-        reason = f" ({why[code]})" if code in why else ""
-        return f"{name} cannot express {what}{reason}; nearest: {nearest}"
 
-    codes = [SCHEDULE_CODES[s] for s in caps.pipeline_schedules]
-    return tuple(
-        _rule(code, needs, holds, title, msg, "framework")
-        for code, needs, holds, title, msg in (
-            (
-                f"{caps.target}-zero",
-                ("fsdp", "cp", "z"),
-                lambda p, c: np.isin(effective_zero(c), caps.zero_stages),
-                lambda p: f"{name}: ZeRO stage in {set(caps.zero_stages)}",
-                lambda p, c: text(
-                    f"{caps.target}-zero",
-                    f"ZeRO-{c['z']}",
-                    f"zero_stage {' or '.join(map(str, [s for s in caps.zero_stages if s]))}",
-                ),
+def _or_(values) -> str:
+    return " or ".join(map(str, values))
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class Limit:
+    """One limit a framework may have, stated once for every export target: the rule
+    ``<target>-<code>`` holds where ``holds(caps, problem, cand)``; the funnel titles it
+    ``<framework>: <title>`` and a violating layout reads ``<framework> cannot express <cannot>
+    (<the framework's reason, Capabilities.why>); nearest: <nearest>``."""
+
+    code: str
+    needs: tuple[str, ...]  # the candidate fields ``holds`` reads
+    holds: Callable[[Capabilities, Problem, Cand], np.ndarray]
+    title: Callable[[Capabilities, Problem], str]
+    cannot: Callable[[Capabilities, Problem, dict], str]
+    nearest: Callable[[Capabilities, Problem, dict], str]
+
+    @classmethod
+    def feature(
+        cls,
+        *,
+        code: str,
+        needs: tuple[str, ...] = (),
+        capability: str,
+        used: Callable[[Problem, Cand], np.ndarray | bool],
+        can: str,
+        cannot_title: str,
+        cannot: Callable[[Problem, dict], str],
+        nearest: str,
+    ) -> Limit:
+        """A feature a target writes or not (the boolean ``Capabilities.<capability>``), binding only
+        where the candidate ``used`` it; titled ``can`` or ``cannot_title``."""
+        return cls(
+            code=code,
+            needs=needs,
+            holds=lambda caps, p, c: np.logical_or(
+                getattr(caps, capability), np.logical_not(np.asarray(used(p, c), dtype=bool))
             ),
-            (
-                f"{caps.target}-replicas",
-                ("dp", "fsdp", "cp", "z"),
-                lambda p, c: (
-                    (c["dp"] == 1)
-                    | (effective_zero(c) == 0)
-                    | np.isin(effective_zero(c), caps.zero_stages_with_replicas)
-                ),
-                lambda p: (
-                    f"{name}: dp replicas of a ZeRO shard only with ZeRO {set(caps.zero_stages_with_replicas)}"
-                ),
-                lambda p, c: text(
-                    f"{caps.target}-replicas",
-                    f"dp({c['dp']}) copies of a ZeRO-{c['z']} shard over fsdp({c['fsdp']})",
-                    f"dp=1, fsdp={c['dp'] * c['fsdp']}",
-                ),
-            ),
-            (
-                f"{caps.target}-cp",
-                ("cp", "fsdp", "z"),
-                lambda p, c: (
-                    (c["cp"] == 1)
-                    | (caps.context_parallel & np.isin(effective_zero(c), caps.zero_stages_with_cp))
-                ),
-                lambda p: (
-                    f"{name}: cp "
-                    + (
-                        f"with ZeRO {set(caps.zero_stages_with_cp)}"
-                        if caps.context_parallel
-                        else "= 1"
-                    )
-                ),
-                lambda p, c: text(
-                    f"{caps.target}-cp",
-                    f"cp({c['cp']}) with ZeRO-{c['z']}",
-                    f"cp=1 with fsdp x {c['cp']}"
-                    if not caps.context_parallel
-                    else f"zero_stage {' or '.join(map(str, caps.zero_stages_with_cp))}",
-                ),
-            ),
-            (
-                f"{caps.target}-pipeline",
-                ("pp", "sched", "fsdp", "cp", "z"),
-                lambda p, c: (
-                    (c["pp"] == 1)
-                    | (
-                        np.isin(c["sched"], codes)
-                        & np.isin(effective_zero(c), caps.zero_stages_with_pp)
-                    )
-                ),
-                lambda p: (
-                    f"{name}: pipelines {', '.join(caps.pipeline_schedules) or 'none'}"
-                    + (
-                        f" with ZeRO {set(caps.zero_stages_with_pp)}"
-                        if len(caps.zero_stages_with_pp) < 4
-                        else ""
-                    )
-                ),
-                lambda p, c: (
-                    text(
-                        f"{caps.target}-pipeline",
-                        f"pp({c['pp']}) with the {SCHEDULE_NAMES[c['sched']]} schedule",
-                        f"schedule {' or '.join(caps.pipeline_schedules)}"
-                        if caps.pipeline_schedules
-                        else "pp=1",
-                    )
-                    if c["sched"] not in codes
-                    else text(
-                        f"{caps.target}-pipeline",
-                        f"ZeRO-{c['z']} with pp({c['pp']})",
-                        f"zero_stage {' or '.join(map(str, caps.zero_stages_with_pp))}",
-                    )
-                ),
-            ),
-            (
-                f"{caps.target}-split",
-                ("pp", "v"),
-                lambda p, c: np.isin(_split_name(p, c), caps.pipeline_splits),
-                lambda p: f"{name}: pipeline splits {', '.join(caps.pipeline_splits)}",
-                lambda p, c: text(
-                    f"{caps.target}-split",
-                    f"the {_split_name(p, c)[0]} split of num_layers("
-                    f"{p.model.num_layers}) over pp({c['pp']}) x virtual_stages({c['v']})",
-                    "a pp that divides the layers, or export to megatron",
-                ),
-            ),
-            (
-                f"{caps.target}-recompute",
-                ("r",),
-                lambda p, c: np.isin(c["r"], [RECOMPUTE_CODES[r] for r in caps.recompute_policies]),
-                lambda p: f"{name}: recompute {', '.join(caps.recompute_policies)}",
-                lambda p, c: text(
-                    f"{caps.target}-recompute",
-                    f"the recompute policy {RECOMPUTE_POLICIES[c['r']]}",
-                    f"recompute {' or '.join(caps.recompute_policies)}",
-                ),
-            ),
-            (
-                f"{caps.target}-kv",
-                ("tp",),
-                lambda p, c: caps.kv_replication | (c["tp"] <= p.model.num_kv_heads),
-                lambda p: (
-                    f"{name}: tp <= num_kv_heads({p.model.num_kv_heads}) (no KV-head replication)"
-                ),
-                lambda p, c: text(
-                    f"{caps.target}-kv",
-                    f"tp({c['tp']}) > num_kv_heads({p.model.num_kv_heads}) (replicated KV heads)",
-                    f"tp={p.model.num_kv_heads} with the rest in fsdp",
-                ),
-            ),
-            (
-                f"{caps.target}-precision",
-                (),
-                lambda p, c: p.workload.precision in caps.precisions,
-                lambda p: f"{name}: precision {', '.join(caps.precisions)}",
-                lambda p, c: text(
-                    f"{caps.target}-precision",
-                    f"{p.workload.precision} training",
-                    f"--precision {caps.precisions[0]}, or export to megatron",
-                ),
-            ),
-            (
-                f"{caps.target}-etp",
-                ("ep", "etp", "tp"),
-                lambda p, c: p.model.moe is None or _etp_ok(caps, c),
-                lambda p: (
-                    f"{name}: expert TP {', '.join(caps.expert_tensor)} with ep > 1, "
-                    f"{', '.join(caps.expert_tensor_without_ep) or 'none'} with ep = 1"
-                ),
-                lambda p, c: text(
-                    f"{caps.target}-etp",
-                    f"etp({c['etp']}) with ep({c['ep']}) and tp({c['tp']})",
-                    _etp_nearest(caps, c),
-                ),
-            ),
-            (
-                f"{caps.target}-experts",
-                (*ALL_DEGREE_NAMES, "z"),
-                lambda p, c: (
-                    p.model.moe is None
-                    or _expert_span(caps, c) % np.maximum(c["ep"] * c["etp"], 1) == 0
-                ),
-                lambda p: f"{name}: ep x etp divides {' x '.join(caps.expert_groups)}",
-                lambda p, c: text(
-                    f"{caps.target}-experts",
-                    f"ep({c['ep']}) x etp({c['etp']}) = {c['ep'] * c['etp']} "
-                    f"expert devices, which do not divide the "
-                    f"{int(_expert_span(caps, c))} devices its expert groups can "
-                    f"take ({_span_text(caps, c)})",
-                    _experts_nearest(caps, c),
-                ),
-            ),
-            (
-                f"{caps.target}-ep-tp-pp",
-                ("ep", "tp", "pp"),
-                lambda p, c: (
-                    p.model.moe is None
-                    or caps.expert_parallel_with_tp_and_pp
-                    or (c["ep"] == 1) | (c["tp"] == 1) | (c["pp"] == 1)
-                ),
-                lambda p: (
-                    f"{name}: ep > 1 "
-                    + (
-                        "with tp and pp"
-                        if caps.expert_parallel_with_tp_and_pp
-                        else "not with both tp > 1 and pp > 1"
-                    )
-                ),
-                lambda p, c: text(
-                    f"{caps.target}-ep-tp-pp",
-                    f"ep({c['ep']}) with both tp({c['tp']}) and pp({c['pp']})",
-                    "tp=1 or pp=1 with ep > 1",
-                ),
-            ),
-            (
-                f"{caps.target}-deepep",
-                ("ep",),
-                lambda p, c: (
-                    caps.deepep
-                    | (c["ep"] == 1)
-                    | (not node_dedup(p.model, p.workload, p.cluster.accelerator.kind))
-                ),
-                lambda p: (
-                    f"{name}: "
-                    + ("DeepEP dispatch" if caps.deepep else "no DeepEP dispatch with ep > 1")
-                ),
-                lambda p, c: text(
-                    f"{caps.target}-deepep",
-                    f"the DeepEP token dispatch with ep({c['ep']})",
-                    "--no-deepep, or export to megatron or torchtitan",
-                ),
-            ),
-            (
-                f"{caps.target}-vendor-attention",
-                (),
-                # only where the workload asks for it (--vendor-attention): a profile's own choice travels with the profile
-                lambda p, c: (
-                    caps.vendor_attention
-                    or not (
-                        p.workload.vendor_attention
-                        and vendor_attention(p.workload, p.cluster.accelerator)
-                    )
-                ),
-                lambda p: (
-                    f"{name}: "
-                    + (
-                        "the vendor's fused attention"
-                        if caps.vendor_attention
-                        else "no vendor fused attention"
-                    )
-                ),
-                lambda p, c: text(
-                    f"{caps.target}-vendor-attention",
-                    "the vendor's fused attention kernel (cuDNN / Transformer Engine)",
-                    "--no-vendor-attention, or export to megatron",
-                ),
-            ),
-            (
-                f"{caps.target}-cuda-graphs",
-                ("r",),
-                lambda p, c: _graphs_ok(caps, p, c),
-                lambda p: _graphs_title(caps, p),
-                lambda p, c: _graphs_text(caps, p, c, text),
-            ),
-            (
-                f"{caps.target}-tp-overlap",
-                ("tp",),
-                lambda p, c: (
-                    caps.tp_comm_overlap | (not p.workload.tp_comm_overlap) | (c["tp"] == 1)
-                ),
-                lambda p: (
-                    f"{name}: "
-                    + (
-                        "TP communication overlap"
-                        if caps.tp_comm_overlap
-                        else "no TP communication overlap"
-                    )
-                ),
-                lambda p, c: text(
-                    f"{caps.target}-tp-overlap",
-                    f"the TP communication overlap (--tp-comm-overlap) with tp({c['tp']})",
-                    "--no-tp-comm-overlap, or export to megatron",
-                ),
-            ),
-            (
-                f"{caps.target}-ep-overlap",
-                ("ep",),
-                lambda p, c: (
-                    caps.ep_comm_overlap
-                    | (not p.workload.ep_comm_overlap)
-                    | (p.model.moe is None)
-                    | (c["ep"] == 1)
-                ),
-                lambda p: (
-                    f"{name}: "
-                    + (
-                        "expert-parallel AllToAll overlap"
-                        if caps.ep_comm_overlap
-                        else "no expert-parallel AllToAll overlap"
-                    )
-                ),
-                lambda p, c: text(
-                    f"{caps.target}-ep-overlap",
-                    f"the expert-parallel AllToAll overlap (--ep-comm-overlap) with ep({c['ep']})",
-                    "--no-ep-comm-overlap, or export to megatron",
-                ),
-            ),
-            (
-                f"{caps.target}-unfused-attention",
-                (),
-                lambda p, c: caps.unfused_attention or p.workload.flash_attention,
-                lambda p: (
-                    f"{name}: "
-                    + (
-                        "fused or unfused attention"
-                        if caps.unfused_attention
-                        else "fused attention only"
-                    )
-                ),
-                lambda p, c: text(
-                    f"{caps.target}-unfused-attention",
-                    "materialised attention scores (--no-fused-attention)",
-                    "--fused-attention, or export to megatron or maxtext",
-                ),
-            ),
-            (
-                f"{caps.target}-capacity",
-                (),
-                lambda p, c: caps.drop_and_pad or p.model.moe is None or p.model.dropless_moe,
-                lambda p: (
-                    f"{name}: "
-                    + (
-                        "MoE capacity factors (drop and pad)"
-                        if caps.drop_and_pad
-                        else "dropless MoE only"
-                    )
-                ),
-                lambda p, c: text(
-                    f"{caps.target}-capacity",
-                    f"the capacity factor {p.model.moe.capacity_factor:g} of "
-                    f"{p.model_id} (every expert padded to its capacity)",
-                    "a dropless model (moe capacity_factor null), or export to megatron or maxtext",
-                ),
-            ),
-            (
-                f"{caps.target}-state-precision",
-                ("fsdp", "cp", "z"),
-                lambda p, c: _state_precision_ok(caps, p, c),
-                lambda p: (
-                    f"{name}: "
-                    + ("bf16 gradients" if caps.bf16_grads else "fp32 gradients")
-                    + ", "
-                    + (
-                        f"bf16 Adam moments with ZeRO {set(caps.bf16_moments_zero)}"
-                        if caps.bf16_moments_zero
-                        else "fp32 Adam moments"
-                    )
-                ),
-                lambda p, c: _state_precision_text(caps, p, c, text),
-            ),
-            (
-                f"{caps.target}-sinks",
-                (),
-                lambda p, c: caps.attention_sinks or not p.model.attention_sinks,
-                lambda p: (
-                    f"{name}: "
-                    + (
-                        "attention with or without sinks"
-                        if caps.attention_sinks
-                        else "attention without sinks"
-                    )
-                ),
-                lambda p, c: text(
-                    f"{caps.target}-sinks",
-                    f"the attention sinks of {p.model_id}",
-                    "export to deepspeed (the Hugging Face model code has them)",
-                ),
-            ),
-            (
-                f"{caps.target}-window",
-                (),  # a window as long as the sequence attends over all of it
-                lambda p, c: (
-                    caps.sliding_window or (p.model.sliding_window or np.inf) >= p.workload.seq_len
-                ),
-                lambda p: (
-                    f"{name}: "
-                    + (
-                        "full or windowed attention"
-                        if caps.sliding_window
-                        else "full attention only"
-                    )
-                ),
-                lambda p, c: text(
-                    f"{caps.target}-window",
-                    f"the {p.model.sliding_window}-token sliding window of {p.model_id}",
-                    "export to deepspeed (the Hugging Face model code has it)",
-                ),
-            ),
-            (
-                f"{caps.target}-model",
-                (),
-                lambda p, c: (
-                    not caps.model_blocks
-                    or any(MODEL_BLOCKS[b](p.model) for b in caps.model_blocks)
-                ),
-                lambda p: (
-                    f"{name}: a model of the {' or '.join(caps.model_blocks) or 'any'} family"
-                ),
-                lambda p, c: text(
-                    f"{caps.target}-model",
-                    f"model {p.model_id} (its decoder blocks: {' or '.join(caps.model_blocks)})",
-                    "export to megatron",
-                ),
-            ),
+            title=lambda caps, p: can if getattr(caps, capability) else cannot_title,
+            cannot=lambda caps, p, c: cannot(p, c),
+            nearest=lambda caps, p, c: nearest,
         )
-    )
+
+    def rule(self, caps: Capabilities) -> Rule:
+        """The limit as ``caps.target``'s rule; messages name the framework, its reason and the nearest fix."""
+        code = f"{caps.target}-{self.code}"
+        reason = f" ({caps.why[code]})" if code in caps.why else ""
+        return Rule(
+            code=code,
+            needs=frozenset(self.needs),
+            holds=lambda p, c: self.holds(caps, p, c),
+            title=lambda p: f"{caps.framework}: {self.title(caps, p)}",
+            why=lambda p, c: (
+                f"{caps.framework} cannot express {self.cannot(caps, p, c)}{reason}; "
+                f"nearest: {self.nearest(caps, p, c)}"
+            ),
+            kind="framework",
+        )
+
+
+def _moe(p: Problem) -> bool:
+    return p.model.moe is not None
+
+
+# The limits in funnel order; each reads the Capabilities fields it names.
+LIMITS: tuple[Limit, ...] = (
+    Limit(
+        code="zero",
+        needs=("fsdp", "cp", "z"),
+        holds=lambda caps, p, c: np.isin(effective_zero(c), caps.zero_stages),
+        title=lambda caps, p: f"ZeRO stage in {set(caps.zero_stages)}",
+        cannot=lambda caps, p, c: f"ZeRO-{c['z']}",
+        nearest=lambda caps, p, c: f"zero_stage {_or_(s for s in caps.zero_stages if s)}",
+    ),
+    Limit(
+        code="replicas",
+        needs=("dp", "fsdp", "cp", "z"),
+        holds=lambda caps, p, c: (
+            (c["dp"] == 1)
+            | (effective_zero(c) == 0)
+            | np.isin(effective_zero(c), caps.zero_stages_with_replicas)
+        ),
+        title=lambda caps, p: (
+            f"dp replicas of a ZeRO shard only with ZeRO {set(caps.zero_stages_with_replicas)}"
+        ),
+        cannot=lambda caps, p, c: (
+            f"dp({c['dp']}) copies of a ZeRO-{c['z']} shard over fsdp({c['fsdp']})"
+        ),
+        nearest=lambda caps, p, c: f"dp=1, fsdp={c['dp'] * c['fsdp']}",
+    ),
+    Limit(
+        code="cp",
+        needs=("cp", "fsdp", "z"),
+        holds=lambda caps, p, c: (
+            (c["cp"] == 1)
+            | (caps.context_parallel & np.isin(effective_zero(c), caps.zero_stages_with_cp))
+        ),
+        title=lambda caps, p: (
+            "cp "
+            + (f"with ZeRO {set(caps.zero_stages_with_cp)}" if caps.context_parallel else "= 1")
+        ),
+        cannot=lambda caps, p, c: f"cp({c['cp']}) with ZeRO-{c['z']}",
+        nearest=lambda caps, p, c: (
+            f"zero_stage {_or_(caps.zero_stages_with_cp)}"
+            if caps.context_parallel
+            else f"cp=1 with fsdp x {c['cp']}"
+        ),
+    ),
+    Limit(
+        code="pipeline",
+        needs=("pp", "sched", "fsdp", "cp", "z"),
+        holds=lambda caps, p, c: (
+            (c["pp"] == 1)
+            | (_writes_schedule(caps, c) & np.isin(effective_zero(c), caps.zero_stages_with_pp))
+        ),
+        title=lambda caps, p: (
+            f"pipelines {', '.join(caps.pipeline_schedules) or 'none'}"
+            + (
+                f" with ZeRO {set(caps.zero_stages_with_pp)}"
+                if len(caps.zero_stages_with_pp) < 4
+                else ""
+            )
+        ),
+        cannot=lambda caps, p, c: (
+            f"ZeRO-{c['z']} with pp({c['pp']})"
+            if _writes_schedule(caps, c)
+            else f"pp({c['pp']}) with the {SCHEDULE_NAMES[c['sched']]} schedule"
+        ),
+        nearest=lambda caps, p, c: (
+            f"zero_stage {_or_(caps.zero_stages_with_pp)}"
+            if _writes_schedule(caps, c)
+            else f"schedule {_or_(caps.pipeline_schedules)}"
+            if caps.pipeline_schedules
+            else "pp=1"
+        ),
+    ),
+    Limit(
+        code="split",
+        needs=("pp", "v"),
+        holds=lambda caps, p, c: np.isin(_split_name(p, c), caps.pipeline_splits),
+        title=lambda caps, p: f"pipeline splits {', '.join(caps.pipeline_splits)}",
+        cannot=lambda caps, p, c: (
+            f"the {_split_name(p, c)[0]} split of num_layers({p.model.num_layers}) over "
+            f"pp({c['pp']}) x virtual_stages({c['v']})"
+        ),
+        nearest=lambda caps, p, c: "a pp that divides the layers, or export to megatron",
+    ),
+    Limit(
+        code="recompute",
+        needs=("r",),
+        holds=lambda caps, p, c: np.isin(
+            c["r"], [RECOMPUTE_CODES[r] for r in caps.recompute_policies]
+        ),
+        title=lambda caps, p: f"recompute {', '.join(caps.recompute_policies)}",
+        cannot=lambda caps, p, c: f"the recompute policy {RECOMPUTE_POLICIES[c['r']]}",
+        nearest=lambda caps, p, c: f"recompute {_or_(caps.recompute_policies)}",
+    ),
+    Limit(
+        code="kv",
+        needs=("tp",),
+        holds=lambda caps, p, c: caps.kv_replication | (c["tp"] <= p.model.num_kv_heads),
+        title=lambda caps, p: (
+            f"tp <= num_kv_heads({p.model.num_kv_heads}) (no KV-head replication)"
+        ),
+        cannot=lambda caps, p, c: (
+            f"tp({c['tp']}) > num_kv_heads({p.model.num_kv_heads}) (replicated KV heads)"
+        ),
+        nearest=lambda caps, p, c: f"tp={p.model.num_kv_heads} with the rest in fsdp",
+    ),
+    Limit(
+        code="precision",
+        needs=(),
+        holds=lambda caps, p, c: p.workload.precision in caps.precisions,
+        title=lambda caps, p: f"precision {', '.join(caps.precisions)}",
+        cannot=lambda caps, p, c: f"{p.workload.precision} training",
+        nearest=lambda caps, p, c: f"--precision {caps.precisions[0]}, or export to megatron",
+    ),
+    Limit(
+        code="etp",
+        needs=("ep", "etp", "tp"),
+        holds=lambda caps, p, c: not _moe(p) or _etp_ok(caps, c),
+        title=lambda caps, p: (
+            f"expert TP {', '.join(caps.expert_tensor)} with ep > 1, "
+            f"{', '.join(caps.expert_tensor_without_ep) or 'none'} with ep = 1"
+        ),
+        cannot=lambda caps, p, c: f"etp({c['etp']}) with ep({c['ep']}) and tp({c['tp']})",
+        nearest=lambda caps, p, c: _etp_nearest(caps, c),
+    ),
+    Limit(
+        code="experts",
+        needs=(*ALL_DEGREE_NAMES, "z"),
+        holds=lambda caps, p, c: (
+            not _moe(p) or _expert_span(caps, c) % np.maximum(c["ep"] * c["etp"], 1) == 0
+        ),
+        title=lambda caps, p: f"ep x etp divides {' x '.join(caps.expert_groups)}",
+        cannot=lambda caps, p, c: (
+            f"ep({c['ep']}) x etp({c['etp']}) = {c['ep'] * c['etp']} expert devices, which do not "
+            f"divide the {int(_expert_span(caps, c))} devices its expert groups can take "
+            f"({_span_text(caps, c)})"
+        ),
+        nearest=lambda caps, p, c: _experts_nearest(caps, c),
+    ),
+    Limit.feature(
+        code="ep-tp-pp",
+        needs=("ep", "tp", "pp"),
+        capability="expert_parallel_with_tp_and_pp",
+        used=lambda p, c: _moe(p) & (c["ep"] != 1) & (c["tp"] != 1) & (c["pp"] != 1),
+        can="ep > 1 with tp and pp",
+        cannot_title="ep > 1 not with both tp > 1 and pp > 1",
+        cannot=lambda p, c: f"ep({c['ep']}) with both tp({c['tp']}) and pp({c['pp']})",
+        nearest="tp=1 or pp=1 with ep > 1",
+    ),
+    Limit.feature(
+        code="deepep",
+        needs=("ep",),
+        capability="deepep",
+        used=lambda p, c: (
+            (c["ep"] != 1) & node_dedup(p.model, p.workload, p.cluster.accelerator.kind)
+        ),
+        can="DeepEP dispatch",
+        cannot_title="no DeepEP dispatch with ep > 1",
+        cannot=lambda p, c: f"the DeepEP token dispatch with ep({c['ep']})",
+        nearest="--no-deepep, or export to megatron or torchtitan",
+    ),
+    Limit.feature(
+        code="vendor-attention",
+        capability="vendor_attention",
+        # only where the workload asks for it (--vendor-attention): a profile's own choice travels
+        # with the profile
+        used=lambda p, c: bool(
+            p.workload.vendor_attention and vendor_attention(p.workload, p.cluster.accelerator)
+        ),
+        can="the vendor's fused attention",
+        cannot_title="no vendor fused attention",
+        cannot=lambda p, c: "the vendor's fused attention kernel (cuDNN / Transformer Engine)",
+        nearest="--no-vendor-attention, or export to megatron",
+    ),
+    Limit(
+        code="cuda-graphs",
+        needs=("r",),
+        holds=_graphs_ok,
+        title=_graphs_title,
+        cannot=lambda caps, p, c: _graphs_refusal(caps, p, c)[0],
+        nearest=lambda caps, p, c: _graphs_refusal(caps, p, c)[1],
+    ),
+    Limit.feature(
+        code="tp-overlap",
+        needs=("tp",),
+        capability="tp_comm_overlap",
+        used=lambda p, c: bool(p.workload.tp_comm_overlap) & (c["tp"] != 1),
+        can="TP communication overlap",
+        cannot_title="no TP communication overlap",
+        cannot=lambda p, c: f"the TP communication overlap (--tp-comm-overlap) with tp({c['tp']})",
+        nearest="--no-tp-comm-overlap, or export to megatron",
+    ),
+    Limit.feature(
+        code="ep-overlap",
+        needs=("ep",),
+        capability="ep_comm_overlap",
+        used=lambda p, c: (bool(p.workload.ep_comm_overlap) and _moe(p)) & (c["ep"] != 1),
+        can="expert-parallel AllToAll overlap",
+        cannot_title="no expert-parallel AllToAll overlap",
+        cannot=lambda p, c: (
+            f"the expert-parallel AllToAll overlap (--ep-comm-overlap) with ep({c['ep']})"
+        ),
+        nearest="--no-ep-comm-overlap, or export to megatron",
+    ),
+    Limit.feature(
+        code="unfused-attention",
+        capability="unfused_attention",
+        used=lambda p, c: not p.workload.flash_attention,
+        can="fused or unfused attention",
+        cannot_title="fused attention only",
+        cannot=lambda p, c: "materialised attention scores (--no-fused-attention)",
+        nearest="--fused-attention, or export to megatron or maxtext",
+    ),
+    Limit.feature(
+        code="capacity",
+        capability="drop_and_pad",
+        used=lambda p, c: _moe(p) and not p.model.dropless_moe,
+        can="MoE capacity factors (drop and pad)",
+        cannot_title="dropless MoE only",
+        cannot=lambda p, c: (
+            f"the capacity factor {p.model.moe.capacity_factor:g} of {p.model_id} (every expert "
+            f"padded to its capacity)"
+        ),
+        nearest="a dropless model (moe capacity_factor null), or export to megatron or maxtext",
+    ),
+    Limit(
+        code="state-precision",
+        needs=("fsdp", "cp", "z"),
+        holds=_state_precision_ok,
+        title=lambda caps, p: _state_precision_title(caps),
+        cannot=lambda caps, p, c: _state_precision_refusal(caps, p, c)[0],
+        nearest=lambda caps, p, c: _state_precision_refusal(caps, p, c)[1],
+    ),
+    Limit.feature(
+        code="sinks",
+        capability="attention_sinks",
+        used=lambda p, c: p.model.attention_sinks,
+        can="attention with or without sinks",
+        cannot_title="attention without sinks",
+        cannot=lambda p, c: f"the attention sinks of {p.model_id}",
+        nearest="export to deepspeed (the Hugging Face model code has them)",
+    ),
+    Limit.feature(
+        code="window",
+        capability="sliding_window",
+        # a window as long as the sequence attends over all of it
+        used=lambda p, c: (p.model.sliding_window or np.inf) < p.workload.seq_len,
+        can="full or windowed attention",
+        cannot_title="full attention only",
+        cannot=lambda p, c: f"the {p.model.sliding_window}-token sliding window of {p.model_id}",
+        nearest="export to deepspeed (the Hugging Face model code has it)",
+    ),
+    Limit(
+        code="model",
+        needs=(),
+        holds=lambda caps, p, c: (
+            not caps.model_blocks or any(MODEL_BLOCKS[b](p.model) for b in caps.model_blocks)
+        ),
+        title=lambda caps, p: f"a model of the {' or '.join(caps.model_blocks) or 'any'} family",
+        cannot=lambda caps, p, c: (
+            f"model {p.model_id} (its decoder blocks: {' or '.join(caps.model_blocks)})"
+        ),
+        nearest=lambda caps, p, c: "export to megatron",
+    ),
+)
+
+
+def framework_rules(caps: Capabilities) -> tuple[Rule, ...]:
+    """The rules a target's capabilities imply (``LIMITS``, each for ``caps.target``)."""
+    return tuple(limit.rule(caps) for limit in LIMITS)
 
 
 # ----------------------------------------------------------------------------- evaluation

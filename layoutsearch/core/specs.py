@@ -1,4 +1,4 @@
-"""The frozen concepts the engine reasons about (DESIGN.md "Concepts").
+"""The frozen concepts the engine reasons about (docs/cost_model.md "Concepts").
 
 Units are SI and named in every field: bytes, seconds, FLOPs, bytes per second. Conversion
 from the human units of the YAML catalogues happens once, in ``catalogue.py``.
@@ -148,7 +148,7 @@ class RopeScaling:
 
 @dataclass(frozen=True, kw_only=True, slots=True)
 class MoeSpec:
-    """Mixture-of-experts MLP layers (COSTS.md "Mixture of experts").
+    """Mixture-of-experts MLP layers (docs/cost_model.md "Mixture of experts").
 
     Layer i (from 0) is a MoE layer when i >= ``first_dense_layers`` and (i + 1) is a multiple of
     ``layer_freq`` (Qwen2/3-MoE ``decoder_sparse_step``, Llama 4 ``interleave_moe_layer_step``);

@@ -50,7 +50,14 @@ from typing import Annotated, Any
 from pydantic import BaseModel, ConfigDict, Field, StrictFloat, StrictInt, StrictStr
 
 from layoutsearch.core import io
-from layoutsearch.core.catalogue import accelerator_from_dict, accelerator_names, load_accelerator
+from layoutsearch.core.catalogue import (
+    MAX_GBYTES_PER_S,
+    MAX_HBM_GIB,
+    MIN_GBYTES_PER_S,
+    accelerator_from_dict,
+    accelerator_names,
+    load_accelerator,
+)
 from layoutsearch.core.errors import CatalogueError, did_you_mean
 from layoutsearch.core.fields import validated_fields
 from layoutsearch.core.numbers import divisors
@@ -599,8 +606,9 @@ GPU_FIELDS = (
 TPU_FIELDS = ("shape", "slices", "dcn_gbytes_per_s_per_chip")
 _Count = Annotated[StrictInt, Field(ge=1, le=MAX_DEVICES)]
 _Rate = Annotated[
-    StrictFloat, Field(gt=0, le=1e9, allow_inf_nan=False)
-]  # GB/s or GiB; an int is accepted too
+    StrictFloat, Field(ge=MIN_GBYTES_PER_S, le=MAX_GBYTES_PER_S, allow_inf_nan=False)
+]  # GB/s, the range of hardware/*.yaml; an int is accepted too
+_Gib = Annotated[StrictFloat, Field(gt=0, le=MAX_HBM_GIB, allow_inf_nan=False)]
 _Text = Annotated[StrictStr, Field(min_length=1, max_length=256)]
 # The default of a field that may be left out but not given as null: None, which pydantic does
 # not validate (defaults are not), typed Any as it is not a value of the field's type
@@ -625,7 +633,7 @@ class ClusterFile(BaseModel):
     name: _Text = ABSENT
     accelerator: _Text = ABSENT
     accelerator_spec: dict = ABSENT
-    hbm_gib: _Rate = ABSENT
+    hbm_gib: _Gib = ABSENT
     devices_per_node: _Count = ABSENT
     nodes: _Count = ABSENT
     scale_out_gbytes_per_s_per_device: _Rate = ABSENT

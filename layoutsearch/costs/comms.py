@@ -1,4 +1,4 @@
-"""Collective times on the physical axes a group spans (COSTS.md "Communication").
+"""Collective times on the physical axes a group spans (docs/cost_model.md "Communication").
 
 Sources: scaling-book "Sharded matrices" and "TPUs" chapters (a ring AllGather moves
 A (n-1)/n bytes through each device; a torus axis with wraparound is a bidirectional ring of
@@ -350,10 +350,3 @@ def all_to_all_time(array_bytes, span: Span, half_efficiency_bytes: float = 0.0)
         float(np.where(torus, c / 4.0, c / n_l)[0]) for n_l, c, torus in _levels(s) if n_l[0] > 1
     )
     return (array_bytes + half_efficiency_bytes * n) * per_byte + float(span_latency(s)[0])
-
-
-def send_coefficients(span: Span) -> RingCoefficients:
-    """``send_coefficients_of`` for one span."""
-    if not span:
-        return RingCoefficients(members=1, seconds_per_byte=0.0, latency_s=0.0)
-    return send_coefficients_of(Spans.of(span)).row()

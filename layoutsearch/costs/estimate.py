@@ -51,16 +51,6 @@ class Estimate(HasProblem):
     def fits(self) -> bool:
         return self.memory_bytes["peak"] <= self.memory_bytes["capacity"]
 
-    def mfu_under(self, convention: str) -> float:
-        """MFU under another FLOP-counting convention (see costs.flops.model_flops_per_token)."""
-        per_token = flops.model_flops_per_token(self.model, self.workload.seq_len, convention)
-        return flops.mfu(
-            per_token * self.workload.global_batch_tokens,
-            self.step_time_s,
-            self.cluster.num_devices,
-            self.cluster.accelerator.peak_flops_per_s,
-        )
-
 
 def capacity_bytes(cluster, workload) -> float:
     """HBM (the workload's device memory variant, else the catalogue's) less the runtime reserve

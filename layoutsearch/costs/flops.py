@@ -1,4 +1,4 @@
-"""FLOPs per token, per layer, per device (COSTS.md "Compute").
+"""FLOPs per token, per layer, per device (docs/cost_model.md "Compute").
 
 Source: the design notes section 5 (a dense layer costs 2 m P_W FLOPs forward and twice that
 backward: 6 P_W per token for training) and the scaling-book's transformer chapter (attention
@@ -24,7 +24,6 @@ FLASH_ATTENTION_BACKWARD_OVER_FORWARD = 2.5
 MATERIALISED_SCORE_BYTES_FORWARD = (
     9  # write fp16 scores 2, softmax read 2 + write 2, dropout mask 1, read for AV 2
 )
-RECOMPUTED_FORWARDS = {"none": 0.0, "selective": 0.0, "full": 1.0}
 
 
 def matmul_params_per_layer(model: ModelSpec, tp: IntArray = 1) -> FloatArray:

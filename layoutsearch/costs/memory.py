@@ -1,4 +1,4 @@
-"""Bytes per device at named moments (COSTS.md "Memory"; design notes sections 1-2).
+"""Bytes per device at named moments (docs/cost_model.md "Memory"; design notes sections 1-2).
 
 The peak is the maximum over moments of the live objects, each array counted once:
 M_peak = max_u [M_state(u) + M_activation(u) + M_temporary(u)].

@@ -1,10 +1,10 @@
-"""Parameter counts, whole-model and per device (DESIGN.md "Parameters").
+"""Parameter counts, whole-model and per device (docs/cost_model.md "Parameters").
 
 Source: the design notes section 5 (3LDF gated MLP, 2LD(n_q+n_kv)h attention, 2DV untied
 vocabulary) and the public checkpoints (RMSNorm weights: 2 per layer + final; Gemma 2/3: 4 per
 layer; Qwen2: Q, K, V biases; Qwen3, Gemma 3: a head_dim RMSNorm of q and of k; OLMo 2: RMSNorm
 over the whole Q and K projections; OLMo 1: non-parametric LayerNorm). Mixtures of experts
-(COSTS.md "Mixture of experts"): per MoE layer a router [D, E] (gpt-oss: with a bias; DeepSeek-V3:
+(docs/cost_model.md "Mixture of experts"): per MoE layer a router [D, E] (gpt-oss: with a bias; DeepSeek-V3:
 an E-value score-correction bias), E routed and s shared experts of the model's MLP kind; MLA per
 the DeepSeek-V2 paper section 2.1; gpt-oss attention sinks (one logit per head per layer); the
 DeepSeek-V3 MTP module (technical report section 2.2) beside the total.

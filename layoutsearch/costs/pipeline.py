@@ -1,10 +1,10 @@
-"""Pipeline schedules: bubble and microbatches alive (COSTS.md "Step").
+"""Pipeline schedules: bubble and microbatches alive (docs/cost_model.md "Step").
 
 Source: Narayanan et al. 2021 (1F1B bubble (p - 1)/K of the ideal time, divided by the
 virtual stages v when interleaved); Korthikanti et al. 2022 (activations alive on the first
 stage: p microbatches for 1F1B, p + (p - 1)/v stage-equivalents when interleaved). The design
 notes' forward-only illustrations (T_forward = (K + p - 1)(C/K + delta), U_busy = K/(K + p - 1))
-are in ``layoutsearch.closed_forms``, which the engine does not use.
+are in ``tests/closed_forms.py``, which the engine does not use.
 """
 
 from __future__ import annotations

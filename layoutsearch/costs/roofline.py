@@ -3,7 +3,7 @@ weight gather 2DF/t plus the TP input gather 2 B_tok D t / N. The search tabulat
 ``--objective gather-volume`` (``search/tables.py``).
 
 The book's roofline thresholds (critical intensity, TP and FSDP limits) are in
-``layoutsearch.closed_forms``, for the reference cases only; the engine does not use them.
+``tests/closed_forms.py``, for the reference cases only; the engine does not use them.
 """
 
 from __future__ import annotations

@@ -8,7 +8,7 @@ one row per key. Keys:
 - ``K`` microbatches, ``r`` recompute code (RECOMPUTE_CODES: a policy's saved tensors), ``z`` ZeRO stage;
 - ``o`` axis order, reduced to the ring coefficients of each group (``Coeffs``).
 
-Overlap rule (COSTS.md; exposed = max(0, collective - its compute window)):
+Overlap rule (docs/cost_model.md "Overlap"; exposed = max(0, collective - its compute window)):
 - TP collectives are on the critical path (fully exposed);
 - FSDP weight gathers hide behind the previous layer's forward (the first layer's is
   exposed); in backward the gather plus the gradient reduce-scatter hide behind the layer's
@@ -422,10 +422,10 @@ def _expected_max_of_normals(n: int) -> float:
 def expected_max_of_normals(n):
     """``_expected_max_of_normals`` of each entry of an int array (or an int)."""
     n = np.asarray(n, dtype=np.int64)
-    return (
-        np.vectorize(_expected_max_of_normals, otypes=[float])(n)
-        if n.ndim
-        else _expected_max_of_normals(int(n))
+    if not n.ndim:
+        return _expected_max_of_normals(int(n))
+    return per_key(
+        lambda distinct: np.array([_expected_max_of_normals(int(x)) for x in distinct]), n
     )
 
 
@@ -708,7 +708,7 @@ def shard_link_traffic(tp: dict, cp: dict, co: Coeffs) -> dict:
     """Seconds per layer the hidden TP and CP traffic keeps the ZeRO shard group's links busy, in
     forward and backward: collectives running at once on one link share its bandwidth, so a
     ZeRO-3 gather or reduce-scatter hides only in what of its window they leave free
-    (COSTS.md "overlap windows"; NCCL and ICI serve concurrent transfers on a link in turn)."""
+    (docs/cost_model.md "Shared links"; NCCL and ICI serve concurrent transfers on a link in turn)."""
     share_tp, share_cp = shares_links(co.tp, co.shard), shares_links(co.cp, co.shard)
     return {
         "fwd": share_cp * cp["hidden_fwd_layer"] + share_tp * tp["hidden_fwd_layer"],

@@ -4,7 +4,9 @@
 InvalidLayoutError with one line naming what the framework cannot express and the nearest
 layout it can); ``check_export(target, text, document, rank)`` parses such a text and
 re-derives the framework's rules (products of degrees, divisibility, batch identities),
-returning a list of problems (empty = consistent). Targets and their file formats:
+returning a list of problems (empty = consistent). What a target can express, and which module
+here writes it, is declared with its framework (``layoutsearch.frameworks``). Targets and their
+file formats:
 
 - ``maxtext``: YAML override of base.yml;
 - ``megatron``: sourceable bash defining ``MEGATRON_ARGS=( ... )`` for pretrain_gpt.py;
@@ -15,22 +17,14 @@ returning a list of problems (empty = consistent). Targets and their file format
 
 from __future__ import annotations
 
+import importlib
 from types import ModuleType
 
-from layoutsearch.core.errors import InvalidLayoutError, did_you_mean
-from layoutsearch.core.rules import Capabilities, Rule, framework_rules, violations
-from layoutsearch.export import deepspeed, maxtext, megatron, torchtitan, torchtitan03
+from layoutsearch.core.errors import InvalidLayoutError
+from layoutsearch.core.rules import Rule, framework_rules, violations
 from layoutsearch.export.context import ExportContext, build_context
+from layoutsearch.frameworks import TARGETS, capabilities_of, exporter_of
 
-TARGETS = ("maxtext", "megatron", "torchtitan", "torchtitan-0.3", "deepspeed")
-_MODULES: dict[str, ModuleType] = {
-    "maxtext": maxtext,
-    "megatron": megatron,
-    "torchtitan": torchtitan,
-    "torchtitan-0.3": torchtitan03,
-    "deepspeed": deepspeed,
-}
-GPU_ONLY = ("megatron", "torchtitan", "torchtitan-0.3", "deepspeed")
 SUFFIXES = {
     "maxtext": ".yml",
     "megatron": ".sh",
@@ -51,11 +45,8 @@ __all__ = [
 
 
 def _module(target: str) -> ModuleType:
-    if target not in _MODULES:
-        raise InvalidLayoutError(
-            f"unknown export target '{target}'{did_you_mean(target, TARGETS)}; known: {', '.join(TARGETS)}"
-        )
-    return _MODULES[target]
+    """The exporter that ``target``'s framework declaration names (an unknown target is refused)."""
+    return importlib.import_module(exporter_of(target))
 
 
 def context_for(document: dict, target: str, rank: int = 1) -> ExportContext:
@@ -88,11 +79,6 @@ def export_document(document: dict, target: str, rank: int = 1) -> str:
 def check_export(target: str, text: str, document: dict, rank: int = 1) -> list[str]:
     """Problems found by re-deriving ``target``'s rules on ``text`` (empty when it is consistent)."""
     return _module(target).check(text, context_for(document, target, rank))
-
-
-def capabilities_of(target: str | None) -> Capabilities | None:
-    """What ``target`` can express (its exporter's declared ``CAPABILITIES``); None for no target."""
-    return None if target is None else _module(target).CAPABILITIES
 
 
 def target_rules(target: str) -> tuple[Rule, ...]:

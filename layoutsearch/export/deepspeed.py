@@ -35,38 +35,12 @@ from __future__ import annotations
 
 import json
 
-from layoutsearch.core.rules import MODEL_BLOCKS, Capabilities, deepseek_block
+from layoutsearch.core.rules import MODEL_BLOCKS, deepseek_block
 from layoutsearch.export.context import ExportContext, header_lines, placeholder_note, set_me
 
 SIDE_KEY = "_layoutsearch"
 
 
-CAPABILITIES = Capabilities(
-    target="deepspeed",
-    framework="DeepSpeed",
-    tp_comm_overlap=False,
-    zero_stages_with_replicas=(),
-    zero_stages_with_pp=(0, 1),
-    pipeline_schedules=("1f1b",),
-    context_parallel=False,
-    kv_replication=False,
-    expert_tensor=("1",),
-    expert_tensor_without_ep=("tp",),
-    expert_parallel_with_tp_and_pp=False,
-    attention_sinks=True,
-    sliding_window=True,  # the Hugging Face model code trains its own attention
-    why={
-        "deepspeed-replicas": "ZeRO shards over the whole data-parallel world (MiCS was removed)",
-        "deepspeed-cp": "it has no ring context parallelism (Ulysses exchanges heads by all-to-all)",
-        "deepspeed-pipeline": "its PipelineEngine runs 1F1B only and rejects ZeRO-2 and ZeRO-3",
-        "deepspeed-kv": "AutoTP does not replicate KV heads",
-        "deepspeed-capacity": "AutoEP routes dropless",
-        "deepspeed-tp-overlap": "AutoTP all-reduces after its GEMMs",
-        "deepspeed-etp": "AutoEP has no expert tensor parallelism yet (etp 1), and without AutoEP, AutoTP splits "
-        "the experts' linears over tp",
-        "deepspeed-ep-tp-pp": "AutoEP's folding with AutoTP supports pp = 1 only",
-    },
-)
 AUTOEP_PRESETS = {
     "mixtral": "mixtral",
     "qwen3-moe": "qwen3_moe",

@@ -53,7 +53,7 @@ import math
 
 import yaml
 
-from layoutsearch.core.rules import Capabilities, deepseek_block, gpt3_block, qwen3_moe_block
+from layoutsearch.core.rules import deepseek_block, gpt3_block, qwen3_moe_block
 from layoutsearch.core.specs import Recompute
 from layoutsearch.costs import memory
 from layoutsearch.export.context import (
@@ -63,6 +63,7 @@ from layoutsearch.export.context import (
     placeholder_note,
     set_me,
 )
+from layoutsearch.frameworks import maxtext as declaration
 
 AXES = ("data", "fsdp", "tensor", "context", "pipeline", "expert")
 REMAT_POLICIES = (
@@ -135,35 +136,8 @@ def slice_shape(ctx: ExportContext) -> tuple[int, int]:
     return ctx.num_devices // outer, outer
 
 
-CAPABILITIES = Capabilities(
-    target="maxtext",
-    framework="MaxText",
-    drop_and_pad=True,
-    unfused_attention=True,
-    recompute_policies=tuple(REMAT),
-    precisions=("bf16", "fp8"),
-    zero_stages=(0, 1, 3),
-    zero_stages_with_replicas=(3,),
-    zero_stages_with_cp=(3,),
-    pipeline_schedules=("gpipe",),
-    kv_replication=False,
-    model_blocks=("llama", "gpt3", "mixtral", "qwen3-moe", "deepseek"),
-    expert_tensor=("tp",),
-    expert_tensor_without_ep=("tp",),
-    expert_groups=("fsdp", "tp"),
-    why={
-        "maxtext-zero": "it has no ZeRO-2: sharded gradients with replicated weights",
-        "maxtext-replicas": "its ZeRO-1 (shard_optimizer_over_data) shards over all data replicas",
-        "maxtext-cp": "it shards weights over the context axis, i.e. ZeRO-3 over fsdp x cp",
-        "maxtext-pipeline": "its pipeline runs microbatches in GPipe order, circular when num_pipeline_repeats > 1",
-        "maxtext-kv": "it shards KV heads over the tensor axis and cannot replicate them",
-        "maxtext-model": "its llama2 block needs RMSNorm, RoPE and no biases; its gpt3 block LayerNorm, biases and "
-        "learned positions; its MoE blocks are mixtral, qwen3_moe and deepseek",
-        "maxtext-etp": "it shards every expert's FFN over the tensor axis (etp = tp)",
-        "maxtext-experts": "its expert axis shards the batch and the weights as fsdp does: ep comes out of a "
-        "ZeRO-3 fsdp",
-    },
-)
+# each policy the framework declares has a remat_policy
+assert tuple(REMAT) == declaration.CAPABILITIES.recompute_policies
 
 
 def expert_split(ctx: ExportContext) -> tuple[int, int]:

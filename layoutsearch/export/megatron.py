@@ -75,7 +75,6 @@ import re
 import shlex
 
 from layoutsearch.core.frameworks import node_dedup, profile_of
-from layoutsearch.core.rules import Capabilities
 from layoutsearch.core.specs import ModelSpec
 from layoutsearch.core.stages import (
     CHUNK_LAYOUT,
@@ -94,6 +93,7 @@ from layoutsearch.export.context import (
     placeholder_note,
     set_me,
 )
+from layoutsearch.frameworks import megatron as declaration
 
 ARRAY = "MEGATRON_ARGS"
 PLACEHOLDER_ARRAY = "MEGATRON_PLACEHOLDER_ARGS"
@@ -117,37 +117,13 @@ RECOMPUTE_MODULES = (
     "norm_moe",
     "mla_up_proj",
 )  # the policies written as --recompute-modules lists
-CAPABILITIES = Capabilities(
-    target="megatron",
-    framework="Megatron-LM",
-    pipeline_schedules=("1f1b", "interleaved"),
-    deepep=True,
-    vendor_attention=True,
-    recompute_policies=profile_of("megatron").recompute_policies,  # each one _parallel_args writes
-    pipeline_splits=("even", "embedding-and-loss", "first-last", "chunk-layout"),
-    precisions=("bf16", "fp16", "fp8"),
-    # megatron-core 0.16.1 TransformerConfig: full recompute only inside a full-iteration graph, and "moe" recompute
-    # not with the router graphed (Transformer Engine graphs); its dropless dispatcher syncs with the host each layer
-    cuda_graphs=("none", "scoped", "full_iteration"),
-    recompute_with_scoped_graphs=("none", "selective", "norm_act", "mla_up_proj"),
-    full_graph_dropless_moe=False,
-    bf16_grads=True,
-    bf16_moments_zero=(1, 2, 3),
-    drop_and_pad=True,
-    ep_comm_overlap=True,
-    unfused_attention=True,  # --use-precision-aware-optimizer needs the distributed optimizer
-    why={
-        "megatron-pipeline": "it runs 1F1B, or interleaved 1F1B with virtual stages; no GPipe",
-        # arguments.py has no flag for TransformerConfig.softmax_type; Megatron-Bridge's gpt-oss bridge sets
-        # softmax_type "learnable" (with the clamped SwiGLU) in its model provider
-        "megatron-sinks": "pretrain_gpt.py has no argument for TransformerConfig softmax_type 'learnable'; a model "
-        "provider sets it, as Megatron-Bridge's gpt-oss bridge does",
-        # --window-size and --window-attn-skip-freq exist; the catalogue keeps how many layers are full, not which
-        "megatron-window": "layoutsearch does not write --window-size and --window-attn-skip-freq: the model "
-        "catalogue records how many layers attend in full, not which",
-    },
-)
-assert set(CAPABILITIES.recompute_policies) == {"none", "selective", "full", *RECOMPUTE_MODULES}
+# each policy the framework declares, _parallel_args writes
+assert set(declaration.CAPABILITIES.recompute_policies) == {
+    "none",
+    "selective",
+    "full",
+    *RECOMPUTE_MODULES,
+}
 
 
 def _model_args(ctx: ExportContext) -> list[tuple[str, object]]:

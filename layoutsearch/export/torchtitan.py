@@ -46,7 +46,7 @@ import math
 import tomllib
 
 from layoutsearch.core.frameworks import node_dedup
-from layoutsearch.core.rules import Capabilities, deepseek_block, qwen3_moe_block
+from layoutsearch.core.rules import deepseek_block, qwen3_moe_block
 from layoutsearch.export.context import (
     ExportContext,
     comment_block,
@@ -229,50 +229,6 @@ FLAVOR_ROPE_THETA, FLAVOR_NORM_EPS = (
     500000.0,
     1e-5,
 )  # torchtitan llama3 flavors (TransformerModelArgs)
-
-
-def capabilities(target: str) -> Capabilities:
-    """torchtitan's limits (the same in 0.2.x and 0.3.x), declared for export target ``target``."""
-    moe = (
-        target == "torchtitan"
-    )  # the 0.3 module builds llama3 only (its MoE models are other config builders)
-    why = {
-        "zero": "FSDP2 has no ZeRO-1 (sharded optimizer, unsharded gradients)",
-        "cp": "it always runs FSDP over data_parallel_shard x cp, so cp shards the weights",
-        "kv": "it shards wk/wv column-wise and cannot replicate KV heads",
-        "model": "its llama3 model is gated-MLP, RMSNorm, RoPE, untied, bias-free, head_dim = dim / n_heads"
-        + (
-            "; its MoE models are deepseek_v3 and qwen3"
-            if moe
-            else "; the 0.3 export writes llama3 only: export MoE models to torchtitan (0.2) or megatron"
-        ),
-        "etp": "with ep > 1 it runs routed experts with etp 1 or etp = tp, and with ep = 1 tensor-parallel over tp",
-        "experts": "its expert mesh is dp_shard x cp x tp regrouped as efsdp x ep x etp; replicas keep whole "
-        "expert sets",
-        "state-precision": "FSDP2 reduces gradients in float32 only (mixed_precision_reduce) and its optimizers "
-        "keep fp32 states",
-        "capacity": "its MoE routes dropless",
-        "unfused-attention": "its attention is SDPA's fused kernels or FlexAttention",
-    }
-    return Capabilities(
-        target=target,
-        framework="torchtitan",
-        zero_stages=(0, 2, 3),
-        zero_stages_with_replicas=(2, 3),
-        recompute_policies=("none", "selective", "op", "full"),
-        precisions=("bf16", "fp8") if target == "torchtitan" else ("bf16",),
-        zero_stages_with_cp=(2, 3),
-        kv_replication=False,
-        model_blocks=("llama3", "deepseek", "qwen3-moe") if moe else ("llama3",),
-        expert_tensor=("1", "tp"),
-        expert_tensor_without_ep=("tp",),
-        expert_groups=("fsdp", "tp", "cp"),
-        deepep=moe,
-        why={f"{target}-{code}": text for code, text in why.items()},
-    )
-
-
-CAPABILITIES = capabilities("torchtitan")
 
 
 def sections(ctx: ExportContext) -> dict[str, dict]:

@@ -43,7 +43,6 @@ from layoutsearch.export.context import (
     set_me,
 )
 
-CAPABILITIES = torchtitan.capabilities("torchtitan-0.3")
 FUNCTION = "layoutsearch_job"
 AC_CONFIGS = {"none": "None", "full": "FullAC.Config()", "selective": "SelectiveAC.Config()"}
 ROPE_MAX_SEQ_LEN = 131072  # torchtitan 0.3 llama3 flavors' RoPE table length

@@ -14,11 +14,10 @@ import numpy as np
 
 from layoutsearch.core.errors import InvalidArgumentError
 from layoutsearch.core.problem import Problem, SearchOptions, SearchRequest
-from layoutsearch.core.rules import Capabilities
 from layoutsearch.core.specs import Method, Objective
 from layoutsearch.core.units import KIB
 from layoutsearch.costs.estimate import Estimate, estimate
-from layoutsearch.export import capabilities_of
+from layoutsearch.frameworks import Capabilities, capabilities_of
 from layoutsearch.search.cpsat import cpsat_top
 from layoutsearch.search.enumerate import candidate_grid, enumerate_top
 from layoutsearch.search.ranking import MAX_TIE_TOLERANCE, TIE_TOLERANCE

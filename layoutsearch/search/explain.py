@@ -13,15 +13,15 @@ from dataclasses import replace
 import numpy as np
 
 from layoutsearch.core.errors import LayoutsearchError
-from layoutsearch.core.problem import Problem, SearchRequest
-from layoutsearch.core.rules import Rule
-from layoutsearch.core.specs import RECOMPUTE_POLICIES
+from layoutsearch.core.numbers import divisors
+from layoutsearch.core.problem import MAX_VIRTUAL_STAGES, Problem, SearchRequest
+from layoutsearch.core.rules import Cand, Rule
+from layoutsearch.core.specs import ALL_DEGREE_NAMES, RECOMPUTE_POLICIES
 from layoutsearch.core.topology import resolve_cluster
 from layoutsearch.core.units import GB, KIB, TB
 from layoutsearch.costs import memory, params
 from layoutsearch.costs.estimate import Estimate, estimate
 from layoutsearch.search import solve
-from layoutsearch.search.enumerate import candidate_grid
 from layoutsearch.search.ranking import simpler_because, tie_limit
 from layoutsearch.search.space import (
     Space,
@@ -129,61 +129,175 @@ def funnel(problem: Problem, rules: tuple[Rule, ...]) -> list[dict]:
 
     The rules run in registry order over the enumeration's superset (degrees x virtual stages x
     microbatches, each with its four ZeRO stages and three recompute policies); a degree tuple
-    is removed when its last candidate is.
+    is removed when its last candidate is. Each tuple's removal is found once (``_removed_at``)
+    rather than re-counted after every rule.
     """
     tuples = problem_degree_tuples(problem)
-    ids = {name: a for name, a in tuples.items()}
-    ids["tuple"] = np.arange(len(tuples["dp"]))
-    c = with_microbatches(with_virtual_stages(ids), problem.workload.global_batch_seqs)
-    rows = len(c["dp"])
-    alive = np.ones(rows, dtype=bool)
-    zero_ok = np.ones((rows, 4), dtype=bool)
-    recompute_ok = np.ones(len(RECOMPUTE_POLICIES), dtype=bool)
-    z = np.arange(4)
+    steps = [rule for rule in rules if rule.code not in ("product", "degree")]
+    removed_at = _removed_at(problem, tuples, steps)
+    left = len(removed_at) - np.cumsum(np.bincount(removed_at, minlength=len(steps) + 1))
     out = [
         {
             "rule": "product of degrees = devices",
             "code": "product",
             "removed": 0,
-            "remaining": len(ids["tuple"]),
+            "remaining": len(removed_at),
         }
     ]
-    left = len(ids["tuple"])
-    for rule in rules:
-        if rule.code in ("product", "degree"):
-            continue
-        if rule.needs == {"r"}:
-            recompute_ok &= rule.mask(problem, {"r": np.arange(len(RECOMPUTE_POLICIES))})
-        elif "z" in rule.needs:
-            zero_ok &= rule.mask(
-                problem, {**{k: v[:, None] for k, v in c.items()}, "z": z[None, :]}
-            )
-        else:
-            alive &= rule.mask(problem, c)
-        survivors = alive & zero_ok.any(axis=1) & recompute_ok.any()
-        remaining = len(np.unique(c["tuple"][survivors]))
+    for i, rule in enumerate(steps):
         out.append(
             {
                 "rule": rule.title(problem),
                 "code": rule.code,
-                "removed": left - remaining,
-                "remaining": remaining,
+                "removed": out[-1]["remaining"] - int(left[i]),
+                "remaining": int(left[i]),
             }
         )
-        left = remaining
     return out
 
 
+FUNNEL_CHUNK_ROWS = 1 << 18  # degree tuples (or expanded key rows) evaluated at once
+_DEGREE_FIELDS = frozenset(ALL_DEGREE_NAMES)
+_ZERO_STAGES = np.arange(4)
+
+
+def _removed_at(problem: Problem, tuples: Cand, steps: list[Rule]) -> np.ndarray:
+    """Per degree tuple, the index of the rule in ``steps`` that removes its last candidate
+    (``len(steps)`` if none does).
+
+    A candidate falls at the first rule it breaks, a tuple with its last candidate: the latest
+    fall among its (v, K) rows, where a row falls at its first broken rule or when its last ZeRO
+    stage has, and every row once no recompute policy is left. Rules on degrees alone run once
+    per tuple; those that read v or K run once per distinct value of the degrees they read
+    (with dp and fsdp, which set the microbatch counts), expanded by v and K.
+    """
+    never = len(steps)
+    n = len(tuples["dp"])
+    everything = never  # when a rule on the whole problem or on recompute leaves nothing
+    recompute_ok = np.ones(len(RECOMPUTE_POLICIES), dtype=bool)
+    on_degrees, on_rows = [], []
+    for i, rule in enumerate(steps):
+        if rule.needs == {"r"}:
+            recompute_ok &= rule.mask(problem, {"r": np.arange(len(RECOMPUTE_POLICIES))})
+            if not recompute_ok.any():
+                everything = min(everything, i)
+        elif not rule.needs:
+            if not rule.mask(problem, {}).all():
+                everything = min(everything, i)
+        elif rule.needs - {"z"} <= _DEGREE_FIELDS:
+            on_degrees.append((i, rule))
+        else:
+            on_rows.append((i, rule))
+    key_fields = [
+        f
+        for f in ALL_DEGREE_NAMES
+        if f in ("dp", "fsdp") or any(f in rule.needs for _, rule in on_rows)
+    ]
+    key_of, row_falls = _row_falls(problem, tuples, key_fields, on_rows, never)
+    out = np.empty(n, dtype=np.int64)
+    for start in range(0, n, FUNNEL_CHUNK_ROWS):
+        part = slice(start, start + FUNNEL_CHUNK_ROWS)
+        falls, zero_falls = _falls(
+            problem, {f: a[part] for f, a in tuples.items()}, on_degrees, never
+        )
+        per_zero = np.minimum(zero_falls, row_falls[key_of[part]]).max(axis=1)
+        out[part] = np.minimum(np.minimum(falls, per_zero), everything)
+    return out
+
+
+def _row_falls(
+    problem: Problem, tuples: Cand, key_fields: list[str], rules: list, never: int
+) -> tuple[np.ndarray, np.ndarray]:
+    """Each tuple's key (its ``key_fields``) and, per key and ZeRO stage, the latest fall among the
+    key's (v, K) rows under ``rules`` (those that read v or K)."""
+    # one integer per key, the fields' ranks in mixed radix: a field takes at most as many values
+    # as the device count has divisors, so the code stays below 2**63
+    code = np.zeros(len(tuples["dp"]), dtype=np.int64)
+    for f in key_fields:
+        values, rank = np.unique(tuples[f], return_inverse=True)
+        code = code * len(values) + rank.reshape(-1)
+    _, first, key_of = np.unique(code, return_index=True, return_inverse=True)
+    keys = np.stack([tuples[f][first] for f in key_fields], axis=1)
+    key_of = key_of.reshape(-1)
+    out = np.full((len(keys), len(_ZERO_STAGES)), never, dtype=np.int64)
+    if not rules:
+        return key_of, out
+    batch = problem.workload.global_batch_seqs
+    per_key = MAX_VIRTUAL_STAGES * len(divisors(batch))  # the most (v, K) rows of one key
+    step = max(1, FUNNEL_CHUNK_ROWS // per_key)
+    for start in range(0, len(keys), step):
+        ids = np.arange(start, min(start + step, len(keys)))
+        c = {f: keys[ids, j] for j, f in enumerate(key_fields)}
+        c["key"] = ids
+        c = with_microbatches(with_virtual_stages(c), batch)
+        falls, zero_falls = _falls(problem, c, rules, never)
+        row = np.minimum(falls[:, None], zero_falls)
+        first = np.flatnonzero(np.r_[True, c["key"][1:] != c["key"][:-1]])
+        out[ids] = np.maximum.reduceat(row, first, axis=0)
+    return key_of, out
+
+
+def _falls(problem: Problem, c: Cand, rules: list, never: int) -> tuple[np.ndarray, np.ndarray]:
+    """Per row of ``c``, the index of the first rule it breaks, and per row and ZeRO stage the
+    first rule reading z that the pair breaks (``never`` where none)."""
+    n = len(next(iter(c.values())))
+    falls = np.full(n, never, dtype=np.int64)
+    zero_falls = np.full((n, len(_ZERO_STAGES)), never, dtype=np.int64)
+    for i, rule in rules:
+        if "z" in rule.needs:
+            ok = rule.mask(
+                problem, {**{k: v[:, None] for k, v in c.items()}, "z": _ZERO_STAGES[None, :]}
+            )
+            zero_falls = np.where(
+                np.broadcast_to(ok, zero_falls.shape), zero_falls, np.minimum(zero_falls, i)
+            )
+        else:
+            ok = np.broadcast_to(rule.mask(problem, c), falls.shape)
+            falls = np.where(ok, falls, np.minimum(falls, i))
+    return falls, zero_falls
+
+
+NEAREST_CHUNK_ROWS = 1 << 14  # (S, K) rows whose peaks are tabulated at once
+
+
 def nearest(space: Space, tables: Tables) -> tuple[tuple, float] | None:
-    """The candidate whose worst (stage, moment) peak is closest to the capacity: (indices, peak bytes)."""
+    """The candidate whose worst (stage, moment) peak is closest to the capacity: (indices, peak bytes).
+
+    The least peak, then the least step time, then the first in enumeration order (sk, r, z, o).
+    Memory does not depend on the axis order o, so the peaks are found per (sk, r, z) and only
+    those with the least peak are costed over their orders."""
     if not len(space.sk_k):
         return None
-    sk, ri, z, o = candidate_grid(space, np.arange(len(space.sk_k)))
-    if not len(sk):
+    s = space.sk_shape
+    allowed = space.zero_mask[s] & space.order_mask[s].any(axis=1)[:, None]  # [sk, z]
+    n_r = len(space.recompute_codes)
+    unset = np.iinfo(np.int64).max
+    least, tied = unset, []
+    for start in range(0, len(s), NEAREST_CHUNK_ROWS):
+        rows = np.arange(start, min(start + NEAREST_CHUNK_ROWS, len(s)))
+        mem = tables.MZ[s[rows]][:, None] + tables.MB[rows][:, :, None]  # [sk, r, z, st, moment]
+        peak = np.where(
+            allowed[rows][:, None, :], mem.reshape(len(rows), n_r, 4, -1).max(axis=-1), unset
+        )
+        low = int(peak.min())
+        if low < least:
+            least, tied = low, []
+        if low == least < unset:
+            j, ri, z = np.nonzero(peak == least)
+            tied.append((rows[j], ri, z))
+    if least == unset:
         return None
-    m = assemble(tables, space, sk, ri, z, o)
-    i = int(np.lexsort((m["step"], m["peak"]))[0])
-    return (int(sk[i]), int(ri[i]), int(z[i]), int(o[i])), float(m["peak"][i]) * KIB
+    sk, ri, z = (np.concatenate(a) for a in zip(*tied))
+    best = None
+    for start in range(0, len(sk), NEAREST_CHUNK_ROWS):
+        part = slice(start, start + NEAREST_CHUNK_ROWS)
+        j, o = np.nonzero(space.order_mask[s[sk[part]]])
+        cand = (sk[part][j], ri[part][j], z[part][j], o)
+        steps = assemble(tables, space, *cand)["step"]
+        i = int(np.argmin(steps))
+        if best is None or steps[i] < best[0]:
+            best = (int(steps[i]), tuple(int(a[i]) for a in cand))
+    return best[1], float(least) * KIB
 
 
 def infeasibility(problem: Problem, space: Space, tables: Tables | None) -> dict:

@@ -1,4 +1,4 @@
-"""The candidate space both searches share (DESIGN.md "Search"), built from the rule registry.
+"""The candidate space both searches share (docs/search.md), built from the rule registry.
 
 A candidate is (shape S, microbatches K, recompute r, ZeRO stage z, axis order o) with
 S = (dp, fsdp, tp, pp, cp, virtual stages v). The enumeration proposes supersets and the

@@ -124,6 +124,7 @@ def build_tables(space: Space) -> Tables:
             y = mult * terms.layers_per_stage(model, sh) * c["window/bwd_layer"]
             windows = terms.step_windows(model, workload, acc, sh, c)
             win, fwd = windows["WIN"], windows["FWD"].reshape(n_sk, len(codes))[:, 0]
+    del sh, k, r, mult, c, items  # the (S,K) x r grid: free it before the next one (peak memory)
     # ---- (S,K) x o
     sh_o, k_o, shape_o = _grid(space, sk, n_o)
     order_o = np.tile(np.arange(n_o), n_sk)

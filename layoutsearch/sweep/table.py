@@ -7,6 +7,7 @@ import io as textio
 import json
 import math
 import os
+import stat
 from collections.abc import Callable
 from typing import BinaryIO
 
@@ -211,10 +212,7 @@ class Journal:
 
     def _open_locked(self) -> BinaryIO:
         for _ in range(5):
-            try:
-                fh = open(self.path, "a+b")
-            except OSError as exc:
-                raise io.write_error(self.path, "--output", exc) from None
+            fh = _open_journal(self.path)
             try:
                 _lock(fh)
             except OSError:
@@ -223,7 +221,7 @@ class Journal:
                     f"--output: another sweep is writing '{self.path}'"
                 ) from None
             try:  # a rewrite by another process may have renamed a new journal over the one we locked
-                here, there = os.fstat(fh.fileno()), os.stat(self.path)
+                here, there = os.fstat(fh.fileno()), os.lstat(self.path)
                 if (here.st_dev, here.st_ino) == (there.st_dev, there.st_ino):
                     return fh
             except FileNotFoundError:
@@ -236,7 +234,7 @@ class Journal:
         new: list[BinaryIO] = []
 
         def lock_new(fd: int) -> None:
-            fh = os.fdopen(os.dup(fd), "a+b")
+            fh = os.fdopen(os.dup(fd), "a+b", buffering=0)
             new.append(fh)
             _lock(fh)
 
@@ -246,6 +244,7 @@ class Journal:
                 b"".join(line + b"\n" for line in lines),
                 "--output",
                 before_replace=lock_new,
+                follow=False,
             )
         except BaseException:
             for fh in new:
@@ -261,10 +260,13 @@ class Journal:
         return self._fh
 
     def append(self, row: dict) -> None:
+        """One line, written whole (unbuffered: a failed write leaves nothing for close to flush)
+        and fsynced; a full disk is one line (the torn end is dropped when the journal is opened)."""
         fh = self._open_file()
+        view = memoryview((json.dumps(row, separators=(",", ":")) + "\n").encode())
         try:
-            fh.write((json.dumps(row, separators=(",", ":")) + "\n").encode())
-            fh.flush()
+            while view:
+                view = view[fh.write(view) :]
             os.fsync(fh.fileno())
         except OSError as exc:
             raise io.write_error(self.path, "--output", exc) from None
@@ -273,6 +275,35 @@ class Journal:
         if self._fh is not None:
             self._fh.close()
             self._fh = None
+
+
+def _open_journal(path: str):
+    """The journal opened unbuffered for reading and appending, created if absent; a symlink (the
+    user named the table, not its journal), a FIFO or a device there is one line."""
+    try:
+        mode = os.lstat(path).st_mode
+    except OSError:
+        mode = None  # absent (created below), or the open says why not
+    if mode is not None and stat.S_ISLNK(mode):
+        raise InvalidArgumentError(
+            f"--output: '{path}' (the journal) is a symlink; a journal is never written through "
+            f"one: remove it"
+        )
+    if mode is not None:
+        io.check_regular(mode, path, "--output")
+    flags = os.O_RDWR | os.O_APPEND | os.O_CREAT | getattr(os, "O_CLOEXEC", 0)
+    flags |= getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_NONBLOCK", 0)
+    try:
+        fd = os.open(path, flags, 0o666)
+    except OSError as exc:
+        raise io.write_error(path, "--output", exc) from None
+    fh = os.fdopen(fd, "a+b", buffering=0)
+    try:
+        io.check_regular(os.fstat(fd).st_mode, path, "--output")
+    except InvalidArgumentError:
+        fh.close()
+        raise
+    return fh
 
 
 def _parse_line(line: bytes) -> dict | None:

@@ -91,7 +91,7 @@ is applied to every record:
     ``remat_policy`` custom with tensors offloaded to host (the tpu-recipes configs, named in
     ``derived.layout`` or ``derived.recompute``) is costed as the ``custom_offload_*`` policy
     offloading the same ones: the layer input, and q/k/v and/or out_proj where named.
-16. Mixture of experts and latent attention (SCHEMA.md "Mixture-of-experts records").
+16. Mixture of experts and latent attention (docs/RUN_RECORDS.md "Mixture-of-experts records").
     ``model.moe`` -> ``MoeSpec``: num_experts, top_k, expert_d_ff as given; num_shared_experts
     and first_dense_layers null -> 0, shared_d_ff null -> 0 (a shared expert without its width
     is a skip), ``moe_layer_freq`` -> ``layer_freq`` (null -> 1), ``capacity_factor`` as given

@@ -14,27 +14,38 @@ does not know is a warning (record id, key, "did you mean"), never an abort; it 
 
 from __future__ import annotations
 
+import math
 import re
 import typing
+from functools import cache
 from pathlib import Path
 from typing import Annotated, Any
 
-from pydantic import (
-    BaseModel,
-    ConfigDict,
-    Field,
-    NonNegativeFloat,
-    NonNegativeInt,
-    PositiveFloat,
-    PositiveInt,
-    field_validator,
-)
+from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from layoutsearch.core import io
+from layoutsearch.core.catalogue import (
+    MAX_GBYTES_PER_S,
+    MAX_HBM_GIB,
+    MAX_TFLOPS,
+    MIN_GBYTES_PER_S,
+    MIN_TFLOPS,
+)
 from layoutsearch.core.errors import CatalogueError, did_you_mean
 from layoutsearch.core.fields import absent_is_none
+from layoutsearch.core.units import (
+    GB,
+    GIB,
+    MAX_DEVICES,
+    MAX_GLOBAL_BATCH_SEQS,
+    MAX_MICROBATCHES,
+    MAX_MODEL_DIM,
+    MAX_MODEL_PARAMS,
+    MAX_SEQ_LEN,
+    MAX_VIRTUAL_STAGES_RECORD,
+)
 
-# Documented values of the open enumerations (SCHEMA.md). Other values are kept as given, with a warning.
+# Documented values of the open enumerations (docs/RUN_RECORDS.md). Other values are kept as given, with a warning.
 TRUST = ("high", "medium", "low")
 FRAMEWORKS = (
     "megatron",
@@ -57,9 +68,27 @@ ENUMS = {
 
 
 class _Block(BaseModel):
-    """Every field optional (absent = null); unknown keys are reported by ``_unknown_keys`` and ignored."""
+    """Every field optional (absent = null); unknown keys are reported by ``_unknown_keys`` and
+    ignored; every number finite and within its field's range."""
 
-    model_config = ConfigDict(extra="ignore", frozen=True, defer_build=True)
+    model_config = ConfigDict(extra="ignore", frozen=True, defer_build=True, allow_inf_nan=False)
+
+
+def _range(kind: type, low: float, high: float, *, open_low: bool = False) -> Any:
+    """``kind`` from ``low`` (excluded with ``open_low``) to ``high``, finite."""
+    low_bound = {"gt": low} if open_low else {"ge": low}
+    return Annotated[kind, Field(**low_bound, le=high, allow_inf_nan=False)]
+
+
+Dim = _range(int, 1, MAX_MODEL_DIM)  # layers, widths, heads, experts, vocabulary
+Count = _range(int, 0, MAX_MODEL_DIM)
+Degree = _range(int, 1, MAX_DEVICES)
+Params = _range(int, 1, MAX_MODEL_PARAMS)
+GBytesPerS = _range(float, MIN_GBYTES_PER_S, MAX_GBYTES_PER_S)
+Tflops = _range(float, MIN_TFLOPS, MAX_TFLOPS)
+MAX_TOKENS_PER_S_PER_DEVICE = 1e9  # far beyond any device: 1e5 TFLOP/s on a 1e5-parameter model
+MAX_STEP_TIME_S = 1e7  # about 4 months for one step
+MAX_POWER_W = 1e6
 
 
 def _block(block_name: str, /, **fields) -> type[_Block]:
@@ -69,51 +98,51 @@ def _block(block_name: str, /, **fields) -> type[_Block]:
 
 RecMoE = _block(
     "RecMoE",
-    num_experts=PositiveInt,
-    top_k=PositiveInt,
-    expert_d_ff=PositiveInt,
-    num_shared_experts=NonNegativeInt,
-    shared_d_ff=PositiveInt,
-    first_dense_layers=NonNegativeInt,
-    moe_layer_freq=PositiveInt,
-    capacity_factor=PositiveFloat,
+    num_experts=Dim,
+    top_k=Dim,
+    expert_d_ff=Dim,
+    num_shared_experts=Count,
+    shared_d_ff=Dim,
+    first_dense_layers=Count,
+    moe_layer_freq=Dim,
+    capacity_factor=_range(float, 0, MAX_MODEL_DIM, open_low=True),
 )  # capacity_factor null = dropless
 RecMLA = _block(
     "RecMLA",
-    q_lora_rank=PositiveInt,
-    kv_lora_rank=PositiveInt,
-    qk_rope_head_dim=PositiveInt,
-    qk_nope_head_dim=PositiveInt,
-    v_head_dim=PositiveInt,
+    q_lora_rank=Dim,
+    kv_lora_rank=Dim,
+    qk_rope_head_dim=Dim,
+    qk_nope_head_dim=Dim,
+    v_head_dim=Dim,
 )
 # d_ff: MoE records give the dense layers' FFN (null when every layer is MoE); mlp plain | gated, another
 # value is a per-record skip; attention mha | gqa | mla
 RecModel = _block(
     "RecModel",
     name=str,
-    num_layers=PositiveInt,
-    d_model=PositiveInt,
-    d_ff=PositiveInt,
+    num_layers=Dim,
+    d_model=Dim,
+    d_ff=Dim,
     mlp=str,
-    num_heads=PositiveInt,
-    num_kv_heads=PositiveInt,
-    head_dim=PositiveInt,
-    vocab_size=PositiveInt,
+    num_heads=Dim,
+    num_kv_heads=Dim,
+    head_dim=Dim,
+    vocab_size=Dim,
     tied_embeddings=bool,
     moe=RecMoE,
     attention=str,
     mla=RecMLA,
-    mtp_num_layers=NonNegativeInt,
-    params_total=PositiveInt,
-    params_active=PositiveInt,
+    mtp_num_layers=Count,
+    params_total=Params,
+    params_active=Params,
     notes=str,
 )
 # precision bf16 | fp16 | fp8 (others are per-record skips); framework FRAMEWORKS, fp8_recipe FP8_RECIPES
 # (another value is kept as given, with a warning)
 RecWorkload = _block(
     "RecWorkload",
-    seq_len=PositiveInt,
-    global_batch_seqs=PositiveInt,
+    seq_len=_range(int, 1, MAX_SEQ_LEN),
+    global_batch_seqs=_range(int, 1, MAX_GLOBAL_BATCH_SEQS),
     precision=str,
     framework=str,
     fp8_recipe=str,
@@ -122,41 +151,41 @@ RecWorkload = _block(
 RecCluster = _block(
     "RecCluster",
     accelerator=str,
-    num_devices=PositiveInt,
-    devices_per_node=PositiveInt,
-    scale_out_gbytes_per_s_per_device=PositiveFloat,
-    hbm_gb_per_device=PositiveFloat,
-    power_limit_w=PositiveFloat,
+    num_devices=Degree,
+    devices_per_node=Degree,
+    scale_out_gbytes_per_s_per_device=GBytesPerS,
+    hbm_gb_per_device=_range(float, 0, MAX_HBM_GIB * GIB / GB, open_low=True),
+    power_limit_w=_range(float, 0, MAX_POWER_W, open_low=True),
 )
 
 
 RecLayout = _block(
     "RecLayout",
-    dp=PositiveInt,
-    fsdp=PositiveInt,
-    zero_stage=Annotated[int, Field(ge=0, le=3)],
-    tp=PositiveInt,
+    dp=Degree,
+    fsdp=Degree,
+    zero_stage=_range(int, 0, 3),
+    tp=Degree,
     sequence_parallel=bool,
-    pp=PositiveInt,
-    virtual_stages=PositiveInt,
-    cp=PositiveInt,
-    ep=PositiveInt,
-    etp=PositiveInt,
-    microbatch_seqs=PositiveInt,
-    num_microbatches=PositiveInt,
+    pp=Degree,
+    virtual_stages=_range(int, 1, MAX_VIRTUAL_STAGES_RECORD),
+    cp=Degree,
+    ep=Degree,
+    etp=Degree,
+    microbatch_seqs=_range(int, 1, MAX_GLOBAL_BATCH_SEQS),
+    num_microbatches=_range(int, 1, MAX_MICROBATCHES),
     recompute=str,
     async_tp=bool,
 )  # recompute none | selective | full; another value is a skip
 # mfu_convention: palm-6n-12lhqt | palm-causal | megatron-eq3-hardware | megatron-core | other
 RecMeasured = _block(
     "RecMeasured",
-    tokens_per_s_per_device=PositiveFloat,
-    step_time_s=PositiveFloat,
-    mfu=Annotated[float, Field(gt=0, le=1)],
+    tokens_per_s_per_device=_range(float, 0, MAX_TOKENS_PER_S_PER_DEVICE, open_low=True),
+    step_time_s=_range(float, 0, MAX_STEP_TIME_S, open_low=True),
+    mfu=_range(float, 0, 1, open_low=True),
     mfu_convention=str,
-    peak_tflops_used=PositiveFloat,
-    tflops_per_device=PositiveFloat,
-    memory_gib_per_device=NonNegativeFloat,
+    peak_tflops_used=Tflops,
+    tflops_per_device=_range(float, 0, MAX_TFLOPS, open_low=True),
+    memory_gib_per_device=_range(float, 0, MAX_HBM_GIB),
     oom=bool,
 )
 
@@ -171,6 +200,21 @@ class RunRecord(_Block):
     layout: RecLayout = RecLayout()
     measured: RecMeasured = RecMeasured()
     derived: dict[str, Any] = {}
+
+    @field_validator("derived")
+    @classmethod
+    def _finite_notes(cls, value: dict) -> dict:
+        """The free-form notes hold no .inf or .nan (what is printed as JSON must be JSON)."""
+        stack = [("derived", value)]
+        while stack:
+            where, item = stack.pop()
+            if isinstance(item, float) and not math.isfinite(item):
+                raise ValueError(f"{where} is {item}, not a finite number")
+            if isinstance(item, dict):
+                stack.extend((f"{where}.{k}", v) for k, v in item.items())
+            elif isinstance(item, list):
+                stack.extend((f"{where}[{i}]", v) for i, v in enumerate(item))
+        return value
 
     @field_validator("model", "workload", "cluster", "layout", "measured", "derived", mode="before")
     @classmethod
@@ -187,6 +231,7 @@ class Runs(list):
         self.warnings: list[str] = list(warnings)
 
 
+@cache
 def _submodel(annotation: Any) -> type[BaseModel] | None:
     """The pydantic model inside ``Sub`` or ``Sub | None``, else None."""
     for t in (annotation, *typing.get_args(annotation)):

@@ -20,7 +20,7 @@ the measured fastest.
 Compared metric: every record's ``rel_error`` is on tokens/s per device
 (``measured.tokens_per_s_per_device``, convention-free; ``compared_metric`` names it, null for a
 record that has only ``oom: true`` to check). This holds for mixture-of-experts records too
-(SCHEMA.md: their sources count FLOPs differently: causal attention halved or not, MTP counted
+(docs/RUN_RECORDS.md: their sources count FLOPs differently: causal attention halved or not, MTP counted
 or not), whose ``measured.tflops_per_device`` is the source's own figure and is never compared.
 
 MFU: where a record reports one, the prediction is reported under the record's convention,

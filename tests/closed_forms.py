@@ -2,8 +2,8 @@
 reproduced for reference only.
 
 NOT used by the engine's cost model: ``estimate()``, ``solve()`` and the search never call
-anything here (a test checks that no module of the package but ``layoutsearch.reference``
-imports this one). They exist so that the reference cases whose quantity is one of these
+anything here (this module sits under tests/, outside the package and the wheel; only
+``tests/reference.py`` imports it). They exist so that the reference cases whose quantity is one of these
 formulas (the book's rooflines, the notes' pipeline and memory illustrations) are computed by
 code with a name and a source, rather than by a lambda; those cases check the formula and the
 catalogue figures passed to it, never the engine. The engine's own costs are in

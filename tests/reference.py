@@ -1,6 +1,7 @@
 """The worked numbers of the design notes (seed cases) and of the book (book cases): for every
 case id, how layoutsearch computes it. This table is the only one; the tests
-(``tests/test_reference_cases.py``) and ``scripts/reference_cases.py`` read it.
+(``tests/test_reference_cases.py``) and ``scripts/reference_cases.py`` read it. It is a helper
+module of the tests (not a test module) and does not ship in the wheel.
 
 Each case is one of two kinds:
 
@@ -9,7 +10,7 @@ Each case is one of two kinds:
   gather-volume objective and the layout it picks), the search space of ``build_space()``, and
   the collective primitives of ``layoutsearch.costs.comms``. A change to the engine that moves
   one of these numbers fails a test.
-- ``closed-form``: the notes' or the book's formula, in ``layoutsearch.closed_forms``, which
+- ``closed-form``: the notes' or the book's formula, in ``tests/closed_forms.py``, which
   the engine's cost model does not use. These check the formula (and the catalogue figures
   passed to it), not the engine.
 
@@ -28,9 +29,9 @@ from functools import cache
 from pathlib import Path
 from typing import Any
 
+import closed_forms as cf
 import yaml
 
-from layoutsearch import closed_forms as cf
 from layoutsearch.core.catalogue import load_accelerator
 from layoutsearch.core.problem import Problem, SearchOptions, SearchRequest
 from layoutsearch.core.specs import Axis, Layout, ModelSpec, Workload

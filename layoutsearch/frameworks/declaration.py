@@ -1,0 +1,142 @@
+"""The two halves of a framework's declaration: how it overlaps (``Profile``, read by the cost
+model) and what its export target can write (``Capabilities``, turned into rules by
+``core.rules.framework_rules``)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from layoutsearch.core.specs import SCHEDULE_CODES
+
+EXPERT_TENSOR = ("1", "tp", "other")  # etp = 1, etp = tp, any other etp
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Profile:
+    """What overlaps with what under one framework (each flag: hidden behind its compute window).
+
+    The defaults are what every framework here does or lacks; a declaration names what differs."""
+
+    name: str
+    tp_overlap: tuple[str, ...] = ()
+    """Accelerator kinds on which TP collectives are pipelined with their GEMMs by default (inside
+    the fast domain only)."""
+    grad_reduce_overlap: bool = True
+    """DP / ZeRO-1/2 reductions behind the last microbatch's backward."""
+    param_gather_overlap: bool = True
+    """ZeRO-1/2 gather of updated weights behind the next forward."""
+    pipelined_grad_reduce_overlap: bool = True
+    """The same with pp > 1; DeepSpeed's pipeline engine reduces after the whole schedule (its
+    TrainSchedule ends with ReduceTiedGrads, ReduceGrads, OptimizerStep)."""
+    fp8_param_gather: bool = False
+    """With fp8: weights all-gathered in fp8 (Megatron --fp8-param-gather, torchtitan
+    enable_fsdp_float8_all_gather), else in bf16."""
+    recompute_policies: tuple[str, ...] = ("none", "selective", "full")
+    """What the search tries by default."""
+    vendor_attention: bool = False
+    """The vendor's fused attention kernel (Transformer Engine's cuDNN attention) where the
+    accelerator has one (``Accelerator.vendor_attention_efficiency``), else FlashAttention-2
+    class."""
+    inplace_cross_entropy: bool = False
+    """No second vocabulary-sized buffer for the loss gradient: Megatron's vocab-parallel cross
+    entropy computes exp and the gradient in place of the fp32 logits it saved; XLA fuses the
+    elementwise softmax - one-hot into the output layer's backward matmuls (MaxText's Llama 4
+    Scout v5p recipe holds 65,536 tokens of 202,048-entry logits per chip: one fp32 copy is 49
+    GiB of its 95, two would not fit); else a second fp32 buffer (PyTorch's cross entropy)."""
+    ep_overlap: bool = False
+    """MoE token AllToAlls hidden behind another microbatch's compute (Megatron
+    --overlap-moe-expert-parallel-comm, DeepSeek's DualPipe); off by default in every framework."""
+    ep_node_dedup: bool = False
+    """A token crosses scale-out once per destination node, NVLink fans it out to its experts there
+    (DeepEP / HybridEP: Megatron-Core's flex dispatcher), else once per expert (NCCL AllToAll)."""
+    einsum_capacity_dispatch: bool = False
+    """With a capacity factor, each sequence's tokens are dispatched to and combined from the
+    experts' capacity slots by one-hot einsums (MaxText's dense path, sparse_matmul false:
+    "BSM,BSEC -> EBCM" and "EBCM,BSEC -> BSM", C = S k c / E per sequence), matmuls the MXU runs
+    in full; else by a permutation that moves the rows without FLOPs (Megatron's padded
+    dispatch)."""
+    zero3_gather_unit: str = "layer"
+    """What a ZeRO-3 gather and gradient reduce-scatter move at once, and so the unsharded weights
+    and gradients alive: a whole layer (FSDP units, DeepSpeed's and Megatron-FSDP's modules), or
+    one weight tensor (XLA's SPMD partitioner gathers each matmul's operand where it is used and
+    reduces each gradient where it is made: MaxText's DeepSeek-V3 v5p recipe, ZeRO-3 over 512
+    chips with every expert local, runs with a MoE layer's experts 21 GiB in bf16, where two
+    gathered layers and a layer's fp32 gradients would not fit beside the state)."""
+    transient_zero3_weights: bool = False
+    """Under ZeRO-3 the compute-precision weights exist only gathered: the sharded parameter is the
+    fp32 master, cast at each gather (PyTorch FSDP2's MixedPrecisionPolicy casts the shard to
+    param_dtype before its all-gather; MaxText's weight_dtype float32 parameters are cast to
+    dtype in the layer), else a sharded bf16 copy persists beside the master (DeepSpeed ZeRO-3's
+    16-bit partitions, Megatron-FSDP's model-weight buffer)."""
+
+
+@dataclass(frozen=True, kw_only=True)
+class Capabilities:
+    """What an export target can express; each framework declares one per target (``CAPABILITIES``).
+
+    ZeRO stages are effective stages (0 when nothing is sharded).
+    """
+
+    target: str
+    """The export target's name (``solve --export``), the prefix of its rule codes."""
+    framework: str
+    """The framework's name as messages print it."""
+    zero_stages: tuple[int, ...] = (0, 1, 2, 3)
+    """The effective ZeRO stages it can write."""
+    zero_stages_with_replicas: tuple[int, ...] = (1, 2, 3)
+    """The sharded stages it can write with dp > 1 replicas of the shard group."""
+    zero_stages_with_cp: tuple[int, ...] = (0, 1, 2, 3)
+    """The stages it can write with cp > 1."""
+    zero_stages_with_pp: tuple[int, ...] = (0, 1, 2, 3)
+    """The stages it can write with pp > 1."""
+    pipeline_schedules: tuple[str, ...] = tuple(SCHEDULE_CODES)
+    """The pipeline schedules it runs."""
+    context_parallel: bool = True
+    """Whether it has ring context parallelism (cp > 1)."""
+    kv_replication: bool = True
+    """Whether it can replicate KV heads (tp > num_kv_heads)."""
+    model_blocks: tuple[str, ...] = ()
+    """The model families it builds (``rules.MODEL_BLOCKS`` names); empty: any model."""
+    pipeline_splits: tuple[str, ...] = ("even",)
+    """The layer splits over a pipeline it can write (``core.stages.SPLIT_NAMES``)."""
+    recompute_policies: tuple[str, ...] = ("none", "selective", "full")
+    """The recompute policies it can write."""
+    precisions: tuple[str, ...] = ("bf16", "fp16")
+    """The workload precisions it can write."""
+    expert_tensor: tuple[str, ...] = EXPERT_TENSOR
+    """The expert TP it can write with ep > 1 (``EXPERT_TENSOR`` names); MoE models only."""
+    expert_tensor_without_ep: tuple[str, ...] = EXPERT_TENSOR
+    """The expert TP it can write with ep = 1."""
+    expert_groups: tuple[str, ...] = ("dp", "fsdp", "tp", "cp")
+    """The degrees whose devices one ep x etp group may regroup ("fsdp" counts when it shards
+    gradients or weights, ZeRO-2/3, else only beside "dp")."""
+    expert_parallel_with_tp_and_pp: bool = True
+    """Whether ep > 1 can go with tp > 1 and pp > 1 together."""
+    deepep: bool = False
+    """A token dispatch that crosses scale-out once per node (Workload.deepep)."""
+    vendor_attention: bool = False
+    """The vendor's fused attention kernel (core.frameworks.vendor_attention)."""
+    cuda_graphs: tuple[str, ...] = ("none",)
+    """The Workload.cuda_graphs the target can write."""
+    recompute_with_scoped_graphs: tuple[str, ...] | None = None
+    """The recompute policies it allows beside scoped graphs (None: all)."""
+    full_graph_dropless_moe: bool = True
+    """Whether a full-iteration graph can hold a dropless MoE's layers."""
+    bf16_grads: bool = False
+    """Gradients kept and reduced in bf16 (Workload.grad_bytes_per_param 2)."""
+    drop_and_pad: bool = False
+    """A MoE capacity factor: tokens over it dropped, every expert padded to it."""
+    tp_comm_overlap: bool = True
+    """TP collectives pipelined with their GEMMs (Workload.tp_comm_overlap)."""
+    ep_comm_overlap: bool = False
+    """MoE token AllToAlls behind another microbatch's compute (Workload.ep_comm_overlap)."""
+    unfused_attention: bool = False
+    """An attention that materialises the S x S scores (Workload.flash_attention off)."""
+    attention_sinks: bool = False
+    """A learned sink logit per head in the softmax (gpt-oss's attention)."""
+    sliding_window: bool = False
+    """Layers attending over a window of the sequence (ModelSpec.sliding_window)."""
+    bf16_moments_zero: tuple[int, ...] = ()
+    """The ZeRO stages it can write bf16 Adam moments with (moment bytes 2)."""
+    why: dict[str, str] = field(default_factory=dict)
+    """The framework's own reason for a limit, by rule code, quoted in the refusal message."""

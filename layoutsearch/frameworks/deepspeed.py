@@ -1,0 +1,48 @@
+"""DeepSpeed (export target ``deepspeed``: a ds_config JSON).
+
+Overlap: ``overlap_comm`` hides the ZeRO gradient reductions and the ZeRO-3 prefetch; the
+ZeRO-1/2 gather of updated weights runs after the optimizer step, exposed; with a pipeline the
+gradients are reduced after the whole schedule.
+
+What it can express (checked against deepspeed 0.19.8): no cp (Ulysses is all-to-all over heads,
+not ring attention), no ZeRO with dp replicas, no ZeRO-2/3 with a pipeline, 1F1B only, no KV-head
+replication; AutoEP experts with etp 1 beside ep, AutoTP's etp = tp without; the Hugging Face
+model code, so attention sinks and sliding windows.
+"""
+
+from layoutsearch.frameworks.declaration import Capabilities, Profile
+
+EXPORTER = "layoutsearch.export.deepspeed"
+
+PROFILE = Profile(
+    name="deepspeed",
+    param_gather_overlap=False,
+    pipelined_grad_reduce_overlap=False,
+)
+
+CAPABILITIES = Capabilities(
+    target="deepspeed",
+    framework="DeepSpeed",
+    tp_comm_overlap=False,
+    zero_stages_with_replicas=(),
+    zero_stages_with_pp=(0, 1),
+    pipeline_schedules=("1f1b",),
+    context_parallel=False,
+    kv_replication=False,
+    expert_tensor=("1",),
+    expert_tensor_without_ep=("tp",),
+    expert_parallel_with_tp_and_pp=False,
+    attention_sinks=True,
+    sliding_window=True,  # the Hugging Face model code trains its own attention
+    why={
+        "deepspeed-replicas": "ZeRO shards over the whole data-parallel world (MiCS was removed)",
+        "deepspeed-cp": "it has no ring context parallelism (Ulysses exchanges heads by all-to-all)",
+        "deepspeed-pipeline": "its PipelineEngine runs 1F1B only and rejects ZeRO-2 and ZeRO-3",
+        "deepspeed-kv": "AutoTP does not replicate KV heads",
+        "deepspeed-capacity": "AutoEP routes dropless",
+        "deepspeed-tp-overlap": "AutoTP all-reduces after its GEMMs",
+        "deepspeed-etp": "AutoEP has no expert tensor parallelism yet (etp 1), and without AutoEP, "
+        "AutoTP splits the experts' linears over tp",
+        "deepspeed-ep-tp-pp": "AutoEP's folding with AutoTP supports pp = 1 only",
+    },
+)

@@ -1,0 +1,19 @@
+"""The ideal framework: everything that can overlap does, TP included (the bound the others
+approach). A profile for the cost model only: no export target writes it."""
+
+from layoutsearch.core.specs import Recompute
+from layoutsearch.frameworks.declaration import Profile
+
+EXPORTER = None
+
+PROFILE = Profile(
+    name="ideal",
+    tp_overlap=("gpu", "tpu"),
+    fp8_param_gather=True,
+    recompute_policies=tuple(r.value for r in Recompute),
+    vendor_attention=True,
+    ep_overlap=True,
+    ep_node_dedup=True,
+)
+
+CAPABILITIES = None

@@ -1,0 +1,56 @@
+"""Megatron-LM / Megatron-Core / NeMo (export target ``megatron``: ``pretrain_gpt.py`` arguments).
+
+Overlap, as launched with the flags its exporter writes: ``--overlap-grad-reduce`` (DP and ZeRO
+reductions bucketed into the last microbatch's backward), ``--overlap-param-gather`` (the ZeRO-1
+gather of updated weights into the next forward), ``--tp-comm-overlap`` (Transformer Engine
+userbuffers) only when asked: it is off by default in Megatron.
+
+What it can express (checked against megatron-core 0.16.1 and megatron/training/arguments.py):
+everything but a GPipe schedule, attention sinks and sliding windows as the catalogue records them.
+"""
+
+from layoutsearch.frameworks.declaration import Capabilities, Profile
+
+EXPORTER = "layoutsearch.export.megatron"
+
+PROFILE = Profile(
+    name="megatron",
+    fp8_param_gather=True,
+    inplace_cross_entropy=True,
+    vendor_attention=True,
+    ep_node_dedup=True,
+    recompute_policies=("none", "selective", "full", "norm_act", "norm_moe", "mla_up_proj"),
+)
+
+CAPABILITIES = Capabilities(
+    target="megatron",
+    framework="Megatron-LM",
+    pipeline_schedules=("1f1b", "interleaved"),
+    deepep=True,
+    vendor_attention=True,
+    recompute_policies=PROFILE.recompute_policies,  # each one the exporter's _parallel_args writes
+    pipeline_splits=("even", "embedding-and-loss", "first-last", "chunk-layout"),
+    precisions=("bf16", "fp16", "fp8"),
+    # megatron-core 0.16.1 TransformerConfig: full recompute only inside a full-iteration graph, and
+    # "moe" recompute not with the router graphed (Transformer Engine graphs); its dropless
+    # dispatcher syncs with the host each layer
+    cuda_graphs=("none", "scoped", "full_iteration"),
+    recompute_with_scoped_graphs=("none", "selective", "norm_act", "mla_up_proj"),
+    full_graph_dropless_moe=False,
+    bf16_grads=True,
+    bf16_moments_zero=(1, 2, 3),  # --use-precision-aware-optimizer needs the distributed optimizer
+    drop_and_pad=True,
+    ep_comm_overlap=True,
+    unfused_attention=True,
+    why={
+        "megatron-pipeline": "it runs 1F1B, or interleaved 1F1B with virtual stages; no GPipe",
+        # arguments.py has no flag for TransformerConfig.softmax_type; Megatron-Bridge's gpt-oss
+        # bridge sets softmax_type "learnable" (with the clamped SwiGLU) in its model provider
+        "megatron-sinks": "pretrain_gpt.py has no argument for TransformerConfig softmax_type "
+        "'learnable'; a model provider sets it, as Megatron-Bridge's gpt-oss bridge does",
+        # --window-size and --window-attn-skip-freq exist; the catalogue keeps how many layers are
+        # full, not which
+        "megatron-window": "layoutsearch does not write --window-size and --window-attn-skip-freq: "
+        "the model catalogue records how many layers attend in full, not which",
+    },
+)

@@ -1,0 +1,236 @@
+"""Builders shared by several test modules (a helper module, not a test module: pytest collects
+nothing here). Fixtures are in conftest.py; what test modules need at import time (parametrize
+lists, module constants) is built here."""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import json
+import os
+import subprocess
+import textwrap
+import warnings
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from layoutsearch.cli import app
+from layoutsearch.core.catalogue import load_model
+from layoutsearch.core.errors import LayoutsearchWarning
+from layoutsearch.core.problem import Problem
+from layoutsearch.core.specs import Layout, Workload
+from layoutsearch.core.topology import resolve_cluster
+from layoutsearch.costs.estimate import estimate
+from layoutsearch.export import check_export, export_document
+from layoutsearch.report.output import layout_record
+from layoutsearch.search.cpsat import cpsat_top
+
+DATA = Path(__file__).resolve().parent / "data"
+
+# A solver limit that a correct solve of the tests' small instances never reaches: their verdicts
+# must not depend on the machine's speed (the README's `python -m pytest -q` runs on loaded CI).
+NO_TIME_LIMIT_S = 86_400.0
+
+
+def proven_top(space, tables, objective: str, top_k: int, **options):
+    """``cpsat_top`` without a time limit; fails, naming the statuses, when CP-SAT returned an
+    answer it did not prove (so a mismatch with the enumerator is never a timeout in disguise)."""
+    answers, info = cpsat_top(
+        space, tables, objective, top_k, time_limit_s=NO_TIME_LIMIT_S, **options
+    )
+    if info["status"] not in ("OPTIMAL", "INFEASIBLE") or info["ranking_status"] != "OPTIMAL":
+        pytest.fail(
+            f"CP-SAT did not prove its answer: status {info['status']}, ranking status "
+            f"{info['ranking_status']} ({info['wall_s']:.1f} s, no time limit)"
+        )
+    return answers, info
+
+
+# ----------------------------------------------------------------------------- test data
+def data_path(name: str) -> Path:
+    """tests/data/NAME; FileNotFoundError naming the path when it is missing (never a skip)."""
+    path = DATA / name
+    if not path.is_file():
+        raise FileNotFoundError(
+            f"test data file {path} not found: tests/data/ is part of the repository"
+        )
+    return path
+
+
+def write_json(folder: Path, data, name: str = "config.json") -> Path:
+    """``data`` as JSON in folder/NAME; the path."""
+    path = folder / name
+    path.write_text(json.dumps(data))
+    return path
+
+
+# ----------------------------------------------------------------------------- solve documents
+def solve_doc(
+    model_id: str,
+    cluster_name: str,
+    batch: int,
+    seq: int,
+    *layouts: Layout,
+    model_changes: dict | None = None,
+    **workload_options,
+) -> dict:
+    """A solve document (OUTPUT.md) holding ``layouts`` ranked in the given order, for a catalogue
+    model (or a config.json path, its unused-key warning silenced) with ``model_changes`` applied;
+    ``workload_options`` are Workload fields such as ``framework``."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", LayoutsearchWarning)
+        model = load_model(model_id)
+    model = dataclasses.replace(model, **(model_changes or {}))
+    problem = Problem(
+        model_id=model_id,
+        model=model,
+        cluster_name=cluster_name,
+        cluster=resolve_cluster(cluster_name),
+        workload=Workload(global_batch_seqs=batch, seq_len=seq, **workload_options),
+    )
+    records = [layout_record(estimate(problem, lay), rank=i + 1) for i, lay in enumerate(layouts)]
+    return {
+        "problem": problem.record(),
+        "solver": {"method": "test", "status": "FEASIBLE"},
+        "layouts": records,
+    }
+
+
+def custom_doc(
+    model_id: str, cluster: str, batch: int, seq: int, layout: Layout, **model_changes
+) -> dict:
+    """A one-layout solve document for a catalogue model with some fields changed."""
+    return solve_doc(model_id, cluster, batch, seq, layout, model_changes=model_changes)
+
+
+@functools.cache
+def export_docs() -> dict[str, dict]:
+    """The export tests' common documents (llama3-8b on h100-64 and debug on h100-16), built once:
+    fsdp, fsdp_tp, cp and hsdp."""
+    return {
+        "fsdp": solve_doc(
+            "llama3-8b", "h100-64", 256, 4096, Layout(fsdp=64, num_microbatches=2, recompute="full")
+        ),
+        "fsdp_tp": solve_doc(
+            "llama3-8b",
+            "h100-64",
+            256,
+            4096,
+            Layout(fsdp=8, tp=8, num_microbatches=4, recompute="full"),
+        ),
+        "cp": solve_doc(
+            "llama3-8b", "h100-64", 128, 8192, Layout(fsdp=4, tp=8, cp=2, recompute="selective")
+        ),
+        "hsdp": solve_doc("debug", "h100-16", 64, 1024, Layout(dp=2, fsdp=8)),
+    }
+
+
+def exported(doc: dict, target: str, rank: int = 1) -> str:
+    """Export and assert the checker finds nothing."""
+    text = export_document(doc, target, rank)
+    assert check_export(target, text, doc, rank) == []
+    return text
+
+
+def solve_export(
+    model: str, cluster: str, target: str, out: Path, *options: str
+) -> tuple[dict, str]:
+    """`layoutsearch solve --model M --cluster C --top 1 --export T -o OUT --format json OPTIONS`,
+    which must exit 0: (the JSON document, the written file's text)."""
+    argv = ["solve", "--model", model, "--cluster", cluster, "--top", "1", "--export", target]
+    r = CliRunner().invoke(app, [*argv, "-o", str(out), "--format", "json", *options])
+    assert r.exit_code == 0, r.stderr
+    return json.loads(r.stdout), out.read_text()
+
+
+# ----------------------------------------------------------------------------- frameworks
+def deepspeed_config(cfg: dict, dp_world: int):
+    """DeepSpeedConfig with a given data-parallel world (no process group needed)."""
+    dsc = pytest.importorskip("deepspeed.runtime.config")
+
+    class Mpu:
+        def get_data_parallel_world_size(self) -> int:
+            return dp_world
+
+    original = dsc.dist.get_rank
+    dsc.dist.get_rank = lambda *args, **kwargs: 0
+    try:
+        return dsc.DeepSpeedConfig(cfg, mpu=Mpu())
+    finally:
+        dsc.dist.get_rank = original
+
+
+def maxtext_script(imports: str, body: str) -> str:
+    """A script for MaxText's interpreter: each override file named on its command line is loaded by pyconfig
+    on 8 CPU devices (``cfg``), then ``body`` appends what it reads to ``out``; an exception is that file's
+    ``error``; the last line is RESULT and the JSON list."""
+    return (
+        textwrap.dedent("""
+        import json, os, sys
+        os.environ["XLA_FLAGS"] = "--xla_force_host_platform_device_count=8"
+        os.environ["JAX_PLATFORMS"] = "cpu"
+        from maxtext.configs import pyconfig
+        """)
+        + textwrap.dedent(imports)
+        + textwrap.dedent("""
+        out = []
+        for path in sys.argv[1:]:
+            try:
+                cfg = pyconfig.initialize(["", path, "hardware=cpu", "skip_jax_distributed_system=true",
+                                           "run_name=layoutsearch-test", "enable_checkpointing=false"])
+        """)
+        + textwrap.indent(textwrap.dedent(body), " " * 8)
+        + textwrap.dedent("""
+            except Exception as exc:
+                out.append({"error": f"{type(exc).__name__}: {exc}"})
+        print("RESULT " + json.dumps(out))
+        """)
+    )
+
+
+def maxtext_python() -> str:
+    """The MaxText interpreter (LAYOUTSEARCH_MAXTEXT_PYTHON, else the one .ci/frameworks.sh
+    installs), or a skip naming where it looked."""
+    path = os.environ.get("LAYOUTSEARCH_MAXTEXT_PYTHON") or str(
+        Path.home() / ".cache" / "layoutsearch" / "maxtext-venv" / "bin" / "python"
+    )
+    if not Path(path).is_file():
+        pytest.skip(
+            f"no MaxText interpreter at {path} (run .ci/frameworks.sh on a machine with python3.12)"
+        )
+    return path
+
+
+def maxtext_train_log(python: str, override: Path, tmp_path: Path, run_name: str) -> str:
+    """One MaxText training step (its train entry point, synthetic data) from an override file on
+    8 simulated CPU devices; it must exit 0. Its stdout and stderr."""
+    env = {
+        **os.environ,
+        "XLA_FLAGS": "--xla_force_host_platform_device_count=8",
+        "JAX_PLATFORMS": "cpu",
+    }
+    run = subprocess.run(
+        [
+            python,
+            "-m",
+            "maxtext.trainers.pre_train.train",
+            str(override),
+            f"run_name={run_name}",
+            "hardware=cpu",
+            "skip_jax_distributed_system=true",
+            "enable_checkpointing=false",
+            "steps=1",
+            "dataset_type=synthetic",
+            f"base_output_directory={tmp_path / 'out'}",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=600,
+        env=env,
+        cwd=tmp_path,
+    )
+    log = run.stdout + run.stderr
+    assert run.returncode == 0, log[-3000:]
+    return log

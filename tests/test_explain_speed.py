@@ -1,0 +1,163 @@
+"""The infeasibility explanation costs about what the search does: the funnel evaluates each degree
+tuple once and the (v, K) rows once per distinct key, the nearest layout costs only the candidates
+with the least peak, both in bounded chunks; and it says what the per-candidate version said
+(messages pinned from that version, before the change)."""
+
+import numpy as np
+import pytest
+
+from layoutsearch.cli import main
+from layoutsearch.core.problem import Problem
+from layoutsearch.core.specs import RECOMPUTE_POLICIES, Workload
+from layoutsearch.export import capabilities_of
+from layoutsearch.search import explain
+from layoutsearch.search.space import (
+    build_space,
+    problem_degree_tuples,
+    with_microbatches,
+    with_virtual_stages,
+)
+from layoutsearch.search.tables import build_tables
+
+# grok-1's 8 experts on 280 = 8 x 5 x 7 GPUs with 8 sequences: the factor 35 fits no degree (the
+# reduced form of grok-1 on v5p-8960x4, whose 35840 chips fail the same way)
+GROK_280 = ["solve", "--model", "grok-1", "--cluster", "h100-280", "--seqs", "8"]
+GROK_280_REMAINING = [12726, 12726, 12726, 12726, 7448, 7448, 7448, 7284, 7284, 7284, 2274]
+GROK_280_REMAINING += [2274, 2274, 1212] + [0] * 10
+
+
+def _grok_280() -> Problem:
+    return Problem.build("grok-1", "h100-280", Workload(global_batch_seqs=8, seq_len=4096))
+
+
+def _per_candidate_funnel(problem: Problem, rules) -> list[int]:
+    """Reference: every rule applied to every (tuple, v, K) row and ZeRO stage, tuples recounted
+    after each rule (what the explanation did before it was made proportional)."""
+    c = dict(problem_degree_tuples(problem))
+    c["tuple"] = np.arange(len(c["dp"]))
+    c = with_microbatches(with_virtual_stages(c), problem.workload.global_batch_seqs)
+    alive = np.ones(len(c["dp"]), dtype=bool)
+    zero_ok = np.ones((len(alive), 4), dtype=bool)
+    recompute_ok = np.ones(len(RECOMPUTE_POLICIES), dtype=bool)
+    out = [int(c["tuple"].max()) + 1]
+    for rule in rules:
+        if rule.code in ("product", "degree"):
+            continue
+        if rule.needs == {"r"}:
+            recompute_ok &= rule.mask(problem, {"r": np.arange(len(RECOMPUTE_POLICIES))})
+        elif "z" in rule.needs:
+            cand = {**{k: v[:, None] for k, v in c.items()}, "z": np.arange(4)[None, :]}
+            zero_ok &= rule.mask(problem, cand)
+        else:
+            alive &= rule.mask(problem, c)
+        survivors = alive & zero_ok.any(axis=1) & recompute_ok.any()
+        out.append(len(np.unique(c["tuple"][survivors])))
+    return out
+
+
+def test_grok_on_280_gpus_names_the_whole_sequences_rule(capsys):
+    """The reduced grok-1 case: exit 1 with the message the per-candidate funnel printed."""
+    assert main(GROK_280) == 1
+    assert capsys.readouterr().err.strip().splitlines()[-1] == (
+        "no feasible layout: no layout satisfies the rules: 'whole sequences: dp x fsdp x "
+        "microbatches divides the batch (8)' (whole-sequences) removes the last 1212 degree tuples"
+    )
+
+
+@pytest.mark.parametrize(
+    "args, message",
+    [
+        (
+            ["--model", "llama3-405b", "--cluster", "h100-8", "--seqs", "8"],
+            "nothing fits: the nearest layout (tp=8, recompute=full, ZeRO-0) needs 915.9 GB per "
+            "device, 82.3 GB available; no single change found that fits; the model state alone "
+            "(7.31 TB at 18 B/param) needs at least 89 devices",
+        ),
+        (
+            ["--model", "deepseek-v3", "--cluster", "h100-16", "--seqs", "48"],
+            "nothing fits: the nearest layout (cp=16,ep=16, recompute=full, ZeRO-3) needs 757.3 GB "
+            "per device, 82.3 GB available; no single change found that fits; the model state "
+            "alone (12.08 TB at 18 B/param) needs at least 147 devices",
+        ),
+        (
+            ["--model", "llama3-405b", "--cluster", "v5p-64"],
+            "nothing fits: the nearest layout (tp=8,cp=8, recompute=full, ZeRO-3) needs 103.1 GB "
+            "per device, 99.9 GB available; fits with 2x the devices (v5p-128); the model state "
+            "alone (7.31 TB at 18 B/param) needs at least 74 devices",
+        ),
+    ],
+)
+def test_memory_bound_cases_keep_their_nearest_layout(capsys, args, message):
+    """Problems that fail only on memory: the nearest layout, its numbers and the fix, as before."""
+    assert main(["solve", *args]) == 1
+    assert capsys.readouterr().err.strip().splitlines()[-1] == f"no feasible layout: {message}"
+
+
+def test_the_funnel_counts_as_the_per_candidate_funnel_did():
+    """grok-1 on 280 GPUs (counts pinned from the per-candidate funnel), Mixtral with Megatron's
+    rules and debug with DeepSpeed's: the counts after every rule equal those of applying each
+    rule to every candidate row."""
+    grok = _grok_280()
+    assert [s["remaining"] for s in explain.funnel(grok, build_space(grok).rules)] == (
+        GROK_280_REMAINING
+    )
+    mixtral = Problem.build("mixtral-8x7b", "h100-32", Workload(global_batch_seqs=96, seq_len=4096))
+    debug = Problem.build("debug", "h100-16", Workload(global_batch_seqs=64, seq_len=1024))
+    for problem, target in ((mixtral, "megatron"), (debug, "deepspeed")):
+        rules = build_space(problem, capabilities=capabilities_of(target)).rules
+        counts = [s["remaining"] for s in explain.funnel(problem, rules)]
+        assert counts == _per_candidate_funnel(problem, rules)
+    mixtral_rules = build_space(mixtral, capabilities=capabilities_of("megatron")).rules
+    steps = explain.funnel(mixtral, mixtral_rules)
+    assert (steps[0]["remaining"], steps[-1]["remaining"]) == (868, 675)
+
+
+def test_the_funnel_evaluates_each_tuple_once_in_bounded_chunks(monkeypatch):
+    """grok-1 on 280 GPUs: the per-candidate funnel evaluated 278096 (tuple, v, K) rows; this one
+    evaluates the 12726 tuples and 6400 key rows, and with chunks of 1000 rows no rule sees more
+    (the counts unchanged)."""
+    grok = _grok_280()
+    rules = build_space(grok).rules
+    superset = with_microbatches(with_virtual_stages(problem_degree_tuples(grok)), 8)
+    assert len(superset["dp"]) == 278096
+    seen = []
+    falls = explain._falls
+
+    def counting(problem, c, rules, never):
+        seen.append(len(c["dp"]))
+        return falls(problem, c, rules, never)
+
+    monkeypatch.setattr(explain, "_falls", counting)
+    explain.funnel(grok, rules)
+    assert sum(seen) == 12726 + 6400
+    seen.clear()
+    monkeypatch.setattr(explain, "FUNNEL_CHUNK_ROWS", 1000)
+    assert [s["remaining"] for s in explain.funnel(grok, rules)] == GROK_280_REMAINING
+    assert max(seen) <= 1000 and sum(seen) == 12726 + 6400
+
+
+def test_the_nearest_layout_costs_only_the_least_peak(monkeypatch):
+    """deepseek-v3 on 16 GPUs: the nearest layout is found by peaks per (S,K) row, recompute and
+    ZeRO stage; step times are costed for the orders of the least-peak ones alone (1 candidate of
+    38676); chunks of 7 (S,K) rows find the same layout."""
+    problem = Problem.build("deepseek-v3", "h100-16", Workload(global_batch_seqs=48, seq_len=4096))
+    space = build_space(problem)
+    tables = build_tables(space)
+    costed = []
+    assemble = explain.assemble
+
+    def counting(t, s, sk, ri, z, o):
+        costed.append(len(sk))
+        return assemble(t, s, sk, ri, z, o)
+
+    monkeypatch.setattr(explain, "assemble", counting)
+    found = explain.nearest(space, tables)
+    assert space.num_candidates() == 38676 and costed == [1]  # one least-peak triple, one order
+    (row, ri, z, o), peak_bytes = found
+    layout = space.layout(
+        int(space.sk_shape[row]), int(space.sk_k[row]), int(space.recompute_codes[ri]), z, o
+    )
+    assert (layout.cp, layout.ep, layout.recompute, layout.zero_stage) == (16, 16, "full", 3)
+    assert peak_bytes == pytest.approx(757.3e9, rel=1e-3)
+    monkeypatch.setattr(explain, "NEAREST_CHUNK_ROWS", 7)
+    assert explain.nearest(space, tables) == found
