@@ -170,6 +170,7 @@ def evaluate_record(record: dict) -> dict:
     if isinstance(problem, str):
         out["skipped_reason"] = problem
         return out
+    assert est is not None  # a problem, not a reason to skip, was estimated
     pred = est.tokens_per_s / est.cluster.num_devices
     out.update(
         predicted_tokens_per_s_per_device=pred,
