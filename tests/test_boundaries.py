@@ -233,6 +233,12 @@ def test_a_fifo_or_device_as_an_input_is_refused_without_blocking(tmp_path, caps
         assert bad_input(capsys, "export", fifo(tmp_path, "r.json"), "--to", "megatron") == (
             f"error: RESULT: '{tmp_path / 'r.json'}' is a FIFO (named pipe), not a regular file"
         )
+        for name in ("s.parquet", "s.csv"):
+            with pytest.raises(
+                InvalidArgumentError,
+                match=rf"^SWEEP_FILE: '.*{name}' is a FIFO \(named pipe\), not a regular file$",
+            ):
+                table.read_table(fifo(tmp_path, name))
     with pytest.raises(
         InvalidArgumentError, match=r"^INPUT: '.*' is a directory, not a regular file$"
     ):

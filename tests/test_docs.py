@@ -13,6 +13,7 @@ refresh_docs = importlib.util.module_from_spec(_spec)
 _spec.loader.exec_module(refresh_docs)
 
 
+@pytest.mark.slow
 def test_shown_outputs_and_headline_numbers_are_current():
     """Every `$ ...` block of README.md, examples/README.md and docs/*.md is what its commands print
     now (all but wall times), and the README's headline table is what results/ gives; regenerate

@@ -1,9 +1,10 @@
 """Fuzzing the command line: a seeded corpus of command lines over every command, mixing valid
 and hostile values (huge, negative, zero, fractional, empty, unicode and NaN numbers; unknown
 names; malformed degree lists; files that are not UTF-8, null, nested 10,000 deep, of the wrong
-types, directories; outputs that cannot be written), each run in this process through
-``cli.main(argv)`` under a 120 s hang guard (a case that does not return fails its own test as
-a hang naming the case; the guard never aborts the run).
+types, with a repeated key or an infinite number, directories, FIFOs; outputs that cannot be
+written or are FIFOs), each run in this process through ``cli.main(argv)`` under a 120 s hang
+guard (a case that does not return fails its own test as a hang naming the case; the guard never
+aborts the run).
 
 Every case must: print no traceback; exit 0, 1 or 2; on exit 2 print exactly one stderr line,
 'error: ...', naming an option, a field, a path or the value given; with --format json (exit 0 or 1) print a
@@ -15,6 +16,7 @@ from __future__ import annotations
 
 import json
 import math
+import os
 import random
 import re
 import shutil
@@ -192,6 +194,8 @@ BAD_MODEL_FILES = [
     "@hugeparams.yaml",
     "@unknownkey.yaml",
     "@badyaml.yaml",
+    "@fifo.yaml",
+    "@dupkey.yaml",
 ]
 RESULTS = ["@solve.json", "@estimate.json", "@doc_null_predictions.json"]
 BAD_RESULTS = [
@@ -215,6 +219,7 @@ BAD_RESULTS = [
     "@doc_nan.json",
     "@doc_degrees_huge.json",
     "@doc_empty_layouts.json",
+    "@fifo.json",
 ]
 RUNS = ["@runs.yaml"]
 BAD_RUNS = [
@@ -229,6 +234,8 @@ BAD_RUNS = [
     "@runs_dup.yaml",
     "@null.json",
     "@badyaml.yaml",
+    "@fifo.yaml",
+    "@runs_inf.yaml",
 ]
 SWEEP_FILES = ["@sweep.csv"]
 BAD_SWEEP_FILES = [
@@ -242,9 +249,10 @@ BAD_SWEEP_FILES = [
     "@sweep.json",
     "@nan.csv",
     "@negative.csv",
+    "@fifo.csv",
 ]
 OUTPUTS = ["@out/a.sh", "@out/b.yml", "@out/c.toml", "@out/d.json"]
-BAD_OUTPUTS = ["/nonexistent/x.sh", "/proc/x.sh", "@dir", "@out/a\0b.sh", "@out"]
+BAD_OUTPUTS = ["/nonexistent/x.sh", "/proc/x.sh", "@dir", "@out/a\0b.sh", "@out", "@fifo.sh"]
 SWEEP_OUTPUTS = ["@sw/a.csv", "@sw/b.csv", "@sw/c.parquet"]
 BAD_SWEEP_OUTPUTS = [
     "x.json",
@@ -253,6 +261,7 @@ BAD_SWEEP_OUTPUTS = [
     "@dir.csv",
     "@garbage_out.csv",
     "@sw",
+    "@fifo.csv",
 ]
 PNG_OUTPUTS = ["@out/p.png"]
 BAD_PNG_OUTPUTS = ["/nonexistent/p.png", "@dir", "/proc/p.png"]
@@ -721,6 +730,9 @@ def files(tmp_path_factory) -> Path:
     (root / "string.yaml").write_text("hello")
     (root / "empty.yaml").write_text("")
     (root / "list_ints.yaml").write_text("- 1\n- 2\n")
+    (root / "dupkey.yaml").write_text(debug + "d_model: 512\n")
+    for name in ("fifo.yaml", "fifo.json", "fifo.csv", "fifo.sh"):  # no writer: reading one blocks
+        os.mkfifo(root / name)
 
     solve_doc = _document(
         [
@@ -810,6 +822,9 @@ def files(tmp_path_factory) -> Path:
     huge[1]["workload"]["global_batch_seqs"] = 2**70
     (root / "runs_huge.yaml").write_text(yaml.safe_dump(huge, sort_keys=False))
     (root / "runs_dup.yaml").write_text(yaml.safe_dump([runs[0], runs[0]], sort_keys=False))
+    infinite = json.loads(json.dumps(runs))
+    infinite[0]["measured"]["tokens_per_s_per_device"] = float("inf")
+    (root / "runs_inf.yaml").write_text(yaml.safe_dump(infinite, sort_keys=False))
 
     run_sweep(
         expand_points("debug", "h100-{8..16:x2},h100-12", "32,64"),

@@ -683,6 +683,7 @@ def test_a_dense_model_has_no_expert_degrees(capsys):
 
 
 # ----------------------------------------------------------------------------- search
+@pytest.mark.slow
 def test_deepseek_v3_on_2048_h100_is_proven_optimal_with_expert_parallelism(capsys):
     """The issue's Done-when command."""
     code = main(
@@ -747,6 +748,7 @@ def moe_problems(draw):
     return model, workload, cluster
 
 
+@pytest.mark.slow
 @settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(problem=moe_problems())
 def test_cpsat_equals_the_enumerator_on_random_moe_instances(problem):

@@ -160,7 +160,7 @@ def test_tie_limit_is_the_tolerance_rounded_down():
         ("llama3-8b", "h100-64", 256),
         ("debug", "v5p-64", 128),
         ("debug", "v5e-32", 64),
-        ("debug", "v5p-128", 128),
+        pytest.param("debug", "v5p-128", 128, marks=pytest.mark.slow),
         ("debug", "v5e-16x2", 64),
     ],
 )
@@ -210,6 +210,7 @@ def test_llama3_8b_on_h100_64_both_methods_return_the_same_winner():
     )
 
 
+@pytest.mark.slow
 def test_random_catalogue_instances_rank_identically_with_both_methods():
     """A seeded sample of catalogue models, clusters and batches: the same top 4, layout for layout
     (degrees, ZeRO stage, microbatches, recompute, virtual stages, placement), and the same metrics."""
@@ -226,6 +227,7 @@ def test_random_catalogue_instances_rank_identically_with_both_methods():
     assert checked >= 9
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("method", ["cpsat", "enumerate"])
 def test_top_n_lists_distinct_layouts_not_placements(method):
     """On the main job (3 axis orders on the 16x16x32 torus) the top 5 differ in degrees, ZeRO

@@ -61,6 +61,7 @@ def problems(draw):
     return model, workload, cluster
 
 
+@pytest.mark.slow
 @settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(
     problem=problems(),
@@ -92,6 +93,7 @@ def test_cpsat_optimum_equals_enumerator_optimum(problem, objective, full_model)
     assert len(set(groups)) == len(groups)
 
 
+@pytest.mark.slow
 def test_cpsat_proves_the_true_least_step_where_inclusion_presolve_did_not():
     """The instance the random test above found on 2026-12-02: a 12-layer model on v5p-16, gather-volume. With
     OR-Tools 9.15's inclusion presolve CP-SAT certified step 301928 (ZeRO-3) as the least step among the least-volume
@@ -125,6 +127,7 @@ def test_cpsat_proves_the_true_least_step_where_inclusion_presolve_did_not():
     assert cps == enum and info["status"] == "OPTIMAL" and info["objective"] == found["optimum"]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("interference", [0.0, 0.3])
 def test_cpsat_objective_of_a_fixed_candidate_is_the_quantised_cost(interference):
     """Pinning one candidate, the model's step equals the tables' rule and estimate() / quantum, with and

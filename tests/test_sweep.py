@@ -243,6 +243,7 @@ def test_bad_input_fails_before_any_solving(tmp_path, monkeypatch):
     assert not os.listdir(tmp_path)
 
 
+@pytest.mark.slow
 @needs_pyarrow
 @pytest.mark.parametrize("sig", [signal.SIGKILL, signal.SIGINT], ids=["kill-9", "ctrl-c"])
 def test_interrupted_sweep_reruns_to_every_point_exactly_once(tmp_path, sig):
@@ -367,6 +368,7 @@ def test_cli_bad_input_is_one_line_exit_2(tmp_path, args, message):
     assert r.stderr.startswith(message) and r.stderr.count("\n") == 1
 
 
+@pytest.mark.slow
 def test_cli_unknown_executor_and_plot_input_through_the_console_script(tmp_path):
     """Usage errors are one line with exit 2 through the real entry point; a sweep that finds nothing exits 1."""
     base = CLI
@@ -404,6 +406,7 @@ def test_cli_unknown_executor_and_plot_input_through_the_console_script(tmp_path
     assert p.returncode == 1 and "INFEASIBLE" in p.stdout
 
 
+@pytest.mark.slow
 @needs_pyarrow
 def test_ray_executor_matches_the_local_executor(tmp_path):
     """The same points through Ray tasks give the same statuses, degrees and objectives as the process pool."""

@@ -12,9 +12,12 @@ import pytest
 
 from layoutsearch.sweep import journal_path, read_table
 
-pytestmark = pytest.mark.skipif(
-    not Path("/proc/self/task").is_dir(), reason="reads child pids from /proc (Linux)"
-)
+pytestmark = [
+    pytest.mark.skipif(
+        not Path("/proc/self/task").is_dir(), reason="reads child pids from /proc (Linux)"
+    ),
+    pytest.mark.slow,
+]
 
 
 def children(pid: int) -> set[int]:

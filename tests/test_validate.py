@@ -1036,6 +1036,7 @@ def test_rank_published_against_the_search(runs):
 
 
 # ----------------------------------------------------------------------------- end to end (tests/data)
+@pytest.mark.slow
 def test_validate_the_whole_dev_set(data_file):
     """tests/data/runs_dev.yaml: no exception, at most 20 skipped (each with a reason), median |error| < 10%."""
     runs = load_runs(data_file("runs_dev.yaml"))
@@ -1090,6 +1091,7 @@ def synthetic(runs, ids, **truth) -> list[dict]:
     return out
 
 
+@pytest.mark.slow
 def test_calibrate_recovers_known_efficiencies(runs):
     """Measured values built with matmul 0.6 and NVLink 0.5 are fitted back within 2%."""
     ids = [
@@ -1237,6 +1239,7 @@ def test_calibration_fits_a_few_fractions_per_family(runs, tmp_path):
         assert "(5 records, family a100)" in path.read_text()
 
 
+@pytest.mark.slow
 def test_a_shared_field_is_fitted_once_over_the_gpu_families(runs):
     """Records of two GPU families built with their own matmul efficiencies and one overlap_interference:
     the joint fit (calibrate --shared) gives both families that one value back, and each its own matmul;
@@ -1274,6 +1277,7 @@ def test_a_shared_field_is_fitted_once_over_the_gpu_families(runs):
             calibrate(records, params=params, shared=shared)
 
 
+@pytest.mark.slow
 def test_leave_one_source_out_recovers_a_shared_truth(runs):
     """Three H100 sources built with one calibration: each held-out source is predicted from the others'
     fit to within 1%; a family no other source covers keeps the catalogue's values (said per source)."""
@@ -1313,6 +1317,7 @@ def test_leave_one_source_out_recovers_a_shared_truth(runs):
     )
 
 
+@pytest.mark.slow
 def test_leave_one_source_out_fits_only_on_the_records_fit_on_picks(runs):
     """As the catalogue's MoE overhead is fitted on the runs without CUDA graphs: a record fit_on leaves out is
     predicted but never fitted. One Megatron-LM record measured 2x faster than the shared truth: left out of the
@@ -1343,6 +1348,7 @@ def test_leave_one_source_out_fits_only_on_the_records_fit_on_picks(runs):
     assert max(abs(pulled["rel_errors"][rid]) for rid in h100 if rid.startswith("dgxc")) > 0.05
 
 
+@pytest.mark.slow
 def test_leave_one_source_out_fits_the_then_fields_in_turn_on_the_records_they_pick(runs):
     """``then``: a shared field fitted after the fold's own, with those held, on the other sources' records it picks
     (as the MoE CUDA-graph shares are fitted after the overheads). Records built with matmul 0.55, attention 0.3 and
@@ -1455,6 +1461,7 @@ def test_best_layout_groups_hit_miss_and_oom():
     ) == (1, 1, None)
 
 
+@pytest.mark.slow
 def test_bad_records_among_good_ones_skip_and_the_rest_is_evaluated(tmp_path, capsys):
     """One file, good records and bad ones (nulls the engine needs, an unknown accelerator, recompute and
     framework, an unknown key): the bad ones are skipped with their reasons or warned about, every good one
@@ -1631,6 +1638,7 @@ def test_validate_cli_all_skipped_exits_1_with_one_line(tmp_path, capsys):
     assert "0 records evaluated, 1 skipped: no record could be evaluated" in out
 
 
+@pytest.mark.slow
 def test_calibrate_cli_writes_only_when_asked(tmp_path, capsys):
     """calibrate prints the fit and leaves hardware/*.yaml alone without --write; a typo'd field is exit 2."""
     from layoutsearch.core.catalogue import catalogue_dir

@@ -415,6 +415,7 @@ def test_moe_records_compare_tokens_per_s_per_device(by_id):
 
 
 # ----------------------------------------------------------------------------- the whole file
+@pytest.mark.slow
 def test_moe_dev_set_end_to_end(moe_runs):
     """All 71 records are evaluated or skipped with a reason. 2 are skipped: the MLPerf GPT-OSS runs whose
     ZeRO stage is not given. The 9 runs of the 61-layer DeepSeek-V3 / Kimi-K2 with virtual pipeline stages
@@ -446,6 +447,7 @@ def test_moe_dev_set_end_to_end(moe_runs):
     ]
 
 
+@pytest.mark.slow
 def test_moe_dev_set_skips_at_most_ten_percent(moe_runs):
     """The issue's target: at most 10% of the MoE records skipped."""
     doc = validate_runs(moe_runs, rank=False, loso=False)
@@ -472,6 +474,7 @@ def test_validate_cli_on_moe_records(tmp_path, capsys, by_id):
     assert code == 0 and "2 records evaluated, 1 skipped" in capsys.readouterr().out
 
 
+@pytest.mark.slow
 def test_moe_report_script(tmp_path):
     """scripts/validation.py --moe writes validation_moe.md only: the command at the top, a row per record."""
     script = REPO / "scripts" / "validation.py"
@@ -561,6 +564,7 @@ def test_cuda_graphs_are_costed_as_the_record_names_them(by_id):
     )
 
 
+@pytest.mark.slow
 def test_the_catalogues_moe_host_overhead_is_what_its_commands_fit(moe_runs, capsys):
     """hardware/*.yaml calibration_moe: moe_layer_overhead_us per family and moe_expert_overhead_us shared by the GPUs,
     fitted together with the Huber loss on the records costed without CUDA graphs (1970 us on the h100 class, 7828 on

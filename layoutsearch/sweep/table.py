@@ -326,6 +326,10 @@ def check_output(path: str | os.PathLike) -> str:
         raise InvalidArgumentError(f"--output: '{path}' must end in .parquet or .csv")
     if os.path.isdir(path):
         raise InvalidArgumentError(f"--output: '{path}' is a directory")
+    if os.path.exists(
+        path
+    ):  # a FIFO or a device is refused before any solving (a link: its target)
+        io.check_regular(os.stat(path).st_mode, path, "--output")
     folder = os.path.dirname(os.path.abspath(path))
     if not os.path.isdir(folder):
         raise InvalidArgumentError(f"--output: '{path}': no such directory '{folder}'")
@@ -389,11 +393,10 @@ def read_table(path: str | os.PathLike, what: str = "SWEEP_FILE") -> list[dict]:
         import pyarrow as pa
         import pyarrow.parquet as pq
 
+        data = io.read_bytes(path, what)  # a regular file only (a FIFO would block pyarrow)
         try:
-            rows = pq.read_table(path).to_pylist()
-        except OSError as exc:
-            raise InvalidArgumentError(f"{where}: cannot read ({exc.strerror or exc})") from None
-        except (pa.ArrowException, ValueError) as exc:
+            rows = pq.read_table(pa.BufferReader(data)).to_pylist()
+        except (pa.ArrowException, ValueError, OSError) as exc:
             raise InvalidArgumentError(
                 f"{where}: not a sweep Parquet file ({str(exc).splitlines()[0][:120]})"
             ) from None
