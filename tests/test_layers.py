@@ -10,6 +10,7 @@ PACKAGE = Path(__file__).resolve().parents[1] / "layoutsearch"
 # lowest first; report and validation sit side by side
 RANK = {
     "core": 0,
+    "frameworks": 0,  # what each framework is and can express: read by core's rules and profiles
     "costs": 1,
     "export": 2,
     "search": 3,
@@ -62,7 +63,7 @@ def graph() -> nx.DiGraph:
 
 
 def test_no_module_imports_a_higher_layer():
-    """core < costs < export < search < report, validation < sweep < cli."""
+    """core, frameworks < costs < export < search < report, validation < sweep < cli."""
     bad = [
         (a, b)
         for a, b in graph().edges

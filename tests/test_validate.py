@@ -1142,7 +1142,8 @@ def test_write_calibration_rewrites_only_the_calibration_values(tmp_path):
     after = (tmp_path / "h100.yaml").read_text().splitlines()
     changed = [(a, b) for a, b in zip(before, after) if a != b]
     assert len(before) == len(after) and len(changed) == 3
-    assert "  matmul_efficiency: 0.5432" in after and "  microbatch_overhead_us: 350" in after
+    values = [line.split("   #")[0] for line in after]  # each value keeps its source comment
+    assert "  matmul_efficiency: 0.5432" in values and "  microbatch_overhead_us: 350" in values
     assert any(
         "fitted by layoutsearch calibrate on runs_dev.yaml (42 records) on 2026-01-02" in line
         for line in after
@@ -1175,7 +1176,7 @@ def test_a_moe_only_fit_notes_itself_under_calibration_moe_and_leaves_the_dense_
         in after
     )
     assert (
-        "  moe_layer_overhead_us: 2500   # per MoE layer and microbatch (sources: calibration_moe)"
+        "  moe_layer_overhead_us: 2500   # source: fitted: docs/calibration.md#moe-overheads"
         in after
     )
 
@@ -1235,7 +1236,8 @@ def test_calibration_fits_a_few_fractions_per_family(runs, tmp_path):
     )
     assert sorted(p.name for p in written) == ["a100-40gb.yaml", "a100-80gb.yaml"]
     for path in written:
-        assert "  matmul_efficiency: 0.61" in path.read_text().splitlines()
+        values = [line.split("   #")[0] for line in path.read_text().splitlines()]
+        assert "  matmul_efficiency: 0.61" in values
         assert "(5 records, family a100)" in path.read_text()
 
 
@@ -1465,7 +1467,7 @@ def test_best_layout_groups_hit_miss_and_oom():
 def test_bad_records_among_good_ones_skip_and_the_rest_is_evaluated(tmp_path, capsys):
     """One file, good records and bad ones (nulls the engine needs, an unknown accelerator, recompute and
     framework, an unknown key): the bad ones are skipped with their reasons or warned about, every good one
-    is evaluated, and the JSON summary keeps by_source and bloom_sweep_spearman and has loso and ranking."""
+    is evaluated, and the JSON summary keeps by_source and bloom_sweep_spearman and has ranking (and with --loso loso)."""
     good = [
         "megatron2021-table1-1-7b",
         "megatron2021-table1-18-4b",
@@ -1489,7 +1491,7 @@ def test_bad_records_among_good_ones_skip_and_the_rest_is_evaluated(tmp_path, ca
     )
     runs = load_runs(path)
     assert len(runs.warnings) == 2 and any("gpu_clock_mhz" in w for w in runs.warnings)
-    doc = validate_runs(runs, rank=False)
+    doc = validate_runs(runs, rank=False, loso=True)
     by_id = {e["id"]: e for e in doc["records"]}
     assert (
         by_id["null-seq"]["skipped_reason"]
@@ -1512,7 +1514,16 @@ def test_bad_records_among_good_ones_skip_and_the_rest_is_evaluated(tmp_path, ca
         "llm-foundry",
     } <= set(s["loso"]["by_source"])
     code, out, _ = cli(
-        ["validate", str(path), "--format", "json", "--no-rank", "--max-median-error", "1.0"],
+        [
+            "validate",
+            str(path),
+            "--format",
+            "json",
+            "--no-rank",
+            "--loso",
+            "--max-median-error",
+            "1.0",
+        ],
         capsys,
     )
     summary = json.loads(out)["summary"]

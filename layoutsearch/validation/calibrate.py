@@ -27,6 +27,7 @@ The fitted values reach the catalogue only through an explicit ``write_calibrati
 from __future__ import annotations
 
 import datetime as _dt
+import functools
 import math
 import re
 from collections.abc import Callable, Iterable
@@ -40,7 +41,8 @@ import yaml
 from layoutsearch.core import catalogue, io, topology
 from layoutsearch.core.catalogue import accelerator_from_dict
 from layoutsearch.core.errors import CatalogueError, InvalidArgumentError
-from layoutsearch.core.specs import Cluster
+from layoutsearch.core.problem import Problem
+from layoutsearch.core.specs import Cluster, Layout
 from layoutsearch.costs.estimate import estimate
 from layoutsearch.validation.mapping import record_to_problem
 from layoutsearch.validation.runs import source_family
@@ -171,9 +173,18 @@ def log_residuals(problems: list[tuple[str, tuple, float]], fields: dict[str, fl
     out = np.empty(len(problems))
     for i, (_, (problem, layout), measured) in enumerate(problems):
         calibrated = replace(problem, cluster=with_calibration(problem.cluster, **fields))
-        est = estimate(calibrated, layout, strict=False)
-        out[i] = math.log(est.tokens_per_s / problem.num_devices / measured)
+        out[i] = math.log(tokens_per_s(calibrated, layout) / problem.num_devices / measured)
     return out
+
+
+@functools.lru_cache(maxsize=1 << 16)
+def tokens_per_s(problem: Problem, layout: Layout) -> float:
+    """``estimate(problem, layout).tokens_per_s``, remembered: a fit asks again for the same values
+    (a forward difference in one family's fields leaves the other families' records as they were;
+    every leave-one-source-out fold starts from the same catalogue values and scans the same
+    routing spreads), and ``estimate`` is a pure function of its arguments.
+    """
+    return estimate(problem, layout, strict=False).tokens_per_s
 
 
 def fit_residuals(log_errors: np.ndarray, loss: str = "squares") -> np.ndarray:
@@ -495,9 +506,7 @@ def routing_cv_scan(
         errors = np.empty(len(problems))
         for i, prob in enumerate(problems):
             _, (varied, layout), measured = _with_routing_cv(prob, float(cv))
-            errors[i] = math.log(
-                estimate(varied, layout, strict=False).tokens_per_s / varied.num_devices / measured
-            )
+            errors[i] = math.log(tokens_per_s(varied, layout) / varied.num_devices / measured)
         out[float(cv)] = (float(np.sum(fit_residuals(errors, loss) ** 2)), errors)
     return out
 
@@ -723,7 +732,8 @@ def _rewrite(text: str, values: dict[str, float], note: str) -> str:
         if top:
             block = top.group(1)
             continue
-        m = re.match(r"^(\s+)(\w+):(\s*)([^#\n]*?)(\s*#.*)?(\r?\n)?$", line)
+        # the value: a double-quoted string (which may hold '#') or plain text up to a comment
+        m = re.match(r'^(\s+)(\w+):(\s*)("[^"\n]*"|[^#\n]*?)(\s*#.*)?(\r?\n)?$', line)
         if not m:
             continue
         indent, key, gap, _, comment, end = m.groups()
