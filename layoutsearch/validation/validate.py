@@ -333,7 +333,7 @@ def _rank_entries(evaluated: list[tuple[dict, tuple | None, Estimate | None]]) -
     from one candidate space; a failure leaves those ranks null (the records' errors still stand)."""
     groups: dict[Problem, list[tuple[dict, float]]] = {}
     for entry, mapped, est in evaluated:
-        if mapped is not None:
+        if mapped is not None and est is not None:  # both or neither (_evaluate)
             groups.setdefault(_unnamed(mapped[0]), []).append((entry, est.step_time_s))
     for problem, members in groups.items():
         try:
