@@ -202,7 +202,7 @@ def _stage(problem: Problem, key: _Keys, first: bool, last: bool) -> dict:
         for name in terms.MOMENTS
     }
     totals = {name: sum(live.values()) for name, live in moments.items()}
-    peak = max(totals, key=totals.get)
+    peak = max(totals, key=lambda name: totals[name])
     fc = terms.fsdp_collectives(model, workload, acc, sh, co)
     tp = terms.tp_per_microbatch(
         model, workload, acc, sh, k, co, last, c["window/matmul_fwd_layer"]

@@ -25,7 +25,7 @@ Step = (K + (p - 1)/v) x slowest stage's microbatch + per-step terms.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from functools import cache
 from statistics import NormalDist
 
@@ -58,6 +58,10 @@ from layoutsearch.costs.comms import (
 SHAPE_KEYS = ("dp", "fsdp", "tp", "pp", "cp", "v", "ep", "etp")
 
 
+def _unset() -> np.ndarray:
+    return np.empty(0, dtype=np.int64)
+
+
 @dataclass(frozen=True)
 class Shapes:
     """Parallel degrees, virtual stages and the pipeline schedule (SCHEDULE_CODES), as int64
@@ -69,23 +73,23 @@ class Shapes:
     pp: np.ndarray
     cp: np.ndarray
     v: np.ndarray
-    ep: np.ndarray = None  # expert parallelism (1 for a dense model)
-    etp: np.ndarray = None  # expert tensor parallelism
-    sched: np.ndarray = None
-    lf: np.ndarray = (
-        None  # layers of the first stage when given (0: the engine's split, core.stages)
-    )
-    ll: np.ndarray = None  # layers of the last stage when given
+    # an empty array (the default) stands for "not given"
+    ep: np.ndarray = field(default_factory=_unset)  # expert parallelism (1 for a dense model)
+    etp: np.ndarray = field(default_factory=_unset)  # expert tensor parallelism
+    sched: np.ndarray = field(default_factory=_unset)
+    # layers of the first stage when given (0: the engine's split, core.stages)
+    lf: np.ndarray = field(default_factory=_unset)
+    ll: np.ndarray = field(default_factory=_unset)  # layers of the last stage when given
 
     def __post_init__(self):
-        if self.sched is None:
+        if not self.sched.size:
             implied = np.where(self.v > 1, SCHEDULE_CODES["interleaved"], SCHEDULE_CODES["1f1b"])
             object.__setattr__(self, "sched", implied.astype(np.int64))
         for name in ("lf", "ll"):
-            if getattr(self, name) is None:
+            if not getattr(self, name).size:
                 object.__setattr__(self, name, np.zeros_like(self.pp))
         for name in ("ep", "etp"):
-            if getattr(self, name) is None:
+            if not getattr(self, name).size:
                 object.__setattr__(self, name, np.ones_like(self.pp))
 
     @classmethod
@@ -94,10 +98,9 @@ class Shapes:
             k: np.atleast_1d(np.asarray(degrees.get(k, 1), dtype=np.int64)) for k in SHAPE_KEYS
         }
         extra = {
-            k: None
-            if degrees.get(k) is None
-            else np.atleast_1d(np.asarray(degrees[k], dtype=np.int64))
+            k: np.atleast_1d(np.asarray(degrees[k], dtype=np.int64))
             for k in ("sched", "lf", "ll")
+            if degrees.get(k) is not None
         }
         return cls(**arrays, **extra)
 
@@ -245,7 +248,10 @@ def compute_per_microbatch(
     size = m / (m + acc.matmul_half_efficiency_tokens)
     rate = acc.peak_flops_per_s * acc.matmul_efficiency * size  # bf16: attention core, logits
     fp8 = workload.precision == "fp8"
-    layer_rate = acc.peak_fp8_flops_per_s * acc.fp8_matmul_efficiency * size if fp8 else rate
+    layer_rate = rate
+    if fp8:  # core.problem refuses fp8 on an accelerator without an fp8 peak (the catalogue gives both or none)
+        assert acc.peak_fp8_flops_per_s is not None and acc.fp8_matmul_efficiency is not None
+        layer_rate = acc.peak_fp8_flops_per_s * acc.fp8_matmul_efficiency * size
     attn_rate = (
         acc.peak_flops_per_s
         * (
@@ -482,10 +488,11 @@ def expert_load(model: ModelSpec, workload: Workload, sh: Shapes, m):
     router, the spread of its experts' loads (relative standard deviation cv = ``Workload.routing_cv`` over the
     experts, averaged over the device's local ones). One expert device (ep = 1) holds every expert:
     nothing to wait for, load 1."""
-    cf = model.moe.capacity_factor
-    if cf is not None:
-        return cf + 0.0 * m
-    local = model.moe.num_experts / _f(sh.ep)
+    moe = model.moe
+    assert moe is not None, "called for mixture-of-experts models only"
+    if moe.capacity_factor is not None:
+        return moe.capacity_factor + 0.0 * m
+    local = moe.num_experts / _f(sh.ep)
     tokens = np.maximum(expert_rows(model, sh, m) * local, 1.0)
     cv = workload.routing_cv if workload.routing == "learned" else 0.0
     return 1.0 + expected_max_of_normals(sh.ep) * np.sqrt(1.0 / tokens + cv * cv / local)
@@ -496,6 +503,7 @@ def expert_rows(model: ModelSpec, sh: Shapes, m):
     tokens (each rank dispatches its 1/tp of m, to k experts) spread over E experts, gathered over
     the etp ranks: m k ep etp / (tp E)."""
     moe = model.moe
+    assert moe is not None, "called for mixture-of-experts models only"
     return m * moe.top_k * sh.ep * sh.etp / (sh.tp * moe.num_experts)
 
 
@@ -619,9 +627,10 @@ def attention_efficiency(workload: Workload, acc: Accelerator) -> float:
     """The fused attention kernel's fraction of peak: the vendor's (cuDNN / Transformer Engine) where
     the workload or its framework profile uses it and the accelerator has a figure for it
     (``frameworks.vendor_attention``), else the portable FlashAttention-2 class fraction the catalogue calibrates."""
+    vendor = acc.vendor_attention_efficiency
     return (
-        acc.vendor_attention_efficiency
-        if vendor_attention(workload, acc)
+        vendor
+        if vendor is not None and vendor_attention(workload, acc)
         else acc.attention_efficiency
     )
 

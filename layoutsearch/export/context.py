@@ -204,7 +204,7 @@ def set_me(what: str) -> str:
 def placement_text(ctx: ExportContext) -> str:
     """`tp on z(8); fsdp on z(4) y(16) x(16)`: the physical axes each degree spans."""
     parts = []
-    for name, placed in ctx.layout.axes:
+    for name, placed in ctx.layout.placements:
         parts.append(f"{name} on " + " ".join(f"{axis}({factor})" for axis, factor in placed))
     return "; ".join(parts) or "single device"
 

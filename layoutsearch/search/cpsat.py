@@ -214,30 +214,32 @@ def build_model(space: Space, t: Tables, rows: np.ndarray, clip: int | None, fit
     model.add(zero3 == 0).only_enforce_if(~z3)
     # ---- the once-per-step terms of costs.step, looked up by the selections that key them
     term = {
-        "RED": (over(v.szo, t.RED, top=None), int(t.RED.max())),
-        "GATH": (over(v.szo, t.GATH, top=None), int(t.GATH.max())),
-        "REDI": (over(v.szo, t.REDI, top=None), None),
-        "GATHI": (over(v.szo, t.GATHI, top=None), None),
-        "RCON": (over(v.w, t.RCON, lambda k: (k[0], k[2]), None), int(t.RCON.max())),
-        "WIN": (over(v.w, t.WIN, lambda k: (k[0], k[1]), None), None),
-        "FWD": (over(v.w, t.FWD, lambda k: k[0], None), None),
-        "PP": (over(v.w, t.PP, lambda k: (k[0], k[2])), None),
-        "OPT": (over(v.sz, t.OPT), None),
-        "STEP0": (t.step0, None),
+        "RED": over(v.szo, t.RED, top=None),
+        "GATH": over(v.szo, t.GATH, top=None),
+        "REDI": over(v.szo, t.REDI, top=None),
+        "GATHI": over(v.szo, t.GATHI, top=None),
+        "RCON": over(v.w, t.RCON, lambda k: (k[0], k[2]), None),
+        "WIN": over(v.w, t.WIN, lambda k: (k[0], k[1]), None),
+        "FWD": over(v.w, t.FWD, lambda k: k[0], None),
+        "PP": over(v.w, t.PP, lambda k: (k[0], k[2])),
+        "OPT": over(v.sz, t.OPT),
+        "STEP0": t.step0,
     }
+    # the largest value of each hidden term (they bound the exposed variables)
+    term_max = {"RED": int(t.RED.max()), "GATH": int(t.GATH.max()), "RCON": int(t.RCON.max())}
     step = stage + zero3
     # ---- hidden collectives: what does not fit behind their window is exposed (costs.step.EXPOSED)
     for name, hidden, window, loss in step_formula.EXPOSED:
-        top = sum(term[h][1] for h in hidden) + 1
+        top = sum(term_max[h] for h in hidden) + 1
         exposed = model.new_int_var(0, top, name)
-        model.add(exposed >= sum(term[h][0] for h in hidden) - term[window][0])
+        model.add(exposed >= sum(term[h] for h in hidden) - term[window])
         charged = model.new_int_var(
             0, top, name + "_interference"
         )  # floor(ETA exposed): step_formula.unhidden
         model.add(100 * charged <= t.eta_pct * exposed)
-        step = step + exposed - charged + term[loss][0]
+        step = step + exposed - charged + term[loss]
     for _, name in step_formula.PLAIN:
-        step = step + term[name][0]
+        step = step + term[name]
     # ---- every stage's memory fits at every moment
     for st in (0, 1):
         for mi, _ in enumerate(MOMENT_NAMES):

@@ -18,7 +18,7 @@ Per stage st (0 = first, 1 = last):
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 
@@ -63,8 +63,13 @@ class Tables:
     MZ: np.ndarray  # [s, z, st, moment]
     Z3: np.ndarray  # [s, z] bool: ZeRO-3 collectives run
     VOLUME: np.ndarray  # [s] gather-volume objective, KiB
-    STAGE0: np.ndarray = None  # [sk, r, o] slowest stage without ZeRO-3 collectives
-    STAGE3: np.ndarray = None  # [sk, r, o] slowest stage with them
+    # filled by build_tables from the tables above (stage_parts)
+    STAGE0: np.ndarray = field(
+        default_factory=lambda: np.empty(0)
+    )  # [sk, r, o] slowest stage without ZeRO-3 collectives
+    STAGE3: np.ndarray = field(
+        default_factory=lambda: np.empty(0)
+    )  # [sk, r, o] slowest stage with them
 
 
 def _grid(space: Space, sk_rows: np.ndarray, extra: int):

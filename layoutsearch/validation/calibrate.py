@@ -33,6 +33,7 @@ import re
 from collections.abc import Callable, Iterable
 from dataclasses import replace
 from pathlib import Path
+from typing import Any, overload
 
 import numpy as np
 import yaml
@@ -125,7 +126,8 @@ def with_calibration(cluster: Cluster, **fields: float) -> Cluster:
     Axes copy ``collective_efficiency`` (torus, NVLink switch) or ``scale_out_efficiency``
     (scale-out, DCN) from the accelerator when the cluster is resolved; both are refreshed here.
     """
-    acc = replace(cluster.accelerator, **fields)
+    changes: dict[str, Any] = fields  # calibration fields of Accelerator
+    acc = replace(cluster.accelerator, **changes)
     axes = tuple(
         a
         if a.bytes_per_s_per_direction == 0 or a.kind not in AXIS_EFFICIENCY
@@ -135,6 +137,10 @@ def with_calibration(cluster: Cluster, **fields: float) -> Cluster:
     return replace(cluster, accelerator=acc, axes=axes)
 
 
+@overload
+def family_of(accelerator: str) -> str: ...
+@overload
+def family_of(accelerator: None) -> None: ...
 def family_of(accelerator: str | None) -> str | None:
     """The calibration family of an accelerator id (``FAMILIES``; any other id is its own family)."""
     return FAMILIES.get(accelerator, accelerator) if accelerator is not None else None
@@ -208,16 +214,18 @@ def _bounds(name: str) -> tuple[float, float] | None:
 
 def _to_value(name: str, u: float) -> float:
     """Bounded physical value of an unbounded coordinate (fractions: sigmoid; others: scale exp)."""
-    if _bounds(name):
-        lo, hi = _bounds(name)
+    bounds = _bounds(name)
+    if bounds:
+        lo, hi = bounds
         return lo + (hi - lo) / (1.0 + math.exp(-min(max(u, -40.0), 40.0)))
     return SCALES.get(name, 1.0) * math.exp(min(max(u, -25.0), 12.0))
 
 
 def _to_coord(name: str, value: float) -> float:
     """Inverse of ``_to_value`` (values at a bound are pulled just inside it)."""
-    if _bounds(name):
-        lo, hi = _bounds(name)
+    bounds = _bounds(name)
+    if bounds:
+        lo, hi = bounds
         p = min(max((value - lo) / (hi - lo), 1e-2), 1 - 1e-4)
         return math.log(p / (1 - p))
     return math.log(max(value, 1e-6 * SCALES.get(name, 1.0)) / SCALES.get(name, 1.0))
@@ -481,11 +489,9 @@ def learned_routing_problems(records: Iterable[dict]) -> list[tuple[str, tuple, 
         if isinstance(mapped, str):
             continue
         problem, layout = mapped
-        if (
-            problem.workload.routing == "learned"
-            and problem.model.moe.capacity_factor is None
-            and layout.ep > 1
-        ):
+        moe = problem.model.moe
+        assert moe is not None  # the record has a moe block
+        if problem.workload.routing == "learned" and moe.capacity_factor is None and layout.ep > 1:
             out.append((r["id"], mapped, float(meas["tokens_per_s_per_device"])))
     return out
 
@@ -711,7 +717,7 @@ def write_calibration(
             io.atomic_write(path, text, "--write")
             written.append(path)
     catalogue.load_accelerator.cache_clear()
-    topology.resolve_cluster.cache_clear()
+    topology.resolve_cluster.cache_clear()  # type: ignore[attr-defined]  # set in core.topology
     return written
 
 

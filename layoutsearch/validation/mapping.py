@@ -227,7 +227,8 @@ def mbridge_preset(record: dict) -> tuple[dict | None, list[str]]:
     if row is None:
         return None, []
     release, model, system, precision = row
-    ours, candidates = _preset_layout_of(record), []
+    ours = _preset_layout_of(record)
+    candidates: list[tuple[int, int, dict, list[str]]] = []
     for entry in mbridge_presets():
         # the 25.09 tables give no fp8 recipe: their presets' "fp8" is any
         same_precision = entry["precision"] in (precision, precision.split("-")[0])
@@ -607,8 +608,9 @@ def mapping_notes(record: dict) -> list[str]:
         notes.append(
             f"Megatron-Bridge preset not applied: the row's layout differs ({', '.join(differ)})"
         )
-    if mlperf_config_graphs(record) and not named_cuda_graphs(record):
-        path, graphs = mlperf_config_graphs(record)
+    config_graphs = mlperf_config_graphs(record)
+    if config_graphs and not named_cuda_graphs(record):
+        path, graphs = config_graphs
         notes.append(
             f"CUDA graphs {graphs}, as its configuration file sets them ({path.rsplit('/', 1)[1]})"
         )
@@ -624,14 +626,16 @@ def mapping_notes(record: dict) -> list[str]:
                 else ""
             )
         )
-    if recipe_stage_layers(record):
-        first, last = recipe_stage_layers(record)
+    stage_layers = recipe_stage_layers(record)
+    if stage_layers:
+        first, last = stage_layers
         notes.append(
             f"pipeline split of the {'Megatron-Bridge' if _mbridge_row(record) else 'NeMo 25.04'} DeepSeek-V3 "
             f"recipe: first stage {first} layers, last {last} (with the MTP module and the loss)"
         )
-    if bf16_grads_because(record):
-        notes.append(bf16_grads_because(record))
+    bf16_grads = bf16_grads_because(record)
+    if bf16_grads:
+        notes.append(bf16_grads)
     if lay.get("async_tp") is True and source_family(record) not in TP_OVERLAP_SOURCES:
         notes.append("async_tp: TP collectives pipelined with their GEMMs (tp_comm_overlap on)")
     return notes + _moe_notes(record)
@@ -888,6 +892,7 @@ def _moe_notes(record: dict) -> list[str]:
                 f"token dispatch: {'DeepEP/HybridEP (once per destination GPU and node)' if deepep(record) else 'NCCL alltoall (once per expert)'}, as the record names it"
             )
         how = routing(record)
+        assert how is not None  # a MoE record's routing is always classified
         notes.append(
             {
                 "real": "real routing (derived): costed learned",
@@ -1032,7 +1037,7 @@ def record_to_problem(record: dict) -> Mapped | str:
     if violations:
         return "engine rejects the layout: " + "; ".join(v.message for v in violations)
     try:
-        axes = estimate(problem, layout, strict=False).layout.axes
+        axes = estimate(problem, layout, strict=False).layout.placements
     except LayoutsearchError as exc:
         return f"placement: {exc}"
     if replicas > 1 and dp == replicas and dict(dict(axes).get("dp", ())).get("dcn") != replicas:

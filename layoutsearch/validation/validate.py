@@ -188,6 +188,7 @@ def _evaluate(record: dict) -> tuple[dict, tuple | None, Estimate | None]:
     if isinstance(problem, str):
         out["skipped_reason"] = problem
         return out, None, None
+    assert est is not None  # a problem, not a reason to skip, was estimated
     pred = est.tokens_per_s / est.cluster.num_devices
     out.update(
         predicted_tokens_per_s_per_device=pred,
@@ -332,7 +333,7 @@ def _rank_entries(evaluated: list[tuple[dict, tuple | None, Estimate | None]]) -
     from one candidate space; a failure leaves those ranks null (the records' errors still stand)."""
     groups: dict[Problem, list[tuple[dict, float]]] = {}
     for entry, mapped, est in evaluated:
-        if mapped is not None:
+        if mapped is not None and est is not None:  # both or neither (_evaluate)
             groups.setdefault(_unnamed(mapped[0]), []).append((entry, est.step_time_s))
     for problem, members in groups.items():
         try:
