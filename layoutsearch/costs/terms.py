@@ -598,12 +598,12 @@ def interference_pct(acc: Accelerator) -> int:
     return round(100 * acc.overlap_interference)
 
 
-def step_interference(acc: Accelerator, steps: dict) -> dict:
+def step_interference(acc: Accelerator, steps: dict) -> tuple:
     """The compute the once-per-step collectives of ``step_collectives`` slow, charged on all their time
-    (costs.step.EXPOSED takes it off again for what does not hide): 'REDI' the reductions, 'GATHI' the
-    ZeRO-1/2 gather of updated weights."""
+    (costs.step.EXPOSED takes it off again for what does not hide): (the reductions', the ZeRO-1/2
+    gather of updated weights'), ``StepTerms.reduce_interference_s`` and ``gather_interference_s``."""
     reduce = steps["reduce/zero"] + steps["reduce/dp"] + steps["reduce/kv_replica"]
-    return {"REDI": interference(acc, reduce), "GATHI": interference(acc, steps["gather/zero"])}
+    return interference(acc, reduce), interference(acc, steps["gather/zero"])
 
 
 def attention_call_factor(model: ModelSpec, workload: Workload, acc: Accelerator, cp):
@@ -695,16 +695,17 @@ def reduces_in_backward(workload: Workload, acc: Accelerator, sh: Shapes):
 
 def step_windows(
     model: ModelSpec, workload: Workload, acc: Accelerator, sh: Shapes, c: dict
-) -> dict:
+) -> tuple:
     """The compute windows the once-per-step collectives hide behind, as the framework profile
-    overlaps them: 'WIN' the last microbatch's backward (gradient reductions), 'FWD' the next
-    step's first forward (the ZeRO-1/2 gather of updated weights); 0 where the profile does not overlap."""
+    overlaps them: (the last microbatch's backward (gradient reductions), the next step's first
+    forward (the ZeRO-1/2 gather of updated weights)), ``StepTerms.reduce_window_s`` and
+    ``gather_window_s``; 0 where the profile does not overlap."""
     profile = profile_of(workload.framework, acc.kind)
     layers = layers_per_stage(model, sh)
-    return {
-        "WIN": layers * c["window/bwd_layer"] * reduces_in_backward(workload, acc, sh),
-        "FWD": layers * c["window/fwd_layer"] * float(profile.param_gather_overlap),
-    }
+    return (
+        layers * c["window/bwd_layer"] * reduces_in_backward(workload, acc, sh),
+        layers * c["window/fwd_layer"] * float(profile.param_gather_overlap),
+    )
 
 
 def cp_per_microbatch(
