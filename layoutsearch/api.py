@@ -16,7 +16,7 @@ the keyword. The work is ``layoutsearch.engine``'s, the same the commands call.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, TypeVar
 
 from pydantic import ValidationError
 
@@ -29,10 +29,11 @@ from layoutsearch.core.specs import Cluster, Layout, ModelSpec
 
 __all__ = ["solve", "explain", "estimate", "problem"]
 
+G = TypeVar("G", bound=declared.OptionGroup)
 _TEXT_FORMS = {"fix": ",", "choices": ";", "only": ",", "recompute": ",", "layout": ","}
 
 
-def _group(group: type[declared.OptionGroup], given: dict[str, Any]) -> declared.OptionGroup:
+def _group(group: type[G], given: dict[str, Any]) -> G:
     """The options of ``group`` among ``given`` (removed from it), validated by the group's model."""
     values = {k: given.pop(k) for k in list(given) if k in group.model_fields}
     objects = {k: v for k, v in values.items() if isinstance(v, (ModelSpec, Cluster))}
@@ -52,8 +53,9 @@ def _group(group: type[declared.OptionGroup], given: dict[str, Any]) -> declared
     return options.model_copy(update=objects) if objects else options
 
 
-def _split(command: str, given: dict[str, Any]) -> list[declared.OptionGroup]:
-    """The command's option groups from its keyword arguments; an unknown keyword is an error."""
+def _known(command: str, given: dict[str, Any]) -> dict[str, Any]:
+    """``given`` when every keyword is an option of the command (an unknown one is an error); the
+    command then takes its option groups from it in order (``_group``)."""
     unknown = [k for k in given if k not in _KEYWORDS[command]]
     if unknown:
         known = sorted(_KEYWORDS[command])
@@ -61,30 +63,9 @@ def _split(command: str, given: dict[str, Any]) -> list[declared.OptionGroup]:
             f"{command}: unknown option '{unknown[0]}'{did_you_mean(unknown[0], known)}; "
             f"known: {', '.join(known)}"
         )
-    return [_group(group, given) for group in _GROUPS[command]]
+    return given
 
 
-_GROUPS = {
-    "solve": (
-        declared.ProblemOptions,
-        declared.WorkloadOptions,
-        declared.SearchOptions,
-        declared.PlanOptions,
-        declared.OutputOptions,
-    ),
-    "explain": (
-        declared.ProblemOptions,
-        declared.WorkloadOptions,
-        declared.SearchOptions,
-        declared.PlanOptions,
-    ),
-    "estimate": (
-        declared.ProblemOptions,
-        declared.WorkloadOptions,
-        declared.LayoutOptions,
-        declared.PlanOptions,
-    ),
-}
 _KEYWORDS = {
     "solve": {
         *declared.ProblemOptions.model_fields,
@@ -122,9 +103,13 @@ def solve(model: str | ModelSpec = "llama70b", cluster: str | Cluster = "v5p-819
     """`layoutsearch solve`: the ``top`` best layouts, proven optimal (``.layouts``, best first),
     with every option of the command (``fix``, ``tokens``, ``price_per_device_hour``,
     ``what_if``, ``export``, the workload options...); ``.document`` is the JSON document."""
-    problem, workload, search, plan, output = _split(
-        "solve", {"model": model, "cluster": cluster, **options}
+    given = _known("solve", {"model": model, "cluster": cluster, **options})
+    problem, workload = (
+        _group(declared.ProblemOptions, given),
+        _group(declared.WorkloadOptions, given),
     )
+    search, plan = _group(declared.SearchOptions, given), _group(declared.PlanOptions, given)
+    output = _group(declared.OutputOptions, given)
     return engine.solve(problem, workload, search, plan, export=output.export, label=_label)
 
 
@@ -132,9 +117,12 @@ def explain(model: str | ModelSpec = "llama70b", cluster: str | Cluster = "v5p-8
     """`layoutsearch explain`: the search of ``solve`` (``top`` 2 by default) with why the winner
     wins (``.document['explanation']``) and, with ``sensitivity=True``, its sensitivity."""
     options.setdefault("top", 2)
-    problem, workload, search, plan = _split(
-        "explain", {"model": model, "cluster": cluster, **options}
+    given = _known("explain", {"model": model, "cluster": cluster, **options})
+    problem, workload = (
+        _group(declared.ProblemOptions, given),
+        _group(declared.WorkloadOptions, given),
     )
+    search, plan = _group(declared.SearchOptions, given), _group(declared.PlanOptions, given)
     return engine.explain(problem, workload, search, plan, label=_label)
 
 
@@ -147,10 +135,18 @@ def estimate(
     """`layoutsearch estimate`: the itemised cost of one layout (degrees as 'fsdp=1024,tp=8', a
     mapping or a Layout) with the command's options (``microbatches``, ``zero_stage``,
     ``recompute``, the workload and plan options); the Estimate's attributes are the result's."""
-    given = {"model": model, "cluster": cluster, **options}
+    given: dict[str, Any] = {"model": model, "cluster": cluster, **options}
     if not isinstance(layout, Layout):
         given["layout"] = layout
-    problem, workload, layout_options, plan = _split("estimate", given)
+    _known("estimate", given)
+    problem, workload = (
+        _group(declared.ProblemOptions, given),
+        _group(declared.WorkloadOptions, given),
+    )
+    layout_options, plan = (
+        _group(declared.LayoutOptions, given),
+        _group(declared.PlanOptions, given),
+    )
     chosen = layout if isinstance(layout, Layout) else layout_options
     return engine.estimate(problem, workload, chosen, plan, label=_label)
 

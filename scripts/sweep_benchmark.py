@@ -1,8 +1,8 @@
-"""Write results/sweep_benchmark.md: a 100-point sweep timed end to end (whole `layoutsearch sweep` process).
+"""Write results/sweep_benchmark.md: a 1,000-point sweep timed end to end (whole `layoutsearch sweep` process).
 
 Regenerate: python scripts/sweep_benchmark.py
-Points: llama3-8b and llama70b on v5p and H100 clusters of 128 to 2048 devices, 128 to 2048
-sequences of 4096 tokens (2 x 10 x 5 = 100). Target: <= 60 s on a 2-core machine.
+Points: llama3-8b and llama70b on v5p and H100 clusters of 128 to 2048 devices, 128 to 6400
+sequences of 4096 tokens in steps of 128 (2 x 10 x 50 = 1,000). Target: <= 60 s on a 2-core machine.
 """
 
 from __future__ import annotations
@@ -23,8 +23,8 @@ from layoutsearch.sweep import expand_points, read_table
 
 MODELS = "llama3-8b,llama70b"
 CLUSTERS = "v5p-{128..2048:x2},h100-{128..2048:x2}"
-SEQS = "{128..2048:x2}"
-REPEATS = 3
+SEQS = "{128..6400:+128}"
+REPEATS = 1
 ARGS = ["sweep", "-m", MODELS, "-c", CLUSTERS, "--seqs", SEQS, "--no-progress"]
 
 
@@ -100,8 +100,8 @@ def main() -> int:
         f"Regenerate: `python scripts/sweep_benchmark.py` (machine: {platform.machine()}, {cpus} CPUs, "
         f"Python {platform.python_version()}, layoutsearch {version()}).",
         "",
-        f"{n} points: {MODELS.replace(',', ' and ')} on v5p and H100 clusters of 128 to 2048 devices, 128 to 2048 "
-        "sequences of 4096 tokens. Each time is one whole process, as a user runs it (interpreter start, imports, "
+        f"{n} points: {MODELS.replace(',', ' and ')} on v5p and H100 clusters of 128 to 2048 devices, 128 to 6400 "
+        "sequences of 4096 tokens in steps of 128. Each time is one whole process, as a user runs it (interpreter start, imports, "
         "worker start, every solve, the journal fsync per point and the Parquet rewrites):",
         "",
         "```sh",

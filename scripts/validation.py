@@ -748,8 +748,8 @@ def write_moe_markdown(doc: dict, runs: Path, path: Path, records: list[dict]) -
         "each source. On TPUs no MoE overhead is fitted; the v5p MoE records (8k sequences) and the dense v5p "
         "records were fitted together for the v5p matmul and attention fractions (`hardware/v5p.yaml`; the dense "
         "records alone put the attention fraction at 0.2, the joint fit at 0.215), which the table below does not "
-        "refit. The mapping of a record onto the engine is the "
-        "docstring of `layoutsearch/validation/mapping.py` (rules 16, 17, 19, 20, 21, 22, 23, 24 and 25 for MoE, "
+        "refit. The mapping of a record onto the engine is "
+        "`docs/run_record_mapping.md` (rules 16, 17, 19, 20, 21, 22, 23, 24 and 25 for MoE, "
         "MLA, the attention kernel, CUDA graphs, Megatron-FSDP's gradients, the Megatron-Bridge release presets, "
         "the DeepSeek-V3 recipes' pipeline splits, the MLPerf configuration files and Megatron-Bridge's bf16 "
         "gradients).",
@@ -859,7 +859,7 @@ def main(argv: list[str] | None = None) -> int:
         return main_moe(args)
     args.runs = (args.runs or data_file(DEFAULT_RUNS)).resolve()
     records = load_runs(args.runs)
-    doc = validate_runs(records, args.max_median_error)
+    doc = validate_runs(records, args.max_median_error, loso=True)  # the LOSO section and bands
     args.out.mkdir(parents=True, exist_ok=True)
     uncertainty = None
     if args.uncertainty:

@@ -113,7 +113,7 @@ def fsdp_weight_bytes(
 def peak_bytes(moments: dict[str, dict[str, float]]) -> tuple[str, float]:
     """The moment with the most live bytes, and that total (each moment lists each array once)."""
     totals = {name: sum(items.values()) for name, items in moments.items()}
-    name = max(totals, key=totals.get)
+    name = max(totals, key=lambda n: totals[n])
     return name, totals[name]
 
 

@@ -110,6 +110,7 @@ def gather_volume(seqs: int, tp: int) -> float:
     )
     if result.status != "OPTIMAL" or result.layouts[0].layout.tp != tp:
         raise AssertionError(f"gather-volume solve at {seqs} seqs, tp={tp}: {result.status}")
+    assert result.objective_value is not None  # an OPTIMAL result has one
     return result.objective_value
 
 

@@ -1176,7 +1176,8 @@ def test_a_moe_only_fit_notes_itself_under_calibration_moe_and_leaves_the_dense_
         in after
     )
     assert (
-        "  moe_layer_overhead_us: 2500   # source: fitted: docs/calibration.md#moe-overheads" in after
+        "  moe_layer_overhead_us: 2500   # source: fitted: docs/calibration.md#moe-overheads"
+        in after
     )
 
 
@@ -1466,7 +1467,7 @@ def test_best_layout_groups_hit_miss_and_oom():
 def test_bad_records_among_good_ones_skip_and_the_rest_is_evaluated(tmp_path, capsys):
     """One file, good records and bad ones (nulls the engine needs, an unknown accelerator, recompute and
     framework, an unknown key): the bad ones are skipped with their reasons or warned about, every good one
-    is evaluated, and the JSON summary keeps by_source and bloom_sweep_spearman and has loso and ranking."""
+    is evaluated, and the JSON summary keeps by_source and bloom_sweep_spearman and has ranking (and with --loso loso)."""
     good = [
         "megatron2021-table1-1-7b",
         "megatron2021-table1-18-4b",
@@ -1490,7 +1491,7 @@ def test_bad_records_among_good_ones_skip_and_the_rest_is_evaluated(tmp_path, ca
     )
     runs = load_runs(path)
     assert len(runs.warnings) == 2 and any("gpu_clock_mhz" in w for w in runs.warnings)
-    doc = validate_runs(runs, rank=False)
+    doc = validate_runs(runs, rank=False, loso=True)
     by_id = {e["id"]: e for e in doc["records"]}
     assert (
         by_id["null-seq"]["skipped_reason"]
@@ -1513,7 +1514,16 @@ def test_bad_records_among_good_ones_skip_and_the_rest_is_evaluated(tmp_path, ca
         "llm-foundry",
     } <= set(s["loso"]["by_source"])
     code, out, _ = cli(
-        ["validate", str(path), "--format", "json", "--no-rank", "--max-median-error", "1.0"],
+        [
+            "validate",
+            str(path),
+            "--format",
+            "json",
+            "--no-rank",
+            "--loso",
+            "--max-median-error",
+            "1.0",
+        ],
         capsys,
     )
     summary = json.loads(out)["summary"]

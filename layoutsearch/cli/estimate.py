@@ -35,14 +35,16 @@ SPEC = CommandSpec(
 
 def estimate(given: Given) -> None:
     """Does MY layout fit, and where does the time go? Memory by moment, time by component."""
-    run = engine.estimate(given.problem, given.workload, given.layout, given.plan)
+    problem, workload, layout, plan = given.problem, given.workload, given.layout, given.plan
+    assert problem and workload and layout and plan and given.output, "SPEC declares these groups"
+    run = engine.estimate(problem, workload, layout, plan)
     est, fmt = run.estimate, given.output.format
     if fmt != Format.table:
         print_document(run.document, fmt)
     else:
         from layoutsearch.report import render
 
-        price = given.plan.price_per_device_hour
+        price = plan.price_per_device_hour
         render.estimate_report(run.problem.model_id, run.problem.cluster_name, est, price)
         if run.what_if:
             render.what_if_report(run.what_if.document, est, run.what_if.winner, None)

@@ -24,7 +24,9 @@ SPEC = CommandSpec(
 
 def explain(given: Given) -> None:
     """Why the winner beats the next best, or why nothing fits (exit 1)."""
-    run = engine.explain(given.problem, given.workload, given.search, given.plan)
+    problem, workload, search, plan = given.problem, given.workload, given.search, given.plan
+    assert problem and workload and search and plan and given.output, "SPEC declares these groups"
+    run = engine.explain(problem, workload, search, plan)
     doc, fmt = run.document, given.output.format
     if fmt != Format.table:
         print_document(doc, fmt)
@@ -37,7 +39,7 @@ def explain(given: Given) -> None:
             run.problem.cluster_name,
             run.result,
             None,
-            given.plan.price_per_device_hour,
+            plan.price_per_device_hour,
         )
         render.explain_report(run.result, doc.get("explanation") or run.explanation)
         if doc.get("sensitivity"):

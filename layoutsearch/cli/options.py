@@ -17,9 +17,11 @@ from typing import Any
 
 import typer
 from pydantic import ValidationError
+from pydantic.fields import FieldInfo
+from typer._click import Parameter
 from typer._click.globals import get_current_context
 from typer._coercion import RuntimeParam
-from typer.core import DEFAULT_MARKUP_MODE, TyperCommand
+from typer.core import DEFAULT_MARKUP_MODE, TyperCommand, TyperOption
 from typer.main import _get_param
 from typer.models import ParamMeta
 
@@ -95,16 +97,21 @@ class CommandSpec:
 def flags_of(group: type[OptionGroup], name: str) -> tuple[str, ...]:
     """The command-line spelling of a field: its declared flags, else ``--field-name`` (and
     ``--no-field-name`` for a boolean that is not a plain switch)."""
-    field = group.model_fields[name]
-    declared = (field.json_schema_extra or {}).get("flags")
+    declared = cli_of(group.model_fields[name]).get("flags")
     if declared:
         return tuple(declared)
     flag = "--" + name.replace("_", "-")
-    is_bool = option_type(field.annotation) is bool
+    is_bool = option_type(group.model_fields[name].annotation) is bool
     return (f"{flag}/--no-{flag[2:]}",) if is_bool else (flag,)
 
 
-def _option(group: type[OptionGroup], name: str, default: Any) -> typer.core.TyperOption:
+def cli_of(field: FieldInfo) -> dict[str, Any]:
+    """A field's command-line metadata (``core.options.cli``, kept in its json_schema_extra)."""
+    extra = field.json_schema_extra
+    return extra if isinstance(extra, dict) else {}
+
+
+def _option(group: type[OptionGroup], name: str, default: Any) -> TyperOption:
     """The typer option of one field; its value reaches the command as click read it."""
     field = group.model_fields[name]
     required = field.is_required()
@@ -116,6 +123,7 @@ def _option(group: type[OptionGroup], name: str, default: Any) -> typer.core.Typ
         max=_bound(field, "le"),
     )
     param = _get_param(ParamMeta(name=name, default=info, annotation=field.annotation))
+    assert isinstance(param, TyperOption)  # typer.Option info makes an option
     param._runtime_param = _AsGiven(info, param.type_descriptor.annotation)
     return param
 
@@ -146,7 +154,7 @@ def build_command(spec: CommandSpec, run: Callable[[Given], None], help: str) ->
     """The typer command of ``spec``: parse, validate into ``Given``, call ``run``; an error is
     one line on stderr and its exit code (``reports_errors``)."""
     fields = spec.fields()
-    params = [_option(InputOptions, "problem_file", None)]
+    params: list[Parameter] = [_option(InputOptions, "problem_file", None)]
     params += [
         _option(group, name, spec.defaults.get(name, group.model_fields[name].default))
         for group, name in fields
@@ -163,7 +171,7 @@ def build_command(spec: CommandSpec, run: Callable[[Given], None], help: str) ->
         by_group: dict[type[OptionGroup], dict[str, Any]] = {}
         for group, name in fields:
             by_group.setdefault(group, {})[name] = raw[name]
-        given = {
+        given: dict[str, Any] = {
             _KEYS[group]: _validated(ctx, group, values, problem_file, from_file)
             for group, values in by_group.items()
         }
@@ -188,14 +196,17 @@ def _validated(
         options = group.model_validate({k: v for k, v in values.items() if k not in objects})
     except ValidationError as exc:
         err = exc.errors()[0]
-        name, message, value = err["loc"][0], str(err["msg"]), err.get("input")
+        name, message, value = str(err["loc"][0]), str(err["msg"]), err.get("input")
         if name in from_file:
             shown = "" if isinstance(from_file[name], list) else f" (got {from_file[name]!r:.80})"
             raise InvalidArgumentError(f"{file}: field '{name}': {message}{shown}") from None
         raise typer.BadParameter(message, ctx=ctx, param=_param(ctx, name)) from exc
     for name, value in values.items():
-        extra = group.model_fields[name].json_schema_extra or {}
-        if extra.get("finite") and value is not None and not math.isfinite(getattr(options, name)):
+        if (
+            cli_of(group.model_fields[name]).get("finite")
+            and value is not None
+            and not math.isfinite(getattr(options, name))
+        ):
             raise typer.BadParameter(
                 f"{getattr(options, name)} is not a finite number", ctx=ctx, param=_param(ctx, name)
             )
@@ -242,4 +253,5 @@ def _one_value(param, value: Any, where: str, lists: bool) -> Any:
 
 def register_command(app: typer.Typer, name: str, command: Callable[[], TyperCommand]) -> None:
     """Add a built command to a typer app (typer's ``cls`` hook returns it as it is)."""
-    app.command(name, cls=lambda **_: command())(lambda: None)
+    # typer calls cls(**attributes): a factory of the built command serves, though it is no class
+    app.command(name, cls=lambda **_: command())(lambda: None)  # type: ignore[arg-type]

@@ -33,6 +33,8 @@ SPEC = CommandSpec(
 
 def solve(given: Given) -> None:
     """The best layouts, proven optimal: degrees and axes, memory, step time split, MFU, tokens/s."""
+    problem, workload, search, plan = given.problem, given.workload, given.search, given.plan
+    assert problem and workload and search and plan and given.output, "SPEC declares these groups"
     fmt, export, output = given.output.format, given.output.export, given.output.output
     if output and not export:
         raise InvalidArgumentError(
@@ -43,7 +45,7 @@ def solve(given: Given) -> None:
         raise InvalidArgumentError(
             f"--format {fmt.value}: stdout carries the --export {export} file; give it a file with -o FILE"
         )
-    run = engine.solve(given.problem, given.workload, given.search, given.plan, export=export)
+    run = engine.solve(problem, workload, search, plan, export=export)
     if export and run.result.layouts:
         from layoutsearch.export import export_document
 
@@ -59,7 +61,7 @@ def solve(given: Given) -> None:
             run.problem.cluster_name,
             run.result,
             run.explanation,
-            given.plan.price_per_device_hour,
+            plan.price_per_device_hour,
         )
         if run.what_if:
             render.what_if_report(

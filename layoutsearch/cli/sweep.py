@@ -33,7 +33,8 @@ def sweep(given: Given) -> None:
     """Best layout for every (model, cluster, batch) point; resumable, one row per point."""
     from layoutsearch.sweep import expand_points, journal_path, print_summary, run_sweep
 
-    opts, plan = given.sweep, given.plan
+    opts, plan, workload, search = given.sweep, given.plan, given.workload, given.search
+    assert opts and plan and workload and search, "SPEC declares these groups"
     if not opts.model or not opts.cluster:
         missing = " and ".join(
             f"--{name}"
@@ -48,7 +49,7 @@ def sweep(given: Given) -> None:
         opts.seq_len,
         plan.tokens,
         plan.price_per_device_hour,
-        given.workload.values(),
+        workload.values(),
     )
     output = opts.output
     try:
@@ -58,7 +59,7 @@ def sweep(given: Given) -> None:
             jobs=opts.jobs,
             executor=opts.executor.value,
             address=opts.address,
-            time_limit_s=given.search.time_limit,
+            time_limit_s=search.time_limit,
             progress=opts.progress,
             fresh=opts.fresh,
             retry_failed=opts.retry_failed,

@@ -15,7 +15,7 @@ from layoutsearch.cli.common import (
     reports_errors,
 )
 from layoutsearch.report import render
-from layoutsearch.validation.validate import load_runs, validate_runs
+from layoutsearch.validation.validate import load_runs, loso_line, validate_runs
 
 
 @reports_errors
@@ -28,14 +28,24 @@ def validate(
         bool,
         typer.Option("--rank/--no-rank", help="Rank each published layout among the candidates"),
     ] = True,
+    loso: Annotated[
+        bool,
+        typer.Option(
+            "--loso/--no-loso",
+            help="Also refit the calibration without each source in turn and predict that source "
+            "(leave one source out: summary.loso and each record's loso_rel_error; takes minutes). "
+            "Off by default: then summary.loso is null",
+        ),
+    ] = False,
     fmt: FormatOpt = Format.table,
 ) -> None:
     """Predicted against measured tokens/s per device; exit 1 when the median error exceeds the limit."""
-    doc = validate_runs(load_runs(runs), max_median_error, rank=rank)
+    doc = validate_runs(load_runs(runs), max_median_error, rank=rank, loso=loso)
     if fmt != Format.table:
         print_document(doc, fmt)
     else:
         render.validation_report(doc)
+        typer.echo(loso_line(doc["summary"]["loso"]))
     if not doc["summary"]["passed"]:
         typer.echo(one_line(doc["summary"]["message"]), err=True)
         raise typer.Exit(1)

@@ -99,7 +99,8 @@ def _file_schema(spec: type, overrides: dict) -> type[BaseModel]:
         )
         for f in dataclasses.fields(spec)
     }
-    return create_model(f"{spec.__name__}File", __base__=_Strict, **fields)
+    definitions: dict[str, Any] = fields  # create_model's (type, default) pairs
+    return create_model(f"{spec.__name__}File", __base__=_Strict, **definitions)
 
 
 class RopeScalingFile(_Strict):
@@ -124,6 +125,8 @@ MoeFile = _file_schema(
     },
 )
 MlaFile = _file_schema(MlaSpec, {"q_lora_rank": Optional[Dim]})
+# Built from the spec dataclasses' fields at import: a type checker cannot see their attributes
+# (ModelSpec's, MoeSpec's, MlaSpec's), so functions of a validated ModelFile take it as Any.
 ModelFile = _file_schema(
     ModelSpec,
     {
@@ -249,7 +252,7 @@ def read_yaml(path: Path) -> Any:
     return io.read_yaml(path, error=CatalogueError)
 
 
-def model_param_bound(f: ModelFile) -> int:
+def model_param_bound(f: Any) -> int:
     """An upper bound of the parameter count (every bias and norm counted), without the cost model."""
     attention = (
         f.d_model * (2 * f.num_heads + 2 * f.num_kv_heads) * f.head_dim
@@ -285,7 +288,7 @@ def model_param_bound(f: ModelFile) -> int:
     return f.num_layers * per_layer + mtp + (2 * f.vocab_size + f.learned_positions + 2) * f.d_model
 
 
-def _check_sparse(f: ModelFile, where: str) -> None:
+def _check_sparse(f: Any, where: str) -> None:
     """The MoE, MLA and MTP fields agree with each other and with the layers."""
     m, a = f.moe, f.mla
     if m is not None:
@@ -995,6 +998,7 @@ def read_hf_config(path: Path) -> HfImport:
     family, typed = _hf_model_type(cfg, where)
     fam = HF_FAMILIES[family]
     sparse_keys = _HF_SPARSE_KEYS.get(family, ()) if fam.sparse else ()
+    key: str | None  # a config key, None where the config has none of its spellings
     for key, what in HF_REFUSED.items():
         if key in cfg and _hf_is_set(cfg[key]) and key not in sparse_keys:
             raise CatalogueError(

@@ -37,7 +37,7 @@ def placement_violations(problem: Problem, layout: Layout) -> list[Violation]:
     names = {a.name: a.size for a in cluster.axes}
     used = {a: 1 for a in names}
     degrees = layout.all_degrees
-    for degree, placed in layout.axes:
+    for degree, placed in layout.placements:
         product = math.prod(f for _, f in placed)
         if product != degrees.get(degree, 0):
             out.append(

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import itertools
 import math
-from collections.abc import Sequence
+from collections.abc import Hashable, Sequence
 
 import networkx as nx
 
@@ -27,7 +27,7 @@ from layoutsearch.core.topology import (
 
 def to_networkx(f: FactorGraph) -> nx.Graph:
     """A factor graph as a networkx graph (same graph, node and edge attributes)."""
-    g = nx.Graph(**f.graph)
+    g: nx.Graph[Hashable] = nx.Graph(**f.graph)
     g.add_nodes_from(f.nodes(data=True))
     g.add_edges_from(f.edges(data=True))
     return g
@@ -58,7 +58,7 @@ def torus_product(factors: Sequence[FactorGraph]) -> nx.Graph:
     torus = [f for f in factors if f.graph["kind"] == "torus"]
     dcn = [f for f in factors if f.graph["kind"] == "dcn"]
     coords = list(itertools.product(*(positions(f) for f in torus)))
-    g = nx.Graph()
+    g: nx.Graph[Hashable] = nx.Graph()
     for s in positions(dcn[0]) if dcn else [0]:
         for c in coords:
             g.add_node((s, *c), device=True)
@@ -76,7 +76,7 @@ def gpu_product(factors: Sequence[FactorGraph]) -> nx.Graph:
     unit's leaf of rail i % rails, and every leaf to every spine."""
     nvlink, *scale_out = factors
     gpus = positions(nvlink)
-    g = nx.Graph()
+    g: nx.Graph[Hashable] = nx.Graph()
     for n in positions(scale_out[0]) if scale_out else [0]:
         g.add_nodes_from((("gpu", n, i) for i in gpus), device=True)
         for i, hub, data in _hub_links(nvlink):
@@ -105,6 +105,7 @@ def product_graph(factors: Sequence[FactorGraph]) -> nx.Graph:
 # ----------------------------------------------------------------------------- axes from a device graph
 def _edges_by_axis(g: nx.Graph) -> dict[str, list[tuple]]:
     by_axis: dict[str, list[tuple]] = {}
+    label: str
     for u, v, label in g.edges(data="axis"):
         by_axis.setdefault(label, []).append((u, v))
     return by_axis
@@ -142,7 +143,7 @@ def _measured_axis(
 
 def _rings(edges: list[tuple]) -> list[tuple[int, int]]:
     """(nodes, edges) of each connected component of an axis's links."""
-    sub = nx.Graph(edges)
+    sub: nx.Graph[Hashable] = nx.Graph(edges)
     components = list(nx.connected_components(sub))
     index = {node: i for i, comp in enumerate(components) for node in comp}
     edge_counts = [0] * len(components)
@@ -161,7 +162,9 @@ def axes_from_device_graph(g: nx.Graph, acc: Accelerator) -> tuple[tuple[Axis, .
     by_axis = _edges_by_axis(g)
     axes: list[Axis] = []
     if acc.kind == "tpu":
-        ici = nx.Graph([e for name in TORUS_AXIS_NAMES for e in by_axis.get(name, [])])
+        ici: nx.Graph[Hashable] = nx.Graph(
+            [e for name in TORUS_AXIS_NAMES for e in by_axis.get(name, [])]
+        )
         ici.add_nodes_from(devices)
         slices = nx.number_connected_components(ici)
         for name in TORUS_AXIS_NAMES:
@@ -198,7 +201,7 @@ def axes_from_device_graph(g: nx.Graph, acc: Accelerator) -> tuple[tuple[Axis, .
             )
         axes = [a for a in axes if a.size > 1] or [SINGLE_CHIP_AXIS]
     else:
-        nvl = nx.Graph(by_axis.get("node", []))
+        nvl: nx.Graph[Hashable] = nx.Graph(by_axis.get("node", []))
         domains = [sum(1 for n in c if g.nodes[n]["device"]) for c in nx.connected_components(nvl)]
         if len(set(domains)) != 1:
             raise CatalogueError(

@@ -8,11 +8,13 @@ mean", checked before the types, so a misspelt key is never reported as a missin
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, TypeVar
 
 from pydantic import BaseModel, ValidationError, create_model
 
 from layoutsearch.core.errors import InvalidArgumentError, LayoutsearchError, did_you_mean
+
+M = TypeVar("M", bound=BaseModel)
 
 __all__ = ["check_keys", "validated_fields", "kind_of"]
 
@@ -81,13 +83,14 @@ def _is_union_tag(part: Any) -> bool:
     )
 
 
-def absent_is_none(
-    name: str, base: type[BaseModel], /, *, nullable: bool, **fields: Any
-) -> type[BaseModel]:
+def absent_is_none(name: str, base: type[M], /, *, nullable: bool, **fields: Any) -> type[M]:
     """A schema whose every field may be left out (then None); with ``nullable`` an explicit null
     is accepted too, else it is refused like any value of the wrong type."""
+    definitions: dict[str, Any] = {
+        key: ((kind | None) if nullable else kind, None) for key, kind in fields.items()
+    }
     return create_model(
         name,
         __base__=base,
-        **{key: ((kind | None) if nullable else kind, None) for key, kind in fields.items()},
+        **definitions,
     )

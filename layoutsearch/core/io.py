@@ -236,7 +236,8 @@ class _UniqueKeys:
 _MERGE = "tag:yaml.org,2002:merge"
 
 
-class SafeLoader(_UniqueKeys, getattr(yaml, "CSafeLoader", yaml.SafeLoader)):
+# the base is libyaml's loader where PyYAML was built with it, chosen at import: no static type
+class SafeLoader(_UniqueKeys, getattr(yaml, "CSafeLoader", yaml.SafeLoader)):  # type: ignore[misc]
     """PyYAML's safe loader, libyaml's parser where available, refusing repeated keys."""
 
 

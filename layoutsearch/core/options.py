@@ -15,7 +15,7 @@ marks a float without a range whose value must still be a finite number.
 
 from __future__ import annotations
 
-from enum import Enum
+from enum import Enum, StrEnum
 from types import UnionType
 from typing import Any, Union, get_args, get_origin
 
@@ -33,7 +33,6 @@ from layoutsearch.core.specs import (
     Routing,
     Schedule,
     Workload,
-    choices,
 )
 from layoutsearch.core.units import (
     GIB,
@@ -65,12 +64,20 @@ __all__ = [
 
 MAX_ROUTING_CV = 10.0  # a learned router's load spread beyond this is a collapse, not a plan
 
-Format = choices(
-    "Format", ("table", "json", "yaml"), "Output format; every command prints all three."
-)
-Executor = choices(
-    "Executor", ("local", "ray"), "Where the sweep's points run: a local process pool or Ray."
-)
+
+class Format(StrEnum):
+    """Output format; every command prints all three."""
+
+    table = "table"
+    json = "json"
+    yaml = "yaml"
+
+
+class Executor(StrEnum):
+    """Where the sweep's points run: a local process pool or Ray."""
+
+    local = "local"
+    ray = "ray"
 
 
 def cli(*flags: str, finite: bool = False) -> dict[str, Any]:
@@ -108,6 +115,7 @@ class OptionGroup(BaseModel):
     @classmethod
     def _choice(cls, value: Any, info: ValidationInfo) -> Any:
         """A closed choice by its value ('bf16'); anything else refused naming the choices."""
+        assert info.field_name is not None  # a field validator always has its field
         enum = _choice_of(cls.model_fields[info.field_name].annotation)
         if enum is None or value is None or isinstance(value, enum):
             return value
@@ -227,7 +235,7 @@ class WorkloadOptions(OptionGroup):
     def workload(self, seqs: int, seq_len: int, tokens: float | None = None) -> Workload:
         """The Workload of these options: GiB become bytes, bytes per element bytes per
         parameter (Adam keeps two moments); an option named like a Workload field is copied."""
-        converted = {
+        converted: dict[str, Any] = {
             "grad_bytes_per_param": self.grad_bytes,
             "optimizer_bytes_per_param": 2 * self.moment_bytes,
             "flash_attention": self.fused_attention,
@@ -325,7 +333,7 @@ class LayoutOptions(OptionGroup):
     virtual_stages: int = Field(
         1, ge=1, le=MAX_VIRTUAL_STAGES_RECORD, description="Model chunks per pipeline stage"
     )
-    schedule: Schedule = Field(Schedule["1f1b"], description="Pipeline schedule")
+    schedule: Schedule = Field(Schedule.one_f_one_b, description="Pipeline schedule")
     sequence_parallel: bool = Field(
         True, description="Megatron sequence parallelism inside the TP group"
     )

@@ -290,15 +290,16 @@ def check_workload(workload: Workload, where: str = "") -> None:
             raise InvalidArgumentError(
                 f"{where or option}{'.' + name if where else ''}: {value!r:.40} is not a whole number in 1..{top}"
             )
-    for name, value, low in (
+    bytes_value: float | None
+    for name, bytes_value, low in (
         ("hbm_bytes", workload.hbm_bytes, 1),
         ("memory_margin_bytes", workload.memory_margin_bytes, 0),
     ):
-        if value is not None and not (
-            isinstance(value, (int, float)) and low <= value <= MAX_HBM_BYTES
+        if bytes_value is not None and not (
+            isinstance(bytes_value, (int, float)) and low <= bytes_value <= MAX_HBM_BYTES
         ):
             raise InvalidArgumentError(
-                f"{where or 'workload'}.{name}: {value!r:.40} is not a byte count in [{low}, {MAX_HBM_BYTES:g}]"
+                f"{where or 'workload'}.{name}: {bytes_value!r:.40} is not a byte count in [{low}, {MAX_HBM_BYTES:g}]"
             )
     tokens = workload.training_tokens
     if tokens is not None and not (
@@ -437,6 +438,12 @@ def _record_type(name: str) -> tuple[Any, Any]:
     return (kind if field.default is not None else kind | None), field.default
 
 
+# every option named like its Workload field (values: create_model's (type, default) pairs)
+_DERIVED_RECORD_FIELDS: dict[str, Any] = {
+    name: _record_type(name)
+    for name in WorkloadOptions.model_fields
+    if name in Workload.__dataclass_fields__
+}
 # The workload record (``Problem.record()['workload']``): the Workload fields that no option sets
 # or that an option sets converted, then every option named like its Workload field, derived.
 WorkloadRecord = create_model(
@@ -453,11 +460,7 @@ WorkloadRecord = create_model(
     training_tokens=(FiniteNumber | None, Field(default=None, gt=0, le=MAX_TRAINING_TOKENS)),
     hbm_bytes=(FiniteNumber | None, Field(default=None, gt=0, le=MAX_HBM_BYTES)),
     memory_margin_bytes=(FiniteNumber, Field(default=0.0, ge=0, le=MAX_HBM_BYTES)),
-    **{
-        name: _record_type(name)
-        for name in WorkloadOptions.model_fields
-        if name in Workload.__dataclass_fields__
-    },
+    **_DERIVED_RECORD_FIELDS,
 )
 
 

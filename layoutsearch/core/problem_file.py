@@ -50,7 +50,15 @@ class _Strict(BaseModel):
 
 
 # Options a problem file does not set: where and how this invocation writes, how a sweep runs.
-NOT_IN_FILE = ("problem_file", "format", "output", "jobs", "executor", "address", "fresh")
+NOT_IN_FILE: tuple[str, ...] = (
+    "problem_file",
+    "format",
+    "output",
+    "jobs",
+    "executor",
+    "address",
+    "fresh",
+)
 NOT_IN_FILE += ("retry_failed", "progress")
 
 # The forms YAML adds to an option's own type: several values (sweep), mappings for degrees.

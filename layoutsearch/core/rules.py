@@ -60,7 +60,7 @@ class Rule:
 
     code: str
     needs: frozenset[str]
-    holds: Callable[[Problem, Cand], np.ndarray]
+    holds: Callable[[Problem, Cand], np.ndarray | bool]
     title: Callable[[Problem], str]
     why: Callable[
         [Problem, dict], str
@@ -734,7 +734,7 @@ class Limit:
 
     code: str
     needs: tuple[str, ...]  # the candidate fields ``holds`` reads
-    holds: Callable[[Capabilities, Problem, Cand], np.ndarray]
+    holds: Callable[[Capabilities, Problem, Cand], np.ndarray | bool]
     title: Callable[[Capabilities, Problem], str]
     cannot: Callable[[Capabilities, Problem, dict], str]
     nearest: Callable[[Capabilities, Problem, dict], str]
@@ -780,6 +780,13 @@ class Limit:
             ),
             kind="framework",
         )
+
+
+def _capacity_factor(p: Problem) -> float:
+    """The capacity factor of a capacity-factor MoE model (what the capacity rule is given)."""
+    moe = p.model.moe
+    assert moe is not None and moe.capacity_factor is not None
+    return moe.capacity_factor
 
 
 def _moe(p: Problem) -> bool:
@@ -1005,7 +1012,7 @@ LIMITS: tuple[Limit, ...] = (
         can="MoE capacity factors (drop and pad)",
         cannot_title="dropless MoE only",
         cannot=lambda p, c: (
-            f"the capacity factor {p.model.moe.capacity_factor:g} of {p.model_id} (every expert "
+            f"the capacity factor {_capacity_factor(p):g} of {p.model_id} (every expert "
             f"padded to its capacity)"
         ),
         nearest="a dropless model (moe capacity_factor null), or export to megatron or maxtext",

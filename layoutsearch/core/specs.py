@@ -19,81 +19,103 @@ EXPERT_DEGREE_NAMES = ("ep", "etp")  # expert layers regroup the same devices (M
 ALL_DEGREE_NAMES = (*DEGREE_NAMES, *EXPERT_DEGREE_NAMES)
 
 
-def choices(name: str, values: tuple[str, ...], doc: str) -> type[StrEnum]:
-    """A closed choice (a StrEnum whose members are its values; typer shows them as choices)."""
-    enum = StrEnum(name, [(v.replace("-", "_"), v) for v in values])
-    enum.__doc__ = doc
-    return enum
+class Recompute(StrEnum):
+    """Activation-checkpoint policy: a named set of saved tensors (costs.memory.POLICY_SAVES), some of them in host memory (costs.memory.OFFLOADED)."""
+
+    none = "none"
+    selective = "selective"
+    # Megatron: nothing, the attention core (+ MLP activation), the whole layer
+    full = "full"
+    # torchtitan per-op selective AC: every other matmul output and the attention output saved
+    op = "op"
+    # MaxText remat policies
+    minimal = "minimal"
+    minimal_with_context = "minimal_with_context"
+    save_dot_with_context_except_mlp = "save_dot_with_context_except_mlp"
+    save_dot_except_mlpwi = "save_dot_except_mlpwi"
+    save_dot_except_mlp = "save_dot_except_mlp"
+    save_qkv_proj = "save_qkv_proj"
+    save_out_proj = "save_out_proj"
+    # MaxText's host-offloading policies
+    qkv_proj_offloaded = "qkv_proj_offloaded"
+    minimal_offloaded = "minimal_offloaded"
+    # MaxText remat_policy: custom with the layer input (decoder_layer_input) and the named projections
+    # offloaded to host memory, the rest rematerialised (the tpu-recipes MoE and Llama configs)
+    custom_offload_input = "custom_offload_input"
+    custom_offload_qkv_proj = "custom_offload_qkv_proj"
+    custom_offload_out_proj = "custom_offload_out_proj"
+    custom_offload_dots_except_mlp = "custom_offload_dots_except_mlp"
+    # Megatron selective with --recompute-modules layernorm moe_act: the outputs of the norms that are separate
+    # modules (MLA's input norm, a MoE layer's pre-MLP norm) and the routed experts' activation are dropped and
+    # recomputed (output-discarding checkpoints), nothing else;
+    # with layernorm moe (and mlp for dense layers): the norms and every MLP / MoE layer run forward again;
+    # with mla_up_proj (latent attention only): the up-projections run again from the saved latents
+    norm_act = "norm_act"
+    norm_moe = "norm_moe"
+    mla_up_proj = "mla_up_proj"
 
 
-Recompute = choices(
-    "Recompute",
-    (
-        "none",
-        "selective",
-        "full",  # Megatron: nothing, the attention core (+ MLP activation), the whole layer
-        "op",  # torchtitan per-op selective AC: every other matmul output and the attention output saved
-        "minimal",
-        "minimal_with_context",
-        "save_dot_with_context_except_mlp",
-        "save_dot_except_mlpwi",
-        "save_dot_except_mlp",
-        "save_qkv_proj",
-        "save_out_proj",  # MaxText remat policies
-        "qkv_proj_offloaded",
-        "minimal_offloaded",  # MaxText's host-offloading policies
-        # MaxText remat_policy: custom with the layer input (decoder_layer_input) and the named projections
-        # offloaded to host memory, the rest rematerialised (the tpu-recipes MoE and Llama configs)
-        "custom_offload_input",
-        "custom_offload_qkv_proj",
-        "custom_offload_out_proj",
-        "custom_offload_dots_except_mlp",
-        # Megatron selective with --recompute-modules layernorm moe_act: the outputs of the norms that are separate
-        # modules (MLA's input norm, a MoE layer's pre-MLP norm) and the routed experts' activation are dropped and
-        # recomputed (output-discarding checkpoints), nothing else;
-        # with layernorm moe (and mlp for dense layers): the norms and every MLP / MoE layer run forward again;
-        # with mla_up_proj (latent attention only): the up-projections run again from the saved latents
-        "norm_act",
-        "norm_moe",
-        "mla_up_proj",
-    ),
-    "Activation-checkpoint policy: a named set of saved tensors (costs.memory.POLICY_SAVES), some of them "
-    "in host memory (costs.memory.OFFLOADED).",
-)
-Schedule = choices(
-    "Schedule",
-    ("1f1b", "interleaved", "gpipe"),
-    "Pipeline schedule: 1F1B, interleaved 1F1B (virtual stages), GPipe (all forwards first).",
-)
-Objective = choices("Objective", ("step-time", "gather-volume"), "What the search minimises.")
-Method = choices(
-    "Method", ("cpsat", "enumerate"), "CP-SAT (a proof) or the exhaustive enumerator (the oracle)."
-)
-MfuConvention = choices(
-    "MfuConvention", ("model", "palm", "palm-causal"), "How MFU counts FLOPs (costs.flops)."
-)
-Framework = choices(
-    "Framework",
-    ("megatron", "torchtitan", "maxtext", "deepspeed", "ideal"),
-    "The training framework whose overlap behaviour the step time assumes (core.frameworks).",
-)
-Precision = choices(
-    "Precision",
-    ("bf16", "fp16", "fp8"),
-    "Matmul precision: bf16 (fp16 costs the same), or fp8 GEMMs with bf16 activations between them.",
-)
-CudaGraphs = choices(
-    "CudaGraphs",
-    ("none", "scoped", "full_iteration"),
-    "CUDA graphs (GPUs): none; per-layer graphs of the attention and the MoE router and "
-    "preprocessing; or the whole forward-backward as one graph.",
-)
-Routing = choices(
-    "Routing",
-    ("learned", "forced"),
-    "How a dropless MoE routes tokens: a trained router (the experts' loads vary), or random "
-    "routing forced for benchmarks (Megatron --moe-router-force-load-balancing).",
-)
+class Schedule(StrEnum):
+    """Pipeline schedule: 1F1B, interleaved 1F1B (virtual stages), GPipe (all forwards first)."""
+
+    one_f_one_b = "1f1b"  # a name cannot start with a digit
+    interleaved = "interleaved"
+    gpipe = "gpipe"
+
+
+class Objective(StrEnum):
+    """What the search minimises."""
+
+    step_time = "step-time"
+    gather_volume = "gather-volume"
+
+
+class Method(StrEnum):
+    """CP-SAT (a proof) or the exhaustive enumerator (the oracle)."""
+
+    cpsat = "cpsat"
+    enumerate = "enumerate"
+
+
+class MfuConvention(StrEnum):
+    """How MFU counts FLOPs (costs.flops)."""
+
+    model = "model"
+    palm = "palm"
+    palm_causal = "palm-causal"
+
+
+class Framework(StrEnum):
+    """The training framework whose overlap behaviour the step time assumes (core.frameworks)."""
+
+    megatron = "megatron"
+    torchtitan = "torchtitan"
+    maxtext = "maxtext"
+    deepspeed = "deepspeed"
+    ideal = "ideal"
+
+
+class Precision(StrEnum):
+    """Matmul precision: bf16 (fp16 costs the same), or fp8 GEMMs with bf16 activations between them."""
+
+    bf16 = "bf16"
+    fp16 = "fp16"
+    fp8 = "fp8"
+
+
+class CudaGraphs(StrEnum):
+    """CUDA graphs (GPUs): none; per-layer graphs of the attention and the MoE router and preprocessing; or the whole forward-backward as one graph."""
+
+    none = "none"
+    scoped = "scoped"
+    full_iteration = "full_iteration"
+
+
+class Routing(StrEnum):
+    """How a dropless MoE routes tokens: a trained router (the experts' loads vary), or random routing forced for benchmarks (Megatron --moe-router-force-load-balancing)."""
+
+    learned = "learned"
+    forced = "forced"
 
 
 RECOMPUTE_POLICIES = tuple(p.value for p in Recompute)
@@ -505,6 +527,13 @@ class Layout:
     @property
     def placed(self) -> bool:
         return self.axes is not UNPLACED
+
+    @property
+    def placements(self) -> Placements:
+        """``axes`` of a placed layout (every layout a search returns or an estimate prices is)."""
+        if self.axes is None:
+            raise ValueError(f"layout {self} is not placed on the cluster's axes")
+        return self.axes
 
     @property
     def degrees(self) -> dict[str, int]:

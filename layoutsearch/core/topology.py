@@ -591,7 +591,8 @@ def _resolve_name(
     )
 
 
-resolve_cluster.cache_clear = _resolve_name.cache_clear  # calibration rewrites the catalogue
+# calibration rewrites the catalogue; a function attribute, which type checkers do not model
+resolve_cluster.cache_clear = _resolve_name.cache_clear  # type: ignore[attr-defined]
 
 
 # ----------------------------------------------------------------------------- cluster files
@@ -609,6 +610,9 @@ _Rate = Annotated[
 ]  # GB/s, the range of hardware/*.yaml; an int is accepted too
 _Gib = Annotated[StrictFloat, Field(gt=0, le=MAX_HBM_GIB, allow_inf_nan=False)]
 _Text = Annotated[StrictStr, Field(min_length=1, max_length=256)]
+# The default of a field that may be left out but not given as null: None, which pydantic does
+# not validate (defaults are not), typed Any as it is not a value of the field's type
+ABSENT: Any = None
 
 
 class ClusterFile(BaseModel):
@@ -625,18 +629,18 @@ class ClusterFile(BaseModel):
     """
 
     model_config = ConfigDict(extra="forbid", frozen=True, defer_build=True)
-    # absent = None; an explicit null is refused like a wrong type
-    name: _Text = None
-    accelerator: _Text = None
-    accelerator_spec: dict = None
-    hbm_gib: _Gib = None
-    devices_per_node: _Count = None
-    nodes: _Count = None
-    scale_out_gbytes_per_s_per_device: _Rate = None
-    nvlink_gbytes_per_s_per_direction: _Rate = None
-    shape: Annotated[list[_Count], Field(min_length=1, max_length=3)] = None
-    slices: _Count = None
-    dcn_gbytes_per_s_per_chip: _Rate = None
+    # absent = None (ABSENT); an explicit null is refused like a wrong type
+    name: _Text = ABSENT
+    accelerator: _Text = ABSENT
+    accelerator_spec: dict = ABSENT
+    hbm_gib: _Gib = ABSENT
+    devices_per_node: _Count = ABSENT
+    nodes: _Count = ABSENT
+    scale_out_gbytes_per_s_per_device: _Rate = ABSENT
+    nvlink_gbytes_per_s_per_direction: _Rate = ABSENT
+    shape: Annotated[list[_Count], Field(min_length=1, max_length=3)] = ABSENT
+    slices: _Count = ABSENT
+    dcn_gbytes_per_s_per_chip: _Rate = ABSENT
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)

@@ -62,5 +62,7 @@ def uncertainty_band(accelerator_kind: str) -> tuple[float, float]:
     accelerator kind ("gpu" or "tpu"; another kind, or one without a band, uses the file's
     ``default``; no usable file: ``FALLBACK_BAND``). A biased engine has a one-sided band."""
     data = _read(PATH)
-    bands = data.get("bands") if isinstance(data.get("bands"), dict) else {}
+    bands = data.get("bands")
+    if not isinstance(bands, dict):
+        bands = {}
     return _band(bands.get(accelerator_kind)) or _band(data.get("default")) or FALLBACK_BAND

@@ -21,6 +21,7 @@ from functools import lru_cache
 
 import numpy as np
 
+from layoutsearch.core.arrays import BoolArray, FloatArray, IntArray
 from layoutsearch.core.placement import EXPERT_NESTING, NESTING_ORDER, expert_degrees
 from layoutsearch.core.specs import Axis, Cluster, Layout
 
@@ -184,19 +185,19 @@ class RingCoefficients:
     whether it crosses a scale-out or DCN axis. Numbers, or arrays with one entry per row.
     """
 
-    members: int
-    seconds_per_byte: float
-    latency_s: float
-    axes_mask: int = 0
-    scale_out: bool = False
+    members: IntArray
+    seconds_per_byte: FloatArray
+    latency_s: FloatArray
+    axes_mask: IntArray = 0
+    scale_out: BoolArray = False
 
     def row(self, i: int = 0) -> RingCoefficients:
         return RingCoefficients(
-            members=int(self.members[i]),
-            seconds_per_byte=float(self.seconds_per_byte[i]),
-            latency_s=float(self.latency_s[i]),
-            axes_mask=int(self.axes_mask[i]),
-            scale_out=bool(self.scale_out[i]),
+            members=int(np.asarray(self.members)[i]),
+            seconds_per_byte=float(np.asarray(self.seconds_per_byte)[i]),
+            latency_s=float(np.asarray(self.latency_s)[i]),
+            axes_mask=int(np.asarray(self.axes_mask)[i]),
+            scale_out=bool(np.asarray(self.scale_out)[i]),
         )
 
     def take(self, rows) -> RingCoefficients:

@@ -88,20 +88,39 @@ def estimate(
     return min(costed, key=lambda e: e.step_time_s)
 
 
-def _estimate_placed(
-    problem: Problem, layout: Layout, mfu_convention: str, violations: list
-) -> Estimate:
-    model, workload, cluster = problem.model, problem.workload, problem.cluster
-    acc = cluster.accelerator
+def layout_terms(
+    problem: Problem, layout: Layout
+) -> tuple[step.StageTerms, step.StageTerms, step.StepTerms[float]]:
+    """The step formula's terms of one placed layout in seconds per step, as ``estimate()`` adds
+    them up: the first stage's, the last stage's and the once-per-step ones."""
+    _, _, (first, last), _, t = _costed(problem, layout)
+    return first, last, t
+
+
+def _costed(problem: Problem, layout: Layout):
+    """(keys, per-stage dicts of ``_stage``, their StageTerms, ``terms.step_collectives``, StepTerms)."""
     key = _Keys.of(problem, layout)
     stages = [
         _stage(problem, key, first=True, last=layout.pp == 1),
         _stage(problem, key, first=False, last=True),
     ]
-    t = _step_terms(problem, key, stages)
-    parts = step.step_parts(t, step.slowest_stage(t))
-    slow = int(step.stage_total(t, 1) > step.stage_total(t, 0))
-    times = _itemise(layout, stages[slow], step.stage_items(t, slow), parts, key.mult, t)
+    per_stage = tuple(_stage_terms(problem, key, stages, st) for st in (0, 1))
+    acc = problem.cluster.accelerator
+    steps = terms.step_collectives(problem.model, problem.workload, acc, key.sh, key.z, key.co)
+    return key, stages, per_stage, steps, _step_terms(problem, key, stages[0], steps)
+
+
+def _estimate_placed(
+    problem: Problem, layout: Layout, mfu_convention: str, violations: list
+) -> Estimate:
+    model, workload, cluster = problem.model, problem.workload, problem.cluster
+    acc = cluster.accelerator
+    key, stages, per_stage, steps, t = _costed(problem, layout)
+    parts = step.step_parts(t, step.slowest_stage(*per_stage))
+    slow = int(step.stage_total(per_stage[1]) > step.stage_total(per_stage[0]))
+    times = _itemise(
+        layout, stages[slow], step.stage_items(per_stage[slow]), parts, key.mult, t, steps
+    )
     big = max((0, 1), key=lambda s: stages[s]["peak"][1])
     peak_name, peak_bytes = stages[big]["peak"]
     moment = stages[big]["moments"][peak_name]
@@ -141,7 +160,7 @@ def _estimate_placed(
         peak_moment=peak_name,
         worst_stage=0 if big == 0 else layout.pp - 1,
         time_s=times,
-        collectives=_collectives(problem, key, stages[slow], t),
+        collectives=_collectives(problem, key, stages[slow], steps),
         step_time_s=times["step"],
         tokens_per_s=workload.global_batch_tokens / times["step"],
         mfu=flops.mfu(mfu_flops, times["step"], cluster.num_devices, acc.peak_flops_per_s),
@@ -202,7 +221,7 @@ def _stage(problem: Problem, key: _Keys, first: bool, last: bool) -> dict:
         for name in terms.MOMENTS
     }
     totals = {name: sum(live.values()) for name, live in moments.items()}
-    peak = max(totals, key=totals.get)
+    peak = max(totals, key=lambda name: totals[name])
     fc = terms.fsdp_collectives(model, workload, acc, sh, co)
     tp = terms.tp_per_microbatch(
         model, workload, acc, sh, k, co, last, c["window/matmul_fwd_layer"]
@@ -228,69 +247,78 @@ def _stage(problem: Problem, key: _Keys, first: bool, last: bool) -> dict:
     }
 
 
-def _step_terms(problem: Problem, key: _Keys, stages: list[dict]) -> dict:
-    """The step formula's terms (costs.step) of this layout, in seconds per step."""
-    model, workload, acc = problem.model, problem.workload, problem.cluster.accelerator
-    sh, k, z, co, mult = key.sh, key.k, key.z, key.co, key.mult
-    layers = _scalar(terms.layers_per_stage(model, sh))
-    first = stages[0]
-    steps = terms.step_collectives(model, workload, acc, sh, z, co)
-    windows = terms.step_windows(model, workload, acc, sh, first["windows"])
+def _stage_terms(problem: Problem, key: _Keys, stages: list[dict], st: int) -> step.StageTerms:
+    """The terms of stage ``st`` (0 first, 1 last) of this layout, in seconds per step; each group's
+    exposed part, and apart from it (the ``_lost_s`` fields) the compute its hidden part slows."""
+    model, acc, mult = problem.model, problem.cluster.accelerator, key.mult
+    layers = _scalar(terms.layers_per_stage(model, key.sh))
+    s, first = stages[st], stages[0]
     work = memory.recompute_arrays(model)
-    return {
-        "A": [mult * (sum(s["compute"].values()) + s["overhead"]) for s in stages],
-        # each group's exposed part, and apart from it (step.LOST) the compute its hidden part slows
-        "TP": [mult * _scalar(s["tp"]["base"] - s["tp"]["lost"]) for s in stages],
-        "TPL": [mult * _scalar(s["tp"]["lost"]) for s in stages],
-        "TPF": mult * _scalar(first["tp"]["rerun"] - first["tp"]["rerun_lost"]),
-        "TPFL": mult * _scalar(first["tp"]["rerun_lost"]),
-        "CP": mult * _scalar(first["cp"]["base"] - first["cp"]["lost"]),
-        "CPL": mult * _scalar(first["cp"]["lost"]),
-        "CPF": mult * _scalar(first["cp"]["rerun"] - first["cp"]["rerun_lost"]),
-        "CPFL": mult * _scalar(first["cp"]["rerun_lost"]),
-        "EP": [mult * _scalar(s["ep"]["base"] - s["ep"]["lost"]) for s in stages],
-        "EPL": [mult * _scalar(s["ep"]["lost"]) for s in stages],
-        "EPF": mult * _scalar(first["ep"]["rerun"] - first["ep"]["rerun_lost"]),
-        "EPFL": mult * _scalar(first["ep"]["rerun_lost"]),
-        "ep_rerun": float(work["moe"][int(_scalar(key.r))]),
-        "FX": [
-            mult
-            * _scalar(
-                s["fsdp_fixed"]["forward"] + s["fsdp_fixed"]["vocab"] - s["fsdp_fixed"]["lost"]
-            )
-            for s in stages
-        ],
-        "FXL": [mult * _scalar(s["fsdp_fixed"]["lost"]) for s in stages],
-        "X": mult
+    r = int(_scalar(key.r))
+    return step.StageTerms(
+        compute_s=mult * (sum(s["compute"].values()) + s["overhead"]),
+        tp_s=mult * _scalar(s["tp"]["base"] - s["tp"]["lost"]),
+        tp_lost_s=mult * _scalar(s["tp"]["lost"]),
+        tp_rerun_s=mult * _scalar(first["tp"]["rerun"] - first["tp"]["rerun_lost"]),
+        tp_rerun_lost_s=mult * _scalar(first["tp"]["rerun_lost"]),
+        tp_rerun_fraction=float(work["tp"][r]),
+        cp_s=mult * _scalar(first["cp"]["base"] - first["cp"]["lost"]),
+        cp_lost_s=mult * _scalar(first["cp"]["lost"]),
+        cp_rerun_s=mult * _scalar(first["cp"]["rerun"] - first["cp"]["rerun_lost"]),
+        cp_rerun_lost_s=mult * _scalar(first["cp"]["rerun_lost"]),
+        cp_rerun_fraction=float(work["attention"][r]),
+        ep_s=mult * _scalar(s["ep"]["base"] - s["ep"]["lost"]),
+        ep_lost_s=mult * _scalar(s["ep"]["lost"]),
+        ep_rerun_s=mult * _scalar(first["ep"]["rerun"] - first["ep"]["rerun_lost"]),
+        ep_rerun_lost_s=mult * _scalar(first["ep"]["rerun_lost"]),
+        ep_rerun_fraction=float(work["moe"][r]),
+        fsdp_fixed_s=mult
+        * _scalar(s["fsdp_fixed"]["forward"] + s["fsdp_fixed"]["vocab"] - s["fsdp_fixed"]["lost"]),
+        fsdp_fixed_lost_s=mult * _scalar(s["fsdp_fixed"]["lost"]),
+        fsdp_backward_s=mult
         * layers
         * _scalar(
             first["fsdp"]["gather_layer"]
             + first["fsdp"]["reduce_layer"]
             + first["link_busy"]["bwd"]
         ),
-        "Y": mult * layers * _scalar(first["windows"]["window/bwd_layer"]),
-        "ETA": acc.overlap_interference,
-        "tp_rerun": float(work["tp"][int(_scalar(key.r))]),
-        "cp_rerun": float(work["attention"][int(_scalar(key.r))]),
-        "z3": float(_scalar(z) == 3 and _scalar(sh.shards) > 1),
-        "RED": _scalar(steps["reduce/zero"] + steps["reduce/dp"] + steps["reduce/kv_replica"]),
-        "RCON": _scalar(
+        backward_s=mult * layers * _scalar(first["windows"]["window/bwd_layer"]),
+        zero3=float(_scalar(key.z) == 3 and _scalar(key.sh.shards) > 1),
+        eta=acc.overlap_interference,
+    )
+
+
+def _step_terms(problem: Problem, key: _Keys, first: dict, steps: dict) -> step.StepTerms[float]:
+    """The once-per-step terms of this layout, in seconds per step (``steps``: step_collectives)."""
+    model, workload, acc = problem.model, problem.workload, problem.cluster.accelerator
+    sh, co = key.sh, key.co
+    reduce_window, gather_window = terms.step_windows(model, workload, acc, sh, first["windows"])
+    reduce_interference, gather_interference = terms.step_interference(acc, steps)
+    return step.StepTerms(
+        reduce_s=_scalar(steps["reduce/zero"] + steps["reduce/dp"] + steps["reduce/kv_replica"]),
+        reduce_link_busy_s=_scalar(
             terms.reduction_link_traffic(model, workload, acc, sh, first["tp"], first["cp"], co)
         ),
-        "WIN": _scalar(windows["WIN"]),
-        "GATH": _scalar(steps["gather/zero"]),
-        "FWD": _scalar(windows["FWD"]),
-        **{name: _scalar(v) for name, v in terms.step_interference(acc, steps).items()},
-        "ETA_PCT": terms.interference_pct(acc),
-        "PP": _scalar(terms.pipeline_sends(model, workload, acc, sh, k, co)),
-        "OPT": _scalar(terms.optimizer_time(model, workload, acc, sh, z)),
-        "STEP0": acc.step_overhead_s,
-        "steps": steps,
-    }
+        reduce_window_s=_scalar(reduce_window),
+        reduce_interference_s=_scalar(reduce_interference),
+        zero_gather_s=_scalar(steps["gather/zero"]),
+        gather_window_s=_scalar(gather_window),
+        gather_interference_s=_scalar(gather_interference),
+        pp_sends_s=_scalar(terms.pipeline_sends(model, workload, acc, sh, key.k, co)),
+        optimizer_s=_scalar(terms.optimizer_time(model, workload, acc, sh, key.z)),
+        step_overhead_s=acc.step_overhead_s,
+        eta_pct=terms.interference_pct(acc),
+    )
 
 
 def _itemise(
-    layout: Layout, slow: dict, stage_items: dict, parts: dict, mult: float, t: dict
+    layout: Layout,
+    slow: dict,
+    stage_items: dict,
+    parts: dict,
+    mult: float,
+    t: step.StepTerms[float],
+    steps: dict,
 ) -> dict:
     """time_s: the step formula's parts, with the slowest stage's per-step time split into its
     compute items (x K), exposed collectives (x K), microbatch overhead (x K) and the bubble; what hidden
@@ -307,7 +335,7 @@ def _itemise(
         if name not in ("stage", "exposed_comm/reduce", "exposed_comm/zero_gather"):
             times[name] = _scalar(value)
     for name, value in _split_reductions(
-        t, _scalar(parts["exposed_comm/reduce"]), _scalar(parts["exposed_comm/zero_gather"])
+        t, steps, _scalar(parts["exposed_comm/reduce"]), _scalar(parts["exposed_comm/zero_gather"])
     ).items():
         times[name] = times.get(name, 0.0) + value
     out = {
@@ -319,23 +347,24 @@ def _itemise(
     return {name: float(v) for name, v in {**out, **times}.items()}
 
 
-def _split_reductions(t: dict, exposed: float, gather_exposed: float) -> dict:
+def _split_reductions(
+    t: step.StepTerms[float], steps: dict, exposed: float, gather_exposed: float
+) -> dict:
     """The exposed once-per-step reductions by group: the window hides them in order (ZeRO
     reduce-scatter, DP all-reduce, KV-replica all-reduce), the rest is each group's share."""
-    out, budget = (
-        {},
-        max(0.0, t["WIN"] - t["RCON"]),
-    )  # what the TP and CP traffic on those links leave free
+    # what the TP and CP traffic on those links leave free
+    out, budget = {}, max(0.0, t.reduce_window_s - t.reduce_link_busy_s)
     # the compute each hidden second of them slows (overlap_interference; costs.step.unhidden), as its own item
-    loss_rate, keep = (t["REDI"] / t["RED"] if t["RED"] else 0.0), step.unhidden(1.0, t["ETA_PCT"])
+    loss_rate = t.reduce_interference_s / t.reduce_s if t.reduce_s else 0.0
+    keep = step.unhidden(1.0, t.eta_pct)
     out["exposed_comm/interference"] = 0.0
     for name in ("zero", "dp", "kv_replica"):
-        seconds = _scalar(t["steps"]["reduce/" + name])
+        seconds = _scalar(steps["reduce/" + name])
         beyond = max(0.0, seconds - budget)
         out["exposed_comm/" + name] = beyond
         out["exposed_comm/interference"] += loss_rate * seconds - (1.0 - keep) * beyond
         budget = max(0.0, budget - seconds)
-    gather_beyond = max(0.0, t["GATH"] - t["FWD"])
+    gather_beyond = max(0.0, t.zero_gather_s - t.gather_window_s)
     out["exposed_comm/zero"] += gather_beyond
     out["exposed_comm/interference"] += gather_exposed - gather_beyond
     if abs(out["exposed_comm/interference"]) <= 1e-12 * max(1.0, exposed + gather_exposed):
@@ -348,10 +377,11 @@ def _split_reductions(t: dict, exposed: float, gather_exposed: float) -> dict:
     return out
 
 
-def _collectives(problem: Problem, key: _Keys, slow: dict, t: dict) -> list[dict]:
-    """What each group moves, how often, and how long one takes (for explanations and JSON)."""
+def _collectives(problem: Problem, key: _Keys, slow: dict, steps: dict) -> list[dict]:
+    """What each group moves, how often, and how long one takes (for explanations and JSON);
+    ``steps``: ``terms.step_collectives``."""
     model, workload, acc = problem.model, problem.workload, problem.cluster.accelerator
-    sh, co, steps = key.sh, key.co, t["steps"]
+    sh, co = key.sh, key.co
     m = _scalar(terms.tokens_per_microbatch(workload, sh, key.k))
     gathered = terms.gathered_bytes_per_param(workload, acc)
     p_layer = _scalar(params.layer_params(model, sh.tp))

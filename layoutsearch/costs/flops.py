@@ -9,6 +9,7 @@ the kernel skips masked blocks). Recomputation adds a forward (full) or the atte
 
 from __future__ import annotations
 
+from layoutsearch.core.arrays import FloatArray, IntArray
 from layoutsearch.core.specs import ModelSpec
 from layoutsearch.costs.params import (
     kv_heads_per_device,
@@ -25,7 +26,7 @@ MATERIALISED_SCORE_BYTES_FORWARD = (
 )
 
 
-def matmul_params_per_layer(model: ModelSpec, tp: int = 1):
+def matmul_params_per_layer(model: ModelSpec, tp: IntArray = 1) -> FloatArray:
     """Weights one TP rank multiplies per token in one layer outside the routed experts
     (projections and MLP, no norms): with MLA its latent projections; a mixture-of-experts model's
     mean layer (``params.moe_layer_share``) with the shared experts and the router (which runs on
@@ -36,7 +37,7 @@ def matmul_params_per_layer(model: ModelSpec, tp: int = 1):
         q_out = model.num_heads // tp * model.head_dim
         kv_out = kv_heads_per_device(model, tp) * model.head_dim
         attention = model.d_model * (2 * q_out + 2 * kv_out)
-    mlp = model.mlp_matrices * model.d_model * (model.d_ff // tp)
+    mlp: FloatArray = model.mlp_matrices * model.d_model * (model.d_ff // tp)
     if model.moe is not None:
         f, moe = moe_layer_share(model), model.moe
         shared = (
@@ -46,22 +47,23 @@ def matmul_params_per_layer(model: ModelSpec, tp: int = 1):
     return attention + mlp
 
 
-def mla_projection_params(model: ModelSpec, tp: int = 1):
+def mla_projection_params(model: ModelSpec, tp: IntArray = 1) -> IntArray:
     """MLA's matmul weights per token on one TP rank: ``params.mla_attention_params_per_layer`` less
     its two latent norms (the down-projections are replicated, each rank runs them on its tokens;
     the head-wise up-projections and the output are split over TP)."""
     a = model.mla
+    assert a is not None, "called for latent-attention models only"
     return mla_attention_params_per_layer(model, tp) - (a.q_lora_rank or 0) - a.kv_lora_rank
 
 
-def routed_params_per_token_per_layer(model: ModelSpec, tp: int = 1):
+def routed_params_per_token_per_layer(model: ModelSpec, tp: IntArray = 1) -> FloatArray:
     """Routed-expert weights multiplied per token of a device's microbatch in the mean layer: the
     rank dispatches its 1/tp of the tokens (sequence parallel), each to k experts of width F_e
     (expert TP splits the width and gathers the tokens: the same work): share x k x F_e x D x
     matrices / tp. 0 for a dense model."""
-    if model.moe is None:
-        return 0.0 * tp
     moe = model.moe
+    if moe is None:
+        return 0.0 * tp
     return (
         moe_layer_share(model)
         * moe.top_k
@@ -77,14 +79,16 @@ def routed_params_per_token_per_layer(model: ModelSpec, tp: int = 1):
 EINSUM_DISPATCH_BACKWARD_OVER_FORWARD = 1.5
 
 
-def einsum_dispatch_flops_per_token_per_layer(model: ModelSpec, seq_len: int, tp: int = 1):
+def einsum_dispatch_flops_per_token_per_layer(
+    model: ModelSpec, seq_len: int, tp: IntArray = 1
+) -> FloatArray:
     """Forward FLOPs per token of the mean layer that dispatch and combine a capacity-factor MoE's tokens by
     one-hot einsums over each sequence (``Profile.einsum_capacity_dispatch``): each einsum contracts the token's
     D-wide row with its E x C mask slots, E C = S k c, so 2 S k c D per token, two einsums (dispatch, combine),
     / tp. 0 for a dense or dropless model."""
-    if model.moe is None or model.moe.capacity_factor is None:
-        return 0.0 * tp
     moe = model.moe
+    if moe is None or moe.capacity_factor is None:
+        return 0.0 * tp
     return (
         moe_layer_share(model)
         * 2
@@ -102,7 +106,7 @@ def value_head_dim(model: ModelSpec) -> int:
     return model.mla.v_head_dim if model.mla is not None else model.head_dim
 
 
-def matmul_flops_per_token_per_layer(model: ModelSpec, tp: int = 1) -> float:
+def matmul_flops_per_token_per_layer(model: ModelSpec, tp: IntArray = 1) -> FloatArray:
     """Forward matmul FLOPs per token of one layer on one TP rank: 2 x its weights."""
     return 2.0 * matmul_params_per_layer(model, tp)
 
@@ -138,8 +142,8 @@ def layer_attention_context(model: ModelSpec, seq_len: int, causal: bool) -> flo
 
 
 def attention_flops_per_token_per_layer(
-    model: ModelSpec, seq_len: int, causal: bool, tp: int = 1
-) -> float:
+    model: ModelSpec, seq_len: int, causal: bool, tp: IntArray = 1
+) -> FloatArray:
     """Forward QK^T and AV FLOPs per token of one layer on one TP rank: 2 x context x (h_qk + h_v) x
     n_q/tp, 4 x context x h x n_q/tp when the value heads are as wide as the query-key heads
     (context: ``layer_attention_context``, the sliding window's where the model has one; MLA: h_qk =
@@ -155,7 +159,7 @@ def attention_flops_per_token_per_layer(
     )
 
 
-def logits_flops_per_token(model: ModelSpec, tp: int = 1) -> float:
+def logits_flops_per_token(model: ModelSpec, tp: IntArray = 1) -> FloatArray:
     """Forward FLOPs of the output projection per token (vocab-parallel over TP)."""
     return 2.0 * model.d_model * model.vocab_size / tp
 
@@ -178,7 +182,7 @@ def model_flops_per_token(model: ModelSpec, seq_len: int, convention: str = "mod
             f"mfu convention '{convention}' is not one of {', '.join(MFU_CONVENTIONS)}"
         )
     attn = 3.0 * model.num_layers * attention_flops_per_token_per_layer(model, seq_len, causal)
-    return 6.0 * n + attn
+    return float(6.0 * n + attn)
 
 
 MFU_CONVENTIONS = ("model", "palm", "palm-causal")
@@ -193,12 +197,12 @@ def mfu(
 
 def elementwise_bytes_per_token_per_layer(
     model: ModelSpec,
-    tp: int,
+    tp: IntArray,
     sequence_parallel: bool,
     activation_bytes: int,
     seq_len: int = 0,
     flash_attention: bool = True,
-) -> float:
+) -> FloatArray:
     """HBM bytes one forward of a layer's element-wise ops moves per token (memory-bound work).
 
     The norms (``norms_per_layer``, two by default: read + write D each), two residual adds
@@ -248,9 +252,9 @@ def hardware_flops_per_token(model: ModelSpec, seq_len: int, recompute: str) -> 
     = layer FLOPs x 4/3 + 6 h V logits. Selective recompute adds the attention-core forward only.
     """
     base = model_flops_per_token(model, seq_len, "palm")
-    attn = model.num_layers * attention_flops_per_token_per_layer(model, seq_len, causal=False)
+    attn = float(model.num_layers * attention_flops_per_token_per_layer(model, seq_len, False))
     if recompute == "full":
-        return (
+        return float(
             base
             + model.num_layers
             * (

@@ -10,6 +10,7 @@ from functools import cache
 
 import numpy as np
 
+from layoutsearch.core.arrays import FloatArray, IntArray
 from layoutsearch.core.frameworks import transient_zero3_weights
 from layoutsearch.core.specs import OFFLOAD_POLICIES, RECOMPUTE_POLICIES, ModelSpec, Workload
 from layoutsearch.costs.flops import mlp_width_per_token, value_head_dim
@@ -149,13 +150,13 @@ SAVED_SCORE_BYTES = (
 
 def saved_tensor_widths(
     model: ModelSpec,
-    tp: int,
+    tp: IntArray,
     sequence_parallel: bool,
     seq_len: int = 0,
     flash_attention: bool = True,
     activation_bytes: int = 2,
     fp8: bool = False,
-) -> dict[str, float]:
+) -> dict[str, FloatArray]:
     """Elements per token of every tensor a layer saves for backward, on one TP rank, in units of
     ``activation_bytes`` (with ``fp8`` the linear layers' inputs count FP8_BYTES / activation_bytes)."""
     widths = _saved_widths(model, tp, sequence_parallel, seq_len, flash_attention, activation_bytes)
@@ -166,12 +167,12 @@ def saved_tensor_widths(
 
 def _saved_widths(
     model: ModelSpec,
-    tp: int,
+    tp: IntArray,
     sequence_parallel: bool,
     seq_len: int,
     flash_attention: bool,
     activation_bytes: int,
-) -> dict[str, float]:
+) -> dict[str, FloatArray]:
     d_sp = model.d_model / tp if sequence_parallel else float(model.d_model)
     q = model.num_heads // tp * model.head_dim
     kv = kv_heads_per_device(model, tp) * model.head_dim
@@ -330,8 +331,8 @@ def recompute_work(model: ModelSpec, policy: str) -> dict[str, float]:
 
 
 def state_bytes(
-    params: float, workload: Workload, zero_stage: int, shards: int
-) -> dict[str, float]:
+    params: FloatArray, workload: Workload, zero_stage: IntArray, shards: IntArray
+) -> dict[str, FloatArray]:
     """Model state of ``params`` parameters on one device, sharded over ``shards`` per ZeRO stage.
 
     Stage 0 shards nothing; 1 shards optimizer moments and master weights; 2 also gradients;
@@ -339,7 +340,7 @@ def state_bytes(
     each gather (``frameworks.transient_zero3_weights``), keeps none of them: they exist only gathered.
     """
 
-    def sharded(bytes_per_param: int, from_stage: int):
+    def sharded(bytes_per_param: int, from_stage: int) -> FloatArray:
         return params * bytes_per_param / np.where(np.asarray(zero_stage) >= from_stage, shards, 1)
 
     kept = (

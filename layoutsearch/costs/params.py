@@ -14,10 +14,11 @@ from __future__ import annotations
 
 import numpy as np
 
+from layoutsearch.core.arrays import FloatArray, IntArray
 from layoutsearch.core.specs import Layout, ModelSpec
 
 
-def kv_heads_per_device(model: ModelSpec, tp):
+def kv_heads_per_device(model: ModelSpec, tp: IntArray) -> IntArray:
     """KV heads each TP rank holds: n_kv/tp, or one (replicated) when tp exceeds n_kv (int or array)."""
     return (
         np.maximum(model.num_kv_heads // tp, 1)
@@ -26,7 +27,7 @@ def kv_heads_per_device(model: ModelSpec, tp):
     )
 
 
-def kv_replication(model: ModelSpec, tp):
+def kv_replication(model: ModelSpec, tp: IntArray) -> IntArray:
     """On how many TP ranks each KV head is stored: tp/n_kv when tp > n_kv, else 1 (int or array)."""
     return (
         np.maximum(tp // model.num_kv_heads, 1)
@@ -35,7 +36,7 @@ def kv_replication(model: ModelSpec, tp):
     )
 
 
-def attention_matrices(model: ModelSpec, tp=1) -> list:
+def attention_matrices(model: ModelSpec, tp: IntArray = 1) -> list[IntArray]:
     """Elements of each weight matrix of one layer's attention on one TP rank (ints, or arrays for an array of
     tp): the Q, K, V and O projections (KV heads replicated below one per rank); with multi-head latent attention
     (DeepSeek-V2 paper section 2.1; the checkpoints' q_a_proj, q_b_proj, kv_a_proj_with_mqa, kv_b_proj, o_proj),
@@ -61,7 +62,7 @@ def attention_matrices(model: ModelSpec, tp=1) -> list:
     ]
 
 
-def attention_params_per_layer(model: ModelSpec, tp: int = 1) -> int:
+def attention_params_per_layer(model: ModelSpec, tp: IntArray = 1) -> IntArray:
     """Q, K, V, O projection parameters of one layer held by one TP rank (``attention_matrices``) with
     their biases; with MLA the latent projections and their norms (``mla_attention_params_per_layer``);
     plus one sink logit per local query head where the model has attention sinks."""
@@ -77,14 +78,15 @@ def attention_params_per_layer(model: ModelSpec, tp: int = 1) -> int:
     return sum(attention_matrices(model, tp)) + bias + sinks
 
 
-def mla_attention_params_per_layer(model: ModelSpec, tp: int = 1) -> int:
+def mla_attention_params_per_layer(model: ModelSpec, tp: IntArray = 1) -> IntArray:
     """Multi-head latent attention of one layer on one TP rank: its matrices (``attention_matrices``)
     and the latent norms, r_q (the query latent's, where it has one) and r_kv, replicated."""
     a = model.mla
+    assert a is not None, "called for latent-attention models only"
     return sum(attention_matrices(model, tp)) + (a.q_lora_rank or 0) + a.kv_lora_rank
 
 
-def ffn_params(model: ModelSpec, width: int, tp: int = 1) -> int:
+def ffn_params(model: ModelSpec, width: int, tp: IntArray = 1) -> IntArray:
     """One feed-forward block of ``width`` on one TP rank: 3 (gated) or 2 (plain) D x width/tp
     matrices, with biases (width/tp on each input matrix, D on the output) under ``linear_bias``."""
     f_local = width // tp
@@ -92,25 +94,28 @@ def ffn_params(model: ModelSpec, width: int, tp: int = 1) -> int:
     return model.mlp_matrices * model.d_model * f_local + bias
 
 
-def mlp_params_per_layer(model: ModelSpec, tp: int = 1) -> int:
+def mlp_params_per_layer(model: ModelSpec, tp: IntArray = 1) -> IntArray:
     """Dense MLP parameters of one layer per TP rank: 3 (gated) or 2 (plain) D x F/tp matrices."""
     return ffn_params(model, model.d_ff, tp)
 
 
 def routed_expert_params(model: ModelSpec) -> int:
     """One routed expert (an MLP of width F_e)."""
-    return ffn_params(model, model.moe.expert_d_ff)
+    assert model.moe is not None, "called for mixture-of-experts models only"
+    return int(ffn_params(model, model.moe.expert_d_ff))
 
 
 def shared_expert_params(model: ModelSpec) -> int:
     """The shared experts of one MoE layer (s MLPs of width F_s)."""
-    return model.moe.num_shared_experts * ffn_params(model, model.moe.shared_d_ff)
+    assert model.moe is not None, "called for mixture-of-experts models only"
+    return model.moe.num_shared_experts * int(ffn_params(model, model.moe.shared_d_ff))
 
 
 def router_params(model: ModelSpec) -> int:
     """The router of one MoE layer: [D, E], plus E bias (or score-correction) values, plus the
     [D, 1] shared-expert gate (Qwen2-MoE)."""
     moe = model.moe
+    assert moe is not None, "called for mixture-of-experts models only"
     return (
         model.d_model * moe.num_experts
         + (moe.num_experts if moe.router_bias else 0)
@@ -120,6 +125,7 @@ def router_params(model: ModelSpec) -> int:
 
 def moe_mlp_params(model: ModelSpec) -> int:
     """Everything the MLP of one MoE layer holds: E routed experts, the shared ones, the router."""
+    assert model.moe is not None, "called for mixture-of-experts models only"
     return (
         model.moe.num_experts * routed_expert_params(model)
         + shared_expert_params(model)
@@ -127,7 +133,7 @@ def moe_mlp_params(model: ModelSpec) -> int:
     )
 
 
-def qk_norm_params_per_layer(model: ModelSpec, tp: int = 1) -> int:
+def qk_norm_params_per_layer(model: ModelSpec, tp: IntArray = 1) -> IntArray:
     """Query/key norm weights of one layer on one TP rank: a head_dim vector each for q and k
     ("head", replicated), or one weight per element of the local Q and K projections ("projection")."""
     if model.qk_norm == "head":
@@ -137,7 +143,7 @@ def qk_norm_params_per_layer(model: ModelSpec, tp: int = 1) -> int:
     return 0
 
 
-def norm_params_per_layer(model: ModelSpec, tp: int = 1) -> int:
+def norm_params_per_layer(model: ModelSpec, tp: IntArray = 1) -> IntArray:
     """The norms of one layer (``norms_per_layer`` of them, replicated across TP; LayerNorm has a
     bias too, a non-parametric norm nothing) and the query/key norms."""
     return model.norms_per_layer * model.params_per_norm + qk_norm_params_per_layer(model, tp)
@@ -148,7 +154,7 @@ def final_norm_params(model: ModelSpec) -> int:
     return model.params_per_norm
 
 
-def largest_layer_tensor(model: ModelSpec, tp=1):
+def largest_layer_tensor(model: ModelSpec, tp: IntArray = 1) -> IntArray:
     """Elements of the largest weight tensor of a layer outside the routed experts on one TP rank (int or array):
     a Q, K, V or O projection (with MLA the down- and up-projections and the output), one matrix of the dense MLP
     where the model has dense layers, or of the shared experts (stacked, as one tensor). What a framework that
@@ -165,7 +171,7 @@ def largest_layer_tensor(model: ModelSpec, tp=1):
     )
 
 
-def largest_expert_tensor(model: ModelSpec, ep=1, etp=1):
+def largest_expert_tensor(model: ModelSpec, ep: IntArray = 1, etp: IntArray = 1) -> FloatArray:
     """Elements of one stacked matrix of a MoE layer's local experts on one expert-TP rank (int or array): E / ep
     experts of D x F_e / etp, what a framework that gathers per tensor (``Profile.zero3_gather_unit``) holds at once
     for the routed experts (a MoE layer's own, not the mean layer's share); 0 for a dense model."""
@@ -174,12 +180,12 @@ def largest_expert_tensor(model: ModelSpec, ep=1, etp=1):
     return model.moe.num_experts / ep * model.d_model * (model.moe.expert_d_ff // etp)
 
 
-def layer_params(model: ModelSpec, tp: int = 1):
+def layer_params(model: ModelSpec, tp: IntArray = 1) -> FloatArray:
     """Parameters of one transformer layer held by one TP rank outside the routed experts (the
     per-device terms of the cost model): attention, norms and the MLP. A mixture-of-experts model
     is costed at its mean layer (``moe_layer_share``): the dense MLP of its dense layers, the
     shared experts (split over TP like a dense MLP) and the router (replicated) of its MoE layers."""
-    mlp = mlp_params_per_layer(model, tp)
+    mlp: FloatArray = mlp_params_per_layer(model, tp)
     if model.moe is not None:
         f = moe_layer_share(model)
         moe = model.moe.num_shared_experts * ffn_params(
@@ -196,7 +202,7 @@ def moe_layer_share(model: ModelSpec) -> float:
     return model.num_moe_layers / model.num_layers if model.moe is not None else 0.0
 
 
-def expert_layer_params(model: ModelSpec, etp=1):
+def expert_layer_params(model: ModelSpec, etp: IntArray = 1) -> FloatArray:
     """Routed-expert parameters of the mean layer on one expert-TP rank, all E experts (a device of
     the ep group holds 1/ep of them): share x E x one expert's FFN of width F_e / etp."""
     if model.moe is None:
@@ -219,9 +225,9 @@ def param_counts(model: ModelSpec) -> dict[str, int]:
     modules' own parameters, reported beside 'total', not in it.
     """
     counts = {
-        "attention": model.num_layers * attention_params_per_layer(model),
-        "mlp": model.num_dense_layers * mlp_params_per_layer(model),
-        "norms": model.num_layers * norm_params_per_layer(model) + final_norm_params(model),
+        "attention": model.num_layers * int(attention_params_per_layer(model)),
+        "mlp": model.num_dense_layers * int(mlp_params_per_layer(model)),
+        "norms": model.num_layers * int(norm_params_per_layer(model)) + final_norm_params(model),
         "embedding": model.vocab_size * model.d_model + model.learned_positions * model.d_model,
         "output": 0 if model.tied_embeddings else model.vocab_size * model.d_model,
     }
@@ -252,8 +258,8 @@ def mtp_params_per_layer(model: ModelSpec) -> int:
     model's last (MoE where the model has MoE layers), and the norm before the output head
     (shared_head.norm). The embedding and the output head are the main model's (shared; the
     published checkpoint stores copies of both, 2 V D more)."""
-    mlp = moe_mlp_params(model) if model.moe is not None else mlp_params_per_layer(model)
-    block = attention_params_per_layer(model) + mlp + norm_params_per_layer(model)
+    mlp = moe_mlp_params(model) if model.moe is not None else int(mlp_params_per_layer(model))
+    block = int(attention_params_per_layer(model)) + mlp + int(norm_params_per_layer(model))
     return 3 * model.params_per_norm + 2 * model.d_model * model.d_model + block
 
 
@@ -262,9 +268,11 @@ def output_layer_equivalents(model: ModelSpec) -> int:
     proposals take them off it): the output head, V x D weights against the mean layer's active ones (its
     own and the top-k routed experts'), once for the model and once per multi-token-prediction module, plus
     each module's layer. Llama 3 70B: 1; Llama 3 8B: 2; DeepSeek-V3 (one MTP module): 4."""
-    active = layer_params(model)
+    active = float(layer_params(model))
     if model.moe is not None:
-        active = active + expert_layer_params(model) * model.moe.top_k / model.moe.num_experts
+        active = (
+            active + float(expert_layer_params(model)) * model.moe.top_k / model.moe.num_experts
+        )
     head = model.vocab_size * model.d_model / active
     return int(round(model.mtp_layers + (1 + model.mtp_layers) * head))
 
@@ -274,14 +282,14 @@ def stage_layers(model: ModelSpec, pp: int) -> int:
     return model.num_layers // pp
 
 
-def stage_params(model: ModelSpec, layout: Layout, stage: int) -> int:
+def stage_params(model: ModelSpec, layout: Layout, stage: int) -> float:
     """Parameters one device of pipeline ``stage`` holds after TP (before FSDP/ZeRO sharding).
 
     The first stage holds the input embedding, the last the output projection (vocab-parallel
     over TP) and the final norm; with tied embeddings and pp > 1 the last stage keeps a copy.
     """
     tp, last = layout.tp, layout.pp - 1
-    params = stage_layers(model, layout.pp) * layer_params(model, tp)
+    params = stage_layers(model, layout.pp) * float(layer_params(model, tp))
     vocab_rows = model.vocab_size * model.d_model // tp
     if stage == 0:
         params += vocab_rows + model.learned_positions * model.d_model

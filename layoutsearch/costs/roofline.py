@@ -8,15 +8,17 @@ The book's roofline thresholds (critical intensity, TP and FSDP limits) are in
 
 from __future__ import annotations
 
+from layoutsearch.core.arrays import FloatArray, IntArray
+
 
 def gather_volumes_bytes(
     d_model: int,
     d_ff: int,
     batch_tokens: float,
     num_chips: int,
-    tp: int,
+    tp: IntArray,
     bytes_per_element: int = 2,
-) -> tuple[float, float]:
+) -> tuple[FloatArray, FloatArray]:
     """(V_W, V_X): FSDP weight-gather target 2DF/t and TP input-gather target 2 B_tok D t / N."""
     v_w = bytes_per_element * d_model * d_ff / tp
     v_x = bytes_per_element * batch_tokens * d_model * tp / num_chips

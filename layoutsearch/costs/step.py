@@ -1,115 +1,175 @@
 """The step formula: how the cost terms add up to one optimizer step, written once.
 
-``estimate()`` applies it to float term values of one layout; ``search.tables`` to integer
-tables indexed by candidates (the enumerator) and to precompute the slowest stage; the CP-SAT
-model states the per-step part from the declarations ``EXPOSED`` and ``PLAIN`` below, adding
-one integer variable per ``max(0, hidden - window)`` (the only non-linear piece).
+Its terms are the fields of ``StageTerms`` (one pipeline stage's per-microbatch groups, over the
+step) and ``StepTerms`` (the once-per-step ones): seconds per step for one layout
+(``costs.estimate``), integer quanta in arrays over candidates (``search.tables``: the
+enumerator, and the slowest stage the CP-SAT model looks up). The CP-SAT model
+(``search.cpsat``) states the once-per-step part from the declarations ``EXPOSED`` and
+``PLAIN`` below, over a ``StepTerms`` of its expressions, adding one integer variable per
+``max(0, hidden - window)`` (the only non-linear piece).
 
-Terms (all seconds per step, or quanta in the tables; "st" = stage 0 first, 1 last):
+With ``first`` and ``last`` the first and last stage's StageTerms:
 
-    stage[st] = A[st] + TP[st] + CP + EP[st] + tp_rerun TPF + cp_rerun CPF + ep_rerun EPF
-                + z3 (FX[st] + max(0, X - Y) + ETA min(X, Y)) + the LOST parts where given apart
-    step      = max_st stage[st] + unhidden(max(0, RED + RCON - WIN)) + REDI + unhidden(max(0, GATH - FWD)) + GATHI
-                + PP + OPT + STEP0,  unhidden(e) = e - ETA e (floor(ETA_PCT e / 100) in integer quanta)
+    stage(s) = s.compute_s + s.tp_s + s.tp_rerun_fraction s.tp_rerun_s  (likewise cp_, ep_)
+               + s.zero3 (s.fsdp_fixed_s + max(0, s.fsdp_backward_s - s.backward_s)
+                          + s.eta min(s.fsdp_backward_s, s.backward_s))
+               + each _lost_s field (times its group's _rerun_fraction or zero3)
+    step     = max(stage(first), stage(last)) + the EXPOSED parts + the PLAIN terms
 
-A: compute and per-microbatch overhead x (K + (p - 1)/v) (the bubble included); TP, CP: exposed
-tensor- and context-parallel collectives; FX: ZeRO-3 gathers that do not hide (the first
-layer's, the vocabulary's); X, Y: ZeRO-3 backward traffic and the backward it hides behind;
-ETA: the compute a second of hidden collective costs
-(``Accelerator.overlap_interference``; the per-microbatch terms TP, CP, EP and FX include theirs; REDI, GATHI =
-ETA x RED, ETA x GATH: the once-per-step ones', less ETA x their exposed part); RED, WIN: once-per-step gradient reductions and the last microbatch's backward; RCON: the hidden
-TP and CP traffic of that backward on the links the reductions use (they share them); GATH, FWD: the
-ZeRO-1/2 gather of updated weights and the next step's first forward; PP: pipeline fill and
-drain sends; OPT: the optimizer step; STEP0: a fixed per-step overhead. TPF, CPF: the TP and CP
-collectives of a forward run again; EP, EPF: the exposed expert-parallel token AllToAlls (MoE), and
-those of a forward whose MLP runs again (``ep_rerun``); ``tp_rerun`` is the share of them the recompute policy reruns,
-``cp_rerun`` 1 when it reruns the attention core (``memory.recompute_work``); ``z3`` 1 when
-ZeRO-3 collectives run (stage 3 and a shard group).
+and an EXPOSED part ``unhidden(max(0, hidden - window)) + interference``: what does not hide
+is exposed; hidden seconds slow the compute beside them by ``eta`` of them, charged on all the
+collective's time (``interference``) and taken off again for its exposed part (``unhidden``).
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any, Generic, TypeAlias, TypeVar
+
 import numpy as np
 
-# (1 - ETA) max(0, hidden - window) + loss: collectives that hide behind a compute window, what does not fit
-# is exposed, and the compute they slow while hidden, ETA x (collective - exposed), written as loss = ETA x
-# collective less ETA x exposed (exact while the other traffic on the links fits the window)
-# (name, the terms that share the hidden links, window, loss)
-EXPOSED = (
-    ("exposed_comm/reduce", ("RED", "RCON"), "WIN", "REDI"),
-    ("exposed_comm/zero_gather", ("GATH",), "FWD", "GATHI"),
+# seconds per step (one layout) or integer quanta over candidates (the search's tables)
+Term: TypeAlias = float | np.ndarray
+V = TypeVar("V")  # a StepTerms' value type: Term, or a CP-SAT linear expression
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class StageTerms:
+    """One pipeline stage's terms (first or last), each over the whole step: per-microbatch seconds
+    x (K + (p - 1)/v). A group's term holds the compute its hidden part slows (``eta`` x it) unless
+    its ``_lost_s`` field gives that apart (``estimate()`` itemises it; the tables leave them 0)."""
+
+    compute_s: Term  # compute and per-microbatch overhead, the bubble included
+    tp_s: Term  # exposed tensor-parallel collectives
+    tp_rerun_s: Term  # the TP collectives of a forward run again
+    tp_rerun_fraction: Term  # share of those the recompute policy reruns (memory.recompute_work)
+    cp_s: Term  # exposed context-parallel collectives (the first stage's, every stage alike)
+    cp_rerun_s: Term  # the CP collectives of a forward run again
+    cp_rerun_fraction: Term  # 1 when the policy reruns the attention core, else 0
+    fsdp_fixed_s: Term  # ZeRO-3 gathers that do not hide: the first layer's, the vocabulary's
+    fsdp_backward_s: Term  # ZeRO-3 backward traffic: gathers, reduce-scatters, TP/CP on their links
+    backward_s: Term  # the backward that traffic hides behind
+    zero3: Term  # 1 when ZeRO-3 collectives run (stage 3 and a shard group), else 0
+    eta: float  # compute seconds a hidden collective second costs (overlap_interference)
+    ep_s: Term | None = None  # exposed MoE token AllToAlls; None: no expert terms (dense tables)
+    ep_rerun_s: Term = 0.0  # those of a forward whose MLP runs again
+    ep_rerun_fraction: Term = 0.0  # 1 when the policy reruns the MLP, else 0
+    tp_lost_s: Term = 0.0  # compute the hidden part of tp_s slows, when given apart
+    tp_rerun_lost_s: Term = 0.0  # the same of tp_rerun_s
+    cp_lost_s: Term = 0.0  # of cp_s
+    cp_rerun_lost_s: Term = 0.0  # of cp_rerun_s
+    ep_lost_s: Term = 0.0  # of ep_s
+    ep_rerun_lost_s: Term = 0.0  # of ep_rerun_s
+    fsdp_fixed_lost_s: Term = 0.0  # of fsdp_fixed_s
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class StepTerms(Generic[V]):
+    """The once-per-step terms."""
+
+    reduce_s: V  # gradient reductions: ZeRO reduce-scatter, DP and KV-replica all-reduces
+    reduce_link_busy_s: V  # hidden TP and CP traffic of the last backward on the reductions' links
+    reduce_window_s: V  # the last microbatch's backward the reductions hide behind
+    reduce_interference_s: V  # compute the reductions slow if all hidden: eta x reduce_s
+    zero_gather_s: V  # the ZeRO-1/2 gather of updated weights
+    gather_window_s: V  # the next step's first forward that gather hides behind
+    gather_interference_s: V  # eta x zero_gather_s
+    pp_sends_s: V  # pipeline fill and drain sends
+    optimizer_s: V  # the optimizer step
+    step_overhead_s: V  # fixed per-step overhead
+    eta_pct: int  # eta in percent (costs.terms.interference_pct): the rate ``unhidden`` takes
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class Hidden(Generic[V]):
+    """Collectives that hide behind a compute window, read off a StepTerms."""
+
+    item: str  # the time_s key of the part (docs/OUTPUT.md)
+    hidden: Callable[[StepTerms[V]], V]  # the hiding seconds, with the traffic sharing their links
+    window: Callable[[StepTerms[V]], V]  # the compute they hide behind
+    interference: Callable[[StepTerms[V]], V]  # eta x all of them
+
+
+# the collectives that hide (the part: unhidden(max(0, hidden - window)) + interference) ...
+EXPOSED: tuple[Hidden[Any], ...] = (
+    Hidden(
+        item="exposed_comm/reduce",
+        hidden=lambda t: t.reduce_s + t.reduce_link_busy_s,
+        window=lambda t: t.reduce_window_s,
+        interference=lambda t: t.reduce_interference_s,
+    ),
+    Hidden(
+        item="exposed_comm/zero_gather",
+        hidden=lambda t: t.zero_gather_s,
+        window=lambda t: t.gather_window_s,
+        interference=lambda t: t.gather_interference_s,
+    ),
 )
-# added as they are
-PLAIN = (("exposed_comm/pp", "PP"), ("compute/optimizer", "OPT"), ("overhead/step", "STEP0"))
-STAGES = (0, 1)
+# ... and the terms added as they are
+PLAIN: tuple[tuple[str, Callable[[StepTerms[Any]], Any]], ...] = (
+    ("exposed_comm/pp", lambda t: t.pp_sends_s),
+    ("compute/optimizer", lambda t: t.optimizer_s),
+    ("overhead/step", lambda t: t.step_overhead_s),
+)
 
 
 def unhidden(exposed, eta_pct: int):
     """An exposed collective's seconds less the interference its hidden share was already charged
-    (``loss`` = ETA x all of it): exposed - ETA exposed, with ETA = eta_pct / 100; in integer quanta the
-    subtracted part is floored (CP-SAT states it as an integer f with 100 f <= eta_pct e)."""
+    (``interference`` = ETA x all of it): exposed - ETA exposed, with ETA = eta_pct / 100; in integer
+    quanta the subtracted part is floored (CP-SAT states it as an integer f with 100 f <= eta_pct e)."""
     if np.issubdtype(np.asarray(exposed).dtype, np.integer):
         return exposed - (eta_pct * exposed) // 100
     return exposed * (1.0 - eta_pct / 100.0)
 
 
-# The interference parts of the per-microbatch groups (costs.terms: each term's 'lost'), given apart by
-# estimate() to itemise them; the search's tables fold them into their groups' terms (the same sum).
-LOST = ("TPL", "TPFL", "CPL", "CPFL", "EPL", "EPFL", "FXL")
-
-
-def stage_items(t: dict, st: int) -> dict:
-    """The parts of stage ``st``'s time per step (floats or integer arrays; ``t`` holds the terms)."""
-    lost = {name: t.get(name, 0.0) for name in LOST}
-    per_stage = {
-        name: (value[st] if isinstance(value, list) else value) for name, value in lost.items()
-    }
+def stage_items(s: StageTerms) -> dict[str, Any]:
+    """The parts of one stage's time per step (floats or arrays), by time_s key."""
     items = {
-        "stage/compute": t["A"][st],
-        "exposed_comm/tp": t["TP"][st] + t["tp_rerun"] * t["TPF"],
-        "exposed_comm/cp": t["CP"] + t["cp_rerun"] * t["CPF"],
-        "exposed_comm/fsdp": t["z3"] * (t["FX"][st] + np.maximum(0, t["X"] - t["Y"])),
+        "stage/compute": s.compute_s,
+        "exposed_comm/tp": s.tp_s + s.tp_rerun_fraction * s.tp_rerun_s,
+        "exposed_comm/cp": s.cp_s + s.cp_rerun_fraction * s.cp_rerun_s,
+        "exposed_comm/fsdp": s.zero3
+        * (s.fsdp_fixed_s + np.maximum(0, s.fsdp_backward_s - s.backward_s)),
         "exposed_comm/interference": (
-            per_stage["TPL"]
-            + t["tp_rerun"] * per_stage["TPFL"]
-            + per_stage["CPL"]
-            + t["cp_rerun"] * per_stage["CPFL"]
-            + t["z3"] * (per_stage["FXL"] + t["ETA"] * np.minimum(t["X"], t["Y"]))
+            s.tp_lost_s
+            + s.tp_rerun_fraction * s.tp_rerun_lost_s
+            + s.cp_lost_s
+            + s.cp_rerun_fraction * s.cp_rerun_lost_s
+            + s.zero3 * (s.fsdp_fixed_lost_s + s.eta * np.minimum(s.fsdp_backward_s, s.backward_s))
         ),
     }
-    if (
-        t.get("EP") is not None
-    ):  # the search leaves the expert terms out of a dense model's tables (all zero)
-        items["exposed_comm/ep"] = t["EP"][st] + t["ep_rerun"] * t["EPF"]
+    if s.ep_s is not None:
+        items["exposed_comm/ep"] = s.ep_s + s.ep_rerun_fraction * s.ep_rerun_s
         items["exposed_comm/interference"] = (
             items["exposed_comm/interference"]
-            + per_stage["EPL"]
-            + t["ep_rerun"] * per_stage["EPFL"]
+            + s.ep_lost_s
+            + s.ep_rerun_fraction * s.ep_rerun_lost_s
         )
     return items
 
 
-def stage_total(t: dict, st: int):
-    return sum(stage_items(t, st).values())
+def stage_total(s: StageTerms):
+    """One stage's time per step: the sum of its ``stage_items``."""
+    return sum(stage_items(s).values())
 
 
-def slowest_stage(t: dict):
+def slowest_stage(first: StageTerms, last: StageTerms):
     """Time per step of the slowest stage (elementwise max over the first and last stage)."""
-    return np.maximum(stage_total(t, 0), stage_total(t, 1))
+    return np.maximum(stage_total(first), stage_total(last))
 
 
-def step_parts(t: dict, stage) -> dict:
+def step_parts(t: StepTerms, stage) -> dict[str, Any]:
     """The step's parts given the slowest stage's time: the once-per-step terms of EXPOSED and PLAIN."""
     parts = {"stage": stage}
-    for name, hidden, window, loss in EXPOSED:
-        parts[name] = (
-            unhidden(np.maximum(0, sum(t[h] for h in hidden) - t[window]), t["ETA_PCT"]) + t[loss]
-        )
-    for name, term in PLAIN:
-        parts[name] = t[term]
+    for h in EXPOSED:
+        exposed = np.maximum(0, h.hidden(t) - h.window(t))
+        parts[h.item] = unhidden(exposed, t.eta_pct) + h.interference(t)
+    for item, term in PLAIN:
+        parts[item] = term(t)
     return parts
 
 
-def step_total(t: dict, stage=None):
-    """One optimizer step: the sum of ``step_parts`` (the slowest stage computed when not given)."""
-    return sum(step_parts(t, slowest_stage(t) if stage is None else stage).values())
+def step_total(t: StepTerms, stage):
+    """One optimizer step: the sum of ``step_parts``."""
+    return sum(step_parts(t, stage).values())

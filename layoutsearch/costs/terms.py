@@ -24,7 +24,8 @@ Step = (K + (p - 1)/v) x slowest stage's microbatch + per-step terms.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import math
+from dataclasses import dataclass, field
 from functools import cache
 from statistics import NormalDist
 
@@ -57,6 +58,10 @@ from layoutsearch.costs.comms import (
 SHAPE_KEYS = ("dp", "fsdp", "tp", "pp", "cp", "v", "ep", "etp")
 
 
+def _unset() -> np.ndarray:
+    return np.empty(0, dtype=np.int64)
+
+
 @dataclass(frozen=True)
 class Shapes:
     """Parallel degrees, virtual stages and the pipeline schedule (SCHEDULE_CODES), as int64
@@ -68,23 +73,23 @@ class Shapes:
     pp: np.ndarray
     cp: np.ndarray
     v: np.ndarray
-    ep: np.ndarray = None  # expert parallelism (1 for a dense model)
-    etp: np.ndarray = None  # expert tensor parallelism
-    sched: np.ndarray = None
-    lf: np.ndarray = (
-        None  # layers of the first stage when given (0: the engine's split, core.stages)
-    )
-    ll: np.ndarray = None  # layers of the last stage when given
+    # an empty array (the default) stands for "not given"
+    ep: np.ndarray = field(default_factory=_unset)  # expert parallelism (1 for a dense model)
+    etp: np.ndarray = field(default_factory=_unset)  # expert tensor parallelism
+    sched: np.ndarray = field(default_factory=_unset)
+    # layers of the first stage when given (0: the engine's split, core.stages)
+    lf: np.ndarray = field(default_factory=_unset)
+    ll: np.ndarray = field(default_factory=_unset)  # layers of the last stage when given
 
     def __post_init__(self):
-        if self.sched is None:
+        if not self.sched.size:
             implied = np.where(self.v > 1, SCHEDULE_CODES["interleaved"], SCHEDULE_CODES["1f1b"])
             object.__setattr__(self, "sched", implied.astype(np.int64))
         for name in ("lf", "ll"):
-            if getattr(self, name) is None:
+            if not getattr(self, name).size:
                 object.__setattr__(self, name, np.zeros_like(self.pp))
         for name in ("ep", "etp"):
-            if getattr(self, name) is None:
+            if not getattr(self, name).size:
                 object.__setattr__(self, name, np.ones_like(self.pp))
 
     @classmethod
@@ -93,10 +98,9 @@ class Shapes:
             k: np.atleast_1d(np.asarray(degrees.get(k, 1), dtype=np.int64)) for k in SHAPE_KEYS
         }
         extra = {
-            k: None
-            if degrees.get(k) is None
-            else np.atleast_1d(np.asarray(degrees[k], dtype=np.int64))
+            k: np.atleast_1d(np.asarray(degrees[k], dtype=np.int64))
             for k in ("sched", "lf", "ll")
+            if degrees.get(k) is not None
         }
         return cls(**arrays, **extra)
 
@@ -165,6 +169,9 @@ def _f(x):
     return np.asarray(x, dtype=np.float64)
 
 
+PER_KEY_DIRECT_CODES = 1 << 22  # key tuples up to this many codes are found by a lookup table
+
+
 def per_key(fn, *keys):
     """``fn(*keys)`` of an elementwise ``fn`` over integer key arrays, computed once per distinct
     tuple of keys and spread back to every row: the same values, at the cost of the distinct keys
@@ -175,11 +182,25 @@ def per_key(fn, *keys):
         return fn(*keys)
     shape = np.broadcast_shapes(*(a.shape for a in arrays))
     columns = [np.broadcast_to(a, shape).ravel().astype(np.int64) for a in arrays]
+    bases = [int(column.max()) + 1 for column in columns]
     code = np.zeros(columns[0].shape, dtype=np.int64)  # one integer per tuple (keys are small)
-    for column in columns:
-        code = code * (int(column.max()) + 1) + column
-    _, first, inverse = np.unique(code, return_index=True, return_inverse=True)
-    inverse = inverse.reshape(shape)
+    for column, base in zip(columns, bases):
+        code = code * base + column
+    if math.prod(bases) <= PER_KEY_DIRECT_CODES:  # a lookup table over the codes: no sort
+        present = np.zeros(math.prod(bases), dtype=bool)
+        present[code] = True
+        distinct = np.flatnonzero(present)
+        position = np.zeros(len(present), dtype=np.int64)
+        position[distinct] = np.arange(len(distinct))
+        inverse = position[code].reshape(shape)
+        values, rest = [], distinct
+        for base in reversed(bases):
+            rest, value = np.divmod(rest, base)
+            values.append(value)
+        values.reverse()
+    else:
+        _, first, inverse = np.unique(code, return_index=True, return_inverse=True)
+        inverse, values = inverse.reshape(shape), [column[first] for column in columns]
 
     def spread(value):
         if isinstance(value, dict):
@@ -189,7 +210,7 @@ def per_key(fn, *keys):
         value = np.asarray(value)
         return value[inverse] if value.ndim else value
 
-    return spread(fn(*(column[first] for column in columns)))
+    return spread(fn(*values))
 
 
 def tokens_per_microbatch(workload: Workload, sh: Shapes, k):
@@ -227,7 +248,10 @@ def compute_per_microbatch(
     size = m / (m + acc.matmul_half_efficiency_tokens)
     rate = acc.peak_flops_per_s * acc.matmul_efficiency * size  # bf16: attention core, logits
     fp8 = workload.precision == "fp8"
-    layer_rate = acc.peak_fp8_flops_per_s * acc.fp8_matmul_efficiency * size if fp8 else rate
+    layer_rate = rate
+    if fp8:  # core.problem refuses fp8 on an accelerator without an fp8 peak (the catalogue gives both or none)
+        assert acc.peak_fp8_flops_per_s is not None and acc.fp8_matmul_efficiency is not None
+        layer_rate = acc.peak_fp8_flops_per_s * acc.fp8_matmul_efficiency * size
     attn_rate = (
         acc.peak_flops_per_s
         * (
@@ -247,7 +271,11 @@ def compute_per_microbatch(
     )
     work = memory.recompute_arrays(model)
     mm_rerun, attn_rerun, ew_rerun = work["matmul"][r], work["attention"][r], work["elementwise"][r]
-    mm = flops.matmul_flops_per_token_per_layer(model, sh.tp) * m / layer_rate
+    mm = (
+        per_key(lambda tp: flops.matmul_flops_per_token_per_layer(model, tp), sh.tp)
+        * m
+        / layer_rate
+    )
     if (
         model.moe is not None
     ):  # the routed experts' grouped GEMMs, at the rows the busiest local expert gets
@@ -262,11 +290,20 @@ def compute_per_microbatch(
         )
         mm = (
             mm
-            + 2.0 * flops.routed_params_per_token_per_layer(model, sh.tp) * m * load / expert_rate
+            + 2.0
+            * per_key(lambda tp: flops.routed_params_per_token_per_layer(model, tp), sh.tp)
+            * m
+            * load
+            / expert_rate
         )
     # a capacity-factor MoE dispatched by one-hot einsums (MaxText's dense path): matmuls at the bf16 rate
     dispatch = (
-        flops.einsum_dispatch_flops_per_token_per_layer(model, workload.seq_len, sh.tp) * m / rate
+        per_key(
+            lambda tp: flops.einsum_dispatch_flops_per_token_per_layer(model, workload.seq_len, tp),
+            sh.tp,
+        )
+        * m
+        / rate
         if profile_of(workload.framework, acc.kind).einsum_capacity_dispatch
         else 0.0
     )
@@ -274,18 +311,26 @@ def compute_per_microbatch(
         workload.causal and workload.flash_attention
     )  # unfused kernels compute the masked half too
     attn = (
-        flops.attention_flops_per_token_per_layer(model, workload.seq_len, causal_skip, sh.tp)
+        per_key(
+            lambda tp: flops.attention_flops_per_token_per_layer(
+                model, workload.seq_len, causal_skip, tp
+            ),
+            sh.tp,
+        )
         * m
         / attn_rate
         * attention_call_factor(model, workload, acc, sh.cp)
     )
-    ew_bytes = flops.elementwise_bytes_per_token_per_layer(
-        model,
+    ew_bytes = per_key(
+        lambda tp: flops.elementwise_bytes_per_token_per_layer(
+            model,
+            tp,
+            sequence_parallel,
+            workload.activation_bytes,
+            workload.seq_len,
+            workload.flash_attention,
+        ),
         sh.tp,
-        sequence_parallel,
-        workload.activation_bytes,
-        workload.seq_len,
-        workload.flash_attention,
     )
     ew = ew_bytes * m * (3.0 + ew_rerun) / acc.hbm_bytes_per_s
     if (
@@ -302,7 +347,14 @@ def compute_per_microbatch(
         if workload.flash_attention
         else flops.BACKWARD_OVER_FORWARD
     )
-    logits = _f(last) * (1.0 + mtp) * passes * flops.logits_flops_per_token(model, sh.tp) * m / rate
+    logits = (
+        _f(last)
+        * (1.0 + mtp)
+        * passes
+        * per_key(lambda tp: flops.logits_flops_per_token(model, tp), sh.tp)
+        * m
+        / rate
+    )
     recompute = (mm + dispatch) * mm_rerun + attn * attn_rerun
     bwd_window = (
         (mm * flops.BACKWARD_OVER_FORWARD + dispatch * flops.EINSUM_DISPATCH_BACKWARD_OVER_FORWARD)
@@ -436,10 +488,11 @@ def expert_load(model: ModelSpec, workload: Workload, sh: Shapes, m):
     router, the spread of its experts' loads (relative standard deviation cv = ``Workload.routing_cv`` over the
     experts, averaged over the device's local ones). One expert device (ep = 1) holds every expert:
     nothing to wait for, load 1."""
-    cf = model.moe.capacity_factor
-    if cf is not None:
-        return cf + 0.0 * m
-    local = model.moe.num_experts / _f(sh.ep)
+    moe = model.moe
+    assert moe is not None, "called for mixture-of-experts models only"
+    if moe.capacity_factor is not None:
+        return moe.capacity_factor + 0.0 * m
+    local = moe.num_experts / _f(sh.ep)
     tokens = np.maximum(expert_rows(model, sh, m) * local, 1.0)
     cv = workload.routing_cv if workload.routing == "learned" else 0.0
     return 1.0 + expected_max_of_normals(sh.ep) * np.sqrt(1.0 / tokens + cv * cv / local)
@@ -450,6 +503,7 @@ def expert_rows(model: ModelSpec, sh: Shapes, m):
     tokens (each rank dispatches its 1/tp of m, to k experts) spread over E experts, gathered over
     the etp ranks: m k ep etp / (tp E)."""
     moe = model.moe
+    assert moe is not None, "called for mixture-of-experts models only"
     return m * moe.top_k * sh.ep * sh.etp / (sh.tp * moe.num_experts)
 
 
@@ -544,12 +598,12 @@ def interference_pct(acc: Accelerator) -> int:
     return round(100 * acc.overlap_interference)
 
 
-def step_interference(acc: Accelerator, steps: dict) -> dict:
+def step_interference(acc: Accelerator, steps: dict) -> tuple:
     """The compute the once-per-step collectives of ``step_collectives`` slow, charged on all their time
-    (costs.step.EXPOSED takes it off again for what does not hide): 'REDI' the reductions, 'GATHI' the
-    ZeRO-1/2 gather of updated weights."""
+    (costs.step.EXPOSED takes it off again for what does not hide): (the reductions', the ZeRO-1/2
+    gather of updated weights'), ``StepTerms.reduce_interference_s`` and ``gather_interference_s``."""
     reduce = steps["reduce/zero"] + steps["reduce/dp"] + steps["reduce/kv_replica"]
-    return {"REDI": interference(acc, reduce), "GATHI": interference(acc, steps["gather/zero"])}
+    return interference(acc, reduce), interference(acc, steps["gather/zero"])
 
 
 def attention_call_factor(model: ModelSpec, workload: Workload, acc: Accelerator, cp):
@@ -573,9 +627,10 @@ def attention_efficiency(workload: Workload, acc: Accelerator) -> float:
     """The fused attention kernel's fraction of peak: the vendor's (cuDNN / Transformer Engine) where
     the workload or its framework profile uses it and the accelerator has a figure for it
     (``frameworks.vendor_attention``), else the portable FlashAttention-2 class fraction the catalogue calibrates."""
+    vendor = acc.vendor_attention_efficiency
     return (
-        acc.vendor_attention_efficiency
-        if vendor_attention(workload, acc)
+        vendor
+        if vendor is not None and vendor_attention(workload, acc)
         else acc.attention_efficiency
     )
 
@@ -646,16 +701,17 @@ def reduces_in_backward(workload: Workload, acc: Accelerator, sh: Shapes):
 
 def step_windows(
     model: ModelSpec, workload: Workload, acc: Accelerator, sh: Shapes, c: dict
-) -> dict:
+) -> tuple:
     """The compute windows the once-per-step collectives hide behind, as the framework profile
-    overlaps them: 'WIN' the last microbatch's backward (gradient reductions), 'FWD' the next
-    step's first forward (the ZeRO-1/2 gather of updated weights); 0 where the profile does not overlap."""
+    overlaps them: (the last microbatch's backward (gradient reductions), the next step's first
+    forward (the ZeRO-1/2 gather of updated weights)), ``StepTerms.reduce_window_s`` and
+    ``gather_window_s``; 0 where the profile does not overlap."""
     profile = profile_of(workload.framework, acc.kind)
     layers = layers_per_stage(model, sh)
-    return {
-        "WIN": layers * c["window/bwd_layer"] * reduces_in_backward(workload, acc, sh),
-        "FWD": layers * c["window/fwd_layer"] * float(profile.param_gather_overlap),
-    }
+    return (
+        layers * c["window/bwd_layer"] * reduces_in_backward(workload, acc, sh),
+        layers * c["window/fwd_layer"] * float(profile.param_gather_overlap),
+    )
 
 
 def cp_per_microbatch(
@@ -734,7 +790,7 @@ def fsdp_collectives(
     the ring latency and the small-message penalty once).
     """
     half = acc.collective_half_efficiency_bytes
-    p_layer = params.layer_params(model, sh.tp)
+    p_layer = per_key(lambda tp: params.layer_params(model, tp), sh.tp)
     p_expert = expert_params_per_layer(model, sh)
     vocab = model.vocab_size * model.d_model // sh.tp
     n = workload.fsdp_collectives_per_layer
@@ -889,7 +945,7 @@ def expert_stage_params(model: ModelSpec, sh: Shapes, first: bool = True):
 def stage_params(model: ModelSpec, sh: Shapes, first: bool):
     """Parameters per device of the first (``first``) or last pipeline stage, after TP (arrays)."""
     layers = layers_per_stage(model, sh, ~np.asarray(first))
-    per_layer = params.layer_params(model, sh.tp)
+    per_layer = per_key(lambda tp: params.layer_params(model, tp), sh.tp)
     vocab = model.vocab_size * model.d_model // sh.tp
     single = sh.pp == 1
     norm = params.final_norm_params(model)
@@ -917,14 +973,14 @@ def memory_by_zero(model: ModelSpec, workload: Workload, sh: Shapes, z, first: b
     """Bytes per device that depend on the ZeRO stage (keys S, z, stage): state, gathered weights, layer grads."""
     shards = np.where(z >= 1, sh.shards, 1)
     state = memory.state_bytes(_f(stage_params(model, sh, first)), workload, z, shards)
-    p_layer = _f(params.layer_params(model, sh.tp))
+    p_layer = _f(per_key(lambda tp: params.layer_params(model, tp), sh.tp))
     out = {f"state/{k}": v for k, v in state.items()}
     # the compute weights of the current and prefetched layers, gathered (or, with one shard, cast from the master),
     # and a layer's unsharded gradients; per tensor where the framework gathers and reduces each weight apart
     transient = transient_zero3_weights(workload)
     gathers, reduces = _f((z == 3) & ((sh.shards > 1) | transient)), _f((z >= 2) & (sh.shards > 1))
     gathered, grads = 2 * gathers * p_layer, reduces * p_layer
-    tensor = _f(params.largest_layer_tensor(model, sh.tp))
+    tensor = _f(per_key(lambda tp: params.largest_layer_tensor(model, tp), sh.tp))
     gathered_t, grads_t = (
         2 * gathers * tensor,
         2 * reduces * tensor,

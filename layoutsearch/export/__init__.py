@@ -83,4 +83,6 @@ def check_export(target: str, text: str, document: dict, rank: int = 1) -> list[
 
 def target_rules(target: str) -> tuple[Rule, ...]:
     """The registry's rules for ``target``'s limits (they restrict `solve --export` and refuse exports)."""
-    return framework_rules(capabilities_of(target))
+    caps = capabilities_of(target)
+    assert caps is not None  # a named target declares what it can express
+    return framework_rules(caps)

@@ -214,7 +214,7 @@ def mismatches(pairs: dict[str, tuple[object, object]], has: str = "layout has")
 def placement_text(ctx: ExportContext) -> str:
     """`tp on z(8); fsdp on z(4) y(16) x(16)`: the physical axes each degree spans."""
     parts = []
-    for name, placed in ctx.layout.axes:
+    for name, placed in ctx.layout.placements:
         parts.append(f"{name} on " + " ".join(f"{axis}({factor})" for axis, factor in placed))
     return "; ".join(parts) or "single device"
 

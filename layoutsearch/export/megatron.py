@@ -605,6 +605,12 @@ def _int(flags: dict, name: str, default: int | None = None) -> int | None:
     return None if value is None or value is True else int(value)
 
 
+def _count(flags: dict, name: str, default: int) -> int:
+    """An integer flag's value; ``default`` where it is absent (or given without a value)."""
+    value = _int(flags, name, default)
+    return default if value is None else value
+
+
 def check(text: str, ctx: ExportContext) -> list[str]:
     """arguments.py / megatron-core rules re-derived on the written arguments, and agreement with the layout."""
     f = parse_args(text)
@@ -612,7 +618,7 @@ def check(text: str, ctx: ExportContext) -> list[str]:
         return [f"no {ARRAY}=( ... ) array found"]
     world, out = ctx.num_devices, []
     tp, pp, cp = (
-        _int(f, n, 1)
+        _count(f, n, 1)
         for n in (
             "--tensor-model-parallel-size",
             "--pipeline-model-parallel-size",
@@ -622,8 +628,8 @@ def check(text: str, ctx: ExportContext) -> list[str]:
     if world % (tp * pp * cp):
         return [f"world size {world} is not divisible by tp({tp}) x pp({pp}) x cp({cp})"]
     dp = world // (tp * pp * cp)
-    layers, heads = _int(f, "--num-layers", 0), _int(f, "--num-attention-heads", 0)
-    groups = _int(f, "--num-query-groups", heads) if "--group-query-attention" in f else heads
+    layers, heads = _count(f, "--num-layers", 0), _count(f, "--num-attention-heads", 0)
+    groups = _count(f, "--num-query-groups", heads) if "--group-query-attention" in f else heads
     if heads % tp:
         out.append(f"num_attention_heads({heads}) is not a multiple of tp({tp})")
     if groups % tp and tp % groups:
@@ -677,7 +683,7 @@ def _split_problems(f: dict, layers: int, pp: int) -> list[str]:
                 f"layers for num_layers({layers})"
             ]
         return []
-    vp = _int(f, "--num-virtual-stages-per-pipeline-rank", 1)
+    vp = _count(f, "--num-virtual-stages-per-pipeline-rank", 1)
     first, last = (
         _int(f, "--decoder-first-pipeline-num-layers"),
         _int(f, "--decoder-last-pipeline-num-layers"),
@@ -709,7 +715,7 @@ def _batch_problems(f: dict, dp: int, pp: int, ctx: ExportContext) -> list[str]:
     if gbs % (mbs * dp):
         return [f"global batch {gbs} is not divisible by micro batch {mbs} x DP {dp}"]
     k = gbs // (mbs * dp)
-    layers = _int(f, "--num-layers", 0)
+    layers = _count(f, "--num-layers", 0)
     lpvs = _int(f, "--num-layers-per-virtual-pipeline-stage")
     if lpvs and (layers // pp) % lpvs:
         out.append(
@@ -732,10 +738,10 @@ def _option_problems(
     f: dict, tp: int, pp: int, cp: int, dp: int, layers: int, ctx: ExportContext
 ) -> list[str]:
     out = []
-    seq = _int(f, "--seq-length", 0)
+    seq = _count(f, "--seq-length", 0)
     if cp > 1 and seq % (2 * cp):
         out.append(f"seq_length({seq}) is not a multiple of 2 x cp({cp})")
-    if _int(f, "--max-position-embeddings", 0) < seq:
+    if _count(f, "--max-position-embeddings", 0) < seq:
         out.append(
             f"max_position_embeddings({f.get('--max-position-embeddings')}) < seq_length({seq})"
         )
@@ -760,7 +766,7 @@ def _option_problems(
                 "Megatron-FSDP needs --ckpt-format fsdp_dtensor and --use-distributed-optimizer"
             )
     out += _hyper_problems(f, tp, dp, cp, ctx)
-    instances = _int(f, "--num-distributed-optimizer-instances", 1)
+    instances = _count(f, "--num-distributed-optimizer-instances", 1)
     if (dp * cp) % instances:
         out.append(
             f"DP x CP ({dp * cp}) is not divisible by --num-distributed-optimizer-instances {instances}"
@@ -831,8 +837,8 @@ def _moe_problems(
     m, lay, out = ctx.model, ctx.layout, []
     experts = _int(f, "--num-experts")
     ep, etp = (
-        _int(f, "--expert-model-parallel-size", 1),
-        _int(f, "--expert-tensor-parallel-size", tp),
+        _count(f, "--expert-model-parallel-size", 1),
+        _count(f, "--expert-tensor-parallel-size", tp),
     )
     if m.moe is None:
         if experts is not None or ep > 1:
@@ -847,7 +853,7 @@ def _moe_problems(
         out.append(f"world size {world} is not divisible by etp({etp}) x ep({ep}) x pp({pp})")
     else:
         edp = world // (etp * ep * pp)
-        instances = _int(f, "--num-distributed-optimizer-instances", 1)
+        instances = _count(f, "--num-distributed-optimizer-instances", 1)
         if edp % instances:
             out.append(
                 f"expert data parallel size {edp} is not divisible by --num-distributed-optimizer-instances {instances}"
@@ -865,7 +871,7 @@ def _moe_problems(
             f"{[i for i, v in enumerate(pattern) if v][:8]}... MoE, the model "
             f"{[i for i in range(m.num_layers) if m.is_moe_layer(i)][:8]}..."
         )
-    topk = _int(f, "--moe-router-topk", 2)
+    topk = _count(f, "--moe-router-topk", 2)
     score = f.get("--moe-router-score-function", "softmax")
     if topk == 1 and score == "softmax" and "--moe-router-pre-softmax" not in f:
         out.append("a top-1 softmax router needs --moe-router-pre-softmax (TransformerConfig)")
@@ -927,10 +933,10 @@ def _mla_problems(f: dict, ctx: ExportContext) -> list[str]:
         out += mismatches(
             {
                 "q_lora_rank": (_int(f, "--q-lora-rank"), a.q_lora_rank),
-                "kv_lora_rank": (_int(f, "--kv-lora-rank", 32), a.kv_lora_rank),
-                "qk_head_dim": (_int(f, "--qk-head-dim", 128), a.qk_nope_head_dim),
-                "qk_pos_emb_head_dim": (_int(f, "--qk-pos-emb-head-dim", 64), a.qk_rope_head_dim),
-                "v_head_dim": (_int(f, "--v-head-dim", 128), a.v_head_dim),
+                "kv_lora_rank": (_count(f, "--kv-lora-rank", 32), a.kv_lora_rank),
+                "qk_head_dim": (_count(f, "--qk-head-dim", 128), a.qk_nope_head_dim),
+                "qk_pos_emb_head_dim": (_count(f, "--qk-pos-emb-head-dim", 64), a.qk_rope_head_dim),
+                "v_head_dim": (_count(f, "--v-head-dim", 128), a.v_head_dim),
                 "latent norms": ("--qk-layernorm" in f, True),
             },
             has="the model has",
@@ -941,7 +947,7 @@ def _mla_problems(f: dict, ctx: ExportContext) -> list[str]:
             )
         if f.get("--rope-type", "yarn") != "yarn" and "--no-rope-fusion" not in f:
             out.append("MLA with --rope-type rope needs --no-rope-fusion (MLATransformerConfig)")
-    if _int(f, "--mtp-num-layers", 0) != m.mtp_layers:
+    if _count(f, "--mtp-num-layers", 0) != m.mtp_layers:
         out.append(
             f"--mtp-num-layers is {f.get('--mtp-num-layers', 0)}, the model has {m.mtp_layers}"
         )

@@ -388,6 +388,7 @@ def _flavor_hyper(ctx: ExportContext) -> tuple[float, float]:
     if family == "deepseek_v3":
         return DEEPSEEK_V3_FIXED["rope_theta"], DEEPSEEK_V3_FIXED["norm_eps"]
     if family == "qwen3":
+        assert flavor is not None, "a qwen3 export matches a flavor (export rules)"
         return QWEN3_THETA[flavor], 1e-6
     return FLAVOR_ROPE_THETA, FLAVOR_NORM_EPS
 
@@ -512,7 +513,7 @@ def check_config(cfg: dict, ctx: ExportContext) -> list[str]:
         out.append(
             f"model name {model.get('name', 'llama3')} is not the model's family {family_of(m)}"
         )
-    tables = {
+    tables: dict[str, dict] = {
         "llama3": LLAMA3_FLAVORS,
         "deepseek_v3": DEEPSEEK_V3_FLAVORS,
         "qwen3": QWEN3_MOE_FLAVORS,

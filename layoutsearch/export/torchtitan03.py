@@ -33,6 +33,7 @@ from __future__ import annotations
 
 import ast
 import math
+from typing import Any
 
 from layoutsearch.export import torchtitan
 from layoutsearch.export.context import (
@@ -238,7 +239,7 @@ def render(ctx: ExportContext) -> str:
 
 
 # ----------------------------------------------------------------------------- checker
-def read_constants(text: str) -> dict[str, object]:
+def read_constants(text: str) -> dict[str, Any]:
     """The module's top-level NAME = literal assignments (raises SyntaxError / ValueError)."""
     out = {}
     for node in ast.parse(text).body:

@@ -29,7 +29,9 @@ def layout_record(est: Estimate, rank: int = 1, price_per_device_hour: float | N
         "schedule": lay.schedule,
         "stage_layers": stage_layers_record(est),
         "kv_replication": params.kv_replication(est.model, lay.tp),
-        "axes": {name: [[axis, factor] for axis, factor in placed] for name, placed in lay.axes},
+        "axes": {
+            name: [[axis, factor] for axis, factor in placed] for name, placed in lay.placements
+        },
         "memory_bytes": dict(est.memory_bytes),
         "memory_moments_bytes": {
             name: sum(items.values()) for name, items in est.memory_moments.items()

@@ -192,7 +192,7 @@ def re_estimate(est: Estimate, factors: dict[str, float]) -> Estimate:
 def sensitivity(est: Estimate, factor: float = SENSITIVITY_FACTOR) -> dict[str, float]:
     """Key -> relative change of the layout's step time when that number alone is x ``factor``
     (the layout held fixed: re-estimated, not re-solved)."""
+    base = est.step_time_s
     return {
-        key: relative_change(re_estimate(est, {key: factor}).step_time_s, est.step_time_s)
-        for key in WHAT_IF_KEYS
+        key: (re_estimate(est, {key: factor}).step_time_s - base) / base for key in WHAT_IF_KEYS
     }

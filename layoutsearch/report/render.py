@@ -66,7 +66,7 @@ def layout_summary(est: Estimate) -> str:
     lay = est.layout
     degrees = ", ".join(f"{k}={v}" for k, v in lay.all_degrees.items() if v > 1) or "single device"
     axes = "; ".join(
-        f"{name}: " + " x ".join(f"{a}{f}" for a, f in placed) for name, placed in lay.axes
+        f"{name}: " + " x ".join(f"{a}{f}" for a, f in placed) for name, placed in lay.placements
     )
     rep = params.kv_replication(est.model, lay.tp)
     return (
@@ -239,7 +239,7 @@ def solve_report(
             table.add_row(
                 str(rank),
                 ", ".join(f"{k}={v}" for k, v in lay.all_degrees.items() if v > 1) or "1",
-                "; ".join(f"{n}:" + "*".join(f"{a}{f}" for a, f in p) for n, p in lay.axes),
+                "; ".join(f"{n}:" + "*".join(f"{a}{f}" for a, f in p) for n, p in lay.placements),
                 str(lay.zero_stage),
                 f"{lay.num_microbatches} x {lay.microbatch_seqs(est.workload):g}"
                 + (f" v{lay.virtual_stages}" if lay.virtual_stages > 1 else ""),
@@ -326,7 +326,7 @@ def _winner_row(table: Table, label: str, est: Estimate | None, status: str | No
     table.add_row(
         label,
         ", ".join(f"{k}={v}" for k, v in lay.all_degrees.items() if v > 1) or "1",
-        "; ".join(f"{n}:" + "*".join(f"{a}{f}" for a, f in p) for n, p in lay.axes),
+        "; ".join(f"{n}:" + "*".join(f"{a}{f}" for a, f in p) for n, p in lay.placements),
         f"ZeRO-{lay.zero_stage} K={lay.num_microbatches} {lay.recompute}",
         f"{_gb(est.memory_bytes['peak'])} / {_gb(est.memory_bytes['capacity'])}",
         f"{est.step_time_s:.4f}",

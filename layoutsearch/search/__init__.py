@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 
@@ -48,7 +49,7 @@ class SearchResult:
         TIE_TOLERANCE  # relative: step times this close are ties (search.ranking)
     )
     ranking_status: str = "OPTIMAL"  # whether the simplest of the tied layouts was proven (CP-SAT)
-    space: Space | None = None
+    space: Space  # the candidates searched
     tables: Tables | None = None
 
     @property
@@ -97,7 +98,7 @@ def solve(problem: Problem, request: SearchRequest | None = None) -> SearchResul
         t0 = time.perf_counter()
         found: dict = {}
         answers, _ = enumerate_top(space, tables, objective, request.top_k, tolerance, found)
-        info = {
+        info: dict[str, Any] = {
             "status": "OPTIMAL" if answers else "INFEASIBLE",
             "rows_kept": len(space.sk_k),
             "wall_s": time.perf_counter() - t0,

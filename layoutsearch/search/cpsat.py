@@ -85,11 +85,11 @@ def row_bounds(
     s = space.sk_shape
     omask, zmask = space.order_mask[s], space.zero_mask[s]
     stage = np.where(omask[:, None, :], t.STAGE0, BIG).min(axis=(1, 2))
-    extra = np.where(zmask, t.OPT[s], BIG).min(axis=1)
-    pp = np.where(omask, t.PP, BIG).min(axis=1)
+    extra = np.where(zmask, t.optimizer_s[s], BIG).min(axis=1)
+    pp = np.where(omask, t.pp_sends_s, BIG).min(axis=1)
     mem = t.MZ[s][:, None] + t.MB[:, :, None]  # [sk, r, z, st, moment]
     fits_r = ((mem <= t.capacity_kib).all(axis=(3, 4)) & zmask[:, None, :]).any(axis=2)
-    bound = t.VOLUME[s] if objective == "gather-volume" else stage + extra + pp + t.step0
+    bound = t.VOLUME[s] if objective == "gather-volume" else stage + extra + pp + t.step_overhead_s
     return bound, fits_r, fits_r.any(axis=1)
 
 
@@ -208,36 +208,51 @@ def build_model(space: Space, t: Tables, rows: np.ndarray, clip: int | None, fit
     horizon = int(limit if limit is not None else t.STAGE3.max()) + 1
     # ---- ZeRO-3 collectives run only with stage 3 and more than one shard
     z3 = model.new_bool_var("zero3")
-    model.add(z3 == LinearExpr.sum([b for (s, z), b in v.sz.items() if t.Z3[s, z]]))
+    model.add(z3 == LinearExpr.sum([b for (s, z), b in v.sz.items() if t.zero3[s, z]]))
     zero3 = model.new_int_var(0, horizon, "zero3_stage_extra")
     model.add(zero3 == zero3_extra).only_enforce_if(z3)
     model.add(zero3 == 0).only_enforce_if(~z3)
     # ---- the once-per-step terms of costs.step, looked up by the selections that key them
-    term = {
-        "RED": (over(v.szo, t.RED, top=None), int(t.RED.max())),
-        "GATH": (over(v.szo, t.GATH, top=None), int(t.GATH.max())),
-        "REDI": (over(v.szo, t.REDI, top=None), None),
-        "GATHI": (over(v.szo, t.GATHI, top=None), None),
-        "RCON": (over(v.w, t.RCON, lambda k: (k[0], k[2]), None), int(t.RCON.max())),
-        "WIN": (over(v.w, t.WIN, lambda k: (k[0], k[1]), None), None),
-        "FWD": (over(v.w, t.FWD, lambda k: k[0], None), None),
-        "PP": (over(v.w, t.PP, lambda k: (k[0], k[2])), None),
-        "OPT": (over(v.sz, t.OPT), None),
-        "STEP0": (t.step0, None),
-    }
+    term = step_formula.StepTerms(
+        reduce_s=over(v.szo, t.reduce_s, top=None),
+        reduce_link_busy_s=over(v.w, t.reduce_link_busy_s, lambda k: (k[0], k[2]), None),
+        reduce_window_s=over(v.w, t.reduce_window_s, lambda k: (k[0], k[1]), None),
+        reduce_interference_s=over(v.szo, t.reduce_interference_s, top=None),
+        zero_gather_s=over(v.szo, t.zero_gather_s, top=None),
+        gather_window_s=over(v.w, t.gather_window_s, lambda k: k[0], None),
+        gather_interference_s=over(v.szo, t.gather_interference_s, top=None),
+        pp_sends_s=over(v.w, t.pp_sends_s, lambda k: (k[0], k[2])),
+        optimizer_s=over(v.sz, t.optimizer_s),
+        step_overhead_s=t.step_overhead_s,
+        eta_pct=t.eta_pct,
+    )
+    # every term's largest table entry: the exposed variables' upper bounds
+    most = step_formula.StepTerms(
+        reduce_s=int(t.reduce_s.max()),
+        reduce_link_busy_s=int(t.reduce_link_busy_s.max()),
+        reduce_window_s=int(t.reduce_window_s.max()),
+        reduce_interference_s=int(t.reduce_interference_s.max()),
+        zero_gather_s=int(t.zero_gather_s.max()),
+        gather_window_s=int(t.gather_window_s.max()),
+        gather_interference_s=int(t.gather_interference_s.max()),
+        pp_sends_s=int(t.pp_sends_s.max()),
+        optimizer_s=int(t.optimizer_s.max()),
+        step_overhead_s=t.step_overhead_s,
+        eta_pct=t.eta_pct,
+    )
     step = stage + zero3
     # ---- hidden collectives: what does not fit behind their window is exposed (costs.step.EXPOSED)
-    for name, hidden, window, loss in step_formula.EXPOSED:
-        top = sum(term[h][1] for h in hidden) + 1
-        exposed = model.new_int_var(0, top, name)
-        model.add(exposed >= sum(term[h][0] for h in hidden) - term[window][0])
+    for hidden in step_formula.EXPOSED:
+        top = hidden.hidden(most) + 1
+        exposed = model.new_int_var(0, top, hidden.item)
+        model.add(exposed >= hidden.hidden(term) - hidden.window(term))
         charged = model.new_int_var(
-            0, top, name + "_interference"
+            0, top, hidden.item + "_interference"
         )  # floor(ETA exposed): step_formula.unhidden
         model.add(100 * charged <= t.eta_pct * exposed)
-        step = step + exposed - charged + term[loss][0]
-    for _, name in step_formula.PLAIN:
-        step = step + term[name][0]
+        step = step + exposed - charged + hidden.interference(term)
+    for _, plain in step_formula.PLAIN:
+        step = step + plain(term)
     # ---- every stage's memory fits at every moment
     for st in (0, 1):
         for mi, _ in enumerate(MOMENT_NAMES):

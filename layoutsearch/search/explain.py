@@ -9,6 +9,7 @@
 from __future__ import annotations
 
 from dataclasses import replace
+from typing import Any
 
 import numpy as np
 
@@ -34,7 +35,7 @@ from layoutsearch.search.tables import Tables, assemble
 
 def compare(winner: Estimate, other: Estimate, limit: int = 8) -> list[dict]:
     """Itemised terms that differ between two estimates (time in seconds, memory in bytes)."""
-    rows = []
+    rows: list[dict[str, Any]] = []
     for key in sorted(set(winner.time_s) | set(other.time_s)):
         if "/" in key or key == "bubble":
             a, b = winner.time_s.get(key, 0.0), other.time_s.get(key, 0.0)
@@ -136,7 +137,7 @@ def funnel(problem: Problem, rules: tuple[Rule, ...]) -> list[dict]:
     steps = [rule for rule in rules if rule.code not in ("product", "degree")]
     removed_at = _removed_at(problem, tuples, steps)
     left = len(removed_at) - np.cumsum(np.bincount(removed_at, minlength=len(steps) + 1))
-    out = [
+    out: list[dict[str, Any]] = [
         {
             "rule": "product of degrees = devices",
             "code": "product",
@@ -272,7 +273,8 @@ def nearest(space: Space, tables: Tables) -> tuple[tuple, float] | None:
     allowed = space.zero_mask[s] & space.order_mask[s].any(axis=1)[:, None]  # [sk, z]
     n_r = len(space.recompute_codes)
     unset = np.iinfo(np.int64).max
-    least, tied = unset, []
+    least = unset
+    tied: list[tuple[np.ndarray, ...]] = []
     for start in range(0, len(s), NEAREST_CHUNK_ROWS):
         rows = np.arange(start, min(start + NEAREST_CHUNK_ROWS, len(s)))
         mem = tables.MZ[s[rows]][:, None] + tables.MB[rows][:, :, None]  # [sk, r, z, st, moment]
@@ -297,6 +299,7 @@ def nearest(space: Space, tables: Tables) -> tuple[tuple, float] | None:
         i = int(np.argmin(steps))
         if best is None or steps[i] < best[0]:
             best = (int(steps[i]), tuple(int(a[i]) for a in cand))
+    assert best is not None  # some candidate reaches the least peak
     return best[1], float(least) * KIB
 
 
@@ -375,11 +378,11 @@ def _fits_on_doubled(problem: Problem) -> str | None:
     name = (
         f"{cluster.accelerator.id}-{2 * cluster.num_devices}" if cluster.num_slices == 1 else None
     )
-    try:
-        bigger = resolve_cluster(name) if name else None
-    except LayoutsearchError:
+    if not name:
         return None
-    if bigger is None:
+    try:
+        bigger = resolve_cluster(name)
+    except LayoutsearchError:
         return None
     result = solve(replace(problem, cluster_name=name, cluster=bigger), SearchRequest(top_k=1))
     return name if result.layouts else None

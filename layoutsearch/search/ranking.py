@@ -97,7 +97,10 @@ def shape_simplicity(space) -> ShapeSimplicity:
         return cached
     sh = space.shapes
     degrees = {name: np.asarray(getattr(sh, name)) for name in ALL_DEGREE_NAMES}
-    above = sum((degrees[name] > 1).astype(np.int64) for name in ALL_DEGREE_NAMES)
+    above = sum(
+        ((degrees[name] > 1).astype(np.int64) for name in ALL_DEGREE_NAMES),
+        np.zeros(space.num_shapes, dtype=np.int64),
+    )
     cluster = space.cluster
     slow = [i for i, a in enumerate(cluster.axes) if a.kind in SLOW_AXIS_KINDS]
     tp_col = NESTING_ORDER.index("tp")
@@ -166,12 +169,14 @@ def simpler_because(space, a: tuple, b: tuple) -> str | None:
     component that differs, with both values (None when they are the same candidate)."""
     ka = [int(x[0]) for x in simplicity_key(space, *([v] for v in a))]
     kb = [int(x[0]) for x in simplicity_key(space, *([v] for v in b))]
-    for name, x, y in zip(SIMPLICITY, ka, kb):
-        if x != y:
+    for name, kx, ky in zip(SIMPLICITY, ka, kb):
+        if kx != ky:
+            x: object = kx
+            y: object = ky
             if name == "recompute":
                 x, y = (RECOMPUTE_POLICIES[int(space.recompute_codes[c[1]])] for c in (a, b))
             elif name == "TP group beyond a node":
-                x, y = ("no" if not x else "yes"), ("no" if not y else "yes")
+                x, y = ("no" if not kx else "yes"), ("no" if not ky else "yes")
             elif name == "context parallelism":
                 x, y = (f"cp={int(space.shapes.cp[space.sk_shape[c[0]]])}" for c in (a, b))
             elif name.startswith("degrees in order") or name == "axis placement":

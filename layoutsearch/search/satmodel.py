@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import operator
 from collections.abc import Iterable
+from typing import Any
 
 from ortools.sat.python import cp_model_helper as _cmh
 
@@ -63,8 +64,8 @@ __all__ = [
 ]
 
 
-def _as_int(value: object) -> int | None:
-    """``value`` as a Python int when it is an integer (numpy ints, integral floats), else None."""
+def _as_int(value: Any) -> int | None:
+    """``value`` (anything) as a Python int when it is an integer (numpy ints, integral floats), else None."""
     if type(value) is int:
         return value
     try:
@@ -229,10 +230,13 @@ class _Term(LinearExpr):
     """coef * expr."""
 
     __slots__ = ("expr", "coef")
+    expr: LinearExpr
+    coef: int
 
     def __init__(self, expr: LinearExpr, coef: int) -> None:
         if type(expr) is _Term:  # k * (j * e) -> (k j) * e
-            expr, coef = expr.expr, expr.coef * coef
+            coef = expr.coef * coef
+            expr = expr.expr
         self.expr, self.coef = expr, coef
 
 
@@ -240,20 +244,27 @@ class _Add(LinearExpr):
     """left + right + constant (right may be None); the flattened form is cached on first use."""
 
     __slots__ = ("left", "right", "constant", "_flat")
+    left: LinearExpr
+    right: LinearExpr | None
+    constant: int
+    _flat: tuple[dict[int, int], int] | None
 
     def __init__(self, left: LinearExpr, right: LinearExpr | None, constant: int) -> None:
         self.left, self.right, self.constant = left, right, constant
-        self._flat: tuple[dict[int, int], int] | None = None
+        self._flat = None
 
 
 class _Sum(LinearExpr):
     """sum(coef * expr for expr, coef in terms) + constant, from LinearExpr.sum / weighted_sum."""
 
     __slots__ = ("terms", "constant", "_flat")
+    terms: tuple[tuple[LinearExpr, int], ...]
+    constant: int
+    _flat: tuple[dict[int, int], int] | None
 
     def __init__(self, terms: tuple[tuple[LinearExpr, int], ...], constant: int) -> None:
         self.terms, self.constant = terms, constant
-        self._flat: tuple[dict[int, int], int] | None = None
+        self._flat = None
 
 
 Var = IntVar  # short alias
@@ -269,7 +280,7 @@ def _flatten(expr: LinearExpr) -> tuple[dict[int, int], int]:
     coefs: dict[int, int] = {}
     constant = _walk(expr, coefs)
     flat = ({i: c for i, c in coefs.items() if c}, constant)
-    if type(expr) in (_Add, _Sum):
+    if isinstance(expr, (_Add, _Sum)):
         expr._flat = flat
     return flat
 
@@ -277,7 +288,9 @@ def _flatten(expr: LinearExpr) -> tuple[dict[int, int], int]:
 def _walk(expr: LinearExpr, coefs: dict[int, int]) -> int:
     """Adds the coefficients of ``expr`` into ``coefs``; returns its constant."""
     constant = 0
-    stack: list[tuple[LinearExpr, int]] = [(expr, 1)]
+    # nodes are dispatched on their exact type (``kind``, one type() call per node: this loop is hot),
+    # which a type checker does not narrow through, hence Any
+    stack: list[tuple[Any, int]] = [(expr, 1)]
     pop, push, get = stack.pop, stack.append, coefs.get
     while stack:
         node, m = pop()
@@ -317,7 +330,7 @@ def _merge(coefs: dict[int, int], flat: tuple[dict[int, int], int], m: int) -> i
     return m * flat[1]
 
 
-def _flat_of(expr: LinearExpr | int) -> tuple[dict[int, int], int]:
+def _flat_of(expr: object) -> tuple[dict[int, int], int]:
     if isinstance(expr, LinearExpr):
         return _flatten(expr)
     return {}, _coefficient(expr)
@@ -328,9 +341,8 @@ class BoundedLinearExpression:
 
     __slots__ = ("left", "right", "domain", "op")
 
-    def __init__(
-        self, left: LinearExpr, right: LinearExpr | int, domain: tuple[int, ...], op: str
-    ) -> None:
+    def __init__(self, left: LinearExpr, right: object, domain: tuple[int, ...], op: str) -> None:
+        """``right``: an expression or an integer-valued number (kept as given)."""
         self.left, self.right, self.domain, self.op = left, right, domain, op
 
     def __bool__(self) -> bool:
@@ -388,7 +400,7 @@ class Constraint:
 
     __slots__ = ("proto", "index")
 
-    def __init__(self, proto: object, index: int) -> None:
+    def __init__(self, proto: _cmh.ConstraintProto, index: int) -> None:
         self.proto, self.index = proto, index
 
     def only_enforce_if(self, *literals: Literal | Iterable[Literal]) -> Constraint:

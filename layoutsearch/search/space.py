@@ -119,7 +119,7 @@ def degree_tuples(num_devices: int, experts: int = 0) -> Cand:
     and with ``experts`` > 0 every (ep, etp) whose product divides the devices of a stage (the
     rules then keep ep dividing the experts, so the funnel names them) and etp 1 or tp (the expert TP the frameworks offer: Megatron-Core's
     default is tp, its MoE recipes 1; torchtitan takes 1 or tp); ep = etp = 1 otherwise."""
-    rows = []
+    rows: list[tuple[int, ...]] = []
     for tp in divisors(num_devices):
         for pp in divisors(num_devices // tp):
             stage = num_devices // tp // pp
@@ -280,7 +280,8 @@ def _placements(problem: Problem, shape_rows: np.ndarray, orders: list):
     degrees = {name: shape_rows[:, i] for i, name in enumerate(ALL_DEGREE_NAMES)}
     kv = params.kv_replication(problem.model, degrees["tp"])
     order_mask = np.zeros((len(shape_rows), len(orders)), dtype=bool)
-    per_order, keys = [], []
+    per_order: list[terms.Coeffs] = []
+    keys: list[np.ndarray] = []
     moe = problem.model.moe is not None
     for o, order in enumerate(orders):
         table, ok = fill_order(problem.cluster, {k: degrees[k] for k in DEGREE_NAMES}, order)

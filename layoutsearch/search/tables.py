@@ -2,23 +2,17 @@
 
 The tables are the cost model's term functions (``costs.terms``) evaluated once per key and
 quantised: times in ``quantum_s`` units (rounded), bytes in KiB (rounded up, so a table never
-says a layout fits that ``estimate`` rejects). ``assemble`` is the step rule of
-``costs.terms`` over those integers; the enumerator applies it to every candidate, and the
-CP-SAT model states the same rule as constraints (tests hold the two to equal optima).
-
-Per stage st (0 = first, 1 = last):
-  stage[st] = A[SKr,st] + TP[SKo,st] + tp_rerun[r]*TPF[SKo] + CP[SKo] + cp_rerun[r]*CPF[SKo]
-              + EP[SKo,st] + ep_rerun[r]*EPF[SKo]
-              + z3 * (FX[SKo,st] + max(0, X[SKo] - Y[SKr]) + eta min(X[SKo], Y[SKr]))
-  STAGE     = max_st stage[st], tabulated per (S,K,r,o) without (STAGE0) and with ZeRO-3 (STAGE3)
-  step      = STAGE + max(0, RED[Szo] + RCON[SKo] - WIN[SKr]) + REDI[Szo] + max(0, GATH[Szo] - FWD[SK]) + GATHI[Szo]
-              + PP[SKo] + OPT[Sz] + STEP0
-  memory    = MZ[Sz,st,moment] + MB[SKr,st,moment] <= capacity, for every st and moment
+says a layout fits that ``estimate`` rejects). The time tables are the fields of the step
+formula's ``costs.step.StageTerms`` and ``StepTerms`` under the same names, indexed by the keys
+they depend on; ``assemble`` applies that formula (``costs.step``) to candidates: the enumerator
+calls it on every candidate, and the CP-SAT model states the same formula as constraints (tests
+hold the two to equal optima). Memory: ``MZ[s, z, st, moment] + MB[sk, r, st, moment]`` must fit
+the capacity for every stage st (0 = first, 1 = last) and moment.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 
@@ -32,39 +26,48 @@ MOMENT_NAMES = tuple(terms.MOMENTS)
 
 @dataclass
 class Tables:
+    """The tables; a time field's meaning is its namesake's in ``costs.step`` (quanta here)."""
+
     quantum_s: float
     capacity_kib: int
-    step0: int  # fixed per-step overhead, quanta
-    eta: float  # compute lost per hidden collective second (Accelerator.overlap_interference)
-    eta_pct: int  # the same in percent (terms.interference_pct: the catalogue holds it to 0.01)
-    # (S,K) x r
-    A: np.ndarray  # [sk, r, st]
-    Y: np.ndarray  # [sk, r]
-    WIN: np.ndarray  # [sk, r]
-    FWD: np.ndarray  # [sk] one microbatch's forward on the first stage (hides the ZeRO-1/2 gather)
-    MB: np.ndarray  # [sk, r, st, moment]
-    # (S,K) x o
-    TP: np.ndarray  # [sk, o, st]
-    TPF: np.ndarray  # [sk, o]
-    CP: np.ndarray  # [sk, o]
-    CPF: np.ndarray  # [sk, o]
-    EP: np.ndarray  # [sk, o, st] exposed MoE token AllToAlls
-    EPF: np.ndarray  # [sk, o] those of a forward whose MLP runs again
-    FX: np.ndarray  # [sk, o, st]
-    X: np.ndarray  # [sk, o]
-    PP: np.ndarray  # [sk, o]
-    RCON: np.ndarray  # [sk, o] hidden TP/CP traffic of the last backward on the reductions' links
-    # S x z (x o)
-    RED: np.ndarray  # [s, z, o]
-    GATH: np.ndarray  # [s, z, o]
-    REDI: np.ndarray  # [s, z, o] compute the hidden reductions slow (overlap_interference x RED)
-    GATHI: np.ndarray  # [s, z, o] and the hidden ZeRO-1/2 gather
-    OPT: np.ndarray  # [s, z]
-    MZ: np.ndarray  # [s, z, st, moment]
-    Z3: np.ndarray  # [s, z] bool: ZeRO-3 collectives run
+    step_overhead_s: int  # StepTerms.step_overhead_s
+    eta: float  # StageTerms.eta
+    eta_pct: int  # StepTerms.eta_pct
+    # StageTerms over (S,K) x r
+    compute_s: np.ndarray  # [sk, r, st]
+    backward_s: np.ndarray  # [sk, r]
+    # StepTerms over (S,K) x r
+    reduce_window_s: np.ndarray  # [sk, r]
+    gather_window_s: np.ndarray  # [sk] one microbatch's forward on the first stage
+    MB: np.ndarray  # [sk, r, st, moment] memory by microbatch, KiB
+    # StageTerms over (S,K) x o
+    tp_s: np.ndarray  # [sk, o, st]
+    tp_rerun_s: np.ndarray  # [sk, o]
+    cp_s: np.ndarray  # [sk, o]
+    cp_rerun_s: np.ndarray  # [sk, o]
+    ep_s: np.ndarray  # [sk, o, st]
+    ep_rerun_s: np.ndarray  # [sk, o]
+    fsdp_fixed_s: np.ndarray  # [sk, o, st]
+    fsdp_backward_s: np.ndarray  # [sk, o]
+    # StepTerms over (S,K) x o
+    pp_sends_s: np.ndarray  # [sk, o]
+    reduce_link_busy_s: np.ndarray  # [sk, o]
+    # StepTerms over S x z (x o)
+    reduce_s: np.ndarray  # [s, z, o]
+    zero_gather_s: np.ndarray  # [s, z, o]
+    reduce_interference_s: np.ndarray  # [s, z, o]
+    gather_interference_s: np.ndarray  # [s, z, o]
+    optimizer_s: np.ndarray  # [s, z]
+    MZ: np.ndarray  # [s, z, st, moment] memory by ZeRO stage, KiB
+    zero3: np.ndarray  # [s, z] bool: StageTerms.zero3
     VOLUME: np.ndarray  # [s] gather-volume objective, KiB
-    STAGE0: np.ndarray = None  # [sk, r, o] slowest stage without ZeRO-3 collectives
-    STAGE3: np.ndarray = None  # [sk, r, o] slowest stage with them
+    # filled by build_tables from the tables above (stage_parts)
+    STAGE0: np.ndarray = field(
+        default_factory=lambda: np.empty(0)
+    )  # [sk, r, o] slowest stage without ZeRO-3 collectives
+    STAGE3: np.ndarray = field(
+        default_factory=lambda: np.empty(0)
+    )  # [sk, r, o] slowest stage with them
 
 
 def _grid(space: Space, sk_rows: np.ndarray, extra: int):
@@ -117,8 +120,8 @@ def build_tables(space: Space) -> Tables:
         mb.append([sum(terms.moment_bytes(items, name).values(), 0.0 * k) for name in MOMENT_NAMES])
         if st == 0:
             y = mult * terms.layers_per_stage(model, sh) * c["window/bwd_layer"]
-            windows = terms.step_windows(model, workload, acc, sh, c)
-            win, fwd = windows["WIN"], windows["FWD"].reshape(n_sk, len(codes))[:, 0]
+            win, fwd = terms.step_windows(model, workload, acc, sh, c)
+            fwd = fwd.reshape(n_sk, len(codes))[:, 0]
     del sh, k, r, mult, c, items  # the (S,K) x r grid: free it before the next one (peak memory)
     # ---- (S,K) x o
     sh_o, k_o, shape_o = _grid(space, sk, n_o)
@@ -197,40 +200,39 @@ def build_tables(space: Space) -> Tables:
         return np.ceil(np.asarray(x, dtype=np.float64) / KIB).astype(np.int64)
 
     nr = len(codes)
+    reduce_interference, gather_interference = terms.step_interference(acc, steps)
     tables = Tables(
         quantum_s=quantum,
         capacity_kib=int(capacity_bytes(space.cluster, workload) // KIB),
-        step0=int(q(acc.step_overhead_s)),
+        step_overhead_s=int(q(acc.step_overhead_s)),
         eta=acc.overlap_interference,
         eta_pct=terms.interference_pct(acc),
-        A=q(np.stack(a, axis=-1)).reshape(n_sk, nr, 2),
-        Y=q(y).reshape(n_sk, nr),
-        WIN=q(win).reshape(n_sk, nr),
-        FWD=q(fwd),
+        compute_s=q(np.stack(a, axis=-1)).reshape(n_sk, nr, 2),
+        backward_s=q(y).reshape(n_sk, nr),
+        reduce_window_s=q(win).reshape(n_sk, nr),
+        gather_window_s=q(fwd),
         MB=kib(np.stack([np.stack(m, axis=-1) for m in mb], axis=-2)).reshape(
             n_sk, nr, 2, len(MOMENT_NAMES)
         ),
-        TP=q(np.stack(tp_st, axis=-1)).reshape(n_sk, n_o, 2),
-        TPF=q(tpf).reshape(n_sk, n_o),
-        CP=q(mult_o * cp["base"]).reshape(n_sk, n_o),
-        CPF=q(mult_o * cp["rerun"]).reshape(n_sk, n_o),
-        EP=q(np.stack(ep_st, axis=-1)).reshape(n_sk, n_o, 2),
-        EPF=q(epf).reshape(n_sk, n_o),
-        FX=q(np.stack(fx_st, axis=-1)).reshape(n_sk, n_o, 2),
-        X=q(x).reshape(n_sk, n_o),
-        PP=q(pp).reshape(n_sk, n_o),
-        RCON=q(rcon).reshape(n_sk, n_o),
-        RED=q(red).reshape(n_s, 4, n_o),
-        GATH=q(steps["gather/zero"]).reshape(n_s, 4, n_o),
-        **{
-            name: q(v).reshape(n_s, 4, n_o)
-            for name, v in terms.step_interference(acc, steps).items()
-        },
-        OPT=q(opt).reshape(n_s, 4),
+        tp_s=q(np.stack(tp_st, axis=-1)).reshape(n_sk, n_o, 2),
+        tp_rerun_s=q(tpf).reshape(n_sk, n_o),
+        cp_s=q(mult_o * cp["base"]).reshape(n_sk, n_o),
+        cp_rerun_s=q(mult_o * cp["rerun"]).reshape(n_sk, n_o),
+        ep_s=q(np.stack(ep_st, axis=-1)).reshape(n_sk, n_o, 2),
+        ep_rerun_s=q(epf).reshape(n_sk, n_o),
+        fsdp_fixed_s=q(np.stack(fx_st, axis=-1)).reshape(n_sk, n_o, 2),
+        fsdp_backward_s=q(x).reshape(n_sk, n_o),
+        pp_sends_s=q(pp).reshape(n_sk, n_o),
+        reduce_link_busy_s=q(rcon).reshape(n_sk, n_o),
+        reduce_s=q(red).reshape(n_s, 4, n_o),
+        zero_gather_s=q(steps["gather/zero"]).reshape(n_s, 4, n_o),
+        reduce_interference_s=q(reduce_interference).reshape(n_s, 4, n_o),
+        gather_interference_s=q(gather_interference).reshape(n_s, 4, n_o),
+        optimizer_s=q(opt).reshape(n_s, 4),
         MZ=kib(np.stack([np.stack(m, axis=-1) for m in mz], axis=-2)).reshape(
             n_s, 4, 2, len(MOMENT_NAMES)
         ),
-        Z3=z3,
+        zero3=z3,
         VOLUME=kib(v_w + v_x),
     )
     work = memory.recompute_arrays(model)
@@ -244,61 +246,56 @@ def stage_parts(
     t: Tables, tp_rerun_by_r: np.ndarray, cp_rerun_by_r: np.ndarray, ep_rerun_by_r: np.ndarray
 ) -> tuple[np.ndarray, np.ndarray]:
     """The slowest stage per (S,K,r,o) by ``step.slowest_stage``: without ZeRO-3 collectives and with them."""
-    terms_sk_r_o = {
-        "A": [t.A[:, :, None, st] for st in step.STAGES],
-        "TP": [t.TP[:, None, :, st] for st in step.STAGES],
-        "TPF": t.TPF[:, None, :],
-        "CP": t.CP[:, None, :],
-        "CPF": t.CPF[:, None, :],
-        **(
-            {
-                "EP": [t.EP[:, None, :, st] for st in step.STAGES],
-                "EPF": t.EPF[:, None, :],
-                "ep_rerun": ep_rerun_by_r[None, :, None],
-            }
-            if (t.EP.any() or t.EPF.any())
-            else {}
-        ),
-        "FX": [t.FX[:, None, :, st] for st in step.STAGES],
-        "X": t.X[:, None, :],
-        "Y": t.Y[:, :, None],
-        "ETA": t.eta,
-        "tp_rerun": tp_rerun_by_r[None, :, None],
-        "cp_rerun": cp_rerun_by_r[None, :, None],
-    }
+    experts = t.ep_s.any() or t.ep_rerun_s.any()  # a dense model's are all zero: left out
 
-    def quanta(
-        x,
-    ):  # a policy rerunning part of the forward's collectives makes fractions: round once
-        return np.rint(x).astype(np.int64)
+    def stage(st: int, zero3: int) -> step.StageTerms:
+        return step.StageTerms(
+            compute_s=t.compute_s[:, :, None, st],
+            tp_s=t.tp_s[:, None, :, st],
+            tp_rerun_s=t.tp_rerun_s[:, None, :],
+            tp_rerun_fraction=tp_rerun_by_r[None, :, None],
+            cp_s=t.cp_s[:, None, :],
+            cp_rerun_s=t.cp_rerun_s[:, None, :],
+            cp_rerun_fraction=cp_rerun_by_r[None, :, None],
+            fsdp_fixed_s=t.fsdp_fixed_s[:, None, :, st],
+            fsdp_backward_s=t.fsdp_backward_s[:, None, :],
+            backward_s=t.backward_s[:, :, None],
+            zero3=zero3,
+            eta=t.eta,
+            ep_s=t.ep_s[:, None, :, st] if experts else None,
+            ep_rerun_s=t.ep_rerun_s[:, None, :] if experts else 0.0,
+            ep_rerun_fraction=ep_rerun_by_r[None, :, None] if experts else 0.0,
+        )
 
-    return quanta(step.slowest_stage({**terms_sk_r_o, "z3": 0})), quanta(
-        step.slowest_stage({**terms_sk_r_o, "z3": 1})
-    )
+    # a policy rerunning part of the forward's collectives makes fractions: round once
+    def quanta(zero3: int) -> np.ndarray:
+        return np.rint(step.slowest_stage(stage(0, zero3), stage(1, zero3))).astype(np.int64)
+
+    return quanta(0), quanta(1)
 
 
-def step_terms(t: Tables, space: Space, sk, ri, z, o) -> dict:
+def step_terms(t: Tables, space: Space, sk, ri, z, o) -> step.StepTerms:
     """The once-per-step terms of ``costs.step`` for candidates (index arrays)."""
     s = space.sk_shape[sk]
-    return {
-        "RED": t.RED[s, z, o],
-        "RCON": t.RCON[sk, o],
-        "WIN": t.WIN[sk, ri],
-        "GATH": t.GATH[s, z, o],
-        "FWD": t.FWD[sk],
-        "REDI": t.REDI[s, z, o],
-        "GATHI": t.GATHI[s, z, o],
-        "ETA_PCT": t.eta_pct,
-        "PP": t.PP[sk, o],
-        "OPT": t.OPT[s, z],
-        "STEP0": t.step0,
-    }
+    return step.StepTerms(
+        reduce_s=t.reduce_s[s, z, o],
+        reduce_link_busy_s=t.reduce_link_busy_s[sk, o],
+        reduce_window_s=t.reduce_window_s[sk, ri],
+        reduce_interference_s=t.reduce_interference_s[s, z, o],
+        zero_gather_s=t.zero_gather_s[s, z, o],
+        gather_window_s=t.gather_window_s[sk],
+        gather_interference_s=t.gather_interference_s[s, z, o],
+        pp_sends_s=t.pp_sends_s[sk, o],
+        optimizer_s=t.optimizer_s[s, z],
+        step_overhead_s=t.step_overhead_s,
+        eta_pct=t.eta_pct,
+    )
 
 
 def assemble(t: Tables, space: Space, sk, ri, z, o) -> dict:
     """Quantised step time, peak memory (KiB), fit and gather volume of candidates (index arrays)."""
     s = space.sk_shape[sk]
-    stage = np.where(t.Z3[s, z], t.STAGE3[sk, ri, o], t.STAGE0[sk, ri, o])
+    stage = np.where(t.zero3[s, z], t.STAGE3[sk, ri, o], t.STAGE0[sk, ri, o])
     total = step.step_total(step_terms(t, space, sk, ri, z, o), stage)
     mem = t.MZ[s, z] + t.MB[sk, ri]  # [.., st, moment]
     peak = mem.reshape(mem.shape[0], -1).max(axis=1) if mem.ndim > 2 else mem.max()

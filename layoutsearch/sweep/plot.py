@@ -10,6 +10,7 @@ from __future__ import annotations
 import io as bytesio
 import math
 import os
+from typing import Any
 
 from layoutsearch.core import io
 from layoutsearch.core.errors import InvalidArgumentError, missing_extra
@@ -103,7 +104,12 @@ def plot_sweep(path: str | os.PathLike, out_png: str | os.PathLike) -> str:
     ax_mfu, ax_step = fig.add_subplot(grid[0, :ncols]), fig.add_subplot(grid[0, ncols:])
     missing = 0
     for key, group in groups.items():
-        kw = {"color": colour[key[2]], "linestyle": style[key[0]], "marker": "o", "markersize": 4}
+        kw: dict[str, Any] = {
+            "color": colour[key[2]],
+            "linestyle": style[key[0]],
+            "marker": "o",
+            "markersize": 4,
+        }
         xs = [r["num_devices"] for r in group]
         mfu = [r["mfu"] * 100 if r.get("mfu") is not None else math.nan for r in group]
         step = [r["step_time_s"] if r.get("step_time_s") is not None else math.nan for r in group]

@@ -8,6 +8,8 @@ import json
 import math
 import os
 import stat
+from collections.abc import Callable
+from typing import BinaryIO
 
 from layoutsearch.core import io
 from layoutsearch.core.errors import InvalidArgumentError, missing_extra
@@ -178,14 +180,14 @@ class Journal:
     def __init__(self, path: str):
         self.path = path
         self.dropped = 0
-        self._fh = None
+        self._fh: BinaryIO | None = None
 
     def open(self, fresh: bool = False) -> dict[str, dict]:
         """Lock, read (dropping what is not a valid row, as said above), and stay open for appends."""
-        self._fh = self._open_locked()
+        fh = self._fh = self._open_locked()
         try:
-            self._fh.seek(0)
-            data = self._fh.read()
+            fh.seek(0)
+            data = fh.read()
         except OSError as exc:
             self.close()
             raise InvalidArgumentError(
@@ -208,7 +210,7 @@ class Journal:
                 raise
         return rows
 
-    def _open_locked(self):
+    def _open_locked(self) -> BinaryIO:
         for _ in range(5):
             fh = _open_journal(self.path)
             try:
@@ -229,7 +231,7 @@ class Journal:
 
     def _rewrite(self, lines: list[bytes]) -> None:
         """The good lines, written whole to a temporary file locked before it is renamed over the journal."""
-        new = []
+        new: list[BinaryIO] = []
 
         def lock_new(fd: int) -> None:
             fh = os.fdopen(os.dup(fd), "a+b", buffering=0)
@@ -248,18 +250,24 @@ class Journal:
             for fh in new:
                 fh.close()
             raise
-        self._fh.close()
+        self._open_file().close()
         self._fh = new[0]
         self._fh.seek(0, os.SEEK_END)
+
+    def _open_file(self) -> BinaryIO:
+        if self._fh is None:
+            raise RuntimeError(f"journal {self.path} is not open (Journal.open first)")
+        return self._fh
 
     def append(self, row: dict) -> None:
         """One line, written whole (unbuffered: a failed write leaves nothing for close to flush)
         and fsynced; a full disk is one line (the torn end is dropped when the journal is opened)."""
+        fh = self._open_file()
         view = memoryview((json.dumps(row, separators=(",", ":")) + "\n").encode())
         try:
             while view:
-                view = view[self._fh.write(view) :]
-            os.fsync(self._fh.fileno())
+                view = view[fh.write(view) :]
+            os.fsync(fh.fileno())
         except OSError as exc:
             raise io.write_error(self.path, "--output", exc) from None
 
@@ -368,7 +376,7 @@ def _csv_text(value) -> str:
 
 
 _KIND_NAMES = {"str": "a string", "int": "an integer", "float": "a number", "bool": "true or false"}
-_PARSE = {
+_PARSE: dict[str, Callable[[str], object]] = {
     "str": str,
     "int": int,
     "float": float,

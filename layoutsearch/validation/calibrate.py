@@ -27,11 +27,13 @@ The fitted values reach the catalogue only through an explicit ``write_calibrati
 from __future__ import annotations
 
 import datetime as _dt
+import functools
 import math
 import re
 from collections.abc import Callable, Iterable
 from dataclasses import replace
 from pathlib import Path
+from typing import Any, overload
 
 import numpy as np
 import yaml
@@ -39,7 +41,8 @@ import yaml
 from layoutsearch.core import catalogue, io, topology
 from layoutsearch.core.catalogue import accelerator_from_dict
 from layoutsearch.core.errors import CatalogueError, InvalidArgumentError
-from layoutsearch.core.specs import Cluster
+from layoutsearch.core.problem import Problem
+from layoutsearch.core.specs import Cluster, Layout
 from layoutsearch.costs.estimate import estimate
 from layoutsearch.validation.mapping import record_to_problem
 from layoutsearch.validation.runs import source_family
@@ -123,7 +126,8 @@ def with_calibration(cluster: Cluster, **fields: float) -> Cluster:
     Axes copy ``collective_efficiency`` (torus, NVLink switch) or ``scale_out_efficiency``
     (scale-out, DCN) from the accelerator when the cluster is resolved; both are refreshed here.
     """
-    acc = replace(cluster.accelerator, **fields)
+    changes: dict[str, Any] = fields  # calibration fields of Accelerator
+    acc = replace(cluster.accelerator, **changes)
     axes = tuple(
         a
         if a.bytes_per_s_per_direction == 0 or a.kind not in AXIS_EFFICIENCY
@@ -133,6 +137,10 @@ def with_calibration(cluster: Cluster, **fields: float) -> Cluster:
     return replace(cluster, accelerator=acc, axes=axes)
 
 
+@overload
+def family_of(accelerator: str) -> str: ...
+@overload
+def family_of(accelerator: None) -> None: ...
 def family_of(accelerator: str | None) -> str | None:
     """The calibration family of an accelerator id (``FAMILIES``; any other id is its own family)."""
     return FAMILIES.get(accelerator, accelerator) if accelerator is not None else None
@@ -165,9 +173,18 @@ def log_residuals(problems: list[tuple[str, tuple, float]], fields: dict[str, fl
     out = np.empty(len(problems))
     for i, (_, (problem, layout), measured) in enumerate(problems):
         calibrated = replace(problem, cluster=with_calibration(problem.cluster, **fields))
-        est = estimate(calibrated, layout, strict=False)
-        out[i] = math.log(est.tokens_per_s / problem.num_devices / measured)
+        out[i] = math.log(tokens_per_s(calibrated, layout) / problem.num_devices / measured)
     return out
+
+
+@functools.lru_cache(maxsize=1 << 16)
+def tokens_per_s(problem: Problem, layout: Layout) -> float:
+    """``estimate(problem, layout).tokens_per_s``, remembered: a fit asks again for the same values
+    (a forward difference in one family's fields leaves the other families' records as they were;
+    every leave-one-source-out fold starts from the same catalogue values and scans the same
+    routing spreads), and ``estimate`` is a pure function of its arguments.
+    """
+    return estimate(problem, layout, strict=False).tokens_per_s
 
 
 def fit_residuals(log_errors: np.ndarray, loss: str = "squares") -> np.ndarray:
@@ -197,16 +214,18 @@ def _bounds(name: str) -> tuple[float, float] | None:
 
 def _to_value(name: str, u: float) -> float:
     """Bounded physical value of an unbounded coordinate (fractions: sigmoid; others: scale exp)."""
-    if _bounds(name):
-        lo, hi = _bounds(name)
+    bounds = _bounds(name)
+    if bounds:
+        lo, hi = bounds
         return lo + (hi - lo) / (1.0 + math.exp(-min(max(u, -40.0), 40.0)))
     return SCALES.get(name, 1.0) * math.exp(min(max(u, -25.0), 12.0))
 
 
 def _to_coord(name: str, value: float) -> float:
     """Inverse of ``_to_value`` (values at a bound are pulled just inside it)."""
-    if _bounds(name):
-        lo, hi = _bounds(name)
+    bounds = _bounds(name)
+    if bounds:
+        lo, hi = bounds
         p = min(max((value - lo) / (hi - lo), 1e-2), 1 - 1e-4)
         return math.log(p / (1 - p))
     return math.log(max(value, 1e-6 * SCALES.get(name, 1.0)) / SCALES.get(name, 1.0))
@@ -470,11 +489,9 @@ def learned_routing_problems(records: Iterable[dict]) -> list[tuple[str, tuple, 
         if isinstance(mapped, str):
             continue
         problem, layout = mapped
-        if (
-            problem.workload.routing == "learned"
-            and problem.model.moe.capacity_factor is None
-            and layout.ep > 1
-        ):
+        moe = problem.model.moe
+        assert moe is not None  # the record has a moe block
+        if problem.workload.routing == "learned" and moe.capacity_factor is None and layout.ep > 1:
             out.append((r["id"], mapped, float(meas["tokens_per_s_per_device"])))
     return out
 
@@ -489,9 +506,7 @@ def routing_cv_scan(
         errors = np.empty(len(problems))
         for i, prob in enumerate(problems):
             _, (varied, layout), measured = _with_routing_cv(prob, float(cv))
-            errors[i] = math.log(
-                estimate(varied, layout, strict=False).tokens_per_s / varied.num_devices / measured
-            )
+            errors[i] = math.log(tokens_per_s(varied, layout) / varied.num_devices / measured)
         out[float(cv)] = (float(np.sum(fit_residuals(errors, loss) ** 2)), errors)
     return out
 
@@ -702,7 +717,7 @@ def write_calibration(
             io.atomic_write(path, text, "--write")
             written.append(path)
     catalogue.load_accelerator.cache_clear()
-    topology.resolve_cluster.cache_clear()
+    topology.resolve_cluster.cache_clear()  # type: ignore[attr-defined]  # set in core.topology
     return written
 
 

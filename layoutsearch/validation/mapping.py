@@ -1,192 +1,8 @@
 """Mapping a measured-run record onto the engine (the rules every validation and calibration uses).
 
 ``record_to_problem`` turns a record into an engine ``Problem`` and a placed ``Layout``, or a skip
-reason; validation (validate.py) and calibration (calibrate.py) both map records here. Every rule
-is applied to every record:
-
-1. Degrees. A record's ``dp`` is the TOTAL data-parallel degree (replicated x sharded); the
-   engine's ``Layout`` has ``dp`` = replicated part and ``fsdp`` = sharded part. With
-   zero_stage >= 1 the shard group is the record's ``fsdp`` when > 1, else the whole ``dp``
-   (Megatron's distributed optimizer shards over all DP ranks): engine fsdp = shard group,
-   engine dp = record dp / shard group. With zero_stage 0: engine dp = record dp, fsdp = 1.
-2. Pipeline: ``virtual_stages`` null -> 1; schedule "interleaved" when virtual_stages > 1.
-3. ``sequence_parallel`` null -> tp > 1 (Megatron-Core/NeMo turn it on with TP; MaxText shards
-   the activations' embed dim over the tensor axis, the same memory and collectives), except
-   for BigScience records (Megatron-DeepSpeed, early 2022, predates Megatron SP) -> False.
-4. Null microbatching (Megatron-Core README table): ``microbatch_seqs`` -> 1,
-   ``num_microbatches`` -> global_batch / (dp x microbatch_seqs); null ``recompute`` -> "none"
-   (Megatron-Core/NeMo default recompute_granularity=None; FlashAttention keeps no scores).
-   A record whose batch is not dp x microbatch_seqs x num_microbatches is skipped.
-5. Precision: fp16 is costed with bf16 bytes; null -> bf16; fp8 with the accelerator's fp8
-   matmul rate, fp8-saved linear inputs and, where the record's framework does it, fp8 weight
-   gathers (``Workload(precision="fp8")``); the fp8 recipe (tensorwise, blockwise, MXFP8) is not
-   distinguished.
-6. Model: the record's architecture; norms, biases and position embeddings are not in the
-   record, so the engine defaults (RMSNorm, no biases, no learned positions) apply (parameter
-   counts change by < 0.1%). A "parallel block" (``derived.block``, MaxText Dec-2023: attention
-   and MLP read one norm output) is costed as a serial block: same matmul FLOPs and parameters
-   (one norm fewer), but the engine counts two TP collective pairs per layer where a parallel
-   block needs one; the record carries this in ``notes``.
-7. Cluster: GPUs -> ``f"{acc}-{num_devices}"`` with the record's devices_per_node and
-   scale-out bandwidth (GB/s -> bytes/s). TPUs -> one slice ``f"{acc}-{n}"``, unless the record
-   is multislice: zero_stage 3 with dp/fsdp = k > 1 replicas (MaxText "DCN data parallel across
-   k slices") -> ``f"{acc}-{n//k}x{k}"`` with the engine's dp = k placed on the "dcn" axis; or
-   more chips than one slice holds (e.g. 512 v5e) -> the fewest equal valid slices over DCN.
-8. Attention kernel: fused (FlashAttention-style, no S x S scores in HBM) unless the run
-   predates fused attention in its framework: a source dated 2021 or earlier, or BigScience's
-   tr11 (Megatron-DeepSpeed, 2022), whose scores are materialised (``Workload.flash_attention``).
-9. ZeRO-3 implementation: DeepSpeed ZeRO-3 as of 2021 (the Megatron 2021 Table 2 comparison)
-   gathers and reduces every parameter tensor of a layer separately (``fsdp_collectives_per_layer``
-   = the layer's tensors: 4 weight matrices, their biases and two norms' weights and biases = 12
-   for GPT); later ZeRO-3 records use flat per-layer collectives (1).
-10. Hardware outside the catalogue: an accelerator id the catalogue lacks, or a precision other
-    than bf16/fp16/fp8, is skipped with the reason. An H800 (accelerator id ``h800`` when the
-    catalogue has none, or named in the record's source, cluster or derived notes) is an H100 with
-    NVLink at 200 GB/s per direction (hardware.md: 400 GB/s bidirectional). A power-capped part is
-    skipped: its clocks, hence its peak FLOP/s, are not known. Capped = ``cluster.power_limit_w``
-    below the part's rating (``POWER_RATING_W``; a part without a rating there counts as capped,
-    the schema gives the field only for a cap); without the field, a wattage other than 700 W in
-    the record's text (e.g. "500 W"). ``cluster.hbm_gb_per_device`` (e.g. the 96 GB H100)
-    replaces the catalogue's HBM for that record; capacity = that HBM less the runtime reserve.
-11. TP communication overlap: NeMo runs (NVIDIA dgxc-benchmarking, the NeMo performance summary:
-    source families "NeMo" and "nemo-framework", and its successor the Megatron-Bridge performance
-    summary) and the Megatron-Core README benchmarks use Transformer Engine's pipelined TP overlap
-    (NeMo "Communication Overlap": ``tp_comm_overlap``), and a record with ``layout.async_tp:
-    true`` (torchtitan's asynchronous, micro-pipelined TP) pipelines its TP collectives with the
-    GEMMs too; ``Workload.tp_comm_overlap`` is on for these records. Every other record takes its
-    framework profile's choice (rule 14): MaxText on TPUs overlaps TP collectives by XLA's
-    continuation fusion (libtpu's default, and the flags of every MaxText v5p config), the GPU
-    frameworks keep TP on the critical path.
-12. A record the engine rejects (structural violation, unknown cluster shape) is skipped with
-   the engine's message as the reason; nothing is dropped silently.
-13. What the engine cannot cost is skipped first, with the reason. A null where the engine needs
-    a value (``ENGINE_NEEDS``: the model's shape, seq_len and batch, accelerator and device
-    count, dp/fsdp/zero_stage/tp/pp/cp; with ``model.moe`` also ``MOE_NEEDS``, and ``d_ff`` only
-    where some layer is dense; with MLA also ``MLA_NEEDS``, and not ``head_dim`` or
-    ``num_kv_heads``, which MLA fixes) is skipped naming the fields; so is a record with neither
-    a measured throughput nor ``oom: true`` (nothing to compare), and one whose fsdp does not
-    divide its dp. A TPU device count that is no slice shape and not a whole number of equal
-    valid slices (e.g. 7 or 131 v5p chips) is skipped. ``workload.framework`` is copied into
-    each entry (``framework``); fp8_recipe and torch_compile are not used yet (power_limit_w and
-    hbm_gb_per_device: rule 10; async_tp: 11). Mixture-of-experts and MLA records are mapped by
-    rule 16 (they were skipped as "not modelled yet" before the engine costed them).
-14. Framework profile: ``Workload.framework`` = ``core.frameworks.framework_of_record`` of the
-    record's ``workload.framework`` and the accelerator's kind (megatron -> megatron;
-    megatron-deepspeed -> deepspeed; torchtitan, pytorch-fsdp, llm-foundry, nemo-automodel ->
-    torchtitan; maxtext -> maxtext; null, "other" or an undocumented value -> the accelerator's
-    default, megatron on GPUs and maxtext on TPUs, with a note). DeepSpeed's ZeRO-3 of 2021
-    (rule 9: the Megatron 2021 Table 2 comparison rows, whose records name the paper's framework)
-    is costed with the deepspeed profile. The profile says which collectives hide behind which
-    compute (core/frameworks.py); rule 11 decides TP overlap per record on top of it.
-15. Recompute: where the record's ``derived.recompute`` names the framework's own policy
-    (MaxText ``remat_policy=minimal``), that policy is costed by its saved tensors
-    (``costs.memory.POLICY_SAVES``); otherwise the record's none/selective/full. A selective record whose
-    derived notes name Megatron's ``--recompute-modules`` (in ``derived.recompute``, or after the word
-    "recompute" in another note) is costed as the policy that recomputes the same where there is one:
-    layernorm + moe_act -> ``norm_act`` (no attention core runs again), layernorm + moe (+ mlp) ->
-    ``norm_moe`` (the MLP / MoE layer's forward runs again), mla_up_proj (also with mlp, moe_act or
-    layernorm beside it: the nearest, those add little) -> ``mla_up_proj`` (latent attention's
-    up-projections run again, nothing else); core_attn is ``selective``, and mlp alone or
-    shared_experts keep ``selective`` as the nearest. MaxText's
-    ``remat_policy`` custom with tensors offloaded to host (the tpu-recipes configs, named in
-    ``derived.layout`` or ``derived.recompute``) is costed as the ``custom_offload_*`` policy
-    offloading the same ones: the layer input, and q/k/v and/or out_proj where named.
-16. Mixture of experts and latent attention (docs/RUN_RECORDS.md "Mixture-of-experts records").
-    ``model.moe`` -> ``MoeSpec``: num_experts, top_k, expert_d_ff as given; num_shared_experts
-    and first_dense_layers null -> 0, shared_d_ff null -> 0 (a shared expert without its width
-    is a skip), ``moe_layer_freq`` -> ``layer_freq`` (null -> 1), ``capacity_factor`` as given
-    (null = dropless). ``model.d_ff`` null means every layer is MoE: the engine's ``d_ff`` (the
-    dense MLP width, then unused) is the expert width, and first_dense_layers must be 0 and
-    moe_layer_freq 1 (else the dense layers' width is missing: a skip). ``model.attention:
-    mla`` (or a ``model.mla`` block with attention null) -> ``MlaSpec`` from ``model.mla``
-    (every field needed; a null q_lora_rank is a skip, not "no query bottleneck"), with
-    ``head_dim`` = qk_nope_head_dim + qk_rope_head_dim (the query-key width; records give the
-    value width there) and ``num_kv_heads`` = num_heads; an mla block with attention mha/gqa is
-    a skip. ``mtp_num_layers`` -> ``mtp_layers`` (null -> 0): the engine counts the MTP
-    modules beside the model (``param_counts`` 'mtp') and costs each as one more layer and
-    output-head pass on the last stage (not its memory; noted). ``layout.ep`` / ``layout.etp``
-    (null -> 1) -> ``Layout.ep`` / ``etp``: the expert layers regroup the dp x fsdp x tp x cp
-    devices of a stage as edp x ep x etp; the record's ``dp`` is the attention-side total
-    data-parallel degree (num_devices / (tp x pp x cp)) and rule 1 splits it unchanged.
-    Routing: a record whose notes say the benchmark forced balanced routing (Megatron-Bridge's
-    performance configs, the model zoo's scripts; not "forced balancing not stated") is costed with
-    ``Workload.routing`` "forced"
-    (random routing: only the multinomial spread of the expert loads); one that says real routing
-    (MLPerf) or does not say is costed "learned", the engine's default (``costs.terms.expert_load``);
-    the record's notes say which. ``model.notes`` name architecture details outside the record's
-    shape (attention sinks, biases, chunked attention): not costed, copied into the notes; a sliding
-    window on every other layer (gpt-oss: "sliding-window 128 on every other layer") is costed as
-    the model's ``sliding_window``, half of the layers attending over the whole sequence.
-17. Expert-parallel AllToAll overlap: a record whose notes name it (``A2A_OVERLAP=1``,
-    ``--overlap-moe-expert-parallel-comm``) is costed with ``Workload.ep_comm_overlap`` on; the
-    others with the profile's choice (off for every profile but ideal). The token dispatcher: a
-    record naming DeepEP or HybridEP (``DISPATCHER=deepep``, "TE + DeepEP") is costed with
-    ``Workload.deepep`` on, one naming the ``alltoall`` dispatcher with it off, the others with the
-    profile's choice (on for megatron). A NeMo Automodel record on DeepEP with ep null takes ep = its
-    FSDP shard group (Automodel's benchmark configs set ``ep_size`` to the GPU count, e.g.
-    ``gptoss_120b_te_deepep.yaml``: 64 on 64 GPUs), where that divides the experts.
-18. Blocking kernel launches: BigScience's BLOOM (tr11-176B-ml) runs from 2022-02-18 on, and the
-    production run, set ``CUDA_LAUNCH_BLOCKING=1`` ("do not remove or the training will hang",
-    tr11-176B-ml.slurm and the smaller tr11 models' slurm scripts; chronicles-prequel.md "dealing
-    with JZ hanging on the large model": at 320 GPUs the asynchronous runs always hung): costed with ``Workload.launch_blocking`` on (the
-    host's time per layer exposed, nothing overlapped). Earlier tr11 rows (their date in the
-    source) and every other record launch asynchronously.
-19. Attention kernel: a NeMo Automodel record run with Transformer Engine's attention (its benchmark
-    configs ``*_te_deepep.yaml`` set ``backend: attn: te``; "TE + DeepEP") is costed with
-    ``Workload.vendor_attention`` on (cuDNN fused attention where the catalogue has a figure for it);
-    its framework profile (torchtitan, rule 14) would cost FlashAttention-2's.
-20. CUDA graphs: a record naming a full-iteration CUDA graph (MLPerf's DeepSeek-V3 configs) is costed
-    with ``Workload.cuda_graphs`` "full_iteration", one naming CUDA graphs otherwise (a scope list such as
-    "attn, moe_router, moe_preprocess", "CUDA graphs on for GB200") with "scoped"; a ``derived.cuda_graphs``
-    note is read per accelerator and precision ("H100 FP8 run used CUDA graphs; GB200 launch default
-    CUDA_GRAPH=false"). Records that do not name them are costed without (a Megatron-Bridge row takes its
-    release preset's, rule 22, a NeMo row its release configuration's, rule 26): the vendor tables rarely say,
-    and the fitted MoE overhead is what a layer costs without graphs.
-21. Megatron-FSDP gradients: a record run with Megatron-FSDP (named in its notes: "Megatron-FSDP", or the
-    ``data_parallel_sharding_strategy optim_grads(_params)`` that selects it) reduce-scatters its gradients in
-    bf16 (``Workload.grad_bytes_per_param`` 2), as Megatron-FSDP's recommended configuration does (Megatron-LM
-    docs/user-guide/features/megatron_fsdp.md, ``--grad-reduce-in-bf16``) and its MoE example
-    (examples/megatron_fsdp/sbatch_mfsdp_deepseek_v3.sh, ``--megatron-fsdp-grad-comm-dtype bf16``); unless the
-    record names fp32 gradient reduction. Other ZeRO-3 implementations keep fp32 gradients (PyTorch FSDP2's
-    default reduce dtype is the parameters' fp32, DeepSpeed's the same).
-22. Megatron-Bridge presets: a row of Megatron-Bridge's performance summary ("'<release> NeMo Container'
-    section, <model> / <system> row") was measured with its release's performance preset for that model, system
-    and precision. ``mbridge_presets.yaml`` beside this module lists the presets read at each release's commit
-    (file and name per entry). Where the preset's layout is the row's (devices, tp, pp, cp, virtual stages, ep,
-    etp, microbatch and global batch), what the row does not state is taken from the preset: its CUDA graphs
-    (rule 20's setting), the EP AllToAll overlap (rule 17) and the token dispatcher (rule 17). Where the layouts
-    differ, from 25.11 on, the row ran the preset with its parallelism overridden on the command line (``-tp -pp
-    -vp -ep -gb -mb -ng``): the performance scripts' ``set_user_overrides`` (``scripts/performance/utils/
-    overrides.py``, 25.11 to 26.08) leaves the preset's CUDA graphs, dispatcher and AllToAll overlap as they are
-    unless their own flags are given, which the table does not say; so these are taken from the preset that
-    differs in the fewest fields, and the notes name the overridden fields. 25.09's scripts (a YAML performance
-    matrix) have no such overrides: a 25.09 row whose layout differs takes nothing.
-23. Pipeline split of Megatron-Bridge's DeepSeek-V3: every release's recipe (``recipes/deepseek/deepseek_v3.py``
-    ``set_deepseek_v3_pipeline_model_parallel_layout``, the same map from 25.09 to 26.08) lays the 61 layers out
-    in chunks of 64 / (pp x vp) with the last chunk holding one layer, the MTP module and the loss, for (pp, vp)
-    in (4, 1), (8, 1), (4, 2), (16, 1), (8, 2), (4, 4). A Megatron-Bridge DeepSeek-V3 row with one of those is
-    costed with that split: first stage 64 / pp layers, last stage 64 / pp - 3 (``Layout.first_stage_layers``,
-    ``last_stage_layers``). NeMo 25.04's performance script (``scripts/performance/llm/pretrain_deepseek_v3.py``,
-    which the DGX Cloud benchmarks run) sets first 64 / pp - 1 and last 64 / pp - 2 instead; those records (their
-    ``derived.container`` NeMo 25.04) take it. Other rows and sources take the engine's split.
-24. MLPerf configuration files: an MLPerf Training record that names its submission's configuration file (the
-    path under ``benchmarks/<benchmark>/implementations/``) takes the CUDA graphs that file sets where the record
-    names none (``MLPERF_CONFIG_GRAPHS``, the files read at mlcommons training_results_v6.0): Dell's GPT-OSS-20B
-    B200 and GB200 configurations set ``CUDA_GRAPH_SCOPE="attn,moe_router,moe_preprocess"`` with
-    ``CUDA_GRAPH_IMPLEMENTATION="transformer_engine"`` (scoped graphs).
-25. Megatron-Bridge gradients: every release's performance configuration for the table's MoE models (DeepSeek-V3,
-    GPT-OSS, Qwen3; ``scripts/performance/configs/<family>/*_llm_pretrain.py`` from 25.11, the YAML configs of 25.09,
-    ``perf_recipes/_common.py`` in 26.08) sets ``ddp.grad_reduce_in_fp32 = False``: megatron-core then keeps the
-    gradient buffer in the parameters' bf16 and reduces it in bf16 (``param_and_grad_buffer.py``
-    ``group_params_for_buffers``). A Megatron-Bridge row is costed with 2-byte gradients (memory and reduction) unless
-    it names fp32 reduction, as rule 21 does for Megatron-FSDP.
-26. NeMo performance configurations: a row of the NeMo Framework performance summary ("(NeMo <release>,
-    DGX-<system> table)") ran NeMo's ``scripts/performance``, which take what a run does not pass from the release's
-    ``recommended_model_configs/model_configs_<gpu>.csv``. ``nemo_perf_configs.yaml`` beside this module lists
-    the CSVs' MoE pre-training rows of 25.04 (NeMo 2.3.0) and 25.07 (2.4.0); where one has the row's model,
-    precision and whole layout (devices, sequence, tp, pp, cp, virtual stages, ep, etp, microbatch and global
-    batch), its ``cuda_graphs`` column (Megatron's per-layer ``enable_cuda_graph``) is costed "scoped", as rule 22
-    costs Megatron-Bridge 25.09's per-layer graphs; 25.02's scripts have no CUDA graph setting.
+reason. The rules, each applied to every record and numbered as the code and the notes cite them,
+are docs/run_record_mapping.md.
 """
 
 from __future__ import annotations
@@ -411,7 +227,8 @@ def mbridge_preset(record: dict) -> tuple[dict | None, list[str]]:
     if row is None:
         return None, []
     release, model, system, precision = row
-    ours, candidates = _preset_layout_of(record), []
+    ours = _preset_layout_of(record)
+    candidates: list[tuple[int, int, dict, list[str]]] = []
     for entry in mbridge_presets():
         # the 25.09 tables give no fp8 recipe: their presets' "fp8" is any
         same_precision = entry["precision"] in (precision, precision.split("-")[0])
@@ -723,7 +540,7 @@ def custom_offload_policy(record: dict) -> str | None:
 
 
 def mapping_notes(record: dict) -> list[str]:
-    """The approximations and defaults ``record_to_problem`` applies to this record (docstring rules)."""
+    """The approximations and defaults ``record_to_problem`` applies to this record (docs/run_record_mapping.md)."""
     lay, notes = record["layout"], []
     if "parallel block" in str((record.get("derived") or {}).get("block", "")):
         notes.append(
@@ -791,8 +608,9 @@ def mapping_notes(record: dict) -> list[str]:
         notes.append(
             f"Megatron-Bridge preset not applied: the row's layout differs ({', '.join(differ)})"
         )
-    if mlperf_config_graphs(record) and not named_cuda_graphs(record):
-        path, graphs = mlperf_config_graphs(record)
+    config_graphs = mlperf_config_graphs(record)
+    if config_graphs and not named_cuda_graphs(record):
+        path, graphs = config_graphs
         notes.append(
             f"CUDA graphs {graphs}, as its configuration file sets them ({path.rsplit('/', 1)[1]})"
         )
@@ -808,14 +626,16 @@ def mapping_notes(record: dict) -> list[str]:
                 else ""
             )
         )
-    if recipe_stage_layers(record):
-        first, last = recipe_stage_layers(record)
+    stage_layers = recipe_stage_layers(record)
+    if stage_layers:
+        first, last = stage_layers
         notes.append(
             f"pipeline split of the {'Megatron-Bridge' if _mbridge_row(record) else 'NeMo 25.04'} DeepSeek-V3 "
             f"recipe: first stage {first} layers, last {last} (with the MTP module and the loss)"
         )
-    if bf16_grads_because(record):
-        notes.append(bf16_grads_because(record))
+    bf16_grads = bf16_grads_because(record)
+    if bf16_grads:
+        notes.append(bf16_grads)
     if lay.get("async_tp") is True and source_family(record) not in TP_OVERLAP_SOURCES:
         notes.append("async_tp: TP collectives pipelined with their GEMMs (tp_comm_overlap on)")
     return notes + _moe_notes(record)
@@ -1072,6 +892,7 @@ def _moe_notes(record: dict) -> list[str]:
                 f"token dispatch: {'DeepEP/HybridEP (once per destination GPU and node)' if deepep(record) else 'NCCL alltoall (once per expert)'}, as the record names it"
             )
         how = routing(record)
+        assert how is not None  # a MoE record's routing is always classified
         notes.append(
             {
                 "real": "real routing (derived): costed learned",
@@ -1120,7 +941,7 @@ def _power_capped(record: dict) -> str | None:
 
 
 def record_to_problem(record: dict) -> Mapped | str:
-    """(engine Problem, placed Layout) for a record, or a skip reason (module docstring rules).
+    """(engine Problem, placed Layout) for a record, or a skip reason (docs/run_record_mapping.md).
 
     The placement is the fastest of the cluster's axis orders (``estimate`` of the unplaced layout).
     """
@@ -1216,7 +1037,7 @@ def record_to_problem(record: dict) -> Mapped | str:
     if violations:
         return "engine rejects the layout: " + "; ".join(v.message for v in violations)
     try:
-        axes = estimate(problem, layout, strict=False).layout.axes
+        axes = estimate(problem, layout, strict=False).layout.placements
     except LayoutsearchError as exc:
         return f"placement: {exc}"
     if replicas > 1 and dp == replicas and dict(dict(axes).get("dp", ())).get("dcn") != replicas:

@@ -17,6 +17,7 @@ from __future__ import annotations
 import math
 import re
 import typing
+from collections.abc import Hashable
 from functools import cache
 from pathlib import Path
 from typing import Annotated, Any
@@ -76,7 +77,7 @@ class _Block(BaseModel):
 
 def _range(kind: type, low: float, high: float, *, open_low: bool = False) -> Any:
     """``kind`` from ``low`` (excluded with ``open_low``) to ``high``, finite."""
-    low_bound = {"gt": low} if open_low else {"ge": low}
+    low_bound: dict[str, Any] = {"gt": low} if open_low else {"ge": low}
     return Annotated[kind, Field(**low_bound, le=high, allow_inf_nan=False)]
 
 
@@ -194,11 +195,12 @@ class RunRecord(_Block):
     id: str = Field(min_length=1)
     source: str | None = None
     trust: str | None = None  # high | medium | low
-    model: RecModel = RecModel()
-    workload: RecWorkload = RecWorkload()
-    cluster: RecCluster = RecCluster()
-    layout: RecLayout = RecLayout()
-    measured: RecMeasured = RecMeasured()
+    # the blocks are schemas built at import (_block), which a type checker cannot use as types
+    model: RecModel = RecModel()  # type: ignore[valid-type]
+    workload: RecWorkload = RecWorkload()  # type: ignore[valid-type]
+    cluster: RecCluster = RecCluster()  # type: ignore[valid-type]
+    layout: RecLayout = RecLayout()  # type: ignore[valid-type]
+    measured: RecMeasured = RecMeasured()  # type: ignore[valid-type]
     derived: dict[str, Any] = {}
 
     @field_validator("derived")
@@ -250,7 +252,7 @@ def _unknown_keys(data: dict, schema: type[BaseModel], prefix: str = "") -> list
                 f"unknown key '{prefix}{key}' ignored{did_you_mean(str(key), schema.model_fields)}"
             )
             continue
-        sub = _submodel(field.annotation)
+        sub = _submodel(typing.cast(Hashable, field.annotation))  # an annotation is hashable
         if sub is not None and isinstance(value, dict):
             out.extend(_unknown_keys(value, sub, f"{prefix}{key}."))
     return out

@@ -3,14 +3,14 @@
 Input: the record format of docs/RUN_RECORDS.md, validated with pydantic at the boundary
 (``load_runs``). Output: the document of OUTPUT.md "layoutsearch validate" (``validate_runs``).
 How a record becomes an engine problem (``record_to_problem``, every rule applied to every
-record) is the docstring of ``layoutsearch.validation.mapping``; its names are re-exported here.
+record) is docs/run_record_mapping.md (``layoutsearch.validation.mapping``; its names are re-exported here).
 
 A record the engine cannot use (a null it needs, an unknown accelerator, precision, mlp or
 recompute, a layout it rejects, an unforeseen engine error) is a per-record skip with its reason,
 never an abort of the file; an unknown key is a loader warning. Only a malformed FILE (not
 YAML, not a list, a wrong-typed value, a duplicate id) is one CatalogueError line.
 
-Generalization (``summary.loso``): leave-one-source-out calibration (``calibrate.leave_one_source_out``:
+Generalization (``summary.loso``, only with ``loso``: ``validate --loso``): leave-one-source-out calibration (``calibrate.leave_one_source_out``:
 for each source family, the per-family calibration fitted on every other source, then that source
 predicted); each record's out-of-sample error is its ``loso_rel_error``. Ranking
 (``summary.ranking``): Spearman rho per layout sweep, and per group of runs that differ only in
@@ -33,12 +33,21 @@ engine's "palm"), megatron-eq3-hardware -> "palm" plus the recomputed forward
 
 from __future__ import annotations
 
+from dataclasses import replace
+
+import numpy as np
+
 from layoutsearch.core.errors import LayoutsearchError
+from layoutsearch.core.problem import Problem, SearchOptions
+from layoutsearch.core.specs import Objective
 from layoutsearch.core.units import TERA
 from layoutsearch.costs import flops
 from layoutsearch.costs.estimate import Estimate, estimate
 from layoutsearch.costs.flops import hardware_flops_per_token  # noqa: F401  (re-exported for the tests)
-from layoutsearch.search import rank_among_candidates
+from layoutsearch.search.cpsat import row_bounds
+from layoutsearch.search.enumerate import candidate_grid
+from layoutsearch.search.space import build_space
+from layoutsearch.search.tables import assemble, build_tables
 from layoutsearch.validation.calibrate import DEFAULT_PARAMS, DEFAULT_SHARED, leave_one_source_out
 from layoutsearch.validation.mapping import (  # noqa: F401  (re-exported: the mapping is part of this interface)
     ACCELERATOR_ALIASES,
@@ -56,12 +65,16 @@ from layoutsearch.validation.mapping import (  # noqa: F401  (re-exported: the m
     zero3_collectives_per_layer,
 )
 from layoutsearch.validation.runs import load_runs, source_family  # noqa: F401  (part of this module's interface)
-from layoutsearch.validation.stats import (
+from layoutsearch.validation.stats import (  # noqa: F401  (re-exported for the tests)
     best_layout_groups,
+    error_stats,
     layout_sweeps,
     ranking,
+    spearman,
     summarize,
-)  # noqa: F401
+)
+
+RANK_ROWS = 256  # (S, K) rows costed first when ranking a published layout; each next batch doubles
 
 ENGINE_CONVENTION = {
     "palm-6n-12lhqt": "palm",
@@ -132,6 +145,11 @@ def _no_measurement(record: dict) -> str | None:
 
 def evaluate_record(record: dict) -> dict:
     """The validate entry of one record (OUTPUT.md fields plus diagnostics); never raises for a record."""
+    return _evaluate(record)[0]
+
+
+def _evaluate(record: dict) -> tuple[dict, tuple | None, Estimate | None]:
+    """``evaluate_record``'s entry, with the record's (problem, layout) and estimate (None when skipped)."""
     meas = record["measured"]
     out = {
         "id": record["id"],
@@ -169,7 +187,8 @@ def evaluate_record(record: dict) -> dict:
         problem = f"engine error on this record ({type(exc).__name__}: {exc})"
     if isinstance(problem, str):
         out["skipped_reason"] = problem
-        return out
+        return out, None, None
+    assert est is not None  # a problem, not a reason to skip, was estimated
     pred = est.tokens_per_s / est.cluster.num_devices
     out.update(
         predicted_tokens_per_s_per_device=pred,
@@ -181,25 +200,60 @@ def evaluate_record(record: dict) -> dict:
     if meas["tokens_per_s_per_device"]:
         out["rel_error"] = pred / meas["tokens_per_s_per_device"] - 1.0
         out["reason"] = miss_reason(out["rel_error"], est)
-    return out
+    return out, problem, est
 
 
 def rank_published(record: dict) -> dict:
     """Rank of the published layout among every candidate of the engine for the same model,
     cluster and batch (1 = nothing predicted faster), and the best candidate's predicted
     speed-up over it (both by the search's tables)."""
-
     problem = record_to_problem(record)
     if isinstance(problem, str):
-        return {"published_layout_rank": None, "best_predicted_speedup": None}
-    published = estimate(*problem, strict=False).step_time_s
-    ranked = rank_among_candidates(problem[0], published)
-    if ranked["best_step_s"] is None:
-        return {"published_layout_rank": None, "best_predicted_speedup": None}
+        return dict(NOT_RANKED)
+    return rank_layouts(problem[0], [estimate(*problem, strict=False).step_time_s])[0]
+
+
+NOT_RANKED = {"published_layout_rank": None, "best_predicted_speedup": None}
+
+
+def rank_layouts(problem: Problem, step_times_s: list[float]) -> list[dict]:
+    """``rank_published`` of layouts of one problem with these predicted step times, from one
+    candidate space and one set of tables (as ``search.rank_among_candidates`` counts).
+
+    Only the (S, K) rows whose lower bound (``search.cpsat.row_bounds``) is below both the
+    published step and the best step found so far are costed: no other row holds a faster
+    fitting candidate or a better best, so the counts are those of costing every candidate.
+    """
+    space = build_space(problem, SearchOptions())
+    if not len(space.sk_k):
+        return [dict(NOT_RANKED) for _ in step_times_s]
+    tables = build_tables(space)
+    bound, _, fits = row_bounds(space, tables, Objective.step_time.value)
+    rows = np.nonzero(fits)[0]
+    rows = rows[np.argsort(bound[rows], kind="stable")]
+    return [_rank(space, tables, rows, bound, published) for published in step_times_s]
+
+
+def _rank(space, tables, rows: np.ndarray, bound: np.ndarray, published_s: float) -> dict:
+    """One published step time's rank among the fitting candidates of ``rows`` (sorted by ``bound``)."""
+    target = published_s / tables.quantum_s - 0.5  # quantised steps below it are faster
+    faster, best, start, size = 0, None, 0, RANK_ROWS
+    while start < len(rows) and (
+        bound[rows[start]] < target or best is None or bound[rows[start]] < best
+    ):
+        sk, ri, z, o = candidate_grid(space, rows[start : start + size])
+        m = assemble(tables, space, sk, ri, z, o)
+        steps = m["step"][m["fits"]]
+        faster += int((steps < target).sum())
+        if len(steps):
+            best = int(steps.min()) if best is None else min(best, int(steps.min()))
+        start, size = start + size, size * 2
+    if best is None:
+        return dict(NOT_RANKED)
     return {
-        "published_layout_rank": ranked["rank"],
-        "best_predicted_speedup": published / ranked["best_step_s"],
-        "candidates": ranked["num_candidates"],
+        "published_layout_rank": faster + 1,
+        "best_predicted_speedup": published_s / (best * tables.quantum_s),
+        "candidates": space.num_candidates(),
     }
 
 
@@ -229,30 +283,41 @@ def loso_block(
     return result
 
 
+def loso_line(loso: dict | None) -> str:
+    """One line on the leave-one-source-out block: its errors, its failure, or that it was not run."""
+    if loso is None:
+        return "leave-one-source-out: not run (--loso refits the calibration without each source)"
+    if loso.get("error"):
+        return f"leave-one-source-out: {loso['error']}"
+    if not loso["count"]:
+        return "leave-one-source-out: no record could be predicted from the other sources"
+    return (
+        f"leave-one-source-out: median |error| {loso['median_abs_rel_error']:.1%}, p90 "
+        f"{loso['p90_abs_rel_error']:.1%} over {loso['count']} records predicted from the other "
+        f"sources' calibration (in sample: median {loso['in_sample_median_abs_rel_error']:.1%})"
+    )
+
+
 def validate_runs(
     records: list[dict],
     max_median_error: float = 0.10,
     rank: bool = True,
     warnings: list[str] | None = None,
-    loso: bool = True,
+    loso: bool = False,
 ) -> dict:
     """Evaluate every record; the OUTPUT.md document {"records": [...], "summary": {...}}.
 
     With ``rank`` each evaluated record also gets ``published_layout_rank`` and
     ``best_predicted_speedup`` (see ``rank_published``); without it those stay null. With
-    ``loso`` the summary gets the leave-one-source-out block ``loso`` and each record its
-    ``loso_rel_error`` (else null, and ``loso`` is null). ``summary["ranking"]`` (Spearman per
-    layout sweep, best-layout hits) is always there. ``summary["warnings"]`` is ``warnings``,
-    else the loader's (``load_runs(...).warnings``).
+    ``loso`` (minutes: a calibration fit per source) the summary gets the leave-one-source-out
+    block ``loso`` and each record its ``loso_rel_error``; without it (the default) those are
+    null. ``summary["ranking"]`` (Spearman per layout sweep, best-layout hits) is always there.
+    ``summary["warnings"]`` is ``warnings``, else the loader's (``load_runs(...).warnings``).
     """
-    entries = [evaluate_record(r) for r in records]
+    evaluated = [_evaluate(r) for r in records]
+    entries = [e for e, _, _ in evaluated]
     if rank:
-        for r, e in zip(records, entries):
-            if e["skipped_reason"] is None:
-                try:
-                    e.update(rank_published(r))
-                except Exception:  # noqa: BLE001 - the rank stays null; the record's error is still reported
-                    pass
+        _rank_entries(evaluated)
     sweeps = layout_sweeps(records, entries)
     summary = summarize(entries, sweeps, max_median_error)
     summary["ranking"] = ranking(sweeps, best_layout_groups(records, entries))
@@ -261,3 +326,30 @@ def validate_runs(
         warnings if warnings is not None else getattr(records, "warnings", [])
     )
     return {"records": entries, "summary": summary}
+
+
+def _rank_entries(evaluated: list[tuple[dict, tuple | None, Estimate | None]]) -> None:
+    """``rank_published`` into each evaluated entry, records of one problem (up to its names) ranked
+    from one candidate space; a failure leaves those ranks null (the records' errors still stand)."""
+    groups: dict[Problem, list[tuple[dict, float]]] = {}
+    for entry, mapped, est in evaluated:
+        if mapped is not None and est is not None:  # both or neither (_evaluate)
+            groups.setdefault(_unnamed(mapped[0]), []).append((entry, est.step_time_s))
+    for problem, members in groups.items():
+        try:
+            ranks = rank_layouts(problem, [step_s for _, step_s in members])
+        except Exception:  # noqa: BLE001 - the rank stays null; the record's error is still reported
+            continue
+        for (entry, _), ranked in zip(members, ranks):
+            entry.update(ranked)
+
+
+def _unnamed(problem: Problem) -> Problem:
+    """The problem without its model and cluster names (records name them by their own id)."""
+    return replace(
+        problem,
+        model_id="",
+        model=replace(problem.model, name=""),
+        cluster_name="",
+        cluster=replace(problem.cluster, name=""),
+    )

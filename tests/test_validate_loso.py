@@ -1,0 +1,142 @@
+"""`layoutsearch validate --loso`: the leave-one-source-out refit is opt-in, and its values are those
+the per-call refit gave before it was (pinned on six records of tests/data/runs_dev.yaml)."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import yaml
+
+from layoutsearch.cli import main
+from layoutsearch.validation.validate import load_runs, validate_runs
+
+SUBSET = (
+    "megatron2021-table1-1-7b",
+    "megatron2021-table1-18-4b",
+    "fmsfsdp-a100-llama2-7b-128gpu",
+    "llmfoundry-mpt-a100-40g-7b-seq16384-8gpu-mbs1-ga4",
+    "llmfoundry-mpt-a100-40g-7b-seq8192-8gpu-mbs3-ga4",
+    "maxtext-v5p-2023-32b-1xv5p-128",
+)
+# summary.loso and each record's loso_rel_error as the implementation before --loso computed them
+# (the fits now remember the estimates they share; the numbers are the same)
+PINNED_LOSO_REL_ERROR = {
+    "megatron2021-table1-1-7b": 0.09086949791234322,
+    "megatron2021-table1-18-4b": 0.012605507515284442,
+    "fmsfsdp-a100-llama2-7b-128gpu": 0.04837193183574362,
+    "llmfoundry-mpt-a100-40g-7b-seq16384-8gpu-mbs1-ga4": -0.03369386645275019,
+    "llmfoundry-mpt-a100-40g-7b-seq8192-8gpu-mbs3-ga4": -0.08453699404676307,
+    "maxtext-v5p-2023-32b-1xv5p-128": -0.04186155784774226,
+}
+PINNED_SUMMARY = {
+    "count": 6,
+    "median_abs_rel_error": 0.04511674484174294,
+    "p90_abs_rel_error": 0.08770324597955315,
+    "median_rel_error": -0.010544179468732873,
+    "in_sample_median_abs_rel_error": 0.02943510253717707,
+}
+PINNED_CALIBRATION = {
+    "Narayanan et al. 2021": {
+        "a100": "matmul_efficiency, overlap_interference refit on 3 records of 2 other sources"
+    },
+    "fms-fsdp": {
+        "a100": "matmul_efficiency, attention_efficiency, overlap_interference refit on 4 records "
+        "of 2 other sources"
+    },
+    "llm-foundry": {
+        "a100": "matmul_efficiency, overlap_interference refit on 3 records of 2 other sources"
+    },
+    "maxtext": {"v5p": "catalogue values (no other source has records on this family)"},
+}
+
+
+@pytest.fixture(scope="module")
+def subset_file(tmp_path_factory, data_file):
+    """The six records in a runs file of their own."""
+    raw = {r["id"]: r for r in yaml.safe_load(data_file("runs_dev.yaml").read_text())}
+    path = tmp_path_factory.mktemp("loso") / "runs.yaml"
+    path.write_text(yaml.safe_dump([raw[rid] for rid in SUBSET], sort_keys=False))
+    return path
+
+
+def run_cli(argv: list[str], capsys) -> tuple[int, str]:
+    """``layoutsearch.cli.main(argv)``: exit code and stdout."""
+    code = main(argv)
+    return code, capsys.readouterr().out
+
+
+def test_without_loso_there_is_no_loso_block_and_the_table_says_it_was_not_run(subset_file, capsys):
+    """No --loso: summary.loso is null, no record has a loso_rel_error, and the table ends with a
+    line saying the leave-one-source-out refit was not run and how to run it."""
+    doc = validate_runs(load_runs(subset_file), rank=False)
+    assert doc["summary"]["loso"] is None
+    assert [e["loso_rel_error"] for e in doc["records"]] == [None] * len(SUBSET)
+    code, out = run_cli(
+        ["validate", str(subset_file), "--no-rank", "--max-median-error", "1", "--format", "json"],
+        capsys,
+    )
+    assert code == 0 and json.loads(out)["summary"]["loso"] is None
+    code, out = run_cli(
+        ["validate", str(subset_file), "--no-rank", "--max-median-error", "1"], capsys
+    )
+    assert code == 0 and out.splitlines()[-1] == (
+        "leave-one-source-out: not run (--loso refits the calibration without each source)"
+    )
+
+
+def test_loso_folds_give_the_values_of_the_previous_implementation(subset_file, capsys):
+    """--loso on six records of three a100 sources and one v5p source: every fold's held-out errors,
+    the summary and the calibration each fold used are those pinned from the implementation before."""
+    code, out = run_cli(
+        [
+            "validate",
+            str(subset_file),
+            "--no-rank",
+            "--loso",
+            "--max-median-error",
+            "1",
+            "--format",
+            "json",
+        ],
+        capsys,
+    )
+    doc = json.loads(out)
+    loso = doc["summary"]["loso"]
+    assert code == 0 and loso["params"] == [
+        "matmul_efficiency",
+        "attention_efficiency",
+        "overlap_interference",
+    ]
+    assert {e["id"]: e["loso_rel_error"] for e in doc["records"]} == pytest.approx(
+        PINNED_LOSO_REL_ERROR, rel=1e-12
+    )
+    assert {k: loso[k] for k in PINNED_SUMMARY} == pytest.approx(PINNED_SUMMARY, rel=1e-12)
+    assert {s: g["calibration"] for s, g in loso["by_source"].items()} == PINNED_CALIBRATION
+    assert {s: g["count"] for s, g in loso["by_source"].items()} == {
+        "Narayanan et al. 2021": 2,
+        "fms-fsdp": 1,
+        "llm-foundry": 2,
+        "maxtext": 1,
+    }
+    code, out = run_cli(
+        ["validate", str(subset_file), "--no-rank", "--loso", "--max-median-error", "1"], capsys
+    )
+    assert code == 0 and out.splitlines()[-1] == (
+        "leave-one-source-out: median |error| 4.5%, p90 8.8% over 6 records predicted from the "
+        "other sources' calibration (in sample: median 2.9%)"
+    )
+
+
+def test_the_loso_option_is_documented_in_the_help(capsys, monkeypatch):
+    """`validate --help` lists --loso / --no-loso with what it does and that it is off by default."""
+    monkeypatch.setenv("COLUMNS", "120")
+    code, out = run_cli(["validate", "--help"], capsys)
+    text = " ".join(out.replace("│", " ").split())
+    assert code == 0 and "--loso --no-loso" in text
+    for words in (
+        "refit the calibration without each source in turn and predict that source",
+        "(leave one source out: summary.loso and each record's loso_rel_error; takes minutes)",
+        "Off by default: then summary.loso is null",
+    ):
+        assert words in text, words
