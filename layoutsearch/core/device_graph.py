@@ -14,7 +14,7 @@ from collections.abc import Hashable, Sequence
 import networkx as nx
 
 from layoutsearch.core.errors import CatalogueError
-from layoutsearch.core.specs import Accelerator, Axis
+from layoutsearch.core.specs import Accelerator, Axis, AxisKind
 from layoutsearch.core.topology import (
     SINGLE_CHIP_AXIS,
     TORUS_AXIS_NAMES,
@@ -124,7 +124,7 @@ def _measured_axis(
     name: str,
     *,
     size: int,
-    kind: str,
+    kind: AxisKind,
     efficiency: float,
     wraparound: bool = False,
 ) -> Axis:
