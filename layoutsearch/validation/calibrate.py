@@ -413,15 +413,7 @@ def calibrate(
         raise InvalidArgumentError(f"--loss: unknown loss '{loss}'; known: {', '.join(LOSSES)}")
     if shared:
         return _calibrate_joint(records, accelerators, params, tuple(shared), exclude, loss)
-    skip = set(exclude)
-    kept = [r for r in records if r["id"] not in skip and r["cluster"]["accelerator"] is not None]
-    if accelerators is not None:
-        wanted = set(accelerators)
-        kept = [
-            r
-            for r in kept
-            if {r["cluster"]["accelerator"], family_of(r["cluster"]["accelerator"])} & wanted
-        ]
+    kept = _kept_records(records, accelerators, exclude)
     out = {}
     for name in sorted({family_of(r["cluster"]["accelerator"]) for r in kept}):
         problems = usable_problems(kept, name)
@@ -432,6 +424,21 @@ def calibrate(
     return out
 
 
+def _kept_records(records: list[dict], accelerators, exclude) -> list[dict]:
+    """The records a fit uses: not excluded by id, with an accelerator, of the asked accelerators
+    (ids or family names; all when None)."""
+    skip = set(exclude)
+    kept = [r for r in records if r["id"] not in skip and r["cluster"]["accelerator"] is not None]
+    if accelerators is None:
+        return kept
+    wanted = set(accelerators)
+    return [
+        r
+        for r in kept
+        if {r["cluster"]["accelerator"], family_of(r["cluster"]["accelerator"])} & wanted
+    ]
+
+
 def _calibrate_joint(records, accelerators, params, shared, exclude, loss) -> dict:
     """``calibrate`` with shared fields: one joint fit, reported per family as ``fit_accelerator`` does."""
     unknown = [s for s in shared if s not in SHARED_KIND]
@@ -439,15 +446,7 @@ def _calibrate_joint(records, accelerators, params, shared, exclude, loss) -> di
         raise InvalidArgumentError(
             f"--shared: {', '.join(shared)}: shared fields are {', '.join(SHARED_KIND)}, not also in --fit"
         )
-    skip = set(exclude)
-    kept = [r for r in records if r["id"] not in skip and r["cluster"]["accelerator"] is not None]
-    if accelerators is not None:
-        wanted = set(accelerators)
-        kept = [
-            r
-            for r in kept
-            if {r["cluster"]["accelerator"], family_of(r["cluster"]["accelerator"])} & wanted
-        ]
+    kept = _kept_records(records, accelerators, exclude)
     groups = {
         name: usable_problems(kept, name)
         for name in sorted({family_of(r["cluster"]["accelerator"]) for r in kept})

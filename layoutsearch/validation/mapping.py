@@ -23,7 +23,7 @@ from layoutsearch.core.errors import (
     did_you_mean,
 )
 from layoutsearch.core.frameworks import RECORD_FRAMEWORKS, default_framework, framework_of_record
-from layoutsearch.core.problem import Problem, resolved_workload
+from layoutsearch.core.problem import MODEL_SHAPE_FIELDS, Problem, resolved_workload
 from layoutsearch.core.specs import RECOMPUTE_POLICIES, Cluster, Layout, Workload
 from layoutsearch.core.topology import resolve_cluster, torus_shape
 from layoutsearch.core.units import GB
@@ -31,17 +31,7 @@ from layoutsearch.costs.estimate import estimate
 from layoutsearch.validation.runs import source_family
 
 Mapped = tuple[Problem, Layout]  # what a record is for the engine
-MODEL_KEYS = (
-    "num_layers",
-    "d_model",
-    "d_ff",
-    "mlp",
-    "num_heads",
-    "num_kv_heads",
-    "head_dim",
-    "vocab_size",
-    "tied_embeddings",
-)
+MODEL_KEYS = (*MODEL_SHAPE_FIELDS, "tied_embeddings")
 ENGINE_NEEDS = {
     "model": MODEL_KEYS,
     "workload": ("seq_len", "global_batch_seqs"),

@@ -7,6 +7,7 @@ from collections import Counter, defaultdict
 
 import numpy as np
 
+from layoutsearch.core.problem import MODEL_SHAPE_FIELDS
 from layoutsearch.validation.runs import source_family
 
 
@@ -88,16 +89,7 @@ def layout_sweeps(records: list[dict], entries: list[dict], min_size: int = 4) -
     return out
 
 
-SHAPE_KEYS = (
-    "num_layers",
-    "d_model",
-    "d_ff",
-    "mlp",
-    "num_heads",
-    "num_kv_heads",
-    "head_dim",
-    "vocab_size",
-)
+SHAPE_KEYS = MODEL_SHAPE_FIELDS
 
 
 def layout_label(record: dict) -> str:
