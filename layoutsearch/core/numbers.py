@@ -1,4 +1,4 @@
-"""Integer helpers: prime factorisation and divisors.
+"""Integer helpers: prime factorisation, divisors, the distinct values of an array.
 
 Trial division, so meant for the sizes this package meets (device counts, batch sizes, at most
 about 2**40); the cost grows with the square root of the largest prime factor.
@@ -7,6 +7,8 @@ about 2**40); the cost grows with the square root of the largest prime factor.
 from __future__ import annotations
 
 import operator
+
+import numpy as np
 
 
 def prime_factors(n: int) -> dict[int, int]:
@@ -32,3 +34,9 @@ def divisors(n: int) -> list[int]:
     for p, exponent in prime_factors(n).items():
         result = [d * p**k for d in result for k in range(exponent + 1)]
     return sorted(result)
+
+
+def distinct(values) -> np.ndarray:
+    """The sorted distinct values of an array: ``np.unique``'s, asked with counts so that numpy
+    skips its masked-array check, whose first use imports ``numpy.ma`` (tens of ms of a solve)."""
+    return np.unique(values, return_counts=True)[0]

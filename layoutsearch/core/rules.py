@@ -27,6 +27,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from layoutsearch.core.frameworks import node_dedup, profile_of, vendor_attention
+from layoutsearch.core.numbers import distinct
 from layoutsearch.core.problem import MAX_VIRTUAL_STAGES, Problem, SearchOptions
 from layoutsearch.core.specs import (
     ALL_DEGREE_NAMES,
@@ -366,7 +367,7 @@ def _standard_split_or_none(p: Problem, c: Cand) -> np.ndarray:
     chunked = kind == CHUNK_LAYOUT
     if not chunked.any():
         return np.ones_like(chunked, dtype=bool)
-    pp_values = np.unique(np.asarray(c["pp"])[chunked])
+    pp_values = distinct(np.asarray(c["pp"])[chunked])
     standard = set()
     for pp in pp_values.tolist():
         vs = np.arange(1, MAX_VIRTUAL_STAGES + 1)

@@ -27,6 +27,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from layoutsearch.core.numbers import distinct
 from layoutsearch.core.placement import NESTING_ORDER, fill_order
 from layoutsearch.core.specs import ALL_DEGREE_NAMES, RECOMPUTE_POLICIES
 from layoutsearch.costs import memory
@@ -124,9 +125,7 @@ def shape_simplicity(space) -> ShapeSimplicity:
     recompute_rank[sorted(range(len(lightness)), key=lightness.__getitem__)] = np.arange(
         len(lightness)
     )
-    cp_rank = np.searchsorted(np.unique(np.append(degrees["cp"], 1)), degrees["cp"]).astype(
-        np.int64
-    )
+    cp_rank = np.searchsorted(distinct(np.append(degrees["cp"], 1)), degrees["cp"]).astype(np.int64)
     out = ShapeSimplicity(
         degrees_above_one=above,
         cp_rank=cp_rank,

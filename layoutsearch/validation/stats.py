@@ -7,6 +7,7 @@ from collections import Counter, defaultdict
 
 import numpy as np
 
+from layoutsearch.core.numbers import distinct
 from layoutsearch.core.problem import MODEL_SHAPE_FIELDS
 from layoutsearch.validation.runs import source_family
 
@@ -43,7 +44,7 @@ def _ranks(v: np.ndarray) -> np.ndarray:
     order = np.argsort(v, kind="mergesort")
     ranks = np.empty(len(v))
     ranks[order] = np.arange(1, len(v) + 1)
-    for value in np.unique(v):
+    for value in distinct(v):
         tie = v == value
         ranks[tie] = ranks[tie].mean()
     return ranks
