@@ -37,6 +37,7 @@ from layoutsearch.search.space import Space
 from layoutsearch.search.tables import MOMENT_NAMES, Tables, assemble
 
 PROMISING_ROWS = 32
+ROW_BOUNDS_CHUNK = 1 << 14  # (S, K) rows whose memory moments are compared at once (peak memory)
 SEED = 20240611
 BIG = np.iinfo(np.int64).max // 4
 MAX_MERGED_KEY = (
@@ -87,8 +88,12 @@ def row_bounds(
     stage = np.where(omask[:, None, :], t.STAGE0, BIG).min(axis=(1, 2))
     extra = np.where(zmask, t.optimizer_s[s], BIG).min(axis=1)
     pp = np.where(omask, t.pp_sends_s, BIG).min(axis=1)
-    mem = t.MZ[s][:, None] + t.MB[:, :, None]  # [sk, r, z, st, moment]
-    fits_r = ((mem <= t.capacity_kib).all(axis=(3, 4)) & zmask[:, None, :]).any(axis=2)
+    fits_r = np.zeros(t.MB.shape[:2], dtype=bool)
+    for start in range(0, len(s), ROW_BOUNDS_CHUNK):  # [sk, r, z, st, moment] a chunk at a time
+        rows = slice(start, start + ROW_BOUNDS_CHUNK)
+        mem = t.MZ[s[rows]][:, None] + t.MB[rows, :, None]
+        fits = (mem <= t.capacity_kib).all(axis=(3, 4)) & zmask[rows, None, :]
+        fits_r[rows] = fits.any(axis=2)
     bound = t.VOLUME[s] if objective == "gather-volume" else stage + extra + pp + t.step_overhead_s
     return bound, fits_r, fits_r.any(axis=1)
 
