@@ -88,7 +88,7 @@ def row_bounds(
     stage = np.where(omask[:, None, :], t.STAGE0, BIG).min(axis=(1, 2))
     extra = np.where(zmask, t.optimizer_s[s], BIG).min(axis=1)
     pp = np.where(omask, t.pp_sends_s, BIG).min(axis=1)
-    fits_r = np.zeros(t.MB.shape[:2], dtype=bool)
+    fits_r: np.ndarray = np.zeros(t.MB.shape[:2], dtype=bool)
     for start in range(0, len(s), ROW_BOUNDS_CHUNK):  # [sk, r, z, st, moment] a chunk at a time
         rows = slice(start, start + ROW_BOUNDS_CHUNK)
         mem = t.MZ[s[rows]][:, None] + t.MB[rows, :, None]
