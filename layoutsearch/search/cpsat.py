@@ -95,7 +95,7 @@ def row_bounds(
         fits = (mem <= t.capacity_kib).all(axis=(3, 4)) & zmask[rows, None, :]
         fits_r[rows] = fits.any(axis=2)
     bound = t.VOLUME[s] if objective == "gather-volume" else stage + extra + pp + t.step_overhead_s
-    return bound, fits_r, fits_r.any(axis=1)
+    return bound, fits_r, np.asarray(fits_r.any(axis=1))
 
 
 def prune(
