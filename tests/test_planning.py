@@ -19,6 +19,7 @@ from layoutsearch.core.topology import resolve_cluster
 from layoutsearch.report import planning
 from layoutsearch.search import solve
 from layoutsearch.sweep import check_row, expand_points, read_table, run_sweep
+from layoutsearch.sweep.table import LAYOUT_COLUMNS
 
 runner = CliRunner()
 EXAMPLES = Path(__file__).resolve().parents[1] / "examples"
@@ -444,32 +445,7 @@ def test_sweep_rows_carry_time_and_cost_columns(tmp_path):
     bad = {
         **row,
         "status": "INFEASIBLE",
-        **{
-            k: None
-            for k in (
-                "dp",
-                "fsdp",
-                "tp",
-                "pp",
-                "cp",
-                "ep",
-                "etp",
-                "zero_stage",
-                "virtual_stages",
-                "num_microbatches",
-                "recompute",
-                "peak_bytes",
-                "capacity_bytes",
-                "compute_s",
-                "exposed_comm_s",
-                "bubble_s",
-                "overhead_s",
-                "step_time_s",
-                "mfu",
-                "tokens_per_s",
-                "tokens_per_s_per_device",
-            )
-        },
+        **{k: None for k in LAYOUT_COLUMNS},
     }
     assert check_row(bad) == "status INFEASIBLE with a time or cost to train"
     assert check_row({**bad, "train_days": None, "device_hours": None, "cost": None}) is None
