@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import functools
 import importlib
+import os
 import re
 import sys
 import warnings
@@ -106,6 +107,9 @@ def _group(
 def main(argv: list[str] | None = None) -> int:
     """Entry point: run the app; an input error is one line on stderr and exit 2, an infeasible search exit 1."""
     argv = sys.argv[1:] if argv is None else argv
+    # the command loads no pydantic plugin: skip pydantic's scan of every installed package's
+    # entry points on its first validation (a setting the user's environment may still override)
+    os.environ.setdefault("PYDANTIC_DISABLE_PLUGINS", "__all__")
     try:
         with warnings.catch_warnings():
             warnings.showwarning = _show_warning
