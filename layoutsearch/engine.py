@@ -11,6 +11,7 @@ numbers and a what-if re-estimate. Option errors name the option through ``label
 from __future__ import annotations
 
 import dataclasses
+import math
 from collections.abc import Callable
 from typing import Any
 
@@ -26,7 +27,13 @@ from layoutsearch.core.options import (
 from layoutsearch.core.parse import parse_axes, parse_choices, parse_degrees, parse_names
 from layoutsearch.core.problem import Problem, SearchRequest
 from layoutsearch.core.problem import SearchOptions as Restrictions
-from layoutsearch.core.specs import DEGREE_NAMES, RECOMPUTE_POLICIES, Layout, Schedule
+from layoutsearch.core.specs import (
+    ALL_DEGREE_NAMES,
+    DEGREE_NAMES,
+    RECOMPUTE_POLICIES,
+    Layout,
+    Schedule,
+)
 from layoutsearch.core.stages import default_microbatches
 from layoutsearch.costs.estimate import Estimate
 from layoutsearch.costs.estimate import estimate as estimate_layout
@@ -34,13 +41,14 @@ from layoutsearch.report import planning
 from layoutsearch.report.output import (
     band_of,
     estimate_document,
+    layout_record,
     set_price,
     solve_document,
     what_if_document,
 )
 from layoutsearch.search import SearchResult
 from layoutsearch.search import solve as solve_problem
-from layoutsearch.search.explain import compare, infeasibility, ranking_notes
+from layoutsearch.search.explain import compare, infeasibility, ranking_notes, versus_claim
 
 __all__ = ["SolveRun", "EstimateRun", "WhatIf", "solve", "explain", "estimate", "build_problem"]
 
@@ -213,10 +221,18 @@ def explain(
     if plan.what_if is not None:
         raise InvalidArgumentError(f"{label('what_if')}: explain takes no what-if; use solve")
     check_plan(plan, label)
-    run, _ = _search(
+    versus = parse_degrees(plan.versus, label("versus")) if plan.versus is not None else None
+    run, request = _search(
         problem, workload, search, plan, target=None, top_k=max(search.top, 2), label=label
     )
     doc, layouts = run.document, run.result.layouts
+    if versus is not None:
+        used = math.prod(versus.get(name, 1) for name in DEGREE_NAMES)
+        if used != run.problem.cluster.num_devices:
+            raise InvalidArgumentError(
+                f"{label('versus')}: {' x '.join(DEGREE_NAMES)} = {used}, but "
+                f"{run.problem.cluster_name} has {run.problem.cluster.num_devices} devices"
+            )
     if layouts:
         band = band_of(layouts[0])
         doc["explanation"] = {
@@ -225,11 +241,29 @@ def explain(
             "tie_tolerance": run.result.tie_tolerance,
             "uncertainty_rel_band": list(band),
         }
+        if versus is not None:
+            doc["explanation"]["versus_layout"] = _versus(run, request, versus, band)
     if plan.sensitivity:
         factor = planning.SENSITIVITY_FACTOR
         doc["sensitivity"] = planning.sensitivity(layouts[0], factor) if layouts else None
         doc["sensitivity_factor"] = factor
     return run
+
+
+def _versus(run: SolveRun, request: SearchRequest, degrees: dict[str, int], band) -> dict:
+    """The winner held against the best completion of ``degrees`` (the degrees not given are 1;
+    ZeRO stage, microbatches, recompute and placement searched as for the winner)."""
+    fixed = {name: degrees.get(name, 1) for name in ALL_DEGREE_NAMES}
+    result = solve_problem(
+        run.problem, dataclasses.replace(request.with_options(fix=fixed), top_k=1)
+    )
+    other = result.layouts[0] if result.layouts else None
+    return {
+        "degrees": fixed,
+        "layout": layout_record(other) if other is not None else None,
+        "winner_step_time_s": run.result.layouts[0].step_time_s,
+        **versus_claim(run.result.layouts[0], other, band),
+    }
 
 
 def layout_of(

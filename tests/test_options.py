@@ -91,6 +91,7 @@ FLAGS = {
         "--tokens",
         "--price-per-device-hour",
         "--sensitivity",
+        "--versus",
     ],
     "sweep": [
         *PROBLEM,

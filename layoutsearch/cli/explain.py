@@ -9,14 +9,14 @@ from layoutsearch import engine
 from layoutsearch.cli.common import exit_if_infeasible, print_document
 from layoutsearch.cli.options import CommandSpec, Given, build_command, register_command
 from layoutsearch.cli.solve import SEARCH
-from layoutsearch.core.options import Format, OutputOptions, PlanOptions
+from layoutsearch.core.options import PLAN_FIELDS, Format, OutputOptions, PlanOptions
 
 SPEC = CommandSpec(
     "explain",
     (
         *SEARCH,
         (OutputOptions, ("format",)),
-        (PlanOptions, ("tokens", "price_per_device_hour", "sensitivity")),
+        (PlanOptions, PLAN_FIELDS["explain"]),
     ),
     defaults={"top": 2},
 )

@@ -11,6 +11,7 @@ from layoutsearch.cli.common import exit_if_infeasible, print_document, write_ou
 from layoutsearch.cli.options import ALL, CommandSpec, Given, build_command, register_command
 from layoutsearch.core.errors import InvalidArgumentError
 from layoutsearch.core.options import (
+    PLAN_FIELDS,
     Format,
     OutputOptions,
     PlanOptions,
@@ -26,7 +27,7 @@ SPEC = CommandSpec(
     (
         *SEARCH,
         (OutputOptions, ("format", "export", "output")),
-        (PlanOptions, ("tokens", "price_per_device_hour", "what_if")),
+        (PlanOptions, PLAN_FIELDS["solve"]),
     ),
 )
 

@@ -10,7 +10,13 @@ import typer
 
 from layoutsearch.cli.options import ALL, CommandSpec, Given, build_command, register_command
 from layoutsearch.core.errors import InvalidArgumentError
-from layoutsearch.core.options import PlanOptions, SearchOptions, SweepOptions, WorkloadOptions
+from layoutsearch.core.options import (
+    PLAN_FIELDS,
+    PlanOptions,
+    SearchOptions,
+    SweepOptions,
+    WorkloadOptions,
+)
 
 SPEC = CommandSpec(
     "sweep",
@@ -21,7 +27,7 @@ SPEC = CommandSpec(
         ),
         (SearchOptions, ("time_limit",)),
         (SweepOptions, ("fresh", "retry_failed", "progress")),
-        (PlanOptions, ("tokens", "price_per_device_hour")),
+        (PlanOptions, PLAN_FIELDS["sweep"]),
         (WorkloadOptions, ALL),
     ),
     inline=False,

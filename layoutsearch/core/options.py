@@ -299,6 +299,21 @@ class PlanOptions(OptionGroup):
         description="Step-time change of layout 1 when each hardware number is +10% (layout fixed)",
         json_schema_extra=cli("--sensitivity"),
     )
+    versus: str | None = Field(
+        None,
+        description="Hold the winner against a layout's degrees (e.g. fsdp=128,tp=8,pp=16, the "
+        "rest 1): the best completion of them is searched, and the claimed speed-up is called "
+        "distinguishable only when the two step times' uncertainty bands do not overlap",
+    )
+
+
+# The plan options each command takes (the CLI's command specs and the API's keywords alike)
+PLAN_FIELDS: dict[str, tuple[str, ...]] = {
+    "solve": ("tokens", "price_per_device_hour", "what_if"),
+    "explain": ("tokens", "price_per_device_hour", "sensitivity", "versus"),
+    "estimate": ("tokens", "price_per_device_hour", "what_if"),
+    "sweep": ("tokens", "price_per_device_hour"),
+}
 
 
 class LayoutOptions(OptionGroup):

@@ -462,6 +462,12 @@ def explain_report(result, explanation: dict | None) -> None:
                 out.print(
                     f"layout 1 is faster by {diff:.4f} s per step ({diff / other.step_time_s:.2%})"
                 )
+        if explanation.get("versus_layout"):
+            out.print(
+                versus_line(explanation["versus_layout"], explanation["uncertainty_rel_band"]),
+                markup=False,
+                highlight=False,
+            )
         return
     if explanation:
         table = Table(title="what removes the candidates")
@@ -545,3 +551,21 @@ def calibration_report(result: dict, loss: str = "squares") -> None:
             ", ".join(fit["at_bound"]) or "-",
         )
     console().print(table)
+
+
+def versus_line(versus: dict, band: list[float]) -> str:
+    """One sentence on the winner against the given layout (``engine._versus``)."""
+    given = ",".join(f"{k}={v}" for k, v in versus["degrees"].items() if v > 1) or "all degrees 1"
+    if versus["verdict"] == "infeasible":
+        return f"against {given}: no completion of those degrees fits or passes the rules"
+    speedup, verdict = versus["speedup"], versus["verdict"]
+    text = (
+        f"against {given} at its best ({versus['step_time_s']:.3f} s per step): layout 1 claims "
+        f"{speedup:.3f}x"
+    )
+    if verdict == "not slower":
+        return text + ": no speed-up; layout 1 ranks first only by simplicity"
+    bands = f"80% bands {band[0] * 100:+.0f}%..{band[1] * 100:+.0f}% of each prediction"
+    if verdict == "distinguishable":
+        return text + f", beyond the model's uncertainty ({bands} do not overlap)"
+    return text + f": NOT DISTINGUISHABLE, within the model's uncertainty ({bands} overlap)"

@@ -33,6 +33,37 @@ from layoutsearch.search.space import (
 from layoutsearch.search.tables import Tables, assemble
 
 
+def versus_claim(
+    winner: Estimate, other: Estimate | None, band: tuple[float, float]
+) -> dict[str, Any]:
+    """How far the winner's step time claims to beat ``other``'s, and whether the model can tell
+    them apart: only when their uncertainty bands (relative ``band`` = (low, high), the 80% band of
+    a prediction: ``core.uncertainty``) do not overlap, winner x (1 + high) < other x (1 + low).
+    ``other`` None: no completion of the given degrees fits."""
+    if other is None:
+        return {
+            "step_time_s": None,
+            "speedup": None,
+            "distinguishable": None,
+            "verdict": "infeasible",
+        }
+    low, high = band
+    speedup = other.step_time_s / winner.step_time_s if winner.step_time_s else 1.0
+    apart = winner.step_time_s * (1 + high) < other.step_time_s * (1 + low)
+    if speedup <= 1.0:
+        verdict = (
+            "not slower"  # the given layout is as fast or faster (it ranked lower by simplicity)
+        )
+    else:
+        verdict = "distinguishable" if apart else "not distinguishable"
+    return {
+        "step_time_s": other.step_time_s,
+        "speedup": speedup,
+        "distinguishable": bool(apart),
+        "verdict": verdict,
+    }
+
+
 def compare(winner: Estimate, other: Estimate, limit: int = 8) -> list[dict]:
     """Itemised terms that differ between two estimates (time in seconds, memory in bytes)."""
     rows: list[dict[str, Any]] = []

@@ -1,0 +1,81 @@
+"""`explain --versus`: the winner held against a given layout's best completion, and whether the
+claimed speed-up lies beyond the model's uncertainty (issue: claims a user can act on)."""
+
+from __future__ import annotations
+
+import pytest
+
+import layoutsearch as ls
+from layoutsearch.core.uncertainty import uncertainty_band
+from layoutsearch.costs.estimate import estimate
+from layoutsearch.search.explain import versus_claim
+
+LOW, HIGH = uncertainty_band("gpu")
+
+
+def _versus(degrees: str) -> dict:
+    run = ls.explain(model="llama3-8b", cluster="h100-64", seqs=256, versus=degrees)
+    return run.document["explanation"]["versus_layout"]
+
+
+def test_a_claim_inside_the_bands_is_not_distinguishable():
+    """fsdp=32,tp=2 is predicted about 6% slower than the winner: inside the bands, said so."""
+    v = _versus("fsdp=32,tp=2")
+    assert v["degrees"] == {"dp": 1, "fsdp": 32, "tp": 2, "pp": 1, "cp": 1, "ep": 1, "etp": 1}
+    assert 1.03 < v["speedup"] < 1.10
+    assert v["speedup"] == pytest.approx(v["step_time_s"] / v["winner_step_time_s"])
+    assert v["distinguishable"] is False and v["verdict"] == "not distinguishable"
+    assert v["layout"]["degrees"]["tp"] == 2 and v["layout"]["fits"] is True
+
+
+def test_a_claim_beyond_the_bands_is_distinguishable():
+    """tp=8 across every node's GPUs is predicted about 1.45x slower: beyond the bands."""
+    v = _versus("fsdp=8,tp=8")
+    assert 1.35 < v["speedup"] < 1.55
+    assert v["winner_step_time_s"] * (1 + HIGH) < v["step_time_s"] * (1 + LOW)
+    assert v["distinguishable"] is True and v["verdict"] == "distinguishable"
+
+
+def test_versus_claim_boundary_is_where_the_bands_meet():
+    """The verdict turns exactly where winner x (1 + high) meets other x (1 + low)."""
+    run = ls.solve(model="llama3-8b", cluster="h100-64", seqs=256, top=1)
+    winner = run.result.layouts[0]
+
+    class Other:  # an estimate's step time is all versus_claim reads of the other layout
+        def __init__(self, step_time_s):
+            self.step_time_s = step_time_s
+
+    meet = winner.step_time_s * 1.12 / 0.90  # band (-10%, +12%)
+    assert versus_claim(winner, Other(meet * 0.999), (-0.10, 0.12))["distinguishable"] is False
+    assert versus_claim(winner, Other(meet * 1.001), (-0.10, 0.12))["distinguishable"] is True
+    assert versus_claim(winner, Other(winner.step_time_s), (-0.10, 0.12))["verdict"] == "not slower"
+    assert versus_claim(winner, None, (-0.10, 0.12))["verdict"] == "infeasible"
+
+
+def test_the_completion_is_costed_by_estimate():
+    """The given layout's step time is estimate()'s of the completion the search returned."""
+    run = ls.explain(model="llama3-8b", cluster="h100-64", seqs=256, versus="fsdp=16,pp=4")
+    v = run.document["explanation"]["versus_layout"]
+    assert v["layout"]["degrees"]["pp"] == 4
+    assert v["layout"]["time_s"]["step"] == pytest.approx(v["step_time_s"])
+    problem = run.problem
+    completion = run.document["explanation"]["versus_layout"]["layout"]
+    assert completion["mfu"] < run.result.layouts[0].mfu
+    assert estimate(problem, run.result.layouts[0].layout).step_time_s == pytest.approx(
+        v["winner_step_time_s"]
+    )
+
+
+EXPLAIN = "explain --model llama3-8b --cluster h100-64 --seqs 256 --versus".split()
+
+
+def test_versus_on_the_command_line(cli_main):
+    """The sentence names the degrees, the claim and the verdict; impossible degrees exit 2."""
+    code, out, _ = cli_main(*EXPLAIN, "fsdp=32,tp=2")
+    assert code == 0
+    assert "against fsdp=32,tp=2 at its best" in out and "NOT DISTINGUISHABLE" in out
+    code, _, err = cli_main(*EXPLAIN, "fsdp=2")
+    assert code == 2
+    assert err == "error: --versus: dp x fsdp x tp x pp x cp = 2, but h100-64 has 64 devices\n"
+    code, out, _ = cli_main(*EXPLAIN, "dp=64")
+    assert code == 0 and "against dp=64: no completion of those degrees fits" in out
