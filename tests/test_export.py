@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 import re
@@ -250,14 +251,12 @@ def test_kv_replication():
 
 def test_interleaved_pipeline():
     """Interleaved 1F1B: Megatron layers per virtual stage, torchtitan Interleaved1F1B; MaxText/DeepSpeed refuse."""
-    doc = solve_doc(
-        "llama3-8b",
-        "h100-64",
-        256,
-        4096,
-        Layout(fsdp=2, tp=8, pp=4, virtual_stages=2, num_microbatches=8, schedule="interleaved"),
+    layout = Layout(
+        fsdp=2, tp=8, pp=4, virtual_stages=2, num_microbatches=8, schedule="interleaved"
     )
-    args = parse_args(exported(doc, "megatron"))
+    doc = solve_doc("llama3-8b", "h100-64", 256, 4096, layout)
+    zero1 = solve_doc("llama3-8b", "h100-64", 256, 4096, dataclasses.replace(layout, zero_stage=1))
+    args = parse_args(exported(zero1, "megatron"))
     assert (
         args["--num-layers-per-virtual-pipeline-stage"] == "4"
         and args["--pipeline-model-parallel-size"] == "4"
