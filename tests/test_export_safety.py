@@ -128,3 +128,13 @@ def test_deepspeed_json_keeps_the_name_on_one_header_line():
     model_line = header[1]
     assert model_line.startswith("model: evil\\nimport os; os.system('touch PWNED') #\\r\\n")
     assert not any(ch in line for line in header for ch in "\n\r\x85\u2028\x1b\x00")
+
+
+def test_megatron_bridge_yaml_keeps_the_name_in_comments():
+    """The Megatron-Bridge override loads to its six sections only; the name stays in the header comment."""
+    text = export_document(HSDP, "megatron-bridge")
+    assert check_export("megatron-bridge", text, HSDP) == []
+    cfg = yaml.safe_load(text)
+    assert set(cfg) == {"model", "train", "ddp", "dist", "checkpoint", "mixed_precision"}
+    assert cfg["train"] == {"global_batch_size": 64, "micro_batch_size": 4}
+    assert any("evil\\nimport os" in line for line in _comments(text))
