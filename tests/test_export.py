@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 import re
@@ -250,14 +251,12 @@ def test_kv_replication():
 
 def test_interleaved_pipeline():
     """Interleaved 1F1B: Megatron layers per virtual stage, torchtitan Interleaved1F1B; MaxText/DeepSpeed refuse."""
-    doc = solve_doc(
-        "llama3-8b",
-        "h100-64",
-        256,
-        4096,
-        Layout(fsdp=2, tp=8, pp=4, virtual_stages=2, num_microbatches=8, schedule="interleaved"),
+    layout = Layout(
+        fsdp=2, tp=8, pp=4, virtual_stages=2, num_microbatches=8, schedule="interleaved"
     )
-    args = parse_args(exported(doc, "megatron"))
+    doc = solve_doc("llama3-8b", "h100-64", 256, 4096, layout)
+    zero1 = solve_doc("llama3-8b", "h100-64", 256, 4096, dataclasses.replace(layout, zero_stage=1))
+    args = parse_args(exported(zero1, "megatron"))
     assert (
         args["--num-layers-per-virtual-pipeline-stage"] == "4"
         and args["--pipeline-model-parallel-size"] == "4"
@@ -678,3 +677,48 @@ def test_megatron_refuses_a_sliding_window_shorter_than_the_sequence(data_file, 
         f"not write --window-size and --window-attn-skip-freq: the model catalogue records how many layers attend in "
         f"full, not which); nearest: export to deepspeed (the Hugging Face model code has it) (megatron-window)"
     )
+
+
+def test_megatron_launch_flags_and_needs_line():
+    """Megatron: --save-interval among the placeholders, --init-model-with-meta-device with Megatron-FSDP,
+    and a header line naming Transformer Engine."""
+    text = exported(FSDP, "megatron")
+    placeholders = text[text.index("MEGATRON_PLACEHOLDER_ARGS=(") :]
+    assert "--save-interval '<set me: iterations between checkpoints>'" in placeholders
+    assert "--init-model-with-meta-device" in parse_args(text)
+    assert (
+        "# Needs, beside megatron-core: Transformer Engine (Megatron's default --transformer-impl "
+        "transformer_engine)." in text
+    )
+
+
+def test_megatron_deepep_is_named_in_the_needs_line():
+    """A MoE layout whose prediction used DeepEP names DeepEP in the header."""
+    doc = solve_doc(
+        "deepseek-v3", "h100-2048", 16384, 4096, Layout(fsdp=2048, ep=64, recompute="full")
+    )
+    text = export_document(doc, "megatron")
+    assert "--moe-flex-dispatcher-backend deepep" in text
+    assert "DeepEP (--moe-flex-dispatcher-backend deepep)" in text
+
+
+def test_maxtext_gpu_multi_node_sets_num_slices():
+    """MaxText on 8 nodes of 8 H100s: num_slices 8 beside dcn_fsdp_parallelism 8; one node writes none."""
+    mt = yaml.safe_load(exported(FSDP, "maxtext"))
+    assert (mt["num_slices"], mt["dcn_fsdp_parallelism"]) == (8, 8)
+    one_node = solve_doc("debug", "h100-8", 32, 1024, Layout(fsdp=8))
+    assert "num_slices" not in yaml.safe_load(exported(one_node, "maxtext"))
+
+
+def test_deepspeed_optimizer_and_scheduler_placeholders():
+    """DeepSpeed: an AdamW optimizer block and a scheduler block, their values '<set me: ...>'."""
+    ds = json.loads(exported(FSDP, "deepspeed"))
+    assert ds["optimizer"]["type"] == "AdamW"
+    assert ds["optimizer"]["params"]["lr"] == "<set me: peak learning rate>"
+    assert ds["scheduler"] == {
+        "type": "<set me: e.g. WarmupCosineLR>",
+        "params": {
+            "warmup_num_steps": "<set me: warmup steps>",
+            "total_num_steps": "<set me: optimizer steps>",
+        },
+    }

@@ -48,10 +48,18 @@ def test_the_search_and_the_costs_do_not_import_the_exporters(module):
 def test_each_target_is_declared_once_with_its_exporter():
     """Every export target's declaration names its exporter module, which keeps no copy of the
     capabilities: the search and the export both read the declaration's object."""
-    assert TARGETS == ("maxtext", "megatron", "torchtitan", "torchtitan-0.3", "deepspeed")
+    assert TARGETS == (
+        "maxtext",
+        "megatron",
+        "megatron-bridge",
+        "torchtitan",
+        "torchtitan-0.3",
+        "deepspeed",
+    )
     assert {t: exporter_of(t) for t in TARGETS} == {
         "maxtext": "layoutsearch.export.maxtext",
         "megatron": "layoutsearch.export.megatron",
+        "megatron-bridge": "layoutsearch.export.megatron_bridge",
         "torchtitan": "layoutsearch.export.torchtitan",
         "torchtitan-0.3": "layoutsearch.export.torchtitan03",
         "deepspeed": "layoutsearch.export.deepspeed",
@@ -96,7 +104,7 @@ def test_an_unknown_target_is_refused_with_a_hint():
         declaration_of("megatorn")
     assert str(err.value) == (
         "unknown export target 'megatorn' (did you mean 'megatron'?); "
-        "known: maxtext, megatron, torchtitan, torchtitan-0.3, deepspeed"
+        "known: maxtext, megatron, megatron-bridge, torchtitan, torchtitan-0.3, deepspeed"
     )
 
 
@@ -106,7 +114,9 @@ REFUSALS = {
         "bf16",
         "megatron-pipeline",
         "Megatron-LM cannot express pp(2) with the gpipe schedule (it runs 1F1B, or interleaved "
-        "1F1B with virtual stages; no GPipe); nearest: schedule 1f1b or interleaved",
+        "1F1B with virtual stages, no GPipe; and Megatron-FSDP (its ZeRO-2/3) is documented with TP, "
+        "CP and EP, not with pipeline parallelism, so a pipeline takes the distributed optimizer "
+        "(ZeRO-1)); nearest: schedule 1f1b or interleaved",
     ),
     "deepspeed": (
         Layout(fsdp=8, cp=2, zero_stage=3),

@@ -19,7 +19,7 @@ def export(
         str,
         typer.Option(
             "--to",
-            help="maxtext, megatron, torchtitan (0.2 TOML), torchtitan-0.3 (config_registry module) or deepspeed",
+            help="maxtext, megatron, megatron-bridge (recipe override YAML), torchtitan (0.2 TOML), torchtitan-0.3 (config_registry module) or deepspeed",
         ),
     ],
     rank: Annotated[

@@ -364,7 +364,7 @@ class OutputOptions(OptionGroup):
     format: Format = Field(Format.table, description="table, json or yaml")
     export: str | None = Field(
         None,
-        description="Also write layout 1 as maxtext|megatron|torchtitan|torchtitan-0.3|deepspeed",
+        description="Also write layout 1 as maxtext|megatron|megatron-bridge|torchtitan|torchtitan-0.3|deepspeed",
     )
     output: str | None = Field(
         None,

@@ -10,6 +10,7 @@ file formats:
 
 - ``maxtext``: YAML override of base.yml;
 - ``megatron``: sourceable bash defining ``MEGATRON_ARGS=( ... )`` for pretrain_gpt.py;
+- ``megatron-bridge``: YAML override of a Megatron-Bridge recipe's ConfigContainer;
 - ``torchtitan``: TOML job file (v0.2.x schema);
 - ``torchtitan-0.3``: a Python module with one torchtitan 0.3.x ``config_registry`` entry (0.3 reads no TOML);
 - ``deepspeed``: ds_config JSON with a ``_layoutsearch`` key for what must be set in code.
@@ -28,6 +29,7 @@ from layoutsearch.frameworks import TARGETS, capabilities_of, exporter_of
 SUFFIXES = {
     "maxtext": ".yml",
     "megatron": ".sh",
+    "megatron-bridge": ".yaml",
     "torchtitan": ".toml",
     "torchtitan-0.3": ".py",
     "deepspeed": ".json",

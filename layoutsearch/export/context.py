@@ -8,7 +8,10 @@ seconds as in the layout record.
 
 from __future__ import annotations
 
+import json
 import math
+import re
+import unicodedata
 from dataclasses import dataclass, replace
 
 from layoutsearch.core.check import check_layout
@@ -136,7 +139,8 @@ def build_context(document: dict, target: str, rank: int = 1) -> ExportContext:
 
 
 def header_lines(ctx: ExportContext) -> list[str]:
-    """The provenance lines every file starts with: model, cluster, layout, predictions, version."""
+    """The provenance lines every file starts with: model, cluster, layout, predictions, version;
+    names from user files (a Hugging Face ``_name_or_path``, an inline model) escaped by ``printable``."""
     lay, rec, model = ctx.layout, ctx.record, ctx.model
     nan = float("nan")  # a prediction the record leaves out (or null) is printed as nan
     mem = rec.get("memory_bytes") or {}
@@ -144,7 +148,7 @@ def header_lines(ctx: ExportContext) -> list[str]:
     mfu = nan if rec.get("mfu") is None else rec["mfu"]
     degrees = " ".join(f"{k}={v}" for k, v in lay.all_degrees.items())
     pipeline = f", pp schedule {lay.schedule} x{lay.virtual_stages} virtual" if lay.pp > 1 else ""
-    return (
+    lines = (
         [
             f"Written by layoutsearch {version()} for {ctx.target}: layout rank {rec.get('rank', 1)}.",
             f"model: {ctx.model_id}{'' if model.name == ctx.model_id else f' ({model.name})'}: {model.num_layers} layers, "
@@ -179,6 +183,7 @@ def header_lines(ctx: ExportContext) -> list[str]:
             else []
         )
     )
+    return [printable(line) for line in lines]  # names come from user files: one line each
 
 
 # What the engine does not decide: every exported file names these and leaves them for the user.
@@ -219,9 +224,62 @@ def placement_text(ctx: ExportContext) -> str:
     return "; ".join(parts) or "single device"
 
 
+# Control, format (bidirectional overrides) and line/paragraph separators: YAML reads U+0085, U+2028
+# and U+2029 as line breaks, TOML refuses control characters in comments, Python null bytes.
+UNPRINTABLE_CATEGORIES = ("Cc", "Cf", "Zl", "Zp", "Cs", "Cn")
+
+
+def printable(text: object) -> str:
+    """``text`` on one line with every unprintable character written as its Python escape
+    (``\\n``, ``\\x1b``, ``\\u2028``): what a name may carry into a comment or a string."""
+    return "".join(
+        ch.encode("unicode_escape").decode("ascii")
+        if unicodedata.category(ch) in UNPRINTABLE_CATEGORIES
+        else ch
+        for ch in str(text)
+    )
+
+
 def comment_block(lines: list[str], prefix: str = "# ") -> str:
-    return "\n".join(f"{prefix}{line}".rstrip() for line in lines) + "\n"
+    """``lines`` as comment lines; a line break or control character inside one is escaped, so no
+    text can end the comment and become code, keys or arguments."""
+    return "\n".join(f"{prefix}{printable(line)}".rstrip() for line in lines) + "\n"
 
 
 def product(values) -> int:
     return math.prod(values)
+
+
+# What a YAML double-quoted scalar must escape: outside YAML's printable set, or a line break (U+0085,
+# U+2028, U+2029), or a format character; with the quote and the backslash
+_YAML_ESCAPE = re.compile(
+    '[^\t\x20-\x7e\xa0-\ud7ff\ue000-\ufffd\U00010000-\U0010ffff]|["\\\\\u2028\u2029]|[\u200b-\u200f\u202a-\u202e\u2060-\u2064\u2066-\u206f\ufeff]'
+)
+
+
+def yaml_value(value) -> str:
+    """A scalar or list in YAML flow syntax (PyYAML and omegaconf read it back to ``value``)."""
+    if isinstance(value, float):
+        text = repr(value)
+        mantissa, e, exponent = text.partition("e")
+        # YAML 1.1 (PyYAML, omegaconf) reads 1e-05 as a string: the mantissa needs a dot
+        return f"{mantissa}.0e{exponent}" if e and "." not in mantissa else text
+    if isinstance(value, str):
+        return '"' + _YAML_ESCAPE.sub(_yaml_escape, value) + '"'
+    if isinstance(value, (list, tuple)):
+        return "[" + ", ".join(yaml_value(v) for v in value) + "]"
+    return json.dumps(value)  # int, bool, None: JSON's spelling is YAML's
+
+
+def _yaml_escape(match: re.Match) -> str:
+    ch = match.group()
+    if ch in '"\\':
+        return "\\" + ch
+    code = ord(ch)
+    return (
+        f"\\x{code:02x}"
+        if code < 0x100
+        else f"\\u{code:04x}"
+        if code < 0x10000
+        else f"\\U{code:08x}"
+    )

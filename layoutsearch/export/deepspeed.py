@@ -15,7 +15,9 @@ runtime/pipe/engine.py, runtime/engine.py, runtime/tensor_parallel/config.py):
   the cost model overlaps the gradient reduction with the backward pass.
 - The model's hyper-parameters (RoPE, norm epsilon, activation, dropout) and what layoutsearch does
   not decide (data, tokenizer, learning rate, steps, checkpoints; ``<set me: ...>``) are listed
-  under ``_layoutsearch``: DeepSpeed builds neither the model nor the data loader.
+  under ``_layoutsearch``: DeepSpeed builds neither the model nor the data loader. The ``optimizer``
+  (AdamW: the predicted memory holds two moments) and ``scheduler`` blocks are written with
+  ``<set me: ...>`` values.
 - Mixture of experts: DeepSpeed 0.19.8's AutoEP (module_inject/auto_ep_config.py, auto_ep_folding.py)
   replaces a Hugging Face model's MoE blocks from the JSON: ``expert_parallel`` = {enabled,
   ``autoep_size`` = ep, ``expert_tensor_parallel_size`` 1, ``preset_model`` mixtral, qwen3_moe,
@@ -172,10 +174,33 @@ def placeholders() -> dict:
         "data_path": set_me("training data"),
         "tokenizer": set_me("tokenizer"),
         "learning_rate": set_me(
-            "peak learning rate and schedule (an 'optimizer'/'scheduler' block)"
+            "peak learning rate and schedule: the 'optimizer' and 'scheduler' blocks"
         ),
         "train_steps": set_me("optimizer steps"),
         "checkpoint_dir": set_me("engine.save_checkpoint directory"),
+    }
+
+
+def optimizer_blocks() -> dict:
+    """``optimizer`` and ``scheduler`` with their values as placeholders (DeepSpeedConfig keeps both
+    blocks as given; the engine builds them at deepspeed.initialize). AdamW because the predicted memory
+    holds two moments per parameter; a client optimizer passed to deepspeed.initialize replaces the block."""
+    return {
+        "optimizer": {
+            "type": "AdamW",
+            "params": {
+                "lr": set_me("peak learning rate"),
+                "betas": set_me("[beta1, beta2]"),
+                "weight_decay": set_me("weight decay"),
+            },
+        },
+        "scheduler": {
+            "type": set_me("e.g. WarmupCosineLR"),
+            "params": {
+                "warmup_num_steps": set_me("warmup steps"),
+                "total_num_steps": set_me("optimizer steps"),
+            },
+        },
     }
 
 
@@ -196,6 +221,7 @@ def config(ctx: ExportContext) -> dict:
         "gradient_accumulation_steps": lay.num_microbatches,
         "bf16": {"enabled": True},
         "zero_optimization": {"stage": ctx.effective_zero_stage},
+        **optimizer_blocks(),
     }
     if ctx.effective_zero_stage >= 1:
         cfg["zero_optimization"].update(overlap_comm=True, contiguous_gradients=True)

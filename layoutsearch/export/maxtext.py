@@ -5,7 +5,8 @@ Mapping (checked against maxtext 0.2.5: configs/base.yml, configs/types.py, laye
 - Degrees become ``ici_<axis>_parallelism`` (inside a slice; on GPUs inside a node) and
   ``dcn_<axis>_parallelism`` (across slices/nodes): dp -> data, fsdp -> fsdp (ZeRO-3) or data
   (ZeRO-0; ZeRO-1 adds ``shard_optimizer_over_data``), tp -> tensor, cp -> context,
-  pp -> pipeline. Products: ici = devices per slice, dcn = ``num_slices``.
+  pp -> pipeline. Products: ici = devices per slice, dcn = ``num_slices``; on GPUs a node is a
+  slice and a multi-node file sets ``num_slices`` (MaxText finds one slice on GPUs by itself).
 - Batch: MaxText's global batch = devices x ``per_device_batch_size`` x
   ``gradient_accumulation_steps``; microbatches become accumulation steps without pipeline
   and ``num_pipeline_microbatches`` with it.
@@ -48,7 +49,6 @@ Mapping (checked against maxtext 0.2.5: configs/base.yml, configs/types.py, laye
 
 from __future__ import annotations
 
-import json
 import math
 
 import yaml
@@ -62,6 +62,7 @@ from layoutsearch.export.context import (
     header_lines,
     placeholder_note,
     set_me,
+    yaml_value,
 )
 from layoutsearch.frameworks import maxtext as declaration
 
@@ -134,6 +135,14 @@ def slice_shape(ctx: ExportContext) -> tuple[int, int]:
     """(devices per slice, number of slices): a TPU ICI slice, or a GPU node (MaxText's GPU convention)."""
     outer = math.prod(a.size for a in ctx.cluster.axes if a.kind in ("dcn", "scale_out"))
     return ctx.num_devices // outer, outer
+
+
+def gpu_slices(ctx: ExportContext) -> dict:
+    """``num_slices`` for a multi-node GPU job: MaxText counts TPU slices by itself, but GPUs carry no
+    slice index, so without the key it finds one slice and refuses dcn_* parallelism ("DCN parallelism
+    requested but only one slice available", configs/types.py)."""
+    slices = slice_shape(ctx)[1]
+    return {"num_slices": slices} if ctx.cluster.accelerator.kind == "gpu" and slices > 1 else {}
 
 
 # each policy the framework declares has a remat_policy
@@ -391,6 +400,7 @@ def render(ctx: ExportContext) -> str:
             "parallelism",
             {
                 "hardware": hardware,
+                **gpu_slices(ctx),
                 **parallelism(ctx),
                 **({"shard_optimizer_over_data": True} if ctx.effective_zero_stage == 1 else {}),
             },
@@ -400,7 +410,7 @@ def render(ctx: ExportContext) -> str:
     ]
     body = 'base_config: "base.yml"\n'
     for title, keys in sections:
-        body += f"\n# {title}\n" + "".join(f"{k}: {_yaml_value(v)}\n" for k, v in keys.items())
+        body += f"\n# {title}\n" + "".join(f"{k}: {yaml_value(v)}\n" for k, v in keys.items())
     return comment_block(notes) + body + "\n" + comment_block(placeholder_lines())
 
 
@@ -474,16 +484,6 @@ def _model_notes(ctx: ExportContext) -> list[str]:
     return notes
 
 
-def _yaml_value(value) -> str:
-    """A scalar or list in YAML flow syntax (JSON is a subset of YAML)."""
-    if isinstance(value, float):
-        text = repr(value)
-        mantissa, e, exponent = text.partition("e")
-        # YAML 1.1 (PyYAML, omegaconf) reads 1e-05 as a string: the mantissa needs a dot
-        return f"{mantissa}.0e{exponent}" if e and "." not in mantissa else text
-    return json.dumps(value)
-
-
 # ----------------------------------------------------------------------------- checker
 def resolved_parallelism(
     cfg: dict, per_slice: int, slices: int
@@ -538,6 +538,12 @@ def check(text: str, ctx: ExportContext) -> list[str]:
     problems += [
         f"{a} degree {deg[a]} != layout {expected[a]}" for a in AXES if deg[a] != expected[a]
     ]
+    dcn = [k for k, v in par.items() if k.startswith("dcn_") and v > 1]
+    if dcn and cfg.get("num_slices", -1) != slices and ctx.cluster.accelerator.kind == "gpu":
+        problems.append(
+            f"{', '.join(dcn)} across {slices} GPU nodes needs num_slices {slices}, got "
+            f"{cfg.get('num_slices', 'none')}"
+        )
     if cfg.get("shard_optimizer_over_data") and deg["fsdp"] > 1:
         problems.append(f"shard_optimizer_over_data cannot be combined with fsdp({deg['fsdp']})")
     if cfg.get("remat_policy", "full") not in REMAT_POLICIES:

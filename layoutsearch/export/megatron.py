@@ -7,7 +7,10 @@ num_microbatches_calculator.py):
 - DP = world / (TP x PP x CP) = dp x fsdp; ``--micro-batch-size`` is sequences per DP rank per
   microbatch, ``--global-batch-size`` = B, microbatches = B / (micro x DP).
 - ZeRO-1 -> ``--use-distributed-optimizer``; ZeRO-2/3 -> Megatron-FSDP
-  (``--use-megatron-fsdp --data-parallel-sharding-strategy optim_grads|optim_grads_params``).
+  (``--use-megatron-fsdp --data-parallel-sharding-strategy optim_grads|optim_grads_params``, with
+  ``--init-model-with-meta-device``, which Megatron-FSDP's documentation pairs with it). Megatron-FSDP
+  is documented with TP, CP and EP, not with pipelining: ZeRO-2/3 with pp > 1 is refused by the
+  framework declaration's rule (``megatron-pipeline``), so ``solve --export megatron`` picks ZeRO-0/1 there.
   A replicated dp part over a sharded fsdp part -> ``--num-distributed-optimizer-instances dp``
   (partial distributed optimizer; HSDP under Megatron-FSDP). Sharding spans fsdp x cp, as in
   Megatron's dp-cp group.
@@ -64,7 +67,11 @@ num_microbatches_calculator.py):
 - bf16 state (``--grad-bytes 2``, ``--moment-bytes 2``): ``--grad-reduce-in-bf16``; ``--use-precision-aware-optimizer
   --exp-avg-dtype bf16 --exp-avg-sq-dtype bf16`` (Transformer Engine's FusedAdam; needs the distributed optimizer).
 - Not decided (``MEGATRON_PLACEHOLDER_ARGS``, values ``<set me: ...>``): data, tokenizer, learning
-  rate and schedule, training iterations, checkpoint paths.
+  rate and schedule, training iterations, checkpoint paths and ``--save-interval`` (validate_args
+  asserts it is set).
+- A header line names the libraries the written flags need beside megatron-core: Transformer Engine
+  (Megatron's default ``--transformer-impl``), DeepEP for the flex dispatcher, flash-attn for
+  ``--attention-backend flash``.
 - Not expressible: a GPipe schedule (Megatron runs 1F1B or interleaved 1F1B).
 """
 
@@ -361,6 +368,8 @@ def _parallel_args(ctx: ExportContext) -> list[tuple[str, object]]:
             ("--use-distributed-optimizer", None),
             ("--no-gradient-accumulation-fusion", None),
             ("--ckpt-format", "fsdp_dtensor"),
+            # Megatron-FSDP's documentation pairs it with meta-device init: no rank builds the whole model
+            ("--init-model-with-meta-device", None),
         ]
     if zero >= 1 and lay.dp > 1:
         args.append(("--num-distributed-optimizer-instances", lay.dp))
@@ -459,8 +468,42 @@ def _placeholder_args() -> list[tuple[str, str]]:
         ("--lr-warmup-iters", set_me("warmup iterations")),
         ("--train-iters", set_me("training iterations")),
         ("--save", set_me("checkpoint directory")),
+        ("--save-interval", set_me("iterations between checkpoints")),  # validate_args asserts it
         ("--load", set_me("checkpoint directory to resume from")),
     ]
+
+
+# Libraries beyond megatron-core that a written flag needs, in the order the header names them
+TE_FLAGS = (
+    "--fp8-format",
+    "--tp-comm-overlap",
+    "--use-precision-aware-optimizer",
+    "--moe-grouped-gemm",
+)
+LIBRARY_FLAGS = (
+    ("DeepEP", "--moe-flex-dispatcher-backend", "deepep"),
+    ("flash-attn", "--attention-backend", "flash"),
+)
+
+
+def needs_line(args: list[tuple[str, object]]) -> str:
+    """The header line naming every library the written flags need: Transformer Engine always (Megatron's
+    default --transformer-impl), DeepEP for its dispatcher, flash-attn for Transformer Engine's flash backend."""
+    written = dict(args)
+    te = [flag for flag in TE_FLAGS if flag in written]
+    if written.get("--cuda-graph-impl") == "transformer_engine":
+        te.append("--cuda-graph-impl transformer_engine")
+    libraries = [
+        "Transformer Engine (Megatron's default --transformer-impl transformer_engine"
+        + (f"; {', '.join(te)}" if te else "")
+        + ")"
+    ]
+    libraries += [
+        f"{name} ({flag} {value})"
+        for name, flag, value in LIBRARY_FLAGS
+        if written.get(flag) == value
+    ]
+    return "Needs, beside megatron-core: " + ", ".join(libraries) + "."
 
 
 def _model_notes(ctx: ExportContext) -> list[str]:
@@ -510,9 +553,16 @@ def render(ctx: ExportContext) -> str:
     """A sourceable bash file defining ``MEGATRON_ARGS``."""
     lay = ctx.layout
     fsdp = ctx.effective_zero_stage >= 2
+    sections = [
+        ("model", _model_args(ctx)),
+        ("latent attention, multi-token prediction", _mla_args(ctx)),
+        ("mixture of experts", _moe_args(ctx)),
+        ("parallelism, batch, recompute", _parallel_args(ctx)),
+    ]
     notes = (
         header_lines(ctx)
         + [
+            needs_line([arg for _, args in sections for arg in args]),
             f"Data-parallel size (Megatron's DP) = {lay.num_devices} / (tp {lay.tp} x pp {lay.pp} x cp {lay.cp}) = "
             f"{lay.data_units}; {lay.num_microbatches} microbatches per step.",
             f"Vocabulary: {ctx.model.vocab_size} tokens from your tokenizer (Megatron pads it to a multiple of 128 x tp).",
@@ -541,12 +591,6 @@ def render(ctx: ExportContext) -> str:
             "export CUDA_LAUNCH_BLOCKING=1  # the prediction costed blocking kernel launches (--launch-blocking)"
         )
     lines.append(f"{ARRAY}=(")
-    sections = [
-        ("model", _model_args(ctx)),
-        ("latent attention, multi-token prediction", _mla_args(ctx)),
-        ("mixture of experts", _moe_args(ctx)),
-        ("parallelism, batch, recompute", _parallel_args(ctx)),
-    ]
     for title, args in sections:
         if not args:
             continue
@@ -765,6 +809,10 @@ def _option_problems(
             out.append(
                 "Megatron-FSDP needs --ckpt-format fsdp_dtensor and --use-distributed-optimizer"
             )
+        if "--init-model-with-meta-device" not in f:
+            out.append("Megatron-FSDP is written with --init-model-with-meta-device")
+        if pp > 1:
+            out.append(f"Megatron-FSDP is documented without pipeline parallelism, got pp({pp})")
     out += _hyper_problems(f, tp, dp, cp, ctx)
     instances = _count(f, "--num-distributed-optimizer-instances", 1)
     if (dp * cp) % instances:

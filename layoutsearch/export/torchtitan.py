@@ -44,6 +44,7 @@ from __future__ import annotations
 
 import math
 import tomllib
+import unicodedata
 
 from layoutsearch.core.frameworks import node_dedup
 from layoutsearch.core.rules import deepseek_block, qwen3_moe_block
@@ -323,11 +324,29 @@ NUMERIC_PLACEHOLDERS = {
 
 
 def _toml_value(value) -> str:
+    """A TOML value: strings basic-quoted with every control character escaped (TOML 1.0 allows none
+    raw in a string), lists element by element."""
     if isinstance(value, bool):
         return "true" if value else "false"
     if isinstance(value, str):
-        return '"' + value.replace("\\", "\\\\").replace('"', '\\"') + '"'
+        return '"' + "".join(_toml_char(ch) for ch in value) + '"'
+    if isinstance(value, (list, tuple)):
+        return "[" + ", ".join(_toml_item(v) for v in value) + "]"
     return str(value)
+
+
+def _toml_item(value) -> str:
+    """A list item: a plain string as a TOML literal string ('name'), anything else as a value."""
+    plain = isinstance(value, str) and all(_toml_char(ch) == ch and ch != "'" for ch in value)
+    return f"'{value}'" if plain else _toml_value(value)
+
+
+def _toml_char(ch: str) -> str:
+    if ch in '"\\':
+        return "\\" + ch
+    if ord(ch) < 0x20 or ord(ch) == 0x7F or unicodedata.category(ch) in ("Zl", "Zp", "Cf"):
+        return f"\\u{ord(ch):04X}" if ord(ch) <= 0xFFFF else f"\\U{ord(ch):08X}"
+    return ch
 
 
 def policy_notes(ctx: ExportContext, sac: str) -> list[str]:

@@ -224,10 +224,11 @@ def render(ctx: ExportContext) -> str:
     notes += launch_lines(ctx)
     notes.append(placeholder_note())
     text = comment_block(notes)
-    text += (
-        f'"""layoutsearch layout rank {ctx.record.get("rank", 1)} for {ctx.model_id} on {ctx.cluster.name}: '
-        f'a torchtitan 0.3 config_registry entry."""\n\n'
+    docstring = (
+        f"layoutsearch layout rank {ctx.record.get('rank', 1)} for {ctx.model_id} on {ctx.cluster.name}: "
+        "a torchtitan 0.3 config_registry entry."
     )
+    text += f"{docstring!r}\n\n"  # a Python literal: the names cannot close it
     text += "# PLACEHOLDER: layoutsearch does not decide these; replace each '<set me: ...>' (type in brackets).\n"
     for name, (what, kind) in PLACEHOLDERS.items():
         text += f"{name} = {set_me(what)!r}  # [{kind}]\n"

@@ -22,7 +22,15 @@ from types import ModuleType
 
 from layoutsearch.core.errors import InvalidLayoutError, did_you_mean
 from layoutsearch.core.specs import Framework
-from layoutsearch.frameworks import deepspeed, ideal, maxtext, megatron, torchtitan, torchtitan03
+from layoutsearch.frameworks import (
+    deepspeed,
+    ideal,
+    maxtext,
+    megatron,
+    megatron_bridge,
+    torchtitan,
+    torchtitan03,
+)
 from layoutsearch.frameworks.declaration import EXPERT_TENSOR, Capabilities, Profile
 
 __all__ = [
@@ -42,7 +50,8 @@ assert set(PROFILES) == {f.value for f in Framework}
 
 # export target -> the declaration that holds its capabilities and names its exporter
 _BY_TARGET: dict[str, ModuleType] = {
-    m.CAPABILITIES.target: m for m in (maxtext, megatron, torchtitan, torchtitan03, deepspeed)
+    m.CAPABILITIES.target: m
+    for m in (maxtext, megatron, megatron_bridge, torchtitan, torchtitan03, deepspeed)
 }
 TARGETS = tuple(_BY_TARGET)
 

@@ -6,7 +6,8 @@ gather of updated weights into the next forward), ``--tp-comm-overlap`` (Transfo
 userbuffers) only when asked: it is off by default in Megatron.
 
 What it can express (checked against megatron-core 0.16.1 and megatron/training/arguments.py):
-everything but a GPipe schedule, attention sinks and sliding windows as the catalogue records them.
+everything but a GPipe schedule, ZeRO-2/3 (Megatron-FSDP) with a pipeline, attention sinks and
+sliding windows as the catalogue records them.
 """
 
 from layoutsearch.frameworks.declaration import Capabilities, Profile
@@ -26,6 +27,8 @@ CAPABILITIES = Capabilities(
     target="megatron",
     framework="Megatron-LM",
     pipeline_schedules=("1f1b", "interleaved"),
+    # ZeRO-2/3 are written as Megatron-FSDP, which its documentation lists with TP, CP and EP only
+    zero_stages_with_pp=(0, 1),
     deepep=True,
     vendor_attention=True,
     recompute_policies=PROFILE.recompute_policies,  # each one the exporter's _parallel_args writes
@@ -43,7 +46,9 @@ CAPABILITIES = Capabilities(
     ep_comm_overlap=True,
     unfused_attention=True,
     why={
-        "megatron-pipeline": "it runs 1F1B, or interleaved 1F1B with virtual stages; no GPipe",
+        "megatron-pipeline": "it runs 1F1B, or interleaved 1F1B with virtual stages, no GPipe; and "
+        "Megatron-FSDP (its ZeRO-2/3) is documented with TP, CP and EP, not with pipeline parallelism, "
+        "so a pipeline takes the distributed optimizer (ZeRO-1)",
         # arguments.py has no flag for TransformerConfig.softmax_type; Megatron-Bridge's gpt-oss
         # bridge sets softmax_type "learnable" (with the clamped SwiGLU) in its model provider
         "megatron-sinks": "pretrain_gpt.py has no argument for TransformerConfig softmax_type "

@@ -1,0 +1,51 @@
+"""Megatron-Bridge (export target ``megatron-bridge``: a YAML override of a recipe's ConfigContainer).
+
+The same Megatron-Core underneath, so the megatron profile and the megatron limits, under this
+target's rule codes, less what the override does not write (checked against megatron-bridge 0.3.1,
+training/config.py and mixed_precision.py): only even pipeline splits (no first/last stage sizes or
+chunk layouts), no CUDA graphs, fp32 gradient reduction and fp32 Adam moments (the named
+mixed-precision recipes reduce gradients in fp32 and torch dtypes have no YAML spelling), no TP
+communication overlap or MoE all-to-all overlap (a CommOverlapConfig the override does not build),
+fused attention only.
+"""
+
+import dataclasses
+
+from layoutsearch.frameworks import megatron
+
+EXPORTER = "layoutsearch.export.megatron_bridge"
+
+PROFILE = megatron.PROFILE
+
+TARGET = "megatron-bridge"
+_WHY = {
+    "split": "the override writes virtual_pipeline_model_parallel_size over an even split; uneven "
+    "first/last stages and chunk layouts are left to Megatron-LM (--export megatron)",
+    "cuda-graphs": "the override writes no CUDA graph settings; export to megatron for graphs",
+    "state-precision": "its named mixed-precision recipes reduce gradients in fp32, and bf16 "
+    "moments need a torch dtype the YAML override cannot spell",
+    "tp-overlap": "TP communication overlap needs a CommOverlapConfig the override does not write",
+    "ep-overlap": "overlapping the MoE all-to-alls needs a CommOverlapConfig the override does not write",
+    "unfused-attention": "the override keeps Transformer Engine's fused attention",
+}
+
+CAPABILITIES = dataclasses.replace(
+    megatron.CAPABILITIES,
+    target=TARGET,
+    framework="Megatron-Bridge",
+    pipeline_splits=("even",),
+    cuda_graphs=("none",),
+    recompute_with_scoped_graphs=None,
+    bf16_grads=False,
+    bf16_moments_zero=(),
+    tp_comm_overlap=False,
+    ep_comm_overlap=False,
+    unfused_attention=False,
+    why={
+        **{
+            code.replace("megatron-", f"{TARGET}-", 1): text
+            for code, text in megatron.CAPABILITIES.why.items()
+        },
+        **{f"{TARGET}-{code}": text for code, text in _WHY.items()},
+    },
+)
