@@ -73,6 +73,7 @@ _KEYWORDS = {
         *declared.SearchOptions.model_fields,
         "tokens",
         "price_per_device_hour",
+        *declared.GOODPUT_OPTIONS,
         "what_if",
         "export",
     },
@@ -82,6 +83,7 @@ _KEYWORDS = {
         *declared.SearchOptions.model_fields,
         "tokens",
         "price_per_device_hour",
+        *declared.GOODPUT_OPTIONS,
         "sensitivity",
     },
     "estimate": {
@@ -90,6 +92,7 @@ _KEYWORDS = {
         *declared.LayoutOptions.model_fields,
         "tokens",
         "price_per_device_hour",
+        *declared.GOODPUT_OPTIONS,
         "what_if",
     },
 }

@@ -41,6 +41,12 @@ WORKLOAD = [
 PROBLEM = ["--problem", "--model", "-m", "--cluster", "-c"]
 SEARCH = ["--top", "--fix", "--choices", "--only", "--objective", "--time-limit", "--method"]
 SEARCH += ["--recompute"]
+GOODPUT = [
+    "--failure-rate-per-device-hour",
+    "--restart-time-s",
+    "--checkpoint-mode",
+    "--checkpoint-write-gbytes-per-s-per-node",
+]
 
 # Each command's flags, in --help order: changing a command's interface changes this list.
 FLAGS = {
@@ -65,6 +71,7 @@ FLAGS = {
         "--format",
         "--price-per-device-hour",
         "--what-if",
+        *GOODPUT,
         *WORKLOAD,
     ],
     "solve": [
@@ -80,6 +87,7 @@ FLAGS = {
         "--tokens",
         "--price-per-device-hour",
         "--what-if",
+        *GOODPUT,
     ],
     "explain": [
         *PROBLEM,
@@ -91,6 +99,7 @@ FLAGS = {
         "--tokens",
         "--price-per-device-hour",
         "--sensitivity",
+        *GOODPUT,
     ],
     "sweep": [
         *PROBLEM,

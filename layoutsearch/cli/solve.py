@@ -11,6 +11,7 @@ from layoutsearch.cli.common import exit_if_infeasible, print_document, write_ou
 from layoutsearch.cli.options import ALL, CommandSpec, Given, build_command, register_command
 from layoutsearch.core.errors import InvalidArgumentError
 from layoutsearch.core.options import (
+    GOODPUT_OPTIONS,
     Format,
     OutputOptions,
     PlanOptions,
@@ -18,6 +19,7 @@ from layoutsearch.core.options import (
     SearchOptions,
     WorkloadOptions,
 )
+from layoutsearch.report import planning
 
 # The options of a search, shared with explain.
 SEARCH = ((ProblemOptions, ALL), (WorkloadOptions, ALL), (SearchOptions, ALL))
@@ -26,7 +28,7 @@ SPEC = CommandSpec(
     (
         *SEARCH,
         (OutputOptions, ("format", "export", "output")),
-        (PlanOptions, ("tokens", "price_per_device_hour", "what_if")),
+        (PlanOptions, ("tokens", "price_per_device_hour", "what_if", *GOODPUT_OPTIONS)),
     ),
 )
 
@@ -62,6 +64,7 @@ def solve(given: Given) -> None:
             run.result,
             run.explanation,
             plan.price_per_device_hour,
+            planning.resilience_of(plan),
         )
         if run.what_if:
             render.what_if_report(
