@@ -156,3 +156,24 @@ def test_the_checkpoint_bandwidth_field_needs_a_source():
     del data["sources"]["checkpoint_write_gbytes_per_s_per_node"]
     with pytest.raises(CatalogueError, match="lacks a source for checkpoint_write_gbytes_per_s"):
         accelerator_from_dict(data, "h100.yaml")
+
+
+def test_energy_per_step_token_and_run_at_board_power():
+    """H100 at its 700 W rating (no idle power catalogued: the whole step at board power):
+    16,384 x 700 W x the step seconds per step; per token over 2,048 x 8,192 tokens; the run's
+    kWh at the goodput, x 0.1 per kWh."""
+    rec = ls.estimate(**LLAMA3_405B, price_per_kwh=0.1).document["layout"]
+    step_j = 16_384 * 700 * rec["time_s"]["step"]
+    assert rec["energy_j_per_step"] == pytest.approx(step_j, rel=1e-12)
+    assert rec["energy_j_per_token"] == pytest.approx(step_j / (2048 * 8192), rel=1e-12)
+    kwh = 15.6e12 * step_j / (2048 * 8192) / rec["goodput"] / 3.6e6
+    assert rec["energy_kwh"] == pytest.approx(kwh, rel=1e-12)
+    assert rec["energy_cost"] == pytest.approx(0.1 * kwh, rel=1e-12)
+
+
+def test_idle_power_counts_outside_compute_and_no_board_power_means_null_energy():
+    """With an idle power the non-compute seconds draw it; v5p has no board power: null."""
+    assert goodput.step_energy_j(2, 10.0, 4.0, 700.0, 100.0) == 2 * (700 * 4 + 100 * 6)
+    assert goodput.step_energy_j(2, 10.0, 4.0, 700.0, None) == 2 * 700 * 10
+    rec = ls.estimate(model="debug", cluster="v5p-8", layout="fsdp=8").document["layout"]
+    assert rec["energy_j_per_step"] is None and rec["energy_cost"] is None

@@ -46,6 +46,7 @@ GOODPUT = [
     "--restart-time-s",
     "--checkpoint-mode",
     "--checkpoint-write-gbytes-per-s-per-node",
+    "--price-per-kwh",
 ]
 
 # Each command's flags, in --help order: changing a command's interface changes this list.

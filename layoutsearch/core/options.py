@@ -336,6 +336,12 @@ class PlanOptions(OptionGroup):
         description="Checkpoint write bandwidth of one node (host), GB/s (default: the "
         "accelerator's catalogue value, else Llama 3's 2 TB/s over 2,048 hosts)",
     )
+    price_per_kwh: float | None = Field(
+        None,
+        ge=0,
+        le=1e3,
+        description="Price of a kWh of device energy (any currency): energy_cost of each layout",
+    )
 
 
 class LayoutOptions(OptionGroup):
@@ -444,6 +450,7 @@ GOODPUT_OPTIONS = (
     "restart_time_s",
     "checkpoint_mode",
     "checkpoint_write_gbytes_per_s_per_node",
+    "price_per_kwh",
 )
 
 GROUPS = (

@@ -18,6 +18,10 @@ checkpoint interval for restart dumps", FGCS 22, eq. 11): wall time per useful s
 exponential failures, failures during a restart included. For interval, checkpoint and restart
 much shorter than the MTBF it is 1 - blocking/interval - interval/(2M) - restart/M (Young).
 docs/planning.md derives the default failure rate from Llama 3's published interruptions.
+
+Energy (``step_energy_j``): each device draws its board power while it computes and its idle
+power for the rest of the step (exposed communication, bubble, overheads); without a catalogued
+idle power the whole step is counted at board power (an upper bound).
 """
 
 from __future__ import annotations
@@ -39,6 +43,7 @@ __all__ = [
     "optimal_interval_s",
     "daly_goodput",
     "goodput",
+    "step_energy_j",
 ]
 
 SECONDS_PER_HOUR = 3600.0
@@ -62,6 +67,7 @@ class Resilience:
     restart_time_s: float = DEFAULT_RESTART_TIME_S
     checkpoint_mode: str = "blocking"
     write_bytes_per_s_per_node: float | None = None
+    price_per_kwh: float | None = None  # prices the energy, not the goodput
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -151,6 +157,20 @@ def goodput(
         restart_s=restart_s,
         job_mtbf_h=mtbf_s / SECONDS_PER_HOUR,
     )
+
+
+def step_energy_j(
+    num_devices: int,
+    step_time_s: float,
+    compute_s: float,
+    board_power_w: float,
+    idle_power_w: float | None,
+) -> float:
+    """Joules of one step on ``num_devices``: board power over the compute seconds, idle power
+    over the rest (board power when idle is unknown)."""
+    idle_w = board_power_w if idle_power_w is None else idle_power_w
+    busy_s = min(compute_s, step_time_s)
+    return num_devices * (board_power_w * busy_s + idle_w * (step_time_s - busy_s))
 
 
 def gbytes_per_s(value: float | None) -> float | None:

@@ -63,6 +63,7 @@ def layout_record(
             good.goodput,
         ),
         "price_per_device_hour": price_per_device_hour,
+        **planning.energy_numbers(est, good.goodput, (resilience or Resilience()).price_per_kwh),
     }
 
 

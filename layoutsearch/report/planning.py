@@ -26,6 +26,7 @@ from layoutsearch.costs import goodput
 from layoutsearch.costs.estimate import Estimate, estimate
 
 HOURS_PER_DAY = 24.0
+JOULES_PER_KWH = 3.6e6
 MAX_PRICE_PER_DEVICE_HOUR = (
     1e6  # keeps every cost finite (and below the sweep's 1e30 bound on numbers)
 )
@@ -142,7 +143,7 @@ def plan_numbers(
 
 
 def resilience_of(plan: PlanOptions) -> goodput.Resilience:
-    """The failure and checkpoint options in SI units (ranges are the declaration's)."""
+    """The failure, checkpoint and energy-price options in SI units (ranges are the declaration's)."""
     return goodput.Resilience(
         failure_rate_per_device_hour=plan.failure_rate_per_device_hour,
         restart_time_s=plan.restart_time_s,
@@ -150,6 +151,7 @@ def resilience_of(plan: PlanOptions) -> goodput.Resilience:
         write_bytes_per_s_per_node=goodput.gbytes_per_s(
             plan.checkpoint_write_gbytes_per_s_per_node
         ),
+        price_per_kwh=plan.price_per_kwh,
     )
 
 
@@ -194,6 +196,33 @@ def estimate_plan(
             fraction,
         ),
     }
+
+
+def energy_numbers(
+    est: Estimate, goodput_fraction: float, price_per_kwh: float | None = None
+) -> dict[str, float | None]:
+    """Energy per step and per token (joules), of the whole run at the goodput (kWh; lost time
+    draws as much as useful time) and its cost; null where the board power is not catalogued."""
+    acc = est.cluster.accelerator
+    keys = ("energy_j_per_step", "energy_j_per_token", "energy_kwh", "energy_cost")
+    if acc.board_power_w is None:
+        return dict.fromkeys(keys)
+    step_j = goodput.step_energy_j(
+        est.cluster.num_devices,
+        est.step_time_s,
+        est.time_s["compute"],
+        acc.board_power_w,
+        acc.idle_power_w,
+    )
+    per_token = step_j / est.workload.global_batch_tokens
+    tokens = est.workload.training_tokens
+    kwh = (
+        None
+        if tokens is None or goodput_fraction == 0
+        else per_token * tokens / goodput_fraction / JOULES_PER_KWH
+    )
+    energy_cost = None if kwh is None or price_per_kwh is None else kwh * price_per_kwh
+    return dict(zip(keys, (step_j, per_token, kwh, energy_cost), strict=True))
 
 
 def with_training_tokens(problem: Problem, training_tokens: float | None) -> Problem:
