@@ -82,7 +82,7 @@ class Goodput:
     restart_s: float
     job_mtbf_h: float
 
-    def record(self) -> dict[str, float]:
+    def record(self) -> dict[str, float | None]:
         """The layout record's fields (OUTPUT.md); infinite MTBF (no failures) is null."""
         finite = math.isfinite(self.job_mtbf_h)
         return {
