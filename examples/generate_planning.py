@@ -30,14 +30,17 @@ tests/test_planning.py runs each command again and compares all but the solver's
 `--tokens N` (training tokens, in (0, 1e18]) and `--price-per-device-hour P` (any currency, in
 [0, 1e6]) on `solve`, `explain`, `estimate` and `sweep` turn each layout's throughput into
 
-    train_days   = tokens / tokens_per_s / 86400
+    train_days   = tokens / tokens_per_s / goodput / 86400
     device_hours = train_days x 24 x devices
     cost         = device_hours x price_per_device_hour
 
-`--format json` adds `train_days`, `device_hours`, `cost` and `price_per_device_hour` to every
-layout record (null when not given; `cost` is null without a price), and the problem's
-`workload.training_tokens` holds the tokens. A sweep's table gets the columns
-`training_tokens`, `price_per_device_hour`, `train_days`, `device_hours` and `cost`.
+The goodput is the share of wall time that trains, under failures, checkpoints and restarts
+(docs/planning.md#goodput: Llama 3's failure rate unless `--failure-rate-per-device-hour` says
+otherwise). `--format json` adds `goodput`, `train_days`, `device_hours`, `cost` and
+`price_per_device_hour` to every layout record (the last four null when not given; `cost` is
+null without a price), and the problem's `workload.training_tokens` holds the tokens. A sweep's
+table gets the columns `training_tokens`, `price_per_device_hour`, `goodput`, `train_days`,
+`device_hours` and `cost`.
 """
 
 INTRO_WHAT_IF = """# What if the hardware were different?
@@ -101,8 +104,9 @@ def time_to_train(j) -> list:
         + "\n"
         + f"""## Llama 3 70B on 8192 TPU v5p chips, 15T tokens at 2.0 per chip-hour
 
-Layout 1 streams {v5p["tokens_per_s"]:,.0f} tokens/s: 15e12 / {v5p["tokens_per_s"]:,.0f} / 86400 =
-{v5p["train_days"]:.1f} days; x 24 x 8192 = {v5p["device_hours"]:,.0f} chip-hours; x 2.0 = {v5p["cost"]:,.0f}.
+Layout 1 streams {v5p["tokens_per_s"]:,.0f} tokens/s at a goodput of {v5p["goodput"]:.4f} (a failure
+every {v5p["job_mtbf_h"]:.1f} h, a {v5p["checkpoint_time_s"]:.1f} s checkpoint every {v5p["checkpoint_interval_s"]:.0f} s):
+15e12 / {v5p["tokens_per_s"]:,.0f} / {v5p["goodput"]:.4f} / 86400 = {v5p["train_days"]:.1f} days; x 24 x 8192 = {v5p["device_hours"]:,.0f} chip-hours; x 2.0 = {v5p["cost"]:,.0f}.
 """,
         V5P,
         f"""## The design notes' layout (fsdp=1024, tp=8) for the same run

@@ -169,7 +169,7 @@ def _search(
     request = search_request(search, target=target, top_k=top_k, label=label)
     result = solve_problem(prob, request)
     explanation = None if result.layouts else infeasibility(prob, result.space, result.tables)
-    document = solve_document(prob, result, explanation)
+    document = solve_document(prob, result, explanation, resilience=planning.resilience_of(plan))
     set_price(document["layouts"], plan.price_per_device_hour)
     return SolveRun(prob, result, document, explanation), request
 
@@ -202,6 +202,7 @@ def solve(
         status=result.status,
         base_on_other=planning.re_estimate(base, factors) if base else None,
         price_per_device_hour=plan.price_per_device_hour,
+        resilience=planning.resilience_of(plan),
     )
     run.document["what_if"] = doc
     return dataclasses.replace(run, what_if=WhatIf(doc, winner, result))
@@ -316,7 +317,7 @@ def estimate(
     mfu_convention = layout.mfu_convention.value if isinstance(layout, LayoutOptions) else "model"
     est = estimate_layout(prob, layout_of(problem, layout, label), mfu_convention=mfu_convention)
     price = plan.price_per_device_hour
-    doc = estimate_document(est, price)
+    doc = estimate_document(est, price, planning.resilience_of(plan))
     what_if = None
     if factors:
         other = planning.re_estimate(est, factors)
@@ -329,6 +330,7 @@ def estimate(
                 status=None,
                 base_on_other=other,
                 price_per_device_hour=price,
+                resilience=planning.resilience_of(plan),
             ),
             other,
             None,

@@ -41,6 +41,13 @@ WORKLOAD = [
 PROBLEM = ["--problem", "--model", "-m", "--cluster", "-c"]
 SEARCH = ["--top", "--fix", "--choices", "--only", "--objective", "--time-limit", "--method"]
 SEARCH += ["--recompute"]
+GOODPUT = [
+    "--failure-rate-per-device-hour",
+    "--restart-time-s",
+    "--checkpoint-mode",
+    "--checkpoint-write-gbytes-per-s-per-node",
+    "--price-per-kwh",
+]
 
 # Each command's flags, in --help order: changing a command's interface changes this list.
 FLAGS = {
@@ -65,6 +72,7 @@ FLAGS = {
         "--format",
         "--price-per-device-hour",
         "--what-if",
+        *GOODPUT,
         *WORKLOAD,
     ],
     "solve": [
@@ -80,6 +88,7 @@ FLAGS = {
         "--tokens",
         "--price-per-device-hour",
         "--what-if",
+        *GOODPUT,
     ],
     "explain": [
         *PROBLEM,
@@ -92,6 +101,7 @@ FLAGS = {
         "--price-per-device-hour",
         "--sensitivity",
         "--versus",
+        *GOODPUT,
     ],
     "sweep": [
         *PROBLEM,

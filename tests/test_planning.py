@@ -34,7 +34,8 @@ def run_json(*argv) -> dict:
 
 # ----------------------------------------------------------------------------- time and cost
 def assert_priced(rec: dict, tokens: float, devices: int, price: float | None) -> None:
-    assert rec["train_days"] == tokens / rec["tokens_per_s"] / 86400
+    assert 0.5 < rec["goodput"] < 1  # the default failure rate costs a few percent
+    assert rec["train_days"] == tokens / rec["tokens_per_s"] / rec["goodput"] / 86400
     assert rec["device_hours"] == rec["train_days"] * 24 * devices
     assert rec["cost"] == (None if price is None else rec["device_hours"] * price)
     assert rec["price_per_device_hour"] == price
@@ -63,7 +64,7 @@ def test_solve_json_prices_every_layout_from_its_own_record():
         unpriced["tokens_per_s"],
     )  # pricing ranks nothing
     assert best["cost"] == pytest.approx(
-        2.0 * 8192 * 24 * 15e12 / best["tokens_per_s"] / 86400, rel=1e-12
+        2.0 * 8192 * 24 * 15e12 / best["tokens_per_s"] / best["goodput"] / 86400, rel=1e-12
     )
 
 
@@ -116,10 +117,11 @@ def test_estimate_json_and_table_carry_days_device_hours_and_cost():
     assert_priced(rec, TOKENS, 8192, PRICE)
     text = runner.invoke(app, argv).stdout
     line = (
-        f"{rec['train_days']:.1f} days for 1.5e+13 tokens | {rec['device_hours']:,.0f} device-hours | "
-        f"cost {rec['cost']:,.0f} at 2 per device-hour"
+        f"{rec['train_days']:.1f} days for 1.5e+13 tokens at goodput {rec['goodput']:.1%} | "
+        f"{rec['device_hours']:,.0f} device-hours | cost {rec['cost']:,.0f} at 2 per device-hour"
     )
-    assert line in text and line.startswith(f"{15e12 / rec['tokens_per_s'] / 86400:.1f} days")
+    days = 15e12 / rec["tokens_per_s"] / rec["goodput"] / 86400
+    assert line in text and line.startswith(f"{days:.1f} days")
 
 
 def test_solve_table_prints_the_time_to_train_of_each_layout():
@@ -141,7 +143,8 @@ def test_solve_table_prints_the_time_to_train_of_each_layout():
     assert "time to train 1e+12 tokens at 2.5 per device-hour" in text
     for rank, rec in enumerate(recs, start=1):
         row = re.search(
-            rf"│ {rank} │ +{rec['tokens_per_s']:,.0f} │ +([0-9.,]+) │ +([0-9,]+) │ +([0-9,]+) │",
+            rf"│ {rank} │ +{rec['tokens_per_s']:,.0f} │ +{rec['goodput']:.1%} │ +([0-9.,]+) │ "
+            rf"+([0-9,]+) │ +([0-9,]+) │",
             text,
         )
         assert row, text
@@ -437,7 +440,7 @@ def test_sweep_rows_carry_time_and_cost_columns(tmp_path):
     row = rows["h100-64"]
     assert row["status"] == "OPTIMAL" and check_row(row) is None
     assert (row["training_tokens"], row["price_per_device_hour"]) == (1e12, 2.5)
-    assert row["train_days"] == 1e12 / row["tokens_per_s"] / 86400
+    assert row["train_days"] == 1e12 / row["tokens_per_s"] / row["goodput"] / 86400
     assert row["device_hours"] == row["train_days"] * 24 * 64
     assert row["cost"] == row["device_hours"] * 2.5
     for name in ("train_days", "device_hours", "cost"):
@@ -472,7 +475,8 @@ def test_sweep_cli_takes_tokens_and_price(tmp_path):
     )
     assert r.exit_code == 0, r.stderr
     (row,) = read_table(out)
-    assert row["cost"] == row["device_hours"] == 2e12 / row["tokens_per_s"] / 86400 * 24 * 64
+    days = 2e12 / row["tokens_per_s"] / row["goodput"] / 86400
+    assert row["cost"] == row["device_hours"] == pytest.approx(days * 24 * 64, rel=1e-12)
 
 
 # ----------------------------------------------------------------------------- bad input
@@ -596,7 +600,7 @@ def test_time_to_train_example_is_llama70b_on_v5p_8192_at_15t_tokens():
         "2.0",
     )["layouts"][0]
     row = (
-        f"│ 1 │ {best['tokens_per_s']:,.0f} │ {best['train_days']:.1f} │ {best['device_hours']:>12,.0f} │ "
-        f"{best['cost']:,.0f} │"
+        f"│ 1 │ {best['tokens_per_s']:,.0f} │ {best['goodput']:>7.1%} │ {best['train_days']:.1f} │ "
+        f"{best['device_hours']:>12,.0f} │ {best['cost']:,.0f} │"
     )
     assert row in text and best["cost"] == 2.0 * best["device_hours"]

@@ -10,6 +10,7 @@ from layoutsearch import engine
 from layoutsearch.cli.common import one_line, print_document
 from layoutsearch.cli.options import ALL, CommandSpec, Given, build_command, register_command
 from layoutsearch.core.options import (
+    GOODPUT_OPTIONS,
     Format,
     LayoutOptions,
     OutputOptions,
@@ -27,7 +28,7 @@ SPEC = CommandSpec(
         (LayoutOptions, tuple(name for name in LayoutOptions.model_fields if name != "layout")),
         (PlanOptions, ("tokens",)),
         (OutputOptions, ("format",)),
-        (PlanOptions, ("price_per_device_hour", "what_if")),
+        (PlanOptions, ("price_per_device_hour", "what_if", *GOODPUT_OPTIONS)),
         (WorkloadOptions, ALL),
     ),
 )
@@ -42,10 +43,12 @@ def estimate(given: Given) -> None:
     if fmt != Format.table:
         print_document(run.document, fmt)
     else:
-        from layoutsearch.report import render
+        from layoutsearch.report import planning, render
 
         price = plan.price_per_device_hour
-        render.estimate_report(run.problem.model_id, run.problem.cluster_name, est, price)
+        render.estimate_report(
+            run.problem.model_id, run.problem.cluster_name, est, price, planning.resilience_of(plan)
+        )
         if run.what_if:
             render.what_if_report(run.what_if.document, est, run.what_if.winner, None)
     if not est.fits:

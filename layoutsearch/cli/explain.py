@@ -10,6 +10,7 @@ from layoutsearch.cli.common import exit_if_infeasible, print_document
 from layoutsearch.cli.options import CommandSpec, Given, build_command, register_command
 from layoutsearch.cli.solve import SEARCH
 from layoutsearch.core.options import PLAN_FIELDS, Format, OutputOptions, PlanOptions
+from layoutsearch.report import planning
 
 SPEC = CommandSpec(
     "explain",
@@ -40,6 +41,7 @@ def explain(given: Given) -> None:
             run.result,
             None,
             plan.price_per_device_hour,
+            planning.resilience_of(plan),
         )
         render.explain_report(run.result, doc.get("explanation") or run.explanation)
         if doc.get("sensitivity"):

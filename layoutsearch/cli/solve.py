@@ -19,6 +19,7 @@ from layoutsearch.core.options import (
     SearchOptions,
     WorkloadOptions,
 )
+from layoutsearch.report import planning
 
 # The options of a search, shared with explain.
 SEARCH = ((ProblemOptions, ALL), (WorkloadOptions, ALL), (SearchOptions, ALL))
@@ -63,6 +64,7 @@ def solve(given: Given) -> None:
             run.result,
             run.explanation,
             plan.price_per_device_hour,
+            planning.resilience_of(plan),
         )
         if run.what_if:
             render.what_if_report(

@@ -199,6 +199,9 @@ class CalibrationFile(_Strict):
     # exposed by blocking kernel launches (CUDA_LAUNCH_BLOCKING=1); absent = not calibrated
 
 
+MAX_DEVICE_POWER_W = 1e5  # a board draws kilowatts; this bounds typos
+
+
 class AcceleratorFile(_Strict):
     id: str
     name: str
@@ -218,6 +221,9 @@ class AcceleratorFile(_Strict):
     topology: TopologyFile
     calibration: CalibrationFile
     sources: dict[str, str]
+    checkpoint_write_gbytes_per_s_per_node: GBytesPerS | None = None  # storage writes per host
+    board_power_w: Annotated[float, Field(gt=0, le=MAX_DEVICE_POWER_W)] | None = None  # rated (TDP)
+    idle_power_w: Annotated[float, Field(gt=0, le=MAX_DEVICE_POWER_W)] | None = None
 
 
 def _check_keys(data: Any, schema: type[BaseModel], where: str) -> None:
@@ -1202,7 +1208,13 @@ def accelerator_from_dict(data: Any, where: str) -> Accelerator:
     ]
     undocumented += [
         k
-        for k in ("peak_fp8_tflops", "host_gbytes_per_s_per_direction")
+        for k in (
+            "peak_fp8_tflops",
+            "host_gbytes_per_s_per_direction",
+            "checkpoint_write_gbytes_per_s_per_node",
+            "board_power_w",
+            "idle_power_w",
+        )
         if getattr(f, k) is not None and k not in f.sources
     ]
     if undocumented:
@@ -1256,6 +1268,9 @@ def accelerator_from_dict(data: Any, where: str) -> Accelerator:
         **topo.model_dump(exclude={"max_slice_shape"}),
         max_slice_shape=tuple(topo.max_slice_shape),
         sources=dict(f.sources),
+        checkpoint_write_bytes_per_s_per_node=_times(f.checkpoint_write_gbytes_per_s_per_node, GB),
+        board_power_w=f.board_power_w,
+        idle_power_w=f.idle_power_w,
     )
 
 

@@ -43,10 +43,13 @@ from layoutsearch.core.units import (
     MAX_TIME_LIMIT_S,
     MAX_VIRTUAL_STAGES_RECORD,
 )
+from layoutsearch.costs.goodput import DEFAULT_RESTART_TIME_S, LLAMA3_FAILURE_RATE_PER_DEVICE_HOUR
 
 __all__ = [
     "Format",
     "Executor",
+    "CheckpointMode",
+    "GOODPUT_OPTIONS",
     "OptionGroup",
     "InputOptions",
     "ProblemOptions",
@@ -71,6 +74,13 @@ class Format(StrEnum):
     table = "table"
     json = "json"
     yaml = "yaml"
+
+
+class CheckpointMode(StrEnum):
+    """How a checkpoint stops training: for the whole write, or only for the copy to host."""
+
+    blocking = "blocking"
+    async_ = "async"
 
 
 class Executor(StrEnum):
@@ -299,21 +309,45 @@ class PlanOptions(OptionGroup):
         description="Step-time change of layout 1 when each hardware number is +10% (layout fixed)",
         json_schema_extra=cli("--sensitivity"),
     )
+    failure_rate_per_device_hour: float = Field(
+        LLAMA3_FAILURE_RATE_PER_DEVICE_HOUR,
+        ge=0,
+        le=1e-2,
+        description=f"Job-stopping failures per device-hour (default "
+        f"{LLAMA3_FAILURE_RATE_PER_DEVICE_HOUR:.4g}: Llama 3's 419 in 54 days on 16,384 H100); "
+        f"0: no failures, goodput 1",
+    )
+    restart_time_s: float = Field(
+        DEFAULT_RESTART_TIME_S,
+        ge=0,
+        le=1e6,
+        description="Seconds from a failure to training again (relaunch, warm-up), besides "
+        "loading the checkpoint",
+    )
+    checkpoint_mode: CheckpointMode = Field(
+        CheckpointMode.blocking,
+        description="blocking (training waits for the write) or async (only the copy to host "
+        "memory blocks)",
+    )
+    checkpoint_write_gbytes_per_s_per_node: float | None = Field(
+        None,
+        gt=0,
+        le=1e4,
+        description="Checkpoint write bandwidth of one node (host), GB/s (default: the "
+        "accelerator's catalogue value, else Llama 3's 2 TB/s over 2,048 hosts)",
+    )
+    price_per_kwh: float | None = Field(
+        None,
+        ge=0,
+        le=1e3,
+        description="Price of a kWh of device energy (any currency): energy_cost of each layout",
+    )
     versus: str | None = Field(
         None,
         description="Hold the winner against a layout's degrees (e.g. fsdp=128,tp=8,pp=16, the "
         "rest 1): the best completion of them is searched, and the claimed speed-up is called "
         "distinguishable only when the two step times' uncertainty bands do not overlap",
     )
-
-
-# The plan options each command takes (the CLI's command specs and the API's keywords alike)
-PLAN_FIELDS: dict[str, tuple[str, ...]] = {
-    "solve": ("tokens", "price_per_device_hour", "what_if"),
-    "explain": ("tokens", "price_per_device_hour", "sensitivity", "versus"),
-    "estimate": ("tokens", "price_per_device_hour", "what_if"),
-    "sweep": ("tokens", "price_per_device_hour"),
-}
 
 
 class LayoutOptions(OptionGroup):
@@ -415,6 +449,23 @@ class SweepOptions(OptionGroup):
     )
     progress: bool = Field(True, description="Progress bar on stderr")
 
+
+# The PlanOptions every command with --tokens takes: the goodput of each layout.
+GOODPUT_OPTIONS = (
+    "failure_rate_per_device_hour",
+    "restart_time_s",
+    "checkpoint_mode",
+    "checkpoint_write_gbytes_per_s_per_node",
+    "price_per_kwh",
+)
+
+# The plan options each command takes (the CLI's command specs and the API's keywords alike)
+PLAN_FIELDS: dict[str, tuple[str, ...]] = {
+    "solve": ("tokens", "price_per_device_hour", "what_if", *GOODPUT_OPTIONS),
+    "explain": ("tokens", "price_per_device_hour", "sensitivity", "versus", *GOODPUT_OPTIONS),
+    "estimate": ("tokens", "price_per_device_hour", "what_if", *GOODPUT_OPTIONS),
+    "sweep": ("tokens", "price_per_device_hour"),
+}
 
 GROUPS = (
     InputOptions,

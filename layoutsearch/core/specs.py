@@ -452,6 +452,12 @@ class Accelerator:
     # its long-context rate: each query's fixed work per kernel call (its tile's load, the masked diagonal tile,
     # the softmax rescale and the output write) costs as many more keys; 0 = no such cost
     sources: dict[str, str] = field(default_factory=dict, compare=False, hash=False)
+    checkpoint_write_bytes_per_s_per_node: float | None = (
+        None  # storage write bandwidth of one host
+    )
+    # (devices_per_host devices) for checkpoints; None = costs.goodput's default
+    board_power_w: float | None = None  # rated board power (TDP) per device; None = not catalogued
+    idle_power_w: float | None = None  # per device, powered on and waiting; None = not catalogued
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)

@@ -7,16 +7,24 @@ from layoutsearch.core.stages import SPLIT_NAMES, split_layers
 from layoutsearch.core.uncertainty import uncertainty_band
 from layoutsearch.costs import params
 from layoutsearch.costs.estimate import Estimate
+from layoutsearch.costs.goodput import Resilience
 from layoutsearch.report import planning
 from layoutsearch.search.cpsat import SEED
 from layoutsearch.search.ranking import ranking_description
 
 
-def layout_record(est: Estimate, rank: int = 1, price_per_device_hour: float | None = None) -> dict:
+def layout_record(
+    est: Estimate,
+    rank: int = 1,
+    price_per_device_hour: float | None = None,
+    resilience: Resilience | None = None,
+) -> dict:
     """One layout record (OUTPUT.md 'A layout record'), with itemised keys beside the contract's,
-    and the time and cost to train the workload's ``training_tokens`` (null without them)."""
+    its goodput under failures (``resilience``; the defaults without it) and the time and cost
+    to train the workload's ``training_tokens`` at that goodput (null without them)."""
     lay = est.layout
     low, high = band_of(est)
+    good = planning.layout_goodput(est, resilience)
     return {
         "rank": rank,
         "degrees": lay.all_degrees,
@@ -46,13 +54,16 @@ def layout_record(est: Estimate, rank: int = 1, price_per_device_hour: float | N
         "fits": est.fits,
         "step_time_band_s": [est.step_time_s * (1 + low), est.step_time_s * (1 + high)],
         "step_time_rel_band": [low, high],
+        **good.record(),
         **planning.plan_numbers(
             est.workload.training_tokens,
             est.tokens_per_s,
             est.cluster.num_devices,
             price_per_device_hour,
+            good.goodput,
         ),
         "price_per_device_hour": price_per_device_hour,
+        **planning.energy_numbers(est, good.goodput, (resilience or Resilience()).price_per_kwh),
     }
 
 
@@ -87,7 +98,9 @@ def set_price(records: list[dict], price_per_device_hour: float | None) -> None:
         rec["cost"] = planning.cost(rec["device_hours"], price_per_device_hour)
 
 
-def estimate_document(est: Estimate, price_per_device_hour: float | None = None) -> dict:
+def estimate_document(
+    est: Estimate, price_per_device_hour: float | None = None, resilience: Resilience | None = None
+) -> dict:
     """`layoutsearch estimate --format json`."""
     return {
         "problem": est.problem.record(),
@@ -98,7 +111,7 @@ def estimate_document(est: Estimate, price_per_device_hour: float | None = None)
                 for s in sorted({0, est.layout.pp - 1})
             },
         },
-        "layout": layout_record(est, 1, price_per_device_hour),
+        "layout": layout_record(est, 1, price_per_device_hour, resilience),
         "memory_moments_bytes": est.memory_moments,
         "collectives": est.collectives,
         "violations": [v.as_dict() for v in est.violations],
@@ -110,6 +123,7 @@ def solve_document(
     result,
     explanation: dict | None = None,
     price_per_device_hour: float | None = None,
+    resilience: Resilience | None = None,
 ) -> dict:
     """`layoutsearch solve --format json` (OUTPUT.md): problem, solver proof, ranked layouts."""
     doc = {
@@ -133,7 +147,7 @@ def solve_document(
             "seed": SEED,
         },
         "layouts": [
-            layout_record(est, rank, price_per_device_hour)
+            layout_record(est, rank, price_per_device_hour, resilience)
             for rank, est in enumerate(result.layouts, start=1)
         ],
     }
@@ -151,6 +165,7 @@ def what_if_document(
     status: str | None = None,
     base_on_other: Estimate | None = None,
     price_per_device_hour: float | None = None,
+    resilience: Resilience | None = None,
 ) -> dict:
     """The `what_if` object: the factors, the winner on the scaled hardware (``other``; the same
     layout re-estimated for `estimate`) and its step time against the base winner's.
@@ -163,7 +178,7 @@ def what_if_document(
         "factors": dict(factors),
         "method": method,
         "status": status,
-        "layout": layout_record(other, 1, price_per_device_hour) if other else None,
+        "layout": layout_record(other, 1, price_per_device_hour, resilience) if other else None,
         "same_layout": None if base is None or other is None else base.layout == other.layout,
         "base_step_time_s": base_s,
         "step_time_s": other_s,

@@ -1,9 +1,12 @@
 """Time to train, cost, what-if hardware and sensitivity: pure functions on numbers, Problems
 and Estimates (the CLI's --tokens, --price-per-device-hour, --what-if and explain --sensitivity).
 
-    train_days   = training_tokens / tokens_per_s / 86400
+    train_days   = training_tokens / tokens_per_s / goodput / 86400
     device_hours = train_days x 24 x num_devices
     cost         = device_hours x price_per_device_hour   (in the price's currency)
+
+The goodput (``costs.goodput``: failures, checkpoints and restarts) comes from the failure and
+checkpoint options (``resilience_of``) and the layout's own checkpoint bytes (``layout_goodput``).
 
 A what-if scales hardware numbers of the cluster (``scaled_cluster``): the accelerator's field
 and, for the bandwidths, every axis of the matching kinds (the cost model reads the axes).
@@ -15,12 +18,15 @@ import math
 from dataclasses import replace
 
 from layoutsearch.core.errors import InvalidArgumentError, did_you_mean
+from layoutsearch.core.options import PlanOptions
 from layoutsearch.core.problem import Problem
 from layoutsearch.core.specs import Accelerator, Axis, Cluster
 from layoutsearch.core.units import MAX_TRAINING_TOKENS, SECONDS_PER_DAY
+from layoutsearch.costs import goodput
 from layoutsearch.costs.estimate import Estimate, estimate
 
 HOURS_PER_DAY = 24.0
+JOULES_PER_KWH = 3.6e6
 MAX_PRICE_PER_DEVICE_HOUR = (
     1e6  # keeps every cost finite (and below the sweep's 1e30 bound on numbers)
 )
@@ -121,17 +127,102 @@ def plan_numbers(
     tokens_per_s: float,
     num_devices: int,
     price_per_device_hour: float | None,
+    goodput_fraction: float = 1.0,
 ) -> dict[str, float | None]:
-    """train_days, device_hours and cost of training ``training_tokens`` (all None without tokens)."""
-    if training_tokens is None:
+    """train_days, device_hours and cost of training ``training_tokens`` at ``goodput_fraction``
+    of the healthy throughput (all None without tokens, or when the job never ends: goodput 0)."""
+    if training_tokens is None or goodput_fraction == 0:
         return {"train_days": None, "device_hours": None, "cost": None}
-    train_days = training_tokens / tokens_per_s / SECONDS_PER_DAY
+    train_days = training_tokens / tokens_per_s / goodput_fraction / SECONDS_PER_DAY
     device_hours = train_days * HOURS_PER_DAY * num_devices
     return {
         "train_days": train_days,
         "device_hours": device_hours,
         "cost": cost(device_hours, price_per_device_hour),
     }
+
+
+def resilience_of(plan: PlanOptions) -> goodput.Resilience:
+    """The failure, checkpoint and energy-price options in SI units (ranges are the declaration's)."""
+    return goodput.Resilience(
+        failure_rate_per_device_hour=plan.failure_rate_per_device_hour,
+        restart_time_s=plan.restart_time_s,
+        checkpoint_mode=plan.checkpoint_mode.value,
+        write_bytes_per_s_per_node=goodput.gbytes_per_s(
+            plan.checkpoint_write_gbytes_per_s_per_node
+        ),
+        price_per_kwh=plan.price_per_kwh,
+    )
+
+
+def layout_goodput(est: Estimate, resilience: goodput.Resilience | None = None) -> goodput.Goodput:
+    """The goodput of an estimated layout: its own checkpoint bytes, the cluster's hosts, the
+    accelerator's host link and storage bandwidth."""
+    resilience = resilience or goodput.Resilience()
+    acc, lay = est.cluster.accelerator, est.layout
+    if resilience.checkpoint_mode == "async" and acc.host_bytes_per_s_per_direction is None:
+        raise InvalidArgumentError(
+            f"--checkpoint-mode async: accelerator {acc.id} has no host link bandwidth "
+            f"(host_gbytes_per_s_per_direction) in its catalogue file"
+        )
+    # dp replicas hold the same optimizer state (so do the fsdp ones under ZeRO 0): a fully parallel
+    # save writes each byte once, the replicas sharing the writing
+    replicas = lay.dp * (lay.fsdp if lay.zero_stage == 0 else 1)
+    return goodput.goodput(
+        resilience,
+        checkpoint_bytes=goodput.checkpoint_bytes_per_device(est.memory_bytes, replicas),
+        num_devices=est.cluster.num_devices,
+        devices_per_host=min(acc.devices_per_host, est.cluster.num_devices),
+        host_bytes_per_s=acc.host_bytes_per_s_per_direction,
+        node_write_bytes_per_s=acc.checkpoint_write_bytes_per_s_per_node,
+        step_time_s=est.step_time_s,
+    )
+
+
+def estimate_plan(
+    est: Estimate,
+    price_per_device_hour: float | None,
+    resilience: goodput.Resilience | None = None,
+) -> dict[str, float | None]:
+    """The layout's goodput and its goodput-aware days, device-hours and cost (``plan_numbers``)."""
+    fraction = layout_goodput(est, resilience).goodput
+    return {
+        "goodput": fraction,
+        **plan_numbers(
+            est.workload.training_tokens,
+            est.tokens_per_s,
+            est.cluster.num_devices,
+            price_per_device_hour,
+            fraction,
+        ),
+    }
+
+
+def energy_numbers(
+    est: Estimate, goodput_fraction: float, price_per_kwh: float | None = None
+) -> dict[str, float | None]:
+    """Energy per step and per token (joules), of the whole run at the goodput (kWh; lost time
+    draws as much as useful time) and its cost; null where the board power is not catalogued."""
+    acc = est.cluster.accelerator
+    keys = ("energy_j_per_step", "energy_j_per_token", "energy_kwh", "energy_cost")
+    if acc.board_power_w is None:
+        return dict.fromkeys(keys)
+    step_j = goodput.step_energy_j(
+        est.cluster.num_devices,
+        est.step_time_s,
+        est.time_s["compute"],
+        acc.board_power_w,
+        acc.idle_power_w,
+    )
+    per_token = step_j / est.workload.global_batch_tokens
+    tokens = est.workload.training_tokens
+    kwh = (
+        None
+        if tokens is None or goodput_fraction == 0
+        else per_token * tokens / goodput_fraction / JOULES_PER_KWH
+    )
+    energy_cost = None if kwh is None or price_per_kwh is None else kwh * price_per_kwh
+    return dict(zip(keys, (step_j, per_token, kwh, energy_cost), strict=True))
 
 
 def with_training_tokens(problem: Problem, training_tokens: float | None) -> Problem:

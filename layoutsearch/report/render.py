@@ -11,6 +11,7 @@ from layoutsearch.core.frameworks import profile_of
 from layoutsearch.core.units import GB
 from layoutsearch.costs import params
 from layoutsearch.costs.estimate import Estimate
+from layoutsearch.costs.goodput import Resilience
 from layoutsearch.report import planning
 from layoutsearch.report.output import band_of, stage_layers_record
 from layoutsearch.search.explain import ranking_line
@@ -123,7 +124,11 @@ def _attention_text(workload) -> str:
 
 
 def estimate_report(
-    model_name: str, cluster_name: str, est: Estimate, price_per_device_hour: float | None = None
+    model_name: str,
+    cluster_name: str,
+    est: Estimate,
+    price_per_device_hour: float | None = None,
+    resilience: Resilience | None = None,
 ) -> None:
     out = console()
     cap = est.memory_bytes["capacity"]
@@ -171,15 +176,13 @@ def estimate_report(
             f"host memory per device for offloaded activations: {est.memory_bytes['host_offloaded'] / GB:.1f} GB "
             f"(not checked against the host's RAM)"
         )
-    if est.workload.training_tokens:
-        plan = planning.plan_numbers(
-            est.workload.training_tokens,
-            est.tokens_per_s,
-            est.cluster.num_devices,
-            price_per_device_hour,
-        )
+    plan = planning.estimate_plan(est, price_per_device_hour, resilience)
+    if est.workload.training_tokens and plan["train_days"] is None:
+        out.print(f"goodput {plan['goodput']:.1%}: failures stop the job before it finishes")
+    elif est.workload.training_tokens:
         out.print(
-            f"{plan['train_days']:.1f} days for {est.workload.training_tokens:.3g} tokens | "
+            f"{plan['train_days']:.1f} days for {est.workload.training_tokens:.3g} tokens at "
+            f"goodput {plan['goodput']:.1%} | "
             f"{plan['device_hours']:,.0f} device-hours"
             + _cost_text(plan["cost"], price_per_device_hour)
         )
@@ -201,6 +204,7 @@ def solve_report(
     result,
     explanation: dict | None,
     price_per_device_hour: float | None = None,
+    resilience: Resilience | None = None,
 ) -> None:
     """The top layouts as a table, then the solver's status and proof."""
     out = console()
@@ -276,7 +280,7 @@ def solve_report(
                 markup=False,
                 highlight=False,
             )
-        plan_report(result.layouts, price_per_device_hour)
+        plan_report(result.layouts, price_per_device_hour, resilience)
     out.print(status_line(result))
     if explanation:
         out.print(f"[bold red]{explanation['message']}[/bold red]")
@@ -287,7 +291,11 @@ def _band_text(est: Estimate) -> str:
     return f"{est.step_time_s * (1 + low):.3f}-{est.step_time_s * (1 + high):.3f}"
 
 
-def plan_report(estimates: list[Estimate], price_per_device_hour: float | None) -> None:
+def plan_report(
+    estimates: list[Estimate],
+    price_per_device_hour: float | None,
+    resilience: Resilience | None = None,
+) -> None:
     """Days, device-hours and cost of each layout to train the workload's tokens (nothing without them)."""
     tokens = estimates[0].workload.training_tokens if estimates else None
     if tokens is None:
@@ -302,18 +310,18 @@ def plan_report(estimates: list[Estimate], price_per_device_hour: float | None) 
         )
     )
     table = Table()
-    for col in ("#", "tokens/s", "days", "device-hours", "cost"):
+    for col in ("#", "tokens/s", "goodput", "days", "device-hours", "cost"):
         table.add_column(col, justify="right")
     for rank, est in enumerate(estimates, start=1):
-        plan = planning.plan_numbers(
-            tokens, est.tokens_per_s, est.cluster.num_devices, price_per_device_hour
-        )
+        plan = planning.estimate_plan(est, price_per_device_hour, resilience)
         table.add_row(
             str(rank),
             f"{est.tokens_per_s:,.0f}",
-            f"{plan['train_days']:,.1f}",
-            f"{plan['device_hours']:,.0f}",
-            "-" if plan["cost"] is None else f"{plan['cost']:,.0f}",
+            f"{plan['goodput']:.1%}",
+            *(
+                "-" if plan[key] is None else f"{plan[key]:,.{digits}f}"
+                for key, digits in (("train_days", 1), ("device_hours", 0), ("cost", 0))
+            ),
         )
     out.print(table)
 

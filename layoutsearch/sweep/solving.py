@@ -105,6 +105,7 @@ def _layout_columns(est, price_per_device_hour: float | None) -> dict:
         "mfu": rec["mfu"],
         "tokens_per_s": rec["tokens_per_s"],
         "tokens_per_s_per_device": rec["tokens_per_s_per_device"],
+        "goodput": rec["goodput"],
         "train_days": rec["train_days"],
         "device_hours": rec["device_hours"],
         "cost": rec["cost"],

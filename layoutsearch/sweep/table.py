@@ -56,6 +56,7 @@ COLUMNS: list[tuple[str, str]] = [
     ("tokens_per_s_per_device", "float"),
     ("training_tokens", "float"),
     ("price_per_device_hour", "float"),
+    ("goodput", "float"),
     ("train_days", "float"),
     ("device_hours", "float"),
     ("cost", "float"),
