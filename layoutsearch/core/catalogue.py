@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import dataclasses
 import os
+import re
 import types
 import typing
 import warnings
@@ -521,9 +522,16 @@ _HF_NESTED = {
     "llama4": ("text_config", "llama4_text"),
     "gemma3": ("text_config", "gemma3_text"),
 }
-# The config class's defaults of shape keys a published config leaves out (Gemma3TextConfig's
-# vocab_size: the text_config of gemma-3-4b/12b/27b gives none).
-_HF_KEY_DEFAULTS = {"gemma3_text": {"vocab_size": 262_208}}
+# The config class's defaults of keys a published config leaves out (Gemma3TextConfig's: the
+# text_config of gemma-3-4b/12b/27b gives no vocab_size, epsilon, RoPE base or activation).
+_HF_KEY_DEFAULTS = {
+    "gemma3_text": {
+        "vocab_size": 262_208,
+        "rms_norm_eps": 1e-6,
+        "rope_theta": 1_000_000.0,
+        "hidden_activation": "gelu_pytorch_tanh",
+    }
+}
 HF_DEFAULT_FAMILY = "llama"  # a config without model_type (warned)
 
 # Key names per family: the canonical name, then the names the config class also accepts.
@@ -1257,8 +1265,9 @@ def load_model(name_or_path: str) -> ModelSpec:
         return model_from_hf_config(path)
     if path.suffix in (".yaml", ".yml"):
         return model_from_dict(read_yaml(path), path.stem, str(path))
-    file = catalogue_file("models", name_or_path, "model", ", or a path to a config.json")
-    return model_from_dict(read_yaml(file), name_or_path, f"models/{file.name}")
+    name = resolve_model_name(name_or_path)
+    file = catalogue_file("models", name, "model", ", or a path to a config.json")
+    return model_from_dict(read_yaml(file), name, f"models/{file.name}")
 
 
 def accelerator_names() -> list[str]:
@@ -1354,3 +1363,125 @@ def load_accelerator(name: str) -> Accelerator:
             f"hardware/{file.name}: field 'id' is '{acc.id}', expected the file name '{name}'"
         )
     return acc
+
+
+# ----------------------------------------------------------------------------- model names
+# Other names of catalogue models: the family's other releases with the same architecture and
+# hyper-parameters, other spellings, and Hugging Face repo ids (matched without case, with or
+# without the owner, and without an -Instruct / -it / -Base / -hf / -pt / -chat suffix, which
+# name the same architecture trained further).
+MODEL_ALIASES = {
+    "llama70b": (
+        "llama3-70b",
+        "meta-llama/Meta-Llama-3-70B",
+    ),
+    "llama3-8b": (
+        "llama3.1-8b",
+        "meta-llama/Llama-3.1-8B",
+        "meta-llama/Meta-Llama-3.1-8B",
+    ),
+    "llama3.1-70b": (
+        "llama3.3-70b",
+        "meta-llama/Llama-3.1-70B",
+        "meta-llama/Meta-Llama-3.1-70B",
+        "meta-llama/Llama-3.3-70B-Instruct",
+    ),
+    "llama3-405b": (
+        "llama3.1-405b",
+        "meta-llama/Llama-3.1-405B",
+        "meta-llama/Meta-Llama-3.1-405B",
+    ),
+    "llama2-7b": ("meta-llama/Llama-2-7b-hf",),
+    "llama2-13b": ("meta-llama/Llama-2-13b-hf",),
+    "llama2-70b": ("meta-llama/Llama-2-70b-hf",),
+    "llama4-scout": ("meta-llama/Llama-4-Scout-17B-16E",),
+    "llama4-maverick": ("meta-llama/Llama-4-Maverick-17B-128E",),
+    "mistral-7b": ("mistralai/Mistral-7B-v0.1",),
+    "mixtral-8x7b": ("mistralai/Mixtral-8x7B-v0.1",),
+    "mixtral-8x22b": ("mistralai/Mixtral-8x22B-v0.1",),
+    "qwen2.5-7b": ("Qwen/Qwen2.5-7B",),
+    "qwen2.5-72b": ("Qwen/Qwen2.5-72B",),
+    "qwen3-8b": ("Qwen/Qwen3-8B",),
+    "qwen3-32b": ("Qwen/Qwen3-32B",),
+    "qwen3-30b-a3b": ("Qwen/Qwen3-30B-A3B",),
+    "qwen3-235b-a22b": ("Qwen/Qwen3-235B-A22B",),
+    "gemma2-9b": ("gemma-2-9b", "google/gemma-2-9b"),
+    "gemma2-27b": ("gemma-2-27b", "google/gemma-2-27b"),
+    "gemma3-27b": ("gemma-3-27b", "google/gemma-3-27b-pt"),
+    "phi4-14b": ("phi-4", "phi4", "microsoft/phi-4"),
+    "deepseek-v2": ("deepseek-ai/DeepSeek-V2",),
+    "deepseek-v3": ("deepseek-ai/DeepSeek-V3", "deepseek-ai/DeepSeek-V3-Base"),
+    "kimi-k2": ("moonshotai/Kimi-K2-Instruct", "moonshotai/Kimi-K2-Base"),
+    "glm4.5": ("glm-4.5", "zai-org/GLM-4.5"),
+    "gpt-oss-20b": ("openai/gpt-oss-20b",),
+    "gpt-oss-120b": ("openai/gpt-oss-120b",),
+    "grok-1": ("xai-org/grok-1",),
+}
+_VARIANT_SUFFIXES = ("-instruct", "-it", "-base", "-hf", "-pt", "-chat")
+
+
+def _name_key(name: str) -> str:
+    """A name as aliases match it: lower case, without the owner and a variant suffix."""
+    key = name.strip().lower().rsplit("/", 1)[-1]
+    for suffix in _VARIANT_SUFFIXES:
+        if key.endswith(suffix) and len(key) > len(suffix):
+            return key[: -len(suffix)]
+    return key
+
+
+@cache
+def _alias_index() -> dict[str, str]:
+    """Every alias (as ``_name_key`` spells it) -> its catalogue id."""
+    index = {}
+    for model_id, aliases in MODEL_ALIASES.items():
+        for alias in aliases:
+            index.setdefault(_name_key(alias), model_id)
+    return index
+
+
+def resolve_model_name(name: str) -> str:
+    """The catalogue id of ``name``: itself when it is one, else the id its alias names; an unknown
+    name is one line naming the family's models (``CatalogueError``)."""
+    if _is_catalogue_id(name) and name in model_names():
+        return name
+    if name.count("/") <= 1 and _is_catalogue_id(name.replace("/", "-")):  # an id or owner/name
+        model_id = _alias_index().get(_name_key(name))
+        if model_id is not None:
+            return model_id
+    raise CatalogueError(unknown_model_message(name))
+
+
+def model_family(name: str) -> str:
+    """The family part of a model name: its leading letters and the major version right after
+    them, a number followed by b, m, k or x being a size, not a version (llama3.1-70b,
+    Llama-3.1-70B -> llama3; gemma-2-9b -> gemma2; gpt-oss-20b, llama70b -> gpt-oss, llama)."""
+    key = _name_key(name)
+    match = re.match(r"([a-z-]*[a-z])(-?(\d+)(\.\d+)?)?", key)
+    if match is None:
+        return key
+    letters, version, end = match.group(1), match.group(3), match.end()
+    if version and not (end < len(key) and key[end] in "bmkx"):
+        return letters.rstrip("-") + version
+    return letters.rstrip("-")
+
+
+def unknown_model_message(name: str) -> str:
+    """One line for an unknown model name: the closest catalogue model of its family and the
+    family's others (by id or alias: llama3-13b names the Llama 3 models, not llama2-13b), else the
+    closest id or alias; where the catalogue and its aliases are listed."""
+    shown = name if len(name) <= 80 else f"{name[:60]}... ({len(name)} characters)"
+    ids, key = model_names(), _name_key(name)[:80]
+    family = model_family(name)
+    kin = sorted(
+        {i for i in ids if model_family(i) == family}
+        | {i for alias, i in _alias_index().items() if model_family(alias) == family}
+    )
+    hint = did_you_mean(key, kin or [*ids, *_alias_index()])
+    if not hint and kin:  # nothing close: the family's first model
+        hint = f" (did you mean '{kin[0]}'?)"
+    if len(kin) > 1:
+        hint += f", one of the {family} models here: {', '.join(kin)}"
+    return (
+        f"unknown model '{shown}'{hint}; `layoutsearch models --format json` lists the "
+        f"catalogue and its aliases, or give a path to a config.json"
+    )
