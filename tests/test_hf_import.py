@@ -113,6 +113,13 @@ RMSNorm = D, LayerNorm = 2D.
   layer + eh_proj 2*5120^2 (52,428,800) + 3 norms (15,360) = 3,988,069,792. Published: 355B total
   (between the model, 352.8B, and the model with its MTP module, 356.8B), 32B active (less the
   embedding: 33,632,266,144 - 775,946,240 = 32,856,319,904).
+- GLM-4.5-Air: L46 D4096 n_q96 n_kv8 h128, Q/K/V biases, no q/k norms (use_qk_norm false), layer
+  0 dense F10944, then 128 experts of 1408 (top 8) + 1 shared, one MTP module. Attention =
+  4096*12288*2 + 4096*1024*2 (109,051,904) + 14336 = 109,066,240. Dense layer = + 3*4096*10944
+  (134,479,872) + 8192 = 243,554,304; MoE layer = + 129*17,301,504 (2,231,894,016) + 128*4096 + 128
+  (524,416) + 8192 = 2,341,492,864, x45 = 105,367,178,880; + 2*151552*4096 (1,241,513,984) + 4096 =
+  106,852,251,264 (published: 106B). Active: - 45*120*17,301,504 = 13,424,129,664; less the
+  embedding 12,803,372,672 (published: 12B). MTP: 2,341,492,864 + 2*4096^2 + 3*4096 = 2,375,059,584.
 """
 
 from __future__ import annotations
@@ -181,6 +188,7 @@ PUBLISHED = [
     ("deepseek-v2-lite", "deepseek_v2", 15_706_484_224),
     ("kimi-k2-instruct", "kimi_k2", 1_026_408_232_448),
     ("glm-4.5", "glm4_moe", 352_797_829_024),
+    ("glm-4.5-air", "glm4_moe", 106_852_251_264),
 ]
 
 
@@ -656,6 +664,7 @@ def test_a_refused_config_is_one_error_line_without_the_unused_keys_warning(
         ("deepseek-v2-lite", 2_661_150_208, 209_715_200, 0),
         ("kimi-k2-instruct", 32_861_500_928, 1_174_405_120, 0),
         ("glm-4.5", 33_632_266_144, 775_946_240, 3_988_069_792),
+        ("glm-4.5-air", 13_424_129_664, 620_756_992, 2_375_059_584),
     ],
 )
 def test_new_mixtures_of_experts_active_and_mtp_counts(imported, name, active, embedding, mtp):
