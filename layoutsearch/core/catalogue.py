@@ -1432,7 +1432,7 @@ def _name_key(name: str) -> str:
 @cache
 def _alias_index() -> dict[str, str]:
     """Every alias (as ``_name_key`` spells it) -> its catalogue id."""
-    index = {}
+    index: dict[str, str] = {}
     for model_id, aliases in MODEL_ALIASES.items():
         for alias in aliases:
             index.setdefault(_name_key(alias), model_id)
