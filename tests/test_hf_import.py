@@ -64,6 +64,62 @@ RMSNorm = D, LayerNorm = 2D.
 - Falcon-40B: L60 D8192 n128 n_kv8 h64 (new decoder architecture: ln_attn and ln_mlp), F=32768.
   Layer = 8192*(128+16)*64 (75,497,472) + 8192^2 (67,108,864) + 2*8192*32768 (536,870,912)
   + 2*16384 = 679,510,016; x60 = 40,770,600,960; + 65024*8192 (532,676,608) + 16384 = 41,303,293,952.
+- Granite-3.3-8B: L40 D4096 F12800 n_q32 n_kv8 h128 V49159 tied (the Llama decoder). Layer =
+  41,943,040 + 3*4096*12800 (157,286,400) + 8192 = 199,237,632; x40 = 7,969,505,280; + 49159*4096
+  (201,355,264) + 4096 = 8,170,864,640 (the checkpoint's safetensors total).
+- GLM-4-9B: L40 D4096 F13696 n_q32 n_kv2 h128 V151552 untied, Q/K/V biases. Layer = 2*4096^2
+  + 2*4096*256 (35,651,584) + 4096 + 512 + 3*4096*13696 (168,296,448) + 8192 = 203,960,832; x40 =
+  8,158,433,280; + 2*151552*4096 (1,241,513,984) + 4096 = 9,399,951,360 (published: 9.4B).
+- GLM-4-32B-0414: L61 D6144 F23040 n_q48 n_kv2 h128, Q/K/V biases, 4 RMSNorms per layer. Layer =
+  2*6144^2 + 2*6144*256 (78,643,200) + 6144 + 512 + 3*6144*23040 (424,673,280) + 4*6144 =
+  503,347,712; x61 = 30,704,210,432; + 2*151552*6144 (1,862,270,976) + 6144 = 32,566,487,552.
+- Gemma-3-27B (the text_config decoder): L62 D5376 F21504 n_q32 n_kv16 h128, V262208 (no key:
+  Gemma3TextConfig's default), tied, 4 norms, q/k norms of h. Layer = 2*5376*4096 + 2*5376*2048
+  (66,060,288) + 3*5376*21504 (346,816,512) + 4*5376 + 2*128 = 412,898,560; x62 = 25,599,710,720
+  (Gemma 3 report, table 1: 25,600M non-embedding); + 262208*5376 (1,409,630,208) + 5376 =
+  27,009,346,304 (the published 27B without the 417M vision encoder).
+- OLMoE-1B-7B: L16 D2048 n16 h128 V50304 untied, q/k norms over the 2048-wide projections, every
+  MLP 64 SwiGLU experts of F1024 (top 8), router [D, 64]. Layer = 4*2048^2 (16,777,216) + 2*2048
+  + 64*3*2048*1024 (402,653,184) + 64*2048 (131,072) + 2*2048 = 419,569,664; x16 =
+  6,713,114,624; + 2*50304*2048 (206,045,184) + 2048 = 6,919,161,856. Active: less 16*56 experts
+  of 6,291,456 = 1,282,017,280 (OLMoE paper: 6.9B total, 1.3B active).
+- DeepSeek-V2: L60 D5120 n128, MLA (r_q1536 r_kv512 h_n128 h_r64 h_v128), layer 0 dense F12288,
+  then 160 experts of 1536 (top 6) + 2 shared, router [D, 160] without a bias (topk_method
+  group_limited_greedy), V102400 untied. Attention = 5120*1536 (7,864,320) + 1536*128*192
+  (37,748,736) + 5120*576 (2,949,120) + 512*128*256 (16,777,216) + 128*128*5120 (83,886,080) + 1536
+  + 512 = 149,227,520. Dense layer = + 3*5120*12288 (188,743,680) + 10240 = 337,981,440; MoE layer
+  = + 162*3*5120*1536 (3,822,059,520) + 160*5120 (819,200) + 10240 = 3,972,116,480, x59 =
+  234,354,872,320; + 2*102400*5120 (1,048,576,000) + 5120 = 235,741,434,880 (paper: 236B). Active
+  less the embedding: - 59*154*23,592,960 - 524,288,000 = 20,851,512,320 (paper: 21B).
+- DeepSeek-V2-Lite: L27 D2048 n16, no query latent (q_lora_rank null): q 2048*16*192 (6,291,456)
+  + kv_a 2048*576 (1,179,648) + kv_b 512*16*256 (2,097,152) + o 16*128*2048 (4,194,304) + 512 =
+  13,763,072. Dense layer 0 = + 3*2048*10944 (67,239,936) + 4096 = 81,007,104; MoE layer = + 66 experts
+  of 3*2048*1408 (570,949,632) + 64*2048 + 4096 = 584,847,872, x26 = 15,206,044,672; + 2*102400*2048
+  (419,430,400) + 2048 = 15,706,484,224 (15.7B). Active less the embedding: - 26*58*8,650,752
+  - 209,715,200 = 2,451,435,008 (2.4B).
+- Kimi-K2: DeepSeek-V3's layers with n64, layer 0 dense, 384 experts (top 8) + 1 shared,
+  V163840. Attention = 7168*1536 (11,010,048) + 1536*64*192 (18,874,368) + 7168*576 (4,128,768)
+  + 512*64*256 (8,388,608) + 64*128*7168 (58,720,256) + 2048 = 101,124,096. Dense layer = +
+  3*7168*18432 (396,361,728) + 14336 = 497,500,160; MoE layer = + 385*44,040,192 (16,955,473,920) +
+  384*7168 + 384 (2,752,896) + 14336 = 17,059,365,248, x60 = 1,023,561,914,880; + 2*163840*7168
+  (2,348,810,240) + 7168 = 1,026,408,232,448 (model card: 1T total). Active less the embedding:
+  - 60*376*44,040,192 - 1,174,405,120 = 31,687,095,808 (model card: 32B activated).
+- GLM-4.5: L92 D5120 n_q96 n_kv8 h128, Q/K/V biases, q/k norms of h, layers 0-2 dense F12288,
+  then 160 experts of 1536 (top 8) + 1 shared, score-correction bias, V151552 untied, one MTP
+  module. Attention = 5120*12288*2 + 5120*1024*2 (136,314,880) + 12288 + 2048 + 256 = 136,329,472.
+  Dense layer = + 3*5120*12288 (188,743,680) + 10240 = 325,083,392, x3 = 975,250,176; MoE layer =
+  + 161*23,592,960 (3,798,466,560) + 160*5120 + 160 (819,360) + 10240 = 3,935,625,632, x89 =
+  350,270,681,248; + 2*151552*5120 (1,551,892,480) + 5120 = 352,797,829,024. The MTP module: a MoE
+  layer + eh_proj 2*5120^2 (52,428,800) + 3 norms (15,360) = 3,988,069,792. Published: 355B total
+  (between the model, 352.8B, and the model with its MTP module, 356.8B), 32B active (less the
+  embedding: 33,632,266,144 - 775,946,240 = 32,856,319,904).
+- GLM-4.5-Air: L46 D4096 n_q96 n_kv8 h128, Q/K/V biases, no q/k norms (use_qk_norm false), layer
+  0 dense F10944, then 128 experts of 1408 (top 8) + 1 shared, one MTP module. Attention =
+  4096*12288*2 + 4096*1024*2 (109,051,904) + 14336 = 109,066,240. Dense layer = + 3*4096*10944
+  (134,479,872) + 8192 = 243,554,304; MoE layer = + 129*17,301,504 (2,231,894,016) + 128*4096 + 128
+  (524,416) + 8192 = 2,341,492,864, x45 = 105,367,178,880; + 2*151552*4096 (1,241,513,984) + 4096 =
+  106,852,251,264 (published: 106B). Active: - 45*120*17,301,504 = 13,424,129,664; less the
+  embedding 12,803,372,672 (published: 12B). MTP: 2,341,492,864 + 2*4096^2 + 3*4096 = 2,375,059,584.
 """
 
 from __future__ import annotations
@@ -122,6 +178,17 @@ PUBLISHED = [
     ("deepseek-v3", "deepseek_v3", 671_026_419_200),
     ("gpt-oss-120b", "gpt_oss", 116_829_156_672),
     ("llama-4-scout-17b-16e", "llama4_text", 107_769_861_120),
+    # the families issue 31 asked for (derivations above)
+    ("granite-3.3-8b-instruct", "granite", 8_170_864_640),
+    ("glm-4-9b-hf", "glm", 9_399_951_360),
+    ("glm-4-32b-0414", "glm4", 32_566_487_552),
+    ("gemma-3-27b-pt", "gemma3_text", 27_009_346_304),
+    ("olmoe-1b-7b-0924", "olmoe", 6_919_161_856),
+    ("deepseek-v2", "deepseek_v2", 235_741_434_880),
+    ("deepseek-v2-lite", "deepseek_v2", 15_706_484_224),
+    ("kimi-k2-instruct", "kimi_k2", 1_026_408_232_448),
+    ("glm-4.5", "glm4_moe", 352_797_829_024),
+    ("glm-4.5-air", "glm4_moe", 106_852_251_264),
 ]
 
 
@@ -309,14 +376,22 @@ def test_missing_model_type_is_read_as_llama_with_a_warning(tmp_path):
         ),
         ({"vision_config": {"hidden_size": 1152}}, "field 'vision_config'"),
         (
-            {"model_type": "olmoe"},
-            "field 'model_type': 'olmoe' is a mixture of experts with q/k norms",
+            {"model_type": "phimoe"},
+            "field 'model_type': 'phimoe' is a mixture of experts with biases on the attention "
+            "output projection and on the output head (lm_head_bias)",
         ),
         (
-            {"model_type": "deepseek_v2"},
-            "field 'model_type': 'deepseek_v2' is a mixture of experts with latent",
+            {"model_type": "gemma3"},
+            "field 'text_config': expected the decoder's config (an object) in a 'gemma3' config",
         ),
-        ({"model_type": "gemma3"}, "field 'model_type': 'gemma3' is the multimodal Gemma 3"),
+        (
+            {"model_type": "deepseek_v2", "n_routed_experts": 4},
+            "missing field 'num_experts_per_tok' (a deepseek_v2 config needs it)",
+        ),
+        (
+            {"model_type": "kimi_k2", "moe_layer_freq": 2},
+            "field 'moe_layer_freq' (2): MoE layers at other than every layer",
+        ),
         (
             {"model_type": "bloom"},
             "field 'model_type': 'bloom' is not a family this import counts exactly",
@@ -579,3 +654,91 @@ def test_a_refused_config_is_one_error_line_without_the_unused_keys_warning(
     )
     err = capsys.readouterr().err
     assert code == 0 and err.startswith("warning: ") and "9 key(s) not used" in err
+
+
+@pytest.mark.parametrize(
+    "name, active, embedding, mtp",
+    [
+        ("olmoe-1b-7b-0924", 1_282_017_280, 103_022_592, 0),
+        ("deepseek-v2", 21_375_800_320, 524_288_000, 0),
+        ("deepseek-v2-lite", 2_661_150_208, 209_715_200, 0),
+        ("kimi-k2-instruct", 32_861_500_928, 1_174_405_120, 0),
+        ("glm-4.5", 33_632_266_144, 775_946_240, 3_988_069_792),
+        ("glm-4.5-air", 13_424_129_664, 620_756_992, 2_375_059_584),
+    ],
+)
+def test_new_mixtures_of_experts_active_and_mtp_counts(imported, name, active, embedding, mtp):
+    """Active (embedding and head counted), embedding and MTP counts of the issue-31 MoE families
+    (derivations in the module docstring)."""
+    counts = params.param_counts(imported[name].model)
+    assert (counts["active"], counts["embedding"], counts.get("mtp", 0)) == (
+        active,
+        embedding,
+        mtp,
+    )
+
+
+def test_new_families_read_the_shapes_that_count(imported):
+    """Per family, the shape facts the totals rest on: Granite tied Llama; GLM-4 Q/K/V biases and
+    GLM-4-0414's four norms; Gemma 3's text decoder (10 of 62 layers global, the default vocabulary);
+    OLMoE's projection-wide q/k norms and no dense layer; DeepSeek-V2 without a score-correction
+    bias, V2-Lite without a query latent; Kimi-K2 one dense layer; GLM-4.5 q/k norms, Q/K/V biases."""
+    m = {name: imported[name].model for name in imported}
+    assert m["granite-3.3-8b-instruct"].tied_embeddings
+    assert (m["glm-4-9b-hf"].qkv_bias, m["glm-4-9b-hf"].norms_per_layer) == (True, 2)
+    assert (m["glm-4-32b-0414"].qkv_bias, m["glm-4-32b-0414"].norms_per_layer) == (True, 4)
+    gemma = m["gemma-3-27b-pt"]
+    assert (gemma.vocab_size, gemma.sliding_window, gemma.full_attention_layers) == (
+        262208,
+        1024,
+        10,
+    )
+    olmoe = m["olmoe-1b-7b-0924"]
+    assert (olmoe.qk_norm, olmoe.num_dense_layers, olmoe.moe.expert_d_ff) == ("projection", 0, 1024)
+    v2, lite = m["deepseek-v2"], m["deepseek-v2-lite"]
+    assert not v2.moe.router_bias and (v2.moe.num_shared_experts, v2.moe.first_dense_layers) == (
+        2,
+        1,
+    )
+    assert lite.mla.q_lora_rank is None and lite.head_dim == 192
+    kimi = m["kimi-k2-instruct"]
+    assert (kimi.moe.num_experts, kimi.moe.first_dense_layers, kimi.moe.router_bias) == (
+        384,
+        1,
+        True,
+    )
+    glm = m["glm-4.5"]
+    assert (glm.qk_norm, glm.qkv_bias, glm.linear_bias, glm.mtp_layers) == ("head", True, False, 1)
+
+
+def test_gemma3_multimodal_config_warns_about_the_vision_tower(data_file):
+    """A gemma3 config is read from its text_config; the vision encoder is named as not counted."""
+    with pytest.warns(HfConfigWarning) as caught:
+        model_from_hf_config(data_file("hf/gemma-3-27b-pt.json"))
+    messages = [str(w.message) for w in caught]
+    assert any("field 'vision_config': the vision encoder is not counted" in m for m in messages)
+    assert any("text_config.query_pre_attn_scalar" in m for m in messages)
+
+
+def test_deepseek_v2_router_bias_follows_topk_method(tmp_path, data_file):
+    """DeepSeek-V2 has a score-correction bias only with topk_method noaux_tc: E values per MoE layer."""
+    config = json.loads(data_file("hf/deepseek-v2-lite.json").read_text())
+    path = write_json(tmp_path, {**config, "topk_method": "noaux_tc"})
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", HfConfigWarning)
+        biased = read_hf_config(path).model
+    assert biased.moe.router_bias
+    assert params.param_counts(biased)["total"] == 15_706_484_224 + 26 * 64
+
+
+def test_glm4_moe_attention_options_change_the_count(tmp_path, data_file):
+    """GLM-4.5 without attention_bias and use_qk_norm (GLM-4.5-Air's setting of the latter): the Q/K/V
+    biases (12288 + 2048) and q/k norms (256) leave each of the 92 layers and the MTP layer."""
+    config = json.loads(data_file("hf/glm-4.5.json").read_text())
+    path = write_json(tmp_path, {**config, "attention_bias": False, "use_qk_norm": False})
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", HfConfigWarning)
+        plain = read_hf_config(path).model
+    counts = params.param_counts(plain)
+    assert counts["total"] == 352_797_829_024 - 92 * (12288 + 2048 + 256)
+    assert counts["mtp"] == 3_988_069_792 - (12288 + 2048 + 256)

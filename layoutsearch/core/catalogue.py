@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import dataclasses
 import os
+import re
 import types
 import typing
 import warnings
@@ -417,8 +418,16 @@ class HfFamily:
 HF_FAMILIES: dict[str, HfFamily] = {
     # SwiGLU, RMSNorm before attention and MLP, RoPE (Llama 2/3/3.1/3.2; Mistral; Qwen2/2.5 with
     # Q, K, V biases; Qwen3 with q/k RMSNorm per head; Phi-3 with fused qkv_proj / gate_up_proj,
-    # the same shapes as separate ones).
+    # the same shapes as separate ones). Granite 3: the Llama decoder; its embedding, attention,
+    # residual and logit multipliers scale activations, not shapes (unused keys).
     "llama": HfFamily(mlp="gated"),
+    "granite": HfFamily(mlp="gated"),
+    # GLM-4 (glm): Q, K, V biases (attention_bias), a fused gate_up_proj (the shapes of separate
+    # ones), RoPE on half of each head; GLM-4-0414 (glm4) adds post-attention and post-MLP norms.
+    "glm": HfFamily(mlp="gated", qkv_bias=True, attention_bias=True, head_dim=128),
+    "glm4": HfFamily(
+        mlp="gated", qkv_bias=True, attention_bias=True, head_dim=128, norms_per_layer=4
+    ),
     "mistral": HfFamily(mlp="gated", window="all", window_default=4096),
     "qwen2": HfFamily(
         mlp="gated", qkv_bias=True, attention_bias=None, window="qwen", window_default=4096
@@ -490,6 +499,19 @@ HF_FAMILIES: dict[str, HfFamily] = {
         mlp="gated", qk_norm="head", window="qwen", window_default=4096, sparse=True
     ),  # head_dim: hidden / heads when absent
     "deepseek_v3": HfFamily(mlp="gated", reads_kv_heads=False, sparse=True),
+    # DeepSeek-V2 / V2-Lite: the V3 decoder without the score-correction bias (unless topk_method
+    # is noaux_tc) and without MTP modules; V2-Lite has no query latent (q_lora_rank null).
+    "deepseek_v2": HfFamily(mlp="gated", reads_kv_heads=False, sparse=True),
+    # Kimi-K2: DeepSeek-V3's architecture and modeling code (DeepseekV3ForCausalLM) under its own
+    # model_type (read by the deepseek_v3 rules; 384 experts, 64 heads, one dense layer).
+    "kimi_k2": HfFamily(mlp="gated", reads_kv_heads=False, sparse=True),
+    # OLMoE: OLMo 2's attention (RMSNorm over the whole Q and K projections), every MLP a MoE of
+    # num_experts SwiGLU experts of intermediate_size, a bias-free router.
+    "olmoe": HfFamily(mlp="gated", qk_norm="projection", sparse=True),
+    # GLM-4.5 (glm4_moe): DeepSeek-V3's MoE (dense layers first, shared experts, score-correction
+    # bias, MTP modules) with GQA attention: Q, K, V biases under attention_bias and per-head q/k
+    # RMSNorms under use_qk_norm (both read by _hf_glm4_moe).
+    "glm4_moe": HfFamily(mlp="gated", head_dim=128, attention_bias=None, sparse=True),
     "gpt_oss": HfFamily(
         mlp="gated",
         linear_bias=True,
@@ -502,7 +524,20 @@ HF_FAMILIES: dict[str, HfFamily] = {
     "llama4_text": HfFamily(mlp="gated", sparse=True),
 }
 # Multimodal configs whose decoder is read from a nested config (the other encoders are not counted).
-_HF_NESTED = {"llama4": ("text_config", "llama4_text")}
+_HF_NESTED = {
+    "llama4": ("text_config", "llama4_text"),
+    "gemma3": ("text_config", "gemma3_text"),
+}
+# The config class's defaults of keys a published config leaves out (Gemma3TextConfig's: the
+# text_config of gemma-3-4b/12b/27b gives no vocab_size, epsilon, RoPE base or activation).
+_HF_KEY_DEFAULTS = {
+    "gemma3_text": {
+        "vocab_size": 262_208,
+        "rms_norm_eps": 1e-6,
+        "rope_theta": 1_000_000.0,
+        "hidden_activation": "gelu_pytorch_tanh",
+    }
+}
 HF_DEFAULT_FAMILY = "llama"  # a config without model_type (warned)
 
 # Key names per family: the canonical name, then the names the config class also accepts.
@@ -554,11 +589,10 @@ HF_REFUSED = {
     "num_nextn_predict_layers": "multi-token prediction layers",
     "lm_head_bias": "a bias on the output projection",
 }
+# Families whose count needs shapes the spec has no field for: refused with the reason.
 _HF_NOT_DENSE = {
-    "olmoe": "a mixture of experts with q/k norms over the projections",
-    "deepseek_v2": "a mixture of experts with latent attention (only deepseek_v3 is read)",
-    "gemma3": "the multimodal Gemma 3 (a vision tower besides the decoder); its text_config "
-    "alone is model_type 'gemma3_text'",
+    "phimoe": "a mixture of experts with biases on the attention output projection and on the "
+    "output head (lm_head_bias) but none on the MLP: shapes the spec has no field for",
 }
 _HF_LAYER_TYPES = {"sliding_attention": True, "full_attention": False}
 
@@ -730,15 +764,31 @@ _HF_SPARSE_KEYS = {
     ),
     "gpt_oss": ("num_local_experts", "num_experts_per_tok"),
     "llama4_text": ("num_local_experts", "num_experts_per_tok"),
+    "olmoe": ("num_experts", "num_experts_per_tok"),
+    "glm4_moe": (
+        "n_routed_experts",
+        "num_experts_per_tok",
+        "moe_intermediate_size",
+        "n_shared_experts",
+        "first_k_dense_replace",
+        "num_nextn_predict_layers",
+    ),
 }
-# The config classes' defaults (transformers) where a key is absent: experts, top-k, expert width.
+_HF_SPARSE_KEYS["deepseek_v2"] = _HF_SPARSE_KEYS["kimi_k2"] = _HF_SPARSE_KEYS["deepseek_v3"]
+# The config classes' defaults (transformers) where a key is absent: experts, top-k, expert width
+# (None: the expert is intermediate_size wide). DeepSeek-V2's class has no top-k default (the
+# key is required); Kimi-K2 ships DeepSeek-V3's configuration class.
 _HF_MOE_DEFAULTS = {
     "mixtral": (8, 2, None),
     "qwen2_moe": (60, 4, 1408),
     "qwen3_moe": (128, 8, 768),
     "deepseek_v3": (256, 8, 2048),
+    "deepseek_v2": (64, None, 1407),
+    "kimi_k2": (256, 8, 2048),
     "gpt_oss": (128, 4, None),
     "llama4_text": (16, 1, None),
+    "olmoe": (64, 8, None),
+    "glm4_moe": (128, 8, 1408),
 }
 _HF_EXPERT_KEYS = {
     "mixtral": "num_local_experts",
@@ -746,7 +796,11 @@ _HF_EXPERT_KEYS = {
     "llama4_text": "num_local_experts",
     "qwen2_moe": "num_experts",
     "qwen3_moe": "num_experts",
+    "olmoe": "num_experts",
     "deepseek_v3": "n_routed_experts",
+    "deepseek_v2": "n_routed_experts",
+    "kimi_k2": "n_routed_experts",
+    "glm4_moe": "n_routed_experts",
 }
 # Keys that change the cost model's attention and are read but not modelled (the MoE refusal of
 # core.problem keeps these models out of the cost model): a warning each.
@@ -768,10 +822,14 @@ def _hf_sparse(family: str, cfg: dict, layers: int, d_ff: int, where: str, used:
         "num_experts": _hf_value(cfg, experts_key, HfDim, where, n_experts),
         "top_k": _hf_value(cfg, "num_experts_per_tok", HfDim, where, top_k),
     }
+    if moe["top_k"] is None:
+        raise CatalogueError(
+            f"{where}: missing field 'num_experts_per_tok' (a {family} config needs it)"
+        )
     width = _hf_value(cfg, "moe_intermediate_size", HfDim, where, width) if width else None
     moe["expert_d_ff"] = (
         width or d_ff
-    )  # Mixtral, gpt-oss, Llama 4: the experts are intermediate_size wide
+    )  # Mixtral, gpt-oss, Llama 4, OLMoE: the experts are intermediate_size wide
     out: dict = {"d_ff": d_ff, "notes": [], "moe": moe}
     reader = _HF_SPARSE_READERS.get(family)
     if reader is not None:
@@ -825,34 +883,56 @@ def _hf_qwen_moe(
             moe.update(num_shared_experts=1, shared_d_ff=shared, shared_expert_gate=True)
 
 
+# DeepSeek-style MoE defaults per family: shared experts, dense layers first (the config classes').
+_HF_DEEPSEEK_DEFAULTS = {
+    "deepseek_v3": (1, 3),
+    "kimi_k2": (1, 3),
+    "deepseek_v2": (2, 0),
+    "glm4_moe": (1, 1),
+}
+
+
+def _hf_deepseek_moe(family: str, cfg: dict, where: str, used: set, moe: dict, out: dict) -> None:
+    """first_k_dense_replace dense layers, then MoE layers with n_shared_experts of
+    moe_intermediate_size (one MLP n_shared x wider in the code: the same count);
+    num_nextn_predict_layers MTP modules (DeepSeek-V3 and GLM-4.5 store them, counted beside)."""
+    used.update(("n_shared_experts", "first_k_dense_replace", "num_nextn_predict_layers"))
+    shared_default, dense_default = _HF_DEEPSEEK_DEFAULTS[family]
+    shared = _hf_value(cfg, "n_shared_experts", Optional[_HfCount], where, shared_default) or 0
+    moe.update(
+        num_shared_experts=shared,
+        shared_d_ff=moe["expert_d_ff"] if shared else 0,
+        first_dense_layers=_hf_value(cfg, "first_k_dense_replace", _HfCount, where, dense_default),
+    )
+    mtp = _hf_value(
+        cfg,
+        "num_nextn_predict_layers",
+        Optional[Annotated[StrictInt, Field(ge=0, le=MAX_MTP_LAYERS)]],
+        where,
+        0,
+    )
+    out["mtp_layers"] = mtp or 0
+
+
 def _hf_deepseek(
     cfg: dict, layers: int, d_ff: int, where: str, used: set, moe: dict, out: dict
 ) -> None:
-    """DeepSeek-V3: first_k_dense_replace dense layers, then MoE layers with n_shared_experts of
-    moe_intermediate_size (one MLP n_shared x wider in the code: the same count) and the router's
-    e_score_correction_bias; MLA attention; num_nextn_predict_layers MTP modules."""
-    used.update(
-        (
-            "n_shared_experts",
-            "first_k_dense_replace",
-            "moe_layer_freq",
-            "num_nextn_predict_layers",
-            "num_key_value_heads",
-        )
-    )
-    shared = _hf_value(cfg, "n_shared_experts", Optional[_HfCount], where, 1) or 0
+    """DeepSeek-V2/V3 and Kimi-K2: the DeepSeek MoE (``_hf_deepseek_moe``) with the router's
+    e_score_correction_bias (V3 and Kimi always; V2 only with topk_method noaux_tc); MLA attention."""
+    family = cfg["model_type"]
+    used.update(("moe_layer_freq", "num_key_value_heads"))
     freq = _hf_value(cfg, "moe_layer_freq", HfDim, where, 1)
     if freq != 1:  # DeepSeek's rule (i % freq == 0) is not MoeSpec's ((i + 1) % freq == 0)
         raise CatalogueError(
             f"{where}: field 'moe_layer_freq' ({freq}): MoE layers at other than every "
             f"layer after first_k_dense_replace are not modelled"
         )
-    moe.update(
-        num_shared_experts=shared,
-        shared_d_ff=moe["expert_d_ff"] if shared else 0,
-        router_bias=True,
-        first_dense_layers=_hf_value(cfg, "first_k_dense_replace", _HfCount, where, 3),
-    )
+    _hf_deepseek_moe(family, cfg, where, used, moe, out)
+    moe["router_bias"] = True
+    if family == "deepseek_v2":  # V3's code always has the bias; V2's with noaux_tc only
+        used.add("topk_method")
+        method = _hf_value(cfg, "topk_method", Optional[StrictStr], where)
+        moe["router_bias"] = method == "noaux_tc"
     mla = {}
     for key, default in (
         ("q_lora_rank", 1536),
@@ -865,16 +945,21 @@ def _hf_deepseek(
         mla[key] = _hf_value(
             cfg, key, Optional[HfDim] if key == "q_lora_rank" else HfDim, where, default
         )
-    mtp = _hf_value(
-        cfg,
-        "num_nextn_predict_layers",
-        Optional[Annotated[StrictInt, Field(ge=0, le=MAX_MTP_LAYERS)]],
-        where,
-        0,
-    )
-    out.update(
-        mla=mla, head_dim=mla["qk_nope_head_dim"] + mla["qk_rope_head_dim"], mtp_layers=mtp or 0
-    )
+    out.update(mla=mla, head_dim=mla["qk_nope_head_dim"] + mla["qk_rope_head_dim"])
+
+
+def _hf_glm4_moe(
+    cfg: dict, layers: int, d_ff: int, where: str, used: set, moe: dict, out: dict
+) -> None:
+    """GLM-4.5 (Glm4MoeForCausalLM): the DeepSeek MoE (``_hf_deepseek_moe``) with the router's
+    e_score_correction_bias; Q, K, V biases with attention_bias (the output projection has none)
+    and a head_dim RMSNorm of q and of k with use_qk_norm (Glm4MoeConfig: both false by default)."""
+    used.update(("attention_bias", "use_qk_norm"))
+    _hf_deepseek_moe("glm4_moe", cfg, where, used, moe, out)
+    moe["router_bias"] = True
+    out["qkv_bias"] = bool(_hf_value(cfg, "attention_bias", Optional[StrictBool], where))
+    if _hf_value(cfg, "use_qk_norm", Optional[StrictBool], where):
+        out["qk_norm"] = "head"
 
 
 def _hf_gpt_oss(
@@ -897,6 +982,9 @@ _HF_SPARSE_READERS = {
     "qwen2_moe": _hf_qwen_moe,
     "qwen3_moe": _hf_qwen_moe,
     "deepseek_v3": _hf_deepseek,
+    "deepseek_v2": _hf_deepseek,
+    "kimi_k2": _hf_deepseek,
+    "glm4_moe": _hf_glm4_moe,
     "gpt_oss": _hf_gpt_oss,
 }
 
@@ -1012,6 +1100,7 @@ def read_hf_config(path: Path) -> HfImport:
             )
     used = {"model_type", "_name_or_path", "tie_word_embeddings"}
 
+    cfg = {**_HF_KEY_DEFAULTS.get(family, {}), **cfg}
     names = {**_HF_KEYS, **_HF_ALIASES.get(family, {})}
     inner = _HF_INNER_DEFAULT.get(family)
     keys = {canon: _hf_pick(cfg, alias, where) for canon, alias in names.items()}
@@ -1182,8 +1271,9 @@ def load_model(name_or_path: str) -> ModelSpec:
         return model_from_hf_config(path)
     if path.suffix in (".yaml", ".yml"):
         return model_from_dict(read_yaml(path), path.stem, str(path))
-    file = catalogue_file("models", name_or_path, "model", ", or a path to a config.json")
-    return model_from_dict(read_yaml(file), name_or_path, f"models/{file.name}")
+    name = resolve_model_name(name_or_path)
+    file = catalogue_file("models", name, "model", ", or a path to a config.json")
+    return model_from_dict(read_yaml(file), name, f"models/{file.name}")
 
 
 def accelerator_names() -> list[str]:
@@ -1288,3 +1378,125 @@ def load_accelerator(name: str) -> Accelerator:
             f"hardware/{file.name}: field 'id' is '{acc.id}', expected the file name '{name}'"
         )
     return acc
+
+
+# ----------------------------------------------------------------------------- model names
+# Other names of catalogue models: the family's other releases with the same architecture and
+# hyper-parameters, other spellings, and Hugging Face repo ids (matched without case, with or
+# without the owner, and without an -Instruct / -it / -Base / -hf / -pt / -chat suffix, which
+# name the same architecture trained further).
+MODEL_ALIASES = {
+    "llama70b": (
+        "llama3-70b",
+        "meta-llama/Meta-Llama-3-70B",
+    ),
+    "llama3-8b": (
+        "llama3.1-8b",
+        "meta-llama/Llama-3.1-8B",
+        "meta-llama/Meta-Llama-3.1-8B",
+    ),
+    "llama3.1-70b": (
+        "llama3.3-70b",
+        "meta-llama/Llama-3.1-70B",
+        "meta-llama/Meta-Llama-3.1-70B",
+        "meta-llama/Llama-3.3-70B-Instruct",
+    ),
+    "llama3-405b": (
+        "llama3.1-405b",
+        "meta-llama/Llama-3.1-405B",
+        "meta-llama/Meta-Llama-3.1-405B",
+    ),
+    "llama2-7b": ("meta-llama/Llama-2-7b-hf",),
+    "llama2-13b": ("meta-llama/Llama-2-13b-hf",),
+    "llama2-70b": ("meta-llama/Llama-2-70b-hf",),
+    "llama4-scout": ("meta-llama/Llama-4-Scout-17B-16E",),
+    "llama4-maverick": ("meta-llama/Llama-4-Maverick-17B-128E",),
+    "mistral-7b": ("mistralai/Mistral-7B-v0.1",),
+    "mixtral-8x7b": ("mistralai/Mixtral-8x7B-v0.1",),
+    "mixtral-8x22b": ("mistralai/Mixtral-8x22B-v0.1",),
+    "qwen2.5-7b": ("Qwen/Qwen2.5-7B",),
+    "qwen2.5-72b": ("Qwen/Qwen2.5-72B",),
+    "qwen3-8b": ("Qwen/Qwen3-8B",),
+    "qwen3-32b": ("Qwen/Qwen3-32B",),
+    "qwen3-30b-a3b": ("Qwen/Qwen3-30B-A3B",),
+    "qwen3-235b-a22b": ("Qwen/Qwen3-235B-A22B",),
+    "gemma2-9b": ("gemma-2-9b", "google/gemma-2-9b"),
+    "gemma2-27b": ("gemma-2-27b", "google/gemma-2-27b"),
+    "gemma3-27b": ("gemma-3-27b", "google/gemma-3-27b-pt"),
+    "phi4-14b": ("phi-4", "phi4", "microsoft/phi-4"),
+    "deepseek-v2": ("deepseek-ai/DeepSeek-V2",),
+    "deepseek-v3": ("deepseek-ai/DeepSeek-V3", "deepseek-ai/DeepSeek-V3-Base"),
+    "kimi-k2": ("moonshotai/Kimi-K2-Instruct", "moonshotai/Kimi-K2-Base"),
+    "glm4.5": ("glm-4.5", "zai-org/GLM-4.5"),
+    "gpt-oss-20b": ("openai/gpt-oss-20b",),
+    "gpt-oss-120b": ("openai/gpt-oss-120b",),
+    "grok-1": ("xai-org/grok-1",),
+}
+_VARIANT_SUFFIXES = ("-instruct", "-it", "-base", "-hf", "-pt", "-chat")
+
+
+def _name_key(name: str) -> str:
+    """A name as aliases match it: lower case, without the owner and a variant suffix."""
+    key = name.strip().lower().rsplit("/", 1)[-1]
+    for suffix in _VARIANT_SUFFIXES:
+        if key.endswith(suffix) and len(key) > len(suffix):
+            return key[: -len(suffix)]
+    return key
+
+
+@cache
+def _alias_index() -> dict[str, str]:
+    """Every alias (as ``_name_key`` spells it) -> its catalogue id."""
+    index: dict[str, str] = {}
+    for model_id, aliases in MODEL_ALIASES.items():
+        for alias in aliases:
+            index.setdefault(_name_key(alias), model_id)
+    return index
+
+
+def resolve_model_name(name: str) -> str:
+    """The catalogue id of ``name``: itself when it is one, else the id its alias names; an unknown
+    name is one line naming the family's models (``CatalogueError``)."""
+    if _is_catalogue_id(name) and name in model_names():
+        return name
+    if name.count("/") <= 1 and _is_catalogue_id(name.replace("/", "-")):  # an id or owner/name
+        model_id = _alias_index().get(_name_key(name))
+        if model_id is not None:
+            return model_id
+    raise CatalogueError(unknown_model_message(name))
+
+
+def model_family(name: str) -> str:
+    """The family part of a model name: its leading letters and the major version right after
+    them, a number followed by b, m, k or x being a size, not a version (llama3.1-70b,
+    Llama-3.1-70B -> llama3; gemma-2-9b -> gemma2; gpt-oss-20b, llama70b -> gpt-oss, llama)."""
+    key = _name_key(name)
+    match = re.match(r"([a-z-]*[a-z])(-?(\d+)(\.\d+)?)?", key)
+    if match is None:
+        return key
+    letters, version, end = match.group(1), match.group(3), match.end()
+    if version and not (end < len(key) and key[end] in "bmkx"):
+        return letters.rstrip("-") + version
+    return letters.rstrip("-")
+
+
+def unknown_model_message(name: str) -> str:
+    """One line for an unknown model name: the closest catalogue model of its family and the
+    family's others (by id or alias: llama3-13b names the Llama 3 models, not llama2-13b), else the
+    closest id or alias; where the catalogue and its aliases are listed."""
+    shown = name if len(name) <= 80 else f"{name[:60]}... ({len(name)} characters)"
+    ids, key = model_names(), _name_key(name)[:80]
+    family = model_family(name)
+    kin = sorted(
+        {i for i in ids if model_family(i) == family}
+        | {i for alias, i in _alias_index().items() if model_family(alias) == family}
+    )
+    hint = did_you_mean(key, kin or [*ids, *_alias_index()])
+    if not hint and kin:  # nothing close: the family's first model
+        hint = f" (did you mean '{kin[0]}'?)"
+    if len(kin) > 1:
+        hint += f", one of the {family} models here: {', '.join(kin)}"
+    return (
+        f"unknown model '{shown}'{hint}; `layoutsearch models --format json` lists the "
+        f"catalogue and its aliases, or give a path to a config.json"
+    )
