@@ -9,6 +9,21 @@ from layoutsearch.core.catalogue import load_model, model_names
 from layoutsearch.costs import params
 from layoutsearch.report import render
 
+# The columns a narrow terminal leaves out, in this order (id, layers, params, active stay).
+DROP_ORDER = (
+    "name",
+    "mtp_params",
+    "tied",
+    "mlp",
+    "head_dim",
+    "d_ff",
+    "vocab",
+    "kv_heads",
+    "heads",
+    "d_model",
+    "experts",
+)
+
 
 @reports_errors
 def models(fmt: FormatOpt = Format.table) -> None:
@@ -35,7 +50,7 @@ def models(fmt: FormatOpt = Format.table) -> None:
     if fmt != Format.table:
         print_document(rows, fmt)
     else:
-        render.table_of_dicts("models", rows)
+        render.table_of_dicts("models", rows, DROP_ORDER)
 
 
 def _counts(m) -> dict:
