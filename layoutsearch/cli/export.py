@@ -46,7 +46,9 @@ def export(
 
 def rerun_hint(document: dict, target: str) -> str:
     """The command that searches only the layouts ``target`` can express, for the document's problem."""
-    problem = document.get("problem") if isinstance(document.get("problem"), dict) else {}
+    problem = document.get("problem")
+    if not isinstance(problem, dict):
+        problem = {}
     named = [
         f"{flag} {problem[key]}"
         for flag, key in (

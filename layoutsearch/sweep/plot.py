@@ -150,9 +150,10 @@ def sweep_figure(rows: list[dict], path: str):
         step = [r["step_time_s"] if r.get("step_time_s") is not None else math.nan for r in group]
         ax_mfu.plot(xs, mfu, label=_label(key, models, lengths), **kw)
         ax_step.plot(xs, step, **kw)
-        for r in group:
-            if r.get("mfu") is None:
-                missing.setdefault(str(r.get("status") or "no layout"), []).append(r["num_devices"])
+        for row in group:
+            if row.get("mfu") is None:
+                status = str(row.get("status") or "no layout")
+                missing.setdefault(status, []).append(row["num_devices"])
     for ax, title, unit in ((ax_mfu, "MFU", "MFU (%)"), (ax_step, "step time", "seconds per step")):
         _device_axis(ax, devices)
         ax.set_title(title)
