@@ -51,17 +51,44 @@ def small_run():
 
 
 # ----------------------------------------------------------------------------- time limit
-def test_the_time_limit_bounds_the_whole_solve_within_the_slack():
-    """A solve with --time-limit 2 returns within 2 s plus TIME_LIMIT_SLACK_S (1 s)."""
+def test_every_search_of_a_solve_gets_what_is_left_of_the_time_limit(monkeypatch):
+    """With --export and --what-if, the three searches share one 20 s budget, each getting the rest."""
+    given, real = [], engine.solve_problem
+
+    def recorded(problem, request):
+        given.append(request.time_limit_s)
+        return real(problem, request)
+
+    monkeypatch.setattr(engine, "solve_problem", recorded)
     started = time.perf_counter()
     run = engine.solve(
         ProblemOptions(model="llama3-8b", cluster="h100-64", seqs=256),
         WorkloadOptions(),
-        SearchOptions(time_limit=2.0),
+        SearchOptions(time_limit=20.0),
         PlanOptions(tokens=1e12, what_if="hbm=2"),
+        export="megatron",
     )
-    assert time.perf_counter() - started <= 3.0
+    took = time.perf_counter() - started
+    assert len(given) == 3 and 20.0 >= given[0] > given[1] > given[2] >= 20.0 - took
     assert run.result.status == "OPTIMAL" and run.what_if is not None
+
+
+def test_the_search_counts_its_tables_in_the_time_limit(monkeypatch, small_run):
+    """CP-SAT gets the search's limit less the time spent building the candidates and tables."""
+    import layoutsearch.search as search
+
+    given, real = [], search.cpsat_top
+
+    def recorded(space, tables, objective, top_k, time_limit_s, **kw):
+        given.append(time_limit_s)
+        return real(space, tables, objective, top_k, time_limit_s, **kw)
+
+    monkeypatch.setattr(search, "cpsat_top", recorded)
+    started = time.perf_counter()
+    result = search.solve(small_run.problem, search.SearchRequest(time_limit_s=20.0))
+    (left,) = given
+    assert 20.0 - (time.perf_counter() - started) <= left < 20.0
+    assert result.status == "OPTIMAL"
 
 
 def test_an_overrun_is_a_warning_naming_the_time_outside_cpsat(small_run):
@@ -128,6 +155,15 @@ def test_progress_is_silent_in_a_pipe(cli_main):
     code, out, err = cli_main("solve", *SMALL, "--format", "json")
     assert code == 0 and err == ""
     assert json.loads(out)["solver"]["status"] == "OPTIMAL"
+
+
+def test_a_sweep_in_a_pipe_has_no_progress_bar(cli_main, tmp_path):
+    """A sweep whose stderr is not a terminal prints its one summary line there, no bar."""
+    out = tmp_path / "s.csv"
+    code, _, err = cli_main("sweep", "-m", "debug", "-c", "h100-8", "--seqs", "8", "-o", str(out))
+    assert code == 0
+    assert err.startswith(f"wrote {out}: 1 points (1 OPTIMAL); 1 solved now, 0 already done, ")
+    assert err.count("\n") == 1
 
 
 # ----------------------------------------------------------------------------- tables
