@@ -232,7 +232,7 @@ def solve(
     run, request = _search(
         problem, workload, search, plan, target=export, top_k=None, label=label, deadline=deadline
     )
-    if export and run.result.layouts:
+    if export and run.result.layouts and _left(deadline) > 0:  # advisory: only with time left
         on_phase(f"searching without {export}'s limits, to compare")
         _compare_unrestricted(run, request, export, deadline)
     if factors:
