@@ -196,16 +196,22 @@ def proven_or_feasible(result: SearchResult) -> SearchResult:
     return dataclasses.replace(result, status="FEASIBLE", ranking_status="FEASIBLE")
 
 
-def check_deadline(started: float, time_limit_s: float, result: SearchResult) -> None:
+def check_deadline(started: float, time_limit_s: float, results: list[SearchResult]) -> None:
     """A warning when the command ran past its time limit by more than the slack, naming the
-    time spent outside CP-SAT (the candidate space and tables, built whole)."""
+    time its searches spent outside CP-SAT (candidate spaces and tables, built whole)."""
     took = time.perf_counter() - started
     if took <= time_limit_s + TIME_LIMIT_SLACK_S:
         return
+    outside = sum(max(0.0, r.wall_s - r.solver_wall_s) for r in results)
+    what = (
+        f"the search outside CP-SAT (the {results[0].num_candidates:,} candidates, their tables "
+        "and bounds)"
+        if len(results) == 1
+        else f"its {len(results)} searches outside CP-SAT (candidates, tables and bounds)"
+    )
     warnings.warn(
-        f"took {took:.1f} s, over the time limit of {time_limit_s:g} s: the search outside "
-        f"CP-SAT (the {result.num_candidates:,} candidates, their tables and bounds) took "
-        f"{max(0.0, result.wall_s - result.solver_wall_s):.1f} s and is not cut short",
+        f"took {took:.1f} s, over the time limit of {time_limit_s:g} s: {what} took "
+        f"{outside:.1f} s and is not cut short",
         LayoutsearchWarning,
         stacklevel=2,
     )
@@ -232,13 +238,16 @@ def solve(
     run, request = _search(
         problem, workload, search, plan, target=export, top_k=None, label=label, deadline=deadline
     )
+    searches = [run.result]
     if export and run.result.layouts and _left(deadline) > 0:  # advisory: only with time left
         on_phase(f"searching without {export}'s limits, to compare")
-        _compare_unrestricted(run, request, export, deadline)
+        searches.append(_compare_unrestricted(run, request, export, deadline))
     if factors:
         on_phase("re-solving on the what-if hardware")
         run = _what_if(run, request, factors, plan, deadline)
-    check_deadline(started, search.time_limit, run.result)
+        assert run.what_if and run.what_if.result, "_what_if re-solves"
+        searches.append(run.what_if.result)
+    check_deadline(started, search.time_limit, searches)
     return run
 
 
@@ -268,18 +277,18 @@ def _what_if(
 
 def _compare_unrestricted(
     run: SolveRun, request: SearchRequest, target: str, deadline: float
-) -> None:
-    """A warning when ``target`` makes the plan pathological: its best layout
-    PATHOLOGICAL_SLOWDOWN times slower or more than the winner of the unrestricted search."""
+) -> SearchResult:
+    """The unrestricted search, and a warning when ``target`` makes the plan pathological: its
+    best layout PATHOLOGICAL_SLOWDOWN times slower or more than the unrestricted winner."""
     free = solve_problem(
         run.problem,
         dataclasses.replace(request, target=None, top_k=1, time_limit_s=_left(deadline)),
     )
     if not free.layouts:
-        return
+        return free
     ours, best = run.result.layouts[0], free.layouts[0]
     if ours.step_time_s < PATHOLOGICAL_SLOWDOWN * best.step_time_s:
-        return
+        return free
     warnings.warn(
         f"{target} cannot express the fast layouts of this problem: its best reaches "
         f"{ours.mfu:.1%} MFU ({ours.step_time_s:.3g} s a step), the unrestricted winner "
@@ -288,6 +297,7 @@ def _compare_unrestricted(
         LayoutsearchWarning,
         stacklevel=2,
     )
+    return free
 
 
 def _degrees(est: Estimate) -> str:
@@ -322,7 +332,7 @@ def explain(
         label=label,
         deadline=started + search.time_limit,
     )
-    check_deadline(started, search.time_limit, run.result)
+    check_deadline(started, search.time_limit, [run.result])
     doc, layouts = run.document, run.result.layouts
     if layouts:
         band = band_of(layouts[0])

@@ -95,14 +95,19 @@ def test_an_overrun_is_a_warning_naming_the_time_outside_cpsat(small_run):
     """A run past its limit by more than the slack says how long it took and what is not cut short."""
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
-        engine.check_deadline(time.perf_counter() - 5.0, 0.1, small_run.result)
-        engine.check_deadline(time.perf_counter(), 0.1, small_run.result)
-    (warning,) = caught
-    assert warning.category is LayoutsearchWarning
-    text = str(warning.message)
+        engine.check_deadline(time.perf_counter() - 5.0, 0.1, [small_run.result])
+        engine.check_deadline(time.perf_counter(), 0.1, [small_run.result])
+        engine.check_deadline(time.perf_counter() - 3.0, 1.0, [small_run.result] * 2)
+    one, two = caught
+    assert one.category is two.category is LayoutsearchWarning
+    text = str(one.message)
     assert text.startswith("took 5.0 s, over the time limit of 0.1 s: the search outside CP-SAT")
     assert "(the 34,380 candidates, their tables and bounds)" in text
     assert text.endswith("is not cut short")
+    assert str(two.message).startswith(
+        "took 3.0 s, over the time limit of 1 s: its 2 searches outside CP-SAT (candidates, "
+        "tables and bounds) took "
+    )
 
 
 def test_an_unproven_ranking_is_feasible_in_the_table_and_the_json(small_run):
