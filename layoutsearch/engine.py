@@ -12,10 +12,12 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import time
+import warnings
 from collections.abc import Callable
 from typing import Any
 
-from layoutsearch.core.errors import InvalidArgumentError
+from layoutsearch.core.errors import InvalidArgumentError, LayoutsearchWarning
 from layoutsearch.core.frameworks import framework_of_target
 from layoutsearch.core.options import (
     LayoutOptions,
@@ -53,6 +55,14 @@ from layoutsearch.search.explain import compare, infeasibility, ranking_notes, v
 __all__ = ["SolveRun", "EstimateRun", "WhatIf", "solve", "explain", "estimate", "build_problem"]
 
 Label = Callable[[str], str]
+
+# How far a command may run past --time-limit: the limit is checked between phases, and CP-SAT
+# gets at least 0.05 s a phase; building the candidate space and its tables cannot be cut short,
+# so a larger overrun is reported in a warning naming that time (interpreter start-up not counted).
+TIME_LIMIT_SLACK_S = 1.0
+# A target whose best layout is this many times slower than the unrestricted winner is named
+# in a warning (``--export``): the framework, not the hardware, makes the plan slow.
+PATHOLOGICAL_SLOWDOWN = 1.5
 
 
 def flag(name: str) -> str:
@@ -148,6 +158,11 @@ def check_plan(plan: PlanOptions, label: Label = flag) -> dict[str, float] | Non
     """The plan options checked before any solving; the what-if factors (None without one)."""
     planning.check_tokens(plan.tokens, label("tokens"))
     planning.check_price(plan.price_per_device_hour, label("price_per_device_hour"))
+    if plan.price_per_device_hour is not None and plan.tokens is None:
+        raise InvalidArgumentError(
+            f"{label('price_per_device_hour')} {plan.price_per_device_hour:g}: a price prices the "
+            f"device-hours to train {label('tokens')} tokens; give {label('tokens')} too"
+        )
     return planning.parse_what_if(plan.what_if, label("what_if")) if plan.what_if else None
 
 
@@ -160,6 +175,7 @@ def _search(
     target: str | None,
     top_k: int | None,
     label: Label,
+    deadline: float,
 ) -> tuple[SolveRun, SearchRequest]:
     """Solve, explain why nothing fits when nothing does, price every layout record. With an
     export ``target`` and no framework, the step time assumes the target framework's overlap."""
@@ -167,11 +183,46 @@ def _search(
         workload = workload.model_copy(update={"framework": framework_of_target(target)})
     prob = planning.with_training_tokens(build_problem(problem, workload), plan.tokens)
     request = search_request(search, target=target, top_k=top_k, label=label)
-    result = solve_problem(prob, request)
+    request = dataclasses.replace(request, time_limit_s=_left(deadline))
+    result = proven_or_feasible(solve_problem(prob, request))
     explanation = None if result.layouts else infeasibility(prob, result.space, result.tables)
     document = solve_document(prob, result, explanation, resilience=planning.resilience_of(plan))
     set_price(document["layouts"], plan.price_per_device_hour)
     return SolveRun(prob, result, document, explanation), request
+
+
+def _left(deadline: float) -> float:
+    """The seconds left to ``deadline`` for a search (CP-SAT gets its least time past it)."""
+    return max(0.0, deadline - time.perf_counter())
+
+
+def proven_or_feasible(result: SearchResult) -> SearchResult:
+    """OPTIMAL only when the ranking is proven too: a least step time proven while the simplest
+    of the tied layouts was not (the time limit ran out) is FEASIBLE, its ranking FEASIBLE."""
+    if not result.layouts or result.ranking_status == "OPTIMAL":
+        return result
+    return dataclasses.replace(result, status="FEASIBLE", ranking_status="FEASIBLE")
+
+
+def check_deadline(started: float, time_limit_s: float, results: list[SearchResult]) -> None:
+    """A warning when the command ran past its time limit by more than the slack, naming the
+    time its searches spent outside CP-SAT (candidate spaces and tables, built whole)."""
+    took = time.perf_counter() - started
+    if took <= time_limit_s + TIME_LIMIT_SLACK_S:
+        return
+    outside = sum(max(0.0, r.wall_s - r.solver_wall_s) for r in results)
+    what = (
+        f"the search outside CP-SAT (the {results[0].num_candidates:,} candidates, their tables "
+        "and bounds)"
+        if len(results) == 1
+        else f"its {len(results)} searches outside CP-SAT (candidates, tables and bounds)"
+    )
+    warnings.warn(
+        f"took {took:.1f} s, over the time limit of {time_limit_s:g} s: {what} took "
+        f"{outside:.1f} s and is not cut short",
+        LayoutsearchWarning,
+        stacklevel=2,
+    )
 
 
 def solve(
@@ -182,16 +233,41 @@ def solve(
     *,
     export: str | None = None,
     label: Label = flag,
+    on_phase: Callable[[str], None] = lambda _text: None,
 ) -> SolveRun:
     """The best layouts (only those ``export`` can express, when given), priced, with the
-    what-if re-solve in ``document['what_if']`` when the plan asks for one."""
+    what-if re-solve in ``document['what_if']`` when the plan asks for one. ``search.time_limit``
+    bounds the whole run (every search in it), within ``TIME_LIMIT_SLACK_S``; ``on_phase`` is
+    told each search as it starts (a progress line)."""
+    started = time.perf_counter()
+    deadline = started + search.time_limit
     factors = check_plan(plan, label)
-    run, request = _search(problem, workload, search, plan, target=export, top_k=None, label=label)
-    if not factors:
-        return run
-    result = solve_problem(
-        planning.scaled_problem(run.problem, factors), dataclasses.replace(request, top_k=1)
+    on_phase(f"searching the layouts{f' {export} can express' if export else ''}")
+    run, request = _search(
+        problem, workload, search, plan, target=export, top_k=None, label=label, deadline=deadline
     )
+    searches = [run.result]
+    if export and run.result.layouts and _left(deadline) > 0:  # advisory: only with time left
+        on_phase(f"searching without {export}'s limits, to compare")
+        searches.append(_compare_unrestricted(run, request, export, deadline))
+    if factors:
+        on_phase("re-solving on the what-if hardware")
+        run = _what_if(run, request, factors, plan, deadline)
+        assert run.what_if and run.what_if.result, "_what_if re-solves"
+        searches.append(run.what_if.result)
+    check_deadline(started, search.time_limit, searches)
+    return run
+
+
+def _what_if(
+    run: SolveRun, request: SearchRequest, factors: dict, plan: PlanOptions, deadline: float
+) -> SolveRun:
+    """The run with its what-if: the winner re-solved on the scaled hardware."""
+    result = solve_problem(
+        planning.scaled_problem(run.problem, factors),
+        dataclasses.replace(request, top_k=1, time_limit_s=_left(deadline)),
+    )
+    result = proven_or_feasible(result)
     base = run.result.layouts[0] if run.result.layouts else None
     winner = result.layouts[0] if result.layouts else None
     doc = what_if_document(
@@ -208,6 +284,36 @@ def solve(
     return dataclasses.replace(run, what_if=WhatIf(doc, winner, result))
 
 
+def _compare_unrestricted(
+    run: SolveRun, request: SearchRequest, target: str, deadline: float
+) -> SearchResult:
+    """The unrestricted search, and a warning when ``target`` makes the plan pathological: its
+    best layout PATHOLOGICAL_SLOWDOWN times slower or more than the unrestricted winner."""
+    free = solve_problem(
+        run.problem,
+        dataclasses.replace(request, target=None, top_k=1, time_limit_s=_left(deadline)),
+    )
+    if not free.layouts:
+        return free
+    ours, best = run.result.layouts[0], free.layouts[0]
+    if ours.step_time_s < PATHOLOGICAL_SLOWDOWN * best.step_time_s:
+        return free
+    warnings.warn(
+        f"{target} cannot express the fast layouts of this problem: its best reaches "
+        f"{ours.mfu:.1%} MFU ({ours.step_time_s:.3g} s a step), the unrestricted winner "
+        f"{best.mfu:.1%} ({best.step_time_s:.3g} s, {_degrees(best)}); "
+        f"`layoutsearch solve` without --export shows it",
+        LayoutsearchWarning,
+        stacklevel=2,
+    )
+    return free
+
+
+def _degrees(est: Estimate) -> str:
+    lay = est.layout
+    return ", ".join(f"{k}={v}" for k, v in lay.all_degrees.items() if v > 1) or "one device"
+
+
 def explain(
     problem: ProblemOptions,
     workload: WorkloadOptions,
@@ -215,6 +321,7 @@ def explain(
     plan: PlanOptions,
     *,
     label: Label = flag,
+    on_phase: Callable[[str], None] = lambda _text: None,
 ) -> SolveRun:
     """The search of ``solve`` (at least two layouts) with why the winner beats each other one
     (``document['explanation']``) and, with ``plan.sensitivity``, the winner's step-time change
@@ -223,9 +330,19 @@ def explain(
         raise InvalidArgumentError(f"{label('what_if')}: explain takes no what-if; use solve")
     check_plan(plan, label)
     versus = parse_degrees(plan.versus, label("versus")) if plan.versus is not None else None
+    started = time.perf_counter()
+    on_phase("searching the layouts")
     run, request = _search(
-        problem, workload, search, plan, target=None, top_k=max(search.top, 2), label=label
+        problem,
+        workload,
+        search,
+        plan,
+        target=None,
+        top_k=max(search.top, 2),
+        label=label,
+        deadline=started + search.time_limit,
     )
+    check_deadline(started, search.time_limit, [run.result])
     doc, layouts = run.document, run.result.layouts
     if versus is not None:
         used = math.prod(versus.get(name, 1) for name in DEGREE_NAMES)

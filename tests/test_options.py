@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from layoutsearch.cli import command_module, main
+from layoutsearch.cli import loaded_command, main
 from layoutsearch.core.options import WorkloadOptions
 from layoutsearch.core.problem import WorkloadRecord, build_workload
 from layoutsearch.core.problem_file import ProblemFile
@@ -127,9 +127,12 @@ FLAGS = {
 
 @pytest.mark.parametrize("name", list(FLAGS))
 def test_each_command_has_exactly_its_frozen_flags(name):
-    """The flags of estimate, solve, explain and sweep are the reviewed lists above."""
-    command = command_module(name).command()
-    assert [o for p in command.params for o in p.opts + p.secondary_opts] == FLAGS[name]
+    """The flags of estimate, solve, explain and sweep are the reviewed lists above, then --wide."""
+    command = loaded_command(name)
+    assert [o for p in command.params for o in p.opts + p.secondary_opts] == [
+        *FLAGS[name],
+        "--wide",
+    ]
 
 
 def test_docs_cli_md_is_generated_from_the_declaration():

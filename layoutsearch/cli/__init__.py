@@ -29,7 +29,15 @@ from layoutsearch.cli.common import one_line, reports_errors
 from layoutsearch.core.errors import LayoutsearchError, LayoutsearchWarning
 from layoutsearch.report import render
 
-__all__ = ["app", "main", "reports_errors", "usage_message", "COMMANDS", "command_module"]
+__all__ = [
+    "app",
+    "main",
+    "reports_errors",
+    "usage_message",
+    "COMMANDS",
+    "command_module",
+    "loaded_command",
+]
 
 COMMANDS = (
     "models",
@@ -50,14 +58,36 @@ def command_module(name: str):
     return importlib.import_module(f"layoutsearch.cli.{name}")
 
 
+WIDE_HELP = (
+    f"Tables {render.WIDE_COLUMNS} columns wide, every column, even on a narrower terminal (by "
+    "default a table fits the terminal, leaving columns out in a stated order)"
+)
+
+
 @functools.cache
-def _load(name: str):
+def loaded_command(name: str):
+    """Command ``name`` as `layoutsearch NAME` runs it: its options, then ``--wide``."""
     module = command_module(name)
     if hasattr(module, "command"):  # built from the declared options (cli.options)
-        return module.command()
-    single = typer.Typer(add_completion=False)
-    command_module(name).register(single)
-    return typer.main.get_group(single).commands[name]
+        command = module.command()
+    else:
+        single = typer.Typer(add_completion=False)
+        module.register(single)
+        command = typer.main.get_group(single).commands[name]
+    command.params.append(_wide_option())
+    return command
+
+
+def _wide_option():
+    """``--wide`` after the command name, as before it (`layoutsearch --wide solve ...`)."""
+    from typer.main import _get_param
+    from typer.models import ParamMeta
+
+    info = typer.Option(False, "--wide", help=WIDE_HELP)
+    param = _get_param(ParamMeta(name="wide", default=info, annotation=bool))
+    param.expose_value = False
+    param.callback = lambda ctx, param, value: render.set_wide(True) if value else None
+    return param
 
 
 class LazyGroup(TyperGroup):
@@ -67,7 +97,7 @@ class LazyGroup(TyperGroup):
         return list(COMMANDS)
 
     def get_command(self, ctx, name: str):
-        return _load(name) if name in COMMANDS else None
+        return loaded_command(name) if name in COMMANDS else None
 
 
 app = typer.Typer(
@@ -97,7 +127,7 @@ def _group(
     wide: bool = typer.Option(
         False,
         "--wide",
-        help="Tables 200 columns wide even on a narrower terminal (by default they fit the terminal)",
+        help=WIDE_HELP,
     ),
 ) -> None:
     """Proven-optimal parallel layouts for transformer training."""

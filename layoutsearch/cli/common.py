@@ -4,11 +4,13 @@ from them."""
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import json
 import math
+import sys
 import warnings
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Annotated, Any
 
 import typer
@@ -101,3 +103,31 @@ def exit_if_infeasible(run) -> None:
     if not run.result.layouts:
         typer.echo(f"no feasible layout: {one_line(run.explanation['message'])}", err=True)
         raise typer.Exit(1)
+
+
+@contextlib.contextmanager
+def progress_line(text: str) -> Iterator[Callable[[str], None]]:
+    """While the block runs, one status line on stderr (spinner, ``text``, time elapsed) when
+    stderr is a terminal, erased at the end; nothing when it is a pipe or a file. Yields a
+    function that replaces the text (the phase in progress)."""
+    if not sys.stderr.isatty():
+        yield lambda _text: None
+        return
+    from rich.console import Console  # rich's progress only on a terminal (import time)
+    from rich.progress import Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
+
+    with Progress(
+        SpinnerColumn(),
+        TextColumn("{task.description}"),
+        TimeElapsedColumn(),
+        console=Console(file=sys.stderr),
+        transient=True,
+    ) as bar:
+        task = bar.add_task(text, total=None)
+        yield lambda new: bar.update(task, description=new)
+
+
+def named(value: Any) -> str:
+    """A model's or cluster's name for a status line (the option holds a name or, from a problem
+    file, the object itself)."""
+    return str(getattr(value, "name", value))

@@ -6,7 +6,7 @@ from __future__ import annotations
 import typer
 
 from layoutsearch import engine
-from layoutsearch.cli.common import exit_if_infeasible, print_document
+from layoutsearch.cli.common import exit_if_infeasible, named, print_document, progress_line
 from layoutsearch.cli.options import CommandSpec, Given, build_command, register_command
 from layoutsearch.cli.solve import SEARCH
 from layoutsearch.core.options import PLAN_FIELDS, Format, OutputOptions, PlanOptions
@@ -27,7 +27,8 @@ def explain(given: Given) -> None:
     """Why the winner beats the next best, or why nothing fits (exit 1)."""
     problem, workload, search, plan = given.problem, given.workload, given.search, given.plan
     assert problem and workload and search and plan and given.output, "SPEC declares these groups"
-    run = engine.explain(problem, workload, search, plan)
+    with progress_line(f"explaining {named(problem.model)} on {named(problem.cluster)}") as phase:
+        run = engine.explain(problem, workload, search, plan, on_phase=phase)
     doc, fmt = run.document, given.output.format
     if fmt != Format.table:
         print_document(doc, fmt)

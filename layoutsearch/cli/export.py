@@ -8,7 +8,7 @@ import typer
 
 from layoutsearch.cli.common import OutputOpt, reports_errors, write_output
 from layoutsearch.core import io
-from layoutsearch.core.errors import InvalidArgumentError
+from layoutsearch.core.errors import InvalidArgumentError, InvalidLayoutError
 from layoutsearch.export import export_document
 
 
@@ -37,7 +37,30 @@ def export(
                 f"not a result document: a JSON object (OUTPUT.md), not {type(document).__name__}",
             )
         )
-    write_output(export_document(document, to, rank), output)
+    try:
+        text = export_document(document, to, rank)
+    except InvalidLayoutError as exc:
+        raise InvalidLayoutError(f"{exc}; {rerun_hint(document, to)}") from None
+    write_output(text, output)
+
+
+def rerun_hint(document: dict, target: str) -> str:
+    """The command that searches only the layouts ``target`` can express, for the document's problem."""
+    problem = document.get("problem")
+    if not isinstance(problem, dict):
+        problem = {}
+    named = [
+        f"{flag} {problem[key]}"
+        for flag, key in (
+            ("--model", "model"),
+            ("--cluster", "cluster"),
+            ("--seqs", "global_batch_seqs"),
+            ("--seq-len", "seq_len"),
+        )
+        if isinstance(problem.get(key), (str, int))
+    ]
+    command = " ".join(["layoutsearch solve", *named, "...", f"--export {target} -o FILE"])
+    return f"re-run `{command}` (with the options that made this result) to search only layouts {target} can express"
 
 
 def register(app: typer.Typer) -> None:

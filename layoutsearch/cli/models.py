@@ -21,6 +21,20 @@ ModelOpt = Annotated[
         help="One model's exact counts: a catalogue id or alias, a model YAML or a config.json",
     ),
 ]
+# The columns a narrow terminal leaves out, in this order (id, layers, params, active stay).
+DROP_ORDER = (
+    "name",
+    "mtp_params",
+    "tied",
+    "mlp",
+    "head_dim",
+    "d_ff",
+    "vocab",
+    "kv_heads",
+    "heads",
+    "d_model",
+    "experts",
+)
 
 
 @reports_errors
@@ -54,7 +68,7 @@ def models(model: ModelOpt = None, fmt: FormatOpt = Format.table) -> None:
             row["aliases"] = list(MODEL_ALIASES.get(row["id"], ()))
         print_document(rows, fmt)
     else:
-        render.table_of_dicts("models", rows)
+        render.table_of_dicts("models", rows, DROP_ORDER)
 
 
 def _counts(m) -> dict:

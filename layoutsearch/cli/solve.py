@@ -7,7 +7,13 @@ from __future__ import annotations
 import typer
 
 from layoutsearch import engine
-from layoutsearch.cli.common import exit_if_infeasible, print_document, write_output
+from layoutsearch.cli.common import (
+    exit_if_infeasible,
+    named,
+    print_document,
+    progress_line,
+    write_output,
+)
 from layoutsearch.cli.options import ALL, CommandSpec, Given, build_command, register_command
 from layoutsearch.core.errors import InvalidArgumentError
 from layoutsearch.core.options import (
@@ -47,7 +53,8 @@ def solve(given: Given) -> None:
         raise InvalidArgumentError(
             f"--format {fmt.value}: stdout carries the --export {export} file; give it a file with -o FILE"
         )
-    run = engine.solve(problem, workload, search, plan, export=export)
+    with progress_line(f"solving {named(problem.model)} on {named(problem.cluster)}") as phase:
+        run = engine.solve(problem, workload, search, plan, export=export, on_phase=phase)
     if export and run.result.layouts:
         from layoutsearch.export import export_document
 

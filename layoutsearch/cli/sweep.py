@@ -6,6 +6,8 @@ a layout, 2 bad input (one line on stderr), 130 interrupted (rerun to resume).
 
 from __future__ import annotations
 
+import sys
+
 import typer
 
 from layoutsearch.cli.options import ALL, CommandSpec, Given, build_command, register_command
@@ -37,6 +39,7 @@ SPEC = CommandSpec(
 
 def sweep(given: Given) -> None:
     """Best layout for every (model, cluster, batch) point; resumable, one row per point."""
+    from layoutsearch.engine import check_plan
     from layoutsearch.sweep import expand_points, journal_path, print_summary, run_sweep
 
     opts, plan, workload, search = given.sweep, given.plan, given.workload, given.search
@@ -48,6 +51,7 @@ def sweep(given: Given) -> None:
             if not value
         )
         raise InvalidArgumentError(f"sweep needs {missing} (or the key in a --problem file)")
+    check_plan(plan)
     points = expand_points(
         opts.model,
         opts.cluster,
@@ -66,7 +70,7 @@ def sweep(given: Given) -> None:
             executor=opts.executor.value,
             address=opts.address,
             time_limit_s=search.time_limit,
-            progress=opts.progress,
+            progress=opts.progress and sys.stderr.isatty(),  # quiet in a pipe or a file
             fresh=opts.fresh,
             retry_failed=opts.retry_failed,
         )

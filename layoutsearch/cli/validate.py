@@ -12,6 +12,7 @@ from layoutsearch.cli.common import (
     finite,
     one_line,
     print_document,
+    progress_line,
     reports_errors,
 )
 from layoutsearch.report import render
@@ -40,7 +41,11 @@ def validate(
     fmt: FormatOpt = Format.table,
 ) -> None:
     """Predicted against measured tokens/s per device; exit 1 when the median error exceeds the limit."""
-    doc = validate_runs(load_runs(runs), max_median_error, rank=rank, loso=loso)
+    records = load_runs(runs)
+    work = ", ranking each among its candidates" if rank else ""
+    work += ", refitting without each source" if loso else ""
+    with progress_line(f"validating {len(records)} records{work}"):
+        doc = validate_runs(records, max_median_error, rank=rank, loso=loso)
     if fmt != Format.table:
         print_document(doc, fmt)
     else:

@@ -278,7 +278,11 @@ class SearchOptions(OptionGroup):
         "gather per step, 2DF/tp + 2BD tp/N",
     )
     time_limit: float = Field(
-        30.0, ge=0.1, le=MAX_TIME_LIMIT_S, description="CP-SAT time limit, seconds"
+        30.0,
+        ge=0.1,
+        le=MAX_TIME_LIMIT_S,
+        description="Time limit in seconds of the whole command (of each point in a sweep); "
+        "the candidate tables are built whole, so a tiny limit runs past by their time",
     )
     method: Method = Field(
         Method.cpsat, description="cpsat (proof) or enumerate (exhaustive oracle)"
@@ -447,7 +451,7 @@ class SweepOptions(OptionGroup):
         description="Solve ERROR and UNKNOWN points again",
         json_schema_extra=cli("--retry-failed"),
     )
-    progress: bool = Field(True, description="Progress bar on stderr")
+    progress: bool = Field(True, description="Progress bar on stderr, when it is a terminal")
 
 
 # The PlanOptions every command with --tokens takes: the goodput of each layout.

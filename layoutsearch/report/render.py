@@ -43,18 +43,86 @@ def _fmt(value) -> str:
     return str(value)
 
 
-def table_of_dicts(title: str, rows: list[dict]) -> None:
-    if not rows:
-        console().print(f"{title}: none")
-        return
+def print_fitted(
+    out: Console,
+    headers: list[str],
+    rows: list[list[str]],
+    drop_order: tuple[str, ...],
+    left: tuple[str, ...] = (),
+    title: str | None = None,
+) -> None:
+    """Print a table that fits ``out``'s width without breaking a word: a number (it has no
+    space) stays whole, a text column wraps between its words. The columns of ``drop_order`` are
+    left out in that order until it fits, and a line under the table names them; ``--wide``
+    keeps every column. ``left``: the text columns, aligned left; the others are right-aligned."""
+    keep = list(headers)
+    widths = _widths(out.width, headers, rows, left)
+    for name in drop_order:
+        if _layout["wide"] or widths is not None:
+            break
+        keep.remove(name)
+        cols = [headers.index(col) for col in keep]
+        widths = _widths(out.width, keep, [[row[i] for i in cols] for row in rows], left)
     table = Table(title=title)
-    for key in rows[0]:
+    for i, col in enumerate(keep):
         table.add_column(
-            str(key), justify="right" if isinstance(rows[0][key], (int, float)) else "left"
+            col,
+            justify="left" if col in left else "right",
+            overflow="fold",
+            width=None if widths is None else widths[i],
         )
     for row in rows:
-        table.add_row(*(_fmt(v) for v in row.values()))
-    console().print(table)
+        table.add_row(*(cell for col, cell in zip(headers, row, strict=True) if col in keep))
+    out.print(table)
+    dropped = [col for col in headers if col not in keep]
+    if dropped:
+        out.print(
+            f"left out to fit {out.width} columns: {', '.join(dropped)} "
+            "(--wide shows them; --format json has every number)",
+            markup=False,
+            highlight=False,
+        )
+
+
+def _widths(
+    columns: int, headers: list[str], rows: list[list[str]], left: tuple[str, ...]
+) -> list[int] | None:
+    """Content widths of the columns within ``columns`` (a cell's padding and the borders take
+    three columns per table column, plus one), a text column narrowed first, never below its
+    longest word; None when even the narrowest table is too wide."""
+    words = lambda text: [len(w) for w in text.split()] or [0]  # noqa: E731
+    full = [max(len(h), *(len(r[i]) for r in rows)) for i, h in enumerate(headers)]
+    least = [
+        max(*words(h), *(max(words(r[i])) if h in left else len(r[i]) for r in rows))
+        for i, h in enumerate(headers)
+    ]
+    room = columns - 3 * len(headers) - 1
+    if sum(least) > room:
+        return None
+    widths = list(full)
+    while sum(widths) > room:  # narrow the widest text column that can still give way
+        i = max(
+            (j for j, h in enumerate(headers) if widths[j] > least[j] and h in left),
+            key=lambda j: widths[j],
+            default=None,
+        )
+        if i is None:
+            return None
+        widths[i] -= 1
+    return widths
+
+
+def table_of_dicts(title: str, rows: list[dict], drop_order: tuple[str, ...] = ()) -> None:
+    """Rows of the same keys as one table; columns of ``drop_order`` are left out in that order
+    where the table would not fit the terminal (``print_fitted``)."""
+    out = console()
+    if not rows:
+        out.print(f"{title}: none")
+        return
+    headers = [str(key) for key in rows[0]]
+    left = tuple(str(k) for k, v in rows[0].items() if not isinstance(v, (int, float)))
+    cells = [[_fmt(v) for v in row.values()] for row in rows]
+    print_fitted(out, headers, cells, drop_order, left, title)
 
 
 def bar(fraction: float) -> str:
@@ -215,50 +283,8 @@ def solve_report(
         f"{assumptions(space.workload, space.model)}, objective {result.objective}"
     )
     if result.layouts:
-        table = Table()
-        for col in (
-            "#",
-            "degrees",
-            "axes",
-            "ZeRO",
-            "K x seqs",
-            "remat",
-            "KV rep",
-            "peak/cap GB",
-            "compute s",
-            "comm s",
-            "bubble s",
-            "step s",
-            "band s",
-            "MFU",
-            "tokens/s",
-        ):
-            table.add_column(
-                col,
-                justify="left" if col in ("degrees", "axes", "remat") else "right",
-                overflow="fold",
-            )
-        for rank, est in enumerate(result.layouts, start=1):
-            lay = est.layout
-            table.add_row(
-                str(rank),
-                ", ".join(f"{k}={v}" for k, v in lay.all_degrees.items() if v > 1) or "1",
-                "; ".join(f"{n}:" + "*".join(f"{a}{f}" for a, f in p) for n, p in lay.placements),
-                str(lay.zero_stage),
-                f"{lay.num_microbatches} x {lay.microbatch_seqs(est.workload):g}"
-                + (f" v{lay.virtual_stages}" if lay.virtual_stages > 1 else ""),
-                lay.recompute,
-                str(params.kv_replication(est.model, lay.tp)),
-                f"{_gb(est.memory_bytes['peak'])} / {_gb(est.memory_bytes['capacity'])}",
-                f"{est.time_s['compute']:.3f}",
-                f"{est.time_s['exposed_comm']:.3f}",
-                f"{est.time_s['bubble']:.3f}",
-                f"{est.step_time_s:.3f}",
-                _band_text(est),
-                f"{est.mfu:.1%}",
-                f"{est.tokens_per_s:,.0f}",
-            )
-        out.print(table)
+        rows = [_solve_row(rank, est) for rank, est in enumerate(result.layouts, start=1)]
+        print_fitted(out, list(SOLVE_COLUMNS), rows, SOLVE_DROP_ORDER, SOLVE_TEXT)
         low, high = band_of(result.layouts[0])
         out.print(
             f"ranking: step times within {result.tie_tolerance:.1%} of the best are ties, won by the simplest "
@@ -284,6 +310,63 @@ def solve_report(
     out.print(status_line(result))
     if explanation:
         out.print(f"[bold red]{explanation['message']}[/bold red]")
+
+
+# The solve table's columns, and the order in which a narrow terminal leaves them out: the
+# uncertainty band, the KV replication, the step time's parts, the recompute policy, the axes,
+# the memory and tokens/s; rank, degrees, ZeRO, microbatches, step time and MFU always stay.
+SOLVE_COLUMNS = (
+    "#",
+    "degrees",
+    "axes",
+    "ZeRO",
+    "K x seqs",
+    "remat",
+    "KV rep",
+    "peak/cap GB",
+    "compute s",
+    "comm s",
+    "bubble s",
+    "step s",
+    "band s",
+    "MFU",
+    "tokens/s",
+)
+SOLVE_DROP_ORDER = (
+    "band s",
+    "KV rep",
+    "bubble s",
+    "compute s",
+    "comm s",
+    "remat",
+    "axes",
+    "peak/cap GB",
+    "tokens/s",
+)
+SOLVE_TEXT = ("degrees", "axes", "remat")
+
+
+def _solve_row(rank: int, est: Estimate) -> list[str]:
+    """One layout's cells, in SOLVE_COLUMNS order."""
+    lay = est.layout
+    return [
+        str(rank),
+        ", ".join(f"{k}={v}" for k, v in lay.all_degrees.items() if v > 1) or "1",
+        "; ".join(f"{n}:" + "*".join(f"{a}{f}" for a, f in p) for n, p in lay.placements),
+        str(lay.zero_stage),
+        f"{lay.num_microbatches} x {lay.microbatch_seqs(est.workload):g}"
+        + (f" v{lay.virtual_stages}" if lay.virtual_stages > 1 else ""),
+        lay.recompute,
+        str(params.kv_replication(est.model, lay.tp)),
+        f"{_gb(est.memory_bytes['peak'])} / {_gb(est.memory_bytes['capacity'])}",
+        f"{est.time_s['compute']:.3f}",
+        f"{est.time_s['exposed_comm']:.3f}",
+        f"{est.time_s['bubble']:.3f}",
+        f"{est.step_time_s:.3f}",
+        _band_text(est),
+        f"{est.mfu:.1%}",
+        f"{est.tokens_per_s:,.0f}",
+    ]
 
 
 def _band_text(est: Estimate) -> str:
@@ -326,12 +409,24 @@ def plan_report(
     out.print(table)
 
 
-def _winner_row(table: Table, label: str, est: Estimate | None, status: str | None) -> None:
+WHAT_IF_COLUMNS = (
+    "hardware",
+    "degrees",
+    "axes",
+    "ZeRO, K, remat",
+    "peak/cap GB",
+    "step s",
+    "MFU",
+    "tokens/s",
+)
+WHAT_IF_DROP_ORDER = ("axes", "ZeRO, K, remat", "peak/cap GB", "tokens/s")
+
+
+def _winner_row(label: str, est: Estimate | None, status: str | None) -> list[str]:
     if est is None:
-        table.add_row(label, f"no layout ({status})", "", "", "", "", "", "")
-        return
+        return [label, f"no layout ({status})", "", "", "", "", "", ""]
     lay = est.layout
-    table.add_row(
+    return [
         label,
         ", ".join(f"{k}={v}" for k, v in lay.all_degrees.items() if v > 1) or "1",
         "; ".join(f"{n}:" + "*".join(f"{a}{f}" for a, f in p) for n, p in lay.placements),
@@ -340,7 +435,7 @@ def _winner_row(table: Table, label: str, est: Estimate | None, status: str | No
         f"{est.step_time_s:.4f}",
         f"{est.mfu:.1%}",
         f"{est.tokens_per_s:,.0f}",
-    )
+    ]
 
 
 def what_if_report(
@@ -350,25 +445,11 @@ def what_if_report(
     factors = ", ".join(f"{k} x{v:g}" for k, v in doc["factors"].items())
     out = console()
     out.print(f"what if {factors} ({doc['method']})")
-    table = Table()
-    for col in (
-        "hardware",
-        "degrees",
-        "axes",
-        "ZeRO, K, remat",
-        "peak/cap GB",
-        "step s",
-        "MFU",
-        "tokens/s",
-    ):
-        table.add_column(
-            col,
-            justify="left" if col in ("hardware", "degrees", "axes", "ZeRO, K, remat") else "right",
-            overflow="fold",
-        )
-    _winner_row(table, "base", base, base_status)
-    _winner_row(table, "what-if", other, doc["status"])
-    out.print(table)
+    rows = [
+        _winner_row("base", base, base_status),
+        _winner_row("what-if", other, doc["status"]),
+    ]
+    print_fitted(out, list(WHAT_IF_COLUMNS), rows, WHAT_IF_DROP_ORDER, WHAT_IF_COLUMNS[:4])
     out.print(what_if_line(doc))
 
 
@@ -423,7 +504,15 @@ def status_line(result) -> str:
     elif result.status == "INFEASIBLE":
         proof = "INFEASIBLE (no candidate fits)"
     else:
-        proof = f"{result.status} (objective {value}, bound {bound}, gap {result.gap or 0:.2%})"
+        why = (
+            "the least step time is proven, not that layout 1 is the simplest of its ties"
+            if result.layouts and result.ranking_status != "OPTIMAL" and not result.gap
+            else "not proven optimal"
+        )
+        proof = (
+            f"{result.status} (objective {value}, bound {bound}, gap {result.gap or 0:.2%}: "
+            f"{why} within the time limit)"
+        )
     return (
         f"solver {result.method}: {proof} | {result.num_candidates:,} candidates "
         f"({result.rows_kept:,} (shape, K) row(s) left for CP-SAT by the bounds) | wall {result.wall_s:.2f} s"

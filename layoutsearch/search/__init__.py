@@ -68,6 +68,7 @@ def solve(problem: Problem, request: SearchRequest | None = None) -> SearchResul
     """
     start = time.perf_counter()
     request = request or SearchRequest()
+    deadline = start + request.time_limit_s  # the whole search: space and tables included
     objective, method = request.objective, request.method
     tolerance = TIE_TOLERANCE if request.tie_tolerance is None else request.tie_tolerance
     if not 0.0 <= tolerance <= MAX_TIE_TOLERANCE:  # NaN fails too
@@ -107,7 +108,12 @@ def solve(problem: Problem, request: SearchRequest | None = None) -> SearchResul
         info["bound"] = info["objective"]
     else:
         answers, info = cpsat_top(
-            space, tables, objective, request.top_k, request.time_limit_s, tolerance=tolerance
+            space,
+            tables,
+            objective,
+            request.top_k,
+            deadline - time.perf_counter(),
+            tolerance=tolerance,
         )
     unit = tables.quantum_s if objective == Objective.step_time else KIB
     estimates, metrics, candidates = [], [], []

@@ -1,8 +1,9 @@
 """Plot a sweep file: MFU and step time against device count, and the chosen degrees.
 
 One line per (model, batch size); colour is the batch size, line style the model. Points with
-no layout (infeasible, time limit, bad cluster) break the lines and are marked with an x on
-the MFU axis. Reads Parquet or CSV (``layoutsearch.sweep.read_table``); matplotlib, Agg backend.
+no layout (infeasible, time limit, bad cluster) break the lines and are marked with an x along
+the bottom of the MFU panel, labelled by their status, never drawn as an MFU of 0. The title
+names the models, accelerators, batch sizes and sequence lengths. Reads Parquet or CSV (``layoutsearch.sweep.read_table``); matplotlib, Agg backend.
 """
 
 from __future__ import annotations
@@ -13,7 +14,7 @@ import os
 from typing import Any
 
 from layoutsearch.core import io
-from layoutsearch.core.errors import InvalidArgumentError, missing_extra
+from layoutsearch.core.errors import InvalidArgumentError, LayoutsearchError, missing_extra
 from layoutsearch.sweep.table import read_table
 
 DEGREES = ("dp", "fsdp", "tp", "pp", "cp", "ep")
@@ -53,6 +54,29 @@ def _label(key: tuple[str, int, int], models: set, lengths: set) -> str:
     return " ".join(parts)
 
 
+def _accelerator(cluster: str) -> str:
+    """The accelerator of a cluster name (``h100-1024``: h100), else the cluster name itself."""
+    from layoutsearch.core.topology import parse_cluster_name
+
+    try:
+        return parse_cluster_name(cluster)[0].id
+    except (LayoutsearchError, ValueError, KeyError):
+        return cluster
+
+
+def title_of(rows: list[dict], path: str) -> str:
+    """What the sweep holds: models, accelerators, batch sizes and sequence lengths, and its file."""
+    listed = lambda values: ", ".join(f"{v:,}" if isinstance(v, int) else str(v) for v in values)  # noqa: E731
+    models = sorted({r["model"] for r in rows})
+    accelerators = sorted({_accelerator(str(r["cluster"])) for r in rows})
+    batches = sorted({r["global_batch_seqs"] for r in rows})
+    lengths = sorted({r["seq_len"] for r in rows})
+    return (
+        f"{listed(models)} on {listed(accelerators)}: batch {listed(batches)} seqs "
+        f"x {listed(lengths)} tokens ({os.path.basename(path)})"
+    )
+
+
 def _device_axis(ax, devices: list[int]) -> None:
     """Log-2 device axis with a tick per device count; labels too close to the previous one are left out."""
     ax.set_xscale("log", base=2)
@@ -75,14 +99,25 @@ def plot_sweep(path: str | os.PathLike, out_png: str | os.PathLike) -> str:
         raise missing_extra("plot", "plot") from None
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
-    from matplotlib.ticker import FuncFormatter
 
     path, out_png = os.fspath(path), os.fspath(out_png)
     if not path.endswith((".parquet", ".csv")):
         raise InvalidArgumentError(f"SWEEP_FILE: '{path}' must end in .parquet or .csv")
     if os.path.isdir(out_png):
         raise InvalidArgumentError(io.says(out_png, "--output", "a directory, not a file"))
-    rows = read_table(path, "SWEEP_FILE")
+    fig = sweep_figure(read_table(path, "SWEEP_FILE"), path)
+    png = bytesio.BytesIO()
+    fig.savefig(png, format="png", dpi=120, bbox_inches="tight")
+    plt.close(fig)
+    io.atomic_write(out_png, png.getvalue(), "--output")
+    return out_png
+
+
+def sweep_figure(rows: list[dict], path: str):
+    """The matplotlib figure of a sweep's rows (read from ``path``, which the title names)."""
+    import matplotlib.pyplot as plt
+    from matplotlib.ticker import FuncFormatter
+
     groups = _series(rows)
     if not groups:
         raise InvalidArgumentError(f"SWEEP_FILE: '{path}' has no point with a device count to plot")
@@ -102,7 +137,7 @@ def plot_sweep(path: str | os.PathLike, out_png: str | os.PathLike) -> str:
         1 + nrows, 2 * ncols, height_ratios=[1.5] + [1] * nrows, hspace=0.55, wspace=0.6
     )
     ax_mfu, ax_step = fig.add_subplot(grid[0, :ncols]), fig.add_subplot(grid[0, ncols:])
-    missing = 0
+    missing: dict[str, list[int]] = {}  # status -> device counts of the points without a layout
     for key, group in groups.items():
         kw: dict[str, Any] = {
             "color": colour[key[2]],
@@ -115,21 +150,28 @@ def plot_sweep(path: str | os.PathLike, out_png: str | os.PathLike) -> str:
         step = [r["step_time_s"] if r.get("step_time_s") is not None else math.nan for r in group]
         ax_mfu.plot(xs, mfu, label=_label(key, models, lengths), **kw)
         ax_step.plot(xs, step, **kw)
-        bad = [r["num_devices"] for r in group if r.get("mfu") is None]
-        missing += len(bad)
-        ax_mfu.scatter(bad, [0] * len(bad), marker="x", color=colour[key[2]], zorder=3)
+        for row in group:
+            if row.get("mfu") is None:
+                status = str(row.get("status") or "no layout")
+                missing.setdefault(status, []).append(row["num_devices"])
     for ax, title, unit in ((ax_mfu, "MFU", "MFU (%)"), (ax_step, "step time", "seconds per step")):
         _device_axis(ax, devices)
         ax.set_title(title)
         ax.set_xlabel("devices")
         ax.set_ylabel(unit)
-    ax_mfu.set_ylim(bottom=-2)
     ax_step.set_yscale("log")
-    ax_mfu.legend(fontsize=7, ncol=2 if len(groups) > 6 else 1)
-    if missing:
-        ax_mfu.text(
-            0.01, 0.02, f"x = no layout ({missing} points)", transform=ax_mfu.transAxes, fontsize=7
+    for status, xs in sorted(missing.items()):  # along the bottom edge, outside the MFU scale
+        ax_mfu.scatter(
+            xs,
+            [0.03] * len(xs),
+            marker="x",
+            color="tab:red",
+            transform=ax_mfu.get_xaxis_transform(),
+            clip_on=False,
+            zorder=3,
+            label=f"{status}: no layout ({len(xs)})",
         )
+    ax_mfu.legend(fontsize=7, ncol=2 if len(groups) > 6 else 1)
 
     for i, (key, group) in enumerate(panels):
         r, c = divmod(i, ncols)
@@ -156,9 +198,5 @@ def plot_sweep(path: str | os.PathLike, out_png: str | os.PathLike) -> str:
             ax.set_ylabel("degree")
         if i == min(ncols, len(panels)) - 1:  # right of the first row of degree panels
             ax.legend(fontsize=7, loc="center left", bbox_to_anchor=(1.02, 0.5))
-    fig.suptitle(f"layoutsearch sweep: {os.path.basename(path)}")
-    png = bytesio.BytesIO()
-    fig.savefig(png, format="png", dpi=120, bbox_inches="tight")
-    plt.close(fig)
-    io.atomic_write(out_png, png.getvalue(), "--output")
-    return out_png
+    fig.suptitle(title_of(rows, path))
+    return fig
