@@ -37,7 +37,7 @@ from layoutsearch.core.specs import (
 from layoutsearch.core.stages import default_microbatches
 from layoutsearch.costs.estimate import Estimate
 from layoutsearch.costs.estimate import estimate as estimate_layout
-from layoutsearch.report import planning
+from layoutsearch.report import fallback, planning
 from layoutsearch.report.output import (
     band_of,
     estimate_document,
@@ -80,6 +80,7 @@ class SolveRun:
     document: dict
     explanation: dict | None
     what_if: WhatIf | None = None
+    fallbacks: tuple = ()  # report.fallback.Fallback rows (--fallback-nodes)
 
     def __getattr__(self, name: str) -> Any:
         if name.startswith("__"):
@@ -187,6 +188,11 @@ def solve(
     what-if re-solve in ``document['what_if']`` when the plan asks for one."""
     factors = check_plan(plan, label)
     run, request = _search(problem, workload, search, plan, target=export, top_k=None, label=label)
+    if plan.fallback_nodes and run.result.layouts:
+        rows, run.document["fallback"] = fallback.of_plan(
+            run.problem, request, run.result.layouts[0], plan, label("fallback_nodes")
+        )
+        run = dataclasses.replace(run, fallbacks=rows)
     if not factors:
         return run
     result = solve_problem(

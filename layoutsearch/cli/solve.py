@@ -66,6 +66,7 @@ def solve(given: Given) -> None:
             plan.price_per_device_hour,
             planning.resilience_of(plan),
         )
+        render.fallback_report(run.fallbacks, run.result.layouts[0] if run.fallbacks else None)
         if run.what_if:
             render.what_if_report(
                 run.what_if.document,

@@ -577,3 +577,37 @@ def versus_line(versus: dict, band: list[float]) -> str:
     if verdict == "distinguishable":
         return text + f", beyond the model's uncertainty ({bands} do not overlap)"
     return text + f": NOT DISTINGUISHABLE, within the model's uncertainty ({bands} overlap)"
+
+
+def fallback_report(rows, healthy: Estimate) -> None:
+    """The fallback table (``report.fallback``): per lost-node count and family, the layout, the
+    cluster it runs on, the batch, its throughput loss and the one-time resharding."""
+    if not rows:
+        return
+    table = Table(title=f"fallback layouts (healthy: {healthy.tokens_per_s:,.0f} tokens/s)")
+    for col in ("lost", "family", "cluster", "idle", "batch", "layout", "step s", "tokens/s"):
+        table.add_column(col, justify="left" if col in ("family", "cluster", "layout") else "right")
+    table.add_column("loss", justify="right")
+    table.add_column("reshard s", justify="right")
+    for row in rows:
+        est = row.estimate
+        degrees = (
+            ",".join(f"{k}={v}" for k, v in est.layout.all_degrees.items() if v > 1)
+            if est
+            else row.status
+        )
+        table.add_row(
+            str(row.nodes_lost),
+            row.family,
+            row.problem.cluster_name if row.problem else "-",
+            str(row.nodes_idle),
+            f"{row.global_batch_seqs:,}" + ("*" if row.batch_changed else ""),
+            degrees,
+            f"{est.step_time_s:.3f}" if est else "-",
+            f"{est.tokens_per_s:,.0f}" if est else "-",
+            "-" if row.throughput_loss is None else f"{row.throughput_loss:.1%}",
+            f"{row.reshard_s:,.0f}" if est else "-",
+        )
+    console().print(table)
+    if any(row.batch_changed for row in rows):
+        console().print("* the nearest global batch the fallback's data-parallel degree divides")
