@@ -42,6 +42,7 @@ COMMANDS = (
     "calibrate",
     "sweep",
     "plot",
+    "plan",
 )
 
 

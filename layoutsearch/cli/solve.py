@@ -66,7 +66,8 @@ def solve(given: Given) -> None:
             plan.price_per_device_hour,
             planning.resilience_of(plan),
         )
-        render.fallback_report(run.fallbacks, run.result.layouts[0] if run.fallbacks else None)
+        if run.fallbacks:
+            render.fallback_report(run.document["fallback"], run.result.layouts[0].tokens_per_s)
         if run.what_if:
             render.what_if_report(
                 run.what_if.document,
