@@ -39,7 +39,7 @@ from layoutsearch.core.specs import (
 from layoutsearch.core.stages import default_microbatches
 from layoutsearch.costs.estimate import Estimate
 from layoutsearch.costs.estimate import estimate as estimate_layout
-from layoutsearch.report import planning
+from layoutsearch.report import fallback, planning
 from layoutsearch.report.output import (
     band_of,
     estimate_document,
@@ -90,6 +90,7 @@ class SolveRun:
     document: dict
     explanation: dict | None
     what_if: WhatIf | None = None
+    fallbacks: tuple = ()  # report.fallback.Fallback rows (--fallback-nodes)
 
     def __getattr__(self, name: str) -> Any:
         if name.startswith("__"):
@@ -246,6 +247,12 @@ def solve(
     run, request = _search(
         problem, workload, search, plan, target=export, top_k=None, label=label, deadline=deadline
     )
+    if plan.fallback_nodes and run.result.layouts:
+        on_phase("searching the fallback layouts")
+        rows, run.document["fallback"] = fallback.of_plan(
+            run.problem, request, run.result.layouts[0], plan, label("fallback_nodes")
+        )
+        run = dataclasses.replace(run, fallbacks=rows)
     searches = [run.result]
     if export and run.result.layouts and _left(deadline) > 0:  # advisory: only with time left
         on_phase(f"searching without {export}'s limits, to compare")

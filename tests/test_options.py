@@ -89,6 +89,7 @@ FLAGS = {
         "--price-per-device-hour",
         "--what-if",
         *GOODPUT,
+        "--fallback-nodes",
     ],
     "explain": [
         *PROBLEM,

@@ -50,6 +50,7 @@ COMMANDS = (
     "calibrate",
     "sweep",
     "plot",
+    "plan",
 )
 
 

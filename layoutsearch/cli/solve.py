@@ -73,6 +73,8 @@ def solve(given: Given) -> None:
             plan.price_per_device_hour,
             planning.resilience_of(plan),
         )
+        if run.fallbacks:
+            render.fallback_report(run.document["fallback"], run.result.layouts[0].tokens_per_s)
         if run.what_if:
             render.what_if_report(
                 run.what_if.document,

@@ -65,6 +65,7 @@ __all__ = [
     "option_type",
 ]
 
+MAX_FALLBACK_NODES = 64  # each lost node count is a row of two searches
 MAX_ROUTING_CV = 10.0  # a learned router's load spread beyond this is a collapse, not a plan
 
 
@@ -346,6 +347,14 @@ class PlanOptions(OptionGroup):
         le=1e3,
         description="Price of a kWh of device energy (any currency): energy_cost of each layout",
     )
+    fallback_nodes: int = Field(
+        0,
+        ge=0,
+        le=MAX_FALLBACK_NODES,
+        description="For 1..K lost nodes (GPU nodes; TPU slices), the best layout on what "
+        "remains: reshard-free (same tp, pp, cp, ep, etp) and free (with the one-time "
+        "resharding of the checkpoint), each with its throughput loss (0: none)",
+    )
     versus: str | None = Field(
         None,
         description="Hold the winner against a layout's degrees (e.g. fsdp=128,tp=8,pp=16, the "
@@ -465,7 +474,7 @@ GOODPUT_OPTIONS = (
 
 # The plan options each command takes (the CLI's command specs and the API's keywords alike)
 PLAN_FIELDS: dict[str, tuple[str, ...]] = {
-    "solve": ("tokens", "price_per_device_hour", "what_if", *GOODPUT_OPTIONS),
+    "solve": ("tokens", "price_per_device_hour", "what_if", *GOODPUT_OPTIONS, "fallback_nodes"),
     "explain": ("tokens", "price_per_device_hour", "sensitivity", "versus", *GOODPUT_OPTIONS),
     "estimate": ("tokens", "price_per_device_hour", "what_if", *GOODPUT_OPTIONS),
     "sweep": ("tokens", "price_per_device_hour"),

@@ -666,3 +666,115 @@ def versus_line(versus: dict, band: list[float]) -> str:
     if verdict == "distinguishable":
         return text + f", beyond the model's uncertainty ({bands} do not overlap)"
     return text + f": NOT DISTINGUISHABLE, within the model's uncertainty ({bands} overlap)"
+
+
+# (label, layout record key, format) of the plan page's numbers; a null shows as '-'
+PLAN_LINES = tuple(
+    tuple(line.split("|"))
+    for line in """step time|step_time_s|{:.3f} s
+tokens/s|tokens_per_s|{:,.0f}
+MFU|mfu|{:.1%}
+goodput|goodput|{:.1%}
+checkpoint every|checkpoint_interval_s|{:,.0f} s
+checkpoint blocks|checkpoint_time_s|{:.1f} s
+job MTBF|job_mtbf_h|{:.2f} h
+days|train_days|{:,.1f}
+device-hours|device_hours|{:,.0f}
+cost|cost|{:,.0f}
+energy|energy_kwh|{:,.0f} kWh
+energy cost|energy_cost|{:,.0f}""".splitlines()
+)
+FALLBACK_COLUMNS = ("lost", "family", "cluster", "idle", "batch", "layout", "tokens/s", "loss")
+FALLBACK_COLUMNS += ("reshard s",)
+
+
+def plan_lines(record: dict) -> list[tuple[str, str]]:
+    """The plan page's (label, value) pairs of a layout record."""
+    values = {**record, "step_time_s": record["time_s"]["step"]}
+    return [
+        (label, "-" if values.get(key) is None else fmt.format(values[key]))
+        for label, key, fmt in PLAN_LINES
+    ]
+
+
+def degrees_text(record: dict) -> str:
+    """'fsdp=128,tp=8,pp=16' of a layout record (the degrees above 1)."""
+    return ",".join(f"{k}={v}" for k, v in record["degrees"].items() if v > 1) or "single device"
+
+
+def fallback_cells(entry: dict) -> list[str]:
+    """One fallback record as the plan page's cells (FALLBACK_COLUMNS)."""
+    rec = entry["layout"]
+    loss = entry["throughput_loss"]
+    return [
+        str(entry["nodes_lost"]),
+        entry["family"],
+        entry["cluster"] or "-",
+        str(entry["nodes_idle"]),
+        f"{entry['global_batch_seqs']:,}" + ("*" if entry["batch_changed"] else ""),
+        degrees_text(rec) if rec else entry["status"],
+        f"{rec['tokens_per_s']:,.0f}" if rec else "-",
+        "-" if loss is None else f"{loss:.1%}",
+        f"{entry['reshard_s']:,.0f}" if rec else "-",
+    ]
+
+
+def plan_markdown(document: dict) -> str:
+    """The plan page as Markdown a person can paste into a design document."""
+    prob, rec = document["problem"], document["layout"]
+    lines = [
+        f"# Plan: {prob['model']} on {prob['cluster']} ({prob['num_devices']:,} devices)",
+        "",
+        f"Global batch {prob['global_batch_seqs']:,} x {prob['seq_len']:,} tokens; "
+        f"solver {document['solver']['status']} in {document['solver']['wall_s']:.1f} s.",
+        "",
+    ]
+    if rec is None:
+        return "\n".join([*lines, "No feasible layout.", ""])
+    lines += [f"**Layout:** {degrees_text(rec)}, ZeRO-{rec['zero_stage']}, "]
+    lines[-1] += f"{rec['num_microbatches']} microbatches, recompute {rec['recompute']}"
+    lines += ["", "| | |", "|---|---|"]
+    lines += [f"| {label} | {value} |" for label, value in plan_lines(rec)]
+    if document["fallback"]:
+        lines += ["", "## Fallback layouts", ""]
+        lines += ["| " + " | ".join(FALLBACK_COLUMNS) + " |", "|---" * len(FALLBACK_COLUMNS) + "|"]
+        lines += ["| " + " | ".join(fallback_cells(e)) + " |" for e in document["fallback"]]
+        if any(e["batch_changed"] for e in document["fallback"]):
+            lines += [
+                "",
+                "\\* the nearest global batch the fallback's data-parallel degree divides",
+            ]
+    return "\n".join([*lines, ""])
+
+
+def plan_page(document: dict, winners: list[Estimate]) -> None:
+    """The plan page on the terminal: the layout, its numbers and the fallback table."""
+    out = console()
+    rec = document["layout"]
+    if rec is None:
+        return
+    out.print(f"{document['problem']['model']} on {document['problem']['cluster']}")
+    out.print(layout_summary(winners[0]))
+    table = Table(show_header=False)
+    table.add_column("", justify="left")
+    table.add_column("", justify="right")
+    for label, value in plan_lines(rec):
+        table.add_row(label, value)
+    out.print(table)
+    fallback_report(document["fallback"], rec["tokens_per_s"])
+
+
+def fallback_report(entries: list[dict], healthy_tokens_per_s: float) -> None:
+    """The fallback table of the solve document's ``fallback`` records (``report.fallback``):
+    per lost-node count and family, the cluster it runs on, the batch, the layout, its
+    throughput loss and the one-time resharding."""
+    if not entries:
+        return
+    table = Table(title=f"fallback layouts (healthy: {healthy_tokens_per_s:,.0f} tokens/s)")
+    for col in FALLBACK_COLUMNS:
+        table.add_column(col, justify="left" if col in ("family", "cluster", "layout") else "right")
+    for entry in entries:
+        table.add_row(*fallback_cells(entry))
+    console().print(table)
+    if any(entry["batch_changed"] for entry in entries):
+        console().print("* the nearest global batch the fallback's data-parallel degree divides")

@@ -1,0 +1,85 @@
+"""Fallback layouts for lost nodes (report/fallback.py, --fallback-nodes) and the plan page."""
+
+import json
+
+import pytest
+
+import layoutsearch as ls
+from layoutsearch.cli import main
+from layoutsearch.export import export_document
+from layoutsearch.report.fallback import nearest_batch
+
+
+@pytest.fixture(scope="module")
+def run():
+    """llama70b on h100-128 (16 nodes), 128 x 4096, two nodes lost."""
+    return ls.solve(model="llama70b", cluster="h100-128", seqs=128, fallback_nodes=2, top=1)
+
+
+@pytest.mark.parametrize(
+    ("seqs", "dp", "want"), [(128, 30, 120), (128, 28, 140), (10, 4, 8), (5, 8, 8)]
+)
+def test_nearest_batch_is_the_nearest_multiple_ties_to_the_smaller(seqs, dp, want):
+    """128 -> 120 (8 below, 22 above) for 30; 140 (12 above, 16 below) for 28; ties go down."""
+    assert nearest_batch(seqs, dp) == want
+
+
+def test_reshard_free_rows_keep_the_degrees_and_shrink_the_data_parallel_ones(run):
+    """Winner fsdp=32,tp=2,pp=2: 15 nodes give fsdp 30 at batch 120, 14 nodes fsdp 28 at 140."""
+    rows = [r for r in run.fallbacks if r.family == "reshard-free"]
+    assert [(r.nodes_lost, r.nodes_used, r.nodes_idle) for r in rows] == [(1, 15, 0), (2, 14, 0)]
+    assert [(r.global_batch_seqs, r.batch_changed) for r in rows] == [(120, True), (140, True)]
+    assert [r.estimate.layout.fsdp * r.estimate.layout.dp for r in rows] == [30, 28]
+    assert all((r.estimate.layout.tp, r.estimate.layout.pp) == (2, 2) for r in rows)
+    assert all(r.reshard_s == 0.0 for r in rows)
+
+
+def test_free_rows_are_never_slower_and_pay_the_reshard(run):
+    """The free family searches the reshard-free cluster too, so it is at least as fast; a new
+    layout reads the 70.6e9 x 12-byte checkpoint over 15 hosts x 0.977 GB/s, about 58 s."""
+    kept, free = run.fallbacks[0], run.fallbacks[1]
+    assert free.family == "free"
+    assert free.estimate.tokens_per_s >= kept.estimate.tokens_per_s
+    assert free.estimate.layout.pp != 2
+    assert free.reshard_s == pytest.approx(70.6e9 * 12 / (15 * 2e12 / 2048), rel=0.02)
+    assert 0 < free.throughput_loss < kept.throughput_loss < 1
+
+
+def test_each_fallback_record_exports(run):
+    """A fallback record holds a problem and a layout record: export writes it for torchtitan."""
+    record = run.document["fallback"][1]
+    text = export_document(record, "torchtitan")
+    assert f"pipeline_parallel_degree = {record['layout']['degrees']['pp']}" in text
+    assert record["problem"]["cluster"] == "h100-120"
+
+
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        (
+            ["solve", "-c", "h100-128", "--fallback-nodes", "16"],
+            "--fallback-nodes: 16 must be from 1 to 15",
+        ),
+        (["solve", "-c", "v5p-64", "--fallback-nodes", "1"], "is one TPU slice"),
+        (["plan", "--format", "pdf"], "--format: 'pdf' is not one of"),
+    ],
+)
+def test_bad_fallback_input_is_one_line_exit_2(capsys, argv, message):
+    """Too many lost nodes, a single TPU slice, an unknown plan format: exit 2, one line."""
+    assert main(argv) == 2
+    err = capsys.readouterr().err
+    assert message in err and err.count("\n") == 1
+
+
+def test_plan_markdown_and_json(tmp_path, capsys):
+    """plan -o FILE.md writes the page with the fallback table; --format json has its list."""
+    out = tmp_path / "plan.md"
+    argv = ["plan", "-m", "llama70b", "-c", "h100-128", "--seqs", "128", "--fallback-nodes", "1"]
+    assert main([*argv, "--tokens", "1e12", "-o", str(out)]) == 0
+    text = out.read_text()
+    assert "# Plan: llama70b on h100-128 (128 devices)" in text
+    assert "| 1 | reshard-free | h100-120 | 0 | 120* | fsdp=30,tp=2,pp=2 |" in text
+    capsys.readouterr()
+    assert main([*argv, "--format", "json"]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    assert [e["family"] for e in doc["fallback"]] == ["reshard-free", "free"]
