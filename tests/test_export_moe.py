@@ -418,13 +418,16 @@ def test_torchtitan_expert_degrees_model_family_and_flavor():
 
 def test_torchtitan_deepseek_v3_registers_sdpa_args_under_context_parallelism():
     """deepseek-v3 has the sizes of torchtitan's 671B flavor, which runs FlexAttention; with cp the file names the
-    SDPA ModelArgs to register (with the model's norm eps), and without cp the flavor itself."""
+    SDPA ModelArgs to register (with the model's norm eps), and without cp the flavor itself (without
+    its MTP module, which torchtitan refuses)."""
+    no_mtp = {"mtp_layers": 0}
     doc = solve_doc(
         "deepseek-v3",
         "h100-2048",
         15360,
         4096,
         Layout(dp=2, fsdp=512, cp=2, ep=8, recompute="full"),
+        model_changes=no_mtp,
     )
     text = exported(doc, "torchtitan")
     tt = tomllib.loads(text)
@@ -439,7 +442,12 @@ def test_torchtitan_deepseek_v3_registers_sdpa_args_under_context_parallelism():
         tt["parallelism"]["data_parallel_replicate_degree"],
     ) == (8, 2)
     no_cp = solve_doc(
-        "deepseek-v3", "h100-2048", 16384, 4096, Layout(dp=2, fsdp=1024, ep=8, recompute="full")
+        "deepseek-v3",
+        "h100-2048",
+        16384,
+        4096,
+        Layout(dp=2, fsdp=1024, ep=8, recompute="full"),
+        model_changes=no_mtp,
     )
     assert tomllib.loads(exported(no_cp, "torchtitan"))["model"]["flavor"] == "671B"
 
@@ -578,6 +586,7 @@ def test_deepspeed_autoep_section():
                 2048,
                 4096,
                 Layout(fsdp=2048, ep=64, recompute="full"),
+                model_changes={"mtp_layers": 0},  # the Hugging Face code has no MTP: refused
                 framework="deepspeed",
             ),
             "deepspeed",

@@ -40,7 +40,8 @@ from layoutsearch.core.specs import (
     ModelSpec,
 )
 from layoutsearch.core.stages import CHUNK_LAYOUT, SPLIT_NAMES, split_layers
-from layoutsearch.frameworks import Capabilities
+from layoutsearch.frameworks import TARGETS, Capabilities, capabilities_of
+from layoutsearch.frameworks.declaration import model_features
 
 Cand = dict[str, np.ndarray]
 SCHEDULE_NAMES = tuple(SCHEDULE_CODES)
@@ -794,6 +795,22 @@ def _moe(p: Problem) -> bool:
     return p.model.moe is not None
 
 
+def _refused_features(caps: Capabilities, p: Problem) -> list[str]:
+    """The model's MODEL_FEATURES that ``caps``' target refuses."""
+    return [f for f in model_features(p.model) if f in caps.refused_features]
+
+
+def _refused_by(target: str) -> set[str]:
+    caps = capabilities_of(target)
+    return set(caps.refused_features) if caps else set()
+
+
+def _features_nearest(p: Problem) -> str:
+    """The export targets that write every feature of the model (the features rule only)."""
+    able = [t for t in TARGETS if not set(model_features(p.model)) & _refused_by(t)]
+    return f"export to {' or '.join(able)}" if able else "no export target writes them all"
+
+
 # The limits in funnel order; each reads the Capabilities fields it names.
 LIMITS: tuple[Limit, ...] = (
     Limit(
@@ -1046,6 +1063,22 @@ LIMITS: tuple[Limit, ...] = (
         nearest="export to deepspeed (the Hugging Face model code has it)",
     ),
     Limit(
+        code="features",
+        needs=(),
+        holds=lambda caps, p, c: not _refused_features(caps, p),
+        title=lambda caps, p: (
+            f"models without {', '.join(caps.refused_features)}"
+            if caps.refused_features
+            else "every modelled feature"
+        ),
+        cannot=lambda caps, p, c: (
+            f"the {' and the '.join(_refused_features(caps, p))} of {p.model_id} ("
+            + "; ".join(caps.refused_features[f] for f in _refused_features(caps, p))
+            + ")"
+        ),
+        nearest=lambda caps, p, c: _features_nearest(p),
+    ),
+    Limit(
         code="model",
         needs=(),
         holds=lambda caps, p, c: (
@@ -1053,7 +1086,8 @@ LIMITS: tuple[Limit, ...] = (
         ),
         title=lambda caps, p: f"a model of the {' or '.join(caps.model_blocks) or 'any'} family",
         cannot=lambda caps, p, c: (
-            f"model {p.model_id} (its decoder blocks: {' or '.join(caps.model_blocks)})"
+            f"model {p.model_id} (its decoder blocks: {' or '.join(caps.model_blocks)}; its "
+            f"features: {', '.join(model_features(p.model)) or 'none'})"
         ),
         nearest=lambda caps, p, c: "export to megatron",
     ),

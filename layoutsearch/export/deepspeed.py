@@ -45,6 +45,7 @@ from layoutsearch.export.context import (
     placeholder_note,
     set_me,
 )
+from layoutsearch.frameworks.declaration import model_features
 
 SIDE_KEY = "_layoutsearch"
 
@@ -167,6 +168,18 @@ def model_hyperparameters(ctx: ExportContext) -> dict:
     return out
 
 
+def model_feature_names(ctx: ExportContext) -> list[str]:
+    """The features the Hugging Face model code must build (declaration.MODEL_FEATURES, sinks, a window
+    shorter than the sequence)."""
+    m = ctx.model
+    names = list(model_features(m))
+    if m.attention_sinks:
+        names.append("attention sinks")
+    if m.sliding_window is not None and m.sliding_window < ctx.seq_len:
+        names.append("sliding window")
+    return names
+
+
 def placeholders() -> dict:
     """What layoutsearch does not decide, for the training script (DeepSpeed's JSON has no place for it)."""
     return {
@@ -214,6 +227,8 @@ def config(ctx: ExportContext) -> dict:
             "virtual_stages": lay.virtual_stages,
             "schedule": lay.schedule,
             "model_hyperparameters": model_hyperparameters(ctx),
+            # what the Hugging Face model code must build: the cost and parameters counted them
+            "model_features": model_feature_names(ctx),
             "placeholders": placeholders(),
         },
         "train_batch_size": ctx.global_batch_seqs,

@@ -29,7 +29,10 @@ num_microbatches_calculator.py):
 - Hyper-parameters: ``--rotary-base`` (an int in arguments.py), ``--use-rope-scaling`` /
   ``--rope-scaling-factor`` (Llama 3.1 scaling; megatron-core fixes low 1, high 4, original 8192),
   ``--norm-epsilon``, ``--attention-dropout`` / ``--hidden-dropout`` (Megatron's default is 0.1),
-  ``--add-qkv-bias`` (Qwen2), activation ``--swiglu`` (gated SiLU) or GELU (Megatron's default).
+  ``--add-qkv-bias`` (Qwen2), ``--qk-layernorm`` (Qwen3's per-head q/k RMSNorms), activation
+  ``--swiglu`` (gated SiLU) or GELU (Megatron's default). Features it has no flag for (post-norms,
+  GeGLU, other activations, projection-wide q/k norms) are refused by the declaration
+  (``refused_features``), never written as something else.
 - Attention kernel: Transformer Engine's choice (its cuDNN fused attention, as the megatron profile
   costs it) unless the workload asked for the FlashAttention-2 class (``--no-vendor-attention``):
   ``--attention-backend flash``, or for materialised scores (``--no-fused-attention``): ``unfused``.
@@ -111,13 +114,6 @@ MEGATRON_ROPE_FIXED = {
     "high_freq_factor": 4.0,
     "original_max_position_embeddings": 8192,
 }
-GATED_ACTIVATIONS = ("silu", "swish")  # --swiglu
-PLAIN_ACTIVATIONS = (
-    "gelu",
-    "gelu_new",
-    "gelu_pytorch_tanh",
-    "gelu_fast",
-)  # Megatron's default GELU
 MXFP8_ACCELERATORS = ("b200", "gb200")  # Blackwell: fp8 with per-block scales (MXFP8)
 
 RECOMPUTE_MODULES = (
@@ -163,6 +159,8 @@ def _model_args(ctx: ExportContext) -> list[tuple[str, object]]:
         args += [("--group-query-attention", None), ("--num-query-groups", m.num_kv_heads)]
     if m.mlp == "gated":
         args.append(("--swiglu", None))
+    if m.qk_norm == "head" and m.mla is None:  # Qwen3: an RMSNorm over each query and key head
+        args.append(("--qk-layernorm", None))
     if not m.tied_embeddings:
         args.append(("--untie-embeddings-and-output-weights", None))
     if not m.linear_bias:
@@ -531,12 +529,6 @@ def _model_notes(ctx: ExportContext) -> list[str]:
             f"--mtp-num-layers {m.mtp_layers}: the MTP modules are counted in the parameters and the "
             f"predicted time (a layer and an output-head pass each, on the last stage), not in the memory."
         )
-    act = m.activation_name
-    if act not in (GATED_ACTIVATIONS if m.mlp == "gated" else PLAIN_ACTIVATIONS):
-        notes.append(
-            f"activation {act}: Megatron writes {'--swiglu (SiLU)' if m.mlp == 'gated' else 'GELU'}; "
-            f"set the activation in your model provider to match."
-        )
     scaling = m.rope_scaling
     if scaling is not None and any(
         getattr(scaling, k) != v for k, v in MEGATRON_ROPE_FIXED.items()
@@ -850,6 +842,12 @@ def _hyper_problems(f: dict, tp: int, dp: int, cp: int, ctx: ExportContext) -> l
         out.append(
             f"--use-rope-scaling is {'set' if '--use-rope-scaling' in f else 'missing'}, the model has "
             f"{'no ' if m.rope_scaling is None else ''}llama3 rope scaling"
+        )
+    qk = m.qk_norm == "head" or m.mla is not None  # MLA's --qk-layernorm: its latent norms
+    if ("--qk-layernorm" in f) != qk:
+        out.append(
+            f"--qk-layernorm is {'set' if '--qk-layernorm' in f else 'missing'}, the model has "
+            f"{'' if qk else 'no '}per-head q/k norms"
         )
     qkv = m.qkv_bias and not m.linear_bias
     if ("--add-qkv-bias" in f) != qkv:

@@ -432,12 +432,7 @@ def _moe_notes(ctx: ExportContext) -> list[str]:
             "router bias: torchtitan keeps it as the expert_bias buffer (MoEArgs.load_balance_coeff), "
             f"so it counts {m.moe.num_experts} parameters per MoE layer fewer than layoutsearch."
         )
-    if m.mtp_layers:
-        notes.append(
-            f"multi-token prediction ({m.mtp_layers} module): torchtitan's deepseek_v3 has none; the "
-            f"layout is costed without it too."
-        )
-    return notes
+    return notes  # multi-token prediction: refused (frameworks.torchtitan refused_features)
 
 
 def _model_notes(ctx: ExportContext) -> list[str]:

@@ -4,11 +4,53 @@ model) and what its export target can write (``Capabilities``, turned into rules
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from layoutsearch.core.specs import SCHEDULE_CODES
+from layoutsearch.core.specs import SCHEDULE_CODES, ModelSpec
 
 EXPERT_TENSOR = ("1", "tp", "other")  # etp = 1, etp = tp, any other etp
+
+GATED_SILU = ("silu", "swish")  # a gated MLP with these is SwiGLU
+PLAIN_GELU = ("gelu", "gelu_new", "gelu_pytorch_tanh", "gelu_fast")  # GELU approximations
+
+
+def _moe_has(m: ModelSpec, test: Callable) -> bool:
+    return m.moe is not None and bool(test(m.moe))
+
+
+# The model features (ModelSpec fields) that change the parameter count or the cost, by the name
+# refusals print; an export target writes each one it builds or refuses the model
+# (Capabilities.refused_features). Attention sinks and sliding windows have their own rules.
+MODEL_FEATURES: dict[str, Callable[[ModelSpec], bool]] = {
+    "per-head q/k norms": lambda m: m.qk_norm == "head" and m.mla is None,
+    "q/k projection norms": lambda m: m.qk_norm == "projection",
+    "post-attention and post-MLP norms": lambda m: m.norms_per_layer == 4,
+    "one norm per layer (parallel attention and MLP)": lambda m: m.norms_per_layer == 1,
+    "non-parametric norms": lambda m: not m.norm_weights,
+    "LayerNorm": lambda m: m.norm == "layernorm",
+    "gated GELU MLP (GeGLU)": lambda m: m.mlp == "gated" and m.activation_name in PLAIN_GELU,
+    "MLP activation other than SwiGLU, GeGLU or GELU": lambda m: (
+        m.activation_name not in (GATED_SILU + PLAIN_GELU if m.mlp == "gated" else PLAIN_GELU)
+    ),
+    "linear biases": lambda m: m.linear_bias,
+    "Q/K/V-only biases": lambda m: m.qkv_bias and not m.linear_bias,
+    "tied embeddings": lambda m: m.tied_embeddings,
+    "learned positions": lambda m: m.learned_positions > 0,
+    "llama3 rope scaling": lambda m: m.rope_scaling is not None and not m.learned_positions,
+    "latent attention": lambda m: m.mla is not None,
+    "shared experts": lambda m: _moe_has(m, lambda e: e.num_shared_experts),
+    "shared-expert gate": lambda m: _moe_has(m, lambda e: e.shared_expert_gate),
+    "dense layers before the MoE layers": lambda m: _moe_has(m, lambda e: e.first_dense_layers),
+    "MoE in every n-th layer": lambda m: _moe_has(m, lambda e: e.layer_freq > 1),
+    "router bias": lambda m: _moe_has(m, lambda e: e.router_bias),
+    "multi-token prediction": lambda m: m.mtp_layers > 0,
+}
+
+
+def model_features(m: ModelSpec) -> tuple[str, ...]:
+    """The MODEL_FEATURES names of the features model ``m`` has."""
+    return tuple(name for name, has in MODEL_FEATURES.items() if has(m))
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -138,5 +180,11 @@ class Capabilities:
     """Layers attending over a window of the sequence (ModelSpec.sliding_window)."""
     bf16_moments_zero: tuple[int, ...] = ()
     """The ZeRO stages it can write bf16 Adam moments with (moment bytes 2)."""
+    refused_features: dict[str, str] = field(default_factory=dict)
+    """The MODEL_FEATURES it cannot write, each with the framework's reason (refused, never dropped)."""
     why: dict[str, str] = field(default_factory=dict)
     """The framework's own reason for a limit, by rule code, quoted in the refusal message."""
+
+    def __post_init__(self) -> None:
+        unknown = set(self.refused_features) - set(MODEL_FEATURES)
+        assert not unknown, f"{self.target}: unknown model features {sorted(unknown)}"

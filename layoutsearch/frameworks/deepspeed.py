@@ -34,6 +34,11 @@ CAPABILITIES = Capabilities(
     expert_parallel_with_tp_and_pp=False,
     attention_sinks=True,
     sliding_window=True,  # the Hugging Face model code trains its own attention
+    # transformers' DeepseekV3 and Glm4Moe models skip the MTP layers' weights (num_nextn_predict_layers)
+    refused_features={
+        "multi-token prediction": "the Hugging Face model code builds no multi-token prediction "
+        "module"
+    },
     why={
         "deepspeed-replicas": "ZeRO shards over the whole data-parallel world (MiCS was removed)",
         "deepspeed-cp": "it has no ring context parallelism (Ulysses exchanges heads by all-to-all)",

@@ -45,6 +45,20 @@ CAPABILITIES = Capabilities(
     drop_and_pad=True,
     ep_comm_overlap=True,
     unfused_attention=True,
+    # megatron-core 0.16.1 TransformerConfig fields, whose names arguments.py makes flags
+    refused_features={
+        "q/k projection norms": "--qk-layernorm normalises each head over head_dim, not the whole Q "
+        "and K projections",
+        "post-attention and post-MLP norms": "pretrain_gpt.py's layer specs have no norm after the "
+        "attention or the MLP, and arguments.py no flag for one",
+        "one norm per layer (parallel attention and MLP)": "its layer runs attention, then the MLP, "
+        "each behind its own norm",
+        "non-parametric norms": "its RMSNorm and LayerNorm always have weights",
+        "gated GELU MLP (GeGLU)": "arguments.py gates the MLP with --swiglu (SiLU) or --quick-geglu "
+        "(x sigmoid(1.702 x)), not with GELU",
+        "MLP activation other than SwiGLU, GeGLU or GELU": "arguments.py writes GELU, --swiglu, "
+        "--squared-relu or --quick-geglu",
+    },
     why={
         "megatron-pipeline": "it runs 1F1B, or interleaved 1F1B with virtual stages, no GPipe; and "
         "Megatron-FSDP (its ZeRO-2/3) is documented with TP, CP and EP, not with pipeline parallelism, "

@@ -60,6 +60,9 @@ def capabilities(target: str) -> Capabilities:
         expert_tensor_without_ep=("tp",),
         expert_groups=("fsdp", "tp", "cp"),
         deepep=moe,
+        refused_features={
+            "multi-token prediction": "its deepseek_v3 model has no multi-token prediction module"
+        },
         why={f"{target}-{code}": text for code, text in why.items()},
     )
 
