@@ -154,3 +154,25 @@ def test_a_sweep_point_above_the_site_power_budget_is_infeasible_with_the_reason
     )
     assert row["energy_cost"] == pytest.approx(0.1 * row["energy_kwh"], rel=1e-12)
     assert capped.id == "debug|h100-8|8|4096|power_limit_w=600.0|max_site_power_mw=0.005"
+
+
+def test_a_run_record_with_a_power_limit_is_evaluated_with_the_cap():
+    """A record's cluster.power_limit_w 500 on H100 maps to Workload.power_limit_w 500 (it was
+    skipped before) and its matmul seconds grow by 1.135771; 60 W (below the 70 W idle) is skipped
+    with the reason."""
+    from test_validate import parsed, raw
+
+    from layoutsearch.costs.estimate import estimate
+    from layoutsearch.validation.mapping import record_to_problem
+
+    cluster = {"accelerator": "h100", "power_limit_w": 500.0}
+    record = parsed(raw("megatron2021-table1-1-7b", cluster=cluster))
+    problem, layout = record_to_problem(record)
+    assert problem.workload.power_limit_w == 500.0
+    uncapped = dict(record, cluster={**record["cluster"], "power_limit_w": None})
+    base_problem, base_layout = record_to_problem(uncapped)
+    capped_s = estimate(problem, layout, strict=False).time_s["compute/matmul"]
+    base_s = estimate(base_problem, base_layout, strict=False).time_s["compute/matmul"]
+    assert capped_s / base_s == pytest.approx(1.135771, rel=1e-6)
+    low = dict(record, cluster={**record["cluster"], "power_limit_w": 60.0})
+    assert record_to_problem(low) == "power_limit_w 60 W is not above h100's idle power 70 W"
