@@ -10,8 +10,8 @@ clock at the rating, is
                  = 1                                                              cap >= board
 
 and every compute rate (matmuls, attention, logits) scales with it (``costs.terms``); HBM,
-link and host bandwidths do not. docs/planning.md#power-caps gives the measurements the curve is
-held against; nothing is fitted to a single run record.
+link and host bandwidths do not. The exponent is physics, not a fit; docs/planning.md#power-caps
+names the published power-cap measurements it is to be checked against.
 
 Energy by component: a device draws its busy power (the board power, or the cap below it) while
 it computes and its idle power while it waits (exposed communication, the pipeline bubble, the
