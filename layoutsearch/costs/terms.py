@@ -40,7 +40,7 @@ from layoutsearch.core.frameworks import (
 from layoutsearch.core.placement import EXPERT_NESTING, expert_degrees
 from layoutsearch.core.specs import SCHEDULE_CODES, Accelerator, ModelSpec, Workload
 from layoutsearch.core.stages import split_layers
-from layoutsearch.costs import flops, memory, params, pipeline
+from layoutsearch.costs import flops, memory, params, pipeline, power
 from layoutsearch.costs.comms import (
     RING_FIELDS,
     RingCoefficients,
@@ -246,12 +246,13 @@ def compute_per_microbatch(
     """
     m = tokens_per_microbatch(workload, sh, k)
     size = m / (m + acc.matmul_half_efficiency_tokens)
-    rate = acc.peak_flops_per_s * acc.matmul_efficiency * size  # bf16: attention core, logits
+    clock = power.compute_rate_factor(workload, acc)  # a power cap's sustained clock (1: none)
+    rate = acc.peak_flops_per_s * acc.matmul_efficiency * size * clock  # bf16: attention, logits
     fp8 = workload.precision == "fp8"
     layer_rate = rate
     if fp8:  # core.problem refuses fp8 on an accelerator without an fp8 peak (the catalogue gives both or none)
         assert acc.peak_fp8_flops_per_s is not None and acc.fp8_matmul_efficiency is not None
-        layer_rate = acc.peak_fp8_flops_per_s * acc.fp8_matmul_efficiency * size
+        layer_rate = acc.peak_fp8_flops_per_s * acc.fp8_matmul_efficiency * size * clock
     attn_rate = (
         acc.peak_flops_per_s
         * (
@@ -260,6 +261,7 @@ def compute_per_microbatch(
             else acc.matmul_efficiency
         )
         * size
+        * clock
     )
     # DeepSeek-style multi-token prediction: each module is one more layer on the stage holding the
     # output, with its own pass through the (shared) output head (technical report section 2.2)
