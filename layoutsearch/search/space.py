@@ -67,7 +67,8 @@ class Space(HasProblem):
     order_mask: np.ndarray  # [shape, o] allowed (placeable and not a duplicate)
     coeffs: (
         terms.Coeffs | None
-    )  # arrays over shape * len(orders) + o (masked pairs hold unused values)
+    )  # arrays over placed * len(orders) + o (masked pairs hold unused values)
+    placed: np.ndarray  # [shape] its row of ``coeffs``: shapes of one degree tuple share one
 
     @property
     def num_shapes(self) -> int:
@@ -223,7 +224,8 @@ def build_space(
     codes = np.arange(len(RECOMPUTE_POLICIES), dtype=np.int64)
     codes = codes[_apply_mask(problem, by_stage["recompute"], {"r": codes})]
     orders = axis_orders(problem.cluster)
-    order_mask, coeffs = _placements(problem, shape_rows, orders)
+    degree_rows, placed = _unique_rows(shape_rows[:, : len(ALL_DEGREE_NAMES)])
+    order_mask, coeffs = _placements(problem, degree_rows, orders)
     return Space(
         problem=problem,
         rules=rules,
@@ -233,8 +235,9 @@ def build_space(
         recompute_codes=codes,
         zero_mask=zero_mask,
         orders=orders,
-        order_mask=order_mask,
+        order_mask=order_mask[placed],
         coeffs=coeffs,
+        placed=placed,
     )
 
 
@@ -273,13 +276,13 @@ def _ordered(shape_rows: np.ndarray, sk_shape: np.ndarray, sk_k: np.ndarray):
     return shape_rows[order], sk_shape[rows].astype(np.int64), sk_k[rows].astype(np.int64)
 
 
-def _placements(problem: Problem, shape_rows: np.ndarray, orders: list):
-    """Per shape and axis order: whether the order places it, once per distinct coefficients
-    (orders that place a shape identically, for every group, are kept once), and the ring
-    coefficients of every group, all shapes of one order at once."""
-    degrees = {name: shape_rows[:, i] for i, name in enumerate(ALL_DEGREE_NAMES)}
+def _placements(problem: Problem, degree_rows: np.ndarray, orders: list):
+    """Per degree tuple (rows of ALL_DEGREE_NAMES) and axis order: whether the order places it,
+    once per distinct coefficients (orders that place a tuple identically, for every group, are
+    kept once), and the ring coefficients of every group, all tuples of one order at once."""
+    degrees = {name: degree_rows[:, i] for i, name in enumerate(ALL_DEGREE_NAMES)}
     kv = params.kv_replication(problem.model, degrees["tp"])
-    order_mask = np.zeros((len(shape_rows), len(orders)), dtype=bool)
+    order_mask = np.zeros((len(degree_rows), len(orders)), dtype=bool)
     per_order: list[terms.Coeffs] = []
     keys: list[np.ndarray] = []
     moe = problem.model.moe is not None
@@ -300,13 +303,13 @@ def _placements(problem: Problem, shape_rows: np.ndarray, orders: list):
             ],
             axis=1,
         )
-        duplicate = np.zeros(len(shape_rows), dtype=bool)
+        duplicate = np.zeros(len(degree_rows), dtype=bool)
         for earlier, earlier_key in enumerate(keys):
             duplicate |= order_mask[:, earlier] & (key == earlier_key).all(axis=1)
         order_mask[:, o] = ok & ~duplicate
         per_order.append(co)
         keys.append(key)
-    return order_mask, (terms.interleave_coeffs(per_order) if len(shape_rows) else None)
+    return order_mask, (terms.interleave_coeffs(per_order) if len(degree_rows) else None)
 
 
 def _validate_options(problem: Problem, options: SearchOptions) -> None:

@@ -77,7 +77,7 @@ def _grid(space: Space, sk_rows: np.ndarray, extra: int):
 
 
 def _coeff_rows(space: Space, shape_idx: np.ndarray, order_idx: np.ndarray) -> terms.Coeffs:
-    rows = shape_idx * len(space.orders) + order_idx
+    rows = space.placed[shape_idx] * len(space.orders) + order_idx
     co = space.coeffs
     dense = space.model.moe is None  # expert groups of one device: nothing to take
     return terms.Coeffs(
