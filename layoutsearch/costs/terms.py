@@ -181,10 +181,10 @@ def per_key(fn, *keys):
     if all(a.ndim == 0 for a in arrays):
         return fn(*keys)
     shape = np.broadcast_shapes(*(a.shape for a in arrays))
-    columns = [np.broadcast_to(a, shape).ravel().astype(np.int64) for a in arrays]
+    columns = [np.broadcast_to(a, shape).ravel().astype(np.int64, copy=False) for a in arrays]
     bases = [int(column.max()) + 1 for column in columns]
-    code = np.zeros(columns[0].shape, dtype=np.int64)  # one integer per tuple (keys are small)
-    for column, base in zip(columns, bases):
+    code = columns[0]  # one integer per tuple (keys are small)
+    for column, base in zip(columns[1:], bases[1:]):
         code = code * base + column
     if math.prod(bases) <= PER_KEY_DIRECT_CODES:  # a lookup table over the codes: no sort
         present = np.zeros(math.prod(bases), dtype=bool)

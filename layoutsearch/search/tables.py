@@ -249,6 +249,7 @@ def stage_parts(
     experts = t.ep_s.any() or t.ep_rerun_s.any()  # a dense model's are all zero: left out
 
     def stage(st: int, zero3: int) -> step.StageTerms:
+        # without ZeRO-3 the formula multiplies the fsdp fields by zero: zeros cost nothing
         return step.StageTerms(
             compute_s=t.compute_s[:, :, None, st],
             tp_s=t.tp_s[:, None, :, st],
@@ -257,9 +258,9 @@ def stage_parts(
             cp_s=t.cp_s[:, None, :],
             cp_rerun_s=t.cp_rerun_s[:, None, :],
             cp_rerun_fraction=cp_rerun_by_r[None, :, None],
-            fsdp_fixed_s=t.fsdp_fixed_s[:, None, :, st],
-            fsdp_backward_s=t.fsdp_backward_s[:, None, :],
-            backward_s=t.backward_s[:, :, None],
+            fsdp_fixed_s=t.fsdp_fixed_s[:, None, :, st] if zero3 else 0,
+            fsdp_backward_s=t.fsdp_backward_s[:, None, :] if zero3 else 0,
+            backward_s=t.backward_s[:, :, None] if zero3 else 0,
             zero3=zero3,
             eta=t.eta,
             ep_s=t.ep_s[:, None, :, st] if experts else None,
