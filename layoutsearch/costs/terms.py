@@ -1135,8 +1135,9 @@ def coeffs_of(
 EXPERT_GROUPS = ("ep", "ep_in", "ep_out", "etp", "eshard", "erep", "eall")
 
 
-def single_device(rows: int) -> RingCoefficients:
-    """The coefficients of a group of one device, for ``rows`` rows (nothing to communicate)."""
+def single_device(rows: int | tuple[int, ...]) -> RingCoefficients:
+    """The coefficients of a group of one device, for ``rows`` rows (or an array shape; nothing to
+    communicate)."""
     return RingCoefficients(
         members=np.ones(rows, dtype=np.int64),
         seconds_per_byte=np.zeros(rows),
