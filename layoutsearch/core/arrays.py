@@ -22,7 +22,7 @@ PER_KEY_DIRECT_CODES = (
 
 def _compact(column: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """(the distinct values of a non-negative integer column, each row's index among them)."""
-    size = int(column.max()) + 1
+    size = int(column.max()) + 1 if column.size else 1
     if size > PER_KEY_DIRECT_CODES:
         return np.unique(column, return_inverse=True)
     present = np.zeros(size, dtype=bool)

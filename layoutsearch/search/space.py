@@ -120,13 +120,13 @@ def degree_tuples(num_devices: int, experts: int = 0) -> Cand:
     and with ``experts`` > 0 every (ep, etp) whose product divides the devices of a stage (the
     rules then keep ep dividing the experts, so the funnel names them) and etp 1 or tp (the expert TP the frameworks offer: Megatron-Core's
     default is tp, its MoE recipes 1; torchtitan takes 1 or tp); ep = etp = 1 otherwise."""
-    rows: list[tuple[int, ...]] = []
+    blocks = [np.zeros((0, 7), dtype=np.int64)]
     for tp in divisors(num_devices):
         for pp in divisors(num_devices // tp):
             stage = num_devices // tp // pp
             for cp in divisors(stage):
                 rest = stage // cp
-                expert = (
+                expert = np.array(
                     [
                         (ep, etp)
                         for ep in divisors(stage * tp)  # the rules keep ep dividing the experts
@@ -134,14 +134,14 @@ def degree_tuples(num_devices: int, experts: int = 0) -> Cand:
                         if (stage * tp) % (ep * etp) == 0
                     ]
                     if experts
-                    else [(1, 1)]
-                )
-                rows.extend(
-                    (rest // fsdp, fsdp, tp, pp, cp, ep, etp)
-                    for fsdp in divisors(rest)
-                    for ep, etp in expert
-                )
-    table = np.array(rows, dtype=np.int64).reshape(-1, 7)
+                    else [(1, 1)],
+                    dtype=np.int64,
+                ).reshape(-1, 2)
+                fsdp = np.repeat(np.array(divisors(rest), dtype=np.int64), len(expert))
+                expert = np.tile(expert, (len(fsdp) // len(expert), 1))
+                fixed = np.broadcast_to(np.array([tp, pp, cp], dtype=np.int64), (len(fsdp), 3))
+                blocks.append(np.column_stack([rest // fsdp, fsdp, fixed, expert]))
+    table = np.concatenate(blocks)
     return {name: table[:, i] for i, name in enumerate(ALL_DEGREE_NAMES)}
 
 
@@ -163,15 +163,15 @@ def with_virtual_stages(c: Cand, max_virtual_stages: int = MAX_VIRTUAL_STAGES) -
 
 def with_microbatches(c: Cand, global_batch_seqs: int) -> Cand:
     """Each row x K among the divisors of B / gcd(B, dp x fsdp) (a superset of the valid counts)."""
-    units = c["dp"] * c["fsdp"]
-    by_units = {
-        int(u): divisors(global_batch_seqs // math.gcd(global_batch_seqs, int(u)))
-        for u in set(units.tolist())
-    }
-    per_row = [by_units[int(u)] for u in units]
-    counts = np.array([len(ks) for ks in per_row], dtype=np.int64)
+    distinct, unit_of = np.unique(c["dp"] * c["fsdp"], return_inverse=True)
+    by_unit = [divisors(global_batch_seqs // math.gcd(global_batch_seqs, int(u))) for u in distinct]
+    starts = np.cumsum([0] + [len(ks) for ks in by_unit])  # each unit's counts in ``flat``
+    flat = np.array([k for ks in by_unit for k in ks], dtype=np.int64)
+    counts = np.diff(starts)[unit_of]
     out = {name: np.repeat(a, counts) for name, a in c.items()}
-    out["k"] = np.array([k for ks in per_row for k in ks], dtype=np.int64)
+    first = np.cumsum(counts) - counts  # each row's first output row
+    within = np.arange(int(counts.sum())) - np.repeat(first, counts)
+    out["k"] = flat[np.repeat(starts[:-1][unit_of], counts) + within]
     return out
 
 
