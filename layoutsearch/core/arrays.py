@@ -6,7 +6,6 @@ one value per row, evaluated elementwise), so its arguments and result are eithe
 
 from __future__ import annotations
 
-import math
 from typing import TypeAlias
 
 import numpy as np
@@ -15,53 +14,48 @@ IntArray: TypeAlias = int | np.ndarray  # an integer, or one per candidate row
 FloatArray: TypeAlias = float | np.ndarray  # a real number (an int too), or one per candidate row
 BoolArray: TypeAlias = bool | np.ndarray  # a flag, or one per candidate row
 
-PER_KEY_DIRECT_CODES = (
-    1 << 22
-)  # keys (and key tuples) up to this many codes are found by a lookup table
+# keys (and key tuples) up to this many codes are found by a lookup table, not by sorting
+PER_KEY_DIRECT_CODES = 1 << 22
 
 
 def _compact(column: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """(the distinct values of a non-negative integer column, each row's index among them)."""
-    size = int(column.max()) + 1 if column.size else 1
-    if size > PER_KEY_DIRECT_CODES:
-        return np.unique(column, return_inverse=True)
+    """(the distinct values of a non-negative integer array, each entry's index among them, in its
+    shape): by a lookup table when the values are small, else by sorting."""
+    flat = column.ravel().astype(np.int64, copy=False)
+    size = int(flat.max()) + 1 if flat.size else 1
+    if size > min(PER_KEY_DIRECT_CODES, max(4 * flat.size, 1 << 16)):
+        distinct, ids = np.unique(flat, return_inverse=True)
+        return distinct, ids.reshape(column.shape)
     present = np.zeros(size, dtype=bool)
-    present[column] = True
+    present[flat] = True
     distinct = np.flatnonzero(present)
     position = np.zeros(size, dtype=np.int64)
     position[distinct] = np.arange(len(distinct))
-    return distinct, position[column]
+    return distinct, position[column.astype(np.int64, copy=False)]
 
 
 def per_key(fn, *keys):
-    """``fn(*keys)`` of an elementwise ``fn`` over non-negative integer key arrays, computed once per
-    distinct tuple of keys and spread back to every row: the same values, at the cost of the
-    distinct keys (a term of the tensor-parallel degree alone takes a handful of rows, not one per
-    candidate). ``fn`` returns an array, a scalar, or a tuple or dict of them."""
+    """``fn(*keys)`` of an elementwise ``fn`` over non-negative integer key arrays (broadcast
+    together), computed once per distinct tuple of keys and spread back to every entry: the same
+    values, at the cost of the distinct keys (a term of the tensor-parallel degree alone takes a
+    handful of rows, not one per candidate). ``fn`` returns an array, a scalar, or a tuple or dict
+    of them."""
     arrays = [np.asarray(key) for key in keys]
     if all(a.ndim == 0 for a in arrays):
         return fn(*keys)
     shape = np.broadcast_shapes(*(a.shape for a in arrays))
-    columns = [np.broadcast_to(a, shape).ravel().astype(np.int64, copy=False) for a in arrays]
-    compact = [_compact(column) for column in columns]  # each key as small integers
+    compact = [_compact(a) for a in arrays]  # each key as small integers, before broadcasting
     bases = [len(distinct) for distinct, _ in compact]
     code = compact[0][1]  # one integer per tuple
     for (_, ids), base in zip(compact[1:], bases[1:]):
         code = code * base + ids
-    distinct, inverse = _compact(code) if math.prod(bases) < 1 << 62 else (None, None)
-    if distinct is None:  # too many tuples for one integer code
-        rows, inverse = np.unique(
-            np.stack([ids for _, ids in compact], axis=1), axis=0, return_inverse=True
-        )
-        digits = list(rows.T)
-    else:
-        digits, rest = [], distinct
-        for base in reversed(bases):
-            rest, digit = np.divmod(rest, base)
-            digits.append(digit)
-        digits.reverse()
+    distinct, inverse = _compact(np.broadcast_to(code, shape))
+    digits, rest = [], distinct
+    for base in reversed(bases):
+        rest, digit = np.divmod(rest, base)
+        digits.append(digit)
+    digits.reverse()
     values = [values[digit] for (values, _), digit in zip(compact, digits)]
-    inverse = inverse.reshape(shape)
 
     def spread(value):
         if isinstance(value, dict):
