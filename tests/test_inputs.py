@@ -74,6 +74,7 @@ def test_one_module_per_command_and_all_registered():
         "calibrate",
         "sweep",
         "plot",
+        "plan",
     )
     group = typer.main.get_command(cli.app)
     assert group.list_commands(None) == list(cli.COMMANDS)

@@ -204,7 +204,9 @@ def fallbacks(
                 reshard_s(healthy, size * nodes.devices, write_bw),
             )
             if row.estimate is not None and (
-                best is None or row.estimate.tokens_per_s > best.estimate.tokens_per_s
+                best is None
+                or best.estimate is None
+                or row.estimate.tokens_per_s > best.estimate.tokens_per_s
             ):
                 best = row
         rows.append(best or dataclasses.replace(row, family="free"))

@@ -684,8 +684,10 @@ cost|cost|{:,.0f}
 energy|energy_kwh|{:,.0f} kWh
 energy cost|energy_cost|{:,.0f}""".splitlines()
 )
-FALLBACK_COLUMNS = ("lost", "family", "cluster", "idle", "batch", "layout", "tokens/s", "loss")
-FALLBACK_COLUMNS += ("reshard s",)
+FALLBACK_COLUMNS: tuple[str, ...] = (
+    *("lost", "family", "cluster", "idle", "batch", "layout", "tokens/s", "loss"),
+    "reshard s",
+)
 
 
 def plan_lines(record: dict) -> list[tuple[str, str]]:
