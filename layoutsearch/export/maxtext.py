@@ -64,6 +64,7 @@ from layoutsearch.export.context import (
     set_me,
     yaml_value,
 )
+from layoutsearch.export.rank_order import MAXTEXT_MESH_AXES, maxtext_torus_check
 from layoutsearch.frameworks import maxtext as declaration
 
 AXES = ("data", "fsdp", "tensor", "context", "pipeline", "expert")
@@ -370,10 +371,54 @@ def model_keys(ctx: ExportContext) -> dict:
     return keys | moe_keys(ctx)
 
 
+def costed_mesh(ctx: ExportContext) -> dict[str, dict[str, int]]:
+    """MaxText mesh axis -> {torus axis: factor} of the costed placement (the expert axis's factors
+    taken out of fsdp's, as ``parallelism`` does); DCN is not a torus axis."""
+    torus = {a.name for a in ctx.cluster.axes if a.kind == "torus"}
+    zero3 = ctx.effective_zero_stage == 3
+    groups = {
+        "data": ("dp",) if zero3 else ("dp", "fsdp"),
+        "pipeline": ("pp",),
+        "fsdp": ("fsdp",) if zero3 else (),
+        "context": ("cp",),
+        "tensor": ("tp",),
+        "expert": ("ep",) if ctx.model.moe is not None else (),
+    }
+    out: dict[str, dict[str, int]] = {}
+    for name, degrees in groups.items():
+        placed: dict[str, int] = {}
+        for degree in degrees:
+            for axis, f in ctx.layout.placement(degree):
+                if axis in torus:
+                    placed[axis] = placed.get(axis, 1) * f
+        out[name] = placed
+    for axis, f in out["expert"].items():
+        out["fsdp"][axis] = out["fsdp"].get(axis, 1) // f
+    out["fsdp"] = {axis: f for axis, f in out["fsdp"].items() if f > 1}
+    return out
+
+
+def mesh_lines(ctx: ExportContext, par: dict[str, int]) -> list[str]:
+    """Whether MaxText's own device mesh is the costed placement (TPU slices; rank_order)."""
+    if ctx.cluster.accelerator.kind != "tpu":
+        return [
+            "Mesh on GPUs: MaxText orders devices by id in mesh_axes order; each degree keeps its ici (in a node) "
+            "and dcn (across nodes) factors, which is what the costed time depends on there."
+        ]
+    ici = {axis: par.get(f"ici_{axis}_parallelism", 1) for axis in MAXTEXT_MESH_AXES}
+    lines = maxtext_torus_check(ctx.cluster, ici, costed_mesh(ctx))
+    return lines or [
+        "Mesh: MaxText's create_device_mesh lays each ici_* axis on the torus axes the search costed."
+    ]
+
+
 def render(ctx: ExportContext) -> str:
     """The override file text."""
     hardware = "tpu" if ctx.cluster.accelerator.kind == "tpu" else "gpu"
     per_slice, slices = slice_shape(ctx)
+    par = parallelism(ctx)
+    mesh = mesh_lines(ctx, par)
+    split = {"allow_split_physical_axes": True} if mesh[0].startswith("allow_split") else {}
     notes = (
         header_lines(ctx)
         + [
@@ -384,6 +429,7 @@ def render(ctx: ExportContext) -> str:
             "named tensors offloaded to host memory).",
             "Usage: python3 -m maxtext.trainers.pre_train.train THIS_FILE run_name=... base_output_directory=... dataset_path=...",
         ]
+        + mesh
         + tp_overlap_notes(ctx)
         + _model_notes(ctx)
     )
@@ -401,7 +447,8 @@ def render(ctx: ExportContext) -> str:
             {
                 "hardware": hardware,
                 **gpu_slices(ctx),
-                **parallelism(ctx),
+                **par,
+                **split,
                 **({"shard_optimizer_over_data": True} if ctx.effective_zero_stage == 1 else {}),
             },
         ),

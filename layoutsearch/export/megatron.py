@@ -104,6 +104,7 @@ from layoutsearch.export.context import (
     placeholder_note,
     set_me,
 )
+from layoutsearch.export.rank_order import MEGATRON_ORDERS, gpu_rank_lines
 from layoutsearch.frameworks import megatron as declaration
 
 ARRAY = "MEGATRON_ARGS"
@@ -551,6 +552,12 @@ def render(ctx: ExportContext) -> str:
         ("mixture of experts", _moe_args(ctx)),
         ("parallelism, batch, recompute", _parallel_args(ctx)),
     ]
+    launch, order_lines = gpu_rank_lines(
+        ctx, {name: groups for name, (groups, _) in MEGATRON_ORDERS.items()}, "Megatron"
+    )
+    order_flag = MEGATRON_ORDERS[launch.order][1] if launch else None
+    if order_flag:
+        sections.append(("rank order", [(order_flag, None)]))
     notes = (
         header_lines(ctx)
         + [
@@ -562,6 +569,7 @@ def render(ctx: ExportContext) -> str:
             placeholder_note() + f" They are in {PLACEHOLDER_ARRAY}.",
         ]
         + _model_notes(ctx)
+        + order_lines
     )
     if lay.recompute == "selective":
         notes.append(

@@ -56,6 +56,7 @@ from layoutsearch.export.context import (
     placeholder_note,
     set_me,
 )
+from layoutsearch.export.rank_order import TORCHTITAN_ORDERS, gpu_rank_lines
 
 SCHEDULES = {"1f1b": "1F1B", "gpipe": "GPipe", "interleaved": "Interleaved1F1B"}
 SINGLE_STAGE = ("1F1B", "GPipe")
@@ -387,6 +388,7 @@ def render(ctx: ExportContext) -> str:
             + f": register it in torchtitan/models/{path} {table} as {custom_flavor_args(ctx)}"
         )
     notes += policy_notes(ctx, "op-level SAC")
+    notes += gpu_rank_lines(ctx, TORCHTITAN_ORDERS, "torchtitan")[1]
     notes += _model_notes(ctx)
     notes.append(
         "Usage: NGPU=... CONFIG_FILE=THIS_FILE ./run_train.sh (torchtitan 0.2.x TOML schema)"

@@ -43,6 +43,7 @@ from layoutsearch.export.context import (
     placeholder_note,
     set_me,
 )
+from layoutsearch.export.rank_order import TORCHTITAN_ORDERS, gpu_rank_lines
 
 FUNCTION = "layoutsearch_job"
 AC_CONFIGS = {"none": "None", "full": "FullAC.Config()", "selective": "SelectiveAC.Config()"}
@@ -222,6 +223,7 @@ def render(ctx: ExportContext) -> str:
             f"has no dropout."
         )
     notes += launch_lines(ctx)
+    notes += gpu_rank_lines(ctx, TORCHTITAN_ORDERS, "torchtitan")[1]
     notes.append(placeholder_note())
     text = comment_block(notes)
     docstring = (
