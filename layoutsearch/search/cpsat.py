@@ -26,9 +26,14 @@ from layoutsearch.search import (
 )  # CP-SAT through cp_model_helper, without pandas
 from layoutsearch.search.enumerate import candidate_grid
 from layoutsearch.search.ranking import (
+    RISKS,
     TIE_TOLERANCE,
+    band_limit,
     group_ids,
+    headroom_kib,
+    reach_limit,
     select,
+    shape_risk,
     shape_simplicity,
     tie_limit,
 )
@@ -108,11 +113,12 @@ def prune(
     tolerance: float = TIE_TOLERANCE,
 ):
     """(rows that may hold a top-k layout, the objective value above which none is ranked or
-    None, (row, r) fit mask).
+    None, (row, r) fit mask, each row's exact least value or lower bound).
 
     Rows are costed exactly, best first in the order of their lower bound, until the next bound
     exceeds that value: the k-th best layout's (its best placement's) value, or for step time its
-    ``tie_limit`` (a layout tied with the k-th may be ranked before it, ``search.ranking``). A row
+    ``reach_limit`` (a layout inside its risk band or tied may be ranked before it,
+    ``search.ranking``). A row
     is kept when its exact minimum (costed rows) or its bound (the rest) does not exceed the value;
     every other row provably holds no top-k layout. With ``exact_rows`` False, rows are kept on
     their bounds alone.
@@ -120,7 +126,7 @@ def prune(
     bound, fits_r, fits = row_bounds(space, t, objective)
     rows = np.nonzero(fits)[0]
     if not enabled:  # the whole model: every row that fits in memory for some choice
-        return rows, None, fits_r
+        return rows, None, fits_r, bound
     rows = rows[np.argsort(bound[rows], kind="stable")]
     key = "volume" if objective == "gather-volume" else "step"
     best = bound.copy()
@@ -145,10 +151,10 @@ def prune(
             best[rows[done : done + chunk]] = exact[rows[done : done + chunk]]
         if len(values) >= top_k:
             kth = int(values[top_k - 1])
-            limit = tie_limit(kth, tolerance) if key == "step" else kth
+            limit = reach_limit(kth, tolerance) if key == "step" else kth
         done, chunk = done + chunk, chunk * 2
     keep = rows if limit is None else rows[best[rows] <= limit]
-    return np.sort(keep), limit, fits_r
+    return np.sort(keep), limit, fits_r, best
 
 
 def build_model(space: Space, t: Tables, rows: np.ndarray, clip: int | None, fits_r: np.ndarray):
@@ -259,14 +265,47 @@ def build_model(space: Space, t: Tables, rows: np.ndarray, clip: int | None, fit
     for _, plain in step_formula.PLAIN:
         step = step + plain(term)
     # ---- every stage's memory fits at every moment
+    memory_live = []
     for st in (0, 1):
         for mi, _ in enumerate(MOMENT_NAMES):
             live = over(v.sz, t.MZ, lambda k, st=st, mi=mi: (k[0], k[1], st, mi), cap + 1) + over(
                 v.w, t.MB, lambda k, st=st, mi=mi: (k[0], k[1], st, mi), cap + 1
             )
             model.add(live <= cap)
+            memory_live.append(live)
     volume = LinearExpr.weighted_sum(list(v.shape.values()), [int(t.VOLUME[s]) for s in v.shape])
-    return model, v, {"step": step, "volume": volume, "simplicity": simplicity_objectives(space, v)}
+    return (
+        model,
+        v,
+        {
+            "step": step,
+            "volume": volume,
+            "risk": risk_objective(space, t, model, v, memory_live),
+            "simplicity": simplicity_objectives(space, v),
+        },
+    )
+
+
+def risk_objective(space: Space, t: Tables, model, v: Vars, memory_live: list):
+    """``ranking.risk_score`` as a linear expression: each risk's 0/1 term weighted above all
+    after it. The headroom risk is a variable that must be 1 when some stage's memory at some
+    moment exceeds the capacity less the headroom (so its least value is the candidate's flag)."""
+    r = shape_risk(space)
+    n = len(RISKS)
+    low = model.new_bool_var("low_headroom")
+    margin = headroom_kib(t.capacity_kib)
+    for live in memory_live:
+        model.add(live <= t.capacity_kib - margin + margin * low)
+    return (
+        (1 << (n - 1)) * low
+        + LinearExpr.weighted_sum(
+            list(v.szo.values()), [(1 << (n - 2)) * int(r.slow_group[s, o]) for s, _, o in v.szo]
+        )
+        + LinearExpr.weighted_sum(
+            list(v.shape.values()), [(1 << (n - 3)) * int(r.cp[s]) for s in v.shape]
+        )
+        + LinearExpr.weighted_sum(list(v.y.values()), [int(r.many_microbatches[j]) for j in v.y])
+    )
 
 
 def simplicity_objectives(space: Space, v: Vars) -> list:
@@ -330,12 +369,21 @@ def cpsat_top(
 ):
     """The top-k layouts by the ranking of ``search.ranking``, rank after rank by re-solving: (the
     least volume, fixed, for gather-volume), the least step time T (its proof: the status), then,
-    with step <= tie_limit(T), the simplest candidate by the simplicity objectives, each fixed in
+    with step <= band_limit(T), the least risk score R, with risk R the least step time T', then,
+    with step <= tie_limit(T'), the simplest candidate by the simplicity objectives, each fixed in
     turn; the chosen layout (all its placements) is then excluded.
 
     Returns (answers as (row, r index, z, o, metrics), info: status, objective, bound, rows, history).
     """
-    rows, limit, fits_r = prune(space, t, objective, top_k, exact_rows, prune_rows, tolerance)
+    rows, limit, fits_r, best = prune(space, t, objective, top_k, exact_rows, prune_rows, tolerance)
+    trace: list = []
+    expected = _expected(space, t, rows, objective, top_k, tolerance, trace)
+    if limit is not None and objective == "step-time" and len(trace) == top_k:
+        # the proofs need only the rows that may beat a rank's values: with the least risk 0 at
+        # every rank (nothing to prove below it) those within each rank's tie limit
+        if all(safest == 0 for _, safest, _ in trace):
+            limit = max(tie_limit(value, tolerance) for _, _, value in trace)
+            rows = rows[best[rows] <= limit]
     info = {
         "rows_kept": int(len(rows)),
         "rows_total": int(len(space.sk_k)),
@@ -351,18 +399,31 @@ def cpsat_top(
     model, v, exprs = build_model(
         space, t, rows, limit if objective == "step-time" else None, fits_r
     )
-    hints = [
-        _hint(space, v, *answer)
-        for answer in _expected(space, t, rows, objective, top_k, tolerance)
-    ]
+    hints = [_hint(space, v, *answer) for answer in expected]
     keys = ["volume", "step"] if objective == "gather-volume" else ["step"]
-    phases = [(key, exprs[key]) for key in keys] + [("simplicity", e) for e in exprs["simplicity"]]
+    phases = (
+        [(key, exprs[key]) for key in keys]
+        + [("risk", exprs["risk"]), ("step", exprs["step"])]
+        + [("simplicity", e) for e in exprs["simplicity"]]
+    )
     answers, deadline = [], time.perf_counter() + time_limit_s
     for rank in range(top_k):
         solver = None
         if rank < len(hints):  # the search still proves every phase; a hint only finds it sooner
             model.set_hint(hints[rank])
+        # the enumerated ranking's values of this rank, while the ranks before it agree
+        on_track = rank < len(trace) and [a[:4] for a in answers] == list(expected[:rank])
+        least = None
         for phase, (key, expr) in enumerate(phases):
+            implied = _implied(key, phase - len(keys) + 1, trace[rank] if on_track else None, least)
+            if implied is not None:  # proven by an earlier phase's bound: nothing to solve
+                value = implied
+                lit = model.new_bool_var(f"fix_{rank}_{phase}")
+                model.add(
+                    expr <= tie_limit(value, tolerance) if key == "step" else expr == value
+                ).only_enforce_if(lit)
+                model.add_assumptions([lit])
+                continue
             attempt = _solver(max(0.05, deadline - time.perf_counter()))
             callback = Incumbents()
             model.minimize(expr)
@@ -380,6 +441,8 @@ def cpsat_top(
                 break
             solver = attempt
             value = int(solver.value(expr))
+            if key == "step" and phase == len(keys) - 1:
+                least = value
             if rank == 0 and phase == 0:
                 info.update(
                     status=STATUS[status],
@@ -390,9 +453,11 @@ def cpsat_top(
             if key == "simplicity" and status != cp_model.OPTIMAL:
                 info["ranking_status"] = STATUS[status]
             lit = model.new_bool_var(f"fix_{rank}_{phase}")
-            model.add(
-                expr <= tie_limit(value, tolerance) if key == "step" else expr == value
-            ).only_enforce_if(lit)
+            if key == "step":  # the first step phase opens the risk band, the second the ties
+                top = band_limit(value) if phase == len(keys) - 1 else tie_limit(value, tolerance)
+                model.add(expr <= top).only_enforce_if(lit)
+            else:
+                model.add(expr == value).only_enforce_if(lit)
             model.add_assumptions([lit])
         model.clear_assumptions()
         if solver is None:
@@ -407,17 +472,42 @@ def cpsat_top(
     return answers, info
 
 
+def _implied(key: str, after_step: int, trace: tuple | None, least: int | None) -> int | None:
+    """A phase's value that the phases before it already prove, else None: the least risk when
+    the enumerated ranking's is 0 (no candidate is below 0), and the least step of that risk
+    when it is the least step of all (``least``, proven by the first step phase). ``after_step``:
+    the phase's position after the first step phase (1: risk, 2: the second step phase)."""
+    if trace is None or least is None or least != trace[0]:
+        return None
+    if key == "risk" and after_step == 1 and trace[1] == 0:
+        return 0
+    if key == "step" and after_step == 2 and trace[1] == 0 and trace[2] == least:
+        return least
+    return None
+
+
 def _expected(
-    space: Space, t: Tables, rows: np.ndarray, objective: str, top_k: int, tolerance: float
+    space: Space,
+    t: Tables,
+    rows: np.ndarray,
+    objective: str,
+    top_k: int,
+    tolerance: float,
+    trace: list | None = None,
 ):
     """The ranking of ``search.ranking`` over the kept rows' candidates, costed by ``tables.assemble``
-    as the enumerator does: (row, r index, z, o) per rank, for the solver's hints."""
+    as the enumerator does: (row, r index, z, o) per rank, for the solver's hints; ``trace``
+    receives each rank's (least step, least risk, least step of that risk)."""
+    if not len(rows):
+        return []
     sk, ri, z, o = candidate_grid(space, rows)
     m = assemble(t, space, sk, ri, z, o)
     ok = m["fits"]
     pool = {"sk": sk[ok], "ri": ri[ok], "z": z[ok], "o": o[ok]}
-    pool.update({key: np.broadcast_to(m[key], sk.shape)[ok] for key in ("step", "volume")})
-    picks = select(space, pool, objective, top_k, tolerance)
+    pool.update({key: np.broadcast_to(m[key], sk.shape)[ok] for key in ("step", "peak", "volume")})
+    picks = select(
+        space, pool, objective, top_k, tolerance, capacity_kib=t.capacity_kib, trace=trace
+    )
     return [tuple(int(pool[key][i]) for key in ("sk", "ri", "z", "o")) for i in picks]
 
 

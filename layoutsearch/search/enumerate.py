@@ -69,7 +69,7 @@ def enumerate_top(
         pool = {key: v[mask] for key, v in pool.items()}
     if pool is None or not len(pool["sk"]):
         return [], seen
-    picks = select(space, pool, objective, top_k, tolerance)
+    picks = select(space, pool, objective, top_k, tolerance, capacity_kib=tables.capacity_kib)
     if (
         found is not None
     ):  # the pool holds the least value (every candidate tied with it is relevant)

@@ -23,7 +23,13 @@ from layoutsearch.core.units import GB, KIB, TB
 from layoutsearch.costs import memory, params
 from layoutsearch.costs.estimate import Estimate, estimate
 from layoutsearch.search import solve
-from layoutsearch.search.ranking import simpler_because, tie_limit
+from layoutsearch.search.ranking import (
+    RISK_BAND,
+    risk_flags,
+    riskier_because,
+    simpler_because,
+    tie_limit,
+)
 from layoutsearch.search.space import (
     Space,
     problem_degree_tuples,
@@ -113,10 +119,15 @@ def ranking_notes(result, band: tuple[float, float]) -> list[dict]:
         best_q = int(round(result.objective_value / result.quantum_s))
     notes = []
     for i, est in enumerate(layouts[1:], start=2):
-        tied = (
+        safer_by = _safer_by(result, i)
+        tied = (  # the same risk, and the two step times within the tolerance of each other
             best_q is not None
+            and safer_by is None
             and len(result.metrics) >= i
-            and result.metrics[i - 1]["step"] <= tie_limit(best_q, result.tie_tolerance)
+            and result.metrics[i - 1]["step"]
+            <= tie_limit(result.metrics[0]["step"], result.tie_tolerance)
+            and result.metrics[0]["step"]
+            <= tie_limit(result.metrics[i - 1]["step"], result.tie_tolerance)
         )
         reason = None
         if tied and result.space is not None and len(result.candidates) >= i:
@@ -128,12 +139,32 @@ def ranking_notes(result, band: tuple[float, float]) -> list[dict]:
                 "step_time_rel_diff": diff,
                 "within_tie_tolerance": bool(tied),
                 "simpler_by": reason,
+                "safer_by": safer_by,
                 "within_uncertainty": bool(
                     first * (1 + low) <= est.step_time_s <= first * (1 + high)
                 ),
             }
         )
     return notes
+
+
+def _safer_by(result, i: int) -> str | None:
+    """The first risk (``ranking.RISKS``) runner-up ``i`` carries and layout 1 does not, else None."""
+    if result.space is None or result.tables is None or len(result.candidates) < i:
+        return None
+    flags = [
+        tuple(
+            int(f[0])
+            for f in risk_flags(
+                result.space, [c[0]], [c[3]], [m["peak"]], result.tables.capacity_kib
+            )
+        )
+        for c, m in (
+            (result.candidates[0], result.metrics[0]),
+            (result.candidates[i - 1], result.metrics[i - 1]),
+        )
+    ]
+    return riskier_because(flags[0], flags[1])
 
 
 def ranking_line(note: dict, tolerance: float, band: tuple[float, float]) -> str:
@@ -143,6 +174,11 @@ def ranking_line(note: dict, tolerance: float, band: tuple[float, float]) -> str
     how = f"{abs(diff):.1%} {'slower' if diff >= 0 else 'faster'}"
     band_text = f"band {band[0] * 100:+.0f}%..{band[1] * 100:+.0f}%"
     out = []
+    if note.get("safer_by") and diff < 0:
+        out.append(
+            f"{who} is {how} but carries a risk layout 1 does not ({note['safer_by']}): inside "
+            f"the {RISK_BAND:.0%} risk band the lower-risk layout ranks first"
+        )
     if note["within_tie_tolerance"]:
         out.append(
             f"{who} is within the model's resolution of the best step time (ties below "

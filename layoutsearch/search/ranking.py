@@ -12,9 +12,17 @@ The ranking, rank after rank (the enumerator applies it to arrays, CP-SAT states
    microbatches, recompute and ZeRO stage: one of them is ranked with its best placement only,
    so ``--top N`` never lists the same layout placed differently);
 2. with the gather-volume objective, only those of the least volume among them (exact);
-3. ``T`` = the least quantised step time among those; the eligible ones are within
-   ``tie_limit(T)`` = T (1 + tolerance), rounded down;
-4. the next layout is the eligible candidate that is first by ``simplicity_key``: fewer degrees
+3. ``T0`` = the least quantised step time among those; the candidates within
+   ``band_limit(T0)`` = T0 (1 + ``RISK_BAND``), rounded down, are inside the model's uncertainty
+   of the best: among them only those of the least ``risk_score`` stay (``RISKS``: memory
+   headroom under ``HEADROOM_BYTES`` or ``HEADROOM_FRACTION`` of the usable memory, a TP or CP
+   group across a scale-out or DCN link, context parallelism, more microbatches than
+   ``MAX_PLAIN_MICROBATCHES`` or ``MICROBATCHES_PER_STAGE`` per pipeline stage, each weighing
+   more than all after it); a layout an expert would distrust never wins on a predicted gain the
+   model cannot resolve;
+4. ``T`` = the least step time of those; the eligible ones are within ``tie_limit(T)`` =
+   T (1 + tolerance), rounded down;
+5. the next layout is the eligible candidate that is first by ``simplicity_key``: fewer degrees
    above one, then the smaller cp (1 first: fewer ring passes, longer sequence chunks), then a TP
    group inside a node (on no scale-out or DCN axis), a lower ZeRO stage, fewer microbatches,
    lighter recompute, then the degrees (dp, fsdp, tp, pp, cp, virtual stages) in lexicographic
@@ -30,6 +38,7 @@ import numpy as np
 from layoutsearch.core.numbers import distinct
 from layoutsearch.core.placement import NESTING_ORDER, fill_order
 from layoutsearch.core.specs import ALL_DEGREE_NAMES, RECOMPUTE_POLICIES
+from layoutsearch.core.units import GIB, KIB
 from layoutsearch.costs import memory
 
 # The model's resolution: 0.5% is far above the tables' rounding (a quantum is 1e-5 of the best
@@ -37,6 +46,22 @@ from layoutsearch.costs import memory
 # 10-25%): a smaller difference does not say which of two layouts is faster.
 TIE_TOLERANCE = 0.005
 MAX_TIE_TOLERANCE = 0.5  # a larger "tie" would rank by simplicity alone
+
+# The risk order (issue: claims a user can act on). Within RISK_BAND of the best step time the
+# model cannot tell two layouts apart: its validated 80% band of one prediction is about -10%..+12%
+# (core.uncertainty), and half its narrower side is still a difference practitioners would not
+# bet a run on. There a layout with fewer of these risks ranks first, the first weighing most:
+RISK_BAND = 0.05
+HEADROOM_BYTES = 4 * GIB  # memory left free under which an allocator spike or fragmentation OOMs
+HEADROOM_FRACTION = 0.10  # ... or this share of the usable memory, on small parts (16 GB v5e)
+MAX_PLAIN_MICROBATCHES = 64  # gradient-accumulation steps beyond which a step is mostly bookkeeping
+MICROBATCHES_PER_STAGE = 8  # with a pipeline: microbatches per stage that already hide its bubble
+RISKS = (
+    "memory headroom under min(4 GiB, 10% of the usable memory)",
+    "a TP or CP group across a scale-out or DCN link",
+    "context parallelism",
+    "microbatches above max(64, 8 x pp)",
+)
 
 # What ``simplicity_key`` compares, most significant first (explanations name the first that differs).
 SIMPLICITY = (
@@ -66,7 +91,10 @@ def ranking_description(objective: str = "step-time") -> str:
     """The tie-break in words (the solve document's ``solver.tie_break``)."""
     first = "least gather volume, then " if objective == "gather-volume" else ""
     return (
-        f"{first}step times within the tie tolerance of the best are ties, won by the simplest layout: "
+        f"{first}within {RISK_BAND:.0%} of the best step time the fewest risks ("
+        + "; ".join(RISKS)
+        + ", the first weighing most), then step times within the tie tolerance of the best of "
+        "those are ties, won by the simplest layout: "
         + ", then ".join(SIMPLER)
         + "; each layout (degrees, virtual stages, ZeRO stage, microbatches, "
         "recompute) ranked once, with the first of its placements by this ranking"
@@ -76,6 +104,84 @@ def ranking_description(objective: str = "step-time") -> str:
 def tie_limit(best: int, tolerance: float = TIE_TOLERANCE) -> int:
     """The largest quantised step time tied with ``best``: best (1 + tolerance), rounded down."""
     return int(best) + int(float(best) * tolerance)
+
+
+def band_limit(best: int) -> int:
+    """The largest quantised step time inside the risk band of ``best``: best (1 + RISK_BAND)."""
+    return tie_limit(best, RISK_BAND)
+
+
+def reach_limit(best: int, tolerance: float = TIE_TOLERANCE) -> int:
+    """The largest step time a layout ranked against a best of ``best`` can have: the tie limit
+    of the risk band's limit (a lower-risk layout inside the band, then its ties)."""
+    return tie_limit(band_limit(best), tolerance)
+
+
+def headroom_kib(capacity_kib: int) -> int:
+    """The memory left free (KiB) under which a layout carries the headroom risk."""
+    return int(min(HEADROOM_BYTES / KIB, HEADROOM_FRACTION * capacity_kib))
+
+
+@dataclass(frozen=True)
+class ShapeRisk:
+    """The risks that depend on the shape (and the axis order) and the (S, K) row."""
+
+    slow_group: np.ndarray  # [shape, order] 0/1: a TP or CP group spans a scale-out or DCN axis
+    cp: np.ndarray  # [shape] 0/1: cp > 1
+    many_microbatches: np.ndarray  # [sk row] 0/1: K above max(64, 8 pp)
+
+
+def shape_risk(space) -> ShapeRisk:
+    """Computed once per space (cached on it)."""
+    cached = getattr(space, "_shape_risk", None)
+    if cached is not None:
+        return cached
+    sh = space.shapes
+    degrees = {name: np.asarray(getattr(sh, name)) for name in ALL_DEGREE_NAMES}
+    slow = [i for i, a in enumerate(space.cluster.axes) if a.kind in SLOW_AXIS_KINDS]
+    cols = [NESTING_ORDER.index(name) for name in ("tp", "cp")]
+    crossing = np.zeros((space.num_shapes, len(space.orders)), dtype=np.int64)
+    if slow and space.num_shapes:
+        for o, order in enumerate(space.orders):
+            table, _ = fill_order(space.cluster, degrees, order)
+            crossing[:, o] = (table[:, slow][:, :, cols] > 1).any(axis=(1, 2))
+    pp = degrees["pp"][space.sk_shape]
+    limit = np.maximum(MAX_PLAIN_MICROBATCHES, MICROBATCHES_PER_STAGE * pp)
+    out = ShapeRisk(
+        slow_group=crossing,
+        cp=(degrees["cp"] > 1).astype(np.int64),
+        many_microbatches=(np.asarray(space.sk_k) > limit).astype(np.int64),
+    )
+    object.__setattr__(space, "_shape_risk", out)
+    return out
+
+
+def risk_flags(space, sk, o, peak_kib, capacity_kib: int) -> tuple[np.ndarray, ...]:
+    """Each risk of ``RISKS`` (0/1 arrays) for candidates (index arrays, peak memory in KiB)."""
+    r = shape_risk(space)
+    s = space.sk_shape[np.asarray(sk, dtype=np.int64)]
+    low = np.asarray(peak_kib) > capacity_kib - headroom_kib(capacity_kib)
+    return (
+        low.astype(np.int64),
+        r.slow_group[s, np.asarray(o, dtype=np.int64)],
+        r.cp[s],
+        r.many_microbatches[np.asarray(sk, dtype=np.int64)],
+    )
+
+
+def risk_score(space, sk, o, peak_kib, capacity_kib: int) -> np.ndarray:
+    """The risks as one number, each weighing more than all after it (smaller is safer)."""
+    flags = risk_flags(space, sk, o, peak_kib, capacity_kib)
+    n = len(flags)
+    return sum((flag << (n - 1 - i) for i, flag in enumerate(flags)), np.int64(0))
+
+
+def riskier_because(flags_a: tuple[int, ...], flags_b: tuple[int, ...]) -> str | None:
+    """The first risk ``b`` carries that ``a`` does not (by ``RISKS``), else None."""
+    for name, x, y in zip(RISKS, flags_a, flags_b):
+        if x != y:
+            return name if y else None
+    return None
 
 
 @dataclass(frozen=True)
@@ -190,10 +296,18 @@ def group_ids(space, sk, ri, z) -> np.ndarray:
 
 
 def select(
-    space, pool: dict, objective: str, top_k: int, tolerance: float = TIE_TOLERANCE
+    space,
+    pool: dict,
+    objective: str,
+    top_k: int,
+    tolerance: float = TIE_TOLERANCE,
+    *,
+    capacity_kib: int,
+    trace: list | None = None,
 ) -> list[int]:
     """The ranking above over a pool of fitting candidates (arrays ``sk``, ``ri``, ``z``, ``o``,
-    ``step``, ``volume``): the indices of the top_k, in rank order."""
+    ``step``, ``peak``, ``volume``): the indices of the top_k, in rank order. ``trace`` (a list)
+    receives per rank (least step T0, least risk score inside the band, least step T of those)."""
     n = len(pool["sk"])
     if not n:
         return []
@@ -203,13 +317,21 @@ def select(
     step = pool["step"][order]
     primary = pool["volume"][order] if objective == "gather-volume" else np.zeros(n, dtype=np.int64)
     gid = group_ids(space, pool["sk"], pool["ri"], pool["z"])[order]
+    risk = risk_score(space, pool["sk"], pool["o"], pool["peak"], capacity_kib)[order]
     alive = np.ones(n, dtype=bool)
     picks: list[int] = []
     while len(picks) < top_k and alive.any():
         eligible = alive & (primary == primary[alive].min())
-        eligible &= step <= tie_limit(int(step[eligible].min()), tolerance)
+        least = int(step[eligible].min())
+        eligible &= step <= band_limit(least)
+        safest = int(risk[eligible].min())
+        eligible &= risk == safest
+        best = int(step[eligible].min())
+        eligible &= step <= tie_limit(best, tolerance)
         i = int(np.argmax(eligible))
         picks.append(int(order[i]))
+        if trace is not None:
+            trace.append((least, safest, best))
         alive &= gid != gid[i]
     return picks
 
@@ -220,7 +342,9 @@ def relevant(
     """A mask of the pool's candidates that may still be ranked in the top_k once more candidates
     join the pool: with the k-th best layout (by its best candidate, lexicographically (volume,
     step) for gather-volume) at (V, S), a candidate with more volume than V, or the same and a step
-    above tie_limit(S), is behind k layouts each of which keeps it ineligible at every rank."""
+    above reach_limit(S), is behind k layouts each of which keeps it ineligible at every rank (at
+    rank j <= k one of the k is left, so the least step T0 <= S and every pick is within
+    reach_limit(T0))."""
     n = len(pool["sk"])
     primary = pool["volume"] if objective == "gather-volume" else np.zeros(n, dtype=np.int64)
     gid = group_ids(space, pool["sk"], pool["ri"], pool["z"])
@@ -232,4 +356,4 @@ def relevant(
         return np.ones(n, dtype=bool)
     kth = best[np.lexsort((pool["step"][best], primary[best]))[top_k - 1]]
     v, s = primary[kth], pool["step"][kth]
-    return (primary < v) | ((primary == v) & (pool["step"] <= tie_limit(int(s), tolerance)))
+    return (primary < v) | ((primary == v) & (pool["step"] <= reach_limit(int(s), tolerance)))
