@@ -15,6 +15,7 @@ from layoutsearch.costs.goodput import Resilience
 from layoutsearch.report import planning
 from layoutsearch.report.output import band_of, stage_layers_record
 from layoutsearch.search.explain import ranking_line
+from layoutsearch.search.ranking import RISK_BAND
 
 BAR_WIDTH = 30
 
@@ -287,12 +288,27 @@ def solve_report(
         print_fitted(out, list(SOLVE_COLUMNS), rows, SOLVE_DROP_ORDER, SOLVE_TEXT)
         low, high = band_of(result.layouts[0])
         out.print(
-            f"ranking: step times within {result.tie_tolerance:.1%} of the best are ties, won by the simplest "
+            f"ranking: within {RISK_BAND:.0%} of the least step time the layout with the fewest risks "
+            f"(low memory headroom, TP or CP across the slow network, CP, many microbatches) ranks "
+            f"first, and step times within {result.tie_tolerance:.1%} are ties, won by the simplest "
             f"layout; band s: the model's uncertainty, {low * 100:+.0f}%..{high * 100:+.0f}% of the step time "
             f"on {result.layouts[0].cluster.accelerator.kind.upper()}s",
             markup=False,
             highlight=False,
         )
+        least = result.objective_value
+        if (
+            result.objective == "step-time"
+            and least
+            and result.layouts[0].step_time_s > least * (1 + result.tie_tolerance)
+        ):
+            out.print(
+                f"the least step time ({least:.4f} s) belongs to a layout with a risk layout 1 "
+                f"avoids; layout 1 is {result.layouts[0].step_time_s / least - 1:.1%} slower, "
+                "inside the risk band",
+                markup=False,
+                highlight=False,
+            )
         hosted = [
             (rank, est.memory_bytes["host_offloaded"])
             for rank, est in enumerate(result.layouts, start=1)
