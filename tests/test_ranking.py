@@ -81,7 +81,8 @@ def _brute_force(space, tables, top_k: int, tolerance: float) -> list[tuple]:
     """The ranking written out in plain Python over every fitting candidate, for comparison:
     rank after rank, the least step time T0 among the layouts not yet ranked; among those with
     step <= T0 + floor(T0 * 0.05) the least risk tuple (peak memory above the capacity less
-    min(4 GiB, 10% of it); a TP or CP factor placed on a scale-out or DCN axis; cp > 1;
+    min(4 GiB, 10% of it); a TP factor placed on a scale-out or DCN axis; a CP factor so placed;
+    cp > 1;
     K > max(64, 8 pp)); T = the least step of those; then the candidate with the smallest key
     (degrees above one, cp > 1, TP beyond a node, z, K, recompute lightness
     (costs.memory.recompute_work), degrees in order, axis order) among them with
@@ -104,7 +105,8 @@ def _brute_force(space, tables, top_k: int, tolerance: float) -> list[tuple]:
         capacity = tables.capacity_kib
         risk = (
             int(peak_kib > capacity - min(4 * 2**30 // 1024, int(0.1 * capacity))),
-            int(tp_beyond or cp_beyond),
+            int(tp_beyond),
+            int(cp_beyond),
             int(degrees[4] > 1),
             int(int(space.sk_k[j]) > max(64, 8 * degrees[3])),
         )

@@ -289,7 +289,7 @@ def solve_report(
         low, high = band_of(result.layouts[0])
         out.print(
             f"ranking: within {RISK_BAND:.0%} of the least step time the layout with the fewest risks "
-            f"(low memory headroom, TP or CP across the slow network, CP, many microbatches) ranks "
+            f"(low memory headroom, TP across the slow network, then CP, CP at all, many microbatches) ranks "
             f"first, and step times within {result.tie_tolerance:.1%} are ties, won by the simplest "
             f"layout; band s: the model's uncertainty, {low * 100:+.0f}%..{high * 100:+.0f}% of the step time "
             f"on {result.layouts[0].cluster.accelerator.kind.upper()}s",

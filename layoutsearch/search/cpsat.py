@@ -299,10 +299,14 @@ def risk_objective(space: Space, t: Tables, model, v: Vars, memory_live: list):
     return (
         (1 << (n - 1)) * low
         + LinearExpr.weighted_sum(
-            list(v.szo.values()), [(1 << (n - 2)) * int(r.slow_group[s, o]) for s, _, o in v.szo]
+            list(v.szo.values()),
+            [
+                (1 << (n - 2)) * int(r.slow_tp[s, o]) + (1 << (n - 3)) * int(r.slow_cp[s, o])
+                for s, _, o in v.szo
+            ],
         )
         + LinearExpr.weighted_sum(
-            list(v.shape.values()), [(1 << (n - 3)) * int(r.cp[s]) for s in v.shape]
+            list(v.shape.values()), [(1 << (n - 4)) * int(r.cp[s]) for s in v.shape]
         )
         + LinearExpr.weighted_sum(list(v.y.values()), [int(r.many_microbatches[j]) for j in v.y])
     )
@@ -381,8 +385,22 @@ def cpsat_top(
     if limit is not None and objective == "step-time" and len(trace) == top_k:
         # the proofs need only the rows that may beat a rank's values: with the least risk 0 at
         # every rank (nothing to prove below it) those within each rank's tie limit
-        if all(safest == 0 for _, safest, _ in trace):
-            limit = max(tie_limit(value, tolerance) for _, _, value in trace)
+        if all(rank[1] == 0 for rank in trace):
+            least = max(tie_limit(rank[0], tolerance) for rank in trace)
+            limit = max(tie_limit(rank[2], tolerance) for rank in trace)
+            if limit > least:  # a riskier layout is the fastest: prove it apart, on its own rows
+                return _risk_free_top(
+                    space,
+                    t,
+                    (rows[best[rows] <= least], least),
+                    (rows, best, limit),
+                    fits_r,
+                    expected,
+                    trace,
+                    top_k,
+                    time_limit_s,
+                    tolerance,
+                )
             rows = rows[best[rows] <= limit]
     info = {
         "rows_kept": int(len(rows)),
@@ -472,6 +490,142 @@ def cpsat_top(
     return answers, info
 
 
+def _risk_free_top(
+    space: Space,
+    t: Tables,
+    fastest: tuple,
+    safe: tuple,
+    fits_r: np.ndarray,
+    expected: list,
+    trace: list,
+    top_k: int,
+    time_limit_s: float,
+    tolerance: float,
+):
+    """``cpsat_top`` where the enumerated ranking has the least risk 0 at every rank but the
+    least step time belongs to a riskier layout: two models. The first, over the rows that may
+    hold a step within the tie limit of a rank's least (``fastest``: rows, limit), proves each
+    rank's least step time T0 over every candidate; the second, over the rows without a row-level
+    risk (cp > 1, too many microbatches) whose least step is within the tie limit of a rank's
+    risk-free best (``safe``: rows, each row's least step or bound, limit), with the risk score
+    held at 0 and the step within band_limit(T0), proves the least step T of the risk-free
+    candidates and then the simplicity order with step <= tie_limit(T). A ranked layout is
+    excluded from both. The first model's rows are few (the search's usual ones); a model with
+    the band's every row and its risk phases would cost several times more."""
+    rows_a, limit_a = fastest
+    rows, best, limit_b = safe
+    r = shape_risk(space)
+    s_of = space.sk_shape
+    plain = (r.cp[s_of[rows]] == 0) & (r.many_microbatches[rows] == 0)
+    rows_b = rows[(best[rows] <= limit_b) & plain]
+    info = {
+        "rows_kept": int(len(np.union1d(rows_a, rows_b))),
+        "rows_total": int(len(space.sk_k)),
+        "status": "INFEASIBLE",
+        "objective": None,
+        "bound": None,
+        "history": [],
+        "wall_s": 0.0,
+        "ranking_status": "OPTIMAL",
+    }
+    model_a, v_a, exprs_a = build_model(space, t, rows_a, limit_a, fits_r)
+    model_b, v_b, exprs_b = build_model(space, t, rows_b, limit_b, fits_r)
+    model_b.add(exprs_b["risk"] == 0)
+    answers, deadline, least = [], time.perf_counter() + time_limit_s, None
+    for rank in range(top_k):
+        model_b.set_hint(_hint(space, v_b, *expected[rank]))
+        fastest = trace[rank][3]
+        if least is not None and trace[rank - 1][3] == fastest and least == trace[rank][0]:
+            # the proven fastest candidate was not ranked (its layout is not excluded) and
+            # exclusions only remove candidates: the least step time stands, nothing to solve
+            if fastest[:3] not in [a[:3] for a in answers]:
+                _band(model_b, exprs_b, least, rank)
+                answer = _rank_risk_free(
+                    space, t, model_b, v_b, exprs_b, rank, deadline, info, tolerance
+                )
+                if answer is None:
+                    break
+                answers.append(answer)
+                _exclude(answer, (model_a, v_a), (model_b, v_b))
+                continue
+        if int(fastest[0]) in v_a.y:
+            model_a.set_hint(_hint(space, v_a, *fastest))
+        attempt = _solver(max(0.05, deadline - time.perf_counter()))
+        callback = Incumbents()
+        model_a.minimize(exprs_a["step"])
+        status = attempt.solve(model_a, callback)
+        info["wall_s"] += attempt.wall_time
+        if status not in (cp_model.OPTIMAL, cp_model.FEASIBLE):
+            if rank == 0:
+                info["status"] = STATUS[status]
+            break
+        least = int(attempt.value(exprs_a["step"]))
+        if rank == 0:
+            info.update(
+                status=STATUS[status],
+                objective=least,
+                bound=float(attempt.best_objective_bound),
+                history=callback.history,
+            )
+        _band(model_b, exprs_b, least, rank)
+        answer = _rank_risk_free(space, t, model_b, v_b, exprs_b, rank, deadline, info, tolerance)
+        if answer is None:
+            break
+        answers.append(answer)
+        _exclude(answer, (model_a, v_a), (model_b, v_b))
+    return answers, info
+
+
+def _band(model, exprs: dict, least: int, rank: int) -> None:
+    """Hold the step time within the risk band of the least one, for this rank."""
+    lit = model.new_bool_var(f"band_{rank}")
+    model.add(exprs["step"] <= band_limit(least)).only_enforce_if(lit)
+    model.add_assumptions([lit])
+
+
+def _rank_risk_free(space, t, model, v, exprs, rank, deadline, info, tolerance):
+    """One rank of the risk-free model: the least step time T (a proof), then with step <=
+    tie_limit(T) the simplicity objectives; the answer, or None when a phase finds nothing."""
+    solver = None
+    phases = [("step", exprs["step"])] + [("simplicity", e) for e in exprs["simplicity"]]
+    for phase, (key, expr) in enumerate(phases):
+        attempt = _solver(max(0.05, deadline - time.perf_counter()))
+        model.minimize(expr)
+        status = attempt.solve(model)
+        info["wall_s"] += attempt.wall_time
+        if status not in (cp_model.OPTIMAL, cp_model.FEASIBLE):
+            if key == "simplicity":
+                info["ranking_status"] = STATUS[status]
+            else:
+                solver = None
+            break
+        solver = attempt
+        value = int(solver.value(expr))
+        if key == "simplicity" and status != cp_model.OPTIMAL:
+            info["ranking_status"] = STATUS[status]
+        lit = model.new_bool_var(f"fix_{rank}_{phase}")
+        if key == "step":
+            model.add(expr <= tie_limit(value, tolerance)).only_enforce_if(lit)
+        else:
+            model.add(expr == value).only_enforce_if(lit)
+        model.add_assumptions([lit])
+    model.clear_assumptions()
+    if solver is None:
+        return None
+    row, ri, z, o = _decode(solver, v)
+    m = assemble(t, space, np.array([row]), np.array([ri]), np.array([z]), np.array([o]))
+    metrics = {key: int(np.broadcast_to(m[key], (1,))[0]) for key in ("step", "peak", "volume")}
+    return (row, ri, z, o, metrics)
+
+
+def _exclude(answer: tuple, *models) -> None:
+    """The same layout placed otherwise is not ranked again, in every model holding its row."""
+    row, ri, z = answer[:3]
+    for model, v in models:
+        if row in v.y:
+            model.add_bool_or([~v.y[row], ~v.r[ri], ~v.z[z]])
+
+
 def _implied(key: str, after_step: int, trace: tuple | None, least: int | None) -> int | None:
     """A phase's value that the phases before it already prove, else None: the least risk when
     the enumerated ranking's is 0 (no candidate is below 0), and the least step of that risk
@@ -508,6 +662,11 @@ def _expected(
     picks = select(
         space, pool, objective, top_k, tolerance, capacity_kib=t.capacity_kib, trace=trace
     )
+    if trace is not None:  # the fastest candidate as (row, r index, z, o), for a hint
+        trace[:] = [
+            (*rank[:3], tuple(int(pool[key][rank[3]]) for key in ("sk", "ri", "z", "o")))
+            for rank in trace
+        ]
     return [tuple(int(pool[key][i]) for key in ("sk", "ri", "z", "o")) for i in picks]
 
 

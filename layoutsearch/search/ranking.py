@@ -58,7 +58,8 @@ MAX_PLAIN_MICROBATCHES = 64  # gradient-accumulation steps beyond which a step i
 MICROBATCHES_PER_STAGE = 8  # with a pipeline: microbatches per stage that already hide its bubble
 RISKS = (
     "memory headroom under min(4 GiB, 10% of the usable memory)",
-    "a TP or CP group across a scale-out or DCN link",
+    "a TP group across a scale-out or DCN link",
+    "a CP group across a scale-out or DCN link",
     "context parallelism",
     "microbatches above max(64, 8 x pp)",
 )
@@ -126,7 +127,8 @@ def headroom_kib(capacity_kib: int) -> int:
 class ShapeRisk:
     """The risks that depend on the shape (and the axis order) and the (S, K) row."""
 
-    slow_group: np.ndarray  # [shape, order] 0/1: a TP or CP group spans a scale-out or DCN axis
+    slow_tp: np.ndarray  # [shape, order] 0/1: the TP group spans a scale-out or DCN axis
+    slow_cp: np.ndarray  # [shape, order] 0/1: the CP group spans a scale-out or DCN axis
     cp: np.ndarray  # [shape] 0/1: cp > 1
     many_microbatches: np.ndarray  # [sk row] 0/1: K above max(64, 8 pp)
 
@@ -139,16 +141,20 @@ def shape_risk(space) -> ShapeRisk:
     sh = space.shapes
     degrees = {name: np.asarray(getattr(sh, name)) for name in ALL_DEGREE_NAMES}
     slow = [i for i, a in enumerate(space.cluster.axes) if a.kind in SLOW_AXIS_KINDS]
-    cols = [NESTING_ORDER.index(name) for name in ("tp", "cp")]
-    crossing = np.zeros((space.num_shapes, len(space.orders)), dtype=np.int64)
+    crossing = {
+        name: np.zeros((space.num_shapes, len(space.orders)), dtype=np.int64)
+        for name in ("tp", "cp")
+    }
     if slow and space.num_shapes:
         for o, order in enumerate(space.orders):
             table, _ = fill_order(space.cluster, degrees, order)
-            crossing[:, o] = (table[:, slow][:, :, cols] > 1).any(axis=(1, 2))
+            for name, flags in crossing.items():
+                flags[:, o] = (table[:, slow, NESTING_ORDER.index(name)] > 1).any(axis=1)
     pp = degrees["pp"][space.sk_shape]
     limit = np.maximum(MAX_PLAIN_MICROBATCHES, MICROBATCHES_PER_STAGE * pp)
     out = ShapeRisk(
-        slow_group=crossing,
+        slow_tp=crossing["tp"],
+        slow_cp=crossing["cp"],
         cp=(degrees["cp"] > 1).astype(np.int64),
         many_microbatches=(np.asarray(space.sk_k) > limit).astype(np.int64),
     )
@@ -161,9 +167,11 @@ def risk_flags(space, sk, o, peak_kib, capacity_kib: int) -> tuple[np.ndarray, .
     r = shape_risk(space)
     s = space.sk_shape[np.asarray(sk, dtype=np.int64)]
     low = np.asarray(peak_kib) > capacity_kib - headroom_kib(capacity_kib)
+    o = np.asarray(o, dtype=np.int64)
     return (
         low.astype(np.int64),
-        r.slow_group[s, np.asarray(o, dtype=np.int64)],
+        r.slow_tp[s, o],
+        r.slow_cp[s, o],
         r.cp[s],
         r.many_microbatches[np.asarray(sk, dtype=np.int64)],
     )
@@ -307,7 +315,8 @@ def select(
 ) -> list[int]:
     """The ranking above over a pool of fitting candidates (arrays ``sk``, ``ri``, ``z``, ``o``,
     ``step``, ``peak``, ``volume``): the indices of the top_k, in rank order. ``trace`` (a list)
-    receives per rank (least step T0, least risk score inside the band, least step T of those)."""
+    receives per rank (least step T0, least risk score inside the band, least step T of those,
+    the pool index of a candidate at T0)."""
     n = len(pool["sk"])
     if not n:
         return []
@@ -322,7 +331,8 @@ def select(
     picks: list[int] = []
     while len(picks) < top_k and alive.any():
         eligible = alive & (primary == primary[alive].min())
-        least = int(step[eligible].min())
+        fastest = int(np.argmin(np.where(eligible, step, np.iinfo(np.int64).max)))
+        least = int(step[fastest])
         eligible &= step <= band_limit(least)
         safest = int(risk[eligible].min())
         eligible &= risk == safest
@@ -331,7 +341,7 @@ def select(
         i = int(np.argmax(eligible))
         picks.append(int(order[i]))
         if trace is not None:
-            trace.append((least, safest, best))
+            trace.append((least, safest, best, int(order[fastest])))
         alive &= gid != gid[i]
     return picks
 
