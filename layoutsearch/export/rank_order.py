@@ -223,7 +223,8 @@ def jax_torus_axes(shape: tuple[int, ...], sizes: list[int]) -> list[tuple[int, 
     splitting a physical axis (mesh_utils, ``allow_split_physical_axes`` false): from the last logical
     axis (the most network-intensive) to the first, each takes the first combination of still-free
     physical axes, most axes first, whose sizes multiply to its size; None when one finds none."""
-    free, out = list(range(len(shape))), [() for _ in sizes]
+    free = list(range(len(shape)))
+    out: list[tuple[int, ...]] = [() for _ in sizes]
     for i in reversed(range(len(sizes))):
         if sizes[i] == 1:
             continue
@@ -248,7 +249,9 @@ def pick_launch(cluster: Cluster, layout: Layout, orders: dict) -> LaunchOrder |
     found = {name: launch_order(cluster, layout, name, groups) for name, groups in orders.items()}
     launches = [f for f in found.values() if isinstance(f, LaunchOrder)]
     natural = [f for f in launches if f.natural]
-    return (natural or launches or list(found.values()))[0]
+    if natural or launches:
+        return (natural or launches)[0]
+    return next(iter(found.values()))
 
 
 def gpu_rank_lines(ctx, orders: dict, what: str) -> tuple[LaunchOrder | None, list[str]]:

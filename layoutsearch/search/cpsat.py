@@ -386,13 +386,13 @@ def cpsat_top(
         # the proofs need only the rows that may beat a rank's values: with the least risk 0 at
         # every rank (nothing to prove below it) those within each rank's tie limit
         if all(rank[1] == 0 for rank in trace):
-            least = max(tie_limit(rank[0], tolerance) for rank in trace)
+            fastest = max(tie_limit(rank[0], tolerance) for rank in trace)
             limit = max(tie_limit(rank[2], tolerance) for rank in trace)
-            if limit > least:  # a riskier layout is the fastest: prove it apart, on its own rows
+            if limit > fastest:  # a riskier layout is the fastest: prove it apart, on its rows
                 return _risk_free_top(
                     space,
                     t,
-                    (rows[best[rows] <= least], least),
+                    (rows[best[rows] <= fastest], fastest),
                     (rows, best, limit),
                     fits_r,
                     expected,
@@ -424,7 +424,8 @@ def cpsat_top(
         + [("risk", exprs["risk"]), ("step", exprs["step"])]
         + [("simplicity", e) for e in exprs["simplicity"]]
     )
-    answers, deadline = [], time.perf_counter() + time_limit_s
+    answers: list[tuple] = []
+    deadline = time.perf_counter() + time_limit_s
     for rank in range(top_k):
         solver = None
         if rank < len(hints):  # the search still proves every phase; a hint only finds it sooner

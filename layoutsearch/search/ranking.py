@@ -181,7 +181,10 @@ def risk_score(space, sk, o, peak_kib, capacity_kib: int) -> np.ndarray:
     """The risks as one number, each weighing more than all after it (smaller is safer)."""
     flags = risk_flags(space, sk, o, peak_kib, capacity_kib)
     n = len(flags)
-    return sum((flag << (n - 1 - i) for i, flag in enumerate(flags)), np.int64(0))
+    score = np.zeros(np.shape(flags[0]), dtype=np.int64)
+    for i, flag in enumerate(flags):
+        score += flag << (n - 1 - i)
+    return score
 
 
 def riskier_because(flags_a: tuple[int, ...], flags_b: tuple[int, ...]) -> str | None:
