@@ -15,18 +15,26 @@
 # (3.11: the local torch wheel is cp311), with the same torch 2.13.0+cpu, torchtitan 0.3.0 and its
 # dependencies, and triton (its llama3 config_registry imports it).
 #
+# Megatron-Bridge 0.3.1 declares Transformer Engine (CUDA builds only), mamba-ssm and causal-conv1d, and its
+# package __init__ imports Transformer Engine, so it is installed with --no-deps into its own venv at
+# BRIDGE_VENV (default ~/.cache/layoutsearch/bridge-venv) beside torch 2.13.0+cpu, megatron-core 0.16.1,
+# hydra-core and omegaconf: what the two Bridge modules the test loads from their files import
+# (training/utils/omegaconf_utils.py, models/transformer_config.py; docs/exports.md says why).
+#
 # MaxText needs Python >= 3.12: when python3.12 is found it gets its own venv at
 # MAXTEXT_VENV (default ~/.cache/layoutsearch/maxtext-venv), which the tests find by itself;
 # maxtext 0.2.5 declares its dependencies only as GPU/TPU extras, so the CPU set that its
 # pyconfig, device-mesh, model (create_model) and train entry point (one synthetic-data step) import
 # is listed here.
 # Measured on the 2-core machine (cached wheels): about 40 s for the first group, 50 s for the
-# torchtitan 0.3 venv, 60 s for MaxText before its model/train packages were added (tokamax and the
-# rest: about 30 s more), 3 minutes for the DeepSpeed op; a rerun with everything present, 45 s.
+# torchtitan 0.3 venv, about 3 minutes for the Bridge venv (torch unpacking, on the 2 cores shared with other
+# jobs), 60 s for MaxText before its model/train packages were added (tokamax and the
+# rest: about 30 s more), 3 minutes for the DeepSpeed op; a rerun with everything present, 45 s (and 30 s for the Bridge venv).
 set -euo pipefail
 PYTHON=${PYTHON:-python3}
 MAXTEXT_VENV=${MAXTEXT_VENV:-$HOME/.cache/layoutsearch/maxtext-venv}
 TORCHTITAN03_VENV=${TORCHTITAN03_VENV:-$HOME/.cache/layoutsearch/torchtitan03-venv}
+BRIDGE_VENV=${BRIDGE_VENV:-$HOME/.cache/layoutsearch/bridge-venv}
 
 constraints=$(mktemp)
 trap 'rm -f "$constraints"' EXIT
@@ -47,6 +55,18 @@ fi
 assert torch.version.cuda is None, 'a CUDA torch was installed'" >/dev/null 2>&1 \
     || { echo "torchtitan 0.3 venv at $TORCHTITAN03_VENV does not import torchtitan.models.llama3.config_registry" >&2; exit 1; }
 echo "torchtitan 0.3 interpreter: $TORCHTITAN03_VENV/bin/python"
+
+if [ ! -x "$BRIDGE_VENV/bin/python" ]; then
+    "$PYTHON" -m venv "$BRIDGE_VENV"
+fi
+"$BRIDGE_VENV/bin/python" -m pip install -q -c "$constraints" "torch==2.13.0+cpu" megatron-core==0.16.1 \
+    hydra-core==1.3.2 omegaconf==2.3.1
+"$BRIDGE_VENV/bin/python" -m pip install -q --no-deps megatron-bridge==0.3.1
+"$BRIDGE_VENV/bin/python" -c "import importlib.util, torch, hydra, omegaconf, megatron.core
+assert torch.version.cuda is None, 'a CUDA torch was installed'
+assert importlib.util.find_spec('megatron.bridge') is not None" >/dev/null 2>&1 \
+    || { echo "Megatron-Bridge venv at $BRIDGE_VENV lacks torch (CPU), hydra, omegaconf, megatron.core or megatron.bridge" >&2; exit 1; }
+echo "Megatron-Bridge interpreter: $BRIDGE_VENV/bin/python"
 
 PY312=""
 for candidate in python3.12 python3.13 "${PYENV_ROOT:-$HOME/.pyenv}"/versions/3.1[23]*/bin/python3; do

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import os
 import platform
+import resource
 import statistics
 import subprocess
 import sys
@@ -28,15 +29,20 @@ REPEATS = 1
 ARGS = ["sweep", "-m", MODELS, "-c", CLUSTERS, "--seqs", SEQS, "--no-progress"]
 
 
-def timed_run(output: str, *extra: str) -> float:
-    """Wall seconds of one whole `layoutsearch sweep` process."""
+def timed_run(output: str, *extra: str) -> tuple[float, float]:
+    """Wall seconds and CPU seconds (user + system) of one whole `layoutsearch sweep` process and
+    the workers it waited for (a Ray instance's workers are not its children: not counted)."""
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
     t0 = time.perf_counter()
     subprocess.run(
         [sys.executable, "-m", "layoutsearch.cli", *ARGS, "-o", output, *extra],
         check=True,
         capture_output=True,
     )
-    return time.perf_counter() - t0
+    wall_s = time.perf_counter() - t0
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    cpu_s = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
+    return wall_s, cpu_s
 
 
 def main() -> int:
@@ -46,36 +52,45 @@ def main() -> int:
     runs = []
     with tempfile.TemporaryDirectory() as tmp:
         configs = [
-            (f"local, --jobs {cpus}", ["--jobs", str(cpus)]),
-            ("local, --jobs 1", ["--jobs", "1"]),
+            (f"local, --jobs {cpus}", cpus, []),
+            ("local, --jobs 1", 1, []),
         ]
         if find_spec("ray"):
             configs.append(
                 (
                     f"ray, --jobs {cpus} (a local Ray instance; its start and shutdown included)",
-                    ["--executor", "ray", "--jobs", str(cpus)],
+                    cpus,
+                    ["--executor", "ray"],
                 )
             )
-        for i, (label, extra) in enumerate(configs):
-            walls = []
+        for i, (label, jobs, executor) in enumerate(configs):
+            extra = [*executor, "--jobs", str(jobs)]
+            walls, cpus_s = [], []
             for k in range(REPEATS):
                 out = os.path.join(tmp, f"run{i}-{k}.parquet")
-                walls.append(timed_run(out, *extra))
+                wall_s, cpu_s = timed_run(out, *extra)
+                walls.append(wall_s)
+                cpus_s.append(cpu_s)
             rows = read_table(out)
             runs.append(
                 {
                     "label": label,
                     "wall_s": statistics.median(walls),
                     "min_s": min(walls),
+                    "cpu_s": statistics.median(cpus_s),
+                    "jobs": jobs,
+                    "ray": bool(executor),
                     "rows": rows,
                 }
             )
             print(
-                f"{label}: median {runs[-1]['wall_s']:.1f} s, min {min(walls):.1f} s for {len(rows)} points",
+                f"{label}: median {runs[-1]['wall_s']:.1f} s, min {min(walls):.1f} s, "
+                f"CPU {runs[-1]['cpu_s']:.1f} s for {len(rows)} points",
                 flush=True,
             )
-        resume = timed_run(os.path.join(tmp, "run0-0.parquet"), "--jobs", str(cpus))
+        resume, _ = timed_run(os.path.join(tmp, "run0-0.parquet"), "--jobs", str(cpus))
         print(f"rerun with every point done: {resume:.2f} s", flush=True)
+    load_end = os.getloadavg()[0]
     main_rows = runs[0]["rows"]
     point_s = sorted(r["point_wall_s"] for r in main_rows)
     solver_s = sorted(r["wall_s"] for r in main_rows if r["wall_s"] is not None)
@@ -108,18 +123,28 @@ def main() -> int:
         command,
         "```",
         "",
-        f"{REPEATS} runs each; load average {load:.1f} when the benchmark started.",
+        f"{REPEATS} runs each; load average {load:.1f} when the benchmark started and {load_end:.1f} "
+        "when it ended (other work on the machine shares its cores: the wall times grow with it). "
+        "CPU s is user + system time of the sweep process and its workers (a Ray instance's "
+        "workers are not counted); CPU s / jobs is about the wall time the local executor takes "
+        "with that many cores to itself.",
         "",
-        "| executor | median wall s | min wall s | points/s (median) |",
-        "|---|---|---|---|",
+        "| executor | median wall s | min wall s | points/s (median) | CPU s (median) | CPU s / jobs |",
+        "|---|---|---|---|---|---|",
         *[
-            f"| {run['label']} | {run['wall_s']:.1f} | {run['min_s']:.1f} | {len(run['rows']) / run['wall_s']:.1f} |"
+            f"| {run['label']} | {run['wall_s']:.1f} | {run['min_s']:.1f} | "
+            f"{len(run['rows']) / run['wall_s']:.1f} | "
+            + (
+                "- | - |"
+                if run["ray"]
+                else f"{run['cpu_s']:.1f} | {run['cpu_s'] / run['jobs']:.1f} |"
+            )
             for run in runs
         ],
-        f"| rerun of the finished sweep (every point skipped) | {resume:.2f} | | - |",
+        f"| rerun of the finished sweep (every point skipped) | {resume:.2f} | | - | | |",
         "",
         f"Target: <= 60 s on a 2-core machine: {'met' if runs[0]['wall_s'] <= 60 else 'NOT met'} "
-        f"({runs[0]['wall_s']:.1f} s with {cpus} jobs).",
+        f"({runs[0]['wall_s']:.1f} s with {cpus} jobs; {runs[0]['cpu_s'] / cpus:.1f} s of CPU per core).",
         "",
         f"Statuses: {', '.join(f'{v} {k}' for k, v in sorted(statuses.items()))}. "
         f"All executors agree on every point's status, objective and degrees: {'yes' if same else 'NO'}.",

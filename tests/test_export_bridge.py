@@ -2,6 +2,11 @@
 
 from __future__ import annotations
 
+import json
+import os
+import subprocess
+from pathlib import Path
+
 import pytest
 import yaml
 from builders import export_docs, exported, solve_doc
@@ -10,7 +15,7 @@ from layoutsearch.core.errors import InvalidLayoutError
 from layoutsearch.core.specs import Layout
 from layoutsearch.export import SUFFIXES, TARGETS, check_export, export_document
 
-FSDP_TP = export_docs()["fsdp_tp"]
+FSDP_TP, CP = (export_docs()[k] for k in ("fsdp_tp", "cp"))
 INTERLEAVED_ZERO1 = solve_doc(
     "llama3-8b",
     "h100-64",
@@ -25,6 +30,10 @@ INTERLEAVED_ZERO1 = solve_doc(
         schedule="interleaved",
         zero_stage=1,
     ),
+)
+
+MIXTRAL_EP8_FP8 = solve_doc(
+    "mixtral-8x7b", "h100-64", 512, 4096, Layout(fsdp=32, tp=2, ep=8, zero_stage=1), precision="fp8"
 )
 
 
@@ -89,14 +98,7 @@ def test_megatron_fsdp_with_a_pipeline_is_refused():
 
 def test_moe_and_precision_fields():
     """Mixtral ep 8 on 64 H100s in fp8: expert fields, the dispatcher, the fp8 recipe name."""
-    doc = solve_doc(
-        "mixtral-8x7b",
-        "h100-64",
-        512,
-        4096,
-        Layout(fsdp=32, tp=2, ep=8, zero_stage=1),
-        precision="fp8",
-    )
+    doc = MIXTRAL_EP8_FP8
     model = yaml.safe_load(exported(doc, "megatron-bridge"))["model"]
     assert (
         model["num_moe_experts"],
@@ -133,3 +135,155 @@ def test_placeholders_are_comments():
         "checkpoint",
         "mixed_precision",
     }
+
+
+# ----------------------------------------------------------------------------- Megatron-Bridge itself
+# Every `megatron.bridge.*` import runs the package __init__, which imports Transformer Engine (see
+# docs/exports.md), so the loader runs the two Bridge modules that import only torch, hydra, omegaconf
+# and megatron-core, from the installed 0.3.1 files: training/utils/omegaconf_utils.py (the merge) and
+# models/transformer_config.py (the model section's base, whose finalize() runs megatron-core's checks).
+# The other sections' field names are read from the installed sources.
+BRIDGE_LOADER = r"""
+import ast, dataclasses, importlib.util, json, logging, sys
+from pathlib import Path
+from megatron.core.distributed import DistributedDataParallelConfig
+
+ROOT = Path(importlib.util.find_spec("megatron.bridge").submodule_search_locations[0])
+
+
+def load(rel):
+    spec = importlib.util.spec_from_file_location("bridge_" + Path(rel).stem, ROOT / rel)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def class_fields(rel, name):
+    tree = ast.parse((ROOT / rel).read_text())
+    body = next(n for n in tree.body if isinstance(n, ast.ClassDef) and n.name == name).body
+    return [n.target.id for n in body if isinstance(n, ast.AnnAssign) and isinstance(n.target, ast.Name)]
+
+
+def section(name, fields, bases=()):
+    return dataclasses.make_dataclass(
+        name, [(f, object, dataclasses.field(default=None)) for f in fields], bases=bases
+    )
+
+
+merge = load("training/utils/omegaconf_utils.py").process_config_with_overrides
+TransformerConfig = load("models/transformer_config.py").TransformerConfig
+Model = section("GPTModelProvider", class_fields("models/gpt_provider.py", "GPTModelProvider"), (TransformerConfig,))
+sections = {
+    name: section(name, class_fields("training/config.py", name))
+    for name in ("TrainingConfig", "CheckpointConfig", "DistributedInitConfig")
+}
+Container = dataclasses.make_dataclass("ConfigContainer", [
+    ("model", Model), ("train", sections["TrainingConfig"]), ("ddp", DistributedDataParallelConfig),
+    ("dist", sections["DistributedInitConfig"]), ("checkpoint", sections["CheckpointConfig"]),
+    ("mixed_precision", object, dataclasses.field(default=None)),
+])
+recipes = {
+    n.name for n in ast.parse((ROOT / "training/mixed_precision.py").read_text()).body
+    if isinstance(n, ast.FunctionDef)
+}
+skipped = []
+handler = logging.Handler()
+handler.emit = lambda record: skipped.append(record.getMessage())
+logging.getLogger().addHandler(handler)
+logging.getLogger().setLevel(logging.WARNING)
+out = {}
+for path in sys.argv[1:]:
+    # a llama3-8b-like recipe with its own recompute, which the override must clear
+    cfg = Container(
+        model=Model(num_layers=32, hidden_size=4096, num_attention_heads=32,
+                    recompute_granularity="full", recompute_method="uniform", recompute_num_layers=1),
+        train=sections["TrainingConfig"](), ddp=DistributedDataParallelConfig(),
+        dist=sections["DistributedInitConfig"](), checkpoint=sections["CheckpointConfig"](),
+        mixed_precision="bf16_mixed",
+    )
+    skipped.clear()
+    merge(cfg, config_filepath=path)
+    got = {"skipped": list(skipped), "recipe_known": cfg.mixed_precision in recipes}
+    try:
+        cfg.model.finalize()
+        DistributedDataParallelConfig.__post_init__(cfg.ddp)
+    except Exception as exc:
+        got["error"] = f"{type(exc).__name__}: {exc}"
+    got["values"] = {
+        s: {f.name: getattr(getattr(cfg, s), f.name) for f in dataclasses.fields(getattr(cfg, s))}
+        for s in ("model", "train", "ddp", "dist", "checkpoint")
+    }
+    got["values"]["mixed_precision"] = cfg.mixed_precision
+    out[Path(path).stem] = json.loads(json.dumps(got, default=str))
+print("RESULT " + json.dumps(out))
+"""
+
+
+def bridge_python() -> str:
+    path = os.environ.get("LAYOUTSEARCH_BRIDGE_PYTHON") or str(
+        Path.home() / ".cache" / "layoutsearch" / "bridge-venv" / "bin" / "python"
+    )
+    if not Path(path).is_file():
+        pytest.skip(f"no Megatron-Bridge interpreter at {path} (run .ci/frameworks.sh)")
+    return path
+
+
+@pytest.mark.frameworks
+def test_bridge_merges_the_overrides_onto_its_config_classes(tmp_path):
+    """Megatron-Bridge 0.3.1's process_config_with_overrides merges each export (pp 4 x vp 2; Mixtral ep 8 fp8;
+    cp 2; Megatron-FSDP) onto a recipe-like container without skipping a key, the model section's finalize()
+    (megatron-core's TransformerConfig checks) and DistributedDataParallelConfig accept the result, and a
+    misspelled key is reported as skipped."""
+    python = bridge_python()
+    cases = {"interleaved": INTERLEAVED_ZERO1, "moe": MIXTRAL_EP8_FP8, "cp": CP, "fsdp_tp": FSDP_TP}
+    paths = []
+    for name, doc in cases.items():
+        paths.append(tmp_path / f"{name}.yaml")
+        paths[-1].write_text(exported(doc, "megatron-bridge"))
+    paths.append(tmp_path / "typo.yaml")
+    paths[-1].write_text(paths[0].read_text().replace("  context_parallel_size:", "  cp_size:"))
+    run = subprocess.run(
+        [python, "-c", BRIDGE_LOADER, *map(str, paths)],
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    lines = [line for line in run.stdout.splitlines() if line.startswith("RESULT ")]
+    assert lines, run.stderr[-3000:]
+    got = json.loads(lines[0][7:])
+    for name in cases:
+        assert got[name]["skipped"] == [] and "error" not in got[name], (name, got[name])
+        assert got[name]["recipe_known"], got[name]["values"]["mixed_precision"]
+    model = {name: got[name]["values"]["model"] for name in got}
+    ddp = {name: got[name]["values"]["ddp"] for name in got}
+    assert (
+        model["interleaved"]["pipeline_model_parallel_size"],
+        model["interleaved"]["virtual_pipeline_model_parallel_size"],
+        model["interleaved"]["tensor_model_parallel_size"],
+        model["interleaved"]["recompute_granularity"],  # the recipe's "full" cleared
+        ddp["interleaved"]["use_distributed_optimizer"],
+        got["interleaved"]["values"]["train"]["micro_batch_size"],
+    ) == (4, 2, 8, None, True, 16)
+    assert (
+        model["moe"]["num_moe_experts"],
+        model["moe"]["moe_router_topk"],
+        model["moe"]["expert_model_parallel_size"],
+        model["moe"]["tensor_model_parallel_size"],
+        got["moe"]["values"]["mixed_precision"],
+    ) == (8, 2, 8, 2, "bf16_with_fp8_delayed_scaling_mixed")
+    assert (
+        model["cp"]["context_parallel_size"],
+        model["cp"]["seq_length"],
+        model["cp"]["recompute_modules"],
+        got["cp"]["values"]["train"]["global_batch_size"],
+    ) == (2, 8192, ["core_attn"], 128)
+    assert (
+        ddp["fsdp_tp"]["use_megatron_fsdp"],
+        ddp["fsdp_tp"]["data_parallel_sharding_strategy"],
+        got["fsdp_tp"]["values"]["dist"]["use_megatron_fsdp"],
+        got["fsdp_tp"]["values"]["checkpoint"]["ckpt_format"],
+        model["fsdp_tp"]["init_model_with_meta_device"],
+    ) == (True, "optim_grads_params", True, "fsdp_dtensor", True)
+    assert got["typo"]["skipped"] == [
+        "Key 'cp_size' in overrides not found in config object GPTModelProvider. Skipping."
+    ]

@@ -459,15 +459,15 @@ def test_huge_integers_are_refused_with_bounds(bad_input, tmp_path):
     err = bad_input("estimate", *base, "--seqs", "99999999999999999999")
     assert "'--seqs'" in err and "16777216" in err and "99999999999999999999" in err
     err = bad_input("estimate", *base, "--layout", "tp=99999999999999999999")
-    assert err == "error: --layout tp: 99999999999999999999 must be <= 262144"
+    assert err == "error: --layout tp: 99999999999999999999 must be <= 1048576"
     err = bad_input("estimate", *base, "--axes", "dp=node:99999999999999999999", "--layout", "dp=8")
-    assert err == "error: --axes dp node: 99999999999999999999 must be <= 262144"
+    assert err == "error: --axes dp node: 99999999999999999999 must be <= 1048576"
     err = bad_input("estimate", *base, "--zero-stage", "99999999999999999999")
     assert err == "error: --zero-stage: zero_stage(99999999999999999999) must be 0, 1, 2 or 3"
     err = bad_input("estimate", *base, "--microbatches", str(2**63))
     assert "'--microbatches'" in err
     err = bad_input("solve", *base, "--choices", "tp=1,99999999999999999999")
-    assert err == "error: --choices tp: 99999999999999999999 must be <= 262144"
+    assert err == "error: --choices tp: 99999999999999999999 must be <= 1048576"
     debug = Path(__file__).resolve().parents[1] / "models" / "debug.yaml"
     for value, message in (
         ("1e30", "unable to parse string as an integer (got '1e30')"),
@@ -607,7 +607,7 @@ def test_fix_that_does_not_divide_the_devices_is_named(bad_input):
     [
         (
             "h100-99999999999999999999",
-            "device count 99999999999999999999 is over the limit of 262,144 devices",
+            "device count 99999999999999999999 is over the limit of 1,048,576 devices",
         ),
         ("v5p:0x2x2", "every shape dimension must be >= 1"),
         ("", "expected ACCELERATOR-COUNT"),

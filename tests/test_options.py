@@ -37,6 +37,7 @@ WORKLOAD = [
     "--no-fused-attention",
     "--hbm-gib",
     "--memory-margin-gib",
+    "--power-limit-w",
 ]
 PROBLEM = ["--problem", "--model", "-m", "--cluster", "-c"]
 SEARCH = ["--top", "--fix", "--choices", "--only", "--objective", "--time-limit", "--method"]
@@ -134,8 +135,10 @@ FLAGS = {
         "--retry-failed",
         "--progress",
         "--no-progress",
+        "--max-site-power-mw",
         "--tokens",
         "--price-per-device-hour",
+        "--price-per-kwh",
         *WORKLOAD,
     ],
 }

@@ -19,7 +19,7 @@ from layoutsearch.core.topology import resolve_cluster
 from layoutsearch.report import planning
 from layoutsearch.search import solve
 from layoutsearch.sweep import check_row, expand_points, read_table, run_sweep
-from layoutsearch.sweep.table import LAYOUT_COLUMNS
+from layoutsearch.sweep.table import LAYOUT_COLUMNS, PLAN_COLUMNS
 
 runner = CliRunner()
 EXAMPLES = Path(__file__).resolve().parents[1] / "examples"
@@ -451,7 +451,17 @@ def test_sweep_rows_carry_time_and_cost_columns(tmp_path):
         **{k: None for k in LAYOUT_COLUMNS},
     }
     assert check_row(bad) == "status INFEASIBLE with a time or cost to train"
-    assert check_row({**bad, "train_days": None, "device_hours": None, "cost": None}) is None
+    assert check_row({**bad, "train_days": None, "device_hours": None, "cost": None}) == (
+        "status INFEASIBLE with a time or cost to train"  # the energy columns are still set
+    )
+    assert set(PLAN_COLUMNS) == {
+        "train_days",
+        "device_hours",
+        "cost",
+        "energy_j_per_step",
+        "energy_kwh",
+    }
+    assert check_row({**bad, **{k: None for k in PLAN_COLUMNS}}) is None
 
 
 def test_sweep_cli_takes_tokens_and_price(tmp_path):

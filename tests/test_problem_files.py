@@ -217,12 +217,12 @@ def test_an_inline_accelerator_is_validated_like_the_catalogue(tmp_path):
         ({"nodes": 4}, ["field 'accelerator' is missing", "accelerator_spec"]),
         ({"accelerator": "h10", "nodes": 4}, ["field 'accelerator'", "did you mean 'h100'?"]),
         (
-            {"accelerator": "h100", "nodes": 37500},
-            ["field 'nodes'", "300,000 devices is over the limit of 262,144"],
+            {"accelerator": "h100", "nodes": 150000},
+            ["field 'nodes'", "1,200,000 devices is over the limit of 1,048,576"],
         ),
         (
-            {"accelerator": "v5p", "shape": [16, 20, 28], "slices": 34},
-            ["field 'slices'", "304,640 devices is over the limit"],
+            {"accelerator": "v5p", "shape": [16, 20, 28], "slices": 118},
+            ["field 'slices'", "1,057,280 devices is over the limit"],
         ),
         ({"accelerator": "h100"}, ["field 'nodes' is missing"]),
         ({"accelerator": "v5p", "nodes": 4}, ["field 'nodes' is for GPU clusters", "give 'shape'"]),
@@ -429,8 +429,8 @@ def test_load_problem_file_normalises_the_yaml_forms(tmp_path):
         ({"model": "missing.yaml"}, ["field 'model'", "no file"]),
         ({"cluster": {"nodes": 4}}, ["field 'cluster.accelerator' is missing"]),
         (
-            {"cluster": {"accelerator": "h100", "nodes": 37500}},
-            ["field 'cluster.nodes'", "300,000 devices"],
+            {"cluster": {"accelerator": "h100", "nodes": 150000}},
+            ["field 'cluster.nodes'", "1,200,000 devices"],
         ),
         (
             {"cluster": {"accelerator": "h100", "nodes": 2, "nods": 2}},

@@ -258,8 +258,8 @@ def test_inconsistent_factor_graph_is_detected():
             r"12 GPUs is not a whole number of 8-GPU nodes \(valid nearby sizes: 4, 8, 16, 24\)",
         ),
         (
-            "h100-262140",
-            r"262140 GPUs is not a whole number of 8-GPU nodes \(valid nearby sizes: 262128, 262136, 262144\)",
+            "h100-1048572",
+            r"1048572 GPUs is not a whole number of 8-GPU nodes \(valid nearby sizes: 1048560, 1048568, 1048576\)",
         ),
         (
             "gb200-98",
@@ -287,22 +287,22 @@ def test_inconsistent_factor_graph_is_detected():
         (
             "h100-99999999999999999999",
             r"cluster 'h100-99999999999999999999': device count 99999999999999999999 is over the "
-            r"limit of 262,144 devices",
+            r"limit of 1,048,576 devices",
         ),
         (
             "v5p-100000000",
-            r"cluster 'v5p-100000000': device count 100000000 is over the limit of 262,144 devices",
+            r"cluster 'v5p-100000000': device count 100000000 is over the limit of 1,048,576 devices",
         ),
         (
-            "h100-262152",
-            r"cluster 'h100-262152': 262,152 devices is over the limit of 262,144 devices",
+            "h100-1048584",
+            r"cluster 'h100-1048584': 1,048,584 devices is over the limit of 1,048,576 devices",
         ),
         (
-            "v5p-8960x30",
-            r"cluster 'v5p-8960x30': 8,960 devices x 30 slices = 268,800 devices is over the limit of 262,144",
+            "v5p-8960x118",
+            r"cluster 'v5p-8960x118': 8,960 devices x 118 slices = 1,057,280 devices is over the limit of 1,048,576",
         ),
-        ("v5p-64x99999999999", r"slice count 99999999999 is over the limit of 262,144 devices"),
-        ("v5p:4x4x" + "9" * 5000, r"shape dimension 9999.* is over the limit of 262,144 devices"),
+        ("v5p-64x99999999999", r"slice count 99999999999 is over the limit of 1,048,576 devices"),
+        ("v5p:4x4x" + "9" * 5000, r"shape dimension 9999.* is over the limit of 1,048,576 devices"),
     ],
 )
 def test_impossible_clusters_are_clear_one_line_errors(name, message):
@@ -312,9 +312,9 @@ def test_impossible_clusters_are_clear_one_line_errors(name, message):
 
 
 def test_the_limit_itself_resolves():
-    assert resolve_cluster("h100-262144").num_devices == MAX_DEVICES
-    assert resolve_cluster("v5p-8192x32").num_devices == MAX_DEVICES
-    assert resolve_cluster("v5p-1x262144").axes[0].size == MAX_DEVICES
+    assert resolve_cluster("h100-1048576").num_devices == MAX_DEVICES == 1_048_576
+    assert resolve_cluster("v5p-8192x128").num_devices == MAX_DEVICES
+    assert resolve_cluster("v5p-1x1048576").axes[0].size == MAX_DEVICES
 
 
 def test_valid_sizes_stop_at_the_device_limit():

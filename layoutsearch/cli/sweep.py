@@ -28,7 +28,7 @@ SPEC = CommandSpec(
             ("model", "cluster", "output", "seqs", "seq_len", "jobs", "executor", "address"),
         ),
         (SearchOptions, ("time_limit",)),
-        (SweepOptions, ("fresh", "retry_failed", "progress")),
+        (SweepOptions, ("fresh", "retry_failed", "progress", "max_site_power_mw")),
         (PlanOptions, PLAN_FIELDS["sweep"]),
         (WorkloadOptions, ALL),
     ),
@@ -60,6 +60,8 @@ def sweep(given: Given) -> None:
         plan.tokens,
         plan.price_per_device_hour,
         workload.values(),
+        plan.price_per_kwh,
+        opts.max_site_power_mw,
     )
     output = opts.output
     try:

@@ -13,3 +13,56 @@ import numpy as np
 IntArray: TypeAlias = int | np.ndarray  # an integer, or one per candidate row
 FloatArray: TypeAlias = float | np.ndarray  # a real number (an int too), or one per candidate row
 BoolArray: TypeAlias = bool | np.ndarray  # a flag, or one per candidate row
+
+# keys (and key tuples) up to this many codes are found by a lookup table, not by sorting
+PER_KEY_DIRECT_CODES = 1 << 22
+
+
+def _compact(column: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(the distinct values of a non-negative integer array, each entry's index among them, in its
+    shape): by a lookup table when the values are small, else by sorting."""
+    flat = column.ravel().astype(np.int64, copy=False)
+    size = int(flat.max()) + 1 if flat.size else 1
+    if size > min(PER_KEY_DIRECT_CODES, max(4 * flat.size, 1 << 16)):
+        distinct, ids = np.unique(flat, return_inverse=True)
+        return distinct, ids.reshape(column.shape)
+    present = np.zeros(size, dtype=bool)
+    present[flat] = True
+    distinct = np.flatnonzero(present)
+    position = np.zeros(size, dtype=np.int64)
+    position[distinct] = np.arange(len(distinct))
+    return distinct, position[column.astype(np.int64, copy=False)]
+
+
+def per_key(fn, *keys):
+    """``fn(*keys)`` of an elementwise ``fn`` over non-negative integer key arrays (broadcast
+    together), computed once per distinct tuple of keys and spread back to every entry: the same
+    values, at the cost of the distinct keys (a term of the tensor-parallel degree alone takes a
+    handful of rows, not one per candidate). ``fn`` returns an array, a scalar, or a tuple or dict
+    of them."""
+    arrays = [np.asarray(key) for key in keys]
+    if all(a.ndim == 0 for a in arrays):
+        return fn(*keys)
+    shape = np.broadcast_shapes(*(a.shape for a in arrays))
+    compact = [_compact(a) for a in arrays]  # each key as small integers, before broadcasting
+    bases = [len(distinct) for distinct, _ in compact]
+    code = compact[0][1]  # one integer per tuple
+    for (_, ids), base in zip(compact[1:], bases[1:]):
+        code = code * base + ids
+    distinct, inverse = _compact(np.broadcast_to(code, shape))
+    digits, rest = [], distinct
+    for base in reversed(bases):
+        rest, digit = np.divmod(rest, base)
+        digits.append(digit)
+    digits.reverse()
+    values = [values[digit] for (values, _), digit in zip(compact, digits)]
+
+    def spread(value):
+        if isinstance(value, dict):
+            return {name: spread(v) for name, v in value.items()}
+        if isinstance(value, tuple):
+            return tuple(spread(v) for v in value)
+        value = np.asarray(value)
+        return value[inverse] if value.ndim else value
+
+    return spread(fn(*values))

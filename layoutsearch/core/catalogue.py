@@ -1317,6 +1317,11 @@ def accelerator_from_dict(data: Any, where: str) -> Accelerator:
             f"{where}: field 'runtime_reserve_gib' ({f.runtime_reserve_gib:g}) leaves no usable "
             f"memory of the {hbm_bytes / GIB:.4g} GiB per device"
         )
+    if f.idle_power_w is not None and not (f.board_power_w or 0) > f.idle_power_w:
+        raise CatalogueError(
+            f"{where}: field 'idle_power_w' ({f.idle_power_w:g}) needs a board_power_w above it "
+            f"(got {f.board_power_w})"
+        )
     if (f.peak_fp8_tflops is None) != (f.calibration.fp8_matmul_efficiency is None):
         raise CatalogueError(
             f"{where}: give 'peak_fp8_tflops' and 'calibration: fp8_matmul_efficiency' together"

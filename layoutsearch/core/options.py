@@ -21,6 +21,7 @@ from typing import Any, Union, get_args, get_origin
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator
 
+from layoutsearch.core.catalogue import MAX_DEVICE_POWER_W
 from layoutsearch.core.specs import (
     LEARNED_ROUTING_EXPERT_CV,
     CudaGraphs,
@@ -253,6 +254,14 @@ class WorkloadOptions(OptionGroup):
     memory_margin_gib: float = Field(
         0.0, ge=0, le=1024, description="Memory kept free on every device, GiB"
     )
+    power_limit_w: float | None = Field(
+        None,
+        gt=0,
+        le=MAX_DEVICE_POWER_W,
+        description="Power cap per device, W (nvidia-smi -pl): below the board power it lowers "
+        "the sustained clock and so the compute rate (docs/planning.md#power-caps); default: "
+        "the rating, no cap",
+    )
 
     def workload(self, seqs: int, seq_len: int, tokens: float | None = None) -> Workload:
         """The Workload of these options: GiB become bytes, bytes per element bytes per
@@ -481,6 +490,13 @@ class SweepOptions(OptionGroup):
         json_schema_extra=cli("--retry-failed"),
     )
     progress: bool = Field(True, description="Progress bar on stderr, when it is a terminal")
+    max_site_power_mw: float | None = Field(
+        None,
+        gt=0,
+        le=1e5,
+        description="Site power budget, MW: a point whose devices draw more at their busy power "
+        "(board power, or --power-limit-w below it) is INFEASIBLE with the reason",
+    )
 
 
 # The PlanOptions every command with --tokens takes: the goodput of each layout.
@@ -497,7 +513,7 @@ PLAN_FIELDS: dict[str, tuple[str, ...]] = {
     "solve": ("tokens", "price_per_device_hour", "what_if", *GOODPUT_OPTIONS, "fallback_nodes"),
     "explain": ("tokens", "price_per_device_hour", "sensitivity", "versus", *GOODPUT_OPTIONS),
     "estimate": ("tokens", "price_per_device_hour", "what_if", *GOODPUT_OPTIONS),
-    "sweep": ("tokens", "price_per_device_hour"),
+    "sweep": ("tokens", "price_per_device_hour", "price_per_kwh"),
 }
 
 GROUPS = (

@@ -59,6 +59,7 @@ from layoutsearch.core.units import (
     MAX_TRAINING_TOKENS,
     MAX_VIRTUAL_STAGES_RECORD,
 )
+from layoutsearch.costs import power
 
 ZERO_STAGES = (0, 1, 2, 3)
 SCHEDULES = tuple(s.value for s in Schedule)
@@ -235,6 +236,7 @@ def resolved_workload(workload: Workload, cluster: Cluster) -> Workload:
             f"router's expert loads, standard deviation / mean)"
         )
     check_capacity(workload, acc)
+    power.check_power_limit(workload.power_limit_w, acc)
     if workload.cuda_graphs != "none" and acc.kind != "gpu":
         raise InvalidArgumentError(
             f"--cuda-graphs {workload.cuda_graphs}: {acc.id} is a TPU; CUDA graphs apply to GPUs "

@@ -356,6 +356,10 @@ class Workload:
     routing_cv: float = (
         LEARNED_ROUTING_EXPERT_CV  # a learned router's expert loads: standard deviation / mean
     )
+    power_limit_w: float | None = (
+        None  # per-device power cap (nvidia-smi -pl); below the board power it lowers the
+    )
+    # sustained clock and so every compute rate (costs.power.clock_factor); None = the rating
 
     @property
     def global_batch_tokens(self) -> int:

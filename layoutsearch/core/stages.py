@@ -33,6 +33,8 @@ from __future__ import annotations
 
 import numpy as np
 
+from layoutsearch.core.arrays import per_key
+
 EVEN, EMBEDDING_AND_LOSS, FIRST_LAST, CHUNK_LAYOUT = 0, 1, 2, 3
 SPLIT_NAMES = {
     EVEN: "even",
@@ -45,10 +47,22 @@ SPLIT_NAMES = {
 def split_layers(num_layers: int, pp, v, first=0, last=0, head: int = 0):
     """(first, middle, last, kind, ok) arrays; ``first``/``last`` 0 = not given (the engine's choice);
     ``head``: layers' worth of work the last stage does besides its layers, which a proposed split takes off it;
-    it moves layers between the first and the last stage only, never changes ``kind`` or ``ok``."""
+    it moves layers between the first and the last stage only, never changes ``kind`` or ``ok``.
+    Computed once per distinct (pp, v, first, last): candidates share a handful of them."""
     pp, v, first, last = (
         np.atleast_1d(np.asarray(x, dtype=np.int64)) for x in (pp, v, first, last)
     )
+    return per_key(
+        lambda pp, v, first, last: _split_layers(num_layers, pp, v, first, last, head),
+        pp,
+        v,
+        first,
+        last,
+    )
+
+
+def _split_layers(num_layers: int, pp, v, first, last, head: int):
+    """``split_layers`` of int64 arrays."""
     pp, v, first, last = np.broadcast_arrays(pp, v, first, last)
     L, chunks = num_layers, pp * v
     given = (first > 0) | (last > 0)

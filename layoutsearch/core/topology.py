@@ -62,9 +62,8 @@ from layoutsearch.core.errors import CatalogueError, did_you_mean
 from layoutsearch.core.fields import validated_fields
 from layoutsearch.core.numbers import divisors
 from layoutsearch.core.specs import Accelerator, Axis, Cluster
-from layoutsearch.core.units import GB, GIB
+from layoutsearch.core.units import GB, GIB, MAX_DEVICES
 
-MAX_DEVICES = 262_144  # 2^18 devices in one cluster, all slices together
 TORUS_AXIS_NAMES = ("x", "y", "z")
 SMALL_3D_SHAPES = {1: (1, 1, 1), 4: (2, 2, 1), 8: (2, 2, 2), 16: (2, 2, 4), 32: (2, 4, 4)}
 SHAPES_2D = {

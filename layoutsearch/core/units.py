@@ -19,7 +19,7 @@ MILLI = 1e-3  # ms -> s
 SECONDS_PER_DAY = 86400.0
 
 # Upper bounds checked before anything large is built (issue: "every input handled").
-MAX_DEVICES = 262_144
+MAX_DEVICES = 1_048_576  # 2^20 devices in one cluster, all slices together
 MAX_SEQ_LEN = 2**21
 MAX_GLOBAL_BATCH_SEQS = 2**24
 MAX_MODEL_DIM = 2**24  # layers, widths, heads, vocabulary: each at most this

@@ -19,9 +19,8 @@ exponential failures, failures during a restart included. For interval, checkpoi
 much shorter than the MTBF it is 1 - blocking/interval - interval/(2M) - restart/M (Young).
 docs/planning.md derives the default failure rate from Llama 3's published interruptions.
 
-Energy (``step_energy_j``): each device draws its board power while it computes and its idle
-power for the rest of the step (exposed communication, bubble, overheads); without a catalogued
-idle power the whole step is counted at board power (an upper bound).
+Energy per step (``step_energy_j``) lives in ``costs.power`` with the power cap; it is
+importable from here as before.
 """
 
 from __future__ import annotations
@@ -30,6 +29,7 @@ import math
 from dataclasses import dataclass
 
 from layoutsearch.core.units import GB
+from layoutsearch.costs.power import step_energy_j
 
 __all__ = [
     "LLAMA3_FAILURE_RATE_PER_DEVICE_HOUR",
@@ -157,20 +157,6 @@ def goodput(
         restart_s=restart_s,
         job_mtbf_h=mtbf_s / SECONDS_PER_HOUR,
     )
-
-
-def step_energy_j(
-    num_devices: int,
-    step_time_s: float,
-    compute_s: float,
-    board_power_w: float,
-    idle_power_w: float | None,
-) -> float:
-    """Joules of one step on ``num_devices``: board power over the compute seconds, idle power
-    over the rest (board power when idle is unknown)."""
-    idle_w = board_power_w if idle_power_w is None else idle_power_w
-    busy_s = min(compute_s, step_time_s)
-    return num_devices * (board_power_w * busy_s + idle_w * (step_time_s - busy_s))
 
 
 def gbytes_per_s(value: float | None) -> float | None:

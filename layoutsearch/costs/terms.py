@@ -24,13 +24,13 @@ Step = (K + (p - 1)/v) x slowest stage's microbatch + per-step terms.
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass, field
 from functools import cache
 from statistics import NormalDist
 
 import numpy as np
 
+from layoutsearch.core.arrays import per_key
 from layoutsearch.core.frameworks import (
     node_dedup,
     profile_of,
@@ -40,7 +40,7 @@ from layoutsearch.core.frameworks import (
 from layoutsearch.core.placement import EXPERT_NESTING, expert_degrees
 from layoutsearch.core.specs import SCHEDULE_CODES, Accelerator, ModelSpec, Workload
 from layoutsearch.core.stages import split_layers
-from layoutsearch.costs import flops, memory, params, pipeline
+from layoutsearch.costs import flops, memory, params, pipeline, power
 from layoutsearch.costs.comms import (
     RING_FIELDS,
     RingCoefficients,
@@ -169,50 +169,6 @@ def _f(x):
     return np.asarray(x, dtype=np.float64)
 
 
-PER_KEY_DIRECT_CODES = 1 << 22  # key tuples up to this many codes are found by a lookup table
-
-
-def per_key(fn, *keys):
-    """``fn(*keys)`` of an elementwise ``fn`` over integer key arrays, computed once per distinct
-    tuple of keys and spread back to every row: the same values, at the cost of the distinct keys
-    (a term of the tensor-parallel degree alone takes a handful of rows, not one per candidate).
-    ``fn`` returns an array, a scalar, or a tuple or dict of them."""
-    arrays = [np.asarray(key) for key in keys]
-    if all(a.ndim == 0 for a in arrays):
-        return fn(*keys)
-    shape = np.broadcast_shapes(*(a.shape for a in arrays))
-    columns = [np.broadcast_to(a, shape).ravel().astype(np.int64) for a in arrays]
-    bases = [int(column.max()) + 1 for column in columns]
-    code = np.zeros(columns[0].shape, dtype=np.int64)  # one integer per tuple (keys are small)
-    for column, base in zip(columns, bases):
-        code = code * base + column
-    if math.prod(bases) <= PER_KEY_DIRECT_CODES:  # a lookup table over the codes: no sort
-        present = np.zeros(math.prod(bases), dtype=bool)
-        present[code] = True
-        distinct = np.flatnonzero(present)
-        position = np.zeros(len(present), dtype=np.int64)
-        position[distinct] = np.arange(len(distinct))
-        inverse = position[code].reshape(shape)
-        values, rest = [], distinct
-        for base in reversed(bases):
-            rest, value = np.divmod(rest, base)
-            values.append(value)
-        values.reverse()
-    else:
-        _, first, inverse = np.unique(code, return_index=True, return_inverse=True)
-        inverse, values = inverse.reshape(shape), [column[first] for column in columns]
-
-    def spread(value):
-        if isinstance(value, dict):
-            return {name: spread(v) for name, v in value.items()}
-        if isinstance(value, tuple):
-            return tuple(spread(v) for v in value)
-        value = np.asarray(value)
-        return value[inverse] if value.ndim else value
-
-    return spread(fn(*values))
-
-
 def tokens_per_microbatch(workload: Workload, sh: Shapes, k):
     """m: tokens one device processes per microbatch (its data unit's sequences / cp)."""
     return _f(workload.global_batch_tokens) / (sh.units * k * sh.cp)
@@ -246,12 +202,13 @@ def compute_per_microbatch(
     """
     m = tokens_per_microbatch(workload, sh, k)
     size = m / (m + acc.matmul_half_efficiency_tokens)
-    rate = acc.peak_flops_per_s * acc.matmul_efficiency * size  # bf16: attention core, logits
+    clock = power.compute_rate_factor(workload, acc)  # a power cap's sustained clock (1: none)
+    rate = acc.peak_flops_per_s * acc.matmul_efficiency * size * clock  # bf16: attention, logits
     fp8 = workload.precision == "fp8"
     layer_rate = rate
     if fp8:  # core.problem refuses fp8 on an accelerator without an fp8 peak (the catalogue gives both or none)
         assert acc.peak_fp8_flops_per_s is not None and acc.fp8_matmul_efficiency is not None
-        layer_rate = acc.peak_fp8_flops_per_s * acc.fp8_matmul_efficiency * size
+        layer_rate = acc.peak_fp8_flops_per_s * acc.fp8_matmul_efficiency * size * clock
     attn_rate = (
         acc.peak_flops_per_s
         * (
@@ -260,6 +217,7 @@ def compute_per_microbatch(
             else acc.matmul_efficiency
         )
         * size
+        * clock
     )
     # DeepSeek-style multi-token prediction: each module is one more layer on the stage holding the
     # output, with its own pass through the (shared) output head (technical report section 2.2)
@@ -1135,8 +1093,9 @@ def coeffs_of(
 EXPERT_GROUPS = ("ep", "ep_in", "ep_out", "etp", "eshard", "erep", "eall")
 
 
-def single_device(rows: int) -> RingCoefficients:
-    """The coefficients of a group of one device, for ``rows`` rows (nothing to communicate)."""
+def single_device(rows: int | tuple[int, ...]) -> RingCoefficients:
+    """The coefficients of a group of one device, for ``rows`` rows (or an array shape; nothing to
+    communicate)."""
     return RingCoefficients(
         members=np.ones(rows, dtype=np.int64),
         seconds_per_byte=np.zeros(rows),

@@ -4,6 +4,7 @@ and Estimates (the CLI's --tokens, --price-per-device-hour, --what-if and explai
     train_days   = training_tokens / tokens_per_s / goodput / 86400
     device_hours = train_days x 24 x num_devices
     cost         = device_hours x price_per_device_hour   (in the price's currency)
+    energy_kwh   = energy_j_per_token x training_tokens / goodput / 3.6e6  (``costs.power``)
 
 The goodput (``costs.goodput``: failures, checkpoints and restarts) comes from the failure and
 checkpoint options (``resilience_of``) and the layout's own checkpoint bytes (``layout_goodput``).
@@ -22,7 +23,7 @@ from layoutsearch.core.options import PlanOptions
 from layoutsearch.core.problem import Problem
 from layoutsearch.core.specs import Accelerator, Axis, Cluster
 from layoutsearch.core.units import MAX_TRAINING_TOKENS, SECONDS_PER_DAY
-from layoutsearch.costs import goodput
+from layoutsearch.costs import goodput, power
 from layoutsearch.costs.estimate import Estimate, estimate
 
 HOURS_PER_DAY = 24.0
@@ -198,22 +199,21 @@ def estimate_plan(
     }
 
 
+ENERGY_KEYS = ("energy_j_per_step", "energy_j_per_token", "energy_kwh", "energy_cost")
+
+
 def energy_numbers(
     est: Estimate, goodput_fraction: float, price_per_kwh: float | None = None
-) -> dict[str, float | None]:
-    """Energy per step and per token (joules), of the whole run at the goodput (kWh; lost time
-    draws as much as useful time) and its cost; null where the board power is not catalogued."""
+) -> dict[str, float | dict[str, float] | None]:
+    """Energy per step (itemised by component: ``energy_j_per_step_by_component``) and per token
+    (joules), of the whole run at the goodput (kWh; lost time draws as much as useful time) and
+    its cost; null where the board power is not catalogued (``costs.power``)."""
     acc = est.cluster.accelerator
-    keys = ("energy_j_per_step", "energy_j_per_token", "energy_kwh", "energy_cost")
-    if acc.board_power_w is None:
-        return dict.fromkeys(keys)
-    step_j = goodput.step_energy_j(
-        est.cluster.num_devices,
-        est.step_time_s,
-        est.time_s["compute"],
-        acc.board_power_w,
-        acc.idle_power_w,
-    )
+    busy_w = power.busy_power_w(acc, est.workload.power_limit_w)
+    if busy_w is None:
+        return {**dict.fromkeys(ENERGY_KEYS), "energy_j_per_step_by_component": None}
+    devices, times = est.cluster.num_devices, est.time_s
+    step_j = power.step_energy_j(devices, times["step"], times["compute"], busy_w, acc.idle_power_w)
     per_token = step_j / est.workload.global_batch_tokens
     tokens = est.workload.training_tokens
     kwh = (
@@ -222,7 +222,12 @@ def energy_numbers(
         else per_token * tokens / goodput_fraction / JOULES_PER_KWH
     )
     energy_cost = None if kwh is None or price_per_kwh is None else kwh * price_per_kwh
-    return dict(zip(keys, (step_j, per_token, kwh, energy_cost), strict=True))
+    return {
+        **dict(zip(ENERGY_KEYS, (step_j, per_token, kwh, energy_cost), strict=True)),
+        "energy_j_per_step_by_component": power.energy_by_component_j(
+            devices, times, busy_w, acc.idle_power_w
+        ),
+    }
 
 
 def with_training_tokens(problem: Problem, training_tokens: float | None) -> Problem:

@@ -67,7 +67,8 @@ class Space(HasProblem):
     order_mask: np.ndarray  # [shape, o] allowed (placeable and not a duplicate)
     coeffs: (
         terms.Coeffs | None
-    )  # arrays over shape * len(orders) + o (masked pairs hold unused values)
+    )  # arrays over placed * len(orders) + o (masked pairs hold unused values)
+    placed: np.ndarray  # [shape] its row of ``coeffs``: shapes of one degree tuple share one
 
     @property
     def num_shapes(self) -> int:
@@ -119,13 +120,13 @@ def degree_tuples(num_devices: int, experts: int = 0) -> Cand:
     and with ``experts`` > 0 every (ep, etp) whose product divides the devices of a stage (the
     rules then keep ep dividing the experts, so the funnel names them) and etp 1 or tp (the expert TP the frameworks offer: Megatron-Core's
     default is tp, its MoE recipes 1; torchtitan takes 1 or tp); ep = etp = 1 otherwise."""
-    rows: list[tuple[int, ...]] = []
+    blocks = [np.zeros((0, 7), dtype=np.int64)]
     for tp in divisors(num_devices):
         for pp in divisors(num_devices // tp):
             stage = num_devices // tp // pp
             for cp in divisors(stage):
                 rest = stage // cp
-                expert = (
+                expert = np.array(
                     [
                         (ep, etp)
                         for ep in divisors(stage * tp)  # the rules keep ep dividing the experts
@@ -133,14 +134,14 @@ def degree_tuples(num_devices: int, experts: int = 0) -> Cand:
                         if (stage * tp) % (ep * etp) == 0
                     ]
                     if experts
-                    else [(1, 1)]
-                )
-                rows.extend(
-                    (rest // fsdp, fsdp, tp, pp, cp, ep, etp)
-                    for fsdp in divisors(rest)
-                    for ep, etp in expert
-                )
-    table = np.array(rows, dtype=np.int64).reshape(-1, 7)
+                    else [(1, 1)],
+                    dtype=np.int64,
+                ).reshape(-1, 2)
+                fsdp = np.repeat(np.array(divisors(rest), dtype=np.int64), len(expert))
+                expert = np.tile(expert, (len(fsdp) // len(expert), 1))
+                fixed = np.broadcast_to(np.array([tp, pp, cp], dtype=np.int64), (len(fsdp), 3))
+                blocks.append(np.column_stack([rest // fsdp, fsdp, fixed, expert]))
+    table = np.concatenate(blocks)
     return {name: table[:, i] for i, name in enumerate(ALL_DEGREE_NAMES)}
 
 
@@ -162,15 +163,15 @@ def with_virtual_stages(c: Cand, max_virtual_stages: int = MAX_VIRTUAL_STAGES) -
 
 def with_microbatches(c: Cand, global_batch_seqs: int) -> Cand:
     """Each row x K among the divisors of B / gcd(B, dp x fsdp) (a superset of the valid counts)."""
-    units = c["dp"] * c["fsdp"]
-    by_units = {
-        int(u): divisors(global_batch_seqs // math.gcd(global_batch_seqs, int(u)))
-        for u in set(units.tolist())
-    }
-    per_row = [by_units[int(u)] for u in units]
-    counts = np.array([len(ks) for ks in per_row], dtype=np.int64)
+    distinct, unit_of = np.unique(c["dp"] * c["fsdp"], return_inverse=True)
+    by_unit = [divisors(global_batch_seqs // math.gcd(global_batch_seqs, int(u))) for u in distinct]
+    starts = np.cumsum([0] + [len(ks) for ks in by_unit])  # each unit's counts in ``flat``
+    flat = np.array([k for ks in by_unit for k in ks], dtype=np.int64)
+    counts = np.diff(starts)[unit_of]
     out = {name: np.repeat(a, counts) for name, a in c.items()}
-    out["k"] = np.array([k for ks in per_row for k in ks], dtype=np.int64)
+    first = np.cumsum(counts) - counts  # each row's first output row
+    within = np.arange(int(counts.sum())) - np.repeat(first, counts)
+    out["k"] = flat[np.repeat(starts[:-1][unit_of], counts) + within]
     return out
 
 
@@ -223,7 +224,8 @@ def build_space(
     codes = np.arange(len(RECOMPUTE_POLICIES), dtype=np.int64)
     codes = codes[_apply_mask(problem, by_stage["recompute"], {"r": codes})]
     orders = axis_orders(problem.cluster)
-    order_mask, coeffs = _placements(problem, shape_rows, orders)
+    degree_rows, placed = _unique_rows(shape_rows[:, : len(ALL_DEGREE_NAMES)])
+    order_mask, coeffs = _placements(problem, degree_rows, orders)
     return Space(
         problem=problem,
         rules=rules,
@@ -233,8 +235,9 @@ def build_space(
         recompute_codes=codes,
         zero_mask=zero_mask,
         orders=orders,
-        order_mask=order_mask,
+        order_mask=order_mask[placed],
         coeffs=coeffs,
+        placed=placed,
     )
 
 
@@ -273,13 +276,13 @@ def _ordered(shape_rows: np.ndarray, sk_shape: np.ndarray, sk_k: np.ndarray):
     return shape_rows[order], sk_shape[rows].astype(np.int64), sk_k[rows].astype(np.int64)
 
 
-def _placements(problem: Problem, shape_rows: np.ndarray, orders: list):
-    """Per shape and axis order: whether the order places it, once per distinct coefficients
-    (orders that place a shape identically, for every group, are kept once), and the ring
-    coefficients of every group, all shapes of one order at once."""
-    degrees = {name: shape_rows[:, i] for i, name in enumerate(ALL_DEGREE_NAMES)}
+def _placements(problem: Problem, degree_rows: np.ndarray, orders: list):
+    """Per degree tuple (rows of ALL_DEGREE_NAMES) and axis order: whether the order places it,
+    once per distinct coefficients (orders that place a tuple identically, for every group, are
+    kept once), and the ring coefficients of every group, all tuples of one order at once."""
+    degrees = {name: degree_rows[:, i] for i, name in enumerate(ALL_DEGREE_NAMES)}
     kv = params.kv_replication(problem.model, degrees["tp"])
-    order_mask = np.zeros((len(shape_rows), len(orders)), dtype=bool)
+    order_mask = np.zeros((len(degree_rows), len(orders)), dtype=bool)
     per_order: list[terms.Coeffs] = []
     keys: list[np.ndarray] = []
     moe = problem.model.moe is not None
@@ -300,13 +303,13 @@ def _placements(problem: Problem, shape_rows: np.ndarray, orders: list):
             ],
             axis=1,
         )
-        duplicate = np.zeros(len(shape_rows), dtype=bool)
+        duplicate = np.zeros(len(degree_rows), dtype=bool)
         for earlier, earlier_key in enumerate(keys):
             duplicate |= order_mask[:, earlier] & (key == earlier_key).all(axis=1)
         order_mask[:, o] = ok & ~duplicate
         per_order.append(co)
         keys.append(key)
-    return order_mask, (terms.interleave_coeffs(per_order) if len(shape_rows) else None)
+    return order_mask, (terms.interleave_coeffs(per_order) if len(degree_rows) else None)
 
 
 def _validate_options(problem: Problem, options: SearchOptions) -> None:

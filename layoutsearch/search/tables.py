@@ -70,19 +70,13 @@ class Tables:
     )  # [sk, r, o] slowest stage with them
 
 
-def _grid(space: Space, sk_rows: np.ndarray, extra: int):
-    """Shapes and K repeated ``extra`` times per (S,K) row (row-major: sk, then extra)."""
-    shape_idx = np.repeat(space.sk_shape[sk_rows], extra)
-    return space.shapes.take(shape_idx), np.repeat(space.sk_k[sk_rows], extra), shape_idx
-
-
 def _coeff_rows(space: Space, shape_idx: np.ndarray, order_idx: np.ndarray) -> terms.Coeffs:
-    rows = shape_idx * len(space.orders) + order_idx
+    rows = space.placed[shape_idx] * len(space.orders) + order_idx
     co = space.coeffs
     dense = space.model.moe is None  # expert groups of one device: nothing to take
     return terms.Coeffs(
         **{
-            name: terms.single_device(len(rows))
+            name: terms.single_device(rows.shape)
             if dense and name in terms.EXPERT_GROUPS
             else getattr(co, name).take(rows)
             for name in terms.COEFF_GROUPS
@@ -100,33 +94,43 @@ def build_tables(space: Space) -> Tables:
     model, workload, acc = space.model, space.workload, space.cluster.accelerator
     space.shapes.layer_split(model)  # once per shape; every grid below takes its rows
     n_sk, codes, n_o = len(space.sk_k), space.recompute_codes, len(space.orders)
-    sk = np.arange(n_sk)
 
-    # ---- (S,K) x r
-    sh, k, _ = _grid(space, sk, len(codes))
-    r = np.tile(codes, n_sk)
+    # ---- (S,K) x r: keys as a column and a row, so a term of (S,K) alone is costed once per row
+    sh, k, r = space.shapes.take(space.sk_shape[:, None]), space.sk_k[:, None], codes[None, :]
+
+    def grid(x):
+        return np.broadcast_to(x, (n_sk, len(codes)))
+
     mult = terms.step_multiplier(sh, k)
     a, mb, win = [], [], None
     for st, (first, last) in _stage_flags(sh).items():
         c = terms.compute_per_microbatch(model, workload, acc, sh, k, r, last)
         a.append(
-            mult
-            * (
-                sum(v for key, v in c.items() if key.startswith("compute/"))
-                + acc.microbatch_overhead_s * sh.v
+            grid(
+                mult
+                * (
+                    sum(v for key, v in c.items() if key.startswith("compute/"))
+                    + acc.microbatch_overhead_s * sh.v
+                )
             )
         )
         items = terms.memory_by_microbatch(model, workload, sh, k, r, first, last)
-        mb.append([sum(terms.moment_bytes(items, name).values(), 0.0 * k) for name in MOMENT_NAMES])
+        mb.append(
+            [grid(sum(terms.moment_bytes(items, name).values(), 0.0 * k)) for name in MOMENT_NAMES]
+        )
         if st == 0:
-            y = mult * terms.layers_per_stage(model, sh) * c["window/bwd_layer"]
-            win, fwd = terms.step_windows(model, workload, acc, sh, c)
-            fwd = fwd.reshape(n_sk, len(codes))[:, 0]
+            y = grid(mult * terms.layers_per_stage(model, sh) * c["window/bwd_layer"])
+            win, fwd = (grid(x) for x in terms.step_windows(model, workload, acc, sh, c))
+            fwd = fwd[:, 0]
     del sh, k, r, mult, c, items  # the (S,K) x r grid: free it before the next one (peak memory)
     # ---- (S,K) x o
-    sh_o, k_o, shape_o = _grid(space, sk, n_o)
-    order_o = np.tile(np.arange(n_o), n_sk)
-    co = _coeff_rows(space, shape_o, order_o)
+    # ---- (S,K) x o: likewise, a term of (S,K) alone (the compute windows) once per row
+    sh_o, k_o = space.shapes.take(space.sk_shape[:, None]), space.sk_k[:, None]
+    co = _coeff_rows(space, space.sk_shape[:, None], np.arange(n_o)[None, :])
+
+    def grid_o(x):
+        return np.broadcast_to(x, (n_sk, n_o))
+
     mult_o = terms.step_multiplier(sh_o, k_o)
     r0 = np.zeros_like(k_o)
     tp_st, fx_st, ep_st = [], [], []
@@ -141,47 +145,59 @@ def build_tables(space: Space) -> Tables:
         )
         busy = terms.shard_link_traffic(tp, cp, co)
         ep = terms.ep_per_microbatch(model, workload, acc, sh_o, k_o, co, c["window/fwd_layer"])
-        tp_st.append(mult_o * tp["base"])
-        ep_st.append(mult_o * ep["base"])
+        tp_st.append(grid_o(mult_o * tp["base"]))
+        ep_st.append(grid_o(mult_o * ep["base"]))
         fixed = terms.fsdp_exposed_fixed(
             model, acc, sh_o, fc, c["window/fwd_layer"], c["window/logits"], True, busy["fwd"], last
         )
-        fx_st.append(mult_o * (fixed["forward"] + fixed["vocab"]))
+        fx_st.append(grid_o(mult_o * (fixed["forward"] + fixed["vocab"])))
         if st == 0:
-            x = (
+            x = grid_o(
                 mult_o
                 * terms.layers_per_stage(model, sh_o)
                 * (fc["gather_layer"] + fc["reduce_layer"] + busy["bwd"])
             )
-            rcon = terms.reduction_link_traffic(model, workload, acc, sh_o, tp, cp, co)
-            tpf = mult_o * tp["rerun"]
-            epf = mult_o * ep["rerun"]
-    pp = terms.pipeline_sends(model, workload, acc, sh_o, k_o, co)
+            rcon = grid_o(terms.reduction_link_traffic(model, workload, acc, sh_o, tp, cp, co))
+            tpf = grid_o(mult_o * tp["rerun"])
+            epf = grid_o(mult_o * ep["rerun"])
+            cps, cpf = grid_o(mult_o * cp["base"]), grid_o(mult_o * cp["rerun"])
+    pp = grid_o(terms.pipeline_sends(model, workload, acc, sh_o, k_o, co))
     # ---- S x z (x o)
     n_s = space.num_shapes
-    s_zo = np.repeat(np.arange(n_s), 4 * n_o)
-    z_zo = np.tile(np.repeat(np.arange(4), n_o), n_s)
-    o_zo = np.tile(np.arange(n_o), 4 * n_s)
-    steps = terms.step_collectives(
-        model, workload, acc, space.shapes.take(s_zo), z_zo, _coeff_rows(space, s_zo, o_zo)
-    )
+    s_col, z_row = np.arange(n_s)[:, None], np.arange(4)[None, :]
+
+    def grid_z(x, *more):
+        return np.broadcast_to(x, (n_s, 4, *more))
+
+    steps = {
+        name: grid_z(value, n_o)
+        for name, value in terms.step_collectives(
+            model,
+            workload,
+            acc,
+            space.shapes.take(s_col[:, :, None]),
+            z_row[:, :, None],
+            _coeff_rows(space, s_col[:, :, None], np.arange(n_o)[None, None, :]),
+        ).items()
+    }
     red = steps["reduce/zero"] + steps["reduce/dp"] + steps["reduce/kv_replica"]
-    s_z, z_z = np.repeat(np.arange(n_s), 4), np.tile(np.arange(4), n_s)
-    sh_z = space.shapes.take(s_z)
-    opt = terms.optimizer_time(model, workload, acc, sh_z, z_z)
+    sh_z = space.shapes.take(s_col)
+    opt = grid_z(terms.optimizer_time(model, workload, acc, sh_z, z_row))
     mz = [
         [
-            sum(
-                terms.moment_bytes(
-                    terms.memory_by_zero(model, workload, sh_z, z_z, first), name
-                ).values(),
-                0.0 * z_z,
+            grid_z(
+                sum(
+                    terms.moment_bytes(
+                        terms.memory_by_zero(model, workload, sh_z, z_row, first), name
+                    ).values(),
+                    0.0 * z_row,
+                )
             )
             for name in MOMENT_NAMES
         ]
         for first in (True, False)
     ]
-    z3 = ((z_z == 3) & (sh_z.shards > 1)).reshape(n_s, 4)
+    z3 = (z_row == 3) & (sh_z.shards > 1)  # [s, z]
     v_w, v_x = roofline.gather_volumes_bytes(
         model.d_model,
         model.d_ff,
@@ -216,8 +232,8 @@ def build_tables(space: Space) -> Tables:
         ),
         tp_s=q(np.stack(tp_st, axis=-1)).reshape(n_sk, n_o, 2),
         tp_rerun_s=q(tpf).reshape(n_sk, n_o),
-        cp_s=q(mult_o * cp["base"]).reshape(n_sk, n_o),
-        cp_rerun_s=q(mult_o * cp["rerun"]).reshape(n_sk, n_o),
+        cp_s=q(cps),
+        cp_rerun_s=q(cpf),
         ep_s=q(np.stack(ep_st, axis=-1)).reshape(n_sk, n_o, 2),
         ep_rerun_s=q(epf).reshape(n_sk, n_o),
         fsdp_fixed_s=q(np.stack(fx_st, axis=-1)).reshape(n_sk, n_o, 2),
@@ -249,6 +265,7 @@ def stage_parts(
     experts = t.ep_s.any() or t.ep_rerun_s.any()  # a dense model's are all zero: left out
 
     def stage(st: int, zero3: int) -> step.StageTerms:
+        # without ZeRO-3 the formula multiplies the fsdp fields by zero: zeros cost nothing
         return step.StageTerms(
             compute_s=t.compute_s[:, :, None, st],
             tp_s=t.tp_s[:, None, :, st],
@@ -257,9 +274,9 @@ def stage_parts(
             cp_s=t.cp_s[:, None, :],
             cp_rerun_s=t.cp_rerun_s[:, None, :],
             cp_rerun_fraction=cp_rerun_by_r[None, :, None],
-            fsdp_fixed_s=t.fsdp_fixed_s[:, None, :, st],
-            fsdp_backward_s=t.fsdp_backward_s[:, None, :],
-            backward_s=t.backward_s[:, :, None],
+            fsdp_fixed_s=t.fsdp_fixed_s[:, None, :, st] if zero3 else 0,
+            fsdp_backward_s=t.fsdp_backward_s[:, None, :] if zero3 else 0,
+            backward_s=t.backward_s[:, :, None] if zero3 else 0,
             zero3=zero3,
             eta=t.eta,
             ep_s=t.ep_s[:, None, :, st] if experts else None,

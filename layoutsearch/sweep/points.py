@@ -37,10 +37,14 @@ class Point:
     training_tokens: float | None = None
     price_per_device_hour: float | None = None
     workload: tuple[tuple[str, Any], ...] = ()  # build_workload options other than their defaults
+    price_per_kwh: float | None = None
+    max_site_power_mw: float | None = None  # a budget decides feasibility: part of the id when set
 
     @property
     def id(self) -> str:
         options = "".join(f"|{k}={v}" for k, v in self.workload)
+        if self.max_site_power_mw is not None:
+            options += f"|max_site_power_mw={self.max_site_power_mw}"
         return f"{self.model}|{self.cluster}|{self.global_batch_seqs}|{self.seq_len}{options}"
 
 
@@ -155,11 +159,14 @@ def expand_points(
     training_tokens: float | None = None,
     price_per_device_hour: float | None = None,
     workload: dict | None = None,
+    price_per_kwh: float | None = None,
+    max_site_power_mw: float | None = None,
 ) -> list[Point]:
     """Every (model, cluster, seq_len, seqs) combination, in that nesting order, without repeats.
     Each of the first four arguments is a string (comma items and ranges allowed) or a list of
     them; every point carries ``training_tokens``, ``price_per_device_hour`` and the ``workload``
-    options (``core.options.WorkloadOptions``) (those that differ from their defaults key the point)."""
+    options (``core.options.WorkloadOptions``) (those that differ from their defaults key the point),
+    ``price_per_kwh`` and the site power budget ``max_site_power_mw`` (which keys it too)."""
     defaults = {name: f.default for name, f in WorkloadOptions.model_fields.items()}
     options = tuple(sorted((k, v) for k, v in (workload or {}).items() if v != defaults[k]))
     check_tokens(training_tokens)
@@ -189,6 +196,8 @@ def expand_points(
             training_tokens=training_tokens,
             price_per_device_hour=price_per_device_hour,
             workload=options,
+            price_per_kwh=price_per_kwh,
+            max_site_power_mw=max_site_power_mw,
         )
         for m in model_ids
         for c in cluster_ids

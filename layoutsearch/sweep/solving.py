@@ -6,8 +6,10 @@ import json
 import time
 from datetime import UTC, datetime
 
-from layoutsearch.core.errors import LayoutsearchError
+from layoutsearch.core.errors import InvalidArgumentError, LayoutsearchError
 from layoutsearch.core.problem import Problem, SearchRequest, build_workload, version
+from layoutsearch.costs import power
+from layoutsearch.costs.goodput import Resilience
 from layoutsearch.report.output import layout_record
 from layoutsearch.search import solve
 from layoutsearch.search.explain import infeasibility
@@ -34,6 +36,11 @@ def solve_point(point: Point, time_limit_s: float) -> dict:
         )
         row.update(framework=problem.workload.framework, precision=problem.workload.precision)
         row["num_devices"] = problem.num_devices
+        over_budget = _site_power(problem, point.max_site_power_mw, row)
+        if over_budget:
+            row.update(status="INFEASIBLE", reason=over_budget)
+            row["point_wall_s"] = time.perf_counter() - start
+            return _finish(row)
         result = solve(problem, SearchRequest(top_k=1, time_limit_s=time_limit_s))
         row.update(
             status=result.status,
@@ -43,7 +50,7 @@ def solve_point(point: Point, time_limit_s: float) -> dict:
             num_candidates=result.num_candidates,
         )
         if result.layouts:
-            row.update(_layout_columns(result.layouts[0], point.price_per_device_hour))
+            row.update(_layout_columns(result.layouts[0], point))
         else:
             row["reason"] = _why_no_layout(problem, result, time_limit_s)
     except LayoutsearchError as exc:
@@ -74,7 +81,29 @@ def _input_columns(point: Point, time_limit_s: float) -> dict:
         "time_limit_s": time_limit_s,
         "training_tokens": point.training_tokens,
         "price_per_device_hour": point.price_per_device_hour,
+        "price_per_kwh": point.price_per_kwh,
+        "max_site_power_mw": point.max_site_power_mw,
     }
+
+
+def _site_power(problem: Problem, max_site_power_mw: float | None, row: dict) -> str | None:
+    """Puts the devices' peak draw in ``row`` (site_power_mw, at their busy power); returns why
+    it exceeds ``max_site_power_mw`` (None within it, or without a budget)."""
+    acc = problem.cluster.accelerator
+    site_w = power.site_power_w(problem.num_devices, acc, problem.workload.power_limit_w)
+    row["site_power_mw"] = None if site_w is None else site_w / 1e6
+    if max_site_power_mw is None:
+        return None
+    if site_w is None:
+        raise InvalidArgumentError(
+            f"--max-site-power-mw: {acc.id} has no board_power_w in hardware/{acc.id}.yaml"
+        )
+    if site_w <= max_site_power_mw * 1e6:
+        return None
+    return (
+        f"site power {site_w / 1e6:.4g} MW ({problem.num_devices} devices x "
+        f"{site_w / problem.num_devices:g} W) above --max-site-power-mw {max_site_power_mw:g}"
+    )
 
 
 def _finish(row: dict) -> dict:
@@ -82,8 +111,9 @@ def _finish(row: dict) -> dict:
     return {name: row.get(name) for name in COLUMN_NAMES}
 
 
-def _layout_columns(est, price_per_device_hour: float | None) -> dict:
-    rec = layout_record(est, 1, price_per_device_hour)
+def _layout_columns(est, point: Point) -> dict:
+    resilience = Resilience(price_per_kwh=point.price_per_kwh)
+    rec = layout_record(est, 1, point.price_per_device_hour, resilience)
     mem, t = rec["memory_bytes"], rec["time_s"]
     return {
         **rec["degrees"],
@@ -109,6 +139,10 @@ def _layout_columns(est, price_per_device_hour: float | None) -> dict:
         "train_days": rec["train_days"],
         "device_hours": rec["device_hours"],
         "cost": rec["cost"],
+        "energy_j_per_step": rec["energy_j_per_step"],
+        "energy_j_per_token": rec["energy_j_per_token"],
+        "energy_kwh": rec["energy_kwh"],
+        "energy_cost": rec["energy_cost"],
     }
 
 

@@ -60,6 +60,13 @@ COLUMNS: list[tuple[str, str]] = [
     ("train_days", "float"),
     ("device_hours", "float"),
     ("cost", "float"),
+    ("price_per_kwh", "float"),
+    ("energy_j_per_step", "float"),
+    ("energy_j_per_token", "float"),
+    ("energy_kwh", "float"),
+    ("energy_cost", "float"),
+    ("max_site_power_mw", "float"),
+    ("site_power_mw", "float"),
     ("reason", "str"),
     ("time_limit_s", "float"),
     ("point_wall_s", "float"),
@@ -94,7 +101,8 @@ LAYOUT_COLUMNS = (
     "tokens_per_s",
     "tokens_per_s_per_device",
 )
-PLAN_COLUMNS = ("train_days", "device_hours", "cost")  # only with a layout (and training_tokens)
+# only with a layout (and training_tokens; the energy with a catalogued board power)
+PLAN_COLUMNS = ("train_days", "device_hours", "cost", "energy_j_per_step", "energy_kwh")
 
 
 # ----------------------------------------------------------------------------- rows
@@ -130,10 +138,8 @@ def check_row(row) -> str | None:
             return f"column {name}: {value!r:.40} is not {_KIND_NAMES[KINDS[name]]}" + (
                 " (finite, >= 0)" if KINDS[name] in ("int", "float") else ""
             )
-    if (
-        row["point_id"]
-        != f"{row['model']}|{row['cluster']}|{row['global_batch_seqs']}|{row['seq_len']}"
-    ):
+    base = f"{row['model']}|{row['cluster']}|{row['global_batch_seqs']}|{row['seq_len']}"
+    if row["point_id"] != base and not row["point_id"].startswith(base + "|"):  # |option=value
         return (
             f"point_id '{row['point_id'][:80]}' does not match its model, cluster, batch and length"
         )

@@ -914,20 +914,23 @@ def _moe_notes(record: dict) -> list[str]:
 
 
 def _power_capped(record: dict) -> str | None:
-    """Rule 10: a skip reason for a part run below its power rating, else None."""
+    """Rule 10: a skip reason for a power cap the engine cannot model, else None. A
+    ``power_limit_w`` is evaluated with the cap (``Workload.power_limit_w``, costs.power) when the
+    part's catalogue file gives its board power; a wattage only in the text has no value to use."""
     c = record["cluster"]
     limit = c.get("power_limit_w")
     if limit is None:  # no field: a wattage in the text other than the SXM 700 W
         if _mentions(record, r"\b[0-9]{3}\s?W\b") and not _mentions(record, r"\b700\s?W\b"):
             return "power-capped part (a wattage below the SXM rating): its clocks and peak FLOP/s are unknown"
         return None
-    rating = POWER_RATING_W.get(c["accelerator"])
-    if rating is not None and limit >= rating:
-        return None
-    of = f"below the part's {rating} W rating" if rating else "(no rating known for this part)"
-    return (
-        f"power-capped part: power_limit_w {limit:g} W {of}; its clocks and peak FLOP/s are unknown"
-    )
+    acc = load_accelerator(_accelerator_id(record))
+    if acc.board_power_w is None:
+        return f"power-capped part: power_limit_w {limit:g} W, but {acc.id} has no board_power_w in the catalogue"
+    if limit <= (acc.idle_power_w or 0.0):
+        return (
+            f"power_limit_w {limit:g} W is not above {acc.id}'s idle power {acc.idle_power_w:g} W"
+        )
+    return None
 
 
 def record_to_problem(record: dict) -> Mapped | str:
@@ -971,6 +974,7 @@ def record_to_problem(record: dict) -> Mapped | str:
         grad_bytes_per_param=grad_bytes(record),
         routing="forced" if routing(record) == "forced" else "learned",
         framework=record_framework(record, load_accelerator(_accelerator_id(record)).kind),
+        power_limit_w=record["cluster"].get("power_limit_w"),
     )
     dp, fsdp, zero = _data_parallel(record)
     replicas = _tpu_replicas(record)

@@ -1,0 +1,61 @@
+"""The search's faster paths give the numbers the plain ones do: per-key evaluation, the layer
+split, the enumeration's rows, the placements shared by shapes, and the 2^20 device limit."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from layoutsearch import api
+from layoutsearch.core.arrays import PER_KEY_DIRECT_CODES, per_key
+from layoutsearch.core.stages import CHUNK_LAYOUT, EVEN, split_layers
+from layoutsearch.core.topology import resolve_cluster
+from layoutsearch.core.units import MAX_DEVICES
+from layoutsearch.search.space import build_space, degree_tuples, with_microbatches
+
+
+def test_per_key_spreads_values_over_broadcast_keys():
+    """A function of two keys, a row against a column, takes each pair's value."""
+    out = per_key(lambda a, b: a * 10 + b, np.array([3, 1, 3]), np.array([[0], [2]]))
+    assert out.tolist() == [[30, 10, 30], [32, 12, 32]]
+
+
+def test_per_key_of_wide_keys_and_of_no_rows():
+    """Keys beyond the lookup table (a pipeline of 2^20) keep their values; no rows give no rows."""
+    wide = np.array([PER_KEY_DIRECT_CODES * 3, 7, PER_KEY_DIRECT_CODES * 3])
+    assert per_key(lambda x: x + 1, wide).tolist() == [12582913, 8, 12582913]
+    empty = per_key(lambda x: (x * 2, x > 0), np.zeros(0, dtype=np.int64))
+    assert [e.shape for e in empty] == [(0,), (0,)]
+
+
+def test_split_layers_of_many_rows_matches_each_row():
+    """DeepSeek-V3's 61 layers on pp=4 x 4 chunks: 15 / 16 / 14 layers, the chunk layout; 80 on pp=4 even."""
+    first, middle, last, kind, ok = split_layers(61, np.array([4, 4, 4, 1]), np.array([4, 4, 1, 1]))
+    assert first[:2].tolist() == [15, 15] and middle[0] == 16 and last[0] == 14
+    assert kind[0] == CHUNK_LAYOUT and ok.all()
+    assert split_layers(80, np.array([4]), np.array([1]))[:4] == (20, 20, 20, EVEN)
+
+
+def test_degree_tuples_and_microbatches_rows():
+    """8 devices: 35 dense degree tuples (5 degrees, product 8); dp x fsdp = 2 with a batch of 8: K in 1, 2, 4."""
+    c = degree_tuples(8)
+    assert len(c["dp"]) == 35
+    assert ((c["dp"] * c["fsdp"] * c["tp"] * c["pp"] * c["cp"]) == 8).all()
+    assert (c["ep"] == 1).all() and (c["etp"] == 1).all()
+    one = {name: np.array([v]) for name, v in dict(dp=2, fsdp=1, tp=4, pp=1, cp=1).items()}
+    assert with_microbatches(one, 8)["k"].tolist() == [1, 2, 4]
+
+
+def test_shapes_differing_in_virtual_stages_share_their_placement():
+    """Shapes with the same degrees and other virtual stages point at one row of coefficients."""
+    space = build_space(api.problem("llama70b", "v5p-1024"))
+    sh = space.shapes
+    same = (sh.pp == 4) & (sh.tp == 4) & (sh.fsdp == 64) & (sh.cp == 1)
+    assert set(sh.v[same].tolist()) >= {1, 2}
+    assert len(set(space.placed[same].tolist())) == 1
+
+
+def test_the_device_limit_is_two_to_the_twentieth():
+    """1,048,576 devices resolve (H100 nodes, v5p slices); the limit is 2^20."""
+    assert MAX_DEVICES == 2**20
+    assert resolve_cluster("h100-1048576").num_devices == 1_048_576
+    assert resolve_cluster("v5p-8192x128").num_devices == 1_048_576
