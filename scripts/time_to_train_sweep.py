@@ -112,12 +112,12 @@ def plot(rows: list[dict], path) -> None:
 
 
 def doubling_rows(rows: list[dict]) -> list[str]:
-    """Per doubling: the days saved, the GPU-hours (and energy) added, and the GPU-hours each
+    """Per doubling: the days saved, the GPU-hours and energy added, and the GPU-hours each
     saved day costs."""
     done = [r for r in rows if "train_days" in r]
     out = [
-        "| from | to | days | GPU-hours and energy | GPU-hours per day saved |",
-        "|---|---|---|---|---|",
+        "| from | to | days | GPU-hours | energy | GPU-hours per day saved |",
+        "|---|---|---|---|---|---|",
     ]
     for a, b in zip(done, done[1:], strict=False):
         saved_days = a["train_days"] - b["train_days"]
@@ -129,7 +129,8 @@ def doubling_rows(rows: list[dict]) -> list[str]:
         out.append(
             f"| {a['devices']:,} | {b['devices']:,} | "
             f"{b['train_days'] / a['train_days'] - 1:+.1%} | "
-            f"{b['device_hours'] / a['device_hours'] - 1:+.1%} | {per_day} |"
+            f"{b['device_hours'] / a['device_hours'] - 1:+.1%} | "
+            f"{b['energy_kwh'] / a['energy_kwh'] - 1:+.1%} | {per_day} |"
         )
     return out
 
@@ -147,7 +148,8 @@ def verdict(done: list[dict]) -> list[str]:
                 f"{b['goodput']:.1%}; without failures the larger cluster would still be faster "
                 f"({b['train_days_no_failures']:.1f} days against "
                 f"{a['train_days_no_failures']:.1f}). Well before that each doubling costs more "
-                "GPU-hours (and device energy) per day it saves, the table above."
+                "GPU-hours per day it saves, the table above; the energy grows more slowly than the "
+                "GPU-hours, since a waiting GPU draws its idle power (an assumption)."
             ]
     return ["No size in this sweep is slower than the one before it."]
 
@@ -195,9 +197,9 @@ def main() -> None:
         "on 16,384 H100, 1.97e-5 per GPU-hour, so a job's MTBF falls as 1/N), the default "
         "checkpoint settings (blocking, 0.977 GB/s per host) and a 600 s restart "
         '(docs/planning.md, "Goodput"). Days and GPU-hours are goodput-aware; the energy is the '
-        "devices' own, the whole wall time at the 700 W board rating (hardware/h100.yaml gives no "
-        "idle power, so this is an upper bound and grows as the GPU-hours do), lost time "
-        "included. The batch is held at Llama 3's 2,048 sequences at every size; sizes are "
+        "devices' own (hardware/h100.yaml: the 700 W board rating while computing, the assumed "
+        "70 W idle power while waiting on communication or the bubble; hosts, network and "
+        "cooling not counted), lost time included. The batch is held at Llama 3's 2,048 sequences at every size; sizes are "
         "powers of two, which the batch divides (at 1.5x steps the layouts fit worse and the "
         "curve zigzags).",
         "",
