@@ -1,4 +1,4 @@
-"""Write docs/cli.md: every option of estimate, solve, explain and sweep (flag, type, default,
+"""Write docs/cli.md: every option of estimate, solve, plan, explain and sweep (flag, type, default,
 range, description), from their one declaration (layoutsearch/core/options.py).
 
     python scripts/cli_docs.py          # rewrite docs/cli.md
@@ -19,7 +19,7 @@ from layoutsearch.cli.options import flags_of  # noqa: E402
 from layoutsearch.core.options import InputOptions, option_type  # noqa: E402
 
 DOC = ROOT / "docs" / "cli.md"
-COMMANDS = ("estimate", "solve", "explain", "sweep")
+COMMANDS = ("estimate", "solve", "plan", "explain", "sweep")
 
 
 def _type(annotation) -> str:

@@ -1,4 +1,4 @@
-"""Rerun every command whose output README.md, examples/README.md and docs/*.md show, and write
+"""Rerun every command whose output README.md, examples/*.md and docs/*.md show, and write
 the output back; rebuild the README's headline numbers from the results/ files they quote.
 
     python scripts/refresh_docs.py            # rewrite the files
@@ -36,12 +36,17 @@ sys.path.insert(0, str(ROOT))
 
 from layoutsearch.cli import app  # noqa: E402  (the checkout's package)
 
-GENERATED_ELSEWHERE = ("docs/cli.md",)  # written from the option declarations, not from here
+GENERATED_ELSEWHERE = (
+    "docs/cli.md",  # written from the option declarations, not from here
+    "examples/time_to_train.md",  # examples/generate_planning.py, checked by tests/test_planning.py
+    "examples/what_if.md",
+)
 FENCE = re.compile(r"^```([a-z]*)\n(.*?)^```\n", re.S | re.M)
 PYTHON_THEN_OUTPUT = re.compile(r"^```python\n(.*?)^```\n\n```\n(.*?)^```\n", re.S | re.M)
 VOLATILE = (
     re.compile(r"wall [0-9.]+ s"),  # the solver's wall time
     re.compile(r"already done, [0-9.]+ s"),  # a sweep's wall time
+    re.compile(r"(?<=OPTIMAL) in [0-9.]+ s"),  # a plan page's solver wall time
 )
 ELISION = " ..."
 HEADLINE = re.compile(r"(<!-- headline: begin -->\n)(.*?)(<!-- headline: end -->)", re.S)
@@ -50,7 +55,8 @@ HEADLINE = re.compile(r"(<!-- headline: begin -->\n)(.*?)(<!-- headline: end -->
 def doc_files() -> list[Path]:
     """The documents whose shown outputs this script owns."""
     docs = sorted((ROOT / "docs").glob("*.md"))
-    names = [ROOT / "README.md", ROOT / "examples" / "README.md", *docs]
+    examples = sorted((ROOT / "examples").glob("*.md"))
+    names = [ROOT / "README.md", *examples, *docs]
     return [p for p in names if p.relative_to(ROOT).as_posix() not in GENERATED_ELSEWHERE]
 
 

@@ -15,13 +15,28 @@ _spec.loader.exec_module(refresh_docs)
 
 @pytest.mark.slow
 def test_shown_outputs_and_headline_numbers_are_current():
-    """Every `$ ...` block of README.md, examples/README.md and docs/*.md is what its commands print
+    """Every `$ ...` block of README.md, examples/*.md and docs/*.md is what its commands print
     now (all but wall times), and the README's headline table is what results/ gives; regenerate
     with `python scripts/refresh_docs.py`."""
     problems: list[str] = []
     for path in refresh_docs.doc_files():
         refresh_docs.refresh(path, problems)
     assert not problems, "\n".join(problems)
+
+
+def test_the_plan_example_is_current_but_for_the_solver_time():
+    """examples/plan.md is among the checked documents and shows what `layoutsearch plan` prints
+    now; its solver time may differ, its status may not."""
+    path = ROOT / "examples" / "plan.md"
+    assert path in refresh_docs.doc_files()
+    assert ROOT / "examples" / "time_to_train.md" not in refresh_docs.doc_files()
+    problems: list[str] = []
+    refresh_docs.refresh(path, problems)
+    assert not problems, "\n".join(problems)
+    line = "Global batch 2,048 x 8,192 tokens; solver OPTIMAL in {}."
+    assert refresh_docs.compare([line.format("1.5 s")], [line.format("12.25 s")])[0] is True
+    feasible = line.replace("OPTIMAL", "FEASIBLE")
+    assert refresh_docs.compare([line.format("1.5 s")], [feasible.format("1.5 s")])[0] is False
 
 
 def test_a_changed_number_in_a_shown_output_is_caught():

@@ -61,7 +61,10 @@ def test_each_fallback_record_exports(run):
             "--fallback-nodes: 16 must be from 1 to 15",
         ),
         (["solve", "-c", "v5p-64", "--fallback-nodes", "1"], "is one TPU slice"),
-        (["plan", "--format", "pdf"], "--format: 'pdf' is not one of"),
+        (
+            ["plan", "--format", "pdf"],
+            "Invalid value for '--format': Value error, 'pdf' is not one of",
+        ),
     ],
 )
 def test_bad_fallback_input_is_one_line_exit_2(capsys, argv, message):

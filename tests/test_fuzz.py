@@ -160,6 +160,22 @@ FIX = ["tp=2", "pp=1", "tp=1,pp=1", "dp=8"]
 BAD_FIX = ["tp=3", "tp=8,tp=4", "tp=0", "tp=16", "tp", "tp=99999999999999999999"]
 TOKENS = ["15e12", "1e9", "1e18"]
 BAD_TOKENS = ["-1e12", "nan", "inf", "0", "1e400", "abc", "1e19", "-inf"]
+FAILURE_RATES = ["0", "1.9733e-5", "1e-3"]
+BAD_FAILURE_RATES = ["-1e-5", "nan", "0.5", "inf", "abc", "1e400"]
+RESTART_TIMES = ["0", "600", "3600"]
+BAD_RESTART_TIMES = ["-1", "nan", "1e7", "x"]
+CHECKPOINT_MODES = ["blocking", "async"]
+BAD_CHECKPOINT_MODES = ["sync", "", "BLOCKING"]
+WRITE_BANDWIDTHS = ["0.977", "50", "1e-3"]
+BAD_WRITE_BANDWIDTHS = ["0", "-1", "nan", "1e5", "inf"]
+PRICES = ["0", "0.12", "2.0"]
+BAD_PRICES = ["-0.1", "nan", "1e400", "abc"]
+FALLBACK_NODES = ["0", "1"]  # the small clusters have one or two nodes
+BAD_FALLBACK_NODES = ["-1", "2", "65", "1.5", "99999999999999999999", "x"]
+VERSUS = ["dp=8", "fsdp=8", "tp=2,fsdp=4", "dp=16", "fsdp=4,tp=4", "tp=8,pp=2"]
+PLAN_FORMATS = ["table", "json", "yaml", "markdown"]
+BAD_PLAN_FORMATS = ["pdf", "md", ""]
+PLAN_OUTPUTS = ["@out/plan.md", "@out/plan.markdown", "@out/plan.json"]
 TIME_LIMITS = ["5", "1", "0.5"]
 BAD_TIME_LIMITS = ["nan", "inf", "-1", "0", "1e9", "0.05", "abc"]
 TARGETS = ["megatron", "maxtext", "torchtitan", "torchtitan-0.3", "deepspeed"]
@@ -393,6 +409,7 @@ class Gen:
                 ("--tokens", lambda: self.pick(TOKENS, BAD_TOKENS, 0.6), 0.25),
                 ("--tp-comm-overlap", None, 0.15),
                 *self.workload_options(),
+                *self.goodput_options()[1:],
                 ("--first-stage-layers", lambda: self.number(["1", "2", "3"]), 0.1),
                 ("--format", lambda: self.pick(["table", "json"], ["yaml"], 0.9), 0.6),
             ],
@@ -434,6 +451,31 @@ class Gen:
             ),
         ]
 
+    def goodput_options(self) -> list:
+        """The plan options estimate, solve, explain and plan share (core.options.GOODPUT_OPTIONS),
+        with --tokens that makes them count."""
+        return [
+            ("--tokens", lambda: self.pick(TOKENS, BAD_TOKENS, 0.8), 0.4),
+            (
+                "--failure-rate-per-device-hour",
+                lambda: self.pick(FAILURE_RATES, BAD_FAILURE_RATES, 0.7),
+                0.2,
+            ),
+            ("--restart-time-s", lambda: self.pick(RESTART_TIMES, BAD_RESTART_TIMES, 0.7), 0.15),
+            (
+                "--checkpoint-mode",
+                lambda: self.pick(CHECKPOINT_MODES, BAD_CHECKPOINT_MODES, 0.8),
+                0.15,
+            ),
+            (
+                "--checkpoint-write-gbytes-per-s-per-node",
+                lambda: self.pick(WRITE_BANDWIDTHS, BAD_WRITE_BANDWIDTHS, 0.7),
+                0.15,
+            ),
+            ("--price-per-device-hour", lambda: self.pick(PRICES, BAD_PRICES, 0.8), 0.1),
+            ("--price-per-kwh", lambda: self.pick(PRICES, BAD_PRICES, 0.7), 0.15),
+        ]
+
     def search(self, command: str) -> list[str]:
         specs = [
             ("--model", self.model, 0.9),
@@ -455,14 +497,26 @@ class Gen:
             ("--tp-comm-overlap", None, 0.1),
             *self.workload_options(),
         ]
+        specs += self.goodput_options()
+        fallback = ("--fallback-nodes", lambda: self.pick(FALLBACK_NODES, BAD_FALLBACK_NODES), 0.3)
         if command == "solve":
             specs += [
                 ("--format", lambda: self.pick(["table", "json", "yaml"], ["xml"], 0.9), 0.6),
                 ("--export", lambda: self.pick(TARGETS, BAD_TARGETS, 0.7), 0.3),
                 ("-o", lambda: self.pick(OUTPUTS, BAD_OUTPUTS, 0.6), 0.3),
+                fallback,
+            ]
+        elif command == "plan":
+            specs += [
+                ("--format", lambda: self.pick(PLAN_FORMATS, BAD_PLAN_FORMATS, 0.85), 0.6),
+                ("-o", lambda: self.pick(PLAN_OUTPUTS, BAD_OUTPUTS, 0.6), 0.3),
+                fallback,
             ]
         else:
-            specs += [("--format", lambda: self.pick(["table", "json"], ["yaml"], 0.9), 0.6)]
+            specs += [
+                ("--format", lambda: self.pick(["table", "json"], ["yaml"], 0.9), 0.6),
+                ("--versus", lambda: self.pick(VERSUS, BAD_DEGREES, 0.6), 0.25),
+            ]
         return self.options([command], specs)
 
     def solve(self) -> list[str]:
@@ -470,6 +524,9 @@ class Gen:
 
     def explain(self) -> list[str]:
         return self.search("explain")
+
+    def plan(self) -> list[str]:
+        return self.search("plan")
 
     def export(self) -> list[str]:
         return self.options(
@@ -578,11 +635,12 @@ WEIGHTS = {
     "models": 3,
     "clusters": 3,
     "estimate": 22,
-    "solve": 16,
+    "solve": 14,
+    "plan": 8,
     "explain": 9,
-    "export": 15,
-    "validate": 8,
-    "calibrate": 7,
+    "export": 14,
+    "validate": 7,
+    "calibrate": 6,
     "sweep": 11,
     "plot": 6,
 }
@@ -670,14 +728,42 @@ PINNED = [
 ]
 
 
+SMALL = ["--model", "debug", "--cluster", "h100-16", "--seqs", "64"]  # two nodes of 8 GPUs
+GOODPUT_RUN = ["estimate", *SMALL, "--layout", "dp=16", "--tokens", "1e9"]
+# Issue 33's options, each with a bad value and the flag its one-line error must name; kept in
+# the corpus whatever the draw.
+BAD_PLAN_OPTIONS = [
+    ([*GOODPUT_RUN, "--failure-rate-per-device-hour", "-1e-5"], "--failure-rate-per-device-hour"),
+    ([*GOODPUT_RUN, "--failure-rate-per-device-hour", "nan"], "--failure-rate-per-device-hour"),
+    ([*GOODPUT_RUN, "--restart-time-s", "-1"], "--restart-time-s"),
+    ([*GOODPUT_RUN, "--checkpoint-mode", "sync"], "--checkpoint-mode"),
+    (
+        [*GOODPUT_RUN, "--checkpoint-write-gbytes-per-s-per-node", "0"],
+        "--checkpoint-write-gbytes-per-s-per-node",
+    ),
+    ([*GOODPUT_RUN, "--price-per-kwh", "-0.1"], "--price-per-kwh"),
+    (["solve", *SMALL, "--fallback-nodes", "2"], "--fallback-nodes"),  # one node at most
+    (["solve", *SMALL, "--fallback-nodes", "-1"], "--fallback-nodes"),
+    (["explain", *SMALL, "--versus", "tq=2"], "--versus"),
+    (["explain", *SMALL, "--versus", "tp=3"], "--versus"),
+    (["plan", *SMALL, "--format", "pdf"], "--format"),
+    (["plan", *SMALL, "--fallback-nodes", "65"], "--fallback-nodes"),
+    (["plan", *SMALL, "--restart-time-s", "inf"], "--restart-time-s"),
+    (["plan", *SMALL, "--price-per-kwh", "abc"], "--price-per-kwh"),
+]
+
+
 def corpus(seed: int = SEED, n: int = CASES) -> list[list[str]]:
-    """PINNED, then one drawn case per command, then drawn cases (by WEIGHTS) up to ``n``."""
+    """PINNED and BAD_PLAN_OPTIONS, then one drawn case per command, then drawn cases (by WEIGHTS)
+    up to ``n``."""
     rng = random.Random(seed)
     gen = Gen(rng)
     names, weights = zip(*WEIGHTS.items())
-    cases = [list(argv) for argv in PINNED] + [
-        gen.case(name) for name in names
-    ]  # every command at least once
+    cases = (
+        [list(argv) for argv in PINNED]
+        + [list(argv) for argv, _ in BAD_PLAN_OPTIONS]
+        + [gen.case(name) for name in names]
+    )  # every command at least once
     while len(cases) < n:
         cases.append(gen.noise(gen.case(rng.choices(names, weights)[0])))
     return cases
@@ -956,6 +1042,35 @@ def test_fuzz_command_line(case, files, capsys, monkeypatch):
         ]
         assert not bugs, f"{bugs[0]}: {shown}"
     assert not [p.name for p in files.rglob("*.tmp")], f"a temporary file was left: {shown}"
+
+
+@pytest.mark.parametrize(("argv", "flag"), BAD_PLAN_OPTIONS, ids=lambda v: " ".join(v[-2:]))
+def test_a_bad_value_of_an_issue_33_option_is_exit_2_naming_its_flag(argv, flag, capsys):
+    """Goodput, energy price, fallback, versus and plan options: a bad value exits 2 with one
+    line, no traceback, that names the flag."""
+    assert cli.main(argv) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("error: ") and err.count("\n") == 1 and "Traceback" not in err
+    assert flag in err, err
+
+
+def test_the_corpus_draws_each_issue_33_option_good_and_bad():
+    """Every drawn plan, and each new option both with a valid value and with a hostile one."""
+    drawn = CORPUS[len(PINNED) + len(BAD_PLAN_OPTIONS) :]
+    assert sum(argv[0] == "plan" for argv in drawn) > 20
+    pairs = {(a, b) for argv in drawn for a, b in zip(argv, argv[1:], strict=False)}
+    for flag, good, bad in [
+        ("--failure-rate-per-device-hour", FAILURE_RATES, BAD_FAILURE_RATES),
+        ("--restart-time-s", RESTART_TIMES, BAD_RESTART_TIMES),
+        ("--checkpoint-mode", CHECKPOINT_MODES, BAD_CHECKPOINT_MODES),
+        ("--checkpoint-write-gbytes-per-s-per-node", WRITE_BANDWIDTHS, BAD_WRITE_BANDWIDTHS),
+        ("--price-per-kwh", PRICES, BAD_PRICES),
+        ("--fallback-nodes", FALLBACK_NODES, BAD_FALLBACK_NODES),
+        ("--versus", VERSUS, BAD_DEGREES),
+    ]:
+        assert any((flag, v) in pairs for v in good), f"{flag}: no valid value drawn"
+        assert any((flag, v) in pairs for v in bad), f"{flag}: no hostile value drawn"
+    assert ("--format", "markdown") in pairs
 
 
 def test_the_corpus_covers_every_command_and_mixes_valid_and_hostile_values():

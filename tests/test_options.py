@@ -92,6 +92,21 @@ FLAGS = {
         *GOODPUT,
         "--fallback-nodes",
     ],
+    "plan": [
+        *PROBLEM,
+        "--seqs",
+        "--seq-len",
+        *WORKLOAD,
+        *SEARCH,
+        "--format",
+        "--output",
+        "-o",
+        "--tokens",
+        "--price-per-device-hour",
+        "--what-if",
+        *GOODPUT,
+        "--fallback-nodes",
+    ],
     "explain": [
         *PROBLEM,
         "--seqs",
@@ -131,7 +146,7 @@ FLAGS = {
 
 @pytest.mark.parametrize("name", list(FLAGS))
 def test_each_command_has_exactly_its_frozen_flags(name):
-    """The flags of estimate, solve, explain and sweep are the reviewed lists above, then --wide."""
+    """The flags of estimate, solve, plan, explain and sweep are the reviewed lists above, then --wide."""
     command = loaded_command(name)
     assert [o for p in command.params for o in p.opts + p.secondary_opts] == [
         *FLAGS[name],

@@ -33,6 +33,7 @@ from layoutsearch.core.options import (
     OptionGroup,
     OutputOptions,
     PlanOptions,
+    PlanOutputOptions,
     ProblemOptions,
     SearchOptions,
     SweepOptions,
@@ -54,6 +55,7 @@ _KEYS = {
     PlanOptions: "plan",
     LayoutOptions: "layout",
     OutputOptions: "output",
+    PlanOutputOptions: "output",
     SweepOptions: "sweep",
 }
 

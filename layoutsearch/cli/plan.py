@@ -4,42 +4,18 @@ checkpoint interval, days, device-hours, energy and cost, and the fallback table
 
 from __future__ import annotations
 
-from enum import StrEnum
-
-from pydantic import Field
-from typer._click.globals import get_current_context
-
 from layoutsearch import engine
 from layoutsearch.cli.common import exit_if_infeasible, print_document, write_output
-from layoutsearch.cli.options import CommandSpec, Given, _option, build_command, register_command
+from layoutsearch.cli.options import CommandSpec, Given, build_command, register_command
 from layoutsearch.cli.solve import SEARCH
-from layoutsearch.core.errors import InvalidArgumentError
-from layoutsearch.core.options import PLAN_FIELDS, OptionGroup, OutputOptions, PlanOptions
+from layoutsearch.core.options import PLAN_FIELDS, PlanFormat, PlanOptions, PlanOutputOptions
 from layoutsearch.report import render
 
 MARKDOWN_SUFFIXES = (".md", ".markdown")
 
-
-class PlanFormat(StrEnum):
-    """The page's format: the commands' three and Markdown."""
-
-    table = "table"
-    json = "json"
-    yaml = "yaml"
-    markdown = "markdown"
-
-
-class PlanOutput(OptionGroup):
-    """The plan's own output option."""
-
-    format: PlanFormat = Field(
-        PlanFormat.table, description="table, json, yaml or markdown (-o FILE.md: markdown)"
-    )
-
-
 SPEC = CommandSpec(
     "plan",
-    (*SEARCH, (OutputOptions, ("output",)), (PlanOptions, PLAN_FIELDS["solve"])),
+    (*SEARCH, (PlanOutputOptions, ("format", "output")), (PlanOptions, PLAN_FIELDS["solve"])),
     defaults={"top": 1},
 )
 
@@ -47,9 +23,9 @@ SPEC = CommandSpec(
 def plan(given: Given) -> None:
     """One page per plan: layout, step time, goodput, checkpoints, days, device-hours, energy, cost, fallbacks."""
     problem, workload, search, options = given.problem, given.workload, given.search, given.plan
-    assert problem and workload and search and options and given.output, "SPEC declares these"
-    fmt = _format(get_current_context().params["format"])
-    output = given.output.output
+    assert problem and workload and search and options, "SPEC declares these"
+    assert isinstance(given.output, PlanOutputOptions), "SPEC declares plan's own outputs"
+    fmt, output = given.output.format, given.output.output
     if output and output.lower().endswith(MARKDOWN_SUFFIXES):
         fmt = PlanFormat.markdown
     run = engine.solve(problem, workload, search, options)
@@ -67,15 +43,6 @@ def plan(given: Given) -> None:
     exit_if_infeasible(run)
 
 
-def _format(value: str) -> PlanFormat:
-    """The --format value as a PlanFormat; another value is one line naming the option."""
-    try:
-        return PlanFormat(value)
-    except ValueError:
-        choices = ", ".join(f.value for f in PlanFormat)
-        raise InvalidArgumentError(f"--format: '{value:.40}' is not one of {choices}") from None
-
-
 def plan_document(solve_document: dict) -> dict:
     """The plan's JSON: the solve document's problem and solver, its winner (null when nothing
     fits) and its fallback list (empty without --fallback-nodes)."""
@@ -89,9 +56,7 @@ def plan_document(solve_document: dict) -> dict:
 
 
 def command():
-    built = build_command(SPEC, plan, plan.__doc__)
-    built.params.append(_option(PlanOutput, "format", PlanFormat.table))
-    return built
+    return build_command(SPEC, plan, plan.__doc__)
 
 
 def register(app) -> None:

@@ -3,7 +3,7 @@
 The groups are frozen pydantic models, one per concern: the problem (model, cluster, batch),
 the workload assumptions, the search restrictions, the plan (tokens, price, what-if), one
 layout (estimate), the outputs and the sweep's own. Everything else is derived from them: the
-command-line options of estimate, solve, explain and sweep (``layoutsearch.cli.options``), the
+command-line options of estimate, solve, plan, explain and sweep (``layoutsearch.cli.options``), the
 keys of a problem file (``core.problem_file``), the keyword arguments of the Python API
 (``layoutsearch.api``), ``docs/cli.md`` (``scripts/cli_docs.py``) and the option-backed fields
 of a result document's workload record (``core.problem.WorkloadRecord``).
@@ -59,6 +59,8 @@ __all__ = [
     "PlanOptions",
     "LayoutOptions",
     "OutputOptions",
+    "PlanFormat",
+    "PlanOutputOptions",
     "SweepOptions",
     "GROUPS",
     "MAX_ROUTING_CV",
@@ -76,6 +78,15 @@ class Format(StrEnum):
     table = "table"
     json = "json"
     yaml = "yaml"
+
+
+class PlanFormat(StrEnum):
+    """The plan page's format: the commands' three and a Markdown report."""
+
+    table = "table"
+    json = "json"
+    yaml = "yaml"
+    markdown = "markdown"
 
 
 class CheckpointMode(StrEnum):
@@ -429,6 +440,15 @@ class OutputOptions(OptionGroup):
     )
 
 
+class PlanOutputOptions(OutputOptions):
+    """Where and how plan writes its page: the outputs, with Markdown among the formats."""
+
+    format: PlanFormat = Field(  # type: ignore[assignment]  # a wider choice than Format
+        PlanFormat.table,
+        description="table, json, yaml or markdown (-o FILE.md: markdown)",
+    )
+
+
 class SweepOptions(OptionGroup):
     """A sweep's points (several values per option) and how it runs them."""
 
@@ -504,5 +524,6 @@ GROUPS = (
     PlanOptions,
     LayoutOptions,
     OutputOptions,
+    PlanOutputOptions,
     SweepOptions,
 )

@@ -1,0 +1,67 @@
+"""End to end against published runs: a whole pre-training run's GPU-hours, as
+`layoutsearch estimate ... --tokens N --format json` predicts them for the published layout and
+batch, against the figure its authors published (issue 33, point 4). Which published phases each
+comparison includes is in docs/planning.md ("End to end against published runs")."""
+
+import json
+
+import pytest
+
+from layoutsearch.cli import main
+
+DEEPSEEK_V3_GPU_HOURS = 2.664e6  # DeepSeek-V3 technical report, table 1: pre-training, H800
+LLAMA31_405B_GPU_HOURS = 30.84e6  # Llama 3.1 model card: 405B, training time (GPU hours), H100
+
+DEEPSEEK_V3_ARGS = [
+    *("--model", "deepseek-v3", "--cluster", "h800-2048"),
+    *("--seqs", "15360", "--seq-len", "4096", "--tokens", "14.8e12"),
+    *("--layout", "fsdp=128,pp=16,ep=64", "--zero-stage", "1", "--microbatches", "120"),
+    *("--precision", "fp8", "--recompute", "none", "--deepep", "--ep-comm-overlap"),
+]
+LLAMA3_405B_ARGS = [
+    *("--model", "llama3-405b", "--cluster", "h100-16384"),
+    *("--seqs", "2048", "--seq-len", "8192", "--tokens", "15.6e12"),
+    *("--layout", "fsdp=128,tp=8,pp=16", "--zero-stage", "2", "--virtual-stages", "4"),
+]
+
+
+def _estimate(capsys, args: list[str]) -> dict:
+    """The layout record of `layoutsearch estimate ARGS --format json`."""
+    main(["estimate", *args, "--format", "json"])
+    return json.loads(capsys.readouterr().out)["layout"]
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="measured: 3.73M GPU-hours, +40.2% (1,140 tokens/s per GPU against the published "
+    "1,543). Of the 27.0 s step the last stage's output heads (the model's and MTP's) are 8.9 s, "
+    "the exposed AllToAll 5.4 s and the 1F1B bubble 3.0 s: DualPipe's bidirectional schedule and "
+    "DeepSeek's placement of the heads are not modelled; nothing was tuned to close it",
+)
+def test_deepseek_v3_pretraining_gpu_hours_within_10_percent_of_published(capsys):
+    """DeepSeek-V3 report (arXiv 2412.19437) table 1: 2.664M H800 GPU-hours for 14.8T pre-training
+    tokens on 2,048 H800; section 3.2: pp 16, ep 64 over 8 nodes, ZeRO-1 data parallel, no tp,
+    fp8 GEMMs, 15,360 sequences of 4,096 tokens, DualPipe (costed as 1F1B with the AllToAlls
+    overlapped, --ep-comm-overlap), node-limited dispatch sent once per node (--deepep)."""
+    rec = _estimate(capsys, DEEPSEEK_V3_ARGS)
+    assert rec["device_hours"] == pytest.approx(DEEPSEEK_V3_GPU_HOURS, rel=0.10)
+
+
+def test_llama3_405b_gpu_hours_within_15_percent_of_published(capsys):
+    """Llama 3.1 model card: 30.84M H100 GPU-hours for the 405B; Llama 3 paper (arXiv 2407.21783)
+    table 4 and section 3.4: 15.6T tokens, 16,384 H100, tp 8, pp 16 (interleaved, v 4), dp 128
+    with weights gathered for the whole step (ZeRO-2 in the engine's terms), 2,048 x 8,192 tokens;
+    measured 30.46M GPU-hours, -1.2%."""
+    rec = _estimate(capsys, LLAMA3_405B_ARGS)
+    assert rec["device_hours"] == pytest.approx(LLAMA31_405B_GPU_HOURS, rel=0.15)
+    assert rec["fits"] is True
+
+
+def test_llama3_405b_effective_training_time_above_85_percent(capsys):
+    """Llama 3 paper section 3.3.4: 419 unexpected interruptions in 54 days on 16,384 H100 (the
+    default failure rate) and more than 90% effective training time; the engine's goodput for
+    the published layout is above 85% (measured 92.7%) and its train_days divide by it."""
+    rec = _estimate(capsys, LLAMA3_405B_ARGS)
+    assert 0.85 < rec["goodput"] < 1.0
+    assert rec["job_mtbf_h"] == pytest.approx(54 * 24 / 419, rel=1e-9)
+    assert rec["device_hours"] == pytest.approx(rec["train_days"] * 24 * 16_384, rel=1e-9)
