@@ -402,16 +402,7 @@ def cpsat_top(
                     tolerance,
                 )
             rows = rows[best[rows] <= limit]
-    info = {
-        "rows_kept": int(len(rows)),
-        "rows_total": int(len(space.sk_k)),
-        "status": "INFEASIBLE",
-        "objective": None,
-        "bound": None,
-        "history": [],
-        "wall_s": 0.0,
-        "ranking_status": "OPTIMAL",
-    }
+    info = _info(space, rows)
     if not len(rows):
         return [], info
     model, v, exprs = build_model(
@@ -451,12 +442,7 @@ def cpsat_top(
             if status not in (cp_model.OPTIMAL, cp_model.FEASIBLE):
                 if rank == 0 and phase == 0:
                     info["status"] = STATUS[status]
-                if (
-                    key == "simplicity"
-                ):  # out of time: the tied candidate found so far, not proven simplest
-                    info["ranking_status"] = STATUS[status]
-                else:
-                    solver = None
+                solver = solver if _keeps_tied(key, status, info) else None
                 break
             solver = attempt
             value = int(solver.value(expr))
@@ -519,16 +505,7 @@ def _risk_free_top(
     s_of = space.sk_shape
     plain = (r.cp[s_of[rows]] == 0) & (r.many_microbatches[rows] == 0)
     rows_b = rows[(best[rows] <= limit_b) & plain]
-    info = {
-        "rows_kept": int(len(np.union1d(rows_a, rows_b))),
-        "rows_total": int(len(space.sk_k)),
-        "status": "INFEASIBLE",
-        "objective": None,
-        "bound": None,
-        "history": [],
-        "wall_s": 0.0,
-        "ranking_status": "OPTIMAL",
-    }
+    info = _info(space, np.union1d(rows_a, rows_b))
     model_a, v_a, exprs_a = build_model(space, t, rows_a, limit_a, fits_r)
     model_b, v_b, exprs_b = build_model(space, t, rows_b, limit_b, fits_r)
     model_b.add(exprs_b["risk"] == 0)
@@ -577,6 +554,29 @@ def _risk_free_top(
     return answers, info
 
 
+def _keeps_tied(key: str, status, info: dict) -> bool:
+    """Whether a phase that found nothing keeps the candidate so far: a simplicity phase out of
+    time keeps the tied candidate found, not proven simplest (``ranking_status`` says so)."""
+    if key == "simplicity":
+        info["ranking_status"] = STATUS[status]
+        return True
+    return False
+
+
+def _info(space: Space, rows: np.ndarray) -> dict:
+    """A search's info before any solve (nothing found yet)."""
+    return {
+        "rows_kept": int(len(rows)),
+        "rows_total": int(len(space.sk_k)),
+        "status": "INFEASIBLE",
+        "objective": None,
+        "bound": None,
+        "history": [],
+        "wall_s": 0.0,
+        "ranking_status": "OPTIMAL",
+    }
+
+
 def _band(model, exprs: dict, least: int, rank: int) -> None:
     """Hold the step time within the risk band of the least one, for this rank."""
     lit = model.new_bool_var(f"band_{rank}")
@@ -595,10 +595,7 @@ def _rank_risk_free(space, t, model, v, exprs, rank, deadline, info, tolerance):
         status = attempt.solve(model)
         info["wall_s"] += attempt.wall_time
         if status not in (cp_model.OPTIMAL, cp_model.FEASIBLE):
-            if key == "simplicity":
-                info["ranking_status"] = STATUS[status]
-            else:
-                solver = None
+            solver = solver if _keeps_tied(key, status, info) else None
             break
         solver = attempt
         value = int(solver.value(expr))

@@ -133,13 +133,23 @@ class ShapeRisk:
     many_microbatches: np.ndarray  # [sk row] 0/1: K above max(64, 8 pp)
 
 
+def per_space(space, attribute: str, build):
+    """``build(space, degrees)`` once per space (cached on it as ``attribute``); ``degrees``: name
+    -> the shapes' degree array."""
+    cached = getattr(space, attribute, None)
+    if cached is None:
+        sh = space.shapes
+        cached = build(space, {name: np.asarray(getattr(sh, name)) for name in ALL_DEGREE_NAMES})
+        object.__setattr__(space, attribute, cached)
+    return cached
+
+
 def shape_risk(space) -> ShapeRisk:
     """Computed once per space (cached on it)."""
-    cached = getattr(space, "_shape_risk", None)
-    if cached is not None:
-        return cached
-    sh = space.shapes
-    degrees = {name: np.asarray(getattr(sh, name)) for name in ALL_DEGREE_NAMES}
+    return per_space(space, "_shape_risk", _shape_risk)
+
+
+def _shape_risk(space, degrees: dict) -> ShapeRisk:
     slow = [i for i, a in enumerate(space.cluster.axes) if a.kind in SLOW_AXIS_KINDS]
     crossing = {
         name: np.zeros((space.num_shapes, len(space.orders)), dtype=np.int64)
@@ -152,14 +162,12 @@ def shape_risk(space) -> ShapeRisk:
                 flags[:, o] = (table[:, slow, NESTING_ORDER.index(name)] > 1).any(axis=1)
     pp = degrees["pp"][space.sk_shape]
     limit = np.maximum(MAX_PLAIN_MICROBATCHES, MICROBATCHES_PER_STAGE * pp)
-    out = ShapeRisk(
+    return ShapeRisk(
         slow_tp=crossing["tp"],
         slow_cp=crossing["cp"],
         cp=(degrees["cp"] > 1).astype(np.int64),
         many_microbatches=(np.asarray(space.sk_k) > limit).astype(np.int64),
     )
-    object.__setattr__(space, "_shape_risk", out)
-    return out
 
 
 def risk_flags(space, sk, o, peak_kib, capacity_kib: int) -> tuple[np.ndarray, ...]:
@@ -210,23 +218,16 @@ class ShapeSimplicity:
 
 def shape_simplicity(space) -> ShapeSimplicity:
     """Computed once per space (cached on it)."""
-    cached = getattr(space, "_shape_simplicity", None)
-    if cached is not None:
-        return cached
+    return per_space(space, "_shape_simplicity", _shape_simplicity)
+
+
+def _shape_simplicity(space, degrees: dict) -> ShapeSimplicity:
     sh = space.shapes
-    degrees = {name: np.asarray(getattr(sh, name)) for name in ALL_DEGREE_NAMES}
     above = sum(
         ((degrees[name] > 1).astype(np.int64) for name in ALL_DEGREE_NAMES),
         np.zeros(space.num_shapes, dtype=np.int64),
     )
-    cluster = space.cluster
-    slow = [i for i, a in enumerate(cluster.axes) if a.kind in SLOW_AXIS_KINDS]
-    tp_col = NESTING_ORDER.index("tp")
-    beyond = np.zeros((space.num_shapes, len(space.orders)), dtype=np.int64)
-    if slow and space.num_shapes:
-        for o, order in enumerate(space.orders):
-            table, _ = fill_order(cluster, degrees, order)
-            beyond[:, o] = (table[:, slow, tp_col] > 1).any(axis=1)
+    beyond = shape_risk(space).slow_tp  # one rule for "TP beyond a node": the risk's
     order = np.lexsort(
         tuple(
             np.asarray(getattr(sh, f)) for f in ("v", "etp", "ep", "cp", "pp", "tp", "fsdp", "dp")
@@ -243,15 +244,13 @@ def shape_simplicity(space) -> ShapeSimplicity:
         len(lightness)
     )
     cp_rank = np.searchsorted(distinct(np.append(degrees["cp"], 1)), degrees["cp"]).astype(np.int64)
-    out = ShapeSimplicity(
+    return ShapeSimplicity(
         degrees_above_one=above,
         cp_rank=cp_rank,
         tp_beyond_node=beyond,
         degree_rank=rank,
         recompute_rank=recompute_rank,
     )
-    object.__setattr__(space, "_shape_simplicity", out)
-    return out
 
 
 def recompute_lightness(model, policy: str) -> tuple[float, ...]:
