@@ -45,6 +45,7 @@ from layoutsearch.core.problem import Problem
 from layoutsearch.core.specs import Cluster, Layout
 from layoutsearch.costs.estimate import estimate
 from layoutsearch.validation.mapping import record_to_problem
+from layoutsearch.validation.parallel import parallel_map
 from layoutsearch.validation.runs import source_family
 from layoutsearch.validation.stats import error_stats
 
@@ -571,12 +572,13 @@ def leave_one_source_out(
             items.append((source_family(r), family_of(acc), prob))
             if fit_on is None or fit_on(r):
                 fitted_ids.add(prob[0])
-    rel: dict[str, float] = {}
-    by_source: dict[str, dict] = {}
     picked_by = {name: {r["id"] for r in records if picks(r)} for name, picks in then}
     grid = tuple(routing_cv_grid or ())
     learned = {pid for pid, _, _ in learned_routing_problems(records)} if grid else set()
-    for source in sorted({s for s, _, _ in items}):
+
+    def fold(source: str) -> tuple[dict[str, float], dict]:
+        """The held-out source's LOSO rel errors by id and its ``by_source`` entry."""
+        rel: dict[str, float] = {}
         how: dict[str, str] = {}
         fold = items
         if grid:
@@ -646,25 +648,45 @@ def leave_one_source_out(
             for (pid, _, _), r_log in zip(held, log_residuals(held, fold_fields[fam])):
                 rel[pid] = float(np.expm1(r_log))
         ids = {p[0] for s, _, p in fold if s == source}
-        by_source[source] = {**error_stats([rel[i] for i in ids if i in rel]), "calibration": how}
-    in_sample: list[float] = []
-    groups = {fam: [p for _, f, p in items if f == fam] for fam in sorted({f for _, f, _ in items})}
-    fit_groups = {fam: [p for p in probs if p[0] in fitted_ids] for fam, probs in groups.items()}
-    joint = (
-        fit_joint({f: g for f, g in fit_groups.items() if len(g) >= 2}, params, shared, loss)
-        if shared
-        else {}
-    )
-    for fam, probs in groups.items():
-        train = fit_groups[fam]
-        fields = (
-            joint.get(fam, {})
+        return rel, {**error_stats([rel[i] for i in ids if i in rel]), "calibration": how}
+
+    def in_sample_errors() -> list[float]:
+        """Every usable record's rel error under the calibration fitted on all sources."""
+        out: list[float] = []
+        groups = {
+            fam: [p for _, f, p in items if f == fam] for fam in sorted({f for _, f, _ in items})
+        }
+        fit_groups = {
+            fam: [p for p in probs if p[0] in fitted_ids] for fam, probs in groups.items()
+        }
+        joint = (
+            fit_joint({f: g for f, g in fit_groups.items() if len(g) >= 2}, params, shared, loss)
             if shared
-            else fit_fields(train, chosen_params(params, len(train)), loss)[0]
-            if len(train) >= 2
             else {}
         )
-        in_sample += list(np.expm1(log_residuals(probs, fields)))
+        for fam, probs in groups.items():
+            train = fit_groups[fam]
+            fields = (
+                joint.get(fam, {})
+                if shared
+                else fit_fields(train, chosen_params(params, len(train)), loss)[0]
+                if len(train) >= 2
+                else {}
+            )
+            out += list(np.expm1(log_residuals(probs, fields)))
+        return out
+
+    sources = sorted({s for s, _, _ in items})
+    # the in-sample fit (the largest, first) and every fold are independent: spread over the CPUs
+    done = parallel_map(
+        lambda task: in_sample_errors() if task is None else fold(task), [None, *sources]
+    )
+    in_sample: list[float] = done[0]
+    rel: dict[str, float] = {}
+    by_source: dict[str, dict] = {}
+    for source, (fold_rel, entry) in zip(sources, done[1:]):
+        rel.update(fold_rel)
+        by_source[source] = entry
     overall = error_stats(list(rel.values()))
     return {
         "params": list(params) + list(shared),

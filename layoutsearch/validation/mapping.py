@@ -27,7 +27,7 @@ from layoutsearch.core.problem import MODEL_SHAPE_FIELDS, Problem, resolved_work
 from layoutsearch.core.specs import RECOMPUTE_POLICIES, Cluster, Layout, Workload
 from layoutsearch.core.topology import resolve_cluster, torus_shape
 from layoutsearch.core.units import GB
-from layoutsearch.costs.estimate import estimate
+from layoutsearch.costs.estimate import Estimate, estimate
 from layoutsearch.validation.runs import source_family
 
 Mapped = tuple[Problem, Layout]  # what a record is for the engine
@@ -935,6 +935,13 @@ def record_to_problem(record: dict) -> Mapped | str:
 
     The placement is the fastest of the cluster's axis orders (``estimate`` of the unplaced layout).
     """
+    mapped = record_to_estimate(record)
+    return mapped if isinstance(mapped, str) else mapped[:2]
+
+
+def record_to_estimate(record: dict) -> tuple[Problem, Layout, Estimate] | str:
+    """``record_to_problem``'s (Problem, placed Layout) and the placed layout's ``estimate`` (not strict),
+    which placing it costed already; or the skip reason."""
     wl, lay = record["workload"], record["layout"]
     reason = _unmodelled(record)
     if reason:
@@ -1027,9 +1034,10 @@ def record_to_problem(record: dict) -> Mapped | str:
     if violations:
         return "engine rejects the layout: " + "; ".join(v.message for v in violations)
     try:
-        axes = estimate(problem, layout, strict=False).layout.placements
+        est = estimate(problem, layout, strict=False)
     except LayoutsearchError as exc:
         return f"placement: {exc}"
+    axes = est.layout.placements
     if replicas > 1 and dp == replicas and dict(dict(axes).get("dp", ())).get("dcn") != replicas:
         return f"placement: dp({dp}) does not land on the dcn axis ({dict(axes)})"
-    return problem, replace(layout, axes=axes)
+    return problem, replace(layout, axes=axes), est
