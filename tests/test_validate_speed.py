@@ -91,3 +91,19 @@ def test_sliding_window_is_the_records_field_not_its_notes(moe):
     worded["model"]["notes"] = "sliding-window 128 on every other layer"
     model = record_to_problem(worded)[0].model
     assert (model.sliding_window, model.full_attention_layers) == (None, 0)
+
+
+def test_a_joint_fit_starts_from_the_values_it_is_given(dense, monkeypatch):
+    """fit_joint(start_from=...) starts at those values (a family's own field and the shared one), at the mean
+    of the catalogue values without them: the search is stopped at its start to read it."""
+    from layoutsearch.validation import calibrate
+
+    monkeypatch.setattr(calibrate, "levenberg_marquardt", lambda fn, u0: (u0, 0, None))
+    probs = calibrate.usable_problems([dense[i] for i in SMALL], "h100")
+    start = {"h100-class": {"matmul_efficiency": 0.61, "overlap_interference": 0.3}}
+    fields = ("matmul_efficiency",), ("overlap_interference",)
+    warm = calibrate.fit_joint({"h100-class": probs}, *fields, start_from=start)["h100-class"]
+    assert warm == pytest.approx({"matmul_efficiency": 0.61, "overlap_interference": 0.3})
+    cold = calibrate.fit_joint({"h100-class": probs}, *fields)["h100-class"]
+    acc = probs[0][1][0].cluster.accelerator
+    assert cold["matmul_efficiency"] == pytest.approx(acc.matmul_efficiency)
