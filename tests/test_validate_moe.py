@@ -292,9 +292,10 @@ def test_routing_is_costed_as_the_record_says_and_noted(by_id):
         and routing(by_id[DEEPSEEK]) == "forced"
         and routing(grok) == "not stated"
     )
-    assert "real routing (derived): costed learned" in mapping_notes(real)
-    assert "routing force-balanced (derived): costed forced (random routing)" in mapping_notes(
-        by_id[DEEPSEEK]
+    assert "real routing (workload.moe_routing): costed learned" in mapping_notes(real)
+    assert (
+        "routing force-balanced (workload.moe_routing): costed forced (random routing)"
+        in mapping_notes(by_id[DEEPSEEK])
     )
     assert "routing balance not stated: costed learned (the engine's default)" in mapping_notes(
         grok
@@ -303,12 +304,9 @@ def test_routing_is_costed_as_the_record_says_and_noted(by_id):
     assert problem.workload.routing == "learned" and (layout.ep, layout.fsdp) == (2, 8)
     assert record_to_problem(by_id[DEEPSEEK])[0].workload.routing == "forced"
     assert record_to_problem(grok)[0].workload.routing == "learned"
-    # NeMo's rows say "forced balancing not stated": a negation, not a forced balance
+    # NeMo's rows say "forced balancing not stated" in their notes: moe_routing null
     nemo = one(by_id, "nemo25.04-gb200-mixtral-8x7b")
-    assert (
-        "forced balancing not stated" in nemo["derived"]["load_balance"]
-        and routing(nemo) == "not stated"
-    )
+    assert nemo["workload"]["moe_routing"] is None and routing(nemo) == "not stated"
     assert record_to_problem(nemo)[0].workload.routing == "learned"
 
 
@@ -350,7 +348,7 @@ def test_nemo_rows_take_the_cuda_graphs_of_their_release_configuration(by_id):
 
 
 def test_gpt_oss_records_cost_their_sliding_window(by_id):
-    """Rule 16: "sliding-window 128 on every other layer" in a record's model notes is costed: 18 of gpt-oss-120b's 36
+    """Rule 16: a record's model.sliding_window 128 with full_attention_layers 18 is costed: 18 of gpt-oss-120b's 36
     layers attend over the whole 4096-token sequence (2048 keys per query, causal), 18 over a 128-token band
     (128 - 128^2 / (2 x 4096) = 126 keys), each query paying the kernel's per-call work of B200's 200 keys
     (attention_half_efficiency_keys) on both; the rest of the notes (sinks, biases, the clamp) stays uncosted and noted."""
@@ -360,7 +358,7 @@ def test_gpt_oss_records_cost_their_sliding_window(by_id):
     problem, layout = record_to_problem(rec)
     assert (problem.model.sliding_window, problem.model.full_attention_layers) == (128, 18)
     assert (
-        "sliding window 128 on every other layer (model notes): costed, 18 of 36 layers attend over the whole sequence"
+        "sliding window 128 (model.sliding_window): costed, 18 of 36 layers attend over the whole sequence"
     ) in mapping_notes(rec)
     assert (
         "model notes not costed: learned attention sinks, QKV/O and expert biases; clamped SwiGLU (limit 7.0)"

@@ -27,7 +27,7 @@ from layoutsearch.core.problem import MODEL_SHAPE_FIELDS, Problem, resolved_work
 from layoutsearch.core.specs import RECOMPUTE_POLICIES, Cluster, Layout, Workload
 from layoutsearch.core.topology import resolve_cluster, torus_shape
 from layoutsearch.core.units import GB
-from layoutsearch.costs.estimate import estimate
+from layoutsearch.costs.estimate import Estimate, estimate
 from layoutsearch.validation.runs import source_family
 
 Mapped = tuple[Problem, Layout]  # what a record is for the engine
@@ -818,15 +818,12 @@ def model_dict(record: dict) -> dict | str:
         )
     if m.get("mtp_num_layers"):
         shape["mtp_layers"] = m["mtp_num_layers"]
-    window = re.search(SLIDING_WINDOW_NOTE, m.get("notes") or "")
-    if window:  # gpt-oss: windowed and full layers alternate
+    if m.get("sliding_window") is not None:  # gpt-oss: windowed and full layers alternate
         shape.update(
-            sliding_window=int(window.group(1)), full_attention_layers=m["num_layers"] // 2
+            sliding_window=m["sliding_window"],
+            full_attention_layers=m.get("full_attention_layers") or 0,
         )
     return shape
-
-
-SLIDING_WINDOW_NOTE = r"sliding-window (\d+) on every other layer(?: \([^)]*\))?(?:,\s*)?"
 
 
 def record_model(record: dict):
@@ -842,23 +839,12 @@ def record_model(record: dict):
         return f"model: {exc}"
 
 
-REAL_ROUTING = r"real routing|real data|FORCE_LOAD_BALANCING=False|load balancing type none"
-FORCED_ROUTING = r"force[ds]?[ _-]?(load[ _-]?)?balanc|fake balanced gate"
-UNSTATED_ROUTING = r"force[ds]?[ _-]?(load[ _-]?)?balanc\w*\s+(is\s+)?not\s+stated"  # "forced balancing not stated"
-
-
 def routing(record: dict) -> str | None:
-    """Rule 16: "real", "forced" or "not stated" for a MoE record (from its derived and model notes), else None."""
+    """Rule 16: "real", "forced" or "not stated" for a MoE record (its ``workload.moe_routing``; null: not
+    stated), else None."""
     if record["model"].get("moe") is None:
         return None
-    text = " ".join(str(x) for x in (record.get("derived"), record["model"].get("notes")))
-    if re.search(REAL_ROUTING, text, re.IGNORECASE):
-        return "real"
-    if re.search(
-        FORCED_ROUTING, re.sub(UNSTATED_ROUTING, "", text, flags=re.IGNORECASE), re.IGNORECASE
-    ):
-        return "forced"
-    return "not stated"
+    return record["workload"].get("moe_routing") or "not stated"
 
 
 def _moe_notes(record: dict) -> list[str]:
@@ -885,8 +871,8 @@ def _moe_notes(record: dict) -> list[str]:
         assert how is not None  # a MoE record's routing is always classified
         notes.append(
             {
-                "real": "real routing (derived): costed learned",
-                "forced": "routing force-balanced (derived): costed forced (random routing)",
+                "real": "real routing (workload.moe_routing): costed learned",
+                "forced": "routing force-balanced (workload.moe_routing): costed forced (random routing)",
                 "not stated": "routing balance not stated: costed learned (the engine's default)",
             }[how]
         )
@@ -901,15 +887,13 @@ def _moe_notes(record: dict) -> list[str]:
             f"MTP: {m['mtp_num_layers']} module(s) counted beside the model, costed as a layer and an "
             f"output-head pass each on the last stage (not their memory)"
         )
-    window = re.search(SLIDING_WINDOW_NOTE, m.get("notes") or "")
-    if window:
+    if m.get("sliding_window") is not None:
         notes.append(
-            f"sliding window {window.group(1)} on every other layer (model notes): costed, "
-            f"{m['num_layers'] // 2} of {m['num_layers']} layers attend over the whole sequence"
+            f"sliding window {m['sliding_window']} (model.sliding_window): costed, "
+            f"{m.get('full_attention_layers') or 0} of {m['num_layers']} layers attend over the whole sequence"
         )
-    rest = re.sub(SLIDING_WINDOW_NOTE, "", m.get("notes") or "")
-    if rest and moe is not None:
-        notes.append(f"model notes not costed: {rest}")
+    if m.get("notes") and moe is not None:  # free text: shown, never read
+        notes.append(f"model notes not costed: {m['notes']}")
     return notes
 
 
@@ -938,6 +922,13 @@ def record_to_problem(record: dict) -> Mapped | str:
 
     The placement is the fastest of the cluster's axis orders (``estimate`` of the unplaced layout).
     """
+    mapped = record_to_estimate(record)
+    return mapped if isinstance(mapped, str) else mapped[:2]
+
+
+def record_to_estimate(record: dict) -> tuple[Problem, Layout, Estimate] | str:
+    """``record_to_problem``'s (Problem, placed Layout) and the placed layout's ``estimate`` (not strict),
+    which placing it costed already; or the skip reason."""
     wl, lay = record["workload"], record["layout"]
     reason = _unmodelled(record)
     if reason:
@@ -1031,9 +1022,10 @@ def record_to_problem(record: dict) -> Mapped | str:
     if violations:
         return "engine rejects the layout: " + "; ".join(v.message for v in violations)
     try:
-        axes = estimate(problem, layout, strict=False).layout.placements
+        est = estimate(problem, layout, strict=False)
     except LayoutsearchError as exc:
         return f"placement: {exc}"
+    axes = est.layout.placements
     if replicas > 1 and dp == replicas and dict(dict(axes).get("dp", ())).get("dcn") != replicas:
         return f"placement: dp({dp}) does not land on the dcn axis ({dict(axes)})"
-    return problem, replace(layout, axes=axes)
+    return problem, replace(layout, axes=axes), est

@@ -60,7 +60,9 @@ FRAMEWORKS = (
 )
 FP8_RECIPES = ("delayed-scaling", "current-scaling", "tensorwise", "rowwise", "blockwise", "mxfp8")
 ATTENTION = ("mha", "gqa", "mla")
+MOE_ROUTING = ("real", "forced")  # what the benchmark's router did; null: the source does not say
 ENUMS = {
+    "workload.moe_routing": MOE_ROUTING,
     "trust": TRUST,
     "workload.framework": FRAMEWORKS,
     "workload.fp8_recipe": FP8_RECIPES,
@@ -117,7 +119,8 @@ RecMLA = _block(
     v_head_dim=Dim,
 )
 # d_ff: MoE records give the dense layers' FFN (null when every layer is MoE); mlp plain | gated, another
-# value is a per-record skip; attention mha | gqa | mla
+# value is a per-record skip; attention mha | gqa | mla; sliding_window (tokens) on every layer but
+# full_attention_layers of them; notes: free text, never read by the mapping
 RecModel = _block(
     "RecModel",
     name=str,
@@ -134,12 +137,14 @@ RecModel = _block(
     attention=str,
     mla=RecMLA,
     mtp_num_layers=Count,
+    sliding_window=Dim,
+    full_attention_layers=Count,
     params_total=Params,
     params_active=Params,
     notes=str,
 )
-# precision bf16 | fp16 | fp8 (others are per-record skips); framework FRAMEWORKS, fp8_recipe FP8_RECIPES
-# (another value is kept as given, with a warning)
+# precision bf16 | fp16 | fp8 (others are per-record skips); framework FRAMEWORKS, fp8_recipe FP8_RECIPES,
+# moe_routing MOE_ROUTING (another value is kept as given, with a warning)
 RecWorkload = _block(
     "RecWorkload",
     seq_len=_range(int, 1, MAX_SEQ_LEN),
@@ -148,6 +153,7 @@ RecWorkload = _block(
     framework=str,
     fp8_recipe=str,
     torch_compile=bool,
+    moe_routing=str,
 )
 RecCluster = _block(
     "RecCluster",

@@ -60,10 +60,12 @@ from layoutsearch.validation.mapping import (  # noqa: F401  (re-exported: the m
     fused_attention,
     mapping_notes,
     record_framework,
+    record_to_estimate,
     record_to_problem,
     tp_comm_overlap,
     zero3_collectives_per_layer,
 )
+from layoutsearch.validation.parallel import parallel_map
 from layoutsearch.validation.runs import load_runs, source_family  # noqa: F401  (part of this module's interface)
 from layoutsearch.validation.stats import (  # noqa: F401  (re-exported for the tests)
     best_layout_groups,
@@ -179,8 +181,8 @@ def _evaluate(record: dict) -> tuple[dict, tuple | None, Estimate | None]:
     }
     try:
         out["notes"] = mapping_notes(record)
-        problem = _no_measurement(record) or record_to_problem(record)
-        est = None if isinstance(problem, str) else estimate(*problem, strict=False)
+        mapped = _no_measurement(record) or record_to_estimate(record)
+        problem, est = (mapped, None) if isinstance(mapped, str) else (mapped[:2], mapped[2])
     except LayoutsearchError as exc:
         problem = f"engine rejects the record: {exc}"
     except Exception as exc:  # noqa: BLE001 - one unforeseen record must not hide the others; it is listed
@@ -304,6 +306,7 @@ def validate_runs(
     rank: bool = True,
     warnings: list[str] | None = None,
     loso: bool = False,
+    workers: int | None = None,
 ) -> dict:
     """Evaluate every record; the OUTPUT.md document {"records": [...], "summary": {...}}.
 
@@ -313,11 +316,13 @@ def validate_runs(
     block ``loso`` and each record its ``loso_rel_error``; without it (the default) those are
     null. ``summary["ranking"]`` (Spearman per layout sweep, best-layout hits) is always there.
     ``summary["warnings"]`` is ``warnings``, else the loader's (``load_runs(...).warnings``).
+    Records, and problems to rank, are spread over ``workers`` processes (``parallel.parallel_map``;
+    default: every CPU), with the values of a serial run.
     """
-    evaluated = [_evaluate(r) for r in records]
+    evaluated = parallel_map(_evaluated, records, workers)
     entries = [e for e, _, _ in evaluated]
     if rank:
-        _rank_entries(evaluated)
+        _rank_entries(evaluated, workers)
     sweeps = layout_sweeps(records, entries)
     summary = summarize(entries, sweeps, max_median_error)
     summary["ranking"] = ranking(sweeps, best_layout_groups(records, entries))
@@ -328,20 +333,38 @@ def validate_runs(
     return {"records": entries, "summary": summary}
 
 
-def _rank_entries(evaluated: list[tuple[dict, tuple | None, Estimate | None]]) -> None:
+def _evaluated(record: dict) -> tuple[dict, Problem | None, float | None]:
+    """``evaluate_record``'s entry, with the record's problem (up to its names, ``_unnamed``) and predicted step
+    time (both None when skipped): what ranking needs, and little to pass between processes."""
+    entry, mapped, est = _evaluate(record)
+    if mapped is None or est is None:  # both or neither (_evaluate)
+        return entry, None, None
+    return entry, _unnamed(mapped[0]), est.step_time_s
+
+
+def _rank_entries(
+    evaluated: list[tuple[dict, Problem | None, float | None]], workers: int | None = None
+) -> None:
     """``rank_published`` into each evaluated entry, records of one problem (up to its names) ranked
     from one candidate space; a failure leaves those ranks null (the records' errors still stand)."""
     groups: dict[Problem, list[tuple[dict, float]]] = {}
-    for entry, mapped, est in evaluated:
-        if mapped is not None and est is not None:  # both or neither (_evaluate)
-            groups.setdefault(_unnamed(mapped[0]), []).append((entry, est.step_time_s))
-    for problem, members in groups.items():
-        try:
-            ranks = rank_layouts(problem, [step_s for _, step_s in members])
-        except Exception:  # noqa: BLE001 - the rank stays null; the record's error is still reported
-            continue
-        for (entry, _), ranked in zip(members, ranks):
-            entry.update(ranked)
+    for entry, problem, step_s in evaluated:
+        if problem is not None and step_s is not None:
+            groups.setdefault(problem, []).append((entry, step_s))
+    ranked = parallel_map(
+        _ranks_or_none, [(p, [s for _, s in m]) for p, m in groups.items()], workers
+    )
+    for members, ranks in zip(groups.values(), ranked):
+        for (entry, _), one in zip(members, ranks or ()):
+            entry.update(one)
+
+
+def _ranks_or_none(task: tuple[Problem, list[float]]) -> list[dict] | None:
+    """``rank_layouts`` of one problem's step times; None when it fails (the ranks stay null)."""
+    try:
+        return rank_layouts(*task)
+    except Exception:  # noqa: BLE001 - the rank stays null; the record's error is still reported
+        return None
 
 
 def _unnamed(problem: Problem) -> Problem:
