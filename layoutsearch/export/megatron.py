@@ -459,6 +459,7 @@ def _placeholder_args() -> list[tuple[str, str]]:
     """What layoutsearch does not decide, as in Megatron-LM's examples/ scripts (DATA_ARGS, TRAINING_ARGS)."""
     return [
         ("--data-path", set_me("data prefix of your preprocessed .bin/.idx files")),
+        ("--split", set_me("train,valid,test shares, e.g. 969,30,1")),  # else a warning
         ("--tokenizer-type", set_me("e.g. HuggingFaceTokenizer")),
         ("--tokenizer-model", set_me("tokenizer path or Hugging Face id")),
         ("--lr", set_me("peak learning rate")),
