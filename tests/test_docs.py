@@ -43,15 +43,18 @@ def test_a_changed_number_in_a_shown_output_is_caught():
     """One number changed in a block that docs/usage.md shows makes that block stale."""
     usage = (ROOT / "docs" / "usage.md").read_text()
     block = re.search(
-        r"^\$ layoutsearch solve --model llama70b --cluster v5p-300000\n.*?\n", usage, re.M
+        r"^\$ layoutsearch solve --model llama70b --cluster v5p-1100000\n.*?\n", usage, re.M
     )
+    assert block is not None, "docs/usage.md shows the device-limit error"
     shown = block.group(0)
-    assert "300,000 devices" in shown
+    assert "1,100,000 devices" in shown
     problems: list[str] = []
     refresh_docs.refresh_session(shown, problems, "x")
     assert problems == []
-    refresh_docs.refresh_session(shown.replace("300,000 devices", "300,001 devices"), problems, "x")
-    assert problems == ["stale (x): $ layoutsearch solve --model llama70b --cluster v5p-300000"]
+    refresh_docs.refresh_session(
+        shown.replace("1,100,000 devices", "1,100,001 devices"), problems, "x"
+    )
+    assert problems == ["stale (x): $ layoutsearch solve --model llama70b --cluster v5p-1100000"]
 
 
 @pytest.mark.parametrize(

@@ -25,23 +25,34 @@ def test_nearest_batch_is_the_nearest_multiple_ties_to_the_smaller(seqs, dp, wan
 
 
 def test_reshard_free_rows_keep_the_degrees_and_shrink_the_data_parallel_ones(run):
-    """Winner fsdp=32,tp=2,pp=2: 15 nodes give fsdp 30 at batch 120, 14 nodes fsdp 28 at 140."""
+    """Winner fsdp=16,tp=2,pp=4: 15 nodes give fsdp 15 at batch 135 (7 above 128, 8 below), 14
+    nodes fsdp 14 at 126."""
     rows = [r for r in run.fallbacks if r.family == "reshard-free"]
+    assert run.result.layouts[0].layout.all_degrees == {
+        "dp": 1,
+        "fsdp": 16,
+        "tp": 2,
+        "pp": 4,
+        "cp": 1,
+        "ep": 1,
+        "etp": 1,
+    }
     assert [(r.nodes_lost, r.nodes_used, r.nodes_idle) for r in rows] == [(1, 15, 0), (2, 14, 0)]
-    assert [(r.global_batch_seqs, r.batch_changed) for r in rows] == [(120, True), (140, True)]
-    assert [r.estimate.layout.fsdp * r.estimate.layout.dp for r in rows] == [30, 28]
-    assert all((r.estimate.layout.tp, r.estimate.layout.pp) == (2, 2) for r in rows)
+    assert [(r.global_batch_seqs, r.batch_changed) for r in rows] == [(135, True), (126, True)]
+    assert [r.estimate.layout.fsdp * r.estimate.layout.dp for r in rows] == [15, 14]
+    assert all((r.estimate.layout.tp, r.estimate.layout.pp) == (2, 4) for r in rows)
     assert all(r.reshard_s == 0.0 for r in rows)
 
 
 def test_free_rows_are_never_slower_and_pay_the_reshard(run):
     """The free family searches the reshard-free cluster too, so it is at least as fast; a new
-    layout reads the 70.6e9 x 12-byte checkpoint over 15 hosts x 0.977 GB/s, about 58 s."""
+    layout reads the 70.6e9 x 12-byte checkpoint over 15 hosts x 0.977 GB/s, about 58 s, or up to
+    5% more: the per-device checkpoint is the heaviest pipeline stage's (its embedding or head)."""
     kept, free = run.fallbacks[0], run.fallbacks[1]
     assert free.family == "free"
     assert free.estimate.tokens_per_s >= kept.estimate.tokens_per_s
-    assert free.estimate.layout.pp != 2
-    assert free.reshard_s == pytest.approx(70.6e9 * 12 / (15 * 2e12 / 2048), rel=0.02)
+    assert free.estimate.layout.pp != kept.estimate.layout.pp
+    assert 1.0 <= free.reshard_s / (70.6e9 * 12 / (15 * 2e12 / 2048)) < 1.05
     assert 0 < free.throughput_loss < kept.throughput_loss < 1
 
 
@@ -81,7 +92,10 @@ def test_plan_markdown_and_json(tmp_path, capsys):
     assert main([*argv, "--tokens", "1e12", "-o", str(out)]) == 0
     text = out.read_text()
     assert "# Plan: llama70b on h100-128 (128 devices)" in text
-    assert "| 1 | reshard-free | h100-120 | 0 | 120* | fsdp=30,tp=2,pp=2 |" in text
+    assert (
+        "| 1 | reshard-free | h100-120 | 0 | 135* | fsdp=15,tp=2,pp=4 | 91,477 | 34.5% | 0 |"
+        in text
+    )
     capsys.readouterr()
     assert main([*argv, "--format", "json"]) == 0
     doc = json.loads(capsys.readouterr().out)

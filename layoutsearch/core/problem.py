@@ -40,6 +40,7 @@ from layoutsearch.core.specs import (
     CUDA_GRAPHS,
     RECOMPUTE_POLICIES,
     ROUTINGS,
+    Accelerator,
     Cluster,
     Layout,
     Method,
@@ -59,7 +60,6 @@ from layoutsearch.core.units import (
     MAX_TRAINING_TOKENS,
     MAX_VIRTUAL_STAGES_RECORD,
 )
-from layoutsearch.costs import power
 
 ZERO_STAGES = (0, 1, 2, 3)
 SCHEDULES = tuple(s.value for s in Schedule)
@@ -236,7 +236,7 @@ def resolved_workload(workload: Workload, cluster: Cluster) -> Workload:
             f"router's expert loads, standard deviation / mean)"
         )
     check_capacity(workload, acc)
-    power.check_power_limit(workload.power_limit_w, acc)
+    check_power_limit(workload.power_limit_w, acc)
     if workload.cuda_graphs != "none" and acc.kind != "gpu":
         raise InvalidArgumentError(
             f"--cuda-graphs {workload.cuda_graphs}: {acc.id} is a TPU; CUDA graphs apply to GPUs "
@@ -561,3 +561,20 @@ def _stage_count(split: dict, key: str, where: str) -> int:
             f"{where}.stage_layers.{key}: {value!r:.40} is not a layer count"
         )
     return value
+
+
+def check_power_limit(power_limit_w: float | None, acc: Accelerator) -> None:
+    """A cap needs the part's board power, and must lie above its idle power (one-line error)."""
+    if power_limit_w is None:
+        return
+    if acc.board_power_w is None:
+        raise InvalidArgumentError(
+            f"--power-limit-w {power_limit_w:g}: {acc.id} has no board_power_w in "
+            f"hardware/{acc.id}.yaml, so a cap cannot be modelled"
+        )
+    floor_w = acc.idle_power_w or 0.0
+    if not power_limit_w > floor_w:  # NaN fails too
+        raise InvalidArgumentError(
+            f"--power-limit-w: {power_limit_w:g} W is not above {acc.id}'s idle power "
+            f"{floor_w:g} W (idle_power_w)"
+        )

@@ -28,6 +28,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
+from layoutsearch.core.options import DEFAULT_RESTART_TIME_S, LLAMA3_FAILURE_RATE_PER_DEVICE_HOUR
 from layoutsearch.core.units import GB
 from layoutsearch.costs.power import step_energy_j
 
@@ -49,8 +50,6 @@ __all__ = [
 SECONDS_PER_HOUR = 3600.0
 # Llama 3 (Dubey et al. 2024, section 3.3.4): 419 unexpected interruptions in a 54-day snapshot on
 # 16,384 H100 GPUs: 419 / (54 x 24 x 16,384) = 1.973e-5 per GPU-hour (job MTBF 3.09 h).
-LLAMA3_FAILURE_RATE_PER_DEVICE_HOUR = 419 / (54 * 24 * 16_384)
-DEFAULT_RESTART_TIME_S = 600.0  # relaunch, rendezvous, warm-up: an assumption (docs/planning.md)
 # Llama 3's storage (Tectonic): 2 TB/s sustained for 16,384 GPUs in 2,048 hosts of 8.
 DEFAULT_WRITE_BYTES_PER_S_PER_NODE = 2e12 / 2048
 CHECKPOINT_MODES = ("blocking", "async")

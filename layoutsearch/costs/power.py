@@ -25,13 +25,11 @@ Without a catalogued idle power the whole step counts at busy power (an upper bo
 
 from __future__ import annotations
 
-from layoutsearch.core.errors import InvalidArgumentError
 from layoutsearch.core.specs import Accelerator, Workload
 
 __all__ = [
     "CLOCK_POWER_EXPONENT",
     "WAITING_COMPONENTS",
-    "check_power_limit",
     "clock_factor",
     "compute_rate_factor",
     "busy_power_w",
@@ -44,23 +42,6 @@ CLOCK_POWER_EXPONENT = 3.0  # P - idle ~ f V^2 with V ~ f (docs/planning.md#powe
 # time_s parts a device waits through at idle power (costs.estimate itemises the step into these
 # and "compute")
 WAITING_COMPONENTS = ("exposed_comm", "bubble", "overhead")
-
-
-def check_power_limit(power_limit_w: float | None, acc: Accelerator) -> None:
-    """A cap needs the part's board power, and must lie above its idle power (one-line error)."""
-    if power_limit_w is None:
-        return
-    if acc.board_power_w is None:
-        raise InvalidArgumentError(
-            f"--power-limit-w {power_limit_w:g}: {acc.id} has no board_power_w in "
-            f"hardware/{acc.id}.yaml, so a cap cannot be modelled"
-        )
-    floor_w = acc.idle_power_w or 0.0
-    if not power_limit_w > floor_w:  # NaN fails too
-        raise InvalidArgumentError(
-            f"--power-limit-w: {power_limit_w:g} W is not above {acc.id}'s idle power "
-            f"{floor_w:g} W (idle_power_w)"
-        )
 
 
 def clock_factor(power_limit_w: float | None, board_power_w: float, idle_power_w: float) -> float:
