@@ -50,6 +50,10 @@ FEATURES: dict[str, Callable[[ModelSpec, int], bool]] = {
     "multi-token prediction": lambda m, s: m.mtp_layers > 0,
     "attention sinks": lambda m, s: m.attention_sinks,
     "sliding window": lambda m, s: m.sliding_window is not None and m.sliding_window < s,
+    "attention output-projection bias without MLP biases": lambda m, s: (
+        m.attention_out_bias and not m.linear_bias
+    ),
+    "output-head bias": lambda m, s: m.output_head_bias,
 }
 # ModelSpec fields that are sizes, carried by every target's size fields, or hyper-parameters that
 # change neither the parameters nor the cost; every other field must be read by FEATURES above.
@@ -61,6 +65,7 @@ SIZES_AND_HYPER = {
 READ = {
     "tied_embeddings", "norm", "linear_bias", "learned_positions", "qkv_bias", "norms_per_layer",
     "norm_weights", "qk_norm", "sliding_window", "rope_scaling", "attention_sinks", "mtp_layers",
+    "attention_out_bias", "output_head_bias",
 }  # fmt: skip
 
 

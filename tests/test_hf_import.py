@@ -120,6 +120,14 @@ RMSNorm = D, LayerNorm = 2D.
   (524,416) + 8192 = 2,341,492,864, x45 = 105,367,178,880; + 2*151552*4096 (1,241,513,984) + 4096 =
   106,852,251,264 (published: 106B). Active: - 45*120*17,301,504 = 13,424,129,664; less the
   embedding 12,803,372,672 (published: 12B). MTP: 2,341,492,864 + 2*4096^2 + 3*4096 = 2,375,059,584.
+- Phi-3.5-MoE: L32 D4096 n_q32 n_kv8 h128 V32064 untied, LayerNorms (weight and bias), biases on
+  Q, K, V and O (attention_bias) and on the output head (lm_head_bias), every MLP 16 SwiGLU experts
+  of F6400 (top 2) without biases, router [D, 16] without a bias. Attention = 2*4096^2 +
+  2*4096*1024 (41,943,040) + 4096 + 2*1024 + 4096 (10,240) = 41,953,280; experts 16*3*4096*6400
+  (16*78,643,200 = 1,258,291,200); router 65,536; 2 LayerNorms 4*4096 = 16,384. Layer =
+  1,300,326,400; x32 = 41,610,444,800; + 32064*4096 (131,334,144) + the head 131,334,144 + 32,064
+  + the final LayerNorm 8,192 = 41,873,153,344 (model card: 41.9B). Active: - 32*14*78,643,200
+  (35,232,153,600) = 6,640,999,744 (model card: 6.6B active).
 """
 
 from __future__ import annotations
@@ -189,6 +197,7 @@ PUBLISHED = [
     ("kimi-k2-instruct", "kimi_k2", 1_026_408_232_448),
     ("glm-4.5", "glm4_moe", 352_797_829_024),
     ("glm-4.5-air", "glm4_moe", 106_852_251_264),
+    ("phi-3.5-moe-instruct", "phimoe", 41_873_153_344),
 ]
 
 
@@ -376,9 +385,8 @@ def test_missing_model_type_is_read_as_llama_with_a_warning(tmp_path):
         ),
         ({"vision_config": {"hidden_size": 1152}}, "field 'vision_config'"),
         (
-            {"model_type": "phimoe"},
-            "field 'model_type': 'phimoe' is a mixture of experts with biases on the attention "
-            "output projection and on the output head (lm_head_bias)",
+            {"lm_head_bias": True},
+            "field 'lm_head_bias' (True): a bias on the output head outside phimoe is not modelled",
         ),
         (
             {"model_type": "gemma3"},
@@ -605,7 +613,8 @@ def test_model_file_checks_the_new_fields(change, message):
 
 
 @pytest.mark.parametrize(
-    "name", ["gemma-2-9b", "olmo-2-1124-7b", "falcon-7b", "qwen3-8b", "olmo-1b-hf"]
+    "name",
+    ["gemma-2-9b", "olmo-2-1124-7b", "falcon-7b", "qwen3-8b", "olmo-1b-hf", "phi-3.5-moe-instruct"],
 )
 def test_search_tables_agree_with_the_enumerator(imported, name):
     """The new fields go through the vectorised tables (TP arrays) as through the scalar path:
@@ -665,6 +674,7 @@ def test_a_refused_config_is_one_error_line_without_the_unused_keys_warning(
         ("kimi-k2-instruct", 32_861_500_928, 1_174_405_120, 0),
         ("glm-4.5", 33_632_266_144, 775_946_240, 3_988_069_792),
         ("glm-4.5-air", 13_424_129_664, 620_756_992, 2_375_059_584),
+        ("phi-3.5-moe-instruct", 6_640_999_744, 131_334_144, 0),
     ],
 )
 def test_new_mixtures_of_experts_active_and_mtp_counts(imported, name, active, embedding, mtp):
@@ -742,3 +752,60 @@ def test_glm4_moe_attention_options_change_the_count(tmp_path, data_file):
     counts = params.param_counts(plain)
     assert counts["total"] == 352_797_829_024 - 92 * (12288 + 2048 + 256)
     assert counts["mtp"] == 3_988_069_792 - (12288 + 2048 + 256)
+
+
+def test_phimoe_biases_follow_attention_bias_and_lm_head_bias(tmp_path, data_file):
+    """Phi-3.5-MoE's biases: attention_bias false drops the Q, K, V and O biases (4096 + 2*1024 +
+    4096 = 10,240 per layer, x32), lm_head_bias false the head's 32,064."""
+    config = json.loads(data_file("hf/phi-3.5-moe-instruct.json").read_text())
+    path = write_json(tmp_path, {**config, "attention_bias": False, "lm_head_bias": False})
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", HfConfigWarning)
+        plain = read_hf_config(path).model
+    assert (plain.qkv_bias, plain.attention_out_bias, plain.output_head_bias) == (
+        False,
+        False,
+        False,
+    )
+    assert params.param_counts(plain)["total"] == 41_873_153_344 - 32 * 10_240 - 32_064
+
+
+def test_phimoe_reads_the_shapes_that_count(imported):
+    """PhimoeForCausalLM's shapes: LayerNorm, every layer 16 bias-free experts of 6400 (top 2), a
+    bias-free router, Q/K/V and O biases without MLP biases, an output-head bias, untied."""
+    m = imported["phi-3.5-moe-instruct"].model
+    assert (m.norm, m.linear_bias, m.qkv_bias, m.attention_out_bias, m.output_head_bias) == (
+        "layernorm",
+        False,
+        True,
+        True,
+        True,
+    )
+    assert (m.moe.num_experts, m.moe.top_k, m.moe.expert_d_ff, m.moe.router_bias) == (
+        16,
+        2,
+        6400,
+        False,
+    )
+    assert (m.num_dense_layers, m.tied_embeddings, m.head_dim, m.sliding_window) == (
+        0,
+        False,
+        128,
+        131072,
+    )
+
+
+def test_phimoe_biases_per_device(imported):
+    """Under TP the Q/K/V biases split with their heads and the O bias is whole on each rank
+    (2048 + 2*512 + 4096 = 7,168 at tp 2); the last pipeline stage holds V/tp = 16,032 of the head's bias."""
+    m = imported["phi-3.5-moe-instruct"].model
+    unbiased = dataclasses.replace(
+        m, qkv_bias=False, attention_out_bias=False, output_head_bias=False
+    )
+    tp2 = params.attention_params_per_layer(m, 2) - params.attention_params_per_layer(unbiased, 2)
+    assert tp2 == 7_168
+    lay = Layout(tp=2, pp=2)
+    assert params.stage_params(m, lay, 1) - params.stage_params(unbiased, lay, 1) == (
+        16 * 7_168 + 16_032
+    )
+    assert params.stage_params(m, lay, 0) - params.stage_params(unbiased, lay, 0) == 16 * 7_168

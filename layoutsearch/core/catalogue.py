@@ -292,7 +292,8 @@ def model_param_bound(f: Any) -> int:
         )
     per_layer = attention + mlp + (2 * f.norms_per_layer + 1) * f.d_model
     mtp = f.mtp_layers * (per_layer + 2 * f.d_model * f.d_model + 3 * f.d_model)
-    return f.num_layers * per_layer + mtp + (2 * f.vocab_size + f.learned_positions + 2) * f.d_model
+    head = (2 * f.vocab_size + f.learned_positions + 2) * f.d_model + f.vocab_size  # and its bias
+    return f.num_layers * per_layer + mtp + head
 
 
 def _check_sparse(f: Any, where: str) -> None:
@@ -329,7 +330,7 @@ def _check_sparse(f: Any, where: str) -> None:
                 f"{where}: field 'head_dim' ({f.head_dim}): with mla it is the query-key width "
                 f"qk_nope_head_dim + qk_rope_head_dim = {a.qk_nope_head_dim + a.qk_rope_head_dim}"
             )
-        if f.linear_bias or f.qkv_bias or f.qk_norm != "none":
+        if f.linear_bias or f.qkv_bias or f.attention_out_bias or f.qk_norm != "none":
             raise CatalogueError(
                 f"{where}: field 'mla': latent attention with projection biases or q/k norms is not modelled"
             )
@@ -522,6 +523,12 @@ HF_FAMILIES: dict[str, HfFamily] = {
         sparse=True,
     ),
     "llama4_text": HfFamily(mlp="gated", sparse=True),
+    # Phi-3.5-MoE (phimoe): Mixtral's layer with LayerNorms (weight and bias), Q, K, V and O
+    # biases under attention_bias, a bias-free MLP and router, and an output-head bias under
+    # lm_head_bias (both read by _hf_phimoe; PhimoeConfig: both false by default).
+    "phimoe": HfFamily(
+        mlp="gated", norm="layernorm", window="all", attention_bias=None, sparse=True
+    ),
 }
 # Multimodal configs whose decoder is read from a nested config (the other encoders are not counted).
 _HF_NESTED = {
@@ -587,12 +594,7 @@ HF_REFUSED = {
     "is_encoder_decoder": "an encoder-decoder model",
     "add_cross_attention": "cross-attention layers",
     "num_nextn_predict_layers": "multi-token prediction layers",
-    "lm_head_bias": "a bias on the output projection",
-}
-# Families whose count needs shapes the spec has no field for: refused with the reason.
-_HF_NOT_DENSE = {
-    "phimoe": "a mixture of experts with biases on the attention output projection and on the "
-    "output head (lm_head_bias) but none on the MLP: shapes the spec has no field for",
+    "lm_head_bias": "a bias on the output head outside phimoe",
 }
 _HF_LAYER_TYPES = {"sliding_attention": True, "full_attention": False}
 
@@ -653,12 +655,7 @@ def _hf_model_type(cfg: dict, where: str) -> tuple[str, bool]:
             f"{where}: field 'model_type': expected a string (got {model_type!r:.40})"
         )
     if model_type not in HF_FAMILIES:
-        why = _HF_NOT_DENSE.get(model_type)
-        what = (
-            f"is {why}, not modelled"
-            if why
-            else f"is not a family this import counts exactly{did_you_mean(model_type[:60], HF_FAMILIES)}"
-        )
+        what = f"is not a family this import counts exactly{did_you_mean(model_type[:60], HF_FAMILIES)}"
         raise CatalogueError(
             f"{where}: field 'model_type': '{model_type[:60]}' {what}; known: {', '.join(HF_FAMILIES)}"
         )
@@ -765,6 +762,7 @@ _HF_SPARSE_KEYS = {
     "gpt_oss": ("num_local_experts", "num_experts_per_tok"),
     "llama4_text": ("num_local_experts", "num_experts_per_tok"),
     "olmoe": ("num_experts", "num_experts_per_tok"),
+    "phimoe": ("num_local_experts", "num_experts_per_tok", "lm_head_bias"),
     "glm4_moe": (
         "n_routed_experts",
         "num_experts_per_tok",
@@ -789,11 +787,13 @@ _HF_MOE_DEFAULTS = {
     "llama4_text": (16, 1, None),
     "olmoe": (64, 8, None),
     "glm4_moe": (128, 8, 1408),
+    "phimoe": (16, 2, None),
 }
 _HF_EXPERT_KEYS = {
     "mixtral": "num_local_experts",
     "gpt_oss": "num_local_experts",
     "llama4_text": "num_local_experts",
+    "phimoe": "num_local_experts",
     "qwen2_moe": "num_experts",
     "qwen3_moe": "num_experts",
     "olmoe": "num_experts",
@@ -977,6 +977,17 @@ def _hf_gpt_oss(
     out["attention_sinks"] = True
 
 
+def _hf_phimoe(
+    cfg: dict, layers: int, d_ff: int, where: str, used: set, moe: dict, out: dict
+) -> None:
+    """Phi-3.5-MoE (PhimoeForCausalLM): attention_bias puts a bias on each of q_proj, k_proj,
+    v_proj and o_proj (the experts and the router have none); lm_head_bias one on lm_head."""
+    used.update(("attention_bias", "lm_head_bias"))
+    attention_bias = bool(_hf_value(cfg, "attention_bias", Optional[StrictBool], where))
+    out.update(qkv_bias=attention_bias, attention_out_bias=attention_bias)
+    out["output_head_bias"] = bool(_hf_value(cfg, "lm_head_bias", Optional[StrictBool], where))
+
+
 _HF_SPARSE_READERS = {
     "llama4_text": _hf_llama4,
     "qwen2_moe": _hf_qwen_moe,
@@ -986,6 +997,7 @@ _HF_SPARSE_READERS = {
     "kimi_k2": _hf_deepseek,
     "glm4_moe": _hf_glm4_moe,
     "gpt_oss": _hf_gpt_oss,
+    "phimoe": _hf_phimoe,
 }
 
 
@@ -1429,6 +1441,7 @@ MODEL_ALIASES = {
     "gemma2-27b": ("gemma-2-27b", "google/gemma-2-27b"),
     "gemma3-27b": ("gemma-3-27b", "google/gemma-3-27b-pt"),
     "phi4-14b": ("phi-4", "phi4", "microsoft/phi-4"),
+    "phi3.5-moe": ("microsoft/Phi-3.5-MoE-instruct",),
     "deepseek-v2": ("deepseek-ai/DeepSeek-V2",),
     "deepseek-v3": ("deepseek-ai/DeepSeek-V3", "deepseek-ai/DeepSeek-V3-Base"),
     "kimi-k2": ("moonshotai/Kimi-K2-Instruct", "moonshotai/Kimi-K2-Base"),

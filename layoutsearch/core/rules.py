@@ -452,10 +452,13 @@ def option_rules(options: SearchOptions | None) -> tuple[Rule, ...]:
 # ----------------------------------------------------------------------------- frameworks
 def llama_block(m: ModelSpec) -> bool:
     """RMSNorm, rotary positions, no linear biases, two weighted norms per layer, full attention
-    (the Llama decoder block; QKV biases, extra or q/k norms and sliding windows are other blocks)."""
+    (the Llama decoder block; QKV, output-projection or output-head biases, extra or q/k norms and
+    sliding windows are other blocks)."""
     return (
         m.norm == "rmsnorm"
         and not m.linear_bias
+        and not m.attention_out_bias
+        and not m.output_head_bias
         and m.learned_positions == 0
         and not m.qkv_bias
         and m.norms_per_layer == 2
@@ -476,6 +479,7 @@ def gpt3_block(m: ModelSpec) -> bool:
         dense(m)
         and m.norm == "layernorm"
         and m.linear_bias
+        and not m.output_head_bias
         and m.learned_positions > 0
         and m.mlp == "plain"
     )
@@ -520,6 +524,8 @@ def qwen3_moe_block(m: ModelSpec) -> bool:
         and m.norm == "rmsnorm"
         and not m.linear_bias
         and not m.qkv_bias
+        and not m.attention_out_bias
+        and not m.output_head_bias
         and m.learned_positions == 0
         and m.norms_per_layer == 2
         and m.norm_weights
@@ -800,14 +806,18 @@ def _refused_features(caps: Capabilities, p: Problem) -> list[str]:
     return [f for f in model_features(p.model) if f in caps.refused_features]
 
 
-def _refused_by(target: str) -> set[str]:
+def _writes_model(target: str, p: Problem) -> bool:
+    """Whether ``target`` builds the model: no feature refused, and a decoder block it has."""
     caps = capabilities_of(target)
-    return set(caps.refused_features) if caps else set()
+    if caps is None:
+        return True
+    blocks = not caps.model_blocks or any(MODEL_BLOCKS[b](p.model) for b in caps.model_blocks)
+    return blocks and not set(model_features(p.model)) & set(caps.refused_features)
 
 
 def _features_nearest(p: Problem) -> str:
-    """The export targets that write every feature of the model (the features rule only)."""
-    able = [t for t in TARGETS if not set(model_features(p.model)) & _refused_by(t)]
+    """The export targets that build the model (the features and model rules)."""
+    able = [t for t in TARGETS if _writes_model(t, p)]
     return f"export to {' or '.join(able)}" if able else "no export target writes them all"
 
 

@@ -244,6 +244,11 @@ class ModelSpec:
     mtp_layers: int = (
         0  # DeepSeek-style multi-token-prediction modules (counted beside the model, not in it)
     )
+    # Biases that neither linear_bias nor qkv_bias place (Phi-3.5-MoE: Q, K, V and O biases, none on the MLP)
+    attention_out_bias: bool = (
+        False  # D values on the attention output projection; linear_bias implies it
+    )
+    output_head_bias: bool = False  # V values on the output head (Hugging Face lm_head_bias)
 
     @property
     def activation_name(self) -> str:

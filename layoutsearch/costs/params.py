@@ -7,7 +7,8 @@ over the whole Q and K projections; OLMo 1: non-parametric LayerNorm). Mixtures 
 (docs/cost_model.md "Mixture of experts"): per MoE layer a router [D, E] (gpt-oss: with a bias; DeepSeek-V3:
 an E-value score-correction bias), E routed and s shared experts of the model's MLP kind; MLA per
 the DeepSeek-V2 paper section 2.1; gpt-oss attention sinks (one logit per head per layer); the
-DeepSeek-V3 MTP module (technical report section 2.2) beside the total.
+DeepSeek-V3 MTP module (technical report section 2.2) beside the total; Phi-3.5-MoE: Q, K, V and O
+biases without MLP biases, and a bias on the output head.
 """
 
 from __future__ import annotations
@@ -65,16 +66,16 @@ def attention_matrices(model: ModelSpec, tp: IntArray = 1) -> list[IntArray]:
 def attention_params_per_layer(model: ModelSpec, tp: IntArray = 1) -> IntArray:
     """Q, K, V, O projection parameters of one layer held by one TP rank (``attention_matrices``) with
     their biases; with MLA the latent projections and their norms (``mla_attention_params_per_layer``);
-    plus one sink logit per local query head where the model has attention sinks."""
+    plus one sink logit per local query head where the model has attention sinks. The output projection's
+    bias (``linear_bias`` or ``attention_out_bias``) is D values on every TP rank (a row-parallel bias)."""
     sinks = model.num_heads // tp if model.attention_sinks else 0
     if model.mla is not None:
         return mla_attention_params_per_layer(model, tp) + sinks
     q_out = model.num_heads // tp * model.head_dim
     kv_out = kv_heads_per_device(model, tp) * model.head_dim
-    if model.linear_bias:
-        bias = q_out + 2 * kv_out + model.d_model
-    else:
-        bias = (q_out + 2 * kv_out) if model.qkv_bias else 0
+    qkv_bias = model.qkv_bias or model.linear_bias
+    out_bias = model.attention_out_bias or model.linear_bias
+    bias = (q_out + 2 * kv_out if qkv_bias else 0) + (model.d_model if out_bias else 0)
     return sum(attention_matrices(model, tp)) + bias + sinks
 
 
@@ -154,6 +155,12 @@ def final_norm_params(model: ModelSpec) -> int:
     return model.params_per_norm
 
 
+def output_bias_params(model: ModelSpec, tp: IntArray = 1) -> IntArray:
+    """The output head's bias on one TP rank (``output_head_bias``): V / tp values, split over the
+    vocabulary as the head's rows are; 0 without one (int or array)."""
+    return model.vocab_size // tp if model.output_head_bias else 0 * tp
+
+
 def largest_layer_tensor(model: ModelSpec, tp: IntArray = 1) -> IntArray:
     """Elements of the largest weight tensor of a layer outside the routed experts on one TP rank (int or array):
     a Q, K, V or O projection (with MLA the down- and up-projections and the output), one matrix of the dense MLP
@@ -229,7 +236,8 @@ def param_counts(model: ModelSpec) -> dict[str, int]:
         "mlp": model.num_dense_layers * int(mlp_params_per_layer(model)),
         "norms": model.num_layers * int(norm_params_per_layer(model)) + final_norm_params(model),
         "embedding": model.vocab_size * model.d_model + model.learned_positions * model.d_model,
-        "output": 0 if model.tied_embeddings else model.vocab_size * model.d_model,
+        "output": (0 if model.tied_embeddings else model.vocab_size * model.d_model)
+        + int(output_bias_params(model)),
     }
     moe_layers = model.num_moe_layers
     if model.moe is not None:
@@ -286,7 +294,8 @@ def stage_params(model: ModelSpec, layout: Layout, stage: int) -> float:
     """Parameters one device of pipeline ``stage`` holds after TP (before FSDP/ZeRO sharding).
 
     The first stage holds the input embedding, the last the output projection (vocab-parallel
-    over TP) and the final norm; with tied embeddings and pp > 1 the last stage keeps a copy.
+    over TP, with its bias where it has one) and the final norm; with tied embeddings and pp > 1 the
+    last stage keeps a copy.
     """
     tp, last = layout.tp, layout.pp - 1
     params = stage_layers(model, layout.pp) * float(layer_params(model, tp))
@@ -294,7 +303,7 @@ def stage_params(model: ModelSpec, layout: Layout, stage: int) -> float:
     if stage == 0:
         params += vocab_rows + model.learned_positions * model.d_model
     if stage == last:
-        params += final_norm_params(model)
+        params += final_norm_params(model) + int(output_bias_params(model, tp))
         if not model.tied_embeddings or layout.pp > 1:
             params += vocab_rows
     return params

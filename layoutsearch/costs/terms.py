@@ -906,7 +906,7 @@ def stage_params(model: ModelSpec, sh: Shapes, first: bool):
     per_layer = per_key(lambda tp: params.layer_params(model, tp), sh.tp)
     vocab = model.vocab_size * model.d_model // sh.tp
     single = sh.pp == 1
-    norm = params.final_norm_params(model)
+    norm = params.final_norm_params(model) + params.output_bias_params(model, sh.tp)
     total = layers * per_layer
     holds_embedding = first | single
     holds_output = (~np.asarray(first)) | single

@@ -45,6 +45,10 @@ MODEL_FEATURES: dict[str, Callable[[ModelSpec], bool]] = {
     "MoE in every n-th layer": lambda m: _moe_has(m, lambda e: e.layer_freq > 1),
     "router bias": lambda m: _moe_has(m, lambda e: e.router_bias),
     "multi-token prediction": lambda m: m.mtp_layers > 0,
+    "attention output-projection bias without MLP biases": lambda m: (
+        m.attention_out_bias and not m.linear_bias
+    ),
+    "output-head bias": lambda m: m.output_head_bias,
 }
 
 

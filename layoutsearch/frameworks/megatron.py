@@ -58,6 +58,10 @@ CAPABILITIES = Capabilities(
         "(x sigmoid(1.702 x)), not with GELU",
         "MLP activation other than SwiGLU, GeGLU or GELU": "arguments.py writes GELU, --swiglu, "
         "--squared-relu or --quick-geglu",
+        "attention output-projection bias without MLP biases": "--add-bias-linear puts biases on "
+        "the attention output projection and every MLP linear together (--add-qkv-bias on Q, K and "
+        "V only)",
+        "output-head bias": "GPTModel builds its output layer without a bias",
     },
     why={
         "megatron-pipeline": "it runs 1F1B, or interleaved 1F1B with virtual stages, no GPipe; and "
