@@ -186,7 +186,13 @@ def _search(
     request = search_request(search, target=target, top_k=top_k, label=label)
     request = dataclasses.replace(request, time_limit_s=_left(deadline))
     result = proven_or_feasible(solve_problem(prob, request))
-    explanation = None if result.layouts else infeasibility(prob, result.space, result.tables)
+    explanation = (
+        None
+        if result.layouts
+        else {"message": result.stopped, "stopped": True}
+        if result.stopped
+        else infeasibility(prob, result.space, result.tables)
+    )
     document = solve_document(prob, result, explanation, resilience=planning.resilience_of(plan))
     set_price(document["layouts"], plan.price_per_device_hour)
     return SolveRun(prob, result, document, explanation), request

@@ -306,3 +306,17 @@ def test_the_sweep_plot_names_its_problem_and_marks_infeasible_points():
 def test_dir_lists_the_api():
     """`dir(layoutsearch)` lists solve, explain, estimate and problem, which load on first use."""
     assert {"solve", "explain", "estimate", "problem", "__version__"} <= set(dir(layoutsearch))
+
+
+def test_a_time_limit_spent_before_the_solver_stops_the_search_with_no_layout(cli_main):
+    """deepseek-v3 on h100-2048: 0.1 s runs out while its 5,973,672 candidates are being built;
+    the search stops there (exit 1, UNKNOWN) instead of building everything first."""
+    argv = ["solve", "--model", "deepseek-v3", "--cluster", "h100-2048", "--seqs", "15360"]
+    code, out, err = cli_main(*argv, "--time-limit", "0.1", "--format", "json")
+    assert code == 1
+    doc = json.loads(out)
+    assert doc["solver"]["status"] == "UNKNOWN" and doc["layouts"] == []
+    assert doc["explanation"]["stopped"] is True
+    (line,) = [x for x in err.splitlines() if x.startswith("no layout:")]
+    assert line.startswith("no layout: the time limit ran out after ")
+    assert line.endswith("of 5,973,672 candidates: no layout was searched (raise --time-limit)")

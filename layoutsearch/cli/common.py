@@ -101,7 +101,8 @@ OutputOpt = Annotated[
 def exit_if_infeasible(run) -> None:
     """Exit 1 with the reason on stderr when the search found no layout."""
     if not run.result.layouts:
-        typer.echo(f"no feasible layout: {one_line(run.explanation['message'])}", err=True)
+        what = "no layout" if run.explanation.get("stopped") else "no feasible layout"
+        typer.echo(f"{what}: {one_line(run.explanation['message'])}", err=True)
         raise typer.Exit(1)
 
 

@@ -22,7 +22,7 @@ from layoutsearch.search.cpsat import cpsat_top
 from layoutsearch.search.enumerate import candidate_grid, enumerate_top
 from layoutsearch.search.ranking import MAX_TIE_TOLERANCE, TIE_TOLERANCE
 from layoutsearch.search.space import Space, build_space
-from layoutsearch.search.tables import Tables, assemble, build_tables
+from layoutsearch.search.tables import OutOfTime, Tables, assemble, build_tables
 
 OBJECTIVES = tuple(o.value for o in Objective)
 METHODS = tuple(m.value for m in Method)
@@ -49,6 +49,7 @@ class SearchResult:
         TIE_TOLERANCE  # relative: step times this close are ties (search.ranking)
     )
     ranking_status: str = "OPTIMAL"  # whether the simplest of the tied layouts was proven (CP-SAT)
+    stopped: str | None = None  # the time limit ran out before CP-SAT: after which phase
     space: Space  # the candidates searched
     tables: Tables | None = None
 
@@ -94,7 +95,12 @@ def solve(problem: Problem, request: SearchRequest | None = None) -> SearchResul
             tables=None,
             tie_tolerance=tolerance,
         )
-    tables = build_tables(space)
+    if time.perf_counter() > deadline:
+        return _stopped(request, space, None, start, tolerance, "the candidate space")
+    try:
+        tables = build_tables(space, deadline)
+    except OutOfTime:
+        return _stopped(request, space, None, start, tolerance, "the candidate tables")
     if method == Method.enumerate:
         t0 = time.perf_counter()
         found: dict = {}
@@ -115,6 +121,8 @@ def solve(problem: Problem, request: SearchRequest | None = None) -> SearchResul
             deadline - time.perf_counter(),
             tolerance=tolerance,
         )
+    if not answers and info["status"] == "UNKNOWN":
+        return _stopped(request, space, tables, start, tolerance, "the rows' bounds")
     unit = tables.quantum_s if objective == Objective.step_time else KIB
     estimates, metrics, candidates = [], [], []
     for row, ri, z, o, m in answers:
@@ -148,6 +156,32 @@ def solve(problem: Problem, request: SearchRequest | None = None) -> SearchResul
         tables=tables,
         tie_tolerance=tolerance,
         ranking_status=info.get("ranking_status", "OPTIMAL"),
+    )
+
+
+def _stopped(request, space: Space, tables, start: float, tolerance: float, built: str):
+    """The result of a search whose time limit ran out after building ``built``: UNKNOWN, no
+    layout (the phases before CP-SAT cannot be cut short; the overrun is at most one of them)."""
+    took = time.perf_counter() - start
+    return SearchResult(
+        method=request.method,
+        objective=request.objective,
+        status="UNKNOWN",
+        objective_value=None,
+        bound=None,
+        wall_s=took,
+        solver_wall_s=0.0,
+        num_candidates=space.num_candidates(),
+        rows_kept=0,
+        quantum_s=tables.quantum_s if tables is not None else 0.0,
+        space=space,
+        tables=tables,
+        tie_tolerance=tolerance,
+        ranking_status="UNKNOWN",
+        stopped=(
+            f"the time limit ran out after {took:.1f} s of the search, while building {built} of "
+            f"{space.num_candidates():,} candidates: no layout was searched (raise --time-limit)"
+        ),
     )
 
 

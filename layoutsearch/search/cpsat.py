@@ -379,9 +379,12 @@ def cpsat_top(
 
     Returns (answers as (row, r index, z, o, metrics), info: status, objective, bound, rows, history).
     """
+    started = time.perf_counter()
     rows, limit, fits_r, best = prune(space, t, objective, top_k, exact_rows, prune_rows, tolerance)
     trace: list = []
     expected = _expected(space, t, rows, objective, top_k, tolerance, trace)
+    if time.perf_counter() - started > time_limit_s:  # out of time before any solve
+        return [], {**_info(space, rows), "status": "UNKNOWN", "ranking_status": "UNKNOWN"}
     if limit is not None and objective == "step-time" and len(trace) == top_k:
         # the proofs need only the rows that may beat a rank's values: with the least risk 0 at
         # every rank (nothing to prove below it) those within each rank's tie limit

@@ -12,6 +12,7 @@ the capacity for every stage st (0 = first, 1 = last) and moment.
 
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -89,7 +90,16 @@ def _stage_flags(sh: terms.Shapes):
     return {0: (True, single), 1: (False, np.ones_like(single, dtype=bool))}
 
 
-def build_tables(space: Space) -> Tables:
+class OutOfTime(Exception):
+    """The deadline given to ``build_tables`` passed between two of its grids."""
+
+
+def _check(deadline: float | None) -> None:
+    if deadline is not None and time.perf_counter() > deadline:
+        raise OutOfTime
+
+
+def build_tables(space: Space, deadline: float | None = None) -> Tables:
     """Evaluate every cost term once per key it depends on, then quantise."""
     model, workload, acc = space.model, space.workload, space.cluster.accelerator
     space.shapes.layer_split(model)  # once per shape; every grid below takes its rows
@@ -123,6 +133,7 @@ def build_tables(space: Space) -> Tables:
             win, fwd = (grid(x) for x in terms.step_windows(model, workload, acc, sh, c))
             fwd = fwd[:, 0]
     del sh, k, r, mult, c, items  # the (S,K) x r grid: free it before the next one (peak memory)
+    _check(deadline)  # between grids: a time limit stops the search at most one grid late
     # ---- (S,K) x o
     # ---- (S,K) x o: likewise, a term of (S,K) alone (the compute windows) once per row
     sh_o, k_o = space.shapes.take(space.sk_shape[:, None]), space.sk_k[:, None]
@@ -162,6 +173,7 @@ def build_tables(space: Space) -> Tables:
             epf = grid_o(mult_o * ep["rerun"])
             cps, cpf = grid_o(mult_o * cp["base"]), grid_o(mult_o * cp["rerun"])
     pp = grid_o(terms.pipeline_sends(model, workload, acc, sh_o, k_o, co))
+    _check(deadline)
     # ---- S x z (x o)
     n_s = space.num_shapes
     s_col, z_row = np.arange(n_s)[:, None], np.arange(4)[None, :]
@@ -252,6 +264,7 @@ def build_tables(space: Space) -> Tables:
         VOLUME=kib(v_w + v_x),
     )
     work = memory.recompute_arrays(model)
+    _check(deadline)
     tables.STAGE0, tables.STAGE3 = stage_parts(
         tables, work["tp"][codes], work["attention"][codes], work["moe"][codes]
     )
