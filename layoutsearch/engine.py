@@ -39,7 +39,7 @@ from layoutsearch.core.specs import (
 from layoutsearch.core.stages import default_microbatches
 from layoutsearch.costs.estimate import Estimate
 from layoutsearch.costs.estimate import estimate as estimate_layout
-from layoutsearch.report import fallback, planning
+from layoutsearch.report import planning
 from layoutsearch.report.output import (
     band_of,
     estimate_document,
@@ -255,6 +255,8 @@ def solve(
     )
     if plan.fallback_nodes and run.result.layouts:
         on_phase("searching the fallback layouts")
+        from layoutsearch.report import fallback  # only with --fallback-nodes (import time)
+
         rows, run.document["fallback"] = fallback.of_plan(
             run.problem, request, run.result.layouts[0], plan, label("fallback_nodes")
         )

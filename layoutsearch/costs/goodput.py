@@ -45,6 +45,8 @@ __all__ = [
     "daly_goodput",
     "goodput",
     "step_energy_j",
+    "storage_bytes_per_s_per_node",
+    "reshard_time_s",
 ]
 
 SECONDS_PER_HOUR = 3600.0
@@ -123,6 +125,23 @@ def daly_goodput(interval_s: float, blocking_s: float, restart_s: float, mtbf_s:
     return interval_s / (mtbf_s * math.exp(restart_s / mtbf_s) * math.expm1(exponent))
 
 
+def storage_bytes_per_s_per_node(given: float | None, catalogue: float | None) -> float:
+    """One host's checkpoint storage bandwidth: the option's, else the accelerator's catalogue
+    value, else Llama 3's (``DEFAULT_WRITE_BYTES_PER_S_PER_NODE``)."""
+    return given or catalogue or DEFAULT_WRITE_BYTES_PER_S_PER_NODE
+
+
+def reshard_time_s(
+    checkpoint_bytes_per_device: float,
+    num_devices: int,
+    reading_hosts: int,
+    host_bytes_per_s: float,
+) -> float:
+    """Reading a whole checkpoint (each device's bytes x devices) once into another layout, over
+    the storage bandwidth of the hosts that read it."""
+    return checkpoint_bytes_per_device * num_devices / (host_bytes_per_s * max(1, reading_hosts))
+
+
 def goodput(
     resilience: Resilience,
     *,
@@ -136,8 +155,9 @@ def goodput(
     """The layout's goodput (module docstring). The interval is at least one step, and in async
     mode at least the write (a checkpoint is on storage before the next one starts). Without
     failures the MTBF and the interval are infinite and the goodput is 1."""
-    write_bw = resilience.write_bytes_per_s_per_node or node_write_bytes_per_s
-    write_bw = write_bw or DEFAULT_WRITE_BYTES_PER_S_PER_NODE
+    write_bw = storage_bytes_per_s_per_node(
+        resilience.write_bytes_per_s_per_node, node_write_bytes_per_s
+    )
     write_s = checkpoint_bytes * devices_per_host / write_bw
     is_async = resilience.checkpoint_mode == "async"
     blocking_s = checkpoint_bytes / host_bytes_per_s if is_async and host_bytes_per_s else write_s

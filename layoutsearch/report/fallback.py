@@ -25,8 +25,9 @@ from layoutsearch.core.errors import InvalidArgumentError
 from layoutsearch.core.options import PlanOptions
 from layoutsearch.core.problem import Problem, SearchRequest
 from layoutsearch.core.topology import is_cluster_file, parse_cluster_name, resolve_cluster
+from layoutsearch.costs import goodput
 from layoutsearch.costs.estimate import Estimate
-from layoutsearch.costs.goodput import DEFAULT_WRITE_BYTES_PER_S_PER_NODE, Resilience
+from layoutsearch.costs.goodput import Resilience
 from layoutsearch.report import planning
 from layoutsearch.report.output import layout_record
 from layoutsearch.search import SearchResult
@@ -119,18 +120,17 @@ def nearest_batch(seqs: int, data_parallel: int) -> int:
 
 
 def reshard_s(healthy: Estimate, devices: int, write_bytes_per_s_per_node: float | None) -> float:
-    """Seconds to read the healthy layout's checkpoint once into another layout on ``devices``:
-    its bytes (each device's checkpoint bytes x devices) over the storage bandwidth of the hosts
-    that read it (``write_bytes_per_s_per_node`` each, else the accelerator's, else the default)."""
-    total_bytes = planning.layout_goodput(healthy).checkpoint_bytes_per_device
-    total_bytes *= healthy.cluster.num_devices
+    """Seconds to read the healthy layout's checkpoint once into another layout on ``devices``
+    (``costs.goodput.reshard_time_s``)."""
     acc = healthy.cluster.accelerator
-    per_host = (
-        write_bytes_per_s_per_node
-        or acc.checkpoint_write_bytes_per_s_per_node
-        or DEFAULT_WRITE_BYTES_PER_S_PER_NODE
+    return goodput.reshard_time_s(
+        planning.layout_goodput(healthy).checkpoint_bytes_per_device,
+        healthy.cluster.num_devices,
+        devices // acc.devices_per_host,
+        goodput.storage_bytes_per_s_per_node(
+            write_bytes_per_s_per_node, acc.checkpoint_write_bytes_per_s_per_node
+        ),
     )
-    return total_bytes / (per_host * max(1, devices // acc.devices_per_host))
 
 
 class _Searches:
