@@ -308,15 +308,40 @@ def test_dir_lists_the_api():
     assert {"solve", "explain", "estimate", "problem", "__version__"} <= set(dir(layoutsearch))
 
 
-def test_a_time_limit_spent_before_the_solver_stops_the_search_with_no_layout(cli_main):
-    """deepseek-v3 on h100-2048: 0.1 s runs out while its 5,973,672 candidates are being built;
-    the search stops there (exit 1, UNKNOWN) instead of building everything first."""
-    argv = ["solve", "--model", "deepseek-v3", "--cluster", "h100-2048", "--seqs", "15360"]
-    code, out, err = cli_main(*argv, "--time-limit", "0.1", "--format", "json")
+def test_a_time_limit_spent_before_the_solver_stops_the_search_with_no_layout(
+    cli_main, monkeypatch
+):
+    """A time limit that runs out while the candidate tables are built stops the search there:
+    UNKNOWN, no layout, exit 1, one line saying while building what (the deadline is made to pass
+    inside build_tables, so the verdict never depends on the machine's speed)."""
+    import layoutsearch.search as search
+    from layoutsearch.search.tables import OutOfTime
+
+    def out_of_time(space, deadline=None):
+        raise OutOfTime
+
+    monkeypatch.setattr(search, "build_tables", out_of_time)
+    argv = ["solve", "--model", "llama3-8b", "--cluster", "h100-8", "--seqs", "64"]
+    code, out, err = cli_main(*argv, "--format", "json")
     assert code == 1
     doc = json.loads(out)
     assert doc["solver"]["status"] == "UNKNOWN" and doc["layouts"] == []
     assert doc["explanation"]["stopped"] is True
     (line,) = [x for x in err.splitlines() if x.startswith("no layout:")]
     assert line.startswith("no layout: the time limit ran out after ")
-    assert line.endswith("of 5,973,672 candidates: no layout was searched (raise --time-limit)")
+    assert line.endswith(
+        "while building the candidate tables of 4,192 candidates: no layout was searched "
+        "(raise --time-limit)"
+    )
+
+
+def test_a_search_with_no_time_left_stops_after_the_candidate_space():
+    """time_limit_s 0: the deadline has passed once the space is built, whatever the machine."""
+    from layoutsearch.core.problem import Problem, SearchRequest
+    from layoutsearch.core.specs import Workload
+    from layoutsearch.search import solve
+
+    problem = Problem.build("llama3-8b", "h100-8", Workload(global_batch_seqs=64, seq_len=4096))
+    result = solve(problem, SearchRequest(time_limit_s=0.0))
+    assert (result.status, result.layouts, result.tables) == ("UNKNOWN", [], None)
+    assert "while building the candidate space of 4,192 candidates" in result.stopped
