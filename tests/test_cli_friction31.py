@@ -313,14 +313,13 @@ def test_a_time_limit_spent_before_the_solver_stops_the_search_with_no_layout(
 ):
     """A time limit that runs out while the candidate tables are built stops the search there:
     UNKNOWN, no layout, exit 1, one line saying while building what (the deadline is made to pass
-    inside build_tables, so the verdict never depends on the machine's speed)."""
-    import layoutsearch.search as search
-    from layoutsearch.search.tables import OutOfTime
+    inside the tables' first grid, so the verdict never depends on the machine's speed)."""
+    import layoutsearch.search.tables as tables
 
-    def out_of_time(space, deadline=None):
-        raise OutOfTime
+    def out_of_time(space):
+        raise tables.OutOfTime
 
-    monkeypatch.setattr(search, "build_tables", out_of_time)
+    monkeypatch.setattr(tables, "row_terms", out_of_time)
     argv = ["solve", "--model", "llama3-8b", "--cluster", "h100-8", "--seqs", "64"]
     code, out, err = cli_main(*argv, "--format", "json")
     assert code == 1

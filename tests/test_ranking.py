@@ -248,6 +248,25 @@ def test_llama3_8b_on_h100_64_both_methods_return_the_same_winner():
     )
 
 
+def _keys(result) -> list[tuple]:
+    """Each candidate's keys (shape degrees, K, recompute code, ZeRO stage, axis order): CP-SAT
+    searches the rows its bounds keep (``Space.restrict``), so row indices are its own."""
+    sp = result.space
+    return [
+        (
+            tuple(
+                int(getattr(sp.shapes, f)[sp.sk_shape[row]])
+                for f in ("dp", "fsdp", "tp", "pp", "cp", "ep", "etp", "v")
+            ),
+            int(sp.sk_k[row]),
+            int(sp.recompute_codes[ri]),
+            z,
+            o,
+        )
+        for row, ri, z, o in result.candidates
+    ]
+
+
 @pytest.mark.slow
 def test_random_catalogue_instances_rank_identically_with_both_methods():
     """A seeded sample of catalogue models, clusters and batches: the same top 4, layout for layout
@@ -259,7 +278,7 @@ def test_random_catalogue_instances_rank_identically_with_both_methods():
         b = solve(problem, SearchRequest(top_k=4, method="enumerate"))
         where = f"{model} on {cluster}, {seqs} x {seq_len}"
         assert [_identity(e) for e in a.layouts] == [_identity(e) for e in b.layouts], where
-        assert a.metrics == b.metrics and a.candidates == b.candidates, where
+        assert a.metrics == b.metrics and _keys(a) == _keys(b), where
         assert a.status == b.status and a.objective_value == pytest.approx(b.objective_value), where
         checked += bool(a.layouts)
     assert checked >= 9

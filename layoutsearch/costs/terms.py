@@ -993,7 +993,7 @@ def memory_by_microbatch(
     m = tokens_per_microbatch(workload, sh, k)
     act_b = workload.activation_bytes
     # what each row's policy saves in HBM, and what a layer saves in all
-    per_token, _, every = per_key(
+    per_token, hosted_width, every = per_key(
         lambda tp, r: saved_widths_by_policy(model, workload, tp, r, sequence_parallel), sh.tp, r
     )
     saved = per_token * m * act_b
@@ -1004,7 +1004,7 @@ def memory_by_microbatch(
     # one layer's tensors not held in HBM, rebuilt (or brought back from the host) during its backward
     recomputed = (every - per_token) * m * act_b
     logits = _f(last) * m * model.vocab_size / sh.tp * 4.0  # fp32 logits of one microbatch
-    hosted = host_offload_bytes_per_token(model, workload, sh, r, sequence_parallel) * m
+    hosted = hosted_width * act_b * m  # host_offload_bytes_per_token, from the same widths
     return {
         "activations/saved": layers_per_stage(model, sh, not first) * saved * in_flight,
         # in pinned host memory, not HBM: no memory moment counts it (MOMENTS)

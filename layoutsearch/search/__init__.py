@@ -18,7 +18,7 @@ from layoutsearch.core.specs import Method, Objective
 from layoutsearch.core.units import KIB
 from layoutsearch.costs.estimate import Estimate, estimate
 from layoutsearch.frameworks import Capabilities, capabilities_of
-from layoutsearch.search.cpsat import cpsat_top
+from layoutsearch.search.cpsat import cpsat_top, focus
 from layoutsearch.search.enumerate import candidate_grid, enumerate_top
 from layoutsearch.search.ranking import MAX_TIE_TOLERANCE, TIE_TOLERANCE
 from layoutsearch.search.space import Space, build_space
@@ -50,7 +50,7 @@ class SearchResult:
     )
     ranking_status: str = "OPTIMAL"  # whether the simplest of the tied layouts was proven (CP-SAT)
     stopped: str | None = None  # the time limit ran out before CP-SAT: after which phase
-    space: Space  # the candidates searched
+    space: Space  # the candidates searched (CP-SAT by step time: the rows cpsat.focus keeps)
     tables: Tables | None = None
 
     @property
@@ -97,8 +97,12 @@ def solve(problem: Problem, request: SearchRequest | None = None) -> SearchResul
         )
     if time.perf_counter() > deadline:
         return _stopped(request, space, None, start, tolerance, "the candidate space")
+    searched = space.num_candidates()
     try:
-        tables = build_tables(space, deadline)
+        if method == Method.cpsat and objective == Objective.step_time:
+            space, tables = focus(space, request.top_k, deadline, tolerance)
+        else:
+            tables = build_tables(space, deadline)
     except OutOfTime:
         return _stopped(request, space, None, start, tolerance, "the candidate tables")
     if method == Method.enumerate:
@@ -146,7 +150,7 @@ def solve(problem: Problem, request: SearchRequest | None = None) -> SearchResul
         bound=None if info.get("bound") is None else info["bound"] * unit,
         wall_s=time.perf_counter() - start,
         solver_wall_s=info.get("wall_s", 0.0),
-        num_candidates=space.num_candidates(),
+        num_candidates=searched,
         rows_kept=info.get("rows_kept", 0),
         quantum_s=tables.quantum_s,
         layouts=estimates,

@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from layoutsearch.core.numbers import distinct
 from layoutsearch.costs import step as step_formula
 from layoutsearch.search import (
     satmodel as cp_model,
@@ -39,9 +40,18 @@ from layoutsearch.search.ranking import (
 )
 from layoutsearch.search.satmodel import LinearExpr
 from layoutsearch.search.space import Space
-from layoutsearch.search.tables import MOMENT_NAMES, Tables, assemble
+from layoutsearch.search.tables import (
+    MOMENT_NAMES,
+    NEVER,
+    Tables,
+    assemble,
+    build_tables,
+    compute_bounds,
+    fits_by_row,
+)
 
 PROMISING_ROWS = 32
+FOCUS_ROWS = 256  # rows tabulated to find the limit that keeps the rest (focus)
 ROW_BOUNDS_CHUNK = 1 << 14  # (S, K) rows whose memory moments are compared at once (peak memory)
 SEED = 20240611
 BIG = np.iinfo(np.int64).max // 4
@@ -93,12 +103,7 @@ def row_bounds(
     stage = np.where(omask[:, None, :], t.STAGE0, BIG).min(axis=(1, 2))
     extra = np.where(zmask, t.optimizer_s[s], BIG).min(axis=1)
     pp = np.where(omask, t.pp_sends_s, BIG).min(axis=1)
-    fits_r: np.ndarray = np.zeros(t.MB.shape[:2], dtype=bool)
-    for start in range(0, len(s), ROW_BOUNDS_CHUNK):  # [sk, r, z, st, moment] a chunk at a time
-        rows = slice(start, start + ROW_BOUNDS_CHUNK)
-        mem = t.MZ[s[rows]][:, None] + t.MB[rows, :, None]
-        fits = (mem <= t.capacity_kib).all(axis=(3, 4)) & zmask[rows, None, :]
-        fits_r[rows] = fits.any(axis=2)
+    fits_r = fits_by_row(space, t.MZ, t.MB, t.capacity_kib, ROW_BOUNDS_CHUNK)
     bound = t.VOLUME[s] if objective == "gather-volume" else stage + extra + pp + t.step_overhead_s
     return bound, fits_r, np.asarray(fits_r.any(axis=1))
 
@@ -155,6 +160,35 @@ def prune(
         done, chunk = done + chunk, chunk * 2
     keep = rows if limit is None else rows[best[rows] <= limit]
     return np.sort(keep), limit, fits_r, best
+
+
+def focus(
+    space: Space,
+    top_k: int,
+    deadline: float | None = None,
+    tolerance: float = TIE_TOLERANCE,
+) -> tuple[Space, Tables]:
+    """The rows that may hold a top-k layout by step time, and their tables, without tabulating
+    the rest: rows are ordered by ``tables.compute_bounds`` (their compute, costed for every
+    row), the first FOCUS_ROWS are tabulated and ranked by ``prune``, and its limit (the k-th
+    best layout's reach, at least the whole space's) keeps the rows whose bound does not exceed
+    it; rows above it provably hold no top-k layout. Falls back to the whole space's tables when
+    the first rows hold fewer than k layouts. The tables are in the whole space's quantum."""
+    bound, terms_of_rows, quantum = compute_bounds(space, deadline)
+    rows = np.nonzero(bound < NEVER)[0]
+    if not len(rows):  # nothing fits: the whole space's tables, for the explanation
+        return space, build_tables(space, deadline, quantum, terms_of_rows)
+    if len(rows) > FOCUS_ROWS:
+        head = np.sort(rows[np.argsort(bound[rows], kind="stable")[:FOCUS_ROWS]])
+        near = space.restrict(head)
+        tables = build_tables(near, deadline, quantum, terms_of_rows.take(head))
+        _, limit, _, _ = prune(near, tables, "step-time", top_k, tolerance=tolerance)
+        if limit is not None:
+            rows = rows[bound[rows] <= limit]
+    if len(rows) == len(space.sk_k):
+        return space, build_tables(space, deadline, quantum, terms_of_rows)
+    near = space.restrict(rows)
+    return near, build_tables(near, deadline, quantum, terms_of_rows.take(rows))
 
 
 def build_model(space: Space, t: Tables, rows: np.ndarray, clip: int | None, fits_r: np.ndarray):
@@ -508,7 +542,7 @@ def _risk_free_top(
     s_of = space.sk_shape
     plain = (r.cp[s_of[rows]] == 0) & (r.many_microbatches[rows] == 0)
     rows_b = rows[(best[rows] <= limit_b) & plain]
-    info = _info(space, np.union1d(rows_a, rows_b))
+    info = _info(space, distinct(np.concatenate([rows_a, rows_b])))
     model_a, v_a, exprs_a = build_model(space, t, rows_a, limit_a, fits_r)
     model_b, v_b, exprs_b = build_model(space, t, rows_b, limit_b, fits_r)
     model_b.add(exprs_b["risk"] == 0)

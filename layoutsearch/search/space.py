@@ -18,7 +18,7 @@ kept once; placements are computed once per degree tuple.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 
@@ -98,6 +98,21 @@ class Space(HasProblem):
             axes=self.placement(shape, o),
         )
 
+    def restrict(self, rows: np.ndarray) -> Space:
+        """The space of the (S, K) rows ``rows`` alone, with only the shapes they use: both keep
+        their order, so the simplicity ranks (``search.ranking``) order them alike."""
+        rows = np.sort(np.asarray(rows, dtype=np.int64))
+        used, sk_shape = np.unique(self.sk_shape[rows], return_inverse=True)
+        return replace(
+            self,
+            shapes=self.shapes.take(used),
+            sk_shape=sk_shape.astype(np.int64).reshape(-1),
+            sk_k=self.sk_k[rows],
+            zero_mask=self.zero_mask[used],
+            order_mask=self.order_mask[used],
+            placed=self.placed[used],
+        )
+
     def placement(self, shape: int, o: int):
         """The placement of shape ``shape`` by axis order ``o``."""
         degrees = {name: int(getattr(self.shapes, name)[shape]) for name in ALL_DEGREE_NAMES}
@@ -116,33 +131,34 @@ def stage_of(rule: Rule) -> str:
 
 
 def degree_tuples(num_devices: int, experts: int = 0) -> Cand:
-    """Every (dp, fsdp, tp, pp, cp) with product ``num_devices`` (tp outermost, then pp, cp, fsdp),
-    and with ``experts`` > 0 every (ep, etp) whose product divides the devices of a stage (the
-    rules then keep ep dividing the experts, so the funnel names them) and etp 1 or tp (the expert TP the frameworks offer: Megatron-Core's
-    default is tp, its MoE recipes 1; torchtitan takes 1 or tp); ep = etp = 1 otherwise."""
-    blocks = [np.zeros((0, 7), dtype=np.int64)]
-    for tp in divisors(num_devices):
-        for pp in divisors(num_devices // tp):
-            stage = num_devices // tp // pp
-            for cp in divisors(stage):
-                rest = stage // cp
-                expert = np.array(
-                    [
-                        (ep, etp)
-                        for ep in divisors(stage * tp)  # the rules keep ep dividing the experts
-                        for etp in sorted({1, tp})
-                        if (stage * tp) % (ep * etp) == 0
-                    ]
-                    if experts
-                    else [(1, 1)],
-                    dtype=np.int64,
-                ).reshape(-1, 2)
-                fsdp = np.repeat(np.array(divisors(rest), dtype=np.int64), len(expert))
-                expert = np.tile(expert, (len(fsdp) // len(expert), 1))
-                fixed = np.broadcast_to(np.array([tp, pp, cp], dtype=np.int64), (len(fsdp), 3))
-                blocks.append(np.column_stack([rest // fsdp, fsdp, fixed, expert]))
-    table = np.concatenate(blocks)
-    return {name: table[:, i] for i, name in enumerate(ALL_DEGREE_NAMES)}
+    """Every (dp, fsdp, tp, pp, cp) with product ``num_devices``, and with ``experts`` > 0 every
+    (ep, etp) whose product divides the devices of a stage times tp (the rules then keep ep
+    dividing the experts, so the funnel names them) and etp 1 or tp (the expert TP the frameworks
+    offer: Megatron-Core's default is tp, its MoE recipes 1; torchtitan takes 1 or tp); ep = etp
+    = 1 otherwise. Built a degree at a time over the divisors (rows in no particular order:
+    ``build_space`` orders the shapes)."""
+    d = np.array(divisors(num_devices), dtype=np.int64)
+    rows = np.ones((1, 0), dtype=np.int64)  # the degrees so far, tp first
+    for _ in ("tp", "pp", "cp", "fsdp"):
+        used = rows.prod(axis=1)[:, None]
+        ok = num_devices % (used * d[None, :]) == 0
+        r, c = np.nonzero(ok)
+        rows = np.column_stack([rows[r], d[c]])
+    tp, pp, cp, fsdp = rows.T
+    dp = num_devices // (tp * pp * cp * fsdp)
+    ep = etp = np.ones_like(tp)
+    if experts:  # (ep, etp) with ep x etp dividing the stage's devices x tp = num_devices / pp
+        room = (num_devices // pp)[:, None]
+        blocks = []
+        for etp_of in (np.ones_like(tp), np.where(tp > 1, tp, 0)):  # etp 1, then etp tp (tp > 1)
+            ok = (etp_of[:, None] > 0) & (room % (d[None, :] * np.maximum(etp_of, 1)[:, None]) == 0)
+            r, c = np.nonzero(ok)
+            blocks.append((r, d[c], etp_of[r]))
+        r = np.concatenate([b[0] for b in blocks])
+        ep, etp = np.concatenate([b[1] for b in blocks]), np.concatenate([b[2] for b in blocks])
+        dp, fsdp, tp, pp, cp = dp[r], fsdp[r], tp[r], pp[r], cp[r]
+    table = dict(dp=dp, fsdp=fsdp, tp=tp, pp=pp, cp=cp, ep=ep, etp=etp)
+    return {name: np.asarray(table[name], dtype=np.int64) for name in ALL_DEGREE_NAMES}
 
 
 def problem_degree_tuples(problem: Problem) -> Cand:

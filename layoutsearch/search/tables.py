@@ -23,6 +23,7 @@ from layoutsearch.costs.estimate import capacity_bytes
 from layoutsearch.search.space import Space
 
 MOMENT_NAMES = tuple(terms.MOMENTS)
+NEVER = np.iinfo(np.int64).max // 4  # a bound no candidate reaches (sums of a few stay in int64)
 
 
 @dataclass
@@ -99,21 +100,51 @@ def _check(deadline: float | None) -> None:
         raise OutOfTime
 
 
-def build_tables(space: Space, deadline: float | None = None) -> Tables:
-    """Evaluate every cost term once per key it depends on, then quantise."""
-    model, workload, acc = space.model, space.workload, space.cluster.accelerator
-    space.shapes.layer_split(model)  # once per shape; every grid below takes its rows
-    n_sk, codes, n_o = len(space.sk_k), space.recompute_codes, len(space.orders)
+@dataclass
+class RowTerms:
+    """The (S,K) x r terms in seconds and bytes, before quantisation: each stage's compute over the
+    step ([sk, r] per stage, first then last), the backward ZeRO-3 traffic hides behind, the
+    windows of the once-per-step collectives, and each stage's memory by microbatch per moment."""
 
-    # ---- (S,K) x r: keys as a column and a row, so a term of (S,K) alone is costed once per row
+    compute_s: list  # [st] -> [sk, r]
+    backward_s: np.ndarray  # [sk, r]
+    reduce_window_s: np.ndarray  # [sk, r]
+    gather_window_s: np.ndarray  # [sk]
+    memory_bytes: list  # [st][moment] -> [sk, r]
+
+    def take(self, rows: np.ndarray) -> RowTerms:
+        """These terms of the rows ``rows`` alone (``Space.restrict``'s rows, in its order)."""
+        return RowTerms(
+            compute_s=[c[rows] for c in self.compute_s],
+            backward_s=self.backward_s[rows],
+            reduce_window_s=self.reduce_window_s[rows],
+            gather_window_s=self.gather_window_s[rows],
+            memory_bytes=[[m[rows] for m in stage] for stage in self.memory_bytes],
+        )
+
+    def quantum_s(self) -> float:
+        """The time quantum: 1e-5 of the least slowest-stage compute of any row (a tables' unit)."""
+        if not self.compute_s[0].size:
+            return 1e-5
+        return max(1e-7, float(np.min(np.max(np.stack(self.compute_s), axis=0))) / 1e5)
+
+
+def row_terms(space: Space) -> RowTerms:
+    """The (S,K) x r terms of every row: keys as a column and a row, so a term of (S,K) alone is
+    costed once per row."""
+    model, workload, acc = space.model, space.workload, space.cluster.accelerator
+    space.shapes.layer_split(model)  # once per shape; every grid takes its rows
+    n_sk, codes = len(space.sk_k), space.recompute_codes
     sh, k, r = space.shapes.take(space.sk_shape[:, None]), space.sk_k[:, None], codes[None, :]
 
     def grid(x):
         return np.broadcast_to(x, (n_sk, len(codes)))
 
     mult = terms.step_multiplier(sh, k)
-    a, mb, win = [], [], None
-    for st, (first, last) in _stage_flags(sh).items():
+    a: list = []
+    mb: list = []
+    first_stage: dict = {}
+    for first, last in _stage_flags(sh).values():
         c = terms.compute_per_microbatch(model, workload, acc, sh, k, r, last)
         a.append(
             grid(
@@ -128,13 +159,115 @@ def build_tables(space: Space, deadline: float | None = None) -> Tables:
         mb.append(
             [grid(sum(terms.moment_bytes(items, name).values(), 0.0 * k)) for name in MOMENT_NAMES]
         )
-        if st == 0:
-            y = grid(mult * terms.layers_per_stage(model, sh) * c["window/bwd_layer"])
-            win, fwd = (grid(x) for x in terms.step_windows(model, workload, acc, sh, c))
-            fwd = fwd[:, 0]
-    del sh, k, r, mult, c, items  # the (S,K) x r grid: free it before the next one (peak memory)
+        first_stage = first_stage or c
+    win, fwd = (grid(x) for x in terms.step_windows(model, workload, acc, sh, first_stage))
+    return RowTerms(
+        compute_s=a,
+        backward_s=grid(mult * terms.layers_per_stage(model, sh) * first_stage["window/bwd_layer"]),
+        reduce_window_s=win,
+        gather_window_s=fwd[:, 0],
+        memory_bytes=mb,
+    )
+
+
+def zero_memory_bytes(space: Space) -> list:
+    """Memory by ZeRO stage per shape: [first stage, other stages][moment] -> [s, z] bytes."""
+    model, workload = space.model, space.workload
+    sh_z, z_row = space.shapes.take(np.arange(space.num_shapes)[:, None]), np.arange(4)[None, :]
+    return [
+        [
+            np.broadcast_to(
+                sum(
+                    terms.moment_bytes(
+                        terms.memory_by_zero(model, workload, sh_z, z_row, first), name
+                    ).values(),
+                    0.0 * z_row,
+                ),
+                (space.num_shapes, 4),
+            )
+            for name in MOMENT_NAMES
+        ]
+        for first in (True, False)
+    ]
+
+
+def optimizer_seconds(space: Space) -> np.ndarray:
+    """The optimizer step per shape and ZeRO stage: [s, z] seconds."""
+    sh_z, z_row = space.shapes.take(np.arange(space.num_shapes)[:, None]), np.arange(4)[None, :]
+    opt = terms.optimizer_time(space.model, space.workload, space.cluster.accelerator, sh_z, z_row)
+    return np.broadcast_to(opt, (space.num_shapes, 4))
+
+
+def quanta(x, quantum_s: float) -> np.ndarray:
+    """Seconds as integer quanta, rounded."""
+    return np.rint(np.asarray(x, dtype=np.float64) / quantum_s).astype(np.int64)
+
+
+def kib(x) -> np.ndarray:
+    """Bytes as KiB, rounded up (a table never says a layout fits that ``estimate`` rejects)."""
+    return np.ceil(np.asarray(x, dtype=np.float64) / KIB).astype(np.int64)
+
+
+def memory_table(memory_bytes: list) -> np.ndarray:
+    """[st][moment] -> [..] bytes as one [.., st, moment] KiB table."""
+    return kib(np.stack([np.stack(m, axis=-1) for m in memory_bytes], axis=-2))
+
+
+def fits_by_row(
+    space: Space, MZ: np.ndarray, MB: np.ndarray, capacity_kib: int, chunk: int = 1 << 14
+) -> np.ndarray:
+    """[sk, r]: whether (row, recompute) fits in memory with some allowed ZeRO stage, at every
+    stage and moment (``chunk`` rows at a time: [sk, r, z, st, moment] bounds the peak memory)."""
+    s, zmask = space.sk_shape, space.zero_mask[space.sk_shape]
+    fits_r: np.ndarray = np.zeros(MB.shape[:2], dtype=bool)
+    for start in range(0, len(s), chunk):
+        rows = slice(start, start + chunk)
+        mem = MZ[s[rows]][:, None] + MB[rows, :, None]
+        fits = (mem <= capacity_kib).all(axis=(3, 4)) & zmask[rows, None, :]
+        fits_r[rows] = fits.any(axis=2)
+    return fits_r
+
+
+def compute_bounds(
+    space: Space, deadline: float | None = None
+) -> tuple[np.ndarray, RowTerms, float]:
+    """Per (S,K) row a valid lower bound of its step time in quanta, the row terms it was computed
+    from, and the quantum. The bound: the least, over the recompute policies that may fit, of the
+    slowest stage's compute, plus the least optimizer step of an allowed ZeRO stage and the step
+    overhead (every other term of ``costs.step`` is at least 0); NEVER where no policy may fit. A
+    policy may fit when each stage's memory at each moment fits with that moment's least
+    per-shape memory over the allowed ZeRO stages: a necessary condition, a fraction of the cost
+    of ``fits_by_row``. Costs the (S,K) x r terms and the per-shape memory only: the rest of the
+    tables is left for the rows the bound keeps."""
+    rt = row_terms(space)
+    _check(deadline)
+    quantum = rt.quantum_s()
+    least_mz = np.where(
+        space.zero_mask[:, :, None, None], memory_table(zero_memory_bytes(space)), NEVER
+    ).min(axis=1)  # [s, st, moment]
+    mb = memory_table(rt.memory_bytes)  # [sk, r, st, moment]
+    capacity = int(capacity_bytes(space.cluster, space.workload) // KIB)
+    may_fit = (least_mz[space.sk_shape][:, None] + mb <= capacity).all(axis=(2, 3))  # [sk, r]
+    compute = np.max(np.stack([quanta(c, quantum) for c in rt.compute_s]), axis=0)  # [sk, r]
+    least = np.where(may_fit, compute, NEVER).min(axis=1)
+    opt = np.where(space.zero_mask, quanta(optimizer_seconds(space), quantum), NEVER).min(axis=1)
+    overhead = int(quanta(space.cluster.accelerator.step_overhead_s, quantum))
+    bound = np.where(may_fit.any(axis=1), least + opt[space.sk_shape] + overhead, NEVER)
+    return bound, rt, quantum
+
+
+def build_tables(
+    space: Space,
+    deadline: float | None = None,
+    quantum_s: float | None = None,
+    rows: RowTerms | None = None,
+) -> Tables:
+    """Evaluate every cost term once per key it depends on, then quantise (in ``quantum_s``, by
+    default ``RowTerms.quantum_s`` of these rows); ``rows``: the space's RowTerms, when costed."""
+    model, workload, acc = space.model, space.workload, space.cluster.accelerator
+    n_sk, codes, n_o = len(space.sk_k), space.recompute_codes, len(space.orders)
+    rt = row_terms(space) if rows is None else rows
     _check(deadline)  # between grids: a time limit stops the search at most one grid late
-    # ---- (S,K) x o
     # ---- (S,K) x o: likewise, a term of (S,K) alone (the compute windows) once per row
     sh_o, k_o = space.shapes.take(space.sk_shape[:, None]), space.sk_k[:, None]
     co = _coeff_rows(space, space.sk_shape[:, None], np.arange(n_o)[None, :])
@@ -194,21 +327,6 @@ def build_tables(space: Space, deadline: float | None = None) -> Tables:
     }
     red = steps["reduce/zero"] + steps["reduce/dp"] + steps["reduce/kv_replica"]
     sh_z = space.shapes.take(s_col)
-    opt = grid_z(terms.optimizer_time(model, workload, acc, sh_z, z_row))
-    mz = [
-        [
-            grid_z(
-                sum(
-                    terms.moment_bytes(
-                        terms.memory_by_zero(model, workload, sh_z, z_row, first), name
-                    ).values(),
-                    0.0 * z_row,
-                )
-            )
-            for name in MOMENT_NAMES
-        ]
-        for first in (True, False)
-    ]
     z3 = (z_row == 3) & (sh_z.shards > 1)  # [s, z]
     v_w, v_x = roofline.gather_volumes_bytes(
         model.d_model,
@@ -218,14 +336,10 @@ def build_tables(space: Space, deadline: float | None = None) -> Tables:
         space.shapes.tp,
     )
 
-    lower = float(np.min(np.max(np.stack(a), axis=0))) if n_sk else 1.0
-    quantum = max(1e-7, lower / 1e5)
+    quantum = rt.quantum_s() if quantum_s is None else quantum_s
 
     def q(x):
-        return np.rint(np.asarray(x, dtype=np.float64) / quantum).astype(np.int64)
-
-    def kib(x):
-        return np.ceil(np.asarray(x, dtype=np.float64) / KIB).astype(np.int64)
+        return quanta(x, quantum)
 
     nr = len(codes)
     reduce_interference, gather_interference = terms.step_interference(acc, steps)
@@ -235,13 +349,11 @@ def build_tables(space: Space, deadline: float | None = None) -> Tables:
         step_overhead_s=int(q(acc.step_overhead_s)),
         eta=acc.overlap_interference,
         eta_pct=terms.interference_pct(acc),
-        compute_s=q(np.stack(a, axis=-1)).reshape(n_sk, nr, 2),
-        backward_s=q(y).reshape(n_sk, nr),
-        reduce_window_s=q(win).reshape(n_sk, nr),
-        gather_window_s=q(fwd),
-        MB=kib(np.stack([np.stack(m, axis=-1) for m in mb], axis=-2)).reshape(
-            n_sk, nr, 2, len(MOMENT_NAMES)
-        ),
+        compute_s=q(np.stack(rt.compute_s, axis=-1)).reshape(n_sk, nr, 2),
+        backward_s=q(rt.backward_s).reshape(n_sk, nr),
+        reduce_window_s=q(rt.reduce_window_s).reshape(n_sk, nr),
+        gather_window_s=q(rt.gather_window_s),
+        MB=memory_table(rt.memory_bytes).reshape(n_sk, nr, 2, len(MOMENT_NAMES)),
         tp_s=q(np.stack(tp_st, axis=-1)).reshape(n_sk, n_o, 2),
         tp_rerun_s=q(tpf).reshape(n_sk, n_o),
         cp_s=q(cps),
@@ -256,10 +368,8 @@ def build_tables(space: Space, deadline: float | None = None) -> Tables:
         zero_gather_s=q(steps["gather/zero"]).reshape(n_s, 4, n_o),
         reduce_interference_s=q(reduce_interference).reshape(n_s, 4, n_o),
         gather_interference_s=q(gather_interference).reshape(n_s, 4, n_o),
-        optimizer_s=q(opt).reshape(n_s, 4),
-        MZ=kib(np.stack([np.stack(m, axis=-1) for m in mz], axis=-2)).reshape(
-            n_s, 4, 2, len(MOMENT_NAMES)
-        ),
+        optimizer_s=q(optimizer_seconds(space)).reshape(n_s, 4),
+        MZ=memory_table(zero_memory_bytes(space)).reshape(n_s, 4, 2, len(MOMENT_NAMES)),
         zero3=z3,
         VOLUME=kib(v_w + v_x),
     )
