@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from layoutsearch.core.numbers import distinct
 from layoutsearch.core.units import KIB
 from layoutsearch.costs import memory, roofline, step, terms
 from layoutsearch.costs.estimate import capacity_bytes
@@ -129,6 +130,20 @@ class RowTerms:
         return max(1e-7, float(np.min(np.max(np.stack(self.compute_s), axis=0))) / 1e5)
 
 
+@dataclass
+class Costed:
+    """What ``compute_bounds`` costed for a space, for ``build_tables`` to reuse: the quantum, the
+    rows' RowTerms and the shapes' memory by ZeRO stage (KiB, [s, z, st, moment])."""
+
+    quantum_s: float
+    rows: RowTerms
+    MZ: np.ndarray
+
+    def restrict(self, space: Space, rows: np.ndarray) -> Costed:
+        """For ``space.restrict(rows)`` (``rows`` ascending): those rows and the shapes they use."""
+        return Costed(self.quantum_s, self.rows.take(rows), self.MZ[distinct(space.sk_shape[rows])])
+
+
 def row_terms(space: Space) -> RowTerms:
     """The (S,K) x r terms of every row: keys as a column and a row, so a term of (S,K) alone is
     costed once per row."""
@@ -214,37 +229,37 @@ def memory_table(memory_bytes: list) -> np.ndarray:
 
 
 def fits_by_row(
-    space: Space, MZ: np.ndarray, MB: np.ndarray, capacity_kib: int, chunk: int = 1 << 14
+    space: Space, MZ: np.ndarray, MB: np.ndarray, capacity_kib: int, chunk: int = 1 << 16
 ) -> np.ndarray:
     """[sk, r]: whether (row, recompute) fits in memory with some allowed ZeRO stage, at every
-    stage and moment (``chunk`` rows at a time: [sk, r, z, st, moment] bounds the peak memory)."""
-    s, zmask = space.sk_shape, space.zero_mask[space.sk_shape]
+    stage and moment (``chunk`` rows and one ZeRO stage at a time: [sk, r, st, moment] bounds
+    the peak memory)."""
     fits_r: np.ndarray = np.zeros(MB.shape[:2], dtype=bool)
-    for start in range(0, len(s), chunk):
+    for start in range(0, len(space.sk_shape), chunk):
         rows = slice(start, start + chunk)
-        mem = MZ[s[rows]][:, None] + MB[rows, :, None]
-        fits = (mem <= capacity_kib).all(axis=(3, 4)) & zmask[rows, None, :]
-        fits_r[rows] = fits.any(axis=2)
+        s = space.sk_shape[rows]
+        for z in range(MZ.shape[1]):
+            allowed = space.zero_mask[s, z]
+            if allowed.any():
+                fits = (MZ[s, z][:, None] + MB[rows] <= capacity_kib).all(axis=(2, 3))
+                fits_r[rows] |= fits & allowed[:, None]
     return fits_r
 
 
-def compute_bounds(
-    space: Space, deadline: float | None = None
-) -> tuple[np.ndarray, RowTerms, float]:
-    """Per (S,K) row a valid lower bound of its step time in quanta, the row terms it was computed
-    from, and the quantum. The bound: the least, over the recompute policies that may fit, of the
-    slowest stage's compute, plus the least optimizer step of an allowed ZeRO stage and the step
-    overhead (every other term of ``costs.step`` is at least 0); NEVER where no policy may fit. A
-    policy may fit when each stage's memory at each moment fits with that moment's least
-    per-shape memory over the allowed ZeRO stages: a necessary condition, a fraction of the cost
-    of ``fits_by_row``. Costs the (S,K) x r terms and the per-shape memory only: the rest of the
-    tables is left for the rows the bound keeps."""
+def compute_bounds(space: Space, deadline: float | None = None) -> tuple[np.ndarray, Costed]:
+    """Per (S,K) row a valid lower bound of its step time in quanta, and what was costed for it.
+    The bound: the least, over the recompute policies that may fit, of the slowest stage's
+    compute, plus the least optimizer step of an allowed ZeRO stage and the step overhead (every
+    other term of ``costs.step`` is at least 0); NEVER where no policy may fit. A policy may fit
+    when each stage's memory at each moment fits with that moment's least per-shape memory over
+    the allowed ZeRO stages: a necessary condition, a fraction of the cost of ``fits_by_row``.
+    Costs the (S,K) x r terms and the per-shape memory only: the rest of the tables is left for
+    the rows the bound keeps."""
     rt = row_terms(space)
     _check(deadline)
     quantum = rt.quantum_s()
-    least_mz = np.where(
-        space.zero_mask[:, :, None, None], memory_table(zero_memory_bytes(space)), NEVER
-    ).min(axis=1)  # [s, st, moment]
+    mz = memory_table(zero_memory_bytes(space))  # [s, z, st, moment]
+    least_mz = np.where(space.zero_mask[:, :, None, None], mz, NEVER).min(axis=1)
     mb = memory_table(rt.memory_bytes)  # [sk, r, st, moment]
     capacity = int(capacity_bytes(space.cluster, space.workload) // KIB)
     may_fit = (least_mz[space.sk_shape][:, None] + mb <= capacity).all(axis=(2, 3))  # [sk, r]
@@ -253,20 +268,17 @@ def compute_bounds(
     opt = np.where(space.zero_mask, quanta(optimizer_seconds(space), quantum), NEVER).min(axis=1)
     overhead = int(quanta(space.cluster.accelerator.step_overhead_s, quantum))
     bound = np.where(may_fit.any(axis=1), least + opt[space.sk_shape] + overhead, NEVER)
-    return bound, rt, quantum
+    return bound, Costed(quantum, rt, mz)
 
 
 def build_tables(
-    space: Space,
-    deadline: float | None = None,
-    quantum_s: float | None = None,
-    rows: RowTerms | None = None,
+    space: Space, deadline: float | None = None, costed: Costed | None = None
 ) -> Tables:
-    """Evaluate every cost term once per key it depends on, then quantise (in ``quantum_s``, by
-    default ``RowTerms.quantum_s`` of these rows); ``rows``: the space's RowTerms, when costed."""
+    """Evaluate every cost term once per key it depends on, then quantise (in the quantum of
+    ``costed``, what ``compute_bounds`` costed for this space, else ``RowTerms.quantum_s``)."""
     model, workload, acc = space.model, space.workload, space.cluster.accelerator
     n_sk, codes, n_o = len(space.sk_k), space.recompute_codes, len(space.orders)
-    rt = row_terms(space) if rows is None else rows
+    rt = row_terms(space) if costed is None else costed.rows
     _check(deadline)  # between grids: a time limit stops the search at most one grid late
     # ---- (S,K) x o: likewise, a term of (S,K) alone (the compute windows) once per row
     sh_o, k_o = space.shapes.take(space.sk_shape[:, None]), space.sk_k[:, None]
@@ -336,7 +348,7 @@ def build_tables(
         space.shapes.tp,
     )
 
-    quantum = rt.quantum_s() if quantum_s is None else quantum_s
+    quantum = rt.quantum_s() if costed is None else costed.quantum_s
 
     def q(x):
         return quanta(x, quantum)
@@ -369,7 +381,9 @@ def build_tables(
         reduce_interference_s=q(reduce_interference).reshape(n_s, 4, n_o),
         gather_interference_s=q(gather_interference).reshape(n_s, 4, n_o),
         optimizer_s=q(optimizer_seconds(space)).reshape(n_s, 4),
-        MZ=memory_table(zero_memory_bytes(space)).reshape(n_s, 4, 2, len(MOMENT_NAMES)),
+        MZ=(memory_table(zero_memory_bytes(space)) if costed is None else costed.MZ).reshape(
+            n_s, 4, 2, len(MOMENT_NAMES)
+        ),
         zero3=z3,
         VOLUME=kib(v_w + v_x),
     )
