@@ -189,21 +189,19 @@ def zero_memory_bytes(space: Space) -> list:
     """Memory by ZeRO stage per shape: [first stage, other stages][moment] -> [s, z] bytes."""
     model, workload = space.model, space.workload
     sh_z, z_row = space.shapes.take(np.arange(space.num_shapes)[:, None]), np.arange(4)[None, :]
-    return [
-        [
-            np.broadcast_to(
-                sum(
-                    terms.moment_bytes(
-                        terms.memory_by_zero(model, workload, sh_z, z_row, first), name
-                    ).values(),
-                    0.0 * z_row,
-                ),
-                (space.num_shapes, 4),
-            )
-            for name in MOMENT_NAMES
-        ]
-        for first in (True, False)
-    ]
+    out = []
+    for first in (True, False):
+        items = terms.memory_by_zero(model, workload, sh_z, z_row, first)
+        out.append(
+            [
+                np.broadcast_to(
+                    sum(terms.moment_bytes(items, name).values(), 0.0 * z_row),
+                    (space.num_shapes, 4),
+                )
+                for name in MOMENT_NAMES
+            ]
+        )
+    return out
 
 
 def optimizer_seconds(space: Space) -> np.ndarray:
@@ -260,9 +258,11 @@ def compute_bounds(space: Space, deadline: float | None = None) -> tuple[np.ndar
     quantum = rt.quantum_s()
     mz = memory_table(zero_memory_bytes(space))  # [s, z, st, moment]
     least_mz = np.where(space.zero_mask[:, :, None, None], mz, NEVER).min(axis=1)
-    mb = memory_table(rt.memory_bytes)  # [sk, r, st, moment]
     capacity = int(capacity_bytes(space.cluster, space.workload) // KIB)
-    may_fit = (least_mz[space.sk_shape][:, None] + mb <= capacity).all(axis=(2, 3))  # [sk, r]
+    may_fit = np.ones(rt.compute_s[0].shape, dtype=bool)  # [sk, r], a stage and moment at a time
+    for st, moments in enumerate(rt.memory_bytes):
+        for mi, row_bytes in enumerate(moments):
+            may_fit &= least_mz[space.sk_shape, st, mi][:, None] + kib(row_bytes) <= capacity
     compute = np.max(np.stack([quanta(c, quantum) for c in rt.compute_s]), axis=0)  # [sk, r]
     least = np.where(may_fit, compute, NEVER).min(axis=1)
     opt = np.where(space.zero_mask, quanta(optimizer_seconds(space), quantum), NEVER).min(axis=1)
