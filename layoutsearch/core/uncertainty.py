@@ -24,6 +24,8 @@ from pathlib import Path
 
 import yaml
 
+from layoutsearch.core.io import SafeLoader
+
 PATH = Path(__file__).with_name("uncertainty.yaml")
 # No file, an unreadable one, or no usable band in it: a wide symmetric band (about the p90
 # |error| of the development set's validation).
@@ -40,7 +42,7 @@ def band_of(p10: float, p90: float) -> tuple[float, float]:
 def _read(path: Path = PATH) -> dict:
     """The file's mapping, or {} when it is missing or malformed."""
     try:
-        data = yaml.safe_load(path.read_text(encoding="utf-8"))
+        data = yaml.load(path.read_text(encoding="utf-8"), Loader=SafeLoader)  # libyaml
     except (OSError, UnicodeDecodeError, yaml.YAMLError):
         return {}
     return data if isinstance(data, dict) else {}
