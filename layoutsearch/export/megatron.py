@@ -131,6 +131,16 @@ assert set(declaration.CAPABILITIES.recompute_policies) == {
 }
 
 
+# The flag of each degree Megatron takes (dp and fsdp are what remains of the world size)
+DEGREE_FLAGS = {
+    "tp": "--tensor-model-parallel-size",
+    "pp": "--pipeline-model-parallel-size",
+    "cp": "--context-parallel-size",
+    "ep": "--expert-model-parallel-size",
+    "etp": "--expert-tensor-parallel-size",
+}
+
+
 def _model_args(ctx: ExportContext) -> list[tuple[str, object]]:
     m = ctx.model
     args: list[tuple[str, object]] = [
@@ -272,10 +282,7 @@ def _moe_args(ctx: ExportContext) -> list[tuple[str, object]]:
             ("--moe-token-drop-policy", "probs"),
             ("--moe-pad-expert-input-to-capacity", None),
         ]
-    return args + [
-        ("--expert-model-parallel-size", lay.ep),
-        ("--expert-tensor-parallel-size", lay.etp),
-    ]
+    return args + [(DEGREE_FLAGS[d], getattr(lay, d)) for d in ("ep", "etp")]
 
 
 def _mla_args(ctx: ExportContext) -> list[tuple[str, object]]:
@@ -303,9 +310,7 @@ def _mla_args(ctx: ExportContext) -> list[tuple[str, object]]:
 def _parallel_args(ctx: ExportContext) -> list[tuple[str, object]]:
     lay = ctx.layout
     args: list[tuple[str, object]] = [
-        ("--tensor-model-parallel-size", lay.tp),
-        ("--pipeline-model-parallel-size", lay.pp),
-        ("--context-parallel-size", lay.cp),
+        (DEGREE_FLAGS[d], getattr(lay, d)) for d in ("tp", "pp", "cp")
     ]
     if lay.tp > 1 and lay.sequence_parallel:
         args.append(("--sequence-parallel", None))
@@ -662,14 +667,7 @@ def check(text: str, ctx: ExportContext) -> list[str]:
     if not f:
         return [f"no {ARRAY}=( ... ) array found"]
     world, out = ctx.num_devices, []
-    tp, pp, cp = (
-        _count(f, n, 1)
-        for n in (
-            "--tensor-model-parallel-size",
-            "--pipeline-model-parallel-size",
-            "--context-parallel-size",
-        )
-    )
+    tp, pp, cp = (_count(f, DEGREE_FLAGS[d], 1) for d in ("tp", "pp", "cp"))
     if world % (tp * pp * cp):
         return [f"world size {world} is not divisible by tp({tp}) x pp({pp}) x cp({cp})"]
     dp = world // (tp * pp * cp)
@@ -891,10 +889,7 @@ def _moe_problems(
     """arguments.py validate_args, parallel_state and TransformerConfig rules for the MoE flags, and the model's numbers."""
     m, lay, out = ctx.model, ctx.layout, []
     experts = _int(f, "--num-experts")
-    ep, etp = (
-        _count(f, "--expert-model-parallel-size", 1),
-        _count(f, "--expert-tensor-parallel-size", tp),
-    )
+    ep, etp = _count(f, DEGREE_FLAGS["ep"], 1), _count(f, DEGREE_FLAGS["etp"], tp)
     if m.moe is None:
         if experts is not None or ep > 1:
             out.append(f"--num-experts {experts} / ep {ep} written for a model without experts")
