@@ -101,6 +101,7 @@ from layoutsearch.export.context import (
     comment_block,
     header_lines,
     mismatches,
+    mtp_notes,
     placeholder_note,
     set_me,
 )
@@ -511,31 +512,32 @@ def needs_line(args: list[tuple[str, object]]) -> str:
     return "Needs, beside megatron-core: " + ", ".join(libraries) + "."
 
 
+def _moe_notes(ctx: ExportContext) -> list[str]:
+    m, lay = ctx.model, ctx.layout
+    if m.moe is None:
+        return []
+    experts = (
+        f"experts: {m.moe.num_experts} per MoE layer ({m.num_moe_layers} of {m.num_layers} layers) over "
+        f"ep {lay.ep} x etp {lay.etp}; expert data parallel = {lay.dp * lay.fsdp * lay.tp * lay.cp} / "
+        f"(ep x etp) = {lay.expert_data_parallel} (MoE parallel folding)."
+    )
+    router = (
+        "router recipe not decided by layoutsearch (it changes neither the parameters nor the modelled "
+        "cost): load-balancing loss and coefficient (--moe-router-load-balancing-type, --moe-aux-loss-coeff; "
+        "Megatron's default coefficient is 0), score function, group-limited routing, score scaling."
+    )
+    return [experts, router]
+
+
 def _model_notes(ctx: ExportContext) -> list[str]:
-    m, notes = ctx.model, []
-    if m.moe is not None:
-        lay = ctx.layout
-        notes.append(
-            f"experts: {m.moe.num_experts} per MoE layer ({m.num_moe_layers} of {m.num_layers} layers) over "
-            f"ep {lay.ep} x etp {lay.etp}; expert data parallel = {lay.dp * lay.fsdp * lay.tp * lay.cp} / "
-            f"(ep x etp) = {lay.expert_data_parallel} (MoE parallel folding)."
-        )
-        notes.append(
-            "router recipe not decided by layoutsearch (it changes neither the parameters nor the modelled "
-            "cost): load-balancing loss and coefficient (--moe-router-load-balancing-type, --moe-aux-loss-coeff; "
-            "Megatron's default coefficient is 0), score function, group-limited routing, score scaling."
-        )
+    m, notes = ctx.model, _moe_notes(ctx)
     if m.mla is not None:
         notes.append(
             "rope: the model has plain RoPE (theta "
             f"{m.rope_theta:g}); MLA defaults to YaRN, so --rope-type rope is written (set --rope-type yarn "
             "and its --rotary-scaling-factor/--mscale for a long-context run)."
         )
-    if m.mtp_layers:
-        notes.append(
-            f"--mtp-num-layers {m.mtp_layers}: the MTP modules are counted in the parameters and the "
-            f"predicted time (a layer and an output-head pass each, on the last stage), not in the memory."
-        )
+    notes += mtp_notes(ctx, "--mtp-num-layers")
     scaling = m.rope_scaling
     if scaling is not None and any(
         getattr(scaling, k) != v for k, v in MEGATRON_ROPE_FIXED.items()
