@@ -26,7 +26,7 @@ import os
 import stat
 import tempfile
 from collections.abc import Callable
-from typing import Any
+from typing import Any, TypeVar
 
 import yaml
 from pydantic import BaseModel, ValidationError
@@ -163,16 +163,7 @@ def read_text(
 ) -> str:
     """The file as UTF-8 text (a BOM is allowed); unreadable or not UTF-8 is one ``error`` line."""
     data = read_bytes(path, what, error)
-    try:
-        return data.decode("utf-8-sig")
-    except UnicodeDecodeError as exc:
-        raise error(
-            says(
-                path,
-                what,
-                f"not UTF-8 text (byte 0x{data[exc.start]:02x} at offset {exc.start}); save the file as UTF-8",
-            )
-        ) from None
+    return _parsed(lambda: data.decode("utf-8-sig"), "UTF-8 text", path, what, error)
 
 
 def read_json(
@@ -182,16 +173,44 @@ def read_json(
 ) -> Any:
     """Parse a JSON file (NaN and Infinity refused: they are not JSON)."""
     text = read_text(path, what, error)
+    return _parsed(lambda: json.loads(text, parse_constant=_no_constant), "JSON", path, what, error)
+
+
+T = TypeVar("T")
+
+
+def _parsed(
+    parse: Callable[[], T],
+    kind: str,
+    path: str | os.PathLike,
+    what: str | None,
+    error: type[LayoutsearchError],
+) -> T:
+    """``parse()`` of the contents of ``path``; bytes that are not UTF-8, text that is not
+    ``kind`` (JSON or YAML) or nests too deeply are one ``error`` line naming the path."""
     try:
-        return json.loads(text, parse_constant=_no_constant)
-    except json.JSONDecodeError as exc:
-        raise error(
-            says(path, what, f"not JSON (line {exc.lineno}, column {exc.colno}: {exc.msg})")
-        ) from None
-    except ValueError as exc:  # _no_constant
-        raise error(says(path, what, f"not JSON ({exc})")) from None
-    except RecursionError:
-        raise error(says(path, what, _TOO_DEEP)) from None
+        return parse()
+    except (ValueError, RecursionError, yaml.YAMLError) as exc:
+        raise error(says(path, what, _problem(exc, kind))) from None
+
+
+def _problem(exc: Exception, kind: str) -> str:
+    """What a failed parse says: the offending byte, line and column where the parser names them."""
+    if isinstance(exc, UnicodeDecodeError):
+        byte = exc.object[exc.start]
+        return f"not UTF-8 text (byte 0x{byte:02x} at offset {exc.start}); save the file as UTF-8"
+    if isinstance(exc, json.JSONDecodeError):
+        return f"not JSON (line {exc.lineno}, column {exc.colno}: {exc.msg})"
+    if isinstance(exc, yaml.YAMLError):
+        mark = getattr(exc, "problem_mark", None)
+        at = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
+        problem = getattr(exc, "problem", None) or (str(exc).splitlines() or ["syntax error"])[0]
+        if problem == "exceeded maximum nesting depth":  # libyaml's limit (1000 levels)
+            return _TOO_DEEP
+        return f"malformed YAML{at}: {problem}"
+    if isinstance(exc, RecursionError):
+        return _TOO_DEEP
+    return f"not {kind} ({exc})"  # a value the parser refuses: NaN in JSON, a 13th month in YAML
 
 
 _TOO_DEEP = "nested too deeply to be a document of this package"
@@ -253,17 +272,7 @@ def parse_yaml(
 ) -> Any:
     """``text`` (the contents of ``path``) parsed by ``SafeLoader``; malformed, a repeated key or
     nesting too deep is one ``error`` line naming the path (``says``)."""
-    try:
-        return yaml.load(text, Loader=SafeLoader)
-    except yaml.YAMLError as exc:
-        mark = getattr(exc, "problem_mark", None)
-        at = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
-        problem = getattr(exc, "problem", None) or (str(exc).splitlines() or ["syntax error"])[0]
-        if problem == "exceeded maximum nesting depth":  # libyaml's limit (1000 levels)
-            raise error(says(path, what, _TOO_DEEP)) from None
-        raise error(says(path, what, f"malformed YAML{at}: {problem}")) from None
-    except RecursionError:
-        raise error(says(path, what, _TOO_DEEP)) from None
+    return _parsed(lambda: yaml.load(text, Loader=SafeLoader), "YAML", path, what, error)
 
 
 def read_yaml(

@@ -112,6 +112,11 @@ def cli(*flags: str, finite: bool = False) -> dict[str, Any]:
     return {"flags": flags, "finite": finite} if flags else {"finite": finite}
 
 
+def switch(flag: str, description: str) -> Any:
+    """An off-by-default boolean set by the lone ``flag`` (no ``--no-`` form)."""
+    return Field(False, description=description, json_schema_extra=cli(flag))
+
+
 def plain(value: Any) -> Any:
     """A choice as its plain value ('bf16', not Precision.bf16); anything else as it is."""
     return value.value if isinstance(value, Enum) else value
@@ -333,10 +338,9 @@ class PlanOptions(OptionGroup):
         description="Scale hardware numbers and compare: KEY=FACTOR[,KEY=FACTOR], KEY one of "
         "scale_out_bandwidth, link_bandwidth, hbm, hbm_bandwidth, peak_flops",
     )
-    sensitivity: bool = Field(
-        False,
-        description="Step-time change of layout 1 when each hardware number is +10% (layout fixed)",
-        json_schema_extra=cli("--sensitivity"),
+    sensitivity: bool = switch(
+        "--sensitivity",
+        "Step-time change of layout 1 when each hardware number is +10% (layout fixed)",
     )
     failure_rate_per_device_hour: float = Field(
         LLAMA3_FAILURE_RATE_PER_DEVICE_HOUR,
@@ -483,16 +487,8 @@ class SweepOptions(OptionGroup):
     address: str | None = Field(
         None, description="Ray cluster address (default: start a local Ray)"
     )
-    fresh: bool = Field(
-        False,
-        description="Forget finished points (the journal) and solve all again",
-        json_schema_extra=cli("--fresh"),
-    )
-    retry_failed: bool = Field(
-        False,
-        description="Solve ERROR and UNKNOWN points again",
-        json_schema_extra=cli("--retry-failed"),
-    )
+    fresh: bool = switch("--fresh", "Forget finished points (the journal) and solve all again")
+    retry_failed: bool = switch("--retry-failed", "Solve ERROR and UNKNOWN points again")
     progress: bool = Field(True, description="Progress bar on stderr, when it is a terminal")
     max_site_power_mw: float | None = Field(
         None,

@@ -121,6 +121,41 @@ def _tp_divides(code: str, dimension: str) -> Rule:
     )
 
 
+def _divides_moe(
+    code: str, degree: str, title: str, whole: str, size: Callable[[Problem], int]
+) -> Rule:
+    """``degree`` divides ``size(problem)``, a size of the expert layers (``whole`` names it in a
+    message, ``{}`` standing for the number); models without experts pass."""
+    return _rule(
+        code=code,
+        needs=(degree,),
+        holds=lambda p, c: (
+            (p.model.moe is None) | ((c[degree] >= 1) & (size(p) % np.maximum(c[degree], 1) == 0))
+        ),
+        title=lambda p: f"{degree} divides {title} ({size(p)})",
+        why=lambda p, c: f"{degree}({c[degree]}) does not divide " + whole.format(size(p)),
+    )
+
+
+def _recompute_needs(
+    code: str,
+    policies: tuple[str, ...],
+    has: Callable[[Problem], bool],
+    *,
+    title: str,
+    why: Callable[[Problem, dict], str],
+) -> Rule:
+    """The recompute ``policies`` only where the problem ``has`` what they act on."""
+    codes = [RECOMPUTE_CODES[r] for r in policies]
+    return _rule(
+        code=code,
+        needs=("r",),
+        holds=lambda p, c: has(p) | ~np.isin(c["r"], codes),
+        title=lambda p: title,
+        why=why,
+    )
+
+
 STRUCTURE: tuple[Rule, ...] = (
     _rule(
         code="degree",
@@ -190,27 +225,10 @@ STRUCTURE: tuple[Rule, ...] = (
             f"ep({c['ep']}) x etp({c['etp']}): model '{p.model.name}' has no mixture-of-experts layers"
         ),
     ),
-    _rule(
-        code="ep-experts",
-        needs=("ep",),
-        holds=lambda p, c: (
-            (p.model.moe is None) | ((c["ep"] >= 1) & (_experts(p) % np.maximum(c["ep"], 1) == 0))
-        ),
-        title=lambda p: f"ep divides the experts ({_experts(p)})",
-        why=lambda p, c: (
-            f"ep({c['ep']}) does not divide the {_experts(p)} routed experts of each MoE layer"
-        ),
+    _divides_moe(
+        "ep-experts", "ep", "the experts", "the {} routed experts of each MoE layer", _experts
     ),
-    _rule(
-        code="etp-ffn",
-        needs=("etp",),
-        holds=lambda p, c: (
-            (p.model.moe is None)
-            | ((c["etp"] >= 1) & (_expert_ffn(p) % np.maximum(c["etp"], 1) == 0))
-        ),
-        title=lambda p: f"etp divides the expert FFN width ({_expert_ffn(p)})",
-        why=lambda p, c: f"etp({c['etp']}) does not divide the expert FFN width {_expert_ffn(p)}",
-    ),
+    _divides_moe("etp-ffn", "etp", "the expert FFN width", "the expert FFN width {}", _expert_ffn),
     _rule(
         code="ep-fold",
         needs=ALL_DEGREE_NAMES,
@@ -260,40 +278,31 @@ STRUCTURE: tuple[Rule, ...] = (
             f"virtual_stages({c['v']}) needs pp > 1 and num_microbatches({c['k']}) divisible by pp({c['pp']})"
         ),
     ),
-    _rule(
-        code="host-offload",
-        needs=("r",),
-        holds=lambda p, c: (
-            (p.cluster.accelerator.host_bytes_per_s_per_direction is not None)
-            | ~np.isin(c["r"], [RECOMPUTE_CODES[r] for r in OFFLOAD_POLICIES])
-        ),
-        title=lambda p: "host-offloading recompute policies need the accelerator's host bandwidth",
+    _recompute_needs(
+        "host-offload",
+        OFFLOAD_POLICIES,
+        lambda p: p.cluster.accelerator.host_bytes_per_s_per_direction is not None,
+        title="host-offloading recompute policies need the accelerator's host bandwidth",
         why=lambda p, c: (
             f"recompute {RECOMPUTE_POLICIES[c['r']]} offloads activations to host memory, but "
             f"{p.cluster.accelerator.id} has no host_gbytes_per_s_per_direction in its hardware file"
         ),
     ),
-    _rule(
-        code="mla-up-proj",
-        needs=("r",),
-        holds=lambda p, c: (p.model.mla is not None) | (c["r"] != RECOMPUTE_CODES["mla_up_proj"]),
-        title=lambda p: "recompute mla_up_proj needs multi-head latent attention",
+    _recompute_needs(
+        "mla-up-proj",
+        ("mla_up_proj",),
+        lambda p: p.model.mla is not None,
+        title="recompute mla_up_proj needs multi-head latent attention",
         why=lambda p, c: (
             f"recompute mla_up_proj reruns latent attention's up-projections, but {p.model_id} has no "
             f"latent attention (Megatron refuses mla_up_proj without it)"
         ),
     ),
-    _rule(
-        code="norm-act",
-        needs=("r",),
-        holds=lambda p, c: (
-            (p.model.moe is not None)
-            | (p.model.mla is not None)
-            | (c["r"] != RECOMPUTE_CODES["norm_act"])
-        ),
-        title=lambda p: (
-            "recompute norm_act needs experts or latent attention (else it recomputes nothing)"
-        ),
+    _recompute_needs(
+        "norm-act",
+        ("norm_act",),
+        lambda p: p.model.moe is not None or p.model.mla is not None,
+        title="recompute norm_act needs experts or latent attention (else it recomputes nothing)",
         why=lambda p, c: (
             f"recompute norm_act recomputes nothing on {p.model_id}: it has no experts and no separate "
             f"norm module (Megatron fuses its norms into the next linear); it is recompute none"

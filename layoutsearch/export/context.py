@@ -205,6 +205,18 @@ def placeholder_note() -> str:
     )
 
 
+def mtp_notes(ctx: ExportContext, key: str) -> list[str]:
+    """The note on the model's multi-token-prediction modules (the target's ``key`` for their count);
+    none without them."""
+    layers = ctx.model.mtp_layers
+    if not layers:
+        return []
+    return [
+        f"{key} {layers}: the MTP modules are counted in the parameters and the predicted time (a "
+        f"layer and an output-head pass each, on the last stage), not in the memory."
+    ]
+
+
 def set_me(what: str) -> str:
     """A placeholder value: ``<set me: what>``."""
     return f"<set me: {what}>"

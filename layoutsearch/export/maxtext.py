@@ -60,6 +60,7 @@ from layoutsearch.export.context import (
     ExportContext,
     comment_block,
     header_lines,
+    mtp_notes,
     placeholder_note,
     set_me,
     yaml_value,
@@ -498,21 +499,21 @@ def placeholder_lines() -> list[str]:
     ]
 
 
+def _moe_notes(ctx: ExportContext) -> list[str]:
+    m, lay = ctx.model, ctx.layout
+    if m.moe is None:
+        return []
+    return [
+        f"experts: {m.moe.num_experts} per MoE layer; the expert axis ({lay.ep}) is carved out of fsdp "
+        f"({lay.fsdp} = fsdp axis {lay.fsdp // lay.ep} x expert {lay.ep}); their FFN is sharded over the "
+        f"tensor axis (etp = tp = {lay.tp}). Router recipe (load_balance_loss_weight, routed_scaling_factor, "
+        f"expert groups) not decided by layoutsearch."
+    ]
+
+
 def _model_notes(ctx: ExportContext) -> list[str]:
-    m, notes = ctx.model, []
-    if m.moe is not None:
-        lay = ctx.layout
-        notes.append(
-            f"experts: {m.moe.num_experts} per MoE layer; the expert axis ({lay.ep}) is carved out of fsdp "
-            f"({lay.fsdp} = fsdp axis {lay.fsdp // lay.ep} x expert {lay.ep}); their FFN is sharded over the "
-            f"tensor axis (etp = tp = {lay.tp}). Router recipe (load_balance_loss_weight, routed_scaling_factor, "
-            f"expert groups) not decided by layoutsearch."
-        )
-    if m.mtp_layers:
-        notes.append(
-            f"mtp_num_layers {m.mtp_layers}: the MTP modules are counted in the parameters and the "
-            f"predicted time (a layer and an output-head pass each, on the last stage), not in the memory."
-        )
+    m = ctx.model
+    notes = _moe_notes(ctx) + mtp_notes(ctx, "mtp_num_layers")
     if m.rope_scaling is not None and _rope_fixed(m) != MAXTEXT_ROPE_FIXED:
         notes.append(
             "rope scaling: MaxText's llama3.1 RoPE fixes factor 8, low 1, high 4, original context 8192; "

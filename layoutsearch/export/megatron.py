@@ -101,6 +101,7 @@ from layoutsearch.export.context import (
     comment_block,
     header_lines,
     mismatches,
+    mtp_notes,
     placeholder_note,
     set_me,
 )
@@ -128,6 +129,16 @@ assert set(declaration.CAPABILITIES.recompute_policies) == {
     "selective",
     "full",
     *RECOMPUTE_MODULES,
+}
+
+
+# The flag of each degree Megatron takes (dp and fsdp are what remains of the world size)
+DEGREE_FLAGS = {
+    "tp": "--tensor-model-parallel-size",
+    "pp": "--pipeline-model-parallel-size",
+    "cp": "--context-parallel-size",
+    "ep": "--expert-model-parallel-size",
+    "etp": "--expert-tensor-parallel-size",
 }
 
 
@@ -272,10 +283,7 @@ def _moe_args(ctx: ExportContext) -> list[tuple[str, object]]:
             ("--moe-token-drop-policy", "probs"),
             ("--moe-pad-expert-input-to-capacity", None),
         ]
-    return args + [
-        ("--expert-model-parallel-size", lay.ep),
-        ("--expert-tensor-parallel-size", lay.etp),
-    ]
+    return args + [(DEGREE_FLAGS[d], getattr(lay, d)) for d in ("ep", "etp")]
 
 
 def _mla_args(ctx: ExportContext) -> list[tuple[str, object]]:
@@ -303,9 +311,7 @@ def _mla_args(ctx: ExportContext) -> list[tuple[str, object]]:
 def _parallel_args(ctx: ExportContext) -> list[tuple[str, object]]:
     lay = ctx.layout
     args: list[tuple[str, object]] = [
-        ("--tensor-model-parallel-size", lay.tp),
-        ("--pipeline-model-parallel-size", lay.pp),
-        ("--context-parallel-size", lay.cp),
+        (DEGREE_FLAGS[d], getattr(lay, d)) for d in ("tp", "pp", "cp")
     ]
     if lay.tp > 1 and lay.sequence_parallel:
         args.append(("--sequence-parallel", None))
@@ -506,31 +512,32 @@ def needs_line(args: list[tuple[str, object]]) -> str:
     return "Needs, beside megatron-core: " + ", ".join(libraries) + "."
 
 
+def _moe_notes(ctx: ExportContext) -> list[str]:
+    m, lay = ctx.model, ctx.layout
+    if m.moe is None:
+        return []
+    experts = (
+        f"experts: {m.moe.num_experts} per MoE layer ({m.num_moe_layers} of {m.num_layers} layers) over "
+        f"ep {lay.ep} x etp {lay.etp}; expert data parallel = {lay.dp * lay.fsdp * lay.tp * lay.cp} / "
+        f"(ep x etp) = {lay.expert_data_parallel} (MoE parallel folding)."
+    )
+    router = (
+        "router recipe not decided by layoutsearch (it changes neither the parameters nor the modelled "
+        "cost): load-balancing loss and coefficient (--moe-router-load-balancing-type, --moe-aux-loss-coeff; "
+        "Megatron's default coefficient is 0), score function, group-limited routing, score scaling."
+    )
+    return [experts, router]
+
+
 def _model_notes(ctx: ExportContext) -> list[str]:
-    m, notes = ctx.model, []
-    if m.moe is not None:
-        lay = ctx.layout
-        notes.append(
-            f"experts: {m.moe.num_experts} per MoE layer ({m.num_moe_layers} of {m.num_layers} layers) over "
-            f"ep {lay.ep} x etp {lay.etp}; expert data parallel = {lay.dp * lay.fsdp * lay.tp * lay.cp} / "
-            f"(ep x etp) = {lay.expert_data_parallel} (MoE parallel folding)."
-        )
-        notes.append(
-            "router recipe not decided by layoutsearch (it changes neither the parameters nor the modelled "
-            "cost): load-balancing loss and coefficient (--moe-router-load-balancing-type, --moe-aux-loss-coeff; "
-            "Megatron's default coefficient is 0), score function, group-limited routing, score scaling."
-        )
+    m, notes = ctx.model, _moe_notes(ctx)
     if m.mla is not None:
         notes.append(
             "rope: the model has plain RoPE (theta "
             f"{m.rope_theta:g}); MLA defaults to YaRN, so --rope-type rope is written (set --rope-type yarn "
             "and its --rotary-scaling-factor/--mscale for a long-context run)."
         )
-    if m.mtp_layers:
-        notes.append(
-            f"--mtp-num-layers {m.mtp_layers}: the MTP modules are counted in the parameters and the "
-            f"predicted time (a layer and an output-head pass each, on the last stage), not in the memory."
-        )
+    notes += mtp_notes(ctx, "--mtp-num-layers")
     scaling = m.rope_scaling
     if scaling is not None and any(
         getattr(scaling, k) != v for k, v in MEGATRON_ROPE_FIXED.items()
@@ -662,14 +669,7 @@ def check(text: str, ctx: ExportContext) -> list[str]:
     if not f:
         return [f"no {ARRAY}=( ... ) array found"]
     world, out = ctx.num_devices, []
-    tp, pp, cp = (
-        _count(f, n, 1)
-        for n in (
-            "--tensor-model-parallel-size",
-            "--pipeline-model-parallel-size",
-            "--context-parallel-size",
-        )
-    )
+    tp, pp, cp = (_count(f, DEGREE_FLAGS[d], 1) for d in ("tp", "pp", "cp"))
     if world % (tp * pp * cp):
         return [f"world size {world} is not divisible by tp({tp}) x pp({pp}) x cp({cp})"]
     dp = world // (tp * pp * cp)
@@ -891,10 +891,7 @@ def _moe_problems(
     """arguments.py validate_args, parallel_state and TransformerConfig rules for the MoE flags, and the model's numbers."""
     m, lay, out = ctx.model, ctx.layout, []
     experts = _int(f, "--num-experts")
-    ep, etp = (
-        _count(f, "--expert-model-parallel-size", 1),
-        _count(f, "--expert-tensor-parallel-size", tp),
-    )
+    ep, etp = _count(f, DEGREE_FLAGS["ep"], 1), _count(f, DEGREE_FLAGS["etp"], tp)
     if m.moe is None:
         if experts is not None or ep > 1:
             out.append(f"--num-experts {experts} / ep {ep} written for a model without experts")
