@@ -112,6 +112,9 @@ class RowTerms:
     reduce_window_s: np.ndarray  # [sk, r]
     gather_window_s: np.ndarray  # [sk]
     memory_bytes: list  # [st][moment] -> [sk, r]
+    # each stage's compute windows ("window/..." of costs.terms.compute_per_microbatch) without
+    # recompute ([sk, 1]), which the (S,K) x o terms hide behind; None where "none" is not searched
+    windows: list | None = None
 
     def take(self, rows: np.ndarray) -> RowTerms:
         """These terms of the rows ``rows`` alone (``Space.restrict``'s rows, in its order)."""
@@ -121,6 +124,9 @@ class RowTerms:
             reduce_window_s=self.reduce_window_s[rows],
             gather_window_s=self.gather_window_s[rows],
             memory_bytes=[[m[rows] for m in stage] for stage in self.memory_bytes],
+            windows=None
+            if self.windows is None
+            else [{key: w[rows] for key, w in stage.items()} for stage in self.windows],
         )
 
     def quantum_s(self) -> float:
@@ -158,7 +164,9 @@ def row_terms(space: Space) -> RowTerms:
     mult = terms.step_multiplier(sh, k)
     a: list = []
     mb: list = []
+    windows: list = []
     first_stage: dict = {}
+    none = np.flatnonzero(codes == 0)  # the column of recompute "none", if searched
     for first, last in _stage_flags(sh).values():
         c = terms.compute_per_microbatch(model, workload, acc, sh, k, r, last)
         a.append(
@@ -175,6 +183,7 @@ def row_terms(space: Space) -> RowTerms:
             [grid(sum(terms.moment_bytes(items, name).values(), 0.0 * k)) for name in MOMENT_NAMES]
         )
         first_stage = first_stage or c
+        windows.append({key: grid(v)[:, none] for key, v in c.items() if key.startswith("window/")})
     win, fwd = (grid(x) for x in terms.step_windows(model, workload, acc, sh, first_stage))
     return RowTerms(
         compute_s=a,
@@ -182,6 +191,7 @@ def row_terms(space: Space) -> RowTerms:
         reduce_window_s=win,
         gather_window_s=fwd[:, 0],
         memory_bytes=mb,
+        windows=windows if len(none) else None,
     )
 
 
@@ -292,7 +302,11 @@ def build_tables(
     tp_st, fx_st, ep_st = [], [], []
     fc = terms.fsdp_collectives(model, workload, acc, sh_o, co)
     for st, (_first, last) in _stage_flags(sh_o).items():
-        c = terms.compute_per_microbatch(model, workload, acc, sh_o, k_o, r0, last)
+        c = (
+            rt.windows[st]
+            if rt.windows is not None
+            else terms.compute_per_microbatch(model, workload, acc, sh_o, k_o, r0, last)
+        )
         tp = terms.tp_per_microbatch(
             model, workload, acc, sh_o, k_o, co, last, c["window/matmul_fwd_layer"]
         )
