@@ -6,7 +6,7 @@ M_peak = max_u [M_state(u) + M_activation(u) + M_temporary(u)].
 
 from __future__ import annotations
 
-from functools import cache
+from functools import cache, lru_cache
 
 import numpy as np
 
@@ -260,10 +260,15 @@ def in_hbm_by_code(tensor: str) -> np.ndarray:
     )
 
 
+@lru_cache(maxsize=16)
 def recompute_arrays(model: ModelSpec) -> dict[str, np.ndarray]:
-    """``recompute_work`` of every policy, as arrays indexed by recompute code (RECOMPUTE_CODES)."""
+    """``recompute_work`` of every policy, as arrays indexed by recompute code (RECOMPUTE_CODES);
+    computed once per model (read-only arrays: every cost function of a search asks for them)."""
     work = [recompute_work(model, policy) for policy in RECOMPUTE_POLICIES]
-    return {key: np.array([w[key] for w in work]) for key in work[0]}
+    out = {key: np.array([w[key] for w in work]) for key in work[0]}
+    for array in out.values():
+        array.flags.writeable = False
+    return out
 
 
 def recompute_work(model: ModelSpec, policy: str) -> dict[str, float]:
