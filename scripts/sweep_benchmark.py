@@ -1,15 +1,17 @@
 """Write results/sweep_benchmark.md: a 1,000-point sweep timed end to end (whole `layoutsearch sweep` process).
 
-Regenerate: python scripts/sweep_benchmark.py
+Regenerate: python scripts/sweep_benchmark.py (--help: a smaller run, one executor, a comparison)
 Points: llama3-8b and llama70b on v5p and H100 clusters of 128 to 2048 devices, 128 to 6400
 sequences of 4096 tokens in steps of 128 (2 x 10 x 50 = 1,000). Target: <= 60 s on a 2-core machine.
 """
 
 from __future__ import annotations
 
+import argparse
 import os
 import platform
 import resource
+import shutil
 import statistics
 import subprocess
 import sys
@@ -26,16 +28,20 @@ MODELS = "llama3-8b,llama70b"
 CLUSTERS = "v5p-{128..2048:x2},h100-{128..2048:x2}"
 SEQS = "{128..6400:+128}"
 REPEATS = 1
-ARGS = ["sweep", "-m", MODELS, "-c", CLUSTERS, "--seqs", SEQS, "--no-progress"]
+TIMING_COLUMNS = ("wall_s", "point_wall_s", "finished_at")  # differ between runs of the same sweep
 
 
-def timed_run(output: str, *extra: str) -> tuple[float, float]:
+def timed_run(output: str, *extra: str, seqs: str = SEQS) -> tuple[float, float]:
     """Wall seconds and CPU seconds (user + system) of one whole `layoutsearch sweep` process and
     the workers it waited for (a Ray instance's workers are not its children: not counted)."""
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
     t0 = time.perf_counter()
     subprocess.run(
-        [sys.executable, "-m", "layoutsearch.cli", *ARGS, "-o", output, *extra],
+        [
+            sys.executable,
+            *("-m", "layoutsearch.cli", "sweep", "-m", MODELS, "-c", CLUSTERS, "--seqs", seqs),
+            *("--no-progress", "-o", output, *extra),
+        ],
         check=True,
         capture_output=True,
     )
@@ -45,17 +51,53 @@ def timed_run(output: str, *extra: str) -> tuple[float, float]:
     return wall_s, cpu_s
 
 
+def differences(old: list[dict], new: list[dict]) -> list[str]:
+    """Each point and column (timing columns aside) where a sweep's rows differ from an earlier
+    sweep's, and its points the earlier one lacks (the earlier may have more: a subset compares)."""
+    before = {r["point_id"]: r for r in old}
+    out = []
+    for row in new:
+        was = before.get(row["point_id"])
+        if was is None:
+            out.append(f"{row['point_id']}: not in the earlier sweep")
+            continue
+        out.extend(
+            f"{row['point_id']}: {key} {was.get(key)!r} -> {value!r}"
+            for key, value in row.items()
+            if key not in TIMING_COLUMNS and was.get(key) != value
+        )
+    return out
+
+
+def arguments() -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument(
+        "--seqs",
+        default=SEQS,
+        help=f"global batches (default {SEQS}: 1,000 points; others write no results file)",
+    )
+    parser.add_argument(
+        "--quick", action="store_true", help="only the local executor with --jobs CPU count"
+    )
+    parser.add_argument("--compare", help="an earlier sweep file: report every differing cell")
+    parser.add_argument("--keep", help="copy the first run's output (.parquet) here")
+    parser.add_argument(
+        "--no-write", action="store_true", help="print only; leave results/sweep_benchmark.md"
+    )
+    return parser.parse_args()
+
+
 def main() -> int:
-    n = len(expand_points(MODELS, CLUSTERS, SEQS))
+    args = arguments()
+    n = len(expand_points(MODELS, CLUSTERS, args.seqs))
     cpus = os.cpu_count() or 1
     load = os.getloadavg()[0]
     runs = []
     with tempfile.TemporaryDirectory() as tmp:
-        configs = [
-            (f"local, --jobs {cpus}", cpus, []),
-            ("local, --jobs 1", 1, []),
-        ]
-        if find_spec("ray"):
+        configs = [(f"local, --jobs {cpus}", cpus, [])]
+        if not args.quick:
+            configs.append(("local, --jobs 1", 1, []))
+        if find_spec("ray") and not args.quick:
             configs.append(
                 (
                     f"ray, --jobs {cpus} (a local Ray instance; its start and shutdown included)",
@@ -68,7 +110,7 @@ def main() -> int:
             walls, cpus_s = [], []
             for k in range(REPEATS):
                 out = os.path.join(tmp, f"run{i}-{k}.parquet")
-                wall_s, cpu_s = timed_run(out, *extra)
+                wall_s, cpu_s = timed_run(out, *extra, seqs=args.seqs)
                 walls.append(wall_s)
                 cpus_s.append(cpu_s)
             rows = read_table(out)
@@ -88,10 +130,27 @@ def main() -> int:
                 f"CPU {runs[-1]['cpu_s']:.1f} s for {len(rows)} points",
                 flush=True,
             )
-        resume, _ = timed_run(os.path.join(tmp, "run0-0.parquet"), "--jobs", str(cpus))
+        resume, _ = timed_run(
+            os.path.join(tmp, "run0-0.parquet"), "--jobs", str(cpus), seqs=args.seqs
+        )
         print(f"rerun with every point done: {resume:.2f} s", flush=True)
+        if args.keep:
+            shutil.copyfile(os.path.join(tmp, "run0-0.parquet"), args.keep)
     load_end = os.getloadavg()[0]
+    print(f"load average {load:.1f} at the start, {load_end:.1f} at the end")
     main_rows = runs[0]["rows"]
+    if args.compare:
+        diff = differences(read_table(args.compare), main_rows)
+        print(
+            f"against {args.compare}: {len(main_rows)} points compared, {len(diff)} differing cells "
+            "or points (timing columns aside)",
+            *diff[:20],
+            sep="\n",
+        )
+        if diff:
+            return 1
+    if args.no_write or args.seqs != SEQS:
+        return 0
     point_s = sorted(r["point_wall_s"] for r in main_rows)
     solver_s = sorted(r["wall_s"] for r in main_rows if r["wall_s"] is not None)
     statuses = {}
