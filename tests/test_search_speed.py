@@ -59,3 +59,36 @@ def test_the_device_limit_is_two_to_the_twentieth():
     assert MAX_DEVICES == 2**20
     assert resolve_cluster("h100-1048576").num_devices == 1_048_576
     assert resolve_cluster("v5p-8192x128").num_devices == 1_048_576
+
+
+def test_distinct_rows_finds_each_distinct_row_once_without_sorting_rows():
+    """Rows [1,2], [3,4], [1,2], [0,0], [3,4]: three distinct; the first row of each code, and
+    every row's code, rebuild the array."""
+    from layoutsearch.core.arrays import distinct_rows
+
+    a = np.array([[1, 2], [3, 4], [1, 2], [0, 0], [3, 4]])
+    first, code = distinct_rows(a)
+    assert first.tolist() == [3, 0, 1] and code.tolist() == [1, 2, 1, 0, 2]
+    assert (a[first][code] == a).all()
+
+
+def test_coefficients_per_distinct_span_equal_those_of_every_row():
+    """``per_distinct_span`` gives the coefficients the function gives row by row (h100-64's tp
+    and dp groups of every degree tuple)."""
+    from layoutsearch.core.placement import axis_orders, fill_order
+    from layoutsearch.core.specs import DEGREE_NAMES
+    from layoutsearch.costs.comms import (
+        per_distinct_span,
+        ring_coefficients_of,
+        spans_from_factors,
+    )
+    from layoutsearch.search.space import degree_tuples
+
+    cluster = resolve_cluster("h100-64")
+    c = degree_tuples(64)
+    table, _ = fill_order(cluster, {k: c[k] for k in DEGREE_NAMES}, axis_orders(cluster)[0])
+    for group in (("tp",), ("dp",), ("fsdp", "cp")):
+        s = spans_from_factors(cluster.axes, table, group)
+        a, b = ring_coefficients_of(s), per_distinct_span(ring_coefficients_of, s)
+        for f in ("members", "seconds_per_byte", "latency_s", "axes_mask", "scale_out"):
+            assert np.array_equal(np.asarray(getattr(a, f)), np.asarray(getattr(b, f))), f

@@ -34,6 +34,19 @@ def _compact(column: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     return distinct, position[column.astype(np.int64, copy=False)]
 
 
+def distinct_rows(columns: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(one row index per distinct row of a non-negative integer array [rows, columns], each
+    row's index among the distinct ones): the columns folded into one small code a column at a
+    time (``_compact`` after each, so the code never overflows), not a sort of the rows."""
+    code = np.zeros(columns.shape[0], dtype=np.int64)
+    for column in columns.T:
+        values, ids = _compact(column)
+        code = _compact(code * len(values) + ids)[1]
+    first = np.zeros(int(code.max()) + 1 if code.size else 0, dtype=np.int64)
+    first[code[::-1]] = np.arange(len(code) - 1, -1, -1)  # the first row of each code
+    return first, code
+
+
 def per_key(fn, *keys):
     """``fn(*keys)`` of an elementwise ``fn`` over non-negative integer key arrays (broadcast
     together), computed once per distinct tuple of keys and spread back to every entry: the same

@@ -24,9 +24,9 @@ from pathlib import Path
 
 import yaml
 
-from layoutsearch.core.io import SafeLoader
 
 PATH = Path(__file__).with_name("uncertainty.yaml")
+_LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)  # libyaml where PyYAML has it
 # No file, an unreadable one, or no usable band in it: a wide symmetric band (about the p90
 # |error| of the development set's validation).
 FALLBACK_BAND = (-0.25, 0.25)
@@ -42,7 +42,7 @@ def band_of(p10: float, p90: float) -> tuple[float, float]:
 def _read(path: Path = PATH) -> dict:
     """The file's mapping, or {} when it is missing or malformed."""
     try:
-        data = yaml.load(path.read_text(encoding="utf-8"), Loader=SafeLoader)  # libyaml
+        data = yaml.load(path.read_text(encoding="utf-8"), Loader=_LOADER)
     except (OSError, UnicodeDecodeError, yaml.YAMLError):
         return {}
     return data if isinstance(data, dict) else {}

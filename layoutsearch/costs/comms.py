@@ -21,7 +21,7 @@ from functools import lru_cache
 
 import numpy as np
 
-from layoutsearch.core.arrays import BoolArray, FloatArray, IntArray
+from layoutsearch.core.arrays import BoolArray, FloatArray, IntArray, distinct_rows
 from layoutsearch.core.placement import EXPERT_NESTING, NESTING_ORDER, expert_degrees
 from layoutsearch.core.specs import Axis, Cluster, Layout
 
@@ -255,6 +255,16 @@ def send_coefficients_of(s: Spans) -> RingCoefficients:
         axes_mask=mask,
         scale_out=scale_out,
     )
+
+
+def per_distinct_span(fn, s: Spans, *args) -> RingCoefficients:
+    """``fn(s, *args)`` of a row-wise coefficient function, computed once per distinct row of the
+    spans (factor and stride: many candidates place a group alike) and spread back to every row."""
+    if s.factor.shape[0] <= 1:
+        return fn(s, *args)
+    first, inverse = distinct_rows(np.concatenate([s.factor, s.stride], axis=1))
+    distinct = Spans(axes=s.axes, factor=s.factor[first], stride=s.stride[first])
+    return fn(distinct, *args).take(inverse)
 
 
 def all_to_all_coefficients_of(s: Spans, level: int | None = None) -> RingCoefficients:

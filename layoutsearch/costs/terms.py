@@ -25,7 +25,7 @@ Step = (K + (p - 1)/v) x slowest stage's microbatch + per-step terms.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from functools import cache
+from functools import cache, partial
 from statistics import NormalDist
 
 import numpy as np
@@ -47,6 +47,7 @@ from layoutsearch.costs.comms import (
     all_to_all_coefficients_of,
     expert_factor_table,
     factor_table,
+    per_distinct_span,
     replica_spans,
     ring_coefficients_of,
     ring_time,
@@ -1064,28 +1065,33 @@ def coeffs_of(
     def expert(*degrees):
         return spans_from_factors(cluster.axes, expert_table, degrees, EXPERT_NESTING)
 
+    ring, to_all, send = (
+        partial(per_distinct_span, f)
+        for f in (ring_coefficients_of, all_to_all_coefficients_of, send_coefficients_of)
+    )
     tp = group("tp")
     if expert_table is None:  # a dense model: every expert group is a single device
         none = single_device(table.shape[0])
         experts = dict.fromkeys(EXPERT_GROUPS, none)
     else:
+        ep = expert("ep")
         experts = dict(
-            ep=all_to_all_coefficients_of(expert("ep")),
-            ep_in=all_to_all_coefficients_of(expert("ep"), 0),
-            ep_out=all_to_all_coefficients_of(expert("ep"), 1),
-            etp=ring_coefficients_of(expert("etp")),
-            eshard=ring_coefficients_of(expert("efsdp")),
-            erep=ring_coefficients_of(expert("edpr")),
-            eall=ring_coefficients_of(expert("efsdp", "edpr")),
+            ep=to_all(ep),
+            ep_in=to_all(ep, 0),
+            ep_out=to_all(ep, 1),
+            etp=ring(expert("etp")),
+            eshard=ring(expert("efsdp")),
+            erep=ring(expert("edpr")),
+            eall=ring(expert("efsdp", "edpr")),
         )
     return Coeffs(
-        tp=ring_coefficients_of(tp),
-        cp=ring_coefficients_of(group("cp")),
-        shard=ring_coefficients_of(group("fsdp", "cp")),
-        dp=ring_coefficients_of(group("dp")),
-        dp_zero0=ring_coefficients_of(group("dp", "fsdp", "cp")),
-        kv=ring_coefficients_of(replica_spans(tp, np.broadcast_to(kv_replicas, (table.shape[0],)))),
-        pp=send_coefficients_of(group("pp")),
+        tp=ring(tp),
+        cp=ring(group("cp")),
+        shard=ring(group("fsdp", "cp")),
+        dp=ring(group("dp")),
+        dp_zero0=ring(group("dp", "fsdp", "cp")),
+        kv=ring(replica_spans(tp, np.broadcast_to(kv_replicas, (table.shape[0],)))),
+        pp=send(group("pp")),
         **experts,
     )
 
