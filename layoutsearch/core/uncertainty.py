@@ -24,7 +24,6 @@ from pathlib import Path
 
 import yaml
 
-
 PATH = Path(__file__).with_name("uncertainty.yaml")
 _LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)  # libyaml where PyYAML has it
 # No file, an unreadable one, or no usable band in it: a wide symmetric band (about the p90
