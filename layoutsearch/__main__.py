@@ -2,6 +2,6 @@
 
 import sys
 
-from layoutsearch.cli import main
+from layoutsearch.cli import run
 
-sys.exit(main())
+sys.exit(run())
