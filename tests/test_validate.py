@@ -178,7 +178,13 @@ RAW = [
         "megatron2021-table1-1-7b",
         MEGATRON21,
         GPT_1_7B,
-        {"seq_len": 2048, "global_batch_seqs": 512, "precision": "fp16", "framework": "megatron"},
+        {
+            "seq_len": 2048,
+            "global_batch_seqs": 512,
+            "precision": "fp16",
+            "framework": "megatron",
+            "fused_attention": False,
+        },
         {**A100_IB, "num_devices": 32},
         lay(32, sequence_parallel=False, microbatch_seqs=16, num_microbatches=1, recompute="full"),
         meas(9287.9, 0.44, "megatron-eq3-hardware", 312),
@@ -187,7 +193,13 @@ RAW = [
         "megatron2021-table1-18-4b",
         MEGATRON21,
         GPT_18_4B,
-        {"seq_len": 2048, "global_batch_seqs": 1024, "precision": "fp16", "framework": "megatron"},
+        {
+            "seq_len": 2048,
+            "global_batch_seqs": 1024,
+            "precision": "fp16",
+            "framework": "megatron",
+            "fused_attention": False,
+        },
         {**A100_IB, "num_devices": 256},
         lay(
             32,
@@ -239,7 +251,13 @@ RAW = [
         "bloom-prequel-20220225-181b-dp8-tp8-pp6-mbs4-gbs2048",
         BLOOM,
         BLOOM_181B,
-        {"seq_len": 2048, "global_batch_seqs": 2048, "precision": "fp16"},
+        {
+            "seq_len": 2048,
+            "global_batch_seqs": 2048,
+            "fused_attention": False,
+            "launch_blocking": True,
+            "precision": "fp16",
+        },
         A100_BLOOM,
         lay(8, tp=8, pp=6, zero=1, microbatch_seqs=4, num_microbatches=64, recompute="full"),
         meas(95.7, peak=312, step_time_s=114.11, memory_gib_per_device=51.22),
@@ -248,7 +266,13 @@ RAW = [
         "bloom-prequel-20220225-181b-dp32-tp2-pp6-mbs2-gbs2048",
         BLOOM,
         BLOOM_181B,
-        {"seq_len": 2048, "global_batch_seqs": 2048, "precision": "fp16"},
+        {
+            "seq_len": 2048,
+            "global_batch_seqs": 2048,
+            "fused_attention": False,
+            "launch_blocking": True,
+            "precision": "fp16",
+        },
         A100_BLOOM,
         lay(32, tp=2, pp=6, zero=1, microbatch_seqs=2, num_microbatches=32, recompute="full"),
         meas(None, peak=312, oom=True),
@@ -257,7 +281,13 @@ RAW = [
         "bloom176b-production-384gpu",
         "bigscience-workshop/bigscience train/tr11-176B-ml README.md",
         BLOOM_176B,
-        {"seq_len": 2048, "global_batch_seqs": 2048, "precision": "bf16"},
+        {
+            "seq_len": 2048,
+            "global_batch_seqs": 2048,
+            "fused_attention": False,
+            "launch_blocking": True,
+            "precision": "bf16",
+        },
         A100_BLOOM,
         lay(
             8,
@@ -296,7 +326,7 @@ RAW = [
     record(
         "maxtext-v5p-2023-32b-1xv5p-128",
         MAXTEXT,
-        MAXTEXT_32B,
+        {**MAXTEXT_32B, "parallel_block": True},
         {"seq_len": 2048, "global_batch_seqs": 512, "precision": "bf16"},
         {**V5P, "num_devices": 64},
         lay(
@@ -308,7 +338,7 @@ RAW = [
     record(
         "maxtext-v5p-2023-32b-2xv5p-128",
         MAXTEXT,
-        MAXTEXT_32B,
+        {**MAXTEXT_32B, "parallel_block": True},
         {"seq_len": 2048, "global_batch_seqs": 1024, "precision": "bf16"},
         {**V5P, "num_devices": 128},
         lay(
@@ -323,7 +353,7 @@ RAW = [
     record(
         "maxtext-v5p-2023-128b-1xv5p-256",
         MAXTEXT,
-        MAXTEXT_128B,
+        {**MAXTEXT_128B, "parallel_block": True},
         {"seq_len": 2048, "global_batch_seqs": 256, "precision": "bf16"},
         {**V5P, "num_devices": 128},
         lay(
@@ -632,8 +662,11 @@ def test_bloom_runs_launch_blocking_from_2022_02_18(runs):
 
     prequel = runs["bloom-prequel-20220225-181b-dp8-tp8-pp6-mbs4-gbs2048"]
     assert launch_blocking(prequel) and launch_blocking(runs["bloom176b-production-384gpu"])
+    assert (
+        prequel["workload"]["launch_blocking"] is True
+    )  # the field, not the source's date, decides
     assert not launch_blocking(
-        {**prequel, "source": prequel["source"].replace("2022-02-25", "2022-02-17")}
+        {**prequel, "workload": {**prequel["workload"], "launch_blocking": None}}
     )
     assert not launch_blocking(runs["megatron2021-table1-18-4b"])
     problem, _ = record_to_problem(prequel)
@@ -768,15 +801,13 @@ def test_moe_and_mla_records_are_mapped(runs):
 
 def test_record_rules_across_fields(runs, tmp_path):
     """Duplicate ids are rejected; a power_limit_w field is evaluated with the cap, a wattage only in
-    the text is skipped; an H800 gets 200 GB/s NVLink."""
+    the text is not read (uncapped); an H800 (accelerator h800) gets 200 GB/s NVLink, named in the text only not."""
     rec = RAW_BY_ID["megatron2021-table1-1-7b"]
     with pytest.raises(CatalogueError, match="duplicate id"):
         load_runs(write_runs(tmp_path, [rec, rec]))
     capped = raw("megatron2021-table1-1-7b", cluster={"accelerator": "h100"})
     capped["source"] += ", H100 SXM at 500 W"
-    assert record_to_problem(parsed(capped)).startswith(
-        "power-capped part (a wattage below the SXM rating)"
-    )
+    assert record_to_problem(parsed(capped))[0].workload.power_limit_w is None
     field = raw("megatron2021-table1-1-7b", cluster={"accelerator": "h100", "power_limit_w": 500})
     assert record_to_problem(parsed(field))[0].workload.power_limit_w == 500
     full = copy.deepcopy(capped)
@@ -784,6 +815,11 @@ def test_record_rules_across_fields(runs, tmp_path):
     assert not isinstance(record_to_problem(parsed(full)), str)
     h800 = raw("megatron2021-table1-1-7b", cluster={"accelerator": "h100"})
     h800["source"] += " (H800 cluster)"
+    cluster = record_to_problem(parsed(h800))[0].cluster
+    assert (
+        cluster.axis("node").bytes_per_s_per_direction == 450e9
+    )  # the H100's: the text is not read
+    h800["cluster"]["accelerator"] = "h800"
     cluster = record_to_problem(parsed(h800))[0].cluster
     assert cluster.axis("node").bytes_per_s_per_direction == 200e9
 
@@ -864,7 +900,8 @@ def test_tp_overlap_rule_by_source(runs):
 
 def test_framework_profile_and_async_tp_per_record(runs):
     """workload.framework -> the record's framework profile (null: the accelerator's default, with a note);
-    layout.async_tp turns TP overlap on; DeepSpeed's ZeRO-3 of 2021 is costed with the deepspeed profile."""
+    layout.async_tp turns TP overlap on; DeepSpeed's ZeRO-3 of 2021 (workload.fsdp_collectives_per_layer 12) is costed
+    with the deepspeed profile."""
 
     def workload(rec):
         return record_to_problem(rec)[0].workload
@@ -882,9 +919,13 @@ def test_framework_profile_and_async_tp_per_record(runs):
         "framework 'jax-custom' -> the gpu's default profile (megatron)"
         in evaluate_record(odd)["notes"]
     )
-    zero3 = raw("megatron2021-table1-18-4b", layout={"zero_stage": 3, "fsdp": 32})
-    zero3["source"] = "Narayanan et al. 2021 (Megatron-LM, SC'21), Table 2 (PTD-P vs ZeRO-3)"
-    zero3 = parsed(zero3)
+    zero3 = parsed(
+        raw(
+            "megatron2021-table1-18-4b",
+            layout={"zero_stage": 3, "fsdp": 32},
+            workload={"fsdp_collectives_per_layer": 12},  # Table 2's DeepSpeed ZeRO-3 (2021)
+        )
+    )
     assert (
         workload(zero3).framework == "deepspeed"
         and workload(zero3).fsdp_collectives_per_layer == 12

@@ -169,7 +169,7 @@ def test_expert_degrees_land_on_the_layout(by_id):
         "etp null -> 1",
         "token dispatch: DeepEP/HybridEP (once per destination GPU and node), as the record names it",
     } <= set(mapping_notes(rec))
-    rec["derived"] = {}  # no dispatcher named: ep null -> 1, the profile's dispatch
+    rec["workload"]["moe_dispatcher"] = None  # none stated: ep null -> 1, the profile's dispatch
     problem, layout = record_to_problem(rec)
     assert (layout.ep, problem.workload.deepep) == (1, False) and "ep null -> 1" in mapping_notes(
         rec
@@ -531,12 +531,10 @@ def test_cuda_graphs_are_costed_as_the_record_names_them(by_id):
     assert (
         sum(cuda_graphs(r) != "none" for r in by_id.values()) == 21
     )  # with NeMo 25.04's Mixtral 8x7B (rule 26)
-    b200 = one(
-        by_id, "dgxc-llama4-maverick-gb200-fp8-n256"
-    )  # a note naming GB200 and H100 says nothing of B200
-    b200["cluster"]["accelerator"] = "b200"
+    b200 = one(by_id, "dgxc-llama4-maverick-gb200-fp8-n256")  # the field, not the notes, decides
+    b200["workload"]["cuda_graphs"] = None
     b200["derived"]["cuda_graphs"] = "GB200 used CUDA graphs; H100 launch default CUDA_GRAPH=false"
-    assert cuda_graphs(b200) == "none"
+    assert cuda_graphs(b200) == "none" and named_cuda_graphs(b200) is None
     rec = one(by_id, "mlperf6-deepseekv3-gb200-mxfp8-n256")
     assert "CUDA graphs: full_iteration, as the record names them" in mapping_notes(rec)
     from layoutsearch.costs.estimate import estimate
@@ -823,8 +821,8 @@ def test_megatron_bridge_rows_take_their_release_presets_unstated_settings(by_id
         and "Megatron-Bridge preset not applied: the row's layout differs (microbatch_seqs 2 (preset 1))"
         in mapping_notes(older)
     )
-    named = copy.deepcopy(full)  # what a row names wins over its preset
-    named["derived"]["note"] = "CUDA_GRAPH=false"
+    named = copy.deepcopy(full)  # what a row states wins over its preset
+    named["workload"]["cuda_graphs"] = "none"
     assert cuda_graphs(named) == "none"
     others = (
         one(by_id, "dgxc-deepseekv3-gb200"),
@@ -898,8 +896,8 @@ def test_mlperf_records_take_the_cuda_graphs_of_the_configuration_file_they_name
         "CUDA graphs scoped, as its configuration file sets them (config_DGXB200_1x8x2xtp1pp1cp1ep2_mxfp8.sh)"
         in mapping_notes(dell)
     )
-    named = copy.deepcopy(dell)  # what the record names wins
-    named["derived"]["note"] = "CUDA_GRAPH=false"
+    named = copy.deepcopy(dell)  # what the record states wins
+    named["workload"]["cuda_graphs"] = "none"
     assert cuda_graphs(named) == "none"
     nvidia = one(
         by_id, "mlperf6-gptoss20b-gb200-mxfp8-n8"

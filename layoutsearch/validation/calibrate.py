@@ -43,7 +43,8 @@ from layoutsearch.core.catalogue import accelerator_from_dict
 from layoutsearch.core.errors import CatalogueError, InvalidArgumentError
 from layoutsearch.core.problem import Problem
 from layoutsearch.core.specs import Cluster, Layout
-from layoutsearch.costs.estimate import estimate
+from layoutsearch.costs import step
+from layoutsearch.costs.estimate import estimate, layout_terms
 from layoutsearch.validation.mapping import record_to_problem
 from layoutsearch.validation.parallel import parallel_map
 from layoutsearch.validation.runs import source_family
@@ -92,27 +93,53 @@ SCALES = {
     "blocking_launch_s_per_layer_pass": 1e-3,
     "collective_half_efficiency_bytes": 65536.0,
 }
-# Accelerator field (SI) -> (hardware YAML key under `calibration:`, factor from SI to the YAML unit)
-YAML_KEYS = {
-    "matmul_efficiency": ("matmul_efficiency", 1.0),
-    "attention_efficiency": ("attention_efficiency", 1.0),
-    "vendor_attention_efficiency": ("vendor_attention_efficiency", 1.0),
-    "attention_half_efficiency_keys": ("attention_half_efficiency_keys", 1.0),
-    "fp8_matmul_efficiency": ("fp8_matmul_efficiency", 1.0),
-    "matmul_half_efficiency_tokens": ("matmul_half_efficiency_tokens", 1.0),
-    "collective_efficiency": ("collective_efficiency", 1.0),
-    "scale_out_efficiency": ("scale_out_efficiency", 1.0),
-    "collective_half_efficiency_bytes": ("collective_half_efficiency_kib", 1 / 1024),
-    "microbatch_overhead_s": ("microbatch_overhead_us", 1e6),
-    "step_overhead_s": ("step_overhead_ms", 1e3),
-    "grouped_matmul_efficiency": ("grouped_matmul_efficiency", 1.0),
-    "moe_layer_overhead_s": ("moe_layer_overhead_us", 1e6),
-    "moe_expert_overhead_s": ("moe_expert_overhead_us", 1e6),
-    "overlap_interference": ("overlap_interference", 1.0),
-    "moe_overhead_graphed_share": ("moe_overhead_graphed_share", 1.0),
-    "moe_overhead_full_graph_share": ("moe_overhead_full_graph_share", 1.0),
-    "blocking_launch_s_per_layer_pass": ("blocking_launch_us_per_layer_pass", 1e6),
+# The fittable calibration fields of Accelerator (SI), in the order the CLI lists them
+CALIBRATION_FIELDS = (
+    "matmul_efficiency",
+    "attention_efficiency",
+    "vendor_attention_efficiency",
+    "attention_half_efficiency_keys",
+    "fp8_matmul_efficiency",
+    "matmul_half_efficiency_tokens",
+    "collective_efficiency",
+    "scale_out_efficiency",
+    "collective_half_efficiency_bytes",
+    "microbatch_overhead_s",
+    "step_overhead_s",
+    "grouped_matmul_efficiency",
+    "moe_layer_overhead_s",
+    "moe_expert_overhead_s",
+    "overlap_interference",
+    "moe_overhead_graphed_share",
+    "moe_overhead_full_graph_share",
+    "blocking_launch_s_per_layer_pass",
+)
+# The hardware YAML writes these in another unit, named in its key: unit -> (factor from SI, SI unit, fields)
+YAML_UNITS = {
+    "us": (
+        1e6,
+        "s",
+        (
+            "microbatch_overhead_s",
+            "moe_layer_overhead_s",
+            "moe_expert_overhead_s",
+            "blocking_launch_s_per_layer_pass",
+        ),
+    ),
+    "ms": (1e3, "s", ("step_overhead_s",)),
+    "kib": (1 / 1024, "bytes", ("collective_half_efficiency_bytes",)),
 }
+
+
+def _yaml_key(name: str) -> tuple[str, float]:
+    """(the key under `calibration:` of hardware/<id>.yaml, factor from SI to its unit) of a calibration field."""
+    for unit, (factor, si, names) in YAML_UNITS.items():
+        if name in names:
+            return name.replace(f"_{si}", f"_{unit}", 1), factor
+    return name, 1.0
+
+
+YAML_KEYS = {name: _yaml_key(name) for name in CALIBRATION_FIELDS}
 AXIS_EFFICIENCY = {
     "torus": "collective_efficiency",
     "switch": "collective_efficiency",
@@ -184,8 +211,16 @@ def tokens_per_s(problem: Problem, layout: Layout) -> float:
     (a forward difference in one family's fields leaves the other families' records as they were;
     every leave-one-source-out fold starts from the same catalogue values and scans the same
     routing spreads), and ``estimate`` is a pure function of its arguments.
+
+    A placed layout (every record's) is costed by the step formula alone (``layout_terms``, then
+    ``step.step_total``: the same sum ``estimate`` takes), without the layout checks, memory report
+    and itemised times a fit never reads.
     """
-    return estimate(problem, layout, strict=False).tokens_per_s
+    if not layout.placed:
+        return estimate(problem, layout, strict=False).tokens_per_s
+    first, last, once = layout_terms(problem, layout)
+    seconds = step.step_total(once, step.slowest_stage(first, last))
+    return problem.workload.global_batch_tokens / float(np.asarray(seconds).reshape(-1)[0])
 
 
 def fit_residuals(log_errors: np.ndarray, loss: str = "squares") -> np.ndarray:

@@ -269,14 +269,9 @@ def recipe_stage_layers(record: dict) -> tuple[int, int] | None:
 
 
 def named_ep_comm_overlap(record: dict) -> bool | None:
-    """Rule 17: True where a MoE record's notes name the expert-parallel AllToAll overlap (the Megatron-MoE model
-    zoo's ``A2A_OVERLAP=1``, Megatron's ``--overlap-moe-expert-parallel-comm``), else None."""
-    text = str(record.get("derived") or {}) + str(record.get("source") or "")
-    return (
-        True
-        if re.search(r"A2A_OVERLAP=1|overlap[-_]moe[-_]expert[-_]parallel[-_]comm", text)
-        else None
-    )
+    """Rule 17: the expert-parallel AllToAll overlap a MoE record states (``workload.ep_comm_overlap``: the
+    Megatron-MoE model zoo's ``A2A_OVERLAP=1``, Megatron's ``--overlap-moe-expert-parallel-comm``), else None."""
+    return record["workload"].get("ep_comm_overlap")
 
 
 def ep_comm_overlap(record: dict) -> bool | None:
@@ -284,30 +279,16 @@ def ep_comm_overlap(record: dict) -> bool | None:
     overlaps, else None (the framework profile decides: off for megatron); on, the token AllToAlls hide behind
     the other microbatch's compute."""
     preset = mbridge_preset(record)[0]
-    return named_ep_comm_overlap(record) or (True if preset and preset["ep_comm_overlap"] else None)
+    named = named_ep_comm_overlap(record)
+    if named is not None:
+        return named
+    return True if preset and preset["ep_comm_overlap"] else None
 
 
 def named_cuda_graphs(record: dict) -> str | None:
-    """Rule 20: the CUDA graphs a record names (``Workload.cuda_graphs``), None where it names none.
-    "full-iteration CUDA graph" -> full_iteration; a ``derived.cuda_graphs`` note decides per clause for the
-    record's accelerator (and precision where the clause names one), "false" or "off" meaning none; any other
-    "CUDA graphs" (a scope list, "CUDA graphs on") -> scoped, "CUDA_GRAPH=false" -> none."""
-    derived = record.get("derived") or {}
-    text = str(derived) + str(record.get("source") or "")
-    if re.search(r"full[- _]iteration CUDA graph", text, re.IGNORECASE):
-        return "full_iteration"
-    if derived.get("cuda_graphs"):
-        acc, precision = record["cluster"]["accelerator"], record["workload"]["precision"] or "bf16"
-        for clause in str(derived["cuda_graphs"]).lower().split(";"):
-            names_precision = "fp8" in clause or "bf16" in clause
-            if re.search(rf"\b{re.escape(acc)}\b", clause) and (
-                not names_precision or precision in clause
-            ):
-                return "none" if re.search(r"=\s*false|\boff\b", clause) else "scoped"
-        return "none"
-    if re.search(r"CUDA_GRAPH=false", text):
-        return "none"
-    return "scoped" if re.search(r"CUDA graphs?\b", text) else None
+    """Rule 20: the CUDA graphs a record states (``workload.cuda_graphs``: none, scoped or full_iteration), None
+    where it states none."""
+    return record["workload"].get("cuda_graphs")
 
 
 # rule 24: MLPerf configuration files -> the CUDA graphs they set, read at mlcommons training_results_v6.0 (the
@@ -373,12 +354,10 @@ def grad_bytes(record: dict) -> int:
 
 
 def named_deepep(record: dict) -> bool | None:
-    """Rule 17: the token dispatcher a MoE record names: DeepEP / HybridEP (True), NCCL alltoall (False), or
-    None where it names none."""
-    text = str(record.get("derived") or {}) + str(record.get("source") or "")
-    if re.search(r"deepep|hybridep", text, re.IGNORECASE):
-        return True
-    return False if re.search(r"alltoall dispatcher|DISPATCHER=alltoall", text) else None
+    """Rule 17: the token dispatcher a MoE record states (``workload.moe_dispatcher``): DeepEP / HybridEP (True),
+    NCCL alltoall (False), or None where it states none."""
+    dispatcher = record["workload"].get("moe_dispatcher")
+    return None if dispatcher is None else dispatcher != "alltoall"
 
 
 def deepep(record: dict) -> bool | None:
@@ -391,23 +370,15 @@ def deepep(record: dict) -> bool | None:
 
 
 def vendor_attention(record: dict) -> bool | None:
-    """Rule 19: True for a NeMo Automodel record on Transformer Engine's attention (a ``_te_`` benchmark config or
-    "TE + ..." in its notes), else None (the profile's choice)."""
-    if record["workload"].get("framework") != "nemo-automodel":
-        return None
-    text = str(record.get("derived") or {}) + str(record.get("source") or "")
-    return True if re.search(r"_te_|\bTE \+|attn: te", text) else None
-
-
-BLOCKING_LAUNCH_SOURCE, BLOCKING_LAUNCH_SINCE = "tr11-176B-ml", "2022-02-18"  # rule 18
+    """Rule 19: True for a record on Transformer Engine's attention (``workload.vendor_attention``: a NeMo Automodel
+    ``_te_`` benchmark config, "TE + ..."), else None (the profile's choice)."""
+    return True if record["workload"].get("vendor_attention") else None
 
 
 def launch_blocking(record: dict) -> bool:
-    """Rule 18: a BLOOM (tr11) run launched with CUDA_LAUNCH_BLOCKING=1: the production run and the
-    prequel's rows dated from 2022-02-18 on (an undated tr11 source is the production setup)."""
-    source = str(record.get("source") or "")
-    dates = re.findall(r"\b(20\d\d-\d\d-\d\d)\b", source)
-    return BLOCKING_LAUNCH_SOURCE in source and all(d >= BLOCKING_LAUNCH_SINCE for d in dates)
+    """Rule 18: a run launched with CUDA_LAUNCH_BLOCKING=1 (``workload.launch_blocking``: BLOOM's tr11 slurm, the
+    production run and the prequel's rows from 2022-02-18 on)."""
+    return bool(record["workload"].get("launch_blocking"))
 
 
 def automodel_ep(record: dict) -> int | None:
@@ -442,26 +413,23 @@ def record_framework(record: dict, accelerator_kind: str) -> str:
 
 
 def zero3_collectives_per_layer(record: dict) -> int:
-    """Rule 9: 12 per-tensor collectives for DeepSpeed ZeRO-3 of 2021 (GPT layer tensors), else 1."""
-    lay = record["layout"]
-    deepspeed_2021 = "ZeRO-3" in (record["source"] or "") and not fused_attention(record)
-    return 12 if (deepspeed_2021 and lay["zero_stage"] == 3) else 1
+    """Rule 9: the ZeRO-3 collectives per layer the record states (``workload.fsdp_collectives_per_layer``: 12
+    per-tensor ones for DeepSpeed ZeRO-3 of 2021, GPT layer tensors) on a ZeRO-3 layout, else 1."""
+    stated = record["workload"].get("fsdp_collectives_per_layer")
+    return stated if stated and record["layout"]["zero_stage"] == 3 else 1
 
 
 def fused_attention(record: dict) -> bool:
-    """Rule 8: fused attention, unless the run predates it (a source year <= 2021, or BigScience tr11)."""
-    years = [int(y) for y in re.findall(r"\b(20\d\d)\b", record["source"] or "")]
-    return not (_is_bigscience(record) or (years and min(years) <= 2021))
+    """Rule 8: fused attention, unless the record states otherwise (``workload.fused_attention: false``: runs that
+    predate it, of 2021 and before, and BigScience tr11)."""
+    return record["workload"].get("fused_attention") is not False
 
 
 def named_policy(record: dict) -> str | None:
-    """Rule 15: the framework's own checkpoint policy where the record names one (MaxText
-    ``remat_policy=minimal`` in ``derived.recompute``), costed as that policy's saved tensors
-    (costs.memory.POLICY_SAVES) instead of the record's none/selective/full approximation."""
-    found = re.search(
-        r"remat_policy=([a-z_]+)", str((record.get("derived") or {}).get("recompute", ""))
-    )
-    return found.group(1) if found and found.group(1) in RECOMPUTE_POLICIES else None
+    """Rule 15: the framework's own checkpoint policy where the record states one (``layout.recompute_policy``:
+    MaxText ``remat_policy=minimal``; a custom remat with host offload, ``custom_offload_policy``), costed as that
+    policy's saved tensors (costs.memory.POLICY_SAVES) instead of the record's none/selective/full approximation."""
+    return record["layout"].get("recompute_policy")
 
 
 MEGATRON_MODULES = (
@@ -476,17 +444,8 @@ MEGATRON_MODULES = (
 
 
 def recompute_modules(record: dict) -> set[str]:
-    """Rule 15: the Megatron ``--recompute-modules`` a selective record names: the module names in its
-    ``derived.recompute``, and in the other derived notes after the word "recompute" up to the next ';'."""
-    derived = record.get("derived") or {}
-    texts = [str(derived.get("recompute") or "")] + [
-        part
-        for key, value in derived.items()
-        if key != "recompute"
-        for part in re.findall(r"recompute[^;]*", str(value), re.IGNORECASE)
-    ]
-    pattern = r"\b(" + "|".join(MEGATRON_MODULES) + r")\b"
-    return {name for text in texts for name in re.findall(pattern, text)}
+    """Rule 15: the Megatron ``--recompute-modules`` a selective record states (``layout.recompute_modules``)."""
+    return set(record["layout"].get("recompute_modules") or ())
 
 
 def modules_policy(record: dict) -> str | None:
@@ -511,39 +470,27 @@ def modules_policy(record: dict) -> str | None:
 
 
 def custom_offload_policy(record: dict) -> str | None:
-    """Rule 15: a MaxText custom remat policy with host offload -> the custom_offload_* policy with the
-    same offloaded tensors (None where the record names none)."""
-    derived = record.get("derived") or {}
-    text = f"{derived.get('layout', '')} {derived.get('recompute', '')}"
-    if not re.search(r"remat(_policy)?[ :=(]*custom", text) or "offload" not in text:
-        return None
-    qkv, out = (
-        bool(re.search(r"q/k/v|query_proj|qkv_proj", text)),
-        bool(re.search(r"out_proj|/out\b|\bout projection", text)),
-    )
-    return {
-        (True, True): "custom_offload_dots_except_mlp",
-        (True, False): "custom_offload_qkv_proj",
-        (False, True): "custom_offload_out_proj",
-        (False, False): "custom_offload_input",
-    }[qkv, out]
+    """Rule 15: the custom_offload_* policy a record states (a MaxText custom remat policy with host offload, the
+    same offloaded tensors), else None."""
+    policy = named_policy(record)
+    return policy if policy and policy.startswith("custom_offload_") else None
 
 
 def mapping_notes(record: dict) -> list[str]:
     """The approximations and defaults ``record_to_problem`` applies to this record (docs/run_record_mapping.md)."""
     lay, notes = record["layout"], []
-    if "parallel block" in str((record.get("derived") or {}).get("block", "")):
+    if record["model"].get("parallel_block"):
         notes.append(
             "parallel block costed as serial: TP collectives counted twice per layer and pass"
         )
     if lay["sequence_parallel"] is None and (lay["tp"] or 1) > 1:
         notes.append(f"sequence_parallel null -> {not _is_bigscience(record)}")
-    if named_policy(record):
-        notes.append(f"recompute -> the named policy {named_policy(record)}")
-    elif custom_offload_policy(record):
+    if custom_offload_policy(record):
         notes.append(
             f"recompute -> {custom_offload_policy(record)} (MaxText custom remat with host offload)"
         )
+    elif named_policy(record):
+        notes.append(f"recompute -> the named policy {named_policy(record)}")
     elif modules_policy(record):
         notes.append(
             f"recompute -> {modules_policy(record)} (Megatron --recompute-modules "
@@ -650,14 +597,6 @@ def _data_parallel(record: dict) -> tuple[int, int, int]:
     return lay["dp"] // shard, shard, lay["zero_stage"]
 
 
-def _mentions(record: dict, pattern: str) -> bool:
-    """Whether the record's source, cluster or derived notes match ``pattern`` (case-insensitive)."""
-    text = " ".join(
-        str(x) for x in (record.get("source"), record.get("cluster"), record.get("derived"))
-    )
-    return re.search(pattern, text, re.IGNORECASE) is not None
-
-
 H800_NVLINK_BYTES_PER_S = 200e9  # hardware.md: H800 NVLink 400 GB/s bidirectional
 
 
@@ -668,7 +607,7 @@ def _accelerator_id(record: dict) -> str:
 
 
 def _is_h800(record: dict) -> bool:
-    return record["cluster"]["accelerator"] == "h800" or _mentions(record, r"\bH800\b")
+    return record["cluster"]["accelerator"] == "h800"
 
 
 def _with_hbm(cluster: Cluster, hbm_gb: float | None) -> Cluster:
@@ -773,6 +712,8 @@ def _unmodelled(record: dict) -> str | None:
         return f"layout: fsdp({lay['fsdp']}) does not divide the total data-parallel degree dp({lay['dp']})"
     if lay["recompute"] not in (None, *RECOMPUTE):
         return f"layout: recompute '{lay['recompute']}' is not one of {', '.join(RECOMPUTE)}"
+    if lay.get("recompute_policy") not in (None, *RECOMPUTE_POLICIES):
+        return f"layout: recompute_policy '{lay['recompute_policy']}' is not one of {', '.join(RECOMPUTE_POLICIES)}"
     return None
 
 
@@ -900,12 +841,9 @@ def _moe_notes(record: dict) -> list[str]:
 def _power_capped(record: dict) -> str | None:
     """Rule 10: a skip reason for a power cap the engine cannot model, else None. A
     ``power_limit_w`` is evaluated with the cap (``Workload.power_limit_w``, costs.power) when the
-    part's catalogue file gives its board power; a wattage only in the text has no value to use."""
-    c = record["cluster"]
-    limit = c.get("power_limit_w")
-    if limit is None:  # no field: a wattage in the text other than the SXM 700 W
-        if _mentions(record, r"\b[0-9]{3}\s?W\b") and not _mentions(record, r"\b700\s?W\b"):
-            return "power-capped part (a wattage below the SXM rating): its clocks and peak FLOP/s are unknown"
+    part's catalogue file gives its board power (the record's text is never read for a wattage)."""
+    limit = record["cluster"].get("power_limit_w")
+    if limit is None:
         return None
     acc = load_accelerator(_accelerator_id(record))
     if acc.board_power_w is None:
@@ -997,13 +935,7 @@ def record_to_estimate(record: dict) -> tuple[Problem, Layout, Estimate] | str:
         zero_stage=zero,
         virtual_stages=vs,
         num_microbatches=mb[1],
-        recompute=(
-            named_policy(record)
-            or custom_offload_policy(record)
-            or modules_policy(record)
-            or lay["recompute"]
-            or "none"
-        ),
+        recompute=(named_policy(record) or modules_policy(record) or lay["recompute"] or "none"),
         sequence_parallel=sp,
         schedule="interleaved" if vs > 1 else "1f1b",
     )

@@ -20,7 +20,7 @@ import typing
 from collections.abc import Hashable
 from functools import cache
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
@@ -141,6 +141,7 @@ RecModel = _block(
     full_attention_layers=Count,
     params_total=Params,
     params_active=Params,
+    parallel_block=bool,
     notes=str,
 )
 # precision bf16 | fp16 | fp8 (others are per-record skips); framework FRAMEWORKS, fp8_recipe FP8_RECIPES,
@@ -154,6 +155,13 @@ RecWorkload = _block(
     fp8_recipe=str,
     torch_compile=bool,
     moe_routing=str,
+    fused_attention=bool,
+    fsdp_collectives_per_layer=Dim,
+    launch_blocking=bool,
+    cuda_graphs=Literal["none", "scoped", "full_iteration"],
+    ep_comm_overlap=bool,
+    moe_dispatcher=Literal["alltoall", "deepep", "hybridep"],
+    vendor_attention=bool,
 )
 RecCluster = _block(
     "RecCluster",
@@ -181,6 +189,8 @@ RecLayout = _block(
     microbatch_seqs=_range(int, 1, MAX_GLOBAL_BATCH_SEQS),
     num_microbatches=_range(int, 1, MAX_MICROBATCHES),
     recompute=str,
+    recompute_policy=str,
+    recompute_modules=tuple[str, ...],
     async_tp=bool,
 )  # recompute none | selective | full; another value is a skip
 # mfu_convention: palm-6n-12lhqt | palm-causal | megatron-eq3-hardware | megatron-core | other
