@@ -129,3 +129,19 @@ def test_usage_errors_are_one_line_through_the_console_script():
     )
     assert p.returncode == 2
     assert p.stderr == "error: No such option: --bogus\n"
+
+
+def test_the_console_entry_returns_mains_code_and_freezes_the_objects(monkeypatch):
+    """``cli.run`` (the console script, ``python -m layoutsearch``) returns ``main``'s exit code
+    and leaves the process's objects frozen for the exit (``gc.freeze``)."""
+    import gc
+
+    import layoutsearch.cli as cli
+
+    monkeypatch.setattr(cli, "main", lambda: 3)
+    before = gc.get_freeze_count()
+    try:
+        assert cli.run() == 3
+        assert gc.get_freeze_count() > before
+    finally:
+        gc.unfreeze()
