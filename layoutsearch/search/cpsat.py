@@ -169,7 +169,7 @@ def focus(
 ) -> tuple[Space, Tables]:
     """The rows that may hold a top-k layout by step time, and their tables, without tabulating
     the rest: rows are ordered by ``tables.compute_bounds`` (their compute, costed for every
-    row), the first FOCUS_ROWS are tabulated and ranked by ``prune``, and its limit (the k-th
+    row), the first FOCUS_ROWS are tabulated and ranked by ``prune`` (above 4 FOCUS_ROWS rows), and its limit (the k-th
     best layout's reach, at least the whole space's) keeps the rows whose bound does not exceed
     it; rows above it provably hold no top-k layout. Falls back to the whole space's tables when
     the first rows hold fewer than k layouts. The tables are in the whole space's quantum."""
@@ -177,7 +177,7 @@ def focus(
     rows = np.nonzero(bound < NEVER)[0]
     if not len(rows):  # nothing fits: the whole space's tables, for the explanation
         return space, build_tables(space, deadline, costed)
-    if len(rows) > FOCUS_ROWS:
+    if len(rows) > 4 * FOCUS_ROWS:  # fewer: tabulating them all costs about what the first rows do
         head = np.sort(rows[np.argsort(bound[rows], kind="stable")[:FOCUS_ROWS]])
         near = space.restrict(head)
         tables = build_tables(near, deadline, costed.restrict(space, head))
