@@ -14,8 +14,8 @@ solve` does not pay for the validation, calibration and sweep machinery.
 from __future__ import annotations
 
 import functools
-import importlib
 import gc
+import importlib
 import os
 import re
 import sys

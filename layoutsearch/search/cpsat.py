@@ -169,10 +169,11 @@ def focus(
 ) -> tuple[Space, Tables]:
     """The rows that may hold a top-k layout by step time, and their tables, without tabulating
     the rest: rows are ordered by ``tables.compute_bounds`` (their compute, costed for every
-    row), the first FOCUS_ROWS are tabulated and ranked by ``prune`` (above 4 FOCUS_ROWS rows), and its limit (the k-th
-    best layout's reach, at least the whole space's) keeps the rows whose bound does not exceed
-    it; rows above it provably hold no top-k layout. Falls back to the whole space's tables when
-    the first rows hold fewer than k layouts. The tables are in the whole space's quantum."""
+    row); above 4 FOCUS_ROWS rows the first FOCUS_ROWS are tabulated and ranked by ``prune``,
+    and its limit (the k-th best layout's reach, at least the whole space's) keeps the rows
+    whose bound does not exceed it; rows above it provably hold no top-k layout. The whole
+    space's tables when the first rows hold fewer than k layouts or the rows are few. The
+    tables are in the whole space's quantum."""
     bound, costed = compute_bounds(space, deadline)
     rows = np.nonzero(bound < NEVER)[0]
     if not len(rows):  # nothing fits: the whole space's tables, for the explanation
