@@ -25,3 +25,8 @@ def data_file(name: str) -> Path:
             f"{path} not found: the repository's reference data (tests/data/) is incomplete"
         )
     return path
+
+
+def table_head(*columns: str) -> list[str]:
+    """A Markdown table's header and separator lines."""
+    return ["| " + " | ".join(columns) + " |", "|" + "---|" * len(columns)]

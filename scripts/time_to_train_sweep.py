@@ -16,7 +16,10 @@ import platform
 import sys
 import time
 
-from _common import RESULTS  # first: puts this checkout's package ahead of an installed one
+from _common import (
+    RESULTS,
+    table_head,
+)  # first: puts this checkout's package ahead of an installed one
 
 import layoutsearch as ls
 from layoutsearch.core.problem import version
@@ -155,11 +158,10 @@ def verdict(done: list[dict]) -> list[str]:
 
 
 def table(rows: list[dict]) -> list[str]:
-    out = [
-        "| GPUs | status | layout | step s | MFU | job MTBF h | checkpoint every s | goodput "
-        "| days, no failures | days | GPU-hours | energy GWh |",
-        "|---|---|---|---|---|---|---|---|---|---|---|---|",
-    ]
+    out = table_head(
+        *("GPUs", "status", "layout", "step s", "MFU", "job MTBF h", "checkpoint every s"),
+        *("goodput", "days, no failures", "days", "GPU-hours", "energy GWh"),
+    )
     for r in rows:
         if "train_days" not in r:
             out.append(f"| {r['devices']:,} | {r['status']} | - |" + " - |" * 9)

@@ -29,7 +29,7 @@ import subprocess
 from pathlib import Path
 
 from _common import REPO as ROOT  # first: puts this checkout's package ahead of an installed one
-from _common import data_file
+from _common import data_file, table_head
 
 from layoutsearch.core.specs import LEARNED_ROUTING_EXPERT_CV
 from layoutsearch.core.uncertainty import PATH as UNCERTAINTY_PATH
@@ -247,11 +247,11 @@ def group_lines(groups: dict, title: str) -> list[str]:
 
 def record_lines(records: list[dict]) -> list[str]:
     """One table row per record (skipped ones with their reason)."""
-    out = [
-        "| id | acc | N | measured tok/s/dev | predicted | rel error | OOM measured / fits predicted | "
-        "MFU measured / predicted (convention) | published layout's rank | engine's best speed-up | notes |",
-        "|---|---|---|---|---|---|---|---|---|---|---|",
-    ]
+    out = table_head(
+        *("id", "acc", "N", "measured tok/s/dev", "predicted", "rel error"),
+        *("OOM measured / fits predicted", "MFU measured / predicted (convention)"),
+        *("published layout's rank", "engine's best speed-up", "notes"),
+    )
     for e in records:
         if e["skipped_reason"]:
             out.append(

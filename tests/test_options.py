@@ -49,6 +49,9 @@ GOODPUT = [
     "--checkpoint-write-gbytes-per-s-per-node",
     "--price-per-kwh",
 ]
+# what solve and plan both take, first (the searched problem) and last (the run's plan)
+SEARCHED = [*PROBLEM, "--seqs", "--seq-len", *WORKLOAD, *SEARCH, "--format"]
+PLANNED = ["--tokens", "--price-per-device-hour", "--what-if", *GOODPUT, "--fallback-nodes"]
 
 # Each command's flags, in --help order: changing a command's interface changes this list.
 FLAGS = {
@@ -76,37 +79,8 @@ FLAGS = {
         *GOODPUT,
         *WORKLOAD,
     ],
-    "solve": [
-        *PROBLEM,
-        "--seqs",
-        "--seq-len",
-        *WORKLOAD,
-        *SEARCH,
-        "--format",
-        "--export",
-        "--output",
-        "-o",
-        "--tokens",
-        "--price-per-device-hour",
-        "--what-if",
-        *GOODPUT,
-        "--fallback-nodes",
-    ],
-    "plan": [
-        *PROBLEM,
-        "--seqs",
-        "--seq-len",
-        *WORKLOAD,
-        *SEARCH,
-        "--format",
-        "--output",
-        "-o",
-        "--tokens",
-        "--price-per-device-hour",
-        "--what-if",
-        *GOODPUT,
-        "--fallback-nodes",
-    ],
+    "solve": [*SEARCHED, "--export", "--output", "-o", *PLANNED],
+    "plan": [*SEARCHED, "--output", "-o", *PLANNED],
     "explain": [
         *PROBLEM,
         "--seqs",
