@@ -7,10 +7,13 @@ limit: ``search.ranking``); rows left out provably cannot enter the top k. Table
 that value (or above the memory capacity) are clipped to it, which keeps the coefficients modest
 (google/or-tools#5293) without changing any top-k candidate.
 
-Each rank is the ranking of ``search.ranking`` as solves: the least step time (the proof), then,
-with the step time at most its tie limit, the simplicity key as one or two mixed-radix objectives
+Each rank is the ranking of ``search.ranking`` as solves: the least step time T0 (the proof), then
+within its risk band the least risk and the least step time T of that risk (one solve, ``_with_step``),
+then, with the step time at most T's tie limit, the simplicity key as one or two mixed-radix objectives
 over the one-hot choices (digits: ranks among the model's own shapes, microbatch counts and axis
 orders, so the coefficients stay small); then the ranked layout, all its placements, is excluded.
+A phase whose value earlier solves prove is not solved (``_implied``; a next rank's T0 held by a
+layout found at this rank's and not ranked).
 """
 
 from __future__ import annotations
@@ -454,49 +457,64 @@ def cpsat_top(
     )
     answers: list[tuple] = []
     deadline = time.perf_counter() + time_limit_s
+    # layouts (row, r index, z) the model still holds whose step is the last proven least: while
+    # one is left, the next rank's least step is that value (exclusions only remove candidates)
+    witnesses: set[tuple[int, int, int]] = set()
+    least, proven = None, False
+    first_step = len(keys) - 1  # the phase of the least step time (the proof)
     for rank in range(top_k):
         solver = None
         if rank < len(hints):  # the search still proves every phase; a hint only finds it sooner
             model.set_hint(hints[rank])
         # the enumerated ranking's values of this rank, while the ranks before it agree
         on_track = rank < len(trace) and [a[:4] for a in answers] == list(expected[:rank])
-        least = None
+        carried = least if objective == "step-time" and witnesses else None
+        least, then = None, None  # then: the second step phase's value, found with the risk
         for phase, (key, expr) in enumerate(phases):
-            implied = _implied(key, phase - len(keys) + 1, trace[rank] if on_track else None, least)
+            implied = _implied(key, phase - first_step, trace[rank] if on_track else None, least)
+            if key == "step" and implied is None:
+                implied = carried if phase == first_step else then
             if implied is not None:  # proven by an earlier phase's bound: nothing to solve
                 value = implied
-                lit = model.new_bool_var(f"fix_{rank}_{phase}")
-                model.add(
-                    expr <= tie_limit(value, tolerance) if key == "step" else expr == value
-                ).only_enforce_if(lit)
-                model.add_assumptions([lit])
-                continue
-            attempt = _solver(max(0.05, deadline - time.perf_counter()))
-            callback = Incumbents()
-            model.minimize(expr)
-            status = attempt.solve(model, callback)
-            info["wall_s"] += attempt.wall_time
-            if status not in (cp_model.OPTIMAL, cp_model.FEASIBLE):
+            else:
+                if on_track:  # the enumerated candidate of this phase's value, found first
+                    near = _near(key, phase - first_step, trace[rank], expected[rank])
+                    if near[0] in v.y:
+                        model.set_hint(_hint(space, v, *near))
+                goal = _with_step(expr, exprs["step"], least) if key == "risk" else expr
+                attempt = _solver(max(0.05, deadline - time.perf_counter()))
+                callback = Incumbents()
+                model.minimize(goal)
+                status = attempt.solve(model, callback)
+                info["wall_s"] += attempt.wall_time
+                if status not in (cp_model.OPTIMAL, cp_model.FEASIBLE):
+                    if rank == 0 and phase == 0:
+                        info["status"] = STATUS[status]
+                    solver = solver if _keeps_tied(key, status, info) else None
+                    break
+                solver = attempt
+                value = int(solver.value(expr))
+                step = int(solver.value(exprs["step"]))
+                if goal is not expr:  # risk and step minimised at once: both phases proven
+                    then = step
                 if rank == 0 and phase == 0:
-                    info["status"] = STATUS[status]
-                solver = solver if _keeps_tied(key, status, info) else None
-                break
-            solver = attempt
-            value = int(solver.value(expr))
-            if key == "step" and phase == len(keys) - 1:
+                    info.update(
+                        status=STATUS[status],
+                        objective=value,
+                        bound=float(solver.best_objective_bound),
+                        history=callback.history,
+                    )
+                if key == "simplicity" and status != cp_model.OPTIMAL:
+                    info["ranking_status"] = STATUS[status]
+                if phase == first_step:  # a new least, proven or not: no witness of it yet
+                    witnesses, proven = set(), status == cp_model.OPTIMAL
+                if proven and step == (value if phase == first_step else least):
+                    witnesses.add(_decode(solver, v)[:3])
+            if phase == first_step:
                 least = value
-            if rank == 0 and phase == 0:
-                info.update(
-                    status=STATUS[status],
-                    objective=value,
-                    bound=float(solver.best_objective_bound),
-                    history=callback.history,
-                )
-            if key == "simplicity" and status != cp_model.OPTIMAL:
-                info["ranking_status"] = STATUS[status]
             lit = model.new_bool_var(f"fix_{rank}_{phase}")
             if key == "step":  # the first step phase opens the risk band, the second the ties
-                top = band_limit(value) if phase == len(keys) - 1 else tie_limit(value, tolerance)
+                top = band_limit(value) if phase == first_step else tie_limit(value, tolerance)
                 model.add(expr <= top).only_enforce_if(lit)
             else:
                 model.add(expr == value).only_enforce_if(lit)
@@ -508,6 +526,7 @@ def cpsat_top(
         m = assemble(t, space, np.array([row]), np.array([ri]), np.array([z]), np.array([o]))
         metrics = {key: int(np.broadcast_to(m[key], (1,))[0]) for key in ("step", "peak", "volume")}
         answers.append((row, ri, z, o, metrics))
+        witnesses.discard((row, ri, z))
         model.add_bool_or(
             [~v.y[row], ~v.r[ri], ~v.z[z]]
         )  # the same layout placed otherwise is not ranked again
@@ -661,6 +680,29 @@ def _exclude(answer: tuple, *models) -> None:
             model.add_bool_or([~v.y[row], ~v.r[ri], ~v.z[z]])
 
 
+def _with_step(risk, step, least: int | None):
+    """The risk phase's objective with the second step phase's folded in: risk x M + step, with M
+    the risk band's width, so that one solve proves both (inside the band, step - least < M);
+    the risk alone where the least step is unknown or the merged range would not stay modest."""
+    if least is None:
+        return risk
+    width = band_limit(least) - least + 1
+    if width << len(RISKS) > MAX_MERGED_KEY:
+        return risk
+    return width * risk + step
+
+
+def _near(key: str, after_step: int, trace: tuple, answer: tuple) -> tuple:
+    """The enumerated ranking's candidate that holds a phase's value (the solver's hint): the
+    fastest for the least step, the fastest of the least risk for the risk and the second step
+    phases (so that a risk solution may show the least step of its risk), else the answer."""
+    if key == "step" and after_step == 0:
+        return trace[3]
+    if key == "risk" or key == "step":
+        return trace[4]
+    return answer
+
+
 def _implied(key: str, after_step: int, trace: tuple | None, least: int | None) -> int | None:
     """A phase's value that the phases before it already prove, else None: the least risk when
     the enumerated ranking's is 0 (no candidate is below 0), and the least step of that risk
@@ -697,9 +739,12 @@ def _expected(
     picks = select(
         space, pool, objective, top_k, tolerance, capacity_kib=t.capacity_kib, trace=trace
     )
-    if trace is not None:  # the fastest candidate as (row, r index, z, o), for a hint
+    if trace is not None:  # the fastest candidates as (row, r index, z, o), for hints
         trace[:] = [
-            (*rank[:3], tuple(int(pool[key][rank[3]]) for key in ("sk", "ri", "z", "o")))
+            (
+                *rank[:3],
+                *(tuple(int(pool[key][i]) for key in ("sk", "ri", "z", "o")) for i in rank[3:]),
+            )
             for rank in trace
         ]
     return [tuple(int(pool[key][i]) for key in ("sk", "ri", "z", "o")) for i in picks]

@@ -318,7 +318,7 @@ def select(
     """The ranking above over a pool of fitting candidates (arrays ``sk``, ``ri``, ``z``, ``o``,
     ``step``, ``peak``, ``volume``): the indices of the top_k, in rank order. ``trace`` (a list)
     receives per rank (least step T0, least risk score inside the band, least step T of those,
-    the pool index of a candidate at T0)."""
+    the pool index of a candidate at T0, the pool index of a candidate of that risk at T)."""
     n = len(pool["sk"])
     if not n:
         return []
@@ -338,12 +338,13 @@ def select(
         eligible &= step <= band_limit(least)
         safest = int(risk[eligible].min())
         eligible &= risk == safest
-        best = int(step[eligible].min())
+        at_best = int(np.argmin(np.where(eligible, step, np.iinfo(np.int64).max)))
+        best = int(step[at_best])
         eligible &= step <= tie_limit(best, tolerance)
         i = int(np.argmax(eligible))
         picks.append(int(order[i]))
         if trace is not None:
-            trace.append((least, safest, best, int(order[fastest])))
+            trace.append((least, safest, best, int(order[fastest]), int(order[at_best])))
         alive &= gid != gid[i]
     return picks
 
