@@ -276,3 +276,23 @@ def test_large_sums_are_linear_time():
     assert sum(coefs.values()) == sum(i % 7 + 1 for i in range(20_000)) - 1
     flat = sm.LinearExpr.weighted_sum(xs, [i % 7 + 1 for i in range(20_000)])
     assert flat.flatten()[0][xs[6].index] == 7
+
+
+def test_flat_builders_match_the_general_ones():
+    """weighted_vars and add_linear_terms state what weighted_sum and add state: the same proto
+    entries and the same optimum (x + 2y + 3z maximised under x + y + z <= 2 is 5); repeated
+    variables and non-int coefficients are refused."""
+    model = sm.CpModel()
+    x, y, z = (model.new_bool_var(n) for n in "xyz")
+    fast = sm.LinearExpr.weighted_vars([x, y, z], np.array([1, 2, 3]).tolist())
+    assert fast.flatten() == sm.LinearExpr.weighted_sum([x, y, z], [1, 2, 3]).flatten()
+    assert fast.flatten() == ({0: 1, 1: 2, 2: 3}, 0)
+    ct = model.add_linear_terms([x, y, z], [1, 1, 1], 0, 2)
+    assert list(ct.proto.linear.vars) == [0, 1, 2] and list(ct.proto.linear.domain) == [0, 2]
+    model.minimize(-fast)
+    solver = _solver(sm)
+    assert solver.solve(model) == sm.OPTIMAL and solver.objective_value == -5
+    with pytest.raises(ValueError, match="more than once"):
+        sm.LinearExpr.weighted_vars([x, x], [1, 2])
+    with pytest.raises(TypeError, match="Python ints"):
+        sm.LinearExpr.weighted_vars([x], [1.5])

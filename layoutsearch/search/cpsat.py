@@ -245,11 +245,15 @@ def build_model(space: Space, t: Tables, rows: np.ndarray, clip: int | None, fit
     _marginal(model, v.szo, v.o, lambda k: k[2])
 
     # ---- table lookups: linear in the selections (clipped where a top-k answer cannot be affected)
-    def over(sel, table, index=lambda k: k, top=limit):
-        values = [int(table[index(k)]) for k in sel]
+    keys = {id(sel): _key_columns(sel) for sel in (v.w, v.sz, v.szo)}
+
+    def over(sel, table, columns=None, top=limit):
+        """sum(table[key] x selection): ``columns`` of the selection's keys index the table."""
+        k = keys[id(sel)]
+        values = np.asarray(table)[tuple(k[:, c] for c in columns or range(k.shape[1]))]
         if top is not None:
-            values = [min(x, top) for x in values]
-        return LinearExpr.weighted_sum(list(sel.values()), values)
+            values = np.minimum(values, top)
+        return LinearExpr.weighted_vars(sel.values(), values.astype(np.int64).tolist())
 
     stage = over(v.w, t.STAGE0)
     zero3_extra = over(v.w, t.STAGE3 - t.STAGE0)
@@ -263,13 +267,13 @@ def build_model(space: Space, t: Tables, rows: np.ndarray, clip: int | None, fit
     # ---- the once-per-step terms of costs.step, looked up by the selections that key them
     term = step_formula.StepTerms(
         reduce_s=over(v.szo, t.reduce_s, top=None),
-        reduce_link_busy_s=over(v.w, t.reduce_link_busy_s, lambda k: (k[0], k[2]), None),
-        reduce_window_s=over(v.w, t.reduce_window_s, lambda k: (k[0], k[1]), None),
+        reduce_link_busy_s=over(v.w, t.reduce_link_busy_s, (0, 2), None),
+        reduce_window_s=over(v.w, t.reduce_window_s, (0, 1), None),
         reduce_interference_s=over(v.szo, t.reduce_interference_s, top=None),
         zero_gather_s=over(v.szo, t.zero_gather_s, top=None),
-        gather_window_s=over(v.w, t.gather_window_s, lambda k: k[0], None),
+        gather_window_s=over(v.w, t.gather_window_s, (0,), None),
         gather_interference_s=over(v.szo, t.gather_interference_s, top=None),
-        pp_sends_s=over(v.w, t.pp_sends_s, lambda k: (k[0], k[2])),
+        pp_sends_s=over(v.w, t.pp_sends_s, (0, 2)),
         optimizer_s=over(v.sz, t.optimizer_s),
         step_overhead_s=t.step_overhead_s,
         eta_pct=t.eta_pct,
@@ -305,8 +309,8 @@ def build_model(space: Space, t: Tables, rows: np.ndarray, clip: int | None, fit
     memory_live = []
     for st in (0, 1):
         for mi, _ in enumerate(MOMENT_NAMES):
-            live = over(v.sz, t.MZ, lambda k, st=st, mi=mi: (k[0], k[1], st, mi), cap + 1) + over(
-                v.w, t.MB, lambda k, st=st, mi=mi: (k[0], k[1], st, mi), cap + 1
+            live = over(v.sz, t.MZ[..., st, mi], None, cap + 1) + over(
+                v.w, t.MB[..., st, mi], (0, 1), cap + 1
             )
             model.add(live <= cap)
             memory_live.append(live)
@@ -389,13 +393,20 @@ def simplicity_objectives(space: Space, v: Vars) -> list:
     return [range_b * key_a + key_b] if range_a * range_b <= MAX_MERGED_KEY else [key_a, key_b]
 
 
+def _key_columns(selection: dict) -> np.ndarray:
+    """The selection's tuple keys as the rows of an int array (one column per key component)."""
+    width = len(next(iter(selection))) if selection else 1
+    return np.array(list(selection), dtype=np.int64).reshape(len(selection), width)
+
+
 def _marginal(model, product: dict, factor: dict, key) -> None:
     """For every value of a factor, the product selections with that value sum to it."""
     groups: dict = {}
     for k, var in product.items():
         groups.setdefault(key(k), []).append(var)
     for k, var in factor.items():
-        model.add(LinearExpr.sum(groups.get(k, [])) == var)
+        group = groups.get(k, [])
+        model.add_linear_terms([*group, var], [1] * len(group) + [-1], 0, 0)
 
 
 def cpsat_top(

@@ -177,6 +177,21 @@ class LinearExpr:
                 constant += k * _coefficient(e)
         return _Sum(tuple(terms), constant)
 
+    @staticmethod
+    def weighted_vars(variables: Iterable[IntVar], coefficients: Iterable[int]) -> LinearExpr:
+        """sum(c * v) over distinct variables with Python int coefficients (``ndarray.tolist()``
+        gives them): one flat node built at once, with no per-term checks or walk (the model
+        builder's hot path; ``weighted_sum`` takes anything)."""
+        variables = list(variables)
+        flat = dict(zip([v.index for v in variables], coefficients, strict=True))
+        if len(flat) != len(variables):
+            raise ValueError("weighted_vars: a variable appears more than once")
+        if not all(type(c) is int for c in flat.values()):
+            raise TypeError("weighted_vars: coefficients must be Python ints")
+        node = _Sum((), 0)
+        node._flat = ({i: c for i, c in flat.items() if c}, 0)
+        return node
+
     def flatten(self) -> tuple[dict[int, int], int]:
         """({variable index: non-zero coefficient}, constant), a fresh dict."""
         coefs, constant = _flatten(self)
@@ -432,7 +447,11 @@ class CpModel:
         return IntVar(self._num_vars - 1, name, 0 <= lo and hi <= 1)
 
     def new_bool_var(self, name: str) -> IntVar:
-        return self.new_int_var(0, 1, name)
+        var = self.proto.variables.add()
+        var.domain.extend((0, 1))
+        self._names.append(name)
+        self._num_vars += 1
+        return IntVar(self._num_vars - 1, name, True)
 
     # ---- constraints
     def _new_constraint(self):
@@ -457,6 +476,17 @@ class CpModel:
         ct.linear.vars.extend(coefs.keys())
         ct.linear.coeffs.extend(coefs.values())
         ct.linear.domain.extend(_shift(bounded.domain, constant))
+        return Constraint(ct, index)
+
+    def add_linear_terms(
+        self, variables: Iterable[IntVar], coefficients: Iterable[int], lower: int, upper: int
+    ) -> Constraint:
+        """lower <= sum(c * v) <= upper over distinct variables with Python int coefficients,
+        written straight into the proto (the model builder's many small sums)."""
+        ct, index = self._new_constraint()
+        ct.linear.vars.extend([v.index for v in variables])
+        ct.linear.coeffs.extend(coefficients)
+        ct.linear.domain.extend([_coefficient(lower), _coefficient(upper)])
         return Constraint(ct, index)
 
     def add_exactly_one(self, literals: Iterable[Literal]) -> Constraint:
