@@ -382,3 +382,31 @@ def test_bad_search_options_exit_2():
     assert r.exit_code == 2 and "unknown name 'tq' (did you mean 'tp'?)" in r.stderr
     r = runner.invoke(app, ["solve", "--choices", "tp=8,x"])
     assert r.exit_code == 2 and "--choices tp: 'x' is not an integer" in r.stderr
+
+
+def test_placements_are_shared_between_batches_and_keyed_by_the_cluster():
+    """Two batches of llama3-8b on h100-64 keep the same degree tuples and share one read-only
+    placement table; halving the scale-out bandwidth is another cluster, costed afresh (the
+    slowest group's seconds per byte grows)."""
+    from dataclasses import replace
+
+    model, cluster = load_model("llama3-8b"), resolve_cluster("h100-64")
+    spaces = [
+        build_space(Problem.build(model, cluster, Workload(global_batch_seqs=b, seq_len=4096)))
+        for b in (256, 512)
+    ]
+    assert spaces[0].coeffs is spaces[1].coeffs
+    assert not spaces[0].coeffs.dp.seconds_per_byte.flags.writeable
+    slow_axes = tuple(
+        replace(a, bytes_per_s_per_direction=a.bytes_per_s_per_direction / 2)
+        if a.name == "scale_out"
+        else a
+        for a in cluster.axes
+    )
+    slower = build_space(
+        Problem.build(
+            model, replace(cluster, axes=slow_axes), Workload(global_batch_seqs=256, seq_len=4096)
+        )
+    )
+    assert slower.coeffs is not spaces[0].coeffs
+    assert slower.coeffs.dp.seconds_per_byte.max() > spaces[0].coeffs.dp.seconds_per_byte.max()

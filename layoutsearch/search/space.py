@@ -18,7 +18,8 @@ kept once; placements are computed once per degree tuple.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, fields, is_dataclass, replace
+from functools import lru_cache
 
 import numpy as np
 
@@ -38,7 +39,9 @@ from layoutsearch.core.specs import (
     DEGREE_NAMES,
     RECOMPUTE_POLICIES,
     SCHEDULE_CODES,
+    Cluster,
     Layout,
+    ModelSpec,
 )
 from layoutsearch.costs import params, terms
 
@@ -295,22 +298,34 @@ def _ordered(shape_rows: np.ndarray, sk_shape: np.ndarray, sk_k: np.ndarray):
 def _placements(problem: Problem, degree_rows: np.ndarray, orders: list):
     """Per degree tuple (rows of ALL_DEGREE_NAMES) and axis order: whether the order places it,
     once per distinct coefficients (orders that place a tuple identically, for every group, are
-    kept once), and the ring coefficients of every group, all tuples of one order at once."""
+    kept once), and the ring coefficients of every group, all tuples of one order at once.
+
+    Remembered (read-only arrays) for the last few (cluster, model, degree tuples): the points of
+    a sweep over batches mostly keep the same degree tuples (``axis_orders`` of the cluster are
+    the ``orders``)."""
+    rows = np.ascontiguousarray(degree_rows, dtype=np.int64)
+    return _placements_of(problem.cluster, problem.model, rows.tobytes(), rows.shape)
+
+
+@lru_cache(maxsize=16)
+def _placements_of(cluster: Cluster, model: ModelSpec, rows_bytes: bytes, shape: tuple):
+    degree_rows = np.frombuffer(rows_bytes, dtype=np.int64).reshape(shape)
+    orders = axis_orders(cluster)
     degrees = {name: degree_rows[:, i] for i, name in enumerate(ALL_DEGREE_NAMES)}
-    kv = params.kv_replication(problem.model, degrees["tp"])
+    kv = params.kv_replication(model, degrees["tp"])
     order_mask = np.zeros((len(degree_rows), len(orders)), dtype=bool)
     per_order: list[terms.Coeffs] = []
     keys: list[np.ndarray] = []
-    moe = problem.model.moe is not None
+    moe = model.moe is not None
     for o, order in enumerate(orders):
-        table, ok = fill_order(problem.cluster, {k: degrees[k] for k in DEGREE_NAMES}, order)
+        table, ok = fill_order(cluster, {k: degrees[k] for k in DEGREE_NAMES}, order)
         expert_table = None
         if moe:
             expert_table, expert_ok = fill_order(
-                problem.cluster, expert_degrees(degrees), order, EXPERT_NESTING
+                cluster, expert_degrees(degrees), order, EXPERT_NESTING
             )
             ok = ok & expert_ok
-        co = terms.coeffs_of(problem.cluster, table, kv, expert_table)
+        co = terms.coeffs_of(cluster, table, kv, expert_table)
         key = np.stack(
             [
                 getattr(getattr(co, g), f)
@@ -325,7 +340,18 @@ def _placements(problem: Problem, degree_rows: np.ndarray, orders: list):
         order_mask[:, o] = ok & ~duplicate
         per_order.append(co)
         keys.append(key)
-    return order_mask, (terms.interleave_coeffs(per_order) if len(degree_rows) else None)
+    coeffs = terms.interleave_coeffs(per_order) if len(degree_rows) else None
+    _read_only(order_mask, coeffs)
+    return order_mask, coeffs
+
+
+def _read_only(*values) -> None:
+    """Mark every array inside (dataclasses of arrays included) read-only: they are shared."""
+    for value in values:
+        if isinstance(value, np.ndarray):
+            value.flags.writeable = False
+        elif is_dataclass(value):
+            _read_only(*(getattr(value, f.name) for f in fields(value)))
 
 
 def _validate_options(problem: Problem, options: SearchOptions) -> None:
