@@ -46,6 +46,7 @@ from layoutsearch.core.specs import (
 from layoutsearch.costs import params, terms
 
 SHAPE_FIELDS = (*ALL_DEGREE_NAMES, "v", "sched")
+SHAPE_INDEX = "shape_index"  # the candidate's shape row (no rule reads it)
 STAGE_FIELDS = {  # the fields known at each stage of the enumeration
     "degrees": frozenset(ALL_DEGREE_NAMES),
     "virtual": frozenset(SHAPE_FIELDS),
@@ -221,13 +222,14 @@ def build_space(
         by_stage[stage_of(rule)].append(rule)
     c = _apply(problem, by_stage["degrees"], problem_degree_tuples(problem))
     c = _apply(problem, by_stage["virtual"], with_virtual_stages(c, options.max_virtual_stages))
+    shape_rows = np.stack([c[f] for f in SHAPE_FIELDS], axis=1).reshape(-1, len(SHAPE_FIELDS))
+    # each row is a distinct shape from here on: its (S, K) rows carry its index
+    c = {**c, SHAPE_INDEX: np.arange(len(shape_rows), dtype=np.int64)}
     c = _apply(
         problem, by_stage["microbatches"], with_microbatches(c, problem.workload.global_batch_seqs)
     )
-    shape_rows, sk_shape = _unique_rows(
-        np.stack([c[f] for f in SHAPE_FIELDS], axis=1).reshape(-1, len(SHAPE_FIELDS))
-    )
-    shape_rows, sk_shape, sk_k = _ordered(shape_rows, sk_shape, c["k"])
+    used, sk_shape = np.unique(c[SHAPE_INDEX], return_inverse=True)
+    shape_rows, sk_shape, sk_k = _ordered(shape_rows[used], sk_shape.reshape(-1), c["k"])
     shapes = {f: shape_rows[:, i] for i, f in enumerate(SHAPE_FIELDS)}
     zero_mask = (
         np.stack(
