@@ -57,6 +57,9 @@ def per_key(fn, *keys):
     if all(a.ndim == 0 for a in arrays):
         return fn(*keys)
     shape = np.broadcast_shapes(*(a.shape for a in arrays))
+    if all(a.size == 1 for a in arrays):  # one row (an estimate's): its keys are the distinct ones
+        values = [a.reshape(1).astype(np.int64) for a in arrays]
+        return _spread(fn(*values), np.zeros(shape, dtype=np.int64))
     compact = [_compact(a) for a in arrays]  # each key as small integers, before broadcasting
     bases = [len(distinct) for distinct, _ in compact]
     code = compact[0][1]  # one integer per tuple
@@ -69,13 +72,15 @@ def per_key(fn, *keys):
         digits.append(digit)
     digits.reverse()
     values = [values[digit] for (values, _), digit in zip(compact, digits)]
+    return _spread(fn(*values), inverse)
 
-    def spread(value):
-        if isinstance(value, dict):
-            return {name: spread(v) for name, v in value.items()}
-        if isinstance(value, tuple):
-            return tuple(spread(v) for v in value)
-        value = np.asarray(value)
-        return value[inverse] if value.ndim else value
 
-    return spread(fn(*values))
+def _spread(value, inverse: np.ndarray):
+    """Each entry's value from the values of the distinct keys (``inverse``: its key's index), through
+    the dicts and tuples ``per_key``'s function returns; a scalar stays one."""
+    if isinstance(value, dict):
+        return {name: _spread(v, inverse) for name, v in value.items()}
+    if isinstance(value, tuple):
+        return tuple(_spread(v, inverse) for v in value)
+    value = np.asarray(value)
+    return value[inverse] if value.ndim else value

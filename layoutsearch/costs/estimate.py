@@ -9,7 +9,7 @@ peak this function computes, so every layout is costed once. An unplaced layout
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field, fields, replace
 
 import numpy as np
 
@@ -21,6 +21,7 @@ from layoutsearch.core.rules import Violation
 from layoutsearch.core.specs import RECOMPUTE_CODES, SCHEDULE_CODES, Layout, MfuConvention
 from layoutsearch.core.units import GB
 from layoutsearch.costs import flops, memory, params, step, terms
+from layoutsearch.costs.comms import RING_FIELDS
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -93,16 +94,25 @@ def layout_terms(
 ) -> tuple[step.StageTerms, step.StageTerms, step.StepTerms[float]]:
     """The step formula's terms of one placed layout in seconds per step, as ``estimate()`` adds
     them up: the first stage's, the last stage's and the once-per-step ones."""
-    _, _, (first, last), _, t = _costed(problem, layout)
+    _, _, (first, last), _, t = _costed(problem, layout, with_memory=False)
     return first, last, t
 
 
-def _costed(problem: Problem, layout: Layout):
-    """(keys, per-stage dicts of ``_stage``, their StageTerms, ``terms.step_collectives``, StepTerms)."""
+def step_seconds(problem: Problem, layout: Layout) -> float:
+    """``estimate(problem, layout).step_time_s`` of a placed layout, to the last bit: the step formula
+    of ``layout_terms`` (``step.step_total``: the sum ``estimate`` takes) without the layout checks,
+    memory moments and itemised times a step time does not read."""
+    first, last, once = layout_terms(problem, layout)
+    return _scalar(step.step_total(once, step.slowest_stage(first, last)))
+
+
+def _costed(problem: Problem, layout: Layout, with_memory: bool = True):
+    """(keys, per-stage dicts of ``_stage``, their StageTerms, ``terms.step_collectives``, StepTerms);
+    without ``with_memory`` the stage dicts lack the memory moments (a step time reads none)."""
     key = _Keys.of(problem, layout)
     stages = [
-        _stage(problem, key, first=True, last=layout.pp == 1),
-        _stage(problem, key, first=False, last=True),
+        _stage(problem, key, first=True, last=layout.pp == 1, with_memory=with_memory),
+        _stage(problem, key, first=False, last=True, with_memory=with_memory),
     ]
     per_stage = tuple(_stage_terms(problem, key, stages, st) for st in (0, 1))
     acc = problem.cluster.accelerator
@@ -184,6 +194,18 @@ class _Keys:
 
     @classmethod
     def of(cls, problem: Problem, layout: Layout) -> _Keys:
+        """The keys of a layout, built once per (model, cluster axes, layout): they read the cluster's
+        axes alone (``terms.layout_coeffs``), never its accelerator, so a calibration fit that varies
+        the accelerator's fields finds them again. Shared between calls: their arrays are read-only."""
+        found = _KEYS.get(key := (problem.model, problem.cluster.axes, layout))
+        if found is None:
+            if len(_KEYS) >= _KEYS_KEPT:
+                _KEYS.clear()
+            found = _KEYS[key] = cls._build(problem, layout)
+        return found
+
+    @classmethod
+    def _build(cls, problem: Problem, layout: Layout) -> _Keys:
         sh = terms.Shapes.of(
             **layout.all_degrees,
             v=layout.virtual_stages,
@@ -192,36 +214,31 @@ class _Keys:
             ll=layout.last_stage_layers or 0,
         )
         k = np.array([layout.num_microbatches])
-        return cls(
-            sh=sh,
-            k=k,
-            r=np.array([RECOMPUTE_CODES[layout.recompute]]),
-            z=np.array([layout.zero_stage]),
-            co=terms.layout_coeffs(problem.model, problem.cluster, layout),
-            mult=_scalar(terms.step_multiplier(sh, k)),
-            sp=layout.sequence_parallel,
-        )
+        co = terms.layout_coeffs(problem.model, problem.cluster, layout)
+        r, z = np.array([RECOMPUTE_CODES[layout.recompute]]), np.array([layout.zero_stage])
+        arrays = [k, r, z, *(getattr(sh, f.name) for f in fields(sh))]
+        arrays += [getattr(getattr(co, g), f) for g in terms.COEFF_GROUPS for f in RING_FIELDS]
+        for array in arrays:  # kept for later calls: an in-place write would change their costs
+            if isinstance(array, np.ndarray):
+                array.flags.writeable = False
+        mult = _scalar(terms.step_multiplier(sh, k))
+        return cls(sh=sh, k=k, r=r, z=z, co=co, mult=mult, sp=layout.sequence_parallel)
+
+
+_KEYS: dict[tuple, _Keys] = {}  # _Keys.of's, by (model, cluster axes, layout)
+_KEYS_KEPT = 1 << 12  # a calibration fit's records many times over; then it starts afresh
 
 
 def _scalar(x) -> float:
     return float(np.asarray(x).reshape(-1)[0])
 
 
-def _stage(problem: Problem, key: _Keys, first: bool, last: bool) -> dict:
-    """Per-microbatch seconds (compute items, collectives) and memory moments of the first or last stage."""
+def _stage(problem: Problem, key: _Keys, first: bool, last: bool, with_memory: bool = True) -> dict:
+    """Per-microbatch seconds (compute items, collectives) and, ``with_memory``, the memory moments
+    of the first or last stage."""
     model, workload, acc = problem.model, problem.workload, problem.cluster.accelerator
-    sh, k, r, z, co = key.sh, key.k, key.r, key.z, key.co
-    c = terms.compute_per_microbatch(model, workload, acc, sh, k, r, last, key.sp)
-    items = {
-        **terms.memory_by_zero(model, workload, sh, z, first),
-        **terms.memory_by_microbatch(model, workload, sh, k, r, first, last, key.sp),
-    }
-    moments = {
-        name: {kk: _scalar(v) for kk, v in terms.moment_bytes(items, name).items()}
-        for name in terms.MOMENTS
-    }
-    totals = {name: sum(live.values()) for name, live in moments.items()}
-    peak = max(totals, key=lambda name: totals[name])
+    sh, k, co = key.sh, key.k, key.co
+    c = terms.compute_per_microbatch(model, workload, acc, sh, k, key.r, last, key.sp)
     fc = terms.fsdp_collectives(model, workload, acc, sh, co)
     tp = terms.tp_per_microbatch(
         model, workload, acc, sh, k, co, last, c["window/matmul_fwd_layer"]
@@ -229,7 +246,7 @@ def _stage(problem: Problem, key: _Keys, first: bool, last: bool) -> dict:
     cp = terms.cp_per_microbatch(model, workload, acc, sh, k, co, c["window/attn_fwd_layer"])
     busy = terms.shard_link_traffic(tp, cp, co)
     ep = terms.ep_per_microbatch(model, workload, acc, sh, k, co, c["window/fwd_layer"])
-    return {
+    times = {
         "compute": {kk: _scalar(v) for kk, v in c.items() if kk.startswith("compute/")},
         "overhead": acc.microbatch_overhead_s * _scalar(sh.v),
         "windows": c,
@@ -241,6 +258,24 @@ def _stage(problem: Problem, key: _Keys, first: bool, last: bool) -> dict:
         "fsdp_fixed": terms.fsdp_exposed_fixed(
             model, acc, sh, fc, c["window/fwd_layer"], c["window/logits"], True, busy["fwd"], last
         ),
+    }
+    return {**times, **_stage_memory(problem, key, first, last)} if with_memory else times
+
+
+def _stage_memory(problem: Problem, key: _Keys, first: bool, last: bool) -> dict:
+    """The memory moments of the first or last stage, its peak and what it offloads to the host."""
+    model, workload, sh = problem.model, problem.workload, key.sh
+    items = {
+        **terms.memory_by_zero(model, workload, sh, key.z, first),
+        **terms.memory_by_microbatch(model, workload, sh, key.k, key.r, first, last, key.sp),
+    }
+    moments = {
+        name: {kk: _scalar(v) for kk, v in terms.moment_bytes(items, name).items()}
+        for name in terms.MOMENTS
+    }
+    totals = {name: sum(live.values()) for name, live in moments.items()}
+    peak = max(totals, key=lambda name: totals[name])
+    return {
         "moments": moments,
         "peak": (peak, totals[peak]),
         "host_offloaded": _scalar(items["host/offloaded"]),

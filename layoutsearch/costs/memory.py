@@ -260,7 +260,7 @@ def in_hbm_by_code(tensor: str) -> np.ndarray:
     )
 
 
-@lru_cache(maxsize=16)
+@lru_cache(maxsize=1024)  # a validation run's records hold hundreds of model variants
 def recompute_arrays(model: ModelSpec) -> dict[str, np.ndarray]:
     """``recompute_work`` of every policy, as arrays indexed by recompute code (RECOMPUTE_CODES);
     computed once per model (read-only arrays: every cost function of a search asks for them)."""

@@ -13,6 +13,8 @@ biases without MLP biases, and a bias on the output head.
 
 from __future__ import annotations
 
+from functools import lru_cache
+
 import numpy as np
 
 from layoutsearch.core.arrays import FloatArray, IntArray
@@ -202,6 +204,7 @@ def layer_params(model: ModelSpec, tp: IntArray = 1) -> FloatArray:
     return attention_params_per_layer(model, tp) + mlp + norm_params_per_layer(model, tp)
 
 
+@lru_cache(maxsize=1024)  # per model: ``num_moe_layers`` counts the layers one by one
 def moe_layer_share(model: ModelSpec) -> float:
     """The share of the layers that are MoE layers (0 for a dense model). A pipeline stage is costed
     at the mean layer: exact when the stages hold equal shares of MoE layers, the dense layers of
@@ -271,6 +274,7 @@ def mtp_params_per_layer(model: ModelSpec) -> int:
     return 3 * model.params_per_norm + 2 * model.d_model * model.d_model + block
 
 
+@lru_cache(maxsize=1024)  # per model: every pipeline split of a search or a fit asks for it
 def output_layer_equivalents(model: ModelSpec) -> int:
     """Whole layers' worth of work the last pipeline stage does besides its own layers (``core.stages``
     proposals take them off it): the output head, V x D weights against the mean layer's active ones (its

@@ -25,7 +25,7 @@ Step = (K + (p - 1)/v) x slowest stage's microbatch + per-step terms.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from functools import cache, partial
+from functools import cache, lru_cache, partial
 from statistics import NormalDist
 
 import numpy as np
@@ -403,14 +403,35 @@ def saved_widths_by_policy(
 ) -> tuple:
     """Elements per token and layer (``memory.saved_tensor_widths``, in activation_bytes units) that
     policy code ``r`` keeps in HBM, keeps on the host, and that a layer saves in all (keys tp, r)."""
-    widths = memory.saved_tensor_widths(
+    # what of the model and workload the widths read (``memory.saved_tensor_widths``)
+    reads = (
         model,
-        tp,
         sequence_parallel,
         workload.seq_len,
         workload.flash_attention,
         workload.activation_bytes,
-        fp8=workload.precision == "fp8",
+        workload.precision == "fp8",
+    )
+    if all(np.shape(x) == (1,) and np.asarray(x).dtype == np.int64 for x in (tp, r)):
+        return _one_row_widths(reads, int(tp[0]), int(r[0]))  # an estimate's: a fit asks again
+    return _widths_by_policy(reads, tp, r)
+
+
+@lru_cache(maxsize=4096)
+def _one_row_widths(reads: tuple, tp: int, r: int) -> tuple:
+    """``_widths_by_policy`` of the one-row keys (tp) and (r) (``per_key``'s), read-only."""
+    out = _widths_by_policy(reads, np.array([tp]), np.array([r]))
+    for array in out:
+        array.flags.writeable = False
+    return out
+
+
+def _widths_by_policy(reads: tuple, tp, r) -> tuple:
+    """``saved_widths_by_policy`` of (model, sequence_parallel, seq_len, flash_attention,
+    activation_bytes, fp8)."""
+    model, sequence_parallel, seq_len, flash_attention, activation_bytes, fp8 = reads
+    widths = memory.saved_tensor_widths(
+        model, tp, sequence_parallel, seq_len, flash_attention, activation_bytes, fp8=fp8
     )
     in_hbm = sum(_f(widths[n]) * memory.in_hbm_by_code(n)[r] for n in widths)
     hosted = sum(_f(widths[n]) * memory.on_host_by_code(n)[r] for n in widths)

@@ -43,8 +43,7 @@ from layoutsearch.core.catalogue import accelerator_from_dict
 from layoutsearch.core.errors import CatalogueError, InvalidArgumentError
 from layoutsearch.core.problem import Problem
 from layoutsearch.core.specs import Cluster, Layout
-from layoutsearch.costs import step
-from layoutsearch.costs.estimate import estimate, layout_terms
+from layoutsearch.costs.estimate import estimate, step_seconds
 from layoutsearch.validation.mapping import record_to_problem
 from layoutsearch.validation.parallel import parallel_map
 from layoutsearch.validation.runs import source_family
@@ -212,15 +211,13 @@ def tokens_per_s(problem: Problem, layout: Layout) -> float:
     every leave-one-source-out fold starts from the same catalogue values and scans the same
     routing spreads), and ``estimate`` is a pure function of its arguments.
 
-    A placed layout (every record's) is costed by the step formula alone (``layout_terms``, then
-    ``step.step_total``: the same sum ``estimate`` takes), without the layout checks, memory report
-    and itemised times a fit never reads.
+    A placed layout (every record's) is costed by the step formula alone (``estimate.step_seconds``:
+    the same sum ``estimate`` takes), without the layout checks, memory report and itemised times a
+    fit never reads.
     """
     if not layout.placed:
         return estimate(problem, layout, strict=False).tokens_per_s
-    first, last, once = layout_terms(problem, layout)
-    seconds = step.step_total(once, step.slowest_stage(first, last))
-    return problem.workload.global_batch_tokens / float(np.asarray(seconds).reshape(-1)[0])
+    return problem.workload.global_batch_tokens / step_seconds(problem, layout)
 
 
 def fit_residuals(log_errors: np.ndarray, loss: str = "squares") -> np.ndarray:
