@@ -100,14 +100,20 @@ def row_bounds(
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Per (S, K) row: a valid lower bound of the objective, which (row, r) fit in memory with
     some allowed ZeRO stage, and whether the row fits at all."""
+    fits_r = fits_by_row(space, t.MZ, t.MB, t.capacity_kib)
+    bound = t.VOLUME[space.sk_shape] if objective == "gather-volume" else _step_bound(space, t)
+    return bound, fits_r, np.asarray(fits_r.any(axis=1))
+
+
+def _step_bound(space: Space, t: Tables) -> np.ndarray:
+    """Per (S, K) row a valid lower bound of its step time: its least stage time, optimizer step
+    and pipeline sends over the allowed choices, plus the step overhead."""
     s = space.sk_shape
     omask, zmask = space.order_mask[s], space.zero_mask[s]
     stage = np.where(omask[:, None, :], t.STAGE0, BIG).min(axis=(1, 2))
     extra = np.where(zmask, t.optimizer_s[s], BIG).min(axis=1)
     pp = np.where(omask, t.pp_sends_s, BIG).min(axis=1)
-    fits_r = fits_by_row(space, t.MZ, t.MB, t.capacity_kib)
-    bound = t.VOLUME[s] if objective == "gather-volume" else stage + extra + pp + t.step_overhead_s
-    return bound, fits_r, np.asarray(fits_r.any(axis=1))
+    return stage + extra + pp + t.step_overhead_s
 
 
 def prune(
@@ -123,45 +129,55 @@ def prune(
     None, (row, r) fit mask, each row's exact least value or lower bound).
 
     Rows are costed exactly, best first in the order of their lower bound, until the next bound
-    exceeds that value: the k-th best layout's (its best placement's) value, or for step time its
-    ``reach_limit`` (a layout inside its risk band or tied may be ranked before it,
-    ``search.ranking``). A row
-    is kept when its exact minimum (costed rows) or its bound (the rest) does not exceed the value;
-    every other row provably holds no top-k layout. With ``exact_rows`` False, rows are kept on
-    their bounds alone.
+    exceeds the k-th best layout's (its best placement's) reach: the ``reach_limit`` of its step
+    time (a layout inside its risk band or tied may be ranked before it, ``search.ranking``). By
+    gather volume, (volume, step) in that order: a row of less volume than the k-th layout's, or
+    as much and a step within its reach (``ranking.relevant``). A row is kept when its exact
+    minimum (costed rows) or its bound (the rest) is within the reach; every other row provably
+    holds no top-k layout. With ``exact_rows`` False, rows are kept on their bounds alone. The
+    value returned: the reach's step, or by gather volume the k-th layout's volume.
     """
     bound, fits_r, fits = row_bounds(space, t, objective)
     rows = np.nonzero(fits)[0]
     if not enabled:  # the whole model: every row that fits in memory for some choice
         return rows, None, fits_r, bound
-    rows = rows[np.argsort(bound[rows], kind="stable")]
-    key = "volume" if objective == "gather-volume" else "step"
-    best = bound.copy()
-    values, done, chunk, limit = np.array([], dtype=np.int64), 0, PROMISING_ROWS, None
+    by_volume = objective == "gather-volume"
+    # by gather volume the rows' volumes (exact: one per shape) come first, their step bounds second
+    volume = bound if by_volume else np.zeros(len(bound), dtype=np.int64)
+    best = _step_bound(space, t) if by_volume else bound.copy()
+    rows = rows[np.lexsort((best[rows], volume[rows]))]
+    pairs = np.zeros((0, 2), dtype=np.int64)  # each layout's best (volume, step), the least k
+    done, chunk, limit, reach = 0, PROMISING_ROWS, None, None
     while done < len(rows):
-        if limit is not None and bound[rows[done]] > limit:
+        j = rows[done]
+        if reach is not None and (volume[j], best[j]) > reach:
             break
         sk, ri, z, o = candidate_grid(space, rows[done : done + chunk])
         m = assemble(t, space, sk, ri, z, o)
         ok = m["fits"]
-        value = np.broadcast_to(m[key], sk.shape)[ok]
+        value = np.broadcast_to(m["step"], sk.shape)[ok]
+        vol = volume[sk[ok]]
         gid = group_ids(space, sk[ok], ri[ok], z[ok])
-        order = np.lexsort((value, gid))
+        order = np.lexsort((value, vol, gid))
         first = np.ones(len(order), dtype=bool)
         first[1:] = gid[order][1:] != gid[order][:-1]
-        values = np.sort(np.concatenate([values, value[order][first]]))[
-            :top_k
-        ]  # best value of each layout
+        pairs = np.concatenate([pairs, np.stack([vol, value], axis=1)[order][first]])
+        pairs = pairs[np.lexsort((pairs[:, 1], pairs[:, 0]))][:top_k]
         exact = np.full(len(space.sk_k), BIG)
         np.minimum.at(exact, sk[ok], value)
         if exact_rows:
             best[rows[done : done + chunk]] = exact[rows[done : done + chunk]]
-        if len(values) >= top_k:
-            kth = int(values[top_k - 1])
-            limit = reach_limit(kth, tolerance) if key == "step" else kth
+        if len(pairs) >= top_k:
+            kth_volume, kth_step = (int(x) for x in pairs[top_k - 1])
+            reach = (kth_volume, reach_limit(kth_step, tolerance))
+            limit = kth_volume if by_volume else reach[1]
         done, chunk = done + chunk, chunk * 2
-    keep = rows if limit is None else rows[best[rows] <= limit]
-    return np.sort(keep), limit, fits_r, best
+    if reach is None:
+        keep = rows
+    else:  # less volume, or as much and within the step reach (``ranking.relevant``)
+        v, b = volume[rows], best[rows]
+        keep = rows[(v < reach[0]) | ((v == reach[0]) & (b <= reach[1]))]
+    return np.sort(keep), limit, fits_r, best if not by_volume else bound
 
 
 def focus(
