@@ -16,6 +16,7 @@ from layoutsearch.cli.common import (
     reports_errors,
 )
 from layoutsearch.report import render
+from layoutsearch.validation.bands import band_line
 from layoutsearch.validation.validate import load_runs, loso_line, validate_runs
 
 
@@ -51,6 +52,7 @@ def validate(
     else:
         render.validation_report(doc)
         typer.echo(loso_line(doc["summary"]["loso"]))
+        typer.echo(band_line(doc["summary"]))
     if not doc["summary"]["passed"]:
         typer.echo(one_line(doc["summary"]["message"]), err=True)
         raise typer.Exit(1)
