@@ -51,8 +51,8 @@ def validate(
         print_document(doc, fmt)
     else:
         render.validation_report(doc)
-        typer.echo(loso_line(doc["summary"]["loso"]))
         typer.echo(band_line(doc["summary"]))
+        typer.echo(loso_line(doc["summary"]["loso"]))
     if not doc["summary"]["passed"]:
         typer.echo(one_line(doc["summary"]["message"]), err=True)
         raise typer.Exit(1)
