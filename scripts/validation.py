@@ -33,9 +33,10 @@ from _common import data_file, table_head
 
 from layoutsearch.core.specs import LEARNED_ROUTING_EXPERT_CV
 from layoutsearch.core.uncertainty import PATH as UNCERTAINTY_PATH
+from layoutsearch.validation.bands import band_coverage, mark_in_band
 from layoutsearch.validation.calibrate import ROUTING_CV_GRID, leave_one_source_out
 from layoutsearch.validation.mapping import cuda_graphs as record_cuda_graphs
-from layoutsearch.validation.uncertainty import write_uncertainty
+from layoutsearch.validation.uncertainty import accelerator_kind, write_uncertainty
 from layoutsearch.validation.validate import load_runs, validate_runs
 
 DEFAULT_RUNS = "runs_dev.yaml"  # in tests/data/
@@ -227,6 +228,46 @@ def uncertainty_lines(table: dict | None, path: Path | None) -> list[str]:
         out.append(
             f"| {kind} | {q['count']} | {pct(q['p10'], True)} | {pct(q['p50'], True)} | {pct(q['p90'], True)} | "
             f"{band_text} |"
+        )
+    return out
+
+
+def rebanded(doc: dict, records: list[dict], table: dict) -> None:
+    """Each record's band, in-band flags and the summary's coverage from the bands just written
+    (``table``), in place of those of the file the validation read."""
+    entries, s = doc["records"], doc["summary"]
+    for e in entries:
+        if e["step_time_rel_band"] is not None:
+            kind = accelerator_kind(e["accelerator"])
+            e["step_time_rel_band"] = table["bands"].get(kind) or table["default"]
+    mark_in_band(entries, "rel_error", "in_band")
+    s["band_coverage"] = band_coverage(records, entries)
+    if s["loso_band_coverage"] is not None:
+        mark_in_band(entries, "loso_rel_error", "loso_in_band")
+        s["loso_band_coverage"] = band_coverage(records, entries, "loso_in_band")
+
+
+def coverage_lines(s: dict, built_here: bool) -> list[str]:
+    """The measured coverage of the 80% step-time bands, per class of record."""
+    cov, loso = s["band_coverage"], s.get("loso_band_coverage")
+    source = (
+        "from this file's leave-one-source-out errors, so its LOSO coverage is about 80% by construction"
+        if built_here
+        else "from `tests/data/runs_dev.yaml`'s leave-one-source-out errors: these records are held out for them"
+    )
+    out = [
+        f"Each prediction's band is the `step_time_rel_band` solve gives a layout (per accelerator kind; built "
+        f"{source}). Coverage = share of the records with a measured throughput whose measured step lay within "
+        f"predicted x (1 + low) .. predicted x (1 + high), nominal {cov['nominal']:.0%}.",
+        "",
+        "| class | records | coverage in sample | coverage LOSO |",
+        "|---|---|---|---|",
+    ]
+    rows = [*cov["by_class"].items(), ("all", cov["all"])]
+    for name, c in rows:
+        lc = (loso["all"] if name == "all" else loso["by_class"].get(name)) if loso else None
+        out.append(
+            f"| {name} | {c['count']} | {pct(c['fraction'])} | {pct(lc['fraction']) if lc else '-'} |"
         )
     return out
 
@@ -431,6 +472,7 @@ def write_markdown(
     ]
     lines += ["", "## Generalization: leave one source out", "", *loso_lines(s.get("loso"))]
     lines += ["", "## Uncertainty bands", "", *uncertainty_lines(*(uncertainty or (None, None)))]
+    lines += ["", "### Measured coverage of the bands", "", *coverage_lines(s, built_here=True)]
     lines += ["", "## Layout sweeps (Spearman rank correlation, predicted vs measured)", ""]
     lines += [
         f"- {sw['source_family']} on {sw['num_devices']} x {sw['accelerator']}, {sw['n']} runs: "
@@ -755,6 +797,10 @@ def write_moe_markdown(doc: dict, runs: Path, path: Path, records: list[dict]) -
         "gradients).",
         "",
         *moe_loso_lines(doc.get("loso")),
+        "## Coverage of the 80% step-time bands",
+        "",
+        *coverage_lines(s, built_here=False),
+        "",
         "## By accelerator",
         "",
         *group_lines(s["by_accelerator"], "accelerator"),
@@ -814,6 +860,12 @@ def main_moe(args: argparse.Namespace) -> int:
                     lambda r: record_cuda_graphs(r) == "full_iteration",
                 ),
             ),
+        )
+        for e in doc["records"]:
+            e["loso_rel_error"] = doc["loso"]["rel_errors"].get(e["id"])
+        mark_in_band(doc["records"], "loso_rel_error", "loso_in_band")
+        doc["summary"]["loso_band_coverage"] = band_coverage(
+            records, doc["records"], "loso_in_band"
         )
     args.out.mkdir(parents=True, exist_ok=True)
     write_moe_markdown(doc, args.runs, args.out / "validation_moe.md", records)
@@ -875,6 +927,7 @@ def main(argv: list[str] | None = None) -> int:
             "the measured step within predicted x (1 + low) .. predicted x (1 + high) for 80% of the records.",
         ]
         uncertainty = (write_uncertainty(doc, header, target), target)
+        rebanded(doc, records, uncertainty[0])
     heldout = validate_runs(
         load_runs(data_file(HELDOUT_RUNS)), args.max_median_error, rank=False, loso=False
     )

@@ -16,6 +16,7 @@ from layoutsearch.cli.common import (
     reports_errors,
 )
 from layoutsearch.report import render
+from layoutsearch.validation.bands import band_line
 from layoutsearch.validation.validate import load_runs, loso_line, validate_runs
 
 
@@ -50,6 +51,7 @@ def validate(
         print_document(doc, fmt)
     else:
         render.validation_report(doc)
+        typer.echo(band_line(doc["summary"]))
         typer.echo(loso_line(doc["summary"]["loso"]))
     if not doc["summary"]["passed"]:
         typer.echo(one_line(doc["summary"]["message"]), err=True)

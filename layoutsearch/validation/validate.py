@@ -40,6 +40,7 @@ import numpy as np
 from layoutsearch.core.errors import LayoutsearchError
 from layoutsearch.core.problem import Problem, SearchOptions
 from layoutsearch.core.specs import Objective
+from layoutsearch.core.uncertainty import uncertainty_band
 from layoutsearch.core.units import TERA
 from layoutsearch.costs import flops
 from layoutsearch.costs.estimate import Estimate, estimate
@@ -48,6 +49,7 @@ from layoutsearch.search.cpsat import row_bounds
 from layoutsearch.search.enumerate import candidate_grid
 from layoutsearch.search.space import build_space
 from layoutsearch.search.tables import assemble, build_tables
+from layoutsearch.validation.bands import band_coverage, mark_in_band
 from layoutsearch.validation.calibrate import DEFAULT_PARAMS, DEFAULT_SHARED, leave_one_source_out
 from layoutsearch.validation.mapping import (  # noqa: F401  (re-exported: the mapping is part of this interface)
     ACCELERATOR_ALIASES,
@@ -178,6 +180,9 @@ def _evaluate(record: dict) -> tuple[dict, tuple | None, Estimate | None]:
         "notes": [],
         "skipped_reason": None,
         "loso_rel_error": None,
+        "step_time_rel_band": None,
+        "in_band": None,
+        "loso_in_band": None,
     }
     try:
         out["notes"] = mapping_notes(record)
@@ -198,10 +203,12 @@ def _evaluate(record: dict) -> tuple[dict, tuple | None, Estimate | None]:
         predicted_mfu=predicted_mfu(record, est),
         predicted_memory_gib=est.memory_bytes["peak"] / 2**30,
         time_shares=time_shares(est),
+        step_time_rel_band=list(uncertainty_band(est.cluster.accelerator.kind)),
     )
     if meas["tokens_per_s_per_device"]:
         out["rel_error"] = pred / meas["tokens_per_s_per_device"] - 1.0
         out["reason"] = miss_reason(out["rel_error"], est)
+    mark_in_band([out], "rel_error", "in_band")
     return out, problem, est
 
 
@@ -314,7 +321,8 @@ def validate_runs(
     ``best_predicted_speedup`` (see ``rank_published``); without it those stay null. With
     ``loso`` (minutes: a calibration fit per source) the summary gets the leave-one-source-out
     block ``loso`` and each record its ``loso_rel_error``; without it (the default) those are
-    null. ``summary["ranking"]`` (Spearman per layout sweep, best-layout hits) is always there.
+    null. Each record's ``step_time_rel_band`` and ``in_band`` (``loso_in_band`` with ``loso``)
+    and the summary's ``band_coverage`` (``loso_band_coverage``) are ``validation.bands``'. ``summary["ranking"]`` (Spearman per layout sweep, best-layout hits) is always there.
     ``summary["warnings"]`` is ``warnings``, else the loader's (``load_runs(...).warnings``).
     Records, and problems to rank, are spread over ``workers`` processes (``parallel.parallel_map``;
     default: every CPU), with the values of a serial run.
@@ -327,6 +335,11 @@ def validate_runs(
     summary = summarize(entries, sweeps, max_median_error)
     summary["ranking"] = ranking(sweeps, best_layout_groups(records, entries))
     summary["loso"] = loso_block(records, entries) if loso else None
+    summary["band_coverage"] = band_coverage(records, entries)
+    summary["loso_band_coverage"] = None
+    if loso:
+        mark_in_band(entries, "loso_rel_error", "loso_in_band")
+        summary["loso_band_coverage"] = band_coverage(records, entries, "loso_in_band")
     summary["warnings"] = list(
         warnings if warnings is not None else getattr(records, "warnings", [])
     )

@@ -1,0 +1,163 @@
+"""`validate` gives each record the 80% step-time band of its prediction (`step_time_rel_band`,
+as solve's layouts carry it), whether the measured run lay in it, and the summary the bands'
+measured coverage per class (accelerator kind x dense / MoE)."""
+
+from __future__ import annotations
+
+import copy
+import json
+
+import pytest
+import yaml
+from test_validate_loso import SUBSET as LOSO_SUBSET  # six records of four sources
+
+from layoutsearch.cli import main
+from layoutsearch.core.uncertainty import uncertainty_band
+from layoutsearch.validation.bands import band_coverage, band_line, in_band
+from layoutsearch.validation.validate import load_runs, validate_runs
+
+DENSE_GPU = "megatron2021-table1-1-7b"
+
+
+@pytest.fixture(scope="module")
+def dev_raw(data_file) -> dict[str, dict]:
+    """tests/data/runs_dev.yaml's raw records by id."""
+    return {r["id"]: r for r in yaml.safe_load(data_file("runs_dev.yaml").read_text())}
+
+
+def runs_file(tmp_path, records: list[dict]):
+    """A runs file holding these raw records."""
+    path = tmp_path / "runs.yaml"
+    path.write_text(yaml.safe_dump(records, sort_keys=False))
+    return path
+
+
+def test_dense_gpu_record_band_and_in_band_match_a_hand_computation(dev_raw, tmp_path):
+    """A dense A100 record carries the GPU band of core/uncertainty.yaml, and in_band says whether
+    measured / predicted step - 1 (= predicted / measured tokens/s - 1) lies inside it."""
+    doc = validate_runs(load_runs(runs_file(tmp_path, [dev_raw[DENSE_GPU]])), rank=False, workers=1)
+    e = doc["records"][0]
+    assert e["step_time_rel_band"] == list(uncertainty_band("gpu")) == [-0.1015, 0.1198]
+    by_hand = e["predicted_tokens_per_s_per_device"] / e["measured_tokens_per_s_per_device"] - 1
+    assert e["measured_tokens_per_s_per_device"] == 9287.9
+    assert round(by_hand, 4) == 0.1056  # the measured step is 10.6% longer than predicted: inside
+    assert e["in_band"] is (-0.1015 <= by_hand <= 0.1198) is True
+    assert e["loso_in_band"] is None and doc["summary"]["loso_band_coverage"] is None
+    cov = doc["summary"]["band_coverage"]
+    assert cov["all"] == {"count": 1, "covered": int(e["in_band"]), "fraction": float(e["in_band"])}
+    assert list(cov["by_class"]) == ["gpu dense"]
+
+
+def test_in_band_bounds_are_inclusive_and_none_without_an_error():
+    """The band's ends count as inside; no error or no band gives None."""
+    band = [-0.1015, 0.1198]
+    assert [in_band(x, band) for x in (-0.1015, 0.1198, 0.12, -0.102, 0.0)] == [
+        True,
+        True,
+        False,
+        False,
+        True,
+    ]
+    assert in_band(None, band) is None and in_band(0.0, None) is None
+
+
+def test_coverage_counts_on_three_hand_made_records():
+    """Two dense H100 records (one in band) and one MoE v5p record (in band), plus a skipped one:
+    3 counted, 2 covered; gpu dense 1 of 2, tpu moe 1 of 1."""
+    records = [
+        {"model": {"num_layers": 2}},
+        {"model": {"num_layers": 2, "moe": None}},
+        {"model": {"num_layers": 2, "moe": {"num_experts": 8}}},
+        {"model": {"num_layers": 2}},
+    ]
+    entries = [
+        {"accelerator": "h100", "in_band": True},
+        {"accelerator": "h100", "in_band": False},
+        {"accelerator": "v5p", "in_band": True},
+        {"accelerator": "h100", "in_band": None},
+    ]
+    assert band_coverage(records, entries) == {
+        "nominal": 0.8,
+        "all": {"count": 3, "covered": 2, "fraction": 2 / 3},
+        "by_class": {
+            "gpu dense": {"count": 2, "covered": 1, "fraction": 0.5},
+            "tpu moe": {"count": 1, "covered": 1, "fraction": 1.0},
+        },
+    }
+
+
+def test_no_prediction_or_no_measurement_leaves_the_fields_null(dev_raw, tmp_path):
+    """A skipped record (tf32) has no band and no in_band; an OOM-only record has its band but
+    in_band null; neither counts in the coverage."""
+    tf32 = copy.deepcopy(dev_raw[DENSE_GPU])
+    tf32["id"], tf32["workload"]["precision"] = "tf32", "tf32"
+    oom = copy.deepcopy(dev_raw[DENSE_GPU])
+    oom["id"] = "oom-only"
+    oom["measured"].update(tokens_per_s_per_device=None, mfu=None, oom=True)
+    doc = validate_runs(load_runs(runs_file(tmp_path, [tf32, oom])), rank=False, workers=1)
+    skipped, oom_entry = doc["records"]
+    assert skipped["skipped_reason"] is not None
+    assert (skipped["step_time_rel_band"], skipped["in_band"]) == (None, None)
+    assert oom_entry["step_time_rel_band"] == [-0.1015, 0.1198] and oom_entry["in_band"] is None
+    assert doc["summary"]["band_coverage"]["all"] == {"count": 0, "covered": 0, "fraction": None}
+    assert band_line(doc["summary"]) == (
+        "80% band: no record has a predicted and a measured step to check"
+    )
+
+
+def test_moe_dev_file_in_sample_coverage(data_file):
+    """tests/data/runs_moe_dev.yaml (held out for the bands): 48 of 69 measured steps lie in their
+    band (70%): 45 of 65 on GPUs, 3 of 4 on TPUs."""
+    doc = validate_runs(load_runs(data_file("runs_moe_dev.yaml")), rank=False)
+    cov = doc["summary"]["band_coverage"]
+    assert (cov["all"]["count"], cov["all"]["covered"]) == (69, 48)
+    assert round(cov["all"]["fraction"], 3) == 0.696
+    assert {k: (v["count"], v["covered"]) for k, v in cov["by_class"].items()} == {
+        "gpu moe": (65, 45),
+        "tpu moe": (4, 3),
+    }
+
+
+def test_loso_band_flags_and_the_coverage_line(dev_raw, tmp_path, capsys):
+    """--loso: each record's loso_in_band follows its loso_rel_error (all six held-out predictions
+    of this subset lie within 9.1% of the measurement, inside both kinds' bands; in sample all six
+    too, within 10.6%), and the table
+    output prints one coverage line."""
+    path = runs_file(tmp_path, [dev_raw[rid] for rid in LOSO_SUBSET])
+    argv = ["validate", str(path), "--no-rank", "--max-median-error", "1"]
+    assert main([*argv, "--loso", "--format", "json"]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    assert [e["loso_in_band"] for e in doc["records"]] == [True] * 6
+    assert doc["summary"]["loso_band_coverage"]["by_class"] == {
+        "gpu dense": {"count": 5, "covered": 5, "fraction": 1.0},
+        "tpu dense": {"count": 1, "covered": 1, "fraction": 1.0},
+    }
+    assert doc["summary"]["band_coverage"]["all"] == {"count": 6, "covered": 6, "fraction": 1.0}
+    assert band_line(doc["summary"]) == (
+        "80% band: measured coverage 100% in sample over 6 records, "
+        "100% leave-one-source-out over 6"
+    )
+    assert main(argv) == 0
+    lines = [x for x in capsys.readouterr().out.splitlines() if x.startswith("80% band")]
+    assert lines == [
+        "80% band: measured coverage 100% in sample over 6 records (leave-one-source-out: --loso)"
+    ]
+
+
+def test_band_line_with_and_without_loso():
+    """The one-line summary names the in-sample and leave-one-source-out coverage and counts."""
+
+    def cov(count, covered):
+        return {
+            "nominal": 0.8,
+            "all": {"count": count, "covered": covered, "fraction": covered / count},
+        }
+
+    s = {"band_coverage": cov(149, 116), "loso_band_coverage": cov(149, 121)}
+    assert band_line(s) == (
+        "80% band: measured coverage 78% in sample over 149 records, "
+        "81% leave-one-source-out over 149"
+    )
+    assert band_line({"band_coverage": cov(149, 116), "loso_band_coverage": None}) == (
+        "80% band: measured coverage 78% in sample over 149 records (leave-one-source-out: --loso)"
+    )
