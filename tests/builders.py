@@ -29,6 +29,17 @@ from layoutsearch.search.cpsat import cpsat_top
 
 DATA = Path(__file__).resolve().parent / "data"
 
+# Six records of four sources of tests/data/runs_dev.yaml: a leave-one-source-out run small enough
+# for a test (tests/test_validate_loso.py, tests/test_validate_bands.py)
+LOSO_SUBSET = (
+    "megatron2021-table1-1-7b",
+    "megatron2021-table1-18-4b",
+    "fmsfsdp-a100-llama2-7b-128gpu",
+    "llmfoundry-mpt-a100-40g-7b-seq16384-8gpu-mbs1-ga4",
+    "llmfoundry-mpt-a100-40g-7b-seq8192-8gpu-mbs3-ga4",
+    "maxtext-v5p-2023-32b-1xv5p-128",
+)
+
 # A solver limit that a correct solve of the tests' small instances never reaches: their verdicts
 # must not depend on the machine's speed (the README's `python -m pytest -q` runs on loaded CI).
 NO_TIME_LIMIT_S = 86_400.0

@@ -9,7 +9,7 @@ import json
 
 import pytest
 import yaml
-from test_validate_loso import SUBSET as LOSO_SUBSET  # six records of four sources
+from builders import LOSO_SUBSET  # six records of four sources
 
 from layoutsearch.cli import main
 from layoutsearch.core.uncertainty import uncertainty_band

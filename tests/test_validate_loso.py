@@ -7,18 +7,11 @@ import json
 
 import pytest
 import yaml
+from builders import LOSO_SUBSET as SUBSET
 
 from layoutsearch.cli import main
 from layoutsearch.validation.validate import load_runs, validate_runs
 
-SUBSET = (
-    "megatron2021-table1-1-7b",
-    "megatron2021-table1-18-4b",
-    "fmsfsdp-a100-llama2-7b-128gpu",
-    "llmfoundry-mpt-a100-40g-7b-seq16384-8gpu-mbs1-ga4",
-    "llmfoundry-mpt-a100-40g-7b-seq8192-8gpu-mbs3-ga4",
-    "maxtext-v5p-2023-32b-1xv5p-128",
-)
 # summary.loso and each record's loso_rel_error as the implementation before --loso computed them
 # (the fits now remember the estimates they share; the numbers are the same)
 PINNED_LOSO_REL_ERROR = {
