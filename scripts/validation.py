@@ -13,11 +13,13 @@ uncertainty bands it writes to layoutsearch/core/uncertainty.yaml (``--uncertain
 write elsewhere, ``--uncertainty ''`` not at all). ``--calibration`` adds a section with the
 per-family calibration fit (never written to the catalogue by this script).
 
-``--moe`` writes only results/validation_moe.md (RUNS.yaml defaults to tests/data/runs_moe_dev.yaml):
-the catalogue's predictions of the MoE development set (no calibration refit, no ranking among
-candidates, no uncertainty bands), judged against the MoE targets (``MOE_TARGETS``), with each
-evaluated record's predicted time breakdown for the worst misses. The dense report, the scatter
-plot and the uncertainty bands are left as they are.
+``--moe`` writes results/validation_moe.md and the MoE uncertainty bands,
+layoutsearch/core/uncertainty_moe.yaml (RUNS.yaml defaults to tests/data/runs_moe_dev.yaml): the
+catalogue's predictions of the MoE development set (no calibration refit, no ranking among
+candidates), judged against the MoE targets (``MOE_TARGETS``), with each evaluated record's
+predicted time breakdown for the worst misses, and the bands from its leave-one-source-out
+errors (``--no-loso``: none written). The dense report, the scatter plot and the dense bands are
+left as they are.
 """
 
 from __future__ import annotations
@@ -32,6 +34,7 @@ from _common import REPO as ROOT  # first: puts this checkout's package ahead of
 from _common import data_file, table_head
 
 from layoutsearch.core.specs import LEARNED_ROUTING_EXPERT_CV
+from layoutsearch.core.uncertainty import MOE_PATH as MOE_UNCERTAINTY_PATH
 from layoutsearch.core.uncertainty import PATH as UNCERTAINTY_PATH
 from layoutsearch.validation.bands import band_coverage, mark_in_band
 from layoutsearch.validation.calibrate import ROUTING_CV_GRID, leave_one_source_out
@@ -49,6 +52,7 @@ OWN_OUTPUTS = (
     "results/validation_scatter.png",
     "results/validation_moe.md",
     "layoutsearch/core/uncertainty.yaml",
+    "layoutsearch/core/uncertainty_moe.yaml",
 )  # what this script writes
 
 
@@ -245,6 +249,27 @@ def rebanded(doc: dict, records: list[dict], table: dict) -> None:
     if s["loso_band_coverage"] is not None:
         mark_in_band(entries, "loso_rel_error", "loso_in_band")
         s["loso_band_coverage"] = band_coverage(records, entries, "loso_in_band")
+
+
+def moe_band_lines(
+    s: dict, uncertainty: tuple[dict, Path] | None, held_out: dict | None
+) -> list[str]:
+    """The MoE report's bands: their coverage with the dense bands (held out for them), and the MoE
+    bands written from this file's leave-one-source-out errors with their coverage."""
+    if uncertainty is None:  # --no-loso or --uncertainty '': the bands in force, held out
+        return coverage_lines(s, built_here=False)
+    return [
+        "With the dense models' bands (`layoutsearch/core/uncertainty.yaml`), which these records are held "
+        "out for:",
+        "",
+        *coverage_lines(held_out or s, built_here=False),
+        "",
+        "So MoE predictions get bands of their own, from this file's leave-one-source-out errors:",
+        "",
+        *uncertainty_lines(*uncertainty),
+        "",
+        *coverage_lines(s, built_here=True),
+    ]
 
 
 def coverage_lines(s: dict, built_here: bool) -> list[str]:
@@ -763,9 +788,17 @@ def moe_loso_lines(loso: dict | None) -> list[str]:
     return out + [""]
 
 
-def write_moe_markdown(doc: dict, runs: Path, path: Path, records: list[dict]) -> None:
+def write_moe_markdown(
+    doc: dict,
+    runs: Path,
+    path: Path,
+    records: list[dict],
+    uncertainty: tuple[dict, Path] | None = None,
+    held_out: dict | None = None,
+) -> None:
     """results/validation_moe.md: summary against the targets, groups, worst 10 with the time breakdown,
-    skipped records, fit mismatches, per-record table."""
+    skipped records, fit mismatches, per-record table; the MoE bands written (``uncertainty``) with
+    their coverage, and the coverage the bands in force gave before (``held_out``: a summary)."""
     s, entries = doc["summary"], doc["records"]
     lines = [
         "# Validation against published mixture-of-experts runs",
@@ -799,7 +832,7 @@ def write_moe_markdown(doc: dict, runs: Path, path: Path, records: list[dict]) -
         *moe_loso_lines(doc.get("loso")),
         "## Coverage of the 80% step-time bands",
         "",
-        *coverage_lines(s, built_here=False),
+        *moe_band_lines(s, uncertainty, held_out),
         "",
         "## By accelerator",
         "",
@@ -867,14 +900,45 @@ def main_moe(args: argparse.Namespace) -> int:
         doc["summary"]["loso_band_coverage"] = band_coverage(
             records, doc["records"], "loso_in_band"
         )
+    uncertainty = None
+    if args.uncertainty and not args.no_loso:  # the MoE bands, from the LOSO errors just computed
+        target = (
+            MOE_UNCERTAINTY_PATH
+            if args.uncertainty == str(UNCERTAINTY_PATH)
+            else Path(args.uncertainty).resolve()
+        )
+        uncertainty = (
+            write_uncertainty(doc, uncertainty_header(args.runs, moe=True), target),
+            target,
+        )
+    held_out = dict(doc["summary"])  # coverage with the bands the records were predicted with
+    if uncertainty is not None:
+        rebanded(doc, records, uncertainty[0])
     args.out.mkdir(parents=True, exist_ok=True)
-    write_moe_markdown(doc, args.runs, args.out / "validation_moe.md", records)
+    write_moe_markdown(
+        doc, args.runs, args.out / "validation_moe.md", records, uncertainty, held_out
+    )
     s = doc["summary"]
     print(
         f"{s['count']} evaluated, {s['skipped']} of {len(records)} skipped: median {pct(s['median_abs_rel_error'])}, "
         f"p90 {pct(s['p90_abs_rel_error'])}, fit accuracy {pct(s['fit_accuracy'])}"
     )
     return 0
+
+
+def uncertainty_header(runs: Path, moe: bool = False) -> list[str]:
+    """The comment lines heading an uncertainty data file: what it holds, the command, the input."""
+    digest = hashlib.sha256(runs.read_bytes()).hexdigest()[:16]
+    rel = runs.relative_to(ROOT) if runs.is_relative_to(ROOT) else runs
+    what = "mixture-of-experts models" if moe else "dense models"
+    return [
+        f"Uncertainty bands of predicted step times of {what}, per accelerator kind (layoutsearch.core.uncertainty).",
+        f"Generated by `{command(runs, moe)}` (from the repository root); do not edit by hand.",
+        f"Input: {rel} (sha256 {digest}...); code: git {code_version()}.",
+        "quantiles: p10/p50/p90 of error = predicted / measured step time - 1 over the evaluated records,",
+        "each predicted out of sample (leave-one-source-out calibration); bands/default: [low, high] with",
+        "the measured step within predicted x (1 + low) .. predicted x (1 + high) for 80% of the records.",
+    ]
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -916,17 +980,7 @@ def main(argv: list[str] | None = None) -> int:
     uncertainty = None
     if args.uncertainty:
         target = Path(args.uncertainty).resolve()
-        digest = hashlib.sha256(args.runs.read_bytes()).hexdigest()[:16]
-        rel = args.runs.relative_to(ROOT) if args.runs.is_relative_to(ROOT) else args.runs
-        header = [
-            "Uncertainty bands of predicted step times, per accelerator kind (layoutsearch.core.uncertainty).",
-            f"Generated by `{command(args.runs)}` (from the repository root); do not edit by hand.",
-            f"Input: {rel} (sha256 {digest}...); code: git {code_version()}.",
-            "quantiles: p10/p50/p90 of error = predicted / measured step time - 1 over the evaluated records,",
-            "each predicted out of sample (leave-one-source-out calibration); bands/default: [low, high] with",
-            "the measured step within predicted x (1 + low) .. predicted x (1 + high) for 80% of the records.",
-        ]
-        uncertainty = (write_uncertainty(doc, header, target), target)
+        uncertainty = (write_uncertainty(doc, uncertainty_header(args.runs), target), target)
         rebanded(doc, records, uncertainty[0])
     heldout = validate_runs(
         load_runs(data_file(HELDOUT_RUNS)), args.max_median_error, rank=False, loso=False

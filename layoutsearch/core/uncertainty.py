@@ -1,10 +1,12 @@
-"""How far a measured step time may be from the predicted one: a band per accelerator kind.
+"""How far a measured step time may be from the predicted one: a band per class of prediction.
 
-``uncertainty_band(kind)`` returns (low, high) such that the measured step time lay within
-[predicted x (1 + low), predicted x (1 + high)] for 80% of the validation's records of that kind.
-It reads ``uncertainty.yaml`` beside this module, which the validation writes
-(``python scripts/validation.py``, from tests/data/runs_dev.yaml; the file's header names the
-command and the input):
+``uncertainty_band(kind, moe)`` returns (low, high) such that the measured step time lay within
+[predicted x (1 + low), predicted x (1 + high)] for 80% of the validation's records of that
+accelerator kind, dense or mixture-of-experts. It reads two files beside this module, which the
+validation writes (each file's header names the command and the input): ``uncertainty.yaml``
+(dense models: ``python scripts/validation.py``, from tests/data/runs_dev.yaml) and
+``uncertainty_moe.yaml`` (MoE models: ``python scripts/validation.py --moe``, from
+tests/data/runs_moe_dev.yaml; a MoE prediction without a band there takes the dense one). Each:
 
 - ``bands``: kind (``gpu``, ``tpu``) -> [low, high]; ``default``: [low, high] over all records
   (used for a kind without a band);
@@ -25,6 +27,7 @@ from pathlib import Path
 import yaml
 
 PATH = Path(__file__).with_name("uncertainty.yaml")
+MOE_PATH = Path(__file__).with_name("uncertainty_moe.yaml")
 _LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)  # libyaml where PyYAML has it
 # No file, an unreadable one, or no usable band in it: a wide symmetric band (about the p90
 # |error| of the development set's validation).
@@ -57,13 +60,19 @@ def _band(value: object) -> tuple[float, float] | None:
     return (low, high) if -1.0 < low <= high else None
 
 
-def uncertainty_band(accelerator_kind: str) -> tuple[float, float]:
+def uncertainty_band(accelerator_kind: str, moe: bool = False) -> tuple[float, float]:
     """(low, high), relative to the predicted step time: the measured step time lay within
     predicted x (1 + low) .. predicted x (1 + high) for 80% of the validation records of this
     accelerator kind ("gpu" or "tpu"; another kind, or one without a band, uses the file's
-    ``default``; no usable file: ``FALLBACK_BAND``). A biased engine has a one-sided band."""
-    data = _read(PATH)
+    ``default``), dense or, with ``moe``, mixture-of-experts (``MOE_PATH``; without a usable MoE
+    band, the dense one). No usable file: ``FALLBACK_BAND``. A biased engine has a one-sided band."""
+    found = _kind_band(_read(MOE_PATH), accelerator_kind) if moe else None
+    return found or _kind_band(_read(PATH), accelerator_kind) or FALLBACK_BAND
+
+
+def _kind_band(data: dict, accelerator_kind: str) -> tuple[float, float] | None:
+    """The file's band of the kind, else its ``default``, else None."""
     bands = data.get("bands")
     if not isinstance(bands, dict):
         bands = {}
-    return _band(bands.get(accelerator_kind)) or _band(data.get("default")) or FALLBACK_BAND
+    return _band(bands.get(accelerator_kind)) or _band(data.get("default"))

@@ -292,7 +292,8 @@ def solve_report(
             f"(low memory headroom, TP across the slow network, then CP, CP at all, many microbatches) ranks "
             f"first, and step times within {result.tie_tolerance:.1%} are ties, won by the simplest "
             f"layout; band s: the model's uncertainty, {low * 100:+.0f}%..{high * 100:+.0f}% of the step time "
-            f"on {result.layouts[0].cluster.accelerator.kind.upper()}s",
+            f"on {result.layouts[0].cluster.accelerator.kind.upper()}s"
+            + (" for MoE models" if result.layouts[0].problem.model.moe is not None else ""),
             markup=False,
             highlight=False,
         )

@@ -40,11 +40,11 @@ import numpy as np
 from layoutsearch.core.errors import LayoutsearchError
 from layoutsearch.core.problem import Problem, SearchOptions
 from layoutsearch.core.specs import Objective
-from layoutsearch.core.uncertainty import uncertainty_band
 from layoutsearch.core.units import TERA
 from layoutsearch.costs import flops
 from layoutsearch.costs.estimate import Estimate, estimate
 from layoutsearch.costs.flops import hardware_flops_per_token  # noqa: F401  (re-exported for the tests)
+from layoutsearch.report.output import band_of
 from layoutsearch.search.cpsat import row_bounds
 from layoutsearch.search.enumerate import candidate_grid
 from layoutsearch.search.space import build_space
@@ -203,7 +203,7 @@ def _evaluate(record: dict) -> tuple[dict, tuple | None, Estimate | None]:
         predicted_mfu=predicted_mfu(record, est),
         predicted_memory_gib=est.memory_bytes["peak"] / 2**30,
         time_shares=time_shares(est),
-        step_time_rel_band=list(uncertainty_band(est.cluster.accelerator.kind)),
+        step_time_rel_band=list(band_of(est)),
     )
     if meas["tokens_per_s_per_device"]:
         out["rel_error"] = pred / meas["tokens_per_s_per_device"] - 1.0
