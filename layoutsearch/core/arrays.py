@@ -6,6 +6,7 @@ one value per row, evaluated elementwise), so its arguments and result are eithe
 
 from __future__ import annotations
 
+from dataclasses import fields, is_dataclass
 from typing import TypeAlias
 
 import numpy as np
@@ -84,3 +85,17 @@ def _spread(value, inverse: np.ndarray):
         return tuple(_spread(v, inverse) for v in value)
     value = np.asarray(value)
     return value[inverse] if value.ndim else value
+
+
+def read_only(*values) -> None:
+    """Mark every array in ``values`` read-only, inside dataclasses, dicts, lists and tuples too:
+    for arrays a cache shares between calls (an in-place write would change later costs)."""
+    for value in values:
+        if isinstance(value, np.ndarray):
+            value.flags.writeable = False
+        elif is_dataclass(value) and not isinstance(value, type):
+            read_only(*(getattr(value, f.name) for f in fields(value)))
+        elif isinstance(value, dict):
+            read_only(*value.values())
+        elif isinstance(value, (list, tuple)):
+            read_only(*value)

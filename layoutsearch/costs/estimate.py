@@ -9,10 +9,11 @@ peak this function computes, so every layout is costed once. An unplaced layout
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field, fields, replace
+from dataclasses import dataclass, field, replace
 
 import numpy as np
 
+from layoutsearch.core.arrays import read_only
 from layoutsearch.core.check import check_layout
 from layoutsearch.core.errors import InvalidLayoutError
 from layoutsearch.core.placement import candidate_placements
@@ -21,7 +22,6 @@ from layoutsearch.core.rules import Violation
 from layoutsearch.core.specs import RECOMPUTE_CODES, SCHEDULE_CODES, Layout, MfuConvention
 from layoutsearch.core.units import GB
 from layoutsearch.costs import flops, memory, params, step, terms
-from layoutsearch.costs.comms import RING_FIELDS
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -216,11 +216,7 @@ class _Keys:
         k = np.array([layout.num_microbatches])
         co = terms.layout_coeffs(problem.model, problem.cluster, layout)
         r, z = np.array([RECOMPUTE_CODES[layout.recompute]]), np.array([layout.zero_stage])
-        arrays = [k, r, z, *(getattr(sh, f.name) for f in fields(sh))]
-        arrays += [getattr(getattr(co, g), f) for g in terms.COEFF_GROUPS for f in RING_FIELDS]
-        for array in arrays:  # kept for later calls: an in-place write would change their costs
-            if isinstance(array, np.ndarray):
-                array.flags.writeable = False
+        read_only(k, r, z, sh, co)  # kept for later calls
         mult = _scalar(terms.step_multiplier(sh, k))
         return cls(sh=sh, k=k, r=r, z=z, co=co, mult=mult, sp=layout.sequence_parallel)
 

@@ -10,7 +10,7 @@ from functools import cache, lru_cache
 
 import numpy as np
 
-from layoutsearch.core.arrays import FloatArray, IntArray
+from layoutsearch.core.arrays import FloatArray, IntArray, read_only
 from layoutsearch.core.frameworks import transient_zero3_weights
 from layoutsearch.core.specs import OFFLOAD_POLICIES, RECOMPUTE_POLICIES, ModelSpec, Workload
 from layoutsearch.costs.flops import mlp_width_per_token, value_head_dim
@@ -266,8 +266,7 @@ def recompute_arrays(model: ModelSpec) -> dict[str, np.ndarray]:
     computed once per model (read-only arrays: every cost function of a search asks for them)."""
     work = [recompute_work(model, policy) for policy in RECOMPUTE_POLICIES]
     out = {key: np.array([w[key] for w in work]) for key in work[0]}
-    for array in out.values():
-        array.flags.writeable = False
+    read_only(out)
     return out
 
 

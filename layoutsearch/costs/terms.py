@@ -30,7 +30,7 @@ from statistics import NormalDist
 
 import numpy as np
 
-from layoutsearch.core.arrays import per_key
+from layoutsearch.core.arrays import per_key, read_only
 from layoutsearch.core.frameworks import (
     node_dedup,
     profile_of,
@@ -421,8 +421,7 @@ def saved_widths_by_policy(
 def _one_row_widths(reads: tuple, tp: int, r: int) -> tuple:
     """``_widths_by_policy`` of the one-row keys (tp) and (r) (``per_key``'s), read-only."""
     out = _widths_by_policy(reads, np.array([tp]), np.array([r]))
-    for array in out:
-        array.flags.writeable = False
+    read_only(out)
     return out
 
 

@@ -18,11 +18,12 @@ kept once; placements are computed once per degree tuple.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, fields, is_dataclass, replace
+from dataclasses import dataclass, replace
 from functools import lru_cache
 
 import numpy as np
 
+from layoutsearch.core.arrays import read_only
 from layoutsearch.core.errors import InvalidArgumentError
 from layoutsearch.core.numbers import divisors
 from layoutsearch.core.placement import (
@@ -343,17 +344,8 @@ def _placements_of(cluster: Cluster, model: ModelSpec, rows_bytes: bytes, shape:
         per_order.append(co)
         keys.append(key)
     coeffs = terms.interleave_coeffs(per_order) if len(degree_rows) else None
-    _read_only(order_mask, coeffs)
+    read_only(order_mask, coeffs)
     return order_mask, coeffs
-
-
-def _read_only(*values) -> None:
-    """Mark every array inside (dataclasses of arrays included) read-only: they are shared."""
-    for value in values:
-        if isinstance(value, np.ndarray):
-            value.flags.writeable = False
-        elif is_dataclass(value):
-            _read_only(*(getattr(value, f.name) for f in fields(value)))
 
 
 def _validate_options(problem: Problem, options: SearchOptions) -> None:
