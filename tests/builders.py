@@ -25,7 +25,9 @@ from layoutsearch.core.topology import resolve_cluster
 from layoutsearch.costs.estimate import estimate
 from layoutsearch.export import check_export, export_document
 from layoutsearch.report.output import layout_record
+from layoutsearch.search import SearchOptions
 from layoutsearch.search.cpsat import cpsat_top
+from layoutsearch.search.space import build_space
 
 DATA = Path(__file__).resolve().parent / "data"
 
@@ -43,6 +45,16 @@ LOSO_SUBSET = (
 # A solver limit that a correct solve of the tests' small instances never reaches: their verdicts
 # must not depend on the machine's speed (the README's `python -m pytest -q` runs on loaded CI).
 NO_TIME_LIMIT_S = 86_400.0
+
+
+def catalogue_space(model_id: str, cluster_id: str, seqs: int, seq_len: int = 4096):
+    """The candidate space of a catalogue model on a catalogue cluster (default search options)."""
+    problem = Problem.build(
+        load_model(model_id),
+        resolve_cluster(cluster_id),
+        Workload(global_batch_seqs=seqs, seq_len=seq_len),
+    )
+    return build_space(problem, SearchOptions())
 
 
 def proven_top(space, tables, objective: str, top_k: int, **options):

@@ -5,7 +5,7 @@ import json
 import numpy as np
 import pytest
 import reference
-from builders import proven_top
+from builders import catalogue_space, proven_top
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from typer.testing import CliRunner
@@ -18,11 +18,11 @@ from layoutsearch.core.specs import ModelSpec, Workload
 from layoutsearch.core.topology import resolve_cluster
 from layoutsearch.costs.estimate import estimate
 from layoutsearch.search import SearchOptions, satmodel, solve
-from layoutsearch.search.cpsat import _solver, build_model, prune
-from layoutsearch.search.enumerate import enumerate_top
+from layoutsearch.search.cpsat import _hint, _solver, build_model, prune
+from layoutsearch.search.enumerate import candidate_grid, enumerate_top
 from layoutsearch.search.ranking import reach_limit, tie_limit
 from layoutsearch.search.space import build_space
-from layoutsearch.search.tables import assemble, build_tables
+from layoutsearch.search.tables import assemble, build_tables, row_terms, term_keys, terms_of_rows
 from layoutsearch.validation.calibrate import with_calibration
 
 runner = CliRunner()
@@ -98,12 +98,7 @@ def test_gather_volume_keeps_only_rows_within_the_step_reach_of_the_least_volume
     those whose step can reach the tie band of the best at that volume stay (92 of 17,409 rows; 3,000
     before, where `solve` ran out of its 30 s), and CP-SAT without a time limit ranks what the
     enumerator does."""
-    problem = Problem.build(
-        load_model("gpt3-175b"),
-        resolve_cluster("a100-80gb-1024"),
-        Workload(global_batch_seqs=1024, seq_len=4096),
-    )
-    space = build_space(problem, SearchOptions())
+    space = catalogue_space("gpt3-175b", "a100-80gb-1024", 1024)
     tables = build_tables(space)
     rows, volume, _, _ = prune(space, tables, "gather-volume", 1)
     assert len(rows) == 92 and volume == 688128  # KiB
@@ -429,3 +424,58 @@ def test_placements_are_shared_between_batches_and_keyed_by_the_cluster():
     )
     assert slower.coeffs is not spaces[0].coeffs
     assert slower.coeffs.dp.seconds_per_byte.max() > spaces[0].coeffs.dp.seconds_per_byte.max()
+
+
+@pytest.mark.parametrize(
+    "model_id, cluster_id, seqs, rows, keys",
+    [
+        ("llama70b", "v5p-8192", 1024, 18913, 5247),
+        ("mixtral-8x7b", "h100-256", 512, 41674, 15618),
+    ],
+)
+def test_row_terms_costed_once_per_key_are_those_of_every_row(
+    model_id, cluster_id, seqs, rows, keys
+):
+    """The (S,K) x r terms read the data unit (dp x fsdp) only whole: rows that differ only in how
+    ZeRO shards it share a key, costed once (llama70b on v5p-8192: 18,913 rows, 5,247 keys), and
+    the terms spread back to the rows are those costed row by row, to the bit."""
+    space = catalogue_space(model_id, cluster_id, seqs)
+    first, key = term_keys(space)
+    assert (len(key), len(first)) == (rows, keys)
+    shared, each = row_terms(space), terms_of_rows(space, np.arange(rows))
+    for a, b in zip(
+        shared.compute_s + [shared.backward_s, shared.reduce_window_s],
+        each.compute_s + [each.backward_s, each.reduce_window_s],
+    ):
+        assert np.array_equal(a, b)
+    assert np.array_equal(shared.gather_window_s, each.gather_window_s)
+    for a_stage, b_stage in zip(shared.memory_bytes, each.memory_bytes):
+        for a, b in zip(a_stage, b_stage):
+            assert np.array_equal(a, b)
+    for a_stage, b_stage in zip(shared.windows or [], each.windows or []):
+        assert all(np.array_equal(a_stage[name], b_stage[name]) for name in a_stage)
+
+
+def test_a_hint_sets_every_variable_to_a_solution_at_the_candidates_step():
+    """The hint of a candidate sets the selections and the variables they determine (ZeRO-3's
+    extra stage time, each exposed collective and its interference, the headroom risk): fixed to
+    it, the model is feasible and its step is the candidate's tabulated step; the rows' cut
+    (step at least the chosen row's least) holds there. deepseek-v3 on h100-2048, 5 candidates."""
+    space = catalogue_space("deepseek-v3", "h100-2048", 15360)
+    t = build_tables(space)
+    rows, _, fits_r, best = prune(space, t, "step-time", 3)
+    cm, v, exprs = build_model(space, t, rows, None, fits_r, best)
+    sk, ri, z, o = candidate_grid(space, rows)
+    m = assemble(t, space, sk, ri, z, o)
+    fitting = np.nonzero(m["fits"])[0]
+    assert len(fitting) >= 5
+    for i in fitting[:: len(fitting) // 5][:5]:
+        hint = _hint(space, t, v, int(sk[i]), int(ri[i]), int(z[i]), int(o[i]))
+        assert len(hint) == len(cm.proto.variables)  # complete: nothing for the search to repair
+        pinned = cm.clone()
+        for var, value in hint.items():  # the clone keeps the variables' indices
+            pinned.add_linear_terms([var], [1], value, value)
+        pinned.minimize(exprs["step"])
+        solver = _solver(10)
+        assert solver.solve(pinned) == 4  # OPTIMAL: the hint is a solution
+        assert solver.objective_value == m["step"][i] >= best[sk[i]]

@@ -8,7 +8,7 @@ that value (or above the memory capacity) are clipped to it, which keeps the coe
 (google/or-tools#5293) without changing any top-k candidate.
 
 Each rank is the ranking of ``search.ranking`` as solves: the least step time T0 (the proof), then
-within its risk band the least risk and the least step time T of that risk (one solve, ``_with_step``),
+within its risk band the least risk and the least step time T of that risk (one solve, ``_merged_width``),
 then, with the step time at most T's tie limit, the simplicity key as one or two mixed-radix objectives
 over the one-hot choices (digits: ranks among the model's own shapes, microbatch counts and axis
 orders, so the coefficients stay small); then the ranked layout, all its placements, is excluded.
@@ -36,6 +36,7 @@ from layoutsearch.search.ranking import (
     group_ids,
     headroom_kib,
     reach_limit,
+    risk_score,
     select,
     shape_risk,
     shape_simplicity,
@@ -51,6 +52,7 @@ from layoutsearch.search.tables import (
     build_tables,
     compute_bounds,
     fits_by_row,
+    step_terms,
 )
 
 PROMISING_ROWS = 32
@@ -93,6 +95,12 @@ class Vars:
     w: dict = field(default_factory=dict)  # (row, r, o) -> bool: the key of the stage time
     sz: dict = field(default_factory=dict)  # (shape, z) -> bool
     szo: dict = field(default_factory=dict)  # (shape, z, o) -> bool
+    # the variables a candidate's selections determine (a hint sets them too): whether ZeRO-3
+    # collectives run and their extra stage time, each EXPOSED part's (exposed, floor(eta exposed))
+    # and the headroom risk
+    zero3: tuple = ()
+    exposed: list = field(default_factory=list)
+    low_headroom: object = None
 
 
 def row_bounds(
@@ -210,8 +218,18 @@ def focus(
     return near, build_tables(near, deadline, costed.restrict(space, rows))
 
 
-def build_model(space: Space, t: Tables, rows: np.ndarray, clip: int | None, fits_r: np.ndarray):
-    """The CP-SAT model over the kept (S, K) rows: (model, vars, objective expressions)."""
+def build_model(
+    space: Space,
+    t: Tables,
+    rows: np.ndarray,
+    clip: int | None,
+    fits_r: np.ndarray,
+    row_least: np.ndarray | None = None,
+):
+    """The CP-SAT model over the kept (S, K) rows: (model, vars, objective expressions). With
+    ``row_least``, each row's least step time over its candidates or a lower bound of it, the
+    step is held at least the chosen row's: a redundant cut that gives the LP relaxation the
+    rows' bounds (one row is chosen: the least over the rows bounds the least step)."""
     model = cp_model.CpModel()
     v = Vars()
     s_of = space.sk_shape
@@ -280,6 +298,7 @@ def build_model(space: Space, t: Tables, rows: np.ndarray, clip: int | None, fit
     zero3 = model.new_int_var(0, horizon, "zero3_stage_extra")
     model.add(zero3 == zero3_extra).only_enforce_if(z3)
     model.add(zero3 == 0).only_enforce_if(~z3)
+    v.zero3 = (z3, zero3)
     # ---- the once-per-step terms of costs.step, looked up by the selections that key them
     term = step_formula.StepTerms(
         reduce_s=over(v.szo, t.reduce_s, top=None),
@@ -318,9 +337,13 @@ def build_model(space: Space, t: Tables, rows: np.ndarray, clip: int | None, fit
             0, top, hidden.item + "_interference"
         )  # floor(ETA exposed): step_formula.unhidden
         model.add(100 * charged <= t.eta_pct * exposed)
+        v.exposed.append((exposed, charged))
         step = step + exposed - charged + hidden.interference(term)
     for _, plain in step_formula.PLAIN:
         step = step + plain(term)
+    if row_least is not None:  # a clipped candidate's step is at least the clip: so is the cut's
+        least = np.minimum(row_least[list(v.y)], limit if limit is not None else NEVER)
+        model.add(step >= LinearExpr.weighted_vars(v.y.values(), least.tolist()))
     # ---- every stage's memory fits at every moment
     memory_live = []
     for st in (0, 1):
@@ -349,7 +372,7 @@ def risk_objective(space: Space, t: Tables, model, v: Vars, memory_live: list):
     moment exceeds the capacity less the headroom (so its least value is the candidate's flag)."""
     r = shape_risk(space)
     n = len(RISKS)
-    low = model.new_bool_var("low_headroom")
+    low = v.low_headroom = model.new_bool_var("low_headroom")
     margin = headroom_kib(t.capacity_kib)
     for live in memory_live:
         model.add(live <= t.capacity_kib - margin + margin * low)
@@ -446,7 +469,7 @@ def cpsat_top(
     started = time.perf_counter()
     rows, limit, fits_r, best = prune(space, t, objective, top_k, exact_rows, prune_rows, tolerance)
     trace: list = []
-    expected = _expected(space, t, rows, objective, top_k, tolerance, trace)
+    expected, pool = _expected(space, t, rows, objective, top_k, tolerance, trace)
     if time.perf_counter() - started > time_limit_s:  # out of time before any solve
         return [], {**_info(space, rows), "status": "UNKNOWN", "ranking_status": "UNKNOWN"}
     if limit is not None and objective == "step-time" and len(trace) == top_k:
@@ -472,10 +495,11 @@ def cpsat_top(
     info = _info(space, rows)
     if not len(rows):
         return [], info
+    by_step = objective == "step-time"
     model, v, exprs = build_model(
-        space, t, rows, limit if objective == "step-time" else None, fits_r
+        space, t, rows, limit if by_step else None, fits_r, best if by_step else None
     )
-    hints = [_hint(space, v, *answer) for answer in expected]
+    hints = [_hint(space, t, v, *answer) for answer in expected]
     keys = ["volume", "step"] if objective == "gather-volume" else ["step"]
     phases = (
         [(key, exprs[key]) for key in keys]
@@ -507,8 +531,12 @@ def cpsat_top(
                 if on_track:  # the enumerated candidate of this phase's value, found first
                     near = _near(key, phase - first_step, trace[rank], expected[rank])
                     if near[0] in v.y:
-                        model.set_hint(_hint(space, v, *near))
-                goal = _with_step(expr, exprs["step"], least) if key == "risk" else expr
+                        model.set_hint(_hint(space, t, v, *near))
+                width = _merged_width(least) if key == "risk" else None
+                goal = expr if width is None else width * expr + exprs["step"]
+                if width is not None and by_step:  # the rows' cut on the merged objective
+                    floor = _merged_floor(space, pool, answers, width, limit)[list(v.y)]
+                    model.add(goal >= LinearExpr.weighted_vars(v.y.values(), floor.tolist()))
                 attempt = _solver(max(0.05, deadline - time.perf_counter()))
                 callback = Incumbents()
                 model.minimize(goal)
@@ -589,12 +617,12 @@ def _risk_free_top(
     plain = (r.cp[s_of[rows]] == 0) & (r.many_microbatches[rows] == 0)
     rows_b = rows[(best[rows] <= limit_b) & plain]
     info = _info(space, distinct(np.concatenate([rows_a, rows_b])))
-    model_a, v_a, exprs_a = build_model(space, t, rows_a, limit_a, fits_r)
-    model_b, v_b, exprs_b = build_model(space, t, rows_b, limit_b, fits_r)
+    model_a, v_a, exprs_a = build_model(space, t, rows_a, limit_a, fits_r, best)
+    model_b, v_b, exprs_b = build_model(space, t, rows_b, limit_b, fits_r, best)
     model_b.add(exprs_b["risk"] == 0)
     answers, deadline, least = [], time.perf_counter() + time_limit_s, None
     for rank in range(top_k):
-        model_b.set_hint(_hint(space, v_b, *expected[rank]))
+        model_b.set_hint(_hint(space, t, v_b, *expected[rank]))
         fastest = trace[rank][3]
         if least is not None and trace[rank - 1][3] == fastest and least == trace[rank][0]:
             # the proven fastest candidate was not ranked (its layout is not excluded) and
@@ -610,7 +638,7 @@ def _risk_free_top(
                 _exclude(answer, (model_a, v_a), (model_b, v_b))
                 continue
         if int(fastest[0]) in v_a.y:
-            model_a.set_hint(_hint(space, v_a, *fastest))
+            model_a.set_hint(_hint(space, t, v_a, *fastest))
         attempt = _solver(max(0.05, deadline - time.perf_counter()))
         callback = Incumbents()
         model_a.minimize(exprs_a["step"])
@@ -707,16 +735,35 @@ def _exclude(answer: tuple, *models) -> None:
             model.add_bool_or([~v.y[row], ~v.r[ri], ~v.z[z]])
 
 
-def _with_step(risk, step, least: int | None):
-    """The risk phase's objective with the second step phase's folded in: risk x M + step, with M
-    the risk band's width, so that one solve proves both (inside the band, step - least < M);
-    the risk alone where the least step is unknown or the merged range would not stay modest."""
+def _merged_floor(
+    space: Space, pool: dict | None, answers: list, width: int, clip: int | None
+) -> np.ndarray:
+    """Per row, the least of risk x ``width`` + step over its candidates in the pool that are not
+    a ranked layout (``answers``): a lower bound of the merged risk phase's objective for any
+    candidate the model still holds in that row. A row without one (every fitting candidate is in
+    the pool) can hold no solution: its floor is the pool's largest value, plus one. The steps are
+    clipped as ``build_model`` clips its tables: a clipped candidate's step is at least the clip."""
+    if pool is None:
+        return np.zeros(len(space.sk_k), dtype=np.int64)
+    step = pool["step"] if clip is None else np.minimum(pool["step"], clip + 1)
+    goal = width * pool["risk"] + step
+    keep = np.ones(len(goal), dtype=bool)
+    for row, ri, z in (answer[:3] for answer in answers):
+        keep &= (pool["sk"] != row) | (pool["ri"] != ri) | (pool["z"] != z)
+    floor = np.full(len(space.sk_k), int(goal.max(initial=0)) + 1, dtype=np.int64)
+    np.minimum.at(floor, pool["sk"][keep], goal[keep])
+    return floor
+
+
+def _merged_width(least: int | None) -> int | None:
+    """M, for the risk phase's objective with the second step phase's folded in: risk x M + step,
+    M the risk band's width, so that one solve proves both (inside the band, step - least < M);
+    None (the risk alone) where the least step is unknown or the merged range would not stay
+    modest."""
     if least is None:
-        return risk
+        return None
     width = band_limit(least) - least + 1
-    if width << len(RISKS) > MAX_MERGED_KEY:
-        return risk
-    return width * risk + step
+    return None if width << len(RISKS) > MAX_MERGED_KEY else width
 
 
 def _near(key: str, after_step: int, trace: tuple, answer: tuple) -> tuple:
@@ -752,17 +799,20 @@ def _expected(
     top_k: int,
     tolerance: float,
     trace: list | None = None,
-):
+) -> tuple[list, dict | None]:
     """The ranking of ``search.ranking`` over the kept rows' candidates, costed by ``tables.assemble``
     as the enumerator does: (row, r index, z, o) per rank, for the solver's hints; ``trace``
-    receives each rank's (least step, least risk, least step of that risk)."""
+    receives each rank's (least step, least risk, least step of that risk). Also the pool of
+    fitting candidates ranked (arrays ``sk``, ``ri``, ``z``, ``o``, ``step``, ``peak``,
+    ``volume``, ``risk``: ``ranking.risk_score``), for ``_merged_floor``."""
     if not len(rows):
-        return []
+        return [], None
     sk, ri, z, o = candidate_grid(space, rows)
     m = assemble(t, space, sk, ri, z, o)
     ok = m["fits"]
     pool = {"sk": sk[ok], "ri": ri[ok], "z": z[ok], "o": o[ok]}
     pool.update({key: np.broadcast_to(m[key], sk.shape)[ok] for key in ("step", "peak", "volume")})
+    pool["risk"] = risk_score(space, pool["sk"], pool["o"], pool["peak"], t.capacity_kib)
     picks = select(
         space, pool, objective, top_k, tolerance, capacity_kib=t.capacity_kib, trace=trace
     )
@@ -774,12 +824,27 @@ def _expected(
             )
             for rank in trace
         ]
-    return [tuple(int(pool[key][i]) for key in ("sk", "ri", "z", "o")) for i in picks]
+    return [tuple(int(pool[key][i]) for key in ("sk", "ri", "z", "o")) for i in picks], pool
 
 
-def _hint(space: Space, v: Vars, row: int, ri: int, z: int, o: int) -> dict:
-    """Every one-hot selection of the model set as candidate (row, ri, z, o) sets it."""
+def _hint(space: Space, t: Tables, v: Vars, row: int, ri: int, z: int, o: int) -> dict:
+    """Every variable of the model set as candidate (row, ri, z, o) sets it: the one-hot
+    selections, and the variables they determine from its table values (a complete hint is a
+    solution at its step: the search need not repair it)."""
     s = int(space.sk_shape[row])
+    at = tuple(np.array([x]) for x in (row, ri, z, o))
+    terms = step_terms(t, space, *at)
+    zero3 = bool(t.zero3[s, z])
+    determined = {
+        v.zero3[0]: int(zero3),
+        v.zero3[1]: int(t.STAGE3[row, ri, o] - t.STAGE0[row, ri, o]) if zero3 else 0,
+        v.low_headroom: int(
+            assemble(t, space, *at)["peak"][0] > t.capacity_kib - headroom_kib(t.capacity_kib)
+        ),
+    }
+    for hidden, (exposed, charged) in zip(step_formula.EXPOSED, v.exposed):
+        gap = int(max(0, (hidden.hidden(terms) - hidden.window(terms))[0]))
+        determined[exposed], determined[charged] = gap, t.eta_pct * gap // 100
     chosen = {
         "y": row,
         "shape": s,
@@ -791,7 +856,12 @@ def _hint(space: Space, v: Vars, row: int, ri: int, z: int, o: int) -> dict:
         "szo": (s, z, o),
     }
     return {
-        var: int(key == chosen[group]) for group in chosen for key, var in getattr(v, group).items()
+        **{
+            var: int(key == chosen[group])
+            for group in chosen
+            for key, var in getattr(v, group).items()
+        },
+        **determined,
     }
 
 

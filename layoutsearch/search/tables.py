@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from layoutsearch.core.arrays import distinct_rows
 from layoutsearch.core.numbers import distinct
 from layoutsearch.core.units import KIB
 from layoutsearch.costs import memory, roofline, step, terms
@@ -139,24 +140,53 @@ class RowTerms:
 @dataclass
 class Costed:
     """What ``compute_bounds`` costed for a space, for ``build_tables`` to reuse: the quantum, the
-    rows' RowTerms and the shapes' memory by ZeRO stage (KiB, [s, z, st, moment])."""
+    RowTerms of the distinct keys (``term_keys``) with each row's key index, and the shapes'
+    memory by ZeRO stage (KiB, [s, z, st, moment])."""
 
     quantum_s: float
     rows: RowTerms
     MZ: np.ndarray
+    key: np.ndarray | None = None  # each row's index in ``rows``; None: ``rows`` is the rows'
+
+    def row_terms(self) -> RowTerms:
+        """The RowTerms of the space's rows, in its order."""
+        return self.rows if self.key is None else self.rows.take(self.key)
 
     def restrict(self, space: Space, rows: np.ndarray) -> Costed:
         """For ``space.restrict(rows)`` (``rows`` ascending): those rows and the shapes they use."""
-        return Costed(self.quantum_s, self.rows.take(rows), self.MZ[distinct(space.sk_shape[rows])])
+        index = rows if self.key is None else self.key[rows]
+        return Costed(
+            self.quantum_s, self.rows.take(index), self.MZ[distinct(space.sk_shape[rows])]
+        )
+
+
+# The (S,K) x r terms read a row's microbatch count and its shape's degrees, but the data unit
+# (dp x fsdp) only whole: through the tokens of a microbatch. Rows alike in these (they differ in
+# how ZeRO shards the unit) share their terms, which are costed once per key.
+TERM_DEGREES = ("tp", "pp", "cp", "v", "ep", "etp", "sched", "lf", "ll")
+
+
+def term_keys(space: Space) -> tuple[np.ndarray, np.ndarray]:
+    """(one (S,K) row per distinct key of the (S,K) x r terms, each row's index among the keys)."""
+    sh = space.shapes
+    degrees = np.stack([sh.units, *(getattr(sh, name) for name in TERM_DEGREES)], axis=1)
+    shape_key = distinct_rows(degrees)[1]
+    return distinct_rows(np.stack([shape_key[space.sk_shape], space.sk_k], axis=1))
 
 
 def row_terms(space: Space) -> RowTerms:
-    """The (S,K) x r terms of every row: keys as a column and a row, so a term of (S,K) alone is
-    costed once per row."""
+    """The (S,K) x r terms of every row, costed once per key (``term_keys``)."""
+    first, key = term_keys(space)
+    return terms_of_rows(space, first).take(key)
+
+
+def terms_of_rows(space: Space, rows: np.ndarray) -> RowTerms:
+    """The (S,K) x r terms of the rows ``rows``: keys as a column and a row, so a term of (S,K)
+    alone is costed once per row."""
     model, workload, acc = space.model, space.workload, space.cluster.accelerator
     space.shapes.layer_split(model)  # once per shape; every grid takes its rows
-    n_sk, codes = len(space.sk_k), space.recompute_codes
-    sh, k, r = space.shapes.take(space.sk_shape[:, None]), space.sk_k[:, None], codes[None, :]
+    n_sk, codes = len(rows), space.recompute_codes
+    sh, k, r = space.shapes.take(space.sk_shape[rows, None]), space.sk_k[rows, None], codes[None, :]
 
     def grid(x):
         return np.broadcast_to(x, (n_sk, len(codes)))
@@ -263,22 +293,23 @@ def compute_bounds(space: Space, deadline: float | None = None) -> tuple[np.ndar
     the allowed ZeRO stages: a necessary condition, a fraction of the cost of ``fits_by_row``.
     Costs the (S,K) x r terms and the per-shape memory only: the rest of the tables is left for
     the rows the bound keeps."""
-    rt = row_terms(space)
+    first, key = term_keys(space)
+    rt = terms_of_rows(space, first)  # [keys, r]; a row's are those of its key
     _check(deadline)
     quantum = rt.quantum_s()
     mz = memory_table(zero_memory_bytes(space))  # [s, z, st, moment]
     least_mz = np.where(space.zero_mask[:, :, None, None], mz, NEVER).min(axis=1)
     capacity = int(capacity_bytes(space.cluster, space.workload) // KIB)
-    may_fit = np.ones(rt.compute_s[0].shape, dtype=bool)  # [sk, r], a stage and moment at a time
+    may_fit = np.ones((len(key), len(space.recompute_codes)), dtype=bool)  # [sk, r]
     for st, moments in enumerate(rt.memory_bytes):
         for mi, row_bytes in enumerate(moments):
-            may_fit &= least_mz[space.sk_shape, st, mi][:, None] + kib(row_bytes) <= capacity
-    compute = np.max(np.stack([quanta(c, quantum) for c in rt.compute_s]), axis=0)  # [sk, r]
-    least = np.where(may_fit, compute, NEVER).min(axis=1)
+            may_fit &= least_mz[space.sk_shape, st, mi][:, None] + kib(row_bytes)[key] <= capacity
+    compute = np.max(np.stack([quanta(c, quantum) for c in rt.compute_s]), axis=0)  # [keys, r]
+    least = np.where(may_fit, compute[key], NEVER).min(axis=1)
     opt = np.where(space.zero_mask, quanta(optimizer_seconds(space), quantum), NEVER).min(axis=1)
     overhead = int(quanta(space.cluster.accelerator.step_overhead_s, quantum))
     bound = np.where(may_fit.any(axis=1), least + opt[space.sk_shape] + overhead, NEVER)
-    return bound, Costed(quantum, rt, mz)
+    return bound, Costed(quantum, rt, mz, key)
 
 
 def build_tables(
@@ -288,7 +319,7 @@ def build_tables(
     ``costed``, what ``compute_bounds`` costed for this space, else ``RowTerms.quantum_s``)."""
     model, workload, acc = space.model, space.workload, space.cluster.accelerator
     n_sk, codes, n_o = len(space.sk_k), space.recompute_codes, len(space.orders)
-    rt = row_terms(space) if costed is None else costed.rows
+    rt = row_terms(space) if costed is None else costed.row_terms()
     _check(deadline)  # between grids: a time limit stops the search at most one grid late
     # ---- (S,K) x o: likewise, a term of (S,K) alone (the compute windows) once per row
     sh_o, k_o = space.shapes.take(space.sk_shape[:, None]), space.sk_k[:, None]
