@@ -36,9 +36,11 @@ from _common import data_file, table_head
 from layoutsearch.core.specs import LEARNED_ROUTING_EXPERT_CV
 from layoutsearch.core.uncertainty import MOE_PATH as MOE_UNCERTAINTY_PATH
 from layoutsearch.core.uncertainty import PATH as UNCERTAINTY_PATH
-from layoutsearch.validation.bands import band_coverage, mark_in_band
-from layoutsearch.validation.calibrate import ROUTING_CV_GRID, leave_one_source_out
+from layoutsearch.core.uncertainty import band_data, select_band
+from layoutsearch.validation.bands import band_coverage, calibrated_part, in_band, mark_in_band
+from layoutsearch.validation.calibrate import ROUTING_CV_GRID, family_of, leave_one_source_out
 from layoutsearch.validation.mapping import cuda_graphs as record_cuda_graphs
+from layoutsearch.validation.uncalibrated import leave_one_family_out, uncalibrated_section
 from layoutsearch.validation.uncertainty import accelerator_kind, write_uncertainty
 from layoutsearch.validation.validate import load_runs, validate_runs
 
@@ -236,14 +238,59 @@ def uncertainty_lines(table: dict | None, path: Path | None) -> list[str]:
     return out
 
 
-def rebanded(doc: dict, records: list[dict], table: dict) -> None:
+def uncalibrated_lines(table: dict | None, lofo: dict | None) -> list[str]:
+    """The uncalibrated band (``uncalibrated`` section of the dense file) and its measured coverage."""
+    if table is None or lofo is None:
+        return ["- not computed (--uncertainty '')"]
+    section, rel, acc = table["uncalibrated"], lofo["rel_errors"], lofo["accelerator"]
+    band, calibrated = section["bands"].get("gpu") or section["default"], table["bands"]["gpu"]
+    out = [
+        "A part whose compute fractions are borrowed (`calibration.compute_fractions: borrowed` in "
+        "`hardware/*.yaml`: b200, gb200 from the h100 class; v4, v5e, v6e, tpu7x from v5p) gets the "
+        "`uncalibrated` band of the same file. Its error is measured by leaving one accelerator family out: each "
+        "GPU family's records of one source are predicted with the other GPU family's matmul and attention "
+        "fractions (and the shared overlap interference), fitted as the dense leave-one-source-out fits them on "
+        "that family's records of the other sources. "
+        f"{', '.join(section['no_sibling']) or 'No family'} has no sibling of its kind with records, so TPUs have no "
+        "uncalibrated error of their own: an uncalibrated TPU takes this `default` (the GPUs' errors), widened to "
+        "contain the TPU's calibrated band; an uncalibrated MoE prediction the wider (union) of the MoE and the "
+        "uncalibrated band. Coverage = share of the held-out records whose measured step lay in the band.",
+        "",
+        "| class | records | p10 | p50 | p90 | band | coverage (this band) | coverage (calibrated GPU band) |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
+    rows = [
+        (f"gpu uncalibrated: {fam} predicted with {q['donor']}'s fractions", q, fam)
+        for fam, q in section["by_family"].items()
+    ]
+    rows.append(("gpu uncalibrated, all", section["quantiles"]["gpu"], None))
+    for name, q, fam in rows:
+        errs = [e for i, e in rel.items() if fam is None or family_of(acc[i]) == fam]
+        out.append(
+            f"| {name} | {q['count']} | {pct(q['p10'], True)} | {pct(q['p50'], True)} | {pct(q['p90'], True)} | "
+            f"{pct(band[0], True)} .. {pct(band[1], True)} | {pct(_share_in(errs, band))} | "
+            f"{pct(_share_in(errs, calibrated))} |"
+        )
+    return out
+
+
+def _share_in(rel_errors: list[float], band: list[float]) -> float | None:
+    """The share of the errors (measured / predicted step - 1) inside the band (None for none)."""
+    flags = [in_band(e, band) for e in rel_errors]
+    return sum(flags) / len(flags) if flags else None
+
+
+def rebanded(doc: dict, records: list[dict], table: dict, moe: bool = False) -> None:
     """Each record's band, in-band flags and the summary's coverage from the bands just written
-    (``table``), in place of those of the file the validation read."""
+    (``table``: the dense file's, or with ``moe`` the MoE file's), in place of those of the file the
+    validation read; an uncalibrated part's band as ``core.uncertainty.select_band`` widens it."""
     entries, s = doc["records"], doc["summary"]
+    dense, moe_table = (band_data(), table) if moe else (table, None)
     for e in entries:
         if e["step_time_rel_band"] is not None:
-            kind = accelerator_kind(e["accelerator"])
-            e["step_time_rel_band"] = table["bands"].get(kind) or table["default"]
+            kind = accelerator_kind(e["accelerator"]) or ""
+            calibrated = calibrated_part(e["accelerator"])
+            e["step_time_rel_band"] = list(select_band(dense, moe_table, kind, calibrated))
     mark_in_band(entries, "rel_error", "in_band")
     s["band_coverage"] = band_coverage(records, entries)
     if s["loso_band_coverage"] is not None:
@@ -464,9 +511,11 @@ def write_markdown(
     with_calibration: bool,
     uncertainty: tuple[dict, Path] | None = None,
     heldout: dict | None = None,
+    lofo: dict | None = None,
 ) -> None:
-    """results/validation.md: summary, groups, worst misses, sweeps, skipped, per-record table."""
-    s = doc["summary"]
+    """results/validation.md: summary, groups, worst misses, sweeps, skipped, per-record table
+    (``lofo``: ``leave_one_family_out``'s result, for the uncalibrated band's coverage)."""
+    s, table = doc["summary"], uncertainty[0] if uncertainty else None
     lines = [
         "# Validation against published runs",
         "",
@@ -498,6 +547,7 @@ def write_markdown(
     lines += ["", "## Generalization: leave one source out", "", *loso_lines(s.get("loso"))]
     lines += ["", "## Uncertainty bands", "", *uncertainty_lines(*(uncertainty or (None, None)))]
     lines += ["", "### Measured coverage of the bands", "", *coverage_lines(s, built_here=True)]
+    lines += ["", "### Uncalibrated parts", "", *uncalibrated_lines(table, lofo)]
     lines += ["", "## Layout sweeps (Spearman rank correlation, predicted vs measured)", ""]
     lines += [
         f"- {sw['source_family']} on {sw['num_devices']} x {sw['accelerator']}, {sw['n']} runs: "
@@ -913,7 +963,7 @@ def main_moe(args: argparse.Namespace) -> int:
         )
     held_out = dict(doc["summary"])  # coverage with the bands the records were predicted with
     if uncertainty is not None:
-        rebanded(doc, records, uncertainty[0])
+        rebanded(doc, records, uncertainty[0], moe=True)
     args.out.mkdir(parents=True, exist_ok=True)
     write_moe_markdown(
         doc, args.runs, args.out / "validation_moe.md", records, uncertainty, held_out
@@ -938,7 +988,14 @@ def uncertainty_header(runs: Path, moe: bool = False) -> list[str]:
         "quantiles: p10/p50/p90 of error = predicted / measured step time - 1 over the evaluated records,",
         "each predicted out of sample (leave-one-source-out calibration); bands/default: [low, high] with",
         "the measured step within predicted x (1 + low) .. predicted x (1 + high) for 80% of the records.",
-    ]
+    ] + (
+        []
+        if moe
+        else [
+            "uncalibrated: the same over the errors of parts predicted with another family's compute fractions",
+            "(leave one accelerator family out: layoutsearch/validation/uncalibrated.py).",
+        ]
+    )
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -977,16 +1034,28 @@ def main(argv: list[str] | None = None) -> int:
     records = load_runs(args.runs)
     doc = validate_runs(records, args.max_median_error, loso=True)  # the LOSO section and bands
     args.out.mkdir(parents=True, exist_ok=True)
-    uncertainty = None
+    uncertainty, lofo = None, None
     if args.uncertainty:
         target = Path(args.uncertainty).resolve()
-        uncertainty = (write_uncertainty(doc, uncertainty_header(args.runs), target), target)
+        lofo = leave_one_family_out(records)
+        extra = {"uncalibrated": uncalibrated_section(lofo)}
+        uncertainty = (
+            write_uncertainty(doc, uncertainty_header(args.runs), target, extra),
+            target,
+        )
         rebanded(doc, records, uncertainty[0])
     heldout = validate_runs(
         load_runs(data_file(HELDOUT_RUNS)), args.max_median_error, rank=False, loso=False
     )
     write_markdown(
-        doc, args.runs, args.out / "validation.md", records, args.calibration, uncertainty, heldout
+        doc,
+        args.runs,
+        args.out / "validation.md",
+        records,
+        args.calibration,
+        uncertainty,
+        heldout,
+        lofo,
     )
     write_scatter(doc, args.out / "validation_scatter.png")
     s, loso, rk = doc["summary"], doc["summary"]["loso"], doc["summary"]["ranking"]

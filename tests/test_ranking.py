@@ -368,7 +368,9 @@ def test_every_layout_record_carries_the_uncertainty_band():
 def test_explain_says_when_the_runner_up_is_within_the_uncertainty(monkeypatch):
     import layoutsearch.report.output as output
 
-    monkeypatch.setattr(output, "uncertainty_band", lambda kind, moe=False: (-0.08, 0.12))
+    monkeypatch.setattr(
+        output, "uncertainty_band", lambda kind, moe=False, calibrated=True: (-0.08, 0.12)
+    )
     args = [
         "explain",
         "--model",
@@ -405,7 +407,9 @@ def test_explain_says_when_the_runner_up_is_within_the_uncertainty(monkeypatch):
 def test_explain_names_the_band_when_a_runner_up_is_outside_it(monkeypatch):
     import layoutsearch.report.output as output
 
-    monkeypatch.setattr(output, "uncertainty_band", lambda kind, moe=False: (-0.0001, 0.0001))
+    monkeypatch.setattr(
+        output, "uncertainty_band", lambda kind, moe=False, calibrated=True: (-0.0001, 0.0001)
+    )
     args = [
         "explain",
         "--model",

@@ -162,6 +162,13 @@ class TopologyFile(_Strict):
 
 
 class CalibrationFile(_Strict):
+    compute_fractions: Literal["fitted", "borrowed"] = Field(
+        default="borrowed",
+        description="fitted: matmul_efficiency and attention_efficiency were fitted on measured runs of "
+        "this part's compute die (a member of a fitted class on the same die counts: h200 and h800 in the "
+        "h100-class fit of GH100); borrowed: taken from another part's fit, and predictions get the "
+        "uncalibrated uncertainty band (core.uncertainty). Absent = borrowed, the cautious reading.",
+    )
     matmul_efficiency: float = Field(gt=0, le=1)
     matmul_half_efficiency_tokens: float = Field(ge=0, le=MAX_MODEL_DIM)
     attention_efficiency: float = Field(gt=0, le=1)
@@ -1362,7 +1369,8 @@ def accelerator_from_dict(data: Any, where: str) -> Accelerator:
         scale_out_latency_s=f.scale_out_latency_us * MICRO,
         host_bytes_per_s_per_direction=_times(f.host_gbytes_per_s_per_direction, GB),
         runtime_reserve_bytes=f.runtime_reserve_gib * GIB,
-        **cal.model_dump(exclude=unitless),  # fractions and token counts, already SI
+        **cal.model_dump(exclude=unitless | {"compute_fractions"}),  # fractions, token counts: SI
+        calibrated=cal.compute_fractions == "fitted",
         collective_half_efficiency_bytes=cal.collective_half_efficiency_kib * KIB,
         microbatch_overhead_s=cal.microbatch_overhead_us * MICRO,
         moe_layer_overhead_s=cal.moe_layer_overhead_us * MICRO,

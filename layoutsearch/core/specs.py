@@ -460,6 +460,8 @@ class Accelerator:
     )
     # its long-context rate: each query's fixed work per kernel call (its tile's load, the masked diagonal tile,
     # the softmax rescale and the output write) costs as many more keys; 0 = no such cost
+    calibrated: bool = False  # matmul and attention fractions fitted on runs of this part's die
+    # (catalogue calibration.compute_fractions: fitted); False = borrowed: the uncalibrated band applies
     sources: dict[str, str] = field(default_factory=dict, compare=False, hash=False)
     checkpoint_write_bytes_per_s_per_node: float | None = (
         None  # storage write bandwidth of one host

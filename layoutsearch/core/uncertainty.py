@@ -10,6 +10,9 @@ tests/data/runs_moe_dev.yaml; a MoE prediction without a band there takes the de
 
 - ``bands``: kind (``gpu``, ``tpu``) -> [low, high]; ``default``: [low, high] over all records
   (used for a kind without a band);
+- ``uncalibrated`` (dense file only): the same keys over the errors of parts whose compute fractions are
+  borrowed (catalogue ``calibration.compute_fractions: borrowed``), measured by leaving one accelerator
+  family out (``validation.uncalibrated``);
 - ``quantiles``: per kind and ``all``, p10, p50, p90 and the count of the signed error
   ``predicted step time / measured step time - 1`` (+ = the engine predicts a slower step) over
   the evaluated records, each predicted out of sample (its source left out of the calibration).
@@ -50,6 +53,11 @@ def _read(path: Path = PATH) -> dict:
     return data if isinstance(data, dict) else {}
 
 
+def band_data(moe: bool = False) -> dict:
+    """The dense (or, with ``moe``, the MoE) band file's mapping; {} when missing or malformed."""
+    return _read(MOE_PATH if moe else PATH)
+
+
 def _band(value: object) -> tuple[float, float] | None:
     """A [low, high] pair of numbers with -1 < low <= high; else None."""
     if not isinstance(value, (list, tuple)) or len(value) != 2:
@@ -60,14 +68,33 @@ def _band(value: object) -> tuple[float, float] | None:
     return (low, high) if -1.0 < low <= high else None
 
 
-def uncertainty_band(accelerator_kind: str, moe: bool = False) -> tuple[float, float]:
+def uncertainty_band(
+    accelerator_kind: str, moe: bool = False, calibrated: bool = True
+) -> tuple[float, float]:
     """(low, high), relative to the predicted step time: the measured step time lay within
     predicted x (1 + low) .. predicted x (1 + high) for 80% of the validation records of this
     accelerator kind ("gpu" or "tpu"; another kind, or one without a band, uses the file's
     ``default``), dense or, with ``moe``, mixture-of-experts (``MOE_PATH``; without a usable MoE
-    band, the dense one). No usable file: ``FALLBACK_BAND``. A biased engine has a one-sided band."""
-    found = _kind_band(_read(MOE_PATH), accelerator_kind) if moe else None
-    return found or _kind_band(_read(PATH), accelerator_kind) or FALLBACK_BAND
+    band, the dense one). No usable file: ``FALLBACK_BAND``. A biased engine has a one-sided band.
+    An uncalibrated part (``calibrated`` False) gets ``select_band``'s widening."""
+    return select_band(_read(PATH), _read(MOE_PATH) if moe else None, accelerator_kind, calibrated)
+
+
+def select_band(
+    dense: dict, moe: dict | None, accelerator_kind: str, calibrated: bool = True
+) -> tuple[float, float]:
+    """``uncertainty_band`` from the files' mappings (``moe`` None for a dense model). Uncalibrated:
+    the union (lowest low, highest high) of that band and the dense file's ``uncalibrated`` band of
+    the kind (else its ``uncalibrated`` default, else ``FALLBACK_BAND``), so never narrower than a
+    calibrated part's, and for MoE the wider of the MoE and the uncalibrated band."""
+    found = _kind_band(moe, accelerator_kind) if moe is not None else None
+    band = found or _kind_band(dense, accelerator_kind) or FALLBACK_BAND
+    if calibrated:
+        return band
+    section = dense.get("uncalibrated")
+    wide = _kind_band(section if isinstance(section, dict) else {}, accelerator_kind)
+    wide = wide or FALLBACK_BAND
+    return min(band[0], wide[0]), max(band[1], wide[1])
 
 
 def _kind_band(data: dict, accelerator_kind: str) -> tuple[float, float] | None:

@@ -88,8 +88,9 @@ def stage_layers_record(est: Estimate) -> dict:
 
 def band_of(est: Estimate) -> tuple[float, float]:
     """The relative uncertainty band (low, high) of the estimate's step time (``core.uncertainty``:
-    by accelerator kind, dense or MoE)."""
-    return uncertainty_band(est.cluster.accelerator.kind, est.problem.model.moe is not None)
+    by accelerator kind, dense or MoE, and whether the part's compute fractions were fitted)."""
+    acc = est.cluster.accelerator
+    return uncertainty_band(acc.kind, est.problem.model.moe is not None, acc.calibrated)
 
 
 def set_price(records: list[dict], price_per_device_hour: float | None) -> None:

@@ -293,7 +293,8 @@ def solve_report(
             f"first, and step times within {result.tie_tolerance:.1%} are ties, won by the simplest "
             f"layout; band s: the model's uncertainty, {low * 100:+.0f}%..{high * 100:+.0f}% of the step time "
             f"on {result.layouts[0].cluster.accelerator.kind.upper()}s"
-            + (" for MoE models" if result.layouts[0].problem.model.moe is not None else ""),
+            + (" for MoE models" if result.layouts[0].problem.model.moe is not None else "")
+            + _uncalibrated_note(result.layouts[0]),
             markup=False,
             highlight=False,
         )
@@ -384,6 +385,17 @@ def _solve_row(rank: int, est: Estimate) -> list[str]:
         f"{est.mfu:.1%}",
         f"{est.tokens_per_s:,.0f}",
     ]
+
+
+def _uncalibrated_note(est: Estimate) -> str:
+    """The legend's words when the band is the uncalibrated one (the part's compute fractions borrowed)."""
+    acc = est.cluster.accelerator
+    if acc.calibrated:
+        return ""
+    return (
+        f", the uncalibrated band: {acc.id}'s compute fractions are borrowed from another part's fit "
+        "(error measured by leaving one accelerator family out)"
+    )
 
 
 def _band_text(est: Estimate) -> str:

@@ -7,11 +7,14 @@ predicted x (1 + low) .. predicted x (1 + high) for ``NOMINAL_COVERAGE`` of the 
 holds the same tokens either way), so the run is in its band when low <= rel_error <= high.
 
 Coverage (``band_coverage``) is counted over every record with an error, and per class:
-accelerator kind (gpu, tpu) and model (dense, moe: the record's model has a ``moe`` block).
+accelerator kind (gpu, tpu), model (dense, moe: the record's model has a ``moe`` block) and, for a
+part whose compute fractions are borrowed (``calibrated_part`` False), "uncalibrated".
 """
 
 from __future__ import annotations
 
+from layoutsearch.core.catalogue import accelerator_names, load_accelerator
+from layoutsearch.validation.mapping import ACCELERATOR_ALIASES
 from layoutsearch.validation.uncertainty import accelerator_kind
 
 NOMINAL_COVERAGE = 0.8  # the bands hold the 10th..90th percentile of the LOSO errors
@@ -31,11 +34,25 @@ def mark_in_band(entries: list[dict], error_field: str, flag_field: str) -> None
         e[flag_field] = in_band(e.get(error_field), e.get("step_time_rel_band"))
 
 
+def calibrated_part(accelerator: str | None) -> bool:
+    """Whether a record's accelerator id (aliases included) has compute fractions fitted on its own
+    die's runs (``Accelerator.calibrated``); an id outside the catalogue is not."""
+    acc = (
+        accelerator
+        if accelerator in accelerator_names()
+        else ACCELERATOR_ALIASES.get(accelerator or "")
+    )
+    return acc in accelerator_names() and load_accelerator(acc).calibrated
+
+
 def record_class(record: dict, entry: dict) -> str:
-    """ "gpu dense", "tpu moe", ...: the record's accelerator kind ("unknown" when not in the
-    catalogue) and whether its model has experts."""
-    kind = accelerator_kind(entry["accelerator"]) or "unknown"
-    return f"{kind} {'dense' if (record.get('model') or {}).get('moe') is None else 'moe'}"
+    """ "gpu dense", "tpu moe", "gpu moe uncalibrated", ...: the record's accelerator kind ("unknown"
+    when not in the catalogue), whether its model has experts, and whether the part is uncalibrated
+    (a known part whose compute fractions are borrowed)."""
+    kind = accelerator_kind(entry["accelerator"])
+    model = "dense" if (record.get("model") or {}).get("moe") is None else "moe"
+    borrowed = kind is not None and not calibrated_part(entry["accelerator"])
+    return f"{kind or 'unknown'} {model}{' uncalibrated' if borrowed else ''}"
 
 
 def _count(flags: list[bool]) -> dict:

@@ -71,9 +71,12 @@ def uncertainty_table(doc: dict) -> dict:
     }
 
 
-def write_uncertainty(doc: dict, header: list[str], path: Path = PATH) -> dict:
-    """Write the table (``uncertainty_table``) under the ``header`` comment lines; returns the table."""
-    table = uncertainty_table(doc)
+def write_uncertainty(
+    doc: dict, header: list[str], path: Path = PATH, extra: dict | None = None
+) -> dict:
+    """Write the table (``uncertainty_table``) and the ``extra`` keys after it (the dense file's
+    ``uncalibrated`` section) under the ``header`` comment lines; returns the table with them."""
+    table = {**uncertainty_table(doc), **(extra or {})}
     body = yaml.safe_dump(table, sort_keys=False, default_flow_style=None, width=110)
     io.atomic_write(Path(path), "".join(f"# {line}\n" for line in header) + body, "uncertainty")
     return table

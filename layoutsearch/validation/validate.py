@@ -59,6 +59,7 @@ from layoutsearch.validation.mapping import (  # noqa: F401  (re-exported: the m
     RECOMPUTE,
     UNMODELLED_PRECISIONS,
     Mapped,
+    assumed_fields,
     fused_attention,
     mapping_notes,
     record_framework,
@@ -183,9 +184,12 @@ def _evaluate(record: dict) -> tuple[dict, tuple | None, Estimate | None]:
         "step_time_rel_band": None,
         "in_band": None,
         "loso_in_band": None,
+        "assumed": [],
+        "fit_depends_on_assumed": False,
     }
     try:
         out["notes"] = mapping_notes(record)
+        out["assumed"] = assumed_fields(record)
         mapped = _no_measurement(record) or record_to_estimate(record)
         problem, est = (mapped, None) if isinstance(mapped, str) else (mapped[:2], mapped[2])
     except LayoutsearchError as exc:
@@ -204,6 +208,8 @@ def _evaluate(record: dict) -> tuple[dict, tuple | None, Estimate | None]:
         predicted_memory_gib=est.memory_bytes["peak"] / 2**30,
         time_shares=time_shares(est),
         step_time_rel_band=list(band_of(est)),
+        # rule 27: predicted out of memory with recompute none assumed: it may have run with recompute
+        fit_depends_on_assumed=not est.fits and "layout.recompute" in out["assumed"],
     )
     if meas["tokens_per_s_per_device"]:
         out["rel_error"] = pred / meas["tokens_per_s_per_device"] - 1.0

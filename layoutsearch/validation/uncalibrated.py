@@ -1,0 +1,112 @@
+"""The error of an uncalibrated part: leave one accelerator family out (issue 30 point 6).
+
+A part whose compute fractions are borrowed (catalogue ``calibration.compute_fractions: borrowed``:
+b200 and gb200 take the h100 class's, v4, v5e, v6e and tpu7x take v5p's) is predicted with another
+family's fitted ``matmul_efficiency`` and ``attention_efficiency``. Its error is measured here on
+parts that do have runs, by pretending they have none: for each accelerator family F (``calibrate.
+FAMILIES``) and each source S with records on F, the calibration (``calibrate.DEFAULT_PARAMS`` per
+family, ``DEFAULT_SHARED`` jointly, as the dense leave-one-source-out fits it) is fitted on the
+records of the other families of F's kind that are not from S, and F's records from S are predicted
+with the fitted fields of the donor: the other family of the kind with the most records (the way the
+catalogue borrows; F keeps its own other catalogue values). A family whose kind has no other family
+with records (v5p, the only TPU with runs) cannot be measured so: ``no_sibling`` names it.
+
+``uncalibrated_section`` turns the errors into the ``uncalibrated`` section of
+``core/uncertainty.yaml`` (quantiles and bands per kind, as ``validation.uncertainty``), plus the
+errors' quantiles per held-out family and its donor.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from layoutsearch.validation.calibrate import (
+    DEFAULT_PARAMS,
+    DEFAULT_SHARED,
+    family_of,
+    fit_joint,
+    log_residuals,
+    usable_problems,
+)
+from layoutsearch.validation.parallel import parallel_map
+from layoutsearch.validation.runs import source_family
+from layoutsearch.validation.stats import quantiles, step_time_error
+from layoutsearch.validation.uncertainty import uncertainty_table
+
+MIN_DONOR_RECORDS = 2  # as leave_one_source_out: a family with fewer training records is not fitted
+
+
+def leave_one_family_out(records: list[dict], workers: int | None = None) -> dict:
+    """{"rel_errors": {id: rel error of predicted / measured tokens/s - 1}, "accelerator": {id: its
+    accelerator id}, "donor": {family: donor family}, "no_sibling": [families not measurable]} over
+    the records ``calibrate.usable_problems`` keeps (the folds spread over ``workers`` processes)."""
+    items = []  # (source, family, kind, problem tuple)
+    for r in records:
+        acc = r["cluster"]["accelerator"]
+        for prob in usable_problems([r], acc) if acc is not None else ():
+            items.append(
+                (source_family(r), family_of(acc), prob[1][0].cluster.accelerator.kind, prob)
+            )
+    families = sorted({f for _, f, _, _ in items})
+    kind = {f: k for _, f, k, _ in items}
+    donors = {
+        f: max(
+            (g for g in families if g != f and kind[g] == kind[f]),
+            key=lambda g: (sum(x[1] == g for x in items), g),
+            default=None,
+        )
+        for f in families
+    }
+    folds = sorted({(f, s) for s, f, _, _ in items if donors[f] is not None})
+
+    def fold(task: tuple[str, str]) -> dict[str, float]:
+        """The held-out family's records of one source, predicted with the donor's fit without that source."""
+        family, source = task
+        groups = {
+            g: [p for s, f, _, p in items if f == g and s != source]
+            for g in families
+            if g != family and kind[g] == kind[family]
+        }
+        groups = {g: probs for g, probs in groups.items() if len(probs) >= MIN_DONOR_RECORDS}
+        donor = donors[family]
+        if donor not in groups:
+            return {}
+        fields = fit_joint(groups, DEFAULT_PARAMS, DEFAULT_SHARED)[donor]
+        held = [p for s, f, _, p in items if f == family and s == source]
+        return {p[0]: float(np.expm1(r)) for p, r in zip(held, log_residuals(held, fields))}
+
+    rel: dict[str, float] = {}
+    for part in parallel_map(fold, folds, workers):
+        rel.update(part)
+    return {
+        "rel_errors": rel,
+        "accelerator": {p[0]: p[1][0].cluster.accelerator.id for _, _, _, p in items},
+        "donor": {f: d for f, d in donors.items() if d is not None},
+        "no_sibling": [f for f, d in donors.items() if d is None],
+    }
+
+
+def uncalibrated_section(lofo: dict) -> dict:
+    """The ``uncalibrated`` section of core/uncertainty.yaml from ``leave_one_family_out``'s result:
+    ``default``, ``bands``, ``quantiles`` (``validation.uncertainty.uncertainty_table`` of the errors),
+    ``basis``, ``by_family`` (donor and quantiles of the held-out family's step-time errors) and
+    ``no_sibling``."""
+    rel, acc = lofo["rel_errors"], lofo["accelerator"]
+    entries = [{"accelerator": acc[i], "loso_rel_error": e} for i, e in rel.items()]
+    table = uncertainty_table({"records": entries})
+    by_family = {}
+    for family, donor in sorted(lofo["donor"].items()):
+        errors = [step_time_error(e) for i, e in rel.items() if family_of(acc[i]) == family]
+        q = quantiles(errors)
+        by_family[family] = {
+            "donor": donor,
+            **{k: (round(v, 4) if isinstance(v, float) else v) for k, v in q.items()},
+        }
+    return {
+        "default": table["default"],
+        "bands": table["bands"],
+        "quantiles": table["quantiles"],
+        "basis": "leave-one-family-out (and the held-out records' source)",
+        "by_family": by_family,
+        "no_sibling": list(lofo["no_sibling"]),
+    }

@@ -1,0 +1,183 @@
+"""Uncalibrated parts (compute fractions borrowed from another part's fit) get the uncalibrated band
+of core/uncertainty.yaml, and an unknown field of a run record is never silently filled with its
+least favourable value (docs/run_record_mapping.md rule 27)."""
+
+from __future__ import annotations
+
+import copy
+import json
+
+import pytest
+import yaml
+from typer.testing import CliRunner
+
+from layoutsearch.cli import app
+from layoutsearch.core.catalogue import (
+    accelerator_from_dict,
+    catalogue_file,
+    load_accelerator,
+    read_yaml,
+)
+from layoutsearch.core.errors import CatalogueError
+from layoutsearch.core.uncertainty import FALLBACK_BAND, PATH, select_band, uncertainty_band
+from layoutsearch.validation.bands import band_coverage, mark_in_band
+from layoutsearch.validation.validate import evaluate_record, load_runs, validate_runs
+
+runner = CliRunner()
+UNCALIBRATED_GPU = (-0.1714, 0.1922)  # core/uncertainty.yaml: uncalibrated.bands.gpu
+CALIBRATED_GPU = (-0.1015, 0.1198)  # core/uncertainty.yaml: bands.gpu
+
+
+@pytest.fixture(scope="module")
+def raw(data_file):
+    """The development sets' raw records by id (dense and MoE)."""
+    out = {}
+    for name in ("runs_dev.yaml", "runs_moe_dev.yaml"):
+        out.update({r["id"]: r for r in yaml.safe_load(data_file(name).read_text())})
+    return out
+
+
+def test_the_flag_is_read_from_each_hardware_yaml():
+    """compute_fractions: fitted for the parts with runs on their die (a100s, the GH100 class, v5p),
+    borrowed for b200, gb200 and the TPUs without runs."""
+    flags = {
+        name: load_accelerator(name).calibrated
+        for name in ("a100-80gb", "h100", "h200", "h800", "v5p", "b200", "gb200", "v4", "v6e")
+    }
+    assert flags == {
+        "a100-80gb": True,
+        "h100": True,
+        "h200": True,
+        "h800": True,
+        "v5p": True,
+        "b200": False,
+        "gb200": False,
+        "v4": False,
+        "v6e": False,
+    }
+
+
+def test_a_missing_flag_is_the_cautious_borrowed_and_a_bad_one_an_error():
+    """A hardware YAML without compute_fractions is uncalibrated; 'maybe' is a one-line error naming it."""
+    data = read_yaml(catalogue_file("hardware", "h100", "accelerator"))
+    del data["calibration"]["compute_fractions"]
+    assert accelerator_from_dict(data, "h100.yaml").calibrated is False
+    data["calibration"]["compute_fractions"] = "maybe"
+    with pytest.raises(CatalogueError, match="compute_fractions") as err:
+        accelerator_from_dict(data, "h100.yaml")
+    assert "maybe" in str(err.value) and "\n" not in str(err.value)
+
+
+def test_uncalibrated_gpu_band_is_the_files_uncalibrated_values():
+    """An uncalibrated GPU's dense band is uncalibrated.bands.gpu (-17.1% .. +19.2%), wider than the
+    calibrated GPU band (-10.2% .. +12.0%)."""
+    assert uncertainty_band("gpu", calibrated=False) == UNCALIBRATED_GPU
+    assert uncertainty_band("gpu") == CALIBRATED_GPU
+    shipped = yaml.safe_load(PATH.read_text())
+    assert tuple(shipped["uncalibrated"]["bands"]["gpu"]) == UNCALIBRATED_GPU
+    assert shipped["uncalibrated"]["no_sibling"] == ["v5p"]
+
+
+def test_select_band_rules_on_hand_made_files():
+    """Union with the calibrated band; a kind without an uncalibrated band takes the uncalibrated
+    default; MoE takes the wider of both; no uncalibrated section: the fallback +-25%."""
+    dense = {
+        "bands": {"gpu": [-0.1, 0.12], "tpu": [-0.3, 0.1]},
+        "uncalibrated": {"bands": {"gpu": [-0.17, 0.19]}, "default": [-0.2, 0.2]},
+    }
+    moe = {"bands": {"gpu": [-0.15, 0.35]}}
+    assert select_band(dense, None, "gpu", calibrated=False) == (-0.17, 0.19)
+    assert select_band(dense, None, "tpu", calibrated=False) == (-0.3, 0.2)
+    assert select_band(dense, moe, "gpu", calibrated=False) == (-0.17, 0.35)
+    assert select_band(dense, moe, "gpu") == (-0.15, 0.35)
+    assert select_band({"bands": {"gpu": [-0.1, 0.12]}}, None, "gpu", False) == FALLBACK_BAND
+
+
+def test_solve_on_b200_carries_the_uncalibrated_band_and_says_so():
+    """solve on 64 B200s: every layout's step_time_rel_band is the uncalibrated GPU band, and the
+    table's legend names it; on H100s the calibrated band."""
+    args = ["solve", "--model", "llama3-8b", "--seqs", "256", "--top", "2"]
+    doc = json.loads(runner.invoke(app, [*args, "--cluster", "b200-64", "--format", "json"]).stdout)
+    assert [rec["step_time_rel_band"] for rec in doc["layouts"]] == [list(UNCALIBRATED_GPU)] * 2
+    step = doc["layouts"][0]["time_s"]["step"]
+    assert doc["layouts"][0]["step_time_band_s"] == pytest.approx(
+        [step * (1 - 0.1714), step * (1 + 0.1922)]
+    )
+    text = runner.invoke(app, [*args, "--cluster", "b200-64"]).stdout
+    assert "-17%..+19% of the step time on GPUs, the uncalibrated band: b200's" in text
+    h100 = json.loads(
+        runner.invoke(app, [*args, "--cluster", "h100-64", "--format", "json"]).stdout
+    )
+    assert h100["layouts"][0]["step_time_rel_band"] == list(CALIBRATED_GPU)
+
+
+def test_coverage_by_hand_on_three_made_up_records():
+    """Errors +15% and -18% on B200 (band -17.1%..+19.2%: one in) and +11% on H100 (band -10.2%..+12.0%:
+    in): 2 of 3 covered; the B200 ones form their own class."""
+    records = [{"model": {"num_layers": 2}} for _ in range(3)]
+    entries = [
+        {"accelerator": "b200", "rel_error": 0.15, "step_time_rel_band": list(UNCALIBRATED_GPU)},
+        {"accelerator": "b200", "rel_error": -0.18, "step_time_rel_band": list(UNCALIBRATED_GPU)},
+        {"accelerator": "h100", "rel_error": 0.11, "step_time_rel_band": list(CALIBRATED_GPU)},
+    ]
+    mark_in_band(entries, "rel_error", "in_band")
+    assert [e["in_band"] for e in entries] == [True, False, True]
+    assert band_coverage(records, entries) == {
+        "nominal": 0.8,
+        "all": {"count": 3, "covered": 2, "fraction": 2 / 3},
+        "by_class": {
+            "gpu dense": {"count": 1, "covered": 1, "fraction": 1.0},
+            "gpu dense uncalibrated": {"count": 2, "covered": 1, "fraction": 0.5},
+        },
+    }
+
+
+def test_interleaved_schedule_without_a_chunk_count_is_marked_assumed(raw):
+    """Narayanan et al. 2021 Table 2, 175B on 384 A100s: pp 12, virtual_stages null ('1F1B or
+    interleaved'): costed 1F1B, the largest bubble, and marked; a stated chunk count is not marked."""
+    rec = raw["megatron2021-table2-ptd-p-175b-384gpu"]
+    e = evaluate_record(rec)
+    assert e["assumed"] == ["layout.virtual_stages"] and e["skipped_reason"] is None
+    assert round(e["time_shares"]["bubble"], 4) == 0.0276  # 11 / 384 of the step, at most
+    stated = copy.deepcopy(rec)
+    stated["layout"]["virtual_stages"] = 2
+    assert evaluate_record(stated)["assumed"] == []
+
+
+def test_overlap_named_only_in_the_notes_is_a_skip_not_an_overlap_off(raw, tmp_path):
+    """The Qwen3-235B model-zoo run states ep_comm_overlap: true; with the field null and only its
+    command line naming A2A_OVERLAP=1 it is skipped with the reason; A2A_OVERLAP=0 is costed (off)."""
+    rec = copy.deepcopy(raw["modelzoo-qwen3-235b-h100-bf16-n256-script-320tf"])
+    assert rec["workload"]["ep_comm_overlap"] is True
+    rec["workload"]["ep_comm_overlap"] = None
+    rec["derived"] = {"command": "DISPATCHER=deepep A2A_OVERLAP=1 TP=2 PP=8 VPP=4 EP=32"}
+    e = evaluate_record(load_runs_of(tmp_path, [rec])[0])
+    assert e["skipped_reason"] == (
+        "overlap named only in the notes: 'A2A_OVERLAP=1' but workload.ep_comm_overlap is null "
+        "(state it; costing it off would take its least favourable value)"
+    )
+    rec["derived"] = {"command": "DISPATCHER=deepep A2A_OVERLAP=0 TP=2 PP=8 VPP=4 EP=32"}
+    assert evaluate_record(load_runs_of(tmp_path, [rec])[0])["skipped_reason"] is None
+
+
+def test_recompute_assumed_none_and_predicted_oom_leaves_fit_accuracy(raw, tmp_path):
+    """A record with recompute null predicted out of memory on 10 GB devices (it ran): its fit depends
+    on the assumed recompute none, so fit accuracy leaves it out instead of counting a mismatch."""
+    rec = copy.deepcopy(raw["dgxc-h100-llama3-1-8b-bf16-8gpu"])
+    rec["cluster"]["hbm_gb_per_device"] = 10
+    doc = validate_runs(load_runs_of(tmp_path, [rec]), rank=False, workers=1)
+    e = doc["records"][0]
+    assert e["assumed"] == ["layout.recompute"]
+    assert (e["predicted_fits"], e["measured_oom"], e["fit_depends_on_assumed"]) == (
+        False,
+        False,
+        True,
+    )
+    assert doc["summary"]["fit_accuracy"] is None and doc["summary"]["fit_mismatches"] == []
+
+
+def load_runs_of(tmp_path, records: list[dict]) -> list[dict]:
+    """Raw records through the loader (every block and field present), from a file in ``tmp_path``."""
+    path = tmp_path / "runs.yaml"
+    path.write_text(yaml.safe_dump(records, sort_keys=False))
+    return load_runs(path)
