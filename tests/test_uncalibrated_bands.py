@@ -144,20 +144,19 @@ def test_interleaved_schedule_without_a_chunk_count_is_marked_assumed(raw):
     assert evaluate_record(stated)["assumed"] == []
 
 
-def test_overlap_named_only_in_the_notes_is_a_skip_not_an_overlap_off(raw, tmp_path):
-    """The Qwen3-235B model-zoo run states ep_comm_overlap: true; with the field null and only its
-    command line naming A2A_OVERLAP=1 it is skipped with the reason; A2A_OVERLAP=0 is costed (off)."""
+def test_an_unstated_alltoall_overlap_is_costed_as_the_framework_default_and_marked(raw, tmp_path):
+    """The Qwen3-235B model-zoo run states ep_comm_overlap: true (not assumed); with the field null
+    it is costed as Megatron's default (off: more exposed AllToAll, a slower step) and marked
+    assumed, whatever its free text says (a command line naming A2A_OVERLAP=1 is not read)."""
     rec = copy.deepcopy(raw["modelzoo-qwen3-235b-h100-bf16-n256-script-320tf"])
     assert rec["workload"]["ep_comm_overlap"] is True
+    stated = evaluate_record(load_runs_of(tmp_path, [rec])[0])
+    assert "workload.ep_comm_overlap" not in stated["assumed"]
     rec["workload"]["ep_comm_overlap"] = None
     rec["derived"] = {"command": "DISPATCHER=deepep A2A_OVERLAP=1 TP=2 PP=8 VPP=4 EP=32"}
     e = evaluate_record(load_runs_of(tmp_path, [rec])[0])
-    assert e["skipped_reason"] == (
-        "overlap named only in the notes: 'A2A_OVERLAP=1' but workload.ep_comm_overlap is null "
-        "(state it; costing it off would take its least favourable value)"
-    )
-    rec["derived"] = {"command": "DISPATCHER=deepep A2A_OVERLAP=0 TP=2 PP=8 VPP=4 EP=32"}
-    assert evaluate_record(load_runs_of(tmp_path, [rec])[0])["skipped_reason"] is None
+    assert e["skipped_reason"] is None and "workload.ep_comm_overlap" in e["assumed"]
+    assert e["predicted_tokens_per_s_per_device"] < stated["predicted_tokens_per_s_per_device"]
 
 
 def test_recompute_assumed_none_and_predicted_oom_leaves_fit_accuracy(raw, tmp_path):

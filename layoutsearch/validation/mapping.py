@@ -397,41 +397,20 @@ def automodel_ep(record: dict) -> int | None:
     return lay["fsdp"]
 
 
-# rule 27: the expert AllToAll overlap switched on in a record's free text (a command line, its notes)
-A2A_OVERLAP_ON = re.compile(
-    r"A2A_OVERLAP\s*=\s*(?:1|true)\b|--overlap-moe-expert-parallel-comm(?!\s*=?\s*(?:false|0)\b)",
-    re.IGNORECASE,
-)
-
-
-def overlap_only_in_notes(record: dict) -> str | None:
-    """Rule 27: a skip reason when a MoE record's free text switches the expert AllToAll overlap on but
-    neither ``workload.ep_comm_overlap`` nor its preset says so (costed off, the profile's choice, the unknown
-    would take its least favourable value); else None."""
-    if record["model"].get("moe") is None or ep_comm_overlap(record) is not None:
-        return None
-    text = " ".join(
-        str(x or "")
-        for x in (record.get("derived"), record.get("source"), record["model"].get("notes"))
-    )
-    found = A2A_OVERLAP_ON.search(text)
-    if found is None:
-        return None
-    return (
-        f"overlap named only in the notes: '{found.group(0)}' but workload.ep_comm_overlap is null "
-        "(state it; costing it off would take its least favourable value)"
-    )
-
-
 def assumed_fields(record: dict) -> list[str]:
     """Rule 27: the record's null fields that ``record_to_problem`` fills with a value least favourable
     in one direction: ``layout.virtual_stages`` with pp > 1 (1: the largest pipeline bubble, the slowest
-    step) and ``layout.recompute`` without a named policy (none: the largest activation memory)."""
+    step), ``layout.recompute`` without a named policy (none: the largest activation memory) and, for a
+    MoE record with expert parallelism, ``workload.ep_comm_overlap`` without a preset that says it (the
+    framework profile's default: off for megatron, every AllToAll exposed)."""
     lay, out = record["layout"], []
     if lay["virtual_stages"] is None and (lay["pp"] or 1) > 1:
         out.append("layout.virtual_stages")
     if lay["recompute"] is None and not named_policy(record):
         out.append("layout.recompute")
+    if record["model"].get("moe") is not None and (lay.get("ep") or 1) > 1:
+        if ep_comm_overlap(record) is None:
+            out.append("workload.ep_comm_overlap")
     return out
 
 
@@ -906,7 +885,7 @@ def record_to_estimate(record: dict) -> tuple[Problem, Layout, Estimate] | str:
     """``record_to_problem``'s (Problem, placed Layout) and the placed layout's ``estimate`` (not strict),
     which placing it costed already; or the skip reason."""
     wl, lay = record["workload"], record["layout"]
-    reason = _unmodelled(record) or overlap_only_in_notes(record)
+    reason = _unmodelled(record)
     if reason:
         return reason
     if wl["precision"] in UNMODELLED_PRECISIONS:  # rule 5: delete when the engine costs fp8

@@ -69,7 +69,7 @@ def leave_one_family_out(records: list[dict], workers: int | None = None) -> dic
         }
         groups = {g: probs for g, probs in groups.items() if len(probs) >= MIN_DONOR_RECORDS}
         donor = donors[family]
-        if donor not in groups:
+        if donor is None or donor not in groups:
             return {}
         fields = fit_joint(groups, DEFAULT_PARAMS, DEFAULT_SHARED)[donor]
         held = [p for s, f, _, p in items if f == family and s == source]
