@@ -156,17 +156,19 @@ def test_a_sweep_point_above_the_site_power_budget_is_infeasible_with_the_reason
     assert capped.id == "debug|h100-8|8|4096|power_limit_w=600.0|max_site_power_mw=0.005"
 
 
-def test_a_run_record_with_a_power_limit_is_evaluated_with_the_cap():
+def test_a_run_record_with_a_power_limit_is_evaluated_with_the_cap(data_file):
     """A record's cluster.power_limit_w 500 on H100 maps to Workload.power_limit_w 500 (it was
     skipped before) and its matmul seconds grow by 1.135771; 60 W (below the 70 W idle) is skipped
-    with the reason."""
-    from test_validate import parsed, raw
-
+    with the reason. validate reports capped runs as their own group."""
     from layoutsearch.costs.estimate import estimate
     from layoutsearch.validation.mapping import record_to_problem
+    from layoutsearch.validation.validate import load_runs, validate_runs
 
-    cluster = {"accelerator": "h100", "power_limit_w": 500.0}
-    record = parsed(raw("megatron2021-table1-1-7b", cluster=cluster))
+    dev = {r["id"]: r for r in load_runs(data_file("runs_dev.yaml"))}
+    base = dev["megatron2021-table1-1-7b"]
+    assert base["cluster"]["accelerator"] == "a100-80gb"
+    cluster = {**base["cluster"], "accelerator": "h100", "power_limit_w": 500.0}
+    record = dict(base, cluster=cluster)
     problem, layout = record_to_problem(record)
     assert problem.workload.power_limit_w == 500.0
     uncapped = dict(record, cluster={**record["cluster"], "power_limit_w": None})
@@ -176,3 +178,12 @@ def test_a_run_record_with_a_power_limit_is_evaluated_with_the_cap():
     assert capped_s / base_s == pytest.approx(1.135771, rel=1e-6)
     low = dict(record, cluster={**record["cluster"], "power_limit_w": 60.0})
     assert record_to_problem(low) == "power_limit_w 60 W is not above h100's idle power 70 W"
+    doc = validate_runs(
+        [record, dict(record, cluster={**cluster, "power_limit_w": None})], rank=False, workers=1
+    )
+    assert [e["power_limit"] for e in doc["records"]] == ["500 W", "uncapped"]
+    groups = doc["summary"]["by_power_limit"]
+    assert (groups["500 W"]["count"], groups["uncapped"]["count"]) == (1, 1)
+    capped, free = (e["predicted_tokens_per_s_per_device"] for e in doc["records"])
+    assert groups["500 W"]["median_rel_error"] < groups["uncapped"]["median_rel_error"]
+    assert capped < free

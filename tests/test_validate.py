@@ -967,6 +967,7 @@ def test_error_statistics_and_summary_on_a_tiny_set():
             "id": f"r{i}",
             "accelerator": "h100" if i % 2 else "v5p",
             "source_family": "x",
+            "power_limit": "500 W" if i == 3 else "uncapped",
             "rel_error": err,
             "measured_oom": oom,
             "predicted_fits": fits,
@@ -987,6 +988,8 @@ def test_error_statistics_and_summary_on_a_tiny_set():
     assert s["message"] == "median error 20.0% within 25.0%"
     assert s["fit_accuracy"] == pytest.approx(3 / 4) and s["fit_mismatches"] == ["r3"]
     assert s["by_accelerator"]["h100"]["count"] == 2 and s["by_accelerator"]["v5p"]["skipped"] == 0
+    assert s["by_power_limit"]["500 W"]["median_rel_error"] == pytest.approx(0.3)
+    assert s["by_power_limit"]["uncapped"]["count"] == 2
     assert s["worst"][0]["id"] == "r3" and s["bloom_sweep_spearman"] is None
     failed = summarize(entries, [], max_median_error=0.1)
     assert failed["passed"] is False and failed["message"] == "median error 20.0% exceeds 10.0%"

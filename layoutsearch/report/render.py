@@ -626,7 +626,10 @@ def validation_report(doc: dict) -> None:
             f"{_pct(s['median_rel_error'], True)} (+ = predicted too fast), "
             f"fit accuracy {_pct(s['fit_accuracy'])}"
         )
-    for title, groups in (("accelerator", s["by_accelerator"]), ("source", s["by_source"])):
+    by_title = [("accelerator", s["by_accelerator"]), ("source", s["by_source"])]
+    if set(s["by_power_limit"]) != {"uncapped"}:  # a table only where some record is capped
+        by_title.append(("power limit", s["by_power_limit"]))
+    for title, groups in by_title:
         table = Table(title=f"by {title}")
         for col in (title, "evaluated", "median |err|", "p90 |err|", "median signed", "skipped"):
             table.add_column(col, justify="left" if col == title else "right")

@@ -228,6 +228,12 @@ def _skip_category(reason: str) -> str:
     return reason.split(":")[0]
 
 
+def power_group(power_limit_w: float | None) -> str:
+    """A record's power-limit group: "uncapped", or its cap ("500 W"): capped runs (costs.power
+    lowers their sustained clock) are reported apart, so the cap model's error shows on its own."""
+    return "uncapped" if power_limit_w is None else f"{power_limit_w:g} W"
+
+
 def summarize(entries: list[dict], sweeps: list[dict], max_median_error: float) -> dict:
     """The summary block of the validate document (OUTPUT.md) with per-group tables."""
     done = [e for e in entries if e["skipped_reason"] is None]
@@ -236,7 +242,7 @@ def summarize(entries: list[dict], sweeps: list[dict], max_median_error: float) 
     judged = [e for e in done if not e.get("fit_depends_on_assumed")]  # rule 27
     fits = [e["predicted_fits"] == (not e["measured_oom"]) for e in judged]
     groups = {}
-    for field in ("accelerator", "source_family"):
+    for field in ("accelerator", "source_family", "power_limit"):
         keys = sorted({e[field] for e in entries}, key=lambda k: (k is None, str(k)))
         groups[field] = {
             k: {
@@ -262,6 +268,7 @@ def summarize(entries: list[dict], sweeps: list[dict], max_median_error: float) 
         ),
         "by_accelerator": groups["accelerator"],
         "by_source": groups["source_family"],
+        "by_power_limit": groups["power_limit"],
         "worst": [
             {"id": e["id"], "rel_error": e["rel_error"], "reason": e["reason"]} for e in worst
         ],
