@@ -10,10 +10,11 @@ import typer
 
 from layoutsearch.cli.common import reports_errors
 from layoutsearch.core.catalogue import accelerator_names, catalogue_dir
+from layoutsearch.core.errors import InvalidArgumentError
 from layoutsearch.core.parse import parse_names
 from layoutsearch.core.specs import CUDA_GRAPHS
 from layoutsearch.report import render
-from layoutsearch.validation.calibrate import SHARED_KIND, YAML_KEYS, write_calibration
+from layoutsearch.validation.calibrate import FAMILIES, SHARED_KIND, YAML_KEYS, write_calibration
 from layoutsearch.validation.calibrate import calibrate as fit
 from layoutsearch.validation.mapping import cuda_graphs as record_cuda_graphs
 from layoutsearch.validation.validate import load_runs
@@ -35,6 +36,14 @@ def calibrate(
             help="Fields fitted once over every family of their kind (overlap_interference: the GPUs), beside --fit",
         ),
     ] = "",
+    fit_families: Annotated[
+        str | None,
+        typer.Option(
+            "--fit-families",
+            help="Fit a --fit field only for some families or accelerators, FIELD=FAMILY[+FAMILY],..., e.g. "
+            "matmul_efficiency=b200-class; the others keep their values of it",
+        ),
+    ] = None,
     graphs: Annotated[
         str | None,
         typer.Option(
@@ -68,6 +77,7 @@ def calibrate(
         if accelerator is not None
         else None
     )
+    only = _fit_families(fit_families) if fit_families is not None else None
     common = parse_names(shared, tuple(SHARED_KIND), "--shared", "field") if shared else ()
     records = load_runs(runs)
     wanted = (
@@ -77,7 +87,13 @@ def calibrate(
     )
     exclude = [r["id"] for r in records if record_cuda_graphs(r) not in wanted]
     result = fit(
-        records, accelerators=accs, params=fields, shared=common, exclude=exclude, loss=loss
+        records,
+        accelerators=accs,
+        params=fields,
+        shared=common,
+        exclude=exclude,
+        loss=loss,
+        fit_families=only,
     )
     if not any(
         family.get("records") for family in result.values()
@@ -97,6 +113,26 @@ def calibrate(
             today=datetime.date.today(),
         )
         typer.echo(f"wrote {', '.join(str(p) for p in written)}", err=True)
+
+
+def _fit_families(text: str) -> dict[str, tuple[str, ...]]:
+    """'matmul_efficiency=b200-class+a100' -> {'matmul_efficiency': ('b200-class', 'a100')}: known fields and
+    families (or accelerator ids), each field once."""
+    known = (*accelerator_names(), *sorted(set(FAMILIES.values())))
+    out: dict[str, tuple[str, ...]] = {}
+    for item in filter(None, (s.strip() for s in text.split(","))):
+        field, sep, families = item.partition("=")
+        if not sep:
+            raise InvalidArgumentError(
+                f"--fit-families: '{item}' is not FIELD=FAMILY[+FAMILY] (e.g. matmul_efficiency=b200-class)"
+            )
+        (name,) = parse_names(field, tuple(YAML_KEYS), "--fit-families", "field")
+        if name in out:
+            raise InvalidArgumentError(f"--fit-families: field '{name}' given twice")
+        out[name] = parse_names(families.replace("+", ","), known, "--fit-families", "family")
+    if not out:
+        raise InvalidArgumentError("--fit-families: no FIELD=FAMILY given")
+    return out
 
 
 def register(app: typer.Typer) -> None:

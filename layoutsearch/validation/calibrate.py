@@ -12,7 +12,9 @@ than 2 records per parameter gets matmul_efficiency only. A shared field (``SHAR
 library on every GPU) is fitted once over the families of its accelerator kind, jointly with each
 family's own fields (``fit_joint``; ``calibrate --shared``): fitted per family it is not identified; so is
 ``moe_expert_overhead_s``, the host's launch of each local expert's GEMM, where a family's records span few
-local-expert counts. ``calibrate --loss huber`` (``fit_residuals``) weighs log errors beyond
+local-expert counts, and ``moe_layer_overhead_s``, the same host software's work per MoE layer on every GPU
+(fitted per family it may absorb a family's compute misfit). ``calibrate --fit-families`` limits a fitted field
+to some families (a generation's own compute fraction), the others keeping their catalogue values of it. ``calibrate --loss huber`` (``fit_residuals``) weighs log errors beyond
 ``HUBER_LOG_SCALE`` linearly instead of squared, for record sets where the same layout is measured far apart.
 
 Method: Levenberg-Marquardt with forward-difference Jacobians in an unbounded parameterisation
@@ -30,7 +32,7 @@ import datetime as _dt
 import functools
 import math
 import re
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Collection, Iterable, Mapping
 from dataclasses import replace
 from pathlib import Path
 from typing import Any, cast, overload
@@ -50,6 +52,8 @@ from layoutsearch.validation.runs import source_family
 from layoutsearch.validation.stats import error_stats
 
 DEFAULT_PARAMS = ("matmul_efficiency", "attention_efficiency")
+# {field: the families (or accelerator ids) that fit it}: a field not named is fitted by every family
+FitFamilies = Mapping[str, Collection[str]] | None
 DEFAULT_SHARED = ("overlap_interference",)  # fitted with them over the GPU families (SHARED_KIND)
 MAX_FIT_PARAMS = 4  # a few fractions per family, never one per record
 LOSSES = (
@@ -73,6 +77,8 @@ FAMILIES = {
     "gb200": "b200-class",
 }
 EFFICIENCY_BOUNDS = (0.2, 1.0)
+# fp8 GEMMs reach about 1.6x the bf16 rate on a twice larger peak (docs/calibration.md#fp8_matmul_efficiency)
+FP8_MATMUL_RATIO = 0.8
 SHARE_BOUNDS = (0.0, 1.0)  # fractions that may be zero (overlap_interference)
 # Shared fields: one value fitted together with every family of that accelerator kind (``fit_joint``): an effect
 # of the communication library on the chip, not of one chip's kernels (NCCL's kernels on the SMs of every GPU)
@@ -81,6 +87,7 @@ SHARED_KIND = {
     "moe_overhead_graphed_share": "gpu",
     "moe_overhead_full_graph_share": "gpu",
     "moe_expert_overhead_s": "gpu",
+    "moe_layer_overhead_s": "gpu",
 }
 SCALES = {
     "matmul_half_efficiency_tokens": 128.0,
@@ -151,9 +158,17 @@ def with_calibration(cluster: Cluster, **fields: float) -> Cluster:
     """The cluster with calibration fields of its accelerator replaced, axes' efficiencies rebuilt.
 
     Axes copy ``collective_efficiency`` (torus, NVLink switch) or ``scale_out_efficiency``
-    (scale-out, DCN) from the accelerator when the cluster is resolved; both are refreshed here.
+    (scale-out, DCN) from the accelerator when the cluster is resolved; both are refreshed here. A new
+    ``matmul_efficiency`` brings ``fp8_matmul_efficiency`` = ``FP8_MATMUL_RATIO`` x it on a part with an fp8 rate,
+    unless that is given too (the hardware files' rule).
     """
-    changes: dict[str, Any] = fields  # calibration fields of Accelerator
+    changes: dict[str, Any] = dict(fields)  # calibration fields of Accelerator
+    if (
+        "matmul_efficiency" in changes
+        and "fp8_matmul_efficiency" not in changes
+        and cluster.accelerator.fp8_matmul_efficiency is not None
+    ):
+        changes["fp8_matmul_efficiency"] = FP8_MATMUL_RATIO * changes["matmul_efficiency"]
     acc = replace(cluster.accelerator, **changes)
     axes = tuple(
         a
@@ -332,17 +347,22 @@ def fit_joint(
     shared: tuple[str, ...],
     loss: str = "squares",
     start_from: dict[str, dict[str, float]] | None = None,
+    fit_families: FitFamilies = None,
 ) -> dict[str, dict]:
     """``params`` per family and ``shared`` fields common to the families of their kind (``SHARED_KIND``),
     fitted as one problem over every family's residuals (``loss``, ``fit_residuals``): {family: fitted fields}.
 
-    A family with fewer than 2 records per parameter fits matmul_efficiency alone (``chosen_params``); one
-    of another kind keeps its catalogue values of the shared fields. Shared fractions are rounded to 0.01,
-    the resolution the step tables count them in. The search starts from the values in ``start_from`` (a
+    A family with fewer than 2 records per parameter fits matmul_efficiency alone, and none of the ``params``
+    that ``fit_families`` limits to other families (``chosen_params``); one of another kind keeps its catalogue
+    values of the shared fields. Shared fractions are rounded to 0.01, the resolution the step tables count them in. The search starts from the values in ``start_from`` (a
     fit_joint result: a warm start) where it has them, else from the mean of the records' catalogue values.
     """
     kind = {f: probs[0][1][0].cluster.accelerator.kind for f, probs in groups.items() if probs}
-    own = {f: chosen_params(params, len(probs)) for f, probs in groups.items() if probs}
+    own = {
+        f: chosen_params(params, len(probs), f, fit_families)
+        for f, probs in groups.items()
+        if probs
+    }
     joins = {f: tuple(s for s in shared if SHARED_KIND.get(s) == kind[f]) for f in own}
     names = [(f, p) for f in own for p in own[f]] + [("*", s) for s in shared]
 
@@ -430,9 +450,24 @@ def check_params(params: tuple[str, ...], shared: tuple[str, ...] = ()) -> tuple
     return params
 
 
-def chosen_params(params: tuple[str, ...], num_records: int) -> tuple[str, ...]:
-    """``params`` with at least 2 records per parameter, else matmul_efficiency alone."""
-    return params if num_records >= 2 * len(params) else ("matmul_efficiency",)
+def chosen_params(
+    params: tuple[str, ...],
+    num_records: int,
+    family: str | None = None,
+    fit_families: FitFamilies = None,
+) -> tuple[str, ...]:
+    """The fields of ``params`` a ``family`` fits: those ``fit_families`` ({field: accelerator ids or family names})
+    does not limit to other families; all of them with at least 2 records per field, else matmul_efficiency alone
+    (where the family may fit it)."""
+    limits = fit_families or {}
+
+    def allowed(name: str) -> bool:
+        return name not in limits or family in {family_of(f) for f in limits[name]}
+
+    own = tuple(p for p in params if allowed(p))
+    if not own or num_records >= 2 * len(own):
+        return own
+    return ("matmul_efficiency",) if allowed("matmul_efficiency") else ()
 
 
 def calibrate(
@@ -442,19 +477,29 @@ def calibrate(
     exclude: Iterable[str] = (),
     shared: tuple[str, ...] = (),
     loss: str = "squares",
+    fit_families: FitFamilies = None,
 ) -> dict:
     """Fit calibration parameters per accelerator family; {family: fit_accelerator(...) result}.
 
     ``accelerators`` (ids or family names) defaults to every accelerator with records; ``exclude``
     lists record ids to leave out. With fewer than 2 records per parameter only
     matmul_efficiency is fitted. ``shared`` fields (``SHARED_KIND``) are fitted once over the
-    families of their kind, together with each family's ``params`` (``fit_joint``). ``loss``: ``LOSSES``.
+    families of their kind, together with each family's ``params`` (``fit_joint``); ``fit_families`` ({field: ids or
+    family names}) limits a field of ``params`` to those families, the others keep their values of it (a family left
+    with no field of its own only joins the shared fields). ``loss``: ``LOSSES``.
     """
     params = check_params(tuple(params), tuple(shared))
+    stray = [f for f in fit_families or {} if f not in params]
+    if stray:
+        raise InvalidArgumentError(
+            f"--fit-families: {', '.join(stray)} is not a fitted field (--fit {','.join(params) or 'none'})"
+        )
     if loss not in LOSSES:
         raise InvalidArgumentError(f"--loss: unknown loss '{loss}'; known: {', '.join(LOSSES)}")
     if shared:
-        return _calibrate_joint(records, accelerators, params, tuple(shared), exclude, loss)
+        return _calibrate_joint(
+            records, accelerators, params, tuple(shared), exclude, loss, fit_families
+        )
     kept = _kept_records(records, accelerators, exclude)
     out = {}
     for name in sorted({family_of(r["cluster"]["accelerator"]) for r in kept}):
@@ -462,7 +507,9 @@ def calibrate(
         if not problems:
             out[name] = {"records": 0, "skipped_reason": "no usable records"}
             continue
-        out[name] = fit_accelerator(problems, chosen_params(params, len(problems)), loss)
+        chosen = chosen_params(params, len(problems), name, fit_families)
+        if chosen:
+            out[name] = fit_accelerator(problems, chosen, loss)
     return out
 
 
@@ -481,7 +528,9 @@ def _kept_records(records: list[dict], accelerators, exclude) -> list[dict]:
     ]
 
 
-def _calibrate_joint(records, accelerators, params, shared, exclude, loss) -> dict:
+def _calibrate_joint(
+    records, accelerators, params, shared, exclude, loss, fit_families=None
+) -> dict:
     """``calibrate`` with shared fields: one joint fit, reported per family as ``fit_accelerator`` does."""
     unknown = [s for s in shared if s not in SHARED_KIND]
     if unknown or set(shared) & set(params):
@@ -495,7 +544,7 @@ def _calibrate_joint(records, accelerators, params, shared, exclude, loss) -> di
     }
     if not any(groups.values()):  # nothing to fit
         return {name: {"records": 0, "skipped_reason": "no usable records"} for name in groups}
-    fitted = fit_joint(groups, params, shared, loss)
+    fitted = fit_joint(groups, params, shared, loss, fit_families=fit_families)
     out = {}
     for name, problems in groups.items():
         if not problems:
@@ -587,6 +636,7 @@ def leave_one_source_out(
     routing_cv_grid: Iterable[float] | None = None,
     then: tuple[tuple[str, Callable[[dict], bool]], ...] = (),
     warm_start: bool = False,
+    fit_families: FitFamilies = None,
 ) -> dict:
     """Leave-one-source-out: for each source family, fit the calibration (``params`` per accelerator
     family, as ``calibrate``) on every OTHER source's usable records and predict the held-out source.
@@ -605,9 +655,10 @@ def leave_one_source_out(
     other sources' records it picks (as the catalogue's CUDA-graph shares were fitted after the overheads); fewer
     than 2 such records keep the catalogue's value. With ``warm_start`` and ``shared`` fields, each fold's joint fit
     starts from the all-sources fit (fitted first) instead of the catalogue values: fewer iterations, and a
-    fold may stop at a slightly different point of a flat optimum.
+    fold may stop at a slightly different point of a flat optimum. ``fit_families`` limits fields of ``params`` to
+    some families, as ``calibrate``.
     """
-    params = check_params(tuple(params))
+    params = check_params(tuple(params), tuple(shared))
     items = []  # (source, family, problem tuple)
     fitted_ids = set()  # the records a fit may use
     for r in records:
@@ -625,7 +676,13 @@ def leave_one_source_out(
 
     def joint_on_all() -> dict[str, dict]:
         """The ``shared`` joint fit on every source's records (``fit_joint``)."""
-        return fit_joint({f: g for f, g in fit_groups.items() if len(g) >= 2}, params, shared, loss)
+        return fit_joint(
+            {f: g for f, g in fit_groups.items() if len(g) >= 2},
+            params,
+            shared,
+            loss,
+            fit_families=fit_families,
+        )
 
     everywhere = joint_on_all() if shared and warm_start else None  # the folds start from it
 
@@ -654,6 +711,7 @@ def leave_one_source_out(
                 shared,
                 loss,
                 start_from=everywhere,
+                fit_families=fit_families,
             )
         fold_fields: dict[
             str, dict[str, float]
@@ -663,10 +721,12 @@ def leave_one_source_out(
             train = [p for s, f, p in fold if s != source and f == fam and p[0] in fitted_ids]
             fields: dict[str, float] = {}
             if len(train) >= 2:
-                chosen = chosen_params(params, len(train)) + tuple(
+                chosen = chosen_params(params, len(train), fam, fit_families) + tuple(
                     s for s in shared if s in joint.get(fam, {})
                 )
-                fields = joint[fam] if shared else fit_fields(train, chosen, loss)[0]
+                fields = (
+                    joint[fam] if shared else fit_fields(train, chosen, loss)[0] if chosen else {}
+                )
                 others = len(
                     {s for s, f, p in fold if s != source and f == fam and p[0] in fitted_ids}
                 )
@@ -713,11 +773,12 @@ def leave_one_source_out(
         joint = (everywhere or joint_on_all()) if shared else {}
         for fam, probs in groups.items():
             train = fit_groups[fam]
+            chosen = chosen_params(params, len(train), fam, fit_families)
             fields = (
                 joint.get(fam, {})
                 if shared
-                else fit_fields(train, chosen_params(params, len(train)), loss)[0]
-                if len(train) >= 2
+                else fit_fields(train, chosen, loss)[0]
+                if len(train) >= 2 and chosen
                 else {}
             )
             out += list(np.expm1(log_residuals(probs, fields)))

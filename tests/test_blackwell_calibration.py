@@ -1,0 +1,126 @@
+"""Blackwell's compute fraction and the MoE host overhead (docs/calibration.md#blackwell-b200-gb200): the held-out
+dense Blackwell runs (tests/data/runs_blackwell_dense_heldout.yaml, never fitted), `calibrate --fit-families` (a
+field fitted for some families only) and the fp8 fraction a fitted matmul fraction brings along."""
+
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from layoutsearch.cli import app
+from layoutsearch.core.topology import resolve_cluster
+from layoutsearch.validation.calibrate import calibrate, chosen_params, with_calibration
+from layoutsearch.validation.mapping import cuda_graphs, record_to_problem
+from layoutsearch.validation.validate import load_runs, validate_runs
+
+DATA = Path(__file__).resolve().parent / "data"
+HELDOUT = DATA / "runs_blackwell_dense_heldout.yaml"
+
+
+@pytest.fixture(scope="module")
+def heldout() -> list[dict]:
+    return load_runs(HELDOUT)
+
+
+def test_every_heldout_record_loads_and_maps(heldout):
+    """All 6 held-out records load, name a source, sit on b200/gb200 and map to a problem (none skipped)."""
+    assert len(heldout) == 6
+    assert {r["cluster"]["accelerator"] for r in heldout} == {"b200", "gb200"}
+    for r in heldout:
+        assert r["source"] and r["model"].get("moe") is None
+        assert not isinstance(record_to_problem(r), str), r["id"]
+
+
+def test_heldout_throughputs_are_the_step_times(heldout):
+    """Each record with a step time has tokens/s per GPU = GBS x seq / step / GPUs (the README arithmetic)."""
+    timed = [r for r in heldout if r["measured"]["step_time_s"]]
+    assert len(timed) == 5
+    for r in timed:
+        w, n = r["workload"], r["cluster"]["num_devices"]
+        expected = w["global_batch_seqs"] * w["seq_len"] / r["measured"]["step_time_s"] / n
+        assert r["measured"]["tokens_per_s_per_device"] == pytest.approx(expected, rel=5e-3), r[
+            "id"
+        ]
+
+
+def test_heldout_median_error_with_the_catalogue_fraction(heldout):
+    """With Hopper's fraction on Blackwell the held-out dense runs are predicted 22.9% too fast (median of 6)."""
+    summary = validate_runs(heldout, rank=False, workers=1)["summary"]
+    assert summary["count"] == 6
+    assert summary["median_abs_rel_error"] == pytest.approx(0.229, abs=0.002)
+    assert summary["median_rel_error"] == pytest.approx(0.229, abs=0.002)
+
+
+def test_chosen_params_limits_a_field_to_its_families():
+    """A field limited to b200-class is fitted there only; the other fields by every family."""
+    params = ("matmul_efficiency", "moe_layer_overhead_s")
+    limits = {"matmul_efficiency": ("b200-class",)}
+    assert chosen_params(params, 10, "b200-class", limits) == params
+    assert chosen_params(params, 10, "h100-class", limits) == ("moe_layer_overhead_s",)
+    assert (
+        chosen_params(params, 10, "b200-class", {"matmul_efficiency": ("gb200",)}) == params
+    )  # an id: its family
+    assert chosen_params(("matmul_efficiency",), 10, "h100-class", limits) == ()
+    # fewer than 2 records per field: matmul_efficiency alone, where the family may fit it
+    assert chosen_params(params, 3, "b200-class", limits) == ("matmul_efficiency",)
+    assert chosen_params(params, 1, "h100-class", limits) == ()
+
+
+def test_a_fitted_matmul_fraction_brings_the_fp8_rule():
+    """with_calibration(matmul 0.5) sets fp8 to 0.4 on an fp8 part, keeps a given fp8, leaves a part without fp8 alone."""
+    h100 = resolve_cluster("h100-8")
+    assert with_calibration(h100, matmul_efficiency=0.5).accelerator.fp8_matmul_efficiency == (
+        pytest.approx(0.4)
+    )
+    both = with_calibration(h100, matmul_efficiency=0.5, fp8_matmul_efficiency=0.45)
+    assert both.accelerator.fp8_matmul_efficiency == 0.45
+    a100 = with_calibration(resolve_cluster("a100-40gb-8"), matmul_efficiency=0.5)
+    assert a100.accelerator.fp8_matmul_efficiency is None
+
+
+def test_one_layer_overhead_for_all_gpus_beside_blackwells_own_fraction():
+    """The shared per-layer overhead is one value on both families; only b200-class fits a matmul fraction,
+    and it lands below Hopper's 0.6372 (the un-graphed Blackwell MoE records)."""
+    records = load_runs(DATA / "runs_moe_dev.yaml")
+    graphed = [
+        r["id"] for r in records if cuda_graphs(r) != "none"
+    ]  # as calibrate --cuda-graphs none
+    out = calibrate(
+        records,
+        accelerators=("h100-class", "b200-class"),
+        params=("matmul_efficiency",),
+        shared=("moe_layer_overhead_s", "moe_expert_overhead_s"),
+        exclude=graphed,
+        loss="huber",
+        fit_families={"matmul_efficiency": ("b200-class",)},
+    )
+    hopper, blackwell = out["h100-class"]["fitted"], out["b200-class"]["fitted"]
+    assert set(hopper) == {"moe_layer_overhead_s", "moe_expert_overhead_s"}
+    assert hopper["moe_layer_overhead_s"] == blackwell["moe_layer_overhead_s"]
+    assert blackwell["matmul_efficiency"] < 0.5
+
+
+def test_fit_families_bad_input_is_one_line():
+    """--fit-families without FIELD=, or with an unknown family, exits 2 with the value named."""
+    runs = str(DATA / "runs_moe_dev.yaml")
+    result = CliRunner().invoke(app, ["calibrate", runs, "--fit-families", "b200-class"])
+    assert result.exit_code == 2
+    assert "'b200-class' is not FIELD=FAMILY[+FAMILY]" in result.output
+    result = CliRunner().invoke(
+        app, ["calibrate", runs, "--fit-families", "matmul_efficiency=b200-clas"]
+    )
+    assert result.exit_code == 2
+    assert "unknown family 'b200-clas' (did you mean 'b200-class'?)" in result.output
+    result = CliRunner().invoke(
+        app,
+        [
+            "calibrate",
+            runs,
+            "--fit",
+            "matmul_efficiency",
+            "--fit-families",
+            "moe_layer_overhead_s=h100",
+        ],
+    )
+    assert result.exit_code == 2
+    assert "moe_layer_overhead_s is not a fitted field (--fit matmul_efficiency)" in result.output
