@@ -1,0 +1,163 @@
+"""The accelerators brought current: AMD Instinct MI300X / MI325X / MI355X and NVIDIA B300 / GB300."""
+
+import json
+
+import pytest
+from typer.testing import CliRunner
+
+from layoutsearch.cli import app
+from layoutsearch.core.catalogue import load_accelerator
+
+runner = CliRunner()
+
+# Vendor figures, as the hardware files' `sources` cite them: bf16 and fp8 dense TFLOP/s, HBM GiB,
+# HBM GB/s, intra-node GB/s one way, scale-out GB/s one way, rated board watts.
+PUBLISHED = {
+    "mi300x": (1307.4, 2614.9, 191.98, 5300, 448, 50, 750),
+    "mi325x": (1307.4, 2614.9, 256, 6000, 448, 50, 1000),
+    "mi355x": (2516.6, 5033.2, 288, 8000, 535.5, 50, 1400),
+    "b300": (2250, 4500, 288e9 / 2**30, 8000, 900, 100, 1100),
+    "gb300": (2500, 5000, 288e9 / 2**30, 8000, 900, 100, 1400),
+}
+CLUSTERS = {
+    "mi300x": "mi300x-64",
+    "mi325x": "mi325x-64",
+    "mi355x": "mi355x-1024",
+    "b300": "b300-512",
+    "gb300": "gb300-576",
+}
+
+
+@pytest.mark.parametrize("name", sorted(PUBLISHED))
+def test_each_new_part_loads_with_its_published_numbers(name):
+    """Peaks, HBM, bandwidths and board power convert to SI from the vendor figures."""
+    bf16, fp8, hbm_gib, hbm_gbps, link_gbps, nic_gbps, watts = PUBLISHED[name]
+    acc = load_accelerator(name)
+    assert acc.kind == "gpu"
+    assert acc.peak_flops_per_s == pytest.approx(bf16 * 1e12)
+    assert acc.peak_fp8_flops_per_s == pytest.approx(fp8 * 1e12)
+    assert acc.hbm_bytes == pytest.approx(hbm_gib * 2**30)
+    assert acc.hbm_bytes_per_s == pytest.approx(hbm_gbps * 1e9)
+    assert acc.link_bytes_per_s_per_direction == pytest.approx(link_gbps * 1e9)
+    assert acc.scale_out_bytes_per_s_per_direction == pytest.approx(nic_gbps * 1e9)
+    assert acc.board_power_w == watts and acc.idle_power_w == watts / 10
+
+
+@pytest.mark.parametrize("name", sorted(PUBLISHED))
+def test_each_new_part_is_uncalibrated(name):
+    """No development record runs on these parts: their compute fractions are borrowed."""
+    assert load_accelerator(name).calibrated is False
+
+
+def test_node_domains_are_eight_gpus_and_an_nvl72_rack():
+    """AMD platforms and HGX B300 are 8-GPU nodes; GB300 NVL72 is 72 GPUs, 4 per host."""
+    shape = {
+        n: (load_accelerator(n).devices_per_node, load_accelerator(n).devices_per_host)
+        for n in PUBLISHED
+    }
+    assert shape == {
+        "mi300x": (8, 8),
+        "mi325x": (8, 8),
+        "mi355x": (8, 8),
+        "b300": (8, 8),
+        "gb300": (72, 4),
+    }
+
+
+@pytest.mark.parametrize(
+    "name, mamf_tflops",
+    [("mi300x", 668.4), ("mi325x", 784.9), ("mi355x", 1565.0)],
+)
+def test_amd_matmul_fraction_is_h100s_scaled_by_one_gemm_benchmark(name, mamf_tflops):
+    """matmul_efficiency = 0.6372 x (part's MAMF / its peak) / (H100's 794.5 / 989), 4 places."""
+    acc = load_accelerator(name)
+    peak_tflops = PUBLISHED[name][0]
+    ratio = (mamf_tflops / peak_tflops) / (794.5 / 989)
+    assert acc.matmul_efficiency == round(0.6372 * ratio, 4)
+    assert acc.fp8_matmul_efficiency == pytest.approx(0.8 * acc.matmul_efficiency, abs=1e-4)
+
+
+def test_amd_matmul_fractions_are_the_documented_numbers():
+    """The derivation gives 0.4055, 0.4762 and 0.4933, all below the h100 class's 0.6372."""
+    got = {n: load_accelerator(n).matmul_efficiency for n in ("mi300x", "mi325x", "mi355x")}
+    assert got == {"mi300x": 0.4055, "mi325x": 0.4762, "mi355x": 0.4933}
+    assert max(got.values()) < load_accelerator("h100").matmul_efficiency
+
+
+def test_amd_attention_and_moe_overheads_are_the_h100_class():
+    """No same-harness attention benchmark exists: AMD parts keep the h100 class's values."""
+    h100 = load_accelerator("h100")
+    for name in ("mi300x", "mi325x", "mi355x"):
+        acc = load_accelerator(name)
+        assert acc.attention_efficiency == h100.attention_efficiency == 0.2
+        assert acc.vendor_attention_efficiency == h100.vendor_attention_efficiency == 0.5868
+        assert acc.moe_layer_overhead_s == pytest.approx(1970e-6)
+        assert acc.moe_expert_overhead_s == pytest.approx(174.1e-6)
+
+
+def test_blackwell_ultra_has_blackwells_peaks_and_more_memory():
+    """B300 / GB300 keep B200 / GB200's dense bf16 and fp8 peaks; only HBM grows (180 -> 288 GB)."""
+    for ultra, base in (("b300", "b200"), ("gb300", "gb200")):
+        new, old = load_accelerator(ultra), load_accelerator(base)
+        assert new.peak_flops_per_s == old.peak_flops_per_s
+        assert new.peak_fp8_flops_per_s == old.peak_fp8_flops_per_s
+        assert new.hbm_bytes > old.hbm_bytes
+        assert (
+            new.scale_out_bytes_per_s_per_direction == 2 * old.scale_out_bytes_per_s_per_direction
+        )
+    assert load_accelerator("b300").hbm_bytes / load_accelerator("b200").hbm_bytes == pytest.approx(
+        288e9 / (179.06 * 2**30)
+    )
+
+
+@pytest.mark.parametrize("ultra", ["b300", "gb300"])
+def test_blackwell_ultra_calibration_follows_b200(ultra):
+    """Every fraction and overhead of B300 / GB300 is b200.yaml's, so a Blackwell refit carries over."""
+    new, b200 = load_accelerator(ultra), load_accelerator("b200")
+    fields = (
+        "matmul_efficiency",
+        "attention_efficiency",
+        "vendor_attention_efficiency",
+        "fp8_matmul_efficiency",
+        "overlap_interference",
+        "moe_layer_overhead_s",
+        "moe_expert_overhead_s",
+        "moe_overhead_graphed_share",
+        "moe_overhead_full_graph_share",
+        "blocking_launch_s_per_layer_pass",
+    )
+    assert {f: getattr(new, f) for f in fields} == {f: getattr(b200, f) for f in fields}
+
+
+def solve_json(cluster):
+    r = runner.invoke(
+        app, ["solve", "--model", "llama70b", "--cluster", cluster, "--format", "json"]
+    )
+    assert r.exit_code == 0, r.stdout
+    return json.loads(r.stdout)
+
+
+@pytest.mark.parametrize("name", sorted(CLUSTERS))
+def test_a_solve_on_each_new_part_is_optimal_with_the_uncalibrated_band(name):
+    """llama70b solves to OPTIMAL with a step time and a band wider than h100's on both sides."""
+    doc = solve_json(CLUSTERS[name])
+    assert doc["solver"]["status"] == "OPTIMAL"
+    best = doc["layouts"][0]
+    assert best["time_s"]["step"] > 0
+    low, high = best["step_time_rel_band"]
+    assert (low, high) == pytest.approx((-0.171, 0.192), abs=0.001)
+    h100_low, h100_high = solve_json("h100-64")["layouts"][0]["step_time_rel_band"]
+    assert low < h100_low and high > h100_high
+
+
+def test_an_amd_layout_exports_to_megatron_and_torchtitan(tmp_path):
+    """Exports are vendor-neutral: an MI300X layout writes a Megatron script and a torchtitan TOML."""
+    result = tmp_path / "mi300x.json"
+    result.write_text(json.dumps(solve_json("mi300x-64")))
+    for target, marker in (
+        ("megatron", "--tensor-model-parallel-size"),
+        ("torchtitan", "[parallelism]"),
+    ):
+        r = runner.invoke(app, ["export", str(result), "--to", target])
+        assert r.exit_code == 0, r.stdout
+        assert "cluster: mi300x-64 (64 mi300x devices)" in r.stdout and marker in r.stdout
