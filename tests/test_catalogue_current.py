@@ -151,13 +151,34 @@ def test_a_solve_on_each_new_part_is_optimal_with_the_uncalibrated_band(name):
 
 
 def test_an_amd_layout_exports_to_megatron_and_torchtitan(tmp_path):
-    """Exports are vendor-neutral: an MI300X layout writes a Megatron script and a torchtitan TOML."""
+    """Exports are vendor-neutral: an MI300X search for Megatron writes a Megatron script (the
+    unrestricted winner, ZeRO-2 with a pipeline, is one Megatron cannot run), and the winner a
+    torchtitan TOML."""
+    script = tmp_path / "mi300x.sh"
+    args = ["solve", "--model", "llama70b", "--cluster", "mi300x-64"]
+    r = runner.invoke(app, [*args, "--export", "megatron", "-o", str(script)])
+    assert r.exit_code == 0, r.stdout
+    assert "--tensor-model-parallel-size" in script.read_text()
     result = tmp_path / "mi300x.json"
     result.write_text(json.dumps(solve_json("mi300x-64")))
-    for target, marker in (
-        ("megatron", "--tensor-model-parallel-size"),
-        ("torchtitan", "[parallelism]"),
-    ):
-        r = runner.invoke(app, ["export", str(result), "--to", target])
-        assert r.exit_code == 0, r.stdout
-        assert "cluster: mi300x-64 (64 mi300x devices)" in r.stdout and marker in r.stdout
+    r = runner.invoke(app, ["export", str(result), "--to", "torchtitan"])
+    assert r.exit_code == 0, r.stdout
+    assert "cluster: mi300x-64 (64 mi300x devices)" in r.stdout and "[parallelism]" in r.stdout
+
+
+def test_a_tensor_parallel_pair_on_an_amd_node_gets_one_peer_link():
+    """MI300X's node is a full mesh (topology.node_fabric: mesh): a group of 2 GPUs has one 64 GB/s
+    link each way, a group of 8 the 7 links (448 GB/s); on H100's NVSwitch both get 450 GB/s."""
+    from layoutsearch.core.topology import resolve_cluster
+    from layoutsearch.costs.comms import SpanPart, Spans, ring_bandwidth
+
+    def node_bandwidth(cluster_name, members):
+        """(the node axis's kind, bytes/s a member of a group of ``members`` moves, before efficiency)."""
+        node = resolve_cluster(cluster_name).axes[0]
+        rate = ring_bandwidth(Spans.of((SpanPart(node, members, 1),)))[0, 0]
+        return node.kind, float(rate / node.efficiency)
+
+    assert node_bandwidth("mi300x-64", 2) == ("mesh", pytest.approx(64e9))
+    assert node_bandwidth("mi300x-64", 8) == ("mesh", pytest.approx(448e9))
+    assert node_bandwidth("h100-64", 2) == ("switch", pytest.approx(450e9))
+    assert node_bandwidth("h100-64", 8) == ("switch", pytest.approx(450e9))

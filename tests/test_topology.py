@@ -161,6 +161,9 @@ def test_factors_stay_small_whatever_the_device_count(name, devices, most_nodes)
         ("a100-80gb-64", {}),
         ("gb200-144", {}),
         ("h100-64", {"devices_per_node": 4, "scale_out_bytes_per_s": 25e9}),
+        ("mi300x-8", {}),  # a full mesh of peer links inside the node
+        ("mi300x-64", {}),
+        ("mi355x-32", {"devices_per_node": 4}),
     ],
 )
 def test_factor_axes_equal_those_of_the_device_graph(name, kwargs):

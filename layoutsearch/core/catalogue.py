@@ -159,6 +159,13 @@ class TopologyFile(_Strict):
     max_slice_shape: list[DeviceCount] = Field(default=[], max_length=3)
     devices_per_host: DeviceCount = 1
     devices_per_node: DeviceCount = 1
+    node_fabric: Literal["switch", "mesh"] = Field(
+        default="switch",
+        description="GPU: how a node's devices connect: one switch (NVSwitch: a group of any size "
+        "inside the node gets link_gbytes_per_s_per_direction) or a full mesh of direct links (AMD "
+        "Infinity Fabric: link_gbytes_per_s_per_direction is the sum over the devices_per_node - 1 "
+        "peer links, so a group of k devices gets k - 1 of them)",
+    )
 
 
 class CalibrationFile(_Strict):

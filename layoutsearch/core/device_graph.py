@@ -81,6 +81,9 @@ def gpu_product(factors: Sequence[FactorGraph]) -> nx.Graph:
         g.add_nodes_from((("gpu", n, i) for i in gpus), device=True)
         for i, hub, data in _hub_links(nvlink):
             g.add_edge(("gpu", n, i), (*hub, n), **data)
+        for i, j, data in nvlink.edges(data=True):  # a full mesh's peer links
+            if nvlink.nodes[i]["device"] and nvlink.nodes[j]["device"]:
+                g.add_edge(("gpu", n, i), ("gpu", n, j), **data)
     for f in scale_out:
         rails = f.graph["rails"]
         for n, leaf, data in _hub_links(f):
@@ -96,7 +99,8 @@ def gpu_product(factors: Sequence[FactorGraph]) -> nx.Graph:
 
 def product_graph(factors: Sequence[FactorGraph]) -> nx.Graph:
     """The device graph the factor graphs describe; devices have ``device=True``, switches False."""
-    g = gpu_product(factors) if factors[0].graph["kind"] == "switch" else torus_product(factors)
+    gpu = factors[0].graph["kind"] in ("switch", "mesh")
+    g = gpu_product(factors) if gpu else torus_product(factors)
     for node in g:
         g.nodes[node].setdefault("device", False)
     return g
@@ -214,7 +218,9 @@ def axes_from_device_graph(g: nx.Graph, acc: Accelerator) -> tuple[tuple[Axis, .
                 by_axis,
                 "node",
                 size=domains[0],
-                kind="switch",
+                kind="mesh"
+                if all(g.nodes[u]["device"] for e in nvl.edges for u in e)
+                else "switch",
                 efficiency=acc.collective_efficiency,
             )
         )

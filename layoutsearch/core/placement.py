@@ -35,8 +35,8 @@ Order = tuple[str, ...]
 
 def axis_orders(cluster: Cluster) -> list[Order]:
     """Distinct orders of the fast axes (alike axes - same size, kind, wraparound - are not permuted)."""
-    fast = [a for a in cluster.axes if a.kind in ("torus", "switch")]
-    slow = tuple(a.name for a in cluster.axes if a.kind not in ("torus", "switch"))
+    fast = [a for a in cluster.axes if a.kind in ("torus", "switch", "mesh")]
+    slow = tuple(a.name for a in cluster.axes if a.kind not in ("torus", "switch", "mesh"))
     seen, orders = set(), []
     for perm in itertools.permutations(fast[::-1]):  # the last torus axis (z) first by default
         signature = tuple((a.size, a.kind, a.wraparound) for a in perm)

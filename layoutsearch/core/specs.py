@@ -13,7 +13,7 @@ from typing import Literal
 
 MlpKind = Literal["gated", "plain"]
 QkNorm = Literal["none", "head", "projection"]
-AxisKind = Literal["torus", "switch", "scale_out", "dcn"]
+AxisKind = Literal["torus", "switch", "mesh", "scale_out", "dcn"]
 DEGREE_NAMES = ("dp", "fsdp", "tp", "pp", "cp")  # their product is the device count
 EXPERT_DEGREE_NAMES = ("ep", "etp")  # expert layers regroup the same devices (MoE parallel folding)
 ALL_DEGREE_NAMES = (*DEGREE_NAMES, *EXPERT_DEGREE_NAMES)
@@ -413,6 +413,9 @@ class Accelerator:
     max_slice_shape: tuple[int, ...] = ()  # TPU: largest ICI domain
     devices_per_host: int = 1
     devices_per_node: int = 1  # GPU: NVLink domain size
+    # GPU: the node's devices on one switch (NVSwitch), or on a full mesh of direct links (AMD
+    # Infinity Fabric: link_bytes_per_s_per_direction spread over devices_per_node - 1 peer links)
+    node_fabric: Literal["switch", "mesh"] = "switch"
     peak_fp8_flops_per_s: float | None = (
         None  # dense fp8 matmuls (MXFP8 on Blackwell); None = no fp8 unit
     )
@@ -478,7 +481,7 @@ class Axis:
     name: str  # x, y, z for a torus; node / scale_out for GPUs; dcn between slices
     size: int
     kind: AxisKind
-    bytes_per_s_per_direction: float  # one link (torus), per device (switch, scale_out, dcn)
+    bytes_per_s_per_direction: float  # one link (torus, mesh), per device (switch, scale_out, dcn)
     wraparound: bool
     latency_s: float
     efficiency: float  # achievable fraction of the bandwidth

@@ -40,6 +40,7 @@ document's ``problem.cluster_spec``, from which ``Problem.from_record`` rebuilds
 
 from __future__ import annotations
 
+import itertools
 import math
 import re
 from collections.abc import Iterable, Sequence
@@ -283,6 +284,16 @@ def hub_graph(
     return g
 
 
+def mesh_graph(name: str, size: int, bytes_per_s: float, latency_s: float) -> FactorGraph:
+    """``size`` positions, every two joined by a direct link of ``bytes_per_s`` each way (a full
+    mesh, as AMD's Infinity Fabric joins the 8 GPUs of a node): a group of k positions has k - 1
+    links per member (``costs.comms.ring_bandwidth``)."""
+    g = FactorGraph(axis=name, kind="mesh")
+    g.add_nodes_from(range(size), device=True)
+    g.add_edges_from(itertools.combinations(range(size), 2), **_link(name, bytes_per_s, latency_s))
+    return g
+
+
 def fat_tree_graph(
     num_nodes: int, rails: int, nic_bytes_per_s: float, latency_s: float
 ) -> FactorGraph:
@@ -338,9 +349,13 @@ def gpu_factors(
     devices_per_node: int,
     scale_out_bytes_per_s: float | None = None,
 ) -> tuple[FactorGraph, ...]:
-    """The NVLink domain of one node, then the scale-out fat tree when there is more than one node."""
-    factors = [
-        hub_graph(
+    """The NVLink domain of one node (a full mesh of peer links where the part has one), then the
+    scale-out fat tree when there is more than one node."""
+    if acc.node_fabric == "mesh":  # the part's peer links: its link rate over its node's peers
+        per_link = acc.link_bytes_per_s_per_direction / max(acc.devices_per_node - 1, 1)
+        node = mesh_graph("node", devices_per_node, per_link, acc.link_latency_s)
+    else:
+        node = hub_graph(
             "node",
             "switch",
             devices_per_node,
@@ -348,7 +363,7 @@ def gpu_factors(
             acc.link_bytes_per_s_per_direction,
             acc.link_latency_s,
         )
-    ]
+    factors = [node]
     if num_nodes > 1:
         nic = scale_out_bytes_per_s or acc.scale_out_bytes_per_s_per_direction
         factors.append(
@@ -404,7 +419,9 @@ def factor_axis(f: FactorGraph, acc: Accelerator) -> Axis:
         )
     bytes_per_s, latency_s = rates.pop() if rates else (0.0, 0.0)
     efficiency = (
-        acc.collective_efficiency if kind in ("torus", "switch") else acc.scale_out_efficiency
+        acc.collective_efficiency
+        if kind in ("torus", "switch", "mesh")
+        else acc.scale_out_efficiency
     )
     return Axis(
         name=name,
@@ -426,7 +443,7 @@ def derive_axes(factors: Sequence[FactorGraph], acc: Accelerator) -> tuple[tuple
     """
     axes = [factor_axis(f, acc) for f in factors]
     slices = next((a.size for a in axes if a.kind in ("dcn", "scale_out")), 1)
-    kept = tuple(a for a in axes if a.size > 1 or a.kind == "switch")
+    kept = tuple(a for a in axes if a.size > 1 or a.kind in ("switch", "mesh"))
     return kept or (SINGLE_CHIP_AXIS,), slices
 
 

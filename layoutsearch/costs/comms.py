@@ -25,7 +25,7 @@ from layoutsearch.core.arrays import BoolArray, FloatArray, IntArray, distinct_r
 from layoutsearch.core.placement import EXPERT_NESTING, NESTING_ORDER, expert_degrees
 from layoutsearch.core.specs import Axis, Cluster, Layout
 
-LEVEL_OF_KIND = {"torus": 0, "switch": 0, "scale_out": 1, "dcn": 1}
+LEVEL_OF_KIND = {"torus": 0, "switch": 0, "mesh": 0, "scale_out": 1, "dcn": 1}
 
 
 @dataclass(frozen=True, slots=True)
@@ -127,6 +127,7 @@ def span_size(span: Span) -> int:
 def _axis_constants(axes: tuple[Axis, ...]) -> dict[str, np.ndarray]:
     return {
         "torus": np.array([a.kind == "torus" for a in axes], dtype=bool),
+        "mesh": np.array([a.kind == "mesh" for a in axes], dtype=bool),
         "level": np.array([LEVEL_OF_KIND[a.kind] for a in axes], dtype=np.int64),
         "size": np.array([a.size for a in axes], dtype=np.int64),
         "wrap": np.array([a.wraparound for a in axes], dtype=bool),
@@ -140,10 +141,14 @@ def _axis_constants(axes: tuple[Axis, ...]) -> dict[str, np.ndarray]:
 def ring_bandwidth(s: Spans) -> np.ndarray:
     """Bytes/s one member moves along each axis of a ring (both directions when it closes
     through a torus axis's wraparound: the group reaches the whole axis with more than 2
-    members; interleaved groups share the links between them, each gets 1/stride)."""
+    members; interleaved groups share the links between them, each gets 1/stride). On a full
+    mesh a member of a group of k has a link to each of the k - 1 others (the collective's rings
+    use them all; other groups use other links)."""
     c = _axis_constants(s.axes)
     wraps = c["torus"] & c["wrap"] & (s.factor * s.stride == c["size"]) & (s.factor > 2)
-    return np.where(c["torus"], c["bw"] * np.where(wraps, 2.0, 1.0) / s.stride, c["bw"])
+    torus = c["bw"] * np.where(wraps, 2.0, 1.0) / s.stride
+    mesh = c["bw"] * np.maximum(s.factor - 1, 1)
+    return np.where(c["torus"], torus, np.where(c["mesh"], mesh, c["bw"]))
 
 
 def _levels(s: Spans):

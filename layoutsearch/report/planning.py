@@ -38,7 +38,7 @@ SENSITIVITY_FACTOR = 1.1  # explain --sensitivity: each number +10%
 # what-if key -> (accelerator field, axis kinds whose bytes_per_s_per_direction scale with it)
 WHAT_IF_FIELDS: dict[str, tuple[str, tuple[str, ...]]] = {
     "scale_out_bandwidth": ("scale_out_bytes_per_s_per_direction", ("scale_out", "dcn")),
-    "link_bandwidth": ("link_bytes_per_s_per_direction", ("torus", "switch")),
+    "link_bandwidth": ("link_bytes_per_s_per_direction", ("torus", "switch", "mesh")),
     "hbm": ("hbm_bytes", ()),
     "hbm_bandwidth": ("hbm_bytes_per_s", ()),
     "peak_flops": ("peak_flops_per_s", ()),

@@ -149,6 +149,7 @@ YAML_KEYS = {name: _yaml_key(name) for name in CALIBRATION_FIELDS}
 AXIS_EFFICIENCY = {
     "torus": "collective_efficiency",
     "switch": "collective_efficiency",
+    "mesh": "collective_efficiency",
     "scale_out": "scale_out_efficiency",
     "dcn": "scale_out_efficiency",
 }
