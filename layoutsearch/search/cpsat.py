@@ -132,9 +132,13 @@ def prune(
     exact_rows: bool = True,
     enabled: bool = True,
     tolerance: float = TIE_TOLERANCE,
+    pool: dict | None = None,
 ):
     """(rows that may hold a top-k layout, the objective value above which none is ranked or
-    None, (row, r) fit mask, each row's exact least value or lower bound).
+    None, (row, r) fit mask, each row's exact least value or lower bound). ``pool`` (a dict), when
+    given, receives the fitting candidates of the kept rows it costed, all of them when ``enabled``
+    (arrays ``sk``, ``ri``, ``z``, ``o``, ``step``, ``peak``, ``volume`` in ``candidate_grid``'s
+    order over the kept rows), for ``_expected``.
 
     Rows are costed exactly, best first in the order of their lower bound, until the next bound
     exceeds the k-th best layout's (its best placement's) reach: the ``reach_limit`` of its step
@@ -156,6 +160,7 @@ def prune(
     rows = rows[np.lexsort((best[rows], volume[rows]))]
     pairs = np.zeros((0, 2), dtype=np.int64)  # each layout's best (volume, step), the least k
     done, chunk, limit, reach = 0, PROMISING_ROWS, None, None
+    pieces: list[dict] = []
     while done < len(rows):
         j = rows[done]
         if reach is not None and (volume[j], best[j]) > reach:
@@ -164,6 +169,11 @@ def prune(
         m = assemble(t, space, sk, ri, z, o)
         ok = m["fits"]
         value = np.broadcast_to(m["step"], sk.shape)[ok]
+        if pool is not None:
+            pieces.append(
+                {"sk": sk[ok], "ri": ri[ok], "z": z[ok], "o": o[ok], "step": value}
+                | {key: np.broadcast_to(m[key], sk.shape)[ok] for key in ("peak", "volume")}
+            )
         vol = volume[sk[ok]]
         gid = group_ids(space, sk[ok], ri[ok], z[ok])
         order = np.lexsort((value, vol, gid))
@@ -185,7 +195,16 @@ def prune(
     else:  # less volume, or as much and within the step reach (``ranking.relevant``)
         v, b = volume[rows], best[rows]
         keep = rows[(v < reach[0]) | ((v == reach[0]) & (b <= reach[1]))]
-    return np.sort(keep), limit, fits_r, best if not by_volume else bound
+    keep = np.sort(keep)
+    if pool is not None and pieces:
+        merged = {key: np.concatenate([p[key] for p in pieces]) for key in pieces[0]}
+        is_kept = np.zeros(len(space.sk_k), dtype=bool)
+        is_kept[keep] = True
+        kept = np.flatnonzero(is_kept[merged["sk"]])
+        # a row's candidates are in one chunk, in candidate_grid's order: rows ascending is the rest
+        kept = kept[np.argsort(merged["sk"][kept], kind="stable")]
+        pool.update({key: a[kept] for key, a in merged.items()})
+    return keep, limit, fits_r, best if not by_volume else bound
 
 
 def focus(
@@ -467,9 +486,14 @@ def cpsat_top(
     Returns (answers as (row, r index, z, o, metrics), info: status, objective, bound, rows, history).
     """
     started = time.perf_counter()
-    rows, limit, fits_r, best = prune(space, t, objective, top_k, exact_rows, prune_rows, tolerance)
+    costed: dict = {}
+    rows, limit, fits_r, best = prune(
+        space, t, objective, top_k, exact_rows, prune_rows, tolerance, costed
+    )
     trace: list = []
-    expected, pool = _expected(space, t, rows, objective, top_k, tolerance, trace)
+    expected, pool = _expected(
+        space, t, rows, objective, top_k, tolerance, trace, costed if prune_rows else None
+    )
     if time.perf_counter() - started > time_limit_s:  # out of time before any solve
         return [], {**_info(space, rows), "status": "UNKNOWN", "ranking_status": "UNKNOWN"}
     if limit is not None and objective == "step-time" and len(trace) == top_k:
@@ -799,19 +823,26 @@ def _expected(
     top_k: int,
     tolerance: float,
     trace: list | None = None,
+    costed: dict | None = None,
 ) -> tuple[list, dict | None]:
     """The ranking of ``search.ranking`` over the kept rows' candidates, costed by ``tables.assemble``
     as the enumerator does: (row, r index, z, o) per rank, for the solver's hints; ``trace``
     receives each rank's (least step, least risk, least step of that risk). Also the pool of
     fitting candidates ranked (arrays ``sk``, ``ri``, ``z``, ``o``, ``step``, ``peak``,
-    ``volume``, ``risk``: ``ranking.risk_score``), for ``_merged_floor``."""
+    ``volume``, ``risk``: ``ranking.risk_score``), for ``_merged_floor``. ``costed``: that pool
+    as ``prune`` costed it for these rows (else they are costed here)."""
     if not len(rows):
         return [], None
-    sk, ri, z, o = candidate_grid(space, rows)
-    m = assemble(t, space, sk, ri, z, o)
-    ok = m["fits"]
-    pool = {"sk": sk[ok], "ri": ri[ok], "z": z[ok], "o": o[ok]}
-    pool.update({key: np.broadcast_to(m[key], sk.shape)[ok] for key in ("step", "peak", "volume")})
+    if costed:
+        pool = dict(costed)
+    else:
+        sk, ri, z, o = candidate_grid(space, rows)
+        m = assemble(t, space, sk, ri, z, o)
+        ok = m["fits"]
+        pool = {"sk": sk[ok], "ri": ri[ok], "z": z[ok], "o": o[ok]}
+        pool.update(
+            {key: np.broadcast_to(m[key], sk.shape)[ok] for key in ("step", "peak", "volume")}
+        )
     pool["risk"] = risk_score(space, pool["sk"], pool["o"], pool["peak"], t.capacity_kib)
     picks = select(
         space, pool, objective, top_k, tolerance, capacity_kib=t.capacity_kib, trace=trace
