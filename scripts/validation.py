@@ -129,6 +129,8 @@ def summary_lines(s: dict) -> list[str]:
         ("p90 abs rel error", pct(s["p90_abs_rel_error"])),
         ("median signed rel error (+ = predicted too fast)", pct(s["median_rel_error"], True)),
         ("fit accuracy (predicted fits == ran)", pct(s["fit_accuracy"])),
+        ("fit errors: predicted OOM but ran / predicted to fit but OOM", _fit_errors(s)),
+        ("peak memory error where measured (+ = predicted more)", _memory_error(s)),
         ("leave-one-source-out median / p90 abs rel error", _loso_headline(s.get("loso"))),
         ("BLOOM layout sweep Spearman rho", rho(s["bloom_sweep_spearman"])),
         (
@@ -139,6 +141,21 @@ def summary_lines(s: dict) -> list[str]:
         (f"passed (median <= {s['max_median_error']:.0%})", "yes" if s["passed"] else "no"),
     ]
     return ["| quantity | value |", "|---|---|"] + [f"| {k} | {v} |" for k, v in rows]
+
+
+def _fit_errors(s: dict) -> str:
+    errors = s["fit_errors"]
+    return f"{len(errors['predicted_oom_but_ran'])} / {len(errors['predicted_fits_but_oom'])}"
+
+
+def _memory_error(s: dict) -> str:
+    m = s["memory_error"]
+    if not m["count"]:
+        return "no record reports its measured memory"
+    return (
+        f"median {pct(m['median_abs_rel_error'])}, p90 {pct(m['p90_abs_rel_error'])}, signed median "
+        f"{pct(m['median_rel_error'], True)} over {m['count']} records"
+    )
 
 
 def _loso_headline(loso: dict | None) -> str:
@@ -709,6 +726,8 @@ def moe_summary_lines(s: dict, total: int) -> list[str]:
         ),
         ("median signed rel error (+ = predicted too fast)", pct(s["median_rel_error"], True)),
         ("fit accuracy (predicted fits == ran)", pct(s["fit_accuracy"])),
+        ("fit errors: predicted OOM but ran / predicted to fit but OOM", _fit_errors(s)),
+        ("peak memory error where measured (+ = predicted more)", _memory_error(s)),
         (
             "skipped",
             f"{s['skipped']} of {total} = {pct(share)} (target <= {MOE_TARGETS['skipped_share']:.0%}: "

@@ -624,7 +624,9 @@ def validation_report(doc: dict) -> None:
             f"[bold]{s['count']} records evaluated, {s['skipped']} skipped[/bold]: median |error| "
             f"{_pct(s['median_abs_rel_error'])}, p90 {_pct(s['p90_abs_rel_error'])}, signed median "
             f"{_pct(s['median_rel_error'], True)} (+ = predicted too fast), "
-            f"fit accuracy {_pct(s['fit_accuracy'])}"
+            f"fit accuracy {_pct(s['fit_accuracy'])} ("
+            f"{len(s['fit_errors']['predicted_oom_but_ran'])} predicted out of memory but ran, "
+            f"{len(s['fit_errors']['predicted_fits_but_oom'])} predicted to fit but ran out)"
         )
     by_title = [("accelerator", s["by_accelerator"]), ("source", s["by_source"])]
     if set(s["by_power_limit"]) != {"uncapped"}:  # a table only where some record is capped

@@ -228,6 +228,30 @@ def _skip_category(reason: str) -> str:
     return reason.split(":")[0]
 
 
+def fit_errors(entries: list[dict]) -> dict[str, list[str]]:
+    """The fit mismatches in each direction: predicted out of memory though the run ran, and
+    predicted to fit though it ran out of memory (a one-sided memory model shows in one)."""
+    return {
+        "predicted_oom_but_ran": [
+            e["id"] for e in entries if not e["predicted_fits"] and not e["measured_oom"]
+        ],
+        "predicted_fits_but_oom": [
+            e["id"] for e in entries if e["predicted_fits"] and e["measured_oom"]
+        ],
+    }
+
+
+def memory_error(entries: list[dict]) -> dict:
+    """``error_stats`` of predicted / measured peak memory - 1 over the records that report their
+    measured memory (+ = the engine predicts more memory than the run used)."""
+    errors = [
+        e["predicted_memory_gib"] / e["measured_memory_gib"] - 1.0
+        for e in entries
+        if e.get("measured_memory_gib") and e.get("predicted_memory_gib") is not None
+    ]
+    return error_stats(errors)
+
+
 def power_group(power_limit_w: float | None) -> str:
     """A record's power-limit group: "uncapped", or its cap ("500 W"): capped runs (costs.power
     lowers their sustained clock) are reported apart, so the cap model's error shows on its own."""
@@ -262,6 +286,8 @@ def summarize(entries: list[dict], sweeps: list[dict], max_median_error: float) 
         "median_rel_error": stats["median_rel_error"],
         "fit_accuracy": sum(fits) / len(fits) if fits else None,
         "fit_mismatches": [e["id"] for e, ok in zip(judged, fits) if not ok],
+        "fit_errors": fit_errors(judged),
+        "memory_error": memory_error(done),
         "skipped": len(entries) - len(done),
         "skipped_reasons": dict(
             Counter(_skip_category(e["skipped_reason"]) for e in entries if e["skipped_reason"])
