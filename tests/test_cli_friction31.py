@@ -196,7 +196,7 @@ def test_wide_is_taken_before_or_after_the_command(terminal, before):
     code, out = terminal(*argv)
     assert code == 0
     assert "left out to fit" not in out
-    assert "│ 1.338-1.668 │ 53.7% │  703,888 │" in out
+    assert "│ 1.337-1.658 │ 53.7% │  703,888 │" in out
 
 
 def test_the_models_table_fits_100_columns(terminal):
@@ -316,10 +316,10 @@ def test_a_time_limit_spent_before_the_solver_stops_the_search_with_no_layout(
     inside the tables' first grid, so the verdict never depends on the machine's speed)."""
     import layoutsearch.search.tables as tables
 
-    def out_of_time(space):
+    def out_of_time(space, rows):
         raise tables.OutOfTime
 
-    monkeypatch.setattr(tables, "row_terms", out_of_time)
+    monkeypatch.setattr(tables, "terms_of_rows", out_of_time)
     argv = ["solve", "--model", "llama3-8b", "--cluster", "h100-8", "--seqs", "64"]
     code, out, err = cli_main(*argv, "--format", "json")
     assert code == 1

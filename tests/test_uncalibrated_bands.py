@@ -70,7 +70,7 @@ def test_a_missing_flag_is_the_cautious_borrowed_and_a_bad_one_an_error():
 
 def test_uncalibrated_gpu_band_is_the_files_uncalibrated_values():
     """An uncalibrated GPU's dense band is uncalibrated.bands.gpu (-17.3% .. +20.2%), wider than the
-    calibrated GPU band (-10.2% .. +12.0%)."""
+    calibrated GPU band (-10.3% .. +11.3%)."""
     assert uncertainty_band("gpu", calibrated=False) == UNCALIBRATED_GPU
     assert uncertainty_band("gpu") == CALIBRATED_GPU
     shipped = yaml.safe_load(PATH.read_text())
