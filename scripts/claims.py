@@ -51,6 +51,10 @@ PINNED = ("recompute", "sharding", "degrees", "schedule")  # pinned by SearchOpt
 WALKED = ("microbatching", "sequence_parallel", "other")  # walked by estimate after the four
 PARTS = (*PINNED, *WALKED)
 MIN_CLAIM = 1.02  # a claim below this has no share worth splitting (shares of ~0 are noise)
+# Korthikanti et al. 2022 (arXiv:2205.05198, abstract): 530B GPT on 2240 A100s, MFU 54.2% with
+# sequence parallelism and selective recompute against 42.1% with full recompute. The layout of
+# Narayanan et al.'s 530B row (tp 8, pp 35, 2240 GPUs) is the same.
+SELECTIVE_530B = ("megatron2021-table1-529-6b", 54.2 / 42.1)
 
 
 # ----------------------------------------------------------------------------- one record
@@ -153,6 +157,12 @@ def claim(record: dict) -> dict | None:
         "claimed_speedup": pub_s / winner.step_time_s,
         "distinguishable": bool(versus["distinguishable"]),
         "measured_tokens_per_s_per_device": record["measured"]["tokens_per_s_per_device"],
+        "measured_memory_gib": record["measured"]["memory_gib_per_device"],
+        "published_memory_gib": pub_est.memory_bytes["peak"] / 2**30,
+        "selective_sp_speedup": pub_s
+        / estimate(
+            problem, replace(published, recompute="selective", sequence_parallel=True), strict=False
+        ).step_time_s,
         "measured_over_predicted": record["measured"]["tokens_per_s_per_device"]
         / (pub_est.tokens_per_s / pub_est.cluster.num_devices),
         "winner_memory_share": winner.memory_bytes["peak"] / winner.memory_bytes["capacity"],
@@ -266,7 +276,25 @@ def findings(claims: list[dict]) -> dict:
     tight = [c for c in claims if c["winner_memory_share"] > 0.9 and c["claimed_speedup"] > 1.1]
     unfit = [c for c in claims if not c["published_fits"]]
     mb = [c for c in claims if factor(c, "microbatching") > 1.05]
+    mem = [
+        c["published_memory_gib"] / c["measured_memory_gib"]
+        for c in claims
+        if c["measured_memory_gib"]
+    ]
+    under = min(mem, default=1.0)  # the worst under-prediction of a measured peak
+    k530 = next((c for c in claims if c["id"] == SELECTIVE_530B[0]), None)
+    foundry = [c for c in rec if c["source"] == "llm-foundry"]
     return {
+        "memory_ratio": (len(mem), under, max(mem, default=1.0)),
+        "big_n": sum(c["claimed_speedup"] > 1.1 for c in claims),
+        "beyond_under_n": sum(
+            c["winner_memory_share"] > under and c["claimed_speedup"] > 1.1 for c in claims
+        ),
+        "k530": None if k530 is None else k530["selective_sp_speedup"],
+        "foundry_recompute_n": len(foundry),
+        "foundry_recompute_mem": median(c["winner_memory_share"] for c in foundry)
+        if foundry
+        else None,
         "n": len(claims),
         "median": median(c["claimed_speedup"] for c in claims),
         "distinguishable": sum(c["distinguishable"] for c in claims),
@@ -345,7 +373,7 @@ def zero3_pairs(claims: list[dict]) -> list[str]:
             continue
         measured = other["measured_tokens_per_s_per_device"] / c["measured_tokens_per_s_per_device"]
         predicted = c["published_step_s"] / other["published_step_s"]
-        out.append(f"{c['id']}: PTD-P measured {measured:.2f}x, predicted {predicted:.2f}x faster")
+        out.append(f"{c['id']}: measured {measured:.2f}x, predicted {predicted:.2f}x")
     return out
 
 
@@ -375,19 +403,28 @@ def what_this_says(claims: list[dict], f: dict) -> list[str]:
         "BigScience runs (Megatron-DeepSpeed, early 2022) predate selective activation recompute and "
         "sequence parallelism, which Megatron-LM added in 2022 (Korthikanti et al. 2022, 'Reducing "
         "Activation Recomputation in Large Transformer Models'); those records are predicted close to "
-        f"their measurement ({m('Narayanan et al. 2021')}; {m('bigscience')}).",
+        f"their measurement ({m('Narayanan et al. 2021')}; {m('bigscience')}). The one measured check: "
+        "that paper's 530B run on 2240 A100s (Narayanan et al.'s tp 8, pp 35 layout) went "
+        f"{SELECTIVE_530B[1]:.3f}x faster (MFU 42.1% -> 54.2%) with selective recompute and sequence "
+        f"parallelism; the engine predicts {f['k530'] or math.nan:.3f}x for the same change of "
+        f"`{SELECTIVE_530B[0]}`, so this part is a real gain, over-stated by "
+        f"{(f['k530'] or math.nan) / SELECTIVE_530B[1] - 1:.0%}.",
         "  - Unverified where the framework had the choice: llm-foundry's FSDP runs could switch "
         "activation checkpointing off and chose it on with a large microbatch; the engine's winner "
-        "drops it (and shrinks the microbatch) because its memory model lets that fit. No source of "
-        "this input has two runs of one model, cluster and sequence length that differ only in "
-        "recompute, so no measurement tests it; "
-        f"{f['tight_n']} claims above 1.1x put the winner above 90% of the usable memory, where a "
-        "memory model error decides between fitting and not. "
-        f"{m('llm-foundry')}; {m('maxtext')}.",
+        "drops it (often with a smaller microbatch) because its memory model lets that fit "
+        f"({f['foundry_recompute_n']} llm-foundry claims gain over 5% from recompute; their winners' "
+        f"median peak is {f['foundry_recompute_mem'] or math.nan:.0%} of the usable memory). No "
+        "source of this input has two runs of one model, cluster and sequence length that differ "
+        "only in recompute, so no measurement tests it. The memory model's error where a peak was "
+        f"measured ({f['memory_ratio'][0]} BLOOM runs): predicted / measured "
+        f"{f['memory_ratio'][1]:.2f} to {f['memory_ratio'][2]:.2f}; {f['beyond_under_n']} claims above "
+        f"1.1x (of {f['big_n']}) put the winner above {f['memory_ratio'][1]:.0%} of the usable memory, "
+        "where an under-prediction that large would not fit (and "
+        f"{f['tight_n']} above 90%). {m('llm-foundry')}; {m('maxtext')}.",
         "- **Sharding (ZeRO / FSDP) is mostly the Narayanan ZeRO-3 baselines.** The largest claims are "
         "Narayanan et al.'s ZeRO-3 comparison runs, which the paper itself measured slower than its "
         "PTD-P layouts, so most of those claims are a measured gap, not model error (PTD-P over ZeRO-3, "
-        "measured and predicted: "
+        "tokens/s of the PTD-P run over the ZeRO-3 run: "
         + "; ".join(zero3_pairs(claims))
         + "). The rest of the sharding part is ZeRO-2 over ZeRO-1 (distributed optimizer) at a few percent.",
         "- **Model error on the published run itself.** Where the engine predicts the published layout "
@@ -401,6 +438,11 @@ def what_this_says(claims: list[dict], f: dict) -> list[str]:
         "none distinguishable inside the uncertainty band.",
         f"- Microbatching: {f['mb_n']} claims gain more than 5% from the microbatch count "
         f"({', '.join(f['mb_ids'][:6])}{' ...' if f['mb_n'] > 6 else ''}).",
+        f"- For issue 30's target (median claim <= 1.10x): the recompute part alone takes the median "
+        f"from {f['without_recompute_median']:.3f}x to {f['median']:.3f}x. Part of it is a real gain "
+        "over runs whose framework had no selective recompute (measured 1.29x above), so lowering "
+        "it everywhere would hide a true win; the unverified part is the claims that drop a "
+        "recompute the run's framework offered, which stand on the memory model's fit margin.",
     ]
 
 
