@@ -269,6 +269,19 @@ def top_table(claims: list[dict], n: int = 10) -> list[str]:
     return out
 
 
+def record_table(claims: list[dict]) -> list[str]:
+    """Every record: the two predicted steps, the claim, the band verdict and each part's factor."""
+    out = table_head("record", "published step (s)", "winner step (s)", "claim", "dist.", *PARTS)
+    for c in sorted(claims, key=lambda c: (c["source"], c["id"])):
+        out.append(
+            f"| {c['id']} | {c['published_step_s']:.4g} | {c['winner_step_s']:.4g} | "
+            f"{c['claimed_speedup']:.3f}x | {'yes' if c['distinguishable'] else 'no'} | "
+            + " | ".join(f"{factor(c, p):.3f}" for p in PARTS)
+            + " |"
+        )
+    return out
+
+
 def findings(claims: list[dict]) -> dict:
     """The numbers the "what this says" section quotes."""
     rec = [c for c in claims if factor(c, "recompute") > 1.05]
@@ -357,6 +370,12 @@ def claims_markdown(claims: list[dict], runs: Path, wall_s: float) -> str:
         "## What this says",
         "",
         *what_this_says(claims, f),
+        "",
+        "## Every record",
+        "",
+        "Predicted step times by `estimate`; parts as factors.",
+        "",
+        *record_table(claims),
         "",
     ]
     return "\n".join(lines)
