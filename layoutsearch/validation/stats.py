@@ -303,9 +303,25 @@ def summarize(entries: list[dict], sweeps: list[dict], max_median_error: float) 
         "bloom_sweep_note": (
             f"{bloom[0]['n']} BLOOM sweep runs" if bloom else "no BLOOM layout sweep records found"
         ),
+        **claims_summary(errs),
         "max_median_error": max_median_error,
         "passed": median is not None and median <= max_median_error,
         "message": verdict(len(done), len(entries) - len(done), median, max_median_error),
+    }
+
+
+def claims_summary(entries: list[dict]) -> dict:
+    """The median claimed speed-up of the ranked winner over the published layouts (entries with a
+    claim) and the share of those claims that are distinguishable; both null without a claim."""
+    claims = [e for e in entries if e.get("claimed_speedup") is not None]
+    return {
+        "median_claimed_speedup": float(np.median([e["claimed_speedup"] for e in claims]))
+        if claims
+        else None,
+        "claims_distinguishable_share": sum(e["claim_distinguishable"] for e in claims)
+        / len(claims)
+        if claims
+        else None,
     }
 
 

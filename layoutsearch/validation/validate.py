@@ -38,15 +38,17 @@ from dataclasses import replace
 import numpy as np
 
 from layoutsearch.core.errors import LayoutsearchError
-from layoutsearch.core.problem import Problem, SearchOptions
+from layoutsearch.core.problem import Problem, SearchOptions, SearchRequest
 from layoutsearch.core.specs import Objective
 from layoutsearch.core.units import TERA
 from layoutsearch.costs import flops
 from layoutsearch.costs.estimate import Estimate, estimate
 from layoutsearch.costs.flops import hardware_flops_per_token  # noqa: F401  (re-exported for the tests)
 from layoutsearch.report.output import band_of
+from layoutsearch.search import solve
 from layoutsearch.search.cpsat import row_bounds
 from layoutsearch.search.enumerate import candidate_grid
+from layoutsearch.search.explain import versus_claim
 from layoutsearch.search.space import build_space
 from layoutsearch.search.tables import assemble, build_tables
 from layoutsearch.validation.bands import band_coverage, mark_in_band
@@ -178,6 +180,7 @@ def _evaluate(record: dict) -> tuple[dict, tuple | None, Estimate | None]:
         "predicted_memory_gib": None,
         "published_layout_rank": None,
         "best_predicted_speedup": None,
+        **NO_CLAIM,
         "time_shares": None,
         "reason": None,
         "notes": [],
@@ -231,6 +234,27 @@ def rank_published(record: dict) -> dict:
 
 
 NOT_RANKED = {"published_layout_rank": None, "best_predicted_speedup": None}
+NO_CLAIM = {"claimed_speedup": None, "claim_distinguishable": None}
+
+
+def ranked_claims(problem: Problem, step_times_s: list[float]) -> list[dict]:
+    """The engine's claim over layouts of one problem with these predicted step times: the
+    published step over the search's first-ranked layout's (``solve`` top 1, both by ``estimate``),
+    and whether the two are distinguishable (``explain --versus``: uncertainty bands apart)."""
+    result = solve(problem, SearchRequest(top_k=1))
+    if not result.layouts:
+        return [dict(NO_CLAIM) for _ in step_times_s]
+    winner = result.layouts[0]
+    out = []
+    for published_s in step_times_s:
+        versus = versus_claim(winner, replace(winner, step_time_s=published_s), band_of(winner))
+        out.append(
+            {
+                "claimed_speedup": versus["speedup"],
+                "claim_distinguishable": versus["distinguishable"],
+            }
+        )
+    return out
 
 
 def rank_layouts(problem: Problem, step_times_s: list[float]) -> list[dict]:
@@ -381,9 +405,10 @@ def _rank_entries(
 
 
 def _ranks_or_none(task: tuple[Problem, list[float]]) -> list[dict] | None:
-    """``rank_layouts`` of one problem's step times; None when it fails (the ranks stay null)."""
+    """``rank_layouts`` and ``ranked_claims`` of one problem's step times; None when either fails
+    (the ranks and claims stay null)."""
     try:
-        return rank_layouts(*task)
+        return [{**a, **b} for a, b in zip(rank_layouts(*task), ranked_claims(*task))]
     except Exception:  # noqa: BLE001 - the rank stays null; the record's error is still reported
         return None
 

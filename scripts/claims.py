@@ -1,0 +1,511 @@
+"""Write results/claims.md: what the engine's claimed speed-ups over the published layouts consist of.
+
+Regenerate: python scripts/claims.py [RUNS.yaml] [--out results/claims.md] [--workers N]
+
+RUNS.yaml defaults to tests/data/runs_dev.yaml. For every record with a measured throughput that the
+engine can map (``validation.mapping.record_to_estimate``), the claim is the published layout's
+predicted step over the RANKED winner's (``search.solve`` top 1: tie tolerance and risk order
+included), both by ``estimate``; it is distinguishable when the two uncertainty bands do not overlap
+(``search.explain.versus_claim``, the rule of ``explain --versus``).
+
+Decomposition: the log of the claim is split over what the winner changed. Four dimensions are pinned
+back to the published choice by ``SearchOptions`` and re-solved: ``recompute`` (the policy),
+``sharding`` (the effective ZeRO stage), ``degrees`` (tp, pp, cp, ep, etp fixed; dp x fsdp follows) and
+``schedule`` (virtual stages at most the published count). Each gets its Shapley value over the 16
+pinned subsets (its average marginal loss of claim), so the four add up to the claim of the free
+winner over the winner with all four pinned. What remains between that winner and the published layout
+is walked one field at a time by ``estimate`` (unplaced: the fastest axis order): the dp/fsdp split
+(added to ``sharding``), the exact virtual stages (added to ``schedule``), the microbatch count
+(``microbatching``), sequence parallelism (``sequence_parallel``), and the rest (``other``: axis order,
+the pipeline split, the ranking's tie tolerance). The parts add up to the log of the claim exactly.
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import itertools
+import math
+import subprocess
+import time
+from dataclasses import replace
+from pathlib import Path
+from statistics import median
+
+from _common import REPO as ROOT  # first: puts this checkout's package ahead of an installed one
+from _common import RESULTS, data_file, table_head
+
+from layoutsearch.core.problem import Problem, SearchOptions, SearchRequest
+from layoutsearch.core.rules import candidate_of, effective_zero
+from layoutsearch.core.specs import EXPERT_DEGREE_NAMES, UNPLACED, Layout
+from layoutsearch.costs.estimate import Estimate, estimate
+from layoutsearch.report.output import band_of
+from layoutsearch.search import solve
+from layoutsearch.search.explain import versus_claim
+from layoutsearch.validation.parallel import parallel_map
+from layoutsearch.validation.runs import load_runs, source_family
+from layoutsearch.validation.stats import layout_label
+from layoutsearch.validation.validate import record_to_estimate
+
+PINNED = ("recompute", "sharding", "degrees", "schedule")  # pinned by SearchOptions and re-solved
+WALKED = ("microbatching", "sequence_parallel", "other")  # walked by estimate after the four
+PARTS = (*PINNED, *WALKED)
+MIN_CLAIM = 1.02  # a claim below this has no share worth splitting (shares of ~0 are noise)
+# Korthikanti et al. 2022 (arXiv:2205.05198, abstract): 530B GPT on 2240 A100s, MFU 54.2% with
+# sequence parallelism and selective recompute against 42.1% with full recompute. The layout of
+# Narayanan et al.'s 530B row (tp 8, pp 35, 2240 GPUs) is the same.
+SELECTIVE_530B = ("megatron2021-table1-529-6b", 54.2 / 42.1)
+
+
+# ----------------------------------------------------------------------------- one record
+def pin_options(published: Layout, pinned: tuple[str, ...]) -> SearchOptions:
+    """The SearchOptions that hold the published layout's choice of each pinned dimension."""
+    fix: dict[str, int] = {}
+    changes: dict = {}
+    if "recompute" in pinned:
+        changes["recompute"] = (published.recompute,)
+    if "sharding" in pinned:
+        changes["zero_stages"] = (int(effective_zero(candidate_of(published))[0]),)
+    if "degrees" in pinned:
+        fix = {k: published.all_degrees[k] for k in ("tp", "pp", "cp", *EXPERT_DEGREE_NAMES)}
+    if "schedule" in pinned:
+        changes["max_virtual_stages"] = published.virtual_stages
+    return SearchOptions(fix=fix, **changes)
+
+
+def ranked_winner(problem: Problem, options: SearchOptions) -> Estimate | None:
+    """The search's first-ranked layout under ``options`` (None when nothing fits)."""
+    result = solve(problem, SearchRequest(top_k=1, options=options))
+    return result.layouts[0] if result.layouts else None
+
+
+def shapley(log_step: dict[frozenset, float]) -> dict[str, float]:
+    """Each pinned dimension's Shapley value of the log step time (its average marginal slow-down
+    when pinned, over every order of pinning the four): they add up to all-pinned minus free."""
+    n, out = len(PINNED), {}
+    for d in PINNED:
+        others = [x for x in PINNED if x != d]
+        total = 0.0
+        for size in range(n):
+            weight = math.factorial(size) * math.factorial(n - size - 1) / math.factorial(n)
+            for subset in itertools.combinations(others, size):
+                s = frozenset(subset)
+                total += weight * (log_step[s | {d}] - log_step[s])
+        out[d] = total
+    return out
+
+
+def walk(
+    problem: Problem, start: Layout, published: Layout, published_s: float
+) -> dict[str, float]:
+    """Log step-time gains of the fields still differing between ``start`` (the all-pinned winner)
+    and the published layout, changed one at a time in this order, unplaced (the fastest axis order)."""
+    steps = [
+        ("sharding", {k: getattr(published, k) for k in ("dp", "fsdp", "zero_stage")}),
+        ("schedule", {"virtual_stages": published.virtual_stages, "schedule": published.schedule}),
+        ("microbatching", {"num_microbatches": published.num_microbatches}),
+        ("sequence_parallel", {"sequence_parallel": published.sequence_parallel}),
+    ]
+    gains = dict.fromkeys(PARTS, 0.0)
+    layout = replace(start, axes=UNPLACED)
+    before = math.log(estimate(problem, layout, strict=False).step_time_s)
+    gains["other"] = before - math.log(estimate(problem, start, strict=False).step_time_s)
+    for part, fields in steps:
+        layout = replace(layout, **fields)
+        after = math.log(estimate(problem, layout, strict=False).step_time_s)
+        gains[part] += after - before
+        before = after
+    gains["other"] += math.log(published_s) - before
+    return gains
+
+
+def claim(record: dict) -> dict | None:
+    """The record's claim and its decomposition (log parts), or None when it is not evaluated."""
+    if not record["measured"]["tokens_per_s_per_device"]:
+        return None
+    mapped = record_to_estimate(record)
+    if isinstance(mapped, str):
+        return None
+    problem, published, pub_est = mapped
+    pub_s = pub_est.step_time_s
+    winners = {
+        frozenset(s): ranked_winner(problem, pin_options(published, s))
+        for size in range(len(PINNED) + 1)
+        for s in itertools.combinations(PINNED, size)
+    }
+    winner = winners[frozenset()]
+    if winner is None:
+        return None
+    # a pinned search with nothing that fits keeps the published step (the published layout is its answer)
+    log_step = {s: math.log(w.step_time_s if w else pub_s) for s, w in winners.items()}
+    parts = {**dict.fromkeys(PARTS, 0.0), **shapley(log_step)}
+    pinned_all = winners[frozenset(PINNED)]
+    if pinned_all is not None:
+        for part, gain in walk(problem, pinned_all.layout, published, pub_s).items():
+            parts[part] += gain
+    else:
+        parts["other"] += math.log(pub_s) - log_step[frozenset(PINNED)]
+    versus = versus_claim(winner, pub_est, band_of(winner))
+    return {
+        "id": record["id"],
+        "source": source_family(record),
+        "published": layout_label(record),
+        "published_fits": pub_est.fits,
+        "winner": short_label(winner.layout),
+        "published_step_s": pub_s,
+        "winner_step_s": winner.step_time_s,
+        "claimed_speedup": pub_s / winner.step_time_s,
+        "distinguishable": bool(versus["distinguishable"]),
+        "measured_tokens_per_s_per_device": record["measured"]["tokens_per_s_per_device"],
+        "measured_memory_gib": record["measured"]["memory_gib_per_device"],
+        "published_memory_gib": pub_est.memory_bytes["peak"] / 2**30,
+        "selective_sp_speedup": pub_s
+        / estimate(
+            problem, replace(published, recompute="selective", sequence_parallel=True), strict=False
+        ).step_time_s,
+        "measured_over_predicted": record["measured"]["tokens_per_s_per_device"]
+        / (pub_est.tokens_per_s / pub_est.cluster.num_devices),
+        "winner_memory_share": winner.memory_bytes["peak"] / winner.memory_bytes["capacity"],
+        "winner_recompute": winner.layout.recompute,
+        "published_recompute": published.recompute,
+        "log_parts": parts,
+        "pinned_all_speedup": pub_s / math.exp(log_step[frozenset(PINNED)]),
+    }
+
+
+def short_label(layout: Layout) -> str:
+    """A layout in the words of ``stats.layout_label``: degrees above 1, vs, ZeRO, K, recompute, SP."""
+    parts = [f"{k}{v}" for k, v in layout.all_degrees.items() if v > 1]
+    if layout.virtual_stages > 1:
+        parts.append(f"vs{layout.virtual_stages}")
+    if layout.zero_stage and layout.fsdp * layout.cp > 1:
+        parts.append(f"zero{layout.zero_stage}")
+    parts.append(f"K{layout.num_microbatches}")
+    if layout.recompute != "none":
+        parts.append(f"{layout.recompute} recompute")
+    parts.append("SP" if layout.sequence_parallel else "no SP")
+    return " ".join(parts)
+
+
+# ----------------------------------------------------------------------------- the report
+def share(c: dict, part: str) -> float:
+    """The part's share of the record's claim (log part / log claim)."""
+    return c["log_parts"][part] / math.log(c["claimed_speedup"])
+
+
+def measured_claim(c: dict) -> float:
+    """The claim over the published run's MEASURED step: measured step / the winner's predicted step."""
+    return c["claimed_speedup"] / c["measured_over_predicted"]
+
+
+def factor(c: dict, part: str) -> float:
+    """The part's factor of the claim (exp of its log part): the claims' product is the claim."""
+    return math.exp(c["log_parts"][part])
+
+
+def by_source(claims: list[dict]) -> dict[str, list[dict]]:
+    """The claims grouped by source family, the families in order of their median claim (largest first)."""
+    groups: dict[str, list[dict]] = {}
+    for c in claims:
+        groups.setdefault(c["source"], []).append(c)
+    return dict(sorted(groups.items(), key=lambda kv: -median(c["claimed_speedup"] for c in kv[1])))
+
+
+def source_table(claims: list[dict]) -> list[str]:
+    """Per source: records, median claim, share distinguishable, median share of each part."""
+    out = table_head(
+        "source",
+        "records",
+        "median claim",
+        "median claim over the measured step",
+        "distinguishable",
+        f"claims > {MIN_CLAIM}",
+        *(f"{p} share" for p in PARTS),
+    )
+    groups = {**by_source(claims), "**all**": claims}
+    for name, cs in groups.items():
+        big = [c for c in cs if c["claimed_speedup"] > MIN_CLAIM]
+        shares = [f"{median(share(c, p) for c in big):.0%}" if big else "-" for p in PARTS]
+        out.append(
+            f"| {name} | {len(cs)} | {median(c['claimed_speedup'] for c in cs):.3f}x | "
+            f"{median(measured_claim(c) for c in cs):.3f}x | "
+            f"{sum(c['distinguishable'] for c in cs) / len(cs):.0%} | {len(big)} | {' | '.join(shares)} |"
+        )
+    return out
+
+
+def pooled_table(claims: list[dict]) -> list[str]:
+    """Per source: each part's share of the summed log claims (robust to small claims)."""
+    out = table_head("source", "sum of log claims", *PARTS)
+    for name, cs in {**by_source(claims), "**all**": claims}.items():
+        total = sum(math.log(c["claimed_speedup"]) for c in cs)
+        cells = [
+            f"{sum(c['log_parts'][p] for c in cs) / total:.0%}" if total > 0 else "-" for p in PARTS
+        ]
+        out.append(f"| {name} | {total:.2f} | {' | '.join(cells)} |")
+    return out
+
+
+def top_table(claims: list[dict], n: int = 10) -> list[str]:
+    """The n largest claims with each part's factor."""
+    out = table_head(
+        "record",
+        "published (record)",
+        "ranked winner",
+        "claim",
+        "dist.",
+        "published fits",
+        "winner mem",
+        *PARTS,
+    )
+    for c in sorted(claims, key=lambda c: -c["claimed_speedup"])[:n]:
+        out.append(
+            f"| {c['id']} | {c['published']} | {c['winner']} | {c['claimed_speedup']:.3f}x | "
+            f"{'yes' if c['distinguishable'] else 'no'} | {'yes' if c['published_fits'] else 'no'} | "
+            f"{c['winner_memory_share']:.0%} | "
+            + " | ".join(f"{factor(c, p):.3f}" for p in PARTS)
+            + " |"
+        )
+    return out
+
+
+def record_table(claims: list[dict]) -> list[str]:
+    """Every record: the two predicted steps, the claim, the band verdict and each part's factor."""
+    out = table_head("record", "published step (s)", "winner step (s)", "claim", "dist.", *PARTS)
+    for c in sorted(claims, key=lambda c: (c["source"], c["id"])):
+        out.append(
+            f"| {c['id']} | {c['published_step_s']:.4g} | {c['winner_step_s']:.4g} | "
+            f"{c['claimed_speedup']:.3f}x | {'yes' if c['distinguishable'] else 'no'} | "
+            + " | ".join(f"{factor(c, p):.3f}" for p in PARTS)
+            + " |"
+        )
+    return out
+
+
+def findings(claims: list[dict]) -> dict:
+    """The numbers the "what this says" section quotes."""
+    rec = [c for c in claims if factor(c, "recompute") > 1.05]
+    full = [c for c in rec if c["published_recompute"] == "full"]
+    tight = [c for c in claims if c["winner_memory_share"] > 0.9 and c["claimed_speedup"] > 1.1]
+    unfit = [c for c in claims if not c["published_fits"]]
+    mb = [c for c in claims if factor(c, "microbatching") > 1.05]
+    mem = [
+        c["published_memory_gib"] / c["measured_memory_gib"]
+        for c in claims
+        if c["measured_memory_gib"]
+    ]
+    under = min(mem, default=1.0)  # the worst under-prediction of a measured peak
+    k530 = next((c for c in claims if c["id"] == SELECTIVE_530B[0]), None)
+    foundry = [c for c in rec if c["source"] == "llm-foundry"]
+    return {
+        "memory_ratio": (len(mem), under, max(mem, default=1.0)),
+        "big_n": sum(c["claimed_speedup"] > 1.1 for c in claims),
+        "beyond_under_n": sum(
+            c["winner_memory_share"] > under and c["claimed_speedup"] > 1.1 for c in claims
+        ),
+        "k530": None if k530 is None else k530["selective_sp_speedup"],
+        "foundry_recompute_n": len(foundry),
+        "foundry_recompute_mem": median(c["winner_memory_share"] for c in foundry)
+        if foundry
+        else None,
+        "n": len(claims),
+        "median": median(c["claimed_speedup"] for c in claims),
+        "distinguishable": sum(c["distinguishable"] for c in claims),
+        "recompute_n": len(rec),
+        "recompute_full_n": len(full),
+        "recompute_full_median": median(factor(c, "recompute") for c in full) if full else None,
+        "recompute_to": sorted({c["winner_recompute"] for c in full}),
+        "tight_n": len(tight),
+        "unfit_n": len(unfit),
+        "mb_n": len(mb),
+        "mb_ids": [c["id"] for c in mb],
+        "without_recompute_median": median(
+            c["claimed_speedup"] / factor(c, "recompute") for c in claims
+        ),
+    }
+
+
+def claims_markdown(claims: list[dict], runs: Path, wall_s: float) -> str:
+    """results/claims.md."""
+    rel = runs.relative_to(ROOT) if runs.is_relative_to(ROOT) else runs
+    digest = hashlib.sha256(runs.read_bytes()).hexdigest()[:16]
+    f = findings(claims)
+    lines = [
+        "# What the engine's claimed speed-ups over the published layouts consist of",
+        "",
+        f"- regenerate: `python scripts/claims.py {rel}` (from the repository root; {wall_s:.0f} s here)",
+        f"- input: `{rel}` (sha256 {digest}...), code: git {code_version()}",
+        "",
+        "Claim = the published layout's predicted step time / the ranked winner's (`solve` top 1, tie "
+        "tolerance and risk order included), both by `estimate`. Distinguishable: the two uncertainty "
+        "bands do not overlap (the rule of `explain --versus`). The log of each claim is split into parts "
+        "that add up to it exactly: `recompute` (policy), `sharding` (effective ZeRO stage; plus the "
+        "dp/fsdp split), `degrees` (tp, pp, cp), `schedule` (virtual stages) are pinned back to the "
+        "published choice and re-solved (Shapley value over the 16 pinned subsets); what still differs "
+        "after all four are pinned is walked field by field by `estimate`: `microbatching` (the count "
+        "K), `sequence_parallel`, and `other` (axis order, pipeline split, tie tolerance). A share is "
+        "the part's log over the claim's log.",
+        "",
+        f"{f['n']} records with a measured throughput; median claim {f['median']:.3f}x; "
+        f"{f['distinguishable']} of {f['n']} ({f['distinguishable'] / f['n']:.0%}) distinguishable.",
+        "",
+        "## By source",
+        "",
+        f"Median shares over the claims above {MIN_CLAIM}x (a share of a claim near 1x is noise).",
+        "",
+        *source_table(claims),
+        "",
+        "Pooled: each part's share of the source's summed log claims.",
+        "",
+        *pooled_table(claims),
+        "",
+        "## The 10 largest claims",
+        "",
+        "Parts as factors (their product is the claim). `published fits`: whether the engine predicts "
+        "the published layout fits in memory (it ran); `winner mem`: the winner's peak over its usable "
+        "memory.",
+        "",
+        *top_table(claims),
+        "",
+        "## What this says",
+        "",
+        *what_this_says(claims, f),
+        "",
+        "## Every record",
+        "",
+        "Predicted step times by `estimate`; parts as factors.",
+        "",
+        *record_table(claims),
+        "",
+    ]
+    return "\n".join(lines)
+
+
+def zero3_pairs(claims: list[dict]) -> list[str]:
+    """Narayanan et al.'s ZeRO-3 baselines against the PTD-P run of the same model and devices:
+    the measured and the predicted ratio of tokens/s."""
+    by_id = {c["id"]: c for c in claims}
+    out = []
+    for c in claims:
+        other = by_id.get(c["id"].replace("-zero-3-", "-ptd-p-"))
+        if "-zero-3-" not in c["id"] or other is None:
+            continue
+        measured = other["measured_tokens_per_s_per_device"] / c["measured_tokens_per_s_per_device"]
+        predicted = c["published_step_s"] / other["published_step_s"]
+        out.append(f"{c['id']}: measured {measured:.2f}x, predicted {predicted:.2f}x")
+    return out
+
+
+def source_medians(claims: list[dict]) -> dict[str, tuple[float, float]]:
+    """Per source: the median claim and the median claim over the measured published step."""
+    return {
+        name: (median(c["claimed_speedup"] for c in cs), median(measured_claim(c) for c in cs))
+        for name, cs in by_source(claims).items()
+    }
+
+
+def what_this_says(claims: list[dict], f: dict) -> list[str]:
+    """The reading of the numbers (filled in from them)."""
+    med = source_medians(claims)
+
+    def m(name: str) -> str:
+        claim_x, measured_x = med.get(name, (math.nan, math.nan))
+        return f"{name} {claim_x:.2f}x (over its measured step {measured_x:.2f}x)"
+
+    return [
+        f"- **Recompute is most of the claim.** It is {pooled(claims, 'recompute'):.0%} of the summed log "
+        f"claims; {f['recompute_n']} claims gain more than 5% from it, {f['recompute_full_n']} of them "
+        f"against a published `full` recompute (median factor {f['recompute_full_median'] or 0:.3f}x; the "
+        f"winners use {', '.join(f['recompute_to'])}). Without the recompute part the median claim would "
+        f"be {f['without_recompute_median']:.3f}x instead of {f['median']:.3f}x.",
+        "  - Real technique gain where the framework lacked the policy: Narayanan et al. 2021 and the "
+        "BigScience runs (Megatron-DeepSpeed, early 2022) predate selective activation recompute and "
+        "sequence parallelism, which Megatron-LM added in 2022 (Korthikanti et al. 2022, 'Reducing "
+        "Activation Recomputation in Large Transformer Models'); those records are predicted close to "
+        f"their measurement ({m('Narayanan et al. 2021')}; {m('bigscience')}). The one measured check: "
+        "that paper's 530B run on 2240 A100s (Narayanan et al.'s tp 8, pp 35 layout) went "
+        f"{SELECTIVE_530B[1]:.3f}x faster (MFU 42.1% -> 54.2%) with selective recompute and sequence "
+        f"parallelism; the engine predicts {f['k530'] or math.nan:.3f}x for the same change of "
+        f"`{SELECTIVE_530B[0]}`, so this part is a real gain, over-stated by "
+        f"{(f['k530'] or math.nan) / SELECTIVE_530B[1] - 1:.0%}.",
+        "  - Unverified where the framework had the choice: llm-foundry's FSDP runs could switch "
+        "activation checkpointing off and chose it on with a large microbatch; the engine's winner "
+        "drops it (often with a smaller microbatch) because its memory model lets that fit "
+        f"({f['foundry_recompute_n']} llm-foundry claims gain over 5% from recompute; their winners' "
+        f"median peak is {f['foundry_recompute_mem'] or math.nan:.0%} of the usable memory). No "
+        "source of this input has two runs of one model, cluster and sequence length that differ "
+        "only in recompute, so no measurement tests it. The memory model's error where a peak was "
+        f"measured ({f['memory_ratio'][0]} BLOOM runs): predicted / measured "
+        f"{f['memory_ratio'][1]:.2f} to {f['memory_ratio'][2]:.2f}; {f['beyond_under_n']} claims above "
+        f"1.1x (of {f['big_n']}) put the winner above {f['memory_ratio'][1]:.0%} of the usable memory, "
+        "where an under-prediction that large would not fit (and "
+        f"{f['tight_n']} above 90%). {m('llm-foundry')}; {m('maxtext')}.",
+        "- **Sharding (ZeRO / FSDP) is mostly the Narayanan ZeRO-3 baselines.** The largest claims are "
+        "Narayanan et al.'s ZeRO-3 comparison runs, which the paper itself measured slower than its "
+        "PTD-P layouts, so most of those claims are a measured gap, not model error (PTD-P over ZeRO-3, "
+        "tokens/s of the PTD-P run over the ZeRO-3 run: "
+        + "; ".join(zero3_pairs(claims))
+        + "). The rest of the sharding part is ZeRO-2 over ZeRO-1 (distributed optimizer) at a few percent.",
+        "- **Model error on the published run itself.** Where the engine predicts the published layout "
+        "slower than it ran, the claim inherits that error: compare the claim with the claim over the "
+        f"MEASURED published step in the first table. {m('Megatron-LM')}: its records give no microbatch "
+        "size (the mapping takes 1) and their recompute is assumed, and most of its claim is the "
+        "schedule and microbatching parts (the winner adds interleaved pipeline stages and larger "
+        "microbatches), partly against a published step predicted too slow. "
+        f"{f['unfit_n']} published layouts are predicted not to fit although they ran.",
+        f"- **Small claims are noise.** {m('dgxc-benchmarking')}, {m('NeMo')}: ZeRO-2 and other degrees, "
+        "none distinguishable inside the uncertainty band.",
+        f"- Microbatching: {f['mb_n']} claims gain more than 5% from the microbatch count "
+        f"({', '.join(f['mb_ids'][:6])}{' ...' if f['mb_n'] > 6 else ''}).",
+        f"- For issue 30's target (median claim <= 1.10x): the recompute part alone takes the median "
+        f"from {f['without_recompute_median']:.3f}x to {f['median']:.3f}x. Part of it is a real gain "
+        "over runs whose framework had no selective recompute (measured 1.29x above), so lowering "
+        "it everywhere would hide a true win; the unverified part is the claims that drop a "
+        "recompute the run's framework offered, which stand on the memory model's fit margin.",
+    ]
+
+
+def pooled(claims: list[dict], part: str) -> float:
+    """The part's share of the summed log claims."""
+    return sum(c["log_parts"][part] for c in claims) / sum(
+        math.log(c["claimed_speedup"]) for c in claims
+    )
+
+
+def code_version() -> str:
+    """git HEAD, marked when the tree has uncommitted changes besides results/claims.md."""
+    try:
+        run = lambda *a: subprocess.run(  # noqa: E731
+            ["git", "-C", str(ROOT), *a], capture_output=True, text=True, check=True
+        ).stdout.strip()
+        dirty = run("status", "--porcelain", "--", ".", ":!results/claims.md")
+        return run("rev-parse", "--short", "HEAD") + (
+            " (with uncommitted changes)" if dirty else ""
+        )
+    except (OSError, subprocess.CalledProcessError):
+        return "unknown"
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument(
+        "runs", nargs="?", type=Path, help="runs file (default tests/data/runs_dev.yaml)"
+    )
+    parser.add_argument("--out", type=Path, default=RESULTS / "claims.md")
+    parser.add_argument("--workers", type=int, default=None, help="processes (default: every CPU)")
+    args = parser.parse_args(argv)
+    runs = (args.runs or data_file("runs_dev.yaml")).resolve()
+    start = time.perf_counter()
+    claims = [c for c in parallel_map(claim, load_runs(runs), args.workers) if c is not None]
+    wall_s = time.perf_counter() - start
+    args.out.write_text(claims_markdown(claims, runs, wall_s), encoding="utf-8")
+    f = findings(claims)
+    print(
+        f"{f['n']} claims: median {f['median']:.3f}x, {f['distinguishable']} distinguishable; "
+        f"wrote {args.out} in {wall_s:.0f} s"
+    )
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

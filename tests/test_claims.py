@@ -1,0 +1,94 @@
+"""The engine's claimed speed-up over a published layout (scripts/claims.py, validate's
+``claimed_speedup``): its value, its split over what the winner changed, and the band rule."""
+
+import importlib.util
+import math
+import sys
+from pathlib import Path
+
+import pytest
+
+from layoutsearch.validation.runs import load_runs
+from layoutsearch.validation.stats import claims_summary
+from layoutsearch.validation.validate import validate_runs
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT / "scripts"))  # the script imports its neighbour _common
+_spec = importlib.util.spec_from_file_location("claims", ROOT / "scripts" / "claims.py")
+claims_script = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(claims_script)
+
+NARAYANAN = "megatron2021-table1-1-7b"  # 32 x A100, dp32, full recompute, no SP
+DGXC = "dgxc-h100-llama3-1-70b-fp8-512gpu"  # 512 x H100, dp16 tp4 pp8 vs5, ZeRO-1
+
+
+@pytest.fixture(scope="module")
+def records() -> dict[str, dict]:
+    runs = load_runs(ROOT / "tests" / "data" / "runs_dev.yaml")
+    return {r["id"]: r for r in runs if r["id"] in (NARAYANAN, DGXC)}
+
+
+@pytest.fixture(scope="module")
+def claims(records) -> dict[str, dict]:
+    return {rid: claims_script.claim(r) for rid, r in records.items()}
+
+
+def factors(claim: dict) -> dict[str, float]:
+    return {part: math.exp(v) for part, v in claim["log_parts"].items()}
+
+
+def test_narayanan_claim_is_the_recompute_policy(claims):
+    """Narayanan 1.7B: 3.191 s published vs 2.436 s for fsdp32 ZeRO-1 without recompute = 1.310x,
+    of which 1.290x is dropping full recompute and 1.016x the sharded optimizer; distinguishable."""
+    c = claims[NARAYANAN]
+    assert c["published_step_s"] == pytest.approx(3.1910, rel=1e-3)
+    assert c["winner_step_s"] == pytest.approx(2.4355, rel=1e-3)
+    assert c["claimed_speedup"] == pytest.approx(1.3102, rel=1e-3)
+    assert c["winner"] == "fsdp32 zero1 K4 SP"
+    f = factors(c)
+    assert f["recompute"] == pytest.approx(1.2895, rel=1e-3)
+    assert f["sharding"] == pytest.approx(1.0161, rel=1e-3)
+    for part in ("degrees", "schedule", "microbatching", "sequence_parallel", "other"):
+        assert f[part] == pytest.approx(1.0, abs=1e-3), part
+    assert c["distinguishable"] is True
+
+
+def test_dgxc_claim_is_degrees_and_sharding_inside_the_band(claims):
+    """dgxc Llama 3.1 70B fp8 on 512 GPUs: 1.101x, 1.082x from the degrees (tp4 without pp) and
+    1.018x from ZeRO-2; below the 1.240x that the GPU band (-10.25%..+11.28%) needs: not distinguishable."""
+    c = claims[DGXC]
+    assert c["published_step_s"] == pytest.approx(10.965, rel=1e-3)
+    assert c["winner_step_s"] == pytest.approx(9.961, rel=1e-3)
+    assert c["claimed_speedup"] == pytest.approx(1.1008, rel=1e-3)
+    f = factors(c)
+    assert f["degrees"] == pytest.approx(1.0816, rel=1e-3)
+    assert f["sharding"] == pytest.approx(1.0177, rel=1e-3)
+    assert f["recompute"] == pytest.approx(1.0, abs=1e-3)
+    assert c["distinguishable"] is False
+
+
+def test_parts_multiply_to_the_claim(claims):
+    """The decomposition is exact: the product of the part factors is the claimed speed-up."""
+    for c in claims.values():
+        assert math.prod(factors(c).values()) == pytest.approx(c["claimed_speedup"], rel=1e-9)
+
+
+def test_validate_reports_the_ranked_winners_claim(records):
+    """validate's claimed_speedup / claim_distinguishable are the same 1.310x (apart) and 1.101x
+    (inside the band), and the summary's median is the median of the two."""
+    doc = validate_runs(list(records.values()), workers=1)
+    by_id = {e["id"]: e for e in doc["records"]}
+    assert by_id[NARAYANAN]["claimed_speedup"] == pytest.approx(1.3102, rel=1e-3)
+    assert by_id[NARAYANAN]["claim_distinguishable"] is True
+    assert by_id[DGXC]["claimed_speedup"] == pytest.approx(1.1008, rel=1e-3)
+    assert by_id[DGXC]["claim_distinguishable"] is False
+    assert doc["summary"]["median_claimed_speedup"] == pytest.approx(1.2055, rel=1e-3)
+    assert doc["summary"]["claims_distinguishable_share"] == 0.5
+
+
+def test_claims_summary_without_claims_is_null():
+    """No entry with a claim (skipped or not ranked): both summary fields are null."""
+    assert claims_summary([{"claimed_speedup": None, "claim_distinguishable": None}]) == {
+        "median_claimed_speedup": None,
+        "claims_distinguishable_share": None,
+    }
