@@ -131,6 +131,7 @@ def summary_lines(s: dict) -> list[str]:
         ("fit accuracy (predicted fits == ran)", pct(s["fit_accuracy"])),
         ("fit errors: predicted OOM but ran / predicted to fit but OOM", _fit_errors(s)),
         ("peak memory error where measured (+ = predicted more)", _memory_error(s)),
+        ("median claimed speed-up of the engine's winner over the published layout", _claims(s)),
         ("leave-one-source-out median / p90 abs rel error", _loso_headline(s.get("loso"))),
         ("BLOOM layout sweep Spearman rho", rho(s["bloom_sweep_spearman"])),
         (
@@ -146,6 +147,15 @@ def summary_lines(s: dict) -> list[str]:
 def _fit_errors(s: dict) -> str:
     errors = s["fit_errors"]
     return f"{len(errors['predicted_oom_but_ran'])} / {len(errors['predicted_fits_but_oom'])}"
+
+
+def _claims(s: dict) -> str:
+    if s.get("median_claimed_speedup") is None:
+        return "-"
+    return (
+        f"{s['median_claimed_speedup']:.2f}x, {pct(s['claims_distinguishable_share'])} outside the "
+        "uncertainty band ([claims.md](claims.md) splits them by cause)"
+    )
 
 
 def _memory_error(s: dict) -> str:

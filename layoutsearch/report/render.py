@@ -628,6 +628,12 @@ def validation_report(doc: dict) -> None:
             f"{len(s['fit_errors']['predicted_oom_but_ran'])} predicted out of memory but ran, "
             f"{len(s['fit_errors']['predicted_fits_but_oom'])} predicted to fit but ran out)"
         )
+    if s.get("median_claimed_speedup") is not None:
+        out.print(
+            f"the engine's winner over each published layout: median claimed speed-up "
+            f"{s['median_claimed_speedup']:.2f}x, {_pct(s['claims_distinguishable_share'])} outside "
+            "the model's uncertainty (results/claims.md splits the claims by cause)"
+        )
     by_title = [("accelerator", s["by_accelerator"]), ("source", s["by_source"])]
     if set(s["by_power_limit"]) != {"uncapped"}:  # a table only where some record is capped
         by_title.append(("power limit", s["by_power_limit"]))
