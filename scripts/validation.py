@@ -246,7 +246,8 @@ def uncalibrated_lines(table: dict | None, lofo: dict | None) -> list[str]:
     band, calibrated = section["bands"].get("gpu") or section["default"], table["bands"]["gpu"]
     out = [
         "A part whose compute fractions are borrowed (`calibration.compute_fractions: borrowed` in "
-        "`hardware/*.yaml`: b200, gb200 from the h100 class; v4, v5e, v6e, tpu7x from v5p) gets the "
+        "`hardware/*.yaml`: b300, gb300 from b200, the AMD parts from the h100 class; v4, v5e, v6e, tpu7x from v5p) "
+        "gets the "
         "`uncalibrated` band of the same file. Its error is measured by leaving one accelerator family out: each "
         "GPU family's records of one source are predicted with the other GPU family's matmul and attention "
         "fractions (and the shared overlap interference), fitted as the dense leave-one-source-out fits them on "
