@@ -152,13 +152,13 @@ def main() -> int:
         "Regenerate: `python scripts/moe_report.py` (from the repository root).",
         "",
         'The MoE cost model (docs/cost_model.md "Mixture of experts", `costs/terms.py`): routed experts as grouped GEMMs at the '
-        "rows each local expert gets (m k ep etp / (tp E)) times the fitted `grouped_matmul_efficiency`; a host "
-        "overhead per MoE layer and microbatch, `moe_layer_overhead_us` (router, permutation, the dispatcher's "
-        "host sync) per GPU family plus `moe_expert_overhead_us` per local expert (the grouped GEMM's launches), "
-        "one value for the GPUs, fitted on `tests/data/runs_moe_dev.yaml` (the runs costed without CUDA graphs; "
-        f"scoped graphs remove {load_accelerator('h100').moe_overhead_graphed_share:g} of the per-layer part, a "
-        f"full-iteration graph {load_accelerator('h100').moe_overhead_full_graph_share:g} of both; the plans below "
-        "assume none); the "
+        "rows each local expert gets (m k ep etp / (tp E)) times the fitted `grouped_matmul_efficiency`; the MoE "
+        "layers' host time: each layer's kernel launches (per layer and per local expert) at "
+        f"{load_accelerator('h100').moe_launch_latency_s * 1e6:g} us each, shown as far as they outlast the GPU "
+        f"work beside them, plus the dispatcher's {load_accelerator('h100').moe_host_sync_s * 1e6:g} us sync, one "
+        "value for the GPUs, fitted on `tests/data/runs_moe_dev.yaml` (scoped CUDA graphs remove the attention's "
+        "and router's launches, a full-iteration graph "
+        f"{load_accelerator('h100').moe_overhead_full_graph_share:g} of all; the plans below assume none); the "
         "dispatch and combine AllToAlls (4 per "
         "MoE layer and microbatch) on the links the ep group spans, exposed unless the framework profile overlaps "
         "them; expert weights and optimizer state divided by ep x etp and by the expert ZeRO group; MLA's latent "

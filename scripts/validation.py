@@ -39,13 +39,13 @@ from layoutsearch.core.uncertainty import PATH as UNCERTAINTY_PATH
 from layoutsearch.core.uncertainty import band_data, select_band
 from layoutsearch.validation.bands import band_coverage, calibrated_part, in_band, mark_in_band
 from layoutsearch.validation.calibrate import ROUTING_CV_GRID, family_of, leave_one_source_out
-from layoutsearch.validation.mapping import cuda_graphs as record_cuda_graphs
 from layoutsearch.validation.uncalibrated import leave_one_family_out, uncalibrated_section
 from layoutsearch.validation.uncertainty import accelerator_kind, write_uncertainty
 from layoutsearch.validation.validate import load_runs, validate_runs
 
 DEFAULT_RUNS = "runs_dev.yaml"  # in tests/data/
 DEFAULT_MOE_RUNS = "runs_moe_dev.yaml"  # in tests/data/ (--moe)
+MOE_SHARED = ("moe_launch_latency_s", "moe_host_sync_s", "moe_overhead_full_graph_share")
 HELDOUT_RUNS = "bloom_prequel_heldout.yaml"  # in tests/data/: BLOOM rows outside the development set (bloom_heldout.py)
 # The MoE issue's targets: median and p90 |error| of tokens/s per device, share of records skipped.
 MOE_TARGETS = {"median_abs_rel_error": 0.12, "p90_abs_rel_error": 0.25, "skipped_share": 0.10}
@@ -273,7 +273,8 @@ def uncalibrated_lines(table: dict | None, lofo: dict | None) -> list[str]:
     band, calibrated = section["bands"].get("gpu") or section["default"], table["bands"]["gpu"]
     out = [
         "A part whose compute fractions are borrowed (`calibration.compute_fractions: borrowed` in "
-        "`hardware/*.yaml`: b200, gb200 from the h100 class; v4, v5e, v6e, tpu7x from v5p) gets the "
+        "`hardware/*.yaml`: b300, gb300 from b200, the AMD parts from the h100 class; v4, v5e, v6e, tpu7x from v5p) "
+        "gets the "
         "`uncalibrated` band of the same file. Its error is measured by leaving one accelerator family out: each "
         "GPU family's records of one source are predicted with the other GPU family's matmul and attention "
         "fractions (and the shared overlap interference), fitted as the dense leave-one-source-out fits them on "
@@ -849,27 +850,23 @@ def moe_loso_lines(loso: dict | None) -> list[str]:
     out = [
         "## Leave one source out",
         "",
-        f"The learned-routing spread `routing_cv` (on the 0.05 grid of `scripts/fit_routing_cv.py`), then "
-        f"`moe_layer_overhead_s` per accelerator family and `moe_expert_overhead_s` shared by the GPUs refitted "
-        f"(Huber loss) on every other source's runs costed without CUDA graphs, then, with those held, the share "
-        f"scoped graphs remove on the other sources' scoped runs and the share a full-iteration graph removes on "
-        f"theirs (as the catalogue's were fitted), each source predicted: "
+        f"The learned-routing spread `routing_cv` (on the 0.05 grid of `scripts/fit_routing_cv.py`), then one "
+        f"joint fit (Huber loss) on every other source's GPU runs: Blackwell's `matmul_efficiency` (the h100 "
+        f"class's held) with the MoE host time's `moe_launch_latency_s`, `moe_host_sync_s` and "
+        f"`moe_overhead_full_graph_share`, one value each for the GPUs (as the catalogue's were fitted), each "
+        f"source predicted: "
         f"median |error| {pct(loso['median_abs_rel_error'])}, p90 {pct(loso['p90_abs_rel_error'])} over "
         f"{loso['count']} records (in sample: median {pct(loso['in_sample_median_abs_rel_error'])}).",
         "",
-        "| held-out source | records | median abs | p90 abs | median signed | routing_cv refit | graphed share "
-        "refit (scoped / full iteration) |",
-        "|---|---|---|---|---|---|---|",
+        "| held-out source | records | median abs | p90 abs | median signed | routing_cv refit |",
+        "|---|---|---|---|---|---|",
     ]
     for name, g in sorted(loso.get("by_source", {}).items()):
         how = g.get("calibration", {})
-        cv, scoped, full = (
-            how.get(key, "-").split(",")[0]
-            for key in ("routing_cv", "moe_overhead_graphed_share", "moe_overhead_full_graph_share")
-        )
+        cv = how.get("routing_cv", "-").split(",")[0]
         out.append(
             f"| {name} | {g['count']} | {pct(g['median_abs_rel_error'])} | {pct(g['p90_abs_rel_error'])} | "
-            f"{pct(g['median_rel_error'], True)} | {cv} | {scoped} / {full} |"
+            f"{pct(g['median_rel_error'], True)} | {cv} |"
         )
     return out + [""]
 
@@ -897,15 +894,14 @@ def write_moe_markdown(
         "",
         "Rel error = predicted / measured - 1 on tokens/s per device (`measured.tokens_per_s_per_device`; the "
         "sources' TFLOP/s use their own FLOP counts and are not compared); + means the engine is too fast. "
-        "Predictions use the catalogue's calibration: the dense fractions fitted on the dense runs; the MoE "
-        "layers' host overhead, `moe_layer_overhead_us` per layer for each GPU family and `moe_expert_overhead_us` "
-        "per local expert, one value for the GPUs, fitted together (Huber loss on log error) on the records "
-        "costed without CUDA graphs; the share of the per-layer part "
-        "scoped CUDA graphs remove, `moe_overhead_graphed_share`, one value for the GPUs "
-        f"fitted on the {sum(record_cuda_graphs(r) == 'scoped' for r in records)} records costed with scoped "
-        "graphs; and the share of both parts a full-iteration graph removes, `moe_overhead_full_graph_share`, "
-        f"fitted on the {sum(record_cuda_graphs(r) == 'full_iteration' for r in records)} records costed with one "
-        "(`hardware/*.yaml` `calibration_moe`); the leave-one-source-out table below refits them all without "
+        "Predictions use the catalogue's calibration: the h100 class's fractions fitted on the dense runs; the "
+        "MoE layers' host time (`costs.terms.moe_host_overhead_s`: each part of a layer's kernel launches at "
+        "`moe_launch_latency_us` per launch, shown as far as it exceeds the GPU work it is launched beside, plus "
+        "the dispatcher's sync `moe_host_sync_us`, and the share of both a full-iteration graph removes, "
+        "`moe_overhead_full_graph_share`), one value each for the GPUs, fitted jointly with Blackwell's own "
+        "`matmul_efficiency` (Huber loss on log error) on every H100, H200, H800, B200 and GB200 record, with or "
+        "without CUDA graphs (`hardware/*.yaml` `calibration_moe`); the leave-one-source-out "
+        "table below refits them all without "
         "each source. On TPUs no MoE overhead is fitted; the v5p MoE records (8k sequences) and the dense v5p "
         "records were fitted together for the v5p matmul and attention fractions (`hardware/v5p.yaml`; the dense "
         "records alone put the attention fraction at 0.2, the joint fit at 0.215), which the table below does not "
@@ -965,24 +961,17 @@ def main_moe(args: argparse.Namespace) -> int:
     records = load_runs(args.runs)
     doc = validate_runs(records, args.max_median_error, rank=False, loso=False)
     if not args.no_loso:
-        # as the catalogue's was fitted (hardware/*.yaml calibration_moe): on the runs costed without CUDA graphs, the
-        # per-layer overhead per family and the per-expert one shared by the GPUs, Huber loss
-        # the learned-routing spread first, on the grid of scripts/fit_routing_cv.py; then the share of the overhead
-        # scoped graphs remove, on the scoped runs, and the share a full-iteration graph removes, on those runs
+        # as the catalogue's was fitted (hardware/*.yaml calibration_moe): the learned-routing spread first, on the
+        # grid of scripts/fit_routing_cv.py; then one joint fit on every GPU record, Huber loss: Blackwell's matmul
+        # fraction (the h100 class's held) with the host's per-launch latency, the dispatcher's sync and the share
+        # of them a full-iteration graph removes, one value each for the GPUs
         doc["loso"] = leave_one_source_out(
             records,
-            ("moe_layer_overhead_s",),
-            shared=("moe_expert_overhead_s",),
-            fit_on=lambda r: record_cuda_graphs(r) == "none",
+            ("matmul_efficiency",),
+            shared=MOE_SHARED,
             loss="huber",
             routing_cv_grid=ROUTING_CV_GRID,
-            then=(
-                ("moe_overhead_graphed_share", lambda r: record_cuda_graphs(r) == "scoped"),
-                (
-                    "moe_overhead_full_graph_share",
-                    lambda r: record_cuda_graphs(r) == "full_iteration",
-                ),
-            ),
+            fit_families={"matmul_efficiency": ("b200-class",)},
         )
         for e in doc["records"]:
             e["loso_rel_error"] = doc["loso"]["rel_errors"].get(e["id"])

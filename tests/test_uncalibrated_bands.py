@@ -38,11 +38,22 @@ def raw(data_file):
 
 
 def test_the_flag_is_read_from_each_hardware_yaml():
-    """compute_fractions: fitted for the parts with runs on their die (a100s, the GH100 class, v5p),
-    borrowed for b200, gb200 and the TPUs without runs."""
+    """compute_fractions: fitted for the parts with runs on their die (a100s, the GH100 class, v5p, and b200/gb200
+    whose matmul fraction is fitted on their MoE runs), borrowed for b300 and the TPUs without runs."""
     flags = {
         name: load_accelerator(name).calibrated
-        for name in ("a100-80gb", "h100", "h200", "h800", "v5p", "b200", "gb200", "v4", "v6e")
+        for name in (
+            "a100-80gb",
+            "h100",
+            "h200",
+            "h800",
+            "v5p",
+            "b200",
+            "gb200",
+            "b300",
+            "v4",
+            "v6e",
+        )
     }
     assert flags == {
         "a100-80gb": True,
@@ -50,8 +61,9 @@ def test_the_flag_is_read_from_each_hardware_yaml():
         "h200": True,
         "h800": True,
         "v5p": True,
-        "b200": False,
-        "gb200": False,
+        "b200": True,
+        "gb200": True,
+        "b300": False,
         "v4": False,
         "v6e": False,
     }
@@ -93,18 +105,18 @@ def test_select_band_rules_on_hand_made_files():
     assert select_band({"bands": {"gpu": [-0.1, 0.12]}}, None, "gpu", False) == FALLBACK_BAND
 
 
-def test_solve_on_b200_carries_the_uncalibrated_band_and_says_so():
-    """solve on 64 B200s: every layout's step_time_rel_band is the uncalibrated GPU band, and the
-    table's legend names it; on H100s the calibrated band."""
+def test_solve_on_b300_carries_the_uncalibrated_band_and_says_so():
+    """solve on 64 B300s (fractions borrowed from b200.yaml): every layout's step_time_rel_band is the uncalibrated
+    GPU band, and the table's legend names it; on H100s the calibrated band."""
     args = ["solve", "--model", "llama3-8b", "--seqs", "256", "--top", "2"]
-    doc = json.loads(runner.invoke(app, [*args, "--cluster", "b200-64", "--format", "json"]).stdout)
+    doc = json.loads(runner.invoke(app, [*args, "--cluster", "b300-64", "--format", "json"]).stdout)
     assert [rec["step_time_rel_band"] for rec in doc["layouts"]] == [list(UNCALIBRATED_GPU)] * 2
     step = doc["layouts"][0]["time_s"]["step"]
     assert doc["layouts"][0]["step_time_band_s"] == pytest.approx(
         [step * (1 - 0.1732), step * (1 + 0.2019)]
     )
-    text = runner.invoke(app, [*args, "--cluster", "b200-64"]).stdout
-    assert "-17%..+20% of the step time on GPUs, the uncalibrated band: b200's" in text
+    text = runner.invoke(app, [*args, "--cluster", "b300-64"]).stdout
+    assert "-17%..+20% of the step time on GPUs, the uncalibrated band: b300's" in text
     h100 = json.loads(
         runner.invoke(app, [*args, "--cluster", "h100-64", "--format", "json"]).stdout
     )
@@ -112,12 +124,12 @@ def test_solve_on_b200_carries_the_uncalibrated_band_and_says_so():
 
 
 def test_coverage_by_hand_on_three_made_up_records():
-    """Errors +15% and -18% on B200 (band -17.3%..+20.2%: one in) and +11% on H100 (band -10.3%..+11.3%:
-    in): 2 of 3 covered; the B200 ones form their own class."""
+    """Errors +15% and -18% on B300 (band -17.3%..+20.2%: one in) and +11% on H100 (band -10.3%..+11.3%:
+    in): 2 of 3 covered; the B300 ones form their own class."""
     records = [{"model": {"num_layers": 2}} for _ in range(3)]
     entries = [
-        {"accelerator": "b200", "rel_error": 0.15, "step_time_rel_band": list(UNCALIBRATED_GPU)},
-        {"accelerator": "b200", "rel_error": -0.18, "step_time_rel_band": list(UNCALIBRATED_GPU)},
+        {"accelerator": "b300", "rel_error": 0.15, "step_time_rel_band": list(UNCALIBRATED_GPU)},
+        {"accelerator": "b300", "rel_error": -0.18, "step_time_rel_band": list(UNCALIBRATED_GPU)},
         {"accelerator": "h100", "rel_error": 0.11, "step_time_rel_band": list(CALIBRATED_GPU)},
     ]
     mark_in_band(entries, "rel_error", "in_band")

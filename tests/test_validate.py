@@ -1209,7 +1209,7 @@ def test_a_moe_only_fit_notes_itself_under_calibration_moe_and_leaves_the_dense_
         if line.startswith("  calibration:")
     ]
     write_calibration(
-        {"b200": {"records": 7, "fitted": {"moe_layer_overhead_s": 2.5e-3}}},
+        {"b200": {"records": 7, "fitted": {"moe_host_sync_s": 2.5e-3}}},
         tmp_path,
         runs_name="runs_moe_dev.yaml",
         today=datetime.date(2026, 1, 2),
@@ -1220,10 +1220,7 @@ def test_a_moe_only_fit_notes_itself_under_calibration_moe_and_leaves_the_dense_
         '  calibration_moe: "fitted by layoutsearch calibrate on runs_moe_dev.yaml (7 records) on 2026-01-02"'
         in after
     )
-    assert (
-        "  moe_layer_overhead_us: 2500   # source: fitted: docs/calibration.md#moe-overheads"
-        in after
-    )
+    assert "  moe_host_sync_us: 2500   # source: fitted: docs/calibration.md#moe-overheads" in after
 
 
 def test_the_huber_loss_weighs_far_records_linearly():

@@ -48,9 +48,8 @@ def calibrate(
         str | None,
         typer.Option(
             "--cuda-graphs",
-            help="Only the records costed with these CUDA graphs (mapping rules 20 and 22), e.g. none: fit "
-            "moe_layer_overhead_s on runs without graphs, then moe_overhead_graphed_share on the "
-            "scoped ones",
+            help="Only the records costed with these CUDA graphs (mapping rules 20 and 22), e.g. "
+            "full_iteration: fit moe_overhead_full_graph_share on the runs with one graph per step",
         ),
     ] = None,
     loss: Annotated[

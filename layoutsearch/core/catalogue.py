@@ -197,14 +197,11 @@ class CalibrationFile(_Strict):
     grouped_matmul_efficiency: float = Field(
         default=1.0, gt=0, le=1
     )  # MoE expert GEMMs, of the dense fraction
-    moe_layer_overhead_us: Overhead = 0.0  # fixed per MoE layer and microbatch
-    moe_expert_overhead_us: Overhead = 0.0  # per local expert, MoE layer and microbatch
-    moe_overhead_graphed_share: float = Field(
-        default=0.0, ge=0, le=1
-    )  # of it, what scoped CUDA graphs remove
+    moe_launch_latency_us: Overhead = 0.0  # host time per kernel launch of a MoE layer
+    moe_host_sync_us: Overhead = 0.0  # the dispatcher's host sync per MoE layer and microbatch
     moe_overhead_full_graph_share: float = Field(
         default=1.0, ge=0, le=1
-    )  # of both, what a full-iteration graph removes
+    )  # of the MoE host time, what a full-iteration graph removes
     overlap_interference: float = Field(
         default=0.0, ge=0, le=1
     )  # compute lost per second of hidden collective
@@ -1357,8 +1354,8 @@ def accelerator_from_dict(data: Any, where: str) -> Accelerator:
         "collective_half_efficiency_kib",
         "microbatch_overhead_us",
         "step_overhead_ms",
-        "moe_layer_overhead_us",
-        "moe_expert_overhead_us",
+        "moe_launch_latency_us",
+        "moe_host_sync_us",
         "overlap_interference",
         "blocking_launch_us_per_layer_pass",
     }
@@ -1380,8 +1377,8 @@ def accelerator_from_dict(data: Any, where: str) -> Accelerator:
         calibrated=cal.compute_fractions == "fitted",
         collective_half_efficiency_bytes=cal.collective_half_efficiency_kib * KIB,
         microbatch_overhead_s=cal.microbatch_overhead_us * MICRO,
-        moe_layer_overhead_s=cal.moe_layer_overhead_us * MICRO,
-        moe_expert_overhead_s=cal.moe_expert_overhead_us * MICRO,
+        moe_launch_latency_s=cal.moe_launch_latency_us * MICRO,
+        moe_host_sync_s=cal.moe_host_sync_us * MICRO,
         blocking_launch_s_per_layer_pass=_times(cal.blocking_launch_us_per_layer_pass, MICRO),
         overlap_interference=round(
             cal.overlap_interference, 2

@@ -166,13 +166,13 @@ class UncalibratedWarning(LayoutsearchWarning):
 
 
 def warn_uncalibrated(model: ModelSpec, acc) -> None:
-    """A mixture-of-experts model on an accelerator without MoE calibration (no ``moe_layer_overhead_us`` or
-    ``moe_expert_overhead_us`` and the default grouped-GEMM efficiency: the TPUs today): its MoE layers are costed
+    """A mixture-of-experts model on an accelerator without MoE calibration (no ``moe_launch_latency_us`` or
+    ``moe_host_sync_us`` and the default grouped-GEMM efficiency: the TPUs today): its MoE layers are costed
     by FLOPs and traffic alone, which the published TPU MoE runs show within 13% either way."""
     if (
         model.moe is not None
-        and acc.moe_layer_overhead_s == 0.0
-        and acc.moe_expert_overhead_s == 0.0
+        and acc.moe_launch_latency_s == 0.0
+        and acc.moe_host_sync_s == 0.0
         and acc.grouped_matmul_efficiency == 1.0
     ):
         warnings.warn(

@@ -426,20 +426,16 @@ class Accelerator:
         1.0  # the MoE experts' grouped GEMMs (TE / CUTLASS grouped GEMM,
     )
     # megablox) as a fraction of the dense matmul efficiency at the same rows
-    moe_layer_overhead_s: float = (
-        0.0  # fixed per MoE layer per microbatch, forward and backward: the router's
+    moe_launch_latency_s: float = (
+        0.0  # host seconds per kernel launch of a MoE layer (the frameworks' Python and CUDA
     )
-    # softmax and top-k, the permutation kernels and the dispatcher's host sync on the token counts
-    moe_expert_overhead_s: float = (
-        0.0  # per local expert, MoE layer and microbatch: the grouped GEMMs' per-expert
+    # launch path on the CPU, one value for every GPU): costs.terms.moe_host_overhead_s counts the launches
+    moe_host_sync_s: float = (
+        0.0  # per MoE layer and microbatch: the dropless dispatcher's device-to-host copy of the
     )
-    # launches (Transformer Engine's GroupedLinear loops over the local experts on the host, forward and backward)
-    moe_overhead_graphed_share: float = (
-        0.0  # of moe_layer_overhead_s, the share scoped CUDA graphs remove
-    )
-    # (Workload.cuda_graphs "scoped": the router's and the preprocessing's launches; the dispatcher's host sync stays)
+    # token counts, during which the emptied GPU queue waits on the host
     moe_overhead_full_graph_share: float = (
-        1.0  # of both overheads, the share a full-iteration CUDA graph removes
+        1.0  # of the MoE host time, the share a full-iteration CUDA graph removes
     )
     # (the host's launches and syncs; what the layer's small kernels and static buffers cost on the GPU stays)
     overlap_interference: float = (

@@ -235,6 +235,7 @@ def compute_per_microbatch(
         * m
         / layer_rate
     )
+    experts = 0.0  # the routed experts' forward GEMM seconds in the mean layer
     if (
         model.moe is not None
     ):  # the routed experts' grouped GEMMs, at the rows the busiest local expert gets
@@ -247,14 +248,14 @@ def compute_per_microbatch(
             / (rows + acc.matmul_half_efficiency_tokens)
             * acc.grouped_matmul_efficiency
         )
-        mm = (
-            mm
-            + 2.0
+        experts = (
+            2.0
             * per_key(lambda tp: flops.routed_params_per_token_per_layer(model, tp), sh.tp)
             * m
             * load
             / expert_rate
         )
+        mm = mm + experts
     # a capacity-factor MoE dispatched by one-hot einsums (MaxText's dense path): matmuls at the bf16 rate
     dispatch = (
         per_key(
@@ -341,10 +342,16 @@ def compute_per_microbatch(
         np.maximum(0.0, moved - hides * (mm + dispatch + attn))
         + np.maximum(0.0, moved - hides * bwd_window)
     )
+    # the GPU work a MoE layer's launches run beside (per MoE layer: the mean layer's experts / their share)
+    share = params.moe_layer_share(model)
+    moe_layer_experts = experts / share if model.moe is not None else 0.0
+    gpu_s = (
+        mm - experts + dispatch + attn,  # forward up to the dispatcher's sync
+        moe_layer_experts,  # forward after it: the routed experts' GEMMs
+        bwd_window + (moe_layer_experts - experts) * flops.BACKWARD_OVER_FORWARD,
+    )
     moe_fixed = (
-        layers
-        * params.moe_layer_share(model)
-        * moe_host_overhead_s(workload, acc, model.moe.num_experts / sh.ep)
+        layers * share * moe_host_overhead_s(workload, acc, model.moe.num_experts / sh.ep, gpu_s)
         if model.moe is not None
         else 0.0
     )
@@ -366,22 +373,55 @@ def compute_per_microbatch(
     }
 
 
-def moe_host_overhead_s(workload: Workload, acc: Accelerator, local_experts):
-    """Seconds a MoE layer adds per microbatch beyond its FLOPs and token traffic (keys S: ``local_experts`` =
-    num_experts / ep), as the workload's CUDA graphs leave them: ``moe_layer_overhead_s`` for the router, the
-    permutation and the dropless dispatcher's host sync on the token counts, plus ``moe_expert_overhead_s`` per
-    local expert for the grouped GEMM's launches (Transformer Engine's GroupedLinear issues one GEMM per local
-    expert, forward and backward). Scoped graphs (attention, router and preprocessing captured per layer) remove
-    ``moe_overhead_graphed_share`` of the per-layer part; the sync and the expert launches stay. A full-iteration
-    graph (the host launches one graph per step: Megatron-Core MoE docs, "CUDA graphs") removes
-    ``moe_overhead_full_graph_share`` of both, the host's part; what stays is GPU time the FLOPs and traffic do not
-    count (the router's and the permutation's small kernels and their tails, and the static buffers a graph needs:
-    Megatron pads each rank's dispatch buffer by ``moe_expert_rank_capacity_factor`` under full graphs)."""
-    per_expert = acc.moe_expert_overhead_s * local_experts
+# Kernel launches the host issues for one MoE transformer layer and microbatch, (forward before the dispatcher's
+# sync, forward after it, backward): Megatron-Core's attention block and MoELayer with the all-to-all dispatcher,
+# Transformer Engine's GroupedLinear experts; docs/calibration.md#moe-overheads
+MOE_ATTENTION_LAUNCHES = (12, 0, 22)  # norm, QKV and output GEMMs, RoPE, attention, residual add
+MOE_ROUTER_LAUNCHES = (21, 0, 9)  # router GEMM, score, top-k, routing map, aux loss; token counts
+MOE_DISPATCH_LAUNCHES = (
+    0,
+    10,
+    10,
+)  # permute, dispatch and combine all-to-alls, unpermute, activation
+MOE_EXPERT_LAUNCHES = (
+    0,
+    2,
+    4,
+)  # per local expert: fc1 and fc2, one GEMM forward, dgrad and wgrad backward
+SCOPED_GRAPH_LAUNCHES = (2, 0, 2)  # the attention's and the router's graphs, replayed
+
+
+def moe_launches(workload: Workload, local_experts) -> tuple:
+    """Kernel launches per MoE layer and microbatch (keys S), (forward before the sync, after it, backward):
+    scoped CUDA graphs (Megatron --cuda-graph-scope attn moe_router moe_preprocess) replay the attention's and the
+    router's kernels as one graph each; the permutation and the grouped GEMMs (sized by token counts known only at
+    run time) stay launched one by one."""
+    scoped = workload.cuda_graphs == "scoped"
+    return tuple(
+        (g if scoped else a + r) + d + e * local_experts
+        for a, r, d, e, g in zip(
+            MOE_ATTENTION_LAUNCHES,
+            MOE_ROUTER_LAUNCHES,
+            MOE_DISPATCH_LAUNCHES,
+            MOE_EXPERT_LAUNCHES,
+            SCOPED_GRAPH_LAUNCHES,
+        )
+    )
+
+
+def moe_host_overhead_s(workload: Workload, acc: Accelerator, local_experts, gpu_s: tuple):
+    """Seconds a MoE layer's host work adds per microbatch (keys S: ``local_experts`` = num_experts / ep, ``gpu_s``
+    = the GPU seconds the launches can run ahead of: the forward before the dispatcher's sync, the forward after
+    it (the routed experts' GEMMs), the backward). The host launches each part at ``moe_launch_latency_s`` per
+    kernel (``moe_launches``) while the GPU runs it: a part shows max(0, host - GPU) (host-bound on a fast GPU).
+    The sync, the dispatcher's copy of the token counts to the host, empties the GPU queue, so the parts do not
+    hide behind each other, and adds ``moe_host_sync_s``. A full-iteration graph (one launch per step:
+    Megatron-Core MoE docs, "CUDA graphs") removes ``moe_overhead_full_graph_share`` of sync and launches: what
+    stays is GPU time the FLOPs and traffic do not count (small kernels' tails, the graph's static buffers)."""
+    host_s = [n * acc.moe_launch_latency_s for n in moe_launches(workload, local_experts)]
     if workload.cuda_graphs == "full_iteration":
-        return (1.0 - acc.moe_overhead_full_graph_share) * (acc.moe_layer_overhead_s + per_expert)
-    kept = 1.0 - acc.moe_overhead_graphed_share if workload.cuda_graphs == "scoped" else 1.0
-    return acc.moe_layer_overhead_s * kept + per_expert
+        return (1.0 - acc.moe_overhead_full_graph_share) * (acc.moe_host_sync_s + sum(host_s))
+    return acc.moe_host_sync_s + sum(np.maximum(0.0, h - g) for h, g in zip(host_s, gpu_s))
 
 
 def host_offload_bytes_per_token(

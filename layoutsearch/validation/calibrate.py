@@ -10,10 +10,9 @@ under-prediction. Every member of a family gets the same fitted values; a family
 than 2 records per parameter gets matmul_efficiency only. A shared field (``SHARED_KIND``:
 ``overlap_interference``, the compute a hidden collective slows, one effect of the communication
 library on every GPU) is fitted once over the families of its accelerator kind, jointly with each
-family's own fields (``fit_joint``; ``calibrate --shared``): fitted per family it is not identified; so is
-``moe_expert_overhead_s``, the host's launch of each local expert's GEMM, where a family's records span few
-local-expert counts, and ``moe_layer_overhead_s``, the same host software's work per MoE layer on every GPU
-(fitted per family it may absorb a family's compute misfit). ``calibrate --fit-families`` limits a fitted field
+family's own fields (``fit_joint``; ``calibrate --shared``): fitted per family it is not identified; so are
+``moe_launch_latency_s`` and ``moe_host_sync_s``, the same host software's time per kernel launch and per
+dispatcher sync on every GPU (fitted per family they would absorb a family's compute misfit). ``calibrate --fit-families`` limits a fitted field
 to some families (a generation's own compute fraction), the others keeping their catalogue values of it. ``calibrate --loss huber`` (``fit_residuals``) weighs log errors beyond
 ``HUBER_LOG_SCALE`` linearly instead of squared, for record sets where the same layout is measured far apart.
 
@@ -84,18 +83,17 @@ SHARE_BOUNDS = (0.0, 1.0)  # fractions that may be zero (overlap_interference)
 # of the communication library on the chip, not of one chip's kernels (NCCL's kernels on the SMs of every GPU)
 SHARED_KIND = {
     "overlap_interference": "gpu",
-    "moe_overhead_graphed_share": "gpu",
     "moe_overhead_full_graph_share": "gpu",
-    "moe_expert_overhead_s": "gpu",
-    "moe_layer_overhead_s": "gpu",
+    "moe_launch_latency_s": "gpu",
+    "moe_host_sync_s": "gpu",
 }
 SCALES = {
     "matmul_half_efficiency_tokens": 128.0,
     "attention_half_efficiency_keys": 128.0,
     "microbatch_overhead_s": 1e-4,
     "step_overhead_s": 1e-2,
-    "moe_layer_overhead_s": 1e-4,
-    "moe_expert_overhead_s": 1e-5,
+    "moe_launch_latency_s": 1e-5,
+    "moe_host_sync_s": 1e-4,
     "blocking_launch_s_per_layer_pass": 1e-3,
     "collective_half_efficiency_bytes": 65536.0,
 }
@@ -113,10 +111,9 @@ CALIBRATION_FIELDS = (
     "microbatch_overhead_s",
     "step_overhead_s",
     "grouped_matmul_efficiency",
-    "moe_layer_overhead_s",
-    "moe_expert_overhead_s",
+    "moe_launch_latency_s",
+    "moe_host_sync_s",
     "overlap_interference",
-    "moe_overhead_graphed_share",
     "moe_overhead_full_graph_share",
     "blocking_launch_s_per_layer_pass",
 )
@@ -127,8 +124,8 @@ YAML_UNITS = {
         "s",
         (
             "microbatch_overhead_s",
-            "moe_layer_overhead_s",
-            "moe_expert_overhead_s",
+            "moe_launch_latency_s",
+            "moe_host_sync_s",
             "blocking_launch_s_per_layer_pass",
         ),
     ),
@@ -140,7 +137,11 @@ YAML_UNITS = {
 def _yaml_key(name: str) -> tuple[str, float]:
     """(the key under `calibration:` of hardware/<id>.yaml, factor from SI to its unit) of a calibration field."""
     for unit, (factor, si, names) in YAML_UNITS.items():
-        if name in names:
+        if (
+            name in names
+        ):  # the unit at the end (moe_host_sync_s), else its first place (blocking_launch_s_per_...)
+            if name.endswith(f"_{si}"):
+                return f"{name[: -len(si)]}{unit}", factor
             return name.replace(f"_{si}", f"_{unit}", 1), factor
     return name, 1.0
 
@@ -254,10 +255,7 @@ def _bounds(name: str) -> tuple[float, float] | None:
     if name.endswith("efficiency"):
         return EFFICIENCY_BOUNDS
     return (
-        SHARE_BOUNDS
-        if name
-        in ("overlap_interference", "moe_overhead_graphed_share", "moe_overhead_full_graph_share")
-        else None
+        SHARE_BOUNDS if name in ("overlap_interference", "moe_overhead_full_graph_share") else None
     )
 
 
