@@ -257,3 +257,16 @@ def maxtext_train_log(python: str, override: Path, tmp_path: Path, run_name: str
     log = run.stdout + run.stderr
     assert run.returncode == 0, log[-3000:]
     return log
+
+
+def torchtitan_degrees(parallelism) -> dict[str, int]:
+    """torchtitan's ParallelDims degrees (no experts) from a loaded job's ``parallelism`` section."""
+    return {
+        "dp_replicate": parallelism.data_parallel_replicate_degree,
+        "dp_shard": parallelism.data_parallel_shard_degree,
+        "cp": parallelism.context_parallel_degree,
+        "tp": parallelism.tensor_parallel_degree,
+        "pp": parallelism.pipeline_parallel_degree,
+        "ep": 1,
+        "etp": 1,
+    }

@@ -29,6 +29,7 @@ from builders import (
     maxtext_train_log,
     solve_doc,
     solve_export,
+    torchtitan_degrees,
 )
 
 from layoutsearch.core.specs import Layout
@@ -315,30 +316,13 @@ def test_torchtitan_config_manager_and_parallel_dims(doc, tmp_path):
     job = manager.ConfigManager().parse_args([f"--job.config_file={path}"])
     p = job.parallelism
     world = doc["problem"]["num_devices"]
-    dims = pdims.ParallelDims(
-        dp_replicate=p.data_parallel_replicate_degree,
-        dp_shard=p.data_parallel_shard_degree,
-        cp=p.context_parallel_degree,
-        tp=p.tensor_parallel_degree,
-        pp=p.pipeline_parallel_degree,
-        ep=1,
-        etp=1,
-        world_size=world,
-    )
+    degrees = torchtitan_degrees(p)
+    dims = pdims.ParallelDims(**degrees, world_size=world)
     assert job.training.seq_len % dims.seq_len_divisor == 0
     batch_degree = dims.dp_replicate * dims.dp_shard
     assert job.training.global_batch_size % (job.training.local_batch_size * batch_degree) == 0
     with pytest.raises(AssertionError, match="Invalid parallel dims"):
-        pdims.ParallelDims(
-            dp_replicate=p.data_parallel_replicate_degree,
-            dp_shard=p.data_parallel_shard_degree,
-            cp=p.context_parallel_degree,
-            tp=p.tensor_parallel_degree,
-            pp=p.pipeline_parallel_degree,
-            ep=1,
-            etp=1,
-            world_size=world * 2,
-        )
+        pdims.ParallelDims(**degrees, world_size=world * 2)
 
 
 def test_torchtitan_pipeline_split_is_even():
@@ -1006,16 +990,7 @@ def test_main_job_export_accepted_by_torchtitan(tmp_path):
     path = tmp_path / "main.toml"
     path.write_text(text)
     p = manager.ConfigManager().parse_args([f"--job.config_file={path}"]).parallelism
-    pdims.ParallelDims(
-        dp_replicate=p.data_parallel_replicate_degree,
-        dp_shard=p.data_parallel_shard_degree,
-        cp=p.context_parallel_degree,
-        tp=p.tensor_parallel_degree,
-        pp=p.pipeline_parallel_degree,
-        ep=1,
-        etp=1,
-        world_size=8192,
-    )
+    pdims.ParallelDims(**torchtitan_degrees(p), world_size=8192)
 
 
 def test_main_job_export_accepted_by_deepspeed(tmp_path):

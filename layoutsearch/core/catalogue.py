@@ -427,6 +427,13 @@ class HfFamily:
     sparse: bool = False  # a mixture of experts (and latent attention): read by _hf_sparse
 
 
+# Qwen2/2.5 attention: Q, K, V biases, sliding windows on the layers the config names (Qwen2-MoE
+# keeps it); Qwen3-MoE: q/k RMSNorm per head, head_dim hidden / heads when absent (Qwen3: 128).
+_QWEN2 = HfFamily(
+    mlp="gated", qkv_bias=True, attention_bias=None, window="qwen", window_default=4096
+)
+_QWEN3_MOE = HfFamily(mlp="gated", qk_norm="head", window="qwen", window_default=4096, sparse=True)
+
 HF_FAMILIES: dict[str, HfFamily] = {
     # SwiGLU, RMSNorm before attention and MLP, RoPE (Llama 2/3/3.1/3.2; Mistral; Qwen2/2.5 with
     # Q, K, V biases; Qwen3 with q/k RMSNorm per head; Phi-3 with fused qkv_proj / gate_up_proj,
@@ -441,12 +448,8 @@ HF_FAMILIES: dict[str, HfFamily] = {
         mlp="gated", qkv_bias=True, attention_bias=True, head_dim=128, norms_per_layer=4
     ),
     "mistral": HfFamily(mlp="gated", window="all", window_default=4096),
-    "qwen2": HfFamily(
-        mlp="gated", qkv_bias=True, attention_bias=None, window="qwen", window_default=4096
-    ),
-    "qwen3": HfFamily(
-        mlp="gated", qk_norm="head", head_dim=128, window="qwen", window_default=4096
-    ),
+    "qwen2": _QWEN2,
+    "qwen3": dataclasses.replace(_QWEN3_MOE, head_dim=128, sparse=False),
     "phi3": HfFamily(mlp="gated", window="all"),
     # OLMo 1: LayerNorm without weight or bias; OLMo 2: RMSNorm after attention and MLP (still
     # two) and over the whole Q and K projections.
@@ -499,17 +502,8 @@ HF_FAMILIES: dict[str, HfFamily] = {
     # attention sinks, alternating 128-token windows; Llama 4: the decoder of a llama4 config's
     # text_config, a shared expert, MoE every interleave_moe_layer_step-th layer.
     "mixtral": HfFamily(mlp="gated", window="all", attention_bias=None, sparse=True),
-    "qwen2_moe": HfFamily(
-        mlp="gated",
-        qkv_bias=True,
-        attention_bias=None,
-        window="qwen",
-        window_default=4096,
-        sparse=True,
-    ),
-    "qwen3_moe": HfFamily(
-        mlp="gated", qk_norm="head", window="qwen", window_default=4096, sparse=True
-    ),  # head_dim: hidden / heads when absent
+    "qwen2_moe": dataclasses.replace(_QWEN2, sparse=True),
+    "qwen3_moe": _QWEN3_MOE,
     "deepseek_v3": HfFamily(mlp="gated", reads_kv_heads=False, sparse=True),
     # DeepSeek-V2 / V2-Lite: the V3 decoder without the score-correction bias (unless topk_method
     # is noaux_tc) and without MTP modules; V2-Lite has no query latent (q_lora_rank null).

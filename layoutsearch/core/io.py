@@ -34,6 +34,9 @@ from pydantic import BaseModel, ValidationError
 from layoutsearch.core.errors import InvalidArgumentError, LayoutsearchError
 from layoutsearch.core.units import MIB
 
+PathArg = str | os.PathLike  # a file's path as the commands and the API take it
+Raises = type[LayoutsearchError]  # what a bad file raises (exit code 2 by default)
+
 __all__ = [
     "validated",
     "label",
@@ -59,12 +62,7 @@ MAX_INPUT_BYTES = (
 )  # /dev/zero or a runaway file as an input is refused, not read to the end
 
 
-def validated(
-    schema: type[BaseModel],
-    data: Any,
-    where: str,
-    error: type[LayoutsearchError] = InvalidArgumentError,
-):
+def validated(schema: type[BaseModel], data: Any, where: str, error: Raises = InvalidArgumentError):
     """``schema.model_validate(data)``; the first error is one ``error`` line naming the field and the value."""
     if not isinstance(data, dict):
         raise error(f"{where}: expected a mapping of fields, got {type(data).__name__}")
@@ -78,17 +76,17 @@ def validated(
         raise error(f"{where}: field '{loc}': {' '.join(str(err['msg']).split())}{shown}") from None
 
 
-def label(path: str | os.PathLike, what: str | None) -> str:
+def label(path: PathArg, what: str | None) -> str:
     """How messages name a file: "RESULT: 'r.json'", or the path alone without ``what``."""
     return f"{what}: '{os.fspath(path)}'" if what else os.fspath(path)
 
 
-def says(path: str | os.PathLike, what: str | None, problem: str) -> str:
+def says(path: PathArg, what: str | None, problem: str) -> str:
     """ "RESULT: 'r.json' is not JSON (...)" or, without ``what``, "r.json: not JSON (...)"."""
     return f"{label(path, what)} is {problem}" if what else f"{os.fspath(path)}: {problem}"
 
 
-def _failed(verb: str, path: str | os.PathLike, what: str | None, exc: OSError) -> str:
+def _failed(verb: str, path: PathArg, what: str | None, exc: OSError) -> str:
     """ "RESULT: cannot read 'r.json' (No such file or directory)" or "r.json: cannot read (...)"."""
     reason = exc.strerror or type(exc).__name__
     return (
@@ -99,9 +97,9 @@ def _failed(verb: str, path: str | os.PathLike, what: str | None, exc: OSError) 
 
 
 def read_bytes(
-    path: str | os.PathLike,
+    path: PathArg,
     what: str | None = None,
-    error: type[LayoutsearchError] = InvalidArgumentError,
+    error: Raises = InvalidArgumentError,
 ) -> bytes:
     """The bytes of a regular file; missing, not a regular file or no permission is one ``error`` line."""
     _check_name(path, what, error)
@@ -141,36 +139,26 @@ _KINDS = (
 )
 
 
-def check_regular(
-    mode: int, path, what: str | None, error: type[LayoutsearchError] = InvalidArgumentError
-) -> None:
+def check_regular(mode: int, path, what: str | None, error: Raises = InvalidArgumentError) -> None:
     """A directory, a FIFO, a device or a socket is one ``error`` line naming the path."""
     if not stat.S_ISREG(mode):
         kind = next((name for test, name in _KINDS if test(mode)), "an unknown kind of file")
         raise error(says(path, what, f"{kind}, not a regular file"))
 
 
-def _check_name(path: str | os.PathLike, what: str | None, error: type[LayoutsearchError]) -> None:
+def _check_name(path: PathArg, what: str | None, error: Raises) -> None:
     """A path no file can have (a NUL byte in it) is refused before the OS is asked."""
     if "\0" in os.fspath(path):
         raise error(says(path, what, "not a file name (it holds a NUL byte)"))
 
 
-def read_text(
-    path: str | os.PathLike,
-    what: str | None = None,
-    error: type[LayoutsearchError] = InvalidArgumentError,
-) -> str:
+def read_text(path: PathArg, what: str | None = None, error: Raises = InvalidArgumentError) -> str:
     """The file as UTF-8 text (a BOM is allowed); unreadable or not UTF-8 is one ``error`` line."""
     data = read_bytes(path, what, error)
     return _parsed(lambda: data.decode("utf-8-sig"), "UTF-8 text", path, what, error)
 
 
-def read_json(
-    path: str | os.PathLike,
-    what: str | None = None,
-    error: type[LayoutsearchError] = InvalidArgumentError,
-) -> Any:
+def read_json(path: PathArg, what: str | None = None, error: Raises = InvalidArgumentError) -> Any:
     """Parse a JSON file (NaN and Infinity refused: they are not JSON)."""
     text = read_text(path, what, error)
     return _parsed(lambda: json.loads(text, parse_constant=_no_constant), "JSON", path, what, error)
@@ -179,13 +167,7 @@ def read_json(
 T = TypeVar("T")
 
 
-def _parsed(
-    parse: Callable[[], T],
-    kind: str,
-    path: str | os.PathLike,
-    what: str | None,
-    error: type[LayoutsearchError],
-) -> T:
+def _parsed(parse: Callable[[], T], kind: str, path: PathArg, what: str | None, error: Raises) -> T:
     """``parse()`` of the contents of ``path``; bytes that are not UTF-8, text that is not
     ``kind`` (JSON or YAML) or nests too deeply are one ``error`` line naming the path."""
     try:
@@ -266,20 +248,16 @@ class PurePythonSafeLoader(_UniqueKeys, yaml.SafeLoader):
 
 def parse_yaml(
     text: str,
-    path: str | os.PathLike,
+    path: PathArg,
     what: str | None = None,
-    error: type[LayoutsearchError] = InvalidArgumentError,
+    error: Raises = InvalidArgumentError,
 ) -> Any:
     """``text`` (the contents of ``path``) parsed by ``SafeLoader``; malformed, a repeated key or
     nesting too deep is one ``error`` line naming the path (``says``)."""
     return _parsed(lambda: yaml.load(text, Loader=SafeLoader), "YAML", path, what, error)
 
 
-def read_yaml(
-    path: str | os.PathLike,
-    what: str | None = None,
-    error: type[LayoutsearchError] = InvalidArgumentError,
-) -> Any:
+def read_yaml(path: PathArg, what: str | None = None, error: Raises = InvalidArgumentError) -> Any:
     """Parse a YAML file (``parse_yaml``); a syntax error names the line and column."""
     text = read_text(path, what, error)
     return parse_yaml(text, path, what, error)
@@ -295,19 +273,19 @@ def _umask() -> int:
 TEMP_SUFFIX = ".tmp"
 
 
-def temp_prefix(path: str | os.PathLike) -> str:
+def temp_prefix(path: PathArg) -> str:
     """The name of ``atomic_write``'s temporary files for ``path`` start with this (then 8 random
     characters and TEMP_SUFFIX), short enough for any file-name limit."""
     return f".{os.path.basename(os.fspath(path))[:100]}."
 
 
-def write_error(path: str | os.PathLike, what: str | None, exc: OSError) -> InvalidArgumentError:
+def write_error(path: PathArg, what: str | None, exc: OSError) -> InvalidArgumentError:
     """The one-line error of a failed write."""
     return InvalidArgumentError(_failed("write", path, what, exc))
 
 
 def atomic_write(
-    path: str | os.PathLike,
+    path: PathArg,
     data: str | bytes,
     what: str | None = "--output",
     *,

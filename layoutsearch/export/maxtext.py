@@ -69,18 +69,10 @@ from layoutsearch.export.rank_order import MAXTEXT_MESH_AXES, maxtext_torus_chec
 from layoutsearch.frameworks import maxtext as declaration
 
 AXES = ("data", "fsdp", "tensor", "context", "pipeline", "expert")
-REMAT_POLICIES = (
-    "minimal_with_context",
-    "minimal",
-    "save_dot_with_context_except_mlp",
-    "save_dot_except_mlpwi",
-    "save_dot_except_mlp",
-    "save_qkv_proj",
-    "qkv_proj_offloaded",
-    "custom",
-    "minimal_offloaded",
-    "save_out_proj",
-    "full",
+REMAT_POLICIES = tuple(
+    "minimal_with_context minimal save_dot_with_context_except_mlp save_dot_except_mlpwi "
+    "save_dot_except_mlp save_qkv_proj qkv_proj_offloaded custom minimal_offloaded "
+    "save_out_proj full".split()
 )
 # layoutsearch's policies -> remat_policy: MaxText's own names as they are (costs.memory.POLICY_SAVES
 # models each); none and selective by their nearest (MaxText's none rematerialises scanned layers fully)

@@ -80,21 +80,7 @@ def solve(problem: Problem, request: SearchRequest | None = None) -> SearchResul
     if (
         not len(space.sk_k) or not space.num_candidates()
     ):  # e.g. no recompute policy left: nothing to tabulate
-        return SearchResult(
-            method=method,
-            objective=objective,
-            status="INFEASIBLE",
-            objective_value=None,
-            bound=None,
-            wall_s=time.perf_counter() - start,
-            solver_wall_s=0.0,
-            num_candidates=0,
-            rows_kept=0,
-            quantum_s=0.0,
-            space=space,
-            tables=None,
-            tie_tolerance=tolerance,
-        )
+        return _unsearched(request, space, None, start, tolerance, "INFEASIBLE")
     if time.perf_counter() > deadline:
         return _stopped(request, space, None, start, tolerance, "the candidate space")
     searched = space.num_candidates()
@@ -163,17 +149,17 @@ def solve(problem: Problem, request: SearchRequest | None = None) -> SearchResul
     )
 
 
-def _stopped(request, space: Space, tables, start: float, tolerance: float, built: str):
-    """The result of a search whose time limit ran out after building ``built``: UNKNOWN, no
-    layout (the phases before CP-SAT cannot be cut short; the overrun is at most one of them)."""
-    took = time.perf_counter() - start
+def _unsearched(
+    request, space: Space, tables, start: float, tolerance: float, status: str, stopped: str = ""
+) -> SearchResult:
+    """A result without a searched layout: INFEASIBLE (nothing to tabulate) or UNKNOWN (stopped)."""
     return SearchResult(
         method=request.method,
         objective=request.objective,
-        status="UNKNOWN",
+        status=status,
         objective_value=None,
         bound=None,
-        wall_s=took,
+        wall_s=time.perf_counter() - start,
         solver_wall_s=0.0,
         num_candidates=space.num_candidates(),
         rows_kept=0,
@@ -181,7 +167,22 @@ def _stopped(request, space: Space, tables, start: float, tolerance: float, buil
         space=space,
         tables=tables,
         tie_tolerance=tolerance,
-        ranking_status="UNKNOWN",
+        ranking_status="UNKNOWN" if stopped else "OPTIMAL",
+        stopped=stopped or None,
+    )
+
+
+def _stopped(request, space: Space, tables, start: float, tolerance: float, built: str):
+    """The result of a search whose time limit ran out after building ``built``: UNKNOWN, no
+    layout (the phases before CP-SAT cannot be cut short; the overrun is at most one of them)."""
+    took = time.perf_counter() - start
+    return _unsearched(
+        request,
+        space,
+        tables,
+        start,
+        tolerance,
+        "UNKNOWN",
         stopped=(
             f"the time limit ran out after {took:.1f} s of the search, while building {built} of "
             f"{space.num_candidates():,} candidates: no layout was searched (raise --time-limit)"

@@ -13,6 +13,7 @@ from typing import BinaryIO
 
 from layoutsearch.core import io
 from layoutsearch.core.errors import InvalidArgumentError, missing_extra
+from layoutsearch.core.specs import ALL_DEGREE_NAMES
 
 # One row per point. Units in the names; kinds drive the Parquet schema and CSV parsing.
 COLUMNS: list[tuple[str, str]] = [
@@ -79,27 +80,10 @@ STATUSES = ("OPTIMAL", "FEASIBLE", "INFEASIBLE", "UNKNOWN", "MODEL_INVALID", "ER
 WITH_LAYOUT = ("OPTIMAL", "FEASIBLE")
 REQUIRED = ("point_id", "model", "cluster", "global_batch_seqs", "seq_len", "status")
 LAYOUT_COLUMNS = (
-    "dp",
-    "fsdp",
-    "tp",
-    "pp",
-    "cp",
-    "ep",
-    "etp",
-    "zero_stage",
-    "virtual_stages",
-    "num_microbatches",
-    "recompute",
-    "peak_bytes",
-    "capacity_bytes",
-    "compute_s",
-    "exposed_comm_s",
-    "bubble_s",
-    "overhead_s",
-    "step_time_s",
-    "mfu",
-    "tokens_per_s",
-    "tokens_per_s_per_device",
+    *ALL_DEGREE_NAMES,
+    *"zero_stage virtual_stages num_microbatches recompute peak_bytes capacity_bytes".split(),
+    *"compute_s exposed_comm_s bubble_s overhead_s step_time_s mfu".split(),
+    *"tokens_per_s tokens_per_s_per_device".split(),
 )
 # only with a layout (and training_tokens; the energy with a catalogued board power)
 PLAN_COLUMNS = ("train_days", "device_hours", "cost", "energy_j_per_step", "energy_kwh")

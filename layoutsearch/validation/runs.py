@@ -110,13 +110,11 @@ RecMoE = _block(
     moe_layer_freq=Dim,
     capacity_factor=_range(float, 0, MAX_MODEL_DIM, open_low=True),
 )  # capacity_factor null = dropless
-RecMLA = _block(
+RecMLA = _block(  # every field a dimension
     "RecMLA",
-    q_lora_rank=Dim,
-    kv_lora_rank=Dim,
-    qk_rope_head_dim=Dim,
-    qk_nope_head_dim=Dim,
-    v_head_dim=Dim,
+    **dict.fromkeys(
+        "q_lora_rank kv_lora_rank qk_rope_head_dim qk_nope_head_dim v_head_dim".split(), Dim
+    ),
 )
 # d_ff: MoE records give the dense layers' FFN (null when every layer is MoE); mlp plain | gated, another
 # value is a per-record skip; attention mha | gqa | mla; sliding_window (tokens) on every layer but
