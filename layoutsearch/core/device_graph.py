@@ -10,6 +10,7 @@ from __future__ import annotations
 import itertools
 import math
 from collections.abc import Hashable, Sequence
+from dataclasses import replace
 
 import networkx as nx
 
@@ -17,10 +18,12 @@ from layoutsearch.core.errors import CatalogueError
 from layoutsearch.core.specs import Accelerator, Axis, AxisKind
 from layoutsearch.core.topology import (
     SINGLE_CHIP_AXIS,
+    SPINE_LINK,
     TORUS_AXIS_NAMES,
     FactorGraph,
     cluster_factors,
     members,
+    pod_oversubscription,
     positions,
 )
 
@@ -225,21 +228,32 @@ def axes_from_device_graph(g: nx.Graph, acc: Accelerator) -> tuple[tuple[Axis, .
             )
         )
         if slices > 1:
-            axes.append(
-                _measured_axis(
-                    g,
-                    by_axis,
-                    "scale_out",
-                    size=slices,
-                    kind="scale_out",
-                    efficiency=acc.scale_out_efficiency,
-                )
+            axis = _measured_axis(
+                g,
+                by_axis,
+                "scale_out",
+                size=slices,
+                kind="scale_out",
+                efficiency=acc.scale_out_efficiency,
             )
+            axes.append(_with_pods(g, by_axis, axis))
     if math.prod(a.size for a in axes) != len(devices):
         raise CatalogueError(
             f"cluster graph: axes {[(a.name, a.size) for a in axes]} do not multiply to {len(devices)} devices"
         )
     return tuple(axes), slices
+
+
+def _with_pods(g: nx.Graph, by_axis: dict[str, list[tuple]], axis: Axis) -> Axis:
+    """The scale-out axis with its pods read from the graph: the nodes under the first leaf of rail
+    0, and the oversubscription of the leaves' spine links (``topology.pod_oversubscription``)."""
+    if SPINE_LINK not in by_axis:
+        return axis
+    uplink, _ = _edge_stats(g, by_axis[SPINE_LINK], SPINE_LINK)
+    first_leaf = next(n for n in g if isinstance(n, tuple) and n[:1] == ("leaf",))
+    pod = len({gpu[1] for gpu in g.neighbors(first_leaf) if g.nodes[gpu].get("device")})
+    ratio = pod_oversubscription(axis.bytes_per_s_per_direction, uplink, pod)
+    return replace(axis, pod_size=pod if ratio > 1.0 else 0, oversubscription=ratio)
 
 
 def cluster_graph(

@@ -481,6 +481,10 @@ class Axis:
     wraparound: bool
     latency_s: float
     efficiency: float  # achievable fraction of the bandwidth
+    # An oversubscribed fat tree (scale_out): positions per pod under one set of leaves, and the
+    # ratio of the pod's NIC bandwidth to its uplinks (1: full bisection; pod_size 0: no tier)
+    pod_size: int = 0
+    oversubscription: float = 1.0
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)

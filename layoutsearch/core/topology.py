@@ -78,6 +78,8 @@ SHAPES_2D = {
     256: (16, 16),
 }
 SCALABLE_UNIT_NODES = 32  # H100 reference: 32 nodes under one set of rail leaves
+SPINE_LINK = "scale_out_spine"  # the links from a pod's leaves to the spine layer
+MAX_OVERSUBSCRIPTION = 16.0  # the fat trees built (2:1 and 4:1 in practice)
 MAX_RAILS = 8  # NICs per node: one leaf per rail in each scalable unit, as many spines
 # A single TPU chip: no link to span; one axis of size 1 so that a Cluster always has an axis.
 SINGLE_CHIP_AXIS = Axis(
@@ -295,30 +297,43 @@ def mesh_graph(name: str, size: int, bytes_per_s: float, latency_s: float) -> Fa
 
 
 def fat_tree_graph(
-    num_nodes: int, rails: int, nic_bytes_per_s: float, latency_s: float
+    num_nodes: int,
+    rails: int,
+    nic_bytes_per_s: float,
+    latency_s: float,
+    pod_nodes: int = SCALABLE_UNIT_NODES,
+    oversubscription: float = 1.0,
 ) -> FactorGraph:
-    """Nodes 0..num_nodes-1 under one leaf ('leaf', u) per scalable unit of 32 nodes; with more than
-    one unit, every leaf under the spine layer ('spine',) at the unit's aggregate bandwidth. The full
-    units are one run of nodes on a run of leaves, a last partial unit another."""
-    g = FactorGraph(axis="scale_out", kind="scale_out", rails=rails)
-    full, rest = divmod(num_nodes, SCALABLE_UNIT_NODES)
+    """Nodes 0..num_nodes-1 under one leaf ('leaf', u) per pod (scalable unit) of ``pod_nodes``
+    nodes; with more than one pod, every leaf under the spine layer ('spine',) at the pod's NIC
+    bandwidth over ``oversubscription`` (1: full bisection). The full pods are one run of nodes on a
+    run of leaves, a last partial pod another."""
+    g = FactorGraph(axis="scale_out", kind="scale_out", rails=rails, pod_nodes=pod_nodes)
+    full, rest = divmod(num_nodes, pod_nodes)
     units = full + (rest > 0)
+    uplink = nic_bytes_per_s * pod_nodes / oversubscription
     for first, last in ((0, full), (full, units)):
         if last == first:
             continue
-        nodes = range(first * SCALABLE_UNIT_NODES, min(last * SCALABLE_UNIT_NODES, num_nodes))
+        nodes = range(first * pod_nodes, min(last * pod_nodes, num_nodes))
         leaves = ("leaf", range(first, last))
         g.add_node(nodes, device=True)
         g.add_node(leaves, device=False)
         g.add_edge(nodes, leaves, **_link("scale_out", nic_bytes_per_s, latency_s))
         if units > 1:
             g.add_node(("spine",), device=False)
-            g.add_edge(
-                leaves,
-                ("spine",),
-                **_link("scale_out_spine", nic_bytes_per_s * SCALABLE_UNIT_NODES, latency_s),
-            )
+            g.add_edge(leaves, ("spine",), **_link(SPINE_LINK, uplink, latency_s))
     return g
+
+
+def pod_oversubscription(
+    nic_bytes_per_s: float, uplink_bytes_per_s: float | None, pod_nodes: int
+) -> float:
+    """A pod's NIC bandwidth over its uplinks' (1 within rounding, or without a spine)."""
+    if not uplink_bytes_per_s:
+        return 1.0
+    ratio = nic_bytes_per_s * pod_nodes / uplink_bytes_per_s
+    return 1.0 if abs(ratio - 1.0) < 1e-9 else ratio
 
 
 def torus_factors(
@@ -348,9 +363,11 @@ def gpu_factors(
     num_nodes: int,
     devices_per_node: int,
     scale_out_bytes_per_s: float | None = None,
+    pod_nodes: int = SCALABLE_UNIT_NODES,
+    oversubscription: float = 1.0,
 ) -> tuple[FactorGraph, ...]:
     """The NVLink domain of one node (a full mesh of peer links where the part has one), then the
-    scale-out fat tree when there is more than one node."""
+    scale-out fat tree (``fat_tree_graph``) when there is more than one node."""
     if acc.node_fabric == "mesh":  # the part's peer links: its link rate over its node's peers
         per_link = acc.link_bytes_per_s_per_direction / max(acc.devices_per_node - 1, 1)
         node = mesh_graph("node", devices_per_node, per_link, acc.link_latency_s)
@@ -368,7 +385,12 @@ def gpu_factors(
         nic = scale_out_bytes_per_s or acc.scale_out_bytes_per_s_per_direction
         factors.append(
             fat_tree_graph(
-                num_nodes, min(devices_per_node, MAX_RAILS), nic, acc.scale_out_latency_s
+                num_nodes,
+                min(devices_per_node, MAX_RAILS),
+                nic,
+                acc.scale_out_latency_s,
+                pod_nodes,
+                oversubscription,
             )
         )
     return tuple(factors)
@@ -423,6 +445,11 @@ def factor_axis(f: FactorGraph, acc: Accelerator) -> Axis:
         if kind in ("torus", "switch", "mesh")
         else acc.scale_out_efficiency
     )
+    pod = f.graph.get("pod_nodes", 0)
+    uplinks = {
+        d["bytes_per_s_per_direction"] for *_, d in f.edges(data=True) if d["axis"] == SPINE_LINK
+    }
+    ratio = pod_oversubscription(bytes_per_s, max(uplinks, default=None), pod)
     return Axis(
         name=name,
         size=_size(f),
@@ -431,6 +458,8 @@ def factor_axis(f: FactorGraph, acc: Accelerator) -> Axis:
         wraparound=kind == "torus" and _is_ring(f),
         latency_s=latency_s,
         efficiency=efficiency,
+        pod_size=pod if ratio > 1.0 else 0,
+        oversubscription=ratio,
     )
 
 
@@ -618,6 +647,8 @@ GPU_FIELDS = (
     "nodes",
     "scale_out_gbytes_per_s_per_device",
     "nvlink_gbytes_per_s_per_direction",
+    "pod_nodes",
+    "oversubscription",
 )
 TPU_FIELDS = ("shape", "slices", "dcn_gbytes_per_s_per_chip")
 _Count = Annotated[StrictInt, Field(ge=1, le=MAX_DEVICES)]
@@ -638,7 +669,9 @@ class ClusterFile(BaseModel):
     ``hardware/*.yaml`` format (``accelerator_spec``, validated as the catalogue is). A GPU cluster
     is ``nodes`` of ``devices_per_node`` GPUs (default: the accelerator's NVLink domain) on a
     rail-optimised fat tree with ``scale_out_gbytes_per_s_per_device`` per GPU, one direction (the
-    NIC); ``nvlink_gbytes_per_s_per_direction`` overrides the NVLink bandwidth. A TPU cluster is a
+    NIC), in pods of ``pod_nodes`` nodes (32) whose uplinks carry their NICs' bandwidth over
+    ``oversubscription`` (1: full bisection; 2 or 4 for a 2:1 or 4:1 tree);
+    ``nvlink_gbytes_per_s_per_direction`` overrides the NVLink bandwidth. A TPU cluster is a
     torus ``shape`` ([x, y, z], within the largest slice) times ``slices`` joined over DCN at
     ``dcn_gbytes_per_s_per_chip``. ``hbm_gib`` overrides the memory per device. The factor graphs
     are the ones cluster names build (``gpu_factors``, ``torus_factors``).
@@ -654,6 +687,10 @@ class ClusterFile(BaseModel):
     nodes: _Count = ABSENT
     scale_out_gbytes_per_s_per_device: _Rate = ABSENT
     nvlink_gbytes_per_s_per_direction: _Rate = ABSENT
+    pod_nodes: _Count = ABSENT
+    oversubscription: Annotated[
+        StrictFloat, Field(ge=1.0, le=MAX_OVERSUBSCRIPTION, allow_inf_nan=False)
+    ] = ABSENT
     shape: Annotated[list[_Count], Field(min_length=1, max_length=3)] = ABSENT
     slices: _Count = ABSENT
     dcn_gbytes_per_s_per_chip: _Rate = ABSENT
@@ -766,7 +803,14 @@ def file_cluster_factors(
             GB,
         )
         acc = replace(acc, **changes, sources=sources)
-        return acc, gpu_factors(acc, f.nodes, per_node), spec
+        tree = gpu_factors(
+            acc,
+            f.nodes,
+            per_node,
+            pod_nodes=f.pod_nodes or SCALABLE_UNIT_NODES,
+            oversubscription=f.oversubscription or 1.0,
+        )
+        return acc, tree, spec
     if f.shape is None:
         raise CatalogueError(
             f"{where('shape')} is missing: the torus of one slice, e.g. "

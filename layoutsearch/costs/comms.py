@@ -135,26 +135,56 @@ def _axis_constants(axes: tuple[Axis, ...]) -> dict[str, np.ndarray]:
             [a.bytes_per_s_per_direction * a.efficiency for a in axes], dtype=np.float64
         ),
         "latency": np.array([a.latency_s for a in axes], dtype=np.float64),
+        "pod": np.array([a.pod_size for a in axes], dtype=np.int64),
+        "oversubscription": np.array([a.oversubscription for a in axes], dtype=np.float64),
     }
 
 
-def ring_bandwidth(s: Spans) -> np.ndarray:
+def uplink_share(s: Spans, c: dict, all_to_all: bool = False) -> np.ndarray:
+    """The share of its NIC bandwidth a member keeps on each axis when its group crosses the pods
+    of an oversubscribed fat tree (1 elsewhere), [rows, axes]. A pod of P positions has uplinks of
+    P NICs' bandwidth / R. A ring leaves a pod once per group: the min(stride, P) groups
+    interleaved in a pod share the uplinks, each keeps min(1, P / (R min(stride, P))). An AllToAll
+    sends the share x = 1 - (its members in the pod) / factor of every member's buffer out of the
+    pod: all P positions at once, each keeps 1 / max(1, x R) (Leiserson 1985; the 2:1 and 4:1
+    trees of docs/cost_model.md "Oversubscribed fat trees")."""
+    pod, ratio = c["pod"][None, :], c["oversubscription"][None, :]
+    span = s.factor * s.stride  # positions one group reaches; aligned blocks stay in one pod
+    crossing = (pod > 0) & (s.factor > 1) & ((span > pod) | (pod % np.maximum(span, 1) != 0))
+    if not crossing.any():
+        return np.ones(s.factor.shape)
+    safe_pod = np.maximum(pod, 1)
+    if all_to_all:
+        in_pod = np.clip(safe_pod // s.stride, 1, s.factor)
+        share = 1.0 / np.maximum(1.0, (1.0 - in_pod / s.factor) * ratio)
+    else:
+        share = np.minimum(1.0, safe_pod / (ratio * np.minimum(s.stride, safe_pod)))
+    return np.where(crossing, share, 1.0)
+
+
+def ring_bandwidth(s: Spans, all_to_all: bool = False) -> np.ndarray:
     """Bytes/s one member moves along each axis of a ring (both directions when it closes
     through a torus axis's wraparound: the group reaches the whole axis with more than 2
     members; interleaved groups share the links between them, each gets 1/stride). On a full
     mesh a member of a group of k has a link to each of the k - 1 others (the collective's rings
-    use them all; other groups use other links)."""
+    use them all; other groups use other links). Across the pods of an oversubscribed fat tree,
+    the share of the uplinks it keeps (``uplink_share``; ``all_to_all``: for an AllToAll)."""
     c = _axis_constants(s.axes)
     wraps = c["torus"] & c["wrap"] & (s.factor * s.stride == c["size"]) & (s.factor > 2)
     torus = c["bw"] * np.where(wraps, 2.0, 1.0) / s.stride
     mesh = c["bw"] * np.maximum(s.factor - 1, 1)
-    return np.where(c["torus"], torus, np.where(c["mesh"], mesh, c["bw"]))
+    switched = c["bw"] * uplink_share(s, c, all_to_all)
+    return np.where(c["torus"], torus, np.where(c["mesh"], mesh, switched))
 
 
-def _levels(s: Spans):
+def _levels(s: Spans, all_to_all: bool = False):
     """Per network level (ICI/NVLink, then DCN/scale-out): (members, seconds per byte of an
     AllGather at that level, whether a torus axis is in it), arrays over rows."""
-    c, bw, inner = _axis_constants(s.axes), ring_bandwidth(s), np.ones(s.factor.shape[0])
+    c, bw, inner = (
+        _axis_constants(s.axes),
+        ring_bandwidth(s, all_to_all),
+        np.ones(s.factor.shape[0]),
+    )
     for level in (0, 1):
         on = (c["level"] == level)[None, :] & (s.factor > 1)
         n_l = np.where(on, s.factor, 1).prod(axis=1)
@@ -248,8 +278,11 @@ def send_coefficients_of(s: Spans) -> RingCoefficients:
     first = np.argmax(on, axis=1)
     rows = np.arange(len(first))
     active = on.any(axis=1)
+    share = uplink_share(s, c)[rows, first]
     link = np.where(
-        active, c["bw"][first] / np.where(c["torus"][first], s.stride[rows, first], 1), 1.0
+        active,
+        c["bw"][first] * share / np.where(c["torus"][first], s.stride[rows, first], 1),
+        1.0,
     )
     used = on & (np.arange(on.shape[1])[None, :] == first[:, None])
     mask, scale_out = _mask_and_scale_out(s, used)
@@ -284,7 +317,7 @@ def all_to_all_coefficients_of(s: Spans, level: int | None = None) -> RingCoeffi
     members = s.factor.prod(axis=1)
     c = _axis_constants(s.axes)
     per_level, counts, inner = [], [], np.ones(len(members))
-    for n_l, cost, torus in _levels(s):
+    for n_l, cost, torus in _levels(s, all_to_all=True):
         # cost = (n_l - 1) / (n_l inner W_l): through a switch the share (n_l - 1) inner / members of
         # the buffer leaves over the level's links, at W_l per member
         switch = cost * n_l * inner * inner / np.maximum(members, 1)
@@ -362,6 +395,8 @@ def all_to_all_time(array_bytes, span: Span, half_efficiency_bytes: float = 0.0)
         return 0.0 * array_bytes
     s = Spans.of(span)
     per_byte = max(
-        float(np.where(torus, c / 4.0, c / n_l)[0]) for n_l, c, torus in _levels(s) if n_l[0] > 1
+        float(np.where(torus, c / 4.0, c / n_l)[0])
+        for n_l, c, torus in _levels(s, all_to_all=True)
+        if n_l[0] > 1
     )
     return (array_bytes + half_efficiency_bytes * n) * per_byte + float(span_latency(s)[0])
