@@ -204,7 +204,7 @@ def test_device_graph_has_devices_as_nodes_and_labelled_links():
 
 
 def test_gpu_device_graph_is_a_rail_optimised_fat_tree():
-    """h100-512: 64 nodes with their own NVSwitch; GPU i on the leaf of rail i in its unit; 8 shared spines."""
+    """h100-512: 64 nodes with their own NVSwitch; GPU i on the leaf of rail i in its unit; 8 shared spines, each leaf's uplink split over them."""
     g = cluster_graph("h100-512")
     kinds = {}
     for node in g:
@@ -217,7 +217,8 @@ def test_gpu_device_graph_is_a_rail_optimised_fat_tree():
     }
     assert set(g[("gpu", 40, 3)]) == {("nvswitch", 40), ("leaf", 1, 3)}
     assert g.degree(("leaf", 1, 3)) == 32 + 8 and g.degree(("spine", 0)) == 16
-    assert g.edges[("leaf", 0, 0), ("spine", 5)]["bytes_per_s_per_direction"] == 32 * 50e9
+    # full bisection: a leaf's 32 NICs of 50 GB/s leave over its 8 spine links, 200 GB/s each
+    assert g.edges[("leaf", 0, 0), ("spine", 5)]["bytes_per_s_per_direction"] == 32 * 50e9 / 8
 
 
 def test_inconsistent_device_graph_is_detected():

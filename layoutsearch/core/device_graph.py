@@ -93,9 +93,14 @@ def gpu_product(factors: Sequence[FactorGraph]) -> nx.Graph:
             g.add_edges_from(((("gpu", n, i), (*leaf, i % rails)) for i in gpus), **data)
         for u, v, data in f.edges(data=True):
             if not (f.nodes[u]["device"] or f.nodes[v]["device"]):
+                # every rail's leaf links to each of the rails spines: the leaf's uplink over them
+                link = {
+                    **data,
+                    "bytes_per_s_per_direction": data["bytes_per_s_per_direction"] / rails,
+                }
                 for a, b in _member_links(f, u, v):
                     g.add_edges_from(
-                        (((*a, r), (*b, s)) for r in range(rails) for s in range(rails)), **data
+                        (((*a, r), (*b, s)) for r in range(rails) for s in range(rails)), **link
                     )
     return g
 
@@ -209,7 +214,9 @@ def axes_from_device_graph(g: nx.Graph, acc: Accelerator) -> tuple[tuple[Axis, .
         axes = [a for a in axes if a.size > 1] or [SINGLE_CHIP_AXIS]
     else:
         nvl: nx.Graph[Hashable] = nx.Graph(by_axis.get("node", []))
-        domains = [sum(1 for n in c if g.nodes[n]["device"]) for c in nx.connected_components(nvl)]
+        components = list(nx.connected_components(nvl))
+        domains = [sum(1 for n in c if g.nodes[n]["device"]) for c in components]
+        domain_of = {n: i for i, c in enumerate(components) for n in c}
         if len(set(domains)) != 1:
             raise CatalogueError(
                 f"cluster graph: NVLink domains of different sizes {sorted(set(domains))}"
@@ -236,7 +243,7 @@ def axes_from_device_graph(g: nx.Graph, acc: Accelerator) -> tuple[tuple[Axis, .
                 kind="scale_out",
                 efficiency=acc.scale_out_efficiency,
             )
-            axes.append(_with_pods(g, by_axis, axis))
+            axes.append(_with_pods(g, by_axis, axis, domain_of))
     if math.prod(a.size for a in axes) != len(devices):
         raise CatalogueError(
             f"cluster graph: axes {[(a.name, a.size) for a in axes]} do not multiply to {len(devices)} devices"
@@ -244,15 +251,24 @@ def axes_from_device_graph(g: nx.Graph, acc: Accelerator) -> tuple[tuple[Axis, .
     return tuple(axes), slices
 
 
-def _with_pods(g: nx.Graph, by_axis: dict[str, list[tuple]], axis: Axis) -> Axis:
-    """The scale-out axis with its pods read from the graph: the nodes under the first leaf of rail
-    0, and the oversubscription of the leaves' spine links (``topology.pod_oversubscription``)."""
+def _with_pods(g: nx.Graph, by_axis: dict[str, list[tuple]], axis: Axis, domain_of: dict) -> Axis:
+    """The scale-out axis with its pods read from the graph: the devices under one leaf switch are
+    a connected set of scale-out links, their NVLink domains the pod's nodes; the oversubscription
+    is the NIC bandwidth under the leaf over its spine links' (``topology.pod_oversubscription``),
+    the largest pod and ratio over the leaves."""
     if SPINE_LINK not in by_axis:
         return axis
-    uplink, _ = _edge_stats(g, by_axis[SPINE_LINK], SPINE_LINK)
-    first_leaf = next(n for n in g if isinstance(n, tuple) and n[:1] == ("leaf",))
-    pod = len({gpu[1] for gpu in g.neighbors(first_leaf) if g.nodes[gpu].get("device")})
-    ratio = pod_oversubscription(axis.bytes_per_s_per_direction, uplink, pod)
+    under: nx.Graph[Hashable] = nx.Graph(by_axis["scale_out"])
+    spine: nx.Graph[Hashable] = nx.Graph(by_axis[SPINE_LINK])
+    pod, ratio = 0, 1.0
+    for leaf in nx.connected_components(under):
+        devices = [n for n in leaf if g.nodes[n].get("device")]
+        nics = sum(g.edges[e]["bytes_per_s_per_direction"] for e in under.edges(leaf))
+        uplinks = sum(
+            g.edges[e]["bytes_per_s_per_direction"] for e in spine.edges(leaf & spine.nodes)
+        )
+        pod = max(pod, len({domain_of.get(d, d) for d in devices}))
+        ratio = max(ratio, pod_oversubscription(nics, uplinks))
     return replace(axis, pod_size=pod if ratio > 1.0 else 0, oversubscription=ratio)
 
 

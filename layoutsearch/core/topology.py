@@ -303,15 +303,22 @@ def fat_tree_graph(
     latency_s: float,
     pod_nodes: int = SCALABLE_UNIT_NODES,
     oversubscription: float = 1.0,
+    nics_per_rail: int = 1,
 ) -> FactorGraph:
     """Nodes 0..num_nodes-1 under one leaf ('leaf', u) per pod (scalable unit) of ``pod_nodes``
-    nodes; with more than one pod, every leaf under the spine layer ('spine',) at the pod's NIC
-    bandwidth over ``oversubscription`` (1: full bisection). The full pods are one run of nodes on a
-    run of leaves, a last partial pod another."""
-    g = FactorGraph(axis="scale_out", kind="scale_out", rails=rails, pod_nodes=pod_nodes)
+    nodes (per rail: ``nics_per_rail`` NICs of each node); with more than one pod, every leaf under
+    the spine layer ('spine',) at the NIC bandwidth under it over ``oversubscription`` (1: full
+    bisection). The full pods are one run of nodes on a run of leaves, a last partial pod another."""
+    g = FactorGraph(
+        axis="scale_out",
+        kind="scale_out",
+        rails=rails,
+        pod_nodes=pod_nodes,
+        nics_per_rail=nics_per_rail,
+    )
     full, rest = divmod(num_nodes, pod_nodes)
     units = full + (rest > 0)
-    uplink = nic_bytes_per_s * pod_nodes / oversubscription
+    uplink = nic_bytes_per_s * pod_nodes * nics_per_rail / oversubscription
     for first, last in ((0, full), (full, units)):
         if last == first:
             continue
@@ -326,14 +333,12 @@ def fat_tree_graph(
     return g
 
 
-def pod_oversubscription(
-    nic_bytes_per_s: float, uplink_bytes_per_s: float | None, pod_nodes: int
-) -> float:
-    """A pod's NIC bandwidth over its uplinks' (1 within rounding, or without a spine)."""
+def pod_oversubscription(nic_bytes_per_s: float, uplink_bytes_per_s: float | None) -> float:
+    """The NIC bandwidth under a leaf over its uplinks', to 6 decimals; 1 for a full bisection (or
+    more uplink than NIC bandwidth, or no spine)."""
     if not uplink_bytes_per_s:
         return 1.0
-    ratio = nic_bytes_per_s * pod_nodes / uplink_bytes_per_s
-    return 1.0 if abs(ratio - 1.0) < 1e-9 else ratio
+    return max(1.0, round(nic_bytes_per_s / uplink_bytes_per_s, 6))
 
 
 def torus_factors(
@@ -383,14 +388,16 @@ def gpu_factors(
     factors = [node]
     if num_nodes > 1:
         nic = scale_out_bytes_per_s or acc.scale_out_bytes_per_s_per_direction
+        rails = min(devices_per_node, MAX_RAILS)
         factors.append(
             fat_tree_graph(
                 num_nodes,
-                min(devices_per_node, MAX_RAILS),
+                rails,
                 nic,
                 acc.scale_out_latency_s,
                 pod_nodes,
                 oversubscription,
+                nics_per_rail=-(-devices_per_node // rails),
             )
         )
     return tuple(factors)
@@ -449,7 +456,8 @@ def factor_axis(f: FactorGraph, acc: Accelerator) -> Axis:
     uplinks = {
         d["bytes_per_s_per_direction"] for *_, d in f.edges(data=True) if d["axis"] == SPINE_LINK
     }
-    ratio = pod_oversubscription(bytes_per_s, max(uplinks, default=None), pod)
+    nics = bytes_per_s * pod * f.graph.get("nics_per_rail", 1)  # under one leaf
+    ratio = pod_oversubscription(nics, max(uplinks, default=None))
     return Axis(
         name=name,
         size=_size(f),
@@ -641,7 +649,7 @@ resolve_cluster.cache_clear = _resolve_name.cache_clear  # type: ignore[attr-def
 
 
 # ----------------------------------------------------------------------------- cluster files
-CLUSTER_FILE_SUFFIXES = (".yaml", ".yml")
+CLUSTER_FILE_SUFFIXES = (".yaml", ".yml", ".graphml")
 GPU_FIELDS = (
     "devices_per_node",
     "nodes",
@@ -694,6 +702,7 @@ class ClusterFile(BaseModel):
     shape: Annotated[list[_Count], Field(min_length=1, max_length=3)] = ABSENT
     slices: _Count = ABSENT
     dcn_gbytes_per_s_per_chip: _Rate = ABSENT
+    graph: dict = ABSENT  # the devices and links themselves (core.graph_file), instead of the above
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -718,7 +727,7 @@ class CustomCluster(Cluster):
 
 
 def is_cluster_file(name: str) -> bool:
-    """A --cluster value naming a file (cluster names never end in .yaml/.yml)."""
+    """A --cluster value naming a file (cluster names never end in .yaml/.yml/.graphml)."""
     return isinstance(name, str) and name.strip().lower().endswith(CLUSTER_FILE_SUFFIXES)
 
 
@@ -728,7 +737,12 @@ def read_cluster_file(path: str) -> dict:
 
 
 def load_cluster_file(path: str) -> CustomCluster:
-    """The cluster a cluster file describes; named by its ``name`` field, else by its path."""
+    """The cluster a cluster file (or a GraphML device graph) describes; named by its ``name``
+    field, else by its path."""
+    if path.strip().lower().endswith(".graphml"):
+        from layoutsearch.core.graph_file import read_graphml  # networkx: graph files only
+
+        return cluster_from_spec(read_graphml(path), path)
     return cluster_from_spec(read_cluster_file(path), path)
 
 
@@ -737,8 +751,11 @@ def cluster_from_spec(
 ) -> CustomCluster:
     """The cluster a ``ClusterFile`` mapping describes; every error one line naming ``file`` and the
     field (``prefix`` + key, e.g. ``cluster.nodes`` for a mapping inside a problem file)."""
-    acc, factors, spec = file_cluster_factors(data, file, prefix)
-    axes, slices = derive_axes(factors, acc)
+    if isinstance(data, dict) and data.get("graph") is not None:
+        acc, axes, slices, spec = graph_cluster(data, file, prefix)
+    else:
+        acc, factors, spec = file_cluster_factors(data, file, prefix)
+        axes, slices = derive_axes(factors, acc)
     return CustomCluster(
         name=name or spec.get("name") or file,
         accelerator=acc,
@@ -746,6 +763,31 @@ def cluster_from_spec(
         num_slices=slices if acc.kind == "tpu" else 1,
         spec=spec,
     )
+
+
+def graph_cluster(
+    data: dict, file: str, prefix: str = ""
+) -> tuple[Accelerator, tuple[Axis, ...], int, dict]:
+    """The accelerator, the axes and slices read from a ``graph`` (``core.graph_file``), and the
+    resolved description; the shape fields of the other forms are refused beside it."""
+    from layoutsearch.core.graph_file import GraphSpec, graph_axes  # networkx: graph files only
+
+    f = validated_fields(ClusterFile, data, file, prefix, CatalogueError)
+    extra = [key for key in (*GPU_FIELDS, *TPU_FIELDS) if getattr(f, key) is not None]
+    if extra:
+        raise CatalogueError(
+            f"{file}: field '{prefix}{extra[0]}': give the network as 'graph' or as "
+            "nodes/shape, not both"
+        )
+    acc = _file_accelerator(f, file, prefix)
+    if f.hbm_gib is not None:
+        sources = {**acc.sources, "hbm_gib": f"cluster file {file}: {prefix}hbm_gib"}
+        acc = replace(acc, hbm_bytes=f.hbm_gib * GIB, sources=sources)
+    graph = validated_fields(GraphSpec, f.graph, file, f"{prefix}graph.", CatalogueError)
+    axes, slices = graph_axes(graph, acc, file, prefix)
+    if math.prod(a.size for a in axes) > MAX_DEVICES:
+        raise CatalogueError(f"{file}: field '{prefix}graph' is over {MAX_DEVICES:,} devices")
+    return acc, axes, slices, f.model_dump(exclude_none=True)
 
 
 def file_cluster_factors(

@@ -1,5 +1,6 @@
-"""Oversubscribed fat trees: pods and their uplinks read from the factor graph, a group's share of
-the uplinks when it crosses pods (rings and AllToAlls), and the cluster-file fields."""
+"""Networks as graphs: oversubscribed fat trees (pods and their uplinks read from the factor graph,
+a group's share of the uplinks when it crosses pods, the cluster-file fields) and a user's own
+device graph (``graph:`` in a cluster file, or GraphML)."""
 
 import json
 from pathlib import Path
@@ -10,7 +11,12 @@ import pytest
 from layoutsearch.core.device_graph import axes_from_device_graph, product_graph
 from layoutsearch.core.errors import CatalogueError
 from layoutsearch.core.specs import Axis
-from layoutsearch.core.topology import cluster_from_spec, file_cluster_factors, resolve_cluster
+from layoutsearch.core.topology import (
+    cluster_from_spec,
+    file_cluster_factors,
+    load_cluster_file,
+    resolve_cluster,
+)
 from layoutsearch.costs import comms
 
 H100_128_NODES = {"accelerator": "h100", "nodes": 128}
@@ -27,14 +33,22 @@ def test_full_bisection_is_the_named_cluster():
     assert (axis.pod_size, axis.oversubscription) == (0, 1.0)
 
 
-@pytest.mark.parametrize("pod_nodes, ratio", [(32, 2.0), (32, 4.0), (16, 3.0)])
-def test_pods_and_ratio_are_read_from_the_spine_links(pod_nodes, ratio):
-    """The scale-out axis keeps the NIC's 50 GB/s and gains the pod size and the ratio, the same
+@pytest.mark.parametrize(
+    "base, pod_nodes, ratio, size",
+    [
+        (H100_128_NODES, 32, 2.0, 128),
+        (H100_128_NODES, 32, 4.0, 128),
+        (H100_128_NODES, 16, 3.0, 128),
+        ({"accelerator": "gb200", "nodes": 8}, 4, 2.0, 8),  # NVL72 racks: 9 GPUs per rail leaf
+    ],
+)
+def test_pods_and_ratio_are_read_from_the_spine_links(base, pod_nodes, ratio, size):
+    """The scale-out axis keeps the NIC's bandwidth and gains the pod size and the ratio, the same
     from the factor graphs and from the device graph built from them."""
-    spec = {**H100_128_NODES, "pod_nodes": pod_nodes, "oversubscription": ratio}
+    spec = {**base, "pod_nodes": pod_nodes, "oversubscription": ratio}
     axis = scale_out(spec)
-    assert axis.bytes_per_s_per_direction == 50e9
-    assert (axis.size, axis.pod_size, axis.oversubscription) == (128, pod_nodes, ratio)
+    assert axis.bytes_per_s_per_direction == scale_out(base).bytes_per_s_per_direction
+    assert (axis.size, axis.pod_size, axis.oversubscription) == (size, pod_nodes, ratio)
     acc, factors, _ = file_cluster_factors(spec, "c.yaml")
     assert axes_from_device_graph(product_graph(factors), acc)[0] == resolve_axes(spec)
 
@@ -140,3 +154,103 @@ def test_bad_oversubscription_fields_are_one_line_errors(spec, message):
     with pytest.raises(CatalogueError) as err:
         cluster_from_spec(spec, "c.yaml")
     assert message in str(err.value) and "\n" not in str(err.value)
+
+
+# ----------------------------------------------------------------------------- a user's device graph
+def graph_spec(name: str, spec: dict) -> dict:
+    """The cluster file ``spec`` as a device graph written out link by link (``graph:``)."""
+    acc, factors, _ = file_cluster_factors(spec, name)
+    g = product_graph(factors)
+    return {
+        "accelerator": spec["accelerator"],
+        "graph": {
+            "devices": [str(n) for n, d in g.nodes(data="device") if d],
+            "links": [
+                [
+                    str(u),
+                    str(v),
+                    d["axis"],
+                    d["bytes_per_s_per_direction"] / 1e9,
+                    d["latency_s"] * 1e6,
+                ]
+                for u, v, d in g.edges(data=True)
+            ],
+        },
+    }
+
+
+@pytest.mark.parametrize(
+    "spec",
+    [
+        {"accelerator": "h100", "nodes": 8},
+        {"accelerator": "h100", "nodes": 64, "oversubscription": 2.0},
+        {"accelerator": "mi300x", "nodes": 2},  # a full mesh of peer links in the node
+        {"accelerator": "v5p", "shape": [4, 4, 8], "slices": 2},
+    ],
+)
+def test_a_graph_written_out_plans_as_the_cluster_it_equals(spec):
+    """The device graph of a cluster file, given as devices and links, reads back the same axes
+    (sizes, bandwidths, latencies, pods) and slices."""
+    mine = cluster_from_spec(graph_spec("g.yaml", spec), "g.yaml")
+    built = cluster_from_spec(spec, "c.yaml")
+    assert mine.axes == built.axes and mine.num_slices == built.num_slices
+
+
+def test_a_graphml_file_is_a_cluster(tmp_path):
+    """GraphML with the accelerator as a graph attribute, ``device`` on nodes and ``axis``,
+    ``gbytes_per_s``, ``latency_us`` on edges: 2 nodes of 2 GPUs on one NVSwitch each, a NIC per
+    GPU to one leaf."""
+    import networkx as nx
+
+    g = nx.Graph(accelerator="h100", name="tiny")
+    for n in range(2):
+        for i in range(2):
+            gpu = f"gpu{n}{i}"
+            g.add_node(gpu, device=True)
+            g.add_edge(gpu, f"nvswitch{n}", axis="node", gbytes_per_s=450.0, latency_us=2.0)
+            g.add_edge(gpu, "leaf", axis="scale_out", gbytes_per_s=50.0, latency_us=5.0)
+    path = tmp_path / "tiny.graphml"
+    nx.write_graphml(g, path)
+    cluster = load_cluster_file(str(path))
+    assert cluster.name == "tiny" and cluster.num_devices == 4
+    assert [(a.name, a.size, a.kind, a.bytes_per_s_per_direction) for a in cluster.axes] == [
+        ("node", 2, "switch", 450e9),
+        ("scale_out", 2, "scale_out", 50e9),
+    ]
+
+
+@pytest.mark.parametrize(
+    "graph, message",
+    [
+        (
+            {"devices": ["a", "b"], "links": [["a", "b", "ici", 100.0, 1.0]]},
+            "c.yaml: field 'graph'.links[0] ['a', 'b', 'ici']: axis 'ici' is not a GPU link",
+        ),
+        (
+            {"devices": ["a", "b"], "links": [["a", "a", "node", 100.0, 1.0]]},
+            "a loop or a link given twice",
+        ),
+        (
+            {"devices": ["a", "b"], "links": [["a", "b", "node", -1.0, 1.0]]},
+            "c.yaml: field 'graph.links.0.3'",
+        ),
+        (
+            {"devices": ["a", "b", "c"], "links": [["a", "b", "node", 100.0, 1.0]]},
+            "c.yaml: field 'graph': cluster graph:",
+        ),
+    ],
+)
+def test_bad_graphs_are_one_line_errors(graph, message):
+    """An unknown axis label, a loop, a negative bandwidth or an inconsistent network: one line
+    naming the file and the field."""
+    with pytest.raises(CatalogueError) as err:
+        cluster_from_spec({"accelerator": "h100", "graph": graph}, "c.yaml")
+    assert message in str(err.value) and "\n" not in str(err.value)
+
+
+def test_graph_and_nodes_together_are_refused():
+    """The network is given one way: 'graph' beside 'nodes' names the field."""
+    with pytest.raises(CatalogueError, match="field 'nodes': give the network as 'graph'"):
+        cluster_from_spec(
+            {"accelerator": "h100", "nodes": 2, "graph": {"devices": ["a"]}}, "c.yaml"
+        )
