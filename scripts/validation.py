@@ -40,7 +40,11 @@ from layoutsearch.core.uncertainty import band_data, select_band
 from layoutsearch.validation.bands import band_coverage, calibrated_part, in_band, mark_in_band
 from layoutsearch.validation.calibrate import ROUTING_CV_GRID, family_of, leave_one_source_out
 from layoutsearch.validation.uncalibrated import leave_one_family_out, uncalibrated_section
-from layoutsearch.validation.uncertainty import accelerator_kind, write_uncertainty
+from layoutsearch.validation.uncertainty import (
+    accelerator_kind,
+    memory_section,
+    write_uncertainty,
+)
 from layoutsearch.validation.validate import load_runs, validate_runs
 
 DEFAULT_RUNS = "runs_dev.yaml"  # in tests/data/
@@ -1023,6 +1027,9 @@ def uncertainty_header(runs: Path, moe: bool = False) -> list[str]:
         else [
             "uncalibrated: the same over the errors of parts predicted with another family's compute fractions",
             "(leave one accelerator family out: layoutsearch/validation/uncalibrated.py).",
+            "memory: measured / predicted peak memory - 1 over the records that report a measured peak (the",
+            "catalogue's predictions); upper = u of the ranking's headroom risk (a layout whose predicted peak",
+            "x (1 + u) exceeds the usable memory: layoutsearch/search/ranking.py).",
         ]
     )
 
@@ -1068,6 +1075,8 @@ def main(argv: list[str] | None = None) -> int:
         target = Path(args.uncertainty).resolve()
         lofo = leave_one_family_out(records)
         extra = {"uncalibrated": uncalibrated_section(lofo)}
+        if (memory := memory_section(doc["records"])) is not None:
+            extra["memory"] = memory
         uncertainty = (
             write_uncertainty(doc, uncertainty_header(args.runs), target, extra),
             target,

@@ -252,6 +252,27 @@ def memory_error(entries: list[dict]) -> dict:
     return error_stats(errors)
 
 
+def memory_underestimates(entries: list[dict]) -> list[float]:
+    """measured / predicted peak memory - 1 over the records that report their measured memory
+    (+ = the run used more than predicted: the side that runs out of memory)."""
+    return [
+        e["measured_memory_gib"] / e["predicted_memory_gib"] - 1.0
+        for e in entries
+        if e.get("measured_memory_gib") and e.get("predicted_memory_gib")
+    ]
+
+
+def upper_memory_error(errors: list[float]) -> float | None:
+    """u, the headroom risk's margin: the p90 of ``memory_underestimates`` at rank (n + 1) x 0.9
+    (Hyndman & Fan 1996, definition 6; numpy's "weibull"), never below 0. On 9 or fewer records
+    that rank is at or beyond the last, so u is the largest error, whose expected coverage is
+    n / (n + 1) (87.5% on 7); a linear p90 would lie below one of only a few runs. None: no
+    errors."""
+    if not errors:
+        return None
+    return max(0.0, float(np.percentile(np.asarray(errors, float), 90, method="weibull")))
+
+
 def power_group(power_limit_w: float | None) -> str:
     """A record's power-limit group: "uncapped", or its cap ("500 W"): capped runs (costs.power
     lowers their sustained clock) are reported apart, so the cap model's error shows on its own."""
