@@ -172,6 +172,32 @@ def _memory_error(s: dict) -> str:
     )
 
 
+def memory_lines(s: dict, table: dict | None) -> list[str]:
+    """Both directions of the memory model's error: the ran / OOM classifier by predicted peak /
+    usable memory (report only), and the measured peaks' upper error the headroom risk uses."""
+    m = s["fit_margin"]
+    out = [
+        f"Ran / out of memory as a classifier of predicted peak / usable memory ({m['ran']} ran, "
+        f"{m['oom']} out of memory; the engine's fit rule is <= 1): the largest share of a run that "
+        f"ran is {num(m['max_ran'])}, the smallest of one out of memory {num(m['min_oom'])}; the "
+        f"errors are balanced at {num(m['balanced'])} ({m['balanced_predicted_oom_but_ran']} "
+        f"predicted OOM but ran, {m['balanced_predicted_fits_but_oom']} predicted to fit but OOM), "
+        "so the model overstates the peak of runs near the limit.",
+    ]
+    block = (table or {}).get("memory")
+    if block:
+        out += [
+            "",
+            f"The other direction: measured / predicted peak - 1 over the {block['count']} runs that "
+            f"report their peak ({', '.join(block['accelerators'])}; {', '.join(block['frameworks'])}) "
+            f"spans {pct(block['min'], True)} .. {pct(block['max'], True)}, median "
+            f"{pct(block['p50'], True)}; u = {pct(block['upper'], True)} ({block['rule']}) is the "
+            "ranking's headroom risk: a layout whose predicted peak x (1 + u) exceeds the usable "
+            "memory (`memory` in `layoutsearch/core/uncertainty.yaml`).",
+        ]
+    return out
+
+
 def _loso_headline(loso: dict | None) -> str:
     if not loso or loso.get("count", 0) == 0:
         return "-" if not loso or not loso.get("error") else loso["error"]
@@ -621,6 +647,7 @@ def write_markdown(
         "",
     ]
     lines += [f"- `{i}`" for i in s["fit_mismatches"]] or ["- none"]
+    lines += ["", *memory_lines(s, table)]
     lines += [
         "",
         "## The published layouts among the engine's candidates",

@@ -18,7 +18,7 @@ from layoutsearch.core.uncertainty import (
 from layoutsearch.core.units import GIB
 from layoutsearch.search import ranking
 from layoutsearch.search.ranking import headroom_kib, low_headroom, ranking_description
-from layoutsearch.validation.stats import memory_underestimates, upper_memory_error
+from layoutsearch.validation.stats import fit_margin, memory_underestimates, upper_memory_error
 from layoutsearch.validation.uncertainty import memory_section
 
 
@@ -143,3 +143,21 @@ def test_llama70b_on_v6e_256_the_fastest_layout_gives_way_to_one_with_headroom()
     assert winner.step_time_s == pytest.approx(14.774, abs=1e-3)
     enumerated = ls.solve(model="llama70b", cluster="v6e-256", top=1, method="enumerate")
     assert enumerated.result.layouts[0].layout == layout
+
+
+def test_the_ran_oom_classifier_balances_where_both_errors_are_one():
+    """Ran at 0.8, 0.95, 1.05 and OOM at 1.02, 1.3 of the usable memory: at 1.02 one run that ran
+    is above (1.05) and one OOM at or below (1.02); a record without a share is left out."""
+    entries = [
+        {"predicted_memory_share": x, "measured_oom": oom}
+        for x, oom in [(0.8, False), (0.95, False), (1.05, False), (1.02, True), (1.3, True)]
+    ] + [{"predicted_memory_share": None, "measured_oom": False}]
+    assert fit_margin(entries) == {
+        "ran": 3,
+        "oom": 2,
+        "max_ran": 1.05,
+        "min_oom": 1.02,
+        "balanced": 1.02,
+        "balanced_predicted_oom_but_ran": 1,
+        "balanced_predicted_fits_but_oom": 1,
+    }
