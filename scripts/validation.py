@@ -181,8 +181,7 @@ def memory_lines(s: dict, table: dict | None) -> list[str]:
         f"{m['oom']} out of memory; the engine's fit rule is <= 1): the largest share of a run that "
         f"ran is {num(m['max_ran'])}, the smallest of one out of memory {num(m['min_oom'])}; the "
         f"errors are balanced at {num(m['balanced'])} ({m['balanced_predicted_oom_but_ran']} "
-        f"predicted OOM but ran, {m['balanced_predicted_fits_but_oom']} predicted to fit but OOM), "
-        "so the model overstates the peak of runs near the limit.",
+        f"predicted OOM but ran, {m['balanced_predicted_fits_but_oom']} predicted to fit but OOM).",
     ]
     block = (table or {}).get("memory")
     if block:
