@@ -40,7 +40,11 @@ from layoutsearch.core.uncertainty import band_data, select_band
 from layoutsearch.validation.bands import band_coverage, calibrated_part, in_band, mark_in_band
 from layoutsearch.validation.calibrate import ROUTING_CV_GRID, family_of, leave_one_source_out
 from layoutsearch.validation.uncalibrated import leave_one_family_out, uncalibrated_section
-from layoutsearch.validation.uncertainty import accelerator_kind, write_uncertainty
+from layoutsearch.validation.uncertainty import (
+    accelerator_kind,
+    memory_section,
+    write_uncertainty,
+)
 from layoutsearch.validation.validate import load_runs, validate_runs
 
 DEFAULT_RUNS = "runs_dev.yaml"  # in tests/data/
@@ -166,6 +170,31 @@ def _memory_error(s: dict) -> str:
         f"median {pct(m['median_abs_rel_error'])}, p90 {pct(m['p90_abs_rel_error'])}, signed median "
         f"{pct(m['median_rel_error'], True)} over {m['count']} records"
     )
+
+
+def memory_lines(s: dict, table: dict | None) -> list[str]:
+    """Both directions of the memory model's error: the ran / OOM classifier by predicted peak /
+    usable memory (report only), and the measured peaks' upper error the headroom risk uses."""
+    m = s["fit_margin"]
+    out = [
+        f"Ran / out of memory as a classifier of predicted peak / usable memory ({m['ran']} ran, "
+        f"{m['oom']} out of memory; the engine's fit rule is <= 1): the largest share of a run that "
+        f"ran is {num(m['max_ran'])}, the smallest of one out of memory {num(m['min_oom'])}; the "
+        f"errors are balanced at {num(m['balanced'])} ({m['balanced_predicted_oom_but_ran']} "
+        f"predicted OOM but ran, {m['balanced_predicted_fits_but_oom']} predicted to fit but OOM).",
+    ]
+    block = (table or {}).get("memory")
+    if block:
+        out += [
+            "",
+            f"The other direction: measured / predicted peak - 1 over the {block['count']} runs that "
+            f"report their peak ({', '.join(block['accelerators'])}; {', '.join(block['frameworks'])}) "
+            f"spans {pct(block['min'], True)} .. {pct(block['max'], True)}, median "
+            f"{pct(block['p50'], True)}; u = {pct(block['upper'], True)} ({block['rule']}) is the "
+            "ranking's headroom risk: a layout whose predicted peak x (1 + u) exceeds the usable "
+            "memory (`memory` in `layoutsearch/core/uncertainty.yaml`).",
+        ]
+    return out
 
 
 def _loso_headline(loso: dict | None) -> str:
@@ -617,6 +646,7 @@ def write_markdown(
         "",
     ]
     lines += [f"- `{i}`" for i in s["fit_mismatches"]] or ["- none"]
+    lines += ["", *memory_lines(s, table)]
     lines += [
         "",
         "## The published layouts among the engine's candidates",
@@ -1023,6 +1053,9 @@ def uncertainty_header(runs: Path, moe: bool = False) -> list[str]:
         else [
             "uncalibrated: the same over the errors of parts predicted with another family's compute fractions",
             "(leave one accelerator family out: layoutsearch/validation/uncalibrated.py).",
+            "memory: measured / predicted peak memory - 1 over the records that report a measured peak (the",
+            "catalogue's predictions); upper = u of the ranking's headroom risk (a layout whose predicted peak",
+            "x (1 + u) exceeds the usable memory: layoutsearch/search/ranking.py).",
         ]
     )
 
@@ -1068,6 +1101,8 @@ def main(argv: list[str] | None = None) -> int:
         target = Path(args.uncertainty).resolve()
         lofo = leave_one_family_out(records)
         extra = {"uncalibrated": uncalibrated_section(lofo)}
+        if (memory := memory_section(doc["records"])) is not None:
+            extra["memory"] = memory
         uncertainty = (
             write_uncertainty(doc, uncertainty_header(args.runs), target, extra),
             target,

@@ -7,6 +7,7 @@ import random
 
 import numpy as np
 import pytest
+import yaml
 from builders import proven_top
 from typer.testing import CliRunner
 
@@ -17,6 +18,7 @@ from layoutsearch.core.placement import NESTING_ORDER
 from layoutsearch.core.problem import Problem, SearchOptions, SearchRequest
 from layoutsearch.core.specs import DEGREE_NAMES, RECOMPUTE_POLICIES, Workload
 from layoutsearch.core.topology import resolve_cluster
+from layoutsearch.core.uncertainty import PATH as UNCERTAINTY_PATH
 from layoutsearch.core.uncertainty import uncertainty_band
 from layoutsearch.costs import memory
 from layoutsearch.search import solve
@@ -34,6 +36,8 @@ from layoutsearch.search.tables import assemble, build_tables
 
 runner = CliRunner()
 
+# The headroom risk's u, read from the file itself (not through the ranking under test).
+MEMORY_U = yaml.safe_load(UNCERTAINTY_PATH.read_text(encoding="utf-8"))["memory"]["upper"]
 # (model, cluster, batches): catalogue instances small enough for the enumerator
 CATALOGUE = [
     ("debug", "h100-16", (16, 32, 64)),
@@ -80,8 +84,9 @@ def _problem(model: str, cluster: str, seqs: int, seq_len: int = 4096) -> Proble
 def _brute_force(space, tables, top_k: int, tolerance: float) -> list[tuple]:
     """The ranking written out in plain Python over every fitting candidate, for comparison:
     rank after rank, the least step time T0 among the layouts not yet ranked; among those with
-    step <= T0 + floor(T0 * 0.05) the least risk tuple (peak memory above the capacity less
-    min(4 GiB, 10% of it); a TP factor placed on a scale-out or DCN axis; a CP factor so placed;
+    step <= T0 + floor(T0 * 0.05) the least risk tuple (peak memory above floor(capacity /
+    (1 + u)), u the memory block's upper error in core/uncertainty.yaml, or above the capacity
+    less 2 GiB; a TP factor placed on a scale-out or DCN axis; a CP factor so placed;
     cp > 1;
     K > max(64, 8 pp)); T = the least step of those; then the candidate with the smallest key
     (degrees above one, cp > 1, TP beyond a node, z, K, recompute lightness
@@ -104,7 +109,7 @@ def _brute_force(space, tables, top_k: int, tolerance: float) -> list[tuple]:
         peak_kib = int(m["peak"][i])
         capacity = tables.capacity_kib
         risk = (
-            int(peak_kib > capacity - min(4 * 2**30 // 1024, int(0.1 * capacity))),
+            int(peak_kib > min(int(capacity / (1 + MEMORY_U)), capacity - 2 * 2**20)),
             int(tp_beyond),
             int(cp_beyond),
             int(degrees[4] > 1),

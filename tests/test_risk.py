@@ -13,10 +13,13 @@ from layoutsearch.search.ranking import RISK_BAND, RISKS, headroom_kib, risk_fla
 from layoutsearch.search.space import build_space
 
 
-def test_the_headroom_threshold_is_4_gib_or_a_tenth_of_a_small_part():
-    """80 GB usable: 4 GiB (4,194,304 KiB); 16 GB usable: a tenth, 1,562,500 KiB."""
-    assert headroom_kib(80_000_000_000 // 1024) == 4_194_304
-    assert headroom_kib(16_000_000_000 // 1024) == 1_562_500
+def test_the_headroom_threshold_is_the_measured_memory_error_or_2_gib():
+    """u = 15.84% (core/uncertainty.yaml): 80 GB usable (78,125,000 KiB) keeps peaks up to
+    floor(78,125,000 / 1.1584) = 67,442,161 KiB, headroom 10,682,839 KiB; 16 GB usable: 2,136,568
+    KiB; 8 GB usable: 1,068,284 KiB is under the 2 GiB floor, 2,097,152 KiB."""
+    assert headroom_kib(80_000_000_000 // 1024) == 10_682_839
+    assert headroom_kib(16_000_000_000 // 1024) == 2_136_568
+    assert headroom_kib(8_000_000_000 // 1024) == 2_097_152
     assert RISK_BAND == 0.05 and len(RISKS) == 5
 
 
@@ -57,5 +60,5 @@ def test_microbatch_and_cp_risks_follow_their_declared_limits():
     # a TP group of 16 on nodes of 8 crosses the scale-out network in every placement
     tp16 = np.nonzero(space.shapes.tp == 16)[0]
     assert len(tp16) and (r.slow_tp[tp16] == 1).all()
-    flags = risk_flags(space, [0], [0], [0], capacity_kib=1_000_000)
+    flags = risk_flags(space, [0], [0], [0], capacity_kib=10_000_000)
     assert [int(f[0]) for f in flags][0] == 0  # nothing resident: no headroom risk

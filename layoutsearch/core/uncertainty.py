@@ -19,6 +19,12 @@ tests/data/runs_moe_dev.yaml; a MoE prediction without a band there takes the de
   [low, high] = [1 / (1 + p90) - 1, 1 / (1 + p10) - 1] (``band_of``). The same error is measured
   tokens/s / predicted tokens/s - 1, so [p10, p90] is the band of the throughput.
 
+The dense file's ``memory`` block holds the memory model's measured error: ``upper`` (u) is the
+upper quantile of measured / predicted peak memory - 1 over the development records that report a
+measured peak (``validation.stats.upper_memory_error``), with the rule, the count, the range and
+the records; ``memory_error_upper()`` returns it (the ranking's headroom risk:
+``search.ranking.headroom_kib``).
+
 Imports yaml and pathlib only: every layer (search, report, validation) may use it.
 """
 
@@ -35,6 +41,9 @@ _LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)  # libyaml where PyYAML 
 # No file, an unreadable one, or no usable band in it: a wide symmetric band (about the p90
 # |error| of the development set's validation).
 FALLBACK_BAND = (-0.25, 0.25)
+# No usable memory block: about the largest underestimate of a measured peak in the development
+# set (+15.8%, a BLOOM run on A100).
+FALLBACK_MEMORY_ERROR = 0.16
 
 
 def band_of(p10: float, p90: float) -> tuple[float, float]:
@@ -103,3 +112,18 @@ def _kind_band(data: dict, accelerator_kind: str) -> tuple[float, float] | None:
     if not isinstance(bands, dict):
         bands = {}
     return _band(bands.get(accelerator_kind)) or _band(data.get("default"))
+
+
+def memory_error_upper() -> float:
+    """u: a layout whose predicted peak memory x (1 + u) exceeds the usable memory is within the
+    memory model's measured error of it (the dense file's ``memory.upper``, see ``memory_upper``)."""
+    return memory_upper(_read(PATH))
+
+
+def memory_upper(data: dict) -> float:
+    """The mapping's ``memory.upper`` when it is a number in [0, 1), else ``FALLBACK_MEMORY_ERROR``."""
+    block = data.get("memory")
+    value = block.get("upper") if isinstance(block, dict) else None
+    if isinstance(value, (int, float)) and not isinstance(value, bool) and 0.0 <= value < 1.0:
+        return float(value)
+    return FALLBACK_MEMORY_ERROR

@@ -35,6 +35,7 @@ from layoutsearch.search.ranking import (
     band_limit,
     group_ids,
     headroom_kib,
+    low_headroom,
     reach_limit,
     risk_score,
     select,
@@ -869,9 +870,7 @@ def _hint(space: Space, t: Tables, v: Vars, row: int, ri: int, z: int, o: int) -
     determined = {
         v.zero3[0]: int(zero3),
         v.zero3[1]: int(t.STAGE3[row, ri, o] - t.STAGE0[row, ri, o]) if zero3 else 0,
-        v.low_headroom: int(
-            assemble(t, space, *at)["peak"][0] > t.capacity_kib - headroom_kib(t.capacity_kib)
-        ),
+        v.low_headroom: int(low_headroom(assemble(t, space, *at)["peak"], t.capacity_kib)[0]),
     }
     for hidden, (exposed, charged) in zip(step_formula.EXPOSED, v.exposed):
         gap = int(max(0, (hidden.hidden(terms) - hidden.window(terms))[0]))

@@ -14,8 +14,8 @@ The ranking, rank after rank (the enumerator applies it to arrays, CP-SAT states
 2. with the gather-volume objective, only those of the least volume among them (exact);
 3. ``T0`` = the least quantised step time among those; the candidates within
    ``band_limit(T0)`` = T0 (1 + ``RISK_BAND``), rounded down, are inside the model's uncertainty
-   of the best: among them only those of the least ``risk_score`` stay (``RISKS``: memory
-   headroom under ``HEADROOM_BYTES`` or ``HEADROOM_FRACTION`` of the usable memory, a TP or CP
+   of the best: among them only those of the least ``risk_score`` stay (``RISKS``: a predicted
+   peak within the memory model's measured error of the usable memory (``headroom_kib``), a TP or CP
    group across a scale-out or DCN link, context parallelism, more microbatches than
    ``MAX_PLAIN_MICROBATCHES`` or ``MICROBATCHES_PER_STAGE`` per pipeline stage, each weighing
    more than all after it); a layout an expert would distrust never wins on a predicted gain the
@@ -38,6 +38,7 @@ import numpy as np
 from layoutsearch.core.numbers import distinct
 from layoutsearch.core.placement import NESTING_ORDER, fill_order
 from layoutsearch.core.specs import ALL_DEGREE_NAMES, RECOMPUTE_POLICIES
+from layoutsearch.core.uncertainty import memory_error_upper
 from layoutsearch.core.units import GIB, KIB
 from layoutsearch.costs import memory
 
@@ -52,12 +53,14 @@ MAX_TIE_TOLERANCE = 0.5  # a larger "tie" would rank by simplicity alone
 # (core.uncertainty), and half its narrower side is still a difference practitioners would not
 # bet a run on. There a layout with fewer of these risks ranks first, the first weighing most:
 RISK_BAND = 0.05
-HEADROOM_BYTES = 4 * GIB  # memory left free under which an allocator spike or fragmentation OOMs
-HEADROOM_FRACTION = 0.10  # ... or this share of the usable memory, on small parts (16 GB v5e)
+# The memory model's measured error decides the headroom (core.uncertainty.memory_error_upper): a
+# run used up to u more than its predicted peak; below that, at least this stays free (an allocator
+# spike or fragmentation beyond the catalogue's runtime reserve):
+HEADROOM_FLOOR_BYTES = 2 * GIB
 MAX_PLAIN_MICROBATCHES = 64  # gradient-accumulation steps beyond which a step is mostly bookkeeping
 MICROBATCHES_PER_STAGE = 8  # with a pipeline: microbatches per stage that already hide its bubble
 RISKS = (
-    "memory headroom under min(4 GiB, 10% of the usable memory)",
+    "a predicted peak within the memory model's measured error of the usable memory",
     "a TP group across a scale-out or DCN link",
     "a CP group across a scale-out or DCN link",
     "context parallelism",
@@ -93,12 +96,22 @@ def ranking_description(objective: str = "step-time") -> str:
     first = "least gather volume, then " if objective == "gather-volume" else ""
     return (
         f"{first}within {RISK_BAND:.0%} of the best step time the fewest risks ("
-        + "; ".join(RISKS)
+        + "; ".join(risk_names())
         + ", the first weighing most), then step times within the tie tolerance of the best of "
         "those are ties, won by the simplest layout: "
         + ", then ".join(SIMPLER)
         + "; each layout (degrees, virtual stages, ZeRO stage, microbatches, "
         "recompute) ranked once, with the first of its placements by this ranking"
+    )
+
+
+def risk_names() -> tuple[str, ...]:
+    """``RISKS`` with the headroom risk's numbers (the measured error u and the floor)."""
+    return (
+        f"a predicted peak within the memory model's measured error (+{memory_error_upper():.1%}, "
+        f"core/uncertainty.yaml) of the usable memory or within {HEADROOM_FLOOR_BYTES / GIB:g} GiB "
+        "of it",
+        *RISKS[1:],
     )
 
 
@@ -118,9 +131,19 @@ def reach_limit(best: int, tolerance: float = TIE_TOLERANCE) -> int:
     return tie_limit(band_limit(best), tolerance)
 
 
-def headroom_kib(capacity_kib: int) -> int:
-    """The memory left free (KiB) under which a layout carries the headroom risk."""
-    return int(min(HEADROOM_BYTES / KIB, HEADROOM_FRACTION * capacity_kib))
+def headroom_kib(capacity_kib: int, error: float | None = None) -> int:
+    """The memory (KiB) a predicted peak must leave free of the usable ``capacity_kib`` (KiB) not
+    to carry the headroom risk: a peak p above floor(capacity / (1 + u)) would OOM were the run to
+    use u more than predicted (u: ``error``, by default the memory model's measured upper error,
+    ``core.uncertainty.memory_error_upper``); at least ``HEADROOM_FLOOR_BYTES``."""
+    u = memory_error_upper() if error is None else error
+    return max(capacity_kib - int(capacity_kib / (1.0 + u)), int(HEADROOM_FLOOR_BYTES // KIB))
+
+
+def low_headroom(peak_kib, capacity_kib: int) -> np.ndarray:
+    """The headroom risk (0/1 per candidate) of predicted peaks (KiB): the one rule both searches
+    apply (CP-SAT states it with ``headroom_kib``)."""
+    return (np.asarray(peak_kib) > capacity_kib - headroom_kib(capacity_kib)).astype(np.int64)
 
 
 @dataclass(frozen=True)
@@ -174,10 +197,9 @@ def risk_flags(space, sk, o, peak_kib, capacity_kib: int) -> tuple[np.ndarray, .
     """Each risk of ``RISKS`` (0/1 arrays) for candidates (index arrays, peak memory in KiB)."""
     r = shape_risk(space)
     s = space.sk_shape[np.asarray(sk, dtype=np.int64)]
-    low = np.asarray(peak_kib) > capacity_kib - headroom_kib(capacity_kib)
     o = np.asarray(o, dtype=np.int64)
     return (
-        low.astype(np.int64),
+        low_headroom(peak_kib, capacity_kib),
         r.slow_tp[s, o],
         r.slow_cp[s, o],
         r.cp[s],
@@ -196,8 +218,8 @@ def risk_score(space, sk, o, peak_kib, capacity_kib: int) -> np.ndarray:
 
 
 def riskier_because(flags_a: tuple[int, ...], flags_b: tuple[int, ...]) -> str | None:
-    """The first risk ``b`` carries that ``a`` does not (by ``RISKS``), else None."""
-    for name, x, y in zip(RISKS, flags_a, flags_b):
+    """The first risk ``b`` carries that ``a`` does not (by ``risk_names``), else None."""
+    for name, x, y in zip(risk_names(), flags_a, flags_b):
         if x != y:
             return name if y else None
     return None

@@ -252,6 +252,58 @@ def memory_error(entries: list[dict]) -> dict:
     return error_stats(errors)
 
 
+def fit_margin(entries: list[dict]) -> dict:
+    """The ran / out-of-memory classifier by predicted peak / usable memory (a record's
+    ``predicted_memory_share``; the engine's fit rule is share <= 1): the largest share of a run
+    that ran, the smallest of one that ran out of memory, and ``balanced``, the least share t at
+    which the runs that ran above t (predicted OOM but ran) and those out of memory at or below t
+    (predicted to fit but OOM) are closest in number, then fewest, with both counts."""
+    shares = [(e.get("predicted_memory_share"), bool(e["measured_oom"])) for e in entries]
+    shares = [(x, oom) for x, oom in shares if x is not None]
+    ran = [x for x, oom in shares if not oom]
+    oom = [x for x, oom in shares if oom]
+
+    def errors(t: float) -> tuple[int, int]:
+        return sum(x > t for x in ran), sum(x <= t for x in oom)
+
+    balanced = min(
+        sorted({x for x, _ in shares}),
+        key=lambda t: (abs(errors(t)[0] - errors(t)[1]), sum(errors(t))),
+        default=None,
+    )
+    fp, fn = errors(balanced) if balanced is not None else (0, 0)
+    return {
+        "ran": len(ran),
+        "oom": len(oom),
+        "max_ran": max(ran, default=None),
+        "min_oom": min(oom, default=None),
+        "balanced": balanced,
+        "balanced_predicted_oom_but_ran": fp,
+        "balanced_predicted_fits_but_oom": fn,
+    }
+
+
+def memory_underestimates(entries: list[dict]) -> list[float]:
+    """measured / predicted peak memory - 1 over the records that report their measured memory
+    (+ = the run used more than predicted: the side that runs out of memory)."""
+    return [
+        e["measured_memory_gib"] / e["predicted_memory_gib"] - 1.0
+        for e in entries
+        if e.get("measured_memory_gib") and e.get("predicted_memory_gib")
+    ]
+
+
+def upper_memory_error(errors: list[float]) -> float | None:
+    """u, the headroom risk's margin: the p90 of ``memory_underestimates`` at rank (n + 1) x 0.9
+    (Hyndman & Fan 1996, definition 6; numpy's "weibull"), never below 0. On 9 or fewer records
+    that rank is at or beyond the last, so u is the largest error, whose expected coverage is
+    n / (n + 1) (87.5% on 7); a linear p90 would lie below one of only a few runs. None: no
+    errors."""
+    if not errors:
+        return None
+    return max(0.0, float(np.percentile(np.asarray(errors, float), 90, method="weibull")))
+
+
 def power_group(power_limit_w: float | None) -> str:
     """A record's power-limit group: "uncapped", or its cap ("500 W"): capped runs (costs.power
     lowers their sustained clock) are reported apart, so the cap model's error shows on its own."""
@@ -288,6 +340,7 @@ def summarize(entries: list[dict], sweeps: list[dict], max_median_error: float) 
         "fit_mismatches": [e["id"] for e, ok in zip(judged, fits) if not ok],
         "fit_errors": fit_errors(judged),
         "memory_error": memory_error(done),
+        "fit_margin": fit_margin(judged),
         "skipped": len(entries) - len(done),
         "skipped_reasons": dict(
             Counter(_skip_category(e["skipped_reason"]) for e in entries if e["skipped_reason"])

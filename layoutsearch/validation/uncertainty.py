@@ -4,7 +4,8 @@ The quantiles of the signed step-time error (predicted / measured step time - 1)
 kind and over all records, and the bands derived from them that ``core.uncertainty.uncertainty_band``
 returns (see that module for the format). Out-of-sample errors
 (the records' ``loso_rel_error``) are used when the validation computed them, else the in-sample
-``rel_error`` (the file says which).
+``rel_error`` (the file says which). The dense file also holds the memory model's measured
+error (``memory_section``), from which the ranking's headroom risk takes its margin.
 """
 
 from __future__ import annotations
@@ -17,7 +18,12 @@ from layoutsearch.core import io
 from layoutsearch.core.catalogue import accelerator_names, load_accelerator
 from layoutsearch.core.uncertainty import PATH, band_of
 from layoutsearch.validation.mapping import ACCELERATOR_ALIASES
-from layoutsearch.validation.stats import quantiles, step_time_error
+from layoutsearch.validation.stats import (
+    memory_underestimates,
+    quantiles,
+    step_time_error,
+    upper_memory_error,
+)
 
 
 def accelerator_kind(accelerator: str | None) -> str | None:
@@ -68,6 +74,32 @@ def uncertainty_table(doc: dict) -> dict:
         "quantiles": table,
         "basis": "leave-one-source-out" if out_of_sample else "in-sample",
         "error": "predicted step time / measured step time - 1",
+    }
+
+
+def memory_section(entries: list[dict]) -> dict | None:
+    """The dense file's ``memory`` block (core.uncertainty.memory_error_upper): ``upper`` = u of
+    ``stats.upper_memory_error`` over the records with a measured peak, the rule, the error's
+    count, min, median and max, and which records, parts and frameworks it rests on; None
+    without such records."""
+    measured = [
+        e for e in entries if e.get("measured_memory_gib") and e.get("predicted_memory_gib")
+    ]
+    errors = memory_underestimates(measured)
+    upper = upper_memory_error(errors)
+    if upper is None:
+        return None
+    return {
+        "upper": round(upper, 4),
+        "rule": "p90 at rank (n + 1) x 0.9 (Hyndman-Fan 6): the largest error on 9 or fewer records",
+        "error": "measured / predicted peak memory - 1",
+        "count": len(errors),
+        "min": round(min(errors), 4),
+        "p50": round(float(quantiles(errors)["p50"]), 4),
+        "max": round(max(errors), 4),
+        "accelerators": sorted({e["accelerator"] for e in measured}),
+        "frameworks": sorted({str(e.get("framework")) for e in measured}),
+        "records": [e["id"] for e in measured],
     }
 
 

@@ -178,6 +178,7 @@ def _evaluate(record: dict) -> tuple[dict, tuple | None, Estimate | None]:
         "predicted_mfu": None,
         "measured_memory_gib": meas["memory_gib_per_device"],
         "predicted_memory_gib": None,
+        "predicted_memory_share": None,  # predicted peak / usable memory (> 1: predicted OOM)
         "published_layout_rank": None,
         "best_predicted_speedup": None,
         **NO_CLAIM,
@@ -211,6 +212,7 @@ def _evaluate(record: dict) -> tuple[dict, tuple | None, Estimate | None]:
         predicted_fits=est.fits,
         predicted_mfu=predicted_mfu(record, est),
         predicted_memory_gib=est.memory_bytes["peak"] / 2**30,
+        predicted_memory_share=est.memory_bytes["peak"] / est.memory_bytes["capacity"],
         time_shares=time_shares(est),
         step_time_rel_band=list(band_of(est)),
         # rule 27: predicted out of memory with recompute none assumed: it may have run with recompute
