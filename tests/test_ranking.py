@@ -84,7 +84,8 @@ def _problem(model: str, cluster: str, seqs: int, seq_len: int = 4096) -> Proble
 def _brute_force(space, tables, top_k: int, tolerance: float) -> list[tuple]:
     """The ranking written out in plain Python over every fitting candidate, for comparison:
     rank after rank, the least step time T0 among the layouts not yet ranked; among those with
-    step <= T0 + floor(T0 * 0.05) the least risk tuple (peak memory above floor(capacity /
+    step <= T0 + floor(T0 * 0.05) the least risk tuple (peak memory above the capacity less
+    min(4 GiB, 10%); peak memory above floor(capacity /
     (1 + u)), u the memory block's upper error in core/uncertainty.yaml, or above the capacity
     less 2 GiB; a TP factor placed on a scale-out or DCN axis; a CP factor so placed;
     cp > 1;
@@ -109,6 +110,7 @@ def _brute_force(space, tables, top_k: int, tolerance: float) -> list[tuple]:
         peak_kib = int(m["peak"][i])
         capacity = tables.capacity_kib
         risk = (
+            int(peak_kib > capacity - int(min(4 * 2**20, 0.10 * capacity))),
             int(peak_kib > min(int(capacity / (1 + MEMORY_U)), capacity - 2 * 2**20)),
             int(tp_beyond),
             int(cp_beyond),

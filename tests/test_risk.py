@@ -9,7 +9,15 @@ import pytest
 import layoutsearch as ls
 from layoutsearch.core.problem import Problem, SearchOptions
 from layoutsearch.core.specs import Workload
-from layoutsearch.search.ranking import RISK_BAND, RISKS, headroom_kib, risk_flags, shape_risk
+from layoutsearch.search.ranking import (
+    RISK_BAND,
+    RISKS,
+    headroom_flags,
+    headroom_kib,
+    risk_flags,
+    shape_risk,
+    tight_headroom_kib,
+)
 from layoutsearch.search.space import build_space
 
 
@@ -20,7 +28,19 @@ def test_the_headroom_threshold_is_the_measured_memory_error_or_2_gib():
     assert headroom_kib(80_000_000_000 // 1024) == 10_682_839
     assert headroom_kib(16_000_000_000 // 1024) == 2_136_568
     assert headroom_kib(8_000_000_000 // 1024) == 2_097_152
-    assert RISK_BAND == 0.05 and len(RISKS) == 5
+    assert RISK_BAND == 0.05 and len(RISKS) == 6
+
+
+def test_tight_headroom_is_min_4_gib_or_10_percent_and_weighs_first():
+    """The heavier tier: min(4 GiB, 10%): 4,194,304 KiB on 80 GB usable, 1,562,500 KiB (10%) on
+    16 GB; a peak 3 GiB under 80 GB carries both headroom risks, 6 GiB under only the second."""
+    assert tight_headroom_kib(80_000_000_000 // 1024) == 4_194_304
+    assert tight_headroom_kib(16_000_000_000 // 1024) == 1_562_500
+    capacity = 80_000_000_000 // 1024
+    peaks = [capacity - 3 * 1024 * 1024, capacity - 6 * 1024 * 1024, capacity - 11 * 1024 * 1024]
+    tight, low = headroom_flags(peaks, capacity)
+    assert tight.tolist() == [1, 0, 0] and low.tolist() == [1, 1, 0]
+    assert RISKS[0] == "memory headroom under min(4 GiB, 10% of the usable memory)"
 
 
 def test_the_main_jobs_context_parallel_fastest_gives_way_to_a_cp_free_layout():

@@ -34,8 +34,8 @@ from layoutsearch.search.ranking import (
     TIE_TOLERANCE,
     band_limit,
     group_ids,
-    headroom_kib,
-    low_headroom,
+    headroom_flags,
+    headroom_margins_kib,
     reach_limit,
     risk_score,
     select,
@@ -98,10 +98,10 @@ class Vars:
     szo: dict = field(default_factory=dict)  # (shape, z, o) -> bool
     # the variables a candidate's selections determine (a hint sets them too): whether ZeRO-3
     # collectives run and their extra stage time, each EXPOSED part's (exposed, floor(eta exposed))
-    # and the headroom risk
+    # and the two headroom risks
     zero3: tuple = ()
     exposed: list = field(default_factory=list)
-    low_headroom: object = None
+    low_headroom: list = field(default_factory=list)
 
 
 def row_bounds(
@@ -392,21 +392,22 @@ def risk_objective(space: Space, t: Tables, model, v: Vars, memory_live: list):
     moment exceeds the capacity less the headroom (so its least value is the candidate's flag)."""
     r = shape_risk(space)
     n = len(RISKS)
-    low = v.low_headroom = model.new_bool_var("low_headroom")
-    margin = headroom_kib(t.capacity_kib)
-    for live in memory_live:
-        model.add(live <= t.capacity_kib - margin + margin * low)
+    v.low_headroom = [model.new_bool_var(f"headroom_{i}") for i in range(2)]
+    for low, margin in zip(v.low_headroom, headroom_margins_kib(t.capacity_kib)):
+        for live in memory_live:
+            model.add(live <= t.capacity_kib - margin + margin * low)
     return (
-        (1 << (n - 1)) * low
+        (1 << (n - 1)) * v.low_headroom[0]
+        + (1 << (n - 2)) * v.low_headroom[1]
         + LinearExpr.weighted_sum(
             list(v.szo.values()),
             [
-                (1 << (n - 2)) * int(r.slow_tp[s, o]) + (1 << (n - 3)) * int(r.slow_cp[s, o])
+                (1 << (n - 3)) * int(r.slow_tp[s, o]) + (1 << (n - 4)) * int(r.slow_cp[s, o])
                 for s, _, o in v.szo
             ],
         )
         + LinearExpr.weighted_sum(
-            list(v.shape.values()), [(1 << (n - 4)) * int(r.cp[s]) for s in v.shape]
+            list(v.shape.values()), [(1 << (n - 5)) * int(r.cp[s]) for s in v.shape]
         )
         + LinearExpr.weighted_sum(list(v.y.values()), [int(r.many_microbatches[j]) for j in v.y])
     )
@@ -870,8 +871,10 @@ def _hint(space: Space, t: Tables, v: Vars, row: int, ri: int, z: int, o: int) -
     determined = {
         v.zero3[0]: int(zero3),
         v.zero3[1]: int(t.STAGE3[row, ri, o] - t.STAGE0[row, ri, o]) if zero3 else 0,
-        v.low_headroom: int(low_headroom(assemble(t, space, *at)["peak"], t.capacity_kib)[0]),
     }
+    peak = assemble(t, space, *at)["peak"]
+    for low, flag in zip(v.low_headroom, headroom_flags(peak, t.capacity_kib)):
+        determined[low] = int(flag[0])
     for hidden, (exposed, charged) in zip(step_formula.EXPOSED, v.exposed):
         gap = int(max(0, (hidden.hidden(terms) - hidden.window(terms))[0]))
         determined[exposed], determined[charged] = gap, t.eta_pct * gap // 100

@@ -14,8 +14,9 @@ The ranking, rank after rank (the enumerator applies it to arrays, CP-SAT states
 2. with the gather-volume objective, only those of the least volume among them (exact);
 3. ``T0`` = the least quantised step time among those; the candidates within
    ``band_limit(T0)`` = T0 (1 + ``RISK_BAND``), rounded down, are inside the model's uncertainty
-   of the best: among them only those of the least ``risk_score`` stay (``RISKS``: a predicted
-   peak within the memory model's measured error of the usable memory (``headroom_kib``), a TP or CP
+   of the best: among them only those of the least ``risk_score`` stay (``RISKS``: memory
+   headroom under min(4 GiB, 10%) (``tight_headroom_kib``), a predicted peak within the memory
+   model's measured error of the usable memory (``headroom_kib``), a TP or CP
    group across a scale-out or DCN link, context parallelism, more microbatches than
    ``MAX_PLAIN_MICROBATCHES`` or ``MICROBATCHES_PER_STAGE`` per pipeline stage, each weighing
    more than all after it); a layout an expert would distrust never wins on a predicted gain the
@@ -57,9 +58,14 @@ RISK_BAND = 0.05
 # run used up to u more than its predicted peak; below that, at least this stays free (an allocator
 # spike or fragmentation beyond the catalogue's runtime reserve):
 HEADROOM_FLOOR_BYTES = 2 * GIB
+# ... and, weighing more, a peak that leaves less than this free (an allocator spike or
+# fragmentation OOMs it whatever the model's error): min(4 GiB, 10% of the usable memory)
+TIGHT_HEADROOM_BYTES = 4 * GIB
+TIGHT_HEADROOM_FRACTION = 0.10  # ... on small parts (16 GB v5e)
 MAX_PLAIN_MICROBATCHES = 64  # gradient-accumulation steps beyond which a step is mostly bookkeeping
 MICROBATCHES_PER_STAGE = 8  # with a pipeline: microbatches per stage that already hide its bubble
 RISKS = (
+    "memory headroom under min(4 GiB, 10% of the usable memory)",
     "a predicted peak within the memory model's measured error of the usable memory",
     "a TP group across a scale-out or DCN link",
     "a CP group across a scale-out or DCN link",
@@ -108,10 +114,11 @@ def ranking_description(objective: str = "step-time") -> str:
 def risk_names() -> tuple[str, ...]:
     """``RISKS`` with the headroom risk's numbers (the measured error u and the floor)."""
     return (
+        RISKS[0],
         f"a predicted peak within the memory model's measured error (+{memory_error_upper():.1%}, "
         f"core/uncertainty.yaml) of the usable memory or within {HEADROOM_FLOOR_BYTES / GIB:g} GiB "
         "of it",
-        *RISKS[1:],
+        *RISKS[2:],
     )
 
 
@@ -138,6 +145,26 @@ def headroom_kib(capacity_kib: int, error: float | None = None) -> int:
     ``core.uncertainty.memory_error_upper``); at least ``HEADROOM_FLOOR_BYTES``."""
     u = memory_error_upper() if error is None else error
     return max(capacity_kib - int(capacity_kib / (1.0 + u)), int(HEADROOM_FLOOR_BYTES // KIB))
+
+
+def tight_headroom_kib(capacity_kib: int) -> int:
+    """The memory (KiB) under which a layout carries the tight-headroom risk, the heavier one."""
+    return int(min(TIGHT_HEADROOM_BYTES / KIB, TIGHT_HEADROOM_FRACTION * capacity_kib))
+
+
+def headroom_margins_kib(capacity_kib: int) -> tuple[int, int]:
+    """(tight, within the measured error): the two headroom risks' margins, in ``RISKS`` order."""
+    return tight_headroom_kib(capacity_kib), headroom_kib(capacity_kib)
+
+
+def headroom_flags(peak_kib, capacity_kib: int) -> tuple[np.ndarray, np.ndarray]:
+    """The two headroom risks (0/1 per candidate) of predicted peaks (KiB): the one rule both
+    searches apply (CP-SAT states it with ``headroom_margins_kib``)."""
+    peak = np.asarray(peak_kib)
+    return tuple(  # type: ignore[return-value]
+        (peak > capacity_kib - margin).astype(np.int64)
+        for margin in headroom_margins_kib(capacity_kib)
+    )
 
 
 def low_headroom(peak_kib, capacity_kib: int) -> np.ndarray:
@@ -199,7 +226,7 @@ def risk_flags(space, sk, o, peak_kib, capacity_kib: int) -> tuple[np.ndarray, .
     s = space.sk_shape[np.asarray(sk, dtype=np.int64)]
     o = np.asarray(o, dtype=np.int64)
     return (
-        low_headroom(peak_kib, capacity_kib),
+        *headroom_flags(peak_kib, capacity_kib),
         r.slow_tp[s, o],
         r.slow_cp[s, o],
         r.cp[s],
