@@ -258,13 +258,16 @@ def fit_margin(entries: list[dict]) -> dict:
     that ran, the smallest of one that ran out of memory, and ``balanced``, the least share t at
     which the runs that ran above t (predicted OOM but ran) and those out of memory at or below t
     (predicted to fit but OOM) are closest in number, then fewest, with both counts."""
-    shares = [(e.get("predicted_memory_share"), bool(e["measured_oom"])) for e in entries]
-    shares = [(x, oom) for x, oom in shares if x is not None]
+    shares: list[tuple[float, bool]] = [
+        (float(e["predicted_memory_share"]), bool(e["measured_oom"]))
+        for e in entries
+        if e.get("predicted_memory_share") is not None
+    ]
     ran = [x for x, oom in shares if not oom]
     oom = [x for x, oom in shares if oom]
 
     def errors(t: float) -> tuple[int, int]:
-        return sum(x > t for x in ran), sum(x <= t for x in oom)
+        return sum(1 for x in ran if x > t), sum(1 for x in oom if x <= t)
 
     balanced = min(
         sorted({x for x, _ in shares}),
