@@ -5,9 +5,9 @@ Sources: Narayanan et al. 2021 (1F1B bubble (p - 1)/K of the ideal time, divided
 stages v when interleaved); Korthikanti et al. 2022 (activations alive on the first stage: p
 microbatches for 1F1B, p + (p - 1)/v stage-equivalents when interleaved); Qi et al. 2024, "Zero
 Bubble Pipeline Parallelism" (ICLR 2024; ZB-H1's bubble (p - 1)(T_F + T_B - T_W) with T_B the
-input-gradient and T_W the weight-gradient work, activations as 1F1B) and "Pipeline Parallelism
-with Controllable Memory" (NeurIPS 2024; ZB-V: two chunks per device in a V, 1F1B's activations,
-no bubble when T_F = T_B = T_W); DeepSeek-V3 technical report (arXiv 2412.19437) table 2 and the
+input-gradient and T_W the weight-gradient work, activations as 1F1B; arXiv 2401.10241 section 6,
+ZB-V: two chunks per device in a V, 1F1B's activations, no bubble when T_F = T_B = T_W, as
+torch.distributed.pipelining's ScheduleZBVZeroBubble says); DeepSeek-V3 technical report (arXiv 2412.19437) table 2 and the
 DualPipe repository's table: DualPipe's bubble (p/2 - 1)(T_F&B + T_B,full - 3 T_W), 2x parameters,
 p + 1 microbatches of activations; DualPipeV (DualPipe cut in half, 2 chunks per device) the same
 over its 2p chunks, 1x parameters. The design notes' forward-only illustrations are in
