@@ -146,6 +146,16 @@ def search_request(
                 if recompute is not None
                 else None
             ),
+            schedules=(
+                parse_names(
+                    search.schedules,
+                    tuple(s.value for s in Schedule),
+                    label("schedules"),
+                    "schedule",
+                )
+                if search.schedules is not None
+                else None
+            ),
         ),
         objective=search.objective.value,
         top_k=top_k or search.top,
@@ -429,7 +439,11 @@ def layout_of(
         num_microbatches=microbatches,
         recompute=layout.recompute.value,
         sequence_parallel=layout.sequence_parallel,
-        schedule=Schedule.interleaved.value if layout.virtual_stages > 1 else layout.schedule.value,
+        schedule=(
+            Schedule.interleaved.value
+            if layout.virtual_stages > 1 and layout.schedule == Schedule.one_f_one_b
+            else layout.schedule.value
+        ),
         axes=parse_axes(axes, label("axes")) if axes and axes.strip() else None,
     )
 

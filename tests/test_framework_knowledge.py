@@ -114,7 +114,8 @@ REFUSALS = {
         "bf16",
         "megatron-pipeline",
         "Megatron-LM cannot express pp(2) with the gpipe schedule (it runs 1F1B, or interleaved "
-        "1F1B with virtual stages, no GPipe; and Megatron-FSDP (its ZeRO-2/3) is documented with TP, "
+        "1F1B with virtual stages, no GPipe, zero-bubble or DualPipe schedule; and Megatron-FSDP "
+        "(its ZeRO-2/3) is documented with TP, "
         "CP and EP, not with pipeline parallelism, so a pipeline takes the distributed optimizer "
         "(ZeRO-1)); nearest: schedule 1f1b or interleaved",
     ),

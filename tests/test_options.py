@@ -41,7 +41,7 @@ WORKLOAD = [
 ]
 PROBLEM = ["--problem", "--model", "-m", "--cluster", "-c"]
 SEARCH = ["--top", "--fix", "--choices", "--only", "--objective", "--time-limit", "--method"]
-SEARCH += ["--recompute"]
+SEARCH += ["--recompute", "--schedules"]
 GOODPUT = [
     "--failure-rate-per-device-hour",
     "--restart-time-s",

@@ -28,6 +28,7 @@ BREAKS = {
     "tp-kv-heads": Layout(fsdp=4, tp=6, zero_stage=3),
     "pp-layers": Layout(pp=16, num_microbatches=16, zero_stage=0),
     "schedule": Layout(fsdp=8, pp=2, num_microbatches=2, schedule="interleaved"),
+    "dualpipe": Layout(fsdp=8, pp=2, num_microbatches=2, schedule="dualpipe"),
     "cp-seq": Layout(fsdp=1, cp=16, zero_stage=3),
     "whole-sequences": Layout(fsdp=16, num_microbatches=8),
     "pp-microbatches": Layout(fsdp=4, pp=4, num_microbatches=2),

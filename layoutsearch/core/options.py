@@ -318,6 +318,11 @@ class SearchOptions(OptionGroup):
         Method.cpsat, description="cpsat (proof) or enumerate (exhaustive oracle)"
     )
     recompute: str | None = Field(None, description="Allowed policies, e.g. none,full")
+    schedules: str | None = Field(
+        None,
+        description="Pipeline schedules to search, e.g. 1f1b,zb-v,dualpipev (default: 1f1b and "
+        "interleaved, or those of the --export target)",
+    )
 
 
 class PlanOptions(OptionGroup):

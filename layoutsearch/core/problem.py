@@ -380,6 +380,9 @@ class SearchOptions:
     )
     zero_stages: tuple[int, ...] = ZERO_STAGES
     max_virtual_stages: int = MAX_VIRTUAL_STAGES
+    schedules: tuple[str, ...] | None = (
+        None  # None: 1f1b and interleaved, or the export target's (search.space)
+    )
 
     def allowed(self, degree: str, value):
         """Whether ``value`` (an int or a numpy array) of ``degree`` passes --fix, --choices and --only."""

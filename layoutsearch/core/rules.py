@@ -45,6 +45,37 @@ from layoutsearch.frameworks.declaration import model_features
 
 Cand = dict[str, np.ndarray]
 SCHEDULE_NAMES = tuple(SCHEDULE_CODES)
+# each schedule's virtual stages (the values it takes, None: any) and what a mismatch reads
+SCHEDULE_VIRTUAL_STAGES: dict[str, tuple[tuple[int, ...] | str | None, str]] = {
+    "1f1b": ((1,), "virtual stages above 1 are the interleaved schedule"),
+    "gpipe": ((1,), "GPipe runs one stage per device"),
+    "dualpipe": ((1,), "DualPipe runs one stage per device and direction (virtual_stages 1)"),
+    "interleaved": ("above 1", "interleaved needs virtual stages above 1"),
+    "zb-h1": (None, ""),
+    "zb-v": ((2,), "ZB-V runs two chunks per device in a V (virtual_stages 2)"),
+    "dualpipev": ((2,), "DualPipeV runs two chunks per device in a V (virtual_stages 2)"),
+}
+
+
+def schedule_fits_virtual_stages(sched, v):
+    """Whether each candidate's virtual stages are ones its schedule runs (SCHEDULE_VIRTUAL_STAGES)."""
+    ok = np.zeros(np.broadcast_shapes(np.shape(sched), np.shape(v)), dtype=bool)
+    for name, (values, _) in SCHEDULE_VIRTUAL_STAGES.items():
+        fits = (v > 1) if values == "above 1" else True if values is None else np.isin(v, values)
+        ok |= (sched == SCHEDULE_CODES[name]) & fits
+    return ok
+
+
+def _dualpipe_fits(c: Cand):
+    """DualPipe: pp even, K even and K >= 2 pp; DualPipeV: K >= 2 pp (the DualPipe repository's
+    ``step`` assertions; torch's ScheduleDualPipeV asks K >= its 2 pp stages)."""
+    sched, pp, k = c["sched"], c["pp"], c["k"]
+    dual = (pp % 2 == 0) & (k % 2 == 0) & (k >= 2 * pp)
+    return np.where(
+        sched == SCHEDULE_CODES["dualpipe"],
+        dual,
+        np.where(sched == SCHEDULE_CODES["dualpipev"], k >= 2 * pp, True),
+    )
 
 
 @dataclass(frozen=True, slots=True)
@@ -209,11 +240,31 @@ STRUCTURE: tuple[Rule, ...] = (
     _rule(
         code="schedule",
         needs=("pp", "v", "sched"),
-        holds=lambda p, c: (c["v"] > 1) == (c["sched"] == SCHEDULE_CODES["interleaved"]),
-        title=lambda p: "virtual stages > 1 exactly when the schedule is interleaved",
+        holds=lambda p, c: schedule_fits_virtual_stages(c["sched"], c["v"]),
+        title=lambda p: (
+            "virtual stages 1 for 1f1b, gpipe and dualpipe, above 1 for interleaved, 2 for zb-v "
+            "and dualpipev, any for zb-h1"
+        ),
         why=lambda p, c: (
-            f"schedule {SCHEDULE_NAMES[c['sched']]} with virtual_stages({c['v']}): virtual stages "
-            f"above 1 are the interleaved schedule, and interleaved needs them"
+            f"schedule {SCHEDULE_NAMES[c['sched']]} with virtual_stages({c['v']}): "
+            + SCHEDULE_VIRTUAL_STAGES[SCHEDULE_NAMES[c["sched"]]][1]
+        ),
+    ),
+    _rule(
+        code="dualpipe",
+        needs=("pp", "k", "sched"),
+        holds=lambda p, c: _dualpipe_fits(c),
+        title=lambda p: (
+            "dualpipe: pp even and microbatches even and >= 2 pp; dualpipev: microbatches >= 2 pp"
+        ),
+        why=lambda p, c: (
+            f"schedule {SCHEDULE_NAMES[c['sched']]} with pp({c['pp']}) and num_microbatches({c['k']}): "
+            + (
+                "DualPipe feeds half the microbatches from each end, so it needs an even pp, an "
+                "even count and at least 2 pp of them (DualPipe.step's assertions)"
+                if c["sched"] == SCHEDULE_CODES["dualpipe"]
+                else "DualPipeV needs at least 2 pp microbatches (DualPipeV.step's assertion)"
+            )
         ),
     ),
     _rule(
@@ -349,6 +400,16 @@ CANONICAL: tuple[Rule, ...] = (
         kind="canonical",
     ),
     _rule(
+        code="schedule-canonical",
+        needs=("pp", "sched"),
+        holds=lambda p, c: (c["pp"] > 1) | (c["sched"] == SCHEDULE_CODES["1f1b"]),
+        title=lambda p: "without a pipeline the schedule is 1f1b (each layout once)",
+        why=lambda p, c: (
+            f"pp({c['pp']}) with the {SCHEDULE_NAMES[c['sched']]} schedule is enumerated as 1f1b"
+        ),
+        kind="canonical",
+    ),
+    _rule(
         code="chunk-layout-search",
         needs=("pp", "v"),
         holds=lambda p, c: _standard_split_or_none(p, c),
@@ -445,6 +506,23 @@ def option_rules(options: SearchOptions | None) -> tuple[Rule, ...]:
             kind="option",
         )
     )
+    if options.schedules is not None:
+        rules.append(
+            _rule(
+                code="option-schedule",
+                needs=("pp", "sched"),
+                holds=lambda p, c: (
+                    (c["pp"] == 1)
+                    | np.isin(c["sched"], [SCHEDULE_CODES[s] for s in options.schedules])
+                ),
+                title=lambda p: f"schedule in {{{', '.join(options.schedules)}}}",
+                why=lambda p, c: (
+                    f"schedule {SCHEDULE_NAMES[c['sched']]} is not among --schedules "
+                    f"{','.join(options.schedules)}"
+                ),
+                kind="option",
+            )
+        )
     rules.append(
         _rule(
             code="option-virtual",
@@ -734,8 +812,22 @@ def _split_name(p: Problem, c: Cand) -> np.ndarray:
 
 
 def _writes_schedule(caps: Capabilities, c: Cand) -> np.ndarray:
-    """Whether the candidates' pipeline schedule is one the target writes."""
-    return np.isin(c["sched"], [SCHEDULE_CODES[s] for s in caps.pipeline_schedules])
+    """Whether the candidates' pipeline schedule is one the target writes (with the virtual stages
+    that a multi-stage one needs)."""
+    multi = np.isin(c["sched"], [SCHEDULE_CODES[s] for s in caps.multi_stage_schedules])
+    return np.isin(c["sched"], [SCHEDULE_CODES[s] for s in caps.pipeline_schedules]) & (
+        ~multi | (c["v"] > 1)
+    )
+
+
+def _schedule_text(caps: Capabilities, c: dict) -> str:
+    """A candidate's schedule as a refusal names it (with virtual_stages 1 where the target needs more)."""
+    name = SCHEDULE_NAMES[c["sched"]]
+    return (
+        f"the {name} schedule with virtual_stages({c['v']})"
+        if name in caps.multi_stage_schedules and name in caps.pipeline_schedules
+        else f"the {name} schedule"
+    )
 
 
 def _or_(values) -> str:
@@ -876,7 +968,7 @@ LIMITS: tuple[Limit, ...] = (
     ),
     Limit(
         code="pipeline",
-        needs=("pp", "sched", "fsdp", "cp", "z"),
+        needs=("pp", "v", "sched", "fsdp", "cp", "z"),
         holds=lambda caps, p, c: (
             (c["pp"] == 1)
             | (_writes_schedule(caps, c) & np.isin(effective_zero(c), caps.zero_stages_with_pp))
@@ -892,7 +984,7 @@ LIMITS: tuple[Limit, ...] = (
         cannot=lambda caps, p, c: (
             f"ZeRO-{c['z']} with pp({c['pp']})"
             if _writes_schedule(caps, c)
-            else f"pp({c['pp']}) with the {SCHEDULE_NAMES[c['sched']]} schedule"
+            else f"pp({c['pp']}) with {_schedule_text(caps, c)}"
         ),
         nearest=lambda caps, p, c: (
             f"zero_stage {_or_(caps.zero_stages_with_pp)}"

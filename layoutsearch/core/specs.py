@@ -56,11 +56,17 @@ class Recompute(StrEnum):
 
 
 class Schedule(StrEnum):
-    """Pipeline schedule: 1F1B, interleaved 1F1B (virtual stages), GPipe (all forwards first)."""
+    """Pipeline schedule: 1F1B, interleaved 1F1B (virtual stages), GPipe (all forwards first); the
+    zero-bubble ones that split the backward into input- and weight-gradient work (ZB-H1, its V-shaped
+    ZB-V) and DeepSeek's bidirectional DualPipe and its V-shaped DualPipeV (costs.pipeline)."""
 
     one_f_one_b = "1f1b"  # a name cannot start with a digit
     interleaved = "interleaved"
     gpipe = "gpipe"
+    zb_h1 = "zb-h1"  # with virtual stages > 1: interleaved zero bubble
+    zb_v = "zb-v"  # two chunks per device in a V
+    dualpipe = "dualpipe"  # two directions, each device holds two stages' parameters
+    dualpipev = "dualpipev"  # DualPipe cut in half: two chunks per device in a V
 
 
 class Objective(StrEnum):
@@ -132,7 +138,7 @@ RECOMPUTE_CODES = {
 }  # none 0, selective 1, full 2
 SCHEDULE_CODES = {
     s.value: code for code, s in enumerate(Schedule)
-}  # 1f1b 0, interleaved 1, gpipe 2
+}  # 1f1b 0, interleaved 1, gpipe 2, zb-h1 3, zb-v 4, dualpipe 5, dualpipev 6
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)

@@ -217,7 +217,9 @@ class _Keys:
         co = terms.layout_coeffs(problem.model, problem.cluster, layout)
         r, z = np.array([RECOMPUTE_CODES[layout.recompute]]), np.array([layout.zero_stage])
         read_only(k, r, z, sh, co)  # kept for later calls
-        mult = _scalar(terms.step_multiplier(sh, k))
+        mult = _scalar(
+            terms.step_multiplier(sh, k, terms.backward_split(problem.model, problem.workload))
+        )
         return cls(sh=sh, k=k, r=r, z=z, co=co, mult=mult, sp=layout.sequence_parallel)
 
 

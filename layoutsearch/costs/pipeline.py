@@ -1,27 +1,88 @@
-"""Pipeline schedules: bubble and microbatches alive (docs/cost_model.md "Step").
+"""Pipeline schedules: bubble, microbatches alive, deferred weight gradients and parameter copies
+(docs/cost_model.md "Pipeline schedules").
 
-Source: Narayanan et al. 2021 (1F1B bubble (p - 1)/K of the ideal time, divided by the
-virtual stages v when interleaved); Korthikanti et al. 2022 (activations alive on the first
-stage: p microbatches for 1F1B, p + (p - 1)/v stage-equivalents when interleaved). The design
-notes' forward-only illustrations (T_forward = (K + p - 1)(C/K + delta), U_busy = K/(K + p - 1))
-are in ``tests/closed_forms.py``, which the engine does not use.
+Sources: Narayanan et al. 2021 (1F1B bubble (p - 1)/K of the ideal time, divided by the virtual
+stages v when interleaved); Korthikanti et al. 2022 (activations alive on the first stage: p
+microbatches for 1F1B, p + (p - 1)/v stage-equivalents when interleaved); Qi et al. 2024, "Zero
+Bubble Pipeline Parallelism" (ICLR 2024; ZB-H1's bubble (p - 1)(T_F + T_B - T_W) with T_B the
+input-gradient and T_W the weight-gradient work, activations as 1F1B; arXiv 2401.10241 section 6,
+ZB-V: two chunks per device in a V, 1F1B's activations, no bubble when T_F = T_B = T_W, as
+torch.distributed.pipelining's ScheduleZBVZeroBubble says); DeepSeek-V3 technical report (arXiv 2412.19437) table 2 and the
+DualPipe repository's table: DualPipe's bubble (p/2 - 1)(T_F&B + T_B,full - 3 T_W), 2x parameters,
+p + 1 microbatches of activations; DualPipeV (DualPipe cut in half, 2 chunks per device) the same
+over its 2p chunks, 1x parameters. The design notes' forward-only illustrations are in
+``tests/closed_forms.py``, which the engine does not use.
 """
 
 from __future__ import annotations
 
 import numpy as np
 
+from layoutsearch.core.specs import SCHEDULE_CODES
+
+ZERO_BUBBLE = tuple(SCHEDULE_CODES[s] for s in ("zb-h1", "zb-v", "dualpipe", "dualpipev"))
+V_SHAPED = tuple(SCHEDULE_CODES[s] for s in ("zb-v", "dualpipev"))  # a device holds both ends
+
 
 def bubble_microbatches(stages: int, virtual_stages: int = 1) -> float:
-    """Idle time in units of one microbatch's stage time: (p - 1) / v."""
+    """Idle time in units of one microbatch's stage time: (p - 1) / v (1F1B, interleaved, GPipe)."""
     return (stages - 1) / virtual_stages
 
 
-def microbatches_in_flight_array(stages, stage, num_microbatches, virtual_stages, gpipe=False):
+def bubble_microbatches_array(stages, virtual_stages, sched, split: tuple[float, float, float]):
+    """Idle time per step in units of one microbatch's stage time F + B + W, over numpy arrays, with
+    ``split`` = (F, B, W) / (F + B + W) the forward, input-gradient and weight-gradient shares:
+
+        1f1b, gpipe     (p - 1)                  interleaved   (p - 1) / v
+        zb-h1           (p - 1)(F + B - W) / v   zb-v          (p - 1) max(0, F + B - 2W) / 2
+        dualpipe        (p/2 - 1)(F + 2B - W)    dualpipev     (p - 1)(F + 2B - W) / 2
+
+    DualPipe's F&B (a forward and a backward chunk overlapped) costs F + B + W: the overlap hides
+    communication, not compute; its full backward is B + W. The V-shaped ones count in chunks of
+    half a device's layers. No pipeline (p = 1): 0."""
+    p, v = np.asarray(stages, dtype=np.float64), np.asarray(virtual_stages, dtype=np.float64)
+    f, b, w = split
+    by_code = {
+        SCHEDULE_CODES["zb-h1"]: (p - 1) * (f + b - w) / v,
+        SCHEDULE_CODES["zb-v"]: (p - 1) * max(0.0, f + b - 2 * w) / 2,
+        SCHEDULE_CODES["dualpipe"]: np.maximum(p / 2 - 1, 0.0) * (f + 2 * b - w),
+        SCHEDULE_CODES["dualpipev"]: (p - 1) * (f + 2 * b - w) / 2,
+    }
+    out = (p - 1) / v
+    for code, bubble in by_code.items():
+        out = np.where(sched == code, bubble, out)
+    return np.where(p > 1, out, 0.0)
+
+
+def microbatches_in_flight_array(stages, stage, num_microbatches, virtual_stages, sched=-1):
     """Microbatches whose activations stage ``stage`` holds at its peak, in whole-stage units, over
-    numpy arrays: min(K, p - stage) for 1F1B, min(K, p - stage + (p - 1)/v) interleaved (v > 1),
-    K for GPipe (every forward runs before the first backward)."""
+    numpy arrays: min(K, p - stage) for 1F1B and ZB-H1, min(K, p - stage + (p - 1)/v) interleaved
+    (v > 1), K for GPipe (every forward runs before the first backward), min(K, p) for ZB-V (its V
+    balances the devices at 1F1B's first-stage peak), min(K, p + 1) for DualPipe and min(K, p + 1/2)
+    for DualPipeV (2p + 1 chunks of half a device's layers); ``sched`` -1: what v implies."""
     p, k, v = (np.asarray(x, dtype=np.float64) for x in (stages, num_microbatches, virtual_stages))
     interleaved = np.minimum(k, p - stage + (p - 1) / v)
-    one_f_one_b = np.minimum(k, p - stage)
-    return np.where(p == 1, 1.0, np.where(gpipe, k, np.where(v > 1, interleaved, one_f_one_b)))
+    out = np.where(v > 1, interleaved, np.minimum(k, p - stage))
+    by_code = {
+        SCHEDULE_CODES["gpipe"]: k,
+        SCHEDULE_CODES["zb-h1"]: np.where(v > 1, interleaved, np.minimum(k, p - stage)),
+        SCHEDULE_CODES["zb-v"]: np.minimum(k, p),
+        SCHEDULE_CODES["dualpipe"]: np.minimum(k, p + 1),
+        SCHEDULE_CODES["dualpipev"]: np.minimum(k, p + 0.5),
+    }
+    for code, alive in by_code.items():
+        out = np.where(sched == code, alive, out)
+    return np.where(p == 1, 1.0, out)
+
+
+def deferred_weight_gradients_array(stages, num_microbatches, sched):
+    """Microbatches whose weight-gradient work (W) a device has deferred at its peak, over numpy
+    arrays: the zero-bubble schedules hold back at most the p - 1 W's that fill their drain (each
+    keeps its layers' output gradients until W runs); 0 for the others and without a pipeline."""
+    p, k = np.asarray(stages, dtype=np.float64), np.asarray(num_microbatches, dtype=np.float64)
+    return np.where(np.isin(sched, ZERO_BUBBLE) & (p > 1), np.minimum(k, p - 1), 0.0)
+
+
+def parameter_copies_array(sched):
+    """Copies of a stage's parameters a device holds: 2 for DualPipe (stages i and p - 1 - i), else 1."""
+    return np.where(np.asarray(sched) == SCHEDULE_CODES["dualpipe"], 2.0, 1.0)

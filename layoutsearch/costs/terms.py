@@ -182,9 +182,34 @@ def layers_per_stage(model: ModelSpec, sh: Shapes, last=False):
     return np.where(last, final, np.maximum(first, middle))
 
 
-def step_multiplier(sh: Shapes, k):
-    """(K + (p - 1)/v): microbatch-times per step on the slowest stage (Narayanan et al. 2021: the 1F1B bubble, /v when interleaved)."""
-    return k + pipeline.bubble_microbatches(_f(sh.pp), _f(sh.v))
+def backward_split(model: ModelSpec, workload: Workload) -> tuple[float, float, float]:
+    """(F, B, W) / (F + B + W): a layer's forward, input-gradient and weight-gradient shares of its
+    FLOPs per token, for the zero-bubble schedules' bubble (costs.pipeline). A matmul's backward is
+    two of its forward, one for the input gradient and one for the weights (dgrad and wgrad); the
+    attention core has no weights, so all its backward (``FLASH_ATTENTION_BACKWARD_OVER_FORWARD``
+    with fused kernels) is input gradient. Routed experts count at their mean load; the output head
+    (on one stage) and the recompute are left out."""
+    mm = float(flops.matmul_flops_per_token_per_layer(model))
+    if model.moe is not None:
+        mm += 2.0 * float(flops.routed_params_per_token_per_layer(model))
+    causal_skip = workload.causal and workload.flash_attention
+    attn = float(flops.attention_flops_per_token_per_layer(model, workload.seq_len, causal_skip))
+    attn_bwd = (
+        flops.FLASH_ATTENTION_BACKWARD_OVER_FORWARD
+        if workload.flash_attention
+        else flops.BACKWARD_OVER_FORWARD
+    )
+    wgrad = mm * flops.BACKWARD_OVER_FORWARD / 2
+    fwd, dgrad = mm + attn, mm * flops.BACKWARD_OVER_FORWARD / 2 + attn * attn_bwd
+    total = fwd + dgrad + wgrad
+    return fwd / total, dgrad / total, wgrad / total
+
+
+def step_multiplier(sh: Shapes, k, split: tuple[float, float, float]):
+    """(K + bubble): microbatch-times per step on the slowest stage, the bubble of the rows' schedules
+    (``pipeline.bubble_microbatches_array``; Narayanan et al. 2021 for 1F1B, (p - 1)/v interleaved)
+    with ``split`` the (F, B, W) shares of ``backward_split``."""
+    return k + pipeline.bubble_microbatches_array(_f(sh.pp), _f(sh.v), sh.sched, split)
 
 
 def compute_per_microbatch(
@@ -222,12 +247,13 @@ def compute_per_microbatch(
     )
     # DeepSeek-style multi-token prediction: each module is one more layer on the stage holding the
     # output, with its own pass through the (shared) output head (technical report section 2.2)
-    mtp = _f(last) * model.mtp_layers if model.mtp_layers else 0.0
-    layers = (
-        layers_per_stage(model, sh, last) + mtp
-        if model.mtp_layers
-        else layers_per_stage(model, sh, last)
-    )
+    # DualPipe's end devices run stage 0 for one direction's microbatches and stage p - 1 for the
+    # other's: per microbatch, half the output head and the mean of the two ends' layers
+    head = np.where(_dualpipe(sh), 0.5 * _f(last), _f(last))
+    mtp = head * model.mtp_layers if model.mtp_layers else 0.0
+    own = layers_per_stage(model, sh, last)
+    own = np.where(_dualpipe(sh) & np.asarray(last), (layers_per_stage(model, sh) + own) / 2, own)
+    layers = own + mtp if model.mtp_layers else own
     work = memory.recompute_arrays(model)
     mm_rerun, attn_rerun, ew_rerun = work["matmul"][r], work["attention"][r], work["elementwise"][r]
     mm = (
@@ -308,8 +334,8 @@ def compute_per_microbatch(
         else flops.BACKWARD_OVER_FORWARD
     )
     logits = (
-        _f(last)
-        * (1.0 + mtp)
+        head
+        * (1.0 + (model.mtp_layers or 0))
         * passes
         * per_key(lambda tp: flops.logits_flops_per_token(model, tp), sh.tp)
         * m
@@ -538,8 +564,10 @@ def ep_per_microbatch(
     dispatched tokens are also all-gathered in the etp group and reduce-scattered after it. Every
     member waits for the busiest expert device, which receives the load (``expert_load``) times the
     balanced share and sends as much back. The mean layer carries its share of them. Exposed unless
-    the framework overlaps them with another microbatch's compute (``Workload.ep_comm_overlap``, the profile's ``ep_overlap`` unless set; then at
-    least the latency stays)."""
+    the framework overlaps them with another microbatch's compute (``Workload.ep_comm_overlap``, the
+    profile's ``ep_overlap`` unless set) or the schedule does (DualPipe, DualPipeV): then
+    ``overlapped_collective``, the forward's behind a forward window and the backward's behind two
+    (a forward and a backward chunk paired: the sum is the same whichever hides which)."""
     if model.moe is None:
         zero = 0.0 * tokens_per_microbatch(workload, sh, k)
         return {
@@ -579,11 +607,15 @@ def ep_per_microbatch(
     gathered = ring_time(payload * sh.etp, co.etp, half)
     per_pass = 2 * a2a + 2 * gathered  # dispatch and combine
     share = params.moe_layer_share(model)
-    if workload.ep_comm_overlap:
+    dualpipe = np.isin(sh.sched, DUALPIPES) & (sh.pp > 1)
+    if workload.ep_comm_overlap or np.any(dualpipe):
         latency = 2 * np.where(co.ep.members > 1, co.ep.latency_s, 0.0)
-        fwd = np.maximum(latency, per_pass - fwd_layer)
-        bwd = np.maximum(latency, per_pass - 2 * fwd_layer)
-        lost_fwd, lost_bwd = interference(acc, per_pass - fwd), interference(acc, per_pass - bwd)
+        eta = np.where(dualpipe, DUALPIPE_COMM_SM_SHARE, acc.overlap_interference)
+        fwd, lost_fwd = overlapped_collective(per_pass, fwd_layer, latency, eta)
+        bwd, lost_bwd = overlapped_collective(per_pass, 2 * fwd_layer, latency, eta)
+        if not workload.ep_comm_overlap:  # only the DualPipe rows overlap
+            fwd, bwd = np.where(dualpipe, fwd, per_pass), np.where(dualpipe, bwd, per_pass)
+            lost_fwd, lost_bwd = lost_fwd * dualpipe, lost_bwd * dualpipe
     else:
         fwd, bwd, lost_fwd, lost_bwd = per_pass, per_pass, 0.0, 0.0
     layers = layers_per_stage(model, sh)
@@ -595,6 +627,22 @@ def ep_per_microbatch(
         "a2a": a2a,
         "payload": payload,
     }
+
+
+# DeepSeek-V3 report (arXiv 2412.19437) section 3.2.2: of an H800's 132 SMs, 20 run the dispatch and combine
+# kernels while DualPipe overlaps them with the other direction's compute
+DUALPIPE_COMM_SM_SHARE = 20 / 132
+DUALPIPES = (SCHEDULE_CODES["dualpipe"], SCHEDULE_CODES["dualpipev"])
+
+
+def overlapped_collective(seconds, window_s, latency_s, eta):
+    """A collective run beside another microbatch's compute (Megatron's combined 1F1B, its
+    --overlap-moe-expert-parallel-comm; DualPipe's pairs of a forward and a backward chunk of two
+    microbatches): (exposed, lost) with exposed = max(latency, seconds - window), what the window
+    does not cover, and lost = eta x the hidden part, the compute its kernels slow (the SMs they
+    take: ``DUALPIPE_COMM_SM_SHARE``; NCCL's fitted ``overlap_interference``)."""
+    exposed = np.maximum(latency_s, seconds - window_s)
+    return exposed, eta * (seconds - exposed)
 
 
 def distinct_share(members, top_k: int):
@@ -956,13 +1004,37 @@ def optimizer_time(model: ModelSpec, workload: Workload, acc: Accelerator, sh: S
     return local * per_param / acc.hbm_bytes_per_s
 
 
+def _dualpipe(sh: Shapes):
+    """Rows whose devices hold two stages, i and p - 1 - i (DualPipe with a pipeline)."""
+    return (sh.sched == SCHEDULE_CODES["dualpipe"]) & (sh.pp > 1)
+
+
+def _other_end(model: ModelSpec, sh: Shapes, first: bool, of_stage):
+    """``of_stage(first)`` plus, on DualPipe's rows, the same of the other end (``pipeline.parameter_copies_array``)."""
+    own = of_stage(first)
+    both = _dualpipe(sh)
+    return own + np.where(both, of_stage(~np.asarray(first)), 0.0) if np.any(both) else own
+
+
 def expert_stage_params(model: ModelSpec, sh: Shapes, first: bool = True):
-    """Routed-expert parameters per device of the first or last pipeline stage."""
-    return _f(layers_per_stage(model, sh, ~np.asarray(first))) * expert_params_per_layer(model, sh)
+    """Routed-expert parameters per device of the first or last pipeline stage (DualPipe: of both)."""
+    return _other_end(
+        model,
+        sh,
+        first,
+        lambda f: (
+            _f(layers_per_stage(model, sh, ~np.asarray(f))) * expert_params_per_layer(model, sh)
+        ),
+    )
 
 
 def stage_params(model: ModelSpec, sh: Shapes, first: bool):
-    """Parameters per device of the first (``first``) or last pipeline stage, after TP (arrays)."""
+    """Parameters per device of the first (``first``) or last pipeline stage, after TP (arrays); a
+    DualPipe device holds two stages (the first and the last at the ends)."""
+    return _other_end(model, sh, first, lambda f: _one_stage_params(model, sh, f))
+
+
+def _one_stage_params(model: ModelSpec, sh: Shapes, first):
     layers = layers_per_stage(model, sh, ~np.asarray(first))
     per_layer = per_key(lambda tp: params.layer_params(model, tp), sh.tp)
     vocab = model.vocab_size * model.d_model // sh.tp
@@ -970,10 +1042,19 @@ def stage_params(model: ModelSpec, sh: Shapes, first: bool):
     norm = params.final_norm_params(model) + params.output_bias_params(model, sh.tp)
     total = layers * per_layer
     holds_embedding = first | single
-    holds_output = (~np.asarray(first)) | single
+    # a V-shaped schedule's first device holds the last chunk too (zb-v, dualpipev)
+    v_shaped = np.isin(sh.sched, pipeline.V_SHAPED) & ~single
+    holds_output = np.where(v_shaped, first, (~np.asarray(first)) | single)
     total = total + np.where(holds_embedding, vocab + model.learned_positions * model.d_model, 0)
     output = np.where(model.tied_embeddings & single, 0, vocab) + norm
     return total + np.where(holds_output, output, 0)
+
+
+def _holds_both_ends(sh: Shapes, first: bool):
+    """Rows of a stage that holds the output head besides its own: every DualPipe device with a head (the
+    first and last), a V-shaped schedule's first device."""
+    v_shaped = np.isin(sh.sched, pipeline.V_SHAPED) & (sh.pp > 1)
+    return _dualpipe(sh) | (v_shaped & first)
 
 
 # ----------------------------------------------------------------------------- memory
@@ -1059,14 +1140,23 @@ def memory_by_microbatch(
     )
     saved = per_token * m * act_b
     stage = 0 if first else sh.pp - 1
-    in_flight = pipeline.microbatches_in_flight_array(
-        sh.pp, stage, k, sh.v, sh.sched == SCHEDULE_CODES["gpipe"]
-    )
+    in_flight = pipeline.microbatches_in_flight_array(sh.pp, stage, k, sh.v, sh.sched)
+    deferred = pipeline.deferred_weight_gradients_array(sh.pp, k, sh.sched)
     # one layer's tensors not held in HBM, rebuilt (or brought back from the host) during its backward
     recomputed = (every - per_token) * m * act_b
-    logits = _f(last) * m * model.vocab_size / sh.tp * 4.0  # fp32 logits of one microbatch
+    # fp32 logits of one microbatch, on the stage holding the output head (DualPipe: both ends)
+    logits = _f(last | _holds_both_ends(sh, first)) * m * model.vocab_size / sh.tp * 4.0
     hosted = hosted_width * act_b * m  # host_offload_bytes_per_token, from the same widths
-    return {
+    out = {}
+    if np.any(deferred > 0):  # output gradients kept for the weight-gradient passes held back
+        width = per_key(
+            lambda tp: memory.deferred_wgrad_width(model, tp, sequence_parallel, workload.seq_len),
+            sh.tp,
+        )
+        out["activations/deferred_wgrad"] = (
+            layers_per_stage(model, sh, not first) * width * m * act_b * deferred
+        )
+    return out | {
         "activations/saved": layers_per_stage(model, sh, not first) * saved * in_flight,
         # in pinned host memory, not HBM: no memory moment counts it (MOMENTS)
         "host/offloaded": layers_per_stage(model, sh, not first) * hosted * in_flight,

@@ -75,7 +75,8 @@ num_microbatches_calculator.py):
 - A header line names the libraries the written flags need beside megatron-core: Transformer Engine
   (Megatron's default ``--transformer-impl``), DeepEP for the flex dispatcher, flash-attn for
   ``--attention-backend flash``.
-- Not expressible: a GPipe schedule (Megatron runs 1F1B or interleaved 1F1B).
+- Not expressible: the GPipe, zero-bubble and DualPipe schedules (Megatron runs 1F1B or interleaved
+  1F1B; its combined 1F1B overlaps the expert AllToAlls, ``--overlap-moe-expert-parallel-comm``).
 """
 
 from __future__ import annotations

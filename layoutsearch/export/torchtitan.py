@@ -11,7 +11,8 @@ distributed/pipeline_parallel.py, train.py, models/llama3):
 - Batch: ``local_batch_size`` is sequences per data-parallel rank per step part: without
   pipeline, one microbatch (accumulation = global / (local x dp x fsdp)); with pipeline, all
   K microbatches, split by ``pipeline_parallel_microbatch_size``.
-- Pipeline: 1f1b -> 1F1B, gpipe -> GPipe, interleaved -> Interleaved1F1B with
+- Pipeline: 1f1b -> 1F1B, gpipe -> GPipe, interleaved -> Interleaved1F1B, zb-h1 (v > 1) ->
+  InterleavedZeroBubble, zb-v -> ZBVZeroBubble, dualpipev -> DualPipeV (``SCHEDULES``), with
   ``pipeline_parallel_layers_per_stage`` = L / (pp x v) and no embedding weight in the split
   (first/last_stage_less_layers = 0), so stages hold equal layer counts as in the cost model.
 - Recompute: none/full -> mode none/full; selective -> mode selective with op-level SAC (saves
@@ -58,8 +59,19 @@ from layoutsearch.export.context import (
 )
 from layoutsearch.export.rank_order import TORCHTITAN_ORDERS, gpu_rank_lines
 
-SCHEDULES = {"1f1b": "1F1B", "gpipe": "GPipe", "interleaved": "Interleaved1F1B"}
+# layoutsearch's schedules as torch.distributed.pipelining's get_schedule_class names (torchtitan
+# passes pipeline_parallel_schedule to it); zb-h1 runs there interleaved only (two or more stages
+# per rank), DualPipe (two weight copies) not at all (frameworks.torchtitan)
+SCHEDULES = {
+    "1f1b": "1F1B",
+    "gpipe": "GPipe",
+    "interleaved": "Interleaved1F1B",
+    "zb-h1": "InterleavedZeroBubble",
+    "zb-v": "ZBVZeroBubble",
+    "dualpipev": "DualPipeV",
+}
 SINGLE_STAGE = ("1F1B", "GPipe")
+V_STYLE = ("ZBVZeroBubble", "DualPipeV")  # exactly two stages per rank, in a V
 # torchtitan 0.2.2 models/llama3/__init__.py: flavor -> (dim, n_layers, n_heads, n_kv_heads, vocab,
 # ffn_dim_multiplier, multiple_of); the FFN width follows FeedForward (model.py).
 LLAMA3_FLAVORS = {
@@ -260,7 +272,7 @@ def sections(ctx: ExportContext) -> dict[str, dict]:
     if lay.pp > 1:
         parallelism.update(
             pipeline_parallel_schedule=SCHEDULES[
-                lay.schedule if lay.virtual_stages == 1 else "interleaved"
+                "interleaved" if lay.virtual_stages > 1 and lay.schedule == "1f1b" else lay.schedule
             ],
             pipeline_parallel_microbatch_size=mbs,
             pipeline_parallel_layers_per_stage=ctx.model.num_layers
@@ -604,6 +616,8 @@ def _pipeline_problems(par: dict, local: int, pp: int, num_layers: int, out: lis
             out.append(f"{schedule} needs 1 stage per rank, got {per_rank}")
         if schedule not in SINGLE_STAGE and per_rank < 2:
             out.append(f"{schedule} needs at least 2 stages per rank, got {per_rank}")
+        if schedule in V_STYLE and per_rank != 2:
+            out.append(f"{schedule} needs exactly 2 stages per rank, got {per_rank}")
         if schedule == "Interleaved1F1B" and n % max(1, n // pp):
             out.append(
                 f"Interleaved1F1B needs {n} microbatches divisible by their rounds ({max(1, n // pp)})"

@@ -137,6 +137,8 @@ class Capabilities:
     """The stages it can write with pp > 1."""
     pipeline_schedules: tuple[str, ...] = tuple(SCHEDULE_CODES)
     """The pipeline schedules it runs."""
+    multi_stage_schedules: tuple[str, ...] = ()
+    """Those of them it runs only with two or more stages per device (virtual_stages > 1)."""
     context_parallel: bool = True
     """Whether it has ring context parallelism (cp > 1)."""
     kv_replication: bool = True

@@ -42,7 +42,8 @@ CAPABILITIES = Capabilities(
     why={
         "deepspeed-replicas": "ZeRO shards over the whole data-parallel world (MiCS was removed)",
         "deepspeed-cp": "it has no ring context parallelism (Ulysses exchanges heads by all-to-all)",
-        "deepspeed-pipeline": "its PipelineEngine runs 1F1B only and rejects ZeRO-2 and ZeRO-3",
+        "deepspeed-pipeline": "its PipelineEngine runs 1F1B only (no interleaving, zero-bubble or DualPipe "
+        "schedule) and rejects ZeRO-2 and ZeRO-3",
         "deepspeed-kv": "AutoTP does not replicate KV heads",
         "deepspeed-capacity": "AutoEP routes dropless",
         "deepspeed-tp-overlap": "AutoTP all-reduces after its GEMMs",

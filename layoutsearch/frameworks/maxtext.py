@@ -50,7 +50,7 @@ CAPABILITIES = Capabilities(
         "maxtext-replicas": "its ZeRO-1 (shard_optimizer_over_data) shards over all data replicas",
         "maxtext-cp": "it shards weights over the context axis, i.e. ZeRO-3 over fsdp x cp",
         "maxtext-pipeline": "its pipeline runs microbatches in GPipe order, circular when "
-        "num_pipeline_repeats > 1",
+        "num_pipeline_repeats > 1; no 1F1B, zero-bubble or DualPipe schedule",
         "maxtext-kv": "it shards KV heads over the tensor axis and cannot replicate them",
         "maxtext-model": "its llama2 block needs RMSNorm, RoPE and no biases; its gpt3 block "
         "LayerNorm, biases and learned positions; its MoE blocks are mixtral, qwen3_moe and deepseek",

@@ -64,7 +64,8 @@ CAPABILITIES = Capabilities(
         "output-head bias": "GPTModel builds its output layer without a bias",
     },
     why={
-        "megatron-pipeline": "it runs 1F1B, or interleaved 1F1B with virtual stages, no GPipe; and "
+        "megatron-pipeline": "it runs 1F1B, or interleaved 1F1B with virtual stages, no GPipe, "
+        "zero-bubble or DualPipe schedule; and "
         "Megatron-FSDP (its ZeRO-2/3) is documented with TP, CP and EP, not with pipeline parallelism, "
         "so a pipeline takes the distributed optimizer (ZeRO-1)",
         # arguments.py has no flag for TransformerConfig.softmax_type; Megatron-Bridge's gpt-oss

@@ -4,7 +4,8 @@ Overlap: forward and backward prefetch of the per-layer all-gathers, the reduce-
 backward; HSDP's all-reduce in backward; async TP only when asked.
 
 What it can express (checked against torchtitan 0.2.2; the same limits in 0.3.x, ``torchtitan03``):
-no ZeRO-1, cp only with weight sharding, no KV-head replication, its llama3, deepseek_v3 and qwen3
+the pipeline schedules torch.distributed.pipelining names (zero bubble interleaved only, no
+bidirectional DualPipe), no ZeRO-1, cp only with weight sharding, no KV-head replication, its llama3, deepseek_v3 and qwen3
 models, expert groups out of the FSDP shard, cp and tp devices, fp32 gradient reduction.
 """
 
@@ -45,11 +46,17 @@ def capabilities(target: str) -> Capabilities:
         "its optimizers keep fp32 states",
         "capacity": "its MoE routes dropless",
         "unfused-attention": "its attention is SDPA's fused kernels or FlexAttention",
+        "pipeline": "torch.distributed.pipelining runs 1F1B, GPipe, Interleaved1F1B, "
+        "InterleavedZeroBubble (two or more stages per rank), ZBVZeroBubble and DualPipeV; not the "
+        "bidirectional DualPipe with two copies of the weights",
     }
     return Capabilities(
         target=target,
         framework="torchtitan",
         zero_stages=(0, 2, 3),
+        # torch.distributed.pipelining's get_schedule_class names (export.torchtitan.SCHEDULES)
+        pipeline_schedules=("1f1b", "gpipe", "interleaved", "zb-h1", "zb-v", "dualpipev"),
+        multi_stage_schedules=("zb-h1",),
         zero_stages_with_replicas=(2, 3),
         recompute_policies=("none", "selective", "op", "full"),
         precisions=("bf16", "fp8") if moe else ("bf16",),

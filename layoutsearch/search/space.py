@@ -7,7 +7,8 @@ fields it reads exist:
 
 1. degree tuples (dp, fsdp, tp, pp, cp) whose product is the device count (from the
    factorisation of the count);
-2. x virtual stages v in 1..MAX_VIRTUAL_STAGES (with the schedule they imply);
+2. x virtual stages v in 1..MAX_VIRTUAL_STAGES and the searched schedules that run with v
+   (``searched_schedules``: 1f1b and interleaved, or the export target's, or --schedules);
 3. x microbatch counts K among the divisors of B / gcd(B, dp x fsdp);
 4. ZeRO stages per shape (a mask), recompute policies (a list).
 
@@ -34,7 +35,14 @@ from layoutsearch.core.placement import (
     placement_for_order,
 )
 from layoutsearch.core.problem import MAX_VIRTUAL_STAGES, HasProblem, Problem, SearchOptions
-from layoutsearch.core.rules import Cand, Capabilities, Rule, registry
+from layoutsearch.core.rules import (
+    SCHEDULE_NAMES,
+    Cand,
+    Capabilities,
+    Rule,
+    registry,
+    schedule_fits_virtual_stages,
+)
 from layoutsearch.core.specs import (
     ALL_DEGREE_NAMES,
     DEGREE_NAMES,
@@ -99,7 +107,7 @@ class Space(HasProblem):
             virtual_stages=v,
             num_microbatches=int(k),
             recompute=RECOMPUTE_POLICIES[int(r)],
-            schedule="interleaved" if v > 1 else "1f1b",
+            schedule=SCHEDULE_NAMES[int(sh.sched[shape])],
             axes=self.placement(shape, o),
         )
 
@@ -173,12 +181,42 @@ def problem_degree_tuples(problem: Problem) -> Cand:
     )
 
 
-def with_virtual_stages(c: Cand, max_virtual_stages: int = MAX_VIRTUAL_STAGES) -> Cand:
-    """Each row x v in 1..max, with the schedule v implies (1f1b for 1, interleaved above)."""
+DEFAULT_SCHEDULES = ("1f1b", "interleaved")  # searched without --schedules or an export target
+
+
+def searched_schedules(
+    options: SearchOptions | None, capabilities: Capabilities | None
+) -> tuple[str, ...]:
+    """The schedules the search proposes: --schedules; else the export target's but GPipe (1F1B's
+    bubble with every microbatch's activations alive: never better); else DEFAULT_SCHEDULES. 1f1b
+    always, as the form of a layout without a pipeline (the rules keep only what is allowed)."""
+    if options is not None and options.schedules is not None:
+        chosen = options.schedules
+    elif capabilities is not None:
+        chosen = tuple(s for s in capabilities.pipeline_schedules if s != "gpipe")
+    else:
+        chosen = DEFAULT_SCHEDULES
+    return tuple(dict.fromkeys(("1f1b", *chosen)))
+
+
+def with_virtual_stages(
+    c: Cand,
+    max_virtual_stages: int = MAX_VIRTUAL_STAGES,
+    schedules: tuple[str, ...] = DEFAULT_SCHEDULES,
+) -> Cand:
+    """Each row x (v in 1..max, schedule) for each of ``schedules`` that runs with v stages per
+    device (``rules.SCHEDULE_VIRTUAL_STAGES``)."""
     v = np.arange(1, max_virtual_stages + 1, dtype=np.int64)
-    out = {name: np.repeat(a, len(v)) for name, a in c.items()}
-    out["v"] = np.tile(v, len(next(iter(c.values()))))
-    out["sched"] = np.where(out["v"] > 1, SCHEDULE_CODES["interleaved"], SCHEDULE_CODES["1f1b"])
+    pairs = [
+        (int(x), SCHEDULE_CODES[s])
+        for x in v
+        for s in schedules
+        if schedule_fits_virtual_stages(SCHEDULE_CODES[s], x)
+    ]
+    pv, ps = (np.array(col, dtype=np.int64) for col in zip(*pairs, strict=True))
+    out = {name: np.repeat(a, len(pv)) for name, a in c.items()}
+    rows = len(next(iter(c.values())))
+    out["v"], out["sched"] = np.tile(pv, rows), np.tile(ps, rows)
     return out
 
 
@@ -222,7 +260,13 @@ def build_space(
     for rule in rules:
         by_stage[stage_of(rule)].append(rule)
     c = _apply(problem, by_stage["degrees"], problem_degree_tuples(problem))
-    c = _apply(problem, by_stage["virtual"], with_virtual_stages(c, options.max_virtual_stages))
+    c = _apply(
+        problem,
+        by_stage["virtual"],
+        with_virtual_stages(
+            c, options.max_virtual_stages, searched_schedules(options, capabilities)
+        ),
+    )
     shape_rows = np.stack([c[f] for f in SHAPE_FIELDS], axis=1).reshape(-1, len(SHAPE_FIELDS))
     # each row is a distinct shape from here on: its (S, K) rows carry its index
     c = {**c, SHAPE_INDEX: np.arange(len(shape_rows), dtype=np.int64)}
@@ -251,7 +295,7 @@ def build_space(
     return Space(
         problem=problem,
         rules=rules,
-        shapes=terms.Shapes(**{f: shapes[f] for f in terms.SHAPE_KEYS}),
+        shapes=terms.Shapes(**{f: shapes[f] for f in (*terms.SHAPE_KEYS, "sched")}),
         sk_shape=sk_shape,
         sk_k=sk_k,
         recompute_codes=codes,
@@ -284,12 +328,13 @@ def _unique_rows(a: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
 
 
 def _ordered(shape_rows: np.ndarray, sk_shape: np.ndarray, sk_k: np.ndarray):
-    """Shapes in enumeration order (tp, pp, cp, fsdp, v ascending) and (S, K) rows by shape then K."""
+    """Shapes in enumeration order (tp, pp, cp, fsdp, v, then the schedule code ascending) and (S, K)
+    rows by shape then K."""
     if not len(shape_rows):
         return shape_rows, sk_shape.astype(np.int64), sk_k.astype(np.int64)
     col = {f: i for i, f in enumerate(SHAPE_FIELDS)}
     order = np.lexsort(
-        tuple(shape_rows[:, col[f]] for f in ("v", "etp", "ep", "fsdp", "cp", "pp", "tp"))
+        tuple(shape_rows[:, col[f]] for f in ("sched", "v", "etp", "ep", "fsdp", "cp", "pp", "tp"))
     )
     rank = np.empty(len(order), dtype=np.int64)
     rank[order] = np.arange(len(order))

@@ -191,7 +191,7 @@ def terms_of_rows(space: Space, rows: np.ndarray) -> RowTerms:
     def grid(x):
         return np.broadcast_to(x, (n_sk, len(codes)))
 
-    mult = terms.step_multiplier(sh, k)
+    mult = terms.step_multiplier(sh, k, terms.backward_split(model, workload))
     a: list = []
     mb: list = []
     windows: list = []
@@ -328,7 +328,7 @@ def build_tables(
     def grid_o(x):
         return np.broadcast_to(x, (n_sk, n_o))
 
-    mult_o = terms.step_multiplier(sh_o, k_o)
+    mult_o = terms.step_multiplier(sh_o, k_o, terms.backward_split(model, workload))
     r0 = np.zeros_like(k_o)
     tp_st, fx_st, ep_st = [], [], []
     fc = terms.fsdp_collectives(model, workload, acc, sh_o, co)
