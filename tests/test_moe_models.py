@@ -426,6 +426,8 @@ def test_shapes_read_from_the_configs(imported):
         shared_d_ff=2048,
         first_dense_layers=3,
         router_bias=True,
+        expert_groups=8,  # n_group 8, topk_group 4: node-limited routing
+        groups_per_token=4,
     )
     assert ds.mla == MlaSpec(
         q_lora_rank=1536,
@@ -464,9 +466,6 @@ def test_routing_scalars_are_one_warning_naming_them(data_file):
     assert read.moe is not None and len(caught) == 1
     listed = str(caught[0].message).split(": ")[-1].split(", ")
     for key in (
-        "topk_method",
-        "n_group",
-        "topk_group",
         "routed_scaling_factor",
         "norm_topk_prob",
         "scoring_func",
@@ -482,6 +481,9 @@ def test_routing_scalars_are_one_warning_naming_them(data_file):
         "num_nextn_predict_layers",
         "moe_layer_freq",
         "num_key_value_heads",
+        "topk_method",  # with n_group and topk_group: group-limited routing (MoeSpec)
+        "n_group",
+        "topk_group",
     ):
         assert key not in listed
 

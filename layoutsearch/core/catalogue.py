@@ -122,6 +122,8 @@ MoeFile = _file_schema(
         "num_shared_experts": Count,
         "shared_d_ff": Count,
         "first_dense_layers": Count,
+        "expert_groups": Dim,
+        "groups_per_token": Dim,
         "capacity_factor": Optional[Annotated[float, Field(gt=0, le=MAX_MODEL_DIM)]],
     },
 )
@@ -319,6 +321,12 @@ def _check_sparse(f: Any, where: str) -> None:
             raise CatalogueError(
                 f"{where}: field 'moe.shared_d_ff' ({m.shared_d_ff}) with moe.num_shared_experts"
                 f"({m.num_shared_experts}): give both or neither"
+            )
+        if not 1 <= m.groups_per_token <= m.expert_groups or m.num_experts % m.expert_groups:
+            raise CatalogueError(
+                f"{where}: field 'moe.groups_per_token' ({m.groups_per_token}) with "
+                f"moe.expert_groups({m.expert_groups}): the groups must divide "
+                f"moe.num_experts({m.num_experts}) and a token choose 1 to all of them"
             )
         if m.shared_expert_gate and not m.num_shared_experts:
             raise CatalogueError(
@@ -917,6 +925,13 @@ def _hf_deepseek_moe(family: str, cfg: dict, where: str, used: set, moe: dict, o
         0,
     )
     out["mtp_layers"] = mtp or 0
+    # group-limited routing: n_group groups, a token's experts from topk_group of them (the
+    # modeling code's group-limited methods; greedy top-k ignores the groups)
+    used.update(("n_group", "topk_group", "topk_method"))
+    groups = _hf_value(cfg, "n_group", Optional[_HfCount], where, 1) or 1
+    chosen = _hf_value(cfg, "topk_group", Optional[_HfCount], where, 1) or 1
+    if _hf_value(cfg, "topk_method", Optional[StrictStr], where) != "greedy" and groups > 1:
+        moe.update(expert_groups=groups, groups_per_token=min(chosen, groups))
 
 
 def _hf_deepseek(

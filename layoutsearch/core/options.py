@@ -217,6 +217,11 @@ class WorkloadOptions(OptionGroup):
         "per destination node (DeepEP; Megatron's flex dispatcher, torchtitan's deepep backend) "
         "instead of once per expert (default: the framework's choice)",
     )
+    fp8_dispatch: bool = Field(
+        False,
+        description="MoE tokens dispatched in fp8 with a scale per 128 values, combined in bf16 "
+        "(DeepSeek-V3, DeepEP); with --precision fp8",
+    )
     vendor_attention: bool | None = Field(
         None,
         description="The attention core runs the vendor's fused kernel (Transformer Engine / "

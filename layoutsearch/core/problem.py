@@ -208,6 +208,11 @@ def resolved_workload(workload: Workload, cluster: Cluster) -> Workload:
             f"--precision fp8: {acc.id} has no fp8 matmul rate in the catalogue (no "
             f"peak_fp8_tflops in hardware/{acc.id}.yaml); use --precision bf16"
         )
+    if workload.fp8_dispatch and workload.precision != "fp8":
+        raise InvalidArgumentError(
+            f"--fp8-dispatch: tokens are dispatched in fp8 only in fp8 training, not with "
+            f"--precision {workload.precision}; use --precision fp8 or --no-fp8-dispatch"
+        )
     if workload.vendor_attention and acc.vendor_attention_efficiency is None:
         warnings.warn(
             f"--vendor-attention: {acc.id} has no vendor_attention_efficiency in hardware/{acc.id}.yaml; "

@@ -183,6 +183,12 @@ class MoeSpec:
     shared_expert_gate: bool = (
         False  # Qwen2-MoE: a [D, 1] sigmoid gate on the shared expert's output
     )
+    # Group-limited routing (DeepSeek-V2/V3 n_group, topk_group): the routed experts in
+    # ``expert_groups`` equal groups of consecutive experts, a token's k experts from at most
+    # ``groups_per_token`` of them (1 and 1: no limit); it bounds the devices and nodes a token
+    # is dispatched to (costs.terms.distinct_share), not the parameter count
+    expert_groups: int = 1
+    groups_per_token: int = 1
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -330,6 +336,10 @@ class Workload:
     # scale-out once per destination node, fanned out over NVLink there (DeepEP / HybridEP: Megatron's flex
     # dispatcher, torchtitan's deepep backend), else once per expert (NCCL AllToAll); dropless routing only;
     # None = the framework profile's choice
+    fp8_dispatch: bool = (
+        False  # MoE tokens dispatched in fp8 with a scale per 128 values (DeepSeek-V3
+    )
+    # report section 3.3.2, DeepEP's fp8 dispatch); the combine stays in bf16; fp8 training only
     vendor_attention: bool | None = (
         None  # the vendor's fused attention kernel (Transformer Engine / cuDNN) where
     )

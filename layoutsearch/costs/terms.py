@@ -38,7 +38,7 @@ from layoutsearch.core.frameworks import (
     vendor_attention,
 )
 from layoutsearch.core.placement import EXPERT_NESTING, expert_degrees
-from layoutsearch.core.specs import SCHEDULE_CODES, Accelerator, ModelSpec, Workload
+from layoutsearch.core.specs import SCHEDULE_CODES, Accelerator, ModelSpec, MoeSpec, Workload
 from layoutsearch.core.stages import split_layers
 from layoutsearch.costs import flops, memory, params, pipeline, power
 from layoutsearch.costs.comms import (
@@ -588,24 +588,31 @@ def ep_per_microbatch(
         * model.d_model
         * workload.activation_bytes
     )
+    # an fp8 dispatch sends 1 byte and a 4-byte scale per 128 values; the combine is in bf16
+    dispatched = (
+        payload * FP8_DISPATCH_BYTES / workload.activation_bytes
+        if workload.fp8_dispatch
+        else payload
+    )
     # a deduplicating dispatcher (DeepEP, Megatron's flex dispatcher) sends a token once to each device
     # holding one of its k experts, which hands it to them there, and across nodes once to each node, which
     # fans it out over NVLink: of the k copies, the distinct members hit (``distinct_share``)
     dedup_in, dedup_out = (
-        (
-            distinct_share(co.ep.members, model.moe.top_k),
-            distinct_share(co.ep_out.members, model.moe.top_k),
-        )
+        (distinct_share(co.ep.members, model.moe), distinct_share(co.ep_out.members, model.moe))
         if node_dedup(model, workload, acc.kind)
         else (1.0, 1.0)
     )
-    per_level = np.maximum(
-        (payload * dedup_in + half) * co.ep_in.seconds_per_byte,
-        (payload * dedup_out + half) * co.ep_out.seconds_per_byte,
-    )
-    a2a = np.where(co.ep.members > 1, per_level + co.ep.latency_s, 0.0)
+
+    def all_to_all(sent):
+        per_level = np.maximum(
+            (sent * dedup_in + half) * co.ep_in.seconds_per_byte,
+            (sent * dedup_out + half) * co.ep_out.seconds_per_byte,
+        )
+        return np.where(co.ep.members > 1, per_level + co.ep.latency_s, 0.0)
+
+    a2a = all_to_all(payload)
     gathered = ring_time(payload * sh.etp, co.etp, half)
-    per_pass = 2 * a2a + 2 * gathered  # dispatch and combine
+    per_pass = all_to_all(dispatched) + a2a + 2 * gathered  # dispatch and combine
     share = params.moe_layer_share(model)
     dualpipe = np.isin(sh.sched, DUALPIPES) & (sh.pp > 1)
     if workload.ep_comm_overlap or np.any(dualpipe):
@@ -613,6 +620,12 @@ def ep_per_microbatch(
         eta = np.where(dualpipe, DUALPIPE_COMM_SM_SHARE, acc.overlap_interference)
         fwd, lost_fwd = overlapped_collective(per_pass, fwd_layer, latency, eta)
         bwd, lost_bwd = overlapped_collective(per_pass, 2 * fwd_layer, latency, eta)
+        # DualPipe runs a forward and a backward chunk as one pair: both directions' AllToAlls
+        # hide behind the pair's whole compute (the forward's behind the backward's and back)
+        pair, lost_pair = overlapped_collective(2 * per_pass, 3 * fwd_layer, 2 * latency, eta)
+        fwd, bwd = np.where(dualpipe, pair / 2, fwd), np.where(dualpipe, pair / 2, bwd)
+        lost_fwd = np.where(dualpipe, lost_pair / 2, lost_fwd)
+        lost_bwd = np.where(dualpipe, lost_pair / 2, lost_bwd)
         if not workload.ep_comm_overlap:  # only the DualPipe rows overlap
             fwd, bwd = np.where(dualpipe, fwd, per_pass), np.where(dualpipe, bwd, per_pass)
             lost_fwd, lost_bwd = lost_fwd * dualpipe, lost_bwd * dualpipe
@@ -630,8 +643,9 @@ def ep_per_microbatch(
 
 
 # DeepSeek-V3 report (arXiv 2412.19437) section 3.2.2: of an H800's 132 SMs, 20 run the dispatch and combine
-# kernels while DualPipe overlaps them with the other direction's compute
-DUALPIPE_COMM_SM_SHARE = 20 / 132
+# kernels while DualPipe overlaps them with the other direction's compute, which runs on the other 112:
+# each second of it beside them takes 132/112, 20/112 s more
+DUALPIPE_COMM_SM_SHARE = 20 / 112
 DUALPIPES = (SCHEDULE_CODES["dualpipe"], SCHEDULE_CODES["dualpipev"])
 
 
@@ -640,17 +654,38 @@ def overlapped_collective(seconds, window_s, latency_s, eta):
     --overlap-moe-expert-parallel-comm; DualPipe's pairs of a forward and a backward chunk of two
     microbatches): (exposed, lost) with exposed = max(latency, seconds - window), what the window
     does not cover, and lost = eta x the hidden part, the compute its kernels slow (the SMs they
-    take: ``DUALPIPE_COMM_SM_SHARE``; NCCL's fitted ``overlap_interference``)."""
+    take: ``DUALPIPE_COMM_SM_SHARE``, the compute slowed on the SMs left; NCCL's fitted
+    ``overlap_interference``)."""
     exposed = np.maximum(latency_s, seconds - window_s)
     return exposed, eta * (seconds - exposed)
 
 
-def distinct_share(members, top_k: int):
-    """Of a token's ``top_k`` expert copies, the share a deduplicating dispatcher sends: the distinct
-    ones of ``members`` devices (or nodes) they fall on, n (1 - (1 - 1/n)^k) / k under uniform routing
-    (DeepSeek-V3 report section 3.2.2; DeepEP's dispatch layout marks each token once per rank)."""
+FP8_DISPATCH_BYTES = 1.0 + 4.0 / 128  # per value: fp8, and an fp32 scale per 1 x 128 tile
+
+
+def distinct_share(members, moe: MoeSpec):
+    """Of a token's k expert copies, the share a deduplicating dispatcher sends: the distinct ones
+    of ``members`` devices (or nodes, each holding an equal run of experts) they fall on (DeepSeek-V3
+    report section 3.2.2; DeepEP's dispatch layout marks each token once per rank). Uniform
+    routing hits n (1 - (1 - 1/n)^k) of n members. Group-limited routing (G groups, a token's
+    experts in at most g of them) bounds it: with n <= G members of G / n groups each, the members
+    holding one of g groups drawn from G, n (1 - C(G - G/n, g) / C(G, g)) (DeepSeek-V3 on 8 nodes
+    of one group each: at most 4 nodes); with n > G, the k experts spread over the g G/n members
+    of the chosen groups. The lesser of the two, over k."""
+    k, groups, chosen = moe.top_k, moe.expert_groups, moe.groups_per_token
     n = np.maximum(_f(members), 1.0)
-    return n * (1.0 - (1.0 - 1.0 / n) ** top_k) / top_k
+    hit = n * (1.0 - (1.0 - 1.0 / n) ** k)
+    if groups > 1 and chosen < groups:
+        per_member = groups / n
+        missed = np.ones_like(n)
+        for i in range(chosen):  # C(G - G/n, g) / C(G, g): no chosen group on a given member
+            missed = missed * np.clip((groups - per_member - i) / (groups - i), 0.0, 1.0)
+        reach = np.maximum(chosen / per_member, 1.0)
+        limited = np.where(
+            n <= groups, n * (1.0 - missed), reach * (1.0 - (1.0 - 1.0 / reach) ** k)
+        )
+        hit = np.minimum(hit, limited)
+    return hit / k
 
 
 def interference(acc: Accelerator, hidden_s):
