@@ -1083,6 +1083,16 @@ LIMITS: tuple[Limit, ...] = (
         nearest="--no-deepep, or export to megatron or torchtitan",
     ),
     Limit.feature(
+        code="fp8-dispatch",
+        needs=("ep",),
+        capability="fp8_dispatch",
+        used=lambda p, c: (c["ep"] != 1) & p.workload.fp8_dispatch,
+        can="an fp8 token dispatch",
+        cannot_title="no fp8 token dispatch with ep > 1",
+        cannot=lambda p, c: f"the fp8 token dispatch with ep({c['ep']})",
+        nearest="--no-fp8-dispatch",
+    ),
+    Limit.feature(
         code="vendor-attention",
         capability="vendor_attention",
         # only where the workload asks for it (--vendor-attention): a profile's own choice travels

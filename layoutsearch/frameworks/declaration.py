@@ -162,6 +162,8 @@ class Capabilities:
     """Whether ep > 1 can go with tp > 1 and pp > 1 together."""
     deepep: bool = False
     """A token dispatch that crosses scale-out once per node (Workload.deepep)."""
+    fp8_dispatch: bool = False
+    """MoE tokens dispatched in fp8 (Workload.fp8_dispatch): no target here has an option for it."""
     vendor_attention: bool = False
     """The vendor's fused attention kernel (core.frameworks.vendor_attention)."""
     cuda_graphs: tuple[str, ...] = ("none",)
