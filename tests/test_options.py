@@ -105,6 +105,7 @@ FLAGS = {
         "--executor",
         "--address",
         "--time-limit",
+        "--objective",
         "--fresh",
         "--retry-failed",
         "--progress",

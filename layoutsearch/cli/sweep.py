@@ -27,7 +27,7 @@ SPEC = CommandSpec(
             SweepOptions,
             ("model", "cluster", "output", "seqs", "seq_len", "jobs", "executor", "address"),
         ),
-        (SearchOptions, ("time_limit",)),
+        (SearchOptions, ("time_limit", "objective")),
         (SweepOptions, ("fresh", "retry_failed", "progress", "max_site_power_mw")),
         (PlanOptions, PLAN_FIELDS["sweep"]),
         (WorkloadOptions, ALL),
@@ -62,6 +62,7 @@ def sweep(given: Given) -> None:
         workload.values(),
         plan.price_per_kwh,
         opts.max_site_power_mw,
+        search.objective.value,
     )
     output = opts.output
     try:

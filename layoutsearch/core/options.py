@@ -304,8 +304,10 @@ class SearchOptions(OptionGroup):
     only: str | None = Field(None, description="Degrees that may exceed 1, e.g. fsdp,tp")
     objective: Objective = Field(
         Objective.step_time,
-        description="step-time, or gather-volume: the FSDP weight gather plus the TP input "
-        "gather per step, 2DF/tp + 2BD tp/N",
+        description="step-time; gather-volume: the FSDP weight gather plus the TP input "
+        "gather per step, 2DF/tp + 2BD tp/N; time-to-train: step time / goodput (each layout's "
+        "checkpoint and the failure options; --tokens not needed: it scales every layout "
+        "alike); energy: joules per step, busy power while computing, idle power otherwise",
     )
     time_limit: float = Field(
         30.0,

@@ -410,6 +410,9 @@ class SearchRequest:
     tie_tolerance: float | None = (
         None  # relative step-time difference below which layouts tie (None: search.ranking's)
     )
+    # the failure and checkpoint inputs of the time-to-train objective (costs.goodput.Resilience;
+    # None: its defaults)
+    resilience: Any = None
 
     def with_options(self, **changes) -> SearchRequest:
         return replace(self, options=replace(self.options, **changes))

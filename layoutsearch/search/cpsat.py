@@ -28,7 +28,8 @@ from layoutsearch.costs import step as step_formula
 from layoutsearch.search import (
     satmodel as cp_model,
 )  # CP-SAT through cp_model_helper, without pandas
-from layoutsearch.search.enumerate import candidate_grid
+from layoutsearch.search.enumerate import METRICS, candidate_grid, fitting_metrics
+from layoutsearch.search.objectives import value_bounds
 from layoutsearch.search.ranking import (
     RISKS,
     TIE_TOLERANCE,
@@ -96,20 +97,25 @@ class Vars:
     sz: dict = field(default_factory=dict)  # (shape, z) -> bool
     szo: dict = field(default_factory=dict)  # (shape, z, o) -> bool
     # the variables a candidate's selections determine (a hint sets them too): whether ZeRO-3
-    # collectives run and their extra stage time, each EXPOSED part's (exposed, floor(eta exposed))
-    # and the headroom risk
+    # collectives run and their extra stage time, each EXPOSED part's (exposed, floor(eta exposed)),
+    # the headroom risk, and for time-to-train the step and per goodput factor (chosen, step or 0)
     zero3: tuple = ()
     exposed: list = field(default_factory=list)
     low_headroom: object = None
+    step: object = None
+    factors: dict = field(default_factory=dict)
 
 
 def row_bounds(
     space: Space, t: Tables, objective: str
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """Per (S, K) row: a valid lower bound of the objective, which (row, r) fit in memory with
-    some allowed ZeRO stage, and whether the row fits at all."""
+    """Per (S, K) row: a valid lower bound of the objective (the volume, else the value), which
+    (row, r) fit in memory with some allowed ZeRO stage, and whether the row fits at all."""
     fits_r = fits_by_row(space, t.MZ, t.MB, t.capacity_kib)
-    bound = t.VOLUME[space.sk_shape] if objective == "gather-volume" else _step_bound(space, t)
+    if objective == "gather-volume":
+        bound = t.VOLUME[space.sk_shape]
+    else:
+        bound = value_bounds(space, t, _step_bound(space, t))
     return bound, fits_r, np.asarray(fits_r.any(axis=1))
 
 
@@ -168,11 +174,11 @@ def prune(
         sk, ri, z, o = candidate_grid(space, rows[done : done + chunk])
         m = assemble(t, space, sk, ri, z, o)
         ok = m["fits"]
-        value = np.broadcast_to(m["step"], sk.shape)[ok]
+        value = np.broadcast_to(m["value"], sk.shape)[ok]
         if pool is not None:
             pieces.append(
-                {"sk": sk[ok], "ri": ri[ok], "z": z[ok], "o": o[ok], "step": value}
-                | {key: np.broadcast_to(m[key], sk.shape)[ok] for key in ("peak", "volume")}
+                {"sk": sk[ok], "ri": ri[ok], "z": z[ok], "o": o[ok]}
+                | fitting_metrics(m, sk.shape, ok)
             )
         vol = volume[sk[ok]]
         gid = group_ids(space, sk[ok], ri[ok], z[ok])
@@ -246,9 +252,10 @@ def build_model(
     row_least: np.ndarray | None = None,
 ):
     """The CP-SAT model over the kept (S, K) rows: (model, vars, objective expressions). With
-    ``row_least``, each row's least step time over its candidates or a lower bound of it, the
-    step is held at least the chosen row's: a redundant cut that gives the LP relaxation the
-    rows' bounds (one row is chosen: the least over the rows bounds the least step)."""
+    ``row_least``, each row's least value (``tables.objective_value``) over its candidates or a
+    lower bound of it, the value is held at least the chosen row's: a redundant cut that gives
+    the LP relaxation the rows' bounds (one row is chosen: the least over the rows bounds the
+    least value)."""
     model = cp_model.CpModel()
     v = Vars()
     s_of = space.sk_shape
@@ -360,9 +367,16 @@ def build_model(
         step = step + exposed - charged + hidden.interference(term)
     for _, plain in step_formula.PLAIN:
         step = step + plain(term)
+    value = step
+    if t.objective == "time-to-train":
+        value = _goodput_weighted(model, v, t, step, _step_upper(t, most))
+    elif t.objective == "energy":  # IDLE x step + DYNAMIC x busy (search.objectives)
+        value = t.idle_w * step + t.dynamic_w * (
+            over(v.w, t.busy_s, (0, 1), None) + term.optimizer_s
+        )
     if row_least is not None:  # a clipped candidate's step is at least the clip: so is the cut's
         least = np.minimum(row_least[list(v.y)], limit if limit is not None else NEVER)
-        model.add(step >= LinearExpr.weighted_vars(v.y.values(), least.tolist()))
+        model.add(value >= LinearExpr.weighted_vars(v.y.values(), least.tolist()))
     # ---- every stage's memory fits at every moment
     memory_live = []
     for st in (0, 1):
@@ -378,11 +392,40 @@ def build_model(
         v,
         {
             "step": step,
+            "value": value,
             "volume": volume,
             "risk": risk_objective(space, t, model, v, memory_live),
             "simplicity": simplicity_objectives(space, v),
         },
     )
+
+
+def _step_upper(t: Tables, most: step_formula.StepTerms) -> int:
+    """An upper bound of any candidate's step (quanta): each term at its table's largest entry."""
+    hidden = sum(h.hidden(most) + 1 + h.interference(most) for h in step_formula.EXPOSED)
+    plain = sum(term(most) for _, term in step_formula.PLAIN)
+    return int(t.STAGE0.max(initial=0) + t.STAGE3.max(initial=0) + hidden + plain) + 1
+
+
+def _goodput_weighted(model, v: Vars, t: Tables, step, upper: int):
+    """F x step (time-to-train), F the chosen (shape, ZeRO stage)'s factor: per distinct factor a
+    Boolean (its pairs chosen) and a step variable equal to the step when it is set, 0 otherwise;
+    the value is their sum weighted by the factors (exact: one factor is chosen)."""
+    v.step = model.new_int_var(0, upper, "step")
+    model.add(v.step == step)
+    by_factor: dict = {}
+    for (s, z), chosen in v.sz.items():
+        by_factor.setdefault(int(t.factor[s, z]), []).append(chosen)
+    for factor, pairs in sorted(by_factor.items()):
+        chosen = model.new_bool_var(f"factor{factor}")
+        model.add(chosen == LinearExpr.sum(pairs))
+        part = model.new_int_var(0, upper, f"step_at_factor{factor}")
+        model.add(part == v.step).only_enforce_if(chosen)
+        model.add(part == 0).only_enforce_if(~chosen)
+        v.factors[factor] = (chosen, part)
+    value = LinearExpr.weighted_sum([p for _, p in v.factors.values()], list(v.factors))
+    model.add(value >= min(v.factors, default=0) * v.step)  # a redundant cut for the relaxation
+    return value
 
 
 def risk_objective(space: Space, t: Tables, model, v: Vars, memory_live: list):
@@ -520,14 +563,16 @@ def cpsat_top(
     if not len(rows):
         return [], info
     by_step = objective == "step-time"
+    by_value = objective != "gather-volume"  # the rows' least values are those of the value
     model, v, exprs = build_model(
-        space, t, rows, limit if by_step else None, fits_r, best if by_step else None
+        space, t, rows, limit if by_step else None, fits_r, best if by_value else None
     )
     hints = [_hint(space, t, v, *answer) for answer in expected]
     keys = ["volume", "step"] if objective == "gather-volume" else ["step"]
+    # the "step" phases rank the objective's value (the step time for step-time and gather-volume)
     phases = (
-        [(key, exprs[key]) for key in keys]
-        + [("risk", exprs["risk"]), ("step", exprs["step"])]
+        [(key, exprs["value" if key == "step" else key]) for key in keys]
+        + [("risk", exprs["risk"]), ("step", exprs["value"])]
         + [("simplicity", e) for e in exprs["simplicity"]]
     )
     answers: list[tuple] = []
@@ -557,7 +602,7 @@ def cpsat_top(
                     if near[0] in v.y:
                         model.set_hint(_hint(space, t, v, *near))
                 width = _merged_width(least) if key == "risk" else None
-                goal = expr if width is None else width * expr + exprs["step"]
+                goal = expr if width is None else width * expr + exprs["value"]
                 if width is not None and by_step:  # the rows' cut on the merged objective
                     floor = _merged_floor(space, pool, answers, width, limit)[list(v.y)]
                     model.add(goal >= LinearExpr.weighted_vars(v.y.values(), floor.tolist()))
@@ -573,7 +618,7 @@ def cpsat_top(
                     break
                 solver = attempt
                 value = int(solver.value(expr))
-                step = int(solver.value(exprs["step"]))
+                step = int(solver.value(exprs["value"]))
                 if goal is not expr:  # risk and step minimised at once: both phases proven
                     then = step
                 if rank == 0 and phase == 0:
@@ -603,7 +648,7 @@ def cpsat_top(
             break
         row, ri, z, o = _decode(solver, v)
         m = assemble(t, space, np.array([row]), np.array([ri]), np.array([z]), np.array([o]))
-        metrics = {key: int(np.broadcast_to(m[key], (1,))[0]) for key in ("step", "peak", "volume")}
+        metrics = {key: int(np.broadcast_to(m[key], (1,))[0]) for key in METRICS}
         answers.append((row, ri, z, o, metrics))
         witnesses.discard((row, ri, z))
         model.add_bool_or(
@@ -747,7 +792,7 @@ def _rank_risk_free(space, t, model, v, exprs, rank, deadline, info, tolerance):
         return None
     row, ri, z, o = _decode(solver, v)
     m = assemble(t, space, np.array([row]), np.array([ri]), np.array([z]), np.array([o]))
-    metrics = {key: int(np.broadcast_to(m[key], (1,))[0]) for key in ("step", "peak", "volume")}
+    metrics = {key: int(np.broadcast_to(m[key], (1,))[0]) for key in METRICS}
     return (row, ri, z, o, metrics)
 
 
@@ -769,7 +814,7 @@ def _merged_floor(
     clipped as ``build_model`` clips its tables: a clipped candidate's step is at least the clip."""
     if pool is None:
         return np.zeros(len(space.sk_k), dtype=np.int64)
-    step = pool["step"] if clip is None else np.minimum(pool["step"], clip + 1)
+    step = pool["value"] if clip is None else np.minimum(pool["value"], clip + 1)
     goal = width * pool["risk"] + step
     keep = np.ones(len(goal), dtype=bool)
     for row, ri, z in (answer[:3] for answer in answers):
@@ -840,9 +885,7 @@ def _expected(
         m = assemble(t, space, sk, ri, z, o)
         ok = m["fits"]
         pool = {"sk": sk[ok], "ri": ri[ok], "z": z[ok], "o": o[ok]}
-        pool.update(
-            {key: np.broadcast_to(m[key], sk.shape)[ok] for key in ("step", "peak", "volume")}
-        )
+        pool.update(fitting_metrics(m, sk.shape, ok))
     pool["risk"] = risk_score(space, pool["sk"], pool["o"], pool["peak"], t.capacity_kib)
     picks = select(
         space, pool, objective, top_k, tolerance, capacity_kib=t.capacity_kib, trace=trace
@@ -876,6 +919,12 @@ def _hint(space: Space, t: Tables, v: Vars, row: int, ri: int, z: int, o: int) -
     for hidden, (exposed, charged) in zip(step_formula.EXPOSED, v.exposed):
         gap = int(max(0, (hidden.hidden(terms) - hidden.window(terms))[0]))
         determined[exposed], determined[charged] = gap, t.eta_pct * gap // 100
+    if v.step is not None:  # time-to-train: the step, and its factor's part
+        step = int(assemble(t, space, *at)["step"][0])
+        determined[v.step] = step
+        for factor, (chosen, part) in v.factors.items():
+            mine = factor == int(t.factor[s, z])
+            determined[chosen], determined[part] = int(mine), step if mine else 0
     chosen = {
         "y": row,
         "shape": s,

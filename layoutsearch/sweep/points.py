@@ -39,12 +39,15 @@ class Point:
     workload: tuple[tuple[str, Any], ...] = ()  # build_workload options other than their defaults
     price_per_kwh: float | None = None
     max_site_power_mw: float | None = None  # a budget decides feasibility: part of the id when set
+    objective: str = "step-time"  # what the search ranks by: part of the id when not step-time
 
     @property
     def id(self) -> str:
         options = "".join(f"|{k}={v}" for k, v in self.workload)
         if self.max_site_power_mw is not None:
             options += f"|max_site_power_mw={self.max_site_power_mw}"
+        if self.objective != "step-time":
+            options += f"|objective={self.objective}"
         return f"{self.model}|{self.cluster}|{self.global_batch_seqs}|{self.seq_len}{options}"
 
 
@@ -161,12 +164,14 @@ def expand_points(
     workload: dict | None = None,
     price_per_kwh: float | None = None,
     max_site_power_mw: float | None = None,
+    objective: str = "step-time",
 ) -> list[Point]:
     """Every (model, cluster, seq_len, seqs) combination, in that nesting order, without repeats.
     Each of the first four arguments is a string (comma items and ranges allowed) or a list of
     them; every point carries ``training_tokens``, ``price_per_device_hour`` and the ``workload``
     options (``core.options.WorkloadOptions``) (those that differ from their defaults key the point),
-    ``price_per_kwh`` and the site power budget ``max_site_power_mw`` (which keys it too)."""
+    ``price_per_kwh``, the site power budget ``max_site_power_mw`` and the search's
+    ``objective`` (which key it too)."""
     defaults = {name: f.default for name, f in WorkloadOptions.model_fields.items()}
     options = tuple(sorted((k, v) for k, v in (workload or {}).items() if v != defaults[k]))
     check_tokens(training_tokens)
@@ -198,6 +203,7 @@ def expand_points(
             workload=options,
             price_per_kwh=price_per_kwh,
             max_site_power_mw=max_site_power_mw,
+            objective=objective,
         )
         for m in model_ids
         for c in cluster_ids

@@ -13,6 +13,7 @@ from layoutsearch.costs.goodput import Resilience
 from layoutsearch.report.output import layout_record
 from layoutsearch.search import solve
 from layoutsearch.search.explain import infeasibility
+from layoutsearch.search.objectives import UNITS
 from layoutsearch.sweep.points import Point
 from layoutsearch.sweep.table import COLUMN_NAMES
 
@@ -41,11 +42,13 @@ def solve_point(point: Point, time_limit_s: float) -> dict:
             row.update(status="INFEASIBLE", reason=over_budget)
             row["point_wall_s"] = time.perf_counter() - start
             return _finish(row)
-        result = solve(problem, SearchRequest(top_k=1, time_limit_s=time_limit_s))
+        request = SearchRequest(top_k=1, time_limit_s=time_limit_s, objective=point.objective)
+        result = solve(problem, request)
+        seconds = UNITS[result.objective] == "s"  # energy's joules are the energy columns
         row.update(
             status=result.status,
-            objective_s=result.objective_value,
-            bound_s=result.bound,
+            objective_s=result.objective_value if seconds else None,
+            bound_s=result.bound if seconds else None,
             wall_s=result.wall_s,
             num_candidates=result.num_candidates,
         )
