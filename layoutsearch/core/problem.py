@@ -408,7 +408,7 @@ class SearchRequest:
     time_limit_s: float = 30.0
     target: str | None = None
     tie_tolerance: float | None = (
-        None  # relative step-time difference below which layouts tie (None: search.ranking's)
+        None  # relative difference of two values that ties them (None: search.ranking's)
     )
     # the failure and checkpoint inputs of the time-to-train objective (costs.goodput.Resilience;
     # None: its defaults)

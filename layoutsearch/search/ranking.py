@@ -339,7 +339,7 @@ def select(
     order = np.lexsort(
         tuple(reversed(simplicity_key(space, pool["sk"], pool["ri"], pool["z"], pool["o"])))
     )
-    step = pool["value"][order]
+    value = pool["value"][order]
     primary = pool["volume"][order] if objective == "gather-volume" else np.zeros(n, dtype=np.int64)
     gid = group_ids(space, pool["sk"], pool["ri"], pool["z"])[order]
     risk = risk_score(space, pool["sk"], pool["o"], pool["peak"], capacity_kib)[order]
@@ -347,14 +347,14 @@ def select(
     picks: list[int] = []
     while len(picks) < top_k and alive.any():
         eligible = alive & (primary == primary[alive].min())
-        fastest = int(np.argmin(np.where(eligible, step, np.iinfo(np.int64).max)))
-        least = int(step[fastest])
-        eligible &= step <= band_limit(least)
+        fastest = int(np.argmin(np.where(eligible, value, np.iinfo(np.int64).max)))
+        least = int(value[fastest])
+        eligible &= value <= band_limit(least)
         safest = int(risk[eligible].min())
         eligible &= risk == safest
-        at_best = int(np.argmin(np.where(eligible, step, np.iinfo(np.int64).max)))
-        best = int(step[at_best])
-        eligible &= step <= tie_limit(best, tolerance)
+        at_best = int(np.argmin(np.where(eligible, value, np.iinfo(np.int64).max)))
+        best = int(value[at_best])
+        eligible &= value <= tie_limit(best, tolerance)
         i = int(np.argmax(eligible))
         picks.append(int(order[i]))
         if trace is not None:
