@@ -233,3 +233,25 @@ def test_a_sweep_ranks_by_time_to_train(tmp_path):
         assert float(row["objective_s"]) == pytest.approx(objective_s, abs=1e-5)
         ratio = float(row["step_time_s"]) / float(row["goodput"])
         assert float(row["objective_s"]) == pytest.approx(ratio, rel=1e-3)
+
+
+def test_a_sweeps_failure_options_key_its_points_and_set_the_goodput(tmp_path):
+    """sweep --failure-rate-per-device-hour 0.01 --checkpoint-write-gbytes-per-s-per-node 0.05:
+    the options name the point, and the goodput falls to 0.667 (0.997 at the defaults above), the
+    objective 0.7879 s / 0.667 = 1.1816 s."""
+    table = tmp_path / "harsh.csv"
+    argv = ["sweep", "--model", "llama3-8b", "--cluster", "h100-32", "--seqs", "64"]
+    harsh = ["--failure-rate-per-device-hour", "0.01"]
+    harsh += ["--checkpoint-write-gbytes-per-s-per-node", "0.05"]
+    out = runner.invoke(
+        app, [*argv, *harsh, "--objective", "time-to-train", "-o", str(table), "-j", "1"]
+    )
+    assert out.exit_code == 0, out.output
+    (row,) = list(csv.DictReader(table.open()))
+    assert row["point_id"] == (
+        "llama3-8b|h100-32|64|4096|objective=time-to-train"
+        "|checkpoint_write_gbytes_per_s_per_node=0.05|failure_rate_per_device_hour=0.01"
+    )
+    assert float(row["goodput"]) == pytest.approx(0.66687, abs=1e-5)
+    assert float(row["step_time_s"]) == pytest.approx(0.78792, abs=1e-5)
+    assert float(row["objective_s"]) == pytest.approx(1.18156, abs=1e-5)

@@ -113,7 +113,7 @@ FLAGS = {
         "--max-site-power-mw",
         "--tokens",
         "--price-per-device-hour",
-        "--price-per-kwh",
+        *GOODPUT,
         *WORKLOAD,
     ],
 }

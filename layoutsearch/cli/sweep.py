@@ -13,6 +13,7 @@ import typer
 from layoutsearch.cli.options import ALL, CommandSpec, Given, build_command, register_command
 from layoutsearch.core.errors import InvalidArgumentError
 from layoutsearch.core.options import (
+    FAILURE_OPTIONS,
     PLAN_FIELDS,
     PlanOptions,
     SearchOptions,
@@ -63,6 +64,7 @@ def sweep(given: Given) -> None:
         plan.price_per_kwh,
         opts.max_site_power_mw,
         search.objective.value,
+        {name: getattr(plan, name) for name in FAILURE_OPTIONS},
     )
     output = opts.output
     try:

@@ -50,6 +50,7 @@ __all__ = [
     "Executor",
     "CheckpointMode",
     "GOODPUT_OPTIONS",
+    "FAILURE_OPTIONS",
     "OptionGroup",
     "InputOptions",
     "ProblemOptions",
@@ -501,21 +502,22 @@ class SweepOptions(OptionGroup):
     )
 
 
-# The PlanOptions every command with --tokens takes: the goodput of each layout.
-GOODPUT_OPTIONS = (
+# The PlanOptions of the goodput of each layout (and of the time-to-train objective)
+FAILURE_OPTIONS = (
     "failure_rate_per_device_hour",
     "restart_time_s",
     "checkpoint_mode",
     "checkpoint_write_gbytes_per_s_per_node",
-    "price_per_kwh",
 )
+# ... and every command with --tokens takes them with the energy's price
+GOODPUT_OPTIONS = (*FAILURE_OPTIONS, "price_per_kwh")
 
 # The plan options each command takes (the CLI's command specs and the API's keywords alike)
 PLAN_FIELDS: dict[str, tuple[str, ...]] = {
     "solve": ("tokens", "price_per_device_hour", "what_if", *GOODPUT_OPTIONS, "fallback_nodes"),
     "explain": ("tokens", "price_per_device_hour", "sensitivity", "versus", *GOODPUT_OPTIONS),
     "estimate": ("tokens", "price_per_device_hour", "what_if", *GOODPUT_OPTIONS),
-    "sweep": ("tokens", "price_per_device_hour", "price_per_kwh"),
+    "sweep": ("tokens", "price_per_device_hour", *GOODPUT_OPTIONS),
 }
 
 GROUPS = (
