@@ -102,13 +102,14 @@ def solve(problem: Problem, request: SearchRequest | None = None) -> SearchResul
         return _stopped(request, space, None, start, tolerance, "the candidate space")
     searched = space.num_candidates()
     try:
-        if method == Method.cpsat and objective == Objective.step_time:
-            space, tables = focus(space, request.top_k, deadline, tolerance)
+        if method == Method.cpsat and objective != Objective.gather_volume:
+            space, tables = focus(
+                space, request.top_k, deadline, tolerance, objective, request.resilience
+            )
         else:
-            tables = build_tables(space, deadline)
+            tables = weigh(build_tables(space, deadline), space, objective, request.resilience)
     except OutOfTime:
         return _stopped(request, space, None, start, tolerance, "the candidate tables")
-    tables = weigh(tables, space, objective, request.resilience)
     if method == Method.enumerate:
         t0 = time.perf_counter()
         found: dict = {}

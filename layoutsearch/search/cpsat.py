@@ -29,7 +29,7 @@ from layoutsearch.search import (
     satmodel as cp_model,
 )  # CP-SAT through cp_model_helper, without pandas
 from layoutsearch.search.enumerate import METRICS, candidate_grid, fitting_metrics
-from layoutsearch.search.objectives import value_bounds
+from layoutsearch.search.objectives import costed_value_bounds, value_bounds, weigh
 from layoutsearch.search.ranking import (
     RISKS,
     TIE_TOLERANCE,
@@ -218,29 +218,37 @@ def focus(
     top_k: int,
     deadline: float | None = None,
     tolerance: float = TIE_TOLERANCE,
+    objective: str = "step-time",
+    resilience=None,
 ) -> tuple[Space, Tables]:
-    """The rows that may hold a top-k layout by step time, and their tables, without tabulating
-    the rest: rows are ordered by ``tables.compute_bounds`` (their compute, costed for every
-    row); above 4 FOCUS_ROWS rows the first FOCUS_ROWS are tabulated and ranked by ``prune``,
-    and its limit (the k-th best layout's reach, at least the whole space's) keeps the rows
-    whose bound does not exceed it; rows above it provably hold no top-k layout. The whole
-    space's tables when the first rows hold fewer than k layouts or the rows are few. The
-    tables are in the whole space's quantum."""
-    bound, costed = compute_bounds(space, deadline)
+    """The rows that may hold a top-k layout by the objective's value (not gather-volume), and
+    their tables weighed for it (``objectives.weigh``), without tabulating the rest: rows are
+    ordered by a lower bound of their value (``objectives.costed_value_bounds`` of
+    ``tables.compute_bounds``: their compute, costed for every row); above 4 FOCUS_ROWS rows the
+    first FOCUS_ROWS are tabulated and ranked by ``prune``, and its limit (the k-th best layout's
+    reach, at least the whole space's) keeps the rows whose bound does not exceed it; rows above
+    it provably hold no top-k layout. The whole space's tables when the first rows hold fewer
+    than k layouts or the rows are few. The tables are in the whole space's quantum."""
+    step_bound, costed = compute_bounds(space, deadline)
+    bound = costed_value_bounds(space, step_bound, costed, objective, resilience)
+
+    def tables_of(part: Space, rows=None) -> Tables:
+        given = costed if rows is None else costed.restrict(space, rows)
+        return weigh(build_tables(part, deadline, given), part, objective, resilience)
+
     rows = np.nonzero(bound < NEVER)[0]
     if not len(rows):  # nothing fits: the whole space's tables, for the explanation
-        return space, build_tables(space, deadline, costed)
+        return space, tables_of(space)
     if len(rows) > 4 * FOCUS_ROWS:  # fewer: tabulating them all costs about what the first rows do
         head = np.sort(rows[np.argsort(bound[rows], kind="stable")[:FOCUS_ROWS]])
         near = space.restrict(head)
-        tables = build_tables(near, deadline, costed.restrict(space, head))
-        _, limit, _, _ = prune(near, tables, "step-time", top_k, tolerance=tolerance)
+        _, limit, _, _ = prune(near, tables_of(near, head), objective, top_k, tolerance=tolerance)
         if limit is not None:
             rows = rows[bound[rows] <= limit]
     if len(rows) == len(space.sk_k):
-        return space, build_tables(space, deadline, costed)
+        return space, tables_of(space)
     near = space.restrict(rows)
-    return near, build_tables(near, deadline, costed.restrict(space, rows))
+    return near, tables_of(near, rows)
 
 
 def build_model(
@@ -539,7 +547,7 @@ def cpsat_top(
     )
     if time.perf_counter() - started > time_limit_s:  # out of time before any solve
         return [], {**_info(space, rows), "status": "UNKNOWN", "ranking_status": "UNKNOWN"}
-    if limit is not None and objective == "step-time" and len(trace) == top_k:
+    if limit is not None and objective != "gather-volume" and len(trace) == top_k:
         # the proofs need only the rows that may beat a rank's values: with the least risk 0 at
         # every rank (nothing to prove below it) those within each rank's tie limit
         if all(rank[1] == 0 for rank in trace):
@@ -670,7 +678,8 @@ def _risk_free_top(
     tolerance: float,
 ):
     """``cpsat_top`` where the enumerated ranking has the least risk 0 at every rank but the
-    least step time belongs to a riskier layout: two models. The first, over the rows that may
+    least step time (the objective's value: here "step" stands for it) belongs to a riskier
+    layout: two models. The first, over the rows that may
     hold a step within the tie limit of a rank's least (``fastest``: rows, limit), proves each
     rank's least step time T0 over every candidate; the second, over the rows without a row-level
     risk (cp > 1, too many microbatches) whose least step is within the tie limit of a rank's
@@ -686,8 +695,13 @@ def _risk_free_top(
     plain = (r.cp[s_of[rows]] == 0) & (r.many_microbatches[rows] == 0)
     rows_b = rows[(best[rows] <= limit_b) & plain]
     info = _info(space, distinct(np.concatenate([rows_a, rows_b])))
-    model_a, v_a, exprs_a = build_model(space, t, rows_a, limit_a, fits_r, best)
-    model_b, v_b, exprs_b = build_model(space, t, rows_b, limit_b, fits_r, best)
+    by_step = t.objective == "step-time"  # the tables clip at a step limit, not another value's
+    model_a, v_a, exprs_a = build_model(
+        space, t, rows_a, limit_a if by_step else None, fits_r, best
+    )
+    model_b, v_b, exprs_b = build_model(
+        space, t, rows_b, limit_b if by_step else None, fits_r, best
+    )
     model_b.add(exprs_b["risk"] == 0)
     answers, deadline, least = [], time.perf_counter() + time_limit_s, None
     for rank in range(top_k):
@@ -710,14 +724,14 @@ def _risk_free_top(
             model_a.set_hint(_hint(space, t, v_a, *fastest))
         attempt = _solver(max(0.05, deadline - time.perf_counter()))
         callback = Incumbents()
-        model_a.minimize(exprs_a["step"])
+        model_a.minimize(exprs_a["value"])
         status = attempt.solve(model_a, callback)
         info["wall_s"] += attempt.wall_time
         if status not in (cp_model.OPTIMAL, cp_model.FEASIBLE):
             if rank == 0:
                 info["status"] = STATUS[status]
             break
-        least = int(attempt.value(exprs_a["step"]))
+        least = int(attempt.value(exprs_a["value"]))
         if rank == 0:
             info.update(
                 status=STATUS[status],
@@ -760,7 +774,7 @@ def _info(space: Space, rows: np.ndarray) -> dict:
 def _band(model, exprs: dict, least: int, rank: int) -> None:
     """Hold the step time within the risk band of the least one, for this rank."""
     lit = model.new_bool_var(f"band_{rank}")
-    model.add(exprs["step"] <= band_limit(least)).only_enforce_if(lit)
+    model.add(exprs["value"] <= band_limit(least)).only_enforce_if(lit)
     model.add_assumptions([lit])
 
 
@@ -768,7 +782,7 @@ def _rank_risk_free(space, t, model, v, exprs, rank, deadline, info, tolerance):
     """One rank of the risk-free model: the least step time T (a proof), then with step <=
     tie_limit(T) the simplicity objectives; the answer, or None when a phase finds nothing."""
     solver = None
-    phases = [("step", exprs["step"])] + [("simplicity", e) for e in exprs["simplicity"]]
+    phases = [("step", exprs["value"])] + [("simplicity", e) for e in exprs["simplicity"]]
     for phase, (key, expr) in enumerate(phases):
         attempt = _solver(max(0.05, deadline - time.perf_counter()))
         model.minimize(expr)

@@ -20,6 +20,7 @@ step counts at busy power (``costs.power``'s fallback) and energy ranks as step 
 from __future__ import annotations
 
 import math
+from types import SimpleNamespace
 
 import numpy as np
 
@@ -27,7 +28,7 @@ from layoutsearch.core.errors import InvalidArgumentError
 from layoutsearch.core.units import KIB
 from layoutsearch.costs import goodput, power
 from layoutsearch.search.space import Space
-from layoutsearch.search.tables import NEVER, Tables
+from layoutsearch.search.tables import NEVER, Costed, Tables, optimizer_seconds, quanta
 
 FACTOR_SCALE = 10_000  # F's resolution: 1e-4 of the step, far below the tie tolerance (0.5%)
 MAX_FACTOR = 10_000  # a goodput under 1e-4 (a job that hardly progresses) ranks as 1e-4
@@ -35,7 +36,7 @@ WATT_SCALE = 10  # 0.1 W: the energy's resolution, 1e-3 of an idle power of 100 
 UNITS = {"step-time": "s", "gather-volume": "bytes", "time-to-train": "s", "energy": "J"}
 
 
-def weigh(t: Tables, space: Space, objective: str, resilience=None) -> Tables:
+def weigh(t: Tables | SimpleNamespace, space: Space, objective: str, resilience=None):
     """The tables with the weights of ``objective`` (module docstring); ``resilience``: the
     failure and checkpoint options (``costs.goodput.Resilience``, None: its defaults)."""
     t.objective = objective
@@ -86,7 +87,22 @@ def value_unit(t: Tables, space: Space) -> float:
     return KIB if t.objective == "gather-volume" else t.quantum_s
 
 
-def value_bounds(space: Space, t: Tables, step_bound: np.ndarray) -> np.ndarray:
+def costed_value_bounds(
+    space: Space, step_bound: np.ndarray, costed: Costed, objective: str, resilience=None
+) -> np.ndarray:
+    """``value_bounds`` from ``tables.compute_bounds``'s step bounds and costed terms, before the
+    tables: the same weights (``weigh``) on the whole space's shapes and busy times."""
+    if objective not in ("time-to-train", "energy"):
+        return step_bound
+    busy = np.maximum(*costed.row_terms().busy_s)  # [sk, r] seconds
+    terms = SimpleNamespace(  # the fields of Tables that value_bounds reads
+        busy_s=quanta(busy, costed.quantum_s),
+        optimizer_s=quanta(optimizer_seconds(space), costed.quantum_s),
+    )
+    return value_bounds(space, weigh(terms, space, objective, resilience), step_bound)
+
+
+def value_bounds(space: Space, t: Tables | SimpleNamespace, step_bound: np.ndarray) -> np.ndarray:
     """Per (S, K) row a lower bound of the value from a lower bound of its step time: the least
     F of the row's shape over the allowed ZeRO stages x the step, or IDLE x the step + DYNAMIC x
     the least busy time over the recompute policies and optimizer step over the ZeRO stages."""
