@@ -194,7 +194,8 @@ def _search(
         workload = workload.model_copy(update={"framework": framework_of_target(target)})
     prob = planning.with_training_tokens(build_problem(problem, workload), plan.tokens)
     request = search_request(search, target=target, top_k=top_k, label=label)
-    request = dataclasses.replace(request, time_limit_s=_left(deadline))
+    resilience = planning.resilience_of(plan)  # time-to-train ranks by each layout's goodput
+    request = dataclasses.replace(request, time_limit_s=_left(deadline), resilience=resilience)
     result = proven_or_feasible(solve_problem(prob, request))
     explanation = (
         None
@@ -203,7 +204,7 @@ def _search(
         if result.stopped
         else infeasibility(prob, result.space, result.tables)
     )
-    document = solve_document(prob, result, explanation, resilience=planning.resilience_of(plan))
+    document = solve_document(prob, result, explanation, resilience=resilience)
     set_price(document["layouts"], plan.price_per_device_hour)
     return SolveRun(prob, result, document, explanation), request
 

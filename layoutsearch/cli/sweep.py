@@ -13,6 +13,7 @@ import typer
 from layoutsearch.cli.options import ALL, CommandSpec, Given, build_command, register_command
 from layoutsearch.core.errors import InvalidArgumentError
 from layoutsearch.core.options import (
+    FAILURE_OPTIONS,
     PLAN_FIELDS,
     PlanOptions,
     SearchOptions,
@@ -27,7 +28,7 @@ SPEC = CommandSpec(
             SweepOptions,
             ("model", "cluster", "output", "seqs", "seq_len", "jobs", "executor", "address"),
         ),
-        (SearchOptions, ("time_limit",)),
+        (SearchOptions, ("time_limit", "objective")),
         (SweepOptions, ("fresh", "retry_failed", "progress", "max_site_power_mw")),
         (PlanOptions, PLAN_FIELDS["sweep"]),
         (WorkloadOptions, ALL),
@@ -62,6 +63,8 @@ def sweep(given: Given) -> None:
         workload.values(),
         plan.price_per_kwh,
         opts.max_site_power_mw,
+        search.objective.value,
+        {name: getattr(plan, name) for name in FAILURE_OPTIONS},
     )
     output = opts.output
     try:

@@ -50,6 +50,7 @@ __all__ = [
     "Executor",
     "CheckpointMode",
     "GOODPUT_OPTIONS",
+    "FAILURE_OPTIONS",
     "OptionGroup",
     "InputOptions",
     "ProblemOptions",
@@ -309,8 +310,10 @@ class SearchOptions(OptionGroup):
     only: str | None = Field(None, description="Degrees that may exceed 1, e.g. fsdp,tp")
     objective: Objective = Field(
         Objective.step_time,
-        description="step-time, or gather-volume: the FSDP weight gather plus the TP input "
-        "gather per step, 2DF/tp + 2BD tp/N",
+        description="step-time; gather-volume: the FSDP weight gather plus the TP input "
+        "gather per step, 2DF/tp + 2BD tp/N; time-to-train: step time / goodput (each layout's "
+        "checkpoint and the failure options; --tokens not needed: it scales every layout "
+        "alike); energy: joules per step, busy power while computing, idle power otherwise",
     )
     time_limit: float = Field(
         30.0,
@@ -509,21 +512,22 @@ class SweepOptions(OptionGroup):
     )
 
 
-# The PlanOptions every command with --tokens takes: the goodput of each layout.
-GOODPUT_OPTIONS = (
+# The PlanOptions of the goodput of each layout (and of the time-to-train objective)
+FAILURE_OPTIONS = (
     "failure_rate_per_device_hour",
     "restart_time_s",
     "checkpoint_mode",
     "checkpoint_write_gbytes_per_s_per_node",
-    "price_per_kwh",
 )
+# ... and every command with --tokens takes them with the energy's price
+GOODPUT_OPTIONS = (*FAILURE_OPTIONS, "price_per_kwh")
 
 # The plan options each command takes (the CLI's command specs and the API's keywords alike)
 PLAN_FIELDS: dict[str, tuple[str, ...]] = {
     "solve": ("tokens", "price_per_device_hour", "what_if", *GOODPUT_OPTIONS, "fallback_nodes"),
     "explain": ("tokens", "price_per_device_hour", "sensitivity", "versus", *GOODPUT_OPTIONS),
     "estimate": ("tokens", "price_per_device_hour", "what_if", *GOODPUT_OPTIONS),
-    "sweep": ("tokens", "price_per_device_hour", "price_per_kwh"),
+    "sweep": ("tokens", "price_per_device_hour", *GOODPUT_OPTIONS),
 }
 
 GROUPS = (

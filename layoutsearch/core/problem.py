@@ -416,8 +416,11 @@ class SearchRequest:
     time_limit_s: float = 30.0
     target: str | None = None
     tie_tolerance: float | None = (
-        None  # relative step-time difference below which layouts tie (None: search.ranking's)
+        None  # relative difference of two values that ties them (None: search.ranking's)
     )
+    # the failure and checkpoint inputs of the time-to-train objective (costs.goodput.Resilience;
+    # None: its defaults)
+    resilience: Any = None
 
     def with_options(self, **changes) -> SearchRequest:
         return replace(self, options=replace(self.options, **changes))

@@ -74,6 +74,8 @@ class Objective(StrEnum):
 
     step_time = "step-time"
     gather_volume = "gather-volume"
+    time_to_train = "time-to-train"  # step time over goodput (costs.goodput)
+    energy = "energy"  # joules per step (costs.power)
 
 
 class Method(StrEnum):

@@ -4,7 +4,8 @@ A job on N devices, each failing at ``failure_rate_per_device_hour``, fails as a
 
     job_mtbf_s   = 3600 / (failure_rate_per_device_hour x N)
     checkpoint   = what each device's optimizer holds (fp32 master + moments, from the layout's
-                   memory terms), written by every device at once (a fully parallel save)
+                   memory terms), written by every device at once (a fully parallel save): the
+                   larger of the first and last pipeline stage's, whose write ends the save
     write_s      = checkpoint_bytes_per_device x devices_per_host / write_bytes_per_s_per_node
     blocking_s   = write_s (blocking), or the device-to-host copy only (async):
                    checkpoint_bytes_per_device / host_bytes_per_s_per_direction
@@ -28,8 +29,13 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
+import numpy as np
+
+from layoutsearch.core.errors import InvalidArgumentError
 from layoutsearch.core.options import DEFAULT_RESTART_TIME_S, LLAMA3_FAILURE_RATE_PER_DEVICE_HOUR
+from layoutsearch.core.specs import SCHEDULE_CODES, Layout, ModelSpec, Workload
 from layoutsearch.core.units import GB
+from layoutsearch.costs import memory, terms
 from layoutsearch.costs.power import step_energy_j
 
 __all__ = [
@@ -41,11 +47,15 @@ __all__ = [
     "Goodput",
     "job_mtbf_s",
     "checkpoint_bytes_per_device",
+    "checkpoint_bytes_of_shapes",
+    "layout_checkpoint_bytes",
     "optimal_interval_s",
     "daly_goodput",
     "goodput",
     "step_energy_j",
     "storage_bytes_per_s_per_node",
+    "check_async",
+    "cluster_goodput",
     "reshard_time_s",
 ]
 
@@ -109,6 +119,45 @@ def checkpoint_bytes_per_device(memory_bytes: dict[str, float], data_parallel: i
     return (weights + memory_bytes["state/optimizer"]) / data_parallel
 
 
+def checkpoint_bytes_of_shapes(
+    model: ModelSpec, workload: Workload, sh: terms.Shapes, zero_stage: np.ndarray
+) -> np.ndarray:
+    """Bytes each device writes per checkpoint, for shapes (arrays) at ZeRO stages ``zero_stage``:
+    its state's master weights and moments (``checkpoint_bytes_per_device``) over the devices
+    holding the same copy, the dense state's and the routed experts' apart (a dense copy is held
+    by all but the tp x pp (x the ZeRO shards) devices; an expert copy by all but pp x ep x etp
+    (x the expert ZeRO shards)): the devices together write the state once. The larger of the
+    first and the last pipeline stage's, whose write ends the save."""
+    z = np.asarray(zero_stage)
+    devices = sh.dp * sh.fsdp * sh.tp * sh.pp * sh.cp
+    sharded = z >= 1
+    groups = [
+        (terms.stage_params, np.where(sharded, sh.shards, 1), sh.tp * sh.pp),
+        (terms.expert_stage_params, np.where(sharded, sh.expert_shards, 1), sh.pp * sh.ep * sh.etp),
+    ]
+    by_stage = []
+    for first in (True, False):
+        written = 0.0
+        for params_of, shards, split in groups[: 1 + (model.moe is not None)]:
+            state = memory.state_bytes(params_of(model, sh, first), workload, z, shards)
+            kept = np.where(state["master"] > 0, state["master"], state["weights"])
+            written = written + (kept + state["optimizer"]) * split * shards / devices
+        by_stage.append(written)
+    return np.maximum.reduce(by_stage)
+
+
+def layout_checkpoint_bytes(model: ModelSpec, workload: Workload, layout: Layout) -> float:
+    """``checkpoint_bytes_of_shapes`` of one layout, bytes per device."""
+    sh = terms.Shapes.of(
+        **layout.all_degrees,
+        v=layout.virtual_stages,
+        sched=SCHEDULE_CODES[layout.schedule],
+        lf=layout.first_stage_layers or 0,
+        ll=layout.last_stage_layers or 0,
+    )
+    return float(checkpoint_bytes_of_shapes(model, workload, sh, np.array([layout.zero_stage]))[0])
+
+
 def optimal_interval_s(blocking_s: float, mtbf_s: float) -> float:
     """Young's optimum checkpoint interval sqrt(2 C M), seconds (Young 1974; Daly 2006 eq. 3)."""
     return math.sqrt(2.0 * blocking_s * mtbf_s)
@@ -140,6 +189,16 @@ def reshard_time_s(
     """Reading a whole checkpoint (each device's bytes x devices) once into another layout, over
     the storage bandwidth of the hosts that read it."""
     return checkpoint_bytes_per_device * num_devices / (host_bytes_per_s * max(1, reading_hosts))
+
+
+def check_async(resilience: Resilience, acc) -> None:
+    """Refuse async checkpoints on an accelerator without a catalogued host link (the copy to host
+    memory is what blocks), naming the option and the accelerator."""
+    if resilience.checkpoint_mode == "async" and acc.host_bytes_per_s_per_direction is None:
+        raise InvalidArgumentError(
+            f"--checkpoint-mode async: accelerator {acc.id} has no host link bandwidth "
+            f"(host_gbytes_per_s_per_direction) in its catalogue file"
+        )
 
 
 def goodput(
@@ -175,6 +234,24 @@ def goodput(
         checkpoint_bytes_per_device=checkpoint_bytes,
         restart_s=restart_s,
         job_mtbf_h=mtbf_s / SECONDS_PER_HOUR,
+    )
+
+
+def cluster_goodput(
+    resilience: Resilience, cluster, checkpoint_bytes: float, step_time_s: float
+) -> Goodput:
+    """``goodput`` of a layout on ``cluster``: all its devices, its hosts, the accelerator's host
+    link and storage bandwidth."""
+    acc = cluster.accelerator
+    check_async(resilience, acc)
+    return goodput(
+        resilience,
+        checkpoint_bytes=checkpoint_bytes,
+        num_devices=cluster.num_devices,
+        devices_per_host=min(acc.devices_per_host, cluster.num_devices),
+        host_bytes_per_s=acc.host_bytes_per_s_per_direction,
+        node_write_bytes_per_s=acc.checkpoint_write_bytes_per_s_per_node,
+        step_time_s=step_time_s,
     )
 
 

@@ -10,6 +10,7 @@ from layoutsearch.costs.estimate import Estimate
 from layoutsearch.costs.goodput import Resilience
 from layoutsearch.report import planning
 from layoutsearch.search.cpsat import SEED
+from layoutsearch.search.objectives import UNITS
 from layoutsearch.search.ranking import ranking_description
 
 
@@ -137,7 +138,7 @@ def solve_document(
             "bound": result.bound,
             "gap": result.gap,
             "objective_name": result.objective,
-            "objective_unit": "s" if result.objective == "step-time" else "bytes",
+            "objective_unit": UNITS[result.objective],
             "quantum_s": result.quantum_s,
             "wall_s": result.wall_s,
             "solver_wall_s": result.solver_wall_s,

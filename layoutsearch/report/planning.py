@@ -160,24 +160,11 @@ def layout_goodput(est: Estimate, resilience: goodput.Resilience | None = None) 
     """The goodput of an estimated layout: its own checkpoint bytes, the cluster's hosts, the
     accelerator's host link and storage bandwidth."""
     resilience = resilience or goodput.Resilience()
-    acc, lay = est.cluster.accelerator, est.layout
-    if resilience.checkpoint_mode == "async" and acc.host_bytes_per_s_per_direction is None:
-        raise InvalidArgumentError(
-            f"--checkpoint-mode async: accelerator {acc.id} has no host link bandwidth "
-            f"(host_gbytes_per_s_per_direction) in its catalogue file"
-        )
-    # dp replicas hold the same optimizer state (so do the fsdp ones under ZeRO 0): a fully parallel
-    # save writes each byte once, the replicas sharing the writing
-    replicas = lay.dp * (lay.fsdp if lay.zero_stage == 0 else 1)
-    return goodput.goodput(
-        resilience,
-        checkpoint_bytes=goodput.checkpoint_bytes_per_device(est.memory_bytes, replicas),
-        num_devices=est.cluster.num_devices,
-        devices_per_host=min(acc.devices_per_host, est.cluster.num_devices),
-        host_bytes_per_s=acc.host_bytes_per_s_per_direction,
-        node_write_bytes_per_s=acc.checkpoint_write_bytes_per_s_per_node,
-        step_time_s=est.step_time_s,
+    # the larger pipeline stage's shard, the replicas sharing the writing (the search's too)
+    bytes_per_device = goodput.layout_checkpoint_bytes(
+        est.problem.model, est.problem.workload, est.layout
     )
+    return goodput.cluster_goodput(resilience, est.cluster, bytes_per_device, est.step_time_s)
 
 
 def estimate_plan(

@@ -15,7 +15,8 @@ from layoutsearch.costs.goodput import Resilience
 from layoutsearch.report import planning
 from layoutsearch.report.output import band_of, stage_layers_record
 from layoutsearch.search.explain import ranking_line
-from layoutsearch.search.ranking import RISK_BAND
+from layoutsearch.search.objectives import UNITS
+from layoutsearch.search.ranking import RISK_BAND, value_name
 
 BAR_WIDTH = 30
 
@@ -288,9 +289,11 @@ def solve_report(
         print_fitted(out, list(SOLVE_COLUMNS), rows, SOLVE_DROP_ORDER, SOLVE_TEXT)
         low, high = band_of(result.layouts[0])
         out.print(
-            f"ranking: within {RISK_BAND:.0%} of the least step time the layout with the fewest risks "
-            f"(low memory headroom, TP across the slow network, then CP, CP at all, many microbatches) ranks "
-            f"first, and step times within {result.tie_tolerance:.1%} are ties, won by the simplest "
+            f"ranking: within {RISK_BAND:.0%} of the least {value_name(result.objective)} the layout "
+            f"with the fewest risks (low memory headroom, TP across the slow network, then CP, CP at "
+            f"all, many microbatches) ranks first, and {value_name(result.objective, True)} within "
+            f"{result.tie_tolerance:.1%} are "
+            f"ties, won by the simplest "
             f"layout; band s: the model's uncertainty, {low * 100:+.0f}%..{high * 100:+.0f}% of the step time "
             f"on {result.layouts[0].cluster.accelerator.kind.upper()}s"
             + (" for MoE models" if result.layouts[0].problem.model.moe is not None else "")
@@ -525,7 +528,7 @@ def sensitivity_report(sensitivity: dict[str, float], est: Estimate, factor: flo
 
 
 def status_line(result) -> str:
-    unit = "s" if result.objective == "step-time" else "B"
+    unit = {"bytes": "B"}.get(UNITS[result.objective], UNITS[result.objective])
     value = "-" if result.objective_value is None else f"{result.objective_value:.6g} {unit}"
     bound = "-" if result.bound is None else f"{result.bound:.6g} {unit}"
     if result.status == "OPTIMAL":

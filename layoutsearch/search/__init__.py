@@ -15,11 +15,11 @@ import numpy as np
 from layoutsearch.core.errors import InvalidArgumentError
 from layoutsearch.core.problem import Problem, SearchOptions, SearchRequest
 from layoutsearch.core.specs import Method, Objective
-from layoutsearch.core.units import KIB
 from layoutsearch.costs.estimate import Estimate, estimate
 from layoutsearch.frameworks import Capabilities, capabilities_of
 from layoutsearch.search.cpsat import cpsat_top, focus
 from layoutsearch.search.enumerate import candidate_grid, enumerate_top
+from layoutsearch.search.objectives import value_unit, weigh
 from layoutsearch.search.ranking import MAX_TIE_TOLERANCE, TIE_TOLERANCE
 from layoutsearch.search.space import Space, build_space
 from layoutsearch.search.tables import OutOfTime, Tables, assemble, build_tables
@@ -35,7 +35,9 @@ class SearchResult:
     method: str
     objective: str
     status: str  # OPTIMAL, FEASIBLE, INFEASIBLE, UNKNOWN
-    objective_value: float | None  # seconds (step-time) or bytes (gather-volume), quantised
+    # quantised, in objectives.UNITS: seconds (step-time; time-to-train: step time / goodput),
+    # bytes (gather-volume) or joules per step (energy)
+    objective_value: float | None
     bound: float | None
     wall_s: float
     solver_wall_s: float
@@ -61,8 +63,9 @@ class SearchResult:
 
 
 def solve(problem: Problem, request: SearchRequest | None = None) -> SearchResult:
-    """The top_k layouts by the objective, step times within the tie tolerance counting as ties
-    that go to the simplest layout (``search.ranking``; both methods rank alike).
+    """The top_k layouts by the objective, values within the tie tolerance counting as ties that
+    go to the simplest layout (``search.ranking``; both methods rank alike). The time-to-train
+    objective reads the failure and checkpoint options of ``request.resilience``.
 
     Each answer is costed once by ``estimate()`` (exact, unquantised), whose violations (the
     registry's rules and memory) must be empty: a non-empty list is a bug, never a user error.
@@ -85,10 +88,12 @@ def solve(problem: Problem, request: SearchRequest | None = None) -> SearchResul
         return _stopped(request, space, None, start, tolerance, "the candidate space")
     searched = space.num_candidates()
     try:
-        if method == Method.cpsat and objective == Objective.step_time:
-            space, tables = focus(space, request.top_k, deadline, tolerance)
+        if method == Method.cpsat and objective != Objective.gather_volume:
+            space, tables = focus(
+                space, request.top_k, deadline, tolerance, objective, request.resilience
+            )
         else:
-            tables = build_tables(space, deadline)
+            tables = weigh(build_tables(space, deadline), space, objective, request.resilience)
     except OutOfTime:
         return _stopped(request, space, None, start, tolerance, "the candidate tables")
     if method == Method.enumerate:
@@ -113,7 +118,7 @@ def solve(problem: Problem, request: SearchRequest | None = None) -> SearchResul
         )
     if not answers and info["status"] == "UNKNOWN":
         return _stopped(request, space, tables, start, tolerance, "the rows' bounds")
-    unit = tables.quantum_s if objective == Objective.step_time else KIB
+    unit = value_unit(tables, space)
     estimates, metrics, candidates = [], [], []
     for row, ri, z, o, m in answers:
         layout = space.layout(

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 
@@ -28,7 +29,8 @@ from layoutsearch.costs import step as step_formula
 from layoutsearch.search import (
     satmodel as cp_model,
 )  # CP-SAT through cp_model_helper, without pandas
-from layoutsearch.search.enumerate import candidate_grid
+from layoutsearch.search.enumerate import METRICS, candidate_grid, fitting_metrics
+from layoutsearch.search.objectives import costed_value_bounds, value_bounds, weigh
 from layoutsearch.search.ranking import (
     RISKS,
     TIE_TOLERANCE,
@@ -97,20 +99,25 @@ class Vars:
     sz: dict = field(default_factory=dict)  # (shape, z) -> bool
     szo: dict = field(default_factory=dict)  # (shape, z, o) -> bool
     # the variables a candidate's selections determine (a hint sets them too): whether ZeRO-3
-    # collectives run and their extra stage time, each EXPOSED part's (exposed, floor(eta exposed))
-    # and the two headroom risks
+    # collectives run and their extra stage time, each EXPOSED part's (exposed, floor(eta exposed)),
+    # the two headroom risks, and for time-to-train the step and per goodput factor (chosen, step or 0)
     zero3: tuple = ()
     exposed: list = field(default_factory=list)
     low_headroom: list = field(default_factory=list)
+    step: Any = None
+    factors: dict = field(default_factory=dict)
 
 
 def row_bounds(
     space: Space, t: Tables, objective: str
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """Per (S, K) row: a valid lower bound of the objective, which (row, r) fit in memory with
-    some allowed ZeRO stage, and whether the row fits at all."""
+    """Per (S, K) row: a valid lower bound of the objective (the volume, else the value), which
+    (row, r) fit in memory with some allowed ZeRO stage, and whether the row fits at all."""
     fits_r = fits_by_row(space, t.MZ, t.MB, t.capacity_kib)
-    bound = t.VOLUME[space.sk_shape] if objective == "gather-volume" else _step_bound(space, t)
+    if objective == "gather-volume":
+        bound = t.VOLUME[space.sk_shape]
+    else:
+        bound = value_bounds(space, t, _step_bound(space, t))
     return bound, fits_r, np.asarray(fits_r.any(axis=1))
 
 
@@ -169,11 +176,11 @@ def prune(
         sk, ri, z, o = candidate_grid(space, rows[done : done + chunk])
         m = assemble(t, space, sk, ri, z, o)
         ok = m["fits"]
-        value = np.broadcast_to(m["step"], sk.shape)[ok]
+        value = np.broadcast_to(m["value"], sk.shape)[ok]
         if pool is not None:
             pieces.append(
-                {"sk": sk[ok], "ri": ri[ok], "z": z[ok], "o": o[ok], "step": value}
-                | {key: np.broadcast_to(m[key], sk.shape)[ok] for key in ("peak", "volume")}
+                {"sk": sk[ok], "ri": ri[ok], "z": z[ok], "o": o[ok]}
+                | fitting_metrics(m, sk.shape, ok)
             )
         vol = volume[sk[ok]]
         gid = group_ids(space, sk[ok], ri[ok], z[ok])
@@ -213,29 +220,37 @@ def focus(
     top_k: int,
     deadline: float | None = None,
     tolerance: float = TIE_TOLERANCE,
+    objective: str = "step-time",
+    resilience=None,
 ) -> tuple[Space, Tables]:
-    """The rows that may hold a top-k layout by step time, and their tables, without tabulating
-    the rest: rows are ordered by ``tables.compute_bounds`` (their compute, costed for every
-    row); above 4 FOCUS_ROWS rows the first FOCUS_ROWS are tabulated and ranked by ``prune``,
-    and its limit (the k-th best layout's reach, at least the whole space's) keeps the rows
-    whose bound does not exceed it; rows above it provably hold no top-k layout. The whole
-    space's tables when the first rows hold fewer than k layouts or the rows are few. The
-    tables are in the whole space's quantum."""
-    bound, costed = compute_bounds(space, deadline)
+    """The rows that may hold a top-k layout by the objective's value (not gather-volume), and
+    their tables weighed for it (``objectives.weigh``), without tabulating the rest: rows are
+    ordered by a lower bound of their value (``objectives.costed_value_bounds`` of
+    ``tables.compute_bounds``: their compute, costed for every row); above 4 FOCUS_ROWS rows the
+    first FOCUS_ROWS are tabulated and ranked by ``prune``, and its limit (the k-th best layout's
+    reach, at least the whole space's) keeps the rows whose bound does not exceed it; rows above
+    it provably hold no top-k layout. The whole space's tables when the first rows hold fewer
+    than k layouts or the rows are few. The tables are in the whole space's quantum."""
+    step_bound, costed = compute_bounds(space, deadline)
+    bound = costed_value_bounds(space, step_bound, costed, objective, resilience)
+
+    def tables_of(part: Space, rows=None) -> Tables:
+        given = costed if rows is None else costed.restrict(space, rows)
+        return weigh(build_tables(part, deadline, given), part, objective, resilience)
+
     rows = np.nonzero(bound < NEVER)[0]
     if not len(rows):  # nothing fits: the whole space's tables, for the explanation
-        return space, build_tables(space, deadline, costed)
+        return space, tables_of(space)
     if len(rows) > 4 * FOCUS_ROWS:  # fewer: tabulating them all costs about what the first rows do
         head = np.sort(rows[np.argsort(bound[rows], kind="stable")[:FOCUS_ROWS]])
         near = space.restrict(head)
-        tables = build_tables(near, deadline, costed.restrict(space, head))
-        _, limit, _, _ = prune(near, tables, "step-time", top_k, tolerance=tolerance)
+        _, limit, _, _ = prune(near, tables_of(near, head), objective, top_k, tolerance=tolerance)
         if limit is not None:
             rows = rows[bound[rows] <= limit]
     if len(rows) == len(space.sk_k):
-        return space, build_tables(space, deadline, costed)
+        return space, tables_of(space)
     near = space.restrict(rows)
-    return near, build_tables(near, deadline, costed.restrict(space, rows))
+    return near, tables_of(near, rows)
 
 
 def build_model(
@@ -247,9 +262,10 @@ def build_model(
     row_least: np.ndarray | None = None,
 ):
     """The CP-SAT model over the kept (S, K) rows: (model, vars, objective expressions). With
-    ``row_least``, each row's least step time over its candidates or a lower bound of it, the
-    step is held at least the chosen row's: a redundant cut that gives the LP relaxation the
-    rows' bounds (one row is chosen: the least over the rows bounds the least step)."""
+    ``row_least``, each row's least value (``tables.objective_value``) over its candidates or a
+    lower bound of it, the value is held at least the chosen row's: a redundant cut that gives
+    the LP relaxation the rows' bounds (one row is chosen: the least over the rows bounds the
+    least value)."""
     model = cp_model.CpModel()
     v = Vars()
     s_of = space.sk_shape
@@ -361,9 +377,16 @@ def build_model(
         step = step + exposed - charged + hidden.interference(term)
     for _, plain in step_formula.PLAIN:
         step = step + plain(term)
+    value = step
+    if t.objective == "time-to-train":
+        value = _goodput_weighted(model, v, t, step, _step_upper(t, most))
+    elif t.objective == "energy":  # IDLE x step + DYNAMIC x busy (search.objectives)
+        value = t.idle_w * step + t.dynamic_w * (
+            over(v.w, t.busy_s, (0, 1), None) + term.optimizer_s
+        )
     if row_least is not None:  # a clipped candidate's step is at least the clip: so is the cut's
         least = np.minimum(row_least[list(v.y)], limit if limit is not None else NEVER)
-        model.add(step >= LinearExpr.weighted_vars(v.y.values(), least.tolist()))
+        model.add(value >= LinearExpr.weighted_vars(v.y.values(), least.tolist()))
     # ---- every stage's memory fits at every moment
     memory_live = []
     for st in (0, 1):
@@ -379,11 +402,41 @@ def build_model(
         v,
         {
             "step": step,
+            "value": value,
             "volume": volume,
             "risk": risk_objective(space, t, model, v, memory_live),
             "simplicity": simplicity_objectives(space, v),
         },
     )
+
+
+def _step_upper(t: Tables, most: step_formula.StepTerms) -> int:
+    """An upper bound of any candidate's step (quanta): each term at its table's largest entry."""
+    hidden = sum(h.hidden(most) + 1 + h.interference(most) for h in step_formula.EXPOSED)
+    plain = sum(term(most) for _, term in step_formula.PLAIN)
+    return int(t.STAGE0.max(initial=0) + t.STAGE3.max(initial=0) + hidden + plain) + 1
+
+
+def _goodput_weighted(model, v: Vars, t: Tables, step, upper: int):
+    """F x step (time-to-train), F the chosen (shape, ZeRO stage)'s factor: per distinct factor a
+    Boolean (its pairs chosen) and a step variable equal to the step when it is set, 0 otherwise;
+    the value is their sum weighted by the factors (exact: one factor is chosen)."""
+    v.step = model.new_int_var(0, upper, "step")
+    model.add(v.step == step)
+    by_factor: dict = {}
+    for (s, z), chosen in v.sz.items():
+        by_factor.setdefault(int(t.factor[s, z]), []).append(chosen)
+    for factor, pairs in sorted(by_factor.items()):
+        chosen = model.new_bool_var(f"factor{factor}")
+        model.add(chosen == LinearExpr.sum(pairs))
+        part = model.new_int_var(0, upper, f"step_at_factor{factor}")
+        model.add(part == v.step).only_enforce_if(chosen)
+        model.add(part == 0).only_enforce_if(~chosen)
+        v.factors[factor] = (chosen, part)
+    value = LinearExpr.weighted_sum([p for _, p in v.factors.values()], list(v.factors))
+    least: int = min(v.factors, default=0)
+    model.add(value >= least * v.step)  # a redundant cut for the relaxation
+    return value
 
 
 def risk_objective(space: Space, t: Tables, model, v: Vars, memory_live: list):
@@ -498,7 +551,7 @@ def cpsat_top(
     )
     if time.perf_counter() - started > time_limit_s:  # out of time before any solve
         return [], {**_info(space, rows), "status": "UNKNOWN", "ranking_status": "UNKNOWN"}
-    if limit is not None and objective == "step-time" and len(trace) == top_k:
+    if limit is not None and objective != "gather-volume" and len(trace) == top_k:
         # the proofs need only the rows that may beat a rank's values: with the least risk 0 at
         # every rank (nothing to prove below it) those within each rank's tie limit
         if all(rank[1] == 0 for rank in trace):
@@ -522,14 +575,16 @@ def cpsat_top(
     if not len(rows):
         return [], info
     by_step = objective == "step-time"
+    by_value = objective != "gather-volume"  # the rows' least values are those of the value
     model, v, exprs = build_model(
-        space, t, rows, limit if by_step else None, fits_r, best if by_step else None
+        space, t, rows, limit if by_step else None, fits_r, best if by_value else None
     )
     hints = [_hint(space, t, v, *answer) for answer in expected]
     keys = ["volume", "step"] if objective == "gather-volume" else ["step"]
+    # the "step" phases rank the objective's value (the step time for step-time and gather-volume)
     phases = (
-        [(key, exprs[key]) for key in keys]
-        + [("risk", exprs["risk"]), ("step", exprs["step"])]
+        [(key, exprs["value" if key == "step" else key]) for key in keys]
+        + [("risk", exprs["risk"]), ("step", exprs["value"])]
         + [("simplicity", e) for e in exprs["simplicity"]]
     )
     answers: list[tuple] = []
@@ -559,7 +614,7 @@ def cpsat_top(
                     if near[0] in v.y:
                         model.set_hint(_hint(space, t, v, *near))
                 width = _merged_width(least) if key == "risk" else None
-                goal = expr if width is None else width * expr + exprs["step"]
+                goal = expr if width is None else width * expr + exprs["value"]
                 if width is not None and by_step:  # the rows' cut on the merged objective
                     floor = _merged_floor(space, pool, answers, width, limit)[list(v.y)]
                     model.add(goal >= LinearExpr.weighted_vars(v.y.values(), floor.tolist()))
@@ -575,7 +630,7 @@ def cpsat_top(
                     break
                 solver = attempt
                 value = int(solver.value(expr))
-                step = int(solver.value(exprs["step"]))
+                step = int(solver.value(exprs["value"]))
                 if goal is not expr:  # risk and step minimised at once: both phases proven
                     then = step
                 if rank == 0 and phase == 0:
@@ -605,7 +660,7 @@ def cpsat_top(
             break
         row, ri, z, o = _decode(solver, v)
         m = assemble(t, space, np.array([row]), np.array([ri]), np.array([z]), np.array([o]))
-        metrics = {key: int(np.broadcast_to(m[key], (1,))[0]) for key in ("step", "peak", "volume")}
+        metrics = {key: int(np.broadcast_to(m[key], (1,))[0]) for key in METRICS}
         answers.append((row, ri, z, o, metrics))
         witnesses.discard((row, ri, z))
         model.add_bool_or(
@@ -627,7 +682,8 @@ def _risk_free_top(
     tolerance: float,
 ):
     """``cpsat_top`` where the enumerated ranking has the least risk 0 at every rank but the
-    least step time belongs to a riskier layout: two models. The first, over the rows that may
+    least step time (the objective's value: here "step" stands for it) belongs to a riskier
+    layout: two models. The first, over the rows that may
     hold a step within the tie limit of a rank's least (``fastest``: rows, limit), proves each
     rank's least step time T0 over every candidate; the second, over the rows without a row-level
     risk (cp > 1, too many microbatches) whose least step is within the tie limit of a rank's
@@ -643,8 +699,13 @@ def _risk_free_top(
     plain = (r.cp[s_of[rows]] == 0) & (r.many_microbatches[rows] == 0)
     rows_b = rows[(best[rows] <= limit_b) & plain]
     info = _info(space, distinct(np.concatenate([rows_a, rows_b])))
-    model_a, v_a, exprs_a = build_model(space, t, rows_a, limit_a, fits_r, best)
-    model_b, v_b, exprs_b = build_model(space, t, rows_b, limit_b, fits_r, best)
+    by_step = t.objective == "step-time"  # the tables clip at a step limit, not another value's
+    model_a, v_a, exprs_a = build_model(
+        space, t, rows_a, limit_a if by_step else None, fits_r, best
+    )
+    model_b, v_b, exprs_b = build_model(
+        space, t, rows_b, limit_b if by_step else None, fits_r, best
+    )
     model_b.add(exprs_b["risk"] == 0)
     answers, deadline, least = [], time.perf_counter() + time_limit_s, None
     for rank in range(top_k):
@@ -667,14 +728,14 @@ def _risk_free_top(
             model_a.set_hint(_hint(space, t, v_a, *fastest))
         attempt = _solver(max(0.05, deadline - time.perf_counter()))
         callback = Incumbents()
-        model_a.minimize(exprs_a["step"])
+        model_a.minimize(exprs_a["value"])
         status = attempt.solve(model_a, callback)
         info["wall_s"] += attempt.wall_time
         if status not in (cp_model.OPTIMAL, cp_model.FEASIBLE):
             if rank == 0:
                 info["status"] = STATUS[status]
             break
-        least = int(attempt.value(exprs_a["step"]))
+        least = int(attempt.value(exprs_a["value"]))
         if rank == 0:
             info.update(
                 status=STATUS[status],
@@ -717,7 +778,7 @@ def _info(space: Space, rows: np.ndarray) -> dict:
 def _band(model, exprs: dict, least: int, rank: int) -> None:
     """Hold the step time within the risk band of the least one, for this rank."""
     lit = model.new_bool_var(f"band_{rank}")
-    model.add(exprs["step"] <= band_limit(least)).only_enforce_if(lit)
+    model.add(exprs["value"] <= band_limit(least)).only_enforce_if(lit)
     model.add_assumptions([lit])
 
 
@@ -725,7 +786,7 @@ def _rank_risk_free(space, t, model, v, exprs, rank, deadline, info, tolerance):
     """One rank of the risk-free model: the least step time T (a proof), then with step <=
     tie_limit(T) the simplicity objectives; the answer, or None when a phase finds nothing."""
     solver = None
-    phases = [("step", exprs["step"])] + [("simplicity", e) for e in exprs["simplicity"]]
+    phases = [("step", exprs["value"])] + [("simplicity", e) for e in exprs["simplicity"]]
     for phase, (key, expr) in enumerate(phases):
         attempt = _solver(max(0.05, deadline - time.perf_counter()))
         model.minimize(expr)
@@ -749,7 +810,7 @@ def _rank_risk_free(space, t, model, v, exprs, rank, deadline, info, tolerance):
         return None
     row, ri, z, o = _decode(solver, v)
     m = assemble(t, space, np.array([row]), np.array([ri]), np.array([z]), np.array([o]))
-    metrics = {key: int(np.broadcast_to(m[key], (1,))[0]) for key in ("step", "peak", "volume")}
+    metrics = {key: int(np.broadcast_to(m[key], (1,))[0]) for key in METRICS}
     return (row, ri, z, o, metrics)
 
 
@@ -771,7 +832,7 @@ def _merged_floor(
     clipped as ``build_model`` clips its tables: a clipped candidate's step is at least the clip."""
     if pool is None:
         return np.zeros(len(space.sk_k), dtype=np.int64)
-    step = pool["step"] if clip is None else np.minimum(pool["step"], clip + 1)
+    step = pool["value"] if clip is None else np.minimum(pool["value"], clip + 1)
     goal = width * pool["risk"] + step
     keep = np.ones(len(goal), dtype=bool)
     for row, ri, z in (answer[:3] for answer in answers):
@@ -842,9 +903,7 @@ def _expected(
         m = assemble(t, space, sk, ri, z, o)
         ok = m["fits"]
         pool = {"sk": sk[ok], "ri": ri[ok], "z": z[ok], "o": o[ok]}
-        pool.update(
-            {key: np.broadcast_to(m[key], sk.shape)[ok] for key in ("step", "peak", "volume")}
-        )
+        pool.update(fitting_metrics(m, sk.shape, ok))
     pool["risk"] = risk_score(space, pool["sk"], pool["o"], pool["peak"], t.capacity_kib)
     picks = select(
         space, pool, objective, top_k, tolerance, capacity_kib=t.capacity_kib, trace=trace
@@ -872,12 +931,18 @@ def _hint(space: Space, t: Tables, v: Vars, row: int, ri: int, z: int, o: int) -
         v.zero3[0]: int(zero3),
         v.zero3[1]: int(t.STAGE3[row, ri, o] - t.STAGE0[row, ri, o]) if zero3 else 0,
     }
-    peak = assemble(t, space, *at)["peak"]
-    for low, flag in zip(v.low_headroom, headroom_flags(peak, t.capacity_kib)):
+    metrics = assemble(t, space, *at)
+    for low, flag in zip(v.low_headroom, headroom_flags(metrics["peak"], t.capacity_kib)):
         determined[low] = int(flag[0])
     for hidden, (exposed, charged) in zip(step_formula.EXPOSED, v.exposed):
         gap = int(max(0, (hidden.hidden(terms) - hidden.window(terms))[0]))
         determined[exposed], determined[charged] = gap, t.eta_pct * gap // 100
+    if v.step is not None:  # time-to-train: the step, and its factor's part
+        step = int(metrics["step"][0])
+        determined[v.step] = step
+        for factor, (chosen, part) in v.factors.items():
+            mine = factor == int(t.factor[s, z])
+            determined[chosen], determined[part] = int(mine), step if mine else 0
     chosen = {
         "y": row,
         "shape": s,

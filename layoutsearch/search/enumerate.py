@@ -10,7 +10,16 @@ from layoutsearch.search.space import Space
 from layoutsearch.search.tables import Tables, assemble
 
 CHUNK_CANDIDATES = 1 << 20
-METRICS = ("step", "peak", "volume")
+METRICS = ("step", "peak", "volume", "value")
+
+
+def fitting_metrics(m: dict, shape: tuple, keep: np.ndarray) -> dict:
+    """The METRICS of ``tables.assemble``'s result ``m`` for the candidates ``keep`` selects; the
+    value shares the step's array where it is the step (step time and gather volume)."""
+    out = {key: np.broadcast_to(np.asarray(m[key]), shape)[keep] for key in METRICS[:-1]}
+    same = m["value"] is m["step"]
+    out["value"] = out["step"] if same else np.broadcast_to(m["value"], shape)[keep]
+    return out
 
 
 def candidate_grid(space: Space, sk_rows: np.ndarray):
@@ -34,8 +43,8 @@ def enumerate_top(
     """The top_k layouts by the ranking of ``search.ranking`` as (sk, r index, z, o, metrics), and
     the number of candidates costed. Every fitting candidate is costed; the pool keeps those that
     may still be ranked (``ranking.relevant``) as chunks arrive. ``found`` (a dict) receives the
-    ``optimum``: the least objective value (step time, or volume), which the winner, the simplest
-    of those tied with it, need not have."""
+    ``optimum``: the least objective value (volume, else ``value``: the step time, step time over
+    goodput or energy), which the winner, the simplest of those tied with it, need not have."""
     per_row = (space.zero_mask.sum(1) * space.order_mask.sum(1))[space.sk_shape] * len(
         space.recompute_codes
     )
@@ -60,7 +69,7 @@ def enumerate_top(
             "ri": ri[keep],
             "z": z[keep],
             "o": o[keep],
-            **{key: np.broadcast_to(np.asarray(m[key]), sk.shape)[keep] for key in METRICS},
+            **fitting_metrics(m, sk.shape, keep),
         }
         pool = (
             cand if pool is None else {key: np.concatenate([pool[key], cand[key]]) for key in pool}
@@ -73,7 +82,7 @@ def enumerate_top(
     if (
         found is not None
     ):  # the pool holds the least value (every candidate tied with it is relevant)
-        found["optimum"] = int(pool["volume" if objective == "gather-volume" else "step"].min())
+        found["optimum"] = int(pool["volume" if objective == "gather-volume" else "value"].min())
     return [
         (
             int(pool["sk"][i]),

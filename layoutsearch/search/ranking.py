@@ -1,5 +1,9 @@
-"""The one ranking both searches apply: step times closer than the model's resolution are ties,
-and a tie goes to the simplest layout.
+"""The one ranking both searches apply, for every objective: values closer than the model's
+resolution are ties, and a tie goes to the simplest layout.
+
+The value (``T`` below, the pool's ``value``) is the objective's (``tables.objective_value``): the
+quantised step time for step-time and gather-volume, step time over goodput for time-to-train,
+energy per step for energy; the risk band and the tie tolerance are relative to it.
 
 Resolution: ``TIE_TOLERANCE`` (relative, 0.5%). The cost model's terms are calibrated fractions of
 peak numbers, validated to about 10-25% (``core.uncertainty``), so two step times less than half a
@@ -12,7 +16,7 @@ The ranking, rank after rank (the enumerator applies it to arrays, CP-SAT states
    microbatches, recompute and ZeRO stage: one of them is ranked with its best placement only,
    so ``--top N`` never lists the same layout placed differently);
 2. with the gather-volume objective, only those of the least volume among them (exact);
-3. ``T0`` = the least quantised step time among those; the candidates within
+3. ``T0`` = the least value among those; the candidates within
    ``band_limit(T0)`` = T0 (1 + ``RISK_BAND``), rounded down, are inside the model's uncertainty
    of the best: among them only those of the least ``risk_score`` stay (``RISKS``: memory
    headroom under min(4 GiB, 10%) (``tight_headroom_kib``), a predicted peak within the memory
@@ -21,7 +25,7 @@ The ranking, rank after rank (the enumerator applies it to arrays, CP-SAT states
    ``MAX_PLAIN_MICROBATCHES`` or ``MICROBATCHES_PER_STAGE`` per pipeline stage, each weighing
    more than all after it); a layout an expert would distrust never wins on a predicted gain the
    model cannot resolve;
-4. ``T`` = the least step time of those; the eligible ones are within ``tie_limit(T)`` =
+4. ``T`` = the least value of those; the eligible ones are within ``tie_limit(T)`` =
    T (1 + tolerance), rounded down;
 5. the next layout is the eligible candidate that is first by ``simplicity_key``: fewer degrees
    above one, then the smaller cp (1 first: fewer ring passes, longer sequence chunks), then a TP
@@ -100,10 +104,12 @@ SLOW_AXIS_KINDS = ("scale_out", "dcn")
 def ranking_description(objective: str = "step-time") -> str:
     """The tie-break in words (the solve document's ``solver.tie_break``)."""
     first = "least gather volume, then " if objective == "gather-volume" else ""
+    value = value_name(objective)
     return (
-        f"{first}within {RISK_BAND:.0%} of the best step time the fewest risks ("
+        f"{first}within {RISK_BAND:.0%} of the best {value} the fewest risks ("
         + "; ".join(risk_names())
-        + ", the first weighing most), then step times within the tie tolerance of the best of "
+        + f", the first weighing most), then {value_name(objective, True)} within the tie "
+        "tolerance of the best of "
         "those are ties, won by the simplest layout: "
         + ", then ".join(SIMPLER)
         + "; each layout (degrees, virtual stages, ZeRO stage, microbatches, "
@@ -120,6 +126,14 @@ def risk_names() -> tuple[str, ...]:
         "of it",
         *RISKS[2:],
     )
+
+
+def value_name(objective: str, plural: bool = False) -> str:
+    """What the ranking's value is for ``objective``, in words (``plural``: its values)."""
+    name = {"time-to-train": "step time / goodput", "energy": "energy per step"}.get(objective)
+    if name is None:
+        return "step times" if plural else "step time"
+    return f"values of {name}" if plural else name
 
 
 def tie_limit(best: int, tolerance: float = TIE_TOLERANCE) -> int:
@@ -365,8 +379,8 @@ def select(
     trace: list | None = None,
 ) -> list[int]:
     """The ranking above over a pool of fitting candidates (arrays ``sk``, ``ri``, ``z``, ``o``,
-    ``step``, ``peak``, ``volume``): the indices of the top_k, in rank order. ``trace`` (a list)
-    receives per rank (least step T0, least risk score inside the band, least step T of those,
+    ``value``, ``peak``, ``volume``): the indices of the top_k, in rank order. ``trace`` (a list)
+    receives per rank (least value T0, least risk score inside the band, least value T of those,
     the pool index of a candidate at T0, the pool index of a candidate of that risk at T)."""
     n = len(pool["sk"])
     if not n:
@@ -374,7 +388,7 @@ def select(
     order = np.lexsort(
         tuple(reversed(simplicity_key(space, pool["sk"], pool["ri"], pool["z"], pool["o"])))
     )
-    step = pool["step"][order]
+    value = pool["value"][order]
     primary = pool["volume"][order] if objective == "gather-volume" else np.zeros(n, dtype=np.int64)
     gid = group_ids(space, pool["sk"], pool["ri"], pool["z"])[order]
     risk = risk_score(space, pool["sk"], pool["o"], pool["peak"], capacity_kib)[order]
@@ -382,14 +396,14 @@ def select(
     picks: list[int] = []
     while len(picks) < top_k and alive.any():
         eligible = alive & (primary == primary[alive].min())
-        fastest = int(np.argmin(np.where(eligible, step, np.iinfo(np.int64).max)))
-        least = int(step[fastest])
-        eligible &= step <= band_limit(least)
+        fastest = int(np.argmin(np.where(eligible, value, np.iinfo(np.int64).max)))
+        least = int(value[fastest])
+        eligible &= value <= band_limit(least)
         safest = int(risk[eligible].min())
         eligible &= risk == safest
-        at_best = int(np.argmin(np.where(eligible, step, np.iinfo(np.int64).max)))
-        best = int(step[at_best])
-        eligible &= step <= tie_limit(best, tolerance)
+        at_best = int(np.argmin(np.where(eligible, value, np.iinfo(np.int64).max)))
+        best = int(value[at_best])
+        eligible &= value <= tie_limit(best, tolerance)
         i = int(np.argmax(eligible))
         picks.append(int(order[i]))
         if trace is not None:
@@ -403,19 +417,20 @@ def relevant(
 ) -> np.ndarray:
     """A mask of the pool's candidates that may still be ranked in the top_k once more candidates
     join the pool: with the k-th best layout (by its best candidate, lexicographically (volume,
-    step) for gather-volume) at (V, S), a candidate with more volume than V, or the same and a step
-    above reach_limit(S), is behind k layouts each of which keeps it ineligible at every rank (at
+    value) for gather-volume) at (V, S), a candidate with more volume than V, or the same and a
+    value above reach_limit(S), is behind k layouts each of which keeps it ineligible at every rank (at
     rank j <= k one of the k is left, so the least step T0 <= S and every pick is within
     reach_limit(T0))."""
     n = len(pool["sk"])
     primary = pool["volume"] if objective == "gather-volume" else np.zeros(n, dtype=np.int64)
     gid = group_ids(space, pool["sk"], pool["ri"], pool["z"])
-    order = np.lexsort((pool["step"], primary, gid))
+    value = pool["value"]
+    order = np.lexsort((value, primary, gid))
     first = np.ones(n, dtype=bool)
     first[1:] = gid[order][1:] != gid[order][:-1]
     best = order[first]  # each layout's best candidate
     if len(best) < top_k:
         return np.ones(n, dtype=bool)
-    kth = best[np.lexsort((pool["step"][best], primary[best]))[top_k - 1]]
-    v, s = primary[kth], pool["step"][kth]
-    return (primary < v) | ((primary == v) & (pool["step"] <= reach_limit(int(s), tolerance)))
+    kth = best[np.lexsort((value[best], primary[best]))[top_k - 1]]
+    v, s = primary[kth], value[kth]
+    return (primary < v) | ((primary == v) & (value <= reach_limit(int(s), tolerance)))

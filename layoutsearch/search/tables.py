@@ -7,7 +7,9 @@ formula's ``costs.step.StageTerms`` and ``StepTerms`` under the same names, inde
 they depend on; ``assemble`` applies that formula (``costs.step``) to candidates: the enumerator
 calls it on every candidate, and the CP-SAT model states the same formula as constraints (tests
 hold the two to equal optima). Memory: ``MZ[s, z, st, moment] + MB[sk, r, st, moment]`` must fit
-the capacity for every stage st (0 = first, 1 = last) and moment.
+the capacity for every stage st (0 = first, 1 = last) and moment. The objective's value of a
+candidate (``objective_value``) is its step time, or, weighted by ``search.objectives``, its
+step time over goodput or its energy per step.
 """
 
 from __future__ import annotations
@@ -72,6 +74,17 @@ class Tables:
     STAGE3: np.ndarray = field(
         default_factory=lambda: np.empty(0)
     )  # [sk, r, o] slowest stage with them
+    # each device's busy (compute) time over the step besides the optimizer step: K x the compute
+    # items of the stage with more of them (costs.estimate's time_s["compute"] less
+    # "compute/optimizer", quanta)
+    busy_s: np.ndarray = field(default_factory=lambda: np.empty(0))  # [sk, r]
+    # the objective the value is of, and its integer weights (search.objectives.weigh)
+    objective: str = "step-time"
+    factor: np.ndarray = field(  # [s, z] time-to-train: FACTOR_SCALE / goodput, rounded up
+        default_factory=lambda: np.empty((0, 0), dtype=np.int64)
+    )
+    idle_w: int = 0  # energy: watts x WATT_SCALE at idle, and busy less idle
+    dynamic_w: int = 0
 
 
 def _coeff_rows(space: Space, shape_idx: np.ndarray, order_idx: np.ndarray) -> terms.Coeffs:
@@ -109,6 +122,7 @@ class RowTerms:
     windows of the once-per-step collectives, and each stage's memory by microbatch per moment."""
 
     compute_s: list  # [st] -> [sk, r]
+    busy_s: list  # [st] -> [sk, r] K x the compute items (the device's busy time)
     backward_s: np.ndarray  # [sk, r]
     reduce_window_s: np.ndarray  # [sk, r]
     gather_window_s: np.ndarray  # [sk]
@@ -121,6 +135,7 @@ class RowTerms:
         """These terms of the rows ``rows`` alone (``Space.restrict``'s rows, in its order)."""
         return RowTerms(
             compute_s=[c[rows] for c in self.compute_s],
+            busy_s=[c[rows] for c in self.busy_s],
             backward_s=self.backward_s[rows],
             reduce_window_s=self.reduce_window_s[rows],
             gather_window_s=self.gather_window_s[rows],
@@ -193,21 +208,16 @@ def terms_of_rows(space: Space, rows: np.ndarray) -> RowTerms:
 
     mult = terms.step_multiplier(sh, k, terms.backward_split(model, workload))
     a: list = []
+    busy: list = []
     mb: list = []
     windows: list = []
     first_stage: dict = {}
     none = np.flatnonzero(codes == 0)  # the column of recompute "none", if searched
     for first, last in _stage_flags(sh).values():
         c = terms.compute_per_microbatch(model, workload, acc, sh, k, r, last)
-        a.append(
-            grid(
-                mult
-                * (
-                    sum(v for key, v in c.items() if key.startswith("compute/"))
-                    + acc.microbatch_overhead_s * sh.v
-                )
-            )
-        )
+        compute = sum(v for key, v in c.items() if key.startswith("compute/"))
+        a.append(grid(mult * (compute + acc.microbatch_overhead_s * sh.v)))
+        busy.append(grid(k * compute))
         items = terms.memory_by_microbatch(model, workload, sh, k, r, first, last)
         mb.append(
             [grid(sum(terms.moment_bytes(items, name).values(), 0.0 * k)) for name in MOMENT_NAMES]
@@ -217,6 +227,7 @@ def terms_of_rows(space: Space, rows: np.ndarray) -> RowTerms:
     win, fwd = (grid(x) for x in terms.step_windows(model, workload, acc, sh, first_stage))
     return RowTerms(
         compute_s=a,
+        busy_s=busy,
         backward_s=grid(mult * terms.layers_per_stage(model, sh) * first_stage["window/bwd_layer"]),
         reduce_window_s=win,
         gather_window_s=fwd[:, 0],
@@ -407,6 +418,7 @@ def build_tables(
         eta=acc.overlap_interference,
         eta_pct=terms.interference_pct(acc),
         compute_s=q(np.stack(rt.compute_s, axis=-1)).reshape(n_sk, nr, 2),
+        busy_s=q(np.maximum(*rt.busy_s)).reshape(n_sk, nr),
         backward_s=q(rt.backward_s).reshape(n_sk, nr),
         reduce_window_s=q(rt.reduce_window_s).reshape(n_sk, nr),
         gather_window_s=q(rt.gather_window_s),
@@ -498,4 +510,21 @@ def assemble(t: Tables, space: Space, sk, ri, z, o) -> dict:
     total = step.step_total(step_terms(t, space, sk, ri, z, o), stage)
     mem = t.MZ[s, z] + t.MB[sk, ri]  # [.., st, moment]
     peak = mem.reshape(mem.shape[0], -1).max(axis=1) if mem.ndim > 2 else mem.max()
-    return {"step": total, "peak": peak, "fits": peak <= t.capacity_kib, "volume": t.VOLUME[s]}
+    return {
+        "step": total,
+        "peak": peak,
+        "fits": peak <= t.capacity_kib,
+        "volume": t.VOLUME[s],
+        "value": objective_value(t, s, sk, ri, z, total),
+    }
+
+
+def objective_value(t: Tables, s, sk, ri, z, step_q):
+    """The objective's integer value of candidates (index arrays; ``step_q`` their quantised
+    step): the step, F[s, z] x step (time-to-train), or IDLE x step + DYNAMIC x busy (energy),
+    busy = busy_s + optimizer_s."""
+    if t.objective == "time-to-train":
+        return t.factor[s, z] * step_q
+    if t.objective == "energy":
+        return t.idle_w * step_q + t.dynamic_w * (t.busy_s[sk, ri] + t.optimizer_s[s, z])
+    return step_q

@@ -8,7 +8,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from layoutsearch.core.errors import InvalidArgumentError
-from layoutsearch.core.options import WorkloadOptions
+from layoutsearch.core.options import FAILURE_OPTIONS, PlanOptions, WorkloadOptions, plain
 from layoutsearch.core.units import MAX_GLOBAL_BATCH_SEQS, MAX_SEQ_LEN
 from layoutsearch.report.planning import check_price, check_tokens
 
@@ -39,12 +39,19 @@ class Point:
     workload: tuple[tuple[str, Any], ...] = ()  # build_workload options other than their defaults
     price_per_kwh: float | None = None
     max_site_power_mw: float | None = None  # a budget decides feasibility: part of the id when set
+    objective: str = "step-time"  # what the search ranks by: part of the id when not step-time
+    # the failure and checkpoint options (core.options.FAILURE_OPTIONS) other than their defaults:
+    # they decide a time-to-train answer, so they key the point
+    failures: tuple[tuple[str, Any], ...] = ()
 
     @property
     def id(self) -> str:
         options = "".join(f"|{k}={v}" for k, v in self.workload)
         if self.max_site_power_mw is not None:
             options += f"|max_site_power_mw={self.max_site_power_mw}"
+        if self.objective != "step-time":
+            options += f"|objective={self.objective}"
+        options += "".join(f"|{k}={v}" for k, v in self.failures)
         return f"{self.model}|{self.cluster}|{self.global_batch_seqs}|{self.seq_len}{options}"
 
 
@@ -161,14 +168,25 @@ def expand_points(
     workload: dict | None = None,
     price_per_kwh: float | None = None,
     max_site_power_mw: float | None = None,
+    objective: str = "step-time",
+    failures: dict | None = None,
 ) -> list[Point]:
     """Every (model, cluster, seq_len, seqs) combination, in that nesting order, without repeats.
     Each of the first four arguments is a string (comma items and ranges allowed) or a list of
     them; every point carries ``training_tokens``, ``price_per_device_hour`` and the ``workload``
     options (``core.options.WorkloadOptions``) (those that differ from their defaults key the point),
-    ``price_per_kwh`` and the site power budget ``max_site_power_mw`` (which keys it too)."""
+    ``price_per_kwh``, the site power budget ``max_site_power_mw``, the search's ``objective``
+    and the ``failures`` options (``core.options.FAILURE_OPTIONS``; these three key it too)."""
     defaults = {name: f.default for name, f in WorkloadOptions.model_fields.items()}
     options = tuple(sorted((k, v) for k, v in (workload or {}).items() if v != defaults[k]))
+    failure_defaults = {
+        name: plain(PlanOptions.model_fields[name].default) for name in FAILURE_OPTIONS
+    }
+    changed = tuple(
+        sorted(
+            (k, plain(v)) for k, v in (failures or {}).items() if plain(v) != failure_defaults[k]
+        )
+    )
     check_tokens(training_tokens)
     check_price(price_per_device_hour)
     model_ids = list(dict.fromkeys(m for text in _as_list(models) for m in expand(text, "--model")))
@@ -198,6 +216,8 @@ def expand_points(
             workload=options,
             price_per_kwh=price_per_kwh,
             max_site_power_mw=max_site_power_mw,
+            objective=objective,
+            failures=changed,
         )
         for m in model_ids
         for c in cluster_ids

@@ -7,12 +7,15 @@ import time
 from datetime import UTC, datetime
 
 from layoutsearch.core.errors import InvalidArgumentError, LayoutsearchError
+from layoutsearch.core.options import PlanOptions
 from layoutsearch.core.problem import Problem, SearchRequest, build_workload, version
 from layoutsearch.costs import power
 from layoutsearch.costs.goodput import Resilience
+from layoutsearch.report import planning
 from layoutsearch.report.output import layout_record
 from layoutsearch.search import solve
 from layoutsearch.search.explain import infeasibility
+from layoutsearch.search.objectives import UNITS
 from layoutsearch.sweep.points import Point
 from layoutsearch.sweep.table import COLUMN_NAMES
 
@@ -41,11 +44,18 @@ def solve_point(point: Point, time_limit_s: float) -> dict:
             row.update(status="INFEASIBLE", reason=over_budget)
             row["point_wall_s"] = time.perf_counter() - start
             return _finish(row)
-        result = solve(problem, SearchRequest(top_k=1, time_limit_s=time_limit_s))
+        request = SearchRequest(
+            top_k=1,
+            time_limit_s=time_limit_s,
+            objective=point.objective,
+            resilience=resilience_of(point),
+        )
+        result = solve(problem, request)
+        seconds = UNITS[result.objective] == "s"  # energy's joules are the energy columns
         row.update(
             status=result.status,
-            objective_s=result.objective_value,
-            bound_s=result.bound,
+            objective_s=result.objective_value if seconds else None,
+            bound_s=result.bound if seconds else None,
             wall_s=result.wall_s,
             num_candidates=result.num_candidates,
         )
@@ -111,9 +121,14 @@ def _finish(row: dict) -> dict:
     return {name: row.get(name) for name in COLUMN_NAMES}
 
 
+def resilience_of(point: Point) -> Resilience:
+    """The point's failure, checkpoint and energy-price options in SI units."""
+    plan = PlanOptions(**dict(point.failures), price_per_kwh=point.price_per_kwh)
+    return planning.resilience_of(plan)
+
+
 def _layout_columns(est, point: Point) -> dict:
-    resilience = Resilience(price_per_kwh=point.price_per_kwh)
-    rec = layout_record(est, 1, point.price_per_device_hour, resilience)
+    rec = layout_record(est, 1, point.price_per_device_hour, resilience_of(point))
     mem, t = rec["memory_bytes"], rec["time_s"]
     return {
         **rec["degrees"],
