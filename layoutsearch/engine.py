@@ -31,6 +31,7 @@ from layoutsearch.core.problem import Problem, SearchRequest
 from layoutsearch.core.problem import SearchOptions as Restrictions
 from layoutsearch.core.specs import (
     ALL_DEGREE_NAMES,
+    CP_FLAVOURS,
     DEGREE_NAMES,
     RECOMPUTE_POLICIES,
     Layout,
@@ -144,6 +145,11 @@ def search_request(
             recompute=(
                 parse_names(recompute, RECOMPUTE_POLICIES, label("recompute"), "policy")
                 if recompute is not None
+                else None
+            ),
+            cp_flavours=(
+                parse_names(search.cp_flavours, CP_FLAVOURS, label("cp_flavours"), "flavour")
+                if search.cp_flavours is not None
                 else None
             ),
         ),
@@ -430,6 +436,7 @@ def layout_of(
         recompute=layout.recompute.value,
         sequence_parallel=layout.sequence_parallel,
         schedule=Schedule.interleaved.value if layout.virtual_stages > 1 else layout.schedule.value,
+        cp_flavour=layout.cp_flavour.value,
         axes=parse_axes(axes, label("axes")) if axes and axes.strip() else None,
     )
 

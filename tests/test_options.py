@@ -41,7 +41,7 @@ WORKLOAD = [
 ]
 PROBLEM = ["--problem", "--model", "-m", "--cluster", "-c"]
 SEARCH = ["--top", "--fix", "--choices", "--only", "--objective", "--time-limit", "--method"]
-SEARCH += ["--recompute"]
+SEARCH += ["--recompute", "--cp-flavours"]
 GOODPUT = [
     "--failure-rate-per-device-hour",
     "--restart-time-s",
@@ -68,6 +68,7 @@ FLAGS = {
         "--zero-stage",
         "--virtual-stages",
         "--schedule",
+        "--cp-flavour",
         "--sequence-parallel",
         "--no-sequence-parallel",
         "--axes",

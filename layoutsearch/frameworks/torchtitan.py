@@ -45,6 +45,9 @@ def capabilities(target: str) -> Capabilities:
         "its optimizers keep fp32 states",
         "capacity": "its MoE routes dropless",
         "unfused-attention": "its attention is SDPA's fused kernels or FlexAttention",
+        "cp-flavour": "its context parallelism is ring attention, one SDPA call per K/V shard, the "
+        "shards all-gathered or passed on by all-to-all (context_parallel_rotate_method): both priced "
+        "as ring; it has no single-call all-gather and no head-parallel (Ulysses) attention",
     }
     return Capabilities(
         target=target,
