@@ -31,6 +31,7 @@ from layoutsearch.core.problem import Problem, SearchRequest
 from layoutsearch.core.problem import SearchOptions as Restrictions
 from layoutsearch.core.specs import (
     ALL_DEGREE_NAMES,
+    CP_FLAVOURS,
     DEGREE_NAMES,
     RECOMPUTE_POLICIES,
     Layout,
@@ -154,6 +155,11 @@ def search_request(
                     "schedule",
                 )
                 if search.schedules is not None
+                else None
+            ),
+            cp_flavours=(
+                parse_names(search.cp_flavours, CP_FLAVOURS, label("cp_flavours"), "flavour")
+                if search.cp_flavours is not None
                 else None
             ),
         ),
@@ -445,6 +451,7 @@ def layout_of(
             if layout.virtual_stages > 1 and layout.schedule == Schedule.one_f_one_b
             else layout.schedule.value
         ),
+        cp_flavour=layout.cp_flavour.value,
         axes=parse_axes(axes, label("axes")) if axes and axes.strip() else None,
     )
 

@@ -14,6 +14,7 @@ from layoutsearch.search import explain
 from layoutsearch.search.space import (
     build_space,
     problem_degree_tuples,
+    with_cp_flavours,
     with_microbatches,
     with_virtual_stages,
 )
@@ -22,8 +23,10 @@ from layoutsearch.search.tables import build_tables
 # grok-1's 8 experts on 280 = 8 x 5 x 7 GPUs with 8 sequences: the factor 35 fits no degree (the
 # reduced form of grok-1 on v5p-8960x4, whose 35840 chips fail the same way)
 GROK_280 = ["solve", "--model", "grok-1", "--cluster", "h100-280", "--seqs", "8"]
-GROK_280_REMAINING = [12726, 12726, 12726, 12726, 7448, 7448, 7448, 7284, 7284, 7284, 2274]
-GROK_280_REMAINING += [2274, 2274, 1212] + [0] * 10
+GROK_280_REMAINING = [12726, 12726, 12726, 12726, 7448, 7448, 7448, 7284, 7284, 7284, 7284]
+# ep-experts, etp-ffn, ep-fold, cp-seq, then whole-sequences ends it (the schedule, dualpipe,
+# cp-heads and cp-hierarchy rules remove none)
+GROK_280_REMAINING += [2274, 2274, 2274, 1212] + [0] * 13
 
 
 def _grok_280() -> Problem:
@@ -35,7 +38,9 @@ def _per_candidate_funnel(problem: Problem, rules) -> list[int]:
     after each rule (what the explanation did before it was made proportional)."""
     c = dict(problem_degree_tuples(problem))
     c["tuple"] = np.arange(len(c["dp"]))
-    c = with_microbatches(with_virtual_stages(c), problem.workload.global_batch_seqs)
+    c = with_microbatches(
+        with_virtual_stages(with_cp_flavours(c)), problem.workload.global_batch_seqs
+    )
     alive = np.ones(len(c["dp"]), dtype=bool)
     zero_ok = np.ones((len(alive), 4), dtype=bool)
     recompute_ok = np.ones(len(RECOMPUTE_POLICIES), dtype=bool)
@@ -114,8 +119,8 @@ def test_the_funnel_counts_as_the_per_candidate_funnel_did():
 
 def test_the_funnel_evaluates_each_tuple_once_in_bounded_chunks(monkeypatch):
     """grok-1 on 280 GPUs: the per-candidate funnel evaluated 278096 (tuple, v, K) rows; this one
-    evaluates the 12726 tuples and 6400 key rows, and with chunks of 1000 rows no rule sees more
-    (the counts unchanged)."""
+    evaluates the 12726 tuples, 6400 key rows and 312 (tp, cp, CP flavour) rows, and with chunks of
+    1000 rows no rule sees more (the counts unchanged)."""
     grok = _grok_280()
     rules = build_space(grok).rules
     superset = with_microbatches(with_virtual_stages(problem_degree_tuples(grok)), 8)
@@ -124,16 +129,16 @@ def test_the_funnel_evaluates_each_tuple_once_in_bounded_chunks(monkeypatch):
     falls = explain._falls
 
     def counting(problem, c, rules, never):
-        seen.append(len(c["dp"]))
+        seen.append(len(next(iter(c.values()))))
         return falls(problem, c, rules, never)
 
     monkeypatch.setattr(explain, "_falls", counting)
     explain.funnel(grok, rules)
-    assert sum(seen) == 12726 + 6400
+    assert sum(seen) == 12726 + 6400 + 312
     seen.clear()
     monkeypatch.setattr(explain, "FUNNEL_CHUNK_ROWS", 1000)
     assert [s["remaining"] for s in explain.funnel(grok, rules)] == GROK_280_REMAINING
-    assert max(seen) <= 1000 and sum(seen) == 12726 + 6400
+    assert max(seen) <= 1000 and sum(seen) == 12726 + 6400 + 312
 
 
 def test_the_nearest_layout_costs_only_the_least_peak(monkeypatch):

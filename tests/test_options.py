@@ -43,7 +43,7 @@ WORKLOAD = [
 ]
 PROBLEM = ["--problem", "--model", "-m", "--cluster", "-c"]
 SEARCH = ["--top", "--fix", "--choices", "--only", "--objective", "--time-limit", "--method"]
-SEARCH += ["--recompute", "--schedules"]
+SEARCH += ["--recompute", "--schedules", "--cp-flavours"]
 GOODPUT = [
     "--failure-rate-per-device-hour",
     "--restart-time-s",
@@ -70,6 +70,7 @@ FLAGS = {
         "--zero-stage",
         "--virtual-stages",
         "--schedule",
+        "--cp-flavour",
         "--sequence-parallel",
         "--no-sequence-parallel",
         "--axes",

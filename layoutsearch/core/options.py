@@ -24,6 +24,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validat
 from layoutsearch.core.catalogue import MAX_DEVICE_POWER_W
 from layoutsearch.core.specs import (
     LEARNED_ROUTING_EXPERT_CV,
+    CPFlavour,
     CudaGraphs,
     Framework,
     Method,
@@ -331,6 +332,12 @@ class SearchOptions(OptionGroup):
         description="Pipeline schedules to search, e.g. 1f1b,zb-v,dualpipev (default: 1f1b and "
         "interleaved, or those of the --export target)",
     )
+    cp_flavours: str | None = Field(
+        None,
+        description="Context-parallel flavours to search where cp > 1, e.g. ring,a2a (ring, "
+        "allgather, a2a, a2a+ring; default ring, all four with --framework ideal; an --export "
+        "target drops those it cannot write)",
+    )
 
 
 class PlanOptions(OptionGroup):
@@ -437,6 +444,11 @@ class LayoutOptions(OptionGroup):
         1, ge=1, le=MAX_VIRTUAL_STAGES_RECORD, description="Model chunks per pipeline stage"
     )
     schedule: Schedule = Field(Schedule.one_f_one_b, description="Pipeline schedule")
+    cp_flavour: CPFlavour = Field(
+        CPFlavour.ring,
+        description="Context-parallel flavour where cp > 1: ring, allgather, a2a (Ulysses) "
+        "or a2a+ring (all-to-all inside a node, ring across)",
+    )
     sequence_parallel: bool = Field(
         True, description="Megatron sequence parallelism inside the TP group"
     )

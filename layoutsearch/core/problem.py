@@ -37,6 +37,7 @@ from layoutsearch.core.frameworks import deepep_of, profile_of
 from layoutsearch.core.options import MAX_ROUTING_CV, WorkloadOptions, option_type
 from layoutsearch.core.specs import (
     ALL_DEGREE_NAMES,
+    CP_FLAVOURS,
     CUDA_GRAPHS,
     RECOMPUTE_POLICIES,
     ROUTINGS,
@@ -388,6 +389,7 @@ class SearchOptions:
     schedules: tuple[str, ...] | None = (
         None  # None: 1f1b and interleaved, or the export target's (search.space)
     )
+    cp_flavours: tuple[str, ...] | None = None  # None: every flavour the target runs (CP_FLAVOURS)
 
     def allowed(self, degree: str, value):
         """Whether ``value`` (an int or a numpy array) of ``degree`` passes --fix, --choices and --only."""
@@ -506,6 +508,7 @@ class LayoutRecord(_Record):
     recompute: StrictStr
     sequence_parallel: StrictBool = True
     schedule: StrictStr | None = None
+    cp_flavour: StrictStr = "ring"
     stage_layers: dict[StrictStr, StrictInt | StrictStr] | None = None  # first, middle, last, split
     axes: (
         dict[StrictStr, list[tuple[StrictStr, Annotated[StrictInt, Field(ge=1, le=MAX_DEVICES)]]]]
@@ -536,6 +539,10 @@ def layout_from_record(record: Any, where: str = "layout") -> Layout:
         raise InvalidArgumentError(
             f"{where}.schedule: '{rec.schedule:.80}' is not one of {', '.join(SCHEDULES)}"
         )
+    if rec.cp_flavour not in CP_FLAVOURS:
+        raise InvalidArgumentError(
+            f"{where}.cp_flavour: '{rec.cp_flavour:.80}' is not one of {', '.join(CP_FLAVOURS)}"
+        )
     degrees = rec.degrees.model_dump()
     schedule = rec.schedule or ("interleaved" if rec.virtual_stages > 1 else "1f1b")
     axes = (
@@ -561,6 +568,7 @@ def layout_from_record(record: Any, where: str = "layout") -> Layout:
         recompute=rec.recompute,
         sequence_parallel=rec.sequence_parallel,
         schedule=schedule,
+        cp_flavour=rec.cp_flavour,
         axes=axes,
     )
 

@@ -31,6 +31,8 @@ from layoutsearch.core.numbers import distinct
 from layoutsearch.core.problem import MAX_VIRTUAL_STAGES, Problem, SearchOptions
 from layoutsearch.core.specs import (
     ALL_DEGREE_NAMES,
+    CP_FLAVOUR_CODES,
+    CP_FLAVOURS,
     DEGREE_NAMES,
     OFFLOAD_POLICIES,
     RECOMPUTE_CODES,
@@ -131,6 +133,70 @@ def _experts(p: Problem) -> int:
 
 def _expert_ffn(p: Problem) -> int:
     return p.model.moe.expert_d_ff if p.model.moe is not None else 1
+
+
+# ----------------------------------------------------------------------------- context parallelism
+A2A, A2A_RING = CP_FLAVOUR_CODES["a2a"], CP_FLAVOUR_CODES["a2a+ring"]
+
+
+def cp_a2a_degree(devices_per_node: int, c: Cand):
+    """a: the cp ranks that trade the sequence split for a head split by all-to-all (from c's cpf, cp,
+    tp): cp for a2a; for a2a+ring those inside one node, gcd(cp, devices_per_node / tp) (tp innermost,
+    then cp: Megatron's rank order tp-cp-ep-dp-pp; its --hierarchical-context-parallel-sizes a, cp / a);
+    1 for ring and allgather."""
+    inner = np.gcd(c["cp"], np.maximum(devices_per_node // c["tp"], 1))
+    return np.where(c["cpf"] == A2A, c["cp"], np.where(c["cpf"] == A2A_RING, inner, 1))
+
+
+def _a2a_of(p: Problem, c: Cand):
+    return cp_a2a_degree(p.cluster.accelerator.devices_per_node, c)
+
+
+def _cp_heads_ok(p: Problem, c: Cand):
+    """Each of the a all-to-all ranks gets whole heads: tp x a divides num_heads, and the kv heads a
+    tp rank holds and a divide one another (fewer kv heads than a are replicated)."""
+    a = _a2a_of(p, c)
+    kv = np.maximum(p.model.num_kv_heads // c["tp"], 1)
+    whole = (p.model.num_heads % (c["tp"] * a) == 0) & ((kv % a == 0) | (a % kv == 0))
+    return (a == 1) | whole
+
+
+CP_RULES: tuple[Rule, ...] = (
+    _rule(
+        code="cp-heads",
+        needs=("tp", "cp", "cpf"),
+        holds=_cp_heads_ok,
+        title=lambda p: (
+            f"all-to-all CP: tp x a divides num_heads({p.model.num_heads}); a and the kv heads "
+            "per tp rank divide one another"
+        ),
+        why=lambda p, c: (
+            f"cp flavour {CP_FLAVOURS[c['cpf']]} with tp({c['tp']}) and cp({c['cp']}): its "
+            f"all-to-all over {int(_a2a_of(p, c))} ranks needs tp x {int(_a2a_of(p, c))} = "
+            f"{c['tp'] * int(_a2a_of(p, c))} to divide num_heads({p.model.num_heads}) and "
+            f"{int(_a2a_of(p, c))} and the {max(p.model.num_kv_heads // c['tp'], 1)} kv heads per "
+            "tp rank to divide one another"
+        ),
+    ),
+)
+
+# Search-only: a2a+ring whose all-to-all spans the whole group (a = cp) is a2a, one that spans a single
+# rank (a = 1) is ring
+CP_CANONICAL: tuple[Rule, ...] = (
+    _rule(
+        code="cp-hierarchy",
+        needs=("tp", "cp", "cpf"),
+        holds=lambda p, c: (
+            (c["cpf"] != A2A_RING) | ((_a2a_of(p, c) > 1) & (_a2a_of(p, c) < c["cp"]))
+        ),
+        title=lambda p: "a2a+ring only where cp spans nodes with more than one rank in each",
+        why=lambda p, c: (
+            f"a2a+ring with cp({c['cp']}) and {int(_a2a_of(p, c))} of its ranks in a node is "
+            "enumerated as ring or a2a"
+        ),
+        kind="canonical",
+    ),
+)
 
 
 # ----------------------------------------------------------------------------- structure
@@ -533,6 +599,23 @@ def option_rules(options: SearchOptions | None) -> tuple[Rule, ...]:
             kind="option",
         )
     )
+    flavours = options.cp_flavours
+    if flavours is not None:
+        rules.append(
+            _rule(
+                code="option-cp-flavour",
+                needs=("cp", "cpf"),
+                holds=lambda p, c: (
+                    (c["cp"] == 1) | np.isin(c["cpf"], [CP_FLAVOUR_CODES[f] for f in flavours])
+                ),
+                title=lambda p: f"cp flavour in {{{', '.join(flavours)}}} where cp > 1",
+                why=lambda p, c: (
+                    f"cp flavour {CP_FLAVOURS[c['cpf']]} is not among --cp-flavours "
+                    f"{','.join(flavours)}"
+                ),
+                kind="option",
+            )
+        )
     return tuple(rules)
 
 
@@ -967,6 +1050,16 @@ LIMITS: tuple[Limit, ...] = (
         ),
     ),
     Limit(
+        code="cp-flavour",
+        needs=("cp", "cpf"),
+        holds=lambda caps, p, c: (
+            (c["cp"] == 1) | np.isin(c["cpf"], [CP_FLAVOUR_CODES[f] for f in caps.cp_flavours])
+        ),
+        title=lambda caps, p: f"cp flavour {_or_(caps.cp_flavours)} where cp > 1",
+        cannot=lambda caps, p, c: f"cp flavour {CP_FLAVOURS[c['cpf']]}",
+        nearest=lambda caps, p, c: f"cp flavour {_or_(caps.cp_flavours)}",
+    ),
+    Limit(
         code="pipeline",
         needs=("pp", "v", "sched", "fsdp", "cp", "z"),
         holds=lambda caps, p, c: (
@@ -1231,7 +1324,8 @@ def registry(
     return (
         option_rules(options)
         + STRUCTURE
-        + (CANONICAL if canonical else ())
+        + CP_RULES
+        + (CANONICAL + CP_CANONICAL if canonical else ())
         + (framework_rules(capabilities) if capabilities else ())
     )
 
@@ -1242,6 +1336,7 @@ def candidate_of(layout: Layout, k: int | None = None) -> Cand:
         **layout.all_degrees,
         "v": layout.virtual_stages,
         "sched": SCHEDULE_CODES.get(layout.schedule, -1),
+        "cpf": CP_FLAVOUR_CODES.get(layout.cp_flavour, -1),
         "k": layout.num_microbatches if k is None else k,
         "z": layout.zero_stage,
         "r": RECOMPUTE_CODES.get(layout.recompute, -1),

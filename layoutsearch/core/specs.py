@@ -69,6 +69,18 @@ class Schedule(StrEnum):
     dualpipev = "dualpipev"  # DualPipe cut in half: two chunks per device in a V
 
 
+class CPFlavour(StrEnum):
+    """How context-parallel ranks share the sequence's keys and values in attention
+    (costs.terms.cp_per_microbatch; docs/cost_model.md "Context-parallel flavours")."""
+
+    ring = "ring"  # K/V blocks passed around the ring (Liu et al. 2023; Megatron p2p)
+    allgather = "allgather"  # one AllGather of K/V per layer (Llama 3 section 3.3.2)
+    a2a = (
+        "a2a"  # Ulysses: all-to-alls trade the sequence split for a head split (Jacobs et al. 2023)
+    )
+    a2a_ring = "a2a+ring"  # all-to-all inside a node, ring across nodes (Megatron a2a+p2p)
+
+
 class Objective(StrEnum):
     """What the search minimises."""
 
@@ -138,6 +150,8 @@ OFFLOAD_POLICIES = tuple(
 RECOMPUTE_CODES = {
     name: code for code, name in enumerate(RECOMPUTE_POLICIES)
 }  # none 0, selective 1, full 2
+CP_FLAVOURS = tuple(f.value for f in CPFlavour)
+CP_FLAVOUR_CODES = {name: code for code, name in enumerate(CP_FLAVOURS)}  # ring 0, ..., a2a+ring 3
 SCHEDULE_CODES = {
     s.value: code for code, s in enumerate(Schedule)
 }  # 1f1b 0, interleaved 1, gpipe 2, zb-h1 3, zb-v 4, dualpipe 5, dualpipev 6
@@ -556,6 +570,7 @@ class Layout:
     recompute: str = "none"  # a Recompute value
     sequence_parallel: bool = True  # shard norm/residual activations over tp (Megatron SP)
     schedule: str = "1f1b"  # a Schedule value
+    cp_flavour: str = "ring"  # a CPFlavour value; read only where cp > 1
     axes: Placements | None = UNPLACED
     first_stage_layers: int | None = (
         None  # uneven pipeline split (core.stages); None = the engine's split

@@ -18,8 +18,14 @@ from layoutsearch.core.check import check_layout
 from layoutsearch.core.errors import InvalidLayoutError
 from layoutsearch.core.placement import candidate_placements
 from layoutsearch.core.problem import HasProblem, Problem
-from layoutsearch.core.rules import Violation
-from layoutsearch.core.specs import RECOMPUTE_CODES, SCHEDULE_CODES, Layout, MfuConvention
+from layoutsearch.core.rules import Violation, cp_a2a_degree
+from layoutsearch.core.specs import (
+    CP_FLAVOUR_CODES,
+    RECOMPUTE_CODES,
+    SCHEDULE_CODES,
+    Layout,
+    MfuConvention,
+)
 from layoutsearch.core.units import GB
 from layoutsearch.costs import flops, memory, params, step, terms
 
@@ -206,10 +212,15 @@ class _Keys:
 
     @classmethod
     def _build(cls, problem: Problem, layout: Layout) -> _Keys:
+        cpf = CP_FLAVOUR_CODES[layout.cp_flavour]
+        degrees = {name: np.array([d]) for name, d in layout.all_degrees.items()}
+        degrees["cpf"] = np.array([cpf])
         sh = terms.Shapes.of(
             **layout.all_degrees,
             v=layout.virtual_stages,
             sched=SCHEDULE_CODES[layout.schedule],
+            cpf=cpf,
+            cpa=cp_a2a_degree(problem.cluster.accelerator.devices_per_node, degrees),
             lf=layout.first_stage_layers or 0,
             ll=layout.last_stage_layers or 0,
         )
@@ -428,6 +439,19 @@ def _collectives(problem: Problem, key: _Keys, slow: dict, steps: dict) -> list[
             _scalar(slow["tp"]["unit"]),
         ),
         ("cp ring K/V", co.cp, None, "per layer per microbatch", _scalar(slow["cp"]["t_kv"])),
+        *(
+            [
+                (
+                    "cp all-to-alls (q, k, v, output)",
+                    co.cp_a2a if _scalar(sh.cpa) == _scalar(sh.cp) else co.cp_in,
+                    None,
+                    "per layer per microbatch x2",
+                    t,
+                )
+            ]
+            if (t := _scalar(slow["cp"]["t_a2a"]))
+            else []
+        ),
         (
             "fsdp weight gather",
             co.shard,

@@ -4,7 +4,7 @@ Every function takes numpy arrays (one row per key) so that one call costs a who
 ``estimate()`` calls them with one row, the exhaustive search and the CP-SAT tables with
 one row per key. Keys:
 
-- shape ``S`` = (dp, fsdp, tp, pp, cp, virtual stages v), in ``Shapes``;
+- shape ``S`` = (dp, fsdp, tp, pp, cp, virtual stages v, CP flavour), in ``Shapes``;
 - ``K`` microbatches, ``r`` recompute code (RECOMPUTE_CODES: a policy's saved tensors), ``z`` ZeRO stage;
 - ``o`` axis order, reduced to the ring coefficients of each group (``Coeffs``).
 
@@ -13,7 +13,8 @@ Overlap rule (docs/cost_model.md "Overlap"; exposed = max(0, collective - its co
 - FSDP weight gathers hide behind the previous layer's forward (the first layer's is
   exposed); in backward the gather plus the gradient reduce-scatter hide behind the layer's
   backward; the vocabulary gather hides behind the logits;
-- CP ring passes hide behind the attention core of the same layer;
+- CP ring passes hide behind the attention core of the same layer (the allgather and all-to-all
+  flavours' collectives are exposed: ``cp_per_microbatch``);
 - DP / ZeRO-1/2 / KV-replica gradient reductions hide behind the backward of the last
   microbatch; the ZeRO-1/2 gather of updated weights is exposed;
 - pipeline sends hide in steady state; fill and drain (2 (p - 1) sends) are exposed.
@@ -38,7 +39,14 @@ from layoutsearch.core.frameworks import (
     vendor_attention,
 )
 from layoutsearch.core.placement import EXPERT_NESTING, expert_degrees
-from layoutsearch.core.specs import SCHEDULE_CODES, Accelerator, ModelSpec, MoeSpec, Workload
+from layoutsearch.core.specs import (
+    CP_FLAVOUR_CODES,
+    SCHEDULE_CODES,
+    Accelerator,
+    ModelSpec,
+    MoeSpec,
+    Workload,
+)
 from layoutsearch.core.stages import split_layers
 from layoutsearch.costs import flops, memory, params, pipeline, power
 from layoutsearch.costs.comms import (
@@ -57,6 +65,8 @@ from layoutsearch.costs.comms import (
 )
 
 SHAPE_KEYS = ("dp", "fsdp", "tp", "pp", "cp", "v", "ep", "etp")
+EXTRA_KEYS = ("sched", "lf", "ll", "cpf", "cpa")  # Shapes fields with a default
+ALLGATHER = CP_FLAVOUR_CODES["allgather"]
 
 
 def _unset() -> np.ndarray:
@@ -81,15 +91,18 @@ class Shapes:
     # layers of the first stage when given (0: the engine's split, core.stages)
     lf: np.ndarray = field(default_factory=_unset)
     ll: np.ndarray = field(default_factory=_unset)  # layers of the last stage when given
+    cpf: np.ndarray = field(default_factory=_unset)  # CP flavour code (CP_FLAVOUR_CODES; 0 ring)
+    # the cp ranks that trade the sequence split for a head split by all-to-all (core.rules.cp_a2a_degree)
+    cpa: np.ndarray = field(default_factory=_unset)
 
     def __post_init__(self):
         if not self.sched.size:
             implied = np.where(self.v > 1, SCHEDULE_CODES["interleaved"], SCHEDULE_CODES["1f1b"])
             object.__setattr__(self, "sched", implied.astype(np.int64))
-        for name in ("lf", "ll"):
+        for name in ("lf", "ll", "cpf"):
             if not getattr(self, name).size:
                 object.__setattr__(self, name, np.zeros_like(self.pp))
-        for name in ("ep", "etp"):
+        for name in ("ep", "etp", "cpa"):
             if not getattr(self, name).size:
                 object.__setattr__(self, name, np.ones_like(self.pp))
 
@@ -100,13 +113,13 @@ class Shapes:
         }
         extra = {
             k: np.atleast_1d(np.asarray(degrees[k], dtype=np.int64))
-            for k in ("sched", "lf", "ll")
+            for k in EXTRA_KEYS
             if degrees.get(k) is not None
         }
         return cls(**arrays, **extra)
 
     def take(self, index) -> Shapes:
-        out = Shapes(**{k: getattr(self, k)[index] for k in (*SHAPE_KEYS, "sched", "lf", "ll")})
+        out = Shapes(**{k: getattr(self, k)[index] for k in (*SHAPE_KEYS, *EXTRA_KEYS)})
         for layers, split in self.__dict__.get(
             "_split", {}
         ).items():  # carried, not recomputed, for the rows
@@ -152,6 +165,8 @@ class Coeffs:
 
     tp: RingCoefficients
     cp: RingCoefficients
+    cp_a2a: RingCoefficients  # the cp group's AllToAll (Ulysses)
+    cp_in: RingCoefficients  # its AllToAll inside the node (a2a+ring)
     shard: RingCoefficients  # fsdp x cp
     dp: RingCoefficients  # replicated copies (dp)
     dp_zero0: RingCoefficients  # dp x fsdp x cp (every copy, when nothing is sharded)
@@ -305,7 +320,7 @@ def compute_per_microbatch(
         )
         * m
         / attn_rate
-        * attention_call_factor(model, workload, acc, sh.cp)
+        * attention_call_factor(model, workload, acc, cp_kernel_calls(sh))
     )
     ew_bytes = per_key(
         lambda tp: flops.elementwise_bytes_per_token_per_layer(
@@ -708,21 +723,28 @@ def step_interference(acc: Accelerator, steps: dict) -> tuple:
     return interference(acc, reduce), interference(acc, steps["gather/zero"])
 
 
-def attention_call_factor(model: ModelSpec, workload: Workload, acc: Accelerator, cp):
+def attention_call_factor(model: ModelSpec, workload: Workload, acc: Accelerator, calls):
     """A fused attention kernel's time over its FLOPs at the long-context rate: 1 + h x calls / context.
 
     Each query costs the kernel a fixed amount of work per call besides its keys (its tile's load, the
     partly masked diagonal tile, the softmax's rescale and the output's write), as much as h =
     ``attention_half_efficiency_keys`` more keys: at a context of h keys per query the kernel runs at half
     its rate. Context: ``flops.layer_attention_context`` (S/2 causal, the sliding window's band), averaged
-    over the layers, which is exact as each layer's FLOPs are its context times one constant. Calls: a
-    ring of cp context-parallel ranks splits each query's keys over cp kernel calls (one per ring step).
-    Unfused attention runs as matmuls and pays none of this."""
+    over the layers, which is exact as each layer's FLOPs are its context times one constant. Calls:
+    ``cp_kernel_calls`` per query. Unfused attention runs as matmuls and pays none of this."""
     h = acc.attention_half_efficiency_keys
     if not h or not workload.flash_attention:
         return 1.0
     context = flops.layer_attention_context(model, workload.seq_len, workload.causal)
-    return 1.0 + h * _f(cp) / context
+    return 1.0 + h * _f(calls) / context
+
+
+def cp_kernel_calls(sh: Shapes):
+    """Attention kernel calls per query (keys S): one per step of the ring, cp / a (``Shapes.cpa``):
+    ring cp calls, a2a one over the whole sequence for heads / cp heads, a2a+ring one per step of the
+    ring across nodes; allgather one over the gathered keys (Megatron's KV all-gather runs each of its
+    two load-balanced query chunks once against its key prefix)."""
+    return np.where(sh.cpf == ALLGATHER, 1, sh.cp // sh.cpa)
 
 
 def attention_efficiency(workload: Workload, acc: Accelerator) -> float:
@@ -825,29 +847,78 @@ def cp_per_microbatch(
     co: Coeffs,
     attn_fwd_layer,
 ) -> dict:
-    """Exposed CP ring time per microbatch (keys S, K, o): 'base', plus 'rerun' when recompute runs the
-    attention core again.
+    """Exposed CP time per microbatch (keys S, K, o): 'base', plus 'rerun' when recompute runs the
+    attention core again; per flavour (``Shapes.cpf``; docs/cost_model.md "Context-parallel flavours"):
 
-    Forward: the K/V blocks of the cp ranks pass around the ring (an AllGather of cp x m
-    tokens of K and V); backward: K, V again and their gradients (twice). Each hides behind
-    the layer's attention core.
+    - ring (Liu et al. 2023, ring attention): the K/V blocks of the cp ranks pass around the ring
+      (an AllGather of cp x m tokens of K and V) forward, K, V and their gradients backward (twice),
+      each hidden behind the layer's attention core; each of the cp - 1 steps waits for its block;
+    - allgather (Llama 3 section 3.3.2): one AllGather of K/V before the attention forward, gathered
+      again and the dK/dV ReduceScatter backward, all exposed (the attention needs the whole keys);
+    - a2a (Jacobs et al. 2023, DeepSpeed-Ulysses): four all-to-alls forward (q, k, v in, the output
+      back) and four backward, exposed, ``cp_a2a_bytes``;
+    - a2a+ring: the all-to-alls over the a = ``Shapes.cpa`` ranks inside a node, then a ring of cp / a
+      steps across nodes of blocks a x m tokens long with kv heads / a.
     """
     m = tokens_per_microbatch(workload, sh, k)
+    half = acc.collective_half_efficiency_bytes
+    a, allgather = sh.cpa, sh.cpf == ALLGATHER
     kv_bytes = (
+        sh.cp
+        * m
+        * np.maximum(params.kv_heads_per_device(model, sh.tp), a)
+        / a
+        * (model.head_dim + flops.value_head_dim(model))
+        * workload.activation_bytes
+    )
+    t_kv = ring_time(kv_bytes, co.cp, half)
+    ring = (sh.cp > a) & ~allgather
+    t_ring, t_gather = np.where(ring, t_kv, 0.0), np.where(allgather, t_kv, 0.0)
+    # each of the ring's steps waits for its block: the hops' latency is never hidden
+    sync = np.where(ring, co.cp.latency_s, 0.0)
+    ring_fwd = np.maximum(sync, t_ring - attn_fwd_layer)
+    ring_bwd = np.maximum(2 * sync, 2 * t_ring - 2 * attn_fwd_layer)
+    whole = a == sh.cp  # Ulysses over the whole group, else inside the node
+    per_byte = np.where(whole, co.cp_a2a.seconds_per_byte, co.cp_in.seconds_per_byte)
+    latency = np.where(whole, co.cp_a2a.latency_s, co.cp_in.latency_s)
+    a2a_bytes = cp_a2a_bytes(model, workload, sh, m)
+    t_a2a = np.where(a > 1, (a2a_bytes + 4 * half) * per_byte + 4 * latency, 0.0)
+    fwd = ring_fwd + t_gather + t_a2a
+    bwd = ring_bwd + 2 * t_gather + t_a2a
+    hidden_fwd = np.maximum(0.0, t_ring - ring_fwd)
+    hidden_bwd = np.maximum(0.0, 2 * t_ring - ring_bwd)
+    layers = layers_per_stage(model, sh)
+    return {
+        **_pass_terms(acc, layers, fwd, bwd, hidden_fwd, hidden_bwd),
+        "t_kv": t_kv,
+        "t_a2a": t_a2a,
+    }
+
+
+def cp_a2a_bytes(model: ModelSpec, workload: Workload, sh: Shapes, m):
+    """Bytes a device's four all-to-alls of one layer's forward send (keys S, K): the queries and
+    outputs of its m tokens (num_heads / tp heads of head_dim and value_head_dim), and their keys and
+    values (its kv heads, replicated up to a = ``Shapes.cpa`` when fewer: each of the a ranks needs
+    one); 0 where a = 1. What the backward sends is as large (the gradients, the other way)."""
+    kv = np.maximum(params.kv_heads_per_device(model, sh.tp), sh.cpa)
+    heads = _f(model.num_heads) / sh.tp
+    width = model.head_dim + flops.value_head_dim(model)
+    return np.where(sh.cpa > 1, m * (heads + kv) * width * workload.activation_bytes, 0.0)
+
+
+def cp_buffer_bytes(model: ModelSpec, workload: Workload, sh: Shapes, m):
+    """Bytes a CP flavour holds for one layer's attention beyond ring's two K/V blocks in flight, which
+    the workspace (``memory_by_microbatch``) already covers (keys S, K): allgather the layer's gathered
+    K/V (cp x m tokens), a2a and a2a+ring the full-sequence q, k, v and output of the heads a device
+    keeps (the all-to-alls' receive buffers, ``cp_a2a_bytes``)."""
+    gathered = (
         sh.cp
         * m
         * params.kv_heads_per_device(model, sh.tp)
         * (model.head_dim + flops.value_head_dim(model))
         * workload.activation_bytes
     )
-    t_kv = ring_time(kv_bytes, co.cp, acc.collective_half_efficiency_bytes)
-    # each of the cp - 1 ring steps waits for its block: the hops' latency is never hidden
-    sync = co.cp.latency_s
-    fwd = np.maximum(sync, t_kv - attn_fwd_layer)
-    bwd = np.maximum(2 * sync, 2 * t_kv - 2 * attn_fwd_layer)
-    hidden_fwd, hidden_bwd = np.maximum(0.0, t_kv - fwd), np.maximum(0.0, 2 * t_kv - bwd)
-    layers = layers_per_stage(model, sh)
-    return {**_pass_terms(acc, layers, fwd, bwd, hidden_fwd, hidden_bwd), "t_kv": t_kv}
+    return np.where(sh.cpf == ALLGATHER, gathered, cp_a2a_bytes(model, workload, sh, m))
 
 
 def shard_link_traffic(tp: dict, cp: dict, co: Coeffs) -> dict:
@@ -1199,7 +1270,8 @@ def memory_by_microbatch(
         * m
         * np.maximum(flops.mlp_width_per_token(model) / sh.tp, model.d_model)
         * act_b
-        + (dispatch_buffer_bytes(model, workload, sh, m) if model.moe is not None else 0.0),
+        + (dispatch_buffer_bytes(model, workload, sh, m) if model.moe is not None else 0.0)
+        + cp_buffer_bytes(model, workload, sh, m),
         "temporary/logits": logits,
         "temporary/recompute": recomputed,
         "temporary/logits_grad": 0.0 * logits
@@ -1254,7 +1326,7 @@ def coeffs_of(
         partial(per_distinct_span, f)
         for f in (ring_coefficients_of, all_to_all_coefficients_of, send_coefficients_of)
     )
-    tp = group("tp")
+    tp, cp = group("tp"), group("cp")
     if expert_table is None:  # a dense model: every expert group is a single device
         none = single_device(table.shape[0])
         experts = dict.fromkeys(EXPERT_GROUPS, none)
@@ -1271,7 +1343,9 @@ def coeffs_of(
         )
     return Coeffs(
         tp=ring(tp),
-        cp=ring(group("cp")),
+        cp=ring(cp),
+        cp_a2a=to_all(cp),
+        cp_in=to_all(cp, 0),
         shard=ring(group("fsdp", "cp")),
         dp=ring(group("dp")),
         dp_zero0=ring(group("dp", "fsdp", "cp")),
@@ -1310,6 +1384,8 @@ def layout_coeffs(model: ModelSpec, cluster, layout) -> Coeffs:
 COEFF_GROUPS = (
     "tp",
     "cp",
+    "cp_a2a",
+    "cp_in",
     "shard",
     "dp",
     "dp_zero0",

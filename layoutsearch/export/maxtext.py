@@ -443,6 +443,7 @@ def render(ctx: ExportContext) -> str:
                 **par,
                 **split,
                 **({"shard_optimizer_over_data": True} if ctx.effective_zero_stage == 1 else {}),
+                **cp_keys(ctx),
             },
         ),
         ("activation rematerialisation", remat_keys(ctx.layout.recompute)),
@@ -452,6 +453,17 @@ def render(ctx: ExportContext) -> str:
     for title, keys in sections:
         body += f"\n# {title}\n" + "".join(f"{k}: {yaml_value(v)}\n" for k, v in keys.items())
     return comment_block(notes) + body + "\n" + comment_block(placeholder_lines())
+
+
+# Layout.cp_flavour -> configs/types.py context_parallel_strategy (the capabilities refuse the rest)
+CP_STRATEGY = {"ring": "ring", "allgather": "all_gather"}
+
+
+def cp_keys(ctx: ExportContext) -> dict:
+    """context_parallel_strategy of the layout's CP flavour where cp > 1 (MaxText's default, all_gather,
+    written too: the file states what the prediction assumed)."""
+    lay = ctx.layout
+    return {"context_parallel_strategy": CP_STRATEGY[lay.cp_flavour]} if lay.cp > 1 else {}
 
 
 def tp_overlap_notes(ctx: ExportContext) -> list[str]:

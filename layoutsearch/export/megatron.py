@@ -86,6 +86,7 @@ import re
 import shlex
 
 from layoutsearch.core.frameworks import node_dedup, profile_of
+from layoutsearch.core.rules import candidate_of, cp_a2a_degree
 from layoutsearch.core.specs import ModelSpec
 from layoutsearch.core.stages import (
     CHUNK_LAYOUT,
@@ -309,6 +310,23 @@ def _mla_args(ctx: ExportContext) -> list[tuple[str, object]]:
     return args
 
 
+# Layout.cp_flavour -> arguments.py --cp-comm-type (its default p2p, the ring, is not written)
+CP_COMM_TYPE = {"allgather": "allgather", "a2a": "a2a", "a2a+ring": "a2a+p2p"}
+
+
+def cp_comm_args(ctx: ExportContext) -> list[tuple[str, object]]:
+    """--cp-comm-type of the layout's CP flavour where cp > 1, and for a2a+p2p
+    --hierarchical-context-parallel-sizes (the all-to-all ranks inside a node, then the ring's)."""
+    lay = ctx.layout
+    if lay.cp == 1 or lay.cp_flavour == "ring":
+        return []
+    args: list[tuple[str, object]] = [("--cp-comm-type", CP_COMM_TYPE[lay.cp_flavour])]
+    if lay.cp_flavour == "a2a+ring":
+        a = int(cp_a2a_degree(ctx.cluster.accelerator.devices_per_node, candidate_of(lay))[0])
+        args.append(("--hierarchical-context-parallel-sizes", (a, lay.cp // a)))
+    return args
+
+
 def _parallel_args(ctx: ExportContext) -> list[tuple[str, object]]:
     lay = ctx.layout
     args: list[tuple[str, object]] = [
@@ -316,6 +334,7 @@ def _parallel_args(ctx: ExportContext) -> list[tuple[str, object]]:
     ]
     if lay.tp > 1 and lay.sequence_parallel:
         args.append(("--sequence-parallel", None))
+    args += cp_comm_args(ctx)
     first, middle, last, kind, _ = (
         int(x[0])
         for x in split_layers(
@@ -683,6 +702,7 @@ def check(text: str, ctx: ExportContext) -> list[str]:
     out += _split_problems(f, layers, pp)
     out += _batch_problems(f, dp, pp, ctx) + _option_problems(f, tp, pp, cp, dp, layers, ctx)
     out += _moe_problems(f, world, tp, pp, layers, ctx) + _mla_problems(f, ctx)
+    out += _cp_problems(f, cp, heads, tp)
     lay = ctx.layout
     out += mismatches(
         {
@@ -693,6 +713,24 @@ def check(text: str, ctx: ExportContext) -> list[str]:
         }
     )
     return out
+
+
+def _cp_problems(f: dict, cp: int, heads: int, tp: int) -> list[str]:
+    """--cp-comm-type as arguments.py takes it: a known type; a2a needs heads / tp divisible by cp;
+    a2a+p2p's --hierarchical-context-parallel-sizes multiply to cp."""
+    kind = f.get("--cp-comm-type", "p2p")
+    if kind not in ("p2p", "allgather", "a2a", "a2a+p2p"):
+        return [f"--cp-comm-type {kind} is not p2p, allgather, a2a or a2a+p2p"]
+    if kind == "a2a" and heads % (tp * cp):
+        return [
+            f"--cp-comm-type a2a: num_attention_heads({heads}) / tp({tp}) not divisible by cp({cp})"
+        ]
+    sizes = f.get("--hierarchical-context-parallel-sizes")
+    if kind == "a2a+p2p" and (
+        not isinstance(sizes, list) or math.prod(int(s) for s in sizes) != cp
+    ):
+        return [f"--hierarchical-context-parallel-sizes {sizes} does not multiply to cp({cp})"]
+    return []
 
 
 def pipeline_layout(

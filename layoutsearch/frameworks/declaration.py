@@ -79,6 +79,10 @@ class Profile:
     enable_fsdp_float8_all_gather), else in bf16."""
     recompute_policies: tuple[str, ...] = ("none", "selective", "full")
     """What the search tries by default."""
+    cp_flavours: tuple[str, ...] = ("ring",)
+    """The context-parallel flavours the search tries where cp > 1 by default: ring, which every
+    priced record ran, in every framework but ``ideal`` (--cp-flavours widens it; an export
+    target's Capabilities.cp_flavours bound it)."""
     vendor_attention: bool = False
     """The vendor's fused attention kernel (Transformer Engine's cuDNN attention) where the
     accelerator has one (``Accelerator.vendor_attention_efficiency``), else FlashAttention-2
@@ -140,7 +144,9 @@ class Capabilities:
     multi_stage_schedules: tuple[str, ...] = ()
     """Those of them it runs only with two or more stages per device (virtual_stages > 1)."""
     context_parallel: bool = True
-    """Whether it has ring context parallelism (cp > 1)."""
+    """Whether it has context parallelism (cp > 1)."""
+    cp_flavours: tuple[str, ...] = ("ring",)
+    """The context-parallel flavours it runs (``specs.CP_FLAVOURS``), where cp > 1."""
     kv_replication: bool = True
     """Whether it can replicate KV heads (tp > num_kv_heads)."""
     model_blocks: tuple[str, ...] = ()

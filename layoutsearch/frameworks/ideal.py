@@ -14,6 +14,7 @@ PROFILE = Profile(
     vendor_attention=True,
     ep_overlap=True,
     ep_node_dedup=True,
+    cp_flavours=("ring", "allgather", "a2a", "a2a+ring"),
 )
 
 CAPABILITIES = None

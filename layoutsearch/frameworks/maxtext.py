@@ -39,6 +39,8 @@ CAPABILITIES = Capabilities(
     zero_stages=(0, 1, 3),
     zero_stages_with_replicas=(3,),
     zero_stages_with_cp=(3,),
+    # configs/types.py context_parallel_strategy: 'all_gather' (its default) or 'ring'
+    cp_flavours=("allgather", "ring"),
     pipeline_schedules=("gpipe",),
     kv_replication=False,
     model_blocks=("llama", "gpt3", "mixtral", "qwen3-moe", "deepseek"),
@@ -49,6 +51,8 @@ CAPABILITIES = Capabilities(
         "maxtext-zero": "it has no ZeRO-2: sharded gradients with replicated weights",
         "maxtext-replicas": "its ZeRO-1 (shard_optimizer_over_data) shards over all data replicas",
         "maxtext-cp": "it shards weights over the context axis, i.e. ZeRO-3 over fsdp x cp",
+        "maxtext-cp-flavour": "its context_parallel_strategy is all_gather or ring; it has no "
+        "head-parallel (Ulysses) attention",
         "maxtext-pipeline": "its pipeline runs microbatches in GPipe order, circular when "
         "num_pipeline_repeats > 1; no 1F1B, zero-bubble or DualPipe schedule",
         "maxtext-kv": "it shards KV heads over the tensor axis and cannot replicate them",

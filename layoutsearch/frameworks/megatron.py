@@ -27,6 +27,8 @@ CAPABILITIES = Capabilities(
     target="megatron",
     framework="Megatron-LM",
     pipeline_schedules=("1f1b", "interleaved"),
+    # arguments.py --cp-comm-type p2p | allgather | a2a | a2a+p2p (Transformer Engine's attention)
+    cp_flavours=("ring", "allgather", "a2a", "a2a+ring"),
     # ZeRO-2/3 are written as Megatron-FSDP, which its documentation lists with TP, CP and EP only
     zero_stages_with_pp=(0, 1),
     deepep=True,

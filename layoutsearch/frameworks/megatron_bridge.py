@@ -34,6 +34,7 @@ CAPABILITIES = dataclasses.replace(
     target=TARGET,
     framework="Megatron-Bridge",
     pipeline_splits=("even",),
+    cp_flavours=("ring",),  # the override writes context_parallel_size alone (cp_comm_type p2p)
     cuda_graphs=("none",),
     recompute_with_scoped_graphs=None,
     bf16_grads=False,

@@ -49,6 +49,9 @@ def capabilities(target: str) -> Capabilities:
         "pipeline": "torch.distributed.pipelining runs 1F1B, GPipe, Interleaved1F1B, "
         "InterleavedZeroBubble (two or more stages per rank), ZBVZeroBubble and DualPipeV; not the "
         "bidirectional DualPipe with two copies of the weights",
+        "cp-flavour": "its context parallelism is ring attention, one SDPA call per K/V shard, the "
+        "shards all-gathered or passed on by all-to-all (context_parallel_rotate_method): both priced "
+        "as ring; it has no single-call all-gather and no head-parallel (Ulysses) attention",
     }
     return Capabilities(
         target=target,

@@ -36,6 +36,7 @@ def layout_record(
         "recompute": lay.recompute,
         "sequence_parallel": lay.sequence_parallel,
         "schedule": lay.schedule,
+        **({"cp_flavour": lay.cp_flavour} if lay.cp > 1 else {}),  # read only where cp > 1
         "stage_layers": stage_layers_record(est),
         "kv_replication": params.kv_replication(est.model, lay.tp),
         "axes": {

@@ -135,7 +135,7 @@ def bar(fraction: float) -> str:
 
 def layout_summary(est: Estimate) -> str:
     lay = est.layout
-    degrees = ", ".join(f"{k}={v}" for k, v in lay.all_degrees.items() if v > 1) or "single device"
+    degrees = layout_degrees(lay) or "single device"
     axes = "; ".join(
         f"{name}: " + " x ".join(f"{a}{f}" for a, f in placed) for name, placed in lay.placements
     )
@@ -372,7 +372,7 @@ def _solve_row(rank: int, est: Estimate) -> list[str]:
     lay = est.layout
     return [
         str(rank),
-        ", ".join(f"{k}={v}" for k, v in lay.all_degrees.items() if v > 1) or "1",
+        layout_degrees(lay) or "1",
         "; ".join(f"{n}:" + "*".join(f"{a}{f}" for a, f in p) for n, p in lay.placements),
         str(lay.zero_stage),
         f"{lay.num_microbatches} x {lay.microbatch_seqs(est.workload):g}"
@@ -460,7 +460,7 @@ def _winner_row(label: str, est: Estimate | None, status: str | None) -> list[st
     lay = est.layout
     return [
         label,
-        ", ".join(f"{k}={v}" for k, v in lay.all_degrees.items() if v > 1) or "1",
+        layout_degrees(lay) or "1",
         "; ".join(f"{n}:" + "*".join(f"{a}{f}" for a, f in p) for n, p in lay.placements),
         f"ZeRO-{lay.zero_stage} K={lay.num_microbatches} {lay.recompute}",
         f"{_gb(est.memory_bytes['peak'])} / {_gb(est.memory_bytes['capacity'])}",
@@ -740,6 +740,15 @@ def plan_lines(record: dict) -> list[tuple[str, str]]:
         (label, "-" if values.get(key) is None else fmt.format(values[key]))
         for label, key, fmt in PLAN_LINES
     ]
+
+
+def layout_degrees(lay) -> str:
+    """'tp=8, cp=4 a2a' of a Layout: the degrees above 1, cp with its flavour."""
+    return ", ".join(
+        f"{k}={v}" + (f" {lay.cp_flavour}" if k == "cp" else "")
+        for k, v in lay.all_degrees.items()
+        if v > 1
+    )
 
 
 def degrees_text(record: dict) -> str:

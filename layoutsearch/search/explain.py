@@ -33,6 +33,7 @@ from layoutsearch.search.ranking import (
 from layoutsearch.search.space import (
     Space,
     problem_degree_tuples,
+    with_cp_flavours,
     with_microbatches,
     with_virtual_stages,
 )
@@ -243,7 +244,7 @@ def _removed_at(problem: Problem, tuples: Cand, steps: list[Rule]) -> np.ndarray
     n = len(tuples["dp"])
     everything = never  # when a rule on the whole problem or on recompute leaves nothing
     recompute_ok = np.ones(len(RECOMPUTE_POLICIES), dtype=bool)
-    on_degrees, on_rows = [], []
+    on_degrees, on_flavours, on_rows = [], [], []
     for i, rule in enumerate(steps):
         if rule.needs == {"r"}:
             recompute_ok &= rule.mask(problem, {"r": np.arange(len(RECOMPUTE_POLICIES))})
@@ -254,6 +255,8 @@ def _removed_at(problem: Problem, tuples: Cand, steps: list[Rule]) -> np.ndarray
                 everything = min(everything, i)
         elif rule.needs - {"z"} <= _DEGREE_FIELDS:
             on_degrees.append((i, rule))
+        elif rule.needs <= _DEGREE_FIELDS | {"cpf"}:
+            on_flavours.append((i, rule))
         else:
             on_rows.append((i, rule))
     key_fields = [
@@ -262,6 +265,7 @@ def _removed_at(problem: Problem, tuples: Cand, steps: list[Rule]) -> np.ndarray
         if f in ("dp", "fsdp") or any(f in rule.needs for _, rule in on_rows)
     ]
     key_of, row_falls = _row_falls(problem, tuples, key_fields, on_rows, never)
+    flavour_falls = _flavour_falls(problem, tuples, on_flavours, never)
     out = np.empty(n, dtype=np.int64)
     for start in range(0, n, FUNNEL_CHUNK_ROWS):
         part = slice(start, start + FUNNEL_CHUNK_ROWS)
@@ -269,8 +273,28 @@ def _removed_at(problem: Problem, tuples: Cand, steps: list[Rule]) -> np.ndarray
             problem, {f: a[part] for f, a in tuples.items()}, on_degrees, never
         )
         per_zero = np.minimum(zero_falls, row_falls[key_of[part]]).max(axis=1)
-        out[part] = np.minimum(np.minimum(falls, per_zero), everything)
-    return out
+        out[part] = np.minimum(np.minimum(falls, per_zero), flavour_falls[part])
+    return np.minimum(out, everything)
+
+
+def _flavour_falls(problem: Problem, tuples: Cand, rules: list, never: int) -> np.ndarray:
+    """Per tuple, the latest fall among its CP flavours under ``rules`` (those that read the flavour
+    and degrees alone), evaluated once per distinct value of the degrees they read: a candidate falls
+    at the first of the degree, flavour and (v, K, z) rules it breaks, so its tuple falls at the
+    least of the three latest falls."""
+    if not rules:
+        return np.full(len(tuples["dp"]), never, dtype=np.int64)
+    fields = sorted(set().union(*(rule.needs for _, rule in rules)) - {"cpf"})
+    keys, key_of = np.unique(
+        np.stack([tuples[f] for f in fields], axis=1), axis=0, return_inverse=True
+    )
+    c = with_cp_flavours(
+        {**{f: keys[:, j] for j, f in enumerate(fields)}, "key": np.arange(len(keys))}
+    )
+    falls, _ = _falls(problem, c, rules, never)
+    latest = np.full(len(keys), -1, dtype=np.int64)
+    np.maximum.at(latest, c["key"], falls)
+    return latest[key_of.reshape(-1)]
 
 
 def _row_falls(

@@ -7,6 +7,8 @@ fields it reads exist:
 
 1. degree tuples (dp, fsdp, tp, pp, cp) whose product is the device count (from the
    factorisation of the count);
+1b. x the context-parallel flavours searched (``cp_flavours_searched``) where cp > 1 (ring where
+   cp = 1, which reads none);
 2. x virtual stages v in 1..MAX_VIRTUAL_STAGES and the searched schedules that run with v
    (``searched_schedules``: 1f1b and interleaved, or the export target's, or --schedules);
 3. x microbatch counts K among the divisors of B / gcd(B, dp x fsdp);
@@ -26,6 +28,7 @@ import numpy as np
 
 from layoutsearch.core.arrays import read_only
 from layoutsearch.core.errors import InvalidArgumentError
+from layoutsearch.core.frameworks import profile_of
 from layoutsearch.core.numbers import divisors
 from layoutsearch.core.placement import (
     EXPERT_NESTING,
@@ -40,11 +43,14 @@ from layoutsearch.core.rules import (
     Cand,
     Capabilities,
     Rule,
+    cp_a2a_degree,
     registry,
     schedule_fits_virtual_stages,
 )
 from layoutsearch.core.specs import (
     ALL_DEGREE_NAMES,
+    CP_FLAVOUR_CODES,
+    CP_FLAVOURS,
     DEGREE_NAMES,
     RECOMPUTE_POLICIES,
     SCHEDULE_CODES,
@@ -54,10 +60,11 @@ from layoutsearch.core.specs import (
 )
 from layoutsearch.costs import params, terms
 
-SHAPE_FIELDS = (*ALL_DEGREE_NAMES, "v", "sched")
+SHAPE_FIELDS = (*ALL_DEGREE_NAMES, "v", "sched", "cpf")
 SHAPE_INDEX = "shape_index"  # the candidate's shape row (no rule reads it)
 STAGE_FIELDS = {  # the fields known at each stage of the enumeration
     "degrees": frozenset(ALL_DEGREE_NAMES),
+    "cp_flavour": frozenset((*ALL_DEGREE_NAMES, "cpf")),
     "virtual": frozenset(SHAPE_FIELDS),
     "microbatches": frozenset((*SHAPE_FIELDS, "k")),
     "zero": frozenset((*SHAPE_FIELDS, "z")),
@@ -108,6 +115,7 @@ class Space(HasProblem):
             num_microbatches=int(k),
             recompute=RECOMPUTE_POLICIES[int(r)],
             schedule=SCHEDULE_NAMES[int(sh.sched[shape])],
+            cp_flavour=CP_FLAVOURS[int(sh.cpf[shape])],
             axes=self.placement(shape, o),
         )
 
@@ -234,6 +242,25 @@ def with_microbatches(c: Cand, global_batch_seqs: int) -> Cand:
     return out
 
 
+def with_cp_flavours(c: Cand, flavours: tuple[str, ...] = CP_FLAVOURS) -> Cand:
+    """Each row with cp > 1 x the CP ``flavours`` (codes ``cpf``); a row with cp = 1 once, as ring."""
+    codes = np.array([CP_FLAVOUR_CODES[f] for f in flavours], dtype=np.int64)
+    counts = np.where(c["cp"] > 1, len(codes), 1)
+    out = {name: np.repeat(a, counts) for name, a in c.items()}
+    first = np.cumsum(counts) - counts
+    within = np.arange(int(counts.sum())) - np.repeat(first, counts)
+    out["cpf"] = np.where(out["cp"] > 1, codes[within % len(codes)], CP_FLAVOUR_CODES["ring"])
+    return out
+
+
+def cp_flavours_searched(problem: Problem, options: SearchOptions) -> tuple[str, ...]:
+    """The CP flavours tried where cp > 1: --cp-flavours, else the framework profile's default set
+    (like its recompute policies); an export target's rule then drops those it cannot write."""
+    if options.cp_flavours is not None:
+        return options.cp_flavours
+    return profile_of(problem.workload.framework, problem.cluster.accelerator.kind).cp_flavours
+
+
 def _keep(c: Cand, mask: np.ndarray) -> Cand:
     return {name: a[mask] for name, a in c.items()}
 
@@ -260,6 +287,8 @@ def build_space(
     for rule in rules:
         by_stage[stage_of(rule)].append(rule)
     c = _apply(problem, by_stage["degrees"], problem_degree_tuples(problem))
+    flavours = cp_flavours_searched(problem, options)
+    c = _apply(problem, by_stage["cp_flavour"], with_cp_flavours(c, flavours))
     c = _apply(
         problem,
         by_stage["virtual"],
@@ -292,10 +321,14 @@ def build_space(
     orders = axis_orders(problem.cluster)
     degree_rows, placed = _unique_rows(shape_rows[:, : len(ALL_DEGREE_NAMES)])
     order_mask, coeffs = _placements(problem, degree_rows, orders)
+    cpa = cp_a2a_degree(problem.cluster.accelerator.devices_per_node, shapes)
     return Space(
         problem=problem,
         rules=rules,
-        shapes=terms.Shapes(**{f: shapes[f] for f in (*terms.SHAPE_KEYS, "sched")}),
+        shapes=terms.Shapes(
+            **{f: shapes[f] for f in (*terms.SHAPE_KEYS, "sched", "cpf")},
+            cpa=np.asarray(cpa, dtype=np.int64).reshape(-1),
+        ),
         sk_shape=sk_shape,
         sk_k=sk_k,
         recompute_codes=codes,
@@ -334,7 +367,10 @@ def _ordered(shape_rows: np.ndarray, sk_shape: np.ndarray, sk_k: np.ndarray):
         return shape_rows, sk_shape.astype(np.int64), sk_k.astype(np.int64)
     col = {f: i for i, f in enumerate(SHAPE_FIELDS)}
     order = np.lexsort(
-        tuple(shape_rows[:, col[f]] for f in ("sched", "v", "etp", "ep", "fsdp", "cp", "pp", "tp"))
+        tuple(
+            shape_rows[:, col[f]]
+            for f in ("sched", "v", "cpf", "etp", "ep", "fsdp", "cp", "pp", "tp")
+        )
     )
     rank = np.empty(len(order), dtype=np.int64)
     rank[order] = np.arange(len(order))
@@ -377,7 +413,10 @@ def _placements_of(cluster: Cluster, model: ModelSpec, rows_bytes: bytes, shape:
         key = np.stack(
             [
                 getattr(getattr(co, g), f)
+                # the cp all-to-all groups follow the cp group's placement: orders alike in every
+                # ring group are kept once (the all-to-all flavours take the first one's coefficients)
                 for g in terms.COEFF_GROUPS
+                if g not in ("cp_a2a", "cp_in")
                 for f in ("members", "seconds_per_byte", "latency_s")
             ],
             axis=1,

@@ -178,7 +178,7 @@ class Costed:
 # The (S,K) x r terms read a row's microbatch count and its shape's degrees, but the data unit
 # (dp x fsdp) only whole: through the tokens of a microbatch. Rows alike in these (they differ in
 # how ZeRO shards the unit) share their terms, which are costed once per key.
-TERM_DEGREES = ("tp", "pp", "cp", "v", "ep", "etp", "sched", "lf", "ll")
+TERM_DEGREES = ("tp", "pp", "cp", "v", "ep", "etp", "sched", "lf", "ll", "cpf", "cpa")
 
 
 def term_keys(space: Space) -> tuple[np.ndarray, np.ndarray]:
