@@ -32,6 +32,7 @@ from layoutsearch.core.problem import SearchOptions as Restrictions
 from layoutsearch.core.specs import (
     ALL_DEGREE_NAMES,
     DEGREE_NAMES,
+    OFFLOADS,
     RECOMPUTE_POLICIES,
     Layout,
     Schedule,
@@ -146,6 +147,7 @@ def search_request(
                 if recompute is not None
                 else None
             ),
+            offload=parse_names(search.offload, OFFLOADS, label("offload"), "choice"),
         ),
         objective=search.objective.value,
         top_k=top_k or search.top,
@@ -428,6 +430,7 @@ def layout_of(
         virtual_stages=layout.virtual_stages,
         num_microbatches=microbatches,
         recompute=layout.recompute.value,
+        offload=layout.offload.value,
         sequence_parallel=layout.sequence_parallel,
         schedule=Schedule.interleaved.value if layout.virtual_stages > 1 else layout.schedule.value,
         axes=parse_axes(axes, label("axes")) if axes and axes.strip() else None,

@@ -41,7 +41,7 @@ WORKLOAD = [
 ]
 PROBLEM = ["--problem", "--model", "-m", "--cluster", "-c"]
 SEARCH = ["--top", "--fix", "--choices", "--only", "--objective", "--time-limit", "--method"]
-SEARCH += ["--recompute"]
+SEARCH += ["--recompute", "--offload"]
 GOODPUT = [
     "--failure-rate-per-device-hour",
     "--restart-time-s",
@@ -66,6 +66,7 @@ FLAGS = {
         "--last-stage-layers",
         "--recompute",
         "--zero-stage",
+        "--offload",
         "--virtual-stages",
         "--schedule",
         "--sequence-parallel",

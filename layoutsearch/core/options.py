@@ -29,6 +29,7 @@ from layoutsearch.core.specs import (
     Method,
     MfuConvention,
     Objective,
+    Offload,
     Precision,
     Recompute,
     Routing,
@@ -318,6 +319,11 @@ class SearchOptions(OptionGroup):
         Method.cpsat, description="cpsat (proof) or enumerate (exhaustive oracle)"
     )
     recompute: str | None = Field(None, description="Allowed policies, e.g. none,full")
+    offload: str = Field(
+        "none",
+        description="Allowed model-state offload to host memory, e.g. none,optimizer,params "
+        "(optimizer: fp32 master and Adam moments; params: and the weights); opt-in",
+    )
 
 
 class PlanOptions(OptionGroup):
@@ -420,6 +426,11 @@ class LayoutOptions(OptionGroup):
         Recompute.none, description="Activation-checkpoint policy of the layout"
     )
     zero_stage: int = Field(3, description="0 DDP, 1 optimizer, 2 + grads, 3 + weights sharded")
+    offload: Offload = Field(
+        Offload.none,
+        description="Model state in host memory: none, optimizer (fp32 master and Adam "
+        "moments) or params (and the weights)",
+    )
     virtual_stages: int = Field(
         1, ge=1, le=MAX_VIRTUAL_STAGES_RECORD, description="Model chunks per pipeline stage"
     )

@@ -16,7 +16,8 @@ nearest fix. Every consumer iterates these rules and nothing restates them:
 
 Candidate fields (``Cand``, equal-length int arrays): dp, fsdp, tp, pp, cp (degrees), v
 (virtual stages), sched (schedule code: 0 1f1b, 1 interleaved, 2 gpipe), k (microbatches),
-z (ZeRO stage), r (recompute code: 0 none, 1 selective, 2 full).
+z (ZeRO stage), f (offload code, specs.OFFLOADS: 0 none, 1 optimizer, 2 params), r (recompute
+code: 0 none, 1 selective, 2 full).
 """
 
 from __future__ import annotations
@@ -33,6 +34,7 @@ from layoutsearch.core.specs import (
     ALL_DEGREE_NAMES,
     DEGREE_NAMES,
     OFFLOAD_POLICIES,
+    OFFLOADS,
     RECOMPUTE_CODES,
     RECOMPUTE_POLICIES,
     SCHEDULE_CODES,
@@ -333,6 +335,47 @@ STRUCTURE: tuple[Rule, ...] = (
     ),
 )
 
+
+def _host_fields_missing(p: Problem) -> list[str]:
+    """The catalogue fields optimizer and parameter offload read that the accelerator lacks."""
+    acc = p.cluster.accelerator
+    wanted = {
+        "host_gbytes_per_s_per_direction": acc.host_bytes_per_s_per_direction,
+        "host_memory_gib_per_node": acc.host_memory_bytes_per_node,
+        "host_cpu_cores_per_node": acc.host_cpu_cores_per_node,
+    }
+    return [name for name, value in wanted.items() if value is None]
+
+
+def _host_fields_refusal(p: Problem, c: dict) -> str:
+    missing = ", ".join(_host_fields_missing(p))
+    return (
+        f"offload {OFFLOADS[c['f']]} keeps model state in host memory, but "
+        f"{p.cluster.accelerator.id} has no {missing} in its hardware file"
+    )
+
+
+OFFLOAD_RULES: tuple[Rule, ...] = (
+    _rule(
+        code="offload-host",
+        needs=("f",),
+        holds=lambda p, c: (c["f"] == 0) | (not _host_fields_missing(p)),
+        title=lambda p: "optimizer and parameter offload need the host's link, memory and cores",
+        why=_host_fields_refusal,
+    ),
+    _rule(
+        code="offload-params-zero3",
+        needs=("fsdp", "cp", "z", "f"),
+        holds=lambda p, c: (c["f"] != OFFLOADS.index("params")) | (effective_zero(c) == 3),
+        title=lambda p: "parameter offload with ZeRO-3 over a shard group",
+        why=lambda p, c: (
+            f"offload params fetches each device's weight shard from the host (ZeRO-Infinity), "
+            f"which needs zero_stage 3 over fsdp x cp > 1 (got zero_stage {c['z']}, "
+            f"fsdp({c['fsdp']}) x cp({c['cp']}))"
+        ),
+    ),
+)
+
 # Search-only: variants that cannot differ are enumerated once (fsdp with ZeRO-0 would be
 # replicated data parallelism, which dp already is; ZeRO >= 1 needs a shard group).
 CANONICAL: tuple[Rule, ...] = (
@@ -431,6 +474,18 @@ def option_rules(options: SearchOptions | None) -> tuple[Rule, ...]:
                     if options.recompute
                     else f" (the {p.workload.framework} default; --recompute widens it)"
                 )
+            ),
+            kind="option",
+        )
+    )
+    rules.append(
+        _rule(
+            code="option-offload",
+            needs=("f",),
+            holds=lambda p, c: np.isin(c["f"], [OFFLOADS.index(o) for o in options.offload]),
+            title=lambda p: f"offload in {{{', '.join(options.offload)}}}",
+            why=lambda p, c: (
+                f"offload {OFFLOADS[c['f']]} is not among {', '.join(options.offload)} (--offload widens it)"
             ),
             kind="option",
         )
@@ -924,6 +979,14 @@ LIMITS: tuple[Limit, ...] = (
         nearest=lambda caps, p, c: f"recompute {_or_(caps.recompute_policies)}",
     ),
     Limit(
+        code="offload",
+        needs=("f",),
+        holds=lambda caps, p, c: np.isin(c["f"], [OFFLOADS.index(o) for o in caps.offload]),
+        title=lambda caps, p: f"offload {', '.join(caps.offload)}",
+        cannot=lambda caps, p, c: f"offload {OFFLOADS[c['f']]}",
+        nearest=lambda caps, p, c: f"offload {_or_(caps.offload)}",
+    ),
+    Limit(
         code="kv",
         needs=("tp",),
         holds=lambda caps, p, c: caps.kv_replication | (c["tp"] <= p.model.num_kv_heads),
@@ -1129,6 +1192,7 @@ def registry(
     return (
         option_rules(options)
         + STRUCTURE
+        + OFFLOAD_RULES
         + (CANONICAL if canonical else ())
         + (framework_rules(capabilities) if capabilities else ())
     )
@@ -1142,6 +1206,7 @@ def candidate_of(layout: Layout, k: int | None = None) -> Cand:
         "sched": SCHEDULE_CODES.get(layout.schedule, -1),
         "k": layout.num_microbatches if k is None else k,
         "z": layout.zero_stage,
+        "f": OFFLOADS.index(layout.offload) if layout.offload in OFFLOADS else -1,
         "r": RECOMPUTE_CODES.get(layout.recompute, -1),
         "lf": layout.first_stage_layers or 0,
         "ll": layout.last_stage_layers or 0,

@@ -18,6 +18,7 @@ PROFILE = Profile(
     name="deepspeed",
     param_gather_overlap=False,
     pipelined_grad_reduce_overlap=False,
+    offload_grad_copy_hidden=True,
 )
 
 CAPABILITIES = Capabilities(
@@ -33,6 +34,7 @@ CAPABILITIES = Capabilities(
     expert_tensor_without_ep=("tp",),
     expert_parallel_with_tp_and_pp=False,
     attention_sinks=True,
+    offload=("none", "optimizer", "params"),  # offload_optimizer; offload_param (ZeRO-Infinity)
     sliding_window=True,  # the Hugging Face model code trains its own attention
     # transformers' DeepseekV3 and Glm4Moe models skip the MTP layers' weights (num_nextn_predict_layers)
     refused_features={

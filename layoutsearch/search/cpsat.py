@@ -95,6 +95,7 @@ class Vars:
     w: dict = field(default_factory=dict)  # (row, r, o) -> bool: the key of the stage time
     sz: dict = field(default_factory=dict)  # (shape, z) -> bool
     szo: dict = field(default_factory=dict)  # (shape, z, o) -> bool
+    fetch: dict = field(default_factory=dict)  # (S, K) row -> bool: chosen with parameter offload
     # the variables a candidate's selections determine (a hint sets them too): whether ZeRO-3
     # collectives run and their extra stage time, each EXPOSED part's (exposed, floor(eta exposed))
     # and the headroom risk
@@ -263,7 +264,7 @@ def build_model(
         v.shape[s] = model.new_bool_var(f"shape{s}")
     for ri in range(len(space.recompute_codes)):
         v.r[ri] = model.new_bool_var(f"r{ri}")
-    for z in range(4):
+    for z in range(space.num_zero):
         if space.zero_mask[shapes, z].any():
             v.z[z] = model.new_bool_var(f"z{z}")
     for o in range(len(space.orders)):
@@ -360,6 +361,20 @@ def build_model(
         step = step + exposed - charged + hidden.interference(term)
     for _, plain in step_formula.PLAIN:
         step = step + plain(term)
+    if (
+        t.fetches is not None
+    ):  # parameter offload's host fetches: the row's, where the column fetches
+        for j in v.y:
+            v.fetch[j] = model.new_bool_var(f"fetch{j}")
+            model.add(v.fetch[j] <= v.y[j])
+        model.add(
+            LinearExpr.sum(list(v.fetch.values()))
+            == LinearExpr.sum([b for z, b in v.z.items() if t.fetches[z]])
+        )
+        fetch = t.param_fetch_s[list(v.fetch)]
+        if limit is not None:
+            fetch = np.minimum(fetch, limit)
+        step = step + LinearExpr.weighted_vars(v.fetch.values(), fetch.astype(np.int64).tolist())
     if row_least is not None:  # a clipped candidate's step is at least the clip: so is the cut's
         least = np.minimum(row_least[list(v.y)], limit if limit is not None else NEVER)
         model.add(step >= LinearExpr.weighted_vars(v.y.values(), least.tolist()))
@@ -424,7 +439,7 @@ def simplicity_objectives(space: Space, v: Vars) -> list:
     orders = sorted(v.o)
     n_cp = int(p.cp_rank.max()) + 1 if len(p.cp_rank) else 1
     head = {s: n_cp * int(p.degrees_above_one[s]) + int(p.cp_rank[s]) for s in v.shape}
-    n_r, n_z = len(p.recompute_rank), 4
+    n_r, n_z = len(p.recompute_rank), space.num_zero
     # key A: (degrees above one, cp rank), TP beyond a node, ZeRO stage, microbatches, recompute
     w_r, w_k = 1, n_r
     w_z = w_k * len(ks)
@@ -886,6 +901,8 @@ def _hint(space: Space, t: Tables, v: Vars, row: int, ri: int, z: int, o: int) -
         "sz": (s, z),
         "szo": (s, z, o),
     }
+    if v.fetch:
+        determined.update({b: int(j == row and bool(t.fetches[z])) for j, b in v.fetch.items()})
     return {
         **{
             var: int(key == chosen[group])
