@@ -538,7 +538,7 @@ UNPLACED = (
 
 @dataclass(frozen=True, kw_only=True, slots=True)
 class Layout:
-    """The decision: degrees, microbatching, checkpointing, ZeRO stage, axis placement.
+    """The decision: degrees, microbatching, checkpointing, ZeRO stage, offload, axis placement.
 
     ``dp`` is the replicated part of data parallelism, ``fsdp`` the sharded part; data units
     (groups that process different sequences) number dp x fsdp. A mixture-of-experts model's

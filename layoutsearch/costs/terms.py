@@ -978,7 +978,7 @@ def offload_step_parts(workload: Workload, acc: Accelerator, local, device_s, of
     (not with parameter offload: the next forward fetches them). "device": the offloaded state
     streams up and back down, both directions at once, around the device update."""
     profile = profile_of(workload.framework, acc.kind)
-    link = acc.host_bytes_per_s_per_direction or np.nan  # offload is refused without it
+    link = acc.host_bytes_per_s_per_direction or np.inf  # offload is refused without it (rules)
     off = np.asarray(offload)
     weights_on_host = memory.offloaded_by_code("weights")[off]
     if profile.offload_update == "device":
@@ -988,7 +988,7 @@ def offload_step_parts(workload: Workload, acc: Accelerator, local, device_s, of
     down = local * workload.grad_bytes_per_param / link
     # each device's process updates its shard on its share of the host's cores (DeepSpeed
     # --bind_cores_to_rank), so a full host runs every device's shard at once
-    cores = (acc.host_cpu_cores_per_node or np.nan) / acc.devices_per_host
+    cores = (acc.host_cpu_cores_per_node or np.inf) / acc.devices_per_host
     return {
         "offload/grads_down": 0.0 * down if profile.offload_grad_copy_hidden else down,
         "offload/cpu_adam": memory.cpu_adam_seconds(local, cores, profile.cpu_adam),
@@ -1009,7 +1009,7 @@ def param_fetch_time(model: ModelSpec, workload: Workload, acc: Accelerator, sh:
         * 2
         * local
         * workload.weight_bytes_per_param
-        / (acc.host_bytes_per_s_per_direction or np.nan)
+        / (acc.host_bytes_per_s_per_direction or np.inf)
     )
 
 

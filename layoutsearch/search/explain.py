@@ -244,6 +244,7 @@ def _removed_at(problem: Problem, tuples: Cand, steps: list[Rule]) -> np.ndarray
     n = len(tuples["dp"])
     everything = never  # when a rule on the whole problem or on recompute leaves nothing
     recompute_ok = np.ones(len(RECOMPUTE_POLICIES), dtype=bool)
+    offload_ok = np.ones(len(OFFLOADS), dtype=bool)
     on_degrees, on_rows = [], []
     for i, rule in enumerate(steps):
         if rule.needs == {"r"}:
@@ -254,7 +255,8 @@ def _removed_at(problem: Problem, tuples: Cand, steps: list[Rule]) -> np.ndarray
             if not rule.mask(problem, {}).all():
                 everything = min(everything, i)
         elif rule.needs == {"f"}:  # the offload choices: none left leaves nothing
-            if not rule.mask(problem, {"f": np.arange(len(OFFLOADS))}).any():
+            offload_ok &= rule.mask(problem, {"f": np.arange(len(OFFLOADS))})
+            if not offload_ok.any():
                 everything = min(everything, i)
         elif rule.needs - {"z", "f"} <= _DEGREE_FIELDS:
             on_degrees.append((i, rule))

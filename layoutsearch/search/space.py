@@ -248,7 +248,8 @@ def build_space(
     used, sk_shape = np.unique(c[SHAPE_INDEX], return_inverse=True)
     shape_rows, sk_shape, sk_k = _ordered(shape_rows[used], sk_shape.reshape(-1), c["k"])
     shapes = {f: shape_rows[:, i] for i, f in enumerate(SHAPE_FIELDS)}
-    offload_codes = np.array([OFFLOADS.index(o) for o in options.offload], dtype=np.int64)
+    # in code order whatever the option's: a column's index ranks its simplicity (no offload first)
+    offload_codes = np.array(sorted(OFFLOADS.index(o) for o in options.offload), dtype=np.int64)
     n = len(shape_rows)
     zero_mask = (
         np.stack(
