@@ -24,9 +24,9 @@ from layoutsearch.costs import memory, terms
 from layoutsearch.costs.estimate import estimate
 from layoutsearch.export import export_document
 from layoutsearch.frameworks import capabilities_of
-from layoutsearch.search.enumerate import enumerate_top
+from layoutsearch.search.enumerate import candidate_grid, enumerate_top
 from layoutsearch.search.space import build_space
-from layoutsearch.search.tables import build_tables
+from layoutsearch.search.tables import assemble, build_tables
 
 DEBUG_PARAMS = 7_082_240  # the debug model: 8 layers of d_model 256, d_ff 768, vocab 2048, untied
 RUNNER = CliRunner()
@@ -264,3 +264,35 @@ def test_funnel_names_the_offload_rule_that_leaves_nothing():
     )
     assert result.exit_code == 1
     assert "(offload-host) removes the last 35 degree tuples" in result.output
+
+
+def test_host_memory_counts_offloaded_activations_in_both_searches():
+    """llama70b on v5p-8 under MaxText with its activation-offloading remat policies and
+    --offload: some candidates fit HBM and put under 448 GiB / 4 chips of state on the host but
+    not with their offloaded activations; both searches drop them and rank the same top 3, whose
+    estimates pass the host-memory rule."""
+    problem = Problem.build(
+        load_model("llama70b"),
+        resolve_cluster("v5p-8"),
+        Workload(global_batch_seqs=64, seq_len=4096, framework="maxtext"),
+    )
+    options = SearchOptions(
+        offload=("none", "optimizer", "params"),
+        recompute=("full", "custom_offload_input", "minimal_offloaded", "qkv_proj_offloaded"),
+    )
+    space = build_space(problem, options)
+    tables = build_tables(space)
+    assert tables.host_kib == 448 * 1024**2 // 4
+    sk, ri, z, o = candidate_grid(space, np.arange(len(space.sk_k)))
+    s = space.sk_shape[sk]
+    hbm_fits = (tables.MZ[s, z] + tables.MB[sk, ri] <= tables.capacity_kib).all(axis=(-2, -1))
+    state_fits = (tables.HZ[s, z] <= tables.host_kib).all(axis=-1)
+    dropped = hbm_fits & state_fits & ~assemble(tables, space, sk, ri, z, o)["fits"]
+    assert dropped.any()
+    enum, _ = enumerate_top(space, tables, "step-time", 3)
+    assert proven_top(space, tables, "step-time", 3)[0] == enum and len(enum) == 3
+    for row, ri_, z_, o_, _ in enum:
+        lay = space.layout(
+            int(space.sk_shape[row]), int(space.sk_k[row]), int(space.recompute_codes[ri_]), z_, o_
+        )
+        assert estimate(problem, lay).violations == []

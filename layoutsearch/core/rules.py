@@ -1188,14 +1188,18 @@ def registry(
     canonical: bool = False,
 ) -> tuple[Rule, ...]:
     """The rules in force, in funnel order: the user's options, structure, the search's canonical
-    forms, then an export target's limits."""
-    return (
+    forms, then an export target's limits. A search that offloads nothing (``options.offload``
+    none alone) leaves out the rules on the offload choice: offload none passes every one."""
+    rules = (
         option_rules(options)
         + STRUCTURE
         + OFFLOAD_RULES
         + (CANONICAL if canonical else ())
         + (framework_rules(capabilities) if capabilities else ())
     )
+    if options is not None and options.offload == ("none",):
+        rules = tuple(rule for rule in rules if "f" not in rule.needs)
+    return rules
 
 
 def candidate_of(layout: Layout, k: int | None = None) -> Cand:

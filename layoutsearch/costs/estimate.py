@@ -152,7 +152,7 @@ def _estimate_placed(
         "host_offloaded": stages[big][
             "host_offloaded"
         ],  # activations the policy keeps in host memory (not HBM)
-        **({} if layout.offload == "none" else _host_memory(problem, stages[big])),
+        **({} if layout.offload == "none" else _host_memory(problem, stages)),
     }
     mfu_flops = (
         flops.model_flops_per_token(model, workload.seq_len, mfu_convention)
@@ -379,9 +379,11 @@ def offload_seconds(problem: Problem, layout: Layout) -> dict:
     }
 
 
-def _host_memory(problem: Problem, stage: dict) -> dict:
-    """memory_bytes items of an offloaded layout: its state on the host per device and, with the
-    activations it offloads, per node (``devices_per_host`` devices) against the node's memory."""
+def _host_memory(problem: Problem, stages: list[dict]) -> dict:
+    """memory_bytes items of an offloaded layout, on the stage that offloads the most: its state on
+    the host per device and, with the activations it offloads, per node (the devices sharing a host)
+    against the node's memory."""
+    stage = max(stages, key=lambda s: s["host_offloaded_state"] + s["host_offloaded"])
     per_device = stage["host_offloaded_state"] + stage["host_offloaded"]
     return {
         "host_offloaded_state": stage["host_offloaded_state"],

@@ -387,6 +387,10 @@ def build_model(
             )
             model.add(live <= cap)
             memory_live.append(live)
+    if t.HZ is not None:  # ---- with state offload searched, every stage's host memory fits too
+        for st in (0, 1):
+            hosted = over(v.sz, t.HZ[..., st], None, t.host_kib + 1)
+            model.add(hosted + over(v.w, t.HB[..., st], (0, 1), t.host_kib + 1) <= t.host_kib)
     volume = LinearExpr.weighted_sum(list(v.shape.values()), [int(t.VOLUME[s]) for s in v.shape])
     return (
         model,

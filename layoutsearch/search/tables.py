@@ -68,6 +68,10 @@ class Tables:
     # parameter offload: each row's host fetches per step ([sk]), charged where the column fetches ([z])
     param_fetch_s: np.ndarray | None = None
     fetches: np.ndarray | None = None
+    # with state offload searched, host memory per device (KiB): HZ[s, z, st] + HB[sk, r, st] <= host_kib
+    HZ: np.ndarray | None = None
+    HB: np.ndarray | None = None
+    host_kib: int = 0
     # filled by build_tables from the tables above (stage_parts)
     STAGE0: np.ndarray = field(
         default_factory=lambda: np.empty(0)
@@ -116,6 +120,7 @@ class RowTerms:
     reduce_window_s: np.ndarray  # [sk, r]
     gather_window_s: np.ndarray  # [sk]
     memory_bytes: list  # [st][moment] -> [sk, r]
+    host_bytes: list  # [st] -> [sk, r]: the activations the policy offloads to host memory
     # each stage's compute windows ("window/..." of costs.terms.compute_per_microbatch) without
     # recompute ([sk, 1]), which the (S,K) x o terms hide behind; None where "none" is not searched
     windows: list | None = None
@@ -128,6 +133,7 @@ class RowTerms:
             reduce_window_s=self.reduce_window_s[rows],
             gather_window_s=self.gather_window_s[rows],
             memory_bytes=[[m[rows] for m in stage] for stage in self.memory_bytes],
+            host_bytes=[h[rows] for h in self.host_bytes],
             windows=None
             if self.windows is None
             else [{key: w[rows] for key, w in stage.items()} for stage in self.windows],
@@ -197,6 +203,7 @@ def terms_of_rows(space: Space, rows: np.ndarray) -> RowTerms:
     mult = terms.step_multiplier(sh, k)
     a: list = []
     mb: list = []
+    hosted: list = []
     windows: list = []
     first_stage: dict = {}
     none = np.flatnonzero(codes == 0)  # the column of recompute "none", if searched
@@ -215,6 +222,7 @@ def terms_of_rows(space: Space, rows: np.ndarray) -> RowTerms:
         mb.append(
             [grid(sum(terms.moment_bytes(items, name).values(), 0.0 * k)) for name in MOMENT_NAMES]
         )
+        hosted.append(grid(items["host/offloaded"] + 0.0 * k))
         first_stage = first_stage or c
         windows.append({key: grid(v)[:, none] for key, v in c.items() if key.startswith("window/")})
     win, fwd = (grid(x) for x in terms.step_windows(model, workload, acc, sh, first_stage))
@@ -224,6 +232,7 @@ def terms_of_rows(space: Space, rows: np.ndarray) -> RowTerms:
         reduce_window_s=win,
         gather_window_s=fwd[:, 0],
         memory_bytes=mb,
+        host_bytes=hosted,
         windows=windows if len(none) else None,
     )
 
@@ -255,6 +264,27 @@ def optimizer_seconds(space: Space) -> np.ndarray:
     acc = space.cluster.accelerator
     opt = terms.optimizer_time(space.model, space.workload, acc, sh_z, z_row, f_row)
     return np.broadcast_to(opt, (space.num_shapes, space.num_zero))
+
+
+def host_tables(space: Space, rt: RowTerms) -> tuple[np.ndarray, np.ndarray, int]:
+    """Host memory per device in KiB: the offloaded state [s, z, st], the offloaded activations
+    [sk, r, st], and what one device may use: the node's memory over the devices sharing it."""
+    model, workload, cluster = space.model, space.workload, space.cluster
+    sh_z = space.shapes.take(np.arange(space.num_shapes)[:, None])
+    z_row, f_row = space.zero_columns(np.arange(space.num_zero)[None, :])
+    state = [
+        np.broadcast_to(
+            terms.memory_by_zero(model, workload, sh_z, z_row, first, f_row)[
+                "host/offloaded_state"
+            ],
+            (space.num_shapes, space.num_zero),
+        )
+        for first in (True, False)
+    ]
+    memory = cluster.host_memory_bytes_per_node
+    per_device = np.inf if memory is None else memory / cluster.devices_per_node
+    capacity = int(per_device // KIB) if np.isfinite(per_device) else int(NEVER)
+    return kib(np.stack(state, axis=-1)), kib(np.stack(rt.host_bytes, axis=-1)), capacity
 
 
 def fetching_columns(space: Space) -> np.ndarray | None:
@@ -445,6 +475,8 @@ def build_tables(
         zero3=z3,
         VOLUME=kib(v_w + v_x),
     )
+    if space.offload_codes.any():
+        tables.HZ, tables.HB, tables.host_kib = host_tables(space, rt)
     fetches = fetching_columns(space)
     if fetches is not None:
         sh_k = space.shapes.take(space.sk_shape)
@@ -518,4 +550,7 @@ def assemble(t: Tables, space: Space, sk, ri, z, o) -> dict:
         total = total + t.param_fetch_s[sk] * t.fetches[z]
     mem = t.MZ[s, z] + t.MB[sk, ri]  # [.., st, moment]
     peak = mem.reshape(mem.shape[0], -1).max(axis=1) if mem.ndim > 2 else mem.max()
-    return {"step": total, "peak": peak, "fits": peak <= t.capacity_kib, "volume": t.VOLUME[s]}
+    fits = peak <= t.capacity_kib
+    if t.HZ is not None:  # the host's memory, where state offload is searched
+        fits = fits & (t.HZ[s, z] + t.HB[sk, ri] <= t.host_kib).all(axis=-1)
+    return {"step": total, "peak": peak, "fits": fits, "volume": t.VOLUME[s]}
