@@ -987,6 +987,16 @@ LIMITS: tuple[Limit, ...] = (
         nearest=lambda caps, p, c: f"offload {_or_(caps.offload)}",
     ),
     Limit(
+        code="offload-zero",
+        needs=("fsdp", "cp", "z", "f"),
+        holds=lambda caps, p, c: (
+            (c["f"] == 0) | np.isin(effective_zero(c), caps.offload_zero_stages)
+        ),
+        title=lambda caps, p: f"offload with ZeRO {set(caps.offload_zero_stages)}",
+        cannot=lambda caps, p, c: f"offload {OFFLOADS[c['f']]} with ZeRO-{effective_zero(c)}",
+        nearest=lambda caps, p, c: f"zero_stage {_or_(caps.offload_zero_stages)}",
+    ),
+    Limit(
         code="kv",
         needs=("tp",),
         holds=lambda caps, p, c: caps.kv_replication | (c["tp"] <= p.model.num_kv_heads),

@@ -162,6 +162,8 @@ class Capabilities:
     """The workload precisions it can write."""
     offload: tuple[str, ...] = ("none",)
     """The optimizer and parameter offload choices (``specs.Offload``) it can write."""
+    offload_zero_stages: tuple[int, ...] = (0, 1, 2, 3)
+    """The effective ZeRO stages it can write beside an offload."""
     expert_tensor: tuple[str, ...] = EXPERT_TENSOR
     """The expert TP it can write with ep > 1 (``EXPERT_TENSOR`` names); MoE models only."""
     expert_tensor_without_ep: tuple[str, ...] = EXPERT_TENSOR

@@ -33,6 +33,7 @@ CAPABILITIES = Capabilities(
     deepep=True,
     vendor_attention=True,
     offload=("none", "optimizer"),  # --optimizer-cpu-offload; no parameter offload
+    offload_zero_stages=(1,),
     recompute_policies=PROFILE.recompute_policies,  # each one the exporter's _parallel_args writes
     pipeline_splits=("even", "embedding-and-loss", "first-last", "chunk-layout"),
     precisions=("bf16", "fp16", "fp8"),
@@ -68,6 +69,8 @@ CAPABILITIES = Capabilities(
     why={
         "megatron-offload": "--optimizer-cpu-offload moves the optimizer state; it has no parameter "
         "offload",
+        "megatron-offload-zero": "arguments.py pairs --optimizer-cpu-offload with "
+        "--use-precision-aware-optimizer, which needs the distributed optimizer (ZeRO-1)",
         "megatron-pipeline": "it runs 1F1B, or interleaved 1F1B with virtual stages, no GPipe; and "
         "Megatron-FSDP (its ZeRO-2/3) is documented with TP, CP and EP, not with pipeline parallelism, "
         "so a pipeline takes the distributed optimizer (ZeRO-1)",
