@@ -33,6 +33,7 @@ from layoutsearch.core.specs import (
     ALL_DEGREE_NAMES,
     CP_FLAVOURS,
     DEGREE_NAMES,
+    OFFLOADS,
     RECOMPUTE_POLICIES,
     Layout,
     Schedule,
@@ -162,6 +163,7 @@ def search_request(
                 if search.cp_flavours is not None
                 else None
             ),
+            offload=parse_names(search.offload, OFFLOADS, label("offload"), "choice"),
         ),
         objective=search.objective.value,
         top_k=top_k or search.top,
@@ -445,6 +447,7 @@ def layout_of(
         virtual_stages=layout.virtual_stages,
         num_microbatches=microbatches,
         recompute=layout.recompute.value,
+        offload=layout.offload.value,
         sequence_parallel=layout.sequence_parallel,
         schedule=(
             Schedule.interleaved.value

@@ -43,7 +43,7 @@ WORKLOAD = [
 ]
 PROBLEM = ["--problem", "--model", "-m", "--cluster", "-c"]
 SEARCH = ["--top", "--fix", "--choices", "--only", "--objective", "--time-limit", "--method"]
-SEARCH += ["--recompute", "--schedules", "--cp-flavours"]
+SEARCH += ["--recompute", "--schedules", "--cp-flavours", "--offload"]
 GOODPUT = [
     "--failure-rate-per-device-hour",
     "--restart-time-s",
@@ -68,6 +68,7 @@ FLAGS = {
         "--last-stage-layers",
         "--recompute",
         "--zero-stage",
+        "--offload",
         "--virtual-stages",
         "--schedule",
         "--cp-flavour",

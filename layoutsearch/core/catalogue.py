@@ -214,6 +214,8 @@ class CalibrationFile(_Strict):
 
 
 MAX_DEVICE_POWER_W = 1e5  # a board draws kilowatts; this bounds typos
+MAX_HOST_MEMORY_GIB = 1 << 16  # 64 TiB per host bounds typos (DGX hosts hold 1-4 TiB)
+MAX_HOST_CPU_CORES = 4096
 
 
 class AcceleratorFile(_Strict):
@@ -238,6 +240,9 @@ class AcceleratorFile(_Strict):
     checkpoint_write_gbytes_per_s_per_node: GBytesPerS | None = None  # storage writes per host
     board_power_w: Annotated[float, Field(gt=0, le=MAX_DEVICE_POWER_W)] | None = None  # rated (TDP)
     idle_power_w: Annotated[float, Field(gt=0, le=MAX_DEVICE_POWER_W)] | None = None
+    # one host's memory and CPU cores (physical), for optimizer and parameter offload; absent = not catalogued
+    host_memory_gib_per_node: Annotated[float, Field(gt=0, le=MAX_HOST_MEMORY_GIB)] | None = None
+    host_cpu_cores_per_node: Annotated[int, Field(ge=1, le=MAX_HOST_CPU_CORES)] | None = None
 
 
 def _check_keys(data: Any, schema: type[BaseModel], where: str) -> None:
@@ -1336,6 +1341,8 @@ def accelerator_from_dict(data: Any, where: str) -> Accelerator:
             "checkpoint_write_gbytes_per_s_per_node",
             "board_power_w",
             "idle_power_w",
+            "host_memory_gib_per_node",
+            "host_cpu_cores_per_node",
         )
         if getattr(f, k) is not None and k not in f.sources
     ]
@@ -1399,6 +1406,8 @@ def accelerator_from_dict(data: Any, where: str) -> Accelerator:
         checkpoint_write_bytes_per_s_per_node=_times(f.checkpoint_write_gbytes_per_s_per_node, GB),
         board_power_w=f.board_power_w,
         idle_power_w=f.idle_power_w,
+        host_memory_bytes_per_node=_times(f.host_memory_gib_per_node, GIB),
+        host_cpu_cores_per_node=f.host_cpu_cores_per_node,
     )
 
 

@@ -30,6 +30,7 @@ from layoutsearch.core.specs import (
     Method,
     MfuConvention,
     Objective,
+    Offload,
     Precision,
     Recompute,
     Routing,
@@ -338,6 +339,11 @@ class SearchOptions(OptionGroup):
         "allgather, a2a, a2a+ring; default ring, all four with --framework ideal; an --export "
         "target drops those it cannot write)",
     )
+    offload: str = Field(
+        "none",
+        description="Allowed model-state offload to host memory, e.g. none,optimizer,params "
+        "(optimizer: fp32 master and Adam moments; params: and the weights); opt-in",
+    )
 
 
 class PlanOptions(OptionGroup):
@@ -440,6 +446,11 @@ class LayoutOptions(OptionGroup):
         Recompute.none, description="Activation-checkpoint policy of the layout"
     )
     zero_stage: int = Field(3, description="0 DDP, 1 optimizer, 2 + grads, 3 + weights sharded")
+    offload: Offload = Field(
+        Offload.none,
+        description="Model state in host memory: none, optimizer (fp32 master and Adam "
+        "moments) or params (and the weights)",
+    )
     virtual_stages: int = Field(
         1, ge=1, le=MAX_VIRTUAL_STAGES_RECORD, description="Model chunks per pipeline stage"
     )

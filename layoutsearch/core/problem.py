@@ -39,6 +39,7 @@ from layoutsearch.core.specs import (
     ALL_DEGREE_NAMES,
     CP_FLAVOURS,
     CUDA_GRAPHS,
+    OFFLOADS,
     RECOMPUTE_POLICIES,
     ROUTINGS,
     Accelerator,
@@ -385,6 +386,7 @@ class SearchOptions:
         None  # None: the framework profile's policies (core.frameworks)
     )
     zero_stages: tuple[int, ...] = ZERO_STAGES
+    offload: tuple[str, ...] = ("none",)  # specs.OFFLOADS the search may choose (--offload)
     max_virtual_stages: int = MAX_VIRTUAL_STAGES
     schedules: tuple[str, ...] | None = (
         None  # None: 1f1b and interleaved, or the export target's (search.space)
@@ -506,6 +508,7 @@ class LayoutRecord(_Record):
     virtual_stages: StrictInt = Field(default=1, ge=1, le=MAX_VIRTUAL_STAGES_RECORD)
     num_microbatches: StrictInt = Field(ge=1, le=MAX_GLOBAL_BATCH_SEQS)
     recompute: StrictStr
+    offload: StrictStr = "none"  # present only when model state is offloaded
     sequence_parallel: StrictBool = True
     schedule: StrictStr | None = None
     cp_flavour: StrictStr = "ring"
@@ -534,6 +537,10 @@ def layout_from_record(record: Any, where: str = "layout") -> Layout:
     if rec.recompute not in RECOMPUTE_POLICIES:
         raise InvalidArgumentError(
             f"{where}.recompute: '{rec.recompute:.80}' is not one of {', '.join(RECOMPUTE_POLICIES)}"
+        )
+    if rec.offload not in OFFLOADS:
+        raise InvalidArgumentError(
+            f"{where}.offload: '{rec.offload:.80}' is not one of {', '.join(OFFLOADS)}"
         )
     if rec.schedule is not None and rec.schedule not in SCHEDULES:
         raise InvalidArgumentError(
@@ -566,6 +573,7 @@ def layout_from_record(record: Any, where: str = "layout") -> Layout:
         last_stage_layers=_stage_count(split, "last", where) if given else None,
         num_microbatches=rec.num_microbatches,
         recompute=rec.recompute,
+        offload=rec.offload,
         sequence_parallel=rec.sequence_parallel,
         schedule=schedule,
         cp_flavour=rec.cp_flavour,

@@ -16,7 +16,8 @@ nearest fix. Every consumer iterates these rules and nothing restates them:
 
 Candidate fields (``Cand``, equal-length int arrays): dp, fsdp, tp, pp, cp (degrees), v
 (virtual stages), sched (schedule code: 0 1f1b, 1 interleaved, 2 gpipe), k (microbatches),
-z (ZeRO stage), r (recompute code: 0 none, 1 selective, 2 full).
+z (ZeRO stage), f (offload code, specs.OFFLOADS: 0 none, 1 optimizer, 2 params), r (recompute
+code: 0 none, 1 selective, 2 full).
 """
 
 from __future__ import annotations
@@ -35,6 +36,7 @@ from layoutsearch.core.specs import (
     CP_FLAVOURS,
     DEGREE_NAMES,
     OFFLOAD_POLICIES,
+    OFFLOADS,
     RECOMPUTE_CODES,
     RECOMPUTE_POLICIES,
     SCHEDULE_CODES,
@@ -450,6 +452,47 @@ STRUCTURE: tuple[Rule, ...] = (
     ),
 )
 
+
+def _host_fields_missing(p: Problem) -> list[str]:
+    """The catalogue fields optimizer and parameter offload read that the accelerator lacks."""
+    acc = p.cluster.accelerator
+    wanted = {
+        "host_gbytes_per_s_per_direction": acc.host_bytes_per_s_per_direction,
+        "host_memory_gib_per_node": acc.host_memory_bytes_per_node,
+        "host_cpu_cores_per_node": acc.host_cpu_cores_per_node,
+    }
+    return [name for name, value in wanted.items() if value is None]
+
+
+def _host_fields_refusal(p: Problem, c: dict) -> str:
+    missing = ", ".join(_host_fields_missing(p))
+    return (
+        f"offload {OFFLOADS[c['f']]} keeps model state in host memory, but "
+        f"{p.cluster.accelerator.id} has no {missing} in its hardware file"
+    )
+
+
+OFFLOAD_RULES: tuple[Rule, ...] = (
+    _rule(
+        code="offload-host",
+        needs=("f",),
+        holds=lambda p, c: (c["f"] == 0) | (not _host_fields_missing(p)),
+        title=lambda p: "optimizer and parameter offload need the host's link, memory and cores",
+        why=_host_fields_refusal,
+    ),
+    _rule(
+        code="offload-params-zero3",
+        needs=("fsdp", "cp", "z", "f"),
+        holds=lambda p, c: (c["f"] != OFFLOADS.index("params")) | (effective_zero(c) == 3),
+        title=lambda p: "parameter offload with ZeRO-3 over a shard group",
+        why=lambda p, c: (
+            f"offload params fetches each device's weight shard from the host (ZeRO-Infinity), "
+            f"which needs zero_stage 3 over fsdp x cp > 1 (got zero_stage {c['z']}, "
+            f"fsdp({c['fsdp']}) x cp({c['cp']}))"
+        ),
+    ),
+)
+
 # Search-only: variants that cannot differ are enumerated once (fsdp with ZeRO-0 would be
 # replicated data parallelism, which dp already is; ZeRO >= 1 needs a shard group).
 CANONICAL: tuple[Rule, ...] = (
@@ -558,6 +601,18 @@ def option_rules(options: SearchOptions | None) -> tuple[Rule, ...]:
                     if options.recompute
                     else f" (the {p.workload.framework} default; --recompute widens it)"
                 )
+            ),
+            kind="option",
+        )
+    )
+    rules.append(
+        _rule(
+            code="option-offload",
+            needs=("f",),
+            holds=lambda p, c: np.isin(c["f"], [OFFLOADS.index(o) for o in options.offload]),
+            title=lambda p: f"offload in {{{', '.join(options.offload)}}}",
+            why=lambda p, c: (
+                f"offload {OFFLOADS[c['f']]} is not among {', '.join(options.offload)} (--offload widens it)"
             ),
             kind="option",
         )
@@ -1109,6 +1164,24 @@ LIMITS: tuple[Limit, ...] = (
         nearest=lambda caps, p, c: f"recompute {_or_(caps.recompute_policies)}",
     ),
     Limit(
+        code="offload",
+        needs=("f",),
+        holds=lambda caps, p, c: np.isin(c["f"], [OFFLOADS.index(o) for o in caps.offload]),
+        title=lambda caps, p: f"offload {', '.join(caps.offload)}",
+        cannot=lambda caps, p, c: f"offload {OFFLOADS[c['f']]}",
+        nearest=lambda caps, p, c: f"offload {_or_(caps.offload)}",
+    ),
+    Limit(
+        code="offload-zero",
+        needs=("fsdp", "cp", "z", "f"),
+        holds=lambda caps, p, c: (
+            (c["f"] == 0) | np.isin(effective_zero(c), caps.offload_zero_stages)
+        ),
+        title=lambda caps, p: f"offload with ZeRO {set(caps.offload_zero_stages)}",
+        cannot=lambda caps, p, c: f"offload {OFFLOADS[c['f']]} with ZeRO-{effective_zero(c)}",
+        nearest=lambda caps, p, c: f"zero_stage {_or_(caps.offload_zero_stages)}",
+    ),
+    Limit(
         code="kv",
         needs=("tp",),
         holds=lambda caps, p, c: caps.kv_replication | (c["tp"] <= p.model.num_kv_heads),
@@ -1320,14 +1393,19 @@ def registry(
     canonical: bool = False,
 ) -> tuple[Rule, ...]:
     """The rules in force, in funnel order: the user's options, structure, the search's canonical
-    forms, then an export target's limits."""
-    return (
+    forms, then an export target's limits. A search that offloads nothing (``options.offload``
+    none alone) leaves out the rules on the offload choice: offload none passes every one."""
+    rules = (
         option_rules(options)
         + STRUCTURE
         + CP_RULES
+        + OFFLOAD_RULES
         + (CANONICAL + CP_CANONICAL if canonical else ())
         + (framework_rules(capabilities) if capabilities else ())
     )
+    if options is not None and options.offload == ("none",):
+        rules = tuple(rule for rule in rules if "f" not in rule.needs)
+    return rules
 
 
 def candidate_of(layout: Layout, k: int | None = None) -> Cand:
@@ -1339,6 +1417,7 @@ def candidate_of(layout: Layout, k: int | None = None) -> Cand:
         "cpf": CP_FLAVOUR_CODES.get(layout.cp_flavour, -1),
         "k": layout.num_microbatches if k is None else k,
         "z": layout.zero_stage,
+        "f": OFFLOADS.index(layout.offload) if layout.offload in OFFLOADS else -1,
         "r": RECOMPUTE_CODES.get(layout.recompute, -1),
         "lf": layout.first_stage_layers or 0,
         "ll": layout.last_stage_layers or 0,

@@ -55,6 +55,16 @@ class Recompute(StrEnum):
     mla_up_proj = "mla_up_proj"
 
 
+class Offload(StrEnum):
+    """Model state kept in host memory (costs.memory.OFFLOADED_STATE): none; the fp32 master
+    weights and Adam moments (the optimizer step runs from the host); or those and the compute
+    weights, fetched for every microbatch's forward and backward (ZeRO-Infinity)."""
+
+    none = "none"
+    optimizer = "optimizer"
+    params = "params"
+
+
 class Schedule(StrEnum):
     """Pipeline schedule: 1F1B, interleaved 1F1B (virtual stages), GPipe (all forwards first); the
     zero-bubble ones that split the backward into input- and weight-gradient work (ZB-H1, its V-shaped
@@ -139,6 +149,7 @@ class Routing(StrEnum):
 
 
 RECOMPUTE_POLICIES = tuple(p.value for p in Recompute)
+OFFLOADS = tuple(o.value for o in Offload)  # offload codes: none 0, optimizer 1, params 2
 CUDA_GRAPHS = tuple(g.value for g in CudaGraphs)
 ROUTINGS = tuple(r.value for r in Routing)
 # A learned router's expert loads per MoE layer and microbatch, standard deviation over mean: fitted to the published
@@ -499,6 +510,11 @@ class Accelerator:
     )
     # (devices_per_host devices) for checkpoints; None = costs.goodput's default
     board_power_w: float | None = None  # rated board power (TDP) per device; None = not catalogued
+    # one host (devices_per_host devices), as checkpoint_write_bytes_per_s_per_node: its memory, which
+    # offloaded model state and activations share, and its CPU cores, which run an offloaded optimizer step;
+    # None = not catalogued (optimizer and parameter offload refused)
+    host_memory_bytes_per_node: float | None = None
+    host_cpu_cores_per_node: int | None = None
     idle_power_w: float | None = None  # per device, powered on and waiting; None = not catalogued
 
 
@@ -532,6 +548,16 @@ class Cluster:
     def num_devices(self) -> int:
         return math.prod(a.size for a in self.axes)
 
+    @property
+    def host_memory_bytes_per_node(self) -> float | None:
+        """The memory of one host (``devices_per_host`` devices): the catalogue's value of the accelerator's system."""
+        return self.accelerator.host_memory_bytes_per_node
+
+    @property
+    def devices_per_node(self) -> int:
+        """Devices sharing one host: ``devices_per_host``, or all of them on a smaller cluster."""
+        return min(self.accelerator.devices_per_host, self.num_devices)
+
     def axis(self, name: str) -> Axis:
         for a in self.axes:
             if a.name == name:
@@ -548,7 +574,7 @@ UNPLACED = (
 
 @dataclass(frozen=True, kw_only=True, slots=True)
 class Layout:
-    """The decision: degrees, microbatching, checkpointing, ZeRO stage, axis placement.
+    """The decision: degrees, microbatching, checkpointing, ZeRO stage, offload, axis placement.
 
     ``dp`` is the replicated part of data parallelism, ``fsdp`` the sharded part; data units
     (groups that process different sequences) number dp x fsdp. A mixture-of-experts model's
@@ -576,6 +602,7 @@ class Layout:
         None  # uneven pipeline split (core.stages); None = the engine's split
     )
     last_stage_layers: int | None = None
+    offload: str = "none"  # an Offload value: model state in host memory
 
     @property
     def placed(self) -> bool:

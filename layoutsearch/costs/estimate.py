@@ -21,6 +21,7 @@ from layoutsearch.core.problem import HasProblem, Problem
 from layoutsearch.core.rules import Violation, cp_a2a_degree
 from layoutsearch.core.specs import (
     CP_FLAVOUR_CODES,
+    OFFLOADS,
     RECOMPUTE_CODES,
     SCHEDULE_CODES,
     Layout,
@@ -152,12 +153,15 @@ def _estimate_placed(
         "host_offloaded": stages[big][
             "host_offloaded"
         ],  # activations the policy keeps in host memory (not HBM)
+        **({} if layout.offload == "none" else _host_memory(problem, stages)),
     }
     mfu_flops = (
         flops.model_flops_per_token(model, workload.seq_len, mfu_convention)
         * workload.global_batch_tokens
     )
     violations = list(violations)
+    if layout.offload != "none":
+        violations += _host_memory_violations(problem, memory_bytes)
     if peak_bytes > capacity:
         stage_no = 0 if big == 0 else layout.pp - 1
         violations.append(
@@ -194,6 +198,7 @@ class _Keys:
     k: np.ndarray
     r: np.ndarray
     z: np.ndarray
+    f: np.ndarray  # offload code (specs.OFFLOADS)
     co: terms.Coeffs
     mult: float
     sp: bool
@@ -227,11 +232,12 @@ class _Keys:
         k = np.array([layout.num_microbatches])
         co = terms.layout_coeffs(problem.model, problem.cluster, layout)
         r, z = np.array([RECOMPUTE_CODES[layout.recompute]]), np.array([layout.zero_stage])
-        read_only(k, r, z, sh, co)  # kept for later calls
+        f = np.array([OFFLOADS.index(layout.offload)])
+        read_only(k, r, z, f, sh, co)  # kept for later calls
         mult = _scalar(
             terms.step_multiplier(sh, k, terms.backward_split(problem.model, problem.workload))
         )
-        return cls(sh=sh, k=k, r=r, z=z, co=co, mult=mult, sp=layout.sequence_parallel)
+        return cls(sh=sh, k=k, r=r, z=z, f=f, co=co, mult=mult, sp=layout.sequence_parallel)
 
 
 _KEYS: dict[tuple, _Keys] = {}  # _Keys.of's, by (model, cluster axes, layout)
@@ -275,7 +281,7 @@ def _stage_memory(problem: Problem, key: _Keys, first: bool, last: bool) -> dict
     """The memory moments of the first or last stage, its peak and what it offloads to the host."""
     model, workload, sh = problem.model, problem.workload, key.sh
     items = {
-        **terms.memory_by_zero(model, workload, sh, key.z, first),
+        **terms.memory_by_zero(model, workload, sh, key.z, first, key.f),
         **terms.memory_by_microbatch(model, workload, sh, key.k, key.r, first, last, key.sp),
     }
     moments = {
@@ -288,6 +294,7 @@ def _stage_memory(problem: Problem, key: _Keys, first: bool, last: bool) -> dict
         "moments": moments,
         "peak": (peak, totals[peak]),
         "host_offloaded": _scalar(items["host/offloaded"]),
+        "host_offloaded_state": _scalar(items.get("host/offloaded_state", 0.0)),
     }
 
 
@@ -349,10 +356,62 @@ def _step_terms(problem: Problem, key: _Keys, first: dict, steps: dict) -> step.
         gather_window_s=_scalar(gather_window),
         gather_interference_s=_scalar(gather_interference),
         pp_sends_s=_scalar(terms.pipeline_sends(model, workload, acc, sh, key.k, co)),
-        optimizer_s=_scalar(terms.optimizer_time(model, workload, acc, sh, key.z)),
+        optimizer_s=_scalar(terms.optimizer_time(model, workload, acc, sh, key.z, key.f))
+        + _param_fetch_s(problem, key),
         step_overhead_s=acc.step_overhead_s,
         eta_pct=terms.interference_pct(acc),
     )
+
+
+def _param_fetch_s(problem: Problem, key: _Keys) -> float:
+    """The parameter offload's host fetches per step (``terms.param_fetch_time``), 0 without it."""
+    if not memory.offloaded_by_code("weights")[int(key.f[0])]:
+        return 0.0
+    acc = problem.cluster.accelerator
+    return _scalar(terms.param_fetch_time(problem.model, problem.workload, acc, key.sh, key.k))
+
+
+def offload_seconds(problem: Problem, layout: Layout) -> dict:
+    """The parts of an offloaded layout's ``compute/optimizer`` time per step (``offload/...``: its
+    offloaded optimizer step by ``terms.offload_step_parts`` and the parameter fetches); {} without offload."""
+    if layout.offload == "none":
+        return {}
+    key = _Keys.of(problem, layout)
+    model, workload, acc = problem.model, problem.workload, problem.cluster.accelerator
+    local = terms.optimizer_params(model, key.sh, key.z)
+    device = terms.optimizer_time(model, workload, acc, key.sh, key.z)
+    parts = terms.offload_step_parts(workload, acc, local, device, key.f)
+    return {
+        **{name: _scalar(v) for name, v in parts.items()},
+        "offload/param_fetch": _param_fetch_s(problem, key),
+    }
+
+
+def _host_memory(problem: Problem, stages: list[dict]) -> dict:
+    """memory_bytes items of an offloaded layout, on the stage that offloads the most: its state on
+    the host per device and, with the activations it offloads, per node (the devices sharing a host)
+    against the node's memory."""
+    stage = max(stages, key=lambda s: s["host_offloaded_state"] + s["host_offloaded"])
+    per_device = stage["host_offloaded_state"] + stage["host_offloaded"]
+    return {
+        "host_offloaded_state": stage["host_offloaded_state"],
+        "host_per_node": per_device * problem.cluster.devices_per_node,
+        "host_capacity_per_node": problem.cluster.host_memory_bytes_per_node,
+    }
+
+
+def _host_memory_violations(problem: Problem, memory_bytes: dict) -> list[Violation]:
+    """The host-memory rule: what the layout offloads per node fits the node's memory."""
+    need, have = memory_bytes["host_per_node"], memory_bytes["host_capacity_per_node"]
+    if have is None or need <= have:
+        return []
+    return [
+        Violation(
+            "host-memory",
+            f"offloads {need / GB:.1f} GB per node ({problem.cluster.devices_per_node} "
+            f"devices), host memory {have / GB:.1f} GB",
+        )
+    ]
 
 
 def _itemise(

@@ -12,7 +12,13 @@ import numpy as np
 
 from layoutsearch.core.arrays import FloatArray, IntArray, read_only
 from layoutsearch.core.frameworks import transient_zero3_weights
-from layoutsearch.core.specs import OFFLOAD_POLICIES, RECOMPUTE_POLICIES, ModelSpec, Workload
+from layoutsearch.core.specs import (
+    OFFLOAD_POLICIES,
+    OFFLOADS,
+    RECOMPUTE_POLICIES,
+    ModelSpec,
+    Workload,
+)
 from layoutsearch.costs.flops import mlp_width_per_token, value_head_dim
 from layoutsearch.costs.params import kv_heads_per_device, moe_layer_share
 
@@ -367,3 +373,33 @@ def state_bytes(
         "grads": sharded(workload.grad_bytes_per_param, 2),
         "optimizer": sharded(workload.optimizer_bytes_per_param, 1),
     }
+
+
+# Optimizer and parameter offload (specs.Offload): the ``state_bytes`` entries each choice keeps in
+# host memory. "optimizer": the fp32 master and the Adam moments (ZeRO-Offload, Ren et al. 2021
+# section 3; Megatron --optimizer-cpu-offload); the gradients stay in HBM, where they accumulate.
+# "params": the compute weights and the gradients too (ZeRO-Infinity, Rajbhandari et al. 2021
+# section 5; FSDP2's CPUOffloadPolicy keeps parameters, gradients and optimizer state on the host).
+OFFLOADED_STATE: dict[str, tuple[str, ...]] = {
+    "none": (),
+    "optimizer": ("master", "optimizer"),
+    "params": ("master", "optimizer", "weights", "grads"),
+}
+assert tuple(OFFLOADED_STATE) == OFFLOADS
+# Adam on the host's CPU, parameters updated per second per physical core. Ren et al. 2021
+# (ZeRO-Offload, USENIX ATC) table 3: a 10-billion-parameter Adam step takes 2.57 s with
+# DeepSpeed's CPU-Adam and 14.76 s with PyTorch's CPU Adam on a DGX-2 host (2 x 24-core Xeon
+# Platinum 8168, 48 cores): 10e9 / 2.57 / 48 and 10e9 / 14.76 / 48.
+CPU_ADAM_PARAMS_PER_S_PER_CORE = {"cpu_adam": 10e9 / 2.57 / 48, "torch": 10e9 / 14.76 / 48}
+
+
+@cache
+def offloaded_by_code(entry: str) -> np.ndarray:
+    """Whether each offload choice keeps state entry ``entry`` in host memory, indexed by offload code."""
+    return np.array([entry in OFFLOADED_STATE[name] for name in OFFLOADS])
+
+
+def cpu_adam_seconds(params: FloatArray, cores: float, kernel: str) -> FloatArray:
+    """Seconds of one Adam step over ``params`` parameters on ``cores`` CPU cores at
+    CPU_ADAM_PARAMS_PER_S_PER_CORE[kernel] each."""
+    return params / (CPU_ADAM_PARAMS_PER_S_PER_CORE[kernel] * cores)

@@ -1096,18 +1096,75 @@ def pipeline_sends(
     return 2.0 * (sh.pp - 1) * send * _f(sh.pp > 1)
 
 
-def optimizer_time(model: ModelSpec, workload: Workload, acc: Accelerator, sh: Shapes, z):
-    """Adam step over the local shard, HBM bound (keys S, z): reads grad, master, moments; writes master, moments, weights."""
-    local = _f(stage_params(model, sh, first=True)) / np.where(z >= 1, sh.shards, 1)
-    if model.moe is not None:
-        local = local + expert_stage_params(model, sh) / np.where(z >= 1, sh.expert_shards, 1)
+def optimizer_time(
+    model: ModelSpec, workload: Workload, acc: Accelerator, sh: Shapes, z, offload=0
+):
+    """Adam step over the local shard, HBM bound (keys S, z, offload): reads grad, master, moments;
+    writes master, moments, weights; with the optimizer state offloaded, ``offload_step_parts``."""
+    local = optimizer_params(model, sh, z)
     per_param = (
         workload.grad_bytes_per_param
         + 2 * workload.master_bytes_per_param
         + 2 * workload.optimizer_bytes_per_param
         + workload.weight_bytes_per_param
     )
-    return local * per_param / acc.hbm_bytes_per_s
+    device = local * per_param / acc.hbm_bytes_per_s
+    if not np.any(offload):
+        return device
+    host = sum(offload_step_parts(workload, acc, local, device, offload).values())
+    return np.where(np.asarray(offload) > 0, host, device)
+
+
+def optimizer_params(model: ModelSpec, sh: Shapes, z):
+    """Parameters whose optimizer state one device of the first stage holds (keys S, z)."""
+    local = _f(stage_params(model, sh, first=True)) / np.where(z >= 1, sh.shards, 1)
+    if model.moe is not None:
+        local = local + expert_stage_params(model, sh) / np.where(z >= 1, sh.expert_shards, 1)
+    return local
+
+
+def offload_step_parts(workload: Workload, acc: Accelerator, local, device_s, offload) -> dict:
+    """Seconds of an offloaded optimizer step per device (keys S, z, offload; ``local``: its
+    ``optimizer_params``, ``device_s``: the device update's time), by the framework's
+    ``Profile.offload_update``. "cpu" (ZeRO-Offload, Ren et al. 2021 section 4): the gradient shard
+    goes down (hidden behind the backward where ``offload_grad_copy_hidden``), the device's share of
+    the host's cores runs Adam over its shard (``memory.cpu_adam_seconds``), the updated weights come up
+    (not with parameter offload: the next forward fetches them). "device": the offloaded state
+    streams up and back down, both directions at once, around the device update."""
+    profile = profile_of(workload.framework, acc.kind)
+    link = acc.host_bytes_per_s_per_direction or np.inf  # offload is refused without it (rules)
+    off = np.asarray(offload)
+    weights_on_host = memory.offloaded_by_code("weights")[off]
+    if profile.offload_update == "device":
+        hosted = workload.master_bytes_per_param + workload.optimizer_bytes_per_param
+        hosted = hosted + weights_on_host * workload.weight_bytes_per_param
+        return {"offload/state_stream": local * hosted / link, "offload/device_update": device_s}
+    down = local * workload.grad_bytes_per_param / link
+    # each device's process updates its shard on its share of the host's cores (DeepSpeed
+    # --bind_cores_to_rank), so a full host runs every device's shard at once
+    cores = (acc.host_cpu_cores_per_node or np.inf) / acc.devices_per_host
+    return {
+        "offload/grads_down": 0.0 * down if profile.offload_grad_copy_hidden else down,
+        "offload/cpu_adam": memory.cpu_adam_seconds(local, cores, profile.cpu_adam),
+        "offload/params_up": np.where(
+            weights_on_host, 0.0, local * workload.weight_bytes_per_param / link
+        ),
+    }
+
+
+def param_fetch_time(model: ModelSpec, workload: Workload, acc: Accelerator, sh: Shapes, k):
+    """Seconds per step a device waits for its weight shard from host memory under parameter
+    offload (keys S, K; ZeRO-3): each microbatch's forward and backward fetch it once (ZeRO-Infinity,
+    Rajbhandari et al. 2021 section 5). Counted exposed: the engine models no prefetch overlap
+    with compute, so this is an upper bound."""
+    local = optimizer_params(model, sh, 3)
+    return (
+        k
+        * 2
+        * local
+        * workload.weight_bytes_per_param
+        / (acc.host_bytes_per_s_per_direction or np.inf)
+    )
 
 
 def _dualpipe(sh: Shapes):
@@ -1175,8 +1232,11 @@ MOMENTS = {
 }
 
 
-def memory_by_zero(model: ModelSpec, workload: Workload, sh: Shapes, z, first: bool) -> dict:
-    """Bytes per device that depend on the ZeRO stage (keys S, z, stage): state, gathered weights, layer grads."""
+def memory_by_zero(
+    model: ModelSpec, workload: Workload, sh: Shapes, z, first: bool, offload=0
+) -> dict:
+    """Bytes per device that depend on the ZeRO stage and the offload choice (keys S, z, offload,
+    stage): state, gathered weights, layer grads; offloaded state in host memory (``host_state``)."""
     shards = np.where(z >= 1, sh.shards, 1)
     state = memory.state_bytes(_f(stage_params(model, sh, first)), workload, z, shards)
     p_layer = _f(per_key(lambda tp: params.layer_params(model, tp), sh.tp))
@@ -1224,6 +1284,19 @@ def memory_by_zero(model: ModelSpec, workload: Workload, sh: Shapes, z, first: b
             )
             copies -= 1
         out["state/fp8_weights"] = copies * memory.FP8_BYTES * held
+    return host_state(out, offload) if np.any(offload) else out
+
+
+def host_state(items: dict, offload) -> dict:
+    """``items`` with the state entries each offload choice keeps on the host (memory.OFFLOADED_STATE)
+    moved from HBM to "host/offloaded_state": no memory moment counts it (MOMENTS)."""
+    out, off = dict(items), np.asarray(offload)
+    host: np.ndarray | float = 0.0
+    for entry in ("weights", "master", "grads", "optimizer"):
+        moved = memory.offloaded_by_code(entry)[off]
+        host = host + np.where(moved, out[f"state/{entry}"], 0.0)
+        out[f"state/{entry}"] = np.where(moved, 0.0, out[f"state/{entry}"])
+    out["host/offloaded_state"] = host
     return out
 
 

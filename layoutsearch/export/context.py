@@ -148,6 +148,7 @@ def header_lines(ctx: ExportContext) -> list[str]:
     mfu = nan if rec.get("mfu") is None else rec["mfu"]
     degrees = " ".join(f"{k}={v}" for k, v in lay.all_degrees.items())
     pipeline = f", pp schedule {lay.schedule} x{lay.virtual_stages} virtual" if lay.pp > 1 else ""
+    pipeline += f", offload {lay.offload} to host memory" if lay.offload != "none" else ""
     lines = (
         [
             f"Written by layoutsearch {version()} for {ctx.target}: layout rank {rec.get('rank', 1)}.",

@@ -26,6 +26,9 @@ runtime/pipe/engine.py, runtime/engine.py, runtime/tensor_parallel/config.py):
   beside AutoTP and refuses AutoTP with a pipeline. With ep = 1 nothing is written: ZeRO shards
   the experts like every weight and AutoTP splits their linears over tp (etp = tp). The native
   ``deepspeed.moe.layer.MoE(ep_size=...)`` is model code and refuses ZeRO-3, so it is not the route.
+- Offload: ``zero_optimization.offload_optimizer`` = {device: cpu, pin_memory: true} for
+  ``optimizer`` (ZeRO-Offload: its CPU-Adam steps the host's master and moments) and also
+  ``offload_param`` the same for ``params`` (ZeRO-Infinity, ZeRO-3 only).
 - Not expressible: cp (DeepSpeed's Ulysses sequence parallelism is all-to-all over heads, not
   ring attention); ZeRO with dp replicas (MiCS was removed; hpZ keeps a secondary weight copy,
   not replicas); ZeRO-2/3 with a pipeline (PipelineEngine refuses it); GPipe or interleaved
@@ -240,6 +243,7 @@ def config(ctx: ExportContext) -> dict:
     }
     if ctx.effective_zero_stage >= 1:
         cfg["zero_optimization"].update(overlap_comm=True, contiguous_gradients=True)
+    cfg["zero_optimization"].update(offload_blocks(lay.offload))
     if lay.tp > 1:
         cfg["tensor_parallel"] = {"autotp_size": lay.tp}
     if expert_parallel(ctx) is not None:
@@ -251,6 +255,23 @@ def config(ctx: ExportContext) -> dict:
             "cpu_checkpointing": False,
         }
     return cfg
+
+
+def offload_blocks(offload: str) -> dict:
+    """The zero_optimization keys of an offload choice: offload_optimizer, and offload_param for params."""
+    host = {"device": "cpu", "pin_memory": True}
+    keys = {"optimizer": ("offload_optimizer",), "params": ("offload_optimizer", "offload_param")}
+    return {key: dict(host) for key in keys.get(offload, ())}
+
+
+def _offload_of(zero: dict) -> str:
+    """The offload choice a zero_optimization block writes (an unknown device reads as none)."""
+    on_cpu = [
+        k for k in ("offload_optimizer", "offload_param") if zero.get(k, {}).get("device") == "cpu"
+    ]
+    written = {(): "none", ("offload_optimizer",): "optimizer"}
+    written[("offload_optimizer", "offload_param")] = "params"
+    return written.get(tuple(on_cpu), "offload_param without offload_optimizer")
 
 
 def render(ctx: ExportContext) -> str:
@@ -312,6 +333,7 @@ def check(text: str, ctx: ExportContext) -> list[str]:
             "micro batch": (micro, ctx.microbatch_seqs),
             "accumulation": (acc, lay.num_microbatches),
             "zero stage": (stage, ctx.effective_zero_stage),
+            "offload": (_offload_of(zero), lay.offload),
         }
     )
 

@@ -16,6 +16,9 @@ Mapping (checked against maxtext 0.2.5: configs/base.yml, configs/types.py, laye
   own policy names as they are (``qkv_proj_offloaded`` and ``minimal_offloaded`` keep their tensors
   in host memory); ``custom_offload_*`` -> ``remat_policy: custom`` with ``decoder_layer_input`` and
   the named projections set to ``offload``, every other tensor ``remat`` (the tpu-recipes configs).
+- Offload (configs/base.yml): optimizer -> ``optimizer_memory_host_offload: true`` (the optimizer
+  state in pinned host memory between steps, streamed in for the device update); params -> that and
+  ``parameter_memory_host_offload: true``.
 - Hyper-parameters: ``rope_max_timescale`` (the RoPE base), ``rope_type: llama3.1`` for Llama 3.1
   scaling (MaxText fixes factor 8, low 1, high 4, original 8192), ``normalization_layer_epsilon``,
   ``dropout_rate`` (one rate for attention and residual; ``enable_dropout`` is base.yml's true),
@@ -447,6 +450,11 @@ def render(ctx: ExportContext) -> str:
             },
         ),
         ("activation rematerialisation", remat_keys(ctx.layout.recompute)),
+        *(
+            [("model state in host memory", offload_keys(ctx.layout.offload))]
+            if ctx.layout.offload != "none"
+            else []
+        ),
         *([("fp8 matmuls", {"quantization": "fp8"})] if ctx.workload.precision == "fp8" else []),
     ]
     body = 'base_config: "base.yml"\n'
@@ -464,6 +472,14 @@ def cp_keys(ctx: ExportContext) -> dict:
     written too: the file states what the prediction assumed)."""
     lay = ctx.layout
     return {"context_parallel_strategy": CP_STRATEGY[lay.cp_flavour]} if lay.cp > 1 else {}
+
+
+OFFLOAD_KEYS = ("optimizer_memory_host_offload", "parameter_memory_host_offload")
+
+
+def offload_keys(offload: str) -> dict:
+    """base.yml's host-offload switches of an offload choice (both false for none)."""
+    return dict(zip(OFFLOAD_KEYS, (offload != "none", offload == "params")))
 
 
 def tp_overlap_notes(ctx: ExportContext) -> list[str]:
@@ -598,6 +614,9 @@ def check(text: str, ctx: ExportContext) -> list[str]:
         )
     if cfg.get("shard_optimizer_over_data") and deg["fsdp"] > 1:
         problems.append(f"shard_optimizer_over_data cannot be combined with fsdp({deg['fsdp']})")
+    written = {k: bool(cfg.get(k, False)) for k in OFFLOAD_KEYS}
+    if written != offload_keys(lay.offload):
+        problems.append(f"host offload keys {written} != layout offload {lay.offload}")
     if cfg.get("remat_policy", "full") not in REMAT_POLICIES:
         problems.append(f"remat_policy '{cfg.get('remat_policy')}' is not a MaxText policy")
     elif remat_keys(lay.recompute) != {

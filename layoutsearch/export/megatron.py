@@ -6,6 +6,10 @@ num_microbatches_calculator.py):
 
 - DP = world / (TP x PP x CP) = dp x fsdp; ``--micro-batch-size`` is sequences per DP rank per
   microbatch, ``--global-batch-size`` = B, microbatches = B / (micro x DP).
+- Offload optimizer -> ``--optimizer-cpu-offload --optimizer-offload-fraction 1.0`` (the whole
+  optimizer state on the host; layoutsearch prices whole offload only) with
+  ``--use-precision-aware-optimizer`` (arguments.py asserts it), so with the distributed optimizer
+  (ZeRO-1, rule ``megatron-offload-zero``). No parameter offload: refused (``megatron-offload``).
 - ZeRO-1 -> ``--use-distributed-optimizer``; ZeRO-2/3 -> Megatron-FSDP
   (``--use-megatron-fsdp --data-parallel-sharding-strategy optim_grads|optim_grads_params``, with
   ``--init-model-with-meta-device``, which Megatron-FSDP's documentation pairs with it). Megatron-FSDP
@@ -398,6 +402,11 @@ def _parallel_args(ctx: ExportContext) -> list[tuple[str, object]]:
         ]
     if zero >= 1 and lay.dp > 1:
         args.append(("--num-distributed-optimizer-instances", lay.dp))
+    if lay.offload == "optimizer":
+        args += [("--optimizer-cpu-offload", None), ("--optimizer-offload-fraction", 1.0)]
+        if ctx.workload.optimizer_bytes_per_param != 4:  # else written with the bf16 moments below
+            # arguments.py: the hybrid device optimizer reuses the precision-aware optimizer's code path
+            args.append(("--use-precision-aware-optimizer", None))
     if (
         ctx.workload.grad_bytes_per_param == 2
     ):  # bf16 gradient buffers, reduced in bf16 (else fp32: Megatron's default)
@@ -710,8 +719,11 @@ def check(text: str, ctx: ExportContext) -> list[str]:
             "dp x fsdp": (dp, lay.data_units),
             "global batch": (_int(f, "--global-batch-size"), ctx.global_batch_seqs),
             "micro batch": (_int(f, "--micro-batch-size"), ctx.microbatch_seqs),
+            "offload": (_offload_written(f), lay.offload),
         }
     )
+    if "--optimizer-cpu-offload" in f and "--use-precision-aware-optimizer" not in f:
+        out.append("--optimizer-cpu-offload needs --use-precision-aware-optimizer (arguments.py)")
     return out
 
 
@@ -731,6 +743,14 @@ def _cp_problems(f: dict, cp: int, heads: int, tp: int) -> list[str]:
     ):
         return [f"--hierarchical-context-parallel-sizes {sizes} does not multiply to cp({cp})"]
     return []
+
+
+def _offload_written(f: dict) -> str:
+    """The offload choice the arguments write: optimizer with --optimizer-cpu-offload and a whole fraction."""
+    if "--optimizer-cpu-offload" not in f:
+        return "none"
+    fraction = _float(f, "--optimizer-offload-fraction", 1.0)
+    return "optimizer" if fraction == 1.0 else f"optimizer fraction {fraction}"
 
 
 def pipeline_layout(

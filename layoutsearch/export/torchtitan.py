@@ -18,6 +18,9 @@ distributed/pipeline_parallel.py, train.py, models/llama3):
 - Recompute: none/full -> mode none/full; selective -> mode selective with op-level SAC (saves
   every other matmul and the attention output: not the same set of tensors as layoutsearch's
   selective policy, which keeps all matmul inputs and recomputes the attention core).
+- Offload params -> ``[training] enable_cpu_offload = true`` (FSDP2's CPUOffloadPolicy: parameters,
+  gradients and optimizer state in host memory, the optimizer stepping there); optimizer state alone
+  is refused (``torchtitan-offload``).
 - Model hyper-parameters: the llama3 flavors fix rope_theta 500000 and norm_eps 1e-5; a custom
   flavor (``custom_flavor_args``) carries the model's rope_theta and norm_eps. Dropout: none in
   torchtitan's llama3 (a model with dropout is noted).
@@ -305,6 +308,7 @@ def sections(ctx: ExportContext) -> dict[str, dict]:
             "seq_len": ctx.seq_len,
             "dataset": set_me("dataset name registered in torchtitan"),
             "dataset_path": set_me("dataset location"),
+            **({"enable_cpu_offload": True} if lay.offload == "params" else {}),
         },
         "parallelism": parallelism,
         "activation_checkpoint": ac,
@@ -530,6 +534,7 @@ def check_config(cfg: dict, ctx: ExportContext) -> list[str]:
             "global batch": (gbs, ctx.global_batch_seqs),
             "seq_len": (seq, ctx.seq_len),
             "microbatches": (microbatches, lay.num_microbatches),
+            "offload": ("params" if tr.get("enable_cpu_offload") else "none", lay.offload),
         }
     )
     mode = cfg.get("activation_checkpoint", {}).get("mode", "selective")

@@ -118,6 +118,17 @@ class Profile:
     param_dtype before its all-gather; MaxText's weight_dtype float32 parameters are cast to
     dtype in the layer), else a sharded bf16 copy persists beside the master (DeepSpeed ZeRO-3's
     16-bit partitions, Megatron-FSDP's model-weight buffer)."""
+    offload_update: str = "cpu"
+    """Where the update of offloaded optimizer state runs (costs.terms.offload_step_time): "cpu",
+    the host's cores (DeepSpeed's CPU-Adam, Megatron's HybridDeviceOptimizer, torch's Adam under
+    FSDP2's CPUOffloadPolicy), or "device": the state streams to the accelerator and back around a
+    device update (MaxText's optimizer_memory_host_offload, XLA host offload)."""
+    cpu_adam: str = "cpu_adam"
+    """The host's Adam kernel (costs.memory.CPU_ADAM_PARAMS_PER_S_PER_CORE): DeepSpeed's
+    vectorised "cpu_adam" or PyTorch's "torch" CPU Adam."""
+    offload_grad_copy_hidden: bool = False
+    """The gradients' copy to the host hides behind the backward (ZeRO-Offload, Ren et al. 2021
+    section 4.1, copies each bucket as it is reduced); else it is exposed after the backward."""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -157,6 +168,10 @@ class Capabilities:
     """The recompute policies it can write."""
     precisions: tuple[str, ...] = ("bf16", "fp16")
     """The workload precisions it can write."""
+    offload: tuple[str, ...] = ("none",)
+    """The optimizer and parameter offload choices (``specs.Offload``) it can write."""
+    offload_zero_stages: tuple[int, ...] = (0, 1, 2, 3)
+    """The effective ZeRO stages it can write beside an offload."""
     expert_tensor: tuple[str, ...] = EXPERT_TENSOR
     """The expert TP it can write with ep > 1 (``EXPERT_TENSOR`` names); MoE models only."""
     expert_tensor_without_ep: tuple[str, ...] = EXPERT_TENSOR

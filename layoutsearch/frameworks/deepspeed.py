@@ -18,6 +18,7 @@ PROFILE = Profile(
     name="deepspeed",
     param_gather_overlap=False,
     pipelined_grad_reduce_overlap=False,
+    offload_grad_copy_hidden=True,
 )
 
 CAPABILITIES = Capabilities(
@@ -33,6 +34,8 @@ CAPABILITIES = Capabilities(
     expert_tensor_without_ep=("tp",),
     expert_parallel_with_tp_and_pp=False,
     attention_sinks=True,
+    offload=("none", "optimizer", "params"),  # offload_optimizer; offload_param (ZeRO-Infinity)
+    offload_zero_stages=(1, 2, 3),
     sliding_window=True,  # the Hugging Face model code trains its own attention
     # transformers' DeepseekV3 and Glm4Moe models skip the MTP layers' weights (num_nextn_predict_layers)
     refused_features={
@@ -50,5 +53,7 @@ CAPABILITIES = Capabilities(
         "deepspeed-etp": "AutoEP has no expert tensor parallelism yet (etp 1), and without AutoEP, "
         "AutoTP splits the experts' linears over tp",
         "deepspeed-ep-tp-pp": "AutoEP's folding with AutoTP supports pp = 1 only",
+        "deepspeed-offload-zero": "ZeRO-Offload moves the ZeRO partitions: offload_optimizer is valid "
+        "with stages 1-3",
     },
 )

@@ -23,6 +23,7 @@ PROFILE = Profile(
     zero3_gather_unit="tensor",
     inplace_cross_entropy=True,
     recompute_policies=("minimal_with_context", "minimal", "save_dot_except_mlpwi", "full"),
+    offload_update="device",  # optimizer_memory_host_offload: the state streams in for the update
 )
 
 CAPABILITIES = Capabilities(
@@ -36,6 +37,8 @@ CAPABILITIES = Capabilities(
         r for r in RECOMPUTE_POLICIES if r not in ("op", "norm_act", "norm_moe", "mla_up_proj")
     ),
     precisions=("bf16", "fp8"),
+    # optimizer_memory_host_offload; parameter_memory_host_offload (with it)
+    offload=("none", "optimizer", "params"),
     zero_stages=(0, 1, 3),
     zero_stages_with_replicas=(3,),
     zero_stages_with_cp=(3,),

@@ -21,6 +21,7 @@ PROFILE = Profile(
     vendor_attention=True,
     ep_node_dedup=True,
     recompute_policies=("none", "selective", "full", "norm_act", "norm_moe", "mla_up_proj"),
+    cpu_adam="torch",  # assumption: HybridDeviceOptimizer's host optimizer as torch's Adam
 )
 
 CAPABILITIES = Capabilities(
@@ -33,6 +34,8 @@ CAPABILITIES = Capabilities(
     zero_stages_with_pp=(0, 1),
     deepep=True,
     vendor_attention=True,
+    offload=("none", "optimizer"),  # --optimizer-cpu-offload; no parameter offload
+    offload_zero_stages=(1,),
     recompute_policies=PROFILE.recompute_policies,  # each one the exporter's _parallel_args writes
     pipeline_splits=("even", "embedding-and-loss", "first-last", "chunk-layout"),
     precisions=("bf16", "fp16", "fp8"),
@@ -66,6 +69,10 @@ CAPABILITIES = Capabilities(
         "output-head bias": "GPTModel builds its output layer without a bias",
     },
     why={
+        "megatron-offload": "--optimizer-cpu-offload moves the optimizer state; it has no parameter "
+        "offload",
+        "megatron-offload-zero": "arguments.py pairs --optimizer-cpu-offload with "
+        "--use-precision-aware-optimizer, which needs the distributed optimizer (ZeRO-1)",
         "megatron-pipeline": "it runs 1F1B, or interleaved 1F1B with virtual stages, no GPipe, "
         "zero-bubble or DualPipe schedule; and "
         "Megatron-FSDP (its ZeRO-2/3) is documented with TP, CP and EP, not with pipeline parallelism, "

@@ -27,6 +27,7 @@ _WHY = {
     "tp-overlap": "TP communication overlap needs a CommOverlapConfig the override does not write",
     "ep-overlap": "overlapping the MoE all-to-alls needs a CommOverlapConfig the override does not write",
     "unfused-attention": "the override keeps Transformer Engine's fused attention",
+    "offload": "the override writes no optimizer CPU offload (OptimizerConfig.optimizer_cpu_offload)",
 }
 
 CAPABILITIES = dataclasses.replace(
@@ -42,6 +43,7 @@ CAPABILITIES = dataclasses.replace(
     tp_comm_overlap=False,
     ep_comm_overlap=False,
     unfused_attention=False,
+    offload=("none",),
     why={
         **{
             code.replace("megatron-", f"{TARGET}-", 1): text

@@ -18,6 +18,7 @@ PROFILE = Profile(
     fp8_param_gather=True,
     recompute_policies=("none", "op", "full"),
     transient_zero3_weights=True,
+    cpu_adam="torch",  # FSDP2's CPUOffloadPolicy steps torch's optimizer on the host tensors
 )
 
 
@@ -52,6 +53,9 @@ def capabilities(target: str) -> Capabilities:
         "cp-flavour": "its context parallelism is ring attention, one SDPA call per K/V shard, the "
         "shards all-gathered or passed on by all-to-all (context_parallel_rotate_method): both priced "
         "as ring; it has no single-call all-gather and no head-parallel (Ulysses) attention",
+        "offload": "FSDP2's CPUOffloadPolicy (enable_cpu_offload) moves parameters, gradients and "
+        "optimizer state together: parameter offload only"
+        + ("" if moe else "; the 0.3 export does not write it"),
     }
     return Capabilities(
         target=target,
@@ -65,6 +69,7 @@ def capabilities(target: str) -> Capabilities:
         precisions=("bf16", "fp8") if moe else ("bf16",),
         zero_stages_with_cp=(2, 3),
         kv_replication=False,
+        offload=("none", "params") if moe else ("none",),
         model_blocks=("llama3", "deepseek", "qwen3-moe") if moe else ("llama3",),
         expert_tensor=("1", "tp"),
         expert_tensor_without_ep=("tp",),

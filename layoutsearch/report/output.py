@@ -6,7 +6,7 @@ from layoutsearch.core.problem import Problem
 from layoutsearch.core.stages import SPLIT_NAMES, split_layers
 from layoutsearch.core.uncertainty import uncertainty_band
 from layoutsearch.costs import params
-from layoutsearch.costs.estimate import Estimate
+from layoutsearch.costs.estimate import Estimate, offload_seconds
 from layoutsearch.costs.goodput import Resilience
 from layoutsearch.report import planning
 from layoutsearch.search.cpsat import SEED
@@ -34,6 +34,7 @@ def layout_record(
         "num_microbatches": lay.num_microbatches,
         "microbatch_seqs": int(lay.microbatch_seqs(est.workload)),
         "recompute": lay.recompute,
+        **({} if lay.offload == "none" else {"offload": lay.offload}),
         "sequence_parallel": lay.sequence_parallel,
         "schedule": lay.schedule,
         **({"cp_flavour": lay.cp_flavour} if lay.cp > 1 else {}),  # read only where cp > 1
@@ -49,6 +50,7 @@ def layout_record(
         "peak_moment": est.peak_moment,
         "worst_stage": est.worst_stage,
         "time_s": dict(est.time_s),
+        **({} if lay.offload == "none" else {"offload_s": offload_seconds(est.problem, lay)}),
         "mfu": est.mfu,
         "mfu_convention": est.mfu_convention,
         "tokens_per_s": est.tokens_per_s,

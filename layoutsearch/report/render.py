@@ -10,7 +10,7 @@ from rich.table import Table
 from layoutsearch.core.frameworks import profile_of
 from layoutsearch.core.units import GB
 from layoutsearch.costs import params
-from layoutsearch.costs.estimate import Estimate
+from layoutsearch.costs.estimate import Estimate, offload_seconds
 from layoutsearch.costs.goodput import Resilience
 from layoutsearch.report import planning
 from layoutsearch.report.output import band_of, stage_layers_record
@@ -133,6 +133,22 @@ def bar(fraction: float) -> str:
     return "#" * filled + "." * (BAR_WIDTH - filled) + over
 
 
+def _offload_text(est: Estimate) -> str:
+    """The offloaded state on the host, its node total against the node's memory, and the offload's step parts."""
+    mem, times = est.memory_bytes, est.time_s
+    cap = mem["host_capacity_per_node"]
+    parts = ", ".join(
+        f"{name.split('/', 1)[1]} {value:.3f} s"
+        for name, value in offload_seconds(est.problem, est.layout).items()
+    )
+    return (
+        f"offload {est.layout.offload}: {mem['host_offloaded_state'] / GB:.1f} GB of state per device in host "
+        f"memory; {mem['host_per_node'] / GB:.1f} GB per node of "
+        + (f"{cap / GB:.0f} GB" if cap is not None else "an uncatalogued host memory")
+        + f" | optimizer step {times['compute/optimizer']:.3f} s ({parts})"
+    )
+
+
 def layout_summary(est: Estimate) -> str:
     lay = est.layout
     degrees = layout_degrees(lay) or "single device"
@@ -144,6 +160,7 @@ def layout_summary(est: Estimate) -> str:
         f"{degrees} | ZeRO-{lay.zero_stage} | {lay.num_microbatches} microbatch(es) of "
         f"{lay.microbatch_seqs(est.workload):g} seq | recompute={lay.recompute}"
         + (f" | virtual stages {lay.virtual_stages}" if lay.virtual_stages > 1 else "")
+        + (f" | offload={lay.offload}" if lay.offload != "none" else "")
         + _split_text(est)
         + (f" | KV heads replicated x{rep}" if rep > 1 else "")
         + f"\n  axes: {axes}"
@@ -241,7 +258,9 @@ def estimate_report(
         f"{est.tokens_per_s / est.cluster.num_devices:,.1f} tokens/s/device | "
         f"fits: {'yes' if est.fits else 'NO'}"
     )
-    if est.memory_bytes["host_offloaded"]:
+    if est.layout.offload != "none":
+        out.print(_offload_text(est))
+    elif est.memory_bytes["host_offloaded"]:
         out.print(
             f"host memory per device for offloaded activations: {est.memory_bytes['host_offloaded'] / GB:.1f} GB "
             f"(not checked against the host's RAM)"
@@ -377,7 +396,7 @@ def _solve_row(rank: int, est: Estimate) -> list[str]:
         str(lay.zero_stage),
         f"{lay.num_microbatches} x {lay.microbatch_seqs(est.workload):g}"
         + (f" v{lay.virtual_stages}" if lay.virtual_stages > 1 else ""),
-        lay.recompute,
+        lay.recompute + (f" +offload {lay.offload}" if lay.offload != "none" else ""),
         str(params.kv_replication(est.model, lay.tp)),
         f"{_gb(est.memory_bytes['peak'])} / {_gb(est.memory_bytes['capacity'])}",
         f"{est.time_s['compute']:.3f}",

@@ -98,6 +98,7 @@ class Vars:
     w: dict = field(default_factory=dict)  # (row, r, o) -> bool: the key of the stage time
     sz: dict = field(default_factory=dict)  # (shape, z) -> bool
     szo: dict = field(default_factory=dict)  # (shape, z, o) -> bool
+    fetch: dict = field(default_factory=dict)  # (S, K) row -> bool: chosen with parameter offload
     # the variables a candidate's selections determine (a hint sets them too): whether ZeRO-3
     # collectives run and their extra stage time, each EXPOSED part's (exposed, floor(eta exposed)),
     # the two headroom risks, and for time-to-train the step and per goodput factor (chosen, step or 0)
@@ -280,7 +281,7 @@ def build_model(
         v.shape[s] = model.new_bool_var(f"shape{s}")
     for ri in range(len(space.recompute_codes)):
         v.r[ri] = model.new_bool_var(f"r{ri}")
-    for z in range(4):
+    for z in range(space.num_zero):
         if space.zero_mask[shapes, z].any():
             v.z[z] = model.new_bool_var(f"z{z}")
     for o in range(len(space.orders)):
@@ -377,6 +378,20 @@ def build_model(
         step = step + exposed - charged + hidden.interference(term)
     for _, plain in step_formula.PLAIN:
         step = step + plain(term)
+    fetches, fetch_s = t.fetches, t.param_fetch_s
+    if fetches is not None and fetch_s is not None:
+        # parameter offload's host fetches: the row's, where the column fetches
+        for j in v.y:
+            v.fetch[j] = model.new_bool_var(f"fetch{j}")
+            model.add(v.fetch[j] <= v.y[j])
+        model.add(
+            LinearExpr.sum(list(v.fetch.values()))
+            == LinearExpr.sum([b for z, b in v.z.items() if fetches[z]])
+        )
+        fetch = fetch_s[list(v.fetch)]
+        if limit is not None:
+            fetch = np.minimum(fetch, limit)
+        step = step + LinearExpr.weighted_vars(v.fetch.values(), fetch.astype(np.int64).tolist())
     value = step
     if t.objective == "time-to-train":
         value = _goodput_weighted(model, v, t, step, _step_upper(t, most))
@@ -396,6 +411,10 @@ def build_model(
             )
             model.add(live <= cap)
             memory_live.append(live)
+    if t.HZ is not None and t.HB is not None:  # ---- with state offload, the host memory fits too
+        for st in (0, 1):
+            hosted = over(v.sz, t.HZ[..., st], None, t.host_kib + 1)
+            model.add(hosted + over(v.w, t.HB[..., st], (0, 1), t.host_kib + 1) <= t.host_kib)
     volume = LinearExpr.weighted_sum(list(v.shape.values()), [int(t.VOLUME[s]) for s in v.shape])
     return (
         model,
@@ -479,7 +498,7 @@ def simplicity_objectives(space: Space, v: Vars) -> list:
     orders = sorted(v.o)
     n_cp = int(p.cp_rank.max()) + 1 if len(p.cp_rank) else 1
     head = {s: n_cp * int(p.degrees_above_one[s]) + int(p.cp_rank[s]) for s in v.shape}
-    n_r, n_z = len(p.recompute_rank), 4
+    n_r, n_z = len(p.recompute_rank), space.num_zero
     # key A: (degrees above one, cp rank), TP beyond a node, ZeRO stage, microbatches, recompute
     w_r, w_k = 1, n_r
     w_z = w_k * len(ks)
@@ -953,6 +972,9 @@ def _hint(space: Space, t: Tables, v: Vars, row: int, ri: int, z: int, o: int) -
         "sz": (s, z),
         "szo": (s, z, o),
     }
+    if v.fetch and t.fetches is not None:
+        fetches = t.fetches
+        determined.update({b: int(j == row and bool(fetches[z])) for j, b in v.fetch.items()})
     return {
         **{
             var: int(key == chosen[group])

@@ -27,7 +27,7 @@ def candidate_grid(space: Space, sk_rows: np.ndarray):
     s = space.sk_shape[sk_rows]
     n_r, n_o = len(space.recompute_codes), len(space.orders)
     mask = space.zero_mask[s][:, None, :, None] & space.order_mask[s][:, None, None, :]
-    mask = np.broadcast_to(mask, (len(sk_rows), n_r, 4, n_o))
+    mask = np.broadcast_to(mask, (len(sk_rows), n_r, space.num_zero, n_o))
     j, ri, z, o = np.nonzero(mask)
     return sk_rows[j], ri, z, o
 

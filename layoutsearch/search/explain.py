@@ -16,8 +16,8 @@ import numpy as np
 from layoutsearch.core.errors import LayoutsearchError
 from layoutsearch.core.numbers import divisors
 from layoutsearch.core.problem import MAX_VIRTUAL_STAGES, Problem, SearchRequest
-from layoutsearch.core.rules import Cand, Rule
-from layoutsearch.core.specs import ALL_DEGREE_NAMES, RECOMPUTE_POLICIES
+from layoutsearch.core.rules import OFFLOAD_RULES, Cand, Rule
+from layoutsearch.core.specs import ALL_DEGREE_NAMES, OFFLOADS, RECOMPUTE_POLICIES
 from layoutsearch.core.topology import resolve_cluster
 from layoutsearch.core.units import GB, KIB, TB
 from layoutsearch.costs import memory, params
@@ -228,6 +228,7 @@ def funnel(problem: Problem, rules: tuple[Rule, ...]) -> list[dict]:
 FUNNEL_CHUNK_ROWS = 1 << 18  # degree tuples (or expanded key rows) evaluated at once
 _DEGREE_FIELDS = frozenset(ALL_DEGREE_NAMES)
 _ZERO_STAGES = np.arange(4)
+_NONE = np.zeros((1, 1), dtype=np.int64)  # offload none
 
 
 def _removed_at(problem: Problem, tuples: Cand, steps: list[Rule]) -> np.ndarray:
@@ -244,6 +245,7 @@ def _removed_at(problem: Problem, tuples: Cand, steps: list[Rule]) -> np.ndarray
     n = len(tuples["dp"])
     everything = never  # when a rule on the whole problem or on recompute leaves nothing
     recompute_ok = np.ones(len(RECOMPUTE_POLICIES), dtype=bool)
+    offload_ok = np.ones(len(OFFLOADS), dtype=bool)
     on_degrees, on_flavours, on_rows = [], [], []
     for i, rule in enumerate(steps):
         if rule.needs == {"r"}:
@@ -253,7 +255,11 @@ def _removed_at(problem: Problem, tuples: Cand, steps: list[Rule]) -> np.ndarray
         elif not rule.needs:
             if not rule.mask(problem, {}).all():
                 everything = min(everything, i)
-        elif rule.needs - {"z"} <= _DEGREE_FIELDS:
+        elif rule.needs == {"f"}:  # the offload choices: none left leaves nothing
+            offload_ok &= rule.mask(problem, {"f": np.arange(len(OFFLOADS))})
+            if not offload_ok.any():
+                everything = min(everything, i)
+        elif rule.needs - {"z", "f"} <= _DEGREE_FIELDS:
             on_degrees.append((i, rule))
         elif rule.needs <= _DEGREE_FIELDS | {"cpf"}:
             on_flavours.append((i, rule))
@@ -338,7 +344,9 @@ def _falls(problem: Problem, c: Cand, rules: list, never: int) -> tuple[np.ndarr
     for i, rule in rules:
         if "z" in rule.needs:
             ok = rule.mask(
-                problem, {**{k: v[:, None] for k, v in c.items()}, "z": _ZERO_STAGES[None, :]}
+                problem,
+                # beside the degrees, the funnel counts the offload choice as none
+                {**{k: v[:, None] for k, v in c.items()}, "z": _ZERO_STAGES[None, :], "f": _NONE},
             )
             zero_falls = np.where(
                 np.broadcast_to(ok, zero_falls.shape), zero_falls, np.minimum(zero_falls, i)
@@ -370,7 +378,9 @@ def nearest(space: Space, tables: Tables) -> tuple[tuple, float] | None:
         rows = np.arange(start, min(start + NEAREST_CHUNK_ROWS, len(s)))
         mem = tables.MZ[s[rows]][:, None] + tables.MB[rows][:, :, None]  # [sk, r, z, st, moment]
         peak = np.where(
-            allowed[rows][:, None, :], mem.reshape(len(rows), n_r, 4, -1).max(axis=-1), unset
+            allowed[rows][:, None, :],
+            mem.reshape(len(rows), n_r, space.num_zero, -1).max(axis=-1),
+            unset,
         )
         low = int(peak.min())
         if low < least:
@@ -422,11 +432,12 @@ def infeasibility(problem: Problem, space: Space, tables: Tables | None) -> dict
     for name, changed in (
         ("recompute=full", replace(layout, recompute="full")),
         ("zero-stage=3", replace(layout, zero_stage=3) if layout.fsdp * layout.cp > 1 else None),
+        ("--offload optimizer", _offloaded(problem, layout)),
     ):
         if (
             changed is not None
             and changed != layout
-            and estimate(problem, changed, strict=False).fits
+            and _fits(estimate(problem, changed, strict=False))
         ):
             fixes.append(name)
     doubled = _fits_on_doubled(problem)
@@ -457,6 +468,22 @@ def infeasibility(problem: Problem, space: Space, tables: Tables | None) -> dict
         f"B/param) needs at least {min_devices} devices"
     )
     return out
+
+
+def _fits(est: Estimate) -> bool:
+    """Whether an estimated layout fits the device's memory and, offloading, the host's."""
+    return est.fits and not any(v.code == "host-memory" for v in est.violations)
+
+
+def _offloaded(problem: Problem, layout):
+    """The layout with its optimizer state offloaded, where the host's fields are catalogued (else None)."""
+    if layout.offload != "none" or not all(
+        rule.mask(problem, {"f": np.array([OFFLOADS.index("optimizer")])}).all()
+        for rule in OFFLOAD_RULES
+        if rule.needs == {"f"}
+    ):
+        return None
+    return replace(layout, offload="optimizer")
 
 
 def _degrees(layout) -> str:

@@ -364,8 +364,8 @@ def simpler_because(space, a: tuple, b: tuple) -> str | None:
 
 
 def group_ids(space, sk, ri, z) -> np.ndarray:
-    """One id per layout up to placement: (S, K) row, recompute, ZeRO stage."""
-    return (np.asarray(sk, dtype=np.int64) * len(space.recompute_codes) + ri) * 4 + z
+    """One id per layout up to placement: (S, K) row, recompute, ZeRO stage and offload."""
+    return (np.asarray(sk, dtype=np.int64) * len(space.recompute_codes) + ri) * space.num_zero + z
 
 
 def select(

@@ -12,7 +12,9 @@ fields it reads exist:
 2. x virtual stages v in 1..MAX_VIRTUAL_STAGES and the searched schedules that run with v
    (``searched_schedules``: 1f1b and interleaved, or the export target's, or --schedules);
 3. x microbatch counts K among the divisors of B / gcd(B, dp x fsdp);
-4. ZeRO stages per shape (a mask), recompute policies (a list).
+4. ZeRO stages with the offload choices per shape (a mask: column z + 4 x the offload's index
+   in ``offload_codes``; a column whose offloaded state does not fit the host's memory is off),
+   recompute policies (a list).
 
 Axis orders that place a shape identically (same ring coefficients for every group) are
 kept once; placements are computed once per degree tuple.
@@ -21,7 +23,7 @@ kept once; placements are computed once per degree tuple.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from functools import lru_cache
 
 import numpy as np
@@ -52,6 +54,7 @@ from layoutsearch.core.specs import (
     CP_FLAVOUR_CODES,
     CP_FLAVOURS,
     DEGREE_NAMES,
+    OFFLOADS,
     RECOMPUTE_POLICIES,
     SCHEDULE_CODES,
     Cluster,
@@ -67,7 +70,7 @@ STAGE_FIELDS = {  # the fields known at each stage of the enumeration
     "cp_flavour": frozenset((*ALL_DEGREE_NAMES, "cpf")),
     "virtual": frozenset(SHAPE_FIELDS),
     "microbatches": frozenset((*SHAPE_FIELDS, "k")),
-    "zero": frozenset((*SHAPE_FIELDS, "z")),
+    "zero": frozenset((*SHAPE_FIELDS, "z", "f")),
     "recompute": frozenset(("r",)),
 }
 
@@ -82,17 +85,28 @@ class Space(HasProblem):
     sk_shape: np.ndarray  # (S, K) rows: shape index
     sk_k: np.ndarray  # (S, K) rows: microbatches
     recompute_codes: np.ndarray  # allowed r codes
-    zero_mask: np.ndarray  # [shape, z] allowed
+    zero_mask: np.ndarray  # [shape, z] allowed; column z: ZeRO stage z % 4, offload_codes[z // 4]
     orders: list  # axis orders
     order_mask: np.ndarray  # [shape, o] allowed (placeable and not a duplicate)
     coeffs: (
         terms.Coeffs | None
     )  # arrays over placed * len(orders) + o (masked pairs hold unused values)
     placed: np.ndarray  # [shape] its row of ``coeffs``: shapes of one degree tuple share one
+    offload_codes: np.ndarray = field(default_factory=lambda: np.zeros(1, dtype=np.int64))
 
     @property
     def num_shapes(self) -> int:
         return len(self.shapes.dp)
+
+    @property
+    def num_zero(self) -> int:
+        """Columns of ``zero_mask``: the ZeRO stages 0-3 for each allowed offload choice."""
+        return 4 * len(self.offload_codes)
+
+    def zero_columns(self, z) -> tuple[np.ndarray, np.ndarray]:
+        """(ZeRO stage, offload code) of ``zero_mask`` columns ``z``."""
+        z = np.asarray(z)
+        return z % 4, self.offload_codes[z // 4]
 
     def num_candidates(self) -> int:
         per_shape = self.zero_mask.sum(1) * self.order_mask.sum(1) * len(self.recompute_codes)
@@ -102,6 +116,7 @@ class Space(HasProblem):
         """The Layout of one candidate."""
         sh = self.shapes
         v = int(sh.v[shape])
+        stage, offload = self.zero_columns(z)
         return Layout(
             dp=int(sh.dp[shape]),
             fsdp=int(sh.fsdp[shape]),
@@ -110,7 +125,8 @@ class Space(HasProblem):
             cp=int(sh.cp[shape]),
             ep=int(sh.ep[shape]),
             etp=int(sh.etp[shape]),
-            zero_stage=int(z),
+            zero_stage=int(stage),
+            offload=OFFLOADS[int(offload)],
             virtual_stages=v,
             num_microbatches=int(k),
             recompute=RECOMPUTE_POLICIES[int(r)],
@@ -305,17 +321,25 @@ def build_space(
     used, sk_shape = np.unique(c[SHAPE_INDEX], return_inverse=True)
     shape_rows, sk_shape, sk_k = _ordered(shape_rows[used], sk_shape.reshape(-1), c["k"])
     shapes = {f: shape_rows[:, i] for i, f in enumerate(SHAPE_FIELDS)}
+    # in code order whatever the option's: a column's index ranks its simplicity (no offload first)
+    offload_codes = np.array(sorted(OFFLOADS.index(o) for o in options.offload), dtype=np.int64)
+    n = len(shape_rows)
     zero_mask = (
         np.stack(
             [
-                _apply_mask(problem, by_stage["zero"], {**shapes, "z": np.full(len(shape_rows), z)})
+                _apply_mask(
+                    problem, by_stage["zero"], {**shapes, "z": np.full(n, z), "f": np.full(n, f)}
+                )
+                for f in offload_codes
                 for z in range(4)
             ],
             axis=1,
         )
-        if len(shape_rows)
-        else np.zeros((0, 4), dtype=bool)
+        if n
+        else np.zeros((0, 4 * len(offload_codes)), dtype=bool)
     )
+    if offload_codes.any() and n:
+        zero_mask &= _host_memory_fits(problem, shapes, offload_codes)
     codes = np.arange(len(RECOMPUTE_POLICIES), dtype=np.int64)
     codes = codes[_apply_mask(problem, by_stage["recompute"], {"r": codes})]
     orders = axis_orders(problem.cluster)
@@ -337,7 +361,26 @@ def build_space(
         order_mask=order_mask[placed],
         coeffs=coeffs,
         placed=placed,
+        offload_codes=offload_codes,
     )
+
+
+def _host_memory_fits(problem: Problem, shapes: dict, offload_codes: np.ndarray) -> np.ndarray:
+    """[shape, z]: the host-memory rule, the model state a column offloads per node (the devices of
+    a host, the larger pipeline stage's) fits the node's memory (estimate's ``host-memory``)."""
+    acc = problem.cluster.accelerator
+    sh = terms.Shapes(**{f: shapes[f][:, None] for f in terms.SHAPE_KEYS})
+    z = np.tile(np.arange(4), len(offload_codes))[None, :]
+    f = np.repeat(offload_codes, 4)[None, :]
+    hosted = [
+        terms.memory_by_zero(problem.model, problem.workload, sh, z, first, f)
+        for first in (True, False)
+    ]
+    per_node = (
+        np.maximum(*(h["host/offloaded_state"] for h in hosted)) * problem.cluster.devices_per_node
+    )
+    limit = acc.host_memory_bytes_per_node
+    return (f == 0) | (per_node <= (np.inf if limit is None else limit))
 
 
 def _apply_mask(problem: Problem, rules: list[Rule], c: Cand) -> np.ndarray:
@@ -439,6 +482,9 @@ def _validate_options(problem: Problem, options: SearchOptions) -> None:
             raise InvalidArgumentError(
                 f"unknown degree '{name}'; known: {', '.join(ALL_DEGREE_NAMES)}"
             )
+    for choice in options.offload:
+        if choice not in OFFLOADS:
+            raise InvalidArgumentError(f"offload '{choice}' is not one of {', '.join(OFFLOADS)}")
     for policy in options.recompute or ():
         if policy not in RECOMPUTE_POLICIES:
             raise InvalidArgumentError(

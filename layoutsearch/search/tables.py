@@ -67,6 +67,13 @@ class Tables:
     MZ: np.ndarray  # [s, z, st, moment] memory by ZeRO stage, KiB
     zero3: np.ndarray  # [s, z] bool: StageTerms.zero3
     VOLUME: np.ndarray  # [s] gather-volume objective, KiB
+    # parameter offload: each row's host fetches per step ([sk]), charged where the column fetches ([z])
+    param_fetch_s: np.ndarray | None = None
+    fetches: np.ndarray | None = None
+    # with state offload searched, host memory per device (KiB): HZ[s, z, st] + HB[sk, r, st] <= host_kib
+    HZ: np.ndarray | None = None
+    HB: np.ndarray | None = None
+    host_kib: int = 0
     # filled by build_tables from the tables above (stage_parts)
     STAGE0: np.ndarray = field(
         default_factory=lambda: np.empty(0)
@@ -127,6 +134,7 @@ class RowTerms:
     reduce_window_s: np.ndarray  # [sk, r]
     gather_window_s: np.ndarray  # [sk]
     memory_bytes: list  # [st][moment] -> [sk, r]
+    host_bytes: list  # [st] -> [sk, r]: the activations the policy offloads to host memory
     # each stage's compute windows ("window/..." of costs.terms.compute_per_microbatch) without
     # recompute ([sk, 1]), which the (S,K) x o terms hide behind; None where "none" is not searched
     windows: list | None = None
@@ -140,6 +148,7 @@ class RowTerms:
             reduce_window_s=self.reduce_window_s[rows],
             gather_window_s=self.gather_window_s[rows],
             memory_bytes=[[m[rows] for m in stage] for stage in self.memory_bytes],
+            host_bytes=[h[rows] for h in self.host_bytes],
             windows=None
             if self.windows is None
             else [{key: w[rows] for key, w in stage.items()} for stage in self.windows],
@@ -210,6 +219,7 @@ def terms_of_rows(space: Space, rows: np.ndarray) -> RowTerms:
     a: list = []
     busy: list = []
     mb: list = []
+    hosted: list = []
     windows: list = []
     first_stage: dict = {}
     none = np.flatnonzero(codes == 0)  # the column of recompute "none", if searched
@@ -222,6 +232,7 @@ def terms_of_rows(space: Space, rows: np.ndarray) -> RowTerms:
         mb.append(
             [grid(sum(terms.moment_bytes(items, name).values(), 0.0 * k)) for name in MOMENT_NAMES]
         )
+        hosted.append(grid(items["host/offloaded"] + 0.0 * k))
         first_stage = first_stage or c
         windows.append({key: grid(v)[:, none] for key, v in c.items() if key.startswith("window/")})
     win, fwd = (grid(x) for x in terms.step_windows(model, workload, acc, sh, first_stage))
@@ -232,22 +243,24 @@ def terms_of_rows(space: Space, rows: np.ndarray) -> RowTerms:
         reduce_window_s=win,
         gather_window_s=fwd[:, 0],
         memory_bytes=mb,
+        host_bytes=hosted,
         windows=windows if len(none) else None,
     )
 
 
 def zero_memory_bytes(space: Space) -> list:
-    """Memory by ZeRO stage per shape: [first stage, other stages][moment] -> [s, z] bytes."""
-    model, workload = space.model, space.workload
-    sh_z, z_row = space.shapes.take(np.arange(space.num_shapes)[:, None]), np.arange(4)[None, :]
+    """Memory by ZeRO stage and offload per shape: [first stage, other stages][moment] -> [s, z] bytes."""
+    model, workload, n_z = space.model, space.workload, space.num_zero
+    sh_z = space.shapes.take(np.arange(space.num_shapes)[:, None])
+    z_row, f_row = space.zero_columns(np.arange(n_z)[None, :])
     out = []
     for first in (True, False):
-        items = terms.memory_by_zero(model, workload, sh_z, z_row, first)
+        items = terms.memory_by_zero(model, workload, sh_z, z_row, first, f_row)
         out.append(
             [
                 np.broadcast_to(
                     sum(terms.moment_bytes(items, name).values(), 0.0 * z_row),
-                    (space.num_shapes, 4),
+                    (space.num_shapes, n_z),
                 )
                 for name in MOMENT_NAMES
             ]
@@ -256,10 +269,39 @@ def zero_memory_bytes(space: Space) -> list:
 
 
 def optimizer_seconds(space: Space) -> np.ndarray:
-    """The optimizer step per shape and ZeRO stage: [s, z] seconds."""
-    sh_z, z_row = space.shapes.take(np.arange(space.num_shapes)[:, None]), np.arange(4)[None, :]
-    opt = terms.optimizer_time(space.model, space.workload, space.cluster.accelerator, sh_z, z_row)
-    return np.broadcast_to(opt, (space.num_shapes, 4))
+    """The optimizer step per shape, ZeRO stage and offload: [s, z] seconds."""
+    sh_z = space.shapes.take(np.arange(space.num_shapes)[:, None])
+    z_row, f_row = space.zero_columns(np.arange(space.num_zero)[None, :])
+    acc = space.cluster.accelerator
+    opt = terms.optimizer_time(space.model, space.workload, acc, sh_z, z_row, f_row)
+    return np.broadcast_to(opt, (space.num_shapes, space.num_zero))
+
+
+def host_tables(space: Space, rt: RowTerms) -> tuple[np.ndarray, np.ndarray, int]:
+    """Host memory per device in KiB: the offloaded state [s, z, st], the offloaded activations
+    [sk, r, st], and what one device may use: the node's memory over the devices sharing it."""
+    model, workload, cluster = space.model, space.workload, space.cluster
+    sh_z = space.shapes.take(np.arange(space.num_shapes)[:, None])
+    z_row, f_row = space.zero_columns(np.arange(space.num_zero)[None, :])
+    state = [
+        np.broadcast_to(
+            terms.memory_by_zero(model, workload, sh_z, z_row, first, f_row)[
+                "host/offloaded_state"
+            ],
+            (space.num_shapes, space.num_zero),
+        )
+        for first in (True, False)
+    ]
+    memory = cluster.host_memory_bytes_per_node
+    per_device = np.inf if memory is None else memory / cluster.devices_per_node
+    capacity = int(per_device // KIB) if np.isfinite(per_device) else int(NEVER)
+    return kib(np.stack(state, axis=-1)), kib(np.stack(rt.host_bytes, axis=-1)), capacity
+
+
+def fetching_columns(space: Space) -> np.ndarray | None:
+    """[z]: the zero_mask columns whose offload fetches the weights from the host; None when none does."""
+    fetches = memory.offloaded_by_code("weights")[space.zero_columns(np.arange(space.num_zero))[1]]
+    return fetches if fetches.any() else None
 
 
 def quanta(x, quantum_s: float) -> np.ndarray:
@@ -376,11 +418,12 @@ def build_tables(
     pp = grid_o(terms.pipeline_sends(model, workload, acc, sh_o, k_o, co))
     _check(deadline)
     # ---- S x z (x o)
-    n_s = space.num_shapes
-    s_col, z_row = np.arange(n_s)[:, None], np.arange(4)[None, :]
+    n_s, n_z = space.num_shapes, space.num_zero
+    s_col = np.arange(n_s)[:, None]
+    z_row = space.zero_columns(np.arange(n_z)[None, :])[0]  # the collectives read the stage alone
 
     def grid_z(x, *more):
-        return np.broadcast_to(x, (n_s, 4, *more))
+        return np.broadcast_to(x, (n_s, n_z, *more))
 
     steps = {
         name: grid_z(value, n_o)
@@ -433,17 +476,24 @@ def build_tables(
         fsdp_backward_s=q(x).reshape(n_sk, n_o),
         pp_sends_s=q(pp).reshape(n_sk, n_o),
         reduce_link_busy_s=q(rcon).reshape(n_sk, n_o),
-        reduce_s=q(red).reshape(n_s, 4, n_o),
-        zero_gather_s=q(steps["gather/zero"]).reshape(n_s, 4, n_o),
-        reduce_interference_s=q(reduce_interference).reshape(n_s, 4, n_o),
-        gather_interference_s=q(gather_interference).reshape(n_s, 4, n_o),
-        optimizer_s=q(optimizer_seconds(space)).reshape(n_s, 4),
+        reduce_s=q(red).reshape(n_s, n_z, n_o),
+        zero_gather_s=q(steps["gather/zero"]).reshape(n_s, n_z, n_o),
+        reduce_interference_s=q(reduce_interference).reshape(n_s, n_z, n_o),
+        gather_interference_s=q(gather_interference).reshape(n_s, n_z, n_o),
+        optimizer_s=q(optimizer_seconds(space)).reshape(n_s, n_z),
         MZ=(memory_table(zero_memory_bytes(space)) if costed is None else costed.MZ).reshape(
-            n_s, 4, 2, len(MOMENT_NAMES)
+            n_s, n_z, 2, len(MOMENT_NAMES)
         ),
         zero3=z3,
         VOLUME=kib(v_w + v_x),
     )
+    if space.offload_codes.any():
+        tables.HZ, tables.HB, tables.host_kib = host_tables(space, rt)
+    fetches = fetching_columns(space)
+    if fetches is not None:
+        sh_k = space.shapes.take(space.sk_shape)
+        fetch = terms.param_fetch_time(model, workload, acc, sh_k, space.sk_k)
+        tables.param_fetch_s, tables.fetches = q(fetch), fetches
     work = memory.recompute_arrays(model)
     _check(deadline)
     tables.STAGE0, tables.STAGE3 = stage_parts(
@@ -508,12 +558,20 @@ def assemble(t: Tables, space: Space, sk, ri, z, o) -> dict:
     s = space.sk_shape[sk]
     stage = np.where(t.zero3[s, z], t.STAGE3[sk, ri, o], t.STAGE0[sk, ri, o])
     total = step.step_total(step_terms(t, space, sk, ri, z, o), stage)
+    fetches, fetch_s = t.fetches, t.param_fetch_s
+    if (
+        fetches is not None and fetch_s is not None
+    ):  # parameter offload's host fetches, a plain part
+        total = total + fetch_s[sk] * fetches[z]
     mem = t.MZ[s, z] + t.MB[sk, ri]  # [.., st, moment]
     peak = mem.reshape(mem.shape[0], -1).max(axis=1) if mem.ndim > 2 else mem.max()
+    fits = peak <= t.capacity_kib
+    if t.HZ is not None and t.HB is not None:  # the host's memory, where state offload is searched
+        fits = fits & (t.HZ[s, z] + t.HB[sk, ri] <= t.host_kib).all(axis=-1)
     return {
         "step": total,
         "peak": peak,
-        "fits": peak <= t.capacity_kib,
+        "fits": fits,
         "volume": t.VOLUME[s],
         "value": objective_value(t, s, sk, ri, z, total),
     }
