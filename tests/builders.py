@@ -13,6 +13,7 @@ import textwrap
 import warnings
 from pathlib import Path
 
+import numpy as np
 import pytest
 from typer.testing import CliRunner
 
@@ -20,14 +21,20 @@ from layoutsearch.cli import app
 from layoutsearch.core.catalogue import load_model
 from layoutsearch.core.errors import LayoutsearchWarning
 from layoutsearch.core.problem import Problem
-from layoutsearch.core.specs import Layout, Workload
+from layoutsearch.core.specs import RECOMPUTE_POLICIES, Layout, Workload
 from layoutsearch.core.topology import resolve_cluster
 from layoutsearch.costs.estimate import estimate
 from layoutsearch.export import check_export, export_document
 from layoutsearch.report.output import layout_record
 from layoutsearch.search import SearchOptions
 from layoutsearch.search.cpsat import cpsat_top
-from layoutsearch.search.space import build_space
+from layoutsearch.search.space import (
+    build_space,
+    problem_degree_tuples,
+    with_cp_flavours,
+    with_microbatches,
+    with_virtual_stages,
+)
 
 DATA = Path(__file__).resolve().parent / "data"
 
@@ -270,3 +277,30 @@ def torchtitan_degrees(parallelism) -> dict[str, int]:
         "ep": 1,
         "etp": 1,
     }
+
+
+def per_candidate_funnel(problem: Problem, rules) -> list[int]:
+    """Reference: every rule applied to every (tuple, v, K) row and ZeRO stage, tuples recounted
+    after each rule (what the explanation did before it was made proportional)."""
+    c = dict(problem_degree_tuples(problem))
+    c["tuple"] = np.arange(len(c["dp"]))
+    c = with_microbatches(
+        with_virtual_stages(with_cp_flavours(c)), problem.workload.global_batch_seqs
+    )
+    alive = np.ones(len(c["dp"]), dtype=bool)
+    zero_ok = np.ones((len(alive), 4), dtype=bool)
+    recompute_ok = np.ones(len(RECOMPUTE_POLICIES), dtype=bool)
+    out = [int(c["tuple"].max()) + 1]
+    for rule in rules:
+        if rule.code in ("product", "degree"):
+            continue
+        if rule.needs == {"r"}:
+            recompute_ok &= rule.mask(problem, {"r": np.arange(len(RECOMPUTE_POLICIES))})
+        elif "z" in rule.needs:
+            cand = {**{k: v[:, None] for k, v in c.items()}, "z": np.arange(4)[None, :]}
+            zero_ok &= rule.mask(problem, cand)
+        else:
+            alive &= rule.mask(problem, c)
+        survivors = alive & zero_ok.any(axis=1) & recompute_ok.any()
+        out.append(len(np.unique(c["tuple"][survivors])))
+    return out

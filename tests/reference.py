@@ -33,9 +33,9 @@ import closed_forms as cf
 import yaml
 
 from layoutsearch.core.catalogue import load_accelerator
+from layoutsearch.core.graph_axes import SINGLE_CHIP_AXIS
 from layoutsearch.core.problem import Problem, SearchOptions, SearchRequest
 from layoutsearch.core.specs import Axis, Layout, ModelSpec, Workload
-from layoutsearch.core.topology import SINGLE_CHIP_AXIS
 from layoutsearch.core.units import GB, MIB, TB
 from layoutsearch.costs import comms
 from layoutsearch.costs.estimate import Estimate, estimate

@@ -38,13 +38,14 @@ def factors(claim: dict) -> dict[str, float]:
 
 
 def test_narayanan_claim_is_the_recompute_policy(claims):
-    """Narayanan 1.7B: 3.191 s published vs 2.436 s for fsdp32 ZeRO-1 without recompute = 1.310x,
-    of which 1.290x is dropping full recompute and 1.016x the sharded optimizer; distinguishable."""
+    """Narayanan 1.7B: 3.191 s published vs 2.436 s for fsdp32 ZeRO-2 without recompute = 1.310x,
+    of which 1.290x is dropping full recompute and 1.016x the sharded optimizer; distinguishable
+    (ZeRO-2 ties ZeRO-1's step and keeps the peak outside the memory model's measured error)."""
     c = claims[NARAYANAN]
     assert c["published_step_s"] == pytest.approx(3.1910, rel=1e-3)
     assert c["winner_step_s"] == pytest.approx(2.4355, rel=1e-3)
     assert c["claimed_speedup"] == pytest.approx(1.3102, rel=1e-3)
-    assert c["winner"] == "fsdp32 zero1 K4 SP"
+    assert c["winner"] == "fsdp32 zero2 K4 SP"
     f = factors(c)
     assert f["recompute"] == pytest.approx(1.2895, rel=1e-3)
     assert f["sharding"] == pytest.approx(1.0161, rel=1e-3)
@@ -54,15 +55,17 @@ def test_narayanan_claim_is_the_recompute_policy(claims):
 
 
 def test_dgxc_claim_is_degrees_and_sharding_inside_the_band(claims):
-    """dgxc Llama 3.1 70B fp8 on 512 GPUs: 1.101x, 1.082x from the degrees (tp4 without pp) and
-    1.018x from ZeRO-2; below the 1.240x that the GPU band (-10.25%..+11.28%) needs: not distinguishable."""
+    """dgxc Llama 3.1 70B fp8 on 512 GPUs: 1.098x (fsdp64 tp4 pp2 vs5, ZeRO-2), 1.082x from the
+    degrees and 1.014x from ZeRO-2; below the 1.240x that the GPU band (-10.25%..+11.28%) needs:
+    not distinguishable."""
     c = claims[DGXC]
     assert c["published_step_s"] == pytest.approx(10.965, rel=1e-3)
-    assert c["winner_step_s"] == pytest.approx(9.961, rel=1e-3)
-    assert c["claimed_speedup"] == pytest.approx(1.1008, rel=1e-3)
+    assert c["winner_step_s"] == pytest.approx(9.9885, rel=1e-3)
+    assert c["claimed_speedup"] == pytest.approx(1.0978, rel=1e-3)
+    assert c["winner"] == "fsdp64 tp4 pp2 vs5 zero2 K16 SP"
     f = factors(c)
-    assert f["degrees"] == pytest.approx(1.0816, rel=1e-3)
-    assert f["sharding"] == pytest.approx(1.0177, rel=1e-3)
+    assert f["degrees"] == pytest.approx(1.0818, rel=1e-3)
+    assert f["sharding"] == pytest.approx(1.0139, rel=1e-3)
     assert f["recompute"] == pytest.approx(1.0, abs=1e-3)
     assert c["distinguishable"] is False
 
@@ -74,15 +77,15 @@ def test_parts_multiply_to_the_claim(claims):
 
 
 def test_validate_reports_the_ranked_winners_claim(records):
-    """validate's claimed_speedup / claim_distinguishable are the same 1.310x (apart) and 1.101x
+    """validate's claimed_speedup / claim_distinguishable are the same 1.310x (apart) and 1.098x
     (inside the band), and the summary's median is the median of the two."""
     doc = validate_runs(list(records.values()), workers=1)
     by_id = {e["id"]: e for e in doc["records"]}
     assert by_id[NARAYANAN]["claimed_speedup"] == pytest.approx(1.3102, rel=1e-3)
     assert by_id[NARAYANAN]["claim_distinguishable"] is True
-    assert by_id[DGXC]["claimed_speedup"] == pytest.approx(1.1008, rel=1e-3)
+    assert by_id[DGXC]["claimed_speedup"] == pytest.approx(1.0978, rel=1e-3)
     assert by_id[DGXC]["claim_distinguishable"] is False
-    assert doc["summary"]["median_claimed_speedup"] == pytest.approx(1.2055, rel=1e-3)
+    assert doc["summary"]["median_claimed_speedup"] == pytest.approx(1.2040, rel=1e-3)
     assert doc["summary"]["claims_distinguishable_share"] == 0.5
 
 

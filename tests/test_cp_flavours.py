@@ -9,8 +9,7 @@ import json
 import numpy as np
 import pytest
 import yaml
-from builders import exported, solve_doc
-from test_explain_speed import _per_candidate_funnel
+from builders import exported, per_candidate_funnel, solve_doc
 from typer.testing import CliRunner
 
 from layoutsearch.cli import app
@@ -249,15 +248,40 @@ def test_maxtext_export_writes_the_context_parallel_strategy(flavour, strategy):
     config = yaml.safe_load(exported(doc, "maxtext"))
     assert config["context_parallel_strategy"] == strategy
     assert config["ici_context_parallelism"] == 4
+    # TPU ring attention is Tokamax's splash kernel (configs/types.py); all_gather needs neither
+    tokamax = {"attention": "flash", "use_tokamax_splash": True}
+    assert ({k: config.get(k) for k in tokamax} == tokamax) == (flavour == "ring")
 
 
-def test_the_funnel_counts_the_flavour_rules_as_the_per_candidate_funnel():
+def test_maxtext_refuses_tpu_ring_where_cp_squared_does_not_divide_the_sequence():
+    """MaxText's TPU ring needs max_target_length % cp^2 == 0: cp 8 over 32,768 tokens holds
+    (32,768 = 512 x 64), cp 8 over 4,624 (16 x 289) does not; the refusal names the numbers and the reason."""
+    layout = Layout(fsdp=8, cp=8, zero_stage=3, cp_flavour="ring")
+    rules = framework_rules(capabilities_of("maxtext"))
+
+    def refusals(seq_len: int) -> list[str]:
+        problem = Problem.build(
+            "llama3-8b", "v5p-64", Workload(global_batch_seqs=64, seq_len=seq_len)
+        )
+        return [
+            v.message for v in violations(problem, layout, rules) if v.code == "maxtext-ring-cp-seq"
+        ]
+
+    assert refusals(32768) == []
+    found = refusals(4624)
+    assert len(found) == 1 and found[0].startswith(
+        "MaxText cannot express ring cp(8) over seq_len(4624), not a multiple of cp^2 (its TPU "
+        "ring attention (Tokamax splash) needs max_target_length divisible by"
+    )
+
+
+def test_the_funnel_counts_the_flavour_rules_as_theper_candidate_funnel():
     """debug on 16 GPUs with --cp-flavours a2a (cp > 1 only where tp x cp divides the 8 heads): the
     proportional funnel's counts after every rule are those of every candidate row, flavours
     included."""
     problem = _problem("debug", "h100-16", 64, 4096, "megatron")
     rules = build_space(problem, SearchOptions(cp_flavours=("a2a",))).rules
     counts = [s["remaining"] for s in explain.funnel(problem, rules)]
-    assert counts == _per_candidate_funnel(problem, rules)
+    assert counts == per_candidate_funnel(problem, rules)
     removed = {s["code"]: s["removed"] for s in explain.funnel(problem, rules)}
     assert removed["cp-heads"] > 0

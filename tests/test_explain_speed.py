@@ -3,18 +3,17 @@ tuple once and the (v, K) rows once per distinct key, the nearest layout costs o
 with the least peak, both in bounded chunks; and it says what the per-candidate version said
 (messages pinned from that version, before the change)."""
 
-import numpy as np
 import pytest
+from builders import per_candidate_funnel
 
 from layoutsearch.cli import main
 from layoutsearch.core.problem import Problem
-from layoutsearch.core.specs import RECOMPUTE_POLICIES, Workload
+from layoutsearch.core.specs import Workload
 from layoutsearch.export import capabilities_of
 from layoutsearch.search import explain
 from layoutsearch.search.space import (
     build_space,
     problem_degree_tuples,
-    with_cp_flavours,
     with_microbatches,
     with_virtual_stages,
 )
@@ -31,33 +30,6 @@ GROK_280_REMAINING += [2274, 2274, 2274, 1212] + [0] * 13
 
 def _grok_280() -> Problem:
     return Problem.build("grok-1", "h100-280", Workload(global_batch_seqs=8, seq_len=4096))
-
-
-def _per_candidate_funnel(problem: Problem, rules) -> list[int]:
-    """Reference: every rule applied to every (tuple, v, K) row and ZeRO stage, tuples recounted
-    after each rule (what the explanation did before it was made proportional)."""
-    c = dict(problem_degree_tuples(problem))
-    c["tuple"] = np.arange(len(c["dp"]))
-    c = with_microbatches(
-        with_virtual_stages(with_cp_flavours(c)), problem.workload.global_batch_seqs
-    )
-    alive = np.ones(len(c["dp"]), dtype=bool)
-    zero_ok = np.ones((len(alive), 4), dtype=bool)
-    recompute_ok = np.ones(len(RECOMPUTE_POLICIES), dtype=bool)
-    out = [int(c["tuple"].max()) + 1]
-    for rule in rules:
-        if rule.code in ("product", "degree"):
-            continue
-        if rule.needs == {"r"}:
-            recompute_ok &= rule.mask(problem, {"r": np.arange(len(RECOMPUTE_POLICIES))})
-        elif "z" in rule.needs:
-            cand = {**{k: v[:, None] for k, v in c.items()}, "z": np.arange(4)[None, :]}
-            zero_ok &= rule.mask(problem, cand)
-        else:
-            alive &= rule.mask(problem, c)
-        survivors = alive & zero_ok.any(axis=1) & recompute_ok.any()
-        out.append(len(np.unique(c["tuple"][survivors])))
-    return out
 
 
 def test_grok_on_280_gpus_names_the_whole_sequences_rule(capsys):
@@ -112,7 +84,7 @@ def test_the_funnel_counts_as_the_per_candidate_funnel_did():
     for problem, target in ((mixtral, "megatron"), (debug, "deepspeed")):
         rules = build_space(problem, capabilities=capabilities_of(target)).rules
         counts = [s["remaining"] for s in explain.funnel(problem, rules)]
-        assert counts == _per_candidate_funnel(problem, rules)
+        assert counts == per_candidate_funnel(problem, rules)
     mixtral_rules = build_space(mixtral, capabilities=capabilities_of("megatron")).rules
     steps = explain.funnel(mixtral, mixtral_rules)
     assert (steps[0]["remaining"], steps[-1]["remaining"]) == (868, 675)

@@ -8,8 +8,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from layoutsearch.core.device_graph import axes_from_device_graph, product_graph
+from layoutsearch.core.device_graph import product_graph
 from layoutsearch.core.errors import CatalogueError
+from layoutsearch.core.graph_axes import axes_from_device_graph
 from layoutsearch.core.specs import Axis
 from layoutsearch.core.topology import (
     cluster_from_spec,

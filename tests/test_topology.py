@@ -7,8 +7,9 @@ import networkx as nx
 import pytest
 
 from layoutsearch.core.catalogue import load_accelerator
-from layoutsearch.core.device_graph import axes_from_device_graph, cluster_graph, to_networkx
+from layoutsearch.core.device_graph import cluster_graph, to_networkx
 from layoutsearch.core.errors import CatalogueError
+from layoutsearch.core.graph_axes import axes_from_device_graph
 from layoutsearch.core.topology import (
     EXAMPLE_CLUSTERS,
     MAX_DEVICES,

@@ -1,6 +1,6 @@
 """The device graph of a cluster (networkx): the product of its factor graphs, built on demand.
 
-``cluster_graph(name)`` builds it (inspection and tests; O(devices)); ``axes_from_device_graph``
+``cluster_graph(name)`` builds it (inspection and tests; O(devices)); ``graph_axes.axes_from_device_graph``
 reads the axes back from it by connected components, which tests compare with the axes
 ``topology.derive_axes`` reads from the factors. A solve never builds it.
 """
@@ -8,22 +8,14 @@ reads the axes back from it by connected components, which tests compare with th
 from __future__ import annotations
 
 import itertools
-import math
 from collections.abc import Hashable, Sequence
-from dataclasses import replace
 
 import networkx as nx
 
-from layoutsearch.core.errors import CatalogueError
-from layoutsearch.core.specs import Accelerator, Axis, AxisKind
 from layoutsearch.core.topology import (
-    SINGLE_CHIP_AXIS,
-    SPINE_LINK,
-    TORUS_AXIS_NAMES,
     FactorGraph,
     cluster_factors,
     members,
-    pod_oversubscription,
     positions,
 )
 
@@ -112,164 +104,6 @@ def product_graph(factors: Sequence[FactorGraph]) -> nx.Graph:
     for node in g:
         g.nodes[node].setdefault("device", False)
     return g
-
-
-# ----------------------------------------------------------------------------- axes from a device graph
-def _edges_by_axis(g: nx.Graph) -> dict[str, list[tuple]]:
-    by_axis: dict[str, list[tuple]] = {}
-    label: str
-    for u, v, label in g.edges(data="axis"):
-        by_axis.setdefault(label, []).append((u, v))
-    return by_axis
-
-
-def _edge_stats(g: nx.Graph, edges: list[tuple], label: str) -> tuple[float, float]:
-    if not edges:
-        raise CatalogueError(f"cluster graph has no '{label}' edge")
-    data = g.edges[edges[0]]
-    return data["bytes_per_s_per_direction"], data["latency_s"]
-
-
-def _measured_axis(
-    g: nx.Graph,
-    by_axis: dict[str, list[tuple]],
-    name: str,
-    *,
-    size: int,
-    kind: AxisKind,
-    efficiency: float,
-    wraparound: bool = False,
-) -> Axis:
-    """Axis ``name`` of ``size`` members, its bandwidth and latency read from its links in ``g``."""
-    bw, lat = _edge_stats(g, by_axis.get(name, []), name)
-    return Axis(
-        name=name,
-        size=size,
-        kind=kind,
-        bytes_per_s_per_direction=bw,
-        wraparound=wraparound,
-        latency_s=lat,
-        efficiency=efficiency,
-    )
-
-
-def _rings(edges: list[tuple]) -> list[tuple[int, int]]:
-    """(nodes, edges) of each connected component of an axis's links."""
-    sub: nx.Graph[Hashable] = nx.Graph(edges)
-    components = list(nx.connected_components(sub))
-    index = {node: i for i, comp in enumerate(components) for node in comp}
-    edge_counts = [0] * len(components)
-    for u, _ in sub.edges():
-        edge_counts[index[u]] += 1
-    return [(len(c), e) for c, e in zip(components, edge_counts)]
-
-
-def axes_from_device_graph(g: nx.Graph, acc: Accelerator) -> tuple[tuple[Axis, ...], int]:
-    """The axes read back from a whole device graph by connected components, checking it is
-    consistent (O(devices); tests use it to check ``derive_axes`` against the product).
-
-    Returns (axes, number of ICI slices / NVLink domains).
-    """
-    devices = [n for n, dev in g.nodes(data="device") if dev]
-    by_axis = _edges_by_axis(g)
-    axes: list[Axis] = []
-    if acc.kind == "tpu":
-        ici: nx.Graph[Hashable] = nx.Graph(
-            [e for name in TORUS_AXIS_NAMES for e in by_axis.get(name, [])]
-        )
-        ici.add_nodes_from(devices)
-        slices = nx.number_connected_components(ici)
-        for name in TORUS_AXIS_NAMES:
-            if name not in by_axis:
-                continue
-            rings = _rings(by_axis[name])
-            sizes = {n for n, _ in rings}
-            if len(sizes) != 1:
-                raise CatalogueError(
-                    f"cluster graph: axis '{name}' has rings of different sizes {sorted(sizes)}"
-                )
-            size = sizes.pop()
-            wrap = {e == n for n, e in rings}
-            if len(wrap) != 1:
-                raise CatalogueError(
-                    f"cluster graph: axis '{name}' mixes rings with and without wraparound"
-                )
-            axes.append(
-                _measured_axis(
-                    g,
-                    by_axis,
-                    name,
-                    size=size,
-                    kind="torus",
-                    efficiency=acc.collective_efficiency,
-                    wraparound=wrap.pop() and size > 2,
-                )
-            )
-        if slices > 1:
-            axes.append(
-                _measured_axis(
-                    g, by_axis, "dcn", size=slices, kind="dcn", efficiency=acc.scale_out_efficiency
-                )
-            )
-        axes = [a for a in axes if a.size > 1] or [SINGLE_CHIP_AXIS]
-    else:
-        nvl: nx.Graph[Hashable] = nx.Graph(by_axis.get("node", []))
-        components = list(nx.connected_components(nvl))
-        domains = [sum(1 for n in c if g.nodes[n]["device"]) for c in components]
-        domain_of = {n: i for i, c in enumerate(components) for n in c}
-        if len(set(domains)) != 1:
-            raise CatalogueError(
-                f"cluster graph: NVLink domains of different sizes {sorted(set(domains))}"
-            )
-        slices = len(domains)
-        axes.append(
-            _measured_axis(
-                g,
-                by_axis,
-                "node",
-                size=domains[0],
-                kind="mesh"
-                if all(g.nodes[u]["device"] for e in nvl.edges for u in e)
-                else "switch",
-                efficiency=acc.collective_efficiency,
-            )
-        )
-        if slices > 1:
-            axis = _measured_axis(
-                g,
-                by_axis,
-                "scale_out",
-                size=slices,
-                kind="scale_out",
-                efficiency=acc.scale_out_efficiency,
-            )
-            axes.append(_with_pods(g, by_axis, axis, domain_of))
-    if math.prod(a.size for a in axes) != len(devices):
-        raise CatalogueError(
-            f"cluster graph: axes {[(a.name, a.size) for a in axes]} do not multiply to {len(devices)} devices"
-        )
-    return tuple(axes), slices
-
-
-def _with_pods(g: nx.Graph, by_axis: dict[str, list[tuple]], axis: Axis, domain_of: dict) -> Axis:
-    """The scale-out axis with its pods read from the graph: the devices under one leaf switch are
-    a connected set of scale-out links, their NVLink domains the pod's nodes; the oversubscription
-    is the NIC bandwidth under the leaf over its spine links' (``topology.pod_oversubscription``),
-    the largest pod and ratio over the leaves."""
-    if SPINE_LINK not in by_axis:
-        return axis
-    under: nx.Graph[Hashable] = nx.Graph(by_axis["scale_out"])
-    spine: nx.Graph[Hashable] = nx.Graph(by_axis[SPINE_LINK])
-    pod, ratio = 0, 1.0
-    for leaf in nx.connected_components(under):
-        devices = [n for n in leaf if g.nodes[n].get("device")]
-        nics = sum(g.edges[e]["bytes_per_s_per_direction"] for e in under.edges(leaf))
-        uplinks = sum(
-            g.edges[e]["bytes_per_s_per_direction"] for e in spine.edges(leaf & spine.nodes)
-        )
-        pod = max(pod, len({domain_of.get(d, d) for d in devices}))
-        ratio = max(ratio, pod_oversubscription(nics, uplinks))
-    return replace(axis, pod_size=pod if ratio > 1.0 else 0, oversubscription=ratio)
 
 
 def cluster_graph(

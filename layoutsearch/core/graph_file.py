@@ -18,11 +18,10 @@ import networkx as nx
 from pydantic import BaseModel, ConfigDict, Field, StrictFloat, StrictInt, StrictStr
 
 from layoutsearch.core import io
-from layoutsearch.core.device_graph import axes_from_device_graph
 from layoutsearch.core.errors import CatalogueError
+from layoutsearch.core.graph_axes import SPINE_LINK, TORUS_AXIS_NAMES, axes_from_device_graph
 from layoutsearch.core.specs import Accelerator, Axis
-from layoutsearch.core.topology import MAX_DEVICES, SPINE_LINK, TORUS_AXIS_NAMES
-from layoutsearch.core.units import GB
+from layoutsearch.core.units import GB, MAX_DEVICES
 
 GPU_LINK_AXES = ("node", "scale_out", SPINE_LINK)
 TPU_LINK_AXES = (*TORUS_AXIS_NAMES, "dcn")

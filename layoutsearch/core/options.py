@@ -82,32 +82,30 @@ DEFAULT_RESTART_TIME_S = 600.0
 class Format(StrEnum):
     """Output format; every command prints all three."""
 
-    table = "table"
-    json = "json"
-    yaml = "yaml"
+    table, json, yaml = "table", "json", "yaml"
 
 
 class PlanFormat(StrEnum):
     """The plan page's format: the commands' three and a Markdown report."""
 
-    table = "table"
-    json = "json"
-    yaml = "yaml"
-    markdown = "markdown"
+    table, json, yaml, markdown = "table", "json", "yaml", "markdown"
 
 
 class CheckpointMode(StrEnum):
     """How a checkpoint stops training: for the whole write, or only for the copy to host."""
 
-    blocking = "blocking"
-    async_ = "async"
+    blocking, async_ = "blocking", "async"
 
 
 class Executor(StrEnum):
     """Where the sweep's points run: a local process pool or Ray."""
 
-    local = "local"
-    ray = "ray"
+    local, ray = "local", "ray"
+
+
+def framework_choice(description: str) -> Any:
+    """A workload switch left to the framework profile unless given (None: its choice)."""
+    return Field(None, description=f"{description} (default: the framework's choice)")
 
 
 def cli(*flags: str, finite: bool = False) -> dict[str, Any]:
@@ -204,21 +202,16 @@ class WorkloadOptions(OptionGroup):
     precision: Precision = Field(
         Precision.bf16, description="bf16 (fp16 costs the same) or fp8 GEMMs"
     )
-    tp_comm_overlap: bool | None = Field(
-        None,
-        description="TP collectives pipelined with their GEMMs inside NVLink/ICI (default: the "
-        "framework's choice)",
+    tp_comm_overlap: bool | None = framework_choice(
+        "TP collectives pipelined with their GEMMs inside NVLink/ICI"
     )
-    ep_comm_overlap: bool | None = Field(
-        None,
-        description="MoE token all-to-alls hidden behind another microbatch's compute (default: "
-        "the framework's choice)",
+    ep_comm_overlap: bool | None = framework_choice(
+        "MoE token all-to-alls hidden behind another microbatch's compute"
     )
-    deepep: bool | None = Field(
-        None,
-        description="MoE dispatch sends a token once per destination GPU and over scale-out once "
-        "per destination node (DeepEP; Megatron's flex dispatcher, torchtitan's deepep backend) "
-        "instead of once per expert (default: the framework's choice)",
+    deepep: bool | None = framework_choice(
+        "MoE dispatch sends a token once per destination GPU and over scale-out once per "
+        "destination node (DeepEP; Megatron's flex dispatcher, torchtitan's deepep backend) "
+        "instead of once per expert"
     )
     fp8_dispatch: bool = Field(
         False,

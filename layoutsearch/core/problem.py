@@ -197,13 +197,16 @@ def build_workload(
     return WorkloadOptions.model_construct(**options).workload(seqs, seq_len, tokens)
 
 
+def check_choice(value: str, choices, label: str) -> None:
+    """``value`` one of ``choices``, else one line naming ``label``, the value and the choices."""
+    if value not in choices:
+        raise InvalidArgumentError(f"{label}: '{value:.80}' is not one of {', '.join(choices)}")
+
+
 def resolved_workload(workload: Workload, cluster: Cluster) -> Workload:
     """The workload with its framework profile named (the accelerator's default when unset) and checked."""
     profile = profile_of(workload.framework, cluster.accelerator.kind)
-    if workload.precision not in PRECISIONS:
-        raise InvalidArgumentError(
-            f"--precision: '{workload.precision:.40}' is not one of {', '.join(PRECISIONS)}"
-        )
+    check_choice(workload.precision, PRECISIONS, "--precision")
     acc = cluster.accelerator
     if workload.precision == "fp8" and acc.peak_fp8_flops_per_s is None:
         raise InvalidArgumentError(
@@ -228,14 +231,8 @@ def resolved_workload(workload: Workload, cluster: Cluster) -> Workload:
             f"blocking_launch_us_per_layer_pass in hardware/{acc.id}.yaml): it applies to "
             f"CUDA kernel launches on GPUs; use --no-launch-blocking"
         )
-    if workload.cuda_graphs not in CUDA_GRAPHS:
-        raise InvalidArgumentError(
-            f"--cuda-graphs: '{workload.cuda_graphs:.40}' is not one of {', '.join(CUDA_GRAPHS)}"
-        )
-    if workload.routing not in ROUTINGS:
-        raise InvalidArgumentError(
-            f"--routing: '{workload.routing:.40}' is not one of {', '.join(ROUTINGS)}"
-        )
+    check_choice(workload.cuda_graphs, CUDA_GRAPHS, "--cuda-graphs")
+    check_choice(workload.routing, ROUTINGS, "--routing")
     cv = workload.routing_cv
     if isinstance(cv, bool) or not isinstance(cv, (int, float)) or not 0.0 <= cv <= MAX_ROUTING_CV:
         raise InvalidArgumentError(
@@ -534,22 +531,11 @@ def validate_record(data: Any, schema: type[BaseModel], where: str):
 def layout_from_record(record: Any, where: str = "layout") -> Layout:
     """Rebuild a Layout from a layout record (OUTPUT.md), validated field by field."""
     rec = validate_record(record, LayoutRecord, where)
-    if rec.recompute not in RECOMPUTE_POLICIES:
-        raise InvalidArgumentError(
-            f"{where}.recompute: '{rec.recompute:.80}' is not one of {', '.join(RECOMPUTE_POLICIES)}"
-        )
-    if rec.offload not in OFFLOADS:
-        raise InvalidArgumentError(
-            f"{where}.offload: '{rec.offload:.80}' is not one of {', '.join(OFFLOADS)}"
-        )
-    if rec.schedule is not None and rec.schedule not in SCHEDULES:
-        raise InvalidArgumentError(
-            f"{where}.schedule: '{rec.schedule:.80}' is not one of {', '.join(SCHEDULES)}"
-        )
-    if rec.cp_flavour not in CP_FLAVOURS:
-        raise InvalidArgumentError(
-            f"{where}.cp_flavour: '{rec.cp_flavour:.80}' is not one of {', '.join(CP_FLAVOURS)}"
-        )
+    check_choice(rec.recompute, RECOMPUTE_POLICIES, f"{where}.recompute")
+    check_choice(rec.offload, OFFLOADS, f"{where}.offload")
+    if rec.schedule is not None:
+        check_choice(rec.schedule, SCHEDULES, f"{where}.schedule")
+    check_choice(rec.cp_flavour, CP_FLAVOURS, f"{where}.cp_flavour")
     degrees = rec.degrees.model_dump()
     schedule = rec.schedule or ("interleaved" if rec.virtual_stages > 1 else "1f1b")
     axes = (

@@ -968,6 +968,12 @@ def _schedule_text(caps: Capabilities, c: dict) -> str:
     )
 
 
+def _ring_on_tpu_squared(caps: Capabilities, p: Problem) -> bool:
+    """Whether the target's ring attention on this cluster's TPUs needs cp^2 to divide the
+    sequence (MaxText's Tokamax ring: configs/types.py)."""
+    return caps.tpu_ring_cp_seq_squared and p.cluster.accelerator.kind == "tpu"
+
+
 def _or_(values) -> str:
     return " or ".join(map(str, values))
 
@@ -1113,6 +1119,25 @@ LIMITS: tuple[Limit, ...] = (
         title=lambda caps, p: f"cp flavour {_or_(caps.cp_flavours)} where cp > 1",
         cannot=lambda caps, p, c: f"cp flavour {CP_FLAVOURS[c['cpf']]}",
         nearest=lambda caps, p, c: f"cp flavour {_or_(caps.cp_flavours)}",
+    ),
+    Limit(
+        code="ring-cp-seq",
+        needs=("cp", "cpf"),
+        holds=lambda caps, p, c: (
+            ~np.asarray(_ring_on_tpu_squared(caps, p))
+            | (c["cp"] == 1)
+            | (c["cpf"] != CP_FLAVOUR_CODES["ring"])
+            | (p.workload.seq_len % (c["cp"] * c["cp"]) == 0)
+        ),
+        title=lambda caps, p: (
+            "ring cp on TPUs where cp^2 divides the sequence"
+            if _ring_on_tpu_squared(caps, p)
+            else "ring cp at any sequence length"
+        ),
+        cannot=lambda caps, p, c: (
+            f"ring cp({c['cp']}) over seq_len({p.workload.seq_len}), not a multiple of cp^2"
+        ),
+        nearest=lambda caps, p, c: "cp flavour allgather, or a cp whose square divides seq_len",
     ),
     Limit(
         code="pipeline",

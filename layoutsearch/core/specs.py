@@ -60,9 +60,7 @@ class Offload(StrEnum):
     weights and Adam moments (the optimizer step runs from the host); or those and the compute
     weights, fetched for every microbatch's forward and backward (ZeRO-Infinity)."""
 
-    none = "none"
-    optimizer = "optimizer"
-    params = "params"
+    none, optimizer, params = "none", "optimizer", "params"
 
 
 class Schedule(StrEnum):
@@ -103,49 +101,38 @@ class Objective(StrEnum):
 class Method(StrEnum):
     """CP-SAT (a proof) or the exhaustive enumerator (the oracle)."""
 
-    cpsat = "cpsat"
-    enumerate = "enumerate"
+    cpsat, enumerate = "cpsat", "enumerate"
 
 
 class MfuConvention(StrEnum):
     """How MFU counts FLOPs (costs.flops)."""
 
-    model = "model"
-    palm = "palm"
-    palm_causal = "palm-causal"
+    model, palm, palm_causal = "model", "palm", "palm-causal"
 
 
 class Framework(StrEnum):
     """The training framework whose overlap behaviour the step time assumes (core.frameworks)."""
 
-    megatron = "megatron"
-    torchtitan = "torchtitan"
-    maxtext = "maxtext"
-    deepspeed = "deepspeed"
-    ideal = "ideal"
+    megatron, torchtitan, maxtext = "megatron", "torchtitan", "maxtext"
+    deepspeed, ideal = "deepspeed", "ideal"
 
 
 class Precision(StrEnum):
     """Matmul precision: bf16 (fp16 costs the same), or fp8 GEMMs with bf16 activations between them."""
 
-    bf16 = "bf16"
-    fp16 = "fp16"
-    fp8 = "fp8"
+    bf16, fp16, fp8 = "bf16", "fp16", "fp8"
 
 
 class CudaGraphs(StrEnum):
     """CUDA graphs (GPUs): none; per-layer graphs of the attention and the MoE router and preprocessing; or the whole forward-backward as one graph."""
 
-    none = "none"
-    scoped = "scoped"
-    full_iteration = "full_iteration"
+    none, scoped, full_iteration = "none", "scoped", "full_iteration"
 
 
 class Routing(StrEnum):
     """How a dropless MoE routes tokens: a trained router (the experts' loads vary), or random routing forced for benchmarks (Megatron --moe-router-force-load-balancing)."""
 
-    learned = "learned"
-    forced = "forced"
+    learned, forced = "learned", "forced"
 
 
 RECOMPUTE_POLICIES = tuple(p.value for p in Recompute)

@@ -61,11 +61,16 @@ from layoutsearch.core.catalogue import (
 )
 from layoutsearch.core.errors import CatalogueError, did_you_mean
 from layoutsearch.core.fields import validated_fields
+from layoutsearch.core.graph_axes import (
+    SINGLE_CHIP_AXIS,
+    SPINE_LINK,
+    TORUS_AXIS_NAMES,
+    pod_oversubscription,
+)
 from layoutsearch.core.numbers import divisors
 from layoutsearch.core.specs import Accelerator, Axis, Cluster
 from layoutsearch.core.units import GB, GIB, MAX_DEVICES
 
-TORUS_AXIS_NAMES = ("x", "y", "z")
 SMALL_3D_SHAPES = {1: (1, 1, 1), 4: (2, 2, 1), 8: (2, 2, 2), 16: (2, 2, 4), 32: (2, 4, 4)}
 SHAPES_2D = {
     1: (1, 1),
@@ -78,19 +83,8 @@ SHAPES_2D = {
     256: (16, 16),
 }
 SCALABLE_UNIT_NODES = 32  # H100 reference: 32 nodes under one set of rail leaves
-SPINE_LINK = "scale_out_spine"  # the links from a pod's leaves to the spine layer
 MAX_OVERSUBSCRIPTION = 16.0  # the fat trees built (2:1 and 4:1 in practice)
 MAX_RAILS = 8  # NICs per node: one leaf per rail in each scalable unit, as many spines
-# A single TPU chip: no link to span; one axis of size 1 so that a Cluster always has an axis.
-SINGLE_CHIP_AXIS = Axis(
-    name="x",
-    size=1,
-    kind="torus",
-    bytes_per_s_per_direction=0.0,
-    wraparound=False,
-    latency_s=0.0,
-    efficiency=1.0,
-)
 
 
 # ----------------------------------------------------------------------------- shapes
@@ -331,14 +325,6 @@ def fat_tree_graph(
             g.add_node(("spine",), device=False)
             g.add_edge(leaves, ("spine",), **_link(SPINE_LINK, uplink, latency_s))
     return g
-
-
-def pod_oversubscription(nic_bytes_per_s: float, uplink_bytes_per_s: float | None) -> float:
-    """The NIC bandwidth under a leaf over its uplinks', to 6 decimals; 1 for a full bisection (or
-    more uplink than NIC bandwidth, or no spine)."""
-    if not uplink_bytes_per_s:
-        return 1.0
-    return max(1.0, round(nic_bytes_per_s / uplink_bytes_per_s, 6))
 
 
 def torus_factors(

@@ -469,9 +469,18 @@ CP_STRATEGY = {"ring": "ring", "allgather": "all_gather"}
 
 def cp_keys(ctx: ExportContext) -> dict:
     """context_parallel_strategy of the layout's CP flavour where cp > 1 (MaxText's default, all_gather,
-    written too: the file states what the prediction assumed)."""
+    written too: the file states what the prediction assumed); ring on TPUs is Tokamax's splash ring
+    attention, which configs/types.py takes with attention flash and use_tokamax_splash (and no
+    packing with MLA)."""
     lay = ctx.layout
-    return {"context_parallel_strategy": CP_STRATEGY[lay.cp_flavour]} if lay.cp > 1 else {}
+    if lay.cp == 1:
+        return {}
+    keys: dict = {"context_parallel_strategy": CP_STRATEGY[lay.cp_flavour]}
+    if lay.cp_flavour == "ring" and ctx.cluster.accelerator.kind == "tpu":
+        keys.update(attention="flash", use_tokamax_splash=True)
+        if ctx.model.mla is not None:
+            keys["packing"] = False
+    return keys
 
 
 OFFLOAD_KEYS = ("optimizer_memory_host_offload", "parameter_memory_host_offload")

@@ -158,6 +158,8 @@ class Capabilities:
     """Whether it has context parallelism (cp > 1)."""
     cp_flavours: tuple[str, ...] = ("ring",)
     """The context-parallel flavours it runs (``specs.CP_FLAVOURS``), where cp > 1."""
+    tpu_ring_cp_seq_squared: bool = False
+    """Ring attention on TPUs only where cp^2 divides the sequence (MaxText's Tokamax ring)."""
     kv_replication: bool = True
     """Whether it can replicate KV heads (tp > num_kv_heads)."""
     model_blocks: tuple[str, ...] = ()
@@ -185,30 +187,30 @@ class Capabilities:
     """A token dispatch that crosses scale-out once per node (Workload.deepep)."""
     fp8_dispatch: bool = False
     """MoE tokens dispatched in fp8 (Workload.fp8_dispatch): no target here has an option for it."""
-    vendor_attention: bool = False
-    """The vendor's fused attention kernel (core.frameworks.vendor_attention)."""
+    ep_comm_overlap: bool = False
+    """MoE token AllToAlls behind another microbatch's compute (Workload.ep_comm_overlap)."""
+    drop_and_pad: bool = False
+    """A MoE capacity factor: tokens over it dropped, every expert padded to it."""
     cuda_graphs: tuple[str, ...] = ("none",)
     """The Workload.cuda_graphs the target can write."""
     recompute_with_scoped_graphs: tuple[str, ...] | None = None
     """The recompute policies it allows beside scoped graphs (None: all)."""
     full_graph_dropless_moe: bool = True
     """Whether a full-iteration graph can hold a dropless MoE's layers."""
-    bf16_grads: bool = False
-    """Gradients kept and reduced in bf16 (Workload.grad_bytes_per_param 2)."""
-    drop_and_pad: bool = False
-    """A MoE capacity factor: tokens over it dropped, every expert padded to it."""
     tp_comm_overlap: bool = True
     """TP collectives pipelined with their GEMMs (Workload.tp_comm_overlap)."""
-    ep_comm_overlap: bool = False
-    """MoE token AllToAlls behind another microbatch's compute (Workload.ep_comm_overlap)."""
+    bf16_grads: bool = False
+    """Gradients kept and reduced in bf16 (Workload.grad_bytes_per_param 2)."""
+    bf16_moments_zero: tuple[int, ...] = ()
+    """The ZeRO stages it can write bf16 Adam moments with (moment bytes 2)."""
+    vendor_attention: bool = False
+    """The vendor's fused attention kernel (core.frameworks.vendor_attention)."""
     unfused_attention: bool = False
     """An attention that materialises the S x S scores (Workload.flash_attention off)."""
     attention_sinks: bool = False
     """A learned sink logit per head in the softmax (gpt-oss's attention)."""
     sliding_window: bool = False
     """Layers attending over a window of the sequence (ModelSpec.sliding_window)."""
-    bf16_moments_zero: tuple[int, ...] = ()
-    """The ZeRO stages it can write bf16 Adam moments with (moment bytes 2)."""
     refused_features: dict[str, str] = field(default_factory=dict)
     """The MODEL_FEATURES it cannot write, each with the framework's reason (refused, never dropped)."""
     why: dict[str, str] = field(default_factory=dict)

@@ -44,6 +44,7 @@ CAPABILITIES = Capabilities(
     zero_stages_with_cp=(3,),
     # configs/types.py context_parallel_strategy: 'all_gather' (its default) or 'ring'
     cp_flavours=("allgather", "ring"),
+    tpu_ring_cp_seq_squared=True,  # configs/types.py: TPU Tokamax ring attention
     pipeline_schedules=("gpipe",),
     kv_replication=False,
     model_blocks=("llama", "gpt3", "mixtral", "qwen3-moe", "deepseek"),
@@ -56,6 +57,8 @@ CAPABILITIES = Capabilities(
         "maxtext-cp": "it shards weights over the context axis, i.e. ZeRO-3 over fsdp x cp",
         "maxtext-cp-flavour": "its context_parallel_strategy is all_gather or ring; it has no "
         "head-parallel (Ulysses) attention",
+        "maxtext-ring-cp-seq": "its TPU ring attention (Tokamax splash) needs max_target_length "
+        "divisible by context_parallel_size squared",
         "maxtext-pipeline": "its pipeline runs microbatches in GPipe order, circular when "
         "num_pipeline_repeats > 1; no 1F1B, zero-bubble or DualPipe schedule",
         "maxtext-kv": "it shards KV heads over the tensor axis and cannot replicate them",

@@ -1,0 +1,97 @@
+"""Write results/search_space.md: what each new choice of the search space changes in the winner.
+
+Regenerate: python scripts/search_space.py [--out results/search_space.md]
+
+For the three problems of the search-space issue (llama3-405b on h100-16384, deepseek-v3 on
+h800-2048, Llama 3 70B on gb200-576: NVL72 racks) the baseline solve searches what the engine
+searched before the choices existed (1F1B and interleaved schedules, ring context parallelism, no
+model-state offload, the step-time objective); each row then opens one choice (and the last row
+all of them) and reports the winner and its step time against the baseline's. The objectives
+rank by their own value (the step time is shown). Every solve is the API's ``solve``, which is the
+command line's (``layoutsearch solve ... --schedules ... --cp-flavours ... --offload ...``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import subprocess
+import time
+
+from _common import REPO, RESULTS, table_head
+
+import layoutsearch as ls
+
+PROBLEMS = (
+    ("llama3-405b", "h100-16384", {}),
+    ("deepseek-v3", "h800-2048", {"seqs": 15360, "precision": "fp8"}),
+    ("llama70b", "gb200-576", {}),
+)
+BASELINE = {"schedules": "1f1b,interleaved", "cp_flavours": "ring", "offload": "none"}
+ALL_SCHEDULES = "1f1b,interleaved,zb-h1,zb-v,dualpipe,dualpipev"
+CHOICES = (
+    ("baseline", {}),
+    ("zero-bubble and DualPipe schedules", {"schedules": ALL_SCHEDULES}),
+    ("context-parallel flavours", {"cp_flavours": "ring,allgather,a2a,a2a+ring"}),
+    ("optimizer and parameter offload", {"offload": "none,optimizer,params"}),
+    ("objective time-to-train", {"objective": "time-to-train"}),
+    ("objective energy", {"objective": "energy"}),
+)
+EVERYTHING = {
+    "schedules": ALL_SCHEDULES,
+    "cp_flavours": "ring,allgather,a2a,a2a+ring",
+    "offload": "none,optimizer,params",
+}
+
+
+def winner(model: str, cluster: str, extra: dict, choice: dict) -> tuple[dict, float]:
+    """The winner's record and the solve's wall time."""
+    start = time.perf_counter()
+    run = ls.solve(model=model, cluster=cluster, top=1, **extra, **{**BASELINE, **choice})
+    return run.document["layouts"][0], time.perf_counter() - start
+
+
+def describe(rec: dict) -> str:
+    degrees = " ".join(f"{k}{v}" for k, v in rec["degrees"].items() if v > 1) or "1 device"
+    parts = [degrees, f"ZeRO-{rec['zero_stage']}", f"K{rec['num_microbatches']}"]
+    parts.append(rec["schedule"] if rec["degrees"]["pp"] > 1 else "")
+    parts.append(rec.get("cp_flavour", "") if rec["degrees"]["cp"] > 1 else "")
+    parts.append(f"offload {rec['offload']}" if rec.get("offload") else "")
+    parts.append(rec["recompute"] if rec["recompute"] != "none" else "")
+    return ", ".join(p for p in parts if p)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--out", default=str(RESULTS / "search_space.md"))
+    args = parser.parse_args()
+    commit = subprocess.run(
+        ["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True, cwd=REPO
+    ).stdout.strip()
+    lines = [
+        "# What the new search-space choices change",
+        "",
+        f"- code: git {commit}",
+        "- regenerate: `python scripts/search_space.py` (from the repository root)",
+        "- baseline: `--schedules 1f1b,interleaved --cp-flavours ring --offload none` and the "
+        "step-time objective (the space before these choices); each row opens one choice, the last "
+        "all three of the search space together",
+        "",
+    ]
+    for model, cluster, extra in PROBLEMS:
+        lines += [f"## {model} on {cluster}", ""]
+        lines += table_head("choice", "winner", "step s", "vs baseline", "solve s")
+        base = None
+        for name, choice in (*CHOICES, ("all three choices", EVERYTHING)):
+            rec, wall = winner(model, cluster, extra, choice)
+            step = rec["time_s"]["step"]
+            base = step if base is None else base
+            change = "-" if name == "baseline" else f"{step / base - 1:+.1%}"
+            lines.append(f"| {name} | {describe(rec)} | {step:.3f} | {change} | {wall:.1f} |")
+        lines.append("")
+    with open(args.out, "w", encoding="utf-8") as f:
+        f.write("\n".join(lines))
+    print(f"wrote {args.out}")
+
+
+if __name__ == "__main__":
+    main()
