@@ -19,6 +19,11 @@ from layoutsearch.costs import params
 from layoutsearch.costs.estimate import estimate
 from layoutsearch.search import solve
 
+# DeepSeek-V3 report section 3.2: pp 16 with DualPipe, ep 64, ZeRO-1, 120 microbatches of one sequence,
+# RMSNorm and MLA up-projections recomputed
+DEEPSEEK_V3_DEGREES = {"fsdp": 128, "pp": 16, "ep": 64, "zero_stage": 1, "num_microbatches": 120}
+DEEPSEEK_V3_PUBLISHED = Layout(**DEEPSEEK_V3_DEGREES, recompute="mla_up_proj", schedule="dualpipe")
+
 CASES = [
     # (title, model, cluster, seqs, seq_len, published layout, where it is published)
     (
@@ -27,15 +32,7 @@ CASES = [
         "h100-2048",
         15360,
         4096,
-        Layout(
-            fsdp=128,
-            pp=16,
-            ep=64,
-            zero_stage=1,
-            num_microbatches=120,
-            recompute="mla_up_proj",
-            schedule="dualpipe",
-        ),
+        DEEPSEEK_V3_PUBLISHED,
         "DeepSeek-V3 technical report section 3.2: 16-way PP with DualPipe, 64-way EP over 8 nodes, "
         "ZeRO-1 DP, no TP, RMSNorm and MLA up-projections recomputed, batch 15360 x 4096 (run on H800 "
         "in fp8; both columns here in the default bf16 workload)",
@@ -46,15 +43,7 @@ CASES = [
         "h800-2048",
         15360,
         4096,
-        Layout(
-            fsdp=128,
-            pp=16,
-            ep=64,
-            zero_stage=1,
-            num_microbatches=120,
-            recompute="mla_up_proj",
-            schedule="dualpipe",
-        ),
+        DEEPSEEK_V3_PUBLISHED,
         "as above, on the H800 DeepSeek trained on",
     ),
     (

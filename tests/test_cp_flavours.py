@@ -206,17 +206,7 @@ def test_cpsat_ranks_the_flavours_as_the_enumerator(model, cluster, seqs, seq_le
 
 def test_cp_flavours_option_restricts_and_names_bad_flavours():
     """--cp-flavours a2a leaves a2a alone where cp > 1; an unknown flavour is exit 2 naming it."""
-    argv = [
-        "solve",
-        "--model",
-        "llama3-8b",
-        "--cluster",
-        "h100-16",
-        "--seqs",
-        "16",
-        "--seq-len",
-        "32768",
-    ]
+    argv = "solve --model llama3-8b --cluster h100-16 --seqs 16 --seq-len 32768".split()
     r = runner.invoke(app, [*argv, "--fix", "cp=4", "--cp-flavours", "a2a", "--format", "json"])
     assert r.exit_code == 0, r.stderr
     assert {x["cp_flavour"] for x in json.loads(r.stdout)["layouts"]} == {"a2a"}

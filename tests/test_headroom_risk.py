@@ -121,9 +121,9 @@ def test_llama70b_on_v6e_256_the_fastest_layout_gives_way_to_one_with_headroom()
     memory; the winner, 2.1% slower, peaks at 23.18 GB (x 1.1584 = 26.86 GB), as the enumerator."""
     run = ls.solve(model="llama70b", cluster="v6e-256", top=1)
     winner = run.result.layouts[0]
+    problem = {"model": "llama70b", "cluster": "v6e-256"}
     fastest = ls.estimate(
-        model="llama70b",
-        cluster="v6e-256",
+        **problem,
         layout="fsdp=256",
         zero_stage=3,
         microbatches=4,

@@ -90,17 +90,9 @@ def test_backward_split_of_a_small_dense_layer_by_hand():
     """d 64, d_ff 256 (plain MLP), one 64-wide head, 512 causal tokens: matmul forward 2 x 49,152 =
     98,304 FLOPs per token, attention 2 x 256 x 128 = 65,536; F = 163,840, W = 98,304, B = 98,304 +
     2.5 x 65,536 = 262,144 of 524,288: (0.3125, 0.5, 0.1875)."""
+    heads = {"num_heads": 1, "num_kv_heads": 1, "head_dim": 64, "tied_embeddings": False}
     model = ModelSpec(
-        name="t",
-        num_layers=4,
-        d_model=64,
-        d_ff=256,
-        mlp="plain",
-        num_heads=1,
-        num_kv_heads=1,
-        head_dim=64,
-        vocab_size=1000,
-        tied_embeddings=False,
+        name="t", num_layers=4, d_model=64, d_ff=256, mlp="plain", vocab_size=1000, **heads
     )
     split = terms.backward_split(model, Workload(global_batch_seqs=8, seq_len=512))
     assert split == pytest.approx((0.3125, 0.5, 0.1875))
@@ -219,15 +211,8 @@ def test_schedule_rules_name_the_numbers():
 def _doc(schedule: str, v: int, zero_stage: int = 2) -> dict:
     """llama3-8b on h100-64 with a 4-stage pipeline of ``schedule`` (ZeRO-2 for torchtitan, which has
     no ZeRO-1; ZeRO-1 for the others, whose pipelines take no ZeRO-2)."""
-    layout = Layout(
-        fsdp=2,
-        tp=8,
-        pp=4,
-        zero_stage=zero_stage,
-        virtual_stages=v,
-        num_microbatches=8,
-        schedule=schedule,
-    )
+    shape = {"fsdp": 2, "tp": 8, "pp": 4, "num_microbatches": 8}
+    layout = Layout(**shape, zero_stage=zero_stage, virtual_stages=v, schedule=schedule)
     return solve_doc("llama3-8b", "h100-64", 256, 4096, layout)
 
 

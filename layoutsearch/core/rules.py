@@ -1018,6 +1018,25 @@ class Limit:
             nearest=lambda caps, p, c: nearest,
         )
 
+    @classmethod
+    def choice(
+        cls, *, code: str, field: str, names: tuple[str, ...], allowed: str, noun: str
+    ) -> Limit:
+        """A named choice the target writes some of (``Capabilities.<allowed>``): holds where the
+        candidate's code ``field`` (an index of ``names``) is one of them."""
+
+        def writable(caps: Capabilities) -> tuple[str, ...]:
+            return getattr(caps, allowed)
+
+        return cls(
+            code=code,
+            needs=(field,),
+            holds=lambda caps, p, c: np.isin(c[field], [names.index(n) for n in writable(caps)]),
+            title=lambda caps, p: f"{noun} {', '.join(writable(caps))}",
+            cannot=lambda caps, p, c: f"{noun} {names[c[field]]}",
+            nearest=lambda caps, p, c: f"{noun} {_or_(writable(caps))}",
+        )
+
     def rule(self, caps: Capabilities) -> Rule:
         """The limit as ``caps.target``'s rule; messages name the framework, its reason and the nearest fix."""
         code = f"{caps.target}-{self.code}"
@@ -1188,14 +1207,7 @@ LIMITS: tuple[Limit, ...] = (
         cannot=lambda caps, p, c: f"the recompute policy {RECOMPUTE_POLICIES[c['r']]}",
         nearest=lambda caps, p, c: f"recompute {_or_(caps.recompute_policies)}",
     ),
-    Limit(
-        code="offload",
-        needs=("f",),
-        holds=lambda caps, p, c: np.isin(c["f"], [OFFLOADS.index(o) for o in caps.offload]),
-        title=lambda caps, p: f"offload {', '.join(caps.offload)}",
-        cannot=lambda caps, p, c: f"offload {OFFLOADS[c['f']]}",
-        nearest=lambda caps, p, c: f"offload {_or_(caps.offload)}",
-    ),
+    Limit.choice(code="offload", field="f", names=OFFLOADS, allowed="offload", noun="offload"),
     Limit(
         code="offload-zero",
         needs=("fsdp", "cp", "z", "f"),
