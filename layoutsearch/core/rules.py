@@ -61,13 +61,27 @@ SCHEDULE_VIRTUAL_STAGES: dict[str, tuple[tuple[int, ...] | str | None, str]] = {
 }
 
 
-def schedule_fits_virtual_stages(sched, v):
-    """Whether each candidate's virtual stages are ones its schedule runs (SCHEDULE_VIRTUAL_STAGES)."""
-    ok = np.zeros(np.broadcast_shapes(np.shape(sched), np.shape(v)), dtype=bool)
+def _fits_table(most: int) -> np.ndarray:
+    """[schedule code, v] for v in 0..most: whether the schedule runs v virtual stages."""
+    v = np.arange(most + 1)
+    table = np.zeros((len(SCHEDULE_CODES), most + 1), dtype=bool)
     for name, (values, _) in SCHEDULE_VIRTUAL_STAGES.items():
-        fits = (v > 1) if values == "above 1" else True if values is None else np.isin(v, values)
-        ok |= (sched == SCHEDULE_CODES[name]) & fits
-    return ok
+        fits = (
+            (v > 1) if values == "above 1" else (v >= 1) if values is None else np.isin(v, values)
+        )
+        table[SCHEDULE_CODES[name]] = fits
+    return table
+
+
+_FITS = _fits_table(16)
+
+
+def schedule_fits_virtual_stages(sched, v):
+    """Whether each candidate's virtual stages are ones its schedule runs (SCHEDULE_VIRTUAL_STAGES),
+    read from a [schedule, v] table."""
+    v = np.asarray(v)
+    table = _FITS if v.size == 0 or int(v.max()) < _FITS.shape[1] else _fits_table(int(v.max()))
+    return table[np.asarray(sched), v]
 
 
 def _dualpipe_fits(c: Cand):
