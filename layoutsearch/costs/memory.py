@@ -171,15 +171,6 @@ def saved_tensor_widths(
     return widths
 
 
-def deferred_wgrad_width(model: ModelSpec, tp: IntArray, sequence_parallel: bool, seq_len: int):
-    """Elements per token one layer keeps on one TP rank for each weight-gradient pass a zero-bubble
-    schedule defers (Qi et al. 2024, section 2: W needs a linear's input and its output gradient):
-    the output gradients, taken as wide as the linear layers' inputs (``FP8_LINEAR_INPUTS``, each
-    linear's output feeding the next one's input); the inputs are among the saved activations."""
-    widths = saved_tensor_widths(model, tp, sequence_parallel, seq_len)
-    return sum(widths[n] for n in FP8_LINEAR_INPUTS if n in widths)
-
-
 def _saved_widths(
     model: ModelSpec,
     tp: IntArray,

@@ -1,4 +1,4 @@
-"""Pipeline schedules: bubble, microbatches alive, deferred weight gradients and parameter copies
+"""Pipeline schedules: bubble, microbatches alive (deferred weight gradients included) and parameter copies
 (docs/cost_model.md "Pipeline schedules").
 
 Sources: Narayanan et al. 2021 (1F1B bubble (p - 1)/K of the ideal time, divided by the virtual
@@ -73,14 +73,6 @@ def microbatches_in_flight_array(stages, stage, num_microbatches, virtual_stages
     for code, alive in by_code.items():
         out = np.where(sched == code, alive, out)
     return np.where(p == 1, 1.0, out)
-
-
-def deferred_weight_gradients_array(stages, num_microbatches, sched):
-    """Microbatches whose weight-gradient work (W) a device has deferred at its peak, over numpy
-    arrays: the zero-bubble schedules hold back at most the p - 1 W's that fill their drain (each
-    keeps its layers' output gradients until W runs); 0 for the others and without a pipeline."""
-    p, k = np.asarray(stages, dtype=np.float64), np.asarray(num_microbatches, dtype=np.float64)
-    return np.where(np.isin(sched, ZERO_BUBBLE) & (p > 1), np.minimum(k, p - 1), 0.0)
 
 
 def parameter_copies_array(sched):

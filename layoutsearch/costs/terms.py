@@ -1320,22 +1320,12 @@ def memory_by_microbatch(
     saved = per_token * m * act_b
     stage = 0 if first else sh.pp - 1
     in_flight = pipeline.microbatches_in_flight_array(sh.pp, stage, k, sh.v, sh.sched)
-    deferred = pipeline.deferred_weight_gradients_array(sh.pp, k, sh.sched)
     # one layer's tensors not held in HBM, rebuilt (or brought back from the host) during its backward
     recomputed = (every - per_token) * m * act_b
     # fp32 logits of one microbatch, on the stage holding the output head (DualPipe: both ends)
     logits = _f(last | _holds_both_ends(sh, first)) * m * model.vocab_size / sh.tp * 4.0
     hosted = hosted_width * act_b * m  # host_offload_bytes_per_token, from the same widths
-    out = {}
-    if np.any(deferred > 0):  # output gradients kept for the weight-gradient passes held back
-        width = per_key(
-            lambda tp: memory.deferred_wgrad_width(model, tp, sequence_parallel, workload.seq_len),
-            sh.tp,
-        )
-        out["activations/deferred_wgrad"] = (
-            layers_per_stage(model, sh, not first) * width * m * act_b * deferred
-        )
-    return out | {
+    return {
         "activations/saved": layers_per_stage(model, sh, not first) * saved * in_flight,
         # in pinned host memory, not HBM: no memory moment counts it (MOMENTS)
         "host/offloaded": layers_per_stage(model, sh, not first) * hosted * in_flight,
