@@ -37,15 +37,19 @@ def factors(claim: dict) -> dict[str, float]:
     return {part: math.exp(v) for part, v in claim["log_parts"].items()}
 
 
+def _claim_is(claim: dict, steps: tuple[float, float, float], winner: str) -> None:
+    """The published and the winner's step (s) and their ratio, to 0.1%, and the winner's label."""
+    keys = ("published_step_s", "winner_step_s", "claimed_speedup")
+    assert [claim[k] for k in keys] == [pytest.approx(x, rel=1e-3) for x in steps]
+    assert claim["winner"] == winner
+
+
 def test_narayanan_claim_is_the_recompute_policy(claims):
     """Narayanan 1.7B: 3.191 s published vs 2.436 s for fsdp32 ZeRO-2 without recompute = 1.310x,
     of which 1.290x is dropping full recompute and 1.016x the sharded optimizer; distinguishable
     (ZeRO-2 ties ZeRO-1's step and keeps the peak outside the memory model's measured error)."""
     c = claims[NARAYANAN]
-    assert c["published_step_s"] == pytest.approx(3.1910, rel=1e-3)
-    assert c["winner_step_s"] == pytest.approx(2.4355, rel=1e-3)
-    assert c["claimed_speedup"] == pytest.approx(1.3102, rel=1e-3)
-    assert c["winner"] == "fsdp32 zero2 K4 SP"
+    _claim_is(c, (3.1910, 2.4355, 1.3102), "fsdp32 zero2 K4 SP")
     f = factors(c)
     assert f["recompute"] == pytest.approx(1.2895, rel=1e-3)
     assert f["sharding"] == pytest.approx(1.0161, rel=1e-3)
@@ -59,10 +63,7 @@ def test_dgxc_claim_is_degrees_and_sharding_inside_the_band(claims):
     degrees and 1.014x from ZeRO-2; below the 1.240x that the GPU band (-10.25%..+11.28%) needs:
     not distinguishable."""
     c = claims[DGXC]
-    assert c["published_step_s"] == pytest.approx(10.965, rel=1e-3)
-    assert c["winner_step_s"] == pytest.approx(9.9885, rel=1e-3)
-    assert c["claimed_speedup"] == pytest.approx(1.0978, rel=1e-3)
-    assert c["winner"] == "fsdp64 tp4 pp2 vs5 zero2 K16 SP"
+    _claim_is(c, (10.965, 9.9885, 1.0978), "fsdp64 tp4 pp2 vs5 zero2 K16 SP")
     f = factors(c)
     assert f["degrees"] == pytest.approx(1.0818, rel=1e-3)
     assert f["sharding"] == pytest.approx(1.0139, rel=1e-3)

@@ -148,6 +148,8 @@ def uplink_share(s: Spans, c: dict, all_to_all: bool = False) -> np.ndarray:
     sends the share x = 1 - (its members in the pod) / factor of every member's buffer out of the
     pod: all P positions at once, each keeps 1 / max(1, x R) (Leiserson 1985; the 2:1 and 4:1
     trees of docs/cost_model.md "Oversubscribed fat trees")."""
+    if not c["pod"].any():  # no oversubscribed tier (every named cluster)
+        return np.ones(s.factor.shape)
     pod, ratio = c["pod"][None, :], c["oversubscription"][None, :]
     span = s.factor * s.stride  # positions one group reaches; aligned blocks stay in one pod
     crossing = (pod > 0) & (s.factor > 1) & ((span > pod) | (pod % np.maximum(span, 1) != 0))

@@ -105,6 +105,7 @@ class Vars:
     zero3: tuple = ()
     exposed: list = field(default_factory=list)
     low_headroom: list = field(default_factory=list)
+    peak: Any = None  # KiB: no stage's memory at any moment exceeds it
     step: Any = None
     factors: dict = field(default_factory=dict)
 
@@ -402,15 +403,15 @@ def build_model(
     if row_least is not None:  # a clipped candidate's step is at least the clip: so is the cut's
         least = np.minimum(row_least[list(v.y)], limit if limit is not None else NEVER)
         model.add(value >= LinearExpr.weighted_vars(v.y.values(), least.tolist()))
-    # ---- every stage's memory fits at every moment
-    memory_live = []
+    # ---- every stage's memory fits at every moment: under the peak, which fits (the headroom
+    # risks then read the peak alone, not every moment again)
+    v.peak = model.new_int_var(0, cap, "peak")
     for st in (0, 1):
         for mi, _ in enumerate(MOMENT_NAMES):
             live = over(v.sz, t.MZ[..., st, mi], None, cap + 1) + over(
                 v.w, t.MB[..., st, mi], (0, 1), cap + 1
             )
-            model.add(live <= cap)
-            memory_live.append(live)
+            model.add(live <= v.peak)
     if t.HZ is not None and t.HB is not None:  # ---- with state offload, the host memory fits too
         for st in (0, 1):
             hosted = over(v.sz, t.HZ[..., st], None, t.host_kib + 1)
@@ -423,7 +424,7 @@ def build_model(
             "step": step,
             "value": value,
             "volume": volume,
-            "risk": risk_objective(space, t, model, v, memory_live),
+            "risk": risk_objective(space, t, model, v),
             "simplicity": simplicity_objectives(space, v),
         },
     )
@@ -458,16 +459,16 @@ def _goodput_weighted(model, v: Vars, t: Tables, step, upper: int):
     return value
 
 
-def risk_objective(space: Space, t: Tables, model, v: Vars, memory_live: list):
+def risk_objective(space: Space, t: Tables, model, v: Vars):
     """``ranking.risk_score`` as a linear expression: each risk's 0/1 term weighted above all
-    after it. The headroom risk is a variable that must be 1 when some stage's memory at some
-    moment exceeds the capacity less the headroom (so its least value is the candidate's flag)."""
+    after it. Each headroom risk is a variable that must be 1 when the peak (every stage's memory
+    at every moment is under it) exceeds the capacity less its margin (so its least value is the
+    candidate's flag)."""
     r = shape_risk(space)
     n = len(RISKS)
     v.low_headroom = [model.new_bool_var(f"headroom_{i}") for i in range(2)]
     for low, margin in zip(v.low_headroom, headroom_margins_kib(t.capacity_kib)):
-        for live in memory_live:
-            model.add(live <= t.capacity_kib - margin + margin * low)
+        model.add(v.peak <= t.capacity_kib - margin + margin * low)
     return (
         (1 << (n - 1)) * v.low_headroom[0]
         + (1 << (n - 2)) * v.low_headroom[1]
@@ -951,6 +952,7 @@ def _hint(space: Space, t: Tables, v: Vars, row: int, ri: int, z: int, o: int) -
         v.zero3[1]: int(t.STAGE3[row, ri, o] - t.STAGE0[row, ri, o]) if zero3 else 0,
     }
     metrics = assemble(t, space, *at)
+    determined[v.peak] = int(metrics["peak"][0])
     for low, flag in zip(v.low_headroom, headroom_flags(metrics["peak"], t.capacity_kib)):
         determined[low] = int(flag[0])
     for hidden, (exposed, charged) in zip(step_formula.EXPOSED, v.exposed):
