@@ -1373,11 +1373,17 @@ def _group(key: str) -> str:
 
 # ----------------------------------------------------------------------------- placement -> coefficients
 def coeffs_of(
-    cluster, table: np.ndarray, kv_replicas, expert_table: np.ndarray | None = None
+    cluster,
+    table: np.ndarray,
+    kv_replicas,
+    expert_table: np.ndarray | None = None,
+    cp_all_to_all: bool = True,
 ) -> Coeffs:
     """Ring coefficients of every communication group, for factor tables [rows, axes, degree]
     (``placement.fill_order``), with ``kv_replicas`` the TP ranks sharing one KV head per row and
-    ``expert_table`` [rows, axes, EXPERT_NESTING] the expert layers' groups (None: no experts)."""
+    ``expert_table`` [rows, axes, EXPERT_NESTING] the expert layers' groups (None: no experts).
+    Without ``cp_all_to_all`` (no row runs a CP all-to-all: ``Shapes.cpa`` is 1, where
+    ``cp_terms`` leaves them out) the cp all-to-all groups are single devices."""
 
     def group(*degrees):
         return spans_from_factors(cluster.axes, table, degrees)
@@ -1407,8 +1413,8 @@ def coeffs_of(
     return Coeffs(
         tp=ring(tp),
         cp=ring(cp),
-        cp_a2a=to_all(cp),
-        cp_in=to_all(cp, 0),
+        cp_a2a=to_all(cp) if cp_all_to_all else single_device(table.shape[0]),
+        cp_in=to_all(cp, 0) if cp_all_to_all else single_device(table.shape[0]),
         shard=ring(group("fsdp", "cp")),
         dp=ring(group("dp")),
         dp_zero0=ring(group("dp", "fsdp", "cp")),

@@ -344,8 +344,8 @@ def build_space(
     codes = codes[_apply_mask(problem, by_stage["recompute"], {"r": codes})]
     orders = axis_orders(problem.cluster)
     degree_rows, placed = _unique_rows(shape_rows[:, : len(ALL_DEGREE_NAMES)])
-    order_mask, coeffs = _placements(problem, degree_rows, orders)
     cpa = cp_a2a_degree(problem.cluster.accelerator.devices_per_node, shapes)
+    order_mask, coeffs = _placements(problem, degree_rows, orders, bool(np.any(cpa > 1)))
     return Space(
         problem=problem,
         rules=rules,
@@ -422,20 +422,23 @@ def _ordered(shape_rows: np.ndarray, sk_shape: np.ndarray, sk_k: np.ndarray):
     return shape_rows[order], sk_shape[rows].astype(np.int64), sk_k[rows].astype(np.int64)
 
 
-def _placements(problem: Problem, degree_rows: np.ndarray, orders: list):
+def _placements(problem: Problem, degree_rows: np.ndarray, orders: list, cp_all_to_all: bool):
     """Per degree tuple (rows of ALL_DEGREE_NAMES) and axis order: whether the order places it,
     once per distinct coefficients (orders that place a tuple identically, for every group, are
     kept once), and the ring coefficients of every group, all tuples of one order at once.
 
     Remembered (read-only arrays) for the last few (cluster, model, degree tuples): the points of
     a sweep over batches mostly keep the same degree tuples (``axis_orders`` of the cluster are
-    the ``orders``)."""
+    the ``orders``). ``cp_all_to_all``: some row runs a CP all-to-all (``Shapes.cpa`` > 1), else
+    the cp all-to-all groups' coefficients are left out (``terms.coeffs_of``)."""
     rows = np.ascontiguousarray(degree_rows, dtype=np.int64)
-    return _placements_of(problem.cluster, problem.model, rows.tobytes(), rows.shape)
+    return _placements_of(problem.cluster, problem.model, rows.tobytes(), rows.shape, cp_all_to_all)
 
 
 @lru_cache(maxsize=16)
-def _placements_of(cluster: Cluster, model: ModelSpec, rows_bytes: bytes, shape: tuple):
+def _placements_of(
+    cluster: Cluster, model: ModelSpec, rows_bytes: bytes, shape: tuple, cp_all_to_all: bool
+):
     degree_rows = np.frombuffer(rows_bytes, dtype=np.int64).reshape(shape)
     orders = axis_orders(cluster)
     degrees = {name: degree_rows[:, i] for i, name in enumerate(ALL_DEGREE_NAMES)}
@@ -452,7 +455,7 @@ def _placements_of(cluster: Cluster, model: ModelSpec, rows_bytes: bytes, shape:
                 cluster, expert_degrees(degrees), order, EXPERT_NESTING
             )
             ok = ok & expert_ok
-        co = terms.coeffs_of(cluster, table, kv, expert_table)
+        co = terms.coeffs_of(cluster, table, kv, expert_table, cp_all_to_all)
         key = np.stack(
             [
                 getattr(getattr(co, g), f)
