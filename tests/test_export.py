@@ -277,7 +277,7 @@ def test_interleaved_pipeline():
 
 
 def test_context_parallel():
-    """CP=2: Megatron, torchtitan and MaxText carry it; DeepSpeed has no ring CP and says so."""
+    """CP=2 (ring): Megatron, torchtitan and MaxText carry it; DeepSpeed has only Ulysses and says so."""
     assert parse_args(exported(CP, "megatron"))["--context-parallel-size"] == "2"
     tt = tomllib.loads(exported(CP, "torchtitan"))
     assert tt["parallelism"]["context_parallel_degree"] == 2
@@ -287,7 +287,10 @@ def test_context_parallel():
         mt["ici_context_parallelism"] * mt["dcn_context_parallelism"] == 2
         and mt["remat_policy"] == "minimal"
     )
-    with pytest.raises(InvalidLayoutError, match="no ring context parallelism.*nearest: cp=1"):
+    with pytest.raises(
+        InvalidLayoutError,
+        match="cannot express cp flavour ring \\(its sequence parallelism is Ulysses.*nearest: cp flavour a2a",
+    ):
         export_document(CP, "deepspeed")
 
 

@@ -120,11 +120,12 @@ REFUSALS = {
         "(ZeRO-1)); nearest: schedule 1f1b or interleaved",
     ),
     "deepspeed": (
-        Layout(fsdp=8, cp=2, zero_stage=3),
+        Layout(fsdp=4, tp=2, cp=2, cp_flavour="a2a", zero_stage=3),
         "bf16",
-        "deepspeed-cp",
-        "DeepSpeed cannot express cp(2) with ZeRO-3 (it has no ring context parallelism (Ulysses "
-        "exchanges heads by all-to-all)); nearest: cp=1 with fsdp x 2",
+        "deepspeed-cp-alone",
+        "DeepSpeed cannot express cp(2) beside tp(2), pp(1), ep(1) (Ulysses for Hugging Face models "
+        "(UlyssesSPAttentionHF.register_with_transformers) builds sequence- and data-parallel groups "
+        "only); nearest: cp=1, or tp = pp = ep = 1 beside cp",
     ),
     "torchtitan": (
         Layout(fsdp=16, zero_stage=1),

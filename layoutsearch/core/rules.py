@@ -1153,6 +1153,16 @@ LIMITS: tuple[Limit, ...] = (
         cannot=lambda caps, p, c: f"cp flavour {CP_FLAVOURS[c['cpf']]}",
         nearest=lambda caps, p, c: f"cp flavour {_or_(caps.cp_flavours)}",
     ),
+    Limit.feature(
+        code="cp-alone",
+        needs=("cp", "tp", "pp", "ep"),
+        capability="cp_with_model_parallel",
+        used=lambda p, c: (c["cp"] > 1) & ((c["tp"] > 1) | (c["pp"] > 1) | (c["ep"] > 1)),
+        can="cp > 1 beside tp, pp and ep",
+        cannot_title="cp > 1 only with tp = pp = ep = 1",
+        cannot=lambda p, c: f"cp({c['cp']}) beside tp({c['tp']}), pp({c['pp']}), ep({c['ep']})",
+        nearest="cp=1, or tp = pp = ep = 1 beside cp",
+    ),
     Limit(
         code="ring-cp-seq",
         needs=("cp", "cpf"),

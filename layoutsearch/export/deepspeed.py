@@ -29,8 +29,14 @@ runtime/pipe/engine.py, runtime/engine.py, runtime/tensor_parallel/config.py):
 - Offload: ``zero_optimization.offload_optimizer`` = {device: cpu, pin_memory: true} for
   ``optimizer`` (ZeRO-Offload: its CPU-Adam steps the host's master and moments) and also
   ``offload_param`` the same for ``params`` (ZeRO-Infinity, ZeRO-3 only).
-- Not expressible: cp (DeepSpeed's Ulysses sequence parallelism is all-to-all over heads, not
-  ring attention); ZeRO with dp replicas (MiCS was removed; hpZ keeps a secondary weight copy,
+- Context parallelism as Ulysses (runtime/sequence_parallel/ulysses_sp.py, the "Arctic Long Sequence
+  Training" tutorial): ``sequence_parallel_size`` = cp in the JSON, and in code
+  ``UlyssesSPAttentionHF.register_with_transformers(...)``, whose mpu goes to
+  ``deepspeed.initialize(mpu=...)``, and ``UlyssesSPDataLoaderAdapter`` around the data loader. Its
+  mpu has sequence- and data-parallel groups only (tp = pp = ep = 1 beside cp), each sequence group
+  cp consecutive ranks; DeepSpeed's batch world is then world / cp.
+- Not expressible: ring or all-gather context parallelism (Ulysses exchanges heads by all-to-all);
+  ZeRO with dp replicas (MiCS was removed; hpZ keeps a secondary weight copy,
   not replicas); ZeRO-2/3 with a pipeline (PipelineEngine refuses it); GPipe or interleaved
   pipelines (PipelineEngine runs 1F1B); tp > kv heads (AutoTP leaves extra ranks without an
   attention shard instead of replicating KV heads).
@@ -120,6 +126,15 @@ def in_code(ctx: ExportContext) -> list[str]:
         notes.append(
             f"tensor parallel: tensor_parallel.autotp_size = {lay.tp} shards a Hugging Face-style model when "
             f"deepspeed.initialize() builds the engine; keep the {lay.tp} TP ranks inside one node"
+        )
+    if lay.cp > 1:
+        notes.append(
+            f"sequence parallel (Ulysses): before deepspeed.initialize(), mpu = UlyssesSPAttentionHF."
+            f"register_with_transformers(model_name_or_path=..., core_attn_implementation='flash_attention_2', "
+            f"sequence_parallel_size={lay.cp}, micro_batch_size={ctx.microbatch_seqs}, seq_length={ctx.seq_len}, "
+            f"seq_length_is_variable=False), then deepspeed.initialize(..., mpu=mpu); wrap the data loader in "
+            f"UlyssesSPDataLoaderAdapter (its batches need position_ids) and combine the {lay.cp} ranks' losses "
+            f"as the tutorial does; each group of {lay.cp} consecutive ranks splits one sequence"
         )
     if lay.recompute == "full":
         notes.append(
@@ -246,6 +261,8 @@ def config(ctx: ExportContext) -> dict:
     cfg["zero_optimization"].update(offload_blocks(lay.offload))
     if lay.tp > 1:
         cfg["tensor_parallel"] = {"autotp_size": lay.tp}
+    if lay.cp > 1:
+        cfg["sequence_parallel_size"] = lay.cp
     if expert_parallel(ctx) is not None:
         cfg["expert_parallel"] = expert_parallel(ctx)
     if lay.recompute != "none":
@@ -291,11 +308,18 @@ def check(text: str, ctx: ExportContext) -> list[str]:
         int(cfg.get("tensor_parallel", {}).get("autotp_size", 0) or 1),
         int(degrees.get("pp", 1)),
     )
+    sp = int(cfg.get("sequence_parallel_size", 1))
     world = ctx.num_devices
     out = []
-    if world % (tp * pp):
-        return [f"world {world} is not divisible by tp({tp}) x pp({pp})"]
-    dp_world = world // (tp * pp)
+    if world % (tp * pp * sp):
+        return [
+            f"world {world} is not divisible by tp({tp}) x pp({pp}) x sequence_parallel_size({sp})"
+        ]
+    if sp > 1 and tp * pp > 1:
+        out.append(
+            f"sequence_parallel_size {sp} beside tp({tp}) x pp({pp}): Ulysses' mpu has no such groups"
+        )
+    dp_world = world // (tp * pp * sp)
     train, micro = cfg.get("train_batch_size"), cfg.get("train_micro_batch_size_per_gpu")
     acc = cfg.get("gradient_accumulation_steps")
     if None in (train, micro, acc):
@@ -327,7 +351,7 @@ def check(text: str, ctx: ExportContext) -> list[str]:
     lay = ctx.layout
     return out + mismatches(
         {
-            **ctx.degree_pairs(tp=tp, pp=pp),
+            **ctx.degree_pairs(tp=tp, pp=pp, cp=sp),
             "DP world": (dp_world, lay.data_units),
             "train batch": (train, ctx.global_batch_seqs),
             "micro batch": (micro, ctx.microbatch_seqs),

@@ -81,7 +81,8 @@ class Profile:
     """What the search tries by default."""
     cp_flavours: tuple[str, ...] = ("ring",)
     """The context-parallel flavours the search tries where cp > 1 by default: ring, which every
-    priced record ran, in every framework but ``ideal`` (--cp-flavours widens it; an export
+    priced record ran, in every framework but ``ideal`` and ``deepspeed`` (whose sequence parallelism
+    is Ulysses, a2a) (--cp-flavours widens it; an export
     target's Capabilities.cp_flavours bound it)."""
     vendor_attention: bool = False
     """The vendor's fused attention kernel (Transformer Engine's cuDNN attention) where the
@@ -158,6 +159,8 @@ class Capabilities:
     """Whether it has context parallelism (cp > 1)."""
     cp_flavours: tuple[str, ...] = ("ring",)
     """The context-parallel flavours it runs (``specs.CP_FLAVOURS``), where cp > 1."""
+    cp_with_model_parallel: bool = True
+    """Whether cp > 1 can go with tp, pp or ep > 1 (else only beside the data-parallel degrees)."""
     tpu_ring_cp_seq_squared: bool = False
     """Ring attention on TPUs only where cp^2 divides the sequence (MaxText's Tokamax ring)."""
     kv_replication: bool = True

@@ -4,8 +4,8 @@ Overlap: ``overlap_comm`` hides the ZeRO gradient reductions and the ZeRO-3 pref
 ZeRO-1/2 gather of updated weights runs after the optimizer step, exposed; with a pipeline the
 gradients are reduced after the whole schedule.
 
-What it can express (checked against deepspeed 0.19.8): no cp (Ulysses is all-to-all over heads,
-not ring attention), no ZeRO with dp replicas, no ZeRO-2/3 with a pipeline, 1F1B only, no KV-head
+What it can express (checked against deepspeed 0.19.8): cp only as Ulysses (the all-to-all flavour,
+runtime/sequence_parallel/ulysses_sp.py) and only beside dp and fsdp, no ZeRO with dp replicas, no ZeRO-2/3 with a pipeline, 1F1B only, no KV-head
 replication; AutoEP experts with etp 1 beside ep, AutoTP's etp = tp without; the Hugging Face
 model code, so attention sinks and sliding windows.
 """
@@ -16,6 +16,7 @@ EXPORTER = "layoutsearch.export.deepspeed"
 
 PROFILE = Profile(
     name="deepspeed",
+    cp_flavours=("a2a",),
     param_gather_overlap=False,
     pipelined_grad_reduce_overlap=False,
     offload_grad_copy_hidden=True,
@@ -28,7 +29,8 @@ CAPABILITIES = Capabilities(
     zero_stages_with_replicas=(),
     zero_stages_with_pp=(0, 1),
     pipeline_schedules=("1f1b",),
-    context_parallel=False,
+    cp_flavours=("a2a",),
+    cp_with_model_parallel=False,
     kv_replication=False,
     expert_tensor=("1",),
     expert_tensor_without_ep=("tp",),
@@ -44,7 +46,10 @@ CAPABILITIES = Capabilities(
     },
     why={
         "deepspeed-replicas": "ZeRO shards over the whole data-parallel world (MiCS was removed)",
-        "deepspeed-cp": "it has no ring context parallelism (Ulysses exchanges heads by all-to-all)",
+        "deepspeed-cp-flavour": "its sequence parallelism is Ulysses, which exchanges heads by all-to-all; "
+        "it has no ring attention",
+        "deepspeed-cp-alone": "Ulysses for Hugging Face models (UlyssesSPAttentionHF.register_with_transformers) "
+        "builds sequence- and data-parallel groups only",
         "deepspeed-pipeline": "its PipelineEngine runs 1F1B only (no interleaving, zero-bubble or DualPipe "
         "schedule) and rejects ZeRO-2 and ZeRO-3",
         "deepspeed-kv": "AutoTP does not replicate KV heads",
