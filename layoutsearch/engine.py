@@ -336,7 +336,7 @@ def _compare_unrestricted(
         f"{target} cannot express the fast layouts of this problem: its best reaches "
         f"{ours.mfu:.1%} MFU ({ours.step_time_s:.3g} s a step), the unrestricted winner "
         f"{best.mfu:.1%} ({best.step_time_s:.3g} s, {_degrees(best)}); "
-        f"`layoutsearch solve` without --export shows it",
+        f"`layoutsearch solve --framework {run.problem.workload.framework}` (no --export) shows it",
         LayoutsearchWarning,
         stacklevel=2,
     )
