@@ -18,7 +18,12 @@ from layoutsearch.core.network_generators import generated_device_graph
 from layoutsearch.core.problem import Problem
 from layoutsearch.core.routes import heaviest_load_ratio
 from layoutsearch.core.specs import Workload
-from layoutsearch.core.topology import cluster_from_spec, file_cluster_factors, resolve_cluster
+from layoutsearch.core.topology import (
+    cluster_from_spec,
+    file_cluster_factors,
+    load_cluster_file,
+    resolve_cluster,
+)
 from layoutsearch.costs import comms
 from layoutsearch.search import SearchOptions
 from layoutsearch.search.enumerate import enumerate_top
@@ -304,3 +309,55 @@ def test_named_clusters_unchanged(name, axes):
         for a in resolve_cluster(name).axes
     ]
     assert got == axes
+
+
+def test_a_two_site_graphml_reads_the_wan_from_routes(tmp_path):
+    """The two-site device graph written as GraphML (a user's own network) gives the file's
+    scale-out axis: pods of 2 nodes, ratio 4 routed on the graph, 1 ms across the WAN."""
+    import networkx as nx
+
+    g = generated_device_graph({**TWO_SITES, **WAN})
+    h = nx.Graph(accelerator="h100")
+    h.add_nodes_from(("-".join(map(str, n)), {"device": d}) for n, d in g.nodes(data="device"))
+    for u, v, d in g.edges(data=True):
+        h.add_edge(
+            "-".join(map(str, u)),
+            "-".join(map(str, v)),
+            axis=d["axis"],
+            gbytes_per_s=d["bytes_per_s_per_direction"] / GB,
+            latency_us=round(d["latency_s"] * 1e6, 6),
+        )
+    path = tmp_path / "two-sites.graphml"
+    nx.write_graphml(h, path)
+    axis = load_cluster_file(str(path)).axis("scale_out")
+    assert (axis.size, axis.pod_size, axis.oversubscription) == (4, 2, 4.0)
+    assert axis.pod_latency_s == pytest.approx(1e-3)
+
+
+def test_a_graph_with_two_wan_links_is_refused():
+    """A user's graph whose sites are joined by two WAN links is one line naming the field."""
+    links = [
+        ["a", "sw0", "node", 450.0, 2.0],
+        ["b", "sw1", "node", 450.0, 2.0],
+        ["a", "leaf0", "scale_out", 50.0, 5.0],
+        ["b", "leaf1", "scale_out", 50.0, 5.0],
+        ["leaf0", "leaf1", "wan", 10.0, 1000.0],
+        ["sw0", "sw1", "wan", 10.0, 1000.0],
+    ]
+    spec = {"accelerator": "h100", "graph": {"devices": ["a", "b"], "links": links}}
+    with pytest.raises(
+        CatalogueError, match="field 'graph': cluster graph: one 'wan' link must join two sites"
+    ):
+        cluster_from_spec(spec, "c.yaml")
+
+
+def test_routes_spread_over_the_planes():
+    """Two planes of a 4:1 tree, each GPU 25 GB/s on each: pod 0's GPUs sending to pod 1 at their
+    50 GB/s split over both planes (ECMP), the heaviest load over capacity 4, not the 8 one plane
+    carrying it all would give."""
+    g = generated_device_graph(
+        {"accelerator": "h100", "nodes": 64, "planes": 2, "oversubscription": 4.0}
+    )
+    flows = [(("gpu", n, i), ("gpu", n + 32, i), 50 * GB) for n in range(32) for i in range(8)]
+    ratio = heaviest_load_ratio(g, flows, lambda u, v: g.edges[u, v]["bytes_per_s_per_direction"])
+    assert ratio == 4.0
