@@ -361,3 +361,14 @@ def test_routes_spread_over_the_planes():
     flows = [(("gpu", n, i), ("gpu", n + 32, i), 50 * GB) for n in range(32) for i in range(8)]
     ratio = heaviest_load_ratio(g, flows, lambda u, v: g.edges[u, v]["bytes_per_s_per_direction"])
     assert ratio == 4.0
+
+
+def test_a_pipeline_pays_the_wan_on_its_crossing_hop_only():
+    """pp = 4 over the 4 nodes of two sites (ratio 4, pods of 2): 1 of its 3 hops crosses, at the
+    ring's share 2 / (4 x 1) = 1/2 of 40 GB/s: (2/3) / 40e9 + (1/3) / 20e9 = (4/3) / 40e9 s per
+    byte, and 5 us + 1 ms / 3 per send; inside one site (pp = 2) 1 / 40e9 and 5 us."""
+    axis = cluster_from_spec({**TWO_SITES, **WAN}, "c.yaml").axis("scale_out")
+    spans = comms.Spans(axes=(axis,), factor=np.array([[4], [2]]), stride=np.array([[1], [1]]))
+    sends = comms.send_coefficients_of(spans)
+    assert sends.seconds_per_byte.tolist() == pytest.approx([4 / 3 / 40e9, 1 / 40e9])
+    assert sends.latency_s.tolist() == pytest.approx([5e-6 + 1e-3 / 3, 5e-6])

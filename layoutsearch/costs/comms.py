@@ -290,25 +290,43 @@ def ring_coefficients_of(s: Spans) -> RingCoefficients:
     )
 
 
+def pod_hop_share(s: Spans, c: dict) -> np.ndarray:
+    """The share of a pipeline's factor - 1 neighbour hops that leave a pod, [rows, axes]: an
+    aligned block of factor x stride positions over whole pods crosses factor x stride / P - 1 pod
+    boundaries (every hop when the stride is a pod or more); a block that leaves its pod without
+    tiling the pods counts every hop; 0 inside a pod."""
+    leaves = leaves_pod(s, c)
+    if not leaves.any():
+        return np.zeros(s.factor.shape)
+    pod = np.maximum(c["pod"][None, :], 1)
+    span, hops = s.factor * s.stride, np.maximum(s.factor - 1, 1)
+    crossings = np.minimum(span // pod - 1, hops)
+    return np.where(leaves & (span % pod == 0), crossings / hops, np.where(leaves, 1.0, 0.0))
+
+
 def send_coefficients_of(s: Spans) -> RingCoefficients:
-    """Point-to-point to the neighbour along the innermost spanned axis (pipeline sends)."""
+    """Point-to-point to the neighbour along the innermost spanned axis (pipeline sends), the mean
+    over the pipeline's hops: those that leave a pod (``pod_hop_share``) at the share of the
+    uplinks a ring keeps (``uplink_share``) and the pod tier's latency on top, the others at the link."""
     c = _axis_constants(s.axes)
     on = s.factor > 1
     first = np.argmax(on, axis=1)
     rows = np.arange(len(first))
     active = on.any(axis=1)
-    share = uplink_share(s, c)[rows, first]
     link = np.where(
-        active,
-        c["bw"][first] * share / np.where(c["torus"][first], s.stride[rows, first], 1),
-        1.0,
+        active, c["bw"][first] / np.where(c["torus"][first], s.stride[rows, first], 1), 1.0
+    )
+    crossing = pod_hop_share(s, c)[rows, first]
+    share = uplink_share(s, c)[rows, first]
+    per_byte = np.where(
+        crossing > 0, (1.0 - crossing) / link + crossing / (link * share), 1.0 / link
     )
     used = on & (np.arange(on.shape[1])[None, :] == first[:, None])
     mask, scale_out = _mask_and_scale_out(s, used)
     return RingCoefficients(
         members=np.where(active, 2, 1),
-        seconds_per_byte=np.where(active, 1.0 / link, 0.0),
-        latency_s=np.where(active, step_latency(s, c)[rows, first], 0.0),
+        seconds_per_byte=np.where(active, per_byte, 0.0),
+        latency_s=np.where(active, c["latency"][first] + crossing * c["pod_latency"][first], 0.0),
         axes_mask=mask,
         scale_out=scale_out,
     )
