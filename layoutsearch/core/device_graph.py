@@ -13,10 +13,13 @@ from collections.abc import Hashable, Sequence
 import networkx as nx
 
 from layoutsearch.core.topology import (
+    GENERATED_FIELDS,
     FactorGraph,
     cluster_factors,
+    is_cluster_file,
     members,
     positions,
+    read_cluster_file,
 )
 
 
@@ -109,5 +112,11 @@ def product_graph(factors: Sequence[FactorGraph]) -> nx.Graph:
 def cluster_graph(
     name: str, devices_per_node: int | None = None, scale_out_bytes_per_s: float | None = None
 ) -> nx.Graph:
-    """The device graph behind a cluster name, the product of its factor graphs (inspection, tests)."""
+    """The device graph behind a cluster name, the product of its factor graphs (inspection, tests);
+    a cluster file's racks, planes and sites as ``network_generators`` builds them link by link."""
+    yaml_file = is_cluster_file(name) and not name.strip().lower().endswith(".graphml")
+    if yaml_file and GENERATED_FIELDS & set(read_cluster_file(name)):
+        from layoutsearch.core.network_generators import file_device_graph
+
+        return file_device_graph(name)
     return product_graph(cluster_factors(name, devices_per_node, scale_out_bytes_per_s)[1])

@@ -20,6 +20,8 @@ if TYPE_CHECKING:
 
 TORUS_AXIS_NAMES = ("x", "y", "z")
 SPINE_LINK = "scale_out_spine"  # the links from a pod's leaves to the spine layer
+WAN_LINK = "wan"  # the wide-area link between two sites' fabrics
+SITE_UPLINK = "site_uplink"  # a site's top switches to its WAN border router
 # A single TPU chip: no link to span; one axis of size 1 so that a Cluster always has an axis.
 SINGLE_CHIP_AXIS = Axis(
     name="x",
@@ -52,7 +54,17 @@ def _edges_by_axis(g: nx.Graph) -> dict[str, list[tuple]]:
 def _edge_stats(g: nx.Graph, edges: list[tuple], label: str) -> tuple[float, float]:
     if not edges:
         raise CatalogueError(f"cluster graph has no '{label}' edge")
-    data = g.edges[edges[0]]
+    u, v = edges[0]
+    data = g.edges[u, v]
+    device = v if g.nodes[v].get("device") else u
+    # a device's links to switches add (NVLink switch chips, the planes of a multi-plane fabric)
+    to_switches = [
+        d["bytes_per_s_per_direction"]
+        for _, w, d in g.edges(device, data=True)
+        if d["axis"] == label and not g.nodes[w].get("device")
+    ]
+    if g.nodes[device].get("device") and to_switches:
+        return sum(to_switches), data["latency_s"]
     return data["bytes_per_s_per_direction"], data["latency_s"]
 
 
@@ -173,7 +185,7 @@ def axes_from_device_graph(g: nx.Graph, acc: Accelerator) -> tuple[tuple[Axis, .
                 kind="scale_out",
                 efficiency=acc.scale_out_efficiency,
             )
-            axes.append(_with_pods(g, by_axis, axis, domain_of))
+            axes.append(_with_wan(g, by_axis, _with_pods(g, by_axis, axis, domain_of), domain_of))
     if math.prod(a.size for a in axes) != len(devices):
         raise CatalogueError(
             f"cluster graph: axes {[(a.name, a.size) for a in axes]} do not multiply to {len(devices)} devices"
@@ -202,3 +214,41 @@ def _with_pods(g: nx.Graph, by_axis: dict[str, list[tuple]], axis: Axis, domain_
         pod = max(pod, len({domain_of.get(d, d) for d in devices}))
         ratio = max(ratio, pod_oversubscription(nics, uplinks))
     return replace(axis, pod_size=pod if ratio > 1.0 else 0, oversubscription=ratio)
+
+
+def _with_wan(g: nx.Graph, by_axis: dict[str, list[tuple]], axis: Axis, domain_of: dict) -> Axis:
+    """The scale-out axis of two sites joined by one ``wan`` link: the sites are the graph's two
+    parts without it, each site's NVLink domains a pod; the ratio is the heaviest link load over
+    capacity when every device sends to the device at the same place in the other site at its NIC
+    rate (``routes.heaviest_load_ratio``, O(devices) shortest-path searches), the WAN's latency
+    paid per step that leaves a site."""
+    import networkx as nx  # only where a graph is read (module docstring)
+
+    from layoutsearch.core.routes import heaviest_load_ratio
+
+    if WAN_LINK not in by_axis:
+        return axis
+    wan = by_axis[WAN_LINK]
+    cut: nx.Graph[Hashable] = g.copy()
+    cut.remove_edges_from(wan)
+    parts = [c for c in nx.connected_components(cut) if any(g.nodes[n].get("device") for n in c)]
+    # devices in the graph's order, so the k-th of one site pairs with the k-th of the other
+    sites = [[n for n, dev in g.nodes(data="device") if dev and n in part] for part in parts]
+    if len(wan) != 1 or len(sites) != 2 or len(sites[0]) != len(sites[1]):
+        raise CatalogueError(
+            f"cluster graph: one '{WAN_LINK}' link must join two sites of as many devices, got "
+            f"{len(wan)} links and sites of {sorted(len(s) for s in sites)} devices"
+        )
+
+    def nic(device) -> float:  # its scale-out links, on every plane
+        links = g.edges(device, data=True)
+        return sum(d["bytes_per_s_per_direction"] for *_, d in links if d["axis"] == "scale_out")
+
+    flows = [(a, b, nic(a)) for a, b in zip(*sites)]
+    ratio = heaviest_load_ratio(g, flows, lambda u, v: g.edges[u, v]["bytes_per_s_per_direction"])
+    return replace(
+        axis,
+        pod_size=len({domain_of.get(d, d) for d in sites[0]}),
+        oversubscription=ratio,
+        pod_latency_s=g.edges[wan[0]]["latency_s"],
+    )

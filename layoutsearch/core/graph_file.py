@@ -6,7 +6,9 @@ so a user's network plans exactly as the built-in one it equals. networkx is imp
 A link is ``[end, end, axis, GB/s per direction, latency in microseconds]``; the ends are device
 ids (``devices``) or switches (any other id). Axis labels: on GPUs ``node`` (NVLink, to the node's
 switch or between peers), ``scale_out`` (a GPU's NIC to its leaf switch) and ``scale_out_spine``
-(a leaf to a spine: the oversubscription is the NIC bandwidth under a leaf over its spine links');
+(a leaf to a spine: the oversubscription is the NIC bandwidth under a leaf over its spine links'),
+and for two sites ``site_uplink`` (a site's top switches to its border router) and one ``wan``
+link between the two borders (the ratio is read from routes, ``graph_axes._with_wan``);
 on TPUs ``x``, ``y``, ``z`` (torus links between chips) and ``dcn`` (a chip to the DCN fabric).
 """
 
@@ -19,11 +21,17 @@ from pydantic import BaseModel, ConfigDict, Field, StrictFloat, StrictInt, Stric
 
 from layoutsearch.core import io
 from layoutsearch.core.errors import CatalogueError
-from layoutsearch.core.graph_axes import SPINE_LINK, TORUS_AXIS_NAMES, axes_from_device_graph
+from layoutsearch.core.graph_axes import (
+    SITE_UPLINK,
+    SPINE_LINK,
+    TORUS_AXIS_NAMES,
+    WAN_LINK,
+    axes_from_device_graph,
+)
 from layoutsearch.core.specs import Accelerator, Axis
 from layoutsearch.core.units import GB, MAX_DEVICES
 
-GPU_LINK_AXES = ("node", "scale_out", SPINE_LINK)
+GPU_LINK_AXES = ("node", "scale_out", SPINE_LINK, SITE_UPLINK, WAN_LINK)
 TPU_LINK_AXES = (*TORUS_AXIS_NAMES, "dcn")
 MAX_LINKS = 16 * MAX_DEVICES  # a fat tree has a few links per device
 MAX_LINK_GBYTES_PER_S = 1e6  # the range of hardware/*.yaml bandwidths

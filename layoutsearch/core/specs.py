@@ -520,6 +520,7 @@ class Axis:
     # ratio of the pod's NIC bandwidth to its uplinks (1: full bisection; pod_size 0: no tier)
     pod_size: int = 0
     oversubscription: float = 1.0
+    pod_latency_s: float = 0.0  # added to latency_s per step of a group that leaves its pod (a WAN)
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)

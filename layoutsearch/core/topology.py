@@ -46,7 +46,7 @@ import re
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field, replace
 from functools import lru_cache
-from typing import Annotated, Any
+from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, StrictFloat, StrictInt, StrictStr
 
@@ -65,6 +65,7 @@ from layoutsearch.core.graph_axes import (
     SINGLE_CHIP_AXIS,
     SPINE_LINK,
     TORUS_AXIS_NAMES,
+    WAN_LINK,
     pod_oversubscription,
 )
 from layoutsearch.core.numbers import divisors
@@ -85,6 +86,52 @@ SHAPES_2D = {
 SCALABLE_UNIT_NODES = 32  # H100 reference: 32 nodes under one set of rail leaves
 MAX_OVERSUBSCRIPTION = 16.0  # the fat trees built (2:1 and 4:1 in practice)
 MAX_RAILS = 8  # NICs per node: one leaf per rail in each scalable unit, as many spines
+MAX_PLANES = 8  # separate scale-out fabrics, one NIC port of each GPU on each
+MAX_SITES = 2  # sites joined by one WAN link (a ring crosses it once each way)
+MAX_WAN_LATENCY_US = 1e5  # 100 ms: a link across a continent is about 30 ms
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class Rack:
+    """An NVLink rack: ``devices`` GPUs (packages: one CUDA device each) in trays of
+    ``tray_devices``, each linked to every one of ``switch_chips`` NVLink switch chips, at
+    ``nvlink_gbytes_per_s`` per device one way in all (``source``)."""
+
+    devices: int
+    tray_devices: int
+    switch_chips: int
+    nvlink_gbytes_per_s: float
+    source: str
+
+
+RACKS = {
+    "nvl72": Rack(
+        devices=72,
+        tray_devices=4,
+        switch_chips=18,
+        nvlink_gbytes_per_s=900.0,
+        source="NVIDIA GB200 NVL72: 18 compute trays of 4 GPUs, 9 NVLink switch trays of 2 NVLink 5 "
+        "switch chips; 1.8 TB/s per GPU both ways (18 links of 100 GB/s), 130 TB/s per rack",
+    ),
+    "nvl144": Rack(
+        devices=72,
+        tray_devices=4,
+        switch_chips=18,
+        nvlink_gbytes_per_s=1800.0,
+        source="NVIDIA Vera Rubin NVL144 (GTC 2025): 144 GPU dies in 72 two-die Rubin packages, "
+        "18 trays of 4; NVLink 6 at 3.6 TB/s per package both ways, 260 TB/s per rack; a package "
+        "is one CUDA device, so the rack plans as 72 devices (switch chips assumed as NVL72's 18)",
+    ),
+}
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class WanLink:
+    """Equal sites joined by a wide-area link of ``bytes_per_s`` each way per site pair."""
+
+    sites: int
+    bytes_per_s: float
+    latency_s: float
 
 
 # ----------------------------------------------------------------------------- shapes
@@ -298,32 +345,48 @@ def fat_tree_graph(
     pod_nodes: int = SCALABLE_UNIT_NODES,
     oversubscription: float = 1.0,
     nics_per_rail: int = 1,
+    wan: WanLink | None = None,
 ) -> FactorGraph:
     """Nodes 0..num_nodes-1 under one leaf ('leaf', u) per pod (scalable unit) of ``pod_nodes``
     nodes (per rail: ``nics_per_rail`` NICs of each node); with more than one pod, every leaf under
     the spine layer ('spine',) at the NIC bandwidth under it over ``oversubscription`` (1: full
-    bisection). The full pods are one run of nodes on a run of leaves, a last partial pod another."""
+    bisection). The full pods are one run of nodes on a run of leaves, a last partial pod another.
+    With ``wan``, the nodes split into ``wan.sites`` equal sites, each its own tree ('spine', s),
+    whose tops join the ('wan',) link at the WAN's bandwidth over the rails (one rail's share)."""
+    sites = wan.sites if wan else 1
     g = FactorGraph(
         axis="scale_out",
         kind="scale_out",
         rails=rails,
         pod_nodes=pod_nodes,
         nics_per_rail=nics_per_rail,
+        sites=sites,
     )
-    full, rest = divmod(num_nodes, pod_nodes)
+    per_site = num_nodes // sites
+    full, rest = divmod(per_site, pod_nodes)
     units = full + (rest > 0)
     uplink = nic_bytes_per_s * pod_nodes * nics_per_rail / oversubscription
-    for first, last in ((0, full), (full, units)):
-        if last == first:
-            continue
-        nodes = range(first * pod_nodes, min(last * pod_nodes, num_nodes))
-        leaves = ("leaf", range(first, last))
-        g.add_node(nodes, device=True)
-        g.add_node(leaves, device=False)
-        g.add_edge(nodes, leaves, **_link("scale_out", nic_bytes_per_s, latency_s))
-        if units > 1:
-            g.add_node(("spine",), device=False)
-            g.add_edge(leaves, ("spine",), **_link(SPINE_LINK, uplink, latency_s))
+    for site in range(sites):
+        spine: tuple = ("spine", site) if wan else ("spine",)
+        for first, last in ((0, full), (full, units)):
+            if last == first:
+                continue
+            nodes = range(
+                site * per_site + first * pod_nodes,
+                site * per_site + min(last * pod_nodes, per_site),
+            )
+            leaves = ("leaf", range(site * units + first, site * units + last))
+            g.add_node(nodes, device=True)
+            g.add_node(leaves, device=False)
+            g.add_edge(nodes, leaves, **_link("scale_out", nic_bytes_per_s, latency_s))
+            if units > 1:
+                g.add_node(spine, device=False)
+                g.add_edge(leaves, spine, **_link(SPINE_LINK, uplink, latency_s))
+            elif wan:
+                spine = leaves  # one pod per site: its leaf is the site's top
+        if wan:
+            g.add_node(("wan",), device=False)
+            g.add_edge(spine, ("wan",), **_link(WAN_LINK, wan.bytes_per_s / rails, wan.latency_s))
     return g
 
 
@@ -356,9 +419,10 @@ def gpu_factors(
     scale_out_bytes_per_s: float | None = None,
     pod_nodes: int = SCALABLE_UNIT_NODES,
     oversubscription: float = 1.0,
+    wan: WanLink | None = None,
 ) -> tuple[FactorGraph, ...]:
     """The NVLink domain of one node (a full mesh of peer links where the part has one), then the
-    scale-out fat tree (``fat_tree_graph``) when there is more than one node."""
+    scale-out fat tree (``fat_tree_graph``, over ``wan``'s sites) when there is more than one node."""
     if acc.node_fabric == "mesh":  # the part's peer links: its link rate over its node's peers
         per_link = acc.link_bytes_per_s_per_direction / max(acc.devices_per_node - 1, 1)
         node = mesh_graph("node", devices_per_node, per_link, acc.link_latency_s)
@@ -384,6 +448,7 @@ def gpu_factors(
                 pod_nodes,
                 oversubscription,
                 nics_per_rail=-(-devices_per_node // rails),
+                wan=wan,
             )
         )
     return tuple(factors)
@@ -444,7 +509,7 @@ def factor_axis(f: FactorGraph, acc: Accelerator) -> Axis:
     }
     nics = bytes_per_s * pod * f.graph.get("nics_per_rail", 1)  # under one leaf
     ratio = pod_oversubscription(nics, max(uplinks, default=None))
-    return Axis(
+    axis = Axis(
         name=name,
         size=_size(f),
         kind=kind,
@@ -454,6 +519,23 @@ def factor_axis(f: FactorGraph, acc: Accelerator) -> Axis:
         efficiency=efficiency,
         pod_size=pod if ratio > 1.0 else 0,
         oversubscription=ratio,
+    )
+    return _with_sites(f, axis) if f.graph.get("sites", 1) > 1 else axis
+
+
+def _with_sites(f: FactorGraph, axis: Axis) -> Axis:
+    """The scale-out axis of sites joined by a WAN: its pods are the sites, its ratio the heaviest
+    link load over capacity when every node sends to its peer in the next site at its NIC rate,
+    routed on the factor graph (``routes.site_ratio``; networkx, only here), and a step that
+    leaves a site pays the WAN's latency on top."""
+    from layoutsearch.core.routes import site_ratio  # networkx: WAN clusters only
+
+    wan_latency_s = next(d["latency_s"] for *_, d in f.edges(data=True) if d["axis"] == WAN_LINK)
+    return replace(
+        axis,
+        pod_size=axis.size // f.graph["sites"],
+        oversubscription=site_ratio(f),
+        pod_latency_s=wan_latency_s,
     )
 
 
@@ -643,8 +725,14 @@ GPU_FIELDS = (
     "nvlink_gbytes_per_s_per_direction",
     "pod_nodes",
     "oversubscription",
+    "rack",
+    "planes",
+    "sites",
+    "wan_gbytes_per_s",
+    "wan_latency_us",
 )
 TPU_FIELDS = ("shape", "slices", "dcn_gbytes_per_s_per_chip")
+GENERATED_FIELDS = {"rack", "planes", "sites"}  # networks core.network_generators builds
 _Count = Annotated[StrictInt, Field(ge=1, le=MAX_DEVICES)]
 _Rate = Annotated[
     StrictFloat, Field(ge=MIN_GBYTES_PER_S, le=MAX_GBYTES_PER_S, allow_inf_nan=False)
@@ -665,6 +753,9 @@ class ClusterFile(BaseModel):
     rail-optimised fat tree with ``scale_out_gbytes_per_s_per_device`` per GPU, one direction (the
     NIC), in pods of ``pod_nodes`` nodes (32) whose uplinks carry their NICs' bandwidth over
     ``oversubscription`` (1: full bisection; 2 or 4 for a 2:1 or 4:1 tree);
+    ``rack`` (nvl72, nvl144) makes the nodes NVLink racks of 72 devices in trays of 4, ``planes``
+    spreads each GPU's NIC bandwidth over that many separate fabrics, and ``sites`` (2) splits the
+    nodes into two sites joined by ``wan_gbytes_per_s`` each way at ``wan_latency_us`` (docs/usage.md);
     ``nvlink_gbytes_per_s_per_direction`` overrides the NVLink bandwidth. A TPU cluster is a
     torus ``shape`` ([x, y, z], within the largest slice) times ``slices`` joined over DCN at
     ``dcn_gbytes_per_s_per_chip``. ``hbm_gib`` overrides the memory per device. The factor graphs
@@ -684,6 +775,13 @@ class ClusterFile(BaseModel):
     pod_nodes: _Count = ABSENT
     oversubscription: Annotated[
         StrictFloat, Field(ge=1.0, le=MAX_OVERSUBSCRIPTION, allow_inf_nan=False)
+    ] = ABSENT
+    rack: Literal["nvl72", "nvl144"] = ABSENT
+    planes: Annotated[StrictInt, Field(ge=1, le=MAX_PLANES)] = ABSENT
+    sites: Annotated[StrictInt, Field(ge=1, le=MAX_SITES)] = ABSENT
+    wan_gbytes_per_s: _Rate = ABSENT
+    wan_latency_us: Annotated[
+        StrictFloat, Field(ge=0.0, le=MAX_WAN_LATENCY_US, allow_inf_nan=False)
     ] = ABSENT
     shape: Annotated[list[_Count], Field(min_length=1, max_length=3)] = ABSENT
     slices: _Count = ABSENT
@@ -806,7 +904,12 @@ def file_cluster_factors(
     override("hbm_gib", "hbm_bytes", f.hbm_gib, GIB)
     spec = f.model_dump(exclude_none=True)
     if gpu:
-        per_node = f.devices_per_node or acc.devices_per_node
+        if f.rack is not None:
+            rack = _rack(f, acc, where)
+            changes["devices_per_host"] = rack.tray_devices
+            changes["link_bytes_per_s_per_direction"] = rack.nvlink_gbytes_per_s * GB
+            sources["link_gbytes_per_s_per_direction"] = f"rack {f.rack}: {rack.source}"
+        per_node = (f.rack and RACKS[f.rack].devices) or f.devices_per_node or acc.devices_per_node
         if f.nodes is None:
             raise CatalogueError(
                 f"{where('nodes')} is missing: the number of nodes of {per_node} {acc.id} GPUs"
@@ -837,6 +940,7 @@ def file_cluster_factors(
             per_node,
             pod_nodes=f.pod_nodes or SCALABLE_UNIT_NODES,
             oversubscription=f.oversubscription or 1.0,
+            wan=_wan(f, where),
         )
         return acc, tree, spec
     if f.shape is None:
@@ -864,6 +968,53 @@ def file_cluster_factors(
     )
     acc = replace(acc, **changes, sources=sources)
     return acc, torus_factors(acc, shape, slices), spec
+
+
+def _rack(f: ClusterFile, acc: Accelerator, where) -> Rack:
+    """The NVLink rack of ``f.rack`` (its NVLink bandwidth unless the file overrides it); a node
+    size other than the rack's, or a part without an NVLink switch, is one line naming the field."""
+    rack = RACKS[f.rack]
+    if f.devices_per_node not in (None, rack.devices):
+        raise CatalogueError(
+            f"{where('devices_per_node')}: an {f.rack} rack is {rack.devices} devices, got "
+            f"{f.devices_per_node}; leave it out"
+        )
+    if acc.node_fabric != "switch":
+        raise CatalogueError(
+            f"{where('rack')}: an {f.rack} rack joins its GPUs through NVLink switches; {acc.id} "
+            "joins a node's GPUs by a full mesh of peer links"
+        )
+    return rack
+
+
+def _wan(f: ClusterFile, where) -> WanLink | None:
+    """The sites and their WAN link; the WAN fields without two sites, two sites without the WAN's
+    bandwidth, nodes that do not split evenly or a second oversubscribed tier is one line."""
+    sites = f.sites or 1
+    if sites == 1:
+        given = [k for k in ("wan_gbytes_per_s", "wan_latency_us") if getattr(f, k) is not None]
+        if given:
+            raise CatalogueError(f"{where(given[0])} is for a cluster of 'sites: 2'")
+        return None
+    if f.wan_gbytes_per_s is None or f.wan_latency_us is None:
+        key, what = (
+            ("wan_gbytes_per_s", "GB/s each way")
+            if f.wan_gbytes_per_s is None
+            else ("wan_latency_us", "one-way latency in microseconds")
+        )
+        raise CatalogueError(f"{where(key)} is missing: the WAN's {what} between the {sites} sites")
+    if f.nodes is not None and f.nodes % sites:
+        raise CatalogueError(
+            f"{where('sites')}: {f.nodes} nodes do not split into {sites} equal sites"
+        )
+    if (f.oversubscription or 1.0) > 1.0:
+        raise CatalogueError(
+            f"{where('oversubscription')}: one oversubscribed tier per network; with 'sites' the "
+            "WAN is that tier (give a full-bisection fabric in each site)"
+        )
+    return WanLink(
+        sites=sites, bytes_per_s=f.wan_gbytes_per_s * GB, latency_s=f.wan_latency_us * 1e-6
+    )
 
 
 def _file_accelerator(f: ClusterFile, file: str, prefix: str) -> Accelerator:

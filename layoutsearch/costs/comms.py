@@ -137,7 +137,24 @@ def _axis_constants(axes: tuple[Axis, ...]) -> dict[str, np.ndarray]:
         "latency": np.array([a.latency_s for a in axes], dtype=np.float64),
         "pod": np.array([a.pod_size for a in axes], dtype=np.int64),
         "oversubscription": np.array([a.oversubscription for a in axes], dtype=np.float64),
+        "pod_latency": np.array([a.pod_latency_s for a in axes], dtype=np.float64),
     }
+
+
+def leaves_pod(s: Spans, c: dict) -> np.ndarray:
+    """Whether each row's group leaves a pod on each axis (its aligned block of factor x stride
+    positions is larger than a pod or does not tile it), [rows, axes]; False without pods."""
+    pod = c["pod"][None, :]
+    span = s.factor * s.stride  # positions one group reaches; aligned blocks stay in one pod
+    return (pod > 0) & (s.factor > 1) & ((span > pod) | (pod % np.maximum(span, 1) != 0))
+
+
+def step_latency(s: Spans, c: dict) -> np.ndarray:
+    """Seconds per step on each axis, [rows, axes]: the axis's latency, plus the pod tier's (a WAN)
+    where the group leaves its pod (``leaves_pod``)."""
+    if not c["pod_latency"].any():  # no WAN tier (every named cluster)
+        return np.broadcast_to(c["latency"][None, :], s.factor.shape)
+    return c["latency"][None, :] + np.where(leaves_pod(s, c), c["pod_latency"][None, :], 0.0)
 
 
 def uplink_share(s: Spans, c: dict, all_to_all: bool = False) -> np.ndarray:
@@ -151,8 +168,7 @@ def uplink_share(s: Spans, c: dict, all_to_all: bool = False) -> np.ndarray:
     if not c["pod"].any():  # no oversubscribed tier (every named cluster)
         return np.ones(s.factor.shape)
     pod, ratio = c["pod"][None, :], c["oversubscription"][None, :]
-    span = s.factor * s.stride  # positions one group reaches; aligned blocks stay in one pod
-    crossing = (pod > 0) & (s.factor > 1) & ((span > pod) | (pod % np.maximum(span, 1) != 0))
+    crossing = leaves_pod(s, c)
     if not crossing.any():
         return np.ones(s.factor.shape)
     safe_pod = np.maximum(pod, 1)
@@ -205,10 +221,11 @@ def span_latency(s: Spans) -> np.ndarray:
     c, on = _axis_constants(s.axes), s.factor > 1
     wraps = c["torus"] & c["wrap"] & (s.factor * s.stride == c["size"])
     steps = np.where(wraps, s.factor // 2, s.factor - 1)
-    torus = np.where(on & c["torus"], steps * c["latency"], 0.0).sum(axis=1)
+    latency = step_latency(s, c)
+    torus = np.where(on & c["torus"], steps * latency, 0.0).sum(axis=1)
     other = on & ~c["torus"]
     members = np.where(other, s.factor, 1).prod(axis=1)
-    return torus + (members - 1) * np.where(other, c["latency"], 0.0).max(axis=1, initial=0.0)
+    return torus + (members - 1) * np.where(other, latency, 0.0).max(axis=1, initial=0.0)
 
 
 @dataclass(frozen=True, slots=True)
@@ -273,25 +290,43 @@ def ring_coefficients_of(s: Spans) -> RingCoefficients:
     )
 
 
+def pod_hop_share(s: Spans, c: dict) -> np.ndarray:
+    """The share of a pipeline's factor - 1 neighbour hops that leave a pod, [rows, axes]: an
+    aligned block of factor x stride positions over whole pods crosses factor x stride / P - 1 pod
+    boundaries (every hop when the stride is a pod or more); a block that leaves its pod without
+    tiling the pods counts every hop; 0 inside a pod."""
+    leaves = leaves_pod(s, c)
+    if not leaves.any():
+        return np.zeros(s.factor.shape)
+    pod = np.maximum(c["pod"][None, :], 1)
+    span, hops = s.factor * s.stride, np.maximum(s.factor - 1, 1)
+    crossings = np.minimum(span // pod - 1, hops)
+    return np.where(leaves & (span % pod == 0), crossings / hops, np.where(leaves, 1.0, 0.0))
+
+
 def send_coefficients_of(s: Spans) -> RingCoefficients:
-    """Point-to-point to the neighbour along the innermost spanned axis (pipeline sends)."""
+    """Point-to-point to the neighbour along the innermost spanned axis (pipeline sends), the mean
+    over the pipeline's hops: those that leave a pod (``pod_hop_share``) at the share of the
+    uplinks a ring keeps (``uplink_share``) and the pod tier's latency on top, the others at the link."""
     c = _axis_constants(s.axes)
     on = s.factor > 1
     first = np.argmax(on, axis=1)
     rows = np.arange(len(first))
     active = on.any(axis=1)
-    share = uplink_share(s, c)[rows, first]
     link = np.where(
-        active,
-        c["bw"][first] * share / np.where(c["torus"][first], s.stride[rows, first], 1),
-        1.0,
+        active, c["bw"][first] / np.where(c["torus"][first], s.stride[rows, first], 1), 1.0
+    )
+    crossing = pod_hop_share(s, c)[rows, first]
+    share = uplink_share(s, c)[rows, first]
+    per_byte = np.where(
+        crossing > 0, (1.0 - crossing) / link + crossing / (link * share), 1.0 / link
     )
     used = on & (np.arange(on.shape[1])[None, :] == first[:, None])
     mask, scale_out = _mask_and_scale_out(s, used)
     return RingCoefficients(
         members=np.where(active, 2, 1),
-        seconds_per_byte=np.where(active, 1.0 / link, 0.0),
-        latency_s=np.where(active, c["latency"][first], 0.0),
+        seconds_per_byte=np.where(active, per_byte, 0.0),
+        latency_s=np.where(active, c["latency"][first] + crossing * c["pod_latency"][first], 0.0),
         axes_mask=mask,
         scale_out=scale_out,
     )
@@ -330,10 +365,9 @@ def all_to_all_coefficients_of(s: Spans, level: int | None = None) -> RingCoeffi
     if level is not None:
         members = counts[level]
     on = s.factor > 1
+    step = step_latency(s, c)
     latency = sum(
-        np.where(on & (c["level"] == level)[None, :], c["latency"][None, :], 0.0).max(
-            axis=1, initial=0.0
-        )
+        np.where(on & (c["level"] == level)[None, :], step, 0.0).max(axis=1, initial=0.0)
         for level in (0, 1)
     )
     active = members > 1
