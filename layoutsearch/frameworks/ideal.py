@@ -10,6 +10,7 @@ PROFILE = Profile(
     name="ideal",
     tp_overlap=("gpu", "tpu"),
     fp8_param_gather=True,
+    fp8_activations="deepseek_v3",
     recompute_policies=tuple(r.value for r in Recompute),
     vendor_attention=True,
     ep_overlap=True,
