@@ -1,5 +1,6 @@
 """The ideal framework: everything that can overlap does, TP included (the bound the others
-approach). A profile for the cost model only: no export target writes it."""
+approach), with fp8 activations stored the most compact published way (the DeepSeek-V3 report's,
+costs.memory.fp8_storage). A profile for the cost model only: no export target writes it."""
 
 from layoutsearch.core.specs import Recompute
 from layoutsearch.frameworks.declaration import Profile
