@@ -39,8 +39,9 @@ def _estimate(capsys, args: list[str]) -> dict:
     "says (node-limited routing to at most 4 nodes, fp8 dispatch, bf16 combine): of the 16.2 s "
     "step, exposed AllToAll 0.0 s, the kernels' 20 SMs 1.5 s, the bubble 0.7 s, the output heads "
     "4.5 s; what is left is compute (DualPipe's paired chunks and blockwise fp8 GEMMs costed at "
-    "the plain rates) and memory (91 GB predicted against 82 GB usable: fp8 activation caching is "
-    "not modelled); "
+    "the plain rates) and memory (102 GB predicted against 82 GB usable with Transformer Engine's "
+    "fp8 storage, Megatron being the default GPU framework; 84 GB with the report's own fp8 and "
+    "E5M6 storage, --framework ideal); "
     "nothing was tuned to close it",
 )
 def test_deepseek_v3_pretraining_gpu_hours_within_10_percent_of_published(capsys):

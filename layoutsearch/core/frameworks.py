@@ -19,6 +19,7 @@ __all__ = [
     "Profile",
     "deepep_of",
     "default_framework",
+    "fp8_activations_of",
     "framework_of_record",
     "framework_of_target",
     "node_dedup",
@@ -93,6 +94,14 @@ def transient_zero3_weights(workload: Workload) -> bool:
         profile_of(workload.framework).transient_zero3_weights
         and workload.master_bytes_per_param > 0
     )
+
+
+def fp8_activations_of(workload: Workload) -> str:
+    """How the workload stores its saved activations (costs.memory.fp8_storage): the profile's
+    ``fp8_activations`` under fp8 training, else "none"."""
+    if workload.precision != "fp8":
+        return "none"
+    return profile_of(workload.framework).fp8_activations
 
 
 def profile_of(framework: str | None, accelerator_kind: str = "gpu") -> Profile:

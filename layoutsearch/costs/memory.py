@@ -48,8 +48,9 @@ PRODUCER = {
     # the pre-MLP norm of a MoE layer (the router and the dispatcher read it)
     "latent_in": "norm",
     "moe_in": "norm",
-    # MoE: the tokens dispatched to the experts (and the router's probabilities), the routed experts' activation
+    # MoE: the tokens dispatched to the experts, the router's fp32 probabilities, the routed experts' activation
     "moe_dispatched": "norm",
+    "moe_probs": "norm",
     "moe_act": "act",
 }
 _PROJECTIONS = (
@@ -121,6 +122,7 @@ POLICY_SAVES["norm_moe"] = ALL_TENSORS - {
     "moe_in",
     "mlp_in",
     "moe_dispatched",
+    "moe_probs",
     "mlp_gate",
     "mlp_up",
     "mlp_act",
@@ -133,8 +135,8 @@ WHOLE_MLP_RERUN = (
     "norm_moe",
 )  # policies that checkpoint the MLP module whole: its down projection reruns too
 assert set(OFFLOADED) == set(OFFLOAD_POLICIES) and set(POLICY_SAVES) == set(RECOMPUTE_POLICIES)
-# fp8 training (Transformer Engine, torchao float8): the inputs of the linear layers are saved in
-# fp8 for the weight-gradient GEMMs, the rest stays in the activation precision.
+# fp8 training: the linear layers' inputs, quantised before each fp8 GEMM (the cast traffic of
+# costs.terms.compute_per_microbatch); whether the saved copy is that fp8 one is the framework's (fp8_storage).
 FP8_LINEAR_INPUTS = (
     "qkv_in",
     "latent_in",
@@ -146,12 +148,43 @@ FP8_LINEAR_INPUTS = (
     "moe_act",
 )
 FP8_BYTES = 1
+TILE_SCALE_BYTES = (
+    4 / 128
+)  # an fp32 scale per 1 x 128 activation tile (DeepSeek-V3 report section 3.3.2)
+E5M6_BYTES = (
+    12 / 8
+)  # DeepSeek-V3's attention output: 5 exponent and 6 mantissa bits (section 3.3.3)
 FP8_WEIGHT_COPIES = (
     2  # fp8 weights cached for the microbatches of a step: W and its transpose (Hopper TE)
 )
 SAVED_SCORE_BYTES = (
     5  # without fused attention: softmax output 2, dropout mask 1, dropout output 2 (Korthikanti)
 )
+
+
+@cache
+def fp8_storage(scheme: str, shared_experts: bool) -> dict[str, tuple[int, float]]:
+    """How fp8 training stores each saved tensor under a framework's scheme (``Profile.fp8_activations``):
+    (copies kept in the activation precision, bytes per element of the low-precision copies beside
+    them); a tensor left out keeps one copy in the activation precision. Sources: docs/cost_model.md
+    "fp8 activation storage"."""
+    fp8, tile = float(FP8_BYTES), FP8_BYTES + TILE_SCALE_BYTES
+    if scheme == "transformer_engine":  # per-tensor scales: nothing per element
+        return {
+            **{n: (0, fp8) for n in ("qkv_in", "mlp_in", "mlp_act", "moe_dispatched", "moe_act")},
+            "latent_in": (0, 2 * fp8),  # the q and the kv down projections each save their own copy
+            "moe_in": (1, fp8 if shared_experts else 0.0),  # bf16 for the router; the shared fc1's
+        }  # attn_out stays: the attention kernel's bf16 output is the projection's saved input
+    if scheme == "deepseek_v3":
+        return {
+            **{n: (0, tile) for n in ("qkv_in", "latent_in", "mlp_in", "moe_dispatched")},
+            **{n: (0, tile) for n in ("mlp_gate", "mlp_up")},  # the SwiGLU input, in fp8 ...
+            **{n: (0, 0.0) for n in ("mlp_act", "moe_act")},  # ... and its output recomputed
+            "attn_out": (0, E5M6_BYTES),  # one copy for the O projection and the attention backward
+            "moe_in": (1, tile if shared_experts else 0.0),  # the gating keeps bf16 (section 3.3.1)
+        }
+    assert scheme == "none", scheme
+    return {}
 
 
 def saved_tensor_widths(
@@ -161,13 +194,15 @@ def saved_tensor_widths(
     seq_len: int = 0,
     flash_attention: bool = True,
     activation_bytes: int = 2,
-    fp8: bool = False,
+    fp8_activations: str = "none",
 ) -> dict[str, FloatArray]:
     """Elements per token of every tensor a layer saves for backward, on one TP rank, in units of
-    ``activation_bytes`` (with ``fp8`` the linear layers' inputs count FP8_BYTES / activation_bytes)."""
+    ``activation_bytes``; under fp8 as the framework's scheme ``fp8_activations`` stores them
+    (``fp8_storage``: a tensor kept in c copies and b low-precision bytes counts c + b / activation_bytes)."""
     widths = _saved_widths(model, tp, sequence_parallel, seq_len, flash_attention, activation_bytes)
-    if fp8:
-        widths.update({n: widths[n] * FP8_BYTES / activation_bytes for n in FP8_LINEAR_INPUTS})
+    shared = model.moe is not None and model.moe.num_shared_experts > 0
+    for name, (copies, low_bytes) in fp8_storage(fp8_activations, shared).items():
+        widths[name] = widths[name] * (copies + low_bytes / activation_bytes)
     return widths
 
 
@@ -197,7 +232,7 @@ def _saved_widths(
     dispatched = (
         0.0 if model.moe is None else moe_layer_share(model) * model.moe.top_k * model.d_model / tp
     )
-    router = (
+    probs = (
         0.0
         if model.moe is None
         else moe_layer_share(model) * model.moe.num_experts / tp * 4 / activation_bytes
@@ -226,7 +261,8 @@ def _saved_widths(
         * d_sp,  # the pre-MLP norm's output in dense layers (norm fused into the MLP)
         "moe_in": share
         * d_sp,  # ... in MoE layers (the router's, the dispatcher's and the shared experts' input)
-        "moe_dispatched": dispatched + router,
+        "moe_dispatched": dispatched,
+        "moe_probs": probs,
         "mlp_gate": f * (model.mlp_matrices - 2),  # the gate projection's output (gated MLPs)
         "mlp_up": f,  # the up projection's output (the pre-activation of a plain MLP)
         "mlp_act": f - routed,  # input of the down projection (dense layers, shared experts)

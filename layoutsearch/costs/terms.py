@@ -33,6 +33,7 @@ import numpy as np
 
 from layoutsearch.core.arrays import per_key, read_only
 from layoutsearch.core.frameworks import (
+    fp8_activations_of,
     node_dedup,
     profile_of,
     transient_zero3_weights,
@@ -491,7 +492,7 @@ def saved_widths_by_policy(
         workload.seq_len,
         workload.flash_attention,
         workload.activation_bytes,
-        workload.precision == "fp8",
+        fp8_activations_of(workload),
     )
     if all(np.shape(x) == (1,) and np.asarray(x).dtype == np.int64 for x in (tp, r)):
         return _one_row_widths(reads, int(tp[0]), int(r[0]))  # an estimate's: a fit asks again
@@ -508,10 +509,10 @@ def _one_row_widths(reads: tuple, tp: int, r: int) -> tuple:
 
 def _widths_by_policy(reads: tuple, tp, r) -> tuple:
     """``saved_widths_by_policy`` of (model, sequence_parallel, seq_len, flash_attention,
-    activation_bytes, fp8)."""
-    model, sequence_parallel, seq_len, flash_attention, activation_bytes, fp8 = reads
+    activation_bytes, fp8_activations)."""
+    model, sequence_parallel, seq_len, flash_attention, activation_bytes, fp8_activations = reads
     widths = memory.saved_tensor_widths(
-        model, tp, sequence_parallel, seq_len, flash_attention, activation_bytes, fp8=fp8
+        model, tp, sequence_parallel, seq_len, flash_attention, activation_bytes, fp8_activations
     )
     in_hbm = sum(_f(widths[n]) * memory.in_hbm_by_code(n)[r] for n in widths)
     hosted = sum(_f(widths[n]) * memory.on_host_by_code(n)[r] for n in widths)

@@ -77,6 +77,12 @@ class Profile:
     fp8_param_gather: bool = False
     """With fp8: weights all-gathered in fp8 (Megatron --fp8-param-gather, torchtitan
     enable_fsdp_float8_all_gather), else in bf16."""
+    fp8_activations: str = "none"
+    """With fp8: how the tensors saved for backward are stored (costs.memory.fp8_storage). "none":
+    all in the activation precision (torchao's Float8Linear saves its high-precision input; MaxText
+    and DeepSpeed unsourced); "transformer_engine": the linear layers save their fp8 input;
+    "deepseek_v3": the DeepSeek-V3 report's storage (fp8 linear inputs and SwiGLU input with
+    tile scales, the attention output in E5M6)."""
     recompute_policies: tuple[str, ...] = ("none", "selective", "full")
     """What the search tries by default."""
     cp_flavours: tuple[str, ...] = ("ring",)

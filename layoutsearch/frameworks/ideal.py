@@ -1,5 +1,6 @@
 """The ideal framework: everything that can overlap does, TP included (the bound the others
-approach). A profile for the cost model only: no export target writes it."""
+approach), with fp8 activations stored the most compact published way (the DeepSeek-V3 report's,
+costs.memory.fp8_storage). A profile for the cost model only: no export target writes it."""
 
 from layoutsearch.core.specs import Recompute
 from layoutsearch.frameworks.declaration import Profile
@@ -10,6 +11,7 @@ PROFILE = Profile(
     name="ideal",
     tp_overlap=("gpu", "tpu"),
     fp8_param_gather=True,
+    fp8_activations="deepseek_v3",
     recompute_policies=tuple(r.value for r in Recompute),
     vendor_attention=True,
     ep_overlap=True,

@@ -17,6 +17,7 @@ EXPORTER = "layoutsearch.export.megatron"
 PROFILE = Profile(
     name="megatron",
     fp8_param_gather=True,
+    fp8_activations="transformer_engine",
     inplace_cross_entropy=True,
     vendor_attention=True,
     ep_node_dedup=True,
