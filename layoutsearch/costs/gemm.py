@@ -12,15 +12,19 @@ HBM moves A, B and C. Arguments are arrays (numpy broadcasting); seconds out.
 
 from __future__ import annotations
 
+from collections.abc import Iterable
+
 import numpy as np
 
-from layoutsearch.core.arrays import FloatArray
+from layoutsearch.core.arrays import FloatArray, IntArray
 from layoutsearch.core.specs import Accelerator
 
 OUTPUT_BYTES = 2  # C is written in bf16 (fp8 GEMMs too: Transformer Engine's outputs are bf16)
 
 
-def quantized_fraction(m, n, units: int, tile_rows: int, tile_cols: int, groups=1) -> FloatArray:
+def quantized_fraction(
+    m: FloatArray, n: FloatArray, units: int, tile_rows: int, tile_cols: int, groups: IntArray = 1
+) -> FloatArray:
     """Useful over issued tile work of ``groups`` GEMMs of m x n on ``units`` units (one grouped
     launch): groups m n / (waves x units x tile_rows x tile_cols), waves = ceil(tiles / units),
     tiles = groups x ceil(m / tile_rows) x ceil(n / tile_cols). 1 when the tiles fit exactly."""
@@ -29,14 +33,20 @@ def quantized_fraction(m, n, units: int, tile_rows: int, tile_cols: int, groups=
     return groups * np.asarray(m, dtype=np.float64) * n / (waves * units * tile_rows * tile_cols)
 
 
-def depth_fraction(k, half_depth: float) -> FloatArray:
+def depth_fraction(k: FloatArray, half_depth: float) -> FloatArray:
     """k / (k + k_half): the share of a tile's time spent on its k-long reduction."""
     k = np.asarray(k, dtype=np.float64)
     return k / (k + half_depth)
 
 
 def gemm_seconds(
-    m, n, k, acc: Accelerator, rate_flops_per_s: float, operand_bytes: int, groups=1
+    m: FloatArray,
+    n: FloatArray,
+    k: FloatArray,
+    acc: Accelerator,
+    rate_flops_per_s: float,
+    operand_bytes: int,
+    groups: IntArray = 1,
 ) -> FloatArray:
     """Seconds of ``groups`` (m, n, k) GEMMs at ``rate_flops_per_s`` (the part's peak x its fitted
     fraction): 2 m n k groups FLOPs over the rate x ``quantized_fraction`` x ``depth_fraction``, at
@@ -51,12 +61,17 @@ def gemm_seconds(
 
 
 def training_seconds(
-    m, shapes, acc: Accelerator, rate_flops_per_s: float, operand_bytes: int, groups=1
+    m: FloatArray,
+    shapes: Iterable[tuple[FloatArray, FloatArray, FloatArray]],
+    acc: Accelerator,
+    rate_flops_per_s: float,
+    operand_bytes: int,
+    groups: IntArray = 1,
 ) -> FloatArray:
     """Seconds of the forward and both backward GEMMs of weights ``shapes``, (count, n, k) each, at m
     rows: the forward (m, n, k), the input gradient (m, k, n) and the weight gradient (k, n, m), the
     weight's count times each (a mean layer's share of a weight)."""
-    total = 0.0
+    total: FloatArray = 0.0
     for count, n, k in shapes:
         total = total + count * (
             gemm_seconds(m, n, k, acc, rate_flops_per_s, operand_bytes, groups)
