@@ -37,7 +37,7 @@ from layoutsearch.core.graph_axes import SINGLE_CHIP_AXIS
 from layoutsearch.core.problem import Problem, SearchOptions, SearchRequest
 from layoutsearch.core.specs import Axis, Layout, ModelSpec, Workload
 from layoutsearch.core.units import GB, MIB, TB
-from layoutsearch.costs import comms
+from layoutsearch.costs import comms, flops
 from layoutsearch.costs.estimate import Estimate, estimate
 from layoutsearch.report.output import layout_record
 from layoutsearch.search import solve
@@ -193,14 +193,14 @@ def _book_gated(d_model: int) -> ModelSpec:
 
 
 def attention_crossover_seq_len(d_model: int, seq_len: int = 4096) -> float:
-    """Sequence length at which estimate()'s attention compute equals its matmul compute, for the
-    book's one-layer model (gated MLP, F = 4D, 64 heads, no GQA). Unfused attention without causal
-    skipping, so both run at the matmul rate with the same backward factor and their times are
-    in the ratio of their FLOPs; attention grows linearly with the sequence."""
-    t = _estimate(
-        _book_gated(d_model), "h100-8", Layout(dp=8), seqs=8, seq_len=seq_len, flash_attention=False
-    ).time_s
-    return seq_len * t["compute/matmul"] / t["compute/attention"]
+    """Sequence length at which the engine's attention FLOPs per token equal its matmul FLOPs, for the
+    book's one-layer model (gated MLP, F = 4D, 64 heads, no GQA), attention without causal skipping;
+    attention grows linearly with the sequence. FLOPs, not times: since the GEMMs are costed from
+    their shapes (costs.gemm) the two no longer run at one rate."""
+    model = _book_gated(d_model)
+    matmul = flops.matmul_flops_per_token_per_layer(model)
+    attention = flops.attention_flops_per_token_per_layer(model, seq_len, False)
+    return seq_len * float(matmul) / float(attention)
 
 
 # --- closed-form inputs --------------------------------------------------------------------------
@@ -413,7 +413,7 @@ BOOK: dict[str, Case] = {
     ),
     "attention-crossover-context": _engine(
         lambda: attention_crossover_seq_len(8192),
-        "estimate(book 1-layer D=8192, unfused attention).time_s: S x compute/matmul / compute/attention",
+        "costs.flops (book 1-layer D=8192, no causal skipping): S x matmul FLOPs / attention FLOPs per token",
     ),
 }
 

@@ -460,7 +460,9 @@ def test_memory_never_grows_when_tp_grows(recompute, zero, sp):
 @settings(max_examples=20, deadline=None)
 @given(k=st.sampled_from([1, 2, 4]), recompute=st.sampled_from(["none", "full"]))
 def test_compute_scales_as_one_over_devices(k, recompute):
-    """Pure data parallelism on twice the devices halves the matmul and attention compute."""
+    """Pure data parallelism on twice the devices halves the attention compute; the debug model's GEMMs
+    (D = 256) fill less than one wave of H100's 132 SMs, so half the tokens shorten only the weight
+    gradients' depth and the matmuls take 0.56 (K = 1) to 0.70 (K = 4) of the time, never more than 0.75."""
     w = Workload(global_batch_seqs=256, seq_len=1024)
     a = estimate(
         Problem.build(DEBUG, resolve_cluster("h100-32"), w),
@@ -472,9 +474,9 @@ def test_compute_scales_as_one_over_devices(k, recompute):
     )
     for key in ("compute/matmul", "compute/attention", "compute/recompute"):
         if a.time_s[key]:
-            # the same tokens per matmul would be exact; the efficiency curve favours the larger matmuls slightly
+            # attention: the same tokens per call would be exact; its size curve favours the larger calls slightly
             ratio = b.time_s[key] / a.time_s[key]
-            assert 0.5 <= ratio <= 0.5 * 1.2, (key, ratio)
+            assert 0.5 <= ratio <= (0.5 * 1.2 if key == "compute/attention" else 0.75), (key, ratio)
 
 
 @settings(max_examples=50, deadline=None)

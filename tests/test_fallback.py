@@ -93,7 +93,7 @@ def test_plan_markdown_and_json(tmp_path, capsys):
     text = out.read_text()
     assert "# Plan: llama70b on h100-128 (128 devices)" in text
     assert (
-        "| 1 | reshard-free | h100-120 | 0 | 135* | fsdp=15,tp=2,pp=4 | 90,567 | 35.2% | 0 |"
+        "| 1 | reshard-free | h100-120 | 0 | 135* | fsdp=15,tp=2,pp=4 | 91,559 | 35.3% | 0 |"
         in text
     )
     capsys.readouterr()

@@ -44,13 +44,13 @@ def test_tight_headroom_is_min_4_gib_or_10_percent_and_weighs_first():
 
 
 def test_the_main_jobs_context_parallel_fastest_gives_way_to_a_cp_free_layout():
-    """llama70b on v5p-8192: the least step time is a cp=2 layout's (0.7996 s); within 5% the
-    winner has no context parallelism and keeps TP on the torus (0.9% slower)."""
+    """llama70b on v5p-8192: the least step time is a cp=2 layout's (0.7913 s); within 5% the
+    winner has no context parallelism and keeps TP on the torus (2.1% slower)."""
     run = ls.solve(model="llama70b", cluster="v5p-8192", top=1)
     winner = run.result.layouts[0]
     least = run.result.objective_value
     assert winner.layout.cp == 1 and winner.layout.tp == 8
-    assert least == pytest.approx(0.7996, abs=5e-4)
+    assert least == pytest.approx(0.7913, abs=5e-4)
     assert 1.005 < winner.step_time_s / least < 1 + RISK_BAND
     assert run.document["solver"]["status"] == "OPTIMAL"
 

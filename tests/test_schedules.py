@@ -300,7 +300,7 @@ def test_schedules_option_restricts_the_search_and_names_a_bad_value():
 
 def test_main_job_keeps_its_answer_and_candidates():
     """llama70b on v5p-8192 (no export target: 1f1b and interleaved searched): 724,076 candidates and
-    fsdp 1024 x tp 8 without a pipeline, 0.807 s a step, as before the new schedules."""
+    fsdp 1024 x tp 8 without a pipeline, 0.808 s a step (0.807 before GEMMs were costed from their shapes)."""
     r = runner.invoke(
         app, ["solve", "--model", "llama70b", "--cluster", "v5p-8192", "--format", "json"]
     )
@@ -308,4 +308,4 @@ def test_main_job_keeps_its_answer_and_candidates():
     assert doc["solver"]["num_candidates"] == 724_076
     top = doc["layouts"][0]
     assert top["degrees"] == {"dp": 1, "fsdp": 1024, "tp": 8, "pp": 1, "cp": 1, "ep": 1, "etp": 1}
-    assert top["schedule"] == "1f1b" and top["time_s"]["step"] == pytest.approx(0.8068, abs=1e-4)
+    assert top["schedule"] == "1f1b" and top["time_s"]["step"] == pytest.approx(0.8079, abs=1e-4)

@@ -40,7 +40,7 @@ def test_dense_gpu_record_band_and_in_band_match_a_hand_computation(dev_raw, tmp
     assert e["step_time_rel_band"] == list(uncertainty_band("gpu")) == [-0.1025, 0.1128]
     by_hand = e["predicted_tokens_per_s_per_device"] / e["measured_tokens_per_s_per_device"] - 1
     assert e["measured_tokens_per_s_per_device"] == 9287.9
-    assert round(by_hand, 4) == 0.1056  # the measured step is 10.6% longer than predicted: inside
+    assert round(by_hand, 4) == 0.0878  # the measured step is 8.8% longer than predicted: inside
     assert e["in_band"] is (-0.1025 <= by_hand <= 0.1128) is True
     assert e["loso_in_band"] is None and doc["summary"]["loso_band_coverage"] is None
     cov = doc["summary"]["band_coverage"]
@@ -108,15 +108,15 @@ def test_no_prediction_or_no_measurement_leaves_the_fields_null(dev_raw, tmp_pat
 def test_moe_dev_file_in_sample_coverage(data_file):
     """tests/data/runs_moe_dev.yaml, with the MoE bands built from its own leave-one-source-out
     errors (layoutsearch/core/uncertainty_moe.yaml), widened on the uncalibrated v6e to contain the
-    uncalibrated band: 57 of 69 measured steps lie in their band in sample (83%): 53 of the 65 GPU
+    uncalibrated band: 58 of 69 measured steps lie in their band in sample (84%): 54 of the 65 GPU
     records (B200 and GB200 calibrated since their matmul fraction is fitted on these runs), 4 of 4 on
     TPUs."""
     doc = validate_runs(load_runs(data_file("runs_moe_dev.yaml")), rank=False)
     cov = doc["summary"]["band_coverage"]
-    assert (cov["all"]["count"], cov["all"]["covered"]) == (69, 57)
-    assert round(cov["all"]["fraction"], 3) == 0.826
+    assert (cov["all"]["count"], cov["all"]["covered"]) == (69, 58)
+    assert round(cov["all"]["fraction"], 3) == 0.841
     assert {k: (v["count"], v["covered"]) for k, v in cov["by_class"].items()} == {
-        "gpu moe": (65, 53),
+        "gpu moe": (65, 54),
         "tpu moe": (3, 3),
         "tpu moe uncalibrated": (1, 1),
     }

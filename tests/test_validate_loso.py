@@ -13,21 +13,22 @@ from layoutsearch.cli import main
 from layoutsearch.validation.validate import load_runs, validate_runs
 
 # summary.loso and each record's loso_rel_error as the implementation before --loso computed them
-# (the fits now remember the estimates they share; the numbers are the same)
+# (the fits now remember the estimates they share; the numbers are the same), re-pinned when the GEMMs
+# were costed from their shapes (costs.gemm)
 PINNED_LOSO_REL_ERROR = {
-    "megatron2021-table1-1-7b": 0.09086949791234322,
-    "megatron2021-table1-18-4b": 0.012605507515284442,
-    "fmsfsdp-a100-llama2-7b-128gpu": 0.04837193183574362,
-    "llmfoundry-mpt-a100-40g-7b-seq16384-8gpu-mbs1-ga4": -0.03369386645275019,
-    "llmfoundry-mpt-a100-40g-7b-seq8192-8gpu-mbs3-ga4": -0.08453699404676307,
-    "maxtext-v5p-2023-32b-1xv5p-128": -0.04186155784774226,
+    "megatron2021-table1-1-7b": 0.07227792507557207,
+    "megatron2021-table1-18-4b": -0.021298840804810037,
+    "fmsfsdp-a100-llama2-7b-128gpu": 0.05614970542953035,
+    "llmfoundry-mpt-a100-40g-7b-seq16384-8gpu-mbs1-ga4": -0.008454221542405715,
+    "llmfoundry-mpt-a100-40g-7b-seq8192-8gpu-mbs3-ga4": -0.06054208424233387,
+    "maxtext-v5p-2023-32b-1xv5p-128": -0.042558114232015165,
 }
 PINNED_SUMMARY = {
     "count": 6,
-    "median_abs_rel_error": 0.04511674484174294,
-    "p90_abs_rel_error": 0.08770324597955315,
-    "median_rel_error": -0.010544179468732873,
-    "in_sample_median_abs_rel_error": 0.02943510253717707,
+    "median_abs_rel_error": 0.04935390983077276,
+    "p90_abs_rel_error": 0.06641000465895297,
+    "median_rel_error": -0.014876531173607876,
+    "in_sample_median_abs_rel_error": 0.03496632868091004,
 }
 PINNED_CALIBRATION = {
     "Narayanan et al. 2021": {
@@ -116,8 +117,8 @@ def test_loso_folds_give_the_values_of_the_previous_implementation(subset_file, 
         ["validate", str(subset_file), "--no-rank", "--loso", "--max-median-error", "1"], capsys
     )
     assert code == 0 and out.splitlines()[-1] == (
-        "leave-one-source-out: median |error| 4.5%, p90 8.8% over 6 records predicted from the "
-        "other sources' calibration (in sample: median 2.9%)"
+        "leave-one-source-out: median |error| 4.9%, p90 6.6% over 6 records predicted from the "
+        "other sources' calibration (in sample: median 3.5%)"
     )
 
 

@@ -170,6 +170,18 @@ class TopologyFile(_Strict):
     )
 
 
+class GemmFile(_Strict):
+    compute_units: int = Field(
+        ge=1,
+        le=MAX_DEVICES,
+        description="units that work through a GEMM's output tiles in waves (GPU: SMs or CUs; TPU: MXUs)",
+    )
+    tile_rows: int = Field(
+        ge=1, le=MAX_MODEL_DIM, description="rows of the output tile one unit computes"
+    )
+    tile_cols: int = Field(ge=1, le=MAX_MODEL_DIM, description="columns of that tile")
+
+
 class CalibrationFile(_Strict):
     compute_fractions: Literal["fitted", "borrowed"] = Field(
         default="borrowed",
@@ -180,6 +192,9 @@ class CalibrationFile(_Strict):
     )
     matmul_efficiency: float = Field(gt=0, le=1)
     matmul_half_efficiency_tokens: float = Field(ge=0, le=MAX_MODEL_DIM)
+    gemm_half_efficiency_depth: float = Field(
+        ge=0, le=MAX_MODEL_DIM
+    )  # a GEMM's depth k at which a tile's fixed cost halves its rate
     attention_efficiency: float = Field(gt=0, le=1)
     collective_efficiency: float = Field(gt=0, le=1)
     scale_out_efficiency: float = Field(gt=0, le=1)
@@ -235,6 +250,7 @@ class AcceleratorFile(_Strict):
     host_gbytes_per_s_per_direction: GBytesPerS | None = None  # PCIe / NVLink-C2C to host memory
     runtime_reserve_gib: float = Field(ge=0, le=MAX_HBM_GIB)
     topology: TopologyFile
+    gemm: GemmFile
     calibration: CalibrationFile
     sources: dict[str, str]
     checkpoint_write_gbytes_per_s_per_node: GBytesPerS | None = None  # storage writes per host
@@ -1329,6 +1345,7 @@ def accelerator_from_dict(data: Any, where: str) -> Accelerator:
             "hbm_gbytes_per_s",
             "link_gbytes_per_s_per_direction",
             "scale_out_gbytes_per_s_per_direction",
+            "gemm",
             "calibration",
         )
         if k not in f.sources
@@ -1400,6 +1417,9 @@ def accelerator_from_dict(data: Any, where: str) -> Accelerator:
             cal.overlap_interference, 2
         ),  # the step tables count it in percent
         step_overhead_s=cal.step_overhead_ms * MILLI,
+        gemm_units=f.gemm.compute_units,
+        gemm_tile_rows=f.gemm.tile_rows,
+        gemm_tile_cols=f.gemm.tile_cols,
         **topo.model_dump(exclude={"max_slice_shape"}),
         max_slice_shape=tuple(topo.max_slice_shape),
         sources=dict(f.sources),

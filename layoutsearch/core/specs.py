@@ -427,8 +427,14 @@ class Accelerator:
     scale_out_bytes_per_s_per_direction: float  # GPU: NIC per GPU; TPU: DCN per chip
     scale_out_latency_s: float
     runtime_reserve_bytes: float  # runtime, compiler workspace and fragmentation
-    matmul_efficiency: float  # achievable fraction of peak for large matmuls
-    matmul_half_efficiency_tokens: float  # tokens per matmul at which efficiency halves
+    matmul_efficiency: float  # achievable fraction of the shape-quantized peak (costs.gemm)
+    matmul_half_efficiency_tokens: float  # tokens at which the attention and dispatch matmuls halve
+    # GEMMs from their shapes (costs.gemm): the units that work through a GEMM's output tiles (GPU: SMs;
+    # TPU: MXUs), the tile one unit computes, and the depth k at which a tile's fixed cost halves its rate
+    gemm_units: int
+    gemm_tile_rows: int
+    gemm_tile_cols: int
+    gemm_half_efficiency_depth: float
     attention_efficiency: (
         float  # achievable fraction of peak for the attention core (fused kernels), long contexts
     )

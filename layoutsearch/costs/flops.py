@@ -47,6 +47,52 @@ def matmul_params_per_layer(model: ModelSpec, tp: IntArray = 1) -> FloatArray:
     return attention + mlp
 
 
+GemmShape = tuple[FloatArray, FloatArray, FloatArray]  # (count, n, k) of one weight's GEMM
+
+
+def layer_gemm_shapes(model: ModelSpec, tp: IntArray = 1) -> tuple[GemmShape, ...]:
+    """(count, n, k) of each weight one TP rank multiplies per token in a layer outside the routed
+    experts: QKV (n = (n_q/tp + 2 kv) h, k = D), the attention output (D, n_q h/tp), the MLP's input
+    (gated: up and gate fused) and output; MLA's projections as one D-deep GEMM; a mixture-of-experts
+    model's mean layer weights the dense MLP by 1 - share and the shared experts and the router by the
+    share. sum(count x n x k) is ``matmul_params_per_layer``."""
+    d, inner = model.d_model, model.mlp_matrices - 1
+    attention: tuple[GemmShape, ...]
+    if model.mla is not None:
+        attention = ((1.0, mla_projection_params(model, tp) / d, d),)
+    else:
+        q_out = model.num_heads // tp * model.head_dim
+        kv_out = kv_heads_per_device(model, tp) * model.head_dim
+        attention = ((1.0, q_out + 2 * kv_out, d), (1.0, d + 0 * tp, q_out))
+    dense = 1.0 if model.moe is None else 1.0 - moe_layer_share(model)
+    mlp: tuple[GemmShape, ...] = (
+        (dense, inner * (model.d_ff // tp), d),
+        (dense, d + 0 * tp, model.d_ff // tp),
+    )
+    if model.moe is None:
+        return attention + mlp
+    f, moe = moe_layer_share(model), model.moe
+    shared = moe.num_shared_experts * (moe.shared_d_ff // tp)
+    extra: tuple[GemmShape, ...] = (
+        (f, inner * shared, d),
+        (f, d + 0 * tp, shared),
+        (f / tp, moe.num_experts + 0 * tp, d),
+    )
+    return attention + mlp + extra
+
+
+def expert_gemm_shapes(model: ModelSpec, etp: IntArray = 1) -> tuple[GemmShape, ...]:
+    """(count, n, k) of one routed expert's weights on an expert-TP rank: its input (gated: up and gate
+    fused, n = (matrices - 1) F_e / etp, k = D) and output (n = D, k = F_e / etp)."""
+    moe = model.moe
+    assert moe is not None, "called for mixture-of-experts models only"
+    width = moe.expert_d_ff // etp
+    return (
+        (1.0, (model.mlp_matrices - 1) * width, model.d_model),
+        (1.0, model.d_model + 0 * etp, width),
+    )
+
+
 def mla_projection_params(model: ModelSpec, tp: IntArray = 1) -> IntArray:
     """MLA's matmul weights per token on one TP rank: ``params.mla_attention_params_per_layer`` less
     its two latent norms (the down-projections are replicated, each rank runs them on its tokens;

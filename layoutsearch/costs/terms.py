@@ -49,7 +49,7 @@ from layoutsearch.core.specs import (
     Workload,
 )
 from layoutsearch.core.stages import split_layers
-from layoutsearch.costs import flops, memory, params, pipeline, power
+from layoutsearch.costs import flops, gemm, memory, params, pipeline, power
 from layoutsearch.costs.comms import (
     RING_FIELDS,
     RingCoefficients,
@@ -245,12 +245,19 @@ def compute_per_microbatch(
     m = tokens_per_microbatch(workload, sh, k)
     size = m / (m + acc.matmul_half_efficiency_tokens)
     clock = power.compute_rate_factor(workload, acc)  # a power cap's sustained clock (1: none)
-    rate = acc.peak_flops_per_s * acc.matmul_efficiency * size * clock  # bf16: attention, logits
+    rate = (
+        acc.peak_flops_per_s * acc.matmul_efficiency * size * clock
+    )  # bf16: attention, einsum dispatch
     fp8 = workload.precision == "fp8"
-    layer_rate = rate
+    # the layer GEMMs and the output head from their shapes (costs.gemm): the fitted fraction of the peak,
+    # the shape's tile, wave and depth quantization at the microbatch's rows, the HBM floor
+    gemm_rate, operand_bytes = acc.peak_flops_per_s * acc.matmul_efficiency * clock, 2
+    layer_rate = gemm_rate
     if fp8:  # core.problem refuses fp8 on an accelerator without an fp8 peak (the catalogue gives both or none)
         assert acc.peak_fp8_flops_per_s is not None and acc.fp8_matmul_efficiency is not None
-        layer_rate = acc.peak_fp8_flops_per_s * acc.fp8_matmul_efficiency * size * clock
+        layer_rate, operand_bytes = acc.peak_fp8_flops_per_s * acc.fp8_matmul_efficiency * clock, 1
+    passes = 1.0 + flops.BACKWARD_OVER_FORWARD
+    rows = np.ceil(m).astype(np.int64)  # the GEMMs' m: whole tokens
     attn_rate = (
         acc.peak_flops_per_s
         * (
@@ -272,30 +279,35 @@ def compute_per_microbatch(
     layers = own + mtp if model.mtp_layers else own
     work = memory.recompute_arrays(model)
     mm_rerun, attn_rerun, ew_rerun = work["matmul"][r], work["attention"][r], work["elementwise"][r]
-    mm = (
-        per_key(lambda tp: flops.matmul_flops_per_token_per_layer(model, tp), sh.tp)
-        * m
-        / layer_rate
+    # a layer's forward-equivalent GEMM seconds: its forward and two backward GEMMs over the passes
+    mm = per_key(
+        lambda tp, rows: (
+            gemm.training_seconds(
+                rows, flops.layer_gemm_shapes(model, tp), acc, layer_rate, operand_bytes
+            )
+            / passes
+        ),
+        sh.tp,
+        rows,
     )
     experts = 0.0  # the routed experts' forward GEMM seconds in the mean layer
-    if (
-        model.moe is not None
-    ):  # the routed experts' grouped GEMMs, at the rows the busiest local expert gets
-        load = expert_load(model, workload, sh, m)
-        rows = expert_rows(model, sh, m) * load
-        expert_rate = (
-            layer_rate
-            / size
-            * rows
-            / (rows + acc.matmul_half_efficiency_tokens)
-            * acc.grouped_matmul_efficiency
-        )
-        experts = (
-            2.0
-            * per_key(lambda tp: flops.routed_params_per_token_per_layer(model, tp), sh.tp)
-            * m
-            * load
-            / expert_rate
+    if model.moe is not None:  # one grouped GEMM over the local experts, each at the busiest's rows
+        expert = np.ceil(expert_rows(model, sh, m) * expert_load(model, workload, sh, m))
+        experts = params.moe_layer_share(model) * per_key(
+            lambda etp, local, rows: (
+                gemm.training_seconds(
+                    rows,
+                    flops.expert_gemm_shapes(model, etp),
+                    acc,
+                    layer_rate * acc.grouped_matmul_efficiency,
+                    operand_bytes,
+                    local,
+                )
+                / passes
+            ),
+            sh.etp,
+            model.moe.num_experts // np.asarray(sh.ep),
+            expert.astype(np.int64),
         )
         mm = mm + experts
     # a capacity-factor MoE dispatched by one-hot einsums (MaxText's dense path): matmuls at the bf16 rate
@@ -343,19 +355,21 @@ def compute_per_microbatch(
             widths[n] for n in memory.FP8_LINEAR_INPUTS
         )
         ew = ew + cast * m * (2.0 + mm_rerun) / acc.hbm_bytes_per_s
-    passes = 1.0 + flops.BACKWARD_OVER_FORWARD
     attn_passes = 1.0 + (
         flops.FLASH_ATTENTION_BACKWARD_OVER_FORWARD
         if workload.flash_attention
         else flops.BACKWARD_OVER_FORWARD
     )
-    logits = (
+    logits = (  # the vocab-parallel output head, (V/tp, D), in bf16
         head
         * (1.0 + (model.mtp_layers or 0))
-        * passes
-        * per_key(lambda tp: flops.logits_flops_per_token(model, tp), sh.tp)
-        * m
-        / rate
+        * per_key(
+            lambda tp, rows: gemm.training_seconds(
+                rows, ((1.0, model.vocab_size // tp, model.d_model),), acc, gemm_rate, 2
+            ),
+            sh.tp,
+            rows,
+        )
     )
     recompute = (mm + dispatch) * mm_rerun + attn * attn_rerun
     bwd_window = (

@@ -89,6 +89,7 @@ SHARED_KIND = {
 }
 SCALES = {
     "matmul_half_efficiency_tokens": 128.0,
+    "gemm_half_efficiency_depth": 512.0,
     "attention_half_efficiency_keys": 128.0,
     "microbatch_overhead_s": 1e-4,
     "step_overhead_s": 1e-2,
@@ -105,6 +106,7 @@ CALIBRATION_FIELDS = (
     "attention_half_efficiency_keys",
     "fp8_matmul_efficiency",
     "matmul_half_efficiency_tokens",
+    "gemm_half_efficiency_depth",
     "collective_efficiency",
     "scale_out_efficiency",
     "collective_half_efficiency_bytes",

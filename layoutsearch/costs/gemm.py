@@ -1,0 +1,81 @@
+"""GEMM seconds from the shard's shape (docs/cost_model.md "GEMMs from their shapes").
+
+A GEMM of m rows, n columns and depth k (C[m, n] = A[m, k] B[k, n]) on one device is cut into
+output tiles of ``gemm_tile_rows`` x ``gemm_tile_cols`` that the part's ``gemm_units`` (GPU: SMs;
+TPU: MXUs) work through in waves. The useful share of the issued tile work is the tile and wave
+quantization of NVIDIA's "Matrix Multiplication Background" guide (Deep Learning Performance
+documentation: tiles padded at the matrix edge, a partly filled last wave). Each tile also pays a
+fixed cost along its depth (filling the operand pipeline, writing C), as many more steps of depth as
+``gemm_half_efficiency_depth``: k / (k + k_half). A roofline floor: a GEMM never runs faster than
+HBM moves A, B and C. Arguments are arrays (numpy broadcasting); seconds out.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+import numpy as np
+
+from layoutsearch.core.arrays import FloatArray, IntArray
+from layoutsearch.core.specs import Accelerator
+
+OUTPUT_BYTES = 2  # C is written in bf16 (fp8 GEMMs too: Transformer Engine's outputs are bf16)
+
+
+def quantized_fraction(
+    m: FloatArray, n: FloatArray, units: int, tile_rows: int, tile_cols: int, groups: IntArray = 1
+) -> FloatArray:
+    """Useful over issued tile work of ``groups`` GEMMs of m x n on ``units`` units (one grouped
+    launch): groups m n / (waves x units x tile_rows x tile_cols), waves = ceil(tiles / units),
+    tiles = groups x ceil(m / tile_rows) x ceil(n / tile_cols). 1 when the tiles fit exactly."""
+    tiles = groups * np.ceil(m / tile_rows) * np.ceil(n / tile_cols)
+    waves = np.maximum(np.ceil(tiles / units), 1.0)
+    return groups * np.asarray(m, dtype=np.float64) * n / (waves * units * tile_rows * tile_cols)
+
+
+def depth_fraction(k: FloatArray, half_depth: float) -> FloatArray:
+    """k / (k + k_half): the share of a tile's time spent on its k-long reduction."""
+    k = np.asarray(k, dtype=np.float64)
+    return k / (k + half_depth)
+
+
+def gemm_seconds(
+    m: FloatArray,
+    n: FloatArray,
+    k: FloatArray,
+    acc: Accelerator,
+    rate_flops_per_s: float,
+    operand_bytes: int,
+    groups: IntArray = 1,
+) -> FloatArray:
+    """Seconds of ``groups`` (m, n, k) GEMMs at ``rate_flops_per_s`` (the part's peak x its fitted
+    fraction): 2 m n k groups FLOPs over the rate x ``quantized_fraction`` x ``depth_fraction``, at
+    least the HBM time of A and B (``operand_bytes`` each element) and C (bf16)."""
+    flops = 2.0 * groups * np.asarray(m, dtype=np.float64) * n * k
+    shape = quantized_fraction(
+        m, n, acc.gemm_units, acc.gemm_tile_rows, acc.gemm_tile_cols, groups
+    ) * depth_fraction(k, acc.gemm_half_efficiency_depth)
+    moved = groups * ((m * k + k * n) * operand_bytes + m * n * OUTPUT_BYTES)
+    compute = np.divide(flops, rate_flops_per_s * shape, out=np.zeros_like(flops), where=flops > 0)
+    return np.maximum(compute, moved / acc.hbm_bytes_per_s)  # an empty GEMM (n = 0): 0 s
+
+
+def training_seconds(
+    m: FloatArray,
+    shapes: Iterable[tuple[FloatArray, FloatArray, FloatArray]],
+    acc: Accelerator,
+    rate_flops_per_s: float,
+    operand_bytes: int,
+    groups: IntArray = 1,
+) -> FloatArray:
+    """Seconds of the forward and both backward GEMMs of weights ``shapes``, (count, n, k) each, at m
+    rows: the forward (m, n, k), the input gradient (m, k, n) and the weight gradient (k, n, m), the
+    weight's count times each (a mean layer's share of a weight)."""
+    total: FloatArray = 0.0
+    for count, n, k in shapes:
+        total = total + count * (
+            gemm_seconds(m, n, k, acc, rate_flops_per_s, operand_bytes, groups)
+            + gemm_seconds(m, k, n, acc, rate_flops_per_s, operand_bytes, groups)
+            + gemm_seconds(k, n, m, acc, rate_flops_per_s, operand_bytes, groups)
+        )
+    return total
