@@ -262,8 +262,8 @@ def test_a_framework_that_makes_the_plan_slow_is_named(cli_main, tmp_path):
     (line,) = [x for x in err.splitlines() if x.startswith("warning:")]
     assert line == (
         "warning: deepspeed cannot express the fast layouts of this problem: its best reaches "
-        "3.6% MFU (35.6 s a step), the unrestricted winner 33.2% (3.86 s, fsdp=128, tp=8, pp=16); "
-        "`layoutsearch solve --framework deepspeed` (no --export) shows it"
+        "3.6% MFU (35.6 s a step), the unrestricted winner 35.8% (3.58 s, fsdp=128, tp=2, pp=16, "
+        "cp=4); `layoutsearch solve --framework deepspeed` (no --export) shows it"  # cp=4: Ulysses
     )
 
 
