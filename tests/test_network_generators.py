@@ -13,10 +13,10 @@ from layoutsearch.cli import app
 from layoutsearch.core.catalogue import load_model
 from layoutsearch.core.device_graph import product_graph
 from layoutsearch.core.errors import CatalogueError
-from layoutsearch.core.graph_axes import axes_from_device_graph
+from layoutsearch.core.graph_axes import axes_from_device_graph, pod_oversubscription
 from layoutsearch.core.network_generators import generated_device_graph
 from layoutsearch.core.problem import Problem
-from layoutsearch.core.routes import heaviest_load_ratio
+from layoutsearch.core.routes import heaviest_link
 from layoutsearch.core.specs import Workload
 from layoutsearch.core.topology import (
     cluster_from_spec,
@@ -124,7 +124,9 @@ def test_routes_give_the_pods_ratio():
     )
     g = product_graph(factors)
     flows = [(("gpu", n, i), ("gpu", n + 32, i), 50 * GB) for n in range(32) for i in range(8)]
-    ratio = heaviest_load_ratio(g, flows, lambda u, v: g.edges[u, v]["bytes_per_s_per_direction"])
+    ratio = pod_oversubscription(
+        *heaviest_link(g, flows, lambda u, v: g.edges[u, v]["bytes_per_s_per_direction"])
+    )
     assert ratio == 4.0
 
 
@@ -359,7 +361,9 @@ def test_routes_spread_over_the_planes():
         {"accelerator": "h100", "nodes": 64, "planes": 2, "oversubscription": 4.0}
     )
     flows = [(("gpu", n, i), ("gpu", n + 32, i), 50 * GB) for n in range(32) for i in range(8)]
-    ratio = heaviest_load_ratio(g, flows, lambda u, v: g.edges[u, v]["bytes_per_s_per_direction"])
+    ratio = pod_oversubscription(
+        *heaviest_link(g, flows, lambda u, v: g.edges[u, v]["bytes_per_s_per_direction"])
+    )
     assert ratio == 4.0
 
 

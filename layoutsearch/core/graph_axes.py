@@ -220,11 +220,11 @@ def _with_wan(g: nx.Graph, by_axis: dict[str, list[tuple]], axis: Axis, domain_o
     """The scale-out axis of two sites joined by one ``wan`` link: the sites are the graph's two
     parts without it, each site's NVLink domains a pod; the ratio is the heaviest link load over
     capacity when every device sends to the device at the same place in the other site at its NIC
-    rate (``routes.heaviest_load_ratio``, O(devices) shortest-path searches), the WAN's latency
+    rate (``routes.heaviest_link``, O(devices) shortest-path searches), the WAN's latency
     paid per step that leaves a site."""
     import networkx as nx  # only where a graph is read (module docstring)
 
-    from layoutsearch.core.routes import heaviest_load_ratio
+    from layoutsearch.core.routes import heaviest_link
 
     if WAN_LINK not in by_axis:
         return axis
@@ -245,7 +245,9 @@ def _with_wan(g: nx.Graph, by_axis: dict[str, list[tuple]], axis: Axis, domain_o
         return sum(d["bytes_per_s_per_direction"] for *_, d in links if d["axis"] == "scale_out")
 
     flows = [(a, b, nic(a)) for a, b in zip(*sites)]
-    ratio = heaviest_load_ratio(g, flows, lambda u, v: g.edges[u, v]["bytes_per_s_per_direction"])
+    ratio = pod_oversubscription(
+        *heaviest_link(g, flows, lambda u, v: g.edges[u, v]["bytes_per_s_per_direction"])
+    )
     return replace(
         axis,
         pod_size=len({domain_of.get(d, d) for d in sites[0]}),

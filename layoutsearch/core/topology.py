@@ -525,11 +525,8 @@ def factor_axis(f: FactorGraph, acc: Accelerator) -> Axis:
 
 def _with_sites(f: FactorGraph, axis: Axis) -> Axis:
     """The scale-out axis of sites joined by a WAN: its pods are the sites, its ratio the heaviest
-    link load over capacity when every node sends to its peer in the next site at its NIC rate,
-    routed on the factor graph (``routes.site_ratio``; networkx, only here), and a step that
-    leaves a site pays the WAN's latency on top."""
-    from layoutsearch.core.routes import site_ratio  # networkx: WAN clusters only
-
+    link load over capacity when every node sends to its peer in the next site at its NIC rate
+    (``site_ratio``), and a step that leaves a site pays the WAN's latency on top."""
     wan_latency_s = next(d["latency_s"] for *_, d in f.edges(data=True) if d["axis"] == WAN_LINK)
     return replace(
         axis,
@@ -537,6 +534,45 @@ def _with_sites(f: FactorGraph, axis: Axis) -> Axis:
         oversubscription=site_ratio(f),
         pod_latency_s=wan_latency_s,
     )
+
+
+def _factor_capacity(f: FactorGraph):
+    """A factor edge's bytes/s each way: its rate times the links it stands for (the longer run's
+    members; a device end has ``nics_per_rail`` NICs per member)."""
+
+    def capacity(u, v) -> float:
+        links = max(len(members(u)), len(members(v)))
+        nics = (
+            f.graph.get("nics_per_rail", 1) if f.nodes[u]["device"] or f.nodes[v]["device"] else 1
+        )
+        return f.adj[u][v]["bytes_per_s_per_direction"] * links * nics
+
+    return capacity
+
+
+def site_ratio(f: FactorGraph) -> float:
+    """The WAN's ratio on a multi-site scale-out factor graph (one rail's tree): every run of nodes
+    sends to the run at the same place in the next site at its NICs' rate; routed on the factor
+    graph (a handful of nodes, however many devices; ``routes.heaviest_link``, networkx: WAN
+    clusters only), the heaviest link's load over capacity."""
+    import networkx as nx
+
+    from layoutsearch.core.routes import heaviest_link
+
+    g: nx.Graph = nx.Graph()
+    g.add_edges_from(f.edges())
+    per_site = sum(len(members(n)) for n, dev in f.nodes(data="device") if dev) // f.graph["sites"]
+    total = per_site * f.graph["sites"]
+    runs = [n for n, dev in f.nodes(data="device") if dev]
+    by_start = {members(n)[0]: n for n in runs}
+    capacity = _factor_capacity(f)
+    flows = []
+    for run in runs:
+        first = members(run)[0]
+        peer = by_start[(first + per_site) % total]
+        nic_bytes_per_s = capacity(run, next(iter(f.adj[run])))
+        flows.append((run, peer, nic_bytes_per_s))
+    return pod_oversubscription(*heaviest_link(g, flows, capacity))
 
 
 def derive_axes(factors: Sequence[FactorGraph], acc: Accelerator) -> tuple[tuple[Axis, ...], int]:
