@@ -59,14 +59,14 @@ def test_narayanan_claim_is_the_recompute_policy(claims):
 
 
 def test_dgxc_claim_is_degrees_and_sharding_inside_the_band(claims):
-    """dgxc Llama 3.1 70B fp8 on 512 GPUs: 1.098x (fsdp64 tp4 pp2 vs5, ZeRO-2), 1.082x from the
-    degrees and 1.014x from ZeRO-2; below the 1.240x that the GPU band (-10.25%..+11.28%) needs:
-    not distinguishable."""
+    """dgxc Llama 3.1 70B fp8 on 512 GPUs: 1.108x (fsdp64 tp4 pp2 vs5, ZeRO-2, Megatron's balanced pipeline
+    split: 1.098x before it), 1.048x from the degrees, 1.018x from ZeRO-2 and 1.032x in what the parts do
+    not name (the split); below the 1.240x that the GPU band (-10.25%..+11.28%) needs: not distinguishable."""
     c = claims[DGXC]
-    _claim_is(c, (10.965, 9.9885, 1.0978), "fsdp64 tp4 pp2 vs5 zero2 K16 SP")
+    _claim_is(c, (10.965, 9.9006, 1.1075), "fsdp64 tp4 pp2 vs5 zero2 K16 SP")
     f = factors(c)
-    assert f["degrees"] == pytest.approx(1.0818, rel=1e-3)
-    assert f["sharding"] == pytest.approx(1.0139, rel=1e-3)
+    assert f["degrees"] == pytest.approx(1.0479, rel=1e-3)
+    assert f["sharding"] == pytest.approx(1.0184, rel=1e-3)
     assert f["recompute"] == pytest.approx(1.0, abs=1e-3)
     assert c["distinguishable"] is False
 
@@ -78,15 +78,15 @@ def test_parts_multiply_to_the_claim(claims):
 
 
 def test_validate_reports_the_ranked_winners_claim(records):
-    """validate's claimed_speedup / claim_distinguishable are the same 1.310x (apart) and 1.098x
+    """validate's claimed_speedup / claim_distinguishable are the same 1.310x (apart) and 1.108x
     (inside the band), and the summary's median is the median of the two."""
     doc = validate_runs(list(records.values()), workers=1)
     by_id = {e["id"]: e for e in doc["records"]}
     assert by_id[NARAYANAN]["claimed_speedup"] == pytest.approx(1.3102, rel=1e-3)
     assert by_id[NARAYANAN]["claim_distinguishable"] is True
-    assert by_id[DGXC]["claimed_speedup"] == pytest.approx(1.0978, rel=1e-3)
+    assert by_id[DGXC]["claimed_speedup"] == pytest.approx(1.1075, rel=1e-3)
     assert by_id[DGXC]["claim_distinguishable"] is False
-    assert doc["summary"]["median_claimed_speedup"] == pytest.approx(1.2040, rel=1e-3)
+    assert doc["summary"]["median_claimed_speedup"] == pytest.approx(1.2089, rel=1e-3)
     assert doc["summary"]["claims_distinguishable_share"] == 0.5
 
 

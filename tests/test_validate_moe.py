@@ -390,8 +390,9 @@ def test_the_learned_routing_spread_is_what_its_fit_finds(moe_runs):
     scan = routing_cv_scan(problems, (0.1, LEARNED_ROUTING_EXPERT_CV, 0.2))
     assert LEARNED_ROUTING_EXPERT_CV == 0.15
     assert scan[0.15][0] < min(scan[0.1][0], scan[0.2][0])
+    # (0.1917 and 0.1957 before each pipeline stage's parameters counted its own MoE layers)
     assert (scan[0.1][0], scan[0.15][0], scan[0.2][0]) == pytest.approx(
-        (0.1964, 0.1917, 0.1957), abs=5e-5
+        (0.19639, 0.19175, 0.19577), abs=1e-5
     )
 
 
@@ -901,7 +902,7 @@ def test_megatron_bridge_deepseek_v3_rows_take_the_recipes_pipeline_split(by_id)
     recipe = estimate(problem, layout, strict=False)
     # the last stage, the slowest either way at Blackwell's 0.4389 matmul fraction, no longer carries 3 layers
     # beside the MTP module and the two output heads but 1: its layers' matmuls halve (4 layers' worth to 2)
-    assert (blind.step_time_s, recipe.step_time_s) == pytest.approx((33.02, 23.91), abs=0.01)
+    assert (blind.step_time_s, recipe.step_time_s) == pytest.approx((33.03, 23.91), abs=0.01)
     assert (
         blind.time_s["compute/logits"]
         == recipe.time_s["compute/logits"]
