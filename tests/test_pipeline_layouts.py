@@ -11,6 +11,7 @@ from typer.testing import CliRunner
 from layoutsearch.cli import app
 from layoutsearch.core.catalogue import load_model
 from layoutsearch.core.problem import Problem, SearchOptions, SearchRequest
+from layoutsearch.core.rules import framework_rules, violations
 from layoutsearch.core.specs import Layout, Workload
 from layoutsearch.core.stages import (
     balanced_bubble_stages,
@@ -21,6 +22,7 @@ from layoutsearch.core.stages import (
 )
 from layoutsearch.core.topology import resolve_cluster
 from layoutsearch.costs import params, terms
+from layoutsearch.frameworks import capabilities_of
 from layoutsearch.search import solve
 from layoutsearch.search.space import build_space
 
@@ -36,7 +38,7 @@ def test_balanced_chunks_of_a_hand_made_weight_list():
     assert balanced_chunk_sizes((1, 1), 3) == ()
 
 
-def test_balanced_split_counts_stages_of_interleaved_chunks():
+def test_two_stages_take_the_first_boundary_of_a_tie():
     """Eight unit weights and a last of 3 (total 11), pp = 2, v = 1: no split beats a heaviest stage of
     6 ((5, 4) items weigh 5 and 6, (6, 3) 6 and 5); the boundary nearest the even share 5.5 is after 5 or
     6 items, the first taken: first 5, last 4, the middle of two stages the heavier count, 5."""
@@ -163,3 +165,24 @@ def test_pipeline_splits_option_restricts_the_split_and_names_bad_splits():
     bad = runner.invoke(app, [*argv, "--pipeline-splits", "even,balancd"])
     assert bad.exit_code == 2
     assert "--pipeline-splits: unknown split 'balancd'" in bad.stderr
+
+
+def test_targets_without_a_layout_refuse_the_balanced_split_by_rule():
+    """llama3-8b on pp = 4 with the balanced split: torchtitan and MaxText refuse it naming the split and
+    the way out; Megatron, which writes the layout, does not."""
+    problem = _problem()
+    layout = Layout(fsdp=4, pp=4, zero_stage=1, num_microbatches=8, balanced_split=True)
+    found = {
+        target: [
+            v.message
+            for v in violations(problem, layout, framework_rules(capabilities_of(target)))
+            if v.code.endswith("-split")
+        ]
+        for target in ("torchtitan", "maxtext", "megatron")
+    }
+    assert found["megatron"] == []
+    assert found["torchtitan"] == [
+        "torchtitan cannot express the balanced split of num_layers(32) over pp(4) x virtual_stages(1); "
+        "nearest: the engine's split (--pipeline-splits without balanced), or export to megatron"
+    ]
+    assert found["maxtext"][0].startswith("MaxText cannot express the balanced split")

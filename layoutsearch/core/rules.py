@@ -1248,7 +1248,11 @@ LIMITS: tuple[Limit, ...] = (
             f"the {_split_name(p, c)[0]} split of num_layers({p.model.num_layers}) over "
             f"pp({c['pp']}) x virtual_stages({c['v']})"
         ),
-        nearest=lambda caps, p, c: "a pp that divides the layers, or export to megatron",
+        nearest=lambda caps, p, c: (
+            "the engine's split (--pipeline-splits without balanced), or export to megatron"
+            if _split_name(p, c)[0] == "balanced"
+            else "a pp that divides the layers, or export to megatron"
+        ),
     ),
     Limit(
         code="recompute",
