@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 
+import pytest
 from builders import exported, solve_doc
 from typer.testing import CliRunner
 
@@ -24,7 +25,6 @@ from layoutsearch.core.topology import resolve_cluster
 from layoutsearch.costs import params, terms
 from layoutsearch.frameworks import capabilities_of
 from layoutsearch.search import solve
-from layoutsearch.search.space import build_space
 
 runner = CliRunner()
 
@@ -85,21 +85,29 @@ def test_interleaved_chunks_even_out_the_stages_and_set_the_bubble():
     assert balanced_bubble_stages(weights, 2, 2) == 5 / 3
 
 
-def _problem():
+def _problem(model="llama3-8b", cluster="h100-16", seqs=16):
     return Problem.build(
-        load_model("llama3-8b"),
-        resolve_cluster("h100-16"),
-        Workload(global_batch_seqs=16, seq_len=8192, framework="megatron"),
+        load_model(model),
+        resolve_cluster(cluster),
+        Workload(
+            global_batch_seqs=seqs, seq_len=8192 if seqs == 16 else 4096, framework="megatron"
+        ),
     )
 
 
-def test_cpsat_equals_the_enumerator_with_the_balanced_split():
-    """llama3-8b on 16 H100 with pp = 8 (Megatron: the balanced split searched): CP-SAT's top 3 are
-    the enumerator's, layouts and step times, and a balanced split is among them."""
-    problem = _problem()
-    options = SearchOptions(fix={"pp": 8})
-    space = build_space(problem, options)
-    assert (space.shapes.spl == 1).any()
+@pytest.mark.parametrize(
+    ("model", "cluster", "seqs", "fix"),
+    [
+        ("llama3-8b", "h100-16", 16, {"pp": 8}),
+        ("deepseek-v2", "h100-128", 256, {"pp": 4, "tp": 2}),  # a dense first layer, MoE after
+    ],
+)
+def test_cpsat_equals_the_enumerator_with_the_balanced_split(model, cluster, seqs, fix):
+    """llama3-8b on 16 H100 with pp = 8 and deepseek-v2 on 128 with pp = 4, tp = 2 (Megatron: the
+    balanced split searched): CP-SAT's top 3 are the enumerator's, layouts and step times, and a
+    balanced split is among them."""
+    problem = _problem(model, cluster, seqs)
+    options = SearchOptions(fix=fix)
     proven = solve(problem, SearchRequest(options=options, top_k=3))
     oracle = solve(problem, SearchRequest(options=options, top_k=3, method="enumerate"))
     assert proven.status == "OPTIMAL"
