@@ -38,7 +38,7 @@ from layoutsearch.core.specs import (
     Layout,
     Schedule,
 )
-from layoutsearch.core.stages import default_microbatches
+from layoutsearch.core.stages import SPLIT_NAMES, default_microbatches
 from layoutsearch.costs.estimate import Estimate
 from layoutsearch.costs.estimate import estimate as estimate_layout
 from layoutsearch.report import planning
@@ -164,6 +164,16 @@ def search_request(
                 else None
             ),
             offload=parse_names(search.offload, OFFLOADS, label("offload"), "choice"),
+            pipeline_splits=(
+                parse_names(
+                    search.pipeline_splits,
+                    tuple(SPLIT_NAMES.values()),
+                    label("pipeline_splits"),
+                    "split",
+                )
+                if search.pipeline_splits is not None
+                else None
+            ),
         ),
         objective=search.objective.value,
         top_k=top_k or search.top,

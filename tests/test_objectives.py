@@ -117,7 +117,8 @@ def test_time_to_train_prefers_the_smaller_checkpoint_under_frequent_failures():
     device; 6 virtual stages split the layers so that the larger stage holds 6.14 GB, whose goodput
     (0.682 against 0.669) outweighs a step 0.8% slower: time-to-train picks it."""
     instance = ("qwen3-8b", "h100-16", 32, 4096)
-    options = SearchOptions(choices={"pp": (2, 4, 8)})
+    engine_splits = ("even", "embedding-and-loss", "first-last", "chunk-layout")
+    options = SearchOptions(choices={"pp": (2, 4, 8)}, pipeline_splits=engine_splits)
     fastest = _solve(instance, options=options, top_k=1).layouts[0]
     result = _solve(instance, objective="time-to-train", options=options, top_k=1, resilience=HARSH)
     trained = result.layouts[0]

@@ -43,7 +43,7 @@ WORKLOAD = [
 ]
 PROBLEM = ["--problem", "--model", "-m", "--cluster", "-c"]
 SEARCH = ["--top", "--fix", "--choices", "--only", "--objective", "--time-limit", "--method"]
-SEARCH += ["--recompute", "--schedules", "--cp-flavours", "--offload"]
+SEARCH += ["--recompute", "--schedules", "--pipeline-splits", "--cp-flavours", "--offload"]
 GOODPUT = [
     "--failure-rate-per-device-hour",
     "--restart-time-s",

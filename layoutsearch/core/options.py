@@ -326,6 +326,12 @@ class SearchOptions(OptionGroup):
         description="Pipeline schedules to search, e.g. 1f1b,zb-v,dualpipev (default: 1f1b and "
         "interleaved, or those of the --export target)",
     )
+    pipeline_splits: str | None = Field(
+        None,
+        description="Pipeline layer splits to search where pp > 1, e.g. even,first-last (even, "
+        "embedding-and-loss, first-last, chunk-layout, balanced; default every one the framework "
+        "writes but balanced, which is opt-in: Megatron writes it)",
+    )
     cp_flavours: str | None = Field(
         None,
         description="Context-parallel flavours to search where cp > 1, e.g. ring,a2a (ring, "

@@ -389,6 +389,8 @@ class SearchOptions:
         None  # None: 1f1b and interleaved, or the export target's (search.space)
     )
     cp_flavours: tuple[str, ...] | None = None  # None: every flavour the target runs (CP_FLAVOURS)
+    # core.stages.SPLIT_NAMES the search keeps where pp > 1; None: every split the framework writes
+    pipeline_splits: tuple[str, ...] | None = None
 
     def allowed(self, degree: str, value):
         """Whether ``value`` (an int or a numpy array) of ``degree`` passes --fix, --choices and --only."""
@@ -557,6 +559,7 @@ def layout_from_record(record: Any, where: str = "layout") -> Layout:
         virtual_stages=rec.virtual_stages,
         first_stage_layers=_stage_count(split, "first", where) if given else None,
         last_stage_layers=_stage_count(split, "last", where) if given else None,
+        balanced_split=split.get("split") == "balanced",
         num_microbatches=rec.num_microbatches,
         recompute=rec.recompute,
         offload=rec.offload,

@@ -43,7 +43,13 @@ from layoutsearch.core.specs import (
     Layout,
     ModelSpec,
 )
-from layoutsearch.core.stages import CHUNK_LAYOUT, SPLIT_NAMES, split_layers
+from layoutsearch.core.stages import (
+    BALANCED,
+    BALANCED_SPLIT,
+    CHUNK_LAYOUT,
+    SPLIT_NAMES,
+    split_layers,
+)
 from layoutsearch.frameworks import TARGETS, Capabilities, capabilities_of
 from layoutsearch.frameworks.declaration import model_features
 
@@ -548,10 +554,41 @@ CANONICAL: tuple[Rule, ...] = (
 )
 
 
+def _pipeline_splits_rule(splits: tuple[str, ...]) -> Rule:
+    """--pipeline-splits: where pp > 1, the candidates' split (``_split_name``) is one of ``splits``."""
+    listed = ",".join(splits)
+
+    def why(p: Problem, c: dict) -> str:
+        return f"the {_split_name(p, c)[0]} split is not among --pipeline-splits {listed}"
+
+    return _rule(
+        code="option-pipeline-split",
+        needs=("pp", "v"),
+        holds=lambda p, c: (c["pp"] == 1) | np.isin(_split_name(p, c), splits),
+        title=lambda p: f"pipeline split in {{{listed}}} where pp > 1",
+        why=why,
+        kind="option",
+    )
+
+
+# the schedules that place chunk i on stage i mod pp, as the balanced split's chunks are laid out
+BALANCED_SCHEDULES = ("1f1b", "interleaved")
+
+
 def _split(p: Problem, c: Cand):
     """``core.stages.split_layers`` of the candidates' pipelines (first, middle, last, kind, ok); the rules read
-    only kind and ok, which the output head's weight (``head``) does not change."""
-    return split_layers(p.model.num_layers, c["pp"], c["v"], c.get("lf", 0), c.get("ll", 0))
+    only kind and ok, which the output head's weight (``head``) does not change; a balanced split (``spl``)
+    holds its kind, valid where pp > 1 gives each of the pp x v chunks a layer (its counts are the engine's)."""
+    first, middle, last, kind, ok = split_layers(
+        p.model.num_layers, c["pp"], c["v"], c.get("lf", 0), c.get("ll", 0)
+    )
+    if not np.any(c.get("spl", 0)):  # the engine's split alone (every row of the main job)
+        return first, middle, last, kind, ok
+    balanced = np.broadcast_to(np.asarray(c["spl"]) == BALANCED_SPLIT, kind.shape)
+    fits = (np.asarray(c["pp"]) > 1) & (p.model.num_layers >= np.asarray(c["pp"]) * c["v"])
+    if "sched" in c:
+        fits = fits & np.isin(c["sched"], [SCHEDULE_CODES[s] for s in BALANCED_SCHEDULES])
+    return first, middle, last, np.where(balanced, BALANCED, kind), np.where(balanced, fits, ok)
 
 
 def _standard_split_or_none(p: Problem, c: Cand) -> np.ndarray:
@@ -668,6 +705,8 @@ def option_rules(options: SearchOptions | None) -> tuple[Rule, ...]:
             kind="option",
         )
     )
+    if options.pipeline_splits is not None:
+        rules.append(_pipeline_splits_rule(options.pipeline_splits))
     flavours = options.cp_flavours
     if flavours is not None:
         rules.append(
@@ -1212,14 +1251,18 @@ LIMITS: tuple[Limit, ...] = (
     ),
     Limit(
         code="split",
-        needs=("pp", "v"),
+        needs=("pp", "v"),  # and the split choice ``spl`` where the candidates carry it
         holds=lambda caps, p, c: np.isin(_split_name(p, c), caps.pipeline_splits),
         title=lambda caps, p: f"pipeline splits {', '.join(caps.pipeline_splits)}",
         cannot=lambda caps, p, c: (
             f"the {_split_name(p, c)[0]} split of num_layers({p.model.num_layers}) over "
             f"pp({c['pp']}) x virtual_stages({c['v']})"
         ),
-        nearest=lambda caps, p, c: "a pp that divides the layers, or export to megatron",
+        nearest=lambda caps, p, c: (
+            "the engine's split (--pipeline-splits without balanced), or export to megatron"
+            if _split_name(p, c)[0] == "balanced"
+            else "a pp that divides the layers, or export to megatron"
+        ),
     ),
     Limit(
         code="recompute",
@@ -1482,6 +1525,7 @@ def candidate_of(layout: Layout, k: int | None = None) -> Cand:
         "r": RECOMPUTE_CODES.get(layout.recompute, -1),
         "lf": layout.first_stage_layers or 0,
         "ll": layout.last_stage_layers or 0,
+        "spl": int(layout.balanced_split),
     }
     return {key: np.array([value], dtype=np.int64) for key, value in values.items()}
 

@@ -596,6 +596,9 @@ class Layout:
         None  # uneven pipeline split (core.stages); None = the engine's split
     )
     last_stage_layers: int | None = None
+    balanced_split: bool = (
+        False  # the pipeline's balanced split (core.stages) instead of the engine's
+    )
     offload: str = "none"  # an Offload value: model state in host memory
 
     @property

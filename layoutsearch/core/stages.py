@@ -1,6 +1,6 @@
 """How a pipeline splits the layers over its stages: evenly, or with lighter first and last stages.
 
-pp no longer has to divide the layers. Three splits, in the order the engine tries them
+pp no longer has to divide the layers. Four splits, in the order the engine tries them
 (arrays in, arrays out, one entry per candidate):
 
 1. even: pp x v divides L; every stage holds L / pp layers.
@@ -25,23 +25,37 @@ pp no longer has to divide the layers. Three splits, in the order the engine tri
    (L + 2) mod (pp v) chunks; the embedding opens the first chunk, the loss closes the last.
    ``chunk_layout`` gives the chunks.
 
+5. balanced (a search choice beside the engine's split, Megatron ``--pipeline-model-parallel-layout``): the
+   contiguous split of the layers, each weighed by its forward matmul FLOPs per token with the embedding on the
+   first and the output head, the loss and the MTP modules on the last (``costs.params.layer_weights``: DeepSeek-V3's
+   3 dense layers, its MoE layers and its output end weigh what they compute), into pp x v chunks (chunk i on stage
+   i mod pp) whose heaviest chunk is lightest: exact (``balanced_chunk_sizes``); with v = 1 a chunk is a stage, so
+   the heaviest stage is lightest; with v > 1 a local search then evens the stages out (``_even_out_stages``)
+   and the bubble is costed at the largest chunk (``balanced_bubble_stages``). ``balanced_split`` gives the
+   stages' layers, ``balanced_chunks`` the chunks, ``chunk_sizes`` the chunks of the other splits.
+
 ``split_layers`` returns (first, middle, last) layers per stage and whether the split is valid;
 with pp = 1 all three are L, with pp = 2 the middle is the heavier of the two.
 """
 
 from __future__ import annotations
 
+from functools import lru_cache
+
 import numpy as np
 
 from layoutsearch.core.arrays import per_key
 
-EVEN, EMBEDDING_AND_LOSS, FIRST_LAST, CHUNK_LAYOUT = 0, 1, 2, 3
+EVEN, EMBEDDING_AND_LOSS, FIRST_LAST, CHUNK_LAYOUT, BALANCED = 0, 1, 2, 3, 4
 SPLIT_NAMES = {
     EVEN: "even",
     EMBEDDING_AND_LOSS: "embedding-and-loss",
     FIRST_LAST: "first-last",
     CHUNK_LAYOUT: "chunk-layout",
+    BALANCED: "balanced",
 }
+# a candidate's split choice (``Shapes.spl``): the engine's split above (kinds 0-3), or the balanced one
+ENGINE_SPLIT, BALANCED_SPLIT = 0, 1
 
 
 def split_layers(num_layers: int, pp, v, first=0, last=0, head: int = 0):
@@ -157,6 +171,147 @@ def given_chunks(num_layers: int, pp: int, v: int, first: int, last: int) -> lis
     chunks[0].insert(0, "E")
     chunks[-1].append("L")
     return chunks
+
+
+def balanced_chunk_sizes(weights: tuple[float, ...], chunks: int) -> tuple[int, ...]:
+    """Items per chunk of the contiguous split of ``weights`` into ``chunks`` non-empty chunks whose heaviest
+    chunk weighs least. Exact: that weight is a contiguous sum, the smallest for which a greedy packing needs
+    no more than ``chunks`` chunks (binary search over the sorted sums). Among the splits that reach it, each
+    boundary goes where the running weight is nearest its even share (k / chunks of the total), inside the
+    range the bound allows (between the packings from the last and from the first), so the stages that
+    gather every pp-th chunk stay even; where that breaks the bound, the packing from the last, whose
+    first chunks (on the stages 1F1B keeps the most microbatches in flight on) are the lightest.
+    () when there are fewer weights than chunks."""
+    n = len(weights)
+    if chunks < 1 or n < chunks:
+        return ()
+    if chunks == 1:
+        return (n,)
+    prefix = np.concatenate([[0.0], np.cumsum(weights)])
+    sums = np.unique((prefix[None, :] - prefix[:, None])[np.triu_indices(n + 1, 1)])
+    low, high = 0, len(sums) - 1  # sums[high] (the total) always fits
+    while low < high:
+        mid = (low + high) // 2
+        if len(_pack(weights, chunks, sums[mid])) <= chunks:
+            high = mid
+        else:
+            low = mid + 1
+    bound = sums[low] * (1 + 1e-9)  # the slack absorbs float sums
+    from_last = _pack(weights, chunks, sums[low], exact=True)
+    from_first = _pack(weights[::-1], chunks, sums[low], exact=True)[::-1]
+    earliest, latest = np.cumsum(from_last)[:-1], n - np.cumsum(from_first[::-1])[:-1][::-1]
+    share = prefix[-1] * np.arange(1, chunks) / chunks
+    nearest = np.abs(prefix[None, 1:n] - share[:, None]).argmin(axis=1) + 1
+    cuts = np.concatenate([[0], np.clip(nearest, earliest, latest), [n]])
+    chunk_weights = prefix[cuts[1:]] - prefix[cuts[:-1]]
+    if (np.diff(cuts) > 0).all() and (chunk_weights <= bound).all():
+        return tuple(int(x) for x in np.diff(cuts))
+    return from_last
+
+
+def _even_out_stages(prefix: np.ndarray, sizes: tuple[int, ...], pp: int) -> tuple[int, ...]:
+    """``sizes`` with boundaries moved a layer at a time while that lowers the heaviest stage (stage r sums
+    chunks r, r + pp, ...), then the sum of squared stage weights, keeping every chunk non-empty and no
+    heavier than the heaviest chunk: the interleaved split's stages even out (a local search, not a proof)."""
+    cuts = np.concatenate([[0], np.cumsum(sizes)])
+    chunk_of = np.arange(len(sizes)) % pp
+
+    def key(c):
+        stage = np.bincount(chunk_of, prefix[c[1:]] - prefix[c[:-1]], minlength=pp)
+        return (round(stage.max(), 6), round(float((stage**2).sum()), 6))
+
+    bound = (prefix[cuts[1:]] - prefix[cuts[:-1]]).max() * (1 + 1e-9)
+    best, improved = key(cuts), True
+    while improved:
+        improved = False
+        for k in range(1, len(cuts) - 1):
+            for step in (-1, 1):
+                trial = cuts.copy()
+                trial[k] += step
+                widths = prefix[trial[1:]] - prefix[trial[:-1]]
+                if trial[k - 1] < trial[k] < trial[k + 1] and widths.max() <= bound:
+                    if key(trial) < best:
+                        cuts, best, improved = trial, key(trial), True
+    return tuple(int(x) for x in np.diff(cuts))
+
+
+def _pack(weights, chunks: int, bound: float, exact: bool = False) -> tuple[int, ...]:
+    """Chunk sizes packing ``weights`` from the last, each chunk as full as ``bound`` allows (a relative
+    1e-9 slack absorbs float sums); ``exact`` also leaves one item for each chunk still to fill."""
+    sizes, total, size = [], 0.0, 0
+    for i in range(len(weights) - 1, -1, -1):
+        w = float(weights[i])
+        to_fill = chunks - len(sizes) - 1  # chunks still to open before this one
+        if size and (total + w > bound * (1 + 1e-9) or (exact and i < to_fill)):
+            sizes.append(size)
+            total, size = 0.0, 0
+        total, size = total + w, size + 1
+    sizes.append(size)
+    return tuple(reversed(sizes))
+
+
+@lru_cache(maxsize=4096)  # per (weights, pp, v): a search asks for a handful
+def balanced_stage_chunks(weights: tuple[float, ...], pp: int, v: int) -> tuple[int, ...]:
+    """Layers per chunk of the balanced split over pp x v chunks: ``balanced_chunk_sizes``, and with v > 1
+    its stages evened out (``_even_out_stages``)."""
+    sizes = balanced_chunk_sizes(weights, pp * v)
+    if v == 1 or not sizes:
+        return sizes
+    return _even_out_stages(np.concatenate([[0.0], np.cumsum(weights)]), sizes, pp)
+
+
+def balanced_split(weights: tuple[float, ...], pp: int, v: int) -> tuple[int, int, int, bool]:
+    """(first, middle, last, ok) layers per stage of ``balanced_stage_chunks`` over pp x v chunks (chunk i on
+    stage i mod pp): middle is the heaviest of the stages between, with pp = 2 the heavier of the two; not
+    ok where there are fewer layers than chunks."""
+    sizes = balanced_stage_chunks(weights, pp, v)
+    if pp < 2 or not sizes:
+        return len(weights), len(weights), len(weights), pp == 1
+    per_stage = [sum(sizes[r::pp]) for r in range(pp)]
+    middle = max(per_stage[1:-1]) if pp > 2 else max(per_stage[0], per_stage[-1])
+    return per_stage[0], middle, per_stage[-1], True
+
+
+def balanced_bubble_stages(weights: tuple[float, ...], pp: int, v: int) -> float:
+    """The v the step formula's bubble, (p - 1)/v of the heaviest stage, takes for the balanced split: the
+    heaviest stage's layers over the largest chunk's, so the bubble is (p - 1) of the largest chunk (v itself
+    when the chunks are equal; DeepSeek-V3's 61 layers on pp=8 x 7 chunks of 1 and 2 layers: 8 / 2 = 4, not 7)."""
+    sizes = balanced_stage_chunks(weights, pp, v)
+    if pp < 2 or not sizes:
+        return float(v)
+    return max(sum(sizes[r::pp]) for r in range(pp)) / max(sizes)
+
+
+def balanced_chunks(
+    weights: tuple[float, ...], pp: int, v: int, mtp_layers: int = 0
+) -> list[list[str]]:
+    """The pp x v chunks of the balanced split (as ``chunk_layout``): 'E' opens the first, the MTP modules
+    ('m') and 'L' close the last."""
+    chunks = [["t"] * n for n in balanced_stage_chunks(weights, pp, v)]
+    chunks[0].insert(0, "E")
+    chunks[-1] += ["m"] * mtp_layers + ["L"]
+    return chunks
+
+
+def chunk_sizes(
+    num_layers: int, pp: int, v: int, kind: int, first: int, last: int
+) -> tuple[int, ...]:
+    """Transformer layers of each of the pp x v chunks in order (chunk i on stage i mod pp) of a split of
+    kind ``kind`` (EVEN, EMBEDDING_AND_LOSS, FIRST_LAST with its ``first`` and ``last`` counts, CHUNK_LAYOUT),
+    the layers filling the chunks in order; a stage with v chunks of a count v divides, count / v each."""
+    chunks = pp * v
+    if kind == EVEN:
+        return (num_layers // chunks,) * chunks
+    if kind == EMBEDDING_AND_LOSS:
+        per_chunk = (num_layers + 2) // chunks
+        return (per_chunk - 1,) + (per_chunk,) * (chunks - 2) + (per_chunk - 1,)
+    if kind == CHUNK_LAYOUT:
+        return tuple(c.count("t") for c in chunk_layout(num_layers, pp, v))
+    middle = (num_layers - first - last) // (pp - 2) if pp > 2 else max(first, last)
+    counts = [first] + [middle] * (pp - 2) + [last]
+    if all(n % v == 0 for n in counts):
+        return tuple(counts[i % pp] // v for i in range(chunks))
+    return tuple(c.count("t") for c in given_chunks(num_layers, pp, v, first, last))
 
 
 def default_microbatches(global_batch_seqs: int, data_units: int, pp: int, v: int = 1) -> int:

@@ -228,6 +228,7 @@ class _Keys:
             cpa=cp_a2a_degree(problem.cluster.accelerator.devices_per_node, degrees),
             lf=layout.first_stage_layers or 0,
             ll=layout.last_stage_layers or 0,
+            spl=int(layout.balanced_split),
         )
         k = np.array([layout.num_microbatches])
         co = terms.layout_coeffs(problem.model, problem.cluster, layout)
@@ -235,7 +236,9 @@ class _Keys:
         f = np.array([OFFLOADS.index(layout.offload)])
         read_only(k, r, z, f, sh, co)  # kept for later calls
         mult = _scalar(
-            terms.step_multiplier(sh, k, terms.backward_split(problem.model, problem.workload))
+            terms.step_multiplier(
+                sh, k, terms.backward_split(problem.model, problem.workload), problem.model
+            )
         )
         return cls(sh=sh, k=k, r=r, z=z, f=f, co=co, mult=mult, sp=layout.sequence_parallel)
 

@@ -154,6 +154,7 @@ def layout_checkpoint_bytes(model: ModelSpec, workload: Workload, layout: Layout
         sched=SCHEDULE_CODES[layout.schedule],
         lf=layout.first_stage_layers or 0,
         ll=layout.last_stage_layers or 0,
+        spl=int(layout.balanced_split),
     )
     return float(checkpoint_bytes_of_shapes(model, workload, sh, np.array([layout.zero_stage]))[0])
 

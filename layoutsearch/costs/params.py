@@ -204,11 +204,23 @@ def layer_params(model: ModelSpec, tp: IntArray = 1) -> FloatArray:
     return attention_params_per_layer(model, tp) + mlp + norm_params_per_layer(model, tp)
 
 
+def moe_over_dense_mlp(model: ModelSpec, tp: IntArray = 1) -> FloatArray:
+    """Parameters per TP rank a MoE layer holds beyond a dense one outside its routed experts: its shared
+    experts and router less the dense MLP (``layer_params``' two parts; a stage with more MoE layers than
+    the mean's share holds this much more per extra MoE layer)."""
+    assert model.moe is not None, "called for mixture-of-experts models only"
+    moe = model.moe.num_shared_experts * ffn_params(
+        model, model.moe.shared_d_ff, tp
+    ) + router_params(model)
+    return moe - mlp_params_per_layer(model, tp)
+
+
 @lru_cache(maxsize=1024)  # per model: ``num_moe_layers`` counts the layers one by one
 def moe_layer_share(model: ModelSpec) -> float:
-    """The share of the layers that are MoE layers (0 for a dense model). A pipeline stage is costed
-    at the mean layer: exact when the stages hold equal shares of MoE layers, the dense layers of
-    DeepSeek-V3 (3 of 61) sit on the first stage in fact."""
+    """The share of the layers that are MoE layers (0 for a dense model). A pipeline stage's compute and
+    activations are costed at the mean layer (exact when the stages hold equal shares of MoE layers; the
+    dense layers of DeepSeek-V3, 3 of 61, sit on the first stage in fact), its parameters at its own MoE
+    layers (``costs.terms.moe_layers_per_stage``)."""
     return model.num_moe_layers / model.num_layers if model.moe is not None else 0.0
 
 
@@ -287,6 +299,39 @@ def output_layer_equivalents(model: ModelSpec) -> int:
         )
     head = model.vocab_size * model.d_model / active
     return int(round(model.mtp_layers + (1 + model.mtp_layers) * head))
+
+
+def active_layer_params(model: ModelSpec, layer: int) -> int:
+    """Parameters one token multiplies in layer ``layer`` (from 0): attention, norms and its MLP, the dense
+    one or (a MoE layer) the shared experts, the router and its top-k routed experts."""
+    if model.is_moe_layer(layer):
+        moe = model.moe
+        assert moe is not None
+        mlp = shared_expert_params(model) + router_params(model)
+        mlp += moe.top_k * routed_expert_params(model)
+    else:
+        mlp = int(mlp_params_per_layer(model))
+    return int(attention_params_per_layer(model)) + mlp + int(norm_params_per_layer(model))
+
+
+@lru_cache(maxsize=1024)  # per model: each balanced split of a search reads it
+def layer_weights(model: ModelSpec) -> tuple[float, ...]:
+    """Forward matmul FLOPs per token of each layer in order (2 x ``active_layer_params``), the first
+    with the embedding (a lookup: 0) and the last with the output head (2 V D) and each multi-token-prediction
+    module (its layer, its [2D, D] projection and its own pass through the head; DeepSeek-V3 technical
+    report section 2.2): the weights ``core.stages.balanced_split`` balances (attention scores, the same in
+    every layer, left out)."""
+    weights = [2.0 * active_layer_params(model, i) for i in range(model.num_layers)]
+    head = 2.0 * model.vocab_size * model.d_model
+    mtp = 2.0 * (active_layer_params(model, model.num_layers - 1) + 2 * model.d_model**2) + head
+    weights[-1] += head + model.mtp_layers * mtp
+    return tuple(weights)
+
+
+@lru_cache(maxsize=4096)  # per (model, stage span): a handful per search
+def moe_layers_in(model: ModelSpec, start: int, stop: int) -> int:
+    """MoE layers among layers ``start`` to ``stop`` - 1 (from 0)."""
+    return sum(model.is_moe_layer(i) for i in range(max(start, 0), min(stop, model.num_layers)))
 
 
 def stage_layers(model: ModelSpec, pp: int) -> int:

@@ -48,7 +48,15 @@ from layoutsearch.core.specs import (
     MoeSpec,
     Workload,
 )
-from layoutsearch.core.stages import split_layers
+from layoutsearch.core.stages import (
+    BALANCED,
+    BALANCED_SPLIT,
+    balanced_bubble_stages,
+    balanced_split,
+    balanced_stage_chunks,
+    chunk_sizes,
+    split_layers,
+)
 from layoutsearch.costs import flops, gemm, memory, params, pipeline, power
 from layoutsearch.costs.comms import (
     RING_FIELDS,
@@ -66,7 +74,7 @@ from layoutsearch.costs.comms import (
 )
 
 SHAPE_KEYS = ("dp", "fsdp", "tp", "pp", "cp", "v", "ep", "etp")
-EXTRA_KEYS = ("sched", "lf", "ll", "cpf", "cpa")  # Shapes fields with a default
+EXTRA_KEYS = ("sched", "lf", "ll", "cpf", "cpa", "spl")  # Shapes fields with a default
 ALLGATHER = CP_FLAVOUR_CODES["allgather"]
 
 
@@ -95,12 +103,14 @@ class Shapes:
     cpf: np.ndarray = field(default_factory=_unset)  # CP flavour code (CP_FLAVOUR_CODES; 0 ring)
     # the cp ranks that trade the sequence split for a head split by all-to-all (core.rules.cp_a2a_degree)
     cpa: np.ndarray = field(default_factory=_unset)
+    # the pipeline split: 0 the engine's (core.stages.split_layers), 1 the balanced one (BALANCED_SPLIT)
+    spl: np.ndarray = field(default_factory=_unset)
 
     def __post_init__(self):
         if not self.sched.size:
             implied = np.where(self.v > 1, SCHEDULE_CODES["interleaved"], SCHEDULE_CODES["1f1b"])
             object.__setattr__(self, "sched", implied.astype(np.int64))
-        for name in ("lf", "ll", "cpf"):
+        for name in ("lf", "ll", "cpf", "spl"):
             if not getattr(self, name).size:
                 object.__setattr__(self, name, np.zeros_like(self.pp))
         for name in ("ep", "etp", "cpa"):
@@ -132,8 +142,29 @@ class Shapes:
         cache = self.__dict__.setdefault("_split", {})
         layers, head = key = (model.num_layers, params.output_layer_equivalents(model))
         if key not in cache:
-            cache[key] = split_layers(layers, self.pp, self.v, self.lf, self.ll, head=head)
+            split = split_layers(layers, self.pp, self.v, self.lf, self.ll, head=head)
+            if (self.spl == BALANCED_SPLIT).any():
+                split = _with_balanced(split, model, self.pp, self.v, self.spl == BALANCED_SPLIT)
+            cache[key] = split
         return cache[key]
+
+    def bubble_stages(self, model: ModelSpec) -> np.ndarray:
+        """The v of each row's bubble: v, or a balanced split's ``core.stages.balanced_bubble_stages``."""
+        balanced = self.spl == BALANCED_SPLIT
+        if not balanced.any():
+            return _f(self.v)
+        weights = params.layer_weights(model)
+        bubble = per_key(
+            lambda pp, v: np.array(
+                [
+                    balanced_bubble_stages(weights, int(a), int(b))
+                    for a, b in zip(pp, v, strict=True)
+                ]
+            ),
+            self.pp,
+            self.v,
+        )
+        return np.where(balanced, bubble, _f(self.v))
 
     @property
     def units(self):
@@ -186,9 +217,84 @@ def _f(x):
     return np.asarray(x, dtype=np.float64)
 
 
+def _with_balanced(split, model: ModelSpec, pp, v, balanced):
+    """``split`` with the ``balanced`` rows' (first, middle, last, kind, ok) the balanced split's
+    (``core.stages.balanced_split`` of ``params.layer_weights``)."""
+    weights = params.layer_weights(model)
+    rows = per_key(
+        lambda pp, v: tuple(
+            np.array(column, dtype=np.int64)
+            for column in zip(
+                *(balanced_split(weights, int(a), int(b)) for a, b in zip(pp, v, strict=True)),
+                strict=True,
+            )
+        ),
+        pp,
+        v,
+    )
+    first, middle, last, ok = (np.asarray(x, dtype=np.int64) for x in rows)
+    kind = np.full_like(first, BALANCED)
+    return tuple(
+        np.where(balanced, new, old)
+        for new, old in zip((first, middle, last, kind, ok.astype(bool)), split, strict=True)
+    )
+
+
 def tokens_per_microbatch(workload: Workload, sh: Shapes, k):
     """m: tokens one device processes per microbatch (its data unit's sequences / cp)."""
     return _f(workload.global_batch_tokens) / (sh.units * k * sh.cp)
+
+
+def layout_split(model: ModelSpec, layout) -> tuple[int, int, int, int, bool]:
+    """(first, middle, last, kind, ok) of one Layout's pipeline (``Shapes.layer_split``): the engine's split,
+    the given first/last counts, or the balanced split."""
+    sh = Shapes.of(
+        pp=layout.pp,
+        v=layout.virtual_stages,
+        lf=layout.first_stage_layers or 0,
+        ll=layout.last_stage_layers or 0,
+        spl=int(layout.balanced_split),
+    )
+    first, middle, last, kind, ok = (x[0] for x in sh.layer_split(model))
+    return int(first), int(middle), int(last), int(kind), bool(ok)
+
+
+def moe_layers_per_stage(model: ModelSpec, sh: Shapes, last=False):
+    """MoE layers of the last stage (``last``), else the most any other stage holds (the first stage's terms
+    stand for the heaviest of the others, ``layers_per_stage``): counted over the layers each stage's chunks
+    hold (``core.stages.chunk_sizes``, or the balanced split's), so DeepSeek-V3's three dense layers lighten
+    the first stage and a middle stage holds MoE layers only; 0 for a dense model."""
+    if model.moe is None:
+        return np.zeros_like(_f(sh.pp))
+    first, _, final, kind, ok = sh.layer_split(model)
+    weights = params.layer_weights(model)
+
+    def of(pp, v, kind, first, final, ok):
+        out = np.zeros((2, len(pp)))
+        for i, row in enumerate(zip(pp, v, kind, first, final, ok, strict=True)):
+            out[:, i] = _moe_layers_of_stages(model, weights, *(int(x) for x in row))
+        return out[0], out[1]
+
+    first, final = np.where(ok, first, 0), np.where(ok, final, 0)  # an invalid split's counts: any
+    others, own_last = per_key(of, sh.pp, sh.v, kind, first, final, ok)
+    return np.where(last, own_last, others)
+
+
+def _moe_layers_of_stages(
+    model: ModelSpec, weights, pp, v, kind, first, last, ok
+) -> tuple[int, int]:
+    """(most MoE layers on a stage but the last, MoE layers on the last) of one split."""
+    if pp == 1 or not ok:
+        return model.num_moe_layers, model.num_moe_layers
+    if kind == BALANCED:
+        sizes = balanced_stage_chunks(weights, pp, v)
+    else:
+        sizes = chunk_sizes(model.num_layers, pp, v, kind, first, last)
+    starts = np.concatenate([[0], np.cumsum(sizes)])
+    per_stage = [0] * pp
+    for i, size in enumerate(sizes):
+        per_stage[i % pp] += params.moe_layers_in(model, int(starts[i]), int(starts[i]) + size)
+    return max(per_stage[:-1]), per_stage[-1]
 
 
 def layers_per_stage(model: ModelSpec, sh: Shapes, last=False):
@@ -221,11 +327,15 @@ def backward_split(model: ModelSpec, workload: Workload) -> tuple[float, float, 
     return fwd / total, dgrad / total, wgrad / total
 
 
-def step_multiplier(sh: Shapes, k, split: tuple[float, float, float]):
+def step_multiplier(
+    sh: Shapes, k, split: tuple[float, float, float], model: ModelSpec | None = None
+):
     """(K + bubble): microbatch-times per step on the slowest stage, the bubble of the rows' schedules
     (``pipeline.bubble_microbatches_array``; Narayanan et al. 2021 for 1F1B, (p - 1)/v interleaved)
-    with ``split`` the (F, B, W) shares of ``backward_split``."""
-    return k + pipeline.bubble_microbatches_array(_f(sh.pp), _f(sh.v), sh.sched, split)
+    with ``split`` the (F, B, W) shares of ``backward_split``; with the ``model``, a balanced split's
+    uneven chunks at ``Shapes.bubble_stages``."""
+    v = _f(sh.v) if model is None else sh.bubble_stages(model)
+    return k + pipeline.bubble_microbatches_array(_f(sh.pp), v, sh.sched, split)
 
 
 def compute_per_microbatch(
@@ -1007,6 +1117,13 @@ def expert_params_per_layer(model: ModelSpec, sh: Shapes):
     return _f(params.expert_layer_params(model, sh.etp)) / sh.ep
 
 
+def expert_params_per_moe_layer(model: ModelSpec, sh: Shapes):
+    """Routed-expert parameters of one MoE layer on one device: 1/ep of its E experts of width F_e / etp."""
+    moe = model.moe
+    assert moe is not None, "called for mixture-of-experts models only"
+    return _f(moe.num_experts * params.ffn_params(model, moe.expert_d_ff, sh.etp)) / sh.ep
+
+
 def gathered_bytes_per_param(workload: Workload, acc: Accelerator) -> float:
     """Bytes per parameter a ZeRO weight all-gather moves: fp8 where the framework gathers fp8 weights."""
     if workload.precision == "fp8" and profile_of(workload.framework, acc.kind).fp8_param_gather:
@@ -1077,8 +1194,8 @@ def step_collectives(
         return {"reduce/zero": rs, "reduce/dp": dp, "reduce/kv_replica": kv, "gather/zero": gather}
     # the routed experts' gradients: the expert ZeRO shard group, then the expert replicas
     e_grads = (
-        _f(layers_per_stage(model, sh))
-        * expert_params_per_layer(model, sh)
+        _f(moe_layers_per_stage(model, sh))
+        * expert_params_per_moe_layer(model, sh)
         * workload.grad_bytes_per_param
     )
     e_sharded = (z >= 1) & (sh.expert_shards > 1)
@@ -1195,13 +1312,15 @@ def _other_end(model: ModelSpec, sh: Shapes, first: bool, of_stage):
 
 
 def expert_stage_params(model: ModelSpec, sh: Shapes, first: bool = True):
-    """Routed-expert parameters per device of the first or last pipeline stage (DualPipe: of both)."""
+    """Routed-expert parameters per device of the first or last pipeline stage (DualPipe: of both): its MoE
+    layers' (``moe_layers_per_stage``)."""
     return _other_end(
         model,
         sh,
         first,
         lambda f: (
-            _f(layers_per_stage(model, sh, ~np.asarray(f))) * expert_params_per_layer(model, sh)
+            _f(moe_layers_per_stage(model, sh, ~np.asarray(f)))
+            * expert_params_per_moe_layer(model, sh)
         ),
     )
 
@@ -1219,6 +1338,11 @@ def _one_stage_params(model: ModelSpec, sh: Shapes, first):
     single = sh.pp == 1
     norm = params.final_norm_params(model) + params.output_bias_params(model, sh.tp)
     total = layers * per_layer
+    if model.moe is not None:  # the stage's own MoE layers, not the mean's share of its layers
+        excess = moe_layers_per_stage(
+            model, sh, ~np.asarray(first)
+        ) - layers * params.moe_layer_share(model)
+        total = total + excess * per_key(lambda tp: params.moe_over_dense_mlp(model, tp), sh.tp)
     holds_embedding = first | single
     # a V-shaped schedule's first device holds the last chunk too (zb-v, dualpipev)
     v_shaped = np.isin(sh.sched, pipeline.V_SHAPED) & ~single

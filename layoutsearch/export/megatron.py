@@ -93,15 +93,17 @@ from layoutsearch.core.frameworks import node_dedup, profile_of
 from layoutsearch.core.rules import candidate_of, cp_a2a_degree
 from layoutsearch.core.specs import ModelSpec
 from layoutsearch.core.stages import (
+    BALANCED,
     CHUNK_LAYOUT,
     EMBEDDING_AND_LOSS,
     EVEN,
     FIRST_LAST,
+    balanced_chunks,
     chunk_layout,
     given_chunks,
     split_layers,
 )
-from layoutsearch.costs.params import output_layer_equivalents
+from layoutsearch.costs.params import layer_weights, output_layer_equivalents
 from layoutsearch.export.context import (
     ExportContext,
     comment_block,
@@ -354,12 +356,17 @@ def _parallel_args(ctx: ExportContext) -> list[tuple[str, object]]:
     chunked = (
         kind == FIRST_LAST and v > 1 and bool(first % v or middle % v or last % v)
     )  # core.stages.given_chunks
+    if lay.balanced_split:  # core.stages.balanced_chunks: only the layout string says it
+        kind, chunked = BALANCED, False
+        weights = layer_weights(ctx.model)
+        chunks = balanced_chunks(weights, lay.pp, v, ctx.model.mtp_layers)
+        args.append(("--pipeline-model-parallel-layout", "|".join("".join(c) for c in chunks)))
     if v > 1 and kind == EVEN:
         args.append(
             ("--num-layers-per-virtual-pipeline-stage", ctx.model.num_layers // (lay.pp * v))
         )
     elif (
-        v > 1 and kind != CHUNK_LAYOUT and not chunked
+        v > 1 and kind not in (CHUNK_LAYOUT, BALANCED) and not chunked
     ):  # uneven splits give the chunk count, not its layers
         args.append(("--num-virtual-stages-per-pipeline-rank", v))
     if (

@@ -38,7 +38,7 @@ CAPABILITIES = Capabilities(
     offload=("none", "optimizer"),  # --optimizer-cpu-offload; no parameter offload
     offload_zero_stages=(1,),
     recompute_policies=PROFILE.recompute_policies,  # each one the exporter's _parallel_args writes
-    pipeline_splits=("even", "embedding-and-loss", "first-last", "chunk-layout"),
+    pipeline_splits=("even", "embedding-and-loss", "first-last", "chunk-layout", "balanced"),
     precisions=("bf16", "fp16", "fp8"),
     # megatron-core 0.16.1 TransformerConfig: full recompute only inside a full-iteration graph, and
     # "moe" recompute not with the router graphed (Transformer Engine graphs); its dropless

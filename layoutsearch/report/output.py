@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 from layoutsearch.core.problem import Problem
-from layoutsearch.core.stages import SPLIT_NAMES, split_layers
+from layoutsearch.core.stages import SPLIT_NAMES
 from layoutsearch.core.uncertainty import uncertainty_band
-from layoutsearch.costs import params
+from layoutsearch.costs import params, terms
 from layoutsearch.costs.estimate import Estimate, offload_seconds
 from layoutsearch.costs.goodput import Resilience
 from layoutsearch.report import planning
@@ -74,20 +74,8 @@ def layout_record(
 def stage_layers_record(est: Estimate) -> dict:
     """Layers of the first, a middle and the last pipeline stage, and how they were split (core.stages)."""
     lay = est.layout
-    first, middle, last, kind, _ = split_layers(
-        est.model.num_layers,
-        lay.pp,
-        lay.virtual_stages,
-        lay.first_stage_layers or 0,
-        lay.last_stage_layers or 0,
-        head=params.output_layer_equivalents(est.model),
-    )
-    return {
-        "first": int(first[0]),
-        "middle": int(middle[0]),
-        "last": int(last[0]),
-        "split": SPLIT_NAMES[int(kind[0])],
-    }
+    first, middle, last, kind, _ = terms.layout_split(est.model, lay)
+    return {"first": first, "middle": middle, "last": last, "split": SPLIT_NAMES[kind]}
 
 
 def band_of(est: Estimate) -> tuple[float, float]:

@@ -187,7 +187,7 @@ class Costed:
 # The (S,K) x r terms read a row's microbatch count and its shape's degrees, but the data unit
 # (dp x fsdp) only whole: through the tokens of a microbatch. Rows alike in these (they differ in
 # how ZeRO shards the unit) share their terms, which are costed once per key.
-TERM_DEGREES = ("tp", "pp", "cp", "v", "ep", "etp", "sched", "lf", "ll", "cpf", "cpa")
+TERM_DEGREES = ("tp", "pp", "cp", "v", "ep", "etp", "sched", "lf", "ll", "cpf", "cpa", "spl")
 
 
 def term_keys(space: Space) -> tuple[np.ndarray, np.ndarray]:
@@ -215,7 +215,7 @@ def terms_of_rows(space: Space, rows: np.ndarray) -> RowTerms:
     def grid(x):
         return np.broadcast_to(x, (n_sk, len(codes)))
 
-    mult = terms.step_multiplier(sh, k, terms.backward_split(model, workload))
+    mult = terms.step_multiplier(sh, k, terms.backward_split(model, workload), model)
     a: list = []
     busy: list = []
     mb: list = []
@@ -381,7 +381,7 @@ def build_tables(
     def grid_o(x):
         return np.broadcast_to(x, (n_sk, n_o))
 
-    mult_o = terms.step_multiplier(sh_o, k_o, terms.backward_split(model, workload))
+    mult_o = terms.step_multiplier(sh_o, k_o, terms.backward_split(model, workload), model)
     r0 = np.zeros_like(k_o)
     tp_st, fx_st, ep_st = [], [], []
     fc = terms.fsdp_collectives(model, workload, acc, sh_o, co)

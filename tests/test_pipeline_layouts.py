@@ -1,0 +1,196 @@
+"""The balanced pipeline split (core.stages): its exact split of a weight list, its stage counts, its
+Megatron layout string, CP-SAT against the enumerator where it is searched, the main job unchanged."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from builders import exported, solve_doc
+from typer.testing import CliRunner
+
+from layoutsearch.cli import app
+from layoutsearch.core.catalogue import load_model
+from layoutsearch.core.problem import Problem, SearchOptions, SearchRequest
+from layoutsearch.core.rules import framework_rules, violations
+from layoutsearch.core.specs import Layout, Workload
+from layoutsearch.core.stages import (
+    balanced_bubble_stages,
+    balanced_chunk_sizes,
+    balanced_chunks,
+    balanced_split,
+    balanced_stage_chunks,
+)
+from layoutsearch.core.topology import resolve_cluster
+from layoutsearch.costs import params, terms
+from layoutsearch.frameworks import capabilities_of
+from layoutsearch.search import solve
+
+runner = CliRunner()
+
+
+def test_balanced_chunks_of_a_hand_made_weight_list():
+    """Weights 1,1,1,1,1,3 in 3 chunks: the heaviest chunk is at least 3 (the last item), and 3 is
+    reached; the boundaries go where the running weight is nearest the even shares 8/3 = 2.67 and 5.33
+    (3 and 5): chunks of 3, 2 and 1 items weighing 3, 2, 3. Fewer items than chunks: no split."""
+    assert balanced_chunk_sizes((1, 1, 1, 1, 1, 3), 3) == (3, 2, 1)
+    assert balanced_chunk_sizes((1, 1, 1, 1, 1, 3), 6) == (1, 1, 1, 1, 1, 1)
+    assert balanced_chunk_sizes((1, 1), 3) == ()
+
+
+def test_two_stages_take_the_first_boundary_of_a_tie():
+    """Eight unit weights and a last of 3 (total 11), pp = 2, v = 1: no split beats a heaviest stage of
+    6 ((5, 4) items weigh 5 and 6, (6, 3) 6 and 5); the boundary nearest the even share 5.5 is after 5 or
+    6 items, the first taken: first 5, last 4, the middle of two stages the heavier count, 5."""
+    weights = (1.0,) * 8 + (3.0,)
+    assert balanced_split(weights, 2, 1) == (5, 5, 4, True)
+
+
+def test_layer_weights_of_deepseek_v3_dense_and_moe_layers():
+    """DeepSeek-V3's weights, 2 FLOPs a parameter: MLA 187,107,328 (q_a 7168 x 1536, q_b 1536 x 128 x 192,
+    kv_a 7168 x 576, kv_b 512 x 128 x 256, o 128 x 128 x 7168, latent norms 2048) and 2 norms of 7168;
+    layers 0-2 dense (MLP 3 x 7168 x 18432 = 396,361,728: 583,483,392), layer 3 MoE (shared 3 x 7168 x
+    2048 = 44,040,192, router 7168 x 256 + 256, 8 routed experts of 44,040,192: 398,196,992 MLP,
+    585,318,656); the last adds the head 2 x 129280 x 7168 and the MTP module."""
+    model = load_model("deepseek-v3")
+    w = params.layer_weights(model)
+    assert w[0] == 2 * 583_483_392
+    assert w[3] == 2 * 585_318_656
+    head = 2 * 129_280 * 7168
+    mtp = 2 * (585_318_656 + 2 * 7168**2) + head
+    assert w[60] == 2 * 585_318_656 + head + mtp
+    assert params.moe_layers_in(model, 0, 9) == 6  # stage 0 of 9 layers: 3 dense, 6 MoE
+
+
+def test_deepseek_v3_balanced_split_and_megatron_layout_string():
+    """DeepSeek-V3 on pp = 8: the last layer with the head and the MTP module weighs 5.34 layers, so
+    the balanced split holds 4 layers on the last stage (8.34 layers' work), 9 on the first and 8 on
+    the others (no stage above 9); the layout string is Megatron's E/t/m/L chunks."""
+    weights = params.layer_weights(load_model("deepseek-v3"))
+    assert balanced_split(weights, 8, 1) == (9, 8, 4, True)
+    chunks = balanced_chunks(weights, 8, 1, mtp_layers=1)
+    layout = "|".join("".join(c) for c in chunks)
+    assert layout == "E" + "t" * 9 + ("|" + "t" * 8) * 6 + "|ttttmL"
+
+
+def test_interleaved_chunks_even_out_the_stages_and_set_the_bubble():
+    """Ten unit weights on pp = 2 x v = 2: the heaviest chunk is at least 3 (10 / 4 = 2.5); the boundaries
+    nearest the shares 2.5, 5, 7.5 give chunks (2, 3, 2, 3), stages 2 + 2 = 4 and 3 + 3 = 6; moving the
+    first boundary a layer later gives (3, 2, 2, 3), stages 5 and 5. The bubble's v is the heaviest stage
+    over the largest chunk, 5 / 3 (the bubble (p - 1) x 3 layers, not (p - 1)/2 x 5)."""
+    weights = (1.0,) * 10
+    assert balanced_chunk_sizes(weights, 4) == (2, 3, 2, 3)
+    assert balanced_stage_chunks(weights, 2, 2) == (3, 2, 2, 3)
+    assert balanced_split(weights, 2, 2) == (5, 5, 5, True)
+    assert balanced_bubble_stages(weights, 2, 2) == 5 / 3
+
+
+def _problem(model="llama3-8b", cluster="h100-16", seqs=16):
+    return Problem.build(
+        load_model(model),
+        resolve_cluster(cluster),
+        Workload(
+            global_batch_seqs=seqs, seq_len=8192 if seqs == 16 else 4096, framework="megatron"
+        ),
+    )
+
+
+@pytest.mark.parametrize(
+    ("model", "cluster", "seqs", "fix"),
+    [
+        ("llama3-8b", "h100-16", 16, {"pp": 8}),
+        ("deepseek-v2", "h100-128", 256, {"pp": 4, "tp": 2}),  # a dense first layer, MoE after
+    ],
+)
+def test_cpsat_equals_the_enumerator_with_the_balanced_split(model, cluster, seqs, fix):
+    """llama3-8b on 16 H100 with pp = 8 and deepseek-v2 on 128 with pp = 4, tp = 2 (Megatron: the
+    balanced split searched): CP-SAT's top 3 are the enumerator's, layouts and step times, and a
+    balanced split is among them."""
+    problem = _problem(model, cluster, seqs)
+    options = SearchOptions(fix=fix)
+    proven = solve(problem, SearchRequest(options=options, top_k=3))
+    oracle = solve(problem, SearchRequest(options=options, top_k=3, method="enumerate"))
+    assert proven.status == "OPTIMAL"
+    assert [e.layout for e in proven.layouts] == [e.layout for e in oracle.layouts]
+    assert [e.step_time_s for e in proven.layouts] == [e.step_time_s for e in oracle.layouts]
+    assert any(e.layout.balanced_split for e in proven.layouts)
+
+
+def test_main_job_is_unchanged():
+    """llama70b on v5p-8192 (MaxText: no balanced split): objective 0.7996105278371362 s and
+    724,076 candidates, as before the split choice."""
+    r = runner.invoke(
+        app, ["solve", "--model", "llama70b", "--cluster", "v5p-8192", "--format", "json"]
+    )
+    doc = json.loads(r.stdout)
+    assert doc["solver"]["objective"] == 0.7996105278371362
+    assert doc["solver"]["num_candidates"] == 724_076
+
+
+def test_deepseek_v3_first_stage_holds_its_own_moe_layers():
+    """DeepSeek-V3 on pp = 2 (the engine's first-last split: 31 and 30 layers), ep = 8, tp = 1: stage 0
+    holds layers 0-30, 3 dense and 28 MoE (the mean would say 31 x 58/61 = 29.5), the last 30 MoE. Its
+    parameters: 31 x 187,121,664 (attention, norms) + 3 x 396,361,728 (dense MLPs) + 28 x 45,875,456
+    (shared expert 44,040,192, router 1,835,264) + the embedding 129,280 x 7168 = 9,201,048,576; its
+    routed experts 28 x 256/8 x 44,040,192 = 39,460,012,032."""
+    model = load_model("deepseek-v3")
+    sh = terms.Shapes.of(pp=2, ep=8)
+    assert terms.moe_layers_per_stage(model, sh)[0] == 28
+    assert terms.moe_layers_per_stage(model, sh, last=True)[0] == 30
+    assert terms.stage_params(model, sh, first=True)[0] == 9_201_048_576
+    assert terms.expert_stage_params(model, sh, first=True)[0] == 39_460_012_032
+
+
+def test_megatron_export_writes_the_balanced_layout_of_a_json_record():
+    """llama3-8b (32 layers of 2 x 218,112,000 FLOPs a token; the head 2 x 128256 x 4096 =
+    1,050,673,152, 2.41 layers) on pp = 4: the last stage takes at most 6 layers under the bound 9
+    (6 + 2.41 <= 9), so the others hold 26 and the optimum is 9; the boundaries nearest the shares 8.6,
+    17.2, 25.8 give 9, 8, 9, 6. The JSON record says 'balanced' and the export writes the layout."""
+    layout = Layout(fsdp=4, pp=4, zero_stage=1, num_microbatches=8, balanced_split=True)
+    doc = solve_doc("llama3-8b", "h100-16", 32, 4096, layout, framework="megatron")
+    assert doc["layouts"][0]["stage_layers"] == {
+        "first": 9,
+        "middle": 9,
+        "last": 6,
+        "split": "balanced",
+    }
+    text = exported(doc, "megatron")
+    assert "--pipeline-model-parallel-layout 'Ettttttttt|tttttttt|ttttttttt|ttttttL'" in text
+    assert "--decoder-first-pipeline-num-layers" not in text
+
+
+def test_pipeline_splits_option_restricts_the_split_and_names_bad_splits():
+    """llama3-8b on 16 H100 with pp = 8 (Megatron): the winner holds a balanced split by default and
+    none with --pipeline-splits even,first-last; an unknown split is exit 2 naming it."""
+    argv = "solve --model llama3-8b --cluster h100-16 --seqs 16 --seq-len 8192 --fix pp=8".split()
+    default = runner.invoke(app, [*argv, "--format", "json"])
+    assert default.exit_code == 0, default.stderr
+    assert json.loads(default.stdout)["layouts"][0]["stage_layers"]["split"] == "balanced"
+    r = runner.invoke(app, [*argv, "--pipeline-splits", "even,first-last", "--format", "json"])
+    assert r.exit_code == 0, r.stderr
+    splits = {x["stage_layers"]["split"] for x in json.loads(r.stdout)["layouts"]}
+    assert splits <= {"even", "first-last"}
+    bad = runner.invoke(app, [*argv, "--pipeline-splits", "even,balancd"])
+    assert bad.exit_code == 2
+    assert "--pipeline-splits: unknown split 'balancd'" in bad.stderr
+
+
+def test_targets_without_a_layout_refuse_the_balanced_split_by_rule():
+    """llama3-8b on pp = 4 with the balanced split: torchtitan and MaxText refuse it naming the split and
+    the way out; Megatron, which writes the layout, does not."""
+    problem = _problem()
+    layout = Layout(fsdp=4, pp=4, zero_stage=1, num_microbatches=8, balanced_split=True)
+    found = {
+        target: [
+            v.message
+            for v in violations(problem, layout, framework_rules(capabilities_of(target)))
+            if v.code.endswith("-split")
+        ]
+        for target in ("torchtitan", "maxtext", "megatron")
+    }
+    assert found["megatron"] == []
+    assert found["torchtitan"] == [
+        "torchtitan cannot express the balanced split of num_layers(32) over pp(4) x virtual_stages(1); "
+        "nearest: the engine's split (--pipeline-splits without balanced), or export to megatron"
+    ]
+    assert found["maxtext"][0].startswith("MaxText cannot express the balanced split")
