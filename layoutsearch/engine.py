@@ -449,8 +449,9 @@ def layout_of(
             f"{label('zero_stage')}: zero_stage({layout.zero_stage}) must be 0, 1, 2 or 3"
         )
     axes = layout.axes
+    given: dict[str, Any] = dict(degrees)  # degree name -> int (Layout has other fields than ints)
     return Layout(
-        **degrees,
+        **given,
         zero_stage=layout.zero_stage,
         first_stage_layers=layout.first_stage_layers,
         last_stage_layers=layout.last_stage_layers,

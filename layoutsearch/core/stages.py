@@ -238,7 +238,8 @@ def _even_out_stages(prefix: np.ndarray, sizes: tuple[int, ...], pp: int) -> tup
 def _pack(weights, chunks: int, bound: float, exact: bool = False) -> tuple[int, ...]:
     """Chunk sizes packing ``weights`` from the last, each chunk as full as ``bound`` allows (a relative
     1e-9 slack absorbs float sums); ``exact`` also leaves one item for each chunk still to fill."""
-    sizes, total, size = [], 0.0, 0
+    sizes: list[int] = []
+    total, size = 0.0, 0
     for i in range(len(weights) - 1, -1, -1):
         w = float(weights[i])
         to_fill = chunks - len(sizes) - 1  # chunks still to open before this one
