@@ -117,7 +117,7 @@ def test_the_funnel_evaluates_each_tuple_once_in_bounded_chunks(monkeypatch):
 def test_the_nearest_layout_costs_only_the_least_peak(monkeypatch):
     """deepseek-v3 on 16 GPUs: the nearest layout is found by peaks per (S,K) row, recompute and
     ZeRO stage; step times are costed for the orders of the least-peak ones alone (1 candidate of
-    134,610, 38,676 before Megatron's balanced pipeline split); chunks of 7 (S,K) rows find the same layout."""
+    38676); chunks of 7 (S,K) rows find the same layout."""
     problem = Problem.build("deepseek-v3", "h100-16", Workload(global_batch_seqs=48, seq_len=4096))
     space = build_space(problem)
     tables = build_tables(space)
@@ -130,7 +130,7 @@ def test_the_nearest_layout_costs_only_the_least_peak(monkeypatch):
 
     monkeypatch.setattr(explain, "assemble", counting)
     found = explain.nearest(space, tables)
-    assert space.num_candidates() == 134_610 and costed == [1]  # one least-peak triple, one order
+    assert space.num_candidates() == 38676 and costed == [1]  # one least-peak triple, one order
     (row, ri, z, o), peak_bytes = found
     layout = space.layout(
         int(space.sk_shape[row]), int(space.sk_k[row]), int(space.recompute_codes[ri]), z, o

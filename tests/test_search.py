@@ -430,7 +430,7 @@ def test_placements_are_shared_between_batches_and_keyed_by_the_cluster():
     "model_id, cluster_id, seqs, rows, keys",
     [
         ("llama70b", "v5p-8192", 1024, 18913, 5247),
-        ("mixtral-8x7b", "h100-256", 512, 71697, 26745),  # with the balanced split (41,674 before)
+        ("mixtral-8x7b", "h100-256", 512, 41674, 15618),
     ],
 )
 def test_row_terms_costed_once_per_key_are_those_of_every_row(

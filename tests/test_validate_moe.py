@@ -390,9 +390,9 @@ def test_the_learned_routing_spread_is_what_its_fit_finds(moe_runs):
     scan = routing_cv_scan(problems, (0.1, LEARNED_ROUTING_EXPERT_CV, 0.2))
     assert LEARNED_ROUTING_EXPERT_CV == 0.15
     assert scan[0.15][0] < min(scan[0.1][0], scan[0.2][0])
-    # (0.1917 and 0.1957 before each pipeline stage's parameters counted its own MoE layers)
+    # (0.2100 at 0.2 before each pipeline stage's parameters counted its own MoE layers)
     assert (scan[0.1][0], scan[0.15][0], scan[0.2][0]) == pytest.approx(
-        (0.2154, 0.2081, 0.2100), abs=5e-5
+        (0.2154, 0.2081, 0.2101), abs=5e-5
     )
 
 
@@ -886,7 +886,7 @@ def test_megatron_bridge_deepseek_v3_rows_take_the_recipes_pipeline_split(by_id)
     recipe = estimate(problem, layout, strict=False)
     # the last stage, the slowest either way at Blackwell's 0.4646 matmul fraction, no longer carries 3 layers
     # beside the MTP module and the two output heads but 1: its layers' matmuls halve (4 layers' worth to 2)
-    assert (blind.step_time_s, recipe.step_time_s) == pytest.approx((32.85, 23.71), abs=0.01)
+    assert (blind.step_time_s, recipe.step_time_s) == pytest.approx((32.85, 23.72), abs=0.01)
     assert (
         blind.time_s["compute/logits"]
         == recipe.time_s["compute/logits"]
