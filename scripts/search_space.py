@@ -5,10 +5,11 @@ Regenerate: python scripts/search_space.py [--out results/search_space.md]
 For the three problems of the search-space issue (llama3-405b on h100-16384, deepseek-v3 on
 h800-2048, Llama 3 70B on gb200-576: NVL72 racks) the baseline solve searches what the engine
 searched before the choices existed (1F1B and interleaved schedules, ring context parallelism, no
-model-state offload, the step-time objective); each row then opens one choice (and the last row
-all of them) and reports the winner and its step time against the baseline's. The objectives
-rank by their own value (the step time is shown). Every solve is the API's ``solve``, which is the
-command line's (``layoutsearch solve ... --schedules ... --cp-flavours ... --offload ...``).
+model-state offload, the engine's pipeline splits, the step-time objective); each row then opens one
+choice (and the last row the four of the search space together) and reports the winner and its step
+time against the baseline's. The objectives rank by their own value (the step time is shown). Every
+solve is the API's ``solve``, which is the command line's (``layoutsearch solve ... --schedules ...
+--cp-flavours ... --offload ... --pipeline-splits ...``).
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ import time
 from _common import REPO, RESULTS, table_head
 
 import layoutsearch as ls
+from layoutsearch.core.stages import SPLIT_NAMES
 
 PROBLEMS = (
     ("llama3-405b", "h100-16384", {}),
@@ -28,11 +30,13 @@ PROBLEMS = (
 )
 BASELINE = {"schedules": "1f1b,interleaved", "cp_flavours": "ring", "offload": "none"}
 ALL_SCHEDULES = "1f1b,interleaved,zb-h1,zb-v,dualpipe,dualpipev"
+ALL_SPLITS = ",".join(SPLIT_NAMES.values())
 CHOICES = (
     ("baseline", {}),
     ("zero-bubble and DualPipe schedules", {"schedules": ALL_SCHEDULES}),
     ("context-parallel flavours", {"cp_flavours": "ring,allgather,a2a,a2a+ring"}),
     ("optimizer and parameter offload", {"offload": "none,optimizer,params"}),
+    ("whole pipeline layouts (the balanced split)", {"pipeline_splits": ALL_SPLITS}),
     ("objective time-to-train", {"objective": "time-to-train"}),
     ("objective energy", {"objective": "energy"}),
 )
@@ -40,6 +44,7 @@ EVERYTHING = {
     "schedules": ALL_SCHEDULES,
     "cp_flavours": "ring,allgather,a2a,a2a+ring",
     "offload": "none,optimizer,params",
+    "pipeline_splits": ALL_SPLITS,
 }
 
 
@@ -54,6 +59,8 @@ def describe(rec: dict) -> str:
     degrees = " ".join(f"{k}{v}" for k, v in rec["degrees"].items() if v > 1) or "1 device"
     parts = [degrees, f"ZeRO-{rec['zero_stage']}", f"K{rec['num_microbatches']}"]
     parts.append(rec["schedule"] if rec["degrees"]["pp"] > 1 else "")
+    split = (rec.get("stage_layers") or {}).get("split")
+    parts.append(f"{split} split" if rec["degrees"]["pp"] > 1 and split == "balanced" else "")
     parts.append(rec.get("cp_flavour", "") if rec["degrees"]["cp"] > 1 else "")
     parts.append(f"offload {rec['offload']}" if rec.get("offload") else "")
     parts.append(rec["recompute"] if rec["recompute"] != "none" else "")
@@ -72,16 +79,16 @@ def main() -> None:
         "",
         f"- code: git {commit}",
         "- regenerate: `python scripts/search_space.py` (from the repository root)",
-        "- baseline: `--schedules 1f1b,interleaved --cp-flavours ring --offload none` and the "
-        "step-time objective (the space before these choices); each row opens one choice, the last "
-        "all three of the search space together",
+        "- baseline: `--schedules 1f1b,interleaved --cp-flavours ring --offload none`, the engine's "
+        "pipeline splits and the step-time objective (the space before these choices); each row "
+        "opens one choice, the last the four of the search space together",
         "",
     ]
     for model, cluster, extra in PROBLEMS:
         lines += [f"## {model} on {cluster}", ""]
         lines += table_head("choice", "winner", "step s", "vs baseline", "solve s")
         base = None
-        for name, choice in (*CHOICES, ("all three choices", EVERYTHING)):
+        for name, choice in (*CHOICES, ("all four choices", EVERYTHING)):
             rec, wall = winner(model, cluster, extra, choice)
             step = rec["time_s"]["step"]
             base = step if base is None else base
