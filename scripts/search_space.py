@@ -31,6 +31,8 @@ PROBLEMS = (
 BASELINE = {"schedules": "1f1b,interleaved", "cp_flavours": "ring", "offload": "none"}
 ALL_SCHEDULES = "1f1b,interleaved,zb-h1,zb-v,dualpipe,dualpipev"
 ALL_SPLITS = ",".join(SPLIT_NAMES.values())
+# every choice at once outgrows the default 30 s on these problems (the solve s column says how far)
+TIME_LIMIT_S = 600.0
 CHOICES = (
     ("baseline", {}),
     ("zero-bubble and DualPipe schedules", {"schedules": ALL_SCHEDULES}),
@@ -51,7 +53,14 @@ EVERYTHING = {
 def winner(model: str, cluster: str, extra: dict, choice: dict) -> tuple[dict, float]:
     """The winner's record and the solve's wall time."""
     start = time.perf_counter()
-    run = ls.solve(model=model, cluster=cluster, top=1, **extra, **{**BASELINE, **choice})
+    run = ls.solve(
+        model=model,
+        cluster=cluster,
+        top=1,
+        time_limit=TIME_LIMIT_S,
+        **extra,
+        **{**BASELINE, **choice},
+    )
     return run.document["layouts"][0], time.perf_counter() - start
 
 
