@@ -70,12 +70,29 @@ def training_seconds(
 ) -> FloatArray:
     """Seconds of the forward and both backward GEMMs of weights ``shapes``, (count, n, k) each, at m
     rows: the forward (m, n, k), the input gradient (m, k, n) and the weight gradient (k, n, m), the
-    weight's count times each (a mean layer's share of a weight)."""
-    total: FloatArray = 0.0
-    for count, n, k in shapes:
-        total = total + count * (
-            gemm_seconds(m, n, k, acc, rate_flops_per_s, operand_bytes, groups)
-            + gemm_seconds(m, k, n, acc, rate_flops_per_s, operand_bytes, groups)
-            + gemm_seconds(k, n, m, acc, rate_flops_per_s, operand_bytes, groups)
+    weight's count times each (a mean layer's share of a weight). One ``gemm_seconds`` call over
+    [pass, weight, *the keys' shape]."""
+    weights = tuple(shapes)
+    m = np.asarray(m, dtype=np.float64)
+    shape = np.broadcast_shapes(m.shape, *(np.shape(x) for weight in weights for x in weight))
+    count, n, k = (
+        np.stack([np.broadcast_to(np.asarray(w[i], dtype=np.float64), shape) for w in weights])
+        for i in range(3)
+    )  # each [weight, *shape]
+    rows = np.broadcast_to(m, n.shape)
+    seconds = np.asarray(
+        gemm_seconds(
+            np.stack((rows, rows, k)),
+            np.stack((n, k, n)),
+            np.stack((k, n, rows)),
+            acc,
+            rate_flops_per_s,
+            operand_bytes,
+            groups,
         )
+    )  # [pass, weight, *shape]
+    per_weight = seconds[0] + seconds[1] + seconds[2]
+    total: FloatArray = 0.0
+    for c, t in zip(count, per_weight):  # weight by weight, in the order of ``shapes``
+        total = total + c * t
     return total
