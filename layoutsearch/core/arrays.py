@@ -48,19 +48,22 @@ def distinct_rows(columns: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     return first, code
 
 
-def per_key(fn, *keys):
+def per_key(fn, *keys, memo: dict | None = None):
     """``fn(*keys)`` of an elementwise ``fn`` over non-negative integer key arrays (broadcast
     together), computed once per distinct tuple of keys and spread back to every entry: the same
     values, at the cost of the distinct keys (a term of the tensor-parallel degree alone takes a
     handful of rows, not one per candidate). ``fn`` returns an array, a scalar, or a tuple or dict
-    of them."""
+    of them; with ``memo`` (a dict kept by the caller for one ``fn``, whatever else it reads fixed)
+    an array, each key tuple's value remembered there from one call to the next (the points of a
+    sweep share most of their keys)."""
     arrays = [np.asarray(key) for key in keys]
     if all(a.ndim == 0 for a in arrays):
         return fn(*keys)
     shape = np.broadcast_shapes(*(a.shape for a in arrays))
     if all(a.size == 1 for a in arrays):  # one row (an estimate's): its keys are the distinct ones
         values = [a.reshape(1).astype(np.int64) for a in arrays]
-        return _spread(fn(*values), np.zeros(shape, dtype=np.int64))
+        found = fn(*values) if memo is None else _remembered(memo, fn, values)
+        return _spread(found, np.zeros(shape, dtype=np.int64))
     compact = [_compact(a) for a in arrays]  # each key as small integers, before broadcasting
     bases = [len(distinct) for distinct, _ in compact]
     code = compact[0][1]  # one integer per tuple
@@ -73,7 +76,20 @@ def per_key(fn, *keys):
         digits.append(digit)
     digits.reverse()
     values = [values[digit] for (values, _), digit in zip(compact, digits)]
-    return _spread(fn(*values), inverse)
+    return _spread(fn(*values) if memo is None else _remembered(memo, fn, values), inverse)
+
+
+def _remembered(memo: dict, fn, values: list[np.ndarray]) -> np.ndarray:
+    """``fn(*values)`` (an elementwise array function of equally long key arrays) with each key
+    tuple's value taken from ``memo`` where it is there, the others computed in one call and kept."""
+    tuples = list(zip(*(v.tolist() for v in values)))
+    out = np.fromiter((memo.get(t, np.nan) for t in tuples), dtype=np.float64, count=len(tuples))
+    missing = np.flatnonzero(np.isnan(out))
+    if len(missing):
+        found = np.broadcast_to(fn(*(v[missing] for v in values)), missing.shape)
+        out[missing] = found
+        memo.update(zip((tuples[i] for i in missing.tolist()), found.tolist()))
+    return out
 
 
 def _spread(value, inverse: np.ndarray):

@@ -13,6 +13,7 @@ HBM moves A, B and C. Arguments are arrays (numpy broadcasting); seconds out.
 from __future__ import annotations
 
 from collections.abc import Iterable
+from functools import lru_cache
 
 import numpy as np
 
@@ -96,3 +97,11 @@ def training_seconds(
     for c, t in zip(count, per_weight):  # weight by weight, in the order of ``shapes``
         total = total + c * t
     return total
+
+
+@lru_cache(maxsize=64)
+def memo(*context) -> dict:
+    """A dict for ``core.arrays.per_key(..., memo=)``, one per ``context`` (what a GEMM term reads
+    besides its keys: the model, the part, the rate, the operand bytes and the term's name): a
+    sweep's points cost each (keys) GEMM time once per worker."""
+    return {}

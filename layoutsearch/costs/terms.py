@@ -399,6 +399,7 @@ def compute_per_microbatch(
         ),
         sh.tp,
         rows,
+        memo=gemm.memo(model, acc, layer_rate, operand_bytes, "layer"),
     )
     experts = 0.0  # the routed experts' forward GEMM seconds in the mean layer
     if model.moe is not None:  # one grouped GEMM over the local experts, each at the busiest's rows
@@ -418,6 +419,7 @@ def compute_per_microbatch(
             sh.etp,
             model.moe.num_experts // np.asarray(sh.ep),
             expert.astype(np.int64),
+            memo=gemm.memo(model, acc, layer_rate, operand_bytes, "experts"),
         )
         mm = mm + experts
     # a capacity-factor MoE dispatched by one-hot einsums (MaxText's dense path): matmuls at the bf16 rate
@@ -479,6 +481,7 @@ def compute_per_microbatch(
             ),
             sh.tp,
             rows,
+            memo=gemm.memo(model, acc, gemm_rate, 2, "head"),
         )
     )
     recompute = (mm + dispatch) * mm_rerun + attn * attn_rerun
