@@ -196,7 +196,7 @@ def test_wide_is_taken_before_or_after_the_command(terminal, before):
     code, out = terminal(*argv)
     assert code == 0
     assert "left out to fit" not in out
-    assert "│ 1.336-1.656 │ 53.7% │  704,484 │" in out
+    assert "│ 1.338-1.656 │ 53.7% │  704,484 │" in out
 
 
 def test_the_models_table_fits_100_columns(terminal):
