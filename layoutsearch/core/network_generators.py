@@ -25,13 +25,11 @@ from layoutsearch.core.topology import (
     Rack,
     WanLink,
     file_cluster_factors,
+    link,
+    mesh_link_bytes_per_s,
     read_cluster_file,
 )
 from layoutsearch.core.units import GB
-
-
-def _link(axis: str, bytes_per_s: float, latency_s: float) -> dict:
-    return {"axis": axis, "bytes_per_s_per_direction": bytes_per_s, "latency_s": latency_s}
 
 
 def nvl_rack(g: nx.Graph, node: int, rack: Rack, acc: Accelerator) -> list[tuple]:
@@ -41,9 +39,9 @@ def nvl_rack(g: nx.Graph, node: int, rack: Rack, acc: Accelerator) -> list[tuple
     gpus = [("gpu", node, i) for i in range(rack.devices)]
     g.add_nodes_from(gpus, device=True)
     per_chip = acc.link_bytes_per_s_per_direction / rack.switch_chips
-    link = _link("node", per_chip, acc.link_latency_s)
+    attrs = link("node", per_chip, acc.link_latency_s)
     g.add_edges_from(
-        ((gpu, ("nvswitch", node, k)) for gpu in gpus for k in range(rack.switch_chips)), **link
+        ((gpu, ("nvswitch", node, k)) for gpu in gpus for k in range(rack.switch_chips)), **attrs
     )
     return gpus
 
@@ -55,11 +53,11 @@ def nvlink_node(g: nx.Graph, node: int, acc: Accelerator) -> list[tuple]:
     gpus = [("gpu", node, i) for i in range(n)]
     g.add_nodes_from(gpus, device=True)
     if acc.node_fabric == "mesh":
-        link = _link("node", acc.link_bytes_per_s_per_direction / max(n - 1, 1), acc.link_latency_s)
-        g.add_edges_from(((a, b) for k, a in enumerate(gpus) for b in gpus[k + 1 :]), **link)
+        attrs = link("node", mesh_link_bytes_per_s(acc, n), acc.link_latency_s)
+        g.add_edges_from(((a, b) for k, a in enumerate(gpus) for b in gpus[k + 1 :]), **attrs)
     else:
-        link = _link("node", acc.link_bytes_per_s_per_direction, acc.link_latency_s)
-        g.add_edges_from(((gpu, ("nvswitch", node)) for gpu in gpus), **link)
+        attrs = link("node", acc.link_bytes_per_s_per_direction, acc.link_latency_s)
+        g.add_edges_from(((gpu, ("nvswitch", node)) for gpu in gpus), **attrs)
     return gpus
 
 
@@ -88,14 +86,14 @@ def multi_plane_fat_tree(
         for k, gpus in enumerate(nodes):
             for i, gpu in enumerate(gpus):
                 leaf = ("leaf", site, p, k // pod_nodes, i % rails)
-                g.add_edge(gpu, leaf, **_link("scale_out", nic, acc.scale_out_latency_s))
+                g.add_edge(gpu, leaf, **link("scale_out", nic, acc.scale_out_latency_s))
         leaves = [("leaf", site, p, u, r) for u in range(pods) for r in range(rails)]
         if pods == 1:
             tops += leaves
             continue
         spines = [("spine", site, p, r) for r in range(rails)]
-        link = _link(SPINE_LINK, uplink, acc.scale_out_latency_s)
-        g.add_edges_from(((leaf, spine) for leaf in leaves for spine in spines), **link)
+        attrs = link(SPINE_LINK, uplink, acc.scale_out_latency_s)
+        g.add_edges_from(((leaf, spine) for leaf in leaves for spine in spines), **attrs)
         tops += spines
     return tops
 
@@ -106,9 +104,9 @@ def wan_join(
     """Each site's top switches link to its border router ('border', s) at full bisection (the
     site's NIC bandwidth ``site_nic_bytes_per_s`` over its tops), and the two borders by the WAN."""
     for site, switches in enumerate(tops):
-        link = _link(SITE_UPLINK, site_nic_bytes_per_s / len(switches), wan.latency_s)
-        g.add_edges_from(((top, ("border", site)) for top in switches), **link)
-    g.add_edge(("border", 0), ("border", 1), **_link(WAN_LINK, wan.bytes_per_s, wan.latency_s))
+        attrs = link(SITE_UPLINK, site_nic_bytes_per_s / len(switches), wan.latency_s)
+        g.add_edges_from(((top, ("border", site)) for top in switches), **attrs)
+    g.add_edge(("border", 0), ("border", 1), **link(WAN_LINK, wan.bytes_per_s, wan.latency_s))
 
 
 def generated_device_graph(data: dict, file: str = "cluster") -> nx.Graph:

@@ -299,8 +299,15 @@ class _NodeView:
         return len(self._nodes)
 
 
-def _link(axis: str, bytes_per_s: float, latency_s: float) -> dict:
+def link(axis: str, bytes_per_s: float, latency_s: float) -> dict:
+    """A graph edge's attributes (factor graphs here, device graphs in ``network_generators``)."""
     return {"axis": axis, "bytes_per_s_per_direction": bytes_per_s, "latency_s": latency_s}
+
+
+def mesh_link_bytes_per_s(acc: Accelerator, devices: int) -> float:
+    """One peer link of a node whose ``devices`` are a full mesh (AMD Infinity Fabric): the part's
+    link rate over its peers."""
+    return acc.link_bytes_per_s_per_direction / max(devices - 1, 1)
 
 
 def torus_axis_graph(
@@ -311,7 +318,7 @@ def torus_axis_graph(
     g.add_nodes_from(range(size), device=True)
     links = size if wraparound and size > 2 else size - 1
     g.add_edges_from(
-        ((i, (i + 1) % size) for i in range(links)), **_link(name, bytes_per_s, latency_s)
+        ((i, (i + 1) % size) for i in range(links)), **link(name, bytes_per_s, latency_s)
     )
     return g
 
@@ -323,7 +330,7 @@ def hub_graph(
     g = FactorGraph(axis=name, kind=kind)
     g.add_node(range(size), device=True)
     g.add_node(hub, device=False)
-    g.add_edge(range(size), hub, **_link(name, bytes_per_s, latency_s))
+    g.add_edge(range(size), hub, **link(name, bytes_per_s, latency_s))
     return g
 
 
@@ -333,7 +340,7 @@ def mesh_graph(name: str, size: int, bytes_per_s: float, latency_s: float) -> Fa
     links per member (``costs.comms.ring_bandwidth``)."""
     g = FactorGraph(axis=name, kind="mesh")
     g.add_nodes_from(range(size), device=True)
-    g.add_edges_from(itertools.combinations(range(size), 2), **_link(name, bytes_per_s, latency_s))
+    g.add_edges_from(itertools.combinations(range(size), 2), **link(name, bytes_per_s, latency_s))
     return g
 
 
@@ -378,15 +385,15 @@ def fat_tree_graph(
             leaves = ("leaf", range(site * units + first, site * units + last))
             g.add_node(nodes, device=True)
             g.add_node(leaves, device=False)
-            g.add_edge(nodes, leaves, **_link("scale_out", nic_bytes_per_s, latency_s))
+            g.add_edge(nodes, leaves, **link("scale_out", nic_bytes_per_s, latency_s))
             if units > 1:
                 g.add_node(spine, device=False)
-                g.add_edge(leaves, spine, **_link(SPINE_LINK, uplink, latency_s))
+                g.add_edge(leaves, spine, **link(SPINE_LINK, uplink, latency_s))
             elif wan:
                 spine = leaves  # one pod per site: its leaf is the site's top
         if wan:
             g.add_node(("wan",), device=False)
-            g.add_edge(spine, ("wan",), **_link(WAN_LINK, wan.bytes_per_s / rails, wan.latency_s))
+            g.add_edge(spine, ("wan",), **link(WAN_LINK, wan.bytes_per_s / rails, wan.latency_s))
     return g
 
 
@@ -424,7 +431,7 @@ def gpu_factors(
     """The NVLink domain of one node (a full mesh of peer links where the part has one), then the
     scale-out fat tree (``fat_tree_graph``, over ``wan``'s sites) when there is more than one node."""
     if acc.node_fabric == "mesh":  # the part's peer links: its link rate over its node's peers
-        per_link = acc.link_bytes_per_s_per_direction / max(acc.devices_per_node - 1, 1)
+        per_link = mesh_link_bytes_per_s(acc, acc.devices_per_node)
         node = mesh_graph("node", devices_per_node, per_link, acc.link_latency_s)
     else:
         node = hub_graph(
