@@ -642,6 +642,133 @@ def power() -> dict:
     }
 
 
+# DeepSeek-V3's routed expert (config.json: hidden 7168, moe_intermediate_size 2048): gate-up and down
+EXPERT = {"gate_up": (2 * 2048, 7168), "down": (7168, 2048)}
+
+
+def _grouped_seconds(experts: int, rows: int, n: int, k: int) -> tuple[float, float]:
+    """Seconds of ``experts`` GEMMs of (rows, n, k): one grouped launch (``torch._grouped_mm``, as
+    torchtitan's MoE runs them), and one ``torch.mm`` per expert (a loop over local experts)."""
+    dtype = torch.bfloat16 if torch.cuda.is_available() else torch.float32
+    x = torch.randn(experts * rows, k, dtype=dtype, device=dev())
+    w = torch.randn(experts, n, k, dtype=dtype, device=dev())
+    offs = torch.arange(1, experts + 1, dtype=torch.int32, device=dev()) * rows
+    grouped = timed(lambda: torch._grouped_mm(x, w.transpose(-2, -1), offs=offs))
+    wt = [w[e].t() for e in range(experts)]
+    xs = [x[e * rows : (e + 1) * rows] for e in range(experts)]
+
+    def loop():
+        for e in range(experts):
+            torch.mm(xs[e], wt[e])
+
+    return grouped, timed(loop)
+
+
+def grouped_gemm() -> list[dict]:
+    out: list[dict] = RESULTS.setdefault("grouped_gemm", [])
+    expert_counts = (1, 4) if SMOKE else (1, 2, 4, 8, 16, 32, 64)
+    row_counts = (16,) if SMOKE else (128, 256, 512, 1024, 2048, 4096)
+    for weight, (n, k) in EXPERT.items():
+        if SMOKE:
+            n, k = n // 64, k // 64
+        for experts in expert_counts:
+            for rows in row_counts:
+                rec = {
+                    "weight": weight,
+                    "experts": experts,
+                    "rows_per_expert": rows,
+                    "n": n,
+                    "k": k,
+                }
+                flops = 2 * experts * rows * n * k
+                for name in ("grouped", "loop"):
+                    rec[f"{name}_s"] = None
+                try:
+                    g, lp = _grouped_seconds(experts, rows, n, k)
+                    rec |= {"grouped_s": g, "loop_s": lp, "grouped_tflops": flops / g / 1e12}
+                    rec["loop_tflops"] = flops / lp / 1e12
+                except Exception as e:  # noqa: BLE001
+                    rec["error"] = f"{type(e).__name__}: {e}"[:300]
+                out.append(rec)
+        save()
+    return out
+
+
+def launch() -> dict:
+    """Host time per kernel launch: many tiny kernels back to back (the CPU issues them faster than
+    the GPU runs them only when they are this small), eager and replayed from a CUDA graph."""
+    x = torch.zeros(1, device=dev())
+    n = 100 if SMOKE else 20000
+    sync()
+    t0 = time.perf_counter()
+    for _ in range(n):
+        x.add_(1.0)
+    issue = (time.perf_counter() - t0) / n
+    sync()
+    eager = (time.perf_counter() - t0) / n
+    rec = {"kernels": n, "eager_issue_s_per_launch": issue, "eager_s_per_kernel": eager}
+    a = torch.randn(64, 64, device=dev())
+    t0 = time.perf_counter()
+    for _ in range(n // 4):
+        torch.mm(a, a)
+    sync()
+    rec["small_mm_s_per_launch"] = (time.perf_counter() - t0) / (n // 4)
+    if torch.cuda.is_available():
+        g = torch.cuda.CUDAGraph()
+        stream = torch.cuda.Stream()
+        with torch.cuda.stream(stream):
+            x.add_(1.0)
+        sync()
+        with torch.cuda.graph(g):
+            for _ in range(1000):
+                x.add_(1.0)
+        g.replay()
+        sync()
+        t0 = time.perf_counter()
+        for _ in range(10):
+            g.replay()
+        sync()
+        rec["graph_s_per_kernel"] = (time.perf_counter() - t0) / 10000
+    return rec
+
+
+def elementwise() -> list[dict]:
+    """Achieved bandwidth of the element-wise passes of a layer at 8192 tokens (bytes read and
+    written by the kernel's inputs and outputs, bf16): RMSNorm, SwiGLU's silu(g) * u, residual add."""
+    dtype = torch.bfloat16 if torch.cuda.is_available() else torch.float32
+    t, d, f = (64, 64, 128) if SMOKE else (8192, 4096, 14336)
+    x = torch.randn(t, d, dtype=dtype, device=dev())
+    wn = torch.ones(d, dtype=dtype, device=dev())
+    g, u = (torch.randn(t, f, dtype=dtype, device=dev()) for _ in range(2))
+    size = x.element_size()
+    cases = {
+        "rms_norm": (lambda: F.rms_norm(x, (d,), wn, 1e-5), 2 * t * d * size),
+        "swiglu": (lambda: F.silu(g) * u, 3 * t * f * size + t * f * size),  # silu's output re-read
+        "residual_add": (lambda: x + x, 3 * t * d * size),
+    }
+    out = []
+    for name, (fn, moved) in cases.items():
+        sec = timed(fn)
+        out.append(
+            {"op": name, "tokens": t, "seconds": sec, "bytes": moved, "bytes_per_s": moved / sec}
+        )
+    return out
+
+
+def gemm_repeat() -> list[dict]:
+    """The depth and width sweeps again, minutes after the first: the run-to-run spread."""
+    dtype = torch.bfloat16 if torch.cuda.is_available() else torch.float32
+    out = []
+    for shape in gemm_shapes():
+        if shape["set"] in ("depth", "width", "smoke"):
+            s = _gemm_seconds(shape["m"], shape["n"], shape["k"], dtype)
+            out.append(
+                shape
+                | {"seconds": s, "tflops": 2 * shape["m"] * shape["n"] * shape["k"] / s / 1e12}
+            )
+    return out
+
+
 SECTIONS = {
     "hbm": hbm,
     "gemm_bf16": gemm_bf16,
@@ -649,6 +776,10 @@ SECTIONS = {
     "attention": attention,
     "llama_step": llama_step,
     "power": power,
+    "grouped_gemm": grouped_gemm,
+    "launch": launch,
+    "elementwise": elementwise,
+    "gemm_repeat": gemm_repeat,
 }
 
 
@@ -658,10 +789,11 @@ def main() -> None:
     parser.add_argument("--out", type=Path, default=Path(os.environ.get("OUT", ".")))
     parser.add_argument("--smoke", action="store_true", help="toy sizes on any device")
     parser.add_argument("--sections", default=",".join(SECTIONS))
+    parser.add_argument("--name", default="device_calibration", help="the JSON file's stem")
     args = parser.parse_args()
     SMOKE = args.smoke
     args.out.mkdir(parents=True, exist_ok=True)
-    OUT_FILE = args.out / "device_calibration.json"
+    OUT_FILE = args.out / f"{args.name}.json"
     RESULTS["script"] = "scripts/device_calibration.py"
     RESULTS["environment"] = environment()
     save()
