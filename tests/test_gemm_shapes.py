@@ -32,6 +32,21 @@ def test_partial_last_wave_and_edge_tiles():
     assert gemm.quantized_fraction(100, 256, 1, 128, 256) == pytest.approx(100 / 128)
 
 
+def test_the_library_picks_a_smaller_tile_where_it_fills_the_sms():
+    """256 x 8192 on an H200: 2 x 32 = 64 tiles of 128x256 fill 64 of 132 SMs (2^21 / (132 x 2^15));
+    128x128 gives 128 tiles in one wave, at 0.98 of the main tile's rate (measured,
+    results/device_calibration.md): 0.98 x 2^21 / (132 x 2^14). 8192 x 8192 keeps the main tile
+    (16 waves of 2048 tiles against 32 waves of 4096: the same fill, without the 0.98)."""
+    h200, v5p = load_accelerator("h200"), load_accelerator("v5p")
+    assert h200.gemm_smaller_tiles == ((128, 128), (64, 128))
+    assert gemm.shape_fraction(256, 8192, h200) == pytest.approx(0.98 * 2**21 / (132 * 2**14))
+    assert gemm.shape_fraction(8192, 8192, h200) == pytest.approx(2**26 / (16 * 132 * 2**15))
+    assert v5p.gemm_smaller_tiles == ()  # an MXU has one tile
+    assert gemm.shape_fraction(256, 8192, v5p) == gemm.quantized_fraction(
+        256, 8192, v5p.gemm_units, 128, 128
+    )
+
+
 def test_grouped_gemm_fills_waves_together():
     """8 experts of 300 x 1024 rows on 132 SMs: 8 x 3 x 4 = 96 tiles, one wave: 8 x 300 x 1024 / (132 x 128 x 256)."""
     expected = 8 * 300 * 1024 / (132 * 128 * 256)
@@ -59,16 +74,17 @@ def test_small_gemm_is_held_at_the_hbm_floor():
 
 def test_rate_grows_with_size_on_h100():
     """Square GEMMs on H100's 132 SMs from 512 to 16384: the achieved share of the rate grows with the size,
-    from 0.0485 at 512 (4 x 2 = 8 tiles of 128x256 in one wave, depth 512 / 640) to 0.9775 at 16384
-    (128 x 64 = 8192 tiles in 63 waves, depth 16384 / 16512)."""
+    from 0.1901 at 512 (8 x 4 = 32 tiles of the smaller 64x128 in one wave at 0.98 of the main tile's
+    rate, depth 512 / 640; 128x256 would fill 8 SMs) to 0.9775 at 16384 (128 x 64 = 8192 tiles of
+    128x256 in 63 waves, depth 16384 / 16512)."""
     h100 = load_accelerator("h100")
     shares = []
     for size in (512, 1024, 2048, 4096, 8192, 16384):
         seconds = gemm.gemm_seconds(size, size, size, h100, 1e15, 2)
         shares.append(2.0 * size**3 / (seconds * 1e15))
     assert shares == sorted(shares)
-    assert shares[0] == pytest.approx(512 * 512 / (132 * 128 * 256) * 512 / 640)
-    assert shares[0] == pytest.approx(0.0485, abs=1e-4)
+    assert shares[0] == pytest.approx(0.98 * 512 * 512 / (132 * 64 * 128) * 512 / 640)
+    assert shares[0] == pytest.approx(0.1901, abs=1e-4)
     assert shares[-1] == pytest.approx(8192 / (63 * 132) * 16384 / 16512)
     assert shares[-1] == pytest.approx(0.9775, abs=1e-4)
 

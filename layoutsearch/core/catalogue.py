@@ -180,6 +180,13 @@ class GemmFile(_Strict):
         ge=1, le=MAX_MODEL_DIM, description="rows of the output tile one unit computes"
     )
     tile_cols: int = Field(ge=1, le=MAX_MODEL_DIM, description="columns of that tile")
+    smaller_tiles: list[tuple[int, int]] = Field(
+        default_factory=list,
+        max_length=8,
+        description="other (rows, cols) tiles the GEMM library picks where they fill the units better "
+        "(GPU libraries; a TPU's MXU has one): each runs at smaller_tile_efficiency of the main tile's rate",
+    )
+    smaller_tile_efficiency: float = Field(default=1.0, gt=0, le=1)
 
 
 class CalibrationFile(_Strict):
@@ -1420,6 +1427,8 @@ def accelerator_from_dict(data: Any, where: str) -> Accelerator:
         gemm_units=f.gemm.compute_units,
         gemm_tile_rows=f.gemm.tile_rows,
         gemm_tile_cols=f.gemm.tile_cols,
+        gemm_smaller_tiles=tuple(tuple(t) for t in f.gemm.smaller_tiles),
+        gemm_smaller_tile_efficiency=f.gemm.smaller_tile_efficiency,
         **topo.model_dump(exclude={"max_slice_shape"}),
         max_slice_shape=tuple(topo.max_slice_shape),
         sources=dict(f.sources),

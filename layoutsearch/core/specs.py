@@ -448,6 +448,10 @@ class Accelerator:
     wraparound_needs_full_cube: bool = False  # v4/v5p: no wraparound below a 4x4x4 cube
     max_slice_shape: tuple[int, ...] = ()  # TPU: largest ICI domain
     devices_per_host: int = 1
+    # GPU libraries' other tiles (rows, cols), picked where they fill the units better, at this share of
+    # the main tile's rate (costs.gemm.shape_fraction); a TPU's MXU has none
+    gemm_smaller_tiles: tuple[tuple[int, int], ...] = ()
+    gemm_smaller_tile_efficiency: float = 1.0
     devices_per_node: int = 1  # GPU: NVLink domain size
     # GPU: the node's devices on one switch (NVSwitch), or on a full mesh of direct links (AMD
     # Infinity Fabric: link_bytes_per_s_per_direction spread over devices_per_node - 1 peer links)

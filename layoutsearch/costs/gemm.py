@@ -1,8 +1,9 @@
 """GEMM seconds from the shard's shape (docs/cost_model.md "GEMMs from their shapes").
 
 A GEMM of m rows, n columns and depth k (C[m, n] = A[m, k] B[k, n]) on one device is cut into
-output tiles of ``gemm_tile_rows`` x ``gemm_tile_cols`` that the part's ``gemm_units`` (GPU: SMs;
-TPU: MXUs) work through in waves. The useful share of the issued tile work is the tile and wave
+output tiles of ``gemm_tile_rows`` x ``gemm_tile_cols`` (or a smaller tile the library picks where it
+fills the units better: ``shape_fraction``) that the part's ``gemm_units`` (GPU: SMs; TPU: MXUs) work
+through in waves. The useful share of the issued tile work is the tile and wave
 quantization of NVIDIA's "Matrix Multiplication Background" guide (Deep Learning Performance
 documentation: tiles padded at the matrix edge, a partly filled last wave). Each tile also pays a
 fixed cost along its depth (filling the operand pipeline, writing C), as many more steps of depth as
@@ -34,6 +35,19 @@ def quantized_fraction(
     return groups * np.asarray(m, dtype=np.float64) * n / (waves * units * tile_rows * tile_cols)
 
 
+def shape_fraction(m: FloatArray, n: FloatArray, acc: Accelerator, groups: IntArray = 1) -> FloatArray:
+    """``quantized_fraction`` of the tile the library picks: the part's main tile or, where one fills
+    the units better, one of its ``gemm_smaller_tiles`` at ``gemm_smaller_tile_efficiency`` of its rate
+    (cuBLAS and CUTLASS choose among tile shapes by the problem's size; measured on Hopper,
+    results/device_calibration.md)."""
+    units = acc.gemm_units
+    best = quantized_fraction(m, n, units, acc.gemm_tile_rows, acc.gemm_tile_cols, groups)
+    for rows, cols in acc.gemm_smaller_tiles:
+        smaller = quantized_fraction(m, n, units, rows, cols, groups)
+        best = np.maximum(best, acc.gemm_smaller_tile_efficiency * smaller)
+    return best
+
+
 def depth_fraction(k: FloatArray, half_depth: float) -> FloatArray:
     """k / (k + k_half): the share of a tile's time spent on its k-long reduction."""
     k = np.asarray(k, dtype=np.float64)
@@ -53,9 +67,7 @@ def gemm_seconds(
     fraction): 2 m n k groups FLOPs over the rate x ``quantized_fraction`` x ``depth_fraction``, at
     least the HBM time of A and B (``operand_bytes`` each element) and C (bf16)."""
     flops = 2.0 * groups * np.asarray(m, dtype=np.float64) * n * k
-    shape = quantized_fraction(
-        m, n, acc.gemm_units, acc.gemm_tile_rows, acc.gemm_tile_cols, groups
-    ) * depth_fraction(k, acc.gemm_half_efficiency_depth)
+    shape = shape_fraction(m, n, acc, groups) * depth_fraction(k, acc.gemm_half_efficiency_depth)
     moved = groups * ((m * k + k * n) * operand_bytes + m * n * OUTPUT_BYTES)
     compute = np.divide(flops, rate_flops_per_s * shape, out=np.zeros_like(flops), where=flops > 0)
     return np.maximum(compute, moved / acc.hbm_bytes_per_s)  # an empty GEMM (n = 0): 0 s

@@ -52,6 +52,10 @@ PRODUCER = {
     "moe_dispatched": "norm",
     "moe_probs": "norm",
     "moe_act": "act",
+    # the down projection's output: no backward reads it, but torchtitan's per-op policy caches every
+    # other matmul's output counted from the layer's first, which in a dense layer of 7 matmuls (q, k, v,
+    # o, gate, up, down) includes it (measured: results/device_calibration.md)
+    "mlp_out": "mm_down",
 }
 _PROJECTIONS = (
     "q",
@@ -70,14 +74,19 @@ _CONTEXT = (
     "attn_scores",
 )  # the attention core's output ("context"; scores when unfused)
 _MLP_WI = ("mlp_gate", "mlp_up")  # the MLP input projections' outputs ("mlpwi")
-ALL_TENSORS = frozenset(PRODUCER)
+ALL_TENSORS = frozenset(PRODUCER) - {"mlp_out"}  # what a layer's backward reads
 POLICY_SAVES: dict[str, frozenset] = {
     "none": ALL_TENSORS,
-    # Megatron selective: the attention core (and the element-wise MLP activation) are recomputed
-    "selective": ALL_TENSORS - {"attn_out", "attn_lse", "attn_scores", "mlp_act", "moe_act"},
+    # Megatron selective (--recompute-modules core_attn, a plain checkpoint): the attention core runs again,
+    # but its output stays saved by the O projection that reads it, so only the kernel's own softmax
+    # statistics (or an unfused kernel's scores) are freed; the MLP activation is not in the checkpoint
+    # (Megatron-LM attention.py _checkpointed_attention_forward; measured: results/device_calibration.md)
+    "selective": ALL_TENSORS - {"attn_lse", "attn_scores"},
     "full": frozenset({"attn_norm_in"}),  # the layer input: the whole layer runs forward again
-    # torchtitan op SAC: outputs of every other matmul (wq, wv, w1 / gate) and of the attention kernel
-    "op": frozenset({"attn_norm_in", "q", "v", "qk_norm_in", "mla_latent", *_CONTEXT, "mlp_gate"}),
+    # torchtitan op SAC: outputs of every other matmul (wq, wv, w1 / gate, w2) and of the attention kernel
+    "op": frozenset(
+        {"attn_norm_in", "q", "v", "qk_norm_in", "mla_latent", *_CONTEXT, "mlp_gate", "mlp_out"}
+    ),
     # MaxText remat policies (decoder checkpoint names: qkv_proj, context, out_proj, mlpwi, mlpwo)
     "minimal": frozenset(
         {"attn_norm_in", *_PROJECTIONS, *_OUT_PROJ, *_MLP_WI}
@@ -272,6 +281,12 @@ def _saved_widths(
         "qk_norm_in": 0.0
         if model.qk_norm == "none"
         else 1.0 * (q + kv),  # q and k before their norms
+        # the down projection's output before its reduction (d per token on each TP rank), cached by
+        # torchtitan's per-op policy in dense layers of 7 matmuls: not with MLA's extra projections (the
+        # count's parity moves) nor with post-norms (post_norm_in holds it)
+        "mlp_out": (1.0 - share) * model.d_model
+        if model.mla is None and model.norms_per_layer <= 2
+        else 0.0,
     }
 
 

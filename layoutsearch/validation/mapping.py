@@ -467,13 +467,14 @@ def recompute_modules(record: dict) -> set[str]:
 
 def modules_policy(record: dict) -> str | None:
     """Rule 15: a selective record's Megatron modules as the policy that recomputes the same: layernorm and
-    moe_act -> norm_act; layernorm and moe (with mlp, moe_act) -> norm_moe; mla_up_proj (with mlp, moe_act,
-    layernorm: the nearest) on a latent-attention model -> mla_up_proj; None otherwise (core_attn is the
-    engine's selective; mlp alone or shared_experts keep selective, the nearest)."""
+    moe_act (with mlp: the few dense layers' MLP, the nearest) -> norm_act; layernorm and moe (with mlp,
+    moe_act) -> norm_moe; mla_up_proj (with mlp, moe_act, layernorm: the nearest) on a latent-attention model
+    -> mla_up_proj; None otherwise (core_attn is the engine's selective; mlp alone or shared_experts keep
+    selective, the nearest)."""
     if record["layout"]["recompute"] != "selective":
         return None
     modules = recompute_modules(record)
-    if modules and modules <= {"layernorm", "moe_act"}:
+    if modules & {"layernorm", "moe_act"} and modules <= {"layernorm", "moe_act", "mlp"}:
         return "norm_act"
     if "moe" in modules and modules <= {"layernorm", "moe", "mlp", "moe_act"}:
         return "norm_moe"

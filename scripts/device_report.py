@@ -1,0 +1,506 @@
+"""Write results/device_calibration.md: the cost model against what one GPU measured.
+
+Regenerate: python scripts/device_report.py [--out results/device_calibration.md]
+
+Reads the measurements that ``scripts/device_calibration.py`` wrote on an H200 (results/device/) and
+sets beside each the cost model's own figure for the same work: GEMM seconds from ``costs.gemm``,
+the fused attention curve of ``costs.terms.attention_call_factor``, the bytes per token and layer a
+layer keeps for backward under each recompute policy (``costs.memory``), and the catalogue's power
+figures. Nothing here is fitted into the engine: where a measurement gives a number the catalogue
+uses, the table says which, and the hardware file cites this report.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+from dataclasses import replace
+
+import numpy as np
+from _common import REPO, RESULTS, table_head
+
+from layoutsearch.core.catalogue import load_accelerator, load_model
+from layoutsearch.core.problem import Problem
+from layoutsearch.core.specs import Layout, Workload
+from layoutsearch.costs import gemm, memory, params
+from layoutsearch.costs.estimate import estimate
+
+DATA = RESULTS / "device" / "h200_2026-12-04.json"
+DATA2 = RESULTS / "device" / "h200_2026-12-04_part2.json"
+POLICIES = ("none", "selective", "op", "full")
+
+
+def pct(x: float) -> str:
+    return f"{100 * x:+.1f}%"
+
+
+def median(xs) -> float:
+    return float(statistics.median(xs))
+
+
+def p90(xs) -> float:
+    return float(np.percentile(np.abs(xs), 90))
+
+
+SMALLER_TILES = ((128, 128), (64, 128))  # cuBLAS / CUTLASS Hopper tiles besides 128 x 256
+
+
+def gemm_model(
+    rows: list[dict], acc, efficiency: float, k_half: float, tile_eff: float | None = None
+) -> np.ndarray:
+    """``costs.gemm.gemm_seconds`` of each measured shape at ``efficiency`` and ``k_half``; the main
+    tile alone (``tile_eff`` None) or with ``SMALLER_TILES`` at ``tile_eff`` of its rate."""
+    tiles = {"gemm_smaller_tiles": (), "gemm_smaller_tile_efficiency": 1.0}
+    if tile_eff is not None:
+        tiles = {"gemm_smaller_tiles": SMALLER_TILES, "gemm_smaller_tile_efficiency": tile_eff}
+    part = acc.__class__(**{**_fields(acc), "gemm_half_efficiency_depth": k_half, **tiles})
+    m, n, k = (np.array([r[key] for r in rows], dtype=float) for key in "mnk")
+    return gemm.gemm_seconds(m, n, k, part, acc.peak_flops_per_s * efficiency, 2)
+
+
+def _fields(acc) -> dict:
+    return {name: getattr(acc, name) for name in acc.__dataclass_fields__}
+
+
+def fit_gemm(rows: list[dict], acc) -> tuple[float, float]:
+    """The (efficiency, k_half) that minimise the squared log error over ``rows``: efficiency in
+    closed form (the geometric mean ratio) for each k_half of a 1-step grid."""
+    measured = np.array([r["seconds"] for r in rows])
+    best = (np.inf, 0.0, 0.0)
+    for k_half in np.arange(0.0, 401.0, 1.0):
+        ratio = np.log(gemm_model(rows, acc, 1.0, k_half) / measured)
+        eff = float(np.exp(ratio.mean()))
+        err = float(((np.log(gemm_model(rows, acc, eff, k_half) / measured)) ** 2).sum())
+        best = min(best, (err, eff, float(k_half)))
+    return best[1], best[2]
+
+
+def fit_tiles(rows: list[dict], acc) -> tuple[float, float]:
+    """(efficiency, smaller-tile efficiency) at the catalogue's k_half over ``rows``: a 0.01 grid of
+    the smaller tiles' share, the efficiency in closed form for each."""
+    measured = np.array([r["seconds"] for r in rows])
+    k_half = acc.gemm_half_efficiency_depth
+    best = (np.inf, 0.0, 0.0)
+    for tile_eff in np.arange(0.50, 1.001, 0.01):
+        eff = float(np.exp(np.log(gemm_model(rows, acc, 1.0, k_half, tile_eff) / measured).mean()))
+        err = float((np.log(gemm_model(rows, acc, eff, k_half, tile_eff) / measured) ** 2).sum())
+        best = min(best, (err, eff, round(float(tile_eff), 2)))
+    return best[1], best[2]
+
+
+def gemm_section(data: dict, acc) -> list[str]:
+    rows = [r for r in data["gemm_bf16"] if "seconds" in r]
+    eff_all, k_all = fit_gemm([r for r in rows if r["set"] in ("depth", "layer")], acc)
+    eff_depth, k_depth = fit_gemm([r for r in rows if r["set"] == "depth"], acc)
+    eff_tiles, tile_eff = fit_tiles(rows, acc)
+    out = [
+        "## bf16 GEMMs (`costs.gemm`)",
+        "",
+        f"{len(rows)} GEMMs, `torch.mm` on random bf16 operands. The model's figure is `gemm_seconds` on the",
+        "h200 part: tile and wave quantization on 132 SMs (128 x 256 tiles), the depth curve",
+        "k / (k + k_half) and the HBM floor, at three settings: the catalogue's before this measurement",
+        "(the fraction fitted on training records, k_half 128, one tile), the kernel-only fit of this data,",
+        "and the kernel-only fit with the library's smaller tiles (below).",
+        "",
+        *table_head(
+            "set",
+            "GEMMs",
+            "measured TFLOP/s (median)",
+            "catalogue (0.6569, k_half 128): median / p90 |error|",
+            f"fit on depth+layer ({eff_all:.3f}, k_half {k_all:.0f})",
+            f"smaller tiles at {tile_eff:.2f} ({eff_tiles:.3f}, k_half 128; fit on all)",
+        ),
+    ]
+    acc_eff = acc.matmul_efficiency
+    for name in ("depth", "width", "rows", "layer"):
+        sub = [r for r in rows if r["set"] == name]
+        measured = np.array([r["seconds"] for r in sub])
+        cat = gemm_model(sub, acc, acc_eff, acc.gemm_half_efficiency_depth) / measured - 1
+        fit = gemm_model(sub, acc, eff_all, k_all) / measured - 1
+        tiled = (
+            gemm_model(sub, acc, eff_tiles, acc.gemm_half_efficiency_depth, tile_eff) / measured - 1
+        )
+        out.append(
+            f"| {name} | {len(sub)} | {median([r['tflops'] for r in sub]):.0f} | "
+            f"{pct(median(cat))} / {100 * p90(cat):.1f}% | {pct(median(fit))} / {100 * p90(fit):.1f}% | "
+            f"{pct(median(tiled))} / {100 * p90(tiled):.1f}% |"
+        )
+    depth = [r for r in rows if r["set"] == "depth"]
+    layer = [r for r in rows if r["set"] == "layer"]
+    moved = median(
+        gemm_model(layer, acc, acc_eff, k_all) / gemm_model(layer, acc, acc_eff, 128.0) - 1
+    )
+    out += [
+        "",
+        "(error: predicted seconds over measured, minus 1; negative is predicted too fast.)",
+        "",
+        f"- **Depth curve.** The depth sweep alone (m = n = 8192, k 64 to 16384) fits k_half = {k_depth:.0f} at "
+        f"{eff_depth:.3f} of the quantized peak; depth and layer shapes together fit k_half = {k_all:.0f}. The",
+        f"  measured {k_all:.0f} instead of the catalogue's 128 (an assumption until now) moves the layer GEMMs'",
+        f"  predicted seconds by a median {pct(moved)}, so 128 stays, with this measurement cited. Measured",
+        "  TFLOP/s by depth: " + ", ".join(f"k {r['k']}: {r['tflops']:.0f}" for r in depth) + ".",
+        f"- **Fraction.** The kernels alone reach {eff_all:.3f} of the shape-quantized peak; the catalogue's",
+        f"  {acc_eff} is fitted on training runs, whose GEMMs also lose time to what runs beside them",
+        "  (communication kernels, the power limit under a whole step). The two are not the same number and",
+        "  the catalogue keeps its fit.",
+        "- **Few rows.** With m from 16 to 2048 (n = k = 8192) one 128 x 256 tile makes the model far too",
+        "  slow (the `rows` line): 256 rows fill 64 of 132 SMs, where the library picks a smaller tile and",
+        "  fills them all. The last column lets the model pick 128 x 128 or 64 x 128 where it fills the",
+        f"  SMs better, at {tile_eff:.2f} of the main tile's rate (fitted on all {len(rows)} GEMMs): the Hopper",
+        "  parts' `gemm.smaller_tiles` and `smaller_tile_efficiency` (h100, h200, h800). Training's dense",
+        "  GEMMs have thousands of rows; expert GEMMs with a few hundred rows per local expert are where",
+        "  it matters (the grouped GEMM table below).",
+    ]
+    return out
+
+
+def fp8_section(data: dict) -> list[str]:
+    def key(r):
+        return (r.get("model"), r.get("tp"), r.get("weight"), r.get("pass"), r["m"], r["n"], r["k"])
+
+    bf16 = {key(r): r["tflops"] for r in data["gemm_bf16"] if r["set"] == "layer" and "tflops" in r}
+    out = [
+        "## fp8 GEMMs by scaling recipe",
+        "",
+        "`torch._scaled_mm` (e4m3 operands, bf16 output) on the Llama 3 8B and 70B layer shapes at tp 1",
+        "and 8 (m 8192, and the weight gradients at 4096 to 16384 rows). The ratio is the fp8 fraction of",
+        "the fp8 peak (1979 TFLOP/s) over the bf16 fraction of the bf16 peak (989) on the same shape;",
+        "the catalogue's rule for parts without a fit is 0.8.",
+        "",
+        *table_head("recipe", "shapes", "fp8 TFLOP/s (median)", "ratio to bf16 (median)", "range"),
+    ]
+    for recipe in (
+        "tensorwise",
+        "tensorwise_fast_accum",
+        "rowwise",
+        "blockwise",
+        "blockwise_recipes",
+    ):
+        sub = [
+            r
+            for r in data["gemm_fp8"]
+            if r.get("recipe") == recipe and r["set"] == "layer" and "tflops" in r
+        ]
+        ratios = [(r["tflops"] / 1979) / (bf16[key(r)] / 989) for r in sub if key(r) in bf16]
+        if not ratios:
+            continue
+        out.append(
+            f"| {recipe} | {len(ratios)} | {median([r['tflops'] for r in sub]):.0f} | "
+            f"{median(ratios):.3f} | {min(ratios):.2f}-{max(ratios):.2f} |"
+        )
+    out += [
+        "",
+        "blockwise: 1 x 128 activation tiles and 128 x 128 weight blocks (DeepSeek-V3's recipe), through",
+        "`torch._scaled_mm` and through `F.scaled_mm` with the recipes named (`blockwise_recipes`; it",
+        "refused the shapes whose k / 128 is not a multiple of 4).",
+    ]
+    return out
+
+
+def fit_attention(rows: list[dict], field: str) -> tuple[float, float]:
+    """rate = R c / (c + h), c = S / 2 keys per query (causal): (R, h) by least squares on log rate."""
+    s = np.array([r["seq"] / 2 for r in rows], dtype=float)
+    rate = np.array([r[field] for r in rows])
+    best = (np.inf, 0.0, 0.0)
+    for h in np.arange(0.0, 1001.0, 2.0):
+        shape = s / (s + h)
+        big_r = float(np.exp(np.mean(np.log(rate / shape))))
+        err = float(((np.log(big_r * shape / rate)) ** 2).sum())
+        best = min(best, (err, big_r, float(h)))
+    return best[1], best[2]
+
+
+def attention_section(data: dict, acc) -> list[str]:
+    peak = acc.peak_flops_per_s / 1e12
+    out = [
+        "## Fused attention by sequence length",
+        "",
+        "PyTorch SDPA, causal, head dim 128, 32 heads, 32,768 tokens a call (batch 32768 / S; one",
+        "sequence at 65,536), S from 512 to 65,536. FLOPs: 2 x 2 x S^2 x d / 2 a head (causal); the",
+        "backward counts 2.5 forwards. The fit is the model's curve, rate = R c / (c + h) with c = S / 2",
+        f"keys per query (`attention_call_factor`), R as a fraction of the {peak:.0f} TFLOP/s peak.",
+        "",
+        *table_head(
+            "backend",
+            "pass",
+            "R (fraction of peak)",
+            "h (keys)",
+            "TFLOP/s at 512 / 4k / 64k",
+        ),
+    ]
+    fits = {}
+    for backend in ("flash", "cudnn", "efficient"):
+        rows = [
+            r
+            for r in data["attention"]
+            if r["backend"] == backend
+            and r["causal"]
+            and r["head_dim_qk"] == 128
+            and "forward_s" in r
+        ]
+        for field, name in (
+            ("forward_tflops", "forward"),
+            ("forward_backward_tflops", "forward + backward"),
+        ):
+            big_r, h = fit_attention(rows, field)
+            fits[backend, field] = (big_r / peak, h)
+            at = {r["seq"]: r[field] for r in rows}
+            out.append(
+                f"| {backend} | {name} | {big_r / peak:.3f} | {h:.0f} | "
+                f"{at[512]:.0f} / {at[4096]:.0f} / {at[65536]:.0f} |"
+            )
+    flash_r, flash_h = fits["flash", "forward_backward_tflops"]
+    cudnn_r, cudnn_h = fits["cudnn", "forward_backward_tflops"]
+    h_cat = 200.0  # the catalogue's before this measurement (FlashAttention-3's forward curves)
+
+    def ratio(seq: int) -> float:  # the catalogue's attention time over the measured curve's
+        c = seq / 2
+        return (c + h_cat) / (c + cudnn_h)
+
+    short, mid, long = ratio(512), ratio(4096), ratio(8192)
+    out += [
+        "",
+        f"Catalogue (h200, the h100-class values): `vendor_attention_efficiency` {acc.vendor_attention_efficiency}",
+        f"(cuDNN / Transformer Engine), `attention_efficiency` {acc.attention_efficiency} (the",
+        "FlashAttention-2 class, fitted on training records), `attention_half_efficiency_keys`",
+        f"{acc.attention_half_efficiency_keys:.0f} on every GPU since this measurement (200 before, from the",
+        "FlashAttention-3 paper's forward curves).",
+        f"- The vendor fraction agrees with cuDNN's measured forward + backward fraction ({cudnn_r:.3f}).",
+        f"- Training runs forward and backward, whose h ({flash_h:.0f} FlashAttention-2, {cudnn_h:.0f} cuDNN) is about",
+        "  twice the forward's. With the 200 used before, the attention of a causal 512-token sequence",
+        f"  was {pct(1 / short - 1)} too fast against the measured forward + backward curve, at 4,096 tokens"
+        f" {pct(1 / mid - 1)}, at 8,192 {pct(1 / long - 1)}.",
+        f"- The FlashAttention-2 fraction fitted on training records ({acc.attention_efficiency}) sits below the",
+        f"  kernel's own ({flash_r:.3f} forward + backward): the fit absorbs what the records' attention ran beside.",
+    ]
+    return out
+
+
+def memory_section(data: dict) -> list[str]:
+    steps = {r["policy"]: r for r in data["llama_step"]}
+    cfg = steps["none"]
+    model = load_model("llama3-8b")  # the measured layer's shapes: d 4096, 32 / 8 heads, ffn 14336
+    widths = memory.saved_tensor_widths(model, 1, False, cfg["seq"], True, 2, "none")
+    layers = cfg["layers"]
+    # the trunk's own output (one layer input more than the layers keep), spread over the layers
+    trunk_out = 2 * cfg["d"] / layers
+    out = [
+        "## Activations kept per recompute policy",
+        "",
+        f"A Llama 3 8B-shaped model of {layers} layers (d {cfg['d']}, {cfg['heads']} / {cfg['kv']} heads, ffn",
+        f"{cfg['ffn']}, vocabulary {cfg['vocab']}) at {cfg['seq']} tokens, bf16 weights, AdamW, eager PyTorch with",
+        "SDPA's fused kernel. Kept: the bytes the trunk's forward leaves allocated, per layer and token",
+        f"(the trunk's output adds {trunk_out:.0f} bytes a layer, counted in the model's column). The",
+        "model: `costs.memory.saved_tensor_widths` of llama3-8b at tp 1 under each policy's",
+        "`POLICY_SAVES`, at 2 bytes an element.",
+        "",
+        *table_head(
+            "policy",
+            "measured kept B/token/layer",
+            "model",
+            "measured - model",
+            "step s",
+            "step vs none",
+            "peak GB",
+        ),
+    ]
+    for policy in POLICIES:
+        r = steps[policy]
+        kept = sum(v for name, v in widths.items() if memory.kept_by_policy(name, policy))
+        model_bytes = 2 * kept + trunk_out
+        meas = r["trunk_kept_bytes_per_layer_token"]
+        out.append(
+            f"| {policy} | {meas:,.0f} | {model_bytes:,.0f} | {meas - model_bytes:+,.0f} | "
+            f"{r['step_s']:.3f} | {pct(r['step_s'] / steps['none']['step_s'] - 1)} | "
+            f"{r['peak_bytes'] / 1e9:.1f} |"
+        )
+    d, f = cfg["d"], cfg["ffn"]
+    out += [
+        "",
+        "What the differences are, tensor by tensor (2 bytes an element):",
+        f"- none: {2 * f:,} for the eager SwiGLU's silu(g), kept beside g and u (a fused SwiGLU recomputes",
+        f"  it), {2 * d:,} for the attention output's contiguous copy that the O projection reads beside the",
+        "  kernel's own output (a fused layout has one), and 8 for the two norms' fp32 statistics, which",
+        "  the model leaves out. These are eager PyTorch's, not the frameworks' fused layers, which the",
+        "  model describes.",
+        "- selective: the checkpoint frees the kernel's output in eager PyTorch only because the O",
+        "  projection reads a copy, and the checkpointed SwiGLU frees silu(g); what is left is what a",
+        "  fused layer keeps under Megatron's plain checkpoint of the attention core: everything but the",
+        "  kernel's softmax statistics (the O projection keeps the output it reads). The model held",
+        "  until this measurement that selective also freed the attention output and the MLP activation",
+        f"  ({2 * (d + f):,} bytes a token and layer here); it no longer does.",
+        "- op and full: exact. torchtitan's per-op policy caches every other matmul's output counted from",
+        "  the layer's first, which in a layer of 7 matmuls includes the down projection's, never read",
+        "  by a backward: the model counts it since this measurement.",
+        "",
+        f"Static memory (weights, gradients, AdamW moments in bf16, 8 bytes a parameter): "
+        f"{cfg['static_bytes'] / 1e9:.2f} GB for {cfg['params'] / 1e9:.3f} B parameters.",
+    ]
+    return out
+
+
+def step_section(data: dict) -> list[str]:
+    """The engine's estimate of the measured step (``costs.estimate`` on one H200, torchtitan's profile:
+    eager PyTorch) beside the measurement, per recompute policy."""
+    steps = {r["policy"]: r for r in data["llama_step"]}
+    cfg = steps["none"]
+    model = replace(load_model("llama3-8b"), num_layers=cfg["layers"])
+    work = Workload(global_batch_seqs=cfg["batch"], seq_len=cfg["seq"], framework="torchtitan")
+    problem = Problem.build(model, "h200-1", work)
+    out = [
+        "## The whole step",
+        "",
+        f"The measured model is llama3-8b with {cfg['layers']} layers: the engine counts "
+        f"{params.param_counts(model)['total']:,} parameters, the measurement {cfg['params']:,}. Its estimate on",
+        "one H200 under torchtitan's profile (eager PyTorch), against the measured step (forward,",
+        "backward and AdamW; mean of 5):",
+        "",
+        *table_head(
+            "policy",
+            "measured s",
+            "engine s",
+            "error",
+            "engine compute s",
+            "of it attention",
+            "recompute",
+        ),
+    ]
+    for policy in POLICIES:
+        est = estimate(problem, Layout(recompute=policy))
+        t = est.time_s
+        measured = steps[policy]["step_s"]
+        out.append(
+            f"| {policy} | {measured:.3f} | {est.step_time_s:.3f} | {pct(est.step_time_s / measured - 1)} | "
+            f"{t['compute']:.3f} | {t['compute/attention']:.3f} | {t.get('compute/recompute', 0.0):.3f} |"
+        )
+    none = estimate(problem, Layout(recompute="none")).time_s
+    kernel = next(
+        r
+        for r in data["attention"]
+        if r["backend"] == "flash"
+        and r["seq"] == cfg["seq"]
+        and r["causal"]
+        and r["head_dim_qk"] == 128
+    )  # the same heads and head dim; its call held kernel["batch"] sequences
+    kernel_s = kernel["forward_backward_s"] / kernel["batch"] * cfg["batch"] * cfg["layers"]
+    out += [
+        "",
+        f"- The engine's step includes its fixed {1e3 * none['overhead/step']:.0f} ms a step (launch, logging, data",
+        "  loading: a default for multi-node jobs, large beside a 0.27 s single-GPU step).",
+        f"- Attention: the engine's {1e3 * none['compute/attention']:.0f} ms is at the FlashAttention-2 class's fitted",
+        f"  fraction; the FlashAttention-2 kernel measured above (forward + backward at {cfg['seq']:,} tokens)",
+        f"  runs the step's {cfg['layers']} layers in {1e3 * kernel_s:.0f} ms.",
+        "  The fitted fraction absorbs what the fit's records spent beside their kernels, which this one",
+        "  eager step does not separate; it is left as fitted.",
+    ]
+    return out
+
+
+def power_section(data: dict, data2: dict, acc) -> list[str]:
+    p = data["power"]
+    idle, busy = p["idle"], p["bf16_gemm_8192"]
+    env = data["environment"]["nvidia_smi"]
+    launch = data2["launch"]
+    out = [
+        "## Power, clocks and host overheads",
+        "",
+        f"- Board power limit {env['power.limit']} W (default and maximum {env['power.default_limit']} W).",
+        f"- Idle before any work: {env['power.draw']} W at {env['clocks.sm']} MHz. Idle seconds after work (clocks",
+        f"  still up): {idle['power_w_median']:.0f} W at {idle['sm_clock_mhz_median']:.0f} MHz. The catalogue's",
+        f"  `idle_power_w` is now this measured {idle['power_w_median']:.0f} W: a device waiting inside a step",
+        f"  (exposed communication, a bubble) keeps its clocks up. (It was {acc.board_power_w / 10:.0f} W,",
+        "  a tenth of the rating, by assumption.)",
+        f"- A sustained 8192^3 bf16 GEMM: {busy['power_w_median']:.0f} W, SM clock {busy['sm_clock_mhz_median']:.0f} MHz",
+        f"  (maximum {env['clocks.max.sm']}), {busy['tflops']:.0f} TFLOP/s: at the rated power dense GEMMs already run",
+        "  power-limited, below the maximum clock.",
+        f"- Host time per kernel launch (this machine's CPU): {1e6 * launch['eager_s_per_kernel']:.1f} us for an",
+        f"  element-wise op, {1e6 * launch['small_mm_s_per_launch']:.1f} us for a small GEMM, and",
+        f"  {1e6 * launch['graph_s_per_kernel']:.2f} us a kernel replayed from a CUDA graph. The MoE overhead's",
+        f"  fitted launch latency ({1e6 * acc.moe_launch_latency_s:.1f} us a launch on the h100 class) is of the",
+        "  order of the small GEMM's host time.",
+        f"- HBM: a device-to-device copy moves {data['hbm']['bytes_per_s'] / 1e12:.2f} TB/s (read + written),",
+        f"  {data['hbm']['bytes_per_s'] / acc.hbm_bytes_per_s:.2f} of the datasheet's "
+        f"{acc.hbm_bytes_per_s / 1e12:.1f} TB/s. Element-wise kernels at 8192 tokens: "
+        + ", ".join(f"{r['op']} {r['bytes_per_s'] / 1e12:.1f} TB/s" for r in data2["elementwise"])
+        + " (the residual add's operands partly in the 60 MB L2).",
+    ]
+    return out
+
+
+def grouped_section(data2: dict) -> list[str]:
+    out = [
+        "## Grouped expert GEMMs (DeepSeek-V3's expert: 7168 x 2048)",
+        "",
+        "`torch._grouped_mm` (one launch for all local experts, as torchtitan runs them) against one",
+        "`torch.mm` per expert, TFLOP/s:",
+        "",
+        *table_head("weight", "local experts", "rows per expert 128", "512", "2048"),
+    ]
+    for r0 in data2["grouped_gemm"]:
+        if r0["rows_per_expert"] != 128 or r0["experts"] not in (1, 8, 64):
+            continue
+        cells = []
+        for rows in (128, 512, 2048):
+            r = next(
+                x
+                for x in data2["grouped_gemm"]
+                if x["weight"] == r0["weight"]
+                and x["experts"] == r0["experts"]
+                and x["rows_per_expert"] == rows
+            )
+            cells.append(f"{r['grouped_tflops']:.0f} (loop {r['loop_tflops']:.0f})")
+        out.append(f"| {r0['weight']} | {r0['experts']} | " + " | ".join(cells) + " |")
+    rep = data2["gemm_repeat"]
+    first = {
+        (r["set"], r["n"], r["k"]): r["tflops"] for r in json.loads(DATA.read_text())["gemm_bf16"]
+    }
+    diffs = [r["tflops"] / first[(r["set"], r["n"], r["k"])] - 1 for r in rep]
+    out += [
+        "",
+        f"Run-to-run: the depth and width sweeps repeated minutes later differ by a median {pct(median(diffs))}",
+        f"(90% of shapes within {100 * p90(diffs):.1f}%).",
+    ]
+    return out
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--out", default=str(RESULTS / "device_calibration.md"))
+    args = parser.parse_args()
+    data, data2 = json.loads(DATA.read_text()), json.loads(DATA2.read_text())
+    acc = load_accelerator("h200")
+    env = data["environment"]
+    lines = [
+        "# The cost model against one GPU's measurements",
+        "",
+        f"- measured: {env['device']} ({env['sm_count']} SMs, driver {env['nvidia_smi']['driver_version']}), "
+        f"PyTorch {env['torch']}, CUDA {env['cuda']}, cuDNN {env['cudnn']}, {env['date_utc']}",
+        "- measure: `python scripts/device_calibration.py --out DIR` (all sections; the second file:",
+        "  `--name part2 --sections grouped_gemm,launch,elementwise,gemm_repeat`); the data:",
+        f"  `{DATA.relative_to(REPO)}`, `{DATA2.relative_to(REPO)}`",
+        "- regenerate this report: `python scripts/device_report.py`",
+        "",
+        *gemm_section(data, acc),
+        "",
+        *fp8_section(data),
+        "",
+        *attention_section(data, acc),
+        "",
+        *memory_section(data),
+        "",
+        *step_section(data),
+        "",
+        *power_section(data, data2, acc),
+        "",
+        *grouped_section(data2),
+        "",
+    ]
+    out_path = REPO / args.out if not args.out.startswith("/") else args.out
+    with open(out_path, "w") as fh:
+        fh.write("\n".join(lines))
+    print(f"wrote {args.out}")
+
+
+if __name__ == "__main__":
+    main()
