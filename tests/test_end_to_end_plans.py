@@ -3,33 +3,17 @@
 batch, against the figure its authors published (issue 33, point 4). Which published phases each
 comparison includes is in docs/planning.md ("End to end against published runs")."""
 
-import json
-
 import pytest
-
-from layoutsearch.cli import main
+from builders import DEEPSEEK_V3_ARGS, estimate_record
 
 DEEPSEEK_V3_GPU_HOURS = 2.664e6  # DeepSeek-V3 technical report, table 1: pre-training, H800
 LLAMA31_405B_GPU_HOURS = 30.84e6  # Llama 3.1 model card: 405B, training time (GPU hours), H100
 
-DEEPSEEK_V3_ARGS = [
-    *("--model", "deepseek-v3", "--cluster", "h800-2048"),
-    *("--seqs", "15360", "--seq-len", "4096", "--tokens", "14.8e12"),
-    *("--layout", "fsdp=128,pp=16,ep=64", "--zero-stage", "1", "--microbatches", "120"),
-    *("--precision", "fp8", "--recompute", "mla_up_proj", "--deepep", "--ep-comm-overlap"),
-    *("--schedule", "dualpipe", "--fp8-dispatch"),
-]
 LLAMA3_405B_ARGS = [
     *("--model", "llama3-405b", "--cluster", "h100-16384"),
     *("--seqs", "2048", "--seq-len", "8192", "--tokens", "15.6e12"),
     *("--layout", "fsdp=128,tp=8,pp=16", "--zero-stage", "2", "--virtual-stages", "4"),
 ]
-
-
-def _estimate(capsys, args: list[str]) -> dict:
-    """The layout record of `layoutsearch estimate ARGS --format json`."""
-    main(["estimate", *args, "--format", "json"])
-    return json.loads(capsys.readouterr().out)["layout"]
 
 
 @pytest.mark.xfail(
@@ -52,7 +36,7 @@ def test_deepseek_v3_pretraining_gpu_hours_within_10_percent_of_published(capsys
     node-limited dispatch sent once per node (--deepep; the model's 4 of 8 groups per token),
     section 3.3.2: fp8 dispatch and bf16 combine (--fp8-dispatch), section 3.2.3: RMSNorm and MLA
     up-projections recomputed (--recompute mla_up_proj)."""
-    rec = _estimate(capsys, DEEPSEEK_V3_ARGS)
+    rec = estimate_record(capsys, DEEPSEEK_V3_ARGS)
     assert rec["device_hours"] == pytest.approx(DEEPSEEK_V3_GPU_HOURS, rel=0.10)
 
 
@@ -61,7 +45,7 @@ def test_llama3_405b_gpu_hours_within_15_percent_of_published(capsys):
     table 4 and section 3.4: 15.6T tokens, 16,384 H100, tp 8, pp 16 (interleaved, v 4), dp 128
     with weights gathered for the whole step (ZeRO-2 in the engine's terms), 2,048 x 8,192 tokens;
     measured 30.46M GPU-hours, -1.2%."""
-    rec = _estimate(capsys, LLAMA3_405B_ARGS)
+    rec = estimate_record(capsys, LLAMA3_405B_ARGS)
     assert rec["device_hours"] == pytest.approx(LLAMA31_405B_GPU_HOURS, rel=0.15)
     assert rec["fits"] is True
 
@@ -70,7 +54,7 @@ def test_llama3_405b_effective_training_time_above_85_percent(capsys):
     """Llama 3 paper section 3.3.4: 419 unexpected interruptions in 54 days on 16,384 H100 (the
     default failure rate) and more than 90% effective training time; the engine's goodput for
     the published layout is above 85% (measured 92.7%) and its train_days divide by it."""
-    rec = _estimate(capsys, LLAMA3_405B_ARGS)
+    rec = estimate_record(capsys, LLAMA3_405B_ARGS)
     assert 0.85 < rec["goodput"] < 1.0
     assert rec["job_mtbf_h"] == pytest.approx(54 * 24 / 419, rel=1e-9)
     assert rec["device_hours"] == pytest.approx(rec["train_days"] * 24 * 16_384, rel=1e-9)

@@ -22,6 +22,7 @@ from layoutsearch.core.specs import Layout, MlaSpec, ModelSpec, MoeSpec, Workloa
 from layoutsearch.core.topology import resolve_cluster
 from layoutsearch.costs import flops
 from layoutsearch.costs.estimate import estimate
+from layoutsearch.export.megatron import recompute_modules
 from layoutsearch.search.enumerate import enumerate_top
 from layoutsearch.search.space import build_space
 from layoutsearch.search.tables import build_tables
@@ -798,3 +799,47 @@ def test_moe_on_an_accelerator_without_moe_calibration_is_warned(capsys):
     )
     assert main(["solve", "--model", "mixtral-8x7b", "--cluster", "h100-64", *args]) == 0
     assert capsys.readouterr().err == ""
+
+
+def test_norm_mla_up_proj_also_drops_the_separate_norms_outputs_and_reruns_the_norms():
+    """DeepSeek-V3 report section 3.2.3, "recompute all RMSNorm operations and MLA up-projections", as Megatron's
+    --recompute-modules layernorm mla_up_proj: against mla_up_proj a layer also drops the input norm's output
+    (7168 bf16 elements per token in each of the 61 layers) and the pre-MLP norm's output of the MoE layers (7168 in
+    58 of them; the 3 dense layers' norm is fused into fc1 and kept), for 4096 tokens; the up-projections rerun as
+    under mla_up_proj (the same recompute seconds) and the norms' half of the element-wise passes runs again (3.5
+    passes where mla_up_proj pays 3: the forward and the backward's two)."""
+    problem = Problem.build(
+        "deepseek-v3",
+        "h100-2048",
+        Workload(global_batch_seqs=2048, seq_len=4096, framework="megatron"),
+    )
+    up, norm_up = (
+        estimate(
+            problem,
+            Layout(fsdp=2048, ep=64, zero_stage=3, num_microbatches=1, recompute=r),
+            strict=False,
+        )
+        for r in ("mla_up_proj", "norm_mla_up_proj")
+    )
+    dropped = up.memory_bytes["activations/saved"] - norm_up.memory_bytes["activations/saved"]
+    assert dropped == pytest.approx((61 + 58) * 7168 * 2 * 4096, rel=1e-12)
+    assert norm_up.time_s["compute/recompute"] == up.time_s["compute/recompute"] > 0
+    assert norm_up.time_s["compute/elementwise"] == pytest.approx(
+        up.time_s["compute/elementwise"] * 3.5 / 3, rel=1e-12
+    )
+
+
+def test_norm_mla_up_proj_needs_latent_attention_and_megatron_writes_layernorm_mla_up_proj():
+    """Like mla_up_proj, the policy reruns latent attention's up-projections: a model without MLA is refused
+    naming it; on DeepSeek-V3 the Megatron exporter writes the two modules (megatron-core TransformerConfig
+    recompute_modules: "layernorm" the input and pre-MLP norms, "mla_up_proj" the up-projections and RoPE)."""
+    llama = Problem.build("llama3-8b", "h100-8", Workload(global_batch_seqs=8, seq_len=4096))
+    (v,) = check_layout(llama, Layout(fsdp=8, num_microbatches=1, recompute="norm_mla_up_proj"))
+    assert v.message == (
+        "recompute norm_mla_up_proj reruns latent attention's up-projections, but llama3-8b has no latent "
+        "attention (Megatron refuses mla_up_proj without it)"
+    )
+    assert recompute_modules(load_model("deepseek-v3"), "norm_mla_up_proj") == (
+        "layernorm",
+        "mla_up_proj",
+    )

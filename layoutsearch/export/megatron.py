@@ -29,7 +29,8 @@ num_microbatches_calculator.py):
   alone for a dense model: moe_act is the routed experts' activation and needs grouped GEMMs; Megatron
   recomputes only the norms that are not fused into the next linear, as the cost model does);
   norm_moe -> ``layernorm moe``, plus ``mlp`` where some layers are dense (``recompute_modules``);
-  mla_up_proj -> ``mla_up_proj`` (latent attention's up-projections).
+  mla_up_proj -> ``mla_up_proj`` (latent attention's up-projections); norm_mla_up_proj -> ``layernorm
+  mla_up_proj`` (the DeepSeek-V3 report's RMSNorm and up-projection recompute).
 - Hyper-parameters: ``--rotary-base`` (an int in arguments.py), ``--use-rope-scaling`` /
   ``--rope-scaling-factor`` (Llama 3.1 scaling; megatron-core fixes low 1, high 4, original 8192),
   ``--norm-epsilon``, ``--attention-dropout`` / ``--hidden-dropout`` (Megatron's default is 0.1),
@@ -130,6 +131,7 @@ RECOMPUTE_MODULES = (
     "norm_act",
     "norm_moe",
     "mla_up_proj",
+    "norm_mla_up_proj",
 )  # the policies written as --recompute-modules lists
 # each policy the framework declares, _parallel_args writes
 assert set(declaration.CAPABILITIES.recompute_policies) == {
@@ -487,9 +489,11 @@ def recompute_modules(model, policy: str) -> tuple[str, ...]:
     """Megatron's --recompute-modules for a policy (costs.memory.POLICY_SAVES): norm_act -> layernorm moe_act (moe_act
     is the routed experts' and needs grouped GEMMs: a dense model gets layernorm alone); norm_moe ->
     layernorm moe, with mlp for the dense layers (moe reruns MoE layers only, mlp dense layers only); mla_up_proj
-    -> mla_up_proj (latent attention only: rules.py 'mla-up-proj')."""
+    -> mla_up_proj, norm_mla_up_proj -> layernorm mla_up_proj (latent attention only: rules.py 'mla-up-proj')."""
     if policy == "mla_up_proj":
         return ("mla_up_proj",)
+    if policy == "norm_mla_up_proj":
+        return ("layernorm", "mla_up_proj")
     moe = model.moe is not None
     if policy == "norm_act":
         return ("layernorm", "moe_act") if moe else ("layernorm",)
