@@ -843,3 +843,43 @@ def test_norm_mla_up_proj_needs_latent_attention_and_megatron_writes_layernorm_m
         "layernorm",
         "mla_up_proj",
     )
+
+
+def test_the_mtp_module_holds_its_own_parameters_on_the_device_with_the_output_head():
+    """DeepSeek-V3 report section 3.2.3: DualPipe puts the deepest layers, the output head and the MTP module on the
+    PP rank of the shallowest layers and the embedding, which the MTP module shares (section 2.2); the module's own
+    parameters are there: outside its routed experts 3 norms (3 x 7168), eh_proj 2 x 7168^2 = 102,760,448, the MLA
+    attention 187,107,328 (q_a 7168 x 1536, q_b 1536 x 128 x 192, kv_a 7168 x 576, kv_b 512 x 128 x 256, o 128 x
+    128 x 7168, latent norms 1536 + 512), the shared expert 3 x 7168 x 2048, the router 256 x 7168 + 256, the
+    layer's two norms: 335,779,072; and 1/64 of its 256 experts, 256 x 3 x 7168 x 2048 / 64 = 176,160,768. The
+    published layout's end device (ZeRO-1 over 128, the experts' over 128 / 64 = 2) holds 2 B weights and 4 B
+    gradients of each, 4 B master and 8 B moments over 128 (dense) or 2 (experts) more than without the module."""
+    v3 = load_model("deepseek-v3")
+    workload = Workload(global_batch_seqs=15360, seq_len=4096, framework="megatron")
+    layout = Layout(
+        fsdp=128, pp=16, ep=64, zero_stage=1, num_microbatches=120, schedule="dualpipe"
+    )
+    with_mtp, without = (
+        estimate(
+            Problem(
+                model_id="deepseek-v3",
+                model=model,
+                cluster_name="h800-2048",
+                cluster=resolve_cluster("h800-2048"),
+                workload=workload,
+            ),
+            layout,
+            strict=False,
+        ).memory_bytes
+        for model in (v3, replace(v3, mtp_layers=0))
+    )
+    dense, experts = 335_779_072, 176_160_768
+    assert dense + 64 * experts == 11_610_068_224  # the module's exact count (param_counts 'mtp')
+    expected = {
+        "state/weights": 2 * (dense + experts),
+        "state/grads": 4 * (dense + experts),
+        "state/master": 4 * (dense / 128 + experts / 2),
+        "state/optimizer": 8 * (dense / 128 + experts / 2),
+    }
+    for key, value in expected.items():
+        assert with_mtp[key] - without[key] == pytest.approx(value, rel=1e-12), key
