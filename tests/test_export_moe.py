@@ -26,6 +26,7 @@ import subprocess
 import sys
 import textwrap
 import tomllib
+from dataclasses import replace
 
 import pytest
 import yaml
@@ -1326,6 +1327,18 @@ def test_norm_mla_up_proj_is_written_as_layernorm_mla_up_proj_and_refused_beside
         "selective",
         ["layernorm", "mla_up_proj"],
     )
+    assert "--fp8-recipe" not in args  # bf16
+    # fp8: megatron-core refuses layernorm (and moe_act) recompute under delayed scaling, --fp8-recipe's default
+    for policy, recipe in (("norm_mla_up_proj", "tensorwise"), ("mla_up_proj", None)):
+        fp8 = solve_doc(
+            "deepseek-v3",
+            "h800-2048",
+            15360,
+            4096,
+            replace(layout, recompute=policy),
+            precision="fp8",
+        )
+        assert parse_args(exported(fp8, "megatron")).get("--fp8-recipe") == recipe, policy
     scoped = solve_doc("deepseek-v3", "h100-2048", 15360, 4096, layout, cuda_graphs="scoped")
     with pytest.raises(
         InvalidLayoutError,

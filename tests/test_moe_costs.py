@@ -856,9 +856,7 @@ def test_the_mtp_module_holds_its_own_parameters_on_the_device_with_the_output_h
     gradients of each, 4 B master and 8 B moments over 128 (dense) or 2 (experts) more than without the module."""
     v3 = load_model("deepseek-v3")
     workload = Workload(global_batch_seqs=15360, seq_len=4096, framework="megatron")
-    layout = Layout(
-        fsdp=128, pp=16, ep=64, zero_stage=1, num_microbatches=120, schedule="dualpipe"
-    )
+    layout = Layout(fsdp=128, pp=16, ep=64, zero_stage=1, num_microbatches=120, schedule="dualpipe")
     with_mtp, without = (
         estimate(
             Problem(
