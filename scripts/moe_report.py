@@ -22,7 +22,9 @@ from layoutsearch.search import solve
 # DeepSeek-V3 report section 3.2: pp 16 with DualPipe, ep 64, ZeRO-1, 120 microbatches of one sequence,
 # RMSNorm and MLA up-projections recomputed
 DEEPSEEK_V3_DEGREES = {"fsdp": 128, "pp": 16, "ep": 64, "zero_stage": 1, "num_microbatches": 120}
-DEEPSEEK_V3_PUBLISHED = Layout(**DEEPSEEK_V3_DEGREES, recompute="mla_up_proj", schedule="dualpipe")
+DEEPSEEK_V3_PUBLISHED = Layout(
+    **DEEPSEEK_V3_DEGREES, recompute="norm_mla_up_proj", schedule="dualpipe"
+)
 
 CASES = [
     # (title, model, cluster, seqs, seq_len, published layout, where it is published)

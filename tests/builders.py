@@ -17,7 +17,7 @@ import numpy as np
 import pytest
 from typer.testing import CliRunner
 
-from layoutsearch.cli import app
+from layoutsearch.cli import app, main
 from layoutsearch.core.catalogue import load_model
 from layoutsearch.core.errors import LayoutsearchWarning
 from layoutsearch.core.problem import Problem
@@ -52,6 +52,23 @@ LOSO_SUBSET = (
 # A solver limit that a correct solve of the tests' small instances never reaches: their verdicts
 # must not depend on the machine's speed (the README's `python -m pytest -q` runs on loaded CI).
 NO_TIME_LIMIT_S = 86_400.0
+
+
+# DeepSeek-V3's published pre-training layout and batch (arXiv 2412.19437 sections 3.2, 3.3 and 4.2; the
+# docstring of tests/test_end_to_end_plans.py says which flag stands for what), for `layoutsearch estimate`
+DEEPSEEK_V3_ARGS = [
+    *("--model", "deepseek-v3", "--cluster", "h800-2048"),
+    *("--seqs", "15360", "--seq-len", "4096", "--tokens", "14.8e12"),
+    *("--layout", "fsdp=128,pp=16,ep=64", "--zero-stage", "1", "--microbatches", "120"),
+    *("--precision", "fp8", "--recompute", "norm_mla_up_proj", "--deepep", "--ep-comm-overlap"),
+    *("--schedule", "dualpipe", "--fp8-dispatch"),
+]
+
+
+def estimate_record(capsys, args: list[str]) -> dict:
+    """The layout record of `layoutsearch estimate ARGS --format json`."""
+    main(["estimate", *args, "--format", "json"])
+    return json.loads(capsys.readouterr().out)["layout"]
 
 
 def catalogue_space(model_id: str, cluster_id: str, seqs: int, seq_len: int = 4096):

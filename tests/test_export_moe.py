@@ -26,6 +26,7 @@ import subprocess
 import sys
 import textwrap
 import tomllib
+from dataclasses import replace
 
 import pytest
 import yaml
@@ -1287,23 +1288,64 @@ def test_megatron_core_has_the_fields_the_bf16_state_flags_set():
 
 
 @pytest.mark.frameworks
-def test_megatron_core_takes_the_mla_up_proj_recompute_module():
+@pytest.mark.parametrize(
+    "policy, modules",
+    [("mla_up_proj", ["mla_up_proj"]), ("norm_mla_up_proj", ["layernorm", "mla_up_proj"])],
+)
+def test_megatron_core_takes_the_mla_up_proj_recompute_module(policy, modules):
     """recompute mla_up_proj on DeepSeek-V3: --recompute-granularity selective --recompute-modules mla_up_proj, which
-    megatron-core's MLATransformerConfig takes (its __post_init__ refuses mla_up_proj without latent attention)."""
+    megatron-core's MLATransformerConfig takes (its __post_init__ refuses mla_up_proj without latent attention);
+    norm_mla_up_proj (the DeepSeek-V3 report's RMSNorm and up-projection recompute) as layernorm mla_up_proj."""
     pytest.importorskip("megatron.core.transformer.transformer_config")
     doc = solve_doc(
         "deepseek-v3",
         "h100-2048",
         15360,
         4096,
-        Layout(fsdp=128, pp=16, ep=64, zero_stage=1, num_microbatches=120, recompute="mla_up_proj"),
+        Layout(fsdp=128, pp=16, ep=64, zero_stage=1, num_microbatches=120, recompute=policy),
     )
     config, _, _ = megatron_config(exported(doc, "megatron"))
     assert (type(config).__name__, config.recompute_granularity, config.recompute_modules) == (
         "MLATransformerConfig",
         "selective",
-        ["mla_up_proj"],
+        modules,
     )
+
+
+def test_norm_mla_up_proj_is_written_as_layernorm_mla_up_proj_and_refused_beside_scoped_graphs():
+    """The DeepSeek-V3 report's RMSNorm and up-projection recompute: --recompute-granularity selective
+    --recompute-modules layernorm mla_up_proj. Beside scoped graphs the export refuses it: megatron-core 0.16.1's
+    transformer_layer.py keeps a MoE layer's pre-MLP norm output when the router is graphed unless the dispatcher
+    is alltoall (DeepEP's is flex), so the cost model's dropped norm would not be."""
+    layout = Layout(
+        fsdp=128, pp=16, ep=64, zero_stage=1, num_microbatches=120, recompute="norm_mla_up_proj"
+    )
+    args = parse_args(
+        exported(solve_doc("deepseek-v3", "h100-2048", 15360, 4096, layout), "megatron")
+    )
+    assert (args["--recompute-granularity"], args["--recompute-modules"]) == (
+        "selective",
+        ["layernorm", "mla_up_proj"],
+    )
+    assert "--fp8-recipe" not in args  # bf16
+    # fp8: megatron-core refuses layernorm (and moe_act) recompute under delayed scaling, --fp8-recipe's default
+    for policy, recipe in (("norm_mla_up_proj", "tensorwise"), ("mla_up_proj", None)):
+        fp8 = solve_doc(
+            "deepseek-v3",
+            "h800-2048",
+            15360,
+            4096,
+            replace(layout, recompute=policy),
+            precision="fp8",
+        )
+        assert parse_args(exported(fp8, "megatron")).get("--fp8-recipe") == recipe, policy
+    scoped = solve_doc("deepseek-v3", "h100-2048", 15360, 4096, layout, cuda_graphs="scoped")
+    with pytest.raises(
+        InvalidLayoutError,
+        match=r"scoped CUDA graphs with the recompute policy norm_mla_up_proj .*nearest: "
+        r"recompute none or selective or norm_act or mla_up_proj, or --cuda-graphs none",
+    ):
+        export_document(scoped, "megatron")
 
 
 @pytest.mark.frameworks

@@ -371,7 +371,7 @@ def mutate(doc: dict, path: str, value):
         (
             "layouts.0.recompute",
             "most",
-            "layouts[rank 1].recompute: 'most' is not one of none, selective, full, op, minimal, minimal_with_context, save_dot_with_context_except_mlp, save_dot_except_mlpwi, save_dot_except_mlp, save_qkv_proj, save_out_proj, qkv_proj_offloaded, minimal_offloaded, custom_offload_input, custom_offload_qkv_proj, custom_offload_out_proj, custom_offload_dots_except_mlp, norm_act, norm_moe, mla_up_proj",
+            "layouts[rank 1].recompute: 'most' is not one of none, selective, full, op, minimal, minimal_with_context, save_dot_with_context_except_mlp, save_dot_except_mlpwi, save_dot_except_mlp, save_qkv_proj, save_out_proj, qkv_proj_offloaded, minimal_offloaded, custom_offload_input, custom_offload_qkv_proj, custom_offload_out_proj, custom_offload_dots_except_mlp, norm_act, norm_moe, mla_up_proj, norm_mla_up_proj",
         ),
         (
             "layouts.0.schedule",
@@ -511,11 +511,11 @@ def test_sweep_seqs_and_seq_len_are_bounded(bad_input, tmp_path):
     [
         (
             ["solve", "--recompute", ","],
-            "error: --recompute: no policy given (known: none, selective, full, op, minimal, minimal_with_context, save_dot_with_context_except_mlp, save_dot_except_mlpwi, save_dot_except_mlp, save_qkv_proj, save_out_proj, qkv_proj_offloaded, minimal_offloaded, custom_offload_input, custom_offload_qkv_proj, custom_offload_out_proj, custom_offload_dots_except_mlp, norm_act, norm_moe, mla_up_proj)",
+            "error: --recompute: no policy given (known: none, selective, full, op, minimal, minimal_with_context, save_dot_with_context_except_mlp, save_dot_except_mlpwi, save_dot_except_mlp, save_qkv_proj, save_out_proj, qkv_proj_offloaded, minimal_offloaded, custom_offload_input, custom_offload_qkv_proj, custom_offload_out_proj, custom_offload_dots_except_mlp, norm_act, norm_moe, mla_up_proj, norm_mla_up_proj)",
         ),
         (
             ["solve", "--recompute", ""],
-            "error: --recompute: no policy given (known: none, selective, full, op, minimal, minimal_with_context, save_dot_with_context_except_mlp, save_dot_except_mlpwi, save_dot_except_mlp, save_qkv_proj, save_out_proj, qkv_proj_offloaded, minimal_offloaded, custom_offload_input, custom_offload_qkv_proj, custom_offload_out_proj, custom_offload_dots_except_mlp, norm_act, norm_moe, mla_up_proj)",
+            "error: --recompute: no policy given (known: none, selective, full, op, minimal, minimal_with_context, save_dot_with_context_except_mlp, save_dot_except_mlpwi, save_dot_except_mlp, save_qkv_proj, save_out_proj, qkv_proj_offloaded, minimal_offloaded, custom_offload_input, custom_offload_qkv_proj, custom_offload_out_proj, custom_offload_dots_except_mlp, norm_act, norm_moe, mla_up_proj, norm_mla_up_proj)",
         ),
         (["solve", "--only", ",,"], "error: --only: no name given (known: dp, fsdp, tp, pp, cp)"),
         (["solve", "--fix", "tp=8,tp=4"], "error: --fix: tp given twice (8, 4)"),

@@ -22,6 +22,7 @@ from layoutsearch.core.specs import Layout, MlaSpec, ModelSpec, MoeSpec, Workloa
 from layoutsearch.core.topology import resolve_cluster
 from layoutsearch.costs import flops
 from layoutsearch.costs.estimate import estimate
+from layoutsearch.export.megatron import recompute_modules
 from layoutsearch.search.enumerate import enumerate_top
 from layoutsearch.search.space import build_space
 from layoutsearch.search.tables import build_tables
@@ -814,3 +815,85 @@ def test_moe_on_an_accelerator_without_moe_calibration_is_warned(capsys):
     )
     assert main(["solve", "--model", "mixtral-8x7b", "--cluster", "h100-64", *args]) == 0
     assert capsys.readouterr().err == ""
+
+
+def test_norm_mla_up_proj_also_drops_the_separate_norms_outputs_and_reruns_the_norms():
+    """DeepSeek-V3 report section 3.2.3, "recompute all RMSNorm operations and MLA up-projections", as Megatron's
+    --recompute-modules layernorm mla_up_proj: against mla_up_proj a layer also drops the input norm's output
+    (7168 bf16 elements per token in each of the 61 layers) and the pre-MLP norm's output of the MoE layers (7168 in
+    58 of them; the 3 dense layers' norm is fused into fc1 and kept), for 4096 tokens; the up-projections rerun as
+    under mla_up_proj (the same recompute seconds) and the norms' half of the element-wise passes runs again (3.5
+    passes where mla_up_proj pays 3: the forward and the backward's two)."""
+    problem = Problem.build(
+        "deepseek-v3",
+        "h100-2048",
+        Workload(global_batch_seqs=2048, seq_len=4096, framework="megatron"),
+    )
+    up, norm_up = (
+        estimate(
+            problem,
+            Layout(fsdp=2048, ep=64, zero_stage=3, num_microbatches=1, recompute=r),
+            strict=False,
+        )
+        for r in ("mla_up_proj", "norm_mla_up_proj")
+    )
+    dropped = up.memory_bytes["activations/saved"] - norm_up.memory_bytes["activations/saved"]
+    assert dropped == pytest.approx((61 + 58) * 7168 * 2 * 4096, rel=1e-12)
+    assert norm_up.time_s["compute/recompute"] == up.time_s["compute/recompute"] > 0
+    assert norm_up.time_s["compute/elementwise"] == pytest.approx(
+        up.time_s["compute/elementwise"] * 3.5 / 3, rel=1e-12
+    )
+
+
+def test_norm_mla_up_proj_needs_latent_attention_and_megatron_writes_layernorm_mla_up_proj():
+    """Like mla_up_proj, the policy reruns latent attention's up-projections: a model without MLA is refused
+    naming it; on DeepSeek-V3 the Megatron exporter writes the two modules (megatron-core TransformerConfig
+    recompute_modules: "layernorm" the input and pre-MLP norms, "mla_up_proj" the up-projections and RoPE)."""
+    llama = Problem.build("llama3-8b", "h100-8", Workload(global_batch_seqs=8, seq_len=4096))
+    (v,) = check_layout(llama, Layout(fsdp=8, num_microbatches=1, recompute="norm_mla_up_proj"))
+    assert v.message == (
+        "recompute norm_mla_up_proj reruns latent attention's up-projections, but llama3-8b has no latent "
+        "attention (Megatron refuses mla_up_proj without it)"
+    )
+    assert recompute_modules(load_model("deepseek-v3"), "norm_mla_up_proj") == (
+        "layernorm",
+        "mla_up_proj",
+    )
+
+
+def test_the_mtp_module_holds_its_own_parameters_on_the_device_with_the_output_head():
+    """DeepSeek-V3 report section 3.2.3: DualPipe puts the deepest layers, the output head and the MTP module on the
+    PP rank of the shallowest layers and the embedding, which the MTP module shares (section 2.2); the module's own
+    parameters are there: outside its routed experts 3 norms (3 x 7168), eh_proj 2 x 7168^2 = 102,760,448, the MLA
+    attention 187,107,328 (q_a 7168 x 1536, q_b 1536 x 128 x 192, kv_a 7168 x 576, kv_b 512 x 128 x 256, o 128 x
+    128 x 7168, latent norms 1536 + 512), the shared expert 3 x 7168 x 2048, the router 256 x 7168 + 256, the
+    layer's two norms: 335,779,072; and 1/64 of its 256 experts, 256 x 3 x 7168 x 2048 / 64 = 176,160,768. The
+    published layout's end device (ZeRO-1 over 128, the experts' over 128 / 64 = 2) holds 2 B weights and 4 B
+    gradients of each, 4 B master and 8 B moments over 128 (dense) or 2 (experts) more than without the module."""
+    v3 = load_model("deepseek-v3")
+    workload = Workload(global_batch_seqs=15360, seq_len=4096, framework="megatron")
+    layout = Layout(fsdp=128, pp=16, ep=64, zero_stage=1, num_microbatches=120, schedule="dualpipe")
+    with_mtp, without = (
+        estimate(
+            Problem(
+                model_id="deepseek-v3",
+                model=model,
+                cluster_name="h800-2048",
+                cluster=resolve_cluster("h800-2048"),
+                workload=workload,
+            ),
+            layout,
+            strict=False,
+        ).memory_bytes
+        for model in (v3, replace(v3, mtp_layers=0))
+    )
+    dense, experts = 335_779_072, 176_160_768
+    assert dense + 64 * experts == 11_610_068_224  # the module's exact count (param_counts 'mtp')
+    expected = {
+        "state/weights": 2 * (dense + experts),
+        "state/grads": 4 * (dense + experts),
+        "state/master": 4 * (dense / 128 + experts / 2),
+        "state/optimizer": 8 * (dense / 128 + experts / 2),
+    }
+    for key, value in expected.items():
+        assert with_mtp[key] - without[key] == pytest.approx(value, rel=1e-12), key

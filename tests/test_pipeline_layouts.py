@@ -106,12 +106,12 @@ def _problem(model="llama3-8b", cluster="h100-16", seqs=16):
 )
 def test_cpsat_equals_the_enumerator_with_the_balanced_split(model, cluster, seqs, fix):
     """llama3-8b on 16 H100 with pp = 8 and deepseek-v2 on 128 with pp = 4, tp = 2 (Megatron, every
-    split searched, the balanced one included): CP-SAT's top 3 are the enumerator's, layouts and
-    step times, and a balanced split is among them."""
+    split searched, the balanced one included): CP-SAT's top 4 are the enumerator's, layouts and
+    step times, and a balanced split is among them (deepseek-v2's 4th, behind norm_mla_up_proj's)."""
     problem = _problem(model, cluster, seqs)
     options = SearchOptions(fix=fix, pipeline_splits=ALL_SPLITS)
-    proven = solve(problem, SearchRequest(options=options, top_k=3))
-    oracle = solve(problem, SearchRequest(options=options, top_k=3, method="enumerate"))
+    proven = solve(problem, SearchRequest(options=options, top_k=4))
+    oracle = solve(problem, SearchRequest(options=options, top_k=4, method="enumerate"))
     assert proven.status == "OPTIMAL"
     assert [e.layout for e in proven.layouts] == [e.layout for e in oracle.layouts]
     assert [e.step_time_s for e in proven.layouts] == [e.step_time_s for e in oracle.layouts]

@@ -215,6 +215,6 @@ def test_a_target_that_cannot_write_any_allowed_policy_is_infeasible_not_a_crash
     )
     assert r.exit_code == 1
     assert (
-        "'Megatron-LM: recompute none, selective, full, norm_act, norm_moe, mla_up_proj' (megatron-recompute)"
+        "'Megatron-LM: recompute none, selective, full, norm_act, norm_moe, mla_up_proj, norm_mla_up_proj' (megatron-recompute)"
         in r.output
     )

@@ -263,6 +263,21 @@ def test_megatron_recompute_modules_map_to_the_policy_recomputing_the_same(by_id
     )  # the dispatch runs again
 
 
+def test_layernorm_and_mla_up_proj_modules_map_to_norm_mla_up_proj(by_id):
+    """Rule 15: a DeepSeek-V3 record recomputing the modules layernorm and mla_up_proj (no published record does
+    yet) is costed as norm_mla_up_proj, the DeepSeek-V3 report's RMSNorm and up-projection recompute; without
+    layernorm it stays mla_up_proj."""
+    rec = copy.deepcopy(one(by_id, "mbridge-26.04-b200-deepseek-v3"))
+    rec["layout"]["recompute_modules"] = ["layernorm", "mla_up_proj"]
+    assert record_to_problem(rec)[1].recompute == "norm_mla_up_proj"
+    assert (
+        "recompute -> norm_mla_up_proj (Megatron --recompute-modules layernorm mla_up_proj)"
+        in mapping_notes(rec)
+    )
+    rec["layout"]["recompute_modules"] = ["mla_up_proj", "moe_act"]
+    assert record_to_problem(rec)[1].recompute == "mla_up_proj"
+
+
 def test_automodel_records_on_transformer_engine_attention_cost_the_vendor_kernel(by_id):
     """Rule 19: the Automodel benchmark configs *_te_deepep.yaml set backend attn: te, so their records are costed
     with the vendor's fused attention (H100: 0.5868 of peak at long contexts) although their profile (torchtitan) uses

@@ -429,12 +429,12 @@ STRUCTURE: tuple[Rule, ...] = (
     ),
     _recompute_needs(
         "mla-up-proj",
-        ("mla_up_proj",),
+        ("mla_up_proj", "norm_mla_up_proj"),
         lambda p: p.model.mla is not None,
-        title="recompute mla_up_proj needs multi-head latent attention",
+        title="recompute mla_up_proj and norm_mla_up_proj need multi-head latent attention",
         why=lambda p, c: (
-            f"recompute mla_up_proj reruns latent attention's up-projections, but {p.model_id} has no "
-            f"latent attention (Megatron refuses mla_up_proj without it)"
+            f"recompute {RECOMPUTE_POLICIES[c['r']]} reruns latent attention's up-projections, but "
+            f"{p.model_id} has no latent attention (Megatron refuses mla_up_proj without it)"
         ),
     ),
     _recompute_needs(

@@ -53,6 +53,9 @@ class Recompute(StrEnum):
     norm_act = "norm_act"
     norm_moe = "norm_moe"
     mla_up_proj = "mla_up_proj"
+    # with layernorm mla_up_proj: both, the DeepSeek-V3 report's recompute of the RMSNorms and the MLA
+    # up-projections (arXiv 2412.19437 section 3.2.3)
+    norm_mla_up_proj = "norm_mla_up_proj"
 
 
 class Offload(StrEnum):

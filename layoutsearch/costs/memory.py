@@ -122,24 +122,36 @@ POLICY_SAVES.update({name: POLICY_SAVES[base] for name, (base, _) in OFFLOADED.i
 # separate norms' outputs (transformer_layer.py recomputes a norm only where it is no IdentityOp, i.e. not fused into
 # the next linear: MLA's input norm, a MoE layer's pre-MLP norm) and the routed experts' activation are recomputed
 # in backward; the dispatched tokens the grouped GEMMs read stay. A dense model without MLA recomputes nothing.
-POLICY_SAVES["norm_act"] = ALL_TENSORS - {"latent_in", "moe_in", "moe_act"}
+SEPARATE_NORM_OUTPUTS = frozenset(
+    {"latent_in", "moe_in"}
+)  # what --recompute-modules layernorm drops
+POLICY_SAVES["norm_act"] = ALL_TENSORS - SEPARATE_NORM_OUTPUTS - {"moe_act"}
 # Megatron --recompute-modules layernorm moe (+ mlp where some layers are dense): the norms' outputs and, from
 # the MLP input on, everything the MLP or MoE layer saves; the module is checkpointed whole, so its forward
 # (router, dispatch, experts, down projection, combine) runs again in backward (recompute_work)
-POLICY_SAVES["norm_moe"] = ALL_TENSORS - {
-    "latent_in",
-    "moe_in",
-    "mlp_in",
-    "moe_dispatched",
-    "moe_probs",
-    "mlp_gate",
-    "mlp_up",
-    "mlp_act",
-    "moe_act",
-}
+POLICY_SAVES["norm_moe"] = (
+    ALL_TENSORS
+    - SEPARATE_NORM_OUTPUTS
+    - {
+        "mlp_in",
+        "moe_dispatched",
+        "moe_probs",
+        "mlp_gate",
+        "mlp_up",
+        "mlp_act",
+        "moe_act",
+    }
+)
 # Megatron --recompute-modules mla_up_proj (latent attention): the up-projected queries, keys and values (and their
 # RoPE) are dropped and recomputed from the saved latents (output-discarding checkpoints)
 POLICY_SAVES["mla_up_proj"] = ALL_TENSORS - {"q", "k", "v", "qk_norm_in"}
+# Megatron --recompute-modules layernorm mla_up_proj: both, the DeepSeek-V3 report's "recompute all RMSNorm
+# operations and MLA up-projections during back-propagation" (arXiv 2412.19437 section 3.2.3). The latents' own
+# norms are inside the up-projection checkpoint (Megatron fuses them into linear_q_up_proj / linear_kv_up_proj),
+# so the latents are kept once, before their norms. Not recomputed: the pre-MLP norm of a dense layer, which
+# Megatron fuses into fc1 (Transformer Engine's LayerNormLinear saves its output, mlp_in: DeepSeek-V3's 3 dense
+# layers of 61) and the final norm, outside the layers.
+POLICY_SAVES["norm_mla_up_proj"] = POLICY_SAVES["mla_up_proj"] - SEPARATE_NORM_OUTPUTS
 WHOLE_MLP_RERUN = (
     "norm_moe",
 )  # policies that checkpoint the MLP module whole: its down projection reruns too

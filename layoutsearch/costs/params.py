@@ -281,9 +281,22 @@ def mtp_params_per_layer(model: ModelSpec) -> int:
     model's last (MoE where the model has MoE layers), and the norm before the output head
     (shared_head.norm). The embedding and the output head are the main model's (shared; the
     published checkpoint stores copies of both, 2 V D more)."""
-    mlp = moe_mlp_params(model) if model.moe is not None else int(mlp_params_per_layer(model))
-    block = int(attention_params_per_layer(model)) + mlp + int(norm_params_per_layer(model))
-    return 3 * model.params_per_norm + 2 * model.d_model * model.d_model + block
+    routed = model.moe.num_experts * routed_expert_params(model) if model.moe is not None else 0
+    return int(mtp_params_outside_experts(model)) + routed
+
+
+def mtp_params_outside_experts(model: ModelSpec, tp: IntArray = 1) -> IntArray:
+    """One multi-token-prediction module (``mtp_params_per_layer``) on one TP rank, less its routed experts
+    (a device of the ep group holds 1/ep of them): the three norms, eh_proj column-parallel (2D x D/tp),
+    the layer's attention and norms, and its dense MLP or its shared experts and router."""
+    if model.moe is not None:
+        mlp = model.moe.num_shared_experts * ffn_params(
+            model, model.moe.shared_d_ff, tp
+        ) + router_params(model)
+    else:
+        mlp = mlp_params_per_layer(model, tp)
+    block = attention_params_per_layer(model, tp) + mlp + norm_params_per_layer(model, tp)
+    return 3 * model.params_per_norm + 2 * model.d_model * model.d_model // tp + block
 
 
 @lru_cache(maxsize=1024)  # per model: every pipeline split of a search or a fit asks for it

@@ -1316,13 +1316,18 @@ def _other_end(model: ModelSpec, sh: Shapes, first: bool, of_stage):
 
 def expert_stage_params(model: ModelSpec, sh: Shapes, first: bool = True):
     """Routed-expert parameters per device of the first or last pipeline stage (DualPipe: of both): its MoE
-    layers' (``moe_layers_per_stage``)."""
+    layers' (``moe_layers_per_stage``), and the multi-token-prediction modules' MoE layers on the stage holding
+    the output head (``_holds_output``)."""
+    mtp = model.mtp_layers or 0
     return _other_end(
         model,
         sh,
         first,
         lambda f: (
-            _f(moe_layers_per_stage(model, sh, ~np.asarray(f)))
+            (
+                _f(moe_layers_per_stage(model, sh, ~np.asarray(f)))
+                + np.where(_holds_output(sh, f), mtp, 0)
+            )
             * expert_params_per_moe_layer(model, sh)
         ),
     )
@@ -1347,12 +1352,24 @@ def _one_stage_params(model: ModelSpec, sh: Shapes, first):
         ) - layers * params.moe_layer_share(model)
         total = total + excess * per_key(lambda tp: params.moe_over_dense_mlp(model, tp), sh.tp)
     holds_embedding = first | single
-    # a V-shaped schedule's first device holds the last chunk too (zb-v, dualpipev)
-    v_shaped = np.isin(sh.sched, pipeline.V_SHAPED) & ~single
-    holds_output = np.where(v_shaped, first, (~np.asarray(first)) | single)
     total = total + np.where(holds_embedding, vocab + model.learned_positions * model.d_model, 0)
     output = np.where(model.tied_embeddings & single, 0, vocab) + norm
-    return total + np.where(holds_output, output, 0)
+    # the multi-token-prediction modules sit with the output head (DeepSeek-V3 report section 3.2.3: the deepest
+    # layers with the output head on one PP rank; Megatron's layout puts "m" on the last stage) and share it and
+    # the embedding with the main model (section 2.2): their own parameters only
+    if model.mtp_layers:
+        output = output + model.mtp_layers * per_key(
+            lambda tp: params.mtp_params_outside_experts(model, tp), sh.tp
+        )
+    return total + np.where(_holds_output(sh, first), output, 0)
+
+
+def _holds_output(sh: Shapes, first):
+    """Rows where the first (``first``) or last stage holds the output head: the last stage, or a single stage;
+    a V-shaped schedule's first device, which holds the last chunk too (zb-v, dualpipev)."""
+    single = sh.pp == 1
+    v_shaped = np.isin(sh.sched, pipeline.V_SHAPED) & ~single
+    return np.where(v_shaped, first, (~np.asarray(first)) | single)
 
 
 def _holds_both_ends(sh: Shapes, first: bool):

@@ -29,7 +29,10 @@ num_microbatches_calculator.py):
   alone for a dense model: moe_act is the routed experts' activation and needs grouped GEMMs; Megatron
   recomputes only the norms that are not fused into the next linear, as the cost model does);
   norm_moe -> ``layernorm moe``, plus ``mlp`` where some layers are dense (``recompute_modules``);
-  mla_up_proj -> ``mla_up_proj`` (latent attention's up-projections).
+  mla_up_proj -> ``mla_up_proj`` (latent attention's up-projections); norm_mla_up_proj -> ``layernorm
+  mla_up_proj`` (the DeepSeek-V3 report's RMSNorm and up-projection recompute). Under fp8 outside MXFP8 a
+  policy with ``layernorm`` or ``moe_act`` writes ``--fp8-recipe tensorwise``: megatron-core refuses both
+  under delayed scaling, the flag's default.
 - Hyper-parameters: ``--rotary-base`` (an int in arguments.py), ``--use-rope-scaling`` /
   ``--rope-scaling-factor`` (Llama 3.1 scaling; megatron-core fixes low 1, high 4, original 8192),
   ``--norm-epsilon``, ``--attention-dropout`` / ``--hidden-dropout`` (Megatron's default is 0.1),
@@ -130,6 +133,7 @@ RECOMPUTE_MODULES = (
     "norm_act",
     "norm_moe",
     "mla_up_proj",
+    "norm_mla_up_proj",
 )  # the policies written as --recompute-modules lists
 # each policy the framework declares, _parallel_args writes
 assert set(declaration.CAPABILITIES.recompute_policies) == {
@@ -194,6 +198,11 @@ def _model_args(ctx: ExportContext) -> list[tuple[str, object]]:
         args.append(("--fp8-format", "hybrid"))
         if ctx.cluster.accelerator.id in MXFP8_ACCELERATORS:
             args.append(("--fp8-recipe", "mxfp8"))
+        elif DELAYED_SCALING_REFUSES.intersection(_modules_of(ctx)):
+            # megatron-core 0.16.1 transformer_config.py 1241-1247: "Delayed scaling does not support moe_act and
+            # layernorm recompute for fp8" (delayed is --fp8-recipe's default); current scaling, per-tensor scales
+            # as the cost model's Transformer Engine storage has them (costs.memory.fp8_storage)
+            args.append(("--fp8-recipe", "tensorwise"))
         if (
             profile_of(ctx.workload.framework, "gpu").fp8_param_gather
             and ctx.effective_zero_stage >= 1
@@ -483,13 +492,26 @@ def cuda_graph_args(ctx: ExportContext) -> list[tuple[str, object]]:
     return []
 
 
+DELAYED_SCALING_REFUSES = frozenset(
+    {"layernorm", "moe_act"}
+)  # recompute modules fp8 delayed scaling refuses
+
+
+def _modules_of(ctx: ExportContext) -> tuple[str, ...]:
+    """The --recompute-modules the layout's policy writes (none for a policy written otherwise)."""
+    policy = ctx.layout.recompute
+    return recompute_modules(ctx.model, policy) if policy in RECOMPUTE_MODULES else ()
+
+
 def recompute_modules(model, policy: str) -> tuple[str, ...]:
     """Megatron's --recompute-modules for a policy (costs.memory.POLICY_SAVES): norm_act -> layernorm moe_act (moe_act
     is the routed experts' and needs grouped GEMMs: a dense model gets layernorm alone); norm_moe ->
     layernorm moe, with mlp for the dense layers (moe reruns MoE layers only, mlp dense layers only); mla_up_proj
-    -> mla_up_proj (latent attention only: rules.py 'mla-up-proj')."""
+    -> mla_up_proj, norm_mla_up_proj -> layernorm mla_up_proj (latent attention only: rules.py 'mla-up-proj')."""
     if policy == "mla_up_proj":
         return ("mla_up_proj",)
+    if policy == "norm_mla_up_proj":
+        return ("layernorm", "mla_up_proj")
     moe = model.moe is not None
     if policy == "norm_act":
         return ("layernorm", "moe_act") if moe else ("layernorm",)

@@ -34,7 +34,9 @@ CAPABILITIES = Capabilities(
     # every policy but torchtitan's per-op one and Megatron's recompute modules (the exporter's REMAT
     # maps each to a remat_policy, and asserts it)
     recompute_policies=tuple(
-        r for r in RECOMPUTE_POLICIES if r not in ("op", "norm_act", "norm_moe", "mla_up_proj")
+        r
+        for r in RECOMPUTE_POLICIES
+        if r not in ("op", "norm_act", "norm_moe", "mla_up_proj", "norm_mla_up_proj")
     ),
     precisions=("bf16", "fp8"),
     # optimizer_memory_host_offload; parameter_memory_host_offload (with it)

@@ -21,7 +21,15 @@ PROFILE = Profile(
     inplace_cross_entropy=True,
     vendor_attention=True,
     ep_node_dedup=True,
-    recompute_policies=("none", "selective", "full", "norm_act", "norm_moe", "mla_up_proj"),
+    recompute_policies=(
+        "none",
+        "selective",
+        "full",
+        "norm_act",
+        "norm_moe",
+        "mla_up_proj",
+        "norm_mla_up_proj",
+    ),
     cpu_adam="torch",  # assumption: HybridDeviceOptimizer's host optimizer as torch's Adam
 )
 
@@ -42,7 +50,9 @@ CAPABILITIES = Capabilities(
     precisions=("bf16", "fp16", "fp8"),
     # megatron-core 0.16.1 TransformerConfig: full recompute only inside a full-iteration graph, and
     # "moe" recompute not with the router graphed (Transformer Engine graphs); its dropless
-    # dispatcher syncs with the host each layer
+    # dispatcher syncs with the host each layer; transformer_layer.py (core_v0.16.1, lines 389-430) keeps
+    # the pre-MLP norm of a MoE layer whose router is graphed unless the dispatcher is alltoall, so
+    # norm_mla_up_proj (written for DeepEP's flex dispatcher too) is not offered beside scoped graphs
     cuda_graphs=("none", "scoped", "full_iteration"),
     recompute_with_scoped_graphs=("none", "selective", "norm_act", "mla_up_proj"),
     full_graph_dropless_moe=False,

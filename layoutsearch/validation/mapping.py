@@ -468,9 +468,9 @@ def recompute_modules(record: dict) -> set[str]:
 def modules_policy(record: dict) -> str | None:
     """Rule 15: a selective record's Megatron modules as the policy that recomputes the same: layernorm and
     moe_act (with mlp: the few dense layers' MLP, the nearest) -> norm_act; layernorm and moe (with mlp,
-    moe_act) -> norm_moe; mla_up_proj (with mlp, moe_act, layernorm: the nearest) on a latent-attention model
-    -> mla_up_proj; None otherwise (core_attn is the engine's selective; mlp alone or shared_experts keep
-    selective, the nearest)."""
+    moe_act) -> norm_moe; on a latent-attention model layernorm and mla_up_proj (with mlp, moe_act: the
+    nearest) -> norm_mla_up_proj, mla_up_proj (with mlp, moe_act: the nearest) -> mla_up_proj; None otherwise
+    (core_attn is the engine's selective; mlp alone or shared_experts keep selective, the nearest)."""
     if record["layout"]["recompute"] != "selective":
         return None
     modules = recompute_modules(record)
@@ -483,7 +483,7 @@ def modules_policy(record: dict) -> str | None:
         and modules <= {"mla_up_proj", "mlp", "moe_act", "layernorm"}
         and is_mla(record)
     ):
-        return "mla_up_proj"
+        return "norm_mla_up_proj" if "layernorm" in modules else "mla_up_proj"
     return None
 
 
