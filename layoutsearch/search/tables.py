@@ -369,7 +369,9 @@ def fits_by_row(
     return fits_r
 
 
-def compute_bounds(space: Space, deadline: float | None = None) -> tuple[np.ndarray, Costed]:
+def compute_bounds(
+    space: Space, deadline: float | None = None, chunk: int = 1 << 16
+) -> tuple[np.ndarray, Costed]:
     """Per (S,K) row a valid lower bound of its step time in quanta, and what was costed for it.
     The bound: the least, over the recompute policies that may fit, of the slowest stage's
     compute, plus the least optimizer step of an allowed ZeRO stage and the step overhead (every
@@ -377,20 +379,26 @@ def compute_bounds(space: Space, deadline: float | None = None) -> tuple[np.ndar
     when each stage's memory at each moment fits with that moment's least per-shape memory over
     the allowed ZeRO stages: a necessary condition, a fraction of the cost of ``fits_by_row``.
     Costs the (S,K) x r terms and the per-shape memory only: the rest of the tables is left for
-    the rows the bound keeps."""
+    the rows the bound keeps. Rows are compared ``chunk`` at a time."""
     first, key = term_keys(space)
     rt = terms_of_rows(space, first)  # [keys, r]; a row's are those of its key
     _check(deadline)
     quantum = rt.quantum_s()
     mz = memory_table(zero_memory_bytes(space))  # [s, z, st, moment]
     least_mz = np.where(space.zero_mask[:, :, None, None], mz, NEVER).min(axis=1)
-    capacity = int(capacity_bytes(space.cluster, space.workload) // KIB)
+    # the room the least per-shape memory leaves at each stage and moment: [s, st, moment] KiB
+    room = int(capacity_bytes(space.cluster, space.workload) // KIB) - least_mz
     may_fit = np.ones((len(key), len(space.recompute_codes)), dtype=bool)  # [sk, r]
+    parts = [slice(start, start + chunk) for start in range(0, len(key), chunk)]
     for st, moments in enumerate(rt.memory_bytes):
         for mi, row_bytes in enumerate(moments):
-            may_fit &= least_mz[space.sk_shape, st, mi][:, None] + kib(row_bytes)[key] <= capacity
+            row_kib = kib(row_bytes)  # [keys, r]
+            for c in parts:  # a chunk of rows at a time: small temporaries
+                may_fit[c] &= row_kib[key[c]] <= room[space.sk_shape[c], st, mi][:, None]
     compute = np.max(np.stack([quanta(c, quantum) for c in rt.compute_s]), axis=0)  # [keys, r]
-    least = np.where(may_fit, compute[key], NEVER).min(axis=1)
+    least = np.empty(len(key), dtype=np.int64)
+    for c in parts:
+        least[c] = np.where(may_fit[c], compute[key[c]], NEVER).min(axis=1)
     opt = np.where(space.zero_mask, quanta(optimizer_seconds(space), quantum), NEVER).min(axis=1)
     overhead = int(quanta(space.cluster.accelerator.step_overhead_s, quantum))
     bound = np.where(may_fit.any(axis=1), least + opt[space.sk_shape] + overhead, NEVER)
@@ -426,7 +434,7 @@ def exposed_bounds(
         co = _coeff_rows(space, shape_idx[:, None], np.arange(n_o)[None, :], SHARD_GROUPS)
         mult = terms.step_multiplier(sh, k, split, model)
         stages: list = []
-        cp_q = 0  # the first stage's CP collectives, both stages' (as build_tables' cp_s)
+        cp_q: np.ndarray | int = 0  # the first stage's CP collectives, both stages' (as cp_s)
         for st, (_first, last) in _stage_flags(sh).items():
             windows = (
                 {name: w[part_key] for name, w in rt.windows[st].items()}
