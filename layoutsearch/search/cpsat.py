@@ -54,6 +54,7 @@ from layoutsearch.search.tables import (
     assemble,
     build_tables,
     compute_bounds,
+    exposed_bounds,
     fits_by_row,
     step_terms,
 )
@@ -231,8 +232,11 @@ def focus(
     ``tables.compute_bounds``: their compute, costed for every row); above 4 FOCUS_ROWS rows the
     first FOCUS_ROWS are tabulated and ranked by ``prune``, and its limit (the k-th best layout's
     reach, at least the whole space's) keeps the rows whose bound does not exceed it; rows above
-    it provably hold no top-k layout. The whole space's tables when the first rows hold fewer
-    than k layouts or the rows are few. The tables are in the whole space's quantum."""
+    it provably hold no top-k layout. Above 4 FOCUS_ROWS rows kept, their bounds add the exposed
+    communication every completion pays (``tables.exposed_bounds``, costed for those rows alone),
+    the limit keeps fewer, and the first FOCUS_ROWS by these bounds give a second limit (any
+    rows' limit holds, so the lesser keeps). The whole space's tables when the first rows hold
+    fewer than k layouts or the rows are few. The tables are in the whole space's quantum."""
     step_bound, costed = compute_bounds(space, deadline)
     bound = costed_value_bounds(space, step_bound, costed, objective, resilience)
 
@@ -240,15 +244,27 @@ def focus(
         given = costed if rows is None else costed.restrict(space, rows)
         return weigh(build_tables(part, deadline, given), part, objective, resilience)
 
+    def limit_of(rows: np.ndarray) -> int | None:
+        """``prune``'s limit of the first FOCUS_ROWS of ``rows`` by their bound."""
+        head = np.sort(rows[np.argsort(bound[rows], kind="stable")[:FOCUS_ROWS]])
+        near = space.restrict(head)
+        return prune(near, tables_of(near, head), objective, top_k, tolerance=tolerance)[1]
+
     rows = np.nonzero(bound < NEVER)[0]
     if not len(rows):  # nothing fits: the whole space's tables, for the explanation
         return space, tables_of(space)
-    if len(rows) > 4 * FOCUS_ROWS:  # fewer: tabulating them all costs about what the first rows do
-        head = np.sort(rows[np.argsort(bound[rows], kind="stable")[:FOCUS_ROWS]])
-        near = space.restrict(head)
-        _, limit, _, _ = prune(near, tables_of(near, head), objective, top_k, tolerance=tolerance)
-        if limit is not None:
+    # fewer: tabulating them all costs about what the first rows do
+    limit = limit_of(rows) if len(rows) > 4 * FOCUS_ROWS else None
+    if limit is not None:
+        rows = rows[bound[rows] <= limit]
+        if len(rows) > 4 * FOCUS_ROWS:
+            # still many: their exposed collectives (costed for them alone) bound them closer
+            step_bound[rows] += exposed_bounds(space, rows, costed)
+            bound = costed_value_bounds(space, step_bound, costed, objective, resilience)
             rows = rows[bound[rows] <= limit]
+        if len(rows) > 4 * FOCUS_ROWS:  # the first rows by the closer bounds: a lower limit?
+            again = limit_of(rows)
+            rows = rows if again is None else rows[bound[rows] <= again]
     if len(rows) == len(space.sk_k):
         return space, tables_of(space)
     near = space.restrict(rows)

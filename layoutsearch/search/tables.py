@@ -94,18 +94,50 @@ class Tables:
     dynamic_w: int = 0
 
 
-def _coeff_rows(space: Space, shape_idx: np.ndarray, order_idx: np.ndarray) -> terms.Coeffs:
+def _coeff_rows(
+    space: Space, shape_idx: np.ndarray, order_idx: np.ndarray, names=terms.COEFF_GROUPS
+) -> terms.Coeffs:
+    """The coefficients of the shapes' placements by the orders; groups not in ``names`` are
+    left as groups of one device (for terms that do not read them)."""
     rows = space.placed[shape_idx] * len(space.orders) + order_idx
     co = space.coeffs
     dense = space.model.moe is None  # expert groups of one device: nothing to take
     return terms.Coeffs(
         **{
             name: terms.single_device(rows.shape)
-            if dense and name in terms.EXPERT_GROUPS
+            if (dense and name in terms.EXPERT_GROUPS) or name not in names
             else getattr(co, name).take(rows)
             for name in terms.COEFF_GROUPS
         }
     )
+
+
+# the groups whose collectives ``stage_collectives`` and ``terms.pipeline_sends`` read
+SHARD_GROUPS = ("tp", "cp", "cp_a2a", "cp_in", "pp", "ep", "ep_in", "ep_out", "etp")
+
+
+def stage_collectives(
+    space: Space, sh: terms.Shapes, k, co: terms.Coeffs, windows: dict, last
+) -> tuple[dict, dict, dict]:
+    """One stage's per-microbatch TP, CP and EP collectives (``costs.terms``), hidden behind that
+    stage's compute ``windows`` without recompute: build_tables' (S,K) x o terms, and
+    ``exposed_bounds``'."""
+    model, workload, acc = space.model, space.workload, space.cluster.accelerator
+    tp = terms.tp_per_microbatch(
+        model, workload, acc, sh, k, co, last, windows["window/matmul_fwd_layer"]
+    )
+    cp = terms.cp_per_microbatch(model, workload, acc, sh, k, co, windows["window/attn_fwd_layer"])
+    ep = terms.ep_per_microbatch(model, workload, acc, sh, k, co, windows["window/fwd_layer"])
+    return tp, cp, ep
+
+
+def stage_windows(space: Space, rt: RowTerms, sh: terms.Shapes, k, st: int, last) -> dict:
+    """Stage ``st``'s compute windows without recompute: ``rt.windows`` where "none" is searched,
+    else costed again with the recompute code 0."""
+    if rt.windows is not None:
+        return rt.windows[st]
+    model, workload, acc = space.model, space.workload, space.cluster.accelerator
+    return terms.compute_per_microbatch(model, workload, acc, sh, k, np.zeros_like(k), last)
 
 
 def _stage_flags(sh: terms.Shapes):
@@ -337,7 +369,9 @@ def fits_by_row(
     return fits_r
 
 
-def compute_bounds(space: Space, deadline: float | None = None) -> tuple[np.ndarray, Costed]:
+def compute_bounds(
+    space: Space, deadline: float | None = None, chunk: int = 1 << 16
+) -> tuple[np.ndarray, Costed]:
     """Per (S,K) row a valid lower bound of its step time in quanta, and what was costed for it.
     The bound: the least, over the recompute policies that may fit, of the slowest stage's
     compute, plus the least optimizer step of an allowed ZeRO stage and the step overhead (every
@@ -345,24 +379,77 @@ def compute_bounds(space: Space, deadline: float | None = None) -> tuple[np.ndar
     when each stage's memory at each moment fits with that moment's least per-shape memory over
     the allowed ZeRO stages: a necessary condition, a fraction of the cost of ``fits_by_row``.
     Costs the (S,K) x r terms and the per-shape memory only: the rest of the tables is left for
-    the rows the bound keeps."""
+    the rows the bound keeps. Rows are compared ``chunk`` at a time."""
     first, key = term_keys(space)
     rt = terms_of_rows(space, first)  # [keys, r]; a row's are those of its key
     _check(deadline)
     quantum = rt.quantum_s()
     mz = memory_table(zero_memory_bytes(space))  # [s, z, st, moment]
     least_mz = np.where(space.zero_mask[:, :, None, None], mz, NEVER).min(axis=1)
-    capacity = int(capacity_bytes(space.cluster, space.workload) // KIB)
+    # the room the least per-shape memory leaves at each stage and moment: [s, st, moment] KiB
+    room = int(capacity_bytes(space.cluster, space.workload) // KIB) - least_mz
     may_fit = np.ones((len(key), len(space.recompute_codes)), dtype=bool)  # [sk, r]
+    parts = [slice(start, start + chunk) for start in range(0, len(key), chunk)]
     for st, moments in enumerate(rt.memory_bytes):
         for mi, row_bytes in enumerate(moments):
-            may_fit &= least_mz[space.sk_shape, st, mi][:, None] + kib(row_bytes)[key] <= capacity
+            row_kib = kib(row_bytes)  # [keys, r]
+            for c in parts:  # a chunk of rows at a time: small temporaries
+                may_fit[c] &= row_kib[key[c]] <= room[space.sk_shape[c], st, mi][:, None]
     compute = np.max(np.stack([quanta(c, quantum) for c in rt.compute_s]), axis=0)  # [keys, r]
-    least = np.where(may_fit, compute[key], NEVER).min(axis=1)
+    least = np.empty(len(key), dtype=np.int64)
+    for c in parts:
+        least[c] = np.where(may_fit[c], compute[key[c]], NEVER).min(axis=1)
     opt = np.where(space.zero_mask, quanta(optimizer_seconds(space), quantum), NEVER).min(axis=1)
     overhead = int(quanta(space.cluster.accelerator.step_overhead_s, quantum))
     bound = np.where(may_fit.any(axis=1), least + opt[space.sk_shape] + overhead, NEVER)
     return bound, Costed(quantum, rt, mz, key)
+
+
+def exposed_bounds(
+    space: Space, rows: np.ndarray, costed: Costed, chunk: int = 1 << 17
+) -> np.ndarray:
+    """Per row of ``rows`` (the space's, ascending) a valid lower bound in quanta of the exposed
+    communication every completion of the row pays on top of ``compute_bounds``' bound: the
+    least, over the shape's allowed axis orders o, of the lesser of the two stages' exposed TP,
+    CP and EP collectives (build_tables' tp_s + cp_s + ep_s of that stage) plus the pipeline's
+    fill and drain sends (pp_sends_s). Valid: by ``costs.step`` a candidate (r, z, o) of the row
+    takes stage + the EXPOSED parts (each >= 0) + pp_sends(o) + optimizer(z) + overhead (+ host
+    fetches >= 0), and the slowest stage is at least either stage's compute(r) + tp(o) + cp(o) +
+    ep(o) (its rerun and ZeRO-3 terms are >= 0), so at least max over the stages of compute(r)
+    plus the lesser stage's collectives; compute_bounds' bound takes the least compute over r,
+    optimizer over z and the overhead. The collectives are the tables' own terms
+    (``stage_collectives``, ``terms.pipeline_sends``) rounded alike, less one quantum for each of
+    the four rounded terms (a float path differing in the last bit cannot lift it above them).
+    Costs the collectives of ``rows`` alone, ``chunk`` rows at a time."""
+    model, workload = space.model, space.workload
+    rt, q = costed.rows, costed.quantum_s
+    key = rows if costed.key is None else costed.key[rows]
+    split = terms.backward_split(model, workload)
+    out = np.empty(len(rows), dtype=np.int64)
+    n_o = len(space.orders)
+    for start in range(0, len(rows), chunk):
+        part, part_key = rows[start : start + chunk], key[start : start + chunk]
+        shape_idx = space.sk_shape[part]
+        sh, k = space.shapes.take(shape_idx[:, None]), space.sk_k[part, None]
+        co = _coeff_rows(space, shape_idx[:, None], np.arange(n_o)[None, :], SHARD_GROUPS)
+        mult = terms.step_multiplier(sh, k, split, model)
+        stages: list = []
+        cp_q: np.ndarray | int = 0  # the first stage's CP collectives, both stages' (as cp_s)
+        for st, (_first, last) in _stage_flags(sh).items():
+            windows = (
+                {name: w[part_key] for name, w in rt.windows[st].items()}
+                if rt.windows is not None
+                else stage_windows(space, rt, sh, k, st, last)
+            )
+            tp, cp, ep = stage_collectives(space, sh, k, co, windows, last)
+            if st == 0:
+                cp_q = quanta(mult * cp["base"], q)
+            stages.append(quanta(mult * tp["base"], q) + cp_q + quanta(mult * ep["base"], q))
+        pp = quanta(terms.pipeline_sends(model, workload, space.cluster.accelerator, sh, k, co), q)
+        least = np.minimum(*np.broadcast_arrays(*stages)) + pp  # [rows, o]
+        allowed = space.order_mask[shape_idx]
+        out[start : start + chunk] = np.where(allowed, least, NEVER).min(axis=1)
+    return np.maximum(0, out - 4)
 
 
 def build_tables(
@@ -382,23 +469,12 @@ def build_tables(
         return np.broadcast_to(x, (n_sk, n_o))
 
     mult_o = terms.step_multiplier(sh_o, k_o, terms.backward_split(model, workload), model)
-    r0 = np.zeros_like(k_o)
     tp_st, fx_st, ep_st = [], [], []
     fc = terms.fsdp_collectives(model, workload, acc, sh_o, co)
     for st, (_first, last) in _stage_flags(sh_o).items():
-        c = (
-            rt.windows[st]
-            if rt.windows is not None
-            else terms.compute_per_microbatch(model, workload, acc, sh_o, k_o, r0, last)
-        )
-        tp = terms.tp_per_microbatch(
-            model, workload, acc, sh_o, k_o, co, last, c["window/matmul_fwd_layer"]
-        )
-        cp = terms.cp_per_microbatch(
-            model, workload, acc, sh_o, k_o, co, c["window/attn_fwd_layer"]
-        )
+        c = stage_windows(space, rt, sh_o, k_o, st, last)
+        tp, cp, ep = stage_collectives(space, sh_o, k_o, co, c, last)
         busy = terms.shard_link_traffic(tp, cp, co)
-        ep = terms.ep_per_microbatch(model, workload, acc, sh_o, k_o, co, c["window/fwd_layer"])
         tp_st.append(grid_o(mult_o * tp["base"]))
         ep_st.append(grid_o(mult_o * ep["base"]))
         fixed = terms.fsdp_exposed_fixed(
