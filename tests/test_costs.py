@@ -117,12 +117,12 @@ def test_saved_activations_by_policy():
     """full keeps the layer input only; selective (a plain checkpoint of the attention core) frees only
     the kernel's softmax statistics: its output stays saved by the O projection; torchtitan's per-op
     policy caches the down projection's output, which no backward reads (none does not keep it)."""
-    none, sel, full, op = (
-        _saved_widths(policy) for policy in ("none", "selective", "full", "op")
-    )
+    none, sel, full, op = (_saved_widths(policy) for policy in ("none", "selective", "full", "op"))
     assert full == {"attn_norm_in": 8192 / 8}
     assert set(none) - set(sel) == {"attn_lse", "attn_scores"}
-    assert "mlp_out" not in none and op["mlp_out"] == 8192  # before the reduce-scatter: d on each rank
+    assert (
+        "mlp_out" not in none and op["mlp_out"] == 8192
+    )  # before the reduce-scatter: d on each rank
     assert none["attn_scores"] == 0  # fused attention saves no scores
     assert none["mlp_gate"] == none["mlp_up"] == 28672 / 8  # the gated MLP's two input projections
 

@@ -35,7 +35,9 @@ def quantized_fraction(
     return groups * np.asarray(m, dtype=np.float64) * n / (waves * units * tile_rows * tile_cols)
 
 
-def shape_fraction(m: FloatArray, n: FloatArray, acc: Accelerator, groups: IntArray = 1) -> FloatArray:
+def shape_fraction(
+    m: FloatArray, n: FloatArray, acc: Accelerator, groups: IntArray = 1
+) -> FloatArray:
     """``quantized_fraction`` of the tile the library picks: the part's main tile or, where one fills
     the units better, one of its ``gemm_smaller_tiles`` at ``gemm_smaller_tile_efficiency`` of its rate
     (cuBLAS and CUTLASS choose among tile shapes by the problem's size; measured on Hopper,
