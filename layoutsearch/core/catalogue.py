@@ -34,6 +34,7 @@ from layoutsearch.core.errors import CatalogueError, LayoutsearchWarning, did_yo
 from layoutsearch.core.fields import kind_of
 from layoutsearch.core.specs import (
     Accelerator,
+    Fp8Recipe,
     MlaSpec,
     MlpKind,
     ModelSpec,
@@ -189,6 +190,9 @@ class GemmFile(_Strict):
     smaller_tile_efficiency: float = Field(default=1.0, gt=0, le=1)
 
 
+MAX_FP8_RECIPE_RATIO = 2.0  # an fp8 fraction twice the bf16 fraction bounds typos (measured: 0.79-0.93)
+
+
 class CalibrationFile(_Strict):
     compute_fractions: Literal["fitted", "borrowed"] = Field(
         default="borrowed",
@@ -208,9 +212,11 @@ class CalibrationFile(_Strict):
     collective_half_efficiency_kib: float = Field(ge=0, le=MAX_HBM_BYTES / KIB)
     microbatch_overhead_us: Overhead
     step_overhead_ms: float = Field(ge=0, le=MAX_OVERHEAD_US)
-    fp8_matmul_efficiency: float | None = Field(
-        default=None, gt=0, le=1
-    )  # of the fp8 peak; needs peak_fp8_tflops
+    # per fp8 recipe the part runs: its fraction of the fp8 peak over matmul_efficiency (docs/calibration.md
+    # "fp8_recipe_ratio"); needs peak_fp8_tflops; a recipe absent is one the part cannot run
+    fp8_recipe_ratio: dict[Fp8Recipe, Annotated[float, Field(gt=0, le=MAX_FP8_RECIPE_RATIO)]] | None = (
+        None
+    )
     vendor_attention_efficiency: float | None = Field(
         default=None, gt=0, le=1
     )  # cuDNN / TE fused attention
@@ -1385,9 +1391,16 @@ def accelerator_from_dict(data: Any, where: str) -> Accelerator:
             f"{where}: field 'idle_power_w' ({f.idle_power_w:g}) needs a board_power_w above it "
             f"(got {f.board_power_w})"
         )
-    if (f.peak_fp8_tflops is None) != (f.calibration.fp8_matmul_efficiency is None):
+    ratios = f.calibration.fp8_recipe_ratio or {}
+    if (f.peak_fp8_tflops is None) != (not ratios):
         raise CatalogueError(
-            f"{where}: give 'peak_fp8_tflops' and 'calibration: fp8_matmul_efficiency' together"
+            f"{where}: give 'peak_fp8_tflops' and 'calibration: fp8_recipe_ratio' together"
+        )
+    too_fast = [r.value for r, x in ratios.items() if x * f.calibration.matmul_efficiency > 1]
+    if too_fast:
+        raise CatalogueError(
+            f"{where}: field 'calibration: fp8_recipe_ratio' ({', '.join(too_fast)}) times "
+            f"matmul_efficiency ({f.calibration.matmul_efficiency:g}) exceeds the fp8 peak"
         )
     cal, topo = f.calibration, f.topology
     unitless = {
@@ -1413,7 +1426,8 @@ def accelerator_from_dict(data: Any, where: str) -> Accelerator:
         scale_out_latency_s=f.scale_out_latency_us * MICRO,
         host_bytes_per_s_per_direction=_times(f.host_gbytes_per_s_per_direction, GB),
         runtime_reserve_bytes=f.runtime_reserve_gib * GIB,
-        **cal.model_dump(exclude=unitless | {"compute_fractions"}),  # fractions, token counts: SI
+        **cal.model_dump(exclude=unitless | {"compute_fractions", "fp8_recipe_ratio"}),  # fractions, token counts: SI
+        fp8_recipe_ratio=tuple((r.value, x) for r, x in ratios.items()),
         calibrated=cal.compute_fractions == "fitted",
         collective_half_efficiency_bytes=cal.collective_half_efficiency_kib * KIB,
         microbatch_overhead_s=cal.microbatch_overhead_us * MICRO,

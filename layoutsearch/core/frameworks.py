@@ -20,6 +20,8 @@ __all__ = [
     "deepep_of",
     "default_framework",
     "fp8_activations_of",
+    "fp8_recipe_of",
+    "fp8_param_gather_of",
     "framework_of_record",
     "framework_of_target",
     "node_dedup",
@@ -93,6 +95,20 @@ def transient_zero3_weights(workload: Workload) -> bool:
     return (
         profile_of(workload.framework).transient_zero3_weights
         and workload.master_bytes_per_param > 0
+    )
+
+
+def fp8_recipe_of(workload: Workload, accelerator_kind: str) -> str:
+    """The fp8 scaling recipe the workload asks for: ``Workload.fp8_recipe``, else the profile's ``fp8_recipe``."""
+    return workload.fp8_recipe or profile_of(workload.framework, accelerator_kind).fp8_recipe
+
+
+def fp8_param_gather_of(workload: Workload, accelerator_kind: str) -> bool:
+    """Whether ZeRO gathers the weights in fp8: fp8 training under a recipe the profile gathers in fp8."""
+    profile = profile_of(workload.framework, accelerator_kind)
+    return (
+        workload.precision == "fp8"
+        and fp8_recipe_of(workload, accelerator_kind) in profile.fp8_param_gather
     )
 
 

@@ -26,6 +26,7 @@ from layoutsearch.core.specs import (
     LEARNED_ROUTING_EXPERT_CV,
     CPFlavour,
     CudaGraphs,
+    Fp8Recipe,
     Framework,
     Method,
     MfuConvention,
@@ -201,6 +202,13 @@ class WorkloadOptions(OptionGroup):
     )
     precision: Precision = Field(
         Precision.bf16, description="bf16 (fp16 costs the same) or fp8 GEMMs"
+    )
+    fp8_recipe: Fp8Recipe | None = Field(
+        None,
+        description="How fp8 GEMMs scale their operands, which sets their rate: tensorwise (per tensor: "
+        "Transformer Engine delayed or current scaling), rowwise, blockwise (DeepSeek-V3's 1x128 / "
+        "128x128 tiles), mxfp8 (32-value blocks, Blackwell and MI355X); with --precision fp8 "
+        "(default: the framework's, tensorwise in each)",
     )
     tp_comm_overlap: bool | None = framework_choice(
         "TP collectives pipelined with their GEMMs inside NVLink/ICI"

@@ -33,12 +33,13 @@ from layoutsearch._version import __version__
 from layoutsearch.core import io
 from layoutsearch.core.catalogue import load_model, model_from_dict
 from layoutsearch.core.errors import InvalidArgumentError, LayoutsearchWarning
-from layoutsearch.core.frameworks import deepep_of, profile_of
+from layoutsearch.core.frameworks import deepep_of, fp8_recipe_of, profile_of
 from layoutsearch.core.options import MAX_ROUTING_CV, WorkloadOptions, option_type
 from layoutsearch.core.specs import (
     ALL_DEGREE_NAMES,
     CP_FLAVOURS,
     CUDA_GRAPHS,
+    FP8_RECIPES,
     OFFLOADS,
     RECOMPUTE_POLICIES,
     ROUTINGS,
@@ -213,6 +214,22 @@ def resolved_workload(workload: Workload, cluster: Cluster) -> Workload:
             f"--precision fp8: {acc.id} has no fp8 matmul rate in the catalogue (no "
             f"peak_fp8_tflops in hardware/{acc.id}.yaml); use --precision bf16"
         )
+    recipe = workload.fp8_recipe
+    if recipe is not None:
+        check_choice(recipe, FP8_RECIPES, "--fp8-recipe")
+        if workload.precision != "fp8":
+            raise InvalidArgumentError(
+                f"--fp8-recipe {recipe}: a scaling recipe applies to fp8 training, not to "
+                f"--precision {workload.precision}; use --precision fp8 or leave --fp8-recipe out"
+            )
+    if workload.precision == "fp8":
+        recipe = fp8_recipe_of(workload, acc.kind)
+        runs = dict(acc.fp8_recipe_ratio)
+        if recipe not in runs:
+            raise InvalidArgumentError(
+                f"--fp8-recipe {recipe}: {acc.id} cannot run it (hardware/{acc.id}.yaml "
+                f"fp8_recipe_ratio: {', '.join(runs)}); use --fp8-recipe {next(iter(runs))}"
+            )
     if workload.fp8_dispatch and workload.precision != "fp8":
         raise InvalidArgumentError(
             f"--fp8-dispatch: tokens are dispatched in fp8 only in fp8 training, not with "
@@ -260,6 +277,7 @@ def resolved_workload(workload: Workload, cluster: Cluster) -> Workload:
         tp_comm_overlap=overlap,
         ep_comm_overlap=ep_overlap,
         deepep=deepep_of(workload, acc.kind),
+        fp8_recipe=recipe,
     )
 
 

@@ -27,7 +27,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from layoutsearch.core.frameworks import node_dedup, profile_of, vendor_attention
+from layoutsearch.core.frameworks import fp8_recipe_of, node_dedup, profile_of, vendor_attention
 from layoutsearch.core.numbers import distinct
 from layoutsearch.core.problem import MAX_VIRTUAL_STAGES, Problem, SearchOptions
 from layoutsearch.core.specs import (
@@ -1031,6 +1031,15 @@ def _or_(values) -> str:
     return " or ".join(map(str, values))
 
 
+def _fp8_recipe_nearest(caps: Capabilities, p: Problem) -> str:
+    """--fp8-recipe with the target's recipes the part runs, the finer scalings first (blockwise and row-wise are
+    nearest in accuracy to each other, per-tensor is the coarsest); else another target."""
+    runs = dict(p.cluster.accelerator.fp8_recipe_ratio)
+    order = ("blockwise", "rowwise", "mxfp8", "tensorwise")
+    ok = [r for r in order if r in caps.fp8_recipes and r in runs]
+    return f"--fp8-recipe {_or_(tuple(ok))}" if ok else "--precision bf16, or export to megatron"
+
+
 @dataclass(frozen=True, kw_only=True, slots=True)
 class Limit:
     """One limit a framework may have, stated once for every export target: the rule
@@ -1304,6 +1313,20 @@ LIMITS: tuple[Limit, ...] = (
         title=lambda caps, p: f"precision {', '.join(caps.precisions)}",
         cannot=lambda caps, p, c: f"{p.workload.precision} training",
         nearest=lambda caps, p, c: f"--precision {caps.precisions[0]}, or export to megatron",
+    ),
+    Limit(  # fp8 a target cannot write at all is the precision limit's
+        code="fp8-recipe",
+        needs=(),
+        holds=lambda caps, p, c: (
+            p.workload.precision != "fp8"
+            or "fp8" not in caps.precisions
+            or fp8_recipe_of(p.workload, p.cluster.accelerator.kind) in caps.fp8_recipes
+        ),
+        title=lambda caps, p: f"fp8 recipes {', '.join(caps.fp8_recipes) or 'none'}",
+        cannot=lambda caps, p, c: (
+            f"the {fp8_recipe_of(p.workload, p.cluster.accelerator.kind)} fp8 recipe"
+        ),
+        nearest=lambda caps, p, c: _fp8_recipe_nearest(caps, p),
     ),
     Limit(
         code="etp",

@@ -126,6 +126,15 @@ class Precision(StrEnum):
     bf16, fp16, fp8 = "bf16", "fp16", "fp8"
 
 
+class Fp8Recipe(StrEnum):
+    """How fp8 GEMMs scale their operands: one scale per tensor (Transformer Engine delayed or current
+    scaling, torchao tensorwise), per row (torchao rowwise), per 1x128 activation tile and 128x128
+    weight block (DeepSeek-V3's blockwise; Transformer Engine Float8BlockScaling), or per 32 values
+    in e8m0 (MXFP8, in the tensor cores of Blackwell and CDNA 4)."""
+
+    tensorwise, rowwise, blockwise, mxfp8 = "tensorwise", "rowwise", "blockwise", "mxfp8"
+
+
 class CudaGraphs(StrEnum):
     """CUDA graphs (GPUs): none; per-layer graphs of the attention and the MoE router and preprocessing; or the whole forward-backward as one graph."""
 
@@ -141,6 +150,7 @@ class Routing(StrEnum):
 RECOMPUTE_POLICIES = tuple(p.value for p in Recompute)
 OFFLOADS = tuple(o.value for o in Offload)  # offload codes: none 0, optimizer 1, params 2
 CUDA_GRAPHS = tuple(g.value for g in CudaGraphs)
+FP8_RECIPES = tuple(r.value for r in Fp8Recipe)
 ROUTINGS = tuple(r.value for r in Routing)
 # A learned router's expert loads per MoE layer and microbatch, standard deviation over mean: fitted to the published
 # runs that route with a trained router, dropless, ep > 1 (scripts/fit_routing_cv.py -> results/routing_cv.md)
@@ -376,6 +386,10 @@ class Workload:
     framework: str | None = (
         None  # Framework profile; None = the accelerator's default (Problem.build resolves it)
     )
+    fp8_recipe: str | None = (
+        None  # FP8_RECIPES: how fp8 GEMMs scale their operands (the fp8 rate of costs.gemm.fp8_matmul_efficiency);
+    )
+    # None = the framework profile's default under --precision fp8 (Problem.build resolves it), None in bf16
     hbm_bytes: float | None = (
         None  # the device's memory when the part differs from the catalogue's (96 GB H100)
     )
@@ -462,9 +476,10 @@ class Accelerator:
     peak_fp8_flops_per_s: float | None = (
         None  # dense fp8 matmuls (MXFP8 on Blackwell); None = no fp8 unit
     )
-    fp8_matmul_efficiency: float | None = (
-        None  # achievable fraction of the fp8 peak for large matmuls
+    fp8_recipe_ratio: tuple[tuple[str, float], ...] = (
+        ()  # (fp8 recipe, its fraction of the fp8 peak / matmul_efficiency): the recipes the part
     )
+    # runs (costs.gemm.fp8_matmul_efficiency); empty = no fp8 unit
     grouped_matmul_efficiency: float = (
         1.0  # the MoE experts' grouped GEMMs (TE / CUTLASS grouped GEMM,
     )

@@ -24,6 +24,14 @@ from layoutsearch.core.specs import Accelerator
 OUTPUT_BYTES = 2  # C is written in bf16 (fp8 GEMMs too: Transformer Engine's outputs are bf16)
 
 
+def fp8_matmul_efficiency(acc: Accelerator, recipe: str) -> float:
+    """The fraction of the fp8 peak fp8 GEMMs of scaling ``recipe`` reach: the part's bf16 fraction
+    ``matmul_efficiency`` x the recipe's ratio (``Accelerator.fp8_recipe_ratio``; docs/calibration.md
+    "fp8_recipe_ratio"). The scale factors' own traffic (a scale per tensor, row, 128 values or 32
+    values) is not counted: at most 1/32 of the fp8 operand bytes."""
+    return acc.matmul_efficiency * dict(acc.fp8_recipe_ratio)[recipe]
+
+
 def quantized_fraction(
     m: FloatArray, n: FloatArray, units: int, tile_rows: int, tile_cols: int, groups: IntArray = 1
 ) -> FloatArray:

@@ -34,6 +34,8 @@ import numpy as np
 from layoutsearch.core.arrays import per_key, read_only
 from layoutsearch.core.frameworks import (
     fp8_activations_of,
+    fp8_param_gather_of,
+    fp8_recipe_of,
     node_dedup,
     profile_of,
     transient_zero3_weights,
@@ -363,9 +365,10 @@ def compute_per_microbatch(
     # the shape's tile, wave and depth quantization at the microbatch's rows, the HBM floor
     gemm_rate, operand_bytes = acc.peak_flops_per_s * acc.matmul_efficiency * clock, 2
     layer_rate = gemm_rate
-    if fp8:  # core.problem refuses fp8 on an accelerator without an fp8 peak (the catalogue gives both or none)
-        assert acc.peak_fp8_flops_per_s is not None and acc.fp8_matmul_efficiency is not None
-        layer_rate, operand_bytes = acc.peak_fp8_flops_per_s * acc.fp8_matmul_efficiency * clock, 1
+    if fp8:  # core.problem refuses fp8 on an accelerator without an fp8 peak or the recipe's ratio
+        assert acc.peak_fp8_flops_per_s is not None
+        fraction = gemm.fp8_matmul_efficiency(acc, fp8_recipe_of(workload, acc.kind))
+        layer_rate, operand_bytes = acc.peak_fp8_flops_per_s * fraction * clock, 1
     passes = 1.0 + flops.BACKWARD_OVER_FORWARD
     rows = np.ceil(m).astype(np.int64)  # the GEMMs' m: whole tokens
     attn_rate = (
@@ -1129,7 +1132,7 @@ def expert_params_per_moe_layer(model: ModelSpec, sh: Shapes):
 
 def gathered_bytes_per_param(workload: Workload, acc: Accelerator) -> float:
     """Bytes per parameter a ZeRO weight all-gather moves: fp8 where the framework gathers fp8 weights."""
-    if workload.precision == "fp8" and profile_of(workload.framework, acc.kind).fp8_param_gather:
+    if fp8_param_gather_of(workload, acc.kind):
         return memory.FP8_BYTES
     return workload.weight_bytes_per_param
 
@@ -1435,7 +1438,7 @@ def memory_by_zero(
         if transient:  # under ZeRO-3 cast from the master shard at each gather, like the bf16 weights: none kept
             held = held * _f(z != 3)
         copies = memory.FP8_WEIGHT_COPIES
-        if profile_of(workload.framework).fp8_param_gather:
+        if fp8_param_gather_of(workload, "gpu"):  # the workload names its framework (resolved)
             # fp8 parameters (Megatron --fp8-param-gather, torchao float8 FSDP): the fp8 copy is the layer's
             # weight, no bf16 one beside it; the transposed copy stays
             out["state/weights"] = out["state/weights"] - held * (

@@ -92,7 +92,7 @@ import math
 import re
 import shlex
 
-from layoutsearch.core.frameworks import node_dedup, profile_of
+from layoutsearch.core.frameworks import fp8_param_gather_of, fp8_recipe_of, node_dedup, profile_of
 from layoutsearch.core.rules import candidate_of, cp_a2a_degree
 from layoutsearch.core.specs import ModelSpec
 from layoutsearch.core.stages import (
@@ -127,7 +127,10 @@ MEGATRON_ROPE_FIXED = {
     "high_freq_factor": 4.0,
     "original_max_position_embeddings": 8192,
 }
-MXFP8_ACCELERATORS = ("b200", "gb200")  # Blackwell: fp8 with per-block scales (MXFP8)
+# the engine's fp8 recipe -> --fp8-recipe (megatron/training/arguments.py, NVIDIA/Megatron-LM 307dcf37: tensorwise,
+# delayed, mxfp8, blockwise): per-tensor scales as its default, delayed scaling (current scaling, "tensorwise",
+# runs the same GEMMs); rowwise it has not (the megatron-fp8-recipe rule refuses it)
+FP8_RECIPE_ARGS = {"tensorwise": "delayed", "blockwise": "blockwise", "mxfp8": "mxfp8"}
 
 RECOMPUTE_MODULES = (
     "norm_act",
@@ -196,17 +199,14 @@ def _model_args(ctx: ExportContext) -> list[tuple[str, object]]:
         ctx.workload.precision == "fp8"
     ):  # Transformer Engine fp8 GEMMs (E4M3 forward, E5M2 gradients)
         args.append(("--fp8-format", "hybrid"))
-        if ctx.cluster.accelerator.id in MXFP8_ACCELERATORS:
-            args.append(("--fp8-recipe", "mxfp8"))
-        elif DELAYED_SCALING_REFUSES.intersection(_modules_of(ctx)):
+        recipe = FP8_RECIPE_ARGS[fp8_recipe_of(ctx.workload, "gpu")]
+        if recipe == "delayed" and DELAYED_SCALING_REFUSES.intersection(_modules_of(ctx)):
             # megatron-core 0.16.1 transformer_config.py 1241-1247: "Delayed scaling does not support moe_act and
-            # layernorm recompute for fp8" (delayed is --fp8-recipe's default); current scaling, per-tensor scales
-            # as the cost model's Transformer Engine storage has them (costs.memory.fp8_storage)
-            args.append(("--fp8-recipe", "tensorwise"))
-        if (
-            profile_of(ctx.workload.framework, "gpu").fp8_param_gather
-            and ctx.effective_zero_stage >= 1
-        ):
+            # layernorm recompute for fp8"; current scaling, per-tensor scales as the cost model's Transformer
+            # Engine storage has them (costs.memory.fp8_storage)
+            recipe = "tensorwise"
+        args.append(("--fp8-recipe", recipe))
+        if fp8_param_gather_of(ctx.workload, "gpu") and ctx.effective_zero_stage >= 1:
             args.append(("--fp8-param-gather", None))  # the prediction gathers fp8 weights
     return args
 

@@ -23,9 +23,10 @@ DistributedDataParallelConfig). The degrees, batch and recompute are the ``megat
   ``overlap_grad_reduce`` / ``overlap_param_gather`` (what the prediction overlaps),
   ``grad_reduce_in_fp32``; ``dist.use_megatron_fsdp``; ``checkpoint.ckpt_format`` ``fsdp_dtensor``
   under Megatron-FSDP (ConfigContainer.validate asserts it when saving), else ``torch_dist``.
-- ``mixed_precision``: a recipe name of mixed_precision.py: ``bf16_mixed``, ``fp16_mixed``, fp8 as
-  ``bf16_with_fp8_delayed_scaling_mixed`` (the hybrid E4M3/E5M2 format the megatron target writes)
-  or ``bf16_with_mxfp8_mixed`` on Blackwell.
+- ``mixed_precision``: a recipe name of mixed_precision.py: ``bf16_mixed``, ``fp16_mixed``, fp8 by
+  its scaling recipe (``Workload.fp8_recipe``): ``bf16_with_fp8_delayed_scaling_mixed`` (per tensor, the
+  hybrid E4M3/E5M2 format the megatron target writes), ``bf16_with_fp8_subchannel_scaling_mixed``
+  (blockwise) or ``bf16_with_mxfp8_mixed``; rowwise is refused.
 - Not decided: data blend, tokenizer, learning rate and schedule, iterations, checkpoint paths and
   interval, written as commented ``PLACEHOLDER`` keys (a merged ``<set me>`` would reach int fields).
 """
@@ -36,13 +37,17 @@ import yaml
 
 from layoutsearch.export import context as common
 from layoutsearch.export.context import ExportContext, yaml_value
-from layoutsearch.export.megatron import MXFP8_ACCELERATORS, dispatcher_args, recompute_modules
+from layoutsearch.core.frameworks import fp8_recipe_of
+from layoutsearch.export.megatron import dispatcher_args, recompute_modules
 
 RELEASE = "megatron-bridge 0.3.1"
-PRECISION_RECIPES = {
-    "bf16": "bf16_mixed",
-    "fp16": "fp16_mixed",
-    "fp8": "bf16_with_fp8_delayed_scaling_mixed",
+PRECISION_RECIPES = {"bf16": "bf16_mixed", "fp16": "fp16_mixed"}
+# the engine's fp8 recipe -> a recipe of training/mixed_precision.py (NVIDIA-NeMo/Megatron-Bridge 05097809);
+# rowwise it has not (the megatron-bridge-fp8-recipe rule refuses it)
+FP8_PRECISION_RECIPES = {
+    "tensorwise": "bf16_with_fp8_delayed_scaling_mixed",
+    "blockwise": "bf16_with_fp8_subchannel_scaling_mixed",
+    "mxfp8": "bf16_with_mxfp8_mixed",
 }
 PLACEHOLDER_KEYS = {
     "train.train_iters": "training iterations",
@@ -152,9 +157,9 @@ def override(ctx: ExportContext) -> dict:
 
 
 def precision_recipe(ctx: ExportContext) -> str:
-    """The mixed_precision recipe name for the workload precision (MXFP8 on Blackwell)."""
-    if ctx.workload.precision == "fp8" and ctx.cluster.accelerator.id in MXFP8_ACCELERATORS:
-        return "bf16_with_mxfp8_mixed"
+    """The mixed_precision recipe name for the workload precision (fp8: by its scaling recipe)."""
+    if ctx.workload.precision == "fp8":
+        return FP8_PRECISION_RECIPES[fp8_recipe_of(ctx.workload, "gpu")]
     return PRECISION_RECIPES[ctx.workload.precision]
 
 

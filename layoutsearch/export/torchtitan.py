@@ -50,7 +50,7 @@ import math
 import tomllib
 import unicodedata
 
-from layoutsearch.core.frameworks import node_dedup
+from layoutsearch.core.frameworks import fp8_recipe_of, node_dedup
 from layoutsearch.core.rules import deepseek_block, qwen3_moe_block
 from layoutsearch.export.context import (
     ExportContext,
@@ -319,15 +319,18 @@ def sections(ctx: ExportContext) -> dict[str, dict]:
 
 
 def float8_sections(ctx: ExportContext) -> dict[str, dict]:
-    """fp8: torchao's Float8Linear converter with fp8 FSDP all-gathers (what the torchtitan profile
-    costs); none for bf16."""
+    """fp8: torchao's Float8Linear converter; none for bf16. tensorwise: no recipe_name (None is tensorwise)
+    and fp8 FSDP all-gathers (what the torchtitan profile costs), since v0.2.2's Float8LinearConverter asserts
+    that enable_fsdp_float8_all_gather comes without a recipe_name (components/quantization/float8.py);
+    rowwise: recipe_name "rowwise", weights gathered in bf16."""
     if ctx.workload.precision != "fp8":
         return {}
+    if fp8_recipe_of(ctx.workload, "gpu") == "rowwise":
+        return {"quantize.linear.float8": {"recipe_name": "rowwise"}}
     return {
         "quantize.linear.float8": {
             "enable_fsdp_float8_all_gather": True,
             "precompute_float8_dynamic_scale_for_fsdp": True,
-            "recipe_name": "tensorwise",
         }
     }
 

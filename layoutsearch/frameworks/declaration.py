@@ -74,15 +74,20 @@ class Profile:
     pipelined_grad_reduce_overlap: bool = True
     """The same with pp > 1; DeepSpeed's pipeline engine reduces after the whole schedule (its
     TrainSchedule ends with ReduceTiedGrads, ReduceGrads, OptimizerStep)."""
-    fp8_param_gather: bool = False
-    """With fp8: weights all-gathered in fp8 (Megatron --fp8-param-gather, torchtitan
-    enable_fsdp_float8_all_gather), else in bf16."""
+    fp8_param_gather: tuple[str, ...] = ()
+    """The fp8 recipes under which weights are all-gathered in fp8 (Megatron --fp8-param-gather, torchtitan
+    enable_fsdp_float8_all_gather), else in bf16 (core.frameworks.fp8_param_gather_of)."""
     fp8_activations: str = "none"
     """With fp8: how the tensors saved for backward are stored (costs.memory.fp8_storage). "none":
     all in the activation precision (torchao's Float8Linear saves its high-precision input; MaxText
     and DeepSpeed unsourced); "transformer_engine": the linear layers save their fp8 input;
     "deepseek_v3": the DeepSeek-V3 report's storage (fp8 linear inputs and SwiGLU input with
     tile scales, the attention output in E5M6)."""
+    fp8_recipe: str = "tensorwise"
+    """With fp8 and no --fp8-recipe: the scaling recipe the framework runs by default (core.specs.Fp8Recipe).
+    tensorwise (one scale per tensor) is every declared framework's default: Megatron-LM's --fp8-recipe
+    default 'delayed', torchtitan's Float8Linear recipe_name None (tensorwise), MaxText's quantization 'fp8'
+    (Flax's Fp8DotGeneral, per-tensor delayed scaling); each declaration cites its source."""
     recompute_policies: tuple[str, ...] = ("none", "selective", "full")
     """What the search tries by default."""
     cp_flavours: tuple[str, ...] = ("ring",)
@@ -179,6 +184,8 @@ class Capabilities:
     """The recompute policies it can write."""
     precisions: tuple[str, ...] = ("bf16", "fp16")
     """The workload precisions it can write."""
+    fp8_recipes: tuple[str, ...] = ()
+    """The fp8 scaling recipes (core.specs.Fp8Recipe) it can write, with fp8 in ``precisions``."""
     offload: tuple[str, ...] = ("none",)
     """The optimizer and parameter offload choices (``specs.Offload``) it can write."""
     offload_zero_stages: tuple[int, ...] = (0, 1, 2, 3)

@@ -2,7 +2,7 @@
 approach), with fp8 activations stored the most compact published way (the DeepSeek-V3 report's,
 costs.memory.fp8_storage). A profile for the cost model only: no export target writes it."""
 
-from layoutsearch.core.specs import Recompute
+from layoutsearch.core.specs import FP8_RECIPES, Recompute
 from layoutsearch.frameworks.declaration import Profile
 
 EXPORTER = None
@@ -10,7 +10,7 @@ EXPORTER = None
 PROFILE = Profile(
     name="ideal",
     tp_overlap=("gpu", "tpu"),
-    fp8_param_gather=True,
+    fp8_param_gather=FP8_RECIPES,
     fp8_activations="deepseek_v3",
     recompute_policies=tuple(r.value for r in Recompute),
     vendor_attention=True,

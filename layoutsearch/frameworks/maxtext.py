@@ -17,6 +17,8 @@ EXPORTER = "layoutsearch.export.maxtext"
 
 PROFILE = Profile(
     name="maxtext",
+    # quantization "fp8" (configs/base.yml, AI-Hypercomputer/maxtext e591f30c): Flax's Fp8DotGeneral, per tensor
+    fp8_recipe="tensorwise",
     tp_overlap=("tpu",),
     transient_zero3_weights=True,
     einsum_capacity_dispatch=True,
@@ -39,6 +41,8 @@ CAPABILITIES = Capabilities(
         if r not in ("op", "norm_act", "norm_moe", "mla_up_proj", "norm_mla_up_proj")
     ),
     precisions=("bf16", "fp8"),
+    # quantization "fp8": Flax's Fp8DotGeneral, one delayed scale per tensor (configs/base.yml, layers/quantizations.py)
+    fp8_recipes=("tensorwise",),
     # optimizer_memory_host_offload; parameter_memory_host_offload (with it)
     offload=("none", "optimizer", "params"),
     zero_stages=(0, 1, 3),
@@ -54,6 +58,8 @@ CAPABILITIES = Capabilities(
     expert_tensor_without_ep=("tp",),
     expert_groups=("fsdp", "tp"),
     why={
+        "maxtext-fp8-recipe": "its quantization 'fp8' scales per tensor; its Transformer Engine recipes "
+        "(te_mxfp8 and others, GPUs) are not written by this export",
         "maxtext-zero": "it has no ZeRO-2: sharded gradients with replicated weights",
         "maxtext-replicas": "its ZeRO-1 (shard_optimizer_over_data) shards over all data replicas",
         "maxtext-cp": "it shards weights over the context axis, i.e. ZeRO-3 over fsdp x cp",

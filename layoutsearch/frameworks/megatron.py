@@ -16,7 +16,11 @@ EXPORTER = "layoutsearch.export.megatron"
 
 PROFILE = Profile(
     name="megatron",
-    fp8_param_gather=True,
+    # --fp8-param-gather; not with blockwise scales, as Megatron-Bridge's subchannel recipe sets it
+    # (training/mixed_precision.py, NVIDIA-NeMo/Megatron-Bridge 05097809: bf16_with_fp8_subchannel_scaling_mixed)
+    fp8_param_gather=("tensorwise", "mxfp8"),
+    # megatron/training/arguments.py (NVIDIA/Megatron-LM 307dcf37): --fp8-recipe default 'delayed' (per tensor)
+    fp8_recipe="tensorwise",
     fp8_activations="transformer_engine",
     inplace_cross_entropy=True,
     vendor_attention=True,
@@ -48,6 +52,8 @@ CAPABILITIES = Capabilities(
     recompute_policies=PROFILE.recompute_policies,  # each one the exporter's _parallel_args writes
     pipeline_splits=("even", "embedding-and-loss", "first-last", "chunk-layout", "balanced"),
     precisions=("bf16", "fp16", "fp8"),
+    # arguments.py (307dcf37) --fp8-recipe tensorwise | delayed | mxfp8 | blockwise (export.megatron.FP8_RECIPE_ARGS)
+    fp8_recipes=("tensorwise", "blockwise", "mxfp8"),
     # megatron-core 0.16.1 TransformerConfig: full recompute only inside a full-iteration graph, and
     # "moe" recompute not with the router graphed (Transformer Engine graphs); its dropless
     # dispatcher syncs with the host each layer; transformer_layer.py (core_v0.16.1, lines 389-430) keeps
@@ -80,6 +86,8 @@ CAPABILITIES = Capabilities(
         "output-head bias": "GPTModel builds its output layer without a bias",
     },
     why={
+        "megatron-fp8-recipe": "arguments.py's --fp8-recipe scales per tensor (delayed, tensorwise), per "
+        "1x128 / 128x128 block (blockwise) or per 32 values (mxfp8), not per row",
         "megatron-offload": "--optimizer-cpu-offload moves the optimizer state; it has no parameter "
         "offload",
         "megatron-offload-zero": "arguments.py pairs --optimizer-cpu-offload with "

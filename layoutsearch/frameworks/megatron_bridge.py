@@ -27,6 +27,8 @@ _WHY = {
     "tp-overlap": "TP communication overlap needs a CommOverlapConfig the override does not write",
     "ep-overlap": "overlapping the MoE all-to-alls needs a CommOverlapConfig the override does not write",
     "unfused-attention": "the override keeps Transformer Engine's fused attention",
+    "fp8-recipe": "its mixed-precision recipes scale fp8 per tensor (delayed or current scaling), per "
+    "1x128 / 128x128 block (subchannel) or as MXFP8, not per row",
     "offload": "the override writes no optimizer CPU offload (OptimizerConfig.optimizer_cpu_offload)",
 }
 

@@ -15,7 +15,11 @@ EXPORTER = "layoutsearch.export.torchtitan"
 
 PROFILE = Profile(
     name="torchtitan",
-    fp8_param_gather=True,
+    # torchtitan v0.2.2 (73a0e697) components/quantization/float8.py: enable_fsdp_float8_all_gather only
+    # without a recipe_name, i.e. tensorwise; config/job_config.py Float8Linear.recipe_name default None,
+    # which is tensorwise ("Float8 tensorwise scaled training active")
+    fp8_param_gather=("tensorwise",),
+    fp8_recipe="tensorwise",
     recompute_policies=("none", "op", "full"),
     transient_zero3_weights=True,
     cpu_adam="torch",  # FSDP2's CPUOffloadPolicy steps torch's optimizer on the host tensors
@@ -53,6 +57,11 @@ def capabilities(target: str) -> Capabilities:
         "cp-flavour": "its context parallelism is ring attention, one SDPA call per K/V shard, the "
         "shards all-gathered or passed on by all-to-all (context_parallel_rotate_method): both priced "
         "as ring; it has no single-call all-gather and no head-parallel (Ulysses) attention",
+        "fp8-recipe": "its Float8Linear recipes scale per tensor or per row (recipe_name tensorwise, "
+        "rowwise), not per 1x128 / 128x128 block; its MXFP8 converter (quantize.linear.mx) is not written "
+        "by this export"
+        if moe
+        else "the 0.3 export writes bf16 only",
         "offload": "FSDP2's CPUOffloadPolicy (enable_cpu_offload) moves parameters, gradients and "
         "optimizer state together: parameter offload only"
         + ("" if moe else "; the 0.3 export does not write it"),
@@ -67,6 +76,8 @@ def capabilities(target: str) -> Capabilities:
         zero_stages_with_replicas=(2, 3),
         recompute_policies=("none", "selective", "op", "full"),
         precisions=("bf16", "fp8") if moe else ("bf16",),
+        # v0.2.2 config/job_config.py Float8Linear.recipe_name: tensorwise (None), rowwise
+        fp8_recipes=("tensorwise", "rowwise") if moe else (),
         zero_stages_with_cp=(2, 3),
         kv_replication=False,
         offload=("none", "params") if moe else ("none",),

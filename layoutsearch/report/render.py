@@ -181,7 +181,9 @@ def assumptions(workload, model) -> str:
     """The workload choices every report names: framework profile, precision, TP overlap (and the MoE dispatch and,
     dropless, routing)."""
     return (
-        f"{workload.precision}, {workload.framework} overlap"
+        f"{workload.precision}"
+        + (f" ({workload.fp8_recipe} scaling)" if workload.fp8_recipe else "")
+        + f", {workload.framework} overlap"
         + (" + TP comm overlap" if workload.tp_comm_overlap else "")
         + (" + EP comm overlap" if workload.ep_comm_overlap else "")
         + (" + DeepEP dispatch" if model.moe is not None and workload.deepep else "")

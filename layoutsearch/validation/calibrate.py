@@ -76,8 +76,6 @@ FAMILIES = {
     "gb200": "b200-class",
 }
 EFFICIENCY_BOUNDS = (0.2, 1.0)
-# fp8 GEMMs reach about 1.6x the bf16 rate on a twice larger peak (docs/calibration.md#fp8_matmul_efficiency)
-FP8_MATMUL_RATIO = 0.8
 SHARE_BOUNDS = (0.0, 1.0)  # fractions that may be zero (overlap_interference)
 # Shared fields: one value fitted together with every family of that accelerator kind (``fit_joint``): an effect
 # of the communication library on the chip, not of one chip's kernels (NCCL's kernels on the SMs of every GPU)
@@ -104,7 +102,6 @@ CALIBRATION_FIELDS = (
     "attention_efficiency",
     "vendor_attention_efficiency",
     "attention_half_efficiency_keys",
-    "fp8_matmul_efficiency",
     "matmul_half_efficiency_tokens",
     "gemm_half_efficiency_depth",
     "collective_efficiency",
@@ -163,16 +160,9 @@ def with_calibration(cluster: Cluster, **fields: float) -> Cluster:
 
     Axes copy ``collective_efficiency`` (torus, NVLink switch) or ``scale_out_efficiency``
     (scale-out, DCN) from the accelerator when the cluster is resolved; both are refreshed here. A new
-    ``matmul_efficiency`` brings ``fp8_matmul_efficiency`` = ``FP8_MATMUL_RATIO`` x it on a part with an fp8 rate,
-    unless that is given too (the hardware files' rule).
+    ``matmul_efficiency`` moves the fp8 rates with it (each recipe's ``fp8_recipe_ratio`` x it).
     """
     changes: dict[str, Any] = dict(fields)  # calibration fields of Accelerator
-    if (
-        "matmul_efficiency" in changes
-        and "fp8_matmul_efficiency" not in changes
-        and cluster.accelerator.fp8_matmul_efficiency is not None
-    ):
-        changes["fp8_matmul_efficiency"] = FP8_MATMUL_RATIO * changes["matmul_efficiency"]
     acc = replace(cluster.accelerator, **changes)
     axes = tuple(
         a

@@ -375,6 +375,26 @@ def vendor_attention(record: dict) -> bool | None:
     return True if record["workload"].get("vendor_attention") else None
 
 
+# rule 5: a record's workload.fp8_recipe -> Workload.fp8_recipe (delayed and current scaling both scale per tensor)
+RECORD_FP8_RECIPES = {
+    "delayed-scaling": "tensorwise",
+    "current-scaling": "tensorwise",
+    "tensorwise": "tensorwise",
+    "rowwise": "rowwise",
+    "blockwise": "blockwise",
+    "mxfp8": "mxfp8",
+}
+
+
+def fp8_recipe(record: dict) -> str | None:
+    """Rule 5: the fp8 scaling recipe the record names (``RECORD_FP8_RECIPES``); None where it names none (the
+    framework profile's default) or the run is not fp8."""
+    wl = record["workload"]
+    if wl.get("precision") != "fp8":
+        return None
+    return RECORD_FP8_RECIPES.get(wl.get("fp8_recipe") or "")
+
+
 def launch_blocking(record: dict) -> bool:
     """Rule 18: a run launched with CUDA_LAUNCH_BLOCKING=1 (``workload.launch_blocking``: BLOOM's tr11 slurm, the
     production run and the prequel's rows from 2022-02-18 on)."""
@@ -910,6 +930,7 @@ def record_to_estimate(record: dict) -> tuple[Problem, Layout, Estimate] | str:
         global_batch_seqs=wl["global_batch_seqs"],
         seq_len=wl["seq_len"],
         precision=wl["precision"] or "bf16",
+        fp8_recipe=fp8_recipe(record),
         flash_attention=fused_attention(record),
         fsdp_collectives_per_layer=zero3_collectives_per_layer(record),
         tp_comm_overlap=tp_comm_overlap(record),
