@@ -54,9 +54,7 @@ def test_hopper_runs_no_mxfp8_and_blackwell_and_cdna4_do():
 def _matmul_s(recipe: str | None, framework: str = "megatron") -> float:
     """compute/matmul of Llama 3 70B, fsdp 64 x tp 8 on 512 H100s, 4096-token sequences (GEMMs far above the HBM
     floor), fp8 under ``recipe``."""
-    workload = build_workload(
-        512, 4096, precision="fp8", fp8_recipe=recipe, framework=framework
-    )
+    workload = build_workload(512, 4096, precision="fp8", fp8_recipe=recipe, framework=framework)
     problem = Problem.build("llama70b", "h100-512", workload)
     return estimate(problem, Layout(fsdp=64, tp=8, zero_stage=3, recompute="full")).time_s[
         "compute/matmul"
@@ -96,8 +94,9 @@ def test_a_recipe_without_fp8_is_refused():
         ],
     )
     assert r.exit_code == 2
-    assert "--fp8-recipe rowwise: a scaling recipe applies to fp8 training, not to --precision bf16" in (
-        r.output
+    assert (
+        "--fp8-recipe rowwise: a scaling recipe applies to fp8 training, not to --precision bf16"
+        in (r.output)
     )
 
 

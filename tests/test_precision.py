@@ -160,13 +160,17 @@ def test_exports_carry_the_fp8_the_prediction_assumed(tmp_path):
     assert code == 0 and "--fp8-recipe mxfp8" in text  # Blackwell: 32-value block scales
     code, text, _ = _export("megatron", "h100-16", tmp_path, "--fp8-recipe", "blockwise")
     assert code == 0 and "--fp8-recipe blockwise" in text
-    assert "--fp8-param-gather" not in text  # not with block scales (Megatron-Bridge's subchannel recipe)
+    assert (
+        "--fp8-param-gather" not in text
+    )  # not with block scales (Megatron-Bridge's subchannel recipe)
     code, text, _ = _export("maxtext", "h100-16", tmp_path)
     assert code == 0 and 'quantization: "fp8"' in text
     code, text, _ = _export("torchtitan", "h100-16", tmp_path)
     assert code == 0 and "converters = ['quantize.linear.float8']" in text
     assert "[quantize.linear.float8]\nenable_fsdp_float8_all_gather = true" in text
-    assert "recipe_name" not in text  # v0.2.2 asserts the fp8 all-gather comes without one (tensorwise)
+    assert (
+        "recipe_name" not in text
+    )  # v0.2.2 asserts the fp8 all-gather comes without one (tensorwise)
     code, text, _ = _export("torchtitan", "h100-16", tmp_path, "--fp8-recipe", "rowwise")
     assert code == 0 and '[quantize.linear.float8]\nrecipe_name = "rowwise"' in text
     assert "enable_fsdp_float8_all_gather" not in text

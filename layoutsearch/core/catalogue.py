@@ -214,9 +214,9 @@ class CalibrationFile(_Strict):
     step_overhead_ms: float = Field(ge=0, le=MAX_OVERHEAD_US)
     # per fp8 recipe the part runs: its fraction of the fp8 peak over matmul_efficiency (docs/calibration.md
     # "fp8_recipe_ratio"); needs peak_fp8_tflops; a recipe absent is one the part cannot run
-    fp8_recipe_ratio: dict[Fp8Recipe, Annotated[float, Field(gt=0, le=MAX_FP8_RECIPE_RATIO)]] | None = (
-        None
-    )
+    fp8_recipe_ratio: (
+        dict[Fp8Recipe, Annotated[float, Field(gt=0, le=MAX_FP8_RECIPE_RATIO)]] | None
+    ) = None
     vendor_attention_efficiency: float | None = Field(
         default=None, gt=0, le=1
     )  # cuDNN / TE fused attention
@@ -1426,7 +1426,9 @@ def accelerator_from_dict(data: Any, where: str) -> Accelerator:
         scale_out_latency_s=f.scale_out_latency_us * MICRO,
         host_bytes_per_s_per_direction=_times(f.host_gbytes_per_s_per_direction, GB),
         runtime_reserve_bytes=f.runtime_reserve_gib * GIB,
-        **cal.model_dump(exclude=unitless | {"compute_fractions", "fp8_recipe_ratio"}),  # fractions, token counts: SI
+        **cal.model_dump(
+            exclude=unitless | {"compute_fractions", "fp8_recipe_ratio"}
+        ),  # fractions, token counts: SI
         fp8_recipe_ratio=tuple((r.value, x) for r, x in ratios.items()),
         calibrated=cal.compute_fractions == "fitted",
         collective_half_efficiency_bytes=cal.collective_half_efficiency_kib * KIB,

@@ -476,9 +476,9 @@ class Accelerator:
     peak_fp8_flops_per_s: float | None = (
         None  # dense fp8 matmuls (MXFP8 on Blackwell); None = no fp8 unit
     )
-    fp8_recipe_ratio: tuple[tuple[str, float], ...] = (
-        ()  # (fp8 recipe, its fraction of the fp8 peak / matmul_efficiency): the recipes the part
-    )
+    fp8_recipe_ratio: tuple[
+        tuple[str, float], ...
+    ] = ()  # (fp8 recipe, its fraction of the fp8 peak / matmul_efficiency): the recipes the part
     # runs (costs.gemm.fp8_matmul_efficiency); empty = no fp8 unit
     grouped_matmul_efficiency: float = (
         1.0  # the MoE experts' grouped GEMMs (TE / CUTLASS grouped GEMM,

@@ -92,7 +92,7 @@ import math
 import re
 import shlex
 
-from layoutsearch.core.frameworks import fp8_param_gather_of, fp8_recipe_of, node_dedup, profile_of
+from layoutsearch.core.frameworks import fp8_param_gather_of, fp8_recipe_of, node_dedup
 from layoutsearch.core.rules import candidate_of, cp_a2a_degree
 from layoutsearch.core.specs import ModelSpec
 from layoutsearch.core.stages import (

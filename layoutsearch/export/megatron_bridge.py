@@ -35,9 +35,9 @@ from __future__ import annotations
 
 import yaml
 
+from layoutsearch.core.frameworks import fp8_recipe_of
 from layoutsearch.export import context as common
 from layoutsearch.export.context import ExportContext, yaml_value
-from layoutsearch.core.frameworks import fp8_recipe_of
 from layoutsearch.export.megatron import dispatcher_args, recompute_modules
 
 RELEASE = "megatron-bridge 0.3.1"
