@@ -178,3 +178,19 @@ def test_the_scaled_rate_is_the_bf16_fraction_times_the_ratio():
     assert gemm.fp8_matmul_efficiency(load_accelerator("h100"), "blockwise") == pytest.approx(
         0.6569 * 0.7864
     )
+
+
+@pytest.mark.parametrize("recipe", ["rowwise", "blockwise"])
+def test_cpsat_and_the_enumerator_rank_the_same_fp8_layouts(recipe):
+    """The recipe's rate reaches both searches through the same cost tables: the same top 3, metrics included."""
+    base = [
+        *("solve", "--model", "llama3-8b", "--cluster", "h100-16", "--seqs", "64"),
+        *("--precision", "fp8", "--fp8-recipe", recipe, "--format", "json", "--top", "3"),
+    ]
+    docs = [
+        json.JSONDecoder().raw_decode(runner.invoke(app, base + ["--method", m]).stdout)[0]
+        for m in ("cpsat", "enumerate")
+    ]
+    keys = ("degrees", "zero_stage", "num_microbatches", "recompute", "axes", "time_s")
+    cps, enum = ([{k: x[k] for k in keys} for x in d["layouts"]] for d in docs)
+    assert len(cps) == 3 and cps == enum
