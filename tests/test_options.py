@@ -18,6 +18,7 @@ ROOT = Path(__file__).resolve().parents[1]
 WORKLOAD = [
     "--framework",
     "--precision",
+    "--fp8-recipe",
     "--tp-comm-overlap",
     "--no-tp-comm-overlap",
     "--ep-comm-overlap",
