@@ -108,15 +108,16 @@ def test_no_prediction_or_no_measurement_leaves_the_fields_null(dev_raw, tmp_pat
 def test_moe_dev_file_in_sample_coverage(data_file):
     """tests/data/runs_moe_dev.yaml, with the MoE bands built from its own leave-one-source-out
     errors (layoutsearch/core/uncertainty_moe.yaml), widened on the uncalibrated v6e to contain the
-    uncalibrated band: 57 of 69 measured steps lie in their band in sample (83%): 53 of the 65 GPU
+    uncalibrated band: 56 of 69 measured steps lie in their band in sample (81%): 52 of the 65 GPU
     records (B200 and GB200 calibrated since their matmul fraction is fitted on these runs), 4 of 4 on
-    TPUs."""
+    TPUs. (57 and 53 before fp8 ran at the measured recipe ratios; the bands were built with the 0.8 x rule and
+    are not regenerated here.)"""
     doc = validate_runs(load_runs(data_file("runs_moe_dev.yaml")), rank=False)
     cov = doc["summary"]["band_coverage"]
-    assert (cov["all"]["count"], cov["all"]["covered"]) == (69, 57)
-    assert round(cov["all"]["fraction"], 3) == 0.826
+    assert (cov["all"]["count"], cov["all"]["covered"]) == (69, 56)
+    assert round(cov["all"]["fraction"], 3) == 0.812
     assert {k: (v["count"], v["covered"]) for k, v in cov["by_class"].items()} == {
-        "gpu moe": (65, 53),
+        "gpu moe": (65, 52),
         "tpu moe": (3, 3),
         "tpu moe uncalibrated": (1, 1),
     }
