@@ -901,7 +901,8 @@ def test_megatron_bridge_deepseek_v3_rows_take_the_recipes_pipeline_split(by_id)
     recipe = estimate(problem, layout, strict=False)
     # the last stage, the slowest either way at Blackwell's 0.4646 matmul fraction, no longer carries 3 layers
     # beside the MTP module and the two output heads but 1: its layers' matmuls halve (4 layers' worth to 2)
-    assert (blind.step_time_s, recipe.step_time_s) == pytest.approx((32.85, 23.72), abs=0.01)
+    # (32.94, 23.76) with fp8 at the former 0.8 x rule; the per-tensor ratio 0.9275 measured on the H200 now
+    assert (blind.step_time_s, recipe.step_time_s) == pytest.approx((32.71, 23.65), abs=0.01)
     assert (
         blind.time_s["compute/logits"]
         == recipe.time_s["compute/logits"]
