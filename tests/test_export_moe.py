@@ -1329,7 +1329,8 @@ def test_norm_mla_up_proj_is_written_as_layernorm_mla_up_proj_and_refused_beside
     )
     assert "--fp8-recipe" not in args  # bf16
     # fp8: megatron-core refuses layernorm (and moe_act) recompute under delayed scaling, --fp8-recipe's default
-    for policy, recipe in (("norm_mla_up_proj", "tensorwise"), ("mla_up_proj", None)):
+    # (written out for the per-tensor recipe otherwise)
+    for policy, recipe in (("norm_mla_up_proj", "tensorwise"), ("mla_up_proj", "delayed")):
         fp8 = solve_doc(
             "deepseek-v3",
             "h800-2048",
