@@ -19,6 +19,7 @@ from dataclasses import replace
 
 import numpy as np
 from _common import REPO, RESULTS, table_head
+from fp8_recipe_ratios import recipe_ratios, training_ratios
 
 from layoutsearch.core.catalogue import load_accelerator, load_model
 from layoutsearch.core.problem import Problem
@@ -156,39 +157,24 @@ def gemm_section(data: dict, acc) -> list[str]:
     return out
 
 
-def fp8_section(data: dict) -> list[str]:
-    def key(r):
-        return (r.get("model"), r.get("tp"), r.get("weight"), r.get("pass"), r["m"], r["n"], r["k"])
-
-    bf16 = {key(r): r["tflops"] for r in data["gemm_bf16"] if r["set"] == "layer" and "tflops" in r}
+def fp8_section() -> list[str]:
+    ratios, training = recipe_ratios(DATA), training_ratios(DATA)
     out = [
         "## fp8 GEMMs by scaling recipe",
         "",
         "`torch._scaled_mm` (e4m3 operands, bf16 output) on the Llama 3 8B and 70B layer shapes at tp 1",
         "and 8 (m 8192, and the weight gradients at 4096 to 16384 rows). The ratio is the fp8 fraction of",
-        "the fp8 peak (1979 TFLOP/s) over the bf16 fraction of the bf16 peak (989) on the same shape;",
-        "the catalogue's rule for parts without a fit is 0.8.",
+        "the fp8 peak (1979 TFLOP/s) over the bf16 fraction of the bf16 peak (989) on the same shape",
+        "(`scripts/fp8_recipe_ratios.py`); the hardware files' `fp8_recipe_ratio` holds per tensor at 0.8",
+        "(the fp8 training records) and each other recipe by its measured ratio to per tensor",
+        "(docs/calibration.md#fp8_recipe_ratio).",
         "",
-        *table_head("recipe", "shapes", "fp8 TFLOP/s (median)", "ratio to bf16 (median)", "range"),
+        *table_head("recipe", "shapes", "ratio to bf16 (median)", "range", "fp8_recipe_ratio"),
     ]
-    for recipe in (
-        "tensorwise",
-        "tensorwise_fast_accum",
-        "rowwise",
-        "blockwise",
-        "blockwise_recipes",
-    ):
-        sub = [
-            r
-            for r in data["gemm_fp8"]
-            if r.get("recipe") == recipe and r["set"] == "layer" and "tflops" in r
-        ]
-        ratios = [(r["tflops"] / 1979) / (bf16[key(r)] / 989) for r in sub if key(r) in bf16]
-        if not ratios:
-            continue
+    for recipe, row in ratios.items():
         out.append(
-            f"| {recipe} | {len(ratios)} | {median([r['tflops'] for r in sub]):.0f} | "
-            f"{median(ratios):.3f} | {min(ratios):.2f}-{max(ratios):.2f} |"
+            f"| {recipe} | {row['shapes']} | {row['median']:.3f} | {row['min']:.2f}-{row['max']:.2f} | "
+            f"{training.get(recipe, '-')} |"
         )
     out += [
         "",
@@ -510,7 +496,7 @@ def main() -> None:
         "",
         *gemm_section(data, acc),
         "",
-        *fp8_section(data),
+        *fp8_section(),
         "",
         *attention_section(data, acc),
         "",

@@ -61,7 +61,7 @@ DEEPSEEK_V3_ARGS = [
     *("--seqs", "15360", "--seq-len", "4096", "--tokens", "14.8e12"),
     *("--layout", "fsdp=128,pp=16,ep=64", "--zero-stage", "1", "--microbatches", "120"),
     *("--precision", "fp8", "--recompute", "norm_mla_up_proj", "--deepep", "--ep-comm-overlap"),
-    *("--schedule", "dualpipe", "--fp8-dispatch"),
+    *("--schedule", "dualpipe", "--fp8-dispatch", "--fp8-recipe", "blockwise"),
 ]
 
 

@@ -31,8 +31,8 @@ def test_fp8_runs_the_layer_matmuls_at_the_fp8_rate_and_keeps_attention_and_logi
     ratio = (acc.peak_fp8_flops_per_s * gemm.fp8_matmul_efficiency(acc, "tensorwise")) / (
         acc.peak_flops_per_s * acc.matmul_efficiency
     )
-    # 1979 x 0.9275 / 989: the megatron profile's default recipe, tensorwise, at its H200-measured ratio
-    assert ratio == pytest.approx(1.8559, rel=1e-3)
+    # 1979 x 0.8 / 989: the megatron profile's default recipe, tensorwise, at its ratio in training
+    assert ratio == pytest.approx(1.6008, rel=1e-3)
     assert fp8.time_s["compute/matmul"] == pytest.approx(bf16.time_s["compute/matmul"] / ratio)
     assert fp8.time_s["compute/attention"] == pytest.approx(bf16.time_s["compute/attention"])
     assert fp8.time_s["compute/logits"] == pytest.approx(bf16.time_s["compute/logits"])
