@@ -4,7 +4,9 @@ Megatron layout string, CP-SAT against the enumerator where it is searched, the 
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 
+import numpy as np
 import pytest
 from builders import exported, solve_doc
 from typer.testing import CliRunner
@@ -13,7 +15,7 @@ from layoutsearch.cli import app
 from layoutsearch.core.catalogue import load_model
 from layoutsearch.core.problem import Problem, SearchOptions, SearchRequest
 from layoutsearch.core.rules import framework_rules, violations
-from layoutsearch.core.specs import Layout, Workload
+from layoutsearch.core.specs import RECOMPUTE_CODES, Layout, Workload
 from layoutsearch.core.stages import (
     SPLIT_NAMES,
     balanced_bubble_stages,
@@ -24,6 +26,7 @@ from layoutsearch.core.stages import (
 )
 from layoutsearch.core.topology import resolve_cluster
 from layoutsearch.costs import params, terms
+from layoutsearch.costs.estimate import estimate
 from layoutsearch.frameworks import capabilities_of
 from layoutsearch.search import solve
 
@@ -141,6 +144,61 @@ def test_deepseek_v3_first_stage_holds_its_own_moe_layers():
     assert terms.moe_layers_per_stage(model, sh, last=True)[0] == 30
     assert terms.stage_params(model, sh, first=True)[0] == 9_201_048_576
     assert terms.expert_stage_params(model, sh, first=True)[0] == 39_460_012_032
+
+
+def _v3_stage_terms():
+    """DeepSeek-V3 on 16 H800 (64 x 4096 tokens, K = 4, --recompute mla_up_proj), fsdp 8, ep 8, placed by
+    ``estimate``: the workload, the accelerator, the placed layout's coefficients and the row keys."""
+    problem = Problem.build("deepseek-v3", "h800-16", Workload(global_batch_seqs=64, seq_len=4096))
+    layout = estimate(problem, Layout(fsdp=8, pp=2, ep=8, zero_stage=1, num_microbatches=4)).layout
+    co = terms.layout_coeffs(problem.model, problem.cluster, layout)
+    keys = (np.array([4]), np.array([RECOMPUTE_CODES["mla_up_proj"]]))
+    return problem.workload, problem.cluster.accelerator, co, keys
+
+
+def test_deepseek_v3_stage_activations_count_its_own_dense_and_moe_layers():
+    """DeepSeek-V3 on pp = 2 (31 and 30 layers), tp 1, sequence parallel, mla_up_proj (q, k, v dropped): a
+    layer saves per token, in bf16 elements, 7168 x 3 (the residual, the latent input, the MLP norm's input)
+    + 2112 (q and kv latents, RoPE key) + 16384 (attention output) + 256 (fp32 log-sum-exp) + 18432 x 2 (the
+    SwiGLU gate and up outputs); a dense layer also its MLP input 7168 and activation 18432: 102,720; a MoE
+    layer its MoE input 7168, the 8 dispatched copies 57,344, the fp32 router probabilities 512, the shared
+    expert's activation 2048 and the routed experts' 16,384: 160,576 (tests/test_fp8_memory.py). Stage 0 (3
+    dense, 28 MoE; 2 microbatches in flight under 1F1B) saves 3 x 102,720 + 28 x 160,576 per token, the last
+    (30 MoE, 1 in flight) 30 x 160,576; the mean layer would give 31 and 30 x 157,730.6."""
+    model = load_model("deepseek-v3")
+    workload, _, _, (k, r) = _v3_stage_terms()
+    tokens = 64 * 4096 / 8 / 4  # per device and microbatch
+    sh = terms.Shapes.of(pp=2, ep=8, fsdp=8)
+    for first, in_flight, widths in ((True, 2, 3 * 102_720 + 28 * 160_576), (False, 1, 30 * 160_576)):
+        saved = terms.memory_by_microbatch(model, workload, sh, k, r, first, not first)
+        assert saved["activations/saved"][0] == pytest.approx(
+            widths * tokens * 2 * in_flight, rel=1e-12
+        )
+
+
+def test_deepseek_v3_stage_compute_and_alltoalls_count_its_own_moe_layers():
+    """DeepSeek-V3 on pp = 2: stage 0's layer GEMMs are 3 dense layers' and 28 MoE layers' (each layer's
+    from a model of that kind alone: DeepSeek-V3 without experts, and with every layer MoE, on pp = 1), the
+    last stage's 31 MoE layers' (its 30 and the MTP module); the mean layer would give 31 x (3/61 dense +
+    58/61 MoE). Its expert AllToAlls are 28 MoE layers' against 58 on pp = 1 (the mean: 31/61)."""
+    model = load_model("deepseek-v3")
+    workload, acc, co, (k, r) = _v3_stage_terms()
+
+    def matmul(m, pp, last=False):
+        sh = terms.Shapes.of(pp=pp, ep=8, fsdp=8)
+        return terms.compute_per_microbatch(m, workload, acc, sh, k, r, last)["compute/matmul"][0]
+
+    dense = matmul(replace(model, moe=None), 1) / 61
+    moe = matmul(replace(model, moe=replace(model.moe, first_dense_layers=0)), 1) / 61
+    assert matmul(model, 2) == pytest.approx(3 * dense + 28 * moe, rel=1e-12)
+    assert matmul(model, 2, last=True) == pytest.approx(31 * moe, rel=1e-12)
+    assert matmul(model, 2) != pytest.approx(31 * (3 * dense + 58 * moe) / 61, rel=1e-4)
+
+    def alltoalls(pp):
+        sh = terms.Shapes.of(pp=pp, ep=8, fsdp=8)
+        return terms.ep_per_microbatch(model, workload, acc, sh, k, co)["base"][0]
+
+    assert alltoalls(2) / alltoalls(1) == pytest.approx(28 / 58, rel=1e-12)
 
 
 def test_megatron_export_writes_the_balanced_layout_of_a_json_record():
