@@ -169,7 +169,10 @@ def test_deepseek_v3_stage_activations_count_its_own_dense_and_moe_layers():
     workload, _, _, (k, r) = _v3_stage_terms()
     tokens = 64 * 4096 / 8 / 4  # per device and microbatch
     sh = terms.Shapes.of(pp=2, ep=8, fsdp=8)
-    for first, in_flight, widths in ((True, 2, 3 * 102_720 + 28 * 160_576), (False, 1, 30 * 160_576)):
+    for first, in_flight, widths in (
+        (True, 2, 3 * 102_720 + 28 * 160_576),
+        (False, 1, 30 * 160_576),
+    ):
         saved = terms.memory_by_microbatch(model, workload, sh, k, r, first, not first)
         assert saved["activations/saved"][0] == pytest.approx(
             widths * tokens * 2 * in_flight, rel=1e-12
