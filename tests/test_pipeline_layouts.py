@@ -222,6 +222,37 @@ def test_megatron_export_writes_the_balanced_layout_of_a_json_record():
     assert "--decoder-first-pipeline-num-layers" not in text
 
 
+def test_estimate_takes_the_balanced_split():
+    """estimate --balanced-split (llama3-8b on 16 H100, pp = 4, Megatron): the balanced split's 9 / 9 / 6 layers
+    (test_megatron_export_writes_the_balanced_layout_of_a_json_record), where the engine's is even (8 each); with
+    --first-stage-layers, and on pp = 1, exit 2 with one line naming the options."""
+    argv = [
+        *"estimate --model llama3-8b --cluster h100-16 --seqs 32 --seq-len 4096".split(),
+        *"--layout fsdp=4,pp=4 --zero-stage 1 --microbatches 8 --framework megatron".split(),
+    ]
+    r = runner.invoke(app, [*argv, "--balanced-split", "--format", "json"])
+    assert r.exit_code == 0, r.stderr
+    assert json.loads(r.stdout)["layout"]["stage_layers"] == {
+        "first": 9,
+        "middle": 9,
+        "last": 6,
+        "split": "balanced",
+    }
+    r = runner.invoke(app, [*argv, "--format", "json"])
+    assert json.loads(r.stdout)["layout"]["stage_layers"]["split"] == "even"
+    bad = runner.invoke(app, [*argv, "--balanced-split", "--first-stage-layers", "9"])
+    assert bad.exit_code == 2
+    assert bad.stderr == (
+        "error: --balanced-split: the balanced split chooses every stage's layers, "
+        "not with --first-stage-layers(9)\n"
+    )
+    single = [a if a != "fsdp=4,pp=4" else "fsdp=16" for a in argv]
+    bad = runner.invoke(app, [*single, "--balanced-split"])
+    assert bad.exit_code == 2
+    assert bad.stderr.startswith("error: the balanced split of num_layers(32) over pp(1)")
+    assert bad.stderr.count("\n") == 1
+
+
 def test_pipeline_splits_option_restricts_the_split_and_names_bad_splits():
     """llama3-8b on 16 H100 with pp = 8 (Megatron): the balanced split is opt-in: the default winner
     holds an engine split, --pipeline-splits balanced,even a balanced one, and --pipeline-splits
