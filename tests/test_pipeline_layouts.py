@@ -4,6 +4,7 @@ Megatron layout string, CP-SAT against the enumerator where it is searched, the 
 from __future__ import annotations
 
 import json
+import tomllib
 from dataclasses import replace
 
 import numpy as np
@@ -27,6 +28,7 @@ from layoutsearch.core.stages import (
 from layoutsearch.core.topology import resolve_cluster
 from layoutsearch.costs import params, terms
 from layoutsearch.costs.estimate import estimate
+from layoutsearch.export import check_export
 from layoutsearch.frameworks import capabilities_of
 from layoutsearch.search import solve
 
@@ -274,8 +276,9 @@ def test_pipeline_splits_option_restricts_the_split_and_names_bad_splits():
 
 
 def test_targets_without_a_layout_refuse_the_balanced_split_by_rule():
-    """llama3-8b on pp = 4 with the balanced split: torchtitan and MaxText refuse it naming the split and
-    the way out; Megatron, which writes the layout, does not."""
+    """llama3-8b on pp = 4 with the balanced split: MaxText, DeepSpeed and torchtitan 0.3 refuse it naming the
+    split and the way out; Megatron, which writes the layout, and torchtitan 0.2, which writes the chunks'
+    modules, do not."""
     problem = _problem()
     layout = Layout(fsdp=4, pp=4, zero_stage=1, num_microbatches=8, balanced_split=True)
     found = {
@@ -284,11 +287,52 @@ def test_targets_without_a_layout_refuse_the_balanced_split_by_rule():
             for v in violations(problem, layout, framework_rules(capabilities_of(target)))
             if v.code.endswith("-split")
         ]
-        for target in ("torchtitan", "maxtext", "megatron")
+        for target in ("torchtitan", "torchtitan-0.3", "maxtext", "deepspeed", "megatron")
     }
-    assert found["megatron"] == []
-    assert found["torchtitan"] == [
-        "torchtitan cannot express the balanced split of num_layers(32) over pp(4) x virtual_stages(1); "
+    assert found["megatron"] == found["torchtitan"] == []
+    assert found["torchtitan-0.3"][0].startswith("torchtitan cannot express the balanced split")
+    assert found["maxtext"] == [
+        "MaxText cannot express the balanced split of num_layers(32) over pp(4) x virtual_stages(1); "
         "nearest: the engine's split (--pipeline-splits without balanced), or export to megatron"
     ]
-    assert found["maxtext"][0].startswith("MaxText cannot express the balanced split")
+    assert found["deepspeed"][0].startswith("DeepSpeed cannot express the balanced split")
+
+
+def test_torchtitan_export_writes_the_balanced_chunks_as_module_names():
+    """llama3-8b's balanced split on pp = 4 holds 9 / 8 / 9 / 6 layers
+    (test_megatron_export_writes_the_balanced_layout_of_a_json_record): torchtitan's
+    module_fqns_per_model_part lists those chunks' modules in order, the embedding first and the norm and
+    output head last, and no layer counts beside them; on pp = 2 x 2 virtual stages, four chunks under
+    Interleaved1F1B. A part that drops a layer is the checker's finding."""
+    layout = Layout(fsdp=4, pp=4, zero_stage=2, num_microbatches=8, balanced_split=True)
+    doc = solve_doc("llama3-8b", "h100-16", 32, 4096, layout, framework="torchtitan")
+    par = tomllib.loads(exported(doc, "torchtitan"))["parallelism"]
+    bounds = (0, 9, 17, 26, 32)
+    parts = [[f"layers.{i}" for i in range(a, b)] for a, b in zip(bounds, bounds[1:])]
+    assert par["module_fqns_per_model_part"] == [
+        ["tok_embeddings", *parts[0]],
+        parts[1],
+        parts[2],
+        [*parts[3], "norm", "output"],
+    ]
+    assert "pipeline_parallel_layers_per_stage" not in par
+    assert par["pipeline_parallel_schedule"] == "1F1B"
+    layout = Layout(
+        fsdp=8,
+        pp=2,
+        zero_stage=2,
+        num_microbatches=4,
+        virtual_stages=2,
+        schedule="interleaved",
+        balanced_split=True,
+    )
+    doc = solve_doc("llama3-8b", "h100-16", 32, 4096, layout, framework="torchtitan")
+    text = exported(doc, "torchtitan")
+    par = tomllib.loads(text)["parallelism"]
+    assert len(par["module_fqns_per_model_part"]) == 4
+    assert par["pipeline_parallel_schedule"] == "Interleaved1F1B"
+    broken = text.replace("'layers.3', ", "")
+    assert (
+        "module_fqns_per_model_part does not hold tok_embeddings, layers.0 .. layers.31"
+        in " ".join(check_export("torchtitan", broken, doc))
+    )

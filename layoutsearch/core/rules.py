@@ -576,7 +576,7 @@ def _pipeline_splits_rule(splits: tuple[str, ...]) -> Rule:
 
 
 # the schedules that place chunk i on stage i mod pp, as the balanced split's chunks are laid out
-BALANCED_SCHEDULES = ("1f1b", "interleaved")
+BALANCED_SCHEDULES: tuple[str, ...] = ("1f1b", "interleaved")
 
 
 def _split(p: Problem, c: Cand):
