@@ -448,6 +448,12 @@ def layout_of(
         raise InvalidArgumentError(
             f"{label('zero_stage')}: zero_stage({layout.zero_stage}) must be 0, 1, 2 or 3"
         )
+    if layout.balanced_split and (layout.first_stage_layers or layout.last_stage_layers):
+        given_split = "first_stage_layers" if layout.first_stage_layers else "last_stage_layers"
+        raise InvalidArgumentError(
+            f"{label('balanced_split')}: the balanced split chooses every stage's layers, "
+            f"not with {label(given_split)}({getattr(layout, given_split)})"
+        )
     axes = layout.axes
     given: dict[str, Any] = dict(degrees)  # degree name -> int (Layout has other fields than ints)
     return Layout(
@@ -455,6 +461,7 @@ def layout_of(
         zero_stage=layout.zero_stage,
         first_stage_layers=layout.first_stage_layers,
         last_stage_layers=layout.last_stage_layers,
+        balanced_split=layout.balanced_split,
         virtual_stages=layout.virtual_stages,
         num_microbatches=microbatches,
         recompute=layout.recompute.value,

@@ -345,6 +345,22 @@ def test_torchtitan_pipeline_split_is_even():
     )
 
 
+def test_torchtitan_reads_the_balanced_split_as_module_names(tmp_path):
+    """The balanced split of llama3-8b on pp = 4 (9 / 8 / 9 / 6 layers): torchtitan 0.2.2's ConfigManager reads
+    module_fqns_per_model_part as the exported chunks, which pipeline_llm then uses instead of generating a split."""
+    manager = pytest.importorskip("torchtitan.config.manager")
+    import tomllib
+
+    layout = Layout(fsdp=4, pp=4, zero_stage=2, num_microbatches=8, balanced_split=True)
+    doc = solve_doc("llama3-8b", "h100-16", 32, 4096, layout, framework="torchtitan")
+    path = tmp_path / "job.toml"
+    path.write_text(export_document(doc, "torchtitan"))
+    job = manager.ConfigManager().parse_args([f"--job.config_file={path}"])
+    parts = job.parallelism.module_fqns_per_model_part
+    assert parts == tomllib.loads(path.read_text())["parallelism"]["module_fqns_per_model_part"]
+    assert [sum(name.startswith("layers.") for name in part) for part in parts] == [9, 8, 9, 6]
+
+
 def test_torchtitan_flavors_match_the_table_and_custom_flavors_build():
     """layoutsearch's copy of the llama3 flavors matches torchtitan; a custom flavor builds the model's widths."""
     torch = pytest.importorskip("torch")

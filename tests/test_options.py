@@ -67,6 +67,8 @@ FLAGS = {
         "--microbatches",
         "--first-stage-layers",
         "--last-stage-layers",
+        "--balanced-split",
+        "--no-balanced-split",
         "--recompute",
         "--zero-stage",
         "--offload",

@@ -4,7 +4,10 @@ Megatron layout string, CP-SAT against the enumerator where it is searched, the 
 from __future__ import annotations
 
 import json
+import tomllib
+from dataclasses import replace
 
+import numpy as np
 import pytest
 from builders import exported, solve_doc
 from typer.testing import CliRunner
@@ -13,7 +16,7 @@ from layoutsearch.cli import app
 from layoutsearch.core.catalogue import load_model
 from layoutsearch.core.problem import Problem, SearchOptions, SearchRequest
 from layoutsearch.core.rules import framework_rules, violations
-from layoutsearch.core.specs import Layout, Workload
+from layoutsearch.core.specs import RECOMPUTE_CODES, Layout, Workload
 from layoutsearch.core.stages import (
     SPLIT_NAMES,
     balanced_bubble_stages,
@@ -24,6 +27,8 @@ from layoutsearch.core.stages import (
 )
 from layoutsearch.core.topology import resolve_cluster
 from layoutsearch.costs import params, terms
+from layoutsearch.costs.estimate import estimate
+from layoutsearch.export import check_export
 from layoutsearch.frameworks import capabilities_of
 from layoutsearch.search import solve
 
@@ -143,6 +148,64 @@ def test_deepseek_v3_first_stage_holds_its_own_moe_layers():
     assert terms.expert_stage_params(model, sh, first=True)[0] == 39_460_012_032
 
 
+def _v3_stage_terms():
+    """DeepSeek-V3 on 16 H800 (64 x 4096 tokens, K = 4, --recompute mla_up_proj), fsdp 8, ep 8, placed by
+    ``estimate``: the workload, the accelerator, the placed layout's coefficients and the row keys."""
+    problem = Problem.build("deepseek-v3", "h800-16", Workload(global_batch_seqs=64, seq_len=4096))
+    layout = estimate(problem, Layout(fsdp=8, pp=2, ep=8, zero_stage=1, num_microbatches=4)).layout
+    co = terms.layout_coeffs(problem.model, problem.cluster, layout)
+    keys = (np.array([4]), np.array([RECOMPUTE_CODES["mla_up_proj"]]))
+    return problem.workload, problem.cluster.accelerator, co, keys
+
+
+def test_deepseek_v3_stage_activations_count_its_own_dense_and_moe_layers():
+    """DeepSeek-V3 on pp = 2 (31 and 30 layers), tp 1, sequence parallel, mla_up_proj (q, k, v dropped): a
+    layer saves per token, in bf16 elements, 7168 x 3 (the residual, the latent input, the MLP norm's input)
+    + 2112 (q and kv latents, RoPE key) + 16384 (attention output) + 256 (fp32 log-sum-exp) + 18432 x 2 (the
+    SwiGLU gate and up outputs); a dense layer also its MLP input 7168 and activation 18432: 102,720; a MoE
+    layer its MoE input 7168, the 8 dispatched copies 57,344, the fp32 router probabilities 512, the shared
+    expert's activation 2048 and the routed experts' 16,384: 160,576 (tests/test_fp8_memory.py). Stage 0 (3
+    dense, 28 MoE; 2 microbatches in flight under 1F1B) saves 3 x 102,720 + 28 x 160,576 per token, the last
+    (30 MoE, 1 in flight) 30 x 160,576; the mean layer would give 31 and 30 x 157,730.6."""
+    model = load_model("deepseek-v3")
+    workload, _, _, (k, r) = _v3_stage_terms()
+    tokens = 64 * 4096 / 8 / 4  # per device and microbatch
+    sh = terms.Shapes.of(pp=2, ep=8, fsdp=8)
+    for first, in_flight, widths in (
+        (True, 2, 3 * 102_720 + 28 * 160_576),
+        (False, 1, 30 * 160_576),
+    ):
+        saved = terms.memory_by_microbatch(model, workload, sh, k, r, first, not first)
+        assert saved["activations/saved"][0] == pytest.approx(
+            widths * tokens * 2 * in_flight, rel=1e-12
+        )
+
+
+def test_deepseek_v3_stage_compute_and_alltoalls_count_its_own_moe_layers():
+    """DeepSeek-V3 on pp = 2: stage 0's layer GEMMs are 3 dense layers' and 28 MoE layers' (each layer's
+    from a model of that kind alone: DeepSeek-V3 without experts, and with every layer MoE, on pp = 1), the
+    last stage's 31 MoE layers' (its 30 and the MTP module); the mean layer would give 31 x (3/61 dense +
+    58/61 MoE). Its expert AllToAlls are 28 MoE layers' against 58 on pp = 1 (the mean: 31/61)."""
+    model = load_model("deepseek-v3")
+    workload, acc, co, (k, r) = _v3_stage_terms()
+
+    def matmul(m, pp, last=False):
+        sh = terms.Shapes.of(pp=pp, ep=8, fsdp=8)
+        return terms.compute_per_microbatch(m, workload, acc, sh, k, r, last)["compute/matmul"][0]
+
+    dense = matmul(replace(model, moe=None), 1) / 61
+    moe = matmul(replace(model, moe=replace(model.moe, first_dense_layers=0)), 1) / 61
+    assert matmul(model, 2) == pytest.approx(3 * dense + 28 * moe, rel=1e-12)
+    assert matmul(model, 2, last=True) == pytest.approx(31 * moe, rel=1e-12)
+    assert matmul(model, 2) != pytest.approx(31 * (3 * dense + 58 * moe) / 61, rel=1e-4)
+
+    def alltoalls(pp):
+        sh = terms.Shapes.of(pp=pp, ep=8, fsdp=8)
+        return terms.ep_per_microbatch(model, workload, acc, sh, k, co)["base"][0]
+
+    assert alltoalls(2) / alltoalls(1) == pytest.approx(28 / 58, rel=1e-12)
+
+
 def test_megatron_export_writes_the_balanced_layout_of_a_json_record():
     """llama3-8b (32 layers of 2 x 218,112,000 FLOPs a token; the head 2 x 128256 x 4096 =
     1,050,673,152, 2.41 layers) on pp = 4: the last stage takes at most 6 layers under the bound 9
@@ -159,6 +222,37 @@ def test_megatron_export_writes_the_balanced_layout_of_a_json_record():
     text = exported(doc, "megatron")
     assert "--pipeline-model-parallel-layout 'Ettttttttt|tttttttt|ttttttttt|ttttttL'" in text
     assert "--decoder-first-pipeline-num-layers" not in text
+
+
+def test_estimate_takes_the_balanced_split():
+    """estimate --balanced-split (llama3-8b on 16 H100, pp = 4, Megatron): the balanced split's 9 / 9 / 6 layers
+    (test_megatron_export_writes_the_balanced_layout_of_a_json_record), where the engine's is even (8 each); with
+    --first-stage-layers, and on pp = 1, exit 2 with one line naming the options."""
+    argv = [
+        *"estimate --model llama3-8b --cluster h100-16 --seqs 32 --seq-len 4096".split(),
+        *"--layout fsdp=4,pp=4 --zero-stage 1 --microbatches 8 --framework megatron".split(),
+    ]
+    r = runner.invoke(app, [*argv, "--balanced-split", "--format", "json"])
+    assert r.exit_code == 0, r.stderr
+    assert json.loads(r.stdout)["layout"]["stage_layers"] == {
+        "first": 9,
+        "middle": 9,
+        "last": 6,
+        "split": "balanced",
+    }
+    r = runner.invoke(app, [*argv, "--format", "json"])
+    assert json.loads(r.stdout)["layout"]["stage_layers"]["split"] == "even"
+    bad = runner.invoke(app, [*argv, "--balanced-split", "--first-stage-layers", "9"])
+    assert bad.exit_code == 2
+    assert bad.stderr == (
+        "error: --balanced-split: the balanced split chooses every stage's layers, "
+        "not with --first-stage-layers(9)\n"
+    )
+    single = [a if a != "fsdp=4,pp=4" else "fsdp=16" for a in argv]
+    bad = runner.invoke(app, [*single, "--balanced-split"])
+    assert bad.exit_code == 2
+    assert bad.stderr.startswith("error: the balanced split of num_layers(32) over pp(1)")
+    assert bad.stderr.count("\n") == 1
 
 
 def test_pipeline_splits_option_restricts_the_split_and_names_bad_splits():
@@ -182,8 +276,9 @@ def test_pipeline_splits_option_restricts_the_split_and_names_bad_splits():
 
 
 def test_targets_without_a_layout_refuse_the_balanced_split_by_rule():
-    """llama3-8b on pp = 4 with the balanced split: torchtitan and MaxText refuse it naming the split and
-    the way out; Megatron, which writes the layout, does not."""
+    """llama3-8b on pp = 4 with the balanced split: MaxText, DeepSpeed and torchtitan 0.3 refuse it naming the
+    split and the way out; Megatron, which writes the layout, and torchtitan 0.2, which writes the chunks'
+    modules, do not."""
     problem = _problem()
     layout = Layout(fsdp=4, pp=4, zero_stage=1, num_microbatches=8, balanced_split=True)
     found = {
@@ -192,11 +287,52 @@ def test_targets_without_a_layout_refuse_the_balanced_split_by_rule():
             for v in violations(problem, layout, framework_rules(capabilities_of(target)))
             if v.code.endswith("-split")
         ]
-        for target in ("torchtitan", "maxtext", "megatron")
+        for target in ("torchtitan", "torchtitan-0.3", "maxtext", "deepspeed", "megatron")
     }
-    assert found["megatron"] == []
-    assert found["torchtitan"] == [
-        "torchtitan cannot express the balanced split of num_layers(32) over pp(4) x virtual_stages(1); "
+    assert found["megatron"] == found["torchtitan"] == []
+    assert found["torchtitan-0.3"][0].startswith("torchtitan cannot express the balanced split")
+    assert found["maxtext"] == [
+        "MaxText cannot express the balanced split of num_layers(32) over pp(4) x virtual_stages(1); "
         "nearest: the engine's split (--pipeline-splits without balanced), or export to megatron"
     ]
-    assert found["maxtext"][0].startswith("MaxText cannot express the balanced split")
+    assert found["deepspeed"][0].startswith("DeepSpeed cannot express the balanced split")
+
+
+def test_torchtitan_export_writes_the_balanced_chunks_as_module_names():
+    """llama3-8b's balanced split on pp = 4 holds 9 / 8 / 9 / 6 layers
+    (test_megatron_export_writes_the_balanced_layout_of_a_json_record): torchtitan's
+    module_fqns_per_model_part lists those chunks' modules in order, the embedding first and the norm and
+    output head last, and no layer counts beside them; on pp = 2 x 2 virtual stages, four chunks under
+    Interleaved1F1B. A part that drops a layer is the checker's finding."""
+    layout = Layout(fsdp=4, pp=4, zero_stage=2, num_microbatches=8, balanced_split=True)
+    doc = solve_doc("llama3-8b", "h100-16", 32, 4096, layout, framework="torchtitan")
+    par = tomllib.loads(exported(doc, "torchtitan"))["parallelism"]
+    bounds = (0, 9, 17, 26, 32)
+    parts = [[f"layers.{i}" for i in range(a, b)] for a, b in zip(bounds, bounds[1:])]
+    assert par["module_fqns_per_model_part"] == [
+        ["tok_embeddings", *parts[0]],
+        parts[1],
+        parts[2],
+        [*parts[3], "norm", "output"],
+    ]
+    assert "pipeline_parallel_layers_per_stage" not in par
+    assert par["pipeline_parallel_schedule"] == "1F1B"
+    layout = Layout(
+        fsdp=8,
+        pp=2,
+        zero_stage=2,
+        num_microbatches=4,
+        virtual_stages=2,
+        schedule="interleaved",
+        balanced_split=True,
+    )
+    doc = solve_doc("llama3-8b", "h100-16", 32, 4096, layout, framework="torchtitan")
+    text = exported(doc, "torchtitan")
+    par = tomllib.loads(text)["parallelism"]
+    assert len(par["module_fqns_per_model_part"]) == 4
+    assert par["pipeline_parallel_schedule"] == "Interleaved1F1B"
+    broken = text.replace("'layers.3', ", "")
+    assert (
+        "module_fqns_per_model_part does not hold tok_embeddings, layers.0 .. layers.31"
+        in " ".join(check_export("torchtitan", broken, doc))
+    )

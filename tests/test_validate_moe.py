@@ -405,9 +405,11 @@ def test_the_learned_routing_spread_is_what_its_fit_finds(moe_runs):
     scan = routing_cv_scan(problems, (0.1, LEARNED_ROUTING_EXPERT_CV, 0.2))
     assert LEARNED_ROUTING_EXPERT_CV == 0.15
     assert scan[0.15][0] < min(scan[0.1][0], scan[0.2][0])
-    # (0.2100 at 0.2 before each pipeline stage's parameters counted its own MoE layers)
+    # (0.2100 at 0.2 before each pipeline stage's parameters counted its own MoE layers; 0.2154, 0.2081, 0.2101
+    # before its compute, activations and AllToAlls did and before the H200 physics and refit, 0.2003, 0.1947,
+    # 0.1996 with those alone)
     assert (scan[0.1][0], scan[0.15][0], scan[0.2][0]) == pytest.approx(
-        (0.2154, 0.2081, 0.2101), abs=5e-5
+        (0.2046, 0.1998, 0.2058), abs=5e-5
     )
 
 
@@ -576,6 +578,12 @@ def test_cuda_graphs_are_costed_as_the_record_names_them(by_id):
 
 
 @pytest.mark.slow
+@pytest.mark.xfail(
+    strict=True,
+    reason="measured: the fit now finds b200-class matmul_efficiency 0.4762 (0.4720 with the H200 physics "
+    "alone; the catalogue's 0.4646 was fitted with every pipeline stage's compute at the mean layer); refitting "
+    "hardware/b200.yaml and gb200.yaml moves dense Blackwell results too, so it is the merge's decision",
+)
 def test_the_catalogues_moe_host_overhead_is_what_its_commands_fit(moe_runs, capsys):
     """hardware/*.yaml calibration_moe: one joint fit, Huber loss, on every H100/H200/H800/B200/GB200 record (30
     h100-class, 35 b200-class, with or without CUDA graphs) set, one value for the GPUs, the per-launch host latency
@@ -901,8 +909,8 @@ def test_megatron_bridge_deepseek_v3_rows_take_the_recipes_pipeline_split(by_id)
     recipe = estimate(problem, layout, strict=False)
     # the last stage, the slowest either way at Blackwell's 0.4646 matmul fraction, no longer carries 3 layers
     # beside the MTP module and the two output heads but 1: its layers' matmuls halve (4 layers' worth to 2)
-    # (32.94, 23.76) with fp8 at the former 0.8 x rule; the per-tensor ratio 0.9275 measured on the H200 now
-    assert (blind.step_time_s, recipe.step_time_s) == pytest.approx((32.71, 23.65), abs=0.01)
+    # (32.85 and 23.72 s before each stage's compute counted its own MoE layers and before the H200 physics)
+    assert (blind.step_time_s, recipe.step_time_s) == pytest.approx((33.44, 24.06), abs=0.01)
     assert (
         blind.time_s["compute/logits"]
         == recipe.time_s["compute/logits"]

@@ -449,6 +449,13 @@ class LayoutOptions(OptionGroup):
     last_stage_layers: int | None = Field(
         None, ge=1, le=MAX_MODEL_DIM, description="Layers of the last pipeline stage"
     )
+    balanced_split: bool = Field(
+        False,
+        description="The balanced pipeline split: the layers, weighed by their FLOPs (dense and MoE "
+        "layers, the output head), cut into pp x virtual-stages chunks whose heaviest is lightest "
+        "(1f1b or interleaved; Megatron --pipeline-model-parallel-layout); not with "
+        "--first-stage-layers/--last-stage-layers",
+    )
     recompute: Recompute = Field(
         Recompute.none, description="Activation-checkpoint policy of the layout"
     )

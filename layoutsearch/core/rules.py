@@ -314,7 +314,11 @@ STRUCTURE: tuple[Rule, ...] = (
             f"loss as layers, or with lighter first and last stages"
         ),
         why=lambda p, c: (
-            f"num_layers({p.model.num_layers}) cannot be split over pp({c['pp']}) x "
+            f"the balanced split of num_layers({p.model.num_layers}) over pp({c['pp']}) x "
+            f"virtual_stages({c['v']}) needs pp > 1, a layer for each chunk and the schedule "
+            f"{' or '.join(BALANCED_SCHEDULES)} (chunk i on stage i mod pp)"
+            if np.any(c.get("spl", 0) == BALANCED_SPLIT)
+            else f"num_layers({p.model.num_layers}) cannot be split over pp({c['pp']}) x "
             f"virtual_stages({c['v']})"
             + (
                 f" with first_stage_layers({c['lf']}) and last_stage_layers({c['ll']})"
@@ -572,7 +576,7 @@ def _pipeline_splits_rule(splits: tuple[str, ...]) -> Rule:
 
 
 # the schedules that place chunk i on stage i mod pp, as the balanced split's chunks are laid out
-BALANCED_SCHEDULES = ("1f1b", "interleaved")
+BALANCED_SCHEDULES: tuple[str, ...] = ("1f1b", "interleaved")
 
 
 def _split(p: Problem, c: Cand):

@@ -26,6 +26,15 @@ MATERIALISED_SCORE_BYTES_FORWARD = (
 )
 
 
+def layer_share(model: ModelSpec, share: float | None = None) -> float:
+    """The MoE share of the layer a per-layer term costs: ``share`` where given (0 a dense layer, 1 a MoE
+    layer; a pipeline stage's own share, ``costs.terms.stage_moe_share``), else the model's mean layer's
+    (``params.moe_layer_share``); 0 for a dense model. The terms are linear in it."""
+    if model.moe is None:
+        return 0.0
+    return moe_layer_share(model) if share is None else share
+
+
 def matmul_params_per_layer(model: ModelSpec, tp: IntArray = 1) -> FloatArray:
     """Weights one TP rank multiplies per token in one layer outside the routed experts
     (projections and MLP, no norms): with MLA its latent projections; a mixture-of-experts model's
@@ -50,12 +59,15 @@ def matmul_params_per_layer(model: ModelSpec, tp: IntArray = 1) -> FloatArray:
 GemmShape = tuple[FloatArray, FloatArray, FloatArray]  # (count, n, k) of one weight's GEMM
 
 
-def layer_gemm_shapes(model: ModelSpec, tp: IntArray = 1) -> tuple[GemmShape, ...]:
+def layer_gemm_shapes(
+    model: ModelSpec, tp: IntArray = 1, share: float | None = None
+) -> tuple[GemmShape, ...]:
     """(count, n, k) of each weight one TP rank multiplies per token in a layer outside the routed
     experts: QKV (n = (n_q/tp + 2 kv) h, k = D), the attention output (D, n_q h/tp), the MLP's input
     (gated: up and gate fused) and output; MLA's projections as one D-deep GEMM; a mixture-of-experts
     model's mean layer weights the dense MLP by 1 - share and the shared experts and the router by the
-    share. sum(count x n x k) is ``matmul_params_per_layer``."""
+    share (``share``: a layer of that MoE share, 0 a dense layer, 1 a MoE layer; default the model's,
+    ``params.moe_layer_share``). sum(count x n x k) is ``matmul_params_per_layer``."""
     d, inner = model.d_model, model.mlp_matrices - 1
     attention: tuple[GemmShape, ...]
     if model.mla is not None:
@@ -64,14 +76,15 @@ def layer_gemm_shapes(model: ModelSpec, tp: IntArray = 1) -> tuple[GemmShape, ..
         q_out = model.num_heads // tp * model.head_dim
         kv_out = kv_heads_per_device(model, tp) * model.head_dim
         attention = ((1.0, q_out + 2 * kv_out, d), (1.0, d + 0 * tp, q_out))
-    dense = 1.0 if model.moe is None else 1.0 - moe_layer_share(model)
+    f = layer_share(model, share)
+    dense = 1.0 - f
     mlp: tuple[GemmShape, ...] = (
         (dense, inner * (model.d_ff // tp), d),
         (dense, d + 0 * tp, model.d_ff // tp),
     )
     if model.moe is None:
         return attention + mlp
-    f, moe = moe_layer_share(model), model.moe
+    moe = model.moe
     shared = moe.num_shared_experts * (moe.shared_d_ff // tp)
     extra: tuple[GemmShape, ...] = (
         (f, inner * shared, d),
@@ -126,17 +139,17 @@ EINSUM_DISPATCH_BACKWARD_OVER_FORWARD = 1.5
 
 
 def einsum_dispatch_flops_per_token_per_layer(
-    model: ModelSpec, seq_len: int, tp: IntArray = 1
+    model: ModelSpec, seq_len: int, tp: IntArray = 1, share: float | None = None
 ) -> FloatArray:
     """Forward FLOPs per token of the mean layer that dispatch and combine a capacity-factor MoE's tokens by
     one-hot einsums over each sequence (``Profile.einsum_capacity_dispatch``): each einsum contracts the token's
     D-wide row with its E x C mask slots, E C = S k c, so 2 S k c D per token, two einsums (dispatch, combine),
-    / tp. 0 for a dense or dropless model."""
+    / tp (``share``: as ``layer_share``). 0 for a dense or dropless model."""
     moe = model.moe
     if moe is None or moe.capacity_factor is None:
         return 0.0 * tp
     return (
-        moe_layer_share(model)
+        layer_share(model, share)
         * 2
         * 2.0
         * seq_len
@@ -248,6 +261,7 @@ def elementwise_bytes_per_token_per_layer(
     activation_bytes: int,
     seq_len: int = 0,
     flash_attention: bool = True,
+    share: float | None = None,
 ) -> FloatArray:
     """HBM bytes one forward of a layer's element-wise ops moves per token (memory-bound work).
 
@@ -255,10 +269,10 @@ def elementwise_bytes_per_token_per_layer(
     (read 2D, write D), the MLP activation (gated: read 2F, write F; plain: read F, write F) and rotary
     embedding of q and k (and their norms, with ``qk_norm``); without fused attention also the
     materialised scores (n_q/tp x S per token, Korthikanti et al. 2022: the softmax and dropout
-    over the full S x S matrix).
+    over the full S x S matrix). ``share``: as ``layer_share``.
     """
     d = model.d_model / tp if sequence_parallel else float(model.d_model)
-    f = mlp_width_per_token(model) / tp
+    f = mlp_width_per_token(model, share) / tp
     qk = (model.num_heads // tp + kv_heads_per_device(model, tp)) * model.head_dim
     mlp_act = (3 if model.mlp == "gated" else 2) * f
     scores = (
@@ -271,7 +285,7 @@ def elementwise_bytes_per_token_per_layer(
     permute = (
         0.0
         if model.moe is None
-        else moe_layer_share(model) * model.moe.top_k * 2 * 2 * model.d_model / tp
+        else layer_share(model, share) * model.moe.top_k * 2 * 2 * model.d_model / tp
     )
     return (
         activation_bytes
@@ -280,12 +294,13 @@ def elementwise_bytes_per_token_per_layer(
     )
 
 
-def mlp_width_per_token(model: ModelSpec) -> float:
+def mlp_width_per_token(model: ModelSpec, share: float | None = None) -> float:
     """FFN width a token passes through in the mean layer: d_ff for a dense model; with MoE the dense
-    layers' d_ff and the MoE layers' k routed experts and s shared experts (share-weighted)."""
+    layers' d_ff and the MoE layers' k routed experts and s shared experts (share-weighted; ``share``:
+    as ``layer_share``)."""
     if model.moe is None:
         return float(model.d_ff)
-    f, moe = moe_layer_share(model), model.moe
+    f, moe = layer_share(model, share), model.moe
     return (1.0 - f) * model.d_ff + f * (
         moe.top_k * moe.expert_d_ff + moe.num_shared_experts * moe.shared_d_ff
     )

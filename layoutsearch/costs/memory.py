@@ -19,8 +19,8 @@ from layoutsearch.core.specs import (
     ModelSpec,
     Workload,
 )
-from layoutsearch.costs.flops import mlp_width_per_token, value_head_dim
-from layoutsearch.costs.params import kv_heads_per_device, moe_layer_share
+from layoutsearch.costs.flops import layer_share, mlp_width_per_token, value_head_dim
+from layoutsearch.costs.params import kv_heads_per_device
 
 # The tensors a layer's backward needs (``saved_tensor_widths``), the op that produces each, and
 # what each checkpoint policy saves: the rest is recomputed from the layer input, its producers
@@ -216,11 +216,15 @@ def saved_tensor_widths(
     flash_attention: bool = True,
     activation_bytes: int = 2,
     fp8_activations: str = "none",
+    share: float | None = None,
 ) -> dict[str, FloatArray]:
     """Elements per token of every tensor a layer saves for backward, on one TP rank, in units of
     ``activation_bytes``; under fp8 as the framework's scheme ``fp8_activations`` stores them
-    (``fp8_storage``: a tensor kept in c copies and b low-precision bytes counts c + b / activation_bytes)."""
-    widths = _saved_widths(model, tp, sequence_parallel, seq_len, flash_attention, activation_bytes)
+    (``fp8_storage``: a tensor kept in c copies and b low-precision bytes counts c + b / activation_bytes).
+    ``share``: the layer's MoE share (``flops.layer_share``: 0 a dense layer, 1 a MoE layer, default the mean)."""
+    widths = _saved_widths(
+        model, tp, sequence_parallel, seq_len, flash_attention, activation_bytes, share
+    )
     shared = model.moe is not None and model.moe.num_shared_experts > 0
     for name, (copies, low_bytes) in fp8_storage(fp8_activations, shared).items():
         widths[name] = widths[name] * (copies + low_bytes / activation_bytes)
@@ -234,14 +238,15 @@ def _saved_widths(
     seq_len: int,
     flash_attention: bool,
     activation_bytes: int,
+    share: float | None = None,
 ) -> dict[str, FloatArray]:
     d_sp = model.d_model / tp if sequence_parallel else float(model.d_model)
     q = model.num_heads // tp * model.head_dim
     kv = kv_heads_per_device(model, tp) * model.head_dim
     v = kv_heads_per_device(model, tp) * value_head_dim(model)
     o_in = model.num_heads // tp * value_head_dim(model)
-    f = mlp_width_per_token(model) / tp
-    share = 0.0 if model.moe is None else moe_layer_share(model)
+    f = mlp_width_per_token(model, share) / tp
+    share = layer_share(model, share)
     routed = share * model.moe.top_k * model.moe.expert_d_ff / tp if model.moe is not None else 0.0
     latent = 0.0
     if (
@@ -250,14 +255,8 @@ def _saved_widths(
         a = model.mla
         latent = (a.q_lora_rank or 0) + a.kv_lora_rank + a.qk_rope_head_dim
     # MoE: the k dispatched copies of each token entering the experts, and the router's fp32 probabilities
-    dispatched = (
-        0.0 if model.moe is None else moe_layer_share(model) * model.moe.top_k * model.d_model / tp
-    )
-    probs = (
-        0.0
-        if model.moe is None
-        else moe_layer_share(model) * model.moe.num_experts / tp * 4 / activation_bytes
-    )
+    dispatched = 0.0 if model.moe is None else share * model.moe.top_k * model.d_model / tp
+    probs = 0.0 if model.moe is None else share * model.moe.num_experts / tp * 4 / activation_bytes
     return {
         "attn_norm_in": d_sp,  # residual stream entering the layer
         "qkv_in": 0.0

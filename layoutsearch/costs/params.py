@@ -217,10 +217,9 @@ def moe_over_dense_mlp(model: ModelSpec, tp: IntArray = 1) -> FloatArray:
 
 @lru_cache(maxsize=1024)  # per model: ``num_moe_layers`` counts the layers one by one
 def moe_layer_share(model: ModelSpec) -> float:
-    """The share of the layers that are MoE layers (0 for a dense model). A pipeline stage's compute and
-    activations are costed at the mean layer (exact when the stages hold equal shares of MoE layers; the
-    dense layers of DeepSeek-V3, 3 of 61, sit on the first stage in fact), its parameters at its own MoE
-    layers (``costs.terms.moe_layers_per_stage``)."""
+    """The share of the layers that are MoE layers (0 for a dense model): the mean layer's. A pipeline stage's
+    compute, activations and parameters count its own MoE layers instead (``costs.terms.moe_layers_per_stage``,
+    ``stage_moe_share``: DeepSeek-V3's 3 dense layers, of 61, sit on the first stage)."""
     return model.num_moe_layers / model.num_layers if model.moe is not None else 0.0
 
 

@@ -306,6 +306,52 @@ def layers_per_stage(model: ModelSpec, sh: Shapes, last=False):
     return np.where(last, final, np.maximum(first, middle))
 
 
+def stage_layers(model: ModelSpec, sh: Shapes, last, mtp=0.0):
+    """(layers, MoE layers) of the stage a step's compute is costed on: ``layers_per_stage`` and
+    ``moe_layers_per_stage`` of the last stage (``last``), else of the first standing for the others; on
+    DualPipe's last device the mean of both ends (it runs each for half the microbatches); ``mtp``
+    multi-token-prediction modules on it count one layer each, a MoE layer where the model has MoE layers
+    (``params.mtp_params_per_layer``). MoE layers 0 for a dense model."""
+    both = _dualpipe(sh) & np.asarray(last)
+    own = layers_per_stage(model, sh, last)
+    layers = np.where(both, (layers_per_stage(model, sh) + own) / 2, own)
+    layers = layers + mtp if model.mtp_layers else layers
+    if model.moe is None:
+        return layers, 0.0
+    own_moe = moe_layers_per_stage(model, sh, last)
+    moe = np.where(both, (moe_layers_per_stage(model, sh) + own_moe) / 2, own_moe)
+    return layers, moe + mtp if model.mtp_layers else moe
+
+
+def stage_moe_share(model: ModelSpec, layers, moe_layers):
+    """The MoE share of a stage's own layers, ``moe_layers`` / ``layers`` (arrays; the MoE layers no more than
+    the layers, an invalid split's counts being any): the share its per-layer terms are costed at
+    (``at_stage_share``), so that its layers x a term is its dense layers' plus its MoE layers' (DeepSeek-V3's
+    three dense layers lighten the stage holding them, a stage of MoE layers only is costed at MoE layers, not
+    at the mean layer's 58/61); 0 for a dense model."""
+    if model.moe is None:
+        return 0.0
+    layers = _f(layers)
+    return np.clip(_f(moe_layers), 0.0, layers) / np.maximum(layers, 1.0)
+
+
+def at_stage_share(model: ModelSpec, share, of):
+    """``of(s)`` of a per-layer term linear in the layer's MoE share s (``flops.layer_share``) at each row's
+    ``share`` (``stage_moe_share``): a dense layer's (s = 0) and a MoE layer's (s = 1), mixed; a tuple or dict
+    entry by entry. A dense model's ``of(None)``, the term as it was."""
+    if model.moe is None:
+        return of(None)
+    return _mix(of(0.0), of(1.0), share)
+
+
+def _mix(dense, moe, share):
+    if isinstance(dense, tuple):
+        return tuple(_mix(d, m, share) for d, m in zip(dense, moe, strict=True))
+    if isinstance(dense, dict):
+        return {k: _mix(dense[k], moe[k], share) for k in dense}
+    return dense + share * (moe - dense)
+
+
 def backward_split(model: ModelSpec, workload: Workload) -> tuple[float, float, float]:
     """(F, B, W) / (F + B + W): a layer's forward, input-gradient and weight-gradient shares of its
     FLOPs per token, for the zero-bubble schedules' bubble (costs.pipeline). A matmul's backward is
@@ -387,27 +433,32 @@ def compute_per_microbatch(
     # other's: per microbatch, half the output head and the mean of the two ends' layers
     head = np.where(_dualpipe(sh), 0.5 * _f(last), _f(last))
     mtp = head * model.mtp_layers if model.mtp_layers else 0.0
-    own = layers_per_stage(model, sh, last)
-    own = np.where(_dualpipe(sh) & np.asarray(last), (layers_per_stage(model, sh) + own) / 2, own)
-    layers = own + mtp if model.mtp_layers else own
+    # the stage's own layers, dense and MoE: each per-layer term at the stage's MoE share (``at_stage_share``)
+    layers, moe_layers = stage_layers(model, sh, last, mtp)
+    share = stage_moe_share(model, layers, moe_layers)
     work = memory.recompute_arrays(model)
     mm_rerun, attn_rerun, ew_rerun = work["matmul"][r], work["attention"][r], work["elementwise"][r]
     # a layer's forward-equivalent GEMM seconds: its forward and two backward GEMMs over the passes
-    mm = per_key(
-        lambda tp, rows: (
-            gemm.training_seconds(
-                rows, flops.layer_gemm_shapes(model, tp), acc, layer_rate, operand_bytes
-            )
-            / passes
+    mm = at_stage_share(
+        model,
+        share,
+        lambda s: per_key(
+            lambda tp, rows: (
+                gemm.training_seconds(
+                    rows, flops.layer_gemm_shapes(model, tp, s), acc, layer_rate, operand_bytes
+                )
+                / passes
+            ),
+            sh.tp,
+            rows,
+            memo=gemm.memo(model, acc, layer_rate, operand_bytes, "layer" if s is None else s),
         ),
-        sh.tp,
-        rows,
-        memo=gemm.memo(model, acc, layer_rate, operand_bytes, "layer"),
     )
-    experts = 0.0  # the routed experts' forward GEMM seconds in the mean layer
+    experts = 0.0  # the routed experts' forward GEMM seconds in the stage's mean layer
+    moe_layer_experts = 0.0  # ... in a MoE layer
     if model.moe is not None:  # one grouped GEMM over the local experts, each at the busiest's rows
         expert = np.ceil(expert_rows(model, sh, m) * expert_load(model, workload, sh, m))
-        experts = params.moe_layer_share(model) * per_key(
+        moe_layer_experts = per_key(
             lambda etp, local, rows: (
                 gemm.training_seconds(
                     rows,
@@ -424,12 +475,19 @@ def compute_per_microbatch(
             expert.astype(np.int64),
             memo=gemm.memo(model, acc, layer_rate, operand_bytes, "experts"),
         )
+        experts = share * moe_layer_experts
         mm = mm + experts
     # a capacity-factor MoE dispatched by one-hot einsums (MaxText's dense path): matmuls at the bf16 rate
     dispatch = (
-        per_key(
-            lambda tp: flops.einsum_dispatch_flops_per_token_per_layer(model, workload.seq_len, tp),
-            sh.tp,
+        at_stage_share(
+            model,
+            share,
+            lambda s: per_key(
+                lambda tp: flops.einsum_dispatch_flops_per_token_per_layer(
+                    model, workload.seq_len, tp, s
+                ),
+                sh.tp,
+            ),
         )
         * m
         / rate
@@ -450,22 +508,33 @@ def compute_per_microbatch(
         / attn_rate
         * attention_call_factor(model, workload, acc, cp_kernel_calls(sh))
     )
-    ew_bytes = per_key(
-        lambda tp: flops.elementwise_bytes_per_token_per_layer(
-            model,
-            tp,
-            sequence_parallel,
-            workload.activation_bytes,
-            workload.seq_len,
-            workload.flash_attention,
+    ew_bytes = at_stage_share(
+        model,
+        share,
+        lambda s: per_key(
+            lambda tp: flops.elementwise_bytes_per_token_per_layer(
+                model,
+                tp,
+                sequence_parallel,
+                workload.activation_bytes,
+                workload.seq_len,
+                workload.flash_attention,
+                s,
+            ),
+            sh.tp,
         ),
-        sh.tp,
     )
     ew = ew_bytes * m * (3.0 + ew_rerun) / acc.hbm_bytes_per_s
     if (
         fp8
     ):  # quantising each linear input (read bf16, write fp8) and, in backward, the output gradients
-        widths = memory.saved_tensor_widths(model, sh.tp, sequence_parallel, workload.seq_len)
+        widths = at_stage_share(
+            model,
+            share,
+            lambda s: memory.saved_tensor_widths(
+                model, sh.tp, sequence_parallel, workload.seq_len, share=s
+            ),
+        )
         cast = (workload.activation_bytes + memory.FP8_BYTES) * sum(
             widths[n] for n in memory.FP8_LINEAR_INPUTS
         )
@@ -506,7 +575,11 @@ def compute_per_microbatch(
     # host offloading: each layer's offloaded tensors go to host during its forward and come back for its
     # backward, asynchronously; what the layer's compute does not cover is waited for (all of it under blocking)
     moved = (
-        host_offload_bytes_per_token(model, workload, sh, r, sequence_parallel)
+        at_stage_share(
+            model,
+            share,
+            lambda s: host_offload_bytes_per_token(model, workload, sh, r, sequence_parallel, s),
+        )
         * m
         / (acc.host_bytes_per_s_per_direction or np.inf)
     )
@@ -514,9 +587,7 @@ def compute_per_microbatch(
         np.maximum(0.0, moved - hides * (mm + dispatch + attn))
         + np.maximum(0.0, moved - hides * bwd_window)
     )
-    # the GPU work a MoE layer's launches run beside (per MoE layer: the mean layer's experts / their share)
-    share = params.moe_layer_share(model)
-    moe_layer_experts = experts / share if model.moe is not None else 0.0
+    # the GPU work a MoE layer's launches run beside (the stage's mean layer with a MoE layer's experts)
     gpu_s = (
         mm - experts + dispatch + attn,  # forward up to the dispatcher's sync
         moe_layer_experts,  # forward after it: the routed experts' GEMMs
@@ -597,12 +668,18 @@ def moe_host_overhead_s(workload: Workload, acc: Accelerator, local_experts, gpu
 
 
 def host_offload_bytes_per_token(
-    model: ModelSpec, workload: Workload, sh: Shapes, r, sequence_parallel: bool = True
+    model: ModelSpec,
+    workload: Workload,
+    sh: Shapes,
+    r,
+    sequence_parallel: bool = True,
+    share: float | None = None,
 ):
-    """Bytes per token and layer a recompute policy keeps in host memory (``memory.OFFLOADED``; keys S, r)."""
+    """Bytes per token and layer a recompute policy keeps in host memory (``memory.OFFLOADED``; keys S, r;
+    ``share``: the layer's MoE share, ``flops.layer_share``)."""
     return per_key(
         lambda tp, r: (
-            saved_widths_by_policy(model, workload, tp, r, sequence_parallel)[1]
+            saved_widths_by_policy(model, workload, tp, r, sequence_parallel, share)[1]
             * workload.activation_bytes
         ),
         sh.tp,
@@ -611,10 +688,16 @@ def host_offload_bytes_per_token(
 
 
 def saved_widths_by_policy(
-    model: ModelSpec, workload: Workload, tp, r, sequence_parallel: bool = True
+    model: ModelSpec,
+    workload: Workload,
+    tp,
+    r,
+    sequence_parallel: bool = True,
+    share: float | None = None,
 ) -> tuple:
     """Elements per token and layer (``memory.saved_tensor_widths``, in activation_bytes units) that
-    policy code ``r`` keeps in HBM, keeps on the host, and that a layer saves in all (keys tp, r)."""
+    policy code ``r`` keeps in HBM, keeps on the host, and that a layer saves in all (keys tp, r;
+    ``share``: the layer's MoE share, ``flops.layer_share``)."""
     # what of the model and workload the widths read (``memory.saved_tensor_widths``)
     reads = (
         model,
@@ -623,6 +706,7 @@ def saved_widths_by_policy(
         workload.flash_attention,
         workload.activation_bytes,
         fp8_activations_of(workload),
+        share,
     )
     if all(np.shape(x) == (1,) and np.asarray(x).dtype == np.int64 for x in (tp, r)):
         return _one_row_widths(reads, int(tp[0]), int(r[0]))  # an estimate's: a fit asks again
@@ -639,10 +723,19 @@ def _one_row_widths(reads: tuple, tp: int, r: int) -> tuple:
 
 def _widths_by_policy(reads: tuple, tp, r) -> tuple:
     """``saved_widths_by_policy`` of (model, sequence_parallel, seq_len, flash_attention,
-    activation_bytes, fp8_activations)."""
-    model, sequence_parallel, seq_len, flash_attention, activation_bytes, fp8_activations = reads
+    activation_bytes, fp8_activations, share)."""
+    model, sequence_parallel, seq_len, flash_attention, activation_bytes, fp8_activations, share = (
+        reads
+    )
     widths = memory.saved_tensor_widths(
-        model, tp, sequence_parallel, seq_len, flash_attention, activation_bytes, fp8_activations
+        model,
+        tp,
+        sequence_parallel,
+        seq_len,
+        flash_attention,
+        activation_bytes,
+        fp8_activations,
+        share,
     )
     in_hbm = sum(_f(widths[n]) * memory.in_hbm_by_code(n)[r] for n in widths)
     hosted = sum(_f(widths[n]) * memory.on_host_by_code(n)[r] for n in widths)
@@ -759,7 +852,6 @@ def ep_per_microbatch(
     a2a = all_to_all(payload)
     gathered = ring_time(payload * sh.etp, co.etp, half)
     per_pass = all_to_all(dispatched) + a2a + 2 * gathered  # dispatch and combine
-    share = params.moe_layer_share(model)
     dualpipe = np.isin(sh.sched, DUALPIPES) & (sh.pp > 1)
     if workload.ep_comm_overlap or np.any(dualpipe):
         latency = 2 * np.where(co.ep.members > 1, co.ep.latency_s, 0.0)
@@ -777,12 +869,13 @@ def ep_per_microbatch(
             lost_fwd, lost_bwd = lost_fwd * dualpipe, lost_bwd * dualpipe
     else:
         fwd, bwd, lost_fwd, lost_bwd = per_pass, per_pass, 0.0, 0.0
-    layers = layers_per_stage(model, sh)
+    # the MoE layers the stage holds, not the mean layer's share of its layers
+    moe_layers = np.minimum(moe_layers_per_stage(model, sh), layers_per_stage(model, sh))
     return {
-        "base": layers * share * (fwd + bwd + lost_fwd + lost_bwd),
-        "rerun": layers * share * (fwd + lost_fwd),
-        "lost": layers * share * (lost_fwd + lost_bwd),
-        "rerun_lost": layers * share * lost_fwd,
+        "base": moe_layers * (fwd + bwd + lost_fwd + lost_bwd),
+        "rerun": moe_layers * (fwd + lost_fwd),
+        "lost": moe_layers * (lost_fwd + lost_bwd),
+        "rerun_lost": moe_layers * lost_fwd,
         "a2a": a2a,
         "payload": payload,
     }
@@ -1475,9 +1568,22 @@ def memory_by_microbatch(
     """Bytes per device that depend on the microbatching and recompute (keys S, K, r, stage)."""
     m = tokens_per_microbatch(workload, sh, k)
     act_b = workload.activation_bytes
-    # what each row's policy saves in HBM, and what a layer saves in all
-    per_token, hosted_width, every = per_key(
-        lambda tp, r: saved_widths_by_policy(model, workload, tp, r, sequence_parallel), sh.tp, r
+    # what each row's policy saves in HBM, and what a layer saves in all: the stage's mean layer, its own
+    # dense and MoE layers (``at_stage_share``)
+    layers = layers_per_stage(model, sh, not first)
+    share = (
+        stage_moe_share(model, layers, moe_layers_per_stage(model, sh, not first))
+        if model.moe is not None
+        else 0.0
+    )
+    per_token, hosted_width, every = at_stage_share(
+        model,
+        share,
+        lambda s: per_key(
+            lambda tp, r: saved_widths_by_policy(model, workload, tp, r, sequence_parallel, s),
+            sh.tp,
+            r,
+        ),
     )
     saved = per_token * m * act_b
     stage = 0 if first else sh.pp - 1
@@ -1488,9 +1594,9 @@ def memory_by_microbatch(
     logits = _f(last | _holds_both_ends(sh, first)) * m * model.vocab_size / sh.tp * 4.0
     hosted = hosted_width * act_b * m  # host_offload_bytes_per_token, from the same widths
     return {
-        "activations/saved": layers_per_stage(model, sh, not first) * saved * in_flight,
+        "activations/saved": layers * saved * in_flight,
         # in pinned host memory, not HBM: no memory moment counts it (MOMENTS)
-        "host/offloaded": layers_per_stage(model, sh, not first) * hosted * in_flight,
+        "host/offloaded": layers * hosted * in_flight,
         "temporary/workspace": 2
         * m
         * np.maximum(flops.mlp_width_per_token(model) / sh.tp, model.d_model)

@@ -14,7 +14,11 @@ distributed/pipeline_parallel.py, train.py, models/llama3):
 - Pipeline: 1f1b -> 1F1B, gpipe -> GPipe, interleaved -> Interleaved1F1B, zb-h1 (v > 1) ->
   InterleavedZeroBubble, zb-v -> ZBVZeroBubble, dualpipev -> DualPipeV (``SCHEDULES``), with
   ``pipeline_parallel_layers_per_stage`` = L / (pp x v) and no embedding weight in the split
-  (first/last_stage_less_layers = 0), so stages hold equal layer counts as in the cost model.
+  (first/last_stage_less_layers = 0), so stages hold equal layer counts as in the cost model; the
+  balanced split (``core.stages.balanced_chunks``) as ``module_fqns_per_model_part``, the modules of
+  each of the pp x v chunks in order (``tok_embeddings`` opening the first, ``layers.<i>``, ``norm`` and
+  ``output`` closing the last; distributed/pipeline_parallel.py pipeline_module_split places chunk i on
+  rank i mod pp under 1F1B and Interleaved1F1B, as the balanced split is costed).
 - Recompute: none/full -> mode none/full; selective -> mode selective with op-level SAC (saves
   every other matmul and the attention output: not the same set of tensors as layoutsearch's
   selective policy, which keeps all matmul inputs and recomputes the attention core).
@@ -52,6 +56,8 @@ import unicodedata
 
 from layoutsearch.core.frameworks import fp8_recipe_of, node_dedup
 from layoutsearch.core.rules import deepseek_block, qwen3_moe_block
+from layoutsearch.core.stages import balanced_chunks
+from layoutsearch.costs.params import layer_weights
 from layoutsearch.export.context import (
     ExportContext,
     comment_block,
@@ -249,6 +255,27 @@ FLAVOR_ROPE_THETA, FLAVOR_NORM_EPS = (
 )  # torchtitan llama3 flavors (TransformerModelArgs)
 
 
+# core.stages chunk items -> torchtitan module names (the embedding, the final norm and the output head)
+CHUNK_MODULES = {"E": ["tok_embeddings"], "L": ["norm", "output"]}
+
+
+def balanced_fqns(ctx: ExportContext) -> list[list[str]]:
+    """The balanced split's pp x v chunks (``core.stages.balanced_chunks``) as torchtitan module names."""
+    lay, layer = ctx.layout, 0
+    chunks = balanced_chunks(layer_weights(ctx.model), lay.pp, lay.virtual_stages)
+    out: list[list[str]] = []
+    for chunk in chunks:
+        names: list[str] = []
+        for item in chunk:
+            if item == "t":
+                names.append(f"layers.{layer}")
+                layer += 1
+            else:
+                names += CHUNK_MODULES[item]
+        out.append(names)
+    return out
+
+
 def sections(ctx: ExportContext) -> dict[str, dict]:
     lay = ctx.layout
     sharded = ctx.effective_zero_stage >= 2
@@ -278,11 +305,16 @@ def sections(ctx: ExportContext) -> dict[str, dict]:
                 "interleaved" if lay.virtual_stages > 1 and lay.schedule == "1f1b" else lay.schedule
             ],
             pipeline_parallel_microbatch_size=mbs,
-            pipeline_parallel_layers_per_stage=ctx.model.num_layers
-            // (lay.pp * lay.virtual_stages),
-            pipeline_parallel_first_stage_less_layers=0,
-            pipeline_parallel_last_stage_less_layers=0,
         )
+        if lay.balanced_split:  # the chunks themselves; torchtitan then ignores the layer counts
+            parallelism["module_fqns_per_model_part"] = balanced_fqns(ctx)
+        else:
+            parallelism.update(
+                pipeline_parallel_layers_per_stage=ctx.model.num_layers
+                // (lay.pp * lay.virtual_stages),
+                pipeline_parallel_first_stage_less_layers=0,
+                pipeline_parallel_last_stage_less_layers=0,
+            )
     ac: dict = {"mode": lay.recompute}
     if lay.recompute in ("selective", "op"):  # "op" is torchtitan's own per-op SAC, exactly
         ac = {"mode": "selective", "selective_ac_option": "op"}
@@ -613,10 +645,16 @@ def _pipeline_problems(par: dict, local: int, pp: int, num_layers: int, out: lis
     n = local // mbs
     schedule = par.get("pipeline_parallel_schedule", "1F1B")
     per_stage = par.get("pipeline_parallel_layers_per_stage")
-    if per_stage is not None:
+    parts = par.get("module_fqns_per_model_part")
+    stages = None
+    if parts is not None:  # pipeline_module_split: the parts themselves, each stage's modules
+        stages = len(parts)
+        out += _fqn_problems(parts, num_layers)
+    elif per_stage is not None:
         first = int(par.get("pipeline_parallel_first_stage_less_layers", 1))
         last = int(par.get("pipeline_parallel_last_stage_less_layers", 1))
         stages = math.ceil((num_layers + first + last) / int(per_stage))
+    if stages is not None:
         if stages % pp:
             out.append(f"{stages} virtual stages are not divisible by pp({pp})")
         per_rank = stages // pp
@@ -631,3 +669,17 @@ def _pipeline_problems(par: dict, local: int, pp: int, num_layers: int, out: lis
                 f"Interleaved1F1B needs {n} microbatches divisible by their rounds ({max(1, n // pp)})"
             )
     return n
+
+
+def _fqn_problems(parts: list, num_layers: int) -> list[str]:
+    """module_fqns_per_model_part against the model: every part non-empty, tok_embeddings opening the first,
+    norm and output closing the last, layers.0 .. layers.<L-1> each once, in order."""
+    flat = [name for part in parts for name in part]
+    out = [f"part {i} holds no module" for i, part in enumerate(parts) if not part]
+    expected = CHUNK_MODULES["E"] + [f"layers.{i}" for i in range(num_layers)] + CHUNK_MODULES["L"]
+    if flat != expected:
+        out.append(
+            "module_fqns_per_model_part does not hold tok_embeddings, layers.0 .. "
+            f"layers.{num_layers - 1} and norm, output once each, in order"
+        )
+    return out

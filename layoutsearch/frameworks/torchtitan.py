@@ -73,6 +73,10 @@ def capabilities(target: str) -> Capabilities:
         # torch.distributed.pipelining's get_schedule_class names (export.torchtitan.SCHEDULES)
         pipeline_schedules=("1f1b", "gpipe", "interleaved", "zb-h1", "zb-v", "dualpipev"),
         multi_stage_schedules=("zb-h1",),
+        # even: pipeline_parallel_layers_per_stage; balanced: module_fqns_per_model_part (the chunks' modules,
+        # torchtitan 0.2.x config/job_config.py; chunk i on rank i mod pp under 1F1B and Interleaved1F1B). The 0.3
+        # export keeps to even: its module names are not checked (torchtitan's main renamed output to lm_head)
+        pipeline_splits=("even", "balanced") if moe else ("even",),
         zero_stages_with_replicas=(2, 3),
         recompute_policies=("none", "selective", "op", "full"),
         precisions=("bf16", "fp8") if moe else ("bf16",),

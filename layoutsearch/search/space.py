@@ -264,8 +264,9 @@ def with_balanced_split(problem: Problem, c: Cand, searched: bool) -> Cand:
     """Each row (split code ``spl`` 0, the engine's split) and, where ``searched``, pp > 1 and the schedule
     places chunk i on stage i mod pp (``rules.BALANCED_SCHEDULES``), once more with code 1 unless the engine's
     split dominates it: valid, not a chunk layout (which the search keeps to some pps), and no heavier in
-    the layers or MoE layers either stage's terms read (``terms.layers_per_stage``, ``moe_layers_per_stage``),
-    the balanced bubble being never smaller (``Shapes.bubble_stages`` <= v)."""
+    the dense layers or MoE layers either stage's terms read (``terms.layers_per_stage`` less
+    ``moe_layers_per_stage``, and ``moe_layers_per_stage``: every term is a non-negative sum over the
+    two kinds, ``terms.stage_moe_share``), the balanced bubble being never smaller (``Shapes.bubble_stages`` <= v)."""
     c = {**c, "spl": np.zeros_like(c["pp"])}
     if not searched or not len(c["pp"]):
         return c
@@ -273,9 +274,12 @@ def with_balanced_split(problem: Problem, c: Cand, searched: bool) -> Cand:
     engine = terms.Shapes.of(dp=1, fsdp=1, tp=1, cp=1, **keys)
     balanced = terms.Shapes.of(dp=1, fsdp=1, tp=1, cp=1, **keys, spl=1)
     dominated = engine.layer_split(model)[4] & (engine.layer_split(model)[3] != CHUNK_LAYOUT)
-    for count in (terms.layers_per_stage, terms.moe_layers_per_stage):
-        for last in (False, True):
-            dominated &= count(model, engine, last) <= count(model, balanced, last)
+    for last in (False, True):
+        moe = [terms.moe_layers_per_stage(model, sh, last) for sh in (engine, balanced)]
+        dense = [
+            terms.layers_per_stage(model, sh, last) - n for sh, n in zip((engine, balanced), moe)
+        ]
+        dominated &= (dense[0] <= dense[1]) & (moe[0] <= moe[1])
     looped = np.isin(c["sched"], [SCHEDULE_CODES[s] for s in BALANCED_SCHEDULES])
     added = balanced.layer_split(model)[4] & looped & (c["pp"] > 1) & ~dominated
     extra = {name: a[added] for name, a in c.items()}
