@@ -234,15 +234,17 @@ class RingCoefficients:
 
     With the message efficiency x / (x + h) on the per-member chunk x = A/n, the time at
     level l is A (n_l - 1) / (n_l inner_l W_l eff) = (A + h n) c_l, so an AllGather takes
-    (A + h n) max_l c_l + latency: ``seconds_per_byte`` is max_l c_l. ``axes_mask`` has bit i
-    set when the group spans axis i (groups with a common bit share links); ``scale_out`` is
-    whether it crosses a scale-out or DCN axis. Numbers, or arrays with one entry per row.
+    (A + h n) max_l c_l + latency: ``seconds_per_byte`` is max_l c_l. ``link_use`` [rows,
+    link classes of ``link_columns``] is the share of each class's capacity the collective keeps
+    busy while it runs (``link_use_of``; None where not derived: only ring collectives contend,
+    ``contention_s``); ``scale_out`` is whether it crosses a scale-out or DCN axis. Numbers, or
+    arrays with one entry per row.
     """
 
     members: IntArray
     seconds_per_byte: FloatArray
     latency_s: FloatArray
-    axes_mask: IntArray = 0
+    link_use: FloatArray | None = None
     scale_out: BoolArray = False
 
     def row(self, i: int = 0) -> RingCoefficients:
@@ -250,29 +252,98 @@ class RingCoefficients:
             members=int(np.asarray(self.members)[i]),
             seconds_per_byte=float(np.asarray(self.seconds_per_byte)[i]),
             latency_s=float(np.asarray(self.latency_s)[i]),
-            axes_mask=int(np.asarray(self.axes_mask)[i]),
+            link_use=None if self.link_use is None else np.asarray(self.link_use)[i],
             scale_out=bool(np.asarray(self.scale_out)[i]),
         )
 
     def take(self, rows) -> RingCoefficients:
-        """The coefficients of the given rows (arrays)."""
-        return RingCoefficients(**{f: np.asarray(getattr(self, f))[rows] for f in RING_FIELDS})
+        """The coefficients of the given rows (arrays; ``link_use`` keeps its last axis)."""
+        return RingCoefficients(
+            **{
+                f: None if getattr(self, f) is None else np.asarray(getattr(self, f))[rows]
+                for f in RING_FIELDS
+            }
+        )
 
 
-RING_FIELDS = ("members", "seconds_per_byte", "latency_s", "axes_mask", "scale_out")
+RING_FIELDS = ("members", "seconds_per_byte", "latency_s", "link_use", "scale_out")
 
 
-def _mask_and_scale_out(s: Spans, on: np.ndarray):
+def _scale_out(s: Spans, on: np.ndarray):
+    """Whether each row's group spans (``on``) a scale-out or DCN axis."""
+    return (on & (_axis_constants(s.axes)["level"] == 1)[None, :]).any(axis=1)
+
+
+# ----------------------------------------------------------------------------- links and contention
+LinkColumn = tuple[int, str, int]  # (axis index, 'port' | 'mesh' | 'uplink', digit)
+
+
+@lru_cache(maxsize=256)
+def link_columns(axes: tuple[Axis, ...]) -> tuple[LinkColumn, ...]:
+    """The link classes of a cluster's axes, the columns of ``link_use``: per axis a device's links
+    on it ('port': a torus axis's links, an NVLink switch port, a NIC, a chip's DCN link); on a full
+    mesh (``mesh_graph``) one class per digit d (a divisor of the axis size below it) instead: a
+    group of ``factor`` members ``stride`` apart reaches its peers over the links of the digits d
+    with stride <= d < stride x factor, so groups of different degrees use disjoint links; where
+    the axis has pods (an oversubscribed fat tree, two sites) the pods' uplinks ('uplink')."""
+    columns: list[LinkColumn] = []
+    for i, axis in enumerate(axes):
+        if axis.kind == "mesh":
+            columns += [(i, "mesh", d) for d in range(1, axis.size) if axis.size % d == 0]
+        else:
+            columns.append((i, "port", 0))
+        if axis.pod_size:
+            columns.append((i, "uplink", 0))
+    return tuple(columns)
+
+
+def link_use_of(s: Spans) -> np.ndarray:
+    """The share of each link class's capacity (``link_columns``) a row's ring collective keeps
+    busy while it runs, [rows, columns], as its routes load the links: every link of a torus axis
+    it spans (interleaved groups take 1/stride each, all of them together the whole link), its
+    switch port, DCN link or mesh links at 1; its NIC at the share of the uplinks it keeps across
+    oversubscribed pods (``uplink_share``), and those uplinks at the crossing groups' rate over
+    their capacity, min(1, R min(stride, P) / P). A level that is not the slowest runs the same
+    bytes in less time: its links are busy its seconds per byte over the slowest level's."""
     c = _axis_constants(s.axes)
-    bits = (np.int64(1) << np.arange(len(s.axes), dtype=np.int64))[None, :]
-    return np.where(on, bits, 0).sum(axis=1).astype(np.int64), (
-        on & (c["level"] == 1)[None, :]
-    ).any(axis=1)
+    rows = s.factor.shape[0]
+    columns = link_columns(s.axes)
+    if not columns:
+        return np.zeros((rows, 0))
+    per_level = [per_byte for _, per_byte, _ in _levels(s)]
+    slowest = np.maximum(*per_level)
+    busy = np.stack(
+        [np.where(slowest > 0, p / np.where(slowest > 0, slowest, 1.0), 0.0) for p in per_level],
+        axis=1,
+    )[:, c["level"]]  # [rows, axes]: the busy share of the axis's level
+    on = s.factor > 1
+    share = uplink_share(s, c)
+    pod, ratio = np.maximum(c["pod"], 1)[None, :], c["oversubscription"][None, :]
+    uplink = leaves_pod(s, c) * np.minimum(1.0, ratio * np.minimum(s.stride, pod) / pod)
+    use = []
+    for i, kind, d in columns:
+        if kind == "port":
+            u = on[:, i] * share[:, i]
+        elif kind == "mesh":
+            u = on[:, i] & (s.stride[:, i] <= d) & (d < s.stride[:, i] * s.factor[:, i])
+        else:
+            u = uplink[:, i]
+        use.append(u * busy[:, i])
+    return np.stack(use, axis=1).astype(np.float64)
 
 
-def shares_links(a: RingCoefficients, b: RingCoefficients):
-    """Whether two groups (of the same rows) span a common axis, so that their traffic shares its links."""
-    return (np.asarray(a.axes_mask) & np.asarray(b.axes_mask)) != 0
+def contention_s(beside, b: RingCoefficients, b_seconds=0.0):
+    """Seconds the traffic ``beside`` ((coefficients, seconds) of collectives running at the same
+    time) delays collective ``b`` (``b_seconds`` alone), read from the links they load
+    (``link_use``): each link serves its loads in turn, so a link b uses is busy for the others'
+    use x seconds plus b's, and b finishes the heaviest such link's total after it would alone:
+    max(0, max over b's links of sum_a u_a t_a - (1 - u_b) t_b). Numbers or arrays (rows with
+    the same shape as the coefficients); with ``b_seconds`` 0, b's spare capacity on a link it does
+    not fill is not credited (an upper bound)."""
+    u_b = np.asarray(b.link_use)
+    load = sum(np.asarray(a.link_use) * np.asarray(t)[..., None] for a, t in beside)
+    extra = load - (1.0 - u_b) * np.asarray(b_seconds)[..., None]
+    return np.maximum(0.0, np.where(u_b > 0, extra, 0.0).max(axis=-1, initial=0.0))
 
 
 def ring_coefficients_of(s: Spans) -> RingCoefficients:
@@ -280,13 +351,12 @@ def ring_coefficients_of(s: Spans) -> RingCoefficients:
     members = s.factor.prod(axis=1)
     per_byte = np.max(np.stack([c for _, c, _ in _levels(s)]), axis=0)
     active = members > 1
-    mask, scale_out = _mask_and_scale_out(s, s.factor > 1)
     return RingCoefficients(
         members=members,
         seconds_per_byte=np.where(active, per_byte, 0.0),
         latency_s=np.where(active, span_latency(s), 0.0),
-        axes_mask=mask,
-        scale_out=scale_out,
+        link_use=link_use_of(s),
+        scale_out=_scale_out(s, s.factor > 1),
     )
 
 
@@ -322,13 +392,11 @@ def send_coefficients_of(s: Spans) -> RingCoefficients:
         crossing > 0, (1.0 - crossing) / link + crossing / (link * share), 1.0 / link
     )
     used = on & (np.arange(on.shape[1])[None, :] == first[:, None])
-    mask, scale_out = _mask_and_scale_out(s, used)
     return RingCoefficients(
         members=np.where(active, 2, 1),
         seconds_per_byte=np.where(active, per_byte, 0.0),
         latency_s=np.where(active, c["latency"][first] + crossing * c["pod_latency"][first], 0.0),
-        axes_mask=mask,
-        scale_out=scale_out,
+        scale_out=_scale_out(s, used),
     )
 
 
@@ -371,13 +439,11 @@ def all_to_all_coefficients_of(s: Spans, level: int | None = None) -> RingCoeffi
         for level in (0, 1)
     )
     active = members > 1
-    mask, scale_out = _mask_and_scale_out(s, on)
     return RingCoefficients(
         members=members,
         seconds_per_byte=np.where(active, per_byte, 0.0),
         latency_s=np.where(active, latency, 0.0),
-        axes_mask=mask,
-        scale_out=scale_out,
+        scale_out=_scale_out(s, on),
     )
 
 

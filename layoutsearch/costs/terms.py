@@ -62,6 +62,7 @@ from layoutsearch.costs.comms import (
     RING_FIELDS,
     RingCoefficients,
     all_to_all_coefficients_of,
+    contention_s,
     expert_factor_table,
     factor_table,
     per_distinct_span,
@@ -69,7 +70,6 @@ from layoutsearch.costs.comms import (
     ring_coefficients_of,
     ring_time,
     send_coefficients_of,
-    shares_links,
     spans_from_factors,
 )
 
@@ -1049,15 +1049,26 @@ def cp_buffer_bytes(model: ModelSpec, workload: Workload, sh: Shapes, m):
     return np.where(sh.cpf == ALLGATHER, gathered, cp_a2a_bytes(model, workload, sh, m))
 
 
-def shard_link_traffic(tp: dict, cp: dict, co: Coeffs) -> dict:
-    """Seconds per layer the hidden TP and CP traffic keeps the ZeRO shard group's links busy, in
-    forward and backward: collectives running at once on one link share its bandwidth, so a
-    ZeRO-3 gather or reduce-scatter hides only in what of its window they leave free
-    (docs/cost_model.md "Shared links"; NCCL and ICI serve concurrent transfers on a link in turn)."""
-    share_tp, share_cp = shares_links(co.tp, co.shard), shares_links(co.cp, co.shard)
+def shard_link_traffic(tp: dict, cp: dict, fc: dict, co: Coeffs) -> dict:
+    """Seconds per layer the hidden TP and CP traffic delays the ZeRO shard group's gather (forward)
+    and gather + reduce-scatter (backward) of the same layer, which run at the same time: read from
+    the links each loads (``comms.contention_s``: on the heaviest link the shard group uses, the
+    others' load and its own, less its time alone; docs/cost_model.md "Shared links"; NCCL and ICI
+    serve concurrent transfers on a link in turn). The routed experts' gathers on their own group
+    are left out."""
+    dense_gather = fc["gather_layer"] - fc["gather_experts_layer"]
+    dense_reduce = fc["reduce_layer"] - fc["reduce_experts_layer"]
     return {
-        "fwd": share_cp * cp["hidden_fwd_layer"] + share_tp * tp["hidden_fwd_layer"],
-        "bwd": share_cp * cp["hidden_bwd_layer"] + share_tp * tp["hidden_bwd_layer"],
+        "fwd": contention_s(
+            ((co.tp, tp["hidden_fwd_layer"]), (co.cp, cp["hidden_fwd_layer"])),
+            co.shard,
+            dense_gather,
+        ),
+        "bwd": contention_s(
+            ((co.tp, tp["hidden_bwd_layer"]), (co.cp, cp["hidden_bwd_layer"])),
+            co.shard,
+            dense_gather + dense_reduce,
+        ),
     }
 
 
@@ -1070,16 +1081,14 @@ def reduction_link_traffic(
     cp: dict,
     co: Coeffs,
 ):
-    """Seconds the hidden TP and CP traffic of one microbatch's backward keeps busy the links of the
-    data-parallel groups (dp x fsdp x cp), on which the once-per-step gradient reductions run in that
-    same backward: the reductions hide only in what of the window it leaves free (0 where the profile
-    reduces after the backward: then they do not meet)."""
-    share_tp, share_cp = shares_links(co.tp, co.dp_zero0), shares_links(co.cp, co.dp_zero0)
-    return (
-        layers_per_stage(model, sh)
-        * reduces_in_backward(workload, acc, sh)
-        * (share_tp * tp["hidden_bwd_layer"] + share_cp * cp["hidden_bwd_layer"])
-    )
+    """Seconds the hidden TP and CP traffic of one microbatch's backward delays the once-per-step
+    gradient reductions, which run in that same backward over the data-parallel groups' links
+    (dp x fsdp x cp; ``comms.contention_s`` without crediting the reductions' spare capacity, whose
+    time depends on the ZeRO stage: an upper bound); 0 where the profile reduces after the backward
+    (then they do not meet)."""
+    layers = layers_per_stage(model, sh) * reduces_in_backward(workload, acc, sh)
+    beside = ((co.tp, tp["hidden_bwd_layer"]), (co.cp, cp["hidden_bwd_layer"]))
+    return layers * contention_s(beside, co.dp_zero0)
 
 
 def fsdp_collectives(
@@ -1576,7 +1585,6 @@ def single_device(rows: int | tuple[int, ...]) -> RingCoefficients:
         members=np.ones(rows, dtype=np.int64),
         seconds_per_byte=np.zeros(rows),
         latency_s=np.zeros(rows),
-        axes_mask=np.zeros(rows, dtype=np.int64),
         scale_out=np.zeros(rows, dtype=bool),
     )
 
@@ -1612,6 +1620,14 @@ COEFF_GROUPS = (
 )
 
 
+def _stack_rows(fields: list):
+    """One field over (row, order) pairs from one array per order (None: not derived)."""
+    if any(f is None for f in fields):
+        return None
+    stacked = np.stack(fields, axis=1)
+    return stacked.reshape(-1, *stacked.shape[2:])
+
+
 def interleave_coeffs(per_order: list[Coeffs]) -> Coeffs:
     """One Coeffs over (row, order) pairs, index row x len(per_order) + order."""
 
@@ -1622,7 +1638,7 @@ def interleave_coeffs(per_order: list[Coeffs]) -> Coeffs:
         ):  # dense: no expert groups
             return single_device(sum(len(c.members) for c in items))
         return RingCoefficients(
-            **{f: np.stack([getattr(c, f) for c in items], axis=1).reshape(-1) for f in RING_FIELDS}
+            **{f: _stack_rows([getattr(c, f) for c in items]) for f in RING_FIELDS}
         )
 
     return Coeffs(**{name: stack(name) for name in COEFF_GROUPS})

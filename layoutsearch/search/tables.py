@@ -397,7 +397,7 @@ def build_tables(
         cp = terms.cp_per_microbatch(
             model, workload, acc, sh_o, k_o, co, c["window/attn_fwd_layer"]
         )
-        busy = terms.shard_link_traffic(tp, cp, co)
+        busy = terms.shard_link_traffic(tp, cp, fc, co)
         ep = terms.ep_per_microbatch(model, workload, acc, sh_o, k_o, co, c["window/fwd_layer"])
         tp_st.append(grid_o(mult_o * tp["base"]))
         ep_st.append(grid_o(mult_o * ep["base"]))
