@@ -1,8 +1,9 @@
 """Contention between collectives that run at the same time (docs/cost_model.md "Shared links"):
 the share of each link class a group's ring keeps busy (``comms.link_use_of``), checked against
 the loads its flows put on the links of the whole device graph (``core.routes``, networkx), and the
-delay one group's traffic causes another on their heaviest shared link (``comms.contention_s``),
-with hand-computed numbers; CP-SAT equals the enumerator on an oversubscribed cluster."""
+delay one group's traffic causes another on their heaviest shared link (``comms.contention_of``,
+``contention_s``), with hand-computed numbers; CP-SAT equals the enumerator on an oversubscribed
+cluster."""
 
 import numpy as np
 import pytest
@@ -98,6 +99,14 @@ def test_link_use_is_what_the_routes_load(group, nic, uplink):
     assert routed_use(g, flows, "scale_out_spine") == pytest.approx(uplink)
 
 
+def model_delay(
+    beside: list[tuple[comms.Spans, float]], b: comms.Spans, t_b: float = 0.0, credit=True
+):
+    """The model's delay of B (alone t_b) beside the groups of ``beside`` (spans, seconds)."""
+    c = comms.contention_of([comms.link_use_of(s) for s, _ in beside], comms.link_use_of(b), credit)
+    return float(np.max(comms.contention_s(c, tuple(t for _, t in beside), t_b)))
+
+
 def routed_delay(g, beside: list[tuple[list, float]], b: tuple[list, float]) -> float:
     """B's delay read off the routes: on each link B's flows load, the link-seconds of every
     collective's flows (load x seconds / capacity), less B's seconds alone; the heaviest link."""
@@ -129,11 +138,8 @@ def test_delay_on_the_heaviest_shared_link(a, t_a, b, t_b, delay):
     """Two groups sharing the 2:1 tree's NICs and uplinks: the delay A's traffic causes B, by hand,
     from the model's link use and from the routed flows of both rings."""
     cluster = cluster_from_spec(TWO_TO_ONE, "c.yaml")
-    co = {
-        name: comms.ring_coefficients_of(scale_out_spans(cluster.axes, *GROUPS[name]))
-        for name in (a, b)
-    }
-    assert comms.contention_s([(co[a], t_a)], co[b], t_b)[0] == pytest.approx(delay)
+    spans = {name: scale_out_spans(cluster.axes, *GROUPS[name]) for name in (a, b)}
+    assert model_delay([(spans[a], t_a)], spans[b], t_b) == pytest.approx(delay)
     g = generated_device_graph(TWO_TO_ONE)
     c = comms._axis_constants(cluster.axes)
 
@@ -152,12 +158,11 @@ def test_nvlink_traffic_fits_where_a_two_level_ring_idles():
     axes = cluster_from_spec({"accelerator": "h100", "nodes": 4}, "c.yaml").axes
     shard = comms.Spans(axes=axes, factor=np.array([[4, 4]]), stride=np.array([[2, 1]]))
     tp = comms.Spans(axes=axes, factor=np.array([[2, 1]]), stride=np.array([[1, 1]]))
-    b, a = comms.ring_coefficients_of(shard), comms.ring_coefficients_of(tp)
-    assert b.link_use[0].tolist() == pytest.approx([4 / 9, 1.0])
-    assert a.link_use[0].tolist() == pytest.approx([1.0, 0.0])
-    assert comms.contention_s([(a, 1.0)], b, 0.9)[0] == pytest.approx(0.5)
+    assert comms.link_use_of(shard)[0].tolist() == pytest.approx([4 / 9, 1.0])
+    assert comms.link_use_of(tp)[0].tolist() == pytest.approx([1.0, 0.0])
+    assert model_delay([(tp, 1.0)], shard, 0.9) == pytest.approx(0.5)
     # with no spare capacity credited (the gradient reductions' bound) the whole second
-    assert comms.contention_s([(a, 1.0)], b)[0] == pytest.approx(1.0)
+    assert model_delay([(tp, 1.0)], shard, 0.9, credit=False) == pytest.approx(1.0)
 
 
 def test_groups_of_a_full_mesh_use_disjoint_links():
@@ -172,12 +177,12 @@ def test_groups_of_a_full_mesh_use_disjoint_links():
             axes=axes, factor=np.array([[factor, 1]]), stride=np.array([[stride, 1]])
         )
 
-    tp, cp, shard = (comms.ring_coefficients_of(node_spans(*fs)) for fs in ((2, 1), (2, 2), (4, 2)))
-    assert tp.link_use[0].tolist() == [1.0, 0.0, 0.0, 0.0]
-    assert cp.link_use[0].tolist() == [0.0, 1.0, 0.0, 0.0]
-    assert shard.link_use[0].tolist() == [0.0, 1.0, 1.0, 0.0]
-    assert comms.contention_s([(tp, 1.0)], shard, 1.0)[0] == 0.0
-    assert comms.contention_s([(cp, 1.0)], shard, 1.0)[0] == 1.0
+    tp, cp, shard = (node_spans(*fs) for fs in ((2, 1), (2, 2), (4, 2)))
+    assert comms.link_use_of(tp)[0].tolist() == [1.0, 0.0, 0.0, 0.0]
+    assert comms.link_use_of(cp)[0].tolist() == [0.0, 1.0, 0.0, 0.0]
+    assert comms.link_use_of(shard)[0].tolist() == [0.0, 1.0, 1.0, 0.0]
+    assert model_delay([(tp, 1.0)], shard, 1.0) == 0.0
+    assert model_delay([(cp, 1.0)], shard, 1.0) == 1.0
     g = generated_device_graph({"accelerator": "mi300x", "nodes": 2})
 
     def pairs(groups):  # each GPU to its ring successor in node 0
@@ -203,14 +208,14 @@ def test_torus_groups_on_one_axis_take_turns_and_on_two_run_side_by_side():
     def spans(x, y, z, sx=1, sy=1, sz=1):
         return comms.Spans(axes=axes, factor=np.array([[x, y, z]]), stride=np.array([[sx, sy, sz]]))
 
-    tp = comms.ring_coefficients_of(spans(1, 1, 8))
-    shard = comms.ring_coefficients_of(spans(16, 16, 4, sz=8))
-    assert shard.link_use[0].tolist() == [1.0, 1.0, 1.0]
-    assert comms.contention_s([(tp, 1.0)], shard, 0.5)[0] == pytest.approx(1.0)
-    tp_y = comms.ring_coefficients_of(spans(1, 16, 1))
-    cp_z = comms.ring_coefficients_of(spans(1, 1, 2))
-    shard_yz = comms.ring_coefficients_of(spans(1, 16, 2, sy=1, sz=1))
-    assert comms.contention_s([(tp_y, 1.0), (cp_z, 2.0)], shard_yz, 0.5)[0] == pytest.approx(2.0)
+    tp, shard = spans(1, 1, 8), spans(16, 16, 4, sz=8)
+    assert comms.link_use_of(shard)[0].tolist() == [1.0, 1.0, 1.0]
+    assert model_delay([(tp, 1.0)], shard, 0.5) == pytest.approx(1.0)
+    tp_y, cp_z, shard_yz = spans(1, 16, 1), spans(1, 1, 2), spans(1, 16, 2)
+    assert model_delay([(tp_y, 1.0), (cp_z, 2.0)], shard_yz, 0.5) == pytest.approx(2.0)
+    # both on z beside it: the z links serve them in turn, 1 + 2
+    tp_z = spans(1, 1, 4, sz=2)
+    assert model_delay([(tp_z, 1.0), (cp_z, 2.0)], shard_yz, 0.5) == pytest.approx(3.0)
 
 
 def test_cpsat_equals_the_enumerator_on_a_two_to_one_tree():
@@ -227,3 +232,23 @@ def test_cpsat_equals_the_enumerator_on_a_two_to_one_tree():
     enum, _ = enumerate_top(space, tables, "step-time", 3)
     cps, _ = proven_top(space, tables, "step-time", 3)
     assert enum and cps == enum
+
+
+def test_a_class_another_covers_is_left_out_and_orders_interleave():
+    """Three link classes of a row: TP loads classes 0 and 2, CP classes 1 and 2, b all three at
+    full use: class 2 (both, no spare) covers the others, one slot; 1 s of TP and 2 s of CP delay b
+    3 s there. A row with TP on class 0 and CP on class 1 keeps both (2 s). Stacked per order
+    (rows x orders), the one-slot order is padded with zeros."""
+    tp = np.array([[1.0, 0.0, 1.0], [1.0, 0.0, 0.0]])
+    cp = np.array([[0.0, 1.0, 1.0], [0.0, 1.0, 0.0]])
+    b = np.ones((2, 3))
+    c = comms.contention_of([tp, cp], b)
+    assert len(c.use) == 2
+    assert [u.tolist() for u in c.use[0]] == [[1.0, 1.0], [1.0, 0.0]]
+    assert [u.tolist() for u in c.use[1]] == [[0.0, 0.0], [0.0, 1.0]]
+    assert comms.contention_s(c, (1.0, 2.0), 0.5).tolist() == [3.0, 2.0]
+    one = comms.contention_of([tp[:1].repeat(2, 0), cp[:1].repeat(2, 0)], b)
+    assert len(one.use) == 1
+    both = comms.Contention.stack([c, one])  # rows (0, c), (0, one), (1, c), (1, one)
+    assert comms.contention_s(both, (1.0, 2.0), 0.5).tolist() == [3.0, 3.0, 2.0, 3.0]
+    assert both.spare is not None and both.spare[1].tolist() == [0.0, 0.0, 0.0, 0.0]

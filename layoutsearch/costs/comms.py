@@ -234,17 +234,13 @@ class RingCoefficients:
 
     With the message efficiency x / (x + h) on the per-member chunk x = A/n, the time at
     level l is A (n_l - 1) / (n_l inner_l W_l eff) = (A + h n) c_l, so an AllGather takes
-    (A + h n) max_l c_l + latency: ``seconds_per_byte`` is max_l c_l. ``link_use`` [rows,
-    link classes of ``link_columns``] is the share of each class's capacity the collective keeps
-    busy while it runs (``link_use_of``; None where not derived: only ring collectives contend,
-    ``contention_s``); ``scale_out`` is whether it crosses a scale-out or DCN axis. Numbers, or
-    arrays with one entry per row.
+    (A + h n) max_l c_l + latency: ``seconds_per_byte`` is max_l c_l. ``scale_out`` is whether
+    it crosses a scale-out or DCN axis. Numbers, or arrays with one entry per row.
     """
 
     members: IntArray
     seconds_per_byte: FloatArray
     latency_s: FloatArray
-    link_use: FloatArray | None = None
     scale_out: BoolArray = False
 
     def row(self, i: int = 0) -> RingCoefficients:
@@ -252,21 +248,15 @@ class RingCoefficients:
             members=int(np.asarray(self.members)[i]),
             seconds_per_byte=float(np.asarray(self.seconds_per_byte)[i]),
             latency_s=float(np.asarray(self.latency_s)[i]),
-            link_use=None if self.link_use is None else np.asarray(self.link_use)[i],
             scale_out=bool(np.asarray(self.scale_out)[i]),
         )
 
     def take(self, rows) -> RingCoefficients:
-        """The coefficients of the given rows (arrays; ``link_use`` keeps its last axis)."""
-        return RingCoefficients(
-            **{
-                f: None if getattr(self, f) is None else np.asarray(getattr(self, f))[rows]
-                for f in RING_FIELDS
-            }
-        )
+        """The coefficients of the given rows (arrays)."""
+        return RingCoefficients(**{f: np.asarray(getattr(self, f))[rows] for f in RING_FIELDS})
 
 
-RING_FIELDS = ("members", "seconds_per_byte", "latency_s", "link_use", "scale_out")
+RING_FIELDS = ("members", "seconds_per_byte", "latency_s", "scale_out")
 
 
 def _scale_out(s: Spans, on: np.ndarray):
@@ -280,7 +270,7 @@ LinkColumn = tuple[int, str, int]  # (axis index, 'port' | 'mesh' | 'uplink', di
 
 @lru_cache(maxsize=256)
 def link_columns(axes: tuple[Axis, ...]) -> tuple[LinkColumn, ...]:
-    """The link classes of a cluster's axes, the columns of ``link_use``: per axis a device's links
+    """The link classes of a cluster's axes, the columns of ``link_use_of``: per axis a device's links
     on it ('port': a torus axis's links, an NVLink switch port, a NIC, a chip's DCN link); on a full
     mesh (``mesh_graph``) one class per digit d (a divisor of the axis size below it) instead: a
     group of ``factor`` members ``stride`` apart reaches its peers over the links of the digits d
@@ -306,44 +296,135 @@ def link_use_of(s: Spans) -> np.ndarray:
     their capacity, min(1, R min(stride, P) / P). A level that is not the slowest runs the same
     bytes in less time: its links are busy its seconds per byte over the slowest level's."""
     c = _axis_constants(s.axes)
-    rows = s.factor.shape[0]
     columns = link_columns(s.axes)
-    if not columns:
-        return np.zeros((rows, 0))
-    per_level = [per_byte for _, per_byte, _ in _levels(s)]
-    slowest = np.maximum(*per_level)
-    busy = np.stack(
-        [np.where(slowest > 0, p / np.where(slowest > 0, slowest, 1.0), 0.0) for p in per_level],
-        axis=1,
-    )[:, c["level"]]  # [rows, axes]: the busy share of the axis's level
     on = s.factor > 1
+    busy = on.astype(np.float64)  # [rows, axes]: the busy share of the axis's level
+    if len(set(c["level"].tolist())) > 1:
+        per_level = [per_byte for _, per_byte, _ in _levels(s)]
+        slowest = np.maximum(*per_level)
+        safe = np.where(slowest > 0, slowest, 1.0)
+        busy *= np.stack([p / safe for p in per_level], axis=1)[:, c["level"]]
+    if len(columns) == len(s.axes):  # one class per axis, no pods: its ports
+        return busy
     share = uplink_share(s, c)
     pod, ratio = np.maximum(c["pod"], 1)[None, :], c["oversubscription"][None, :]
     uplink = leaves_pod(s, c) * np.minimum(1.0, ratio * np.minimum(s.stride, pod) / pod)
     use = []
     for i, kind, d in columns:
         if kind == "port":
-            u = on[:, i] * share[:, i]
+            u = share[:, i]
         elif kind == "mesh":
-            u = on[:, i] & (s.stride[:, i] <= d) & (d < s.stride[:, i] * s.factor[:, i])
+            u = (s.stride[:, i] <= d) & (d < s.stride[:, i] * s.factor[:, i])
         else:
             u = uplink[:, i]
         use.append(u * busy[:, i])
-    return np.stack(use, axis=1).astype(np.float64)
+    return np.stack(use, axis=1).astype(np.float64) if use else np.zeros((len(on), 0))
 
 
-def contention_s(beside, b: RingCoefficients, b_seconds=0.0):
-    """Seconds the traffic ``beside`` ((coefficients, seconds) of collectives running at the same
-    time) delays collective ``b`` (``b_seconds`` alone), read from the links they load
-    (``link_use``): each link serves its loads in turn, so a link b uses is busy for the others'
-    use x seconds plus b's, and b finishes the heaviest such link's total after it would alone:
-    max(0, max over b's links of sum_a u_a t_a - (1 - u_b) t_b). Numbers or arrays (rows with
-    the same shape as the coefficients); with ``b_seconds`` 0, b's spare capacity on a link it does
-    not fill is not credited (an upper bound)."""
-    u_b = np.asarray(b.link_use)
-    load = sum(np.asarray(a.link_use) * np.asarray(t)[..., None] for a, t in beside)
-    extra = load - (1.0 - u_b) * np.asarray(b_seconds)[..., None]
-    return np.maximum(0.0, np.where(u_b > 0, extra, 0.0).max(axis=-1, initial=0.0))
+@dataclass(frozen=True, slots=True)
+class Contention:
+    """Where collectives running beside a collective b can delay it, per row (a placement): on each
+    of K link classes (slots) that b uses and one of them loads, ``use[k][g]`` the share of the class
+    beside-group g keeps busy and ``spare[k]`` the share b leaves free (1 - its own use; None: not
+    credited), arrays with one entry per row; a row's unused slots are zeros, and a class that
+    another of the row dominates (no less use by each group, no more spare) is left out.
+    ``contention_s`` gives the seconds. One array per slot and group: taking rows is a plain gather."""
+
+    use: tuple[tuple[np.ndarray, ...], ...]
+    spare: tuple[np.ndarray, ...] | None
+
+    def take(self, rows) -> Contention:
+        """The rows given (an index array of any shape)."""
+        return Contention(
+            use=tuple(tuple(u[rows] for u in slot) for slot in self.use),
+            spare=None if self.spare is None else tuple(s[rows] for s in self.spare),
+        )
+
+    @staticmethod
+    def stack(items: list[Contention]) -> Contention:
+        """One Contention over (row, item) pairs, index row x len(items) + item (alike items:
+        all crediting b's spare capacity or none)."""
+        k = max(len(c.use) for c in items)
+        credit = items[0].spare is not None
+        if not k:
+            return Contention(use=(), spare=() if credit else None)
+        groups = len(next(c.use[0] for c in items if c.use))
+        rows = len(next(c.use[0][0] for c in items if c.use))  # every item has as many
+
+        def interleave(arrays: list[np.ndarray | None]) -> np.ndarray:
+            columns = [np.zeros(rows) if a is None else a for a in arrays]
+            return np.stack(columns, axis=1).reshape(-1)
+
+        def at(c: Contention, slot: int, g: int | None):
+            if slot >= len(c.use):
+                return None
+            return c.use[slot][g] if g is not None else c.spare[slot]  # type: ignore[index]
+
+        return Contention(
+            use=tuple(
+                tuple(interleave([at(c, i, g) for c in items]) for g in range(groups))
+                for i in range(k)
+            ),
+            spare=tuple(interleave([at(c, i, None) for c in items]) for i in range(k))
+            if credit
+            else None,
+        )
+
+
+def contention_of(beside: list[np.ndarray], b: np.ndarray, credit_spare: bool = True) -> Contention:
+    """The ``Contention`` of collective b beside the collectives ``beside``, from their link use
+    (``link_use_of``: [rows, link classes] each); without ``credit_spare`` b's own spare capacity on
+    a class is not counted (an upper bound on the delay)."""
+    kept = b > 0
+    loaded = np.zeros(b.shape, dtype=bool)
+    for use in beside:
+        loaded |= use > 0
+    kept &= loaded
+    spare = (1.0 - b) if credit_spare else np.zeros(b.shape)
+    # leave out a class another of the row covers (no less use by each group, no more spare); of
+    # two alike the first is kept. Class by class: a handful, contiguous columns
+    columns = [np.ascontiguousarray(x.T) for x in (kept, spare, *beside)]
+    k_col, s_col, u_col = columns[0], columns[1], columns[2:]
+    dropped = np.zeros(k_col.shape, dtype=bool)
+    for i in range(b.shape[1]):
+        for j in range(b.shape[1]):
+            if i == j:
+                continue
+            covers = k_col[j] & (s_col[j] <= s_col[i])
+            alike = s_col[j] == s_col[i]
+            for u in u_col:
+                covers &= u[j] >= u[i]
+                alike &= u[j] == u[i]
+            dropped[i] |= covers & (~alike if j > i else True)
+    kept &= ~dropped.T
+    slot = np.cumsum(kept, axis=1) - 1  # the kept classes of a row fill its first slots
+    k = int(slot[:, -1].max(initial=-1)) + 1 if b.shape[1] else 0
+    row, column = np.nonzero(kept)
+    at = slot[row, column]
+    use_k = np.zeros((k, len(beside), b.shape[0]))
+    for g, use in enumerate(beside):
+        use_k[at, g, row] = use[row, column]
+    spare_k = np.zeros((k, b.shape[0]))
+    spare_k[at, row] = spare[row, column]
+    return Contention(
+        use=tuple(tuple(slot_use) for slot_use in use_k),
+        spare=tuple(spare_k) if credit_spare else None,
+    )
+
+
+def contention_s(c: Contention, seconds: tuple, b_seconds=0.0):
+    """Seconds the collectives of ``c`` (``seconds``: each one's, in its order) delay b (``b_seconds``
+    alone): each link serves its loads in turn, so a link class b uses is busy for the others' use
+    x seconds and b's, and b finishes the heaviest class's total after it would alone:
+    max(0, max over the classes of sum_a u_a t_a - (1 - u_b) t_b) (docs/cost_model.md "Shared
+    links"). Rows as the Contention's (numbers or arrays that broadcast to them)."""
+    delay = 0.0
+    for k, use in enumerate(c.use):
+        extra = sum(u * t for u, t in zip(use, seconds, strict=True))
+        if c.spare is not None:
+            extra = extra - c.spare[k] * b_seconds
+        delay = np.maximum(delay, extra)
+    return delay
 
 
 def ring_coefficients_of(s: Spans) -> RingCoefficients:
@@ -355,7 +436,6 @@ def ring_coefficients_of(s: Spans) -> RingCoefficients:
         members=members,
         seconds_per_byte=np.where(active, per_byte, 0.0),
         latency_s=np.where(active, span_latency(s), 0.0),
-        link_use=link_use_of(s),
         scale_out=_scale_out(s, s.factor > 1),
     )
 

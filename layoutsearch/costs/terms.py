@@ -25,7 +25,7 @@ Step = (K + (p - 1)/v) x slowest stage's microbatch + per-step terms.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from functools import cache, lru_cache, partial
 from statistics import NormalDist
 
@@ -60,11 +60,14 @@ from layoutsearch.core.stages import (
 from layoutsearch.costs import flops, gemm, memory, params, pipeline, power
 from layoutsearch.costs.comms import (
     RING_FIELDS,
+    Contention,
     RingCoefficients,
     all_to_all_coefficients_of,
+    contention_of,
     contention_s,
     expert_factor_table,
     factor_table,
+    link_use_of,
     per_distinct_span,
     replica_spans,
     ring_coefficients_of,
@@ -211,6 +214,10 @@ class Coeffs:
     eshard: RingCoefficients  # the expert ZeRO shard group (efsdp)
     erep: RingCoefficients  # the expert replicas (edpr)
     eall: RingCoefficients  # every copy of an expert shard (efsdp x edpr)
+    # where the hidden TP and CP traffic delays the ZeRO-3 shard group / the gradient reductions
+    # (``shard_link_traffic``, ``reduction_link_traffic``); None: none costed (a test's groups)
+    shard_contention: Contention | None = None
+    reduce_contention: Contention | None = None
 
 
 def _f(x):
@@ -1058,16 +1065,13 @@ def shard_link_traffic(tp: dict, cp: dict, fc: dict, co: Coeffs) -> dict:
     are left out."""
     dense_gather = fc["gather_layer"] - fc["gather_experts_layer"]
     dense_reduce = fc["reduce_layer"] - fc["reduce_experts_layer"]
+    c = co.shard_contention
+    if c is None:
+        return {"fwd": 0.0, "bwd": 0.0}
     return {
-        "fwd": contention_s(
-            ((co.tp, tp["hidden_fwd_layer"]), (co.cp, cp["hidden_fwd_layer"])),
-            co.shard,
-            dense_gather,
-        ),
+        "fwd": contention_s(c, (tp["hidden_fwd_layer"], cp["hidden_fwd_layer"]), dense_gather),
         "bwd": contention_s(
-            ((co.tp, tp["hidden_bwd_layer"]), (co.cp, cp["hidden_bwd_layer"])),
-            co.shard,
-            dense_gather + dense_reduce,
+            c, (tp["hidden_bwd_layer"], cp["hidden_bwd_layer"]), dense_gather + dense_reduce
         ),
     }
 
@@ -1086,9 +1090,11 @@ def reduction_link_traffic(
     (dp x fsdp x cp; ``comms.contention_s`` without crediting the reductions' spare capacity, whose
     time depends on the ZeRO stage: an upper bound); 0 where the profile reduces after the backward
     (then they do not meet)."""
+    if co.reduce_contention is None:
+        return 0.0
     layers = layers_per_stage(model, sh) * reduces_in_backward(workload, acc, sh)
-    beside = ((co.tp, tp["hidden_bwd_layer"]), (co.cp, cp["hidden_bwd_layer"]))
-    return layers * contention_s(beside, co.dp_zero0)
+    seconds = (tp["hidden_bwd_layer"], cp["hidden_bwd_layer"])
+    return layers * contention_s(co.reduce_contention, seconds)
 
 
 def fsdp_collectives(
@@ -1561,17 +1567,22 @@ def coeffs_of(
             erep=ring(expert("edpr")),
             eall=ring(expert("efsdp", "edpr")),
         )
+    # the hidden TP and CP traffic beside the ZeRO-3 collectives and the gradient reductions
+    shard, data = group("fsdp", "cp"), group("dp", "fsdp", "cp")
+    beside = [link_use_of(tp), link_use_of(cp)]
     return Coeffs(
         tp=ring(tp),
         cp=ring(cp),
         cp_a2a=to_all(cp) if cp_all_to_all else single_device(table.shape[0]),
         cp_in=to_all(cp, 0) if cp_all_to_all else single_device(table.shape[0]),
-        shard=ring(group("fsdp", "cp")),
+        shard=ring(shard),
         dp=ring(group("dp")),
-        dp_zero0=ring(group("dp", "fsdp", "cp")),
+        dp_zero0=ring(data),
         kv=ring(replica_spans(tp, np.broadcast_to(kv_replicas, (table.shape[0],)))),
         pp=send(group("pp")),
         **experts,
+        shard_contention=contention_of(beside, link_use_of(shard)),
+        reduce_contention=contention_of(beside, link_use_of(data), False),
     )
 
 
@@ -1620,14 +1631,6 @@ COEFF_GROUPS = (
 )
 
 
-def _stack_rows(fields: list):
-    """One field over (row, order) pairs from one array per order (None: not derived)."""
-    if any(f is None for f in fields):
-        return None
-    stacked = np.stack(fields, axis=1)
-    return stacked.reshape(-1, *stacked.shape[2:])
-
-
 def interleave_coeffs(per_order: list[Coeffs]) -> Coeffs:
     """One Coeffs over (row, order) pairs, index row x len(per_order) + order."""
 
@@ -1638,7 +1641,20 @@ def interleave_coeffs(per_order: list[Coeffs]) -> Coeffs:
         ):  # dense: no expert groups
             return single_device(sum(len(c.members) for c in items))
         return RingCoefficients(
-            **{f: _stack_rows([getattr(c, f) for c in items]) for f in RING_FIELDS}
+            **{f: np.stack([getattr(c, f) for c in items], axis=1).reshape(-1) for f in RING_FIELDS}
         )
 
-    return Coeffs(**{name: stack(name) for name in COEFF_GROUPS})
+    return with_contention(
+        Coeffs(**{name: stack(name) for name in COEFF_GROUPS}),
+        lambda name: Contention.stack([getattr(c, name) for c in per_order]),
+    )
+
+
+def with_contention(co: Coeffs, contention) -> Coeffs:
+    """``co`` with its contention fields (``shard_contention``, ``reduce_contention``) set to
+    ``contention(field name)``."""
+    return replace(
+        co,
+        shard_contention=contention("shard_contention"),
+        reduce_contention=contention("reduce_contention"),
+    )

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 
@@ -98,14 +99,14 @@ def _coeff_rows(space: Space, shape_idx: np.ndarray, order_idx: np.ndarray) -> t
     rows = space.placed[shape_idx] * len(space.orders) + order_idx
     co = space.coeffs
     dense = space.model.moe is None  # expert groups of one device: nothing to take
-    return terms.Coeffs(
-        **{
-            name: terms.single_device(rows.shape)
-            if dense and name in terms.EXPERT_GROUPS
-            else getattr(co, name).take(rows)
-            for name in terms.COEFF_GROUPS
-        }
-    )
+    groups: dict[str, Any] = {
+        name: terms.single_device(rows.shape)
+        if dense and name in terms.EXPERT_GROUPS
+        else getattr(co, name).take(rows)
+        for name in terms.COEFF_GROUPS
+    }
+    taken = terms.Coeffs(**groups)
+    return terms.with_contention(taken, lambda name: getattr(co, name).take(rows))
 
 
 def _stage_flags(sh: terms.Shapes):
