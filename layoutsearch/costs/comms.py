@@ -382,33 +382,29 @@ def contention_of(beside: list[np.ndarray], b: np.ndarray, credit_spare: bool = 
     kept &= loaded
     spare = (1.0 - b) if credit_spare else np.zeros(b.shape)
     # leave out a class another of the row covers (no less use by each group, no more spare); of
-    # two alike the first is kept. Class by class: a handful, contiguous columns
-    columns = [np.ascontiguousarray(x.T) for x in (kept, spare, *beside)]
-    k_col, s_col, u_col = columns[0], columns[1], columns[2:]
-    dropped = np.zeros(k_col.shape, dtype=bool)
-    for i in range(b.shape[1]):
-        for j in range(b.shape[1]):
-            if i == j:
-                continue
-            covers = k_col[j] & (s_col[j] <= s_col[i])
-            alike = s_col[j] == s_col[i]
-            for u in u_col:
-                covers &= u[j] >= u[i]
-                alike &= u[j] == u[i]
-            dropped[i] |= covers & (~alike if j > i else True)
-    kept &= ~dropped.T
+    # two alike the first is kept. Pairwise over the classes some row keeps: a handful at most
+    classes = np.flatnonzero(kept.any(axis=0)).tolist()
+    if len(classes) > 1:
+        columns = [np.ascontiguousarray(x.T) for x in (kept, spare, *beside)]
+        k_col, s_col, u_col = columns[0], columns[1], columns[2:]
+        dropped = np.zeros(k_col.shape, dtype=bool)
+        for i in classes:
+            for j in classes:
+                if i == j:
+                    continue
+                covers = k_col[j] & (s_col[j] <= s_col[i])
+                alike = s_col[j] == s_col[i]
+                for u in u_col:
+                    covers &= u[j] >= u[i]
+                    alike &= u[j] == u[i]
+                dropped[i] |= covers & (~alike if j > i else True)
+        kept &= ~dropped.T
     slot = np.cumsum(kept, axis=1) - 1  # the kept classes of a row fill its first slots
     k = int(slot[:, -1].max(initial=-1)) + 1 if b.shape[1] else 0
-    row, column = np.nonzero(kept)
-    at = slot[row, column]
-    use_k = np.zeros((k, len(beside), b.shape[0]))
-    for g, use in enumerate(beside):
-        use_k[at, g, row] = use[row, column]
-    spare_k = np.zeros((k, b.shape[0]))
-    spare_k[at, row] = spare[row, column]
+    at = [kept & (slot == i) for i in range(k)]  # [rows, classes]: the class in each slot
     return Contention(
-        use=tuple(tuple(slot_use) for slot_use in use_k),
-        spare=tuple(spare_k) if credit_spare else None,
+        use=tuple(tuple(np.where(on, use, 0.0).sum(axis=1) for use in beside) for on in at),
+        spare=tuple(np.where(on, spare, 0.0).sum(axis=1) for on in at) if credit_spare else None,
     )
 
 
