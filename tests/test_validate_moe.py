@@ -390,9 +390,11 @@ def test_the_learned_routing_spread_is_what_its_fit_finds(moe_runs):
     scan = routing_cv_scan(problems, (0.1, LEARNED_ROUTING_EXPERT_CV, 0.2))
     assert LEARNED_ROUTING_EXPERT_CV == 0.15
     assert scan[0.15][0] < min(scan[0.1][0], scan[0.2][0])
-    # (0.2100 at 0.2 before each pipeline stage's parameters counted its own MoE layers)
+    # (0.2100 at 0.2 before each pipeline stage's parameters counted its own MoE layers; 0.2154,
+    # 0.2081, 0.2101 before the contention between TP, CP and the ZeRO-3 gathers was read from the
+    # links each loads, which moves NeMo's Mixtral 8x22B tp2 cp8 row by 0.03 points)
     assert (scan[0.1][0], scan[0.15][0], scan[0.2][0]) == pytest.approx(
-        (0.2154, 0.2081, 0.2101), abs=5e-5
+        (0.2155, 0.2082, 0.2102), abs=5e-5
     )
 
 
