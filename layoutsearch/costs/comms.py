@@ -234,15 +234,13 @@ class RingCoefficients:
 
     With the message efficiency x / (x + h) on the per-member chunk x = A/n, the time at
     level l is A (n_l - 1) / (n_l inner_l W_l eff) = (A + h n) c_l, so an AllGather takes
-    (A + h n) max_l c_l + latency: ``seconds_per_byte`` is max_l c_l. ``axes_mask`` has bit i
-    set when the group spans axis i (groups with a common bit share links); ``scale_out`` is
-    whether it crosses a scale-out or DCN axis. Numbers, or arrays with one entry per row.
+    (A + h n) max_l c_l + latency: ``seconds_per_byte`` is max_l c_l. ``scale_out`` is whether
+    it crosses a scale-out or DCN axis. Numbers, or arrays with one entry per row.
     """
 
     members: IntArray
     seconds_per_byte: FloatArray
     latency_s: FloatArray
-    axes_mask: IntArray = 0
     scale_out: BoolArray = False
 
     def row(self, i: int = 0) -> RingCoefficients:
@@ -250,7 +248,6 @@ class RingCoefficients:
             members=int(np.asarray(self.members)[i]),
             seconds_per_byte=float(np.asarray(self.seconds_per_byte)[i]),
             latency_s=float(np.asarray(self.latency_s)[i]),
-            axes_mask=int(np.asarray(self.axes_mask)[i]),
             scale_out=bool(np.asarray(self.scale_out)[i]),
         )
 
@@ -259,20 +256,171 @@ class RingCoefficients:
         return RingCoefficients(**{f: np.asarray(getattr(self, f))[rows] for f in RING_FIELDS})
 
 
-RING_FIELDS = ("members", "seconds_per_byte", "latency_s", "axes_mask", "scale_out")
+RING_FIELDS = ("members", "seconds_per_byte", "latency_s", "scale_out")
 
 
-def _mask_and_scale_out(s: Spans, on: np.ndarray):
+def _scale_out(s: Spans, on: np.ndarray):
+    """Whether each row's group spans (``on``) a scale-out or DCN axis."""
+    return (on & (_axis_constants(s.axes)["level"] == 1)[None, :]).any(axis=1)
+
+
+# ----------------------------------------------------------------------------- links and contention
+LinkColumn = tuple[int, str, int]  # (axis index, 'port' | 'mesh' | 'uplink', digit)
+
+
+@lru_cache(maxsize=256)
+def link_columns(axes: tuple[Axis, ...]) -> tuple[LinkColumn, ...]:
+    """The link classes of a cluster's axes, the columns of ``link_use_of``: per axis a device's links
+    on it ('port': a torus axis's links, an NVLink switch port, a NIC, a chip's DCN link); on a full
+    mesh (``mesh_graph``) one class per digit d (a divisor of the axis size below it) instead: a
+    group of ``factor`` members ``stride`` apart reaches its peers over the links of the digits d
+    with stride <= d < stride x factor, so groups of different degrees use disjoint links; where
+    the axis has pods (an oversubscribed fat tree, two sites) the pods' uplinks ('uplink')."""
+    columns: list[LinkColumn] = []
+    for i, axis in enumerate(axes):
+        if axis.kind == "mesh":
+            columns += [(i, "mesh", d) for d in range(1, axis.size) if axis.size % d == 0]
+        else:
+            columns.append((i, "port", 0))
+        if axis.pod_size:
+            columns.append((i, "uplink", 0))
+    return tuple(columns)
+
+
+def link_use_of(s: Spans) -> np.ndarray:
+    """The share of each link class's capacity (``link_columns``) a row's ring collective keeps
+    busy while it runs, [rows, columns], as its routes load the links: every link of a torus axis
+    it spans (interleaved groups take 1/stride each, all of them together the whole link), its
+    switch port, DCN link or mesh links at 1; its NIC at the share of the uplinks it keeps across
+    oversubscribed pods (``uplink_share``), and those uplinks at the crossing groups' rate over
+    their capacity, min(1, R min(stride, P) / P). A level that is not the slowest runs the same
+    bytes in less time: its links are busy its seconds per byte over the slowest level's."""
     c = _axis_constants(s.axes)
-    bits = (np.int64(1) << np.arange(len(s.axes), dtype=np.int64))[None, :]
-    return np.where(on, bits, 0).sum(axis=1).astype(np.int64), (
-        on & (c["level"] == 1)[None, :]
-    ).any(axis=1)
+    columns = link_columns(s.axes)
+    on = s.factor > 1
+    busy = on.astype(np.float64)  # [rows, axes]: the busy share of the axis's level
+    if len(set(c["level"].tolist())) > 1:
+        per_level = [per_byte for _, per_byte, _ in _levels(s)]
+        slowest = np.maximum(*per_level)
+        safe = np.where(slowest > 0, slowest, 1.0)
+        busy *= np.stack([p / safe for p in per_level], axis=1)[:, c["level"]]
+    if len(columns) == len(s.axes):  # one class per axis, no pods: its ports
+        return busy
+    share = uplink_share(s, c)
+    pod, ratio = np.maximum(c["pod"], 1)[None, :], c["oversubscription"][None, :]
+    uplink = leaves_pod(s, c) * np.minimum(1.0, ratio * np.minimum(s.stride, pod) / pod)
+    use = []
+    for i, kind, d in columns:
+        if kind == "port":
+            u = share[:, i]
+        elif kind == "mesh":
+            u = (s.stride[:, i] <= d) & (d < s.stride[:, i] * s.factor[:, i])
+        else:
+            u = uplink[:, i]
+        use.append(u * busy[:, i])
+    return np.stack(use, axis=1).astype(np.float64) if use else np.zeros((len(on), 0))
 
 
-def shares_links(a: RingCoefficients, b: RingCoefficients):
-    """Whether two groups (of the same rows) span a common axis, so that their traffic shares its links."""
-    return (np.asarray(a.axes_mask) & np.asarray(b.axes_mask)) != 0
+@dataclass(frozen=True, slots=True)
+class Contention:
+    """Where collectives running beside a collective b can delay it, per row (a placement): on each
+    of K link classes (slots) that b uses and one of them loads, ``use[k][g]`` the share of the class
+    beside-group g keeps busy and ``spare[k]`` the share b leaves free (1 - its own use; None: not
+    credited), arrays with one entry per row; a row's unused slots are zeros, and a class that
+    another of the row dominates (no less use by each group, no more spare) is left out.
+    ``contention_s`` gives the seconds. One array per slot and group: taking rows is a plain gather."""
+
+    use: tuple[tuple[np.ndarray, ...], ...]
+    spare: tuple[np.ndarray, ...] | None
+
+    def take(self, rows) -> Contention:
+        """The rows given (an index array of any shape)."""
+        return Contention(
+            use=tuple(tuple(u[rows] for u in slot) for slot in self.use),
+            spare=None if self.spare is None else tuple(s[rows] for s in self.spare),
+        )
+
+    @staticmethod
+    def stack(items: list[Contention]) -> Contention:
+        """One Contention over (row, item) pairs, index row x len(items) + item (alike items:
+        all crediting b's spare capacity or none)."""
+        k = max(len(c.use) for c in items)
+        credit = items[0].spare is not None
+        if not k:
+            return Contention(use=(), spare=() if credit else None)
+        groups = len(next(c.use[0] for c in items if c.use))
+        rows = len(next(c.use[0][0] for c in items if c.use))  # every item has as many
+
+        def interleave(arrays: list[np.ndarray | None]) -> np.ndarray:
+            columns = [np.zeros(rows) if a is None else a for a in arrays]
+            return np.stack(columns, axis=1).reshape(-1)
+
+        def at(c: Contention, slot: int, g: int | None):
+            if slot >= len(c.use):
+                return None
+            return c.use[slot][g] if g is not None else c.spare[slot]  # type: ignore[index]
+
+        return Contention(
+            use=tuple(
+                tuple(interleave([at(c, i, g) for c in items]) for g in range(groups))
+                for i in range(k)
+            ),
+            spare=tuple(interleave([at(c, i, None) for c in items]) for i in range(k))
+            if credit
+            else None,
+        )
+
+
+def contention_of(beside: list[np.ndarray], b: np.ndarray, credit_spare: bool = True) -> Contention:
+    """The ``Contention`` of collective b beside the collectives ``beside``, from their link use
+    (``link_use_of``: [rows, link classes] each); without ``credit_spare`` b's own spare capacity on
+    a class is not counted (an upper bound on the delay)."""
+    kept = b > 0
+    loaded = np.zeros(b.shape, dtype=bool)
+    for use in beside:
+        loaded |= use > 0
+    kept &= loaded
+    spare = (1.0 - b) if credit_spare else np.zeros(b.shape)
+    # leave out a class another of the row covers (no less use by each group, no more spare); of
+    # two alike the first is kept. Pairwise over the classes some row keeps: a handful at most
+    classes = np.flatnonzero(kept.any(axis=0)).tolist()
+    if len(classes) > 1:
+        columns = [np.ascontiguousarray(x.T) for x in (kept, spare, *beside)]
+        k_col, s_col, u_col = columns[0], columns[1], columns[2:]
+        dropped = np.zeros(k_col.shape, dtype=bool)
+        for i in classes:
+            for j in classes:
+                if i == j:
+                    continue
+                covers = k_col[j] & (s_col[j] <= s_col[i])
+                alike = s_col[j] == s_col[i]
+                for u in u_col:
+                    covers &= u[j] >= u[i]
+                    alike &= u[j] == u[i]
+                dropped[i] |= covers & (~alike if j > i else True)
+        kept &= ~dropped.T
+    slot = np.cumsum(kept, axis=1) - 1  # the kept classes of a row fill its first slots
+    k = int(slot[:, -1].max(initial=-1)) + 1 if b.shape[1] else 0
+    at = [kept & (slot == i) for i in range(k)]  # [rows, classes]: the class in each slot
+    return Contention(
+        use=tuple(tuple(np.where(on, use, 0.0).sum(axis=1) for use in beside) for on in at),
+        spare=tuple(np.where(on, spare, 0.0).sum(axis=1) for on in at) if credit_spare else None,
+    )
+
+
+def contention_s(c: Contention, seconds: tuple, b_seconds=0.0):
+    """Seconds the collectives of ``c`` (``seconds``: each one's, in its order) delay b (``b_seconds``
+    alone): each link serves its loads in turn, so a link class b uses is busy for the others' use
+    x seconds and b's, and b finishes the heaviest class's total after it would alone:
+    max(0, max over the classes of sum_a u_a t_a - (1 - u_b) t_b) (docs/cost_model.md "Shared
+    links"). Rows as the Contention's (numbers or arrays that broadcast to them)."""
+    delay = 0.0
+    for k, use in enumerate(c.use):
+        extra = sum(u * t for u, t in zip(use, seconds, strict=True))
+        if c.spare is not None:
+            extra = extra - c.spare[k] * b_seconds
+        delay = np.maximum(delay, extra)
+    return delay
 
 
 def ring_coefficients_of(s: Spans) -> RingCoefficients:
@@ -280,13 +428,11 @@ def ring_coefficients_of(s: Spans) -> RingCoefficients:
     members = s.factor.prod(axis=1)
     per_byte = np.max(np.stack([c for _, c, _ in _levels(s)]), axis=0)
     active = members > 1
-    mask, scale_out = _mask_and_scale_out(s, s.factor > 1)
     return RingCoefficients(
         members=members,
         seconds_per_byte=np.where(active, per_byte, 0.0),
         latency_s=np.where(active, span_latency(s), 0.0),
-        axes_mask=mask,
-        scale_out=scale_out,
+        scale_out=_scale_out(s, s.factor > 1),
     )
 
 
@@ -322,13 +468,11 @@ def send_coefficients_of(s: Spans) -> RingCoefficients:
         crossing > 0, (1.0 - crossing) / link + crossing / (link * share), 1.0 / link
     )
     used = on & (np.arange(on.shape[1])[None, :] == first[:, None])
-    mask, scale_out = _mask_and_scale_out(s, used)
     return RingCoefficients(
         members=np.where(active, 2, 1),
         seconds_per_byte=np.where(active, per_byte, 0.0),
         latency_s=np.where(active, c["latency"][first] + crossing * c["pod_latency"][first], 0.0),
-        axes_mask=mask,
-        scale_out=scale_out,
+        scale_out=_scale_out(s, used),
     )
 
 
@@ -371,13 +515,11 @@ def all_to_all_coefficients_of(s: Spans, level: int | None = None) -> RingCoeffi
         for level in (0, 1)
     )
     active = members > 1
-    mask, scale_out = _mask_and_scale_out(s, on)
     return RingCoefficients(
         members=members,
         seconds_per_byte=np.where(active, per_byte, 0.0),
         latency_s=np.where(active, latency, 0.0),
-        axes_mask=mask,
-        scale_out=scale_out,
+        scale_out=_scale_out(s, on),
     )
 
 

@@ -262,7 +262,7 @@ def _stage(problem: Problem, key: _Keys, first: bool, last: bool, with_memory: b
         model, workload, acc, sh, k, co, last, c["window/matmul_fwd_layer"]
     )
     cp = terms.cp_per_microbatch(model, workload, acc, sh, k, co, c["window/attn_fwd_layer"])
-    busy = terms.shard_link_traffic(tp, cp, co)
+    busy = terms.shard_link_traffic(tp, cp, fc, co)
     ep = terms.ep_per_microbatch(model, workload, acc, sh, k, co, c["window/fwd_layer"])
     times = {
         "compute": {kk: _scalar(v) for kk, v in c.items() if kk.startswith("compute/")},

@@ -25,7 +25,7 @@ Step = (K + (p - 1)/v) x slowest stage's microbatch + per-step terms.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from functools import cache, lru_cache, partial
 from statistics import NormalDist
 
@@ -62,16 +62,19 @@ from layoutsearch.core.stages import (
 from layoutsearch.costs import flops, gemm, memory, params, pipeline, power
 from layoutsearch.costs.comms import (
     RING_FIELDS,
+    Contention,
     RingCoefficients,
     all_to_all_coefficients_of,
+    contention_of,
+    contention_s,
     expert_factor_table,
     factor_table,
+    link_use_of,
     per_distinct_span,
     replica_spans,
     ring_coefficients_of,
     ring_time,
     send_coefficients_of,
-    shares_links,
     spans_from_factors,
 )
 
@@ -213,6 +216,10 @@ class Coeffs:
     eshard: RingCoefficients  # the expert ZeRO shard group (efsdp)
     erep: RingCoefficients  # the expert replicas (edpr)
     eall: RingCoefficients  # every copy of an expert shard (efsdp x edpr)
+    # where the hidden TP and CP traffic delays the ZeRO-3 shard group / the gradient reductions
+    # (``shard_link_traffic``, ``reduction_link_traffic``); None: none costed (a test's groups)
+    shard_contention: Contention | None = None
+    reduce_contention: Contention | None = None
 
 
 def _f(x):
@@ -1145,15 +1152,23 @@ def cp_buffer_bytes(model: ModelSpec, workload: Workload, sh: Shapes, m):
     return np.where(sh.cpf == ALLGATHER, gathered, cp_a2a_bytes(model, workload, sh, m))
 
 
-def shard_link_traffic(tp: dict, cp: dict, co: Coeffs) -> dict:
-    """Seconds per layer the hidden TP and CP traffic keeps the ZeRO shard group's links busy, in
-    forward and backward: collectives running at once on one link share its bandwidth, so a
-    ZeRO-3 gather or reduce-scatter hides only in what of its window they leave free
-    (docs/cost_model.md "Shared links"; NCCL and ICI serve concurrent transfers on a link in turn)."""
-    share_tp, share_cp = shares_links(co.tp, co.shard), shares_links(co.cp, co.shard)
+def shard_link_traffic(tp: dict, cp: dict, fc: dict, co: Coeffs) -> dict:
+    """Seconds per layer the hidden TP and CP traffic delays the ZeRO shard group's gather (forward)
+    and gather + reduce-scatter (backward) of the same layer, which run at the same time: read from
+    the links each loads (``comms.contention_s``: on the heaviest link the shard group uses, the
+    others' load and its own, less its time alone; docs/cost_model.md "Shared links"; NCCL and ICI
+    serve concurrent transfers on a link in turn). The routed experts' gathers on their own group
+    are left out."""
+    dense_gather = fc["gather_layer"] - fc["gather_experts_layer"]
+    dense_reduce = fc["reduce_layer"] - fc["reduce_experts_layer"]
+    c = co.shard_contention
+    if c is None:
+        return {"fwd": 0.0, "bwd": 0.0}
     return {
-        "fwd": share_cp * cp["hidden_fwd_layer"] + share_tp * tp["hidden_fwd_layer"],
-        "bwd": share_cp * cp["hidden_bwd_layer"] + share_tp * tp["hidden_bwd_layer"],
+        "fwd": contention_s(c, (tp["hidden_fwd_layer"], cp["hidden_fwd_layer"]), dense_gather),
+        "bwd": contention_s(
+            c, (tp["hidden_bwd_layer"], cp["hidden_bwd_layer"]), dense_gather + dense_reduce
+        ),
     }
 
 
@@ -1166,16 +1181,16 @@ def reduction_link_traffic(
     cp: dict,
     co: Coeffs,
 ):
-    """Seconds the hidden TP and CP traffic of one microbatch's backward keeps busy the links of the
-    data-parallel groups (dp x fsdp x cp), on which the once-per-step gradient reductions run in that
-    same backward: the reductions hide only in what of the window it leaves free (0 where the profile
-    reduces after the backward: then they do not meet)."""
-    share_tp, share_cp = shares_links(co.tp, co.dp_zero0), shares_links(co.cp, co.dp_zero0)
-    return (
-        layers_per_stage(model, sh)
-        * reduces_in_backward(workload, acc, sh)
-        * (share_tp * tp["hidden_bwd_layer"] + share_cp * cp["hidden_bwd_layer"])
-    )
+    """Seconds the hidden TP and CP traffic of one microbatch's backward delays the once-per-step
+    gradient reductions, which run in that same backward over the data-parallel groups' links
+    (dp x fsdp x cp; ``comms.contention_s`` without crediting the reductions' spare capacity, whose
+    time depends on the ZeRO stage: an upper bound); 0 where the profile reduces after the backward
+    (then they do not meet)."""
+    if co.reduce_contention is None:
+        return 0.0
+    layers = layers_per_stage(model, sh) * reduces_in_backward(workload, acc, sh)
+    seconds = (tp["hidden_bwd_layer"], cp["hidden_bwd_layer"])
+    return layers * contention_s(co.reduce_contention, seconds)
 
 
 def fsdp_collectives(
@@ -1678,17 +1693,22 @@ def coeffs_of(
             erep=ring(expert("edpr")),
             eall=ring(expert("efsdp", "edpr")),
         )
+    # the hidden TP and CP traffic beside the ZeRO-3 collectives and the gradient reductions
+    shard, data = group("fsdp", "cp"), group("dp", "fsdp", "cp")
+    beside = [link_use_of(tp), link_use_of(cp)]
     return Coeffs(
         tp=ring(tp),
         cp=ring(cp),
         cp_a2a=to_all(cp) if cp_all_to_all else single_device(table.shape[0]),
         cp_in=to_all(cp, 0) if cp_all_to_all else single_device(table.shape[0]),
-        shard=ring(group("fsdp", "cp")),
+        shard=ring(shard),
         dp=ring(group("dp")),
-        dp_zero0=ring(group("dp", "fsdp", "cp")),
+        dp_zero0=ring(data),
         kv=ring(replica_spans(tp, np.broadcast_to(kv_replicas, (table.shape[0],)))),
         pp=send(group("pp")),
         **experts,
+        shard_contention=contention_of(beside, link_use_of(shard)),
+        reduce_contention=contention_of(beside, link_use_of(data), False),
     )
 
 
@@ -1702,7 +1722,6 @@ def single_device(rows: int | tuple[int, ...]) -> RingCoefficients:
         members=np.ones(rows, dtype=np.int64),
         seconds_per_byte=np.zeros(rows),
         latency_s=np.zeros(rows),
-        axes_mask=np.zeros(rows, dtype=np.int64),
         scale_out=np.zeros(rows, dtype=bool),
     )
 
@@ -1751,4 +1770,17 @@ def interleave_coeffs(per_order: list[Coeffs]) -> Coeffs:
             **{f: np.stack([getattr(c, f) for c in items], axis=1).reshape(-1) for f in RING_FIELDS}
         )
 
-    return Coeffs(**{name: stack(name) for name in COEFF_GROUPS})
+    return with_contention(
+        Coeffs(**{name: stack(name) for name in COEFF_GROUPS}),
+        lambda name: Contention.stack([getattr(c, name) for c in per_order]),
+    )
+
+
+def with_contention(co: Coeffs, contention) -> Coeffs:
+    """``co`` with its contention fields (``shard_contention``, ``reduce_contention``) set to
+    ``contention(field name)``."""
+    return replace(
+        co,
+        shard_contention=contention("shard_contention"),
+        reduce_contention=contention("reduce_contention"),
+    )

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 
@@ -102,14 +103,14 @@ def _coeff_rows(
     rows = space.placed[shape_idx] * len(space.orders) + order_idx
     co = space.coeffs
     dense = space.model.moe is None  # expert groups of one device: nothing to take
-    return terms.Coeffs(
-        **{
-            name: terms.single_device(rows.shape)
-            if (dense and name in terms.EXPERT_GROUPS) or name not in names
-            else getattr(co, name).take(rows)
-            for name in terms.COEFF_GROUPS
-        }
-    )
+    groups: dict[str, Any] = {
+        name: terms.single_device(rows.shape)
+        if (dense and name in terms.EXPERT_GROUPS) or name not in names
+        else getattr(co, name).take(rows)
+        for name in terms.COEFF_GROUPS
+    }
+    taken = terms.Coeffs(**groups)
+    return terms.with_contention(taken, lambda name: getattr(co, name).take(rows))
 
 
 # the groups whose collectives ``stage_collectives`` and ``terms.pipeline_sends`` read
@@ -474,7 +475,7 @@ def build_tables(
     for st, (_first, last) in _stage_flags(sh_o).items():
         c = stage_windows(space, rt, sh_o, k_o, st, last)
         tp, cp, ep = stage_collectives(space, sh_o, k_o, co, c, last)
-        busy = terms.shard_link_traffic(tp, cp, co)
+        busy = terms.shard_link_traffic(tp, cp, fc, co)
         tp_st.append(grid_o(mult_o * tp["base"]))
         ep_st.append(grid_o(mult_o * ep["base"]))
         fixed = terms.fsdp_exposed_fixed(
