@@ -25,43 +25,48 @@ def test_nearest_batch_is_the_nearest_multiple_ties_to_the_smaller(seqs, dp, wan
 
 
 def test_reshard_free_rows_keep_the_degrees_and_shrink_the_data_parallel_ones(run):
-    """Winner fsdp=16,tp=2,pp=4: 15 nodes give fsdp 15 at batch 135 (7 above 128, 8 below), 14
-    nodes fsdp 14 at 126."""
+    """Winner fsdp=8,tp=2,pp=4,cp=2 (groups of 16 devices): 15 nodes hold 7 groups, one node idle, fsdp 7
+    at batch 126 (2 below 128, 5 above); 14 nodes the same."""
     rows = [r for r in run.fallbacks if r.family == "reshard-free"]
     assert run.result.layouts[0].layout.all_degrees == {
         "dp": 1,
-        "fsdp": 16,
+        "fsdp": 8,
         "tp": 2,
         "pp": 4,
-        "cp": 1,
+        "cp": 2,
         "ep": 1,
         "etp": 1,
     }
-    assert [(r.nodes_lost, r.nodes_used, r.nodes_idle) for r in rows] == [(1, 15, 0), (2, 14, 0)]
-    assert [(r.global_batch_seqs, r.batch_changed) for r in rows] == [(135, True), (126, True)]
-    assert [r.estimate.layout.fsdp * r.estimate.layout.dp for r in rows] == [15, 14]
+    assert [(r.nodes_lost, r.nodes_used, r.nodes_idle) for r in rows] == [(1, 14, 1), (2, 14, 0)]
+    assert [(r.global_batch_seqs, r.batch_changed) for r in rows] == [(126, True), (126, True)]
+    assert [r.estimate.layout.fsdp * r.estimate.layout.dp for r in rows] == [7, 7]
     assert all((r.estimate.layout.tp, r.estimate.layout.pp) == (2, 4) for r in rows)
     assert all(r.reshard_s == 0.0 for r in rows)
 
 
 def test_free_rows_are_never_slower_and_pay_the_reshard(run):
     """The free family searches the reshard-free cluster too, so it is at least as fast; a new
-    layout reads the 70.6e9 x 12-byte checkpoint over 15 hosts x 0.977 GB/s, about 58 s, or up to
+    layout reads the 70.6e9 x 12-byte checkpoint over 14 hosts x 0.977 GB/s, about 62 s, or up to
     5% more: the per-device checkpoint is the heaviest pipeline stage's (its embedding or head)."""
     kept, free = run.fallbacks[0], run.fallbacks[1]
     assert free.family == "free"
     assert free.estimate.tokens_per_s >= kept.estimate.tokens_per_s
     assert free.estimate.layout.pp != kept.estimate.layout.pp
-    assert 1.0 <= free.reshard_s / (70.6e9 * 12 / (15 * 2e12 / 2048)) < 1.05
+    assert 1.0 <= free.reshard_s / (70.6e9 * 12 / (14 * 2e12 / 2048)) < 1.05
     assert 0 < free.throughput_loss < kept.throughput_loss < 1
 
 
-def test_each_fallback_record_exports(run):
-    """A fallback record holds a problem and a layout record: export writes it for torchtitan."""
+def test_a_fallback_record_exports():
+    """A fallback record holds a problem and a layout record: export writes it for torchtitan (the free
+    fallback of a search for torchtitan: fsdp 7, tp 4, pp 2, cp 2 on the 14 nodes that hold whole groups)."""
+    run = ls.solve(
+        model="llama70b", cluster="h100-128", seqs=128, fallback_nodes=1, top=1, export="torchtitan"
+    )
     record = run.document["fallback"][1]
     text = export_document(record, "torchtitan")
-    assert f"pipeline_parallel_degree = {record['layout']['degrees']['pp']}" in text
-    assert record["problem"]["cluster"] == "h100-120"
+    assert record["family"] == "free" and record["layout"]["degrees"]["pp"] == 2
+    assert "pipeline_parallel_degree = 2" in text
+    assert record["problem"]["cluster"] == "h100-112"
 
 
 @pytest.mark.parametrize(
@@ -93,7 +98,7 @@ def test_plan_markdown_and_json(tmp_path, capsys):
     text = out.read_text()
     assert "# Plan: llama70b on h100-128 (128 devices)" in text
     assert (
-        "| 1 | reshard-free | h100-120 | 0 | 135* | fsdp=15,tp=2,pp=4 | 91,559 | 35.3% | 0 |"
+        "| 1 | reshard-free | h100-112 | 1 | 126* | fsdp=7,tp=2,pp=4,cp=2 | 105,942 | 26.3% | 0 |"
         in text
     )
     capsys.readouterr()

@@ -335,7 +335,8 @@ def test_maxtext_dispatches_a_capacity_factor_by_einsums_that_cost_matmul_time()
     )
     per_token = 2 * (2 * 4096 * K * 1.25 * D)  # dispatch and combine, forward
     expected = 4 * MIXTRAL_LAYERS * (1 + 1.5) * per_token * m / rate
-    assert expected == pytest.approx(0.3491, abs=1e-4)  # seconds per step
+    # seconds per step at the h100 class's 0.6667 (0.3491 at 0.6569, before the H200 measurement's refit)
+    assert expected == pytest.approx(0.3440, abs=1e-4)
     for model, extra in ((padded, expected), (mixtral, 0.0)):
         maxtext, megatron = (
             estimate(Problem.build(model, "h100-16", replace(work, framework=f)), lay)

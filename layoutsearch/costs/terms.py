@@ -746,7 +746,8 @@ def _widths_by_policy(reads: tuple, tp, r) -> tuple:
     )
     in_hbm = sum(_f(widths[n]) * memory.in_hbm_by_code(n)[r] for n in widths)
     hosted = sum(_f(widths[n]) * memory.on_host_by_code(n)[r] for n in widths)
-    return in_hbm, hosted, sum(_f(w) for w in widths.values())
+    # all a layer's backward reads (not the per-op policy's extra cache)
+    return in_hbm, hosted, sum(_f(w) for n, w in widths.items() if n in memory.ALL_TENSORS)
 
 
 @cache
