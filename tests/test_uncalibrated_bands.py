@@ -24,8 +24,8 @@ from layoutsearch.validation.bands import band_coverage, mark_in_band
 from layoutsearch.validation.validate import evaluate_record, load_runs, validate_runs
 
 runner = CliRunner()
-UNCALIBRATED_GPU = (-0.1708, 0.2139)  # core/uncertainty.yaml: uncalibrated.bands.gpu
-CALIBRATED_GPU = (-0.101, 0.1126)  # core/uncertainty.yaml: bands.gpu
+UNCALIBRATED_GPU = (-0.1851, 0.209)  # core/uncertainty.yaml: uncalibrated.bands.gpu
+CALIBRATED_GPU = (-0.1031, 0.1162)  # core/uncertainty.yaml: bands.gpu
 
 
 @pytest.fixture(scope="module")
@@ -82,7 +82,7 @@ def test_a_missing_flag_is_the_cautious_borrowed_and_a_bad_one_an_error():
 
 def test_uncalibrated_gpu_band_is_the_files_uncalibrated_values():
     """An uncalibrated GPU's dense band is uncalibrated.bands.gpu (-17.3% .. +20.2%), wider than the
-    calibrated GPU band (-10.3% .. +11.3%)."""
+    calibrated GPU band (-10.3% .. +11.6%)."""
     assert uncertainty_band("gpu", calibrated=False) == UNCALIBRATED_GPU
     assert uncertainty_band("gpu") == CALIBRATED_GPU
     shipped = yaml.safe_load(PATH.read_text())
@@ -113,10 +113,10 @@ def test_solve_on_b300_carries_the_uncalibrated_band_and_says_so():
     assert [rec["step_time_rel_band"] for rec in doc["layouts"]] == [list(UNCALIBRATED_GPU)] * 2
     step = doc["layouts"][0]["time_s"]["step"]
     assert doc["layouts"][0]["step_time_band_s"] == pytest.approx(
-        [step * (1 - 0.1708), step * (1 + 0.2139)]
+        [step * (1 - 0.1851), step * (1 + 0.209)]
     )
     text = runner.invoke(app, [*args, "--cluster", "b300-64"]).stdout
-    assert "-17%..+21% of the step time on GPUs, the uncalibrated band: b300's" in text
+    assert "-19%..+21% of the step time on GPUs, the uncalibrated band: b300's" in text
     h100 = json.loads(
         runner.invoke(app, [*args, "--cluster", "h100-64", "--format", "json"]).stdout
     )
@@ -124,12 +124,12 @@ def test_solve_on_b300_carries_the_uncalibrated_band_and_says_so():
 
 
 def test_coverage_by_hand_on_three_made_up_records():
-    """Errors +15% and -18% on B300 (band -17.3%..+20.2%: one in) and +11% on H100 (band -10.3%..+11.3%:
+    """Errors +15% and -19% on B300 (band -18.5%..+20.9%: one in) and +11% on H100 (band -10.3%..+11.6%:
     in): 2 of 3 covered; the B300 ones form their own class."""
     records = [{"model": {"num_layers": 2}} for _ in range(3)]
     entries = [
         {"accelerator": "b300", "rel_error": 0.15, "step_time_rel_band": list(UNCALIBRATED_GPU)},
-        {"accelerator": "b300", "rel_error": -0.18, "step_time_rel_band": list(UNCALIBRATED_GPU)},
+        {"accelerator": "b300", "rel_error": -0.19, "step_time_rel_band": list(UNCALIBRATED_GPU)},
         {"accelerator": "h100", "rel_error": 0.11, "step_time_rel_band": list(CALIBRATED_GPU)},
     ]
     mark_in_band(entries, "rel_error", "in_band")

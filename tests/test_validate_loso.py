@@ -14,21 +14,22 @@ from layoutsearch.validation.validate import load_runs, validate_runs
 
 # summary.loso and each record's loso_rel_error as the implementation before --loso computed them
 # (the fits now remember the estimates they share; the numbers are the same), re-pinned when the GEMMs
-# were costed from their shapes (costs.gemm)
+# were costed from their shapes (costs.gemm) and with the H200 measurement's physics; to 1e-9: a least-squares
+# fit's last digits move with the BLAS and the machine (1.6e-10 between two of them)
 PINNED_LOSO_REL_ERROR = {
-    "megatron2021-table1-1-7b": 0.07227792507557207,
-    "megatron2021-table1-18-4b": -0.021298840804810037,
-    "fmsfsdp-a100-llama2-7b-128gpu": 0.05614970542953035,
-    "llmfoundry-mpt-a100-40g-7b-seq16384-8gpu-mbs1-ga4": -0.008454221542405715,
-    "llmfoundry-mpt-a100-40g-7b-seq8192-8gpu-mbs3-ga4": -0.06054208424233387,
+    "megatron2021-table1-1-7b": 0.06510171671093823,
+    "megatron2021-table1-18-4b": -0.02301026624080771,
+    "fmsfsdp-a100-llama2-7b-128gpu": 0.04688159780826484,
+    "llmfoundry-mpt-a100-40g-7b-seq16384-8gpu-mbs1-ga4": 0.002605387925453284,
+    "llmfoundry-mpt-a100-40g-7b-seq8192-8gpu-mbs3-ga4": -0.060457292599183976,
     "maxtext-v5p-2023-32b-1xv5p-128": -0.042558114232015165,
 }
 PINNED_SUMMARY = {
     "count": 6,
-    "median_abs_rel_error": 0.04935390983077276,
-    "p90_abs_rel_error": 0.06641000465895297,
-    "median_rel_error": -0.014876531173607876,
-    "in_sample_median_abs_rel_error": 0.03496632868091004,
+    "median_abs_rel_error": 0.04471985602014,
+    "p90_abs_rel_error": 0.0627795046550611,
+    "median_rel_error": -0.010202439157677212,
+    "in_sample_median_abs_rel_error": 0.03557548239103586,
 }
 PINNED_CALIBRATION = {
     "Narayanan et al. 2021": {
@@ -103,9 +104,9 @@ def test_loso_folds_give_the_values_of_the_previous_implementation(subset_file, 
         "overlap_interference",
     ]
     assert {e["id"]: e["loso_rel_error"] for e in doc["records"]} == pytest.approx(
-        PINNED_LOSO_REL_ERROR, rel=1e-12
+        PINNED_LOSO_REL_ERROR, rel=1e-9
     )
-    assert {k: loso[k] for k in PINNED_SUMMARY} == pytest.approx(PINNED_SUMMARY, rel=1e-12)
+    assert {k: loso[k] for k in PINNED_SUMMARY} == pytest.approx(PINNED_SUMMARY, rel=1e-9)
     assert {s: g["calibration"] for s, g in loso["by_source"].items()} == PINNED_CALIBRATION
     assert {s: g["count"] for s, g in loso["by_source"].items()} == {
         "Narayanan et al. 2021": 2,
@@ -117,8 +118,8 @@ def test_loso_folds_give_the_values_of_the_previous_implementation(subset_file, 
         ["validate", str(subset_file), "--no-rank", "--loso", "--max-median-error", "1"], capsys
     )
     assert code == 0 and out.splitlines()[-1] == (
-        "leave-one-source-out: median |error| 4.9%, p90 6.6% over 6 records predicted from the "
-        "other sources' calibration (in sample: median 3.5%)"
+        "leave-one-source-out: median |error| 4.5%, p90 6.3% over 6 records predicted from the "
+        "other sources' calibration (in sample: median 3.6%)"
     )
 
 
