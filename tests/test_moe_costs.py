@@ -587,25 +587,25 @@ def test_norm_act_recomputes_the_separate_norm_and_the_experts_activation_only()
     )
 
 
+def _deepseek_v3_fsdp_2048(*policies: str) -> tuple:
+    """DeepSeek-V3 on 2,048 H100s, fsdp 2048 x ep 64, ZeRO-3, one microbatch of 4096-token sequences, under
+    each recompute policy (Megatron's profile)."""
+    problem = Problem.build(
+        "deepseek-v3",
+        "h100-2048",
+        Workload(global_batch_seqs=2048, seq_len=4096, framework="megatron"),
+    )
+    layout = Layout(fsdp=2048, ep=64, zero_stage=3, num_microbatches=1)
+    return tuple(estimate(problem, replace(layout, recompute=r), strict=False) for r in policies)
+
+
 def test_mla_up_proj_drops_the_up_projected_heads_and_reruns_their_projections():
     """Megatron's --recompute-modules mla_up_proj on DeepSeek-V3: against no recompute a layer drops q, k and v, 128
     heads x (192 + 192 + 128) bf16 elements per token, for 4096 tokens x 61 layers; in backward the up-projections
     run again from the saved latents: their FLOPs over the layer's matmul FLOPs, q_b 1536 x 128 x 192 + k_b and v_b
     512 x 128 x 128 each, over those + the latents 7168 x (1536 + 512 + 64) + o 128 x 128 x 7168 + the MLP 3 x 7168 x
     18432 (the mean layer: 3 dense layers of 18432, 58 of 8 experts + 1 shared of 2048), of the forward matmul time."""
-    problem = Problem.build(
-        "deepseek-v3",
-        "h100-2048",
-        Workload(global_batch_seqs=2048, seq_len=4096, framework="megatron"),
-    )
-    none, up = (
-        estimate(
-            problem,
-            Layout(fsdp=2048, ep=64, zero_stage=3, num_microbatches=1, recompute=r),
-            strict=False,
-        )
-        for r in ("none", "mla_up_proj")
-    )
+    none, up = _deepseek_v3_fsdp_2048("none", "mla_up_proj")
     assert (
         none.memory_bytes["activations/saved"] - up.memory_bytes["activations/saved"]
         == 128 * (192 + 192 + 128) * 2 * 4096 * 61
@@ -825,19 +825,7 @@ def test_norm_mla_up_proj_also_drops_the_separate_norms_outputs_and_reruns_the_n
     58 of them; the 3 dense layers' norm is fused into fc1 and kept), for 4096 tokens; the up-projections rerun as
     under mla_up_proj (the same recompute seconds) and the norms' half of the element-wise passes runs again (3.5
     passes where mla_up_proj pays 3: the forward and the backward's two)."""
-    problem = Problem.build(
-        "deepseek-v3",
-        "h100-2048",
-        Workload(global_batch_seqs=2048, seq_len=4096, framework="megatron"),
-    )
-    up, norm_up = (
-        estimate(
-            problem,
-            Layout(fsdp=2048, ep=64, zero_stage=3, num_microbatches=1, recompute=r),
-            strict=False,
-        )
-        for r in ("mla_up_proj", "norm_mla_up_proj")
-    )
+    up, norm_up = _deepseek_v3_fsdp_2048("mla_up_proj", "norm_mla_up_proj")
     dropped = up.memory_bytes["activations/saved"] - norm_up.memory_bytes["activations/saved"]
     assert dropped == pytest.approx((61 + 58) * 7168 * 2 * 4096, rel=1e-12)
     assert norm_up.time_s["compute/recompute"] == up.time_s["compute/recompute"] > 0
