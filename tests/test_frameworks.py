@@ -1041,7 +1041,8 @@ def test_megatron_core_rejects_a_split_that_does_not_add_up():
 
 
 def test_torchtitan_reads_the_fp8_sections_of_an_fp8_export(tmp_path):
-    """An fp8 export names torchao's Float8Linear converter and fp8 FSDP all-gathers in keys torchtitan parses."""
+    """An fp8 export names torchao's Float8Linear converter and fp8 FSDP all-gathers in keys torchtitan parses;
+    per-tensor scaling is torchtitan's default recipe (recipe_name unset), the only one it gathers in fp8."""
     manager = pytest.importorskip("torchtitan.config.manager")
     doc = json.loads(json.dumps(FSDP_TP))
     doc["problem"]["workload"]["precision"] = "fp8"
@@ -1050,7 +1051,7 @@ def test_torchtitan_reads_the_fp8_sections_of_an_fp8_export(tmp_path):
     job = manager.ConfigManager().parse_args([f"--job.config_file={path}"])
     assert job.model.converters == ["quantize.linear.float8"]
     assert job.quantize.linear.float8.enable_fsdp_float8_all_gather is True
-    assert job.quantize.linear.float8.recipe_name == "tensorwise"
+    assert job.quantize.linear.float8.recipe_name is None
 
 
 def test_torchtitan_reads_async_tp_when_the_prediction_overlaps_tp(tmp_path):
