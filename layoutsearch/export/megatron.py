@@ -116,7 +116,7 @@ from layoutsearch.export.context import (
     placeholder_note,
     set_me,
 )
-from layoutsearch.export.rank_order import MEGATRON_ORDERS, gpu_rank_lines
+from layoutsearch.export.rank_order import LAUNCH_ORDERS, MEGATRON_ORDERS, gpu_rank_lines
 from layoutsearch.frameworks import megatron as declaration
 
 ARRAY = "MEGATRON_ARGS"
@@ -618,9 +618,7 @@ def render(ctx: ExportContext) -> str:
         ("mixture of experts", _moe_args(ctx)),
         ("parallelism, batch, recompute", _parallel_args(ctx)),
     ]
-    launch, order_lines = gpu_rank_lines(
-        ctx, {name: groups for name, (groups, _) in MEGATRON_ORDERS.items()}, "Megatron"
-    )
+    launch, order_lines = gpu_rank_lines(ctx, LAUNCH_ORDERS["megatron"], "Megatron")
     order_flag = MEGATRON_ORDERS[launch.order][1] if launch else None
     if order_flag:
         sections.append(("rank order", [(order_flag, None)]))

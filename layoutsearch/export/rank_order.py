@@ -31,6 +31,13 @@ MEGATRON_ORDERS = {  # order string -> (its groups of layoutsearch degrees, inne
 TORCHTITAN_ORDERS = {
     "tp-cp-dp_shard-dp_replicate-pp": (("tp",), ("cp",), ("fsdp",), ("dp",), ("pp",))
 }
+# the export targets whose launch must build the costed groups (``gpu_rank_lines``): the search masks the
+# placements their orders cannot build when it searches for one of them (``search.space``)
+LAUNCH_ORDERS: dict[str, dict[str, tuple]] = {
+    "megatron": {name: groups for name, (groups, _) in MEGATRON_ORDERS.items()},
+    "torchtitan": TORCHTITAN_ORDERS,
+    "torchtitan-0.3": TORCHTITAN_ORDERS,
+}
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)

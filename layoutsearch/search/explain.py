@@ -409,6 +409,20 @@ def infeasibility(problem: Problem, space: Space, tables: Tables | None) -> dict
     steps = funnel(problem, space.rules)
     out = {"funnel": steps, "candidates": space.num_candidates()}
     found = nearest(space, tables) if tables is not None else None
+    if found is None and len(space.order_mask) and not space.order_mask.any():
+        tuples = len(np.unique(space.placed))
+        out["message"] = (
+            f"no axis order places the {tuples} degree tuple(s) the rules leave on "
+            f"{problem.cluster_name}"
+            + (
+                f" so that {space.launch}'s launcher, which numbers ranks in its own fixed order (tp "
+                "fastest), builds the costed groups (export/rank_order.py); nearest: other degrees or "
+                "another export target"
+                if space.launch
+                else ""
+            )
+        )
+        return out
     if found is None:
         last = next((s for s in steps if s["remaining"] == 0), steps[-1])
         rule = next((r for r in space.rules if r.code == last["code"]), None)

@@ -28,6 +28,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field, replace
 from functools import lru_cache
+from typing import Any
 
 import numpy as np
 
@@ -98,6 +99,9 @@ class Space(HasProblem):
     )  # arrays over placed * len(orders) + o (masked pairs hold unused values)
     placed: np.ndarray  # [shape] its row of ``coeffs``: shapes of one degree tuple share one
     offload_codes: np.ndarray = field(default_factory=lambda: np.zeros(1, dtype=np.int64))
+    launch: str | None = (
+        None  # the export target whose rank order masked the placements (launch_target)
+    )
 
     @property
     def num_shapes(self) -> int:
@@ -392,7 +396,8 @@ def build_space(
     orders = axis_orders(problem.cluster)
     degree_rows, placed = _unique_rows(shape_rows[:, : len(ALL_DEGREE_NAMES)])
     cpa = cp_a2a_degree(problem.cluster.accelerator.devices_per_node, shapes)
-    order_mask, coeffs = _placements(problem, degree_rows, orders, bool(np.any(cpa > 1)))
+    launch = launch_target(problem, capabilities.target if capabilities is not None else None)
+    order_mask, coeffs = _placements(problem, degree_rows, orders, bool(np.any(cpa > 1)), launch)
     return Space(
         problem=problem,
         rules=rules,
@@ -409,6 +414,7 @@ def build_space(
         coeffs=coeffs,
         placed=placed,
         offload_codes=offload_codes,
+        launch=launch,
     )
 
 
@@ -469,22 +475,64 @@ def _ordered(shape_rows: np.ndarray, sk_shape: np.ndarray, sk_k: np.ndarray):
     return shape_rows[order], sk_shape[rows].astype(np.int64), sk_k[rows].astype(np.int64)
 
 
-def _placements(problem: Problem, degree_rows: np.ndarray, orders: list, cp_all_to_all: bool):
-    """Per degree tuple (rows of ALL_DEGREE_NAMES) and axis order: whether the order places it,
-    once per distinct coefficients (orders that place a tuple identically, for every group, are
-    kept once), and the ring coefficients of every group, all tuples of one order at once.
+def launch_target(problem: Problem, target: str | None) -> str | None:
+    """The export target whose rank order must build the searched placements (a GPU framework whose
+    launcher numbers ranks in a fixed order: ``export.rank_order.LAUNCH_ORDERS``), else None."""
+    if target is None or problem.cluster.accelerator.kind != "gpu":
+        return None
+    from layoutsearch.export.rank_order import LAUNCH_ORDERS  # only with such an export target
+
+    return target if target in LAUNCH_ORDERS else None
+
+
+def _placements(
+    problem: Problem,
+    degree_rows: np.ndarray,
+    orders: list,
+    cp_all_to_all: bool,
+    launch: str | None = None,
+):
+    """Per degree tuple (rows of ALL_DEGREE_NAMES) and axis order: whether the order places it (and,
+    with a ``launch`` target, whether that target's rank order can build the placement's groups:
+    ``export.rank_order.pick_launch``, the export's own check), once per distinct coefficients
+    (orders that place a tuple identically, for every group, are kept once), and the ring
+    coefficients of every group, all tuples of one order at once.
 
     Remembered (read-only arrays) for the last few (cluster, model, degree tuples): the points of
     a sweep over batches mostly keep the same degree tuples (``axis_orders`` of the cluster are
     the ``orders``). ``cp_all_to_all``: some row runs a CP all-to-all (``Shapes.cpa`` > 1), else
     the cp all-to-all groups' coefficients are left out (``terms.coeffs_of``)."""
     rows = np.ascontiguousarray(degree_rows, dtype=np.int64)
-    return _placements_of(problem.cluster, problem.model, rows.tobytes(), rows.shape, cp_all_to_all)
+    return _placements_of(
+        problem.cluster, problem.model, rows.tobytes(), rows.shape, cp_all_to_all, launch
+    )
+
+
+def _launchable(cluster: Cluster, degree_rows: np.ndarray, order, ok: np.ndarray, launch: str):
+    """Of the rows ``order`` places (``ok``), those whose placement ``launch``'s rank order builds."""
+    from layoutsearch.export.rank_order import LAUNCH_ORDERS, pick_launch
+
+    out = np.zeros(len(degree_rows), dtype=bool)
+    for i in np.flatnonzero(ok):
+        degrees: dict[str, Any] = {
+            name: int(degree_rows[i, j]) for j, name in enumerate(ALL_DEGREE_NAMES)
+        }
+        axes = placement_for_order(cluster, degrees, order)
+        layout = Layout(**degrees, axes=axes)
+        out[i] = axes is not None and not isinstance(
+            pick_launch(cluster, layout, LAUNCH_ORDERS[launch]), str
+        )
+    return out
 
 
 @lru_cache(maxsize=16)
 def _placements_of(
-    cluster: Cluster, model: ModelSpec, rows_bytes: bytes, shape: tuple, cp_all_to_all: bool
+    cluster: Cluster,
+    model: ModelSpec,
+    rows_bytes: bytes,
+    shape: tuple,
+    cp_all_to_all: bool,
+    launch: str | None = None,
 ):
     degree_rows = np.frombuffer(rows_bytes, dtype=np.int64).reshape(shape)
     orders = axis_orders(cluster)
@@ -502,6 +550,8 @@ def _placements_of(
                 cluster, expert_degrees(degrees), order, EXPERT_NESTING
             )
             ok = ok & expert_ok
+        if launch is not None:
+            ok = _launchable(cluster, degree_rows, order, ok, launch)
         co = terms.coeffs_of(cluster, table, kv, expert_table, cp_all_to_all)
         key = np.stack(
             [
