@@ -172,6 +172,18 @@ def _memory_error(s: dict) -> str:
     )
 
 
+def mismatch_lines(s: dict, entries: list[dict]) -> list[str]:
+    """Each fit mismatch with its predicted peak over the usable memory: a few percent over is the
+    memory model's margin, several times over a stated layout that could not have run as stated."""
+    share = {e["id"]: e.get("predicted_memory_share") for e in entries}
+    return [
+        f"- `{i}`: predicted peak {share[i]:.2f}x the usable memory"
+        if share.get(i) is not None
+        else f"- `{i}`"
+        for i in s["fit_mismatches"]
+    ] or ["- none"]
+
+
 def memory_lines(s: dict, table: dict | None) -> list[str]:
     """Both directions of the memory model's error: the ran / OOM classifier by predicted peak /
     usable memory (report only), and the measured peaks' upper error the headroom risk uses."""
@@ -645,7 +657,7 @@ def write_markdown(
         "## Memory: fit mismatches (predicted OOM but ran, or the reverse)",
         "",
     ]
-    lines += [f"- `{i}`" for i in s["fit_mismatches"]] or ["- none"]
+    lines += mismatch_lines(s, doc["records"])
     lines += ["", *memory_lines(s, table)]
     lines += [
         "",
@@ -936,10 +948,10 @@ def write_moe_markdown(
         "records were fitted together for the v5p matmul and attention fractions (`hardware/v5p.yaml`; the dense "
         "records alone put the attention fraction at 0.2, the joint fit at 0.215), which the table below does not "
         "refit. The mapping of a record onto the engine is "
-        "`docs/run_record_mapping.md` (rules 16, 17, 19, 20, 21, 22, 23, 24 and 25 for MoE, "
+        "`docs/run_record_mapping.md` (rules 16, 17, 19, 20, 21, 22, 23, 24, 25 and 28 for MoE, "
         "MLA, the attention kernel, CUDA graphs, Megatron-FSDP's gradients, the Megatron-Bridge release presets, "
-        "the DeepSeek-V3 recipes' pipeline splits, the MLPerf configuration files and Megatron-Bridge's bf16 "
-        "gradients).",
+        "the DeepSeek-V3 recipes' pipeline splits, the MLPerf configuration files, Megatron-Bridge's bf16 "
+        "gradients and Automodel's loss on bf16 logits).",
         "",
         *moe_loso_lines(doc.get("loso")),
         "## Coverage of the 80% step-time bands",
@@ -980,7 +992,7 @@ def write_moe_markdown(
         "- none"
     ]
     lines += ["", "## Memory: fit mismatches (predicted OOM but ran, or the reverse)", ""]
-    lines += [f"- `{i}`" for i in s["fit_mismatches"]] or ["- none"]
+    lines += mismatch_lines(s, entries)
     lines += ["", "## Records", "", *moe_record_lines(records, entries), ""]
     path.write_text("\n".join(lines))
 

@@ -201,6 +201,27 @@ def test_materialised_attention_scores_as_costed_or_refused():
     )
 
 
+def test_a_loss_on_bf16_logits_as_costed_or_refused():
+    """--no-fp32-logits: MaxText writes cast_logits_to_fp32: false (its base.yml default is true);
+    torchtitan's and Megatron's losses upcast the logits, so they refuse it, naming the nearest."""
+    doc = solve_doc("llama3-8b", "h100-64", 256, 4096, Layout(fsdp=8, tp=8), fp32_logits=False)
+    assert yaml.safe_load(exported(doc, "maxtext"))["cast_logits_to_fp32"] is False
+    assert "cast_logits_to_fp32" not in yaml.safe_load(exported(FSDP_TP, "maxtext"))
+    refused(
+        doc,
+        "torchtitan",
+        "torchtitan cannot express the loss on logits in the compute precision "
+        "(--no-fp32-logits) (its cross_entropy_loss upcasts the logits to float32); nearest: "
+        "--fp32-logits, or export to maxtext",
+    )
+    refused(
+        doc,
+        "megatron",
+        "Megatron-LM cannot express the loss on logits in the compute precision "
+        "(--no-fp32-logits); nearest: --fp32-logits, or export to maxtext",
+    )
+
+
 def test_attention_kernel_as_costed_or_refused():
     """--no-vendor-attention under Megatron writes --attention-backend flash (FlashAttention, as costed), the
     default writes no backend (Transformer Engine picks its cuDNN kernel); torchtitan, MaxText and DeepSpeed cannot

@@ -38,6 +38,8 @@ WORKLOAD = [
     "--moment-bytes",
     "--fused-attention",
     "--no-fused-attention",
+    "--fp32-logits",
+    "--no-fp32-logits",
     "--hbm-gib",
     "--memory-margin-gib",
     "--power-limit-w",

@@ -226,6 +226,21 @@ def test_megatron_computes_the_loss_gradient_in_place_of_its_softmax():
     )
 
 
+def test_a_loss_on_bf16_logits_holds_them_and_their_gradient_in_half_the_bytes():
+    """--no-fp32-logits (NeMo Automodel's MaskedCrossEntropy fp32_upcast: false): the logits of one
+    4096-token microbatch and their gradient at the loss backward take 2 bytes an entry, not 4; the
+    step time does not move (no loss kernel time is costed by precision)."""
+    layout = Layout(fsdp=64, zero_stage=3)
+    fp32, bf16 = (_estimate(layout, framework="torchtitan", fp32_logits=f) for f in (True, False))
+    held = bf16.memory_moments["loss_backward"]
+    assert held["temporary/logits"] == pytest.approx(4096 * 128256 * 2)
+    assert held["temporary/logits_grad"] == pytest.approx(4096 * 128256 * 2)
+    assert fp32.memory_moments["loss_backward"]["temporary/logits"] == pytest.approx(
+        4096 * 128256 * 4
+    )
+    assert fp32.step_time_s == bf16.step_time_s
+
+
 def test_maxtext_gathers_and_reduces_zero3_weights_per_tensor():
     """XLA gathers each matmul's weight where it is used and reduce-scatters each gradient where it is made: the
     unsharded temporaries are the largest tensor and the next (llama3-8b: an MLP matrix, 4096 x 14336), not two

@@ -25,7 +25,12 @@ from layoutsearch.validation.mapping import (
     record_to_problem,
     routing,
 )
-from layoutsearch.validation.validate import evaluate_record, load_runs, validate_runs
+from layoutsearch.validation.validate import (
+    evaluate_record,
+    load_runs,
+    record_to_estimate,
+    validate_runs,
+)
 
 REPO = Path(__file__).resolve().parents[1]
 DEEPSEEK = (
@@ -276,6 +281,27 @@ def test_layernorm_and_mla_up_proj_modules_map_to_norm_mla_up_proj(by_id):
     )
     rec["layout"]["recompute_modules"] = ["mla_up_proj", "moe_act"]
     assert record_to_problem(rec)[1].recompute == "mla_up_proj"
+
+
+def test_automodel_records_cost_their_loss_on_bf16_logits_and_fit(by_id):
+    """Rule 28: the Automodel benchmark configs run MaskedCrossEntropy with fp32_upcast: false, so the
+    records' logits and their gradient at the loss are bf16: Qwen3-30B-A3B on 8 H100s holds 16,384
+    tokens of 151,936-entry logits, 4.6 GiB each instead of 9.3, and fits (it ran); predicted with fp32
+    logits its peak was 78.8 GiB of the 76.6 usable. Other records keep the fp32 upcast."""
+    rec = by_id["automodel-qwen3-30b-h100-bf16-n8-pp1ep8fsdp8-gbs512"]
+    problem, layout, est = record_to_estimate(rec)
+    assert problem.workload.fp32_logits is False and est.fits
+    assert est.memory_bytes["temporary/logits"] == pytest.approx(16384 * 151936 * 2)
+    assert est.memory_bytes["peak"] / 2**30 == pytest.approx(69.50, abs=0.01)
+    assert "loss on bf16 logits (fp32_upcast: false)" in " ".join(mapping_notes(rec))
+    for name in (
+        "automodel-kimi-k2-h100-bf16-n256-pp8ep32fsdp32-gbs512",
+        "automodel-gpt-oss-20b-h100-bf16-n8-pp1epNAfsdp8-gbs256",
+        "automodel-gpt-oss-120b-h100-bf16-n64-pp1epNAfsdp64-gbs512",
+    ):
+        assert record_to_estimate(by_id[name])[2].fits, name
+    torchtitan, _ = record_to_problem(by_id["torchtitan-llama4-scout-gb200-bf16-n256-fsdp256-ep16"])
+    assert torchtitan.workload.fp32_logits is True
 
 
 def test_automodel_records_on_transformer_engine_attention_cost_the_vendor_kernel(by_id):

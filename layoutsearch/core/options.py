@@ -266,6 +266,13 @@ class WorkloadOptions(OptionGroup):
     fused_attention: bool = Field(
         True, description="FlashAttention-style kernels (no S x S scores in HBM)"
     )
+    fp32_logits: bool = Field(
+        True,
+        description="The loss upcasts the output head's logits to fp32 (Megatron, torchtitan, "
+        "MaxText, NeMo Automodel's default); --no-fp32-logits: the loss runs on them in the "
+        "compute precision (Automodel's fp32_upcast: false, MaxText's cast_logits_to_fp32: "
+        "false), the logits and their gradient in half the bytes",
+    )
     hbm_gib: float | None = Field(
         None, ge=1, le=4096, description="Device memory in GiB when the part differs (e.g. 96)"
     )

@@ -1442,6 +1442,15 @@ LIMITS: tuple[Limit, ...] = (
         nearest="--fused-attention, or export to megatron or maxtext",
     ),
     Limit.feature(
+        code="bf16-logits",
+        capability="bf16_logits",
+        used=lambda p, c: not p.workload.fp32_logits,
+        can="a loss on bf16 logits",
+        cannot_title="the loss on fp32 logits only",
+        cannot=lambda p, c: "the loss on logits in the compute precision (--no-fp32-logits)",
+        nearest="--fp32-logits, or export to maxtext",
+    ),
+    Limit.feature(
         code="capacity",
         capability="drop_and_pad",
         used=lambda p, c: _moe(p) and not p.model.dropless_moe,

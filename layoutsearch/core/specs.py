@@ -348,6 +348,11 @@ class Workload:
     flash_attention: bool = (
         True  # fused attention; False = scores materialised (pre-2022 Megatron, BLOOM)
     )
+    fp32_logits: bool = (
+        True  # the loss upcasts the output head's logits to fp32; False = it runs on them in the
+    )
+    # compute precision (NeMo Automodel's MaskedCrossEntropy fp32_upcast: false, MaxText's
+    # cast_logits_to_fp32: false): the loss's logits and their gradient take half the bytes
     tp_comm_overlap: bool | None = (
         None  # TP collectives pipelined with their GEMMs inside the fast domain
     )

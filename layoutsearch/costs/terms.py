@@ -1492,9 +1492,10 @@ def _holds_both_ends(sh: Shapes, first: bool):
 
 
 # ----------------------------------------------------------------------------- memory
-# Live arrays at each moment (each counted once). The loss backward holds the fp32 logits and
-# their gradient; the layer backward after it holds a layer's gathered weights (current and
-# prefetched), its unsharded gradients and its recompute working set, never both at once.
+# Live arrays at each moment (each counted once). The loss backward holds the logits (fp32 where
+# the loss upcasts them) and their gradient; the layer backward after it holds a layer's gathered
+# weights (current and prefetched), its unsharded gradients and its recompute working set, never
+# both at once.
 MOMENTS = {
     "forward_end": ("state", "activations", "gathered", "workspace", "logits"),
     "loss_backward": ("state", "activations", "gathered", "logits", "logits_grad"),
@@ -1606,8 +1607,10 @@ def memory_by_microbatch(
     in_flight = pipeline.microbatches_in_flight_array(sh.pp, stage, k, sh.v, sh.sched)
     # one layer's tensors not held in HBM, rebuilt (or brought back from the host) during its backward
     recomputed = (every - per_token) * m * act_b
-    # fp32 logits of one microbatch, on the stage holding the output head (DualPipe: both ends)
-    logits = _f(last | _holds_both_ends(sh, first)) * m * model.vocab_size / sh.tp * 4.0
+    # the loss's logits of one microbatch (fp32 where it upcasts them, else in the compute
+    # precision), on the stage holding the output head (DualPipe: both ends)
+    logits_b = 4.0 if workload.fp32_logits else workload.activation_bytes
+    logits = _f(last | _holds_both_ends(sh, first)) * m * model.vocab_size / sh.tp * logits_b
     hosted = hosted_width * act_b * m  # host_offload_bytes_per_token, from the same widths
     return {
         "activations/saved": layers * saved * in_flight,

@@ -364,6 +364,8 @@ def model_keys(ctx: ExportContext) -> dict:
             keys["rope_type"] = "llama3.1"
     if not ctx.workload.flash_attention:  # materialised scores, as costed (--no-fused-attention)
         keys["attention"] = "dot_product"
+    if not ctx.workload.fp32_logits:  # the loss on bf16 logits, as costed (--no-fp32-logits)
+        keys["cast_logits_to_fp32"] = False
     return keys | moe_keys(ctx)
 
 

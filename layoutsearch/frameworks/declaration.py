@@ -223,6 +223,9 @@ class Capabilities:
     """The vendor's fused attention kernel (core.frameworks.vendor_attention)."""
     unfused_attention: bool = False
     """An attention that materialises the S x S scores (Workload.flash_attention off)."""
+    bf16_logits: bool = False
+    """A loss on the output head's logits in the compute precision, not upcast to fp32
+    (Workload.fp32_logits off)."""
     attention_sinks: bool = False
     """A learned sink logit per head in the softmax (gpt-oss's attention)."""
     sliding_window: bool = False

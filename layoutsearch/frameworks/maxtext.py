@@ -33,6 +33,7 @@ CAPABILITIES = Capabilities(
     framework="MaxText",
     drop_and_pad=True,
     unfused_attention=True,
+    bf16_logits=True,  # configs/types.py cast_logits_to_fp32 (default true)
     # every policy but torchtitan's per-op one and Megatron's recompute modules (the exporter's REMAT
     # maps each to a remat_policy, and asserts it)
     recompute_policies=tuple(

@@ -51,6 +51,7 @@ def capabilities(target: str) -> Capabilities:
         "its optimizers keep fp32 states",
         "capacity": "its MoE routes dropless",
         "unfused-attention": "its attention is SDPA's fused kernels or FlexAttention",
+        "bf16-logits": "its cross_entropy_loss upcasts the logits to float32",
         "pipeline": "torch.distributed.pipelining runs 1F1B, GPipe, Interleaved1F1B, "
         "InterleavedZeroBubble (two or more stages per rank), ZBVZeroBubble and DualPipeV; not the "
         "bidirectional DualPipe with two copies of the weights",

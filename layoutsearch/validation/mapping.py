@@ -369,6 +369,13 @@ def deepep(record: dict) -> bool | None:
     return (preset["dispatcher"] != "alltoall") if preset else None
 
 
+def fp32_logits(record: dict) -> bool:
+    """Rule 28: False for a record whose loss runs on the compute-precision logits
+    (``workload.fp32_logits: false``: NeMo Automodel's benchmark configs), else True (every
+    framework's default)."""
+    return record["workload"].get("fp32_logits") is not False
+
+
 def vendor_attention(record: dict) -> bool | None:
     """Rule 19: True for a record on Transformer Engine's attention (``workload.vendor_attention``: a NeMo Automodel
     ``_te_`` benchmark config, "TE + ..."), else None (the profile's choice)."""
@@ -561,6 +568,10 @@ def mapping_notes(record: dict) -> list[str]:
         notes.append("DeepSpeed ZeRO-3 (2021) costed with the deepspeed profile")
     if vendor_attention(record):
         notes.append("Transformer Engine attention (attn: te): the vendor's fused attention")
+    if not fp32_logits(record):
+        notes.append(
+            "loss on bf16 logits (fp32_upcast: false): the logits and their gradient in 2 bytes"
+        )
     if launch_blocking(record):
         notes.append(
             "CUDA_LAUNCH_BLOCKING=1 (BLOOM tr11 slurm): blocking launches, nothing overlapped"
@@ -937,6 +948,7 @@ def record_to_estimate(record: dict) -> tuple[Problem, Layout, Estimate] | str:
         ep_comm_overlap=ep_comm_overlap(record),
         deepep=deepep(record),
         vendor_attention=vendor_attention(record),
+        fp32_logits=fp32_logits(record),
         launch_blocking=launch_blocking(record),
         cuda_graphs=cuda_graphs(record),
         grad_bytes_per_param=grad_bytes(record),

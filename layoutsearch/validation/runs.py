@@ -160,6 +160,7 @@ RecWorkload = _block(
     ep_comm_overlap=bool,
     moe_dispatcher=Literal["alltoall", "deepep", "hybridep"],
     vendor_attention=bool,
+    fp32_logits=bool,
 )
 RecCluster = _block(
     "RecCluster",
