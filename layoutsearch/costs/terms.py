@@ -880,10 +880,7 @@ def ep_per_microbatch(
     # the MoE layers the stage holds, not the mean layer's share of its layers
     moe_layers = np.minimum(moe_layers_per_stage(model, sh), layers_per_stage(model, sh))
     return {
-        "base": moe_layers * (fwd + bwd + lost_fwd + lost_bwd),
-        "rerun": moe_layers * (fwd + lost_fwd),
-        "lost": moe_layers * (lost_fwd + lost_bwd),
-        "rerun_lost": moe_layers * lost_fwd,
+        **_layer_terms(moe_layers, fwd, bwd, lost_fwd, lost_bwd),
         "a2a": a2a,
         "payload": payload,
     }
@@ -991,16 +988,24 @@ def attention_efficiency(workload: Workload, acc: Accelerator) -> float:
     )
 
 
-def _pass_terms(acc: Accelerator, layers, fwd, bwd, hidden_fwd, hidden_bwd) -> dict:
-    """A per-layer collective's exposed seconds (``fwd``, ``bwd``) and hidden ones over a stage's
-    ``layers``, with the interference the hidden part costs: 'base', 'rerun' (the forward run
-    again), 'lost', 'rerun_lost' (the interference in those) and the hidden seconds per layer."""
-    lost_fwd, lost_bwd = interference(acc, hidden_fwd), interference(acc, hidden_bwd)
+def _layer_terms(layers, fwd, bwd, lost_fwd, lost_bwd) -> dict:
+    """A per-layer collective's exposed seconds (``fwd``, ``bwd``) and the interference its hidden
+    part costs (``lost_fwd``, ``lost_bwd``) over a stage's ``layers``: 'base', 'rerun' (the forward
+    run again), 'lost', 'rerun_lost' (the interference in those)."""
     return {
         "base": layers * (fwd + bwd + lost_fwd + lost_bwd),
         "rerun": layers * (fwd + lost_fwd),
         "lost": layers * (lost_fwd + lost_bwd),
         "rerun_lost": layers * lost_fwd,
+    }
+
+
+def _pass_terms(acc: Accelerator, layers, fwd, bwd, hidden_fwd, hidden_bwd) -> dict:
+    """``_layer_terms`` of a per-layer collective's exposed seconds (``fwd``, ``bwd``) and hidden
+    ones, whose interference it costs, with the hidden seconds per layer."""
+    lost_fwd, lost_bwd = interference(acc, hidden_fwd), interference(acc, hidden_bwd)
+    return {
+        **_layer_terms(layers, fwd, bwd, lost_fwd, lost_bwd),
         "hidden_fwd_layer": hidden_fwd,
         "hidden_bwd_layer": hidden_bwd,
     }
