@@ -476,6 +476,9 @@ _QWEN2 = HfFamily(
     mlp="gated", qkv_bias=True, attention_bias=None, window="qwen", window_default=4096
 )
 _QWEN3_MOE = HfFamily(mlp="gated", qk_norm="head", window="qwen", window_default=4096, sparse=True)
+# GPT-2's decoder (HF_FAMILIES' comment), also Falcon's: falcon reads its biases, KV heads and norms
+# from keys of its own (_hf_falcon).
+_GPT2 = HfFamily(mlp="plain", norm="layernorm", linear_bias=True, tied=True, attention_bias=None)
 
 HF_FAMILIES: dict[str, HfFamily] = {
     # SwiGLU, RMSNorm before attention and MLP, RoPE (Llama 2/3/3.1/3.2; Mistral; Qwen2/2.5 with
@@ -526,17 +529,10 @@ HF_FAMILIES: dict[str, HfFamily] = {
     # residual (the same parameters); Falcon: see _hf_falcon. GPT-2 and GPT-NeoX honour a head_dim
     # or num_key_value_heads given explicitly (transformers ignores them there; no published
     # config of theirs has them; tests/test_catalogue.py imports such a GPT-2 config).
-    "gpt2": HfFamily(
-        mlp="plain", norm="layernorm", linear_bias=True, tied=True, attention_bias=None
-    ),
+    "gpt2": _GPT2,
     "gpt_neox": HfFamily(mlp="plain", norm="layernorm", linear_bias=True, attention_bias=True),
-    "falcon": HfFamily(
-        mlp="plain",
-        norm="layernorm",
-        tied=True,
-        reads_head_dim=False,
-        reads_kv_heads=False,
-        attention_bias=None,
+    "falcon": dataclasses.replace(
+        _GPT2, linear_bias=False, reads_head_dim=False, reads_kv_heads=False
     ),
     # Mixtures of experts (the expert, router and latent-attention keys: _hf_sparse). Mixtral: the
     # Mistral decoder, every MLP 8 SwiGLU experts; Qwen2-MoE: Qwen2 attention, routed experts plus a
