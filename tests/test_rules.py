@@ -12,7 +12,7 @@ from layoutsearch.core.errors import InvalidLayoutError
 from layoutsearch.core.problem import Problem, SearchOptions, SearchRequest
 from layoutsearch.core.specs import Layout, Workload
 from layoutsearch.export import export_document
-from layoutsearch.frameworks import megatron
+from layoutsearch.frameworks import capabilities_of, megatron
 from layoutsearch.report.output import solve_document
 from layoutsearch.search import solve
 from layoutsearch.search.explain import funnel
@@ -180,6 +180,139 @@ def test_framework_rules_are_vectorised_like_the_structural_ones():
     (cp_rule,) = [r for r in rules.framework_rules(caps) if r.code == "t-cp"]
     cand = {"cp": np.array([1, 2, 4]), "fsdp": np.array([4, 2, 1]), "z": np.array([3, 3, 3])}
     assert cp_rule.mask(DEBUG_H16, cand).tolist() == [True, False, False]
+
+
+# Each limit a named constructor declares (Limit.zero, .choice, .option) and the canonical forms
+# (_canonical), with a layout that breaks it: its funnel title and refusal, pinned from the output of
+# the tuples of lambdas they replaced (commit e88e131), word for word.
+MOE_FLAGS_H16 = Problem.build(
+    "mixtral-8x7b",
+    "h100-16",
+    Workload(
+        global_batch_seqs=64,
+        seq_len=1024,
+        precision="fp8",
+        deepep=True,
+        fp8_dispatch=True,
+        tp_comm_overlap=True,
+        ep_comm_overlap=True,
+    ),
+)
+CONSTRUCTED_LIMITS = [
+    (
+        "maxtext",
+        "zero",
+        DEBUG_H16,
+        Layout(fsdp=16, zero_stage=2),
+        "MaxText: ZeRO stage in {0, 1, 3}",
+        "MaxText cannot express ZeRO-2 (it has no ZeRO-2: sharded gradients with replicated "
+        "weights); nearest: zero_stage 1 or 3",
+    ),
+    (
+        "maxtext",
+        "replicas",
+        DEBUG_H16,
+        Layout(dp=2, fsdp=8, zero_stage=1),
+        "MaxText: dp replicas of a ZeRO shard only with ZeRO {3}",
+        "MaxText cannot express dp(2) copies of a ZeRO-1 shard over fsdp(8) (its ZeRO-1 "
+        "(shard_optimizer_over_data) shards over all data replicas); nearest: dp=1, fsdp=16",
+    ),
+    (
+        "megatron",
+        "offload-zero",
+        DEBUG_H16,
+        Layout(fsdp=16, zero_stage=3, offload="optimizer"),
+        "Megatron-LM: offload with ZeRO {1}",
+        "Megatron-LM cannot express offload optimizer with ZeRO-3 (arguments.py pairs "
+        "--optimizer-cpu-offload with --use-precision-aware-optimizer, which needs the distributed "
+        "optimizer (ZeRO-1)); nearest: zero_stage 1",
+    ),
+    (
+        "deepspeed",
+        "cp-flavour",
+        DEBUG_H16,
+        Layout(fsdp=8, cp=2, cp_flavour="ring"),
+        "DeepSpeed: cp flavour a2a where cp > 1",
+        "DeepSpeed cannot express cp flavour ring (its sequence parallelism is Ulysses, which "
+        "exchanges heads by all-to-all; it has no ring attention); nearest: cp flavour a2a",
+    ),
+    (
+        "deepspeed",
+        "recompute",
+        DEBUG_H16,
+        Layout(fsdp=16, recompute="norm_act"),
+        "DeepSpeed: recompute none, selective, full",
+        "DeepSpeed cannot express the recompute policy norm_act; nearest: recompute none or "
+        "selective or full",
+    ),
+    (
+        "deepspeed",
+        "deepep",
+        MOE_FLAGS_H16,
+        Layout(fsdp=2, ep=8),
+        "DeepSpeed: no DeepEP dispatch with ep > 1",
+        "DeepSpeed cannot express the DeepEP token dispatch with ep(8); nearest: --no-deepep, or "
+        "export to megatron or torchtitan",
+    ),
+    (
+        "deepspeed",
+        "fp8-dispatch",
+        MOE_FLAGS_H16,
+        Layout(fsdp=2, ep=8),
+        "DeepSpeed: no fp8 token dispatch with ep > 1",
+        "DeepSpeed cannot express the fp8 token dispatch with ep(8); nearest: --no-fp8-dispatch",
+    ),
+    (
+        "deepspeed",
+        "tp-overlap",
+        MOE_FLAGS_H16,
+        Layout(fsdp=2, tp=8),
+        "DeepSpeed: no TP communication overlap",
+        "DeepSpeed cannot express the TP communication overlap (--tp-comm-overlap) with tp(8) "
+        "(AutoTP all-reduces after its GEMMs); nearest: --no-tp-comm-overlap, or export to megatron",
+    ),
+    (
+        "deepspeed",
+        "ep-overlap",
+        MOE_FLAGS_H16,
+        Layout(fsdp=2, ep=8),
+        "DeepSpeed: no expert-parallel AllToAll overlap",
+        "DeepSpeed cannot express the expert-parallel AllToAll overlap (--ep-comm-overlap) with "
+        "ep(8); nearest: --no-ep-comm-overlap, or export to megatron",
+    ),
+    (
+        None,
+        "zero-canonical",
+        DEBUG_H16,
+        Layout(fsdp=16, zero_stage=0),
+        "ZeRO-0 without fsdp, ZeRO >= 1 with a shard group (each layout once)",
+        "fsdp(16) x cp(1) with zero_stage 0 is enumerated as another layout",
+    ),
+    (
+        None,
+        "schedule-canonical",
+        DEBUG_H16,
+        Layout(fsdp=16, schedule="gpipe"),
+        "without a pipeline the schedule is 1f1b (each layout once)",
+        "pp(1) with the gpipe schedule is enumerated as 1f1b",
+    ),
+]
+
+
+@pytest.mark.parametrize(
+    "target, code, problem, layout, title, why",
+    CONSTRUCTED_LIMITS,
+    ids=[f"{c[0]}-{c[1]}" if c[0] else c[1] for c in CONSTRUCTED_LIMITS],
+)
+def test_constructed_limits_keep_their_titles_and_refusals(
+    target, code, problem, layout, title, why
+):
+    found = rules.framework_rules(capabilities_of(target)) if target else rules.CANONICAL
+    (rule,) = [r for r in found if r.code == (f"{target}-{code}" if target else code)]
+    cand = rules.candidate_of(layout)
+    assert not rule.mask(problem, cand).any()
+    assert rule.title(problem) == title
+    assert rule.why(problem, {k: int(v[0]) for k, v in cand.items()}) == why
 
 
 def test_options_are_rules_too():

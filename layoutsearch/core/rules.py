@@ -135,6 +135,19 @@ def _rule(*, code, needs, holds, title, why, kind="structure") -> Rule:
     return Rule(code=code, needs=frozenset(needs), holds=holds, title=title, why=why, kind=kind)
 
 
+def _canonical(*, code, needs, holds, title: str, layout, enumerated_as: str) -> Rule:
+    """A search-only canonical form ``title``: where it fails, the candidate's ``layout`` (its
+    text) is enumerated as another candidate, ``enumerated_as``."""
+    return _rule(
+        code=code,
+        needs=needs,
+        holds=holds,
+        title=lambda p: title,
+        why=lambda p, c: f"{layout(p, c)} is enumerated as {enumerated_as}",
+        kind="canonical",
+    )
+
+
 def effective_zero(c: Cand):
     """The ZeRO stage that acts: 0 when the shard group (fsdp x cp) has one member."""
     return np.where(c["fsdp"] * c["cp"] > 1, c["z"], 0)
@@ -205,18 +218,17 @@ CP_RULES: tuple[Rule, ...] = (
 # Search-only: a2a+ring whose all-to-all spans the whole group (a = cp) is a2a, one that spans a single
 # rank (a = 1) is ring
 CP_CANONICAL: tuple[Rule, ...] = (
-    _rule(
+    _canonical(
         code="cp-hierarchy",
         needs=("tp", "cp", "cpf"),
         holds=lambda p, c: (
             (c["cpf"] != A2A_RING) | ((_a2a_of(p, c) > 1) & (_a2a_of(p, c) < c["cp"]))
         ),
-        title=lambda p: "a2a+ring only where cp spans nodes with more than one rank in each",
-        why=lambda p, c: (
-            f"a2a+ring with cp({c['cp']}) and {int(_a2a_of(p, c))} of its ranks in a node is "
-            "enumerated as ring or a2a"
+        title="a2a+ring only where cp spans nodes with more than one rank in each",
+        layout=lambda p, c: (
+            f"a2a+ring with cp({c['cp']}) and {int(_a2a_of(p, c))} of its ranks in a node"
         ),
-        kind="canonical",
+        enumerated_as="ring or a2a",
     ),
 )
 
@@ -520,27 +532,23 @@ OFFLOAD_RULES: tuple[Rule, ...] = (
 # Search-only: variants that cannot differ are enumerated once (fsdp with ZeRO-0 would be
 # replicated data parallelism, which dp already is; ZeRO >= 1 needs a shard group).
 CANONICAL: tuple[Rule, ...] = (
-    _rule(
+    _canonical(
         code="zero-canonical",
         needs=("fsdp", "cp", "z"),
         holds=lambda p, c: (
             ((c["z"] == 0) & (c["fsdp"] == 1)) | ((c["z"] >= 1) & (c["fsdp"] * c["cp"] > 1))
         ),
-        title=lambda p: "ZeRO-0 without fsdp, ZeRO >= 1 with a shard group (each layout once)",
-        why=lambda p, c: (
-            f"fsdp({c['fsdp']}) x cp({c['cp']}) with zero_stage {c['z']} is enumerated as another layout"
-        ),
-        kind="canonical",
+        title="ZeRO-0 without fsdp, ZeRO >= 1 with a shard group (each layout once)",
+        layout=lambda p, c: f"fsdp({c['fsdp']}) x cp({c['cp']}) with zero_stage {c['z']}",
+        enumerated_as="another layout",
     ),
-    _rule(
+    _canonical(
         code="schedule-canonical",
         needs=("pp", "sched"),
         holds=lambda p, c: (c["pp"] > 1) | (c["sched"] == SCHEDULE_CODES["1f1b"]),
-        title=lambda p: "without a pipeline the schedule is 1f1b (each layout once)",
-        why=lambda p, c: (
-            f"pp({c['pp']}) with the {SCHEDULE_NAMES[c['sched']]} schedule is enumerated as 1f1b"
-        ),
-        kind="canonical",
+        title="without a pipeline the schedule is 1f1b (each layout once)",
+        layout=lambda p, c: f"pp({c['pp']}) with the {SCHEDULE_NAMES[c['sched']]} schedule",
+        enumerated_as="1f1b",
     ),
     _rule(
         code="chunk-layout-search",
@@ -1085,22 +1093,99 @@ class Limit:
         )
 
     @classmethod
+    def option(
+        cls,
+        *,
+        code: str,
+        capability: str,
+        degree: str,
+        asked: Callable[[Problem], bool],
+        can: str,
+        cannot_title: str,
+        what: str,
+        nearest: str,
+    ) -> Limit:
+        """A ``feature`` the workload ``asked`` for that acts only where ``degree`` > 1: binding
+        there, refused as ``<what> with <degree>(<n>)``."""
+        return cls.feature(
+            code=code,
+            needs=(degree,),
+            capability=capability,
+            used=lambda p, c: asked(p) & (c[degree] != 1),
+            can=can,
+            cannot_title=cannot_title,
+            cannot=lambda p, c: f"{what} with {degree}({c[degree]})",
+            nearest=nearest,
+        )
+
+    @classmethod
     def choice(
-        cls, *, code: str, field: str, names: tuple[str, ...], allowed: str, noun: str
+        cls,
+        *,
+        code: str,
+        field: str,
+        names: tuple[str, ...],
+        allowed: str,
+        noun: str,
+        refused: str = "",
+        where_above_1: str = "",
     ) -> Limit:
         """A named choice the target writes some of (``Capabilities.<allowed>``): holds where the
-        candidate's code ``field`` (an index of ``names``) is one of them."""
+        candidate's code ``field`` (an index of ``names``) is one of them, or, given
+        ``where_above_1``, where that degree is 1 (the choice unused). A refusal names the choice
+        ``<refused or noun> <name>``."""
 
         def writable(caps: Capabilities) -> tuple[str, ...]:
             return getattr(caps, allowed)
 
+        def written(caps: Capabilities, c: Cand) -> np.ndarray:
+            return np.isin(c[field], [names.index(n) for n in writable(caps)])
+
         return cls(
             code=code,
-            needs=(field,),
-            holds=lambda caps, p, c: np.isin(c[field], [names.index(n) for n in writable(caps)]),
-            title=lambda caps, p: f"{noun} {', '.join(writable(caps))}",
-            cannot=lambda caps, p, c: f"{noun} {names[c[field]]}",
+            needs=(where_above_1, field) if where_above_1 else (field,),
+            holds=(
+                (lambda caps, p, c: (c[where_above_1] == 1) | written(caps, c))
+                if where_above_1
+                else (lambda caps, p, c: written(caps, c))
+            ),
+            title=lambda caps, p: (
+                f"{noun} {_or_(writable(caps))} where {where_above_1} > 1"
+                if where_above_1
+                else f"{noun} {', '.join(writable(caps))}"
+            ),
+            cannot=lambda caps, p, c: f"{refused or noun} {names[c[field]]}",
             nearest=lambda caps, p, c: f"{noun} {_or_(writable(caps))}",
+        )
+
+    @classmethod
+    def zero(
+        cls,
+        *,
+        code: str,
+        stages: str,
+        title: str,
+        cannot: Callable[[dict], str],
+        needs: tuple[str, ...] = (),
+        unless: Callable[[Cand], np.ndarray | bool] = lambda c: False,
+        nearest: Callable[[tuple[int, ...], dict], str] = (
+            lambda stages, c: f"zero_stage {_or_(stages)}"
+        ),
+    ) -> Limit:
+        """The ZeRO stages a target writes (``Capabilities.<stages>``), of the stage that acts
+        (``effective_zero``), except where ``unless`` holds; titled ``title`` with the set of stages
+        in its ``{}``; ``cannot`` and ``nearest`` (given those stages) read the candidate."""
+
+        def written(caps: Capabilities) -> tuple[int, ...]:
+            return getattr(caps, stages)
+
+        return cls(
+            code=code,
+            needs=("fsdp", "cp", "z", *needs),
+            holds=lambda caps, p, c: unless(c) | np.isin(effective_zero(c), written(caps)),
+            title=lambda caps, p: title.format(set(written(caps))),
+            cannot=lambda caps, p, c: cannot(c),
+            nearest=lambda caps, p, c: nearest(written(caps), c),
         )
 
     def rule(self, caps: Capabilities) -> Rule:
@@ -1153,29 +1238,21 @@ def _features_nearest(p: Problem) -> str:
 
 # The limits in funnel order; each reads the Capabilities fields it names.
 LIMITS: tuple[Limit, ...] = (
-    Limit(
+    Limit.zero(
         code="zero",
-        needs=("fsdp", "cp", "z"),
-        holds=lambda caps, p, c: np.isin(effective_zero(c), caps.zero_stages),
-        title=lambda caps, p: f"ZeRO stage in {set(caps.zero_stages)}",
-        cannot=lambda caps, p, c: f"ZeRO-{c['z']}",
-        nearest=lambda caps, p, c: f"zero_stage {_or_(s for s in caps.zero_stages if s)}",
+        stages="zero_stages",
+        title="ZeRO stage in {}",
+        cannot=lambda c: f"ZeRO-{c['z']}",
+        nearest=lambda stages, c: f"zero_stage {_or_(s for s in stages if s)}",
     ),
-    Limit(
+    Limit.zero(
         code="replicas",
-        needs=("dp", "fsdp", "cp", "z"),
-        holds=lambda caps, p, c: (
-            (c["dp"] == 1)
-            | (effective_zero(c) == 0)
-            | np.isin(effective_zero(c), caps.zero_stages_with_replicas)
-        ),
-        title=lambda caps, p: (
-            f"dp replicas of a ZeRO shard only with ZeRO {set(caps.zero_stages_with_replicas)}"
-        ),
-        cannot=lambda caps, p, c: (
-            f"dp({c['dp']}) copies of a ZeRO-{c['z']} shard over fsdp({c['fsdp']})"
-        ),
-        nearest=lambda caps, p, c: f"dp=1, fsdp={c['dp'] * c['fsdp']}",
+        needs=("dp",),
+        stages="zero_stages_with_replicas",
+        unless=lambda c: (c["dp"] == 1) | (effective_zero(c) == 0),
+        title="dp replicas of a ZeRO shard only with ZeRO {}",
+        cannot=lambda c: f"dp({c['dp']}) copies of a ZeRO-{c['z']} shard over fsdp({c['fsdp']})",
+        nearest=lambda stages, c: f"dp=1, fsdp={c['dp'] * c['fsdp']}",
     ),
     Limit(
         code="cp",
@@ -1195,15 +1272,13 @@ LIMITS: tuple[Limit, ...] = (
             else f"cp=1 with fsdp x {c['cp']}"
         ),
     ),
-    Limit(
+    Limit.choice(
         code="cp-flavour",
-        needs=("cp", "cpf"),
-        holds=lambda caps, p, c: (
-            (c["cp"] == 1) | np.isin(c["cpf"], [CP_FLAVOUR_CODES[f] for f in caps.cp_flavours])
-        ),
-        title=lambda caps, p: f"cp flavour {_or_(caps.cp_flavours)} where cp > 1",
-        cannot=lambda caps, p, c: f"cp flavour {CP_FLAVOURS[c['cpf']]}",
-        nearest=lambda caps, p, c: f"cp flavour {_or_(caps.cp_flavours)}",
+        field="cpf",
+        names=CP_FLAVOURS,
+        allowed="cp_flavours",
+        noun="cp flavour",
+        where_above_1="cp",
     ),
     Limit.feature(
         code="cp-alone",
@@ -1277,26 +1352,22 @@ LIMITS: tuple[Limit, ...] = (
             else "a pp that divides the layers, or export to megatron"
         ),
     ),
-    Limit(
+    Limit.choice(
         code="recompute",
-        needs=("r",),
-        holds=lambda caps, p, c: np.isin(
-            c["r"], [RECOMPUTE_CODES[r] for r in caps.recompute_policies]
-        ),
-        title=lambda caps, p: f"recompute {', '.join(caps.recompute_policies)}",
-        cannot=lambda caps, p, c: f"the recompute policy {RECOMPUTE_POLICIES[c['r']]}",
-        nearest=lambda caps, p, c: f"recompute {_or_(caps.recompute_policies)}",
+        field="r",
+        names=RECOMPUTE_POLICIES,
+        allowed="recompute_policies",
+        noun="recompute",
+        refused="the recompute policy",
     ),
     Limit.choice(code="offload", field="f", names=OFFLOADS, allowed="offload", noun="offload"),
-    Limit(
+    Limit.zero(
         code="offload-zero",
-        needs=("fsdp", "cp", "z", "f"),
-        holds=lambda caps, p, c: (
-            (c["f"] == 0) | np.isin(effective_zero(c), caps.offload_zero_stages)
-        ),
-        title=lambda caps, p: f"offload with ZeRO {set(caps.offload_zero_stages)}",
-        cannot=lambda caps, p, c: f"offload {OFFLOADS[c['f']]} with ZeRO-{effective_zero(c)}",
-        nearest=lambda caps, p, c: f"zero_stage {_or_(caps.offload_zero_stages)}",
+        needs=("f",),
+        stages="offload_zero_stages",
+        unless=lambda c: c["f"] == 0,
+        title="offload with ZeRO {}",
+        cannot=lambda c: f"offload {OFFLOADS[c['f']]} with ZeRO-{effective_zero(c)}",
     ),
     Limit(
         code="kv",
@@ -1367,26 +1438,24 @@ LIMITS: tuple[Limit, ...] = (
         cannot=lambda p, c: f"ep({c['ep']}) with both tp({c['tp']}) and pp({c['pp']})",
         nearest="tp=1 or pp=1 with ep > 1",
     ),
-    Limit.feature(
+    Limit.option(
         code="deepep",
-        needs=("ep",),
         capability="deepep",
-        used=lambda p, c: (
-            (c["ep"] != 1) & node_dedup(p.model, p.workload, p.cluster.accelerator.kind)
-        ),
+        degree="ep",
+        asked=lambda p: node_dedup(p.model, p.workload, p.cluster.accelerator.kind),
         can="DeepEP dispatch",
         cannot_title="no DeepEP dispatch with ep > 1",
-        cannot=lambda p, c: f"the DeepEP token dispatch with ep({c['ep']})",
+        what="the DeepEP token dispatch",
         nearest="--no-deepep, or export to megatron or torchtitan",
     ),
-    Limit.feature(
+    Limit.option(
         code="fp8-dispatch",
-        needs=("ep",),
         capability="fp8_dispatch",
-        used=lambda p, c: (c["ep"] != 1) & p.workload.fp8_dispatch,
+        degree="ep",
+        asked=lambda p: p.workload.fp8_dispatch,
         can="an fp8 token dispatch",
         cannot_title="no fp8 token dispatch with ep > 1",
-        cannot=lambda p, c: f"the fp8 token dispatch with ep({c['ep']})",
+        what="the fp8 token dispatch",
         nearest="--no-fp8-dispatch",
     ),
     Limit.feature(
@@ -1410,26 +1479,24 @@ LIMITS: tuple[Limit, ...] = (
         cannot=lambda caps, p, c: _graphs_refusal(caps, p, c)[0],
         nearest=lambda caps, p, c: _graphs_refusal(caps, p, c)[1],
     ),
-    Limit.feature(
+    Limit.option(
         code="tp-overlap",
-        needs=("tp",),
         capability="tp_comm_overlap",
-        used=lambda p, c: bool(p.workload.tp_comm_overlap) & (c["tp"] != 1),
+        degree="tp",
+        asked=lambda p: bool(p.workload.tp_comm_overlap),
         can="TP communication overlap",
         cannot_title="no TP communication overlap",
-        cannot=lambda p, c: f"the TP communication overlap (--tp-comm-overlap) with tp({c['tp']})",
+        what="the TP communication overlap (--tp-comm-overlap)",
         nearest="--no-tp-comm-overlap, or export to megatron",
     ),
-    Limit.feature(
+    Limit.option(
         code="ep-overlap",
-        needs=("ep",),
         capability="ep_comm_overlap",
-        used=lambda p, c: (bool(p.workload.ep_comm_overlap) and _moe(p)) & (c["ep"] != 1),
+        degree="ep",
+        asked=lambda p: bool(p.workload.ep_comm_overlap) and _moe(p),
         can="expert-parallel AllToAll overlap",
         cannot_title="no expert-parallel AllToAll overlap",
-        cannot=lambda p, c: (
-            f"the expert-parallel AllToAll overlap (--ep-comm-overlap) with ep({c['ep']})"
-        ),
+        what="the expert-parallel AllToAll overlap (--ep-comm-overlap)",
         nearest="--no-ep-comm-overlap, or export to megatron",
     ),
     Limit.feature(
