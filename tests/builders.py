@@ -65,6 +65,20 @@ DEEPSEEK_V3_ARGS = [
 ]
 
 
+# The command lines several CLI tests start from (options they add follow): an estimate of
+# Llama-70B's fsdp 1024 x tp 8 on a v5p-8192 pod, and a solve of Llama 3 8B's 256 sequences on 64 H100s
+LLAMA70B_V5P_ESTIMATE = (
+    "estimate",
+    "--model",
+    "llama70b",
+    "--cluster",
+    "v5p-8192",
+    "--layout",
+    "fsdp=1024,tp=8",
+)
+LLAMA3_8B_H100_SOLVE = ("solve", "--model", "llama3-8b", "--cluster", "h100-64", "--seqs", "256")
+
+
 def estimate_record(capsys, args: list[str]) -> dict:
     """The layout record of `layoutsearch estimate ARGS --format json`."""
     main(["estimate", *args, "--format", "json"])

@@ -5,6 +5,7 @@ import subprocess
 import sys
 
 import pytest
+from builders import LLAMA70B_V5P_ESTIMATE
 from typer.testing import CliRunner
 
 from layoutsearch.cli import app
@@ -32,17 +33,7 @@ def test_clusters_lists_accelerators_and_axes():
 
 
 def test_estimate_json_follows_the_output_contract():
-    r = run(
-        "estimate",
-        "--model",
-        "llama70b",
-        "--cluster",
-        "v5p-8192",
-        "--layout",
-        "fsdp=1024,tp=8",
-        "--format",
-        "json",
-    )
+    r = run(*LLAMA70B_V5P_ESTIMATE, "--format", "json")
     assert r.exit_code == 0, r.stdout
     doc = json.loads(r.stdout)
     assert doc["params"]["total"] == 70_553_706_496

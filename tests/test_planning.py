@@ -9,6 +9,7 @@ import shlex
 from pathlib import Path
 
 import pytest
+from builders import LLAMA70B_V5P_ESTIMATE
 from typer.testing import CliRunner
 
 from layoutsearch.cli import app
@@ -100,19 +101,7 @@ def test_without_tokens_the_fields_are_null_and_without_a_price_only_cost_is():
 
 
 def test_estimate_json_and_table_carry_days_device_hours_and_cost():
-    argv = [
-        "estimate",
-        "--model",
-        "llama70b",
-        "--cluster",
-        "v5p-8192",
-        "--layout",
-        "fsdp=1024,tp=8",
-        "--tokens",
-        "15e12",
-        "--price-per-device-hour",
-        "2.0",
-    ]
+    argv = [*LLAMA70B_V5P_ESTIMATE, "--tokens", "15e12", "--price-per-device-hour", "2.0"]
     rec = run_json(*argv)["layout"]
     assert_priced(rec, TOKENS, 8192, PRICE)
     text = runner.invoke(app, argv).stdout
@@ -344,17 +333,7 @@ def test_what_if_where_the_base_does_not_fit():
 
 
 def test_estimate_what_if_re_estimates_the_same_layout():
-    argv = [
-        "estimate",
-        "--model",
-        "llama70b",
-        "--cluster",
-        "v5p-8192",
-        "--layout",
-        "fsdp=1024,tp=8",
-        "--what-if",
-        "peak_flops=2",
-    ]
+    argv = [*LLAMA70B_V5P_ESTIMATE, "--what-if", "peak_flops=2"]
     doc = run_json(*argv)
     w = doc["what_if"]
     assert w["method"] == "re-estimated" and w["same_layout"] is True

@@ -1,6 +1,7 @@
 """fp8 training: the fp8 matmul peak, fp8-saved linear inputs, cached fp8 weights, fp8 weight gathers."""
 
 import pytest
+from builders import LLAMA3_8B_H100_SOLVE
 from typer.testing import CliRunner
 
 from layoutsearch.cli import app
@@ -107,21 +108,7 @@ def test_fp8_is_refused_where_the_catalogue_has_no_fp8_rate():
 def test_solve_takes_fp8_and_records_it():
     r = CliRunner().invoke(
         app,
-        [
-            "solve",
-            "--model",
-            "llama3-8b",
-            "--cluster",
-            "h100-64",
-            "--seqs",
-            "256",
-            "--precision",
-            "fp8",
-            "--top",
-            "1",
-            "--format",
-            "json",
-        ],
+        [*LLAMA3_8B_H100_SOLVE, "--precision", "fp8", "--top", "1", "--format", "json"],
     )
     assert r.exit_code == 0, r.output
     assert '"precision": "fp8"' in r.stdout

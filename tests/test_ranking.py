@@ -8,7 +8,7 @@ import random
 import numpy as np
 import pytest
 import yaml
-from builders import proven_top
+from builders import LLAMA3_8B_H100_SOLVE, LLAMA70B_V5P_ESTIMATE, proven_top
 from typer.testing import CliRunner
 
 from layoutsearch.cli import app
@@ -325,19 +325,7 @@ def test_rank_after_rank_each_layout_is_tied_with_the_best_left():
 def test_every_layout_record_carries_the_uncertainty_band():
     r = runner.invoke(
         app,
-        [
-            "solve",
-            "--model",
-            "llama3-8b",
-            "--cluster",
-            "h100-64",
-            "--seqs",
-            "256",
-            "--format",
-            "json",
-            "--top",
-            "3",
-        ],
+        [*LLAMA3_8B_H100_SOLVE, "--format", "json", "--top", "3"],
     )
     assert r.exit_code == 0, r.stdout
     doc = json.loads(r.stdout)
@@ -353,17 +341,7 @@ def test_every_layout_record_carries_the_uncertainty_band():
     assert "simplest layout" in doc["solver"]["tie_break"]
     r = runner.invoke(
         app,
-        [
-            "estimate",
-            "--model",
-            "llama70b",
-            "--cluster",
-            "v5p-8192",
-            "--layout",
-            "fsdp=1024,tp=8",
-            "--format",
-            "json",
-        ],
+        [*LLAMA70B_V5P_ESTIMATE, "--format", "json"],
     )
     rec = json.loads(r.stdout)["layout"]
     low, high = uncertainty_band("tpu")

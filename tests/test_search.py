@@ -5,7 +5,7 @@ import json
 import numpy as np
 import pytest
 import reference
-from builders import catalogue_space, proven_top
+from builders import LLAMA3_8B_H100_SOLVE, catalogue_space, proven_top
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from typer.testing import CliRunner
@@ -270,17 +270,7 @@ def test_design_notes_choice_through_the_cli(data_file, case_id, seqs):
 
 
 def test_solve_json_contract_and_determinism():
-    args = [
-        "solve",
-        "--model",
-        "llama3-8b",
-        "--cluster",
-        "h100-64",
-        "--seqs",
-        "256",
-        "--format",
-        "json",
-    ]
+    args = [*LLAMA3_8B_H100_SOLVE, "--format", "json"]
     first, second = runner.invoke(app, args), runner.invoke(app, args)
     assert first.exit_code == 0
     a, b = json.loads(first.stdout), json.loads(second.stdout)
