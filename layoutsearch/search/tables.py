@@ -132,11 +132,11 @@ def stage_collectives(
     return tp, cp, ep
 
 
-def stage_windows(space: Space, rt: RowTerms, sh: terms.Shapes, k, st: int, last) -> dict:
-    """Stage ``st``'s compute windows without recompute: ``rt.windows`` where "none" is searched,
-    else costed again with the recompute code 0."""
-    if rt.windows is not None:
-        return rt.windows[st]
+def stage_windows(space: Space, windows: list | None, sh: terms.Shapes, k, st: int, last) -> dict:
+    """Stage ``st``'s compute windows without recompute: ``windows`` (``RowTerms.windows`` of the
+    rows) where "none" is searched, else costed again with the recompute code 0."""
+    if windows is not None:
+        return windows[st]
     model, workload, acc = space.model, space.workload, space.cluster.accelerator
     return terms.compute_per_microbatch(model, workload, acc, sh, k, np.zeros_like(k), last)
 
@@ -190,31 +190,65 @@ class RowTerms:
     def quantum_s(self) -> float:
         """The time quantum: 1e-5 of the least slowest-stage compute of any row (a tables' unit)."""
         if not self.compute_s[0].size:
-            return 1e-5
-        return max(1e-7, float(np.min(np.max(np.stack(self.compute_s), axis=0))) / 1e5)
+            return self.quantum_of(None)
+        return self.quantum_of(float(np.min(np.max(np.stack(self.compute_s), axis=0))))
+
+    @staticmethod
+    def quantum_of(least_compute_s: float | None) -> float:
+        """The quantum of rows whose least slowest-stage compute is ``least_compute_s`` (None: no
+        row)."""
+        return 1e-5 if least_compute_s is None else max(1e-7, least_compute_s / 1e5)
 
 
 @dataclass
 class Costed:
-    """What ``compute_bounds`` costed for a space, for ``build_tables`` to reuse: the quantum, the
-    RowTerms of the distinct keys (``term_keys``) with each row's key index, and the shapes'
-    memory by ZeRO stage (KiB, [s, z, st, moment])."""
+    """What ``compute_bounds`` costed for a space, for ``build_tables`` and ``exposed_bounds`` to
+    reuse: the quantum; each row's index among the distinct keys of the (S,K) x r terms
+    (``term_keys``) and a row of each key; per key the least over the recompute policies of the
+    busier stage's busy time (s: the energy objective's bound) and, where "none" is searched, the
+    compute windows without recompute (``RowTerms.windows``). The RowTerms themselves are kept
+    only for few rows (``restrict``'s: ``key`` None, ``rows`` the rows' own); otherwise they are
+    costed again per key when asked for (``row_terms``): a space of millions of rows never holds
+    them all at once. ``MZ``: the shapes' memory by ZeRO stage (KiB, [s, z, st, moment]) where
+    kept, else ``build_tables`` costs it."""
 
     quantum_s: float
-    rows: RowTerms
-    MZ: np.ndarray
-    key: np.ndarray | None = None  # each row's index in ``rows``; None: ``rows`` is the rows'
+    rows: RowTerms | None = None
+    MZ: np.ndarray | None = None
+    key: np.ndarray | None = None  # each row's key index; None: ``rows`` is the rows' own
+    first: np.ndarray | None = None  # a row of each key
+    least_busy_s: np.ndarray | None = None  # [keys]
+    windows: list | None = None  # [st] -> {name: [keys, 1]}
 
-    def row_terms(self) -> RowTerms:
+    def row_terms(self, space: Space) -> RowTerms:
         """The RowTerms of the space's rows, in its order."""
-        return self.rows if self.key is None else self.rows.take(self.key)
+        if self.key is None:
+            assert self.rows is not None, "a restricted Costed holds its rows' terms"
+            return self.rows
+        assert self.first is not None
+        return terms_of_rows(space, self.first).take(self.key)
 
     def restrict(self, space: Space, rows: np.ndarray) -> Costed:
-        """For ``space.restrict(rows)`` (``rows`` ascending): those rows and the shapes they use."""
-        index = rows if self.key is None else self.key[rows]
-        return Costed(
-            self.quantum_s, self.rows.take(index), self.MZ[distinct(space.sk_shape[rows])]
-        )
+        """For ``space.restrict(rows)`` (``rows`` ascending): the terms of those rows, costed once
+        per key."""
+        if self.key is None:
+            assert self.rows is not None
+            mz = None if self.MZ is None else self.MZ[distinct(space.sk_shape[rows])]
+            return Costed(self.quantum_s, self.rows.take(rows), mz)
+        assert self.first is not None
+        keys, index = np.unique(self.key[rows], return_inverse=True)
+        return Costed(self.quantum_s, terms_of_rows(space, self.first[keys]).take(index))
+
+    def windows_of(self, rows: np.ndarray) -> list | None:
+        """Each stage's compute windows without recompute of the rows ``rows``; None where "none"
+        is not searched."""
+        if self.key is None:
+            assert self.rows is not None
+            w = self.rows.windows
+            index = rows
+        else:
+            w, index = self.windows, self.key[rows]
+        return None if w is None else [{n: a[index] for n, a in st.items()} for st in w]
 
 
 # The (S,K) x r terms read a row's microbatch count and its shape's degrees, but the data unit
@@ -281,10 +315,12 @@ def terms_of_rows(space: Space, rows: np.ndarray) -> RowTerms:
     )
 
 
-def zero_memory_bytes(space: Space) -> list:
-    """Memory by ZeRO stage and offload per shape: [first stage, other stages][moment] -> [s, z] bytes."""
+def zero_memory_bytes(space: Space, shapes: np.ndarray | None = None) -> list:
+    """Memory by ZeRO stage and offload per shape (of the shapes ``shapes``, default all):
+    [first stage, other stages][moment] -> [s, z] bytes."""
     model, workload, n_z = space.model, space.workload, space.num_zero
-    sh_z = space.shapes.take(np.arange(space.num_shapes)[:, None])
+    shapes = np.arange(space.num_shapes) if shapes is None else shapes
+    sh_z = space.shapes.take(shapes[:, None])
     z_row, f_row = space.zero_columns(np.arange(n_z)[None, :])
     out = []
     for first in (True, False):
@@ -293,7 +329,7 @@ def zero_memory_bytes(space: Space) -> list:
             [
                 np.broadcast_to(
                     sum(terms.moment_bytes(items, name).values(), 0.0 * z_row),
-                    (space.num_shapes, n_z),
+                    (len(shapes), n_z),
                 )
                 for name in MOMENT_NAMES
             ]
@@ -379,31 +415,62 @@ def compute_bounds(
     other term of ``costs.step`` is at least 0); NEVER where no policy may fit. A policy may fit
     when each stage's memory at each moment fits with that moment's least per-shape memory over
     the allowed ZeRO stages: a necessary condition, a fraction of the cost of ``fits_by_row``.
-    Costs the (S,K) x r terms and the per-shape memory only: the rest of the tables is left for
-    the rows the bound keeps. Rows are compared ``chunk`` at a time."""
+    Costs the (S,K) x r terms and the per-shape memory only, ``chunk`` keys (``term_keys``) and
+    shapes at a time, keeping of each chunk what the bound and ``Costed`` need: the rest of the
+    tables is left for the rows the bound keeps. The least compute is kept in seconds and rounded
+    once the quantum (the least of every chunk's) is known: rounding is monotone, so the least of
+    the rounded values is the rounded least."""
     first, key = term_keys(space)
-    rt = terms_of_rows(space, first)  # [keys, r]; a row's are those of its key
-    _check(deadline)
-    quantum = rt.quantum_s()
-    mz = memory_table(zero_memory_bytes(space))  # [s, z, st, moment]
-    least_mz = np.where(space.zero_mask[:, :, None, None], mz, NEVER).min(axis=1)
-    # the room the least per-shape memory leaves at each stage and moment: [s, st, moment] KiB
-    room = int(capacity_bytes(space.cluster, space.workload) // KIB) - least_mz
-    may_fit = np.ones((len(key), len(space.recompute_codes)), dtype=bool)  # [sk, r]
-    parts = [slice(start, start + chunk) for start in range(0, len(key), chunk)]
-    for st, moments in enumerate(rt.memory_bytes):
-        for mi, row_bytes in enumerate(moments):
-            row_kib = kib(row_bytes)  # [keys, r]
-            for c in parts:  # a chunk of rows at a time: small temporaries
-                may_fit[c] &= row_kib[key[c]] <= room[space.sk_shape[c], st, mi][:, None]
-    compute = np.max(np.stack([quanta(c, quantum) for c in rt.compute_s]), axis=0)  # [keys, r]
-    least = np.empty(len(key), dtype=np.int64)
-    for c in parts:
-        least[c] = np.where(may_fit[c], compute[key[c]], NEVER).min(axis=1)
+    n_keys, n_r = len(first), len(space.recompute_codes)
+    room = int(capacity_bytes(space.cluster, space.workload) // KIB) - least_zero_memory(
+        space, chunk
+    )  # [s, st, moment] KiB: the room the least per-shape memory leaves at each stage and moment
+    by_key = np.argsort(key, kind="stable")  # the rows of each key together
+    key_end = np.cumsum(np.bincount(key, minlength=n_keys))
+    least_s = np.zeros(len(key))  # the least slowest-stage compute of a policy that may fit
+    fits = np.zeros(len(key), dtype=bool)  # some policy may fit
+    least_busy = np.empty(n_keys)
+    windows: list | None = None
+    least_compute = np.inf
+    for start in range(0, n_keys, chunk):
+        stop = min(start + chunk, n_keys)
+        rt = terms_of_rows(space, first[start:stop])  # [keys, r]; a row's are those of its key
+        _check(deadline)
+        rows = by_key[(key_end[start - 1] if start else 0) : key_end[stop - 1]]
+        local, s = key[rows] - start, space.sk_shape[rows]
+        compute = np.maximum(*rt.compute_s)  # [keys, r]
+        least_compute = min(least_compute, float(compute.min())) if compute.size else least_compute
+        may_fit = np.ones((len(rows), n_r), dtype=bool)  # [rows, r]
+        for st, moments in enumerate(rt.memory_bytes):
+            for mi, row_bytes in enumerate(moments):
+                may_fit &= kib(row_bytes)[local] <= room[s, st, mi][:, None]
+        fits[rows] = may_fit.any(axis=1)
+        least_s[rows] = np.where(may_fit, compute[local], np.inf).min(axis=1)
+        least_busy[start:stop] = np.maximum(*rt.busy_s).min(axis=1)
+        if rt.windows is not None:
+            if windows is None:
+                windows = [{name: np.empty((n_keys, 1)) for name in stage} for stage in rt.windows]
+            for kept, costed in zip(windows, rt.windows, strict=True):
+                for name, w in costed.items():
+                    kept[name][start:stop] = w
+    quantum = RowTerms.quantum_of(least_compute if len(key) else None)
     opt = np.where(space.zero_mask, quanta(optimizer_seconds(space), quantum), NEVER).min(axis=1)
     overhead = int(quanta(space.cluster.accelerator.step_overhead_s, quantum))
-    bound = np.where(may_fit.any(axis=1), least + opt[space.sk_shape] + overhead, NEVER)
-    return bound, Costed(quantum, rt, mz, key)
+    least = quanta(np.where(fits, least_s, 0.0), quantum)
+    bound = np.where(fits, least + opt[space.sk_shape] + overhead, NEVER)
+    return bound, Costed(quantum, key=key, first=first, least_busy_s=least_busy, windows=windows)
+
+
+def least_zero_memory(space: Space, chunk: int = 1 << 16) -> np.ndarray:
+    """[s, st, moment] KiB: each shape's least memory by ZeRO stage over its allowed columns
+    (``zero_mask``), costed ``chunk`` shapes at a time."""
+    out = np.empty((space.num_shapes, 2, len(MOMENT_NAMES)), dtype=np.int64)
+    for start in range(0, space.num_shapes, chunk):
+        shapes = np.arange(start, min(start + chunk, space.num_shapes))
+        mz = memory_table(zero_memory_bytes(space, shapes))  # [s, z, st, moment]
+        allowed = space.zero_mask[shapes][:, :, None, None]
+        out[shapes] = np.where(allowed, mz, NEVER).min(axis=1)
+    return out
 
 
 def exposed_bounds(
@@ -423,13 +490,13 @@ def exposed_bounds(
     the four rounded terms (a float path differing in the last bit cannot lift it above them).
     Costs the collectives of ``rows`` alone, ``chunk`` rows at a time."""
     model, workload = space.model, space.workload
-    rt, q = costed.rows, costed.quantum_s
-    key = rows if costed.key is None else costed.key[rows]
+    q = costed.quantum_s
     split = terms.backward_split(model, workload)
     out = np.empty(len(rows), dtype=np.int64)
     n_o = len(space.orders)
     for start in range(0, len(rows), chunk):
-        part, part_key = rows[start : start + chunk], key[start : start + chunk]
+        part = rows[start : start + chunk]
+        part_windows = costed.windows_of(part)
         shape_idx = space.sk_shape[part]
         sh, k = space.shapes.take(shape_idx[:, None]), space.sk_k[part, None]
         co = _coeff_rows(space, shape_idx[:, None], np.arange(n_o)[None, :], SHARD_GROUPS)
@@ -437,11 +504,7 @@ def exposed_bounds(
         stages: list = []
         cp_q: np.ndarray | int = 0  # the first stage's CP collectives, both stages' (as cp_s)
         for st, (_first, last) in _stage_flags(sh).items():
-            windows = (
-                {name: w[part_key] for name, w in rt.windows[st].items()}
-                if rt.windows is not None
-                else stage_windows(space, rt, sh, k, st, last)
-            )
+            windows = stage_windows(space, part_windows, sh, k, st, last)
             tp, cp, ep = stage_collectives(space, sh, k, co, windows, last)
             if st == 0:
                 cp_q = quanta(mult * cp["base"], q)
@@ -460,7 +523,7 @@ def build_tables(
     ``costed``, what ``compute_bounds`` costed for this space, else ``RowTerms.quantum_s``)."""
     model, workload, acc = space.model, space.workload, space.cluster.accelerator
     n_sk, codes, n_o = len(space.sk_k), space.recompute_codes, len(space.orders)
-    rt = row_terms(space) if costed is None else costed.row_terms()
+    rt = row_terms(space) if costed is None else costed.row_terms(space)
     _check(deadline)  # between grids: a time limit stops the search at most one grid late
     # ---- (S,K) x o: likewise, a term of (S,K) alone (the compute windows) once per row
     sh_o, k_o = space.shapes.take(space.sk_shape[:, None]), space.sk_k[:, None]
@@ -473,7 +536,7 @@ def build_tables(
     tp_st, fx_st, ep_st = [], [], []
     fc = terms.fsdp_collectives(model, workload, acc, sh_o, co)
     for st, (_first, last) in _stage_flags(sh_o).items():
-        c = stage_windows(space, rt, sh_o, k_o, st, last)
+        c = stage_windows(space, rt.windows, sh_o, k_o, st, last)
         tp, cp, ep = stage_collectives(space, sh_o, k_o, co, c, last)
         busy = terms.shard_link_traffic(tp, cp, fc, co)
         tp_st.append(grid_o(mult_o * tp["base"]))
@@ -558,9 +621,11 @@ def build_tables(
         reduce_interference_s=q(reduce_interference).reshape(n_s, n_z, n_o),
         gather_interference_s=q(gather_interference).reshape(n_s, n_z, n_o),
         optimizer_s=q(optimizer_seconds(space)).reshape(n_s, n_z),
-        MZ=(memory_table(zero_memory_bytes(space)) if costed is None else costed.MZ).reshape(
-            n_s, n_z, 2, len(MOMENT_NAMES)
-        ),
+        MZ=(
+            memory_table(zero_memory_bytes(space))
+            if costed is None or costed.MZ is None
+            else costed.MZ
+        ).reshape(n_s, n_z, 2, len(MOMENT_NAMES)),
         zero3=z3,
         VOLUME=kib(v_w + v_x),
     )
