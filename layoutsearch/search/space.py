@@ -420,7 +420,10 @@ def _host_memory_fits(problem: Problem, shapes: dict, offload_codes: np.ndarray)
     """[shape, z]: the host-memory rule, the model state a column offloads per node (the devices of
     a host, the larger pipeline stage's) fits the node's memory (estimate's ``host-memory``)."""
     acc = problem.cluster.accelerator
-    sh = terms.Shapes(**{f: shapes[f][:, None] for f in terms.SHAPE_KEYS})
+    # costed once per distinct tuple of the fields it reads (the shapes' many schedules, splits
+    # and CP flavours share them)
+    rows, index = distinct_rows(np.stack([shapes[f] for f in terms.SHAPE_KEYS], axis=1))
+    sh = terms.Shapes(**{f: shapes[f][rows, None] for f in terms.SHAPE_KEYS})
     z = np.tile(np.arange(4), len(offload_codes))[None, :]
     f = np.repeat(offload_codes, 4)[None, :]
     hosted = [
@@ -431,7 +434,7 @@ def _host_memory_fits(problem: Problem, shapes: dict, offload_codes: np.ndarray)
         np.maximum(*(h["host/offloaded_state"] for h in hosted)) * problem.cluster.devices_per_node
     )
     limit = acc.host_memory_bytes_per_node
-    return (f == 0) | (per_node <= (np.inf if limit is None else limit))
+    return ((f == 0) | (per_node <= (np.inf if limit is None else limit)))[index]
 
 
 def _apply_mask(problem: Problem, rules: list[Rule], c: Cand) -> np.ndarray:

@@ -257,11 +257,16 @@ class Costed:
 TERM_DEGREES = ("tp", "pp", "cp", "v", "ep", "etp", "sched", "lf", "ll", "cpf", "cpa", "spl")
 
 
-def term_keys(space: Space) -> tuple[np.ndarray, np.ndarray]:
-    """(one (S,K) row per distinct key of the (S,K) x r terms, each row's index among the keys)."""
+def shape_term_keys(space: Space) -> np.ndarray:
+    """Each shape's index among the distinct shapes of the (S,K) x r terms (``TERM_DEGREES``)."""
     sh = space.shapes
     degrees = np.stack([sh.units, *(getattr(sh, name) for name in TERM_DEGREES)], axis=1)
-    shape_key = distinct_rows(degrees)[1]
+    return distinct_rows(degrees)[1]
+
+
+def term_keys(space: Space) -> tuple[np.ndarray, np.ndarray]:
+    """(one (S,K) row per distinct key of the (S,K) x r terms, each row's index among the keys)."""
+    shape_key = shape_term_keys(space)
     return distinct_rows(np.stack([shape_key[space.sk_shape], space.sk_k], axis=1))
 
 
@@ -276,6 +281,8 @@ def terms_of_rows(space: Space, rows: np.ndarray) -> RowTerms:
     alone is costed once per row."""
     model, workload, acc = space.model, space.workload, space.cluster.accelerator
     space.shapes.layer_split(model)  # once per shape; every grid takes its rows
+    if model.moe is not None:
+        space.shapes.moe_layer_split(model)
     n_sk, codes = len(rows), space.recompute_codes
     sh, k, r = space.shapes.take(space.sk_shape[rows, None]), space.sk_k[rows, None], codes[None, :]
 
@@ -407,7 +414,7 @@ def fits_by_row(
 
 
 def compute_bounds(
-    space: Space, deadline: float | None = None, chunk: int = 1 << 16
+    space: Space, deadline: float | None = None, chunk: int = 1 << 18
 ) -> tuple[np.ndarray, Costed]:
     """Per (S,K) row a valid lower bound of its step time in quanta, and what was costed for it.
     The bound: the least, over the recompute policies that may fit, of the slowest stage's
@@ -415,61 +422,93 @@ def compute_bounds(
     other term of ``costs.step`` is at least 0); NEVER where no policy may fit. A policy may fit
     when each stage's memory at each moment fits with that moment's least per-shape memory over
     the allowed ZeRO stages: a necessary condition, a fraction of the cost of ``fits_by_row``.
-    Costs the (S,K) x r terms and the per-shape memory only, ``chunk`` keys (``term_keys``) and
-    shapes at a time, keeping of each chunk what the bound and ``Costed`` need: the rest of the
-    tables is left for the rows the bound keeps. The least compute is kept in seconds and rounded
-    once the quantum (the least of every chunk's) is known: rounding is monotone, so the least of
-    the rounded values is the rounded least."""
-    first, key = term_keys(space)
-    n_keys, n_r = len(first), len(space.recompute_codes)
+    Costs the (S,K) x r terms (once per key of ``term_keys`` in each chunk of ``chunk`` rows: the
+    rows of one key mostly sit together, the space's rows being ordered by tp, pp and cp first)
+    and the per-shape memory only, keeping of each chunk what the bound and ``Costed`` need: the
+    rest of the tables is left for the rows the bound keeps. The least compute is kept in seconds
+    and rounded once the quantum (the least of every chunk's) is known: rounding is monotone, so
+    the least of the rounded values is the rounded least."""
+    n_rows, n_r = len(space.sk_k), len(space.recompute_codes)
     room = int(capacity_bytes(space.cluster, space.workload) // KIB) - least_zero_memory(
-        space, chunk
+        space
     )  # [s, st, moment] KiB: the room the least per-shape memory leaves at each stage and moment
-    by_key = np.argsort(key, kind="stable")  # the rows of each key together
-    key_end = np.cumsum(np.bincount(key, minlength=n_keys))
-    least_s = np.zeros(len(key))  # the least slowest-stage compute of a policy that may fit
-    fits = np.zeros(len(key), dtype=bool)  # some policy may fit
-    least_busy = np.empty(n_keys)
-    windows: list | None = None
-    least_compute = np.inf
-    for start in range(0, n_keys, chunk):
-        stop = min(start + chunk, n_keys)
-        rt = terms_of_rows(space, first[start:stop])  # [keys, r]; a row's are those of its key
+    shape_key = shape_term_keys(space)
+    key = np.empty(n_rows, dtype=np.int64)  # each row's key, numbered across the chunks
+    least_s = np.zeros(n_rows)  # the least slowest-stage compute of a policy that may fit
+    fits = np.zeros(n_rows, dtype=bool)  # some policy may fit
+    firsts, least_busy, windows = [], [], []
+    least_compute, n_keys = np.inf, 0
+    for start in range(0, n_rows, chunk):
+        rows = slice(start, min(start + chunk, n_rows))
+        s = space.sk_shape[rows]
+        first, local = distinct_rows(np.stack([shape_key[s], space.sk_k[rows]], axis=1))
+        rt = terms_of_rows(space, start + first)  # [keys, r]; a row's are those of its key
         _check(deadline)
-        rows = by_key[(key_end[start - 1] if start else 0) : key_end[stop - 1]]
-        local, s = key[rows] - start, space.sk_shape[rows]
         compute = np.maximum(*rt.compute_s)  # [keys, r]
-        least_compute = min(least_compute, float(compute.min())) if compute.size else least_compute
-        may_fit = np.ones((len(rows), n_r), dtype=bool)  # [rows, r]
+        least_compute = min(least_compute, float(compute.min()))
+        may_fit = np.ones((len(local), n_r), dtype=bool)  # [rows, r]
+        row_room = room[s]
         for st, moments in enumerate(rt.memory_bytes):
             for mi, row_bytes in enumerate(moments):
-                may_fit &= kib(row_bytes)[local] <= room[s, st, mi][:, None]
+                may_fit &= kib(row_bytes)[local] <= row_room[:, st, mi, None]
         fits[rows] = may_fit.any(axis=1)
         least_s[rows] = np.where(may_fit, compute[local], np.inf).min(axis=1)
-        least_busy[start:stop] = np.maximum(*rt.busy_s).min(axis=1)
-        if rt.windows is not None:
-            if windows is None:
-                windows = [{name: np.empty((n_keys, 1)) for name in stage} for stage in rt.windows]
-            for kept, costed in zip(windows, rt.windows, strict=True):
-                for name, w in costed.items():
-                    kept[name][start:stop] = w
-    quantum = RowTerms.quantum_of(least_compute if len(key) else None)
+        key[rows] = n_keys + local
+        n_keys += len(first)
+        firsts.append(start + first)
+        least_busy.append(np.maximum(*rt.busy_s).min(axis=1))
+        windows.append(rt.windows)
+    quantum = RowTerms.quantum_of(least_compute if n_rows else None)
     opt = np.where(space.zero_mask, quanta(optimizer_seconds(space), quantum), NEVER).min(axis=1)
     overhead = int(quanta(space.cluster.accelerator.step_overhead_s, quantum))
     least = quanta(np.where(fits, least_s, 0.0), quantum)
     bound = np.where(fits, least + opt[space.sk_shape] + overhead, NEVER)
-    return bound, Costed(quantum, key=key, first=first, least_busy_s=least_busy, windows=windows)
+    kept_windows = (
+        None
+        if not windows or windows[0] is None
+        else [
+            {name: np.concatenate([w[st][name] for w in windows]) for name in stage}
+            for st, stage in enumerate(windows[0])
+        ]
+    )
+    return bound, Costed(
+        quantum,
+        key=key,
+        first=np.concatenate(firsts) if firsts else np.zeros(0, dtype=np.int64),
+        least_busy_s=np.concatenate(least_busy) if least_busy else np.zeros(0),
+        windows=kept_windows,
+    )
+
+
+# The S x z terms (memory by ZeRO stage, the optimizer step) read every field of a shape but the
+# CP flavour and its all-to-all degree, which only the CP collectives read: shapes alike in the
+# rest share them (``least_zero_memory`` costs them once per key).
+ZERO_TERM_FIELDS = tuple(
+    f for f in (*terms.SHAPE_KEYS, *terms.EXTRA_KEYS) if f not in ("cpf", "cpa")
+)
+
+
+def zero_term_keys(space: Space) -> tuple[np.ndarray, np.ndarray]:
+    """(one shape per distinct key of the S x z terms (``ZERO_TERM_FIELDS``), each shape's index
+    among the keys)."""
+    sh = space.shapes
+    return distinct_rows(np.stack([getattr(sh, f) for f in ZERO_TERM_FIELDS], axis=1))
 
 
 def least_zero_memory(space: Space, chunk: int = 1 << 16) -> np.ndarray:
     """[s, st, moment] KiB: each shape's least memory by ZeRO stage over its allowed columns
-    (``zero_mask``), costed ``chunk`` shapes at a time."""
+    (``zero_mask``), costed once per key (``zero_term_keys``), ``chunk`` keys at a time."""
+    first, key = zero_term_keys(space)
+    mz = np.empty((len(first), space.num_zero, 2, len(MOMENT_NAMES)), dtype=np.int64)
+    for start in range(0, len(first), chunk):
+        mz[start : start + chunk] = memory_table(
+            zero_memory_bytes(space, first[start : start + chunk])
+        )
     out = np.empty((space.num_shapes, 2, len(MOMENT_NAMES)), dtype=np.int64)
     for start in range(0, space.num_shapes, chunk):
-        shapes = np.arange(start, min(start + chunk, space.num_shapes))
-        mz = memory_table(zero_memory_bytes(space, shapes))  # [s, z, st, moment]
+        shapes = slice(start, start + chunk)
         allowed = space.zero_mask[shapes][:, :, None, None]
-        out[shapes] = np.where(allowed, mz, NEVER).min(axis=1)
+        out[shapes] = np.where(allowed, mz[key[shapes]], NEVER).min(axis=1)
     return out
 
 
