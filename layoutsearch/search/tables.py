@@ -432,27 +432,31 @@ def compute_bounds(
     room = int(capacity_bytes(space.cluster, space.workload) // KIB) - least_zero_memory(
         space
     )  # [s, st, moment] KiB: the room the least per-shape memory leaves at each stage and moment
+    room_by_moment = np.ascontiguousarray(room.transpose(1, 2, 0))  # [st, moment, s]
     shape_key = shape_term_keys(space)
     key = np.empty(n_rows, dtype=np.int64)  # each row's key, numbered across the chunks
     least_s = np.zeros(n_rows)  # the least slowest-stage compute of a policy that may fit
     fits = np.zeros(n_rows, dtype=bool)  # some policy may fit
     firsts, least_busy, windows = [], [], []
     least_compute, n_keys = np.inf, 0
-    for start in range(0, n_rows, chunk):
-        rows = slice(start, min(start + chunk, n_rows))
+    for start, stop in _row_chunks(space, chunk):
+        rows = slice(start, stop)
         s = space.sk_shape[rows]
         first, local = distinct_rows(np.stack([shape_key[s], space.sk_k[rows]], axis=1))
         rt = terms_of_rows(space, start + first)  # [keys, r]; a row's are those of its key
         _check(deadline)
-        compute = np.maximum(*rt.compute_s)  # [keys, r]
+        # policy-major ([r, rows]): the reductions over the policies run along the rows
+        compute = np.maximum(*rt.compute_s).T  # [r, keys]
         least_compute = min(least_compute, float(compute.min()))
-        may_fit = np.ones((len(local), n_r), dtype=bool)  # [rows, r]
-        row_room = room[s]
+        may_fit = np.ones((n_r, len(local)), dtype=bool)  # [r, rows]
         for st, moments in enumerate(rt.memory_bytes):
             for mi, row_bytes in enumerate(moments):
-                may_fit &= kib(row_bytes)[local] <= row_room[:, st, mi, None]
-        fits[rows] = may_fit.any(axis=1)
-        least_s[rows] = np.where(may_fit, compute[local], np.inf).min(axis=1)
+                need = np.ascontiguousarray(kib(row_bytes).T)  # [r, keys]
+                may_fit &= need.take(local, axis=1) <= room_by_moment[st, mi][s]
+        fits[rows] = may_fit.any(axis=0)
+        least_s[rows] = np.where(
+            may_fit, np.ascontiguousarray(compute).take(local, axis=1), np.inf
+        ).min(axis=0)
         key[rows] = n_keys + local
         n_keys += len(first)
         firsts.append(start + first)
@@ -480,6 +484,24 @@ def compute_bounds(
     )
 
 
+def _row_chunks(space: Space, chunk: int) -> list[tuple[int, int]]:
+    """(start, stop) of consecutive runs of at most ``chunk`` rows, each ending where the rows'
+    (tp, pp, cp) changes when one does inside it: the rows of a key of the (S,K) x r terms share
+    these, so in the space's order (tp, pp, cp first) a key's rows fall in one run."""
+    sh, n = space.shapes, len(space.sk_k)
+    block = np.stack([sh.tp, sh.pp, sh.cp], axis=1)[space.sk_shape]
+    edges = np.flatnonzero((block[1:] != block[:-1]).any(axis=1)) + 1  # where a block starts
+    out, start = [], 0
+    while start < n:
+        stop = min(start + chunk, n)
+        if stop < n:
+            inside = edges[(edges > start) & (edges <= stop)]
+            stop = int(inside[-1]) if len(inside) else stop
+        out.append((start, stop))
+        start = stop
+    return out
+
+
 # The S x z terms (memory by ZeRO stage, the optimizer step) read every field of a shape but the
 # CP flavour and its all-to-all degree, which only the CP collectives read: shapes alike in the
 # rest share them (``least_zero_memory`` costs them once per key).
@@ -497,19 +519,19 @@ def zero_term_keys(space: Space) -> tuple[np.ndarray, np.ndarray]:
 
 def least_zero_memory(space: Space, chunk: int = 1 << 16) -> np.ndarray:
     """[s, st, moment] KiB: each shape's least memory by ZeRO stage over its allowed columns
-    (``zero_mask``), costed once per key (``zero_term_keys``), ``chunk`` keys at a time."""
+    (``zero_mask``), costed once per key (``zero_term_keys``), ``chunk`` keys at a time, and
+    the least taken once per key and allowed columns."""
     first, key = zero_term_keys(space)
     mz = np.empty((len(first), space.num_zero, 2, len(MOMENT_NAMES)), dtype=np.int64)
     for start in range(0, len(first), chunk):
         mz[start : start + chunk] = memory_table(
             zero_memory_bytes(space, first[start : start + chunk])
         )
-    out = np.empty((space.num_shapes, 2, len(MOMENT_NAMES)), dtype=np.int64)
-    for start in range(0, space.num_shapes, chunk):
-        shapes = slice(start, start + chunk)
-        allowed = space.zero_mask[shapes][:, :, None, None]
-        out[shapes] = np.where(allowed, mz[key[shapes]], NEVER).min(axis=1)
-    return out
+    # the least over the allowed columns, once per distinct (key, allowed columns)
+    columns = space.zero_mask.astype(np.int64) @ (1 << np.arange(space.num_zero, dtype=np.int64))
+    pair, index = distinct_rows(np.stack([key, columns], axis=1))
+    allowed = space.zero_mask[pair][:, :, None, None]
+    return np.where(allowed, mz[key[pair]], NEVER).min(axis=1)[index]
 
 
 def exposed_bounds(
