@@ -6,6 +6,7 @@ one value per row, evaluated elementwise), so its arguments and result are eithe
 
 from __future__ import annotations
 
+import math
 from dataclasses import fields, is_dataclass
 from typing import TypeAlias
 
@@ -17,6 +18,8 @@ BoolArray: TypeAlias = bool | np.ndarray  # a flag, or one per candidate row
 
 # keys (and key tuples) up to this many codes are found by a lookup table, not by sorting
 PER_KEY_DIRECT_CODES = 1 << 22
+# from this many entries per_key takes keys along disjoint axes as all their combinations (``_outer``)
+PER_KEY_OUTER = 1 << 16
 
 
 def _compact(column: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -66,8 +69,9 @@ def per_key(fn, *keys, memo: dict | None = None):
         return _spread(found, np.zeros(shape, dtype=np.int64))
     compact = [_compact(a) for a in arrays]  # each key as small integers, before broadcasting
     bases = [len(distinct) for distinct, _ in compact]
-    outer = _outer(arrays, compact, bases, shape)
-    if outer is not None:  # keys along disjoint axes: every combination of theirs is present
+    # keys along disjoint axes of a large broadcast: every combination of theirs is present
+    outer = _outer(arrays, compact, bases, shape) if math.prod(shape) >= PER_KEY_OUTER else None
+    if outer is not None:
         values, inverse = outer
         return _spread(fn(*values) if memo is None else _remembered(memo, fn, values), inverse)
     code = compact[0][1]  # one integer per tuple

@@ -206,11 +206,12 @@ class Costed:
     reuse: the quantum; each row's index among the distinct keys of the (S,K) x r terms
     (``term_keys``) and a row of each key; per key the least over the recompute policies of the
     busier stage's busy time (s: the energy objective's bound) and, where "none" is searched, the
-    compute windows without recompute (``RowTerms.windows``). The RowTerms themselves are kept
-    only for few rows (``restrict``'s: ``key`` None, ``rows`` the rows' own); otherwise they are
-    costed again per key when asked for (``row_terms``): a space of millions of rows never holds
-    them all at once. ``MZ``: the shapes' memory by ZeRO stage (KiB, [s, z, st, moment]) where
-    kept, else ``build_tables`` costs it."""
+    compute windows without recompute (``RowTerms.windows``). ``rows``: the RowTerms of the keys
+    (of the rows themselves where ``key`` is None, ``restrict``'s), kept where the space was
+    costed in one chunk; a larger space's are costed again per key when asked for
+    (``row_terms``, ``restrict``): millions of rows never hold them all at once. The shapes'
+    memory by ZeRO stage (KiB, [s, z, st, moment]): ``MZ``, or ``zero_memory`` of each shape's
+    ``zero_key`` (``least_zero_memory``)."""
 
     quantum_s: float
     rows: RowTerms | None = None
@@ -219,25 +220,35 @@ class Costed:
     first: np.ndarray | None = None  # a row of each key
     least_busy_s: np.ndarray | None = None  # [keys]
     windows: list | None = None  # [st] -> {name: [keys, 1]}
+    zero_key: np.ndarray | None = None  # [s] each shape's key of the S x z terms
+    zero_memory: np.ndarray | None = None  # [zero keys, z, st, moment] KiB
+
+    def shape_memory(self, shapes=slice(None)) -> np.ndarray | None:
+        """The memory by ZeRO stage of the shapes ``shapes`` (KiB, [s, z, st, moment]); None
+        where not costed."""
+        if self.MZ is not None:
+            return self.MZ[shapes]
+        if self.zero_memory is None or self.zero_key is None:
+            return None
+        return self.zero_memory[self.zero_key[shapes]]
 
     def row_terms(self, space: Space) -> RowTerms:
         """The RowTerms of the space's rows, in its order."""
-        if self.key is None:
-            assert self.rows is not None, "a restricted Costed holds its rows' terms"
-            return self.rows
-        assert self.first is not None
+        if self.rows is not None:
+            return self.rows if self.key is None else self.rows.take(self.key)
+        assert self.key is not None and self.first is not None
         return terms_of_rows(space, self.first).take(self.key)
 
     def restrict(self, space: Space, rows: np.ndarray) -> Costed:
-        """For ``space.restrict(rows)`` (``rows`` ascending): the terms of those rows, costed once
-        per key."""
-        if self.key is None:
-            assert self.rows is not None
-            mz = None if self.MZ is None else self.MZ[distinct(space.sk_shape[rows])]
-            return Costed(self.quantum_s, self.rows.take(rows), mz)
-        assert self.first is not None
+        """For ``space.restrict(rows)`` (``rows`` ascending): those rows' terms (costed once per
+        key where not kept) and the shapes they use."""
+        mz = self.shape_memory(distinct(space.sk_shape[rows]))
+        if self.rows is not None:
+            index = rows if self.key is None else self.key[rows]
+            return Costed(self.quantum_s, self.rows.take(index), mz)
+        assert self.key is not None and self.first is not None
         keys, index = np.unique(self.key[rows], return_inverse=True)
-        return Costed(self.quantum_s, terms_of_rows(space, self.first[keys]).take(index))
+        return Costed(self.quantum_s, terms_of_rows(space, self.first[keys]).take(index), mz)
 
     def windows_of(self, rows: np.ndarray) -> list | None:
         """Each stage's compute windows without recompute of the rows ``rows``; None where "none"
@@ -429,9 +440,9 @@ def compute_bounds(
     and rounded once the quantum (the least of every chunk's) is known: rounding is monotone, so
     the least of the rounded values is the rounded least."""
     n_rows, n_r = len(space.sk_k), len(space.recompute_codes)
-    room = int(capacity_bytes(space.cluster, space.workload) // KIB) - least_zero_memory(
-        space
-    )  # [s, st, moment] KiB: the room the least per-shape memory leaves at each stage and moment
+    least_mz, zero_memory, zero_key = least_zero_memory(space)
+    # [s, st, moment] KiB: the room the least per-shape memory leaves at each stage and moment
+    room = int(capacity_bytes(space.cluster, space.workload) // KIB) - least_mz
     room_by_moment = np.ascontiguousarray(room.transpose(1, 2, 0))  # [st, moment, s]
     shape_key = shape_term_keys(space)
     key = np.empty(n_rows, dtype=np.int64)  # each row's key, numbered across the chunks
@@ -439,7 +450,8 @@ def compute_bounds(
     fits = np.zeros(n_rows, dtype=bool)  # some policy may fit
     firsts, least_busy, windows = [], [], []
     least_compute, n_keys = np.inf, 0
-    for start, stop in _row_chunks(space, chunk):
+    runs = _row_chunks(space, chunk)
+    for start, stop in runs:
         rows = slice(start, stop)
         s = space.sk_shape[rows]
         first, local = distinct_rows(np.stack([shape_key[s], space.sk_k[rows]], axis=1))
@@ -477,10 +489,13 @@ def compute_bounds(
     )
     return bound, Costed(
         quantum,
+        rows=rt if len(runs) == 1 else None,  # one chunk: its terms are every key's
         key=key,
         first=np.concatenate(firsts) if firsts else np.zeros(0, dtype=np.int64),
         least_busy_s=np.concatenate(least_busy) if least_busy else np.zeros(0),
         windows=kept_windows,
+        zero_key=zero_key,
+        zero_memory=zero_memory,
     )
 
 
@@ -517,10 +532,18 @@ def zero_term_keys(space: Space) -> tuple[np.ndarray, np.ndarray]:
     return distinct_rows(np.stack([getattr(sh, f) for f in ZERO_TERM_FIELDS], axis=1))
 
 
-def least_zero_memory(space: Space, chunk: int = 1 << 16) -> np.ndarray:
-    """[s, st, moment] KiB: each shape's least memory by ZeRO stage over its allowed columns
-    (``zero_mask``), costed once per key (``zero_term_keys``), ``chunk`` keys at a time, and
-    the least taken once per key and allowed columns."""
+def least_zero_memory(
+    space: Space, chunk: int = 1 << 16
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """([s, st, moment] KiB: each shape's least memory by ZeRO stage over its allowed columns
+    (``zero_mask``); the memory by ZeRO stage of each key ([keys, z, st, moment] KiB); each
+    shape's key): costed once per key (``zero_term_keys``), ``chunk`` keys at a time, and the
+    least taken once per key and allowed columns. Up to ``chunk`` shapes, each its own key."""
+    if space.num_shapes <= chunk:  # few: finding the keys would cost what it saves
+        shapes = np.arange(space.num_shapes)
+        mz = memory_table(zero_memory_bytes(space, shapes))
+        least = np.where(space.zero_mask[:, :, None, None], mz, NEVER).min(axis=1)
+        return least.reshape(space.num_shapes, 2, len(MOMENT_NAMES)), mz, shapes
     first, key = zero_term_keys(space)
     mz = np.empty((len(first), space.num_zero, 2, len(MOMENT_NAMES)), dtype=np.int64)
     for start in range(0, len(first), chunk):
@@ -531,7 +554,7 @@ def least_zero_memory(space: Space, chunk: int = 1 << 16) -> np.ndarray:
     columns = space.zero_mask.astype(np.int64) @ (1 << np.arange(space.num_zero, dtype=np.int64))
     pair, index = distinct_rows(np.stack([key, columns], axis=1))
     allowed = space.zero_mask[pair][:, :, None, None]
-    return np.where(allowed, mz[key[pair]], NEVER).min(axis=1)[index]
+    return np.where(allowed, mz[key[pair]], NEVER).min(axis=1)[index], mz, key
 
 
 def exposed_bounds(
@@ -684,8 +707,8 @@ def build_tables(
         optimizer_s=q(optimizer_seconds(space)).reshape(n_s, n_z),
         MZ=(
             memory_table(zero_memory_bytes(space))
-            if costed is None or costed.MZ is None
-            else costed.MZ
+            if costed is None or (kept_mz := costed.shape_memory()) is None
+            else kept_mz
         ).reshape(n_s, n_z, 2, len(MOMENT_NAMES)),
         zero3=z3,
         VOLUME=kib(v_w + v_x),
