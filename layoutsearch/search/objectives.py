@@ -96,8 +96,9 @@ def costed_value_bounds(
         return step_bound
     # value_bounds reads the least busy time over the policies: rounding is monotone, so the
     # rounded least is the least rounded
-    busy = costed.least_busy_s[costed.key] if costed.key is not None else None
-    if busy is None:
+    if costed.key is not None and costed.least_busy_s is not None:
+        busy = costed.least_busy_s[costed.key]
+    else:
         busy = np.maximum(*costed.row_terms(space).busy_s).min(axis=1)
     terms = SimpleNamespace(  # the fields of Tables that value_bounds reads
         busy_s=quanta(busy[:, None], costed.quantum_s),

@@ -448,7 +448,11 @@ def compute_bounds(
     key = np.empty(n_rows, dtype=np.int64)  # each row's key, numbered across the chunks
     least_s = np.zeros(n_rows)  # the least slowest-stage compute of a policy that may fit
     fits = np.zeros(n_rows, dtype=bool)  # some policy may fit
-    firsts, least_busy, windows = [], [], []
+    firsts: list[np.ndarray] = []
+    least_busy: list[np.ndarray] = []
+    windows: list[
+        list[dict]
+    ] = []  # each chunk's RowTerms.windows (None where "none" is not searched)
     least_compute, n_keys = np.inf, 0
     runs = _row_chunks(space, chunk)
     for start, stop in runs:
@@ -473,7 +477,8 @@ def compute_bounds(
         n_keys += len(first)
         firsts.append(start + first)
         least_busy.append(np.maximum(*rt.busy_s).min(axis=1))
-        windows.append(rt.windows)
+        if rt.windows is not None:
+            windows.append(rt.windows)
     quantum = RowTerms.quantum_of(least_compute if n_rows else None)
     opt = np.where(space.zero_mask, quanta(optimizer_seconds(space), quantum), NEVER).min(axis=1)
     overhead = int(quanta(space.cluster.accelerator.step_overhead_s, quantum))
@@ -481,7 +486,7 @@ def compute_bounds(
     bound = np.where(fits, least + opt[space.sk_shape] + overhead, NEVER)
     kept_windows = (
         None
-        if not windows or windows[0] is None
+        if not windows
         else [
             {name: np.concatenate([w[st][name] for w in windows]) for name in stage}
             for st, stage in enumerate(windows[0])
