@@ -932,7 +932,11 @@ def distinct_share(members, moe: MoeSpec):
     experts in at most g of them) bounds it: with n <= G members of G / n groups each, the members
     holding one of g groups drawn from G, n (1 - C(G - G/n, g) / C(G, g)) (DeepSeek-V3 on 8 nodes
     of one group each: at most 4 nodes); with n > G, the k experts spread over the g G/n members
-    of the chosen groups. The lesser of the two, over k."""
+    of the chosen groups. The lesser of the two, over k. Costed once per distinct member count."""
+    return per_key(lambda n: _distinct_share(n, moe), np.asarray(members))
+
+
+def _distinct_share(members, moe: MoeSpec):
     k, groups, chosen = moe.top_k, moe.expert_groups, moe.groups_per_token
     n = np.maximum(_f(members), 1.0)
     hit = n * (1.0 - (1.0 - 1.0 / n) ** k)
