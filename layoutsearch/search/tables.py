@@ -448,11 +448,11 @@ def compute_bounds(
     key = np.empty(n_rows, dtype=np.int64)  # each row's key, numbered across the chunks
     least_s = np.zeros(n_rows)  # the least slowest-stage compute of a policy that may fit
     fits = np.zeros(n_rows, dtype=bool)  # some policy may fit
-    firsts: list[np.ndarray] = []
-    least_busy: list[np.ndarray] = []
-    windows: list[
-        list[dict]
-    ] = []  # each chunk's RowTerms.windows (None where "none" is not searched)
+    # per key, numbered across the chunks: at most one per row (pages past the last key stay
+    # untouched)
+    first_row = np.empty(n_rows, dtype=np.int64)
+    least_busy = np.empty(n_rows)
+    windows: list[dict] | None = None  # RowTerms.windows of the keys ("none" searched)
     least_compute, n_keys = np.inf, 0
     runs = _row_chunks(space, chunk)
     for start, stop in runs:
@@ -473,34 +473,36 @@ def compute_bounds(
         least_s[rows] = np.where(
             may_fit, np.ascontiguousarray(compute).take(local, axis=1), np.inf
         ).min(axis=0)
+        keys = slice(n_keys, n_keys + len(first))
         key[rows] = n_keys + local
         n_keys += len(first)
-        firsts.append(start + first)
-        least_busy.append(np.maximum(*rt.busy_s).min(axis=1))
+        first_row[keys] = start + first
+        least_busy[keys] = np.maximum(*rt.busy_s).min(axis=1)
         if rt.windows is not None:
-            windows.append(rt.windows)
+            if windows is None:
+                windows = [{name: np.empty((n_rows, 1)) for name in st} for st in rt.windows]
+            for kept, costed in zip(windows, rt.windows, strict=True):
+                for name, w in costed.items():
+                    kept[name][keys] = w
     quantum = RowTerms.quantum_of(least_compute if n_rows else None)
     opt = np.where(space.zero_mask, quanta(optimizer_seconds(space), quantum), NEVER).min(axis=1)
     overhead = int(quanta(space.cluster.accelerator.step_overhead_s, quantum))
     least = quanta(np.where(fits, least_s, 0.0), quantum)
     bound = np.where(fits, least + opt[space.sk_shape] + overhead, NEVER)
-    kept_windows = (
-        None
-        if not windows
-        else [
-            {name: np.concatenate([w[st][name] for w in windows]) for name in stage}
-            for st, stage in enumerate(windows[0])
-        ]
-    )
-    return bound, Costed(
-        quantum,
-        rows=rt if len(runs) == 1 else None,  # one chunk: its terms are every key's
-        key=key,
-        first=np.concatenate(firsts) if firsts else np.zeros(0, dtype=np.int64),
-        least_busy_s=np.concatenate(least_busy) if least_busy else np.zeros(0),
-        windows=kept_windows,
-        zero_key=zero_key,
-        zero_memory=zero_memory,
+    return (
+        bound,
+        Costed(
+            quantum,
+            rows=rt if len(runs) == 1 else None,  # one chunk: its terms are every key's
+            key=key,
+            first=first_row[:n_keys],
+            least_busy_s=least_busy[:n_keys],
+            windows=None
+            if windows is None
+            else [{name: w[:n_keys] for name, w in st.items()} for st in windows],
+            zero_key=zero_key,
+            zero_memory=zero_memory,
+        ),
     )
 
 
