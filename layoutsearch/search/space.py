@@ -276,7 +276,9 @@ def with_balanced_split(problem: Problem, c: Cand, searched: bool) -> Cand:
     c = {**c, "spl": np.zeros_like(c["pp"])}
     if not searched or not len(c["pp"]):
         return c
-    model, keys = problem.model, {k: c[k] for k in ("pp", "v")}
+    # the splits read pp and v alone: costed once per distinct pair, spread to the rows
+    model, (pairs, pair) = problem.model, distinct_rows(np.stack([c["pp"], c["v"]], axis=1))
+    keys = {k: c[k][pairs] for k in ("pp", "v")}
     engine = terms.Shapes.of(dp=1, fsdp=1, tp=1, cp=1, **keys)
     balanced = terms.Shapes.of(dp=1, fsdp=1, tp=1, cp=1, **keys, spl=1)
     dominated = engine.layer_split(model)[4] & (engine.layer_split(model)[3] != CHUNK_LAYOUT)
@@ -287,7 +289,8 @@ def with_balanced_split(problem: Problem, c: Cand, searched: bool) -> Cand:
         ]
         dominated &= (dense[0] <= dense[1]) & (moe[0] <= moe[1])
     looped = np.isin(c["sched"], [SCHEDULE_CODES[s] for s in BALANCED_SCHEDULES])
-    added = balanced.layer_split(model)[4] & looped & (c["pp"] > 1) & ~dominated
+    valid = balanced.layer_split(model)[4] & ~dominated
+    added = valid[pair] & looped & (c["pp"] > 1)
     extra = {name: a[added] for name, a in c.items()}
     extra["spl"] = np.full(int(added.sum()), BALANCED_SPLIT, dtype=np.int64)
     return {name: np.concatenate([c[name], extra[name]]) for name in c}
