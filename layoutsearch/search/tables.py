@@ -511,8 +511,8 @@ def _row_chunks(space: Space, chunk: int) -> list[tuple[int, int]]:
     (tp, pp, cp) changes when one does inside it: the rows of a key of the (S,K) x r terms share
     these, so in the space's order (tp, pp, cp first) a key's rows fall in one run."""
     sh, n = space.shapes, len(space.sk_k)
-    block = np.stack([sh.tp, sh.pp, sh.cp], axis=1)[space.sk_shape]
-    edges = np.flatnonzero((block[1:] != block[:-1]).any(axis=1)) + 1  # where a block starts
+    block = distinct_rows(np.stack([sh.tp, sh.pp, sh.cp], axis=1))[1][space.sk_shape]
+    edges = np.flatnonzero(block[1:] != block[:-1]) + 1  # where a block starts
     out, start = [], 0
     while start < n:
         stop = min(start + chunk, n)
