@@ -13,6 +13,7 @@ from layoutsearch import api
 from layoutsearch.core.problem import SearchOptions, SearchRequest
 from layoutsearch.core.stages import SPLIT_NAMES
 from layoutsearch.search import solve
+from layoutsearch.search.cpsat import first_rows
 from layoutsearch.search.enumerate import candidate_grid
 from layoutsearch.search.space import build_space
 from layoutsearch.search.tables import (
@@ -21,6 +22,9 @@ from layoutsearch.search.tables import (
     build_tables,
     compute_bounds,
     exposed_bounds,
+    least_zero_memory,
+    memory_table,
+    zero_memory_bytes,
 )
 
 # every choice of the search space open at once (scripts/search_space.py's "all four choices")
@@ -116,3 +120,39 @@ def test_focus_with_exposed_bounds_keeps_the_enumerators_answers():
     ]
     proven, oracle = ([(e.layout, m["step"]) for e, m in zip(r.layouts, r.metrics)] for r in runs)
     assert proven == oracle and len(proven) == 3
+
+
+def test_bounds_costed_in_chunks_are_those_costed_at_once():
+    """compute_bounds costs the rows a run at a time (runs end where tp, pp or cp changes) and
+    the ZeRO memory once per shape key (every field but the CP flavour): with runs of 64 rows
+    and keys of 64 shapes at a time, the bounds, the quantum, the windows exposed_bounds reads
+    and the busy times the energy bound reads are those of one chunk, to the bit; and the
+    least ZeRO memory of each shape is the least over its allowed columns of its own memory."""
+    model, cluster, options = PROBLEMS["long-h100"]
+    space = build_space(api.problem(model, cluster, **options), EVERY_CHOICE)
+    assert len(np.unique(space.shapes.cpf)) == 4  # every CP flavour: shapes share keys
+    whole_bound, whole = compute_bounds(space)
+    small_bound, small = compute_bounds(space, chunk=64)
+    assert whole.rows is not None and small.rows is None  # one chunk keeps its row terms
+    assert whole.quantum_s == small.quantum_s
+    assert np.array_equal(whole_bound, small_bound)
+    rows = np.arange(len(space.sk_k))
+    exact = np.array_equal(exposed_bounds(space, rows, whole), exposed_bounds(space, rows, small))
+    assert exact
+    assert np.array_equal(whole.least_busy_s[whole.key], small.least_busy_s[small.key])
+    least, mz, key = least_zero_memory(space, chunk=64)
+    assert len(mz) < space.num_shapes  # keys shared across CP flavours
+    direct = memory_table(zero_memory_bytes(space))  # [s, z, st, moment], shape by shape
+    assert np.array_equal(mz[key], direct)
+    allowed = space.zero_mask[:, :, None, None]
+    assert np.array_equal(least, np.where(allowed, direct, NEVER).min(axis=1))
+
+
+def test_first_rows_are_a_stable_sorts_first():
+    """focus's first rows by bound: ties go to the earlier row, as a stable sort's first n."""
+    value = np.array([5, 3, 3, 9, 3, 1, 3, 7])
+    rows = np.array([0, 1, 2, 4, 5, 6, 7])
+    for n in range(1, 9):
+        expected = np.sort(rows[np.argsort(value[rows], kind="stable")[:n]])
+        assert first_rows(value, rows, n).tolist() == expected.tolist()
+    assert first_rows(value, rows, 3).tolist() == [1, 2, 5]  # 1, then the first two 3s

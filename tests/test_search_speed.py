@@ -6,6 +6,7 @@ from __future__ import annotations
 import numpy as np
 
 from layoutsearch import api
+from layoutsearch.core import arrays
 from layoutsearch.core.arrays import PER_KEY_DIRECT_CODES, per_key
 from layoutsearch.core.stages import CHUNK_LAYOUT, EVEN, split_layers
 from layoutsearch.core.topology import resolve_cluster
@@ -92,3 +93,23 @@ def test_coefficients_per_distinct_span_equal_those_of_every_row():
         a, b = ring_coefficients_of(s), per_distinct_span(ring_coefficients_of, s)
         for f in ("members", "seconds_per_byte", "latency_s", "scale_out"):
             assert np.array_equal(np.asarray(getattr(a, f)), np.asarray(getattr(b, f))), f
+
+
+def test_per_key_of_keys_along_disjoint_axes_takes_every_combination(monkeypatch):
+    """Keys of the rows ([n, 1]) against keys of the policies ([1, r]) are costed as every
+    combination of their distinct values (``arrays._outer``), each entry the value of its own
+    keys, as the general path gives it."""
+    rows_a, rows_b = np.array([[4], [2], [4], [7]]), np.array([[1], [1], [0], [1]])
+    policy = np.array([[0, 3, 3]])
+    calls = []
+
+    def fn(a, b, r):
+        calls.append(len(a))
+        return a * 100 + b * 10 + r
+
+    expected = rows_a * 100 + rows_b * 10 + policy
+    monkeypatch.setattr(arrays, "PER_KEY_OUTER", 1)
+    assert np.array_equal(per_key(fn, rows_a, rows_b, policy), expected)
+    assert calls == [8]  # 4 row tuples (4, 1), (2, 1), (4, 0), (7, 1) x 2 policies (0, 3)
+    monkeypatch.setattr(arrays, "PER_KEY_OUTER", 1 << 30)
+    assert np.array_equal(per_key(fn, rows_a, rows_b, policy), expected)

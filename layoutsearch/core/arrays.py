@@ -6,6 +6,7 @@ one value per row, evaluated elementwise), so its arguments and result are eithe
 
 from __future__ import annotations
 
+import math
 from dataclasses import fields, is_dataclass
 from typing import TypeAlias
 
@@ -17,6 +18,8 @@ BoolArray: TypeAlias = bool | np.ndarray  # a flag, or one per candidate row
 
 # keys (and key tuples) up to this many codes are found by a lookup table, not by sorting
 PER_KEY_DIRECT_CODES = 1 << 22
+# from this many entries per_key takes keys along disjoint axes as all their combinations (``_outer``)
+PER_KEY_OUTER = 1 << 16
 
 
 def _compact(column: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -66,6 +69,11 @@ def per_key(fn, *keys, memo: dict | None = None):
         return _spread(found, np.zeros(shape, dtype=np.int64))
     compact = [_compact(a) for a in arrays]  # each key as small integers, before broadcasting
     bases = [len(distinct) for distinct, _ in compact]
+    # keys along disjoint axes of a large broadcast: every combination of theirs is present
+    outer = _outer(arrays, compact, bases, shape) if math.prod(shape) >= PER_KEY_OUTER else None
+    if outer is not None:
+        values, inverse = outer
+        return _spread(fn(*values) if memo is None else _remembered(memo, fn, values), inverse)
     code = compact[0][1]  # one integer per tuple
     for (_, ids), base in zip(compact[1:], bases[1:]):
         code = code * base + ids
@@ -77,6 +85,50 @@ def per_key(fn, *keys, memo: dict | None = None):
     digits.reverse()
     values = [values[digit] for (values, _), digit in zip(compact, digits)]
     return _spread(fn(*values) if memo is None else _remembered(memo, fn, values), inverse)
+
+
+def _outer(arrays: list, compact: list, bases: list, shape: tuple):
+    """Where the keys vary along disjoint axes of the broadcast (a key of the rows, [n, 1], and
+    one of the policies, [1, r]), the key tuples present are every combination of the distinct
+    tuples of each axis group: (the key values of each combination, each entry's combination),
+    found without compacting the broadcast codes; None otherwise (or with one group)."""
+    ndim = len(shape)
+    axes = [
+        frozenset(i for i, n in enumerate((1,) * (ndim - a.ndim) + a.shape) if n > 1)
+        for a in arrays
+    ]
+    groups: dict[frozenset, list[int]] = {}
+    for i, ax in enumerate(axes):
+        groups.setdefault(ax, []).append(i)
+    if (
+        len(groups) < 2
+        or any(a & b for a in groups for b in groups if a is not b)
+        or frozenset() in groups
+    ):
+        return None
+    codes, members = [], []  # per group: each entry's tuple index, and the tuples' key digits
+    for group in groups.values():
+        code = np.zeros((), dtype=np.int64)
+        for i in group:
+            ids = compact[i][1].reshape((1,) * (ndim - arrays[i].ndim) + arrays[i].shape)
+            code = code * bases[i] + ids
+        distinct, index = _compact(code)
+        digits, rest = {}, distinct
+        for i in reversed(group):
+            rest, digits[i] = np.divmod(rest, bases[i])
+        codes.append((index, len(distinct)))
+        members.append(digits)
+    # the combinations, the first group slowest
+    sizes = [n for _, n in codes]
+    grids = np.indices(sizes).reshape(len(sizes), -1)
+    values: list = [None] * len(arrays)
+    for g, digits in enumerate(members):
+        for i, digit in digits.items():
+            values[i] = compact[i][0][digit[grids[g]]]
+    inverse = np.zeros((), dtype=np.int64)
+    for index, n in codes:
+        inverse = inverse * n + index
+    return values, np.broadcast_to(inverse, shape)
 
 
 def _remembered(memo: dict, fn, values: list[np.ndarray]) -> np.ndarray:

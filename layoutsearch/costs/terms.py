@@ -153,6 +153,16 @@ class Shapes:
             cache[key] = split
         return cache[key]
 
+    def moe_layer_split(self, model: ModelSpec):
+        """(the most MoE layers on a stage but the last, the MoE layers of the last) of these rows'
+        splits (``moe_layers_per_stage``), computed once, like ``layer_split`` (and carried by
+        ``take`` with it)."""
+        cache = self.__dict__.setdefault("_split", {})
+        key = ("moe", model)
+        if key not in cache:
+            cache[key] = _moe_layer_split(model, self)
+        return cache[key]
+
     def bubble_stages(self, model: ModelSpec) -> np.ndarray:
         """The v of each row's bubble: v, or a balanced split's ``core.stages.balanced_bubble_stages``."""
         balanced = self.spl == BALANCED_SPLIT
@@ -275,6 +285,11 @@ def moe_layers_per_stage(model: ModelSpec, sh: Shapes, last=False):
     the first stage and a middle stage holds MoE layers only; 0 for a dense model."""
     if model.moe is None:
         return np.zeros_like(_f(sh.pp))
+    others, own_last = sh.moe_layer_split(model)
+    return np.where(last, own_last, others)
+
+
+def _moe_layer_split(model: ModelSpec, sh: Shapes):
     first, _, final, kind, ok = sh.layer_split(model)
     weights = params.layer_weights(model)
 
@@ -285,8 +300,7 @@ def moe_layers_per_stage(model: ModelSpec, sh: Shapes, last=False):
         return out[0], out[1]
 
     first, final = np.where(ok, first, 0), np.where(ok, final, 0)  # an invalid split's counts: any
-    others, own_last = per_key(of, sh.pp, sh.v, kind, first, final, ok)
-    return np.where(last, own_last, others)
+    return per_key(of, sh.pp, sh.v, kind, first, final, ok)
 
 
 def _moe_layers_of_stages(
@@ -915,7 +929,11 @@ def distinct_share(members, moe: MoeSpec):
     experts in at most g of them) bounds it: with n <= G members of G / n groups each, the members
     holding one of g groups drawn from G, n (1 - C(G - G/n, g) / C(G, g)) (DeepSeek-V3 on 8 nodes
     of one group each: at most 4 nodes); with n > G, the k experts spread over the g G/n members
-    of the chosen groups. The lesser of the two, over k."""
+    of the chosen groups. The lesser of the two, over k. Costed once per distinct member count."""
+    return per_key(lambda n: _distinct_share(n, moe), np.asarray(members))
+
+
+def _distinct_share(members, moe: MoeSpec):
     k, groups, chosen = moe.top_k, moe.expert_groups, moe.groups_per_token
     n = np.maximum(_f(members), 1.0)
     hit = n * (1.0 - (1.0 - 1.0 / n) ** k)

@@ -94,9 +94,14 @@ def costed_value_bounds(
     tables: the same weights (``weigh``) on the whole space's shapes and busy times."""
     if objective not in ("time-to-train", "energy"):
         return step_bound
-    busy = np.maximum(*costed.row_terms().busy_s)  # [sk, r] seconds
+    # value_bounds reads the least busy time over the policies: rounding is monotone, so the
+    # rounded least is the least rounded
+    if costed.key is not None and costed.least_busy_s is not None:
+        busy = costed.least_busy_s[costed.key]
+    else:
+        busy = np.maximum(*costed.row_terms(space).busy_s).min(axis=1)
     terms = SimpleNamespace(  # the fields of Tables that value_bounds reads
-        busy_s=quanta(busy, costed.quantum_s),
+        busy_s=quanta(busy[:, None], costed.quantum_s),
         optimizer_s=quanta(optimizer_seconds(space), costed.quantum_s),
     )
     return value_bounds(space, weigh(terms, space, objective, resilience), step_bound)

@@ -32,7 +32,7 @@ from typing import Any
 
 import numpy as np
 
-from layoutsearch.core.arrays import read_only
+from layoutsearch.core.arrays import distinct_rows, read_only
 from layoutsearch.core.errors import InvalidArgumentError
 from layoutsearch.core.frameworks import profile_of
 from layoutsearch.core.numbers import divisors
@@ -70,7 +70,9 @@ from layoutsearch.core.stages import BALANCED_SPLIT, CHUNK_LAYOUT
 from layoutsearch.costs import params, terms
 
 SHAPE_FIELDS = (*ALL_DEGREE_NAMES, "v", "sched", "cpf", "spl")
-SHAPE_INDEX = "shape_index"  # the candidate's shape row (no rule reads it)
+SHAPE_INDEX = (
+    "shape_index"  # the row of the tuple a microbatch count was proposed for (no rule reads it)
+)
 STAGE_FIELDS = {  # the fields known at each stage of the enumeration
     "degrees": frozenset(ALL_DEGREE_NAMES),
     "cp_flavour": frozenset((*ALL_DEGREE_NAMES, "cpf")),
@@ -274,7 +276,9 @@ def with_balanced_split(problem: Problem, c: Cand, searched: bool) -> Cand:
     c = {**c, "spl": np.zeros_like(c["pp"])}
     if not searched or not len(c["pp"]):
         return c
-    model, keys = problem.model, {k: c[k] for k in ("pp", "v")}
+    # the splits read pp and v alone: costed once per distinct pair, spread to the rows
+    model, (pairs, pair) = problem.model, distinct_rows(np.stack([c["pp"], c["v"]], axis=1))
+    keys = {k: c[k][pairs] for k in ("pp", "v")}
     engine = terms.Shapes.of(dp=1, fsdp=1, tp=1, cp=1, **keys)
     balanced = terms.Shapes.of(dp=1, fsdp=1, tp=1, cp=1, **keys, spl=1)
     dominated = engine.layer_split(model)[4] & (engine.layer_split(model)[3] != CHUNK_LAYOUT)
@@ -285,7 +289,8 @@ def with_balanced_split(problem: Problem, c: Cand, searched: bool) -> Cand:
         ]
         dominated &= (dense[0] <= dense[1]) & (moe[0] <= moe[1])
     looped = np.isin(c["sched"], [SCHEDULE_CODES[s] for s in BALANCED_SCHEDULES])
-    added = balanced.layer_split(model)[4] & looped & (c["pp"] > 1) & ~dominated
+    valid = balanced.layer_split(model)[4] & ~dominated
+    added = valid[pair] & looped & (c["pp"] > 1)
     extra = {name: a[added] for name, a in c.items()}
     extra["spl"] = np.full(int(added.sum()), BALANCED_SPLIT, dtype=np.int64)
     return {name: np.concatenate([c[name], extra[name]]) for name in c}
@@ -364,13 +369,9 @@ def build_space(
         ),
     )
     shape_rows = np.stack([c[f] for f in SHAPE_FIELDS], axis=1).reshape(-1, len(SHAPE_FIELDS))
-    # each row is a distinct shape from here on: its (S, K) rows carry its index
-    c = {**c, SHAPE_INDEX: np.arange(len(shape_rows), dtype=np.int64)}
-    c = _apply(
-        problem, by_stage["microbatches"], with_microbatches(c, problem.workload.global_batch_seqs)
+    shape_rows, sk_shape, sk_k = _microbatch_rows(
+        problem, by_stage["microbatches"], shape_rows, problem.workload.global_batch_seqs
     )
-    used, sk_shape = np.unique(c[SHAPE_INDEX], return_inverse=True)
-    shape_rows, sk_shape, sk_k = _ordered(shape_rows[used], sk_shape.reshape(-1), c["k"])
     shapes = {f: shape_rows[:, i] for i, f in enumerate(SHAPE_FIELDS)}
     # in code order whatever the option's: a column's index ranks its simplicity (no offload first)
     offload_codes = np.array(sorted(OFFLOADS.index(o) for o in options.offload), dtype=np.int64)
@@ -422,7 +423,10 @@ def _host_memory_fits(problem: Problem, shapes: dict, offload_codes: np.ndarray)
     """[shape, z]: the host-memory rule, the model state a column offloads per node (the devices of
     a host, the larger pipeline stage's) fits the node's memory (estimate's ``host-memory``)."""
     acc = problem.cluster.accelerator
-    sh = terms.Shapes(**{f: shapes[f][:, None] for f in terms.SHAPE_KEYS})
+    # costed once per distinct tuple of the fields it reads (the shapes' many schedules, splits
+    # and CP flavours share them)
+    rows, index = distinct_rows(np.stack([shapes[f] for f in terms.SHAPE_KEYS], axis=1))
+    sh = terms.Shapes(**{f: shapes[f][rows, None] for f in terms.SHAPE_KEYS})
     z = np.tile(np.arange(4), len(offload_codes))[None, :]
     f = np.repeat(offload_codes, 4)[None, :]
     hosted = [
@@ -433,7 +437,7 @@ def _host_memory_fits(problem: Problem, shapes: dict, offload_codes: np.ndarray)
         np.maximum(*(h["host/offloaded_state"] for h in hosted)) * problem.cluster.devices_per_node
     )
     limit = acc.host_memory_bytes_per_node
-    return (f == 0) | (per_node <= (np.inf if limit is None else limit))
+    return ((f == 0) | (per_node <= (np.inf if limit is None else limit)))[index]
 
 
 def _apply_mask(problem: Problem, rules: list[Rule], c: Cand) -> np.ndarray:
@@ -456,23 +460,42 @@ def _unique_rows(a: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     return a[order][new], inverse
 
 
-def _ordered(shape_rows: np.ndarray, sk_shape: np.ndarray, sk_k: np.ndarray):
-    """Shapes in enumeration order (tp, pp, cp, fsdp, v, the schedule code, then the split code ascending) and (S, K)
-    rows by shape then K."""
-    if not len(shape_rows):
-        return shape_rows, sk_shape.astype(np.int64), sk_k.astype(np.int64)
+def _shape_order(shape_rows: np.ndarray) -> np.ndarray:
+    """The enumeration order of shapes (rows of SHAPE_FIELDS): tp, pp, cp, fsdp, ep, etp, the CP
+    flavour, v, the schedule code, then the split code ascending."""
     col = {f: i for i, f in enumerate(SHAPE_FIELDS)}
-    order = np.lexsort(
-        tuple(
-            shape_rows[:, col[f]]
-            for f in ("spl", "sched", "v", "cpf", "etp", "ep", "fsdp", "cp", "pp", "tp")
-        )
+    keys = ("spl", "sched", "v", "cpf", "etp", "ep", "fsdp", "cp", "pp", "tp")
+    return np.lexsort(tuple(shape_rows[:, col[f]] for f in keys))
+
+
+def _microbatch_rows(
+    problem: Problem, rules: list[Rule], shape_rows: np.ndarray, global_batch_seqs: int
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(the shapes with some microbatch count, in enumeration order (``_shape_order``); the (S, K)
+    rows: each shape's index and K, by shape then K ascending). K: the counts ``with_microbatches``
+    proposes that the microbatch stage's ``rules`` keep, decided once per distinct tuple of the
+    fields those rules and the proposal read (the data unit, pp, v, the schedule: a few thousand
+    tuples, where the shapes x K are millions) and spread to the shapes of each tuple."""
+    shape_rows = shape_rows[_shape_order(shape_rows)]
+    col = {f: i for i, f in enumerate(SHAPE_FIELDS)}
+    read = sorted({"dp", "fsdp"}.union(*(rule.needs for rule in rules)) - {"k"})
+    first, key = distinct_rows(shape_rows[:, [col[f] for f in read]])
+    proposed = with_microbatches(
+        {**{f: shape_rows[first, col[f]] for f in read}, SHAPE_INDEX: np.arange(len(first))},
+        global_batch_seqs,
     )
-    rank = np.empty(len(order), dtype=np.int64)
-    rank[order] = np.arange(len(order))
-    sk_shape = rank[sk_shape]
-    rows = np.lexsort((sk_k, sk_shape))
-    return shape_rows[order], sk_shape[rows].astype(np.int64), sk_k[rows].astype(np.int64)
+    kept = _apply(problem, rules, proposed)  # by tuple, K ascending within one
+    per_key = np.bincount(kept[SHAPE_INDEX], minlength=len(first))
+    key_start = np.cumsum(per_key) - per_key
+    counts = per_key[key]
+    used = counts > 0
+    shape_rows, key, counts = shape_rows[used], key[used], counts[used]
+    sk_shape = np.repeat(np.arange(len(shape_rows), dtype=np.int64), counts)
+    within = np.arange(len(sk_shape), dtype=np.int64) - np.repeat(
+        np.cumsum(counts) - counts, counts
+    )
+    sk_k = kept["k"][np.repeat(key_start[key], counts) + within].astype(np.int64)
+    return shape_rows, sk_shape, sk_k
 
 
 def launch_target(problem: Problem, target: str | None) -> str | None:

@@ -132,11 +132,11 @@ def stage_collectives(
     return tp, cp, ep
 
 
-def stage_windows(space: Space, rt: RowTerms, sh: terms.Shapes, k, st: int, last) -> dict:
-    """Stage ``st``'s compute windows without recompute: ``rt.windows`` where "none" is searched,
-    else costed again with the recompute code 0."""
-    if rt.windows is not None:
-        return rt.windows[st]
+def stage_windows(space: Space, windows: list | None, sh: terms.Shapes, k, st: int, last) -> dict:
+    """Stage ``st``'s compute windows without recompute: ``windows`` (``RowTerms.windows`` of the
+    rows) where "none" is searched, else costed again with the recompute code 0."""
+    if windows is not None:
+        return windows[st]
     model, workload, acc = space.model, space.workload, space.cluster.accelerator
     return terms.compute_per_microbatch(model, workload, acc, sh, k, np.zeros_like(k), last)
 
@@ -190,31 +190,76 @@ class RowTerms:
     def quantum_s(self) -> float:
         """The time quantum: 1e-5 of the least slowest-stage compute of any row (a tables' unit)."""
         if not self.compute_s[0].size:
-            return 1e-5
-        return max(1e-7, float(np.min(np.max(np.stack(self.compute_s), axis=0))) / 1e5)
+            return self.quantum_of(None)
+        return self.quantum_of(float(np.min(np.max(np.stack(self.compute_s), axis=0))))
+
+    @staticmethod
+    def quantum_of(least_compute_s: float | None) -> float:
+        """The quantum of rows whose least slowest-stage compute is ``least_compute_s`` (None: no
+        row)."""
+        return 1e-5 if least_compute_s is None else max(1e-7, least_compute_s / 1e5)
 
 
 @dataclass
 class Costed:
-    """What ``compute_bounds`` costed for a space, for ``build_tables`` to reuse: the quantum, the
-    RowTerms of the distinct keys (``term_keys``) with each row's key index, and the shapes'
-    memory by ZeRO stage (KiB, [s, z, st, moment])."""
+    """What ``compute_bounds`` costed for a space, for ``build_tables`` and ``exposed_bounds`` to
+    reuse: the quantum; each row's index among the distinct keys of the (S,K) x r terms
+    (``term_keys``) and a row of each key; per key the least over the recompute policies of the
+    busier stage's busy time (s: the energy objective's bound) and, where "none" is searched, the
+    compute windows without recompute (``RowTerms.windows``). ``rows``: the RowTerms of the keys
+    (of the rows themselves where ``key`` is None, ``restrict``'s), kept where the space was
+    costed in one chunk; a larger space's are costed again per key when asked for
+    (``row_terms``, ``restrict``): millions of rows never hold them all at once. The shapes'
+    memory by ZeRO stage (KiB, [s, z, st, moment]): ``MZ``, or ``zero_memory`` of each shape's
+    ``zero_key`` (``least_zero_memory``)."""
 
     quantum_s: float
-    rows: RowTerms
-    MZ: np.ndarray
-    key: np.ndarray | None = None  # each row's index in ``rows``; None: ``rows`` is the rows'
+    rows: RowTerms | None = None
+    MZ: np.ndarray | None = None
+    key: np.ndarray | None = None  # each row's key index; None: ``rows`` is the rows' own
+    first: np.ndarray | None = None  # a row of each key
+    least_busy_s: np.ndarray | None = None  # [keys]
+    windows: list | None = None  # [st] -> {name: [keys, 1]}
+    zero_key: np.ndarray | None = None  # [s] each shape's key of the S x z terms
+    zero_memory: np.ndarray | None = None  # [zero keys, z, st, moment] KiB
 
-    def row_terms(self) -> RowTerms:
+    def shape_memory(self, shapes=slice(None)) -> np.ndarray | None:
+        """The memory by ZeRO stage of the shapes ``shapes`` (KiB, [s, z, st, moment]); None
+        where not costed."""
+        if self.MZ is not None:
+            return self.MZ[shapes]
+        if self.zero_memory is None or self.zero_key is None:
+            return None
+        return self.zero_memory[self.zero_key[shapes]]
+
+    def row_terms(self, space: Space) -> RowTerms:
         """The RowTerms of the space's rows, in its order."""
-        return self.rows if self.key is None else self.rows.take(self.key)
+        if self.rows is not None:
+            return self.rows if self.key is None else self.rows.take(self.key)
+        assert self.key is not None and self.first is not None
+        return terms_of_rows(space, self.first).take(self.key)
 
     def restrict(self, space: Space, rows: np.ndarray) -> Costed:
-        """For ``space.restrict(rows)`` (``rows`` ascending): those rows and the shapes they use."""
-        index = rows if self.key is None else self.key[rows]
-        return Costed(
-            self.quantum_s, self.rows.take(index), self.MZ[distinct(space.sk_shape[rows])]
-        )
+        """For ``space.restrict(rows)`` (``rows`` ascending): those rows' terms (costed once per
+        key where not kept) and the shapes they use."""
+        mz = self.shape_memory(distinct(space.sk_shape[rows]))
+        if self.rows is not None:
+            index = rows if self.key is None else self.key[rows]
+            return Costed(self.quantum_s, self.rows.take(index), mz)
+        assert self.key is not None and self.first is not None
+        keys, index = np.unique(self.key[rows], return_inverse=True)
+        return Costed(self.quantum_s, terms_of_rows(space, self.first[keys]).take(index), mz)
+
+    def windows_of(self, rows: np.ndarray) -> list | None:
+        """Each stage's compute windows without recompute of the rows ``rows``; None where "none"
+        is not searched."""
+        if self.key is None:
+            assert self.rows is not None
+            w = self.rows.windows
+            index = rows
+        else:
+            w, index = self.windows, self.key[rows]
+        return None if w is None else [{n: a[index] for n, a in st.items()} for st in w]
 
 
 # The (S,K) x r terms read a row's microbatch count and its shape's degrees, but the data unit
@@ -223,11 +268,16 @@ class Costed:
 TERM_DEGREES = ("tp", "pp", "cp", "v", "ep", "etp", "sched", "lf", "ll", "cpf", "cpa", "spl")
 
 
-def term_keys(space: Space) -> tuple[np.ndarray, np.ndarray]:
-    """(one (S,K) row per distinct key of the (S,K) x r terms, each row's index among the keys)."""
+def shape_term_keys(space: Space) -> np.ndarray:
+    """Each shape's index among the distinct shapes of the (S,K) x r terms (``TERM_DEGREES``)."""
     sh = space.shapes
     degrees = np.stack([sh.units, *(getattr(sh, name) for name in TERM_DEGREES)], axis=1)
-    shape_key = distinct_rows(degrees)[1]
+    return distinct_rows(degrees)[1]
+
+
+def term_keys(space: Space) -> tuple[np.ndarray, np.ndarray]:
+    """(one (S,K) row per distinct key of the (S,K) x r terms, each row's index among the keys)."""
+    shape_key = shape_term_keys(space)
     return distinct_rows(np.stack([shape_key[space.sk_shape], space.sk_k], axis=1))
 
 
@@ -242,6 +292,8 @@ def terms_of_rows(space: Space, rows: np.ndarray) -> RowTerms:
     alone is costed once per row."""
     model, workload, acc = space.model, space.workload, space.cluster.accelerator
     space.shapes.layer_split(model)  # once per shape; every grid takes its rows
+    if model.moe is not None:
+        space.shapes.moe_layer_split(model)
     n_sk, codes = len(rows), space.recompute_codes
     sh, k, r = space.shapes.take(space.sk_shape[rows, None]), space.sk_k[rows, None], codes[None, :]
 
@@ -281,10 +333,12 @@ def terms_of_rows(space: Space, rows: np.ndarray) -> RowTerms:
     )
 
 
-def zero_memory_bytes(space: Space) -> list:
-    """Memory by ZeRO stage and offload per shape: [first stage, other stages][moment] -> [s, z] bytes."""
+def zero_memory_bytes(space: Space, shapes: np.ndarray | None = None) -> list:
+    """Memory by ZeRO stage and offload per shape (of the shapes ``shapes``, default all):
+    [first stage, other stages][moment] -> [s, z] bytes."""
     model, workload, n_z = space.model, space.workload, space.num_zero
-    sh_z = space.shapes.take(np.arange(space.num_shapes)[:, None])
+    shapes = np.arange(space.num_shapes) if shapes is None else shapes
+    sh_z = space.shapes.take(shapes[:, None])
     z_row, f_row = space.zero_columns(np.arange(n_z)[None, :])
     out = []
     for first in (True, False):
@@ -293,7 +347,7 @@ def zero_memory_bytes(space: Space) -> list:
             [
                 np.broadcast_to(
                     sum(terms.moment_bytes(items, name).values(), 0.0 * z_row),
-                    (space.num_shapes, n_z),
+                    (len(shapes), n_z),
                 )
                 for name in MOMENT_NAMES
             ]
@@ -371,7 +425,7 @@ def fits_by_row(
 
 
 def compute_bounds(
-    space: Space, deadline: float | None = None, chunk: int = 1 << 16
+    space: Space, deadline: float | None = None, chunk: int = 1 << 18
 ) -> tuple[np.ndarray, Costed]:
     """Per (S,K) row a valid lower bound of its step time in quanta, and what was costed for it.
     The bound: the least, over the recompute policies that may fit, of the slowest stage's
@@ -379,31 +433,135 @@ def compute_bounds(
     other term of ``costs.step`` is at least 0); NEVER where no policy may fit. A policy may fit
     when each stage's memory at each moment fits with that moment's least per-shape memory over
     the allowed ZeRO stages: a necessary condition, a fraction of the cost of ``fits_by_row``.
-    Costs the (S,K) x r terms and the per-shape memory only: the rest of the tables is left for
-    the rows the bound keeps. Rows are compared ``chunk`` at a time."""
-    first, key = term_keys(space)
-    rt = terms_of_rows(space, first)  # [keys, r]; a row's are those of its key
-    _check(deadline)
-    quantum = rt.quantum_s()
-    mz = memory_table(zero_memory_bytes(space))  # [s, z, st, moment]
-    least_mz = np.where(space.zero_mask[:, :, None, None], mz, NEVER).min(axis=1)
-    # the room the least per-shape memory leaves at each stage and moment: [s, st, moment] KiB
+    Costs the (S,K) x r terms (once per key of ``term_keys`` in each chunk of ``chunk`` rows: the
+    rows of one key mostly sit together, the space's rows being ordered by tp, pp and cp first)
+    and the per-shape memory only, keeping of each chunk what the bound and ``Costed`` need: the
+    rest of the tables is left for the rows the bound keeps. The least compute is kept in seconds
+    and rounded once the quantum (the least of every chunk's) is known: rounding is monotone, so
+    the least of the rounded values is the rounded least."""
+    n_rows, n_r = len(space.sk_k), len(space.recompute_codes)
+    least_mz, zero_memory, zero_key = least_zero_memory(space)
+    # [s, st, moment] KiB: the room the least per-shape memory leaves at each stage and moment
     room = int(capacity_bytes(space.cluster, space.workload) // KIB) - least_mz
-    may_fit = np.ones((len(key), len(space.recompute_codes)), dtype=bool)  # [sk, r]
-    parts = [slice(start, start + chunk) for start in range(0, len(key), chunk)]
-    for st, moments in enumerate(rt.memory_bytes):
-        for mi, row_bytes in enumerate(moments):
-            row_kib = kib(row_bytes)  # [keys, r]
-            for c in parts:  # a chunk of rows at a time: small temporaries
-                may_fit[c] &= row_kib[key[c]] <= room[space.sk_shape[c], st, mi][:, None]
-    compute = np.max(np.stack([quanta(c, quantum) for c in rt.compute_s]), axis=0)  # [keys, r]
-    least = np.empty(len(key), dtype=np.int64)
-    for c in parts:
-        least[c] = np.where(may_fit[c], compute[key[c]], NEVER).min(axis=1)
+    room_by_moment = np.ascontiguousarray(room.transpose(1, 2, 0))  # [st, moment, s]
+    shape_key = shape_term_keys(space)
+    key = np.empty(n_rows, dtype=np.int64)  # each row's key, numbered across the chunks
+    least_s = np.zeros(n_rows)  # the least slowest-stage compute of a policy that may fit
+    fits = np.zeros(n_rows, dtype=bool)  # some policy may fit
+    # per key, numbered across the chunks: at most one per row (pages past the last key stay
+    # untouched)
+    first_row = np.empty(n_rows, dtype=np.int64)
+    least_busy = np.empty(n_rows)
+    windows: list[dict] | None = None  # RowTerms.windows of the keys ("none" searched)
+    least_compute, n_keys = np.inf, 0
+    runs = _row_chunks(space, chunk)
+    for start, stop in runs:
+        rows = slice(start, stop)
+        s = space.sk_shape[rows]
+        first, local = distinct_rows(np.stack([shape_key[s], space.sk_k[rows]], axis=1))
+        rt = terms_of_rows(space, start + first)  # [keys, r]; a row's are those of its key
+        _check(deadline)
+        # policy-major ([r, rows]): the reductions over the policies run along the rows
+        compute = np.maximum(*rt.compute_s).T  # [r, keys]
+        least_compute = min(least_compute, float(compute.min()))
+        may_fit = np.ones((n_r, len(local)), dtype=bool)  # [r, rows]
+        for st, moments in enumerate(rt.memory_bytes):
+            for mi, row_bytes in enumerate(moments):
+                need = np.ascontiguousarray(kib(row_bytes).T)  # [r, keys]
+                may_fit &= need.take(local, axis=1) <= room_by_moment[st, mi][s]
+        fits[rows] = may_fit.any(axis=0)
+        least_s[rows] = np.where(
+            may_fit, np.ascontiguousarray(compute).take(local, axis=1), np.inf
+        ).min(axis=0)
+        keys = slice(n_keys, n_keys + len(first))
+        key[rows] = n_keys + local
+        n_keys += len(first)
+        first_row[keys] = start + first
+        least_busy[keys] = np.maximum(*rt.busy_s).min(axis=1)
+        if rt.windows is not None:
+            if windows is None:
+                windows = [{name: np.empty((n_rows, 1)) for name in st} for st in rt.windows]
+            for kept, costed in zip(windows, rt.windows, strict=True):
+                for name, w in costed.items():
+                    kept[name][keys] = w
+    quantum = RowTerms.quantum_of(least_compute if n_rows else None)
     opt = np.where(space.zero_mask, quanta(optimizer_seconds(space), quantum), NEVER).min(axis=1)
     overhead = int(quanta(space.cluster.accelerator.step_overhead_s, quantum))
-    bound = np.where(may_fit.any(axis=1), least + opt[space.sk_shape] + overhead, NEVER)
-    return bound, Costed(quantum, rt, mz, key)
+    least = quanta(np.where(fits, least_s, 0.0), quantum)
+    bound = np.where(fits, least + opt[space.sk_shape] + overhead, NEVER)
+    return (
+        bound,
+        Costed(
+            quantum,
+            rows=rt if len(runs) == 1 else None,  # one chunk: its terms are every key's
+            key=key,
+            first=first_row[:n_keys],
+            least_busy_s=least_busy[:n_keys],
+            windows=None
+            if windows is None
+            else [{name: w[:n_keys] for name, w in st.items()} for st in windows],
+            zero_key=zero_key,
+            zero_memory=zero_memory,
+        ),
+    )
+
+
+def _row_chunks(space: Space, chunk: int) -> list[tuple[int, int]]:
+    """(start, stop) of consecutive runs of at most ``chunk`` rows, each ending where the rows'
+    (tp, pp, cp) changes when one does inside it: the rows of a key of the (S,K) x r terms share
+    these, so in the space's order (tp, pp, cp first) a key's rows fall in one run."""
+    sh, n = space.shapes, len(space.sk_k)
+    block = distinct_rows(np.stack([sh.tp, sh.pp, sh.cp], axis=1))[1][space.sk_shape]
+    edges = np.flatnonzero(block[1:] != block[:-1]) + 1  # where a block starts
+    out, start = [], 0
+    while start < n:
+        stop = min(start + chunk, n)
+        if stop < n:
+            inside = edges[(edges > start) & (edges <= stop)]
+            stop = int(inside[-1]) if len(inside) else stop
+        out.append((start, stop))
+        start = stop
+    return out
+
+
+# The S x z terms (memory by ZeRO stage, the optimizer step) read every field of a shape but the
+# CP flavour and its all-to-all degree, which only the CP collectives read: shapes alike in the
+# rest share them (``least_zero_memory`` costs them once per key).
+ZERO_TERM_FIELDS = tuple(
+    f for f in (*terms.SHAPE_KEYS, *terms.EXTRA_KEYS) if f not in ("cpf", "cpa")
+)
+
+
+def zero_term_keys(space: Space) -> tuple[np.ndarray, np.ndarray]:
+    """(one shape per distinct key of the S x z terms (``ZERO_TERM_FIELDS``), each shape's index
+    among the keys)."""
+    sh = space.shapes
+    return distinct_rows(np.stack([getattr(sh, f) for f in ZERO_TERM_FIELDS], axis=1))
+
+
+def least_zero_memory(
+    space: Space, chunk: int = 1 << 16
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """([s, st, moment] KiB: each shape's least memory by ZeRO stage over its allowed columns
+    (``zero_mask``); the memory by ZeRO stage of each key ([keys, z, st, moment] KiB); each
+    shape's key): costed once per key (``zero_term_keys``), ``chunk`` keys at a time, and the
+    least taken once per key and allowed columns. Up to ``chunk`` shapes, each its own key."""
+    if space.num_shapes <= chunk:  # few: finding the keys would cost what it saves
+        shapes = np.arange(space.num_shapes)
+        mz = memory_table(zero_memory_bytes(space, shapes))
+        least = np.where(space.zero_mask[:, :, None, None], mz, NEVER).min(axis=1)
+        return least.reshape(space.num_shapes, 2, len(MOMENT_NAMES)), mz, shapes
+    first, key = zero_term_keys(space)
+    mz = np.empty((len(first), space.num_zero, 2, len(MOMENT_NAMES)), dtype=np.int64)
+    for start in range(0, len(first), chunk):
+        mz[start : start + chunk] = memory_table(
+            zero_memory_bytes(space, first[start : start + chunk])
+        )
+    # the least over the allowed columns, once per distinct (key, allowed columns)
+    columns = space.zero_mask.astype(np.int64) @ (1 << np.arange(space.num_zero, dtype=np.int64))
+    pair, index = distinct_rows(np.stack([key, columns], axis=1))
+    allowed = space.zero_mask[pair][:, :, None, None]
+    return np.where(allowed, mz[key[pair]], NEVER).min(axis=1)[index], mz, key
 
 
 def exposed_bounds(
@@ -423,13 +581,13 @@ def exposed_bounds(
     the four rounded terms (a float path differing in the last bit cannot lift it above them).
     Costs the collectives of ``rows`` alone, ``chunk`` rows at a time."""
     model, workload = space.model, space.workload
-    rt, q = costed.rows, costed.quantum_s
-    key = rows if costed.key is None else costed.key[rows]
+    q = costed.quantum_s
     split = terms.backward_split(model, workload)
     out = np.empty(len(rows), dtype=np.int64)
     n_o = len(space.orders)
     for start in range(0, len(rows), chunk):
-        part, part_key = rows[start : start + chunk], key[start : start + chunk]
+        part = rows[start : start + chunk]
+        part_windows = costed.windows_of(part)
         shape_idx = space.sk_shape[part]
         sh, k = space.shapes.take(shape_idx[:, None]), space.sk_k[part, None]
         co = _coeff_rows(space, shape_idx[:, None], np.arange(n_o)[None, :], SHARD_GROUPS)
@@ -437,11 +595,7 @@ def exposed_bounds(
         stages: list = []
         cp_q: np.ndarray | int = 0  # the first stage's CP collectives, both stages' (as cp_s)
         for st, (_first, last) in _stage_flags(sh).items():
-            windows = (
-                {name: w[part_key] for name, w in rt.windows[st].items()}
-                if rt.windows is not None
-                else stage_windows(space, rt, sh, k, st, last)
-            )
+            windows = stage_windows(space, part_windows, sh, k, st, last)
             tp, cp, ep = stage_collectives(space, sh, k, co, windows, last)
             if st == 0:
                 cp_q = quanta(mult * cp["base"], q)
@@ -460,7 +614,7 @@ def build_tables(
     ``costed``, what ``compute_bounds`` costed for this space, else ``RowTerms.quantum_s``)."""
     model, workload, acc = space.model, space.workload, space.cluster.accelerator
     n_sk, codes, n_o = len(space.sk_k), space.recompute_codes, len(space.orders)
-    rt = row_terms(space) if costed is None else costed.row_terms()
+    rt = row_terms(space) if costed is None else costed.row_terms(space)
     _check(deadline)  # between grids: a time limit stops the search at most one grid late
     # ---- (S,K) x o: likewise, a term of (S,K) alone (the compute windows) once per row
     sh_o, k_o = space.shapes.take(space.sk_shape[:, None]), space.sk_k[:, None]
@@ -473,7 +627,7 @@ def build_tables(
     tp_st, fx_st, ep_st = [], [], []
     fc = terms.fsdp_collectives(model, workload, acc, sh_o, co)
     for st, (_first, last) in _stage_flags(sh_o).items():
-        c = stage_windows(space, rt, sh_o, k_o, st, last)
+        c = stage_windows(space, rt.windows, sh_o, k_o, st, last)
         tp, cp, ep = stage_collectives(space, sh_o, k_o, co, c, last)
         busy = terms.shard_link_traffic(tp, cp, fc, co)
         tp_st.append(grid_o(mult_o * tp["base"]))
@@ -558,9 +712,11 @@ def build_tables(
         reduce_interference_s=q(reduce_interference).reshape(n_s, n_z, n_o),
         gather_interference_s=q(gather_interference).reshape(n_s, n_z, n_o),
         optimizer_s=q(optimizer_seconds(space)).reshape(n_s, n_z),
-        MZ=(memory_table(zero_memory_bytes(space)) if costed is None else costed.MZ).reshape(
-            n_s, n_z, 2, len(MOMENT_NAMES)
-        ),
+        MZ=(
+            memory_table(zero_memory_bytes(space))
+            if costed is None or (kept_mz := costed.shape_memory()) is None
+            else kept_mz
+        ).reshape(n_s, n_z, 2, len(MOMENT_NAMES)),
         zero3=z3,
         VOLUME=kib(v_w + v_x),
     )
