@@ -56,6 +56,35 @@ SCALE = {
     1048576: ("v5p-8192x128", "h100-1048576"),
 }
 
+# issue 29's slow paths, each within 10 s and 2 GiB on 2 cores: the slowest problem known (DeepSeek-V3
+# with every search choice open, results/search_space.md), the slowest of 30 random feasible problems
+# (qwen3-30b-a3b on h100-16384) and two where nothing fits, explanation included (they took 190 s and
+# 9.9 GiB, and likewise, when the explanation applied every rule to the whole candidate set)
+EVERY_CHOICE = (
+    *("--schedules", "1f1b,interleaved,zb-h1,zb-v,dualpipe,dualpipev"),
+    *("--cp-flavours", "ring,allgather,a2a,a2a+ring", "--offload", "none,optimizer,params"),
+    *("--pipeline-splits", "even,embedding-and-loss,first-last,chunk-layout,balanced"),
+    *("--time-limit", "600"),
+)
+SLOW = {
+    "DeepSeek-V3 every choice: solve --model deepseek-v3 --cluster h800-2048 --seqs 15360 "
+    "--precision fp8 (all schedules, cp flavours, offloads, splits)": (
+        "deepseek-v3",
+        "h800-2048",
+        "--seqs",
+        "15360",
+        "--precision",
+        "fp8",
+        *EVERY_CHOICE,
+    ),
+    "slowest of 30 random: solve --model qwen3-30b-a3b --cluster h100-16384": (
+        "qwen3-30b-a3b",
+        "h100-16384",
+    ),
+    "nothing fits: solve --model grok-1 --cluster v5p-8960x4": ("grok-1", "v5p-8960x4"),
+    "nothing fits: solve --model llama4-scout --cluster v5p-8960": ("llama4-scout", "v5p-8960"),
+}
+
 
 def run(command: list[str], limit_s: float | None = None) -> tuple[float, float, int]:
     """(wall seconds, peak resident MiB, exit code) of one fresh process, output discarded; a
@@ -100,6 +129,17 @@ def scale_rows(limit_s: float) -> list[str]:
             shown = f"> {limit_s:.0f} (stopped)" if code == -9 else f"{wall:.2f}"
             cells.append(f"{shown} | {mib:,.0f}" + ("" if code in (0, -9) else f" (exit {code})"))
         rows.append(f"| {devices:,} | {seqs} | {' | '.join(cells)} |")
+    return rows
+
+
+def slow_rows(limit_s: float) -> list[str]:
+    rows = []
+    for name, (model, cluster, *rest) in SLOW.items():
+        wall, mib, code = run(
+            [*LAYOUTSEARCH, "solve", "--model", model, "--cluster", cluster, *rest], limit_s
+        )
+        shown = f"> {limit_s:.0f} (stopped)" if code == -9 else f"{wall:.2f}"
+        rows.append(f"| {name} | {shown} | {mib:,.0f} | {code} |")
     return rows
 
 
@@ -156,6 +196,16 @@ def main() -> int:
             "| devices | seqs | llama70b s | llama70b MiB | deepseek-v3 s | deepseek-v3 MiB |",
             "|---|---|---|---|---|---|",
             *scale_rows(args.point_limit_s),
+            "",
+            "## The slowest problems",
+            "",
+            "One run each, stopped after the same limit. Target: every problem, feasible or not "
+            "(the explanation of an infeasible one included), within 10 s and 2 GiB on 2 cores; "
+            "exit 1 is the answer 'nothing fits', with its explanation.",
+            "",
+            "| problem | s | MiB | exit |",
+            "|---|---|---|---|",
+            *slow_rows(args.point_limit_s),
         ]
     text = "\n".join(lines) + "\n"
     if not args.no_write:
