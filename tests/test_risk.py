@@ -83,3 +83,60 @@ def test_microbatch_and_cp_risks_follow_their_declared_limits():
     assert len(tp16) and (r.slow_tp[tp16] == 1).all()
     flags = risk_flags(space, [0], [0], [0], capacity_kib=10_000_000)
     assert [int(f[0]) for f in flags][0] == 0  # nothing resident: no headroom risk
+
+
+def test_each_layout_record_names_the_risks_it_carries(capsys):
+    """A winner that carries risks says which: Llama 3 405B on 1,024 H100s at 4,096 x 4,096 tokens
+    has 512 microbatches of one sequence over pp 16 (above max(64, 8 x 16)) and cp 2, and so does
+    every layout within 5% of it; Qwen3-30B-A3B on 8 H100s at 512 sequences fills the memory (peak
+    82.3 of 82.3 GB) with both headroom risks, and the table says so with the margin that asks for
+    room (the measured error +15.8% of 76.65 GiB usable: 10.5 GiB, rounded up to 11); the main
+    job carries none."""
+    big = ls.solve(model="llama3-405b", cluster="h100-1024", seqs=4096, top=1)
+    first = big.document["layouts"][0]
+    assert first["num_microbatches"] == 512 and first["degrees"]["cp"] == 2
+    assert first["risks"] == [RISKS[4], RISKS[5]]
+    assert ls.solve(top=1).document["layouts"][0]["risks"] == []
+    from layoutsearch.cli import main
+
+    assert (
+        main(["solve", "-m", "qwen3-30b-a3b", "-c", "h100-8", "--seqs", "512", "--top", "1"]) == 0
+    )
+    text = " ".join(capsys.readouterr().out.split())
+    assert (
+        "layout 1 carries 2 risk(s): memory headroom under min(4 GiB, 10% of the usable memory);"
+        in text
+    )
+    assert (
+        "every layout within 5% of the least step time carries these or heavier ones "
+        "(--memory-margin-gib 11 searches those that leave 11 GiB free)" in text
+    )
+
+
+def test_layout_risks_agree_with_the_tables_risk_flags():
+    """One rule, two data paths: the risks ``layout_risks`` reads off each ranked layout's estimate
+    are the flags the search's tables gave the same candidates (headroom from the KiB tables, slow
+    axes from the placement tables), on a memory-bound MoE problem, a pipeline with many
+    microbatches and a multi-slice TPU problem."""
+    from layoutsearch.core.problem import SearchRequest
+    from layoutsearch.search import solve as search_solve
+    from layoutsearch.search.ranking import layout_risks, risk_names
+
+    for model, cluster, seqs in (
+        ("qwen3-30b-a3b", "h100-8", 512),
+        ("llama3-405b", "h100-1024", 4096),
+        ("llama70b", "v5p-8960x4", 4480),
+    ):
+        problem = Problem.build(model, cluster, Workload(global_batch_seqs=seqs, seq_len=4096))
+        result = search_solve(problem, SearchRequest(top_k=5, options=SearchOptions()))
+        assert result.tables is not None and len(result.layouts) == 5
+        for est, (sk, _r, _z, o), metric in zip(result.layouts, result.candidates, result.metrics):
+            flags = risk_flags(
+                result.space,
+                np.array([sk]),
+                np.array([o]),
+                np.array([metric["peak"]]),
+                result.tables.capacity_kib,
+            )
+            expected = tuple(n for n, f in zip(risk_names(), flags) if int(f[0]))
+            assert layout_risks(est) == expected, (model, est.layout)

@@ -11,7 +11,7 @@ from layoutsearch.costs.goodput import Resilience
 from layoutsearch.report import planning
 from layoutsearch.search.cpsat import SEED
 from layoutsearch.search.objectives import UNITS
-from layoutsearch.search.ranking import ranking_description
+from layoutsearch.search.ranking import layout_risks, ranking_description
 
 
 def layout_record(
@@ -56,6 +56,7 @@ def layout_record(
         "tokens_per_s": est.tokens_per_s,
         "tokens_per_s_per_device": est.tokens_per_s / est.cluster.num_devices,
         "fits": est.fits,
+        "risks": list(layout_risks(est)),
         "step_time_band_s": [est.step_time_s * (1 + low), est.step_time_s * (1 + high)],
         "step_time_rel_band": [low, high],
         **good.record(),

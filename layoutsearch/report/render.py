@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
+import math
 import sys
 
 from rich.console import Console
 from rich.table import Table
 
 from layoutsearch.core.frameworks import profile_of
-from layoutsearch.core.units import GB
+from layoutsearch.core.units import GB, GIB, KIB
 from layoutsearch.costs import params
 from layoutsearch.costs.estimate import Estimate, offload_seconds
 from layoutsearch.costs.goodput import Resilience
@@ -16,7 +17,13 @@ from layoutsearch.report import planning
 from layoutsearch.report.output import band_of, stage_layers_record
 from layoutsearch.search.explain import ranking_line
 from layoutsearch.search.objectives import UNITS
-from layoutsearch.search.ranking import RISK_BAND, value_name
+from layoutsearch.search.ranking import (
+    RISK_BAND,
+    headroom_margins_kib,
+    layout_risks,
+    risk_names,
+    value_name,
+)
 
 BAR_WIDTH = 30
 
@@ -332,6 +339,24 @@ def solve_report(
                 f"the least step time ({least:.4f} s) belongs to a layout with a risk layout 1 "
                 f"avoids; layout 1 is {result.layouts[0].step_time_s / least - 1:.1%} slower, "
                 "inside the risk band",
+                markup=False,
+                highlight=False,
+            )
+        carried = layout_risks(result.layouts[0])
+        if carried and result.objective != "gather-volume":
+            memory = result.layouts[0].memory_bytes
+            free_gib = math.ceil(
+                max(headroom_margins_kib(int(memory["capacity"] // KIB))) * KIB / GIB
+            )
+            out.print(
+                f"layout 1 carries {len(carried)} risk(s): {'; '.join(carried)}; every layout "
+                f"within {RISK_BAND:.0%} of the least {value_name(result.objective)} carries these "
+                "or heavier ones"
+                + (
+                    f" (--memory-margin-gib {free_gib} searches those that leave {free_gib} GiB free)"
+                    if set(carried) & set(risk_names()[:2])
+                    else ""
+                ),
                 markup=False,
                 highlight=False,
             )

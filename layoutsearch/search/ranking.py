@@ -224,14 +224,39 @@ def _shape_risk(space, degrees: dict) -> ShapeRisk:
             table, _ = fill_order(space.cluster, degrees, order)
             for name, flags in crossing.items():
                 flags[:, o] = (table[:, slow, NESTING_ORDER.index(name)] > 1).any(axis=1)
-    pp = degrees["pp"][space.sk_shape]
-    limit = np.maximum(MAX_PLAIN_MICROBATCHES, MICROBATCHES_PER_STAGE * pp)
+    limit = microbatch_limit(degrees["pp"][space.sk_shape])
     return ShapeRisk(
         slow_tp=crossing["tp"],
         slow_cp=crossing["cp"],
         cp=(degrees["cp"] > 1).astype(np.int64),
         many_microbatches=(np.asarray(space.sk_k) > limit).astype(np.int64),
     )
+
+
+def microbatch_limit(pp):
+    """The microbatch count above which a layout carries the many-microbatches risk."""
+    return np.maximum(MAX_PLAIN_MICROBATCHES, MICROBATCHES_PER_STAGE * np.asarray(pp))
+
+
+def layout_risks(est) -> tuple[str, ...]:
+    """The risks (``risk_names``) one estimated layout carries, by the rules ``risk_flags`` applies
+    to the search's tables: its predicted peak against the usable memory (KiB, rounded up as the
+    tables round), a TP or CP group placed on a scale-out or DCN axis, cp > 1, the microbatches."""
+    lay, axes = est.layout, {a.name: a.kind for a in est.cluster.axes}
+
+    def slow(degree: str) -> bool:
+        placed = dict(lay.placements).get(degree, ())
+        return any(factor > 1 and axes.get(axis) in SLOW_AXIS_KINDS for axis, factor in placed)
+
+    peak_kib = int(np.ceil(est.memory_bytes["peak"] / KIB))
+    flags = (
+        *(bool(f) for f in headroom_flags(peak_kib, int(est.memory_bytes["capacity"] // KIB))),
+        slow("tp"),
+        slow("cp"),
+        lay.cp > 1,
+        bool(lay.num_microbatches > microbatch_limit(lay.pp)),
+    )
+    return tuple(name for name, flag in zip(risk_names(), flags) if flag)
 
 
 def risk_flags(space, sk, o, peak_kib, capacity_kib: int) -> tuple[np.ndarray, ...]:
