@@ -501,9 +501,7 @@ def compute_bounds(
     # moment: no policy fits (the memory by microbatch is at least 0). Of several chunks, keys of
     # such rows alone cost their compute only (the quantum, busy times and windows are every
     # key's); one chunk costs every key's terms, which Costed keeps
-    hopeless: np.ndarray = (
-        (room < 0).any(axis=(1, 2)) if len(runs) > 1 else np.zeros(len(room), dtype=bool)
-    )
+    hopeless = np.asarray((room < 0).any(axis=(1, 2))) & (len(runs) > 1)
     for start, stop in runs:
         rows = slice(start, stop)
         s = space.sk_shape[rows]
