@@ -291,6 +291,55 @@ def terms_of_rows(space: Space, rows: np.ndarray) -> RowTerms:
     """The (S,K) x r terms of the rows ``rows``: keys as a column and a row, so a term of (S,K)
     alone is costed once per row."""
     model, workload, acc = space.model, space.workload, space.cluster.accelerator
+    compute = compute_of_rows(space, rows)
+    sh, k, r, grid = compute.sh, compute.k, compute.r, compute.grid
+    mb: list = []
+    hosted: list = []
+    for first, last in _stage_flags(sh).values():
+        items = terms.memory_by_microbatch(model, workload, sh, k, r, first, last)
+        mb.append(
+            [grid(sum(terms.moment_bytes(items, name).values(), 0.0 * k)) for name in MOMENT_NAMES]
+        )
+        hosted.append(grid(items["host/offloaded"] + 0.0 * k))
+    first_stage = compute.first_stage
+    win, fwd = (grid(x) for x in terms.step_windows(model, workload, acc, sh, first_stage))
+    return RowTerms(
+        compute_s=compute.compute_s,
+        busy_s=compute.busy_s,
+        backward_s=grid(
+            compute.mult * terms.layers_per_stage(model, sh) * first_stage["window/bwd_layer"]
+        ),
+        reduce_window_s=win,
+        gather_window_s=fwd[:, 0],
+        memory_bytes=mb,
+        host_bytes=hosted,
+        windows=compute.windows,
+    )
+
+
+@dataclass
+class RowCompute:
+    """The compute part of the (S,K) x r terms of some rows (``compute_of_rows``): RowTerms'
+    compute_s, busy_s and windows, and what ``terms_of_rows`` costs the rest from (the rows'
+    shapes ``sh``, microbatch counts ``k`` ([rows, 1]), the policies' codes ``r`` ([1, r]), the
+    broadcast to [rows, r] ``grid``, the step multiplier ``mult``, the first stage's items of
+    ``costs.terms.compute_per_microbatch``)."""
+
+    compute_s: list  # [st] -> [sk, r]
+    busy_s: list  # [st] -> [sk, r]
+    windows: list | None
+    sh: terms.Shapes
+    k: np.ndarray
+    r: np.ndarray
+    grid: Any
+    mult: Any
+    first_stage: dict
+
+
+def compute_of_rows(space: Space, rows: np.ndarray) -> RowCompute:
+    """Each stage's compute and busy time, and the compute windows without recompute, of the
+    rows ``rows`` (``terms_of_rows``' own, without the memory and step windows)."""
+    model, workload, acc = space.model, space.workload, space.cluster.accelerator
     space.shapes.layer_split(model)  # once per shape; every grid takes its rows
     if model.moe is not None:
         space.shapes.moe_layer_split(model)
@@ -303,33 +352,26 @@ def terms_of_rows(space: Space, rows: np.ndarray) -> RowTerms:
     mult = terms.step_multiplier(sh, k, terms.backward_split(model, workload), model)
     a: list = []
     busy: list = []
-    mb: list = []
-    hosted: list = []
     windows: list = []
     first_stage: dict = {}
     none = np.flatnonzero(codes == 0)  # the column of recompute "none", if searched
-    for first, last in _stage_flags(sh).values():
+    for _first, last in _stage_flags(sh).values():
         c = terms.compute_per_microbatch(model, workload, acc, sh, k, r, last)
         compute = sum(v for key, v in c.items() if key.startswith("compute/"))
         a.append(grid(mult * (compute + acc.microbatch_overhead_s * sh.v)))
         busy.append(grid(k * compute))
-        items = terms.memory_by_microbatch(model, workload, sh, k, r, first, last)
-        mb.append(
-            [grid(sum(terms.moment_bytes(items, name).values(), 0.0 * k)) for name in MOMENT_NAMES]
-        )
-        hosted.append(grid(items["host/offloaded"] + 0.0 * k))
         first_stage = first_stage or c
         windows.append({key: grid(v)[:, none] for key, v in c.items() if key.startswith("window/")})
-    win, fwd = (grid(x) for x in terms.step_windows(model, workload, acc, sh, first_stage))
-    return RowTerms(
+    return RowCompute(
         compute_s=a,
         busy_s=busy,
-        backward_s=grid(mult * terms.layers_per_stage(model, sh) * first_stage["window/bwd_layer"]),
-        reduce_window_s=win,
-        gather_window_s=fwd[:, 0],
-        memory_bytes=mb,
-        host_bytes=hosted,
         windows=windows if len(none) else None,
+        sh=sh,
+        k=k,
+        r=r,
+        grid=grid,
+        mult=mult,
+        first_stage=first_stage,
     )
 
 
@@ -455,35 +497,55 @@ def compute_bounds(
     windows: list[dict] | None = None  # RowTerms.windows of the keys ("none" searched)
     least_compute, n_keys = np.inf, 0
     runs = _row_chunks(space, chunk)
+    # rows whose shape's least memory by ZeRO stage alone exceeds the capacity at some stage and
+    # moment: no policy fits (the memory by microbatch is at least 0). Of several chunks, keys of
+    # such rows alone cost their compute only (the quantum, busy times and windows are every
+    # key's); one chunk costs every key's terms, which Costed keeps
+    hopeless = np.asarray((room < 0).any(axis=(1, 2))) & (len(runs) > 1)
     for start, stop in runs:
         rows = slice(start, stop)
         s = space.sk_shape[rows]
         first, local = distinct_rows(np.stack([shape_key[s], space.sk_k[rows]], axis=1))
-        rt = terms_of_rows(space, start + first)  # [keys, r]; a row's are those of its key
+        live = np.flatnonzero(~hopeless[s])  # the chunk's rows that may fit
+        costed = np.zeros(len(first), dtype=bool)  # keys of such rows: their terms are costed
+        costed[local[live]] = True
+        # [keys, r]; a row's are its key's
+        rt = terms_of_rows(space, start + first[costed]) if len(live) else None
+        rest = compute_of_rows(space, start + first[~costed]) if not costed.all() else None
         _check(deadline)
-        # policy-major ([r, rows]): the reductions over the policies run along the rows
-        compute = np.maximum(*rt.compute_s).T  # [r, keys]
-        least_compute = min(least_compute, float(compute.min()))
-        may_fit = np.ones((n_r, len(local)), dtype=bool)  # [r, rows]
-        for st, moments in enumerate(rt.memory_bytes):
-            for mi, row_bytes in enumerate(moments):
-                need = np.ascontiguousarray(kib(row_bytes).T)  # [r, keys]
-                may_fit &= need.take(local, axis=1) <= room_by_moment[st, mi][s]
-        fits[rows] = may_fit.any(axis=0)
-        least_s[rows] = np.where(
-            may_fit, np.ascontiguousarray(compute).take(local, axis=1), np.inf
-        ).min(axis=0)
-        keys = slice(n_keys, n_keys + len(first))
+        keys = np.arange(n_keys, n_keys + len(first))
         key[rows] = n_keys + local
         n_keys += len(first)
         first_row[keys] = start + first
-        least_busy[keys] = np.maximum(*rt.busy_s).min(axis=1)
-        if rt.windows is not None:
-            if windows is None:
-                windows = [{name: np.empty((n_rows, 1)) for name in st} for st in rt.windows]
-            for kept, costed in zip(windows, rt.windows, strict=True):
-                for name, w in costed.items():
-                    kept[name][keys] = w
+        parts: list[tuple[np.ndarray, RowTerms | RowCompute]] = []
+        if rest is not None:
+            parts.append((keys[~costed], rest))
+        if rt is not None:
+            parts.append((keys[costed], rt))
+            live_key = (np.cumsum(costed) - 1)[local[live]]  # among the costed keys
+            # policy-major ([r, rows]): the reductions over the policies run along the rows
+            compute = np.maximum(*rt.compute_s).T  # [r, keys]
+            may_fit = np.ones((n_r, len(live)), dtype=bool)  # [r, rows that may fit]
+            for st, moments in enumerate(rt.memory_bytes):
+                for mi, row_bytes in enumerate(moments):
+                    need = np.ascontiguousarray(kib(row_bytes).T)  # [r, keys]
+                    may_fit &= need.take(live_key, axis=1) <= room_by_moment[st, mi][s[live]]
+            fits[start + live] = may_fit.any(axis=0)
+            least_s[start + live] = np.where(
+                may_fit, np.ascontiguousarray(compute).take(live_key, axis=1), np.inf
+            ).min(axis=0)
+        for at_keys, part in parts:
+            least_compute = min(least_compute, float(np.maximum(*part.compute_s).min()))
+            busy, costed_windows = part.busy_s, part.windows
+            least_busy[at_keys] = np.maximum(*busy).min(axis=1)
+            if costed_windows is not None:
+                if windows is None:
+                    windows = [
+                        {name: np.empty((n_rows, 1)) for name in st} for st in costed_windows
+                    ]
+                for kept, given in zip(windows, costed_windows, strict=True):
+                    for name, w in given.items():
+                        kept[name][at_keys] = w
     quantum = RowTerms.quantum_of(least_compute if n_rows else None)
     opt = np.where(space.zero_mask, quanta(optimizer_seconds(space), quantum), NEVER).min(axis=1)
     overhead = int(quanta(space.cluster.accelerator.step_overhead_s, quantum))
