@@ -8,9 +8,11 @@ import numpy as np
 from layoutsearch import api
 from layoutsearch.core import arrays
 from layoutsearch.core.arrays import PER_KEY_DIRECT_CODES, per_key
+from layoutsearch.core.catalogue import load_model
 from layoutsearch.core.stages import CHUNK_LAYOUT, EVEN, split_layers
 from layoutsearch.core.topology import resolve_cluster
 from layoutsearch.core.units import MAX_DEVICES
+from layoutsearch.costs import terms
 from layoutsearch.search.space import build_space, degree_tuples, with_microbatches
 
 
@@ -113,3 +115,59 @@ def test_per_key_of_keys_along_disjoint_axes_takes_every_combination(monkeypatch
     assert calls == [8]  # 4 row tuples (4, 1), (2, 1), (4, 0), (7, 1) x 2 policies (0, 3)
     monkeypatch.setattr(arrays, "PER_KEY_OUTER", 1 << 30)
     assert np.array_equal(per_key(fn, rows_a, rows_b, policy), expected)
+
+
+def test_per_key_at_share_mixes_once_per_distinct_keys_and_share():
+    """A per-layer term of (tp, r) at each row's MoE share: dense + share x (MoE - dense) of the
+    row's own keys (here 10 tp + r dense, 7 more in a MoE layer), costed once per distinct
+    (tp, share) x policy, as ``at_stage_share`` of ``per_key`` gives it; a dense model's term is
+    the term as it was (share None)."""
+    v3, dense = load_model("deepseek-v3"), load_model("llama3-8b")
+    tp, r = np.array([[1], [2], [1], [1]]), np.array([[0, 3]])
+    share = np.array([[0.25], [1.0], [0.25], [0.0]])
+    calls = []
+
+    def of(tp, r, s):
+        calls.append((len(tp), s))
+        return tp * 10.0 + r + (0.0 if s is None else s * 7.0)
+
+    out = terms.per_key_at_share(terms.share_keys(v3, share), of, tp, r)
+    # 10 + 0.25 x 7 = 11.75 (tp 1, r 0); 23 + 7 (tp 2, a MoE layer, r 3); the dense row 10, 13
+    assert out.tolist() == [[11.75, 14.75], [27.0, 30.0], [11.75, 14.75], [10.0, 13.0]]
+    assert calls == [(6, 0.0), (6, 1.0)]  # 3 distinct (tp, share) x 2 policies, at each end
+    plain = terms.at_stage_share(v3, share, lambda s: per_key(lambda t, p: of(t, p, s), tp, r))
+    assert np.array_equal(out, plain)
+    assert terms.share_keys(dense, share) is None
+    assert terms.per_key_at_share(None, of, tp, r).tolist() == [
+        [10, 13],
+        [20, 23],
+        [10, 13],
+        [10, 13],
+    ]
+
+
+def test_shared_keys_compacts_an_unchangeable_key_once_and_a_writable_one_at_each_call(
+    monkeypatch,
+):
+    """Inside ``shared_keys`` a read-only key array is compacted at its first ``per_key`` call
+    only; a writable one, or a read-only view of writable data, at every call, so a write
+    between the calls changes the values as outside it."""
+    seen = []
+    compact = arrays._compact
+    monkeypatch.setattr(arrays, "_compact", lambda a: seen.append(a) or compact(a))
+    fixed = np.array([3, 1, 3])
+    fixed.flags.writeable = False
+    writable = np.array([2, 2, 5])
+    view = writable[:]
+    view.flags.writeable = False
+    with arrays.shared_keys():
+        for _ in range(2):
+            assert per_key(lambda x: x * 2, fixed).tolist() == [6, 2, 6]
+        assert sum(a is fixed for a in seen) == 1
+        assert per_key(lambda x: x * 2, writable).tolist() == [4, 4, 10]
+        writable[0] = 7
+        assert per_key(lambda x: x * 2, writable).tolist() == [14, 4, 10]
+        assert per_key(lambda x: x + 1, view).tolist() == [8, 3, 6]
+        writable[1] = 0
+        assert per_key(lambda x: x + 1, view).tolist() == [8, 1, 6]
+    assert arrays._SHARED.found is None  # closed: nothing held

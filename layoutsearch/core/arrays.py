@@ -7,6 +7,9 @@ one value per row, evaluated elementwise), so its arguments and result are eithe
 from __future__ import annotations
 
 import math
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import fields, is_dataclass
 from typing import TypeAlias
 
@@ -38,6 +41,48 @@ def _compact(column: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     return distinct, position[column.astype(np.int64, copy=False)]
 
 
+# inside ``shared_keys`` (this thread's): id -> (a key array that cannot change, its ``_compact``)
+_SHARED = threading.local()
+
+
+@contextmanager
+def shared_keys() -> Iterator[None]:
+    """Inside it ``per_key`` finds the distinct values of a key array that cannot change (read-only,
+    owning its data or viewing read-only arrays) once, not at every call that takes it (a stage's
+    terms take the tensor-parallel degree a dozen times); the arrays are held until it closes."""
+    if getattr(_SHARED, "found", None) is not None:  # nested: the outer one's
+        yield
+        return
+    _SHARED.found = {}
+    try:
+        yield
+    finally:
+        _SHARED.found = None
+
+
+def _fixed(a: np.ndarray) -> bool:
+    """No write can change ``a``'s values: it and every array it views are read-only, the last
+    owning its data."""
+    base: object = a
+    while isinstance(base, np.ndarray):
+        if base.flags.writeable:
+            return False
+        base = base.base
+    return base is None
+
+
+def _compact_key(a: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """``_compact(a)``, found once per array inside ``shared_keys``."""
+    shared = getattr(_SHARED, "found", None)
+    if shared is None or not _fixed(a):
+        return _compact(a)
+    found = shared.get(id(a))
+    if found is None or found[0] is not a:
+        found = shared[id(a)] = (a, _compact(a))
+        read_only(*found[1])
+    return found[1]
+
+
 def distinct_rows(columns: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """(one row index per distinct row of a non-negative integer array [rows, columns], each
     row's index among the distinct ones): the columns folded into one small code a column at a
@@ -67,7 +112,7 @@ def per_key(fn, *keys, memo: dict | None = None):
         values = [a.reshape(1).astype(np.int64) for a in arrays]
         found = fn(*values) if memo is None else _remembered(memo, fn, values)
         return _spread(found, np.zeros(shape, dtype=np.int64))
-    compact = [_compact(a) for a in arrays]  # each key as small integers, before broadcasting
+    compact = [_compact_key(a) for a in arrays]  # each key as small integers, before broadcasting
     bases = [len(distinct) for distinct, _ in compact]
     # keys along disjoint axes of a large broadcast: every combination of theirs is present
     outer = _outer(arrays, compact, bases, shape) if math.prod(shape) >= PER_KEY_OUTER else None

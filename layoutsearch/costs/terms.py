@@ -365,6 +365,30 @@ def at_stage_share(model: ModelSpec, share, of):
     return _mix(of(0.0), of(1.0), share)
 
 
+def share_keys(model: ModelSpec, share):
+    """(the distinct MoE shares of a stage's rows (``stage_moe_share``), each row's index among them)
+    for ``per_key_at_share``; None for a dense model."""
+    if model.moe is None:
+        return None
+    shares, index = np.unique(share, return_inverse=True)
+    return shares, index.reshape(np.shape(share))
+
+
+def per_key_at_share(shares, of, *keys):
+    """``at_stage_share(model, share, lambda s: per_key(lambda *k: of(*k, s), *keys))`` of an
+    elementwise ``of(*keys, s)``, with ``shares`` the share's ``share_keys``: the same values, each
+    costed and mixed once per distinct tuple of the keys and the share, then spread (a term of
+    (tp, r) over a stage's few distinct shares is not spread to every entry twice and mixed there)."""
+    if shares is None:
+        return per_key(lambda *k: of(*k, None), *keys)
+    values, index = shares
+
+    def mixed(*k):
+        return _mix(of(*k[:-1], 0.0), of(*k[:-1], 1.0), values[k[-1]])
+
+    return per_key(mixed, *keys, index)
+
+
 def _mix(dense, moe, share):
     if isinstance(dense, tuple):
         return tuple(_mix(d, m, share) for d, m in zip(dense, moe, strict=True))
@@ -438,6 +462,7 @@ def compute_per_microbatch(
         layer_rate, operand_bytes = acc.peak_fp8_flops_per_s * fraction * clock, 1
     passes = 1.0 + flops.BACKWARD_OVER_FORWARD
     rows = np.ceil(m).astype(np.int64)  # the GEMMs' m: whole tokens
+    read_only(rows)  # a key of several per_key calls
     attn_rate = (
         acc.peak_flops_per_s
         * (
@@ -457,6 +482,7 @@ def compute_per_microbatch(
     # the stage's own layers, dense and MoE: each per-layer term at the stage's MoE share (``at_stage_share``)
     layers, moe_layers = stage_layers(model, sh, last, mtp)
     share = stage_moe_share(model, layers, moe_layers)
+    shares = share_keys(model, share)  # the per-layer terms of (tp, ...) at each distinct share
     work = memory.recompute_arrays(model)
     mm_rerun, attn_rerun, ew_rerun = work["matmul"][r], work["attention"][r], work["elementwise"][r]
     # a layer's forward-equivalent GEMM seconds: its forward and two backward GEMMs over the passes
@@ -529,32 +555,33 @@ def compute_per_microbatch(
         / attn_rate
         * attention_call_factor(model, workload, acc, cp_kernel_calls(sh))
     )
-    ew_bytes = at_stage_share(
-        model,
-        share,
-        lambda s: per_key(
-            lambda tp: flops.elementwise_bytes_per_token_per_layer(
-                model,
-                tp,
-                sequence_parallel,
-                workload.activation_bytes,
-                workload.seq_len,
-                workload.flash_attention,
-                s,
-            ),
-            sh.tp,
+    ew_bytes = per_key_at_share(
+        shares,
+        lambda tp, s: flops.elementwise_bytes_per_token_per_layer(
+            model,
+            tp,
+            sequence_parallel,
+            workload.activation_bytes,
+            workload.seq_len,
+            workload.flash_attention,
+            s,
         ),
+        sh.tp,
     )
     ew = ew_bytes * m * (3.0 + ew_rerun) / acc.hbm_bytes_per_s
     if (
         fp8
     ):  # quantising each linear input (read bf16, write fp8) and, in backward, the output gradients
-        widths = at_stage_share(
-            model,
-            share,
-            lambda s: memory.saved_tensor_widths(
-                model, sh.tp, sequence_parallel, workload.seq_len, share=s
-            ),
+        widths = per_key_at_share(
+            shares,
+            lambda tp, s: {
+                n: w
+                for n, w in memory.saved_tensor_widths(
+                    model, tp, sequence_parallel, workload.seq_len, share=s
+                ).items()
+                if n in memory.FP8_LINEAR_INPUTS
+            },
+            sh.tp,
         )
         cast = (workload.activation_bytes + memory.FP8_BYTES) * sum(
             widths[n] for n in memory.FP8_LINEAR_INPUTS
@@ -596,11 +623,7 @@ def compute_per_microbatch(
     # host offloading: each layer's offloaded tensors go to host during its forward and come back for its
     # backward, asynchronously; what the layer's compute does not cover is waited for (all of it under blocking)
     moved = (
-        at_stage_share(
-            model,
-            share,
-            lambda s: host_offload_bytes_per_token(model, workload, sh, r, sequence_parallel, s),
-        )
+        host_offload_bytes_per_token(model, workload, sh, r, shares, sequence_parallel)
         * m
         / (acc.host_bytes_per_s_per_direction or np.inf)
     )
@@ -693,14 +716,16 @@ def host_offload_bytes_per_token(
     workload: Workload,
     sh: Shapes,
     r,
+    shares,
     sequence_parallel: bool = True,
-    share: float | None = None,
 ):
-    """Bytes per token and layer a recompute policy keeps in host memory (``memory.OFFLOADED``; keys S, r;
-    ``share``: the layer's MoE share, ``flops.layer_share``)."""
-    return per_key(
-        lambda tp, r: (
-            saved_widths_by_policy(model, workload, tp, r, sequence_parallel, share)[1]
+    """Bytes per token and layer a recompute policy keeps in host memory (``memory.OFFLOADED``; keys S, r)
+    at the stage's MoE share (``shares``: its ``share_keys``), its dense and MoE layers' mixed
+    (``at_stage_share``)."""
+    return per_key_at_share(
+        shares,
+        lambda tp, r, s: (
+            saved_widths_by_policy(model, workload, tp, r, sequence_parallel, s)[1]
             * workload.activation_bytes
         ),
         sh.tp,
@@ -1616,14 +1641,11 @@ def memory_by_microbatch(
         if model.moe is not None
         else 0.0
     )
-    per_token, hosted_width, every = at_stage_share(
-        model,
-        share,
-        lambda s: per_key(
-            lambda tp, r: saved_widths_by_policy(model, workload, tp, r, sequence_parallel, s),
-            sh.tp,
-            r,
-        ),
+    per_token, hosted_width, every = per_key_at_share(
+        share_keys(model, share),
+        lambda tp, r, s: saved_widths_by_policy(model, workload, tp, r, sequence_parallel, s),
+        sh.tp,
+        r,
     )
     saved = per_token * m * act_b
     stage = 0 if first else sh.pp - 1

@@ -20,7 +20,7 @@ from typing import Any
 
 import numpy as np
 
-from layoutsearch.core.arrays import distinct_rows
+from layoutsearch.core.arrays import distinct_rows, read_only, shared_keys
 from layoutsearch.core.numbers import distinct
 from layoutsearch.core.units import KIB
 from layoutsearch.costs import memory, roofline, step, terms
@@ -287,6 +287,7 @@ def row_terms(space: Space) -> RowTerms:
     return terms_of_rows(space, first).take(key)
 
 
+@shared_keys()  # each key array of the rows compacted once
 def terms_of_rows(space: Space, rows: np.ndarray) -> RowTerms:
     """The (S,K) x r terms of the rows ``rows``: keys as a column and a row, so a term of (S,K)
     alone is costed once per row."""
@@ -336,6 +337,7 @@ class RowCompute:
     first_stage: dict
 
 
+@shared_keys()
 def compute_of_rows(space: Space, rows: np.ndarray) -> RowCompute:
     """Each stage's compute and busy time, and the compute windows without recompute, of the
     rows ``rows`` (``terms_of_rows``' own, without the memory and step windows)."""
@@ -345,6 +347,7 @@ def compute_of_rows(space: Space, rows: np.ndarray) -> RowCompute:
         space.shapes.moe_layer_split(model)
     n_sk, codes = len(rows), space.recompute_codes
     sh, k, r = space.shapes.take(space.sk_shape[rows, None]), space.sk_k[rows, None], codes[None, :]
+    read_only(sh, k)  # keys of per_key, compacted once (shared_keys)
 
     def grid(x):
         return np.broadcast_to(x, (n_sk, len(codes)))
