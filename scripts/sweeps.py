@@ -87,6 +87,17 @@ def observations(rows: list[dict]) -> list[str]:
                     else "no tensor parallelism chosen."
                 )
             )
+        risky = [r for r in ok if r.get("risks") not in (None, "none")]
+        for risks in dict.fromkeys(r["risks"] for r in risky):
+            where = [r for r in risky if r["risks"] == risks]
+            out.append(
+                f"- Winners carrying {risks} (every layout within 5% of their step time carries "
+                f"these or heavier risks): "
+                + ", ".join(f"{r['cluster']} at {r['global_batch_seqs']} seqs" for r in where)
+                + "."
+            )
+        if not risky:
+            out.append("- No winner carries a risk of the ranking's risk order.")
     failed = [r for r in rows if r.get("dp") is None]
     for cluster in dict.fromkeys(r["cluster"] for r in failed):
         group = [r for r in failed if r["cluster"] == cluster]
@@ -126,7 +137,7 @@ def main() -> int:
         "`status` OPTIMAL means proven optimal. Points with no layout stay in the tables with their reason. "
         "Columns of the Parquet/CSV files: see `layoutsearch.sweep.COLUMNS` (inputs, solver status, objective, "
         "bound, degrees, ZeRO stage, microbatches, recompute, axes as JSON, peak/capacity bytes, time split, "
-        "MFU, tokens/s).",
+        "MFU, tokens/s, the risks the layout carries).",
         "",
     ]
     for sweep in SWEEPS:

@@ -150,6 +150,7 @@ def _layout_columns(est, point: Point) -> dict:
         "mfu": rec["mfu"],
         "tokens_per_s": rec["tokens_per_s"],
         "tokens_per_s_per_device": rec["tokens_per_s_per_device"],
+        "risks": "; ".join(rec["risks"]) or "none",
         "goodput": rec["goodput"],
         "train_days": rec["train_days"],
         "device_hours": rec["device_hours"],

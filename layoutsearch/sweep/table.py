@@ -55,6 +55,7 @@ COLUMNS: list[tuple[str, str]] = [
     ("mfu", "float"),
     ("tokens_per_s", "float"),
     ("tokens_per_s_per_device", "float"),
+    ("risks", "str"),  # the ranking's risks the layout carries, "; "-joined ("none" for none)
     ("training_tokens", "float"),
     ("price_per_device_hour", "float"),
     ("goodput", "float"),
