@@ -240,8 +240,9 @@ def microbatch_limit(pp):
 
 def layout_risks(est) -> tuple[str, ...]:
     """The risks (``risk_names``) one estimated layout carries, by the rules ``risk_flags`` applies
-    to the search's tables: its predicted peak against the usable memory (KiB, rounded up as the
-    tables round), a TP or CP group placed on a scale-out or DCN axis, cp > 1, the microbatches."""
+    to the search's tables: its predicted peak against the usable memory (the whole peak rounded up
+    to KiB; the tables round each memory item up, so at a margin's very edge they can read a few KiB
+    more), a TP or CP group placed on a scale-out or DCN axis, cp > 1, the microbatches."""
     lay, axes = est.layout, {a.name: a.kind for a in est.cluster.axes}
 
     def slow(degree: str) -> bool:
