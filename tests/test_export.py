@@ -222,6 +222,23 @@ def test_a_loss_on_bf16_logits_as_costed_or_refused():
     )
 
 
+def test_mpt_triton_attention_is_refused_by_every_target():
+    """--triton-attention costs MPT's 2022 Triton kernel (llm-foundry's attn_impl: triton), which no export
+    target runs: each refuses it by rule, naming the nearest choice."""
+    doc = solve_doc("llama3-8b", "h100-64", 256, 4096, Layout(fsdp=8, tp=8), triton_attention=True)
+    for target, name in (
+        ("megatron", "Megatron-LM"),
+        ("torchtitan", "torchtitan"),
+        ("maxtext", "MaxText"),
+    ):
+        refused(
+            doc,
+            target,
+            f"{name} cannot express MPT's 2022 Triton attention kernel (--triton-attention: "
+            "llm-foundry's); nearest: --no-triton-attention",
+        )
+
+
 def test_attention_kernel_as_costed_or_refused():
     """--no-vendor-attention under Megatron writes --attention-backend flash (FlashAttention, as costed), the
     default writes no backend (Transformer Engine picks its cuDNN kernel); torchtitan, MaxText and DeepSpeed cannot

@@ -29,6 +29,8 @@ WORKLOAD = [
     "--no-fp8-dispatch",
     "--vendor-attention",
     "--no-vendor-attention",
+    "--triton-attention",
+    "--no-triton-attention",
     "--launch-blocking",
     "--no-launch-blocking",
     "--cuda-graphs",

@@ -678,6 +678,30 @@ def test_bloom_runs_launch_blocking_from_2022_02_18(runs):
     )
 
 
+def test_llm_foundry_tables_run_mpt_triton_attention(data_file):
+    """Rule 29: llm-foundry's benchmark tables ran submit_benchmarks.py's default attn_impl triton, and every
+    llm-foundry record states workload.triton_attention, so its attention core is costed at the part's
+    triton_attention_efficiency (H100 0.2, A100 0.4372), not FlashAttention-2's (0.335, 0.67); fms-fsdp's SDPA
+    rows keep FlashAttention-2's."""
+    from layoutsearch.costs.terms import attention_efficiency
+    from layoutsearch.validation.mapping import mapping_notes, triton_attention
+
+    runs = {r["id"]: r for r in load_runs(data_file("runs_dev.yaml"))}
+    foundry = [r for r in runs.values() if r["workload"]["framework"] == "llm-foundry"]
+    assert len(foundry) == 57 and all(triton_attention(r) for r in foundry)
+    h100 = runs["llmfoundry-mpt-h100-ls-70b-seq2048-512gpu-mbs8-ga1"]
+    problem, _ = record_to_problem(h100)
+    assert problem.workload.triton_attention
+    assert attention_efficiency(problem.workload, problem.cluster.accelerator) == 0.2
+    assert "MPT's Triton attention (attn_impl: triton), not FlashAttention-2" in mapping_notes(h100)
+    fms, _ = record_to_problem(runs["fmsfsdp-a100-llama2-7b-128gpu"])
+    assert not fms.workload.triton_attention
+    assert attention_efficiency(fms.workload, fms.cluster.accelerator) == 0.67
+    assert not triton_attention(
+        {**h100, "workload": {**h100["workload"], "triton_attention": None}}
+    )
+
+
 def test_hsdp_shards_inside_the_node_and_replicates_across(runs):
     """fms-fsdp 7b: dp 128 = 8 sharded (node) x 16 replicated (scale-out)."""
     _, layout = record_to_problem(runs["fmsfsdp-a100-llama2-7b-128gpu"])
@@ -1241,9 +1265,12 @@ def test_calibration_fits_a_few_fractions_per_family(runs, tmp_path):
         "llmfoundry-mpt-a100-40g-7b-seq16384-8gpu-mbs1-ga4",
         "llmfoundry-mpt-a100-40g-7b-seq8192-8gpu-mbs3-ga4",
     ]
-    result = calibrate([runs[i] for i in ids])
+    # these inline rows state no framework: all run the portable attention, so its fraction is identified
+    result = calibrate([runs[i] for i in ids], params=("matmul_efficiency", "attention_efficiency"))
     assert list(result) == ["a100"] and result["a100"]["accelerators"] == ["a100-40gb", "a100-80gb"]
     assert set(result["a100"]["fitted"]) == {"matmul_efficiency", "attention_efficiency"}
+    # DEFAULT_PARAMS' MPT Triton fraction is fitted only where a record runs that kernel (none of these)
+    assert set(calibrate([runs[i] for i in ids])["a100"]["fitted"]) == {"matmul_efficiency"}
     assert result["a100"]["records"] == 5
     with pytest.raises(InvalidArgumentError, match="fits 1 to 4"):
         calibrate(
@@ -1344,7 +1371,7 @@ def test_leave_one_source_out_recovers_a_shared_truth(runs):
     for rid in h100:
         assert abs(result["rel_errors"][rid]) < 0.01, rid
     assert result["by_source"]["dgxc-benchmarking"]["calibration"] == {
-        "h100-class": "matmul_efficiency, attention_efficiency refit on 5 records of 2 other sources"
+        "h100-class": "matmul_efficiency refit on 5 records of 2 other sources"
     }
     assert result["by_source"]["maxtext"]["calibration"] == {
         "v5p": "catalogue values (no other source has records on this family)"
@@ -1380,7 +1407,7 @@ def test_leave_one_source_out_fits_only_on_the_records_fit_on_picks(runs):
         assert abs(kept["rel_errors"][rid]) < 0.01, rid
     assert kept["rel_errors"][odd] == pytest.approx(-0.5, abs=0.01)
     assert kept["by_source"]["dgxc-benchmarking"]["calibration"] == {
-        "h100-class": "matmul_efficiency, attention_efficiency refit on 4 records of 2 other sources"
+        "h100-class": "matmul_efficiency refit on 4 records of 2 other sources"
     }
     pulled = leave_one_source_out(records)
     assert max(abs(pulled["rel_errors"][rid]) for rid in h100 if rid.startswith("dgxc")) > 0.05

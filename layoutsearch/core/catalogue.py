@@ -221,6 +221,9 @@ class CalibrationFile(_Strict):
     vendor_attention_efficiency: float | None = Field(
         default=None, gt=0, le=1
     )  # cuDNN / TE fused attention
+    triton_attention_efficiency: float | None = Field(
+        default=None, gt=0, le=1
+    )  # MPT's 2022 Triton FlashAttention kernel (llm-foundry's attn_impl: triton)
     attention_half_efficiency_keys: float = Field(
         default=0.0, ge=0, le=MAX_MODEL_DIM
     )  # keys per query per kernel

@@ -232,6 +232,12 @@ class WorkloadOptions(OptionGroup):
         "cuDNN) where the accelerator has one, else the FlashAttention-2 class (default: the "
         "framework's choice: megatron and ideal use the vendor's)",
     )
+    triton_attention: bool = Field(
+        False,
+        description="The attention core runs MPT's 2022 Triton FlashAttention kernel "
+        "(llm-foundry's attn_impl: triton), at the accelerator's triton_attention_efficiency "
+        "(a100 and the h100 class, fitted on llm-foundry's benchmark tables)",
+    )
     launch_blocking: bool = Field(
         False,
         description="Every kernel launch waits for the GPU (CUDA_LAUNCH_BLOCKING=1): the host's "

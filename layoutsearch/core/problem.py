@@ -235,6 +235,17 @@ def resolved_workload(workload: Workload, cluster: Cluster) -> Workload:
             f"--fp8-dispatch: tokens are dispatched in fp8 only in fp8 training, not with "
             f"--precision {workload.precision}; use --precision fp8 or --no-fp8-dispatch"
         )
+    if workload.triton_attention and acc.triton_attention_efficiency is None:
+        raise InvalidArgumentError(
+            f"--triton-attention: hardware/{acc.id}.yaml has no triton_attention_efficiency (MPT's "
+            f"Triton kernel is costed only on the parts llm-foundry's tables fitted it on); use "
+            f"--no-triton-attention"
+        )
+    if workload.triton_attention and (workload.vendor_attention or not workload.flash_attention):
+        raise InvalidArgumentError(
+            "--triton-attention: MPT's Triton kernel is the attention core; it cannot run with "
+            f"{'--vendor-attention' if workload.vendor_attention else '--no-fused-attention'}"
+        )
     if workload.vendor_attention and acc.vendor_attention_efficiency is None:
         warnings.warn(
             f"--vendor-attention: {acc.id} has no vendor_attention_efficiency in hardware/{acc.id}.yaml; "

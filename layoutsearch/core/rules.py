@@ -1471,6 +1471,17 @@ LIMITS: tuple[Limit, ...] = (
         cannot=lambda p, c: "the vendor's fused attention kernel (cuDNN / Transformer Engine)",
         nearest="--no-vendor-attention, or export to megatron",
     ),
+    Limit.feature(
+        code="triton-attention",
+        capability="triton_attention",
+        used=lambda p, c: p.workload.triton_attention,
+        can="MPT's Triton attention kernel",
+        cannot_title="no MPT Triton attention",
+        cannot=lambda p, c: (
+            "MPT's 2022 Triton attention kernel (--triton-attention: llm-foundry's)"
+        ),
+        nearest="--no-triton-attention",
+    ),
     Limit(
         code="cuda-graphs",
         needs=("r",),

@@ -376,6 +376,10 @@ class Workload:
         None  # the vendor's fused attention kernel (Transformer Engine / cuDNN) where
     )
     # the accelerator has one, else the FlashAttention-2 class; None = the framework profile's choice
+    triton_attention: bool = (
+        False  # MPT's 2022 Triton FlashAttention kernel (llm-foundry's attn_impl: triton) at the
+    )
+    # accelerator's triton_attention_efficiency instead of either of the above
     launch_blocking: bool = (
         False  # every kernel launch waits for the GPU (CUDA_LAUNCH_BLOCKING=1, as the BLOOM
     )
@@ -517,6 +521,8 @@ class Accelerator:
         None  # the vendor's fused attention (cuDNN / Transformer
     )
     # Engine on Hopper) where it beats the portable FlashAttention-2 class of ``attention_efficiency``
+    triton_attention_efficiency: float | None = None  # MPT's 2022 Triton FlashAttention kernel
+    # (Workload.triton_attention), fitted on llm-foundry's benchmark tables; None = no figure (refused)
     attention_half_efficiency_keys: float = (
         0.0  # keys per query at which a fused attention kernel runs at half
     )

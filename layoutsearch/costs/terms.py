@@ -1020,9 +1020,13 @@ def cp_kernel_calls(sh: Shapes):
 
 
 def attention_efficiency(workload: Workload, acc: Accelerator) -> float:
-    """The fused attention kernel's fraction of peak: the vendor's (cuDNN / Transformer Engine) where
-    the workload or its framework profile uses it and the accelerator has a figure for it
-    (``frameworks.vendor_attention``), else the portable FlashAttention-2 class fraction the catalogue calibrates."""
+    """The fused attention kernel's fraction of peak: MPT's Triton kernel's where the workload runs it
+    (``Workload.triton_attention``; ``Problem.build`` refuses it on a part without the figure), else the
+    vendor's (cuDNN / Transformer Engine) where the workload or its framework profile uses it and the
+    accelerator has a figure for it (``frameworks.vendor_attention``), else the portable
+    FlashAttention-2 class's."""
+    if workload.triton_attention and acc.triton_attention_efficiency is not None:
+        return acc.triton_attention_efficiency
     vendor = acc.vendor_attention_efficiency
     return (
         vendor

@@ -221,6 +221,9 @@ class Capabilities:
     """The ZeRO stages it can write bf16 Adam moments with (moment bytes 2)."""
     vendor_attention: bool = False
     """The vendor's fused attention kernel (core.frameworks.vendor_attention)."""
+    triton_attention: bool = False
+    """MPT's 2022 Triton attention kernel (Workload.triton_attention): llm-foundry's, which no
+    export target runs."""
     unfused_attention: bool = False
     """An attention that materialises the S x S scores (Workload.flash_attention off)."""
     bf16_logits: bool = False

@@ -206,7 +206,10 @@ def assumptions(workload, model) -> str:
 
 
 def _attention_text(workload) -> str:
-    """The attention kernel, where the workload overrides its profile's (``--vendor-attention``)."""
+    """The attention kernel, where the workload overrides its profile's (``--vendor-attention``,
+    ``--triton-attention``)."""
+    if workload.triton_attention:
+        return ", MPT's Triton attention"
     if (
         workload.vendor_attention is None
         or workload.vendor_attention == profile_of(workload.framework).vendor_attention

@@ -2,8 +2,8 @@
 
 Per accelerator FAMILY (``FAMILIES``: a100 = A100 40/80 GB, h100-class = H100/H200/H800 (one
 GH100 die), b200-class = B200/GB200, and each TPU generation on its own), at most
-``MAX_FIT_PARAMS`` calibration fractions (default ``DEFAULT_PARAMS``: matmul and attention
-efficiency; never one per record) are fitted by least squares on r_i = log(predicted_i /
+``MAX_FIT_PARAMS`` calibration fractions (default ``DEFAULT_PARAMS``: the matmul fraction and MPT's
+Triton attention kernel's; never one per record) are fitted by least squares on r_i = log(predicted_i /
 measured_i) over that family's usable records: mapped by ``mapping.record_to_problem`` (not
 skipped), not out of memory, with a measured throughput. The residual is symmetric in over- and
 under-prediction. Every member of a family gets the same fitted values; a family with fewer
@@ -50,7 +50,10 @@ from layoutsearch.validation.parallel import parallel_map
 from layoutsearch.validation.runs import source_family
 from layoutsearch.validation.stats import error_stats
 
-DEFAULT_PARAMS = ("matmul_efficiency", "attention_efficiency")
+# the fractions a family's records fit by default: the matmul fraction and MPT's Triton attention kernel's (llm-foundry's
+# tables); the FlashAttention-2 class's on GPUs is the kernel's measured fraction and the vendor's is fitted on its own
+# (docs/calibration.md), both held
+DEFAULT_PARAMS = ("matmul_efficiency", "triton_attention_efficiency")
 # {field: the families (or accelerator ids) that fit it}: a field not named is fitted by every family
 FitFamilies = Mapping[str, Collection[str]] | None
 DEFAULT_SHARED = ("overlap_interference",)  # fitted with them over the GPU families (SHARED_KIND)
@@ -101,6 +104,7 @@ CALIBRATION_FIELDS = (
     "matmul_efficiency",
     "attention_efficiency",
     "vendor_attention_efficiency",
+    "triton_attention_efficiency",
     "attention_half_efficiency_keys",
     "matmul_half_efficiency_tokens",
     "gemm_half_efficiency_depth",
@@ -350,7 +354,7 @@ def fit_joint(
     """
     kind = {f: probs[0][1][0].cluster.accelerator.kind for f, probs in groups.items() if probs}
     own = {
-        f: chosen_params(params, len(probs), f, fit_families)
+        f: chosen_params(defined_params(params, probs), len(probs), f, fit_families)
         for f, probs in groups.items()
         if probs
     }
@@ -441,6 +445,36 @@ def check_params(params: tuple[str, ...], shared: tuple[str, ...] = ()) -> tuple
     return params
 
 
+# A kernel's own fraction, which only the records running that kernel identify: field -> whether a problem runs it
+KERNEL_FIELDS: dict[str, Callable[[Problem], bool]] = {
+    "triton_attention_efficiency": lambda problem: problem.workload.triton_attention,
+}
+
+
+def defined_params(params: tuple[str, ...], problems: list) -> tuple[str, ...]:
+    """The fields of ``params`` the problems identify: not one that is None on a part (no figure, so the kernel
+    it costs is refused there: ``triton_attention_efficiency`` on a TPU), nor a kernel's own fraction
+    (``KERNEL_FIELDS``) that none of them runs."""
+    return tuple(
+        p
+        for p in params
+        if all(getattr(pr.cluster.accelerator, p, 0.0) is not None for _, (pr, _), _ in problems)
+        and (p not in KERNEL_FIELDS or any(KERNEL_FIELDS[p](pr) for _, (pr, _), _ in problems))
+    )
+
+
+def unfitted_kernels(
+    params: tuple[str, ...], fitted: Collection[str], held: list
+) -> dict[str, float]:
+    """The kernel fractions of ``params`` (``KERNEL_FIELDS``) that held-out problems run but a fold did not fit, as
+    no other source runs the kernel: {field: the catalogue's value, which they keep}."""
+    return {
+        p: getattr(held[0][1][0].cluster.accelerator, p)
+        for p in params
+        if p in KERNEL_FIELDS and p not in fitted and defined_params((p,), held)
+    }
+
+
 def chosen_params(
     params: tuple[str, ...],
     num_records: int,
@@ -498,7 +532,7 @@ def calibrate(
         if not problems:
             out[name] = {"records": 0, "skipped_reason": "no usable records"}
             continue
-        chosen = chosen_params(params, len(problems), name, fit_families)
+        chosen = chosen_params(defined_params(params, problems), len(problems), name, fit_families)
         if chosen:
             out[name] = fit_accelerator(problems, chosen, loss)
     return out
@@ -712,9 +746,9 @@ def leave_one_source_out(
             train = [p for s, f, p in fold if s != source and f == fam and p[0] in fitted_ids]
             fields: dict[str, float] = {}
             if len(train) >= 2:
-                chosen = chosen_params(params, len(train), fam, fit_families) + tuple(
-                    s for s in shared if s in joint.get(fam, {})
-                )
+                chosen = chosen_params(
+                    defined_params(params, train), len(train), fam, fit_families
+                ) + tuple(s for s in shared if s in joint.get(fam, {}))
                 fields = (
                     joint[fam] if shared else fit_fields(train, chosen, loss)[0] if chosen else {}
                 )
@@ -727,6 +761,11 @@ def leave_one_source_out(
                 )
             else:
                 note = "catalogue values (no other source has records on this family)"
+            held = [p for s, f, p in fold if s == source and f == fam]
+            note += "".join(
+                f"; {p}: the catalogue's {v:g}, fitted on this source (no other source runs its kernel)"
+                for p, v in (unfitted_kernels(params, fields, held) if held else {}).items()
+            )
             if fam in held_families:
                 how[fam] = note
             fold_fields[fam] = fields
@@ -764,7 +803,7 @@ def leave_one_source_out(
         joint = (everywhere or joint_on_all()) if shared else {}
         for fam, probs in groups.items():
             train = fit_groups[fam]
-            chosen = chosen_params(params, len(train), fam, fit_families)
+            chosen = chosen_params(defined_params(params, train), len(train), fam, fit_families)
             fields = (
                 joint.get(fam, {})
                 if shared

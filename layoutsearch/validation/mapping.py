@@ -393,6 +393,12 @@ RECORD_FP8_RECIPES = {
 }
 
 
+def triton_attention(record: dict) -> bool:
+    """Rule 29: True for a record on MPT's 2022 Triton attention kernel (``workload.triton_attention``:
+    llm-foundry's benchmark tables, whose ``submit_benchmarks.py`` defaults to ``--attn_impl triton``)."""
+    return record["workload"].get("triton_attention") is True
+
+
 def fp8_recipe(record: dict) -> str | None:
     """Rule 5: the fp8 scaling recipe the record names (``RECORD_FP8_RECIPES``); None where it names none (the
     framework profile's default) or the run is not fp8."""
@@ -568,6 +574,8 @@ def mapping_notes(record: dict) -> list[str]:
         notes.append("DeepSpeed ZeRO-3 (2021) costed with the deepspeed profile")
     if vendor_attention(record):
         notes.append("Transformer Engine attention (attn: te): the vendor's fused attention")
+    if triton_attention(record):
+        notes.append("MPT's Triton attention (attn_impl: triton), not FlashAttention-2")
     if not fp32_logits(record):
         notes.append(
             "loss on bf16 logits (fp32_upcast: false): the logits and their gradient in 2 bytes"
@@ -949,6 +957,7 @@ def record_to_estimate(record: dict) -> tuple[Problem, Layout, Estimate] | str:
         deepep=deepep(record),
         vendor_attention=vendor_attention(record),
         fp32_logits=fp32_logits(record),
+        triton_attention=triton_attention(record),
         launch_blocking=launch_blocking(record),
         cuda_graphs=cuda_graphs(record),
         grad_bytes_per_param=grad_bytes(record),

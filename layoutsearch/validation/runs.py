@@ -161,6 +161,7 @@ RecWorkload = _block(
     moe_dispatcher=Literal["alltoall", "deepep", "hybridep"],
     vendor_attention=bool,
     fp32_logits=bool,
+    triton_attention=bool,
 )
 RecCluster = _block(
     "RecCluster",

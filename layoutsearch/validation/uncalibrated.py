@@ -2,7 +2,8 @@
 
 A part whose compute fractions are borrowed (catalogue ``calibration.compute_fractions: borrowed``:
 b200 and gb200 take the h100 class's, v4, v5e, v6e and tpu7x take v5p's) is predicted with another
-family's fitted ``matmul_efficiency`` and ``attention_efficiency``. Its error is measured here on
+family's fitted fractions (``calibrate.DEFAULT_PARAMS``) and its attention kernels' fractions
+(``BORROWED_KERNELS``: the FlashAttention-2 and vendor ones, which such a part borrows or derives too). Its error is measured here on
 parts that do have runs, by pretending they have none: for each accelerator family F (``calibrate.
 FAMILIES``) and each source S with records on F, the calibration (``calibrate.DEFAULT_PARAMS`` per
 family, ``DEFAULT_SHARED`` jointly, as the dense leave-one-source-out fits it) is fitted on the
@@ -34,6 +35,13 @@ from layoutsearch.validation.stats import quantiles, step_time_error
 from layoutsearch.validation.uncertainty import uncertainty_table
 
 MIN_DONOR_RECORDS = 2  # as leave_one_source_out: a family with fewer training records is not fitted
+# the kernel fractions a part without records takes from another part: the donor's catalogue values where its records
+# do not fit them (no record of the other sources runs the kernel), else its fit
+BORROWED_KERNELS = (
+    "attention_efficiency",
+    "vendor_attention_efficiency",
+    "triton_attention_efficiency",
+)
 
 
 def leave_one_family_out(records: list[dict], workers: int | None = None) -> dict:
@@ -71,8 +79,16 @@ def leave_one_family_out(records: list[dict], workers: int | None = None) -> dic
         donor = donors[family]
         if donor is None or donor not in groups:
             return {}
-        fields = fit_joint(groups, DEFAULT_PARAMS, DEFAULT_SHARED)[donor]
         held = [p for s, f, _, p in items if f == family and s == source]
+        theirs, ours = (probs[0][1][0].cluster.accelerator for probs in (groups[donor], held))
+        fields = {
+            **{
+                k: getattr(theirs, k)
+                for k in BORROWED_KERNELS
+                if None not in (getattr(theirs, k), getattr(ours, k))
+            },
+            **fit_joint(groups, DEFAULT_PARAMS, DEFAULT_SHARED)[donor],
+        }
         return {p[0]: float(np.expm1(r)) for p, r in zip(held, log_residuals(held, fields))}
 
     rel: dict[str, float] = {}
