@@ -681,7 +681,7 @@ def test_bloom_runs_launch_blocking_from_2022_02_18(runs):
 def test_llm_foundry_tables_run_mpt_triton_attention(data_file):
     """Rule 29: llm-foundry's benchmark tables ran submit_benchmarks.py's default attn_impl triton, and every
     llm-foundry record states workload.triton_attention, so its attention core is costed at the part's
-    triton_attention_efficiency (H100 0.2, A100 0.4372), not FlashAttention-2's (0.335, 0.67); fms-fsdp's SDPA
+    triton_attention_efficiency (H100 0.2, A100 0.4212), not FlashAttention-2's (0.1656, 0.3312); fms-fsdp's SDPA
     rows keep FlashAttention-2's."""
     from layoutsearch.costs.terms import attention_efficiency
     from layoutsearch.validation.mapping import mapping_notes, triton_attention
@@ -696,7 +696,7 @@ def test_llm_foundry_tables_run_mpt_triton_attention(data_file):
     assert "MPT's Triton attention (attn_impl: triton), not FlashAttention-2" in mapping_notes(h100)
     fms, _ = record_to_problem(runs["fmsfsdp-a100-llama2-7b-128gpu"])
     assert not fms.workload.triton_attention
-    assert attention_efficiency(fms.workload, fms.cluster.accelerator) == 0.67
+    assert attention_efficiency(fms.workload, fms.cluster.accelerator) == 0.3312
     assert not triton_attention(
         {**h100, "workload": {**h100["workload"], "triton_attention": None}}
     )
@@ -1269,8 +1269,11 @@ def test_calibration_fits_a_few_fractions_per_family(runs, tmp_path):
     result = calibrate([runs[i] for i in ids], params=("matmul_efficiency", "attention_efficiency"))
     assert list(result) == ["a100"] and result["a100"]["accelerators"] == ["a100-40gb", "a100-80gb"]
     assert set(result["a100"]["fitted"]) == {"matmul_efficiency", "attention_efficiency"}
-    # DEFAULT_PARAMS' MPT Triton fraction is fitted only where a record runs that kernel (none of these)
-    assert set(calibrate([runs[i] for i in ids])["a100"]["fitted"]) == {"matmul_efficiency"}
+    # DEFAULT_PARAMS' kernel fractions are fitted only where a record runs that kernel (MPT's Triton: none here)
+    assert set(calibrate([runs[i] for i in ids])["a100"]["fitted"]) == {
+        "matmul_efficiency",
+        "attention_efficiency",
+    }
     assert result["a100"]["records"] == 5
     with pytest.raises(InvalidArgumentError, match="fits 1 to 4"):
         calibrate(

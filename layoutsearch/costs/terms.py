@@ -1019,20 +1019,23 @@ def cp_kernel_calls(sh: Shapes):
     return np.where(sh.cpf == ALLGATHER, 1, sh.cp // sh.cpa)
 
 
-def attention_efficiency(workload: Workload, acc: Accelerator) -> float:
-    """The fused attention kernel's fraction of peak: MPT's Triton kernel's where the workload runs it
-    (``Workload.triton_attention``; ``Problem.build`` refuses it on a part without the figure), else the
-    vendor's (cuDNN / Transformer Engine) where the workload or its framework profile uses it and the
+def attention_kernel_field(workload: Workload, acc: Accelerator) -> str:
+    """The Accelerator field of the fused attention kernel the workload runs: MPT's Triton kernel's
+    (``triton_attention_efficiency``) where the workload runs it (``Workload.triton_attention``;
+    ``Problem.build`` refuses it on a part without the figure), else the vendor's (cuDNN / Transformer
+    Engine, ``vendor_attention_efficiency``) where the workload or its framework profile uses it and the
     accelerator has a figure for it (``frameworks.vendor_attention``), else the portable
-    FlashAttention-2 class's."""
+    FlashAttention-2 class's (``attention_efficiency``)."""
     if workload.triton_attention and acc.triton_attention_efficiency is not None:
-        return acc.triton_attention_efficiency
-    vendor = acc.vendor_attention_efficiency
-    return (
-        vendor
-        if vendor is not None and vendor_attention(workload, acc)
-        else acc.attention_efficiency
-    )
+        return "triton_attention_efficiency"
+    if acc.vendor_attention_efficiency is not None and vendor_attention(workload, acc):
+        return "vendor_attention_efficiency"
+    return "attention_efficiency"
+
+
+def attention_efficiency(workload: Workload, acc: Accelerator) -> float:
+    """The fused attention kernel's fraction of peak (``attention_kernel_field``)."""
+    return getattr(acc, attention_kernel_field(workload, acc))
 
 
 def _layer_terms(layers, fwd, bwd, lost_fwd, lost_bwd) -> dict:

@@ -2,8 +2,8 @@
 
 Per accelerator FAMILY (``FAMILIES``: a100 = A100 40/80 GB, h100-class = H100/H200/H800 (one
 GH100 die), b200-class = B200/GB200, and each TPU generation on its own), at most
-``MAX_FIT_PARAMS`` calibration fractions (default ``DEFAULT_PARAMS``: the matmul fraction and MPT's
-Triton attention kernel's; never one per record) are fitted by least squares on r_i = log(predicted_i /
+``MAX_FIT_PARAMS`` calibration fractions (default ``DEFAULT_PARAMS``: the matmul fraction and the
+portable attention kernels', each where a record runs it; never one per record) are fitted by least squares on r_i = log(predicted_i /
 measured_i) over that family's usable records: mapped by ``mapping.record_to_problem`` (not
 skipped), not out of memory, with a measured throughput. The residual is symmetric in over- and
 under-prediction. Every member of a family gets the same fitted values; a family with fewer
@@ -45,15 +45,16 @@ from layoutsearch.core.errors import CatalogueError, InvalidArgumentError
 from layoutsearch.core.problem import Problem
 from layoutsearch.core.specs import Cluster, Layout
 from layoutsearch.costs.estimate import estimate, step_seconds
+from layoutsearch.costs.terms import attention_kernel_field
 from layoutsearch.validation.mapping import record_to_problem
 from layoutsearch.validation.parallel import parallel_map
 from layoutsearch.validation.runs import source_family
 from layoutsearch.validation.stats import error_stats
 
-# the fractions a family's records fit by default: the matmul fraction and MPT's Triton attention kernel's (llm-foundry's
-# tables); the FlashAttention-2 class's on GPUs is the kernel's measured fraction and the vendor's is fitted on its own
-# (docs/calibration.md), both held
-DEFAULT_PARAMS = ("matmul_efficiency", "triton_attention_efficiency")
+# the fractions a family's records fit by default: the matmul fraction and the portable attention kernels' (the
+# FlashAttention-2 class, MPT's Triton kernel of llm-foundry's tables), each only where a record runs it
+# (KERNEL_FIELDS); the vendor's is fitted on its own (docs/calibration.md)
+DEFAULT_PARAMS = ("matmul_efficiency", "attention_efficiency", "triton_attention_efficiency")
 # {field: the families (or accelerator ids) that fit it}: a field not named is fitted by every family
 FitFamilies = Mapping[str, Collection[str]] | None
 DEFAULT_SHARED = ("overlap_interference",)  # fitted with them over the GPU families (SHARED_KIND)
@@ -445,10 +446,15 @@ def check_params(params: tuple[str, ...], shared: tuple[str, ...] = ()) -> tuple
     return params
 
 
-# A kernel's own fraction, which only the records running that kernel identify: field -> whether a problem runs it
-KERNEL_FIELDS: dict[str, Callable[[Problem], bool]] = {
-    "triton_attention_efficiency": lambda problem: problem.workload.triton_attention,
-}
+def runs_attention_kernel(problem: Problem, field: str) -> bool:
+    """Whether the problem's fused attention runs at the accelerator's ``field`` (``attention_kernel_field``)."""
+    return problem.workload.flash_attention and (
+        attention_kernel_field(problem.workload, problem.cluster.accelerator) == field
+    )
+
+
+# A kernel's own fraction, which only the records running that kernel identify
+KERNEL_FIELDS = ("attention_efficiency", "triton_attention_efficiency")
 
 
 def defined_params(params: tuple[str, ...], problems: list) -> tuple[str, ...]:
@@ -459,7 +465,10 @@ def defined_params(params: tuple[str, ...], problems: list) -> tuple[str, ...]:
         p
         for p in params
         if all(getattr(pr.cluster.accelerator, p, 0.0) is not None for _, (pr, _), _ in problems)
-        and (p not in KERNEL_FIELDS or any(KERNEL_FIELDS[p](pr) for _, (pr, _), _ in problems))
+        and (
+            p not in KERNEL_FIELDS
+            or any(runs_attention_kernel(pr, p) for _, (pr, _), _ in problems)
+        )
     )
 
 
@@ -762,9 +771,11 @@ def leave_one_source_out(
             else:
                 note = "catalogue values (no other source has records on this family)"
             held = [p for s, f, p in fold if s == source and f == fam]
-            note += "".join(
+            note += "".join(  # where the family was refit: which kernel fractions it could not refit
                 f"; {p}: the catalogue's {v:g}, fitted on this source (no other source runs its kernel)"
-                for p, v in (unfitted_kernels(params, fields, held) if held else {}).items()
+                for p, v in (
+                    unfitted_kernels(params, fields, held) if fields and held else {}
+                ).items()
             )
             if fam in held_families:
                 how[fam] = note
