@@ -77,6 +77,8 @@ LLAMA70B_V5P_ESTIMATE = (
     "fsdp=1024,tp=8",
 )
 LLAMA3_8B_H100_SOLVE = ("solve", "--model", "llama3-8b", "--cluster", "h100-64", "--seqs", "256")
+# A solve of the debug model's 64 sequences on 8 H100s (options the tests add follow)
+DEBUG_H100_8_SOLVE = ("solve", "--model", "debug", "--cluster", "h100-8", "--seqs", "64")
 
 
 def estimate_record(capsys, args: list[str]) -> dict:

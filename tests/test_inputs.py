@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pytest
 import typer
+from builders import DEBUG_H100_8_SOLVE
 
 from layoutsearch import cli
 from layoutsearch.core import io
@@ -39,24 +40,7 @@ def solve_doc() -> dict:
     """A solve document (two layouts) of debug on h100-8."""
     out = textio.StringIO()
     with contextlib.redirect_stdout(out), contextlib.redirect_stderr(textio.StringIO()):
-        assert (
-            cli.main(
-                [
-                    "solve",
-                    "--model",
-                    "debug",
-                    "--cluster",
-                    "h100-8",
-                    "--seqs",
-                    "64",
-                    "--top",
-                    "2",
-                    "--format",
-                    "json",
-                ]
-            )
-            == 0
-        )
+        assert cli.main([*DEBUG_H100_8_SOLVE, "--top", "2", "--format", "json"]) == 0
     return json.loads(out.getvalue())
 
 
@@ -628,21 +612,7 @@ def test_model_paths_with_a_nul_byte(bad_input):
 
 # ----------------------------------------------------------------------------- writing files
 def export_argv(output):
-    return [
-        "solve",
-        "--model",
-        "debug",
-        "--cluster",
-        "h100-8",
-        "--seqs",
-        "64",
-        "--top",
-        "1",
-        "--export",
-        "megatron",
-        "-o",
-        str(output),
-    ]
+    return [*DEBUG_H100_8_SOLVE, "--top", "1", "--export", "megatron", "-o", str(output)]
 
 
 @pytest.mark.parametrize(
@@ -753,31 +723,9 @@ def test_plot_output_unwritable(bad_input, tmp_path, monkeypatch):
     assert err.endswith("(No space left on device)") and temporaries(tmp_path) == []
 
 
-@pytest.mark.parametrize("call", ["write", "fsync"])
-def test_sweep_on_a_full_disk_is_one_line(bad_input, cli_main, tmp_path, monkeypatch, call):
-    """The journal append (fsync) or the table write (os.write) failing: exit 2 naming the path, no temporary."""
-    out = tmp_path / "s.csv"
-    with monkeypatch.context() as m:
-        disk_full(m, call)
-        err = bad_input(
-            "sweep",
-            "-m",
-            "debug",
-            "-c",
-            "h100-8",
-            "--seqs",
-            "64",
-            "-j",
-            "1",
-            "--no-progress",
-            "-o",
-            out,
-        )
-    assert err.startswith("error: --output: cannot write '") and err.endswith(
-        "(No space left on device)"
-    )
-    assert str(tmp_path) in err and temporaries(tmp_path) == []
-    code, _, err = cli_main(
+def sweep_argv(out) -> list:
+    """A one-worker sweep of debug on h100-8, 64 sequences, writing its table to ``out``."""
+    return [
         "sweep",
         "-m",
         "debug",
@@ -790,7 +738,21 @@ def test_sweep_on_a_full_disk_is_one_line(bad_input, cli_main, tmp_path, monkeyp
         "--no-progress",
         "-o",
         out,
+    ]
+
+
+@pytest.mark.parametrize("call", ["write", "fsync"])
+def test_sweep_on_a_full_disk_is_one_line(bad_input, cli_main, tmp_path, monkeypatch, call):
+    """The journal append (fsync) or the table write (os.write) failing: exit 2 naming the path, no temporary."""
+    out = tmp_path / "s.csv"
+    with monkeypatch.context() as m:
+        disk_full(m, call)
+        err = bad_input(*sweep_argv(out))
+    assert err.startswith("error: --output: cannot write '") and err.endswith(
+        "(No space left on device)"
     )
+    assert str(tmp_path) in err and temporaries(tmp_path) == []
+    code, _, err = cli_main(*sweep_argv(out))
     assert code == 0, err  # disk space back: the rerun finishes
 
 
@@ -909,20 +871,7 @@ def test_sweep_table_that_is_not_a_sweep_is_refused(bad_input, tmp_path):
 
 def test_sweep_cli_says_how_many_journal_lines_it_dropped(cli_main, tmp_path):
     out = tmp_path / "s.csv"
-    argv = [
-        "sweep",
-        "-m",
-        "debug",
-        "-c",
-        "h100-8",
-        "--seqs",
-        "64",
-        "-j",
-        "1",
-        "--no-progress",
-        "-o",
-        out,
-    ]
+    argv = sweep_argv(out)
     assert cli_main(*argv)[0] == 0
     journal = Path(journal_path(out))
     journal.write_text(journal.read_text().replace('"status":"OPTIMAL"', '"status":"DONE"'))
