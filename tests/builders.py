@@ -79,6 +79,30 @@ LLAMA70B_V5P_ESTIMATE = (
 LLAMA3_8B_H100_SOLVE = ("solve", "--model", "llama3-8b", "--cluster", "h100-64", "--seqs", "256")
 # A solve of the debug model's 64 sequences on 8 H100s (options the tests add follow)
 DEBUG_H100_8_SOLVE = ("solve", "--model", "debug", "--cluster", "h100-8", "--seqs", "64")
+# An estimate of the debug model on a 1-device cluster (formerly a RecursionError: no axis to place
+# a degree on)
+DEBUG_H100_1_ESTIMATE = (
+    *("estimate", "--model", "debug", "--cluster", "h100-1"),
+    *("--layout", "dp=1", "--seqs", "8", "--format", "json"),
+)
+
+
+def sweep_argv(out: object) -> list:
+    """A one-worker sweep of debug on h100-8, 64 sequences, writing its table to ``out``."""
+    return [
+        "sweep",
+        "-m",
+        "debug",
+        "-c",
+        "h100-8",
+        "--seqs",
+        "64",
+        "-j",
+        "1",
+        "--no-progress",
+        "-o",
+        out,
+    ]
 
 
 def estimate_record(capsys, args: list[str]) -> dict:

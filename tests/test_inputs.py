@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 import typer
-from builders import DEBUG_H100_8_SOLVE
+from builders import DEBUG_H100_1_ESTIMATE, DEBUG_H100_8_SOLVE, sweep_argv
 
 from layoutsearch import cli
 from layoutsearch.core import io
@@ -101,19 +101,7 @@ def test_python_dash_m_entry_points(module):
 # ----------------------------------------------------------------------------- 1-device clusters
 def test_one_device_clusters_estimate_and_solve(cli_main):
     """Formerly a RecursionError: a 1-device cluster has no axis to place a degree on."""
-    code, out, err = cli_main(
-        "estimate",
-        "--model",
-        "debug",
-        "--cluster",
-        "h100-1",
-        "--layout",
-        "dp=1",
-        "--seqs",
-        "8",
-        "--format",
-        "json",
-    )
+    code, out, err = cli_main(*DEBUG_H100_1_ESTIMATE)
     assert code == 0, err
     doc = json.loads(out)
     assert (
@@ -721,24 +709,6 @@ def test_plot_output_unwritable(bad_input, tmp_path, monkeypatch):
         disk_full(m)
         err = bad_input("plot", table, "-o", tmp_path / "s.png")
     assert err.endswith("(No space left on device)") and temporaries(tmp_path) == []
-
-
-def sweep_argv(out) -> list:
-    """A one-worker sweep of debug on h100-8, 64 sequences, writing its table to ``out``."""
-    return [
-        "sweep",
-        "-m",
-        "debug",
-        "-c",
-        "h100-8",
-        "--seqs",
-        "64",
-        "-j",
-        "1",
-        "--no-progress",
-        "-o",
-        out,
-    ]
 
 
 @pytest.mark.parametrize("call", ["write", "fsync"])
