@@ -488,6 +488,22 @@ def torchtitan03_python() -> str:
     return path
 
 
+def run_tt03_loader(python: str, folder: Path, argv: list[str]) -> list[dict]:
+    """TT03_LOADER run by ``python`` in ``folder`` (the exported modules lie there) on ``argv`` (module name,
+    device count, ...): its RESULT line, one dict a module."""
+    run = subprocess.run(
+        [python, "-c", TT03_LOADER, *argv],
+        capture_output=True,
+        text=True,
+        timeout=600,
+        cwd=folder,
+        env={**os.environ, "PYTHONPATH": str(folder)},
+    )
+    lines = [line for line in run.stdout.splitlines() if line.startswith("RESULT ")]
+    assert lines, run.stderr[-3000:]
+    return json.loads(lines[0][7:])
+
+
 def fill_placeholders(text: str, values: dict[str, object]) -> str:
     """What a user does before launch: replace every '<set me: ...>' constant of the exported module."""
     import re
@@ -542,17 +558,7 @@ def test_torchtitan03_config_manager_builds_the_exported_job(tmp_path):
             fill_placeholders(export_document(doc, "torchtitan-0.3"), TT03_VALUES)
         )
         argv += [f"ls_{name}", str(doc["problem"]["num_devices"])]
-    run = subprocess.run(
-        [python, "-c", TT03_LOADER, *argv],
-        capture_output=True,
-        text=True,
-        timeout=600,
-        cwd=tmp_path,
-        env={**os.environ, "PYTHONPATH": str(tmp_path)},
-    )
-    lines = [line for line in run.stdout.splitlines() if line.startswith("RESULT ")]
-    assert lines, run.stderr[-3000:]
-    results = dict(zip(cases, json.loads(lines[0][7:])))
+    results = dict(zip(cases, run_tt03_loader(python, tmp_path, argv)))
     for name, doc in cases.items():
         got = results[name]
         assert "error" not in got, f"{name}: {got}"
@@ -603,17 +609,7 @@ def test_torchtitan03_refuses_unset_placeholders(tmp_path):
     """Launched as exported (placeholders unset), the registry entry refuses to build and names them."""
     python = torchtitan03_python()
     (tmp_path / "ls_raw.py").write_text(export_document(HSDP, "torchtitan-0.3"))
-    run = subprocess.run(
-        [python, "-c", TT03_LOADER, "ls_raw", "16"],
-        capture_output=True,
-        text=True,
-        timeout=600,
-        cwd=tmp_path,
-        env={**os.environ, "PYTHONPATH": str(tmp_path)},
-    )
-    lines = [line for line in run.stdout.splitlines() if line.startswith("RESULT ")]
-    assert lines, run.stderr[-3000:]
-    error = json.loads(lines[0][7:])[0]["error"]
+    error = run_tt03_loader(python, tmp_path, ["ls_raw", "16"])[0]["error"]
     assert error.startswith(
         "ValueError: set DUMP_FOLDER, HF_ASSETS_PATH, DATASET, DATASET_PATH, CHECKPOINT_FOLDER, "
         "STEPS, LR, WARMUP_STEPS at the top of"
@@ -1069,17 +1065,24 @@ def test_torchtitan_reads_async_tp_when_the_prediction_overlaps_tp(tmp_path):
     assert job.parallelism.enable_async_tensor_parallel is False and job.compile.enable is False
 
 
+def deepseek_v3_megatron_args(cluster: str, lay: Layout) -> dict:
+    """The Megatron arguments exported for DeepSeek-V3's fp8 batch (4096 sequences of 4096 tokens) on ``cluster``
+    at ``lay`` (estimated with strict=False)."""
+    from layoutsearch.core.problem import Problem, build_workload
+    from layoutsearch.costs.estimate import estimate
+    from layoutsearch.report.output import estimate_document
+
+    problem = Problem.build("deepseek-v3", cluster, build_workload(4096, 4096, precision="fp8"))
+    return parse_args(
+        export_document(estimate_document(estimate(problem, lay, strict=False)), "megatron")
+    )
+
+
 def test_megatron_core_accepts_the_chunk_layout_of_deepseek_v3(tmp_path):
     """61 layers + embedding + loss (+ the MTP module) over pp=4 x 4 virtual stages, as NVIDIA's DeepSeek-V3
     recipes run them: the exported --pipeline-model-parallel-layout passes megatron-core's own layout checks."""
     layouts = pytest.importorskip("megatron.core.transformer.pipeline_parallel_layer_layout")
     PipelineParallelLayerLayout = layouts.PipelineParallelLayerLayout
-
-    from layoutsearch.core.problem import Problem, build_workload
-    from layoutsearch.costs.estimate import estimate
-    from layoutsearch.report.output import estimate_document
-
-    problem = Problem.build("deepseek-v3", "gb200-256", build_workload(4096, 4096, precision="fp8"))
     lay = Layout(
         fsdp=64,
         pp=4,
@@ -1090,8 +1093,7 @@ def test_megatron_core_accepts_the_chunk_layout_of_deepseek_v3(tmp_path):
         num_microbatches=64,
         recompute="selective",
     )
-    est = estimate(problem, lay, strict=False)
-    args = parse_args(export_document(estimate_document(est), "megatron"))
+    args = deepseek_v3_megatron_args("gb200-256", lay)
     layout = args["--pipeline-model-parallel-layout"]
     assert layout.count("|") == 15 and layout.startswith("Ettt|") and layout.endswith("|ttmL")
     assert "--num-virtual-stages-per-pipeline-rank" not in args
@@ -1105,12 +1107,6 @@ def test_megatron_core_accepts_the_megatron_bridge_deepseek_v3_split():
     stage, 5 with the MTP module and the loss on the last): first/last counts the virtual stages do not divide are
     exported as chunks, and megatron-core's own layout checks take them."""
     layouts = pytest.importorskip("megatron.core.transformer.pipeline_parallel_layer_layout")
-
-    from layoutsearch.core.problem import Problem, build_workload
-    from layoutsearch.costs.estimate import estimate
-    from layoutsearch.report.output import estimate_document
-
-    problem = Problem.build("deepseek-v3", "b200-256", build_workload(4096, 4096, precision="fp8"))
     lay = Layout(
         fsdp=32,
         pp=8,
@@ -1123,10 +1119,7 @@ def test_megatron_core_accepts_the_megatron_bridge_deepseek_v3_split():
         first_stage_layers=8,
         last_stage_layers=5,
     )
-    args = parse_args(
-        export_document(estimate_document(estimate(problem, lay, strict=False)), "megatron")
-    )
-    layout = args["--pipeline-model-parallel-layout"]
+    layout = deepseek_v3_megatron_args("b200-256", lay)["--pipeline-model-parallel-layout"]
     assert layout == "Etttt|" + "tttt|" * 14 + "tmL"
     parsed = layouts.PipelineParallelLayerLayout(layout, 8)
     parsed.validate_layer_layout(61, 1)
