@@ -119,6 +119,51 @@ TINY_MAVERICK = dict(
         capacity_factor=1.25,
     ),
 )
+# Two-layer stand-ins for Mixtral (drop-and-pad, capacity factor 1.25) and Qwen3-MoE (dropless) that a v5p-8
+# solves in a moment
+TINY_MIXTRAL = dict(
+    num_layers=2,
+    d_model=128,
+    d_ff=256,
+    num_heads=4,
+    num_kv_heads=2,
+    head_dim=32,
+    vocab_size=1024,
+    moe=MoeSpec(num_experts=4, top_k=2, expert_d_ff=256, capacity_factor=1.25),
+)
+TINY_QWEN3 = {**TINY_MIXTRAL, "d_ff": 384, "moe": MoeSpec(num_experts=8, top_k=2, expert_d_ff=64)}
+# The frameworks other than Megatron, as their refusals name them
+NON_MEGATRON_TARGETS = (
+    ("torchtitan", "torchtitan"),
+    ("maxtext", "MaxText"),
+    ("deepspeed", "DeepSpeed"),
+)
+
+
+def qwen3_norm_act_doc(**workload) -> dict:
+    """Qwen3-30B-A3B's 256 sequences of 4096 tokens on 16 H100s at fsdp 16 x ep 8, ZeRO-1, recompute norm_act
+    (``workload``: Workload fields changed, e.g. cuda_graphs)."""
+    return solve_doc(
+        "qwen3-30b-a3b",
+        "h100-16",
+        256,
+        4096,
+        Layout(fsdp=16, ep=8, zero_stage=1, recompute="norm_act"),
+        **workload,
+    )
+
+
+def llama_full_iteration_graphs_doc() -> dict:
+    """Llama 3 8B's 256 sequences of 4096 tokens on 64 H100s at fsdp 8 x tp 8, full recompute, one CUDA graph of
+    the whole iteration (a dense model)."""
+    return solve_doc(
+        "llama3-8b",
+        "h100-64",
+        256,
+        4096,
+        Layout(fsdp=8, tp=8, recompute="full"),
+        cuda_graphs="full_iteration",
+    )
 
 
 def layer_freq(text: str) -> int | list[int]:
@@ -493,14 +538,7 @@ def test_maxtext_moe_keys_and_expert_axis():
         32,
         128,
         Layout(fsdp=8),
-        num_layers=2,
-        d_model=128,
-        d_ff=256,
-        num_heads=4,
-        num_kv_heads=2,
-        head_dim=32,
-        vocab_size=1024,
-        moe=MoeSpec(num_experts=4, top_k=2, expert_d_ff=256, capacity_factor=1.25),
+        **TINY_MIXTRAL,
     )
     mt = yaml.safe_load(exported(dropping, "maxtext"))
     assert (mt["megablox"], mt["sparse_matmul"], mt["capacity_factor"]) == (False, False, 1.25)
@@ -1064,13 +1102,7 @@ def test_megatron_core_takes_the_norm_act_recompute_modules():
     """recompute norm_act: the export writes --recompute-granularity selective --recompute-modules layernorm moe_act,
     which megatron-core's TransformerConfig takes (moe_act needs the grouped GEMM the export also asks for)."""
     pytest.importorskip("megatron.core.transformer.transformer_config")
-    doc = solve_doc(
-        "qwen3-30b-a3b",
-        "h100-16",
-        256,
-        4096,
-        Layout(fsdp=16, ep=8, zero_stage=1, recompute="norm_act"),
-    )
+    doc = qwen3_norm_act_doc()
     config, _, _ = megatron_config(exported(doc, "megatron"), apply_rope_fusion=False)
     assert (config.recompute_granularity, config.recompute_modules, config.moe_grouped_gemm) == (
         "selective",
@@ -1084,27 +1116,13 @@ def test_cuda_graphs_are_written_by_megatron_and_refused_elsewhere():
     full_iteration -> MCore's whole-iteration graph, on a dense model or a drop-and-pad MoE. Megatron refuses a
     full-iteration graph of a dropless MoE (the dispatcher syncs with the host each layer) and scoped graphs beside
     full recompute; torchtitan, MaxText and DeepSpeed write no CUDA graphs."""
-    scoped = solve_doc(
-        "qwen3-30b-a3b",
-        "h100-16",
-        256,
-        4096,
-        Layout(fsdp=16, ep=8, zero_stage=1, recompute="norm_act"),
-        cuda_graphs="scoped",
-    )
+    scoped = qwen3_norm_act_doc(cuda_graphs="scoped")
     args = parse_args(exported(scoped, "megatron"))
     assert (args["--cuda-graph-impl"], args["--cuda-graph-scope"]) == (
         "transformer_engine",
         ["attn", "moe_router", "moe_preprocess"],
     )
-    dense = solve_doc(
-        "llama3-8b",
-        "h100-64",
-        256,
-        4096,
-        Layout(fsdp=8, tp=8, recompute="full"),
-        cuda_graphs="full_iteration",
-    )
+    dense = llama_full_iteration_graphs_doc()
     args = parse_args(exported(dense, "megatron"))
     assert (args["--cuda-graph-impl"], args["--cuda-graph-scope"]) == ("local", "full_iteration")
     assert "--cuda-graph-impl" not in parse_args(
@@ -1150,11 +1168,7 @@ def test_cuda_graphs_are_written_by_megatron_and_refused_elsewhere():
         Layout(fsdp=8, tp=8, num_microbatches=4, recompute="full"),
         cuda_graphs="scoped",
     )
-    for target, name in (
-        ("torchtitan", "torchtitan"),
-        ("maxtext", "MaxText"),
-        ("deepspeed", "DeepSpeed"),
-    ):
+    for target, name in NON_MEGATRON_TARGETS:
         with pytest.raises(
             InvalidLayoutError,
             match=f"{name} cannot express --cuda-graphs scoped; nearest: --cuda-graphs none, or export to megatron",
@@ -1176,11 +1190,7 @@ def test_overlaps_the_prediction_assumed_are_exported_or_refused():
         deepep=False,
     )
     assert parse_args(exported(ep, "megatron"))["--overlap-moe-expert-parallel-comm"] is True
-    for target, name in (
-        ("torchtitan", "torchtitan"),
-        ("maxtext", "MaxText"),
-        ("deepspeed", "DeepSpeed"),
-    ):
+    for target, name in NON_MEGATRON_TARGETS:
         with pytest.raises(
             InvalidLayoutError,
             match=re.escape(
@@ -1218,14 +1228,7 @@ def test_megatron_core_takes_the_exported_cuda_graphs():
     pytest.importorskip("megatron.core.transformer.transformer_config")
     from megatron.core.transformer.enums import CudaGraphScope
 
-    doc = solve_doc(
-        "qwen3-30b-a3b",
-        "h100-16",
-        256,
-        4096,
-        Layout(fsdp=16, ep=8, zero_stage=1, recompute="norm_act"),
-        cuda_graphs="scoped",
-    )
+    doc = qwen3_norm_act_doc(cuda_graphs="scoped")
     config, _, _ = megatron_config(exported(doc, "megatron"), apply_rope_fusion=False)
     assert (config.cuda_graph_impl, config.cuda_graph_scope) == (
         "transformer_engine",
@@ -1241,14 +1244,7 @@ def test_megatron_core_takes_the_exported_cuda_graphs():
             recompute_method="uniform",
             recompute_num_layers=1,
         )
-    dense = solve_doc(
-        "llama3-8b",
-        "h100-64",
-        256,
-        4096,
-        Layout(fsdp=8, tp=8, recompute="full"),
-        cuda_graphs="full_iteration",
-    )
+    dense = llama_full_iteration_graphs_doc()
     config, _, _ = megatron_config(exported(dense, "megatron"), apply_rope_fusion=False)
     assert (config.cuda_graph_impl, config.cuda_graph_scope) == (
         "local",
@@ -1872,14 +1868,7 @@ def test_maxtext_builds_the_engine_moe_models(tmp_path):
             32,
             128,
             Layout(fsdp=8, ep=2),
-            num_layers=2,
-            d_model=128,
-            d_ff=256,
-            num_heads=4,
-            num_kv_heads=2,
-            head_dim=32,
-            vocab_size=1024,
-            moe=MoeSpec(num_experts=4, top_k=2, expert_d_ff=256, capacity_factor=1.25),
+            **TINY_MIXTRAL,
         ),
         "qwen3_moe": custom_doc(
             "qwen3-30b-a3b",
@@ -1887,14 +1876,7 @@ def test_maxtext_builds_the_engine_moe_models(tmp_path):
             32,
             128,
             Layout(fsdp=4, tp=2, ep=2, etp=2),
-            num_layers=2,
-            d_model=128,
-            d_ff=384,
-            num_heads=4,
-            num_kv_heads=2,
-            head_dim=32,
-            vocab_size=1024,
-            moe=MoeSpec(num_experts=8, top_k=2, expert_d_ff=64),
+            **TINY_QWEN3,
         ),
         "deepseek": custom_doc(
             "deepseek-v3",
@@ -1905,15 +1887,7 @@ def test_maxtext_builds_the_engine_moe_models(tmp_path):
             **{
                 **TINY_DSV3,
                 "num_layers": 3,
-                "moe": MoeSpec(
-                    num_experts=8,
-                    top_k=2,
-                    expert_d_ff=128,
-                    num_shared_experts=1,
-                    shared_d_ff=128,
-                    first_dense_layers=1,
-                    router_bias=True,
-                ),
+                "moe": replace(TINY_DSV3["moe"], router_bias=True),
             },
         ),
     }
@@ -1968,14 +1942,7 @@ def test_maxtext_moe_cpu_training_step(tmp_path):
         32,
         128,
         Layout(fsdp=8, recompute="full"),
-        num_layers=2,
-        d_model=128,
-        d_ff=384,
-        num_heads=4,
-        num_kv_heads=2,
-        head_dim=32,
-        vocab_size=1024,
-        moe=MoeSpec(num_experts=8, top_k=2, expert_d_ff=64),
+        **TINY_QWEN3,
     )
     path = tmp_path / "moe.yml"
     path.write_text(export_document(doc, "maxtext"))
