@@ -192,6 +192,26 @@ def custom_doc(
     return solve_doc(model_id, cluster, batch, seq, layout, model_changes=model_changes)
 
 
+# Llama 3 8B's interleaved pipeline of the export tests: pp=4 x 2 virtual stages, fsdp 2 x tp 8, 8 microbatches
+INTERLEAVED_LAYOUT = Layout(
+    fsdp=2, tp=8, pp=4, virtual_stages=2, num_microbatches=8, schedule="interleaved"
+)
+# Megatron-Bridge's DeepSeek-V3 recipe on pp=8 x 2 virtual stages (mapping rule 23): 8 layers on the first
+# stage, 5 on the last
+DSV3_BRIDGE_LAYOUT = Layout(
+    fsdp=32,
+    pp=8,
+    ep=32,
+    virtual_stages=2,
+    schedule="interleaved",
+    zero_stage=1,
+    num_microbatches=128,
+    recompute="mla_up_proj",
+    first_stage_layers=8,
+    last_stage_layers=5,
+)
+
+
 @functools.cache
 def export_docs() -> dict[str, dict]:
     """The export tests' common documents (llama3-8b on h100-64 and debug on h100-16), built once:

@@ -12,7 +12,7 @@ import tomllib
 
 import pytest
 import yaml
-from builders import export_docs, exported, solve_doc, solve_export
+from builders import INTERLEAVED_LAYOUT, export_docs, exported, solve_doc, solve_export
 
 from layoutsearch.core.catalogue import load_model
 from layoutsearch.core.errors import InvalidLayoutError
@@ -568,15 +568,7 @@ def test_torchtitan03_carries_the_0_2_mapping_and_the_model_numbers():
         "h100-64",
         256,
         4096,
-        Layout(
-            fsdp=2,
-            tp=8,
-            pp=4,
-            virtual_stages=2,
-            num_microbatches=8,
-            schedule="interleaved",
-            recompute="selective",
-        ),
+        dataclasses.replace(INTERLEAVED_LAYOUT, recompute="selective"),
     )
     c = tt03_constants(doc)
     toml = tomllib.loads(exported(doc, "torchtitan"))

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import subprocess
@@ -9,7 +10,7 @@ from pathlib import Path
 
 import pytest
 import yaml
-from builders import export_docs, exported, solve_doc
+from builders import INTERLEAVED_LAYOUT, export_docs, exported, solve_doc
 
 from layoutsearch.core.errors import InvalidLayoutError
 from layoutsearch.core.specs import Layout
@@ -17,19 +18,7 @@ from layoutsearch.export import SUFFIXES, TARGETS, check_export, export_document
 
 FSDP_TP, CP = (export_docs()[k] for k in ("fsdp_tp", "cp"))
 INTERLEAVED_ZERO1 = solve_doc(
-    "llama3-8b",
-    "h100-64",
-    256,
-    4096,
-    Layout(
-        fsdp=2,
-        tp=8,
-        pp=4,
-        virtual_stages=2,
-        num_microbatches=8,
-        schedule="interleaved",
-        zero_stage=1,
-    ),
+    "llama3-8b", "h100-64", 256, 4096, dataclasses.replace(INTERLEAVED_LAYOUT, zero_stage=1)
 )
 
 MIXTRAL_EP8_FP8 = solve_doc(

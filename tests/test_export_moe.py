@@ -31,6 +31,7 @@ from dataclasses import replace
 import pytest
 import yaml
 from builders import (
+    DSV3_BRIDGE_LAYOUT,
     custom_doc,
     exported,
     maxtext_python,
@@ -313,18 +314,7 @@ def test_megatron_writes_given_stages_that_the_virtual_stages_do_not_divide_as_a
         "b200-256",
         4096,
         4096,
-        Layout(
-            fsdp=32,
-            pp=8,
-            virtual_stages=2,
-            schedule="interleaved",
-            ep=32,
-            zero_stage=1,
-            num_microbatches=128,
-            recompute="mla_up_proj",
-            first_stage_layers=8,
-            last_stage_layers=5,
-        ),
+        DSV3_BRIDGE_LAYOUT,
     )
     args = parse_args(exported(doc, "megatron"))
     assert args["--pipeline-model-parallel-layout"] == "Etttt|" + "tttt|" * 14 + "tmL"

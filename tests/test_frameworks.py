@@ -21,6 +21,8 @@ from pathlib import Path
 
 import pytest
 from builders import (
+    DSV3_BRIDGE_LAYOUT,
+    INTERLEAVED_LAYOUT,
     custom_doc,
     deepspeed_config,
     export_docs,
@@ -40,9 +42,6 @@ FSDP_TP, CP, HSDP = (export_docs()[k] for k in ("fsdp_tp", "cp", "hsdp"))
 
 pytestmark = pytest.mark.frameworks
 
-INTERLEAVED_LAYOUT = Layout(
-    fsdp=2, tp=8, pp=4, virtual_stages=2, num_microbatches=8, schedule="interleaved"
-)
 INTERLEAVED = solve_doc("llama3-8b", "h100-64", 256, 4096, INTERLEAVED_LAYOUT)
 # Megatron writes a pipeline with the distributed optimizer (Megatron-FSDP is not documented with pp)
 INTERLEAVED_ZERO1 = solve_doc(
@@ -1107,19 +1106,9 @@ def test_megatron_core_accepts_the_megatron_bridge_deepseek_v3_split():
     stage, 5 with the MTP module and the loss on the last): first/last counts the virtual stages do not divide are
     exported as chunks, and megatron-core's own layout checks take them."""
     layouts = pytest.importorskip("megatron.core.transformer.pipeline_parallel_layer_layout")
-    lay = Layout(
-        fsdp=32,
-        pp=8,
-        ep=32,
-        virtual_stages=2,
-        schedule="interleaved",
-        zero_stage=1,
-        num_microbatches=128,
-        recompute="mla_up_proj",
-        first_stage_layers=8,
-        last_stage_layers=5,
-    )
-    layout = deepseek_v3_megatron_args("b200-256", lay)["--pipeline-model-parallel-layout"]
+    layout = deepseek_v3_megatron_args("b200-256", DSV3_BRIDGE_LAYOUT)[
+        "--pipeline-model-parallel-layout"
+    ]
     assert layout == "Etttt|" + "tttt|" * 14 + "tmL"
     parsed = layouts.PipelineParallelLayerLayout(layout, 8)
     parsed.validate_layer_layout(61, 1)
