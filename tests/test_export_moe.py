@@ -34,6 +34,7 @@ from builders import (
     DSV3_BRIDGE_LAYOUT,
     custom_doc,
     exported,
+    llama8b_doc,
     maxtext_python,
     maxtext_script,
     maxtext_train_log,
@@ -157,11 +158,7 @@ def qwen3_norm_act_doc(**workload) -> dict:
 def llama_full_iteration_graphs_doc() -> dict:
     """Llama 3 8B's 256 sequences of 4096 tokens on 64 H100s at fsdp 8 x tp 8, full recompute, one CUDA graph of
     the whole iteration (a dense model)."""
-    return solve_doc(
-        "llama3-8b",
-        "h100-64",
-        256,
-        4096,
+    return llama8b_doc(
         Layout(fsdp=8, tp=8, recompute="full"),
         cuda_graphs="full_iteration",
     )
@@ -366,9 +363,7 @@ def test_megatron_layer_patterns_routers_and_capacity():
         "--moe-router-dtype",
         "--mtp-num-layers",
     } & set(mix)
-    dense = parse_args(
-        exported(solve_doc("llama3-8b", "h100-64", 256, 4096, Layout(fsdp=8, tp=8)), "megatron")
-    )
+    dense = parse_args(exported(llama8b_doc(Layout(fsdp=8, tp=8)), "megatron"))
     assert not [
         flag for flag in dense if flag.startswith(("--moe", "--expert", "--num-experts", "--mtp"))
     ]
@@ -444,9 +439,7 @@ def test_torchtitan_expert_degrees_model_family_and_flavor():
         "parallelism"
     ]  # ep = 1: torchtitan's own TP on experts
     assert (par["expert_parallel_degree"], par["expert_tensor_parallel_degree"]) == (1, 1)
-    dense = tomllib.loads(
-        exported(solve_doc("llama3-8b", "h100-64", 256, 4096, Layout(fsdp=64)), "torchtitan")
-    )
+    dense = tomllib.loads(exported(llama8b_doc(Layout(fsdp=64)), "torchtitan"))
     assert (
         "expert_parallel_degree" not in dense["parallelism"] and dense["model"]["name"] == "llama3"
     )
@@ -1080,7 +1073,7 @@ def test_megatron_core_takes_the_flash_attention_backend():
     pytest.importorskip("megatron.core.transformer.transformer_config")
     from megatron.core.transformer.enums import AttnBackend
 
-    doc = solve_doc("llama3-8b", "h100-64", 256, 4096, Layout(fsdp=8, tp=8), vendor_attention=False)
+    doc = llama8b_doc(Layout(fsdp=8, tp=8), vendor_attention=False)
     config, _, _ = megatron_config(
         exported(doc, "megatron"), apply_rope_fusion=False
     )  # (fused RoPE needs TE)
@@ -1116,7 +1109,7 @@ def test_cuda_graphs_are_written_by_megatron_and_refused_elsewhere():
     args = parse_args(exported(dense, "megatron"))
     assert (args["--cuda-graph-impl"], args["--cuda-graph-scope"]) == ("local", "full_iteration")
     assert "--cuda-graph-impl" not in parse_args(
-        exported(solve_doc("llama3-8b", "h100-64", 256, 4096, Layout(fsdp=8, tp=8)), "megatron")
+        exported(llama8b_doc(Layout(fsdp=8, tp=8)), "megatron")
     )
     full = solve_doc(
         "qwen3-30b-a3b",
@@ -1150,11 +1143,7 @@ def test_cuda_graphs_are_written_by_megatron_and_refused_elsewhere():
         r"--cuda-graphs none",
     ):
         export_document(scoped_full, "megatron")
-    dense_scoped = solve_doc(
-        "llama3-8b",
-        "h100-64",
-        256,
-        4096,
+    dense_scoped = llama8b_doc(
         Layout(fsdp=8, tp=8, num_microbatches=4, recompute="full"),
         cuda_graphs="scoped",
     )
@@ -1189,11 +1178,7 @@ def test_overlaps_the_prediction_assumed_are_exported_or_refused():
             ),
         ):
             export_document(ep, target)
-    tp = solve_doc(
-        "llama3-8b",
-        "h100-64",
-        256,
-        4096,
+    tp = llama8b_doc(
         Layout(dp=8, tp=8, num_microbatches=2),
         tp_comm_overlap=True,
     )
