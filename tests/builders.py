@@ -185,7 +185,7 @@ def solve_doc(
     }
 
 
-def llama8b_doc(*layouts: Layout, **workload_options) -> dict:
+def doc_llama8b(*layouts: Layout, **workload_options) -> dict:
     """solve_doc of the export tests' usual problem: Llama 3 8B's 256 sequences of 4096 tokens on 64 H100s."""
     return solve_doc("llama3-8b", "h100-64", 256, 4096, *layouts, **workload_options)
 
@@ -222,8 +222,8 @@ def export_docs() -> dict[str, dict]:
     """The export tests' common documents (llama3-8b on h100-64 and debug on h100-16), built once:
     fsdp, fsdp_tp, cp and hsdp."""
     return {
-        "fsdp": llama8b_doc(Layout(fsdp=64, num_microbatches=2, recompute="full")),
-        "fsdp_tp": llama8b_doc(
+        "fsdp": doc_llama8b(Layout(fsdp=64, num_microbatches=2, recompute="full")),
+        "fsdp_tp": doc_llama8b(
             Layout(fsdp=8, tp=8, num_microbatches=4, recompute="full"),
         ),
         "cp": solve_doc(

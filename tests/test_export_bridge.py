@@ -10,14 +10,14 @@ from pathlib import Path
 
 import pytest
 import yaml
-from builders import INTERLEAVED_LAYOUT, export_docs, exported, llama8b_doc, solve_doc
+from builders import INTERLEAVED_LAYOUT, doc_llama8b, export_docs, exported, solve_doc
 
 from layoutsearch.core.errors import InvalidLayoutError
 from layoutsearch.core.specs import Layout
 from layoutsearch.export import SUFFIXES, TARGETS, check_export, export_document
 
 FSDP_TP, CP = (export_docs()[k] for k in ("fsdp_tp", "cp"))
-INTERLEAVED_ZERO1 = llama8b_doc(dataclasses.replace(INTERLEAVED_LAYOUT, zero_stage=1))
+INTERLEAVED_ZERO1 = doc_llama8b(dataclasses.replace(INTERLEAVED_LAYOUT, zero_stage=1))
 
 MIXTRAL_EP8_FP8 = solve_doc(
     "mixtral-8x7b", "h100-64", 512, 4096, Layout(fsdp=32, tp=2, ep=8, zero_stage=1), precision="fp8"
@@ -73,7 +73,7 @@ def test_interleaved_pipeline_takes_the_distributed_optimizer():
 
 def test_megatron_fsdp_with_a_pipeline_is_refused():
     """ZeRO-3 with pp 4 is refused by rule, naming the distributed optimizer as the way out."""
-    doc = llama8b_doc(Layout(fsdp=2, tp=8, pp=4, num_microbatches=8))
+    doc = doc_llama8b(Layout(fsdp=2, tp=8, pp=4, num_microbatches=8))
     with pytest.raises(
         InvalidLayoutError,
         match=r"Megatron-Bridge cannot express ZeRO-3 with pp\(4\).*nearest: zero_stage 0 or 1",

@@ -33,8 +33,8 @@ import yaml
 from builders import (
     DSV3_BRIDGE_LAYOUT,
     custom_doc,
+    doc_llama8b,
     exported,
-    llama8b_doc,
     maxtext_python,
     maxtext_script,
     maxtext_train_log,
@@ -122,17 +122,12 @@ TINY_MAVERICK = dict(
     ),
 )
 # Two-layer stand-ins for Mixtral (drop-and-pad, capacity factor 1.25) and Qwen3-MoE (dropless) that a v5p-8
-# solves in a moment
-TINY_MIXTRAL = dict(
-    num_layers=2,
-    d_model=128,
-    d_ff=256,
-    num_heads=4,
-    num_kv_heads=2,
-    head_dim=32,
-    vocab_size=1024,
-    moe=MoeSpec(num_experts=4, top_k=2, expert_d_ff=256, capacity_factor=1.25),
-)
+# solves in a moment (TINY_MAVERICK's dense shape)
+TINY_MIXTRAL = {
+    **TINY_MAVERICK,
+    "num_layers": 2,
+    "moe": MoeSpec(num_experts=4, top_k=2, expert_d_ff=256, capacity_factor=1.25),
+}
 TINY_QWEN3 = {**TINY_MIXTRAL, "d_ff": 384, "moe": MoeSpec(num_experts=8, top_k=2, expert_d_ff=64)}
 # The frameworks other than Megatron, as their refusals name them
 NON_MEGATRON_TARGETS = (
@@ -158,7 +153,7 @@ def qwen3_norm_act_doc(**workload) -> dict:
 def llama_full_iteration_graphs_doc() -> dict:
     """Llama 3 8B's 256 sequences of 4096 tokens on 64 H100s at fsdp 8 x tp 8, full recompute, one CUDA graph of
     the whole iteration (a dense model)."""
-    return llama8b_doc(
+    return doc_llama8b(
         Layout(fsdp=8, tp=8, recompute="full"),
         cuda_graphs="full_iteration",
     )
@@ -363,7 +358,7 @@ def test_megatron_layer_patterns_routers_and_capacity():
         "--moe-router-dtype",
         "--mtp-num-layers",
     } & set(mix)
-    dense = parse_args(exported(llama8b_doc(Layout(fsdp=8, tp=8)), "megatron"))
+    dense = parse_args(exported(doc_llama8b(Layout(fsdp=8, tp=8)), "megatron"))
     assert not [
         flag for flag in dense if flag.startswith(("--moe", "--expert", "--num-experts", "--mtp"))
     ]
@@ -439,7 +434,7 @@ def test_torchtitan_expert_degrees_model_family_and_flavor():
         "parallelism"
     ]  # ep = 1: torchtitan's own TP on experts
     assert (par["expert_parallel_degree"], par["expert_tensor_parallel_degree"]) == (1, 1)
-    dense = tomllib.loads(exported(llama8b_doc(Layout(fsdp=64)), "torchtitan"))
+    dense = tomllib.loads(exported(doc_llama8b(Layout(fsdp=64)), "torchtitan"))
     assert (
         "expert_parallel_degree" not in dense["parallelism"] and dense["model"]["name"] == "llama3"
     )
@@ -1073,7 +1068,7 @@ def test_megatron_core_takes_the_flash_attention_backend():
     pytest.importorskip("megatron.core.transformer.transformer_config")
     from megatron.core.transformer.enums import AttnBackend
 
-    doc = llama8b_doc(Layout(fsdp=8, tp=8), vendor_attention=False)
+    doc = doc_llama8b(Layout(fsdp=8, tp=8), vendor_attention=False)
     config, _, _ = megatron_config(
         exported(doc, "megatron"), apply_rope_fusion=False
     )  # (fused RoPE needs TE)
@@ -1109,7 +1104,7 @@ def test_cuda_graphs_are_written_by_megatron_and_refused_elsewhere():
     args = parse_args(exported(dense, "megatron"))
     assert (args["--cuda-graph-impl"], args["--cuda-graph-scope"]) == ("local", "full_iteration")
     assert "--cuda-graph-impl" not in parse_args(
-        exported(llama8b_doc(Layout(fsdp=8, tp=8)), "megatron")
+        exported(doc_llama8b(Layout(fsdp=8, tp=8)), "megatron")
     )
     full = solve_doc(
         "qwen3-30b-a3b",
@@ -1143,7 +1138,7 @@ def test_cuda_graphs_are_written_by_megatron_and_refused_elsewhere():
         r"--cuda-graphs none",
     ):
         export_document(scoped_full, "megatron")
-    dense_scoped = llama8b_doc(
+    dense_scoped = doc_llama8b(
         Layout(fsdp=8, tp=8, num_microbatches=4, recompute="full"),
         cuda_graphs="scoped",
     )
@@ -1178,7 +1173,7 @@ def test_overlaps_the_prediction_assumed_are_exported_or_refused():
             ),
         ):
             export_document(ep, target)
-    tp = llama8b_doc(
+    tp = doc_llama8b(
         Layout(dp=8, tp=8, num_microbatches=2),
         tp_comm_overlap=True,
     )

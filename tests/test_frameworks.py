@@ -25,8 +25,8 @@ from builders import (
     INTERLEAVED_LAYOUT,
     custom_doc,
     deepspeed_config,
+    doc_llama8b,
     export_docs,
-    llama8b_doc,
     maxtext_python,
     maxtext_script,
     maxtext_train_log,
@@ -43,12 +43,12 @@ FSDP_TP, CP, HSDP = (export_docs()[k] for k in ("fsdp_tp", "cp", "hsdp"))
 
 pytestmark = pytest.mark.frameworks
 
-INTERLEAVED = llama8b_doc(INTERLEAVED_LAYOUT)
+INTERLEAVED = doc_llama8b(INTERLEAVED_LAYOUT)
 # Megatron writes a pipeline with the distributed optimizer (Megatron-FSDP is not documented with pp)
-INTERLEAVED_ZERO1 = llama8b_doc(dataclasses.replace(INTERLEAVED_LAYOUT, zero_stage=1))
+INTERLEAVED_ZERO1 = doc_llama8b(dataclasses.replace(INTERLEAVED_LAYOUT, zero_stage=1))
 KV_REPLICATED = solve_doc("llama70b", "h100-64", 256, 4096, Layout(fsdp=4, tp=16, recompute="full"))
 ZERO1 = solve_doc("debug", "h100-16", 64, 1024, Layout(fsdp=16, zero_stage=1, num_microbatches=2))
-PIPE_1F1B = llama8b_doc(
+PIPE_1F1B = doc_llama8b(
     Layout(fsdp=1, dp=2, tp=8, pp=4, num_microbatches=8, zero_stage=1),
 )
 
