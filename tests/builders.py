@@ -296,17 +296,24 @@ def maxtext_script(imports: str, body: str) -> str:
     )
 
 
+def framework_python(env_var: str, venv: str, name: str, where: str = "") -> str:
+    """A framework's interpreter: the environment variable ``env_var``, else the venv ``venv`` that
+    .ci/frameworks.sh installs under ~/.cache/layoutsearch; or a skip naming where it looked
+    (``where``: what the install needs, e.g. " on a machine with python3.12")."""
+    path = os.environ.get(env_var) or str(
+        Path.home() / ".cache" / "layoutsearch" / venv / "bin" / "python"
+    )
+    if not Path(path).is_file():
+        pytest.skip(f"no {name} interpreter at {path} (run .ci/frameworks.sh{where})")
+    return path
+
+
 def maxtext_python() -> str:
     """The MaxText interpreter (LAYOUTSEARCH_MAXTEXT_PYTHON, else the one .ci/frameworks.sh
     installs), or a skip naming where it looked."""
-    path = os.environ.get("LAYOUTSEARCH_MAXTEXT_PYTHON") or str(
-        Path.home() / ".cache" / "layoutsearch" / "maxtext-venv" / "bin" / "python"
+    return framework_python(
+        "LAYOUTSEARCH_MAXTEXT_PYTHON", "maxtext-venv", "MaxText", " on a machine with python3.12"
     )
-    if not Path(path).is_file():
-        pytest.skip(
-            f"no MaxText interpreter at {path} (run .ci/frameworks.sh on a machine with python3.12)"
-        )
-    return path
 
 
 def maxtext_train_log(python: str, override: Path, tmp_path: Path, run_name: str) -> str:

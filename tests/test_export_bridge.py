@@ -4,13 +4,18 @@ from __future__ import annotations
 
 import dataclasses
 import json
-import os
 import subprocess
-from pathlib import Path
 
 import pytest
 import yaml
-from builders import INTERLEAVED_LAYOUT, doc_llama8b, export_docs, exported, solve_doc
+from builders import (
+    INTERLEAVED_LAYOUT,
+    doc_llama8b,
+    export_docs,
+    exported,
+    framework_python,
+    solve_doc,
+)
 
 from layoutsearch.core.errors import InvalidLayoutError
 from layoutsearch.core.specs import Layout
@@ -205,12 +210,7 @@ print("RESULT " + json.dumps(out))
 
 
 def bridge_python() -> str:
-    path = os.environ.get("LAYOUTSEARCH_BRIDGE_PYTHON") or str(
-        Path.home() / ".cache" / "layoutsearch" / "bridge-venv" / "bin" / "python"
-    )
-    if not Path(path).is_file():
-        pytest.skip(f"no Megatron-Bridge interpreter at {path} (run .ci/frameworks.sh)")
-    return path
+    return framework_python("LAYOUTSEARCH_BRIDGE_PYTHON", "bridge-venv", "Megatron-Bridge")
 
 
 @pytest.mark.frameworks

@@ -27,6 +27,7 @@ from builders import (
     deepspeed_config,
     doc_llama8b,
     export_docs,
+    framework_python,
     maxtext_python,
     maxtext_script,
     maxtext_train_log,
@@ -474,12 +475,9 @@ TT03_LOADER = textwrap.dedent("""
 
 
 def torchtitan03_python() -> str:
-    path = os.environ.get("LAYOUTSEARCH_TORCHTITAN03_PYTHON") or str(
-        Path.home() / ".cache" / "layoutsearch" / "torchtitan03-venv" / "bin" / "python"
+    return framework_python(
+        "LAYOUTSEARCH_TORCHTITAN03_PYTHON", "torchtitan03-venv", "torchtitan 0.3"
     )
-    if not Path(path).is_file():
-        pytest.skip(f"no torchtitan 0.3 interpreter at {path} (run .ci/frameworks.sh)")
-    return path
 
 
 def run_tt03_loader(python: str, folder: Path, argv: list[str]) -> list[dict]:
