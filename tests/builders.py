@@ -77,6 +77,11 @@ LLAMA70B_V5P_ESTIMATE = (
     "fsdp=1024,tp=8",
 )
 LLAMA3_8B_H100_SOLVE = ("solve", "--model", "llama3-8b", "--cluster", "h100-64", "--seqs", "256")
+# DeepSeek-V3's batch (15,360 sequences of 4096 tokens) on 2048 H100s: the MoE issue's solve
+DEEPSEEK_V3_H100_2048_SOLVE = (
+    *("solve", "--model", "deepseek-v3", "--cluster", "h100-2048"),
+    *("--seqs", "15360", "--seq-len", "4096"),
+)
 # A solve of the debug model's 64 sequences on 8 H100s (options the tests add follow)
 DEBUG_H100_8_SOLVE = ("solve", "--model", "debug", "--cluster", "h100-8", "--seqs", "64")
 # An estimate of the debug model on a 1-device cluster (formerly a RecursionError: no axis to place

@@ -31,6 +31,7 @@ from dataclasses import replace
 import pytest
 import yaml
 from builders import (
+    DEEPSEEK_V3_H100_2048_SOLVE,
     DSV3_BRIDGE_LAYOUT,
     custom_doc,
     doc_llama8b,
@@ -1330,23 +1331,7 @@ def test_megatron_core_accepts_the_deepseek_v3_solve(tmp_path):
     out = tmp_path / "deepseek.sh"
     r = CliRunner().invoke(
         app,
-        [
-            "solve",
-            "--model",
-            "deepseek-v3",
-            "--cluster",
-            "h100-2048",
-            "--seqs",
-            "15360",
-            "--seq-len",
-            "4096",
-            "--export",
-            "megatron",
-            "-o",
-            str(out),
-            "--format",
-            "json",
-        ],
+        [*DEEPSEEK_V3_H100_2048_SOLVE, "--export", "megatron", "-o", str(out), "--format", "json"],
     )
     assert r.exit_code == 0, r.stderr
     doc, text = json.loads(r.stdout), out.read_text()

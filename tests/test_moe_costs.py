@@ -9,7 +9,7 @@ from statistics import NormalDist
 
 import numpy as np
 import pytest
-from builders import proven_top
+from builders import DEEPSEEK_V3_H100_2048_SOLVE, proven_top
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -683,21 +683,7 @@ def test_a_dense_model_has_no_expert_degrees(capsys):
 @pytest.mark.slow
 def test_deepseek_v3_on_2048_h100_is_proven_optimal_with_expert_parallelism(capsys):
     """The issue's Done-when command."""
-    code = main(
-        [
-            "solve",
-            "--model",
-            "deepseek-v3",
-            "--cluster",
-            "h100-2048",
-            "--seqs",
-            "15360",
-            "--seq-len",
-            "4096",
-            "--format",
-            "json",
-        ]
-    )
+    code = main([*DEEPSEEK_V3_H100_2048_SOLVE, "--format", "json"])
     doc = json.loads(capsys.readouterr().out)
     best = doc["layouts"][0]
     assert code == 0 and doc["solver"]["status"] == "OPTIMAL"
