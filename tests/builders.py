@@ -77,6 +77,8 @@ LLAMA70B_V5P_ESTIMATE = (
     "fsdp=1024,tp=8",
 )
 LLAMA3_8B_H100_SOLVE = ("solve", "--model", "llama3-8b", "--cluster", "h100-64", "--seqs", "256")
+# Llama 3 405B's 8 sequences on 8 H100s, where nothing fits (the command follows)
+LLAMA3_405B_H100_8 = ("--model", "llama3-405b", "--cluster", "h100-8", "--seqs", "8")
 # DeepSeek-V3's batch (15,360 sequences of 4096 tokens) on 2048 H100s: the MoE issue's solve
 DEEPSEEK_V3_H100_2048_SOLVE = (
     *("solve", "--model", "deepseek-v3", "--cluster", "h100-2048"),

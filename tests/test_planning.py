@@ -9,7 +9,7 @@ import shlex
 from pathlib import Path
 
 import pytest
-from builders import LLAMA70B_V5P_ESTIMATE
+from builders import LLAMA3_405B_H100_8, LLAMA70B_V5P_ESTIMATE
 from typer.testing import CliRunner
 
 from layoutsearch.cli import app
@@ -353,18 +353,7 @@ def test_explain_without_sensitivity_adds_nothing_and_without_a_layout_it_is_nul
     assert "sensitivity" not in doc
     r = runner.invoke(
         app,
-        [
-            "explain",
-            "--model",
-            "llama3-405b",
-            "--cluster",
-            "h100-8",
-            "--seqs",
-            "8",
-            "--sensitivity",
-            "--format",
-            "json",
-        ],
+        ["explain", *LLAMA3_405B_H100_8, "--sensitivity", "--format", "json"],
     )
     assert r.exit_code == 1 and json.loads(r.stdout)["sensitivity"] is None
 

@@ -5,7 +5,7 @@ import json
 import numpy as np
 import pytest
 import reference
-from builders import LLAMA3_8B_H100_SOLVE, catalogue_space, proven_top
+from builders import LLAMA3_8B_H100_SOLVE, LLAMA3_405B_H100_8, catalogue_space, proven_top
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from typer.testing import CliRunner
@@ -304,25 +304,13 @@ def test_method_enumerate_matches_cpsat_through_the_cli():
 
 
 def test_nothing_fits_exits_1_with_the_explanation():
-    r = runner.invoke(
-        app, ["explain", "--model", "llama3-405b", "--cluster", "h100-8", "--seqs", "8"]
-    )
+    r = runner.invoke(app, ["explain", *LLAMA3_405B_H100_8])
     assert r.exit_code == 1
     assert "nothing fits: the nearest layout" in r.stderr
     assert "GB per device" in r.stderr and "GB available" in r.stderr
     r = runner.invoke(
         app,
-        [
-            "solve",
-            "--model",
-            "llama3-405b",
-            "--cluster",
-            "h100-8",
-            "--seqs",
-            "8",
-            "--format",
-            "json",
-        ],
+        ["solve", *LLAMA3_405B_H100_8, "--format", "json"],
     )
     assert r.exit_code == 1
     doc = json.loads(r.stdout)
