@@ -65,6 +65,17 @@ DEEPSEEK_V3_ARGS = [
 ]
 
 
+# A tiny Hugging Face config.json (Llama field names) that the hostile-input tests vary field by field
+TINY_HF_CONFIG = {
+    "num_hidden_layers": 4,
+    "hidden_size": 256,
+    "intermediate_size": 512,
+    "num_attention_heads": 8,
+    "num_key_value_heads": 2,
+    "vocab_size": 1000,
+}
+
+
 # The command lines several CLI tests start from (options they add follow): an estimate of
 # Llama-70B's fsdp 1024 x tp 8 on a v5p-8192 pod, and a solve of Llama 3 8B's 256 sequences on 64 H100s
 LLAMA70B_V5P_ESTIMATE = (

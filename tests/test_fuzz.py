@@ -25,7 +25,7 @@ from pathlib import Path
 
 import pytest
 import yaml
-from builders import DEBUG_H100_1_ESTIMATE, DEBUG_H100_8_SOLVE, sweep_argv
+from builders import DEBUG_H100_1_ESTIMATE, DEBUG_H100_8_SOLVE, TINY_HF_CONFIG, sweep_argv
 
 from layoutsearch import cli
 from layoutsearch.cli import calibrate as calibrate_command
@@ -740,15 +740,7 @@ def files(tmp_path_factory) -> Path:
     (root / "list.json").write_text("[1, 2, 3]")
     (root / "deep.json").write_text("[" * 10_000 + "]" * 10_000)
     (root / "deep.yaml").write_text("a: " + "[" * 10_000 + "]" * 10_000)
-    hf = {
-        "num_hidden_layers": 4,
-        "hidden_size": 256,
-        "intermediate_size": 512,
-        "num_attention_heads": 8,
-        "num_key_value_heads": 2,
-        "vocab_size": 1000,
-        "model_type": "llama",
-    }
+    hf = {**TINY_HF_CONFIG, "model_type": "llama"}
     (root / "hf_ok.json").write_text(json.dumps(hf))
     (root / "heads0.json").write_text(json.dumps({**hf, "num_attention_heads": 0}))
     (root / "headsnull.json").write_text(json.dumps({**hf, "num_attention_heads": None}))

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 import typer
-from builders import DEBUG_H100_1_ESTIMATE, DEBUG_H100_8_SOLVE, sweep_argv
+from builders import DEBUG_H100_1_ESTIMATE, DEBUG_H100_8_SOLVE, TINY_HF_CONFIG, sweep_argv
 
 from layoutsearch import cli
 from layoutsearch.core import io
@@ -179,16 +179,6 @@ def test_read_helpers(tmp_path):
 
 
 # ----------------------------------------------------------------------------- Hugging Face configs
-HF = {
-    "num_hidden_layers": 4,
-    "hidden_size": 256,
-    "intermediate_size": 512,
-    "num_attention_heads": 8,
-    "num_key_value_heads": 2,
-    "vocab_size": 1000,
-}
-
-
 @pytest.mark.parametrize(
     "content, message",
     [
@@ -196,43 +186,43 @@ HF = {
         ("[1, 2]", "expected a Hugging Face config (a JSON object), got a list"),
         ("[" * 10_000 + "]" * 10_000, "nested too deeply"),
         (
-            json.dumps({**HF, "num_attention_heads": 0}),
+            json.dumps({**TINY_HF_CONFIG, "num_attention_heads": 0}),
             "field 'num_attention_heads': Input should be greater than 0 (got 0)",
         ),
         (
-            json.dumps({**HF, "num_attention_heads": None}),
+            json.dumps({**TINY_HF_CONFIG, "num_attention_heads": None}),
             "field 'num_attention_heads': Input should be a valid integer (got None)",
         ),
         (
-            json.dumps({**HF, "hidden_size": "256"}),
+            json.dumps({**TINY_HF_CONFIG, "hidden_size": "256"}),
             "field 'hidden_size': Input should be a valid integer (got '256')",
         ),
         (
-            json.dumps({**HF, "hidden_size": 2**70}),
+            json.dumps({**TINY_HF_CONFIG, "hidden_size": 2**70}),
             "field 'hidden_size': Input should be less than or equal to 16777216",
         ),
         (
-            json.dumps({**HF, "vocab_size": 1e30}),
+            json.dumps({**TINY_HF_CONFIG, "vocab_size": 1e30}),
             "field 'vocab_size': Input should be a valid integer (got 1e+30)",
         ),
         (
-            json.dumps({**HF, "num_key_value_heads": [2]}),
+            json.dumps({**TINY_HF_CONFIG, "num_key_value_heads": [2]}),
             "field 'num_key_value_heads': Input should be a valid integer",
         ),
         (
-            json.dumps({**HF, "tie_word_embeddings": "yes"}),
+            json.dumps({**TINY_HF_CONFIG, "tie_word_embeddings": "yes"}),
             "field 'tie_word_embeddings': Input should be a valid boolean",
         ),
         (
-            json.dumps({**HF, "hidden_size": 4, "num_attention_heads": 8}),
+            json.dumps({**TINY_HF_CONFIG, "hidden_size": 4, "num_attention_heads": 8}),
             "'hidden_size' (4) is smaller than 'num_attention_heads' (8)",
         ),
         (
-            json.dumps({k: v for k, v in HF.items() if k != "vocab_size"}),
+            json.dumps({k: v for k, v in TINY_HF_CONFIG.items() if k != "vocab_size"}),
             "missing field 'vocab_size'",
         ),
         (
-            json.dumps({**HF, "num_key_value_heads": 3}),
+            json.dumps({**TINY_HF_CONFIG, "num_key_value_heads": 3}),
             "num_heads(8) is not a multiple of num_kv_heads(3)",
         ),
     ],
@@ -247,7 +237,9 @@ def test_hugging_face_config_errors_name_the_key(bad_input, tmp_path, content, m
 def test_hugging_face_config_that_is_valid_still_imports(cli_main, tmp_path):
     path = tmp_path / "config.json"
     path.write_text(
-        json.dumps({**HF, "model_type": "llama", "head_dim": None, "_name_or_path": "tiny"})
+        json.dumps(
+            {**TINY_HF_CONFIG, "model_type": "llama", "head_dim": None, "_name_or_path": "tiny"}
+        )
     )
     code, out, err = cli_main(
         "estimate",
