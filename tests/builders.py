@@ -12,6 +12,7 @@ import subprocess
 import textwrap
 import warnings
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
@@ -312,6 +313,15 @@ def maxtext_script(imports: str, body: str) -> str:
         print("RESULT " + json.dumps(out))
         """)
     )
+
+
+def run_result(args: list[str], timeout: int = 600, **kwargs) -> Any:
+    """Run ``args`` (a loader script that prints one line ``RESULT <json>``; ``kwargs`` go to
+    subprocess.run): the JSON of its RESULT line, which must be there."""
+    run = subprocess.run(args, capture_output=True, text=True, timeout=timeout, **kwargs)
+    lines = [line for line in run.stdout.splitlines() if line.startswith("RESULT ")]
+    assert lines, (run.stdout + run.stderr)[-4000:]
+    return json.loads(lines[0][7:])
 
 
 def framework_python(env_var: str, venv: str, name: str, where: str = "") -> str:

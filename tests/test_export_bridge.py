@@ -3,8 +3,6 @@
 from __future__ import annotations
 
 import dataclasses
-import json
-import subprocess
 
 import pytest
 import yaml
@@ -14,6 +12,7 @@ from builders import (
     export_docs,
     exported,
     framework_python,
+    run_result,
     solve_doc,
 )
 
@@ -227,15 +226,7 @@ def test_bridge_merges_the_overrides_onto_its_config_classes(tmp_path):
         paths[-1].write_text(exported(doc, "megatron-bridge"))
     paths.append(tmp_path / "typo.yaml")
     paths[-1].write_text(paths[0].read_text().replace("  context_parallel_size:", "  cp_size:"))
-    run = subprocess.run(
-        [python, "-c", BRIDGE_LOADER, *map(str, paths)],
-        capture_output=True,
-        text=True,
-        timeout=600,
-    )
-    lines = [line for line in run.stdout.splitlines() if line.startswith("RESULT ")]
-    assert lines, run.stderr[-3000:]
-    got = json.loads(lines[0][7:])
+    got = run_result([python, "-c", BRIDGE_LOADER, *map(str, paths)])
     for name in cases:
         assert got[name]["skipped"] == [] and "error" not in got[name], (name, got[name])
         assert got[name]["recipe_known"], got[name]["values"]["mixed_precision"]

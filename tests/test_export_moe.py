@@ -39,6 +39,7 @@ from builders import (
     maxtext_python,
     maxtext_script,
     maxtext_train_log,
+    run_result,
     solve_doc,
     solve_export,
 )
@@ -1030,13 +1031,6 @@ MEGATRON_PARALLEL_STATE = textwrap.dedent("""
 """)
 
 
-def _run_result(args: list[str], timeout: int = 600, **kwargs) -> object:
-    run = subprocess.run(args, capture_output=True, text=True, timeout=timeout, **kwargs)
-    lines = [line for line in run.stdout.splitlines() if line.startswith("RESULT ")]
-    assert lines, (run.stdout + run.stderr)[-4000:]
-    return json.loads(lines[0][7:])
-
-
 @pytest.mark.frameworks
 def test_megatron_flag_tables_name_megatron_core_fields():
     """Every field and GPTModel argument the tables above name exists in the installed megatron-core, and no
@@ -1396,7 +1390,7 @@ def test_megatron_core_accepts_the_deepseek_v3_solve(tmp_path):
         "etp": lay.etp,
         "instances": int(parse_args(text).get("--num-distributed-optimizer-instances", 1)),
     }
-    got = _run_result([sys.executable, "-c", MEGATRON_PARALLEL_STATE, json.dumps(sizes), "2048"])
+    got = run_result([sys.executable, "-c", MEGATRON_PARALLEL_STATE, json.dumps(sizes), "2048"])
     assert got == {
         "dp": lay.data_units,
         "ep": lay.ep,
@@ -1541,7 +1535,7 @@ def test_megatron_core_builds_the_engine_moe_model(case, tmp_path):
     doc = custom_doc(model_id, "h100-8", 16, 256, Layout(fsdp=8, ep=4, zero_stage=1), **spec)
     m = context_for(doc, "megatron").model
     fields, model_args, _ = megatron_fields(export_document(doc, "megatron"))
-    got = _run_result(
+    got = run_result(
         [
             sys.executable,
             "-c",
@@ -1616,7 +1610,7 @@ def test_torchtitan_builds_the_expert_mesh(doc, tmp_path):
         "ep": p.expert_parallel_degree,
         "etp": p.expert_tensor_parallel_degree,
     }
-    got = _run_result(
+    got = run_result(
         [
             sys.executable,
             "-c",
@@ -1851,7 +1845,7 @@ def test_maxtext_builds_the_engine_moe_models(tmp_path):
         path = tmp_path / f"{name}.yml"
         path.write_text(export_document(doc, "maxtext"))
         paths.append(str(path))
-    results = dict(zip(docs, _run_result([python, "-c", MAXTEXT_MOE, *paths], timeout=900)))
+    results = dict(zip(docs, run_result([python, "-c", MAXTEXT_MOE, *paths], timeout=900)))
     for name, doc in docs.items():
         got = results[name]
         assert "error" not in got, f"{name}: {got}"

@@ -31,6 +31,7 @@ from builders import (
     maxtext_python,
     maxtext_script,
     maxtext_train_log,
+    run_result,
     solve_doc,
     solve_export,
     torchtitan_degrees,
@@ -253,7 +254,7 @@ def test_megatron_core_builds_the_engine_model(case, tmp_path):
     m = context_for(doc, "megatron").model
     assert m.vocab_size % 128 == 0
     args = json.dumps(parse_args(export_document(doc, "megatron")))
-    run = subprocess.run(
+    got = run_result(
         [
             sys.executable,
             "-c",
@@ -262,13 +263,8 @@ def test_megatron_core_builds_the_engine_model(case, tmp_path):
             str(m.vocab_size),
             str(tmp_path / "rendezvous"),
         ],
-        capture_output=True,
-        text=True,
         timeout=300,
     )
-    lines = [line for line in run.stdout.splitlines() if line.startswith("RESULT ")]
-    assert lines, run.stderr[-3000:]
-    got = json.loads(lines[0][7:])
     assert got == {
         "layers": m.num_layers,
         "qkv": [(m.num_heads + 2 * m.num_kv_heads) * m.head_dim, m.d_model],
@@ -483,17 +479,11 @@ def torchtitan03_python() -> str:
 def run_tt03_loader(python: str, folder: Path, argv: list[str]) -> list[dict]:
     """TT03_LOADER run by ``python`` in ``folder`` (the exported modules lie there) on ``argv`` (module name,
     device count, ...): its RESULT line, one dict a module."""
-    run = subprocess.run(
+    return run_result(
         [python, "-c", TT03_LOADER, *argv],
-        capture_output=True,
-        text=True,
-        timeout=600,
         cwd=folder,
         env={**os.environ, "PYTHONPATH": str(folder)},
     )
-    lines = [line for line in run.stdout.splitlines() if line.startswith("RESULT ")]
-    assert lines, run.stderr[-3000:]
-    return json.loads(lines[0][7:])
 
 
 def fill_placeholders(text: str, values: dict[str, object]) -> str:
@@ -712,13 +702,8 @@ def test_maxtext_pyconfig_and_mesh(tmp_path):
         path.write_text(export_document(doc, "maxtext"))
         paths.append(str(path))
         docs.append(doc)
-    run = subprocess.run(
-        [python, "-c", MAXTEXT_LOADER, *paths], capture_output=True, text=True, timeout=600
-    )
-    lines = [line for line in run.stdout.splitlines() if line.startswith("RESULT ")]
-    assert lines, run.stderr[-2000:]
     for _doc, result, (name, (layout, batch, _)) in zip(
-        docs, json.loads(lines[0][7:]), cases.items()
+        docs, run_result([python, "-c", MAXTEXT_LOADER, *paths]), cases.items()
     ):
         assert "error" not in result, f"{name}: {result}"
         mesh = result["mesh"]
@@ -764,12 +749,7 @@ def test_maxtext_builds_the_engine_model(tmp_path):
     python = maxtext_python()
     path = tmp_path / "model.yml"
     path.write_text(export_document(MAXTEXT_STEP, "maxtext"))
-    run = subprocess.run(
-        [python, "-c", MAXTEXT_PARAMS, str(path)], capture_output=True, text=True, timeout=600
-    )
-    lines = [line for line in run.stdout.splitlines() if line.startswith("RESULT ")]
-    assert lines, run.stderr[-3000:]
-    got = json.loads(lines[0][7:])
+    got = run_result([python, "-c", MAXTEXT_PARAMS, str(path)])
     m = context_for(MAXTEXT_STEP, "maxtext").model
     assert (got["layers"], got["emb"], got["heads"], got["kv_heads"], got["mlp"], got["vocab"]) == (
         m.num_layers,
