@@ -315,7 +315,7 @@ def maxtext_script(imports: str, body: str) -> str:
     )
 
 
-def run_result(args: list[str], timeout: int = 600, **kwargs) -> Any:
+def child_result(args: list[str], timeout: int = 600, **kwargs) -> Any:
     """Run ``args`` (a loader script that prints one line ``RESULT <json>``; ``kwargs`` go to
     subprocess.run): the JSON of its RESULT line, which must be there."""
     run = subprocess.run(args, capture_output=True, text=True, timeout=timeout, **kwargs)

@@ -8,11 +8,11 @@ import pytest
 import yaml
 from builders import (
     INTERLEAVED_LAYOUT,
+    child_result,
     doc_llama8b,
     export_docs,
     exported,
     framework_python,
-    run_result,
     solve_doc,
 )
 
@@ -226,7 +226,7 @@ def test_bridge_merges_the_overrides_onto_its_config_classes(tmp_path):
         paths[-1].write_text(exported(doc, "megatron-bridge"))
     paths.append(tmp_path / "typo.yaml")
     paths[-1].write_text(paths[0].read_text().replace("  context_parallel_size:", "  cp_size:"))
-    got = run_result([python, "-c", BRIDGE_LOADER, *map(str, paths)])
+    got = child_result([python, "-c", BRIDGE_LOADER, *map(str, paths)])
     for name in cases:
         assert got[name]["skipped"] == [] and "error" not in got[name], (name, got[name])
         assert got[name]["recipe_known"], got[name]["values"]["mixed_precision"]

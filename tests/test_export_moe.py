@@ -33,13 +33,13 @@ import yaml
 from builders import (
     DEEPSEEK_V3_H100_2048_SOLVE,
     DSV3_BRIDGE_LAYOUT,
+    child_result,
     custom_doc,
     doc_llama8b,
     exported,
     maxtext_python,
     maxtext_script,
     maxtext_train_log,
-    run_result,
     solve_doc,
     solve_export,
 )
@@ -1390,7 +1390,7 @@ def test_megatron_core_accepts_the_deepseek_v3_solve(tmp_path):
         "etp": lay.etp,
         "instances": int(parse_args(text).get("--num-distributed-optimizer-instances", 1)),
     }
-    got = run_result([sys.executable, "-c", MEGATRON_PARALLEL_STATE, json.dumps(sizes), "2048"])
+    got = child_result([sys.executable, "-c", MEGATRON_PARALLEL_STATE, json.dumps(sizes), "2048"])
     assert got == {
         "dp": lay.data_units,
         "ep": lay.ep,
@@ -1535,7 +1535,7 @@ def test_megatron_core_builds_the_engine_moe_model(case, tmp_path):
     doc = custom_doc(model_id, "h100-8", 16, 256, Layout(fsdp=8, ep=4, zero_stage=1), **spec)
     m = context_for(doc, "megatron").model
     fields, model_args, _ = megatron_fields(export_document(doc, "megatron"))
-    got = run_result(
+    got = child_result(
         [
             sys.executable,
             "-c",
@@ -1610,7 +1610,7 @@ def test_torchtitan_builds_the_expert_mesh(doc, tmp_path):
         "ep": p.expert_parallel_degree,
         "etp": p.expert_tensor_parallel_degree,
     }
-    got = run_result(
+    got = child_result(
         [
             sys.executable,
             "-c",
@@ -1845,7 +1845,7 @@ def test_maxtext_builds_the_engine_moe_models(tmp_path):
         path = tmp_path / f"{name}.yml"
         path.write_text(export_document(doc, "maxtext"))
         paths.append(str(path))
-    results = dict(zip(docs, run_result([python, "-c", MAXTEXT_MOE, *paths], timeout=900)))
+    results = dict(zip(docs, child_result([python, "-c", MAXTEXT_MOE, *paths], timeout=900)))
     for name, doc in docs.items():
         got = results[name]
         assert "error" not in got, f"{name}: {got}"

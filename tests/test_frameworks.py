@@ -23,6 +23,7 @@ import pytest
 from builders import (
     DSV3_BRIDGE_LAYOUT,
     INTERLEAVED_LAYOUT,
+    child_result,
     custom_doc,
     deepspeed_config,
     doc_llama8b,
@@ -31,7 +32,6 @@ from builders import (
     maxtext_python,
     maxtext_script,
     maxtext_train_log,
-    run_result,
     solve_doc,
     solve_export,
     torchtitan_degrees,
@@ -254,7 +254,7 @@ def test_megatron_core_builds_the_engine_model(case, tmp_path):
     m = context_for(doc, "megatron").model
     assert m.vocab_size % 128 == 0
     args = json.dumps(parse_args(export_document(doc, "megatron")))
-    got = run_result(
+    got = child_result(
         [
             sys.executable,
             "-c",
@@ -479,7 +479,7 @@ def torchtitan03_python() -> str:
 def run_tt03_loader(python: str, folder: Path, argv: list[str]) -> list[dict]:
     """TT03_LOADER run by ``python`` in ``folder`` (the exported modules lie there) on ``argv`` (module name,
     device count, ...): its RESULT line, one dict a module."""
-    return run_result(
+    return child_result(
         [python, "-c", TT03_LOADER, *argv],
         cwd=folder,
         env={**os.environ, "PYTHONPATH": str(folder)},
@@ -703,7 +703,7 @@ def test_maxtext_pyconfig_and_mesh(tmp_path):
         paths.append(str(path))
         docs.append(doc)
     for _doc, result, (name, (layout, batch, _)) in zip(
-        docs, run_result([python, "-c", MAXTEXT_LOADER, *paths]), cases.items()
+        docs, child_result([python, "-c", MAXTEXT_LOADER, *paths]), cases.items()
     ):
         assert "error" not in result, f"{name}: {result}"
         mesh = result["mesh"]
@@ -749,7 +749,7 @@ def test_maxtext_builds_the_engine_model(tmp_path):
     python = maxtext_python()
     path = tmp_path / "model.yml"
     path.write_text(export_document(MAXTEXT_STEP, "maxtext"))
-    got = run_result([python, "-c", MAXTEXT_PARAMS, str(path)])
+    got = child_result([python, "-c", MAXTEXT_PARAMS, str(path)])
     m = context_for(MAXTEXT_STEP, "maxtext").model
     assert (got["layers"], got["emb"], got["heads"], got["kv_heads"], got["mlp"], got["vocab"]) == (
         m.num_layers,
