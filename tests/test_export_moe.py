@@ -161,6 +161,11 @@ def llama_full_iteration_graphs_doc() -> dict:
     )
 
 
+def assert_fields(mapping: dict, expected: dict) -> None:
+    """``mapping`` holds each key of ``expected`` with its value (other keys are not looked at)."""
+    assert {k: mapping[k] for k in expected} == expected
+
+
 def layer_freq(text: str) -> int | list[int]:
     """``--moe-layer-freq`` read without eval: an integer N (every N-th layer is MoE), or a list expression of the
     form the exporter writes, ``([0]*3+[1]*58)`` or ``(([0]*1+[1]*1)*2)``: [int, ...] lists, ``+`` joins, ``* N``
@@ -222,26 +227,18 @@ def layer_freq(text: str) -> int | list[int]:
 def test_megatron_deepseek_v3_flags_are_the_model_and_layout_numbers():
     args = parse_args(exported(DSV3, "megatron"))
     m = load_model("deepseek-v3")
-    assert {
-        k: args[k]
-        for k in (
-            "--num-experts",
-            "--moe-router-topk",
-            "--moe-ffn-hidden-size",
-            "--moe-shared-expert-intermediate-size",
-            "--moe-layer-freq",
-            "--expert-model-parallel-size",
-            "--expert-tensor-parallel-size",
-        )
-    } == {
-        "--num-experts": "256",
-        "--moe-router-topk": "8",
-        "--moe-ffn-hidden-size": "2048",
-        "--moe-shared-expert-intermediate-size": "2048",
-        "--moe-layer-freq": "([0]*3+[1]*58)",
-        "--expert-model-parallel-size": "8",
-        "--expert-tensor-parallel-size": "1",
-    }
+    assert_fields(
+        args,
+        {
+            "--num-experts": "256",
+            "--moe-router-topk": "8",
+            "--moe-ffn-hidden-size": "2048",
+            "--moe-shared-expert-intermediate-size": "2048",
+            "--moe-layer-freq": "([0]*3+[1]*58)",
+            "--expert-model-parallel-size": "8",
+            "--expert-tensor-parallel-size": "1",
+        },
+    )
     assert eval_layer_freq(args["--moe-layer-freq"], 61) == [
         int(m.is_moe_layer(i)) for i in range(61)
     ]
@@ -249,26 +246,18 @@ def test_megatron_deepseek_v3_flags_are_the_model_and_layout_numbers():
         "# --mtp-num-layers 1: the MTP modules are counted in the parameters and the predicted time (a layer and "
         "an output-head pass each, on the last stage), not in the memory."
     ) in exported(DSV3, "megatron")
-    assert {
-        k: args[k]
-        for k in (
-            "--q-lora-rank",
-            "--kv-lora-rank",
-            "--qk-head-dim",
-            "--qk-pos-emb-head-dim",
-            "--v-head-dim",
-            "--mtp-num-layers",
-            "--rope-type",
-        )
-    } == {
-        "--q-lora-rank": "1536",
-        "--kv-lora-rank": "512",
-        "--qk-head-dim": "128",
-        "--qk-pos-emb-head-dim": "64",
-        "--v-head-dim": "128",
-        "--mtp-num-layers": "1",
-        "--rope-type": "rope",
-    }
+    assert_fields(
+        args,
+        {
+            "--q-lora-rank": "1536",
+            "--kv-lora-rank": "512",
+            "--qk-head-dim": "128",
+            "--qk-pos-emb-head-dim": "64",
+            "--v-head-dim": "128",
+            "--mtp-num-layers": "1",
+            "--rope-type": "rope",
+        },
+    )
     for switch in (
         "--multi-latent-attention",
         "--qk-layernorm",
@@ -483,28 +472,19 @@ def test_maxtext_moe_keys_and_expert_axis():
         "qwen3-30b-a3b", "v5p-64", 128, 4096, Layout(fsdp=16, tp=4, ep=8, etp=4, recompute="full")
     )
     mt = yaml.safe_load(exported(doc, "maxtext"))
-    assert {
-        k: mt[k]
-        for k in (
-            "decoder_block",
-            "num_experts",
-            "num_experts_per_tok",
-            "base_moe_mlp_dim",
-            "megablox",
-            "sparse_matmul",
-            "capacity_factor",
-            "use_qk_norm",
-        )
-    } == {
-        "decoder_block": "qwen3_moe",
-        "num_experts": 128,
-        "num_experts_per_tok": 8,
-        "base_moe_mlp_dim": 768,
-        "megablox": True,
-        "sparse_matmul": True,
-        "capacity_factor": -1.0,
-        "use_qk_norm": True,
-    }
+    assert_fields(
+        mt,
+        {
+            "decoder_block": "qwen3_moe",
+            "num_experts": 128,
+            "num_experts_per_tok": 8,
+            "base_moe_mlp_dim": 768,
+            "megablox": True,
+            "sparse_matmul": True,
+            "capacity_factor": -1.0,
+            "use_qk_norm": True,
+        },
+    )
     # the expert axis is carved out of fsdp: fsdp 16 = fsdp axis 2 x expert 8; etp = the tensor axis
     assert (
         mt["ici_fsdp_parallelism"] * mt["dcn_fsdp_parallelism"],
@@ -543,40 +523,25 @@ def test_maxtext_moe_keys_and_expert_axis():
         Layout(fsdp=256, tp=8, ep=64, etp=8, recompute="full"),
     )
     mt = yaml.safe_load(exported(ds, "maxtext"))
-    assert {
-        k: mt[k]
-        for k in (
-            "decoder_block",
-            "first_num_dense_layers",
-            "shared_experts",
-            "routed_bias",
-            "routed_score_func",
-            "attention_type",
-            "q_lora_rank",
-            "kv_lora_rank",
-            "qk_nope_head_dim",
-            "qk_rope_head_dim",
-            "v_head_dim",
-            "mtp_num_layers",
-            "base_mlp_dim",
-            "base_moe_mlp_dim",
-        )
-    } == {
-        "decoder_block": "deepseek",
-        "first_num_dense_layers": 3,
-        "shared_experts": 1,
-        "routed_bias": True,
-        "routed_score_func": "sigmoid",
-        "attention_type": "mla",
-        "q_lora_rank": 1536,
-        "kv_lora_rank": 512,
-        "qk_nope_head_dim": 128,
-        "qk_rope_head_dim": 64,
-        "v_head_dim": 128,
-        "mtp_num_layers": 1,
-        "base_mlp_dim": 18432,
-        "base_moe_mlp_dim": 2048,
-    }
+    assert_fields(
+        mt,
+        {
+            "decoder_block": "deepseek",
+            "first_num_dense_layers": 3,
+            "shared_experts": 1,
+            "routed_bias": True,
+            "routed_score_func": "sigmoid",
+            "attention_type": "mla",
+            "q_lora_rank": 1536,
+            "kv_lora_rank": 512,
+            "qk_nope_head_dim": 128,
+            "qk_rope_head_dim": 64,
+            "v_head_dim": 128,
+            "mtp_num_layers": 1,
+            "base_mlp_dim": 18432,
+            "base_moe_mlp_dim": 2048,
+        },
+    )
     assert mt["ici_expert_parallelism"] * mt["dcn_expert_parallelism"] == 64
     assert mt["ici_fsdp_parallelism"] * mt["dcn_fsdp_parallelism"] == 4
     dense = yaml.safe_load(
