@@ -97,7 +97,8 @@ DEEPSEEK_V3_H100_2048_SOLVE = (
     *("--seqs", "15360", "--seq-len", "4096"),
 )
 # A solve of the debug model's 64 sequences on 8 H100s (options the tests add follow)
-DEBUG_H100_8_SOLVE = ("solve", "--model", "debug", "--cluster", "h100-8", "--seqs", "64")
+DEBUG_H100_8 = ("--model", "debug", "--cluster", "h100-8")
+DEBUG_H100_8_SOLVE = ("solve", *DEBUG_H100_8, "--seqs", "64")
 # An estimate of the debug model on a 1-device cluster (formerly a RecursionError: no axis to place
 # a degree on)
 DEBUG_H100_1_ESTIMATE = (

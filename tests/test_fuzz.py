@@ -25,7 +25,13 @@ from pathlib import Path
 
 import pytest
 import yaml
-from builders import DEBUG_H100_1_ESTIMATE, DEBUG_H100_8_SOLVE, TINY_HF_CONFIG, sweep_argv
+from builders import (
+    DEBUG_H100_1_ESTIMATE,
+    DEBUG_H100_8,
+    DEBUG_H100_8_SOLVE,
+    TINY_HF_CONFIG,
+    sweep_argv,
+)
 
 from layoutsearch import cli
 from layoutsearch.cli import calibrate as calibrate_command
@@ -766,25 +772,17 @@ def files(tmp_path_factory) -> Path:
 
     solve_doc = _document([*DEBUG_H100_8_SOLVE, "--top", "2", "--format", "json"])
     (root / "solve.json").write_text(json.dumps(solve_doc))
-    (root / "estimate.json").write_text(
-        json.dumps(
-            _document(
-                [
-                    "estimate",
-                    "--model",
-                    "debug",
-                    "--cluster",
-                    "h100-8",
-                    "--layout",
-                    "fsdp=4,tp=2",
-                    "--seqs",
-                    "64",
-                    "--format",
-                    "json",
-                ]
-            )
-        )
-    )
+    argv = [
+        "estimate",
+        *DEBUG_H100_8,
+        "--layout",
+        "fsdp=4,tp=2",
+        "--seqs",
+        "64",
+        "--format",
+        "json",
+    ]
+    (root / "estimate.json").write_text(json.dumps(_document(argv)))
     for name, path, value in (
         ("doc_microbatches_null", ("layouts", 0, "num_microbatches"), None),
         ("doc_virtual0", ("layouts", 0, "virtual_stages"), 0),

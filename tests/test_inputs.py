@@ -13,7 +13,13 @@ from pathlib import Path
 
 import pytest
 import typer
-from builders import DEBUG_H100_1_ESTIMATE, DEBUG_H100_8_SOLVE, TINY_HF_CONFIG, sweep_argv
+from builders import (
+    DEBUG_H100_1_ESTIMATE,
+    DEBUG_H100_8,
+    DEBUG_H100_8_SOLVE,
+    TINY_HF_CONFIG,
+    sweep_argv,
+)
 
 from layoutsearch import cli
 from layoutsearch.core import io
@@ -74,23 +80,9 @@ def test_a_command_loads_only_its_own_module():
 
 @pytest.mark.parametrize("module", ["layoutsearch", "layoutsearch.cli"])
 def test_python_dash_m_entry_points(module):
+    argv = ["estimate", *DEBUG_H100_8, "--layout", "dp=8", "--seqs", "64", "--format", "json"]
     p = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            module,
-            "estimate",
-            "--model",
-            "debug",
-            "--cluster",
-            "h100-8",
-            "--layout",
-            "dp=8",
-            "--seqs",
-            "64",
-            "--format",
-            "json",
-        ],
+        [sys.executable, "-m", module, *argv],
         capture_output=True,
         text=True,
     )
