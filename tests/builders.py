@@ -89,6 +89,9 @@ LLAMA70B_V5P_ESTIMATE = (
     "fsdp=1024,tp=8",
 )
 LLAMA3_8B_H100_SOLVE = ("solve", "--model", "llama3-8b", "--cluster", "h100-64", "--seqs", "256")
+# A sweep of Llama-70B over five v5p clusters (256 to 4096 chips), long enough to interrupt (the
+# batches follow)
+LLAMA70B_V5P_SWEEP = ("sweep", "-m", "llama70b", "-c", "v5p-{256..4096:x2}")
 # Llama 3 405B's 8 sequences on 8 H100s, where nothing fits (the command follows)
 LLAMA3_405B_H100_8 = ("--model", "llama3-405b", "--cluster", "h100-8", "--seqs", "8")
 # DeepSeek-V3's batch (15,360 sequences of 4096 tokens) on 2048 H100s: the MoE issue's solve
