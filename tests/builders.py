@@ -110,6 +110,13 @@ DEBUG_H100_1_ESTIMATE = (
 )
 
 
+def dp8_estimate(model: object, *options: str) -> list[str]:
+    """`layoutsearch estimate` of ``model`` (a catalogue name or a config file's path) replicated
+    over 8 H100s (dp=8), 8 sequences; ``options`` follow."""
+    argv = ["estimate", "--model", str(model), "--cluster", "h100-8", "--layout", "dp=8"]
+    return [*argv, "--seqs", "8", *options]
+
+
 def sweep_argv(out: object) -> list:
     """A one-worker sweep of debug on h100-8, 64 sequences, writing its table to ``out``."""
     return [

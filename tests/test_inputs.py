@@ -18,6 +18,7 @@ from builders import (
     DEBUG_H100_8,
     DEBUG_H100_8_SOLVE,
     TINY_HF_CONFIG,
+    dp8_estimate,
     sweep_argv,
 )
 
@@ -233,19 +234,7 @@ def test_hugging_face_config_that_is_valid_still_imports(cli_main, tmp_path):
             {**TINY_HF_CONFIG, "model_type": "llama", "head_dim": None, "_name_or_path": "tiny"}
         )
     )
-    code, out, err = cli_main(
-        "estimate",
-        "--model",
-        path,
-        "--cluster",
-        "h100-8",
-        "--layout",
-        "dp=8",
-        "--seqs",
-        "8",
-        "--format",
-        "json",
-    )
+    code, out, err = cli_main(*dp8_estimate(path, "--format", "json"))
     assert code == 0, err
     assert json.loads(out)["problem"]["model_spec"]["head_dim"] == 32
 
