@@ -12,16 +12,18 @@ import subprocess
 import textwrap
 import warnings
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
+from hypothesis import strategies as st
 from typer.testing import CliRunner
 
 from layoutsearch.cli import app, main
 from layoutsearch.core.catalogue import load_model
 from layoutsearch.core.errors import LayoutsearchWarning
 from layoutsearch.core.problem import Problem
-from layoutsearch.core.specs import RECOMPUTE_POLICIES, Layout, Workload
+from layoutsearch.core.specs import RECOMPUTE_POLICIES, Layout, ModelSpec, Workload
 from layoutsearch.core.topology import resolve_cluster
 from layoutsearch.costs.estimate import estimate
 from layoutsearch.export import check_export, export_document
@@ -35,6 +37,7 @@ from layoutsearch.search.space import (
     with_microbatches,
     with_virtual_stages,
 )
+from layoutsearch.validation.calibrate import with_calibration
 
 DATA = Path(__file__).resolve().parent / "data"
 
@@ -65,6 +68,17 @@ DEEPSEEK_V3_ARGS = [
 ]
 
 
+# A tiny Hugging Face config.json (Llama field names) that the hostile-input tests vary field by field
+TINY_HF_CONFIG = {
+    "num_hidden_layers": 4,
+    "hidden_size": 256,
+    "intermediate_size": 512,
+    "num_attention_heads": 8,
+    "num_key_value_heads": 2,
+    "vocab_size": 1000,
+}
+
+
 # The command lines several CLI tests start from (options they add follow): an estimate of
 # Llama-70B's fsdp 1024 x tp 8 on a v5p-8192 pod, and a solve of Llama 3 8B's 256 sequences on 64 H100s
 LLAMA70B_V5P_ESTIMATE = (
@@ -77,6 +91,50 @@ LLAMA70B_V5P_ESTIMATE = (
     "fsdp=1024,tp=8",
 )
 LLAMA3_8B_H100_SOLVE = ("solve", "--model", "llama3-8b", "--cluster", "h100-64", "--seqs", "256")
+# A sweep of Llama-70B over five v5p clusters (256 to 4096 chips), long enough to interrupt (the
+# batches follow)
+LLAMA70B_V5P_SWEEP = ("sweep", "-m", "llama70b", "-c", "v5p-{256..4096:x2}")
+# Llama 3 405B's 8 sequences on 8 H100s, where nothing fits (the command follows)
+LLAMA3_405B_H100_8 = ("--model", "llama3-405b", "--cluster", "h100-8", "--seqs", "8")
+# DeepSeek-V3's batch (15,360 sequences of 4096 tokens) on 2048 H100s: the MoE issue's solve
+DEEPSEEK_V3_H100_2048_SOLVE = (
+    *("solve", "--model", "deepseek-v3", "--cluster", "h100-2048"),
+    *("--seqs", "15360", "--seq-len", "4096"),
+)
+# A solve of the debug model's 64 sequences on 8 H100s (options the tests add follow)
+DEBUG_H100_8 = ("--model", "debug", "--cluster", "h100-8")
+DEBUG_H100_8_SOLVE = ("solve", *DEBUG_H100_8, "--seqs", "64")
+# An estimate of the debug model on a 1-device cluster (formerly a RecursionError: no axis to place
+# a degree on)
+DEBUG_H100_1_ESTIMATE = (
+    *("estimate", "--model", "debug", "--cluster", "h100-1"),
+    *("--layout", "dp=1", "--seqs", "8", "--format", "json"),
+)
+
+
+def dp8_estimate(model: object, *options: str) -> list[str]:
+    """`layoutsearch estimate` of ``model`` (a catalogue name or a config file's path) replicated
+    over 8 H100s (dp=8), 8 sequences; ``options`` follow."""
+    argv = ["estimate", "--model", str(model), "--cluster", "h100-8", "--layout", "dp=8"]
+    return [*argv, "--seqs", "8", *options]
+
+
+def sweep_argv(out: object) -> list:
+    """A one-worker sweep of debug on h100-8, 64 sequences, writing its table to ``out``."""
+    return [
+        "sweep",
+        "-m",
+        "debug",
+        "-c",
+        "h100-8",
+        "--seqs",
+        "64",
+        "-j",
+        "1",
+        "--no-progress",
+        "-o",
+        out,
+    ]
 
 
 def estimate_record(capsys, args: list[str]) -> dict:
@@ -159,6 +217,11 @@ def solve_doc(
     }
 
 
+def doc_llama8b(*layouts: Layout, **workload_options) -> dict:
+    """solve_doc of the export tests' usual problem: Llama 3 8B's 256 sequences of 4096 tokens on 64 H100s."""
+    return solve_doc("llama3-8b", "h100-64", 256, 4096, *layouts, **workload_options)
+
+
 def custom_doc(
     model_id: str, cluster: str, batch: int, seq: int, layout: Layout, **model_changes
 ) -> dict:
@@ -166,19 +229,66 @@ def custom_doc(
     return solve_doc(model_id, cluster, batch, seq, layout, model_changes=model_changes)
 
 
+# Llama 3 8B's interleaved pipeline of the export tests: pp=4 x 2 virtual stages, fsdp 2 x tp 8, 8 microbatches
+INTERLEAVED_LAYOUT = Layout(
+    fsdp=2, tp=8, pp=4, virtual_stages=2, num_microbatches=8, schedule="interleaved"
+)
+# Megatron-Bridge's DeepSeek-V3 recipe on pp=8 x 2 virtual stages (mapping rule 23): 8 layers on the first
+# stage, 5 on the last
+DSV3_BRIDGE_LAYOUT = Layout(
+    fsdp=32,
+    pp=8,
+    ep=32,
+    virtual_stages=2,
+    schedule="interleaved",
+    zero_stage=1,
+    num_microbatches=128,
+    recompute="mla_up_proj",
+    first_stage_layers=8,
+    last_stage_layers=5,
+)
+
+
+@st.composite
+def problems(draw):
+    """Small random models, clusters (4 and 8 devices: a switch, a torus, two TPU slices) and
+    batches: small enough that CP-SAT proves three ranks of the whole model in seconds (16 to 64
+    devices took up to 100 s an instance, 544 s for the test on a loaded machine)."""
+    heads = draw(st.sampled_from([4, 8, 16]))
+    kv = draw(st.sampled_from([h for h in (1, 2, 4, 8, 16) if heads % h == 0]))
+    model = ModelSpec(
+        name="rand",
+        num_layers=draw(st.sampled_from([4, 6, 8])),
+        d_model=heads * 64,
+        d_ff=draw(st.sampled_from([2, 3, 4])) * heads * 64,
+        mlp=draw(st.sampled_from(["gated", "plain"])),
+        num_heads=heads,
+        num_kv_heads=kv,
+        head_dim=64,
+        vocab_size=draw(st.sampled_from([1000, 32000])),
+        tied_embeddings=draw(st.booleans()),
+    )
+    cluster = resolve_cluster(
+        draw(st.sampled_from(["h100-4", "v5e-4", "h100-8", "v5p-8", "a100-40gb-8", "v5e-4x2"]))
+    )
+    # hidden collectives slowing the compute beside them (0: free overlap)
+    cluster = with_calibration(
+        cluster, overlap_interference=draw(st.sampled_from([0.0, 0.15, 0.4]))
+    )
+    workload = Workload(
+        global_batch_seqs=draw(st.sampled_from([8, 16, 32, 64])),
+        seq_len=draw(st.sampled_from([512, 2048])),
+    )
+    return model, workload, cluster
+
+
 @functools.cache
 def export_docs() -> dict[str, dict]:
     """The export tests' common documents (llama3-8b on h100-64 and debug on h100-16), built once:
     fsdp, fsdp_tp, cp and hsdp."""
     return {
-        "fsdp": solve_doc(
-            "llama3-8b", "h100-64", 256, 4096, Layout(fsdp=64, num_microbatches=2, recompute="full")
-        ),
-        "fsdp_tp": solve_doc(
-            "llama3-8b",
-            "h100-64",
-            256,
-            4096,
+        "fsdp": doc_llama8b(Layout(fsdp=64, num_microbatches=2, recompute="full")),
+        "fsdp_tp": doc_llama8b(
             Layout(fsdp=8, tp=8, num_microbatches=4, recompute="full"),
         ),
         "cp": solve_doc(
@@ -251,17 +361,33 @@ def maxtext_script(imports: str, body: str) -> str:
     )
 
 
+def child_result(args: list[str], timeout: int = 600, **kwargs) -> Any:
+    """Run ``args`` (a loader script that prints one line ``RESULT <json>``; ``kwargs`` go to
+    subprocess.run): the JSON of its RESULT line, which must be there."""
+    run = subprocess.run(args, capture_output=True, text=True, timeout=timeout, **kwargs)
+    lines = [line for line in run.stdout.splitlines() if line.startswith("RESULT ")]
+    assert lines, (run.stdout + run.stderr)[-4000:]
+    return json.loads(lines[0][7:])
+
+
+def framework_python(env_var: str, venv: str, name: str, where: str = "") -> str:
+    """A framework's interpreter: the environment variable ``env_var``, else the venv ``venv`` that
+    .ci/frameworks.sh installs under ~/.cache/layoutsearch; or a skip naming where it looked
+    (``where``: what the install needs, e.g. " on a machine with python3.12")."""
+    path = os.environ.get(env_var) or str(
+        Path.home() / ".cache" / "layoutsearch" / venv / "bin" / "python"
+    )
+    if not Path(path).is_file():
+        pytest.skip(f"no {name} interpreter at {path} (run .ci/frameworks.sh{where})")
+    return path
+
+
 def maxtext_python() -> str:
     """The MaxText interpreter (LAYOUTSEARCH_MAXTEXT_PYTHON, else the one .ci/frameworks.sh
     installs), or a skip naming where it looked."""
-    path = os.environ.get("LAYOUTSEARCH_MAXTEXT_PYTHON") or str(
-        Path.home() / ".cache" / "layoutsearch" / "maxtext-venv" / "bin" / "python"
+    return framework_python(
+        "LAYOUTSEARCH_MAXTEXT_PYTHON", "maxtext-venv", "MaxText", " on a machine with python3.12"
     )
-    if not Path(path).is_file():
-        pytest.skip(
-            f"no MaxText interpreter at {path} (run .ci/frameworks.sh on a machine with python3.12)"
-        )
-    return path
 
 
 def maxtext_train_log(python: str, override: Path, tmp_path: Path, run_name: str) -> str:

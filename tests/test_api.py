@@ -16,9 +16,19 @@ from layoutsearch.core.specs import Layout
 README = Path(__file__).resolve().parents[1] / "docs" / "usage.md"
 
 
+def cli_argv(command: str, keywords: dict) -> list[str]:
+    """The command line that asks ``command`` what the API keywords ask, ``--format json``: each keyword is its
+    flag (underscores as dashes) and the value's str, a True keyword the flag alone."""
+    argv = [command, "--format", "json"]
+    for key, value in keywords.items():
+        flag = "--" + key.replace("_", "-")
+        argv += [flag] if value is True else [flag, str(value)]
+    return argv
+
+
 def test_solve_matches_the_cli(capsys):
     """ls.solve with CLI-style strings finds the layouts `layoutsearch solve --format json` prints."""
-    result = ls.solve(
+    keywords = dict(
         model="debug",
         cluster="h100-16",
         seqs=64,
@@ -27,30 +37,8 @@ def test_solve_matches_the_cli(capsys):
         fix="tp=2",
         recompute="none,full",
     )
-    assert (
-        main(
-            [
-                "solve",
-                "--model",
-                "debug",
-                "--cluster",
-                "h100-16",
-                "--seqs",
-                "64",
-                "--seq-len",
-                "1024",
-                "--top",
-                "2",
-                "--fix",
-                "tp=2",
-                "--recompute",
-                "none,full",
-                "--format",
-                "json",
-            ]
-        )
-        == 0
-    )
+    result = ls.solve(**keywords)
+    assert main(cli_argv("solve", keywords)) == 0
     doc = json.loads(capsys.readouterr().out)
     assert [e.layout.all_degrees for e in result.layouts] == [r["degrees"] for r in doc["layouts"]]
     assert [e.step_time_s for e in result.layouts] == [r["time_s"]["step"] for r in doc["layouts"]]
@@ -163,10 +151,7 @@ def test_the_api_document_is_the_cli_json_document(capsys, tmp_path, command, ke
     """ls.solve / ls.explain / ls.estimate return the document `--format json` prints, field by
     field (wall times aside), with what-if, tokens, price and export targets."""
     run = getattr(ls, command)(**keywords)
-    argv = [command, "--format", "json"]
-    for key, value in keywords.items():
-        flag = "--" + key.replace("_", "-")
-        argv += [flag] if value is True else [flag, str(value)]
+    argv = cli_argv(command, keywords)
     if "export" in keywords:
         argv += ["-o", str(tmp_path / "export.txt")]
     assert main(argv) == 0

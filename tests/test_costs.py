@@ -179,6 +179,7 @@ def test_solve_and_estimate_print_the_host_memory_offloading_fills(capsys):
     from layoutsearch.cli import main
 
     base = ["--model", "llama2-70b", "--cluster", "v5p-512", "--seqs", "2048", "--seq-len", "4096"]
+    fsdp_512 = ["solve", *base, "--fix", "fsdp=512,tp=1,pp=1,cp=1,dp=1"]
     assert (
         main(["estimate", *base, "--layout", "fsdp=512", "--recompute", "custom_offload_qkv_proj"])
         == 0
@@ -187,37 +188,9 @@ def test_solve_and_estimate_print_the_host_memory_offloading_fills(capsys):
         "host memory per device for offloaded activations: 48.3 GB (not checked against the host's RAM)"
         in capsys.readouterr().out
     )
-    assert (
-        main(
-            [
-                "solve",
-                *base,
-                "--fix",
-                "fsdp=512,tp=1,pp=1,cp=1,dp=1",
-                "--recompute",
-                "custom_offload_qkv_proj",
-                "--top",
-                "1",
-            ]
-        )
-        == 0
-    )
+    assert main([*fsdp_512, "--recompute", "custom_offload_qkv_proj", "--top", "1"]) == 0
     assert "host memory per device for offloaded activations: #1 48.3 GB" in capsys.readouterr().out
-    assert (
-        main(
-            [
-                "solve",
-                *base,
-                "--fix",
-                "fsdp=512,tp=1,pp=1,cp=1,dp=1",
-                "--recompute",
-                "full",
-                "--top",
-                "1",
-            ]
-        )
-        == 0
-    )
+    assert main([*fsdp_512, "--recompute", "full", "--top", "1"]) == 0
     assert "host memory" not in capsys.readouterr().out
 
 

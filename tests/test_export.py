@@ -12,7 +12,7 @@ import tomllib
 
 import pytest
 import yaml
-from builders import export_docs, exported, solve_doc, solve_export
+from builders import INTERLEAVED_LAYOUT, doc_llama8b, export_docs, exported, solve_doc, solve_export
 
 from layoutsearch.core.catalogue import load_model
 from layoutsearch.core.errors import InvalidLayoutError
@@ -100,7 +100,7 @@ def test_header_names_model_cluster_predictions_and_version():
 def test_blocking_launches_are_named_in_every_file_and_exported_by_megatron():
     """--launch-blocking: every target's header says to launch with CUDA_LAUNCH_BLOCKING=1 (DeepSpeed's in its
     side key); Megatron's script exports it; without the option no file mentions it."""
-    doc = solve_doc("llama3-8b", "h100-64", 256, 4096, Layout(fsdp=8, tp=8), launch_blocking=True)
+    doc = doc_llama8b(Layout(fsdp=8, tp=8), launch_blocking=True)
     line = "Launch with CUDA_LAUNCH_BLOCKING=1: the prediction costed blocking kernel launches (--launch-blocking)."
     for target in ("maxtext", "megatron", "torchtitan"):
         assert f"# {line}" in exported(doc, target)
@@ -122,11 +122,7 @@ def test_bf16_gradients_and_moments_as_costed_or_refused():
     """--grad-bytes 2 --moment-bytes 2: Megatron writes bf16 gradient reduction and TE's precision-aware optimizer
     with bf16 Adam moments (which needs the distributed optimizer: ZeRO-0 is refused); torchtitan, DeepSpeed and
     MaxText write fp32 gradients and moments and refuse, naming the nearest."""
-    doc = solve_doc(
-        "llama3-8b",
-        "h100-64",
-        256,
-        4096,
+    doc = doc_llama8b(
         Layout(fsdp=64, num_microbatches=2, recompute="full"),
         grad_bytes_per_param=2,
         optimizer_bytes_per_param=4,
@@ -154,11 +150,7 @@ def test_bf16_gradients_and_moments_as_costed_or_refused():
             target,
             f"{name} cannot express bf16 gradients (--grad-bytes 2); nearest: --grad-bytes 4, or export to megatron",
         )
-    moments = solve_doc(
-        "llama3-8b",
-        "h100-64",
-        256,
-        4096,
+    moments = doc_llama8b(
         Layout(dp=64, num_microbatches=2, recompute="full"),
         optimizer_bytes_per_param=4,
     )
@@ -175,11 +167,7 @@ def test_bf16_gradients_and_moments_as_costed_or_refused():
 def test_materialised_attention_scores_as_costed_or_refused():
     """--no-fused-attention (the S x S scores in HBM, as pre-2022 Megatron and BLOOM ran): Megatron writes
     --attention-backend unfused, MaxText attention: dot_product; torchtitan and DeepSpeed refuse it."""
-    doc = solve_doc(
-        "llama3-8b",
-        "h100-64",
-        256,
-        4096,
+    doc = doc_llama8b(
         Layout(fsdp=8, tp=8, recompute="full"),
         flash_attention=False,
     )
@@ -204,7 +192,7 @@ def test_materialised_attention_scores_as_costed_or_refused():
 def test_a_loss_on_bf16_logits_as_costed_or_refused():
     """--no-fp32-logits: MaxText writes cast_logits_to_fp32: false (its base.yml default is true);
     torchtitan's and Megatron's losses upcast the logits, so they refuse it, naming the nearest."""
-    doc = solve_doc("llama3-8b", "h100-64", 256, 4096, Layout(fsdp=8, tp=8), fp32_logits=False)
+    doc = doc_llama8b(Layout(fsdp=8, tp=8), fp32_logits=False)
     assert yaml.safe_load(exported(doc, "maxtext"))["cast_logits_to_fp32"] is False
     assert "cast_logits_to_fp32" not in yaml.safe_load(exported(FSDP_TP, "maxtext"))
     refused(
@@ -225,7 +213,7 @@ def test_a_loss_on_bf16_logits_as_costed_or_refused():
 def test_mpt_triton_attention_is_refused_by_every_target():
     """--triton-attention costs MPT's 2022 Triton kernel (llm-foundry's attn_impl: triton), which no export
     target runs: each refuses it by rule, naming the nearest choice."""
-    doc = solve_doc("llama3-8b", "h100-64", 256, 4096, Layout(fsdp=8, tp=8), triton_attention=True)
+    doc = doc_llama8b(Layout(fsdp=8, tp=8), triton_attention=True)
     for target, name in (
         ("megatron", "Megatron-LM"),
         ("torchtitan", "torchtitan"),
@@ -243,14 +231,10 @@ def test_attention_kernel_as_costed_or_refused():
     """--no-vendor-attention under Megatron writes --attention-backend flash (FlashAttention, as costed), the
     default writes no backend (Transformer Engine picks its cuDNN kernel); torchtitan, MaxText and DeepSpeed cannot
     choose the vendor's kernel and refuse --vendor-attention, naming the nearest."""
-    flash = solve_doc(
-        "llama3-8b", "h100-64", 256, 4096, Layout(fsdp=8, tp=8), vendor_attention=False
-    )
+    flash = doc_llama8b(Layout(fsdp=8, tp=8), vendor_attention=False)
     assert "--attention-backend flash" in exported(flash, "megatron")
     assert "--attention-backend" not in exported(FSDP_TP, "megatron")
-    vendor = solve_doc(
-        "llama3-8b", "h100-64", 256, 4096, Layout(fsdp=8, tp=8), vendor_attention=True
-    )
+    vendor = doc_llama8b(Layout(fsdp=8, tp=8), vendor_attention=True)
     for target, name in (
         ("torchtitan", "torchtitan"),
         ("maxtext", "MaxText"),
@@ -292,8 +276,8 @@ def test_interleaved_pipeline():
     layout = Layout(
         fsdp=2, tp=8, pp=4, virtual_stages=2, num_microbatches=8, schedule="interleaved"
     )
-    doc = solve_doc("llama3-8b", "h100-64", 256, 4096, layout)
-    zero1 = solve_doc("llama3-8b", "h100-64", 256, 4096, dataclasses.replace(layout, zero_stage=1))
+    doc = doc_llama8b(layout)
+    zero1 = doc_llama8b(dataclasses.replace(layout, zero_stage=1))
     args = parse_args(exported(zero1, "megatron"))
     assert (
         args["--num-layers-per-virtual-pipeline-stage"] == "4"
@@ -374,11 +358,7 @@ def test_maxtext_gpipe_pipeline_and_megatron_refuses_gpipe():
         4,
     )
     assert mt["gradient_accumulation_steps"] == 1 and mt["per_device_batch_size"] * 256 == 512
-    gpu = solve_doc(
-        "llama3-8b",
-        "h100-64",
-        256,
-        4096,
+    gpu = doc_llama8b(
         Layout(fsdp=8, pp=8, num_microbatches=16, schedule="gpipe"),
     )
     with pytest.raises(
@@ -491,9 +471,7 @@ def test_checker_catches_edited_files():
 
 def test_rank_and_estimate_documents():
     """Rank N picks the N-th layout; an estimate document (one 'layout') exports as rank 1."""
-    doc = solve_doc(
-        "llama3-8b", "h100-64", 256, 4096, Layout(fsdp=64), Layout(fsdp=8, tp=8, num_microbatches=2)
-    )
+    doc = doc_llama8b(Layout(fsdp=64), Layout(fsdp=8, tp=8, num_microbatches=2))
     assert parse_args(exported(doc, "megatron", rank=2))["--tensor-model-parallel-size"] == "8"
     with pytest.raises(
         InvalidLayoutError, match=r"no layout with rank 3 in the document \(ranks: 1, 2\)"
@@ -563,20 +541,8 @@ def tt03_constants(doc: dict) -> dict:
 
 def test_torchtitan03_carries_the_0_2_mapping_and_the_model_numbers():
     """The 0.3 module holds the same degrees, batch and recompute as the 0.2 TOML (one mapping) and the model's numbers."""
-    doc = solve_doc(
-        "llama3-8b",
-        "h100-64",
-        256,
-        4096,
-        Layout(
-            fsdp=2,
-            tp=8,
-            pp=4,
-            virtual_stages=2,
-            num_microbatches=8,
-            schedule="interleaved",
-            recompute="selective",
-        ),
+    doc = doc_llama8b(
+        dataclasses.replace(INTERLEAVED_LAYOUT, recompute="selective"),
     )
     c = tt03_constants(doc)
     toml = tomllib.loads(exported(doc, "torchtitan"))

@@ -2,35 +2,26 @@
 
 from __future__ import annotations
 
-import json
-import os
-import subprocess
-from pathlib import Path
+import dataclasses
 
 import pytest
 import yaml
-from builders import export_docs, exported, solve_doc
+from builders import (
+    INTERLEAVED_LAYOUT,
+    child_result,
+    doc_llama8b,
+    export_docs,
+    exported,
+    framework_python,
+    solve_doc,
+)
 
 from layoutsearch.core.errors import InvalidLayoutError
 from layoutsearch.core.specs import Layout
 from layoutsearch.export import SUFFIXES, TARGETS, check_export, export_document
 
 FSDP_TP, CP = (export_docs()[k] for k in ("fsdp_tp", "cp"))
-INTERLEAVED_ZERO1 = solve_doc(
-    "llama3-8b",
-    "h100-64",
-    256,
-    4096,
-    Layout(
-        fsdp=2,
-        tp=8,
-        pp=4,
-        virtual_stages=2,
-        num_microbatches=8,
-        schedule="interleaved",
-        zero_stage=1,
-    ),
-)
+INTERLEAVED_ZERO1 = doc_llama8b(dataclasses.replace(INTERLEAVED_LAYOUT, zero_stage=1))
 
 MIXTRAL_EP8_FP8 = solve_doc(
     "mixtral-8x7b", "h100-64", 512, 4096, Layout(fsdp=32, tp=2, ep=8, zero_stage=1), precision="fp8"
@@ -86,9 +77,7 @@ def test_interleaved_pipeline_takes_the_distributed_optimizer():
 
 def test_megatron_fsdp_with_a_pipeline_is_refused():
     """ZeRO-3 with pp 4 is refused by rule, naming the distributed optimizer as the way out."""
-    doc = solve_doc(
-        "llama3-8b", "h100-64", 256, 4096, Layout(fsdp=2, tp=8, pp=4, num_microbatches=8)
-    )
+    doc = doc_llama8b(Layout(fsdp=2, tp=8, pp=4, num_microbatches=8))
     with pytest.raises(
         InvalidLayoutError,
         match=r"Megatron-Bridge cannot express ZeRO-3 with pp\(4\).*nearest: zero_stage 0 or 1",
@@ -220,12 +209,7 @@ print("RESULT " + json.dumps(out))
 
 
 def bridge_python() -> str:
-    path = os.environ.get("LAYOUTSEARCH_BRIDGE_PYTHON") or str(
-        Path.home() / ".cache" / "layoutsearch" / "bridge-venv" / "bin" / "python"
-    )
-    if not Path(path).is_file():
-        pytest.skip(f"no Megatron-Bridge interpreter at {path} (run .ci/frameworks.sh)")
-    return path
+    return framework_python("LAYOUTSEARCH_BRIDGE_PYTHON", "bridge-venv", "Megatron-Bridge")
 
 
 @pytest.mark.frameworks
@@ -242,15 +226,7 @@ def test_bridge_merges_the_overrides_onto_its_config_classes(tmp_path):
         paths[-1].write_text(exported(doc, "megatron-bridge"))
     paths.append(tmp_path / "typo.yaml")
     paths[-1].write_text(paths[0].read_text().replace("  context_parallel_size:", "  cp_size:"))
-    run = subprocess.run(
-        [python, "-c", BRIDGE_LOADER, *map(str, paths)],
-        capture_output=True,
-        text=True,
-        timeout=600,
-    )
-    lines = [line for line in run.stdout.splitlines() if line.startswith("RESULT ")]
-    assert lines, run.stderr[-3000:]
-    got = json.loads(lines[0][7:])
+    got = child_result([python, "-c", BRIDGE_LOADER, *map(str, paths)])
     for name in cases:
         assert got[name]["skipped"] == [] and "error" not in got[name], (name, got[name])
         assert got[name]["recipe_known"], got[name]["values"]["mixed_precision"]

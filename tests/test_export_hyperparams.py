@@ -8,7 +8,7 @@ import tomllib
 
 import pytest
 import yaml
-from builders import data_path, exported, solve_doc
+from builders import data_path, doc_llama8b, exported, solve_doc
 
 from layoutsearch.core.catalogue import load_model, read_hf_config
 from layoutsearch.core.problem import Problem, model_hash, spec_fields
@@ -90,11 +90,7 @@ def test_megatron_qwen_gets_qkv_bias():
 
 @pytest.mark.parametrize("overlap", [True, False])
 def test_megatron_tp_comm_overlap_follows_the_workload(overlap):
-    doc = solve_doc(
-        "llama3-8b",
-        "h100-64",
-        256,
-        4096,
+    doc = doc_llama8b(
         Layout(fsdp=8, tp=8, num_microbatches=4, recompute="full"),
         tp_comm_overlap=overlap,
     )
@@ -135,11 +131,7 @@ def test_megatron_placeholders_are_a_separate_array():
 
 @pytest.mark.parametrize("zero", [1, 2, 3])
 def test_deepspeed_overlap_comm(zero):
-    doc = solve_doc(
-        "llama3-8b",
-        "h100-64",
-        256,
-        4096,
+    doc = doc_llama8b(
         Layout(fsdp=64, num_microbatches=2, zero_stage=zero, recompute="full"),
     )
     cfg = json.loads(exported(doc, "deepspeed"))

@@ -31,7 +31,11 @@ from dataclasses import replace
 import pytest
 import yaml
 from builders import (
+    DEEPSEEK_V3_H100_2048_SOLVE,
+    DSV3_BRIDGE_LAYOUT,
+    child_result,
     custom_doc,
+    doc_llama8b,
     exported,
     maxtext_python,
     maxtext_script,
@@ -119,6 +123,47 @@ TINY_MAVERICK = dict(
         capacity_factor=1.25,
     ),
 )
+# Two-layer stand-ins for Mixtral (drop-and-pad, capacity factor 1.25) and Qwen3-MoE (dropless) that a v5p-8
+# solves in a moment (TINY_MAVERICK's dense shape)
+TINY_MIXTRAL = {
+    **TINY_MAVERICK,
+    "num_layers": 2,
+    "moe": MoeSpec(num_experts=4, top_k=2, expert_d_ff=256, capacity_factor=1.25),
+}
+TINY_QWEN3 = {**TINY_MIXTRAL, "d_ff": 384, "moe": MoeSpec(num_experts=8, top_k=2, expert_d_ff=64)}
+# The frameworks other than Megatron, as their refusals name them
+NON_MEGATRON_TARGETS = (
+    ("torchtitan", "torchtitan"),
+    ("maxtext", "MaxText"),
+    ("deepspeed", "DeepSpeed"),
+)
+
+
+def qwen3_norm_act_doc(**workload) -> dict:
+    """Qwen3-30B-A3B's 256 sequences of 4096 tokens on 16 H100s at fsdp 16 x ep 8, ZeRO-1, recompute norm_act
+    (``workload``: Workload fields changed, e.g. cuda_graphs)."""
+    return solve_doc(
+        "qwen3-30b-a3b",
+        "h100-16",
+        256,
+        4096,
+        Layout(fsdp=16, ep=8, zero_stage=1, recompute="norm_act"),
+        **workload,
+    )
+
+
+def llama_full_iteration_graphs_doc() -> dict:
+    """Llama 3 8B's 256 sequences of 4096 tokens on 64 H100s at fsdp 8 x tp 8, full recompute, one CUDA graph of
+    the whole iteration (a dense model)."""
+    return doc_llama8b(
+        Layout(fsdp=8, tp=8, recompute="full"),
+        cuda_graphs="full_iteration",
+    )
+
+
+def assert_fields(mapping: dict, expected: dict) -> None:
+    """``mapping`` holds each key of ``expected`` with its value (other keys are not looked at)."""
+    assert {k: mapping[k] for k in expected} == expected
 
 
 def layer_freq(text: str) -> int | list[int]:
@@ -182,26 +227,18 @@ def layer_freq(text: str) -> int | list[int]:
 def test_megatron_deepseek_v3_flags_are_the_model_and_layout_numbers():
     args = parse_args(exported(DSV3, "megatron"))
     m = load_model("deepseek-v3")
-    assert {
-        k: args[k]
-        for k in (
-            "--num-experts",
-            "--moe-router-topk",
-            "--moe-ffn-hidden-size",
-            "--moe-shared-expert-intermediate-size",
-            "--moe-layer-freq",
-            "--expert-model-parallel-size",
-            "--expert-tensor-parallel-size",
-        )
-    } == {
-        "--num-experts": "256",
-        "--moe-router-topk": "8",
-        "--moe-ffn-hidden-size": "2048",
-        "--moe-shared-expert-intermediate-size": "2048",
-        "--moe-layer-freq": "([0]*3+[1]*58)",
-        "--expert-model-parallel-size": "8",
-        "--expert-tensor-parallel-size": "1",
-    }
+    assert_fields(
+        args,
+        {
+            "--num-experts": "256",
+            "--moe-router-topk": "8",
+            "--moe-ffn-hidden-size": "2048",
+            "--moe-shared-expert-intermediate-size": "2048",
+            "--moe-layer-freq": "([0]*3+[1]*58)",
+            "--expert-model-parallel-size": "8",
+            "--expert-tensor-parallel-size": "1",
+        },
+    )
     assert eval_layer_freq(args["--moe-layer-freq"], 61) == [
         int(m.is_moe_layer(i)) for i in range(61)
     ]
@@ -209,26 +246,18 @@ def test_megatron_deepseek_v3_flags_are_the_model_and_layout_numbers():
         "# --mtp-num-layers 1: the MTP modules are counted in the parameters and the predicted time (a layer and "
         "an output-head pass each, on the last stage), not in the memory."
     ) in exported(DSV3, "megatron")
-    assert {
-        k: args[k]
-        for k in (
-            "--q-lora-rank",
-            "--kv-lora-rank",
-            "--qk-head-dim",
-            "--qk-pos-emb-head-dim",
-            "--v-head-dim",
-            "--mtp-num-layers",
-            "--rope-type",
-        )
-    } == {
-        "--q-lora-rank": "1536",
-        "--kv-lora-rank": "512",
-        "--qk-head-dim": "128",
-        "--qk-pos-emb-head-dim": "64",
-        "--v-head-dim": "128",
-        "--mtp-num-layers": "1",
-        "--rope-type": "rope",
-    }
+    assert_fields(
+        args,
+        {
+            "--q-lora-rank": "1536",
+            "--kv-lora-rank": "512",
+            "--qk-head-dim": "128",
+            "--qk-pos-emb-head-dim": "64",
+            "--v-head-dim": "128",
+            "--mtp-num-layers": "1",
+            "--rope-type": "rope",
+        },
+    )
     for switch in (
         "--multi-latent-attention",
         "--qk-layernorm",
@@ -268,18 +297,7 @@ def test_megatron_writes_given_stages_that_the_virtual_stages_do_not_divide_as_a
         "b200-256",
         4096,
         4096,
-        Layout(
-            fsdp=32,
-            pp=8,
-            virtual_stages=2,
-            schedule="interleaved",
-            ep=32,
-            zero_stage=1,
-            num_microbatches=128,
-            recompute="mla_up_proj",
-            first_stage_layers=8,
-            last_stage_layers=5,
-        ),
+        DSV3_BRIDGE_LAYOUT,
     )
     args = parse_args(exported(doc, "megatron"))
     assert args["--pipeline-model-parallel-layout"] == "Etttt|" + "tttt|" * 14 + "tmL"
@@ -331,9 +349,7 @@ def test_megatron_layer_patterns_routers_and_capacity():
         "--moe-router-dtype",
         "--mtp-num-layers",
     } & set(mix)
-    dense = parse_args(
-        exported(solve_doc("llama3-8b", "h100-64", 256, 4096, Layout(fsdp=8, tp=8)), "megatron")
-    )
+    dense = parse_args(exported(doc_llama8b(Layout(fsdp=8, tp=8)), "megatron"))
     assert not [
         flag for flag in dense if flag.startswith(("--moe", "--expert", "--num-experts", "--mtp"))
     ]
@@ -409,9 +425,7 @@ def test_torchtitan_expert_degrees_model_family_and_flavor():
         "parallelism"
     ]  # ep = 1: torchtitan's own TP on experts
     assert (par["expert_parallel_degree"], par["expert_tensor_parallel_degree"]) == (1, 1)
-    dense = tomllib.loads(
-        exported(solve_doc("llama3-8b", "h100-64", 256, 4096, Layout(fsdp=64)), "torchtitan")
-    )
+    dense = tomllib.loads(exported(doc_llama8b(Layout(fsdp=64)), "torchtitan"))
     assert (
         "expert_parallel_degree" not in dense["parallelism"] and dense["model"]["name"] == "llama3"
     )
@@ -458,28 +472,19 @@ def test_maxtext_moe_keys_and_expert_axis():
         "qwen3-30b-a3b", "v5p-64", 128, 4096, Layout(fsdp=16, tp=4, ep=8, etp=4, recompute="full")
     )
     mt = yaml.safe_load(exported(doc, "maxtext"))
-    assert {
-        k: mt[k]
-        for k in (
-            "decoder_block",
-            "num_experts",
-            "num_experts_per_tok",
-            "base_moe_mlp_dim",
-            "megablox",
-            "sparse_matmul",
-            "capacity_factor",
-            "use_qk_norm",
-        )
-    } == {
-        "decoder_block": "qwen3_moe",
-        "num_experts": 128,
-        "num_experts_per_tok": 8,
-        "base_moe_mlp_dim": 768,
-        "megablox": True,
-        "sparse_matmul": True,
-        "capacity_factor": -1.0,
-        "use_qk_norm": True,
-    }
+    assert_fields(
+        mt,
+        {
+            "decoder_block": "qwen3_moe",
+            "num_experts": 128,
+            "num_experts_per_tok": 8,
+            "base_moe_mlp_dim": 768,
+            "megablox": True,
+            "sparse_matmul": True,
+            "capacity_factor": -1.0,
+            "use_qk_norm": True,
+        },
+    )
     # the expert axis is carved out of fsdp: fsdp 16 = fsdp axis 2 x expert 8; etp = the tensor axis
     assert (
         mt["ici_fsdp_parallelism"] * mt["dcn_fsdp_parallelism"],
@@ -493,14 +498,7 @@ def test_maxtext_moe_keys_and_expert_axis():
         32,
         128,
         Layout(fsdp=8),
-        num_layers=2,
-        d_model=128,
-        d_ff=256,
-        num_heads=4,
-        num_kv_heads=2,
-        head_dim=32,
-        vocab_size=1024,
-        moe=MoeSpec(num_experts=4, top_k=2, expert_d_ff=256, capacity_factor=1.25),
+        **TINY_MIXTRAL,
     )
     mt = yaml.safe_load(exported(dropping, "maxtext"))
     assert (mt["megablox"], mt["sparse_matmul"], mt["capacity_factor"]) == (False, False, 1.25)
@@ -525,40 +523,25 @@ def test_maxtext_moe_keys_and_expert_axis():
         Layout(fsdp=256, tp=8, ep=64, etp=8, recompute="full"),
     )
     mt = yaml.safe_load(exported(ds, "maxtext"))
-    assert {
-        k: mt[k]
-        for k in (
-            "decoder_block",
-            "first_num_dense_layers",
-            "shared_experts",
-            "routed_bias",
-            "routed_score_func",
-            "attention_type",
-            "q_lora_rank",
-            "kv_lora_rank",
-            "qk_nope_head_dim",
-            "qk_rope_head_dim",
-            "v_head_dim",
-            "mtp_num_layers",
-            "base_mlp_dim",
-            "base_moe_mlp_dim",
-        )
-    } == {
-        "decoder_block": "deepseek",
-        "first_num_dense_layers": 3,
-        "shared_experts": 1,
-        "routed_bias": True,
-        "routed_score_func": "sigmoid",
-        "attention_type": "mla",
-        "q_lora_rank": 1536,
-        "kv_lora_rank": 512,
-        "qk_nope_head_dim": 128,
-        "qk_rope_head_dim": 64,
-        "v_head_dim": 128,
-        "mtp_num_layers": 1,
-        "base_mlp_dim": 18432,
-        "base_moe_mlp_dim": 2048,
-    }
+    assert_fields(
+        mt,
+        {
+            "decoder_block": "deepseek",
+            "first_num_dense_layers": 3,
+            "shared_experts": 1,
+            "routed_bias": True,
+            "routed_score_func": "sigmoid",
+            "attention_type": "mla",
+            "q_lora_rank": 1536,
+            "kv_lora_rank": 512,
+            "qk_nope_head_dim": 128,
+            "qk_rope_head_dim": 64,
+            "v_head_dim": 128,
+            "mtp_num_layers": 1,
+            "base_mlp_dim": 18432,
+            "base_moe_mlp_dim": 2048,
+        },
+    )
     assert mt["ici_expert_parallelism"] * mt["dcn_expert_parallelism"] == 64
     assert mt["ici_fsdp_parallelism"] * mt["dcn_fsdp_parallelism"] == 4
     dense = yaml.safe_load(
@@ -1013,13 +996,6 @@ MEGATRON_PARALLEL_STATE = textwrap.dedent("""
 """)
 
 
-def _run_result(args: list[str], timeout: int = 600, **kwargs) -> object:
-    run = subprocess.run(args, capture_output=True, text=True, timeout=timeout, **kwargs)
-    lines = [line for line in run.stdout.splitlines() if line.startswith("RESULT ")]
-    assert lines, (run.stdout + run.stderr)[-4000:]
-    return json.loads(lines[0][7:])
-
-
 @pytest.mark.frameworks
 def test_megatron_flag_tables_name_megatron_core_fields():
     """Every field and GPTModel argument the tables above name exists in the installed megatron-core, and no
@@ -1052,7 +1028,7 @@ def test_megatron_core_takes_the_flash_attention_backend():
     pytest.importorskip("megatron.core.transformer.transformer_config")
     from megatron.core.transformer.enums import AttnBackend
 
-    doc = solve_doc("llama3-8b", "h100-64", 256, 4096, Layout(fsdp=8, tp=8), vendor_attention=False)
+    doc = doc_llama8b(Layout(fsdp=8, tp=8), vendor_attention=False)
     config, _, _ = megatron_config(
         exported(doc, "megatron"), apply_rope_fusion=False
     )  # (fused RoPE needs TE)
@@ -1064,13 +1040,7 @@ def test_megatron_core_takes_the_norm_act_recompute_modules():
     """recompute norm_act: the export writes --recompute-granularity selective --recompute-modules layernorm moe_act,
     which megatron-core's TransformerConfig takes (moe_act needs the grouped GEMM the export also asks for)."""
     pytest.importorskip("megatron.core.transformer.transformer_config")
-    doc = solve_doc(
-        "qwen3-30b-a3b",
-        "h100-16",
-        256,
-        4096,
-        Layout(fsdp=16, ep=8, zero_stage=1, recompute="norm_act"),
-    )
+    doc = qwen3_norm_act_doc()
     config, _, _ = megatron_config(exported(doc, "megatron"), apply_rope_fusion=False)
     assert (config.recompute_granularity, config.recompute_modules, config.moe_grouped_gemm) == (
         "selective",
@@ -1084,31 +1054,17 @@ def test_cuda_graphs_are_written_by_megatron_and_refused_elsewhere():
     full_iteration -> MCore's whole-iteration graph, on a dense model or a drop-and-pad MoE. Megatron refuses a
     full-iteration graph of a dropless MoE (the dispatcher syncs with the host each layer) and scoped graphs beside
     full recompute; torchtitan, MaxText and DeepSpeed write no CUDA graphs."""
-    scoped = solve_doc(
-        "qwen3-30b-a3b",
-        "h100-16",
-        256,
-        4096,
-        Layout(fsdp=16, ep=8, zero_stage=1, recompute="norm_act"),
-        cuda_graphs="scoped",
-    )
+    scoped = qwen3_norm_act_doc(cuda_graphs="scoped")
     args = parse_args(exported(scoped, "megatron"))
     assert (args["--cuda-graph-impl"], args["--cuda-graph-scope"]) == (
         "transformer_engine",
         ["attn", "moe_router", "moe_preprocess"],
     )
-    dense = solve_doc(
-        "llama3-8b",
-        "h100-64",
-        256,
-        4096,
-        Layout(fsdp=8, tp=8, recompute="full"),
-        cuda_graphs="full_iteration",
-    )
+    dense = llama_full_iteration_graphs_doc()
     args = parse_args(exported(dense, "megatron"))
     assert (args["--cuda-graph-impl"], args["--cuda-graph-scope"]) == ("local", "full_iteration")
     assert "--cuda-graph-impl" not in parse_args(
-        exported(solve_doc("llama3-8b", "h100-64", 256, 4096, Layout(fsdp=8, tp=8)), "megatron")
+        exported(doc_llama8b(Layout(fsdp=8, tp=8)), "megatron")
     )
     full = solve_doc(
         "qwen3-30b-a3b",
@@ -1142,19 +1098,11 @@ def test_cuda_graphs_are_written_by_megatron_and_refused_elsewhere():
         r"--cuda-graphs none",
     ):
         export_document(scoped_full, "megatron")
-    dense_scoped = solve_doc(
-        "llama3-8b",
-        "h100-64",
-        256,
-        4096,
+    dense_scoped = doc_llama8b(
         Layout(fsdp=8, tp=8, num_microbatches=4, recompute="full"),
         cuda_graphs="scoped",
     )
-    for target, name in (
-        ("torchtitan", "torchtitan"),
-        ("maxtext", "MaxText"),
-        ("deepspeed", "DeepSpeed"),
-    ):
+    for target, name in NON_MEGATRON_TARGETS:
         with pytest.raises(
             InvalidLayoutError,
             match=f"{name} cannot express --cuda-graphs scoped; nearest: --cuda-graphs none, or export to megatron",
@@ -1176,11 +1124,7 @@ def test_overlaps_the_prediction_assumed_are_exported_or_refused():
         deepep=False,
     )
     assert parse_args(exported(ep, "megatron"))["--overlap-moe-expert-parallel-comm"] is True
-    for target, name in (
-        ("torchtitan", "torchtitan"),
-        ("maxtext", "MaxText"),
-        ("deepspeed", "DeepSpeed"),
-    ):
+    for target, name in NON_MEGATRON_TARGETS:
         with pytest.raises(
             InvalidLayoutError,
             match=re.escape(
@@ -1189,11 +1133,7 @@ def test_overlaps_the_prediction_assumed_are_exported_or_refused():
             ),
         ):
             export_document(ep, target)
-    tp = solve_doc(
-        "llama3-8b",
-        "h100-64",
-        256,
-        4096,
+    tp = doc_llama8b(
         Layout(dp=8, tp=8, num_microbatches=2),
         tp_comm_overlap=True,
     )
@@ -1218,14 +1158,7 @@ def test_megatron_core_takes_the_exported_cuda_graphs():
     pytest.importorskip("megatron.core.transformer.transformer_config")
     from megatron.core.transformer.enums import CudaGraphScope
 
-    doc = solve_doc(
-        "qwen3-30b-a3b",
-        "h100-16",
-        256,
-        4096,
-        Layout(fsdp=16, ep=8, zero_stage=1, recompute="norm_act"),
-        cuda_graphs="scoped",
-    )
+    doc = qwen3_norm_act_doc(cuda_graphs="scoped")
     config, _, _ = megatron_config(exported(doc, "megatron"), apply_rope_fusion=False)
     assert (config.cuda_graph_impl, config.cuda_graph_scope) == (
         "transformer_engine",
@@ -1241,14 +1174,7 @@ def test_megatron_core_takes_the_exported_cuda_graphs():
             recompute_method="uniform",
             recompute_num_layers=1,
         )
-    dense = solve_doc(
-        "llama3-8b",
-        "h100-64",
-        256,
-        4096,
-        Layout(fsdp=8, tp=8, recompute="full"),
-        cuda_graphs="full_iteration",
-    )
+    dense = llama_full_iteration_graphs_doc()
     config, _, _ = megatron_config(exported(dense, "megatron"), apply_rope_fusion=False)
     assert (config.cuda_graph_impl, config.cuda_graph_scope) == (
         "local",
@@ -1364,23 +1290,7 @@ def test_megatron_core_accepts_the_deepseek_v3_solve(tmp_path):
     out = tmp_path / "deepseek.sh"
     r = CliRunner().invoke(
         app,
-        [
-            "solve",
-            "--model",
-            "deepseek-v3",
-            "--cluster",
-            "h100-2048",
-            "--seqs",
-            "15360",
-            "--seq-len",
-            "4096",
-            "--export",
-            "megatron",
-            "-o",
-            str(out),
-            "--format",
-            "json",
-        ],
+        [*DEEPSEEK_V3_H100_2048_SOLVE, "--export", "megatron", "-o", str(out), "--format", "json"],
     )
     assert r.exit_code == 0, r.stderr
     doc, text = json.loads(r.stdout), out.read_text()
@@ -1445,7 +1355,7 @@ def test_megatron_core_accepts_the_deepseek_v3_solve(tmp_path):
         "etp": lay.etp,
         "instances": int(parse_args(text).get("--num-distributed-optimizer-instances", 1)),
     }
-    got = _run_result([sys.executable, "-c", MEGATRON_PARALLEL_STATE, json.dumps(sizes), "2048"])
+    got = child_result([sys.executable, "-c", MEGATRON_PARALLEL_STATE, json.dumps(sizes), "2048"])
     assert got == {
         "dp": lay.data_units,
         "ep": lay.ep,
@@ -1590,7 +1500,7 @@ def test_megatron_core_builds_the_engine_moe_model(case, tmp_path):
     doc = custom_doc(model_id, "h100-8", 16, 256, Layout(fsdp=8, ep=4, zero_stage=1), **spec)
     m = context_for(doc, "megatron").model
     fields, model_args, _ = megatron_fields(export_document(doc, "megatron"))
-    got = _run_result(
+    got = child_result(
         [
             sys.executable,
             "-c",
@@ -1665,7 +1575,7 @@ def test_torchtitan_builds_the_expert_mesh(doc, tmp_path):
         "ep": p.expert_parallel_degree,
         "etp": p.expert_tensor_parallel_degree,
     }
-    got = _run_result(
+    got = child_result(
         [
             sys.executable,
             "-c",
@@ -1872,14 +1782,7 @@ def test_maxtext_builds_the_engine_moe_models(tmp_path):
             32,
             128,
             Layout(fsdp=8, ep=2),
-            num_layers=2,
-            d_model=128,
-            d_ff=256,
-            num_heads=4,
-            num_kv_heads=2,
-            head_dim=32,
-            vocab_size=1024,
-            moe=MoeSpec(num_experts=4, top_k=2, expert_d_ff=256, capacity_factor=1.25),
+            **TINY_MIXTRAL,
         ),
         "qwen3_moe": custom_doc(
             "qwen3-30b-a3b",
@@ -1887,14 +1790,7 @@ def test_maxtext_builds_the_engine_moe_models(tmp_path):
             32,
             128,
             Layout(fsdp=4, tp=2, ep=2, etp=2),
-            num_layers=2,
-            d_model=128,
-            d_ff=384,
-            num_heads=4,
-            num_kv_heads=2,
-            head_dim=32,
-            vocab_size=1024,
-            moe=MoeSpec(num_experts=8, top_k=2, expert_d_ff=64),
+            **TINY_QWEN3,
         ),
         "deepseek": custom_doc(
             "deepseek-v3",
@@ -1905,15 +1801,7 @@ def test_maxtext_builds_the_engine_moe_models(tmp_path):
             **{
                 **TINY_DSV3,
                 "num_layers": 3,
-                "moe": MoeSpec(
-                    num_experts=8,
-                    top_k=2,
-                    expert_d_ff=128,
-                    num_shared_experts=1,
-                    shared_d_ff=128,
-                    first_dense_layers=1,
-                    router_bias=True,
-                ),
+                "moe": replace(TINY_DSV3["moe"], router_bias=True),
             },
         ),
     }
@@ -1922,7 +1810,7 @@ def test_maxtext_builds_the_engine_moe_models(tmp_path):
         path = tmp_path / f"{name}.yml"
         path.write_text(export_document(doc, "maxtext"))
         paths.append(str(path))
-    results = dict(zip(docs, _run_result([python, "-c", MAXTEXT_MOE, *paths], timeout=900)))
+    results = dict(zip(docs, child_result([python, "-c", MAXTEXT_MOE, *paths], timeout=900)))
     for name, doc in docs.items():
         got = results[name]
         assert "error" not in got, f"{name}: {got}"
@@ -1968,14 +1856,7 @@ def test_maxtext_moe_cpu_training_step(tmp_path):
         32,
         128,
         Layout(fsdp=8, recompute="full"),
-        num_layers=2,
-        d_model=128,
-        d_ff=384,
-        num_heads=4,
-        num_kv_heads=2,
-        head_dim=32,
-        vocab_size=1024,
-        moe=MoeSpec(num_experts=8, top_k=2, expert_d_ff=64),
+        **TINY_QWEN3,
     )
     path = tmp_path / "moe.yml"
     path.write_text(export_document(doc, "maxtext"))

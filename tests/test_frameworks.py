@@ -21,9 +21,14 @@ from pathlib import Path
 
 import pytest
 from builders import (
+    DSV3_BRIDGE_LAYOUT,
+    INTERLEAVED_LAYOUT,
+    child_result,
     custom_doc,
     deepspeed_config,
+    doc_llama8b,
     export_docs,
+    framework_python,
     maxtext_python,
     maxtext_script,
     maxtext_train_log,
@@ -40,21 +45,12 @@ FSDP_TP, CP, HSDP = (export_docs()[k] for k in ("fsdp_tp", "cp", "hsdp"))
 
 pytestmark = pytest.mark.frameworks
 
-INTERLEAVED_LAYOUT = Layout(
-    fsdp=2, tp=8, pp=4, virtual_stages=2, num_microbatches=8, schedule="interleaved"
-)
-INTERLEAVED = solve_doc("llama3-8b", "h100-64", 256, 4096, INTERLEAVED_LAYOUT)
+INTERLEAVED = doc_llama8b(INTERLEAVED_LAYOUT)
 # Megatron writes a pipeline with the distributed optimizer (Megatron-FSDP is not documented with pp)
-INTERLEAVED_ZERO1 = solve_doc(
-    "llama3-8b", "h100-64", 256, 4096, dataclasses.replace(INTERLEAVED_LAYOUT, zero_stage=1)
-)
+INTERLEAVED_ZERO1 = doc_llama8b(dataclasses.replace(INTERLEAVED_LAYOUT, zero_stage=1))
 KV_REPLICATED = solve_doc("llama70b", "h100-64", 256, 4096, Layout(fsdp=4, tp=16, recompute="full"))
 ZERO1 = solve_doc("debug", "h100-16", 64, 1024, Layout(fsdp=16, zero_stage=1, num_microbatches=2))
-PIPE_1F1B = solve_doc(
-    "llama3-8b",
-    "h100-64",
-    256,
-    4096,
+PIPE_1F1B = doc_llama8b(
     Layout(fsdp=1, dp=2, tp=8, pp=4, num_microbatches=8, zero_stage=1),
 )
 
@@ -258,7 +254,7 @@ def test_megatron_core_builds_the_engine_model(case, tmp_path):
     m = context_for(doc, "megatron").model
     assert m.vocab_size % 128 == 0
     args = json.dumps(parse_args(export_document(doc, "megatron")))
-    run = subprocess.run(
+    got = child_result(
         [
             sys.executable,
             "-c",
@@ -267,13 +263,8 @@ def test_megatron_core_builds_the_engine_model(case, tmp_path):
             str(m.vocab_size),
             str(tmp_path / "rendezvous"),
         ],
-        capture_output=True,
-        text=True,
         timeout=300,
     )
-    lines = [line for line in run.stdout.splitlines() if line.startswith("RESULT ")]
-    assert lines, run.stderr[-3000:]
-    got = json.loads(lines[0][7:])
     assert got == {
         "layers": m.num_layers,
         "qkv": [(m.num_heads + 2 * m.num_kv_heads) * m.head_dim, m.d_model],
@@ -480,12 +471,19 @@ TT03_LOADER = textwrap.dedent("""
 
 
 def torchtitan03_python() -> str:
-    path = os.environ.get("LAYOUTSEARCH_TORCHTITAN03_PYTHON") or str(
-        Path.home() / ".cache" / "layoutsearch" / "torchtitan03-venv" / "bin" / "python"
+    return framework_python(
+        "LAYOUTSEARCH_TORCHTITAN03_PYTHON", "torchtitan03-venv", "torchtitan 0.3"
     )
-    if not Path(path).is_file():
-        pytest.skip(f"no torchtitan 0.3 interpreter at {path} (run .ci/frameworks.sh)")
-    return path
+
+
+def run_tt03_loader(python: str, folder: Path, argv: list[str]) -> list[dict]:
+    """TT03_LOADER run by ``python`` in ``folder`` (the exported modules lie there) on ``argv`` (module name,
+    device count, ...): its RESULT line, one dict a module."""
+    return child_result(
+        [python, "-c", TT03_LOADER, *argv],
+        cwd=folder,
+        env={**os.environ, "PYTHONPATH": str(folder)},
+    )
 
 
 def fill_placeholders(text: str, values: dict[str, object]) -> str:
@@ -542,17 +540,7 @@ def test_torchtitan03_config_manager_builds_the_exported_job(tmp_path):
             fill_placeholders(export_document(doc, "torchtitan-0.3"), TT03_VALUES)
         )
         argv += [f"ls_{name}", str(doc["problem"]["num_devices"])]
-    run = subprocess.run(
-        [python, "-c", TT03_LOADER, *argv],
-        capture_output=True,
-        text=True,
-        timeout=600,
-        cwd=tmp_path,
-        env={**os.environ, "PYTHONPATH": str(tmp_path)},
-    )
-    lines = [line for line in run.stdout.splitlines() if line.startswith("RESULT ")]
-    assert lines, run.stderr[-3000:]
-    results = dict(zip(cases, json.loads(lines[0][7:])))
+    results = dict(zip(cases, run_tt03_loader(python, tmp_path, argv)))
     for name, doc in cases.items():
         got = results[name]
         assert "error" not in got, f"{name}: {got}"
@@ -603,17 +591,7 @@ def test_torchtitan03_refuses_unset_placeholders(tmp_path):
     """Launched as exported (placeholders unset), the registry entry refuses to build and names them."""
     python = torchtitan03_python()
     (tmp_path / "ls_raw.py").write_text(export_document(HSDP, "torchtitan-0.3"))
-    run = subprocess.run(
-        [python, "-c", TT03_LOADER, "ls_raw", "16"],
-        capture_output=True,
-        text=True,
-        timeout=600,
-        cwd=tmp_path,
-        env={**os.environ, "PYTHONPATH": str(tmp_path)},
-    )
-    lines = [line for line in run.stdout.splitlines() if line.startswith("RESULT ")]
-    assert lines, run.stderr[-3000:]
-    error = json.loads(lines[0][7:])[0]["error"]
+    error = run_tt03_loader(python, tmp_path, ["ls_raw", "16"])[0]["error"]
     assert error.startswith(
         "ValueError: set DUMP_FOLDER, HF_ASSETS_PATH, DATASET, DATASET_PATH, CHECKPOINT_FOLDER, "
         "STEPS, LR, WARMUP_STEPS at the top of"
@@ -724,13 +702,8 @@ def test_maxtext_pyconfig_and_mesh(tmp_path):
         path.write_text(export_document(doc, "maxtext"))
         paths.append(str(path))
         docs.append(doc)
-    run = subprocess.run(
-        [python, "-c", MAXTEXT_LOADER, *paths], capture_output=True, text=True, timeout=600
-    )
-    lines = [line for line in run.stdout.splitlines() if line.startswith("RESULT ")]
-    assert lines, run.stderr[-2000:]
     for _doc, result, (name, (layout, batch, _)) in zip(
-        docs, json.loads(lines[0][7:]), cases.items()
+        docs, child_result([python, "-c", MAXTEXT_LOADER, *paths]), cases.items()
     ):
         assert "error" not in result, f"{name}: {result}"
         mesh = result["mesh"]
@@ -776,12 +749,7 @@ def test_maxtext_builds_the_engine_model(tmp_path):
     python = maxtext_python()
     path = tmp_path / "model.yml"
     path.write_text(export_document(MAXTEXT_STEP, "maxtext"))
-    run = subprocess.run(
-        [python, "-c", MAXTEXT_PARAMS, str(path)], capture_output=True, text=True, timeout=600
-    )
-    lines = [line for line in run.stdout.splitlines() if line.startswith("RESULT ")]
-    assert lines, run.stderr[-3000:]
-    got = json.loads(lines[0][7:])
+    got = child_result([python, "-c", MAXTEXT_PARAMS, str(path)])
     m = context_for(MAXTEXT_STEP, "maxtext").model
     assert (got["layers"], got["emb"], got["heads"], got["kv_heads"], got["mlp"], got["vocab"]) == (
         m.num_layers,
@@ -1069,17 +1037,24 @@ def test_torchtitan_reads_async_tp_when_the_prediction_overlaps_tp(tmp_path):
     assert job.parallelism.enable_async_tensor_parallel is False and job.compile.enable is False
 
 
+def deepseek_v3_megatron_args(cluster: str, lay: Layout) -> dict:
+    """The Megatron arguments exported for DeepSeek-V3's fp8 batch (4096 sequences of 4096 tokens) on ``cluster``
+    at ``lay`` (estimated with strict=False)."""
+    from layoutsearch.core.problem import Problem, build_workload
+    from layoutsearch.costs.estimate import estimate
+    from layoutsearch.report.output import estimate_document
+
+    problem = Problem.build("deepseek-v3", cluster, build_workload(4096, 4096, precision="fp8"))
+    return parse_args(
+        export_document(estimate_document(estimate(problem, lay, strict=False)), "megatron")
+    )
+
+
 def test_megatron_core_accepts_the_chunk_layout_of_deepseek_v3(tmp_path):
     """61 layers + embedding + loss (+ the MTP module) over pp=4 x 4 virtual stages, as NVIDIA's DeepSeek-V3
     recipes run them: the exported --pipeline-model-parallel-layout passes megatron-core's own layout checks."""
     layouts = pytest.importorskip("megatron.core.transformer.pipeline_parallel_layer_layout")
     PipelineParallelLayerLayout = layouts.PipelineParallelLayerLayout
-
-    from layoutsearch.core.problem import Problem, build_workload
-    from layoutsearch.costs.estimate import estimate
-    from layoutsearch.report.output import estimate_document
-
-    problem = Problem.build("deepseek-v3", "gb200-256", build_workload(4096, 4096, precision="fp8"))
     lay = Layout(
         fsdp=64,
         pp=4,
@@ -1090,8 +1065,7 @@ def test_megatron_core_accepts_the_chunk_layout_of_deepseek_v3(tmp_path):
         num_microbatches=64,
         recompute="selective",
     )
-    est = estimate(problem, lay, strict=False)
-    args = parse_args(export_document(estimate_document(est), "megatron"))
+    args = deepseek_v3_megatron_args("gb200-256", lay)
     layout = args["--pipeline-model-parallel-layout"]
     assert layout.count("|") == 15 and layout.startswith("Ettt|") and layout.endswith("|ttmL")
     assert "--num-virtual-stages-per-pipeline-rank" not in args
@@ -1105,28 +1079,9 @@ def test_megatron_core_accepts_the_megatron_bridge_deepseek_v3_split():
     stage, 5 with the MTP module and the loss on the last): first/last counts the virtual stages do not divide are
     exported as chunks, and megatron-core's own layout checks take them."""
     layouts = pytest.importorskip("megatron.core.transformer.pipeline_parallel_layer_layout")
-
-    from layoutsearch.core.problem import Problem, build_workload
-    from layoutsearch.costs.estimate import estimate
-    from layoutsearch.report.output import estimate_document
-
-    problem = Problem.build("deepseek-v3", "b200-256", build_workload(4096, 4096, precision="fp8"))
-    lay = Layout(
-        fsdp=32,
-        pp=8,
-        ep=32,
-        virtual_stages=2,
-        schedule="interleaved",
-        zero_stage=1,
-        num_microbatches=128,
-        recompute="mla_up_proj",
-        first_stage_layers=8,
-        last_stage_layers=5,
-    )
-    args = parse_args(
-        export_document(estimate_document(estimate(problem, lay, strict=False)), "megatron")
-    )
-    layout = args["--pipeline-model-parallel-layout"]
+    layout = deepseek_v3_megatron_args("b200-256", DSV3_BRIDGE_LAYOUT)[
+        "--pipeline-model-parallel-layout"
+    ]
     assert layout == "Etttt|" + "tttt|" * 14 + "tmL"
     parsed = layouts.PipelineParallelLayerLayout(layout, 8)
     parsed.validate_layer_layout(61, 1)

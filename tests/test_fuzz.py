@@ -25,6 +25,13 @@ from pathlib import Path
 
 import pytest
 import yaml
+from builders import (
+    DEBUG_H100_1_ESTIMATE,
+    DEBUG_H100_8,
+    DEBUG_H100_8_SOLVE,
+    TINY_HF_CONFIG,
+    sweep_argv,
+)
 
 from layoutsearch import cli
 from layoutsearch.cli import calibrate as calibrate_command
@@ -648,19 +655,7 @@ WEIGHTS = {
 
 # Root causes found by this fuzzer, kept whatever the draw (one per cause).
 PINNED = [
-    [
-        "estimate",
-        "--model",
-        "debug",
-        "--cluster",
-        "h100-1",
-        "--layout",
-        "dp=1",
-        "--seqs",
-        "8",
-        "--format",
-        "json",
-    ],
+    list(DEBUG_H100_1_ESTIMATE),
     ["solve", "--model", "debug", "--cluster", "v5p-1", "--seqs", "8", "--format", "json"],
     ["estimate", "--model", "@nonutf8.yaml", "--cluster", "h100-8"],
     ["estimate", "--model", "@deep.json", "--cluster", "h100-8"],
@@ -675,32 +670,8 @@ PINNED = [
     ["solve", "--seqs", "100000000", "--cluster", "h100-8"],
     ["solve", "--recompute", ",", "--cluster", "h100-8"],
     ["solve", "--fix", "tp=8,tp=4", "--cluster", "h100-8"],
-    [
-        "solve",
-        "--model",
-        "debug",
-        "--cluster",
-        "h100-8",
-        "--seqs",
-        "64",
-        "--export",
-        "megatron",
-        "-o",
-        "/proc/x.sh",
-    ],
-    [
-        "solve",
-        "--model",
-        "debug",
-        "--cluster",
-        "h100-8",
-        "--seqs",
-        "64",
-        "--export",
-        "megatron",
-        "--format",
-        "json",
-    ],
+    [*DEBUG_H100_8_SOLVE, "--export", "megatron", "-o", "/proc/x.sh"],
+    [*DEBUG_H100_8_SOLVE, "--export", "megatron", "--format", "json"],
     ["export", "@nonutf8.json", "--to", "megatron"],
     ["export", "@null.json", "--to", "megatron"],
     ["export", "@doc_null_predictions.json", "--to", "megatron"],
@@ -709,20 +680,7 @@ PINNED = [
     ["validate", "@deep.yaml"],
     ["calibrate", "@runs_huge.yaml", "--write"],
     ["sweep", "-m", "debug", "-c", "h100-{1..10000}{1..10000}", "-o", "@sw/a.csv"],
-    [
-        "sweep",
-        "-m",
-        "debug",
-        "-c",
-        "h100-8",
-        "--seqs",
-        "64",
-        "-j",
-        "1",
-        "--no-progress",
-        "-o",
-        "@garbage_out.csv",
-    ],
+    sweep_argv("@garbage_out.csv"),
     ["plot", "@negative.csv", "-o", "@out/p.png"],
     ["models", "json"],
 ]
@@ -788,15 +746,7 @@ def files(tmp_path_factory) -> Path:
     (root / "list.json").write_text("[1, 2, 3]")
     (root / "deep.json").write_text("[" * 10_000 + "]" * 10_000)
     (root / "deep.yaml").write_text("a: " + "[" * 10_000 + "]" * 10_000)
-    hf = {
-        "num_hidden_layers": 4,
-        "hidden_size": 256,
-        "intermediate_size": 512,
-        "num_attention_heads": 8,
-        "num_key_value_heads": 2,
-        "vocab_size": 1000,
-        "model_type": "llama",
-    }
+    hf = {**TINY_HF_CONFIG, "model_type": "llama"}
     (root / "hf_ok.json").write_text(json.dumps(hf))
     (root / "heads0.json").write_text(json.dumps({**hf, "num_attention_heads": 0}))
     (root / "headsnull.json").write_text(json.dumps({**hf, "num_attention_heads": None}))
@@ -820,41 +770,19 @@ def files(tmp_path_factory) -> Path:
     for name in ("fifo.yaml", "fifo.json", "fifo.csv", "fifo.sh"):  # no writer: reading one blocks
         os.mkfifo(root / name)
 
-    solve_doc = _document(
-        [
-            "solve",
-            "--model",
-            "debug",
-            "--cluster",
-            "h100-8",
-            "--seqs",
-            "64",
-            "--top",
-            "2",
-            "--format",
-            "json",
-        ]
-    )
+    solve_doc = _document([*DEBUG_H100_8_SOLVE, "--top", "2", "--format", "json"])
     (root / "solve.json").write_text(json.dumps(solve_doc))
-    (root / "estimate.json").write_text(
-        json.dumps(
-            _document(
-                [
-                    "estimate",
-                    "--model",
-                    "debug",
-                    "--cluster",
-                    "h100-8",
-                    "--layout",
-                    "fsdp=4,tp=2",
-                    "--seqs",
-                    "64",
-                    "--format",
-                    "json",
-                ]
-            )
-        )
-    )
+    argv = [
+        "estimate",
+        *DEBUG_H100_8,
+        "--layout",
+        "fsdp=4,tp=2",
+        "--seqs",
+        "64",
+        "--format",
+        "json",
+    ]
+    (root / "estimate.json").write_text(json.dumps(_document(argv)))
     for name, path, value in (
         ("doc_microbatches_null", ("layouts", 0, "num_microbatches"), None),
         ("doc_virtual0", ("layouts", 0, "virtual_stages"), 0),

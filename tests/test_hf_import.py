@@ -138,7 +138,7 @@ import re
 import warnings
 
 import pytest
-from builders import proven_top, write_json
+from builders import dp8_estimate, proven_top, write_json
 
 from layoutsearch import cli
 from layoutsearch.core.catalogue import (
@@ -454,9 +454,7 @@ def test_what_is_not_modelled_is_refused_naming_the_key(tmp_path, change, messag
 
 def test_refusal_exits_2_with_one_line(tmp_path, capsys):
     path = write_json(tmp_path, {**LLAMA, "num_local_experts": 8})
-    code = cli.main(
-        ["estimate", "--model", str(path), "--cluster", "h100-8", "--layout", "dp=8", "--seqs", "8"]
-    )
+    code = cli.main(dp8_estimate(path))
     err = capsys.readouterr().err
     assert code == 2 and err.count("\n") == 1 and "field 'num_local_experts'" in err
 
@@ -468,21 +466,7 @@ def test_gpt2_key_names_import_through_the_cli(data_file, capsys):
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", HfConfigWarning)
         code = cli.main(
-            [
-                "estimate",
-                "--model",
-                str(data_file("hf/gpt2.json")),
-                "--cluster",
-                "h100-8",
-                "--layout",
-                "dp=8",
-                "--seqs",
-                "8",
-                "--seq-len",
-                "1024",
-                "--format",
-                "json",
-            ]
+            dp8_estimate(data_file("hf/gpt2.json"), "--seq-len", "1024", "--format", "json")
         )
     out, err = capsys.readouterr()
     assert code == 0, err

@@ -13,6 +13,14 @@ from pathlib import Path
 
 import pytest
 import typer
+from builders import (
+    DEBUG_H100_1_ESTIMATE,
+    DEBUG_H100_8,
+    DEBUG_H100_8_SOLVE,
+    TINY_HF_CONFIG,
+    dp8_estimate,
+    sweep_argv,
+)
 
 from layoutsearch import cli
 from layoutsearch.core import io
@@ -39,24 +47,7 @@ def solve_doc() -> dict:
     """A solve document (two layouts) of debug on h100-8."""
     out = textio.StringIO()
     with contextlib.redirect_stdout(out), contextlib.redirect_stderr(textio.StringIO()):
-        assert (
-            cli.main(
-                [
-                    "solve",
-                    "--model",
-                    "debug",
-                    "--cluster",
-                    "h100-8",
-                    "--seqs",
-                    "64",
-                    "--top",
-                    "2",
-                    "--format",
-                    "json",
-                ]
-            )
-            == 0
-        )
+        assert cli.main([*DEBUG_H100_8_SOLVE, "--top", "2", "--format", "json"]) == 0
     return json.loads(out.getvalue())
 
 
@@ -90,23 +81,9 @@ def test_a_command_loads_only_its_own_module():
 
 @pytest.mark.parametrize("module", ["layoutsearch", "layoutsearch.cli"])
 def test_python_dash_m_entry_points(module):
+    argv = ["estimate", *DEBUG_H100_8, "--layout", "dp=8", "--seqs", "64", "--format", "json"]
     p = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            module,
-            "estimate",
-            "--model",
-            "debug",
-            "--cluster",
-            "h100-8",
-            "--layout",
-            "dp=8",
-            "--seqs",
-            "64",
-            "--format",
-            "json",
-        ],
+        [sys.executable, "-m", module, *argv],
         capture_output=True,
         text=True,
     )
@@ -117,19 +94,7 @@ def test_python_dash_m_entry_points(module):
 # ----------------------------------------------------------------------------- 1-device clusters
 def test_one_device_clusters_estimate_and_solve(cli_main):
     """Formerly a RecursionError: a 1-device cluster has no axis to place a degree on."""
-    code, out, err = cli_main(
-        "estimate",
-        "--model",
-        "debug",
-        "--cluster",
-        "h100-1",
-        "--layout",
-        "dp=1",
-        "--seqs",
-        "8",
-        "--format",
-        "json",
-    )
+    code, out, err = cli_main(*DEBUG_H100_1_ESTIMATE)
     assert code == 0, err
     doc = json.loads(out)
     assert (
@@ -207,16 +172,6 @@ def test_read_helpers(tmp_path):
 
 
 # ----------------------------------------------------------------------------- Hugging Face configs
-HF = {
-    "num_hidden_layers": 4,
-    "hidden_size": 256,
-    "intermediate_size": 512,
-    "num_attention_heads": 8,
-    "num_key_value_heads": 2,
-    "vocab_size": 1000,
-}
-
-
 @pytest.mark.parametrize(
     "content, message",
     [
@@ -224,43 +179,43 @@ HF = {
         ("[1, 2]", "expected a Hugging Face config (a JSON object), got a list"),
         ("[" * 10_000 + "]" * 10_000, "nested too deeply"),
         (
-            json.dumps({**HF, "num_attention_heads": 0}),
+            json.dumps({**TINY_HF_CONFIG, "num_attention_heads": 0}),
             "field 'num_attention_heads': Input should be greater than 0 (got 0)",
         ),
         (
-            json.dumps({**HF, "num_attention_heads": None}),
+            json.dumps({**TINY_HF_CONFIG, "num_attention_heads": None}),
             "field 'num_attention_heads': Input should be a valid integer (got None)",
         ),
         (
-            json.dumps({**HF, "hidden_size": "256"}),
+            json.dumps({**TINY_HF_CONFIG, "hidden_size": "256"}),
             "field 'hidden_size': Input should be a valid integer (got '256')",
         ),
         (
-            json.dumps({**HF, "hidden_size": 2**70}),
+            json.dumps({**TINY_HF_CONFIG, "hidden_size": 2**70}),
             "field 'hidden_size': Input should be less than or equal to 16777216",
         ),
         (
-            json.dumps({**HF, "vocab_size": 1e30}),
+            json.dumps({**TINY_HF_CONFIG, "vocab_size": 1e30}),
             "field 'vocab_size': Input should be a valid integer (got 1e+30)",
         ),
         (
-            json.dumps({**HF, "num_key_value_heads": [2]}),
+            json.dumps({**TINY_HF_CONFIG, "num_key_value_heads": [2]}),
             "field 'num_key_value_heads': Input should be a valid integer",
         ),
         (
-            json.dumps({**HF, "tie_word_embeddings": "yes"}),
+            json.dumps({**TINY_HF_CONFIG, "tie_word_embeddings": "yes"}),
             "field 'tie_word_embeddings': Input should be a valid boolean",
         ),
         (
-            json.dumps({**HF, "hidden_size": 4, "num_attention_heads": 8}),
+            json.dumps({**TINY_HF_CONFIG, "hidden_size": 4, "num_attention_heads": 8}),
             "'hidden_size' (4) is smaller than 'num_attention_heads' (8)",
         ),
         (
-            json.dumps({k: v for k, v in HF.items() if k != "vocab_size"}),
+            json.dumps({k: v for k, v in TINY_HF_CONFIG.items() if k != "vocab_size"}),
             "missing field 'vocab_size'",
         ),
         (
-            json.dumps({**HF, "num_key_value_heads": 3}),
+            json.dumps({**TINY_HF_CONFIG, "num_key_value_heads": 3}),
             "num_heads(8) is not a multiple of num_kv_heads(3)",
         ),
     ],
@@ -275,21 +230,11 @@ def test_hugging_face_config_errors_name_the_key(bad_input, tmp_path, content, m
 def test_hugging_face_config_that_is_valid_still_imports(cli_main, tmp_path):
     path = tmp_path / "config.json"
     path.write_text(
-        json.dumps({**HF, "model_type": "llama", "head_dim": None, "_name_or_path": "tiny"})
+        json.dumps(
+            {**TINY_HF_CONFIG, "model_type": "llama", "head_dim": None, "_name_or_path": "tiny"}
+        )
     )
-    code, out, err = cli_main(
-        "estimate",
-        "--model",
-        path,
-        "--cluster",
-        "h100-8",
-        "--layout",
-        "dp=8",
-        "--seqs",
-        "8",
-        "--format",
-        "json",
-    )
+    code, out, err = cli_main(*dp8_estimate(path, "--format", "json"))
     assert code == 0, err
     assert json.loads(out)["problem"]["model_spec"]["head_dim"] == 32
 
@@ -628,21 +573,7 @@ def test_model_paths_with_a_nul_byte(bad_input):
 
 # ----------------------------------------------------------------------------- writing files
 def export_argv(output):
-    return [
-        "solve",
-        "--model",
-        "debug",
-        "--cluster",
-        "h100-8",
-        "--seqs",
-        "64",
-        "--top",
-        "1",
-        "--export",
-        "megatron",
-        "-o",
-        str(output),
-    ]
+    return [*DEBUG_H100_8_SOLVE, "--top", "1", "--export", "megatron", "-o", str(output)]
 
 
 @pytest.mark.parametrize(
@@ -759,38 +690,12 @@ def test_sweep_on_a_full_disk_is_one_line(bad_input, cli_main, tmp_path, monkeyp
     out = tmp_path / "s.csv"
     with monkeypatch.context() as m:
         disk_full(m, call)
-        err = bad_input(
-            "sweep",
-            "-m",
-            "debug",
-            "-c",
-            "h100-8",
-            "--seqs",
-            "64",
-            "-j",
-            "1",
-            "--no-progress",
-            "-o",
-            out,
-        )
+        err = bad_input(*sweep_argv(out))
     assert err.startswith("error: --output: cannot write '") and err.endswith(
         "(No space left on device)"
     )
     assert str(tmp_path) in err and temporaries(tmp_path) == []
-    code, _, err = cli_main(
-        "sweep",
-        "-m",
-        "debug",
-        "-c",
-        "h100-8",
-        "--seqs",
-        "64",
-        "-j",
-        "1",
-        "--no-progress",
-        "-o",
-        out,
-    )
+    code, _, err = cli_main(*sweep_argv(out))
     assert code == 0, err  # disk space back: the rerun finishes
 
 
@@ -909,20 +814,7 @@ def test_sweep_table_that_is_not_a_sweep_is_refused(bad_input, tmp_path):
 
 def test_sweep_cli_says_how_many_journal_lines_it_dropped(cli_main, tmp_path):
     out = tmp_path / "s.csv"
-    argv = [
-        "sweep",
-        "-m",
-        "debug",
-        "-c",
-        "h100-8",
-        "--seqs",
-        "64",
-        "-j",
-        "1",
-        "--no-progress",
-        "-o",
-        out,
-    ]
+    argv = sweep_argv(out)
     assert cli_main(*argv)[0] == 0
     journal = Path(journal_path(out))
     journal.write_text(journal.read_text().replace('"status":"OPTIMAL"', '"status":"DONE"'))

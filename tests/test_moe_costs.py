@@ -9,7 +9,7 @@ from statistics import NormalDist
 
 import numpy as np
 import pytest
-from builders import proven_top
+from builders import DEEPSEEK_V3_H100_2048_SOLVE, proven_top
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -36,6 +36,10 @@ def _mixtral(cluster="h100-16", seqs=64):
         cluster,
         Workload(global_batch_seqs=seqs, seq_len=4096, framework="megatron"),
     )
+
+
+# The CLI's Mixtral 8x7B problem of _mixtral(): 64 sequences on 16 H100s
+MIXTRAL_H100_16 = ("--model", "mixtral-8x7b", "--cluster", "h100-16", "--seqs", "64")
 
 
 def _a2a(est):
@@ -84,6 +88,14 @@ def _routed_gemms_s(acc, rows: int) -> float:
 
 # ----------------------------------------------------------------------------- the ep group's links
 NODE = (("fsdp", (("node", 8), ("scale_out", 2))),)
+# fsdp=16, ep=8 on two 8-GPU nodes with 4 of the ep group's GPUs in each node
+EP_ACROSS_NODES = Layout(
+    fsdp=16,
+    ep=8,
+    zero_stage=1,
+    num_microbatches=4,
+    axes=NODE + (("ep", (("node", 4), ("scale_out", 2))),),
+)
 
 
 def test_ep_across_scale_out_costs_more_than_the_same_group_inside_nvlink():
@@ -92,13 +104,7 @@ def test_ep_across_scale_out_costs_more_than_the_same_group_inside_nvlink():
     inside = Layout(
         fsdp=16, ep=8, zero_stage=1, num_microbatches=4, axes=NODE + (("ep", (("node", 8),)),)
     )
-    across = Layout(
-        fsdp=16,
-        ep=8,
-        zero_stage=1,
-        num_microbatches=4,
-        axes=NODE + (("ep", (("node", 4), ("scale_out", 2))),),
-    )
+    across = EP_ACROSS_NODES
     a, b = estimate(problem, inside), estimate(problem, across)
     acc = problem.cluster.accelerator
     # the AllToAll of one MoE layer: each GPU sends its m tokens x k copies x D bf16 (m = 64 x 4096 / (16 x 4)),
@@ -140,13 +146,7 @@ def test_deepep_sends_a_token_once_per_node_and_only_a_dropless_model_can_use_it
     """--deepep / --no-deepep (Workload.deepep) override the profile: with NCCL AllToAll both of a token's k = 2
     copies bound for the other node cross the NIC (dedup 1), with DeepEP 1.5 of them; a capacity-factor model
     pads its experts, which DeepEP cannot, so it keeps the AllToAll whatever is asked."""
-    across = Layout(
-        fsdp=16,
-        ep=8,
-        zero_stage=1,
-        num_microbatches=4,
-        axes=NODE + (("ep", (("node", 4), ("scale_out", 2))),),
-    )
+    across = EP_ACROSS_NODES
 
     def a2a(deepep, model="mixtral-8x7b"):
         problem = Problem.build(
@@ -417,12 +417,7 @@ def test_routing_is_a_choice_of_the_cli_and_problem_files(capsys, tmp_path):
     """--routing forced costs the benchmark's random routing; a wrong value is one line, exit 2."""
     args = [
         "estimate",
-        "--model",
-        "mixtral-8x7b",
-        "--cluster",
-        "h100-16",
-        "--seqs",
-        "64",
+        *MIXTRAL_H100_16,
         "--layout",
         "fsdp=16,ep=8",
         "--microbatches",
@@ -657,21 +652,7 @@ def test_mla_attention_uses_the_value_head_width():
 )
 def test_expert_rules_name_the_numbers(capsys, layout, message):
     code = main(
-        [
-            "estimate",
-            "--model",
-            "mixtral-8x7b",
-            "--cluster",
-            "h100-16",
-            "--seqs",
-            "64",
-            "--seq-len",
-            "4096",
-            "--layout",
-            layout,
-            "--zero-stage",
-            "1",
-        ]
+        ["estimate", *MIXTRAL_H100_16, "--seq-len", "4096", "--layout", layout, "--zero-stage", "1"]
     )
     err = capsys.readouterr().err
     assert code == 2 and message in err and err.count("\n") == 1
@@ -702,21 +683,7 @@ def test_a_dense_model_has_no_expert_degrees(capsys):
 @pytest.mark.slow
 def test_deepseek_v3_on_2048_h100_is_proven_optimal_with_expert_parallelism(capsys):
     """The issue's Done-when command."""
-    code = main(
-        [
-            "solve",
-            "--model",
-            "deepseek-v3",
-            "--cluster",
-            "h100-2048",
-            "--seqs",
-            "15360",
-            "--seq-len",
-            "4096",
-            "--format",
-            "json",
-        ]
-    )
+    code = main([*DEEPSEEK_V3_H100_2048_SOLVE, "--format", "json"])
     doc = json.loads(capsys.readouterr().out)
     best = doc["layouts"][0]
     assert code == 0 and doc["solver"]["status"] == "OPTIMAL"
@@ -784,19 +751,7 @@ def test_cpsat_equals_the_enumerator_on_random_moe_instances(problem):
 
 def test_the_infeasibility_funnel_names_the_expert_rule(capsys):
     """`--fix ep=16` on Mixtral's 8 experts: the funnel says which MoE rule removed the last layouts."""
-    code = main(
-        [
-            "solve",
-            "--model",
-            "mixtral-8x7b",
-            "--cluster",
-            "h100-16",
-            "--seqs",
-            "64",
-            "--fix",
-            "ep=16",
-        ]
-    )
+    code = main(["solve", *MIXTRAL_H100_16, "--fix", "ep=16"])
     out = capsys.readouterr()
     assert code == 1
     assert (

@@ -66,7 +66,7 @@ import math
 from dataclasses import replace
 
 import pytest
-from builders import write_json
+from builders import dp8_estimate, write_json
 
 from layoutsearch import cli
 from layoutsearch.core.catalogue import (
@@ -574,9 +574,7 @@ def test_mixtral_is_no_longer_read_as_a_dense_model(tmp_path, capsys, data_file)
     model = read_hf_config(data_file("hf/mixtral-8x7b-v0.1.json")).model
     assert model.moe.num_experts == 8 and params.param_counts(model)["total"] == 46_702_792_704
     path = write_json(tmp_path, json.loads(data_file("hf/mixtral-8x7b-v0.1.json").read_text()))
-    code = cli.main(
-        ["estimate", "--model", str(path), "--cluster", "h100-8", "--layout", "dp=8", "--seqs", "8"]
-    )
+    code = cli.main(dp8_estimate(path))
     captured = capsys.readouterr()
     assert (
         code == 1 and captured.err.count("warning: ") == 1 and "10 key(s) not used" in captured.err

@@ -8,10 +8,9 @@ import csv
 import json
 
 import pytest
-from builders import proven_top
+from builders import problems, proven_top
 from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
-from test_search import problems
 from typer.testing import CliRunner
 
 from layoutsearch.cli import app

@@ -9,7 +9,7 @@ import shlex
 from pathlib import Path
 
 import pytest
-from builders import LLAMA70B_V5P_ESTIMATE
+from builders import LLAMA3_405B_H100_8, LLAMA70B_V5P_ESTIMATE
 from typer.testing import CliRunner
 
 from layoutsearch.cli import app
@@ -25,6 +25,14 @@ from layoutsearch.sweep.table import LAYOUT_COLUMNS, PLAN_COLUMNS
 runner = CliRunner()
 EXAMPLES = Path(__file__).resolve().parents[1] / "examples"
 TOKENS, PRICE = 15e12, 2.0
+
+# The command lines several tests here start from: the time to train (15e12 tokens at 2 per
+# device-hour) of Llama-70B on a v5p-8192 pod, and a solve of Llama 3 8B on 64 H100s
+LLAMA70B_V5P_PRICED_SOLVE = (
+    *("solve", "--model", "llama70b", "--cluster", "v5p-8192"),
+    *("--tokens", "15e12", "--price-per-device-hour", "2.0"),
+)
+LLAMA3_8B_H100_64_SOLVE = ("solve", "--model", "llama3-8b", "--cluster", "h100-64")
 
 
 def run_json(*argv) -> dict:
@@ -43,17 +51,7 @@ def assert_priced(rec: dict, tokens: float, devices: int, price: float | None) -
 
 
 def test_solve_json_prices_every_layout_from_its_own_record():
-    doc = run_json(
-        "solve",
-        "--model",
-        "llama70b",
-        "--cluster",
-        "v5p-8192",
-        "--tokens",
-        "15e12",
-        "--price-per-device-hour",
-        "2.0",
-    )
+    doc = run_json(*LLAMA70B_V5P_PRICED_SOLVE)
     assert doc["problem"]["workload"]["training_tokens"] == TOKENS
     assert len(doc["layouts"]) == 3
     for rec in doc["layouts"]:
@@ -115,11 +113,7 @@ def test_estimate_json_and_table_carry_days_device_hours_and_cost():
 
 def test_solve_table_prints_the_time_to_train_of_each_layout():
     argv = [
-        "solve",
-        "--model",
-        "llama3-8b",
-        "--cluster",
-        "h100-64",
+        *LLAMA3_8B_H100_64_SOLVE,
         "--top",
         "2",
         "--tokens",
@@ -209,15 +203,7 @@ def test_scaled_cluster_scales_the_accelerator_and_the_matching_axes_only():
 
 
 def test_halving_scale_out_bandwidth_never_speeds_up_the_winner_and_is_reported():
-    doc = run_json(
-        "solve",
-        "--model",
-        "llama3-8b",
-        "--cluster",
-        "h100-64",
-        "--what-if",
-        "scale_out_bandwidth=0.5",
-    )
+    doc = run_json(*LLAMA3_8B_H100_64_SOLVE, "--what-if", "scale_out_bandwidth=0.5")
     w, base = doc["what_if"], doc["layouts"][0]
     assert (
         w["factors"] == {"scale_out_bandwidth": 0.5}
@@ -236,15 +222,7 @@ def test_halving_scale_out_bandwidth_never_speeds_up_the_winner_and_is_reported(
     assert w["base_layout_step_time_s"] == w["step_time_s"] and w["base_layout_fits"] is True
     text = runner.invoke(
         app,
-        [
-            "solve",
-            "--model",
-            "llama3-8b",
-            "--cluster",
-            "h100-64",
-            "--what-if",
-            "scale_out_bandwidth=0.5",
-        ],
+        [*LLAMA3_8B_H100_64_SOLVE, "--what-if", "scale_out_bandwidth=0.5"],
     ).stdout
     assert "what if scale_out_bandwidth x0.5 (re-solved)" in text
     assert (
@@ -255,11 +233,7 @@ def test_halving_scale_out_bandwidth_never_speeds_up_the_winner_and_is_reported(
 
 def test_a_tenth_of_the_scale_out_bandwidth_changes_the_winner():
     doc = run_json(
-        "solve",
-        "--model",
-        "llama3-8b",
-        "--cluster",
-        "h100-64",
+        *LLAMA3_8B_H100_64_SOLVE,
         "--top",
         "1",
         "--what-if",
@@ -296,15 +270,7 @@ def test_what_if_on_the_library_matches_a_solve_of_the_scaled_problem():
         == 2.0 * problem.cluster.accelerator.hbm_bytes_per_s
     )
     by_hand = solve(scaled).layouts[0]
-    doc = run_json(
-        "solve",
-        "--model",
-        "llama3-8b",
-        "--cluster",
-        "h100-64",
-        "--what-if",
-        "link_bandwidth=0.5,hbm_bandwidth=2",
-    )
+    doc = run_json(*LLAMA3_8B_H100_64_SOLVE, "--what-if", "link_bandwidth=0.5,hbm_bandwidth=2")
     assert doc["what_if"]["factors"] == factors
     assert doc["what_if"]["step_time_s"] == by_hand.step_time_s
 
@@ -387,18 +353,7 @@ def test_explain_without_sensitivity_adds_nothing_and_without_a_layout_it_is_nul
     assert "sensitivity" not in doc
     r = runner.invoke(
         app,
-        [
-            "explain",
-            "--model",
-            "llama3-405b",
-            "--cluster",
-            "h100-8",
-            "--seqs",
-            "8",
-            "--sensitivity",
-            "--format",
-            "json",
-        ],
+        ["explain", *LLAMA3_405B_H100_8, "--sensitivity", "--format", "json"],
     )
     assert r.exit_code == 1 and json.loads(r.stdout)["sensitivity"] is None
 
@@ -577,17 +532,7 @@ def test_time_to_train_example_is_llama70b_on_v5p_8192_at_15t_tokens():
         "$ layoutsearch solve --model llama70b --cluster v5p-8192 --tokens 15e12 --price-per-device-hour 2.0"
         in text
     )
-    best = run_json(
-        "solve",
-        "--model",
-        "llama70b",
-        "--cluster",
-        "v5p-8192",
-        "--tokens",
-        "15e12",
-        "--price-per-device-hour",
-        "2.0",
-    )["layouts"][0]
+    best = run_json(*LLAMA70B_V5P_PRICED_SOLVE)["layouts"][0]
     row = (
         f"│ 1 │ {best['tokens_per_s']:,.0f} │ {best['goodput']:>7.1%} │ {best['train_days']:.1f} │ "
         f"{best['device_hours']:>12,.0f} │ {best['cost']:,.0f} │"

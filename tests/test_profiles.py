@@ -111,43 +111,22 @@ def test_defaults_and_names():
     )
 
 
+# An estimate of Llama 3 8B's 64 sequences on 64 H100s; the layout follows
+LLAMA3_8B_H100_64_ESTIMATE = (
+    *("estimate", "--model", "llama3-8b", "--cluster", "h100-64", "--seqs", "64", "--layout"),
+)
+
+
 def test_cli_records_and_prints_the_profile():
     runner = CliRunner()
     r = runner.invoke(
         app,
-        [
-            "estimate",
-            "--model",
-            "llama3-8b",
-            "--cluster",
-            "h100-64",
-            "--seqs",
-            "64",
-            "--layout",
-            "fsdp=8,tp=8",
-            "--framework",
-            "ideal",
-            "--format",
-            "json",
-        ],
+        [*LLAMA3_8B_H100_64_ESTIMATE, "fsdp=8,tp=8", "--framework", "ideal", "--format", "json"],
     )
     assert r.exit_code == 0, r.output
     workload = json.loads(r.stdout)["problem"]["workload"]
     assert (workload["framework"], workload["tp_comm_overlap"]) == ("ideal", True)
-    r = runner.invoke(
-        app,
-        [
-            "estimate",
-            "--model",
-            "llama3-8b",
-            "--cluster",
-            "h100-64",
-            "--seqs",
-            "64",
-            "--layout",
-            "fsdp=8,tp=8",
-        ],
-    )
+    r = runner.invoke(app, [*LLAMA3_8B_H100_64_ESTIMATE, "fsdp=8,tp=8"])
     assert "bf16, megatron overlap" in r.stdout.splitlines()[0]
     r = runner.invoke(
         app, ["estimate", "--model", "llama3-8b", "--cluster", "h100-64", "--framework", "nemo"]
@@ -184,21 +163,7 @@ def test_cli_takes_the_deepep_dispatch_and_names_it_for_moe_models_only():
     assert (
         "DeepEP" not in runner.invoke(app, base).stdout.splitlines()[0]
     )  # torchtitan's default: NCCL all-to-all
-    dense = runner.invoke(
-        app,
-        [
-            "estimate",
-            "--model",
-            "llama3-8b",
-            "--cluster",
-            "h100-64",
-            "--seqs",
-            "64",
-            "--layout",
-            "fsdp=64",
-            "--deepep",
-        ],
-    )
+    dense = runner.invoke(app, [*LLAMA3_8B_H100_64_ESTIMATE, "fsdp=64", "--deepep"])
     assert dense.exit_code == 0 and "DeepEP" not in dense.stdout.splitlines()[0]
 
 

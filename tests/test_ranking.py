@@ -350,24 +350,18 @@ def test_every_layout_record_carries_the_uncertainty_band():
     )
 
 
-def test_explain_says_when_the_runner_up_is_within_the_uncertainty(monkeypatch):
+def explain_with_band(monkeypatch, band: tuple[float, float], top: str) -> tuple[list[str], dict]:
+    """`explain` of Llama 3 8B's 256 sequences on 64 H100s, ``--top top``, with the model's uncertainty band
+    patched to ``band``: the command line (without --format) and its JSON document."""
     import layoutsearch.report.output as output
 
-    monkeypatch.setattr(
-        output, "uncertainty_band", lambda kind, moe=False, calibrated=True: (-0.08, 0.12)
-    )
-    args = [
-        "explain",
-        "--model",
-        "llama3-8b",
-        "--cluster",
-        "h100-64",
-        "--seqs",
-        "256",
-        "--top",
-        "4",
-    ]
-    doc = json.loads(runner.invoke(app, args + ["--format", "json"]).stdout)
+    monkeypatch.setattr(output, "uncertainty_band", lambda kind, moe=False, calibrated=True: band)
+    args = ["explain", *LLAMA3_8B_H100_SOLVE[1:], "--top", top]
+    return args, json.loads(runner.invoke(app, args + ["--format", "json"]).stdout)
+
+
+def test_explain_says_when_the_runner_up_is_within_the_uncertainty(monkeypatch):
+    args, doc = explain_with_band(monkeypatch, (-0.08, 0.12), "4")
     ex = doc["explanation"]
     assert ex["uncertainty_rel_band"] == [-0.08, 0.12] and ex["tie_tolerance"] == TIE_TOLERANCE
     first = doc["layouts"][0]["time_s"]["step"]
@@ -390,23 +384,7 @@ def test_explain_says_when_the_runner_up_is_within_the_uncertainty(monkeypatch):
 
 
 def test_explain_names_the_band_when_a_runner_up_is_outside_it(monkeypatch):
-    import layoutsearch.report.output as output
-
-    monkeypatch.setattr(
-        output, "uncertainty_band", lambda kind, moe=False, calibrated=True: (-0.0001, 0.0001)
-    )
-    args = [
-        "explain",
-        "--model",
-        "llama3-8b",
-        "--cluster",
-        "h100-64",
-        "--seqs",
-        "256",
-        "--top",
-        "3",
-    ]
-    doc = json.loads(runner.invoke(app, args + ["--format", "json"]).stdout)
+    args, doc = explain_with_band(monkeypatch, (-0.0001, 0.0001), "3")
     notes = doc["explanation"]["ranking"]
     outside = [n for n in notes if abs(n["step_time_rel_diff"]) > 0.0001]
     assert outside and not any(n["within_uncertainty"] for n in outside)

@@ -10,7 +10,7 @@ import tomllib
 
 import numpy as np
 import pytest
-from builders import exported, solve_doc
+from builders import doc_llama8b, exported
 from typer.testing import CliRunner
 
 from layoutsearch.cli import app
@@ -205,7 +205,7 @@ def _doc(schedule: str, v: int, zero_stage: int = 2) -> dict:
     no ZeRO-1; ZeRO-1 for the others, whose pipelines take no ZeRO-2)."""
     shape = {"fsdp": 2, "tp": 8, "pp": 4, "num_microbatches": 8}
     layout = Layout(**shape, zero_stage=zero_stage, virtual_stages=v, schedule=schedule)
-    return solve_doc("llama3-8b", "h100-64", 256, 4096, layout)
+    return doc_llama8b(layout)
 
 
 @pytest.mark.parametrize(

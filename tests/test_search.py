@@ -5,7 +5,7 @@ import json
 import numpy as np
 import pytest
 import reference
-from builders import LLAMA3_8B_H100_SOLVE, catalogue_space, proven_top
+from builders import LLAMA3_8B_H100_SOLVE, LLAMA3_405B_H100_8, catalogue_space, problems, proven_top
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from typer.testing import CliRunner
@@ -26,39 +26,6 @@ from layoutsearch.search.tables import assemble, build_tables, row_terms, term_k
 from layoutsearch.validation.calibrate import with_calibration
 
 runner = CliRunner()
-
-
-@st.composite
-def problems(draw):
-    """Small random models, clusters (4 and 8 devices: a switch, a torus, two TPU slices) and
-    batches: small enough that CP-SAT proves three ranks of the whole model in seconds (16 to 64
-    devices took up to 100 s an instance, 544 s for the test on a loaded machine)."""
-    heads = draw(st.sampled_from([4, 8, 16]))
-    kv = draw(st.sampled_from([h for h in (1, 2, 4, 8, 16) if heads % h == 0]))
-    model = ModelSpec(
-        name="rand",
-        num_layers=draw(st.sampled_from([4, 6, 8])),
-        d_model=heads * 64,
-        d_ff=draw(st.sampled_from([2, 3, 4])) * heads * 64,
-        mlp=draw(st.sampled_from(["gated", "plain"])),
-        num_heads=heads,
-        num_kv_heads=kv,
-        head_dim=64,
-        vocab_size=draw(st.sampled_from([1000, 32000])),
-        tied_embeddings=draw(st.booleans()),
-    )
-    cluster = resolve_cluster(
-        draw(st.sampled_from(["h100-4", "v5e-4", "h100-8", "v5p-8", "a100-40gb-8", "v5e-4x2"]))
-    )
-    # hidden collectives slowing the compute beside them (0: free overlap)
-    cluster = with_calibration(
-        cluster, overlap_interference=draw(st.sampled_from([0.0, 0.15, 0.4]))
-    )
-    workload = Workload(
-        global_batch_seqs=draw(st.sampled_from([8, 16, 32, 64])),
-        seq_len=draw(st.sampled_from([512, 2048])),
-    )
-    return model, workload, cluster
 
 
 @pytest.mark.slow
@@ -303,25 +270,13 @@ def test_method_enumerate_matches_cpsat_through_the_cli():
 
 
 def test_nothing_fits_exits_1_with_the_explanation():
-    r = runner.invoke(
-        app, ["explain", "--model", "llama3-405b", "--cluster", "h100-8", "--seqs", "8"]
-    )
+    r = runner.invoke(app, ["explain", *LLAMA3_405B_H100_8])
     assert r.exit_code == 1
     assert "nothing fits: the nearest layout" in r.stderr
     assert "GB per device" in r.stderr and "GB available" in r.stderr
     r = runner.invoke(
         app,
-        [
-            "solve",
-            "--model",
-            "llama3-405b",
-            "--cluster",
-            "h100-8",
-            "--seqs",
-            "8",
-            "--format",
-            "json",
-        ],
+        ["solve", *LLAMA3_405B_H100_8, "--format", "json"],
     )
     assert r.exit_code == 1
     doc = json.loads(r.stdout)

@@ -15,6 +15,11 @@ from layoutsearch.export import capabilities_of
 from layoutsearch.report.output import layout_record
 
 runner = CliRunner()
+# An estimate of Llama 3 405B's 2048 sequences of 8192 tokens on 16,384 H100s at fsdp 128 x tp 8 x pp 16
+LLAMA3_405B_PP16_ESTIMATE = (
+    *("estimate", "--model", "llama3-405b", "--cluster", "h100-16384"),
+    *("--seqs", "2048", "--seq-len", "8192", "--layout", "fsdp=128,tp=8,pp=16"),
+)
 
 
 @pytest.mark.parametrize(
@@ -208,23 +213,7 @@ def test_metas_405b_layout_is_estimated_near_its_published_throughput():
 def test_estimate_picks_microbatches_for_the_pipeline_and_the_split_shows():
     r = runner.invoke(
         app,
-        [
-            "estimate",
-            "--model",
-            "llama3-405b",
-            "--cluster",
-            "h100-16384",
-            "--seqs",
-            "2048",
-            "--seq-len",
-            "8192",
-            "--layout",
-            "fsdp=128,tp=8,pp=16",
-            "--zero-stage",
-            "2",
-            "--format",
-            "json",
-        ],
+        [*LLAMA3_405B_PP16_ESTIMATE, "--zero-stage", "2", "--format", "json"],
     )
     assert r.exit_code == 0, r.output
     lay = json.loads(r.stdout)["layout"]
@@ -232,23 +221,7 @@ def test_estimate_picks_microbatches_for_the_pipeline_and_the_split_shows():
     assert lay["stage_layers"]["split"] == "embedding-and-loss"
     r = runner.invoke(
         app,
-        [
-            "estimate",
-            "--model",
-            "llama3-405b",
-            "--cluster",
-            "h100-16384",
-            "--seqs",
-            "2048",
-            "--seq-len",
-            "8192",
-            "--layout",
-            "fsdp=128,tp=8,pp=16",
-            "--first-stage-layers",
-            "9",
-            "--last-stage-layers",
-            "9",
-        ],
+        [*LLAMA3_405B_PP16_ESTIMATE, "--first-stage-layers", "9", "--last-stage-layers", "9"],
     )
     assert r.exit_code == 2
     assert (

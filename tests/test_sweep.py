@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 import typer
+from builders import LLAMA70B_V5P_SWEEP
 from typer.testing import CliRunner
 
 from layoutsearch.cli import plot as plot_command
@@ -251,11 +252,7 @@ def test_interrupted_sweep_reruns_to_every_point_exactly_once(tmp_path, sig):
     out = tmp_path / "k.parquet"
     args = [
         *CLI,
-        "sweep",
-        "-m",
-        "llama70b",
-        "-c",
-        "v5p-{256..4096:x2}",
+        *LLAMA70B_V5P_SWEEP,
         "--seqs",
         "256,512",
         "--jobs",

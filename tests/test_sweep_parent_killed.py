@@ -9,6 +9,7 @@ import time
 from pathlib import Path
 
 import pytest
+from builders import LLAMA70B_V5P_SWEEP
 
 from layoutsearch.sweep import journal_path, read_table
 
@@ -51,11 +52,7 @@ def test_workers_exit_with_the_parent_and_the_same_command_resumes(tmp_path):
         sys.executable,
         "-m",
         "layoutsearch",
-        "sweep",
-        "-m",
-        "llama70b",
-        "-c",
-        "v5p-{256..4096:x2}",
+        *LLAMA70B_V5P_SWEEP,
         "--seqs",
         "256,512,1024",
         "-o",

@@ -120,6 +120,13 @@ A100_BLOOM = {
     "devices_per_node": 8,
     "scale_out_gbytes_per_s_per_device": 6.25,
 }
+# BigScience's BLOOM runs: 2048 sequences of 2048 tokens, unfused attention, blocking launches
+BLOOM_WORKLOAD = {
+    "seq_len": 2048,
+    "global_batch_seqs": 2048,
+    "fused_attention": False,
+    "launch_blocking": True,
+}
 H100 = {"accelerator": "h100", "devices_per_node": 8}
 V5P = {"accelerator": "v5p"}
 
@@ -251,13 +258,7 @@ RAW = [
         "bloom-prequel-20220225-181b-dp8-tp8-pp6-mbs4-gbs2048",
         BLOOM,
         BLOOM_181B,
-        {
-            "seq_len": 2048,
-            "global_batch_seqs": 2048,
-            "fused_attention": False,
-            "launch_blocking": True,
-            "precision": "fp16",
-        },
+        {**BLOOM_WORKLOAD, "precision": "fp16"},
         A100_BLOOM,
         lay(8, tp=8, pp=6, zero=1, microbatch_seqs=4, num_microbatches=64, recompute="full"),
         meas(95.7, peak=312, step_time_s=114.11, memory_gib_per_device=51.22),
@@ -266,13 +267,7 @@ RAW = [
         "bloom-prequel-20220225-181b-dp32-tp2-pp6-mbs2-gbs2048",
         BLOOM,
         BLOOM_181B,
-        {
-            "seq_len": 2048,
-            "global_batch_seqs": 2048,
-            "fused_attention": False,
-            "launch_blocking": True,
-            "precision": "fp16",
-        },
+        {**BLOOM_WORKLOAD, "precision": "fp16"},
         A100_BLOOM,
         lay(32, tp=2, pp=6, zero=1, microbatch_seqs=2, num_microbatches=32, recompute="full"),
         meas(None, peak=312, oom=True),
@@ -281,13 +276,7 @@ RAW = [
         "bloom176b-production-384gpu",
         "bigscience-workshop/bigscience train/tr11-176B-ml README.md",
         BLOOM_176B,
-        {
-            "seq_len": 2048,
-            "global_batch_seqs": 2048,
-            "fused_attention": False,
-            "launch_blocking": True,
-            "precision": "bf16",
-        },
+        {**BLOOM_WORKLOAD, "precision": "bf16"},
         A100_BLOOM,
         lay(
             8,
@@ -1345,20 +1334,25 @@ def test_a_shared_field_is_fitted_once_over_the_gpu_families(runs):
             calibrate(records, params=params, shared=shared)
 
 
+# Eight H100 records of three sources (Megatron-LM, dgxc-benchmarking, llm-foundry), for the
+# leave-one-source-out tests
+H100_THREE_SOURCES = (
+    "megatron-core-h100-2024-7-1b",
+    "megatron-core-h100-2024-16b",
+    "megatron-core-h100-2024-32b",
+    "dgxc-h100-llama3-1-8b-bf16-8gpu",
+    "dgxc-h100-llama3-1-8b-bf16-64gpu",
+    "dgxc-h100-llama3-1-70b-bf16-64gpu",
+    "llmfoundry-mpt-h100-13b-seq2048-8gpu-mbs2-ga1",
+    "llmfoundry-mpt-h100-7b-seq4096-8gpu-mbs16-ga2",
+)
+
+
 @pytest.mark.slow
 def test_leave_one_source_out_recovers_a_shared_truth(runs):
     """Three H100 sources built with one calibration: each held-out source is predicted from the others'
     fit to within 1%; a family no other source covers keeps the catalogue's values (said per source)."""
-    h100 = [
-        "megatron-core-h100-2024-7-1b",
-        "megatron-core-h100-2024-16b",
-        "megatron-core-h100-2024-32b",
-        "dgxc-h100-llama3-1-8b-bf16-8gpu",
-        "dgxc-h100-llama3-1-8b-bf16-64gpu",
-        "dgxc-h100-llama3-1-70b-bf16-64gpu",
-        "llmfoundry-mpt-h100-13b-seq2048-8gpu-mbs2-ga1",
-        "llmfoundry-mpt-h100-7b-seq4096-8gpu-mbs16-ga2",
-    ]
+    h100 = list(H100_THREE_SOURCES)
     records = synthetic(runs, h100, matmul_efficiency=0.55, attention_efficiency=0.3)
     records.append(runs["maxtext-v5p-2023-32b-1xv5p-128"])
     result = leave_one_source_out(records)
@@ -1390,16 +1384,7 @@ def test_leave_one_source_out_fits_only_on_the_records_fit_on_picks(runs):
     """As the catalogue's MoE overhead is fitted on the runs without CUDA graphs: a record fit_on leaves out is
     predicted but never fitted. One Megatron-LM record measured 2x faster than the shared truth: left out of the
     fits, the other sources are predicted from theirs to within 1% and it shows -50%; fitted, it pulls them off."""
-    h100 = [
-        "megatron-core-h100-2024-7-1b",
-        "megatron-core-h100-2024-16b",
-        "megatron-core-h100-2024-32b",
-        "dgxc-h100-llama3-1-8b-bf16-8gpu",
-        "dgxc-h100-llama3-1-8b-bf16-64gpu",
-        "dgxc-h100-llama3-1-70b-bf16-64gpu",
-        "llmfoundry-mpt-h100-13b-seq2048-8gpu-mbs2-ga1",
-        "llmfoundry-mpt-h100-7b-seq4096-8gpu-mbs16-ga2",
-    ]
+    h100 = list(H100_THREE_SOURCES)
     records = synthetic(runs, h100, matmul_efficiency=0.55, attention_efficiency=0.3)
     odd = "megatron-core-h100-2024-32b"
     for r in records:
@@ -1423,16 +1408,7 @@ def test_leave_one_source_out_fits_the_then_fields_in_turn_on_the_records_they_p
     overlap interference 0.2 (the catalogue's is 0.32): each fold refits the interference from the other sources,
     which moves it toward the truth and the held-out errors with it; picking only the llm-foundry records, a fold
     that holds them out keeps the catalogue's value, and says so."""
-    h100 = [
-        "megatron-core-h100-2024-7-1b",
-        "megatron-core-h100-2024-16b",
-        "megatron-core-h100-2024-32b",
-        "dgxc-h100-llama3-1-8b-bf16-8gpu",
-        "dgxc-h100-llama3-1-8b-bf16-64gpu",
-        "dgxc-h100-llama3-1-70b-bf16-64gpu",
-        "llmfoundry-mpt-h100-13b-seq2048-8gpu-mbs2-ga1",
-        "llmfoundry-mpt-h100-7b-seq4096-8gpu-mbs16-ga2",
-    ]
+    h100 = list(H100_THREE_SOURCES)
     records = synthetic(
         runs, h100, matmul_efficiency=0.55, attention_efficiency=0.3, overlap_interference=0.2
     )
