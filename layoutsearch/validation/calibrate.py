@@ -354,11 +354,7 @@ def fit_joint(
     fit_joint result: a warm start) where it has them, else from the mean of the records' catalogue values.
     """
     kind = {f: probs[0][1][0].cluster.accelerator.kind for f, probs in groups.items() if probs}
-    own = {
-        f: chosen_params(defined_params(params, probs), len(probs), f, fit_families)
-        for f, probs in groups.items()
-        if probs
-    }
+    own = {f: params_of(params, probs, f, fit_families) for f, probs in groups.items() if probs}
     joins = {f: tuple(s for s in shared if SHARED_KIND.get(s) == kind[f]) for f in own}
     names = [(f, p) for f in own for p in own[f]] + [("*", s) for s in shared]
 
@@ -504,6 +500,14 @@ def chosen_params(
     return ("matmul_efficiency",) if allowed("matmul_efficiency") else ()
 
 
+def params_of(
+    params: tuple[str, ...], problems: list, family: str | None, fit_families: FitFamilies = None
+) -> tuple[str, ...]:
+    """The fields of ``params`` a family fits on ``problems``: those they identify (``defined_params``), as
+    ``chosen_params`` limits them."""
+    return chosen_params(defined_params(params, problems), len(problems), family, fit_families)
+
+
 def calibrate(
     records: list[dict],
     accelerators: Iterable[str] | None = None,
@@ -541,7 +545,7 @@ def calibrate(
         if not problems:
             out[name] = {"records": 0, "skipped_reason": "no usable records"}
             continue
-        chosen = chosen_params(defined_params(params, problems), len(problems), name, fit_families)
+        chosen = params_of(params, problems, name, fit_families)
         if chosen:
             out[name] = fit_accelerator(problems, chosen, loss)
     return out
@@ -755,9 +759,9 @@ def leave_one_source_out(
             train = [p for s, f, p in fold if s != source and f == fam and p[0] in fitted_ids]
             fields: dict[str, float] = {}
             if len(train) >= 2:
-                chosen = chosen_params(
-                    defined_params(params, train), len(train), fam, fit_families
-                ) + tuple(s for s in shared if s in joint.get(fam, {}))
+                chosen = params_of(params, train, fam, fit_families) + tuple(
+                    s for s in shared if s in joint.get(fam, {})
+                )
                 fields = (
                     joint[fam] if shared else fit_fields(train, chosen, loss)[0] if chosen else {}
                 )
@@ -814,7 +818,7 @@ def leave_one_source_out(
         joint = (everywhere or joint_on_all()) if shared else {}
         for fam, probs in groups.items():
             train = fit_groups[fam]
-            chosen = chosen_params(defined_params(params, train), len(train), fam, fit_families)
+            chosen = params_of(params, train, fam, fit_families)
             fields = (
                 joint.get(fam, {})
                 if shared
