@@ -3,7 +3,7 @@
 A part whose compute fractions are borrowed (catalogue ``calibration.compute_fractions: borrowed``:
 b200 and gb200 take the h100 class's, v4, v5e, v6e and tpu7x take v5p's) is predicted with another
 family's fitted fractions (``calibrate.DEFAULT_PARAMS``) and its attention kernels' fractions
-(``BORROWED_KERNELS``: the FlashAttention-2 and vendor ones, which such a part borrows or derives too). Its error is measured here on
+(``BORROWED_KERNELS``, which such a part borrows or derives too). Its error is measured here on
 parts that do have runs, by pretending they have none: for each accelerator family F (``calibrate.
 FAMILIES``) and each source S with records on F, the calibration (``calibrate.DEFAULT_PARAMS`` per
 family, ``DEFAULT_SHARED`` jointly, as the dense leave-one-source-out fits it) is fitted on the
