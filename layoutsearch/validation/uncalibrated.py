@@ -24,6 +24,7 @@ import numpy as np
 from layoutsearch.validation.calibrate import (
     DEFAULT_PARAMS,
     DEFAULT_SHARED,
+    KERNEL_FIELDS,
     family_of,
     fit_joint,
     log_residuals,
@@ -37,11 +38,7 @@ from layoutsearch.validation.uncertainty import uncertainty_table
 MIN_DONOR_RECORDS = 2  # as leave_one_source_out: a family with fewer training records is not fitted
 # the kernel fractions a part without records takes from another part: the donor's catalogue values where its records
 # do not fit them (no record of the other sources runs the kernel), else its fit
-BORROWED_KERNELS = (
-    "attention_efficiency",
-    "vendor_attention_efficiency",
-    "triton_attention_efficiency",
-)
+BORROWED_KERNELS = (*KERNEL_FIELDS, "vendor_attention_efficiency")
 
 
 def leave_one_family_out(records: list[dict], workers: int | None = None) -> dict:
