@@ -871,6 +871,10 @@ DEEPSPEED_STEP = textwrap.dedent("""
                            "world": torch.distributed.get_world_size(), "zero": engine.zero_optimization_stage(),
                            "dtype": str(next(engine.module.parameters()).dtype), "params": params,
                            "train_batch": engine.train_batch_size(), "head_moved": moved}, fh)
+        # Leave together and tear the groups down before the interpreter does: a rank that exited with gloo's
+        # threads still up once aborted ("terminate called without an active exception") on a loaded CI machine.
+        torch.distributed.barrier()
+        torch.distributed.destroy_process_group()
 
 
     if __name__ == "__main__":
