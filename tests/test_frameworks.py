@@ -1027,7 +1027,8 @@ def test_torchtitan_reads_the_fp8_sections_of_an_fp8_export(tmp_path):
 
 
 def test_torchtitan_reads_async_tp_when_the_prediction_overlaps_tp(tmp_path):
-    """With TP overlap assumed, the torchtitan file turns on async TP and the compile it needs; torchtitan parses both."""
+    """With TP overlap assumed, the torchtitan file turns on async TP and the compile it needs; torchtitan parses both.
+    Without it, compile stays on (the prediction costed fused element-wise kernels); eager only where costed so."""
     manager = pytest.importorskip("torchtitan.config.manager")
     doc = json.loads(json.dumps(FSDP_TP))
     doc["problem"]["workload"]["tp_comm_overlap"] = True
@@ -1038,7 +1039,11 @@ def test_torchtitan_reads_async_tp_when_the_prediction_overlaps_tp(tmp_path):
     doc["problem"]["workload"]["tp_comm_overlap"] = False
     path.write_text(export_document(doc, "torchtitan"))
     job = manager.ConfigManager().parse_args([f"--job.config_file={path}"])
-    assert job.parallelism.enable_async_tensor_parallel is False and job.compile.enable is False
+    assert job.parallelism.enable_async_tensor_parallel is False and job.compile.enable is True
+    doc["problem"]["workload"].update(framework="torchtitan", torch_compile=False)
+    path.write_text(export_document(doc, "torchtitan"))
+    job = manager.ConfigManager().parse_args([f"--job.config_file={path}"])
+    assert job.compile.enable is False and job.compile.components == ["model", "loss"]
 
 
 def deepseek_v3_megatron_args(cluster: str, lay: Layout) -> dict:

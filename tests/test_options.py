@@ -31,6 +31,8 @@ WORKLOAD = [
     "--no-vendor-attention",
     "--triton-attention",
     "--no-triton-attention",
+    "--torch-compile",
+    "--no-torch-compile",
     "--launch-blocking",
     "--no-launch-blocking",
     "--cuda-graphs",

@@ -2,9 +2,9 @@
 
 None of these runs is in tests/data (the development sets), and no fraction is fitted to them. They
 caught the FlashAttention-2 class costed at its isolated kernel's fraction: 8% to 31% too fast on the
-H100 rows. docs/calibration.md#flashattention-2-and-mpts-triton-kernel tells that history. The engine
-does not cost ``torch_compile``. One prediction therefore stands for a compiled row and an eager row
-alike, and it is held within the tolerance of both.
+H100 rows. docs/calibration.md#flashattention-2-and-mpts-triton-kernel tells that history. The eager
+rows are costed with ``torch_compile`` off (docs/cost_model.md#eager-pytorch): 3.3% slower than the
+compiled ones, of the 16% measured (PyTorch of late 2024 also ran RMSNorm as several kernels).
 
 Sources (tokens per second per GPU, sequence length 8,192):
 - H100: pytorch/torchtitan docs/performance.md @ eaea6f6a2fa9, Tables 1 and 3. The rows are
@@ -18,7 +18,7 @@ Sources (tokens per second per GPU, sequence length 8,192):
 Not modelled, and so part of the tolerance:
 - the HBM2e H100's lower peak ("between SXM and NVL", the page's footnote 2);
 - its 2.4 TB/s HBM, against the catalogue h100's 3.35;
-- torch.compile's fused element-wise ops.
+- what torch.compile gains beyond the element-wise bytes (and the older PyTorch's unfused RMSNorm).
 """
 
 from __future__ import annotations
@@ -45,11 +45,12 @@ A100_70B = ("llama70b", "a100-80gb-64", 64, 8192, Layout(fsdp=64, recompute="ful
 A100_13B = ("llama2-13b", "a100-80gb-64", 128, 4096, Layout(fsdp=64), A100)
 A100_13B_OP = (*A100_13B[:4], Layout(fsdp=64, recompute="op"), A100)
 VANILLA, ASYNC = {"tp_comm_overlap": False}, {"tp_comm_overlap": True}
+EAGER = {"torch_compile": False}
 # what: (setup, options beside the setup's, measured tokens/s per GPU)
 RUNS = {
-    "T1 FSDP": (T1, {}, 5762),
+    "T1 FSDP": (T1, EAGER, 5762),
     "T1 FSDP + compile": (T1, {}, 6667),
-    "T3 FSDP": (T3, {}, 5605),
+    "T3 FSDP": (T3, EAGER, 5605),
     "T3 FSDP + compile": (T3, {}, 6514),
     "70B vanilla TP": (TP_70B, VANILLA, 597.3),
     "70B async TP": (TP_70B, ASYNC, 652.4),
@@ -83,3 +84,11 @@ def test_the_spot_checks_are_neither_all_fast_nor_all_slow():
         predicted(setup, options) / measured - 1 for setup, options, measured in RUNS.values()
     ]
     assert sum(e > 0 for e in errors) >= 3 and sum(e < 0 for e in errors) >= 3
+
+
+def test_compile_is_predicted_faster_by_its_element_wise_bytes_alone():
+    """Compiled over eager, T1 and T3: measured 1.157x and 1.162x; predicted 1.033x (the eager kernels' extra
+    bytes at 3.35 TB/s, a part of the measured gain: docs/cost_model.md#eager-pytorch)."""
+    for setup, measured in ((T1, 6667 / 5762), (T3, 6514 / 5605)):
+        gain = predicted(setup, {}) / predicted(setup, EAGER)
+        assert 1.025 < gain < 1.045 and gain < measured, (gain, measured)

@@ -435,9 +435,10 @@ def test_the_learned_routing_spread_is_what_its_fit_finds(moe_runs):
     # before its compute, activations and AllToAlls did, before the H200 physics and refit and before the
     # contention between TP, CP and the ZeRO-3 gathers was read from the links each loads; 0.2052, 0.2001, 0.2058
     # while GB200's FlashAttention-2 fraction, which the torchtitan Scout row runs, was the h100 class's
-    # Triton-kernel fit 0.2, not the H200-measured rate per SM on its SMs, 0.1486)
+    # Triton-kernel fit 0.2, not the H200-measured rate per SM on its SMs, 0.1486; 0.1826, 0.1813, 0.1905 while
+    # that row, which states torch_compile false, was costed with fused element-wise kernels)
     assert (scan[0.1][0], scan[0.15][0], scan[0.2][0]) == pytest.approx(
-        (0.1826, 0.1813, 0.1905), abs=5e-5
+        (0.1783, 0.1779, 0.1881), abs=5e-5
     )
 
 

@@ -238,6 +238,13 @@ class WorkloadOptions(OptionGroup):
         "(llm-foundry's attn_impl: triton), at the accelerator's triton_attention_efficiency "
         "(a100 and the h100 class, fitted on llm-foundry's benchmark tables)",
     )
+    torch_compile: bool | None = framework_choice(
+        "The model runs under torch.compile (torchtitan's compile.enable, which its export "
+        "writes): element-wise ops fused; --no-torch-compile: eager PyTorch, one kernel per op "
+        "(the rotary embedding's fp32 complex multiply, the MLP activation and its product, "
+        "the loss's upcast and softmax, fp8 scaling), costed as the extra bytes they move; "
+        "torchtitan only (megatron and maxtext run fused kernels either way)"
+    )
     launch_blocking: bool = Field(
         False,
         description="Every kernel launch waits for the GPU (CUDA_LAUNCH_BLOCKING=1): the host's "

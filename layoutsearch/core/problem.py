@@ -282,14 +282,39 @@ def resolved_workload(workload: Workload, cluster: Cluster) -> Workload:
     ep_overlap = (
         profile.ep_overlap if workload.ep_comm_overlap is None else workload.ep_comm_overlap
     )
+    compiled = check_torch_compile(workload, profile, overlap and acc.kind == "gpu")
     return replace(
         workload,
         framework=profile.name,
+        torch_compile=compiled,
         tp_comm_overlap=overlap,
         ep_comm_overlap=ep_overlap,
         deepep=deepep_of(workload, acc.kind),
         fp8_recipe=recipe,
     )
+
+
+def check_torch_compile(workload: Workload, profile, async_tp: bool) -> bool | None:
+    """The workload's torch.compile choice against its profile's (``Profile.torch_compile``): the
+    profile's where none is given, refused where the framework has no such choice, and refused eager
+    beside async TP (PyTorch pipelines TP with its GEMMs only in a compiled graph)."""
+    flag = f"--{'' if workload.torch_compile else 'no-'}torch-compile"
+    if profile.torch_compile is None:
+        if workload.torch_compile is not None:
+            raise InvalidArgumentError(
+                f"{flag}: {profile.name} runs its own fused element-wise kernels, compiled or not; "
+                f"torch.compile is a choice of PyTorch-module frameworks (--framework torchtitan); "
+                f"leave {flag} out"
+            )
+        return None
+    compiled = profile.torch_compile if workload.torch_compile is None else workload.torch_compile
+    if async_tp and not compiled:
+        raise InvalidArgumentError(
+            f"--no-torch-compile with --tp-comm-overlap: {profile.name} pipelines TP with its "
+            f"GEMMs (async TP) only in a compiled model; use --torch-compile or "
+            f"--no-tp-comm-overlap"
+        )
+    return compiled
 
 
 def check_capacity(workload: Workload, acc) -> None:

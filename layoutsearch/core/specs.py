@@ -380,6 +380,12 @@ class Workload:
         False  # MPT's 2022 Triton FlashAttention kernel (llm-foundry's attn_impl: triton) at the
     )
     # accelerator's triton_attention_efficiency instead of either of the above
+    torch_compile: bool | None = (
+        None  # PyTorch-module frameworks (torchtitan): the model under torch.compile, its
+    )
+    # element-wise ops fused; False = eager, one kernel per op (costs.flops.eager_elementwise_bytes_per_token_per_layer);
+    # None = the framework's own fused kernels (Transformer Engine, XLA) where it has no such choice, else the
+    # profile's (Problem.build resolves it)
     launch_blocking: bool = (
         False  # every kernel launch waits for the GPU (CUDA_LAUNCH_BLOCKING=1, as the BLOOM
     )

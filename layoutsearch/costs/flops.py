@@ -294,6 +294,57 @@ def elementwise_bytes_per_token_per_layer(
     )
 
 
+# Eager PyTorch (no torch.compile): the HBM bytes per element, (forward, backward), that ops written as several kernels
+# move beyond one fused kernel (docs/cost_model.md#eager-pytorch). Norms, GELU and the residual adds are one kernel
+# either way (PyTorch >= 2.9 runs nn.RMSNorm as aten._fused_rms_norm on CUDA).
+# The rotary embedding in torchtitan's complex form, per q or k element: the upcast to fp32 (read a, write 4), the
+# complex multiply (read 4, write 4) and the cast back (read 4, write a) move 16 bytes over the fused read and write;
+# the backward retraces the three steps.
+EAGER_ROPE_EXTRA_BYTES = (16.0, 16.0)
+# The gated MLP, per d_ff element, in activation bytes: forward the activation (read 1, write 1) and the product
+# (read 2, write 1), 5 against the fused 3; backward the product's two gradients (read 2, write 1 each) and the
+# activation's (read 2, write 1), 9 against the fused 5 (read the gradient, gate and up; write two).
+EAGER_GATED_MLP_EXTRA_ACTIVATIONS = (2.0, 4.0)
+# The loss, per logit element on the stage holding the output head, over a fused loss's one read forward and read
+# and write backward (3 in activation bytes a): forward the upcast (read a, write 4) and the log-softmax (three
+# reads of 4: maximum, sum, output; write 4); backward the NLL gradient written dense (4), the log-softmax's
+# (read 8, write 4) and the cast back (read 4, write a): 2a + 40 in all.
+EAGER_LOSS_EXTRA_BYTES_OVER_ACTIVATION = (
+    20.0,
+    20.0,
+)  # (forward, backward) extra: these + (0, -1) x a
+# torchao's Float8Linear in eager mode reads each tensor it casts to fp8 once more, for its amax (in activation
+# bytes, per element cast), beside the cast's own read and write.
+EAGER_FP8_CAST_EXTRA_ACTIVATIONS = 1.0
+
+
+def eager_elementwise_bytes_per_token_per_layer(
+    model: ModelSpec, tp: IntArray, activation_bytes: int, share: float | None = None
+) -> tuple[FloatArray, FloatArray]:
+    """(forward, backward) HBM bytes per token that a layer's element-wise ops move in eager PyTorch
+    beyond the fused kernels ``elementwise_bytes_per_token_per_layer`` counts: the rotary embedding of q
+    and k (none with learned positions) and a gated MLP's activation and product (the EAGER_* constants
+    above). ``share``: as ``layer_share``."""
+    qk = (
+        0.0
+        if model.learned_positions
+        else (model.num_heads // tp + kv_heads_per_device(model, tp)) * model.head_dim
+    )
+    f = mlp_width_per_token(model, share) / tp if model.mlp == "gated" else 0.0
+    fwd, bwd = (
+        rope * qk + act * activation_bytes * f
+        for rope, act in zip(EAGER_ROPE_EXTRA_BYTES, EAGER_GATED_MLP_EXTRA_ACTIVATIONS)
+    )
+    return fwd, bwd
+
+
+def eager_loss_bytes_per_token(model: ModelSpec, tp: IntArray, activation_bytes: int) -> FloatArray:
+    """HBM bytes per token, forward and backward, that an eager PyTorch loss (upcast, log-softmax, NLL,
+    one kernel each) moves beyond a fused one over the stage's V/tp logits (EAGER_LOSS_EXTRA_BYTES_OVER_ACTIVATION)."""
+    fwd, bwd = EAGER_LOSS_EXTRA_BYTES_OVER_ACTIVATION
+    return (fwd + bwd - activation_bytes) * model.vocab_size / tp
+
+
 def mlp_width_per_token(model: ModelSpec, share: float | None = None) -> float:
     """FFN width a token passes through in the mean layer: d_ff for a dense model; with MoE the dense
     layers' d_ff and the MoE layers' k routed experts and s shared experts (share-weighted; ``share``:

@@ -569,6 +569,32 @@ def compute_per_microbatch(
         sh.tp,
     )
     ew = ew_bytes * m * (3.0 + ew_rerun) / acc.hbm_bytes_per_s
+    eager = (
+        workload.torch_compile is False
+    )  # eager PyTorch: one kernel per op (Workload.torch_compile)
+    loss_ew = 0.0
+    if eager:  # the forward's extra bytes again where the policy reruns the element-wise passes
+        extra = [
+            per_key_at_share(
+                shares,
+                lambda tp, s, i=i: flops.eager_elementwise_bytes_per_token_per_layer(
+                    model, tp, workload.activation_bytes, s
+                )[i],
+                sh.tp,
+            )
+            for i in (0, 1)
+        ]
+        ew = ew + (extra[0] * (1.0 + ew_rerun) + extra[1]) * m / acc.hbm_bytes_per_s
+        loss_ew = (
+            head
+            * (1.0 + (model.mtp_layers or 0))
+            * per_key(
+                lambda tp: flops.eager_loss_bytes_per_token(model, tp, workload.activation_bytes),
+                sh.tp,
+            )
+            * m
+            / acc.hbm_bytes_per_s
+        )
     if (
         fp8
     ):  # quantising each linear input (read bf16, write fp8) and, in backward, the output gradients
@@ -583,7 +609,8 @@ def compute_per_microbatch(
             },
             sh.tp,
         )
-        cast = (workload.activation_bytes + memory.FP8_BYTES) * sum(
+        reads = 1.0 + (flops.EAGER_FP8_CAST_EXTRA_ACTIVATIONS if eager else 0.0)  # eager: its amax
+        cast = (reads * workload.activation_bytes + memory.FP8_BYTES) * sum(
             widths[n] for n in memory.FP8_LINEAR_INPUTS
         )
         ew = ew + cast * m * (2.0 + mm_rerun) / acc.hbm_bytes_per_s
@@ -649,7 +676,7 @@ def compute_per_microbatch(
         * (mm * passes + dispatch * (1.0 + flops.EINSUM_DISPATCH_BACKWARD_OVER_FORWARD)),
         "compute/attention": layers * attn * attn_passes,
         "compute/recompute": layers * recompute,
-        "compute/elementwise": layers * ew,
+        "compute/elementwise": layers * ew + loss_ew,
         "compute/logits": logits,
         "compute/offload_wait": offload_wait,
         "window/fwd_layer": hides * (mm + dispatch + attn),

@@ -22,6 +22,9 @@ distributed/pipeline_parallel.py, train.py, models/llama3):
 - Recompute: none/full -> mode none/full; selective -> mode selective with op-level SAC (saves
   every other matmul and the attention output: not the same set of tensors as layoutsearch's
   selective policy, which keeps all matmul inputs and recomputes the attention core).
+- ``[compile] enable`` (components model and loss): what the prediction costed, fused element-wise
+  kernels (on; ``Workload.torch_compile``, off by default in torchtitan's config), or eager PyTorch
+  with one kernel per op (off: ``--no-torch-compile``). Async TP requires it on.
 - Offload params -> ``[training] enable_cpu_offload = true`` (FSDP2's CPUOffloadPolicy: parameters,
   gradients and optimizer state in host memory, the optimizer stepping there); optimizer state alone
   is refused (``torchtitan-offload``).
@@ -299,6 +302,8 @@ def sections(ctx: ExportContext) -> dict[str, dict]:
     async_tp = bool(ctx.workload.tp_comm_overlap) and lay.tp > 1  # what the prediction assumed
     if async_tp:  # micro-pipelined TP: torchtitan applies it only to a compiled model
         parallelism["enable_async_tensor_parallel"] = True
+    # fused element-wise kernels, as the prediction assumed unless it was told eager (Workload.torch_compile)
+    compiled = ctx.workload.torch_compile is not False
     if lay.pp > 1:
         parallelism.update(
             pipeline_parallel_schedule=SCHEDULES[
@@ -344,7 +349,7 @@ def sections(ctx: ExportContext) -> dict[str, dict]:
         },
         "parallelism": parallelism,
         "activation_checkpoint": ac,
-        **({"compile": {"enable": True, "components": ["model", "loss"]}} if async_tp else {}),
+        "compile": {"enable": compiled, "components": ["model", "loss"]},
         **float8_sections(ctx),
         "checkpoint": {"folder": set_me("checkpoint folder under dump_folder")},
     }
@@ -523,8 +528,8 @@ def check(text: str, ctx: ExportContext) -> list[str]:
 
 
 def check_config(cfg: dict, ctx: ExportContext) -> list[str]:
-    """The rules on a parsed job (sections ``parallelism``, ``training``, ``activation_checkpoint``, ``model``
-    as in the v0.2 TOML; the torchtitan-0.3 exporter builds the same dict from its module)."""
+    """The rules on a parsed job (sections ``parallelism``, ``training``, ``activation_checkpoint``, ``model``,
+    ``compile`` as in the v0.2 TOML; the torchtitan-0.3 exporter builds the same dict from its module)."""
     par, tr = cfg.get("parallelism", {}), cfg.get("training", {})
     world, out = ctx.num_devices, []
     rep, shard = (
@@ -553,6 +558,12 @@ def check_config(cfg: dict, ctx: ExportContext) -> list[str]:
         )
     if seq % (tp * 2 * cp):
         out.append(f"seq_len {seq} is not divisible by tp({tp}) x 2 x cp({cp})")
+    compiled, costed = cfg.get("compile", {}).get("enable", False), ctx.workload.torch_compile
+    if bool(compiled) != (costed is not False):
+        out.append(
+            f"compile.enable is {bool(compiled)}, but the prediction costed "
+            f"{'eager' if costed is False else 'fused (compiled)'} element-wise kernels"
+        )
     m = ctx.model
     if m.num_heads % tp or m.num_kv_heads % tp:
         out.append(f"tp({tp}) must divide n_heads({m.num_heads}) and n_kv_heads({m.num_kv_heads})")

@@ -15,6 +15,7 @@ models/llama3/__init__.py and config_registry.py, models/common, distributed/act
   is set (0.3's ``Trainer.Config`` refuses CUDA graphs with pipeline parallelism).
 - Recompute: ``activation_checkpoint`` is a config object in 0.3: none -> ``None``, full ->
   ``FullAC.Config()``, selective -> ``SelectiveAC.Config()`` (per-op SAC, as the 0.2 "op" option).
+- ``COMPILE``: ``CompileConfig(enable=...)``, as the 0.2 target's ``[compile] enable``.
 - Model: 0.3 flavors are Python builders (``llama3_configs``), not argument tuples, so the module always
   builds the model from its own numbers (``MODEL``: dim, layers, heads, kv heads, the FFN width,
   vocab, rope theta, norm eps; ``ROPE``: the llama3 frequency scaling) with torchtitan's own llama3
@@ -106,6 +107,7 @@ def job_values(ctx: ExportContext) -> dict[str, object]:
         "TRAINING": training,
         "PARALLELISM": secs["parallelism"],
         "ACTIVATION_CHECKPOINT": secs["activation_checkpoint"]["mode"],
+        "COMPILE": secs["compile"]["enable"],
     }
 
 
@@ -151,7 +153,7 @@ def {FUNCTION}():
     from torchtitan.components.checkpoint import CheckpointManager
     from torchtitan.components.loss import ChunkedLossWrapper, CrossEntropyLoss
     from torchtitan.components.optimizer import LRSchedulersContainer, default_adamw
-    from torchtitan.config import ParallelismConfig, TrainingConfig
+    from torchtitan.config import CompileConfig, ParallelismConfig, TrainingConfig
     from torchtitan.distributed.activation_checkpoint import FullAC, SelectiveAC
     from torchtitan.hf_datasets.text_datasets import HuggingFaceTextDataLoader
     from torchtitan.models.llama3 import model_registry
@@ -175,6 +177,7 @@ def {FUNCTION}():
         checkpoint=CheckpointManager.Config(folder=CHECKPOINT_FOLDER),
         activation_checkpoint={{"none": None, "full": FullAC.Config(),
                                 "selective": SelectiveAC.Config()}}[ACTIVATION_CHECKPOINT],
+        compile=CompileConfig(enable=COMPILE),
     )
 '''
 
@@ -267,7 +270,15 @@ def check(text: str, ctx: ExportContext) -> list[str]:
         return [f"not valid Python: {exc}"]
     missing = [
         n
-        for n in ("FLAVOR", "MODEL", "ROPE", "TRAINING", "PARALLELISM", "ACTIVATION_CHECKPOINT")
+        for n in (
+            "FLAVOR",
+            "MODEL",
+            "ROPE",
+            "TRAINING",
+            "PARALLELISM",
+            "ACTIVATION_CHECKPOINT",
+            "COMPILE",
+        )
         if n not in values
     ]
     if missing or FUNCTION not in functions:
@@ -286,6 +297,7 @@ def check(text: str, ctx: ExportContext) -> list[str]:
             "training": values["TRAINING"],
             "activation_checkpoint": {"mode": mode},
             "model": {"flavor": values["FLAVOR"]},
+            "compile": {"enable": values["COMPILE"]},
         },
         ctx,
     )

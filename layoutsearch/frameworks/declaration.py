@@ -95,6 +95,11 @@ class Profile:
     priced record ran, in every framework but ``ideal`` and ``deepspeed`` (whose sequence parallelism
     is Ulysses, a2a) (--cp-flavours widens it; an export
     target's Capabilities.cp_flavours bound it)."""
+    torch_compile: bool | None = None
+    """PyTorch-module frameworks: whether the model runs under torch.compile unless told
+    (``Workload.torch_compile``): compiled, the element-wise ops are fused kernels; eager, one kernel
+    per op (costs.flops.eager_elementwise_bytes_per_token_per_layer). None: the framework's own fused
+    kernels (Transformer Engine and Apex in Megatron, XLA in MaxText), with no such choice."""
     vendor_attention: bool = False
     """The vendor's fused attention kernel (Transformer Engine's cuDNN attention) where the
     accelerator has one (``Accelerator.vendor_attention_efficiency``), else FlashAttention-2

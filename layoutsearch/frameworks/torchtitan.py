@@ -21,6 +21,9 @@ PROFILE = Profile(
     fp8_param_gather=("tensorwise",),
     fp8_recipe="tensorwise",
     recompute_policies=("none", "op", "full"),
+    # compile.enable (job_config.py Compile, components model and loss): off by default in torchtitan's
+    # config, on in its performance tables (docs/performance.md) and in what the export writes
+    torch_compile=True,
     transient_zero3_weights=True,
     cpu_adam="torch",  # FSDP2's CPUOffloadPolicy steps torch's optimizer on the host tensors
 )

@@ -191,6 +191,7 @@ def assumptions(workload, model) -> str:
         f"{workload.precision}"
         + (f" ({workload.fp8_recipe} scaling)" if workload.fp8_recipe else "")
         + f", {workload.framework} overlap"
+        + (", eager (no torch.compile)" if workload.torch_compile is False else "")
         + (" + TP comm overlap" if workload.tp_comm_overlap else "")
         + (" + EP comm overlap" if workload.ep_comm_overlap else "")
         + (" + DeepEP dispatch" if model.moe is not None and workload.deepep else "")

@@ -22,7 +22,12 @@ from layoutsearch.core.errors import (
     LayoutsearchError,
     did_you_mean,
 )
-from layoutsearch.core.frameworks import RECORD_FRAMEWORKS, default_framework, framework_of_record
+from layoutsearch.core.frameworks import (
+    RECORD_FRAMEWORKS,
+    default_framework,
+    framework_of_record,
+    profile_of,
+)
 from layoutsearch.core.problem import MODEL_SHAPE_FIELDS, Problem, resolved_workload
 from layoutsearch.core.specs import RECOMPUTE_POLICIES, Cluster, Layout, Workload
 from layoutsearch.core.topology import resolve_cluster, torus_shape
@@ -453,6 +458,14 @@ def tp_comm_overlap(record: dict) -> bool | None:
     if source_family(record) in TP_OVERLAP_SOURCES or record["layout"].get("async_tp") is True:
         return True
     return None
+
+
+def torch_compile(record: dict, framework: str) -> bool | None:
+    """Rule 30: the record's ``workload.torch_compile`` where its framework profile has the choice
+    (torchtitan's: eager PyTorch costed with one kernel per op), else None (the profile's own fused
+    kernels; null: the profile's default, compiled)."""
+    stated = record["workload"].get("torch_compile")
+    return stated if profile_of(framework).torch_compile is not None else None
 
 
 def record_framework(record: dict, accelerator_kind: str) -> str:
@@ -945,6 +958,7 @@ def record_to_estimate(record: dict) -> tuple[Problem, Layout, Estimate] | str:
     mb = _microbatching(record)
     if isinstance(mb, str):
         return mb
+    framework = record_framework(record, load_accelerator(_accelerator_id(record)).kind)
     workload = Workload(
         global_batch_seqs=wl["global_batch_seqs"],
         seq_len=wl["seq_len"],
@@ -962,7 +976,8 @@ def record_to_estimate(record: dict) -> tuple[Problem, Layout, Estimate] | str:
         cuda_graphs=cuda_graphs(record),
         grad_bytes_per_param=grad_bytes(record),
         routing="forced" if routing(record) == "forced" else "learned",
-        framework=record_framework(record, load_accelerator(_accelerator_id(record)).kind),
+        framework=framework,
+        torch_compile=torch_compile(record, framework),
         power_limit_w=record["cluster"].get("power_limit_w"),
     )
     dp, fsdp, zero = _data_parallel(record)
