@@ -336,7 +336,12 @@ def step_section(data: dict) -> list[str]:
     steps = {r["policy"]: r for r in data["llama_step"]}
     cfg = steps["none"]
     model = replace(load_model("llama3-8b"), num_layers=cfg["layers"])
-    work = Workload(global_batch_seqs=cfg["batch"], seq_len=cfg["seq"], framework="torchtitan")
+    work = Workload(
+        global_batch_seqs=cfg["batch"],
+        seq_len=cfg["seq"],
+        framework="torchtitan",
+        torch_compile=False,  # the step ran eager: rotary, SwiGLU and loss one kernel per op
+    )
     problem = Problem.build(model, "h200-1", work)
     out = [
         "## The whole step",

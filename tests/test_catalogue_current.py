@@ -89,14 +89,15 @@ def test_amd_matmul_fractions_are_the_documented_numbers():
 
 
 def test_amd_attention_and_moe_overheads_are_the_h100_class():
-    """No same-harness attention benchmark exists: AMD parts keep the h100 class's values (FlashAttention-2's 0.1656:
-    the kernel measured on an H200 times the A100 rows' in-training share; the vendor kernel's fitted 0.5868; no MPT
+    """No same-harness attention benchmark exists: AMD parts keep the h100 class's values (FlashAttention-2's 0.1941:
+    the kernel measured on an H200 times the A100 rows' in-training share, 0.1656 while those eager rows'
+    element-wise kernels were costed as fused; the vendor kernel's fitted 0.5868; no MPT
     Triton figure), and the GPUs' shared MoE host fit (53.56 us per launch, 624 us sync: the frameworks' host code)."""
     h100 = load_accelerator("h100")
     for name in ("mi300x", "mi325x", "mi355x"):
         acc = load_accelerator(name)
-        assert acc.attention_efficiency == h100.attention_efficiency == 0.1656
-        assert h100.attention_efficiency == round(0.335 * 0.3312 / 0.67, 4)
+        assert acc.attention_efficiency == h100.attention_efficiency == 0.1941
+        assert h100.attention_efficiency == round(0.335 * 0.3882 / 0.67, 4)
         assert acc.triton_attention_efficiency is None and h100.triton_attention_efficiency == 0.2
         assert acc.vendor_attention_efficiency == h100.vendor_attention_efficiency == 0.5868
         assert acc.moe_launch_latency_s == h100.moe_launch_latency_s == pytest.approx(53.56e-6)
@@ -156,7 +157,7 @@ def test_a_solve_on_each_new_part_is_optimal_with_the_uncalibrated_band(name):
     best = doc["layouts"][0]
     assert best["time_s"]["step"] > 0
     low, high = best["step_time_rel_band"]
-    assert (low, high) == pytest.approx((-0.1899, 0.1612), abs=0.001)
+    assert (low, high) == pytest.approx((-0.1935, 0.1488), abs=0.001)
     h100_low, h100_high = solve_json("h100-64")["layouts"][0]["step_time_rel_band"]
     assert low < h100_low and high > h100_high
 

@@ -133,11 +133,12 @@ def test_every_catalogued_part_has_its_shape_numbers():
 def test_megatron_size_trend_shrinks():
     """Megatron-Core's H100 table: the signed error at 1.7B minus at 70B, 35.3 points with one size factor
     (m / (m + 128)), is 34.9 from the shapes (20.4% and -14.5%), 34.0 with the H200 measurement's physics and
-    refit (19.9% and -14.1%)."""
+    refit (19.9% and -14.1%), 35.2 since a record stating no microbatch size takes the fastest that fits (21.1%:
+    one microbatch of its 8 sequences per replica, not eight of one)."""
     runs = load_runs(ROOT / "tests" / "data" / "runs_dev.yaml")
     ids = ("megatron-core-h100-2024-1-7b", "megatron-core-h100-2024-70b")
     doc = validate_runs([r for r in runs if r["id"] in ids], rank=False, workers=1)
     error = {r["id"]: r["rel_error"] for r in doc["records"]}
-    assert error[ids[0]] == pytest.approx(0.199, abs=0.002)
+    assert error[ids[0]] == pytest.approx(0.211, abs=0.002)
     assert error[ids[1]] == pytest.approx(-0.141, abs=0.002)
     assert error[ids[0]] - error[ids[1]] < 0.353

@@ -19,6 +19,11 @@ Not modelled, and so part of the tolerance:
 - the HBM2e H100's lower peak ("between SXM and NVL", the page's footnote 2);
 - its 2.4 TB/s HBM, against the catalogue h100's 3.35;
 - what torch.compile gains beyond the element-wise bytes (and the older PyTorch's unfused RMSNorm).
+
+Fitted elsewhere and moving these rows: FlashAttention-2's in-training fraction (the fms-fsdp rows, eager since
+2026-12-05: the compiled H100 rows went from -7%/-6% to -2%/-1%). Async TP pipelines the forward's collectives
+only under torchtitan's profile (docs/cost_model.md#overlap): predicted gains +11% (8B) and +8% (70B), measured
++9.8% and +9.2% (the 8B async row was +16% while the backward was costed as pipelined too).
 """
 
 from __future__ import annotations

@@ -628,13 +628,36 @@ def test_megatron_distributed_optimizer_shards_over_all_dp_ranks(runs):
     core = record_to_problem(runs["megatron-core-h100-2024-32b"])
     assert degrees(core) == {"dp": 1, "fsdp": 48, "tp": 8, "pp": 1, "cp": 1, "zero_stage": 1}
     assert core[1].sequence_parallel is True  # null -> on with tp > 1
-    assert core[1].recompute == "none" and core[1].num_microbatches == 192 // 48
+    # neither microbatch field stated: the fastest count that fits (rule 27), one microbatch of its 4 sequences
+    assert core[1].recompute == "none" and core[1].num_microbatches == 1
     t1 = record_to_problem(runs["megatron2021-table1-18-4b"])
     assert degrees(t1) == {"dp": 32, "fsdp": 1, "tp": 8, "pp": 1, "cp": 1, "zero_stage": 0}
     assert (
         t1[0].num_devices == 256
         and t1[0].cluster.axis("scale_out").bytes_per_s_per_direction == 25e9
     )
+
+
+def test_unstated_microbatching_is_the_fastest_count_that_fits(runs):
+    """Rule 27: Megatron-Core's 32B row states neither microbatch field. Of 1, 2 and 4 microbatches of its 4
+    sequences per replica, one is fastest (the ZeRO-1 gradient reduce-scatter hides behind a whole backward) and
+    fits (peaks 48.7, 36.7 and 30.6 GB); on 40 GB devices 2 is the fastest that fits; on 32 GB none fits, and it
+    keeps 4 microbatches of one sequence, the least memory. A record stating one of the fields keeps it
+    (Megatron-Core's 70B row: 8 microbatches over pp 2)."""
+    problem, layout = record_to_problem(runs["megatron-core-h100-2024-32b"])
+    steps = {
+        k: estimate(problem, replace(layout, num_microbatches=k, axes=None)) for k in (1, 2, 4)
+    }
+    assert all(e.fits for e in steps.values())
+    assert layout.num_microbatches == 1
+    assert steps[1].step_time_s < steps[2].step_time_s < steps[4].step_time_s
+    for hbm_gb, k in ((40, 2), (32, 4)):
+        small = copy.deepcopy(runs["megatron-core-h100-2024-32b"])
+        small["cluster"]["hbm_gb_per_device"] = hbm_gb
+        problem, layout = record_to_problem(small)
+        assert layout.num_microbatches == k
+        assert estimate(problem, layout, strict=False).fits is (hbm_gb == 40)
+    assert record_to_problem(runs["megatron-core-h100-2024-70b"])[1].num_microbatches == 8
 
 
 def test_bigscience_sequence_parallel_defaults_off(runs):
@@ -670,8 +693,9 @@ def test_bloom_runs_launch_blocking_from_2022_02_18(runs):
 def test_llm_foundry_tables_run_mpt_triton_attention(data_file):
     """Rule 29: llm-foundry's benchmark tables ran submit_benchmarks.py's default attn_impl triton, and every
     llm-foundry record states workload.triton_attention, so its attention core is costed at the part's
-    triton_attention_efficiency (H100 0.2, A100 0.4212), not FlashAttention-2's (0.1656, 0.3312); fms-fsdp's SDPA
-    rows keep FlashAttention-2's."""
+    triton_attention_efficiency (H100 0.2, A100 0.4213), not FlashAttention-2's (0.1941, 0.3882); fms-fsdp's SDPA
+    rows keep FlashAttention-2's, and their eager element-wise kernels (rule 30: their scripts pass
+    --use_torch_compile=False)."""
     from layoutsearch.costs.terms import attention_efficiency
     from layoutsearch.validation.mapping import mapping_notes, triton_attention
 
@@ -685,7 +709,8 @@ def test_llm_foundry_tables_run_mpt_triton_attention(data_file):
     assert "MPT's Triton attention (attn_impl: triton), not FlashAttention-2" in mapping_notes(h100)
     fms, _ = record_to_problem(runs["fmsfsdp-a100-llama2-7b-128gpu"])
     assert not fms.workload.triton_attention
-    assert attention_efficiency(fms.workload, fms.cluster.accelerator) == 0.3312
+    assert attention_efficiency(fms.workload, fms.cluster.accelerator) == 0.3882
+    assert fms.workload.torch_compile is False
     assert not triton_attention(
         {**h100, "workload": {**h100["workload"], "triton_attention": None}}
     )

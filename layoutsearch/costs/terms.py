@@ -1105,7 +1105,8 @@ def tp_per_microbatch(
     2 more when the forward is recomputed; [m, D] activations. Plus 3 vocab-parallel loss
     AllReduces of [m] fp32 on the last stage. With ``workload.tp_comm_overlap`` each pass's
     collectives are pipelined with that pass's GEMMs (the backward has twice the forward's), and
-    at least one ring chunk of tp stays exposed (NeMo "Communication Overlap").
+    at least one ring chunk of tp stays exposed (NeMo "Communication Overlap"); the backward's only
+    where the profile pipelines it (``Profile.tp_overlap_backward``).
     """
     m = tokens_per_microbatch(workload, sh, k)
     unit = 2.0 * ring_time(
@@ -1122,7 +1123,9 @@ def tp_per_microbatch(
     overlapped = bool(workload.tp_comm_overlap) & ~np.asarray(co.tp.scale_out, dtype=bool)
     forward = np.where(overlapped, exposed(matmul_fwd_layer), 2 * unit)
     backward = np.where(
-        overlapped, exposed(flops.BACKWARD_OVER_FORWARD * matmul_fwd_layer), 2 * unit
+        overlapped & profile_of(workload.framework, acc.kind).tp_overlap_backward,
+        exposed(flops.BACKWARD_OVER_FORWARD * matmul_fwd_layer),
+        2 * unit,
     )
     out = _pass_terms(acc, layers, forward, backward, 2 * unit - forward, 2 * unit - backward)
     return {**out, "base": out["base"] + loss, "unit": unit}

@@ -67,6 +67,9 @@ class Profile:
     tp_overlap: tuple[str, ...] = ()
     """Accelerator kinds on which TP collectives are pipelined with their GEMMs by default (inside
     the fast domain only)."""
+    tp_overlap_backward: bool = True
+    """Whether TP overlap (``Workload.tp_comm_overlap``) pipelines the backward's collectives too
+    (Transformer Engine's userbuffers, XLA), or the forward's only."""
     grad_reduce_overlap: bool = True
     """DP / ZeRO-1/2 reductions behind the last microbatch's backward."""
     param_gather_overlap: bool = True

@@ -24,6 +24,11 @@ PROFILE = Profile(
     # compile.enable (job_config.py Compile, components model and loss): off by default in torchtitan's
     # config, on in its performance tables (docs/performance.md) and in what the export writes
     torch_compile=True,
+    # async TP (torch inductor's micro-pipeline pass) pays off in the forward: PyTorch's write-up (dev-discuss,
+    # "Introducing Async Tensor Parallelism in PyTorch", 2024) measured up to ~29% forward and ~8% end-to-end for
+    # Llama 3 8B, ~20% and ~8% for 70B, the end-to-end gain of the forward's alone; torchtitan's async-TP tables
+    # (2025, docs/performance.md) +9.8% (8B) and +9.2% (70B) end to end
+    tp_overlap_backward=False,
     transient_zero3_weights=True,
     cpu_adam="torch",  # FSDP2's CPUOffloadPolicy steps torch's optimizer on the host tensors
 )

@@ -562,7 +562,12 @@ def mapping_notes(record: dict) -> list[str]:
         )
     elif lay["recompute"] is None:
         notes.append("recompute null -> none")
-    if lay["microbatch_seqs"] is None or lay["num_microbatches"] is None:
+    if lay["microbatch_seqs"] is None and lay["num_microbatches"] is None:
+        notes.append(
+            "microbatch_seqs and num_microbatches null -> the count the stated degrees run fastest with "
+            "among those that fit (a tuned benchmark's choice)"
+        )
+    elif lay["microbatch_seqs"] is None or lay["num_microbatches"] is None:
         notes.append("microbatch_seqs null -> 1, num_microbatches = batch / (dp x microbatch_seqs)")
     if record["workload"]["precision"] is None:
         notes.append("precision null -> bf16")
@@ -656,6 +661,24 @@ def _microbatching(record: dict) -> tuple[int, int] | str:
     if lay["dp"] * mbs * k != batch:
         return f"global_batch_seqs({batch}) != dp({lay['dp']}) x microbatch_seqs({mbs}) x num_microbatches({k})"
     return mbs, k
+
+
+def fastest_microbatching(problem: Problem, est: Estimate) -> Estimate:
+    """Rule 27: a record stating neither ``microbatch_seqs`` nor ``num_microbatches`` is costed at the microbatch
+    count its stated degrees run fastest with among those that fit (a published benchmark's tuned choice, as the
+    placement is the fastest axis order); ``est``, one sequence a microbatch, where none fits."""
+    per_replica = (
+        est.layout.num_microbatches
+    )  # one sequence a microbatch: the data-parallel rank's sequences
+    best = est
+    for k in range(1, per_replica):
+        candidate = replace(est.layout, num_microbatches=k, axes=None)
+        if per_replica % k or check_layout(problem, candidate):
+            continue
+        other = estimate(problem, candidate, strict=False)
+        if other.fits and (not best.fits or other.step_time_s < best.step_time_s):
+            best = other
+    return best
 
 
 def _data_parallel(record: dict) -> tuple[int, int, int]:
@@ -1030,8 +1053,11 @@ def record_to_estimate(record: dict) -> tuple[Problem, Layout, Estimate] | str:
         return "engine rejects the layout: " + "; ".join(v.message for v in violations)
     try:
         est = estimate(problem, layout, strict=False)
+        if lay["microbatch_seqs"] is None and lay["num_microbatches"] is None:
+            est = fastest_microbatching(problem, est)
     except LayoutsearchError as exc:
         return f"placement: {exc}"
+    layout = replace(layout, num_microbatches=est.layout.num_microbatches)
     axes = est.layout.placements
     if replicas > 1 and dp == replicas and dict(dict(axes).get("dp", ())).get("dcn") != replicas:
         return f"placement: dp({dp}) does not land on the dcn axis ({dict(axes)})"
