@@ -309,19 +309,27 @@ DEVICES = {
 
 class Gen:
     """Draws command lines. A case is valid (about 40 %) or carries one to three hostile values: each
-    option is present with its probability, and a value is drawn from the hostile list (with
-    probability 1 - p_ok) only while the case's budget of hostile values lasts."""
+    option is present with its probability. A positional argument's value is drawn from the hostile
+    list (with probability 1 - p_ok) while the case's budget of hostile values lasts; what is left of
+    the budget goes to options drawn at random among those the case has, so a late option is made
+    hostile as often as an early one. Switches (options without a value) are drawn from a stream of
+    their own, so adding one leaves the valued draws as they were."""
 
     def __init__(self, rng: random.Random):
         self.rng = rng
+        self.switch_rng = random.Random(rng.random())
         self.bad_left = 0
+        self.force_bad = False  # the option value being drawn is one the budget made hostile
+        self.in_options = False  # option values: hostile only where the budget chose them
 
     def case(self, command: str) -> list[str]:
         self.bad_left = self.rng.choice([0, 0, 1, 1, 1, 2, 3])
         return getattr(self, command)()
 
     def pick(self, good: list[str], bad: list[str], p_ok: float = 0.7) -> str:
-        if bad and self.bad_left and self.rng.random() >= p_ok:
+        if bad and self.force_bad:
+            return self.rng.choice(bad)
+        if bad and self.bad_left and not self.in_options and self.rng.random() >= p_ok:
             self.bad_left -= 1
             return self.rng.choice(bad)
         return self.rng.choice(good)
@@ -331,9 +339,9 @@ class Gen:
 
     def degrees(self, devices: int | None) -> str:
         """Degrees whose product is ``devices`` (its prime factors dealt out at random), else a listed layout."""
-        if devices is None or self.rng.random() < 0.2:
+        if devices is None or self.rng.random() < 0.2 or self.force_bad:
             return self.pick(DEGREES, BAD_DEGREES, 0.6)
-        if self.bad_left and self.rng.random() < 0.4:
+        if self.bad_left and not self.in_options and self.rng.random() < 0.4:
             return self.pick([], BAD_DEGREES, 0.0)
         degrees, n, p = {}, devices, 2
         while n > 1:
@@ -345,9 +353,19 @@ class Gen:
         return ",".join(f"{k}={v}" for k, v in degrees.items()) or "dp=1"
 
     def options(self, argv: list[str], specs: list[tuple[str, callable, float]]) -> list[str]:
-        for flag, value, probability in specs:
-            if self.rng.random() < probability:
-                argv += [flag] if value is None else [flag, value()]
+        drawn = [
+            (flag, value)
+            for flag, value, probability in specs
+            if (self.switch_rng if value is None else self.rng).random() < probability
+        ]
+        valued = [i for i, (_, value) in enumerate(drawn) if value is not None]
+        hostile = set(self.rng.sample(valued, min(self.bad_left, len(valued))))
+        self.bad_left -= len(hostile)
+        self.in_options = True
+        for i, (flag, value) in enumerate(drawn):
+            self.force_bad = i in hostile
+            argv += [flag] if value is None else [flag, value()]
+        self.in_options = self.force_bad = False
         return argv
 
     def noise(self, argv: list[str]) -> list[str]:
@@ -445,6 +463,9 @@ class Gen:
             ("--launch-blocking", None, 0.05),
             ("--vendor-attention", None, 0.05),
             ("--no-vendor-attention", None, 0.05),
+            ("--triton-attention", None, 0.05),
+            ("--torch-compile", None, 0.05),
+            ("--no-torch-compile", None, 0.05),
             (
                 "--cuda-graphs",
                 lambda: self.pick(["none", "scoped", "full_iteration"], ["full", ""], 0.8),
