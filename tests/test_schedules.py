@@ -309,3 +309,19 @@ def test_main_job_keeps_its_answer_and_candidates():
     top = doc["layouts"][0]
     assert top["degrees"] == {"dp": 1, "fsdp": 1024, "tp": 8, "pp": 1, "cp": 1, "ep": 1, "etp": 1}
     assert top["schedule"] == "1f1b" and top["time_s"]["step"] == pytest.approx(0.8079, abs=1e-4)
+
+
+def test_the_solve_table_and_the_estimate_name_a_schedule_that_is_not_the_plain_one():
+    """Two layouts that differ only in schedule (1F1B and zero-bubble ZB-H1, one chunk a device) read apart:
+    the K cell adds the schedule where it is not the one the chunk count implies, and estimate's header too."""
+    from layoutsearch.report.render import _solve_row
+
+    plain = estimate(LLAMA_H64, Layout(**PIPE))
+    zb = estimate(LLAMA_H64, Layout(**PIPE, schedule="zb-h1"))
+    assert _solve_row(1, plain)[4] == "16 x 1" and _solve_row(1, zb)[4] == "16 x 1 zb-h1"
+    out = runner.invoke(
+        app,
+        ["estimate", "--model", "llama3-8b", "--cluster", "h100-64", "--seqs", "64"]
+        + ["--layout", "fsdp=4,tp=4,pp=4", "--microbatches", "16", "--schedule", "gpipe"],
+    ).stdout
+    assert " | schedule gpipe" in out and " | schedule" not in out.replace(" | schedule gpipe", "")

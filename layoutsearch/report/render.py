@@ -167,6 +167,7 @@ def layout_summary(est: Estimate) -> str:
         f"{degrees} | ZeRO-{lay.zero_stage} | {lay.num_microbatches} microbatch(es) of "
         f"{lay.microbatch_seqs(est.workload):g} seq | recompute={lay.recompute}"
         + (f" | virtual stages {lay.virtual_stages}" if lay.virtual_stages > 1 else "")
+        + (f" | schedule {_schedule_suffix(lay).strip()}" if _schedule_suffix(lay) else "")
         + (f" | offload={lay.offload}" if lay.offload != "none" else "")
         + _split_text(est)
         + (f" | KV heads replicated x{rep}" if rep > 1 else "")
@@ -417,6 +418,13 @@ SOLVE_DROP_ORDER = (
 SOLVE_TEXT = ("degrees", "axes", "remat")
 
 
+def _schedule_suffix(lay) -> str:
+    """The pipeline schedule where it is not the plain one its chunk count implies (1F1B with one chunk a
+    device, interleaved 1F1B with more): without it, two rows differing only in schedule read alike."""
+    plain = "interleaved" if lay.virtual_stages > 1 else "1f1b"
+    return "" if lay.pp == 1 or lay.schedule == plain else f" {lay.schedule}"
+
+
 def _solve_row(rank: int, est: Estimate) -> list[str]:
     """One layout's cells, in SOLVE_COLUMNS order."""
     lay = est.layout
@@ -426,7 +434,8 @@ def _solve_row(rank: int, est: Estimate) -> list[str]:
         "; ".join(f"{n}:" + "*".join(f"{a}{f}" for a, f in p) for n, p in lay.placements),
         str(lay.zero_stage),
         f"{lay.num_microbatches} x {lay.microbatch_seqs(est.workload):g}"
-        + (f" v{lay.virtual_stages}" if lay.virtual_stages > 1 else ""),
+        + (f" v{lay.virtual_stages}" if lay.virtual_stages > 1 else "")
+        + _schedule_suffix(lay),
         lay.recompute + (f" +offload {lay.offload}" if lay.offload != "none" else ""),
         str(params.kv_replication(est.model, lay.tp)),
         f"{_gb(est.memory_bytes['peak'])} / {_gb(est.memory_bytes['capacity'])}",
