@@ -33,7 +33,7 @@ from layoutsearch._version import __version__
 from layoutsearch.core import io
 from layoutsearch.core.catalogue import load_model, model_from_dict
 from layoutsearch.core.errors import InvalidArgumentError, LayoutsearchWarning
-from layoutsearch.core.frameworks import deepep_of, fp8_recipe_of, profile_of
+from layoutsearch.core.frameworks import Profile, deepep_of, fp8_recipe_of, profile_of
 from layoutsearch.core.options import MAX_ROUTING_CV, WorkloadOptions, option_type
 from layoutsearch.core.specs import (
     ALL_DEGREE_NAMES,
@@ -294,7 +294,7 @@ def resolved_workload(workload: Workload, cluster: Cluster) -> Workload:
     )
 
 
-def check_torch_compile(workload: Workload, profile, async_tp: bool) -> bool | None:
+def check_torch_compile(workload: Workload, profile: Profile, async_tp: bool) -> bool | None:
     """The workload's torch.compile choice against its profile's (``Profile.torch_compile``): the
     profile's where none is given, refused where the framework has no such choice, and refused eager
     beside async TP (PyTorch pipelines TP with its GEMMs only in a compiled graph)."""

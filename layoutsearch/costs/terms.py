@@ -569,9 +569,8 @@ def compute_per_microbatch(
         sh.tp,
     )
     ew = ew_bytes * m * (3.0 + ew_rerun) / acc.hbm_bytes_per_s
-    eager = (
-        workload.torch_compile is False
-    )  # eager PyTorch: one kernel per op (Workload.torch_compile)
+    # eager PyTorch: one kernel per element-wise op (Workload.torch_compile)
+    eager = workload.torch_compile is False
     loss_ew = 0.0
     if eager:  # the forward's extra bytes again where the policy reruns the element-wise passes
         extra = [

@@ -667,9 +667,8 @@ def fastest_microbatching(problem: Problem, est: Estimate) -> Estimate:
     """Rule 27: a record stating neither ``microbatch_seqs`` nor ``num_microbatches`` is costed at the microbatch
     count its stated degrees run fastest with among those that fit (a published benchmark's tuned choice, as the
     placement is the fastest axis order); ``est``, one sequence a microbatch, where none fits."""
-    per_replica = (
-        est.layout.num_microbatches
-    )  # one sequence a microbatch: the data-parallel rank's sequences
+    # one sequence a microbatch: the count is the data-parallel rank's sequences
+    per_replica = est.layout.num_microbatches
     best = est
     for k in range(1, per_replica):
         candidate = replace(est.layout, num_microbatches=k, axes=None)
