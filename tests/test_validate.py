@@ -1763,3 +1763,27 @@ def test_memory_fit_errors_in_both_directions_and_the_peak_memory_error(data_fil
     assert round(m["median_abs_rel_error"], 3) == 0.090
     assert round(m["p90_abs_rel_error"], 3) == 0.146
     assert round(m["median_rel_error"], 3) == 0.035
+
+
+def test_per_tensor_zero3_holds_a_tensor_gathered_not_a_layer(data_file):
+    """Rule 9: Table 2's DeepSpeed ZeRO-3 (2021) gathers and reduces each tensor apart, so the 530B layer
+    (d 20,480, MLP 4d) keeps its largest tensor and the next gathered, 2 x 20,480 x 81,920 fp16 weights = 6.25 GiB,
+    and as many gradients, not two whole layers (18.75 GiB each); flat collectives keep whole layers. The run
+    that was predicted at 1.32x the usable memory is now at 1.07x (it ran)."""
+    (record,) = [
+        r
+        for r in load_runs(data_file("runs_dev.yaml"))
+        if r["id"] == "megatron2021-table2-zero-3-530b-640gpu"
+    ]
+    problem, layout = record_to_problem(record)
+    est = estimate(problem, layout, strict=False)
+    tensor_pair = 2 * 20_480 * 81_920 * 2
+    assert est.memory_bytes["temporary/gathered"] == tensor_pair
+    assert est.memory_bytes["temporary/layer_grads"] == tensor_pair * 2  # fp32 gradients
+    assert est.memory_bytes["peak"] / est.memory_bytes["capacity"] == pytest.approx(
+        1.073, abs=0.001
+    )
+    record["workload"]["fsdp_collectives_per_layer"] = None
+    problem, layout = record_to_problem(record)
+    flat = estimate(problem, layout, strict=False)
+    assert flat.memory_bytes["temporary/gathered"] / 2**30 == pytest.approx(18.75, abs=0.01)

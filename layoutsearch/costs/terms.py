@@ -1620,7 +1620,13 @@ def memory_by_zero(
         e_tensor = _f(params.largest_expert_tensor(model, sh.ep, sh.etp))
         gathered_t = np.maximum(gathered_t, 2 * e_gathers * e_tensor)
         grads_t = np.maximum(grads_t, 2 * e_reduces * e_tensor)
-    if profile_of(workload.framework).zero3_gather_unit == "tensor":
+    # per tensor: the profile's unit, or a workload whose ZeRO-3 moves each tensor in a collective of its own
+    # (fsdp_collectives_per_layer > 1, DeepSpeed ZeRO-3 of 2021: its module hooks gather a tensor where it is used
+    # and free it after, and its gradients leave in reduce buckets as they are made)
+    if (
+        profile_of(workload.framework).zero3_gather_unit == "tensor"
+        or workload.fsdp_collectives_per_layer > 1
+    ):
         gathered, grads = np.minimum(gathered, gathered_t), np.minimum(grads, grads_t)
     out["temporary/gathered"] = gathered * workload.weight_bytes_per_param
     out["temporary/layer_grads"] = grads * workload.grad_bytes_per_param
