@@ -9,9 +9,11 @@ from __future__ import annotations
 
 import math
 import re
+from collections.abc import Callable
 from dataclasses import replace
 from functools import cache
 from pathlib import Path
+from typing import Any
 
 from layoutsearch.core import io
 from layoutsearch.core.catalogue import accelerator_names, load_accelerator, model_from_dict
@@ -947,6 +949,23 @@ def _power_capped(record: dict) -> str | None:
     return None
 
 
+# the Workload fields a record's rule decides from the record alone (docs/run_record_mapping.md)
+WORKLOAD_RULES: dict[str, Callable[[dict], Any]] = {
+    "fp8_recipe": fp8_recipe,
+    "flash_attention": fused_attention,
+    "fsdp_collectives_per_layer": zero3_collectives_per_layer,
+    "tp_comm_overlap": tp_comm_overlap,
+    "ep_comm_overlap": ep_comm_overlap,
+    "deepep": deepep,
+    "vendor_attention": vendor_attention,
+    "fp32_logits": fp32_logits,
+    "triton_attention": triton_attention,
+    "launch_blocking": launch_blocking,
+    "cuda_graphs": cuda_graphs,
+    "grad_bytes_per_param": grad_bytes,
+}
+
+
 def record_to_problem(record: dict) -> Mapped | str:
     """(engine Problem, placed Layout) for a record, or a skip reason (docs/run_record_mapping.md).
 
@@ -985,22 +1004,11 @@ def record_to_estimate(record: dict) -> tuple[Problem, Layout, Estimate] | str:
         global_batch_seqs=wl["global_batch_seqs"],
         seq_len=wl["seq_len"],
         precision=wl["precision"] or "bf16",
-        fp8_recipe=fp8_recipe(record),
-        flash_attention=fused_attention(record),
-        fsdp_collectives_per_layer=zero3_collectives_per_layer(record),
-        tp_comm_overlap=tp_comm_overlap(record),
-        ep_comm_overlap=ep_comm_overlap(record),
-        deepep=deepep(record),
-        vendor_attention=vendor_attention(record),
-        fp32_logits=fp32_logits(record),
-        triton_attention=triton_attention(record),
-        launch_blocking=launch_blocking(record),
-        cuda_graphs=cuda_graphs(record),
-        grad_bytes_per_param=grad_bytes(record),
         routing="forced" if routing(record) == "forced" else "learned",
         framework=framework,
         torch_compile=torch_compile(record, framework),
         power_limit_w=record["cluster"].get("power_limit_w"),
+        **{field: rule(record) for field, rule in WORKLOAD_RULES.items()},
     )
     dp, fsdp, zero = _data_parallel(record)
     replicas = _tpu_replicas(record)
