@@ -73,7 +73,9 @@ H100 = (
     "solve --model llama70b --cluster h100-1024 --top 1 --tokens 15e12 --price-per-device-hour 3.0"
 )
 HALF_NIC = "solve --model llama3-8b --cluster h100-64 --top 1 --what-if scale_out_bandwidth=0.5"
-TENTH_NIC = "solve --model llama3-8b --cluster h100-64 --top 1 --what-if scale_out_bandwidth=0.1"
+TWENTIETH_NIC = (
+    "solve --model llama3-8b --cluster h100-64 --top 1 --what-if scale_out_bandwidth=0.05"
+)
 HALF_ICI = "solve --model llama70b --cluster v5p-8192 --top 1 --what-if link_bandwidth=0.5"
 SENS_H100 = "explain --model llama3-8b --cluster h100-64 --sensitivity"
 SENS_V5P = "explain --model llama70b --cluster v5p-8192 --sensitivity"
@@ -142,7 +144,7 @@ def what_if_text(what_if: dict, base: dict) -> str:
 
 def what_if(j) -> list:
     """The prose and commands of what_if.md, the prose's numbers from the commands' JSON."""
-    half, tenth, ici = j(HALF_NIC), j(TENTH_NIC), j(HALF_ICI)
+    half, twentieth, ici = j(HALF_NIC), j(TWENTIETH_NIC), j(HALF_ICI)
     sens_h100, sens_v5p = j(SENS_H100), j(SENS_V5P)
     v5p_best = sens_v5p["layouts"][0]["time_s"]
     return [
@@ -153,11 +155,11 @@ def what_if(j) -> list:
 {what_if_text(half["what_if"], half["layouts"][0])}
 """,
         HALF_NIC,
-        f"""## A tenth of the scale-out bandwidth
+        f"""## A twentieth of the scale-out bandwidth
 
-{what_if_text(tenth["what_if"], tenth["layouts"][0])}
+{what_if_text(twentieth["what_if"], twentieth["layouts"][0])}
 """,
-        TENTH_NIC,
+        TWENTIETH_NIC,
         f"""## Llama 3 70B on v5p-8192: half the ICI bandwidth
 
 Every collective of this single slice runs on ICI. {what_if_text(ici["what_if"], ici["layouts"][0])}

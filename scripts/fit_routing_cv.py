@@ -33,7 +33,7 @@ NEAR_TIE = 0.01  # a default whose loss is within 1% of the best's is not told a
 
 def verdict(scan: dict, best: float) -> str:
     """Whether the default is the best, a near tie (kept: moving it means refitting the MoE overheads, which were
-    fitted at it), or to be refitted."""
+    fitted at it), or differs (to be refitted, or held for a reason the calibration notes give)."""
     if math.isclose(best, LEARNED_ROUTING_EXPERT_CV):
         return " (the same)."
     default_loss, best_loss = scan[LEARNED_ROUTING_EXPERT_CV][0], scan[best][0]
@@ -45,7 +45,8 @@ def verdict(scan: dict, best: float) -> str:
             f"refitting the MoE overheads fitted at it: hardware/*.yaml calibration_moe)."
         )
     return (
-        f" (differs: its loss {default_loss:.4f} is {gap:.1%} above the best's; refit the default)."
+        f" (differs: its loss {default_loss:.4f} is {gap:.1%} above the best's {best_loss:.4f}: refit the "
+        f"default, or say why it is held in docs/calibration.md, MoE overheads)."
     )
 
 

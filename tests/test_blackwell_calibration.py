@@ -46,13 +46,14 @@ def test_heldout_throughputs_are_the_step_times(heldout):
 
 def test_heldout_median_error_with_the_catalogue_fraction(heldout):
     """With Blackwell's own fraction (0.4646 of the shape-quantized peak, fitted on the MoE records with the host
-    time held) and fp8 per tensor at 0.8 of it the held-out dense runs are predicted 8.1% too slow (median of 6;
-    6.9% with fp8 at the kernel's measured 0.9275); 11.8% too slow at 0.4389 with one size factor per microbatch,
+    time held) and fp8 per tensor at 0.8 of it the held-out dense runs are predicted 8.4% too slow (median of 6;
+    8.1% before the interleaved schedule's fill and drain paid their p v - 1 sends, 2026-12-05; 6.9% with fp8 at
+    the kernel's measured 0.9275); 11.8% too slow at 0.4389 with one size factor per microbatch,
     and Hopper's 0.6372 had them 22.9% too fast."""
     summary = validate_runs(heldout, rank=False, workers=1)["summary"]
     assert summary["count"] == 6
-    assert summary["median_abs_rel_error"] == pytest.approx(0.0805, abs=0.002)
-    assert summary["median_rel_error"] == pytest.approx(-0.0805, abs=0.002)
+    assert summary["median_abs_rel_error"] == pytest.approx(0.0845, abs=0.002)
+    assert summary["median_rel_error"] == pytest.approx(-0.0845, abs=0.002)
 
 
 def test_chosen_params_limits_a_field_to_its_families():

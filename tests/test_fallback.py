@@ -25,34 +25,40 @@ def test_nearest_batch_is_the_nearest_multiple_ties_to_the_smaller(seqs, dp, wan
 
 
 def test_reshard_free_rows_keep_the_degrees_and_shrink_the_data_parallel_ones(run):
-    """Winner fsdp=8,tp=2,pp=4,cp=2 (groups of 16 devices): 15 nodes hold 7 groups, one node idle, fsdp 7
-    at batch 126 (2 below 128, 5 above); 14 nodes the same."""
+    """Winner fsdp=16,tp=2,pp=2,cp=2 (groups of 8 devices, one node each): 15 nodes hold 15 groups, fsdp
+    15 at batch 135 (7 above 128, 8 below); 14 nodes fsdp 14 at batch 126 (2 below, 12 above). At 9
+    sequences a replica no K divides into the interleaved schedule's rounds of pp (the winner's 8 x 1
+    v8 schedule), so the 15-node row runs 1F1B. (Was fsdp=8,tp=2,pp=4,cp=2 with one node idle at 15,
+    before the interleaved schedule's per-chunk reductions, 2026-12-05.)"""
     rows = [r for r in run.fallbacks if r.family == "reshard-free"]
     assert run.result.layouts[0].layout.all_degrees == {
         "dp": 1,
-        "fsdp": 8,
+        "fsdp": 16,
         "tp": 2,
-        "pp": 4,
+        "pp": 2,
         "cp": 2,
         "ep": 1,
         "etp": 1,
     }
-    assert [(r.nodes_lost, r.nodes_used, r.nodes_idle) for r in rows] == [(1, 14, 1), (2, 14, 0)]
-    assert [(r.global_batch_seqs, r.batch_changed) for r in rows] == [(126, True), (126, True)]
-    assert [r.estimate.layout.fsdp * r.estimate.layout.dp for r in rows] == [7, 7]
-    assert all((r.estimate.layout.tp, r.estimate.layout.pp) == (2, 4) for r in rows)
+    assert run.result.layouts[0].layout.virtual_stages == 8
+    assert [(r.nodes_lost, r.nodes_used, r.nodes_idle) for r in rows] == [(1, 15, 0), (2, 14, 0)]
+    assert [(r.global_batch_seqs, r.batch_changed) for r in rows] == [(135, True), (126, True)]
+    assert [r.estimate.layout.fsdp * r.estimate.layout.dp for r in rows] == [15, 14]
+    assert [r.estimate.layout.virtual_stages for r in rows] == [1, 1]
+    assert all((r.estimate.layout.tp, r.estimate.layout.pp) == (2, 2) for r in rows)
     assert all(r.reshard_s == 0.0 for r in rows)
 
 
 def test_free_rows_are_never_slower_and_pay_the_reshard(run):
     """The free family searches the reshard-free cluster too, so it is at least as fast; a new
-    layout reads the 70.6e9 x 12-byte checkpoint over 14 hosts x 0.977 GB/s, about 62 s, or up to
-    5% more: the per-device checkpoint is the heaviest pipeline stage's (its embedding or head)."""
+    layout reads the 70.5537e9 x 12-byte checkpoint over its hosts (15 with one node lost) x 0.977 GB/s,
+    about 58 s, or up to 5% more: the per-device checkpoint is the heaviest pipeline stage's (its
+    embedding or head)."""
     kept, free = run.fallbacks[0], run.fallbacks[1]
-    assert free.family == "free"
+    assert free.family == "free" and free.nodes_used == 15
     assert free.estimate.tokens_per_s >= kept.estimate.tokens_per_s
     assert free.estimate.layout.pp != kept.estimate.layout.pp
-    assert 1.0 <= free.reshard_s / (70.6e9 * 12 / (14 * 2e12 / 2048)) < 1.05
+    assert 1.0 <= free.reshard_s / (70.5537e9 * 12 / (free.nodes_used * 2e12 / 2048)) < 1.05
     assert 0 < free.throughput_loss < kept.throughput_loss < 1
 
 
@@ -100,8 +106,8 @@ def test_plan_markdown_and_json(tmp_path, capsys):
     text = out.read_text()
     assert "# Plan: llama70b on h100-128 (128 devices)" in text
     assert (
-        "| 1 | reshard-free | h100-112 | 1 | 126* | fsdp=7,tp=2,pp=4,cp=2 | 105,942 | 26.3% | 0 |"
-        in text
+        "| 1 | reshard-free | h100-120 | 0 | 135* | fsdp=15,tp=2,pp=2,cp=2 | 108,695 | 26.0% | 0 |"
+        in text  # was h100-112, 1 idle, 126*, fsdp=7,tp=2,pp=4,cp=2, 105,942, 26.3% before 2026-12-05
     )
     capsys.readouterr()
     assert main([*argv, "--format", "json"]) == 0

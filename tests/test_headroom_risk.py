@@ -118,7 +118,8 @@ def test_memory_section_of_hand_made_entries():
 def test_llama70b_on_v6e_256_the_fastest_layout_gives_way_to_one_with_headroom():
     """The least step time (14.571 s) is fsdp=256 with 26.05 of 29.85 GB usable: 3.8 GB free is
     above the old min(4 GiB, 10%) = 2.99 GB, but 26.05 x 1.1584 = 30.18 GB exceeds the usable
-    memory; the winner, 3.0% slower, peaks at 23.18 GB (x 1.1584 = 26.86 GB), as the enumerator."""
+    memory; the winner, 2.3% slower, peaks at 23.18 GB (x 1.1584 = 26.86 GB), as the enumerator (its
+    interleaved pipeline's per-chunk gradient reductions hide more since 2026-12-05: 15.002 -> 14.904 s)."""
     run = ls.solve(model="llama70b", cluster="v6e-256", top=1)
     winner = run.result.layouts[0]
     problem = {"model": "llama70b", "cluster": "v6e-256"}
@@ -140,7 +141,7 @@ def test_llama70b_on_v6e_256_the_fastest_layout_gives_way_to_one_with_headroom()
     assert (layout.fsdp, layout.tp, layout.pp, layout.cp, layout.dp) == (8, 4, 4, 2, 1)
     assert winner.memory_bytes["peak"] == pytest.approx(23.18e9, rel=1e-3)
     assert winner.memory_bytes["peak"] * 1.1584 < capacity
-    assert winner.step_time_s == pytest.approx(15.002, abs=1e-3)
+    assert winner.step_time_s == pytest.approx(14.904, abs=1e-3)
     enumerated = ls.solve(model="llama70b", cluster="v6e-256", top=1, method="enumerate")
     assert enumerated.result.layouts[0].layout == layout
 

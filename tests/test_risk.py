@@ -58,12 +58,13 @@ def test_the_main_jobs_context_parallel_fastest_gives_way_to_a_cp_free_layout():
 def test_llama3_405b_at_128k_keeps_tp_inside_a_node():
     """The issue's case: 128 x 131,072 tokens on h100-16384 put tp=16 across InfiniBand for a
     2.3% predicted gain (4.8% at the H200 measurement's physics, still inside the +/-11% band); now tp=8
-    stays inside a node and cp crosses instead."""
+    stays inside a node and cp crosses instead, 1.1% slower than the fastest (4-6% before the interleaved
+    schedule's per-chunk gradient reductions and fill sends, 2026-12-05: both sides run v 8 now)."""
     run = ls.solve(model="llama3-405b", cluster="h100-16384", seqs=128, seq_len=131072, top=1)
     record = run.document["layouts"][0]
     assert record["axes"]["tp"] == [["node", 8]]
     assert record["degrees"]["cp"] > 1
-    assert 1.04 < record["time_s"]["step"] / run.result.objective_value < 1.06
+    assert 1.01 < record["time_s"]["step"] / run.result.objective_value < 1.02
 
 
 def test_microbatch_and_cp_risks_follow_their_declared_limits():

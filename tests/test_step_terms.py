@@ -60,6 +60,11 @@ def _once(**overrides) -> step.StepTerms:
         zero_gather_s=0.2,
         gather_window_s=0.5,
         gather_interference_s=0.02,
+        reduce_early_s=0.0,
+        reduce_early_link_busy_s=0.0,
+        reduce_early_window_s=0.0,
+        gather_late_s=0.0,
+        gather_late_window_s=0.0,
         pp_sends_s=0.01,
         optimizer_s=0.02,
         step_overhead_s=0.005,
@@ -84,7 +89,12 @@ def test_each_step_term_enters_the_exposed_and_plain_declarations_once():
     read = [g(t) for h in step.EXPOSED for g in (h.hidden, h.window, h.interference)]
     read += [term(t) for _, term in step.PLAIN]
     assert sum(read) == (1 << len(names)) - 1  # no field twice (a carry), none left out
-    assert [h.item for h in step.EXPOSED] == ["exposed_comm/reduce", "exposed_comm/zero_gather"]
+    assert [h.item for h in step.EXPOSED] == [
+        "exposed_comm/reduce",
+        "exposed_comm/reduce_early",
+        "exposed_comm/zero_gather",
+        "exposed_comm/zero_gather_late",
+    ]
 
 
 def test_step_total_of_known_float_terms():
@@ -143,3 +153,56 @@ def test_estimate_step_time_is_step_total_of_its_terms():
     for item, _ in step.PLAIN:  # the output keys of the plain terms (docs/OUTPUT.md)
         assert item in est.time_s
     assert est.time_s["compute/optimizer"] == once.optimizer_s
+
+
+def _queue_exposed(total_s: float, chunks: int, chunk_s: float, group: int) -> float:
+    """What a link left after the last backward (or before the first forward) by simulating it:
+    chunk j's share total / v becomes ready at the start of its last backward, (j x group + 1) chunk
+    backwards before the end, and the link takes the chunks one after another."""
+    free = -np.inf
+    for j in reversed(range(chunks)):
+        ready = -(j * group + 1) * chunk_s
+        free = max(free, ready) + total_s / chunks
+    return max(0.0, free)
+
+
+@pytest.mark.parametrize(("v", "k"), [(1, 8), (2, 8), (4, 4), (4, 16), (10, 2), (10, 32), (20, 64)])
+def test_interleaved_reductions_expose_what_a_queue_of_chunks_leaves(v, k):
+    """Megatron's interleaved schedule reduces a chunk's gradients after its last backward and gathers
+    its weights before its first forward: the step formula's two parts (the last chunk's, the rest's)
+    expose exactly what a simulated queue of the chunks' collectives on one link leaves over, for
+    the ZeRO-1 reduce-scatter over 48 nodes and its gather (Llama 70B-like, 84 layers on 2 stages)."""
+    problem = Problem.build(
+        load_model("llama70b"),
+        resolve_cluster("h100-768"),
+        Workload(global_batch_seqs=384, seq_len=4096, framework="megatron"),
+    )
+    layers_ok = 80 % (2 * v) == 0
+    pp = 2 if layers_ok else 4
+    layout = Layout(
+        fsdp=768 // (8 * pp),
+        tp=8,
+        pp=pp,
+        zero_stage=1,
+        virtual_stages=v,
+        num_microbatches=k,
+        schedule="interleaved" if v > 1 else "1f1b",
+    )
+    est = estimate(problem, layout, strict=False)
+    assert est.layout.virtual_stages == v
+    _, _, once = layout_terms(problem, est.layout)
+    reduce_total = once.reduce_s + once.reduce_early_s
+    assert reduce_total > 0 and once.reduce_link_busy_s == 0  # TP on NVLink, the reductions on IB
+    assert once.reduce_early_s == pytest.approx(reduce_total * (v - 1) / v, rel=1e-12)
+    exposed = {h.item: max(0.0, h.hidden(once) - h.window(once)) for h in step.EXPOSED}
+    group = min(pp, k)
+    reduce = _queue_exposed(reduce_total, v, once.reduce_window_s, group)
+    gather = _queue_exposed(once.zero_gather_s + once.gather_late_s, v, once.gather_window_s, group)
+    assert exposed["exposed_comm/reduce"] + exposed["exposed_comm/reduce_early"] == pytest.approx(
+        reduce, rel=1e-9, abs=1e-12
+    )
+    assert exposed["exposed_comm/zero_gather"] + exposed[
+        "exposed_comm/zero_gather_late"
+    ] == pytest.approx(gather, rel=1e-9, abs=1e-12)
+    if v == 1:  # one chunk: the whole stage's last backward and first forward, as before
+        assert once.reduce_early_s == once.reduce_early_window_s == once.gather_late_s == 0

@@ -346,17 +346,27 @@ def _step_terms(problem: Problem, key: _Keys, first: dict, steps: dict) -> step.
     """The once-per-step terms of this layout, in seconds per step (``steps``: step_collectives)."""
     model, workload, acc = problem.model, problem.workload, problem.cluster.accelerator
     sh, co = key.sh, key.co
-    reduce_window, gather_window = terms.step_windows(model, workload, acc, sh, first["windows"])
+    windows = terms.step_windows(model, workload, acc, sh, first["windows"], key.k)
+    early, late = (_scalar(x) for x in terms.chunk_shares(workload, acc, sh))
+    group = _scalar(np.minimum(sh.pp, key.k))
     reduce_interference, gather_interference = terms.step_interference(acc, steps)
+    reduce = _scalar(steps["reduce/zero"] + steps["reduce/dp"] + steps["reduce/kv_replica"])
+    busy = _scalar(
+        terms.reduction_link_traffic(model, workload, acc, sh, first["tp"], first["cp"], co)
+    )
+    gather = _scalar(steps["gather/zero"])
     return step.StepTerms(
-        reduce_s=_scalar(steps["reduce/zero"] + steps["reduce/dp"] + steps["reduce/kv_replica"]),
-        reduce_link_busy_s=_scalar(
-            terms.reduction_link_traffic(model, workload, acc, sh, first["tp"], first["cp"], co)
-        ),
-        reduce_window_s=_scalar(reduce_window),
+        reduce_s=reduce * (1.0 - early),
+        reduce_link_busy_s=busy * (1.0 - early),
+        reduce_window_s=_scalar(windows["reduce"]),
+        reduce_early_s=reduce * early,
+        reduce_early_link_busy_s=busy * group * early,
+        reduce_early_window_s=_scalar(windows["reduce_early"]),
         reduce_interference_s=_scalar(reduce_interference),
-        zero_gather_s=_scalar(steps["gather/zero"]),
-        gather_window_s=_scalar(gather_window),
+        zero_gather_s=gather * (1.0 - late),
+        gather_window_s=_scalar(windows["gather"]),
+        gather_late_s=gather * late,
+        gather_late_window_s=_scalar(windows["gather_late"]),
         gather_interference_s=_scalar(gather_interference),
         pp_sends_s=_scalar(terms.pipeline_sends(model, workload, acc, sh, key.k, co)),
         optimizer_s=_scalar(terms.optimizer_time(model, workload, acc, sh, key.z, key.f))
@@ -438,10 +448,13 @@ def _itemise(
     times = {name: kk * v for name, v in per_mb.items()}
     times["bubble"] = (mult - kk) * sum(per_mb.values())
     for name, value in parts.items():
-        if name not in ("stage", "exposed_comm/reduce", "exposed_comm/zero_gather"):
+        if name != "stage" and name not in _REDUCTIONS + _GATHERS:
             times[name] = _scalar(value)
     for name, value in _split_reductions(
-        t, steps, _scalar(parts["exposed_comm/reduce"]), _scalar(parts["exposed_comm/zero_gather"])
+        t,
+        steps,
+        sum(_scalar(parts[name]) for name in _REDUCTIONS),
+        sum(_scalar(parts[name]) for name in _GATHERS),
     ).items():
         times[name] = times.get(name, 0.0) + value
     out = {
@@ -453,24 +466,40 @@ def _itemise(
     return {name: float(v) for name, v in {**out, **times}.items()}
 
 
+# the step formula's parts that ``_split_reductions`` itemises by group
+_REDUCTIONS = ("exposed_comm/reduce", "exposed_comm/reduce_early")
+_GATHERS = ("exposed_comm/zero_gather", "exposed_comm/zero_gather_late")
+
+
 def _split_reductions(
     t: step.StepTerms[float], steps: dict, exposed: float, gather_exposed: float
 ) -> dict:
-    """The exposed once-per-step reductions by group: the window hides them in order (ZeRO
-    reduce-scatter, DP all-reduce, KV-replica all-reduce), the rest is each group's share."""
-    # what the TP and CP traffic on those links leave free
-    out, budget = {}, max(0.0, t.reduce_window_s - t.reduce_link_busy_s)
+    """The exposed once-per-step reductions by group: each window (the last chunk's, the other
+    chunks') hides its share of them in order (ZeRO reduce-scatter, DP all-reduce, KV-replica
+    all-reduce), the rest is each group's share."""
+    total = t.reduce_s + t.reduce_early_s
+    early = t.reduce_early_s / total if total else 0.0
+    # what the TP and CP traffic on those links leave free of each window
+    windows = (
+        (1.0 - early, max(0.0, t.reduce_window_s - t.reduce_link_busy_s)),
+        (early, max(0.0, t.reduce_early_window_s - t.reduce_early_link_busy_s)),
+    )
     # the compute each hidden second of them slows (overlap_interference; costs.step.unhidden), as its own item
-    loss_rate = t.reduce_interference_s / t.reduce_s if t.reduce_s else 0.0
+    loss_rate = t.reduce_interference_s / total if total else 0.0
     keep = step.unhidden(1.0, t.eta_pct)
+    names = ("zero", "dp", "kv_replica")
+    out = {"exposed_comm/" + name: 0.0 for name in names}
     out["exposed_comm/interference"] = 0.0
-    for name in ("zero", "dp", "kv_replica"):
-        seconds = _scalar(steps["reduce/" + name])
-        beyond = max(0.0, seconds - budget)
-        out["exposed_comm/" + name] = beyond
-        out["exposed_comm/interference"] += loss_rate * seconds - (1.0 - keep) * beyond
-        budget = max(0.0, budget - seconds)
-    gather_beyond = max(0.0, t.zero_gather_s - t.gather_window_s)
+    for share, budget in windows:
+        for name in names:
+            seconds = share * _scalar(steps["reduce/" + name])
+            beyond = max(0.0, seconds - budget)
+            out["exposed_comm/" + name] += beyond
+            out["exposed_comm/interference"] += loss_rate * seconds - (1.0 - keep) * beyond
+            budget = max(0.0, budget - seconds)
+    gather_beyond = max(0.0, t.zero_gather_s - t.gather_window_s) + max(
+        0.0, t.gather_late_s - t.gather_late_window_s
+    )
     out["exposed_comm/zero"] += gather_beyond
     out["exposed_comm/interference"] += gather_exposed - gather_beyond
     if abs(out["exposed_comm/interference"]) <= 1e-12 * max(1.0, exposed + gather_exposed):

@@ -54,6 +54,18 @@ def bubble_microbatches_array(stages, virtual_stages, sched, split: tuple[float,
     return np.where(p > 1, out, 0.0)
 
 
+def fill_hops_array(stages, virtual_stages, sched):
+    """Sends on the critical path of a pipeline's fill (and again of its drain), over numpy arrays:
+    every boundary between consecutive chunks that crosses devices, p v - 1 (1F1B, GPipe, DualPipe:
+    p - 1; interleaved and ZB-H1 with v chunks: the first microbatch's forward crosses p devices v
+    times, and each round of the warm-up waits p sends for it to come back round, which the p
+    forwards of that round do not cover); 2 (p - 1) for the V-shaped ones, whose turn at the last
+    device stays on it. No pipeline (p = 1): 0."""
+    p, v = np.asarray(stages, dtype=np.float64), np.asarray(virtual_stages, dtype=np.float64)
+    hops = np.where(np.isin(sched, V_SHAPED), 2 * (p - 1), p * v - 1)
+    return np.where(p > 1, hops, 0.0)
+
+
 def microbatches_in_flight_array(stages, stage, num_microbatches, virtual_stages, sched=-1):
     """Microbatches whose activations stage ``stage`` holds at its peak, in whole-stage units, over
     numpy arrays: min(K, p - stage) for 1F1B and ZB-H1, min(K, p - stage + (p - 1)/v) interleaved

@@ -68,17 +68,27 @@ class StageTerms:
 class StepTerms(Generic[V]):
     """The once-per-step terms."""
 
-    reduce_s: V  # gradient reductions: ZeRO reduce-scatter, DP and KV-replica all-reduces
-    reduce_link_busy_s: V  # hidden TP and CP traffic of the last backward on the reductions' links
-    reduce_window_s: V  # the last microbatch's backward the reductions hide behind
-    reduce_interference_s: V  # compute the reductions slow if all hidden: eta x reduce_s
-    zero_gather_s: V  # the ZeRO-1/2 gather of updated weights
-    gather_window_s: V  # the next step's first forward that gather hides behind
-    gather_interference_s: V  # eta x zero_gather_s
+    # gradient reductions (ZeRO reduce-scatter, DP and KV-replica all-reduces) of the chunk whose
+    # backward ends last: all of them with one chunk a stage (costs.terms.chunk_shares)
+    reduce_s: V
+    reduce_link_busy_s: V  # hidden TP and CP traffic of that chunk's last backward on their links
+    reduce_window_s: V  # that chunk's last microbatch's backward, which they hide behind
+    # compute the reductions, of every chunk, slow if all hidden: eta x them
+    reduce_interference_s: V
+    zero_gather_s: V  # the ZeRO-1/2 gather of updated weights of the chunk whose forward runs first
+    gather_window_s: V  # the next step's first forward of that chunk, which it hides behind
+    gather_interference_s: V  # eta x the gathers of every chunk
     pp_sends_s: V  # pipeline fill and drain sends
     optimizer_s: V  # the optimizer step
     step_overhead_s: V  # fixed per-step overhead
     eta_pct: int  # eta in percent (costs.terms.interference_pct): the rate ``unhidden`` takes
+    # the other chunks' reductions, and the backward after their chunks' last (costs.terms.step_windows);
+    # their gathers and the forwards before their chunks' first: all 0 with one chunk a stage
+    reduce_early_s: V
+    reduce_early_link_busy_s: V
+    reduce_early_window_s: V
+    gather_late_s: V
+    gather_late_window_s: V
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -100,10 +110,22 @@ EXPOSED: tuple[Hidden[Any], ...] = (
         interference=lambda t: t.reduce_interference_s,
     ),
     Hidden(
+        item="exposed_comm/reduce_early",
+        hidden=lambda t: t.reduce_early_s + t.reduce_early_link_busy_s,
+        window=lambda t: t.reduce_early_window_s,
+        interference=lambda t: 0,
+    ),
+    Hidden(
         item="exposed_comm/zero_gather",
         hidden=lambda t: t.zero_gather_s,
         window=lambda t: t.gather_window_s,
         interference=lambda t: t.gather_interference_s,
+    ),
+    Hidden(
+        item="exposed_comm/zero_gather_late",
+        hidden=lambda t: t.gather_late_s,
+        window=lambda t: t.gather_late_window_s,
+        interference=lambda t: 0,
     ),
 )
 # ... and the terms added as they are

@@ -1139,19 +1139,56 @@ def reduces_in_backward(workload: Workload, acc: Accelerator, sh: Shapes):
     )
 
 
+def chunk_shares(workload: Workload, acc: Accelerator, sh: Shapes) -> tuple:
+    """The share of the once-per-step gradient reductions, and of the ZeRO-1/2 gathers, that belong
+    to a stage's chunks but the one that finishes last (keys S): (v - 1)/v under the interleaved
+    schedule where the profile overlaps them, else 0.
+
+    Megatron-Core launches a chunk's gradient reduction once its last microbatch's backward is done
+    (``finalize_model_grads``' per-chunk ``grad_sync_func`` in the interleaved schedule) and gathers a
+    chunk's updated weights ahead of its first forward (``--overlap-param-gather``); torchtitan's
+    pipeline stages reduce-scatter each stage module after its last backward. The first chunk's
+    backward runs last and its forward first, so its share hides behind one chunk's work; the other
+    chunks' behind the cooldown (warm-up) that follows (``step_windows``)."""
+    profile = profile_of(workload.framework, acc.kind)
+    chunks = np.where(sh.sched == SCHEDULE_CODES["interleaved"], sh.v, 1)
+    early = (chunks - 1) / chunks
+    return (
+        early * reduces_in_backward(workload, acc, sh),
+        early * float(profile.param_gather_overlap),
+    )
+
+
 def step_windows(
-    model: ModelSpec, workload: Workload, acc: Accelerator, sh: Shapes, c: dict
-) -> tuple:
+    model: ModelSpec, workload: Workload, acc: Accelerator, sh: Shapes, c: dict, k
+) -> dict:
     """The compute windows the once-per-step collectives hide behind, as the framework profile
-    overlaps them: (the last microbatch's backward (gradient reductions), the next step's first
-    forward (the ZeRO-1/2 gather of updated weights)), ``StepTerms.reduce_window_s`` and
-    ``gather_window_s``; 0 where the profile does not overlap."""
+    overlaps them (0 where it does not), keys S, K; docs/cost_model.md "Once-per-step collectives":
+
+    - ``reduce``: the gradient reductions of the chunk that finishes last hide behind its last
+      microbatch's backward (with one chunk, the stage's);
+    - ``reduce_early``: the other chunks' (``chunk_shares``) behind the backward that follows theirs:
+      in the interleaved order a chunk runs min(pp, K) microbatches before the next, so chunk j's
+      last backward has j x min(pp, K) chunk backwards after it; their reductions share the link, so
+      together they hide behind (v - 1) x min(pp, K) chunk backwards ((v - 1)/v x min(pp, K) stage
+      backwards; exact where all of them queue on one link, and where chunk 0's alone exposes);
+    - ``gather``, ``gather_late``: the next step's ZeRO-1/2 gathers of updated weights, alike behind
+      the first chunk's first forward and the warm-up forwards before the other chunks' first.
+
+    ``StepTerms.reduce_window_s``, ``reduce_early_window_s``, ``gather_window_s``,
+    ``gather_late_window_s``."""
     profile = profile_of(workload.framework, acc.kind)
     layers = layers_per_stage(model, sh)
-    return (
-        layers * c["window/bwd_layer"] * reduces_in_backward(workload, acc, sh),
-        layers * c["window/fwd_layer"] * float(profile.param_gather_overlap),
-    )
+    backward = layers * c["window/bwd_layer"] * reduces_in_backward(workload, acc, sh)
+    forward = layers * c["window/fwd_layer"] * float(profile.param_gather_overlap)
+    early, late = chunk_shares(workload, acc, sh)
+    group = np.minimum(sh.pp, k)
+    return {
+        "reduce": backward * (1.0 - early),
+        "reduce_early": backward * group * early,
+        "gather": forward * (1.0 - late),
+        "gather_late": forward * group * late,
+    }
 
 
 def cp_per_microbatch(
@@ -1420,11 +1457,13 @@ def step_collectives(
 def pipeline_sends(
     model: ModelSpec, workload: Workload, acc: Accelerator, sh: Shapes, k, co: Coeffs
 ):
-    """Exposed pipeline sends per step (keys S, K, o): fill and drain, 2 (p - 1) sends of [m, D]/tp."""
+    """Exposed pipeline sends per step (keys S, K, o): the fill's and the drain's, each
+    ``pipeline.fill_hops_array`` sends of [m, D]/tp (p - 1 with one chunk a device, p v - 1
+    interleaved)."""
     m = tokens_per_microbatch(workload, sh, k)
     a = m * model.d_model * workload.activation_bytes / sh.tp
     send = (a + acc.collective_half_efficiency_bytes) * co.pp.seconds_per_byte + co.pp.latency_s
-    return 2.0 * (sh.pp - 1) * send * _f(sh.pp > 1)
+    return 2.0 * pipeline.fill_hops_array(sh.pp, sh.v, sh.sched) * send
 
 
 def optimizer_time(

@@ -45,7 +45,11 @@ class Tables:
     backward_s: np.ndarray  # [sk, r]
     # StepTerms over (S,K) x r
     reduce_window_s: np.ndarray  # [sk, r]
-    gather_window_s: np.ndarray  # [sk] one microbatch's forward on the first stage
+    reduce_early_window_s: np.ndarray  # [sk, r]
+    gather_window_s: (
+        np.ndarray
+    )  # [sk] one microbatch's forward of the first chunk on the first stage
+    gather_late_window_s: np.ndarray  # [sk]
     MB: np.ndarray  # [sk, r, st, moment] memory by microbatch, KiB
     # StageTerms over (S,K) x o
     tp_s: np.ndarray  # [sk, o, st]
@@ -59,9 +63,12 @@ class Tables:
     # StepTerms over (S,K) x o
     pp_sends_s: np.ndarray  # [sk, o]
     reduce_link_busy_s: np.ndarray  # [sk, o]
+    reduce_early_link_busy_s: np.ndarray  # [sk, o]
     # StepTerms over S x z (x o)
     reduce_s: np.ndarray  # [s, z, o]
+    reduce_early_s: np.ndarray  # [s, z, o]
     zero_gather_s: np.ndarray  # [s, z, o]
+    gather_late_s: np.ndarray  # [s, z, o]
     reduce_interference_s: np.ndarray  # [s, z, o]
     gather_interference_s: np.ndarray  # [s, z, o]
     optimizer_s: np.ndarray  # [s, z]
@@ -165,7 +172,9 @@ class RowTerms:
     busy_s: list  # [st] -> [sk, r] K x the compute items (the device's busy time)
     backward_s: np.ndarray  # [sk, r]
     reduce_window_s: np.ndarray  # [sk, r]
+    reduce_early_window_s: np.ndarray  # [sk, r]
     gather_window_s: np.ndarray  # [sk]
+    gather_late_window_s: np.ndarray  # [sk]
     memory_bytes: list  # [st][moment] -> [sk, r]
     host_bytes: list  # [st] -> [sk, r]: the activations the policy offloads to host memory
     # each stage's compute windows ("window/..." of costs.terms.compute_per_microbatch) without
@@ -179,7 +188,9 @@ class RowTerms:
             busy_s=[c[rows] for c in self.busy_s],
             backward_s=self.backward_s[rows],
             reduce_window_s=self.reduce_window_s[rows],
+            reduce_early_window_s=self.reduce_early_window_s[rows],
             gather_window_s=self.gather_window_s[rows],
+            gather_late_window_s=self.gather_late_window_s[rows],
             memory_bytes=[[m[rows] for m in stage] for stage in self.memory_bytes],
             host_bytes=[h[rows] for h in self.host_bytes],
             windows=None
@@ -303,15 +314,20 @@ def terms_of_rows(space: Space, rows: np.ndarray) -> RowTerms:
         )
         hosted.append(grid(items["host/offloaded"] + 0.0 * k))
     first_stage = compute.first_stage
-    win, fwd = (grid(x) for x in terms.step_windows(model, workload, acc, sh, first_stage))
+    win = {
+        name: grid(x)
+        for name, x in terms.step_windows(model, workload, acc, sh, first_stage, k).items()
+    }
     return RowTerms(
         compute_s=compute.compute_s,
         busy_s=compute.busy_s,
         backward_s=grid(
             compute.mult * terms.layers_per_stage(model, sh) * first_stage["window/bwd_layer"]
         ),
-        reduce_window_s=win,
-        gather_window_s=fwd[:, 0],
+        reduce_window_s=win["reduce"],
+        reduce_early_window_s=win["reduce_early"],
+        gather_window_s=win["gather"][:, 0],
+        gather_late_window_s=win["gather_late"][:, 0],
         memory_bytes=mb,
         host_bytes=hosted,
         windows=compute.windows,
@@ -733,6 +749,10 @@ def build_tables(
         ).items()
     }
     red = steps["reduce/zero"] + steps["reduce/dp"] + steps["reduce/kv_replica"]
+    # the shares of the chunks but the last (costs.terms.chunk_shares), by shape and by row
+    early_s, late_s = (x[:, None, None] for x in terms.chunk_shares(workload, acc, space.shapes))
+    early_o = grid_o(terms.chunk_shares(workload, acc, sh_o)[0])
+    group_o = grid_o(np.minimum(sh_o.pp, k_o))
     sh_z = space.shapes.take(s_col)
     z3 = (z_row == 3) & (sh_z.shards > 1)  # [s, z]
     v_w, v_x = roofline.gather_volumes_bytes(
@@ -760,7 +780,9 @@ def build_tables(
         busy_s=q(np.maximum(*rt.busy_s)).reshape(n_sk, nr),
         backward_s=q(rt.backward_s).reshape(n_sk, nr),
         reduce_window_s=q(rt.reduce_window_s).reshape(n_sk, nr),
+        reduce_early_window_s=q(rt.reduce_early_window_s).reshape(n_sk, nr),
         gather_window_s=q(rt.gather_window_s),
+        gather_late_window_s=q(rt.gather_late_window_s),
         MB=memory_table(rt.memory_bytes).reshape(n_sk, nr, 2, len(MOMENT_NAMES)),
         tp_s=q(np.stack(tp_st, axis=-1)).reshape(n_sk, n_o, 2),
         tp_rerun_s=q(tpf).reshape(n_sk, n_o),
@@ -771,9 +793,12 @@ def build_tables(
         fsdp_fixed_s=q(np.stack(fx_st, axis=-1)).reshape(n_sk, n_o, 2),
         fsdp_backward_s=q(x).reshape(n_sk, n_o),
         pp_sends_s=q(pp).reshape(n_sk, n_o),
-        reduce_link_busy_s=q(rcon).reshape(n_sk, n_o),
-        reduce_s=q(red).reshape(n_s, n_z, n_o),
-        zero_gather_s=q(steps["gather/zero"]).reshape(n_s, n_z, n_o),
+        reduce_link_busy_s=q(rcon * (1.0 - early_o)).reshape(n_sk, n_o),
+        reduce_early_link_busy_s=q(rcon * group_o * early_o).reshape(n_sk, n_o),
+        reduce_s=q(red * (1.0 - early_s)).reshape(n_s, n_z, n_o),
+        reduce_early_s=q(red * early_s).reshape(n_s, n_z, n_o),
+        zero_gather_s=q(steps["gather/zero"] * (1.0 - late_s)).reshape(n_s, n_z, n_o),
+        gather_late_s=q(steps["gather/zero"] * late_s).reshape(n_s, n_z, n_o),
         reduce_interference_s=q(reduce_interference).reshape(n_s, n_z, n_o),
         gather_interference_s=q(gather_interference).reshape(n_s, n_z, n_o),
         optimizer_s=q(optimizer_seconds(space)).reshape(n_s, n_z),
@@ -840,9 +865,14 @@ def step_terms(t: Tables, space: Space, sk, ri, z, o) -> step.StepTerms:
         reduce_s=t.reduce_s[s, z, o],
         reduce_link_busy_s=t.reduce_link_busy_s[sk, o],
         reduce_window_s=t.reduce_window_s[sk, ri],
+        reduce_early_s=t.reduce_early_s[s, z, o],
+        reduce_early_link_busy_s=t.reduce_early_link_busy_s[sk, o],
+        reduce_early_window_s=t.reduce_early_window_s[sk, ri],
         reduce_interference_s=t.reduce_interference_s[s, z, o],
         zero_gather_s=t.zero_gather_s[s, z, o],
         gather_window_s=t.gather_window_s[sk],
+        gather_late_s=t.gather_late_s[s, z, o],
+        gather_late_window_s=t.gather_late_window_s[sk],
         gather_interference_s=t.gather_interference_s[s, z, o],
         pp_sends_s=t.pp_sends_s[sk, o],
         optimizer_s=t.optimizer_s[s, z],
