@@ -45,7 +45,7 @@ from layoutsearch.search.explain import versus_claim
 from layoutsearch.validation.parallel import parallel_map
 from layoutsearch.validation.runs import load_runs, source_family
 from layoutsearch.validation.stats import layout_label
-from layoutsearch.validation.validate import record_to_estimate
+from layoutsearch.validation.validate import claim_baseline, record_to_estimate
 
 PINNED = ("recompute", "sharding", "degrees", "schedule")  # pinned by SearchOptions and re-solved
 WALKED = ("microbatching", "sequence_parallel", "other")  # walked by estimate after the four
@@ -126,8 +126,10 @@ def claim(record: dict) -> dict | None:
     mapped = record_to_estimate(record)
     if isinstance(mapped, str):
         return None
-    problem, published, pub_est = mapped
-    pub_s = pub_est.step_time_s
+    problem, _, recorded = mapped
+    # a schedule the record does not state: its fastest interleaving (rule 27)
+    pub_est = claim_baseline(record, problem, recorded)
+    published, pub_s = pub_est.layout, pub_est.step_time_s
     winners = {
         frozenset(s): ranked_winner(problem, pin_options(published, s))
         for size in range(len(PINNED) + 1)
@@ -448,10 +450,10 @@ def what_this_says(claims: list[dict], f: dict) -> list[str]:
         + "). The rest of the sharding part is ZeRO-2 over ZeRO-1 (distributed optimizer) at a few percent.",
         "- **Model error on the published run itself.** Where the engine predicts the published layout "
         "slower than it ran, the claim inherits that error: compare the claim with the claim over the "
-        f"MEASURED published step in the first table. {m('Megatron-LM')}: its records give no microbatch "
-        "size (the mapping takes 1) and their recompute is assumed, and most of its claim is the "
-        "schedule and microbatching parts (the winner adds interleaved pipeline stages and larger "
-        "microbatches), partly against a published step predicted too slow. "
+        f"MEASURED published step in the first table. {m('Megatron-LM')}: its 2024 records state "
+        "neither the microbatch size nor the schedule; rule 27 (docs/run_record_mapping.md) measures "
+        "a claim against the published degrees at their fastest microbatch count and interleaving, "
+        "so what is left is degrees and sharding, against a published step predicted too slow. "
         f"{f['unfit_n']} published layouts are predicted not to fit although they ran.",
         f"- **Small claims are noise.** {m('dgxc-benchmarking')}, {m('NeMo')}: ZeRO-2 and other degrees, "
         "none distinguishable inside the uncertainty band.",

@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 
+from layoutsearch.validation.mapping import claim_baseline, record_to_estimate
 from layoutsearch.validation.runs import load_runs
 from layoutsearch.validation.stats import claims_summary
 from layoutsearch.validation.validate import validate_runs
@@ -101,3 +102,23 @@ def test_claims_summary_without_claims_is_null():
         "median_claimed_speedup": None,
         "claims_distinguishable_share": None,
     }
+
+
+def test_a_claim_is_measured_against_the_fastest_of_an_unstated_schedule():
+    """Megatron-Core's 2024 70B row states pp 2 but neither its schedule nor its microbatches: its error is
+    costed 1F1B with 8 microbatches (2.534 s, rule 27), its claims against the fastest interleaving that fits,
+    16 chunks of 4 microbatches (2.049 s); a record that states its chunks (dgxc's 70B, pp 8 x 5) keeps them."""
+    runs = {r["id"]: r for r in load_runs(ROOT / "tests" / "data" / "runs_dev.yaml")}
+    problem, _, est = record_to_estimate(runs["megatron-core-h100-2024-70b"])
+    assert (est.layout.schedule, est.layout.num_microbatches) == ("1f1b", 8)
+    assert est.step_time_s == pytest.approx(2.5335, rel=1e-3)
+    base = claim_baseline(runs["megatron-core-h100-2024-70b"], problem, est)
+    assert (base.layout.schedule, base.layout.virtual_stages, base.layout.num_microbatches) == (
+        "interleaved",
+        16,
+        4,
+    )
+    assert base.fits and base.step_time_s == pytest.approx(2.0493, rel=1e-3)
+    stated = runs[DGXC]
+    problem, _, est = record_to_estimate(stated)
+    assert claim_baseline(stated, problem, est) is est

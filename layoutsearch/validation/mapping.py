@@ -682,6 +682,31 @@ def fastest_microbatching(problem: Problem, est: Estimate) -> Estimate:
     return best
 
 
+def claim_baseline(record: dict, problem: Problem, est: Estimate) -> Estimate:
+    """Rule 27: the published layout a claim is measured against. ``est`` (the record's), or, where the record
+    states no schedule (``virtual_stages`` null, costed 1F1B) and pp > 1, the fastest of its interleavings that fit
+    (every chunk count the rules allow; the microbatch count re-chosen as ``fastest_microbatching`` where the record
+    states that neither): a claim over a published run holds whatever its record left unstated."""
+    lay = record["layout"]
+    if lay["virtual_stages"] is not None or est.layout.pp == 1:
+        return est
+    unstated_k = lay["microbatch_seqs"] is None and lay["num_microbatches"] is None
+    per_replica = record["workload"]["global_batch_seqs"] // (est.layout.dp * est.layout.fsdp)
+    best = est
+    for v in range(2, problem.model.num_layers // est.layout.pp + 1):
+        candidate = replace(est.layout, virtual_stages=v, schedule="interleaved", axes=None)
+        if unstated_k:
+            candidate = replace(candidate, num_microbatches=per_replica)
+        if check_layout(problem, candidate):
+            continue
+        other = estimate(problem, candidate, strict=False)
+        if unstated_k:
+            other = fastest_microbatching(problem, other)
+        if other.fits and other.step_time_s < best.step_time_s:
+            best = other
+    return best
+
+
 def _data_parallel(record: dict) -> tuple[int, int, int]:
     """(engine dp, engine fsdp, zero_stage): split the record's total dp into replicated x sharded."""
     lay = record["layout"]
