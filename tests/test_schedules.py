@@ -325,3 +325,34 @@ def test_the_solve_table_and_the_estimate_name_a_schedule_that_is_not_the_plain_
         + ["--layout", "fsdp=4,tp=4,pp=4", "--microbatches", "16", "--schedule", "gpipe"],
     ).stdout
     assert " | schedule gpipe" in out and " | schedule" not in out.replace(" | schedule gpipe", "")
+
+
+def test_the_fill_and_the_drain_cross_every_chunk_boundary():
+    """The fill's critical path: p - 1 sends with one chunk a device, p v - 1 interleaved (4 stages x 3 chunks:
+    11), 2 (p - 1) for ZB-V's V (its turn stays on the last device); no pipeline, none. Llama 3 8B on 64 H100s,
+    pp 4 over InfiniBand with 8 microbatches: the exposed sends of 2 and 4 chunks are 7/3 and 15/3 those of
+    one."""
+    codes = np.array([SCHEDULE_CODES[s] for s in ("1f1b", "interleaved", "zb-v", "1f1b")])
+    hops = pipeline.fill_hops_array(np.array([4, 4, 4, 1]), np.array([1, 3, 2, 1]), codes)
+    assert hops.tolist() == [3.0, 11.0, 6.0, 0.0]
+    problem = Problem.build(
+        load_model("llama3-8b"),
+        resolve_cluster("h100-64"),
+        Workload(global_batch_seqs=128, seq_len=4096, framework="megatron"),
+    )
+
+    def sends(v: int) -> float:
+        layout = Layout(
+            fsdp=16,
+            pp=4,
+            zero_stage=1,
+            virtual_stages=v,
+            num_microbatches=8,
+            schedule="interleaved" if v > 1 else "1f1b",
+        )
+        est = estimate(problem, layout)
+        assert dict(est.layout.placements)["pp"] == (("scale_out", 4),)
+        return est.time_s["exposed_comm/pp"]
+
+    assert sends(1) > 0 and sends(2) / sends(1) == pytest.approx(7 / 3, rel=1e-12)
+    assert sends(4) / sends(1) == pytest.approx(15 / 3, rel=1e-12)

@@ -1145,7 +1145,7 @@ def chunk_shares(workload: Workload, acc: Accelerator, sh: Shapes) -> tuple:
     schedule where the profile overlaps them, else 0.
 
     Megatron-Core launches a chunk's gradient reduction once its last microbatch's backward is done
-    (``finalize_model_grads``' per-chunk ``grad_sync_func`` in the interleaved schedule) and gathers a
+    (the interleaved schedule calls that chunk's ``grad_sync_func``) and gathers a
     chunk's updated weights ahead of its first forward (``--overlap-param-gather``); torchtitan's
     pipeline stages reduce-scatter each stage module after its last backward. The first chunk's
     backward runs last and its forward first, so its share hides behind one chunk's work; the other
@@ -1163,7 +1163,7 @@ def step_windows(
     model: ModelSpec, workload: Workload, acc: Accelerator, sh: Shapes, c: dict, k
 ) -> dict:
     """The compute windows the once-per-step collectives hide behind, as the framework profile
-    overlaps them (0 where it does not), keys S, K; docs/cost_model.md "Once-per-step collectives":
+    overlaps them (0 where it does not), keys S, K; docs/cost_model.md "Overlap":
 
     - ``reduce``: the gradient reductions of the chunk that finishes last hide behind its last
       microbatch's backward (with one chunk, the stage's);
