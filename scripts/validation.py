@@ -28,9 +28,11 @@ import argparse
 import copy
 import datetime as dt
 import hashlib
+import math
 import subprocess
 from pathlib import Path
 
+import numpy as np
 from _common import REPO as ROOT  # first: puts this checkout's package ahead of an installed one
 from _common import data_file, table_head
 
@@ -580,6 +582,45 @@ DISCUSSION = [
 ]
 
 
+def scale_lines(entries: list[dict], records: list[dict]) -> list[str]:
+    """The GPU records' error against the nodes their run spans: the least-squares slope per doubling
+    of the nodes, in sample and left out (where the document has ``loso_rel_error``), over all and per
+    source with records at more than one scale (the evidence for or against a congestion term)."""
+    nodes = {
+        r["id"]: r["cluster"]["num_devices"] / (r["cluster"]["devices_per_node"] or 1)
+        for r in records
+    }
+    rows = [
+        e
+        for e in entries
+        if e["rel_error"] is not None and not e["accelerator"].startswith("v") and e["id"] in nodes
+    ]
+
+    def slope(group: list[dict], key: str) -> str:
+        pairs = [(math.log2(max(nodes[e["id"]], 1.0)), e[key]) for e in group if e[key] is not None]
+        if len({x for x, _ in pairs}) < 2:
+            return "-"
+        return f"{np.polyfit(*zip(*pairs), 1)[0]:+.2%}"
+
+    out = [
+        "| records | count | nodes (log2 range) | slope per doubling, in sample | left out |",
+        "|---|---|---|---|---|",
+    ]
+    groups = {"all GPU": rows} | {
+        src: [e for e in rows if e["source_family"] == src]
+        for src in sorted({e["source_family"] for e in rows})
+    }
+    for name, group in groups.items():
+        spans = [math.log2(max(nodes[e["id"]], 1.0)) for e in group]
+        if len(set(spans)) < 2:
+            continue
+        out.append(
+            f"| {name} | {len(group)} | {min(spans):.1f} .. {max(spans):.1f} | "
+            f"{slope(group, 'rel_error')} | {slope(group, 'loso_rel_error')} |"
+        )
+    return out
+
+
 def write_markdown(
     doc: dict,
     runs: Path,
@@ -629,6 +670,16 @@ def write_markdown(
         for i, w in enumerate(s["worst"], 1)
     ]
     lines += ["", "## Generalization: leave one source out", "", *loso_lines(s.get("loso"))]
+    lines += [
+        "",
+        "## Error against scale",
+        "",
+        "Rel error against the nodes a GPU run spans (devices / devices per node): a negative slope "
+        "means larger runs are predicted slower than measured, which a congestion or straggler term "
+        "growing with the nodes would make worse (docs/cost_model.md, 'What the model does not capture').",
+        "",
+        *scale_lines(doc["records"], records),
+    ]
     lines += ["", "## Uncertainty bands", "", *uncertainty_lines(*(uncertainty or (None, None)))]
     lines += ["", "### Measured coverage of the bands", "", *coverage_lines(s, built_here=True)]
     lines += ["", "### Uncalibrated parts", "", *uncalibrated_lines(table, lofo)]

@@ -1787,3 +1787,39 @@ def test_per_tensor_zero3_holds_a_tensor_gathered_not_a_layer(data_file):
     problem, layout = record_to_problem(record)
     flat = estimate(problem, layout, strict=False)
     assert flat.memory_bytes["temporary/gathered"] / 2**30 == pytest.approx(18.75, abs=0.01)
+
+
+def test_the_error_against_scale_is_a_slope_per_doubling_of_the_nodes():
+    """scripts/validation.py's "Error against scale": the least-squares slope of the rel error over log2 of
+    the nodes a GPU run spans. Errors 0, -1% and -2% on 1, 2 and 4 nodes of 8 GPUs: -1.00% per doubling;
+    with source c's +30% on one node beside them, all GPU records: Sxy / Sxx = -0.2525 / 2.75 = -9.18%; a
+    TPU record is left out, and so is a source at one scale only from its own row."""
+    import importlib.util
+    import sys
+
+    sys.path.insert(0, str(REPO / "scripts"))  # the script imports its neighbour _common
+    spec = importlib.util.spec_from_file_location(
+        "validation_script", REPO / "scripts" / "validation.py"
+    )
+    script = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(script)
+
+    def entry(rid, err, src="a", acc="h100"):
+        return {
+            "id": rid,
+            "rel_error": err,
+            "loso_rel_error": None,
+            "source_family": src,
+            "accelerator": acc,
+        }
+
+    def record(rid, devices):
+        return {"id": rid, "cluster": {"num_devices": devices, "devices_per_node": 8}}
+
+    entries = [entry("x", 0.0), entry("y", -0.01), entry("z", -0.02), entry("t", 0.5, "b", "v5p")]
+    entries.append(entry("w", 0.3, "c"))
+    records = [record("x", 8), record("y", 16), record("z", 32), record("t", 64), record("w", 8)]
+    lines = script.scale_lines(entries, records)
+    assert lines[2] == "| all GPU | 4 | 0.0 .. 2.0 | -9.18% | - |"
+    assert lines[3] == "| a | 3 | 0.0 .. 2.0 | -1.00% | - |"
+    assert len(lines) == 4  # source c has one scale, the TPU record is not a GPU's
