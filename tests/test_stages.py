@@ -283,3 +283,29 @@ def test_search_uses_pipelines_that_do_not_divide_the_layers_and_megatron_writes
     assert found[0].message.startswith(
         "MaxText cannot express the embedding-and-loss split of num_layers(126) over pp(16) x virtual_stages(1)"
     )
+
+
+def test_the_first_stage_is_costed_as_the_heavier_of_its_own_and_a_middle_stage():
+    """Llama 3 405B on pp 8 (126 layers: 15 on the first and last stages, 16 in the middle; tp 4): the first stage
+    holds 15 layers and the embedding (15 x 796,950,528 + 525,336,576 parameters), a middle stage 16 layers
+    (12,751,208,448): the row standing for both costs the heavier, not 16 layers and the embedding. Activations:
+    15 layers x 8 microbatches in flight on the first stage, 16 x 7 on the second: 120 layer-microbatches, not
+    16 x 8; the last stage's 15 x 1 are its own."""
+    import numpy as np
+
+    from layoutsearch.core.catalogue import load_model
+    from layoutsearch.core.specs import Workload
+    from layoutsearch.costs import params, terms
+
+    model = load_model("llama3-405b")
+    sh = terms.Shapes.of(pp=8, tp=4, v=1, fsdp=32)
+    first, middle, last = (int(x[0]) for x in sh.layer_split(model)[:3])
+    assert (first, middle, last) == (15, 16, 15)
+    per_layer, embedding = params.layer_params(model, 4), model.vocab_size * model.d_model // 4
+    assert (per_layer, embedding) == (796_950_528, 525_336_576)
+    assert terms.stage_params(model, sh, True)[0] == 16 * per_layer == 12_751_208_448
+    workload = Workload(global_batch_seqs=256, seq_len=4096)
+    k, r = np.array([32]), np.array([0])
+    head = terms.memory_by_microbatch(model, workload, sh, k, r, True, False)["activations/saved"]
+    tail = terms.memory_by_microbatch(model, workload, sh, k, r, False, True)["activations/saved"]
+    assert head[0] / tail[0] == pytest.approx(120 / 15, rel=1e-12)

@@ -327,6 +327,17 @@ def layers_per_stage(model: ModelSpec, sh: Shapes, last=False):
     return np.where(last, final, np.maximum(first, middle))
 
 
+def own_first_stage(model: ModelSpec, sh: Shapes):
+    """Rows whose first stage's memory is costed as the heavier of its own and a middle stage's, not as a
+    middle stage's layers plus the first stage's embedding (``layers_per_stage``'s upper bound): a dense
+    model's pipeline whose devices each hold one stage's chunks in order (1F1B, interleaved, GPipe, ZB-H1);
+    DualPipe's and the V-shaped schedules' devices hold both ends, and a MoE model's stages differ in their
+    MoE layers too, so those keep the bound."""
+    if model.moe is not None:
+        return np.zeros(np.shape(sh.pp), dtype=bool)
+    return (sh.pp > 1) & ~np.isin(sh.sched, DUALPIPES + pipeline.V_SHAPED)
+
+
 def stage_layers(model: ModelSpec, sh: Shapes, last, mtp=0.0):
     """(layers, MoE layers) of the stage a step's compute is costed on: ``layers_per_stage`` and
     ``moe_layers_per_stage`` of the last stage (``last``), else of the first standing for the others; on
@@ -1587,7 +1598,12 @@ def _one_stage_params(model: ModelSpec, sh: Shapes, first):
         ) - layers * params.moe_layer_share(model)
         total = total + excess * per_key(lambda tp: params.moe_over_dense_mlp(model, tp), sh.tp)
     holds_embedding = first | single
-    total = total + np.where(holds_embedding, vocab + model.learned_positions * model.d_model, 0)
+    embedding = vocab + model.learned_positions * model.d_model
+    total = total + np.where(holds_embedding, embedding, 0)
+    if np.any(first):  # the first stage's own layers and embedding, or a middle stage's layers, the heavier
+        own, middle, _, _, _ = sh.layer_split(model)
+        heavier = np.maximum(own * per_layer + embedding, np.where(sh.pp > 2, middle, 0) * per_layer)
+        total = np.where(np.asarray(first) & own_first_stage(model, sh), heavier, total)
     output = np.where(model.tied_embeddings & single, 0, vocab) + norm
     # the multi-token-prediction modules sit with the output head (DeepSeek-V3 report section 3.2.3: the deepest
     # layers with the output head on one PP rank; Megatron's layout puts "m" on the last stage) and share it and
@@ -1731,6 +1747,14 @@ def memory_by_microbatch(
     saved = per_token * m * act_b
     stage = 0 if first else sh.pp - 1
     in_flight = pipeline.microbatches_in_flight_array(sh.pp, stage, k, sh.v, sh.sched)
+    if first and np.any(own_first_stage(model, sh)):
+        # the first stage's own layers at its microbatches in flight, or the second's (the middle stages'
+        # layers) at its, the heavier (a middle stage holds more layers, the first more microbatches)
+        own, middle, _, _, _ = sh.layer_split(model)
+        second = pipeline.microbatches_in_flight_array(sh.pp, 1, k, sh.v, sh.sched)
+        heavier = np.maximum(own * in_flight, np.where(sh.pp > 2, middle * second, 0))
+        layers = np.where(own_first_stage(model, sh), heavier, layers * in_flight)
+        in_flight = 1.0
     # one layer's tensors not held in HBM, rebuilt (or brought back from the host) during its backward
     recomputed = (every - per_token) * m * act_b
     # the loss's logits of one microbatch (fp32 where it upcasts them, else in the compute
