@@ -348,7 +348,7 @@ def _step_terms(problem: Problem, key: _Keys, first: dict, steps: dict) -> step.
     sh, co = key.sh, key.co
     windows = terms.step_windows(model, workload, acc, sh, first["windows"], key.k)
     early, late = (_scalar(x) for x in terms.chunk_shares(workload, acc, sh))
-    group = _scalar(np.minimum(sh.pp, key.k))
+    busy_last, busy_others = (_scalar(x) for x in terms.window_shares(workload, acc, sh, key.k))
     reduce_interference, gather_interference = terms.step_interference(acc, steps)
     reduce = _scalar(steps["reduce/zero"] + steps["reduce/dp"] + steps["reduce/kv_replica"])
     busy = _scalar(
@@ -357,10 +357,10 @@ def _step_terms(problem: Problem, key: _Keys, first: dict, steps: dict) -> step.
     gather = _scalar(steps["gather/zero"])
     return step.StepTerms(
         reduce_s=reduce * (1.0 - early),
-        reduce_link_busy_s=busy * (1.0 - early),
+        reduce_link_busy_s=busy * busy_last,
         reduce_window_s=_scalar(windows["reduce"]),
         reduce_early_s=reduce * early,
-        reduce_early_link_busy_s=busy * group * early,
+        reduce_early_link_busy_s=busy * busy_others,
         reduce_early_window_s=_scalar(windows["reduce_early"]),
         reduce_interference_s=_scalar(reduce_interference),
         zero_gather_s=gather * (1.0 - late),

@@ -1170,6 +1170,17 @@ def chunk_shares(workload: Workload, acc: Accelerator, sh: Shapes) -> tuple:
     )
 
 
+def window_shares(
+    workload: Workload, acc: Accelerator, sh: Shapes, k, gathers: bool = False
+) -> tuple:
+    """(the last chunk's, the other chunks') share of one microbatch's stage backward that the once-per-step
+    reductions hide behind (``gathers``: of its forward, for the ZeRO-1/2 gathers): 1 - e and min(p, K) e, e
+    the other chunks' share of them (``chunk_shares``; keys S, K). The TP and CP traffic beside the
+    reductions on their links (``reduction_link_traffic``) scales with the same windows."""
+    early = chunk_shares(workload, acc, sh)[1 if gathers else 0]
+    return 1.0 - early, np.minimum(sh.pp, k) * early
+
+
 def step_windows(
     model: ModelSpec, workload: Workload, acc: Accelerator, sh: Shapes, c: dict, k
 ) -> dict:
@@ -1192,13 +1203,13 @@ def step_windows(
     layers = layers_per_stage(model, sh)
     backward = layers * c["window/bwd_layer"] * reduces_in_backward(workload, acc, sh)
     forward = layers * c["window/fwd_layer"] * float(profile.param_gather_overlap)
-    early, late = chunk_shares(workload, acc, sh)
-    group = np.minimum(sh.pp, k)
+    last, others = window_shares(workload, acc, sh, k)
+    first, later = window_shares(workload, acc, sh, k, gathers=True)
     return {
-        "reduce": backward * (1.0 - early),
-        "reduce_early": backward * group * early,
-        "gather": forward * (1.0 - late),
-        "gather_late": forward * group * late,
+        "reduce": backward * last,
+        "reduce_early": backward * others,
+        "gather": forward * first,
+        "gather_late": forward * later,
     }
 
 
@@ -1600,9 +1611,13 @@ def _one_stage_params(model: ModelSpec, sh: Shapes, first):
     holds_embedding = first | single
     embedding = vocab + model.learned_positions * model.d_model
     total = total + np.where(holds_embedding, embedding, 0)
-    if np.any(first):  # the first stage's own layers and embedding, or a middle stage's layers, the heavier
+    if np.any(
+        first
+    ):  # the first stage's own layers and embedding, or a middle stage's layers, the heavier
         own, middle, _, _, _ = sh.layer_split(model)
-        heavier = np.maximum(own * per_layer + embedding, np.where(sh.pp > 2, middle, 0) * per_layer)
+        heavier = np.maximum(
+            own * per_layer + embedding, np.where(sh.pp > 2, middle, 0) * per_layer
+        )
         total = np.where(np.asarray(first) & own_first_stage(model, sh), heavier, total)
     output = np.where(model.tied_embeddings & single, 0, vocab) + norm
     # the multi-token-prediction modules sit with the output head (DeepSeek-V3 report section 3.2.3: the deepest

@@ -751,8 +751,7 @@ def build_tables(
     red = steps["reduce/zero"] + steps["reduce/dp"] + steps["reduce/kv_replica"]
     # the shares of the chunks but the last (costs.terms.chunk_shares), by shape and by row
     early_s, late_s = (x[:, None, None] for x in terms.chunk_shares(workload, acc, space.shapes))
-    early_o = grid_o(terms.chunk_shares(workload, acc, sh_o)[0])
-    group_o = grid_o(np.minimum(sh_o.pp, k_o))
+    busy_last, busy_others = (grid_o(x) for x in terms.window_shares(workload, acc, sh_o, k_o))
     sh_z = space.shapes.take(s_col)
     z3 = (z_row == 3) & (sh_z.shards > 1)  # [s, z]
     v_w, v_x = roofline.gather_volumes_bytes(
@@ -793,8 +792,8 @@ def build_tables(
         fsdp_fixed_s=q(np.stack(fx_st, axis=-1)).reshape(n_sk, n_o, 2),
         fsdp_backward_s=q(x).reshape(n_sk, n_o),
         pp_sends_s=q(pp).reshape(n_sk, n_o),
-        reduce_link_busy_s=q(rcon * (1.0 - early_o)).reshape(n_sk, n_o),
-        reduce_early_link_busy_s=q(rcon * group_o * early_o).reshape(n_sk, n_o),
+        reduce_link_busy_s=q(rcon * busy_last).reshape(n_sk, n_o),
+        reduce_early_link_busy_s=q(rcon * busy_others).reshape(n_sk, n_o),
         reduce_s=q(red * (1.0 - early_s)).reshape(n_s, n_z, n_o),
         reduce_early_s=q(red * early_s).reshape(n_s, n_z, n_o),
         zero_gather_s=q(steps["gather/zero"] * (1.0 - late_s)).reshape(n_s, n_z, n_o),

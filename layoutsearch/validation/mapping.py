@@ -671,38 +671,43 @@ def fastest_microbatching(problem: Problem, est: Estimate) -> Estimate:
     placement is the fastest axis order); ``est``, one sequence a microbatch, where none fits."""
     # one sequence a microbatch: the count is the data-parallel rank's sequences
     per_replica = est.layout.num_microbatches
-    best = est
-    for k in range(1, per_replica):
-        candidate = replace(est.layout, num_microbatches=k, axes=None)
-        if per_replica % k or check_layout(problem, candidate):
-            continue
-        other = estimate(problem, candidate, strict=False)
-        if other.fits and (not best.fits or other.step_time_s < best.step_time_s):
-            best = other
-    return best
+    counts = (k for k in range(1, per_replica) if per_replica % k == 0)
+    return _fastest(problem, est, (replace(est.layout, num_microbatches=k) for k in counts))
 
 
 def claim_baseline(record: dict, problem: Problem, est: Estimate) -> Estimate:
     """Rule 27: the published layout a claim is measured against. ``est`` (the record's), or, where the record
     states no schedule (``virtual_stages`` null, costed 1F1B) and pp > 1, the fastest of its interleavings that fit
-    (every chunk count the rules allow; the microbatch count re-chosen as ``fastest_microbatching`` where the record
-    states that neither): a claim over a published run holds whatever its record left unstated."""
+    (every chunk count the rules allow; every microbatch count too where the record states that neither, as
+    ``fastest_microbatching``): a claim over a published run holds whatever its record left unstated."""
     lay = record["layout"]
     if lay["virtual_stages"] is not None or est.layout.pp == 1:
         return est
-    unstated_k = lay["microbatch_seqs"] is None and lay["num_microbatches"] is None
     per_replica = record["workload"]["global_batch_seqs"] // (est.layout.dp * est.layout.fsdp)
-    best = est
-    for v in range(2, problem.model.num_layers // est.layout.pp + 1):
-        candidate = replace(est.layout, virtual_stages=v, schedule="interleaved", axes=None)
-        if unstated_k:
-            candidate = replace(candidate, num_microbatches=per_replica)
+    unstated_k = lay["microbatch_seqs"] is None and lay["num_microbatches"] is None
+    counts = [k for k in range(1, per_replica + 1) if per_replica % k == 0] if unstated_k else []
+    chunks = range(2, problem.model.num_layers // est.layout.pp + 1)
+    interleaved = replace(est.layout, schedule="interleaved")
+    return _fastest(
+        problem,
+        est,
+        (
+            replace(interleaved, virtual_stages=v, num_microbatches=k)
+            for v in chunks
+            for k in counts or [est.layout.num_microbatches]
+        ),
+    )
+
+
+def _fastest(problem: Problem, best: Estimate, layouts) -> Estimate:
+    """The fastest of ``best`` and the ``layouts`` the rules allow that are predicted to fit (each placed anew,
+    the fastest axis order); one that fits beats one that does not."""
+    for layout in layouts:
+        candidate = replace(layout, axes=None)
         if check_layout(problem, candidate):
             continue
         other = estimate(problem, candidate, strict=False)
-        if unstated_k:
-            other = fastest_microbatching(problem, other)
-        if other.fits and other.step_time_s < best.step_time_s:
+        if other.fits and (not best.fits or other.step_time_s < best.step_time_s):
             best = other
     return best
 
