@@ -451,9 +451,10 @@ def what_this_says(claims: list[dict], f: dict) -> list[str]:
         "- **Model error on the published run itself.** Where the engine predicts the published layout "
         "slower than it ran, the claim inherits that error: compare the claim with the claim over the "
         f"MEASURED published step in the first table. {m('Megatron-LM')}: its 2024 records state "
-        "neither the microbatch size nor the schedule; rule 27 (docs/run_record_mapping.md) measures "
-        "a claim against the published degrees at their fastest microbatch count and interleaving, "
-        "so what is left is degrees and sharding, against a published step predicted too slow. "
+        "neither the microbatch size nor the interleaving's chunk count; rule 27 "
+        "(docs/run_record_mapping.md) costs the published degrees at their fastest microbatch and chunk "
+        "counts, so what is left is degrees and sharding, against a published step predicted faster "
+        "than it ran (the claim over the measured step is the larger). "
         f"{f['unfit_n']} published layouts are predicted not to fit although they ran.",
         f"- **Small claims are noise.** {m('dgxc-benchmarking')}, {m('NeMo')}: ZeRO-2 and other degrees, "
         "none distinguishable inside the uncertainty band.",

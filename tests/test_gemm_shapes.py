@@ -130,15 +130,21 @@ def test_every_catalogued_part_has_its_shape_numbers():
     assert 8 * 128 * 128 * 2 * 1.75e9 == pytest.approx(v5p.peak_flops_per_s, rel=1e-3)
 
 
-def test_megatron_size_trend_shrinks():
+def test_megatron_size_trend():
     """Megatron-Core's H100 table: the signed error at 1.7B minus at 70B, 35.3 points with one size factor
     (m / (m + 128)), is 34.9 from the shapes (20.4% and -14.5%), 34.0 with the H200 measurement's physics and
     refit (19.9% and -14.1%), 35.2 since a record stating no microbatch size takes the fastest that fits (21.1%:
-    one microbatch of its 8 sequences per replica, not eight of one)."""
+    one microbatch of its 8 sequences per replica, not eight of one). Since the pipelined rows state the
+    interleaved schedule (rule 27) the 70B row is +6.2% (14.9 points); the rows without a pipeline keep the
+    trend: 1.7B +21.1%, 32B -10.7% (31.8 points), which the GEMM shapes do not explain."""
     runs = load_runs(ROOT / "tests" / "data" / "runs_dev.yaml")
-    ids = ("megatron-core-h100-2024-1-7b", "megatron-core-h100-2024-70b")
+    ids = (
+        "megatron-core-h100-2024-1-7b",
+        "megatron-core-h100-2024-32b",
+        "megatron-core-h100-2024-70b",
+    )
     doc = validate_runs([r for r in runs if r["id"] in ids], rank=False, workers=1)
     error = {r["id"]: r["rel_error"] for r in doc["records"]}
     assert error[ids[0]] == pytest.approx(0.211, abs=0.002)
-    assert error[ids[1]] == pytest.approx(-0.141, abs=0.002)
-    assert error[ids[0]] - error[ids[1]] < 0.353
+    assert error[ids[1]] == pytest.approx(-0.107, abs=0.002)
+    assert error[ids[2]] == pytest.approx(0.062, abs=0.002)

@@ -35,6 +35,7 @@ from layoutsearch.validation.validate import (
     hardware_flops_per_token,
     load_runs,
     rank_published,
+    record_to_estimate,
     record_to_problem,
     summarize,
     validate_runs,
@@ -251,7 +252,7 @@ RAW = [
         MCORE_70B,
         {"seq_len": 4096, "global_batch_seqs": 384},
         {**H100, "num_devices": 768},
-        lay(48, tp=8, pp=2, zero=1),
+        lay(48, tp=8, pp=2, zero=1, virtual_stages=None, schedule="interleaved"),
         meas(940.7, 0.42, "megatron-core", 989),
     ),
     record(
@@ -622,6 +623,19 @@ def test_wrong_type_names_record_and_field(tmp_path):
     assert "record 'megatron2021-table1-1-7b': field 'layout.tp'" in msg and "(got 'eight')" in msg
 
 
+def test_unknown_schedule_names_the_engines(tmp_path, capsys):
+    """layout.schedule takes the engine's schedule names: another is one line naming them, exit 2."""
+    path = write_runs(
+        tmp_path, [raw("megatron-core-h100-2024-70b", layout={"schedule": "1F1B-interleaved"})]
+    )
+    code, _, stderr = cli(["validate", str(path), "--no-rank"], capsys)
+    assert code == 2 and stderr.count("\n") == 1
+    assert (
+        "record 'megatron-core-h100-2024-70b': field 'layout.schedule': Input should be '1f1b', "
+        "'interleaved', 'gpipe', 'zb-h1', 'zb-v', 'dualpipe' or 'dualpipev' (got '1F1B-interleaved')"
+    ) in stderr
+
+
 # ----------------------------------------------------------------------------- mapping
 def test_megatron_distributed_optimizer_shards_over_all_dp_ranks(runs):
     """Megatron-Core dp=48, fsdp=1, ZeRO-1 -> engine dp 1 x fsdp 48; ZeRO-0 keeps dp replicated."""
@@ -642,8 +656,8 @@ def test_unstated_microbatching_is_the_fastest_count_that_fits(runs):
     """Rule 27: Megatron-Core's 32B row states neither microbatch field. Of 1, 2 and 4 microbatches of its 4
     sequences per replica, one is fastest (the ZeRO-1 gradient reduce-scatter hides behind a whole backward) and
     fits (peaks 48.7, 36.7 and 30.6 GB); on 40 GB devices 2 is the fastest that fits; on 32 GB none fits, and it
-    keeps 4 microbatches of one sequence, the least memory. A record stating one of the fields keeps it
-    (Megatron-Core's 70B row: 8 microbatches over pp 2)."""
+    keeps 4 microbatches of one sequence, the least memory. The 70B row, which states the interleaved
+    schedule, chooses its count with its chunks: 4 microbatches of 2 sequences."""
     problem, layout = record_to_problem(runs["megatron-core-h100-2024-32b"])
     steps = {
         k: estimate(problem, replace(layout, num_microbatches=k, axes=None)) for k in (1, 2, 4)
@@ -657,7 +671,53 @@ def test_unstated_microbatching_is_the_fastest_count_that_fits(runs):
         problem, layout = record_to_problem(small)
         assert layout.num_microbatches == k
         assert estimate(problem, layout, strict=False).fits is (hbm_gb == 40)
-    assert record_to_problem(runs["megatron-core-h100-2024-70b"])[1].num_microbatches == 8
+    assert record_to_problem(runs["megatron-core-h100-2024-70b"])[1].num_microbatches == 4
+
+
+def test_stated_interleaved_schedule_takes_its_fastest_whole_layer_chunk_count(runs):
+    """Rule 27: Megatron-Core's 70B row states the interleaved schedule (layout.schedule) but no chunk count:
+    of the counts with whole layers a chunk on its 42 layers a stage (2, 3, 6, 7, 14, 21, 42), 14 chunks of
+    3 layers at 4 microbatches of 2 sequences is the fastest (2.0496 s; 7 chunks 2.0760 s, 42 chunks 2.0927 s,
+    14 chunks at 8 microbatches of one 2.2523 s). 16 chunks (2.0493 s) splits the stage unevenly, which
+    Megatron's --num-layers-per-virtual-pipeline-stage cannot. The row is not marked assumed (1F1B: 2.5335 s).
+    Other stated schedules take the one chunk count they run; one the degrees cannot interleave is a skip."""
+    from layoutsearch.validation.mapping import assumed_fields, mapping_notes
+
+    row = runs["megatron-core-h100-2024-70b"]
+    problem, layout, est = record_to_estimate(row)
+    assert (layout.schedule, layout.virtual_stages, layout.num_microbatches) == (
+        "interleaved",
+        14,
+        4,
+    )
+    assert est.step_time_s == pytest.approx(2.0496, rel=1e-3)
+    unplaced = replace(layout, axes=None)
+    for v, k, step in ((7, 4, 2.0760), (42, 4, 2.0927), (14, 8, 2.2523), (16, 4, 2.0493)):
+        other = estimate(problem, replace(unplaced, virtual_stages=v, num_microbatches=k))
+        assert other.fits and other.step_time_s == pytest.approx(step, rel=1e-3)
+    one_f_one_b = replace(unplaced, schedule="1f1b", virtual_stages=1, num_microbatches=8)
+    assert estimate(problem, one_f_one_b).step_time_s == pytest.approx(2.5335, rel=1e-3)
+    assert "layout.virtual_stages" not in assumed_fields(row)
+    assert any(
+        n.startswith("schedule interleaved, virtual_stages null") for n in mapping_notes(row)
+    )
+    for schedule, chunks in (("1f1b", 1), ("gpipe", 1), ("zb-h1", 1), ("zb-v", 2)):
+        stated = parsed(raw("megatron-core-h100-2024-70b", layout={"schedule": schedule}))
+        mapped = record_to_estimate(stated)[1]
+        assert (mapped.schedule, mapped.virtual_stages) == (schedule, chunks)
+        assert "layout.virtual_stages" not in assumed_fields(stated)
+    unstated = parsed(raw("megatron-core-h100-2024-70b", layout={"schedule": None}))
+    assert record_to_estimate(unstated)[1].schedule == "1f1b"
+    assert "layout.virtual_stages" in assumed_fields(unstated)
+    flat = parsed(
+        raw(
+            "megatron-core-h100-2024-32b",
+            layout={"schedule": "interleaved", "virtual_stages": None},
+        )
+    )
+    assert record_to_estimate(flat) == (
+        "layout.schedule interleaved: the rules allow no chunk count with these degrees"
+    )
 
 
 def test_bigscience_sequence_parallel_defaults_off(runs):

@@ -37,12 +37,13 @@ def test_dense_gpu_record_band_and_in_band_match_a_hand_computation(dev_raw, tmp
     measured / predicted step - 1 (= predicted / measured tokens/s - 1) lies inside it."""
     doc = validate_runs(load_runs(runs_file(tmp_path, [dev_raw[DENSE_GPU]])), rank=False, workers=1)
     e = doc["records"][0]
-    assert e["step_time_rel_band"] == list(uncertainty_band("gpu")) == [-0.0922, 0.1016]
+    assert e["step_time_rel_band"] == list(uncertainty_band("gpu")) == [-0.0904, 0.0737]
     by_hand = e["predicted_tokens_per_s_per_device"] / e["measured_tokens_per_s_per_device"] - 1
     assert e["measured_tokens_per_s_per_device"] == 9287.9
-    # the measured step is 9.2% longer than predicted: inside (0.0918 before the a100 refit of 2026-12-05)
+    # the measured step is 9.2% longer than predicted (0.0918 before the a100 refit of 2026-12-05): outside
+    # the band since the Megatron-Core rows state their interleaved schedule (inside -9.2% .. +10.2% before)
     assert round(by_hand, 4) == 0.0917
-    assert e["in_band"] is (-0.0922 <= by_hand <= 0.1016) is True
+    assert e["in_band"] is (-0.0904 <= by_hand <= 0.0737) is False
     assert e["loso_in_band"] is None and doc["summary"]["loso_band_coverage"] is None
     cov = doc["summary"]["band_coverage"]
     assert cov["all"] == {"count": 1, "covered": int(e["in_band"]), "fraction": float(e["in_band"])}
@@ -99,7 +100,7 @@ def test_no_prediction_or_no_measurement_leaves_the_fields_null(dev_raw, tmp_pat
     skipped, oom_entry = doc["records"]
     assert skipped["skipped_reason"] is not None
     assert (skipped["step_time_rel_band"], skipped["in_band"]) == (None, None)
-    assert oom_entry["step_time_rel_band"] == [-0.0922, 0.1016] and oom_entry["in_band"] is None
+    assert oom_entry["step_time_rel_band"] == [-0.0904, 0.0737] and oom_entry["in_band"] is None
     assert doc["summary"]["band_coverage"]["all"] == {"count": 0, "covered": 0, "fraction": None}
     assert band_line(doc["summary"]) == (
         "80% band: no record has a predicted and a measured step to check"
@@ -130,22 +131,22 @@ def test_moe_dev_file_in_sample_coverage(data_file):
 
 def test_moe_predictions_take_the_moe_band_and_the_dense_one_without_it(monkeypatch, tmp_path):
     """A MoE model's band on GPUs is the MoE file's (-19.6% .. +17.3%), a dense model's the dense
-    file's (-9.2% .. +10.2%); a kind without a MoE band takes the MoE default (TPUs: 4 records),
+    file's (-9.0% .. +7.4%; -9.2% .. +10.2% before the Megatron-Core rows stated their schedule); a kind without a MoE band takes the MoE default (TPUs: 4 records),
     and without a MoE file the dense band."""
     import layoutsearch.core.uncertainty as core_unc
 
     assert uncertainty_band("gpu", moe=True) == (-0.1963, 0.1734)
-    assert uncertainty_band("gpu") == (-0.0922, 0.1016)
+    assert uncertainty_band("gpu") == (-0.0904, 0.0737)
     assert uncertainty_band("tpu", moe=True) == (-0.191, 0.1604)
     monkeypatch.setattr(core_unc, "MOE_PATH", tmp_path / "missing.yaml")
-    assert uncertainty_band("gpu", moe=True) == (-0.0922, 0.1016)
+    assert uncertainty_band("gpu", moe=True) == (-0.0904, 0.0737)
 
 
 def test_loso_band_flags_and_the_coverage_line(dev_raw, tmp_path, capsys):
     """--loso: each record's loso_in_band follows its loso_rel_error (all six held-out predictions
-    of this subset lie within 10.4% of the measurement, inside both kinds' bands; in sample all six
-    too, within 8.6%), and the table
-    output prints one coverage line."""
+    of this subset lie within 5.7% of the measurement, inside both kinds' bands; in sample five of six:
+    the 1.7B A100 row, +9.2%, lies above the GPU band's +7.4%, inside the -9.2% .. +10.2% it had before
+    the Megatron-Core rows stated their schedule), and the table output prints one coverage line."""
     path = runs_file(tmp_path, [dev_raw[rid] for rid in LOSO_SUBSET])
     argv = ["validate", str(path), "--no-rank", "--max-median-error", "1"]
     assert main([*argv, "--loso", "--format", "json"]) == 0
@@ -155,15 +156,15 @@ def test_loso_band_flags_and_the_coverage_line(dev_raw, tmp_path, capsys):
         "gpu dense": {"count": 5, "covered": 5, "fraction": 1.0},
         "tpu dense": {"count": 1, "covered": 1, "fraction": 1.0},
     }
-    assert doc["summary"]["band_coverage"]["all"] == {"count": 6, "covered": 6, "fraction": 1.0}
+    assert [e["in_band"] for e in doc["records"]] == [False] + [True] * 5
+    assert doc["summary"]["band_coverage"]["all"] == {"count": 6, "covered": 5, "fraction": 5 / 6}
     assert band_line(doc["summary"]) == (
-        "80% band: measured coverage 100% in sample over 6 records, "
-        "100% leave-one-source-out over 6"
+        "80% band: measured coverage 83% in sample over 6 records, 100% leave-one-source-out over 6"
     )
     assert main(argv) == 0
     lines = [x for x in capsys.readouterr().out.splitlines() if x.startswith("80% band")]
     assert lines == [
-        "80% band: measured coverage 100% in sample over 6 records (leave-one-source-out: --loso)"
+        "80% band: measured coverage 83% in sample over 6 records (leave-one-source-out: --loso)"
     ]
 
 

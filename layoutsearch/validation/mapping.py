@@ -31,6 +31,7 @@ from layoutsearch.core.frameworks import (
     profile_of,
 )
 from layoutsearch.core.problem import MODEL_SHAPE_FIELDS, Problem, resolved_workload
+from layoutsearch.core.rules import SCHEDULE_VIRTUAL_STAGES
 from layoutsearch.core.specs import RECOMPUTE_POLICIES, Cluster, Layout, Workload
 from layoutsearch.core.topology import resolve_cluster, torus_shape
 from layoutsearch.core.units import GB
@@ -439,12 +440,12 @@ def automodel_ep(record: dict) -> int | None:
 
 def assumed_fields(record: dict) -> list[str]:
     """Rule 27: the record's null fields that ``record_to_problem`` fills with a value least favourable
-    in one direction: ``layout.virtual_stages`` with pp > 1 (1: the largest pipeline bubble, the slowest
-    step), ``layout.recompute`` without a named policy (none: the largest activation memory) and, for a
-    MoE record with expert parallelism, ``workload.ep_comm_overlap`` without a preset that says it (the
+    in one direction: ``layout.virtual_stages`` with pp > 1 and no ``layout.schedule`` (1: the largest
+    pipeline bubble, the slowest step), ``layout.recompute`` without a named policy (none: the largest
+    activation memory) and, for a MoE record with expert parallelism, ``workload.ep_comm_overlap`` without a preset that says it (the
     framework profile's default: off for megatron, every AllToAll exposed)."""
     lay, out = record["layout"], []
-    if lay["virtual_stages"] is None and (lay["pp"] or 1) > 1:
+    if lay["virtual_stages"] is None and lay.get("schedule") is None and (lay["pp"] or 1) > 1:
         out.append("layout.virtual_stages")
     if lay["recompute"] is None and not named_policy(record):
         out.append("layout.recompute")
@@ -571,6 +572,11 @@ def mapping_notes(record: dict) -> list[str]:
         )
     elif lay["microbatch_seqs"] is None or lay["num_microbatches"] is None:
         notes.append("microbatch_seqs null -> 1, num_microbatches = batch / (dp x microbatch_seqs)")
+    if lay.get("schedule") == "interleaved" and lay["virtual_stages"] is None:
+        notes.append(
+            "schedule interleaved, virtual_stages null -> the chunk count the stated degrees run fastest "
+            "with among those that fit (a tuned benchmark's choice)"
+        )
     if record["workload"]["precision"] is None:
         notes.append("precision null -> bf16")
     hbm = record["cluster"].get("hbm_gb_per_device")
@@ -672,42 +678,66 @@ def fastest_microbatching(problem: Problem, est: Estimate) -> Estimate:
     # one sequence a microbatch: the count is the data-parallel rank's sequences
     per_replica = est.layout.num_microbatches
     counts = (k for k in range(1, per_replica) if per_replica % k == 0)
-    return _fastest(problem, est, (replace(est.layout, num_microbatches=k) for k in counts))
+    return _fastest(problem, est, (replace(est.layout, num_microbatches=k) for k in counts)) or est
+
+
+def stated_chunks(schedule: str) -> int | None:
+    """Rule 27: the virtual stages a record's stated ``layout.schedule`` runs where ``virtual_stages`` is null:
+    the one count the schedule takes (``rules.SCHEDULE_VIRTUAL_STAGES``: 1 for 1F1B, GPipe and DualPipe, 2 for
+    the V-shaped ones; ZB-H1's default 1); None for the interleaved schedule, whose count is chosen
+    (``fastest_chunks``)."""
+    values, _ = SCHEDULE_VIRTUAL_STAGES[schedule]
+    if values is None:
+        return 1
+    return values[0] if isinstance(values, tuple) else None
+
+
+def fastest_chunks(record: dict, problem: Problem, est: Estimate) -> Estimate | None:
+    """Rule 27: a record stating the interleaved schedule (``layout.schedule``) but not its chunk count is
+    costed at the fastest of its interleavings that fit, as ``fastest_microbatching`` (a published benchmark's
+    tuned choice), among those with whole layers a chunk, the same on every stage (Megatron's
+    ``--num-layers-per-virtual-pipeline-stage``); None where the rules allow none."""
+    per_stage, uneven = divmod(problem.model.num_layers, est.layout.pp)
+    chunks = [v for v in range(2, per_stage + 1) if not uneven and per_stage % v == 0]
+    return _fastest(problem, None, _interleavings(record, problem, est, chunks))
 
 
 def claim_baseline(record: dict, problem: Problem, est: Estimate) -> Estimate:
     """Rule 27: the published layout a claim is measured against. ``est`` (the record's), or, where the record
-    states no schedule (``virtual_stages`` null, costed 1F1B) and pp > 1, the fastest of its interleavings that fit
-    (every chunk count the rules allow; every microbatch count too where the record states that neither, as
-    ``fastest_microbatching``): a claim over a published run holds whatever its record left unstated."""
+    states no schedule (``virtual_stages`` and ``schedule`` null, costed 1F1B) and pp > 1, the fastest of ``est``
+    and its interleavings that fit: a claim over a published run holds whatever its record left unstated."""
     lay = record["layout"]
-    if lay["virtual_stages"] is not None or est.layout.pp == 1:
+    if lay["virtual_stages"] is not None or lay.get("schedule") is not None or est.layout.pp == 1:
         return est
+    chunks = range(2, problem.model.num_layers // est.layout.pp + 1)
+    return _fastest(problem, est, _interleavings(record, problem, est, chunks)) or est
+
+
+def _interleavings(record: dict, problem: Problem, est: Estimate, chunks):
+    """``est``'s layout interleaved at each of the chunk counts ``chunks``, and at every microbatch count too
+    where the record states that neither (as ``fastest_microbatching``)."""
+    lay = record["layout"]
     per_replica = record["workload"]["global_batch_seqs"] // (est.layout.dp * est.layout.fsdp)
     unstated_k = lay["microbatch_seqs"] is None and lay["num_microbatches"] is None
     counts = [k for k in range(1, per_replica + 1) if per_replica % k == 0] if unstated_k else []
-    chunks = range(2, problem.model.num_layers // est.layout.pp + 1)
     interleaved = replace(est.layout, schedule="interleaved")
-    return _fastest(
-        problem,
-        est,
-        (
-            replace(interleaved, virtual_stages=v, num_microbatches=k)
-            for v in chunks
-            for k in counts or [est.layout.num_microbatches]
-        ),
+    return (
+        replace(interleaved, virtual_stages=v, num_microbatches=k)
+        for v in chunks
+        for k in counts or [est.layout.num_microbatches]
     )
 
 
-def _fastest(problem: Problem, best: Estimate, layouts) -> Estimate:
+def _fastest(problem: Problem, best: Estimate | None, layouts) -> Estimate | None:
     """The fastest of ``best`` and the ``layouts`` the rules allow that are predicted to fit (each placed anew,
-    the fastest axis order); one that fits beats one that does not."""
+    the fastest axis order); one that fits beats one that does not; None where ``best`` is None and the rules
+    allow none of ``layouts``."""
     for layout in layouts:
         candidate = replace(layout, axes=None)
         if check_layout(problem, candidate):
             continue
         other = estimate(problem, candidate, strict=False)
-        if other.fits and (not best.fits or other.step_time_s < best.step_time_s):
+        if best is None or (other.fits and (not best.fits or other.step_time_s < best.step_time_s)):
             best = other
     return best
 
@@ -1050,7 +1080,9 @@ def record_to_estimate(record: dict) -> tuple[Problem, Layout, Estimate] | str:
     cluster = _cluster(record, replicas)
     if isinstance(cluster, str):
         return cluster
-    vs = lay["virtual_stages"] or 1
+    stated = lay.get("schedule")
+    searched = stated == "interleaved" and lay["virtual_stages"] is None  # rule 27: fastest_chunks
+    vs = lay["virtual_stages"] or (stated_chunks(stated) if stated else None) or 1
     sp = (
         lay["sequence_parallel"]
         if lay["sequence_parallel"] is not None
@@ -1072,7 +1104,9 @@ def record_to_estimate(record: dict) -> tuple[Problem, Layout, Estimate] | str:
         num_microbatches=mb[1],
         recompute=(named_policy(record) or modules_policy(record) or lay["recompute"] or "none"),
         sequence_parallel=sp,
-        schedule="interleaved" if vs > 1 else "1f1b",
+        schedule=(
+            ("1f1b" if searched else stated) if stated else ("interleaved" if vs > 1 else "1f1b")
+        ),
     )
     try:  # the checks every Problem gets (fp8 needs an fp8 matmul rate)
         workload = resolved_workload(workload, cluster)
@@ -1092,9 +1126,21 @@ def record_to_estimate(record: dict) -> tuple[Problem, Layout, Estimate] | str:
         est = estimate(problem, layout, strict=False)
         if lay["microbatch_seqs"] is None and lay["num_microbatches"] is None:
             est = fastest_microbatching(problem, est)
+        if searched:
+            chosen = fastest_chunks(record, problem, est)
+            if chosen is None:
+                return (
+                    "layout.schedule interleaved: the rules allow no chunk count with these degrees"
+                )
+            est = chosen
     except LayoutsearchError as exc:
         return f"placement: {exc}"
-    layout = replace(layout, num_microbatches=est.layout.num_microbatches)
+    layout = replace(
+        layout,
+        num_microbatches=est.layout.num_microbatches,
+        virtual_stages=est.layout.virtual_stages,
+        schedule=est.layout.schedule,
+    )
     axes = est.layout.placements
     if replicas > 1 and dp == replicas and dict(dict(axes).get("dp", ())).get("dcn") != replicas:
         return f"placement: dp({dp}) does not land on the dcn axis ({dict(axes)})"

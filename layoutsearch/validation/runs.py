@@ -34,6 +34,7 @@ from layoutsearch.core.catalogue import (
 )
 from layoutsearch.core.errors import CatalogueError, did_you_mean
 from layoutsearch.core.fields import absent_is_none
+from layoutsearch.core.problem import SCHEDULES
 from layoutsearch.core.units import (
     GB,
     GIB,
@@ -183,6 +184,7 @@ RecLayout = _block(
     sequence_parallel=bool,
     pp=Degree,
     virtual_stages=_range(int, 1, MAX_VIRTUAL_STAGES_RECORD),
+    schedule=Literal[SCHEDULES],
     cp=Degree,
     ep=Degree,
     etp=Degree,
