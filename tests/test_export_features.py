@@ -30,7 +30,7 @@ FEATURES: dict[str, Callable[[ModelSpec, int], bool]] = {
     "per-head q/k norms": lambda m, s: m.qk_norm == "head" and m.mla is None,
     "q/k projection norms": lambda m, s: m.qk_norm == "projection",
     "post-attention and post-MLP norms": lambda m, s: m.norms_per_layer == 4,
-    "one norm per layer": lambda m, s: m.norms_per_layer == 1,
+    "parallel attention and MLP": lambda m, s: m.parallel_block,
     "non-parametric norms": lambda m, s: not m.norm_weights,
     "LayerNorm": lambda m, s: m.norm == "layernorm",
     "gated GELU MLP (GeGLU)": lambda m, s: m.mlp == "gated" and _act(m) in GELU,
@@ -65,7 +65,7 @@ SIZES_AND_HYPER = {
 READ = {
     "tied_embeddings", "norm", "linear_bias", "learned_positions", "qkv_bias", "norms_per_layer",
     "norm_weights", "qk_norm", "sliding_window", "rope_scaling", "attention_sinks", "mtp_layers",
-    "attention_out_bias", "output_head_bias",
+    "attention_out_bias", "output_head_bias", "parallel_block",
 }  # fmt: skip
 
 

@@ -793,3 +793,29 @@ def test_phimoe_biases_per_device(imported):
         16 * 7_168 + 16_032
     )
     assert params.stage_params(m, lay, 0) - params.stage_params(unbiased, lay, 0) == 16 * 7_168
+
+
+def test_parallel_blocks_are_read_per_family(imported, data_file, tmp_path):
+    """transformers' GPTNeoXLayer adds attention and MLP side by side unless use_parallel_residual is
+    false (Pythia: true), FalconDecoderLayer under parallel_attn or new_decoder_architecture (Falcon-7B
+    with one norm, Falcon-40B with two); every other family runs attention, then the MLP."""
+    parallel = {name for name, result in imported.items() if result.model.parallel_block}
+    assert parallel == {"pythia-160m", "pythia-1b", "falcon-7b", "falcon-40b"}
+    assert (
+        imported["falcon-7b"].model.norms_per_layer,
+        imported["falcon-40b"].model.norms_per_layer,
+    ) == (1, 2)
+    pythia = json.loads(data_file("hf/pythia-1b.json").read_text())
+    falcon = json.loads(data_file("hf/falcon-7b.json").read_text())
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", HfConfigWarning)
+        serial_neox = model_from_hf_config(
+            write_json(tmp_path, {**pythia, "use_parallel_residual": False})
+        )
+        serial_falcon = model_from_hf_config(
+            write_json(tmp_path, {**falcon, "parallel_attn": False})
+        )
+    assert not serial_neox.parallel_block and not serial_falcon.parallel_block
+    assert serial_falcon.norms_per_layer == 2  # input_layernorm and post_attention_layernorm
+    # the parameters do not change with the block's order (the norms aside)
+    assert params.param_counts(serial_neox)["total"] == 1_011_781_632

@@ -24,14 +24,14 @@ PINNED_LOSO_REL_ERROR = {
     "fmsfsdp-a100-llama2-7b-128gpu": 0.006794243905481556,
     "llmfoundry-mpt-a100-40g-7b-seq16384-8gpu-mbs1-ga4": 0.016610392473198843,
     "llmfoundry-mpt-a100-40g-7b-seq8192-8gpu-mbs3-ga4": -0.04907890845190921,
-    "maxtext-v5p-2023-32b-1xv5p-128": -0.042558114232015165,
+    "maxtext-v5p-2023-32b-1xv5p-128": -0.021186627970400607,  # -0.042558 costed as a serial block
 }
 PINNED_SUMMARY = {
     "count": 6,
-    "median_abs_rel_error": 0.029584253352607004,
+    "median_abs_rel_error": 0.018898510221799725,  # 0.029584 before the parallel block
     "p90_abs_rel_error": 0.052830989748153145,
     "median_rel_error": -0.004396756068878959,
-    "in_sample_median_abs_rel_error": 0.03161191034795552,
+    "in_sample_median_abs_rel_error": 0.022733360353697163,  # 0.031612 before
 }
 PINNED_CALIBRATION = {
     "Narayanan et al. 2021": {
@@ -87,7 +87,8 @@ def test_without_loso_there_is_no_loso_block_and_the_table_says_it_was_not_run(s
 
 def test_loso_folds_give_the_values_of_the_previous_implementation(subset_file, capsys):
     """--loso on six records of three a100 sources and one v5p source: every fold's held-out errors,
-    the summary and the calibration each fold used are those pinned from the implementation before."""
+    the summary and the calibration each fold used are those pinned from the implementation before
+    (the MaxText row's since its parallel block is costed as one, 2026-12-05)."""
     code, out = run_cli(
         [
             "validate",
@@ -124,8 +125,8 @@ def test_loso_folds_give_the_values_of_the_previous_implementation(subset_file, 
         ["validate", str(subset_file), "--no-rank", "--loso", "--max-median-error", "1"], capsys
     )
     assert code == 0 and out.splitlines()[-1] == (
-        "leave-one-source-out: median |error| 3.0%, p90 5.3% over 6 records predicted from the "
-        "other sources' calibration (in sample: median 3.2%)"
+        "leave-one-source-out: median |error| 1.9%, p90 5.3% over 6 records predicted from the "
+        "other sources' calibration (in sample: median 2.3%)"
     )
 
 

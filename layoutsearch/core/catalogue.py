@@ -408,6 +408,11 @@ def model_from_dict(data: Any, name: str, where: str) -> ModelSpec:
         raise CatalogueError(
             f"{where}: full_attention_layers({f.full_attention_layers}) is more than num_layers({f.num_layers})"
         )
+    if f.norms_per_layer == 1 and not f.parallel_block:
+        raise CatalogueError(
+            f"{where}: norms_per_layer(1) with parallel_block false: one norm per layer feeds attention and "
+            f"MLP side by side (parallel_block: true)"
+        )
     _check_sparse(f, where)
     bound = model_param_bound(f)
     if bound >= MAX_MODEL_PARAMS:
@@ -529,7 +534,7 @@ HF_FAMILIES: dict[str, HfFamily] = {
     ),
     # LayerNorm with bias, biases on every linear layer, plain GELU MLP, head_dim = hidden / heads.
     # GPT-2: learned positions, GPT-2 key names, tied; GPT-NeoX (Pythia): untied embed_out, parallel
-    # residual (the same parameters); Falcon: see _hf_falcon. GPT-2 and GPT-NeoX honour a head_dim
+    # residual (use_parallel_residual: the same parameters, parallel_block); Falcon: see _hf_falcon. GPT-2 and GPT-NeoX honour a head_dim
     # or num_key_value_heads given explicitly (transformers ignores them there; no published
     # config of theirs has them; tests/test_catalogue.py imports such a GPT-2 config).
     "gpt2": _GPT2,
@@ -1086,7 +1091,14 @@ def _hf_falcon(cfg: dict, heads: int, where: str, used: set) -> dict:
     if n_ln not in (None, 1, 2):
         raise CatalogueError(f"{where}: field 'num_ln_in_parallel_attn': {n_ln} is not 1 or 2")
     bias = bool(_hf_value(cfg, "bias", Optional[StrictBool], where))
-    return {"num_kv_heads": kv, "norms_per_layer": norms, "linear_bias": bias}
+    return {
+        "num_kv_heads": kv,
+        "norms_per_layer": norms,
+        "linear_bias": bias,
+        # FalconDecoderLayer adds the MLP's output to the attention's, read from the same input, under
+        # either key (transformers modeling_falcon)
+        "parallel_block": bool(new or parallel),
+    }
 
 
 # Hyper-parameters that change neither the count nor the cost but that the exporters write:
@@ -1236,6 +1248,12 @@ def read_hf_config(path: Path) -> HfImport:
     if family == "falcon":
         spec.update(_hf_falcon(cfg, heads, where, used))
         kv_heads = spec.pop("num_kv_heads")
+    if (
+        family == "gpt_neox"
+    ):  # GPTNeoXLayer: x + attn(ln1(x)) + mlp(ln2(x)) unless use_parallel_residual is false
+        used.add("use_parallel_residual")
+        parallel = _hf_value(cfg, "use_parallel_residual", Optional[StrictBool], where)
+        spec["parallel_block"] = parallel is not False
     learned = 0
     if family == "gpt2":  # learned absolute positions: n_positions rows (GPT2Config default 1024)
         key = _hf_pick(cfg, ("n_positions", "max_position_embeddings"), where)

@@ -741,11 +741,12 @@ def option_rules(options: SearchOptions | None) -> tuple[Rule, ...]:
 
 # ----------------------------------------------------------------------------- frameworks
 def llama_block(m: ModelSpec) -> bool:
-    """RMSNorm, rotary positions, no linear biases, two weighted norms per layer, full attention
-    (the Llama decoder block; QKV, output-projection or output-head biases, extra or q/k norms and
+    """RMSNorm, rotary positions, no linear biases, two weighted norms per layer, attention then the MLP,
+    full attention (the Llama decoder block; QKV, output-projection or output-head biases, extra or q/k norms and
     sliding windows are other blocks)."""
     return (
         m.norm == "rmsnorm"
+        and not m.parallel_block
         and not m.linear_bias
         and not m.attention_out_bias
         and not m.output_head_bias
@@ -764,9 +765,11 @@ def dense(m: ModelSpec) -> bool:
 
 
 def gpt3_block(m: ModelSpec) -> bool:
-    """LayerNorm, biases, learned positions, plain GELU MLP (GPT-3-style decoder block)."""
+    """LayerNorm, biases, learned positions, plain GELU MLP, attention then the MLP (GPT-3-style decoder
+    block)."""
     return (
         dense(m)
+        and not m.parallel_block
         and m.norm == "layernorm"
         and m.linear_bias
         and not m.output_head_bias

@@ -258,6 +258,10 @@ class ModelSpec:
         2  # norm layers per block: 2 (pre-attention, pre-MLP); Gemma 2/3 4 (also post);
     )
     # Falcon-7B 1 (one norm feeds the parallel attention and MLP)
+    # attention and MLP side by side on the layer's input, their outputs summed into the residual
+    # (GPT-J, GPT-NeoX, Falcon, PaLM; MaxText's 2023 decoder): one TP collective pair per layer and
+    # pass (the input gathered once, the sum reduced once), not two
+    parallel_block: bool = False
     norm_weights: bool = True  # False: non-parametric norms (OLMo 1 LayerNorm: no weight, no bias)
     qk_norm: QkNorm = (
         "none"  # RMSNorm of queries and keys: "head" one head_dim weight each (Qwen3, Gemma 3),

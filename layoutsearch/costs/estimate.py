@@ -526,7 +526,7 @@ def _collectives(problem: Problem, key: _Keys, slow: dict, steps: dict) -> list[
             "tp activations (AG+RS or AR)",
             co.tp,
             m * model.d_model * workload.activation_bytes,
-            "per layer per microbatch x4-6",
+            f"per layer per microbatch x{2 * terms.tp_blocks_per_layer(model)}-{3 * terms.tp_blocks_per_layer(model)}",
             _scalar(slow["tp"]["unit"]),
         ),
         ("cp ring K/V", co.cp, None, "per layer per microbatch", _scalar(slow["cp"]["t_kv"])),

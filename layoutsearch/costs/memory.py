@@ -257,6 +257,7 @@ def _saved_widths(
     # MoE: the k dispatched copies of each token entering the experts, and the router's fp32 probabilities
     dispatched = 0.0 if model.moe is None else share * model.moe.top_k * model.d_model / tp
     probs = 0.0 if model.moe is None else share * model.moe.num_experts / tp * 4 / activation_bytes
+    mlp_input = 0.0 if model.parallel_block and model.norms_per_layer == 1 else 1.0
     return {
         "attn_norm_in": d_sp,  # residual stream entering the layer
         "qkv_in": 0.0
@@ -276,11 +277,14 @@ def _saved_widths(
         "attn_scores": 0.0
         if flash_attention
         else (model.num_heads // tp) * seq_len * SAVED_SCORE_BYTES / activation_bytes,
-        "mlp_norm_in": d_sp,
-        "mlp_in": (1.0 - share)
-        * d_sp,  # the pre-MLP norm's output in dense layers (norm fused into the MLP)
+        # the residual entering the pre-MLP norm: a parallel block's MLP reads the layer's input (attn_norm_in)
+        "mlp_norm_in": 0.0 if model.parallel_block else d_sp,
+        # the pre-MLP norm's output in dense layers (norm fused into the MLP); a parallel block with one norm
+        # feeds its MLP the QKV projection's input (qkv_in)
+        "mlp_in": (1.0 - share) * d_sp * mlp_input,
         "moe_in": share
-        * d_sp,  # ... in MoE layers (the router's, the dispatcher's and the shared experts' input)
+        * d_sp
+        * mlp_input,  # ... in MoE layers (the router's, the dispatcher's and the shared experts' input)
         "moe_dispatched": dispatched,
         "moe_probs": probs,
         "mlp_gate": f * (model.mlp_matrices - 2),  # the gate projection's output (gated MLPs)

@@ -1098,6 +1098,13 @@ def _pass_terms(acc: Accelerator, layers, fwd, bwd, hidden_fwd, hidden_bwd) -> d
     }
 
 
+def tp_blocks_per_layer(model: ModelSpec) -> int:
+    """The TP collective pairs (AllGather + ReduceScatter, or one AllReduce) a layer's pass needs: one
+    after the attention and one after the MLP; one for a parallel block (``ModelSpec.parallel_block``),
+    whose attention and MLP read the one gathered input and whose summed outputs are reduced once."""
+    return 1 if model.parallel_block else 2
+
+
 def tp_per_microbatch(
     model: ModelSpec,
     workload: Workload,
@@ -1111,8 +1118,9 @@ def tp_per_microbatch(
     """Exposed TP collectives per microbatch (keys S, K, o, stage): 'base', plus 'rerun' for a forward run
     again by recompute (scaled by the policy's share of the forward's collectives, ``memory.recompute_work``).
 
-    Per layer: 2 AllGather+ReduceScatter (sequence parallel) or 2 AllReduce forward, 2 backward,
-    2 more when the forward is recomputed; [m, D] activations. Plus 3 vocab-parallel loss
+    Per layer: ``tp_blocks_per_layer`` (2; 1 for a parallel block) AllGather+ReduceScatter (sequence
+    parallel) or AllReduce forward, as many backward, and again when the forward is recomputed; [m, D]
+    activations. Plus 3 vocab-parallel loss
     AllReduces of [m] fp32 on the last stage. With ``workload.tp_comm_overlap`` each pass's
     collectives are pipelined with that pass's GEMMs (the backward has twice the forward's), and
     at least one ring chunk of tp stays exposed (NeMo "Communication Overlap"); the backward's only
@@ -1124,20 +1132,21 @@ def tp_per_microbatch(
     )
     loss = 3 * 2.0 * ring_time(m * 4.0, co.tp, acc.collective_half_efficiency_bytes) * _f(last)
     layers = layers_per_stage(model, sh, last)
-    chunk = 2 * unit / sh.tp
+    per_pass = tp_blocks_per_layer(model) * unit
+    chunk = per_pass / sh.tp
 
     def exposed(gemm):
-        return np.maximum(chunk, 2 * unit - gemm)
+        return np.maximum(chunk, per_pass - gemm)
 
     # pipelined with the GEMMs only inside the fast domain (userbuffers / async TP need NVLink or ICI)
     overlapped = bool(workload.tp_comm_overlap) & ~np.asarray(co.tp.scale_out, dtype=bool)
-    forward = np.where(overlapped, exposed(matmul_fwd_layer), 2 * unit)
+    forward = np.where(overlapped, exposed(matmul_fwd_layer), per_pass)
     backward = np.where(
         overlapped & profile_of(workload.framework, acc.kind).tp_overlap_backward,
         exposed(flops.BACKWARD_OVER_FORWARD * matmul_fwd_layer),
-        2 * unit,
+        per_pass,
     )
-    out = _pass_terms(acc, layers, forward, backward, 2 * unit - forward, 2 * unit - backward)
+    out = _pass_terms(acc, layers, forward, backward, per_pass - forward, per_pass - backward)
     return {**out, "base": out["base"] + loss, "unit": unit}
 
 

@@ -254,6 +254,7 @@ def maxtext_model_name(ctx: ExportContext) -> str:
         or m.qk_norm != "none"
         or m.sliding_window is not None
         or m.norms_per_layer != 2
+        or m.parallel_block
         or not m.norm_weights
         or m.norm_eps != 1e-5
         or m.activation_name != "silu"

@@ -26,7 +26,7 @@ MODEL_FEATURES: dict[str, Callable[[ModelSpec], bool]] = {
     "per-head q/k norms": lambda m: m.qk_norm == "head" and m.mla is None,
     "q/k projection norms": lambda m: m.qk_norm == "projection",
     "post-attention and post-MLP norms": lambda m: m.norms_per_layer == 4,
-    "one norm per layer (parallel attention and MLP)": lambda m: m.norms_per_layer == 1,
+    "parallel attention and MLP": lambda m: m.parallel_block,
     "non-parametric norms": lambda m: not m.norm_weights,
     "LayerNorm": lambda m: m.norm == "layernorm",
     "gated GELU MLP (GeGLU)": lambda m: m.mlp == "gated" and m.activation_name in PLAIN_GELU,

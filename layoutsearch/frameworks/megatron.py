@@ -73,7 +73,7 @@ CAPABILITIES = Capabilities(
         "and K projections",
         "post-attention and post-MLP norms": "pretrain_gpt.py's layer specs have no norm after the "
         "attention or the MLP, and arguments.py no flag for one",
-        "one norm per layer (parallel attention and MLP)": "its layer runs attention, then the MLP, "
+        "parallel attention and MLP": "its layer runs attention, then the MLP, "
         "each behind its own norm",
         "non-parametric norms": "its RMSNorm and LayerNorm always have weights",
         "gated GELU MLP (GeGLU)": "arguments.py gates the MLP with --swiglu (SiLU) or --quick-geglu "

@@ -442,8 +442,9 @@ def assumed_fields(record: dict) -> list[str]:
     """Rule 27: the record's null fields that ``record_to_problem`` fills with a value least favourable
     in one direction: ``layout.virtual_stages`` with pp > 1 and no ``layout.schedule`` (1: the largest
     pipeline bubble, the slowest step), ``layout.recompute`` without a named policy (none: the largest
-    activation memory) and, for a MoE record with expert parallelism, ``workload.ep_comm_overlap`` without a preset that says it (the
-    framework profile's default: off for megatron, every AllToAll exposed)."""
+    activation memory) and, for a MoE record with expert parallelism, ``workload.ep_comm_overlap``
+    without a preset that says it (the framework profile's default: off for megatron, every AllToAll
+    exposed)."""
     lay, out = record["layout"], []
     if lay["virtual_stages"] is None and lay.get("schedule") is None and (lay["pp"] or 1) > 1:
         out.append("layout.virtual_stages")
@@ -546,10 +547,6 @@ def custom_offload_policy(record: dict) -> str | None:
 def mapping_notes(record: dict) -> list[str]:
     """The approximations and defaults ``record_to_problem`` applies to this record (docs/run_record_mapping.md)."""
     lay, notes = record["layout"], []
-    if record["model"].get("parallel_block"):
-        notes.append(
-            "parallel block costed as serial: TP collectives counted twice per layer and pass"
-        )
     if lay["sequence_parallel"] is None and (lay["tp"] or 1) > 1:
         notes.append(f"sequence_parallel null -> {not _is_bigscience(record)}")
     if custom_offload_policy(record):
@@ -911,6 +908,8 @@ def model_dict(record: dict) -> dict | str:
             num_kv_heads=m["num_heads"],
             mla=a,
         )
+    if m.get("parallel_block"):  # rule 6: attention and MLP read one norm's output
+        shape.update(parallel_block=True, norms_per_layer=1)
     if m.get("mtp_num_layers"):
         shape["mtp_layers"] = m["mtp_num_layers"]
     if m.get("sliding_window") is not None:  # gpt-oss: windowed and full layers alternate
