@@ -5,7 +5,7 @@ unknown name gets, and `layoutsearch models --model`.
 Expected counts are derived from the checkpoint shapes, not from the code under test; the
 derivations of the models that have a config in tests/data/hf are in tests/test_hf_import.py's
 docstring (Mistral-7B, Qwen2.5-7B/72B, Qwen3-8B, Gemma-2-9B, Gemma-3-27B, DeepSeek-V2, Kimi-K2,
-GLM-4.5, Phi-3.5-MoE), the others here (notation as there):
+GLM-4.5, Phi-3.5-MoE, Falcon-40B), the others here (notation as there):
 
 - Llama-3.1-70B (= Llama-3.3-70B): L80 D8192 F28672 n_q64 n_kv8 h128 V128256 untied. Layer =
   2*8192^2 + 2*8192*1024 (150,994,944) + 3*8192*28672 (704,643,072) + 16384 = 855,654,400; x80 =
@@ -71,6 +71,7 @@ TODAY = [
     ("glm4.5", "355B / 32B", 352_797_829_024, 33_632_266_144),
     ("gpt-oss-20b", "20.91B / 3.61B", 20_914_757_184, 4_187_440_704),
     ("phi3.5-moe", "41.9B / 6.6B", 41_873_153_344, 6_640_999_744),
+    ("falcon-40b", "40B", 41_303_293_952, None),
 ]
 
 
@@ -118,6 +119,7 @@ def test_published_rounded_figures_agree():
         ("kimi-k2", "kimi-k2-instruct"),
         ("glm4.5", "glm-4.5"),
         ("phi3.5-moe", "phi-3.5-moe-instruct"),
+        ("falcon-40b", "falcon-40b"),
     ],
 )
 def test_catalogue_entry_is_its_config_imported(data_file, model_id, config):
@@ -266,4 +268,5 @@ def test_new_yaml_files_are_plain_catalogue_files():
             "attention_sinks",
             "attention_out_bias",
             "output_head_bias",
+            "parallel_block",
         }
