@@ -354,18 +354,19 @@ def _step_terms(problem: Problem, key: _Keys, first: dict, steps: dict) -> step.
     busy = _scalar(
         terms.reduction_link_traffic(model, workload, acc, sh, first["tp"], first["cp"], co)
     )
-    gather = _scalar(steps["gather/zero"])
+    reduce_last, reduce_early = terms.split_by_chunks(reduce, early)
+    gather, gather_late = terms.split_by_chunks(_scalar(steps["gather/zero"]), late)
     return step.StepTerms(
-        reduce_s=reduce * (1.0 - early),
+        reduce_s=reduce_last,
         reduce_link_busy_s=busy * busy_last,
         reduce_window_s=_scalar(windows["reduce"]),
-        reduce_early_s=reduce * early,
+        reduce_early_s=reduce_early,
         reduce_early_link_busy_s=busy * busy_others,
         reduce_early_window_s=_scalar(windows["reduce_early"]),
         reduce_interference_s=_scalar(reduce_interference),
-        zero_gather_s=gather * (1.0 - late),
+        zero_gather_s=gather,
         gather_window_s=_scalar(windows["gather"]),
-        gather_late_s=gather * late,
+        gather_late_s=gather_late,
         gather_late_window_s=_scalar(windows["gather_late"]),
         gather_interference_s=_scalar(gather_interference),
         pp_sends_s=_scalar(terms.pipeline_sends(model, workload, acc, sh, key.k, co)),

@@ -1179,6 +1179,13 @@ def chunk_shares(workload: Workload, acc: Accelerator, sh: Shapes) -> tuple:
     )
 
 
+def split_by_chunks(total, early) -> tuple:
+    """(the last chunk's, the other chunks') part of a once-per-step collective's ``total`` seconds, the
+    others' share ``early`` (``chunk_shares``): ``StepTerms.reduce_s`` and ``reduce_early_s``, or
+    ``zero_gather_s`` and ``gather_late_s``."""
+    return total * (1.0 - early), total * early
+
+
 def window_shares(
     workload: Workload, acc: Accelerator, sh: Shapes, k, gathers: bool = False
 ) -> tuple:

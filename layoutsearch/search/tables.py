@@ -751,6 +751,8 @@ def build_tables(
     red = steps["reduce/zero"] + steps["reduce/dp"] + steps["reduce/kv_replica"]
     # the shares of the chunks but the last (costs.terms.chunk_shares), by shape and by row
     early_s, late_s = (x[:, None, None] for x in terms.chunk_shares(workload, acc, space.shapes))
+    red_last, red_early = terms.split_by_chunks(red, early_s)
+    gather_first, gather_late = terms.split_by_chunks(steps["gather/zero"], late_s)
     busy_last, busy_others = (grid_o(x) for x in terms.window_shares(workload, acc, sh_o, k_o))
     sh_z = space.shapes.take(s_col)
     z3 = (z_row == 3) & (sh_z.shards > 1)  # [s, z]
@@ -794,10 +796,10 @@ def build_tables(
         pp_sends_s=q(pp).reshape(n_sk, n_o),
         reduce_link_busy_s=q(rcon * busy_last).reshape(n_sk, n_o),
         reduce_early_link_busy_s=q(rcon * busy_others).reshape(n_sk, n_o),
-        reduce_s=q(red * (1.0 - early_s)).reshape(n_s, n_z, n_o),
-        reduce_early_s=q(red * early_s).reshape(n_s, n_z, n_o),
-        zero_gather_s=q(steps["gather/zero"] * (1.0 - late_s)).reshape(n_s, n_z, n_o),
-        gather_late_s=q(steps["gather/zero"] * late_s).reshape(n_s, n_z, n_o),
+        reduce_s=q(red_last).reshape(n_s, n_z, n_o),
+        reduce_early_s=q(red_early).reshape(n_s, n_z, n_o),
+        zero_gather_s=q(gather_first).reshape(n_s, n_z, n_o),
+        gather_late_s=q(gather_late).reshape(n_s, n_z, n_o),
         reduce_interference_s=q(reduce_interference).reshape(n_s, n_z, n_o),
         gather_interference_s=q(gather_interference).reshape(n_s, n_z, n_o),
         optimizer_s=q(optimizer_seconds(space)).reshape(n_s, n_z),
