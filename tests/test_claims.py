@@ -8,7 +8,6 @@ from pathlib import Path
 
 import pytest
 
-from layoutsearch.validation.mapping import claim_baseline, record_to_estimate
 from layoutsearch.validation.runs import load_runs
 from layoutsearch.validation.stats import claims_summary
 from layoutsearch.validation.validate import validate_runs
@@ -102,28 +101,3 @@ def test_claims_summary_without_claims_is_null():
         "median_claimed_speedup": None,
         "claims_distinguishable_share": None,
     }
-
-
-def test_a_claim_is_measured_against_the_fastest_of_an_unstated_schedule():
-    """Narayanan et al. 2021's 175B PTD-P row on 1,536 GPUs states pp 12 and 96 microbatches but not its
-    schedule (Table 2: "1F1B or interleaved"): its error is costed 1F1B (21.94 s, rule 27), its claims
-    against the fastest interleaving that fits, 8 chunks at the stated 96 microbatches (19.88 s). A record
-    that states its chunks (dgxc's 70B, pp 8 x 5) keeps them, and one that states the interleaved schedule
-    without them (Megatron-Core's 2024 70B) is costed at its fastest chunk count already.
-    Until 2026-12-05 the 70B row was the unstated example: 1F1B at 8 microbatches, 2.534 s, its claim's
-    baseline 16 chunks of 4 (2.049 s)."""
-    runs = {r["id"]: r for r in load_runs(ROOT / "tests" / "data" / "runs_dev.yaml")}
-    unstated = runs["megatron2021-table2-ptd-p-175b-1536gpu"]
-    problem, _, est = record_to_estimate(unstated)
-    assert (est.layout.schedule, est.layout.num_microbatches) == ("1f1b", 96)
-    assert est.step_time_s == pytest.approx(21.941, rel=1e-3)
-    base = claim_baseline(unstated, problem, est)
-    assert (base.layout.schedule, base.layout.virtual_stages, base.layout.num_microbatches) == (
-        "interleaved",
-        8,
-        96,
-    )
-    assert base.fits and base.step_time_s == pytest.approx(19.877, rel=1e-3)
-    for rid in (DGXC, "megatron-core-h100-2024-70b"):
-        problem, _, est = record_to_estimate(runs[rid])
-        assert claim_baseline(runs[rid], problem, est) is est

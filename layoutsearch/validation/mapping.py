@@ -30,12 +30,13 @@ from layoutsearch.core.frameworks import (
     framework_of_record,
     profile_of,
 )
-from layoutsearch.core.problem import MODEL_SHAPE_FIELDS, Problem, resolved_workload
+from layoutsearch.core.problem import MODEL_SHAPE_FIELDS, SCHEDULES, Problem, resolved_workload
 from layoutsearch.core.rules import SCHEDULE_VIRTUAL_STAGES
 from layoutsearch.core.specs import RECOMPUTE_POLICIES, Cluster, Layout, Workload
 from layoutsearch.core.topology import resolve_cluster, torus_shape
 from layoutsearch.core.units import GB
 from layoutsearch.costs.estimate import Estimate, estimate
+from layoutsearch.frameworks import TARGETS, capabilities_of
 from layoutsearch.validation.runs import source_family
 
 Mapped = tuple[Problem, Layout]  # what a record is for the engine
@@ -440,14 +441,11 @@ def automodel_ep(record: dict) -> int | None:
 
 def assumed_fields(record: dict) -> list[str]:
     """Rule 27: the record's null fields that ``record_to_problem`` fills with a value least favourable
-    in one direction: ``layout.virtual_stages`` with pp > 1 and no ``layout.schedule`` (1: the largest
-    pipeline bubble, the slowest step), ``layout.recompute`` without a named policy (none: the largest
-    activation memory) and, for a MoE record with expert parallelism, ``workload.ep_comm_overlap``
-    without a preset that says it (the framework profile's default: off for megatron, every AllToAll
-    exposed)."""
+    in one direction: ``layout.recompute`` without a named policy (none: the largest activation memory)
+    and, for a MoE record with expert parallelism, ``workload.ep_comm_overlap`` without a preset that
+    says it (the framework profile's default: off for megatron, every AllToAll exposed). An unstated
+    schedule is not one of them: it is the fastest its framework runs (``unstated_schedules``)."""
     lay, out = record["layout"], []
-    if lay["virtual_stages"] is None and lay.get("schedule") is None and (lay["pp"] or 1) > 1:
-        out.append("layout.virtual_stages")
     if lay["recompute"] is None and not named_policy(record):
         out.append("layout.recompute")
     if record["model"].get("moe") is not None and (lay.get("ep") or 1) > 1:
@@ -569,6 +567,11 @@ def mapping_notes(record: dict) -> list[str]:
         )
     elif lay["microbatch_seqs"] is None or lay["num_microbatches"] is None:
         notes.append("microbatch_seqs null -> 1, num_microbatches = batch / (dp x microbatch_seqs)")
+    if lay.get("schedule") is None and lay["virtual_stages"] is None and (lay["pp"] or 1) > 1:
+        notes.append(
+            "schedule and virtual_stages null -> the fastest schedule the framework runs (1F1B, GPipe, or "
+            "interleaved at a whole-layer chunk count) among those that fit (a tuned benchmark's choice)"
+        )
     if lay.get("schedule") == "interleaved" and lay["virtual_stages"] is None:
         notes.append(
             "schedule interleaved, virtual_stages null -> the chunk count the stated degrees run fastest "
@@ -689,25 +692,37 @@ def stated_chunks(schedule: str) -> int | None:
     return values[0] if isinstance(values, tuple) else None
 
 
-def fastest_chunks(record: dict, problem: Problem, est: Estimate) -> Estimate | None:
+def unstated_schedules(record: dict, framework: str) -> tuple[str, ...]:
+    """Rule 27: the schedules a record with pp > 1 that states neither ``layout.schedule`` nor
+    ``layout.virtual_stages`` may have run: its framework's (the export target's ``pipeline_schedules``)
+    among 1F1B, GPipe and interleaved 1F1B, the classic ones (a zero-bubble or DualPipe run names its
+    schedule); () where the record states either or pp is 1."""
+    lay = record["layout"]
+    if (
+        lay.get("schedule") is not None
+        or lay["virtual_stages"] is not None
+        or (lay["pp"] or 1) == 1
+    ):
+        return ()
+    caps = capabilities_of(framework) if framework in TARGETS else None
+    runs = caps.pipeline_schedules if caps else SCHEDULES
+    return tuple(s for s in ("1f1b", "gpipe", "interleaved") if s in runs)
+
+
+def fastest_chunks(
+    record: dict, problem: Problem, est: Estimate, or_as_is: bool = False
+) -> Estimate | None:
     """Rule 27: a record stating the interleaved schedule (``layout.schedule``) but not its chunk count is
     costed at the fastest of its interleavings that fit, as ``fastest_microbatching`` (a published benchmark's
     tuned choice), among those with whole layers a chunk, the same on every stage (Megatron's
-    ``--num-layers-per-virtual-pipeline-stage``); None where the rules allow none."""
+    ``--num-layers-per-virtual-pipeline-stage``); with ``or_as_is`` (a record that states no schedule,
+    ``unstated_schedules``), ``est`` itself where no interleaving is faster. None where the rules allow
+    none."""
     per_stage, uneven = divmod(problem.model.num_layers, est.layout.pp)
     chunks = [v for v in range(2, per_stage + 1) if not uneven and per_stage % v == 0]
-    return _fastest(problem, None, _interleavings(record, problem, est, chunks))
-
-
-def claim_baseline(record: dict, problem: Problem, est: Estimate) -> Estimate:
-    """Rule 27: the published layout a claim is measured against. ``est`` (the record's), or, where the record
-    states no schedule (``virtual_stages`` and ``schedule`` null, costed 1F1B) and pp > 1, the fastest of ``est``
-    and its interleavings that fit: a claim over a published run holds whatever its record left unstated."""
-    lay = record["layout"]
-    if lay["virtual_stages"] is not None or lay.get("schedule") is not None or est.layout.pp == 1:
-        return est
-    chunks = range(2, problem.model.num_layers // est.layout.pp + 1)
-    return _fastest(problem, est, _interleavings(record, problem, est, chunks)) or est
+    return _fastest(
+        problem, est if or_as_is else None, _interleavings(record, problem, est, chunks)
+    )
 
 
 def _interleavings(record: dict, problem: Problem, est: Estimate, chunks):
@@ -1081,6 +1096,7 @@ def record_to_estimate(record: dict) -> tuple[Problem, Layout, Estimate] | str:
         return cluster
     stated = lay.get("schedule")
     searched = stated == "interleaved" and lay["virtual_stages"] is None  # rule 27: fastest_chunks
+    unstated = unstated_schedules(record, framework)  # rule 27: the fastest its framework runs
     vs = lay["virtual_stages"] or (stated_chunks(stated) if stated else None) or 1
     sp = (
         lay["sequence_parallel"]
@@ -1104,7 +1120,11 @@ def record_to_estimate(record: dict) -> tuple[Problem, Layout, Estimate] | str:
         recompute=(named_policy(record) or modules_policy(record) or lay["recompute"] or "none"),
         sequence_parallel=sp,
         schedule=(
-            ("1f1b" if searched else stated) if stated else ("interleaved" if vs > 1 else "1f1b")
+            ("1f1b" if searched else stated)
+            if stated
+            else unstated[0]
+            if unstated
+            else ("interleaved" if vs > 1 else "1f1b")
         ),
     )
     try:  # the checks every Problem gets (fp8 needs an fp8 matmul rate)
@@ -1125,8 +1145,8 @@ def record_to_estimate(record: dict) -> tuple[Problem, Layout, Estimate] | str:
         est = estimate(problem, layout, strict=False)
         if lay["microbatch_seqs"] is None and lay["num_microbatches"] is None:
             est = fastest_microbatching(problem, est)
-        if searched:
-            chosen = fastest_chunks(record, problem, est)
+        if searched or "interleaved" in unstated:
+            chosen = fastest_chunks(record, problem, est, or_as_is=not searched)
             if chosen is None:
                 return (
                     "layout.schedule interleaved: the rules allow no chunk count with these degrees"

@@ -62,7 +62,6 @@ from layoutsearch.validation.mapping import (  # noqa: F401  (re-exported: the m
     UNMODELLED_PRECISIONS,
     Mapped,
     assumed_fields,
-    claim_baseline,
     fused_attention,
     mapping_notes,
     record_framework,
@@ -382,13 +381,13 @@ def validate_runs(
 
 
 def _evaluated(record: dict) -> tuple[dict, Problem | None, float | None]:
-    """``evaluate_record``'s entry, with the record's problem (up to its names, ``_unnamed``) and the step time the
-    ranking and the claim measure the published layout by (``mapping.claim_baseline``; both None when skipped):
-    what ranking needs, and little to pass between processes."""
+    """``evaluate_record``'s entry, with the record's problem (up to its names, ``_unnamed``) and the published
+    layout's predicted step time, which the ranking and the claim measure it by (both None when skipped): what
+    ranking needs, and little to pass between processes."""
     entry, mapped, est = _evaluate(record)
     if mapped is None or est is None:  # both or neither (_evaluate)
         return entry, None, None
-    return entry, _unnamed(mapped[0]), claim_baseline(record, mapped[0], est).step_time_s
+    return entry, _unnamed(mapped[0]), est.step_time_s
 
 
 def _rank_entries(
