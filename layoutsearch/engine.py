@@ -17,7 +17,7 @@ import warnings
 from collections.abc import Callable
 from typing import Any
 
-from layoutsearch.core.errors import InvalidArgumentError, LayoutsearchWarning
+from layoutsearch.core.errors import CatalogueError, InvalidArgumentError, LayoutsearchWarning
 from layoutsearch.core.frameworks import framework_of_target
 from layoutsearch.core.options import (
     LayoutOptions,
@@ -36,9 +36,11 @@ from layoutsearch.core.specs import (
     OFFLOADS,
     RECOMPUTE_POLICIES,
     Layout,
+    Objective,
     Schedule,
 )
 from layoutsearch.core.stages import SPLIT_NAMES, default_microbatches
+from layoutsearch.core.topology import is_cluster_file, parse_cluster_name, resolve_cluster
 from layoutsearch.costs.estimate import Estimate
 from layoutsearch.costs.estimate import estimate as estimate_layout
 from layoutsearch.report import planning
@@ -291,6 +293,10 @@ def solve(
         )
         run = dataclasses.replace(run, fallbacks=rows)
     searches = [run.result]
+    fewer = fewer_devices(run.problem) if request.objective == Objective.step_time else None
+    if fewer and run.result.layouts and _left(deadline) > 0:  # advisory: only with time left
+        on_phase(f"searching {fewer}, whose data parallelism the batch divides, to compare")
+        searches.append(_compare_fewer_devices(run, request, fewer, deadline))
     if export and run.result.layouts and _left(deadline) > 0:  # advisory: only with time left
         on_phase(f"searching without {export}'s limits, to compare")
         searches.append(_compare_unrestricted(run, request, export, deadline))
@@ -351,6 +357,83 @@ def _compare_unrestricted(
         stacklevel=2,
     )
     return free
+
+
+def fewer_devices(problem: Problem) -> str | None:
+    """The catalogue GPU cluster to compare a solve with when the device count's odd factor cannot go to
+    data parallelism: the global batch does not divide by it, so tp, pp or cp must carry it (576 GB200s
+    at 1,024 sequences: the 9 becomes a 9-stage pipeline). The largest count of 2^a x g devices, g the
+    part of that odd factor the batch divides, under the cluster's, named as the cluster is
+    (``gb200-512``); None where the batch takes the whole odd factor, or the cluster is not a
+    catalogue name (a file, a problem file's own) or a TPU slice or slices (their sizes are not free)."""
+    name = problem.cluster_name
+    if is_cluster_file(name) or problem.cluster.name != name:
+        return None
+    try:  # an inline cluster of a problem file is named as its file says
+        acc, desc = parse_cluster_name(name)
+    except CatalogueError:
+        return None
+    if acc.kind != "gpu" or "count" not in desc or desc.get("slices", 1) != 1:
+        return None
+    count = desc["count"]
+    odd = count // (count & -count)
+    absorbed = math.gcd(odd, problem.workload.global_batch_seqs)
+    if absorbed == odd:
+        return None
+    devices = absorbed << ((count // absorbed).bit_length() - 1)
+    try:  # a GPU count the catalogue cannot build (partial nodes) is no comparison
+        resolve_cluster(f"{acc.id}-{devices}")
+    except CatalogueError:
+        return None
+    return f"{acc.id}-{devices}"
+
+
+def _compare_fewer_devices(
+    run: SolveRun, request: SearchRequest, cluster: str, deadline: float
+) -> SearchResult:
+    """The same problem on ``cluster`` (``fewer_devices``), and, where its winner's step is shorter than
+    the winner's on every device, a warning and ``document['fewer_devices']`` (docs/OUTPUT.md)."""
+    fewer = dataclasses.replace(run.problem, cluster_name=cluster, cluster=resolve_cluster(cluster))
+    result = proven_or_feasible(
+        solve_problem(fewer, dataclasses.replace(request, top_k=1, time_limit_s=_left(deadline)))
+    )
+    if not result.layouts:
+        return result
+    ours, theirs = run.result.layouts[0], result.layouts[0]
+    if theirs.step_time_s >= ours.step_time_s:
+        return result
+    versus = versus_claim(theirs, ours, band_of(theirs))
+    saving = 1.0 - theirs.step_time_s / ours.step_time_s
+    run.document["fewer_devices"] = {
+        "cluster": cluster,
+        "num_devices": theirs.cluster.num_devices,
+        "status": result.status,
+        "step_time_saving": saving,
+        "distinguishable": bool(versus["distinguishable"]),
+        "layout": layout_record(theirs),
+    }
+    warnings.warn(
+        f"{theirs.cluster.num_devices:,} of the {ours.cluster.num_devices:,} devices run a step "
+        f"{saving:.1%} faster ({theirs.step_time_s:.3f} s against {ours.step_time_s:.3f} s, "
+        f"{_degrees(theirs)}; {'outside' if versus['distinguishable'] else 'inside'} the model's "
+        f"uncertainty): the global batch of {run.problem.workload.global_batch_seqs:,} sequences "
+        f"does not divide by the odd factor of {ours.cluster.num_devices:,}, so the winner here "
+        f"puts it in {_odd_degrees(ours, run.problem.workload.global_batch_seqs)}; "
+        f"`layoutsearch solve --cluster {cluster}` shows that layout",
+        LayoutsearchWarning,
+        stacklevel=2,
+    )
+    return result
+
+
+def _odd_degrees(est: Estimate, batch: int) -> str:
+    """The degrees of ``est`` that carry the part of the device count's odd factor ``batch`` does not
+    divide (``fewer_devices``)."""
+    count = est.cluster.num_devices
+    odd = count // (count & -count)
+    left = odd // math.gcd(odd, batch)
+    named = [f"{k}={v}" for k, v in est.layout.all_degrees.items() if math.gcd(v, left) > 1]
+    return ", ".join(named) or "its degrees"
 
 
 def _degrees(est: Estimate) -> str:

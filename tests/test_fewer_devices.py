@@ -1,0 +1,82 @@
+"""solve compares a cluster whose device count has an odd factor the global batch cannot take with the
+largest sub-cluster whose factor it can (engine.fewer_devices, docs/OUTPUT.md `fewer_devices`)."""
+
+import warnings
+from pathlib import Path
+
+import pytest
+
+import layoutsearch as ls
+from layoutsearch.core.errors import LayoutsearchWarning
+from layoutsearch.core.problem import Problem, build_workload
+from layoutsearch.engine import fewer_devices
+
+EXAMPLES = Path(__file__).resolve().parents[1] / "examples"
+
+
+@pytest.mark.parametrize(
+    ("cluster", "seqs", "expected"),
+    [
+        ("gb200-576", 1024, "gb200-512"),  # 576 = 2^6 x 9, 1024 = 2^10: the 9 cannot go to dp
+        ("h100-768", 1024, "h100-512"),  # 768 = 2^8 x 3
+        ("h100-768", 1536, None),  # 1536 = 2^9 x 3: dp takes the 3
+        ("h100-1200", 1536, "h100-768"),  # 1200 = 2^4 x 75; the batch takes the 3 of 75: 3 x 2^8
+        ("h100-1024", 1000, None),  # no odd factor
+        ("v5p-384", 1000, None),  # a TPU slice's size is not free
+        (str(EXAMPLES / "custom-4gpu-nodes.cluster.yaml"), 1000, None),  # nor a cluster file's
+    ],
+)
+def test_the_compared_cluster_takes_the_largest_count_the_batch_can_spread(cluster, seqs, expected):
+    """2^a x g devices, g the part of the count's odd factor the batch divides, the largest under the
+    count; none where the batch divides the whole odd factor or the cluster is a TPU slice."""
+    problem = Problem.build("llama70b", cluster, build_workload(seqs, 4096))
+    assert fewer_devices(problem) == expected
+
+
+def test_576_gb200s_at_1024_sequences_run_faster_on_512():
+    """Llama 3 70B on 576 GB200s at 1,024 sequences of 4,096 tokens: the batch cannot spread the 9 of
+    576 = 64 x 9, so the winner runs a 9-stage pipeline (fsdp 32, tp 2, pp 9, 32 microbatches: its
+    bubble is 8 / 32 of the work, 0.773 s of a 4.000 s step). 512 of the devices run fsdp 256 x tp 2
+    with no pipeline in 3.589 s, 10.3% less (1 - 3.589 / 4.000), though inside the model's uncertainty
+    (-9.8% .. +7.4% each: 3.589 x 1.074 > 4.000 x 0.902)."""
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always", LayoutsearchWarning)
+        run = ls.solve("llama70b", "gb200-576", top=1)
+    winner = run.layouts[0]
+    assert (winner.layout.fsdp, winner.layout.tp, winner.layout.pp) == (32, 2, 9)
+    assert winner.step_time_s == pytest.approx(4.000, abs=5e-4)
+    assert winner.time_s["bubble"] == pytest.approx(0.773, abs=5e-4)
+    fewer = run.document["fewer_devices"]
+    assert (fewer["cluster"], fewer["num_devices"], fewer["status"]) == (
+        "gb200-512",
+        512,
+        "OPTIMAL",
+    )
+    assert fewer["layout"]["degrees"] == {
+        "dp": 1,
+        "fsdp": 256,
+        "tp": 2,
+        "pp": 1,
+        "cp": 1,
+        "ep": 1,
+        "etp": 1,
+    }
+    assert fewer["layout"]["time_s"]["step"] == pytest.approx(3.589, abs=5e-4)
+    assert fewer["step_time_saving"] == pytest.approx(1 - 3.5886 / 3.9998, abs=2e-4)
+    assert fewer["distinguishable"] is False
+    messages = [str(w.message) for w in caught if issubclass(w.category, LayoutsearchWarning)]
+    assert (
+        "512 of the 576 devices run a step 10.3% faster (3.589 s against 4.000 s, fsdp=256, tp=2; "
+        "inside the model's uncertainty): the global batch of 1,024 sequences does not divide by the "
+        "odd factor of 576, so the winner here puts it in pp=9; `layoutsearch solve --cluster "
+        "gb200-512` shows that layout"
+    ) in messages
+
+
+def test_no_comparison_where_the_batch_spreads_the_whole_count():
+    """768 H100s at 1,536 sequences (3 x 512): dp takes the 3, nothing is compared; at 1,024 the
+    512-device winner is slower than the 768-device one, so nothing is added either."""
+    assert "fewer_devices" not in ls.solve("llama70b", "h100-768", seqs=1536, top=1).document
+    run = ls.solve("llama70b", "h100-768", seqs=1024, top=1)
+    assert fewer_devices(run.problem) == "h100-512"
+    assert "fewer_devices" not in run.document
