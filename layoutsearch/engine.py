@@ -418,8 +418,9 @@ def _compare_fewer_devices(
         f"{_degrees(theirs)}; {'outside' if versus['distinguishable'] else 'inside'} the model's "
         f"uncertainty): the global batch of {run.problem.workload.global_batch_seqs:,} sequences "
         f"does not divide by the odd factor of {ours.cluster.num_devices:,}, so the winner here "
-        f"puts it in {_odd_degrees(ours, run.problem.workload.global_batch_seqs)}; "
-        f"`layoutsearch solve --cluster {cluster}` shows that layout",
+        f"puts it in {_odd_degrees(ours, run.problem.workload.global_batch_seqs)} (a batch it divides "
+        f"would let data parallelism take it); `layoutsearch solve --cluster {cluster}` shows that "
+        f"layout",
         LayoutsearchWarning,
         stacklevel=2,
     )

@@ -68,8 +68,8 @@ def test_576_gb200s_at_1024_sequences_run_faster_on_512():
     assert (
         "512 of the 576 devices run a step 10.3% faster (3.589 s against 4.000 s, fsdp=256, tp=2; "
         "inside the model's uncertainty): the global batch of 1,024 sequences does not divide by the "
-        "odd factor of 576, so the winner here puts it in pp=9; `layoutsearch solve --cluster "
-        "gb200-512` shows that layout"
+        "odd factor of 576, so the winner here puts it in pp=9 (a batch it divides would let data "
+        "parallelism take it); `layoutsearch solve --cluster gb200-512` shows that layout"
     ) in messages
 
 
