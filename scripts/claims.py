@@ -445,7 +445,8 @@ def what_this_says(claims: list[dict], f: dict) -> list[str]:
         "PTD-P layouts, so most of those claims are a measured gap, not model error (PTD-P over ZeRO-3, "
         "tokens/s of the PTD-P run over the ZeRO-3 run: "
         + "; ".join(zero3_pairs(claims))
-        + "). The rest of the sharding part is ZeRO-2 over ZeRO-1 (distributed optimizer) at a few percent.",
+        + "). The rest of the sharding part is a lower ZeRO stage than the published FSDP's ZeRO-3 "
+        "(llm-foundry, fms-fsdp), at a few percent.",
         "- **Model error on the published run itself.** Where the engine predicts the published layout "
         "slower than it ran, the claim inherits that error: compare the claim with the claim over the "
         f"MEASURED published step in the first table. {m('Megatron-LM')}: its 2024 records state "
@@ -454,7 +455,7 @@ def what_this_says(claims: list[dict], f: dict) -> list[str]:
         "counts, so what is left is degrees and sharding, against a published step predicted faster "
         "than it ran (the claim over the measured step is the larger). "
         f"{f['unfit_n']} published layouts are predicted not to fit although they ran.",
-        f"- **Small claims are noise.** {m('dgxc-benchmarking')}, {m('NeMo')}: ZeRO-2 and other degrees, "
+        f"- **Small claims are noise.** {m('dgxc-benchmarking')}, {m('NeMo')}: other degrees, "
         "none distinguishable inside the uncertainty band.",
         f"- Microbatching: {f['mb_n']} claims gain more than 5% from the microbatch count "
         f"({', '.join(f['mb_ids'][:6])}{' ...' if f['mb_n'] > 6 else ''}).",

@@ -230,8 +230,15 @@ def custom_doc(
 
 
 # Llama 3 8B's interleaved pipeline of the export tests: pp=4 x 2 virtual stages, fsdp 2 x tp 8, 8 microbatches
+# ZeRO-1: what Megatron's distributed optimizer and FSDP2 under torch.distributed.pipelining run with a pipeline
 INTERLEAVED_LAYOUT = Layout(
-    fsdp=2, tp=8, pp=4, virtual_stages=2, num_microbatches=8, schedule="interleaved"
+    fsdp=2,
+    tp=8,
+    pp=4,
+    virtual_stages=2,
+    num_microbatches=8,
+    schedule="interleaved",
+    zero_stage=1,
 )
 # Megatron-Bridge's DeepSeek-V3 recipe on pp=8 x 2 virtual stages (mapping rule 23): 8 layers on the first
 # stage, 5 on the last

@@ -165,19 +165,25 @@ def test_a_solve_on_each_new_part_is_optimal_with_the_uncalibrated_band(name):
 
 
 def test_an_amd_layout_exports_to_megatron_and_torchtitan(tmp_path):
-    """Exports are vendor-neutral: an MI300X search for Megatron writes a Megatron script (the
-    unrestricted winner, ZeRO-2 with a pipeline, is one Megatron cannot run), and the winner a
-    torchtitan TOML."""
-    script = tmp_path / "mi300x.sh"
+    """Exports are vendor-neutral: an MI300X search for Megatron writes a Megatron script and one for
+    torchtitan a torchtitan TOML. The unrestricted winner, ZeRO-2 with a pipeline, is one neither runs
+    (torchtitan's pipelines run FSDP2 as ZeRO-1), and its export says so."""
     args = ["solve", "--model", "llama70b", "--cluster", "mi300x-64"]
+    script, toml = tmp_path / "mi300x.sh", tmp_path / "mi300x.toml"
     r = runner.invoke(app, [*args, "--export", "megatron", "-o", str(script)])
     assert r.exit_code == 0, r.stdout
     assert "--tensor-model-parallel-size" in script.read_text()
-    result = tmp_path / "mi300x.json"
-    result.write_text(json.dumps(solve_json("mi300x-64")))
-    r = runner.invoke(app, ["export", str(result), "--to", "torchtitan"])
+    r = runner.invoke(app, [*args, "--export", "torchtitan", "-o", str(toml)])
     assert r.exit_code == 0, r.stdout
-    assert "cluster: mi300x-64 (64 mi300x devices)" in r.stdout and "[parallelism]" in r.stdout
+    text = toml.read_text()
+    assert "cluster: mi300x-64 (64 mi300x devices)" in text and "[parallelism]" in text
+    result = tmp_path / "mi300x.json"
+    doc = solve_json("mi300x-64")
+    assert (doc["layouts"][0]["zero_stage"], doc["layouts"][0]["degrees"]["pp"]) == (2, 4)
+    result.write_text(json.dumps(doc))
+    r = runner.invoke(app, ["export", str(result), "--to", "torchtitan"])
+    assert r.exit_code == 2
+    assert "torchtitan cannot express ZeRO-2 with pp(4)" in r.output
 
 
 def test_a_tensor_parallel_pair_on_an_amd_node_gets_one_peer_link():

@@ -283,11 +283,16 @@ def test_interleaved_pipeline():
         args["--num-layers-per-virtual-pipeline-stage"] == "4"
         and args["--pipeline-model-parallel-size"] == "4"
     )
-    tt = tomllib.loads(exported(doc, "torchtitan"))["parallelism"]
+    # torchtitan with a pipeline: FSDP2 under torch.distributed.pipelining is ZeRO-1 (shards over dp_shard,
+    # gathered through the step); ZeRO-3 with pp it refuses
+    tt = tomllib.loads(exported(zero1, "torchtitan"))["parallelism"]
     assert (
         tt["pipeline_parallel_schedule"] == "Interleaved1F1B"
         and tt["pipeline_parallel_layers_per_stage"] == 4
     )
+    assert tt["data_parallel_shard_degree"] == 2 and tt["fsdp_reshard_after_forward"] == "never"
+    with pytest.raises(InvalidLayoutError, match="cannot express ZeRO-3 with pp\\(4\\)"):
+        export_document(doc, "torchtitan")
     assert tt["pipeline_parallel_microbatch_size"] == 16
     with pytest.raises(
         InvalidLayoutError,
@@ -624,7 +629,7 @@ def test_torchtitan03_refuses_what_torchtitan_cannot_express():
     with pytest.raises(
         InvalidLayoutError,
         match=r"torchtitan-0.3 export of layout rank 1: torchtitan cannot express "
-        r"ZeRO-1 \(FSDP2 has no ZeRO-1.*nearest: zero_stage 2 or 3",
+        r"ZeRO-1 with pp = 1 \(FSDP2 has no ZeRO-1.*without a pipeline\); nearest: zero_stage 2 or 3",
     ):
         export_document(z1, "torchtitan-0.3")
     kv = solve_doc("llama70b", "h100-64", 256, 4096, Layout(fsdp=4, tp=16, recompute="full"))

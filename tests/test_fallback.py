@@ -25,37 +25,39 @@ def test_nearest_batch_is_the_nearest_multiple_ties_to_the_smaller(seqs, dp, wan
 
 
 def test_reshard_free_rows_keep_the_degrees_and_shrink_the_data_parallel_ones(run):
-    """Winner fsdp=16,tp=2,pp=2,cp=2 (groups of 8 devices, one node each): 15 nodes hold 15 groups, fsdp
-    15 at batch 135 (7 above 128, 8 below); 14 nodes fsdp 14 at batch 126 (2 below, 12 above). At 9
-    sequences a replica no K divides into the interleaved schedule's rounds of pp (the winner's 8 x 1
-    v8 schedule), so the 15-node row runs 1F1B. (Was fsdp=8,tp=2,pp=4,cp=2 with one node idle at 15,
-    before the interleaved schedule's per-chunk reductions, 2026-12-05.)"""
+    """Winner fsdp=8,tp=4,pp=4 (ZeRO-1, 16 microbatches, v5; groups of 16 devices, two nodes each): 15 nodes
+    hold 7 groups, fsdp 7 on 14 of them with one idle, at batch 126 (2 below 128, 5 above); 14 nodes the same
+    without the idle one. At 18 sequences a replica no K divides into the interleaved schedule's rounds of pp,
+    so the rows run 1F1B. (Was fsdp=16,tp=2,pp=2,cp=2, ZeRO-2, 8 microbatches, v8, with fsdp 15 at batch 135
+    on 15 nodes, until ZeRO-2 reduce-scattered its gradients in every microbatch; fsdp=8,tp=2,pp=4,cp=2 with
+    one node idle at 15 before the interleaved schedule's per-chunk reductions, 2026-12-05.)"""
     rows = [r for r in run.fallbacks if r.family == "reshard-free"]
-    assert run.result.layouts[0].layout.all_degrees == {
+    winner = run.result.layouts[0].layout
+    assert winner.all_degrees == {
         "dp": 1,
-        "fsdp": 16,
-        "tp": 2,
-        "pp": 2,
-        "cp": 2,
+        "fsdp": 8,
+        "tp": 4,
+        "pp": 4,
+        "cp": 1,
         "ep": 1,
         "etp": 1,
     }
-    assert run.result.layouts[0].layout.virtual_stages == 8
-    assert [(r.nodes_lost, r.nodes_used, r.nodes_idle) for r in rows] == [(1, 15, 0), (2, 14, 0)]
-    assert [(r.global_batch_seqs, r.batch_changed) for r in rows] == [(135, True), (126, True)]
-    assert [r.estimate.layout.fsdp * r.estimate.layout.dp for r in rows] == [15, 14]
+    assert (winner.zero_stage, winner.num_microbatches, winner.virtual_stages) == (1, 16, 5)
+    assert [(r.nodes_lost, r.nodes_used, r.nodes_idle) for r in rows] == [(1, 14, 1), (2, 14, 0)]
+    assert [(r.global_batch_seqs, r.batch_changed) for r in rows] == [(126, True), (126, True)]
+    assert [r.estimate.layout.fsdp * r.estimate.layout.dp for r in rows] == [7, 7]
     assert [r.estimate.layout.virtual_stages for r in rows] == [1, 1]
-    assert all((r.estimate.layout.tp, r.estimate.layout.pp) == (2, 2) for r in rows)
+    assert all((r.estimate.layout.tp, r.estimate.layout.pp) == (4, 4) for r in rows)
     assert all(r.reshard_s == 0.0 for r in rows)
 
 
 def test_free_rows_are_never_slower_and_pay_the_reshard(run):
     """The free family searches the reshard-free cluster too, so it is at least as fast; a new
-    layout reads the 70.5537e9 x 12-byte checkpoint over its hosts (15 with one node lost) x 0.977 GB/s,
+    layout reads the 70.5537e9 x 12-byte checkpoint over its hosts (14 with one node lost) x 0.977 GB/s,
     about 58 s, or up to 5% more: the per-device checkpoint is the heaviest pipeline stage's (its
     embedding or head)."""
     kept, free = run.fallbacks[0], run.fallbacks[1]
-    assert free.family == "free" and free.nodes_used == 15
+    assert free.family == "free" and free.nodes_used == 14
     assert free.estimate.tokens_per_s >= kept.estimate.tokens_per_s
     assert free.estimate.layout.pp != kept.estimate.layout.pp
     assert 1.0 <= free.reshard_s / (70.5537e9 * 12 / (free.nodes_used * 2e12 / 2048)) < 1.05
@@ -64,17 +66,19 @@ def test_free_rows_are_never_slower_and_pay_the_reshard(run):
 
 def test_each_fallback_record_exports():
     """A fallback record holds a problem and a layout record: export writes it for the target searched. For
-    torchtitan on 15 of 16 nodes: no reshard-free layout (tp 2 x pp 8 on 14 nodes puts pp inside a node beside
-    fsdp 7 across them, which its launcher cannot build), and the free one (fsdp 7, tp 4, pp 2, cp 2) exports."""
+    torchtitan on 15 of 16 nodes: no reshard-free layout (the winner's tp 4 x pp 4 with fsdp 7 on 14 nodes puts
+    groups across nodes in an order its launcher cannot build), and the free one (fsdp 6, tp 4, pp 5, ZeRO-1 on
+    15 nodes) exports. (fsdp 7, tp 4, pp 2, cp 2 on 14 nodes, with ZeRO-2, until torchtitan's pipelines ran
+    FSDP2 as ZeRO-1.)"""
     run = ls.solve(
         model="llama70b", cluster="h100-128", seqs=128, fallback_nodes=1, top=1, export="torchtitan"
     )
     kept, free = run.document["fallback"]
     assert (kept["family"], kept["layout"]) == ("reshard-free", None)
     text = export_document(free, "torchtitan")
-    assert free["family"] == "free" and free["layout"]["degrees"]["pp"] == 2
-    assert "pipeline_parallel_degree = 2" in text
-    assert free["problem"]["cluster"] == "h100-112"
+    assert free["family"] == "free" and free["layout"]["degrees"]["pp"] == 5
+    assert "pipeline_parallel_degree = 5" in text and "data_parallel_shard_degree = 6" in text
+    assert free["problem"]["cluster"] == "h100-120"
 
 
 @pytest.mark.parametrize(
@@ -106,8 +110,10 @@ def test_plan_markdown_and_json(tmp_path, capsys):
     text = out.read_text()
     assert "# Plan: llama70b on h100-128 (128 devices)" in text
     assert (
-        "| 1 | reshard-free | h100-120 | 0 | 135* | fsdp=15,tp=2,pp=2,cp=2 | 108,695 | 26.0% | 0 |"
-        in text  # was h100-112, 1 idle, 126*, fsdp=7,tp=2,pp=4,cp=2, 105,942, 26.3% before 2026-12-05
+        "| 1 | reshard-free | h100-112 | 1 | 126* | fsdp=7,tp=4,pp=4 | 100,229 | 26.6% | 0 |"
+        in text  # was h100-120, 0 idle, 135*, fsdp=15,tp=2,pp=2,cp=2, 108,695, 26.0% until ZeRO-2 reduce-scattered
+        # its gradients in every microbatch; h100-112, 1 idle, 126*, fsdp=7,tp=2,pp=4,cp=2, 105,942, 26.3% before
+        # 2026-12-05
     )
     capsys.readouterr()
     assert main([*argv, "--format", "json"]) == 0

@@ -131,8 +131,8 @@ REFUSALS = {
         Layout(fsdp=16, zero_stage=1),
         "bf16",
         "torchtitan-zero",
-        "torchtitan cannot express ZeRO-1 (FSDP2 has no ZeRO-1 (sharded optimizer, unsharded "
-        "gradients)); nearest: zero_stage 2 or 3",
+        "torchtitan cannot express ZeRO-1 with pp = 1 (FSDP2 has no ZeRO-1 (sharded optimizer, unsharded "
+        "gradients) without a pipeline); nearest: zero_stage 2 or 3",
     ),
     "torchtitan-0.3": (
         Layout(fsdp=16),

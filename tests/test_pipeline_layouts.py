@@ -111,12 +111,14 @@ def _problem(model="llama3-8b", cluster="h100-16", seqs=16):
 )
 def test_cpsat_equals_the_enumerator_with_the_balanced_split(model, cluster, seqs, fix):
     """llama3-8b on 16 H100 with pp = 8 and deepseek-v2 on 128 with pp = 4, tp = 2 (Megatron, every
-    split searched, the balanced one included): CP-SAT's top 4 are the enumerator's, layouts and
-    step times, and a balanced split is among them (deepseek-v2's 4th, behind norm_mla_up_proj's)."""
+    split searched, the balanced one included): CP-SAT's top 5 are the enumerator's, layouts and
+    step times, and a balanced split is among them (deepseek-v2's 5th, behind two ZeRO-2 layouts that
+    rank first for their headroom and two ZeRO-1 ones; its 4th, behind norm_mla_up_proj's, until ZeRO-2
+    reduce-scattered its gradients in every microbatch)."""
     problem = _problem(model, cluster, seqs)
     options = SearchOptions(fix=fix, pipeline_splits=ALL_SPLITS)
-    proven = solve(problem, SearchRequest(options=options, top_k=4))
-    oracle = solve(problem, SearchRequest(options=options, top_k=4, method="enumerate"))
+    proven = solve(problem, SearchRequest(options=options, top_k=5))
+    oracle = solve(problem, SearchRequest(options=options, top_k=5, method="enumerate"))
     assert proven.status == "OPTIMAL"
     assert [e.layout for e in proven.layouts] == [e.layout for e in oracle.layouts]
     assert [e.step_time_s for e in proven.layouts] == [e.step_time_s for e in oracle.layouts]
@@ -304,7 +306,7 @@ def test_torchtitan_export_writes_the_balanced_chunks_as_module_names():
     module_fqns_per_model_part lists those chunks' modules in order, the embedding first and the norm and
     output head last, and no layer counts beside them; on pp = 2 x 2 virtual stages, four chunks under
     Interleaved1F1B. A part that drops a layer is the checker's finding."""
-    layout = Layout(fsdp=4, pp=4, zero_stage=2, num_microbatches=8, balanced_split=True)
+    layout = Layout(fsdp=4, pp=4, zero_stage=1, num_microbatches=8, balanced_split=True)
     doc = solve_doc("llama3-8b", "h100-16", 32, 4096, layout, framework="torchtitan")
     par = tomllib.loads(exported(doc, "torchtitan"))["parallelism"]
     bounds = (0, 9, 17, 26, 32)
@@ -320,7 +322,7 @@ def test_torchtitan_export_writes_the_balanced_chunks_as_module_names():
     layout = Layout(
         fsdp=8,
         pp=2,
-        zero_stage=2,
+        zero_stage=1,
         num_microbatches=4,
         virtual_stages=2,
         schedule="interleaved",

@@ -58,13 +58,14 @@ def test_the_main_jobs_context_parallel_fastest_gives_way_to_a_cp_free_layout():
 def test_llama3_405b_at_128k_keeps_tp_inside_a_node():
     """The issue's case: 128 x 131,072 tokens on h100-16384 put tp=16 across InfiniBand for a
     2.3% predicted gain (4.8% at the H200 measurement's physics, still inside the +/-11% band); now tp=8
-    stays inside a node and cp crosses instead, 1.1% slower than the fastest (4-6% before the interleaved
-    schedule's per-chunk gradient reductions and fill sends, 2026-12-05: both sides run v 8 now)."""
+    stays inside a node and cp crosses instead, 4.3% slower than the fastest (1.1% while ZeRO-2 reduced its
+    gradients once per step: that winner ran ZeRO-2 over 16 microbatches, this one ZeRO-1 over 32; 4-6% before
+    the interleaved schedule's per-chunk gradient reductions and fill sends, 2026-12-05)."""
     run = ls.solve(model="llama3-405b", cluster="h100-16384", seqs=128, seq_len=131072, top=1)
     record = run.document["layouts"][0]
     assert record["axes"]["tp"] == [["node", 8]]
     assert record["degrees"]["cp"] > 1
-    assert 1.01 < record["time_s"]["step"] / run.result.objective_value < 1.02
+    assert 1.04 < record["time_s"]["step"] / run.result.objective_value < 1.05
 
 
 def test_microbatch_and_cp_risks_follow_their_declared_limits():
@@ -88,16 +89,18 @@ def test_microbatch_and_cp_risks_follow_their_declared_limits():
 
 def test_each_layout_record_names_the_risks_it_carries(capsys):
     """A winner that carries risks says which: Llama 3 405B on 1,024 H100s at 4,096 x 4,096 tokens
-    has 256 microbatches of one sequence over pp 8 (above max(64, 8 x 8)) and cp 2, and so does
-    every layout within 5% of it (512 over pp 16 until the first pipeline stage's memory was its own or a
-    middle stage's, 2026-12-05: pp 8's uneven split then fits, 70.7 of 82.3 GB); Qwen3-30B-A3B on 8 H100s at 512 sequences fills the memory (peak
+    has 2,048 microbatches of one sequence over pp 64 (above max(64, 8 x 64)) and cp 4, and so does
+    every layout within 5% of it (256 over pp 8 and cp 2 with ZeRO-2 until ZeRO-2 reduce-scattered its gradients
+    in every microbatch: 256 of them now cost more than holding whole gradients, which takes 128-way model
+    parallelism to fit; 512 over pp 16 until the first pipeline stage's memory was its own or a
+    middle stage's, 2026-12-05); Qwen3-30B-A3B on 8 H100s at 512 sequences fills the memory (peak
     82.3 of 82.3 GB) with both headroom risks, and the table says so with the margin that asks for
     room (the measured error +15.8% of 76.65 GiB usable: 10.5 GiB, rounded up to 11); the main
     job carries none."""
     big = ls.solve(model="llama3-405b", cluster="h100-1024", seqs=4096, top=1)
     first = big.document["layouts"][0]
-    assert first["num_microbatches"] == 256 and first["degrees"]["pp"] == 8
-    assert first["degrees"]["cp"] == 2
+    assert first["num_microbatches"] == 2048 and first["degrees"]["pp"] == 64
+    assert first["degrees"]["cp"] == 4
     assert first["risks"] == [RISKS[4], RISKS[5]]
     assert ls.solve(top=1).document["layouts"][0]["risks"] == []
     from layoutsearch.cli import main

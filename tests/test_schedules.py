@@ -200,9 +200,9 @@ def test_schedule_rules_name_the_numbers():
     ]
 
 
-def _doc(schedule: str, v: int, zero_stage: int = 2) -> dict:
-    """llama3-8b on h100-64 with a 4-stage pipeline of ``schedule`` (ZeRO-2 for torchtitan, which has
-    no ZeRO-1; ZeRO-1 for the others, whose pipelines take no ZeRO-2)."""
+def _doc(schedule: str, v: int, zero_stage: int = 1) -> dict:
+    """llama3-8b on h100-64 with a 4-stage pipeline of ``schedule``, ZeRO-1 (every target's pipelines take
+    it: torchtitan's FSDP2 runs as ZeRO-1 under torch.distributed.pipelining)."""
     shape = {"fsdp": 2, "tp": 8, "pp": 4, "num_microbatches": 8}
     layout = Layout(**shape, zero_stage=zero_stage, virtual_stages=v, schedule=schedule)
     return doc_llama8b(layout)
@@ -233,7 +233,8 @@ def test_torchtitan_writes_torch_pipelining_schedule_names(schedule, v, name):
             "torchtitan cannot express pp(4) with the dualpipe schedule (torch.distributed.pipelining "
             "runs 1F1B, GPipe, Interleaved1F1B, InterleavedZeroBubble (two or more stages per rank), "
             "ZBVZeroBubble and DualPipeV; not the bidirectional DualPipe with two copies of the "
-            "weights); nearest: schedule 1f1b or gpipe or interleaved or zb-h1 or zb-v or dualpipev",
+            "weights; and it defers FSDP2's gradient reduce-scatter and reshard to the last backward, "
+            "which is ZeRO-1); nearest: schedule 1f1b or gpipe or interleaved or zb-h1 or zb-v or dualpipev",
         ),
         (
             "zb-h1",
@@ -255,7 +256,7 @@ def test_torchtitan_writes_torch_pipelining_schedule_names(schedule, v, name):
 def test_exports_refuse_schedules_their_framework_does_not_run(schedule, v, target, message):
     """Each target refuses the schedules its framework lacks, with the framework's reason."""
     with pytest.raises(InvalidLayoutError, match=re.escape(message)):
-        export_document(_doc(schedule, v, 2 if target == "torchtitan" else 1), target)
+        export_document(_doc(schedule, v), target)
 
 
 @pytest.mark.parametrize(

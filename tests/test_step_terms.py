@@ -45,7 +45,7 @@ def _stage(**overrides) -> step.StageTerms:
         fsdp_fixed_s=0.03,
         fsdp_backward_s=0.5,
         backward_s=0.4,
-        zero3=1.0,
+        microbatch_zero=1.0,
         eta=0.1,
     )
     return step.StageTerms(**{**values, **overrides})
@@ -78,7 +78,7 @@ def test_tables_hold_every_term_under_its_field_name():
     tables = _names(Tables)
     assert _names(step.StepTerms) <= tables
     assert _names(step.StageTerms) - NOT_TABULATED <= tables
-    assert "eta" in tables and "zero3" in tables  # held once, not per candidate
+    assert "eta" in tables and "microbatch_zero" in tables  # held once, not per candidate
 
 
 def test_each_step_term_enters_the_exposed_and_plain_declarations_once():
@@ -149,7 +149,9 @@ def test_estimate_step_time_is_step_total_of_its_terms():
     est = estimate(problem, Layout(fsdp=16, tp=2, pp=2, zero_stage=3), strict=False)
     first, last, once = layout_terms(problem, est.layout)
     assert est.step_time_s == step.step_total(once, step.slowest_stage(first, last))
-    assert first.zero3 == 1.0 and first.cp_s == last.cp_s  # ZeRO-3 over 16 shards; CP alike
+    assert (
+        first.microbatch_zero == 1.0 and first.cp_s == last.cp_s
+    )  # ZeRO-3 over 16 shards; CP alike
     for item, _ in step.PLAIN:  # the output keys of the plain terms (docs/OUTPUT.md)
         assert item in est.time_s
     assert est.time_s["compute/optimizer"] == once.optimizer_s

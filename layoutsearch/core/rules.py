@@ -1241,12 +1241,25 @@ def _features_nearest(p: Problem) -> str:
 
 # The limits in funnel order; each reads the Capabilities fields it names.
 LIMITS: tuple[Limit, ...] = (
-    Limit.zero(
+    Limit(
         code="zero",
-        stages="zero_stages",
-        title="ZeRO stage in {}",
-        cannot=lambda c: f"ZeRO-{c['z']}",
-        nearest=lambda stages, c: f"zero_stage {_or_(s for s in stages if s)}",
+        needs=("fsdp", "cp", "z", "pp"),
+        holds=lambda caps, p, c: (
+            np.isin(effective_zero(c), caps.zero_stages)
+            | ((c["pp"] > 1) & np.isin(effective_zero(c), caps.zero_stages_only_with_pp))
+        ),
+        title=lambda caps, p: (
+            f"ZeRO stage in {set(caps.zero_stages)}"
+            + (
+                f" (and {set(caps.zero_stages_only_with_pp)} with pp > 1)"
+                if caps.zero_stages_only_with_pp
+                else ""
+            )
+        ),
+        cannot=lambda caps, p, c: (
+            f"ZeRO-{c['z']}" + (" with pp = 1" if c["z"] in caps.zero_stages_only_with_pp else "")
+        ),
+        nearest=lambda caps, p, c: f"zero_stage {_or_(s for s in caps.zero_stages if s)}",
     ),
     Limit.zero(
         code="replicas",

@@ -309,6 +309,25 @@ def _stage_terms(problem: Problem, key: _Keys, stages: list[dict], st: int) -> s
     s, first = stages[st], stages[0]
     work = memory.recompute_arrays(model)
     r = int(_scalar(key.r))
+    # ZeRO collectives in every microbatch (a shard group): ZeRO-3's per-layer gathers and reduce-scatters
+    # behind every microbatch's backward; ZeRO-2's reduce-scatter of each microbatch's gradients but the last's
+    # (a once-per-step term, as ZeRO-1's) behind that microbatch's backward
+    z, sharded = int(_scalar(key.z)), _scalar(key.sh.shards) > 1
+    zero3 = float(sharded and z == 3)
+    backward = layers * _scalar(first["windows"]["window/bwd_layer"])
+    if zero3:
+        fsdp, busy = first["fsdp"], first["link_busy"]
+        traffic = mult * layers * _scalar(fsdp["gather_layer"] + fsdp["reduce_layer"] + busy["bwd"])
+        window = mult * backward
+    else:
+        others = _scalar(key.k) - 1.0
+        link_busy = terms.reduction_link_traffic(
+            model, problem.workload, acc, key.sh, first["tp"], first["cp"], key.co
+        )
+        traffic = others * _scalar(
+            terms.zero2_microbatch_traffic(model, problem.workload, acc, key.sh, key.co, link_busy)
+        )
+        window = others * backward
     return step.StageTerms(
         compute_s=mult * (sum(s["compute"].values()) + s["overhead"]),
         tp_s=mult * _scalar(s["tp"]["base"] - s["tp"]["lost"]),
@@ -326,18 +345,13 @@ def _stage_terms(problem: Problem, key: _Keys, stages: list[dict], st: int) -> s
         ep_rerun_s=mult * _scalar(first["ep"]["rerun"] - first["ep"]["rerun_lost"]),
         ep_rerun_lost_s=mult * _scalar(first["ep"]["rerun_lost"]),
         ep_rerun_fraction=float(work["moe"][r]),
-        fsdp_fixed_s=mult
+        fsdp_fixed_s=zero3
+        * mult
         * _scalar(s["fsdp_fixed"]["forward"] + s["fsdp_fixed"]["vocab"] - s["fsdp_fixed"]["lost"]),
-        fsdp_fixed_lost_s=mult * _scalar(s["fsdp_fixed"]["lost"]),
-        fsdp_backward_s=mult
-        * layers
-        * _scalar(
-            first["fsdp"]["gather_layer"]
-            + first["fsdp"]["reduce_layer"]
-            + first["link_busy"]["bwd"]
-        ),
-        backward_s=mult * layers * _scalar(first["windows"]["window/bwd_layer"]),
-        zero3=float(_scalar(key.z) == 3 and _scalar(key.sh.shards) > 1),
+        fsdp_fixed_lost_s=zero3 * mult * _scalar(s["fsdp_fixed"]["lost"]),
+        fsdp_backward_s=traffic,
+        backward_s=window,
+        microbatch_zero=float(sharded and z >= 2),
         eta=acc.overlap_interference,
     )
 
@@ -522,6 +536,8 @@ def _collectives(problem: Problem, key: _Keys, slow: dict, steps: dict) -> list[
     gathered = terms.gathered_bytes_per_param(workload, acc)
     p_layer = _scalar(params.layer_params(model, sh.tp))
     p_experts = _scalar(terms.expert_params_per_layer(model, sh)) if model.moe is not None else 0.0
+    z = int(_scalar(key.z))
+    zero3 = float(z == 3)  # its per-layer collectives run
     rows = [
         (
             "tp activations (AG+RS or AR)",
@@ -549,30 +565,43 @@ def _collectives(problem: Problem, key: _Keys, slow: dict, steps: dict) -> list[
             co.shard,
             p_layer * gathered,
             "per layer per microbatch x2",
-            _scalar(slow["fsdp"]["gather_layer"] - slow["fsdp"]["gather_experts_layer"]),
+            zero3 * _scalar(slow["fsdp"]["gather_layer"] - slow["fsdp"]["gather_experts_layer"]),
         ),
         (
             "fsdp grad reduce-scatter",
             co.shard,
             p_layer * workload.grad_bytes_per_param,
             "per layer per microbatch",
-            _scalar(slow["fsdp"]["reduce_layer"] - slow["fsdp"]["reduce_experts_layer"]),
+            zero3 * _scalar(slow["fsdp"]["reduce_layer"] - slow["fsdp"]["reduce_experts_layer"]),
         ),
         (
             "expert fsdp weight gather",
             co.eshard,
             p_experts * gathered,
             "per layer per microbatch x2",
-            _scalar(slow["fsdp"]["gather_experts_layer"]),
+            zero3 * _scalar(slow["fsdp"]["gather_experts_layer"]),
         ),
         (
             "expert fsdp grad reduce-scatter",
             co.eshard,
             p_experts * workload.grad_bytes_per_param,
             "per layer per microbatch",
-            _scalar(slow["fsdp"]["reduce_experts_layer"]),
+            zero3 * _scalar(slow["fsdp"]["reduce_experts_layer"]),
         ),
-        ("zero-1/2 grad reduce-scatter", co.shard, None, "per step", _scalar(steps["reduce/zero"])),
+        (
+            "zero-1 grad reduce-scatter",
+            co.shard,
+            None,
+            "per step",
+            float(z == 1) * _scalar(steps["reduce/zero"]),
+        ),
+        (
+            "zero-2 grad reduce-scatter",
+            co.shard,
+            None,
+            "per microbatch",
+            float(z == 2) * _scalar(steps["reduce/zero"]),
+        ),
         ("dp grad all-reduce", co.dp, None, "per step", _scalar(steps["reduce/dp"])),
         (
             "kv-replica grad all-reduce",

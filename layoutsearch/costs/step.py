@@ -11,9 +11,9 @@ enumerator, and the slowest stage the CP-SAT model looks up). The CP-SAT model
 With ``first`` and ``last`` the first and last stage's StageTerms:
 
     stage(s) = s.compute_s + s.tp_s + s.tp_rerun_fraction s.tp_rerun_s  (likewise cp_, ep_)
-               + s.zero3 (s.fsdp_fixed_s + max(0, s.fsdp_backward_s - s.backward_s)
-                          + s.eta min(s.fsdp_backward_s, s.backward_s))
-               + each _lost_s field (times its group's _rerun_fraction or zero3)
+               + s.microbatch_zero (s.fsdp_fixed_s + max(0, s.fsdp_backward_s - s.backward_s)
+                                   + s.eta min(s.fsdp_backward_s, s.backward_s))
+               + each _lost_s field (times its group's _rerun_fraction or microbatch_zero)
     step     = max(stage(first), stage(last)) + the EXPOSED parts + the PLAIN terms
 
 and an EXPOSED part ``unhidden(max(0, hidden - window)) + interference``: what does not hide
@@ -47,10 +47,15 @@ class StageTerms:
     cp_s: Term  # exposed context-parallel collectives (the first stage's, every stage alike)
     cp_rerun_s: Term  # the CP collectives of a forward run again
     cp_rerun_fraction: Term  # 1 when the policy reruns the attention core, else 0
-    fsdp_fixed_s: Term  # ZeRO-3 gathers that do not hide: the first layer's, the vocabulary's
-    fsdp_backward_s: Term  # ZeRO-3 backward traffic: gathers, reduce-scatters, TP/CP on their links
+    # ZeRO-3 gathers that do not hide: the first layer's, the vocabulary's (ZeRO-2: 0)
+    fsdp_fixed_s: Term
+    # ZeRO traffic in the microbatches' backward: ZeRO-3's per-layer gathers and reduce-scatters in every
+    # one, ZeRO-2's reduce-scatters in every one but the last (whose is a once-per-step term), with the
+    # TP/CP traffic on their links
+    fsdp_backward_s: Term
     backward_s: Term  # the backward that traffic hides behind
-    zero3: Term  # 1 when ZeRO-3 collectives run (stage 3 and a shard group), else 0
+    # 1 when ZeRO collectives run in the microbatches' backward (stage 2 or 3 and a shard group), else 0
+    microbatch_zero: Term
     eta: float  # compute seconds a hidden collective second costs (overlap_interference)
     ep_s: Term | None = None  # exposed MoE token AllToAlls; None: no expert terms (dense tables)
     ep_rerun_s: Term = 0.0  # those of a forward whose MLP runs again
@@ -151,14 +156,15 @@ def stage_items(s: StageTerms) -> dict[str, Any]:
         "stage/compute": s.compute_s,
         "exposed_comm/tp": s.tp_s + s.tp_rerun_fraction * s.tp_rerun_s,
         "exposed_comm/cp": s.cp_s + s.cp_rerun_fraction * s.cp_rerun_s,
-        "exposed_comm/fsdp": s.zero3
+        "exposed_comm/fsdp": s.microbatch_zero
         * (s.fsdp_fixed_s + np.maximum(0, s.fsdp_backward_s - s.backward_s)),
         "exposed_comm/interference": (
             s.tp_lost_s
             + s.tp_rerun_fraction * s.tp_rerun_lost_s
             + s.cp_lost_s
             + s.cp_rerun_fraction * s.cp_rerun_lost_s
-            + s.zero3 * (s.fsdp_fixed_lost_s + s.eta * np.minimum(s.fsdp_backward_s, s.backward_s))
+            + s.microbatch_zero
+            * (s.fsdp_fixed_lost_s + s.eta * np.minimum(s.fsdp_backward_s, s.backward_s))
         ),
     }
     if s.ep_s is not None:

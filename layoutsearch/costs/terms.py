@@ -1356,7 +1356,7 @@ def reduction_link_traffic(
 def fsdp_collectives(
     model: ModelSpec, workload: Workload, acc: Accelerator, sh: Shapes, co: Coeffs
 ) -> dict:
-    """ZeRO-3 per-layer gather and gradient reduce-scatter seconds, and the vocabulary's (keys S, o).
+    """Per-layer gather (ZeRO-3) and gradient reduce-scatter (ZeRO-2 and 3) seconds, and the vocabulary's (keys S, o).
 
     A layer moves in ``workload.fsdp_collectives_per_layer`` equal collectives (each paying
     the ring latency and the small-message penalty once).
@@ -1435,13 +1435,35 @@ def fsdp_exposed_fixed(
     }
 
 
+def grad_reduce_scatter(
+    model: ModelSpec, workload: Workload, acc: Accelerator, sh: Shapes, co: Coeffs
+) -> tuple:
+    """Seconds of one reduce-scatter of stage 0's gradients over the ZeRO shard groups (keys S, o),
+    (the dense ones over the shard group, the routed experts' over the expert shard group), each as
+    one bucketed collective: ZeRO-1 runs it once a step, ZeRO-2 in every microbatch's backward."""
+    half = acc.collective_half_efficiency_bytes
+    grads = _f(stage_params(model, sh, first=True)) * workload.grad_bytes_per_param
+    dense = ring_time(grads, co.shard, half)
+    if model.moe is None:
+        return dense, 0.0
+    e_grads = (
+        _f(moe_layers_per_stage(model, sh))
+        * expert_params_per_moe_layer(model, sh)
+        * workload.grad_bytes_per_param
+    )
+    return dense, ring_time(e_grads, co.eshard, half)
+
+
 def step_collectives(
     model: ModelSpec, workload: Workload, acc: Accelerator, sh: Shapes, z, co: Coeffs
 ) -> dict:
     """Once-per-step collectives of stage 0 (keys S, z, o): hideable reductions and exposed gathers.
 
-    'reduce': ZeRO-1/2 gradient reduce-scatter + DP all-reduce (over every copy when z = 0)
-    + the KV-replica all-reduce; they hide behind the last microbatch's backward.
+    'reduce': the ZeRO-1/2 gradient reduce-scatter + DP all-reduce (over every copy when z = 0)
+    + the KV-replica all-reduce; they hide behind the last microbatch's backward. ZeRO-2 keeps
+    only its shard of the gradients, so it also reduce-scatters those of every other microbatch in
+    that microbatch's backward (``zero2_microbatch_traffic``; DeepSpeed's stage 2 reduces at every
+    micro-step, FSDP's SHARD_GRAD_OP at every backward outside ``no_sync``).
     'gather': the ZeRO-1/2 gather of updated weights; it hides behind the next step's first
     forward (Megatron --overlap-param-gather), the rest is exposed.
     """
@@ -1450,7 +1472,8 @@ def step_collectives(
     zero12 = _f(((z == 1) | (z == 2)) & (sh.shards > 1))
     sharded = np.where(z >= 1, sh.shards, 1)
     grads = p_stage * workload.grad_bytes_per_param
-    rs = zero12 * ring_time(grads, co.shard, half)
+    dense_rs, expert_rs = grad_reduce_scatter(model, workload, acc, sh, co)
+    rs = zero12 * dense_rs
     dp_local = grads / sharded
     dp = np.where(
         z == 0, 2.0 * ring_time(dp_local, co.dp_zero0, half), 2.0 * ring_time(dp_local, co.dp, half)
@@ -1473,7 +1496,7 @@ def step_collectives(
         * workload.grad_bytes_per_param
     )
     e_sharded = (z >= 1) & (sh.expert_shards > 1)
-    e_rs = _f(e_sharded & (z <= 2)) * ring_time(e_grads, co.eshard, half)
+    e_rs = _f(e_sharded & (z <= 2)) * expert_rs
     e_dp = np.where(
         z == 0,
         2.0 * ring_time(e_grads, co.eall, half),
@@ -1490,6 +1513,16 @@ def step_collectives(
         "reduce/kv_replica": kv,
         "gather/zero": gather + e_gather,
     }
+
+
+def zero2_microbatch_traffic(
+    model: ModelSpec, workload: Workload, acc: Accelerator, sh: Shapes, co: Coeffs, link_busy
+):
+    """ZeRO-2's traffic in the backward of each microbatch but the last on stage 0 (keys S, o): its
+    gradients' reduce-scatter (``grad_reduce_scatter``, as the once-per-step one of the last) and
+    ``link_busy``, the hidden TP and CP traffic on the same links (``reduction_link_traffic``)."""
+    dense, experts = grad_reduce_scatter(model, workload, acc, sh, co)
+    return dense + experts + link_busy
 
 
 def pipeline_sends(

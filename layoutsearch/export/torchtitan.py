@@ -279,9 +279,15 @@ def balanced_fqns(ctx: ExportContext) -> list[list[str]]:
     return out
 
 
+def _sharded(ctx: ExportContext) -> bool:
+    """Whether the layout shards over FSDP2's data_parallel_shard: ZeRO-2 and 3, and ZeRO-1, which the
+    capabilities allow with a pipeline only (FSDP2 under torch.distributed.pipelining)."""
+    return ctx.effective_zero_stage >= 1
+
+
 def sections(ctx: ExportContext) -> dict[str, dict]:
     lay = ctx.layout
-    sharded = ctx.effective_zero_stage >= 2
+    sharded = _sharded(ctx)
     replicate, shard = (lay.dp, lay.fsdp) if sharded else (lay.dp * lay.fsdp, 1)
     k, mbs = lay.num_microbatches, ctx.microbatch_seqs
     parallelism: dict = {
@@ -418,8 +424,9 @@ def policy_notes(ctx: ExportContext, sac: str) -> list[str]:
         )
     if ctx.effective_zero_stage == 2 and ctx.layout.num_microbatches > 1 and ctx.layout.pp == 1:
         notes.append(
-            'zero 2 -> fsdp_reshard_after_forward = "never": FSDP2 still gathers and reduce-scatters '
-            "once per microbatch, not once per step."
+            'zero 2 -> fsdp_reshard_after_forward = "never": FSDP2 reshards after each backward, so it '
+            "gathers the weights again in every microbatch's forward, where the estimate gathers them once "
+            "a step (its reduce-scatter in every microbatch is costed)."
         )
     return notes
 
@@ -571,7 +578,7 @@ def check_config(cfg: dict, ctx: ExportContext) -> list[str]:
     if pp > 1:
         microbatches = _pipeline_problems(par, local, pp, m.num_layers, out)
     lay = ctx.layout
-    sharded = ctx.effective_zero_stage >= 2
+    sharded = _sharded(ctx)
     out += mismatches(
         {
             "dp_replicate": (rep, lay.dp if sharded else lay.data_units),

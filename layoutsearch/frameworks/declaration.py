@@ -170,6 +170,8 @@ class Capabilities:
     """The stages it can write with cp > 1."""
     zero_stages_with_pp: tuple[int, ...] = (0, 1, 2, 3)
     """The stages it can write with pp > 1."""
+    zero_stages_only_with_pp: tuple[int, ...] = ()
+    """Stages outside ``zero_stages`` that it writes with pp > 1 (torchtitan's ZeRO-1: FSDP2 under a pipeline)."""
     pipeline_schedules: tuple[str, ...] = tuple(SCHEDULE_CODES)
     """The pipeline schedules it runs."""
     multi_stage_schedules: tuple[str, ...] = ()

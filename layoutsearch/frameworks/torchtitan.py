@@ -5,7 +5,8 @@ backward; HSDP's all-reduce in backward; async TP only when asked.
 
 What it can express (checked against torchtitan 0.2.2; the same limits in 0.3.x, ``torchtitan03``):
 the pipeline schedules torch.distributed.pipelining names (zero bubble interleaved only, no
-bidirectional DualPipe), no ZeRO-1, cp only with weight sharding, no KV-head replication, its llama3, deepseek_v3 and qwen3
+bidirectional DualPipe), ZeRO-1 only with a pipeline (FSDP2 under torch.distributed.pipelining), cp only
+with weight sharding, no KV-head replication, its llama3, deepseek_v3 and qwen3
 models, expert groups out of the FSDP shard, cp and tp devices, fp32 gradient reduction.
 """
 
@@ -40,7 +41,14 @@ def capabilities(target: str) -> Capabilities:
         target == "torchtitan"
     )  # the 0.3 export builds llama3 only (its MoE models are other builders)
     why = {
-        "zero": "FSDP2 has no ZeRO-1 (sharded optimizer, unsharded gradients)",
+        "zero": "FSDP2 has no ZeRO-1 (sharded optimizer, unsharded gradients) without a pipeline",
+        # torch.distributed.pipelining (stage.py backward_maybe_with_nosync) turns FSDP2's gradient sync and
+        # reshard off for every backward but the last: the gradients accumulate whole and are reduce-scattered
+        # once a step, with the weights gathered through it, which is ZeRO-1 (whatever the reshard policy)
+        "pipeline": "torch.distributed.pipelining runs 1F1B, GPipe, Interleaved1F1B, "
+        "InterleavedZeroBubble (two or more stages per rank), ZBVZeroBubble and DualPipeV; not the "
+        "bidirectional DualPipe with two copies of the weights; and it defers FSDP2's gradient "
+        "reduce-scatter and reshard to the last backward, which is ZeRO-1",
         "cp": "it always runs FSDP over data_parallel_shard x cp, so cp shards the weights",
         "kv": "it shards wk/wv column-wise and cannot replicate KV heads",
         "model": "its llama3 model is gated-MLP, RMSNorm, RoPE, untied, bias-free, "
@@ -60,9 +68,6 @@ def capabilities(target: str) -> Capabilities:
         "capacity": "its MoE routes dropless",
         "unfused-attention": "its attention is SDPA's fused kernels or FlexAttention",
         "bf16-logits": "its cross_entropy_loss upcasts the logits to float32",
-        "pipeline": "torch.distributed.pipelining runs 1F1B, GPipe, Interleaved1F1B, "
-        "InterleavedZeroBubble (two or more stages per rank), ZBVZeroBubble and DualPipeV; not the "
-        "bidirectional DualPipe with two copies of the weights",
         "cp-flavour": "its context parallelism is ring attention, one SDPA call per K/V shard, the "
         "shards all-gathered or passed on by all-to-all (context_parallel_rotate_method): both priced "
         "as ring; it has no single-call all-gather and no head-parallel (Ulysses) attention",
@@ -79,6 +84,8 @@ def capabilities(target: str) -> Capabilities:
         target=target,
         framework="torchtitan",
         zero_stages=(0, 2, 3),
+        zero_stages_only_with_pp=(1,),
+        zero_stages_with_pp=(0, 1),
         # torch.distributed.pipelining's get_schedule_class names (export.torchtitan.SCHEDULES)
         pipeline_schedules=("1f1b", "gpipe", "interleaved", "zb-h1", "zb-v", "dualpipev"),
         multi_stage_schedules=("zb-h1",),
@@ -86,12 +93,12 @@ def capabilities(target: str) -> Capabilities:
         # torchtitan 0.2.x config/job_config.py; chunk i on rank i mod pp under 1F1B and Interleaved1F1B). The 0.3
         # export keeps to even: its module names are not checked (torchtitan's main renamed output to lm_head)
         pipeline_splits=("even", "balanced") if moe else ("even",),
-        zero_stages_with_replicas=(2, 3),
+        zero_stages_with_replicas=(1, 2, 3),
         recompute_policies=("none", "selective", "op", "full"),
         precisions=("bf16", "fp8") if moe else ("bf16",),
         # v0.2.2 config/job_config.py Float8Linear.recipe_name: tensorwise (None), rowwise
         fp8_recipes=("tensorwise", "rowwise") if moe else (),
-        zero_stages_with_cp=(2, 3),
+        zero_stages_with_cp=(1, 2, 3),
         kv_replication=False,
         offload=("none", "params") if moe else ("none",),
         model_blocks=("llama3", "deepseek", "qwen3-moe") if moe else ("llama3",),

@@ -100,10 +100,11 @@ class Vars:
     sz: dict = field(default_factory=dict)  # (shape, z) -> bool
     szo: dict = field(default_factory=dict)  # (shape, z, o) -> bool
     fetch: dict = field(default_factory=dict)  # (S, K) row -> bool: chosen with parameter offload
-    # the variables a candidate's selections determine (a hint sets them too): whether ZeRO-3
-    # collectives run and their extra stage time, each EXPOSED part's (exposed, floor(eta exposed)),
-    # the two headroom risks, and for time-to-train the step and per goodput factor (chosen, step or 0)
-    zero3: tuple = ()
+    # the variables a candidate's selections determine (a hint sets them too): per class of ZeRO collectives
+    # in the microbatches that a candidate may run (Tables.microbatch_zero 2, 3) whether they run and their
+    # extra stage time, each EXPOSED part's (exposed, floor(eta exposed)), the two headroom risks, and
+    # for time-to-train the step and per goodput factor (chosen, step or 0)
+    zero: dict = field(default_factory=dict)
     exposed: list = field(default_factory=list)
     low_headroom: list = field(default_factory=list)
     peak: Any = None  # KiB: no stage's memory at any moment exceeds it
@@ -355,16 +356,21 @@ def build_model(
             values = np.minimum(values, top)
         return LinearExpr.weighted_vars(sel.values(), values.astype(np.int64).tolist())
 
-    stage = over(v.w, t.STAGE0)
-    zero3_extra = over(v.w, t.STAGE3 - t.STAGE0)
-    horizon = int(limit if limit is not None else t.STAGE3.max()) + 1
-    # ---- ZeRO-3 collectives run only with stage 3 and more than one shard
-    z3 = model.new_bool_var("zero3")
-    model.add(z3 == LinearExpr.sum([b for (s, z), b in v.sz.items() if t.zero3[s, z]]))
-    zero3 = model.new_int_var(0, horizon, "zero3_stage_extra")
-    model.add(zero3 == zero3_extra).only_enforce_if(z3)
-    model.add(zero3 == 0).only_enforce_if(~z3)
-    v.zero3 = (z3, zero3)
+    step = over(v.w, t.STAGE0)
+    # ---- ZeRO collectives in the microbatches run only with stage 2 or 3 and more than one shard
+    for zero, table in ((2, t.STAGE2), (3, t.STAGE3)):
+        chosen = [b for (s, z), b in v.sz.items() if t.microbatch_zero[s, z] == zero]
+        if not chosen:
+            continue
+        runs = model.new_bool_var(f"zero{zero}_layers")
+        model.add(runs == LinearExpr.sum(chosen))
+        extra = model.new_int_var(
+            0, int(limit if limit is not None else table.max()) + 1, f"zero{zero}_extra"
+        )
+        model.add(extra == over(v.w, table - t.STAGE0)).only_enforce_if(runs)
+        model.add(extra == 0).only_enforce_if(~runs)
+        v.zero[zero] = (runs, extra)
+        step = step + extra
     # ---- the once-per-step terms of costs.step, looked up by the selections that key them
     term = step_formula.StepTerms(
         reduce_s=over(v.szo, t.reduce_s, top=None),
@@ -403,7 +409,6 @@ def build_model(
         step_overhead_s=t.step_overhead_s,
         eta_pct=t.eta_pct,
     )
-    step = stage + zero3
     # ---- hidden collectives: what does not fit behind their window is exposed (costs.step.EXPOSED)
     for hidden in step_formula.EXPOSED:
         top = hidden.hidden(most) + 1
@@ -472,7 +477,8 @@ def _step_upper(t: Tables, most: step_formula.StepTerms) -> int:
     """An upper bound of any candidate's step (quanta): each term at its table's largest entry."""
     hidden = sum(h.hidden(most) + 1 + h.interference(most) for h in step_formula.EXPOSED)
     plain = sum(term(most) for _, term in step_formula.PLAIN)
-    return int(t.STAGE0.max(initial=0) + t.STAGE3.max(initial=0) + hidden + plain) + 1
+    extra = max(t.STAGE2.max(initial=0), t.STAGE3.max(initial=0))
+    return int(t.STAGE0.max(initial=0) + extra + hidden + plain) + 1
 
 
 def _goodput_weighted(model, v: Vars, t: Tables, step, upper: int):
@@ -984,11 +990,12 @@ def _hint(space: Space, t: Tables, v: Vars, row: int, ri: int, z: int, o: int) -
     s = int(space.sk_shape[row])
     at = tuple(np.array([x]) for x in (row, ri, z, o))
     terms = step_terms(t, space, *at)
-    zero3 = bool(t.zero3[s, z])
-    determined = {
-        v.zero3[0]: int(zero3),
-        v.zero3[1]: int(t.STAGE3[row, ri, o] - t.STAGE0[row, ri, o]) if zero3 else 0,
-    }
+    runs = int(t.microbatch_zero[s, z])
+    determined = {}
+    for zero, (flag, extra) in v.zero.items():
+        table = t.STAGE2 if zero == 2 else t.STAGE3
+        determined[flag] = int(runs == zero)
+        determined[extra] = int(table[row, ri, o] - t.STAGE0[row, ri, o]) if runs == zero else 0
     metrics = assemble(t, space, *at)
     determined[v.peak] = int(metrics["peak"][0])
     for low, flag in zip(v.low_headroom, headroom_flags(metrics["peak"], t.capacity_kib)):

@@ -43,6 +43,9 @@ class Tables:
     # StageTerms over (S,K) x r
     compute_s: np.ndarray  # [sk, r, st]
     backward_s: np.ndarray  # [sk, r]
+    zero2_window_s: (
+        np.ndarray
+    )  # [sk, r] the backwards of every microbatch but the last (ZeRO-2's window)
     # StepTerms over (S,K) x r
     reduce_window_s: np.ndarray  # [sk, r]
     reduce_early_window_s: np.ndarray  # [sk, r]
@@ -59,7 +62,9 @@ class Tables:
     ep_s: np.ndarray  # [sk, o, st]
     ep_rerun_s: np.ndarray  # [sk, o]
     fsdp_fixed_s: np.ndarray  # [sk, o, st]
-    fsdp_backward_s: np.ndarray  # [sk, o]
+    fsdp_backward_s: np.ndarray  # [sk, o] ZeRO-3's
+    # [sk, o] ZeRO-2's: the reduce-scatters of every microbatch's gradients but the last's
+    fsdp_reduce_backward_s: np.ndarray
     # StepTerms over (S,K) x o
     pp_sends_s: np.ndarray  # [sk, o]
     reduce_link_busy_s: np.ndarray  # [sk, o]
@@ -73,7 +78,10 @@ class Tables:
     gather_interference_s: np.ndarray  # [s, z, o]
     optimizer_s: np.ndarray  # [s, z]
     MZ: np.ndarray  # [s, z, st, moment] memory by ZeRO stage, KiB
-    zero3: np.ndarray  # [s, z] bool: StageTerms.zero3
+    # [s, z] which ZeRO collectives run in the microbatches' backward: 3 ZeRO-3's gathers and reduce-scatters,
+    # 2 ZeRO-2's reduce-scatters, 0 none (no shard group, or stage 0 or 1); StageTerms.microbatch_zero is 1
+    # for 2 or 3
+    microbatch_zero: np.ndarray
     VOLUME: np.ndarray  # [s] gather-volume objective, KiB
     # parameter offload: each row's host fetches per step ([sk]), charged where the column fetches ([z])
     param_fetch_s: np.ndarray | None = None
@@ -83,12 +91,10 @@ class Tables:
     HB: np.ndarray | None = None
     host_kib: int = 0
     # filled by build_tables from the tables above (stage_parts)
-    STAGE0: np.ndarray = field(
-        default_factory=lambda: np.empty(0)
-    )  # [sk, r, o] slowest stage without ZeRO-3 collectives
-    STAGE3: np.ndarray = field(
-        default_factory=lambda: np.empty(0)
-    )  # [sk, r, o] slowest stage with them
+    # [sk, r, o] the slowest stage without ZeRO collectives in the microbatches, with ZeRO-2's, with ZeRO-3's
+    STAGE0: np.ndarray = field(default_factory=lambda: np.empty(0))
+    STAGE2: np.ndarray = field(default_factory=lambda: np.empty(0))
+    STAGE3: np.ndarray = field(default_factory=lambda: np.empty(0))
     # each device's busy (compute) time over the step besides the optimizer step: K x the compute
     # items of the stage with more of them (costs.estimate's time_s["compute"] less
     # "compute/optimizer", quanta)
@@ -171,6 +177,9 @@ class RowTerms:
     compute_s: list  # [st] -> [sk, r]
     busy_s: list  # [st] -> [sk, r] K x the compute items (the device's busy time)
     backward_s: np.ndarray  # [sk, r]
+    zero2_window_s: (
+        np.ndarray
+    )  # [sk, r] (K - 1) microbatches' backward: ZeRO-2's reduce-scatters hide there
     reduce_window_s: np.ndarray  # [sk, r]
     reduce_early_window_s: np.ndarray  # [sk, r]
     gather_window_s: np.ndarray  # [sk]
@@ -187,6 +196,7 @@ class RowTerms:
             compute_s=[c[rows] for c in self.compute_s],
             busy_s=[c[rows] for c in self.busy_s],
             backward_s=self.backward_s[rows],
+            zero2_window_s=self.zero2_window_s[rows],
             reduce_window_s=self.reduce_window_s[rows],
             reduce_early_window_s=self.reduce_early_window_s[rows],
             gather_window_s=self.gather_window_s[rows],
@@ -318,12 +328,12 @@ def terms_of_rows(space: Space, rows: np.ndarray) -> RowTerms:
         name: grid(x)
         for name, x in terms.step_windows(model, workload, acc, sh, first_stage, k).items()
     }
+    backward = terms.layers_per_stage(model, sh) * first_stage["window/bwd_layer"]
     return RowTerms(
         compute_s=compute.compute_s,
         busy_s=compute.busy_s,
-        backward_s=grid(
-            compute.mult * terms.layers_per_stage(model, sh) * first_stage["window/bwd_layer"]
-        ),
+        backward_s=grid(compute.mult * backward),
+        zero2_window_s=grid((k - 1) * backward),
         reduce_window_s=win["reduce"],
         reduce_early_window_s=win["reduce_early"],
         gather_window_s=win["gather"][:, 0],
@@ -718,12 +728,12 @@ def build_tables(
         )
         fx_st.append(grid_o(mult_o * (fixed["forward"] + fixed["vocab"])))
         if st == 0:
-            x = grid_o(
-                mult_o
-                * terms.layers_per_stage(model, sh_o)
-                * (fc["gather_layer"] + fc["reduce_layer"] + busy["bwd"])
-            )
+            layers_o = mult_o * terms.layers_per_stage(model, sh_o)
+            x = grid_o(layers_o * (fc["gather_layer"] + fc["reduce_layer"] + busy["bwd"]))
             rcon = grid_o(terms.reduction_link_traffic(model, workload, acc, sh_o, tp, cp, co))
+            x2 = grid_o(
+                (k_o - 1) * terms.zero2_microbatch_traffic(model, workload, acc, sh_o, co, rcon)
+            )
             tpf = grid_o(mult_o * tp["rerun"])
             epf = grid_o(mult_o * ep["rerun"])
             cps, cpf = grid_o(mult_o * cp["base"]), grid_o(mult_o * cp["rerun"])
@@ -755,7 +765,7 @@ def build_tables(
     gather_first, gather_late = terms.split_by_chunks(steps["gather/zero"], late_s)
     busy_last, busy_others = (grid_o(x) for x in terms.window_shares(workload, acc, sh_o, k_o))
     sh_z = space.shapes.take(s_col)
-    z3 = (z_row == 3) & (sh_z.shards > 1)  # [s, z]
+    microbatch_zero = np.where(sh_z.shards > 1, np.where(z_row >= 2, z_row, 0), 0)  # [s, z]
     v_w, v_x = roofline.gather_volumes_bytes(
         model.d_model,
         model.d_ff,
@@ -780,6 +790,7 @@ def build_tables(
         compute_s=q(np.stack(rt.compute_s, axis=-1)).reshape(n_sk, nr, 2),
         busy_s=q(np.maximum(*rt.busy_s)).reshape(n_sk, nr),
         backward_s=q(rt.backward_s).reshape(n_sk, nr),
+        zero2_window_s=q(rt.zero2_window_s).reshape(n_sk, nr),
         reduce_window_s=q(rt.reduce_window_s).reshape(n_sk, nr),
         reduce_early_window_s=q(rt.reduce_early_window_s).reshape(n_sk, nr),
         gather_window_s=q(rt.gather_window_s),
@@ -793,6 +804,7 @@ def build_tables(
         ep_rerun_s=q(epf).reshape(n_sk, n_o),
         fsdp_fixed_s=q(np.stack(fx_st, axis=-1)).reshape(n_sk, n_o, 2),
         fsdp_backward_s=q(x).reshape(n_sk, n_o),
+        fsdp_reduce_backward_s=q(x2).reshape(n_sk, n_o),
         pp_sends_s=q(pp).reshape(n_sk, n_o),
         reduce_link_busy_s=q(rcon * busy_last).reshape(n_sk, n_o),
         reduce_early_link_busy_s=q(rcon * busy_others).reshape(n_sk, n_o),
@@ -808,7 +820,7 @@ def build_tables(
             if costed is None or (kept_mz := costed.shape_memory()) is None
             else kept_mz
         ).reshape(n_s, n_z, 2, len(MOMENT_NAMES)),
-        zero3=z3,
+        microbatch_zero=microbatch_zero,
         VOLUME=kib(v_w + v_x),
     )
     if space.offload_codes.any():
@@ -820,7 +832,7 @@ def build_tables(
         tables.param_fetch_s, tables.fetches = q(fetch), fetches
     work = memory.recompute_arrays(model)
     _check(deadline)
-    tables.STAGE0, tables.STAGE3 = stage_parts(
+    tables.STAGE0, tables.STAGE2, tables.STAGE3 = stage_parts(
         tables, work["tp"][codes], work["attention"][codes], work["moe"][codes]
     )
     return tables
@@ -828,12 +840,16 @@ def build_tables(
 
 def stage_parts(
     t: Tables, tp_rerun_by_r: np.ndarray, cp_rerun_by_r: np.ndarray, ep_rerun_by_r: np.ndarray
-) -> tuple[np.ndarray, np.ndarray]:
-    """The slowest stage per (S,K,r,o) by ``step.slowest_stage``: without ZeRO-3 collectives and with them."""
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """The slowest stage per (S,K,r,o) by ``step.slowest_stage``: without ZeRO collectives in the microbatches'
+    backward, with ZeRO-2's and with ZeRO-3's (``Tables.microbatch_zero``); ZeRO-2's as STAGE0 where no
+    candidate runs them."""
     experts = t.ep_s.any() or t.ep_rerun_s.any()  # a dense model's are all zero: left out
 
-    def stage(st: int, zero3: int) -> step.StageTerms:
-        # without ZeRO-3 the formula multiplies the fsdp fields by zero: zeros cost nothing
+    def stage(st: int, zero: int) -> step.StageTerms:
+        # without those collectives the formula multiplies the fsdp fields by zero: zeros cost nothing
+        traffic = {3: t.fsdp_backward_s, 2: t.fsdp_reduce_backward_s}.get(zero)
+        window = {3: t.backward_s, 2: t.zero2_window_s}.get(zero)
         return step.StageTerms(
             compute_s=t.compute_s[:, :, None, st],
             tp_s=t.tp_s[:, None, :, st],
@@ -842,10 +858,10 @@ def stage_parts(
             cp_s=t.cp_s[:, None, :],
             cp_rerun_s=t.cp_rerun_s[:, None, :],
             cp_rerun_fraction=cp_rerun_by_r[None, :, None],
-            fsdp_fixed_s=t.fsdp_fixed_s[:, None, :, st] if zero3 else 0,
-            fsdp_backward_s=t.fsdp_backward_s[:, None, :] if zero3 else 0,
-            backward_s=t.backward_s[:, :, None] if zero3 else 0,
-            zero3=zero3,
+            fsdp_fixed_s=t.fsdp_fixed_s[:, None, :, st] if zero == 3 else 0,
+            fsdp_backward_s=traffic[:, None, :] if traffic is not None else 0,
+            backward_s=window[:, :, None] if window is not None else 0,
+            microbatch_zero=int(zero > 0),
             eta=t.eta,
             ep_s=t.ep_s[:, None, :, st] if experts else None,
             ep_rerun_s=t.ep_rerun_s[:, None, :] if experts else 0.0,
@@ -853,10 +869,12 @@ def stage_parts(
         )
 
     # a policy rerunning part of the forward's collectives makes fractions: round once
-    def quanta(zero3: int) -> np.ndarray:
-        return np.rint(step.slowest_stage(stage(0, zero3), stage(1, zero3))).astype(np.int64)
+    def quanta(zero: int) -> np.ndarray:
+        return np.rint(step.slowest_stage(stage(0, zero), stage(1, zero))).astype(np.int64)
 
-    return quanta(0), quanta(1)
+    stage0 = quanta(0)
+    stage2 = quanta(2) if (t.microbatch_zero == 2).any() else stage0
+    return stage0, stage2, quanta(3)
 
 
 def step_terms(t: Tables, space: Space, sk, ri, z, o) -> step.StepTerms:
@@ -882,10 +900,21 @@ def step_terms(t: Tables, space: Space, sk, ri, z, o) -> step.StepTerms:
     )
 
 
+def stage_of(t: Tables, s, sk, ri, z, o):
+    """The slowest stage's quanta of candidates (index arrays; ``s`` the shapes of the rows ``sk``): the
+    STAGE table of the ZeRO collectives each runs in the microbatches."""
+    zero = t.microbatch_zero[s, z]
+    return np.where(
+        zero == 3,
+        t.STAGE3[sk, ri, o],
+        np.where(zero == 2, t.STAGE2[sk, ri, o], t.STAGE0[sk, ri, o]),
+    )
+
+
 def assemble(t: Tables, space: Space, sk, ri, z, o) -> dict:
     """Quantised step time, peak memory (KiB), fit and gather volume of candidates (index arrays)."""
     s = space.sk_shape[sk]
-    stage = np.where(t.zero3[s, z], t.STAGE3[sk, ri, o], t.STAGE0[sk, ri, o])
+    stage = stage_of(t, s, sk, ri, z, o)
     total = step.step_total(step_terms(t, space, sk, ri, z, o), stage)
     fetches, fetch_s = t.fetches, t.param_fetch_s
     if (

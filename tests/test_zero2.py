@@ -1,0 +1,53 @@
+"""ZeRO-2 keeps only its shard of the gradients, so it reduce-scatters them in every microbatch's
+backward (DeepSpeed's stage 2 at every micro-step, FSDP's SHARD_GRAD_OP at every backward); ZeRO-1
+accumulates whole gradients and reduce-scatters them once per step."""
+
+import pytest
+
+from layoutsearch.core.problem import Problem, build_workload
+from layoutsearch.core.specs import Layout
+from layoutsearch.costs.estimate import estimate
+
+# Llama 3 8B (32 layers) on one node of 8 H100s, 64 sequences of 4096 tokens: 8 a device
+PROBLEM = Problem.build("llama3-8b", "h100-8", build_workload(64, 4096, framework="megatron"))
+
+
+def _estimate(zero_stage: int, microbatches: int):
+    return estimate(PROBLEM, Layout(fsdp=8, zero_stage=zero_stage, num_microbatches=microbatches))
+
+
+def _collective(est, name: str) -> dict:
+    return next(c for c in est.collectives if c["name"] == name)
+
+
+def test_zero2_reduce_scatters_its_gradients_in_every_microbatch():
+    """With tp = cp = 1 nothing shares the links. One microbatch: ZeRO-1 and ZeRO-2 reduce-scatter the
+    same gradients (78.1 ms, hidden behind the backward, eta = 0.32 of it charged as the compute it
+    slows) and take the same 2.849 s. Four: ZeRO-1 still reduces once (2.874 s, the smaller
+    microbatches' compute), ZeRO-2 four times, 3 x 0.32 x 78.1 ms = 75.0 ms more (2.949 s), and holds
+    an eighth of ZeRO-1's gradients."""
+    eta = PROBLEM.cluster.accelerator.overlap_interference
+    assert eta == 0.32
+    z1_one, z2_one = _estimate(1, 1), _estimate(2, 1)
+    z1_four, z2_four = _estimate(1, 4), _estimate(2, 4)
+    once = _collective(z1_four, "zero-1 grad reduce-scatter")
+    each = _collective(z2_four, "zero-2 grad reduce-scatter")
+    assert (once["frequency"], each["frequency"]) == ("per step", "per microbatch")
+    assert once["time_s"] == each["time_s"] == pytest.approx(0.078106, abs=1e-6)
+    assert "zero-1 grad reduce-scatter" not in {c["name"] for c in z2_four.collectives}
+    assert z2_one.time_s == pytest.approx(z1_one.time_s, rel=1e-12)
+    assert z2_one.time_s["step"] == pytest.approx(2.8493, abs=1e-4)
+    assert z1_four.time_s["exposed_comm/interference"] == pytest.approx(
+        z1_one.time_s["exposed_comm/interference"], rel=1e-12
+    )
+    added = (
+        z2_four.time_s["exposed_comm/interference"] - z1_four.time_s["exposed_comm/interference"]
+    )
+    assert added == pytest.approx(eta * 3 * each["time_s"], rel=1e-9)
+    assert added == pytest.approx(0.0750, abs=1e-4)
+    assert (z1_four.time_s["step"], z2_four.time_s["step"]) == pytest.approx(
+        (2.874, 2.949), abs=1e-3
+    )
+    assert z1_four.memory_bytes["state/grads"] == pytest.approx(
+        8 * z2_four.memory_bytes["state/grads"], rel=1e-12
+    )
