@@ -120,6 +120,17 @@ def memory_error_upper() -> float:
     return memory_upper(_read(PATH))
 
 
+def memory_error_lower() -> float:
+    """The most the memory model over-predicts a measured peak, measured / predicted - 1 at its least
+    (the dense file's ``memory.min``, below 0; ``-FALLBACK_MEMORY_ERROR`` where the file has none): a layout
+    whose predicted peak x (1 + this) fits the usable memory may run although predicted not to."""
+    block = _read(PATH).get("memory")
+    value = block.get("min") if isinstance(block, dict) else None
+    if isinstance(value, (int, float)) and not isinstance(value, bool) and -1.0 < value <= 0.0:
+        return float(value)
+    return -FALLBACK_MEMORY_ERROR
+
+
 def memory_upper(data: dict) -> float:
     """The mapping's ``memory.upper`` when it is a number in [0, 1), else ``FALLBACK_MEMORY_ERROR``."""
     block = data.get("memory")

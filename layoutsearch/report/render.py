@@ -758,8 +758,21 @@ def versus_line(versus: dict, band: list[float]) -> str:
     if versus["verdict"] == "infeasible":
         return f"against {given}: no completion of those degrees fits or passes the rules"
     speedup, verdict = versus["speedup"], versus["verdict"]
+    near, fitting = versus.get("within_memory_error"), versus["layout"]
+    over = ""
+    if near is not None:
+        mem = near["memory_bytes"]
+        best_fit = (
+            f"the best predicted to fit takes {fitting['time_s']['step']:.3f} s"
+            if fitting is not None
+            else "no completion is predicted to fit"
+        )
+        over = (
+            f", predicted at {mem['peak'] / 1e9:.1f} GB of {mem['capacity'] / 1e9:.1f} GB usable, within "
+            f"what the memory model over-predicts measured peaks, so it may run; {best_fit}"
+        )
     text = (
-        f"against {given} at its best ({versus['step_time_s']:.3f} s per step): layout 1 claims "
+        f"against {given} at its best ({versus['step_time_s']:.3f} s per step{over}): layout 1 claims "
         f"{speedup:.3f}x"
     )
     if verdict == "not slower":
