@@ -342,7 +342,7 @@ def test_torchtitan_reads_the_balanced_split_as_module_names(tmp_path):
     manager = pytest.importorskip("torchtitan.config.manager")
     import tomllib
 
-    layout = Layout(fsdp=4, pp=4, zero_stage=2, num_microbatches=8, balanced_split=True)
+    layout = Layout(fsdp=4, pp=4, zero_stage=1, num_microbatches=8, balanced_split=True)
     doc = solve_doc("llama3-8b", "h100-16", 32, 4096, layout, framework="torchtitan")
     path = tmp_path / "job.toml"
     path.write_text(export_document(doc, "torchtitan"))
