@@ -51,3 +51,18 @@ def test_zero2_reduce_scatters_its_gradients_in_every_microbatch():
     assert z1_four.memory_bytes["state/grads"] == pytest.approx(
         8 * z2_four.memory_bytes["state/grads"], rel=1e-12
     )
+
+
+def test_fsdp_zero2_also_gathers_the_weights_in_every_microbatch():
+    """FSDP (torchtitan's profile: FSDP2 with reshard_after_forward=False) reshards after every backward, so
+    each microbatch but the first gathers the weights again in its forward (bf16: half the fp32
+    reduce-scatter plus its per-collective cost, 39.1 ms), hidden behind forward and backward: 4 microbatches against 1 add
+    3 x 0.32 x (78.1 + 39.1) ms = 112.5 ms, where Megatron-FSDP and DeepSpeed's stage 2 add 75.0 ms."""
+    fsdp = Problem.build("llama3-8b", "h100-8", build_workload(64, 4096, framework="torchtitan"))
+    one, four = (estimate(fsdp, Layout(fsdp=8, zero_stage=2, num_microbatches=k)) for k in (1, 4))
+    added = four.time_s["exposed_comm/interference"] - one.time_s["exposed_comm/interference"]
+    assert added == pytest.approx(0.32 * 3 * (0.078106 + 0.039071), abs=1e-5)
+    assert added == pytest.approx(0.1125, abs=1e-4)
+    assert (
+        four.time_s["exposed_comm/fsdp"] == 0.0
+    )  # hidden: it fits behind the four forwards and backwards

@@ -311,7 +311,8 @@ def _stage_terms(problem: Problem, key: _Keys, stages: list[dict], st: int) -> s
     r = int(_scalar(key.r))
     # ZeRO collectives in every microbatch (a shard group): ZeRO-3's per-layer gathers and reduce-scatters
     # behind every microbatch's backward; ZeRO-2's reduce-scatter of each microbatch's gradients but the last's
-    # (a once-per-step term, as ZeRO-1's) behind that microbatch's backward
+    # (a once-per-step term, as ZeRO-1's) behind that microbatch's backward, and with FSDP's resharding
+    # (Profile.zero2_regathers) the gather of its weights but the first's behind its forward
     z, sharded = int(_scalar(key.z)), _scalar(key.sh.shards) > 1
     zero3 = float(sharded and z == 3)
     backward = layers * _scalar(first["windows"]["window/bwd_layer"])
@@ -327,7 +328,9 @@ def _stage_terms(problem: Problem, key: _Keys, stages: list[dict], st: int) -> s
         traffic = others * _scalar(
             terms.zero2_microbatch_traffic(model, problem.workload, acc, key.sh, key.co, link_busy)
         )
-        window = others * backward
+        window = (
+            others * layers * _scalar(terms.zero2_window_layer(problem.workload, first["windows"]))
+        )
     return step.StageTerms(
         compute_s=mult * (sum(s["compute"].values()) + s["overhead"]),
         tp_s=mult * _scalar(s["tp"]["base"] - s["tp"]["lost"]),

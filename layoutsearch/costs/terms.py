@@ -1454,6 +1454,20 @@ def grad_reduce_scatter(
     return dense, ring_time(e_grads, co.eshard, half)
 
 
+def weight_gather(
+    model: ModelSpec, workload: Workload, acc: Accelerator, sh: Shapes, co: Coeffs
+) -> tuple:
+    """Seconds of one all-gather of stage 0's weights over the ZeRO shard groups (keys S, o), (the dense
+    ones, the routed experts'), each as one collective: ZeRO-1/2's gather of the updated weights."""
+    half = acc.collective_half_efficiency_bytes
+    per_param = gathered_bytes_per_param(workload, acc)
+    dense = ring_time(_f(stage_params(model, sh, first=True)) * per_param, co.shard, half)
+    if model.moe is None:
+        return dense, 0.0
+    experts = _f(moe_layers_per_stage(model, sh)) * expert_params_per_moe_layer(model, sh)
+    return dense, ring_time(experts * per_param, co.eshard, half)
+
+
 def step_collectives(
     model: ModelSpec, workload: Workload, acc: Accelerator, sh: Shapes, z, co: Coeffs
 ) -> dict:
@@ -1486,7 +1500,8 @@ def step_collectives(
         * workload.grad_bytes_per_param
     )
     kv = 2.0 * ring_time(kv_bytes, co.kv, half)
-    gather = zero12 * ring_time(p_stage * gathered_bytes_per_param(workload, acc), co.shard, half)
+    dense_gather, expert_gather = weight_gather(model, workload, acc, sh, co)
+    gather = zero12 * dense_gather
     if model.moe is None:
         return {"reduce/zero": rs, "reduce/dp": dp, "reduce/kv_replica": kv, "gather/zero": gather}
     # the routed experts' gradients: the expert ZeRO shard group, then the expert replicas
@@ -1502,11 +1517,7 @@ def step_collectives(
         2.0 * ring_time(e_grads, co.eall, half),
         2.0 * ring_time(e_grads / np.where(e_sharded, sh.expert_shards, 1), co.erep, half),
     )
-    e_gather = _f(e_sharded & (z <= 2)) * ring_time(
-        e_grads / workload.grad_bytes_per_param * gathered_bytes_per_param(workload, acc),
-        co.eshard,
-        half,
-    )
+    e_gather = _f(e_sharded & (z <= 2)) * expert_gather
     return {
         "reduce/zero": rs + e_rs,
         "reduce/dp": dp + e_dp,
@@ -1518,11 +1529,26 @@ def step_collectives(
 def zero2_microbatch_traffic(
     model: ModelSpec, workload: Workload, acc: Accelerator, sh: Shapes, co: Coeffs, link_busy
 ):
-    """ZeRO-2's traffic in the backward of each microbatch but the last on stage 0 (keys S, o): its
-    gradients' reduce-scatter (``grad_reduce_scatter``, as the once-per-step one of the last) and
-    ``link_busy``, the hidden TP and CP traffic on the same links (``reduction_link_traffic``)."""
+    """ZeRO-2's traffic in each microbatch but one on stage 0 (keys S, o): its gradients' reduce-scatter
+    (``grad_reduce_scatter``, as the last microbatch's once-per-step one), with ``link_busy``, the hidden
+    TP and CP traffic on the same links (``reduction_link_traffic``); where the profile reshards after each
+    backward (``Profile.zero2_regathers``) also the weights' gather (``weight_gather``, as the
+    once-per-step one of the updated weights). It hides behind ``zero2_window_layer``."""
     dense, experts = grad_reduce_scatter(model, workload, acc, sh, co)
-    return dense + experts + link_busy
+    traffic = dense + experts + link_busy
+    if profile_of(workload.framework).zero2_regathers:
+        traffic = traffic + sum(weight_gather(model, workload, acc, sh, co))
+    return traffic
+
+
+def zero2_window_layer(workload: Workload, windows: dict):
+    """The compute per layer and microbatch ZeRO-2's traffic in it hides behind (``windows``:
+    ``compute_per_microbatch``'s): the backward, and the forward too where the profile gathers the
+    weights again (``Profile.zero2_regathers``: FSDP prefetches them behind the forward)."""
+    window = windows["window/bwd_layer"]
+    if profile_of(workload.framework).zero2_regathers:
+        window = window + windows["window/fwd_layer"]
+    return window
 
 
 def pipeline_sends(

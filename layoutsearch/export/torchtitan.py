@@ -414,19 +414,13 @@ def _toml_char(ch: str) -> str:
 
 def policy_notes(ctx: ExportContext, sac: str) -> list[str]:
     """What torchtitan runs differently from the costed layout (both targets): selective recompute as
-    its per-op SAC (``sac`` names it), ZeRO-2 gathering once per microbatch."""
+    its per-op SAC (``sac`` names it)."""
     notes = []
     if ctx.layout.recompute == "selective":
         notes.append(
             f"selective -> {sac}: torchtitan saves every other matmul and the attention output, which is "
             f"not exactly layoutsearch's selective policy (memory and recompute time differ; recompute "
             f"'op' is torchtitan's own policy)."
-        )
-    if ctx.effective_zero_stage == 2 and ctx.layout.num_microbatches > 1 and ctx.layout.pp == 1:
-        notes.append(
-            'zero 2 -> fsdp_reshard_after_forward = "never": FSDP2 reshards after each backward, so it '
-            "gathers the weights again in every microbatch's forward, where the estimate gathers them once "
-            "a step (its reduce-scatter in every microbatch is costed)."
         )
     return notes
 

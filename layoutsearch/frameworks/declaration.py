@@ -77,6 +77,11 @@ class Profile:
     pipelined_grad_reduce_overlap: bool = True
     """The same with pp > 1; DeepSpeed's pipeline engine reduces after the whole schedule (its
     TrainSchedule ends with ReduceTiedGrads, ReduceGrads, OptimizerStep)."""
+    zero2_regathers: bool = False
+    """ZeRO-2 as PyTorch FSDP runs it (FSDP1's SHARD_GRAD_OP, FSDP2's reshard_after_forward=False): the
+    weights are resharded after each backward, so every microbatch but the first gathers them again in its
+    forward (the first's is the once-per-step gather of the updated weights). DeepSpeed's stage 2 and
+    Megatron-FSDP keep them whole."""
     fp8_param_gather: tuple[str, ...] = ()
     """The fp8 recipes under which weights are all-gathered in fp8 (Megatron --fp8-param-gather, torchtitan
     enable_fsdp_float8_all_gather), else in bf16 (core.frameworks.fp8_param_gather_of)."""

@@ -31,6 +31,9 @@ PROFILE = Profile(
     # (2025, docs/performance.md) +9.8% (8B) and +9.2% (70B) end to end
     tp_overlap_backward=False,
     transient_zero3_weights=True,
+    # FSDP2 reshards after every backward (FSDPModule.set_reshard_after_backward defaults to True): with
+    # reshard_after_forward=False (ZeRO-2) each microbatch's forward gathers the weights again
+    zero2_regathers=True,
     cpu_adam="torch",  # FSDP2's CPUOffloadPolicy steps torch's optimizer on the host tensors
 )
 

@@ -43,9 +43,8 @@ class Tables:
     # StageTerms over (S,K) x r
     compute_s: np.ndarray  # [sk, r, st]
     backward_s: np.ndarray  # [sk, r]
-    zero2_window_s: (
-        np.ndarray
-    )  # [sk, r] the backwards of every microbatch but the last (ZeRO-2's window)
+    # [sk, r] the compute ZeRO-2's traffic of every microbatch but the last hides behind (zero2_window_layer)
+    zero2_window_s: np.ndarray
     # StepTerms over (S,K) x r
     reduce_window_s: np.ndarray  # [sk, r]
     reduce_early_window_s: np.ndarray  # [sk, r]
@@ -177,9 +176,8 @@ class RowTerms:
     compute_s: list  # [st] -> [sk, r]
     busy_s: list  # [st] -> [sk, r] K x the compute items (the device's busy time)
     backward_s: np.ndarray  # [sk, r]
-    zero2_window_s: (
-        np.ndarray
-    )  # [sk, r] (K - 1) microbatches' backward: ZeRO-2's reduce-scatters hide there
+    # [sk, r] K - 1 microbatches' ZeRO-2 window (terms.zero2_window_layer)
+    zero2_window_s: np.ndarray
     reduce_window_s: np.ndarray  # [sk, r]
     reduce_early_window_s: np.ndarray  # [sk, r]
     gather_window_s: np.ndarray  # [sk]
@@ -328,12 +326,12 @@ def terms_of_rows(space: Space, rows: np.ndarray) -> RowTerms:
         name: grid(x)
         for name, x in terms.step_windows(model, workload, acc, sh, first_stage, k).items()
     }
-    backward = terms.layers_per_stage(model, sh) * first_stage["window/bwd_layer"]
+    layers = terms.layers_per_stage(model, sh)
     return RowTerms(
         compute_s=compute.compute_s,
         busy_s=compute.busy_s,
-        backward_s=grid(compute.mult * backward),
-        zero2_window_s=grid((k - 1) * backward),
+        backward_s=grid(compute.mult * layers * first_stage["window/bwd_layer"]),
+        zero2_window_s=grid((k - 1) * layers * terms.zero2_window_layer(workload, first_stage)),
         reduce_window_s=win["reduce"],
         reduce_early_window_s=win["reduce_early"],
         gather_window_s=win["gather"][:, 0],
