@@ -102,3 +102,30 @@ def test_claims_summary_without_claims_is_null():
         "median_claimed_speedup": None,
         "claims_distinguishable_share": None,
     }
+
+
+def test_recompute_bias_compares_full_recompute_runs_with_the_runs_without():
+    """Runs without recompute measured at 0.90 and 0.94 of their prediction (median 0.92), runs with full
+    recompute at 1.00, 0.96 and 1.04 (median 1.00): the model favours dropping recompute by 1.00 / 0.92 =
+    1.087x; a source with only one kind, and selective runs, give nothing."""
+
+    def run(source, recompute, ratio):
+        return {
+            "source": source,
+            "accelerator": "h100",
+            "published_recompute": recompute,
+            "measured_over_predicted": ratio,
+        }
+
+    runs = [
+        run("a", "none", 0.90),
+        run("a", "none", 0.94),
+        run("a", "full", 1.00),
+        run("a", "full", 0.96),
+        run("a", "full", 1.04),
+        run("a", "selective", 0.5),
+        run("b", "full", 1.2),
+    ]
+    ((source, acc, bias, n_none, n_full),) = claims_script.recompute_bias(runs)
+    assert (source, acc, n_none, n_full) == ("a", "h100", 2, 3)
+    assert bias == pytest.approx(1.00 / 0.92, rel=1e-12)
