@@ -111,3 +111,38 @@ def test_a_completion_just_over_the_memory_is_what_the_claim_is_held_against():
 def test_nothing_just_over_the_memory_leaves_the_claim_as_it_was():
     """Where no completion predicted over the memory is faster than the best that fits, there is none."""
     assert _versus("fsdp=32,tp=2")["within_memory_error"] is None
+
+
+def test_estimate_says_a_layout_just_over_the_memory_may_run(cli_main):
+    """`estimate` of Meta's Llama 3 405B layout (ZeRO-1): predicted 88.2 GB of 82.3 GB, 7.2% over, within the
+    memory model's over-prediction of measured peaks (1 / (1 - 0.137) = 1.16x): exit 1 as before, and the line
+    says it may run; a layout 54x over says nothing of the kind."""
+    args = (
+        "--model",
+        "llama3-405b",
+        "--cluster",
+        "h100-16384",
+        "--seqs",
+        "2048",
+        "--seq-len",
+        "8192",
+    )
+    code, _, err = cli_main(
+        "estimate",
+        *args,
+        "--layout",
+        "fsdp=128,tp=8,pp=16",
+        "--zero-stage",
+        "1",
+        "--virtual-stages",
+        "4",
+    )
+    assert code == 1
+    assert err.strip() == (
+        "does not fit: needs 88.2 GB per device at forward_end (stage 0), 82.3 GB available; 7.2% over, "
+        "within what the memory model over-predicts measured peaks (up to 1.16x), so it may run"
+    )
+    code, _, err = cli_main(
+        "estimate", "--model", "llama3-405b", "--cluster", "h100-64", "--layout", "fsdp=64"
+    )
+    assert code == 1 and err.strip().endswith("82.3 GB available")
