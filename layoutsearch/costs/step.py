@@ -49,12 +49,13 @@ class StageTerms:
     cp_rerun_fraction: Term  # 1 when the policy reruns the attention core, else 0
     # ZeRO-3 gathers that do not hide: the first layer's, the vocabulary's (ZeRO-2: 0)
     fsdp_fixed_s: Term
-    # ZeRO traffic in the microbatches' backward: ZeRO-3's per-layer gathers and reduce-scatters in every
-    # one, ZeRO-2's reduce-scatters in every one but the last (whose is a once-per-step term), with the
-    # TP/CP traffic on their links
+    # ZeRO traffic in the microbatches: ZeRO-3's per-layer gathers and reduce-scatters in every one's
+    # backward, ZeRO-2's reduce-scatter (and, where FSDP reshards, its gather) in every one but the last
+    # (whose is a once-per-step term), with the TP/CP traffic on their links
     fsdp_backward_s: Term
-    backward_s: Term  # the backward that traffic hides behind
-    # 1 when ZeRO collectives run in the microbatches' backward (stage 2 or 3 and a shard group), else 0
+    # the compute that traffic hides behind: the backward (ZeRO-2 where FSDP reshards: the forward too)
+    backward_s: Term
+    # 1 when ZeRO collectives run in the microbatches (stage 2 or 3 and a shard group), else 0
     microbatch_zero: Term
     eta: float  # compute seconds a hidden collective second costs (overlap_interference)
     ep_s: Term | None = None  # exposed MoE token AllToAlls; None: no expert terms (dense tables)

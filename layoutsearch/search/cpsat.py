@@ -362,7 +362,7 @@ def build_model(
         chosen = [b for (s, z), b in v.sz.items() if t.microbatch_zero[s, z] == zero]
         if not chosen:
             continue
-        runs = model.new_bool_var(f"zero{zero}_layers")
+        runs = model.new_bool_var(f"zero{zero}_runs")
         model.add(runs == LinearExpr.sum(chosen))
         extra = model.new_int_var(
             0, int(limit if limit is not None else table.max()) + 1, f"zero{zero}_extra"
