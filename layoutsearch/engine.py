@@ -41,7 +41,7 @@ from layoutsearch.core.specs import (
 )
 from layoutsearch.core.stages import SPLIT_NAMES, default_microbatches
 from layoutsearch.core.topology import is_cluster_file, parse_cluster_name, resolve_cluster
-from layoutsearch.core.uncertainty import memory_error_lower
+from layoutsearch.core.uncertainty import largest_peak_that_may_run
 from layoutsearch.costs.estimate import Estimate, capacity_bytes
 from layoutsearch.costs.estimate import estimate as estimate_layout
 from layoutsearch.report import planning
@@ -521,12 +521,12 @@ def _versus(run: SolveRun, request: SearchRequest, degrees: dict[str, int], band
 
 def _within_memory_error(problem: Problem, request: SearchRequest, fitting: Estimate | None):
     """The best completion of the pinned ``request`` whose predicted peak exceeds the usable memory by no
-    more than the memory model over-predicts measured peaks (``memory_error_lower``: x 1.16 at -13.7%),
+    more than the memory model over-predicts measured peaks (``largest_peak_that_may_run``: x 1.16),
     when it is faster than ``fitting`` (the best that fits; None: none fits), else None. A claim over
     given degrees is held against it: predicted not to fit, it may be the layout that ran."""
     usable = capacity_bytes(problem.cluster, problem.workload)
     hbm = problem.workload.hbm_bytes or problem.cluster.accelerator.hbm_bytes
-    room = usable * (1.0 / (1.0 + memory_error_lower()) - 1.0)
+    room = largest_peak_that_may_run(usable) - usable
     roomier = dataclasses.replace(
         problem, workload=dataclasses.replace(problem.workload, hbm_bytes=hbm + room)
     )

@@ -58,17 +58,18 @@ def estimate(given: Given) -> None:
 
 def _may_run(est) -> str:
     """Where memory is the only violation and the peak is over the usable memory by no more than the memory
-    model over-predicts measured peaks (``memory_error_lower``), a clause that says the layout may run."""
-    from layoutsearch.core.uncertainty import memory_error_lower
+    model over-predicts measured peaks (``largest_peak_that_may_run``), a clause that says the layout may run."""
+    from layoutsearch.core.uncertainty import largest_peak_that_may_run
 
     if [v.code for v in est.violations] != ["memory"]:
         return ""
-    peak, usable, low = est.memory_bytes["peak"], est.memory_bytes["capacity"], memory_error_lower()
-    if peak * (1.0 + low) > usable:
+    peak, usable = est.memory_bytes["peak"], est.memory_bytes["capacity"]
+    largest = largest_peak_that_may_run(usable)
+    if peak > largest:
         return ""
     return (
         f"; {peak / usable - 1:.1%} over, within what the memory model over-predicts measured peaks "
-        f"(up to {1.0 / (1.0 + low):.2f}x), so it may run"
+        f"(up to {largest / usable:.2f}x), so it may run"
     )
 
 

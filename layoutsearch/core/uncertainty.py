@@ -131,6 +131,12 @@ def memory_error_lower() -> float:
     return -FALLBACK_MEMORY_ERROR
 
 
+def largest_peak_that_may_run(usable_bytes: float) -> float:
+    """The largest predicted peak that may still run in ``usable_bytes``: one the memory model over-predicts
+    by as much as it has over-predicted a measured peak (``memory_error_lower``: usable / (1 - 0.137), 1.16x)."""
+    return usable_bytes / (1.0 + memory_error_lower())
+
+
 def memory_upper(data: dict) -> float:
     """The mapping's ``memory.upper`` when it is a number in [0, 1), else ``FALLBACK_MEMORY_ERROR``."""
     block = data.get("memory")

@@ -315,11 +315,10 @@ def _stage_terms(problem: Problem, key: _Keys, stages: list[dict], st: int) -> s
     # (Profile.zero2_regathers) the gather of its weights but the first's behind its forward
     z, sharded = int(_scalar(key.z)), _scalar(key.sh.shards) > 1
     zero3 = float(sharded and z == 3)
-    backward = layers * _scalar(first["windows"]["window/bwd_layer"])
     if zero3:
         fsdp, busy = first["fsdp"], first["link_busy"]
         traffic = mult * layers * _scalar(fsdp["gather_layer"] + fsdp["reduce_layer"] + busy["bwd"])
-        window = mult * backward
+        window = mult * layers * _scalar(first["windows"]["window/bwd_layer"])
     else:
         others = _scalar(key.k) - 1.0
         link_busy = terms.reduction_link_traffic(

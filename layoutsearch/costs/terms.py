@@ -1356,7 +1356,7 @@ def reduction_link_traffic(
 def fsdp_collectives(
     model: ModelSpec, workload: Workload, acc: Accelerator, sh: Shapes, co: Coeffs
 ) -> dict:
-    """Per-layer gather (ZeRO-3) and gradient reduce-scatter (ZeRO-2 and 3) seconds, and the vocabulary's (keys S, o).
+    """ZeRO-3 per-layer gather and gradient reduce-scatter seconds, and the vocabulary's (keys S, o).
 
     A layer moves in ``workload.fsdp_collectives_per_layer`` equal collectives (each paying
     the ring latency and the small-message penalty once).
