@@ -67,6 +67,7 @@ def _once(**overrides) -> step.StepTerms:
         gather_late_window_s=0.0,
         pp_sends_s=0.01,
         optimizer_s=0.02,
+        zero_step_copies_s=0.0,
         step_overhead_s=0.005,
         eta_pct=10,
     )

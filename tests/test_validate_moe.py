@@ -419,9 +419,9 @@ def test_gpt_oss_records_cost_their_sliding_window(by_id):
 
 def test_the_learned_routing_spread_is_what_its_fit_finds(moe_runs):
     """core.specs.LEARNED_ROUTING_EXPERT_CV (0.15) against the 14 dev records costed learned, dropless, with ep > 1
-    (NeMo's three Mixtral rows among them), Huber loss: better than 0.20, and 3.1% above the 0.05 grid's best, 0.05
+    (NeMo's three Mixtral rows among them), Huber loss: better than 0.20, and 3.2% above the 0.05 grid's best, 0.05
     (scripts/fit_routing_cv.py; a near tie within 1% until the interleaved schedule's per-chunk reductions and fill
-    sends, 2026-12-05). Held, as docs/calibration.md says: at 0.15 these records' median |error| is 5.8% (7.9% at
+    sends, 2026-12-05; 3.1% until FSDP2's copies around the ZeRO-3 collectives were costed). Held, as docs/calibration.md says: at 0.15 these records' median |error| is 5.8% (7.9% at
     0.05), and DeepSeek-V3's pre-training stays within 10% of its published GPU-hours
     (tests/test_end_to_end_plans.py; 11% below them at 0.05)."""
     problems = learned_routing_problems(moe_runs)
@@ -435,7 +435,7 @@ def test_the_learned_routing_spread_is_what_its_fit_finds(moe_runs):
     scan = routing_cv_scan(problems, (0.05, 0.1, LEARNED_ROUTING_EXPERT_CV, 0.2))
     assert LEARNED_ROUTING_EXPERT_CV == 0.15
     assert scan[0.05][0] < scan[0.1][0] < scan[0.15][0] < scan[0.2][0]
-    assert scan[0.15][0] / scan[0.05][0] - 1 == pytest.approx(0.031, abs=0.001)
+    assert scan[0.15][0] / scan[0.05][0] - 1 == pytest.approx(0.0325, abs=0.001)
     # the median |error| over the same records: lower at 0.15
     median = {cv: float(np.median(np.abs(np.expm1(scan[cv][1])))) for cv in (0.05, 0.15)}
     assert (median[0.05], median[0.15]) == pytest.approx((0.079, 0.058), abs=5e-4)
@@ -445,9 +445,10 @@ def test_the_learned_routing_spread_is_what_its_fit_finds(moe_runs):
     # while GB200's FlashAttention-2 fraction, which the torchtitan Scout row runs, was the h100 class's
     # Triton-kernel fit 0.2, not the H200-measured rate per SM on its SMs, 0.1486; 0.1826, 0.1813, 0.1905 while
     # that row, which states torch_compile false, was costed with fused element-wise kernels; 0.1764 at 0.05 and
-    # 0.1783, 0.1779, 0.1881 before the interleaved schedule's per-chunk reductions and fill sends)
+    # 0.1783, 0.1779, 0.1881 before the interleaved schedule's per-chunk reductions and fill sends; 0.1640, 0.1675,
+    # 0.1691, 0.1816 before FSDP2's copies around the ZeRO-3 collectives)
     assert (scan[0.05][0], scan[0.1][0], scan[0.15][0], scan[0.2][0]) == pytest.approx(
-        (0.1640, 0.1675, 0.1691, 0.1816), abs=5e-5
+        (0.1635, 0.1671, 0.1688, 0.1814), abs=5e-5
     )
 
 

@@ -319,6 +319,7 @@ def _stage_terms(problem: Problem, key: _Keys, stages: list[dict], st: int) -> s
         fsdp, busy = first["fsdp"], first["link_busy"]
         traffic = mult * layers * _scalar(fsdp["gather_layer"] + fsdp["reduce_layer"] + busy["bwd"])
         window = mult * layers * _scalar(first["windows"]["window/bwd_layer"])
+        copies = mult * _scalar(s["fsdp_fixed"]["copies"])
     else:
         others = _scalar(key.k) - 1.0
         link_busy = terms.reduction_link_traffic(
@@ -330,6 +331,7 @@ def _stage_terms(problem: Problem, key: _Keys, stages: list[dict], st: int) -> s
         window = (
             others * layers * _scalar(terms.zero2_window_layer(problem.workload, first["windows"]))
         )
+        copies = others * _scalar(terms.zero2_copies(model, problem.workload, acc, key.sh))
     return step.StageTerms(
         compute_s=mult * (sum(s["compute"].values()) + s["overhead"]),
         tp_s=mult * _scalar(s["tp"]["base"] - s["tp"]["lost"]),
@@ -354,6 +356,7 @@ def _stage_terms(problem: Problem, key: _Keys, stages: list[dict], st: int) -> s
         fsdp_backward_s=traffic,
         backward_s=window,
         microbatch_zero=float(sharded and z >= 2),
+        zero_copies_s=copies,
         eta=acc.overlap_interference,
     )
 
@@ -388,6 +391,7 @@ def _step_terms(problem: Problem, key: _Keys, first: dict, steps: dict) -> step.
         pp_sends_s=_scalar(terms.pipeline_sends(model, workload, acc, sh, key.k, co)),
         optimizer_s=_scalar(terms.optimizer_time(model, workload, acc, sh, key.z, key.f))
         + _param_fetch_s(problem, key),
+        zero_step_copies_s=_scalar(terms.zero_step_copies(model, workload, acc, sh, key.z)),
         step_overhead_s=acc.step_overhead_s,
         eta_pct=terms.interference_pct(acc),
     )
@@ -466,7 +470,9 @@ def _itemise(
     times["bubble"] = (mult - kk) * sum(per_mb.values())
     for name, value in parts.items():
         if name != "stage" and name not in _REDUCTIONS + _GATHERS:
-            times[name] = _scalar(value)
+            times[name] = times.get(name, 0.0) + _scalar(
+                value
+            )  # ZeRO copies: the stage's and the step's
     for name, value in _split_reductions(
         t,
         steps,

@@ -12,7 +12,7 @@ With ``first`` and ``last`` the first and last stage's StageTerms:
 
     stage(s) = s.compute_s + s.tp_s + s.tp_rerun_fraction s.tp_rerun_s  (likewise cp_, ep_)
                + s.microbatch_zero (s.fsdp_fixed_s + max(0, s.fsdp_backward_s - s.backward_s)
-                                   + s.eta min(s.fsdp_backward_s, s.backward_s))
+                                   + s.eta min(s.fsdp_backward_s, s.backward_s) + s.zero_copies_s)
                + each _lost_s field (times its group's _rerun_fraction or microbatch_zero)
     step     = max(stage(first), stage(last)) + the EXPOSED parts + the PLAIN terms
 
@@ -58,6 +58,8 @@ class StageTerms:
     # 1 when ZeRO collectives run in the microbatches (stage 2 or 3 and a shard group), else 0
     microbatch_zero: Term
     eta: float  # compute seconds a hidden collective second costs (overlap_interference)
+    # the framework's own copies around those ZeRO collectives (costs.terms.zero_copy_bytes_per_param)
+    zero_copies_s: Term = 0.0
     ep_s: Term | None = None  # exposed MoE token AllToAlls; None: no expert terms (dense tables)
     ep_rerun_s: Term = 0.0  # those of a forward whose MLP runs again
     ep_rerun_fraction: Term = 0.0  # 1 when the policy reruns the MLP, else 0
@@ -86,6 +88,8 @@ class StepTerms(Generic[V]):
     gather_interference_s: V  # eta x the gathers of every chunk
     pp_sends_s: V  # pipeline fill and drain sends
     optimizer_s: V  # the optimizer step
+    # the framework's own copies around the once-per-step ZeRO-1/2 collectives (costs.terms.zero_step_copies)
+    zero_step_copies_s: V
     step_overhead_s: V  # fixed per-step overhead
     eta_pct: int  # eta in percent (costs.terms.interference_pct): the rate ``unhidden`` takes
     # the other chunks' reductions, and the backward after their chunks' last (costs.terms.step_windows);
@@ -138,6 +142,7 @@ EXPOSED: tuple[Hidden[Any], ...] = (
 PLAIN: tuple[tuple[str, Callable[[StepTerms[Any]], Any]], ...] = (
     ("exposed_comm/pp", lambda t: t.pp_sends_s),
     ("compute/optimizer", lambda t: t.optimizer_s),
+    ("overhead/zero_copies", lambda t: t.zero_step_copies_s),  # beside the stage's (stage_items)
     ("overhead/step", lambda t: t.step_overhead_s),
 )
 
@@ -159,6 +164,7 @@ def stage_items(s: StageTerms) -> dict[str, Any]:
         "exposed_comm/cp": s.cp_s + s.cp_rerun_fraction * s.cp_rerun_s,
         "exposed_comm/fsdp": s.microbatch_zero
         * (s.fsdp_fixed_s + np.maximum(0, s.fsdp_backward_s - s.backward_s)),
+        "overhead/zero_copies": s.microbatch_zero * s.zero_copies_s,
         "exposed_comm/interference": (
             s.tp_lost_s
             + s.tp_rerun_fraction * s.tp_rerun_lost_s

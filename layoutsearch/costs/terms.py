@@ -1367,6 +1367,14 @@ def fsdp_collectives(
     vocab = model.vocab_size * model.d_model // sh.tp
     n = workload.fsdp_collectives_per_layer
     gathered = gathered_bytes_per_param(workload, acc)
+    # the framework's copies around them: a layer's two gathers (forward, backward) and reduce-scatter, the
+    # vocabulary's gather and reduce-scatter; the routed experts' where their ZeRO group shards them
+    hbm = acc.hbm_bytes_per_s
+    experts_copied = 0.0 if model.moe is None else p_expert * (sh.expert_shards > 1)
+    copies_layer = (
+        (_f(p_layer) + experts_copied) * zero_copy_bytes_per_param(workload, acc, 2) / hbm
+    )
+    copies_vocab = _f(vocab) * zero_copy_bytes_per_param(workload, acc, 1) / hbm
     gather = n * ring_time(_f(p_layer) * gathered / n, co.shard, half)
     reduce = n * ring_time(_f(p_layer) * workload.grad_bytes_per_param / n, co.shard, half)
     # the local experts, over the expert ZeRO group
@@ -1383,7 +1391,55 @@ def fsdp_collectives(
         "reduce_experts_layer": reduce_experts,
         "vocab": ring_time(_f(vocab) * workload.weight_bytes_per_param, co.shard, half)
         + ring_time(_f(vocab) * workload.grad_bytes_per_param, co.shard, half),
+        "copies_layer": copies_layer,
+        "copies_vocab": copies_vocab,
     }
+
+
+def zero_copy_bytes_per_param(workload: Workload, acc: Accelerator, gathers: int) -> float:
+    """HBM bytes per parameter the framework's own copies around one microbatch's ZeRO collectives move:
+    ``gathers`` gathers each copied out of the collective's buffer (``Profile.zero_gather_copy_out``: a
+    read and a write of the gathered weights) and the reduce-scatter's copy in (``Profile.zero_grad_copy_in``:
+    the gradients read in the weights' precision, written in the reduction's). FSDP2 under ZeRO-3 with fp32
+    reduction: 2 x 2 x 2 + (2 + 4) = 14 bytes; Megatron's buffers: none. Memory-bound kernels, costed at
+    the HBM bandwidth as the element-wise ones."""
+    profile = profile_of(workload.framework)
+    out = (
+        2.0 * gathers * gathered_bytes_per_param(workload, acc)
+        if profile.zero_gather_copy_out
+        else 0.0
+    )
+    into = (
+        workload.weight_bytes_per_param + workload.grad_bytes_per_param
+        if profile.zero_grad_copy_in
+        else 0.0
+    )
+    return out + into
+
+
+def zero_step_copies(model: ModelSpec, workload: Workload, acc: Accelerator, sh: Shapes, z):
+    """The copies (``zero_copy_bytes_per_param``) around the once-per-step ZeRO-1/2 collectives of stage 0
+    (keys S, z): the last microbatch's gradient reduce-scatter and the gather of the updated weights
+    (``step_collectives``), over the dense ZeRO shard group and the experts' where they shard."""
+    zero12 = (z == 1) | (z == 2)
+    copied = _f(stage_params(model, sh, first=True)) * (zero12 & (sh.shards > 1))
+    if model.moe is not None:
+        experts = _f(moe_layers_per_stage(model, sh)) * expert_params_per_moe_layer(model, sh)
+        copied = copied + experts * (zero12 & (sh.expert_shards > 1))
+    return copied * zero_copy_bytes_per_param(workload, acc, 1) / acc.hbm_bytes_per_s
+
+
+def zero2_copies(model: ModelSpec, workload: Workload, acc: Accelerator, sh: Shapes):
+    """ZeRO-2's copies (``zero_copy_bytes_per_param``) in each microbatch but one on stage 0 (keys S), beside
+    ``zero2_microbatch_traffic``: its gradients' reduce-scatter and, where the profile reshards after each
+    backward (``Profile.zero2_regathers``), its weights' gather."""
+    gathers = 1 if profile_of(workload.framework).zero2_regathers else 0
+    copied = _f(stage_params(model, sh, first=True))
+    if model.moe is not None:
+        copied = copied + _f(moe_layers_per_stage(model, sh)) * expert_params_per_moe_layer(
+            model, sh
+        ) * (sh.expert_shards > 1)
+    return copied * zero_copy_bytes_per_param(workload, acc, gathers) / acc.hbm_bytes_per_s
 
 
 def expert_params_per_layer(model: ModelSpec, sh: Shapes):
@@ -1420,7 +1476,8 @@ def fsdp_exposed_fixed(
 
     Forward gathers hide behind the previous layer, sharing its links with the hidden TP and CP
     traffic (``shard_link_traffic``); the first layer's gather is exposed; the vocabulary
-    gather + reduce-scatter hides behind the logits on the stages holding it.
+    gather + reduce-scatter hides behind the logits on the stages holding it. 'copies': the framework's
+    own copies around them (``fsdp_collectives``' copies_layer and copies_vocab), apart.
     """
     layers = layers_per_stage(model, sh, last)
     exposed = np.maximum(0.0, fc["gather_layer"] + link_busy_fwd_layer - fwd_window_layer)
@@ -1432,6 +1489,7 @@ def fsdp_exposed_fixed(
         "forward": layers * exposed + fc["gather_layer"] + lost_forward,
         "vocab": _f(holds_vocab) * vocab_exposed + lost_vocab,
         "lost": lost_forward + lost_vocab,
+        "copies": layers * fc["copies_layer"] + _f(holds_vocab) * fc["copies_vocab"],
     }
 
 

@@ -143,6 +143,17 @@ class Profile:
     param_dtype before its all-gather; MaxText's weight_dtype float32 parameters are cast to
     dtype in the layer), else a sharded bf16 copy persists beside the master (DeepSpeed ZeRO-3's
     16-bit partitions, Megatron-FSDP's model-weight buffer)."""
+    zero_gather_copy_out: bool = False
+    """Each ZeRO gather in the microbatches is copied out of the collective's output buffer into the
+    parameters it unshards, a read and a write of the gathered weights (FSDP2's
+    foreach_all_gather_copy_out, a split_with_sizes_copy); else the parameters are views of that buffer
+    (FSDP1's flat parameter, DeepSpeed's and Megatron-FSDP's buffers). Costed per microbatch at the HBM
+    bandwidth (costs.terms.zero_copy_bytes_per_param, time_s item compute/zero_copies)."""
+    zero_grad_copy_in: bool = False
+    """Each ZeRO reduce-scatter in the microbatches first copies the unsharded gradients into the
+    collective's input buffer, read in the weights' precision and written in the reduction's (FSDP2's
+    foreach_reduce_scatter_copy_in, a chunk_cat; DeepSpeed's stage 2 and 3 gradient buckets); else the
+    backward writes the gradients into that buffer (Megatron's contiguous gradient buffer)."""
     offload_update: str = "cpu"
     """Where the update of offloaded optimizer state runs (costs.terms.offload_step_time): "cpu",
     the host's cores (DeepSpeed's CPU-Adam, Megatron's HybridDeviceOptimizer, torch's Adam under

@@ -20,6 +20,9 @@ PROFILE = Profile(
     param_gather_overlap=False,
     pipelined_grad_reduce_overlap=False,
     offload_grad_copy_hidden=True,
+    # runtime/zero/stage3.py __add_grad_to_ipg_bucket and stage_1_and_2.py's ipg buffer (contiguous_gradients,
+    # on by default) copy each gradient into the bucket the reduce-scatter reads
+    zero_grad_copy_in=True,
 )
 
 CAPABILITIES = Capabilities(

@@ -34,6 +34,11 @@ PROFILE = Profile(
     # FSDP2 reshards after every backward (FSDPModule.set_reshard_after_backward defaults to True): with
     # reshard_after_forward=False (ZeRO-2) each microbatch's forward gathers the weights again
     zero2_regathers=True,
+    # FSDP2 (torch/distributed/fsdp/_fully_shard/_fsdp_collectives.py): foreach_all_gather_copy_out copies each
+    # gather's output into the unsharded parameters (split_with_sizes_copy); foreach_reduce copies the unsharded
+    # gradients into the reduce-scatter input in reduce_dtype (foreach_reduce_scatter_copy_in, chunk_cat)
+    zero_gather_copy_out=True,
+    zero_grad_copy_in=True,
     cpu_adam="torch",  # FSDP2's CPUOffloadPolicy steps torch's optimizer on the host tensors
 )
 

@@ -387,6 +387,7 @@ def build_model(
         gather_interference_s=over(v.szo, t.gather_interference_s, top=None),
         pp_sends_s=over(v.w, t.pp_sends_s, (0, 2)),
         optimizer_s=over(v.sz, t.optimizer_s),
+        zero_step_copies_s=over(v.sz, t.zero_step_copies_s),
         step_overhead_s=t.step_overhead_s,
         eta_pct=t.eta_pct,
     )
@@ -406,6 +407,7 @@ def build_model(
         gather_interference_s=int(t.gather_interference_s.max()),
         pp_sends_s=int(t.pp_sends_s.max()),
         optimizer_s=int(t.optimizer_s.max()),
+        zero_step_copies_s=int(t.zero_step_copies_s.max()),
         step_overhead_s=t.step_overhead_s,
         eta_pct=t.eta_pct,
     )

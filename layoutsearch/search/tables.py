@@ -61,6 +61,9 @@ class Tables:
     ep_s: np.ndarray  # [sk, o, st]
     ep_rerun_s: np.ndarray  # [sk, o]
     fsdp_fixed_s: np.ndarray  # [sk, o, st]
+    # [sk, st] ZeRO-3's copies (StageTerms.zero_copies_s); [sk] ZeRO-2's, of every microbatch but the last
+    zero_copies_s: np.ndarray
+    zero2_copies_s: np.ndarray
     fsdp_backward_s: np.ndarray  # [sk, o] ZeRO-3's
     # [sk, o] ZeRO-2's: the reduce-scatters of every microbatch's gradients but the last's
     fsdp_reduce_backward_s: np.ndarray
@@ -76,6 +79,7 @@ class Tables:
     reduce_interference_s: np.ndarray  # [s, z, o]
     gather_interference_s: np.ndarray  # [s, z, o]
     optimizer_s: np.ndarray  # [s, z]
+    zero_step_copies_s: np.ndarray  # [s, z]
     MZ: np.ndarray  # [s, z, st, moment] memory by ZeRO stage, KiB
     # [s, z] which ZeRO collectives run in the microbatches' backward: 3 ZeRO-3's gathers and reduce-scatters,
     # 2 ZeRO-2's reduce-scatters, 0 none (no shard group, or stage 0 or 1); StageTerms.microbatch_zero is 1
@@ -713,7 +717,7 @@ def build_tables(
         return np.broadcast_to(x, (n_sk, n_o))
 
     mult_o = terms.step_multiplier(sh_o, k_o, terms.backward_split(model, workload), model)
-    tp_st, fx_st, ep_st = [], [], []
+    tp_st, fx_st, ep_st, copies_st = [], [], [], []
     fc = terms.fsdp_collectives(model, workload, acc, sh_o, co)
     for st, (_first, last) in _stage_flags(sh_o).items():
         c = stage_windows(space, rt.windows, sh_o, k_o, st, last)
@@ -725,6 +729,7 @@ def build_tables(
             model, acc, sh_o, fc, c["window/fwd_layer"], c["window/logits"], True, busy["fwd"], last
         )
         fx_st.append(grid_o(mult_o * (fixed["forward"] + fixed["vocab"])))
+        copies_st.append(np.broadcast_to(mult_o * fixed["copies"], (n_sk, 1))[:, 0])
         if st == 0:
             layers_o = mult_o * terms.layers_per_stage(model, sh_o)
             x = grid_o(layers_o * (fc["gather_layer"] + fc["reduce_layer"] + busy["bwd"]))
@@ -801,6 +806,10 @@ def build_tables(
         ep_s=q(np.stack(ep_st, axis=-1)).reshape(n_sk, n_o, 2),
         ep_rerun_s=q(epf).reshape(n_sk, n_o),
         fsdp_fixed_s=q(np.stack(fx_st, axis=-1)).reshape(n_sk, n_o, 2),
+        zero_copies_s=q(np.stack(copies_st, axis=-1)).reshape(n_sk, 2),
+        zero2_copies_s=q(
+            np.broadcast_to((k_o - 1) * terms.zero2_copies(model, workload, acc, sh_o), (n_sk, 1))
+        ).reshape(n_sk),
         fsdp_backward_s=q(x).reshape(n_sk, n_o),
         fsdp_reduce_backward_s=q(x2).reshape(n_sk, n_o),
         pp_sends_s=q(pp).reshape(n_sk, n_o),
@@ -813,6 +822,9 @@ def build_tables(
         reduce_interference_s=q(reduce_interference).reshape(n_s, n_z, n_o),
         gather_interference_s=q(gather_interference).reshape(n_s, n_z, n_o),
         optimizer_s=q(optimizer_seconds(space)).reshape(n_s, n_z),
+        zero_step_copies_s=q(
+            np.broadcast_to(terms.zero_step_copies(model, workload, acc, sh_z, z_row), (n_s, n_z))
+        ),
         MZ=(
             memory_table(zero_memory_bytes(space))
             if costed is None or (kept_mz := costed.shape_memory()) is None
@@ -860,6 +872,10 @@ def stage_parts(
             fsdp_backward_s=traffic[:, None, :] if traffic is not None else 0,
             backward_s=window[:, :, None] if window is not None else 0,
             microbatch_zero=int(zero > 0),
+            zero_copies_s={
+                3: t.zero_copies_s[:, None, None, st],
+                2: t.zero2_copies_s[:, None, None],
+            }.get(zero, 0),
             eta=t.eta,
             ep_s=t.ep_s[:, None, :, st] if experts else None,
             ep_rerun_s=t.ep_rerun_s[:, None, :] if experts else 0.0,
@@ -893,6 +909,7 @@ def step_terms(t: Tables, space: Space, sk, ri, z, o) -> step.StepTerms:
         gather_interference_s=t.gather_interference_s[s, z, o],
         pp_sends_s=t.pp_sends_s[sk, o],
         optimizer_s=t.optimizer_s[s, z],
+        zero_step_copies_s=t.zero_step_copies_s[s, z],
         step_overhead_s=t.step_overhead_s,
         eta_pct=t.eta_pct,
     )
