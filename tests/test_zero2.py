@@ -66,3 +66,25 @@ def test_fsdp_zero2_also_gathers_the_weights_in_every_microbatch():
     assert (
         four.time_s["exposed_comm/fsdp"] == 0.0
     )  # hidden: it fits behind the four forwards and backwards
+
+
+def test_the_gather_of_the_updated_weights_is_listed_and_fsdp_zero2_gathers_in_every_microbatch():
+    """The collectives list names the ZeRO-1/2 gather of the updated weights (39.1 ms, about half the fp32
+    reduce-scatter's bytes in bf16): once a step under Megatron, in every microbatch under FSDP's ZeRO-2
+    (Profile.zero2_regathers: it reshards after every backward)."""
+    torchtitan = Problem.build("llama3-8b", "h100-8", build_workload(64, 4096, framework="torchtitan"))
+    rows = {
+        (framework, stage): _collective(
+            estimate(problem, Layout(fsdp=8, zero_stage=stage, num_microbatches=4)),
+            f"zero-{stage} weight gather",
+        )
+        for framework, problem in (("megatron", PROBLEM), ("torchtitan", torchtitan))
+        for stage in (1, 2)
+    }
+    assert {k: r["frequency"] for k, r in rows.items()} == {
+        ("megatron", 1): "per step",
+        ("megatron", 2): "per step",
+        ("torchtitan", 1): "per step",
+        ("torchtitan", 2): "per microbatch",
+    }
+    assert [r["time_s"] for r in rows.values()] == pytest.approx([0.03907] * 4, abs=1e-5)

@@ -16,6 +16,7 @@ import numpy as np
 from layoutsearch.core.arrays import read_only
 from layoutsearch.core.check import check_layout
 from layoutsearch.core.errors import InvalidLayoutError
+from layoutsearch.core.frameworks import profile_of
 from layoutsearch.core.placement import candidate_placements
 from layoutsearch.core.problem import HasProblem, Problem
 from layoutsearch.core.rules import Violation, cp_a2a_degree
@@ -609,6 +610,15 @@ def _collectives(problem: Problem, key: _Keys, slow: dict, steps: dict) -> list[
             None,
             "per microbatch",
             float(z == 2) * _scalar(steps["reduce/zero"]),
+        ),
+        (
+            f"zero-{z} weight gather",  # of the updated weights; FSDP's ZeRO-2 again in every microbatch
+            co.shard,
+            None,
+            "per microbatch"
+            if z == 2 and profile_of(workload.framework).zero2_regathers
+            else "per step",
+            float(z in (1, 2)) * _scalar(steps["gather/zero"]),
         ),
         ("dp grad all-reduce", co.dp, None, "per step", _scalar(steps["reduce/dp"])),
         (
