@@ -470,10 +470,9 @@ def _itemise(
     times = {name: kk * v for name, v in per_mb.items()}
     times["bubble"] = (mult - kk) * sum(per_mb.values())
     for name, value in parts.items():
+        # overhead/zero_copies has a stage part (above) and a once-per-step part: they add
         if name != "stage" and name not in _REDUCTIONS + _GATHERS:
-            times[name] = times.get(name, 0.0) + _scalar(
-                value
-            )  # ZeRO copies: the stage's and the step's
+            times[name] = times.get(name, 0.0) + _scalar(value)
     for name, value in _split_reductions(
         t,
         steps,

@@ -1422,10 +1422,8 @@ def zero_step_copies(model: ModelSpec, workload: Workload, acc: Accelerator, sh:
     (keys S, z): the last microbatch's gradient reduce-scatter and the gather of the updated weights
     (``step_collectives``), over the dense ZeRO shard group and the experts' where they shard."""
     zero12 = (z == 1) | (z == 2)
-    copied = _f(stage_params(model, sh, first=True)) * (zero12 & (sh.shards > 1))
-    if model.moe is not None:
-        experts = _f(moe_layers_per_stage(model, sh)) * expert_params_per_moe_layer(model, sh)
-        copied = copied + experts * (zero12 & (sh.expert_shards > 1))
+    dense, experts = _zero_sharded_params(model, sh)
+    copied = dense * (zero12 & (sh.shards > 1)) + experts * zero12
     return copied * zero_copy_bytes_per_param(workload, acc, 1) / acc.hbm_bytes_per_s
 
 
@@ -1434,12 +1432,20 @@ def zero2_copies(model: ModelSpec, workload: Workload, acc: Accelerator, sh: Sha
     ``zero2_microbatch_traffic``: its gradients' reduce-scatter and, where the profile reshards after each
     backward (``Profile.zero2_regathers``), its weights' gather."""
     gathers = 1 if profile_of(workload.framework).zero2_regathers else 0
-    copied = _f(stage_params(model, sh, first=True))
-    if model.moe is not None:
-        copied = copied + _f(moe_layers_per_stage(model, sh)) * expert_params_per_moe_layer(
-            model, sh
-        ) * (sh.expert_shards > 1)
-    return copied * zero_copy_bytes_per_param(workload, acc, gathers) / acc.hbm_bytes_per_s
+    dense, experts = _zero_sharded_params(model, sh)
+    return (
+        (dense + experts) * zero_copy_bytes_per_param(workload, acc, gathers) / acc.hbm_bytes_per_s
+    )
+
+
+def _zero_sharded_params(model: ModelSpec, sh: Shapes) -> tuple:
+    """Stage 0's parameters on one device that ZeRO's once-per-step collectives move (keys S): (the dense
+    ones, the routed experts' where their ZeRO group shards them, else 0), as ``grad_reduce_scatter``."""
+    dense = _f(stage_params(model, sh, first=True))
+    if model.moe is None:
+        return dense, 0.0
+    experts = _f(moe_layers_per_stage(model, sh)) * expert_params_per_moe_layer(model, sh)
+    return dense, experts * (sh.expert_shards > 1)
 
 
 def expert_params_per_layer(model: ModelSpec, sh: Shapes):

@@ -148,7 +148,7 @@ class Profile:
     parameters it unshards, a read and a write of the gathered weights (FSDP2's
     foreach_all_gather_copy_out, a split_with_sizes_copy); else the parameters are views of that buffer
     (FSDP1's flat parameter, DeepSpeed's and Megatron-FSDP's buffers). Costed per microbatch at the HBM
-    bandwidth (costs.terms.zero_copy_bytes_per_param, time_s item compute/zero_copies)."""
+    bandwidth (costs.terms.zero_copy_bytes_per_param, time_s item overhead/zero_copies)."""
     zero_grad_copy_in: bool = False
     """Each ZeRO reduce-scatter in the microbatches first copies the unsharded gradients into the
     collective's input buffer, read in the weights' precision and written in the reduction's (FSDP2's
