@@ -129,3 +129,23 @@ def test_recompute_bias_compares_full_recompute_runs_with_the_runs_without():
     ((source, acc, bias, n_none, n_full),) = claims_script.recompute_bias(runs)
     assert (source, acc, n_none, n_full) == ("a", "h100", 2, 3)
     assert bias == pytest.approx(1.00 / 0.92, rel=1e-12)
+
+
+def test_the_held_out_recompute_pairs_are_quoted_with_their_error():
+    """recompute_pairs reads the held-out llm-foundry sweeps' pairs that differ in recompute (three: MPT-13B at
+    512 and 1,024 tokens), and pairs_sentence quotes them and the range of the engine's over-rating; no pairs,
+    no sentence."""
+    pairs = claims_script.recompute_pairs()
+    assert [(r["seq_len"], r["row"]) for r in pairs] == [
+        (1024, "MPT-13B mbs1 x 16 none recompute"),
+        (1024, "MPT-13B mbs1 x 4 none recompute"),
+        (512, "MPT-13B mbs1 x 16 none recompute"),
+    ]
+    made = [
+        {"row": "a", "reference": "b", "seq_len": 512, "measured": 0.5, "predicted": 0.55},
+        {"row": "c", "reference": "d", "seq_len": 1024, "measured": 0.8, "predicted": 0.84},
+    ]
+    text = claims_script.pairs_sentence(made)
+    assert "a at 512 tokens measured 0.500x b, predicted 0.550x" in text
+    assert text.endswith("over-rates the run without recompute by 5% to 10%.")
+    assert claims_script.pairs_sentence([]) == ""

@@ -72,7 +72,9 @@ def test_the_gather_of_the_updated_weights_is_listed_and_fsdp_zero2_gathers_in_e
     """The collectives list names the ZeRO-1/2 gather of the updated weights (39.1 ms, about half the fp32
     reduce-scatter's bytes in bf16): once a step under Megatron, in every microbatch under FSDP's ZeRO-2
     (Profile.zero2_regathers: it reshards after every backward)."""
-    torchtitan = Problem.build("llama3-8b", "h100-8", build_workload(64, 4096, framework="torchtitan"))
+    torchtitan = Problem.build(
+        "llama3-8b", "h100-8", build_workload(64, 4096, framework="torchtitan")
+    )
     rows = {
         (framework, stage): _collective(
             estimate(problem, Layout(fsdp=8, zero_stage=stage, num_microbatches=4)),
