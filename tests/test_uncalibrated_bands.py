@@ -83,7 +83,7 @@ def test_a_missing_flag_is_the_cautious_borrowed_and_a_bad_one_an_error():
 
 
 def test_uncalibrated_gpu_band_is_the_files_uncalibrated_values():
-    """An uncalibrated GPU's dense band is uncalibrated.bands.gpu (-20.9% .. +12.6%), wider than the
+    """An uncalibrated GPU's dense band is uncalibrated.bands.gpu (-20.8% .. +12.7%), wider than the
     calibrated GPU band (-9.6% .. +8.2%); -19.4% .. +14.8% and -9.2% .. +10.2% before the Megatron-Core
     rows stated their interleaved schedule (2026-12-05), -20.0% .. +13.3% and -9.8% .. +7.4% before FSDP2's
     ZeRO copies were costed."""
