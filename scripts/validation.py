@@ -700,10 +700,11 @@ def sweep_lines(sweep: dict, records: list[dict]) -> list[str]:
         "llm-foundry's published layouts stand on ([claims.md](claims.md): dropping recompute at a smaller "
         "microbatch): the throughput of one layout over another of the same campaign.",
         "",
-        "| evaluated | median abs | p90 abs | median signed |",
-        "|---|---|---|---|",
+        "| evaluated | median abs | p90 abs | median signed | in the 80% band |",
+        "|---|---|---|---|---|",
         f"| {h['with_measured_throughput']} | {pct(h['median_abs_rel_error'])} | {pct(h['p90_abs_rel_error'])} | "
-        f"{pct(h['median_rel_error'], True)} |",
+        f"{pct(h['median_rel_error'], True)} | {h['band_coverage']['all']['covered']} of "
+        f"{h['band_coverage']['all']['count']} |",
         "",
         "| table | tokens | layout | against | measured ratio | predicted ratio | error |",
         "|---|---|---|---|---|---|---|",
