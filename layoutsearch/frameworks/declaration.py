@@ -144,16 +144,17 @@ class Profile:
     dtype in the layer), else a sharded bf16 copy persists beside the master (DeepSpeed ZeRO-3's
     16-bit partitions, Megatron-FSDP's model-weight buffer)."""
     zero_gather_copy_out: bool = False
-    """Each ZeRO gather in the microbatches is copied out of the collective's output buffer into the
-    parameters it unshards, a read and a write of the gathered weights (FSDP2's
-    foreach_all_gather_copy_out, a split_with_sizes_copy); else the parameters are views of that buffer
-    (FSDP1's flat parameter, DeepSpeed's and Megatron-FSDP's buffers). Costed per microbatch at the HBM
-    bandwidth (costs.terms.zero_copy_bytes_per_param, time_s item overhead/zero_copies)."""
+    """Each ZeRO gather (ZeRO-3's in the microbatches, ZeRO-2's where it gathers again, the once-a-step
+    gather of the updated weights) is copied out of the collective's output buffer into the parameters it
+    unshards, a read and a write of the gathered weights (FSDP2's foreach_all_gather_copy_out, a
+    split_with_sizes_copy); else the parameters are views of that buffer (FSDP1's flat parameter, DeepSpeed's
+    and Megatron-FSDP's buffers). Costed at the HBM bandwidth (costs.terms.zero_copy_bytes_per_param; per
+    microbatch zero3/zero2 copies, once a step zero_step_copies; time_s item overhead/zero_copies)."""
     zero_grad_copy_in: bool = False
-    """Each ZeRO reduce-scatter in the microbatches first copies the unsharded gradients into the
-    collective's input buffer, read in the weights' precision and written in the reduction's (FSDP2's
-    foreach_reduce_scatter_copy_in, a chunk_cat; DeepSpeed's stage 2 and 3 gradient buckets); else the
-    backward writes the gradients into that buffer (Megatron's contiguous gradient buffer)."""
+    """Each ZeRO gradient reduce-scatter (in the microbatches or once a step) first copies the unsharded
+    gradients into the collective's input buffer, read in the weights' precision and written in the
+    reduction's (FSDP2's foreach_reduce_scatter_copy_in, a chunk_cat; DeepSpeed's stage 2 and 3 gradient
+    buckets); else the backward writes the gradients into that buffer (Megatron's contiguous gradient buffer)."""
     offload_update: str = "cpu"
     """Where the update of offloaded optimizer state runs (costs.terms.offload_step_time): "cpu",
     the host's cores (DeepSpeed's CPU-Adam, Megatron's HybridDeviceOptimizer, torch's Adam under
