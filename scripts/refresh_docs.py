@@ -1,5 +1,6 @@
 """Rerun every command whose output README.md, examples/*.md and docs/*.md show, and write
-the output back; rebuild the README's headline numbers from the results/ files they quote.
+the output back; rebuild the README's headline numbers and every inline quote of a results/ file
+(`<!-- q FILE | ROW LABEL -->value<!-- /q -->`, `_quoted`) from the files they quote.
 
     python scripts/refresh_docs.py            # rewrite the files
     python scripts/refresh_docs.py --check    # exit 1 and name every block that differs
@@ -50,6 +51,7 @@ VOLATILE = (
 )
 ELISION = " ..."
 HEADLINE = re.compile(r"(<!-- headline: begin -->\n)(.*?)(<!-- headline: end -->)", re.S)
+QUOTE = re.compile(r"(<!-- q (?P<key>.*?) -->)(?P<value>.*?)(<!-- /q -->)", re.S)
 
 
 def doc_files() -> list[Path]:
@@ -218,6 +220,41 @@ def _results_row(name: str, label: str, column: int = 1) -> str:
     raise SystemExit(f"results/{name} has no row '{label}'")
 
 
+def _section(name: str, heading: str | None) -> str:
+    """results/NAME's text, from the heading that starts with HEADING on (the whole file without)."""
+    text = (ROOT / "results" / name).read_text()
+    if heading is None:
+        return text
+    found = re.search(rf"^#+ {re.escape(heading)}.*$", text, re.M)
+    if found is None:
+        raise SystemExit(f"results/{name} has no section '{heading}'")
+    return text[found.start() :]
+
+
+def _quoted(key: str) -> str:
+    """The value an inline quote `<!-- q FILE[#SECTION] | LABEL[ | COLUMN] -->` stands for: the cell
+    (the second by default; its text before any ' (') of the first row labelled LABEL in results/FILE,
+    from SECTION's heading on; with LABEL `/REGEX/`, the first group of REGEX's first match there.
+    The parts are separated by ' | ' (a bar between spaces), so a REGEX may hold a bare '|'."""
+    parts = [part.strip() for part in key.split(" | ")]
+    where, label = parts[0], parts[1]
+    name, _, heading = where.partition("#")
+    text = _section(name, heading or None)
+    if len(label) > 1 and label[0] == label[-1] == "/":
+        found = re.search(label[1:-1], text)
+        if found is None:
+            raise SystemExit(f"results/{name} has nothing that matches {label}")
+        return found.group(1)
+    column = int(parts[2]) if len(parts) > 2 else 1
+    for line in text.splitlines():
+        cells = [c.strip() for c in line.strip().strip("|").split("|")]
+        if line.startswith("|") and cells[0] == label:
+            return cells[column].split(" (")[0]
+    raise SystemExit(
+        f"results/{name} has no row '{label}'" + (f" under '{heading}'" if heading else "")
+    )
+
+
 def _moe_loso(name: str) -> str:
     """'median / p90' of the leave-one-source-out sentence of the MoE results file."""
     text = (ROOT / "results" / name).read_text()
@@ -256,6 +293,18 @@ def headline() -> str:
     return "\n".join(rows) + "\n"
 
 
+def refresh_quotes(text: str, problems: list[str], where: str) -> str:
+    """TEXT with every inline quote's value as results/ gives it now; stale ones named."""
+
+    def quote(match: re.Match) -> str:
+        now = _quoted(match.group("key"))
+        if now != match.group("value"):
+            problems.append(f"stale ({where}): the quoted '{match.group('key')}'")
+        return match.group(1) + now + match.group(4)
+
+    return QUOTE.sub(quote, text)
+
+
 def refresh(path: Path, problems: list[str]) -> str:
     """The file's text with every shown output and the headline as they are now."""
     text, where = path.read_text(), path.relative_to(ROOT).as_posix()
@@ -280,6 +329,7 @@ def refresh(path: Path, problems: list[str]) -> str:
 
     text = PYTHON_THEN_OUTPUT.sub(python_block, text)
     text = FENCE.sub(session, text)
+    text = refresh_quotes(text, problems, where)
     return HEADLINE.sub(headline_block, text)
 
 

@@ -24,6 +24,39 @@ def test_shown_outputs_and_headline_numbers_are_current():
     assert not problems, "\n".join(problems)
 
 
+def test_an_inline_quote_of_a_results_file_is_refreshed_and_a_stale_one_named():
+    """`<!-- q FILE | LABEL -->` quotes a table row's value, `#SECTION` and a column pick another
+    table's cell, `/REGEX/` a sentence's number; a wrong value is named and replaced."""
+    results = (ROOT / "results" / "validation.md").read_text()
+    fit = re.search(r"^\| fit accuracy \(predicted fits == ran\) \| ([0-9.]+%) \|", results, re.M)
+    band = re.search(
+        r"^## Uncertainty bands.*?^\| gpu \| [^|]*\|[^|]*\|[^|]*\|[^|]*\| ([^|]+?) \|",
+        results,
+        re.M | re.S,
+    )
+    ran = re.search(r"the largest share of a run that ran is ([0-9.]+)", results)
+    assert fit and band and ran
+    text = (
+        "fits <!-- q validation.md | fit accuracy (predicted fits == ran) -->1%<!-- /q -->, band "
+        "<!-- q validation.md#Uncertainty bands | gpu | 5 -->x<!-- /q -->, largest "
+        "<!-- q validation.md | /the largest share of a run that ran is ([0-9.]+)/ -->9<!-- /q -->."
+    )
+    problems: list[str] = []
+    fresh = refresh_docs.refresh_quotes(text, problems, "x")
+    assert fresh == (
+        f"fits <!-- q validation.md | fit accuracy (predicted fits == ran) -->{fit.group(1)}<!-- /q -->, "
+        f"band <!-- q validation.md#Uncertainty bands | gpu | 5 -->{band.group(1)}<!-- /q -->, largest "
+        f"<!-- q validation.md | /the largest share of a run that ran is ([0-9.]+)/ -->{ran.group(1)}<!-- /q -->."
+    )
+    assert len(problems) == 3 and problems[0] == (
+        "stale (x): the quoted 'validation.md | fit accuracy (predicted fits == ran)'"
+    )
+    problems.clear()
+    assert refresh_docs.refresh_quotes(fresh, problems, "x") == fresh and problems == []
+    with pytest.raises(SystemExit, match="results/validation.md has no row 'no such row'"):
+        refresh_docs.refresh_quotes("<!-- q validation.md | no such row -->1<!-- /q -->", [], "x")
+
+
 def test_the_plan_example_is_current_but_for_the_solver_time():
     """examples/plan.md is among the checked documents and shows what `layoutsearch plan` prints
     now; its solver time may differ, its status may not."""
