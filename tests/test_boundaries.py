@@ -389,7 +389,8 @@ def test_no_usable_memory_is_refused_in_the_library():
         Problem.build("llama70b", "h100-1024", build_workload(256, 4096, hbm_gib=1))
     with pytest.raises(
         InvalidArgumentError,
-        match=r"^--memory-margin-gib: no usable memory per device: 95 GiB device memory - "
+        # v5p's HBM read 95 GiB until XLA's reported 95.74 GiB limit showed it is 96 (docs/calibration.md#tpu-memory)
+        match=r"^--memory-margin-gib: no usable memory per device: 96 GiB device memory - "
         r"\d+(\.\d+)? GiB runtime reserve \(v5p runtime_reserve_gib\) - 100 GiB margin = -",
     ):
         Problem.build("llama70b", "v5p-256", build_workload(256, 4096, memory_margin_gib=100))

@@ -75,7 +75,9 @@ def test_model_values_match_public_configs():
 def test_accelerators_convert_units_once_and_cite_sources():
     """hbm_gib -> bytes (binary), TFLOP/s -> FLOP/s, GB/s -> B/s; every headline number has a source."""
     v5p = load_accelerator("v5p")
-    assert v5p.hbm_bytes == 95 * 2**30
+    assert (
+        v5p.hbm_bytes == 96 * 2**30
+    )  # 95 GiB until XLA's 95.74 GiB limit showed it (docs/calibration.md)
     assert v5p.peak_flops_per_s == 459e12
     assert v5p.link_bytes_per_s_per_direction == 90e9
     h100 = load_accelerator("h100")

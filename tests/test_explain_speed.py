@@ -59,9 +59,9 @@ def test_grok_on_280_gpus_names_the_whole_sequences_rule(capsys):
         (
             ["--model", "llama3-405b", "--cluster", "v5p-64"],
             "nothing fits: the nearest layout (tp=8,cp=8, recompute=full, ZeRO-3) needs 103.1 GB "
-            "per device, 99.9 GB available; fits with --offload optimizer or 2x the devices "
+            "per device, 102.8 GB available; fits with --offload optimizer or 2x the devices "
             "(v5p-128); the model state "
-            "alone (7.31 TB at 18 B/param) needs at least 74 devices",
+            "alone (7.31 TB at 18 B/param) needs at least 72 devices",  # 99.9 GB and 74 before v5p read 96 GiB less 0.26
         ),
     ],
 )
