@@ -79,6 +79,7 @@ def record(table, model, seq, mbs, ga, ac, tokens_per_s, mfu) -> dict:
             "precision": "bf16",
             "framework": "llm-foundry",
             "triton_attention": True,
+            "grad_reduce_dtype": "bf16" if mixed_precision == "PURE" else "fp32",
         },
         "cluster": {
             "accelerator": accelerator,
@@ -115,8 +116,8 @@ def record(table, model, seq, mbs, ga, ac, tokens_per_s, mfu) -> dict:
             "zero_stage": "FSDP FULL_SHARD over the 8 GPUs -> ZeRO-3",
             "recompute": f"Activation Checkpointing {ac} -> {'full' if ac else 'none'}",
             "num_microbatches": f"GradAccum {ga}",
-            "mixed_precision": f"MP Mode {mixed_precision} (Composer FSDP: PURE reduces gradients in bf16, DEFAULT "
-            "in fp32); costed with the engine's fp32 reduction, as the development set's llm-foundry rows",
+            "grad_reduce_dtype": f"MP Mode {mixed_precision} (Composer FSDP: PURE reduces gradients in bf16, "
+            "DEFAULT in fp32), as the development set's llm-foundry rows state theirs (rule 31)",
             "framework": "PyTorch FSDP1 (torch 2.0); costed with the torchtitan profile, as every llm-foundry record "
             "(docs/run_record_mapping.md rule 1)",
         },

@@ -17,22 +17,23 @@ from layoutsearch.validation.validate import load_runs, validate_runs
 # were costed from their shapes (costs.gemm), with the H200 measurement's physics and with FlashAttention-2 and
 # MPT's Triton kernel apart (the fms-fsdp row's attention at FlashAttention-2's own fit, 0.3312), and with that row
 # costed eager (rule 30; FlashAttention-2's fit 0.3882; fms-fsdp 0.007880955964789438 before, median 0.029430027100065037), and
-# when FSDP2's copies around the ZeRO-3 collectives were costed (Profile.zero_gather_copy_out, zero_grad_copy_in); to 1e-9: a least-squares
+# when FSDP2's copies around the ZeRO-3 collectives were costed (Profile.zero_gather_copy_out, zero_grad_copy_in), and when
+# the llm-foundry A100 rows stated their bf16 gradient reduction (rule 31; "rule 31" below: the value before); to 1e-9: a least-squares
 # fit's last digits move with the BLAS and the machine (1.6e-10 between two of them)
 PINNED_LOSO_REL_ERROR = {
-    "megatron2021-table1-1-7b": 0.0646776022910911,  # 0.056583 before the ZeRO copies
-    "megatron2021-table1-18-4b": -0.003819612166172215,  # -0.015588 before
-    "fmsfsdp-a100-llama2-7b-128gpu": -0.013925616254368278,  # 0.006794 before
-    "llmfoundry-mpt-a100-40g-7b-seq16384-8gpu-mbs1-ga4": 0.01424663278574867,  # 0.016610 before
-    "llmfoundry-mpt-a100-40g-7b-seq8192-8gpu-mbs3-ga4": -0.048548496120740636,  # -0.049079 before
+    "megatron2021-table1-1-7b": 0.06274928426147097,  # 0.064678 before rule 31, 0.056583 before the ZeRO copies
+    "megatron2021-table1-18-4b": -0.004781753611708406,  # -0.003820 before rule 31, -0.015588 before
+    "fmsfsdp-a100-llama2-7b-128gpu": -0.013959933405496838,  # -0.013926 before rule 31, 0.006794 before
+    "llmfoundry-mpt-a100-40g-7b-seq16384-8gpu-mbs1-ga4": 0.015493474909773264,  # 0.014247 before rule 31
+    "llmfoundry-mpt-a100-40g-7b-seq8192-8gpu-mbs3-ga4": -0.04760972778693906,  # -0.048548 before rule 31
     "maxtext-v5p-2023-32b-1xv5p-128": -0.021186627970400607,  # -0.042558 costed as a serial block
 }
 PINNED_SUMMARY = {
     "count": 6,
-    "median_abs_rel_error": 0.017716630378074638,  # 0.018899 before the ZeRO copies, 0.029584 the parallel block
-    "p90_abs_rel_error": 0.056613049205915866,  # 0.052831 before the ZeRO copies
-    "median_rel_error": -0.008872614210270247,  # -0.004397 before the ZeRO copies
-    "in_sample_median_abs_rel_error": 0.02113396698303055,  # 0.022733 before the ZeRO copies, 0.031612 the block
+    "median_abs_rel_error": 0.018340051440086935,  # 0.017717 before rule 31, 0.018899 before the ZeRO copies
+    "p90_abs_rel_error": 0.055179506024205016,  # 0.056613 before rule 31, 0.052831 before the ZeRO copies
+    "median_rel_error": -0.009370843508602622,  # -0.008873 before rule 31, -0.004397 before the ZeRO copies
+    "in_sample_median_abs_rel_error": 0.021585925304177966,  # 0.021134 before rule 31, 0.022733 the ZeRO copies
 }
 PINNED_CALIBRATION = {
     "Narayanan et al. 2021": {
@@ -126,9 +127,9 @@ def test_loso_folds_give_the_values_of_the_previous_implementation(subset_file, 
         ["validate", str(subset_file), "--no-rank", "--loso", "--max-median-error", "1"], capsys
     )
     assert code == 0 and out.splitlines()[-1] == (
-        "leave-one-source-out: median |error| 1.8%, p90 5.7% over 6 records predicted from the "
-        "other sources' calibration (in sample: median 2.1%)"
-    )
+        "leave-one-source-out: median |error| 1.8%, p90 5.5% over 6 records predicted from the "
+        "other sources' calibration (in sample: median 2.2%)"
+    )  # p90 5.7%, in sample 2.1% before rule 31
 
 
 def test_the_loso_option_is_documented_in_the_help(capsys, monkeypatch):

@@ -65,8 +65,10 @@ def test_deepspeed_copies_gradients_into_its_buckets_and_megatron_nothing():
 def test_the_llm_foundry_sweeps_rank_as_they_measured(data_file):
     """tests/data/llmfoundry_sweeps_heldout.yaml (scripts/llmfoundry_heldout.py), nothing fitted on it: MPT-13B
     on 8 A100 40GB without activation checkpointing at one sequence a microbatch ran 0.443x (512 tokens) and
-    0.717x (1,024) the checkpointed largest microbatch; the engine predicts 0.480x and 0.798x, the right side of
-    1 (0.582x and 0.928x before the copies were costed: a claim that dropping recompute pays where it lost 28%)."""
+    0.717x (1,024) the checkpointed largest microbatch; the engine predicts 0.585x and 0.845x, the right side of
+    1 (0.582x and 0.928x before the copies were costed: a claim that dropping recompute pays where it lost 28%;
+    0.480x and 0.798x with the copies and fp32 reduction, before the campaign stated its PURE mixed precision's
+    bf16 reduction, rule 31: the comm-bound runs without recompute are the model's largest held-out miss)."""
     runs = load_runs(data_file("llmfoundry_sweeps_heldout.yaml"))
     doc = validate_runs(runs, rank=False)
     tps = {e["id"]: e for e in doc["records"]}
@@ -75,7 +77,7 @@ def test_the_llm_foundry_sweeps_rank_as_they_measured(data_file):
         return tps[a][key] / tps[b][key]
 
     base = "llmfoundry-sweep-torch2-13b-s{}-8gpu-mbs{}-ga16-{}"
-    for seq, ref_mbs, measured, predicted in ((512, 16, 0.443, 0.480), (1024, 8, 0.717, 0.798)):
+    for seq, ref_mbs, measured, predicted in ((512, 16, 0.443, 0.585), (1024, 8, 0.717, 0.845)):
         row, ref = base.format(seq, 1, "noac"), base.format(seq, ref_mbs, "ac")
         assert ratio(row, ref, "measured_tokens_per_s_per_device") == pytest.approx(
             measured, abs=5e-4
@@ -83,4 +85,6 @@ def test_the_llm_foundry_sweeps_rank_as_they_measured(data_file):
         assert ratio(row, ref, "predicted_tokens_per_s_per_device") == pytest.approx(
             predicted, abs=5e-4
         )
-    assert doc["summary"]["median_abs_rel_error"] == pytest.approx(0.043, abs=5e-4)
+    assert doc["summary"]["median_abs_rel_error"] == pytest.approx(
+        0.060, abs=5e-4
+    )  # 0.043 before rule 31

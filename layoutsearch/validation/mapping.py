@@ -336,9 +336,13 @@ def cuda_graphs(record: dict) -> str:
 
 
 def bf16_grads_because(record: dict) -> str | None:
-    """Rules 21 and 25: why the record's gradients are bf16 (Megatron-FSDP's recommended bf16 gradient
-    communication; a Megatron-Bridge performance configuration's ``grad_reduce_in_fp32 = False``), or None: fp32, as
-    also where the record names fp32 reduction."""
+    """Rules 21, 25 and 31: why the record's gradients are bf16 (the dtype it states, ``workload.grad_reduce_dtype``:
+    llm-foundry's PURE mixed precision; Megatron-FSDP's recommended bf16 gradient communication; a Megatron-Bridge
+    performance configuration's ``grad_reduce_in_fp32 = False``), or None: fp32, as also where the record states or
+    names fp32 reduction."""
+    stated = record["workload"].get("grad_reduce_dtype")
+    if stated is not None:
+        return "workload.grad_reduce_dtype: bf16 (rule 31)" if stated == "bf16" else None
     text = str(record.get("derived") or {}) + str(record.get("source") or "")
     if re.search(
         r"grad[-_ ]reduce[-_ ]in[-_ ]fp32(?![ =:]*(?:false|0)\b)|grad[-_ ]comm[-_ ]dtype[ =:]*fp32",
@@ -357,7 +361,7 @@ def bf16_grads_because(record: dict) -> str | None:
 
 
 def grad_bytes(record: dict) -> int:
-    """Rules 21 and 25: bytes per gradient element the record keeps and its data-parallel reduction moves: 2 where
+    """Rules 21, 25 and 31: bytes per gradient element the record keeps and its data-parallel reduction moves: 2 where
     ``bf16_grads_because`` gives a reason, else 4."""
     return 2 if bf16_grads_because(record) else 4
 

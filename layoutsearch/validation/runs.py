@@ -163,6 +163,7 @@ RecWorkload = _block(
     vendor_attention=bool,
     fp32_logits=bool,
     triton_attention=bool,
+    grad_reduce_dtype=Literal["bf16", "fp32"],
 )
 RecCluster = _block(
     "RecCluster",
