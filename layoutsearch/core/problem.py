@@ -191,8 +191,8 @@ def warn_uncalibrated(model: ModelSpec, acc) -> None:
 def warn_multislice(cluster: Cluster) -> None:
     """A TPU cluster of several slices: their step costs more per chip than one slice's, which the model does
     not cost. MaxText's published runs lost up to 13% of the throughput per chip at 2 slices (4% at the median
-    of v5p's 8, the development set, and v5e's 4, held out) and 10% to 17% at 32 (v5e); a straggler term fitted on the v5p rows predicted
-    twice the v5e loss and was not kept (docs/calibration.md#multislice)."""
+    of v5p's 8, the development set, and v5e's 4, held out) and 10% to 17% at 32 (v5e); a straggler term
+    fitted on the v5p rows predicted twice the v5e loss and was not kept (docs/calibration.md#multislice)."""
     if cluster.num_slices > 1:
         warnings.warn(
             f"{cluster.name} spans {cluster.num_slices} slices: the cost of meeting over the data-centre network "
