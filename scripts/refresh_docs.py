@@ -209,15 +209,22 @@ def run_python(code: str) -> str:
     return buffer.getvalue()
 
 
+def _row_cell(text: str, label: str, column: int) -> str | None:
+    """Cell ``column`` of the first table row `| label | ... |` of TEXT, or None."""
+    for line in text.splitlines():
+        cells = [c.strip() for c in line.strip().strip("|").split("|")]
+        if line.lstrip().startswith("|") and cells[0] == label:
+            return cells[column]
+    return None
+
+
 def _results_row(name: str, label: str, column: int = 1) -> str:
     """A cell (the value cell by default) of the row `| label | value | ...` in results/NAME (the
     first such row)."""
-    text = (ROOT / "results" / name).read_text()
-    for line in text.splitlines():
-        cells = [c.strip() for c in line.strip().strip("|").split("|")]
-        if cells and cells[0] == label:
-            return cells[column]
-    raise SystemExit(f"results/{name} has no row '{label}'")
+    cell = _row_cell((ROOT / "results" / name).read_text(), label, column)
+    if cell is None:
+        raise SystemExit(f"results/{name} has no row '{label}'")
+    return cell
 
 
 def _section(name: str, heading: str | None) -> str:
@@ -245,14 +252,12 @@ def _quoted(key: str) -> str:
         if found is None:
             raise SystemExit(f"results/{name} has nothing that matches {label}")
         return found.group(1)
-    column = int(parts[2]) if len(parts) > 2 else 1
-    for line in text.splitlines():
-        cells = [c.strip() for c in line.strip().strip("|").split("|")]
-        if line.startswith("|") and cells[0] == label:
-            return cells[column].split(" (")[0]
-    raise SystemExit(
-        f"results/{name} has no row '{label}'" + (f" under '{heading}'" if heading else "")
-    )
+    cell = _row_cell(text, label, int(parts[2]) if len(parts) > 2 else 1)
+    if cell is None:
+        raise SystemExit(
+            f"results/{name} has no row '{label}'" + (f" under '{heading}'" if heading else "")
+        )
+    return cell.split(" (")[0]
 
 
 def _moe_loso(name: str) -> str:
