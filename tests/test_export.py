@@ -179,13 +179,13 @@ def test_materialised_attention_scores_as_costed_or_refused():
         "torchtitan",
         "torchtitan cannot express materialised attention scores (--no-fused-attention) (its "
         "attention is SDPA's fused kernels or FlexAttention); nearest: --fused-attention, or "
-        "export to megatron or maxtext",
+        "export to maxtext or megatron",
     )
     refused(
         doc,
         "deepspeed",
         "DeepSpeed cannot express materialised attention scores (--no-fused-attention); "
-        "nearest: --fused-attention, or export to megatron or maxtext",
+        "nearest: --fused-attention, or export to maxtext or megatron",
     )
 
 

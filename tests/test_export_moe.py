@@ -510,8 +510,8 @@ def test_maxtext_moe_keys_and_expert_axis():
             InvalidLayoutError,
             match=re.escape(
                 f"{name} cannot express the capacity factor 1.25 of mixtral-8x7b (every expert padded to its "
-                f"capacity) ({why}); nearest: a dropless model (moe capacity_factor null), or export to megatron "
-                f"or maxtext"
+                f"capacity) ({why}); nearest: a dropless model (moe capacity_factor null), or export to maxtext "
+                f"or megatron or megatron-bridge"
             ),
         ):
             export_document(dropping, target)
@@ -609,7 +609,7 @@ def test_deepspeed_autoep_section():
     with pytest.raises(
         InvalidLayoutError,
         match=r"DeepSpeed cannot express the DeepEP token dispatch with ep\(8\); "
-        r"nearest: --no-deepep, or export to megatron or torchtitan",
+        r"nearest: --no-deepep, or export to megatron or megatron-bridge or torchtitan",
     ):
         export_document(MIXTRAL, "deepspeed")
     assert any("no preset for this architecture" in n for n in grok["_layoutsearch"]["set_in_code"])
@@ -1141,7 +1141,8 @@ def test_overlaps_the_prediction_assumed_are_exported_or_refused():
         InvalidLayoutError,
         match=re.escape(
             "DeepSpeed cannot express the TP communication overlap (--tp-comm-overlap) with tp(8) (AutoTP all-reduces "
-            "after its GEMMs); nearest: --no-tp-comm-overlap, or export to megatron"
+            "after its GEMMs); nearest: --no-tp-comm-overlap, or export to maxtext or megatron or torchtitan "
+            "or torchtitan-0.3"
         ),
     ):
         export_document(tp, "deepspeed")

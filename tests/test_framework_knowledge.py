@@ -125,7 +125,8 @@ REFUSALS = {
         "deepspeed-cp-alone",
         "DeepSpeed cannot express cp(2) beside tp(2), pp(1), ep(1) (Ulysses for Hugging Face models "
         "(UlyssesSPAttentionHF.register_with_transformers) builds sequence- and data-parallel groups "
-        "only); nearest: cp=1, or tp = pp = ep = 1 beside cp",
+        "only); nearest: cp=1, or tp = pp = ep = 1 beside cp, or export to maxtext or megatron or "
+        "megatron-bridge or torchtitan or torchtitan-0.3",
     ),
     "torchtitan": (
         Layout(fsdp=16, zero_stage=1),

@@ -12,7 +12,7 @@ from layoutsearch.core.errors import InvalidLayoutError
 from layoutsearch.core.problem import Problem, SearchOptions, SearchRequest
 from layoutsearch.core.specs import Layout, Workload
 from layoutsearch.export import export_document
-from layoutsearch.frameworks import capabilities_of, megatron
+from layoutsearch.frameworks import capabilities_of, megatron, megatron_bridge
 from layoutsearch.report.output import solve_document
 from layoutsearch.search import solve
 from layoutsearch.search.explain import funnel
@@ -174,6 +174,48 @@ def test_export_limits_come_from_declared_capabilities(monkeypatch):
     assert "megatron-zero" in codes
 
 
+def test_every_limit_word_entry_is_one_declared_limit():
+    """limit_words.yaml holds words only for limits LIMITS declares (no orphan entry), each naming a
+    Capabilities field that exists."""
+    declared = {limit.code for limit in rules.LIMITS}
+    assert set(rules.LIMIT_WORDS) <= declared
+    assert {"cp-flavour", "recompute", "offload", "deepep", "capacity", "window"} <= set(
+        rules.LIMIT_WORDS
+    )
+    fields = rules.Capabilities.__dataclass_fields__
+    for code, words in rules.LIMIT_WORDS.items():
+        assert (words.get("capability") or words.get("allowed")) in fields, code
+
+
+def test_an_export_suggestion_follows_the_capabilities(monkeypatch):
+    """The 'export to ...' of a feature's refusal lists the targets that declare the capability: one more
+    target declaring TP overlap joins the list, with no word of the rule changed."""
+    problem = Problem.build("mixtral-8x7b", "h100-16", Workload(global_batch_seqs=64, seq_len=4096))
+    problem = replace(problem, workload=replace(problem.workload, tp_comm_overlap=True))
+    cand = {"tp": 8}
+
+    def nearest() -> str:
+        (rule,) = [
+            r
+            for r in rules.framework_rules(capabilities_of("deepspeed"))
+            if r.code == "deepspeed-tp-overlap"
+        ]
+        return rule.why(problem, cand).split("nearest: ")[1]
+
+    assert nearest() == (
+        "--no-tp-comm-overlap, or export to maxtext or megatron or torchtitan or torchtitan-0.3"
+    )
+    monkeypatch.setattr(
+        megatron_bridge,
+        "CAPABILITIES",
+        replace(megatron_bridge.CAPABILITIES, tp_comm_overlap=True),
+    )
+    assert nearest() == (
+        "--no-tp-comm-overlap, or export to maxtext or megatron or megatron-bridge or torchtitan "
+        "or torchtitan-0.3"
+    )
+
+
 def test_framework_rules_are_vectorised_like_the_structural_ones():
     """Framework rules evaluate over candidate arrays (the search) and single layouts (the export) alike."""
     caps = rules.Capabilities(target="t", framework="T", context_parallel=False)
@@ -252,7 +294,7 @@ CONSTRUCTED_LIMITS = [
         Layout(fsdp=2, ep=8),
         "DeepSpeed: no DeepEP dispatch with ep > 1",
         "DeepSpeed cannot express the DeepEP token dispatch with ep(8); nearest: --no-deepep, or "
-        "export to megatron or torchtitan",
+        "export to megatron or megatron-bridge or torchtitan",
     ),
     (
         "deepspeed",
@@ -269,7 +311,8 @@ CONSTRUCTED_LIMITS = [
         Layout(fsdp=2, tp=8),
         "DeepSpeed: no TP communication overlap",
         "DeepSpeed cannot express the TP communication overlap (--tp-comm-overlap) with tp(8) "
-        "(AutoTP all-reduces after its GEMMs); nearest: --no-tp-comm-overlap, or export to megatron",
+        "(AutoTP all-reduces after its GEMMs); nearest: --no-tp-comm-overlap, or export to "
+        "maxtext or megatron or torchtitan or torchtitan-0.3",
     ),
     (
         "deepspeed",

@@ -24,8 +24,10 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
+from pathlib import Path
 
 import numpy as np
+import yaml
 
 from layoutsearch.core.frameworks import fp8_recipe_of, node_dedup, profile_of, vendor_attention
 from layoutsearch.core.numbers import distinct
@@ -135,14 +137,16 @@ def _rule(*, code, needs, holds, title, why, kind="structure") -> Rule:
     return Rule(code=code, needs=frozenset(needs), holds=holds, title=title, why=why, kind=kind)
 
 
-def _canonical(*, code, needs, holds, title: str, layout, enumerated_as: str) -> Rule:
-    """A search-only canonical form ``title``: where it fails, the candidate's ``layout`` (its
-    text) is enumerated as another candidate, ``enumerated_as``."""
+def _canonical(
+    *, code, needs, holds, title: str, layout, enumerated_as: str = "another layout"
+) -> Rule:
+    """A search-only canonical form ``title`` (each layout once): where it fails, the candidate's
+    ``layout`` (its text) is enumerated as another candidate, ``enumerated_as``."""
     return _rule(
         code=code,
         needs=needs,
         holds=holds,
-        title=lambda p: title,
+        title=lambda p: f"{title} (each layout once)",
         why=lambda p, c: f"{layout(p, c)} is enumerated as {enumerated_as}",
         kind="canonical",
     )
@@ -538,15 +542,14 @@ CANONICAL: tuple[Rule, ...] = (
         holds=lambda p, c: (
             ((c["z"] == 0) & (c["fsdp"] == 1)) | ((c["z"] >= 1) & (c["fsdp"] * c["cp"] > 1))
         ),
-        title="ZeRO-0 without fsdp, ZeRO >= 1 with a shard group (each layout once)",
+        title="ZeRO-0 without fsdp, ZeRO >= 1 with a shard group",
         layout=lambda p, c: f"fsdp({c['fsdp']}) x cp({c['cp']}) with zero_stage {c['z']}",
-        enumerated_as="another layout",
     ),
     _canonical(
         code="schedule-canonical",
         needs=("pp", "sched"),
         holds=lambda p, c: (c["pp"] > 1) | (c["sched"] == SCHEDULE_CODES["1f1b"]),
-        title="without a pipeline the schedule is 1f1b (each layout once)",
+        title="without a pipeline the schedule is 1f1b",
         layout=lambda p, c: f"pp({c['pp']}) with the {SCHEDULE_NAMES[c['sched']]} schedule",
         enumerated_as="1f1b",
     ),
@@ -1071,72 +1074,44 @@ class Limit:
 
     @classmethod
     def feature(
-        cls,
-        *,
-        code: str,
-        needs: tuple[str, ...] = (),
-        capability: str,
-        used: Callable[[Problem, Cand], np.ndarray | bool],
-        can: str,
-        cannot_title: str,
-        cannot: Callable[[Problem, dict], str],
-        nearest: str,
+        cls, *, code: str, used: Callable[[Problem, Cand], np.ndarray | bool], needs=()
     ) -> Limit:
-        """A feature a target writes or not (the boolean ``Capabilities.<capability>``), binding only
-        where the candidate ``used`` it; titled ``can`` or ``cannot_title``."""
+        """A feature a target writes or not (``Capabilities.<capability>``, a boolean), binding only
+        where the candidate ``used`` it; its words are ``LIMIT_WORDS[code]``."""
+        words = LIMIT_WORDS[code]
+        capability = words["capability"]
         return cls(
             code=code,
-            needs=needs,
+            needs=tuple(needs),
             holds=lambda caps, p, c: np.logical_or(
                 getattr(caps, capability), np.logical_not(np.asarray(used(p, c), dtype=bool))
             ),
-            title=lambda caps, p: can if getattr(caps, capability) else cannot_title,
-            cannot=lambda caps, p, c: cannot(p, c),
-            nearest=lambda caps, p, c: nearest,
+            title=lambda caps, p: (
+                words["can"] if getattr(caps, capability) else words["cannot_title"]
+            ),
+            cannot=lambda caps, p, c: _refused_use(words, p, c),
+            nearest=lambda caps, p, c: _feature_nearest(words),
         )
 
     @classmethod
-    def option(
-        cls,
-        *,
-        code: str,
-        capability: str,
-        degree: str,
-        asked: Callable[[Problem], bool],
-        can: str,
-        cannot_title: str,
-        what: str,
-        nearest: str,
-    ) -> Limit:
-        """A ``feature`` the workload ``asked`` for that acts only where ``degree`` > 1: binding
-        there, refused as ``<what> with <degree>(<n>)``."""
+    def option(cls, *, code: str, asked: Callable[[Problem], bool]) -> Limit:
+        """A ``feature`` the workload ``asked`` for that acts only where the degree its words name is
+        above 1: binding there, refused as ``<what> with <degree>(<n>)``."""
+        degree = LIMIT_WORDS[code]["degree"]
         return cls.feature(
-            code=code,
-            needs=(degree,),
-            capability=capability,
-            used=lambda p, c: asked(p) & (c[degree] != 1),
-            can=can,
-            cannot_title=cannot_title,
-            cannot=lambda p, c: f"{what} with {degree}({c[degree]})",
-            nearest=nearest,
+            code=code, needs=(degree,), used=lambda p, c: asked(p) & (c[degree] != 1)
         )
 
     @classmethod
-    def choice(
-        cls,
-        *,
-        code: str,
-        field: str,
-        names: tuple[str, ...],
-        allowed: str,
-        noun: str,
-        refused: str = "",
-        where_above_1: str = "",
-    ) -> Limit:
-        """A named choice the target writes some of (``Capabilities.<allowed>``): holds where the
-        candidate's code ``field`` (an index of ``names``) is one of them, or, given
-        ``where_above_1``, where that degree is 1 (the choice unused). A refusal names the choice
-        ``<refused or noun> <name>``."""
+    def choice(cls, *, code: str) -> Limit:
+        """A named choice the target writes some of (``Capabilities.<allowed>``), in the words of
+        ``LIMIT_WORDS[code]``: holds where the candidate's code ``field`` (an index of
+        ``CODED_NAMES[field]``) is one of them, or, given ``where_above_1``, where that degree is 1
+        (the choice unused). A refusal names the choice ``<refused or noun> <name>``."""
+        words = LIMIT_WORDS[code]
+        field, allowed, noun = words["field"], words["allowed"], words["noun"]
+        names, refused = CODED_NAMES[field], words.get("refused", noun)
+        where_above_1 = words.get("where_above_1", "")
 
         def writable(caps: Capabilities) -> tuple[str, ...]:
             return getattr(caps, allowed)
@@ -1157,7 +1132,7 @@ class Limit:
                 if where_above_1
                 else f"{noun} {', '.join(writable(caps))}"
             ),
-            cannot=lambda caps, p, c: f"{refused or noun} {names[c[field]]}",
+            cannot=lambda caps, p, c: f"{refused} {names[c[field]]}",
             nearest=lambda caps, p, c: f"{noun} {_or_(writable(caps))}",
         )
 
@@ -1208,15 +1183,24 @@ class Limit:
         )
 
 
-def _capacity_factor(p: Problem) -> float:
-    """The capacity factor of a capacity-factor MoE model (what the capacity rule is given)."""
-    moe = p.model.moe
-    assert moe is not None and moe.capacity_factor is not None
-    return moe.capacity_factor
-
-
 def _moe(p: Problem) -> bool:
     return p.model.moe is not None
+
+
+def _cp_beside_others(p: Problem, c: Cand) -> np.ndarray:
+    return (c["cp"] > 1) & ((c["tp"] > 1) | (c["pp"] > 1) | (c["ep"] > 1))
+
+
+def _ep_with_tp_and_pp(p: Problem, c: Cand) -> np.ndarray:
+    return _moe(p) & (c["ep"] != 1) & (c["tp"] != 1) & (c["pp"] != 1)
+
+
+def _deepep_asked(p: Problem) -> bool:
+    return node_dedup(p.model, p.workload, p.cluster.accelerator.kind)
+
+
+def _vendor_attention_asked(p: Problem, c: Cand) -> bool:
+    return bool(p.workload.vendor_attention and vendor_attention(p.workload, p.cluster.accelerator))
 
 
 def _refused_features(caps: Capabilities, p: Problem) -> list[str]:
@@ -1238,6 +1222,41 @@ def _features_nearest(p: Problem) -> str:
     able = [t for t in TARGETS if _writes_model(t, p)]
     return f"export to {' or '.join(able)}" if able else "no export target writes them all"
 
+
+def _load_limit_words() -> dict[str, dict[str, str]]:
+    """``limit_words.yaml``: per choice and feature limit, what it reads and its words (that file's
+    header)."""
+    path = Path(__file__).with_name("limit_words.yaml")
+    loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)  # libyaml where PyYAML has it
+    return yaml.load(path.read_text(encoding="utf-8"), Loader=loader)
+
+
+LIMIT_WORDS = _load_limit_words()
+
+
+def _refused_use(words: dict[str, str], p: Problem, c: dict) -> str:
+    """What a layout refused by a feature limit asks for: an option's ``<what> with <degree>(n)``,
+    else its ``cannot`` with the candidate's and the problem's numbers."""
+    if "degree" in words:
+        return f"{words['what']} with {words['degree']}({c[words['degree']]})"
+    moe = p.model.moe
+    return words["cannot"].format(
+        **c,
+        model_id=p.model_id,
+        sliding_window=p.model.sliding_window,
+        capacity_factor=None if moe is None else moe.capacity_factor,
+    )
+
+
+def _feature_nearest(words: dict[str, str]) -> str:
+    """The fix inside the workload, then the export targets that have the capability."""
+    able = [t for t in TARGETS if getattr(capabilities_of(t), words["capability"])]
+    export = f"export to {' or '.join(able)} {words.get('export_note', '')}".rstrip()
+    return ", or ".join(([words["fix"]] if "fix" in words else []) + ([export] if able else []))
+
+
+# The names a coded candidate field's values index (Limit.choice).
+CODED_NAMES = {"cpf": CP_FLAVOURS, "r": RECOMPUTE_POLICIES, "f": OFFLOADS}
 
 # The limits in funnel order; each reads the Capabilities fields it names.
 LIMITS: tuple[Limit, ...] = (
@@ -1288,24 +1307,8 @@ LIMITS: tuple[Limit, ...] = (
             else f"cp=1 with fsdp x {c['cp']}"
         ),
     ),
-    Limit.choice(
-        code="cp-flavour",
-        field="cpf",
-        names=CP_FLAVOURS,
-        allowed="cp_flavours",
-        noun="cp flavour",
-        where_above_1="cp",
-    ),
-    Limit.feature(
-        code="cp-alone",
-        needs=("cp", "tp", "pp", "ep"),
-        capability="cp_with_model_parallel",
-        used=lambda p, c: (c["cp"] > 1) & ((c["tp"] > 1) | (c["pp"] > 1) | (c["ep"] > 1)),
-        can="cp > 1 beside tp, pp and ep",
-        cannot_title="cp > 1 only with tp = pp = ep = 1",
-        cannot=lambda p, c: f"cp({c['cp']}) beside tp({c['tp']}), pp({c['pp']}), ep({c['ep']})",
-        nearest="cp=1, or tp = pp = ep = 1 beside cp",
-    ),
+    Limit.choice(code="cp-flavour"),
+    Limit.feature(code="cp-alone", needs=("cp", "tp", "pp", "ep"), used=_cp_beside_others),
     Limit(
         code="ring-cp-seq",
         needs=("cp", "cpf"),
@@ -1368,15 +1371,8 @@ LIMITS: tuple[Limit, ...] = (
             else "a pp that divides the layers, or export to megatron"
         ),
     ),
-    Limit.choice(
-        code="recompute",
-        field="r",
-        names=RECOMPUTE_POLICIES,
-        allowed="recompute_policies",
-        noun="recompute",
-        refused="the recompute policy",
-    ),
-    Limit.choice(code="offload", field="f", names=OFFLOADS, allowed="offload", noun="offload"),
+    Limit.choice(code="recompute"),
+    Limit.choice(code="offload"),
     Limit.zero(
         code="offload-zero",
         needs=("f",),
@@ -1444,60 +1440,13 @@ LIMITS: tuple[Limit, ...] = (
         ),
         nearest=lambda caps, p, c: _experts_nearest(caps, c),
     ),
-    Limit.feature(
-        code="ep-tp-pp",
-        needs=("ep", "tp", "pp"),
-        capability="expert_parallel_with_tp_and_pp",
-        used=lambda p, c: _moe(p) & (c["ep"] != 1) & (c["tp"] != 1) & (c["pp"] != 1),
-        can="ep > 1 with tp and pp",
-        cannot_title="ep > 1 not with both tp > 1 and pp > 1",
-        cannot=lambda p, c: f"ep({c['ep']}) with both tp({c['tp']}) and pp({c['pp']})",
-        nearest="tp=1 or pp=1 with ep > 1",
-    ),
-    Limit.option(
-        code="deepep",
-        capability="deepep",
-        degree="ep",
-        asked=lambda p: node_dedup(p.model, p.workload, p.cluster.accelerator.kind),
-        can="DeepEP dispatch",
-        cannot_title="no DeepEP dispatch with ep > 1",
-        what="the DeepEP token dispatch",
-        nearest="--no-deepep, or export to megatron or torchtitan",
-    ),
-    Limit.option(
-        code="fp8-dispatch",
-        capability="fp8_dispatch",
-        degree="ep",
-        asked=lambda p: p.workload.fp8_dispatch,
-        can="an fp8 token dispatch",
-        cannot_title="no fp8 token dispatch with ep > 1",
-        what="the fp8 token dispatch",
-        nearest="--no-fp8-dispatch",
-    ),
-    Limit.feature(
-        code="vendor-attention",
-        capability="vendor_attention",
-        # only where the workload asks for it (--vendor-attention): a profile's own choice travels
-        # with the profile
-        used=lambda p, c: bool(
-            p.workload.vendor_attention and vendor_attention(p.workload, p.cluster.accelerator)
-        ),
-        can="the vendor's fused attention",
-        cannot_title="no vendor fused attention",
-        cannot=lambda p, c: "the vendor's fused attention kernel (cuDNN / Transformer Engine)",
-        nearest="--no-vendor-attention, or export to megatron",
-    ),
-    Limit.feature(
-        code="triton-attention",
-        capability="triton_attention",
-        used=lambda p, c: p.workload.triton_attention,
-        can="MPT's Triton attention kernel",
-        cannot_title="no MPT Triton attention",
-        cannot=lambda p, c: (
-            "MPT's 2022 Triton attention kernel (--triton-attention: llm-foundry's)"
-        ),
-        nearest="--no-triton-attention",
-    ),
+    Limit.feature(code="ep-tp-pp", needs=("ep", "tp", "pp"), used=_ep_with_tp_and_pp),
+    Limit.option(code="deepep", asked=_deepep_asked),
+    Limit.option(code="fp8-dispatch", asked=lambda p: p.workload.fp8_dispatch),
+    # only where the workload asks for it (--vendor-attention): a profile's own choice travels
+    # with the profile
+    Limit.feature(code="vendor-attention", used=_vendor_attention_asked),
+    Limit.feature(code="triton-attention", used=lambda p, c: p.workload.triton_attention),
     Limit(
         code="cuda-graphs",
         needs=("r",),
@@ -1506,56 +1455,11 @@ LIMITS: tuple[Limit, ...] = (
         cannot=lambda caps, p, c: _graphs_refusal(caps, p, c)[0],
         nearest=lambda caps, p, c: _graphs_refusal(caps, p, c)[1],
     ),
-    Limit.option(
-        code="tp-overlap",
-        capability="tp_comm_overlap",
-        degree="tp",
-        asked=lambda p: bool(p.workload.tp_comm_overlap),
-        can="TP communication overlap",
-        cannot_title="no TP communication overlap",
-        what="the TP communication overlap (--tp-comm-overlap)",
-        nearest="--no-tp-comm-overlap, or export to megatron",
-    ),
-    Limit.option(
-        code="ep-overlap",
-        capability="ep_comm_overlap",
-        degree="ep",
-        asked=lambda p: bool(p.workload.ep_comm_overlap) and _moe(p),
-        can="expert-parallel AllToAll overlap",
-        cannot_title="no expert-parallel AllToAll overlap",
-        what="the expert-parallel AllToAll overlap (--ep-comm-overlap)",
-        nearest="--no-ep-comm-overlap, or export to megatron",
-    ),
-    Limit.feature(
-        code="unfused-attention",
-        capability="unfused_attention",
-        used=lambda p, c: not p.workload.flash_attention,
-        can="fused or unfused attention",
-        cannot_title="fused attention only",
-        cannot=lambda p, c: "materialised attention scores (--no-fused-attention)",
-        nearest="--fused-attention, or export to megatron or maxtext",
-    ),
-    Limit.feature(
-        code="bf16-logits",
-        capability="bf16_logits",
-        used=lambda p, c: not p.workload.fp32_logits,
-        can="a loss on bf16 logits",
-        cannot_title="the loss on fp32 logits only",
-        cannot=lambda p, c: "the loss on logits in the compute precision (--no-fp32-logits)",
-        nearest="--fp32-logits, or export to maxtext",
-    ),
-    Limit.feature(
-        code="capacity",
-        capability="drop_and_pad",
-        used=lambda p, c: _moe(p) and not p.model.dropless_moe,
-        can="MoE capacity factors (drop and pad)",
-        cannot_title="dropless MoE only",
-        cannot=lambda p, c: (
-            f"the capacity factor {_capacity_factor(p):g} of {p.model_id} (every expert "
-            f"padded to its capacity)"
-        ),
-        nearest="a dropless model (moe capacity_factor null), or export to megatron or maxtext",
-    ),
+    Limit.option(code="tp-overlap", asked=lambda p: bool(p.workload.tp_comm_overlap)),
+    Limit.option(code="ep-overlap", asked=lambda p: bool(p.workload.ep_comm_overlap) and _moe(p)),
+    Limit.feature(code="unfused-attention", used=lambda p, c: not p.workload.flash_attention),
+    Limit.feature(code="bf16-logits", used=lambda p, c: not p.workload.fp32_logits),
+    Limit.feature(code="capacity", used=lambda p, c: _moe(p) and not p.model.dropless_moe),
     Limit(
         code="state-precision",
         needs=("fsdp", "cp", "z"),
@@ -1564,24 +1468,10 @@ LIMITS: tuple[Limit, ...] = (
         cannot=lambda caps, p, c: _state_precision_refusal(caps, p, c)[0],
         nearest=lambda caps, p, c: _state_precision_refusal(caps, p, c)[1],
     ),
+    Limit.feature(code="sinks", used=lambda p, c: p.model.attention_sinks),
+    # a window as long as the sequence attends over all of it
     Limit.feature(
-        code="sinks",
-        capability="attention_sinks",
-        used=lambda p, c: p.model.attention_sinks,
-        can="attention with or without sinks",
-        cannot_title="attention without sinks",
-        cannot=lambda p, c: f"the attention sinks of {p.model_id}",
-        nearest="export to deepspeed (the Hugging Face model code has them)",
-    ),
-    Limit.feature(
-        code="window",
-        capability="sliding_window",
-        # a window as long as the sequence attends over all of it
-        used=lambda p, c: (p.model.sliding_window or np.inf) < p.workload.seq_len,
-        can="full or windowed attention",
-        cannot_title="full attention only",
-        cannot=lambda p, c: f"the {p.model.sliding_window}-token sliding window of {p.model_id}",
-        nearest="export to deepspeed (the Hugging Face model code has it)",
+        code="window", used=lambda p, c: (p.model.sliding_window or np.inf) < p.workload.seq_len
     ),
     Limit(
         code="features",
