@@ -717,12 +717,15 @@ def test_the_catalogues_moe_host_overhead_is_what_its_commands_fit(moe_runs, cap
 
 
 def test_megatron_fsdp_records_reduce_gradients_in_bf16(by_id):
-    """Rule 21: a record run with Megatron-FSDP (named in its notes, or by the optim_grads_params sharding strategy
-    that selects it) is costed with 2-byte gradients, Megatron-FSDP's recommended --grad-reduce-in-bf16; its
-    ZeRO-3 reduce-scatters move half the bytes. Other ZeRO-3 records (FSDP2) keep fp32 gradients."""
+    """Rule 21: the records run with Megatron-FSDP state workload.grad_reduce_dtype bf16 (Megatron-FSDP's
+    recommended --grad-reduce-in-bf16) and are costed with 2-byte gradients; their ZeRO-3 reduce-scatters move
+    half the bytes. Other ZeRO-3 records (FSDP2) keep fp32 gradients. No rule reads the notes for it: the same
+    record without the field, its notes still naming Megatron-FSDP, keeps fp32."""
     from layoutsearch.costs.estimate import estimate
 
-    fsdp = one(by_id, "modelzoo-qwen3-235b-h100-bf16-n256-fsdp")  # "Megatron-FSDP (FSDP On)"
+    fsdp = one(
+        by_id, "modelzoo-qwen3-235b-h100-bf16-n256-fsdp"
+    )  # states bf16: "Megatron-FSDP (FSDP On)"
     dell = one(
         by_id, MLPERF_REAL
     )  # "data_parallel_sharding_strategy optim_grads_params (Megatron-FSDP, ZeRO-3)"
@@ -732,10 +735,7 @@ def test_megatron_fsdp_records_reduce_gradients_in_bf16(by_id):
         2,
         4,
     ]
-    assert (
-        "Megatron-FSDP: gradients reduced in bf16 (its recommended --grad-reduce-in-bf16)"
-        in mapping_notes(fsdp)
-    )
+    assert "workload.grad_reduce_dtype: bf16 (rule 31)" in mapping_notes(fsdp)
     problem, layout = record_to_problem(fsdp)
     fp32 = replace(problem, workload=replace(problem.workload, grad_bytes_per_param=4))
     half, full = (estimate(p, layout, strict=False) for p in (problem, fp32))
@@ -768,8 +768,10 @@ def test_megatron_fsdp_records_reduce_gradients_in_bf16(by_id):
         [2 * layer * 31 / 32 / (4 * nic), 2 * experts * 31 / 32 / nic], rel=1e-9
     )
     assert (half.step_time_s, full.step_time_s) == pytest.approx((28.29, 33.96), abs=0.01)
-    fsdp["derived"]["note"] += "; --megatron-fsdp-grad-comm-dtype fp32"
-    assert record_to_problem(fsdp)[0].workload.grad_bytes_per_param == 4
+    unstated = copy.deepcopy(fsdp)
+    unstated["workload"]["grad_reduce_dtype"] = None
+    assert "Megatron-FSDP (FSDP On)" in unstated["derived"]["zero_stage"]
+    assert record_to_problem(unstated)[0].workload.grad_bytes_per_param == 4
 
 
 def test_megatron_bridge_rows_take_their_release_presets_unstated_settings(by_id):
@@ -858,7 +860,8 @@ def test_megatron_bridge_rows_take_their_release_presets_unstated_settings(by_id
 def test_megatron_bridge_rows_keep_and_reduce_their_gradients_in_bf16(by_id):
     """Rule 25: the performance configurations set ddp.grad_reduce_in_fp32 = False, so the gradient buffer is bf16:
     GPT-OSS-120B on 64 B200 (ep=8, ZeRO-1) holds 30.7 GB of gradients instead of 61.3 and fits in the 176 GB it ran
-    in; a row naming fp32 reduction keeps 4 bytes; the DGX Cloud (NeMo 2.0) rows keep fp32."""
+    in; a row stating fp32 reduction (workload.grad_reduce_dtype) keeps 4 bytes, and its notes are not read for
+    it; the DGX Cloud (NeMo 2.0) rows keep fp32."""
     from layoutsearch.costs.estimate import estimate
     from layoutsearch.validation.mapping import bf16_grads_because
 
@@ -882,15 +885,14 @@ def test_megatron_bridge_rows_keep_and_reduce_their_gradients_in_bf16(by_id):
     ) == pytest.approx((30.66, 61.31), abs=0.01)
     assert (bf16.fits, fp32.fits) == (True, False) and row["measured"]["oom"] is False
     named = copy.deepcopy(row)
-    named["derived"]["note"] = "ddp.grad_reduce_in_fp32 = True"
+    named["workload"]["grad_reduce_dtype"] = "fp32"
     assert (
         bf16_grads_because(named) is None
         and record_to_problem(named)[0].workload.grad_bytes_per_param == 4
     )
-    named["derived"]["note"] = (
-        "ddp.grad_reduce_in_fp32 = False"  # names bf16: the rule's own reason stands
-    )
-    assert record_to_problem(named)[0].workload.grad_bytes_per_param == 2
+    noted = copy.deepcopy(row)
+    noted["derived"]["note"] = "ddp.grad_reduce_in_fp32 = True"  # free text: not read
+    assert record_to_problem(noted)[0].workload.grad_bytes_per_param == 2
     assert (
         record_to_problem(one(by_id, "dgxc-deepseekv3-h100-bf16-n512"))[
             0

@@ -336,22 +336,13 @@ def cuda_graphs(record: dict) -> str:
 
 
 def bf16_grads_because(record: dict) -> str | None:
-    """Rules 21, 25 and 31: why the record's gradients are bf16 (the dtype it states, ``workload.grad_reduce_dtype``:
-    llm-foundry's PURE mixed precision; Megatron-FSDP's recommended bf16 gradient communication; a Megatron-Bridge
-    performance configuration's ``grad_reduce_in_fp32 = False``), or None: fp32, as also where the record states or
-    names fp32 reduction."""
+    """Rules 21, 25 and 31: why the record's gradients are bf16 (the dtype it states,
+    ``workload.grad_reduce_dtype``: llm-foundry's PURE mixed precision, Megatron-FSDP's recommended bf16
+    gradient communication; else, for a Megatron-Bridge performance-summary row, its release's configuration,
+    ``grad_reduce_in_fp32 = False``), or None: fp32, every framework's default with bf16 weights."""
     stated = record["workload"].get("grad_reduce_dtype")
     if stated is not None:
         return "workload.grad_reduce_dtype: bf16 (rule 31)" if stated == "bf16" else None
-    text = str(record.get("derived") or {}) + str(record.get("source") or "")
-    if re.search(
-        r"grad[-_ ]reduce[-_ ]in[-_ ]fp32(?![ =:]*(?:false|0)\b)|grad[-_ ]comm[-_ ]dtype[ =:]*fp32",
-        text,
-        re.IGNORECASE,
-    ):  # named fp32 reduction ("grad_reduce_in_fp32 = False" names the opposite)
-        return None
-    if re.search(r"Megatron-FSDP|sharding[-_ ]strategy[ =:]*optim_grads", text, re.IGNORECASE):
-        return "Megatron-FSDP: gradients reduced in bf16 (its recommended --grad-reduce-in-bf16)"
     if _mbridge_row(record) is not None:
         return (
             "Megatron-Bridge performance configuration: gradients kept and reduced in bf16 "
