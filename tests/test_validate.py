@@ -8,6 +8,7 @@ never a path outside the repository).
 import copy
 import datetime
 import json
+import re
 import shutil
 from dataclasses import replace
 from pathlib import Path
@@ -842,6 +843,21 @@ def test_maxtext_multislice_puts_the_replicas_on_dcn(runs):
     assert dict(layout.axes)["dp"] == (("dcn", 2),)
     single = record_to_problem(runs["maxtext-v5p-2023-32b-1xv5p-128"])
     assert single[0].cluster.num_slices == 1 and single[1].dp == 1
+
+
+def test_the_development_sets_slice_counts_agree_with_their_notes(data_file):
+    """The MaxText records' notes say across how many slices DCN data parallelism ran ("across 2 slice(s)"); the
+    mapping reads the slices from the layout (dp / fsdp), never from the notes, and the two agree on every such
+    record of the development sets and the held-out v5e table."""
+    checked = 0
+    for name in ("runs_dev.yaml", "runs_moe_dev.yaml", "maxtext_v5e_heldout.yaml"):
+        for rec in load_runs(data_file(name)):
+            stated = re.search(r"across (\d+) slice", str(rec["derived"].get("fsdp", "")))
+            if stated:
+                problem = record_to_problem(rec)[0]
+                assert problem.cluster.num_slices == int(stated.group(1)), rec["id"]
+                checked += 1
+    assert checked >= 8
 
 
 TP5 = parsed(

@@ -567,8 +567,8 @@ def test_cuda_graphs_are_costed_as_the_record_names_them(by_id):
     -> scoped; the Llama 4 Maverick note "H100 FP8 run used CUDA graphs (README); GB200 launch default
     CUDA_GRAPH=false" -> scoped for the H100 fp8 row only; a record that names none -> none. The graphed rows lose
     the MoE layers' host overhead: 0.85 of it in a full-iteration graph, 0.83 of its per-layer part with scoped
-    graphs. Records that name none take their Megatron-Bridge release preset's (rule 22): 11 more; or their MLPerf
-    configuration file's (rule 24): Dell's GPT-OSS-20B."""
+    graphs. Records that name none take their Megatron-Bridge release preset's (rule 22): 11 more. Dell's GPT-OSS-20B
+    states its configuration file's (rule 24)."""
     expected = {
         "mlperf6-deepseekv3-gb200-mxfp8-n256": "full_iteration",
         "mlperf6-deepseekv3-gb200-mxfp8-n2048": "full_iteration",
@@ -584,7 +584,8 @@ def test_cuda_graphs_are_costed_as_the_record_names_them(by_id):
     }
     for prefix, graphs in expected.items():
         assert record_to_problem(one(by_id, prefix))[0].workload.cuda_graphs == graphs, prefix
-    assert sum(named_cuda_graphs(r) not in (None, "none") for r in by_id.values()) == 8
+    # the 8 above and Dell's GPT-OSS-20B (its configuration file's, rule 24)
+    assert sum(named_cuda_graphs(r) not in (None, "none") for r in by_id.values()) == 9
     assert (
         sum(cuda_graphs(r) != "none" for r in by_id.values()) == 21
     )  # with NeMo 25.04's Mixtral 8x7B (rule 26)
@@ -901,34 +902,26 @@ def test_megatron_bridge_rows_keep_and_reduce_their_gradients_in_bf16(by_id):
     )
 
 
-def test_mlperf_records_take_the_cuda_graphs_of_the_configuration_file_they_name(by_id):
-    """Rule 24: Dell's MLPerf v6.0 GPT-OSS-20B row names its configuration file, which sets Transformer Engine CUDA
-    graphs of attn, moe_router and moe_preprocess: scoped graphs, where the record names none."""
-    from layoutsearch.validation.mapping import mlperf_config_graphs
-
+def test_mlperf_records_state_the_cuda_graphs_of_their_configuration_file(by_id):
+    """Rule 24: Dell's MLPerf v6.0 GPT-OSS-20B row states the CUDA graphs its configuration file sets (Transformer
+    Engine graphs of attn, moe_router and moe_preprocess: scoped), with the file in derived.cuda_graphs; the mapping
+    reads the field, not the file's name in the notes: without the field the same record is costed without graphs."""
     dell = one(by_id, "mlperf6-gptoss20b-b200-mxfp8-n8-tp1cp1ep2-dell")
-    assert mlperf_config_graphs(dell) == (
-        "Dell/benchmarks/gpt_oss_20b/implementations/nemo/config_DGXB200_1x8x2xtp1pp1cp1ep2_mxfp8.sh",
-        "scoped",
-    )
+    assert "config_DGXB200_1x8x2xtp1pp1cp1ep2_mxfp8.sh" in dell["derived"]["cuda_graphs"]
     assert record_to_problem(dell)[0].workload.cuda_graphs == "scoped"
-    assert (
-        "CUDA graphs scoped, as its configuration file sets them (config_DGXB200_1x8x2xtp1pp1cp1ep2_mxfp8.sh)"
-        in mapping_notes(dell)
-    )
-    named = copy.deepcopy(dell)  # what the record states wins
-    named["workload"]["cuda_graphs"] = "none"
-    assert cuda_graphs(named) == "none"
-    nvidia = one(
-        by_id, "mlperf6-gptoss20b-gb200-mxfp8-n8"
-    )  # its configuration file was not in the mirror
-    assert mlperf_config_graphs(nvidia) is None and cuda_graphs(nvidia) == "none"
+    assert "CUDA graphs: scoped, as the record names them" in mapping_notes(dell)
+    unstated = copy.deepcopy(dell)
+    unstated["workload"]["cuda_graphs"] = None
+    assert cuda_graphs(unstated) == "none"
+    nvidia = one(by_id, "mlperf6-gptoss20b-gb200-mxfp8-n8")  # names no graphs
+    assert cuda_graphs(nvidia) == "none"
 
 
 def test_megatron_bridge_deepseek_v3_rows_take_the_recipes_pipeline_split(by_id):
     """Rule 23: Megatron-Bridge's DeepSeek-V3 recipe lays 61 layers out in chunks of 64 / (pp vp), the last holding
-    one layer, the MTP module and the loss: first stage 64 / pp layers, last 64 / pp - 3. NeMo 25.04's performance
-    script, which the DGX Cloud benchmarks run, sets 64 / pp - 1 and 64 / pp - 2."""
+    one layer, the MTP module and the loss: first stage 64 / pp layers, last 64 / pp - 3. The DGX Cloud runs state
+    theirs (layout.first_stage_layers / last_stage_layers: NeMo 25.04's performance script sets 64 / pp - 1 and
+    64 / pp - 2); without the fields they take the engine's split, whatever their notes say."""
     from layoutsearch.costs.estimate import estimate
     from layoutsearch.validation.mapping import recipe_stage_layers
 
@@ -942,8 +935,8 @@ def test_megatron_bridge_deepseek_v3_rows_take_the_recipes_pipeline_split(by_id)
         assert (layout.first_stage_layers, layout.last_stage_layers) == split, prefix
     rec = one(by_id, "mbridge-26.04-b200-deepseek-v3")
     assert (
-        "pipeline split of the Megatron-Bridge DeepSeek-V3 recipe: first stage 4 layers, last 1 (with the MTP module and the "
-        "loss)"
+        "pipeline split of the Megatron-Bridge DeepSeek-V3 recipe: first stage 4 layers, last 1 (with the output head, "
+        "the MTP module and the loss)"
     ) in mapping_notes(rec)
     problem, layout = record_to_problem(rec)
     blind = estimate(
@@ -970,9 +963,17 @@ def test_megatron_bridge_deepseek_v3_rows_take_the_recipes_pipeline_split(by_id)
     dgxc = one(by_id, "dgxc-deepseekv3-h100-bf16-n1024-tp2pp16ep64")
     assert recipe_stage_layers(dgxc) == (3, 2)
     assert (
-        "pipeline split of the NeMo 25.04 DeepSeek-V3 recipe: first stage 3 layers, last 2 (with the MTP module "
-        "and the loss)"
+        "pipeline split as the record states it: first stage 3 layers, last 2 (with the output head, the MTP "
+        "module and the loss)"
     ) in mapping_notes(dgxc)
+    assert "NeMo 25.04" in dgxc["derived"]["container"]
+    unstated = copy.deepcopy(dgxc)
+    unstated["layout"]["first_stage_layers"] = unstated["layout"]["last_stage_layers"] = None
+    assert recipe_stage_layers(unstated) is None
+    unstated["layout"]["first_stage_layers"] = 3
+    assert record_to_problem(unstated) == (
+        "layout.first_stage_layers and last_stage_layers: a pipeline split states both or neither (got 3 and None)"
+    )
     assert recipe_stage_layers(one(by_id, "maxtext-v5p-deepseekv3")) is None
 
 

@@ -254,9 +254,12 @@ DEEPSEEK_V3_RECIPE_SPLITS = ((4, 1), (8, 1), (4, 2), (16, 1), (8, 2), (4, 4))  #
 
 
 def recipe_stage_layers(record: dict) -> tuple[int, int] | None:
-    """Rule 23: (first, last) stage layers of a Megatron-Bridge DeepSeek-V3 row whose (pp, vp) the recipe's
-    layout map covers, or of a NeMo 25.04 DeepSeek-V3 run (its performance script), else None."""
+    """Rule 23: (first, last) stage layers the record states (``layout.first_stage_layers`` and
+    ``last_stage_layers``, both), else those of a Megatron-Bridge DeepSeek-V3 row whose (pp, vp) the recipe's
+    layout map covers, else None (the engine's split)."""
     lay = record["layout"]
+    if lay.get("first_stage_layers") is not None and lay.get("last_stage_layers") is not None:
+        return lay["first_stage_layers"], lay["last_stage_layers"]
     pp, vp = lay["pp"], lay["virtual_stages"] or 1
     if record["model"]["num_layers"] != 61 or pp <= 1 or 64 % pp:
         return None
@@ -267,13 +270,6 @@ def recipe_stage_layers(record: dict) -> tuple[int, int] | None:
         and (pp, vp) in DEEPSEEK_V3_RECIPE_SPLITS
     ):
         return 64 // pp, 64 // pp - 3
-    if (
-        row is None
-        and vp == 1
-        and str((record.get("derived") or {}).get("container", "")).startswith("NeMo 25.04")
-        and "deepseek" in record["model"]["name"].lower()
-    ):
-        return 64 // pp - 1, 64 // pp - 2
     return None
 
 
@@ -300,38 +296,12 @@ def named_cuda_graphs(record: dict) -> str | None:
     return record["workload"].get("cuda_graphs")
 
 
-# rule 24: MLPerf configuration files -> the CUDA graphs they set, read at mlcommons training_results_v6.0 (the
-# Richardyu114/training_results_v6.0 mirror @ eabf23a07b2a)
-MLPERF_CONFIG_GRAPHS = {
-    "Dell/benchmarks/gpt_oss_20b/implementations/nemo/config_DGXB200_1x8x2xtp1pp1cp1ep2_mxfp8.sh": "scoped",
-    "Dell/benchmarks/gpt_oss_20b/implementations/nemo/config_GB200_2x4x2xtp1pp1cp1ep2_mxfp8.sh": "scoped",
-}
-
-
-def mlperf_config_graphs(record: dict) -> tuple[str, str] | None:
-    """Rule 24: (configuration file, CUDA graphs it sets) of an MLPerf record that names one we read, else None."""
-    text = str(record.get("derived") or {}) + str(record.get("source") or "")
-    return next(
-        ((path, graphs) for path, graphs in MLPERF_CONFIG_GRAPHS.items() if path in text), None
-    )
-
-
 def cuda_graphs(record: dict) -> str:
-    """Rules 20, 22, 24 and 26: the CUDA graphs the record names, else its Megatron-Bridge preset's, else its MLPerf
-    configuration file's, else its NeMo performance configuration's, else none."""
-    preset, config, nemo = (
-        mbridge_preset(record)[0],
-        mlperf_config_graphs(record),
-        nemo_perf_config(record),
-    )
+    """Rules 20, 22 and 26: the CUDA graphs the record names, else its Megatron-Bridge preset's, else its NeMo
+    performance configuration's, else none."""
+    preset, nemo = mbridge_preset(record)[0], nemo_perf_config(record)
     return named_cuda_graphs(record) or (
-        preset["cuda_graphs"]
-        if preset
-        else config[1]
-        if config
-        else nemo["cuda_graphs"]
-        if nemo
-        else "none"
+        preset["cuda_graphs"] if preset else nemo["cuda_graphs"] if nemo else "none"
     )
 
 
@@ -623,12 +593,6 @@ def mapping_notes(record: dict) -> list[str]:
         notes.append(
             f"Megatron-Bridge preset not applied: the row's layout differs ({', '.join(differ)})"
         )
-    config_graphs = mlperf_config_graphs(record)
-    if config_graphs and not named_cuda_graphs(record):
-        path, graphs = config_graphs
-        notes.append(
-            f"CUDA graphs {graphs}, as its configuration file sets them ({path.rsplit('/', 1)[1]})"
-        )
     nemo = nemo_perf_config(record)
     if nemo and not named_cuda_graphs(record):
         tag, commit, path, key = nemo["source"].split()
@@ -644,9 +608,14 @@ def mapping_notes(record: dict) -> list[str]:
     stage_layers = recipe_stage_layers(record)
     if stage_layers:
         first, last = stage_layers
+        whose = (
+            "as the record states it"
+            if lay.get("first_stage_layers") is not None
+            else "of the Megatron-Bridge DeepSeek-V3 recipe"
+        )
         notes.append(
-            f"pipeline split of the {'Megatron-Bridge' if _mbridge_row(record) else 'NeMo 25.04'} DeepSeek-V3 "
-            f"recipe: first stage {first} layers, last {last} (with the MTP module and the loss)"
+            f"pipeline split {whose}: first stage {first} layers, last {last} (with the output head"
+            f"{', the MTP module' if record['model'].get('mtp_num_layers') else ''} and the loss)"
         )
     bf16_grads = bf16_grads_because(record)
     if bf16_grads:
@@ -1083,9 +1052,6 @@ def record_to_estimate(record: dict) -> tuple[Problem, Layout, Estimate] | str:
     replicas = _tpu_replicas(record)
     if isinstance(replicas, str):
         return replicas
-    stated = re.search(r"across (\d+) slice", str((record.get("derived") or {}).get("fsdp", "")))
-    if stated and int(stated.group(1)) != replicas:
-        return f"derived.fsdp states {stated.group(1)} slices but dp/fsdp gives {replicas}"
     cluster = _cluster(record, replicas)
     if isinstance(cluster, str):
         return cluster
@@ -1098,6 +1064,12 @@ def record_to_estimate(record: dict) -> tuple[Problem, Layout, Estimate] | str:
         if lay["sequence_parallel"] is not None
         else (lay["tp"] > 1 and not _is_bigscience(record))
     )
+    split = (lay.get("first_stage_layers"), lay.get("last_stage_layers"))
+    if (split[0] is None) != (split[1] is None):
+        return (
+            "layout.first_stage_layers and last_stage_layers: a pipeline split states both or neither "
+            f"(got {split[0]} and {split[1]})"
+        )
     first, last = recipe_stage_layers(record) or (None, None)
     layout = Layout(
         dp=dp,

@@ -195,6 +195,8 @@ RecLayout = _block(
     recompute_policy=str,
     recompute_modules=tuple[str, ...],
     async_tp=bool,
+    first_stage_layers=Dim,
+    last_stage_layers=Dim,
 )  # recompute none | selective | full; another value is a skip
 # mfu_convention: palm-6n-12lhqt | palm-causal | megatron-eq3-hardware | megatron-core | other
 RecMeasured = _block(
