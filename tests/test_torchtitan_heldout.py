@@ -1,0 +1,50 @@
+"""torchtitan's published H100 benchmark, held out (tests/data/torchtitan_h100_heldout.yaml, written by
+scripts/torchtitan_heldout.py): the file is what the script writes, every row is evaluated under its 500 W cap, and
+the engine's predicted peak stays at or below the memory torchtitan printed (its allocator's peak reservation)."""
+
+import runpy
+from pathlib import Path
+
+import pytest
+
+from layoutsearch.validation.mapping import record_to_problem
+from layoutsearch.validation.runs import load_runs
+from layoutsearch.validation.validate import validate_runs
+
+SCRIPT = str(Path(__file__).resolve().parents[1] / "scripts" / "torchtitan_heldout.py")
+
+
+def test_the_file_is_what_the_script_writes(data_file, tmp_path, monkeypatch):
+    module = runpy.run_path(SCRIPT)
+    written = tmp_path / "torchtitan_h100_heldout.yaml"
+    monkeypatch.setitem(module["main"].__globals__, "OUT", written)
+    module["main"]()
+    assert written.read_text() == data_file("torchtitan_h100_heldout.yaml").read_text()
+
+
+def test_every_row_is_evaluated_at_its_power_cap(data_file):
+    runs = load_runs(data_file("torchtitan_h100_heldout.yaml"))
+    assert len(runs) == 18
+    problem, layout = record_to_problem(
+        next(
+            r
+            for r in runs
+            if r["id"].startswith("torchtitan-h100-2024-t4-70b") and "asynctp" in r["id"]
+        )
+    )
+    assert problem.workload.power_limit_w == 500 and problem.workload.torch_compile
+    assert (problem.workload.precision, problem.workload.fp8_recipe) == ("fp8", "tensorwise")
+    assert (layout.fsdp, layout.tp, layout.zero_stage, layout.recompute) == (32, 8, 3, "full")
+    assert problem.workload.tp_comm_overlap is True  # async TP
+    assert problem.cluster.accelerator.hbm_bytes == 96e9
+    doc = validate_runs(runs, rank=False)
+    assert doc["summary"]["count"] == 18 and doc["summary"]["fit_accuracy"] == 1.0
+    by_id = {e["id"]: e for e in doc["records"]}
+    assert all(
+        by_id[r["id"]]["predicted_memory_gib"] <= r["measured"]["memory_gib_per_device"]
+        for r in runs
+    )
+    # the 70B row with async TP: 876 tokens/s per GPU measured (the table), predicted (2026-12-05) 830
+    row = by_id["torchtitan-h100-2024-t4-70b-n256-fsdp32-tp8-pp1-cp1-s8192-compile-fp8-asynctp"]
+    assert row["measured_tokens_per_s_per_device"] == 876
+    assert row["predicted_tokens_per_s_per_device"] == pytest.approx(830, abs=1)
