@@ -36,16 +36,36 @@ def test_no_cap_or_a_cap_at_the_rating_changes_no_number():
         assert rec["energy_j_per_step"] == base["energy_j_per_step"]
 
 
-def test_a_500_w_cap_slows_the_flops_not_the_memory_traffic():
-    """At 500 W the matmul, attention and logits seconds grow by 1 / 0.880459 = 1.135771; the
-    elementwise (HBM-bound) seconds and the exposed communication do not change."""
+def test_a_500_w_cap_slows_the_gemms_most_and_not_the_memory_traffic():
+    """At 500 W the matmul and logits seconds grow by 1 / 0.880459 = 1.135771: GEMMs draw the 700 W rating.
+    Megatron's attention, the vendor's fused kernel, keeps the tensor cores 0.5868 / 0.6667 as busy as the GEMMs:
+    it draws 70 + 0.8802 x 630 = 624.5 W and slows by (430 / 554.5)^(-1/3) = 1.088455. The elementwise
+    (HBM-bound) seconds and the exposed communication do not change."""
     base = ls.estimate(**H100_8B).document["layout"]["time_s"]
     capped = ls.estimate(**H100_8B, power_limit_w=500).document["layout"]["time_s"]
-    for key in ("compute/matmul", "compute/attention", "compute/logits"):
+    for key in ("compute/matmul", "compute/logits"):
         assert capped[key] / base[key] == pytest.approx(1.135771, rel=1e-6)
+    assert capped["compute/attention"] / base["compute/attention"] == pytest.approx(
+        1.088455, rel=1e-5
+    )
     assert capped["compute/elementwise"] == base["compute/elementwise"]
     assert capped["exposed_comm"] == base["exposed_comm"]
     assert capped["step"] > base["step"]
+
+
+def test_flashattention_slows_under_a_cap_only_past_its_own_draw():
+    """FlashAttention-2 on an H100 keeps the tensor cores 0.1941 / 0.6667 as busy as the GEMMs: it draws 253.4 W at
+    the rating's clock, so 500 W and 300 W leave it as it is and 200 W slows it by (130 / 183.4)^(-1/3) =
+    1.121581."""
+    assert power.clock_factor(300.0, 700.0, 70.0, activity=0.1941 / 0.6667) == 1.0
+    flash = {
+        cap: ls.estimate(**H100_8B, power_limit_w=cap, vendor_attention=False).document["layout"][
+            "time_s"
+        ]["compute/attention"]
+        for cap in (None, 500, 200)
+    }
+    assert flash[500] == flash[None]
+    assert flash[200] / flash[None] == pytest.approx(1.121581, rel=1e-5)
 
 
 def test_energy_by_component_draws_busy_power_computing_and_idle_power_waiting():

@@ -44,7 +44,8 @@ def test_every_row_is_evaluated_at_its_power_cap(data_file):
         by_id[r["id"]]["predicted_memory_gib"] <= r["measured"]["memory_gib_per_device"]
         for r in runs
     )
-    # the 70B row with async TP: 876 tokens/s per GPU measured (the table), predicted (2026-12-05) 830
+    # the 70B row with async TP: 876 tokens/s per GPU measured (the table), predicted 857 (830 before a cap slowed
+    # each kernel by its own draw: FlashAttention keeps its clock at 500 W)
     row = by_id["torchtitan-h100-2024-t4-70b-n256-fsdp32-tp8-pp1-cp1-s8192-compile-fp8-asynctp"]
     assert row["measured_tokens_per_s_per_device"] == 876
-    assert row["predicted_tokens_per_s_per_device"] == pytest.approx(830, abs=1)
+    assert row["predicted_tokens_per_s_per_device"] == pytest.approx(857, abs=1)

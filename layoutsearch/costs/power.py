@@ -6,12 +6,19 @@ is P = a C V^2 f (CMOS switching) and in the DVFS range the voltage rises with t
 draw above the idle floor grows as f^3; the sustained clock under a cap, as a share of the
 clock at the rating, is
 
-    clock_factor = ((cap - idle) / (board - idle)) ** (1 / CLOCK_POWER_EXPONENT)   cap < board
-                 = 1                                                              cap >= board
+    clock_factor = ((cap - idle) / (draw - idle)) ** (1 / CLOCK_POWER_EXPONENT)   cap < draw
+                 = 1                                                             cap >= draw
 
-and every compute rate (matmuls, attention, logits) scales with it (``costs.terms``); HBM,
-link and host bandwidths do not. The exponent is physics, not a fit; docs/planning.md#power-caps
-names the published power-cap measurements it is to be checked against.
+with ``draw`` what the kernel would draw at the rating's clock. The part's GEMMs draw its rating
+(they are what a board's power limit is set for), and a kernel that keeps the tensor cores
+``activity`` as busy draws in proportion, the switching activity a of P = a C V^2 f:
+
+    draw = idle + activity x (board - idle),   activity = its rate / the GEMMs' (at most 1)
+
+So the matmuls and the output head slow first; FlashAttention-2, at about a third of the GEMMs' rate on
+Hopper, draws under most caps and keeps its clock (``costs.terms`` gives each its activity). HBM, link
+and host bandwidths do not scale. The exponent and the proportionality are physics, not a fit;
+docs/planning.md#power-caps names the published power-cap measurements they are checked against.
 
 Energy by component: a device draws its busy power (the board power, or the cap below it) while
 it computes and its idle power while it waits (exposed communication, the pipeline bubble, the
@@ -44,20 +51,27 @@ CLOCK_POWER_EXPONENT = 3.0  # P - idle ~ f V^2 with V ~ f (docs/planning.md#powe
 WAITING_COMPONENTS = ("exposed_comm", "bubble", "overhead")
 
 
-def clock_factor(power_limit_w: float | None, board_power_w: float, idle_power_w: float) -> float:
-    """The sustained clock under a cap over the clock at the rating (module docstring); 1 with
-    no cap or a cap at or above the board power."""
-    if power_limit_w is None or power_limit_w >= board_power_w:
+def clock_factor(
+    power_limit_w: float | None, board_power_w: float, idle_power_w: float, activity: float = 1.0
+) -> float:
+    """The sustained clock under a cap over the clock at the rating, for a kernel that keeps the tensor
+    cores ``activity`` as busy as the part's GEMMs (module docstring); 1 with no cap or a cap at or above
+    the kernel's draw."""
+    draw = idle_power_w + min(activity, 1.0) * (board_power_w - idle_power_w)
+    if power_limit_w is None or power_limit_w >= draw:
         return 1.0
-    share = (power_limit_w - idle_power_w) / (board_power_w - idle_power_w)
+    share = (power_limit_w - idle_power_w) / (draw - idle_power_w)
     return share ** (1.0 / CLOCK_POWER_EXPONENT)
 
 
-def compute_rate_factor(workload: Workload, acc: Accelerator) -> float:
-    """What the workload's power cap leaves of the accelerator's compute rates (1: no cap)."""
+def compute_rate_factor(workload: Workload, acc: Accelerator, activity: float = 1.0) -> float:
+    """What the workload's power cap leaves of a compute rate whose kernels keep the tensor cores
+    ``activity`` as busy as the part's GEMMs (1: no cap)."""
     if workload.power_limit_w is None or acc.board_power_w is None:
         return 1.0  # core.problem refuses a cap on a part without a board power
-    return clock_factor(workload.power_limit_w, acc.board_power_w, acc.idle_power_w or 0.0)
+    return clock_factor(
+        workload.power_limit_w, acc.board_power_w, acc.idle_power_w or 0.0, activity
+    )
 
 
 def busy_power_w(acc: Accelerator, power_limit_w: float | None = None) -> float | None:

@@ -474,16 +474,13 @@ def compute_per_microbatch(
     passes = 1.0 + flops.BACKWARD_OVER_FORWARD
     rows = np.ceil(m).astype(np.int64)  # the GEMMs' m: whole tokens
     read_only(rows)  # a key of several per_key calls
-    attn_rate = (
-        acc.peak_flops_per_s
-        * (
-            attention_efficiency(workload, acc)
-            if workload.flash_attention
-            else acc.matmul_efficiency
-        )
-        * size
-        * clock
+    attn_fraction = (
+        attention_efficiency(workload, acc) if workload.flash_attention else acc.matmul_efficiency
     )
+    # a fused attention kernel draws as its tensor-core activity against the GEMMs' (costs.power): a cap may
+    # slow it less than the matmuls
+    attn_clock = power.compute_rate_factor(workload, acc, attn_fraction / acc.matmul_efficiency)
+    attn_rate = acc.peak_flops_per_s * attn_fraction * size * attn_clock
     # DeepSeek-style multi-token prediction: each module is one more layer on the stage holding the
     # output, with its own pass through the (shared) output head (technical report section 2.2)
     # DualPipe's end devices run stage 0 for one direction's microbatches and stage p - 1 for the
