@@ -1,4 +1,4 @@
-"""Write tests/data/torchtitan_h100_heldout.yaml: torchtitan's published H100 benchmarks, outside the development sets.
+"""Write tests/data/torchtitan_heldout.yaml: torchtitan's published H100 and H200 benchmarks, outside the development sets.
 
 The torchtitan team's end-of-2024 benchmark (``benchmarks/llama3_h100_202412_torchtitan.md`` of pytorch/torchtitan,
 torchtitan 9dec370 with torch and torchao of 2024-12-23) trained Llama 3.1 8B, 70B and 405B on 8 to 512 H100s from
@@ -17,7 +17,10 @@ fp8 (``enable_fsdp_float8_all_gather``); a pipeline splits the local batch into 
 stages (``pipeline_parallel_microbatches`` None -> the pipeline degree, ``pipelining_utils.build_pipeline_schedule``),
 and Interleaved 1F1B runs two stages per rank (``generate_split_points``).
 
-    python scripts/torchtitan_heldout.py   # rewrites tests/data/torchtitan_h100_heldout.yaml
+The page's companion on H200s (``benchmarks/llama3_8b_h200_2025-06_torchtitan.md``, Trainy, torchtitan e7c0cae) adds
+Llama 3.1 8B on 32 and 64 H200s at their rating, run as the H100 table's 8B rows with Float8 and compile.
+
+    python scripts/torchtitan_heldout.py   # rewrites tests/data/torchtitan_heldout.yaml
 """
 
 from __future__ import annotations
@@ -26,10 +29,19 @@ from pathlib import Path
 
 import yaml
 
-OUT = Path(__file__).resolve().parents[1] / "tests" / "data" / "torchtitan_h100_heldout.yaml"
+OUT = Path(__file__).resolve().parents[1] / "tests" / "data" / "torchtitan_heldout.yaml"
 PAGE = "pytorch/torchtitan benchmarks/llama3_h100_202412_torchtitan.md"
 COMMIT = "9dec370ad26b"  # torchtitan, 2024-12-26 (the page's "Versions and Dates")
 SOURCE = f"{PAGE} (torchtitan {COMMIT}, torch 1963fc8 2024-12-23)"
+# Trainy's H200 baseline on torchtitan e7c0cae (2025-06-13): Llama 3.1 8B on 4 and 8 hosts of 8 H200 (400 Gb/s a GPU),
+# local batch 2, torch.compile, Float8 tensorwise with fp8 weight all-gather, the llama3_8b.toml of that commit
+# (8,192 tokens, per-op selective checkpointing, FSDP over every GPU); no power limit stated
+H200_PAGE = "pytorch/torchtitan benchmarks/llama3_8b_h200_2025-06_torchtitan.md"
+H200_COMMIT = "e7c0cae934df"
+H200_ROWS = [
+    (32, 10938, 47.96),
+    (64, 10753, 46.97),
+]  # GPUs, TPS/GPU, Memory(GiB) at the 100th iteration
 MODELS = {  # torchtitan/models/llama/__init__.py @ 9dec370: the FFN width from ffn_dim_multiplier and multiple_of
     "8b": {"num_layers": 32, "d_model": 4096, "d_ff": 14336, "num_heads": 32},
     "70b": {"num_layers": 80, "d_model": 8192, "d_ff": 28672, "num_heads": 64},
@@ -160,9 +172,38 @@ def record(row: tuple) -> dict:
     }
 
 
+def h200_record(n: int, tps: float, gib: float) -> dict:
+    """A row of the H200 page: the H100 table's 8B record shape on H200s at their rating."""
+    rec = record(
+        (3, "8b", n, n, 1, 1, 1, 8192, 2, "op", None, "FSDP + torch.compile + Float8", tps, gib)
+    )
+    rec["id"] = f"torchtitan-h200-2025-8b-n{n}-fsdp{n}-s8192-compile-fp8"
+    rec["source"] = (
+        f"{H200_PAGE} (torchtitan {H200_COMMIT}, torch 2.8.0a0+5228986c39 2025-05-29), {n // 8} hosts"
+    )
+    rec["cluster"] = {
+        "accelerator": "h200",
+        "num_devices": n,
+        "devices_per_node": 8,
+        "scale_out_gbytes_per_s_per_device": None,
+    }
+    rec["derived"].update(
+        tokens_per_s_per_device="the table's TPS/GPU (sampled at the 100th iteration)",
+        memory_gib_per_device="the table's Memory(GiB) at the 100th iteration",
+        layout=f"FSDP over all {n} GPUs (data_parallel_shard_degree -1), local batch 2 (--training.local_batch_size=2)",
+        seq_len="torchtitan/models/llama3/train_configs/llama3_8b.toml @ e7c0cae: seq_len 8192",
+        cluster=f"{n // 8} hosts of 8 H200 on NVLink, 400 Gb/s (CX-7) RDMA per GPU (the page's Hardware); no power "
+        "limit stated",
+    )
+    return rec
+
+
 def main() -> None:
-    records = [record(row) for row in ROWS]
-    header = f"# Written by scripts/torchtitan_heldout.py from {PAGE} @ {COMMIT}; not in the development sets.\n"
+    records = [record(row) for row in ROWS] + [h200_record(*row) for row in H200_ROWS]
+    header = (
+        f"# Written by scripts/torchtitan_heldout.py from {PAGE} @ {COMMIT} and {H200_PAGE} @ {H200_COMMIT}; not in "
+        "the development sets.\n"
+    )
     OUT.write_text(header + yaml.safe_dump(records, sort_keys=False, width=120))
     print(f"wrote {len(records)} records to {OUT}")
 
