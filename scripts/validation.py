@@ -818,9 +818,9 @@ def titan_lines(doc: dict, records: list[dict]) -> list[str]:
         "GPUs), which holds the allocated peak the engine predicts plus the allocator's cached and fragmented "
         "blocks: a prediction above it is too high, one below it is not compared as an error. The H200 rows' "
         "torchtitan (e7c0cae) compiles the loss with the model (`components/loss.py`, since bbb1b616e of April "
-        "2025), so the fp32 upcast of the logits is fused into the loss's kernels and never held in memory; the engine "
-        "still costs an fp32 copy of the logits and of their gradient (2 x 7.8 GiB here), as the 2024 torchtitan, "
-        "whose loss ran eagerly, held them.",
+        "2025; the rows state `compiled_loss: true`), so the fp32 upcast of the logits is fused into the loss's "
+        "kernels and never held; the 2024 rows' torchtitan ran the loss eagerly and held fp32 copies "
+        "(`compiled_loss: false`).",
         "",
         "| part | table | model | devices | fsdp x tp x pp x cp | tokens | techniques | measured | predicted | error "
         "| predicted peak GiB | printed GiB |",

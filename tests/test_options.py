@@ -33,6 +33,8 @@ WORKLOAD = [
     "--no-triton-attention",
     "--torch-compile",
     "--no-torch-compile",
+    "--compiled-loss",
+    "--no-compiled-loss",
     "--launch-blocking",
     "--no-launch-blocking",
     "--cuda-graphs",

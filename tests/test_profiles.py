@@ -169,11 +169,14 @@ def test_cli_takes_the_deepep_dispatch_and_names_it_for_moe_models_only():
 
 def test_megatron_computes_the_loss_gradient_in_place_of_its_softmax():
     """Megatron's vocab-parallel cross entropy writes exp and the gradient into the fp32 logits it saved:
-    one fp32 logits buffer at the loss backward; torchtitan's loss allocates a second one."""
+    one fp32 logits buffer at the loss backward; torchtitan's loss, run eagerly (--no-compiled-loss), allocates
+    a second one."""
     layout = Layout(fsdp=64, zero_stage=3)
     megatron, torchtitan = (
-        _estimate(layout, framework=f).memory_moments["loss_backward"]
-        for f in ("megatron", "torchtitan")
+        _estimate(layout, framework="megatron").memory_moments["loss_backward"],
+        _estimate(layout, framework="torchtitan", compiled_loss=False).memory_moments[
+            "loss_backward"
+        ],
     )
     logits = torchtitan["temporary/logits"]
     assert logits == pytest.approx(
@@ -196,7 +199,10 @@ def test_a_loss_on_bf16_logits_holds_them_and_their_gradient_in_half_the_bytes()
     4096-token microbatch and their gradient at the loss backward take 2 bytes an entry, not 4; the
     step time does not move (no loss kernel time is costed by precision)."""
     layout = Layout(fsdp=64, zero_stage=3)
-    fp32, bf16 = (_estimate(layout, framework="torchtitan", fp32_logits=f) for f in (True, False))
+    fp32, bf16 = (
+        _estimate(layout, framework="torchtitan", fp32_logits=f, compiled_loss=False)
+        for f in (True, False)
+    )
     held = bf16.memory_moments["loss_backward"]
     assert held["temporary/logits"] == pytest.approx(4096 * 128256 * 2)
     assert held["temporary/logits_grad"] == pytest.approx(4096 * 128256 * 2)

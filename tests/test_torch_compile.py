@@ -120,8 +120,40 @@ def test_torchtitan_export_writes_what_was_costed():
     cfg = tomllib.loads(export_document(doc, "torchtitan"))
     assert cfg["compile"]["enable"] is False and check_config(cfg, ctx) == []
     assert check_config({**sections(ctx), "compile": {"enable": True}}, ctx) == [
-        "compile.enable is True, but the prediction costed eager element-wise kernels"
+        "compile.enable is True, but the prediction costed eager element-wise kernels",
+        # torchtitan's default components compile the loss too, which an eager prediction did not cost
+        "compile.components is ['model', 'loss'], but the prediction costed the loss eager (fp32 logits)",
     ]
+
+
+def test_a_compiled_loss_holds_its_logits_in_bf16():
+    """torchtitan compiles the loss with the model (components/loss.py since April 2025): the fp32 upcast fuses
+    into its kernels, so Llama 3 8B's logits for a GPU's 4,096 tokens and their gradient take 2 bytes each, not 4:
+    2 x 4,096 x 128,256 x 2 bytes = 1.96 GiB less. --no-compiled-loss holds the fp32 copies and exports
+    compile components [model] only; megatron has no such choice, nor has an eager model."""
+    layout = Layout(fsdp=8, num_microbatches=1)
+    kw = dict(seqs=8, seq_len=4096, framework="torchtitan")
+    compiled = estimate(problem("llama3-8b", "h100-8", **kw), layout, strict=False)
+    eager_loss = estimate(
+        problem("llama3-8b", "h100-8", compiled_loss=False, **kw), layout, strict=False
+    )
+    assert compiled.problem.workload.compiled_loss is True
+    assert compiled.memory_bytes["temporary/logits"] == 4_096 * 128_256 * 2
+    assert eager_loss.memory_bytes["temporary/logits"] == 4_096 * 128_256 * 4
+    assert (
+        eager_loss.step_time_s == compiled.step_time_s
+    )  # memory only: the loss's time is the fused one
+    doc = solve_doc("llama3-8b", "h100-8", 8, 4096, Layout(fsdp=8), framework="torchtitan")
+    doc["problem"]["workload"]["compiled_loss"] = False
+    cfg = tomllib.loads(export_document(doc, "torchtitan"))
+    assert cfg["compile"] == {"enable": True, "components": ["model"]}
+    assert check_config(cfg, context_for(doc, "torchtitan")) == []
+    with pytest.raises(
+        InvalidArgumentError, match="--compiled-loss: megatron runs its own loss kernels"
+    ):
+        problem("llama3-8b", "h100-8", seqs=8, compiled_loss=True)
+    with pytest.raises(InvalidArgumentError, match="--compiled-loss with --no-torch-compile"):
+        problem("llama3-8b", "h100-8", torch_compile=False, compiled_loss=True, **kw)
 
 
 def _record(framework: str, compiled: bool | None) -> dict:

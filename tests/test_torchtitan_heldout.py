@@ -1,7 +1,7 @@
 """torchtitan's published H100 and H200 benchmarks, held out (tests/data/torchtitan_heldout.yaml, written by
 scripts/torchtitan_heldout.py): the file is what the script writes, every H100 row is evaluated under its 500 W cap,
-and on those the engine's predicted peak stays at or below the memory torchtitan printed (its allocator's peak
-reservation); on the 2025 H200 rows, whose torchtitan compiles the loss, it does not (the fp32 logits it costs)."""
+and the engine's predicted peak stays at or below the memory torchtitan printed (its allocator's peak
+reservation), the 2025 H200 rows' with the loss compiled (its logits in bf16)."""
 
 import runpy
 from pathlib import Path
@@ -41,16 +41,14 @@ def test_every_row_is_evaluated_at_its_power_cap(data_file):
     doc = validate_runs(runs, rank=False)
     assert doc["summary"]["count"] == 20 and doc["summary"]["fit_accuracy"] == 1.0
     by_id = {e["id"]: e for e in doc["records"]}
-    below = {
-        r["id"]: by_id[r["id"]]["predicted_memory_gib"] <= r["measured"]["memory_gib_per_device"]
+    assert all(
+        by_id[r["id"]]["predicted_memory_gib"] <= r["measured"]["memory_gib_per_device"]
         for r in runs
-    }
-    assert [i for i, ok in below.items() if not ok] == [
-        "torchtitan-h200-2025-8b-n32-fsdp32-s8192-compile-fp8",
-        "torchtitan-h200-2025-8b-n64-fsdp64-s8192-compile-fp8",
-    ]
+    )
+    # the H200 rows' torchtitan compiles the loss: 43.44 GiB with its logits in bf16 (51.27 GiB before
+    # Workload.compiled_loss, with fp32 copies, above the 47.96 GiB printed)
     h200 = by_id["torchtitan-h200-2025-8b-n32-fsdp32-s8192-compile-fp8"]
-    assert h200["predicted_memory_gib"] == pytest.approx(51.27, abs=0.01)  # printed: 47.96
+    assert h200["predicted_memory_gib"] == pytest.approx(43.44, abs=0.01)
     # the 70B row with async TP: 876 tokens/s per GPU measured (the table), predicted 857 (830 before a cap slowed
     # each kernel by its own draw: FlashAttention keeps its clock at 500 W)
     row = by_id["torchtitan-h100-2024-t4-70b-n256-fsdp32-tp8-pp1-cp1-s8192-compile-fp8-asynctp"]

@@ -245,6 +245,13 @@ class WorkloadOptions(OptionGroup):
         "the loss's upcast and softmax, fp8 scaling), costed as the extra bytes they move; "
         "torchtitan only (megatron and maxtext run fused kernels either way)"
     )
+    compiled_loss: bool | None = framework_choice(
+        "Under torch.compile the loss is compiled with the model (torchtitan's compile "
+        "components model and loss, since April 2025): the fp32 upcast of the logits is fused "
+        "into its kernels, so the logits and their gradient are held in the compute precision; "
+        "--no-compiled-loss: the loss runs eagerly and holds fp32 copies (torchtitan before April "
+        "2025); torchtitan only"
+    )
     launch_blocking: bool = Field(
         False,
         description="Every kernel launch waits for the GPU (CUDA_LAUNCH_BLOCKING=1): the host's "

@@ -304,6 +304,7 @@ def resolved_workload(workload: Workload, cluster: Cluster) -> Workload:
         workload,
         framework=profile.name,
         torch_compile=compiled,
+        compiled_loss=check_compiled_loss(workload, profile, compiled),
         tp_comm_overlap=overlap,
         ep_comm_overlap=ep_overlap,
         deepep=deepep_of(workload, acc.kind),
@@ -332,6 +333,27 @@ def check_torch_compile(workload: Workload, profile: Profile, async_tp: bool) ->
             f"--no-tp-comm-overlap"
         )
     return compiled
+
+
+def check_compiled_loss(workload: Workload, profile: Profile, compiled: bool | None) -> bool | None:
+    """The workload's compiled-loss choice against its profile's (``Profile.compiled_loss``): the profile's
+    where none is given, refused where the framework has no such choice or the model runs eagerly."""
+    flag = f"--{'' if workload.compiled_loss else 'no-'}compiled-loss"
+    if profile.compiled_loss is None:
+        if workload.compiled_loss is not None:
+            raise InvalidArgumentError(
+                f"{flag}: {profile.name} runs its own loss kernels; compiling the loss is a choice of "
+                f"PyTorch-module frameworks (--framework torchtitan); leave {flag} out"
+            )
+        return None
+    if not compiled:
+        if workload.compiled_loss:
+            raise InvalidArgumentError(
+                "--compiled-loss with --no-torch-compile: the loss is compiled only with the model; "
+                "use --torch-compile or leave --compiled-loss out"
+            )
+        return False
+    return profile.compiled_loss if workload.compiled_loss is None else workload.compiled_loss
 
 
 def check_capacity(workload: Workload, acc) -> None:

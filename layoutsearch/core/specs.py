@@ -390,6 +390,11 @@ class Workload:
     # element-wise ops fused; False = eager, one kernel per op (costs.flops.eager_elementwise_bytes_per_token_per_layer);
     # None = the framework's own fused kernels (Transformer Engine, XLA) where it has no such choice, else the
     # profile's (Problem.build resolves it)
+    compiled_loss: bool | None = (
+        None  # under torch.compile, the loss compiled with the model: its fp32 upcast fused, the
+    )
+    # logits and their gradient held in the compute precision (costs.terms.memory_by_microbatch); None = no
+    # such choice, or the profile's (Problem.build resolves it)
     launch_blocking: bool = (
         False  # every kernel launch waits for the GPU (CUDA_LAUNCH_BLOCKING=1, as the BLOOM
     )

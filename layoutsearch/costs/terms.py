@@ -1908,9 +1908,11 @@ def memory_by_microbatch(
         in_flight = 1.0
     # one layer's tensors not held in HBM, rebuilt (or brought back from the host) during its backward
     recomputed = (every - per_token) * m * act_b
-    # the loss's logits of one microbatch (fp32 where it upcasts them, else in the compute
-    # precision), on the stage holding the output head (DualPipe: both ends)
-    logits_b = 4.0 if workload.fp32_logits else workload.activation_bytes
+    # the loss's logits of one microbatch (fp32 where it upcasts them, else in the compute precision; a
+    # compiled loss fuses the upcast, Workload.compiled_loss), on the stage holding the output head (DualPipe:
+    # both ends)
+    upcast = workload.fp32_logits and not workload.compiled_loss
+    logits_b = 4.0 if upcast else workload.activation_bytes
     logits = _f(last | _holds_both_ends(sh, first)) * m * model.vocab_size / sh.tp * logits_b
     hosted = hosted_width * act_b * m  # host_offload_bytes_per_token, from the same widths
     return {

@@ -22,7 +22,8 @@ distributed/pipeline_parallel.py, train.py, models/llama3):
 - Recompute: none/full -> mode none/full; selective -> mode selective with op-level SAC (saves
   every other matmul and the attention output: not the same set of tensors as layoutsearch's
   selective policy, which keeps all matmul inputs and recomputes the attention core).
-- ``[compile] enable`` (components model and loss): what the prediction costed, fused element-wise
+- ``[compile] enable`` (components model and loss, or model alone where the loss was costed eager,
+  ``Workload.compiled_loss``): what the prediction costed, fused element-wise
   kernels (on; ``Workload.torch_compile``, off by default in torchtitan's config), or eager PyTorch
   with one kernel per op (off: ``--no-torch-compile``). Async TP requires it on.
 - Offload params -> ``[training] enable_cpu_offload = true`` (FSDP2's CPUOffloadPolicy: parameters,
@@ -355,7 +356,11 @@ def sections(ctx: ExportContext) -> dict[str, dict]:
         },
         "parallelism": parallelism,
         "activation_checkpoint": ac,
-        "compile": {"enable": compiled, "components": ["model", "loss"]},
+        # the loss compiled with the model unless the prediction costed it eager (Workload.compiled_loss)
+        "compile": {
+            "enable": compiled,
+            "components": ["model"] if ctx.workload.compiled_loss is False else ["model", "loss"],
+        },
         **float8_sections(ctx),
         "checkpoint": {"folder": set_me("checkpoint folder under dump_folder")},
     }
@@ -564,6 +569,13 @@ def check_config(cfg: dict, ctx: ExportContext) -> list[str]:
         out.append(
             f"compile.enable is {bool(compiled)}, but the prediction costed "
             f"{'eager' if costed is False else 'fused (compiled)'} element-wise kernels"
+        )
+    components = cfg.get("compile", {}).get("components", ["model", "loss"])  # torchtitan's default
+    loss_costed = ctx.workload.compiled_loss is not False
+    if compiled and ("loss" in components) != loss_costed:
+        out.append(
+            f"compile.components is {components}, but the prediction costed the loss "
+            f"{'compiled (bf16 logits)' if loss_costed else 'eager (fp32 logits)'}"
         )
     m = ctx.model
     if m.num_heads % tp or m.num_kv_heads % tp:

@@ -15,7 +15,8 @@ models/llama3/__init__.py and config_registry.py, models/common, distributed/act
   is set (0.3's ``Trainer.Config`` refuses CUDA graphs with pipeline parallelism).
 - Recompute: ``activation_checkpoint`` is a config object in 0.3: none -> ``None``, full ->
   ``FullAC.Config()``, selective -> ``SelectiveAC.Config()`` (per-op SAC, as the 0.2 "op" option).
-- ``COMPILE``: ``CompileConfig(enable=...)``, as the 0.2 target's ``[compile] enable``.
+- ``COMPILE``, ``COMPILE_COMPONENTS``: ``CompileConfig(enable=..., components=...)``, as the 0.2 target's
+  ``[compile]``.
 - Model: 0.3 flavors are Python builders (``llama3_configs``), not argument tuples, so the module always
   builds the model from its own numbers (``MODEL``: dim, layers, heads, kv heads, the FFN width,
   vocab, rope theta, norm eps; ``ROPE``: the llama3 frequency scaling) with torchtitan's own llama3
@@ -108,6 +109,7 @@ def job_values(ctx: ExportContext) -> dict[str, object]:
         "PARALLELISM": secs["parallelism"],
         "ACTIVATION_CHECKPOINT": secs["activation_checkpoint"]["mode"],
         "COMPILE": secs["compile"]["enable"],
+        "COMPILE_COMPONENTS": secs["compile"]["components"],
     }
 
 
@@ -177,7 +179,7 @@ def {FUNCTION}():
         checkpoint=CheckpointManager.Config(folder=CHECKPOINT_FOLDER),
         activation_checkpoint={{"none": None, "full": FullAC.Config(),
                                 "selective": SelectiveAC.Config()}}[ACTIVATION_CHECKPOINT],
-        compile=CompileConfig(enable=COMPILE),
+        compile=CompileConfig(enable=COMPILE, components=COMPILE_COMPONENTS),
     )
 '''
 
@@ -297,7 +299,7 @@ def check(text: str, ctx: ExportContext) -> list[str]:
             "training": values["TRAINING"],
             "activation_checkpoint": {"mode": mode},
             "model": {"flavor": values["FLAVOR"]},
-            "compile": {"enable": values["COMPILE"]},
+            "compile": {"enable": values["COMPILE"], "components": values["COMPILE_COMPONENTS"]},
         },
         ctx,
     )

@@ -108,6 +108,11 @@ class Profile:
     (``Workload.torch_compile``): compiled, the element-wise ops are fused kernels; eager, one kernel
     per op (costs.flops.eager_elementwise_bytes_per_token_per_layer). None: the framework's own fused
     kernels (Transformer Engine and Apex in Megatron, XLA in MaxText), with no such choice."""
+    compiled_loss: bool | None = None
+    """PyTorch-module frameworks: whether torch.compile compiles the loss with the model unless told
+    (``Workload.compiled_loss``): the fp32 upcast of the logits is then fused into the loss's kernels and
+    never held (torchtitan's compile components model and loss, ``components/loss.py`` since bbb1b616e,
+    April 2025). None: no such choice."""
     vendor_attention: bool = False
     """The vendor's fused attention kernel (Transformer Engine's cuDNN attention) where the
     accelerator has one (``Accelerator.vendor_attention_efficiency``), else FlashAttention-2

@@ -25,6 +25,9 @@ PROFILE = Profile(
     # compile.enable (job_config.py Compile, components model and loss): off by default in torchtitan's
     # config, on in its performance tables (docs/performance.md) and in what the export writes
     torch_compile=True,
+    # the loss compiled with the model (components/loss.py build_cross_entropy_loss since bbb1b616e, 2025-04-02;
+    # the export's compile components model and loss): its fp32 upcast fused, the logits held in bf16
+    compiled_loss=True,
     # async TP (torch inductor's micro-pipeline pass) pays off in the forward: PyTorch's write-up (dev-discuss,
     # "Introducing Async Tensor Parallelism in PyTorch", 2024) measured up to ~29% forward and ~8% end-to-end for
     # Llama 3 8B, ~20% and ~8% for 70B, the end-to-end gain of the forward's alone; torchtitan's async-TP tables

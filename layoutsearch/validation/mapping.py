@@ -435,6 +435,18 @@ def torch_compile(record: dict, framework: str) -> bool | None:
     return stated if profile_of(framework).torch_compile is not None else None
 
 
+def compiled_loss(record: dict, framework: str) -> bool | None:
+    """Rule 30: the record's ``workload.compiled_loss`` where its framework profile has the choice; else, for
+    a record of another framework the profile stands for (llm-foundry, pytorch-fsdp, nemo-automodel), False:
+    their losses are not torch-compiled; else None (the profile's: torchtitan compiles the loss)."""
+    if profile_of(framework).compiled_loss is None:
+        return None
+    stated = record["workload"].get("compiled_loss")
+    if stated is not None:
+        return stated
+    return None if record["workload"].get("framework") == "torchtitan" else False
+
+
 def record_framework(record: dict, accelerator_kind: str) -> str:
     """Rule 14: the framework profile a record is costed with."""
     if zero3_collectives_per_layer(record) > 1:  # DeepSpeed ZeRO-3 of 2021 (rule 9)
@@ -1045,6 +1057,7 @@ def record_to_estimate(record: dict) -> tuple[Problem, Layout, Estimate] | str:
         routing="forced" if routing(record) == "forced" else "learned",
         framework=framework,
         torch_compile=torch_compile(record, framework),
+        compiled_loss=compiled_loss(record, framework),
         power_limit_w=record["cluster"].get("power_limit_w"),
         **{field: rule(record) for field, rule in WORKLOAD_RULES.items()},
     )
