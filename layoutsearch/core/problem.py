@@ -312,21 +312,36 @@ def resolved_workload(workload: Workload, cluster: Cluster) -> Workload:
     )
 
 
-def check_torch_compile(workload: Workload, profile: Profile, async_tp: bool) -> bool | None:
-    """The workload's torch.compile choice against its profile's (``Profile.torch_compile``): the
-    profile's where none is given, refused where the framework has no such choice, and refused eager
-    beside async TP (PyTorch pipelines TP with its GEMMs only in a compiled graph)."""
-    flag = f"--{'' if workload.torch_compile else 'no-'}torch-compile"
-    if profile.torch_compile is None:
-        if workload.torch_compile is not None:
+def _pytorch_choice(
+    field: str, workload: Workload, profile: Profile, theirs: str, what: str
+) -> bool | None:
+    """A PyTorch-module framework's switch ``field`` (``Workload`` and ``Profile`` alike): the workload's, else
+    the profile's; refused, naming the flag, where the profile has no such choice (it runs ``theirs``:
+    ``what`` is not its to choose)."""
+    given, default = getattr(workload, field), getattr(profile, field)
+    if default is None:
+        if given is not None:
+            flag = f"--{'' if given else 'no-'}{field.replace('_', '-')}"
             raise InvalidArgumentError(
-                f"{flag}: {profile.name} runs its own fused element-wise kernels, compiled or not; "
-                f"torch.compile is a choice of PyTorch-module frameworks (--framework torchtitan); "
-                f"leave {flag} out"
+                f"{flag}: {profile.name} runs its own {theirs}; {what} is a choice of "
+                f"PyTorch-module frameworks (--framework torchtitan); leave {flag} out"
             )
         return None
-    compiled = profile.torch_compile if workload.torch_compile is None else workload.torch_compile
-    if async_tp and not compiled:
+    return default if given is None else given
+
+
+def check_torch_compile(workload: Workload, profile: Profile, async_tp: bool) -> bool | None:
+    """The workload's torch.compile choice against its profile's (``Profile.torch_compile``,
+    ``_pytorch_choice``), refused eager beside async TP (PyTorch pipelines TP with its GEMMs only in a
+    compiled graph)."""
+    compiled = _pytorch_choice(
+        "torch_compile",
+        workload,
+        profile,
+        "fused element-wise kernels, compiled or not",
+        "torch.compile",
+    )
+    if async_tp and compiled is False:
         raise InvalidArgumentError(
             f"--no-torch-compile with --tp-comm-overlap: {profile.name} pipelines TP with its "
             f"GEMMs (async TP) only in a compiled model; use --torch-compile or "
@@ -336,24 +351,19 @@ def check_torch_compile(workload: Workload, profile: Profile, async_tp: bool) ->
 
 
 def check_compiled_loss(workload: Workload, profile: Profile, compiled: bool | None) -> bool | None:
-    """The workload's compiled-loss choice against its profile's (``Profile.compiled_loss``): the profile's
-    where none is given, refused where the framework has no such choice or the model runs eagerly."""
-    flag = f"--{'' if workload.compiled_loss else 'no-'}compiled-loss"
-    if profile.compiled_loss is None:
-        if workload.compiled_loss is not None:
-            raise InvalidArgumentError(
-                f"{flag}: {profile.name} runs its own loss kernels; compiling the loss is a choice of "
-                f"PyTorch-module frameworks (--framework torchtitan); leave {flag} out"
-            )
-        return None
-    if not compiled:
+    """The workload's compiled-loss choice against its profile's (``Profile.compiled_loss``,
+    ``_pytorch_choice``): an eager model runs an eager loss, and refuses one asked compiled."""
+    chosen = _pytorch_choice(
+        "compiled_loss", workload, profile, "loss kernels", "compiling the loss"
+    )
+    if chosen is not None and not compiled:
         if workload.compiled_loss:
             raise InvalidArgumentError(
                 "--compiled-loss with --no-torch-compile: the loss is compiled only with the model; "
                 "use --torch-compile or leave --compiled-loss out"
             )
         return False
-    return profile.compiled_loss if workload.compiled_loss is None else workload.compiled_loss
+    return chosen
 
 
 def check_capacity(workload: Workload, acc) -> None:
