@@ -16,7 +16,7 @@ from layoutsearch.cli import app
 from layoutsearch.core.catalogue import load_model
 from layoutsearch.core.problem import Problem, SearchOptions, SearchRequest
 from layoutsearch.core.rules import framework_rules, violations
-from layoutsearch.core.specs import RECOMPUTE_CODES, Layout, Workload
+from layoutsearch.core.specs import RECOMPUTE_CODES, SCHEDULE_CODES, Layout, Workload
 from layoutsearch.core.stages import (
     SPLIT_NAMES,
     balanced_bubble_stages,
@@ -148,6 +148,89 @@ def test_deepseek_v3_first_stage_holds_its_own_moe_layers():
     assert terms.moe_layers_per_stage(model, sh, last=True)[0] == 30
     assert terms.stage_params(model, sh, first=True)[0] == 9_201_048_576
     assert terms.expert_stage_params(model, sh, first=True)[0] == 39_460_012_032
+
+
+# DeepSeek-V3 per device at tp 1, from the test above: a layer's attention and norms, a dense layer's MLP, a
+# MoE layer's shared expert and router, one routed expert, the embedding (and the untied output head)
+V3_LAYER, V3_DENSE_MLP, V3_MOE_MLP = 187_121_664, 396_361_728, 45_875_456
+V3_EXPERT, V3_EMBEDDING = 44_040_192, 129_280 * 7168
+# the MTP module outside its experts: its layer (attention, norms, shared expert, router), the projection of the
+# two concatenated 7168-wide inputs 2 x 7168 x 7168 and its three norms 3 x 7168
+V3_MTP = V3_LAYER + V3_MOE_MLP + 2 * 7168 * 7168 + 3 * 7168
+
+
+def test_deepseek_v3_first_stage_state_is_its_own_dense_layers_not_the_most_moe_layers():
+    """DeepSeek-V3 on pp = 16, ep = 64 (4 local experts), the engine's split: stage 0 holds layers 0-3 (3 dense,
+    1 MoE), the middle stages 4 MoE layers, the last 1. Under 1F1B stage 0 holds 4 x 187,121,664 + 3 x
+    396,361,728 + 45,875,456 + the embedding 926,679,040 = 2,910,126,336 outside its experts and 176,160,768 of
+    routed experts (a middle stage: 931,988,480 and 704,643,072, lighter in all). Costing it with the most MoE
+    layers a stage holds, 4, said 1,858,667,520: a dense layer's MLP (18432 wide) outweighs a MoE layer's on
+    one device by 350,486,272, so that was no upper bound."""
+    model = load_model("deepseek-v3")
+    sh = terms.Shapes.of(pp=16, ep=64, fsdp=128, sched=SCHEDULE_CODES["1f1b"])
+    # first (4 layers, 1 MoE), last (1, 1); the middle candidates (second, most layers, most MoE): stage 1's 4
+    assert [float(x[0]) for x in sh.stage_compositions(model)] == [4, 1, 1, 1] + [4, 4, 1] * 3
+    own = 4 * V3_LAYER + 3 * V3_DENSE_MLP + V3_MOE_MLP + V3_EMBEDDING
+    assert own == 2_910_126_336
+    assert terms.stage_params(model, sh, first=True)[0] == own
+    assert terms.expert_stage_params(model, sh, first=True)[0] == 4 * V3_EXPERT == 176_160_768
+
+
+def test_dualpipe_end_device_holds_both_end_stages_and_a_middle_device_two_middle_ones():
+    """DualPipe on the same split: device 0 holds stage 0 and stage 15 (and device 15 the same two): 5 layers (3
+    dense, 2 MoE), the embedding, the output head 926,679,040, the final norm 7168 and the MTP module
+    335,779,072 outside its experts: 4,405,588,736; routed experts of its 2 MoE layers and the MTP's, 3 x 4 x
+    44,040,192. A middle device holds two middle stages, 8 MoE layers: 1,863,976,960 and 1,409,286,144, lighter.
+    (The first stage's bound plus the last stage said 3,354,129,920: 1,051,458,816 short.)"""
+    model = load_model("deepseek-v3")
+    sh = terms.Shapes.of(pp=16, ep=64, fsdp=128, sched=SCHEDULE_CODES["dualpipe"])
+    end = 5 * V3_LAYER + 3 * V3_DENSE_MLP + 2 * V3_MOE_MLP + 2 * V3_EMBEDDING + 7168 + V3_MTP
+    assert end == 4_405_588_736
+    for first in (True, False):
+        assert terms.stage_params(model, sh, first)[0] == end
+        assert terms.expert_stage_params(model, sh, first)[0] == 3 * 4 * V3_EXPERT
+    ne, experts, layers = (float(x[0]) for x in terms.first_device_params(model, sh))
+    assert (ne, experts, layers) == (end, 3 * 4 * V3_EXPERT, 5)
+    (_, _), middles = terms.first_devices(model, sh)
+    assert [[float(x[0]) for x in d] for d in middles] == [[0, 8, 1]]
+
+
+def test_v_shaped_device_holds_chunk_i_and_chunk_2p_minus_1_minus_i():
+    """ZB-V on pp = 8 (16 chunks of the engine's split: 3, 4 x 14, 2): device i holds chunks i and 15 - i, so
+    device 0 holds layers 0-2 (dense) and 59-60 (MoE) with the embedding, the output head and the MTP module:
+    4,405,588,736 outside its experts and (2 + 1) x 32 x 44,040,192 = 4,227,858,432 of routed experts (ep 8);
+    a middle device 8 MoE layers: 8 x 232,997,120 = 1,863,976,960 and 8 x 32 x 44,040,192 = 11,274,289,152,
+    the heavier, which the first stage's state takes. Interleaved 1F1B puts chunk i on device i mod 8: device 0
+    holds chunks 0 and 8 (3 dense, 4 MoE), the last device chunks 7 and 15 (6 MoE)."""
+    model = load_model("deepseek-v3")
+    zbv = terms.Shapes.of(pp=8, v=2, ep=8, fsdp=8, sched=SCHEDULE_CODES["zb-v"])
+    assert [float(x[0]) for x in zbv.stage_compositions(model)] == [5, 2, 8, 8] + [8, 8, 1] * 3
+    end, mid = terms.device_params(model, zbv)
+    end_ne = 5 * V3_LAYER + 3 * V3_DENSE_MLP + 2 * V3_MOE_MLP + 2 * V3_EMBEDDING + 7168 + V3_MTP
+    assert [float(x[0]) for x in end] == [end_ne, 3 * 32 * V3_EXPERT, 5]
+    assert [float(x[0]) for x in mid] == [8 * (V3_LAYER + V3_MOE_MLP), 8 * 32 * V3_EXPERT, 8]
+    assert terms.stage_params(model, zbv, first=True)[0] == 1_863_976_960
+    assert terms.expert_stage_params(model, zbv, first=True)[0] == 11_274_289_152
+    inter = terms.Shapes.of(pp=8, v=2, ep=8, fsdp=8, sched=SCHEDULE_CODES["interleaved"])
+    assert [float(x[0]) for x in inter.stage_compositions(model)] == [7, 4, 6, 6] + [8, 8, 1] * 3
+
+
+def test_dualpipe_activations_are_the_heavier_of_an_end_and_a_middle_device():
+    """DualPipe on pp = 16, K = 32 (mla_up_proj: a dense layer saves 102,720 bf16 elements a token, a MoE layer
+    160,576, as above): device i holds min(K, 16 - i) microbatches of stage i and min(K, i + 1) of stage 15 - i.
+    The end device: 16 of stage 0 (3 dense, 1 MoE) and 1 of stage 15 (1 MoE), 16 x 468,736 + 160,576 =
+    7,660,352 elements a token; a middle device 17 of a middle stage (4 MoE), 17 x 642,304 = 10,919,168, the
+    heavier. The last device is an end device. 64 x 4096 tokens over fsdp 8 and 32 microbatches: 1024 tokens."""
+    model = load_model("deepseek-v3")
+    workload, _, _, (_, r) = _v3_stage_terms()
+    k = np.array([32])
+    sh = terms.Shapes.of(pp=16, ep=8, fsdp=8, sched=SCHEDULE_CODES["dualpipe"])
+    for first, widths in (
+        (True, 17 * 4 * 160_576),
+        (False, 16 * (3 * 102_720 + 160_576) + 160_576),
+    ):
+        saved = terms.memory_by_microbatch(model, workload, sh, k, r, first, not first)
+        assert saved["activations/saved"][0] == pytest.approx(widths * 1024 * 2, rel=1e-12)
 
 
 def _v3_stage_terms():

@@ -35,7 +35,7 @@ from layoutsearch.core.errors import InvalidArgumentError
 from layoutsearch.core.options import DEFAULT_RESTART_TIME_S, LLAMA3_FAILURE_RATE_PER_DEVICE_HOUR
 from layoutsearch.core.specs import SCHEDULE_CODES, Layout, ModelSpec, Workload
 from layoutsearch.core.units import GB
-from layoutsearch.costs import memory, terms
+from layoutsearch.costs import memory, pipeline, terms
 from layoutsearch.costs.power import step_energy_j
 
 __all__ = [
@@ -126,24 +126,31 @@ def checkpoint_bytes_of_shapes(
     its state's master weights and moments (``checkpoint_bytes_per_device``) over the devices
     holding the same copy, the dense state's and the routed experts' apart (a dense copy is held
     by all but the tp x pp (x the ZeRO shards) devices; an expert copy by all but pp x ep x etp
-    (x the expert ZeRO shards)): the devices together write the state once. The larger of the
-    first and the last pipeline stage's, whose write ends the save."""
+    (x the expert ZeRO shards); DualPipe's pipeline holds two copies): the devices together write the state
+    once. The largest of a pipeline's devices' (``terms.device_params``, and the last stage's), whose write
+    ends the save."""
     z = np.asarray(zero_stage)
-    devices = sh.dp * sh.fsdp * sh.tp * sh.pp * sh.cp
+    # DualPipe's devices hold the model twice (two stages each): either copy is the one written
+    devices = sh.dp * sh.fsdp * sh.tp * sh.pp * sh.cp * pipeline.parameter_copies_array(sh.sched)
     sharded = z >= 1
-    groups = [
-        (terms.stage_params, np.where(sharded, sh.shards, 1), sh.tp * sh.pp),
-        (terms.expert_stage_params, np.where(sharded, sh.expert_shards, 1), sh.pp * sh.ep * sh.etp),
-    ]
-    by_stage = []
-    for first in (True, False):
-        written = 0.0
-        for params_of, shards, split in groups[: 1 + (model.moe is not None)]:
-            state = memory.state_bytes(params_of(model, sh, first), workload, z, shards)
+    shards = (np.where(sharded, sh.shards, 1), np.where(sharded, sh.expert_shards, 1))
+    splits = (sh.tp * sh.pp, sh.pp * sh.ep * sh.etp)
+
+    def written(*params_by_group) -> np.ndarray:
+        out = 0.0
+        for params, group_shards, split in zip(params_by_group, shards, splits, strict=False):
+            state = memory.state_bytes(params, workload, z, group_shards)
             kept = np.where(state["master"] > 0, state["master"], state["weights"])
-            written = written + (kept + state["optimizer"]) * split * shards / devices
-        by_stage.append(written)
-    return np.maximum.reduce(by_stage)
+            out = out + (kept + state["optimizer"]) * split * group_shards / devices
+        return np.asarray(out)
+
+    moe = model.moe is not None
+    # the first stage's devices (``terms.device_params``: the first and the middle ones) and the last stage
+    by_device = [written(*d[: 1 + moe]) for d in terms.device_params(model, sh)]
+    last = [terms.stage_params(model, sh, False)]
+    if moe:
+        last.append(terms.expert_stage_params(model, sh, False))
+    return np.maximum.reduce([*by_device, written(*last)])
 
 
 def layout_checkpoint_bytes(model: ModelSpec, workload: Workload, layout: Layout) -> float:

@@ -28,6 +28,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field, replace
 from functools import cache, lru_cache, partial
 from statistics import NormalDist
+from typing import Any
 
 import numpy as np
 
@@ -161,6 +162,15 @@ class Shapes:
         key = ("moe", model)
         if key not in cache:
             cache[key] = _moe_layer_split(model, self)
+        return cache[key]
+
+    def stage_compositions(self, model: ModelSpec):
+        """(first, first MoE, middle dense, middle MoE, last, last MoE) layers of these rows' devices
+        (``stage_compositions``), computed once, like ``layer_split`` (and carried by ``take`` with it)."""
+        cache = self.__dict__.setdefault("_split", {})
+        key = ("devices", model)
+        if key not in cache:
+            cache[key] = stage_compositions(model, self)
         return cache[key]
 
     def bubble_stages(self, model: ModelSpec) -> np.ndarray:
@@ -327,15 +337,84 @@ def layers_per_stage(model: ModelSpec, sh: Shapes, last=False):
     return np.where(last, final, np.maximum(first, middle))
 
 
-def own_first_stage(model: ModelSpec, sh: Shapes):
-    """Rows whose first stage's memory is costed as the heavier of its own and a middle stage's, not as a
-    middle stage's layers plus the first stage's embedding (``layers_per_stage``'s upper bound): a dense
-    model's pipeline whose devices each hold one stage's chunks in order (1F1B, interleaved, GPipe, ZB-H1);
-    DualPipe's and the V-shaped schedules' devices hold both ends, and a MoE model's stages differ in their
-    MoE layers too, so those keep the bound."""
-    if model.moe is not None:
-        return np.zeros(np.shape(sh.pp), dtype=bool)
-    return (sh.pp > 1) & ~np.isin(sh.sched, DUALPIPES + pipeline.V_SHAPED)
+# the middle devices a first stage's memory compares (``stage_compositions``)
+MIDDLE_CANDIDATES = 3
+
+
+def stage_compositions(model: ModelSpec, sh: Shapes):
+    """Per row, the layers the devices hold under the row's split (``core.stages.chunk_sizes``, or the balanced
+    split's; a device holds chunks i, i + pp, ..., a V-shaped schedule's device i chunks i and 2 pp - 1 - i;
+    DualPipe's units are its stages): (the first device's layers, its MoE layers, the last device's layers, its
+    MoE layers), then (layers, MoE layers, index) of ``MIDDLE_CANDIDATES`` middle units: the second (the most
+    microbatches in flight), the one with the most layers (then the most dense layers) and the one with the
+    most MoE layers (then the most layers), the earliest of a tie. The middle units are 1 .. pp - 2 (V-shaped:
+    1 .. pp - 1, none holding the output head); a candidate is (0, 0, 1) where there is none, every MoE count 0
+    for a dense model, all layers on each device with pp = 1."""
+    first, middle, final, kind, ok = sh.layer_split(model)
+    v_shaped = np.isin(sh.sched, pipeline.V_SHAPED) & (sh.pp > 1)
+    if model.moe is None and not np.any(v_shaped):  # the middle stages differ by a layer at most
+        zero, one = np.zeros(np.shape(sh.pp)), np.ones(np.shape(sh.pp))
+        mid = np.where(sh.pp > 2, _f(middle), 0.0)
+        return (_f(first), zero, _f(final), zero) + (mid, zero, one) * MIDDLE_CANDIDATES
+    weights = params.layer_weights(model)
+
+    def of(pp, v, kind, first, final, ok, v_shaped):
+        out = np.zeros((4 + 3 * MIDDLE_CANDIDATES, len(pp)))
+        for i, row in enumerate(zip(pp, v, kind, first, final, ok, v_shaped, strict=True)):
+            out[:, i] = _devices_of_split(model, weights, *(int(x) for x in row))
+        return tuple(out)
+
+    first, final = np.where(ok, first, 0), np.where(ok, final, 0)  # an invalid split's counts: any
+    return per_key(of, sh.pp, sh.v, kind, first, final, ok, v_shaped)
+
+
+def _devices_of_split(
+    model: ModelSpec, weights, pp, v, kind, first, last, ok, v_shaped=False
+) -> tuple:
+    """``stage_compositions`` of one split."""
+    if pp == 1 or not ok:
+        everything = (model.num_layers, model.num_moe_layers)
+        return (*everything, *everything) + (0, 0, 1) * MIDDLE_CANDIDATES
+    if kind == BALANCED:
+        sizes = balanced_stage_chunks(weights, pp, v)
+    else:
+        sizes = chunk_sizes(model.num_layers, pp, v, kind, first, last)
+    starts = np.concatenate([[0], np.cumsum(sizes)])
+    layers, moe = [0] * pp, [0] * pp
+    for i, size in enumerate(sizes):
+        device = min(i, 2 * pp - 1 - i) if v_shaped else i % pp
+        layers[device] += size
+        moe[device] += params.moe_layers_in(model, int(starts[i]), int(starts[i]) + size)
+    middle = range(1, pp if v_shaped else pp - 1)
+    if not middle:
+        return (layers[0], moe[0], layers[-1], moe[-1]) + (0, 0, 1) * MIDDLE_CANDIDATES
+    most_layers = max(middle, key=lambda d: (layers[d], layers[d] - moe[d], -d))
+    most_moe = max(middle, key=lambda d: (moe[d], layers[d], -d))
+    candidates = (1, most_layers, most_moe)
+    return (layers[0], moe[0], layers[-1], moe[-1]) + tuple(
+        x for d in candidates for x in (layers[d], moe[d], d)
+    )
+
+
+def first_devices(model: ModelSpec, sh: Shapes):
+    """((dense, MoE) layers of the first device, [(dense, MoE) layers and stage index of a middle device, ...])
+    that the first stage's memory compares: the first device holds its own stage (DualPipe's: stages 0 and
+    p - 1, both ends; a V-shaped schedule's: the first and the last chunk), a middle device a middle stage's
+    (DualPipe's: two, i and p - 1 - i, each taken as the candidate stage, an upper bound; V-shaped: chunks i and
+    2p - 1 - i); the distinct candidates of ``stage_compositions`` (a middle device of none: (0, 0))."""
+    comp = sh.stage_compositions(model)
+    first, first_moe, last, last_moe = comp[:4]
+    dual = _f(_dualpipe(sh))
+    end = (first - first_moe + dual * (last - last_moe), first_moe + dual * last_moe)
+    middles: list[tuple] = []
+    seen: list[tuple] = []
+    for j in range(MIDDLE_CANDIDATES):
+        layers, moe, index = comp[4 + 3 * j : 7 + 3 * j]
+        if any(np.array_equal(layers, a) and np.array_equal(moe, b) for a, b in seen):
+            continue
+        seen.append((layers, moe))
+        middles.append(((1 + dual) * (layers - moe), (1 + dual) * moe, index))
+    return end, middles
 
 
 def stage_layers(model: ModelSpec, sh: Shapes, last, mtp=0.0):
@@ -1700,62 +1779,115 @@ def _dualpipe(sh: Shapes):
     return (sh.sched == SCHEDULE_CODES["dualpipe"]) & (sh.pp > 1)
 
 
-def _other_end(model: ModelSpec, sh: Shapes, first: bool, of_stage):
-    """``of_stage(first)`` plus, on DualPipe's rows, the same of the other end (``pipeline.parameter_copies_array``)."""
-    own = of_stage(first)
-    both = _dualpipe(sh)
-    return own + np.where(both, of_stage(~np.asarray(first)), 0.0) if np.any(both) else own
-
-
 def expert_stage_params(model: ModelSpec, sh: Shapes, first: bool = True):
-    """Routed-expert parameters per device of the first or last pipeline stage (DualPipe: of both): its MoE
-    layers' (``moe_layers_per_stage``), and the multi-token-prediction modules' MoE layers on the stage holding
-    the output head (``_holds_output``)."""
-    mtp = model.mtp_layers or 0
-    return _other_end(
-        model,
-        sh,
-        first,
-        lambda f: (
-            (
-                _f(moe_layers_per_stage(model, sh, ~np.asarray(f)))
-                + np.where(_holds_output(sh, f), mtp, 0)
-            )
-            * expert_params_per_moe_layer(model, sh)
-        ),
+    """Routed-expert parameters per device of the first or last pipeline stage: the first stage's of
+    ``first_device_params``' device; the last stage's MoE layers' (``moe_layers_per_stage``) and the
+    multi-token-prediction modules' MoE layers beside its output head (DualPipe's last device: an end device's)."""
+    if first:
+        return first_device_params(model, sh)[1]
+    own = _f(moe_layers_per_stage(model, sh, True)) + np.where(
+        _holds_output(sh, False), model.mtp_layers or 0, 0
     )
+    return _last_where(model, sh, own * expert_params_per_moe_layer(model, sh), 1)
 
 
 def stage_params(model: ModelSpec, sh: Shapes, first: bool):
-    """Parameters per device of the first (``first``) or last pipeline stage, after TP (arrays); a
-    DualPipe device holds two stages (the first and the last at the ends)."""
-    return _other_end(model, sh, first, lambda f: _one_stage_params(model, sh, f))
+    """Parameters per device outside the routed experts of the first (``first``: ``first_device_params``'
+    device) or the last pipeline stage (its layers and the output head; DualPipe's last device: an end
+    device's), after TP (arrays)."""
+    if first:
+        return first_device_params(model, sh)[0]
+    return _last_where(model, sh, _last_stage_params(model, sh), 0)
 
 
-def _one_stage_params(model: ModelSpec, sh: Shapes, first):
-    layers = layers_per_stage(model, sh, ~np.asarray(first))
-    per_layer = per_key(lambda tp: params.layer_params(model, tp), sh.tp)
+def _last_where(model: ModelSpec, sh: Shapes, own, part: int):
+    """The last stage's ``own`` with ``first_device_params``' ``part`` (0: outside the routed experts, 1: the
+    experts, 2: layers) of the first device on the rows where the last device is one (``last_is_first``)."""
+    rows = last_is_first(sh)
+    if not np.any(rows):
+        return own
+    return np.where(rows, first_device_params(model, sh, end_only=True)[part], own)
+
+
+def last_is_first(sh: Shapes):
+    """Rows whose last device holds what the first does (``first_devices``' first device): DualPipe's (both end
+    stages, the embedding and the head) and a single stage's."""
+    return _dualpipe(sh) | (sh.pp == 1)
+
+
+def device_params(model: ModelSpec, sh: Shapes):
+    """[the first device's, each middle candidate's] (parameters outside the routed experts, routed-expert
+    parameters, layers) for ``first_devices``' devices. The first device holds the embedding (DualPipe's, a
+    V-shaped schedule's and a single stage's also the output head and the multi-token-prediction modules).
+    Computed once per shapes and model (carried by ``Shapes.take``, like ``layer_split``)."""
+    cache = sh.__dict__.setdefault("_split", {})
+    key = ("device params", model)
+    if key not in cache:
+        n = np.shape(sh.pp)
+        cache[key] = tuple(np.broadcast_to(_f(x), n) for x in _device_params(model, sh))
+    flat = cache[key]
+    return [flat[i : i + 3] for i in range(0, len(flat), 3)]
+
+
+def _device_params(model: ModelSpec, sh: Shapes) -> tuple:
+    (end_dense, end_moe), middles = first_devices(model, sh)
+    # the first device holds the output head too: DualPipe's, a V-shaped schedule's, a single stage's
+    holds_output = _dualpipe(sh) | np.isin(sh.sched, pipeline.V_SHAPED) | (sh.pp == 1)
+    per_moe = expert_params_per_moe_layer(model, sh) if model.moe is not None else 0.0
+    end = _layers_params(model, sh, end_dense, end_moe) + _embedding_params(model, sh)
+    end = end + np.where(holds_output, _output_params(model, sh), 0.0)
+    out = [end, (end_moe + np.where(holds_output, model.mtp_layers or 0, 0)) * per_moe]
+    out.append(end_dense + end_moe)
+    for dense, moe, _ in middles:
+        out += [_layers_params(model, sh, dense, moe), moe * per_moe, dense + moe]
+    return tuple(out)
+
+
+def first_device_params(model: ModelSpec, sh: Shapes, end_only: bool = False):
+    """``device_params`` of the device with more parameters in all (``end_only``: the first device): what the
+    first stage's collectives move and its checkpoint writes (its memory takes the device with more state
+    bytes, ``memory_by_zero``)."""
+    devices = device_params(model, sh)
+    return devices[0] if end_only else _heaviest(devices, lambda d: d[0] + d[1])
+
+
+def _heaviest(devices: list, weight) -> Any:
+    """Entry by entry, each row's values of the device of ``devices`` (tuples, or dicts, of arrays) whose
+    ``weight`` is largest (the first of a tie)."""
+    best, best_w = devices[0], weight(devices[0])
+    for other in devices[1:]:
+        w = weight(other)
+        more = w > best_w
+        if isinstance(best, dict):
+            best = {k: np.where(more, other[k], v) for k, v in best.items()}
+        else:
+            best = tuple(np.where(more, a, b) for a, b in zip(other, best, strict=True))
+        best_w = np.maximum(best_w, w)
+    return best
+
+
+def _layers_params(model: ModelSpec, sh: Shapes, dense, moe):
+    """Parameters per device outside the routed experts of ``dense`` dense and ``moe`` MoE layers."""
+    layers = _f(dense) + _f(moe)
+    total = layers * per_key(lambda tp: params.layer_params(model, tp), sh.tp)
+    if model.moe is None:
+        return total
+    excess = _f(moe) - layers * params.moe_layer_share(
+        model
+    )  # the mean layer's MoE share, corrected
+    return total + excess * per_key(lambda tp: params.moe_over_dense_mlp(model, tp), sh.tp)
+
+
+def _embedding_params(model: ModelSpec, sh: Shapes):
+    return model.vocab_size * model.d_model // sh.tp + model.learned_positions * model.d_model
+
+
+def _output_params(model: ModelSpec, sh: Shapes):
+    """The output head's parameters per device (none where a single stage ties it to the embedding), the final
+    norm and the multi-token-prediction modules outside their experts."""
     vocab = model.vocab_size * model.d_model // sh.tp
-    single = sh.pp == 1
     norm = params.final_norm_params(model) + params.output_bias_params(model, sh.tp)
-    total = layers * per_layer
-    if model.moe is not None:  # the stage's own MoE layers, not the mean's share of its layers
-        excess = moe_layers_per_stage(
-            model, sh, ~np.asarray(first)
-        ) - layers * params.moe_layer_share(model)
-        total = total + excess * per_key(lambda tp: params.moe_over_dense_mlp(model, tp), sh.tp)
-    holds_embedding = first | single
-    embedding = vocab + model.learned_positions * model.d_model
-    total = total + np.where(holds_embedding, embedding, 0)
-    if np.any(
-        first
-    ):  # the first stage's own layers and embedding, or a middle stage's layers, the heavier
-        own, middle, _, _, _ = sh.layer_split(model)
-        heavier = np.maximum(
-            own * per_layer + embedding, np.where(sh.pp > 2, middle, 0) * per_layer
-        )
-        total = np.where(np.asarray(first) & own_first_stage(model, sh), heavier, total)
-    output = np.where(model.tied_embeddings & single, 0, vocab) + norm
+    output = np.where(model.tied_embeddings & (sh.pp == 1), 0, vocab) + norm
     # the multi-token-prediction modules sit with the output head (DeepSeek-V3 report section 3.2.3: the deepest
     # layers with the output head on one PP rank; Megatron's layout puts "m" on the last stage) and share it and
     # the embedding with the main model (section 2.2): their own parameters only
@@ -1763,7 +1895,16 @@ def _one_stage_params(model: ModelSpec, sh: Shapes, first):
         output = output + model.mtp_layers * per_key(
             lambda tp: params.mtp_params_outside_experts(model, tp), sh.tp
         )
-    return total + np.where(_holds_output(sh, first), output, 0)
+    return output
+
+
+def _last_stage_params(model: ModelSpec, sh: Shapes):
+    """The last stage's own parameters outside the routed experts: its layers, and the output head where it
+    holds it (not a V-shaped schedule's last device)."""
+    layers = layers_per_stage(model, sh, True)
+    moe = moe_layers_per_stage(model, sh, True) if model.moe is not None else 0
+    total = _layers_params(model, sh, layers - moe, moe)
+    return total + np.where(_holds_output(sh, False), _output_params(model, sh), 0)
 
 
 def _holds_output(sh: Shapes, first):
@@ -1798,11 +1939,18 @@ def memory_by_zero(
     model: ModelSpec, workload: Workload, sh: Shapes, z, first: bool, offload=0
 ) -> dict:
     """Bytes per device that depend on the ZeRO stage and the offload choice (keys S, z, offload,
-    stage): state, gathered weights, layer grads; offloaded state in host memory (``host_state``)."""
-    shards = np.where(z >= 1, sh.shards, 1)
-    state = memory.state_bytes(_f(stage_params(model, sh, first)), workload, z, shards)
+    stage): state, gathered weights, layer grads; offloaded state in host memory (``host_state``). The first
+    stage's state is that of the device of ``device_params`` with more state bytes at each ZeRO stage."""
+    if first:  # the heaviest device's state, in bytes
+        states = [_state_items(model, workload, sh, z, *d) for d in device_params(model, sh)]
+        out = _heaviest(states, lambda items: sum(items.values()))
+    else:
+        layers = _last_where(model, sh, _f(layers_per_stage(model, sh, True)), 2)
+        experts = expert_stage_params(model, sh, False) if model.moe is not None else 0.0
+        out = _state_items(
+            model, workload, sh, z, _f(stage_params(model, sh, False)), experts, layers
+        )
     p_layer = _f(per_key(lambda tp: params.layer_params(model, tp), sh.tp))
-    out = {f"state/{k}": v for k, v in state.items()}
     # the compute weights of the current and prefetched layers, gathered (or, with one shard, cast from the master),
     # and a layer's unsharded gradients; per tensor where the framework gathers and reduces each weight apart
     transient = transient_zero3_weights(workload)
@@ -1814,12 +1962,7 @@ def memory_by_zero(
         2 * reduces * tensor,
     )  # the tensor in use and the next
     if model.moe is not None:  # the routed experts, sharded over the expert ZeRO group
-        e_shards = np.where(z >= 1, sh.expert_shards, 1)
         p_expert = expert_params_per_layer(model, sh)
-        for key, v in memory.state_bytes(
-            expert_stage_params(model, sh, first), workload, z, e_shards
-        ).items():
-            out[f"state/{key}"] = out[f"state/{key}"] + v
         e_gathers = _f((z == 3) & ((sh.expert_shards > 1) | transient))
         e_reduces = _f((z >= 2) & (sh.expert_shards > 1))
         gathered, grads = gathered + 2 * e_gathers * p_expert, grads + e_reduces * p_expert
@@ -1836,12 +1979,30 @@ def memory_by_zero(
         gathered, grads = np.minimum(gathered, gathered_t), np.minimum(grads, grads_t)
     out["temporary/gathered"] = gathered * workload.weight_bytes_per_param
     out["temporary/layer_grads"] = grads * workload.grad_bytes_per_param
+    return host_state(out, offload) if np.any(offload) else out
+
+
+def _state_items(
+    model: ModelSpec, workload: Workload, sh: Shapes, z, dense, experts, layers
+) -> dict:
+    """The state entries of a device holding ``dense`` parameters outside the routed experts (sharded over the
+    ZeRO group), ``experts`` routed-expert parameters (over the expert ZeRO group) and ``layers`` layers (their
+    cached fp8 weight copies)."""
+    shards = np.where(z >= 1, sh.shards, 1)
+    out = {f"state/{k}": v for k, v in memory.state_bytes(dense, workload, z, shards).items()}
+    if model.moe is not None:
+        e_shards = np.where(z >= 1, sh.expert_shards, 1)
+        for key, v in memory.state_bytes(experts, workload, z, e_shards).items():
+            out[f"state/{key}"] = out[f"state/{key}"] + v
     if (
         workload.precision == "fp8"
     ):  # cached fp8 copies of the layers' weights (sharded like them under ZeRO-3)
+        p_layer = _f(per_key(lambda tp: params.layer_params(model, tp), sh.tp))
         p_all = p_layer + expert_params_per_layer(model, sh)
-        held = _f(layers_per_stage(model, sh, not first)) * p_all / np.where(z == 3, sh.shards, 1)
-        if transient:  # under ZeRO-3 cast from the master shard at each gather, like the bf16 weights: none kept
+        held = layers * p_all / np.where(z == 3, sh.shards, 1)
+        if transient_zero3_weights(
+            workload
+        ):  # under ZeRO-3 cast from the master shard at each gather, like the bf16 weights: none kept
             held = held * _f(z != 3)
         copies = memory.FP8_WEIGHT_COPIES
         if fp8_param_gather_of(workload, "gpu"):  # the workload names its framework (resolved)
@@ -1852,7 +2013,7 @@ def memory_by_zero(
             )
             copies -= 1
         out["state/fp8_weights"] = copies * memory.FP8_BYTES * held
-    return host_state(out, offload) if np.any(offload) else out
+    return out
 
 
 def host_state(items: dict, offload) -> dict:
@@ -1895,17 +2056,22 @@ def memory_by_microbatch(
         sh.tp,
         r,
     )
-    saved = per_token * m * act_b
-    stage = 0 if first else sh.pp - 1
-    in_flight = pipeline.microbatches_in_flight_array(sh.pp, stage, k, sh.v, sh.sched)
-    if first and np.any(own_first_stage(model, sh)):
-        # the first stage's own layers at its microbatches in flight, or the second's (the middle stages'
-        # layers) at its, the heavier (a middle stage holds more layers, the first more microbatches)
-        own, middle, _, _, _ = sh.layer_split(model)
-        second = pipeline.microbatches_in_flight_array(sh.pp, 1, k, sh.v, sh.sched)
-        heavier = np.maximum(own * in_flight, np.where(sh.pp > 2, middle * second, 0))
-        layers = np.where(own_first_stage(model, sh), heavier, layers * in_flight)
-        in_flight = 1.0
+    # the first stage's (and DualPipe's last device's): the devices' own layers at their microbatches in flight
+    rows = np.asarray(True) if first else last_is_first(sh)
+    if np.any(rows):
+        offloads = bool(np.any(hosted_width))
+        held = device_activations(model, workload, sh, k, r, first, sequence_parallel, offloads)
+    if np.all(rows):
+        activations, offloaded = held
+    else:  # the last stage's layers at its microbatches in flight
+        in_flight = pipeline.microbatches_in_flight_array(sh.pp, sh.pp - 1, k, sh.v, sh.sched)
+        activations = layers * per_token * m * act_b * in_flight
+        offloaded = (
+            layers * hosted_width * act_b * m * in_flight
+        )  # host_offload_bytes_per_token's widths
+        if np.any(rows):
+            activations = np.where(rows, held[0], activations)
+            offloaded = np.where(rows, held[1], offloaded)
     # one layer's tensors not held in HBM, rebuilt (or brought back from the host) during its backward
     recomputed = (every - per_token) * m * act_b
     # the loss's logits of one microbatch (fp32 where it upcasts them, else in the compute precision; a
@@ -1914,11 +2080,10 @@ def memory_by_microbatch(
     upcast = workload.fp32_logits and not workload.compiled_loss
     logits_b = 4.0 if upcast else workload.activation_bytes
     logits = _f(last | _holds_both_ends(sh, first)) * m * model.vocab_size / sh.tp * logits_b
-    hosted = hosted_width * act_b * m  # host_offload_bytes_per_token, from the same widths
     return {
-        "activations/saved": layers * saved * in_flight,
+        "activations/saved": activations,
         # in pinned host memory, not HBM: no memory moment counts it (MOMENTS)
-        "host/offloaded": layers * hosted * in_flight,
+        "host/offloaded": offloaded,
         "temporary/workspace": 2
         * m
         * np.maximum(flops.mlp_width_per_token(model) / sh.tp, model.d_model)
@@ -1931,6 +2096,72 @@ def memory_by_microbatch(
         if workload.framework and profile_of(workload.framework).inplace_cross_entropy
         else logits,
     }
+
+
+def device_activations(
+    model: ModelSpec,
+    workload: Workload,
+    sh: Shapes,
+    k,
+    r,
+    first: bool,
+    sequence_parallel: bool,
+    offloads: bool = True,
+):
+    """(saved bytes in HBM, bytes on the host) of the activations a device of ``first_devices`` holds at its
+    peak, its dense and MoE layers each at its microbatches in flight (``pipeline.microbatches_in_flight_array``,
+    in whole-stage units), the heavier device (``first``; else DualPipe's last device, an end device). The first
+    device of 1F1B, interleaved, GPipe and ZB-H1 holds its stage's at the first stage's count and a middle device
+    a middle stage's at the second's (a middle stage holds more layers, the first more microbatches). DualPipe's
+    device i holds min(K, p - i) microbatches of stage i and min(K, i + 1) of stage p - 1 - i: the end device p of
+    the first stage's and 1 of the last's, a middle device p + 1 of a middle stage's. ``offloads``: whether a
+    policy keeps activations on the host (else those bytes are 0)."""
+    m = tokens_per_microbatch(workload, sh, k)
+    comp = sh.stage_compositions(model)
+    first_l, first_moe, last_l, last_moe = comp[:4]
+    dual = _f(_dualpipe(sh))
+    p, kf = _f(sh.pp), _f(k)
+    alive = pipeline.microbatches_in_flight_array
+    if_first = np.where(dual, np.minimum(kf, p), alive(sh.pp, 0, k, sh.v, sh.sched))
+    if_last = dual * np.minimum(kf, 1.0)
+    end = (
+        if_first * (first_l - first_moe) + if_last * (last_l - last_moe),
+        if_first * first_moe + if_last * last_moe,
+    )
+    # a middle candidate's stage at its own count in flight (DualPipe's two stages: p + 1 of the candidate's)
+    middles = [
+        (dense * in_flight / (1 + dual), moe * in_flight / (1 + dual))
+        for dense, moe, index in (first_devices(model, sh)[1] if first else [])
+        for in_flight in [
+            np.where(dual, np.minimum(kf, p + 1), alive(sh.pp, index, k, sh.v, sh.sched))
+        ]
+    ]
+
+    # a layer's widths are linear in its MoE share (``at_stage_share``): a dense layer's and a MoE layer's (one
+    # pass over the keys); the host's only where a policy offloads
+    bytes = m * workload.activation_bytes
+    kinds = (None,) if model.moe is None else (0.0, 1.0)
+    parts = 2 if offloads else 1
+    widths = per_key(
+        lambda tp, r: tuple(
+            w
+            for s in kinds
+            for w in saved_widths_by_policy(model, workload, tp, r, sequence_parallel, s)[:parts]
+        ),
+        sh.tp,
+        r,
+    )
+
+    def held(dense, moe):
+        if model.moe is None:
+            return [(dense + moe) * bytes * w for w in widths]
+        return [
+            (dense * bytes) * d + (moe * bytes) * e
+            for d, e in zip(widths[:parts], widths[parts:], strict=True)
+        ]
+
+    saved = _heaviest([tuple(held(*d)) for d in (end, *middles)], lambda h: h[0])
+    return saved[0], (saved[1] if offloads else np.zeros(np.shape(saved[0])))
 
 
 def dispatch_buffer_bytes(model: ModelSpec, workload: Workload, sh: Shapes, m):
