@@ -14,9 +14,11 @@ from layoutsearch.core.catalogue import (
     accelerator_from_dict,
     catalogue_file,
     load_accelerator,
+    load_model,
     read_yaml,
 )
 from layoutsearch.core.errors import CatalogueError
+from layoutsearch.core.specs import Layout, Workload
 from layoutsearch.costs import goodput
 
 runner = CliRunner()
@@ -59,6 +61,24 @@ def test_checkpoint_bytes_are_master_and_moments_shared_by_replicas():
     assert goodput.checkpoint_bytes_per_device(mem, 1) == 12.0
     assert goodput.checkpoint_bytes_per_device(mem, 4) == 3.0
     assert goodput.checkpoint_bytes_per_device({**mem, "state/master": 0.0}, 1) == 10.0
+
+
+def test_the_heaviest_pipeline_device_writes_and_dualpipe_writes_one_of_its_two_copies():
+    """DeepSeek-V3 in bf16 on 2,048 GPUs, fsdp 128, pp 16, ep 64, ZeRO-1 (fp32 master and moments: 12 bytes a
+    parameter). Under 1F1B a middle device holds 4 MoE layers: 4 x (187,121,664 + 45,875,456) parameters outside
+    the routed experts, a copy held by all but tp x pp = 16 devices, and 4 x 4 x 44,040,192 routed-expert ones,
+    a copy held by all but pp x ep = 1024; the 2,048 devices write each byte once: 12 x (931,988,480 x 16 +
+    704,643,072 x 1024) / 2048 = 4,315,232,352 bytes each, more than the first device's (3 dense layers and
+    the embedding beside 1 MoE layer's experts). Under DualPipe a middle device holds 8 MoE layers, and the
+    pipeline the model twice: the same bytes (the first device's two ends, 4.4B and 0.5B, write less)."""
+    model = load_model("deepseek-v3")
+    work = Workload(global_batch_seqs=15360, seq_len=4096)
+    common = dict(fsdp=128, pp=16, ep=64, zero_stage=1, num_microbatches=120)
+    middle = 12 * (4 * (187_121_664 + 45_875_456) * 16 + 4 * 4 * 44_040_192 * 1024) / 2048
+    assert middle == 4_315_232_352
+    for schedule in ("1f1b", "dualpipe"):
+        layout = Layout(**common, schedule=schedule)
+        assert goodput.layout_checkpoint_bytes(model, work, layout) == middle
 
 
 def test_llama3_405b_on_16384_h100_trains_more_than_90_percent_of_the_time():
