@@ -165,8 +165,8 @@ class Shapes:
         return cache[key]
 
     def stage_compositions(self, model: ModelSpec):
-        """(first, first MoE, middle dense, middle MoE, last, last MoE) layers of these rows' devices
-        (``stage_compositions``), computed once, like ``layer_split`` (and carried by ``take`` with it)."""
+        """The layers of these rows' first, last and middle-candidate devices (``stage_compositions``), computed
+        once, like ``layer_split`` (and carried by ``take`` with it)."""
         cache = self.__dict__.setdefault("_split", {})
         key = ("devices", model)
         if key not in cache:
