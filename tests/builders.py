@@ -305,6 +305,12 @@ def export_docs() -> dict[str, dict]:
     }
 
 
+def fp4_doc(recipe: str = "nvfp4", zero_stage: int = 1) -> dict:
+    """Llama 3 8B on 8 GB200 in fp4 (``recipe``): fsdp 8, 8 microbatches of 64 x 4096 tokens."""
+    layout = Layout(fsdp=8, zero_stage=zero_stage, num_microbatches=8)
+    return solve_doc("llama3-8b", "gb200-8", 64, 4096, layout, precision="fp4", fp4_recipe=recipe)
+
+
 def exported(doc: dict, target: str, rank: int = 1) -> str:
     """Export and assert the checker finds nothing."""
     text = export_document(doc, target, rank)

@@ -12,6 +12,7 @@ from builders import (
     doc_llama8b,
     export_docs,
     exported,
+    fp4_doc,
     framework_python,
     solve_doc,
 )
@@ -215,11 +216,17 @@ def bridge_python() -> str:
 @pytest.mark.frameworks
 def test_bridge_merges_the_overrides_onto_its_config_classes(tmp_path):
     """Megatron-Bridge 0.3.1's process_config_with_overrides merges each export (pp 4 x vp 2; Mixtral ep 8 fp8;
-    cp 2; Megatron-FSDP) onto a recipe-like container without skipping a key, the model section's finalize()
+    cp 2; Megatron-FSDP; NVFP4 on GB200) onto a recipe-like container without skipping a key, the model section's finalize()
     (megatron-core's TransformerConfig checks) and DistributedDataParallelConfig accept the result, and a
     misspelled key is reported as skipped."""
     python = bridge_python()
-    cases = {"interleaved": INTERLEAVED_ZERO1, "moe": MIXTRAL_EP8_FP8, "cp": CP, "fsdp_tp": FSDP_TP}
+    cases = {
+        "interleaved": INTERLEAVED_ZERO1,
+        "moe": MIXTRAL_EP8_FP8,
+        "cp": CP,
+        "fsdp_tp": FSDP_TP,
+        "fp4": fp4_doc(),
+    }
     paths = []
     for name, doc in cases.items():
         paths.append(tmp_path / f"{name}.yaml")
@@ -260,6 +267,9 @@ def test_bridge_merges_the_overrides_onto_its_config_classes(tmp_path):
         got["fsdp_tp"]["values"]["checkpoint"]["ckpt_format"],
         model["fsdp_tp"]["init_model_with_meta_device"],
     ) == (True, "optim_grads_params", True, "fsdp_dtensor", True)
+    assert (
+        got["fp4"]["values"]["mixed_precision"] == "bf16_with_nvfp4_mixed"
+    )  # a recipe of 0.3.1 (recipe_known)
     assert got["typo"]["skipped"] == [
         "Key 'cp_size' in overrides not found in config object GPTModelProvider. Skipping."
     ]

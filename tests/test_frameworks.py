@@ -28,6 +28,7 @@ from builders import (
     deepspeed_config,
     doc_llama8b,
     export_docs,
+    fp4_doc,
     framework_python,
     maxtext_python,
     maxtext_script,
@@ -1047,6 +1048,18 @@ def test_torchtitan_reads_async_tp_when_the_prediction_overlaps_tp(tmp_path):
     job = manager.ConfigManager().parse_args([f"--job.config_file={path}"])
     # an eager model runs an eager loss (Workload.compiled_loss): the components name the model alone
     assert job.compile.enable is False and job.compile.components == ["model"]
+
+
+def test_megatron_core_takes_the_fp4_flags_of_an_fp4_export():
+    """An fp4 export writes --fp4-format e2m1 --fp4-recipe nvfp4: megatron-core's TransformerConfig builds with
+    them as its fp4 and fp4_recipe fields (its __post_init__ refuses fp4 beside fp8, and an unknown recipe)."""
+    tc = pytest.importorskip("megatron.core.transformer.transformer_config")
+    cfg, a = megatron_config(fp4_doc())
+    fp4 = dataclasses.replace(cfg, fp4=a["--fp4-format"], fp4_recipe=a["--fp4-recipe"])
+    assert isinstance(fp4, tc.TransformerConfig)
+    assert (fp4.fp4, fp4.fp4_recipe, fp4.fp8) == ("e2m1", "nvfp4", None)
+    with pytest.raises(ValueError, match="fp4 and fp8 cannot be used simultaneously"):
+        dataclasses.replace(fp4, fp8="hybrid")
 
 
 def deepseek_v3_megatron_args(cluster: str, lay: Layout) -> dict:

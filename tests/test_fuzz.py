@@ -450,7 +450,8 @@ class Gen:
                 ),
                 0.15,
             ),
-            ("--precision", lambda: self.pick(["bf16", "fp8"], ["fp4", "int8"], 0.85), 0.15),
+            ("--precision", lambda: self.pick(["bf16", "fp8", "fp4"], ["fp2", "int8"], 0.85), 0.15),
+            ("--fp4-recipe", lambda: self.pick(["nvfp4", "mxfp4"], ["nv", ""], 0.8), 0.05),
             (
                 "--hbm-gib",
                 lambda: self.pick(["96", "16", "141"], ["0", "-3", "nan", "1e9"], 0.7),

@@ -19,6 +19,7 @@ WORKLOAD = [
     "--framework",
     "--precision",
     "--fp8-recipe",
+    "--fp4-recipe",
     "--tp-comm-overlap",
     "--no-tp-comm-overlap",
     "--ep-comm-overlap",

@@ -34,6 +34,7 @@ from layoutsearch.core.errors import CatalogueError, LayoutsearchWarning, did_yo
 from layoutsearch.core.fields import kind_of
 from layoutsearch.core.specs import (
     Accelerator,
+    Fp4Recipe,
     Fp8Recipe,
     MlaSpec,
     MlpKind,
@@ -218,6 +219,8 @@ class CalibrationFile(_Strict):
     fp8_recipe_ratio: (
         dict[Fp8Recipe, Annotated[float, Field(gt=0, le=MAX_FP8_RECIPE_RATIO)]] | None
     ) = None
+    # the same for fp4 (docs/calibration.md "fp4_recipe_ratio"); needs peak_fp4_tflops
+    fp4_recipe_ratio: dict[Fp4Recipe, Annotated[float, Field(gt=0, le=1)]] | None = None
     vendor_attention_efficiency: float | None = Field(
         default=None, gt=0, le=1
     )  # cuDNN / TE fused attention
@@ -256,6 +259,7 @@ class AcceleratorFile(_Strict):
     kind: Literal["tpu", "gpu"]
     peak_bf16_tflops: Tflops
     peak_fp8_tflops: Tflops | None = None  # dense fp8 (MXFP8 on Blackwell); absent = no fp8 matmuls
+    peak_fp4_tflops: Tflops | None = None  # dense fp4 (NVFP4, MXFP4); absent = no fp4 matmuls
     hbm_gib: Gib | None = None
     hbm_gb: Annotated[float, Field(gt=0, le=MAX_HBM_BYTES / GB)] | None = None
     hbm_gbytes_per_s: GBytesPerS
@@ -1385,6 +1389,7 @@ def accelerator_from_dict(data: Any, where: str) -> Accelerator:
         k
         for k in (
             "peak_fp8_tflops",
+            "peak_fp4_tflops",
             "host_gbytes_per_s_per_direction",
             "checkpoint_write_gbytes_per_s_per_node",
             "board_power_w",
@@ -1409,17 +1414,8 @@ def accelerator_from_dict(data: Any, where: str) -> Accelerator:
             f"{where}: field 'idle_power_w' ({f.idle_power_w:g}) needs a board_power_w above it "
             f"(got {f.board_power_w})"
         )
-    ratios = f.calibration.fp8_recipe_ratio or {}
-    if (f.peak_fp8_tflops is None) != (not ratios):
-        raise CatalogueError(
-            f"{where}: give 'peak_fp8_tflops' and 'calibration: fp8_recipe_ratio' together"
-        )
-    too_fast = [r.value for r, x in ratios.items() if x * f.calibration.matmul_efficiency > 1]
-    if too_fast:
-        raise CatalogueError(
-            f"{where}: field 'calibration: fp8_recipe_ratio' ({', '.join(too_fast)}) times "
-            f"matmul_efficiency ({f.calibration.matmul_efficiency:g}) exceeds the fp8 peak"
-        )
+    ratios = _recipe_ratios(where, f, "fp8")
+    fp4_ratios = _recipe_ratios(where, f, "fp4")
     cal, topo = f.calibration, f.topology
     unitless = {
         "collective_half_efficiency_kib",
@@ -1445,9 +1441,11 @@ def accelerator_from_dict(data: Any, where: str) -> Accelerator:
         host_bytes_per_s_per_direction=_times(f.host_gbytes_per_s_per_direction, GB),
         runtime_reserve_bytes=f.runtime_reserve_gib * GIB,
         **cal.model_dump(
-            exclude=unitless | {"compute_fractions", "fp8_recipe_ratio"}
+            exclude=unitless | {"compute_fractions", "fp8_recipe_ratio", "fp4_recipe_ratio"}
         ),  # fractions, token counts: SI
         fp8_recipe_ratio=tuple((r.value, x) for r, x in ratios.items()),
+        peak_fp4_flops_per_s=_times(f.peak_fp4_tflops, TERA),
+        fp4_recipe_ratio=tuple((r.value, x) for r, x in fp4_ratios.items()),
         calibrated=cal.compute_fractions == "fitted",
         collective_half_efficiency_bytes=cal.collective_half_efficiency_kib * KIB,
         microbatch_overhead_s=cal.microbatch_overhead_us * MICRO,
@@ -1472,6 +1470,23 @@ def accelerator_from_dict(data: Any, where: str) -> Accelerator:
         host_memory_bytes_per_node=_times(f.host_memory_gib_per_node, GIB),
         host_cpu_cores_per_node=f.host_cpu_cores_per_node,
     )
+
+
+def _recipe_ratios(where: str, f: AcceleratorFile, precision: str) -> dict:
+    """``calibration: <precision>_recipe_ratio`` (fp8, fp4), given together with ``peak_<precision>_tflops`` and
+    none of its ratios putting the recipe above that peak."""
+    ratios = getattr(f.calibration, f"{precision}_recipe_ratio") or {}
+    if (getattr(f, f"peak_{precision}_tflops") is None) != (not ratios):
+        raise CatalogueError(
+            f"{where}: give 'peak_{precision}_tflops' and 'calibration: {precision}_recipe_ratio' together"
+        )
+    too_fast = [r.value for r, x in ratios.items() if x * f.calibration.matmul_efficiency > 1]
+    if too_fast:
+        raise CatalogueError(
+            f"{where}: field 'calibration: {precision}_recipe_ratio' ({', '.join(too_fast)}) times "
+            f"matmul_efficiency ({f.calibration.matmul_efficiency:g}) exceeds the {precision} peak"
+        )
+    return ratios
 
 
 def _times(value: float | None, unit: float) -> float | None:

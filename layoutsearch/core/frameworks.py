@@ -103,6 +103,12 @@ def fp8_recipe_of(workload: Workload, accelerator_kind: str) -> str:
     return workload.fp8_recipe or profile_of(workload.framework, accelerator_kind).fp8_recipe
 
 
+def fp4_recipe_of(workload: Workload) -> str:
+    """The fp4 scaling recipe the workload asks for: ``Workload.fp4_recipe``, else NVIDIA's NVFP4 (the recipe of
+    every framework that trains in fp4)."""
+    return workload.fp4_recipe or "nvfp4"
+
+
 def fp8_param_gather_of(workload: Workload, accelerator_kind: str) -> bool:
     """Whether ZeRO gathers the weights in fp8: fp8 training under a recipe the profile gathers in fp8."""
     profile = profile_of(workload.framework, accelerator_kind)
@@ -114,8 +120,9 @@ def fp8_param_gather_of(workload: Workload, accelerator_kind: str) -> bool:
 
 def fp8_activations_of(workload: Workload) -> str:
     """How the workload stores its saved activations (costs.memory.fp8_storage): the profile's
-    ``fp8_activations`` under fp8 training, else "none"."""
-    if workload.precision != "fp8":
+    ``fp8_activations`` under fp8 training and under fp4 training (whose fp4 copies with their block scales,
+    0.53 to 0.56 bytes a value, are costed at the fp8 copies' byte: an upper bound), else "none"."""
+    if workload.precision not in ("fp8", "fp4"):
         return "none"
     return profile_of(workload.framework).fp8_activations
 

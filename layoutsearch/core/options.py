@@ -26,6 +26,7 @@ from layoutsearch.core.specs import (
     LEARNED_ROUTING_EXPERT_CV,
     CPFlavour,
     CudaGraphs,
+    Fp4Recipe,
     Fp8Recipe,
     Framework,
     Method,
@@ -201,7 +202,9 @@ class WorkloadOptions(OptionGroup):
         "deepspeed or ideal (default: maxtext on TPUs, megatron on GPUs)",
     )
     precision: Precision = Field(
-        Precision.bf16, description="bf16 (fp16 costs the same) or fp8 GEMMs"
+        Precision.bf16,
+        description="bf16 (fp16 costs the same), fp8 GEMMs, or fp4 GEMMs of the linear layers "
+        "(Blackwell parts)",
     )
     fp8_recipe: Fp8Recipe | None = Field(
         None,
@@ -209,6 +212,12 @@ class WorkloadOptions(OptionGroup):
         "Transformer Engine delayed or current scaling), rowwise, blockwise (DeepSeek-V3's 1x128 / "
         "128x128 tiles), mxfp8 (32-value blocks, Blackwell and MI355X); with --precision fp8 "
         "(default: the framework's, tensorwise in each)",
+    )
+    fp4_recipe: Fp4Recipe | None = Field(
+        None,
+        description="How fp4 GEMMs scale their operands: nvfp4 (an e4m3 scale per 16 values, NVIDIA's "
+        "recipe: Transformer Engine, Megatron) or mxfp4 (an e8m0 scale per 32 values, no framework "
+        "trains with it yet); with --precision fp4 (default: nvfp4)",
     )
     tp_comm_overlap: bool | None = framework_choice(
         "TP collectives pipelined with their GEMMs inside NVLink/ICI"

@@ -33,12 +33,19 @@ from layoutsearch._version import __version__
 from layoutsearch.core import io
 from layoutsearch.core.catalogue import load_model, model_from_dict
 from layoutsearch.core.errors import InvalidArgumentError, LayoutsearchWarning
-from layoutsearch.core.frameworks import Profile, deepep_of, fp8_recipe_of, profile_of
+from layoutsearch.core.frameworks import (
+    Profile,
+    deepep_of,
+    fp4_recipe_of,
+    fp8_recipe_of,
+    profile_of,
+)
 from layoutsearch.core.options import MAX_ROUTING_CV, WorkloadOptions, option_type
 from layoutsearch.core.specs import (
     ALL_DEGREE_NAMES,
     CP_FLAVOURS,
     CUDA_GRAPHS,
+    FP4_RECIPES,
     FP8_RECIPES,
     OFFLOADS,
     RECOMPUTE_POLICIES,
@@ -99,6 +106,7 @@ class Problem:
         workload = resolved_workload(workload, clus)
         warn_uncalibrated(spec, clus.accelerator)
         warn_multislice(clus)
+        warn_fp4(workload)
         return cls(
             model_id=model if isinstance(model, str) else spec.name,
             model=spec,
@@ -204,6 +212,21 @@ def warn_multislice(cluster: Cluster) -> None:
         )
 
 
+def warn_fp4(workload: Workload) -> None:
+    """fp4 training: its GEMM rate is one kernel profile's (docs/calibration.md#fp4_recipe_ratio) and no measured
+    run of the development sets trains in fp4, so the prediction takes the uncalibrated band. Megatron-Bridge's
+    published NVFP4 runs went 1.15x to 1.41x faster than its FP8 ones (docs/cost_model.md#fp4-training)."""
+    if workload.precision == "fp4":
+        warnings.warn(
+            f"--precision fp4: fp4 GEMMs are costed at their {fp4_recipe_of(workload)} rate from one kernel profile "
+            f"(docs/calibration.md#fp4_recipe_ratio), and no measured run of the development sets trains in "
+            f"fp4: the band is the uncalibrated one; Megatron-Bridge's published NVFP4 runs went 1.15x to 1.41x "
+            f"faster than its FP8 ones",
+            UncalibratedWarning,
+            stacklevel=3,
+        )
+
+
 def build_workload(
     seqs: int, seq_len: int, tokens: float | None = None, **options: Any
 ) -> Workload:
@@ -226,27 +249,18 @@ def resolved_workload(workload: Workload, cluster: Cluster) -> Workload:
     profile = profile_of(workload.framework, cluster.accelerator.kind)
     check_choice(workload.precision, PRECISIONS, "--precision")
     acc = cluster.accelerator
-    if workload.precision == "fp8" and acc.peak_fp8_flops_per_s is None:
-        raise InvalidArgumentError(
-            f"--precision fp8: {acc.id} has no fp8 matmul rate in the catalogue (no "
-            f"peak_fp8_tflops in hardware/{acc.id}.yaml); use --precision bf16"
-        )
-    recipe = workload.fp8_recipe
-    if recipe is not None:
-        check_choice(recipe, FP8_RECIPES, "--fp8-recipe")
-        if workload.precision != "fp8":
-            raise InvalidArgumentError(
-                f"--fp8-recipe {recipe}: a scaling recipe applies to fp8 training, not to "
-                f"--precision {workload.precision}; use --precision fp8 or leave --fp8-recipe out"
-            )
-    if workload.precision == "fp8":
-        recipe = fp8_recipe_of(workload, acc.kind)
-        runs = dict(acc.fp8_recipe_ratio)
-        if recipe not in runs:
-            raise InvalidArgumentError(
-                f"--fp8-recipe {recipe}: {acc.id} cannot run it (hardware/{acc.id}.yaml "
-                f"fp8_recipe_ratio: {', '.join(runs)}); use --fp8-recipe {next(iter(runs))}"
-            )
+    recipe = check_recipe(
+        workload, acc, "fp8", FP8_RECIPES, fp8_recipe_of(workload, acc.kind), "bf16", ""
+    )
+    fp4 = check_recipe(
+        workload,
+        acc,
+        "fp4",
+        FP4_RECIPES,
+        fp4_recipe_of(workload),
+        "fp8" if acc.peak_fp8_flops_per_s is not None else "bf16",
+        ": fp4 tensor cores are Blackwell's",
+    )
     if workload.fp8_dispatch and workload.precision != "fp8":
         raise InvalidArgumentError(
             f"--fp8-dispatch: tokens are dispatched in fp8 only in fp8 training, not with "
@@ -309,7 +323,45 @@ def resolved_workload(workload: Workload, cluster: Cluster) -> Workload:
         ep_comm_overlap=ep_overlap,
         deepep=deepep_of(workload, acc.kind),
         fp8_recipe=recipe,
+        fp4_recipe=fp4,
     )
+
+
+def check_recipe(
+    workload: Workload,
+    acc: Accelerator,
+    precision: str,
+    recipes: tuple[str, ...],
+    resolved: str,
+    other: str,
+    why: str,
+) -> str | None:
+    """The scaling recipe of ``precision`` (fp8, fp4) training: ``resolved`` (the workload's, else the default),
+    None outside that precision; refused where the part has no such unit (no ``peak_<precision>_tflops``:
+    use ``other``, ``why`` says which parts have one) or cannot run the recipe (``<precision>_recipe_ratio``),
+    and where a recipe is named without that precision."""
+    flag, named = f"--{precision}-recipe", getattr(workload, f"{precision}_recipe")
+    if workload.precision == precision and getattr(acc, f"peak_{precision}_flops_per_s") is None:
+        raise InvalidArgumentError(
+            f"--precision {precision}: {acc.id} has no {precision} matmul rate in the catalogue (no "
+            f"peak_{precision}_tflops in hardware/{acc.id}.yaml{why}); use --precision {other}"
+        )
+    if named is not None:
+        check_choice(named, recipes, flag)
+        if workload.precision != precision:
+            raise InvalidArgumentError(
+                f"{flag} {named}: a scaling recipe applies to {precision} training, not to "
+                f"--precision {workload.precision}; use --precision {precision} or leave {flag} out"
+            )
+    if workload.precision != precision:
+        return named
+    runs = dict(getattr(acc, f"{precision}_recipe_ratio"))
+    if resolved not in runs:
+        raise InvalidArgumentError(
+            f"{flag} {resolved}: {acc.id} cannot run it (hardware/{acc.id}.yaml "
+            f"{precision}_recipe_ratio: {', '.join(runs)}); use {flag} {next(iter(runs))}"
+        )
+    return resolved
 
 
 def _pytorch_choice(

@@ -29,7 +29,13 @@ from pathlib import Path
 import numpy as np
 import yaml
 
-from layoutsearch.core.frameworks import fp8_recipe_of, node_dedup, profile_of, vendor_attention
+from layoutsearch.core.frameworks import (
+    fp4_recipe_of,
+    fp8_recipe_of,
+    node_dedup,
+    profile_of,
+    vendor_attention,
+)
 from layoutsearch.core.numbers import distinct
 from layoutsearch.core.problem import MAX_VIRTUAL_STAGES, Problem, SearchOptions
 from layoutsearch.core.specs import (
@@ -1049,6 +1055,27 @@ def _or_(values) -> str:
     return " or ".join(map(str, values))
 
 
+def _recipe_limit(precision: str, recipe_of, nearest) -> Limit:
+    """The limit ``<precision>-recipe`` (fp8, fp4): a workload of that precision, which the target writes, needs
+    a scaling recipe (``recipe_of(problem)``) among the target's ``<precision>_recipes``."""
+
+    def recipes(caps: Capabilities) -> tuple[str, ...]:
+        return getattr(caps, f"{precision}_recipes")
+
+    return Limit(
+        code=f"{precision}-recipe",
+        needs=(),
+        holds=lambda caps, p, c: (
+            p.workload.precision != precision
+            or precision not in caps.precisions
+            or recipe_of(p) in recipes(caps)
+        ),
+        title=lambda caps, p: f"{precision} recipes {', '.join(recipes(caps)) or 'none'}",
+        cannot=lambda caps, p, c: f"the {recipe_of(p)} {precision} recipe",
+        nearest=lambda caps, p, c: nearest(caps, p),
+    )
+
+
 def _fp8_recipe_nearest(caps: Capabilities, p: Problem) -> str:
     """--fp8-recipe with the target's recipes the part runs, the finer scalings first (blockwise and row-wise are
     nearest in accuracy to each other, per-tensor is the coarsest); else another target."""
@@ -1401,19 +1428,18 @@ LIMITS: tuple[Limit, ...] = (
         cannot=lambda caps, p, c: f"{p.workload.precision} training",
         nearest=lambda caps, p, c: f"--precision {caps.precisions[0]}, or export to megatron",
     ),
-    Limit(  # fp8 a target cannot write at all is the precision limit's
-        code="fp8-recipe",
-        needs=(),
-        holds=lambda caps, p, c: (
-            p.workload.precision != "fp8"
-            or "fp8" not in caps.precisions
-            or fp8_recipe_of(p.workload, p.cluster.accelerator.kind) in caps.fp8_recipes
+    # fp8 (fp4) a target cannot write at all is the precision limit's
+    _recipe_limit(
+        "fp8",
+        lambda p: fp8_recipe_of(p.workload, p.cluster.accelerator.kind),
+        lambda caps, p: _fp8_recipe_nearest(caps, p),
+    ),
+    _recipe_limit(
+        "fp4",
+        lambda p: fp4_recipe_of(p.workload),
+        lambda caps, p: (
+            f"--fp4-recipe {_or_(caps.fp4_recipes)}" if caps.fp4_recipes else "--precision fp8"
         ),
-        title=lambda caps, p: f"fp8 recipes {', '.join(caps.fp8_recipes) or 'none'}",
-        cannot=lambda caps, p, c: (
-            f"the {fp8_recipe_of(p.workload, p.cluster.accelerator.kind)} fp8 recipe"
-        ),
-        nearest=lambda caps, p, c: _fp8_recipe_nearest(caps, p),
     ),
     Limit(
         code="etp",

@@ -121,9 +121,10 @@ class Framework(StrEnum):
 
 
 class Precision(StrEnum):
-    """Matmul precision: bf16 (fp16 costs the same), or fp8 GEMMs with bf16 activations between them."""
+    """Matmul precision: bf16 (fp16 costs the same), or fp8 or fp4 GEMMs of the linear layers with bf16
+    activations between them."""
 
-    bf16, fp16, fp8 = "bf16", "fp16", "fp8"
+    bf16, fp16, fp8, fp4 = "bf16", "fp16", "fp8", "fp4"
 
 
 class Fp8Recipe(StrEnum):
@@ -133,6 +134,14 @@ class Fp8Recipe(StrEnum):
     in e8m0 (MXFP8, in the tensor cores of Blackwell and CDNA 4)."""
 
     tensorwise, rowwise, blockwise, mxfp8 = "tensorwise", "rowwise", "blockwise", "mxfp8"
+
+
+class Fp4Recipe(StrEnum):
+    """How fp4 (e2m1) GEMMs scale their operands: an e4m3 scale per 16 values and an fp32 one per tensor
+    (NVIDIA's NVFP4: Transformer Engine NVFP4BlockScaling, Megatron --fp4-recipe nvfp4), or an e8m0 scale per
+    32 values (OCP MXFP4); both in the tensor cores of Blackwell at the same peak."""
+
+    nvfp4, mxfp4 = "nvfp4", "mxfp4"
 
 
 class CudaGraphs(StrEnum):
@@ -151,6 +160,7 @@ RECOMPUTE_POLICIES = tuple(p.value for p in Recompute)
 OFFLOADS = tuple(o.value for o in Offload)  # offload codes: none 0, optimizer 1, params 2
 CUDA_GRAPHS = tuple(g.value for g in CudaGraphs)
 FP8_RECIPES = tuple(r.value for r in Fp8Recipe)
+FP4_RECIPES = tuple(r.value for r in Fp4Recipe)
 ROUTINGS = tuple(r.value for r in Routing)
 # A learned router's expert loads per MoE layer and microbatch, standard deviation over mean: fitted to the published
 # runs that route with a trained router, dropless, ep > 1 (scripts/fit_routing_cv.py -> results/routing_cv.md)
@@ -414,6 +424,10 @@ class Workload:
         None  # FP8_RECIPES: how fp8 GEMMs scale their operands (the fp8 rate of costs.gemm.fp8_matmul_efficiency);
     )
     # None = the framework profile's default under --precision fp8 (Problem.build resolves it), None in bf16
+    fp4_recipe: str | None = (
+        None  # FP4_RECIPES: how fp4 GEMMs scale their operands (costs.gemm.fp4_matmul_efficiency);
+    )
+    # None = nvfp4 under --precision fp4 (Problem.build resolves it), None otherwise
     hbm_bytes: float | None = (
         None  # the device's memory when the part differs from the catalogue's (96 GB H100)
     )
@@ -504,6 +518,12 @@ class Accelerator:
         tuple[str, float], ...
     ] = ()  # (fp8 recipe, its fraction of the fp8 peak / matmul_efficiency): the recipes the part
     # runs (costs.gemm.fp8_matmul_efficiency); empty = no fp8 unit
+    peak_fp4_flops_per_s: float | None = (
+        None  # dense fp4 matmuls (NVFP4, MXFP4); None = no fp4 unit
+    )
+    fp4_recipe_ratio: tuple[
+        tuple[str, float], ...
+    ] = ()  # (fp4 recipe, its fraction of the fp4 peak / matmul_efficiency) (costs.gemm.fp4_matmul_efficiency)
     grouped_matmul_efficiency: float = (
         1.0  # the MoE experts' grouped GEMMs (TE / CUTLASS grouped GEMM,
     )

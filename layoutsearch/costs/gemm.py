@@ -32,6 +32,13 @@ def fp8_matmul_efficiency(acc: Accelerator, recipe: str) -> float:
     return acc.matmul_efficiency * dict(acc.fp8_recipe_ratio)[recipe]
 
 
+def fp4_matmul_efficiency(acc: Accelerator, recipe: str) -> float:
+    """The fraction of the fp4 peak fp4 GEMMs of scaling ``recipe`` reach: ``matmul_efficiency`` x the recipe's
+    ratio (``Accelerator.fp4_recipe_ratio``; docs/calibration.md "fp4_recipe_ratio"). Their block scales travel
+    with the operands (``costs.memory.fp4_bytes``)."""
+    return acc.matmul_efficiency * dict(acc.fp4_recipe_ratio)[recipe]
+
+
 def quantized_fraction(
     m: FloatArray, n: FloatArray, units: int, tile_rows: int, tile_cols: int, groups: IntArray = 1
 ) -> FloatArray:
@@ -70,7 +77,7 @@ def gemm_seconds(
     k: FloatArray,
     acc: Accelerator,
     rate_flops_per_s: float,
-    operand_bytes: int,
+    operand_bytes: float,
     groups: IntArray = 1,
 ) -> FloatArray:
     """Seconds of ``groups`` (m, n, k) GEMMs at ``rate_flops_per_s`` (the part's peak x its fitted
@@ -88,7 +95,7 @@ def training_seconds(
     shapes: Iterable[tuple[FloatArray, FloatArray, FloatArray]],
     acc: Accelerator,
     rate_flops_per_s: float,
-    operand_bytes: int,
+    operand_bytes: float,
     groups: IntArray = 1,
 ) -> FloatArray:
     """Seconds of the forward and both backward GEMMs of weights ``shapes``, (count, n, k) each, at m

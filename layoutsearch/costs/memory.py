@@ -169,6 +169,13 @@ FP8_LINEAR_INPUTS = (
     "moe_act",
 )
 FP8_BYTES = 1
+# fp4 (e2m1) values with their block scales: an e4m3 byte per 16 values (NVFP4; its fp32 scale per tensor is
+# negligible) or an e8m0 byte per 32 (MXFP4)
+FP4_BYTES = {"nvfp4": 0.5 + 1 / 16, "mxfp4": 0.5 + 1 / 32}
+# fp4 training quantises each linear layer's operands twice from bf16, rowwise for the forward and columnwise
+# for the weight gradient (with the random Hadamard transform on the latter: Transformer Engine
+# NVFP4BlockScaling, whose rowwise and columnwise copies are each quantised from the bf16 source)
+FP4_QUANTISATIONS = 2
 TILE_SCALE_BYTES = (
     4 / 128
 )  # an fp32 scale per 1 x 128 activation tile (DeepSeek-V3 report section 3.3.2)

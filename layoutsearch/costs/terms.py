@@ -34,6 +34,7 @@ import numpy as np
 
 from layoutsearch.core.arrays import per_key, read_only
 from layoutsearch.core.frameworks import (
+    fp4_recipe_of,
     fp8_activations_of,
     fp8_param_gather_of,
     fp8_recipe_of,
@@ -541,15 +542,20 @@ def compute_per_microbatch(
     rate = (
         acc.peak_flops_per_s * acc.matmul_efficiency * size * clock
     )  # bf16: attention, einsum dispatch
-    fp8 = workload.precision == "fp8"
+    fp8, fp4 = workload.precision == "fp8", workload.precision == "fp4"
     # the layer GEMMs and the output head from their shapes (costs.gemm): the fitted fraction of the peak,
     # the shape's tile, wave and depth quantization at the microbatch's rows, the HBM floor
-    gemm_rate, operand_bytes = acc.peak_flops_per_s * acc.matmul_efficiency * clock, 2
+    gemm_rate, operand_bytes = acc.peak_flops_per_s * acc.matmul_efficiency * clock, 2.0
     layer_rate = gemm_rate
     if fp8:  # core.problem refuses fp8 on an accelerator without an fp8 peak or the recipe's ratio
         assert acc.peak_fp8_flops_per_s is not None
         fraction = gemm.fp8_matmul_efficiency(acc, fp8_recipe_of(workload, acc.kind))
         layer_rate, operand_bytes = acc.peak_fp8_flops_per_s * fraction * clock, 1
+    if fp4:  # the linear layers' GEMMs in fp4 (core.problem refuses a part without an fp4 unit or the recipe)
+        assert acc.peak_fp4_flops_per_s is not None
+        fraction = gemm.fp4_matmul_efficiency(acc, fp4_recipe_of(workload))
+        layer_rate = acc.peak_fp4_flops_per_s * fraction * clock
+        operand_bytes = memory.FP4_BYTES[fp4_recipe_of(workload)]
     passes = 1.0 + flops.BACKWARD_OVER_FORWARD
     rows = np.ceil(m).astype(np.int64)  # the GEMMs' m: whole tokens
     read_only(rows)  # a key of several per_key calls
@@ -682,7 +688,7 @@ def compute_per_microbatch(
             / acc.hbm_bytes_per_s
         )
     if (
-        fp8
+        fp8 or fp4
     ):  # quantising each linear input (read bf16, write fp8) and, in backward, the output gradients
         widths = per_key_at_share(
             shares,
@@ -696,9 +702,12 @@ def compute_per_microbatch(
             sh.tp,
         )
         reads = 1.0 + (flops.EAGER_FP8_CAST_EXTRA_ACTIVATIONS if eager else 0.0)  # eager: its amax
-        cast = (reads * workload.activation_bytes + memory.FP8_BYTES) * sum(
-            widths[n] for n in memory.FP8_LINEAR_INPUTS
-        )
+        if fp4:  # twice, rowwise and columnwise, each read from bf16 (memory.FP4_QUANTISATIONS)
+            written = memory.FP4_BYTES[fp4_recipe_of(workload)]
+            per_value = memory.FP4_QUANTISATIONS * (reads * workload.activation_bytes + written)
+        else:
+            per_value = reads * workload.activation_bytes + memory.FP8_BYTES
+        cast = per_value * sum(widths[n] for n in memory.FP8_LINEAR_INPUTS)
         ew = ew + cast * m * (2.0 + mm_rerun) / acc.hbm_bytes_per_s
     attn_passes = 1.0 + (
         flops.FLASH_ATTENTION_BACKWARD_OVER_FORWARD
@@ -1994,9 +2003,10 @@ def _state_items(
         e_shards = np.where(z >= 1, sh.expert_shards, 1)
         for key, v in memory.state_bytes(experts, workload, z, e_shards).items():
             out[f"state/{key}"] = out[f"state/{key}"] + v
-    if (
-        workload.precision == "fp8"
-    ):  # cached fp8 copies of the layers' weights (sharded like them under ZeRO-3)
+    if workload.precision in (
+        "fp8",
+        "fp4",
+    ):  # cached fp8 (fp4) copies of the layers' weights (sharded like them under ZeRO-3)
         p_layer = _f(per_key(lambda tp: params.layer_params(model, tp), sh.tp))
         p_all = p_layer + expert_params_per_layer(model, sh)
         held = layers * p_all / np.where(z == 3, sh.shards, 1)
@@ -2012,7 +2022,12 @@ def _state_items(
                 workload.weight_bytes_per_param - memory.FP8_BYTES
             )
             copies -= 1
-        out["state/fp8_weights"] = copies * memory.FP8_BYTES * held
+        low_bytes = (
+            memory.FP4_BYTES[fp4_recipe_of(workload)]
+            if workload.precision == "fp4"
+            else memory.FP8_BYTES
+        )
+        out["state/fp8_weights"] = copies * low_bytes * held
     return out
 
 

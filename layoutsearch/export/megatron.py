@@ -92,7 +92,12 @@ import math
 import re
 import shlex
 
-from layoutsearch.core.frameworks import fp8_param_gather_of, fp8_recipe_of, node_dedup
+from layoutsearch.core.frameworks import (
+    fp4_recipe_of,
+    fp8_param_gather_of,
+    fp8_recipe_of,
+    node_dedup,
+)
 from layoutsearch.core.rules import candidate_of, cp_a2a_degree
 from layoutsearch.core.specs import ModelSpec
 from layoutsearch.core.stages import (
@@ -208,6 +213,10 @@ def _model_args(ctx: ExportContext) -> list[tuple[str, object]]:
         args.append(("--fp8-recipe", recipe))
         if fp8_param_gather_of(ctx.workload, "gpu") and ctx.effective_zero_stage >= 1:
             args.append(("--fp8-param-gather", None))  # the prediction gathers fp8 weights
+    if (
+        ctx.workload.precision == "fp4"
+    ):  # Transformer Engine NVFP4BlockScaling (megatron-core 0.16.1)
+        args += [("--fp4-format", "e2m1"), ("--fp4-recipe", fp4_recipe_of(ctx.workload))]
     return args
 
 
@@ -540,6 +549,7 @@ def _placeholder_args() -> list[tuple[str, str]]:
 # Libraries beyond megatron-core that a written flag needs, in the order the header names them
 TE_FLAGS = (
     "--fp8-format",
+    "--fp4-format",
     "--tp-comm-overlap",
     "--use-precision-aware-optimizer",
     "--moe-grouped-gemm",

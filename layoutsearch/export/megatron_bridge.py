@@ -35,7 +35,7 @@ from __future__ import annotations
 
 import yaml
 
-from layoutsearch.core.frameworks import fp8_recipe_of
+from layoutsearch.core.frameworks import fp4_recipe_of, fp8_recipe_of
 from layoutsearch.export import context as common
 from layoutsearch.export.context import ExportContext, yaml_value
 from layoutsearch.export.megatron import dispatcher_args, recompute_modules
@@ -49,6 +49,9 @@ FP8_PRECISION_RECIPES = {
     "blockwise": "bf16_with_fp8_subchannel_scaling_mixed",
     "mxfp8": "bf16_with_mxfp8_mixed",
 }
+# the engine's fp4 recipe -> a recipe of training/mixed_precision.py (megatron-bridge 0.3.1: bf16_with_nvfp4_mixed,
+# fp4 e2m1 with the nvfp4 recipe, weights gathered in bf16 as the prediction keeps them)
+FP4_PRECISION_RECIPES = {"nvfp4": "bf16_with_nvfp4_mixed"}
 PLACEHOLDER_KEYS = {
     "train.train_iters": "training iterations",
     "optimizer.lr": "peak learning rate",
@@ -160,6 +163,8 @@ def precision_recipe(ctx: ExportContext) -> str:
     """The mixed_precision recipe name for the workload precision (fp8: by its scaling recipe)."""
     if ctx.workload.precision == "fp8":
         return FP8_PRECISION_RECIPES[fp8_recipe_of(ctx.workload, "gpu")]
+    if ctx.workload.precision == "fp4":
+        return FP4_PRECISION_RECIPES[fp4_recipe_of(ctx.workload)]
     return PRECISION_RECIPES[ctx.workload.precision]
 
 

@@ -218,6 +218,8 @@ class Capabilities:
     """The workload precisions it can write."""
     fp8_recipes: tuple[str, ...] = ()
     """The fp8 scaling recipes (core.specs.Fp8Recipe) it can write, with fp8 in ``precisions``."""
+    fp4_recipes: tuple[str, ...] = ()
+    """The fp4 scaling recipes (core.specs.Fp4Recipe) it can write, with fp4 in ``precisions``."""
     offload: tuple[str, ...] = ("none",)
     """The optimizer and parameter offload choices (``specs.Offload``) it can write."""
     offload_zero_stages: tuple[int, ...] = (0, 1, 2, 3)

@@ -51,9 +51,12 @@ CAPABILITIES = Capabilities(
     offload_zero_stages=(1,),
     recompute_policies=PROFILE.recompute_policies,  # each one the exporter's _parallel_args writes
     pipeline_splits=("even", "embedding-and-loss", "first-last", "chunk-layout", "balanced"),
-    precisions=("bf16", "fp16", "fp8"),
+    precisions=("bf16", "fp16", "fp8", "fp4"),
     # arguments.py (307dcf37) --fp8-recipe tensorwise | delayed | mxfp8 | blockwise (export.megatron.FP8_RECIPE_ARGS)
     fp8_recipes=("tensorwise", "blockwise", "mxfp8"),
+    # megatron-core 0.16.1 TransformerConfig: fp4 'e2m1' (--fp4-format), fp4_recipe 'nvfp4' | 'custom' (Transformer
+    # Engine's NVFP4BlockScaling); no MXFP4 recipe
+    fp4_recipes=("nvfp4",),
     # megatron-core 0.16.1 TransformerConfig: full recompute only inside a full-iteration graph, and
     # "moe" recompute not with the router graphed (Transformer Engine graphs); its dropless
     # dispatcher syncs with the host each layer; transformer_layer.py (core_v0.16.1, lines 389-430) keeps

@@ -81,9 +81,16 @@ def stage_layers_record(est: Estimate) -> dict:
 
 def band_of(est: Estimate) -> tuple[float, float]:
     """The relative uncertainty band (low, high) of the estimate's step time (``core.uncertainty``:
-    by accelerator kind, dense or MoE, and whether the part's compute fractions were fitted)."""
+    by accelerator kind, dense or MoE, and whether the part's compute fractions were fitted: not for fp4
+    training, which no development record runs)."""
     acc = est.cluster.accelerator
-    return uncertainty_band(acc.kind, est.problem.model.moe is not None, acc.calibrated)
+    return uncertainty_band(acc.kind, est.problem.model.moe is not None, calibrated(est))
+
+
+def calibrated(est: Estimate) -> bool:
+    """Whether the estimate's rates were fitted on measured runs: the part's compute fractions, and not fp4
+    GEMMs (``core.problem.warn_fp4``)."""
+    return est.cluster.accelerator.calibrated and est.problem.workload.precision != "fp4"
 
 
 def set_price(records: list[dict], price_per_device_hour: float | None) -> None:

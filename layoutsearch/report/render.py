@@ -14,7 +14,7 @@ from layoutsearch.costs import params
 from layoutsearch.costs.estimate import Estimate, offload_seconds
 from layoutsearch.costs.goodput import Resilience
 from layoutsearch.report import planning
-from layoutsearch.report.output import band_of, stage_layers_record
+from layoutsearch.report.output import band_of, calibrated, stage_layers_record
 from layoutsearch.search.explain import ranking_line
 from layoutsearch.search.objectives import UNITS
 from layoutsearch.search.ranking import (
@@ -452,8 +452,10 @@ def _solve_row(rank: int, est: Estimate) -> list[str]:
 def _uncalibrated_note(est: Estimate) -> str:
     """The legend's words when the band is the uncalibrated one (the part's compute fractions borrowed)."""
     acc = est.cluster.accelerator
-    if acc.calibrated:
+    if calibrated(est):
         return ""
+    if acc.calibrated:
+        return ", the uncalibrated band: no fp4 training run is among the measured runs (core.problem.warn_fp4)"
     return (
         f", the uncalibrated band: {acc.id}'s compute fractions are borrowed from another part's fit "
         "(error measured by leaving one accelerator family out)"
