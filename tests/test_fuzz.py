@@ -177,6 +177,10 @@ WRITE_BANDWIDTHS = ["0.977", "50", "1e-3"]
 BAD_WRITE_BANDWIDTHS = ["0", "-1", "nan", "1e5", "inf"]
 PRICES = ["0", "0.12", "2.0"]
 BAD_PRICES = ["-0.1", "nan", "1e400", "abc"]
+POWER_LIMITS = ["500", "300"]  # an H100's 700 W rating and the others': caps below and above
+BAD_POWER_LIMITS = ["0", "-5", "nan", "1e9", "x"]
+SITE_POWERS = ["0.005", "10"]  # 8 H100 at 700 W draw 0.0056 MW
+BAD_SITE_POWERS = ["0", "-1", "inf", "x"]
 FALLBACK_NODES = ["0", "1"]  # the small clusters have one or two nodes
 BAD_FALLBACK_NODES = ["-1", "2", "65", "1.5", "99999999999999999999", "x"]
 VERSUS = ["dp=8", "fsdp=8", "tp=2,fsdp=4", "dp=16", "fsdp=4,tp=4", "tp=8,pp=2"]
@@ -452,6 +456,7 @@ class Gen:
             ),
             ("--precision", lambda: self.pick(["bf16", "fp8", "fp4"], ["fp2", "int8"], 0.85), 0.15),
             ("--fp4-recipe", lambda: self.pick(["nvfp4", "mxfp4"], ["nv", ""], 0.8), 0.05),
+            ("--power-limit-w", lambda: self.pick(POWER_LIMITS, BAD_POWER_LIMITS, 0.7), 0.1),
             (
                 "--hbm-gib",
                 lambda: self.pick(["96", "16", "141"], ["0", "-3", "nan", "1e9"], 0.7),
@@ -519,7 +524,13 @@ class Gen:
             ("--fix", lambda: self.pick(FIX, BAD_FIX, 0.6), 0.2),
             ("--choices", lambda: self.pick(CHOICES, BAD_CHOICES, 0.6), 0.2),
             ("--only", lambda: self.pick(ONLY, BAD_ONLY, 0.6), 0.2),
-            ("--objective", lambda: self.pick(["step-time", "gather-volume"], ["speed"]), 0.2),
+            (
+                "--objective",
+                lambda: self.pick(
+                    ["step-time", "gather-volume", "time-to-train", "energy"], ["speed"]
+                ),
+                0.2,
+            ),
             ("--time-limit", lambda: self.pick(TIME_LIMITS, BAD_TIME_LIMITS, 0.7), 0.5),
             ("--method", lambda: self.pick(["cpsat", "enumerate"], ["magic"]), 0.2),
             ("--recompute", lambda: self.pick(RECOMPUTE, BAD_RECOMPUTE, 0.6), 0.25),
@@ -645,6 +656,11 @@ class Gen:
                 ),
                 ("--executor", lambda: self.pick(["local"], ["dask", ""], 0.8), 0.2),
                 ("--time-limit", lambda: self.pick(TIME_LIMITS, BAD_TIME_LIMITS, 0.7), 0.4),
+                (
+                    "--max-site-power-mw",
+                    lambda: self.pick(SITE_POWERS, BAD_SITE_POWERS, 0.7),
+                    0.2,
+                ),
                 ("--fresh", None, 0.15),
                 ("--retry-failed", None, 0.15),
                 ("--no-progress", None, 0.8),
@@ -1005,7 +1021,8 @@ def test_a_bad_value_of_an_issue_33_option_is_exit_2_naming_its_flag(argv, flag,
 
 
 def test_the_corpus_draws_each_issue_33_option_good_and_bad():
-    """Every drawn plan, and each new option both with a valid value and with a hostile one."""
+    """Every drawn plan, each new option both with a valid value and with a hostile one (the power cap and the
+    site budget among them), and the time-to-train and energy objectives."""
     drawn = CORPUS[len(PINNED) + len(BAD_PLAN_OPTIONS) :]
     assert sum(argv[0] == "plan" for argv in drawn) > 20
     pairs = {(a, b) for argv in drawn for a, b in zip(argv, argv[1:], strict=False)}
@@ -1017,10 +1034,13 @@ def test_the_corpus_draws_each_issue_33_option_good_and_bad():
         ("--price-per-kwh", PRICES, BAD_PRICES),
         ("--fallback-nodes", FALLBACK_NODES, BAD_FALLBACK_NODES),
         ("--versus", VERSUS, BAD_DEGREES),
+        ("--power-limit-w", POWER_LIMITS, BAD_POWER_LIMITS),
+        ("--max-site-power-mw", SITE_POWERS, BAD_SITE_POWERS),
     ]:
         assert any((flag, v) in pairs for v in good), f"{flag}: no valid value drawn"
         assert any((flag, v) in pairs for v in bad), f"{flag}: no hostile value drawn"
     assert ("--format", "markdown") in pairs
+    assert {("--objective", "time-to-train"), ("--objective", "energy")} <= pairs
 
 
 def test_the_corpus_covers_every_command_and_mixes_valid_and_hostile_values():
