@@ -145,7 +145,8 @@ def _case(title, model, cluster, seqs, seq_len, published, where) -> list[str]:
         "Runners-up: "
         + "; ".join(
             f"{_degrees(e.layout)} ZeRO-{e.layout.zero_stage} K={e.layout.num_microbatches} "
-            f"{e.layout.recompute}: {e.step_time_s:.2f} s"
+            + (f"{e.layout.schedule} v={e.layout.virtual_stages} " if e.layout.pp > 1 else "")
+            + f"{e.layout.recompute}: {e.step_time_s:.2f} s"
             for e in result.layouts[1:]
         ),
         "",
