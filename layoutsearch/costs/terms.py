@@ -156,14 +156,11 @@ class Shapes:
         return cache[key]
 
     def moe_layer_split(self, model: ModelSpec):
-        """(the most MoE layers on a stage but the last, the MoE layers of the last) of these rows'
-        splits (``moe_layers_per_stage``), computed once, like ``layer_split`` (and carried by
-        ``take`` with it)."""
-        cache = self.__dict__.setdefault("_split", {})
-        key = ("moe", model)
-        if key not in cache:
-            cache[key] = _moe_layer_split(model, self)
-        return cache[key]
+        """(the most MoE layers on a device but the last, the MoE layers of the last) of these rows' splits
+        (``moe_layers_per_stage``), from the devices' own (``stage_compositions``)."""
+        comp = self.stage_compositions(model)
+        middle = np.maximum.reduce([comp[5 + 3 * j] for j in range(MIDDLE_CANDIDATES)])
+        return np.maximum(comp[1], middle), comp[3]
 
     def stage_compositions(self, model: ModelSpec):
         """The layers of these rows' first, last and middle-candidate devices (``stage_compositions``), computed
@@ -298,37 +295,6 @@ def moe_layers_per_stage(model: ModelSpec, sh: Shapes, last=False):
         return np.zeros_like(_f(sh.pp))
     others, own_last = sh.moe_layer_split(model)
     return np.where(last, own_last, others)
-
-
-def _moe_layer_split(model: ModelSpec, sh: Shapes):
-    first, _, final, kind, ok = sh.layer_split(model)
-    weights = params.layer_weights(model)
-
-    def of(pp, v, kind, first, final, ok):
-        out = np.zeros((2, len(pp)))
-        for i, row in enumerate(zip(pp, v, kind, first, final, ok, strict=True)):
-            out[:, i] = _moe_layers_of_stages(model, weights, *(int(x) for x in row))
-        return out[0], out[1]
-
-    first, final = np.where(ok, first, 0), np.where(ok, final, 0)  # an invalid split's counts: any
-    return per_key(of, sh.pp, sh.v, kind, first, final, ok)
-
-
-def _moe_layers_of_stages(
-    model: ModelSpec, weights, pp, v, kind, first, last, ok
-) -> tuple[int, int]:
-    """(most MoE layers on a stage but the last, MoE layers on the last) of one split."""
-    if pp == 1 or not ok:
-        return model.num_moe_layers, model.num_moe_layers
-    if kind == BALANCED:
-        sizes = balanced_stage_chunks(weights, pp, v)
-    else:
-        sizes = chunk_sizes(model.num_layers, pp, v, kind, first, last)
-    starts = np.concatenate([[0], np.cumsum(sizes)])
-    per_stage = [0] * pp
-    for i, size in enumerate(sizes):
-        per_stage[i % pp] += params.moe_layers_in(model, int(starts[i]), int(starts[i]) + size)
-    return max(per_stage[:-1]), per_stage[-1]
 
 
 def layers_per_stage(model: ModelSpec, sh: Shapes, last=False):
