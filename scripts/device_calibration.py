@@ -20,6 +20,10 @@ as soon as it ends (a run stopped part way keeps what it measured):
   MLP activation; torchtitan's per-op selective; full): step seconds, peak memory, and the bytes the
   forward keeps per layer and token.
 - ``power``: board power and SM clock idle and under a sustained bf16 GEMM (nvidia-smi samples).
+- ``grouped_gemm``, ``launch``, ``elementwise``, ``gemm_repeat``: grouped expert GEMMs, host time per
+  kernel launch, element-wise bandwidth, and the GEMM sweeps repeated (the run-to-run spread).
+- ``quantise``: fp8 quantisation of a layer input per scaling recipe, a transposing cast and a 16-point
+  Hadamard transform, eager and compiled, against the bytes they move.
 
 Timing: CUDA events around n back-to-back calls after warm-up, n chosen so that a measurement lasts
 about 50 ms (at least 3 calls); operands are random normal (bf16) as in training.
@@ -769,6 +773,69 @@ def gemm_repeat() -> list[dict]:
     return out
 
 
+COMPILED_SHAPES = ((8192, 8192), (8192, 28672))  # compiling takes seconds a shape: two
+
+
+def quantise() -> list[dict]:
+    """fp8 quantisation of a linear layer's bf16 input (what ``costs.terms`` costs as bytes at HBM
+    bandwidth): per tensor (amax, then scale and cast), row-wise, 1 x 128 blockwise, a transposing cast
+    (the column-wise copy a weight gradient reads), and a 16-point Hadamard transform of the tensor (NVFP4's
+    random Hadamard transform before its column-wise quantisation), eager and, where it compiles,
+    fused by ``torch.compile``. Each with the bytes its inputs and outputs move at least."""
+    if not hasattr(torch, "float8_e4m3fn"):
+        return []
+    f8 = torch.float8_e4m3fn
+    dtype = torch.bfloat16 if torch.cuda.is_available() else torch.float32
+    h = torch.tensor([[1.0]])
+    for _ in range(4):  # Sylvester's 16 x 16 Hadamard matrix, orthonormal
+        h = torch.cat([torch.cat([h, h], 1), torch.cat([h, -h], 1)], 0)
+    h16 = (h / 4.0).to(dtype=dtype, device=dev())
+
+    def tensorwise(x):
+        scale = 448.0 / x.abs().amax().float().clamp(min=1e-12)
+        return (x.float() * scale).to(f8), scale
+
+    def rowwise(x):
+        scale = 448.0 / x.abs().amax(dim=-1, keepdim=True).float().clamp(min=1e-12)
+        return (x.float() * scale).to(f8), scale
+
+    def blockwise(x):
+        b = x.view(x.shape[0], -1, 128)
+        scale = 448.0 / b.abs().amax(dim=-1, keepdim=True).float().clamp(min=1e-12)
+        return (b.float() * scale).to(f8).view(x.shape), scale
+
+    def transposed(x):
+        return tensorwise(x.t().contiguous())
+
+    def hadamard(x):
+        return (x.view(-1, 16) @ h16).view(x.shape)
+
+    cases = {  # name: (function, bytes moved per element at least: read bf16, write fp8 or bf16)
+        "tensorwise": (tensorwise, 3.0),
+        "rowwise": (rowwise, 3.0),
+        "blockwise_1x128": (blockwise, 3.0 + 4 / 128),
+        "transposed_tensorwise": (transposed, 3.0),
+        "hadamard16": (hadamard, 4.0),
+    }
+    shapes = [(64, 256)] if SMOKE else [(8192, 4096), *COMPILED_SHAPES, (16384, 8192)]
+    out = []
+    for t, d in shapes:
+        x = torch.randn(t, d, dtype=dtype, device=dev())
+        for name, (fn, per_element) in cases.items():
+            for mode in ("eager", "compiled") if SMOKE or (t, d) in COMPILED_SHAPES else ("eager",):
+                row = {"op": name, "mode": mode, "rows": t, "cols": d}
+                try:
+                    call = fn if mode == "eager" else torch.compile(fn, dynamic=False)
+                    sec = timed(lambda call=call, x=x: call(x))
+                except Exception as e:  # noqa: BLE001 (a build without a compiler keeps the eager rows)
+                    out.append(row | {"error": f"{type(e).__name__}: {e}"[:200]})
+                    continue
+                moved = per_element * t * d
+                out.append(row | {"seconds": sec, "bytes": moved, "bytes_per_s": moved / sec})
+        del x
+    return out
+
+
 SECTIONS = {
     "hbm": hbm,
     "gemm_bf16": gemm_bf16,
@@ -780,6 +847,7 @@ SECTIONS = {
     "launch": launch,
     "elementwise": elementwise,
     "gemm_repeat": gemm_repeat,
+    "quantise": quantise,
 }
 
 

@@ -2,8 +2,8 @@
 
 Regenerate: python scripts/device_report.py [--out results/device_calibration.md]
 
-Reads the measurements that ``scripts/device_calibration.py`` wrote on an H200 (results/device/) and
-sets beside each the cost model's own figure for the same work: GEMM seconds from ``costs.gemm``,
+Reads the measurements that ``scripts/device_calibration.py`` wrote on an H200 and an H100 (results/device/)
+and sets beside each the cost model's own figure for the same work: GEMM seconds from ``costs.gemm``,
 the fused attention curve of ``costs.terms.attention_call_factor``, the bytes per token and layer a
 layer keeps for backward under each recompute policy (``costs.memory``), and the catalogue's power
 figures. Nothing here is fitted into the engine: where a measurement gives a number the catalogue
@@ -29,6 +29,7 @@ from layoutsearch.costs.estimate import estimate
 
 DATA = RESULTS / "device" / "h200_2026-12-04.json"
 DATA2 = RESULTS / "device" / "h200_2026-12-04_part2.json"
+H100 = RESULTS / "device" / "h100_2026-12-05.json"  # every section in one file, quantise added
 POLICIES = ("none", "selective", "op", "full")
 
 
@@ -198,6 +199,15 @@ def fit_attention(rows: list[dict], field: str) -> tuple[float, float]:
     return best[1], best[2]
 
 
+def attention_rows(data: dict, backend: str) -> list[dict]:
+    """The measured causal calls of ``backend`` at head dim 128."""
+    return [
+        r
+        for r in data["attention"]
+        if r["backend"] == backend and r["causal"] and r["head_dim_qk"] == 128 and "forward_s" in r
+    ]
+
+
 def attention_section(data: dict, acc) -> list[str]:
     peak = acc.peak_flops_per_s / 1e12
     out = [
@@ -218,14 +228,7 @@ def attention_section(data: dict, acc) -> list[str]:
     ]
     fits = {}
     for backend in ("flash", "cudnn", "efficient"):
-        rows = [
-            r
-            for r in data["attention"]
-            if r["backend"] == backend
-            and r["causal"]
-            and r["head_dim_qk"] == 128
-            and "forward_s" in r
-        ]
+        rows = attention_rows(data, backend)
         for field, name in (
             ("forward_tflops", "forward"),
             ("forward_backward_tflops", "forward + backward"),
@@ -484,6 +487,270 @@ def grouped_section(data2: dict, acc, eff: float) -> list[str]:
     return out
 
 
+def _engine_steps(data: dict, cluster: str) -> dict[str, float]:
+    """The engine's step seconds per recompute policy for the measured 8-layer step on ``cluster``
+    (torchtitan's profile, eager PyTorch, as it ran)."""
+    cfg = next(r for r in data["llama_step"] if r["policy"] == "none")
+    model = replace(load_model("llama3-8b"), num_layers=cfg["layers"])
+    work = Workload(
+        global_batch_seqs=cfg["batch"],
+        seq_len=cfg["seq"],
+        framework="torchtitan",
+        torch_compile=False,
+    )
+    problem = Problem.build(model, cluster, work)
+    return {p: estimate(problem, Layout(recompute=p)).step_time_s for p in POLICIES}
+
+
+def _attention_fits(data: dict, acc) -> dict[tuple[str, str], tuple[float, float]]:
+    peak = acc.peak_flops_per_s / 1e12
+    out = {}
+    for backend in ("flash", "cudnn"):
+        big_r, h = fit_attention(attention_rows(data, backend), "forward_backward_tflops")
+        out[backend, "fb"] = (big_r / peak, h)
+    return out
+
+
+def h100_section(h200: dict, h200_part2: dict, h100: dict) -> list[str]:
+    """The H100's run of the same script beside the H200's: what carries over between the two Hopper
+    boards and what the h100 and h800 files take from their own."""
+    a200, a100 = load_accelerator("h200"), load_accelerator("h100")
+    env = h100["environment"]
+    figures: list[tuple[str, str, str, str]] = []
+
+    def gemm_figures(data: dict, acc) -> tuple[float, float, float, float, float]:
+        rows = [r for r in data["gemm_bf16"] if "seconds" in r]
+        eff, k_half = fit_gemm([r for r in rows if r["set"] in ("depth", "layer")], acc)
+        layer = [r for r in rows if r["set"] == "layer"]
+        measured = np.array([r["seconds"] for r in layer])
+        at_catalogue = gemm_model(
+            layer,
+            acc,
+            acc.matmul_efficiency,
+            acc.gemm_half_efficiency_depth,
+            acc.gemm_smaller_tile_efficiency,
+        )
+        return (
+            median([r["tflops"] for r in layer]),
+            eff,
+            k_half,
+            median(at_catalogue / measured - 1),
+            fit_tiles(rows, acc)[1],
+        )
+
+    g200, g100 = gemm_figures(h200, a200), gemm_figures(h100, a100)
+    figures += [
+        ("bf16 layer GEMMs, median TFLOP/s (432 shapes)", f"{g200[0]:.0f}", f"{g100[0]:.0f}", "-"),
+        (
+            "kernel fraction of the quantized peak, k_half (fit on depth + layer)",
+            f"{g200[1]:.3f}, {g200[2]:.0f}",
+            f"{g100[1]:.3f}, {g100[2]:.0f}",
+            f"{a100.matmul_efficiency} (fitted on training records), 128",
+        ),
+        (
+            "smaller tiles' rate over the main tile's",
+            f"{g200[4]:.2f}",
+            f"{g100[4]:.2f}",
+            f"{a100.gemm_smaller_tile_efficiency}",
+        ),
+        (
+            "catalogue's layer GEMM seconds over measured (median)",
+            pct(g200[3]),
+            pct(g100[3]),
+            "-",
+        ),
+    ]
+    r200, r100 = recipe_ratios(DATA), recipe_ratios(H100)
+    for recipe in ("tensorwise", "rowwise", "blockwise"):
+        figures.append(
+            (
+                f"fp8 {recipe}: fraction of fp8 peak over bf16's (median of 80)",
+                f"{r200[recipe]['median']:.3f}",
+                f"{r100[recipe]['median']:.3f}",
+                f"{dict(a100.fp8_recipe_ratio)[recipe]} (h100, h800)",
+            )
+        )
+    f200, f100 = _attention_fits(h200, a200), _attention_fits(h100, a100)
+    for backend, name in (("flash", "FlashAttention-2"), ("cudnn", "cuDNN")):
+        figures.append(
+            (
+                f"{name} forward + backward: R, h (keys)",
+                f"{f200[backend, 'fb'][0]:.3f}, {f200[backend, 'fb'][1]:.0f}",
+                f"{f100[backend, 'fb'][0]:.3f}, {f100[backend, 'fb'][1]:.0f}",
+                f"h {a100.attention_half_efficiency_keys:.0f}",
+            )
+        )
+    s200 = {r["policy"]: r for r in h200["llama_step"]}
+    s100 = {r["policy"]: r for r in h100["llama_step"]}
+    e200, e100 = _engine_steps(h200, "h200-1"), _engine_steps(h100, "h100-1")
+    for policy in POLICIES:
+        figures.append(
+            (
+                f"8-layer Llama step, {policy}: measured s (engine)",
+                f"{s200[policy]['step_s']:.3f} ({pct(e200[policy] / s200[policy]['step_s'] - 1)})",
+                f"{s100[policy]['step_s']:.3f} ({pct(e100[policy] / s100[policy]['step_s'] - 1)})",
+                "-",
+            )
+        )
+    figures.append(
+        (
+            "kept bytes per token and layer, none / full",
+            f"{s200['none']['trunk_kept_bytes_per_layer_token']:,.0f} / "
+            f"{s200['full']['trunk_kept_bytes_per_layer_token']:,.0f}",
+            f"{s100['none']['trunk_kept_bytes_per_layer_token']:,.0f} / "
+            f"{s100['full']['trunk_kept_bytes_per_layer_token']:,.0f}",
+            "-",
+        )
+    )
+    p200, p100 = h200["power"], h100["power"]
+    env200 = h200["environment"]["nvidia_smi"]
+    figures += [
+        (
+            "idle W: before any work (lowest clock) / after work (clocks up)",
+            f"{float(env200['power.draw']):.0f} / {p200['idle']['power_w_median']:.0f}",
+            f"{float(env['nvidia_smi']['power.draw']):.0f} / {p100['idle']['power_w_median']:.0f}",
+            f"static_power_w {a100.static_power_w:g}, idle_power_w {a100.idle_power_w:g}",
+        ),
+        (
+            "sustained 8192^3 bf16 GEMM: W, SM MHz, TFLOP/s",
+            f"{p200['bf16_gemm_8192']['power_w_median']:.0f}, "
+            f"{p200['bf16_gemm_8192']['sm_clock_mhz_median']:.0f}, {p200['bf16_gemm_8192']['tflops']:.0f}",
+            f"{p100['bf16_gemm_8192']['power_w_median']:.0f}, "
+            f"{p100['bf16_gemm_8192']['sm_clock_mhz_median']:.0f}, {p100['bf16_gemm_8192']['tflops']:.0f}",
+            f"board_power_w {a100.board_power_w:g}",
+        ),
+        (
+            "HBM copy TB/s (of the datasheet)",
+            f"{h200['hbm']['bytes_per_s'] / 1e12:.2f} ({h200['hbm']['bytes_per_s'] / a200.hbm_bytes_per_s:.2f})",
+            f"{h100['hbm']['bytes_per_s'] / 1e12:.2f} ({h100['hbm']['bytes_per_s'] / a100.hbm_bytes_per_s:.2f})",
+            f"{a100.hbm_bytes_per_s / 1e12:.2f} (h100)",
+        ),
+        (
+            "element-wise TB/s: rms_norm, swiglu",
+            ", ".join(f"{r['bytes_per_s'] / 1e12:.1f}" for r in h200_part2["elementwise"][:2]),
+            ", ".join(f"{r['bytes_per_s'] / 1e12:.1f}" for r in h100["elementwise"][:2]),
+            "-",
+        ),
+        (
+            "host us per launch: eager op, small GEMM, CUDA graph",
+            ", ".join(
+                f"{1e6 * h200_part2['launch'][k]:.1f}"
+                for k in ("eager_s_per_kernel", "small_mm_s_per_launch", "graph_s_per_kernel")
+            ),
+            ", ".join(
+                f"{1e6 * h100['launch'][k]:.1f}"
+                for k in ("eager_s_per_kernel", "small_mm_s_per_launch", "graph_s_per_kernel")
+            ),
+            "-",
+        ),
+    ]
+    out = [
+        "## A second board: the H100 (2026-12-05)",
+        "",
+        f"The same script on an {env['device']} ({env['sm_count']} SMs, {env['nvidia_smi']['power.limit']} W limit, "
+        f"driver {env['nvidia_smi']['driver_version']}), PyTorch {env['torch']}, CUDA {env['cuda']}, "
+        f"{env['date_utc']}",
+        f"(`python scripts/device_calibration.py --out DIR --name h100_2026-12-05`; the data: `{H100.relative_to(REPO)}`).",
+        "The catalogue's column is hardware/h100.yaml; the engine's error is its step estimate on one such",
+        "GPU (h200-1, h100-1) over the measured step.",
+        "",
+        *table_head("figure", "H200 (2026-12-04)", "H100 (2026-12-05)", "catalogue (h100)"),
+        *(f"| {a} | {b} | {c} | {d} |" for a, b, c, d in figures),
+        "",
+        "What the H100 changed in the catalogue, each its own board's measurement (docs/calibration.md, \"H100",
+        "measurement\"): the h100's and the h800's fp8 recipe ratios (row-wise and blockwise against per",
+        "tensor), their idle power (117 W, the tenth-of-the-rating assumption before) and a static floor",
+        "beside it, the power at the lowest clock with no work, which the power cap's clock law now uses on",
+        "the three Hopper parts (the idle draw with clocks up is not a floor: its clock tree slows with the clock).",
+        "What it did not change: the GEMM depth curve (k_half 128 kept; the fit moves with the shapes it is given)",
+        "and one `attention_half_efficiency_keys` on every GPU: the H100's forward + backward curves rise more slowly than",
+        f"the H200's, by {pct(f100['flash', 'fb'][1] / f200['flash', 'fb'][1] - 1)} of the keys (FlashAttention-2) and "
+        f"{pct(f100['cudnn', 'fb'][1] / f200['cudnn', 'fb'][1] - 1)} (cuDNN),",
+        "which at 8,192 tokens (4,096 keys a query) lengthens the attention by "
+        f"{pct((4096 + f100['flash', 'fb'][1]) / (4096 + f200['flash', 'fb'][1]) - 1)} and "
+        f"{pct((4096 + f100['cudnn', 'fb'][1]) / (4096 + f200['cudnn', 'fb'][1]) - 1)}.",
+        "The activations kept per policy are the same bytes on both boards; the kernels' rates differ by a few",
+        "per cent, the H100 ahead on GEMMs at the same 700 W.",
+    ]
+    return out
+
+
+QUANTISE_OPS = {
+    "tensorwise": "per tensor: amax over the tensor, then scale and cast",
+    "rowwise": "per row: amax over each row, scale and cast",
+    "blockwise_1x128": "1 x 128 tiles: amax per tile (DeepSeek-V3's activations)",
+    "transposed_tensorwise": "per tensor, of the transposed copy (the weight gradient's operand)",
+    "hadamard16": "a 16-point Hadamard transform (NVFP4's, before its column-wise cast), bf16 out",
+}
+
+
+def quantise_section(h100: dict) -> list[str]:
+    """fp8 quantisation kernels, eager and compiled, against the bytes they move at least."""
+    rows = [r for r in h100["quantise"] if "seconds" in r]
+    copy = h100["hbm"]["bytes_per_s"]
+    shapes = sorted({(r["rows"], r["cols"]) for r in rows}, key=lambda x: x[0] * x[1])
+    out = [
+        "## fp8 quantisation (H100)",
+        "",
+        "A layer input of bf16 cast to e4m3 with its scales, as a chain of eager PyTorch kernels and fused by",
+        "`torch.compile`, and a 16-point Hadamard transform as a GEMM against a 16 x 16 matrix. Rate: the",
+        "least bytes the operation moves (read 2 and write 1 a value; 1 x 128 tiles 4 / 128 more for their",
+        f"scales; the transform reads and writes 2) over its seconds, beside a device copy's {copy / 1e12:.2f} TB/s.",
+        "",
+        *table_head(
+            "operation",
+            "mode",
+            *(f"{m:,} x {n:,}" for m, n in shapes),
+        ),
+    ]
+    for op, what in QUANTISE_OPS.items():
+        for mode in ("eager", "compiled"):
+            cells = []
+            for m, n in shapes:
+                r = next(
+                    (
+                        x
+                        for x in rows
+                        if (x["op"], x["mode"], x["rows"], x["cols"]) == (op, mode, m, n)
+                    ),
+                    None,
+                )
+                cells.append("-" if r is None else f"{r['bytes_per_s'] / 1e12:.2f} TB/s")
+            if set(cells) != {"-"}:
+                out.append(f"| {op}: {what} | {mode} | " + " | ".join(cells) + " |")
+
+    def rate(op: str, mode: str) -> float:
+        return median([r["bytes_per_s"] for r in rows if r["op"] == op and r["mode"] == mode])
+
+    eager_bytes = 3.0 * copy / rate("tensorwise", "eager")
+    chain = 4 * 2 + 17  # abs, amax, upcast, scale, cast of a bf16 value: the eager chain's bytes
+    out += [
+        "",
+        f"- Fused, a scale per row or per 1 x 128 tile is one pass: {rate('rowwise', 'compiled') / 1e12:.2f} and "
+        f"{rate('blockwise_1x128', 'compiled') / 1e12:.2f} TB/s on its least",
+        f"  bytes, the copy's rate. A scale per tensor needs the whole tensor's amax before the cast: "
+        f"{rate('tensorwise', 'compiled') / 1e12:.2f} TB/s,",
+        f"  {rate('tensorwise', 'compiled') * 5 / 3 / copy:.2f} of the copy's rate on 5 bytes (the tensor read twice). "
+        "The engine costs a fused fp8 cast as one read and one",
+        "  write at HBM bandwidth (the extra read of a per-tensor scale is in the fp8 ratio fitted on training",
+        "  records), and NVFP4's quantisations, whose fp32 scale per tensor needs the amax, with the extra read",
+        "  (`costs.memory.FP4_AMAX_READS`, since this measurement).",
+        f"- Eager, the per-tensor cast runs at {rate('tensorwise', 'eager') / 1e12:.2f} TB/s on its 3 bytes: "
+        f"{eager_bytes:.0f} bytes' worth at the copy's",
+        f"  rate. Its kernels (abs, amax, the fp32 upcast, the scale, the cast) move {chain} bytes a value: "
+        f"{chain * rate('tensorwise', 'eager') / 3 / 1e12:.1f} TB/s,",
+        "  the element-wise kernels' rate in the table above. torchao's Float8Linear in eager mode runs that",
+        "  chain and a clamp (33 bytes); the engine costs eager fp8 casts so since this measurement",
+        "  (`costs.flops.EAGER_FP8_CAST_BYTES`; one extra read, 5 bytes, before).",
+        f"- The Hadamard transform runs at {rate('hadamard16', 'eager') / 1e12:.2f} TB/s eager and compiled "
+        "(cuBLAS either way): "
+        f"{copy / rate('hadamard16', 'eager'):.1f} times",
+        "  its bytes' time at the copy's rate. Transformer Engine fuses it into NVFP4's column-wise cast on",
+        "  Blackwell; no Blackwell part was measured.",
+    ]
+    return out
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", default=str(RESULTS / "device_calibration.md"))
@@ -498,7 +765,8 @@ def main() -> None:
         f"PyTorch {env['torch']}, CUDA {env['cuda']}, cuDNN {env['cudnn']}, {env['date_utc']}",
         "- measure: `python scripts/device_calibration.py --out DIR` (all sections; the second file:",
         "  `--name part2 --sections grouped_gemm,launch,elementwise,gemm_repeat`); the data:",
-        f"  `{DATA.relative_to(REPO)}`, `{DATA2.relative_to(REPO)}`",
+        f"  `{DATA.relative_to(REPO)}`, `{DATA2.relative_to(REPO)}`; the H100's (every section in one file):",
+        f"  `{H100.relative_to(REPO)}`",
         "- regenerate this report: `python scripts/device_report.py`",
         "",
         *gemm_section(data, acc),
@@ -516,6 +784,10 @@ def main() -> None:
         *grouped_section(
             data2, acc, fit_tiles([r for r in data["gemm_bf16"] if "seconds" in r], acc)[0]
         ),
+        "",
+        *h100_section(data, data2, json.loads(H100.read_text())),
+        "",
+        *quantise_section(json.loads(H100.read_text())),
         "",
     ]
     out_path = REPO / args.out if not args.out.startswith("/") else args.out

@@ -1,4 +1,4 @@
-"""The fp8 GEMM rate by scaling recipe on Hopper, from the H200 device calibration.
+"""The fp8 GEMM rate by scaling recipe on Hopper, from the H200 and H100 device calibrations.
 
 For every Llama layer GEMM (set ``layer`` of ``gemm_fp8``: Llama 3 8B and 70B, tp 1 and 8, the
 forward and input-gradient GEMMs at m = 8192 rows and the weight-gradient GEMMs) measured in fp8
@@ -7,12 +7,13 @@ and in bf16 (``gemm_bf16``, the same model, tp, weight, pass and m, n, k), the r
     (fp8 TFLOP/s / the fp8 peak) / (bf16 TFLOP/s / the bf16 peak)
 
 is the fraction of the fp8 peak a recipe reaches over the fraction of the bf16 peak bf16 reaches on
-that shape; a recipe's ratio is the median over its shapes. The peaks are hardware/h200.yaml's
-(1,979 and 989 TFLOP/s dense). The hardware files' ``fp8_recipe_ratio`` is ``training_ratios``: per
+that shape; a recipe's ratio is the median over its shapes. The peaks are hardware/h200.yaml's and
+hardware/h100.yaml's (1,979 and 989 TFLOP/s dense). Each Hopper part takes the measurement of its own
+board (``PART_MEASUREMENTS``): the h800 the H100's (the same GH100 with the same 80 GB of HBM3). The hardware files' ``fp8_recipe_ratio`` is ``training_ratios``: per
 tensor at 0.8, the others by their measured ratio to per tensor (docs/calibration.md "fp8_recipe_ratio");
 tests/test_fp8_recipe.py recomputes both from the JSON.
 
-    python scripts/fp8_recipe_ratios.py [results/device/h200_2026-12-04.json]
+    python scripts/fp8_recipe_ratios.py [results/device/h100_2026-12-05.json]   # default: the H200's
 """
 
 from __future__ import annotations
@@ -24,7 +25,9 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 MEASUREMENT = ROOT / "results" / "device" / "h200_2026-12-04.json"
-PEAK_BF16_TFLOPS, PEAK_FP8_TFLOPS = 989.0, 1979.0  # hardware/h200.yaml
+H100_MEASUREMENT = ROOT / "results" / "device" / "h100_2026-12-05.json"
+PART_MEASUREMENTS = {"h200": MEASUREMENT, "h100": H100_MEASUREMENT, "h800": H100_MEASUREMENT}
+PEAK_BF16_TFLOPS, PEAK_FP8_TFLOPS = 989.0, 1979.0  # hardware/h200.yaml and h100.yaml
 SHAPE_KEYS = ("model", "tp", "weight", "pass", "m", "n", "k")
 # the measured recipe -> the engine's fp8_recipe ("tensorwise_fast_accum" and "blockwise_recipes" are
 # the same scalings through another call: fast accumulation, F.scaled_mm; reported, not pinned)

@@ -199,8 +199,8 @@ def main() -> None:
         "on 16,384 H100, 1.97e-5 per GPU-hour, so a job's MTBF falls as 1/N), the default "
         "checkpoint settings (blocking, 0.977 GB/s per host) and a 600 s restart "
         '(docs/planning.md, "Goodput"). Days and GPU-hours are goodput-aware; the energy is the '
-        "devices' own (hardware/h100.yaml: the 700 W board rating while computing, the assumed "
-        "70 W idle power while waiting on communication or the bubble; hosts, network and "
+        "devices' own (hardware/h100.yaml: the 700 W board rating while computing, the measured "
+        "117 W idle power while waiting on communication or the bubble; hosts, network and "
         "cooling not counted), lost time included. The batch is held at Llama 3's 2,048 sequences at every size; sizes are "
         "powers of two, which the batch divides (at 1.5x steps the layouts fit worse and the "
         "curve zigzags).",

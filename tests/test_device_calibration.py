@@ -63,3 +63,70 @@ def test_selective_keeps_what_the_fused_layer_keeps():
     assert kept["none"] - kept["selective"] == pytest.approx(2 * F + 2 * D + 128, abs=0.2)
     assert model_kept("none") - model_kept("selective") == 128
     assert kept["selective"] - model_kept("selective") == pytest.approx(RSTD, abs=0.2)
+
+
+H100 = DATA.parent / "h100_2026-12-05.json"
+
+
+def test_the_h100_keeps_the_same_bytes_per_policy():
+    """The same script on an H100 (results/device/h100_2026-12-05.json): the layer keeps the H200's bytes to
+    the byte under every policy, so the memory model's check holds on both boards."""
+    h100 = {
+        r["policy"]: r["trunk_kept_bytes_per_layer_token"]
+        for r in json.loads(H100.read_text())["llama_step"]
+    }
+    h200 = {
+        r["policy"]: r["trunk_kept_bytes_per_layer_token"]
+        for r in json.loads(DATA.read_text())["llama_step"]
+    }
+    assert h100 == h200
+
+
+def test_the_hopper_power_fields_are_the_measured_draws():
+    """hardware/h100.yaml and h800.yaml (the same board) hold the H100's 69.19 W before any work (lowest clock)
+    and 116.8 W median idle after work (clocks up), rounded; hardware/h200.yaml the H200's 81.93 W and 129 W."""
+    from layoutsearch.core.catalogue import load_accelerator
+
+    for part, path in (("h100", H100), ("h800", H100), ("h200", DATA)):
+        data = json.loads(path.read_text())
+        before = float(data["environment"]["nvidia_smi"]["power.draw"])
+        after = data["power"]["idle"]["power_w_median"]
+        acc = load_accelerator(part)
+        assert (acc.static_power_w, acc.idle_power_w) == (round(before), round(after)), part
+    assert (round(before), round(after)) == (82, 129)
+
+
+def test_fused_casts_run_at_the_copy_rate_and_the_eager_chain_at_the_elementwise_rate():
+    """Compiled row-wise and 1 x 128 casts move their least bytes (read 2, write 1) within 5% of the device
+    copy's 3.05 TB/s; a per-tensor cast, which needs the tensor's amax first, at 0.56 of it (the tensor read
+    twice: 5 bytes). The eager per-tensor chain (abs, amax, upcast, scale, cast: 25 bytes a value) runs at
+    2.0-2.6 TB/s on its bytes, the element-wise kernels' rate (rms_norm 2.0, swiglu 2.4 TB/s)."""
+    data = json.loads(H100.read_text())
+    copy = data["hbm"]["bytes_per_s"]
+    assert copy == pytest.approx(3.05e12, rel=0.01)
+    rows = [r for r in data["quantise"] if "seconds" in r]
+
+    def rates(op, mode):
+        return [r["bytes_per_s"] for r in rows if r["op"] == op and r["mode"] == mode]
+
+    for op in ("rowwise", "blockwise_1x128"):
+        assert all(0.95 < r / copy < 1.02 for r in rates(op, "compiled")), op
+    assert all(0.54 < r / copy < 0.58 for r in rates("tensorwise", "compiled"))
+    assert all(2.0e12 < r * 25 / 3 < 2.6e12 for r in rates("tensorwise", "eager"))
+
+
+def test_the_committed_report_is_what_its_script_writes(tmp_path):
+    """results/device_calibration.md sets the catalogue's figures beside the measurements, so a catalogue change
+    must regenerate it (python scripts/device_report.py)."""
+    import subprocess
+    import sys
+
+    root = DATA.parents[2]
+    out = tmp_path / "report.md"
+    subprocess.run(
+        [sys.executable, str(root / "scripts" / "device_report.py"), "--out", str(out)],
+        check=True,
+        cwd=root,
+        capture_output=True,
+    )
+    assert out.read_text() == (root / "results" / "device_calibration.md").read_text()

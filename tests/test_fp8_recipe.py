@@ -1,4 +1,4 @@
-"""fp8 by scaling recipe: the H200-measured rate ratios, the choice per framework and part, the exports."""
+"""fp8 by scaling recipe: the H200- and H100-measured rate ratios, the choice per framework and part, the exports."""
 
 import importlib.util
 import json
@@ -45,6 +45,24 @@ def test_the_measurement_gives_the_pinned_ratios():
     assert pinned == ratios_script.training_ratios()
 
 
+def test_the_h100_measurement_gives_the_h100_and_h800_ratios():
+    """Medians over the same 80 layer GEMMs on an H100 80 GB HBM3 (results/device/h100_2026-12-05.json): per
+    tensor 0.9048, per row 0.8508, blockwise 0.7959. hardware/h100.yaml and h800.yaml (the same board) hold
+    0.8, 0.8 x 0.8508 / 0.9048 = 0.7522 and 0.8 x 0.7959 / 0.9048 = 0.7037."""
+    got = ratios_script.recipe_ratios(ratios_script.H100_MEASUREMENT)
+    assert {r: round(v["median"], 4) for r, v in got.items()} == {
+        "tensorwise": 0.9048,
+        "tensorwise_fast_accum": 0.9060,
+        "rowwise": 0.8508,
+        "blockwise": 0.7959,
+        "blockwise_recipes": 0.8091,
+    }
+    for part in ("h100", "h800"):
+        pinned = dict(load_accelerator(part).fp8_recipe_ratio)
+        assert pinned == {"tensorwise": 0.8, "rowwise": 0.7522, "blockwise": 0.7037}
+        assert pinned == ratios_script.training_ratios(ratios_script.PART_MEASUREMENTS[part])
+
+
 def test_hopper_runs_no_mxfp8_and_blackwell_and_cdna4_do():
     assert "mxfp8" not in dict(load_accelerator("h100").fp8_recipe_ratio)
     assert "mxfp8" not in dict(load_accelerator("mi300x").fp8_recipe_ratio)
@@ -64,11 +82,11 @@ def _matmul_s(recipe: str | None, framework: str = "megatron") -> float:
 
 
 def test_the_fp8_gemm_time_scales_with_the_recipe_ratio():
-    """Layer GEMMs at matmul_efficiency x ratio: blockwise takes 0.8 / 0.6783 = 1.179x the per-tensor time,
-    rowwise 0.8 / 0.7729 = 1.035x (the output head stays bf16, attention is not a GEMM here)."""
+    """Layer GEMMs at matmul_efficiency x ratio: blockwise takes 0.8 / 0.7037 = 1.137x the per-tensor time,
+    rowwise 0.8 / 0.7522 = 1.064x (the output head stays bf16, attention is not a GEMM here)."""
     tensorwise, rowwise, blockwise = (_matmul_s(r) for r in ("tensorwise", "rowwise", "blockwise"))
-    assert blockwise / tensorwise == pytest.approx(1.1793, rel=1e-3)
-    assert rowwise / tensorwise == pytest.approx(1.0350, rel=1e-3)
+    assert blockwise / tensorwise == pytest.approx(1.1368, rel=1e-3)
+    assert rowwise / tensorwise == pytest.approx(1.0635, rel=1e-3)
     assert _matmul_s(None) == tensorwise  # the megatron profile's default: per tensor
 
 
@@ -176,9 +194,9 @@ def test_a_record_names_its_recipe(named, engine):
 
 
 def test_the_scaled_rate_is_the_bf16_fraction_times_the_ratio():
-    """gemm.fp8_matmul_efficiency = matmul_efficiency x ratio: 0.6667 x 0.6783 on the h100 class (blockwise)."""
+    """gemm.fp8_matmul_efficiency = matmul_efficiency x ratio: 0.6667 x 0.7037 on the h100 (blockwise)."""
     assert gemm.fp8_matmul_efficiency(load_accelerator("h100"), "blockwise") == pytest.approx(
-        0.6667 * 0.6783
+        0.6667 * 0.7037
     )
 
 

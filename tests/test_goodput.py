@@ -179,12 +179,12 @@ def test_the_checkpoint_bandwidth_field_needs_a_source():
 
 
 def test_energy_per_step_token_and_run_at_board_power():
-    """H100 at its 700 W rating while it computes, its 70 W idle power for the rest of the step:
-    16,384 x (700 W x compute + 70 W x the other seconds) per step; per token over 2,048 x 8,192
+    """H100 at its 700 W rating while it computes, its measured 117 W idle power for the rest of the step:
+    16,384 x (700 W x compute + 117 W x the other seconds) per step; per token over 2,048 x 8,192
     tokens; the run's kWh at the goodput, x 0.1 per kWh."""
     rec = ls.estimate(**LLAMA3_405B, price_per_kwh=0.1).document["layout"]
     t = rec["time_s"]
-    step_j = 16_384 * (700 * t["compute"] + 70 * (t["step"] - t["compute"]))
+    step_j = 16_384 * (700 * t["compute"] + 117 * (t["step"] - t["compute"]))
     assert rec["energy_j_per_step"] == pytest.approx(step_j, rel=1e-12)
     assert rec["energy_j_per_token"] == pytest.approx(step_j / (2048 * 8192), rel=1e-12)
     kwh = 15.6e12 * step_j / (2048 * 8192) / rec["goodput"] / 3.6e6

@@ -16,7 +16,7 @@ H100_8B = dict(model="llama3-8b", cluster="h100-64", layout="fsdp=8,tp=8", seqs=
 
 
 def test_the_clock_under_a_cap_is_the_cube_root_of_the_dynamic_power_share():
-    """H100 (700 W board, 70 W idle) at 500 W: (430 / 630)^(1/3) = 0.880459; a cap at or above
+    """A 700 W board with a 70 W floor at 500 W: (430 / 630)^(1/3) = 0.880459; a cap at or above
     the board power, or none, leaves the clock at 1."""
     assert power.clock_factor(500.0, 700.0, 70.0) == pytest.approx(0.880459, rel=1e-6)
     assert power.clock_factor(148.75, 700.0, 70.0) == pytest.approx(
@@ -37,16 +37,17 @@ def test_no_cap_or_a_cap_at_the_rating_changes_no_number():
 
 
 def test_a_500_w_cap_slows_the_gemms_most_and_not_the_memory_traffic():
-    """At 500 W the matmul and logits seconds grow by 1 / 0.880459 = 1.135771: GEMMs draw the 700 W rating.
-    Megatron's attention, the vendor's fused kernel, keeps the tensor cores 0.5868 / 0.6667 as busy as the GEMMs:
-    it draws 70 + 0.8802 x 630 = 624.5 W and slows by (430 / 554.5)^(-1/3) = 1.088455. The elementwise
-    (HBM-bound) seconds and the exposed communication do not change."""
+    """At 500 W over the H100's measured 69 W static floor the matmul and logits seconds grow by
+    (431 / 631)^(-1/3) = 1.135492: GEMMs draw the 700 W rating. Megatron's attention, the vendor's fused kernel,
+    keeps the tensor cores 0.5868 / 0.6667 as busy as the GEMMs: it draws 69 + 0.8802 x 631 = 624.4 W and slows
+    by (431 / 555.4)^(-1/3) = 1.088188. The elementwise (HBM-bound) seconds and the exposed communication do not
+    change."""
     base = ls.estimate(**H100_8B).document["layout"]["time_s"]
     capped = ls.estimate(**H100_8B, power_limit_w=500).document["layout"]["time_s"]
     for key in ("compute/matmul", "compute/logits"):
-        assert capped[key] / base[key] == pytest.approx(1.135771, rel=1e-6)
+        assert capped[key] / base[key] == pytest.approx(1.135492, rel=1e-6)
     assert capped["compute/attention"] / base["compute/attention"] == pytest.approx(
-        1.088455, rel=1e-5
+        1.088188, rel=1e-5
     )
     assert capped["compute/elementwise"] == base["compute/elementwise"]
     assert capped["exposed_comm"] == base["exposed_comm"]
@@ -54,9 +55,9 @@ def test_a_500_w_cap_slows_the_gemms_most_and_not_the_memory_traffic():
 
 
 def test_flashattention_slows_under_a_cap_only_past_its_own_draw():
-    """FlashAttention-2 on an H100 keeps the tensor cores 0.1941 / 0.6667 as busy as the GEMMs: it draws 253.4 W at
-    the rating's clock, so 500 W and 300 W leave it as it is and 200 W slows it by (130 / 183.4)^(-1/3) =
-    1.121581."""
+    """FlashAttention-2 on an H100 keeps the tensor cores 0.1941 / 0.6667 as busy as the GEMMs: it draws 69 + 0.2911
+    x 631 = 252.7 W at the rating's clock, so 500 W and 300 W leave it as it is and 200 W slows it by
+    (131 / 183.7)^(-1/3) = 1.119312."""
     assert power.clock_factor(300.0, 700.0, 70.0, activity=0.1941 / 0.6667) == 1.0
     flash = {
         cap: ls.estimate(**H100_8B, power_limit_w=cap, vendor_attention=False).document["layout"][
@@ -65,22 +66,22 @@ def test_flashattention_slows_under_a_cap_only_past_its_own_draw():
         for cap in (None, 500, 200)
     }
     assert flash[500] == flash[None]
-    assert flash[200] / flash[None] == pytest.approx(1.121581, rel=1e-5)
+    assert flash[200] / flash[None] == pytest.approx(1.119312, rel=1e-5)
 
 
 def test_energy_by_component_draws_busy_power_computing_and_idle_power_waiting():
     """64 H100: compute at 700 W (500 W under a 500 W cap), exposed communication, bubble and
-    overhead at 70 W; the step's energy is their sum, per token over 64 x 8,192 tokens, and
+    overhead at the measured 117 W idle; the step's energy is their sum, per token over 64 x 8,192 tokens, and
     1e12 tokens at the goodput in kWh at 0.2 per kWh."""
     for cap, busy_w in ((None, 700.0), (500.0, 500.0)):
         rec = ls.estimate(**H100_8B, power_limit_w=cap, tokens=1e12, price_per_kwh=0.2).document
         rec = rec["layout"]
         t, parts = rec["time_s"], rec["energy_j_per_step_by_component"]
         assert parts["compute"] == pytest.approx(64 * busy_w * t["compute"], rel=1e-12)
-        assert parts["exposed_comm"] == pytest.approx(64 * 70 * t["exposed_comm"], rel=1e-12)
-        assert parts["overhead"] == pytest.approx(64 * 70 * t["overhead"], rel=1e-12)
+        assert parts["exposed_comm"] == pytest.approx(64 * 117 * t["exposed_comm"], rel=1e-12)
+        assert parts["overhead"] == pytest.approx(64 * 117 * t["overhead"], rel=1e-12)
         assert parts["bubble"] == 0.0  # no pipeline
-        step_j = 64 * (busy_w * t["compute"] + 70 * (t["step"] - t["compute"]))
+        step_j = 64 * (busy_w * t["compute"] + 117 * (t["step"] - t["compute"]))
         assert rec["energy_j_per_step"] == pytest.approx(step_j, rel=1e-12)
         assert sum(parts.values()) == pytest.approx(step_j, rel=1e-9)
         assert rec["energy_j_per_token"] == pytest.approx(step_j / (64 * 8192), rel=1e-12)
@@ -91,8 +92,10 @@ def test_energy_by_component_draws_busy_power_computing_and_idle_power_waiting()
 
 def test_every_catalogued_gpu_and_tpu_v4_has_a_sourced_board_and_idle_power():
     """Datasheet ratings: A100 400 W, H100/H800/H200 700 W, B200 1,000 W, GB200 1,200 W per GPU,
-    TPU v4 192 W; idle a tenth of each (an assumption the source says is one), but the H200's 129 W,
-    measured (results/device_calibration.md: the median over 4 s after work, clocks still up)."""
+    TPU v4 192 W; idle a tenth of each (an assumption the source says is one), but the H200's 129 W and the
+    H100's 117 W (the H800's board), measured (results/device_calibration.md: the median over seconds after work,
+    clocks still up); their static floors (the lowest clock, no work) 82 W and 69 W, the others' none (the
+    idle power stands in)."""
     ratings = {
         "a100-40gb": 400,
         "a100-80gb": 400,
@@ -106,9 +109,11 @@ def test_every_catalogued_gpu_and_tpu_v4_has_a_sourced_board_and_idle_power():
     for name, board_w in ratings.items():
         data = read_yaml(catalogue_file("hardware", name, "accelerator"))
         acc = accelerator_from_dict(data, f"{name}.yaml")
-        idle_w, word = (129, "measured") if name == "h200" else (board_w / 10, "assumption")
+        measured = {"h200": (129, 82), "h100": (117, 69), "h800": (117, 69)}
+        idle_w, static_w = measured.get(name, (board_w / 10, None))
         assert (acc.board_power_w, acc.idle_power_w) == (board_w, idle_w), name
-        assert word in acc.sources["idle_power_w"]
+        assert acc.static_power_w == static_w, name
+        assert ("measured" if name in measured else "assumption") in acc.sources["idle_power_w"]
         assert acc.sources["board_power_w"]
 
 
@@ -122,6 +127,17 @@ def test_an_idle_power_at_or_above_the_board_power_is_refused():
         accelerator_from_dict(data, "h100.yaml")
 
 
+def test_a_static_power_above_the_idle_power_is_refused():
+    """The floor at the lowest clock cannot exceed the draw waiting with clocks up: one error naming both."""
+    data = read_yaml(catalogue_file("hardware", "h100", "accelerator"))
+    data["static_power_w"] = 200
+    with pytest.raises(
+        CatalogueError,
+        match="field 'static_power_w' \\(200\\) needs an idle_power_w at or above it \\(got 117",
+    ):
+        accelerator_from_dict(data, "h100.yaml")
+
+
 @pytest.mark.parametrize(
     "cluster, cap, message",
     [
@@ -131,7 +147,7 @@ def test_an_idle_power_at_or_above_the_board_power_is_refused():
             "error: --power-limit-w 150: v5p has no board_power_w in hardware/v5p.yaml, so a cap "
             "cannot be modelled",
         ),
-        ("h100-8", "60", "error: --power-limit-w: 60 W is not above h100's idle power 70 W"),
+        ("h100-8", "60", "error: --power-limit-w: 60 W is not above h100's idle power 117 W"),
         (
             "h100-8",
             "0",
@@ -180,7 +196,7 @@ def test_a_sweep_point_above_the_site_power_budget_is_infeasible_with_the_reason
 
 def test_a_run_record_with_a_power_limit_is_evaluated_with_the_cap(data_file):
     """A record's cluster.power_limit_w 500 on H100 maps to Workload.power_limit_w 500 (it was
-    skipped before) and its matmul seconds grow by 1.135771; 60 W (below the 70 W idle) is skipped
+    skipped before) and its matmul seconds grow by 1.135492; 60 W (below the 117 W idle) is skipped
     with the reason. validate reports capped runs as their own group."""
     from layoutsearch.costs.estimate import estimate
     from layoutsearch.validation.mapping import record_to_problem
@@ -197,9 +213,9 @@ def test_a_run_record_with_a_power_limit_is_evaluated_with_the_cap(data_file):
     base_problem, base_layout = record_to_problem(uncapped)
     capped_s = estimate(problem, layout, strict=False).time_s["compute/matmul"]
     base_s = estimate(base_problem, base_layout, strict=False).time_s["compute/matmul"]
-    assert capped_s / base_s == pytest.approx(1.135771, rel=1e-6)
+    assert capped_s / base_s == pytest.approx(1.135492, rel=1e-6)
     low = dict(record, cluster={**record["cluster"], "power_limit_w": 60.0})
-    assert record_to_problem(low) == "power_limit_w 60 W is not above h100's idle power 70 W"
+    assert record_to_problem(low) == "power_limit_w 60 W is not above h100's idle power 117 W"
     doc = validate_runs(
         [record, dict(record, cluster={**cluster, "power_limit_w": None})], rank=False, workers=1
     )

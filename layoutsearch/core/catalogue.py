@@ -277,6 +277,7 @@ class AcceleratorFile(_Strict):
     checkpoint_write_gbytes_per_s_per_node: GBytesPerS | None = None  # storage writes per host
     board_power_w: Annotated[float, Field(gt=0, le=MAX_DEVICE_POWER_W)] | None = None  # rated (TDP)
     idle_power_w: Annotated[float, Field(gt=0, le=MAX_DEVICE_POWER_W)] | None = None
+    static_power_w: Annotated[float, Field(gt=0, le=MAX_DEVICE_POWER_W)] | None = None
     # one host's memory and CPU cores (physical), for optimizer and parameter offload; absent = not catalogued
     host_memory_gib_per_node: Annotated[float, Field(gt=0, le=MAX_HOST_MEMORY_GIB)] | None = None
     host_cpu_cores_per_node: Annotated[int, Field(ge=1, le=MAX_HOST_CPU_CORES)] | None = None
@@ -1394,6 +1395,7 @@ def accelerator_from_dict(data: Any, where: str) -> Accelerator:
             "checkpoint_write_gbytes_per_s_per_node",
             "board_power_w",
             "idle_power_w",
+            "static_power_w",
             "host_memory_gib_per_node",
             "host_cpu_cores_per_node",
         )
@@ -1413,6 +1415,11 @@ def accelerator_from_dict(data: Any, where: str) -> Accelerator:
         raise CatalogueError(
             f"{where}: field 'idle_power_w' ({f.idle_power_w:g}) needs a board_power_w above it "
             f"(got {f.board_power_w})"
+        )
+    if f.static_power_w is not None and not (f.idle_power_w or 0) >= f.static_power_w:
+        raise CatalogueError(
+            f"{where}: field 'static_power_w' ({f.static_power_w:g}) needs an idle_power_w at or above "
+            f"it (got {f.idle_power_w})"
         )
     ratios = _recipe_ratios(where, f, "fp8")
     fp4_ratios = _recipe_ratios(where, f, "fp4")
@@ -1467,6 +1474,7 @@ def accelerator_from_dict(data: Any, where: str) -> Accelerator:
         checkpoint_write_bytes_per_s_per_node=_times(f.checkpoint_write_gbytes_per_s_per_node, GB),
         board_power_w=f.board_power_w,
         idle_power_w=f.idle_power_w,
+        static_power_w=f.static_power_w,
         host_memory_bytes_per_node=_times(f.host_memory_gib_per_node, GIB),
         host_cpu_cores_per_node=f.host_cpu_cores_per_node,
     )

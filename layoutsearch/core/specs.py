@@ -577,6 +577,9 @@ class Accelerator:
     host_memory_bytes_per_node: float | None = None
     host_cpu_cores_per_node: int | None = None
     idle_power_w: float | None = None  # per device, powered on and waiting; None = not catalogued
+    # per device at its lowest clock doing nothing: the floor a power cap's clock law does not scale
+    # (costs.power); None = idle_power_w
+    static_power_w: float | None = None
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)

@@ -313,9 +313,16 @@ EAGER_LOSS_EXTRA_BYTES_OVER_ACTIVATION = (
     20.0,
     20.0,
 )  # (forward, backward) extra: these + (0, -1) x a
-# torchao's Float8Linear in eager mode reads each tensor it casts to fp8 once more, for its amax (in activation
-# bytes, per element cast), beside the cast's own read and write.
-EAGER_FP8_CAST_EXTRA_ACTIVATIONS = 1.0
+# torchao's Float8Linear in eager mode casts a tensor to fp8 by a chain of kernels, each reading and writing its
+# operands whole (float8_scaling_utils: amax = max(abs(x)), then x.to(float32) * scale, clamped, .to(e4m3)): abs
+# (read a, write a), max (read a), the upcast (read a, write 4), the scale (read 4, write 4), the clamp (read 4,
+# write 4) and the cast (read 4, write 1): 4a + 25 bytes per element cast, where a fused cast moves a + 1. The
+# H100's measurement (results/device_calibration.md, "fp8 quantisation") ran that chain without its clamp
+# (4a + 17 bytes) at 2.4 TB/s, the rate of its element-wise kernels.
+EAGER_FP8_CAST_BYTES = (
+    4.0,
+    25.0,
+)  # (multiples of the activation bytes a, fixed bytes) per element cast
 
 
 def eager_elementwise_bytes_per_token_per_layer(

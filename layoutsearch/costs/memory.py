@@ -176,6 +176,11 @@ FP4_BYTES = {"nvfp4": 0.5 + 1 / 16, "mxfp4": 0.5 + 1 / 32}
 # for the weight gradient (with the random Hadamard transform on the latter: Transformer Engine
 # NVFP4BlockScaling, whose rowwise and columnwise copies are each quantised from the bf16 source)
 FP4_QUANTISATIONS = 2
+# NVFP4's second-level scale, an fp32 one per tensor, is set from the whole tensor's amax, so each quantisation
+# reads its source once more before it casts (Transformer Engine's GEMM profiling guide names "the extra memory
+# pass for per-tensor amax computation"; a per-tensor fp8 cast, compiled, read its input twice on the H100:
+# results/device_calibration.md, "fp8 quantisation"); MXFP4's e8m0 block scales come from each block alone
+FP4_AMAX_READS = {"nvfp4": 1, "mxfp4": 0}
 TILE_SCALE_BYTES = (
     4 / 128
 )  # an fp32 scale per 1 x 128 activation tile (DeepSeek-V3 report section 3.3.2)

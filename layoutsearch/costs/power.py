@@ -9,7 +9,10 @@ clock at the rating, is
     clock_factor = ((cap - idle) / (draw - idle)) ** (1 / CLOCK_POWER_EXPONENT)   cap < draw
                  = 1                                                             cap >= draw
 
-with ``draw`` what the kernel would draw at the rating's clock. The part's GEMMs draw its rating
+with ``draw`` what the kernel would draw at the rating's clock and ``idle`` the floor that does not
+scale with the clock: the part's static power (``Accelerator.static_power_w``, measured at its lowest
+clock doing nothing), else its idle power. The idle power a device draws waiting inside a step, clocks
+up, is higher (the H100 measured 69 W and 117 W): its clock tree switches and scales. The part's GEMMs draw its rating
 (they are what a board's power limit is set for), and a kernel that keeps the tensor cores
 ``activity`` as busy draws in proportion, the switching activity a of P = a C V^2 f:
 
@@ -69,9 +72,8 @@ def compute_rate_factor(workload: Workload, acc: Accelerator, activity: float = 
     ``activity`` as busy as the part's GEMMs (1: no cap)."""
     if workload.power_limit_w is None or acc.board_power_w is None:
         return 1.0  # core.problem refuses a cap on a part without a board power
-    return clock_factor(
-        workload.power_limit_w, acc.board_power_w, acc.idle_power_w or 0.0, activity
-    )
+    floor_w = acc.idle_power_w if acc.static_power_w is None else acc.static_power_w
+    return clock_factor(workload.power_limit_w, acc.board_power_w, floor_w or 0.0, activity)
 
 
 def busy_power_w(acc: Accelerator, power_limit_w: float | None = None) -> float | None:

@@ -667,12 +667,17 @@ def compute_per_microbatch(
             },
             sh.tp,
         )
-        reads = 1.0 + (flops.EAGER_FP8_CAST_EXTRA_ACTIVATIONS if eager else 0.0)  # eager: its amax
         if fp4:  # twice, rowwise and columnwise, each read from bf16 (memory.FP4_QUANTISATIONS)
-            written = memory.FP4_BYTES[fp4_recipe_of(workload)]
-            per_value = memory.FP4_QUANTISATIONS * (reads * workload.activation_bytes + written)
+            recipe = fp4_recipe_of(workload)
+            reads = 1 + memory.FP4_AMAX_READS[recipe]  # NVFP4: its per-tensor amax first
+            per_value = memory.FP4_QUANTISATIONS * (
+                reads * workload.activation_bytes + memory.FP4_BYTES[recipe]
+            )
+        elif eager:  # torchao's chain of kernels (abs, amax, upcast, scale, clamp, cast)
+            per_a, fixed = flops.EAGER_FP8_CAST_BYTES
+            per_value = per_a * workload.activation_bytes + fixed
         else:
-            per_value = reads * workload.activation_bytes + memory.FP8_BYTES
+            per_value = workload.activation_bytes + memory.FP8_BYTES
         cast = per_value * sum(widths[n] for n in memory.FP8_LINEAR_INPUTS)
         ew = ew + cast * m * (2.0 + mm_rerun) / acc.hbm_bytes_per_s
     attn_passes = 1.0 + (
