@@ -317,3 +317,42 @@ def test_the_first_stage_is_costed_as_the_heavier_of_its_own_and_a_middle_stage(
     head = terms.memory_by_microbatch(model, workload, sh, k, r, True, False)["activations/saved"]
     tail = terms.memory_by_microbatch(model, workload, sh, k, r, False, True)["activations/saved"]
     assert head[0] / tail[0] == pytest.approx(120 / 15, rel=1e-12)
+
+
+def test_a_memory_violation_names_the_ranks_whose_state_and_activations_it_takes():
+    """The layout of the test above: the first stage's bound takes a middle device's state (16 layers,
+    12,751,208,448 parameters, against the first's 15 layers and the embedding, 12,479,594,496) and the first
+    device's activations (120 layer-microbatches against 112), so the message names both ranks and worst_stage
+    is the activations' rank (they are the larger part). A DeepSeek-V3 split whose second rank holds 4 MoE layers
+    (ep 8: 32 local experts each) where the first holds 3 dense and 1 is named as rank 1, not 0."""
+    import numpy as np
+
+    from layoutsearch.core.catalogue import load_model
+    from layoutsearch.core.specs import Workload
+    from layoutsearch.costs import terms
+
+    model = load_model("llama3-405b")
+    sh = terms.Shapes.of(pp=8, tp=4, v=1, fsdp=32)
+    assert 15 * 796_950_528 + 525_336_576 == 12_479_594_496 < 12_751_208_448
+    workload = Workload(global_batch_seqs=1024, seq_len=8192)
+    state_at, saved_at = terms.first_stage_devices(
+        model, workload, sh, np.array([3]), np.array([32]), np.array([0]), False
+    )
+    assert (int(state_at[0]), int(saved_at[0])) == (1, 0)
+    problem = Problem.build("llama3-405b", "h100-1024", workload)
+    est = estimate(
+        problem,
+        Layout(pp=8, tp=4, fsdp=32, zero_stage=3, num_microbatches=32, recompute="none"),
+        strict=False,
+    )
+    assert est.worst_stage == 0
+    assert [v.message for v in est.violations] == [
+        "needs 142.1 GB per device at layer_backward (stage 1's state and stage 0's activations), "
+        "82.3 GB available"
+    ]
+    moe = Problem.build("deepseek-v3", "h800-128", build_workload(512, 4096))
+    est = estimate(moe, Layout(dp=8, pp=16, ep=8, zero_stage=3, num_microbatches=16), strict=False)
+    assert est.worst_stage == 1
+    assert "needs 567.9 GB per device at forward_end (stage 1), 82.3 GB available" in [
+        v.message for v in est.violations
+    ]

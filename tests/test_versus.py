@@ -116,7 +116,8 @@ def test_nothing_just_over_the_memory_leaves_the_claim_as_it_was():
 def test_estimate_says_a_layout_just_over_the_memory_may_run(cli_main):
     """`estimate` of Meta's Llama 3 405B layout (ZeRO-1): predicted 88.2 GB of 82.3 GB, 7.2% over, within the
     memory model's over-prediction of measured peaks (1 / (1 - 0.137) = 1.16x): exit 1 as before, and the line
-    says it may run; a layout 54x over says nothing of the kind."""
+    says it may run; a layout 54x over says nothing of the kind. The peak is pipeline rank 1's: its four chunks hold
+    32 layers, rank 0's 31 and the embedding."""
     args = (
         "--model",
         "llama3-405b",
@@ -139,7 +140,7 @@ def test_estimate_says_a_layout_just_over_the_memory_may_run(cli_main):
     )
     assert code == 1
     assert err.strip() == (
-        "does not fit: needs 88.2 GB per device at forward_end (stage 0), 82.3 GB available; 7.2% over, "
+        "does not fit: needs 88.2 GB per device at forward_end (stage 1), 82.3 GB available; 7.2% over, "
         "within what the memory model over-predicts measured peaks (up to 1.16x), so it may run"
     )
     code, _, err = cli_main(

@@ -163,13 +163,13 @@ def _estimate_placed(
     violations = list(violations)
     if layout.offload != "none":
         violations += _host_memory_violations(problem, memory_bytes)
+    worst_stage, where = _worst_stage(problem, key, layout.pp, big, moment)
     if peak_bytes > capacity:
-        stage_no = 0 if big == 0 else layout.pp - 1
         violations.append(
             Violation(
                 "memory",
                 f"needs {peak_bytes / GB:.1f} GB per device at {peak_name} "
-                f"(stage {stage_no}), {capacity / GB:.1f} GB available",
+                f"({where}), {capacity / GB:.1f} GB available",
             )
         )
     return Estimate(
@@ -179,7 +179,7 @@ def _estimate_placed(
         memory_bytes=memory_bytes,
         memory_moments=stages[big]["moments"],
         peak_moment=peak_name,
-        worst_stage=0 if big == 0 else layout.pp - 1,
+        worst_stage=worst_stage,
         time_s=times,
         collectives=_collectives(problem, key, stages[slow], steps),
         step_time_s=times["step"],
@@ -300,6 +300,30 @@ def _stage_memory(problem: Problem, key: _Keys, first: bool, last: bool) -> dict
         "host_offloaded": _scalar(items["host/offloaded"]),
         "host_offloaded_state": _scalar(items.get("host/offloaded_state", 0.0)),
     }
+
+
+def _worst_stage(problem: Problem, key: _Keys, pp: int, big: int, moment: dict) -> tuple[int, str]:
+    """The pipeline rank of the peak memory (``big``: 0 the first stage's bound, 1 the last stage) and its
+    words: the first stage's bound takes the state and the saved activations of the devices before the last
+    that hold more of each (``terms.first_stage_devices``), one rank or two."""
+    if big == 1:
+        return pp - 1, f"stage {pp - 1}"
+    if pp == 1:
+        return 0, "stage 0"
+    state_at, saved_at = (
+        int(np.ravel(x)[0])
+        for x in terms.first_stage_devices(
+            problem.model, problem.workload, key.sh, key.z, key.k, key.r, key.sp
+        )
+    )
+    if state_at == saved_at:
+        return state_at, f"stage {state_at}"
+    state = sum(v for name, v in moment.items() if name.startswith("state/"))
+    saved = sum(v for name, v in moment.items() if name.startswith("activations/"))
+    return (
+        state_at if state >= saved else saved_at,
+        f"stage {state_at}'s state and stage {saved_at}'s activations",
+    )
 
 
 def _stage_terms(problem: Problem, key: _Keys, stages: list[dict], st: int) -> step.StageTerms:

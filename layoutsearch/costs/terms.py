@@ -1834,8 +1834,13 @@ def first_device_params(model: ModelSpec, sh: Shapes, end_only: bool = False):
 def _heaviest(devices: list, weight) -> Any:
     """Entry by entry, each row's values of the device of ``devices`` (tuples, or dicts, of arrays) whose
     ``weight`` is largest (the first of a tie)."""
-    best, best_w = devices[0], weight(devices[0])
-    for other in devices[1:]:
+    return _heaviest_at(devices, weight)[0]
+
+
+def _heaviest_at(devices: list, weight) -> tuple[Any, Any]:
+    """``_heaviest`` and, per row, the position in ``devices`` of the device it took."""
+    best, best_w, at = devices[0], weight(devices[0]), np.zeros(np.shape(weight(devices[0])), int)
+    for i, other in enumerate(devices[1:], start=1):
         w = weight(other)
         more = w > best_w
         if isinstance(best, dict):
@@ -1843,7 +1848,8 @@ def _heaviest(devices: list, weight) -> Any:
         else:
             best = tuple(np.where(more, a, b) for a, b in zip(other, best, strict=True))
         best_w = np.maximum(best_w, w)
-    return best
+        at = np.where(more, i, at)
+    return best, at
 
 
 def _layers_params(model: ModelSpec, sh: Shapes, dense, moe):
@@ -1922,8 +1928,7 @@ def memory_by_zero(
     stage): state, gathered weights, layer grads; offloaded state in host memory (``host_state``). The first
     stage's state is that of the device of ``device_params`` with more state bytes at each ZeRO stage."""
     if first:  # the heaviest device's state, in bytes
-        states = [_state_items(model, workload, sh, z, *d) for d in device_params(model, sh)]
-        out = _heaviest(states, lambda items: sum(items.values()))
+        out = _heaviest(_device_states(model, workload, sh, z), lambda items: sum(items.values()))
     else:
         layers = _last_where(model, sh, _f(layers_per_stage(model, sh, True)), 2)
         experts = expert_stage_params(model, sh, False) if model.moe is not None else 0.0
@@ -1960,6 +1965,24 @@ def memory_by_zero(
     out["temporary/gathered"] = gathered * workload.weight_bytes_per_param
     out["temporary/layer_grads"] = grads * workload.grad_bytes_per_param
     return host_state(out, offload) if np.any(offload) else out
+
+
+def _device_states(model: ModelSpec, workload: Workload, sh: Shapes, z) -> list[dict]:
+    """``_state_items`` of each device of ``device_params``."""
+    return [_state_items(model, workload, sh, z, *d) for d in device_params(model, sh)]
+
+
+def first_stage_devices(
+    model: ModelSpec, workload: Workload, sh: Shapes, z, k, r, sequence_parallel: bool
+) -> tuple[Any, Any]:
+    """Per row, the pipeline ranks whose state and whose saved activations the first stage's memory takes
+    (``memory_by_zero``, ``device_activations``): 0, or the middle device of ``first_devices`` that holds more."""
+    ranks = [np.zeros(np.shape(sh.pp))] + [_f(i) for _, _, i in first_devices(model, sh)[1]]
+    _, state_at = _heaviest_at(_device_states(model, workload, sh, z), lambda d: sum(d.values()))
+    _, saved_at = _device_activations_at(model, workload, sh, k, r, sequence_parallel)
+    return tuple(
+        np.choose(at, np.broadcast_arrays(*ranks)).astype(int) for at in (state_at, saved_at)
+    )
 
 
 def _state_items(
@@ -2102,6 +2125,22 @@ def device_activations(
     device i holds min(K, p - i) microbatches of stage i and min(K, i + 1) of stage p - 1 - i: the end device p of
     the first stage's and 1 of the last's, a middle device p + 1 of a middle stage's. ``offloads``: whether a
     policy keeps activations on the host (else those bytes are 0)."""
+    saved, _ = _device_activations_at(model, workload, sh, k, r, sequence_parallel, first, offloads)
+    return saved
+
+
+def _device_activations_at(
+    model: ModelSpec,
+    workload: Workload,
+    sh: Shapes,
+    k,
+    r,
+    sequence_parallel: bool,
+    first: bool = True,
+    offloads: bool = False,
+):
+    """``device_activations`` and, per row, the position in ``first_devices``' devices (0: the first device)
+    of the device it took."""
     m = tokens_per_microbatch(workload, sh, k)
     comp = sh.stage_compositions(model)
     first_l, first_moe, last_l, last_moe = comp[:4]
@@ -2146,8 +2185,8 @@ def device_activations(
             for d, e in zip(widths[:parts], widths[parts:], strict=True)
         ]
 
-    saved = _heaviest([tuple(held(*d)) for d in (end, *middles)], lambda h: h[0])
-    return saved[0], (saved[1] if offloads else np.zeros(np.shape(saved[0])))
+    saved, at = _heaviest_at([tuple(held(*d)) for d in (end, *middles)], lambda h: h[0])
+    return (saved[0], (saved[1] if offloads else np.zeros(np.shape(saved[0])))), at
 
 
 def dispatch_buffer_bytes(model: ModelSpec, workload: Workload, sh: Shapes, m):
