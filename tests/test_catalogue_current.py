@@ -1,4 +1,4 @@
-"""The accelerators brought current: AMD Instinct MI300X / MI325X / MI355X and NVIDIA B300 / GB300."""
+"""The accelerators brought current: AMD Instinct MI300X / MI325X / MI355X, NVIDIA B300 / GB300 and Intel Gaudi 3."""
 
 import json
 
@@ -18,6 +18,7 @@ PUBLISHED = {
     "mi355x": (2516.6, 5033.2, 288, 8000, 535.5, 50, 1400),
     "b300": (2250, 4500, 288e9 / 2**30, 8000, 900, 100, 1100),
     "gb300": (2500, 5000, 288e9 / 2**30, 8000, 900, 100, 1400),
+    "gaudi3": (1835, 1835, 128e9 / 2**30, 3670, 525, 75, 900),
 }
 CLUSTERS = {
     "mi300x": "mi300x-64",
@@ -25,6 +26,7 @@ CLUSTERS = {
     "mi355x": "mi355x-1024",
     "b300": "b300-512",
     "gb300": "gb300-576",
+    "gaudi3": "gaudi3-64",
 }
 
 
@@ -50,7 +52,7 @@ def test_each_new_part_is_uncalibrated(name):
 
 
 def test_node_domains_are_eight_gpus_and_an_nvl72_rack():
-    """AMD platforms and HGX B300 are 8-GPU nodes; GB300 NVL72 is 72 GPUs, 4 per host."""
+    """AMD platforms, HGX B300 and the Gaudi 3 server are 8-device nodes; GB300 NVL72 is 72 GPUs, 4 per host."""
     shape = {
         n: (load_accelerator(n).devices_per_node, load_accelerator(n).devices_per_host)
         for n in PUBLISHED
@@ -61,6 +63,7 @@ def test_node_domains_are_eight_gpus_and_an_nvl72_rack():
         "mi355x": (8, 8),
         "b300": (8, 8),
         "gb300": (72, 4),
+        "gaudi3": (8, 8),
     }
 
 
@@ -189,7 +192,8 @@ def test_an_amd_layout_exports_to_megatron_and_torchtitan(tmp_path):
 
 def test_a_tensor_parallel_pair_on_an_amd_node_gets_one_peer_link():
     """MI300X's node is a full mesh (topology.node_fabric: mesh): a group of 2 GPUs has one 64 GB/s
-    link each way, a group of 8 the 7 links (448 GB/s); on H100's NVSwitch both get 450 GB/s."""
+    link each way, a group of 8 the 7 links (448 GB/s); Gaudi 3's server likewise with 3 x 200 GbE (75 GB/s)
+    to each peer, 525 GB/s for 8; on H100's NVSwitch both get 450 GB/s."""
     from layoutsearch.core.topology import resolve_cluster
     from layoutsearch.costs.comms import SpanPart, Spans, ring_bandwidth
 
@@ -201,5 +205,31 @@ def test_a_tensor_parallel_pair_on_an_amd_node_gets_one_peer_link():
 
     assert node_bandwidth("mi300x-64", 2) == ("mesh", pytest.approx(64e9))
     assert node_bandwidth("mi300x-64", 8) == ("mesh", pytest.approx(448e9))
+    assert node_bandwidth("gaudi3-64", 2) == ("mesh", pytest.approx(75e9))
+    assert node_bandwidth("gaudi3-64", 8) == ("mesh", pytest.approx(525e9))
     assert node_bandwidth("h100-64", 2) == ("switch", pytest.approx(450e9))
     assert node_bandwidth("h100-64", 8) == ("switch", pytest.approx(450e9))
+
+
+def test_gaudi3_matmul_fraction_is_h100s_scaled_by_the_same_benchmark_and_fp8_runs_at_bf16s_peak():
+    """matmul_efficiency = 0.6667 x (1243.0 / 1835) / (794.5 / 989) = 0.5622 (docs/calibration.md#intel-gaudi-3-gaudi3);
+    the matrix engines' fp8 peak is their bf16 one, and per tensor keeps the measured fp8 / bf16 matmul fraction
+    (1289.5 / 1243.0) x Hopper's in-training share of its kernel ratio (0.8 / 0.9275): 0.8948, so an fp8 GEMM is
+    predicted at 0.8948 of a bf16 one. Rowwise, blockwise and MX recipes are not catalogued."""
+    from layoutsearch.costs import gemm
+
+    acc = load_accelerator("gaudi3")
+    assert acc.matmul_efficiency == round(0.6667 * (1243.0 / 1835) / (794.5 / 989), 4) == 0.5622
+    assert dict(acc.fp8_recipe_ratio) == {"tensorwise": round(0.8 * (1289.5 / 1243.0) / 0.9275, 4)}
+    assert dict(acc.fp8_recipe_ratio)["tensorwise"] == 0.8948
+    fp8_rate = gemm.fp8_matmul_efficiency(acc, "tensorwise") * acc.peak_fp8_flops_per_s
+    assert fp8_rate / (acc.matmul_efficiency * acc.peak_flops_per_s) == pytest.approx(0.8948)
+    r = runner.invoke(
+        app,
+        [
+            *("estimate", "--model", "llama3-8b", "--cluster", "gaudi3-8", "--layout", "fsdp=8"),
+            *("--precision", "fp8", "--fp8-recipe", "blockwise"),
+        ],
+    )
+    assert r.exit_code == 2
+    assert "--fp8-recipe blockwise: gaudi3 cannot run it" in r.output
