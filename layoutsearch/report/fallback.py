@@ -11,7 +11,11 @@ The search uses every device of its cluster and needs the batch to divide by dp 
 fallback runs on the largest cluster of whole nodes its degrees can fill (``h100-(8 x m)``) and
 says how many of the surviving nodes idle. The reshard-free family keeps the global batch when
 the data-parallel degree it reaches divides it, else it takes the nearest batch that degree
-divides (ties to the smaller) and says so; the free family runs at that same batch, on each
+divides (ties to the smaller) or, where the pipeline's microbatches per data unit would then not
+divide by its stages (what an interleaved or zero-bubble schedule needs), the largest batch up to
+the healthy one that divides by data-parallel degree x stages too (never a larger batch, whose
+smaller bubble share would win by itself), whichever runs more tokens per second (the nearer
+within ``TIE``), and says so; the free family runs at each of those batches, on each
 cluster from all surviving nodes down to the reshard-free one's, and keeps the fastest (so it is
 never slower than the reshard-free layout). Throughput loss = 1 - tokens/s / healthy tokens/s.
 """
@@ -20,6 +24,7 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Callable
+from typing import Any
 
 from layoutsearch.core.errors import InvalidArgumentError
 from layoutsearch.core.options import PlanOptions
@@ -45,6 +50,7 @@ __all__ = [
 ]
 
 FAMILIES = ("reshard-free", "free")
+TIE = 0.005  # relative tokens/s within which the batch nearer the healthy one is kept
 KEPT_DEGREES = ("tp", "pp", "cp", "ep", "etp")  # what a reshard-free fallback keeps
 
 Solver = Callable[[Problem, SearchRequest], SearchResult]
@@ -183,48 +189,71 @@ def fallbacks(
     for lost in range(1, max_nodes_lost + 1):
         left = nodes.count - lost
         units = next((u for u in range(left, 0, -1) if u * nodes.devices % group == 0), 0)
-        batch = seqs
+        batches = [seqs]
         if units:
             data_parallel = units * nodes.devices // group
-            batch = seqs if seqs % data_parallel == 0 else nearest_batch(seqs, data_parallel)
-        common = {"nodes_lost": lost, "global_batch_seqs": batch, "batch_changed": batch != seqs}
-        kept_row = _row(searches, healthy, units, batch, kept, left, common, 0.0)
+            if seqs % data_parallel:
+                batches = [nearest_batch(seqs, data_parallel)]
+                rounds = data_parallel * lay.pp  # a whole number of microbatches per stage
+                whole = max(rounds, seqs // rounds * rounds)
+                if (batches[0] // data_parallel) % lay.pp and whole != batches[0]:
+                    batches.append(whole)
+        kept_row = None
+        for batch in batches:
+            row = _row(searches, healthy, units, (batch, seqs), kept, (lost, left), 0.0)
+            if kept_row is None or _faster(row, kept_row):
+                kept_row = row
+        assert kept_row is not None
         rows.append(kept_row)
         floor = units if kept_row.estimate is not None else max(1, left - group // nodes.devices)
         best = None
-        for size in range(left, floor - 1, -1):
-            row = _row(
-                searches,
-                healthy,
-                size,
-                batch,
-                {},
-                left,
-                common,
-                reshard_s(healthy, size * nodes.devices, write_bw),
-            )
-            if row.estimate is not None and (
-                best is None
-                or best.estimate is None
-                or row.estimate.tokens_per_s > best.estimate.tokens_per_s
-            ):
-                best = row
+        for batch in batches:
+            for size in range(left, floor - 1, -1):
+                row = _row(
+                    searches,
+                    healthy,
+                    size,
+                    (batch, seqs),
+                    {},
+                    (lost, left),
+                    reshard_s(healthy, size * nodes.devices, write_bw),
+                )
+                if row.estimate is not None and (
+                    best is None
+                    or best.estimate is None
+                    or row.estimate.tokens_per_s > best.estimate.tokens_per_s
+                ):
+                    best = row
         rows.append(best or dataclasses.replace(row, family="free"))
     return rows
+
+
+def _faster(row: Fallback, than: Fallback) -> bool:
+    """Whether ``row`` runs more tokens per second than ``than`` by more than ``TIE`` (a row that fits
+    beats one that does not)."""
+    if row.estimate is None or than.estimate is None:
+        return than.estimate is None and row.estimate is not None
+    return row.estimate.tokens_per_s > than.estimate.tokens_per_s * (1 + TIE)
 
 
 def _row(
     searches: _Searches,
     healthy: Estimate,
     units: int,
-    batch: int,
+    batches: tuple[int, int],
     fix: dict[str, int],
-    left: int,
-    common: dict,
+    nodes: tuple[int, int],
     reshard: float,
 ) -> Fallback:
-    """The fallback of one search (reshard-free when ``fix`` holds degrees, else free)."""
+    """The fallback of one search (reshard-free when ``fix`` holds degrees, else free) on ``units`` nodes at
+    ``batches`` (the fallback's batch, the healthy one), ``nodes`` (lost, left)."""
     family = FAMILIES[0] if fix else FAMILIES[1]
+    (batch, seqs), (lost, left) = batches, nodes
+    common: dict[str, Any] = {
+        "nodes_lost": lost,
+        "global_batch_seqs": batch,
+        "batch_changed": batch != seqs,
+    }
     if not units:
         return Fallback(
             family=family,

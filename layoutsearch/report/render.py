@@ -870,7 +870,8 @@ def plan_markdown(document: dict) -> str:
         if any(e["batch_changed"] for e in document["fallback"]):
             lines += [
                 "",
-                "\\* the nearest global batch the fallback's data-parallel degree divides",
+                "\\* a global batch the fallback's data-parallel degree divides: the nearest, or the largest "
+                "up to the healthy one whose microbatches divide by the pipeline's stages, where that runs faster",
             ]
     return "\n".join([*lines, ""])
 
@@ -905,4 +906,7 @@ def fallback_report(entries: list[dict], healthy_tokens_per_s: float) -> None:
         table.add_row(*fallback_cells(entry))
     console().print(table)
     if any(entry["batch_changed"] for entry in entries):
-        console().print("* the nearest global batch the fallback's data-parallel degree divides")
+        console().print(
+            "* a global batch the fallback's data-parallel degree divides: the nearest, or the largest "
+            "up to the healthy one whose microbatches divide by the pipeline's stages, where that runs faster"
+        )
