@@ -474,16 +474,3 @@ def per_candidate_funnel(problem: Problem, rules) -> list[int]:
         survivors = alive & zero_ok.any(axis=1) & recompute_ok.any()
         out.append(len(np.unique(c["tuple"][survivors])))
     return out
-
-
-def load_script(name: str):
-    """The module of ``scripts/<name>.py`` (the repository's scripts are not a package)."""
-    import importlib.util
-
-    spec = importlib.util.spec_from_file_location(
-        name, Path(__file__).resolve().parents[1] / "scripts" / f"{name}.py"
-    )
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module

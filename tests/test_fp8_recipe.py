@@ -1,9 +1,10 @@
 """fp8 by scaling recipe: the H200- and H100-measured rate ratios, the choice per framework and part, the exports."""
 
+import importlib.util
 import json
+from pathlib import Path
 
 import pytest
-from builders import load_script
 from typer.testing import CliRunner
 
 from layoutsearch.cli import app
@@ -14,7 +15,13 @@ from layoutsearch.costs import gemm
 from layoutsearch.costs.estimate import estimate
 from layoutsearch.validation.mapping import fp8_recipe
 
-ratios_script = load_script("fp8_recipe_ratios")
+ROOT = Path(__file__).resolve().parents[1]
+_spec = importlib.util.spec_from_file_location(
+    "fp8_recipe_ratios", ROOT / "scripts" / "fp8_recipe_ratios.py"
+)
+assert _spec is not None and _spec.loader is not None
+ratios_script = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(ratios_script)
 
 runner = CliRunner()
 
