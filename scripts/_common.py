@@ -30,3 +30,29 @@ def data_file(name: str) -> Path:
 def table_head(*columns: str) -> list[str]:
     """A Markdown table's header and separator lines."""
     return ["| " + " | ".join(columns) + " |", "|" + "---|" * len(columns)]
+
+
+def llama_model(shape: dict) -> dict:
+    """A run record's model block for a Llama 3 shape (``shape``: layers, d_model, d_ff, heads): gated MLP, 8 KV
+    heads of 128, the 128,256-token vocabulary, untied embeddings."""
+    return {
+        **shape,
+        "mlp": "gated",
+        "num_kv_heads": 8,
+        "head_dim": 128,
+        "vocab_size": 128256,
+        "tied_embeddings": False,
+    }
+
+
+def measured_throughput(tokens_per_s_per_device: float, memory_gib: float | None = None) -> dict:
+    """A run record's measured block holding a throughput (and the printed memory, where there is one)."""
+    return {
+        "tokens_per_s_per_device": tokens_per_s_per_device,
+        "step_time_s": None,
+        "mfu": None,
+        "mfu_convention": None,
+        "peak_tflops_used": None,
+        "memory_gib_per_device": memory_gib,
+        "oom": False,
+    }

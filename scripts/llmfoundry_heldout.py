@@ -23,6 +23,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import yaml
+from _common import measured_throughput
 
 OUT = Path(__file__).resolve().parents[1] / "tests" / "data" / "llmfoundry_sweeps_heldout.yaml"
 COMMIT = "beb8dee6922c5e31d27a24a713a1315b4013185d"
@@ -100,15 +101,7 @@ def record(table, model, seq, mbs, ga, ac, tokens_per_s, mfu) -> dict:
             "num_microbatches": ga,
             "recompute": "full" if ac else "none",
         },
-        "measured": {
-            "tokens_per_s_per_device": round(tokens_per_s / GPUS, 3),
-            "step_time_s": None,
-            "mfu": None,
-            "mfu_convention": None,
-            "peak_tflops_used": None,
-            "memory_gib_per_device": None,
-            "oom": False,
-        },
+        "measured": measured_throughput(round(tokens_per_s / GPUS, 3)),
         "derived": {
             "campaign": f"{table} (one container and mixed-precision mode): rows compare within it",
             "tokens_per_s_per_device": f"the table's Throughput (T/s) {tokens_per_s} over {GPUS} GPUs",

@@ -28,6 +28,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import yaml
+from _common import llama_model, measured_throughput
 
 OUT = Path(__file__).resolve().parents[1] / "tests" / "data" / "torchtitan_heldout.yaml"
 PAGE = "pytorch/torchtitan benchmarks/llama3_h100_202412_torchtitan.md"
@@ -96,14 +97,7 @@ def record(row: tuple) -> dict:
         "id": f"torchtitan-h100-2024-t{table}-{model}-n{n}-fsdp{fsdp}-tp{tp}-pp{pp}-cp{cp}-s{seq}-{tag}{sched}",
         "source": f"{SOURCE}, table {table}",
         "trust": "high",
-        "model": {
-            **MODELS[model],
-            "mlp": "gated",
-            "num_kv_heads": 8,
-            "head_dim": 128,
-            "vocab_size": 128256,
-            "tied_embeddings": False,
-        },
+        "model": llama_model(MODELS[model]),
         "workload": {
             "seq_len": seq,
             "global_batch_seqs": local * fsdp,
@@ -137,15 +131,7 @@ def record(row: tuple) -> dict:
             "recompute_policy": "op" if recompute == "op" else None,
             "async_tp": async_tp,
         },
-        "measured": {
-            "tokens_per_s_per_device": tps,
-            "step_time_s": None,
-            "mfu": None,
-            "mfu_convention": None,
-            "peak_tflops_used": None,
-            "memory_gib_per_device": gib,
-            "oom": False,
-        },
+        "measured": measured_throughput(tps, gib),
         "derived": {
             "tokens_per_s_per_device": "the table's TPS/GPU (read at the 90th iteration)",
             "memory_gib_per_device": "the table's Memory(GiB): the largest across the GPUs (footnote 1)",

@@ -7,7 +7,8 @@ Regenerate: python scripts/validation.py [RUNS.yaml] [--max-median-error 0.10] [
 RUNS.yaml defaults to the repository's copy of the development set, tests/data/runs_dev.yaml; the
 report adds the held-out BLOOM prequel rows of tests/data/bloom_prequel_heldout.yaml
 (scripts/bloom_heldout.py), llm-foundry's sweeps (scripts/llmfoundry_heldout.py), MaxText's TPU v5e
-table (scripts/maxtext_v5e_heldout.py) and torchtitan's H100 and H200 benchmarks (scripts/torchtitan_heldout.py),
+table (scripts/maxtext_v5e_heldout.py), torchtitan's H100 and H200 benchmarks (scripts/torchtitan_heldout.py) and
+Megatron-Bridge's dense Llama tables on GB300, GB200 and H100 (scripts/megatron_bridge_heldout.py),
 validated with the same catalogue.
 The report holds the in-sample errors (the catalogue's calibration), the leave-one-source-out
 errors (calibration refitted without each source in turn), the ranking metrics, and the
@@ -31,6 +32,7 @@ import copy
 import datetime as dt
 import hashlib
 import math
+import statistics
 import subprocess
 from pathlib import Path
 
@@ -63,6 +65,8 @@ SWEEP_RUNS = "llmfoundry_sweeps_heldout.yaml"
 V5E_RUNS = "maxtext_v5e_heldout.yaml"
 # in tests/data/: torchtitan's published H100 (500 W) and H200 benchmarks (torchtitan_heldout.py)
 TITAN_RUNS = "torchtitan_heldout.yaml"
+# in tests/data/: Megatron-Bridge's dense Llama tables, FP8 / MXFP8 / NVFP4 (megatron_bridge_heldout.py)
+BRIDGE_RUNS = "megatron_bridge_heldout.yaml"
 # The MoE issue's targets: median and p90 |error| of tokens/s per device, share of records skipped.
 MOE_TARGETS = {"median_abs_rel_error": 0.12, "p90_abs_rel_error": 0.25, "skipped_share": 0.10}
 OWN_OUTPUTS = (
@@ -844,6 +848,129 @@ def titan_lines(doc: dict, records: list[dict]) -> list[str]:
     return lines
 
 
+def _bridge_label(r: dict) -> tuple[str, str, str]:
+    """(system, model, precision) of a Megatron-Bridge held-out row."""
+    wl = r["workload"]
+    precision = {"current-scaling": "FP8", "mxfp8": "MXFP8"}.get(
+        wl.get("fp8_recipe") or "", "NVFP4"
+    )
+    return r["cluster"]["accelerator"].upper(), r["id"].split("-")[4].upper(), precision
+
+
+def bridge_lines(doc: dict, records: list[dict]) -> list[str]:
+    """The held-out Megatron-Bridge tables: errors by part, each row, and each precision's throughput over
+    FP8's on the same part and model (measured against predicted, each row at its own layout)."""
+    by_id = {e["id"]: e for e in doc["records"]}
+    parts = sorted(
+        {r["cluster"]["accelerator"] for r in records}, key=["gb300", "gb200", "h100"].index
+    )
+    groups = {p.upper(): [r for r in records if r["cluster"]["accelerator"] == p] for p in parts}
+    lines = [
+        f"`tests/data/{BRIDGE_RUNS}` ({len(records)} rows written by `scripts/megatron_bridge_heldout.py`): the "
+        "'26.04.01 NeMo Container' pre-training tables of NVIDIA-NeMo/Megatron-Bridge's performance summary "
+        "(`docs/performance-summary-archive.md` @ 21d102f, May 2026): Llama 3 70B on 64 GPUs and Llama 3.1 405B on "
+        "256 (1,024 H100s), on GB300 and GB200 NVL72 racks in FP8 (current scaling), MXFP8 and NVFP4, and on H100 "
+        "in FP8, each at the layout its row prints. No development record runs a dense model on GB300 or "
+        "GB200 from this source, in MXFP8 on a dense model or in fp4. Nothing is fitted on them.",
+        "",
+        "| rows | evaluated | median abs | p90 abs | median signed | in the 80% band |",
+        "|---|---|---|---|---|---|",
+    ]
+    for name, group in {**groups, "all": records}.items():
+        entries = [by_id[r["id"]] for r in group]
+        st = error_stats([e["rel_error"] for e in entries if e["rel_error"] is not None])
+        band = sum(e.get("in_band") is True for e in entries)
+        lines.append(
+            f"| {name} | {st['count']} of {len(group)} | {pct(st['median_abs_rel_error'])} | "
+            f"{pct(st['p90_abs_rel_error'])} | {pct(st['median_rel_error'], True)} | {band} of {st['count']} |"
+        )
+    evaluated = [r for r in records if by_id[r["id"]]["rel_error"] is not None]
+    signed = {
+        name: error_stats([by_id[r["id"]]["rel_error"] for r in group if r in evaluated])[
+            "median_rel_error"
+        ]
+        for name, group in groups.items()
+    }
+    pairs: dict[tuple, dict] = {}
+    for r in evaluated:
+        if r["cluster"]["accelerator"] in ("gb300", "gb200"):
+            pairs.setdefault(_bridge_label(r)[1:], {})[r["cluster"]["accelerator"]] = by_id[r["id"]]
+    over = [
+        (
+            p["gb300"]["measured_tokens_per_s_per_device"]
+            / p["gb200"]["measured_tokens_per_s_per_device"],
+            p["gb300"]["predicted_tokens_per_s_per_device"]
+            / p["gb200"]["predicted_tokens_per_s_per_device"],
+        )
+        for p in pairs.values()
+        if len(p) == 2
+    ]
+    if "GB300" in signed and "GB200" in signed and over:
+        lines += [
+            "",
+            f"The Blackwell rows are predicted too slow ({pct(signed['GB300'], True)} on GB300, "
+            f"{pct(signed['GB200'], True)} on GB200 at the median; H100 "
+            f"{pct(signed.get('H100'), True)}): Blackwell's `matmul_efficiency` is fitted on the MoE records "
+            "(docs/calibration.md#blackwell-b200-gb200), and the held-out dense runs of that section asked for "
+            "more. GB300 and GB200 share it, while GB300 ran "
+            f"{pct(statistics.median(m for m, _ in over) - 1, True)} faster than GB200 at the median over the "
+            f"{len(over)} model-precision pairs (predicted {pct(statistics.median(q for _, q in over) - 1, True)}): "
+            "the same dense bf16 and fp8 peaks, a 1,400 W board against 1,200 W.",
+        ]
+    lines += [
+        "",
+        "| part | model | GPUs | precision | fsdp x tp x pp x cp, v | measured | predicted | error |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
+    skipped = []
+    for r in records:
+        e, lay = by_id[r["id"]], r["layout"]
+        part, model, precision = _bridge_label(r)
+        predicted = e["predicted_tokens_per_s_per_device"]
+        if predicted is None:
+            skipped.append(f"{part} {model} {precision}: {e['skipped_reason']}")
+        lines.append(
+            f"| {part} | {model} | {r['cluster']['num_devices']} | {precision} | {lay['fsdp']} x {lay['tp']} x "
+            f"{lay['pp']} x {lay['cp']}, {lay['virtual_stages']} | "
+            f"{e['measured_tokens_per_s_per_device']:,.0f} | "
+            f"{'skipped' if predicted is None else f'{predicted:,.0f}'} | {pct(e['rel_error'], True)} |"
+        )
+    lines += ["", *(f"- Skipped: {x}." for x in skipped)] if skipped else []
+    rows = {_bridge_label(r): by_id[r["id"]] for r in evaluated}
+    lines += [
+        "",
+        "Each precision's tokens/s over FP8's on the same part and model (the rows' own layouts, which differ "
+        "between precisions; where the FP8 row is skipped, over MXFP8's): what a user choosing the precision acts "
+        "on, apart from the part's level.",
+        "",
+        "| part | model | precision | over | measured | predicted | error |",
+        "|---|---|---|---|---|---|---|",
+    ]
+    ratio_errors = []
+    for (part, model, precision), e in rows.items():
+        over = "FP8" if (part, model, "FP8") in rows else "MXFP8"
+        base = rows.get((part, model, over))
+        if precision == over or base is None:
+            continue
+        measured = e["measured_tokens_per_s_per_device"] / base["measured_tokens_per_s_per_device"]
+        predicted = (
+            e["predicted_tokens_per_s_per_device"] / base["predicted_tokens_per_s_per_device"]
+        )
+        ratio_errors.append((f"{precision} over {over}", predicted / measured - 1))
+        lines.append(
+            f"| {part} | {model} | {precision} | {over} | {measured:.3f} | {predicted:.3f} | "
+            f"{pct(predicted / measured - 1, True)} |"
+        )
+    for pair in sorted({p for p, _ in ratio_errors}):
+        errs = [x for p, x in ratio_errors if p == pair]
+        lines += [
+            "",
+            f"{pair}: median error {pct(statistics.median(errs), True)}, from {pct(min(errs), True)} to "
+            f"{pct(max(errs), True)} over {len(errs)} pair{'s' if len(errs) > 1 else ''}.",
+        ]
+    return lines
+
+
 def write_markdown(
     doc: dict,
     runs: Path,
@@ -856,6 +983,7 @@ def write_markdown(
     sweep: tuple[dict, list[dict]] | None = None,
     v5e: tuple[dict, list[dict]] | None = None,
     titan: tuple[dict, list[dict]] | None = None,
+    bridge: tuple[dict, list[dict]] | None = None,
 ) -> None:
     """results/validation.md: summary, groups, worst misses, sweeps, skipped, per-record table
     (``lofo``: ``leave_one_family_out``'s result, for the uncalibrated band's coverage)."""
@@ -948,6 +1076,13 @@ def write_markdown(
             "## Held out: torchtitan's H100 (500 W) and H200 benchmarks",
             "",
             *titan_lines(*titan),
+        ]
+    if bridge is not None:
+        lines += [
+            "",
+            "## Held out: Megatron-Bridge's dense Llama tables on GB300, GB200 and H100 (FP8, MXFP8, NVFP4)",
+            "",
+            *bridge_lines(*bridge),
         ]
     lines += [
         "",
@@ -1433,6 +1568,8 @@ def main(argv: list[str] | None = None) -> int:
     v5e = validate_runs(v5e_records, args.max_median_error, rank=False, loso=False)
     titan_records = load_runs(data_file(TITAN_RUNS))
     titan = validate_runs(titan_records, args.max_median_error, rank=False, loso=False)
+    bridge_records = load_runs(data_file(BRIDGE_RUNS))
+    bridge = validate_runs(bridge_records, args.max_median_error, rank=False, loso=False)
     write_markdown(
         doc,
         args.runs,
@@ -1445,6 +1582,7 @@ def main(argv: list[str] | None = None) -> int:
         (sweep, sweep_records),
         (v5e, v5e_records),
         (titan, titan_records),
+        (bridge, bridge_records),
     )
     write_scatter(doc, args.out / "validation_scatter.png")
     s, loso, rk = doc["summary"], doc["summary"]["loso"], doc["summary"]["ranking"]

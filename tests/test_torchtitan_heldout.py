@@ -16,6 +16,9 @@ SCRIPT = str(Path(__file__).resolve().parents[1] / "scripts" / "torchtitan_heldo
 
 
 def test_the_file_is_what_the_script_writes(data_file, tmp_path, monkeypatch):
+    monkeypatch.syspath_prepend(
+        str(Path(SCRIPT).parent)
+    )  # the script imports its neighbour _common
     module = runpy.run_path(SCRIPT)
     written = tmp_path / "torchtitan_heldout.yaml"
     monkeypatch.setitem(module["main"].__globals__, "OUT", written)

@@ -910,7 +910,7 @@ def test_null_or_unknown_values_skip_the_record_not_the_file(tmp_path):
         reasons["bad-acc"]
         == "unknown accelerator 'a100-80g' (did you mean 'a100-80gb'?): not in the catalogue"
     )
-    assert reasons["tf32"] == "precision 'tf32': the engine models bf16/fp16/fp8 training only"
+    assert reasons["tf32"] == "precision 'tf32': the engine models bf16/fp16/fp8/fp4 training only"
     assert reasons["swiglu"].startswith("model: ") and "'mlp'" in reasons["swiglu"]
     assert reasons["no-measure"].startswith(
         "no measurement: measured.tokens_per_s_per_device is null"

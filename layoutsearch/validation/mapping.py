@@ -71,7 +71,7 @@ ACCELERATOR_ALIASES = {"h800": "h100"}  # used only while the catalogue has no s
 UNMODELLED_PRECISIONS: tuple[
     str, ...
 ] = ()  # every record precision is costed (fp8 since the trust issue)
-ENGINE_PRECISIONS = ("bf16", "fp16", "fp8")
+ENGINE_PRECISIONS = ("bf16", "fp16", "fp8", "fp4")
 
 
 # ----------------------------------------------------------------------------- mapping
@@ -380,6 +380,13 @@ def fp8_recipe(record: dict) -> str | None:
     if wl.get("precision") != "fp8":
         return None
     return RECORD_FP8_RECIPES.get(wl.get("fp8_recipe") or "")
+
+
+def fp4_recipe(record: dict) -> str | None:
+    """Rule 5: the fp4 scaling recipe the record names (``workload.fp4_recipe``: nvfp4, mxfp4); None where it names
+    none (NVFP4, the engine's default) or the run is not fp4."""
+    wl = record["workload"]
+    return wl.get("fp4_recipe") if wl.get("precision") == "fp4" else None
 
 
 def launch_blocking(record: dict) -> bool:
@@ -856,6 +863,11 @@ def _unmodelled(record: dict) -> str | None:
         return f"layout: recompute '{lay['recompute']}' is not one of {', '.join(RECOMPUTE)}"
     if lay.get("recompute_policy") not in (None, *RECOMPUTE_POLICIES):
         return f"layout: recompute_policy '{lay['recompute_policy']}' is not one of {', '.join(RECOMPUTE_POLICIES)}"
+    if lay.get("activation_offload_layers"):
+        return (
+            f"layout: activation_offload_layers {lay['activation_offload_layers']}: the activations of whole "
+            "layers offloaded to host memory (Megatron's cpu_offloading_num_layers) are not modelled"
+        )
     return None
 
 
@@ -1002,6 +1014,7 @@ def _power_capped(record: dict) -> str | None:
 # the Workload fields a record's rule decides from the record alone (docs/run_record_mapping.md)
 WORKLOAD_RULES: dict[str, Callable[[dict], Any]] = {
     "fp8_recipe": fp8_recipe,
+    "fp4_recipe": fp4_recipe,
     "flash_attention": fused_attention,
     "fsdp_collectives_per_layer": zero3_collectives_per_layer,
     "tp_comm_overlap": tp_comm_overlap,

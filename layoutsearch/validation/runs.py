@@ -143,7 +143,7 @@ RecModel = _block(
     parallel_block=bool,
     notes=str,
 )
-# precision bf16 | fp16 | fp8 (others are per-record skips); framework FRAMEWORKS, fp8_recipe FP8_RECIPES,
+# precision bf16 | fp16 | fp8 | fp4 (others are per-record skips); framework FRAMEWORKS, fp8_recipe FP8_RECIPES,
 # moe_routing MOE_ROUTING (another value is kept as given, with a warning)
 RecWorkload = _block(
     "RecWorkload",
@@ -152,6 +152,7 @@ RecWorkload = _block(
     precision=str,
     framework=str,
     fp8_recipe=str,
+    fp4_recipe=Literal["nvfp4", "mxfp4"],
     torch_compile=bool,
     moe_routing=str,
     fused_attention=bool,
@@ -198,6 +199,7 @@ RecLayout = _block(
     async_tp=bool,
     first_stage_layers=Dim,
     last_stage_layers=Dim,
+    activation_offload_layers=Count,
 )  # recompute none | selective | full; another value is a skip
 # mfu_convention: palm-6n-12lhqt | palm-causal | megatron-eq3-hardware | megatron-core | other
 RecMeasured = _block(
