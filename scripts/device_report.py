@@ -333,19 +333,27 @@ def memory_section(data: dict) -> list[str]:
     return out
 
 
-def step_section(data: dict) -> list[str]:
-    """The engine's estimate of the measured step (``costs.estimate`` on one H200, torchtitan's profile:
-    eager PyTorch) beside the measurement, per recompute policy."""
-    steps = {r["policy"]: r for r in data["llama_step"]}
-    cfg = steps["none"]
+def step_problem(data: dict, cluster: str) -> Problem:
+    """The measured step as a problem on ``cluster``: llama3-8b with the measurement's layers, batch and
+    sequence, torchtitan's profile in eager PyTorch (rotary, SwiGLU and loss one kernel per op, as it ran)."""
+    cfg = next(r for r in data["llama_step"] if r["policy"] == "none")
     model = replace(load_model("llama3-8b"), num_layers=cfg["layers"])
     work = Workload(
         global_batch_seqs=cfg["batch"],
         seq_len=cfg["seq"],
         framework="torchtitan",
-        torch_compile=False,  # the step ran eager: rotary, SwiGLU and loss one kernel per op
+        torch_compile=False,
     )
-    problem = Problem.build(model, "h200-1", work)
+    return Problem.build(model, cluster, work)
+
+
+def step_section(data: dict) -> list[str]:
+    """The engine's estimate of the measured step (``costs.estimate`` on one H200, torchtitan's profile:
+    eager PyTorch) beside the measurement, per recompute policy."""
+    steps = {r["policy"]: r for r in data["llama_step"]}
+    cfg = steps["none"]
+    problem = step_problem(data, "h200-1")
+    model = problem.model
     out = [
         "## The whole step",
         "",
@@ -488,17 +496,8 @@ def grouped_section(data2: dict, acc, eff: float) -> list[str]:
 
 
 def _engine_steps(data: dict, cluster: str) -> dict[str, float]:
-    """The engine's step seconds per recompute policy for the measured 8-layer step on ``cluster``
-    (torchtitan's profile, eager PyTorch, as it ran)."""
-    cfg = next(r for r in data["llama_step"] if r["policy"] == "none")
-    model = replace(load_model("llama3-8b"), num_layers=cfg["layers"])
-    work = Workload(
-        global_batch_seqs=cfg["batch"],
-        seq_len=cfg["seq"],
-        framework="torchtitan",
-        torch_compile=False,
-    )
-    problem = Problem.build(model, cluster, work)
+    """The engine's step seconds per recompute policy for the measured 8-layer step on ``cluster``."""
+    problem = step_problem(data, cluster)
     return {p: estimate(problem, Layout(recompute=p)).step_time_s for p in POLICIES}
 
 
