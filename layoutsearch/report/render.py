@@ -847,6 +847,13 @@ def fallback_cells(entry: dict) -> list[str]:
     ]
 
 
+# the footnote of a fallback row whose batch is not the healthy one (report.fallback's rule)
+BATCH_CHANGED_NOTE = (
+    "* a global batch the fallback's data-parallel degree divides: the nearest, or the largest up to the "
+    "healthy one whose microbatches divide by the pipeline's stages, where that runs faster"
+)
+
+
 def plan_markdown(document: dict) -> str:
     """The plan page as Markdown a person can paste into a design document."""
     prob, rec = document["problem"], document["layout"]
@@ -870,8 +877,7 @@ def plan_markdown(document: dict) -> str:
         if any(e["batch_changed"] for e in document["fallback"]):
             lines += [
                 "",
-                "\\* a global batch the fallback's data-parallel degree divides: the nearest, or the largest "
-                "up to the healthy one whose microbatches divide by the pipeline's stages, where that runs faster",
+                "\\" + BATCH_CHANGED_NOTE,
             ]
     return "\n".join([*lines, ""])
 
@@ -906,7 +912,4 @@ def fallback_report(entries: list[dict], healthy_tokens_per_s: float) -> None:
         table.add_row(*fallback_cells(entry))
     console().print(table)
     if any(entry["batch_changed"] for entry in entries):
-        console().print(
-            "* a global batch the fallback's data-parallel degree divides: the nearest, or the largest "
-            "up to the healthy one whose microbatches divide by the pipeline's stages, where that runs faster"
-        )
+        console().print(BATCH_CHANGED_NOTE)
