@@ -1217,6 +1217,7 @@ def moe_summary_lines(s: dict, total: int) -> list[str]:
         ("fit accuracy (predicted fits == ran)", pct(s["fit_accuracy"])),
         ("fit errors: predicted OOM but ran / predicted to fit but OOM", _fit_errors(s)),
         ("peak memory error where measured (+ = predicted more)", _memory_error(s)),
+        ("median claimed speed-up of the engine's winner over the published layout", _claims(s)),
         (
             "skipped",
             f"{s['skipped']} of {total} = {pct(share)} (target <= {MOE_TARGETS['skipped_share']:.0%}: "
@@ -1436,7 +1437,7 @@ def main_moe(args: argparse.Namespace) -> int:
     """--moe: validate the MoE runs and write results/validation_moe.md only."""
     args.runs = (args.runs or data_file(DEFAULT_MOE_RUNS)).resolve()
     records = load_runs(args.runs)
-    doc = validate_runs(records, args.max_median_error, rank=False, loso=False)
+    doc = validate_runs(records, args.max_median_error, loso=False)
     if not args.no_loso:
         # as the catalogue's was fitted (hardware/*.yaml calibration_moe): the learned-routing spread first, on the
         # grid of scripts/fit_routing_cv.py; then one joint fit on every GPU record, Huber loss: Blackwell's matmul

@@ -149,3 +149,51 @@ def test_the_held_out_recompute_pairs_are_quoted_with_their_error():
     assert "a at 512 tokens measured 0.500x b, predicted 0.550x" in text
     assert text.endswith("over-rates the run without recompute by 5% to 10%.")
     assert claims_script.pairs_sentence([]) == ""
+
+
+def _made(cid, kind, key, measured, over, claimed=1.0, distinguishable=False):
+    """A claim as scripts/claims.py's ``claim`` makes it, with only what the summaries read."""
+    return {
+        "id": cid,
+        "kind": kind,
+        "problem_key": key,
+        "published": f"layout of {cid}",
+        "measured_tokens_per_s_per_device": measured,
+        "measured_over_predicted": over,
+        "claimed_speedup": claimed,
+        "distinguishable": distinguishable,
+    }
+
+
+def test_measured_pairs_are_the_fastest_and_slowest_run_of_one_problem():
+    """Problem p ran three ways, measured 100, 250 and 280 tokens/s, predicted 100/1.25 = 80, 250/1.0 = 250 and
+    280/1.4 = 200: fastest over slowest measured 2.8x, predicted 200/80 = 2.5x. Problem q ran once: no pair."""
+    claims = [
+        _made("a", "MoE", "p", 100.0, 1.25),
+        _made("b", "MoE", "p", 250.0, 1.0),
+        _made("c", "MoE", "p", 280.0, 1.4),
+        _made("d", "MoE", "q", 50.0, 1.0),
+    ]
+    (pair,) = claims_script.measured_pairs(claims)
+    assert (pair["fast"]["id"], pair["slow"]["id"]) == ("c", "a")
+    assert pair["measured"] == pytest.approx(2.8, rel=1e-12)
+    assert pair["predicted"] == pytest.approx(2.5, rel=1e-12)
+
+
+def test_the_headline_gives_each_kind_and_both_development_sets():
+    """Dense claims 1.0, 1.2, 1.4 (median 1.2, one distinguishable), MoE 1.1 and 1.5 (median 1.3): both 1.2;
+    issue 30's target sentence quotes the three medians with their counts."""
+    claims = [
+        _made("a", "dense", "p", 1.0, 1.0, 1.0),
+        _made("b", "dense", "p", 1.0, 1.0, 1.2, True),
+        _made("c", "dense", "p", 1.0, 1.0, 1.4),
+        _made("d", "MoE", "q", 1.0, 1.0, 1.1),
+        _made("e", "MoE", "q", 1.0, 1.0, 1.5),
+    ]
+    assert claims_script.headline_table(claims)[2:] == [
+        "| dense | 3 | 1.200x | 1 (33%) |",
+        "| MoE | 2 | 1.300x | 0 (0%) |",
+        "| **all** | 5 | 1.200x | 1 (20%) |",
+    ]
+    (sentence,) = claims_script.target_says(claims)
+    assert sentence.endswith("dense 1.200x (3), MoE 1.300x (2), both 1.200x (5).")
