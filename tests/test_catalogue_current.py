@@ -1,14 +1,17 @@
 """The accelerators brought current: AMD Instinct MI300X / MI325X / MI355X, NVIDIA B300 / GB300 and Intel Gaudi 3."""
 
 import json
+from pathlib import Path
 
 import pytest
+import yaml
 from typer.testing import CliRunner
 
 from layoutsearch.cli import app
 from layoutsearch.core.catalogue import load_accelerator
 
 runner = CliRunner()
+ROOT = Path(__file__).resolve().parent.parent
 
 # Vendor figures, as the hardware files' `sources` cite them: bf16 and fp8 dense TFLOP/s, HBM GiB,
 # HBM GB/s, intra-node GB/s one way, scale-out GB/s one way, rated board watts.
@@ -233,3 +236,81 @@ def test_gaudi3_matmul_fraction_is_h100s_scaled_by_the_same_benchmark_and_fp8_ru
     )
     assert r.exit_code == 2
     assert "--fp8-recipe blockwise: gaudi3 cannot run it" in r.output
+
+
+@pytest.mark.parametrize(
+    ("cluster", "flags", "message"),
+    [
+        (
+            "gaudi3-8",
+            ("--cuda-graphs", "scoped"),
+            "--cuda-graphs scoped: gaudi3 runs on synapse (hardware/gaudi3.yaml runtime); CUDA graphs run on "
+            "CUDA and ROCm (HIP graphs); its own graphs are not modelled; use --cuda-graphs none",
+        ),
+        (
+            "gaudi3-8",
+            ("--tp-comm-overlap",),
+            "--tp-comm-overlap: gaudi3 runs on synapse (hardware/gaudi3.yaml runtime); TP collectives pipelined "
+            "with their GEMMs (Transformer Engine's userbuffers, PyTorch's async TP, XLA's continuation fusion): "
+            "on cuda and rocm and xla only; use --no-tp-comm-overlap",
+        ),
+        (
+            "gaudi3-8",
+            ("--deepep",),
+            "--deepep: gaudi3 runs on synapse (hardware/gaudi3.yaml runtime); DeepEP's dispatch (NVSHMEM, or "
+            "AMD's port): on cuda and rocm only; use --no-deepep",
+        ),
+        (
+            "gaudi3-8",
+            ("--launch-blocking",),
+            "--launch-blocking: gaudi3 runs on synapse (hardware/gaudi3.yaml runtime); blocking launches "
+            "(CUDA_LAUNCH_BLOCKING, HIP_LAUNCH_BLOCKING): on cuda and rocm only; use --no-launch-blocking",
+        ),
+    ],
+)
+def test_a_choice_the_parts_runtime_cannot_run_is_refused(cluster, flags, message):
+    """Gaudi 3 runs on Synapse (hardware/gaudi3.yaml runtime): CUDA graphs, TP overlap, DeepEP and blocking
+    launches are CUDA's and ROCm's (TP overlap also XLA's); each is one line naming the flag, exit 2."""
+    r = runner.invoke(
+        app,
+        ["estimate", "--model", "llama3-8b", "--cluster", cluster, "--layout", "fsdp=8", *flags],
+    )
+    assert r.exit_code == 2
+    assert r.output.strip() == f"error: {message}"
+
+
+def test_the_runtimes_the_catalogue_declares_and_what_they_run():
+    """The AMD parts run ROCm, Gaudi 3 Synapse, the other GPUs CUDA (the default), the TPUs XLA. On ROCm
+    DeepEP (AMD's port) and CUDA graphs (HIP graphs) are accepted; on Gaudi 3 Megatron's default DeepEP
+    dispatch is off (its profile's default where the runtime has it)."""
+    from layoutsearch.core.problem import Problem, build_workload
+
+    runtimes = {
+        name: load_accelerator(name).runtime
+        for name in ("mi300x", "mi355x", "gaudi3", "h100", "v5p")
+    }
+    assert runtimes == {
+        "mi300x": "rocm",
+        "mi355x": "rocm",
+        "gaudi3": "synapse",
+        "h100": "cuda",
+        "v5p": "xla",
+    }
+    for cluster, deepep in (("mi300x-8", True), ("gaudi3-8", False), ("h100-8", True)):
+        graphs = "scoped" if deepep else "none"
+        problem = Problem.build(
+            "mixtral-8x7b", cluster, build_workload(64, 4096, cuda_graphs=graphs)
+        )
+        assert problem.workload.deepep is deepep, cluster
+
+
+def test_a_runtime_that_cannot_run_the_kind_is_refused(tmp_path):
+    """runtime xla on a GPU (or a GPU runtime on a TPU) is a one-line catalogue error naming the field."""
+    from layoutsearch.core.catalogue import accelerator_from_dict
+    from layoutsearch.core.errors import CatalogueError
+
+    data = yaml.safe_load((ROOT / "hardware" / "h100.yaml").read_text())
+    data["runtime"] = "xla"
+    data["sources"]["runtime"] = "test"
+    with pytest.raises(CatalogueError, match=r"field 'runtime' \(xla\) does not run a gpu"):
+        accelerator_from_dict(data, "h100.yaml")

@@ -520,8 +520,8 @@ def test_cuda_graphs_leave_a_dense_model_and_refuse_a_tpu(capsys):
         == 2
     )
     assert capsys.readouterr().err.strip() == (
-        "error: --cuda-graphs scoped: v5p is a TPU; CUDA graphs apply to GPUs (XLA compiles the whole step already); "
-        "use --cuda-graphs none"
+        "error: --cuda-graphs scoped: v5p runs on xla (hardware/v5p.yaml runtime); XLA compiles the whole step "
+        "already; use --cuda-graphs none"
     )
 
 

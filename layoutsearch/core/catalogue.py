@@ -257,6 +257,9 @@ class AcceleratorFile(_Strict):
     id: str
     name: str
     kind: Literal["tpu", "gpu"]
+    # the runtime its frameworks launch kernels through (absent: "xla" on a TPU, "cuda" on a GPU); what it
+    # cannot run is refused (core.problem.resolved_workload: CUDA graphs, TP overlap, DeepEP, blocking launches)
+    runtime: Literal["cuda", "rocm", "synapse", "xla"] | None = None
     peak_bf16_tflops: Tflops
     peak_fp8_tflops: Tflops | None = None  # dense fp8 (MXFP8 on Blackwell); absent = no fp8 matmuls
     peak_fp4_tflops: Tflops | None = None  # dense fp4 (NVFP4, MXFP4); absent = no fp4 matmuls
@@ -1389,6 +1392,7 @@ def accelerator_from_dict(data: Any, where: str) -> Accelerator:
     undocumented += [
         k
         for k in (
+            "runtime",
             "peak_fp8_tflops",
             "peak_fp4_tflops",
             "host_gbytes_per_s_per_direction",
@@ -1416,6 +1420,11 @@ def accelerator_from_dict(data: Any, where: str) -> Accelerator:
             f"{where}: field 'idle_power_w' ({f.idle_power_w:g}) needs a board_power_w above it "
             f"(got {f.board_power_w})"
         )
+    if f.runtime is not None and (f.runtime == "xla") != (f.kind == "tpu"):
+        raise CatalogueError(
+            f"{where}: field 'runtime' ({f.runtime}) does not run a {f.kind}: xla is the TPUs' runtime, "
+            f"cuda, rocm and synapse the GPUs'"
+        )
     if f.static_power_w is not None and not (f.idle_power_w or 0) >= f.static_power_w:
         raise CatalogueError(
             f"{where}: field 'static_power_w' ({f.static_power_w:g}) needs an idle_power_w at or above "
@@ -1437,6 +1446,7 @@ def accelerator_from_dict(data: Any, where: str) -> Accelerator:
         id=f.id,
         name=f.name,
         kind=f.kind,
+        runtime=f.runtime or ("xla" if f.kind == "tpu" else "cuda"),
         peak_flops_per_s=f.peak_bf16_tflops * TERA,
         peak_fp8_flops_per_s=_times(f.peak_fp8_tflops, TERA),
         hbm_bytes=hbm_bytes,

@@ -300,13 +300,9 @@ def resolved_workload(workload: Workload, cluster: Cluster) -> Workload:
         )
     check_capacity(workload, acc)
     check_power_limit(workload.power_limit_w, acc)
-    if workload.cuda_graphs != "none" and acc.kind != "gpu":
-        raise InvalidArgumentError(
-            f"--cuda-graphs {workload.cuda_graphs}: {acc.id} is a TPU; CUDA graphs apply to GPUs "
-            f"(XLA compiles the whole step already); use --cuda-graphs none"
-        )
+    check_runtime(workload, acc)
     overlap = (
-        acc.kind in profile.tp_overlap
+        acc.kind in profile.tp_overlap and acc.runtime in TP_OVERLAP_RUNTIMES
         if workload.tp_comm_overlap is None
         else workload.tp_comm_overlap
     )
@@ -321,10 +317,63 @@ def resolved_workload(workload: Workload, cluster: Cluster) -> Workload:
         compiled_loss=check_compiled_loss(workload, profile, compiled),
         tp_comm_overlap=overlap,
         ep_comm_overlap=ep_overlap,
-        deepep=deepep_of(workload, acc.kind),
+        deepep=deepep_of(workload, acc.kind) and acc.runtime in DEEPEP_RUNTIMES,
         fp8_recipe=recipe,
         fp4_recipe=fp4,
     )
+
+
+# What each GPU runtime runs (Accelerator.runtime; the TPUs' XLA compiles the whole step, so none of these):
+# CUDA graphs (ROCm: HIP graphs behind the same torch.cuda.CUDAGraph API; Gaudi's HPU graphs are another
+# mechanism, whose effect on the host time the MoE launch model does not know), TP collectives pipelined with
+# their GEMMs (Transformer Engine's userbuffers, PyTorch's async TP over symmetric memory, XLA's continuation
+# fusion on TPUs), DeepEP's dispatch (NVSHMEM; ROCm/DeepEP, AMD's port, over xGMI and rocSHMEM), and blocking
+# launches (CUDA_LAUNCH_BLOCKING, ROCm's HIP_LAUNCH_BLOCKING); docs/cost_model.md "Runtimes".
+CUDA_GRAPH_RUNTIMES = ("cuda", "rocm")
+TP_OVERLAP_RUNTIMES = ("cuda", "rocm", "xla")
+DEEPEP_RUNTIMES = ("cuda", "rocm")
+BLOCKING_LAUNCH_RUNTIMES = ("cuda", "rocm")
+
+
+def check_runtime(workload: Workload, acc: Accelerator) -> None:
+    """A choice the part's runtime (``Accelerator.runtime``) cannot run is refused, naming the flag and the
+    runtime (the runtimes of each: the module's ``*_RUNTIMES``)."""
+    where = f"{acc.id} runs on {acc.runtime} (hardware/{acc.id}.yaml runtime)"
+    if workload.cuda_graphs != "none" and acc.runtime not in CUDA_GRAPH_RUNTIMES:
+        why = (
+            "XLA compiles the whole step already"
+            if acc.runtime == "xla"
+            else "CUDA graphs run on CUDA and ROCm (HIP graphs); its own graphs are not modelled"
+        )
+        raise InvalidArgumentError(
+            f"--cuda-graphs {workload.cuda_graphs}: {where}; {why}; use --cuda-graphs none"
+        )
+    refused = (
+        (
+            "--tp-comm-overlap",
+            workload.tp_comm_overlap,
+            TP_OVERLAP_RUNTIMES,
+            "TP collectives pipelined with their GEMMs (Transformer Engine's userbuffers, PyTorch's async TP, "
+            "XLA's continuation fusion)",
+        ),
+        (
+            "--deepep",
+            workload.deepep,
+            DEEPEP_RUNTIMES,
+            "DeepEP's dispatch (NVSHMEM, or AMD's port)",
+        ),
+        (
+            "--launch-blocking",
+            workload.launch_blocking,
+            BLOCKING_LAUNCH_RUNTIMES,
+            "blocking launches (CUDA_LAUNCH_BLOCKING, HIP_LAUNCH_BLOCKING)",
+        ),
+    )
+    for flag, asked, runtimes, what in refused:
+        if asked and acc.runtime not in runtimes:
+            raise InvalidArgumentError(
+                f"{flag}: {where}; {what}: on {' and '.join(runtimes)} only; use --no-{flag[2:]}"
+            )
 
 
 def check_recipe(

@@ -499,6 +499,8 @@ class Accelerator:
     microbatch_overhead_s: float  # fixed, non-overlapped cost per microbatch per stage
     step_overhead_s: float  # fixed per optimizer step (launch, logging, data loader)
     torus_dims: int = 0  # TPU: 2 or 3; GPU: 0
+    # the runtime its frameworks launch kernels through (core.problem.check_runtime)
+    runtime: Literal["cuda", "rocm", "synapse", "xla"] = "cuda"
     wraparound_min_axis: int = 0  # TPU: a torus axis wraps only at/above this size
     wraparound_needs_full_cube: bool = False  # v4/v5p: no wraparound below a 4x4x4 cube
     max_slice_shape: tuple[int, ...] = ()  # TPU: largest ICI domain
