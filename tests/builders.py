@@ -474,3 +474,19 @@ def per_candidate_funnel(problem: Problem, rules) -> list[int]:
         survivors = alive & zero_ok.any(axis=1) & recompute_ok.any()
         out.append(len(np.unique(c["tuple"][survivors])))
     return out
+
+
+def check_record_layout(record: dict) -> None:
+    """A held-out run record's layout is whole: its degrees multiply to its devices, its microbatches to its
+    global batch, and the engine's layout keeps its data-parallel degree (replicated x sharded)."""
+    from layoutsearch.validation.mapping import record_to_problem
+
+    lay, rid = record["layout"], record["id"]
+    assert lay["dp"] * lay["tp"] * lay["pp"] * lay["cp"] == record["cluster"]["num_devices"], rid
+    batch = lay["microbatch_seqs"] * lay["num_microbatches"] * lay["dp"]
+    assert batch == record["workload"]["global_batch_seqs"], rid
+    problem, layout = record_to_problem(record)
+    assert (layout.dp * layout.fsdp, layout.num_microbatches) == (
+        lay["dp"],
+        lay["num_microbatches"],
+    ), rid

@@ -5,6 +5,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from builders import check_record_layout
 
 from layoutsearch.validation.mapping import record_to_problem
 from layoutsearch.validation.runs import load_runs
@@ -25,17 +26,7 @@ def test_each_row_maps_as_its_source_states_it(runs):
     assert len(runs) == 10
     assert {r["cluster"]["accelerator"] for r in runs} == {"mi325x", "mi355x"}
     for r in runs:
-        lay = r["layout"]
-        problem, layout = record_to_problem(r)
-        assert lay["dp"] * lay["tp"] * lay["pp"] * lay["cp"] == r["cluster"]["num_devices"], r["id"]
-        assert (
-            lay["microbatch_seqs"] * lay["num_microbatches"] * lay["dp"]
-            == r["workload"]["global_batch_seqs"]
-        ), r["id"]
-        assert (layout.dp * layout.fsdp, layout.num_microbatches) == (
-            lay["dp"],
-            lay["num_microbatches"],
-        ), r["id"]
+        check_record_layout(r)
     problem, layout = record_to_problem(runs[0])
     assert runs[0]["id"] == "amd-mlperf51-mi355x-llama31-8b-fp8-n8-dp8-mbs2"
     assert (layout.dp * layout.fsdp, layout.num_microbatches, layout.zero_stage) == (8, 2, 1)
