@@ -376,10 +376,11 @@ def rebanded(doc: dict, records: list[dict], table: dict, moe: bool = False) -> 
     validation read; an uncalibrated part's band as ``core.uncertainty.select_band`` widens it."""
     entries, s = doc["records"], doc["summary"]
     dense, moe_table = (band_data(), table) if moe else (table, None)
+    experts = {r["id"]: r["model"].get("moe") is not None for r in records}
     for e in entries:
         if e["step_time_rel_band"] is not None:
             kind = accelerator_kind(e["accelerator"]) or ""
-            calibrated = calibrated_part(e["accelerator"])
+            calibrated = calibrated_part(e["accelerator"], experts.get(e["id"], moe))
             e["step_time_rel_band"] = list(select_band(dense, moe_table, kind, calibrated))
     mark_in_band(entries, "rel_error", "in_band")
     s["band_coverage"] = band_coverage(records, entries)

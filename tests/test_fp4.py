@@ -15,6 +15,7 @@ from layoutsearch.cli import app
 from layoutsearch.core.errors import InvalidLayoutError
 from layoutsearch.core.problem import Problem, SearchOptions, UncalibratedWarning
 from layoutsearch.core.specs import Layout, Workload
+from layoutsearch.core.uncertainty import uncertainty_band
 from layoutsearch.costs.estimate import estimate
 from layoutsearch.export import export_document
 from layoutsearch.export.megatron import parse_args
@@ -26,6 +27,7 @@ from layoutsearch.search.tables import build_tables
 runner = CliRunner()
 SMALL = ["--model", "llama3-8b", "--seqs", "64", "--seq-len", "4096"]
 LAYOUT = Layout(fsdp=8, zero_stage=1, num_microbatches=8)
+MOE_LAYOUT = Layout(fsdp=8, ep=8, zero_stage=1, num_microbatches=8)
 
 
 def _estimate(precision: str, cluster: str = "gb200-8", **options):
@@ -68,7 +70,8 @@ def test_fp4_is_refused_off_blackwell_and_its_recipe_without_it(argv, message):
 
 def test_nvfp4_is_the_default_recipe_and_the_prediction_warns_and_widens_its_band():
     """--precision fp4 resolves to NVFP4; no development record trains in fp4, so the prediction warns and
-    takes the uncalibrated band (wider than the calibrated gb200's)."""
+    takes the uncalibrated band. A dense model on gb200 takes it in fp8 too (gb200's fractions are fitted on its
+    MoE runs only); Mixtral 8x7B there keeps its calibrated MoE band in fp8 and widens it in fp4."""
     with pytest.warns(
         UncalibratedWarning, match="--precision fp4: fp4 GEMMs are costed at their nvfp4 rate"
     ):
@@ -76,8 +79,18 @@ def test_nvfp4_is_the_default_recipe_and_the_prediction_warns_and_widens_its_ban
             "llama3-8b", "gb200-8", Workload(global_batch_seqs=64, seq_len=4096, precision="fp4")
         )
     assert problem.workload.fp4_recipe == "nvfp4"
-    fp4, fp8 = estimate(problem, LAYOUT), _estimate("fp8")
-    (low4, high4), (low8, high8) = band_of(fp4), band_of(fp8)
+    uncalibrated = uncertainty_band("gpu", calibrated=False)
+    assert band_of(estimate(problem, LAYOUT)) == band_of(_estimate("fp8")) == uncalibrated
+    moe = {}
+    for precision in ("fp8", "fp4"):
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", UncalibratedWarning)
+            work = Workload(global_batch_seqs=64, seq_len=4096, precision=precision)
+            moe[precision] = band_of(
+                estimate(Problem.build("mixtral-8x7b", "gb200-8", work), MOE_LAYOUT)
+            )
+    assert moe["fp8"] == uncertainty_band("gpu", moe=True)
+    (low4, high4), (low8, high8) = moe["fp4"], moe["fp8"]
     assert low4 <= low8 and high4 >= high8 and (low4, high4) != (low8, high8)
 
 

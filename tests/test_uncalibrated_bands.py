@@ -132,6 +132,33 @@ def test_solve_on_b300_carries_the_uncalibrated_band_and_says_so():
     assert h100["layouts"][0]["step_time_rel_band"] == list(CALIBRATED_GPU)
 
 
+def test_a_part_fitted_on_moe_runs_only_gives_dense_models_the_uncalibrated_band():
+    """gb200's fractions are fitted on its MoE runs only (compute_fractions: fitted-moe): a dense Llama 3 8B on 64
+    GB200s gets the uncalibrated GPU band and the legend says why; Mixtral 8x7B on the same GPUs keeps its own
+    (MoE) band, which the uncalibrated one does not replace."""
+    acc = load_accelerator("gb200")
+    assert (acc.calibrated, acc.calibrated_for(True), acc.calibrated_for(False)) == (
+        True,
+        True,
+        False,
+    )
+    assert load_accelerator("h100").calibrated_for(False) is True
+    args = ["solve", "--seqs", "256", "--top", "1", "--cluster", "gb200-64"]
+    dense = json.loads(
+        runner.invoke(app, [*args, "--model", "llama3-8b", "--format", "json"]).stdout
+    )
+    assert dense["layouts"][0]["step_time_rel_band"] == list(UNCALIBRATED_GPU)
+    text = " ".join(runner.invoke(app, [*args, "--model", "llama3-8b"]).stdout.split())  # unwrapped
+    assert (
+        "the uncalibrated band: gb200's compute fractions are fitted on mixture-of-experts runs only"
+        in text
+    )
+    moe = json.loads(
+        runner.invoke(app, [*args, "--model", "mixtral-8x7b", "--format", "json"]).stdout
+    )
+    assert moe["layouts"][0]["step_time_rel_band"] == list(uncertainty_band("gpu", moe=True))
+
+
 def test_coverage_by_hand_on_three_made_up_records():
     """Errors +14% and -20% on B300 (an uncalibrated band -19.35%..+14.88%: one in) and +10% on H100 (a
     calibrated band -8.97%..+10.23%: in): 2 of 3 covered; the B300 ones form their own class."""

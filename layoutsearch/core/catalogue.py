@@ -196,11 +196,12 @@ MAX_FP8_RECIPE_RATIO = 2.0
 
 
 class CalibrationFile(_Strict):
-    compute_fractions: Literal["fitted", "borrowed"] = Field(
+    compute_fractions: Literal["fitted", "fitted-moe", "borrowed"] = Field(
         default="borrowed",
         description="fitted: matmul_efficiency and attention_efficiency were fitted on measured runs of "
         "this part's compute die (a member of a fitted class on the same die counts: h200 and h800 in the "
-        "h100-class fit of GH100); borrowed: taken from another part's fit, and predictions get the "
+        "h100-class fit of GH100); fitted-moe: fitted on its mixture-of-experts runs only, so dense models' "
+        "predictions get the uncalibrated band; borrowed: taken from another part's fit, and predictions get the "
         "uncalibrated uncertainty band (core.uncertainty). Absent = borrowed, the cautious reading.",
     )
     matmul_efficiency: float = Field(gt=0, le=1)
@@ -1463,7 +1464,8 @@ def accelerator_from_dict(data: Any, where: str) -> Accelerator:
         fp8_recipe_ratio=tuple((r.value, x) for r, x in ratios.items()),
         peak_fp4_flops_per_s=_times(f.peak_fp4_tflops, TERA),
         fp4_recipe_ratio=tuple((r.value, x) for r, x in fp4_ratios.items()),
-        calibrated=cal.compute_fractions == "fitted",
+        calibrated=cal.compute_fractions in ("fitted", "fitted-moe"),
+        fitted_on_moe_only=cal.compute_fractions == "fitted-moe",
         collective_half_efficiency_bytes=cal.collective_half_efficiency_kib * KIB,
         microbatch_overhead_s=cal.microbatch_overhead_us * MICRO,
         moe_launch_latency_s=cal.moe_launch_latency_us * MICRO,

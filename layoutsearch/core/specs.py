@@ -567,6 +567,15 @@ class Accelerator:
     # the softmax rescale and the output write) costs as many more keys; 0 = no such cost
     calibrated: bool = False  # matmul and attention fractions fitted on runs of this part's die
     # (catalogue calibration.compute_fractions: fitted); False = borrowed: the uncalibrated band applies
+    fitted_on_moe_only: bool = (
+        False  # fitted on mixture-of-experts runs only (compute_fractions: fitted-moe):
+    )
+    # a dense model's prediction takes the uncalibrated band (report.output.calibrated)
+
+    def calibrated_for(self, moe: bool) -> bool:
+        """Whether the part's compute fractions were fitted on runs of this kind of model (dense or MoE)."""
+        return self.calibrated and (moe or not self.fitted_on_moe_only)
+
     sources: dict[str, str] = field(default_factory=dict, compare=False, hash=False)
     checkpoint_write_bytes_per_s_per_node: float | None = (
         None  # storage write bandwidth of one host

@@ -88,9 +88,10 @@ def band_of(est: Estimate) -> tuple[float, float]:
 
 
 def calibrated(est: Estimate) -> bool:
-    """Whether the estimate's rates were fitted on measured runs: the part's compute fractions, and not fp4
-    GEMMs (``core.problem.warn_fp4``)."""
-    return est.cluster.accelerator.calibrated and est.problem.workload.precision != "fp4"
+    """Whether the estimate's rates were fitted on measured runs: the part's compute fractions, on runs of this
+    kind of model (dense or MoE), and not fp4 GEMMs (``core.problem.warn_fp4``)."""
+    moe = est.problem.model.moe is not None
+    return est.cluster.accelerator.calibrated_for(moe) and est.problem.workload.precision != "fp4"
 
 
 def set_price(records: list[dict], price_per_device_hour: float | None) -> None:

@@ -454,8 +454,13 @@ def _uncalibrated_note(est: Estimate) -> str:
     acc = est.cluster.accelerator
     if calibrated(est):
         return ""
-    if acc.calibrated:
+    if acc.calibrated_for(est.problem.model.moe is not None):
         return ", the uncalibrated band: no fp4 training run is among the measured runs (core.problem.warn_fp4)"
+    if acc.calibrated:
+        return (
+            f", the uncalibrated band: {acc.id}'s compute fractions are fitted on mixture-of-experts runs only "
+            "(docs/calibration.md#blackwell-b200-gb200)"
+        )
     return (
         f", the uncalibrated band: {acc.id}'s compute fractions are borrowed from another part's fit "
         "(error measured by leaving one accelerator family out)"

@@ -34,15 +34,16 @@ def mark_in_band(entries: list[dict], error_field: str, flag_field: str) -> None
         e[flag_field] = in_band(e.get(error_field), e.get("step_time_rel_band"))
 
 
-def calibrated_part(accelerator: str | None) -> bool:
+def calibrated_part(accelerator: str | None, moe: bool = True) -> bool:
     """Whether a record's accelerator id (aliases included) has compute fractions fitted on its own
-    die's runs (``Accelerator.calibrated``); an id outside the catalogue is not."""
+    die's runs of this kind of model (``Accelerator.calibrated_for``: a part fitted on MoE runs only is not
+    calibrated for a dense one); an id outside the catalogue is not."""
     acc = (
         accelerator
         if accelerator in accelerator_names()
         else ACCELERATOR_ALIASES.get(accelerator or "")
     )
-    return acc in accelerator_names() and load_accelerator(acc).calibrated
+    return acc in accelerator_names() and load_accelerator(acc).calibrated_for(moe)
 
 
 def record_class(record: dict, entry: dict) -> str:
@@ -51,7 +52,7 @@ def record_class(record: dict, entry: dict) -> str:
     (a known part whose compute fractions are borrowed)."""
     kind = accelerator_kind(entry["accelerator"])
     model = "dense" if (record.get("model") or {}).get("moe") is None else "moe"
-    borrowed = kind is not None and not calibrated_part(entry["accelerator"])
+    borrowed = kind is not None and not calibrated_part(entry["accelerator"], model == "moe")
     return f"{kind or 'unknown'} {model}{' uncalibrated' if borrowed else ''}"
 
 
