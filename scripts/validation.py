@@ -34,6 +34,7 @@ import hashlib
 import math
 import statistics
 import subprocess
+from collections.abc import Iterable
 from pathlib import Path
 
 import numpy as np
@@ -46,7 +47,7 @@ from layoutsearch.core.uncertainty import PATH as UNCERTAINTY_PATH
 from layoutsearch.core.uncertainty import band_data, select_band
 from layoutsearch.validation.bands import band_coverage, calibrated_part, in_band, mark_in_band
 from layoutsearch.validation.calibrate import ROUTING_CV_GRID, family_of, leave_one_source_out
-from layoutsearch.validation.stats import error_stats
+from layoutsearch.validation.stats import error_stats, quantiles, step_time_error
 from layoutsearch.validation.uncalibrated import leave_one_family_out, uncalibrated_section
 from layoutsearch.validation.uncertainty import (
     accelerator_kind,
@@ -344,18 +345,34 @@ def uncalibrated_lines(table: dict | None, lofo: dict | None) -> list[str]:
         f"{', '.join(section['no_sibling']) or 'No family'} has no sibling of its kind with records, so TPUs have no "
         "uncalibrated error of their own: an uncalibrated TPU takes this `default` (the GPUs' errors), widened to "
         "contain the TPU's calibrated band; an uncalibrated MoE prediction the wider (union) of the MoE and the "
-        "uncalibrated band. Coverage = share of the held-out records whose measured step lay in the band.",
+        "uncalibrated band. The held-out published GPU runs on parts not calibrated for their kind of model "
+        "(borrowed fractions, or a dense model on b200 and gb200, `fitted-moe`: their fractions are fitted on MoE "
+        "runs only; the held-out sections below, never fitted on) are pooled with those errors; each side of the "
+        "band is the wider of the pooled errors' and the leave-one-family-out errors' alone. Coverage = share of "
+        "the held-out records whose measured step lay in the band.",
         "",
         "| class | records | p10 | p50 | p90 | band | coverage (this band) | coverage (calibrated GPU band) |",
         "|---|---|---|---|---|---|---|---|",
     ]
-    rows = [
-        (f"gpu uncalibrated: {fam} predicted with {q['donor']}'s fractions", q, fam)
+    held = [e for _, e in lofo.get("held_out", [])]
+    groups = [
+        (
+            f"gpu uncalibrated: {fam} predicted with {q['donor']}'s fractions",
+            q,
+            [e for i, e in rel.items() if family_of(acc[i]) == fam],
+        )
         for fam, q in section["by_family"].items()
     ]
-    rows.append(("gpu uncalibrated, all", section["quantiles"]["gpu"], None))
-    for name, q, fam in rows:
-        errs = [e for i, e in rel.items() if fam is None or family_of(acc[i]) == fam]
+    if held:
+        groups.append(
+            (
+                "gpu uncalibrated: held-out runs on parts not calibrated for their kind of model",
+                {**quantiles([step_time_error(e) for e in held]), "count": len(held)},
+                held,
+            )
+        )
+    groups.append(("gpu uncalibrated, all", section["quantiles"]["gpu"], [*rel.values(), *held]))
+    for name, q, errs in groups:
         out.append(
             f"| {name} | {q['count']} | {pct(q['p10'], True)} | {pct(q['p50'], True)} | {pct(q['p90'], True)} | "
             f"{pct(band[0], True)} .. {pct(band[1], True)} | {pct(_share_in(errs, band))} | "
@@ -368,6 +385,26 @@ def _share_in(rel_errors: list[float], band: list[float]) -> float | None:
     """The share of the errors (measured / predicted step - 1) inside the band (None for none)."""
     flags = [in_band(e, band) for e in rel_errors]
     return sum(flags) / len(flags) if flags else None
+
+
+def uncalibrated_errors(held: Iterable[tuple[list[dict], dict]]) -> list[tuple[str, float]]:
+    """(accelerator, tokens/s rel error) of every held-out GPU run on a part not calibrated for its kind of model
+    (``calibrated_part``: borrowed fractions, or fitted on MoE runs for a dense model): what the uncalibrated band
+    is measured on beside the development runs' leave-one-family-out errors. TPUs take the GPUs' band widened
+    (``core.uncertainty.select_band``), so their held-out rows are not pooled."""
+    out = []
+    for runs, held_doc in held:
+        by_id = {e["id"]: e for e in held_doc["records"]}
+        for r in runs:
+            e = by_id[r["id"]]
+            moe = r["model"].get("moe") is not None
+            if (
+                e["rel_error"] is not None
+                and accelerator_kind(e["accelerator"]) == "gpu"
+                and not calibrated_part(e["accelerator"], moe)
+            ):
+                out.append((e["accelerator"], e["rel_error"]))
+    return out
 
 
 def rebanded(doc: dict, records: list[dict], table: dict, moe: bool = False) -> None:
@@ -1682,34 +1719,34 @@ def main(argv: list[str] | None = None) -> int:
     args.runs = (args.runs or data_file(DEFAULT_RUNS)).resolve()
     records = load_runs(args.runs)
     doc = validate_runs(records, args.max_median_error, loso=True)  # the LOSO section and bands
+    # the held-out sets, never fitted: before the bands, whose uncalibrated one they measure too
+    held = {}
+    for name in (
+        HELDOUT_RUNS,
+        SWEEP_RUNS,
+        V5E_RUNS,
+        TITAN_RUNS,
+        BRIDGE_RUNS,
+        AMD_RUNS,
+        MLPERF_RUNS,
+    ):
+        runs = load_runs(data_file(name))
+        held[name] = (runs, validate_runs(runs, args.max_median_error, rank=False, loso=False))
     args.out.mkdir(parents=True, exist_ok=True)
     uncertainty, lofo = None, None
     if args.uncertainty:
         target = Path(args.uncertainty).resolve()
         lofo = leave_one_family_out(records)
-        extra = {"uncalibrated": uncalibrated_section(lofo)}
+        lofo["held_out"] = uncalibrated_errors(held.values())
+        extra = {"uncalibrated": uncalibrated_section(lofo, lofo["held_out"])}
         if (memory := memory_section(doc["records"])) is not None:
             extra["memory"] = memory
         uncertainty = (
             write_uncertainty(doc, uncertainty_header(args.runs), target, extra),
             target,
         )
-        rebanded(doc, records, uncertainty[0])
-    heldout = validate_runs(
-        load_runs(data_file(HELDOUT_RUNS)), args.max_median_error, rank=False, loso=False
-    )
-    sweep_records = load_runs(data_file(SWEEP_RUNS))
-    sweep = validate_runs(sweep_records, args.max_median_error, rank=False, loso=False)
-    v5e_records = load_runs(data_file(V5E_RUNS))
-    v5e = validate_runs(v5e_records, args.max_median_error, rank=False, loso=False)
-    titan_records = load_runs(data_file(TITAN_RUNS))
-    titan = validate_runs(titan_records, args.max_median_error, rank=False, loso=False)
-    bridge_records = load_runs(data_file(BRIDGE_RUNS))
-    bridge = validate_runs(bridge_records, args.max_median_error, rank=False, loso=False)
-    amd_records = load_runs(data_file(AMD_RUNS))
-    amd = validate_runs(amd_records, args.max_median_error, rank=False, loso=False)
-    mlperf_records = load_runs(data_file(MLPERF_RUNS))
-    mlperf = validate_runs(mlperf_records, args.max_median_error, rank=False, loso=False)
+        for runs, held_doc in (*held.values(), (records, doc)):
+            rebanded(held_doc, runs, uncertainty[0])
     write_markdown(
         doc,
         args.runs,
@@ -1717,14 +1754,10 @@ def main(argv: list[str] | None = None) -> int:
         records,
         args.calibration,
         uncertainty,
-        heldout,
+        held[HELDOUT_RUNS][1],
         lofo,
-        (sweep, sweep_records),
-        (v5e, v5e_records),
-        (titan, titan_records),
-        (bridge, bridge_records),
-        (amd, amd_records),
-        (mlperf, mlperf_records),
+        *((held[name][1], held[name][0]) for name in (SWEEP_RUNS, V5E_RUNS, TITAN_RUNS)),
+        *((held[name][1], held[name][0]) for name in (BRIDGE_RUNS, AMD_RUNS, MLPERF_RUNS)),
     )
     write_scatter(doc, args.out / "validation_scatter.png")
     s, loso, rk = doc["summary"], doc["summary"]["loso"], doc["summary"]["ranking"]

@@ -19,6 +19,8 @@ errors' quantiles per held-out family and its donor.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 import numpy as np
 
 from layoutsearch.validation.calibrate import (
@@ -99,14 +101,28 @@ def leave_one_family_out(records: list[dict], workers: int | None = None) -> dic
     }
 
 
-def uncalibrated_section(lofo: dict) -> dict:
-    """The ``uncalibrated`` section of core/uncertainty.yaml from ``leave_one_family_out``'s result:
-    ``default``, ``bands``, ``quantiles`` (``validation.uncertainty.uncertainty_table`` of the errors),
-    ``basis``, ``by_family`` (donor and quantiles of the held-out family's step-time errors) and
-    ``no_sibling``."""
+def uncalibrated_section(lofo: dict, held_out: Sequence[tuple[str, float]] = ()) -> dict:
+    """The ``uncalibrated`` section of core/uncertainty.yaml from ``leave_one_family_out``'s result and the
+    errors of held-out published runs on parts not calibrated for their kind of model (``held_out``:
+    (accelerator id, tokens/s rel error) pairs, never fitted on; results/validation.md's held-out sections):
+    ``default``, ``bands``, ``quantiles`` (``validation.uncertainty.uncertainty_table`` of both),
+    ``basis``, ``held_out_records``, ``by_family`` (donor and quantiles of each left-out family's step-time
+    errors) and ``no_sibling``. Each band is the union of the leave-one-family-out errors' own and the band of
+    both together: held-out runs that err one way widen that side, and never narrow the other."""
     rel, acc = lofo["rel_errors"], lofo["accelerator"]
     entries = [{"accelerator": acc[i], "loso_rel_error": e} for i, e in rel.items()]
+    alone = uncertainty_table({"records": entries})
+    entries += [{"accelerator": a, "loso_rel_error": e} for a, e in held_out]
     table = uncertainty_table({"records": entries})
+
+    def union(a: list[float] | None, b: list[float] | None) -> list[float] | None:
+        return b if a is None else a if b is None else [min(a[0], b[0]), max(a[1], b[1])]
+
+    table["default"] = union(alone["default"], table["default"])
+    table["bands"] = {
+        kind: union(alone["bands"].get(kind), table["bands"].get(kind))
+        for kind in sorted(set(alone["bands"]) | set(table["bands"]))
+    }
     by_family = {}
     for family, donor in sorted(lofo["donor"].items()):
         errors = [step_time_error(e) for i, e in rel.items() if family_of(acc[i]) == family]
@@ -119,7 +135,9 @@ def uncalibrated_section(lofo: dict) -> dict:
         "default": table["default"],
         "bands": table["bands"],
         "quantiles": table["quantiles"],
-        "basis": "leave-one-family-out (and the held-out records' source)",
+        "basis": "leave-one-family-out (and the held-out records' source), and the held-out published runs "
+        "on parts not calibrated for their kind of model",
+        "held_out_records": len(held_out),
         "by_family": by_family,
         "no_sibling": list(lofo["no_sibling"]),
     }
