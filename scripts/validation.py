@@ -1224,38 +1224,21 @@ def write_markdown(
             f"{pct(h['median_abs_rel_error'])} | {pct(h['p90_abs_rel_error'])} | "
             f"{pct(h['median_rel_error'], True)} | {pct(h['fit_accuracy'])} | {rho(h['bloom_sweep_spearman'])} |",
         ]
-    if sweep is not None:
-        lines += [
-            "",
-            "## Held out: llm-foundry's recompute and microbatch sweeps",
-            "",
-            *sweep_lines(*sweep),
-        ]
-    if v5e is not None:
-        lines += ["", "## Held out: MaxText's TPU v5e table, 1 to 32 slices", "", *v5e_lines(*v5e)]
-    if titan is not None:
-        lines += [
-            "",
-            "## Held out: torchtitan's H100 (500 W) and H200 benchmarks",
-            "",
-            *titan_lines(*titan),
-        ]
-    if bridge is not None:
-        lines += [
-            "",
-            "## Held out: Megatron-Bridge's dense Llama tables on GB300, GB200 and H100 (FP8, MXFP8, NVFP4)",
-            "",
-            *bridge_lines(*bridge),
-        ]
-    if amd is not None:
-        lines += ["", "## Held out: AMD Instinct (MI325X, MI355X)", "", *amd_lines(*amd)]
-    if mlperf is not None:
-        lines += [
-            "",
-            "## Held out: MLPerf Training's Llama 3.1 runs on NVIDIA GPUs",
-            "",
-            *mlperf_lines(*mlperf),
-        ]
+    held_out_sections = (
+        ("llm-foundry's recompute and microbatch sweeps", sweep_lines, sweep),
+        ("MaxText's TPU v5e table, 1 to 32 slices", v5e_lines, v5e),
+        ("torchtitan's H100 (500 W) and H200 benchmarks", titan_lines, titan),
+        (
+            "Megatron-Bridge's dense Llama tables on GB300, GB200 and H100 (FP8, MXFP8, NVFP4)",
+            bridge_lines,
+            bridge,
+        ),
+        ("AMD Instinct (MI325X, MI355X)", amd_lines, amd),
+        ("MLPerf Training's Llama 3.1 runs on NVIDIA GPUs", mlperf_lines, mlperf),
+    )
+    for title, section_lines, held_doc in held_out_sections:
+        if held_doc is not None:
+            lines += ["", f"## Held out: {title}", "", *section_lines(*held_doc)]
     lines += [
         "",
         "## Does the engine pick the measured-best layout?",

@@ -565,17 +565,10 @@ class Accelerator:
     )
     # its long-context rate: each query's fixed work per kernel call (its tile's load, the masked diagonal tile,
     # the softmax rescale and the output write) costs as many more keys; 0 = no such cost
-    calibrated: bool = False  # matmul and attention fractions fitted on runs of this part's die
-    # (catalogue calibration.compute_fractions: fitted); False = borrowed: the uncalibrated band applies
-    fitted_on_moe_only: bool = (
-        False  # fitted on mixture-of-experts runs only (compute_fractions: fitted-moe):
-    )
-    # a dense model's prediction takes the uncalibrated band (report.output.calibrated)
-
-    def calibrated_for(self, moe: bool) -> bool:
-        """Whether the part's compute fractions were fitted on runs of this kind of model (dense or MoE)."""
-        return self.calibrated and (moe or not self.fitted_on_moe_only)
-
+    # what the matmul and attention fractions were fitted on (catalogue calibration.compute_fractions): "fitted"
+    # (runs of this part's die), "fitted-moe" (its mixture-of-experts runs only) or "borrowed" (another part's fit);
+    # where they were not fitted on runs of a model's kind, its predictions take the uncalibrated band
+    compute_fractions: Literal["fitted", "fitted-moe", "borrowed"] = "borrowed"
     sources: dict[str, str] = field(default_factory=dict, compare=False, hash=False)
     checkpoint_write_bytes_per_s_per_node: float | None = (
         None  # storage write bandwidth of one host
@@ -591,6 +584,17 @@ class Accelerator:
     # per device at its lowest clock doing nothing: the floor a power cap's clock law does not scale
     # (costs.power); None = idle_power_w
     static_power_w: float | None = None
+
+    @property
+    def calibrated(self) -> bool:
+        """Whether the compute fractions were fitted on runs of this part's die (of any kind of model)."""
+        return self.compute_fractions != "borrowed"
+
+    def calibrated_for(self, moe: bool) -> bool:
+        """Whether the compute fractions were fitted on runs of this kind of model (dense or MoE)."""
+        return self.compute_fractions == "fitted" or (
+            moe and self.compute_fractions == "fitted-moe"
+        )
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
