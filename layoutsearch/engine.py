@@ -177,6 +177,7 @@ def search_request(
                 if search.pipeline_splits is not None
                 else None
             ),
+            sequence_parallel=search.sequence_parallel,
         ),
         objective=search.objective.value,
         top_k=top_k or search.top,

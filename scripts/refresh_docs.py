@@ -305,7 +305,8 @@ def headline() -> str:
         f"{_results_row(moe, 'median abs rel error (tokens/s per device)').split(' (')[0]} / "
         f"{_results_row(moe, 'p90 abs rel error').split(' (')[0]} (held out by source: {moe_loso}) "
         f"| [results/validation_moe.md](results/validation_moe.md) |",
-        f"| the engine's winner over the published layout, median claimed speed-up: dense / MoE runs | "
+        f"| the engine's winner over the published layout, median claimed speed-up (within the framework "
+        f"release each run used): dense / MoE runs | "
         f"{_results_row(dense, CLAIM).split(',')[0]} / {_results_row(moe, CLAIM).split(',')[0]} "
         f"| [results/claims.md](results/claims.md) |",
         f"| held out, never fitted: MLPerf Training's Llama 3.1 runs, median signed error (- = predicted too slow) on Hopper / on "

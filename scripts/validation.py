@@ -179,7 +179,9 @@ def _claims(s: dict) -> str:
         return "-"
     return (
         f"{s['median_claimed_speedup']:.2f}x, {pct(s['claims_distinguishable_share'])} outside the "
-        "uncertainty band ([claims.md](claims.md) splits them by cause)"
+        "uncertainty band; each searched among what the run's framework release could run where the "
+        "record names it (rule 32; [claims.md](claims.md) splits them by cause and gives them with "
+        "today's choices)"
     )
 
 

@@ -54,6 +54,7 @@ WORKLOAD = [
 PROBLEM = ["--problem", "--model", "-m", "--cluster", "-c"]
 SEARCH = ["--top", "--fix", "--choices", "--only", "--objective", "--time-limit", "--method"]
 SEARCH += ["--recompute", "--schedules", "--pipeline-splits", "--cp-flavours", "--offload"]
+SEARCH += ["--sequence-parallel", "--no-sequence-parallel"]
 GOODPUT = [
     "--failure-rate-per-device-hour",
     "--restart-time-s",

@@ -387,6 +387,11 @@ class SearchOptions(OptionGroup):
         description="Allowed model-state offload to host memory, e.g. none,optimizer,params "
         "(optimizer: fp32 master and Adam moments; params: and the weights); opt-in",
     )
+    sequence_parallel: bool = Field(
+        True,
+        description="Search layouts with Megatron sequence parallelism inside the TP group; "
+        "--no-sequence-parallel for a framework without it (Megatron-LM before April 2022)",
+    )
 
 
 class PlanOptions(OptionGroup):

@@ -595,6 +595,9 @@ class SearchOptions:
     cp_flavours: tuple[str, ...] | None = None  # None: every flavour the target runs (CP_FLAVOURS)
     # core.stages.SPLIT_NAMES the search keeps where pp > 1; None: every split the framework writes
     pipeline_splits: tuple[str, ...] | None = None
+    # the searched layouts shard the norms' and residuals' activations over tp (Megatron sequence
+    # parallelism); False: a framework without it (Layout.sequence_parallel of every candidate)
+    sequence_parallel: bool = True
 
     def allowed(self, degree: str, value):
         """Whether ``value`` (an int or a numpy array) of ``degree`` passes --fix, --choices and --only."""

@@ -104,6 +104,7 @@ class Space(HasProblem):
     launch: str | None = (
         None  # the export target whose rank order masked the placements (launch_target)
     )
+    sequence_parallel: bool = True  # every candidate's Layout.sequence_parallel (SearchOptions)
 
     @property
     def num_shapes(self) -> int:
@@ -145,6 +146,7 @@ class Space(HasProblem):
             cp_flavour=CP_FLAVOURS[int(sh.cpf[shape])],
             axes=self.placement(shape, o),
             balanced_split=bool(sh.spl[shape] == BALANCED_SPLIT),
+            sequence_parallel=self.sequence_parallel,
         )
 
     def restrict(self, rows: np.ndarray) -> Space:
@@ -416,6 +418,7 @@ def build_space(
         placed=placed,
         offload_codes=offload_codes,
         launch=launch,
+        sequence_parallel=options.sequence_parallel,
     )
 
 

@@ -154,7 +154,9 @@ def stage_windows(space: Space, windows: list | None, sh: terms.Shapes, k, st: i
     if windows is not None:
         return windows[st]
     model, workload, acc = space.model, space.workload, space.cluster.accelerator
-    return terms.compute_per_microbatch(model, workload, acc, sh, k, np.zeros_like(k), last)
+    return terms.compute_per_microbatch(
+        model, workload, acc, sh, k, np.zeros_like(k), last, space.sequence_parallel
+    )
 
 
 def _stage_flags(sh: terms.Shapes):
@@ -320,7 +322,9 @@ def terms_of_rows(space: Space, rows: np.ndarray) -> RowTerms:
     mb: list = []
     hosted: list = []
     for first, last in _stage_flags(sh).values():
-        items = terms.memory_by_microbatch(model, workload, sh, k, r, first, last)
+        items = terms.memory_by_microbatch(
+            model, workload, sh, k, r, first, last, space.sequence_parallel
+        )
         mb.append(
             [grid(sum(terms.moment_bytes(items, name).values(), 0.0 * k)) for name in MOMENT_NAMES]
         )
@@ -387,7 +391,9 @@ def compute_of_rows(space: Space, rows: np.ndarray) -> RowCompute:
     first_stage: dict = {}
     none = np.flatnonzero(codes == 0)  # the column of recompute "none", if searched
     for _first, last in _stage_flags(sh).values():
-        c = terms.compute_per_microbatch(model, workload, acc, sh, k, r, last)
+        c = terms.compute_per_microbatch(
+            model, workload, acc, sh, k, r, last, space.sequence_parallel
+        )
         compute = sum(v for key, v in c.items() if key.startswith("compute/"))
         a.append(grid(mult * (compute + acc.microbatch_overhead_s * sh.v)))
         busy.append(grid(k * compute))

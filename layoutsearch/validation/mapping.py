@@ -30,9 +30,15 @@ from layoutsearch.core.frameworks import (
     framework_of_record,
     profile_of,
 )
-from layoutsearch.core.problem import MODEL_SHAPE_FIELDS, SCHEDULES, Problem, resolved_workload
-from layoutsearch.core.rules import SCHEDULE_VIRTUAL_STAGES
-from layoutsearch.core.specs import RECOMPUTE_POLICIES, Cluster, Layout, Workload
+from layoutsearch.core.problem import (
+    MODEL_SHAPE_FIELDS,
+    SCHEDULES,
+    Problem,
+    SearchOptions,
+    resolved_workload,
+)
+from layoutsearch.core.rules import SCHEDULE_VIRTUAL_STAGES, candidate_of, effective_zero
+from layoutsearch.core.specs import ALL_DEGREE_NAMES, RECOMPUTE_POLICIES, Cluster, Layout, Workload
 from layoutsearch.core.topology import resolve_cluster, torus_shape
 from layoutsearch.core.units import GB
 from layoutsearch.costs.estimate import Estimate, estimate
@@ -531,6 +537,8 @@ def mapping_notes(record: dict) -> list[str]:
     lay, notes = record["layout"], []
     if lay["sequence_parallel"] is None and (lay["tp"] or 1) > 1:
         notes.append(f"sequence_parallel null -> {not _is_bigscience(record)}")
+    if isinstance(release_of(record), str):
+        notes.append(str(release_of(record)))
     if custom_offload_policy(record):
         notes.append(
             f"recompute -> {custom_offload_policy(record)} (MaxText custom remat with host offload)"
@@ -1027,6 +1035,93 @@ WORKLOAD_RULES: dict[str, Callable[[dict], Any]] = {
     "cuda_graphs": cuda_graphs,
     "grad_bytes_per_param": grad_bytes,
 }
+
+
+RELEASES_PATH = Path(__file__).with_name("framework_releases.yaml")  # rule 32
+RELEASE_FIELDS = ("degrees", "zero_stages", "recompute", "sequence_parallel", "schedules")
+
+
+@cache
+def framework_releases() -> dict[str, dict]:
+    """Rule 32: the framework releases of ``framework_releases.yaml``, each checked: its record framework,
+    a source, and each restriction among the values the search knows."""
+    releases = (io.read_yaml(RELEASES_PATH, error=CatalogueError) or {}).get("releases") or {}
+    known = {
+        "degrees": ALL_DEGREE_NAMES,
+        "zero_stages": (0, 1, 2, 3),
+        "recompute": RECOMPUTE_POLICIES,
+        "schedules": SCHEDULES,
+    }
+    for name, e in releases.items():
+        where = f"{RELEASES_PATH.name}: {name}"
+        missing = [f for f in ("framework", "what", "source") if not e.get(f)]
+        if missing:
+            raise CatalogueError(f"{where}: missing {', '.join(missing)}")
+        if e["framework"] not in RECORD_FRAMEWORKS:
+            raise CatalogueError(f"{where}: framework {e['framework']!r} is not a record framework")
+        unknown = set(e) - {"framework", "what", "source", *RELEASE_FIELDS}
+        if unknown:
+            raise CatalogueError(f"{where}: unknown fields {', '.join(sorted(unknown))}")
+        for field, allowed in known.items():
+            bad = [v for v in e.get(field, ()) if v not in allowed]
+            if bad:
+                raise CatalogueError(
+                    f"{where}: {field} {', '.join(map(str, bad))}: expected among {', '.join(map(str, allowed))}"
+                )
+        if not isinstance(e.get("sequence_parallel", True), bool):
+            raise CatalogueError(
+                f"{where}: sequence_parallel {e['sequence_parallel']!r}: expected true or false"
+            )
+    return releases
+
+
+def release_of(record: dict) -> dict | str | None:
+    """Rule 32: the framework release the record names (``workload.framework_release``), None when it names
+    none, or why it is not used: a release the table lacks, or one of another framework."""
+    name = record["workload"].get("framework_release")
+    if name is None:
+        return None
+    release = framework_releases().get(name)
+    if release is None:
+        return (
+            f"workload.framework_release '{name}': not in {RELEASES_PATH.name}"
+            f"{did_you_mean(name, list(framework_releases()))}; the claim searches every choice"
+        )
+    framework = record["workload"].get("framework")
+    if release["framework"] != framework:
+        return (
+            f"workload.framework_release '{name}' is a {release['framework']} release, not of "
+            f"workload.framework '{framework}'; the claim searches every choice"
+        )
+    return release
+
+
+def release_options(record: dict, published: Layout) -> SearchOptions:
+    """Rule 32: the search among what the record's framework release could run (``release_of``), widened by the
+    published layout's own values (it ran them); the full search without a release it can use."""
+    release = release_of(record)
+    if not isinstance(release, dict):
+        return SearchOptions()
+    degrees = published.all_degrees
+    changes: dict[str, Any] = {}
+    if "degrees" in release:
+        changes["only"] = tuple(d for d in degrees if d in release["degrees"] or degrees[d] > 1)
+    if "zero_stages" in release:
+        zero = int(effective_zero(candidate_of(published))[0])
+        changes["zero_stages"] = tuple(sorted({*release["zero_stages"], zero}))
+    if "recompute" in release:
+        changes["recompute"] = tuple(
+            p for p in RECOMPUTE_POLICIES if p in release["recompute"] or p == published.recompute
+        )
+    if release.get("sequence_parallel") is False:
+        changes["sequence_parallel"] = published.sequence_parallel and published.tp > 1
+    if "schedules" in release:
+        changes["schedules"] = tuple(
+            s for s in SCHEDULES if s in release["schedules"] or s == published.schedule
+        )
+        if "interleaved" not in changes["schedules"]:
+            changes["max_virtual_stages"] = published.virtual_stages
+    return SearchOptions(**changes)
 
 
 def record_to_problem(record: dict) -> Mapped | str:

@@ -67,6 +67,7 @@ from layoutsearch.validation.mapping import (  # noqa: F401  (re-exported: the m
     record_framework,
     record_to_estimate,
     record_to_problem,
+    release_options,
     tp_comm_overlap,
     zero3_collectives_per_layer,
 )
@@ -239,11 +240,14 @@ NOT_RANKED = {"published_layout_rank": None, "best_predicted_speedup": None}
 NO_CLAIM = {"claimed_speedup": None, "claim_distinguishable": None}
 
 
-def ranked_claims(problem: Problem, step_times_s: list[float]) -> list[dict]:
+def ranked_claims(
+    problem: Problem, step_times_s: list[float], options: SearchOptions | None = None
+) -> list[dict]:
     """The engine's claim over layouts of one problem with these predicted step times: the
-    published step over the search's first-ranked layout's (``solve`` top 1, both by ``estimate``),
-    and whether the two are distinguishable (``explain --versus``: uncertainty bands apart)."""
-    result = solve(problem, SearchRequest(top_k=1))
+    published step over the search's first-ranked layout's (``solve`` top 1 under ``options``: what the
+    record's framework release could run, ``mapping.release_options``; both by ``estimate``), and whether
+    the two are distinguishable (``explain --versus``: uncertainty bands apart)."""
+    result = solve(problem, SearchRequest(top_k=1, options=options or SearchOptions()))
     if not result.layouts:
         return [dict(NO_CLAIM) for _ in step_times_s]
     winner = result.layouts[0]
@@ -362,7 +366,7 @@ def validate_runs(
     default: every CPU), with the values of a serial run.
     """
     evaluated = parallel_map(_evaluated, records, workers)
-    entries = [e for e, _, _ in evaluated]
+    entries = [e for e, *_ in evaluated]
     if rank:
         _rank_entries(evaluated, workers)
     sweeps = layout_sweeps(records, entries)
@@ -380,38 +384,47 @@ def validate_runs(
     return {"records": entries, "summary": summary}
 
 
-def _evaluated(record: dict) -> tuple[dict, Problem | None, float | None]:
-    """``evaluate_record``'s entry, with the record's problem (up to its names, ``_unnamed``) and the published
-    layout's predicted step time, which the ranking and the claim measure it by (both None when skipped): what
+Evaluated = tuple[dict, Problem | None, float | None, SearchOptions | None]
+
+
+def _evaluated(record: dict) -> Evaluated:
+    """``evaluate_record``'s entry, with the record's problem (up to its names, ``_unnamed``), the published
+    layout's predicted step time, which the ranking and the claim measure it by, and the claim's search
+    options (``release_options``; all None when skipped): what
     ranking needs, and little to pass between processes."""
     entry, mapped, est = _evaluate(record)
     if mapped is None or est is None:  # both or neither (_evaluate)
-        return entry, None, None
-    return entry, _unnamed(mapped[0]), est.step_time_s
+        return entry, None, None, None
+    return entry, _unnamed(mapped[0]), est.step_time_s, release_options(record, mapped[1])
 
 
-def _rank_entries(
-    evaluated: list[tuple[dict, Problem | None, float | None]], workers: int | None = None
-) -> None:
-    """``rank_published`` into each evaluated entry, records of one problem (up to its names) ranked
-    from one candidate space; a failure leaves those ranks null (the records' errors still stand)."""
-    groups: dict[Problem, list[tuple[dict, float]]] = {}
-    for entry, problem, step_s in evaluated:
+def _rank_entries(evaluated: list[Evaluated], workers: int | None = None) -> None:
+    """``rank_published`` into each evaluated entry, records of one problem (up to its names) and one claim's
+    search options ranked from one candidate space; a failure leaves those ranks null (the records' errors
+    still stand)."""
+    groups: dict[tuple[Problem, str], list[tuple[dict, float, SearchOptions | None]]] = {}
+    for entry, problem, step_s, options in evaluated:
         if problem is not None and step_s is not None:
-            groups.setdefault(problem, []).append((entry, step_s))
+            groups.setdefault((problem, repr(options)), []).append((entry, step_s, options))
     ranked = parallel_map(
-        _ranks_or_none, [(p, [s for _, s in m]) for p, m in groups.items()], workers
+        _ranks_or_none,
+        [(p, [s for _, s, _ in m], m[0][2]) for (p, _), m in groups.items()],
+        workers,
     )
     for members, ranks in zip(groups.values(), ranked):
-        for (entry, _), one in zip(members, ranks or ()):
+        for (entry, _, _), one in zip(members, ranks or ()):
             entry.update(one)
 
 
-def _ranks_or_none(task: tuple[Problem, list[float]]) -> list[dict] | None:
-    """``rank_layouts`` and ``ranked_claims`` of one problem's step times; None when either fails
-    (the ranks and claims stay null)."""
+def _ranks_or_none(task: tuple[Problem, list[float], SearchOptions | None]) -> list[dict] | None:
+    """``rank_layouts`` and ``ranked_claims`` (under the claim's options) of one problem's step times; None
+    when either fails (the ranks and claims stay null)."""
+    problem, steps, options = task
     try:
-        return [{**a, **b} for a, b in zip(rank_layouts(*task), ranked_claims(*task))]
+        return [
+            {**a, **b}
+            for a, b in zip(rank_layouts(problem, steps), ranked_claims(problem, steps, options))
+        ]
     except Exception:  # noqa: BLE001 - the rank stays null; the record's error is still reported
         return None
 

@@ -1,0 +1,121 @@
+"""Searching without sequence parallelism, and a record's claim among what its framework release could run
+(docs/run_record_mapping.md, rule 32)."""
+
+from dataclasses import replace
+
+import pytest
+from builders import proven_top
+
+from layoutsearch.core.catalogue import load_model
+from layoutsearch.core.problem import Problem, SearchOptions, SearchRequest
+from layoutsearch.core.specs import Layout, Workload
+from layoutsearch.core.topology import resolve_cluster
+from layoutsearch.costs.estimate import estimate
+from layoutsearch.search import solve
+from layoutsearch.search.enumerate import enumerate_top
+from layoutsearch.search.space import build_space
+from layoutsearch.search.tables import build_tables
+from layoutsearch.validation.mapping import (
+    framework_releases,
+    mapping_notes,
+    release_of,
+    release_options,
+)
+from layoutsearch.validation.runs import load_runs
+
+
+def _problem() -> Problem:
+    """Llama 3 8B's 64 sequences of 8192 tokens on 16 H100s: tensor parallelism pays, so SP matters."""
+    return Problem.build(
+        load_model("llama3-8b"),
+        resolve_cluster("h100-16"),
+        Workload(global_batch_seqs=64, seq_len=8192),
+    )
+
+
+def test_a_search_without_sequence_parallelism_costs_its_layouts_without_it():
+    """With ``sequence_parallel=False`` every candidate is a layout without SP, the tables cost it as
+    ``estimate`` does, and CP-SAT ranks what the enumerator ranks."""
+    problem = _problem()
+    options = SearchOptions(sequence_parallel=False, fix={"tp": 4})
+    space = build_space(problem, options)
+    tables = build_tables(space)
+    enum, _ = enumerate_top(space, tables, "step-time", 3)
+    cps, info = proven_top(space, tables, "step-time", 3)
+    assert cps == enum and info["status"] == "OPTIMAL"
+    result = solve(problem, SearchRequest(top_k=3, options=options))
+    winner = result.layouts[0]
+    assert winner.layout.tp == 4 and winner.layout.sequence_parallel is False
+    again = estimate(problem, winner.layout)
+    assert again.step_time_s == pytest.approx(winner.step_time_s, rel=1e-9)
+    assert again.memory_bytes["peak"] == pytest.approx(winner.memory_bytes["peak"], rel=1e-9)
+    # the same layout with SP holds less: SP shards the norms' and residuals' activations over tp
+    with_sp = estimate(problem, replace(winner.layout, sequence_parallel=True))
+    assert with_sp.memory_bytes["peak"] < again.memory_bytes["peak"]
+
+
+def test_the_release_table_names_record_frameworks_and_known_values():
+    """Three releases, each of a record framework, with a source; the limits read as written."""
+    releases = framework_releases()
+    assert set(releases) == {
+        "megatron-lm-2021",
+        "bigscience-megatron-deepspeed",
+        "llm-foundry-2023",
+    }
+    assert releases["llm-foundry-2023"]["degrees"] == ["dp", "fsdp"]
+    assert releases["megatron-lm-2021"]["zero_stages"] == [0]
+    assert releases["bigscience-megatron-deepspeed"]["schedules"] == ["1f1b"]
+    assert all(r["source"] for r in releases.values())
+
+
+def _record(**workload) -> dict:
+    rec = next(
+        r
+        for r in load_runs("tests/data/runs_dev.yaml")
+        if r["id"] == "llmfoundry-mpt-a100-40g-13b-seq2048-8gpu-mbs4-ga16"
+    )
+    return {**rec, "workload": {**rec["workload"], **workload}}
+
+
+FSDP8 = Layout(dp=1, fsdp=8, zero_stage=3, num_microbatches=16, recompute="full")
+
+
+def test_an_llm_foundry_2023_record_searches_fsdp_alone_without_selective_recompute():
+    """llm-foundry's 2023 tables ran FSDP1: dp and fsdp only, ZeRO 0, 2 or 3, recompute on or off."""
+    options = release_options(_record(), FSDP8)
+    assert options.only == ("dp", "fsdp")
+    assert options.zero_stages == (0, 2, 3)
+    assert options.recompute == ("none", "full")
+    assert options.sequence_parallel is True  # the table does not limit it (tp is 1 anyway)
+    assert options.schedules is None and options.fix == {}
+
+
+def test_the_published_layouts_own_choices_stay_allowed():
+    """Narayanan et al.'s ZeRO-3 comparison rows ran DeepSpeed's ZeRO-3 over fsdp with tp 2, which the
+    Megatron-LM of 2021 did not have: the search keeps their own stage and degrees."""
+    rec = _record(framework="megatron", framework_release="megatron-lm-2021")
+    zero3 = Layout(dp=1, fsdp=192, tp=2, zero_stage=3, num_microbatches=1, recompute="full")
+    options = release_options(rec, replace(zero3, sequence_parallel=False))
+    assert options.only == ("dp", "fsdp", "tp", "pp")
+    assert options.zero_stages == (0, 3)
+    assert options.sequence_parallel is False
+    assert options.schedules == ("1f1b", "interleaved")
+    # a published layout with sequence parallelism keeps it searchable
+    assert release_options(rec, zero3).sequence_parallel is True
+
+
+def test_an_unknown_release_or_one_of_another_framework_is_noted_and_searches_everything():
+    unknown = _record(framework_release="llm-foundry-2022")
+    assert release_options(unknown, FSDP8) == SearchOptions()
+    assert release_of(unknown) == (
+        "workload.framework_release 'llm-foundry-2022': not in framework_releases.yaml "
+        "(did you mean 'llm-foundry-2023'?); the claim searches every choice"
+    )
+    assert release_of(unknown) in mapping_notes(unknown)
+    other = _record(framework_release="megatron-lm-2021")
+    assert release_options(other, FSDP8) == SearchOptions()
+    assert release_of(other) == (
+        "workload.framework_release 'megatron-lm-2021' is a megatron release, not of "
+        "workload.framework 'llm-foundry'; the claim searches every choice"
+    )
+    assert release_of(_record(framework_release=None)) is None
