@@ -292,11 +292,15 @@ def problems(draw):
 @functools.cache
 def export_docs() -> dict[str, dict]:
     """The export tests' common documents (llama3-8b on h100-64 and debug on h100-16), built once:
-    fsdp, fsdp_tp, cp and hsdp."""
+    fsdp, fsdp_tp, fsdp_tp_no_sp (the same without sequence parallelism, which DeepSpeed's AutoTP lacks), cp
+    and hsdp."""
     return {
         "fsdp": doc_llama8b(Layout(fsdp=64, num_microbatches=2, recompute="full")),
         "fsdp_tp": doc_llama8b(
             Layout(fsdp=8, tp=8, num_microbatches=4, recompute="full"),
+        ),
+        "fsdp_tp_no_sp": doc_llama8b(
+            Layout(fsdp=8, tp=8, num_microbatches=4, recompute="full", sequence_parallel=False),
         ),
         "cp": solve_doc(
             "llama3-8b", "h100-64", 128, 8192, Layout(fsdp=4, tp=8, cp=2, recompute="selective")

@@ -24,7 +24,11 @@ from layoutsearch.export import TARGETS, check_export, export_document
 from layoutsearch.export.megatron import parse_args
 from layoutsearch.report.output import estimate_document
 
-FSDP, FSDP_TP, CP, HSDP = (export_docs()[k] for k in ("fsdp", "fsdp_tp", "cp", "hsdp"))
+FSDP, FSDP_TP, FSDP_TP_NO_SP, CP, HSDP = (
+    export_docs()[k] for k in ("fsdp", "fsdp_tp", "fsdp_tp_no_sp", "cp", "hsdp")
+)
+# DeepSpeed's AutoTP has no sequence parallelism: its tp > 1 documents are costed without it
+FSDP_TP_FOR = {"deepspeed": FSDP_TP_NO_SP}
 
 
 def test_plain_fsdp_every_target():
@@ -77,7 +81,16 @@ def test_fsdp_tp_degrees_and_recompute():
     tt = tomllib.loads(exported(FSDP_TP, "torchtitan"))
     assert tt["model"]["flavor"] == "8B" and tt["parallelism"]["tensor_parallel_degree"] == 8
     assert tt["activation_checkpoint"]["mode"] == "full"
-    ds = json.loads(exported(FSDP_TP, "deepspeed"))
+    # DeepSpeed's AutoTP has no sequence parallelism: the layout with it is refused, the same without it writes
+    with pytest.raises(InvalidLayoutError) as refused:
+        export_document(FSDP_TP, "deepspeed")
+    assert str(refused.value).startswith(
+        "deepspeed export of layout rank 1: DeepSpeed cannot express sequence parallelism with tp(8) "
+        "(the layout's sequence_parallel) (AutoTP all-reduces each layer's output whole, so the norms and "
+        "residuals are not sharded over tp (its sequence_parallel_size is Ulysses, the engine's cp)); nearest: "
+        "--no-sequence-parallel, or export to maxtext or megatron"
+    )
+    ds = json.loads(exported(FSDP_TP_NO_SP, "deepspeed"))
     assert ds["tensor_parallel"]["autotp_size"] == 8 and ds["train_micro_batch_size_per_gpu"] == 8
 
 
@@ -93,7 +106,7 @@ def test_header_names_model_cluster_predictions_and_version():
             and f"MFU {100 * rec['mfu']:.1f} %" in head
         )
         assert f"peak memory {rec['memory_bytes']['peak'] / 1e9:.1f} GB" in head
-    side = json.loads(exported(FSDP_TP, "deepspeed"))["_layoutsearch"]
+    side = json.loads(exported(FSDP_TP_NO_SP, "deepspeed"))["_layoutsearch"]
     assert any(f"layoutsearch {version()}" in line for line in side["header"])
 
 
@@ -104,10 +117,11 @@ def test_blocking_launches_are_named_in_every_file_and_exported_by_megatron():
     line = "Launch with CUDA_LAUNCH_BLOCKING=1: the prediction costed blocking kernel launches (--launch-blocking)."
     for target in ("maxtext", "megatron", "torchtitan"):
         assert f"# {line}" in exported(doc, target)
-    assert line in json.loads(exported(doc, "deepspeed"))["_layoutsearch"]["header"]
+    no_sp = doc_llama8b(Layout(fsdp=8, tp=8, sequence_parallel=False), launch_blocking=True)
+    assert line in json.loads(exported(no_sp, "deepspeed"))["_layoutsearch"]["header"]
     assert "\nexport CUDA_LAUNCH_BLOCKING=1  #" in exported(doc, "megatron")
     assert all(
-        "CUDA_LAUNCH_BLOCKING" not in exported(FSDP_TP, t)
+        "CUDA_LAUNCH_BLOCKING" not in exported(FSDP_TP_FOR.get(t, FSDP_TP), t)
         for t in ("maxtext", "megatron", "torchtitan", "deepspeed")
     )
 
@@ -182,7 +196,10 @@ def test_materialised_attention_scores_as_costed_or_refused():
         "export to maxtext or megatron",
     )
     refused(
-        doc,
+        doc_llama8b(
+            Layout(fsdp=8, tp=8, recompute="full", sequence_parallel=False),
+            flash_attention=False,
+        ),
         "deepspeed",
         "DeepSpeed cannot express materialised attention scores (--no-fused-attention); "
         "nearest: --fused-attention, or export to maxtext or megatron",
@@ -466,11 +483,11 @@ def test_checker_catches_edited_files():
         "tensor_parallel_degree = 8", "tensor_parallel_degree = 4"
     )
     assert any("!= WORLD_SIZE(64)" in p for p in check_export("torchtitan", text, FSDP_TP))
-    cfg = json.loads(exported(FSDP_TP, "deepspeed"))
+    cfg = json.loads(exported(FSDP_TP_NO_SP, "deepspeed"))
     cfg["gradient_accumulation_steps"] = 3
     assert any(
         "train_batch_size 256 != micro 8 x accumulation 3 x DP world 8" in p
-        for p in check_export("deepspeed", json.dumps(cfg), FSDP_TP)
+        for p in check_export("deepspeed", json.dumps(cfg), FSDP_TP_NO_SP)
     )
 
 
@@ -519,7 +536,8 @@ def test_megatron_file_is_valid_bash():
 @pytest.mark.parametrize("target", TARGETS)
 def test_every_target_round_trips_the_fsdp_layout(target):
     """The checker of each target accepts what its exporter wrote for the same document."""
-    assert check_export(target, export_document(FSDP_TP, target), FSDP_TP) == []
+    doc = FSDP_TP_FOR.get(target, FSDP_TP)
+    assert check_export(target, export_document(doc, target), doc) == []
 
 
 @pytest.mark.parametrize(

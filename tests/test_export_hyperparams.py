@@ -19,6 +19,14 @@ from layoutsearch.export.megatron import parse_args
 L405 = solve_doc(
     "llama3-405b", "h100-64", 256, 4096, Layout(fsdp=8, tp=8, num_microbatches=4, recompute="full")
 )
+# DeepSpeed's AutoTP has no sequence parallelism
+L405_NO_SP = solve_doc(
+    "llama3-405b",
+    "h100-64",
+    256,
+    4096,
+    Layout(fsdp=8, tp=8, num_microbatches=4, recompute="full", sequence_parallel=False),
+)
 QWEN = str(data_path("hf/qwen2.5-7b.json"))
 
 
@@ -190,7 +198,7 @@ def test_torchtitan_custom_flavor_carries_rope_theta():
 @pytest.mark.parametrize("target", TARGETS)
 def test_every_file_names_its_placeholders(target):
     text = exported(
-        L405
+        {"deepspeed": L405_NO_SP}.get(target, L405)
         if target != "maxtext"
         else solve_doc("llama3-405b", "v5p-256", 256, 4096, Layout(fsdp=256, recompute="full")),
         target,

@@ -74,7 +74,7 @@ MIXTRAL_DS = solve_doc(
     "h100-64",
     512,
     4096,
-    Layout(fsdp=32, tp=2, ep=8, zero_stage=1),
+    Layout(fsdp=32, tp=2, ep=8, zero_stage=1, sequence_parallel=False),  # AutoTP has no SP
     framework="deepspeed",
 )  # DeepSpeed's own overlap: NCCL AllToAll dispatch
 QWEN3 = solve_doc(

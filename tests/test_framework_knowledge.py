@@ -120,7 +120,7 @@ REFUSALS = {
         "(ZeRO-1)); nearest: schedule 1f1b or interleaved",
     ),
     "deepspeed": (
-        Layout(fsdp=4, tp=2, cp=2, cp_flavour="a2a", zero_stage=3),
+        Layout(fsdp=4, tp=2, cp=2, cp_flavour="a2a", zero_stage=3, sequence_parallel=False),
         "bf16",
         "deepspeed-cp-alone",
         "DeepSpeed cannot express cp(2) beside tp(2), pp(1), ep(1) (Ulysses for Hugging Face models "

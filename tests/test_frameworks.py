@@ -42,7 +42,9 @@ from layoutsearch.core.specs import Layout
 from layoutsearch.export import export_document
 from layoutsearch.export.megatron import parse_args
 
-FSDP_TP, CP, HSDP = (export_docs()[k] for k in ("fsdp_tp", "cp", "hsdp"))
+FSDP_TP, FSDP_TP_NO_SP, CP, HSDP = (
+    export_docs()[k] for k in ("fsdp_tp", "fsdp_tp_no_sp", "cp", "hsdp")
+)
 
 pytestmark = pytest.mark.frameworks
 
@@ -52,7 +54,7 @@ INTERLEAVED_ZERO1 = doc_llama8b(dataclasses.replace(INTERLEAVED_LAYOUT, zero_sta
 KV_REPLICATED = solve_doc("llama70b", "h100-64", 256, 4096, Layout(fsdp=4, tp=16, recompute="full"))
 ZERO1 = solve_doc("debug", "h100-16", 64, 1024, Layout(fsdp=16, zero_stage=1, num_microbatches=2))
 PIPE_1F1B = doc_llama8b(
-    Layout(fsdp=1, dp=2, tp=8, pp=4, num_microbatches=8, zero_stage=1),
+    Layout(fsdp=1, dp=2, tp=8, pp=4, num_microbatches=8, zero_stage=1, sequence_parallel=False),
 )
 
 
@@ -278,7 +280,7 @@ def test_megatron_core_builds_the_engine_model(case, tmp_path):
 
 # ----------------------------------------------------------------------------- DeepSpeed
 @pytest.mark.parametrize(
-    "doc", [FSDP_TP, ZERO1, PIPE_1F1B], ids=["fsdp_tp", "zero1", "pipeline_1f1b"]
+    "doc", [FSDP_TP_NO_SP, ZERO1, PIPE_1F1B], ids=["fsdp_tp", "zero1", "pipeline_1f1b"]
 )
 def test_deepspeed_config_batch_assertion(doc):
     """DeepSpeedConfig accepts the JSON (with its _layoutsearch key) for DP world = dp x fsdp."""

@@ -1482,6 +1482,10 @@ LIMITS: tuple[Limit, ...] = (
         nearest=lambda caps, p, c: _graphs_refusal(caps, p, c)[1],
     ),
     Limit.option(code="tp-overlap", asked=lambda p: bool(p.workload.tp_comm_overlap)),
+    # a given layout's (candidate_of): the search's candidates take the target's (search.space.build_space)
+    Limit.feature(
+        code="sp", needs=("tp",), used=lambda p, c: "sp" in c and (c["sp"] != 0) & (c["tp"] > 1)
+    ),
     Limit.option(code="ep-overlap", asked=lambda p: bool(p.workload.ep_comm_overlap) and _moe(p)),
     Limit.feature(code="unfused-attention", used=lambda p, c: not p.workload.flash_attention),
     Limit.feature(code="bf16-logits", used=lambda p, c: not p.workload.fp32_logits),
@@ -1572,6 +1576,7 @@ def candidate_of(layout: Layout, k: int | None = None) -> Cand:
         "lf": layout.first_stage_layers or 0,
         "ll": layout.last_stage_layers or 0,
         "spl": int(layout.balanced_split),
+        "sp": int(layout.sequence_parallel),
     }
     return {key: np.array([value], dtype=np.int64) for key, value in values.items()}
 

@@ -249,6 +249,9 @@ class Capabilities:
     """Whether a full-iteration graph can hold a dropless MoE's layers."""
     tp_comm_overlap: bool = True
     """TP collectives pipelined with their GEMMs (Workload.tp_comm_overlap)."""
+    sequence_parallel: bool = True
+    """The norms' and residuals' activations sharded over tp (Layout.sequence_parallel): the search then
+    costs its layouts without it (search.space.build_space), and a given layout with it is refused."""
     bf16_grads: bool = False
     """Gradients kept and reduced in bf16 (Workload.grad_bytes_per_param 2)."""
     bf16_moments_zero: tuple[int, ...] = ()

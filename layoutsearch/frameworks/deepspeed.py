@@ -29,6 +29,7 @@ CAPABILITIES = Capabilities(
     target="deepspeed",
     framework="DeepSpeed",
     tp_comm_overlap=False,
+    sequence_parallel=False,
     zero_stages_with_replicas=(),
     zero_stages_with_pp=(0, 1),
     pipeline_schedules=("1f1b",),
@@ -58,6 +59,8 @@ CAPABILITIES = Capabilities(
         "deepspeed-kv": "AutoTP does not replicate KV heads",
         "deepspeed-capacity": "AutoEP routes dropless",
         "deepspeed-tp-overlap": "AutoTP all-reduces after its GEMMs",
+        "deepspeed-sp": "AutoTP all-reduces each layer's output whole, so the norms and residuals are not "
+        "sharded over tp (its sequence_parallel_size is Ulysses, the engine's cp)",
         "deepspeed-etp": "AutoEP has no expert tensor parallelism yet (etp 1), and without AutoEP, "
         "AutoTP splits the experts' linears over tp",
         "deepspeed-ep-tp-pp": "AutoEP's folding with AutoTP supports pp = 1 only",

@@ -418,7 +418,8 @@ def build_space(
         placed=placed,
         offload_codes=offload_codes,
         launch=launch,
-        sequence_parallel=options.sequence_parallel,
+        sequence_parallel=options.sequence_parallel
+        and (capabilities is None or capabilities.sequence_parallel),
     )
 
 
