@@ -254,6 +254,17 @@ def mfu(
     return model_flops_per_step / (step_time_s * num_devices * peak_flops_per_s)
 
 
+def materialised_score_bytes_per_token_per_layer(
+    model: ModelSpec, tp: IntArray, seq_len: int, flash_attention: bool
+) -> FloatArray:
+    """HBM bytes one forward of a layer's attention core moves per token over its materialised S x S scores
+    (n_q/tp x S per token: write, softmax, dropout, read for the product with V; Korthikanti et al. 2022); 0 with
+    fused attention, whose kernel keeps them on chip. Part of ``elementwise_bytes_per_token_per_layer``."""
+    if flash_attention:
+        return 0.0 * tp
+    return (model.num_heads // tp) * seq_len * MATERIALISED_SCORE_BYTES_FORWARD
+
+
 def elementwise_bytes_per_token_per_layer(
     model: ModelSpec,
     tp: IntArray,
@@ -275,11 +286,7 @@ def elementwise_bytes_per_token_per_layer(
     f = mlp_width_per_token(model, share) / tp
     qk = (model.num_heads // tp + kv_heads_per_device(model, tp)) * model.head_dim
     mlp_act = (3 if model.mlp == "gated" else 2) * f
-    scores = (
-        0.0
-        if flash_attention
-        else (model.num_heads // tp) * seq_len * MATERIALISED_SCORE_BYTES_FORWARD
-    )
+    scores = materialised_score_bytes_per_token_per_layer(model, tp, seq_len, flash_attention)
     qk_passes = 2 if model.qk_norm == "none" else 4  # rotary, and the q/k norm (read + write)
     # MoE: the k copies of each token permuted before the experts and back after (read + write D each)
     permute = (

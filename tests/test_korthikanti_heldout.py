@@ -1,0 +1,68 @@
+"""The held-out Korthikanti et al. 2022 rows (tests/data/korthikanti_heldout.yaml): their arithmetic, and the
+selective recompute of a materialised attention core, which reruns its passes over the scores."""
+
+from dataclasses import replace
+
+import pytest
+from builders import data_path
+
+from layoutsearch.costs.estimate import estimate
+from layoutsearch.validation.mapping import record_to_estimate
+from layoutsearch.validation.runs import load_runs
+
+RUNS = load_runs(data_path("korthikanti_heldout.yaml"))
+BY_ID = {r["id"]: r for r in RUNS}
+A100_PEAK = 312e12
+
+
+def test_eight_rows_four_models_two_policies():
+    assert len(RUNS) == 8
+    assert {r["model"]["d_model"] for r in RUNS} == {6144, 12288, 20480, 25600}
+    assert sorted(r["layout"]["recompute"] for r in RUNS) == ["full"] * 4 + ["selective"] * 4
+    for r in RUNS:
+        lay = r["layout"]
+        assert lay["tp"] * lay["pp"] == r["cluster"]["num_devices"]  # no data parallelism
+        assert (
+            lay["microbatch_seqs"] * lay["num_microbatches"] == r["workload"]["global_batch_seqs"]
+        )
+        assert lay["sequence_parallel"] is (lay["recompute"] == "selective")
+
+
+@pytest.mark.parametrize(
+    "size, gbs, layers, d, gpus, seconds, readme_mfu",
+    [
+        ("22b", 4, 48, 6144, 8, 1.10, 0.415),
+        ("175b", 64, 96, 12288, 64, 13.75, 0.514),
+        ("530b", 280, 105, 20480, 280, 37.83, 0.560),
+        ("1t", 512, 128, 25600, 512, 71.49, 0.563),
+    ],
+)
+def test_the_iteration_times_reproduce_the_readmes_mfu(
+    size, gbs, layers, d, gpus, seconds, readme_mfu
+):
+    """The paper's Eq. 7, 72 B L s h^2 (1 + s/6h + v/12hL), over the Table 5 time on A100s at 312 TFLOP/s
+    is the MFU Megatron-LM's README prints, to 0.2 points; the record's tokens/s is B s / (t n)."""
+    s, v = 2048, 51200
+    flops = 72 * gbs * layers * s * d**2 * (1 + s / (6 * d) + v / (12 * d * layers))
+    assert flops / (seconds * gpus * A100_PEAK) == pytest.approx(readme_mfu, abs=0.002)
+    rec = BY_ID[f"korthikanti2022-{size}-selective-sp"]
+    assert rec["measured"]["step_time_s"] == seconds
+    assert rec["measured"]["tokens_per_s_per_device"] == pytest.approx(
+        gbs * s / (seconds * gpus), abs=0.01
+    )
+
+
+def test_selective_recompute_reruns_the_materialised_scores_passes():
+    """22B, 4 x 2048 tokens a step on tp 8, unfused attention: selective recompute reruns the attention core's
+    forward, its two matmuls (a third of compute/attention's forward and two backward passes) and its passes over
+    the scores: 64/8 heads x 2048 keys x 9 bytes a token (write, softmax read and write, dropout mask, read for
+    the product with V) x 8192 tokens / 2.0 TB/s = 0.604 ms a layer, 29.0 ms over 48 layers."""
+    problem, layout, _ = record_to_estimate(BY_ID["korthikanti2022-22b-selective-sp"])
+    t = estimate(problem, layout).time_s
+    scores_s = 48 * (64 // 8) * 2048 * 9 * 8192 / 2000e9
+    assert scores_s == pytest.approx(0.02899, rel=1e-3)
+    assert t["compute/recompute"] == pytest.approx(t["compute/attention"] / 3 + scores_s, rel=1e-9)
+    # with fused attention nothing is materialised: the rerun is the attention kernel's forward alone
+    fused = replace(problem, workload=replace(problem.workload, flash_attention=True))
+    tf = estimate(fused, layout).time_s
+    assert tf["compute/recompute"] == pytest.approx(tf["compute/attention"] / 3.5, rel=1e-9)
