@@ -1,6 +1,7 @@
 """Searching without sequence parallelism, and a record's claim among what its framework release could run
 (docs/run_record_mapping.md, rule 32)."""
 
+import json
 from dataclasses import replace
 
 import pytest
@@ -119,3 +120,28 @@ def test_an_unknown_release_or_one_of_another_framework_is_noted_and_searches_ev
         "workload.framework 'llm-foundry'; the claim searches every choice"
     )
     assert release_of(_record(framework_release=None)) is None
+
+
+def test_solve_no_sequence_parallel_searches_layouts_without_it(cli_main, tmp_path):
+    """`solve --no-sequence-parallel` (and the problem file's `sequence_parallel: false`, the same layouts) returns
+    layouts without sequence parallelism; without the flag, every layout has it."""
+    args = (
+        "solve",
+        "--model",
+        "llama3-8b",
+        "--cluster",
+        "h100-16",
+        *("--seqs", "64", "--fix", "tp=4"),
+    )
+    code, out, _ = cli_main(*args, "--no-sequence-parallel", "--format", "json")
+    assert code == 0
+    without = json.loads(out)["layouts"]
+    assert [x["sequence_parallel"] for x in without] == [False] * 3
+    code, out, _ = cli_main(*args, "--format", "json")
+    assert code == 0 and [x["sequence_parallel"] for x in json.loads(out)["layouts"]] == [True] * 3
+    problem = tmp_path / "p.yaml"
+    problem.write_text(
+        "model: llama3-8b\ncluster: h100-16\nseqs: 64\nfix: tp=4\nsequence_parallel: false\n"
+    )
+    code, out, _ = cli_main("solve", "--problem", problem, "--format", "json")
+    assert code == 0 and json.loads(out)["layouts"] == without
