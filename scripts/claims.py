@@ -45,6 +45,7 @@ from layoutsearch.costs.estimate import Estimate, estimate
 from layoutsearch.report.output import band_of
 from layoutsearch.search import solve
 from layoutsearch.search.explain import versus_claim
+from layoutsearch.search.ranking import layout_risks, risk_names
 from layoutsearch.validation.parallel import parallel_map
 from layoutsearch.validation.runs import load_runs, source_family
 from layoutsearch.validation.stats import SHAPE_KEYS, layout_label
@@ -63,6 +64,15 @@ DEV_SETS = (
     "runs_moe_dev.yaml",
 )  # the development sets, dense and mixture of experts
 MOE = "MoE"  # a claim's kind when its model has routed experts, and the suffix of its source's name
+# the ranking's risks (``search.ranking.RISKS``, in its order) in a table cell's words
+RISK_WORDS = (
+    "tight headroom",
+    "memory margin",
+    "TP on scale-out",
+    "CP on scale-out",
+    "CP",
+    "many microbatches",
+)
 
 
 # ----------------------------------------------------------------------------- one record
@@ -201,10 +211,18 @@ def claim(record: dict) -> dict | None:
         / (pub_est.tokens_per_s / pub_est.cluster.num_devices),
         "winner_memory_share": winner.memory_bytes["peak"] / winner.memory_bytes["capacity"],
         "winner_recompute": winner.layout.recompute,
+        "winner_risks": risk_words(layout_risks(winner)),
         "published_recompute": published.recompute,
         "log_parts": parts,
         "pinned_all_speedup": pub_s / math.exp(log_step[frozenset(PINNED)]),
     }
+
+
+def risk_words(risks: tuple[str, ...]) -> list[str]:
+    """A layout's ranking risks (``search.ranking.layout_risks``) in ``RISK_WORDS``."""
+    names = risk_names()
+    assert len(names) == len(RISK_WORDS), "search.ranking.RISKS changed: name its new risks here"
+    return [RISK_WORDS[names.index(r)] for r in risks]
 
 
 def short_label(layout: Layout) -> str:
@@ -293,17 +311,29 @@ def top_table(claims: list[dict], n: int = 10) -> list[str]:
         "dist.",
         "published fits",
         "winner mem",
+        "winner risks",
         *PARTS,
     )
     for c in sorted(claims, key=lambda c: -c["claimed_speedup"])[:n]:
         out.append(
             f"| {c['id']} | {c['published']} | {c['winner']} | {c['claimed_speedup']:.3f}x | "
             f"{'yes' if c['distinguishable'] else 'no'} | {'yes' if c['published_fits'] else 'no'} | "
-            f"{c['winner_memory_share']:.0%} | "
+            f"{c['winner_memory_share']:.0%} | {', '.join(c['winner_risks']) or '-'} | "
             + " | ".join(f"{factor(c, p):.3f}" for p in PARTS)
             + " |"
         )
     return out
+
+
+def risk_sentence(claims: list[dict]) -> str:
+    """How many winners of the claims above 1.1x carry each ranking risk."""
+    big = [c for c in claims if c["claimed_speedup"] > 1.1]
+    counts = {w: sum(w in c["winner_risks"] for c in big) for w in RISK_WORDS}
+    named = ", ".join(f"{w} {n}" for w, n in counts.items() if n)
+    return (
+        f"Winners of the {len(big)} claims above 1.1x that carry a ranking risk: {named or 'none'}; "
+        f"{sum(not c['winner_risks'] for c in big)} carry none."
+    )
 
 
 def record_table(claims: list[dict]) -> list[str]:
@@ -464,9 +494,12 @@ def claims_markdown(claims: list[dict], runs: list[Path], wall_s: float) -> str:
         "",
         "Parts as factors (their product is the claim). `published fits`: whether the engine predicts "
         "the published layout fits in memory (it ran); `winner mem`: the winner's peak over its usable "
-        "memory.",
+        "memory; `winner risks`: the ranking's risks the winner carries (`search.ranking.RISKS`; inside "
+        "the 5% risk band of the best step a layout with fewer ranks first, beyond it they do not demote it).",
         "",
         *top_table(claims),
+        "",
+        risk_sentence(claims),
         "",
         "## What this says",
         "",

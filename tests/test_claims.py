@@ -206,3 +206,29 @@ def test_the_headline_gives_each_kind_and_both_development_sets():
     ]
     (sentence,) = claims_script.target_says(claims)
     assert sentence.endswith("dense 1.200x (3), MoE 1.300x (2), both 1.200x (5).")
+
+
+def test_winner_risks_read_in_the_rankings_words_and_are_counted_over_the_large_claims():
+    """A winner's ranking risks (search.ranking.layout_risks, in RISKS' order) in the table's words; the sentence
+    counts them over the claims above 1.1x: of 1.05 (TP on scale-out, not counted), 1.2 (TP on scale-out and
+    many microbatches) and 1.5 (none), one TP on scale-out, one many microbatches, one with none."""
+    from layoutsearch.search.ranking import risk_names
+
+    names = risk_names()
+    assert claims_script.risk_words((names[2], names[5])) == [
+        "TP on scale-out",
+        "many microbatches",
+    ]
+    assert claims_script.risk_words((names[1],)) == ["memory margin"]
+    claims = [
+        {**_made("a", "dense", "p", 1.0, 1.0, 1.05), "winner_risks": ["TP on scale-out"]},
+        {
+            **_made("b", "dense", "p", 1.0, 1.0, 1.2),
+            "winner_risks": ["TP on scale-out", "many microbatches"],
+        },
+        {**_made("c", "dense", "p", 1.0, 1.0, 1.5), "winner_risks": []},
+    ]
+    assert claims_script.risk_sentence(claims) == (
+        "Winners of the 2 claims above 1.1x that carry a ranking risk: TP on scale-out 1, many microbatches 1; "
+        "1 carry none."
+    )
