@@ -34,12 +34,16 @@ runner = CliRunner()
     problem=problems(),
     objective=st.sampled_from(["step-time", "gather-volume"]),
     full_model=st.booleans(),
+    sequence_parallel=st.booleans(),
 )
-def test_cpsat_optimum_equals_enumerator_optimum(problem, objective, full_model):
+def test_cpsat_optimum_equals_enumerator_optimum(problem, objective, full_model, sequence_parallel):
     """On random instances CP-SAT (pruned, or the whole model) and the enumerator find the same optimum
-    and rank the same top 3, candidate for candidate (ties to the simplest, search.ranking)."""
+    and rank the same top 3, candidate for candidate (ties to the simplest, search.ranking), with the
+    searched layouts' sequence parallelism on or off."""
     model, workload, cluster = problem
-    space = build_space(Problem.build(model, cluster, workload), SearchOptions())
+    space = build_space(
+        Problem.build(model, cluster, workload), SearchOptions(sequence_parallel=sequence_parallel)
+    )
     tables = build_tables(space)
     found = {}
     enum, _ = enumerate_top(space, tables, objective, 3, found=found)
