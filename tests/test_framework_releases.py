@@ -5,7 +5,7 @@ import json
 from dataclasses import replace
 
 import pytest
-from builders import proven_top
+from builders import data_path, proven_top
 
 from layoutsearch.core.catalogue import load_model
 from layoutsearch.core.problem import Problem, SearchOptions, SearchRequest
@@ -72,7 +72,7 @@ def test_the_release_table_names_record_frameworks_and_known_values():
 def _record(**workload) -> dict:
     rec = next(
         r
-        for r in load_runs("tests/data/runs_dev.yaml")
+        for r in load_runs(data_path("runs_dev.yaml"))
         if r["id"] == "llmfoundry-mpt-a100-40g-13b-seq2048-8gpu-mbs4-ga16"
     )
     return {**rec, "workload": {**rec["workload"], **workload}}
