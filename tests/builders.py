@@ -285,6 +285,10 @@ def problems(draw):
     workload = Workload(
         global_batch_seqs=draw(st.sampled_from([8, 16, 32, 64])),
         seq_len=draw(st.sampled_from([512, 2048])),
+        # the backward's TP collectives beside their GEMMs or waited for; the gradients accumulated by
+        # their GEMMs or by a kernel of their own (whose sharded ZeRO-2/3 form costs less than ZeRO-0/1's)
+        tp_backward_async=draw(st.sampled_from([None, False])),
+        grad_accumulation_fusion=draw(st.sampled_from([None, False])),
     )
     return model, workload, cluster
 

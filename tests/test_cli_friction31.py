@@ -197,7 +197,7 @@ def test_wide_is_taken_before_or_after_the_command(terminal, before):
     assert code == 0
     assert "left out to fit" not in out
     assert (
-        "│ 1.355-1.612 │ 53.5% │  701,964 │"
+        "│ 1.368-1.617 │ 53.5% │  701,964 │"
         in out  # 1.350-1.616 before llm-foundry's A100 rows stated bf16 reduction (rule 31); 1.347-1.604 before
         # the band of 2026-12-05's ZeRO copies
     )  # the GPU band: 1.350-1.650, then 1.346-1.633 before the Megatron-Core rows stated their schedule,
@@ -260,8 +260,10 @@ def test_a_refused_export_names_the_command_that_works(cli_main, tmp_path):
 
 
 def test_a_framework_that_makes_the_plan_slow_is_named(cli_main, tmp_path):
-    """DeepSpeed for llama3-405b on h100-16384 reaches 3.5% MFU (36.3 s; 3.6%, 35.7 s until AutoTP's layouts were
-    costed without sequence parallelism, which it lacks, 2026-12-06): one warning with the free winner's (35.7%, 3.58 s
+    """DeepSpeed for llama3-405b on h100-16384 reaches 3.5% MFU (36.3 s): one warning with the free winner's (31.9%,
+    4.02 s, fsdp 128 x tp 8 x pp 16; 35.9%, 3.57 s, fsdp 64 x tp 4 x pp 16 x cp 4 until its bf16 optimizer's
+    accumulation of each microbatch's gradients into fp32 ones was costed, 2026-12-06; 3.6%, 35.7 s until AutoTP's layouts were
+    costed without sequence parallelism, which it lacks, 2026-12-06; the free winner 35.7%, 3.58 s
     while the h100 class's FlashAttention-2 fraction was 0.1656; 35.8%, 3.58 s while the interleaved schedule's
     fill and drain paid their p v - 1 sends and the first pipeline stage's memory was a middle stage's layers
     plus its embedding, 2026-12-05; 36.2%, 3.54 s, fsdp 128 x tp 2 until ZeRO-2 reduce-scattered its gradients in
@@ -275,8 +277,8 @@ def test_a_framework_that_makes_the_plan_slow_is_named(cli_main, tmp_path):
     (line,) = [x for x in err.splitlines() if x.startswith("warning:")]
     assert line == (
         "warning: deepspeed cannot express the fast layouts of this problem: its best reaches "
-        "3.5% MFU (36.3 s a step), the unrestricted winner 35.9% (3.57 s, fsdp=64, tp=4, pp=16, "
-        "cp=4); `layoutsearch solve --framework deepspeed` (no --export) shows it"  # cp=4: Ulysses
+        "3.5% MFU (36.3 s a step), the unrestricted winner 31.9% (4.02 s, fsdp=128, tp=8, pp=16); "
+        "`layoutsearch solve --framework deepspeed` (no --export) shows it"
     )
 
 

@@ -154,11 +154,13 @@ def test_energy_of_the_winner_is_busy_power_while_computing_and_idle_power_other
     }
     step_s, compute_s = est.time_s["step"], est.time_s["compute"]
     assert (step_s, compute_s) == (
-        pytest.approx(1.83405, abs=1e-5),
+        pytest.approx(
+            1.83204, abs=1e-5
+        ),  # 1.83405 before the backward's TP collectives ran beside their GEMMs
         pytest.approx(1.19842, abs=1e-5),
     )
     by_hand = 32 * (117.0 * step_s + 583.0 * compute_s)
-    assert by_hand == pytest.approx(29224.4, abs=0.1)
+    assert by_hand == pytest.approx(29216.9, abs=0.1)
     searched = result.metrics[0]["value"] * value_unit(result.tables, result.space)
     assert searched == pytest.approx(by_hand, rel=1e-4)
     assert planning.energy_numbers(est, 1.0)["energy_j_per_step"] == pytest.approx(by_hand)

@@ -678,7 +678,8 @@ def test_unstated_microbatching_is_the_fastest_count_that_fits(runs):
 def test_an_unstated_schedule_is_the_fastest_its_framework_runs(data_file):
     """Rule 27: Narayanan et al. 2021's 175B PTD-P row on 1,536 GPUs states pp 12 and 96 microbatches but not
     its schedule (Table 2: "1F1B or interleaved"). It is costed at the fastest schedule Megatron runs that
-    fits: interleaved, 8 chunks of one layer (19.877 s; 1F1B 21.941 s, the largest bubble), not marked
+    fits: interleaved, 8 chunks of one layer (20.587 s; 1F1B 22.722 s, the largest bubble; 19.877 s and 21.941 s
+    before the Megatron-LM of 2021's gradient accumulation kernel was costed, 2026-12-06), not marked
     assumed. Megatron-DeepSpeed's pipeline engine runs 1F1B only, MaxText's GPipe: there the row takes that.
     Until 2026-12-05 it was costed 1F1B and marked (predicted 5.0% too slow; now 4.8% too fast), and only
     its claims were measured against the interleaving (``mapping.claim_baseline``, removed)."""
@@ -696,9 +697,9 @@ def test_an_unstated_schedule_is_the_fastest_its_framework_runs(data_file):
         8,
         96,
     )
-    assert est.step_time_s == pytest.approx(19.877, rel=1e-3)
+    assert est.step_time_s == pytest.approx(20.587, rel=1e-3)
     one_f_one_b = replace(layout, axes=None, schedule="1f1b", virtual_stages=1)
-    assert estimate(problem, one_f_one_b).step_time_s == pytest.approx(21.941, rel=1e-3)
+    assert estimate(problem, one_f_one_b).step_time_s == pytest.approx(22.722, rel=1e-3)
     assert "layout.virtual_stages" not in assumed_fields(row)
     expected = {
         "megatron": ("1f1b", "interleaved"),
@@ -1260,13 +1261,15 @@ def test_validate_the_whole_dev_set(data_file):
 def test_held_out_bloom_rows_follow_the_development_fit(data_file):
     """tests/data/bloom_prequel_heldout.yaml (scripts/bloom_heldout.py): 17 measured rows and 2 OOM of the BLOOM
     prequel that neither runs_dev.yaml nor the calibration saw. With blocking launches costed (rule 18) and the GEMMs
-    from their shapes the median error is 3.9% and the rank correlation 0.72 (4.5% and 0.64 with one size factor;
-    10.2% and -0.14 without blocking launches); both OOM rows are predicted not to fit."""
+    from their shapes the median error is 4.3% and the rank correlation 0.68 (3.9% and 0.72 before DeepSpeed's
+    accumulation of each microbatch's gradients was costed at 10 bytes a parameter, where its fp16 optimizer adds
+    fp16 gradients, 2026-12-06; 4.5% and 0.64 with one size factor; 10.2% and -0.14 without blocking launches); both
+    OOM rows are predicted not to fit."""
     doc = validate_runs(load_runs(data_file("bloom_prequel_heldout.yaml")), rank=False, loso=False)
     s = doc["summary"]
     assert (s["count"], s["with_measured_throughput"], s["skipped"]) == (19, 17, 0)
-    assert s["median_abs_rel_error"] == pytest.approx(0.0385, abs=0.002)
-    assert s["bloom_sweep_spearman"] == pytest.approx(0.718, abs=0.01)
+    assert s["median_abs_rel_error"] == pytest.approx(0.0433, abs=0.002)
+    assert s["bloom_sweep_spearman"] == pytest.approx(0.681, abs=0.01)
     assert [e["predicted_fits"] for e in doc["records"] if e["measured_oom"]] == [False, False]
 
 

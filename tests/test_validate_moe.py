@@ -769,7 +769,8 @@ def test_megatron_fsdp_records_reduce_gradients_in_bf16(by_id):
     assert [rs_full[n][2] - rs_half[n][2] for n in rs_half] == pytest.approx(
         [2 * layer * 31 / 32 / (4 * nic), 2 * experts * 31 / 32 / nic], rel=1e-9
     )
-    assert (half.step_time_s, full.step_time_s) == pytest.approx((28.29, 33.96), abs=0.01)
+    # (28.29 s and 33.96 s before the attention's backward TP collectives ran beside its QKV GEMMs, 2026-12-06)
+    assert (half.step_time_s, full.step_time_s) == pytest.approx((28.25, 33.92), abs=0.01)
     unstated = copy.deepcopy(fsdp)
     unstated["workload"]["grad_reduce_dtype"] = None
     assert "Megatron-FSDP (FSDP On)" in unstated["derived"]["zero_stage"]

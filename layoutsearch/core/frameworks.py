@@ -29,6 +29,8 @@ __all__ = [
     "transient_zero3_weights",
     "vendor_attention",
     "vendor_attention_of",
+    "tp_backward_async_of",
+    "grad_accumulation_fusion_of",
 ]
 
 # The run-record framework names (docs/RUN_RECORDS.md) -> the profile that models them.
@@ -74,6 +76,26 @@ def vendor_attention_of(workload: Workload, accelerator_kind: str) -> bool:
         profile_of(workload.framework, accelerator_kind).vendor_attention
         if workload.vendor_attention is None
         else workload.vendor_attention
+    )
+
+
+def tp_backward_async_of(workload: Workload, accelerator_kind: str) -> bool:
+    """Whether the backward's TP collectives run beside their GEMMs: ``Workload.tp_backward_async``, else the
+    profile's (costs.terms.tp_async_backward)."""
+    return (
+        profile_of(workload.framework, accelerator_kind).tp_backward_async
+        if workload.tp_backward_async is None
+        else workload.tp_backward_async
+    )
+
+
+def grad_accumulation_fusion_of(workload: Workload, accelerator_kind: str) -> bool:
+    """Whether each microbatch's gradients are accumulated by their GEMMs: ``Workload.grad_accumulation_fusion``,
+    else the profile's (costs.terms.grad_accumulation)."""
+    return (
+        profile_of(workload.framework, accelerator_kind).grad_accumulation_fusion
+        if workload.grad_accumulation_fusion is None
+        else workload.grad_accumulation_fusion
     )
 
 

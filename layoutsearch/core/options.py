@@ -222,6 +222,17 @@ class WorkloadOptions(OptionGroup):
     tp_comm_overlap: bool | None = framework_choice(
         "TP collectives pipelined with their GEMMs inside NVLink/ICI"
     )
+    tp_backward_async: bool | None = framework_choice(
+        "Each column-parallel linear's backward TP collective runs beside its weight- and "
+        "input-gradient GEMMs (Megatron's asynchronous all-reduce, its default since September 2021, and "
+        "Transformer Engine's); --no-tp-backward-async: exposed (Megatron-LM before September 2021)"
+    )
+    grad_accumulation_fusion: bool | None = framework_choice(
+        "Each microbatch's weight gradients are added to their fp32 accumulators by the GEMM that "
+        "computes them (Megatron's --gradient-accumulation-fusion, its default since February 2022); "
+        "--no-grad-accumulation-fusion: by a memory-bound kernel of their own each microbatch "
+        "(Megatron-LM before it, DeepSpeed)"
+    )
     ep_comm_overlap: bool | None = framework_choice(
         "MoE token all-to-alls hidden behind another microbatch's compute"
     )

@@ -1482,6 +1482,15 @@ LIMITS: tuple[Limit, ...] = (
         nearest=lambda caps, p, c: _graphs_refusal(caps, p, c)[1],
     ),
     Limit.option(code="tp-overlap", asked=lambda p: bool(p.workload.tp_comm_overlap)),
+    Limit.option(code="tp-backward-async", asked=lambda p: bool(p.workload.tp_backward_async)),
+    Limit.option(code="tp-backward-waits", asked=lambda p: p.workload.tp_backward_async is False),
+    Limit.feature(
+        code="grad-accumulation-fusion", used=lambda p, c: bool(p.workload.grad_accumulation_fusion)
+    ),
+    Limit.feature(
+        code="grad-accumulation-apart",
+        used=lambda p, c: p.workload.grad_accumulation_fusion is False,
+    ),
     # a given layout's (candidate_of): the search's candidates take the target's (search.space.build_space)
     Limit.feature(
         code="sp", needs=("tp",), used=lambda p, c: "sp" in c and (c["sp"] != 0) & (c["tp"] > 1)

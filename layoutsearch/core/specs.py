@@ -372,6 +372,18 @@ class Workload:
     )
     # (Transformer Engine userbuffers, torchtitan async TP, XLA collective matmul); None = the framework
     # profile's choice (Problem.build resolves it); a TP group crossing scale-out is never overlapped
+    tp_backward_async: bool | None = (
+        None  # each column-parallel linear's backward TP collective runs beside its GEMMs
+    )
+    # (Megatron's LinearWithGradAccumulationAndAsyncCommunication and Transformer Engine's Linear: the input
+    # gradient's all-reduce, or reduce-scatter with sequence parallelism, beside the weight gradient, and with
+    # sequence parallelism the input's re-gather beside the input gradient); None = the framework profile's
+    # choice (Problem.build resolves it)
+    grad_accumulation_fusion: bool | None = (
+        None  # each microbatch's weight gradients added to their accumulators by the GEMM
+    )
+    # that computes them (Megatron's --gradient-accumulation-fusion); False = by a kernel of their own
+    # (costs.terms.grad_accumulation); None = the framework profile's choice (Problem.build resolves it)
     ep_comm_overlap: bool | None = (
         None  # MoE token AllToAlls hidden behind another microbatch's compute (Megatron
     )

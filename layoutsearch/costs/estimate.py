@@ -259,9 +259,7 @@ def _stage(problem: Problem, key: _Keys, first: bool, last: bool, with_memory: b
     sh, k, co = key.sh, key.k, key.co
     c = terms.compute_per_microbatch(model, workload, acc, sh, k, key.r, last, key.sp)
     fc = terms.fsdp_collectives(model, workload, acc, sh, co)
-    tp = terms.tp_per_microbatch(
-        model, workload, acc, sh, k, co, last, c["window/matmul_fwd_layer"]
-    )
+    tp = terms.tp_per_microbatch(model, workload, acc, sh, k, co, last, c, key.sp)
     cp = terms.cp_per_microbatch(model, workload, acc, sh, k, co, c["window/attn_fwd_layer"])
     busy = terms.shard_link_traffic(tp, cp, fc, co)
     ep = terms.ep_per_microbatch(model, workload, acc, sh, k, co, c["window/fwd_layer"])
@@ -382,6 +380,17 @@ def _stage_terms(problem: Problem, key: _Keys, stages: list[dict], st: int) -> s
         backward_s=window,
         microbatch_zero=float(sharded and z >= 2),
         zero_copies_s=copies,
+        accumulate_s=mult
+        * _scalar(
+            terms.grad_accumulation(
+                model,
+                problem.workload,
+                acc,
+                key.sh,
+                st == 1 or _scalar(key.sh.pp) == 1,
+                sharded and z >= 2,
+            )
+        ),
         eta=acc.overlap_interference,
     )
 

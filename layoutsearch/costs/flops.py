@@ -94,6 +94,22 @@ def layer_gemm_shapes(
     return attention + mlp + extra
 
 
+def column_parallel_gemm_shapes(
+    model: ModelSpec, tp: IntArray = 1
+) -> tuple[tuple[GemmShape, ...], tuple[GemmShape, ...]]:
+    """(the attention block's, a dense layer's MLP block's) column-parallel input projections among
+    ``layer_gemm_shapes(model, tp, 0)``, the linears whose input gradient crosses the TP group in
+    backward beside their own GEMMs (costs.terms.tp_async_backward): QKV, and the MLP's input. MLA's
+    attention (its up-projections read a latent gathered apart) has none: count 0."""
+    d, inner = model.d_model, model.mlp_matrices - 1
+    if model.mla is not None:
+        attention: tuple[GemmShape, ...] = ((0.0, 1 + 0 * tp, d),)
+    else:
+        q_out = model.num_heads // tp * model.head_dim
+        attention = ((1.0, q_out + 2 * kv_heads_per_device(model, tp) * model.head_dim, d),)
+    return attention, ((1.0, inner * (model.d_ff // tp), d),)
+
+
 def expert_gemm_shapes(model: ModelSpec, etp: IntArray = 1) -> tuple[GemmShape, ...]:
     """(count, n, k) of one routed expert's weights on an expert-TP rank: its input (gated: up and gate
     fused, n = (matrices - 1) F_e / etp, k = D) and output (n = D, k = F_e / etp)."""

@@ -13,6 +13,7 @@ With ``first`` and ``last`` the first and last stage's StageTerms:
     stage(s) = s.compute_s + s.tp_s + s.tp_rerun_fraction s.tp_rerun_s  (likewise cp_, ep_)
                + s.microbatch_zero (s.fsdp_fixed_s + max(0, s.fsdp_backward_s - s.backward_s)
                                    + s.eta min(s.fsdp_backward_s, s.backward_s) + s.zero_copies_s)
+               + s.accumulate_s
                + each _lost_s field (times its group's _rerun_fraction or microbatch_zero)
     step     = max(stage(first), stage(last)) + the EXPOSED parts + the PLAIN terms
 
@@ -60,6 +61,9 @@ class StageTerms:
     eta: float  # compute seconds a hidden collective second costs (overlap_interference)
     # the framework's own copies around those ZeRO collectives (costs.terms.zero_copy_bytes_per_param)
     zero_copies_s: Term = 0.0
+    # the weight gradients added into their accumulators by a kernel of their own (costs.terms.grad_accumulation):
+    # the whole stage's, or its shards' where ZeRO-2/3 reduce-scatter them in the microbatches
+    accumulate_s: Term = 0.0
     ep_s: Term | None = None  # exposed MoE token AllToAlls; None: no expert terms (dense tables)
     ep_rerun_s: Term = 0.0  # those of a forward whose MLP runs again
     ep_rerun_fraction: Term = 0.0  # 1 when the policy reruns the MLP, else 0
@@ -165,6 +169,7 @@ def stage_items(s: StageTerms) -> dict[str, Any]:
         "exposed_comm/fsdp": s.microbatch_zero
         * (s.fsdp_fixed_s + np.maximum(0, s.fsdp_backward_s - s.backward_s)),
         "overhead/zero_copies": s.microbatch_zero * s.zero_copies_s,
+        "overhead/grad_accumulation": s.accumulate_s,
         "exposed_comm/interference": (
             s.tp_lost_s
             + s.tp_rerun_fraction * s.tp_rerun_lost_s

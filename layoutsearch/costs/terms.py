@@ -38,8 +38,10 @@ from layoutsearch.core.frameworks import (
     fp8_activations_of,
     fp8_param_gather_of,
     fp8_recipe_of,
+    grad_accumulation_fusion_of,
     node_dedup,
     profile_of,
+    tp_backward_async_of,
     transient_zero3_weights,
     vendor_attention,
 )
@@ -560,6 +562,11 @@ def compute_per_microbatch(
             memo=gemm.memo(model, acc, layer_rate, operand_bytes, "layer" if s is None else s),
         ),
     )
+    column = (  # the column-parallel input projections' forward GEMM seconds (tp_per_microbatch hides behind them)
+        column_parallel_windows(model, acc, sh, rows, layer_rate, operand_bytes)
+        if tp_backward_async_of(workload, acc.kind)
+        else (0.0, 0.0)
+    )
     experts = 0.0  # the routed experts' forward GEMM seconds in the stage's mean layer
     moe_layer_experts = 0.0  # ... in a MoE layer
     if model.moe is not None:  # one grouped GEMM over the local experts, each at the busiest's rows
@@ -757,10 +764,75 @@ def compute_per_microbatch(
         "compute/offload_wait": offload_wait,
         "window/fwd_layer": hides * (mm + dispatch + attn),
         "window/matmul_fwd_layer": hides * (mm + dispatch),
+        # tp_async_backward's: the attention block's, a dense layer's MLP block's, the stage's MoE share
+        "window/column_attn_layer": hides * column[0],
+        "window/column_mlp_layer": hides * column[1],
+        "window/moe_layer_share": share + 0.0 * layers,
         "window/bwd_layer": hides * bwd_window,
         "window/attn_fwd_layer": hides * attn,
         "window/logits": hides * logits,
     }
+
+
+def grad_accumulation(
+    model: ModelSpec, workload: Workload, acc: Accelerator, sh: Shapes, last, sharded=False
+):
+    """Seconds per microbatch (keys S, stage) a stage spends adding its weight gradients into their
+    accumulators in a kernel of their own (``Workload.grad_accumulation_fusion`` off; 0 where on): it
+    reads each gradient the weight-gradient GEMM wrote (in the activation precision) and reads and writes
+    its accumulator (``grad_bytes_per_param``), HBM-bound, for the parameters of the stage's device
+    (``stage_params``, ``expert_stage_params``); ``sharded`` (ZeRO-2/3 reduce-scattering each microbatch's
+    gradients over a shard group) their shards only. StageTerms.accumulate_s (time_s
+    "overhead/grad_accumulation")."""
+    if grad_accumulation_fusion_of(workload, acc.kind):
+        return 0.0
+
+    def held(first: bool):
+        dense = _f(stage_params(model, sh, first)) / np.where(sharded, sh.shards, 1)
+        if model.moe is None:
+            return dense
+        experts = _f(expert_stage_params(model, sh, first))
+        return dense + experts / np.where(sharded, sh.expert_shards, 1)
+
+    on_last = np.asarray(last, dtype=bool)
+    params = (
+        held(False)
+        if on_last.all()
+        else held(True)
+        if not on_last.any()
+        else np.where(on_last, held(False), held(True))
+    )
+    per_param = workload.activation_bytes + 2 * workload.grad_bytes_per_param
+    return params * per_param / acc.hbm_bytes_per_s
+
+
+def column_parallel_windows(
+    model: ModelSpec, acc: Accelerator, sh: Shapes, rows, rate: float, operand_bytes: float
+) -> tuple:
+    """Forward-equivalent GEMM seconds of the column-parallel input projections (keys S, K) of a layer's
+    attention block and of a dense layer's MLP block (``flops.column_parallel_gemm_shapes``) at ``rows``
+    tokens and the layer GEMMs' ``rate``: each as long as its weight gradient and its input gradient,
+    which the block's asynchronous backward TP collectives run beside (``tp_async_backward``)."""
+    passes = 1.0 + flops.BACKWARD_OVER_FORWARD
+
+    def seconds(block: int):
+        return per_key(
+            lambda tp, r: (
+                gemm.training_seconds(
+                    r,
+                    flops.column_parallel_gemm_shapes(model, tp)[block],
+                    acc,
+                    rate,
+                    operand_bytes,
+                )
+                / passes
+            ),
+            sh.tp,
+            rows,
+            memo=gemm.memo(model, acc, rate, operand_bytes, "column", block),
+        )
+
+    return seconds(0), seconds(1)
 
 
 # Kernel launches the host issues for one MoE transformer layer and microbatch, (forward before the dispatcher's
@@ -1179,7 +1251,8 @@ def tp_per_microbatch(
     k,
     co: Coeffs,
     last,
-    matmul_fwd_layer=0.0,
+    windows: dict | None = None,
+    sequence_parallel=True,
 ) -> dict:
     """Exposed TP collectives per microbatch (keys S, K, o, stage): 'base', plus 'rerun' for a forward run
     again by recompute (scaled by the policy's share of the forward's collectives, ``memory.recompute_work``).
@@ -1188,10 +1261,13 @@ def tp_per_microbatch(
     parallel) or AllReduce forward, as many backward, and again when the forward is recomputed; [m, D]
     activations. Plus 3 vocab-parallel loss
     AllReduces of [m] fp32 on the last stage. With ``workload.tp_comm_overlap`` each pass's
-    collectives are pipelined with that pass's GEMMs (the backward has twice the forward's), and
-    at least one ring chunk of tp stays exposed (NeMo "Communication Overlap"); the backward's only
-    where the profile pipelines it (``Profile.tp_overlap_backward``).
+    collectives are pipelined with that pass's GEMMs (``windows``' "window/matmul_fwd_layer"; the
+    backward has twice the forward's), and at least one ring chunk of tp stays exposed (NeMo
+    "Communication Overlap"); the backward's only where the profile pipelines it
+    (``Profile.tp_overlap_backward``). Else with ``workload.tp_backward_async`` the backward's
+    collectives run beside the GEMMs of the block's column-parallel linears (``tp_async_backward``).
     """
+    windows = windows or {}
     m = tokens_per_microbatch(workload, sh, k)
     unit = 2.0 * ring_time(
         m * model.d_model * workload.activation_bytes, co.tp, acc.collective_half_efficiency_bytes
@@ -1200,6 +1276,7 @@ def tp_per_microbatch(
     layers = layers_per_stage(model, sh, last)
     per_pass = tp_blocks_per_layer(model) * unit
     chunk = per_pass / sh.tp
+    matmul_fwd_layer = windows.get("window/matmul_fwd_layer", 0.0)
 
     def exposed(gemm):
         return np.maximum(chunk, per_pass - gemm)
@@ -1207,13 +1284,51 @@ def tp_per_microbatch(
     # pipelined with the GEMMs only inside the fast domain (userbuffers / async TP need NVLink or ICI)
     overlapped = bool(workload.tp_comm_overlap) & ~np.asarray(co.tp.scale_out, dtype=bool)
     forward = np.where(overlapped, exposed(matmul_fwd_layer), per_pass)
-    backward = np.where(
-        overlapped & profile_of(workload.framework, acc.kind).tp_overlap_backward,
-        exposed(flops.BACKWARD_OVER_FORWARD * matmul_fwd_layer),
-        per_pass,
+    pipelined = overlapped & profile_of(workload.framework, acc.kind).tp_overlap_backward
+    async_exposed, async_hidden = (
+        tp_async_backward(model, unit, windows, sequence_parallel)
+        if tp_backward_async_of(workload, acc.kind)
+        else (per_pass, 0.0)
     )
-    out = _pass_terms(acc, layers, forward, backward, per_pass - forward, per_pass - backward)
+    backward = np.where(
+        pipelined, exposed(flops.BACKWARD_OVER_FORWARD * matmul_fwd_layer), async_exposed
+    )
+    hidden_bwd = np.where(pipelined, per_pass - backward, async_hidden)
+    out = _pass_terms(acc, layers, forward, backward, per_pass - forward, hidden_bwd)
     return {**out, "base": out["base"] + loss, "unit": unit}
+
+
+def tp_async_backward(model: ModelSpec, unit, windows: dict, sequence_parallel=True) -> tuple:
+    """(exposed, hidden) seconds of a layer's backward TP collectives launched asynchronously beside the
+    GEMMs of each block's column-parallel linears (Megatron-Core's
+    ``LinearWithGradAccumulationAndAsyncCommunication``, Transformer Engine's ``Linear``), ``unit`` the
+    seconds of one block's AllReduce (AllGather + ReduceScatter).
+
+    Without sequence parallelism the input gradient's AllReduce runs beside the weight-gradient GEMM: what
+    it outlasts is exposed. With it, the output gradient's AllGather (the row-parallel linear's) waits; the
+    input gradient's ReduceScatter runs beside the weight gradient, and the re-gather of the input the
+    forward kept sharded (half a unit more) beside the input gradient. Each GEMM is as long as the block's
+    forward one (``windows``' "window/column_attn_layer" and "window/column_mlp_layer"). A MoE layer's MLP
+    block (its dispatcher's collectives) and MLA's attention wait as before, a unit each: the MLP block's
+    at the stage's MoE share ("window/moe_layer_share"). A parallel block's one collective runs beside
+    both blocks' linears."""
+    beside = 0.5 * unit if sequence_parallel else unit  # each asynchronous collective
+    waits = 0.5 * unit if sequence_parallel else 0.0  # the output gradient's AllGather
+    times = 2 if sequence_parallel else 1  # ReduceScatter and re-gather, or AllReduce
+
+    def block(window):  # (exposed, hidden) of one block
+        hidden = np.minimum(beside, window)
+        return waits + times * (beside - hidden), times * hidden
+
+    attn = windows.get("window/column_attn_layer", 0.0)
+    mlp = windows.get("window/column_mlp_layer", 0.0)
+    share = windows.get("window/moe_layer_share", 0.0)
+    waiting = (unit, 0.0 * unit)
+    if model.parallel_block:
+        return _mix(block(attn + mlp), waiting, share)
+    a = waiting if model.mla is not None else block(attn)
+    b = _mix(block(mlp), waiting, share)
+    return a[0] + b[0], a[1] + b[1]
 
 
 def reduces_in_backward(workload: Workload, acc: Accelerator, sh: Shapes):

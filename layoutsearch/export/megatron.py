@@ -454,6 +454,8 @@ def _parallel_args(ctx: ExportContext) -> list[tuple[str, object]]:
         lay.tp > 1 and lay.sequence_parallel and ctx.workload.tp_comm_overlap
     ):  # arguments.py: needs SP
         args.append(("--tp-comm-overlap", None))
+    if ctx.workload.grad_accumulation_fusion is False:  # the gradients added apart, as costed
+        args.append(("--no-gradient-accumulation-fusion", None))
     if not ctx.workload.flash_attention:  # materialised scores, as costed (--no-fused-attention)
         args.append(("--attention-backend", "unfused"))
     elif (

@@ -70,6 +70,20 @@ class Profile:
     tp_overlap_backward: bool = True
     """Whether TP overlap (``Workload.tp_comm_overlap``) pipelines the backward's collectives too
     (Transformer Engine's userbuffers, XLA), or the forward's only."""
+    tp_backward_async: bool = False
+    """Without TP overlap: each column-parallel linear's backward TP collective is launched asynchronously
+    beside its GEMMs (``Workload.tp_backward_async``; costs.terms.tp_per_microbatch): the input gradient's
+    all-reduce (reduce-scatter with sequence parallelism) beside the weight gradient, and with sequence
+    parallelism the re-gather of the input beside the input gradient (Megatron-Core's
+    ``LinearWithGradAccumulationAndAsyncCommunication``, Transformer Engine's ``Linear``). Elsewhere the
+    backward's TP collectives wait for their GEMMs."""
+    grad_accumulation_fusion: bool = True
+    """Each microbatch's weight gradients reach their accumulators at no cost beyond their GEMMs
+    (``Workload.grad_accumulation_fusion``): Megatron's gradient-accumulation fusion, whose weight-gradient
+    GEMM adds into the fp32 main_grad. Also taken for torchtitan (FSDP2 reduce-scatters each microbatch's
+    gradients and accumulates the shards) and MaxText (XLA fuses the add), where it is not measured. False:
+    a kernel of their own per microbatch (``costs.terms.grad_accumulation``): DeepSpeed's fp16 and bf16
+    optimizers' accumulation hooks."""
     grad_reduce_overlap: bool = True
     """DP / ZeRO-1/2 reductions behind the last microbatch's backward."""
     param_gather_overlap: bool = True
@@ -249,6 +263,15 @@ class Capabilities:
     """Whether a full-iteration graph can hold a dropless MoE's layers."""
     tp_comm_overlap: bool = True
     """TP collectives pipelined with their GEMMs (Workload.tp_comm_overlap)."""
+    tp_backward_async: bool = False
+    """The backward's TP collectives beside their GEMMs (Workload.tp_backward_async on)."""
+    tp_backward_waits: bool = True
+    """The backward's TP collectives waited for (Workload.tp_backward_async off)."""
+    grad_accumulation_fusion: bool = True
+    """Each microbatch's gradients accumulated at no cost beyond their GEMMs (Workload.grad_accumulation_fusion
+    on: Megatron's fusion; what the torchtitan and MaxText profiles take)."""
+    grad_accumulation_apart: bool = False
+    """Each microbatch's gradients added by a kernel of their own (Workload.grad_accumulation_fusion off)."""
     sequence_parallel: bool = True
     """The norms' and residuals' activations sharded over tp (Layout.sequence_parallel): the search then
     costs its layouts without it (search.space.build_space), and a given layout with it is refused."""

@@ -23,12 +23,18 @@ PROFILE = Profile(
     # runtime/zero/stage3.py __add_grad_to_ipg_bucket and stage_1_and_2.py's ipg buffer (contiguous_gradients,
     # on by default) copy each gradient into the bucket the reduce-scatter reads
     zero_grad_copy_in=True,
+    # runtime/bf16_optimizer.py update_hp_grads after each microbatch's backward adds the bf16 gradients into fp32
+    # ones (the fp16 optimizers accumulate in param.grad), a kernel of their own
+    grad_accumulation_fusion=False,
 )
 
 CAPABILITIES = Capabilities(
     target="deepspeed",
     framework="DeepSpeed",
     tp_comm_overlap=False,
+    # its optimizers add each microbatch's gradients apart (PROFILE.grad_accumulation_fusion)
+    grad_accumulation_fusion=False,
+    grad_accumulation_apart=True,
     sequence_parallel=False,
     zero_stages_with_replicas=(),
     zero_stages_with_pp=(0, 1),

@@ -10,6 +10,7 @@ EXPORTER = None
 PROFILE = Profile(
     name="ideal",
     tp_overlap=("gpu", "tpu"),
+    tp_backward_async=True,
     fp8_param_gather=FP8_RECIPES,
     fp8_activations="deepseek_v3",
     recompute_policies=tuple(r.value for r in Recompute),

@@ -22,6 +22,10 @@ PROFILE = Profile(
     # megatron/training/arguments.py (NVIDIA/Megatron-LM 307dcf37): --fp8-recipe default 'delayed' (per tensor)
     fp8_recipe="tensorwise",
     fp8_activations="transformer_engine",
+    # megatron/core/tensor_parallel/layers.py (d98e8a64): the input gradient's all-reduce or reduce-scatter launched
+    # with async_op=True before the weight-gradient GEMM, the sequence-parallel input re-gathered before the
+    # input-gradient GEMM; the default since 3f65246 (September 2021, --no-async-tensor-model-parallel-allreduce)
+    tp_backward_async=True,
     inplace_cross_entropy=True,
     vendor_attention=True,
     ep_node_dedup=True,
@@ -69,6 +73,11 @@ CAPABILITIES = Capabilities(
     bf16_moments_zero=(1, 2, 3),  # --use-precision-aware-optimizer needs the distributed optimizer
     drop_and_pad=True,
     ep_comm_overlap=True,
+    # megatron/core/tensor_parallel/layers.py (d98e8a64) launches the backward's TP collectives asynchronously, with
+    # no flag left to wait for them; arguments.py --no-gradient-accumulation-fusion adds the gradients apart
+    tp_backward_async=True,
+    tp_backward_waits=False,
+    grad_accumulation_apart=True,
     unfused_attention=True,
     # megatron-core 0.16.1 TransformerConfig fields, whose names arguments.py makes flags
     refused_features={

@@ -30,6 +30,7 @@ _WHY = {
     "fp8-recipe": "its mixed-precision recipes scale fp8 per tensor (delayed or current scaling), per "
     "1x128 / 128x128 block (subchannel) or as MXFP8, not per row",
     "offload": "the override writes no optimizer CPU offload (OptimizerConfig.optimizer_cpu_offload)",
+    "grad-accumulation-apart": "the override writes no gradient_accumulation_fusion: its recipes fuse it",
 }
 
 CAPABILITIES = dataclasses.replace(
@@ -45,6 +46,7 @@ CAPABILITIES = dataclasses.replace(
     tp_comm_overlap=False,
     ep_comm_overlap=False,
     unfused_attention=False,
+    grad_accumulation_apart=False,
     offload=("none",),
     why={
         **{

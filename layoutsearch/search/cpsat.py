@@ -130,7 +130,9 @@ def _step_bound(space: Space, t: Tables) -> np.ndarray:
     and pipeline sends over the allowed choices, plus the step overhead."""
     s = space.sk_shape
     omask, zmask = space.order_mask[s], space.zero_mask[s]
-    stage = np.where(omask[:, None, :], t.STAGE0, BIG).min(axis=(1, 2))
+    # ZeRO-2/3's stage may be the least (its sharded gradients' accumulation: costs.terms.grad_accumulation)
+    least = np.minimum(t.STAGE0, np.minimum(t.STAGE2, t.STAGE3))
+    stage = np.where(omask[:, None, :], least, BIG).min(axis=(1, 2))
     extra = np.where(zmask, t.optimizer_s[s], BIG).min(axis=1)
     pp = np.where(omask, t.pp_sends_s, BIG).min(axis=1)
     return stage + extra + pp + t.step_overhead_s
@@ -364,8 +366,11 @@ def build_model(
             continue
         runs = model.new_bool_var(f"zero{zero}_runs")
         model.add(runs == LinearExpr.sum(chosen))
+        # below 0 where the sharded gradients' accumulation saves more than the collectives cost
         extra = model.new_int_var(
-            0, int(limit if limit is not None else table.max()) + 1, f"zero{zero}_extra"
+            min(0, int((table - t.STAGE0).min())),
+            int(limit if limit is not None else table.max()) + 1,
+            f"zero{zero}_extra",
         )
         model.add(extra == over(v.w, table - t.STAGE0)).only_enforce_if(runs)
         model.add(extra == 0).only_enforce_if(~runs)

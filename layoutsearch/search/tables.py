@@ -64,6 +64,9 @@ class Tables:
     # [sk, st] ZeRO-3's copies (StageTerms.zero_copies_s); [sk] ZeRO-2's, of every microbatch but the last
     zero_copies_s: np.ndarray
     zero2_copies_s: np.ndarray
+    # [sk, st, sharded] the gradient accumulation kernel (StageTerms.accumulate_s): the whole stage's gradients,
+    # or their shards where ZeRO-2/3 reduce-scatter them in the microbatches
+    accumulate_s: np.ndarray
     fsdp_backward_s: np.ndarray  # [sk, o] ZeRO-3's
     # [sk, o] ZeRO-2's: the reduce-scatters of every microbatch's gradients but the last's
     fsdp_reduce_backward_s: np.ndarray
@@ -141,7 +144,7 @@ def stage_collectives(
     ``exposed_bounds``'."""
     model, workload, acc = space.model, space.workload, space.cluster.accelerator
     tp = terms.tp_per_microbatch(
-        model, workload, acc, sh, k, co, last, windows["window/matmul_fwd_layer"]
+        model, workload, acc, sh, k, co, last, windows, space.sequence_parallel
     )
     cp = terms.cp_per_microbatch(model, workload, acc, sh, k, co, windows["window/attn_fwd_layer"])
     ep = terms.ep_per_microbatch(model, workload, acc, sh, k, co, windows["window/fwd_layer"])
@@ -723,7 +726,7 @@ def build_tables(
         return np.broadcast_to(x, (n_sk, n_o))
 
     mult_o = terms.step_multiplier(sh_o, k_o, terms.backward_split(model, workload), model)
-    tp_st, fx_st, ep_st, copies_st = [], [], [], []
+    tp_st, fx_st, ep_st, copies_st, accumulate_st = [], [], [], [], []
     fc = terms.fsdp_collectives(model, workload, acc, sh_o, co)
     for st, (_first, last) in _stage_flags(sh_o).items():
         c = stage_windows(space, rt.windows, sh_o, k_o, st, last)
@@ -736,6 +739,15 @@ def build_tables(
         )
         fx_st.append(grid_o(mult_o * (fixed["forward"] + fixed["vocab"])))
         copies_st.append(np.broadcast_to(mult_o * fixed["copies"], (n_sk, 1))[:, 0])
+        accumulate_st.append(
+            [
+                np.broadcast_to(
+                    mult_o * terms.grad_accumulation(model, workload, acc, sh_o, last, sharded),
+                    (n_sk, 1),
+                )[:, 0]
+                for sharded in (False, True)
+            ]
+        )
         if st == 0:
             layers_o = mult_o * terms.layers_per_stage(model, sh_o)
             x = grid_o(layers_o * (fc["gather_layer"] + fc["reduce_layer"] + busy["bwd"]))
@@ -813,6 +825,7 @@ def build_tables(
         ep_rerun_s=q(epf).reshape(n_sk, n_o),
         fsdp_fixed_s=q(np.stack(fx_st, axis=-1)).reshape(n_sk, n_o, 2),
         zero_copies_s=q(np.stack(copies_st, axis=-1)).reshape(n_sk, 2),
+        accumulate_s=q(np.stack([np.stack(a, axis=-1) for a in accumulate_st], axis=1)),
         zero2_copies_s=q(
             np.broadcast_to((k_o - 1) * terms.zero2_copies(model, workload, acc, sh_o), (n_sk, 1))
         ).reshape(n_sk),
@@ -882,6 +895,7 @@ def stage_parts(
                 3: t.zero_copies_s[:, None, None, st],
                 2: t.zero2_copies_s[:, None, None],
             }.get(zero, 0),
+            accumulate_s=t.accumulate_s[:, None, None, st, int(zero > 0)],
             eta=t.eta,
             ep_s=t.ep_s[:, None, :, st] if experts else None,
             ep_rerun_s=t.ep_rerun_s[:, None, :] if experts else 0.0,

@@ -440,6 +440,18 @@ def tp_comm_overlap(record: dict) -> bool | None:
     return None
 
 
+def release_workload(field: str) -> Callable[[dict], bool | None]:
+    """Rule 32: the rule of a workload ``field`` (``RELEASE_WORKLOAD_FIELDS``) that the record's framework
+    release sets (``framework_releases.yaml``: the Megatron-LM of 2021 waited for its backward TP collectives
+    and added each microbatch's gradients in a kernel of their own); None: the profile's choice."""
+
+    def rule(record: dict) -> bool | None:
+        release = release_of(record)
+        return release.get(field) if isinstance(release, dict) else None
+
+    return rule
+
+
 def torch_compile(record: dict, framework: str) -> bool | None:
     """Rule 30: the record's ``workload.torch_compile`` where its framework profile has the choice
     (torchtitan's: eager PyTorch costed with one kernel per op), else None (the profile's own fused
@@ -1019,6 +1031,14 @@ def _power_capped(record: dict) -> str | None:
     return None
 
 
+RELEASES_PATH = Path(__file__).with_name("framework_releases.yaml")  # rule 32
+RELEASE_FIELDS = ("degrees", "zero_stages", "recompute", "sequence_parallel", "schedules")
+RELEASE_WORKLOAD_FIELDS = (
+    "tp_backward_async",
+    "grad_accumulation_fusion",
+)  # its own steps' costing
+
+
 # the Workload fields a record's rule decides from the record alone (docs/run_record_mapping.md)
 WORKLOAD_RULES: dict[str, Callable[[dict], Any]] = {
     "fp8_recipe": fp8_recipe,
@@ -1026,6 +1046,7 @@ WORKLOAD_RULES: dict[str, Callable[[dict], Any]] = {
     "flash_attention": fused_attention,
     "fsdp_collectives_per_layer": zero3_collectives_per_layer,
     "tp_comm_overlap": tp_comm_overlap,
+    **{field: release_workload(field) for field in RELEASE_WORKLOAD_FIELDS},
     "ep_comm_overlap": ep_comm_overlap,
     "deepep": deepep,
     "vendor_attention": vendor_attention,
@@ -1035,10 +1056,6 @@ WORKLOAD_RULES: dict[str, Callable[[dict], Any]] = {
     "cuda_graphs": cuda_graphs,
     "grad_bytes_per_param": grad_bytes,
 }
-
-
-RELEASES_PATH = Path(__file__).with_name("framework_releases.yaml")  # rule 32
-RELEASE_FIELDS = ("degrees", "zero_stages", "recompute", "sequence_parallel", "schedules")
 
 
 @cache
@@ -1059,7 +1076,13 @@ def framework_releases() -> dict[str, dict]:
             raise CatalogueError(f"{where}: missing {', '.join(missing)}")
         if e["framework"] not in RECORD_FRAMEWORKS:
             raise CatalogueError(f"{where}: framework {e['framework']!r} is not a record framework")
-        unknown = set(e) - {"framework", "what", "source", *RELEASE_FIELDS}
+        unknown = set(e) - {
+            "framework",
+            "what",
+            "source",
+            *RELEASE_FIELDS,
+            *RELEASE_WORKLOAD_FIELDS,
+        }
         if unknown:
             raise CatalogueError(f"{where}: unknown fields {', '.join(sorted(unknown))}")
         for field, allowed in known.items():
@@ -1068,10 +1091,9 @@ def framework_releases() -> dict[str, dict]:
                 raise CatalogueError(
                     f"{where}: {field} {', '.join(map(str, bad))}: expected among {', '.join(map(str, allowed))}"
                 )
-        if not isinstance(e.get("sequence_parallel", True), bool):
-            raise CatalogueError(
-                f"{where}: sequence_parallel {e['sequence_parallel']!r}: expected true or false"
-            )
+        for flag in ("sequence_parallel", *RELEASE_WORKLOAD_FIELDS):
+            if not isinstance(e.get(flag, True), bool):
+                raise CatalogueError(f"{where}: {flag} {e[flag]!r}: expected true or false")
     return releases
 
 
