@@ -1264,9 +1264,10 @@ def tp_per_microbatch(
     collectives are pipelined with that pass's GEMMs (``windows``' "window/matmul_fwd_layer"; the
     backward has twice the forward's), and at least one ring chunk of tp stays exposed (NeMo
     "Communication Overlap"); the backward's only where the profile pipelines it
-    (``Profile.tp_overlap_backward``). Else with ``workload.tp_backward_async`` the backward's
-    collectives run beside the GEMMs of the block's column-parallel linears (``tp_async_backward``).
-    """
+    (``Profile.tp_overlap_backward``). Else, where the workload or its profile runs them asynchronously
+    (``core.frameworks.tp_backward_async_of``), the backward's collectives run beside the GEMMs of the
+    blocks' column-parallel linears (``windows``' "window/column_*"; ``tp_async_backward``), sequence
+    parallel or not (``sequence_parallel``)."""
     windows = windows or {}
     m = tokens_per_microbatch(workload, sh, k)
     unit = 2.0 * ring_time(
