@@ -82,9 +82,12 @@ def test_the_funnel_counts_as_the_per_candidate_funnel_did():
     mixtral = Problem.build("mixtral-8x7b", "h100-32", Workload(global_batch_seqs=96, seq_len=4096))
     debug = Problem.build("debug", "h100-16", Workload(global_batch_seqs=64, seq_len=1024))
     for problem, target in ((mixtral, "megatron"), (debug, "deepspeed")):
-        rules = build_space(problem, capabilities=capabilities_of(target)).rules
-        counts = [s["remaining"] for s in explain.funnel(problem, rules)]
-        assert counts == per_candidate_funnel(problem, rules)
+        space = build_space(problem, capabilities=capabilities_of(target))
+        # with the space's sequence parallelism (DeepSpeed's: off), as infeasibility passes it
+        counts = [
+            s["remaining"] for s in explain.funnel(problem, space.rules, space.sequence_parallel)
+        ]
+        assert counts == per_candidate_funnel(problem, space.rules)
     mixtral_rules = build_space(mixtral, capabilities=capabilities_of("megatron")).rules
     steps = explain.funnel(mixtral, mixtral_rules)
     assert (steps[0]["remaining"], steps[-1]["remaining"]) == (868, 675)

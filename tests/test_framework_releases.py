@@ -2,6 +2,7 @@
 (docs/run_record_mapping.md, rule 32)."""
 
 import json
+import re
 from dataclasses import replace
 
 import pytest
@@ -145,3 +146,50 @@ def test_solve_no_sequence_parallel_searches_layouts_without_it(cli_main, tmp_pa
     )
     code, out, _ = cli_main("solve", "--problem", problem, "--format", "json")
     assert code == 0 and json.loads(out)["layouts"] == without
+
+
+def test_torchtitan_0_2_runs_tp_with_sequence_parallelism_only_and_0_3_writes_it_off():
+    """torchtitan 0.2's TP plans shard the norms with SequenceParallel whenever tp > 1: a saved tp 8 layout
+    costed without sequence parallelism is refused (rule torchtitan-tp-without-sp), and 0.3.0 writes its
+    parallelism.enable_sequence_parallel = False, which its check reads back."""
+    from builders import export_docs
+
+    from layoutsearch.core.errors import InvalidLayoutError
+    from layoutsearch.export import check_export, export_document
+
+    doc = export_docs()["fsdp_tp_no_sp"]
+    with pytest.raises(
+        InvalidLayoutError,
+        match=re.escape(
+            "torchtitan cannot express tp(8) without sequence parallelism (the layout's sequence_parallel) "
+            "(0.2's tensor-parallel plans shard the norms with SequenceParallel whenever tp > 1 "
+            "(parallelism.enable_sequence_parallel from 0.3.0: export to torchtitan-0.3)); nearest: "
+            "--sequence-parallel, or export to maxtext or megatron or megatron-bridge or torchtitan-0.3 "
+            "or deepspeed"
+        ),
+    ):
+        export_document(doc, "torchtitan")
+    text = export_document(doc, "torchtitan-0.3")
+    assert "'enable_sequence_parallel': False" in text
+    assert check_export("torchtitan-0.3", text, doc) == []
+    forged = text.replace("'enable_sequence_parallel': False", "'enable_sequence_parallel': True")
+    assert check_export("torchtitan-0.3", forged, doc) == [
+        "PARALLELISM enable_sequence_parallel is not the layout's sequence_parallel (False)"
+    ]
+    with_sp = export_docs()["fsdp_tp"]
+    assert "enable_sequence_parallel" not in export_document(with_sp, "torchtitan-0.3")
+
+
+def test_solve_for_torchtitan_without_sequence_parallelism_keeps_tp_at_1(cli_main, tmp_path):
+    """`solve --no-sequence-parallel --export torchtitan` searches tp 1 alone; fixing tp 2 leaves nothing, and
+    the explanation names the rule (exit 1)."""
+    args = ["solve", "--model", "llama3-8b", "--cluster", "h100-16", "--seqs", "64"]
+    args += ["--seq-len", "8192", "--no-sequence-parallel", "--export", "torchtitan"]
+    code, out, _ = cli_main(*args, "-o", tmp_path / "t.toml", "--format", "json")
+    assert code == 0
+    assert {x["degrees"]["tp"] for x in json.loads(out)["layouts"]} == {1}
+    code, _, err = cli_main(*args, "--fix", "tp=2", "-o", tmp_path / "u.toml")
+    assert code == 1 and err.strip().endswith(
+        "no feasible layout: no layout satisfies the rules: 'torchtitan: tensor parallelism with sequence "
+        "parallelism only' (torchtitan-tp-without-sp) removes the last 20 degree tuples"
+    )

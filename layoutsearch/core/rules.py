@@ -1491,9 +1491,14 @@ LIMITS: tuple[Limit, ...] = (
         code="grad-accumulation-apart",
         used=lambda p, c: p.workload.grad_accumulation_fusion is False,
     ),
-    # a given layout's (candidate_of): the search's candidates take the target's (search.space.build_space)
+    # a given layout's (candidate_of) and the search's degrees (search.space.build_space: the space's one value)
     Limit.feature(
         code="sp", needs=("tp",), used=lambda p, c: "sp" in c and (c["sp"] != 0) & (c["tp"] > 1)
+    ),
+    Limit.feature(
+        code="tp-without-sp",
+        needs=("tp",),
+        used=lambda p, c: "sp" in c and (c["sp"] == 0) & (c["tp"] > 1),
     ),
     Limit.option(code="ep-overlap", asked=lambda p: bool(p.workload.ep_comm_overlap) and _moe(p)),
     Limit.feature(code="unfused-attention", used=lambda p, c: not p.workload.flash_attention),

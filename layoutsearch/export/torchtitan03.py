@@ -101,12 +101,17 @@ def job_values(ctx: ExportContext) -> dict[str, object]:
     }
     if ctx.layout.pp > 1:
         training["disable_cuda_graphs"] = True
+    parallelism = dict(secs["parallelism"])
+    if (
+        ctx.layout.tp > 1 and not ctx.layout.sequence_parallel
+    ):  # as costed: the norms' activations whole
+        parallelism["enable_sequence_parallel"] = False
     return {
         "FLAVOR": torchtitan.flavor_for(ctx) or ctx.model_id,
         "MODEL": model_values(ctx),
         "ROPE": rope_values(ctx),
         "TRAINING": training,
-        "PARALLELISM": secs["parallelism"],
+        "PARALLELISM": parallelism,
         "ACTIVATION_CHECKPOINT": secs["activation_checkpoint"]["mode"],
         "COMPILE": secs["compile"]["enable"],
         "COMPILE_COMPONENTS": secs["compile"]["components"],
@@ -309,6 +314,13 @@ def check(text: str, ctx: ExportContext) -> list[str]:
         for k, v in want.items()
         if model.get(k) != v
     ]
+    lay = ctx.layout
+    if lay.tp > 1 and values["PARALLELISM"].get("enable_sequence_parallel", True) != (
+        lay.sequence_parallel
+    ):
+        out.append(
+            f"PARALLELISM enable_sequence_parallel is not the layout's sequence_parallel ({lay.sequence_parallel})"
+        )
     if values["ROPE"] != rope_values(ctx):
         out.append(f"ROPE {values['ROPE']} is not the model's rope scaling {rope_values(ctx)}")
     if values["PARALLELISM"].get("pipeline_parallel_degree", 1) > 1 and not values["TRAINING"].get(

@@ -275,6 +275,9 @@ class Capabilities:
     sequence_parallel: bool = True
     """The norms' and residuals' activations sharded over tp (Layout.sequence_parallel): the search then
     costs its layouts without it (search.space.build_space), and a given layout with it is refused."""
+    tp_without_sp: bool = True
+    """tp > 1 with those activations whole (Layout.sequence_parallel off); else a layout without sequence
+    parallelism and tp > 1 is refused, the search's included."""
     bf16_grads: bool = False
     """Gradients kept and reduced in bf16 (Workload.grad_bytes_per_param 2)."""
     bf16_moments_zero: tuple[int, ...] = ()

@@ -52,6 +52,8 @@ def capabilities(target: str) -> Capabilities:
         target == "torchtitan"
     )  # the 0.3 export builds llama3 only (its MoE models are other builders)
     why = {
+        "tp-without-sp": "0.2's tensor-parallel plans shard the norms with SequenceParallel whenever tp > 1 "
+        "(parallelism.enable_sequence_parallel from 0.3.0: export to torchtitan-0.3)",
         "zero": "FSDP2 has no ZeRO-1 (sharded optimizer, unsharded gradients) without a pipeline",
         # torch.distributed.pipelining (stage.py backward_maybe_with_nosync) turns FSDP2's gradient sync and
         # reshard off for every backward but the last: the gradients accumulate whole and are reduce-scattered
@@ -117,6 +119,7 @@ def capabilities(target: str) -> Capabilities:
         expert_tensor_without_ep=("tp",),
         expert_groups=("fsdp", "tp", "cp"),
         deepep=moe,
+        tp_without_sp=not moe,  # the 0.3 export writes parallelism.enable_sequence_parallel
         refused_features={
             "multi-token prediction": "its deepseek_v3 model has no multi-token prediction module"
         },

@@ -193,15 +193,18 @@ def ranking_line(note: dict, tolerance: float, band: tuple[float, float]) -> str
     return "\n".join(out)
 
 
-def funnel(problem: Problem, rules: tuple[Rule, ...]) -> list[dict]:
-    """Degree tuples (dp, fsdp, tp, pp, cp) with product = devices, and how many each rule removes.
+def funnel(problem: Problem, rules: tuple[Rule, ...], sequence_parallel: bool = True) -> list[dict]:
+    """Degree tuples (dp, fsdp, tp, pp, cp) with product = devices, and how many each rule removes;
+    each tuple with the searched space's one ``sequence_parallel``, as ``build_space`` gives its rules.
 
     The rules run in registry order over the enumeration's superset (degrees x virtual stages x
     microbatches, each with its four ZeRO stages and three recompute policies); a degree tuple
     is removed when its last candidate is. Each tuple's removal is found once (``_removed_at``)
     rather than re-counted after every rule.
     """
-    tuples = problem_degree_tuples(problem)
+    degrees = problem_degree_tuples(problem)
+    sp = np.full(len(degrees["tp"]), int(sequence_parallel), dtype=np.int64)
+    tuples = {**degrees, "sp": sp}
     steps = [rule for rule in rules if rule.code not in ("product", "degree")]
     removed_at = _removed_at(problem, tuples, steps)
     left = len(removed_at) - np.cumsum(np.bincount(removed_at, minlength=len(steps) + 1))
@@ -406,7 +409,7 @@ def nearest(space: Space, tables: Tables) -> tuple[tuple, float] | None:
 
 def infeasibility(problem: Problem, space: Space, tables: Tables | None) -> dict:
     """The explanation printed (and put in the JSON) when no candidate fits."""
-    steps = funnel(problem, space.rules)
+    steps = funnel(problem, space.rules, space.sequence_parallel)
     out = {"funnel": steps, "candidates": space.num_candidates()}
     found = nearest(space, tables) if tables is not None else None
     if found is None and len(space.order_mask) and not space.order_mask.any():

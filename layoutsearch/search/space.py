@@ -356,7 +356,13 @@ def build_space(
     by_stage: dict[str, list[Rule]] = {stage: [] for stage in STAGE_FIELDS}
     for rule in rules:
         by_stage[stage_of(rule)].append(rule)
-    c = _apply(problem, by_stage["degrees"], problem_degree_tuples(problem))
+    sequence_parallel = options.sequence_parallel and (
+        capabilities is None or capabilities.sequence_parallel
+    )
+    # the degrees with the space's one sequence parallelism, which the rules read
+    degrees = problem_degree_tuples(problem)
+    sp = np.full(len(degrees["tp"]), int(sequence_parallel), dtype=np.int64)
+    c = _apply(problem, by_stage["degrees"], {**degrees, "sp": sp})
     flavours = cp_flavours_searched(problem, options)
     c = _apply(problem, by_stage["cp_flavour"], with_cp_flavours(c, flavours))
     c = _apply(
@@ -418,8 +424,7 @@ def build_space(
         placed=placed,
         offload_codes=offload_codes,
         launch=launch,
-        sequence_parallel=options.sequence_parallel
-        and (capabilities is None or capabilities.sequence_parallel),
+        sequence_parallel=sequence_parallel,
     )
 
 
