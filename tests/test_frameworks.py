@@ -517,7 +517,8 @@ def test_torchtitan03_config_manager_builds_the_exported_job(tmp_path):
     """torchtitan 0.3's ConfigManager loads each exported config_registry entry (--module/--config, with a
     --training.steps override), ParallelDims checks the degrees against the world, its pipeline split gives
     L/(pp v) layers per stage, and the llama3 model it builds on the meta device has the engine's shape and
-    exactly the engine's parameter count (costs.params.param_counts)."""
+    exactly the engine's parameter count (costs.params.param_counts); a tp 8 layout without sequence
+    parallelism loads with its enable_sequence_parallel off."""
     from layoutsearch.costs.params import param_counts
     from layoutsearch.export import context_for
 
@@ -525,6 +526,7 @@ def test_torchtitan03_config_manager_builds_the_exported_job(tmp_path):
     cases = {
         "hsdp": HSDP,
         "fsdp_tp": FSDP_TP,
+        "fsdp_tp_no_sp": FSDP_TP_NO_SP,  # parallelism.enable_sequence_parallel = False
         "cp": CP,
         "interleaved": INTERLEAVED,
         "eps": custom_doc(
