@@ -61,42 +61,37 @@ def framework_of_target(target: str) -> str:
     return declaration_of(target).PROFILE.name if target in TARGETS else "ideal"
 
 
+def _choice_of(
+    workload: Workload, accelerator_kind: str, name: str, profile_field: str | None = None
+) -> bool:
+    """The workload's switch ``name`` where it sets it, else its framework profile's field
+    ``profile_field`` (default: of the same name)."""
+    asked = getattr(workload, name)
+    if asked is not None:
+        return asked
+    return getattr(profile_of(workload.framework, accelerator_kind), profile_field or name)
+
+
 def deepep_of(workload: Workload, accelerator_kind: str) -> bool:
     """The DeepEP dispatch the workload asks for: ``Workload.deepep``, else the profile's ``ep_node_dedup``."""
-    return (
-        profile_of(workload.framework, accelerator_kind).ep_node_dedup
-        if workload.deepep is None
-        else workload.deepep
-    )
+    return _choice_of(workload, accelerator_kind, "deepep", "ep_node_dedup")
 
 
 def vendor_attention_of(workload: Workload, accelerator_kind: str) -> bool:
     """The attention kernel the workload asks for: ``Workload.vendor_attention``, else the profile's."""
-    return (
-        profile_of(workload.framework, accelerator_kind).vendor_attention
-        if workload.vendor_attention is None
-        else workload.vendor_attention
-    )
+    return _choice_of(workload, accelerator_kind, "vendor_attention")
 
 
 def tp_backward_async_of(workload: Workload, accelerator_kind: str) -> bool:
     """Whether the backward's TP collectives run beside their GEMMs: ``Workload.tp_backward_async``, else the
     profile's (costs.terms.tp_async_backward)."""
-    return (
-        profile_of(workload.framework, accelerator_kind).tp_backward_async
-        if workload.tp_backward_async is None
-        else workload.tp_backward_async
-    )
+    return _choice_of(workload, accelerator_kind, "tp_backward_async")
 
 
 def grad_accumulation_fusion_of(workload: Workload, accelerator_kind: str) -> bool:
     """Whether each microbatch's gradients are accumulated by their GEMMs: ``Workload.grad_accumulation_fusion``,
     else the profile's (costs.terms.grad_accumulation)."""
-    return (
-        profile_of(workload.framework, accelerator_kind).grad_accumulation_fusion
-        if workload.grad_accumulation_fusion is None
-        else workload.grad_accumulation_fusion
-    )
+    return _choice_of(workload, accelerator_kind, "grad_accumulation_fusion")
 
 
 def vendor_attention(workload: Workload, acc: Accelerator) -> bool:

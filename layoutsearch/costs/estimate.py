@@ -264,6 +264,7 @@ def _stage(problem: Problem, key: _Keys, first: bool, last: bool, with_memory: b
     busy = terms.shard_link_traffic(tp, cp, fc, co)
     ep = terms.ep_per_microbatch(model, workload, acc, sh, k, co, c["window/fwd_layer"])
     times = {
+        "last": last,  # whether the stage holds the output layer
         "compute": {kk: _scalar(v) for kk, v in c.items() if kk.startswith("compute/")},
         "overhead": acc.microbatch_overhead_s * _scalar(sh.v),
         "windows": c,
@@ -387,7 +388,7 @@ def _stage_terms(problem: Problem, key: _Keys, stages: list[dict], st: int) -> s
                 problem.workload,
                 acc,
                 key.sh,
-                st == 1 or _scalar(key.sh.pp) == 1,
+                s["last"],
                 sharded and z >= 2,
             )
         ),
