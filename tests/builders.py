@@ -289,6 +289,8 @@ def problems(draw):
         # their GEMMs or by a kernel of their own (whose sharded ZeRO-2/3 form costs less than ZeRO-0/1's)
         tp_backward_async=draw(st.sampled_from([None, False])),
         grad_accumulation_fusion=draw(st.sampled_from([None, False])),
+        # an interleaved schedule's sends beside the other chunks' compute or waited for
+        pp_comm_overlap=draw(st.sampled_from([None, False])),
     )
     return model, workload, cluster
 

@@ -57,13 +57,18 @@ def test_a_search_without_sequence_parallelism_costs_its_layouts_without_it():
 
 
 def test_the_release_table_names_record_frameworks_and_known_values():
-    """Three releases, each of a record framework, with a source; the limits read as written."""
+    """Four releases, each of a record framework, with a source; the limits read as written. The Megatron-LM of
+    2021 and of 2022 waited for an interleaved schedule's sends (--overlap-p2p-communication came in 2023)."""
     releases = framework_releases()
     assert set(releases) == {
         "megatron-lm-2021",
+        "megatron-lm-2022",
         "bigscience-megatron-deepspeed",
         "llm-foundry-2023",
     }
+    assert releases["megatron-lm-2021"]["pp_comm_overlap"] is False
+    assert releases["megatron-lm-2022"]["pp_comm_overlap"] is False
+    assert releases["megatron-lm-2022"]["recompute"] == ["none", "selective", "full"]
     assert releases["llm-foundry-2023"]["degrees"] == ["dp", "fsdp"]
     assert releases["megatron-lm-2021"]["zero_stages"] == [0]
     assert releases["bigscience-megatron-deepspeed"]["schedules"] == ["1f1b"]

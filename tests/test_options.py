@@ -26,6 +26,8 @@ WORKLOAD = [
     "--no-tp-backward-async",
     "--grad-accumulation-fusion",
     "--no-grad-accumulation-fusion",
+    "--pp-comm-overlap",
+    "--no-pp-comm-overlap",
     "--ep-comm-overlap",
     "--no-ep-comm-overlap",
     "--deepep",

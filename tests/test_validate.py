@@ -678,9 +678,10 @@ def test_unstated_microbatching_is_the_fastest_count_that_fits(runs):
 def test_an_unstated_schedule_is_the_fastest_its_framework_runs(data_file):
     """Rule 27: Narayanan et al. 2021's 175B PTD-P row on 1,536 GPUs states pp 12 and 96 microbatches but not
     its schedule (Table 2: "1F1B or interleaved"). It is costed at the fastest schedule Megatron runs that
-    fits: interleaved, 8 chunks of one layer (20.587 s; 1F1B 22.722 s, the largest bubble; 19.877 s and 21.941 s
-    before the Megatron-LM of 2021's gradient accumulation kernel was costed, 2026-12-06), not marked
-    assumed. Megatron-DeepSpeed's pipeline engine runs 1F1B only, MaxText's GPipe: there the row takes that.
+    fits: interleaved, 4 chunks of two layers (21.023 s; 8 chunks 21.089 s, whose chunks wait for twice the
+    sends; 1F1B 22.718 s, the largest bubble). Before the steady state's sends were costed (2026-12-06): 8 chunks,
+    20.587 s, and 1F1B 22.722 s; 19.877 s and 21.941 s before the Megatron-LM of 2021's gradient accumulation
+    kernel was costed. Not marked assumed. Megatron-DeepSpeed's pipeline engine runs 1F1B only, MaxText's GPipe: there the row takes that.
     Until 2026-12-05 it was costed 1F1B and marked (predicted 5.0% too slow; now 4.8% too fast), and only
     its claims were measured against the interleaving (``mapping.claim_baseline``, removed)."""
     from layoutsearch.core.frameworks import RECORD_FRAMEWORKS
@@ -694,12 +695,14 @@ def test_an_unstated_schedule_is_the_fastest_its_framework_runs(data_file):
     problem, layout, est = record_to_estimate(row)
     assert (layout.schedule, layout.virtual_stages, layout.num_microbatches) == (
         "interleaved",
-        8,
+        4,
         96,
     )
-    assert est.step_time_s == pytest.approx(20.587, rel=1e-3)
+    assert est.step_time_s == pytest.approx(21.023, rel=1e-3)
+    eight = replace(layout, axes=None, virtual_stages=8)
+    assert estimate(problem, eight).step_time_s == pytest.approx(21.089, rel=1e-3)
     one_f_one_b = replace(layout, axes=None, schedule="1f1b", virtual_stages=1)
-    assert estimate(problem, one_f_one_b).step_time_s == pytest.approx(22.722, rel=1e-3)
+    assert estimate(problem, one_f_one_b).step_time_s == pytest.approx(22.718, rel=1e-3)
     assert "layout.virtual_stages" not in assumed_fields(row)
     expected = {
         "megatron": ("1f1b", "interleaved"),
@@ -1261,15 +1264,17 @@ def test_validate_the_whole_dev_set(data_file):
 def test_held_out_bloom_rows_follow_the_development_fit(data_file):
     """tests/data/bloom_prequel_heldout.yaml (scripts/bloom_heldout.py): 17 measured rows and 2 OOM of the BLOOM
     prequel that neither runs_dev.yaml nor the calibration saw. With blocking launches costed (rule 18) and the GEMMs
-    from their shapes the median error is 4.3% and the rank correlation 0.68 (3.9% and 0.72 before DeepSpeed's
+    from their shapes the median error is 4.1% and the rank correlation 0.62 (4.3% and 0.68 before 1F1B's
+    steady-state sends were costed, two a microbatch under DeepSpeed's blocking p2p, and the a100 family refitted,
+    2026-12-06; 3.9% and 0.72 before DeepSpeed's
     accumulation of each microbatch's gradients was costed at 10 bytes a parameter, where its fp16 optimizer adds
     fp16 gradients, 2026-12-06; 4.5% and 0.64 with one size factor; 10.2% and -0.14 without blocking launches); both
     OOM rows are predicted not to fit."""
     doc = validate_runs(load_runs(data_file("bloom_prequel_heldout.yaml")), rank=False, loso=False)
     s = doc["summary"]
     assert (s["count"], s["with_measured_throughput"], s["skipped"]) == (19, 17, 0)
-    assert s["median_abs_rel_error"] == pytest.approx(0.0433, abs=0.002)
-    assert s["bloom_sweep_spearman"] == pytest.approx(0.681, abs=0.01)
+    assert s["median_abs_rel_error"] == pytest.approx(0.0410, abs=0.002)
+    assert s["bloom_sweep_spearman"] == pytest.approx(0.625, abs=0.01)
     assert [e["predicted_fits"] for e in doc["records"] if e["measured_oom"]] == [False, False]
 
 

@@ -26,16 +26,18 @@ PINNED_LOSO_REL_ERROR = {
     "megatron2021-table1-1-7b": 0.06011967668731266,  # 0.062749 before 12-06, 0.064678 before rule 31
     "megatron2021-table1-18-4b": -0.009615701163644297,  # -0.004782 before 12-06, -0.003820 before rule 31
     "fmsfsdp-a100-llama2-7b-128gpu": -0.01054461885597402,  # -0.013960 before 12-06, -0.013926 before rule 31
-    "llmfoundry-mpt-a100-40g-7b-seq16384-8gpu-mbs1-ga4": 0.017459469848551734,  # 0.015493 before 12-06
-    "llmfoundry-mpt-a100-40g-7b-seq8192-8gpu-mbs3-ga4": -0.04537596562946955,  # -0.047610 before 12-06
+    # 0.017459469848551734 and -0.04537596562946955 before the catalogue's blocking launch went to 1864 us (the refit
+    # beside the steady state's pipeline sends, 2026-12-06; the folds hold it): the fit lands 1e-8 away
+    "llmfoundry-mpt-a100-40g-7b-seq16384-8gpu-mbs1-ga4": 0.01745946996333725,  # 0.015493 before 12-06
+    "llmfoundry-mpt-a100-40g-7b-seq8192-8gpu-mbs3-ga4": -0.045375965498996584,  # -0.047610 before 12-06
     "maxtext-v5p-2023-32b-1xv5p-128": -0.021186627970400607,  # -0.042558 costed as a serial block
 }
-PINNED_SUMMARY = {
+PINNED_SUMMARY = {  # the first, second and fourth 1e-8 away before the blocking launch's refit (above)
     "count": 6,
-    "median_abs_rel_error": 0.01932304890947617,  # 0.018340 before 12-06, 0.017717 before rule 31
-    "p90_abs_rel_error": 0.052747821158391106,  # 0.055180 before 12-06, 0.056613 before rule 31
+    "median_abs_rel_error": 0.019323048966868928,  # 0.018340 before 12-06, 0.017717 before rule 31
+    "p90_abs_rel_error": 0.052747821093427516,  # 0.055180 before 12-06, 0.056613 before rule 31
     "median_rel_error": -0.010080160009809158,  # -0.009371 before 12-06, -0.008873 before rule 31
-    "in_sample_median_abs_rel_error": 0.02222753951476103,  # 0.021586 before 12-06, 0.021134 before rule 31
+    "in_sample_median_abs_rel_error": 0.022227538686980297,  # 0.021586 before 12-06, 0.021134 before rule 31
 }
 PINNED_CALIBRATION = {
     "Narayanan et al. 2021": {

@@ -30,6 +30,7 @@ __all__ = [
     "vendor_attention",
     "vendor_attention_of",
     "tp_backward_async_of",
+    "pp_comm_overlap_of",
     "grad_accumulation_fusion_of",
 ]
 
@@ -92,6 +93,12 @@ def grad_accumulation_fusion_of(workload: Workload, accelerator_kind: str) -> bo
     """Whether each microbatch's gradients are accumulated by their GEMMs: ``Workload.grad_accumulation_fusion``,
     else the profile's (costs.terms.grad_accumulation)."""
     return _choice_of(workload, accelerator_kind, "grad_accumulation_fusion")
+
+
+def pp_comm_overlap_of(workload: Workload, accelerator_kind: str) -> bool:
+    """Whether an interleaved schedule's sends between stages run beside the other chunks' compute:
+    ``Workload.pp_comm_overlap``, else the profile's (costs.terms.pipeline_sends)."""
+    return _choice_of(workload, accelerator_kind, "pp_comm_overlap")
 
 
 def vendor_attention(workload: Workload, acc: Accelerator) -> bool:

@@ -233,6 +233,11 @@ class WorkloadOptions(OptionGroup):
         "--no-grad-accumulation-fusion: by a memory-bound kernel of their own each microbatch "
         "(Megatron-LM before it, DeepSpeed)"
     )
+    pp_comm_overlap: bool | None = framework_choice(
+        "An interleaved pipeline's sends between stages run beside the other chunks' compute (Megatron's "
+        "--overlap-p2p-communication, its default since October 2023); --no-pp-comm-overlap: each chunk "
+        "waits for its sends (Megatron-LM before it). 1F1B's sends are exposed either way"
+    )
     ep_comm_overlap: bool | None = framework_choice(
         "MoE token all-to-alls hidden behind another microbatch's compute"
     )

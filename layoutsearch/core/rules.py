@@ -1484,6 +1484,7 @@ LIMITS: tuple[Limit, ...] = (
     Limit.option(code="tp-overlap", asked=lambda p: bool(p.workload.tp_comm_overlap)),
     Limit.option(code="tp-backward-async", asked=lambda p: bool(p.workload.tp_backward_async)),
     Limit.option(code="tp-backward-waits", asked=lambda p: p.workload.tp_backward_async is False),
+    Limit.option(code="pp-comm-waits", asked=lambda p: p.workload.pp_comm_overlap is False),
     Limit.feature(
         code="grad-accumulation-fusion", used=lambda p, c: bool(p.workload.grad_accumulation_fusion)
     ),

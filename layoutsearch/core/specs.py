@@ -384,6 +384,12 @@ class Workload:
     )
     # that computes them (Megatron's --gradient-accumulation-fusion); False = by a kernel of their own
     # (costs.terms.grad_accumulation); None = the framework profile's choice (Problem.build resolves it)
+    pp_comm_overlap: bool | None = (
+        None  # an interleaved schedule's sends between stages run beside the other chunks' compute
+    )
+    # (Megatron's --overlap-p2p-communication, its default since October 2023; PyTorch pipelining's asynchronous
+    # sends); False = each chunk waits for its sends (costs.terms.pipeline_sends); None = the framework profile's
+    # choice (Problem.build resolves it)
     ep_comm_overlap: bool | None = (
         None  # MoE token AllToAlls hidden behind another microbatch's compute (Megatron
     )

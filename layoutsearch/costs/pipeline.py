@@ -66,6 +66,38 @@ def fill_hops_array(stages, virtual_stages, sched):
     return np.where(p > 1, hops, 0.0)
 
 
+def steady_sends_array(stages, virtual_stages, sched, overlap: bool, blocking: bool):
+    """Sends between stages on the step's critical path for each microbatch once the pipeline is full, over
+    numpy arrays (docs/cost_model.md "Pipeline chunks and sends"), beside the fill's and the drain's (``fill_hops_array``):
+
+        1f1b (v = 1)          2 (p - 1)/p   each microbatch's forward waits for the one before it on the stage
+                                            before, its backward for the stage after: the p microbatches in
+                                            flight share one round trip of 2 (p - 1) sends (PyTorch
+                                            pipelining's asynchronous sends)
+                              2 (p = 2: 1)  with ``blocking`` sends, which hold their sender until the receiver
+                                            has them (Megatron's send_forward_recv_backward and
+                                            send_backward_recv_forward, DeepSpeed's p2p.send): two exchanges a
+                                            microbatch
+        interleaved (v > 1)   0             with ``overlap``: the warm-up's second microbatch per stage
+                                            (Megatron's and PyTorch's interleaved orders) leaves a chunk of slack
+                              2 v           without: each chunk's forward and backward end in one exchange with
+                                            both neighbours, two sends out of the device (Megatron-LM before
+                                            --overlap-p2p-communication)
+        gpipe                 0             every forward streams behind the one before it
+        zb-h1, zb-v, dualpipe(v)  0         their weight-gradient passes and paired chunks stand where a stage
+                                            would wait (taken, not measured)
+
+    tests/pipeline_sim.py simulates the asynchronous orders and finds these (1F1B's 2 (p - 1)/p, the
+    interleaved and GPipe 0; its fill and drain 2 sends fewer than ``fill_hops_array``'s). No pipeline: 0."""
+    p, v = np.asarray(stages, dtype=np.float64), np.asarray(virtual_stages, dtype=np.float64)
+    sched = np.asarray(sched)
+    elsewhere = np.isin(sched, (SCHEDULE_CODES["gpipe"], *ZERO_BUBBLE))
+    one_f_one_b = np.where(p > 2, 2.0, 1.0) if blocking else 2.0 * (p - 1) / np.maximum(p, 1)
+    interleaved = 0.0 * v if overlap else 2.0 * v
+    sends = np.where(v > 1, interleaved, one_f_one_b)
+    return np.where((p > 1) & ~elsewhere, sends, 0.0)
+
+
 def microbatches_in_flight_array(stages, stage, num_microbatches, virtual_stages, sched=-1):
     """Microbatches whose activations stage ``stage`` holds at its peak, in whole-stage units, over
     numpy arrays: min(K, p - stage) for 1F1B and ZB-H1, min(K, p - stage + (p - 1)/v) interleaved

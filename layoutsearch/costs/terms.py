@@ -40,6 +40,7 @@ from layoutsearch.core.frameworks import (
     fp8_recipe_of,
     grad_accumulation_fusion_of,
     node_dedup,
+    pp_comm_overlap_of,
     profile_of,
     tp_backward_async_of,
     transient_zero3_weights,
@@ -1800,13 +1801,19 @@ def zero2_window_layer(workload: Workload, windows: dict):
 def pipeline_sends(
     model: ModelSpec, workload: Workload, acc: Accelerator, sh: Shapes, k, co: Coeffs
 ):
-    """Exposed pipeline sends per step (keys S, K, o): the fill's and the drain's, each
-    ``pipeline.fill_hops_array`` sends of [m, D]/tp (p - 1 with one chunk a device, p v - 1
-    interleaved)."""
+    """Exposed pipeline sends per step (keys S, K, o), each of [m, D]/tp: the fill's and the drain's,
+    ``pipeline.fill_hops_array`` each (p - 1 with one chunk a device, p v - 1 interleaved), and the steady
+    state's, ``pipeline.steady_sends_array`` for each of the K microbatches (1F1B's 2 (p - 1)/p, or two where the
+    framework's sends block, ``Profile.pp_sends_block``; an interleaved schedule's 2 v where its chunks wait
+    for them, ``core.frameworks.pp_comm_overlap_of``)."""
     m = tokens_per_microbatch(workload, sh, k)
     a = m * model.d_model * workload.activation_bytes / sh.tp
     send = (a + acc.collective_half_efficiency_bytes) * co.pp.seconds_per_byte + co.pp.latency_s
-    return 2.0 * pipeline.fill_hops_array(sh.pp, sh.v, sh.sched) * send
+    fill = 2.0 * pipeline.fill_hops_array(sh.pp, sh.v, sh.sched)
+    overlap = pp_comm_overlap_of(workload, acc.kind)
+    blocking = profile_of(workload.framework, acc.kind).pp_sends_block
+    steady = pipeline.steady_sends_array(sh.pp, sh.v, sh.sched, overlap, blocking)
+    return (fill + k * steady) * send
 
 
 def optimizer_time(

@@ -456,6 +456,10 @@ def _parallel_args(ctx: ExportContext) -> list[tuple[str, object]]:
         args.append(("--tp-comm-overlap", None))
     if ctx.workload.grad_accumulation_fusion is False:  # the gradients added apart, as costed
         args.append(("--no-gradient-accumulation-fusion", None))
+    if (
+        lay.virtual_stages > 1 and ctx.workload.pp_comm_overlap is False
+    ):  # chunks wait for their sends, as costed
+        args.append(("--no-overlap-p2p-communication", None))
     if not ctx.workload.flash_attention:  # materialised scores, as costed (--no-fused-attention)
         args.append(("--attention-backend", "unfused"))
     elif (

@@ -84,6 +84,16 @@ class Profile:
     gradients and accumulates the shards) and MaxText (XLA fuses the add), where it is not measured. False:
     a kernel of their own per microbatch (``costs.terms.grad_accumulation``): DeepSpeed's fp16 and bf16
     optimizers' accumulation hooks."""
+    pp_comm_overlap: bool = True
+    """An interleaved schedule's steady-state sends between stages run beside the other chunks' compute
+    (``Workload.pp_comm_overlap``; costs.terms.pipeline_sends): Megatron's ``--overlap-p2p-communication``
+    (default since 4eeff55, October 2023), PyTorch pipelining's asynchronous sends. False: each chunk's forward
+    and backward wait for their sends (Megatron-LM before it). 1F1B has no slack to hide them in either way."""
+    pp_sends_block: bool = False
+    """Each send between pipeline stages holds its sender until the receiver has it (costs.terms.pipeline_sends):
+    Megatron's p2p_communication (send_forward_recv_backward and send_backward_recv_forward wait on their
+    requests) and DeepSpeed's pipeline engine (p2p.send, synchronous), whose 1F1B then waits for two sends a
+    microbatch; PyTorch pipelining's sends are asynchronous (2 (p - 1)/p a microbatch)."""
     grad_reduce_overlap: bool = True
     """DP / ZeRO-1/2 reductions behind the last microbatch's backward."""
     param_gather_overlap: bool = True
@@ -272,6 +282,8 @@ class Capabilities:
     on: Megatron's fusion; what the torchtitan and MaxText profiles take)."""
     grad_accumulation_apart: bool = False
     """Each microbatch's gradients added by a kernel of their own (Workload.grad_accumulation_fusion off)."""
+    pp_comm_waits: bool = False
+    """An interleaved schedule whose chunks wait for their sends between stages (Workload.pp_comm_overlap off)."""
     sequence_parallel: bool = True
     """The norms' and residuals' activations sharded over tp (Layout.sequence_parallel): the search then
     costs its layouts without it (search.space.build_space), and a given layout with it is refused."""

@@ -26,6 +26,8 @@ PROFILE = Profile(
     # runtime/bf16_optimizer.py update_hp_grads after each microbatch's backward adds the bf16 gradients into fp32
     # ones (the fp16 optimizers accumulate in param.grad), a kernel of their own
     grad_accumulation_fusion=False,
+    # runtime/pipe/p2p.py send: dist.send or dist.broadcast, never asynchronous (its 1F1B TrainSchedule)
+    pp_sends_block=True,
 )
 
 CAPABILITIES = Capabilities(

@@ -26,6 +26,9 @@ PROFILE = Profile(
     # with async_op=True before the weight-gradient GEMM, the sequence-parallel input re-gathered before the
     # input-gradient GEMM; the default since 3f65246 (September 2021, --no-async-tensor-model-parallel-allreduce)
     tp_backward_async=True,
+    # megatron/core/pipeline_parallel/p2p_communication.py (d98e8a64): the 1F1B schedule's exchanges wait on their
+    # requests (no overlap for the non-interleaved schedule); the interleaved one overlaps (pp_comm_overlap)
+    pp_sends_block=True,
     inplace_cross_entropy=True,
     vendor_attention=True,
     ep_node_dedup=True,
@@ -78,6 +81,8 @@ CAPABILITIES = Capabilities(
     tp_backward_async=True,
     tp_backward_waits=False,
     grad_accumulation_apart=True,
+    # arguments.py --no-overlap-p2p-communication (overlap_p2p_comm, on by default since 4eeff55, October 2023)
+    pp_comm_waits=True,
     unfused_attention=True,
     # megatron-core 0.16.1 TransformerConfig fields, whose names arguments.py makes flags
     refused_features={

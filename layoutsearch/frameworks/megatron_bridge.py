@@ -31,6 +31,7 @@ _WHY = {
     "1x128 / 128x128 block (subchannel) or as MXFP8, not per row",
     "offload": "the override writes no optimizer CPU offload (OptimizerConfig.optimizer_cpu_offload)",
     "grad-accumulation-apart": "the override writes no gradient_accumulation_fusion: its recipes fuse it",
+    "pp-comm-waits": "the override writes no overlap_p2p_comm: its interleaved recipes overlap the sends",
 }
 
 CAPABILITIES = dataclasses.replace(
@@ -47,6 +48,7 @@ CAPABILITIES = dataclasses.replace(
     ep_comm_overlap=False,
     unfused_attention=False,
     grad_accumulation_apart=False,
+    pp_comm_waits=False,
     offload=("none",),
     why={
         **{

@@ -1036,6 +1036,7 @@ RELEASE_FIELDS = ("degrees", "zero_stages", "recompute", "sequence_parallel", "s
 RELEASE_WORKLOAD_FIELDS = (
     "tp_backward_async",
     "grad_accumulation_fusion",
+    "pp_comm_overlap",
 )  # its own steps' costing
 
 
