@@ -43,12 +43,19 @@ def _orders(schedule: str, p: int, k: int, v: int) -> list[list[tuple[str, int, 
 
 
 def step_time(
-    schedule: str, p: int, k: int, v: int, forward_s: float, backward_s: float, send_s: float
+    schedule: str,
+    p: int,
+    k: int,
+    v: int,
+    forward_s: float,
+    backward_s: float,
+    send_s: float,
+    last_scale: float = 1.0,
 ) -> float:
     """The step's seconds: ``forward_s`` and ``backward_s`` are one microbatch's passes over a whole device
-    (a chunk takes 1/v of them), ``send_s`` one send between devices."""
+    (a chunk takes 1/v of them), ``send_s`` one send between devices; the last device's passes take
+    ``last_scale`` times as long (its output head)."""
     orders = _orders(schedule, p, k, v)
-    f, b = forward_s / v, backward_s / v
     last = p * v - 1
     ready: dict[
         tuple[str, int, int], float
@@ -69,7 +76,8 @@ def step_time(
                 if needs is not None and needs not in ready:
                     break
                 start = max(clock[i], ready.get(needs, 0.0) if needs else 0.0)
-                clock[i] = start + (f if kind == "F" else b)
+                scale = (last_scale if i == p - 1 else 1.0) / v
+                clock[i] = start + scale * (forward_s if kind == "F" else backward_s)
                 sent = send_s if p > 1 else 0.0
                 if kind == "F" and stage < last:
                     ready[("F", mb, stage + 1)] = clock[i] + sent

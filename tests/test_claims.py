@@ -68,15 +68,16 @@ def test_narayanan_claim_is_the_recompute_policy(claims):
 
 
 def test_dgxc_claim_is_degrees_inside_the_band(claims):
-    """dgxc Llama 3.1 70B fp8 on 512 GPUs: 1.032x (fsdp32 tp8 pp2 vs5, ZeRO-1 as published), 1.030x from
+    """dgxc Llama 3.1 70B fp8 on 512 GPUs: 1.029x (fsdp32 tp8 pp2 vs5, ZeRO-1 as published), 1.028x from
     the degrees and 1.0013x from the schedule, none from sharding or the recompute policy; below the 1.214x
-    that the GPU band (-9.22%..+10.16%) needs: not distinguishable. (1.106x, fsdp64 tp4 pp2 vs5 ZeRO-2
+    that the GPU band (-9.22%..+10.16%) needs: not distinguishable. (1.032x, 10.932 s vs 10.597 s, before a
+    slower last stage paced only the microbatches, 2026-12-06: the published pp 8 pays less for its head; 1.106x, fsdp64 tp4 pp2 vs5 ZeRO-2
     with 1.035x from ZeRO-2, until ZeRO-2 reduce-scattered its gradients in every microbatch; 1.096x before
     the interleaved schedule's per-chunk gradient reductions and fill sends, 2026-12-05.)"""
     c = claims[DGXC]
-    _claim_is(c, (10.9319, 10.5970, 1.0316), "fsdp32 tp8 pp2 vs5 zero1 K16 SP")
+    _claim_is(c, (10.9034, 10.5929, 1.0293), "fsdp32 tp8 pp2 vs5 zero1 K16 SP")
     f = factors(c)
-    assert f["degrees"] == pytest.approx(1.0302, rel=1e-3)
+    assert f["degrees"] == pytest.approx(1.0280, rel=1e-3)
     assert f["sharding"] == pytest.approx(1.0, rel=1e-3)
     assert f["schedule"] == pytest.approx(1.0013, rel=1e-3)
     assert f["recompute"] == pytest.approx(1.0, rel=1e-3)
@@ -91,15 +92,15 @@ def test_parts_multiply_to_the_claim(claims):
 
 def test_validate_reports_the_ranked_winners_claim(records):
     """validate's claimed_speedup / claim_distinguishable are the same 1.237x (apart, within the record's
-    release) and 1.032x (inside the band), and the summary's median is the median of the two."""
+    release) and 1.029x (inside the band), and the summary's median is the median of the two."""
     doc = validate_runs(list(records.values()), workers=1)
     by_id = {e["id"]: e for e in doc["records"]}
     assert by_id[NARAYANAN]["claimed_speedup"] == pytest.approx(1.2369, rel=1e-3)
     assert by_id[NARAYANAN]["claim_distinguishable"] is True
-    assert by_id[DGXC]["claimed_speedup"] == pytest.approx(1.0316, rel=1e-3)
+    assert by_id[DGXC]["claimed_speedup"] == pytest.approx(1.0293, rel=1e-3)
     assert by_id[DGXC]["claim_distinguishable"] is False
     assert doc["summary"]["median_claimed_speedup"] == pytest.approx(
-        (1.2369 + 1.0316) / 2, rel=1e-3
+        (1.2369 + 1.0293) / 2, rel=1e-3
     )
     assert doc["summary"]["claims_distinguishable_share"] == 0.5
 

@@ -114,8 +114,9 @@ def test_on_random_instances_cpsat_ranks_what_the_enumerator_does(
 def test_time_to_train_prefers_the_smaller_checkpoint_under_frequent_failures():
     """qwen3-8b on 16 H100 with a pipeline: the fastest step (4 virtual stages) writes 6.72 GB per
     device; 6 virtual stages split the layers so that the larger stage holds 6.14 GB, whose goodput
-    (0.682 against 0.669) outweighs a step 1.4% slower (0.6% before the interleaved schedule's fill and drain paid
-    their p v - 1 sends, 2026-12-05; effective 1.2934 s then): time-to-train picks it."""
+    (0.682 against 0.669) outweighs a step 1.0% slower (1.4% and effective 1.3190 s before a slower last stage
+    paced only the microbatches, not the bubble, 2026-12-06; 0.6% before the interleaved schedule's fill and drain
+    paid their p v - 1 sends, 2026-12-05; effective 1.2934 s then): time-to-train picks it."""
     instance = ("qwen3-8b", "h100-16", 32, 4096)
     engine_splits = ("even", "embedding-and-loss", "first-last", "chunk-layout")
     options = SearchOptions(choices={"pp": (2, 4, 8)}, pipeline_splits=engine_splits)
@@ -132,11 +133,11 @@ def test_time_to_train_prefers_the_smaller_checkpoint_under_frequent_failures():
         pytest.approx(0.669, abs=5e-4),
         pytest.approx(0.682, abs=5e-4),
     )
-    assert trained.step_time_s / fastest.step_time_s == pytest.approx(1.0141, abs=5e-4)
+    assert trained.step_time_s / fastest.step_time_s == pytest.approx(1.0096, abs=5e-4)
     # the objective is the report's step / goodput (Young's interval: a step is far shorter)
     effective = trained.step_time_s / trained_g.goodput
     assert result.objective_value == pytest.approx(effective, rel=1e-3)
-    assert effective == pytest.approx(1.3190, abs=5e-4)
+    assert effective == pytest.approx(1.3131, abs=5e-4)
     assert fastest.step_time_s / fast_g.goodput > effective * (1 + TIE_TOLERANCE)
 
 

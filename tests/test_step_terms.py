@@ -141,15 +141,18 @@ def test_stage_without_expert_terms_has_no_ep_item():
 
 
 def test_estimate_step_time_is_step_total_of_its_terms():
-    """estimate()'s step time is step.step_total of the layout's typed terms, to the last bit."""
+    """estimate()'s step time is step.step_total of the layout's typed terms, to the last bit; a slower last
+    stage paces the K microbatches alone, K / (K + 1) of the step at pp 2 with 1F1B."""
     problem = Problem.build(
         load_model("llama3-8b"),
         resolve_cluster("h100-64"),
         Workload(global_batch_seqs=256, seq_len=4096),
     )
     est = estimate(problem, Layout(fsdp=16, tp=2, pp=2, zero_stage=3), strict=False)
-    first, last, once = layout_terms(problem, est.layout)
-    assert est.step_time_s == step.step_total(once, step.slowest_stage(first, last))
+    first, last, once, paced = layout_terms(problem, est.layout)
+    k = est.layout.num_microbatches
+    assert paced == k / (k + 1)
+    assert est.step_time_s == step.step_total(once, step.slowest_stage(first, last, paced))
     assert (
         first.microbatch_zero == 1.0 and first.cp_s == last.cp_s
     )  # ZeRO-3 over 16 shards; CP alike
@@ -193,7 +196,7 @@ def test_interleaved_reductions_expose_what_a_queue_of_chunks_leaves(v, k):
     )
     est = estimate(problem, layout, strict=False)
     assert est.layout.virtual_stages == v
-    _, _, once = layout_terms(problem, est.layout)
+    _, _, once, _ = layout_terms(problem, est.layout)
     reduce_total = once.reduce_s + once.reduce_early_s
     assert reduce_total > 0 and once.reduce_link_busy_s == 0  # TP on NVLink, the reductions on IB
     assert once.reduce_early_s == pytest.approx(reduce_total * (v - 1) / v, rel=1e-12)

@@ -419,10 +419,11 @@ def test_gpt_oss_records_cost_their_sliding_window(by_id):
 
 def test_the_learned_routing_spread_is_what_its_fit_finds(moe_runs):
     """core.specs.LEARNED_ROUTING_EXPERT_CV (0.15) against the 14 dev records costed learned, dropless, with ep > 1
-    (NeMo's three Mixtral rows among them), Huber loss: better than 0.20, and 3.2% above the 0.05 grid's best, 0.05
-    (scripts/fit_routing_cv.py; a near tie within 1% until the interleaved schedule's per-chunk reductions and fill
-    sends, 2026-12-05; 3.1% until FSDP2's copies around the ZeRO-3 collectives were costed). Held, as docs/calibration.md says: at 0.15 these records' median |error| is 5.8% (7.9% at
-    0.05), and DeepSeek-V3's pre-training stays within 10% of its published GPU-hours
+    (NeMo's three Mixtral rows among them), Huber loss: better than 0.20, and 3.1% above the 0.05 grid's best, 0.05
+    (scripts/fit_routing_cv.py; 3.2% until a slower last pipeline stage paced only the microbatches, 2026-12-06; a
+    near tie within 1% until the interleaved schedule's per-chunk reductions and fill
+    sends, 2026-12-05; 3.1% until FSDP2's copies around the ZeRO-3 collectives were costed). Held, as docs/calibration.md says: at 0.15 these records' median |error| is 5.9% (7.9% at
+    0.05; 5.8% before the paced last stage), and DeepSeek-V3's pre-training stays within 10% of its published GPU-hours
     (tests/test_end_to_end_plans.py; 11% below them at 0.05)."""
     problems = learned_routing_problems(moe_runs)
     assert len(problems) == 14 and all(
@@ -435,10 +436,10 @@ def test_the_learned_routing_spread_is_what_its_fit_finds(moe_runs):
     scan = routing_cv_scan(problems, (0.05, 0.1, LEARNED_ROUTING_EXPERT_CV, 0.2))
     assert LEARNED_ROUTING_EXPERT_CV == 0.15
     assert scan[0.05][0] < scan[0.1][0] < scan[0.15][0] < scan[0.2][0]
-    assert scan[0.15][0] / scan[0.05][0] - 1 == pytest.approx(0.0325, abs=0.001)
+    assert scan[0.15][0] / scan[0.05][0] - 1 == pytest.approx(0.0311, abs=0.001)
     # the median |error| over the same records: lower at 0.15
     median = {cv: float(np.median(np.abs(np.expm1(scan[cv][1])))) for cv in (0.05, 0.15)}
-    assert (median[0.05], median[0.15]) == pytest.approx((0.079, 0.058), abs=5e-4)
+    assert (median[0.05], median[0.15]) == pytest.approx((0.079, 0.0587), abs=5e-4)
     # (0.2100 at 0.2 before each pipeline stage's parameters counted its own MoE layers; 0.2154, 0.2081, 0.2101
     # before its compute, activations and AllToAlls did, before the H200 physics and refit and before the
     # contention between TP, CP and the ZeRO-3 gathers was read from the links each loads; 0.2052, 0.2001, 0.2058
@@ -447,9 +448,10 @@ def test_the_learned_routing_spread_is_what_its_fit_finds(moe_runs):
     # that row, which states torch_compile false, was costed with fused element-wise kernels; 0.1764 at 0.05 and
     # 0.1783, 0.1779, 0.1881 before the interleaved schedule's per-chunk reductions and fill sends; 0.1640, 0.1675,
     # 0.1691, 0.1816 before FSDP2's copies around the ZeRO-3 collectives; 0.1814 at 0.2 before a pipeline's
-    # first stage cost the heaviest device's own layers, 2026-12-05)
+    # first stage cost the heaviest device's own layers, 2026-12-05; 0.1635, 0.1671, 0.1688 before a slower last
+    # stage paced only the microbatches, 2026-12-06)
     assert (scan[0.05][0], scan[0.1][0], scan[0.15][0], scan[0.2][0]) == pytest.approx(
-        (0.1635, 0.1671, 0.1688, 0.1813), abs=5e-5
+        (0.1638, 0.1673, 0.1689, 0.1813), abs=5e-5
     )
 
 
@@ -947,9 +949,10 @@ def test_megatron_bridge_deepseek_v3_rows_take_the_recipes_pipeline_split(by_id)
     recipe = estimate(problem, layout, strict=False)
     # the last stage, the slowest either way at Blackwell's 0.4646 matmul fraction, no longer carries 3 layers
     # beside the MTP module and the two output heads but 1: its layers' matmuls halve (4 layers' worth to 2)
-    # (33.44 and 24.06 s before 1F1B's steady-state sends were costed, two a microbatch under Megatron, 2026-12-06;
-    # 32.85 and 23.72 s before each stage's compute counted its own MoE layers and before the H200 physics)
-    assert (blind.step_time_s, recipe.step_time_s) == pytest.approx((34.21, 24.82), abs=0.01)
+    # (34.21 and 24.82 s before a slower last stage paced only the microbatches, its bubble at the first stage's
+    # pace; 33.44 and 24.06 s before 1F1B's steady-state sends were costed, two a microbatch under Megatron,
+    # 2026-12-06; 32.85 and 23.72 s before each stage's compute counted its own MoE layers and before the H200 physics)
+    assert (blind.step_time_s, recipe.step_time_s) == pytest.approx((33.51, 24.64), abs=0.01)
     assert (
         blind.time_s["compute/logits"]
         == recipe.time_s["compute/logits"]

@@ -99,19 +99,20 @@ def estimate(
 
 def layout_terms(
     problem: Problem, layout: Layout
-) -> tuple[step.StageTerms, step.StageTerms, step.StepTerms[float]]:
+) -> tuple[step.StageTerms, step.StageTerms, step.StepTerms[float], float]:
     """The step formula's terms of one placed layout in seconds per step, as ``estimate()`` adds
-    them up: the first stage's, the last stage's and the once-per-step ones."""
-    _, _, (first, last), _, t = _costed(problem, layout, with_memory=False)
-    return first, last, t
+    them up: the first stage's, the last stage's, the once-per-step ones and the share of the step a slower
+    last stage paces (``step.slowest_stage``'s ``paced``)."""
+    key, _, (first, last), _, t = _costed(problem, layout, with_memory=False)
+    return first, last, t, key.paced
 
 
 def step_seconds(problem: Problem, layout: Layout) -> float:
     """``estimate(problem, layout).step_time_s`` of a placed layout, to the last bit: the step formula
     of ``layout_terms`` (``step.step_total``: the sum ``estimate`` takes) without the layout checks,
     memory moments and itemised times a step time does not read."""
-    first, last, once = layout_terms(problem, layout)
-    return _scalar(step.step_total(once, step.slowest_stage(first, last)))
+    first, last, once, paced = layout_terms(problem, layout)
+    return _scalar(step.step_total(once, step.slowest_stage(first, last, paced)))
 
 
 def _costed(problem: Problem, layout: Layout, with_memory: bool = True):
@@ -134,7 +135,7 @@ def _estimate_placed(
     model, workload, cluster = problem.model, problem.workload, problem.cluster
     acc = cluster.accelerator
     key, stages, per_stage, steps, t = _costed(problem, layout)
-    parts = step.step_parts(t, step.slowest_stage(*per_stage))
+    parts = step.step_parts(t, step.slowest_stage(per_stage[0], per_stage[1], key.paced))
     slow = int(step.stage_total(per_stage[1]) > step.stage_total(per_stage[0]))
     times = _itemise(
         layout, stages[slow], step.stage_items(per_stage[slow]), parts, key.mult, t, steps
@@ -202,6 +203,9 @@ class _Keys:
     f: np.ndarray  # offload code (specs.OFFLOADS)
     co: terms.Coeffs
     mult: float
+    paced: (
+        float  # K / mult, or 1 (terms.paced_share): the share of the step a slower last stage paces
+    )
     sp: bool
 
     @classmethod
@@ -241,7 +245,10 @@ class _Keys:
                 sh, k, terms.backward_split(problem.model, problem.workload), problem.model
             )
         )
-        return cls(sh=sh, k=k, r=r, z=z, f=f, co=co, mult=mult, sp=layout.sequence_parallel)
+        paced = _scalar(terms.paced_share(sh, k, mult))
+        return cls(
+            sh=sh, k=k, r=r, z=z, f=f, co=co, mult=mult, paced=paced, sp=layout.sequence_parallel
+        )
 
 
 _KEYS: dict[tuple, _Keys] = {}  # _Keys.of's, by (model, cluster axes, layout)
@@ -493,7 +500,8 @@ def _itemise(
     steps: dict,
 ) -> dict:
     """time_s: the step formula's parts, with the slowest stage's per-step time split into its
-    compute items (x K), exposed collectives (x K), microbatch overhead (x K) and the bubble; what hidden
+    compute items (x K), exposed collectives (x K), microbatch overhead (x K) and the bubble (the rest of the
+    stages' critical path, ``step.paced_max``: the first stage's pace where the last is the slower); what hidden
     collectives cost the compute beside them is ``exposed_comm/interference``, not their group's item."""
     kk = layout.num_microbatches
     per_mb = {
@@ -502,7 +510,7 @@ def _itemise(
         **{name: v / mult for name, v in stage_items.items() if name != "stage/compute"},
     }
     times = {name: kk * v for name, v in per_mb.items()}
-    times["bubble"] = (mult - kk) * sum(per_mb.values())
+    times["bubble"] = _scalar(parts["stage"]) - kk * sum(per_mb.values())
     for name, value in parts.items():
         # overhead/zero_copies has a stage part (above) and a once-per-step part: they add
         if name != "stage" and name not in _REDUCTIONS + _GATHERS:

@@ -15,7 +15,11 @@ With ``first`` and ``last`` the first and last stage's StageTerms:
                                    + s.eta min(s.fsdp_backward_s, s.backward_s) + s.zero_copies_s)
                + s.accumulate_s
                + each _lost_s field (times its group's _rerun_fraction or microbatch_zero)
-    step     = max(stage(first), stage(last)) + the EXPOSED parts + the PLAIN terms
+    step     = stage(first) + w max(0, stage(last) - stage(first)) + the EXPOSED parts + the PLAIN terms
+
+with w = K / (K + bubble) (``costs.terms.paced_share``): a last stage slower than the others (its output
+head) paces the K microbatches, while the fill and the drain cross the other stages at their own pace
+(``paced_max``); w = 1, the slower of the two, where one device holds both ends (DualPipe, the V shapes)
 
 and an EXPOSED part ``unhidden(max(0, hidden - window)) + interference``: what does not hide
 is exposed; hidden seconds slow the compute beside them by ``eta`` of them, charged on all the
@@ -194,9 +198,19 @@ def stage_total(s: StageTerms):
     return sum(stage_items(s).values())
 
 
-def slowest_stage(first: StageTerms, last: StageTerms):
-    """Time per step of the slowest stage (elementwise max over the first and last stage)."""
-    return np.maximum(stage_total(first), stage_total(last))
+def paced_max(first, last, paced=1.0):
+    """``first + paced max(0, last - first)`` over the first and the last stage's times per step (each per
+    microbatch x (K + bubble)): where the last stage is the slower, it paces the K microbatches (``paced`` =
+    K / (K + bubble)) and the bubble, the fill and the drain over the other stages, runs at the first's pace.
+    1F1B's critical path is the fill's forwards over stages 0 .. p - 2, the last stage's K microbatches, the
+    drain's backwards back. ``paced`` 1: the slower of the two. Never below the first, nor above the slower:
+    a lower bound of the parts (computed alone) bounds the whole."""
+    return first + paced * np.maximum(0, last - first)
+
+
+def slowest_stage(first: StageTerms, last: StageTerms, paced=1.0):
+    """Time per step of the stages' critical path (``paced_max`` of the first and the last stage's totals)."""
+    return paced_max(stage_total(first), stage_total(last), paced)
 
 
 def step_parts(t: StepTerms, stage) -> dict[str, Any]:

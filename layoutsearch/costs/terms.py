@@ -491,6 +491,14 @@ def step_multiplier(
     return k + pipeline.bubble_microbatches_array(_f(sh.pp), v, sh.sched, split)
 
 
+def paced_share(sh: Shapes, k, mult):
+    """K / (K + bubble) (``mult``, ``step_multiplier``): the share of a step a last stage slower than the others
+    paces (``costs.step.paced_max``); 1 where one device holds both ends of the pipeline (DualPipe, ZB-V,
+    DualPipeV), whose slower device paces the bubble too, and without a pipeline (the bubble is 0)."""
+    both_ends = np.isin(sh.sched, (*pipeline.V_SHAPED, SCHEDULE_CODES["dualpipe"]))
+    return np.where(both_ends, 1.0, np.asarray(k, dtype=np.float64) / mult)
+
+
 def compute_per_microbatch(
     model: ModelSpec,
     workload: Workload,

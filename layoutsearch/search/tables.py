@@ -96,6 +96,8 @@ class Tables:
     HZ: np.ndarray | None = None
     HB: np.ndarray | None = None
     host_kib: int = 0
+    # [sk] the share of the step a slower last stage paces (costs.terms.paced_share; StageTerms' step.paced_max)
+    paced: np.ndarray = field(default_factory=lambda: np.empty(0))
     # filled by build_tables from the tables above (stage_parts)
     # [sk, r, o] the slowest stage without ZeRO collectives in the microbatches, with ZeRO-2's, with ZeRO-3's
     STAGE0: np.ndarray = field(default_factory=lambda: np.empty(0))
@@ -193,6 +195,9 @@ class RowTerms:
     gather_late_window_s: np.ndarray  # [sk]
     memory_bytes: list  # [st][moment] -> [sk, r]
     host_bytes: list  # [st] -> [sk, r]: the activations the policy offloads to host memory
+    paced: (
+        np.ndarray
+    )  # [sk, 1] the share of the step a slower last stage paces (costs.terms.paced_share)
     # each stage's compute windows ("window/..." of costs.terms.compute_per_microbatch) without
     # recompute ([sk, 1]), which the (S,K) x o terms hide behind; None where "none" is not searched
     windows: list | None = None
@@ -210,6 +215,7 @@ class RowTerms:
             gather_late_window_s=self.gather_late_window_s[rows],
             memory_bytes=[[m[rows] for m in stage] for stage in self.memory_bytes],
             host_bytes=[h[rows] for h in self.host_bytes],
+            paced=self.paced[rows],
             windows=None
             if self.windows is None
             else [{key: w[rows] for key, w in stage.items()} for stage in self.windows],
@@ -349,6 +355,7 @@ def terms_of_rows(space: Space, rows: np.ndarray) -> RowTerms:
         gather_late_window_s=win["gather_late"][:, 0],
         memory_bytes=mb,
         host_bytes=hosted,
+        paced=compute.paced,
         windows=compute.windows,
     )
 
@@ -370,6 +377,7 @@ class RowCompute:
     grid: Any
     mult: Any
     first_stage: dict
+    paced: np.ndarray  # [sk, 1] costs.terms.paced_share
 
 
 @shared_keys()
@@ -412,6 +420,7 @@ def compute_of_rows(space: Space, rows: np.ndarray) -> RowCompute:
         grid=grid,
         mult=mult,
         first_stage=first_stage,
+        paced=np.broadcast_to(terms.paced_share(sh, k, mult), (n_sk, 1)),
     )
 
 
@@ -564,7 +573,7 @@ def compute_bounds(
             parts.append((keys[costed], rt))
             live_key = (np.cumsum(costed) - 1)[local[live]]  # among the costed keys
             # policy-major ([r, rows]): the reductions over the policies run along the rows
-            compute = np.maximum(*rt.compute_s).T  # [r, keys]
+            compute = step.paced_max(rt.compute_s[0], rt.compute_s[1], rt.paced).T  # [r, keys]
             may_fit = np.ones((n_r, len(live)), dtype=bool)  # [r, rows that may fit]
             for st, moments in enumerate(rt.memory_bytes):
                 for mi, row_bytes in enumerate(moments):
@@ -861,6 +870,7 @@ def build_tables(
         tables.param_fetch_s, tables.fetches = q(fetch), fetches
     work = memory.recompute_arrays(model)
     _check(deadline)
+    tables.paced = rt.paced[:, 0]
     tables.STAGE0, tables.STAGE2, tables.STAGE3 = stage_parts(
         tables, work["tp"][codes], work["attention"][codes], work["moe"][codes]
     )
@@ -870,7 +880,7 @@ def build_tables(
 def stage_parts(
     t: Tables, tp_rerun_by_r: np.ndarray, cp_rerun_by_r: np.ndarray, ep_rerun_by_r: np.ndarray
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """The slowest stage per (S,K,r,o) by ``step.slowest_stage``: without ZeRO collectives in the microbatches'
+    """The stages' critical path per (S,K,r,o) by ``step.slowest_stage``: without ZeRO collectives in the microbatches'
     backward, with ZeRO-2's and with ZeRO-3's (``Tables.microbatch_zero``); ZeRO-2's as STAGE0 where no
     candidate runs them."""
     experts = t.ep_s.any() or t.ep_rerun_s.any()  # a dense model's are all zero: left out
@@ -904,7 +914,8 @@ def stage_parts(
 
     # a policy rerunning part of the forward's collectives makes fractions: round once
     def quanta(zero: int) -> np.ndarray:
-        return np.rint(step.slowest_stage(stage(0, zero), stage(1, zero))).astype(np.int64)
+        paced = t.paced[:, None, None]
+        return np.rint(step.slowest_stage(stage(0, zero), stage(1, zero), paced)).astype(np.int64)
 
     stage0 = quanta(0)
     stage2 = quanta(2) if (t.microbatch_zero == 2).any() else stage0
