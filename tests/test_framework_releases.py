@@ -198,3 +198,29 @@ def test_solve_for_torchtitan_without_sequence_parallelism_keeps_tp_at_1(cli_mai
         "no feasible layout: no layout satisfies the rules: 'torchtitan: tensor parallelism with sequence "
         "parallelism only' (torchtitan-tp-without-sp) removes the last 20 degree tuples"
     )
+
+
+def test_fp16_megatron_runs_keep_fp16_gradients():
+    """Rule 33: Megatron-LM's fp16 keeps and all-reduces fp16 gradients (--accumulate-allreduce-grads-in-fp32 is
+    off by default, forced on only for bf16: megatron/arguments.py at de7dc40, as Narayanan et al. ran it): 2 bytes
+    a gradient, named in the notes. DeepSpeed's fp16 rows keep 4 (their measured peaks lie above a prediction with
+    2: the memory model lacks DeepSpeed's buffers); a record stating its reduction dtype keeps that."""
+    from layoutsearch.validation.mapping import half_grads_because, record_to_problem
+
+    runs = {r["id"]: r for r in load_runs(data_path("runs_dev.yaml"))}
+    narayanan = runs["megatron2021-table1-1008-0b"]
+    assert record_to_problem(narayanan)[0].workload.grad_bytes_per_param == 2
+    assert (
+        "Megatron-LM's fp16 keeps and all-reduces fp16 gradients (--accumulate-allreduce-grads-in-fp32 is off by "
+        "default and forced on only for bf16) (rule 33)"
+    ) in mapping_notes(narayanan)
+    bloom = next(
+        r
+        for r in runs.values()
+        if r["workload"].get("framework") == "megatron-deepspeed"
+        and r["workload"]["precision"] == "fp16"
+    )
+    assert record_to_problem(bloom)[0].workload.grad_bytes_per_param == 4
+    stated = {**narayanan, "workload": {**narayanan["workload"], "grad_reduce_dtype": "fp32"}}
+    assert half_grads_because(stated) is None
+    assert record_to_problem(stated)[0].workload.grad_bytes_per_param == 4

@@ -678,9 +678,9 @@ def test_unstated_microbatching_is_the_fastest_count_that_fits(runs):
 def test_an_unstated_schedule_is_the_fastest_its_framework_runs(data_file):
     """Rule 27: Narayanan et al. 2021's 175B PTD-P row on 1,536 GPUs states pp 12 and 96 microbatches but not
     its schedule (Table 2: "1F1B or interleaved"). It is costed at the fastest schedule Megatron runs that
-    fits: interleaved, 4 chunks of two layers (21.009 s; 8 chunks 21.082 s, whose chunks wait for twice the
-    sends; 1F1B 22.662 s, the largest bubble; 21.023, 21.089 and 22.718 s before a slower last stage paced only the
-    microbatches). Before the steady state's sends were costed (2026-12-06): 8 chunks,
+    fits: interleaved, 4 chunks of two layers (20.649 s; 8 chunks 20.755 s, whose chunks wait for twice the
+    sends; 1F1B 22.105 s, the largest bubble; 21.009, 21.082 and 22.662 s before its fp16 gradients, rule 33;
+    21.023, 21.089 and 22.718 s before a slower last stage paced only the microbatches). Before the steady state's sends were costed (2026-12-06): 8 chunks,
     20.587 s, and 1F1B 22.722 s; 19.877 s and 21.941 s before the Megatron-LM of 2021's gradient accumulation
     kernel was costed. Not marked assumed. Megatron-DeepSpeed's pipeline engine runs 1F1B only, MaxText's GPipe: there the row takes that.
     Until 2026-12-05 it was costed 1F1B and marked (predicted 5.0% too slow; now 4.8% too fast), and only
@@ -699,11 +699,11 @@ def test_an_unstated_schedule_is_the_fastest_its_framework_runs(data_file):
         4,
         96,
     )
-    assert est.step_time_s == pytest.approx(21.009, rel=1e-3)
+    assert est.step_time_s == pytest.approx(20.649, rel=1e-3)
     eight = replace(layout, axes=None, virtual_stages=8)
-    assert estimate(problem, eight).step_time_s == pytest.approx(21.082, rel=1e-3)
+    assert estimate(problem, eight).step_time_s == pytest.approx(20.755, rel=1e-3)
     one_f_one_b = replace(layout, axes=None, schedule="1f1b", virtual_stages=1)
-    assert estimate(problem, one_f_one_b).step_time_s == pytest.approx(22.662, rel=1e-3)
+    assert estimate(problem, one_f_one_b).step_time_s == pytest.approx(22.105, rel=1e-3)
     assert "layout.virtual_stages" not in assumed_fields(row)
     expected = {
         "megatron": ("1f1b", "interleaved"),
@@ -1267,7 +1267,8 @@ def test_validate_the_whole_dev_set(data_file):
 def test_held_out_bloom_rows_follow_the_development_fit(data_file):
     """tests/data/bloom_prequel_heldout.yaml (scripts/bloom_heldout.py): 17 measured rows and 2 OOM of the BLOOM
     prequel that neither runs_dev.yaml nor the calibration saw. With blocking launches costed (rule 18) and the GEMMs
-    from their shapes the median error is 4.4% and the rank correlation 0.69 (4.1% and 0.62 before a slower last
+    from their shapes the median error is 4.7% and the rank correlation 0.66 (4.4% and 0.69 before the a100 refit
+    beside Megatron's fp16 gradients, rule 33, which these DeepSpeed rows do not take; 4.1% and 0.62 before a slower last
     stage paced only the microbatches; 4.3% and 0.68 before 1F1B's steady-state sends were costed, two a
     microbatch under DeepSpeed's blocking p2p, and the a100 family refitted, 2026-12-06; 3.9% and 0.72 before DeepSpeed's
     accumulation of each microbatch's gradients was costed at 10 bytes a parameter, where its fp16 optimizer adds
@@ -1276,8 +1277,8 @@ def test_held_out_bloom_rows_follow_the_development_fit(data_file):
     doc = validate_runs(load_runs(data_file("bloom_prequel_heldout.yaml")), rank=False, loso=False)
     s = doc["summary"]
     assert (s["count"], s["with_measured_throughput"], s["skipped"]) == (19, 17, 0)
-    assert s["median_abs_rel_error"] == pytest.approx(0.0439, abs=0.002)
-    assert s["bloom_sweep_spearman"] == pytest.approx(0.691, abs=0.01)
+    assert s["median_abs_rel_error"] == pytest.approx(0.0470, abs=0.002)
+    assert s["bloom_sweep_spearman"] == pytest.approx(0.656, abs=0.01)
     assert [e["predicted_fits"] for e in doc["records"] if e["measured_oom"]] == [False, False]
 
 
@@ -1903,8 +1904,9 @@ def test_memory_fit_errors_in_both_directions_and_the_peak_memory_error(data_fil
 def test_per_tensor_zero3_holds_a_tensor_gathered_not_a_layer(data_file):
     """Rule 9: Table 2's DeepSpeed ZeRO-3 (2021) gathers and reduces each tensor apart, so the 530B layer
     (d 20,480, MLP 4d) keeps its largest tensor and the next gathered, 2 x 20,480 x 81,920 fp16 weights = 6.25 GiB,
-    and as many gradients, not two whole layers (18.75 GiB each); flat collectives keep whole layers. The run
-    that was predicted at 1.32x the usable memory is now at 1.07x (it ran)."""
+    and as many fp16 gradients (rule 33: Megatron's fp16 keeps them in fp16; fp32 ones, twice that, until
+    2026-12-06), not two whole layers (18.75 GiB each); flat collectives keep whole layers. The run that was
+    predicted at 1.32x the usable memory, then 1.07x with fp32 gradients, is now at 0.97x: it fits, and it ran."""
     (record,) = [
         r
         for r in load_runs(data_file("runs_dev.yaml"))
@@ -1914,10 +1916,11 @@ def test_per_tensor_zero3_holds_a_tensor_gathered_not_a_layer(data_file):
     est = estimate(problem, layout, strict=False)
     tensor_pair = 2 * 20_480 * 81_920 * 2
     assert est.memory_bytes["temporary/gathered"] == tensor_pair
-    assert est.memory_bytes["temporary/layer_grads"] == tensor_pair * 2  # fp32 gradients
+    assert est.memory_bytes["temporary/layer_grads"] == tensor_pair  # fp16 gradients
     assert est.memory_bytes["peak"] / est.memory_bytes["capacity"] == pytest.approx(
-        1.073, abs=0.001
+        0.972, abs=0.001
     )
+    assert est.fits and record["measured"]["oom"] is False
     record["workload"]["fsdp_collectives_per_layer"] = None
     problem, layout = record_to_problem(record)
     flat = estimate(problem, layout, strict=False)

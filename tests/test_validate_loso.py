@@ -22,22 +22,21 @@ from layoutsearch.validation.validate import load_runs, validate_runs
 # Megatron-LM of 2021 and DeepSpeed added each microbatch's gradients in a kernel of their own beside the A100 refit
 # (2026-12-06; "12-06" below: the value before); to 1e-9: a least-squares
 # fit's last digits move with the BLAS and the machine (1.6e-10 between two of them)
+# the rows as rule 33 (Megatron's fp16 gradients, 2026-12-06) costs them; the values before it in the comments
 PINNED_LOSO_REL_ERROR = {
-    "megatron2021-table1-1-7b": 0.06011967668731266,  # 0.062749 before 12-06, 0.064678 before rule 31
-    "megatron2021-table1-18-4b": -0.009615701163644297,  # -0.004782 before 12-06, -0.003820 before rule 31
-    "fmsfsdp-a100-llama2-7b-128gpu": -0.01054461885597402,  # -0.013960 before 12-06, -0.013926 before rule 31
-    # 0.017459469848551734 and -0.04537596562946955 before the catalogue's blocking launch went to 1864 us (the refit
-    # beside the steady state's pipeline sends, 2026-12-06; the folds hold it): the fit lands 1e-8 away
-    "llmfoundry-mpt-a100-40g-7b-seq16384-8gpu-mbs1-ga4": 0.01745946996333725,  # 0.015493 before 12-06
-    "llmfoundry-mpt-a100-40g-7b-seq8192-8gpu-mbs3-ga4": -0.045375965498996584,  # -0.047610 before 12-06
+    "megatron2021-table1-1-7b": 0.06209066012271758,  # 0.060120 before rule 33, 0.062749 before 12-06
+    "megatron2021-table1-18-4b": -0.00557047852714343,  # -0.009616 before rule 33, -0.004782 before 12-06
+    "fmsfsdp-a100-llama2-7b-128gpu": -0.01226814646968255,  # -0.010545 before rule 33, -0.013960 before 12-06
+    "llmfoundry-mpt-a100-40g-7b-seq16384-8gpu-mbs1-ga4": 0.016468989546506885,  # 0.017459 before rule 33
+    "llmfoundry-mpt-a100-40g-7b-seq8192-8gpu-mbs3-ga4": -0.046501576836810665,  # -0.045376 before rule 33
     "maxtext-v5p-2023-32b-1xv5p-128": -0.021186627970400607,  # -0.042558 costed as a serial block
 }
-PINNED_SUMMARY = {  # the first, second and fourth 1e-8 away before the blocking launch's refit (above)
+PINNED_SUMMARY = {
     "count": 6,
-    "median_abs_rel_error": 0.019323048966868928,  # 0.018340 before 12-06, 0.017717 before rule 31
-    "p90_abs_rel_error": 0.052747821093427516,  # 0.055180 before 12-06, 0.056613 before rule 31
-    "median_rel_error": -0.010080160009809158,  # -0.009371 before 12-06, -0.008873 before rule 31
-    "in_sample_median_abs_rel_error": 0.022227538686980297,  # 0.021586 before 12-06, 0.021134 before rule 31
+    "median_abs_rel_error": 0.018827808758453746,  # 0.019323 before rule 33, 0.018340 before 12-06
+    "p90_abs_rel_error": 0.05429611847976412,  # 0.052748 before rule 33, 0.055180 before 12-06
+    "median_rel_error": -0.00891931249841299,  # -0.010080 before rule 33, -0.009371 before 12-06
+    "in_sample_median_abs_rel_error": 0.021904587192237035,  # 0.022228 before rule 33, 0.021586 before 12-06
 }
 PINNED_CALIBRATION = {
     "Narayanan et al. 2021": {
@@ -131,9 +130,9 @@ def test_loso_folds_give_the_values_of_the_previous_implementation(subset_file, 
         ["validate", str(subset_file), "--no-rank", "--loso", "--max-median-error", "1"], capsys
     )
     assert code == 0 and out.splitlines()[-1] == (
-        "leave-one-source-out: median |error| 1.9%, p90 5.3% over 6 records predicted from the "
+        "leave-one-source-out: median |error| 1.9%, p90 5.4% over 6 records predicted from the "
         "other sources' calibration (in sample: median 2.2%)"
-    )  # p90 5.7%, in sample 2.1% before rule 31
+    )  # p90 5.3% before rule 33; p90 5.7%, in sample 2.1% before rule 31
 
 
 def test_the_loso_option_is_documented_in_the_help(capsys, monkeypatch):

@@ -868,7 +868,7 @@ def test_megatron_bridge_rows_keep_and_reduce_their_gradients_in_bf16(by_id):
     in; a row stating fp32 reduction (workload.grad_reduce_dtype) keeps 4 bytes, and its notes are not read for
     it; the DGX Cloud (NeMo 2.0) rows keep fp32."""
     from layoutsearch.costs.estimate import estimate
-    from layoutsearch.validation.mapping import bf16_grads_because
+    from layoutsearch.validation.mapping import half_grads_because
 
     row = one(by_id, "mbridge-26.04.01-b200-gpt-oss-120b")
     problem, layout = record_to_problem(row)
@@ -892,7 +892,7 @@ def test_megatron_bridge_rows_keep_and_reduce_their_gradients_in_bf16(by_id):
     named = copy.deepcopy(row)
     named["workload"]["grad_reduce_dtype"] = "fp32"
     assert (
-        bf16_grads_because(named) is None
+        half_grads_because(named) is None
         and record_to_problem(named)[0].workload.grad_bytes_per_param == 4
     )
     noted = copy.deepcopy(row)

@@ -311,11 +311,22 @@ def cuda_graphs(record: dict) -> str:
     )
 
 
-def bf16_grads_because(record: dict) -> str | None:
-    """Rules 21, 25 and 31: why the record's gradients are bf16 (the dtype it states,
+# Rule 33: the record frameworks whose fp16 runs keep and reduce fp16 gradients unless told otherwise. Not
+# Megatron-DeepSpeed: DeepSpeed's fp16 optimizer keeps fp16 gradients too (the ZeRO paper's 2 bytes), but the
+# BLOOM rows' measured peaks lie 19% above a prediction with them (3.5% below with 4 bytes): the memory model
+# lacks what else DeepSpeed holds there, so its rows keep 4 until that is costed (docs/run_record_mapping.md).
+FP16_GRAD_FRAMEWORKS = {
+    "megatron": "Megatron-LM's fp16 keeps and all-reduces fp16 gradients (--accumulate-allreduce-grads-in-fp32 "
+    "is off by default and forced on only for bf16)",
+}
+
+
+def half_grads_because(record: dict) -> str | None:
+    """Rules 21, 25, 31 and 33: why the record's gradients are 16-bit (the dtype it states,
     ``workload.grad_reduce_dtype``: llm-foundry's PURE mixed precision, Megatron-FSDP's recommended bf16
     gradient communication; else, for a Megatron-Bridge performance-summary row, its release's configuration,
-    ``grad_reduce_in_fp32 = False``), or None: fp32, every framework's default with bf16 weights."""
+    ``grad_reduce_in_fp32 = False``; else an fp16 Megatron run, ``FP16_GRAD_FRAMEWORKS``),
+    or None: fp32, every framework's default with bf16 weights."""
     stated = record["workload"].get("grad_reduce_dtype")
     if stated is not None:
         return "workload.grad_reduce_dtype: bf16 (rule 31)" if stated == "bf16" else None
@@ -324,13 +335,16 @@ def bf16_grads_because(record: dict) -> str | None:
             "Megatron-Bridge performance configuration: gradients kept and reduced in bf16 "
             "(ddp.grad_reduce_in_fp32 = False)"
         )
+    fp16 = FP16_GRAD_FRAMEWORKS.get(record["workload"].get("framework") or "")
+    if record["workload"].get("precision") == "fp16" and fp16:
+        return f"{fp16} (rule 33)"
     return None
 
 
 def grad_bytes(record: dict) -> int:
-    """Rules 21, 25 and 31: bytes per gradient element the record keeps and its data-parallel reduction moves: 2 where
-    ``bf16_grads_because`` gives a reason, else 4."""
-    return 2 if bf16_grads_because(record) else 4
+    """Rules 21, 25, 31 and 33: bytes per gradient element the record keeps and its data-parallel reduction moves: 2
+    where ``half_grads_because`` gives a reason, else 4."""
+    return 2 if half_grads_because(record) else 4
 
 
 def named_deepep(record: dict) -> bool | None:
@@ -656,9 +670,9 @@ def mapping_notes(record: dict) -> list[str]:
             f"pipeline split {whose}: first stage {first} layers, last {last} (with the output head"
             f"{', the MTP module' if record['model'].get('mtp_num_layers') else ''} and the loss)"
         )
-    bf16_grads = bf16_grads_because(record)
-    if bf16_grads:
-        notes.append(bf16_grads)
+    half_grads = half_grads_because(record)
+    if half_grads:
+        notes.append(half_grads)
     if lay.get("async_tp") is True and source_family(record) not in TP_OVERLAP_SOURCES:
         notes.append("async_tp: TP collectives pipelined with their GEMMs (tp_comm_overlap on)")
     return notes + _moe_notes(record)
