@@ -20,6 +20,7 @@ import time
 from _common import RESULTS  # first: puts this checkout's package ahead of an installed one
 
 from layoutsearch.core.problem import version
+from layoutsearch.search.ranking import RISK_BAND
 from layoutsearch.sweep import expand_points, journal_path, run_sweep, summary_rows, write_table
 from layoutsearch.sweep.plot import plot_sweep
 
@@ -91,7 +92,7 @@ def observations(rows: list[dict]) -> list[str]:
         for risks in dict.fromkeys(r["risks"] for r in risky):
             where = [r for r in risky if r["risks"] == risks]
             out.append(
-                f"- Winners carrying {risks} (every layout within 5% of their step time carries "
+                f"- Winners carrying {risks} (every layout within {RISK_BAND:.0%} of their step time carries "
                 f"these or heavier risks): "
                 + ", ".join(f"{r['cluster']} at {r['global_batch_seqs']} seqs" for r in where)
                 + "."
