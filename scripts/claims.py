@@ -45,7 +45,7 @@ from layoutsearch.costs.estimate import Estimate, estimate
 from layoutsearch.report.output import band_of
 from layoutsearch.search import solve
 from layoutsearch.search.explain import versus_claim
-from layoutsearch.search.ranking import layout_risks, risk_names
+from layoutsearch.search.ranking import RISK_BAND, layout_risks, risk_names
 from layoutsearch.validation.parallel import parallel_map
 from layoutsearch.validation.runs import load_runs, source_family
 from layoutsearch.validation.stats import SHAPE_KEYS, layout_label
@@ -495,7 +495,8 @@ def claims_markdown(claims: list[dict], runs: list[Path], wall_s: float) -> str:
         "Parts as factors (their product is the claim). `published fits`: whether the engine predicts "
         "the published layout fits in memory (it ran); `winner mem`: the winner's peak over its usable "
         "memory; `winner risks`: the ranking's risks the winner carries (`search.ranking.RISKS`; inside "
-        "the 5% risk band of the best step a layout with fewer ranks first, beyond it they do not demote it).",
+        f"the {RISK_BAND:.0%} risk band of the best step a layout with fewer ranks first, beyond it they do not "
+        "demote it).",
         "",
         *top_table(claims),
         "",
