@@ -190,7 +190,7 @@ def test_the_solve_document_names_the_objective_and_its_unit():
     solver = json.loads(out.output)["solver"]
     assert (solver["objective_name"], solver["objective_unit"]) == ("time-to-train", "s")
     assert solver["objective"] == pytest.approx(0.79051, abs=1e-5)
-    assert "within 5% of the best step time / goodput the fewest risks" in solver["tie_break"]
+    assert "within 9% of the best step time / goodput the fewest risks" in solver["tie_break"]
     out = runner.invoke(app, [*argv, "--objective", "energy", "--format", "json"])
     solver = json.loads(out.output)["solver"]
     assert (solver["objective_name"], solver["objective_unit"]) == ("energy", "J")

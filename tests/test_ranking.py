@@ -26,8 +26,12 @@ from layoutsearch.search.enumerate import candidate_grid, enumerate_top
 from layoutsearch.search.ranking import (
     TIE_TOLERANCE,
     band_limit,
+    group_ids,
+    least_per_layout,
+    reach,
     reach_limit,
     risk_score,
+    select,
     simplicity_key,
     tie_limit,
 )
@@ -84,7 +88,7 @@ def _problem(model: str, cluster: str, seqs: int, seq_len: int = 4096) -> Proble
 def _brute_force(space, tables, top_k: int, tolerance: float) -> list[tuple]:
     """The ranking written out in plain Python over every fitting candidate, for comparison:
     rank after rank, the least step time T0 among the layouts not yet ranked; among those with
-    step <= T0 + floor(T0 * 0.05) the least risk tuple (peak memory above the capacity less
+    step <= T0 + floor(T0 * 0.09) (the documented 9% risk band) the least risk tuple (peak memory above the capacity less
     min(4 GiB, 10%); peak memory above floor(capacity /
     (1 + u)), u the memory block's upper error in core/uncertainty.yaml, or above the capacity
     less 2 GiB; a TP factor placed on a scale-out or DCN axis; a CP factor so placed;
@@ -148,7 +152,7 @@ def _brute_force(space, tables, top_k: int, tolerance: float) -> list[tuple]:
     out = []
     while len(out) < top_k and cands:
         least = min(c["step"] for c in cands)
-        band = [c for c in cands if c["step"] <= least + int(least * 0.05)]
+        band = [c for c in cands if c["step"] <= least + int(least * 0.09)]
         safest = min(c["risk"] for c in band)
         band = [c for c in band if c["risk"] == safest]
         best = min(c["step"] for c in band)
@@ -401,3 +405,76 @@ def test_a_tie_tolerance_request_changes_the_ranking():
     for bad in (-0.01, 0.9, float("nan")):
         with pytest.raises(InvalidArgumentError, match="tie tolerance"):
             solve(problem, SearchRequest(tie_tolerance=bad))
+
+
+def test_the_reach_is_the_tie_limit_of_the_kth_risk_free_layout_where_k_are_known():
+    """``reach``: the band's reach of the k-th best value (1,000 quanta: 1,090 + 5 = 1,095), or the tie limit
+    of the k-th least risk-free value where k layouts have one (2 of them: 1,030 + 5 = 1,035; 3: 1,095,
+    as 5,000 + 25 is more); with fewer risk-free layouts than k, the band's."""
+    assert reach_limit(1000) == 1095
+    assert reach(1000, [1030, 1020, 5000], 2) == 1035
+    assert reach(1000, [1030, 1020, 5000], 3) == 1095
+    assert reach(1000, [1030, 1020], 3) == 1095
+    assert reach(1000, [], 1) == 1095
+    assert reach(1000, [1000], 1) == 1005  # the best layout itself is risk-free: its ties
+    assert sorted(
+        least_per_layout(
+            [7, 3, 7, 3, 9], [50, 40, 20, 60, 10], [True, True, True, False, False]
+        ).tolist()
+    ) == [20, 40]
+
+
+@pytest.mark.parametrize(
+    "model, cluster, seqs",
+    [("llama3-8b", "h100-64", 256), ("debug", "v5e-16x2", 64), ("debug", "h100-16", 64)],
+)
+def test_the_reach_from_any_subset_of_layouts_bounds_every_ranked_value(model, cluster, seqs):
+    """Over every fitting candidate, the top 5 by the ranking (``select``) all lie within the reach that the
+    layouts of any random half of the rows give (k-th best value, risk-free values), and ranking only the
+    candidates within that reach gives the same 5: the argument of ``reach``, checked on catalogue spaces."""
+    space = build_space(_problem(model, cluster, seqs), SearchOptions())
+    tables = build_tables(space)
+    sk, ri, z, o = candidate_grid(space, np.arange(len(space.sk_k)))
+    m = assemble(tables, space, sk, ri, z, o)
+    ok = m["fits"]
+    pool = {"sk": sk[ok], "ri": ri[ok], "z": z[ok], "o": o[ok]}
+    pool |= {key: np.broadcast_to(m[key], sk.shape)[ok] for key in ("step", "peak", "volume")}
+    pool["value"] = pool["step"]
+    cap = tables.capacity_kib
+    picks = select(space, pool, "step-time", 5, capacity_kib=cap)
+    risk = risk_score(space, pool["sk"], pool["o"], pool["peak"], cap)
+    gid = group_ids(space, pool["sk"], pool["ri"], pool["z"])
+    rng = np.random.default_rng(7)
+    reaches = []
+    for _ in range(20):
+        rows = rng.choice(len(space.sk_k), max(1, len(space.sk_k) // 2), replace=False)
+        part = np.isin(pool["sk"], rows)
+        best = np.sort(least_per_layout(gid, pool["value"], part))
+        if len(best) < 5:
+            continue
+        limit = reach(int(best[4]), least_per_layout(gid, pool["value"], part & (risk == 0)), 5)
+        reaches.append(limit < reach_limit(int(best[4])))  # the risk-free layouts narrowed it
+        assert all(pool["value"][i] <= limit for i in picks)
+        inside = pool["value"] <= limit
+        sub = {key: a[inside] for key, a in pool.items()}
+        assert [
+            tuple(int(sub[k][i]) for k in ("sk", "ri", "z", "o"))
+            for i in select(space, sub, "step-time", 5, capacity_kib=cap)
+        ] == [tuple(int(pool[k][i]) for k in ("sk", "ri", "z", "o")) for i in picks]
+    assert len(reaches) >= 10 and any(reaches)
+
+
+def test_the_main_job_keeps_fewer_rows_where_its_risk_free_layouts_are_known():
+    """llama70b on v5p-8192 (top 3): its three risk-free layouts lie 2.1% above the cp = 2 least step, so the
+    rows kept for the tables and the model are those within about 2.6% of it: 125 rows tabulated and 69 kept
+    (288 and 137 with the band's own reach at 5%, 2026-12-06), and the winner is the same."""
+    from layoutsearch.search.cpsat import focus, prune
+
+    space = build_space(_problem("llama70b", "v5p-8192", 1024), SearchOptions())
+    near, tables = focus(space, 3)
+    rows, limit, _, _ = prune(near, tables, "step-time", 3)
+    assert (len(near.sk_k), len(rows)) == (125, 69)
+    result = solve(_problem("llama70b", "v5p-8192", 1024), SearchRequest(top_k=3))
+    least = result.objective_value
+    assert result.layouts[0].step_time_s / least - 1 == pytest.approx(0.021, abs=1e-3)
+    assert result.layouts[0].layout.cp == 1 and result.layouts[0].layout.degrees["fsdp"] == 1024

@@ -450,15 +450,16 @@ def test_solve_point_never_raises():
 
 def test_a_sweep_row_names_the_risks_its_layout_carries():
     """The column ``risks`` is the layout record's, "; "-joined: Llama 3 405B on 1,024 H100s at
-    4,096 x 4,096 tokens runs cp 2 and 1,024 microbatches of one sequence (above max(64, 8 x pp 32); cp 4 and
-    2,048 over pp 64 until 1F1B's steady-state sends were costed, 2026-12-06; cp 2 and 256 over pp 8 until ZeRO-2 reduce-scattered its gradients in every microbatch, 512 over pp 16 until the
+    4,096 x 4,096 tokens runs 512 microbatches of one sequence over pp 16 (above max(64, 8 x pp 16); cp 2 and
+    1,024 over pp 32 while the risk band was 5%, cp 4 and 2,048 over pp 64 until 1F1B's steady-state sends were
+    costed, 2026-12-06; cp 2 and 256 over pp 8 until ZeRO-2 reduce-scattered its gradients in every microbatch, 512 over pp 16 until the
     first pipeline stage's memory was its own or a middle stage's, 2026-12-05);
     a small dense point carries none; a point without a layout has none (null)."""
     risky = solve_point(
         Point(model="llama3-405b", cluster="h100-1024", global_batch_seqs=4096, seq_len=4096), 30.0
     )
-    assert risky["num_microbatches"] == 1024 and risky["cp"] == 2 and risky["pp"] == 32
-    assert risky["risks"] == "context parallelism; microbatches above max(64, 8 x pp)"
+    assert risky["num_microbatches"] == 512 and risky["cp"] == 1 and risky["pp"] == 16
+    assert risky["risks"] == "microbatches above max(64, 8 x pp)"
     plain = solve_point(
         Point(model="llama3-8b", cluster="h100-8", global_batch_seqs=64, seq_len=4096), 30.0
     )

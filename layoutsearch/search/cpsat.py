@@ -38,6 +38,8 @@ from layoutsearch.search.ranking import (
     group_ids,
     headroom_flags,
     headroom_margins_kib,
+    least_per_layout,
+    reach,
     reach_limit,
     risk_score,
     select,
@@ -156,7 +158,10 @@ def prune(
 
     Rows are costed exactly, best first in the order of their lower bound, until the next bound
     exceeds the k-th best layout's (its best placement's) reach: the ``reach_limit`` of its step
-    time (a layout inside its risk band or tied may be ranked before it, ``search.ranking``). By
+    time (a layout inside its risk band or tied may be ranked before it, ``search.ranking``), or
+    with k risk-free layouts found, the tie limit of the k-th least of their values if less
+    (``ranking.reach``: each layout's candidates lie in one row, so its least risk-free value is
+    known once its row is costed). By
     gather volume, (volume, step) in that order: a row of less volume than the k-th layout's, or
     as much and a step within its reach (``ranking.relevant``). A row is kept when its exact
     minimum (costed rows) or its bound (the rest) is within the reach; every other row provably
@@ -173,21 +178,20 @@ def prune(
     best = _step_bound(space, t) if by_volume else bound.copy()
     rows = rows[np.lexsort((best[rows], volume[rows]))]
     pairs = np.zeros((0, 2), dtype=np.int64)  # each layout's best (volume, step), the least k
-    done, chunk, limit, reach = 0, PROMISING_ROWS, None, None
+    safe = np.zeros(0, dtype=np.int64)  # each layout's least risk-free value, the least k
+    done, chunk, limit, cutoff = 0, PROMISING_ROWS, None, None
     pieces: list[dict] = []
     while done < len(rows):
         j = rows[done]
-        if reach is not None and (volume[j], best[j]) > reach:
+        if cutoff is not None and (volume[j], best[j]) > cutoff:
             break
         sk, ri, z, o = candidate_grid(space, rows[done : done + chunk])
         m = assemble(t, space, sk, ri, z, o)
         ok = m["fits"]
-        value = np.broadcast_to(m["value"], sk.shape)[ok]
+        metrics = fitting_metrics(m, sk.shape, ok)
+        value = metrics["value"]
         if pool is not None:
-            pieces.append(
-                {"sk": sk[ok], "ri": ri[ok], "z": z[ok], "o": o[ok]}
-                | fitting_metrics(m, sk.shape, ok)
-            )
+            pieces.append({"sk": sk[ok], "ri": ri[ok], "z": z[ok], "o": o[ok]} | metrics)
         vol = volume[sk[ok]]
         gid = group_ids(space, sk[ok], ri[ok], z[ok])
         order = np.lexsort((value, vol, gid))
@@ -195,20 +199,31 @@ def prune(
         first[1:] = gid[order][1:] != gid[order][:-1]
         pairs = np.concatenate([pairs, np.stack([vol, value], axis=1)[order][first]])
         pairs = pairs[np.lexsort((pairs[:, 1], pairs[:, 0]))][:top_k]
+        if not by_volume:  # each layout's least risk-free value, the least k (``ranking.reach``)
+            risk = risk_score(space, sk[ok], o[ok], metrics["peak"], t.capacity_kib)
+            if pool is not None:
+                pieces[-1]["risk"] = risk
+            safe = np.concatenate([safe, least_per_layout(gid, value, risk == 0)])
+            safe = np.partition(safe, top_k - 1)[:top_k] if len(safe) > top_k else safe
         exact = np.full(len(space.sk_k), BIG)
         np.minimum.at(exact, sk[ok], value)
         if exact_rows:
             best[rows[done : done + chunk]] = exact[rows[done : done + chunk]]
         if len(pairs) >= top_k:
             kth_volume, kth_step = (int(x) for x in pairs[top_k - 1])
-            reach = (kth_volume, reach_limit(kth_step, tolerance))
-            limit = kth_volume if by_volume else reach[1]
+            step_reach = (
+                reach_limit(kth_step, tolerance)
+                if by_volume
+                else reach(kth_step, safe, top_k, tolerance)
+            )
+            cutoff = (kth_volume, step_reach)
+            limit = kth_volume if by_volume else cutoff[1]
         done, chunk = done + chunk, chunk * 2
-    if reach is None:
+    if cutoff is None:
         keep = rows
     else:  # less volume, or as much and within the step reach (``ranking.relevant``)
         v, b = volume[rows], best[rows]
-        keep = rows[(v < reach[0]) | ((v == reach[0]) & (b <= reach[1]))]
+        keep = rows[(v < cutoff[0]) | ((v == cutoff[0]) & (b <= cutoff[1]))]
     keep = np.sort(keep)
     if pool is not None and pieces:
         merged = {key: np.concatenate([p[key] for p in pieces]) for key in pieces[0]}
@@ -786,7 +801,7 @@ def _risk_free_top(
             # the proven fastest candidate was not ranked (its layout is not excluded) and
             # exclusions only remove candidates: the least step time stands, nothing to solve
             if fastest[:3] not in [a[:3] for a in answers]:
-                _band(model_b, exprs_b, least, rank)
+                _band(model_b, exprs_b, least, rank, limit_b)
                 answer = _rank_risk_free(
                     space, t, model_b, v_b, exprs_b, rank, deadline, info, tolerance
                 )
@@ -814,7 +829,7 @@ def _risk_free_top(
                 bound=float(attempt.best_objective_bound),
                 history=callback.history,
             )
-        _band(model_b, exprs_b, least, rank)
+        _band(model_b, exprs_b, least, rank, limit_b)
         answer = _rank_risk_free(space, t, model_b, v_b, exprs_b, rank, deadline, info, tolerance)
         if answer is None:
             break
@@ -846,10 +861,12 @@ def _info(space: Space, rows: np.ndarray) -> dict:
     }
 
 
-def _band(model, exprs: dict, least: int, rank: int) -> None:
-    """Hold the step time within the risk band of the least one, for this rank."""
+def _band(model, exprs: dict, least: int, rank: int, cap: int) -> None:
+    """Hold the step time within the risk band of the least one, for this rank, and at most
+    ``cap``: the model's rows' limit, which every rank's tie limit is within (a tighter
+    relaxation than the band's edge, the same solutions)."""
     lit = model.new_bool_var(f"band_{rank}")
-    model.add(exprs["value"] <= band_limit(least)).only_enforce_if(lit)
+    model.add(exprs["value"] <= min(band_limit(least), cap)).only_enforce_if(lit)
     model.add_assumptions([lit])
 
 
@@ -975,7 +992,8 @@ def _expected(
         ok = m["fits"]
         pool = {"sk": sk[ok], "ri": ri[ok], "z": z[ok], "o": o[ok]}
         pool.update(fitting_metrics(m, sk.shape, ok))
-    pool["risk"] = risk_score(space, pool["sk"], pool["o"], pool["peak"], t.capacity_kib)
+    if "risk" not in pool:
+        pool["risk"] = risk_score(space, pool["sk"], pool["o"], pool["peak"], t.capacity_kib)
     picks = select(
         space, pool, objective, top_k, tolerance, capacity_kib=t.capacity_kib, trace=trace
     )

@@ -74,7 +74,7 @@ def enumerate_top(
         pool = (
             cand if pool is None else {key: np.concatenate([pool[key], cand[key]]) for key in pool}
         )
-        mask = relevant(space, pool, objective, top_k, tolerance)
+        mask = relevant(space, pool, objective, top_k, tolerance, tables.capacity_kib)
         pool = {key: v[mask] for key, v in pool.items()}
     if pool is None or not len(pool["sk"]):
         return [], seen
