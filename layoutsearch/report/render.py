@@ -611,9 +611,14 @@ def status_line(result) -> str:
             f"{result.status} (objective {value}, bound {bound}, gap {result.gap or 0:.2%}: "
             f"{why} within the time limit)"
         )
+    rows = (
+        f"{result.rows_kept:,} (shape, K) row(s) left for CP-SAT by the bounds"
+        if result.method == "cpsat"
+        else f"every one of {result.rows_kept:,} (shape, K) rows costed"
+    )
     return (
-        f"solver {result.method}: {proof} | {result.num_candidates:,} candidates "
-        f"({result.rows_kept:,} (shape, K) row(s) left for CP-SAT by the bounds) | wall {result.wall_s:.2f} s"
+        f"solver {result.method}: {proof} | {result.num_candidates:,} candidates ({rows}) | "
+        f"wall {result.wall_s:.2f} s"
     )
 
 
