@@ -291,6 +291,8 @@ def problems(draw):
         grad_accumulation_fusion=draw(st.sampled_from([None, False])),
         # an interleaved schedule's sends beside the other chunks' compute or waited for
         pp_comm_overlap=draw(st.sampled_from([None, False])),
+        # the gradient reductions in the last microbatch's backward or after the schedule
+        grad_reduce_overlap=draw(st.sampled_from([None, False])),
     )
     return model, workload, cluster
 

@@ -28,6 +28,8 @@ WORKLOAD = [
     "--no-grad-accumulation-fusion",
     "--pp-comm-overlap",
     "--no-pp-comm-overlap",
+    "--grad-reduce-overlap",
+    "--no-grad-reduce-overlap",
     "--ep-comm-overlap",
     "--no-ep-comm-overlap",
     "--deepep",

@@ -37,7 +37,7 @@ def test_dense_gpu_record_band_and_in_band_match_a_hand_computation(dev_raw, tmp
     measured / predicted step - 1 (= predicted / measured tokens/s - 1) lies inside it."""
     doc = validate_runs(load_runs(runs_file(tmp_path, [dev_raw[DENSE_GPU]])), rank=False, workers=1)
     e = doc["records"][0]
-    assert e["step_time_rel_band"] == list(uncertainty_band("gpu")) == [-0.0879, 0.0842]
+    assert e["step_time_rel_band"] == list(uncertainty_band("gpu")) == [-0.0878, 0.0844]
     by_hand = e["predicted_tokens_per_s_per_device"] / e["measured_tokens_per_s_per_device"] - 1
     assert e["measured_tokens_per_s_per_device"] == 9287.9
     # the measured step is 9.2% longer than predicted (0.0918 before the a100 refit of 2026-12-05): outside
@@ -48,9 +48,10 @@ def test_dense_gpu_record_band_and_in_band_match_a_hand_computation(dev_raw, tmp
     # longer then), -8.4% .. +8.2% until the steady state's pipeline sends were costed and the a100 family
     # refitted beside them (9.9% longer then), -7.9% .. +8.3% until a slower last stage paced only the
     # microbatches, -8.2% .. +8.2% until Megatron's fp16 gradients (rule 33; 10.3% longer then), -8.8% .. +8.4%
-    # now: 9.9% longer)
-    assert round(by_hand, 4) == 0.0986
-    assert e["in_band"] is (-0.0879 <= by_hand <= 0.0842) is False
+    # now: 10.0% longer, 9.9% before the a100 refit beside the 2021 release's gradient all-reduce after the
+    # schedule, which this row, run with PyTorch's DDP, does not wait for)
+    assert round(by_hand, 4) == 0.1002
+    assert e["in_band"] is (-0.0878 <= by_hand <= 0.0844) is False
     assert e["loso_in_band"] is None and doc["summary"]["loso_band_coverage"] is None
     cov = doc["summary"]["band_coverage"]
     assert cov["all"] == {"count": 1, "covered": int(e["in_band"]), "fraction": float(e["in_band"])}
@@ -107,7 +108,7 @@ def test_no_prediction_or_no_measurement_leaves_the_fields_null(dev_raw, tmp_pat
     skipped, oom_entry = doc["records"]
     assert skipped["skipped_reason"] is not None
     assert (skipped["step_time_rel_band"], skipped["in_band"]) == (None, None)
-    assert oom_entry["step_time_rel_band"] == [-0.0879, 0.0842] and oom_entry["in_band"] is None
+    assert oom_entry["step_time_rel_band"] == [-0.0878, 0.0844] and oom_entry["in_band"] is None
     assert doc["summary"]["band_coverage"]["all"] == {"count": 0, "covered": 0, "fraction": None}
     assert band_line(doc["summary"]) == (
         "80% band: no record has a predicted and a measured step to check"
@@ -147,10 +148,10 @@ def test_moe_predictions_take_the_moe_band_and_the_dense_one_without_it(monkeypa
     import layoutsearch.core.uncertainty as core_unc
 
     assert uncertainty_band("gpu", moe=True) == (-0.193, 0.1616)
-    assert uncertainty_band("gpu") == (-0.0879, 0.0842)
+    assert uncertainty_band("gpu") == (-0.0878, 0.0844)
     assert uncertainty_band("tpu", moe=True) == (-0.1879, 0.1555)
     monkeypatch.setattr(core_unc, "MOE_PATH", tmp_path / "missing.yaml")
-    assert uncertainty_band("gpu", moe=True) == (-0.0879, 0.0842)
+    assert uncertainty_band("gpu", moe=True) == (-0.0878, 0.0844)
 
 
 def test_loso_band_flags_and_the_coverage_line(dev_raw, tmp_path, capsys):

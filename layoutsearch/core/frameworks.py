@@ -31,6 +31,7 @@ __all__ = [
     "vendor_attention_of",
     "tp_backward_async_of",
     "pp_comm_overlap_of",
+    "grad_reduce_overlap_of",
     "grad_accumulation_fusion_of",
 ]
 
@@ -99,6 +100,12 @@ def pp_comm_overlap_of(workload: Workload, accelerator_kind: str) -> bool:
     """Whether an interleaved schedule's sends between stages run beside the other chunks' compute:
     ``Workload.pp_comm_overlap``, else the profile's (costs.terms.pipeline_sends)."""
     return _choice_of(workload, accelerator_kind, "pp_comm_overlap")
+
+
+def grad_reduce_overlap_of(workload: Workload, accelerator_kind: str) -> bool:
+    """Whether the once-per-step gradient reductions run in the last microbatch's backward:
+    ``Workload.grad_reduce_overlap``, else the profile's (costs.terms.reduces_in_backward)."""
+    return _choice_of(workload, accelerator_kind, "grad_reduce_overlap")
 
 
 def vendor_attention(workload: Workload, acc: Accelerator) -> bool:

@@ -238,6 +238,12 @@ class WorkloadOptions(OptionGroup):
         "--overlap-p2p-communication, its default since October 2023); --no-pp-comm-overlap: each chunk "
         "waits for its sends (Megatron-LM before it). 1F1B's sends are exposed either way"
     )
+    grad_reduce_overlap: bool | None = framework_choice(
+        "The once-per-step gradient reductions (DP, ZeRO-1/2) run in the last microbatch's backward "
+        "(Megatron's --overlap-grad-reduce, since August 2023; PyTorch DDP and FSDP); "
+        "--no-grad-reduce-overlap: after the whole schedule, waited for (Megatron-LM's local DDP and "
+        "distributed optimizer before it)"
+    )
     ep_comm_overlap: bool | None = framework_choice(
         "MoE token all-to-alls hidden behind another microbatch's compute"
     )

@@ -1486,6 +1486,13 @@ LIMITS: tuple[Limit, ...] = (
     Limit.option(code="tp-backward-waits", asked=lambda p: p.workload.tp_backward_async is False),
     Limit.option(code="pp-comm-waits", asked=lambda p: p.workload.pp_comm_overlap is False),
     Limit.feature(
+        code="grad-reduce-waits",
+        needs=("dp", "fsdp", "cp"),
+        used=lambda p, c: (
+            (p.workload.grad_reduce_overlap is False) & (c["dp"] * c["fsdp"] * c["cp"] != 1)
+        ),
+    ),
+    Limit.feature(
         code="grad-accumulation-fusion", used=lambda p, c: bool(p.workload.grad_accumulation_fusion)
     ),
     Limit.feature(

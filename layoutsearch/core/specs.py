@@ -390,6 +390,12 @@ class Workload:
     # (Megatron's --overlap-p2p-communication, its default since October 2023; PyTorch pipelining's asynchronous
     # sends); False = each chunk waits for its sends (costs.terms.pipeline_sends); None = the framework profile's
     # choice (Problem.build resolves it)
+    grad_reduce_overlap: bool | None = (
+        None  # the once-per-step DP / ZeRO-1/2 gradient reductions run in the last microbatch's backward
+    )
+    # (Megatron's --overlap-grad-reduce, since 2d5220a, August 2023; PyTorch DDP's and FSDP's bucketed hooks);
+    # False = after the whole schedule, waited for (Megatron-LM's local DDP and distributed optimizer before it);
+    # None = the framework profile's choice (costs.terms.reduces_in_backward)
     ep_comm_overlap: bool | None = (
         None  # MoE token AllToAlls hidden behind another microbatch's compute (Megatron
     )

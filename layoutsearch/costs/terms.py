@@ -39,6 +39,7 @@ from layoutsearch.core.frameworks import (
     fp8_param_gather_of,
     fp8_recipe_of,
     grad_accumulation_fusion_of,
+    grad_reduce_overlap_of,
     node_dedup,
     pp_comm_overlap_of,
     profile_of,
@@ -1342,10 +1343,12 @@ def tp_async_backward(model: ModelSpec, unit, windows: dict, sequence_parallel=T
 
 
 def reduces_in_backward(workload: Workload, acc: Accelerator, sh: Shapes):
-    """Whether the profile runs the once-per-step gradient reductions during the last microbatch's
-    backward (keys S): not where it reduces after the whole schedule (DeepSpeed's pipeline engine)."""
+    """Whether the once-per-step gradient reductions run during the last microbatch's backward (keys S):
+    not where the workload waits for them after the whole schedule (``grad_reduce_overlap_of``: Megatron-LM
+    before --overlap-grad-reduce) or the profile reduces after it with a pipeline (DeepSpeed's pipeline
+    engine)."""
     profile = profile_of(workload.framework, acc.kind)
-    return profile.grad_reduce_overlap & np.where(
+    return grad_reduce_overlap_of(workload, acc.kind) & np.where(
         sh.pp > 1, profile.pipelined_grad_reduce_overlap, True
     )
 

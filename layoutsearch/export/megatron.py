@@ -445,8 +445,8 @@ def _parallel_args(ctx: ExportContext) -> list[tuple[str, object]]:
             ("--exp-avg-sq-dtype", "bf16"),
         ]
     if (
-        lay.data_units * lay.cp > 1
-    ):  # the cost model overlaps the gradient reduction with the backward pass
+        lay.data_units * lay.cp > 1 and ctx.workload.grad_reduce_overlap is not False
+    ):  # the cost model overlaps the gradient reduction with the backward pass (unless told it waits)
         args.append(("--overlap-grad-reduce", None))
         if zero >= 1:  # and the parameter all-gather with the forward pass
             args.append(("--overlap-param-gather", None))
@@ -970,9 +970,12 @@ def _hyper_problems(f: dict, tp: int, dp: int, cp: int, ctx: ExportContext) -> l
         out.append("--tp-comm-overlap needs tp > 1 and --sequence-parallel")
     if "--overlap-param-gather" in f and "--use-distributed-optimizer" not in f:
         out.append("--overlap-param-gather needs --use-distributed-optimizer")
-    if dp * cp > 1 and "--overlap-grad-reduce" not in f:
+    waits = ctx.workload.grad_reduce_overlap is False
+    if dp * cp > 1 and ("--overlap-grad-reduce" in f) == waits:
         out.append(
-            "--overlap-grad-reduce is missing; the predicted time overlaps the gradient reduction"
+            "--overlap-grad-reduce is set; the predicted time waits for the gradient reduction"
+            if waits
+            else "--overlap-grad-reduce is missing; the predicted time overlaps the gradient reduction"
         )
     lay = ctx.layout
     if (

@@ -108,7 +108,8 @@ def override(ctx: ExportContext) -> dict:
     m, lay = ctx.model, ctx.layout
     zero = ctx.effective_zero_stage
     fsdp = zero >= 2
-    reduce = lay.data_units * lay.cp > 1  # a gradient reduction to overlap
+    # a gradient reduction to overlap, unless it is costed waited for (Workload.grad_reduce_overlap)
+    reduce = lay.data_units * lay.cp > 1 and ctx.workload.grad_reduce_overlap is not False
     model = {
         "num_layers": m.num_layers,
         "hidden_size": m.d_model,

@@ -284,6 +284,8 @@ class Capabilities:
     """Each microbatch's gradients added by a kernel of their own (Workload.grad_accumulation_fusion off)."""
     pp_comm_waits: bool = False
     """An interleaved schedule whose chunks wait for their sends between stages (Workload.pp_comm_overlap off)."""
+    grad_reduce_waits: bool = False
+    """The gradient reductions waited for after the whole schedule (Workload.grad_reduce_overlap off)."""
     sequence_parallel: bool = True
     """The norms' and residuals' activations sharded over tp (Layout.sequence_parallel): the search then
     costs its layouts without it (search.space.build_space), and a given layout with it is refused."""

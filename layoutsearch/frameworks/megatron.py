@@ -83,6 +83,8 @@ CAPABILITIES = Capabilities(
     grad_accumulation_apart=True,
     # arguments.py --no-overlap-p2p-communication (overlap_p2p_comm, on by default since 4eeff55, October 2023)
     pp_comm_waits=True,
+    # arguments.py --overlap-grad-reduce is off unless given (the exporter leaves it out)
+    grad_reduce_waits=True,
     unfused_attention=True,
     # megatron-core 0.16.1 TransformerConfig fields, whose names arguments.py makes flags
     refused_features={

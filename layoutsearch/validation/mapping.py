@@ -455,11 +455,16 @@ def tp_comm_overlap(record: dict) -> bool | None:
 
 
 def release_workload(field: str) -> Callable[[dict], bool | None]:
-    """Rule 32: the rule of a workload ``field`` (``RELEASE_WORKLOAD_FIELDS``) that the record's framework
-    release sets (``framework_releases.yaml``: the Megatron-LM of 2021 waited for its backward TP collectives
-    and added each microbatch's gradients in a kernel of their own); None: the profile's choice."""
+    """Rule 32: the rule of a workload ``field`` (``RELEASE_WORKLOAD_FIELDS``): the record's own where it states
+    it (a run that set the release's flag otherwise: Narayanan et al.'s 1.7B to 18B rows ran PyTorch's DDP,
+    the larger ones Megatron's local DDP), else what its framework release sets (``framework_releases.yaml``:
+    the Megatron-LM of 2021 waited for its backward TP collectives and its gradient all-reduce, and added each
+    microbatch's gradients in a kernel of their own); None: the profile's choice."""
 
     def rule(record: dict) -> bool | None:
+        stated = record["workload"].get(field)
+        if stated is not None:
+            return stated
         release = release_of(record)
         return release.get(field) if isinstance(release, dict) else None
 
@@ -1051,6 +1056,7 @@ RELEASE_WORKLOAD_FIELDS = (
     "tp_backward_async",
     "grad_accumulation_fusion",
     "pp_comm_overlap",
+    "grad_reduce_overlap",
 )  # its own steps' costing
 
 

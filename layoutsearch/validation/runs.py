@@ -165,6 +165,7 @@ RecWorkload = _block(
     fp32_logits=bool,
     triton_attention=bool,
     grad_reduce_dtype=Literal["bf16", "fp32"],
+    grad_reduce_overlap=bool,
     framework_release=str,
     compiled_loss=bool,
 )
