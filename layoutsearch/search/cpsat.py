@@ -35,6 +35,7 @@ from layoutsearch.search.ranking import (
     RISKS,
     TIE_TOLERANCE,
     band_limit,
+    best_per_layout,
     group_ids,
     headroom_flags,
     headroom_margins_kib,
@@ -194,10 +195,8 @@ def prune(
             pieces.append({"sk": sk[ok], "ri": ri[ok], "z": z[ok], "o": o[ok]} | metrics)
         vol = volume[sk[ok]]
         gid = group_ids(space, sk[ok], ri[ok], z[ok])
-        order = np.lexsort((value, vol, gid))
-        first = np.ones(len(order), dtype=bool)
-        first[1:] = gid[order][1:] != gid[order][:-1]
-        pairs = np.concatenate([pairs, np.stack([vol, value], axis=1)[order][first]])
+        best_of = best_per_layout(gid, vol, value)
+        pairs = np.concatenate([pairs, np.stack([vol, value], axis=1)[best_of]])
         pairs = pairs[np.lexsort((pairs[:, 1], pairs[:, 0]))][:top_k]
         if not by_volume:  # each layout's least risk-free value, the least k (``ranking.reach``)
             risk = risk_score(space, sk[ok], o[ok], metrics["peak"], t.capacity_kib)

@@ -175,18 +175,23 @@ def reach(kth: int, safe, top_k: int, tolerance: float = TIE_TOLERANCE) -> int:
     return limit
 
 
-def least_per_layout(gid: np.ndarray, value: np.ndarray, mask=None) -> np.ndarray:
+def best_per_layout(gid, *keys) -> np.ndarray:
+    """The index of each layout's (``gid``'s) best candidate: the least by ``keys``, the first
+    most significant, one per layout, in the order of the layouts' ids."""
+    gid = np.asarray(gid)
+    order = np.lexsort((*reversed(keys), gid))
+    first = np.ones(len(order), dtype=bool)
+    first[1:] = gid[order][1:] != gid[order][:-1]
+    return order[first]
+
+
+def least_per_layout(gid, value, mask=None) -> np.ndarray:
     """The least ``value`` of each layout (``gid``) among the candidates ``mask`` selects (all by
-    default), one entry per layout that has one, in no particular order."""
+    default), one entry per layout that has one."""
     gid, value = np.asarray(gid), np.asarray(value)
     if mask is not None:
         gid, value = gid[mask], value[mask]
-    if not len(gid):
-        return value[:0]
-    order = np.lexsort((value, gid))
-    first = np.ones(len(order), dtype=bool)
-    first[1:] = gid[order][1:] != gid[order][:-1]
-    return value[order][first]
+    return value[best_per_layout(gid, value)]
 
 
 def headroom_kib(capacity_kib: int, error: float | None = None) -> int:
@@ -489,10 +494,7 @@ def relevant(
     primary = pool["volume"] if objective == "gather-volume" else np.zeros(n, dtype=np.int64)
     gid = group_ids(space, pool["sk"], pool["ri"], pool["z"])
     value = pool["value"]
-    order = np.lexsort((value, primary, gid))
-    first = np.ones(n, dtype=bool)
-    first[1:] = gid[order][1:] != gid[order][:-1]
-    best = order[first]  # each layout's best candidate
+    best = best_per_layout(gid, primary, value)  # each layout's best candidate
     if len(best) < top_k:
         return np.ones(n, dtype=bool)
     kth = best[np.lexsort((value[best], primary[best]))[top_k - 1]]
