@@ -747,7 +747,9 @@ def elementwise() -> list[dict]:
     size = x.element_size()
     cases = {
         "rms_norm": (lambda: F.rms_norm(x, (d,), wn, 1e-5), 2 * t * d * size),
-        "swiglu": (lambda: F.silu(g) * u, 3 * t * f * size + t * f * size),  # silu's output re-read
+        # eager: silu reads g and writes its output, the product reads it and u and writes (5 t f; the runs of
+        # 2026-12-04 and -05 counted 4, scripts/device_report.py recounts them)
+        "swiglu": (lambda: F.silu(g) * u, 5 * t * f * size),
         "residual_add": (lambda: x + x, 3 * t * d * size),
     }
     out = []

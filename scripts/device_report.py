@@ -33,6 +33,28 @@ H100 = RESULTS / "device" / "h100_2026-12-05.json"  # every section in one file,
 POLICIES = ("none", "selective", "op", "full")
 
 
+# The element-wise section of the runs of 2026-12-04 and -05 counted 4 t f bytes-elements for eager silu(g) * u;
+# its kernels move 5 (silu's output is written, then read by the product): those runs' rates, recounted.
+ELEMENTWISE_RECOUNT = {"swiglu": 5 / 4}
+
+
+def elementwise_rate(row: dict, recount: bool = True) -> float:
+    """An element-wise kernel's bytes per second, the swiglu rows of the stored runs recounted."""
+    return row["bytes_per_s"] * (ELEMENTWISE_RECOUNT.get(row["op"], 1.0) if recount else 1.0)
+
+
+def elementwise_fractions(runs: list[tuple[list[dict], float]]) -> dict[str, float]:
+    """Per op, the mean over boards of its rate over the board's datasheet HBM bandwidth: ``runs`` is
+    (elementwise rows, datasheet bytes/s) per board. The catalogue's ``norm_hbm_fraction`` is rms_norm's and its
+    ``elementwise_hbm_fraction`` swiglu's (docs/calibration.md#element-wise-kernels)."""
+    ops = {r["op"] for rows, _ in runs for r in rows}
+    return {
+        op: sum(elementwise_rate(r) / bw for rows, bw in runs for r in rows if r["op"] == op)
+        / len(runs)
+        for op in sorted(ops)
+    }
+
+
 def pct(x: float) -> str:
     return f"{100 * x:+.1f}%"
 
@@ -427,8 +449,10 @@ def power_section(data: dict, data2: dict, acc) -> list[str]:
         f"- HBM: a device-to-device copy moves {data['hbm']['bytes_per_s'] / 1e12:.2f} TB/s (read + written),",
         f"  {data['hbm']['bytes_per_s'] / acc.hbm_bytes_per_s:.2f} of the datasheet's "
         f"{acc.hbm_bytes_per_s / 1e12:.1f} TB/s. Element-wise kernels at 8192 tokens: "
-        + ", ".join(f"{r['op']} {r['bytes_per_s'] / 1e12:.1f} TB/s" for r in data2["elementwise"])
-        + " (the residual add's operands partly in the 60 MB L2).",
+        + ", ".join(
+            f"{r['op']} {elementwise_rate(r) / 1e12:.1f} TB/s" for r in data2["elementwise"]
+        )
+        + " (the residual add's operands partly in the 60 MB L2; swiglu recounted, `ELEMENTWISE_RECOUNT`).",
     ]
     return out
 
@@ -625,10 +649,17 @@ def h100_section(h200: dict, h200_part2: dict, h100: dict) -> list[str]:
             f"{a100.hbm_bytes_per_s / 1e12:.2f} (h100)",
         ),
         (
-            "element-wise TB/s: rms_norm, swiglu",
-            ", ".join(f"{r['bytes_per_s'] / 1e12:.1f}" for r in h200_part2["elementwise"][:2]),
-            ", ".join(f"{r['bytes_per_s'] / 1e12:.1f}" for r in h100["elementwise"][:2]),
-            "-",
+            "element-wise TB/s (of the datasheet): rms_norm, swiglu",
+            ", ".join(
+                f"{elementwise_rate(r) / 1e12:.2f} ({elementwise_rate(r) / a200.hbm_bytes_per_s:.3f})"
+                for r in h200_part2["elementwise"][:2]
+            ),
+            ", ".join(
+                f"{elementwise_rate(r) / 1e12:.2f} ({elementwise_rate(r) / a100.hbm_bytes_per_s:.3f})"
+                for r in h100["elementwise"][:2]
+            ),
+            f"norm_hbm_fraction {a100.norm_hbm_fraction}, elementwise_hbm_fraction "
+            f"{a100.elementwise_hbm_fraction} (the two boards' means)",
         ),
         (
             "host us per launch: eager op, small GEMM, CUDA graph",
@@ -738,9 +769,10 @@ def quantise_section(h100: dict) -> list[str]:
         f"{eager_bytes:.0f} bytes' worth at the copy's",
         f"  rate. Its kernels (abs, amax, the fp32 upcast, the scale, the cast) move {chain} bytes a value: "
         f"{chain * rate('tensorwise', 'eager') / 3 / 1e12:.1f} TB/s,",
-        "  the element-wise kernels' rate in the table above. torchao's Float8Linear in eager mode runs that",
-        "  chain and a clamp (33 bytes); the engine costs eager fp8 casts so since this measurement",
-        "  (`costs.flops.EAGER_FP8_CAST_BYTES`; one extra read, 5 bytes, before).",
+        "  between the RMSNorm's and the SwiGLU's rates in the table above (the chain holds a reduction, the",
+        "  amax). torchao's Float8Linear in eager mode runs that chain and a clamp (33 bytes); the engine costs",
+        "  eager fp8 casts so since this measurement (`costs.flops.EAGER_FP8_CAST_BYTES`; one extra read, 5 bytes,",
+        "  before), at the element-wise rate (`elementwise_hbm_fraction`).",
         f"- The Hadamard transform runs at {rate('hadamard16', 'eager') / 1e12:.2f} TB/s eager and compiled "
         "(cuBLAS either way): "
         f"{copy / rate('hadamard16', 'eager'):.1f} times",

@@ -136,7 +136,9 @@ def test_megatron_size_trend():
     refit (19.9% and -14.1%), 35.2 since a record stating no microbatch size takes the fastest that fits (21.1%:
     one microbatch of its 8 sequences per replica, not eight of one). Since the pipelined rows state the
     interleaved schedule (rule 27) the 70B row is +6.2% (14.9 points); the rows without a pipeline keep the
-    trend: 1.7B +21.1%, 32B -10.7% (31.8 points), which the GEMM shapes do not explain."""
+    trend: 1.7B +21.1%, 32B -10.7% (31.8 points), which the GEMM shapes do not explain. Since the element-wise
+    kernels run at their measured HBM rates (a larger share of the small model's step) the trend shrinks: 1.7B
+    +18.9%, 32B -11.3% (30.2 points), 70B +5.6% (13.3 points)."""
     runs = load_runs(ROOT / "tests" / "data" / "runs_dev.yaml")
     ids = (
         "megatron-core-h100-2024-1-7b",
@@ -145,6 +147,6 @@ def test_megatron_size_trend():
     )
     doc = validate_runs([r for r in runs if r["id"] in ids], rank=False, workers=1)
     error = {r["id"]: r["rel_error"] for r in doc["records"]}
-    assert error[ids[0]] == pytest.approx(0.211, abs=0.002)
-    assert error[ids[1]] == pytest.approx(-0.107, abs=0.002)
-    assert error[ids[2]] == pytest.approx(0.062, abs=0.002)
+    assert error[ids[0]] == pytest.approx(0.189, abs=0.002)  # 0.211 before
+    assert error[ids[1]] == pytest.approx(-0.113, abs=0.002)  # -0.107 before
+    assert error[ids[2]] == pytest.approx(0.056, abs=0.002)  # 0.062 before

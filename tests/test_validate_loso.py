@@ -22,23 +22,33 @@ from layoutsearch.validation.validate import load_runs, validate_runs
 # Megatron-LM of 2021 and DeepSpeed added each microbatch's gradients in a kernel of their own beside the A100 refit
 # (2026-12-06; "12-06" below: the value before); to 1e-9: a least-squares
 # fit's last digits move with the BLAS and the machine (1.6e-10 between two of them)
-# the rows as rule 33 (Megatron's fp16 gradients, 2026-12-06) costs them; the values before it in the comments
+# the rows as rule 33 (Megatron's fp16 gradients, 2026-12-06) costs them; the values before it in the comments;
+# re-pinned when the element-wise kernels ran at their measured fractions of the HBM bandwidth (norms 0.617,
+# the others 0.885) and the a100 family was refitted beside them ("ew" below: the value before)
 PINNED_LOSO_REL_ERROR = {
-    "megatron2021-table1-1-7b": 0.06209066012271758,  # 0.060120 before rule 33, 0.062749 before 12-06
-    "megatron2021-table1-18-4b": -0.00557047852714343,  # -0.009616 before rule 33, -0.004782 before 12-06
-    "fmsfsdp-a100-llama2-7b-128gpu": -0.01226814646968255,  # -0.010545 before rule 33, -0.013960 before 12-06
-    "llmfoundry-mpt-a100-40g-7b-seq16384-8gpu-mbs1-ga4": 0.016468989546506885,  # 0.017459 before rule 33
-    "llmfoundry-mpt-a100-40g-7b-seq8192-8gpu-mbs3-ga4": -0.046501576836810665,  # -0.045376 before rule 33
+    # 0.062091 ew, 0.060120 before rule 33, 0.062749 before 12-06
+    "megatron2021-table1-1-7b": 0.03147377465559109,
+    # -0.005570 ew, -0.009616 before rule 33, -0.004782 before 12-06
+    "megatron2021-table1-18-4b": -0.028129200487283512,
+    # -0.012268 ew, -0.010545 before rule 33, -0.013960 before 12-06
+    "fmsfsdp-a100-llama2-7b-128gpu": 0.01172993327259908,
+    # 0.016469 ew, 0.017459 before rule 33
+    "llmfoundry-mpt-a100-40g-7b-seq16384-8gpu-mbs1-ga4": 0.03148250733644309,
+    # -0.046502 ew, -0.045376 before rule 33
+    "llmfoundry-mpt-a100-40g-7b-seq8192-8gpu-mbs3-ga4": -0.029310552265168432,
     "maxtext-v5p-2023-32b-1xv5p-128": -0.021186627970400607,  # -0.042558 costed as a serial block
 }
 PINNED_SUMMARY = {
     "count": 6,
-    "median_abs_rel_error": 0.018827808758453746,  # 0.019323 before rule 33, 0.018340 before 12-06
-    "p90_abs_rel_error": 0.05429611847976412,  # 0.052748 before rule 33, 0.055180 before 12-06
-    "median_rel_error": -0.00891931249841299,  # -0.010080 before rule 33, -0.009371 before 12-06
-    # 0.021904587192 before the a100 refit beside the 2021 release's all-reduce (rule 32), 0.022228 before rule 33,
-    # 0.021586 before 12-06
-    "in_sample_median_abs_rel_error": 0.021904587103993733,
+    # 0.018828 ew, 0.019323 before rule 33, 0.018340 before 12-06
+    "median_abs_rel_error": 0.028719876376225972,
+    # 0.054296 ew, 0.052748 before rule 33, 0.055180 before 12-06
+    "p90_abs_rel_error": 0.03147814099601709,
+    # -0.008919 ew, -0.010080 before rule 33, -0.009371 before 12-06
+    "median_rel_error": -0.004728347348900763,
+    # 0.021905 ew, 0.021904587192 before the a100 refit beside the 2021 release's all-reduce (rule 32), 0.022228
+    # before rule 33, 0.021586 before 12-06
+    "in_sample_median_abs_rel_error": 0.028642184879811183,
 }
 PINNED_CALIBRATION = {
     "Narayanan et al. 2021": {
@@ -131,10 +141,12 @@ def test_loso_folds_give_the_values_of_the_previous_implementation(subset_file, 
     code, out = run_cli(
         ["validate", str(subset_file), "--no-rank", "--loso", "--max-median-error", "1"], capsys
     )
+    # median 1.9%, p90 5.4%, in sample 2.2% before the element-wise kernels ran at their measured rates;
+    # p90 5.3% before rule 33; p90 5.7%, in sample 2.1% before rule 31
     assert code == 0 and out.splitlines()[-1] == (
-        "leave-one-source-out: median |error| 1.9%, p90 5.4% over 6 records predicted from the "
-        "other sources' calibration (in sample: median 2.2%)"
-    )  # p90 5.3% before rule 33; p90 5.7%, in sample 2.1% before rule 31
+        "leave-one-source-out: median |error| 2.9%, p90 3.1% over 6 records predicted from the "
+        "other sources' calibration (in sample: median 2.9%)"
+    )
 
 
 def test_the_loso_option_is_documented_in_the_help(capsys, monkeypatch):

@@ -222,6 +222,12 @@ class CalibrationFile(_Strict):
     ) = None
     # the same for fp4 (docs/calibration.md "fp4_recipe_ratio"); needs peak_fp4_tflops
     fp4_recipe_ratio: dict[Fp4Recipe, Annotated[float, Field(gt=0, le=1)]] | None = None
+    elementwise_hbm_fraction: float = Field(
+        default=1.0, gt=0, le=1
+    )  # of the datasheet HBM bandwidth, the rate element-wise kernels move bytes at
+    norm_hbm_fraction: float = Field(
+        default=1.0, gt=0, le=1
+    )  # of the datasheet HBM bandwidth, the rate norm kernels (row reductions) move bytes at
     vendor_attention_efficiency: float | None = Field(
         default=None, gt=0, le=1
     )  # cuDNN / TE fused attention

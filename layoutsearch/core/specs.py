@@ -578,6 +578,10 @@ class Accelerator:
         None  # host seconds per layer and forward-equivalent pass
     )
     # the GPU waits for when every launch blocks (Workload.launch_blocking); None = not calibrated (refused)
+    norm_hbm_fraction: float = 1.0  # of ``hbm_bytes_per_s``, the rate norm kernels move bytes at
+    elementwise_hbm_fraction: float = 1.0  # of ``hbm_bytes_per_s``, the rate element-wise kernels
+    # (norms, activations, casts, the loss, the optimizer step) move bytes at; copies and GEMMs' operands move at
+    # the datasheet rate (``elementwise_bytes_per_s``)
     vendor_attention_efficiency: float | None = (
         None  # the vendor's fused attention (cuDNN / Transformer
     )
@@ -608,6 +612,16 @@ class Accelerator:
     # per device at its lowest clock doing nothing: the floor a power cap's clock law does not scale
     # (costs.power); None = idle_power_w
     static_power_w: float | None = None
+
+    @property
+    def elementwise_bytes_per_s(self) -> float:
+        """The HBM rate of element-wise kernels: ``hbm_bytes_per_s`` x ``elementwise_hbm_fraction``."""
+        return self.hbm_bytes_per_s * self.elementwise_hbm_fraction
+
+    @property
+    def norm_bytes_per_s(self) -> float:
+        """The HBM rate of norm kernels (row reductions): ``hbm_bytes_per_s`` x ``norm_hbm_fraction``."""
+        return self.hbm_bytes_per_s * self.norm_hbm_fraction
 
     @property
     def calibrated(self) -> bool:

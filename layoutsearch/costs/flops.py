@@ -290,13 +290,15 @@ def elementwise_bytes_per_token_per_layer(
     flash_attention: bool = True,
     share: float | None = None,
 ) -> FloatArray:
-    """HBM bytes one forward of a layer's element-wise ops moves per token (memory-bound work).
+    """HBM bytes one forward of a layer's element-wise ops moves per token (memory-bound work, at the part's
+    element-wise rate, ``Accelerator.elementwise_bytes_per_s``).
 
     The norms (``norms_per_layer``, two by default: read + write D each), two residual adds
     (read 2D, write D), the MLP activation (gated: read 2F, write F; plain: read F, write F) and rotary
     embedding of q and k (and their norms, with ``qk_norm``); without fused attention also the
     materialised scores (n_q/tp x S per token, Korthikanti et al. 2022: the softmax and dropout
-    over the full S x S matrix). ``share``: as ``layer_share``.
+    over the full S x S matrix). A MoE layer's permutation is a copy, apart: ``permute_bytes_per_token_per_layer``.
+    ``share``: as ``layer_share``.
     """
     d = model.d_model / tp if sequence_parallel else float(model.d_model)
     f = mlp_width_per_token(model, share) / tp
@@ -304,16 +306,28 @@ def elementwise_bytes_per_token_per_layer(
     mlp_act = (3 if model.mlp == "gated" else 2) * f
     scores = materialised_score_bytes_per_token_per_layer(model, tp, seq_len, flash_attention)
     qk_passes = 2 if model.qk_norm == "none" else 4  # rotary, and the q/k norm (read + write)
-    # MoE: the k copies of each token permuted before the experts and back after (read + write D each)
-    permute = (
-        0.0
-        if model.moe is None
-        else layer_share(model, share) * model.moe.top_k * 2 * 2 * model.d_model / tp
-    )
+    return activation_bytes * (2 * 3 * d + mlp_act + qk_passes * qk) + scores
+
+
+def norm_bytes_per_token_per_layer(
+    model: ModelSpec, tp: IntArray, sequence_parallel: bool, activation_bytes: int
+) -> FloatArray:
+    """HBM bytes one forward of a layer's norms moves per token (``norms_per_layer``, read + write D each; D/tp
+    with sequence parallelism): row reductions, at the part's norm rate (``Accelerator.norm_bytes_per_s``)."""
+    d = model.d_model / tp if sequence_parallel else model.d_model + 0.0 * tp
+    return activation_bytes * model.norms_per_layer * 2 * d
+
+
+def permute_bytes_per_token_per_layer(
+    model: ModelSpec, tp: IntArray, activation_bytes: int, share: float | None = None
+) -> FloatArray:
+    """HBM bytes one forward of a MoE layer's permutation moves per token: the k copies of each token gathered
+    before the experts and scattered back after (read + write D/tp each), a copy at the datasheet rate
+    (``Accelerator.hbm_bytes_per_s``); 0 for a dense model. ``share``: as ``layer_share``."""
+    if model.moe is None:
+        return 0.0 * tp
     return (
-        activation_bytes
-        * (model.norms_per_layer * 2 * d + 2 * 3 * d + mlp_act + qk_passes * qk + permute)
-        + scores
+        activation_bytes * layer_share(model, share) * model.moe.top_k * 2 * 2 * model.d_model / tp
     )
 
 
@@ -341,7 +355,7 @@ EAGER_LOSS_EXTRA_BYTES_OVER_ACTIVATION = (
 # (read a, write a), max (read a), the upcast (read a, write 4), the scale (read 4, write 4), the clamp (read 4,
 # write 4) and the cast (read 4, write 1): 4a + 25 bytes per element cast, where a fused cast moves a + 1. The
 # H100's measurement (results/device_calibration.md, "fp8 quantisation") ran that chain without its clamp
-# (4a + 17 bytes) at 2.4 TB/s, the rate of its element-wise kernels.
+# (4a + 17 bytes) at 2.5 TB/s, between its RMSNorm's and SwiGLU's rates; costed at the element-wise rate.
 EAGER_FP8_CAST_BYTES = (
     4.0,
     25.0,

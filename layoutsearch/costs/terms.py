@@ -644,7 +644,24 @@ def compute_per_microbatch(
         ),
         sh.tp,
     )
-    ew = ew_bytes * m * (3.0 + ew_rerun) / acc.hbm_bytes_per_s
+    permute_bytes = per_key_at_share(
+        shares,
+        lambda tp, s: flops.permute_bytes_per_token_per_layer(
+            model, tp, workload.activation_bytes, s
+        ),
+        sh.tp,
+    )
+    norm_bytes = per_key(
+        lambda tp: flops.norm_bytes_per_token_per_layer(
+            model, tp, sequence_parallel, workload.activation_bytes
+        ),
+        sh.tp,
+    )
+    ew = (
+        ew_bytes / acc.elementwise_bytes_per_s
+        + norm_bytes / acc.norm_bytes_per_s
+        + permute_bytes / acc.hbm_bytes_per_s
+    ) * (m * (3.0 + ew_rerun))
     # a policy that reruns the attention core reruns its passes over materialised scores with it (selective
     # recompute: Korthikanti et al. 2022, Table 4, +1.3 ms of a 22B layer's 11.9 ms backward), where ``ew_rerun``
     # does not already rerun them
@@ -654,7 +671,7 @@ def compute_per_microbatch(
         ),
         sh.tp,
     )
-    scores_rerun = scores * m * attn_rerun * (1.0 - ew_rerun) / acc.hbm_bytes_per_s
+    scores_rerun = scores * m * attn_rerun * (1.0 - ew_rerun) / acc.elementwise_bytes_per_s
     # eager PyTorch: one kernel per element-wise op (Workload.torch_compile)
     eager = workload.torch_compile is False
     loss_ew = 0.0
@@ -669,7 +686,7 @@ def compute_per_microbatch(
             )
             for i in (0, 1)
         ]
-        ew = ew + (extra[0] * (1.0 + ew_rerun) + extra[1]) * m / acc.hbm_bytes_per_s
+        ew = ew + (extra[0] * (1.0 + ew_rerun) + extra[1]) * m / acc.elementwise_bytes_per_s
         loss_ew = (
             head
             * (1.0 + (model.mtp_layers or 0))
@@ -678,7 +695,7 @@ def compute_per_microbatch(
                 sh.tp,
             )
             * m
-            / acc.hbm_bytes_per_s
+            / acc.elementwise_bytes_per_s
         )
     if (
         fp8 or fp4
@@ -706,7 +723,7 @@ def compute_per_microbatch(
         else:
             per_value = workload.activation_bytes + memory.FP8_BYTES
         cast = per_value * sum(widths[n] for n in memory.FP8_LINEAR_INPUTS)
-        ew = ew + cast * m * (2.0 + mm_rerun) / acc.hbm_bytes_per_s
+        ew = ew + cast * m * (2.0 + mm_rerun) / acc.elementwise_bytes_per_s
     attn_passes = 1.0 + (
         flops.FLASH_ATTENTION_BACKWARD_OVER_FORWARD
         if workload.flash_attention
@@ -813,7 +830,7 @@ def grad_accumulation(
         else np.where(on_last, held(False), held(True))
     )
     per_param = workload.activation_bytes + 2 * workload.grad_bytes_per_param
-    return params * per_param / acc.hbm_bytes_per_s
+    return params * per_param / acc.elementwise_bytes_per_s
 
 
 def column_parallel_windows(
@@ -1839,7 +1856,7 @@ def optimizer_time(
         + 2 * workload.optimizer_bytes_per_param
         + workload.weight_bytes_per_param
     )
-    device = local * per_param / acc.hbm_bytes_per_s
+    device = local * per_param / acc.elementwise_bytes_per_s
     if not np.any(offload):
         return device
     host = sum(offload_step_parts(workload, acc, local, device, offload).values())
