@@ -33,14 +33,19 @@ H100 = RESULTS / "device" / "h100_2026-12-05.json"  # every section in one file,
 POLICIES = ("none", "selective", "op", "full")
 
 
-# The element-wise section of the runs of 2026-12-04 and -05 counted 4 t f bytes-elements for eager silu(g) * u;
-# its kernels move 5 (silu's output is written, then read by the product): those runs' rates, recounted.
-ELEMENTWISE_RECOUNT = {"swiglu": 5 / 4}
+# The element-wise section of the runs of 2026-12-04 and -05 counted 4 t f bf16 elements for eager silu(g) * u
+# (f = 14,336); its kernels move 5 (silu's output is written, then read by the product): a row counted so is
+# recounted (the script counts 5 since).
+ELEMENTWISE_RECOUNT = {
+    "swiglu": (4 * 14336 * 2, 5 / 4)
+}  # op: (bytes a token as counted then, factor)
 
 
-def elementwise_rate(row: dict, recount: bool = True) -> float:
-    """An element-wise kernel's bytes per second, the swiglu rows of the stored runs recounted."""
-    return row["bytes_per_s"] * (ELEMENTWISE_RECOUNT.get(row["op"], 1.0) if recount else 1.0)
+def elementwise_rate(row: dict) -> float:
+    """An element-wise kernel's bytes per second, a row of the old count recounted (``ELEMENTWISE_RECOUNT``)."""
+    counted, factor = ELEMENTWISE_RECOUNT.get(row["op"], (None, 1.0))
+    old = counted is not None and row["bytes"] == counted * row["tokens"]
+    return row["bytes_per_s"] * (factor if old else 1.0)
 
 
 def elementwise_fractions(runs: list[tuple[list[dict], float]]) -> dict[str, float]:

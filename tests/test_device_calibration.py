@@ -131,3 +131,26 @@ def test_the_committed_report_is_what_its_script_writes(tmp_path):
         capture_output=True,
     )
     assert out.read_text() == (root / "results" / "device_calibration.md").read_text()
+
+
+def test_only_rows_of_the_old_swiglu_count_are_recounted():
+    """The runs of 2026-12-04 and -05 counted eager silu(g) * u as 4 x 8,192 x 14,336 bf16 elements (939,524,096
+    bytes); its kernels move 5 (1,174,405,120). A row of the old count is recounted by 5/4, one of the new count
+    (scripts/device_calibration.py since 2026-12-06) and every other op are taken as written."""
+    import importlib.util
+    import sys
+
+    scripts = DATA.parents[2] / "scripts"
+    spec = importlib.util.spec_from_file_location("device_report", scripts / "device_report.py")
+    report = importlib.util.module_from_spec(spec)
+    sys.path.insert(0, str(scripts))  # its sibling module _common
+    try:
+        spec.loader.exec_module(report)
+    finally:
+        sys.path.remove(str(scripts))
+    old = {"op": "swiglu", "tokens": 8192, "bytes": 939_524_096, "bytes_per_s": 2.4e12}
+    new = {"op": "swiglu", "tokens": 8192, "bytes": 1_174_405_120, "bytes_per_s": 3.0e12}
+    norm = {"op": "rms_norm", "tokens": 8192, "bytes": 134_217_728, "bytes_per_s": 2.0e12}
+    assert report.elementwise_rate(old) == pytest.approx(3.0e12)
+    assert report.elementwise_rate(new) == 3.0e12
+    assert report.elementwise_rate(norm) == 2.0e12
