@@ -578,10 +578,15 @@ class Accelerator:
         None  # host seconds per layer and forward-equivalent pass
     )
     # the GPU waits for when every launch blocks (Workload.launch_blocking); None = not calibrated (refused)
-    norm_hbm_fraction: float = 1.0  # of ``hbm_bytes_per_s``, the rate norm kernels move bytes at
-    elementwise_hbm_fraction: float = 1.0  # of ``hbm_bytes_per_s``, the rate element-wise kernels
-    # (norms, activations, casts, the loss, the optimizer step) move bytes at; copies and GEMMs' operands move at
-    # the datasheet rate (``elementwise_bytes_per_s``)
+    norm_hbm_fraction: float = (
+        1.0  # of ``hbm_bytes_per_s``, the rate norm kernels (row reductions) move
+    )
+    # bytes at (``norm_bytes_per_s``)
+    elementwise_hbm_fraction: float = (
+        1.0  # of ``hbm_bytes_per_s``, the rate the other element-wise kernels
+    )
+    # (activations, residual adds, casts, the loss, gradient accumulation, the optimizer step) move bytes at
+    # (``elementwise_bytes_per_s``); copies and GEMMs' operands move at the datasheet rate
     vendor_attention_efficiency: float | None = (
         None  # the vendor's fused attention (cuDNN / Transformer
     )

@@ -293,12 +293,11 @@ def elementwise_bytes_per_token_per_layer(
     """HBM bytes one forward of a layer's element-wise ops moves per token (memory-bound work, at the part's
     element-wise rate, ``Accelerator.elementwise_bytes_per_s``).
 
-    The norms (``norms_per_layer``, two by default: read + write D each), two residual adds
-    (read 2D, write D), the MLP activation (gated: read 2F, write F; plain: read F, write F) and rotary
-    embedding of q and k (and their norms, with ``qk_norm``); without fused attention also the
-    materialised scores (n_q/tp x S per token, Korthikanti et al. 2022: the softmax and dropout
-    over the full S x S matrix). A MoE layer's permutation is a copy, apart: ``permute_bytes_per_token_per_layer``.
-    ``share``: as ``layer_share``.
+    Two residual adds (read 2D, write D), the MLP activation (gated: read 2F, write F; plain: read F, write F)
+    and rotary embedding of q and k (and their norms, with ``qk_norm``); without fused attention also the
+    materialised scores (n_q/tp x S per token, Korthikanti et al. 2022: the softmax and dropout over the full
+    S x S matrix). Apart: the layer's norms, row reductions at their own rate (``norm_bytes_per_token_per_layer``),
+    and a MoE layer's permutation, a copy (``permute_bytes_per_token_per_layer``). ``share``: as ``layer_share``.
     """
     d = model.d_model / tp if sequence_parallel else float(model.d_model)
     f = mlp_width_per_token(model, share) / tp
