@@ -116,3 +116,24 @@ def _norm_s() -> float:
     """Qwen3-30B-A3B's norms (2 x 2 x 2,048 x 2 = 16,384 bytes a token and layer) at 0.617 of 3.35 TB/s, 48
     layers, 3 passes, 8,192 tokens: 9.349 ms."""
     return 48 * 8192 * 3 * 16_384 / (3.35e12 * 0.617)
+
+
+def test_learned_positions_move_no_rotary_bytes():
+    """GPT-3 175B (d 12,288, plain MLP of 49,152, learned positions) at tp 8 without sequence parallelism, bf16,
+    fused attention: two residual adds (3 x 12,288 each) and the GELU (read and write 6,144), 86,016 values, 172,032
+    bytes a token; no rotary. Llama 3 8B (RoPE) at tp 1 adds its rotary passes over q and k, 2 x (32 + 8) x 128."""
+    gpt3 = load_model("gpt3-175b")
+    assert (gpt3.d_model, gpt3.d_ff, gpt3.mlp, gpt3.learned_positions > 0) == (
+        12288,
+        49152,
+        "plain",
+        True,
+    )
+    assert flops.elementwise_bytes_per_token_per_layer(gpt3, 8, False, 2) == 2 * (
+        2 * 3 * 12288 + 2 * 6144
+    )
+    llama = load_model("llama3-8b")
+    rope = 2 * (32 + 8) * 128
+    assert flops.elementwise_bytes_per_token_per_layer(llama, 1, False, 2) == 2 * (
+        2 * 3 * 4096 + 3 * 14336 + rope
+    )

@@ -294,7 +294,7 @@ def elementwise_bytes_per_token_per_layer(
     element-wise rate, ``Accelerator.elementwise_bytes_per_s``).
 
     Two residual adds (read 2D, write D), the MLP activation (gated: read 2F, write F; plain: read F, write F)
-    and rotary embedding of q and k (and their norms, with ``qk_norm``); without fused attention also the
+    and the rotary embedding of q and k (none with learned positions; and their norms, with ``qk_norm``); without fused attention also the
     materialised scores (n_q/tp x S per token, Korthikanti et al. 2022: the softmax and dropout over the full
     S x S matrix). Apart: the layer's norms, row reductions at their own rate (``norm_bytes_per_token_per_layer``),
     and a MoE layer's permutation, a copy (``permute_bytes_per_token_per_layer``). ``share``: as ``layer_share``.
@@ -304,7 +304,8 @@ def elementwise_bytes_per_token_per_layer(
     qk = (model.num_heads // tp + kv_heads_per_device(model, tp)) * model.head_dim
     mlp_act = (3 if model.mlp == "gated" else 2) * f
     scores = materialised_score_bytes_per_token_per_layer(model, tp, seq_len, flash_attention)
-    qk_passes = 2 if model.qk_norm == "none" else 4  # rotary, and the q/k norm (read + write)
+    # the rotary embedding (none with learned positions) and the q/k norm, each a read and a write
+    qk_passes = (0 if model.learned_positions else 2) + (0 if model.qk_norm == "none" else 2)
     return activation_bytes * (2 * 3 * d + mlp_act + qk_passes * qk) + scores
 
 
