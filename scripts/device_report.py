@@ -543,6 +543,12 @@ def h100_section(h200: dict, h200_part2: dict, h100: dict) -> list[str]:
     """The H100's run of the same script beside the H200's: what carries over between the two Hopper
     boards and what the h100 and h800 files take from their own."""
     a200, a100 = load_accelerator("h200"), load_accelerator("h100")
+    means = elementwise_fractions(
+        [
+            (h200_part2["elementwise"], a200.hbm_bytes_per_s),
+            (h100["elementwise"], a100.hbm_bytes_per_s),
+        ]
+    )
     env = h100["environment"]
     figures: list[tuple[str, str, str, str]] = []
 
@@ -664,7 +670,9 @@ def h100_section(h200: dict, h200_part2: dict, h100: dict) -> list[str]:
                 for r in h100["elementwise"][:2]
             ),
             f"norm_hbm_fraction {a100.norm_hbm_fraction}, elementwise_hbm_fraction "
-            f"{a100.elementwise_hbm_fraction} (the two boards' means)",
+            f"{a100.elementwise_hbm_fraction} (the two boards' means: "
+            + ", ".join(f"{means[op]:.3f}" for op in ("rms_norm", "swiglu"))
+            + ")",
         ),
         (
             "host us per launch: eager op, small GEMM, CUDA graph",
