@@ -54,7 +54,7 @@ TIE_TOLERANCE = 0.005
 MAX_TIE_TOLERANCE = 0.5  # a larger "tie" would rank by simplicity alone
 
 # The risk order (issue: claims a user can act on). Within RISK_BAND of the best step time the
-# model cannot tell two layouts apart: its validated 80% band of one dense GPU prediction, -8.8%..+8.4%
+# model cannot tell two layouts apart: its validated 80% band of one dense GPU prediction, -8.4%..+8.3%
 # (core/uncertainty.yaml bands.gpu, leave-one-source-out), holds a layout that much slower, so a layout
 # an expert would run (TP and CP inside the fast domain, headroom, few microbatches) is not beaten by
 # a gain inside it. 9% covers both sides (tests/test_risk.py keeps it at least the band's). 5% until
