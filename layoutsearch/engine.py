@@ -55,7 +55,13 @@ from layoutsearch.report.output import (
 )
 from layoutsearch.search import SearchResult
 from layoutsearch.search import solve as solve_problem
-from layoutsearch.search.explain import compare, infeasibility, ranking_notes, versus_claim
+from layoutsearch.search.explain import (
+    compare,
+    infeasibility,
+    ranking_notes,
+    safer_by,
+    versus_claim,
+)
 
 __all__ = ["SolveRun", "EstimateRun", "WhatIf", "solve", "explain", "estimate", "build_problem"]
 
@@ -505,26 +511,32 @@ def explain(
 def _versus(run: SolveRun, request: SearchRequest, degrees: dict[str, int], band) -> dict:
     """The winner held against the best completion of ``degrees`` (the degrees not given are 1;
     ZeRO stage, microbatches, recompute and placement searched as for the winner), or against a faster
-    one predicted just over the memory (``_within_memory_error``): the layout a team ran may be that one."""
+    one predicted just over the memory or just under it (``_within_memory_error``): the layout a team ran
+    may be that one. ``safer_by``: the first risk the completion held against carries and the winner does
+    not (why the winner ranks first where that completion is as fast or faster)."""
     fixed = {name: degrees.get(name, 1) for name in ALL_DEGREE_NAMES}
     pinned = dataclasses.replace(request.with_options(fix=fixed), top_k=1)
     result = solve_problem(run.problem, pinned)
     other = result.layouts[0] if result.layouts else None
     near = _within_memory_error(run.problem, pinned, other)
+    winner, held = run.result.layouts[0], near or other
     return {
         "degrees": fixed,
         "layout": layout_record(other) if other is not None else None,
         "within_memory_error": None if near is None else layout_record(near),
-        "winner_step_time_s": run.result.layouts[0].step_time_s,
-        **versus_claim(run.result.layouts[0], near or other, band),
+        "winner_step_time_s": winner.step_time_s,
+        **versus_claim(winner, held, band),
+        "safer_by": None if held is None else safer_by(winner, held),
     }
 
 
 def _within_memory_error(problem: Problem, request: SearchRequest, fitting: Estimate | None):
-    """The best completion of the pinned ``request`` whose predicted peak exceeds the usable memory by no
-    more than the memory model over-predicts measured peaks (``largest_peak_that_may_run``: x 1.16),
-    when it is faster than ``fitting`` (the best that fits; None: none fits), else None. A claim over
-    given degrees is held against it: predicted not to fit, it may be the layout that ran."""
+    """The best completion of the pinned ``request`` with the usable memory raised by what the memory model
+    over-predicts measured peaks (``largest_peak_that_may_run``: x 1.16), when it is faster than ``fitting``
+    (the first the ranking gives with the memory as it is; None: none fits), else None. It is predicted
+    over the usable memory by no more than that, or under it with less headroom than the ranking's risk
+    order allows (ranked below ``fitting`` for it). A claim over given degrees is held against it: it may
+    be the layout that ran."""
     usable = capacity_bytes(problem.cluster, problem.workload)
     hbm = problem.workload.hbm_bytes or problem.cluster.accelerator.hbm_bytes
     room = largest_peak_that_may_run(usable) - usable

@@ -149,3 +149,83 @@ def test_estimate_says_a_layout_just_over_the_memory_may_run(cli_main):
         "estimate", "--model", "llama3-405b", "--cluster", "h100-64", "--layout", "fsdp=64"
     )
     assert code == 1 and err.strip().endswith("82.3 GB available")
+
+
+def test_a_faster_completion_with_little_headroom_is_why_the_winner_ranks_first_not_simplicity(
+    cli_main,
+):
+    """Llama 3 70B on a 576-GPU GB200 cluster (8 NVL72 racks), 576 x 8,192 tokens: held against dp 8 x fsdp 36 x
+    tp 2 (FSDP inside a rack), that degrees' fastest completion (ZeRO-2, 3.620 s) is faster than the winner
+    (3.699 s) but fits with 182.78 - 178.81 = 3.96 GB of headroom, under the ranking's 4 GiB (4.29 GB) floor; the
+    completion the ranking puts first (ZeRO-3) takes 3.738 s. So layout 1 ranks first by the risk order, and the
+    sentence says so: it said "only by simplicity" and called the completion over the memory before."""
+    run = ls.explain(
+        model="llama70b", cluster="gb200-576", seqs=576, seq_len=8192, versus="dp=8,fsdp=36,tp=2"
+    )
+    v = run.document["explanation"]["versus_layout"]
+    near, first = v["within_memory_error"], v["layout"]
+    mem = near["memory_bytes"]
+    assert near["fits"] is True and (near["zero_stage"], first["zero_stage"]) == (2, 3)
+    assert mem["capacity"] - mem["peak"] < 4 * 2**30
+    assert (mem["peak"] / 1e9, mem["capacity"] / 1e9) == pytest.approx((178.81, 182.78), abs=0.01)
+    assert (v["step_time_s"], v["winner_step_time_s"], first["time_s"]["step"]) == pytest.approx(
+        (3.620, 3.699, 3.738), abs=1e-3
+    )
+    assert v["verdict"] == "not slower" and v["speedup"] == pytest.approx(3.620 / 3.699, abs=1e-3)
+    assert v["safer_by"] == "memory headroom under min(4 GiB, 10% of the usable memory)"
+    assert v["safer_by"] in near["risks"] and not run.document["layouts"][0]["risks"]
+    code, out, _ = cli_main(
+        "explain",
+        "--model",
+        "llama70b",
+        "--cluster",
+        "gb200-576",
+        "--seqs",
+        "576",
+        "--seq-len",
+        "8192",
+        "--versus",
+        "dp=8,fsdp=36,tp=2",
+        "--wide",
+    )
+    line = " ".join(out[out.index("against dp=8,fsdp=36,tp=2") :].split())
+    assert code == 0
+    assert (
+        "predicted at 178.8 GB of 182.8 GB usable, 4.0 GB of headroom, which the ranking counts as a risk"
+        in line
+    )
+    assert "the completion the ranking puts first takes 3.738 s" in line
+    assert "carries a risk layout 1 does not (memory headroom under min(4 GiB" in line
+    assert "only by simplicity" not in line and "over-predicts" not in line
+
+
+def test_the_not_slower_sentence_names_why_layout_1_ranks_first():
+    """Over the memory, a risk layout 1 avoids, else simplicity: one reason each, by the completion's record."""
+    from layoutsearch.report.render import versus_line
+
+    def versus(fits: bool, safer_by: str | None, near: bool) -> dict:
+        record = {
+            "fits": fits,
+            "memory_bytes": {"peak": 90e9, "capacity": 82.3e9},
+            "time_s": {"step": 2.0},
+        }
+        return {
+            "degrees": {"fsdp": 64},
+            "verdict": "not slower",
+            "speedup": 0.98,
+            "step_time_s": 1.96,
+            "within_memory_error": record if near else None,
+            "layout": {**record, "fits": True} if near else record,
+            "safer_by": safer_by,
+        }
+
+    band = [-0.08, 0.08]
+    assert versus_line(versus(False, None, True), band).endswith(
+        "no speed-up; that completion is predicted over the usable memory"
+    )
+    assert "carries a risk layout 1 does not (context parallelism)" in versus_line(
+        versus(True, "context parallelism", False), band
+    )
+    assert versus_line(versus(True, None, False), band).endswith(
+        "layout 1 ranks first only by simplicity"
+    )

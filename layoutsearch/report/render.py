@@ -776,18 +776,34 @@ def versus_line(versus: dict, band: list[float]) -> str:
         mem = near["memory_bytes"]
         best_fit = (
             f"the best predicted to fit takes {fitting['time_s']['step']:.3f} s"
+            if fitting is not None and not near["fits"]
+            else f"the completion the ranking puts first takes {fitting['time_s']['step']:.3f} s"
             if fitting is not None
             else "no completion is predicted to fit"
         )
+        room = (
+            "within what the memory model over-predicts measured peaks, so it may run"
+            if not near["fits"]
+            else f"{(mem['capacity'] - mem['peak']) / 1e9:.1f} GB of headroom, which the ranking counts as a risk"
+        )
         over = (
-            f", predicted at {mem['peak'] / 1e9:.1f} GB of {mem['capacity'] / 1e9:.1f} GB usable, within "
-            f"what the memory model over-predicts measured peaks, so it may run; {best_fit}"
+            f", predicted at {mem['peak'] / 1e9:.1f} GB of {mem['capacity'] / 1e9:.1f} GB usable, {room}; "
+            f"{best_fit}"
         )
     text = (
         f"against {given} at its best ({versus['step_time_s']:.3f} s per step{over}): layout 1 claims "
         f"{speedup:.3f}x"
     )
     if verdict == "not slower":
+        held = near if near is not None else fitting
+        if held is not None and not held["fits"]:
+            return text + ": no speed-up; that completion is predicted over the usable memory"
+        if versus.get("safer_by"):
+            return (
+                text + f": no speed-up; that completion carries a risk layout 1 does not "
+                f"({versus['safer_by']}), and inside the {RISK_BAND:.0%} risk band the lower-risk layout "
+                "ranks first"
+            )
         return text + ": no speed-up; layout 1 ranks first only by simplicity"
     bands = f"80% bands {band[0] * 100:+.0f}%..{band[1] * 100:+.0f}% of each prediction"
     if verdict == "distinguishable":

@@ -25,7 +25,9 @@ from layoutsearch.costs.estimate import Estimate, estimate
 from layoutsearch.search import solve
 from layoutsearch.search.ranking import (
     RISK_BAND,
+    layout_risks,
     risk_flags,
+    risk_names,
     riskier_because,
     simpler_because,
     tie_limit,
@@ -69,6 +71,14 @@ def versus_claim(
         "distinguishable": bool(apart),
         "verdict": verdict,
     }
+
+
+def safer_by(winner: Estimate, other: Estimate) -> str | None:
+    """The first risk (``ranking.risk_names``) ``other`` carries and ``winner`` does not, else None: why
+    the ranking puts the winner first where ``other`` is as fast or faster inside the risk band."""
+    carried = [set(layout_risks(est)) for est in (winner, other)]
+    flags = [tuple(int(name in risks) for name in risk_names()) for risks in carried]
+    return riskier_because(flags[0], flags[1])
 
 
 def compare(winner: Estimate, other: Estimate, limit: int = 8) -> list[dict]:
