@@ -19,6 +19,7 @@ from typing import Any
 
 from layoutsearch.core.errors import CatalogueError, InvalidArgumentError, LayoutsearchWarning
 from layoutsearch.core.frameworks import framework_of_target
+from layoutsearch.core.numbers import odd_part
 from layoutsearch.core.options import (
     LayoutOptions,
     PlanOptions,
@@ -384,7 +385,7 @@ def fewer_devices(problem: Problem) -> str | None:
     if acc.kind != "gpu" or "count" not in desc or desc.get("slices", 1) != 1:
         return None
     count = desc["count"]
-    odd = _odd_part(count)
+    odd = odd_part(count)
     absorbed = math.gcd(odd, problem.workload.global_batch_seqs)
     if absorbed == odd:
         return None
@@ -435,15 +436,10 @@ def _compare_fewer_devices(
     return result
 
 
-def _odd_part(count: int) -> int:
-    """``count`` without its factors of 2 (576 -> 9)."""
-    return count // (count & -count)
-
-
 def _odd_degrees(est: Estimate, batch: int) -> str:
     """The degrees of ``est`` that carry the part of the device count's odd factor ``batch`` does not
     divide (``fewer_devices``)."""
-    odd = _odd_part(est.cluster.num_devices)
+    odd = odd_part(est.cluster.num_devices)
     left = odd // math.gcd(odd, batch)
     named = [f"{k}={v}" for k, v in est.layout.all_degrees.items() if math.gcd(v, left) > 1]
     return ", ".join(named) or "its degrees"

@@ -33,12 +33,54 @@ def _grok_280() -> Problem:
 
 
 def test_grok_on_280_gpus_names_the_whole_sequences_rule(capsys):
-    """The reduced grok-1 case: exit 1 with the message the per-candidate funnel printed."""
+    """The reduced grok-1 case: exit 1 with the message the per-candidate funnel printed, and what the batch
+    leaves to tp x pp x cp: gcd(280, 8) = 8 devices of data parallelism at most, so a multiple of 35; a batch
+    of 8 x 35 = 280 sequences, or 8 x 32 = 256 devices, leaves a power of two (the sentence after the rule is new since
+    2026-12-06)."""
     assert main(GROK_280) == 1
     assert capsys.readouterr().err.strip().splitlines()[-1] == (
         "no feasible layout: no layout satisfies the rules: 'whole sequences: dp x fsdp x "
-        "microbatches divides the batch (8)' (whole-sequences) removes the last 1212 degree tuples"
+        "microbatches divides the batch (8)' (whole-sequences) removes the last 1212 degree tuples; 8 sequences a "
+        "step put at most 8 of the 280 devices in data parallelism (whole sequences), so tp x pp x cp must be a "
+        "multiple of 35: a batch of 280 sequences, or 256 devices, would leave it a power of two"
     )
+
+
+@pytest.mark.parametrize(
+    "cluster, seqs, tail",
+    [
+        # 35,840 v5p chips (4 slices of 16 x 20 x 28) at 4,096 sequences: gcd 1,024, so 35 is left: 4,096 x 35 sequences, or 1,024 x 32 devices
+        (
+            "v5p-8960x4",
+            4096,
+            "at most 1,024 of the 35,840 devices in data parallelism (whole sequences), so tp x pp "
+            "x cp must be a multiple of 35: a batch of 143,360 sequences, or 32,768 devices, would leave it a power of two",
+        ),
+        # 576 GB200s at 1,000 sequences: gcd 8, so 72 is left, odd part 9: a batch of 9,000, or 8 x 64 = 512 devices
+        (
+            "gb200-576",
+            1000,
+            "at most 8 of the 576 devices in data parallelism (whole sequences), so tp x pp x cp "
+            "must be a multiple of 72: a batch of 9,000 sequences, or 512 devices, would leave it a power of two",
+        ),
+        # 64 H100s at 16 sequences: 4 left, a power of two already, so no suggestion
+        (
+            "h100-64",
+            16,
+            "at most 16 of the 64 devices in data parallelism (whole sequences), so tp x pp x cp must "
+            "be a multiple of 4",
+        ),
+        ("h100-64", 128, ""),  # the batch takes every device
+    ],
+)
+def test_the_batch_limit_sentence_names_what_data_parallelism_cannot_take(cluster, seqs, tail):
+    """``_batch_limit``: dp x fsdp divides gcd(devices, batch), so tp x pp x cp carries the rest."""
+    from layoutsearch.search.explain import _batch_limit
+
+    text = _batch_limit(
+        Problem.build("llama70b", cluster, Workload(global_batch_seqs=seqs, seq_len=8192))
+    )
+    assert text == (f"; {seqs:,} sequences a step put " + tail if tail else "")
 
 
 @pytest.mark.parametrize(

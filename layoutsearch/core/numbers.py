@@ -1,4 +1,4 @@
-"""Integer helpers: prime factorisation, divisors, the distinct values of an array.
+"""Integer helpers: prime factorisation, divisors, odd parts, the distinct values of an array.
 
 Trial division, so meant for the sizes this package meets (device counts, batch sizes, at most
 about 2**40); the cost grows with the square root of the largest prime factor.
@@ -34,6 +34,11 @@ def divisors(n: int) -> list[int]:
     for p, exponent in prime_factors(n).items():
         result = [d * p**k for d in result for k in range(exponent + 1)]
     return sorted(result)
+
+
+def odd_part(n: int) -> int:
+    """``n`` without its factors of 2 (576 -> 9); n >= 1."""
+    return n // (n & -n)
 
 
 def distinct(values) -> np.ndarray:

@@ -8,13 +8,14 @@
 
 from __future__ import annotations
 
+import math
 from dataclasses import replace
 from typing import Any
 
 import numpy as np
 
 from layoutsearch.core.errors import LayoutsearchError
-from layoutsearch.core.numbers import divisors
+from layoutsearch.core.numbers import divisors, odd_part
 from layoutsearch.core.problem import MAX_VIRTUAL_STAGES, Problem, SearchRequest
 from layoutsearch.core.rules import OFFLOAD_RULES, Cand, Rule
 from layoutsearch.core.specs import ALL_DEGREE_NAMES, OFFLOADS, RECOMPUTE_POLICIES
@@ -417,6 +418,31 @@ def nearest(space: Space, tables: Tables) -> tuple[tuple, float] | None:
     return best[1], float(least) * KIB
 
 
+def _batch_limit(problem: Problem) -> str:
+    """Where the global batch caps data parallelism below the device count, what that leaves to tp, pp and cp:
+    dp x fsdp divides the devices and, with whole sequences per microbatch, the batch, so it divides their
+    greatest common divisor g, and tp x pp x cp is a multiple of r = devices / g (576 GB200s at 1,024
+    sequences: 9). Where r has an odd factor, the batch that many times larger, or the largest count of g x 2^k
+    devices, leaves r a power of two. The rules that then leave nothing are the model's divisibility of heads,
+    layers and sequence; the sentence names the numbers, not a rule. Empty where the batch takes every device."""
+    devices, batch = problem.cluster.num_devices, problem.workload.global_batch_seqs
+    g = math.gcd(devices, batch)
+    r = devices // g
+    if r == 1:
+        return ""
+    text = (
+        f"; {batch:,} sequences a step put at most {g:,} of the {devices:,} devices in data parallelism "
+        f"(whole sequences), so tp x pp x cp must be a multiple of {r:,}"
+    )
+    odd = odd_part(r)
+    if odd == 1:
+        return text
+    return text + (
+        f": a batch of {batch * odd:,} sequences, or {g << (r.bit_length() - 1):,} devices, would leave it a "
+        "power of two"
+    )
+
+
 def infeasibility(problem: Problem, space: Space, tables: Tables | None) -> dict:
     """The explanation printed (and put in the JSON) when no candidate fits."""
     steps = funnel(problem, space.rules, space.sequence_parallel)
@@ -447,7 +473,7 @@ def infeasibility(problem: Problem, space: Space, tables: Tables | None) -> dict
             out["message"] = (
                 f"no layout satisfies the rules: '{last['rule']}' ({last['code']}) removes the last "
                 f"{last['removed']} degree tuples"
-            )
+            ) + _batch_limit(problem)
         return out
     (row, ri, z, o), _ = found
     layout = space.layout(
