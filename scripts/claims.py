@@ -38,6 +38,7 @@ from statistics import median
 from _common import REPO as ROOT  # first: puts this checkout's package ahead of an installed one
 from _common import RESULTS, data_file, table_head
 
+from layoutsearch.core.parallel import parallel_map
 from layoutsearch.core.problem import Problem, SearchOptions, SearchRequest
 from layoutsearch.core.rules import candidate_of, effective_zero
 from layoutsearch.core.specs import EXPERT_DEGREE_NAMES, UNPLACED, Layout
@@ -46,7 +47,6 @@ from layoutsearch.report.output import band_of
 from layoutsearch.search import solve
 from layoutsearch.search.explain import versus_claim
 from layoutsearch.search.ranking import RISK_BAND, layout_risks, risk_names
-from layoutsearch.validation.parallel import parallel_map
 from layoutsearch.validation.runs import load_runs, source_family
 from layoutsearch.validation.stats import SHAPE_KEYS, layout_label
 from layoutsearch.validation.validate import record_to_estimate, release_options, validate_runs

@@ -5,6 +5,8 @@ pipeline split open; and the focus they drive (``cpsat.focus``) keeps the enumer
 
 from __future__ import annotations
 
+import mmap
+
 import numpy as np
 import pytest
 from builders import NO_TIME_LIMIT_S
@@ -20,6 +22,8 @@ from layoutsearch.search.enumerate import candidate_grid
 from layoutsearch.search.space import build_space
 from layoutsearch.search.tables import (
     NEVER,
+    PARALLEL_CHUNKS,
+    _row_chunks,
     assemble,
     build_tables,
     compute_bounds,
@@ -129,6 +133,14 @@ def test_focus_with_exposed_bounds_keeps_the_enumerators_answers():
     assert proven == oracle and len(proven) == 3
 
 
+def _in_shared_map(a: np.ndarray) -> bool:
+    """Whether the array's memory is an anonymous map (what forked workers wrote into)."""
+    base = a
+    while isinstance(base, np.ndarray):
+        base = base.base
+    return isinstance(base, memoryview) and isinstance(base.obj, mmap.mmap)
+
+
 def test_bounds_costed_in_chunks_are_those_costed_at_once():
     """compute_bounds costs the rows a run at a time (runs end where tp, pp or cp changes) and
     the ZeRO memory once per shape key (every field but the CP flavour): with runs of 64 rows
@@ -141,6 +153,9 @@ def test_bounds_costed_in_chunks_are_those_costed_at_once():
     whole_bound, whole = compute_bounds(space)
     small_bound, small = compute_bounds(space, chunk=64)
     assert whole.rows is not None and small.rows is None  # one chunk keeps its row terms
+    # runs of 64 rows are more than PARALLEL_CHUNKS: bounded by forked workers, into shared maps
+    assert len(_row_chunks(space, 64)) >= PARALLEL_CHUNKS
+    assert _in_shared_map(small.least_busy_s) and not _in_shared_map(whole.least_busy_s)
     assert whole.quantum_s == small.quantum_s
     assert np.array_equal(whole_bound, small_bound)
     rows = np.arange(len(space.sk_k))

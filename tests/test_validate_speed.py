@@ -1,5 +1,5 @@
 """What makes `layoutsearch validate` fast without changing its numbers: the work spread over processes
-(``validation.parallel``), each record's placement estimate reused (``mapping.record_to_estimate``), and the
+(``core.parallel``), each record's placement estimate reused (``mapping.record_to_estimate``), and the
 run-record fields that replaced reading the notes (docs/RUN_RECORDS.md)."""
 
 import copy
@@ -7,9 +7,9 @@ import os
 
 import pytest
 
+from layoutsearch.core.parallel import parallel_map
 from layoutsearch.costs.estimate import estimate
 from layoutsearch.validation.mapping import record_to_estimate, record_to_problem, routing
-from layoutsearch.validation.parallel import parallel_map
 from layoutsearch.validation.validate import load_runs, validate_runs
 
 SMALL = (  # three 8-GPU records of one source: quick to rank
@@ -41,6 +41,24 @@ def test_parallel_map_inside_a_worker_is_serial():
     """A map inside a worker runs serially (a pool's workers have no children) and still answers."""
     out = parallel_map(lambda x: parallel_map(lambda y: 10 * x + y, [1, 2], workers=2), [1, 2], 2)
     assert out == [[11, 12], [21, 22]]
+
+
+def _pids_of_a_map(queue) -> None:
+    queue.put(parallel_map(lambda _: os.getpid(), [0, 1, 2, 3], workers=2) + [os.getpid()])
+
+
+def test_parallel_map_in_another_pools_worker_is_serial():
+    """In a process that multiprocessing started (a sweep's executor, a user's pool), the map stays in that
+    process: every item runs where the map was called, not in new children of a worker that has one CPU."""
+    import multiprocessing
+
+    context = multiprocessing.get_context("fork")
+    queue = context.Queue()
+    child = context.Process(target=_pids_of_a_map, args=(queue,))
+    child.start()
+    pids = queue.get(timeout=60)
+    child.join(60)
+    assert pids[:4] == [pids[4]] * 4 and pids[4] != os.getpid()
 
 
 def test_parallel_map_runs_in_other_processes():

@@ -515,6 +515,83 @@ def fits_by_row(
     return fits_r
 
 
+# A space of at least this many chunks of ``compute_bounds`` has its chunks bounded in parallel (forked
+# processes, ``core.parallel``, writing their results into memory they share with this one): a million
+# rows and more, where the fork costs a few hundredths of the work; the main job's space is one chunk.
+PARALLEL_CHUNKS = 4
+
+
+@dataclass
+class ChunkBound:
+    """One chunk's part of ``compute_bounds``: for its rows that may fit at all (``live``, indices from
+    its start) whether some policy may fit and the least compute of one that may; per key of the chunk
+    the least busy time and the windows; the least compute of any key and policy."""
+
+    live: np.ndarray  # the chunk's rows that may fit (indices from its start)
+    fits: np.ndarray  # [live] some policy may fit
+    least_s: np.ndarray  # [live] the least slowest-stage compute of a policy that may fit
+    least_compute: float  # the least compute of any key and policy (s): the quantum's
+    least_busy: np.ndarray  # [keys]
+    windows: list | None  # [st] -> {name: [keys, 1]}
+    rows: RowTerms | None  # the costed keys' terms (``keep_rows``: where the space is one chunk)
+
+
+@dataclass
+class BoundsOut:
+    """Where ``compute_bounds`` gathers its chunks' results: per row (some policy may fit, the least
+    compute of one that may) and per key (the least busy time, the windows), in memory a forked worker
+    writes into as the parent reads it (``shared``: anonymous shared maps), each chunk at its rows and keys."""
+
+    fits: np.ndarray  # [rows]
+    least_s: np.ndarray  # [rows]
+    least_busy: np.ndarray  # [keys]
+    shared: bool = False
+    windows: list | None = None  # [st] -> {name: [keys, 1]}, shaped by the first chunk's
+    rows: RowTerms | None = None  # the one chunk's terms (``ChunkBound.rows``)
+
+    @classmethod
+    def of(cls, n_rows: int, n_keys: int, shared: bool) -> BoundsOut:
+        def array(shape, dtype) -> np.ndarray:
+            return _shared_array(shape, dtype) if shared else np.zeros(shape, dtype=dtype)
+
+        return cls(
+            array(n_rows, bool), array(n_rows, np.float64), array(n_keys, np.float64), shared
+        )
+
+    def write(self, part: ChunkBound, rows: slice, keys: slice) -> float:
+        """Put ``part`` (the chunk of rows ``rows`` and keys ``keys``) in place; its least compute."""
+        self.fits[rows][part.live] = part.fits
+        self.least_s[rows][part.live] = part.least_s
+        self.least_busy[keys] = part.least_busy
+        self.rows = part.rows
+        if part.windows is not None:
+            if self.windows is None:  # the first chunk's names (every chunk has the same)
+                n_keys = len(self.least_busy)
+                self.windows = [
+                    {
+                        name: _shared_array((n_keys, 1), np.float64)
+                        if self.shared
+                        else np.empty((n_keys, 1))
+                        for name in st
+                    }
+                    for st in part.windows
+                ]
+            for kept, given in zip(self.windows, part.windows, strict=True):
+                for name, w in given.items():
+                    kept[name][keys] = w
+        return part.least_compute
+
+
+def _shared_array(shape, dtype) -> np.ndarray:
+    """A zeroed array in an anonymous shared map: what a forked worker writes into it, its parent reads."""
+    import mmap  # large spaces only
+
+    size = int(np.prod(shape)) * np.dtype(dtype).itemsize
+    return np.frombuffer(
+        mmap.mmap(-1, max(size, 1)), dtype=dtype, count=int(np.prod(shape))
+    ).reshape(shape)
+
+
 def compute_bounds(
     space: Space, deadline: float | None = None, chunk: int = 1 << 18
 ) -> tuple[np.ndarray, Costed]:
@@ -529,91 +606,135 @@ def compute_bounds(
     and the per-shape memory only, keeping of each chunk what the bound and ``Costed`` need: the
     rest of the tables is left for the rows the bound keeps. The least compute is kept in seconds
     and rounded once the quantum (the least of every chunk's) is known: rounding is monotone, so
-    the least of the rounded values is the rounded least."""
-    n_rows, n_r = len(space.sk_k), len(space.recompute_codes)
+    the least of the rounded values is the rounded least. From ``PARALLEL_CHUNKS`` chunks on, the
+    first chunk is bounded here and the others over the CPUs (``core.parallel.parallel_map``): the
+    same values, each chunk at its rows and keys (``BoundsOut``)."""
+    n_rows = len(space.sk_k)
     least_mz, zero_memory, zero_key = least_zero_memory(space)
     # [s, st, moment] KiB: the room the least per-shape memory leaves at each stage and moment
     room = int(capacity_bytes(space.cluster, space.workload) // KIB) - least_mz
     room_by_moment = np.ascontiguousarray(room.transpose(1, 2, 0))  # [st, moment, s]
-    shape_key = shape_term_keys(space)
-    key = np.empty(n_rows, dtype=np.int64)  # each row's key, numbered across the chunks
-    least_s = np.zeros(n_rows)  # the least slowest-stage compute of a policy that may fit
-    fits = np.zeros(n_rows, dtype=bool)  # some policy may fit
-    # per key, numbered across the chunks: at most one per row (pages past the last key stay
-    # untouched)
-    first_row = np.empty(n_rows, dtype=np.int64)
-    least_busy = np.empty(n_rows)
-    windows: list[dict] | None = None  # RowTerms.windows of the keys ("none" searched)
-    least_compute, n_keys = np.inf, 0
     runs = _row_chunks(space, chunk)
     # rows whose shape's least memory by ZeRO stage alone exceeds the capacity at some stage and
     # moment: no policy fits (the memory by microbatch is at least 0). Of several chunks, keys of
     # such rows alone cost their compute only (the quantum, busy times and windows are every
     # key's); one chunk costs every key's terms, which Costed keeps
     hopeless = np.asarray((room < 0).any(axis=(1, 2))) & (len(runs) > 1)
-    for start, stop in runs:
-        rows = slice(start, stop)
-        s = space.sk_shape[rows]
-        first, local = distinct_rows(np.stack([shape_key[s], space.sk_k[rows]], axis=1))
-        live = np.flatnonzero(~hopeless[s])  # the chunk's rows that may fit
-        costed = np.zeros(len(first), dtype=bool)  # keys of such rows: their terms are costed
-        costed[local[live]] = True
-        # [keys, r]; a row's are its key's
-        rt = terms_of_rows(space, start + first[costed]) if len(live) else None
-        rest = compute_of_rows(space, start + first[~costed]) if not costed.all() else None
-        _check(deadline)
-        keys = np.arange(n_keys, n_keys + len(first))
-        key[rows] = n_keys + local
-        n_keys += len(first)
-        first_row[keys] = start + first
-        parts: list[tuple[np.ndarray, RowTerms | RowCompute]] = []
-        if rest is not None:
-            parts.append((keys[~costed], rest))
-        if rt is not None:
-            parts.append((keys[costed], rt))
-            live_key = (np.cumsum(costed) - 1)[local[live]]  # among the costed keys
-            # policy-major ([r, rows]): the reductions over the policies run along the rows
-            compute = step.paced_max(rt.compute_s[0], rt.compute_s[1], rt.paced).T  # [r, keys]
-            may_fit = np.ones((n_r, len(live)), dtype=bool)  # [r, rows that may fit]
-            for st, moments in enumerate(rt.memory_bytes):
-                for mi, row_bytes in enumerate(moments):
-                    need = np.ascontiguousarray(kib(row_bytes).T)  # [r, keys]
-                    may_fit &= need.take(live_key, axis=1) <= room_by_moment[st, mi][s[live]]
-            fits[start + live] = may_fit.any(axis=0)
-            least_s[start + live] = np.where(
-                may_fit, np.ascontiguousarray(compute).take(live_key, axis=1), np.inf
-            ).min(axis=0)
-        for at_keys, part in parts:
-            least_compute = min(least_compute, float(np.maximum(*part.compute_s).min()))
-            busy, costed_windows = part.busy_s, part.windows
-            least_busy[at_keys] = np.maximum(*busy).min(axis=1)
-            if costed_windows is not None:
-                if windows is None:
-                    windows = [
-                        {name: np.empty((n_rows, 1)) for name in st} for st in costed_windows
-                    ]
-                for kept, given in zip(windows, costed_windows, strict=True):
-                    for name, w in given.items():
-                        kept[name][at_keys] = w
-    quantum = RowTerms.quantum_of(least_compute if n_rows else None)
+    shape_key = shape_term_keys(space)
+    # each chunk's keys (a row of each, each row's), numbered across the chunks from ``at``
+    keyed = [
+        distinct_rows(np.stack([shape_key[space.sk_shape[a:b]], space.sk_k[a:b]], axis=1))
+        for a, b in runs
+    ]
+    at = np.cumsum([0] + [len(first) for first, _ in keyed])
+    n_keys = int(at[-1])
+    key = np.empty(n_rows, dtype=np.int64)  # each row's key, numbered across the chunks
+    first_row = np.empty(n_keys, dtype=np.int64)
+    for (a, b), (first, local), k0 in zip(runs, keyed, at[:-1], strict=False):
+        key[a:b] = k0 + local
+        first_row[k0 : k0 + len(first)] = a + first
+    parallel = len(runs) >= PARALLEL_CHUNKS
+    out = BoundsOut.of(n_rows, n_keys, shared=parallel)
+    space.shapes.layer_split(space.model)  # the shapes' caches, filled before any fork
+    if space.model.moe is not None:
+        space.shapes.moe_layer_split(space.model)
+
+    def bound(i: int) -> float:
+        part = _chunk_bound(
+            space, runs[i], keyed[i], room_by_moment, hopeless, deadline, keep_rows=len(runs) == 1
+        )
+        return out.write(part, slice(*runs[i]), slice(at[i], at[i + 1]))
+
+    least = [bound(0)] if runs else []  # the first here: it shapes the windows
+    if parallel:
+        from layoutsearch.core.parallel import parallel_map  # large spaces only (import time)
+
+        least += parallel_map(bound, range(1, len(runs)))
+    else:
+        least += [bound(i) for i in range(1, len(runs))]
+    quantum = RowTerms.quantum_of(min(least) if n_rows else None)
     opt = np.where(space.zero_mask, quanta(optimizer_seconds(space), quantum), NEVER).min(axis=1)
     overhead = int(quanta(space.cluster.accelerator.step_overhead_s, quantum))
-    least = quanta(np.where(fits, least_s, 0.0), quantum)
-    bound = np.where(fits, least + opt[space.sk_shape] + overhead, NEVER)
+    fits = out.fits
+    least_q = quanta(np.where(fits, out.least_s, 0.0), quantum)
     return (
-        bound,
+        np.where(fits, least_q + opt[space.sk_shape] + overhead, NEVER),
         Costed(
             quantum,
-            rows=rt if len(runs) == 1 else None,  # one chunk: its terms are every key's
+            rows=out.rows if len(runs) == 1 else None,  # one chunk: its terms are every key's
             key=key,
-            first=first_row[:n_keys],
-            least_busy_s=least_busy[:n_keys],
-            windows=None
-            if windows is None
-            else [{name: w[:n_keys] for name, w in st.items()} for st in windows],
+            first=first_row,
+            least_busy_s=out.least_busy,
+            windows=out.windows,
             zero_key=zero_key,
             zero_memory=zero_memory,
         ),
+    )
+
+
+def _chunk_bound(
+    space: Space,
+    run: tuple[int, int],
+    keyed: tuple[np.ndarray, np.ndarray],
+    room_by_moment: np.ndarray,
+    hopeless: np.ndarray,
+    deadline: float | None,
+    keep_rows: bool = False,
+) -> ChunkBound:
+    """``compute_bounds``' work on the rows ``start:stop`` of ``run``, whose keys of the (S,K) x r terms
+    are ``keyed`` (a row of each key from ``start``, each row's key): each key costed once (only the compute
+    of keys whose rows cannot fit), and what the bound and ``Costed`` keep (the costed terms themselves
+    with ``keep_rows``)."""
+    n_r = len(space.recompute_codes)
+    start, stop = run
+    s = space.sk_shape[start:stop]
+    first, local = keyed
+    live = np.flatnonzero(~hopeless[s])  # the chunk's rows that may fit
+    costed = np.zeros(len(first), dtype=bool)  # keys of such rows: their terms are costed
+    costed[local[live]] = True
+    # [keys, r]; a row's are its key's
+    rt = terms_of_rows(space, start + first[costed]) if len(live) else None
+    rest = compute_of_rows(space, start + first[~costed]) if not costed.all() else None
+    _check(deadline)
+    fits = np.zeros(len(live), dtype=bool)
+    least_s = np.zeros(len(live))
+    parts: list[tuple[np.ndarray, RowTerms | RowCompute]] = []
+    if rest is not None:
+        parts.append((np.flatnonzero(~costed), rest))
+    if rt is not None:
+        parts.append((np.flatnonzero(costed), rt))
+        live_key = (np.cumsum(costed) - 1)[local[live]]  # among the costed keys
+        # policy-major ([r, rows]): the reductions over the policies run along the rows
+        compute = step.paced_max(rt.compute_s[0], rt.compute_s[1], rt.paced).T  # [r, keys]
+        may_fit = np.ones((n_r, len(live)), dtype=bool)  # [r, rows that may fit]
+        for st, moments in enumerate(rt.memory_bytes):
+            for mi, row_bytes in enumerate(moments):
+                need = np.ascontiguousarray(kib(row_bytes).T)  # [r, keys]
+                may_fit &= need.take(live_key, axis=1) <= room_by_moment[st, mi][s[live]]
+        fits = np.asarray(may_fit.any(axis=0))
+        least_s = np.where(
+            may_fit, np.ascontiguousarray(compute).take(live_key, axis=1), np.inf
+        ).min(axis=0)
+    least_compute = np.inf
+    least_busy = np.empty(len(first))
+    windows: list[dict] | None = None
+    for at_keys, part in parts:
+        least_compute = min(least_compute, float(np.maximum(*part.compute_s).min()))
+        least_busy[at_keys] = np.maximum(*part.busy_s).min(axis=1)
+        if part.windows is not None:
+            if windows is None:
+                windows = [{name: np.empty((len(first), 1)) for name in st} for st in part.windows]
+            for kept, given in zip(windows, part.windows, strict=True):
+                for name, w in given.items():
+                    kept[name][at_keys] = w
+    return ChunkBound(
+        live=live,
+        fits=fits,
+        least_s=least_s,
+        least_compute=least_compute,
+        least_busy=least_busy,
+        windows=windows,
+        rows=rt if keep_rows else None,
     )
 
 

@@ -42,12 +42,12 @@ import yaml
 from layoutsearch.core import catalogue, io, topology
 from layoutsearch.core.catalogue import accelerator_from_dict
 from layoutsearch.core.errors import CatalogueError, InvalidArgumentError
+from layoutsearch.core.parallel import parallel_map
 from layoutsearch.core.problem import Problem
 from layoutsearch.core.specs import Cluster, Layout
 from layoutsearch.costs.estimate import estimate, step_seconds
 from layoutsearch.costs.terms import attention_kernel_field
 from layoutsearch.validation.mapping import record_to_problem
-from layoutsearch.validation.parallel import parallel_map
 from layoutsearch.validation.runs import source_family
 from layoutsearch.validation.stats import error_stats
 

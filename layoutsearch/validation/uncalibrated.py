@@ -23,6 +23,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
+from layoutsearch.core.parallel import parallel_map
 from layoutsearch.validation.calibrate import (
     DEFAULT_PARAMS,
     DEFAULT_SHARED,
@@ -32,7 +33,6 @@ from layoutsearch.validation.calibrate import (
     log_residuals,
     usable_problems,
 )
-from layoutsearch.validation.parallel import parallel_map
 from layoutsearch.validation.runs import source_family
 from layoutsearch.validation.stats import quantiles, step_time_error
 from layoutsearch.validation.uncertainty import uncertainty_table

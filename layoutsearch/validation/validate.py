@@ -38,6 +38,7 @@ from dataclasses import replace
 import numpy as np
 
 from layoutsearch.core.errors import LayoutsearchError
+from layoutsearch.core.parallel import parallel_map
 from layoutsearch.core.problem import Problem, SearchOptions, SearchRequest
 from layoutsearch.core.specs import Objective
 from layoutsearch.core.units import TERA
@@ -71,7 +72,6 @@ from layoutsearch.validation.mapping import (  # noqa: F401  (re-exported: the m
     tp_comm_overlap,
     zero3_collectives_per_layer,
 )
-from layoutsearch.validation.parallel import parallel_map
 from layoutsearch.validation.runs import load_runs, source_family  # noqa: F401  (part of this module's interface)
 from layoutsearch.validation.stats import (  # noqa: F401  (re-exported for the tests)
     best_layout_groups,
@@ -362,7 +362,7 @@ def validate_runs(
     null. Each record's ``step_time_rel_band`` and ``in_band`` (``loso_in_band`` with ``loso``)
     and the summary's ``band_coverage`` (``loso_band_coverage``) are ``validation.bands``'. ``summary["ranking"]`` (Spearman per layout sweep, best-layout hits) is always there.
     ``summary["warnings"]`` is ``warnings``, else the loader's (``load_runs(...).warnings``).
-    Records, and problems to rank, are spread over ``workers`` processes (``parallel.parallel_map``;
+    Records, and problems to rank, are spread over ``workers`` processes (``core.parallel.parallel_map``;
     default: every CPU), with the values of a serial run.
     """
     evaluated = parallel_map(_evaluated, records, workers)

@@ -1,9 +1,11 @@
-"""Independent validation work (records, problems to rank, leave-one-source-out folds) over the CPUs.
+"""Independent work over the CPUs: validation's records, problems to rank and leave-one-source-out folds, and
+the search's bound of a large space, chunk by chunk (``search.tables.compute_bounds``).
 
 ``parallel_map(fn, items)`` is ``[fn(x) for x in items]``: same order, same values (``fn`` is pure), in
 forked worker processes when there are several CPUs and several items. Fork hands ``fn`` and ``items``
 to the workers as they are (closures and unpicklable objects included); only the results are pickled
-back. Without fork (not POSIX), with one CPU, inside a worker, or with ``workers=1``, the map is serial.
+back. Without fork (not POSIX), with one CPU, inside a worker (this module's, or any process that
+multiprocessing started, such as a sweep's executor), or with ``workers=1``, the map is serial.
 """
 
 from __future__ import annotations
@@ -29,7 +31,12 @@ def available_cpus() -> int:
 def parallel_map(fn: Callable[[T], R], items: Sequence[T], workers: int | None = None) -> list[R]:
     """``[fn(x) for x in items]``, over up to ``workers`` (default: ``available_cpus``) forked processes."""
     n = min(workers or available_cpus(), len(items))
-    if n <= 1 or _in_worker or "fork" not in multiprocessing.get_all_start_methods():
+    if (
+        n <= 1
+        or _in_worker
+        or multiprocessing.parent_process() is not None  # a worker of another pool: its CPU only
+        or "fork" not in multiprocessing.get_all_start_methods()
+    ):
         return [fn(x) for x in items]
     global _task
     _task = (fn, items)  # the workers inherit it: nothing of fn or items is pickled
