@@ -79,18 +79,22 @@ def test_free_rows_are_never_slower_and_pay_the_reshard(run):
 def test_each_fallback_record_exports():
     """A fallback record holds a problem and a layout record: export writes it for the target searched. For
     torchtitan on 15 of 16 nodes: no reshard-free layout (the winner's tp 4 x pp 4 with fsdp 7 on 14 nodes puts
-    groups across nodes in an order its launcher cannot build), and the free one (fsdp 6, tp 4, pp 5, ZeRO-1 on
-    15 nodes) exports. (fsdp 7, tp 4, pp 2, cp 2 on 14 nodes, with ZeRO-2, until torchtitan's pipelines ran
-    FSDP2 as ZeRO-1.)"""
+    groups across nodes in an order its launcher cannot build), and the free one (fsdp 4, tp 4, pp 7 on 14
+    nodes, ZeRO-1, 80 layers split balanced into 7 x 6 chunks of 11, 12 and 11 layers a stage) exports, its
+    chunks as module_fqns_per_model_part. (fsdp 6, tp 4, pp 5 on 15 nodes, even, until a torchtitan export
+    searched the balanced split unasked; fsdp 7, tp 4, pp 2, cp 2 on 14 nodes, with ZeRO-2, until torchtitan's
+    pipelines ran FSDP2 as ZeRO-1.)"""
     run = ls.solve(
         model="llama70b", cluster="h100-128", seqs=128, fallback_nodes=1, top=1, export="torchtitan"
     )
     kept, free = run.document["fallback"]
     assert (kept["family"], kept["layout"]) == ("reshard-free", None)
     text = export_document(free, "torchtitan")
-    assert free["family"] == "free" and free["layout"]["degrees"]["pp"] == 5
-    assert "pipeline_parallel_degree = 5" in text and "data_parallel_shard_degree = 6" in text
-    assert free["problem"]["cluster"] == "h100-120"
+    assert free["family"] == "free" and free["layout"]["degrees"]["pp"] == 7
+    assert free["layout"]["stage_layers"]["split"] == "balanced"
+    assert "pipeline_parallel_degree = 7" in text and "data_parallel_shard_degree = 4" in text
+    assert "module_fqns_per_model_part" in text
+    assert free["problem"]["cluster"] == "h100-112"
 
 
 @pytest.mark.parametrize(

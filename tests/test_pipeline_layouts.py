@@ -421,3 +421,27 @@ def test_torchtitan_export_writes_the_balanced_chunks_as_module_names():
         "module_fqns_per_model_part does not hold tok_embeddings, layers.0 .. layers.31"
         in " ".join(check_export("torchtitan", broken, doc))
     )
+
+
+def test_a_torchtitan_export_searches_the_balanced_split_unasked():
+    """torchtitan writes the even split and the balanced one (module_fqns_per_model_part), none of the engine's
+    other uneven splits, so `solve --export torchtitan` tries the balanced split without --pipeline-splits.
+    Llama 3 405B's 126 layers divide over no power-of-two pipeline of h100-1024: even splits alone left no
+    pipeline (dp 2 x fsdp 256 x tp 2, full recompute, 54.629 s a step, as `--pipeline-splits even` still
+    gives); the balanced split puts 8, 8 and 7 layers on 16 stages x 3 chunks (46.785 s). The 0.3 export,
+    which writes even splits only, keeps to them."""
+    from layoutsearch import api
+
+    def best(**options):
+        run = api.solve(
+            model="llama3-405b", cluster="h100-1024", seqs=1024, seq_len=8192, top=1, **options
+        )
+        return run.document["layouts"][0]
+
+    balanced = best(export="torchtitan")
+    assert (balanced["degrees"]["pp"], balanced["virtual_stages"]) == (16, 3)
+    assert balanced["stage_layers"] == {"first": 8, "middle": 8, "last": 7, "split": "balanced"}
+    assert balanced["time_s"]["step"] == pytest.approx(46.785, abs=1e-3)
+    for even in (best(export="torchtitan", pipeline_splits="even"), best(export="torchtitan-0.3")):
+        assert (even["degrees"]["pp"], even["stage_layers"]["split"]) == (1, "even")
+        assert even["time_s"]["step"] == pytest.approx(54.629, abs=1e-3)

@@ -396,7 +396,8 @@ class SearchOptions(OptionGroup):
         None,
         description="Pipeline layer splits to search where pp > 1, e.g. even,first-last (even, "
         "embedding-and-loss, first-last, chunk-layout, balanced; default every one the framework "
-        "writes but balanced, which is opt-in: Megatron writes it)",
+        "writes but balanced, which is opt-in: Megatron writes it; with --export torchtitan, whose "
+        "only other split is even, balanced too)",
     )
     cp_flavours: str | None = Field(
         None,

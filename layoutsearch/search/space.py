@@ -261,11 +261,17 @@ def with_virtual_stages(
 def balanced_split_searched(
     problem: Problem, options: SearchOptions, capabilities: Capabilities | None
 ) -> bool:
-    """Whether the search tries the balanced split: only where --pipeline-splits names it. It is
-    opt-in, as offload is: searched by default it multiplied a Megatron search's candidates by 2 to
-    5 (deepseek-v3 on h800-2048: 1.3M -> 7.2M, twice the CPU) for a winner 1.7% faster there. An
-    export target that cannot write it refuses it by rule (``split``)."""
-    return options.pipeline_splits is not None and "balanced" in options.pipeline_splits
+    """Whether the search tries the balanced split: where --pipeline-splits names it, and without
+    --pipeline-splits where the --export target writes it and no other uneven split (torchtitan: even
+    or balanced). Elsewhere it is opt-in, as offload is: searched by default it multiplied a Megatron
+    search's candidates by 2 to 5 (deepseek-v3 on h800-2048: 1.3M -> 7.2M, twice the CPU) for a winner
+    1.7% faster there. For torchtitan the engine's splits are the even one alone, so a layer count the
+    pipeline does not divide has no pipeline without it: Llama 3 405B's 126 layers on h100-1024 took
+    54.6 s a step without one, 46.8 s on 16 balanced stages. An export target that cannot write it
+    refuses it by rule (``split``)."""
+    if options.pipeline_splits is not None:
+        return "balanced" in options.pipeline_splits
+    return capabilities is not None and set(capabilities.pipeline_splits) == {"even", "balanced"}
 
 
 def with_balanced_split(problem: Problem, c: Cand, searched: bool) -> Cand:
