@@ -283,9 +283,37 @@ def test_a_framework_that_makes_the_plan_slow_is_named(cli_main, tmp_path):
     (line,) = [x for x in err.splitlines() if x.startswith("warning:")]
     assert line == (
         "warning: deepspeed cannot express the fast layouts of this problem: its best reaches "
-        "3.5% MFU (36.4 s a step), the unrestricted winner 31.6% (4.06 s, fsdp=128, tp=8, pp=16); "
-        "`layoutsearch solve --framework deepspeed` (no --export) shows it"
+        "3.5% MFU (36.4 s a step), the unrestricted winner 31.6% (4.06 s, fsdp=128, tp=8, pp=16: 8.96x "
+        "faster, beyond the model's uncertainty); `layoutsearch solve --framework deepspeed` (no --export) "
+        "shows it"
     )
+
+
+def test_a_framework_that_costs_more_than_the_bands_is_named():
+    """Megatron-Bridge writes even pipeline splits only, so Llama 3 405B's 126 layers get no pipeline on
+    h100-1024 at 1,024 x 8,192 tokens: its best, dp 2 x fsdp 256 x tp 2 with full recompute, takes 48.85 s a
+    step against the megatron winner's 41.12 s (fsdp 2 x tp 4 x pp 32 x cp 4), 1.19x: beyond the 80% bands
+    (41.12 x 1.0831 = 44.54 < 48.85 x 0.9161 = 44.75), so said (only from 1.5x until 2026-12-06). torchtitan
+    0.3's best (54.63 s) against torchtitan's own winner (46.48 s), 1.175x, lies inside them: not said."""
+    problem = {
+        "model": "llama3-405b",
+        "cluster": "h100-1024",
+        "seqs": 1024,
+        "seq_len": 8192,
+        "top": 1,
+    }
+    with pytest.warns(LayoutsearchWarning) as said:
+        run = layoutsearch.solve(**problem, export="megatron-bridge")
+    assert run.result.layouts[0].step_time_s == pytest.approx(48.850, abs=1e-3)
+    (line,) = [str(w.message) for w in said if "cannot express" in str(w.message)]
+    assert (
+        "the unrestricted winner 50.8% (41.1 s, fsdp=2, tp=4, pp=32, cp=4: 1.19x faster, beyond"
+        in line
+    )
+    with warnings.catch_warnings(record=True) as unsaid:
+        warnings.simplefilter("always")
+        layoutsearch.solve(**problem, export="torchtitan-0.3")
+    assert not [w for w in unsaid if "cannot express" in str(w.message)]
 
 
 def test_a_framework_as_fast_as_the_free_search_is_not_named(cli_main, tmp_path):
