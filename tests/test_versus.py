@@ -148,7 +148,26 @@ def test_estimate_says_a_layout_just_over_the_memory_may_run(cli_main):
     code, _, err = cli_main(
         "estimate", "--model", "llama3-405b", "--cluster", "h100-64", "--layout", "fsdp=64"
     )
-    assert code == 1 and err.strip().endswith("82.3 GB available")
+    assert code == 1 and "may run" not in err
+    assert err.strip().endswith(
+        "82.3 GB available; its microbatch holds 16 sequences: with --microbatches 16 (one each) it needs "
+        "409.3 GB"
+    )
+
+
+def test_estimate_of_a_whole_local_batch_in_one_microbatch_says_what_one_sequence_needs(cli_main):
+    """`estimate --layout tp=8,fsdp=8` of Llama 3 70B on 64 H100s runs its 128 local sequences (1,024 over 8
+    data ranks) in one microbatch by default: 1,511.2 GB. The line adds the first thing to try, one sequence a
+    microbatch (--microbatches 128): 32.1 GB, which fits; that layout then estimates without an error."""
+    args = ("estimate", "--model", "llama70b", "--cluster", "h100-64", "--layout", "tp=8,fsdp=8")
+    code, _, err = cli_main(*args)
+    assert code == 1
+    assert err.strip().splitlines()[-1] == (
+        "does not fit: needs 1511.2 GB per device at forward_end (stage 0), 82.3 GB available; its microbatch "
+        "holds 128 sequences: with --microbatches 128 (one each) it needs 32.1 GB and fits"
+    )
+    code, _, err = cli_main(*args, "--microbatches", "128")
+    assert code == 0 and "does not fit" not in err
 
 
 def test_a_faster_completion_with_little_headroom_is_why_the_winner_ranks_first_not_simplicity(

@@ -52,8 +52,32 @@ def estimate(given: Given) -> None:
         if run.what_if:
             render.what_if_report(run.what_if.document, est, run.what_if.winner, None)
     if not est.fits:
-        typer.echo(f"does not fit: {one_line(est.violations[-1].message)}{_may_run(est)}", err=True)
+        typer.echo(
+            f"does not fit: {one_line(est.violations[-1].message)}{_may_run(est)}"
+            f"{_one_sequence_microbatches(est)}",
+            err=True,
+        )
         raise typer.Exit(1)
+
+
+def _one_sequence_microbatches(est) -> str:
+    """Where memory is violated and each microbatch holds several sequences (``--microbatches`` defaults to
+    the whole local batch in one pass without a pipeline), a clause with the peak of one sequence a
+    microbatch: what a reader would try first, and whether it fits."""
+    from dataclasses import replace
+
+    from layoutsearch.costs.estimate import estimate
+
+    lay, batch = est.layout, est.problem.workload.global_batch_seqs
+    seqs = batch // (lay.dp * lay.fsdp * lay.num_microbatches)
+    if "memory" not in [v.code for v in est.violations] or seqs <= 1:
+        return ""
+    k = lay.num_microbatches * seqs
+    smaller = estimate(est.problem, replace(lay, num_microbatches=k), strict=False)
+    return (
+        f"; its microbatch holds {seqs} sequences: with --microbatches {k} (one each) it needs "
+        f"{smaller.memory_bytes['peak'] / 1e9:.1f} GB{' and fits' if smaller.fits else ''}"
+    )
 
 
 def _may_run(est) -> str:
