@@ -68,8 +68,8 @@ def _one_sequence_microbatches(est) -> str:
 
     from layoutsearch.costs.estimate import estimate
 
-    lay, batch = est.layout, est.problem.workload.global_batch_seqs
-    seqs = batch // (lay.dp * lay.fsdp * lay.num_microbatches)
+    lay = est.layout
+    seqs = int(lay.microbatch_seqs(est.workload))
     if "memory" not in [v.code for v in est.violations] or seqs <= 1:
         return ""
     k = lay.num_microbatches * seqs

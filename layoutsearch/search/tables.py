@@ -523,16 +523,14 @@ PARALLEL_CHUNKS = 4
 
 @dataclass
 class ChunkBound:
-    """One chunk's part of ``compute_bounds``: for its rows that may fit at all (``live``, indices from
-    its start) whether some policy may fit and the least compute of one that may; per key of the chunk
-    the least busy time and the windows; the least compute of any key and policy."""
+    """One chunk's part of ``compute_bounds`` per row: for its rows that may fit at all (``live``,
+    indices from its start) whether some policy may fit and the least compute of one that may; the
+    least compute of any key and policy (its keys' busy times and windows go straight to ``BoundsOut``)."""
 
     live: np.ndarray  # the chunk's rows that may fit (indices from its start)
     fits: np.ndarray  # [live] some policy may fit
     least_s: np.ndarray  # [live] the least slowest-stage compute of a policy that may fit
     least_compute: float  # the least compute of any key and policy (s): the quantum's
-    least_busy: np.ndarray  # [keys]
-    windows: list | None  # [st] -> {name: [keys, 1]}
     rows: RowTerms | None  # the costed keys' terms (``keep_rows``: where the space is one chunk)
 
 
@@ -558,28 +556,34 @@ class BoundsOut:
             array(n_rows, bool), array(n_rows, np.float64), array(n_keys, np.float64), shared
         )
 
-    def write(self, part: ChunkBound, rows: slice, keys: slice) -> float:
-        """Put ``part`` (the chunk of rows ``rows`` and keys ``keys``) in place; its least compute."""
+    def write(self, part: ChunkBound, rows: slice) -> float:
+        """Put ``part`` (the chunk of rows ``rows``) in place; its least compute."""
         self.fits[rows][part.live] = part.fits
         self.least_s[rows][part.live] = part.least_s
-        self.least_busy[keys] = part.least_busy
         self.rows = part.rows
-        if part.windows is not None:
-            if self.windows is None:  # the first chunk's names (every chunk has the same)
-                n_keys = len(self.least_busy)
-                self.windows = [
-                    {
-                        name: _shared_array((n_keys, 1), np.float64)
-                        if self.shared
-                        else np.empty((n_keys, 1))
-                        for name in st
-                    }
-                    for st in part.windows
-                ]
-            for kept, given in zip(self.windows, part.windows, strict=True):
-                for name, w in given.items():
-                    kept[name][keys] = w
         return part.least_compute
+
+    def write_keys(self, at: np.ndarray, part: RowTerms | RowCompute) -> None:
+        """The least busy time and the windows of the keys ``at`` (indices across the chunks), from
+        their costed terms ``part``; the windows' arrays are made at the first call that has them
+        (the first chunk's, in the parent: every chunk has the same names)."""
+        self.least_busy[at] = np.maximum(*part.busy_s).min(axis=1)
+        if part.windows is None:
+            return
+        if self.windows is None:
+            n_keys = len(self.least_busy)
+            self.windows = [
+                {
+                    name: _shared_array((n_keys, 1), np.float64)
+                    if self.shared
+                    else np.empty((n_keys, 1))
+                    for name in st
+                }
+                for st in part.windows
+            ]
+        for kept, given in zip(self.windows, part.windows, strict=True):
+            for name, w in given.items():
+                kept[name][at] = w
 
 
 def _shared_array(shape, dtype) -> np.ndarray:
@@ -641,9 +645,16 @@ def compute_bounds(
 
     def bound(i: int) -> float:
         part = _chunk_bound(
-            space, runs[i], keyed[i], room_by_moment, hopeless, deadline, keep_rows=len(runs) == 1
+            space,
+            runs[i],
+            keyed[i],
+            room_by_moment,
+            hopeless,
+            deadline,
+            (out, int(at[i])),
+            keep_rows=len(runs) == 1,
         )
-        return out.write(part, slice(*runs[i]), slice(at[i], at[i + 1]))
+        return out.write(part, slice(*runs[i]))
 
     least = [bound(0)] if runs else []  # the first here: it shapes the windows
     if parallel:
@@ -679,12 +690,14 @@ def _chunk_bound(
     room_by_moment: np.ndarray,
     hopeless: np.ndarray,
     deadline: float | None,
+    keys_to: tuple[BoundsOut, int],
     keep_rows: bool = False,
 ) -> ChunkBound:
     """``compute_bounds``' work on the rows ``start:stop`` of ``run``, whose keys of the (S,K) x r terms
     are ``keyed`` (a row of each key from ``start``, each row's key): each key costed once (only the compute
-    of keys whose rows cannot fit), and what the bound and ``Costed`` keep (the costed terms themselves
-    with ``keep_rows``)."""
+    of keys whose rows cannot fit), its busy time and windows written to ``keys_to`` (the BoundsOut and the
+    chunk's first key's index there), and what the bound and ``Costed`` keep per row (the costed terms
+    themselves with ``keep_rows``)."""
     n_r = len(space.recompute_codes)
     start, stop = run
     s = space.sk_shape[start:stop]
@@ -715,25 +728,16 @@ def _chunk_bound(
         least_s = np.where(
             may_fit, np.ascontiguousarray(compute).take(live_key, axis=1), np.inf
         ).min(axis=0)
+    out, key0 = keys_to
     least_compute = np.inf
-    least_busy = np.empty(len(first))
-    windows: list[dict] | None = None
     for at_keys, part in parts:
         least_compute = min(least_compute, float(np.maximum(*part.compute_s).min()))
-        least_busy[at_keys] = np.maximum(*part.busy_s).min(axis=1)
-        if part.windows is not None:
-            if windows is None:
-                windows = [{name: np.empty((len(first), 1)) for name in st} for st in part.windows]
-            for kept, given in zip(windows, part.windows, strict=True):
-                for name, w in given.items():
-                    kept[name][at_keys] = w
+        out.write_keys(key0 + at_keys, part)
     return ChunkBound(
         live=live,
         fits=fits,
         least_s=least_s,
         least_compute=least_compute,
-        least_busy=least_busy,
-        windows=windows,
         rows=rt if keep_rows else None,
     )
 
