@@ -484,6 +484,15 @@ def test_sweep_seqs_and_seq_len_are_bounded(bad_input, tmp_path):
             "error: --axes: dp is placed on axis 'node' twice",
         ),
         (["estimate", "--layout", "dp=8", "--axes", "dp=:8"], "error: --axes: ':8' names no axis"),
+        (
+            ["estimate", "--layout", "dp=8", "--axes", "dp:node8x"],
+            "error: --axes: 'dp:node8x' is not DEGREE=AXIS:FACTOR,... (e.g. tp=z:8;fsdp=x:16, or as the tables "
+            "print it, tp:z8)",
+        ),
+        (
+            ["estimate", "--layout", "dp=8", "--axes", "dp:node4*node2"],
+            "error: --axes: dp is placed on axis 'node' twice",
+        ),
         (["estimate", "--layout", "tp=1e3"], "error: --layout tp: '1e3' is not an integer"),
         (["estimate", "--layout", "tp=８"], "error: --layout tp: '８' is not an integer"),
         (
@@ -821,3 +830,14 @@ def test_sweep_cli_says_how_many_journal_lines_it_dropped(cli_main, tmp_path):
     code, _, err = cli_main(*argv)
     assert code == 0 and f"{journal}: dropped 1 line(s) that are not rows of a sweep" in err
     assert "1 solved now, 0 already done" in err
+
+
+def test_axes_read_as_the_tables_print_them():
+    """A placement copied from solve's or estimate's table ('tp:y8; fsdp:z16*x8*dcn2') places the layout as the
+    DEGREE=AXIS:FACTOR form does."""
+    from layoutsearch.core.parse import parse_axes
+
+    printed = parse_axes("tp:y8; fsdp:z16*x8*dcn2")
+    assert printed == (("tp", (("y", 8),)), ("fsdp", (("z", 16), ("x", 8), ("dcn", 2))))
+    assert printed == parse_axes("tp=y:8;fsdp=z:16,x:8,dcn:2")
+    assert parse_axes("fsdp:node8*scale_out128") == (("fsdp", (("node", 8), ("scale_out", 128))),)

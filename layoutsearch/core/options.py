@@ -541,7 +541,10 @@ class LayoutOptions(OptionGroup):
     sequence_parallel: bool = Field(
         True, description="Megatron sequence parallelism inside the TP group"
     )
-    axes: str | None = Field(None, description="Placement, e.g. 'tp=z:8;fsdp=z:4,y:16,x:16'")
+    axes: str | None = Field(
+        None,
+        description="Placement, e.g. 'tp=z:8;fsdp=z:4,y:16,x:16', or as the tables print it, 'tp:z8; fsdp:z4*y16*x16'",
+    )
     mfu_convention: MfuConvention = Field(
         MfuConvention.model, description="How MFU counts FLOPs: model, palm or palm-causal"
     )

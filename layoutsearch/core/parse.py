@@ -107,13 +107,36 @@ def parse_names(
     return names
 
 
+# a placement as solve's and estimate's tables print it: 'tp:y8; fsdp:z16*x8*dcn2' (an axis name, then its factor)
+_SHOWN_PIECE = re.compile(r"([A-Za-z_]+)\s*(\d+)")
+
+
+def _shown_form(group: str) -> tuple[str, str] | None:
+    """'fsdp:z16*x8' -> ('fsdp', 'z:16,x:8'), the form the tables print; None for any other text."""
+    name, sep, spec = group.partition(":")
+    pieces = [p.strip() for p in spec.split("*")]
+    matches = [_SHOWN_PIECE.fullmatch(p) for p in pieces]
+    if "=" in group or not sep or not all(matches):
+        return None
+    return name.strip(), ",".join(f"{m[1]}:{m[2]}" for m in matches if m)
+
+
 def parse_axes(
     text: str, field: str = "--axes"
 ) -> tuple[tuple[str, tuple[tuple[str, int], ...]], ...]:
-    """'tp=z:8;fsdp=z:4,y:16,x:16' -> (('tp', (('z', 8),)), ('fsdp', (('z', 4), ('y', 16), ('x', 16))))."""
+    """'tp=z:8;fsdp=z:4,y:16,x:16' -> (('tp', (('z', 8),)), ('fsdp', (('z', 4), ('y', 16), ('x', 16)))); the form
+    solve's and estimate's tables print, 'tp:z8; fsdp:z4*y16*x16', reads the same."""
     out: dict[str, tuple[tuple[str, int], ...]] = {}
     for group in filter(None, (s.strip() for s in text.split(";"))):
-        name, spec = _degree_item(group, field, "DEGREE=AXIS:FACTOR,... (e.g. tp=z:8;fsdp=x:16)")
+        shown = _shown_form(group)
+        if shown is not None:
+            name, spec = _degree_name(shown[0], field), shown[1]
+        else:
+            name, spec = _degree_item(
+                group,
+                field,
+                "DEGREE=AXIS:FACTOR,... (e.g. tp=z:8;fsdp=x:16, or as the tables print it, tp:z8)",
+            )
         if name in out:
             raise InvalidArgumentError(f"{field}: {name} given twice")
         parts: list[tuple[str, int]] = []
