@@ -602,17 +602,16 @@ DISCUSSION = [
     "  scripts run the same layouts (examples/sc21). At 1F1B, as before 2026-12-05, they were all too slow",
     "  (-0.9% to -5.0%). Held out, this source's median is 6.2% (2.7% at 1F1B): the a100 fractions fitted",
     "  on the other sources are a few percent optimistic for these runs.",
-    "- **MaxText v5p: two slices predicted as fast as one (up to +19%).** The DCN gradient reduction of",
-    "  the two-slice runs hides behind the backward in the engine (TPU interference is 0); the measured",
-    "  runs are 3-13% slower than their one-slice twins, in proportion to the step rather than to the",
-    "  reduction (0.4-0.8 s predicted; 0.3-7 s measured differences): a per-step cost of multislice the",
-    "  engine lacks. The 512B rows (-13%, -9%) and the 1024B row on 4,096 chips (-12%): that run is 17%",
+    "- **MaxText v5p: the two-slice rows, -12% to +15%.** Their steps wait for the slower slice",
+    "  (docs/cost_model.md#multislice-tpus, one jitter fitted on the N-slice over one-slice ratios of this",
+    "  table and the v5e table above: [multislice.md](multislice.md)); before it they were predicted as fast",
+    "  as one slice, up to 19% too fast. The measured two-slice losses spread 3% to 13% over models of one",
+    "  table, which one jitter cannot follow: the 128B on 512 chips lost 13% (+15% now), its twin on 256",
+    "  chips 3%. The 512B rows (-13%, -12%) and the 1024B rows on 4,096 chips (-12%, -10%): that run is 17%",
     "  faster per chip than the same model on 2,048 chips at the same work per chip, which the engine",
     "  predicts alike. Their parallel block is costed as one since 2026-12-05 (one TP collective pair per",
     "  layer and pass); it moved them by about a point, since their TP collectives are pipelined with the",
-    "  matmuls. MaxText's v5e table (held out, above) shows the loss growing to 10-17% at 32 slices; a",
-    "  straggler term was tried and not kept (docs/calibration.md#multislice), and a plan on several slices",
-    "  says so in a warning line.",
+    "  matmuls.",
     "- **llm-foundry H100 30B at 8k tokens on 8 GPUs, +26%.** Attention is a fifth of the step, and one",
     "  attention efficiency per GPU (at its lower bound on H100) cannot follow 2k to 65k tokens. These rows",
     "  did not run FlashAttention-2: the table's sweep (llm-foundry `scripts/train/benchmarking/sweep.sh`",
@@ -795,7 +794,9 @@ def v5e_lines(doc: dict, records: list[dict]) -> list[str]:
         "development set's v5p rows were read at): MaxText's synthetic 16B to 128B models with full remat on 1 to 32 "
         "slices of v5e-256. No v5e run is in the development sets, so v5e's compute fractions are v5p's (borrowed), "
         "and the rows test both how the engine carries to a TPU it was not calibrated on and its multislice model. "
-        "Nothing is fitted on them.",
+        "One value is fitted on them, with the v5p rows' twins: the jitter of the wait for the slowest slice "
+        "(`costs.terms.SLICE_STEP_JITTER`, from the N-slice over one-slice ratios; [multislice.md](multislice.md) "
+        "gives each table predicted with the other's alone). Nothing else is.",
         "",
         "| evaluated | median abs | p90 abs | median signed | fit accuracy | in the 80% band (uncalibrated) |",
         "|---|---|---|---|---|---|",

@@ -1,14 +1,11 @@
 """A TPU's usable memory is its HBM less what XLA withholds from a program (hardware/*.yaml runtime_reserve_gib,
 docs/calibration.md#tpu-memory), the held-out MaxText v5e table that showed the old reserve refusing runs that
-ran, and the warning a multislice plan carries for the slice cost that table shows and the model lacks."""
-
-import warnings
+ran."""
 
 import pytest
 
-from layoutsearch.cli import main
 from layoutsearch.core.catalogue import load_accelerator
-from layoutsearch.core.problem import Problem, UncalibratedWarning, build_workload
+from layoutsearch.core.problem import Problem, build_workload
 from layoutsearch.core.units import GIB
 from layoutsearch.costs.estimate import capacity_bytes
 from layoutsearch.validation.validate import load_runs, validate_runs
@@ -47,22 +44,3 @@ def test_maxtexts_v5e_table_fits_as_it_ran(data_file):
     assert one["predicted_memory_gib"] == pytest.approx(13.30, abs=0.005)
     assert one["predicted_memory_share"] == pytest.approx(13.30 / 15.75, abs=1e-3)
     assert one["predicted_memory_gib"] > (16e9 / GIB - 2.0)
-
-
-def test_a_multislice_plan_says_its_slice_cost_is_not_modelled(capsys):
-    """Two slices of v5p-1024 warn (UncalibratedWarning, and a `warning:` line on the command line); one slice does
-    not. The numbers it quotes are the published runs' losses (docs/calibration.md#multislice)."""
-    with pytest.warns(
-        UncalibratedWarning, match=r"^v5p-1024x2 spans 2 slices: the cost of meeting over"
-    ):
-        Problem.build("llama70b", "v5p-1024x2", build_workload(256, 4096))
-    with warnings.catch_warnings():
-        warnings.simplefilter("error", UncalibratedWarning)
-        Problem.build("llama70b", "v5p-1024", build_workload(256, 4096))
-    assert main(["solve", "--model", "llama70b", "--cluster", "v5p-1024x2"]) == 0
-    err = capsys.readouterr().err
-    assert (
-        "warning: v5p-1024x2 spans 2 slices: the cost of meeting over the data-centre network each step is not "
-        "modelled; MaxText's published runs lost up to 13% of their throughput per chip at 2 slices (4% at the "
-        "median) and 10% to 17% at 32, so this prediction is likely too fast by as much (results/validation.md)"
-    ) in err

@@ -105,7 +105,6 @@ class Problem:
         clus = resolve_cluster(cluster) if isinstance(cluster, str) else cluster
         workload = resolved_workload(workload, clus)
         warn_uncalibrated(spec, clus.accelerator)
-        warn_multislice(clus)
         warn_fp4(workload)
         return cls(
             model_id=model if isinstance(model, str) else spec.name,
@@ -191,22 +190,6 @@ def warn_uncalibrated(model: ModelSpec, acc) -> None:
             f"{acc.id} has no MoE calibration (hardware/{acc.id}.yaml): its MoE layers are costed by FLOPs "
             f"and traffic alone; on the 4 published TPU MoE runs that is 13% too slow to 10% too fast "
             f"(results/validation_moe.md)",
-            UncalibratedWarning,
-            stacklevel=3,
-        )
-
-
-def warn_multislice(cluster: Cluster) -> None:
-    """A TPU cluster of several slices: their step costs more per chip than one slice's, which the model does
-    not cost. MaxText's published runs lost up to 13% of the throughput per chip at 2 slices (4% at the median
-    of v5p's 8, the development set, and v5e's 4, held out) and 10% to 17% at 32 (v5e); a straggler term
-    fitted on the v5p rows predicted twice the v5e loss and was not kept (docs/calibration.md#multislice)."""
-    if cluster.num_slices > 1:
-        warnings.warn(
-            f"{cluster.name} spans {cluster.num_slices} slices: the cost of meeting over the data-centre network "
-            f"each step is not modelled; MaxText's published runs lost up to 13% of their throughput per chip at 2 "
-            f"slices (4% at the median) and 10% to 17% at 32, so this prediction is likely too fast by as much "
-            f"(results/validation.md)",
             UncalibratedWarning,
             stacklevel=3,
         )

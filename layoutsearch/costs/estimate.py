@@ -138,7 +138,14 @@ def _estimate_placed(
     parts = step.step_parts(t, step.slowest_stage(per_stage[0], per_stage[1], key.paced))
     slow = int(step.stage_total(per_stage[1]) > step.stage_total(per_stage[0]))
     times = _itemise(
-        layout, stages[slow], step.stage_items(per_stage[slow]), parts, key.mult, t, steps
+        layout,
+        stages[slow],
+        step.stage_items(per_stage[slow]),
+        parts,
+        key.mult,
+        t,
+        steps,
+        per_stage[slow].slice_wait,
     )
     big = max((0, 1), key=lambda s: stages[s]["peak"][1])
     peak_name, peak_bytes = stages[big]["peak"]
@@ -400,6 +407,7 @@ def _stage_terms(problem: Problem, key: _Keys, stages: list[dict], st: int) -> s
             )
         ),
         eta=acc.overlap_interference,
+        slice_wait=terms.slice_wait_share(problem.cluster.num_slices),
     )
 
 
@@ -498,11 +506,13 @@ def _itemise(
     mult: float,
     t: step.StepTerms[float],
     steps: dict,
+    slice_wait: float = 0.0,
 ) -> dict:
     """time_s: the step formula's parts, with the slowest stage's per-step time split into its
-    compute items (x K), exposed collectives (x K), microbatch overhead (x K) and the bubble (the rest of the
-    stages' critical path, ``step.paced_max``: the first stage's pace where the last is the slower); what hidden
-    collectives cost the compute beside them is ``exposed_comm/interference``, not their group's item."""
+    compute items (x K), exposed collectives (x K), microbatch overhead (x K), the wait for the slowest slice
+    (``slice_wait`` of the rest: ``overhead/slice_sync``) and the bubble (the rest of the stages' critical path,
+    ``step.paced_max``: the first stage's pace where the last is the slower); what hidden collectives cost the
+    compute beside them is ``exposed_comm/interference``, not their group's item."""
     kk = layout.num_microbatches
     per_mb = {
         **slow["compute"],
@@ -510,7 +520,9 @@ def _itemise(
         **{name: v / mult for name, v in stage_items.items() if name != "stage/compute"},
     }
     times = {name: kk * v for name, v in per_mb.items()}
-    times["bubble"] = _scalar(parts["stage"]) - kk * sum(per_mb.values())
+    stage = _scalar(parts["stage"])
+    times["overhead/slice_sync"] = stage * slice_wait / (1.0 + slice_wait)
+    times["bubble"] = stage - times["overhead/slice_sync"] - kk * sum(per_mb.values())
     for name, value in parts.items():
         # overhead/zero_copies has a stage part (above) and a once-per-step part: they add
         if name != "stage" and name not in _REDUCTIONS + _GATHERS:

@@ -15,6 +15,7 @@ With ``first`` and ``last`` the first and last stage's StageTerms:
                                    + s.eta min(s.fsdp_backward_s, s.backward_s) + s.zero_copies_s)
                + s.accumulate_s
                + each _lost_s field (times its group's _rerun_fraction or microbatch_zero)
+               all x (1 + s.slice_wait): the wait for the slowest slice of a multislice TPU job
     step     = stage(first) + w max(0, stage(last) - stage(first)) + the EXPOSED parts + the PLAIN terms
 
 with w = K / (K + bubble) (``costs.terms.paced_share``): a last stage slower than the others (its output
@@ -78,6 +79,9 @@ class StageTerms:
     ep_lost_s: Term = 0.0  # of ep_s
     ep_rerun_lost_s: Term = 0.0  # of ep_rerun_s
     fsdp_fixed_lost_s: Term = 0.0  # of fsdp_fixed_s
+    # the share of the stage's time the step adds waiting for the slowest slice of a multislice TPU job
+    # (costs.terms.slice_wait_share; 0 on one slice): every item scaled by 1 + it (stage_total)
+    slice_wait: float = 0.0
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -194,8 +198,9 @@ def stage_items(s: StageTerms) -> dict[str, Any]:
 
 
 def stage_total(s: StageTerms):
-    """One stage's time per step: the sum of its ``stage_items``."""
-    return sum(stage_items(s).values())
+    """One stage's time per step: the sum of its ``stage_items``, x (1 + ``slice_wait``) on several slices."""
+    total = sum(stage_items(s).values())
+    return total * (1.0 + s.slice_wait) if s.slice_wait else total
 
 
 def paced_max(first, last, paced=1.0):

@@ -998,6 +998,21 @@ def _expected_max_of_normals(n: int) -> float:
     return NormalDist().inv_cdf((n - 0.375) / (n + 0.25)) if n > 1 else 0.0
 
 
+# The slices of a TPU multislice job run in lock step inside (their ICI collectives meet every layer) and meet each
+# other over the data-centre network once a step, at the gradient reduction. A slice's step varies by a relative
+# standard deviation SLICE_STEP_JITTER (host work, input, the network), and the step waits for the slowest of N:
+# SLICE_STEP_JITTER x E[max of N standard normals] of the slices' time. One value for every TPU, fitted once on the
+# published N-slice over one-slice throughputs of the same run (MaxText's v5p and v5e tables, 28 pairs of 2 to 32
+# slices): scripts/fit_slice_jitter.py -> results/multislice.md, docs/cost_model.md#multislice-tpus
+SLICE_STEP_JITTER = 0.0608
+
+
+def slice_wait_share(num_slices: int) -> float:
+    """The share of the slices' time a step of ``num_slices`` slices adds waiting for the slowest
+    (``SLICE_STEP_JITTER`` x E[max of num_slices standard normals]); 0 for one slice."""
+    return SLICE_STEP_JITTER * _expected_max_of_normals(int(num_slices))
+
+
 def expected_max_of_normals(n):
     """``_expected_max_of_normals`` of each entry of an int array (or an int)."""
     n = np.asarray(n, dtype=np.int64)

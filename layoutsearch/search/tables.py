@@ -98,6 +98,7 @@ class Tables:
     host_kib: int = 0
     # [sk] the share of the step a slower last stage paces (costs.terms.paced_share; StageTerms' step.paced_max)
     paced: np.ndarray = field(default_factory=lambda: np.empty(0))
+    slice_wait: float = 0.0  # StageTerms.slice_wait
     # filled by build_tables from the tables above (stage_parts)
     # [sk, r, o] the slowest stage without ZeRO collectives in the microbatches, with ZeRO-2's, with ZeRO-3's
     STAGE0: np.ndarray = field(default_factory=lambda: np.empty(0))
@@ -942,6 +943,7 @@ def build_tables(
         step_overhead_s=int(q(acc.step_overhead_s)),
         eta=acc.overlap_interference,
         eta_pct=terms.interference_pct(acc),
+        slice_wait=terms.slice_wait_share(space.cluster.num_slices),
         compute_s=q(np.stack(rt.compute_s, axis=-1)).reshape(n_sk, nr, 2),
         busy_s=q(np.maximum(*rt.busy_s)).reshape(n_sk, nr),
         backward_s=q(rt.backward_s).reshape(n_sk, nr),
@@ -1032,6 +1034,7 @@ def stage_parts(
             }.get(zero, 0),
             accumulate_s=t.accumulate_s[:, None, None, st, int(zero > 0)],
             eta=t.eta,
+            slice_wait=t.slice_wait,
             ep_s=t.ep_s[:, None, :, st] if experts else None,
             ep_rerun_s=t.ep_rerun_s[:, None, :] if experts else 0.0,
             ep_rerun_fraction=ep_rerun_by_r[None, :, None] if experts else 0.0,

@@ -838,7 +838,7 @@ def _divisors(n: int) -> list[int]:
     return sorted(set(small + [n // k for k in small]))
 
 
-def _tpu_replicas(record: dict) -> int | str:
+def tpu_slices(record: dict) -> int | str:
     """Slices of a multislice TPU record: the replicated part of ZeRO-3 data parallelism; else, when
     the chips exceed the largest slice, the fewest equal slices (of 2 chips or more) that are valid
     slice shapes; else 1. A count that is neither one slice nor such a split is a skip reason."""
@@ -1213,7 +1213,7 @@ def record_to_estimate(record: dict) -> tuple[Problem, Layout, Estimate] | str:
         **{field: rule(record) for field, rule in WORKLOAD_RULES.items()},
     )
     dp, fsdp, zero = _data_parallel(record)
-    replicas = _tpu_replicas(record)
+    replicas = tpu_slices(record)
     if isinstance(replicas, str):
         return replicas
     cluster = _cluster(record, replicas)
