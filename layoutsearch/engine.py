@@ -61,6 +61,7 @@ from layoutsearch.search.explain import (
     infeasibility,
     ranking_notes,
     safer_by,
+    slice_wait_note,
     versus_claim,
 )
 
@@ -495,6 +496,7 @@ def explain(
             "ranking": ranking_notes(run.result, band),
             "tie_tolerance": run.result.tie_tolerance,
             "uncertainty_rel_band": list(band),
+            "slice_wait": slice_wait_note(layouts[0]),
         }
         if versus is not None:
             doc["explanation"]["versus_layout"] = _versus(run, request, versus, band)

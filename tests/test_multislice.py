@@ -2,6 +2,8 @@
 overhead/slice_sync): what it costs, the fit that sets it (scripts/fit_slice_jitter.py -> results/multislice.md),
 and the search's two methods agreeing with it."""
 
+import json
+
 import numpy as np
 import pytest
 from builders import catalogue_space, proven_top
@@ -108,3 +110,28 @@ def test_a_multislice_plan_shows_the_wait_and_no_warning(capsys):
     assert "warning:" not in out.err
     row = next(line for line in out.out.splitlines() if "overhead/slice_sync" in line)
     assert [cell.strip() for cell in row.split("│")[2:4]] == ["0.2120", "3.4%"]
+
+
+def test_explain_shows_the_wait_on_several_slices(capsys):
+    """explain's document carries the wait of layout 1 on two slices (null on one) and its line says it."""
+    assert (
+        main(["explain", "--model", "llama70b", "--cluster", "v5p-512x2", "--format", "json"]) == 0
+    )
+    doc = json.loads(capsys.readouterr().out)
+    note = doc["explanation"]["slice_wait"]
+    seconds = doc["layouts"][0]["time_s"]["overhead/slice_sync"]
+    assert note["slices"] == 2 and note["jitter"] == 0.0608
+    assert note["expected_max"] == pytest.approx(BLOM_2, rel=1e-5)
+    assert note["seconds"] == seconds > 0.2
+    assert note["step_share"] == pytest.approx(seconds / doc["layouts"][0]["time_s"]["step"])
+    assert (
+        main(["explain", "--model", "llama70b", "--cluster", "v5p-1024", "--format", "json"]) == 0
+    )
+    assert json.loads(capsys.readouterr().out)["explanation"]["slice_wait"] is None
+    assert main(["explain", "--model", "llama70b", "--cluster", "v5p-512x2"]) == 0
+    out = " ".join(capsys.readouterr().out.split())
+    assert (
+        f"the 2 slices meet over the data-centre network once a step and wait for the slowest: {seconds:.4f} s "
+        "(3.4% of layout 1's step), a jitter of 0.0608 x 0.589 (the expected maximum of 2 standard normals) of "
+        "the slices' time, fitted on MaxText's published multislice runs (results/multislice.md)"
+    ) in out

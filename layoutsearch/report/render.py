@@ -15,7 +15,7 @@ from layoutsearch.costs.estimate import Estimate, offload_seconds
 from layoutsearch.costs.goodput import Resilience
 from layoutsearch.report import planning
 from layoutsearch.report.output import band_of, calibrated, stage_layers_record
-from layoutsearch.search.explain import ranking_line
+from layoutsearch.search.explain import ranking_line, slice_wait_line
 from layoutsearch.search.objectives import UNITS
 from layoutsearch.search.ranking import (
     RISK_BAND,
@@ -662,6 +662,8 @@ def explain_report(result, explanation: dict | None) -> None:
                 out.print(
                     f"layout 1 is faster by {diff:.4f} s per step ({diff / other.step_time_s:.2%})"
                 )
+        if explanation.get("slice_wait"):
+            out.print(slice_wait_line(explanation["slice_wait"]), markup=False, highlight=False)
         if explanation.get("versus_layout"):
             out.print(
                 versus_line(explanation["versus_layout"], explanation["uncertainty_rel_band"]),

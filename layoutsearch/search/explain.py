@@ -21,7 +21,7 @@ from layoutsearch.core.rules import OFFLOAD_RULES, Cand, Rule
 from layoutsearch.core.specs import ALL_DEGREE_NAMES, OFFLOADS, RECOMPUTE_POLICIES
 from layoutsearch.core.topology import resolve_cluster
 from layoutsearch.core.units import GB, KIB, TB
-from layoutsearch.costs import memory, params
+from layoutsearch.costs import memory, params, terms
 from layoutsearch.costs.estimate import Estimate, estimate
 from layoutsearch.search import solve
 from layoutsearch.search.ranking import (
@@ -80,6 +80,33 @@ def safer_by(winner: Estimate, other: Estimate) -> str | None:
     carried = [set(layout_risks(est)) for est in (winner, other)]
     flags = [tuple(int(name in risks) for name in risk_names()) for risks in carried]
     return riskier_because(flags[0], flags[1])
+
+
+def slice_wait_note(winner: Estimate) -> dict | None:
+    """What the winner's step waits for the slowest slice of a multislice TPU job (costs.terms.slice_wait_share):
+    {"slices", "jitter", "expected_max" (E[max of that many standard normals]), "seconds", "step_share"}; None on
+    one slice."""
+    slices = winner.cluster.num_slices
+    if slices <= 1:
+        return None
+    seconds = winner.time_s.get("overhead/slice_sync", 0.0)
+    return {
+        "slices": slices,
+        "jitter": terms.SLICE_STEP_JITTER,
+        "expected_max": terms.expected_max_of_normals(slices),
+        "seconds": seconds,
+        "step_share": seconds / winner.step_time_s if winner.step_time_s else 0.0,
+    }
+
+
+def slice_wait_line(note: dict) -> str:
+    """One sentence on ``slice_wait_note``."""
+    return (
+        f"the {note['slices']} slices meet over the data-centre network once a step and wait for the slowest: "
+        f"{note['seconds']:.4f} s ({note['step_share']:.1%} of layout 1's step), a jitter of {note['jitter']:.4f} x "
+        f"{note['expected_max']:.3f} (the expected maximum of {note['slices']} standard normals) of the slices' time, "
+        "fitted on MaxText's published multislice runs (results/multislice.md)"
+    )
 
 
 def compare(winner: Estimate, other: Estimate, limit: int = 8) -> list[dict]:
