@@ -478,3 +478,48 @@ def test_the_main_job_keeps_fewer_rows_where_its_risk_free_layouts_are_known():
     least = result.objective_value
     assert result.layouts[0].step_time_s / least - 1 == pytest.approx(0.021, abs=1e-3)
     assert result.layouts[0].layout.cp == 1 and result.layouts[0].layout.degrees["fsdp"] == 1024
+
+
+def test_solve_names_the_layout_at_the_least_step_time():
+    """The main job: layout 1 (fsdp 1,024 x tp 8) is 2.1% slower than the least step time, 0.7913 s, which belongs
+    to fsdp 1,024 x tp 2 x cp 4 with ZeRO-2: context parallelism that 4,096 tokens do not need. Both methods name
+    it; the text line and the JSON document carry it."""
+    for method in ("cpsat", "enumerate"):
+        result = runner.invoke(
+            app,
+            [
+                "solve",
+                "--model",
+                "llama70b",
+                "--cluster",
+                "v5p-8192",
+                "--method",
+                method,
+                "--format",
+                "json",
+            ],
+        )
+        least = json.loads(result.stdout)["solver"]["least_step_layout"]
+        assert least["rank"] is None and least["zero_stage"] == 2
+        assert {k: v for k, v in least["degrees"].items() if v > 1} == {
+            "fsdp": 1024,
+            "tp": 2,
+            "cp": 4,
+        }
+        assert least["risks"] == ["context parallelism"]
+        assert least["time_s"]["step"] == pytest.approx(0.79131, abs=1e-5)
+    out = " ".join(
+        runner.invoke(app, ["solve", "--model", "llama70b", "--cluster", "v5p-8192"]).stdout.split()
+    )
+    assert (
+        "the least step time (0.7913 s) belongs to fsdp=1024, tp=2, cp=4 ring (ZeRO-2, 1 x 1, minimal_with_context), "
+        "which carries a risk layout 1 avoids (context parallelism); layout 1 is 2.1% slower, inside the risk band"
+    ) in out
+
+
+def test_no_least_layout_where_layout_1_is_the_fastest():
+    """Llama 3 8B's 256 sequences on 64 H100s: layout 1 has the least step time, so nothing is named."""
+    result = runner.invoke(app, [*LLAMA3_8B_H100_SOLVE, "--format", "json"])
+    doc = json.loads(result.stdout)
+    assert doc["layouts"][0]["time_s"]["step"] <= doc["solver"]["objective"] * (1 + TIE_TOLERANCE)
+    assert doc["solver"]["least_step_layout"] is None

@@ -16,7 +16,7 @@ from layoutsearch.search.ranking import layout_risks, ranking_description
 
 def layout_record(
     est: Estimate,
-    rank: int = 1,
+    rank: int | None = 1,
     price_per_device_hour: float | None = None,
     resilience: Resilience | None = None,
 ) -> dict:
@@ -148,6 +148,11 @@ def solve_document(
             "tie_tolerance": result.tie_tolerance,
             "ranking_status": result.ranking_status,
             "seed": SEED,
+            # by step time, where the risk order ranked layout 1 beyond the ties of the least step time: the
+            # simplest layout at it (a layout record), else null
+            "least_step_layout": None
+            if result.least is None
+            else layout_record(result.least, None, price_per_device_hour, resilience),
         },
         "layouts": [
             layout_record(est, rank, price_per_device_hour, resilience)

@@ -15,7 +15,7 @@ from layoutsearch.costs.estimate import Estimate, offload_seconds
 from layoutsearch.costs.goodput import Resilience
 from layoutsearch.report import planning
 from layoutsearch.report.output import band_of, calibrated, stage_layers_record
-from layoutsearch.search.explain import ranking_line, slice_wait_line
+from layoutsearch.search.explain import ranking_line, safer_by, slice_wait_line
 from layoutsearch.search.objectives import UNITS
 from layoutsearch.search.ranking import (
     RISK_BAND,
@@ -341,9 +341,8 @@ def solve_report(
             and result.layouts[0].step_time_s > least * (1 + result.tie_tolerance)
         ):
             out.print(
-                f"the least step time ({least:.4f} s) belongs to a layout with a risk layout 1 "
-                f"avoids; layout 1 is {result.layouts[0].step_time_s / least - 1:.1%} slower, "
-                "inside the risk band",
+                f"the least step time ({least:.4f} s) belongs to {_least_text(result)}; layout 1 is "
+                f"{result.layouts[0].step_time_s / least - 1:.1%} slower, inside the risk band",
                 markup=False,
                 highlight=False,
             )
@@ -423,6 +422,21 @@ def _schedule_suffix(lay) -> str:
     device, interleaved 1F1B with more): without it, two rows differing only in schedule read alike."""
     plain = "interleaved" if lay.virtual_stages > 1 else "1f1b"
     return "" if lay.pp == 1 or lay.schedule == plain else f" {lay.schedule}"
+
+
+def _least_text(result) -> str:
+    """The layout at the least step time that the risk order ranked below layout 1 (``SearchResult.least``), and
+    the risk it carries that layout 1 does not."""
+    est = result.least
+    if est is None:  # a result without it (built by hand): the sentence stays whole
+        return "a layout with a risk layout 1 avoids"
+    lay = est.layout
+    what = (
+        f"{layout_degrees(lay) or 'one device'} (ZeRO-{lay.zero_stage}, "
+        f"{lay.num_microbatches} x {lay.microbatch_seqs(est.workload):g}, {lay.recompute})"
+    )
+    risk = safer_by(result.layouts[0], est)
+    return f"{what}, which carries a risk layout 1 avoids" + (f" ({risk})" if risk else "")
 
 
 def _solve_row(rank: int, est: Estimate) -> list[str]:

@@ -54,6 +54,9 @@ class SearchResult:
     stopped: str | None = None  # the time limit ran out before CP-SAT: after which phase
     space: Space  # the candidates searched (CP-SAT by step time: the rows cpsat.focus keeps)
     tables: Tables | None = None
+    # by step time, where layout 1 is slower than the least step time beyond the ties (it carries fewer risks):
+    # the simplest layout at the least step time, costed (both methods find the same)
+    least: Estimate | None = None
 
     @property
     def gap(self) -> float | None:
@@ -107,6 +110,7 @@ def solve(problem: Problem, request: SearchRequest | None = None) -> SearchResul
             "objective": found.get("optimum"),
         }
         info["bound"] = info["objective"]
+        info["least"] = found.get("least")
     else:
         answers, info = cpsat_top(
             space,
@@ -133,6 +137,18 @@ def solve(problem: Problem, request: SearchRequest | None = None) -> SearchResul
         metrics.append(m)
         candidates.append((row, ri, z, o))
     value = info.get("objective")
+    least = (
+        _least_layout(
+            problem,
+            space,
+            info.get("least"),
+            estimates[0] if estimates else None,
+            None if value is None else value * unit,
+            tolerance,
+        )
+        if objective == Objective.step_time
+        else None
+    )
     return SearchResult(
         method=method,
         objective=objective,
@@ -151,7 +167,32 @@ def solve(problem: Problem, request: SearchRequest | None = None) -> SearchResul
         tables=tables,
         tie_tolerance=tolerance,
         ranking_status=info.get("ranking_status", "OPTIMAL"),
+        least=least,
     )
+
+
+def _least_layout(
+    problem: Problem,
+    space: Space,
+    least,
+    first: Estimate | None,
+    least_s: float | None,
+    tolerance: float,
+) -> Estimate | None:
+    """The simplest layout at the least step time ``least_s`` (``least``: its candidate), costed, where layout 1
+    (``first``) is slower than it beyond the ties (the risk order ranked a lower-risk layout first); else None."""
+    if (
+        least is None
+        or first is None
+        or not least_s
+        or first.step_time_s <= least_s * (1 + tolerance)
+    ):
+        return None
+    row, ri, z, o = least
+    layout = space.layout(
+        int(space.sk_shape[row]), int(space.sk_k[row]), int(space.recompute_codes[ri]), z, o
+    )
+    return estimate(problem, layout, strict=False)
 
 
 def _unsearched(

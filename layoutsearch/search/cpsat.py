@@ -623,7 +623,8 @@ def cpsat_top(
     with step <= tie_limit(T'), the simplest candidate by the simplicity objectives, each fixed in
     turn; the chosen layout (all its placements) is then excluded.
 
-    Returns (answers as (row, r index, z, o, metrics), info: status, objective, bound, rows, history).
+    Returns (answers as (row, r index, z, o, metrics), info: status, objective, bound, rows, history, least: the
+    simplest candidate (row, r index, z, o) at the first rank's least value, as the enumerator finds it).
     """
     started = time.perf_counter()
     costed: dict = {}
@@ -634,6 +635,8 @@ def cpsat_top(
     expected, pool = _expected(
         space, t, rows, objective, top_k, tolerance, trace, costed if prune_rows else None
     )
+    # the simplest candidate at the first rank's least value, as the enumerator's ``found["least"]``
+    least_candidate = trace[0][3] if trace else None
     if time.perf_counter() - started > time_limit_s:  # out of time before any solve
         return [], {**_info(space, rows), "status": "UNKNOWN", "ranking_status": "UNKNOWN"}
     if limit is not None and objective != "gather-volume" and len(trace) == top_k:
@@ -643,7 +646,7 @@ def cpsat_top(
             fastest = max(tie_limit(rank[0], tolerance) for rank in trace)
             limit = max(tie_limit(rank[2], tolerance) for rank in trace)
             if limit > fastest:  # a riskier layout is the fastest: prove it apart, on its rows
-                return _risk_free_top(
+                ranked, ranked_info = _risk_free_top(
                     space,
                     t,
                     (rows[best[rows] <= fastest], fastest),
@@ -655,8 +658,9 @@ def cpsat_top(
                     time_limit_s,
                     tolerance,
                 )
+                return ranked, {**ranked_info, "least": least_candidate}
             rows = rows[best[rows] <= limit]
-    info = _info(space, rows)
+    info = {**_info(space, rows), "least": least_candidate}
     if not len(rows):
         return [], info
     by_step = objective == "step-time"

@@ -44,7 +44,9 @@ def enumerate_top(
     the number of candidates costed. Every fitting candidate is costed; the pool keeps those that
     may still be ranked (``ranking.relevant``) as chunks arrive. ``found`` (a dict) receives the
     ``optimum``: the least objective value (volume, else ``value``: the step time, step time over
-    goodput or energy), which the winner, the simplest of those tied with it, need not have."""
+    goodput or energy), which the winner, the simplest of those tied with it, need not have, and ``least``: the
+    simplest candidate (sk, r index, z, o) at the first rank's least value (``ranking.select``'s trace), which
+    the winner need not be where it carries a risk (the risk order ranks a lower-risk layout first)."""
     per_row = (space.zero_mask.sum(1) * space.order_mask.sum(1))[space.sk_shape] * len(
         space.recompute_codes
     )
@@ -78,11 +80,16 @@ def enumerate_top(
         pool = {key: v[mask] for key, v in pool.items()}
     if pool is None or not len(pool["sk"]):
         return [], seen
-    picks = select(space, pool, objective, top_k, tolerance, capacity_kib=tables.capacity_kib)
+    trace: list = []
+    picks = select(
+        space, pool, objective, top_k, tolerance, capacity_kib=tables.capacity_kib, trace=trace
+    )
     if (
         found is not None
     ):  # the pool holds the least value (every candidate tied with it is relevant)
         found["optimum"] = int(pool["volume" if objective == "gather-volume" else "value"].min())
+        i = trace[0][3]  # the simplest candidate at the first rank's least value
+        found["least"] = tuple(int(pool[key][i]) for key in ("sk", "ri", "z", "o"))
     return [
         (
             int(pool["sk"][i]),
