@@ -91,6 +91,7 @@ LLAMA70B_V5P_ESTIMATE = (
     "fsdp=1024,tp=8",
 )
 LLAMA3_8B_H100_SOLVE = ("solve", "--model", "llama3-8b", "--cluster", "h100-64", "--seqs", "256")
+MAIN_JOB = ("solve", "--model", "llama70b", "--cluster", "v5p-8192")  # the README's first command
 # A sweep of Llama-70B over five v5p clusters (256 to 4096 chips), long enough to interrupt (the
 # batches follow)
 LLAMA70B_V5P_SWEEP = ("sweep", "-m", "llama70b", "-c", "v5p-{256..4096:x2}")

@@ -8,7 +8,7 @@ import random
 import numpy as np
 import pytest
 import yaml
-from builders import LLAMA3_8B_H100_SOLVE, LLAMA70B_V5P_ESTIMATE, proven_top
+from builders import LLAMA3_8B_H100_SOLVE, LLAMA70B_V5P_ESTIMATE, MAIN_JOB, proven_top
 from typer.testing import CliRunner
 
 from layoutsearch.cli import app
@@ -485,20 +485,7 @@ def test_solve_names_the_layout_at_the_least_step_time():
     to fsdp 1,024 x tp 2 x cp 4 with ZeRO-2: context parallelism that 4,096 tokens do not need. Both methods name
     it; the text line and the JSON document carry it."""
     for method in ("cpsat", "enumerate"):
-        result = runner.invoke(
-            app,
-            [
-                "solve",
-                "--model",
-                "llama70b",
-                "--cluster",
-                "v5p-8192",
-                "--method",
-                method,
-                "--format",
-                "json",
-            ],
-        )
+        result = runner.invoke(app, [*MAIN_JOB, "--method", method, "--format", "json"])
         least = json.loads(result.stdout)["solver"]["least_step_layout"]
         assert least["rank"] is None and least["zero_stage"] == 2
         assert {k: v for k, v in least["degrees"].items() if v > 1} == {
@@ -508,9 +495,7 @@ def test_solve_names_the_layout_at_the_least_step_time():
         }
         assert least["risks"] == ["context parallelism"]
         assert least["time_s"]["step"] == pytest.approx(0.79131, abs=1e-5)
-    out = " ".join(
-        runner.invoke(app, ["solve", "--model", "llama70b", "--cluster", "v5p-8192"]).stdout.split()
-    )
+    out = " ".join(runner.invoke(app, list(MAIN_JOB)).stdout.split())
     assert (
         "the least step time (0.7913 s) belongs to fsdp=1024, tp=2, cp=4 ring (ZeRO-2, 1 x 1, minimal_with_context), "
         "which carries a risk layout 1 avoids (context parallelism); layout 1 is 2.1% slower, inside the risk band"
