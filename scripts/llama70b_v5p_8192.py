@@ -13,6 +13,7 @@ from _common import RESULTS  # first: puts this checkout's package ahead of an i
 from layoutsearch.core.problem import Problem, SearchOptions, SearchRequest
 from layoutsearch.core.specs import Workload
 from layoutsearch.costs import params
+from layoutsearch.report.render import placement_text
 from layoutsearch.search import solve
 from layoutsearch.search.explain import compare
 
@@ -22,7 +23,7 @@ MIB = 2**20
 def _layout_line(est) -> str:
     lay = est.layout
     degrees = ", ".join(f"{k}={v}" for k, v in lay.degrees.items() if v > 1)
-    axes = "; ".join(f"{n}: " + " x ".join(f"{a}{f}" for a, f in p) for n, p in lay.axes)
+    axes = placement_text(lay.axes)
     return (
         f"{degrees} (axes {axes}), ZeRO-{lay.zero_stage}, {lay.num_microbatches} microbatch(es) of "
         f"{lay.microbatch_seqs(est.workload):g} sequence(s), recompute={lay.recompute}, "

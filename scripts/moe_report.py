@@ -17,6 +17,7 @@ from layoutsearch.core.problem import Problem, SearchRequest
 from layoutsearch.core.specs import Layout, Workload
 from layoutsearch.costs import params
 from layoutsearch.costs.estimate import estimate
+from layoutsearch.report.render import placement_text
 from layoutsearch.search import solve
 
 # DeepSeek-V3 report section 3.2: pp 16 with DualPipe, ep 64, ZeRO-1, 120 microbatches of one sequence,
@@ -96,7 +97,7 @@ def _degrees(lay: Layout) -> str:
 
 def _describe(est) -> str:
     lay = est.layout
-    axes = "; ".join(f"{n}: " + " x ".join(f"{a}{f}" for a, f in p) for n, p in lay.axes)
+    axes = placement_text(lay.axes)
     return (
         f"{_degrees(lay)} (axes {axes}), ZeRO-{lay.zero_stage}, {lay.num_microbatches} microbatches of "
         f"{lay.microbatch_seqs(est.workload):g} sequence(s), v={lay.virtual_stages}, recompute={lay.recompute}"

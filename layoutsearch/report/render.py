@@ -159,9 +159,7 @@ def _offload_text(est: Estimate) -> str:
 def layout_summary(est: Estimate) -> str:
     lay = est.layout
     degrees = layout_degrees(lay) or "single device"
-    axes = "; ".join(
-        f"{name}: " + " x ".join(f"{a}{f}" for a, f in placed) for name, placed in lay.placements
-    )
+    axes = placement_text(lay.placements)
     rep = params.kv_replication(est.model, lay.tp)
     return (
         f"{degrees} | ZeRO-{lay.zero_stage} | {lay.num_microbatches} microbatch(es) of "
@@ -445,7 +443,7 @@ def _solve_row(rank: int, est: Estimate) -> list[str]:
     return [
         str(rank),
         layout_degrees(lay) or "1",
-        "; ".join(f"{n}:" + "*".join(f"{a}{f}" for a, f in p) for n, p in lay.placements),
+        placement_text(lay.placements),
         str(lay.zero_stage),
         f"{lay.num_microbatches} x {lay.microbatch_seqs(est.workload):g}"
         + (f" v{lay.virtual_stages}" if lay.virtual_stages > 1 else "")
@@ -541,7 +539,7 @@ def _winner_row(label: str, est: Estimate | None, status: str | None) -> list[st
     return [
         label,
         layout_degrees(lay) or "1",
-        "; ".join(f"{n}:" + "*".join(f"{a}{f}" for a, f in p) for n, p in lay.placements),
+        placement_text(lay.placements),
         f"ZeRO-{lay.zero_stage} K={lay.num_microbatches} {lay.recompute}",
         f"{_gb(est.memory_bytes['peak'])} / {_gb(est.memory_bytes['capacity'])}",
         f"{est.step_time_s:.4f}",
@@ -856,6 +854,12 @@ def plan_lines(record: dict) -> list[tuple[str, str]]:
         (label, "-" if values.get(key) is None else fmt.format(values[key]))
         for label, key, fmt in PLAN_LINES
     ]
+
+
+def placement_text(placements) -> str:
+    """'tp:z8; fsdp:z4*y16*x16' of a layout's placements (degree, ((axis, factor), ...)): the form the tables print
+    and ``--axes`` reads (``core.parse.parse_axes``)."""
+    return "; ".join(f"{n}:" + "*".join(f"{a}{f}" for a, f in p) for n, p in placements)
 
 
 def layout_degrees(lay) -> str:
