@@ -508,3 +508,27 @@ def test_no_least_layout_where_layout_1_is_the_fastest():
     doc = json.loads(result.stdout)
     assert doc["layouts"][0]["time_s"]["step"] <= doc["solver"]["objective"] * (1 + TIE_TOLERANCE)
     assert doc["solver"]["least_step_layout"] is None
+
+
+def test_the_least_layout_line_names_every_risk_layout_1_avoids():
+    """Llama 3 405B at 131,072 tokens on 1,024 H100s (the issue's "TP=16 across InfiniBand" case): the least step
+    time belongs to tp 16 x pp 4 x cp 16, whose TP group crosses InfiniBand and whose peak leaves little memory;
+    the line names both, beside layout 1's own CP risks."""
+    args = [
+        "solve",
+        "--model",
+        "llama3-405b",
+        "--cluster",
+        "h100-1024",
+        "--seq-len",
+        "131072",
+        "--seqs",
+        "64",
+    ]
+    out = " ".join(runner.invoke(app, args).stdout.split())
+    assert (
+        "belongs to tp=16, pp=4, cp=16 ring (ZeRO-1, 64 x 1, none), which carries risks layout 1 avoids ("
+        in out
+    )
+    line = out[out.index("which carries risks layout 1 avoids") :].split("); layout 1 is")[0]
+    assert line.endswith("a TP group across a scale-out or DCN link") and "memory headroom" in line

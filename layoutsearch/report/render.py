@@ -15,7 +15,7 @@ from layoutsearch.costs.estimate import Estimate, offload_seconds
 from layoutsearch.costs.goodput import Resilience
 from layoutsearch.report import planning
 from layoutsearch.report.output import band_of, calibrated, stage_layers_record
-from layoutsearch.search.explain import ranking_line, safer_by, slice_wait_line
+from layoutsearch.search.explain import ranking_line, slice_wait_line
 from layoutsearch.search.objectives import UNITS
 from layoutsearch.search.ranking import (
     RISK_BAND,
@@ -433,8 +433,11 @@ def _least_text(result) -> str:
         f"{layout_degrees(lay) or 'one device'} (ZeRO-{lay.zero_stage}, "
         f"{lay.num_microbatches} x {lay.microbatch_seqs(est.workload):g}, {lay.recompute})"
     )
-    risk = safer_by(result.layouts[0], est)
-    return f"{what}, which carries a risk layout 1 avoids" + (f" ({risk})" if risk else "")
+    avoided = set(layout_risks(result.layouts[0]))
+    risks = [name for name in layout_risks(est) if name not in avoided]
+    return f"{what}, which carries {'risks' if len(risks) > 1 else 'a risk'} layout 1 avoids" + (
+        f" ({'; '.join(risks)})" if risks else ""
+    )
 
 
 def _solve_row(rank: int, est: Estimate) -> list[str]:
