@@ -1007,10 +1007,11 @@ def _expected_max_of_normals(n: int) -> float:
 SLICE_STEP_JITTER = 0.0608
 
 
-def slice_wait_share(num_slices: int) -> float:
+def slice_wait_share(num_slices: int, jitter: float = SLICE_STEP_JITTER) -> float:
     """The share of the slices' time a step of ``num_slices`` slices adds waiting for the slowest
-    (``SLICE_STEP_JITTER`` x E[max of num_slices standard normals]); 0 for one slice."""
-    return SLICE_STEP_JITTER * _expected_max_of_normals(int(num_slices))
+    (``jitter`` x E[max of num_slices standard normals]; the fit of ``validation.multislice`` varies
+    ``jitter``); 0 for one slice."""
+    return jitter * _expected_max_of_normals(int(num_slices))
 
 
 def expected_max_of_normals(n):

@@ -332,15 +332,12 @@ def solve_report(
             markup=False,
             highlight=False,
         )
-        least = result.objective_value
-        if (
-            result.objective == "step-time"
-            and least
-            and result.layouts[0].step_time_s > least * (1 + result.tie_tolerance)
-        ):
+        # layout 1 beyond the ties of the least step time: search.solve costed the layout at it
+        if result.least is not None:
+            least, first = result.objective_value, result.layouts[0]
             out.print(
-                f"the least step time ({least:.4f} s) belongs to {_least_text(result)}; layout 1 is "
-                f"{result.layouts[0].step_time_s / least - 1:.1%} slower, inside the risk band",
+                f"the least step time ({least:.4f} s) belongs to {_least_text(result.least, first)}; "
+                f"layout 1 is {first.step_time_s / least - 1:.1%} slower, inside the risk band",
                 markup=False,
                 highlight=False,
             )
@@ -422,18 +419,15 @@ def _schedule_suffix(lay) -> str:
     return "" if lay.pp == 1 or lay.schedule == plain else f" {lay.schedule}"
 
 
-def _least_text(result) -> str:
-    """The layout at the least step time that the risk order ranked below layout 1 (``SearchResult.least``), and
-    the risk it carries that layout 1 does not."""
-    est = result.least
-    if est is None:  # a result without it (built by hand): the sentence stays whole
-        return "a layout with a risk layout 1 avoids"
+def _least_text(est: Estimate, first: Estimate) -> str:
+    """The layout at the least step time that the risk order ranked below layout 1 (``first``), and the risks it
+    carries that layout 1 does not."""
     lay = est.layout
     what = (
         f"{layout_degrees(lay) or 'one device'} (ZeRO-{lay.zero_stage}, "
         f"{lay.num_microbatches} x {lay.microbatch_seqs(est.workload):g}, {lay.recompute})"
     )
-    avoided = set(layout_risks(result.layouts[0]))
+    avoided = set(layout_risks(first))
     risks = [name for name in layout_risks(est) if name not in avoided]
     return f"{what}, which carries {'risks' if len(risks) > 1 else 'a risk'} layout 1 avoids" + (
         f" ({'; '.join(risks)})" if risks else ""

@@ -125,13 +125,10 @@ def solve(problem: Problem, request: SearchRequest | None = None) -> SearchResul
     unit = value_unit(tables, space)
     estimates, metrics, candidates = [], [], []
     for row, ri, z, o, m in answers:
-        layout = space.layout(
-            int(space.sk_shape[row]), int(space.sk_k[row]), int(space.recompute_codes[ri]), z, o
-        )
-        est = estimate(problem, layout, strict=False)
+        est = estimate(problem, _layout_of(space, row, ri, z, o), strict=False)
         if est.violations:  # the tables and estimate() disagree: a bug, never a user error
             raise AssertionError(
-                f"search returned an invalid layout {layout}: {[v.message for v in est.violations]}"
+                f"search returned an invalid layout {est.layout}: {[v.message for v in est.violations]}"
             )
         estimates.append(est)
         metrics.append(m)
@@ -188,11 +185,14 @@ def _least_layout(
         or first.step_time_s <= least_s * (1 + tolerance)
     ):
         return None
-    row, ri, z, o = least
-    layout = space.layout(
+    return estimate(problem, _layout_of(space, *least), strict=False)
+
+
+def _layout_of(space: Space, row: int, ri: int, z: int, o: int):
+    """The Layout of candidate (S,K row, recompute index, ZeRO stage, axis order)."""
+    return space.layout(
         int(space.sk_shape[row]), int(space.sk_k[row]), int(space.recompute_codes[ri]), z, o
     )
-    return estimate(problem, layout, strict=False)
 
 
 def _unsearched(

@@ -42,8 +42,10 @@ class SlicePair:
     stage_s: float  # the slices' time the wait scales (costs.step.StageTerms.slice_wait)
 
     def predicted_ratio(self, jitter: float) -> float:
-        """Predicted tokens/s per chip on N slices over on one, with ``jitter`` as SLICE_STEP_JITTER."""
-        wait = jitter * terms.expected_max_of_normals(self.slices) * self.stage_s
+        """Predicted tokens/s per chip on N slices over on one, with ``jitter`` as SLICE_STEP_JITTER: the stages'
+        time scaled by 1 + ``terms.slice_wait_share`` (``step.stage_total``; ``step.paced_max`` is linear in a
+        factor common to both stages), the once-per-step terms unchanged."""
+        wait = terms.slice_wait_share(self.slices, jitter) * self.stage_s
         return self.many_tokens / (self.step0_s + wait) / self.one_tokens_per_s
 
 
