@@ -188,8 +188,9 @@ def test_impossible_splits_are_refused(args):
 def test_metas_405b_layout_is_estimated_near_its_published_throughput():
     """Llama 3 405B on 16,384 H100 (Meta, 'The Llama 3 Herd of Models', table 4): tp=8, pp=16, dp=128,
     8K sequences, 2048 per step, about 400 TFLOP/s per GPU. Meta's FSDP keeps weights gathered through
-    a step's microbatches and synchronizes the gradients once a step (ZeRO-1 here: ZeRO-2 reduce-scatters
-    them in every microbatch, 237 TFLOP/s) and interleaves the pipeline. Its predicted peak, 82.2 GB, is
+    a step's microbatches; read here as synchronising the gradients once a step, as pipeline runtimes do
+    (ZeRO-1 timing: ZeRO-2 reduce-scatters them in every microbatch, 273 TFLOP/s with fp32 gradients;
+    results/trust.md section 6 gives each reading the paper leaves open), interleaved over 4 chunks. Its predicted peak, 82.2 GB, is
     above the 76.65 GB usable by 7%: a run that ran, inside the memory model's measured error (+15.8%)."""
     problem = Problem.build("llama3-405b", "h100-16384", build_workload(2048, 8192))
     est = estimate(
