@@ -55,16 +55,40 @@ def test_the_iteration_times_reproduce_the_readmes_mfu(
 def test_selective_recompute_reruns_the_materialised_scores_passes():
     """22B, 4 x 2048 tokens a step on tp 8, unfused attention: selective recompute reruns the attention core's
     forward, its two matmuls (a third of compute/attention's forward and two backward passes) and its passes over
-    the scores: 64/8 heads x 2048 keys x 9 bytes a token (write, softmax read and write, dropout mask, read for
-    the product with V) x 8192 tokens / (2.0 TB/s x 0.885, the element-wise rate: 1.77 TB/s) = 0.682 ms a layer,
-    32.8 ms over 48 layers (0.604 ms and 29.0 ms at the datasheet 2.0 TB/s, before the element-wise kernels ran at
-    their measured HBM rates)."""
+    the scores: 64/8 heads x 2048 keys a token x 8192 tokens, each score 9 bytes at the element-wise rate (2.0 TB/s
+    x 0.885: the product's write, dropout's read, write and mask, the product with V's read) and 4 at the norm
+    rate (2.0 TB/s x 0.617: the softmax's read and write, a row reduction) = 1.118 ms a layer, 53.6 ms over 48
+    layers (9 bytes a score at the element-wise rate, 0.682 ms and 32.8 ms, before dropout's read and write were
+    counted and the softmax ran at the norm rate; 0.604 ms and 29.0 ms at the datasheet 2.0 TB/s before the
+    element-wise kernels ran at their measured HBM rates)."""
     problem, layout, _ = record_to_estimate(BY_ID["korthikanti2022-22b-selective-sp"])
     t = estimate(problem, layout).time_s
-    scores_s = 48 * (64 // 8) * 2048 * 9 * 8192 / (2000e9 * 0.885)
-    assert scores_s == pytest.approx(0.03276, rel=1e-3)  # 0.02899 at 2000e9 before
+    scores_s = 48 * (64 // 8) * 2048 * 8192 * (9 / (2000e9 * 0.885) + 4 / (2000e9 * 0.617))
+    assert scores_s == pytest.approx(
+        0.05364, rel=1e-3
+    )  # 0.03276 at 9 bytes, 0.02899 at 2000e9 before
     assert t["compute/recompute"] == pytest.approx(t["compute/attention"] / 3 + scores_s, rel=1e-9)
     # with fused attention nothing is materialised: the rerun is the attention kernel's forward alone
     fused = replace(problem, workload=replace(problem.workload, flash_attention=True))
     tf = estimate(fused, layout).time_s
     assert tf["compute/recompute"] == pytest.approx(tf["compute/attention"] / 3.5, rel=1e-9)
+
+
+def test_full_recompute_pays_each_pass_over_the_materialised_scores_by_hand():
+    """22B with full recompute, unfused attention: what the scores add to compute/elementwise, counted by hand
+    from the kernels' passes. 64/8 heads x 2048 keys a token x 8192 tokens x 48 layers score elements, each
+    moving 13 bytes in the forward (the QK^T write 2, dropout's read, write and mask 5, the product with V's read
+    2 at the element-wise rate 2.0 TB/s x 0.885; the softmax's read and write 4 at the norm rate 2.0 TB/s x 0.617,
+    a row reduction), again in the recomputed forward, and 19 in the backward (13 and 6): 0.1859 s, against
+    0.1310 s at the 9 bytes a forward and twice that a backward, all at the element-wise rate, charged before."""
+    problem, layout, _ = record_to_estimate(BY_ID["korthikanti2022-22b-full"])
+    t = estimate(problem, layout).time_s
+    fused = replace(problem, workload=replace(problem.workload, flash_attention=True))
+    tf = estimate(fused, layout).time_s
+    elements = 48 * (64 // 8) * 2048 * 8192
+    ew, norm = 2000e9 * 0.885, 2000e9 * 0.617
+    forward, backward = 9 / ew + 4 / norm, 13 / ew + 6 / norm
+    by_hand = elements * (2 * forward + backward)
+    assert by_hand == pytest.approx(0.1859, rel=1e-3)
+    assert elements * 9 * 4 / ew == pytest.approx(0.1310, rel=1e-3)  # before
+    assert t["compute/elementwise"] - tf["compute/elementwise"] == pytest.approx(by_hand, rel=1e-9)

@@ -32,14 +32,15 @@ def test_the_headroom_threshold_is_the_measured_memory_error_or_2_gib():
 
 
 def test_the_risk_band_covers_the_models_own_band():
-    """RISK_BAND reaches both sides of the dense GPU 80% band (core/uncertainty.yaml bands.gpu: -8.39% .. +8.31%
-    since the element-wise kernels run at their measured rates, -8.78% .. +8.44% before them at 2026-12-06,
+    """RISK_BAND reaches both sides of the dense GPU 80% band (core/uncertainty.yaml bands.gpu: -7.12% .. +7.58%
+    since the materialised scores' passes are counted whole, -8.39% .. +8.31% since the element-wise kernels run
+    at their measured rates, -8.78% .. +8.44% before them at 2026-12-06,
     -8.79% .. +8.42% before the Megatron-LM of 2021 waited for its gradient all-reduce), so an in-domain layout inside the band of a riskier winner outranks it; a regenerated band
     that outgrows it fails here."""
     from layoutsearch.core.uncertainty import uncertainty_band
 
     low, high = uncertainty_band("gpu")
-    assert (low, high) == (-0.0839, 0.0831)
+    assert (low, high) == (-0.0712, 0.0758)
     assert RISK_BAND >= max(-low, high)
 
 

@@ -37,11 +37,12 @@ def test_dense_gpu_record_band_and_in_band_match_a_hand_computation(dev_raw, tmp
     measured / predicted step - 1 (= predicted / measured tokens/s - 1) lies inside it."""
     doc = validate_runs(load_runs(runs_file(tmp_path, [dev_raw[DENSE_GPU]])), rank=False, workers=1)
     e = doc["records"][0]
-    assert e["step_time_rel_band"] == list(uncertainty_band("gpu")) == [-0.0839, 0.0831]
+    assert e["step_time_rel_band"] == list(uncertainty_band("gpu")) == [-0.0712, 0.0758]
     by_hand = e["predicted_tokens_per_s_per_device"] / e["measured_tokens_per_s_per_device"] - 1
     assert e["measured_tokens_per_s_per_device"] == 9287.9
-    # the measured step is 7.0% longer than predicted: inside the band -8.4% .. +8.3% since the element-wise
-    # kernels run at their measured rates and the a100 family was refitted beside them (10.0% longer, outside
+    # the measured step is 2.0% shorter than predicted: inside the band -7.1% .. +7.6% since the materialised
+    # scores' passes are counted whole and the a100 family was refitted beside them (7.0% longer, inside -8.4% ..
+    # +8.3%, before). Before that, 7.0% longer since the element-wise kernels run at their measured rates and the a100 family was refitted beside them (10.0% longer, outside
     # -8.8% .. +8.4%, before). Earlier: 9.2% longer (0.0918 before the a100 refit of 2026-12-05), outside
     # the band since the Megatron-Core rows state their interleaved schedule (inside -9.2% .. +10.2% before;
     # -9.0% .. +7.4% until Narayanan et al.'s unstated schedules were costed interleaved, -9.8% .. +7.4% until
@@ -53,9 +54,10 @@ def test_dense_gpu_record_band_and_in_band_match_a_hand_computation(dev_raw, tmp
     # until the element-wise kernels ran at their measured rates: 10.0% longer, 9.9% before the a100 refit beside
     # the 2021 release's gradient all-reduce after the schedule, which this row, run with PyTorch's DDP, does not
     # wait for)
-    # 0.1002 before the element-wise kernels ran at their measured rates
-    assert round(by_hand, 4) == 0.0701
-    assert e["in_band"] is (-0.0839 <= by_hand <= 0.0831) is True
+    # 0.0701 before the materialised scores' passes were counted whole; 0.1002 before the element-wise kernels ran
+    # at their measured rates
+    assert round(by_hand, 4) == -0.0201
+    assert e["in_band"] is (-0.0712 <= by_hand <= 0.0758) is True
     assert e["loso_in_band"] is None and doc["summary"]["loso_band_coverage"] is None
     cov = doc["summary"]["band_coverage"]
     assert cov["all"] == {"count": 1, "covered": int(e["in_band"]), "fraction": float(e["in_band"])}
@@ -112,7 +114,7 @@ def test_no_prediction_or_no_measurement_leaves_the_fields_null(dev_raw, tmp_pat
     skipped, oom_entry = doc["records"]
     assert skipped["skipped_reason"] is not None
     assert (skipped["step_time_rel_band"], skipped["in_band"]) == (None, None)
-    assert oom_entry["step_time_rel_band"] == [-0.0839, 0.0831] and oom_entry["in_band"] is None
+    assert oom_entry["step_time_rel_band"] == [-0.0712, 0.0758] and oom_entry["in_band"] is None
     assert doc["summary"]["band_coverage"]["all"] == {"count": 0, "covered": 0, "fraction": None}
     assert band_line(doc["summary"]) == (
         "80% band: no record has a predicted and a measured step to check"
@@ -156,31 +158,32 @@ def test_moe_predictions_take_the_moe_band_and_the_dense_one_without_it(monkeypa
     import layoutsearch.core.uncertainty as core_unc
 
     assert uncertainty_band("gpu", moe=True) == (-0.1893, 0.175)
-    assert uncertainty_band("gpu") == (-0.0839, 0.0831)
+    assert uncertainty_band("gpu") == (-0.0712, 0.0758)
     assert uncertainty_band("tpu", moe=True) == (-0.1859, 0.1574)
     monkeypatch.setattr(core_unc, "MOE_PATH", tmp_path / "missing.yaml")
-    assert uncertainty_band("gpu", moe=True) == (-0.0839, 0.0831)
+    assert uncertainty_band("gpu", moe=True) == (-0.0712, 0.0758)
 
 
 def test_loso_band_flags_and_the_coverage_line(dev_raw, tmp_path, capsys):
-    """--loso: each record's loso_in_band follows its loso_rel_error (all six held-out predictions
-    of this subset lie within 3.2% of the measurement, inside both kinds' bands; in sample all six: the 1.7B
-    A100 row, +7.0%, lies inside the GPU band's +8.3% since the element-wise kernels run at their measured
-    rates and the a100 family was refitted beside them; before, five of six, the row's +10.0% above the band's
-    +8.4%), and the table output prints one coverage line."""
+    """--loso: each record's loso_in_band follows its loso_rel_error (five of the six held-out predictions of this
+    subset lie inside their kind's band: llm-foundry's 7B row at 16,384 tokens, predicted 9.2% too fast from the
+    two other A100 sources' refit, lies above the GPU band's +7.6% since the materialised scores' passes are
+    counted whole; all six lay within 3.2% before; in sample all six: the 1.7B A100 row, -2.0%, inside the GPU
+    band (+7.0% inside +8.3% before; +10.0% above +8.4% before the element-wise kernels ran at their measured
+    rates), and the table output prints one coverage line."""
     path = runs_file(tmp_path, [dev_raw[rid] for rid in LOSO_SUBSET])
     argv = ["validate", str(path), "--no-rank", "--max-median-error", "1"]
     assert main([*argv, "--loso", "--format", "json"]) == 0
     doc = json.loads(capsys.readouterr().out)
-    assert [e["loso_in_band"] for e in doc["records"]] == [True] * 6
+    assert [e["loso_in_band"] for e in doc["records"]] == [True, True, True, False, True, True]
     assert doc["summary"]["loso_band_coverage"]["by_class"] == {
-        "gpu dense": {"count": 5, "covered": 5, "fraction": 1.0},
+        "gpu dense": {"count": 5, "covered": 4, "fraction": 0.8},
         "tpu dense": {"count": 1, "covered": 1, "fraction": 1.0},
     }
     assert [e["in_band"] for e in doc["records"]] == [True] * 6  # [False] + [True] * 5 before
     assert doc["summary"]["band_coverage"]["all"] == {"count": 6, "covered": 6, "fraction": 1.0}
     assert band_line(doc["summary"]) == (
-        "80% band: measured coverage 100% in sample over 6 records, 100% leave-one-source-out over 6"
+        "80% band: measured coverage 100% in sample over 6 records, 83% leave-one-source-out over 6"
     )
     assert main(argv) == 0
     lines = [x for x in capsys.readouterr().out.splitlines() if x.startswith("80% band")]

@@ -21,9 +21,19 @@ BACKWARD_OVER_FORWARD = 2.0
 # FlashAttention's backward recomputes the scores: 5 matmul-sized products against 2 in the
 # forward (Dao 2023, FlashAttention-2, section 3.1), so 2.5x the forward.
 FLASH_ATTENTION_BACKWARD_OVER_FORWARD = 2.5
-MATERIALISED_SCORE_BYTES_FORWARD = (
-    9  # write fp16 scores 2, softmax read 2 + write 2, dropout mask 1, read for AV 2
-)
+# Without fused attention (Megatron-LM before FlashAttention, BLOOM's Megatron-DeepSpeed) each head's S x S scores
+# pass through HBM, per element in bytes (16-bit values, a one-byte dropout mask), as (element-wise, row reduction):
+# - forward: the QK^T product writes the scores (2); the fused scale-mask-softmax reads them and writes the
+#   probabilities (2 + 2, a row reduction: each row's max and sum); dropout reads those and writes its output
+#   and mask (2 + 2 + 1); the product with V reads its output (2): 13 bytes, 4 of them the softmax's;
+# - backward: the dO V^T product writes the dropout output's gradient (2) and the dV product reads the dropout
+#   output (2); dropout's backward reads the gradient and the mask and writes (2 + 1 + 2); the softmax's backward
+#   reads that and its saved output and writes the scores' gradient (2 + 2 + 2, a row reduction: each row's sum of
+#   products); the dQ and dK products read it (2 + 2): 19 bytes, 6 of them the softmax's.
+# The tensors saved for the backward are the softmax output, the mask and the dropout output (Korthikanti et al.
+# 2022; memory.SAVED_SCORE_BYTES).
+SCORE_BYTES_FORWARD = (9, 4)
+SCORE_BYTES_BACKWARD = (13, 6)
 
 
 def layer_share(model: ModelSpec, share: float | None = None) -> float:
@@ -270,15 +280,15 @@ def mfu(
     return model_flops_per_step / (step_time_s * num_devices * peak_flops_per_s)
 
 
-def materialised_score_bytes_per_token_per_layer(
+def materialised_score_elements_per_token_per_layer(
     model: ModelSpec, tp: IntArray, seq_len: int, flash_attention: bool
 ) -> FloatArray:
-    """HBM bytes one forward of a layer's attention core moves per token over its materialised S x S scores
-    (n_q/tp x S per token: write, softmax, dropout, read for the product with V; Korthikanti et al. 2022); 0 with
-    fused attention, whose kernel keeps them on chip. Part of ``elementwise_bytes_per_token_per_layer``."""
+    """Elements of the materialised S x S scores one TP rank holds per token of a layer: n_q/tp x S (Korthikanti et
+    al. 2022); 0 with fused attention, whose kernel keeps them on chip. Each moves ``SCORE_BYTES_FORWARD`` in
+    the forward and ``SCORE_BYTES_BACKWARD`` in the backward (``costs.terms.materialised_score_seconds``)."""
     if flash_attention:
         return 0.0 * tp
-    return (model.num_heads // tp) * seq_len * MATERIALISED_SCORE_BYTES_FORWARD
+    return (model.num_heads // tp) * float(seq_len)
 
 
 def elementwise_bytes_per_token_per_layer(
@@ -286,27 +296,24 @@ def elementwise_bytes_per_token_per_layer(
     tp: IntArray,
     sequence_parallel: bool,
     activation_bytes: int,
-    seq_len: int = 0,
-    flash_attention: bool = True,
     share: float | None = None,
 ) -> FloatArray:
     """HBM bytes one forward of a layer's element-wise ops moves per token (memory-bound work, at the part's
     element-wise rate, ``Accelerator.elementwise_bytes_per_s``).
 
     Two residual adds (read 2D, write D), the MLP activation (gated: read 2F, write F; plain: read F, write F)
-    and the rotary embedding of q and k (none with learned positions; and their norms, with ``qk_norm``); without fused attention also the
-    materialised scores (n_q/tp x S per token, Korthikanti et al. 2022: the softmax and dropout over the full
-    S x S matrix). Apart: the layer's norms, row reductions at their own rate (``norm_bytes_per_token_per_layer``),
-    and a MoE layer's permutation, a copy (``permute_bytes_per_token_per_layer``). ``share``: as ``layer_share``.
+    and the rotary embedding of q and k (none with learned positions; and their norms, with ``qk_norm``). Apart:
+    the layer's norms, row reductions at their own rate (``norm_bytes_per_token_per_layer``), a MoE layer's
+    permutation, a copy (``permute_bytes_per_token_per_layer``), and without fused attention the passes over the
+    materialised scores (``materialised_score_elements_per_token_per_layer``). ``share``: as ``layer_share``.
     """
     d = model.d_model / tp if sequence_parallel else float(model.d_model)
     f = mlp_width_per_token(model, share) / tp
     qk = (model.num_heads // tp + kv_heads_per_device(model, tp)) * model.head_dim
     mlp_act = (3 if model.mlp == "gated" else 2) * f
-    scores = materialised_score_bytes_per_token_per_layer(model, tp, seq_len, flash_attention)
     # the rotary embedding (none with learned positions) and the q/k norm, each a read and a write
     qk_passes = (0 if model.learned_positions else 2) + (0 if model.qk_norm == "none" else 2)
-    return activation_bytes * (2 * 3 * d + mlp_act + qk_passes * qk) + scores
+    return activation_bytes * (2 * 3 * d + mlp_act + qk_passes * qk)
 
 
 def norm_bytes_per_token_per_layer(

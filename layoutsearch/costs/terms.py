@@ -500,6 +500,17 @@ def paced_share(sh: Shapes, k, mult):
     return np.where(both_ends, 1.0, np.asarray(k, dtype=np.float64) / mult)
 
 
+def materialised_score_seconds(acc: Accelerator) -> tuple[float, float]:
+    """Seconds a materialised score element costs in the forward and in the backward (``flops.SCORE_BYTES_FORWARD``
+    and ``SCORE_BYTES_BACKWARD``): the element-wise bytes at the part's element-wise rate, the softmax's at its
+    row-reduction (norm) rate."""
+
+    def seconds(element: float, reduction: float) -> float:
+        return element / acc.elementwise_bytes_per_s + reduction / acc.norm_bytes_per_s
+
+    return seconds(*flops.SCORE_BYTES_FORWARD), seconds(*flops.SCORE_BYTES_BACKWARD)
+
+
 def compute_per_microbatch(
     model: ModelSpec,
     workload: Workload,
@@ -638,8 +649,6 @@ def compute_per_microbatch(
             tp,
             sequence_parallel,
             workload.activation_bytes,
-            workload.seq_len,
-            workload.flash_attention,
             s,
         ),
         sh.tp,
@@ -657,21 +666,24 @@ def compute_per_microbatch(
         ),
         sh.tp,
     )
-    ew = (
-        ew_bytes / acc.elementwise_bytes_per_s
-        + norm_bytes / acc.norm_bytes_per_s
-        + permute_bytes / acc.hbm_bytes_per_s
-    ) * (m * (3.0 + ew_rerun))
-    # a policy that reruns the attention core reruns its passes over materialised scores with it (selective
-    # recompute: Korthikanti et al. 2022, Table 4, +1.3 ms of a 22B layer's 11.9 ms backward), where ``ew_rerun``
-    # does not already rerun them
+    # without fused attention, the passes over the materialised scores: the forward's again where the policy reruns
+    # the element-wise passes
+    score_forward, score_backward = materialised_score_seconds(acc)
     scores = per_key(
-        lambda tp: flops.materialised_score_bytes_per_token_per_layer(
+        lambda tp: flops.materialised_score_elements_per_token_per_layer(
             model, tp, workload.seq_len, workload.flash_attention
         ),
         sh.tp,
     )
-    scores_rerun = scores * m * attn_rerun * (1.0 - ew_rerun) / acc.elementwise_bytes_per_s
+    ew = (
+        ew_bytes / acc.elementwise_bytes_per_s
+        + norm_bytes / acc.norm_bytes_per_s
+        + permute_bytes / acc.hbm_bytes_per_s
+    ) * (m * (3.0 + ew_rerun)) + scores * m * (score_forward * (1.0 + ew_rerun) + score_backward)
+    # a policy that reruns the attention core reruns its passes over materialised scores with it (selective
+    # recompute: Korthikanti et al. 2022, Table 4, +1.3 ms of a 22B layer's 11.9 ms backward), where ``ew_rerun``
+    # does not already rerun them
+    scores_rerun = scores * m * attn_rerun * (1.0 - ew_rerun) * score_forward
     # eager PyTorch: one kernel per element-wise op (Workload.torch_compile)
     eager = workload.torch_compile is False
     loss_ew = 0.0
