@@ -512,21 +512,45 @@ def _versus(run: SolveRun, request: SearchRequest, degrees: dict[str, int], band
     ZeRO stage, microbatches, recompute and placement searched as for the winner), or against a faster
     one predicted just over the memory or just under it (``_within_memory_error``): the layout a team ran
     may be that one. ``safer_by``: the first risk the completion held against carries and the winner does
-    not (why the winner ranks first where that completion is as fast or faster)."""
-    fixed = {name: degrees.get(name, 1) for name in ALL_DEGREE_NAMES}
-    pinned = dataclasses.replace(request.with_options(fix=fixed), top_k=1)
-    result = solve_problem(run.problem, pinned)
-    other = result.layouts[0] if result.layouts else None
-    near = _within_memory_error(run.problem, pinned, other)
+    not (why the winner ranks first where that completion is as fast or faster).
+
+    A ``dp`` given without ``fsdp`` names a data parallelism whose sharding it does not say: here dp
+    replicates the optimizer state and fsdp shards it (Megatron's distributed optimizer, DeepSpeed's ZeRO,
+    FSDP), and papers write both as data parallelism (DeepSeek-V3's DP 128 with ZeRO-1). Both readings are
+    completed and the claim is held against the faster (``dp_read_as``: "fsdp" where that is the sharded
+    one, with the replicated reading's step, ``replicated_step_time_s``, or null where none fits)."""
+    readings = [degrees]
+    if degrees.get("dp", 1) > 1 and "fsdp" not in degrees:
+        readings.append({**{k: v for k, v in degrees.items() if k != "dp"}, "fsdp": degrees["dp"]})
+    completions = [_completion(run, request, given) for given in readings]
+    fixed, other, near = min(
+        completions,
+        key=lambda c: math.inf if (c[2] or c[1]) is None else (c[2] or c[1]).step_time_s,
+    )
+    sharded = len(completions) > 1 and fixed is completions[1][0]
+    replicated = completions[0][2] or completions[0][1]
     winner, held = run.result.layouts[0], near or other
     return {
         "degrees": fixed,
+        "dp_read_as": "fsdp" if sharded else None,
+        "replicated_step_time_s": (
+            None if not sharded or replicated is None else replicated.step_time_s
+        ),
         "layout": layout_record(other) if other is not None else None,
         "within_memory_error": None if near is None else layout_record(near),
         "winner_step_time_s": winner.step_time_s,
         **versus_claim(winner, held, band),
         "safer_by": None if held is None else safer_by(winner, held),
     }
+
+
+def _completion(run: SolveRun, request: SearchRequest, degrees: dict[str, int]) -> tuple:
+    """(all seven degrees, the best completion of ``degrees`` or None, ``_within_memory_error``'s or None)."""
+    fixed = {name: degrees.get(name, 1) for name in ALL_DEGREE_NAMES}
+    pinned = dataclasses.replace(request.with_options(fix=fixed), top_k=1)
+    result = solve_problem(run.problem, pinned)
+    other = result.layouts[0] if result.layouts else None
+    return fixed, other, _within_memory_error(run.problem, pinned, other)
 
 
 def _within_memory_error(problem: Problem, request: SearchRequest, fitting: Estimate | None):

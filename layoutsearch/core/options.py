@@ -484,7 +484,9 @@ class PlanOptions(OptionGroup):
         None,
         description="Hold the winner against a layout's degrees (e.g. fsdp=128,tp=8,pp=16, the "
         "rest 1): the best completion of them is searched, and the claimed speed-up is called "
-        "distinguishable only when the two step times' uncertainty bands do not overlap",
+        "distinguishable only when the two step times' uncertainty bands do not overlap; a dp given "
+        "without fsdp is completed both replicated and sharding the optimizer state (as fsdp), and the "
+        "claim held against the faster",
     )
 
 

@@ -778,6 +778,18 @@ def calibration_report(result: dict, loss: str = "squares") -> None:
 def versus_line(versus: dict, band: list[float]) -> str:
     """One sentence on the winner against the given layout (``engine._versus``)."""
     given = ",".join(f"{k}={v}" for k, v in versus["degrees"].items() if v > 1) or "all degrees 1"
+    reading = ""
+    if versus.get("dp_read_as") == "fsdp":
+        replicated = versus.get("replicated_step_time_s")
+        reading = (
+            f"; the dp={versus['degrees']['fsdp']} given read as sharding the optimizer state over it, as ZeRO "
+            "and distributed optimizers do: "
+            + (
+                "replicated, no completion fits"
+                if replicated is None
+                else f"replicated, its best takes {replicated:.3f} s"
+            )
+        )
     if versus["verdict"] == "infeasible":
         return f"against {given}: no completion of those degrees fits or passes the rules"
     speedup, verdict = versus["speedup"], versus["verdict"]
@@ -802,7 +814,7 @@ def versus_line(versus: dict, band: list[float]) -> str:
             f"{best_fit}"
         )
     text = (
-        f"against {given} at its best ({versus['step_time_s']:.3f} s per step{over}): layout 1 claims "
+        f"against {given} at its best ({versus['step_time_s']:.3f} s per step{over}{reading}): layout 1 claims "
         f"{speedup:.3f}x"
     )
     if verdict == "not slower":
