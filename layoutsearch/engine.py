@@ -483,12 +483,19 @@ def explain(
     check_deadline(started, search.time_limit, [run.result])
     doc, layouts = run.document, run.result.layouts
     if versus is not None:
+        devices = run.problem.cluster.num_devices
         used = math.prod(versus.get(name, 1) for name in DEGREE_NAMES)
-        if used != run.problem.cluster.num_devices:
+        if used != devices:
             raise InvalidArgumentError(
                 f"{label('versus')}: {' x '.join(DEGREE_NAMES)} = {used}, but "
-                f"{run.problem.cluster_name} has {run.problem.cluster.num_devices} devices"
+                f"{run.problem.cluster_name} has {devices} devices"
             )
+        for name, value in versus.items():  # ep and etp too, which the product leaves out
+            if devices % value:
+                raise InvalidArgumentError(
+                    f"{label('versus')} {name}={value}: {value} does not divide the {devices} devices of "
+                    f"{run.problem.cluster_name}"
+                )
     if layouts:
         band = band_of(layouts[0])
         doc["explanation"] = {

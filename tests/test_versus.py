@@ -77,6 +77,11 @@ def test_versus_on_the_command_line(cli_main):
     code, _, err = cli_main(*EXPLAIN, "fsdp=2")
     assert code == 2
     assert err == "error: --versus: dp x fsdp x tp x pp x cp = 2, but h100-64 has 64 devices\n"
+    code, _, err = cli_main(
+        *EXPLAIN, "fsdp=64,ep=128"
+    )  # named as --versus, not as the --fix it becomes
+    assert code == 2
+    assert err == "error: --versus ep=128: 128 does not divide the 64 devices of h100-64\n"
     code, out, _ = cli_main(*EXPLAIN, "dp=64,fsdp=1")
     assert code == 0 and "against dp=64: no completion of those degrees fits" in out
 
