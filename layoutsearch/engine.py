@@ -28,7 +28,7 @@ from layoutsearch.core.options import (
     WorkloadOptions,
 )
 from layoutsearch.core.parse import parse_axes, parse_choices, parse_degrees, parse_names
-from layoutsearch.core.problem import Problem, SearchRequest
+from layoutsearch.core.problem import Problem, SearchRequest, check_moe_options
 from layoutsearch.core.problem import SearchOptions as Restrictions
 from layoutsearch.core.specs import (
     ALL_DEGREE_NAMES,
@@ -128,9 +128,11 @@ def build_problem(
     problem: ProblemOptions, workload: WorkloadOptions, tokens: float | None = None
 ) -> Problem:
     """The Problem of the options (the workload carries the training tokens when given)."""
-    return Problem.build(
-        problem.model, problem.cluster, workload.workload(problem.seqs, problem.seq_len, tokens)
-    )
+    asked = workload.workload(problem.seqs, problem.seq_len, tokens)
+    built = Problem.build(problem.model, problem.cluster, asked)
+    # the options as given, before the framework's defaults fill them
+    check_moe_options(built.model_id, built.model, asked)
+    return built
 
 
 def search_request(

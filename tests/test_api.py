@@ -125,7 +125,7 @@ def without_wall_times(doc):
                 what_if="peak_flops=2",
                 recompute="none,full",
                 export="maxtext",
-                routing_cv=0.3,
+                memory_margin_gib=1.5,
             ),
         ),
         (

@@ -175,7 +175,51 @@ def test_cli_takes_the_deepep_dispatch_and_names_it_for_moe_models_only():
         "DeepEP" not in runner.invoke(app, base).stdout.splitlines()[0]
     )  # torchtitan's default: NCCL all-to-all
     dense = runner.invoke(app, [*LLAMA3_8B_H100_64_ESTIMATE, "fsdp=64", "--deepep"])
-    assert dense.exit_code == 0 and "DeepEP" not in dense.stdout.splitlines()[0]
+    # a dense model has no token dispatch: refused, not silently dropped
+    assert dense.exit_code == 2
+    assert dense.output.strip().splitlines()[-1] == (
+        "error: --deepep: llama3-8b is a dense model (no experts) and DeepEP dispatches the tokens "
+        "of expert layers; leave it out, or name a mixture-of-experts --model"
+    )
+
+
+@pytest.mark.parametrize(
+    "flags, named, what",
+    [
+        (
+            ["--routing-cv", "0.3"],
+            "--routing-cv 0.3",
+            "it is the spread of a learned router's expert loads",
+        ),
+        (["--routing", "forced"], "--routing forced", "it forces the router's token balance"),
+        (
+            ["--ep-comm-overlap"],
+            "--ep-comm-overlap",
+            "it hides the expert layers' token all-to-alls",
+        ),
+        (
+            ["--precision", "fp8", "--fp8-dispatch"],
+            "--fp8-dispatch",
+            "it dispatches the expert layers' tokens in fp8",
+        ),
+    ],
+)
+def test_mixture_of_experts_options_on_a_dense_model_are_refused(flags, named, what):
+    """An option that only an expert layer reads, turned on for a dense model, exits 2 naming it (a wrong --model
+    is likelier than a wasted flag); the same options on a mixture-of-experts model run."""
+    runner = CliRunner()
+    dense = runner.invoke(app, [*LLAMA3_8B_H100_64_ESTIMATE, "fsdp=64", *flags])
+    assert dense.exit_code == 2
+    assert dense.output.strip().splitlines()[-1] == (
+        f"error: {named}: llama3-8b is a dense model (no experts) and {what}; leave it out, or name a "
+        f"mixture-of-experts --model"
+    )
+    moe = runner.invoke(
+        app,
+        ["estimate", "--model", "mixtral-8x7b", "--cluster", "h100-64", "--seqs", "64"]
+        + ["--layout", "fsdp=8,ep=8,tp=8", *flags],
+    )
+    assert moe.exit_code == 0, moe.output
 
 
 def test_megatron_computes_the_loss_gradient_in_place_of_its_softmax():

@@ -47,6 +47,7 @@ from layoutsearch.core.specs import (
     CUDA_GRAPHS,
     FP4_RECIPES,
     FP8_RECIPES,
+    LEARNED_ROUTING_EXPERT_CV,
     OFFLOADS,
     RECOMPUTE_POLICIES,
     ROUTINGS,
@@ -448,6 +449,35 @@ def check_compiled_loss(workload: Workload, profile: Profile, compiled: bool | N
             )
         return False
     return chosen
+
+
+def check_moe_options(model_id: str, model: ModelSpec, workload: Workload) -> None:
+    """A mixture-of-experts option turned on for a dense model changes nothing it costs or exports, so it is
+    refused, naming the option (a wrong --model is the likelier mistake than a wasted flag). A sweep over
+    several models applies them where they mean something and does not call this."""
+    if model.moe is not None:
+        return
+    given = (
+        ("--deepep", workload.deepep is True, "DeepEP dispatches the tokens of expert layers"),
+        (
+            "--ep-comm-overlap",
+            workload.ep_comm_overlap is True,
+            "it hides the expert layers' token all-to-alls",
+        ),
+        ("--fp8-dispatch", workload.fp8_dispatch, "it dispatches the expert layers' tokens in fp8"),
+        ("--routing forced", workload.routing == "forced", "it forces the router's token balance"),
+        (
+            f"--routing-cv {workload.routing_cv:g}",
+            workload.routing_cv != LEARNED_ROUTING_EXPERT_CV,
+            "it is the spread of a learned router's expert loads",
+        ),
+    )
+    for option, asked, what in given:
+        if asked:
+            raise InvalidArgumentError(
+                f"{option}: {model_id} is a dense model (no experts) and {what}; leave it out, or name a "
+                f"mixture-of-experts --model"
+            )
 
 
 def check_capacity(workload: Workload, acc) -> None:
