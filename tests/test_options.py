@@ -205,7 +205,10 @@ def test_the_what_if_help_lists_the_what_if_keys():
             ["--framework", "foo"],
             "error: Invalid value for '--framework': Value error, 'foo' is not one of",
         ),
-        (["--tokens", "nan"], "error: Invalid value for '--tokens': nan is not a finite number"),
+        (
+            ["--tokens", "nan"],
+            "error: Invalid value for '--tokens': Input should be a finite number (got 'nan')",
+        ),
         (
             ["--grad-bytes", "7"],
             "error: Invalid value for '--grad-bytes': Input should be less than or equal to 4 (got '7')",

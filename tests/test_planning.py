@@ -436,8 +436,16 @@ SWEEP = ["sweep", "-m", "debug", "-c", "h100-8", "-o"]
         ("--tokens", "-1", "error: --tokens: -1.0 is not a number of tokens in (0, 1e+18]"),
         ("--tokens", "0", "error: --tokens: 0.0 is not a number of tokens in (0, 1e+18]"),
         ("--tokens", "2e18", "error: --tokens: 2e+18 is not a number of tokens in (0, 1e+18]"),
-        ("--tokens", "nan", "error: Invalid value for '--tokens': nan is not a finite number"),
-        ("--tokens", "inf", "error: Invalid value for '--tokens': inf is not a finite number"),
+        (
+            "--tokens",
+            "nan",
+            "error: Invalid value for '--tokens': Input should be a finite number (got 'nan')",
+        ),
+        (
+            "--tokens",
+            "inf",
+            "error: Invalid value for '--tokens': Input should be a finite number (got 'inf')",
+        ),
         (
             "--price-per-device-hour",
             "-0.5",
@@ -446,7 +454,7 @@ SWEEP = ["sweep", "-m", "debug", "-c", "h100-8", "-o"]
         (
             "--price-per-device-hour",
             "nan",
-            "error: Invalid value for '--price-per-device-hour': nan is not a finite number",
+            "error: Invalid value for '--price-per-device-hour': Input should be a finite number (got 'nan')",
         ),
         (
             "--price-per-device-hour",

@@ -85,11 +85,20 @@ def write_output(text: str, output: str | None, what: str = "--output") -> None:
     typer.echo(f"wrote {output}", err=True)
 
 
-def finite(value: float | None) -> float | None:
-    """Typer callback: a float option must be a finite number (click's ranges let NaN through)."""
-    if value is not None and not math.isfinite(value):
-        raise typer.BadParameter(f"{value} is not a finite number")
-    return value
+def finite_from(minimum: float) -> Callable[[float | None], float | None]:
+    """Typer callback: a float option must be a finite number of at least ``minimum``, worded as the options'
+    own checks word it (click's ranges let NaN through and would call it out of range)."""
+
+    def check(value: float | None) -> float | None:
+        if value is not None and not math.isfinite(value):
+            raise typer.BadParameter(f"Input should be a finite number (got '{value}')")
+        if value is not None and value < minimum:
+            raise typer.BadParameter(
+                f"Input should be greater than or equal to {minimum:g} (got '{value:g}')"
+            )
+        return value
+
+    return check
 
 
 FormatOpt = Annotated[Format, typer.Option("--format", help="table, json or yaml")]

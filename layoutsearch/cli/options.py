@@ -11,7 +11,6 @@ fill the options not given on the command line). An error names the option
 from __future__ import annotations
 
 import dataclasses
-import math
 from collections.abc import Callable
 from typing import Any
 
@@ -198,20 +197,11 @@ def _validated(
         options = group.model_validate({k: v for k, v in values.items() if k not in objects})
     except ValidationError as exc:
         err = exc.errors()[0]
-        name, message, value = str(err["loc"][0]), str(err["msg"]), err.get("input")
+        name, message = str(err["loc"][0]), str(err["msg"])
         if name in from_file:
             shown = "" if isinstance(from_file[name], list) else f" (got {from_file[name]!r:.80})"
             raise InvalidArgumentError(f"{file}: field '{name}': {message}{shown}") from None
         raise typer.BadParameter(message, ctx=ctx, param=_param(ctx, name)) from exc
-    for name, value in values.items():
-        if (
-            cli_of(group.model_fields[name]).get("finite")
-            and value is not None
-            and not math.isfinite(getattr(options, name))
-        ):
-            raise typer.BadParameter(
-                f"{getattr(options, name)} is not a finite number", ctx=ctx, param=_param(ctx, name)
-            )
     return options.model_copy(update=objects) if objects else options
 
 

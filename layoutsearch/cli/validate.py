@@ -9,7 +9,7 @@ import typer
 from layoutsearch.cli.common import (
     Format,
     FormatOpt,
-    finite,
+    finite_from,
     one_line,
     print_document,
     progress_line,
@@ -24,7 +24,7 @@ from layoutsearch.validation.validate import load_runs, loso_line, validate_runs
 def validate(
     runs: Annotated[str, typer.Argument(help="Measured runs (docs/RUN_RECORDS.md format)")],
     max_median_error: Annotated[
-        float, typer.Option("--max-median-error", min=0.0, callback=finite)
+        float, typer.Option("--max-median-error", callback=finite_from(0.0))
     ] = 0.10,
     rank: Annotated[
         bool,

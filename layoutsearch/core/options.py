@@ -9,8 +9,8 @@ keys of a problem file (``core.problem_file``), the keyword arguments of the Pyt
 of a result document's workload record (``core.problem.WorkloadRecord``).
 
 A field's command-line spelling is ``--field-name`` (``--name/--no-name`` for a boolean)
-unless ``flags`` in its metadata gives another (a short name, a plain switch). ``finite``
-marks a float without a range whose value must still be a finite number.
+unless ``flags`` in its metadata gives another (a short name, a plain switch). Every float must be
+a finite number (``OptionGroup``: pydantic's ``allow_inf_nan=False``; a range alone lets NaN through).
 """
 
 from __future__ import annotations
@@ -110,9 +110,9 @@ def framework_choice(description: str) -> Any:
     return Field(None, description=f"{description} (default: the framework's choice)")
 
 
-def cli(*flags: str, finite: bool = False) -> dict[str, Any]:
+def cli(*flags: str) -> dict[str, Any]:
     """A field's command-line metadata: its flags where they differ from ``--field-name``."""
-    return {"flags": flags, "finite": finite} if flags else {"finite": finite}
+    return {"flags": flags}
 
 
 def switch(flag: str, description: str) -> Any:
@@ -144,7 +144,7 @@ def _choice_of(annotation: Any) -> type[Enum] | None:
 class OptionGroup(BaseModel):
     """Options of one concern: frozen, unknown names refused, validated only when used."""
 
-    model_config = ConfigDict(frozen=True, extra="forbid", defer_build=True)
+    model_config = ConfigDict(frozen=True, extra="forbid", defer_build=True, allow_inf_nan=False)
 
     @field_validator("*", mode="before")
     @classmethod
@@ -423,12 +423,10 @@ class PlanOptions(OptionGroup):
     tokens: float | None = Field(
         None,
         description="Training tokens (e.g. 15e12): days, device-hours and cost of each layout",
-        json_schema_extra=cli(finite=True),
     )
     price_per_device_hour: float | None = Field(
         None,
         description="Price of one device for one hour (any currency): cost = device-hours x price",
-        json_schema_extra=cli(finite=True),
     )
     what_if: str | None = Field(
         None,
