@@ -131,6 +131,18 @@ def test_non_utf8_files_are_one_line_naming_the_path(bad_input, tmp_path, solve_
     assert f"{tmp_path / 'runs.yaml'}: not UTF-8 text" in err
 
 
+def test_export_of_a_json_file_that_is_not_a_result_says_so(bad_input, tmp_path):
+    """Export reads a solve or estimate document; any other JSON is one line naming the file and what it lacks."""
+    other = tmp_path / "other.json"
+    other.write_text('{"layouts": []}')
+    assert bad_input("export", other, "--to", "megatron") == (
+        f"error: RESULT: '{other}' is not a result document (solve or estimate --format json; OUTPUT.md): "
+        f"no 'problem' object"
+    )
+    other.write_text("[1, 2]")
+    assert bad_input("export", other, "--to", "megatron").endswith("OUTPUT.md): list")
+
+
 def test_read_helpers(tmp_path):
     """One reading helper: missing, a directory, NUL in the name, not UTF-8, not JSON, NaN, too deep, bad YAML."""
     f = tmp_path / "f.json"

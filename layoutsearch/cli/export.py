@@ -29,12 +29,13 @@ def export(
 ) -> None:
     """Write a saved layout as a training framework's configuration (checked by that framework's rules)."""
     document = io.read_json(result, "RESULT")
-    if not isinstance(document, dict):
+    if not isinstance(document, dict) or "problem" not in document:
+        what = "no 'problem' object" if isinstance(document, dict) else type(document).__name__
         raise InvalidArgumentError(
             io.says(
                 result,
                 "RESULT",
-                f"not a result document: a JSON object (OUTPUT.md), not {type(document).__name__}",
+                f"not a result document (solve or estimate --format json; OUTPUT.md): {what}",
             )
         )
     try:

@@ -15,7 +15,7 @@ import unicodedata
 from dataclasses import dataclass, replace
 
 from layoutsearch.core.check import check_layout
-from layoutsearch.core.errors import InvalidLayoutError
+from layoutsearch.core.errors import InvalidArgumentError, InvalidLayoutError
 from layoutsearch.core.placement import default_axes
 from layoutsearch.core.problem import HasProblem, Problem, layout_from_record, version
 from layoutsearch.core.specs import Layout
@@ -124,7 +124,12 @@ def build_context(document: dict, target: str, rank: int = 1) -> ExportContext:
         raise InvalidLayoutError(
             f"document: expected a JSON object (OUTPUT.md), got {type(document).__name__}"
         )
-    problem = Problem.from_record(document.get("problem"))
+    if "problem" not in document:
+        raise InvalidArgumentError(
+            "document: no 'problem' object: not a solve or estimate result (their --format json "
+            "writes one; OUTPUT.md)"
+        )
+    problem = Problem.from_record(document["problem"])
     record = pick_record(document, rank)
     layout = layout_from_record(record, f"layouts[rank {rank}]")
     violations = check_layout(problem, layout)
