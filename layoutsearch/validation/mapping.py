@@ -1295,3 +1295,37 @@ def record_to_estimate(record: dict) -> tuple[Problem, Layout, Estimate] | str:
     if replicas > 1 and dp == replicas and dict(dict(axes).get("dp", ())).get("dcn") != replicas:
         return f"placement: dp({dp}) does not land on the dcn axis ({dict(axes)})"
     return problem, replace(layout, axes=axes), est
+
+
+# The terms of an estimate that a transformer layer's forward and backward spend on its stage: its GEMMs, attention
+# core, recompute and element-wise kernels, and the TP collectives they wait for (the step's output head, optimizer,
+# pipeline and data-parallel terms and overheads are not a layer's)
+LAYER_TERMS = (
+    "compute/matmul",
+    "compute/attention",
+    "compute/recompute",
+    "compute/elementwise",
+    "exposed_comm/tp",
+    "exposed_comm/interference",
+)
+
+
+def layer_seconds(record: dict, recompute: str, sequence_parallel: bool) -> float:
+    """Seconds one transformer layer's forward and backward take in ``record``'s run with that recompute policy and
+    sequence parallelism: its estimate's ``LAYER_TERMS`` over its layers. For a run of one pipeline stage and one
+    microbatch, whose every layer is alike (what a paper's per-layer timing measures)."""
+    lay = record["layout"]
+    if lay["pp"] != 1 or lay["num_microbatches"] != 1:
+        raise ValueError(
+            f"{record['id']}: per-layer seconds need one stage and one microbatch, not pp {lay['pp']} and "
+            f"{lay['num_microbatches']} microbatches"
+        )
+    variant = {
+        **record,
+        "layout": {**lay, "recompute": recompute, "sequence_parallel": sequence_parallel},
+    }
+    out = record_to_estimate(variant)
+    if isinstance(out, str):
+        raise ValueError(f"{record['id']}: {out}")
+    problem, _, est = out
+    return sum(est.time_s.get(term, 0.0) for term in LAYER_TERMS) / problem.model.num_layers
