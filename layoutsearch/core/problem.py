@@ -197,13 +197,15 @@ def warn_uncalibrated(model: ModelSpec, acc) -> None:
 
 
 def warn_fp4(workload: Workload) -> None:
-    """fp4 training: its GEMM rate is a kernel measurement's, one per part (docs/calibration.md#fp4_recipe_ratio), and no measured
-    run of the development sets trains in fp4, so the prediction takes the uncalibrated band. Megatron-Bridge's
+    """fp4 training: its GEMM rate is a kernel measurement's, one per part, times the share of its kernel rate fp8 keeps
+    in training (docs/calibration.md#fp4_recipe_ratio), and no measured run of the development sets trains in fp4,
+    so the prediction takes the uncalibrated band. Megatron-Bridge's
     published NVFP4 runs went 1.15x to 1.41x faster than its FP8 ones (docs/cost_model.md#fp4-training)."""
     if workload.precision == "fp4":
         warnings.warn(
             f"--precision fp4: fp4 GEMMs are costed at their {fp4_recipe_of(workload)} rate from a kernel measurement "
-            f"(docs/calibration.md#fp4_recipe_ratio), and no measured run of the development sets trains in "
+            f"and fp8's in-training share (docs/calibration.md#fp4_recipe_ratio), and no measured run of the "
+            f"development sets trains in "
             f"fp4: the band is the uncalibrated one; Megatron-Bridge's published NVFP4 runs went 1.15x to 1.41x "
             f"faster than its FP8 ones",
             UncalibratedWarning,
