@@ -143,6 +143,37 @@ def test_export_of_a_json_file_that_is_not_a_result_says_so(bad_input, tmp_path)
     assert bad_input("export", other, "--to", "megatron").endswith("OUTPUT.md): list")
 
 
+def test_a_sequence_longer_than_the_learned_position_table_is_refused(
+    bad_input, cli_main, tmp_path
+):
+    """GPT-3 learns 2,048 positions: a 4,096-token sequence has no position for half its tokens, and a longer
+    table is another model. Refused, naming --seq-len and the table, for a catalogue model and a Hugging Face
+    config alike (GPT-2's n_positions); at the table's length it runs, and rotary models have no such bound."""
+    assert bad_input("solve", "--model", "gpt3-175b", "--cluster", "a100-80gb-64") == (
+        "error: --seq-len 4096: gpt3-175b learns 2,048 positions (its position embedding's rows), so no sequence "
+        "is longer; use --seq-len 2048 or less"
+    )
+    config = tmp_path / "config.json"
+    config.write_text(
+        '{"model_type": "gpt2", "n_embd": 768, "n_head": 12, "n_layer": 12, "vocab_size": 50257, '
+        '"n_positions": 1024}'
+    )
+    err = bad_input("estimate", "--model", config, "--cluster", "h100-8", "--layout", "dp=8")
+    assert err.startswith(f"error: --seq-len 4096: {config} learns 1,024 positions")
+    code, _, err = cli_main(
+        "estimate",
+        "--model",
+        config,
+        "--cluster",
+        "h100-8",
+        "--layout",
+        "dp=8",
+        "--seq-len",
+        "1024",
+    )
+    assert code == 0, err
+
+
 def test_read_helpers(tmp_path):
     """One reading helper: missing, a directory, NUL in the name, not UTF-8, not JSON, NaN, too deep, bad YAML."""
     f = tmp_path / "f.json"

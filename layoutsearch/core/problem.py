@@ -103,6 +103,7 @@ class Problem:
         name or cluster YAML) or resolved objects (a ``CustomCluster`` keeps its description)."""
         check_workload(workload)
         spec = load_model(model) if isinstance(model, str) else model
+        check_positions(model if isinstance(model, str) else spec.name, spec, workload)
         clus = resolve_cluster(cluster) if isinstance(cluster, str) else cluster
         workload = resolved_workload(workload, clus)
         warn_uncalibrated(spec, clus.accelerator)
@@ -503,6 +504,18 @@ def check_capacity(workload: Workload, acc) -> None:
         f"{reserve / GIB:.4g} GiB runtime reserve ({acc.id} runtime_reserve_gib) - "
         f"{margin / GIB:.4g} GiB margin = {(hbm - reserve - margin) / GIB:.4g} GiB"
     )
+
+
+def check_positions(model_id: str, model: ModelSpec, workload: Workload) -> None:
+    """A model with a learned position table (GPT-3's 2,048 rows) has no position for a token beyond it: a longer
+    sequence is refused, naming --seq-len and the table (a longer table is another model, with more parameters).
+    Rotary and ALiBi models have no such bound."""
+    rows = model.learned_positions
+    if rows and workload.seq_len > rows:
+        raise InvalidArgumentError(
+            f"--seq-len {workload.seq_len}: {model_id} learns {rows:,} positions (its position embedding's rows), "
+            f"so no sequence is longer; use --seq-len {rows} or less"
+        )
 
 
 def check_workload(workload: Workload, where: str = "") -> None:
