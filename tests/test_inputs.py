@@ -174,6 +174,36 @@ def test_a_sequence_longer_than_the_learned_position_table_is_refused(
     assert code == 0, err
 
 
+def test_a_saved_result_beyond_the_learned_positions_is_not_exported(bad_input, cli_main, tmp_path):
+    """A result document whose sequence outruns its model's learned positions (written before the check, or edited)
+    is refused on export as on solve, not written as a Megatron run with --seq-length beyond
+    --max-position-embeddings."""
+    code, out, err = cli_main(
+        "estimate",
+        "--model",
+        "gpt3-175b",
+        "--cluster",
+        "a100-80gb-64",
+        "--seqs",
+        "64",
+        "--seq-len",
+        "2048",
+        "--layout",
+        "tp=8,pp=8",
+        "--format",
+        "json",
+    )
+    assert code in (0, 1), err
+    doc = json.loads(out)
+    doc["problem"]["seq_len"] = 4096
+    saved = tmp_path / "result.json"
+    saved.write_text(json.dumps(doc))
+    assert bad_input("export", saved, "--to", "megatron") == (
+        "error: --seq-len 4096: gpt3-175b learns 2,048 positions (its position embedding's rows), so no sequence "
+        "is longer; use --seq-len 2048 or less"
+    )
+
+
 def test_read_helpers(tmp_path):
     """One reading helper: missing, a directory, NUL in the name, not UTF-8, not JSON, NaN, too deep, bad YAML."""
     f = tmp_path / "f.json"

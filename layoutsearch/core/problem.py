@@ -159,6 +159,7 @@ class Problem:
             )
         else:
             model = load_model(rec.model)
+        check_positions(rec.model, model, workload)
         cluster = (
             resolve_cluster(rec.cluster)
             if rec.cluster_spec is None
