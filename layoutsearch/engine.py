@@ -17,7 +17,12 @@ import warnings
 from collections.abc import Callable
 from typing import Any
 
-from layoutsearch.core.errors import CatalogueError, InvalidArgumentError, LayoutsearchWarning
+from layoutsearch.core.errors import (
+    CatalogueError,
+    InvalidArgumentError,
+    InvalidLayoutError,
+    LayoutsearchWarning,
+)
 from layoutsearch.core.frameworks import framework_of_target
 from layoutsearch.core.numbers import odd_part
 from layoutsearch.core.options import (
@@ -584,6 +589,23 @@ def _within_memory_error(problem: Problem, request: SearchRequest, fitting: Esti
     return near
 
 
+def _layout_named(
+    given: LayoutOptions | Layout, layout: Layout, problem: Problem, label: Label
+) -> str:
+    """The option a refused layout came from, with its value; where it was left at its default (the main job's) and
+    does not cover the cluster's devices, saying so: the degrees of the refusal are then none the user wrote."""
+    if not isinstance(given, LayoutOptions):
+        return ""
+    default = LayoutOptions.model_fields["layout"].default
+    if given.layout != default or math.prod(layout.degrees.values()) == problem.num_devices:
+        return f"{label('layout')} {given.layout}: "
+    main_cluster = ProblemOptions.model_fields["cluster"].default
+    return (
+        f"{label('layout')} {default} is the default (the main job's layout on {main_cluster}); give the degrees "
+        f"for {problem.cluster_name}: "
+    )
+
+
 def layout_of(
     problem: ProblemOptions, layout: LayoutOptions | Layout, label: Label = flag
 ) -> Layout:
@@ -646,7 +668,11 @@ def estimate(
     factors = check_plan(plan, label)
     prob = build_problem(problem, workload, plan.tokens)
     mfu_convention = layout.mfu_convention.value if isinstance(layout, LayoutOptions) else "model"
-    est = estimate_layout(prob, layout_of(problem, layout, label), mfu_convention=mfu_convention)
+    lay = layout_of(problem, layout, label)
+    try:
+        est = estimate_layout(prob, lay, mfu_convention=mfu_convention)
+    except InvalidLayoutError as exc:
+        raise InvalidLayoutError(f"{_layout_named(layout, lay, prob, label)}{exc}") from None
     price = plan.price_per_device_hour
     doc = estimate_document(est, price, planning.resilience_of(plan))
     what_if = None

@@ -96,6 +96,11 @@ def test_layout_that_does_not_fit_exits_1_with_the_numbers():
             ["--layout", "fsdp=256,tp=32", "--model", "llama2-13b"],
             "tp(32) does not divide num_heads(40)",
         ),
+        (
+            ["--cluster", "h100-8"],
+            "--layout fsdp=1024,tp=8 is the default (the main job's layout on v5p-8192); give the degrees for "
+            "h100-8: dp(1) x fsdp(1024) x tp(8) x pp(1) x cp(1) = 8192, but cluster h100-8 has 8 devices",
+        ),
         (["--layout", "fsdp=1024,tq=8"], "unknown degree 'tq' (did you mean 'tp'?)"),
         (["--layout", "fsdp=0"], "--layout fsdp: 0 must be >= 1"),
         (["--model", "llama71b"], "unknown model 'llama71b' (did you mean 'llama70b'?)"),

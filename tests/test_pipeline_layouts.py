@@ -336,7 +336,9 @@ def test_estimate_takes_the_balanced_split():
     single = [a if a != "fsdp=4,pp=4" else "fsdp=16" for a in argv]
     bad = runner.invoke(app, [*single, "--balanced-split"])
     assert bad.exit_code == 2
-    assert bad.stderr.startswith("error: the balanced split of num_layers(32) over pp(1)")
+    assert bad.stderr.startswith(
+        "error: --layout fsdp=16: the balanced split of num_layers(32) over pp(1)"
+    )
     assert bad.stderr.count("\n") == 1
 
 
