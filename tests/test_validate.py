@@ -1191,6 +1191,24 @@ def test_all_skipped_file_summarises_to_no_median(runs, capsys):
     assert "skipped tf32: precision 'tf32'" in printed
 
 
+def test_a_record_without_an_accelerator_is_tabled_as_not_stated(runs, capsys):
+    """A record that names no accelerator is skipped and counted under '(not stated)', not under 'None'."""
+    bare = parsed({"id": "bare", "source": "somewhere 2026"})
+    doc = validate_runs([bare], rank=False)
+    assert doc["summary"]["by_accelerator"] == {
+        None: {
+            "count": 0,
+            "median_abs_rel_error": None,
+            "p90_abs_rel_error": None,
+            "median_rel_error": None,
+            "skipped": 1,
+        }
+    }
+    validation_report(doc)
+    printed = capsys.readouterr().out
+    assert "(not stated)" in printed and "None" not in printed
+
+
 def test_spearman_rank_correlation():
     """+1 for a monotone relation, -1 reversed, average ranks for ties, None below 3 points."""
     assert spearman([1, 2, 3, 4], [10, 20, 35, 100]) == pytest.approx(1.0)

@@ -728,7 +728,7 @@ def validation_report(doc: dict) -> None:
             table.add_column(col, justify="left" if col == title else "right")
         for name, g in groups.items():
             table.add_row(
-                str(name),
+                "(not stated)" if name is None else str(name),  # a record without the field
                 str(g["count"]),
                 _pct(g["median_abs_rel_error"]),
                 _pct(g["p90_abs_rel_error"]),
