@@ -129,7 +129,7 @@ def test_offload_needs_the_hosts_catalogue_fields_and_zero3_for_parameters():
     out = check_layout(problem, Layout(fsdp=8, zero_stage=1, offload="optimizer"))
     assert [v.message for v in out] == [
         "offload optimizer keeps model state in host memory, but mi300x has no "
-        "host_memory_gib_per_node, host_cpu_cores_per_node in its hardware file"
+        "host_memory_gib_per_node, host_cpu_cores_per_node in its hardware file (a cluster file can give them)"
     ]
     h100 = Problem.build(
         load_model("debug"), resolve_cluster("h100-8"), Workload(global_batch_seqs=8, seq_len=256)
@@ -262,7 +262,7 @@ def test_exports_refuse_what_their_framework_cannot_offload(target, offload, zer
 
 def test_funnel_names_the_offload_rule_that_leaves_nothing():
     """--offload params on mi300x (no host memory or cores in its hardware file): nothing is
-    searched, exit 1, and the funnel names the rule offload-host."""
+    searched, exit 1, and the message is the rule's reason for that choice, naming the fields missing."""
     result = RUNNER.invoke(
         app,
         [
@@ -271,7 +271,59 @@ def test_funnel_names_the_offload_rule_that_leaves_nothing():
         ],
     )
     assert result.exit_code == 1
-    assert "(offload-host) removes the last 35 degree tuples" in result.output
+    assert (
+        "no feasible layout: offload params keeps model state in host memory, but mi300x has no "
+        "host_memory_gib_per_node, host_cpu_cores_per_node in its hardware file (a cluster file can give "
+        "them) (offload-host)"
+    ) in result.output
+
+
+def test_a_cluster_file_gives_the_host_memory_and_cores(tmp_path):
+    """mi300x's hardware file has no host memory or cores; a cluster file's host_memory_gib_per_node and
+    host_cpu_cores_per_node make offload plannable (the winner offloads where --offload allows only that), and
+    the result records them, so export rebuilds the same cluster; a bad value is one line naming the field."""
+    path = tmp_path / "mi300x.cluster.yaml"
+    path.write_text(
+        "accelerator: mi300x\nnodes: 1\nhost_memory_gib_per_node: 1536\nhost_cpu_cores_per_node: 96\n"
+    )
+    cluster = resolve_cluster(str(path))
+    assert cluster.host_memory_bytes_per_node == 1536 * 1024**3
+    assert cluster.accelerator.host_cpu_cores_per_node == 96
+    assert cluster.accelerator.sources["host_memory_gib_per_node"] == (
+        f"cluster file {path}: host_memory_gib_per_node"
+    )
+    result = RUNNER.invoke(
+        app,
+        [
+            *("solve", "--model", "debug", "--cluster", str(path), "--seqs", "8"),
+            *("--seq-len", "256", "--offload", "optimizer", "--format", "json"),
+        ],
+    )
+    assert result.exit_code == 0, result.output
+    doc = json.loads(result.stdout)
+    assert doc["layouts"][0]["offload"] == "optimizer"
+    assert doc["problem"]["cluster_spec"]["host_memory_gib_per_node"] == 1536.0
+    assert doc["problem"]["cluster_spec"]["host_cpu_cores_per_node"] == 96
+    path.write_text("accelerator: mi300x\nnodes: 1\nhost_cpu_cores_per_node: 0\n")
+    bad = RUNNER.invoke(app, ["solve", "--model", "debug", "--cluster", str(path)])
+    assert bad.exit_code == 2
+    assert bad.stderr == (
+        f"error: {path}: field 'host_cpu_cores_per_node': Input should be greater than or equal to 1 (got 0)\n"
+    )
+
+
+def test_a_gb200_host_is_a_tray_of_two_grace_cpus():
+    """gb200: a host is a compute tray (4 GPUs, 2 Grace CPUs): 2 x 480 GB of LPDDR5X and 2 x 72 cores, so
+    Llama 3 405B's whole state offloaded from 8 GPUs (4 a tray) overflows the tray's 959.9 GB."""
+    cluster = resolve_cluster("gb200-8")
+    assert (cluster.devices_per_node, cluster.host_memory_bytes_per_node) == (4, 894 * 1024**3)
+    assert cluster.accelerator.host_cpu_cores_per_node == 144
+    problem = Problem.build(
+        load_model("llama3-405b"), cluster, Workload(global_batch_seqs=8, seq_len=4096)
+    )
+    lay = Layout(fsdp=8, zero_stage=3, num_microbatches=1, recompute="full", offload="params")
+    found = [v.message for v in estimate(problem, lay, strict=False).violations]
+    assert found == ["offloads 3652.7 GB per node (4 devices), host memory 959.9 GB"]
 
 
 def test_host_memory_counts_offloaded_activations_in_both_searches():

@@ -514,7 +514,7 @@ def _host_fields_refusal(p: Problem, c: dict) -> str:
     missing = ", ".join(_host_fields_missing(p))
     return (
         f"offload {OFFLOADS[c['f']]} keeps model state in host memory, but "
-        f"{p.cluster.accelerator.id} has no {missing} in its hardware file"
+        f"{p.cluster.accelerator.id} has no {missing} in its hardware file (a cluster file can give them)"
     )
 
 

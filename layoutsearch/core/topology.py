@@ -54,6 +54,8 @@ from layoutsearch.core import io
 from layoutsearch.core.catalogue import (
     MAX_GBYTES_PER_S,
     MAX_HBM_GIB,
+    MAX_HOST_CPU_CORES,
+    MAX_HOST_MEMORY_GIB,
     MIN_GBYTES_PER_S,
     accelerator_from_dict,
     accelerator_names,
@@ -801,7 +803,9 @@ class ClusterFile(BaseModel):
     nodes into two sites joined by ``wan_gbytes_per_s`` each way at ``wan_latency_us`` (docs/usage.md);
     ``nvlink_gbytes_per_s_per_direction`` overrides the NVLink bandwidth. A TPU cluster is a
     torus ``shape`` ([x, y, z], within the largest slice) times ``slices`` joined over DCN at
-    ``dcn_gbytes_per_s_per_chip``. ``hbm_gib`` overrides the memory per device. The factor graphs
+    ``dcn_gbytes_per_s_per_chip``. ``hbm_gib`` overrides the memory per device, and
+    ``host_memory_gib_per_node`` and ``host_cpu_cores_per_node`` one host's memory and cores (what optimizer and
+    parameter offload check and run on; the catalogue's where the file is silent). The factor graphs
     are the ones cluster names build (``gpu_factors``, ``torus_factors``).
     """
 
@@ -811,6 +815,10 @@ class ClusterFile(BaseModel):
     accelerator: _Text = ABSENT
     accelerator_spec: dict = ABSENT
     hbm_gib: _Gib = ABSENT
+    host_memory_gib_per_node: Annotated[
+        StrictFloat, Field(gt=0, le=MAX_HOST_MEMORY_GIB, allow_inf_nan=False)
+    ] = ABSENT
+    host_cpu_cores_per_node: Annotated[StrictInt, Field(ge=1, le=MAX_HOST_CPU_CORES)] = ABSENT
     devices_per_node: _Count = ABSENT
     nodes: _Count = ABSENT
     scale_out_gbytes_per_s_per_device: _Rate = ABSENT
@@ -1061,14 +1069,18 @@ def _wan(f: ClusterFile, where) -> WanLink | None:
 
 
 def _file_accelerator(f: ClusterFile, file: str, prefix: str) -> Accelerator:
-    """A catalogue accelerator (``accelerator``) or an inline one (``accelerator_spec``), exactly one."""
+    """A catalogue accelerator (``accelerator``) or an inline one (``accelerator_spec``), exactly one, with the
+    host's memory and cores the file gives (``_with_host``)."""
     if f.accelerator is not None and f.accelerator_spec is not None:
         raise CatalogueError(
             f"{file}: fields '{prefix}accelerator' and '{prefix}accelerator_spec': give one, not both"
         )
     if f.accelerator_spec is not None:
-        return accelerator_from_dict(
-            f.accelerator_spec, f"{file}: field '{prefix}accelerator_spec'"
+        return _with_host(
+            f,
+            accelerator_from_dict(f.accelerator_spec, f"{file}: field '{prefix}accelerator_spec'"),
+            file,
+            prefix,
         )
     known = accelerator_names()
     if f.accelerator is None:
@@ -1081,7 +1093,29 @@ def _file_accelerator(f: ClusterFile, file: str, prefix: str) -> Accelerator:
             f"{file}: field '{prefix}accelerator': unknown accelerator '{f.accelerator:.80}'"
             f"{did_you_mean(f.accelerator, known)}; known: {', '.join(known)}"
         )
-    return load_accelerator(f.accelerator)
+    return _with_host(f, load_accelerator(f.accelerator), file, prefix)
+
+
+def _with_host(f: ClusterFile, acc: Accelerator, file: str, prefix: str) -> Accelerator:
+    """``acc`` with one host's memory and CPU cores where the file gives them (a host other than the catalogue's
+    system, or a part whose hardware file has none), each source naming the file's field."""
+    given = {
+        key: value
+        for key, value in (
+            ("host_memory_gib_per_node", f.host_memory_gib_per_node),
+            ("host_cpu_cores_per_node", f.host_cpu_cores_per_node),
+        )
+        if value is not None
+    }
+    if not given:
+        return acc
+    changes: dict[str, Any] = {}
+    if "host_memory_gib_per_node" in given:
+        changes["host_memory_bytes_per_node"] = given["host_memory_gib_per_node"] * GIB
+    if "host_cpu_cores_per_node" in given:
+        changes["host_cpu_cores_per_node"] = given["host_cpu_cores_per_node"]
+    sources = {**acc.sources, **{key: f"cluster file {file}: {prefix}{key}" for key in given}}
+    return replace(acc, **changes, sources=sources)
 
 
 EXAMPLE_CLUSTERS = (

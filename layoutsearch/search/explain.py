@@ -8,6 +8,7 @@
 
 from __future__ import annotations
 
+import itertools
 import math
 from dataclasses import replace
 from typing import Any
@@ -470,6 +471,21 @@ def _batch_limit(problem: Problem) -> str:
     )
 
 
+def _refused_choice(problem: Problem, space: Space, rule: Rule) -> dict | None:
+    """Where ``rule`` reads only choices the search was asked to try (the offload, ZeRO stage, recompute policy), no
+    degree, the first such choice it refuses (plain ints, as ``Rule.why`` takes one), else None: its reason then
+    names what is missing for that choice, which the rule's title cannot."""
+    choices = {"f": space.offload_codes, "z": np.arange(4), "r": space.recompute_codes}
+    if not rule.needs or not rule.needs <= choices.keys():
+        return None
+    names = sorted(rule.needs)
+    for values in itertools.product(*(choices[n] for n in names)):
+        cand = {n: int(v) for n, v in zip(names, values, strict=True)}
+        if not np.all(rule.holds(problem, {n: np.array([v]) for n, v in cand.items()})):
+            return cand
+    return None
+
+
 def infeasibility(problem: Problem, space: Space, tables: Tables | None) -> dict:
     """The explanation printed (and put in the JSON) when no candidate fits."""
     steps = funnel(problem, space.rules, space.sequence_parallel)
@@ -492,10 +508,13 @@ def infeasibility(problem: Problem, space: Space, tables: Tables | None) -> dict
     if found is None:
         last = next((s for s in steps if s["remaining"] == 0), steps[-1])
         rule = next((r for r in space.rules if r.code == last["code"]), None)
+        refused = _refused_choice(problem, space, rule) if rule is not None else None
         if (
             rule is not None and not rule.needs
         ):  # a rule on the whole problem (model, precision): its own reason
             out["message"] = f"{rule.why(problem, {})} ({rule.code})"
+        elif rule is not None and refused is not None:  # a choice asked for: why not it
+            out["message"] = f"{rule.why(problem, refused)} ({rule.code})"
         else:
             out["message"] = (
                 f"no layout satisfies the rules: '{last['rule']}' ({last['code']}) removes the last "
