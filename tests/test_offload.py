@@ -312,6 +312,18 @@ def test_a_cluster_file_gives_the_host_memory_and_cores(tmp_path):
     )
 
 
+@pytest.mark.parametrize(
+    "cluster, devices, gib, cores",
+    [("gb200-72", 4, 894, 144), ("gb300-72", 4, 894, 144), ("v5e-256", 8, 384, 112)],
+)
+def test_catalogued_hosts(cluster, devices, gib, cores):
+    """The hosts added on 2026-12-06 (hardware files' sources): a GB200 or GB300 compute tray (2 Grace CPUs
+    for 4 GPUs) and a v5e ct5lp-hightpu-8t VM (8 chips)."""
+    c = resolve_cluster(cluster)
+    assert (c.devices_per_node, c.host_memory_bytes_per_node) == (devices, gib * 1024**3)
+    assert c.accelerator.host_cpu_cores_per_node == cores
+
+
 def test_a_gb200_host_is_a_tray_of_two_grace_cpus():
     """gb200: a host is a compute tray (4 GPUs, 2 Grace CPUs): 2 x 480 GB of LPDDR5X and 2 x 72 cores, so
     Llama 3 405B's whole state offloaded from 8 GPUs (4 a tray) overflows the tray's 959.9 GB."""
