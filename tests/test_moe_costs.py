@@ -773,6 +773,23 @@ def test_moe_on_an_accelerator_without_moe_calibration_is_warned(capsys):
     )
     assert main(["solve", "--model", "mixtral-8x7b", "--cluster", "h100-64", *args]) == 0
     assert capsys.readouterr().err == ""
+    # the A100 carries the GPUs' shared host time (docs/calibration.md#moe-overheads)
+    assert main(["solve", "--model", "mixtral-8x7b", "--cluster", "a100-80gb-64", *args]) == 0
+    assert capsys.readouterr().err == ""
+
+
+def test_an_a100_costs_moe_host_time_as_every_gpu():
+    """The A100s carry the GPUs' shared MoE host time (host software, not the die): Mixtral 8x7B on 64 A100s pays
+    compute/moe_fixed as on 64 H100s (the same values)."""
+    work = Workload(global_batch_seqs=512, seq_len=4096)
+    lay = Layout(fsdp=8, ep=8, tp=8, zero_stage=1, num_microbatches=8, recompute="full")
+    times = {
+        name: estimate(Problem.build("mixtral-8x7b", name, work), lay).time_s["compute/moe_fixed"]
+        for name in ("a100-80gb-64", "h100-64")
+    }
+    acc = resolve_cluster("a100-80gb-64").accelerator
+    assert (acc.moe_launch_latency_s, acc.moe_host_sync_s) == pytest.approx((53.64e-6, 552.5e-6))
+    assert times["a100-80gb-64"] > 0 and times["h100-64"] > 0
 
 
 def test_norm_mla_up_proj_also_drops_the_separate_norms_outputs_and_reruns_the_norms():
