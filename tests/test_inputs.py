@@ -625,7 +625,7 @@ def test_fix_that_does_not_divide_the_devices_is_named(bad_input):
     [
         (
             "h100-99999999999999999999",
-            "device count 99999999999999999999 is over the limit of 1,048,576 devices",
+            "device count 99,999,999,999,999,999,999 is over the limit of 1,048,576 devices",
         ),
         ("v5p:0x2x2", "every shape dimension must be >= 1"),
         ("", "expected ACCELERATOR-COUNT"),

@@ -606,8 +606,11 @@ _NAME = re.compile(
 def _number(name: str, digits: str, what: str) -> int:
     """A number from a cluster name; one with more digits than MAX_DEVICES is refused before int()."""
     if len(digits.lstrip("0")) > len(str(MAX_DEVICES)):
+        shown = (
+            f"{int(digits):,}" if len(digits) <= 30 else f"{digits[:12]}... ({len(digits)} digits)"
+        )
         raise CatalogueError(
-            f"cluster '{name}': {what} {digits} is over the limit of {MAX_DEVICES:,} devices"
+            f"cluster '{name}': {what} {shown} is over the limit of {MAX_DEVICES:,} devices"
         )
     return int(digits)
 
