@@ -1478,6 +1478,25 @@ def test_calibration_fits_a_few_fractions_per_family(runs, tmp_path):
         values = [line.split("   #")[0] for line in path.read_text().splitlines()]
         assert "  matmul_efficiency: 0.61" in values
         assert "(5 records, family a100)" in path.read_text()
+    # records on one member only: the family's fit still goes to every member (the h100 class's dense records are
+    # all H100s; the H200 and H800 carry the fit, which --write once left behind)
+    for name in ("h100", "h200", "h800"):
+        shutil.copy(REPO / f"hardware/{name}.yaml", tmp_path / f"{name}.yaml")
+    written = write_calibration(
+        {
+            "h100-class": {
+                "records": 3,
+                "accelerators": ["h100"],
+                "fitted": {"matmul_efficiency": 0.65},
+            }
+        },
+        tmp_path,
+        today=datetime.date(2026, 1, 2),
+    )
+    assert sorted(p.name for p in written) == ["h100.yaml", "h200.yaml", "h800.yaml"]
+    for path in written:
+        acc = accelerator_from_dict(read_yaml(path), path.name)
+        assert acc.matmul_efficiency == 0.65
 
 
 @pytest.mark.slow

@@ -876,9 +876,9 @@ def write_calibration(
         if not values:
             continue
         n = entry.get("records", "?")
-        members = entry.get("accelerators") or [
-            name
-        ]  # a family's fit goes to each member with records
+        # a family's fit goes to every member of it (one calibration, FAMILIES), whether or not its records ran there:
+        # the h100 class's dense records are all H100s, and the H200 and H800 carry the fit
+        members = sorted(a for a, f in FAMILIES.items() if f == name) or [name]
         for acc_id in members:
             path = Path(hardware_dir) / f"{acc_id}.yaml"
             of = f", family {name}" if members != [name] else ""
