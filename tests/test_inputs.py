@@ -140,7 +140,18 @@ def test_export_of_a_json_file_that_is_not_a_result_says_so(bad_input, tmp_path)
         f"no 'problem' object"
     )
     other.write_text("[1, 2]")
-    assert bad_input("export", other, "--to", "megatron").endswith("OUTPUT.md): list")
+    assert bad_input("export", other, "--to", "megatron").endswith(
+        "OUTPUT.md): a list, not a JSON object"
+    )
+    # the Python API runs the same check (export.context.not_a_result), naming the document
+    from layoutsearch.core.errors import InvalidArgumentError
+    from layoutsearch.export import export_document
+
+    with pytest.raises(InvalidArgumentError) as refused:
+        export_document({"layouts": []}, "megatron")
+    assert str(refused.value) == (
+        "document: not a result document (solve or estimate --format json; OUTPUT.md): no 'problem' object"
+    )
 
 
 def test_a_sequence_longer_than_the_learned_position_table_is_refused(

@@ -10,6 +10,7 @@ from layoutsearch.cli.common import OutputOpt, reports_errors, write_output
 from layoutsearch.core import io
 from layoutsearch.core.errors import InvalidArgumentError, InvalidLayoutError
 from layoutsearch.export import export_document
+from layoutsearch.export.context import not_a_result
 
 
 @reports_errors
@@ -29,13 +30,13 @@ def export(
 ) -> None:
     """Write a saved layout as a training framework's configuration (checked by that framework's rules)."""
     document = io.read_json(result, "RESULT")
-    if not isinstance(document, dict) or "problem" not in document:
-        what = "no 'problem' object" if isinstance(document, dict) else type(document).__name__
+    why = not_a_result(document)
+    if why is not None:
         raise InvalidArgumentError(
             io.says(
                 result,
                 "RESULT",
-                f"not a result document (solve or estimate --format json; OUTPUT.md): {what}",
+                f"not a result document (solve or estimate --format json; OUTPUT.md): {why}",
             )
         )
     try:

@@ -117,17 +117,23 @@ def pick_record(document: dict, rank: int) -> dict:
     )
 
 
+def not_a_result(document: object) -> str | None:
+    """Why ``document`` is not a solve or estimate result (their --format json writes a JSON object with a
+    'problem' object; OUTPUT.md), or None: the one check the export command and the API share."""
+    if not isinstance(document, dict):
+        return f"a {type(document).__name__}, not a JSON object"
+    if "problem" not in document:
+        return "no 'problem' object"
+    return None
+
+
 def build_context(document: dict, target: str, rank: int = 1) -> ExportContext:
     """Resolve the problem and layout of ``document`` (validated field by field) and check the
     layout against the registry's rules."""
-    if not isinstance(document, dict):
-        raise InvalidLayoutError(
-            f"document: expected a JSON object (OUTPUT.md), got {type(document).__name__}"
-        )
-    if "problem" not in document:
+    why = not_a_result(document)
+    if why is not None:
         raise InvalidArgumentError(
-            "document: no 'problem' object: not a solve or estimate result (their --format json "
-            "writes one; OUTPUT.md)"
+            f"document: not a result document (solve or estimate --format json; OUTPUT.md): {why}"
         )
     problem = Problem.from_record(document["problem"])
     record = pick_record(document, rank)
