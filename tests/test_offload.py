@@ -121,7 +121,7 @@ def test_host_memory_refusal_names_both_numbers():
 
 
 def test_offload_needs_the_hosts_catalogue_fields_and_zero3_for_parameters():
-    """An accelerator without host memory and cores is refused by name; parameter offload
+    """An accelerator without host memory or cores is refused naming what it lacks; parameter offload
     without ZeRO-3 names the stage and the shard group."""
     problem = Problem.build(
         load_model("debug"), resolve_cluster("mi300x-8"), Workload(global_batch_seqs=8, seq_len=256)
@@ -130,6 +130,15 @@ def test_offload_needs_the_hosts_catalogue_fields_and_zero3_for_parameters():
     assert [v.message for v in out] == [
         "offload optimizer keeps model state in host memory, but mi300x has no "
         "host_memory_gib_per_node, host_cpu_cores_per_node in its hardware file (a cluster file can give them)"
+    ]
+    v6e = Problem.build(
+        load_model("debug"), resolve_cluster("v6e-8"), Workload(global_batch_seqs=8, seq_len=256)
+    )  # its host memory catalogued (Cloud TPU v6e docs: 1,536 GiB a host), its cores not
+    assert v6e.cluster.host_memory_bytes_per_node == 1536 * 2**30
+    out = check_layout(v6e, Layout(fsdp=8, zero_stage=1, offload="optimizer"))
+    assert [v.message for v in out] == [
+        "offload optimizer keeps model state in host memory, but v6e has no host_cpu_cores_per_node in its "
+        "hardware file (a cluster file can give it)"
     ]
     h100 = Problem.build(
         load_model("debug"), resolve_cluster("h100-8"), Workload(global_batch_seqs=8, seq_len=256)

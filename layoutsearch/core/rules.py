@@ -511,10 +511,11 @@ def _host_fields_missing(p: Problem) -> list[str]:
 
 
 def _host_fields_refusal(p: Problem, c: dict) -> str:
-    missing = ", ".join(_host_fields_missing(p))
+    missing = _host_fields_missing(p)
     return (
         f"offload {OFFLOADS[c['f']]} keeps model state in host memory, but "
-        f"{p.cluster.accelerator.id} has no {missing} in its hardware file (a cluster file can give them)"
+        f"{p.cluster.accelerator.id} has no {', '.join(missing)} in its hardware file (a cluster file can "
+        f"give {'them' if len(missing) > 1 else 'it'})"
     )
 
 
