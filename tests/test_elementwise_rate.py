@@ -13,7 +13,7 @@ import pytest
 from layoutsearch.api import problem
 from layoutsearch.core.catalogue import load_accelerator, load_model
 from layoutsearch.core.specs import Layout
-from layoutsearch.costs import flops
+from layoutsearch.costs import flops, memory
 from layoutsearch.costs.estimate import estimate
 
 REPO = Path(__file__).resolve().parents[1]
@@ -137,3 +137,44 @@ def test_learned_positions_move_no_rotary_bytes():
     assert flops.elementwise_bytes_per_token_per_layer(llama, 1, False, 2) == 2 * (
         2 * 3 * 4096 + 3 * 14336 + rope
     )
+
+
+def test_hidden_dropout_costs_its_masks():
+    """GPT-3 175B with hidden dropout 0.1 at tp 8 with sequence parallelism: two residual dropouts, each a bool mask
+    of d/tp = 1,536 values a token, 3,072 bytes written a token and layer, and kept for the backward (1,536 bf16
+    units in saved_tensor_widths) by the policies that keep what lies outside the recomputed modules; full
+    recompute keeps none. On h100-64 at tp 8, pp 8 and 64 microbatches of 2,048 tokens, stage 0 holds 8 microbatches
+    of its 12 layers: 12 x 8 x 2,048 x 3,072 = 603,979,776 bytes more activations. A parallel block has one."""
+    gpt3 = load_model("gpt3-175b")
+    dropped = dataclasses.replace(gpt3, hidden_dropout=0.1)
+    added = flops.elementwise_bytes_per_token_per_layer(
+        dropped, 8, True, 2
+    ) - flops.elementwise_bytes_per_token_per_layer(gpt3, 8, True, 2)
+    assert added == 3072
+    assert memory.saved_tensor_widths(dropped, 8, True, 2048)["dropout_masks"] == 1536
+    assert memory.saved_tensor_widths(gpt3, 8, True, 2048)["dropout_masks"] == 0
+    assert [
+        memory.kept_by_policy("dropout_masks", p) for p in ("none", "selective", "full", "op")
+    ] == [
+        True,
+        True,
+        False,
+        False,
+    ]
+    assert flops.residual_dropouts(dataclasses.replace(dropped, parallel_block=True)) == 1
+
+    def activations(model, recompute):
+        est = estimate(
+            problem(model, "h100-64", seqs=64, seq_len=2048),
+            Layout(tp=8, pp=8, num_microbatches=64, recompute=recompute),
+            strict=False,
+        )
+        return est.memory_bytes["activations"], est.time_s["compute/elementwise"]
+
+    for recompute in ("none", "selective"):
+        assert activations(dropped, recompute)[0] - activations(gpt3, recompute)[0] == 603_979_776
+    (full_dropped, ew_dropped), (full_plain, ew_plain) = (
+        activations(dropped, "full"),
+        activations(gpt3, "full"),
+    )
+    assert full_dropped == full_plain and ew_dropped > ew_plain

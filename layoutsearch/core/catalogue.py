@@ -1116,9 +1116,9 @@ def _hf_falcon(cfg: dict, heads: int, where: str, used: set) -> dict:
     }
 
 
-# Hyper-parameters that change neither the count nor the cost but that the exporters write:
-# ModelSpec field -> the config keys that give it, the first given wins (Gemma's hidden_activation
-# is what its modeling code reads, over hidden_act; GPT-2 names its own).
+# Hyper-parameters that change no parameter count and that the exporters write (hidden dropout also costs its
+# masks: ModelSpec's comment): ModelSpec field -> the config keys that give it, the first given wins (Gemma's
+# hidden_activation is what its modeling code reads, over hidden_act; GPT-2 names its own).
 _HF_HYPER = {
     "rope_theta": ("rope_theta",),
     "norm_eps": ("rms_norm_eps", "layer_norm_eps", "layer_norm_epsilon"),

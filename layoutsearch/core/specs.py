@@ -288,9 +288,15 @@ class ModelSpec:
     rope_scaling: RopeScaling | None = None  # Llama 3.1 long-context frequency scaling
     norm_eps: float = 1e-5  # epsilon of every RMSNorm / LayerNorm
     activation: str | None = None  # MLP activation; None = silu (gated) or gelu (plain)
+    # Dropout changes no parameter count. Hidden dropout costs its masks, saved (memory.saved_tensor_widths
+    # "dropout_masks") and written (flops.elementwise_bytes_per_token_per_layer). Attention dropout runs inside a
+    # fused attention kernel, its random numbers regenerated in the backward (not charged); without fused
+    # attention the scores' passes count dropout's whatever its rate (flops.SCORE_BYTES_FORWARD: the unfused runs
+    # are Megatron-LM's, whose default is 0.1).
     attention_dropout: float = 0.0
     hidden_dropout: float = 0.0
-    # Sparse and latent architectures (costs/params.py counts them; the cost model refuses them yet).
+    # Sparse and latent architectures (costs/params.py counts them, costs/terms.py costs them; a sink is one more
+    # logit a head in the softmax, not charged).
     attention_sinks: bool = False  # one learned logit per query head per layer (gpt-oss)
     moe: MoeSpec | None = None  # mixture-of-experts MLP layers; None = every layer dense
     mla: MlaSpec | None = None  # multi-head latent attention; None = MHA/GQA projections

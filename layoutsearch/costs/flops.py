@@ -301,8 +301,9 @@ def elementwise_bytes_per_token_per_layer(
     """HBM bytes one forward of a layer's element-wise ops moves per token (memory-bound work, at the part's
     element-wise rate, ``Accelerator.elementwise_bytes_per_s``).
 
-    Two residual adds (read 2D, write D), the MLP activation (gated: read 2F, write F; plain: read F, write F)
-    and the rotary embedding of q and k (none with learned positions; and their norms, with ``qk_norm``). Apart:
+    Two residual adds (read 2D, write D), the MLP activation (gated: read 2F, write F; plain: read F, write F),
+    the rotary embedding of q and k (none with learned positions; and their norms, with ``qk_norm``) and with
+    hidden dropout each residual dropout's mask (``residual_dropouts``: a byte per element written). Apart:
     the layer's norms, row reductions at their own rate (``norm_bytes_per_token_per_layer``), a MoE layer's
     permutation, a copy (``permute_bytes_per_token_per_layer``), and without fused attention the passes over the
     materialised scores (``materialised_score_elements_per_token_per_layer``). ``share``: as ``layer_share``.
@@ -313,7 +314,22 @@ def elementwise_bytes_per_token_per_layer(
     mlp_act = (3 if model.mlp == "gated" else 2) * f
     # the rotary embedding (none with learned positions) and the q/k norm, each a read and a write
     qk_passes = (0 if model.learned_positions else 2) + (0 if model.qk_norm == "none" else 2)
-    return activation_bytes * (2 * 3 * d + mlp_act + qk_passes * qk)
+    # hidden dropout, fused into the residual add (Megatron's bias-dropout-add): its mask written
+    masks = residual_dropouts(model) * DROPOUT_MASK_BYTES * d
+    return activation_bytes * (2 * 3 * d + mlp_act + qk_passes * qk) + masks
+
+
+# A dropout mask: one byte per element (PyTorch's dropout and Megatron's fused bias-dropout-add keep a bool mask)
+DROPOUT_MASK_BYTES = 1
+
+
+def residual_dropouts(model: ModelSpec) -> int:
+    """The dropouts on a layer's residual branches (``hidden_dropout`` > 0): one after the attention block and one
+    after the MLP, one in all for a parallel block (Korthikanti et al. 2022 section 4.1: each keeps an s b h mask);
+    0 without hidden dropout."""
+    if model.hidden_dropout <= 0:
+        return 0
+    return 1 if model.parallel_block else 2
 
 
 def norm_bytes_per_token_per_layer(

@@ -19,13 +19,19 @@ from layoutsearch.core.specs import (
     ModelSpec,
     Workload,
 )
-from layoutsearch.costs.flops import layer_share, mlp_width_per_token, value_head_dim
+from layoutsearch.costs.flops import (
+    DROPOUT_MASK_BYTES,
+    layer_share,
+    mlp_width_per_token,
+    residual_dropouts,
+    value_head_dim,
+)
 from layoutsearch.costs.params import kv_heads_per_device
 
 # The tensors a layer's backward needs (``saved_tensor_widths``), the op that produces each, and
 # what each checkpoint policy saves: the rest is recomputed from the layer input, its producers
-# rerun (``recompute_work``). Korthikanti et al. 2022 table 2 for the tensors (no dropout masks);
-# FlashAttention keeps O and the row log-sum-exp, not the scores.
+# rerun (``recompute_work``). Korthikanti et al. 2022 table 2 for the tensors (the residual dropouts' masks where
+# the model has hidden dropout); FlashAttention keeps O and the row log-sum-exp, not the scores.
 PRODUCER = {
     "attn_norm_in": "input",
     "qkv_in": "norm",
@@ -52,6 +58,9 @@ PRODUCER = {
     "moe_dispatched": "norm",
     "moe_probs": "norm",
     "moe_act": "act",
+    # hidden dropout: the residual dropouts' masks, regenerated from the saved random state where a policy does
+    # not keep them (no matmul reruns; the regenerating pass itself is not charged)
+    "dropout_masks": "dropout",
     # the down projection's output: no backward reads it, but torchtitan's per-op policy caches every
     # other matmul's output counted from the layer's first, which in a dense layer of 7 matmuls (q, k, v,
     # o, gate, up, down) includes it (measured: results/device_calibration.md)
@@ -308,6 +317,8 @@ def _saved_widths(
         "qk_norm_in": 0.0
         if model.qk_norm == "none"
         else 1.0 * (q + kv),  # q and k before their norms
+        # the residual dropouts' masks, a byte per element (flops.residual_dropouts, DROPOUT_MASK_BYTES)
+        "dropout_masks": residual_dropouts(model) * DROPOUT_MASK_BYTES * d_sp / activation_bytes,
         # the down projection's output before its reduction (d per token on each TP rank), cached by
         # torchtitan's per-op policy in dense layers of 7 matmuls: not with MLA's extra projections (the
         # count's parity moves) nor with post-norms (post_norm_in holds it)
