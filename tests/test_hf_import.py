@@ -480,6 +480,23 @@ def test_gpt2_key_names_import_through_the_cli(data_file, capsys):
     load_model.cache_clear()
 
 
+def test_gpt2_dropouts_are_read_and_the_embedding_dropout_named(data_file):
+    """GPT-2's resid_pdrop 0.1 is hidden dropout (its residual masks costed: 2 x 768 bytes a token and layer saved,
+    768 bf16 units), attn_pdrop its attention dropout; embd_pdrop 0.1 is read and named in a warning line of its
+    own, not costed, and not among the unused keys."""
+    with pytest.warns(HfConfigWarning) as caught:
+        model = model_from_hf_config(data_file("hf/gpt2.json"))
+    assert (model.hidden_dropout, model.attention_dropout) == (0.1, 0.1)
+    assert memory.saved_tensor_widths(model, 1, False, 1024)["dropout_masks"] == 768
+    lines = [str(w.message) for w in caught]
+    assert any(
+        "field 'embd_pdrop' (0.1): the embedding dropout's mask (a byte per token and model dimension, held "
+        "by the first pipeline stage) is not costed" in line
+        for line in lines
+    )
+    assert not any("embd_pdrop" in line for line in lines if "key(s) not used" in line)
+
+
 def test_layer_types_and_pattern_agree(tmp_path):
     """Gemma 3: an explicit layer_types list and sliding_window_pattern 6 give the same global layers;
     Qwen2 with use_sliding_window slides where layer_types says."""

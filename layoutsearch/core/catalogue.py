@@ -1284,6 +1284,16 @@ def read_hf_config(path: Path) -> HfImport:
         spec.update(sparse)
 
     spec.update(_hf_hyperparams(cfg, where, used))
+    # embedding dropout (GPT-2, GPT-J, Phi): its mask, a byte per token and model dimension that the first pipeline
+    # stage holds beside its layers' activations, is read and named, not costed
+    used.add("embd_pdrop")
+    rate = _HF_HYPER_KINDS["hidden_dropout"]  # a dropout rate, as the other dropouts are read
+    embedding_dropout = _hf_value(cfg, "embd_pdrop", Optional[rate], where)
+    if embedding_dropout:
+        notes.append(
+            f"field 'embd_pdrop' ({embedding_dropout:g}): the embedding dropout's mask (a byte per token and model "
+            "dimension, held by the first pipeline stage) is not costed"
+        )
     tied = _hf_value(cfg, "tie_word_embeddings", Optional[StrictBool], where)
     name = _hf_value(cfg, "_name_or_path", Optional[StrictStr], where)
     data = {
