@@ -324,15 +324,20 @@ def test_tie_default_by_model_type(tmp_path):
 
 
 def test_unused_keys_are_one_warning_naming_them(data_file):
-    """Keys that change neither count nor cost are named in one HfConfigWarning; the keys read are not."""
+    """Keys that change neither count nor cost are named in one HfConfigWarning; the keys read are not. Gemma 2's
+    two soft caps, whose small work the cost model leaves out, are each a line of their own, not unused keys."""
     with pytest.warns(HfConfigWarning) as caught:
         model_from_hf_config(data_file("hf/gemma-2-9b.json"))
-    assert len(caught) == 1
-    message = str(caught[0].message)
-    assert "14 key(s) not used" in message
+    assert [str(w.message).split(": ", 1)[1] for w in caught[:2]] == [
+        "field 'attn_logit_softcapping' (50.0): the attention scores' tanh cap (inside the attention kernel) is "
+        "not costed",
+        "field 'final_logit_softcapping' (30.0): the output logits' tanh cap (a pass over the logits) is not costed",
+    ]
+    assert len(caught) == 3
+    message = str(caught[2].message)
+    assert "12 key(s) not used" in message
     for key in (
         "query_pre_attn_scalar",
-        "attn_logit_softcapping",
         "torch_dtype",
         "transformers_version",
         "use_cache",
@@ -353,6 +358,8 @@ def test_unused_keys_are_one_warning_naming_them(data_file):
         "hidden_activation",
         "hidden_act",
         "attention_dropout",
+        "attn_logit_softcapping",
+        "final_logit_softcapping",
     ):
         assert key not in listed
 
@@ -495,6 +502,34 @@ def test_gpt2_dropouts_are_read_and_the_embedding_dropout_named(data_file):
         for line in lines
     )
     assert not any("embd_pdrop" in line for line in lines if "key(s) not used" in line)
+
+
+@pytest.mark.parametrize(
+    "change, line",
+    [
+        (
+            {"partial_rotary_factor": 0.5},
+            "field 'partial_rotary_factor' (0.5): the rotary embedding turns part of each head and is costed over "
+            "the whole head",
+        ),
+        ({"partial_rotary_factor": 1.0}, None),
+        (
+            {"clip_qkv": 8.0},
+            "field 'clip_qkv' (8.0): the clamp of the QKV projections' output (an element-wise pass) is not costed",
+        ),
+        ({"clip_qkv": None}, None),
+        ({"use_qk_norm": False}, None),
+    ],
+)
+def test_small_uncosted_work_is_named_on_a_line_of_its_own(tmp_path, change, line):
+    """A key whose work the cost model leaves out is a warning line of its own where set (a rotary fraction of 1,
+    null and false are not set), and never among the unused keys."""
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        model_from_hf_config(write_json(tmp_path, {**LLAMA, **change}))
+    lines = [str(w.message).split(": ", 1)[1] for w in caught]
+    assert [x for x in lines if x.startswith("field")] == ([line] if line else [])
+    assert not any(next(iter(change)) in x for x in lines if "key(s) not used" in x)
 
 
 def test_layer_types_and_pattern_agree(tmp_path):

@@ -489,8 +489,9 @@ def test_routing_scalars_are_one_warning_naming_them(data_file):
 
 
 def test_llama4_reads_the_text_config_and_names_what_it_leaves(imported, data_file):
-    """The decoder is text_config's; the vision encoder and chunked attention are each a warning line,
-    the other unused keys one line naming them (nested keys with their prefix)."""
+    """The decoder is text_config's; the vision encoder, chunked attention, the q/k L2 norm and the temperature
+    tuning are each a warning line, the other unused keys one line naming them (nested keys with their prefix;
+    no_rope_layers, empty, is read and not named)."""
     result = imported["llama-4-scout-17b-16e"]
     lines = hf_warnings(result, "scout.json")
     assert lines[0] == (
@@ -498,8 +499,14 @@ def test_llama4_reads_the_text_config_and_names_what_it_leaves(imported, data_fi
         "'text_config' decoder alone"
     )
     assert lines[1].startswith("scout.json: field 'attention_chunk_size' (8192): chunked attention")
-    assert "text_config.use_qk_norm" in lines[2] and "text_config.no_rope_layers" in lines[2]
-    assert "boi_token_index" in lines[2] and "text_config.num_local_experts" not in lines[2]
+    assert lines[2:4] == [
+        "scout.json: field 'use_qk_norm' (True): the weightless L2 norm of queries and keys (an element-wise "
+        "pass) is not costed",
+        "scout.json: field 'attn_temperature_tuning' (4): the NoPE layers' query temperature scaling (an "
+        "element-wise pass) is not costed",
+    ]
+    assert "use_qk_norm" not in lines[4] and "no_rope_layers" not in lines[4]
+    assert "boi_token_index" in lines[4] and "text_config.num_local_experts" not in lines[4]
     assert result.model.rope_scaling is not None and result.model.rope_scaling.factor == 16.0
 
 

@@ -1313,10 +1313,43 @@ def read_hf_config(path: Path) -> HfImport:
         "full_attention_layers": full,
     }
     model = model_from_dict(data, data["name"], where)
+    notes.extend(_hf_uncosted_notes(cfg, used))
     unused = outer_unused + tuple(f"{nested}.{k}" if nested else k for k in cfg if k not in used)
     return HfImport(
         model=model, unused=unused, family=family, model_type_given=typed, notes=tuple(notes)
     )
+
+
+# Keys whose work the cost model leaves out or approximates, small beside a layer's (a pass over a tensor the layer
+# has, or a kernel's inner loop): read and named in a warning line each where set, never among the keys that change
+# neither the count nor the cost. A fraction of 1 (the whole head rotated) and false are not set.
+_HF_UNCOSTED = {
+    "attn_logit_softcapping": "the attention scores' tanh cap (inside the attention kernel) is not costed",
+    "final_logit_softcapping": "the output logits' tanh cap (a pass over the logits) is not costed",
+    "clip_qkv": "the clamp of the QKV projections' output (an element-wise pass) is not costed",
+    "partial_rotary_factor": "the rotary embedding turns part of each head and is costed over the whole head",
+    "rotary_pct": "the rotary embedding turns part of each head and is costed over the whole head",
+    "use_qk_norm": "the weightless L2 norm of queries and keys (an element-wise pass) is not costed",
+    "no_rope_layers": "the layers without a rotary embedding are costed with one",
+    "attn_temperature_tuning": "the NoPE layers' query temperature scaling (an element-wise pass) is not costed",
+    "input_jitter_noise": "the training noise on the experts' input (an element-wise pass) is not costed",
+    "router_jitter_noise": "the training noise on the router's logits is not costed",
+    "alibi": "ALiBi attention biases are costed as a rotary embedding",
+}
+
+
+def _hf_uncosted_notes(cfg: dict, used: set) -> list[str]:
+    """A note for each ``_HF_UNCOSTED`` key the config sets that no family rule read (all of them marked read)."""
+    notes = []
+    for key, what in _HF_UNCOSTED.items():
+        if key not in cfg or key in used:
+            continue
+        used.add(key)
+        value = cfg[key]
+        whole = isinstance(value, (int, float)) and not isinstance(value, bool) and value == 1
+        if _hf_is_set(value) and not whole:
+            notes.append(f"field '{key}' ({value!r:.40}): {what}")
+    return notes
 
 
 def hf_warnings(result: HfImport, where: str) -> list[str]:
