@@ -532,6 +532,32 @@ def test_small_uncosted_work_is_named_on_a_line_of_its_own(tmp_path, change, lin
     assert not any(next(iter(change)) in x for x in lines if "key(s) not used" in x)
 
 
+@pytest.mark.parametrize(
+    "change, message",
+    [
+        (
+            {"attn_logit_softcapping": "x"},
+            "field 'attn_logit_softcapping': Input should be a valid number, unable to parse string as a number "
+            "(got 'x')",
+        ),
+        (
+            {"rotary_pct": 1.5},
+            "field 'rotary_pct': Input should be less than or equal to 1 (got 1.5)",
+        ),
+        (
+            {"use_qk_norm": "yes"},
+            "field 'use_qk_norm': Input should be a valid boolean (got 'yes')",
+        ),
+    ],
+)
+def test_a_bad_uncosted_key_is_refused_naming_it(tmp_path, change, message):
+    """Keys read only to be named are validated as their kind all the same (one line, exit 2)."""
+    path = write_json(tmp_path, {**LLAMA, **change})
+    with pytest.raises(CatalogueError) as caught:
+        model_from_hf_config(path)
+    assert str(caught.value) == f"{path}: {message}"
+
+
 def test_layer_types_and_pattern_agree(tmp_path):
     """Gemma 3: an explicit layer_types list and sliding_window_pattern 6 give the same global layers;
     Qwen2 with use_sliding_window slides where layer_types says."""

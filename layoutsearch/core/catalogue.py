@@ -1284,16 +1284,6 @@ def read_hf_config(path: Path) -> HfImport:
         spec.update(sparse)
 
     spec.update(_hf_hyperparams(cfg, where, used))
-    # embedding dropout (GPT-2, GPT-J, Phi): its mask, a byte per token and model dimension that the first pipeline
-    # stage holds beside its layers' activations, is read and named, not costed
-    used.add("embd_pdrop")
-    rate = _HF_HYPER_KINDS["hidden_dropout"]  # a dropout rate, as the other dropouts are read
-    embedding_dropout = _hf_value(cfg, "embd_pdrop", Optional[rate], where)
-    if embedding_dropout:
-        notes.append(
-            f"field 'embd_pdrop' ({embedding_dropout:g}): the embedding dropout's mask (a byte per token and model "
-            "dimension, held by the first pipeline stage) is not costed"
-        )
     tied = _hf_value(cfg, "tie_word_embeddings", Optional[StrictBool], where)
     name = _hf_value(cfg, "_name_or_path", Optional[StrictStr], where)
     data = {
@@ -1313,7 +1303,7 @@ def read_hf_config(path: Path) -> HfImport:
         "full_attention_layers": full,
     }
     model = model_from_dict(data, data["name"], where)
-    notes.extend(_hf_uncosted_notes(cfg, used))
+    notes.extend(_hf_uncosted_notes(cfg, used, where))
     unused = outer_unused + tuple(f"{nested}.{k}" if nested else k for k in cfg if k not in used)
     return HfImport(
         model=model, unused=unused, family=family, model_type_given=typed, notes=tuple(notes)
@@ -1321,32 +1311,68 @@ def read_hf_config(path: Path) -> HfImport:
 
 
 # Keys whose work the cost model leaves out or approximates, small beside a layer's (a pass over a tensor the layer
-# has, or a kernel's inner loop): read and named in a warning line each where set, never among the keys that change
-# neither the count nor the cost. A fraction of 1 (the whole head rotated) and false are not set.
-_HF_UNCOSTED = {
-    "attn_logit_softcapping": "the attention scores' tanh cap (inside the attention kernel) is not costed",
-    "final_logit_softcapping": "the output logits' tanh cap (a pass over the logits) is not costed",
-    "clip_qkv": "the clamp of the QKV projections' output (an element-wise pass) is not costed",
-    "partial_rotary_factor": "the rotary embedding turns part of each head and is costed over the whole head",
-    "rotary_pct": "the rotary embedding turns part of each head and is costed over the whole head",
-    "use_qk_norm": "the weightless L2 norm of queries and keys (an element-wise pass) is not costed",
-    "no_rope_layers": "the layers without a rotary embedding are costed with one",
-    "attn_temperature_tuning": "the NoPE layers' query temperature scaling (an element-wise pass) is not costed",
-    "input_jitter_noise": "the training noise on the experts' input (an element-wise pass) is not costed",
-    "router_jitter_noise": "the training noise on the router's logits is not costed",
-    "alibi": "ALiBi attention biases are costed as a rotary embedding",
+# has, or a kernel's inner loop): each validated as its kind (a bad value is one line naming it) and, where set,
+# named in a warning line of its own, never among the keys that change neither the count nor the cost. A fraction of
+# 1 (the whole head rotated), null, 0 and false are not set.
+_HfCap = Annotated[float, Field(ge=0)]
+_HfFraction = Annotated[float, Field(gt=0, le=1)]
+_HF_UNCOSTED: dict[str, tuple[Any, str]] = {
+    "embd_pdrop": (
+        Annotated[float, Field(ge=0, lt=1)],
+        "the embedding dropout's mask (a byte per token and model dimension, held by the first pipeline stage) "
+        "is not costed",
+    ),
+    "attn_logit_softcapping": (
+        _HfCap,
+        "the attention scores' tanh cap (inside the attention kernel) is not costed",
+    ),
+    "final_logit_softcapping": (
+        _HfCap,
+        "the output logits' tanh cap (a pass over the logits) is not costed",
+    ),
+    "clip_qkv": (
+        _HfCap,
+        "the clamp of the QKV projections' output (an element-wise pass) is not costed",
+    ),
+    "partial_rotary_factor": (
+        _HfFraction,
+        "the rotary embedding turns part of each head and is costed over the whole head",
+    ),
+    "rotary_pct": (
+        _HfFraction,
+        "the rotary embedding turns part of each head and is costed over the whole head",
+    ),
+    "use_qk_norm": (
+        StrictBool,
+        "the weightless L2 norm of queries and keys (an element-wise pass) is not costed",
+    ),
+    "no_rope_layers": (
+        list[StrictInt],
+        "the layers without a rotary embedding are costed with one",
+    ),
+    "attn_temperature_tuning": (
+        Annotated[int, Field(ge=0)],
+        "the NoPE layers' query temperature scaling (an element-wise pass) is not costed",
+    ),
+    "input_jitter_noise": (
+        _HfCap,
+        "the training noise on the experts' input (an element-wise pass) is not costed",
+    ),
+    "router_jitter_noise": (_HfCap, "the training noise on the router's logits is not costed"),
+    "alibi": (StrictBool, "ALiBi attention biases are costed as a rotary embedding"),
 }
 
 
-def _hf_uncosted_notes(cfg: dict, used: set) -> list[str]:
-    """A note for each ``_HF_UNCOSTED`` key the config sets that no family rule read (all of them marked read)."""
+def _hf_uncosted_notes(cfg: dict, used: set, where: str) -> list[str]:
+    """A note for each ``_HF_UNCOSTED`` key the config sets that no family rule read (all of them marked read,
+    each value validated as its kind)."""
     notes = []
-    for key, what in _HF_UNCOSTED.items():
+    for key, (kind, what) in _HF_UNCOSTED.items():
         if key not in cfg or key in used:
             continue
         used.add(key)
-        value = cfg[key]
-        whole = isinstance(value, (int, float)) and not isinstance(value, bool) and value == 1
+        value = _hf_value(cfg, key, Optional[kind], where)
+        whole = kind is _HfFraction and value == 1
         if _hf_is_set(value) and not whole:
             notes.append(f"field '{key}' ({value!r:.40}): {what}")
     return notes
