@@ -29,6 +29,8 @@ def _act(m: ModelSpec) -> str:
 FEATURES: dict[str, Callable[[ModelSpec, int], bool]] = {
     "per-head q/k norms": lambda m, s: m.qk_norm == "head" and m.mla is None,
     "q/k projection norms": lambda m, s: m.qk_norm == "projection",
+    "q/k L2 norms": lambda m, s: m.qk_norm == "l2",
+    "NoPE layers": lambda m, s: m.nope_layers > 0,
     "post-attention and post-MLP norms": lambda m, s: m.norms_per_layer == 4,
     "parallel attention and MLP": lambda m, s: m.parallel_block,
     "non-parametric norms": lambda m, s: not m.norm_weights,
@@ -50,6 +52,7 @@ FEATURES: dict[str, Callable[[ModelSpec, int], bool]] = {
     "multi-token prediction": lambda m, s: m.mtp_layers > 0,
     "attention sinks": lambda m, s: m.attention_sinks,
     "sliding window": lambda m, s: m.sliding_window is not None and m.sliding_window < s,
+    "attention chunks": lambda m, s: m.attention_chunk is not None and m.attention_chunk < s,
     "attention output-projection bias without MLP biases": lambda m, s: (
         m.attention_out_bias and not m.linear_bias
     ),
@@ -64,7 +67,8 @@ SIZES_AND_HYPER = {
 }  # fmt: skip
 READ = {
     "tied_embeddings", "norm", "linear_bias", "learned_positions", "qkv_bias", "norms_per_layer",
-    "norm_weights", "qk_norm", "sliding_window", "rope_scaling", "attention_sinks", "mtp_layers",
+    "norm_weights", "qk_norm", "sliding_window", "attention_chunk", "nope_layers", "rope_scaling",
+    "attention_sinks", "mtp_layers",
     "attention_out_bias", "output_head_bias", "parallel_block",
 }  # fmt: skip
 
@@ -82,6 +86,8 @@ WRITTEN: dict[str, dict[str, Callable[[str], bool]]] = {
     # NVIDIA/Megatron-LM megatron/training/arguments.py (flags generated from TransformerConfig)
     "megatron": {
         "per-head q/k norms": _has("--qk-layernorm"),
+        "q/k L2 norms": _has("--qk-l2-norm"),
+        "NoPE layers": _has("--no-rope-freq"),
         "LayerNorm": _has("--normalization LayerNorm"),
         "linear biases": _lacks(
             "--disable-bias-linear"
@@ -124,7 +130,11 @@ WRITTEN: dict[str, dict[str, Callable[[str], bool]]] = {
         "multi-token prediction": _has("mtp_num_layers:"),
     },
     # DeepSpeed builds no model: the Hugging Face model code does, told what it must have
-    "deepspeed": {f: _has(f'"{f}"') for f in FEATURES if f != "multi-token prediction"},
+    "deepspeed": {
+        f: _has(f'"{f}"')
+        for f in FEATURES
+        if f not in ("multi-token prediction", "attention chunks")
+    },
 }
 
 

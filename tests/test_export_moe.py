@@ -107,6 +107,8 @@ TINY_DSV3 = dict(
 )
 TINY_MAVERICK = dict(
     num_layers=4,
+    full_attention_layers=1,  # Maverick's NoPE layer every 4th
+    nope_layers=1,
     d_model=128,
     d_ff=256,
     num_heads=4,
@@ -128,6 +130,8 @@ TINY_MAVERICK = dict(
 TINY_MIXTRAL = {
     **TINY_MAVERICK,
     "num_layers": 2,
+    "full_attention_layers": 0,
+    "nope_layers": 0,
     "moe": MoeSpec(num_experts=4, top_k=2, expert_d_ff=256, capacity_factor=1.25),
 }
 TINY_QWEN3 = {**TINY_MIXTRAL, "d_ff": 384, "moe": MoeSpec(num_experts=8, top_k=2, expert_d_ff=64)}

@@ -518,7 +518,7 @@ def test_gpt2_dropouts_are_read_and_the_embedding_dropout_named(data_file):
             "field 'clip_qkv' (8.0): the clamp of the QKV projections' output (an element-wise pass) is not costed",
         ),
         ({"clip_qkv": None}, None),
-        ({"use_qk_norm": False}, None),
+        ({"alibi": False}, None),
     ],
 )
 def test_small_uncosted_work_is_named_on_a_line_of_its_own(tmp_path, change, line):
@@ -545,8 +545,8 @@ def test_small_uncosted_work_is_named_on_a_line_of_its_own(tmp_path, change, lin
             "field 'rotary_pct': Input should be less than or equal to 1 (got 1.5)",
         ),
         (
-            {"use_qk_norm": "yes"},
-            "field 'use_qk_norm': Input should be a valid boolean (got 'yes')",
+            {"alibi": "yes"},
+            "field 'alibi': Input should be a valid boolean (got 'yes')",
         ),
     ],
 )

@@ -489,25 +489,98 @@ def test_routing_scalars_are_one_warning_naming_them(data_file):
 
 
 def test_llama4_reads_the_text_config_and_names_what_it_leaves(imported, data_file):
-    """The decoder is text_config's; the vision encoder, chunked attention, the q/k L2 norm and the temperature
-    tuning are each a warning line, the other unused keys one line naming them (nested keys with their prefix;
-    no_rope_layers, empty, is read and not named)."""
+    """The decoder is text_config's; its attention is read as Llama4TextConfig builds it: 8192-token chunks on the
+    RoPE layers, every 4th layer NoPE attending in full (no_rope_layers empty: no_rope_layer_interval's default
+    4), Scout's q/k L2 norm (Maverick's use_qk_norm is false). The vision encoder and the temperature tuning are
+    each a warning line, the other unused keys one line naming them (nested keys with their prefix)."""
     result = imported["llama-4-scout-17b-16e"]
+    m = result.model
+    assert (m.attention_chunk, m.full_attention_layers, m.nope_layers, m.qk_norm) == (
+        8192,
+        12,
+        12,
+        "l2",
+    )
+    mav = imported["llama-4-maverick-17b-128e"].model
+    assert (mav.attention_chunk, mav.full_attention_layers, mav.nope_layers, mav.qk_norm) == (
+        8192,
+        12,
+        12,
+        "none",
+    )
     lines = hf_warnings(result, "scout.json")
     assert lines[0] == (
         "scout.json: field 'vision_config': the vision encoder is not counted; the model is the "
         "'text_config' decoder alone"
     )
-    assert lines[1].startswith("scout.json: field 'attention_chunk_size' (8192): chunked attention")
-    assert lines[2:4] == [
-        "scout.json: field 'use_qk_norm' (True): the weightless L2 norm of queries and keys (an element-wise "
-        "pass) is not costed",
+    assert lines[1] == (
         "scout.json: field 'attn_temperature_tuning' (4): the NoPE layers' query temperature scaling (an "
-        "element-wise pass) is not costed",
+        "element-wise pass) is not costed"
+    )
+    assert len(lines) == 3
+    for key in ("use_qk_norm", "no_rope_layers", "attention_chunk_size"):
+        assert key not in lines[2]
+    assert "boi_token_index" in lines[2] and "text_config.num_local_experts" not in lines[2]
+    assert m.rope_scaling is not None and m.rope_scaling.factor == 16.0
+
+
+@pytest.mark.parametrize(
+    "change, message",
+    [
+        (
+            {"no_rope_layers": [1, 0] + [1] * 46},
+            "field 'no_rope_layers': NoPE layers other than every k-th (the last of each period) are not modelled",
+        ),
+        (
+            {"no_rope_layers": [1, 1, 1, 0]},
+            "field 'no_rope_layers': 4 entries for num_hidden_layers(48)",
+        ),
+        (
+            {"no_rope_layers": [2] * 48},
+            "field 'no_rope_layers': Input should be less than or equal to 1",
+        ),
+        (
+            {"layer_types": ["full_attention"] * 48},
+            "field 'layer_types': chunked layers other than the RoPE layers are not modelled",
+        ),
+        ({"use_qk_norm": "yes"}, "field 'use_qk_norm': Input should be a valid boolean"),
+        (
+            {"attention_chunk_size": 0},
+            "field 'attention_chunk_size': Input should be greater than 0",
+        ),
+    ],
+)
+def test_llama4_attention_other_than_modelled_is_refused(tmp_path, data_file, change, message):
+    """What Llama 4's attention keys say beyond the modelled pattern, or a bad value, is one line naming the key."""
+    cfg = json.loads(data_file("hf/llama-4-scout-17b-16e.json").read_text())
+    cfg["text_config"].update(change)
+    with pytest.raises(CatalogueError) as info:
+        read_hf_config(write_json(tmp_path, cfg))
+    assert message in str(info.value)
+
+
+def test_llama4_attention_variants_are_read(tmp_path, data_file):
+    """no_rope_layer_interval 2 makes 24 NoPE layers; attention_chunk_size null leaves every layer attending in
+    full (the NoPE layers stay); an explicit no_rope_layers and matching layer_types read as the default."""
+    cfg = json.loads(data_file("hf/llama-4-scout-17b-16e.json").read_text())
+    text = cfg["text_config"]
+    variants = [
+        ({"no_rope_layer_interval": 2}, (8192, 24, 24)),
+        ({"attention_chunk_size": None}, (None, 0, 12)),
+        (
+            {
+                "no_rope_layers": [int((i + 1) % 4 != 0) for i in range(48)],
+                "layer_types": [
+                    "chunked_attention" if (i + 1) % 4 else "full_attention" for i in range(48)
+                ],
+            },
+            (8192, 12, 12),
+        ),
     ]
-    assert "use_qk_norm" not in lines[4] and "no_rope_layers" not in lines[4]
-    assert "boi_token_index" in lines[4] and "text_config.num_local_experts" not in lines[4]
-    assert result.model.rope_scaling is not None and result.model.rope_scaling.factor == 16.0
+    for change, expected in variants:
+        path = write_json(tmp_path, {**cfg, "text_config": {**text, **change}})
+        m = read_hf_config(path).model
+        assert (m.attention_chunk, m.full_attention_layers, m.nope_layers) == expected
 
 
 @pytest.mark.parametrize(

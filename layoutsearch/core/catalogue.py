@@ -142,7 +142,9 @@ ModelFile = _file_schema(
         "learned_positions": Annotated[int, Field(ge=0, le=MAX_MODEL_DIM)],
         "norms_per_layer": Annotated[int, Field(ge=1, le=MAX_NORMS_PER_LAYER)],
         "sliding_window": Optional[Dim],
+        "attention_chunk": Optional[Dim],
         "full_attention_layers": Annotated[int, Field(ge=0, le=MAX_MODEL_DIM)],
+        "nope_layers": Annotated[int, Field(ge=0, le=MAX_MODEL_DIM)],
         "rope_theta": Annotated[float, Field(gt=0, le=MAX_ROPE_THETA)],
         "rope_scaling": Optional[RopeScalingFile],
         "norm_eps": Annotated[float, Field(gt=0, lt=1)],
@@ -415,14 +417,27 @@ def model_from_dict(data: Any, name: str, where: str) -> ModelSpec:
         raise CatalogueError(
             f"{where}: num_heads({f.num_heads}) is not a multiple of num_kv_heads({f.num_kv_heads})"
         )
-    if f.full_attention_layers and f.sliding_window is None:
+    if f.sliding_window is not None and f.attention_chunk is not None:
         raise CatalogueError(
-            f"{where}: full_attention_layers({f.full_attention_layers}) without a sliding_window"
+            f"{where}: sliding_window({f.sliding_window}) and attention_chunk({f.attention_chunk}): a model "
+            f"attends within a window or within chunks, not both"
+        )
+    if f.full_attention_layers and f.sliding_window is None and f.attention_chunk is None:
+        raise CatalogueError(
+            f"{where}: full_attention_layers({f.full_attention_layers}) without a sliding_window or an "
+            f"attention_chunk"
         )
     if f.full_attention_layers > f.num_layers:
         raise CatalogueError(
             f"{where}: full_attention_layers({f.full_attention_layers}) is more than num_layers({f.num_layers})"
         )
+    if f.nope_layers and (f.learned_positions or f.num_layers % f.nope_layers):
+        why = (
+            "with learned positions no layer has a rotary embedding"
+            if f.learned_positions
+            else f"NoPE layers are every (num_layers / nope_layers)-th: a divisor of num_layers({f.num_layers})"
+        )
+        raise CatalogueError(f"{where}: nope_layers({f.nope_layers}): {why}")
     if f.norms_per_layer == 1 and not f.parallel_block:
         raise CatalogueError(
             f"{where}: norms_per_layer(1) with parallel_block false: one norm per layer feeds attention and "
@@ -869,19 +884,13 @@ _HF_EXPERT_KEYS = {
     "kimi_k2": "n_routed_experts",
     "glm4_moe": "n_routed_experts",
 }
-# Keys that change the cost model's attention and are read but not modelled (the MoE refusal of
-# core.problem keeps these models out of the cost model): a warning each.
-_HF_APPROXIMATED = {
-    "attention_chunk_size": "chunked attention (block-diagonal chunks on the RoPE layers) is "
-    "not modelled: full attention is assumed"
-}
 
 
 def _hf_sparse(family: str, cfg: dict, layers: int, d_ff: int, where: str, used: set) -> dict:
     """The MoE (and MLA, MTP, sinks) fields of a sparse family's config as its transformers modeling
     code builds them: experts, top-k and expert width (the config class's defaults when absent),
-    then the family's own keys (_HF_SPARSE_READERS). What changes the count and is not modelled
-    is refused naming the key; what changes the attention cost is read with a note."""
+    then the family's own keys (_HF_SPARSE_READERS: Llama 4's attention chunks, NoPE layers and q/k L2 norms
+    too). What changes the count and is not modelled is refused naming the key."""
     n_experts, top_k, width = _HF_MOE_DEFAULTS[family]
     experts_key = _HF_EXPERT_KEYS[family]
     used.update((experts_key, "num_experts_per_tok", "moe_intermediate_size"))
@@ -901,10 +910,6 @@ def _hf_sparse(family: str, cfg: dict, layers: int, d_ff: int, where: str, used:
     reader = _HF_SPARSE_READERS.get(family)
     if reader is not None:
         reader(cfg, layers, d_ff, where, used, moe, out)
-    for key, text in _HF_APPROXIMATED.items():
-        if key in cfg and _hf_is_set(cfg[key]):
-            used.add(key)
-            out["notes"].append(f"field '{key}' ({cfg[key]!r:.40}): {text}")
     return out
 
 
@@ -928,6 +933,49 @@ def _hf_llama4(
             f"{where}: field 'moe_layers': MoE layers other than every "
             f"interleave_moe_layer_step-th ({step}) are not modelled"
         )
+    out.update(_hf_llama4_attention(cfg, layers, where, used))
+
+
+def _hf_llama4_attention(cfg: dict, layers: int, where: str, used: set) -> dict:
+    """Llama 4's attention (Llama4TextConfig, Llama4TextAttention): layer i turns q and k by RoPE where
+    no_rope_layers[i] is 1 (absent or empty: all but every no_rope_layer_interval-th, 4); the RoPE layers attend
+    within chunks of attention_chunk_size (layer_types "chunked_attention"), the NoPE ones over the whole
+    sequence; use_qk_norm puts a weightless L2 norm on q and k."""
+    used.update(("no_rope_layers", "no_rope_layer_interval", "attention_chunk_size", "use_qk_norm"))
+    rope = _hf_value(
+        cfg, "no_rope_layers", Optional[list[Annotated[StrictInt, Field(ge=0, le=1)]]], where
+    )
+    if not rope:
+        interval = _hf_value(cfg, "no_rope_layer_interval", HfDim, where, 4)
+        rope = [int((i + 1) % interval != 0) for i in range(layers)]
+    if len(rope) != layers:
+        raise CatalogueError(
+            f"{where}: field 'no_rope_layers': {len(rope)} entries for num_hidden_layers({layers})"
+        )
+    nope = rope.count(0)
+    period = layers // nope if nope else 0
+    if nope and rope != [int((i + 1) % period != 0) for i in range(layers)]:
+        raise CatalogueError(
+            f"{where}: field 'no_rope_layers': NoPE layers other than every k-th (the last of each period) are "
+            f"not modelled"
+        )
+    if "layer_types" in cfg:
+        used.add("layer_types")
+        types = _hf_value(cfg, "layer_types", Optional[list[StrictStr]], where)
+        expected = ["chunked_attention" if r else "full_attention" for r in rope]
+        if types is not None and types != expected:
+            raise CatalogueError(
+                f"{where}: field 'layer_types': chunked layers other than the RoPE layers are not modelled"
+            )
+    chunk = _hf_value(cfg, "attention_chunk_size", Optional[HfDim], where, 8192)
+    if nope == layers:
+        chunk = None  # no RoPE layer, so none chunked
+    return {
+        "attention_chunk": chunk,
+        "full_attention_layers": nope if chunk is not None else 0,
+        "nope_layers": nope,
+        "qk_norm": "l2" if _hf_value(cfg, "use_qk_norm", StrictBool, where, True) else "none",
+    }
 
 
 def _hf_qwen_moe(
@@ -1298,9 +1346,9 @@ def read_hf_config(path: Path) -> HfImport:
         "vocab_size": dims["vocab_size"],
         "tied_embeddings": fam.tied if tied is None else tied,
         "learned_positions": learned,
-        **spec,
         "sliding_window": window,
         "full_attention_layers": full,
+        **spec,
     }
     model = model_from_dict(data, data["name"], where)
     notes.extend(_hf_uncosted_notes(cfg, used, where))
@@ -1341,14 +1389,6 @@ _HF_UNCOSTED: dict[str, tuple[Any, str]] = {
     "rotary_pct": (
         _HfFraction,
         "the rotary embedding turns part of each head and is costed over the whole head",
-    ),
-    "use_qk_norm": (
-        StrictBool,
-        "the weightless L2 norm of queries and keys (an element-wise pass) is not costed",
-    ),
-    "no_rope_layers": (
-        list[StrictInt],
-        "the layers without a rotary embedding are costed with one",
     ),
     "attn_temperature_tuning": (
         Annotated[int, Field(ge=0)],

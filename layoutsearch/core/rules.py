@@ -752,8 +752,8 @@ def option_rules(options: SearchOptions | None) -> tuple[Rule, ...]:
 # ----------------------------------------------------------------------------- frameworks
 def llama_block(m: ModelSpec) -> bool:
     """RMSNorm, rotary positions, no linear biases, two weighted norms per layer, attention then the MLP,
-    full attention (the Llama decoder block; QKV, output-projection or output-head biases, extra or q/k norms and
-    sliding windows are other blocks)."""
+    full attention (the Llama decoder block; QKV, output-projection or output-head biases, extra or q/k norms,
+    sliding windows, attention chunks and NoPE layers are other blocks)."""
     return (
         m.norm == "rmsnorm"
         and not m.parallel_block
@@ -766,6 +766,8 @@ def llama_block(m: ModelSpec) -> bool:
         and m.norm_weights
         and m.qk_norm == "none"
         and m.sliding_window is None
+        and m.attention_chunk is None
+        and m.nope_layers == 0
     )
 
 
@@ -834,6 +836,8 @@ def qwen3_moe_block(m: ModelSpec) -> bool:
         and m.norm_weights
         and m.qk_norm == "head"
         and m.sliding_window is None
+        and m.attention_chunk is None
+        and m.nope_layers == 0
     )
 
 
@@ -1272,6 +1276,7 @@ def _refused_use(words: dict[str, str], p: Problem, c: dict) -> str:
         **c,
         model_id=p.model_id,
         sliding_window=p.model.sliding_window,
+        attention_chunk=p.model.attention_chunk,
         capacity_factor=None if moe is None else moe.capacity_factor,
     )
 
@@ -1525,6 +1530,10 @@ LIMITS: tuple[Limit, ...] = (
     # a window as long as the sequence attends over all of it
     Limit.feature(
         code="window", used=lambda p, c: (p.model.sliding_window or np.inf) < p.workload.seq_len
+    ),
+    # chunks as long as the sequence are one chunk: full attention
+    Limit.feature(
+        code="chunk", used=lambda p, c: (p.model.attention_chunk or np.inf) < p.workload.seq_len
     ),
     Limit(
         code="features",

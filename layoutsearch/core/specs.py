@@ -12,7 +12,7 @@ from enum import StrEnum
 from typing import Literal
 
 MlpKind = Literal["gated", "plain"]
-QkNorm = Literal["none", "head", "projection"]
+QkNorm = Literal["none", "head", "projection", "l2"]
 AxisKind = Literal["torus", "switch", "mesh", "scale_out", "dcn"]
 DEGREE_NAMES = ("dp", "fsdp", "tp", "pp", "cp")  # their product is the device count
 EXPERT_DEGREE_NAMES = ("ep", "etp")  # expert layers regroup the same devices (MoE parallel folding)
@@ -276,13 +276,20 @@ class ModelSpec:
     qk_norm: QkNorm = (
         "none"  # RMSNorm of queries and keys: "head" one head_dim weight each (Qwen3, Gemma 3),
     )
-    # "projection" over the whole Q and K projections (OLMo 2)
+    # "projection" over the whole Q and K projections (OLMo 2), "l2" a weightless L2 norm of each query and key head
+    # (Llama 4's use_qk_norm, Megatron's --qk-l2-norm); every layer's q and k pass through it (Megatron builds it in
+    # every layer; the Hugging Face Llama 4 code skips its NoPE layers, a pass over q and k on a quarter of them)
     sliding_window: int | None = (
         None  # tokens a query attends back to in a windowed layer; None = full attention
     )
-    full_attention_layers: int = (
-        0  # with a window: layers that still attend over the whole sequence (Gemma 2: half)
-    )
+    # chunked local attention (Llama 4's attention_chunk_size, MaxText's chunk_attn_window_size): a windowed layer's
+    # query attends only to the keys at or before it in its own chunk of this many tokens (position // chunk); a
+    # model sets a sliding_window or an attention_chunk, not both
+    attention_chunk: int | None = None
+    full_attention_layers: int = 0  # with a window or chunks: layers that still attend over the whole sequence (Gemma 2: half)
+    # layers without a rotary embedding (NoPE), every (num_layers / nope_layers)-th, the last of each period (Llama 4:
+    # every 4th, its full-attention layers; Megatron's --no-rope-freq)
+    nope_layers: int = 0
     # Hyper-parameters that change neither the parameter count nor the cost; the exporters write them.
     rope_theta: float = 10000.0  # RoPE base (Llama 3: 500000); unused with learned positions
     rope_scaling: RopeScaling | None = None  # Llama 3.1 long-context frequency scaling

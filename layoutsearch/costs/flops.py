@@ -213,15 +213,32 @@ def windowed_attention_context(seq_len: int, window: int, causal: bool) -> float
     return window - window * window / (2.0 * seq_len) if causal else float(window)
 
 
+def chunked_attention_context(seq_len: int, chunk: int, causal: bool) -> float:
+    """Average keys per query in a chunked layer (chunks of c tokens, a query attending only within its own).
+
+    The S tokens fill n = S // c whole chunks and a last one of r = S - n c: causal with skipping, each chunk a
+    causal square, (n c^2 + r^2) / (2 S) per query (S/2 at c >= S, as ``attention_context``); without causal
+    skipping (n c^2 + r^2) / S.
+    """
+    if chunk >= seq_len:
+        return attention_context(seq_len, causal)
+    whole, rest = divmod(seq_len, chunk)
+    squares = (whole * chunk * chunk + rest * rest) / seq_len
+    return squares / 2 if causal else squares
+
+
 def layer_attention_context(model: ModelSpec, seq_len: int, causal: bool) -> float:
-    """Average keys per query over the model's layers: ``attention_context`` without a window;
-    with one, the windowed layers at ``windowed_attention_context`` and the
+    """Average keys per query over the model's layers: ``attention_context`` without a window or chunks;
+    with them, the windowed layers at ``windowed_attention_context`` (``chunked_attention_context``) and the
     ``full_attention_layers`` at the full context, averaged over the layers (a stage of a
     pipeline is costed at this average: exact when each stage holds whole local/global periods)."""
     full = attention_context(seq_len, causal)
-    if model.sliding_window is None:
+    if model.attention_chunk is not None:
+        local = chunked_attention_context(seq_len, model.attention_chunk, causal)
+    elif model.sliding_window is not None:
+        local = windowed_attention_context(seq_len, model.sliding_window, causal)
+    else:
         return full
-    local = windowed_attention_context(seq_len, model.sliding_window, causal)
     windowed = model.num_layers - model.full_attention_layers
     return (windowed * local + model.full_attention_layers * full) / model.num_layers
 
@@ -312,11 +329,19 @@ def elementwise_bytes_per_token_per_layer(
     f = mlp_width_per_token(model, share) / tp
     qk = (model.num_heads // tp + kv_heads_per_device(model, tp)) * model.head_dim
     mlp_act = (3 if model.mlp == "gated" else 2) * f
-    # the rotary embedding (none with learned positions) and the q/k norm, each a read and a write
-    qk_passes = (0 if model.learned_positions else 2) + (0 if model.qk_norm == "none" else 2)
+    # the rotary embedding (none with learned positions, nor in NoPE layers) and the q/k norm, each a read and a write
+    qk_passes = 2 * rotary_layer_share(model) + (0 if model.qk_norm == "none" else 2)
     # hidden dropout, fused into the residual add (Megatron's bias-dropout-add): its mask written
     masks = residual_dropouts(model) * DROPOUT_MASK_BYTES * d
     return activation_bytes * (2 * 3 * d + mlp_act + qk_passes * qk) + masks
+
+
+def rotary_layer_share(model: ModelSpec) -> float:
+    """The share of the layers that turn q and k by a rotary embedding: none with learned positions, all but the
+    ``nope_layers`` otherwise (a stage is costed at this average, as ``layer_attention_context``)."""
+    if model.learned_positions:
+        return 0.0
+    return 1.0 - model.nope_layers / model.num_layers
 
 
 # A dropout mask: one byte per element (PyTorch's dropout and Megatron's fused bias-dropout-add keep a bool mask)
@@ -390,12 +415,12 @@ def eager_elementwise_bytes_per_token_per_layer(
 ) -> tuple[FloatArray, FloatArray]:
     """(forward, backward) HBM bytes per token that a layer's element-wise ops move in eager PyTorch
     beyond the fused kernels ``elementwise_bytes_per_token_per_layer`` counts: the rotary embedding of q
-    and k (none with learned positions) and a gated MLP's activation and product (the EAGER_* constants
-    above). ``share``: as ``layer_share``."""
+    and k (in ``rotary_layer_share`` of the layers) and a gated MLP's activation and product (the EAGER_*
+    constants above). ``share``: as ``layer_share``."""
     qk = (
-        0.0
-        if model.learned_positions
-        else (model.num_heads // tp + kv_heads_per_device(model, tp)) * model.head_dim
+        rotary_layer_share(model)
+        * (model.num_heads // tp + kv_heads_per_device(model, tp))
+        * model.head_dim
     )
     f = mlp_width_per_token(model, share) / tp if model.mlp == "gated" else 0.0
     fwd, bwd = (

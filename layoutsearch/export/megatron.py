@@ -36,10 +36,11 @@ num_microbatches_calculator.py):
 - Hyper-parameters: ``--rotary-base`` (an int in arguments.py), ``--use-rope-scaling`` /
   ``--rope-scaling-factor`` (Llama 3.1 scaling; megatron-core fixes low 1, high 4, original 8192),
   ``--norm-epsilon``, ``--attention-dropout`` / ``--hidden-dropout`` (Megatron's default is 0.1),
-  ``--add-qkv-bias`` (Qwen2), ``--qk-layernorm`` (Qwen3's per-head q/k RMSNorms), activation
+  ``--add-qkv-bias`` (Qwen2), ``--qk-layernorm`` (Qwen3's per-head q/k RMSNorms), ``--qk-l2-norm`` (Llama
+  4's weightless L2 norms), ``--no-rope-freq k`` (NoPE in every k-th layer), activation
   ``--swiglu`` (gated SiLU) or GELU (Megatron's default). Features it has no flag for (post-norms,
-  GeGLU, other activations, projection-wide q/k norms) are refused by the declaration
-  (``refused_features``), never written as something else.
+  GeGLU, other activations, projection-wide q/k norms, attention chunks) are refused by the declaration
+  (``refused_features``, ``chunked_attention``), never written as something else.
 - Attention kernel: Transformer Engine's choice (its cuDNN fused attention, as the megatron profile
   costs it) unless the workload asked for the FlashAttention-2 class (``--no-vendor-attention``):
   ``--attention-backend flash``, or for materialised scores (``--no-fused-attention``): ``unfused``.
@@ -183,6 +184,8 @@ def _model_args(ctx: ExportContext) -> list[tuple[str, object]]:
                 ("--use-rope-scaling", None),
                 ("--rope-scaling-factor", f"{m.rope_scaling.factor:g}"),
             ]
+        if m.nope_layers:  # RoPE skipped in every k-th layer, the last of each period (Llama 4: 4)
+            args.append(("--no-rope-freq", m.num_layers // m.nope_layers))
     args += [
         ("--attention-dropout", repr(float(m.attention_dropout))),
         ("--hidden-dropout", repr(float(m.hidden_dropout))),
@@ -193,6 +196,10 @@ def _model_args(ctx: ExportContext) -> list[tuple[str, object]]:
         args.append(("--swiglu", None))
     if m.qk_norm == "head" and m.mla is None:  # Qwen3: an RMSNorm over each query and key head
         args.append(("--qk-layernorm", None))
+    if (
+        m.qk_norm == "l2"
+    ):  # Llama 4: a weightless L2 norm of each query and key head (TransformerConfig.qk_l2_norm)
+        args.append(("--qk-l2-norm", None))
     if not m.tied_embeddings:
         args.append(("--untie-embeddings-and-output-weights", None))
     if not m.linear_bias:
@@ -959,6 +966,17 @@ def _hyper_problems(f: dict, tp: int, dp: int, cp: int, ctx: ExportContext) -> l
         out.append(
             f"--qk-layernorm is {'set' if '--qk-layernorm' in f else 'missing'}, the model has "
             f"{'' if qk else 'no '}per-head q/k norms"
+        )
+    if ("--qk-l2-norm" in f) != (m.qk_norm == "l2"):
+        out.append(
+            f"--qk-l2-norm is {'set' if '--qk-l2-norm' in f else 'missing'}, the model has "
+            f"{'' if m.qk_norm == 'l2' else 'no '}q/k L2 norms"
+        )
+    nope = m.num_layers // m.nope_layers if m.nope_layers else None
+    if f.get("--no-rope-freq") != (None if nope is None else str(nope)):
+        out.append(
+            f"--no-rope-freq is {f.get('--no-rope-freq', 'missing')}, the model has "
+            + (f"a NoPE layer every {nope}" if nope else "RoPE in every layer")
         )
     qkv = m.qkv_bias and not m.linear_bias
     if ("--add-qkv-bias" in f) != qkv:

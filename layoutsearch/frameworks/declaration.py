@@ -21,10 +21,12 @@ def _moe_has(m: ModelSpec, test: Callable) -> bool:
 
 # The model features (ModelSpec fields) that change the parameter count or the cost, by the name
 # refusals print; an export target writes each one it builds or refuses the model
-# (Capabilities.refused_features). Attention sinks and sliding windows have their own rules.
+# (Capabilities.refused_features). Attention sinks, sliding windows and attention chunks have their own rules.
 MODEL_FEATURES: dict[str, Callable[[ModelSpec], bool]] = {
     "per-head q/k norms": lambda m: m.qk_norm == "head" and m.mla is None,
     "q/k projection norms": lambda m: m.qk_norm == "projection",
+    "q/k L2 norms": lambda m: m.qk_norm == "l2",
+    "NoPE layers": lambda m: m.nope_layers > 0,
     "post-attention and post-MLP norms": lambda m: m.norms_per_layer == 4,
     "parallel attention and MLP": lambda m: m.parallel_block,
     "non-parametric norms": lambda m: not m.norm_weights,
@@ -310,6 +312,9 @@ class Capabilities:
     """A learned sink logit per head in the softmax (gpt-oss's attention)."""
     sliding_window: bool = False
     """Layers attending over a window of the sequence (ModelSpec.sliding_window)."""
+    chunked_attention: bool = False
+    """Layers attending within chunks of the sequence (ModelSpec.attention_chunk), where the chunk is shorter than
+    the sequence."""
     refused_features: dict[str, str] = field(default_factory=dict)
     """The MODEL_FEATURES it cannot write, each with the framework's reason (refused, never dropped)."""
     why: dict[str, str] = field(default_factory=dict)

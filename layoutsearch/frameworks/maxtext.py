@@ -73,6 +73,8 @@ CAPABILITIES = Capabilities(
         "maxtext-kv": "it shards KV heads over the tensor axis and cannot replicate them",
         "maxtext-model": "its llama2 block needs RMSNorm, RoPE and no biases; its gpt3 block "
         "LayerNorm, biases and learned positions; its MoE blocks are mixtral, qwen3_moe and deepseek",
+        "maxtext-chunk": "its chunked attention (attention_type chunk) is its llama4 block's, which this "
+        "export does not write",
         "maxtext-etp": "it shards every expert's FFN over the tensor axis (etp = tp)",
         "maxtext-experts": "its expert axis shards the batch and the weights as fsdp does: ep comes "
         "out of a ZeRO-3 fsdp",

@@ -123,5 +123,8 @@ CAPABILITIES = Capabilities(
         # full, not which
         "megatron-window": "layoutsearch does not write --window-size and --window-attn-skip-freq: "
         "the model catalogue records how many layers attend in full, not which",
+        # TransformerConfig has window_size (sliding) and no chunk: the Llama 4 example (examples/inference/llama4)
+        # runs 4,096-token sequences, within one chunk
+        "megatron-chunk": "megatron-core's attention has sliding windows (window_size), no chunked attention",
     },
 )

@@ -52,6 +52,8 @@ def capabilities(target: str) -> Capabilities:
         target == "torchtitan"
     )  # the 0.3 export builds llama3 only (its MoE models are other builders)
     why = {
+        "chunk": "its chunked attention (fixed_attn_block_size, FlexAttention) is its llama4 model's, which "
+        "this export does not write",
         "tp-without-sp": "0.2's tensor-parallel plans shard the norms with SequenceParallel whenever tp > 1 "
         "(parallelism.enable_sequence_parallel from 0.3.0: export to torchtitan-0.3)",
         "zero": "FSDP2 has no ZeRO-1 (sharded optimizer, unsharded gradients) without a pipeline",
