@@ -124,16 +124,20 @@ def test_offload_needs_the_hosts_catalogue_fields_and_zero3_for_parameters():
     """An accelerator without host memory or cores is refused naming what it lacks; parameter offload
     without ZeRO-3 names the stage and the shard group."""
     problem = Problem.build(
-        load_model("debug"), resolve_cluster("mi300x-8"), Workload(global_batch_seqs=8, seq_len=256)
-    )
+        load_model("debug"), resolve_cluster("h800-8"), Workload(global_batch_seqs=8, seq_len=256)
+    )  # no first-party DGX H800 figures were found
     out = check_layout(problem, Layout(fsdp=8, zero_stage=1, offload="optimizer"))
     assert [v.message for v in out] == [
-        "offload optimizer keeps model state in host memory, but mi300x has no "
+        "offload optimizer keeps model state in host memory, but h800 has no "
         "host_memory_gib_per_node, host_cpu_cores_per_node in its hardware file (a cluster file can give them)"
     ]
+    catalogued = resolve_cluster("v6e-8")  # a part with the host's memory and not its cores
+    without_cores = dataclasses.replace(catalogued.accelerator, host_cpu_cores_per_node=None)
     v6e = Problem.build(
-        load_model("debug"), resolve_cluster("v6e-8"), Workload(global_batch_seqs=8, seq_len=256)
-    )  # its host memory catalogued (Cloud TPU v6e docs: 1,536 GiB a host), its cores not
+        load_model("debug"),
+        dataclasses.replace(catalogued, accelerator=without_cores),
+        Workload(global_batch_seqs=8, seq_len=256),
+    )
     assert v6e.cluster.host_memory_bytes_per_node == 1536 * 2**30
     out = check_layout(v6e, Layout(fsdp=8, zero_stage=1, offload="optimizer"))
     assert [v.message for v in out] == [
@@ -270,30 +274,30 @@ def test_exports_refuse_what_their_framework_cannot_offload(target, offload, zer
 
 
 def test_funnel_names_the_offload_rule_that_leaves_nothing():
-    """--offload params on mi300x (no host memory or cores in its hardware file): nothing is
+    """--offload params on h800 (no host memory or cores in its hardware file): nothing is
     searched, exit 1, and the message is the rule's reason for that choice, naming the fields missing."""
     result = RUNNER.invoke(
         app,
         [
-            *("solve", "--model", "debug", "--cluster", "mi300x-8", "--seqs", "8"),
+            *("solve", "--model", "debug", "--cluster", "h800-8", "--seqs", "8"),
             *("--seq-len", "256", "--offload", "params"),
         ],
     )
     assert result.exit_code == 1
     assert (
-        "no feasible layout: offload params keeps model state in host memory, but mi300x has no "
+        "no feasible layout: offload params keeps model state in host memory, but h800 has no "
         "host_memory_gib_per_node, host_cpu_cores_per_node in its hardware file (a cluster file can give "
         "them) (offload-host)"
     ) in result.output
 
 
 def test_a_cluster_file_gives_the_host_memory_and_cores(tmp_path):
-    """mi300x's hardware file has no host memory or cores; a cluster file's host_memory_gib_per_node and
+    """h800's hardware file has no host memory or cores; a cluster file's host_memory_gib_per_node and
     host_cpu_cores_per_node make offload plannable (the winner offloads where --offload allows only that), and
     the result records them, so export rebuilds the same cluster; a bad value is one line naming the field."""
-    path = tmp_path / "mi300x.cluster.yaml"
+    path = tmp_path / "h800.cluster.yaml"
     path.write_text(
-        "accelerator: mi300x\nnodes: 1\nhost_memory_gib_per_node: 1536\nhost_cpu_cores_per_node: 96\n"
+        "accelerator: h800\nnodes: 1\nhost_memory_gib_per_node: 1536\nhost_cpu_cores_per_node: 96\n"
     )
     cluster = resolve_cluster(str(path))
     assert cluster.host_memory_bytes_per_node == 1536 * 1024**3
@@ -313,7 +317,7 @@ def test_a_cluster_file_gives_the_host_memory_and_cores(tmp_path):
     assert doc["layouts"][0]["offload"] == "optimizer"
     assert doc["problem"]["cluster_spec"]["host_memory_gib_per_node"] == 1536.0
     assert doc["problem"]["cluster_spec"]["host_cpu_cores_per_node"] == 96
-    path.write_text("accelerator: mi300x\nnodes: 1\nhost_cpu_cores_per_node: 0\n")
+    path.write_text("accelerator: h800\nnodes: 1\nhost_cpu_cores_per_node: 0\n")
     bad = RUNNER.invoke(app, ["solve", "--model", "debug", "--cluster", str(path)])
     assert bad.exit_code == 2
     assert bad.stderr == (
@@ -323,11 +327,24 @@ def test_a_cluster_file_gives_the_host_memory_and_cores(tmp_path):
 
 @pytest.mark.parametrize(
     "cluster, devices, gib, cores",
-    [("gb200-72", 4, 894, 144), ("gb300-72", 4, 894, 144), ("v5e-256", 8, 384, 112)],
+    [
+        ("gb200-72", 4, 894, 144),
+        ("gb300-72", 4, 894, 144),
+        ("v5e-256", 8, 384, 112),
+        ("mi300x-8", 8, 1536, 128),
+        ("mi325x-8", 8, 2304, 128),
+        ("mi355x-8", 8, 3072, 128),
+        ("b300-8", 8, 2048, 112),
+        ("tpu7x-8", 4, 894, 112),
+        ("v6e-8", 8, 1536, 90),
+    ],
 )
 def test_catalogued_hosts(cluster, devices, gib, cores):
-    """The hosts added on 2026-12-06 (hardware files' sources): a GB200 or GB300 compute tray (2 Grace CPUs
-    for 4 GPUs) and a v5e ct5lp-hightpu-8t VM (8 chips)."""
+    """The hosts added on 2026-12-06 and 2026-12-07 (hardware files' sources): a GB200 or GB300 compute tray (2
+    Grace CPUs for 4 GPUs), a v5e ct5lp-hightpu-8t VM (8 chips), AMD's MLPerf Training v5.1 MI300X, MI325X and
+    MI355X servers (2 EPYC 9575F of 64 cores; 24 DIMMs of 64, 96 and 128 GB), NVIDIA's DGX B300 system description
+    (2 Xeon Platinum 8570 of 56 cores, 2 TB), a TPU7x 4-chip VM (960 GB, 224 vCPUs) and a v6e 8-chip host
+    (1,536 GiB, 180 vCPUs), two vCPUs a core."""
     c = resolve_cluster(cluster)
     assert (c.devices_per_node, c.host_memory_bytes_per_node) == (devices, gib * 1024**3)
     assert c.accelerator.host_cpu_cores_per_node == cores
