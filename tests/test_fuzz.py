@@ -199,7 +199,7 @@ BAD_FITS = [",", "matmul_eficiency", ""]
 ACCELERATORS = ["h100", "a100-40gb", "h100,a100-40gb"]
 BAD_ACCELERATORS = [",", "foo", "", "h100,foo"]
 
-MODEL_FILES = ["@model_ok.yaml", "@hf_ok.json"]
+MODEL_FILES = ["@model_ok.yaml", "@hf_ok.json", "@chunked_ok.yaml"]
 BAD_MODEL_FILES = [
     "@nonutf8.yaml",
     "@nonutf8.json",
@@ -224,6 +224,8 @@ BAD_MODEL_FILES = [
     "@badyaml.yaml",
     "@fifo.yaml",
     "@dupkey.yaml",
+    "@window_and_chunk.yaml",
+    "@nope_odd.yaml",
 ]
 RESULTS = ["@solve.json", "@estimate.json", "@doc_null_predictions.json"]
 BAD_RESULTS = [
@@ -702,6 +704,8 @@ PINNED = [
     ["estimate", "--model", "@deep.yaml", "--cluster", "h100-8"],
     ["estimate", "--model", "@heads0.json", "--cluster", "h100-8"],
     ["estimate", "--model", "@hugeparams.yaml", "--cluster", "h100-8"],
+    ["estimate", "--model", "@window_and_chunk.yaml", "--cluster", "h100-8"],
+    ["solve", "--model", "@chunked_ok.yaml", "--cluster", "h100-8", "--seq-len", "131072", "--format", "json"],
     ["estimate", "--model", "a" * 300, "--cluster", "h100-8"],
     ["estimate", "--model", "x\0.yaml", "--cluster", "h100-8"],
     ["estimate", "--layout", "tp=99999999999999999999", "--cluster", "h100-8"],
@@ -802,6 +806,11 @@ def files(tmp_path_factory) -> Path:
         .replace("num_layers: 8", "num_layers: 16777216")
     )
     (root / "unknownkey.yaml").write_text(debug + "experts: 8\n")
+    # Llama 4's attention on the debug model: 256-token chunks, every 4th layer NoPE and full, q/k L2 norms
+    chunked = "attention_chunk: 256\nfull_attention_layers: 2\nnope_layers: 2\nqk_norm: l2\n"
+    (root / "chunked_ok.yaml").write_text(debug + chunked)
+    (root / "window_and_chunk.yaml").write_text(debug + "sliding_window: 128\n" + chunked)
+    (root / "nope_odd.yaml").write_text(debug + "nope_layers: 3\n")
     (root / "badyaml.yaml").write_text("a: [1\n")
     (root / "string.yaml").write_text("hello")
     (root / "empty.yaml").write_text("")
