@@ -118,6 +118,10 @@ WRITTEN: dict[str, dict[str, Callable[[str], bool]]] = {
     # AI-Hypercomputer/maxtext configs/base.yml keys
     "maxtext": {
         "per-head q/k norms": _has("use_qk_norm: true"),
+        "q/k L2 norms": _has("use_qk_norm: true"),
+        "NoPE layers": _has("nope_layer_interval:"),
+        "attention chunks": _has("chunk_attn_window_size:"),
+        "MoE in every n-th layer": _has("interleave_moe_layer_step:"),
         "LayerNorm": _has('decoder_block: "gpt3"'),
         "linear biases": _has('decoder_block: "gpt3"'),
         "tied embeddings": _has("logits_via_embedding: true"),

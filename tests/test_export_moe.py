@@ -687,7 +687,7 @@ def test_deepspeed_autoep_section():
             "v5p-1024",
             1024,
             Layout(fsdp=1024, recompute="full"),
-            r"MaxText cannot express model grok-1 .*MoE blocks are mixtral, qwen3_moe and deepseek",
+            r"MaxText cannot express model grok-1 .*MoE blocks are mixtral, qwen3_moe, deepseek and llama4",
         ),
         (
             "deepspeed",
@@ -787,6 +787,8 @@ MEGATRON_CONFIG_FLAGS = {  # TransformerConfig fields
     "--fp8-param-gather": ("fp8_param", True),
     "--multi-latent-attention": ("multi_latent_attention", True),  # and MLATransformerConfig
     "--qk-layernorm": ("qk_layernorm", True),
+    "--qk-l2-norm": ("qk_l2_norm", True),
+    "--no-rope-freq": ("no_rope_freq", int),
     "--no-rope-fusion": ("apply_rope_fusion", False),
     "--attention-backend": ("attention_backend", attn_backend),
     "--mtp-num-layers": ("mtp_num_layers", int),
@@ -1776,9 +1778,10 @@ MAXTEXT_MOE = maxtext_script(
 @pytest.mark.frameworks
 def test_maxtext_builds_the_engine_moe_models(tmp_path):
     """MaxText's pyconfig, device mesh (with its expert axis) and MoE models from the exported overrides on 8 CPU
-    devices: mixtral (with a capacity factor: the dense dropping path), qwen3_moe (with a tensor axis: etp = tp) and
-    deepseek (latent attention, a dense first layer, shared expert, router bias, MTP) blocks have exactly the
-    engine's parameter count (MTP included)."""
+    devices: mixtral (with a capacity factor: the dense dropping path), qwen3_moe (with a tensor axis: etp = tp),
+    deepseek (latent attention, a dense first layer, shared expert, router bias, MTP) and llama4 (MoE every 2nd
+    layer beside a shared expert, a NoPE layer every 4th, 64-token chunks on the others, q/k L2 norms) blocks have
+    exactly the engine's parameter count (MTP included)."""
     python = maxtext_python()
     docs = {
         "mixtral": custom_doc(
@@ -1807,6 +1810,19 @@ def test_maxtext_builds_the_engine_moe_models(tmp_path):
                 **TINY_DSV3,
                 "num_layers": 3,
                 "moe": replace(TINY_DSV3["moe"], router_bias=True),
+            },
+        ),
+        "llama4": custom_doc(
+            "llama4-maverick",
+            "v5p-8",
+            32,
+            128,
+            Layout(fsdp=8, ep=2),
+            **{
+                **TINY_MAVERICK,
+                "qk_norm": "l2",
+                "attention_chunk": 64,
+                "moe": replace(TINY_MAVERICK["moe"], capacity_factor=None),
             },
         ),
     }

@@ -1,13 +1,14 @@
 """Llama 4's attention as costed: chunks on the RoPE layers (ModelSpec.attention_chunk), NoPE layers every k-th
 (nope_layers), the weightless q/k L2 norm (qk_norm "l2"); refused by every export target where a chunk is shorter
-than the sequence, written by Megatron-LM within one chunk."""
+than the sequence but by MaxText's llama4 block, written by Megatron-LM within one chunk."""
 
 from __future__ import annotations
 
 import dataclasses
 
 import pytest
-from builders import solve_doc
+import yaml
+from builders import check_export, solve_doc
 
 from layoutsearch.core.catalogue import CatalogueError, load_model, model_from_dict
 from layoutsearch.core.rules import violations
@@ -79,16 +80,13 @@ def test_megatron_writes_l2_norms_and_nope_within_one_chunk():
     assert "--qk-l2-norm" not in parse_args(export_document(maverick, "megatron"))
 
 
-@pytest.mark.parametrize(
-    "target", ["megatron", "megatron-bridge", "maxtext", "torchtitan", "deepspeed"]
-)
-def test_chunks_shorter_than_the_sequence_are_refused_by_every_target(target):
-    """16,384 tokens are two chunks: costed, and each target's rules refuse the chunks by name with its reason (beside
-    whatever else of the layout it cannot write); at 8,192 tokens no target's rules name them."""
+@pytest.mark.parametrize("target", ["megatron", "megatron-bridge", "torchtitan", "deepspeed"])
+def test_chunks_shorter_than_the_sequence_are_refused_by_the_gpu_targets(target):
+    """16,384 tokens are two chunks: costed, and each target but MaxText refuses the chunks by name with its reason
+    (beside whatever else of the layout it cannot write); at 8,192 tokens no target's rules name them."""
     layout = Layout(fsdp=8, tp=8, ep=8, zero_stage=1)
     reasons = {
         "megatron": "megatron-core's attention has sliding windows (window_size), no chunked attention",
-        "maxtext": "its chunked attention (attention_type chunk) is its llama4 block's",
         "torchtitan": "its chunked attention (fixed_attn_block_size, FlexAttention) is its llama4 model's",
         "deepspeed": "the Hugging Face model code skips masked chunks only under flex attention",
     }
@@ -160,3 +158,51 @@ def test_model_files_with_impossible_attention_are_refused(change, message):
     with pytest.raises(CatalogueError) as caught:
         model_from_dict({**data, **change}, "x", "x.yaml")
     assert message in str(caught.value)
+
+
+def test_maxtext_writes_llama4_with_its_llama4_block():
+    """MaxText's llama4 decoder block (configs/models/llama4-17b-16e.yml, -128e.yml) has Llama 4's attention and
+    experts: Scout at 32,768 tokens on v5p is exported with chunks of 8,192 on the RoPE layers, NoPE every 4th
+    layer, q/k L2 norms, one shared expert; Maverick's MoE every 2nd layer and no q/k norm; the checker notices an
+    edited key; a Llama block with chunks (not Llama 4's experts) is refused by the block rule."""
+    layout = Layout(fsdp=64, tp=4, ep=1, etp=4, zero_stage=3, recompute="full")
+    doc = solve_doc("llama4-scout", "v5p-256", 256, 32768, layout)
+    text = export_document(doc, "maxtext")
+    cfg = yaml.safe_load(text)
+    keys = (
+        "decoder_block",
+        "shared_experts",
+        "interleave_moe_layer_step",
+        "nope_layer_interval",
+        "inhomogeneous_layer_cycle_interval",
+        "chunk_attn_window_size",
+        "use_qk_norm",
+        "base_mlp_dim",
+        "base_moe_mlp_dim",
+    )
+    assert [cfg[k] for k in keys] == ["llama4", 1, 1, 4, 4, 8192, True, 16384, 8192]
+    assert (
+        "temperature_tuning (Llama 4's query temperature scaling on its NoPE layers) is left"
+        in text
+    )
+    edited = text.replace("chunk_attn_window_size: 8192", "chunk_attn_window_size: 4096")
+    assert "chunk_attn_window_size = 4096, the model has 8192" in check_export(
+        "maxtext", edited, doc
+    )
+    maverick = yaml.safe_load(
+        export_document(solve_doc("llama4-maverick", "v5p-256", 256, 8192, layout), "maxtext")
+    )
+    assert [maverick[k] for k in keys[2:7]] == [2, 4, 4, 8192, False]
+    chunked_llama = solve_doc(
+        "llama3-8b",
+        "v5p-256",
+        256,
+        32768,
+        Layout(fsdp=256, zero_stage=3, recompute="full"),
+        model_changes={"attention_chunk": 8192, "full_attention_layers": 8, "nope_layers": 8},
+    )
+    ctx = context_for(chunked_llama, "maxtext")
+    messages = [v.message for v in violations(ctx.problem, ctx.layout, target_rules("maxtext"))]
+    assert any(
+        "MaxText cannot express model llama3-8b" in m and "NoPE layers" in m for m in messages
+    )

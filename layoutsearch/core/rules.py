@@ -22,8 +22,9 @@ code: 0 none, 1 selective, 2 full).
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import numpy as np
@@ -858,6 +859,34 @@ def deepseek_block(m: ModelSpec) -> bool:
     )
 
 
+def llama4_block(m: ModelSpec) -> bool:
+    """Llama 4 (MaxText's llama4 block): a Llama block but for its attention, chunks on the RoPE layers and a NoPE
+    layer every k-th attending over the whole sequence, with or without q/k L2 norms; a top-k mixture of SwiGLU
+    experts every n-th layer beside one shared expert as wide as a routed one; its layers a whole number of
+    lcm(k, n)-layer cycles."""
+    moe = m.moe
+    if moe is None or m.mla is not None or m.attention_chunk is None or not m.nope_layers:
+        return False
+    attention = replace(
+        m, qk_norm="none", attention_chunk=None, full_attention_layers=0, nope_layers=0
+    )
+    return (
+        llama_block(attention)
+        and m.qk_norm in ("none", "l2")
+        and m.full_attention_layers == m.nope_layers
+        and m.mtp_layers == 0
+        and moe.num_shared_experts == 1
+        and moe.shared_d_ff == moe.expert_d_ff
+        and not moe.shared_expert_gate
+        and moe.first_dense_layers == 0
+        and not moe.router_bias
+        and m.mlp == "gated"
+        and m.activation_name == "silu"
+        and not m.tied_embeddings
+        and m.num_layers % math.lcm(m.num_layers // m.nope_layers, moe.layer_freq) == 0
+    )
+
+
 MODEL_BLOCKS = {
     "llama": lambda m: dense(m) and llama_block(m),
     "gpt3": gpt3_block,
@@ -865,6 +894,7 @@ MODEL_BLOCKS = {
     "mixtral": mixtral_block,
     "qwen3-moe": qwen3_moe_block,
     "deepseek": deepseek_block,
+    "llama4": llama4_block,
 }
 
 

@@ -28,14 +28,16 @@ Mapping (checked against maxtext 0.2.5: configs/base.yml, configs/types.py, laye
 - Not decided (``<set me: ...>`` under ``# PLACEHOLDER``): dataset, tokenizer, learning rate,
   steps, output/checkpoint directory; written as comments, since pyconfig would load a value.
 - Mixture of experts (configs/base.yml "mixture of experts (moe)", "deepseek moe", configs/models/
-  mixtral-8x7b.yml, deepseek3-671b.yml, qwen3-30b-a3b.yml): ``decoder_block`` mixtral, deepseek or
-  qwen3_moe, ``num_experts``, ``num_experts_per_tok``, ``base_moe_mlp_dim``, ``megablox`` and
+  mixtral-8x7b.yml, deepseek3-671b.yml, qwen3-30b-a3b.yml, llama4-17b-16e.yml): ``decoder_block`` mixtral,
+  deepseek, qwen3_moe or llama4, ``num_experts``, ``num_experts_per_tok``, ``base_moe_mlp_dim``, ``megablox`` and
   ``sparse_matmul`` (dropless grouped matmuls), ``capacity_factor`` (-1 = dropless; with a capacity factor
   ``sparse_matmul`` and ``megablox`` false: MaxText's sparse path ignores the capacity, its dense einsum path
   drops and pads every expert to it, as the cost model does),
   ``first_num_dense_layers`` and ``shared_experts`` (DeepSeek; a shared expert is as wide as a routed
   one), ``routed_bias`` with ``routed_score_func: sigmoid`` for a router bias, ``use_qk_norm`` (Qwen3),
-  ``attention_type: mla`` with its ranks and head widths, ``mtp_num_layers``. The ``expert`` mesh axis
+  ``attention_type: mla`` with its ranks and head widths, ``mtp_num_layers``; Llama 4's
+  ``interleave_moe_layer_step``, ``nope_layer_interval``, ``inhomogeneous_layer_cycle_interval`` (their least
+  common multiple), ``chunk_attn_window_size`` (chunks on the RoPE layers) and ``use_qk_norm`` (its L2 norm). The ``expert`` mesh axis
   (``ici_/dcn_expert_parallelism``) is ep: MaxText shards the batch and the dense weights over it as
   over fsdp, so it is carved out of the layout's fsdp (fsdp axis = fsdp / ep) with ZeRO-3, and it
   shards the experts' FFN over the tensor axis (etp = tp).
@@ -56,7 +58,7 @@ import math
 
 import yaml
 
-from layoutsearch.core.rules import deepseek_block, gpt3_block, qwen3_moe_block
+from layoutsearch.core.rules import deepseek_block, gpt3_block, llama4_block, qwen3_moe_block
 from layoutsearch.core.specs import ModelSpec, Recompute
 from layoutsearch.costs import memory
 from layoutsearch.export.context import (
@@ -288,6 +290,8 @@ def decoder_block(m) -> str:
         return "gpt3"
     if m.moe is None:
         return "llama2"
+    if llama4_block(m):
+        return "llama4"
     return "deepseek" if deepseek_block(m) else "qwen3_moe" if qwen3_moe_block(m) else "mixtral"
 
 
@@ -328,6 +332,16 @@ def moe_keys(ctx: ExportContext) -> dict:
             keys["mtp_num_layers"] = m.mtp_layers
     elif block == "qwen3_moe":
         keys.update(use_qk_norm=True, norm_topk_prob=True)
+    elif block == "llama4":  # configs/models/llama4-17b-16e.yml and -128e.yml
+        nope = m.num_layers // m.nope_layers
+        keys.update(
+            shared_experts=moe.num_shared_experts,
+            interleave_moe_layer_step=moe.layer_freq,
+            nope_layer_interval=nope,
+            inhomogeneous_layer_cycle_interval=math.lcm(nope, moe.layer_freq),
+            chunk_attn_window_size=m.attention_chunk,
+            use_qk_norm=m.qk_norm == "l2",
+        )
     return keys
 
 
@@ -546,6 +560,12 @@ def _moe_notes(ctx: ExportContext) -> list[str]:
 def _model_notes(ctx: ExportContext) -> list[str]:
     m = ctx.model
     notes = _moe_notes(ctx) + mtp_notes(ctx, "mtp_num_layers")
+    if decoder_block(m) == "llama4":
+        notes.append(
+            "temperature_tuning (Llama 4's query temperature scaling on its NoPE layers) is left at base.yml's "
+            "false: the model spec does not carry it and the prediction does not cost it; set it true to "
+            "train Llama 4 as published."
+        )
     if m.rope_scaling is not None and _rope_fixed(m) != MAXTEXT_ROPE_FIXED:
         notes.append(
             "rope scaling: MaxText's llama3.1 RoPE fixes factor 8, low 1, high 4, original context 8192; "
@@ -768,6 +788,10 @@ def _moe_problems(cfg: dict, deg: dict[str, int], ctx: ExportContext) -> list[st
         "mtp_num_layers": 0,
         "use_qk_norm": False,
         "norm_topk_prob": False,
+        "interleave_moe_layer_step": 1,
+        "nope_layer_interval": -1,
+        "inhomogeneous_layer_cycle_interval": 1,
+        "chunk_attn_window_size": 0,
     }
     out += [
         f"{k} = {cfg.get(k, defaults[k])}, the model has {v}"

@@ -54,7 +54,8 @@ CAPABILITIES = Capabilities(
     tpu_ring_cp_seq_squared=True,  # configs/types.py: TPU Tokamax ring attention
     pipeline_schedules=("gpipe",),
     kv_replication=False,
-    model_blocks=("llama", "gpt3", "mixtral", "qwen3-moe", "deepseek"),
+    model_blocks=("llama", "gpt3", "mixtral", "qwen3-moe", "deepseek", "llama4"),
+    chunked_attention=True,  # its llama4 block's chunk_attn_window_size (the block rule refuses chunks elsewhere)
     expert_tensor=("tp",),
     expert_tensor_without_ep=("tp",),
     expert_groups=("fsdp", "tp"),
@@ -72,9 +73,7 @@ CAPABILITIES = Capabilities(
         "num_pipeline_repeats > 1; no 1F1B, zero-bubble or DualPipe schedule",
         "maxtext-kv": "it shards KV heads over the tensor axis and cannot replicate them",
         "maxtext-model": "its llama2 block needs RMSNorm, RoPE and no biases; its gpt3 block "
-        "LayerNorm, biases and learned positions; its MoE blocks are mixtral, qwen3_moe and deepseek",
-        "maxtext-chunk": "its chunked attention (attention_type chunk) is its llama4 block's, which this "
-        "export does not write",
+        "LayerNorm, biases and learned positions; its MoE blocks are mixtral, qwen3_moe, deepseek and llama4",
         "maxtext-etp": "it shards every expert's FFN over the tensor axis (etp = tp)",
         "maxtext-experts": "its expert axis shards the batch and the weights as fsdp does: ep comes "
         "out of a ZeRO-3 fsdp",
