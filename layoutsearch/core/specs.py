@@ -286,7 +286,8 @@ class ModelSpec:
     # query attends only to the keys at or before it in its own chunk of this many tokens (position // chunk); a
     # model sets a sliding_window or an attention_chunk, not both
     attention_chunk: int | None = None
-    full_attention_layers: int = 0  # with a window or chunks: layers that still attend over the whole sequence (Gemma 2: half)
+    # with a window or chunks: the layers that still attend over the whole sequence (Gemma 2: half)
+    full_attention_layers: int = 0
     # layers without a rotary embedding (NoPE), every (num_layers / nope_layers)-th, the last of each period (Llama 4:
     # every 4th, its full-attention layers; Megatron's --no-rope-freq)
     nope_layers: int = 0

@@ -37,10 +37,10 @@ Mapping (checked against maxtext 0.2.5: configs/base.yml, configs/types.py, laye
   one), ``routed_bias`` with ``routed_score_func: sigmoid`` for a router bias, ``use_qk_norm`` (Qwen3),
   ``attention_type: mla`` with its ranks and head widths, ``mtp_num_layers``; Llama 4's
   ``interleave_moe_layer_step``, ``nope_layer_interval``, ``inhomogeneous_layer_cycle_interval`` (their least
-  common multiple), ``chunk_attn_window_size`` (chunks on the RoPE layers) and ``use_qk_norm`` (its L2 norm). The ``expert`` mesh axis
-  (``ici_/dcn_expert_parallelism``) is ep: MaxText shards the batch and the dense weights over it as
-  over fsdp, so it is carved out of the layout's fsdp (fsdp axis = fsdp / ep) with ZeRO-3, and it
-  shards the experts' FFN over the tensor axis (etp = tp).
+  common multiple), ``chunk_attn_window_size`` (chunks on the RoPE layers) and ``use_qk_norm`` (its L2 norm).
+  The ``expert`` mesh axis (``ici_/dcn_expert_parallelism``) is ep: MaxText shards the batch and the dense
+  weights over it as over fsdp, so it is carved out of the layout's fsdp (fsdp axis = fsdp / ep) with
+  ZeRO-3, and it shards the experts' FFN over the tensor axis (etp = tp).
 - TP communication overlap (the prediction's ``Workload.tp_comm_overlap``) is a compiler flag, not a
   config key: with tp > 1 the header names the environment the prediction assumed. On TPUs libtpu's
   continuation fusion is on by default (MaxText's benchmarks/xla_flags_library.py ``CF_FOR_ALL_GATHER``
