@@ -942,19 +942,23 @@ def _hf_llama4_attention(cfg: dict, layers: int, where: str, used: set) -> dict:
     within chunks of attention_chunk_size (layer_types "chunked_attention"), the NoPE ones over the whole
     sequence; use_qk_norm puts a weightless L2 norm on q and k."""
     used.update(("no_rope_layers", "no_rope_layer_interval", "attention_chunk_size", "use_qk_norm"))
+
+    def every(
+        k: int,
+    ) -> list[int]:  # 1 = RoPE, 0 = NoPE in every k-th layer, the last of each period
+        return [int((i + 1) % k != 0) for i in range(layers)]
+
     rope = _hf_value(
         cfg, "no_rope_layers", Optional[list[Annotated[StrictInt, Field(ge=0, le=1)]]], where
     )
     if not rope:
-        interval = _hf_value(cfg, "no_rope_layer_interval", HfDim, where, 4)
-        rope = [int((i + 1) % interval != 0) for i in range(layers)]
+        rope = every(_hf_value(cfg, "no_rope_layer_interval", HfDim, where, 4))
     if len(rope) != layers:
         raise CatalogueError(
             f"{where}: field 'no_rope_layers': {len(rope)} entries for num_hidden_layers({layers})"
         )
     nope = rope.count(0)
-    period = layers // nope if nope else 0
-    if nope and rope != [int((i + 1) % period != 0) for i in range(layers)]:
+    if nope and rope != every(layers // nope):
         raise CatalogueError(
             f"{where}: field 'no_rope_layers': NoPE layers other than every k-th (the last of each period) are "
             f"not modelled"

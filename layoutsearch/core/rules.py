@@ -883,7 +883,7 @@ def llama4_block(m: ModelSpec) -> bool:
         and m.mlp == "gated"
         and m.activation_name == "silu"
         and not m.tied_embeddings
-        and m.num_layers % math.lcm(m.num_layers // m.nope_layers, moe.layer_freq) == 0
+        and m.num_layers % math.lcm(m.nope_interval, moe.layer_freq) == 0
     )
 
 

@@ -344,6 +344,12 @@ class ModelSpec:
         )
 
     @property
+    def nope_interval(self) -> int:
+        """Every how many layers one has no rotary embedding (the last of each period: Megatron's --no-rope-freq,
+        MaxText's nope_layer_interval); 0 without NoPE layers."""
+        return self.num_layers // self.nope_layers if self.nope_layers else 0
+
+    @property
     def num_dense_layers(self) -> int:
         """Layers with the dense MLP of width ``d_ff``."""
         return self.num_layers - self.num_moe_layers

@@ -333,7 +333,7 @@ def moe_keys(ctx: ExportContext) -> dict:
     elif block == "qwen3_moe":
         keys.update(use_qk_norm=True, norm_topk_prob=True)
     elif block == "llama4":  # configs/models/llama4-17b-16e.yml and -128e.yml
-        nope = m.num_layers // m.nope_layers
+        nope = m.nope_interval
         keys.update(
             shared_experts=moe.num_shared_experts,
             interleave_moe_layer_step=moe.layer_freq,

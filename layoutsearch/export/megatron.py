@@ -185,7 +185,7 @@ def _model_args(ctx: ExportContext) -> list[tuple[str, object]]:
                 ("--rope-scaling-factor", f"{m.rope_scaling.factor:g}"),
             ]
         if m.nope_layers:  # RoPE skipped in every k-th layer, the last of each period (Llama 4: 4)
-            args.append(("--no-rope-freq", m.num_layers // m.nope_layers))
+            args.append(("--no-rope-freq", m.nope_interval))
     args += [
         ("--attention-dropout", repr(float(m.attention_dropout))),
         ("--hidden-dropout", repr(float(m.hidden_dropout))),
@@ -972,8 +972,8 @@ def _hyper_problems(f: dict, tp: int, dp: int, cp: int, ctx: ExportContext) -> l
             f"--qk-l2-norm is {'set' if '--qk-l2-norm' in f else 'missing'}, the model has "
             f"{'' if m.qk_norm == 'l2' else 'no '}q/k L2 norms"
         )
-    nope = m.num_layers // m.nope_layers if m.nope_layers else None
-    if f.get("--no-rope-freq") != (None if nope is None else str(nope)):
+    nope = m.nope_interval
+    if f.get("--no-rope-freq") != (str(nope) if nope else None):
         out.append(
             f"--no-rope-freq is {f.get('--no-rope-freq', 'missing')}, the model has "
             + (f"a NoPE layer every {nope}" if nope else "RoPE in every layer")
