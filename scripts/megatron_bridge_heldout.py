@@ -69,6 +69,12 @@ ROWS = [
 ]
 
 
+CROSS_ENTROPY_NOTE = (
+    "Megatron-Bridge's performance overrides set cross_entropy_fusion_impl 'te' for Llama 3, DeepSeek-V3, Qwen3 "
+    "and gpt-oss in every release from 25.09 (568b3a3ef, August 2025)"
+)
+
+
 def record(row: tuple) -> dict:
     model, system, n, prec, gbs, mbs, seq, fsdp, tp, pp, cp, vp, tps = row
     part, per_node = SYSTEMS[system]
@@ -88,6 +94,7 @@ def record(row: tuple) -> dict:
             "global_batch_seqs": gbs,
             "precision": precision,
             "framework": "megatron",
+            "cross_entropy": "te",
             **({"fp8_recipe": fp8_recipe} if fp8_recipe else {}),
             **({"fp4_recipe": fp4_recipe} if fp4_recipe else {}),
         },
@@ -117,6 +124,7 @@ def record(row: tuple) -> dict:
         },
         "measured": measured_throughput(float(tps)),
         "derived": {
+            "cross_entropy": CROSS_ENTROPY_NOTE,
             "tokens_per_s_per_device": "the row's Tokens / sec / GPU",
             "layout": f"the row: {n} GPUs, GBS {gbs}, MBS {mbs}, seq {seq}, FSDP {fsdp}, TP{tp} PP{pp} CP{cp} "
             f"VP {vp if vp else 'n/a'}",

@@ -39,7 +39,8 @@ def test_llama3_405b_gpu_hours_within_15_percent_of_published(capsys):
     table 4 and section 3.4: 15.6T tokens, 16,384 H100, tp 8, pp 16 (interleaved, v 4), dp 128
     with weights gathered for the whole step and data parallelism that "synchronizes after each
     training step" (ZeRO-1 in the engine's terms: whole gradients accumulate over the 16 microbatches),
-    2,048 x 8,192 tokens; predicted 29.46M GPU-hours, -4.5% (29.36M, -4.8%, before the element-wise kernels ran
+    2,048 x 8,192 tokens; predicted 29.22M GPU-hours, -5.3% (29.46M, -4.5%, before the loss's passes were costed and
+    the h100 class refitted beside them; 29.36M, -4.8%, before the element-wise kernels ran
     at their measured HBM rates; 29.71M, -3.7%, before the backward's TP collectives
     ran beside their GEMMs as Megatron's do, 2026-12-06; 30.46M, -1.2%, before the interleaved
     schedule's per-chunk gradient reductions and fill sends, 2026-12-05). Its predicted peak, 88.2 GB on pipeline
@@ -47,7 +48,7 @@ def test_llama3_405b_gpu_hours_within_15_percent_of_published(capsys):
     error (+15.8%). (Given as ZeRO-2 until ZeRO-2 reduce-scattered its gradients in every microbatch:
     16 fp32 reduce-scatters of 12.7 GB a step over InfiniBand would take it to 49.7M GPU-hours.)"""
     rec = estimate_record(capsys, LLAMA3_405B_ARGS)
-    assert rec["device_hours"] == pytest.approx(29.46e6, rel=1e-3)  # 29.36e6 before
+    assert rec["device_hours"] == pytest.approx(29.22e6, rel=1e-3)  # 29.46e6, 29.36e6 before
     assert rec["device_hours"] == pytest.approx(LLAMA31_405B_GPU_HOURS, rel=0.15)
     peak, usable = rec["memory_bytes"]["peak"], rec["memory_bytes"]["capacity"]
     assert peak / 1e9 == pytest.approx(88.2, abs=0.05) and usable / 1e9 == pytest.approx(

@@ -55,6 +55,9 @@ def test_fsdp_tp_override_fields():
         "recompute_num_layers": 1,
         "recompute_modules": None,
         "init_model_with_meta_device": True,
+        # Megatron's fused loss, the profile's default (docs/cost_model.md#the-loss)
+        "cross_entropy_loss_fusion": True,
+        "cross_entropy_fusion_impl": "native",
     }
     assert cfg["train"] == {"global_batch_size": 256, "micro_batch_size": 8}
     assert cfg["ddp"]["use_megatron_fsdp"] and cfg["dist"] == {"use_megatron_fsdp": True}

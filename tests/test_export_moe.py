@@ -819,6 +819,8 @@ MEGATRON_CONFIG_FLAGS = {  # TransformerConfig fields
     "--sequence-parallel": ("sequence_parallel", True),
     "--init-model-with-meta-device": ("init_model_with_meta_device", True),
     "--tp-comm-overlap": ("tp_comm_overlap", True),
+    "--cross-entropy-loss-fusion": ("cross_entropy_loss_fusion", True),
+    "--cross-entropy-fusion-impl": ("cross_entropy_fusion_impl", str),
     "--no-overlap-p2p-communication": ("overlap_p2p_comm", False),
     "--no-gradient-accumulation-fusion": ("gradient_accumulation_fusion", False),
     "--decoder-first-pipeline-num-layers": ("num_layers_in_first_pipeline_stage", int),

@@ -138,7 +138,9 @@ def test_megatron_size_trend():
     interleaved schedule (rule 27) the 70B row is +6.2% (14.9 points); the rows without a pipeline keep the
     trend: 1.7B +21.1%, 32B -10.7% (31.8 points), which the GEMM shapes do not explain. Since the element-wise
     kernels run at their measured HBM rates (a larger share of the small model's step) the trend shrinks: 1.7B
-    +18.9%, 32B -11.3% (30.2 points), 70B +5.6% (13.3 points)."""
+    +18.9%, 32B -11.3% (30.2 points), 70B +5.6% (13.3 points). Since the loss's passes over the logits are costed
+    (Megatron's native kernel, 32 bytes a logit over 131,072 entries, most of the small model's head) it shrinks
+    again: 1.7B +12.8%, 32B -10.9% (23.7 points), 70B +6.1%."""
     runs = load_runs(ROOT / "tests" / "data" / "runs_dev.yaml")
     ids = (
         "megatron-core-h100-2024-1-7b",
@@ -147,6 +149,6 @@ def test_megatron_size_trend():
     )
     doc = validate_runs([r for r in runs if r["id"] in ids], rank=False, workers=1)
     error = {r["id"]: r["rel_error"] for r in doc["records"]}
-    assert error[ids[0]] == pytest.approx(0.189, abs=0.002)  # 0.211 before
-    assert error[ids[1]] == pytest.approx(-0.113, abs=0.002)  # -0.107 before
-    assert error[ids[2]] == pytest.approx(0.056, abs=0.002)  # 0.062 before
+    assert error[ids[0]] == pytest.approx(0.128, abs=0.002)  # 0.189, 0.211 before
+    assert error[ids[1]] == pytest.approx(-0.109, abs=0.002)  # -0.113, -0.107 before
+    assert error[ids[2]] == pytest.approx(0.061, abs=0.002)  # 0.056, 0.062 before

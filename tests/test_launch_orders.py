@@ -21,13 +21,14 @@ def test_every_ranked_layout_of_a_torchtitan_search_exports():
     costed; 4.91921 s since a slower last stage paces the microbatches alone, 2026-12-06; 4.94669 s since the
     element-wise kernels run at their measured fractions of the HBM bandwidth). Since a torchtitan export
     searches the balanced split unasked (its only other split is the even one), 2,961 are searched and the
-    least step time is 4.81786 s (1,437 and 4.94669 s with `pipeline_splits="even"`)."""
+    least step time is 4.78099 s (1,437 and 4.91623 s with `pipeline_splits="even"`; 4.81786 s and 4.94669 s
+    before the loss's passes were costed and the h100 class refitted beside them)."""
     problem = {"model": "llama70b", "cluster": "h100-112", "seqs": 126, "export": "torchtitan"}
     run = ls.solve(**problem, top=3)
     assert run.result.num_candidates == 2_961
-    assert round(run.result.objective_value, 5) == 4.81786
+    assert round(run.result.objective_value, 5) == 4.78099
     even = ls.solve(**problem, top=1, pipeline_splits="even").result
-    assert (even.num_candidates, round(even.objective_value, 5)) == (1_437, 4.94669)
+    assert (even.num_candidates, round(even.objective_value, 5)) == (1_437, 4.91623)
     for record in run.document["layouts"]:
         text = export_document({"problem": run.document["problem"], "layout": record}, "torchtitan")
         assert "pipeline_parallel_degree" in text

@@ -69,7 +69,8 @@ def test_each_row_maps_as_printed(data_file):
 def test_every_row_but_the_offloading_ones_is_evaluated_and_fits():
     """12 of the 14 rows are evaluated (the two that offload activations are skipped) and each is predicted to
     fit, as it ran; the measured throughputs are the table's (GB300 405B NVFP4 1,440 tokens/s per GPU, H100 70B
-    FP8 1,664, predicted 1,515; 1,529 before the element-wise kernels ran at their measured rates)."""
+    FP8 1,664, predicted 1,520 (Transformer Engine's loss kernel, as its recipes set; 1,515 before the loss's passes
+    were costed and the h100 class refitted beside them; 1,529 before the element-wise kernels ran at their measured rates)."""
     from layoutsearch.validation.runs import load_runs as load
 
     runs = load(Path(__file__).resolve().parent / "data" / FILE)
@@ -85,7 +86,7 @@ def test_every_row_but_the_offloading_ones_is_evaluated_and_fits():
         e for i, e in by_id.items() if i.startswith("mbridge-26.04.01-h100-llama3-70b-fp8-")
     )
     assert h100["measured_tokens_per_s_per_device"] == 1664
-    assert h100["rel_error"] == pytest.approx(1515 / 1664 - 1, abs=0.002)
+    assert h100["rel_error"] == pytest.approx(1520 / 1664 - 1, abs=0.002)
 
 
 def test_an_fp4_record_without_fp4_units_is_skipped_with_the_reason(data_file):

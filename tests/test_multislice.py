@@ -91,13 +91,17 @@ def test_the_slice_jitter_is_what_its_fit_finds(data_file):
 
 def test_a_multislice_plan_shows_the_wait_and_no_warning(capsys):
     """The wait is costed, so the plan no longer warns that it is not; estimate's table names it: 0.212 s, 3.4% of
-    the step, for fsdp 128 x tp 8 on two slices of 512."""
+    the step, for fsdp 128 x tp 8 on two slices of 512 (the wait is a share of the step, which the loss's passes
+    lengthen)."""
     command = "estimate --model llama70b --cluster v5p-512x2 --layout fsdp=128,tp=8"
     assert main(command.split()) == 0
     out = capsys.readouterr()
     assert "warning:" not in out.err
     row = next(line for line in out.out.splitlines() if "overhead/slice_sync" in line)
-    assert [cell.strip() for cell in row.split("│")[2:4]] == ["0.2120", "3.4%"]
+    assert [cell.strip() for cell in row.split("│")[2:4]] == [
+        "0.2121",
+        "3.4%",
+    ]  # 0.2120 before the loss's passes
 
 
 def test_explain_shows_the_wait_on_several_slices(capsys):

@@ -44,6 +44,7 @@ WORKLOAD = [
     "--no-torch-compile",
     "--compiled-loss",
     "--no-compiled-loss",
+    "--cross-entropy",
     "--launch-blocking",
     "--no-launch-blocking",
     "--cuda-graphs",

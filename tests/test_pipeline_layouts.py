@@ -126,13 +126,13 @@ def test_cpsat_equals_the_enumerator_with_the_balanced_split(model, cluster, seq
 
 
 def test_main_job_is_unchanged():
-    """llama70b on v5p-8192 (MaxText: no balanced split): objective 0.7913092754911213 s (the GEMM
-    shapes' value) and 724,076 candidates, as before the split choice."""
+    """llama70b on v5p-8192 (MaxText: no balanced split): objective 0.7918784213998217 s (with the
+    loss's passes; 0.7913092754911213 s, the GEMM shapes' value, before them) and 724,076 candidates, as before the split choice."""
     r = runner.invoke(
         app, ["solve", "--model", "llama70b", "--cluster", "v5p-8192", "--format", "json"]
     )
     doc = json.loads(r.stdout)
-    assert doc["solver"]["objective"] == 0.7913092754911213
+    assert doc["solver"]["objective"] == 0.7918784213998217
     assert doc["solver"]["num_candidates"] == 724_076
 
 
@@ -429,8 +429,9 @@ def test_a_torchtitan_export_searches_the_balanced_split_unasked():
     """torchtitan writes the even split and the balanced one (module_fqns_per_model_part), none of the engine's
     other uneven splits, so `solve --export torchtitan` tries the balanced split without --pipeline-splits.
     Llama 3 405B's 126 layers divide over no power-of-two pipeline of h100-1024: even splits alone left no
-    pipeline (dp 2 x fsdp 256 x tp 2, full recompute, 54.629 s a step, as `--pipeline-splits even` still
-    gives); the balanced split puts 8, 8 and 7 layers on 16 stages x 3 chunks (46.785 s). The 0.3 export,
+    pipeline (dp 2 x fsdp 256 x tp 2, full recompute, 54.179 s a step, as `--pipeline-splits even` still
+    gives; 54.629 s before the loss's passes were costed); the balanced split puts 8, 8 and 7 layers on 16 stages x 3 chunks (46.422 s; 46.785 s before the loss's passes were costed and the h100 class
+    refitted beside them). The 0.3 export,
     which writes even splits only, keeps to them."""
     from layoutsearch import api
 
@@ -443,7 +444,7 @@ def test_a_torchtitan_export_searches_the_balanced_split_unasked():
     balanced = best(export="torchtitan")
     assert (balanced["degrees"]["pp"], balanced["virtual_stages"]) == (16, 3)
     assert balanced["stage_layers"] == {"first": 8, "middle": 8, "last": 7, "split": "balanced"}
-    assert balanced["time_s"]["step"] == pytest.approx(46.785, abs=1e-3)
+    assert balanced["time_s"]["step"] == pytest.approx(46.422, abs=1e-3)
     for even in (best(export="torchtitan", pipeline_splits="even"), best(export="torchtitan-0.3")):
         assert (even["degrees"]["pp"], even["stage_layers"]["split"]) == (1, "even")
-        assert even["time_s"]["step"] == pytest.approx(54.629, abs=1e-3)
+        assert even["time_s"]["step"] == pytest.approx(54.179, abs=1e-3)

@@ -301,7 +301,8 @@ def test_schedules_option_restricts_the_search_and_names_a_bad_value():
 
 def test_main_job_keeps_its_answer_and_candidates():
     """llama70b on v5p-8192 (no export target: 1f1b and interleaved searched): 724,076 candidates and
-    fsdp 1024 x tp 8 without a pipeline, 0.808 s a step (0.807 before GEMMs were costed from their shapes)."""
+    fsdp 1024 x tp 8 without a pipeline, 0.8085 s a step (0.8079 before the loss's passes were costed, 0.807 before GEMMs were costed from
+    their shapes)."""
     r = runner.invoke(
         app, ["solve", "--model", "llama70b", "--cluster", "v5p-8192", "--format", "json"]
     )
@@ -309,7 +310,7 @@ def test_main_job_keeps_its_answer_and_candidates():
     assert doc["solver"]["num_candidates"] == 724_076
     top = doc["layouts"][0]
     assert top["degrees"] == {"dp": 1, "fsdp": 1024, "tp": 8, "pp": 1, "cp": 1, "ep": 1, "etp": 1}
-    assert top["schedule"] == "1f1b" and top["time_s"]["step"] == pytest.approx(0.8079, abs=1e-4)
+    assert top["schedule"] == "1f1b" and top["time_s"]["step"] == pytest.approx(0.8085, abs=1e-4)
 
 
 def test_the_solve_table_and_the_estimate_name_a_schedule_that_is_not_the_plain_one():

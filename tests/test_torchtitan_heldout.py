@@ -52,9 +52,10 @@ def test_every_row_is_evaluated_at_its_power_cap(data_file):
     # Workload.compiled_loss, with fp32 copies, above the 47.96 GiB printed)
     h200 = by_id["torchtitan-h200-2025-8b-n32-fsdp32-s8192-compile-fp8"]
     assert h200["predicted_memory_gib"] == pytest.approx(43.44, abs=0.01)
-    # the 70B row with async TP: 876 tokens/s per GPU measured (the table), predicted 851 (857 before the
+    # the 70B row with async TP: 876 tokens/s per GPU measured (the table), predicted 854 (851 before the loss's
+    # passes were costed and the h100 class refitted beside them; 857 before the
     # element-wise kernels ran at their measured rates; 830 before a cap slowed each kernel by its own draw:
     # FlashAttention keeps its clock at 500 W)
     row = by_id["torchtitan-h100-2024-t4-70b-n256-fsdp32-tp8-pp1-cp1-s8192-compile-fp8-asynctp"]
     assert row["measured_tokens_per_s_per_device"] == 876
-    assert row["predicted_tokens_per_s_per_device"] == pytest.approx(851, abs=1)
+    assert row["predicted_tokens_per_s_per_device"] == pytest.approx(854, abs=1)

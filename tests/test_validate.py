@@ -678,8 +678,8 @@ def test_unstated_microbatching_is_the_fastest_count_that_fits(runs):
 def test_an_unstated_schedule_is_the_fastest_its_framework_runs(data_file):
     """Rule 27: Narayanan et al. 2021's 175B PTD-P row on 1,536 GPUs states pp 12 and 96 microbatches but not
     its schedule (Table 2: "1F1B or interleaved"). It is costed at the fastest schedule Megatron runs that
-    fits: interleaved, 4 chunks of two layers (21.156 s; 8 chunks 21.278 s, whose chunks wait for twice the
-    sends; 1F1B 22.515 s, the largest bubble; 20.995, 21.120 and 22.341 s before the materialised scores' passes
+    fits: interleaved, 4 chunks of two layers (21.134 s; 8 chunks 21.256 s, whose chunks wait for twice the
+    sends; 1F1B 22.488 s, the largest bubble; 21.156, 21.278 and 22.515 s before the loss's passes were costed; 20.995, 21.120 and 22.341 s before the materialised scores' passes
     were counted whole and the a100 family was refitted beside them; 20.818, 20.945 and 22.148 s before the element-wise kernels ran at
     their measured rates and the a100 family was refitted beside them; 20.649, 20.755 and 22.105 s before its release's gradient all-reduce
     after the schedule, rule 32; 21.009, 21.082 and 22.662 s before its fp16 gradients, rule 33;
@@ -702,11 +702,11 @@ def test_an_unstated_schedule_is_the_fastest_its_framework_runs(data_file):
         4,
         96,
     )
-    assert est.step_time_s == pytest.approx(21.156, rel=1e-3)
+    assert est.step_time_s == pytest.approx(21.134, rel=1e-3)
     eight = replace(layout, axes=None, virtual_stages=8)
-    assert estimate(problem, eight).step_time_s == pytest.approx(21.278, rel=1e-3)
+    assert estimate(problem, eight).step_time_s == pytest.approx(21.256, rel=1e-3)
     one_f_one_b = replace(layout, axes=None, schedule="1f1b", virtual_stages=1)
-    assert estimate(problem, one_f_one_b).step_time_s == pytest.approx(22.515, rel=1e-3)
+    assert estimate(problem, one_f_one_b).step_time_s == pytest.approx(22.488, rel=1e-3)
     assert "layout.virtual_stages" not in assumed_fields(row)
     expected = {
         "megatron": ("1f1b", "interleaved"),
@@ -728,10 +728,11 @@ def test_an_unstated_schedule_is_the_fastest_its_framework_runs(data_file):
 def test_stated_interleaved_schedule_takes_its_fastest_whole_layer_chunk_count(runs):
     """Rule 27: Megatron-Core's 70B row states the interleaved schedule (layout.schedule) but no chunk count:
     of the counts with whole layers a chunk on its 42 layers a stage (2, 3, 6, 7, 14, 21, 42), 14 chunks of
-    3 layers at 4 microbatches of 2 sequences is the fastest (2.0614 s; 7 chunks 2.0872 s, 42 chunks 2.1048 s,
-    14 chunks at 8 microbatches of one 2.2642 s). 16 chunks (2.0611 s) splits the stage unevenly, which
-    Megatron's --num-layers-per-virtual-pipeline-stage cannot. The row is not marked assumed (1F1B: 2.5438 s).
-    (2.0489, 2.0745, 2.0925, 2.2519, 2.0486 and 2.5300 s before the element-wise kernels ran at their measured
+    3 layers at 4 microbatches of 2 sequences is the fastest (2.0518 s; 7 chunks 2.0776 s, 42 chunks 2.0953 s,
+    14 chunks at 8 microbatches of one 2.2570 s). 16 chunks (2.0515 s) splits the stage unevenly, which
+    Megatron's --num-layers-per-virtual-pipeline-stage cannot. The row is not marked assumed (1F1B: 2.5336 s).
+    (2.0614, 2.0872, 2.1048, 2.2642, 2.0611 and 2.5438 s before the loss's passes were costed and the h100 class
+    refitted beside them; 2.0489, 2.0745, 2.0925, 2.2519, 2.0486 and 2.5300 s before the element-wise kernels ran at their measured
     rates; 2.0496, 2.0760, 2.0927, 2.2523, 2.0493 and 2.5335 s before a slower last stage paced only the
     microbatches, 2026-12-06.)
     Other stated schedules take the one chunk count they run; one the degrees cannot interleave is a skip."""
@@ -744,13 +745,13 @@ def test_stated_interleaved_schedule_takes_its_fastest_whole_layer_chunk_count(r
         14,
         4,
     )
-    assert est.step_time_s == pytest.approx(2.0614, rel=1e-3)
+    assert est.step_time_s == pytest.approx(2.0518, rel=1e-3)
     unplaced = replace(layout, axes=None)
-    for v, k, step in ((7, 4, 2.0872), (42, 4, 2.1048), (14, 8, 2.2642), (16, 4, 2.0611)):
+    for v, k, step in ((7, 4, 2.0776), (42, 4, 2.0953), (14, 8, 2.2570), (16, 4, 2.0515)):
         other = estimate(problem, replace(unplaced, virtual_stages=v, num_microbatches=k))
         assert other.fits and other.step_time_s == pytest.approx(step, rel=1e-3)
     one_f_one_b = replace(unplaced, schedule="1f1b", virtual_stages=1, num_microbatches=8)
-    assert estimate(problem, one_f_one_b).step_time_s == pytest.approx(2.5438, rel=1e-3)
+    assert estimate(problem, one_f_one_b).step_time_s == pytest.approx(2.5336, rel=1e-3)
     assert "layout.virtual_stages" not in assumed_fields(row)
     assert any(
         n.startswith("schedule interleaved, virtual_stages null") for n in mapping_notes(row)
@@ -1289,7 +1290,8 @@ def test_validate_the_whole_dev_set(data_file):
 def test_held_out_bloom_rows_follow_the_development_fit(data_file):
     """tests/data/bloom_prequel_heldout.yaml (scripts/bloom_heldout.py): 17 measured rows and 2 OOM of the BLOOM
     prequel that neither runs_dev.yaml nor the calibration saw. With blocking launches costed (rule 18) and the GEMMs
-    from their shapes the median error is 4.6% and the rank correlation 0.70 (4.7% and 0.66 before the element-wise
+    from their shapes the median error is 4.6% and the rank correlation 0.66 (4.6% and 0.70 before the loss's passes
+    were costed, Megatron-DeepSpeed's unfused one; 4.7% and 0.66 before the element-wise
     kernels ran at their measured rates and the a100 family was refitted beside them; 4.4% and 0.69 before the a100 refit
     beside Megatron's fp16 gradients, rule 33, which these DeepSpeed rows do not take; 4.1% and 0.62 before a slower last
     stage paced only the microbatches; 4.3% and 0.68 before 1F1B's steady-state sends were costed, two a
@@ -1301,7 +1303,7 @@ def test_held_out_bloom_rows_follow_the_development_fit(data_file):
     s = doc["summary"]
     assert (s["count"], s["with_measured_throughput"], s["skipped"]) == (19, 17, 0)
     assert s["median_abs_rel_error"] == pytest.approx(0.0462, abs=0.002)
-    assert s["bloom_sweep_spearman"] == pytest.approx(0.698, abs=0.01)
+    assert s["bloom_sweep_spearman"] == pytest.approx(0.664, abs=0.01)
     assert [e["predicted_fits"] for e in doc["records"] if e["measured_oom"]] == [False, False]
 
 

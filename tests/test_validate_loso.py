@@ -27,31 +27,34 @@ from layoutsearch.validation.validate import load_runs, validate_runs
 # the others 0.885) and the a100 family was refitted beside them ("ew" below: the value before), and when the
 # materialised scores' passes were counted whole, the softmax's at the norm rate, beside the a100 refit ("scores":
 # the value before; the Narayanan rows' fold refits on the three records of the two other sources, none of which
-# materialises its scores)
+# materialises its scores), and when the loss's passes over the logits were costed (Megatron-LM's unfused kernel for
+# the 2021 rows, PyTorch's eager one for the FSDP rows, XLA's for MaxText's) beside the a100 refit ("loss": the value
+# before)
 PINNED_LOSO_REL_ERROR = {
-    # 0.031474 scores, 0.062091 ew, 0.060120 before rule 33, 0.062749 before 12-06
-    "megatron2021-table1-1-7b": -0.059124183750824844,
-    # -0.028129 scores, -0.005570 ew, -0.009616 before rule 33, -0.004782 before 12-06
-    "megatron2021-table1-18-4b": -0.0549498771270468,
-    # 0.011730 scores, -0.012268 ew, -0.010545 before rule 33, -0.013960 before 12-06
-    "fmsfsdp-a100-llama2-7b-128gpu": 0.004901667950376609,
-    # 0.031483 scores, 0.016469 ew, 0.017459 before rule 33
-    "llmfoundry-mpt-a100-40g-7b-seq16384-8gpu-mbs1-ga4": 0.09199652269048486,
-    # -0.029311 scores, -0.046502 ew, -0.045376 before rule 33
-    "llmfoundry-mpt-a100-40g-7b-seq8192-8gpu-mbs3-ga4": 0.04404716046589452,
-    "maxtext-v5p-2023-32b-1xv5p-128": -0.021186627970400607,  # -0.042558 costed as a serial block
+    # -0.059124 loss, 0.031474 scores, 0.062091 ew, 0.060120 before rule 33, 0.062749 before 12-06
+    "megatron2021-table1-1-7b": -0.06745590295583226,
+    # -0.054950 loss, -0.028129 scores, -0.005570 ew, -0.009616 before rule 33, -0.004782 before 12-06
+    "megatron2021-table1-18-4b": -0.05271895836059182,
+    # 0.004902 loss, 0.011730 scores, -0.012268 ew, -0.010545 before rule 33, -0.013960 before 12-06
+    "fmsfsdp-a100-llama2-7b-128gpu": -0.04332934952820544,
+    # 0.091997 loss, 0.031483 scores, 0.016469 ew, 0.017459 before rule 33
+    "llmfoundry-mpt-a100-40g-7b-seq16384-8gpu-mbs1-ga4": 0.09612375141305862,
+    # 0.044047 loss, -0.029311 scores, -0.046502 ew, -0.045376 before rule 33
+    "llmfoundry-mpt-a100-40g-7b-seq8192-8gpu-mbs3-ga4": 0.049343286153275656,
+    # -0.021187 loss, -0.042558 costed as a serial block
+    "maxtext-v5p-2023-32b-1xv5p-128": -0.02163667199872643,
 }
 PINNED_SUMMARY = {
     "count": 6,
-    # 0.028720 scores, 0.018828 ew, 0.019323 before rule 33, 0.018340 before 12-06
-    "median_abs_rel_error": 0.04949851879647066,
-    # 0.031478 scores, 0.054296 ew, 0.052748 before rule 33, 0.055180 before 12-06
-    "p90_abs_rel_error": 0.07556035322065485,
-    # -0.004728 scores, -0.008919 ew, -0.010080 before rule 33, -0.009371 before 12-06
-    "median_rel_error": -0.008142480010011999,
-    # 0.028642 scores, 0.021905 ew, 0.021904587192 before the a100 refit beside the 2021 release's all-reduce (rule 32), 0.022228
-    # before rule 33, 0.021586 before 12-06
-    "in_sample_median_abs_rel_error": 0.025985925156904732,
+    # 0.049499 loss, 0.028720 scores, 0.018828 ew, 0.019323 before rule 33, 0.018340 before 12-06
+    "median_abs_rel_error": 0.051031122256933736,
+    # 0.075560 loss, 0.031478 scores, 0.054296 ew, 0.052748 before rule 33, 0.055180 before 12-06
+    "p90_abs_rel_error": 0.08178982718444544,
+    # -0.008142 loss, -0.004728 scores, -0.008919 ew, -0.010080 before rule 33, -0.009371 before 12-06
+    "median_rel_error": -0.032483010763465936,
+    # 0.025986 loss, 0.028642 scores, 0.021905 ew, 0.021904587192 before the a100 refit beside the 2021 release's
+    # all-reduce (rule 32), 0.022228 before rule 33, 0.021586 before 12-06
+    "in_sample_median_abs_rel_error": 0.024247493358381778,
 }
 PINNED_CALIBRATION = {
     "Narayanan et al. 2021": {
@@ -144,12 +147,13 @@ def test_loso_folds_give_the_values_of_the_previous_implementation(subset_file, 
     code, out = run_cli(
         ["validate", str(subset_file), "--no-rank", "--loso", "--max-median-error", "1"], capsys
     )
+    # median 4.9%, p90 7.6%, in sample 2.6% before the loss's passes were costed;
     # median 2.9%, p90 3.1%, in sample 2.9% before the materialised scores' passes were counted whole; median
     # 1.9%, p90 5.4%, in sample 2.2% before the element-wise kernels ran at their measured rates;
     # p90 5.3% before rule 33; p90 5.7%, in sample 2.1% before rule 31
     assert code == 0 and out.splitlines()[-1] == (
-        "leave-one-source-out: median |error| 4.9%, p90 7.6% over 6 records predicted from the "
-        "other sources' calibration (in sample: median 2.6%)"
+        "leave-one-source-out: median |error| 5.1%, p90 8.2% over 6 records predicted from the "
+        "other sources' calibration (in sample: median 2.4%)"
     )
 
 

@@ -23,9 +23,10 @@ def _collective(est, name: str) -> dict:
 def test_zero2_reduce_scatters_its_gradients_in_every_microbatch():
     """With tp = cp = 1 nothing shares the links. One microbatch: ZeRO-1 and ZeRO-2 reduce-scatter the
     same gradients (78.1 ms, hidden behind the backward, eta = 0.32 of it charged as the compute it
-    slows) and take the same 2.889 s. Four: ZeRO-1 still reduces once (2.913 s, the smaller
-    microbatches' compute), ZeRO-2 four times, 3 x 0.32 x 78.1 ms = 75.0 ms more (2.988 s), and holds
-    an eighth of ZeRO-1's gradients. (2.849, 2.874 and 2.949 s before the element-wise kernels and the optimizer
+    slows) and take the same 2.908 s. Four: ZeRO-1 still reduces once (2.933 s, the smaller
+    microbatches' compute), ZeRO-2 four times, 3 x 0.32 x 78.1 ms = 75.0 ms more (3.008 s), and holds
+    an eighth of ZeRO-1's gradients. (2.889, 2.913 and 2.988 s before the loss's passes were costed and the h100
+    class refitted beside them; 2.849, 2.874 and 2.949 s before the element-wise kernels and the optimizer
     step ran at their measured HBM rates: 39 ms more of each step, the collectives unchanged.)"""
     eta = PROBLEM.cluster.accelerator.overlap_interference
     assert eta == 0.32
@@ -37,7 +38,7 @@ def test_zero2_reduce_scatters_its_gradients_in_every_microbatch():
     assert once["time_s"] == each["time_s"] == pytest.approx(0.078106, abs=1e-6)
     assert "zero-1 grad reduce-scatter" not in {c["name"] for c in z2_four.collectives}
     assert z2_one.time_s == pytest.approx(z1_one.time_s, rel=1e-12)
-    assert z2_one.time_s["step"] == pytest.approx(2.8885, abs=1e-4)  # 2.8493 before
+    assert z2_one.time_s["step"] == pytest.approx(2.9082, abs=1e-4)  # 2.8885, 2.8493 before
     assert z1_four.time_s["exposed_comm/interference"] == pytest.approx(
         z1_one.time_s["exposed_comm/interference"], rel=1e-12
     )
@@ -47,8 +48,8 @@ def test_zero2_reduce_scatters_its_gradients_in_every_microbatch():
     assert added == pytest.approx(eta * 3 * each["time_s"], rel=1e-9)
     assert added == pytest.approx(0.0750, abs=1e-4)
     assert (z1_four.time_s["step"], z2_four.time_s["step"]) == pytest.approx(
-        (2.913, 2.988), abs=1e-3
-    )  # (2.874, 2.949) before
+        (2.933, 3.008), abs=1e-3
+    )  # (2.913, 2.988), (2.874, 2.949) before
     assert z1_four.memory_bytes["state/grads"] == pytest.approx(
         8 * z2_four.memory_bytes["state/grads"], rel=1e-12
     )

@@ -134,6 +134,23 @@ def fp8_recipe_of(workload: Workload, accelerator_kind: str) -> str:
     return workload.fp8_recipe or profile_of(workload.framework, accelerator_kind).fp8_recipe
 
 
+def cross_entropy_of(workload: Workload, accelerator_kind: str = "gpu") -> str:
+    """The loss's kernels (core.specs.CrossEntropy): ``Workload.cross_entropy``, else its profile's: a PyTorch-module
+    framework's compiled where the loss is compiled with the model (``compiled_loss``, unless the model itself runs
+    eager), else PyTorch's eager ones; another framework's first (``Profile.cross_entropies``)."""
+    if workload.cross_entropy is not None:
+        return str(workload.cross_entropy)
+    profile = profile_of(workload.framework, accelerator_kind)
+    if profile.compiled_loss is not None:
+        compiled = (
+            workload.compiled_loss
+            if workload.compiled_loss is not None
+            else profile.compiled_loss and workload.torch_compile is not False
+        )
+        return "compiled" if compiled else "eager"
+    return profile.cross_entropies[0]
+
+
 def fp4_recipe_of(workload: Workload) -> str:
     """The fp4 scaling recipe the workload asks for: ``Workload.fp4_recipe``, else NVIDIA's NVFP4 (the recipe of
     every framework that trains in fp4)."""

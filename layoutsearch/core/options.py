@@ -25,6 +25,7 @@ from layoutsearch.core.catalogue import MAX_DEVICE_POWER_W
 from layoutsearch.core.specs import (
     LEARNED_ROUTING_EXPERT_CV,
     CPFlavour,
+    CrossEntropy,
     CudaGraphs,
     Fp4Recipe,
     Fp8Recipe,
@@ -282,6 +283,14 @@ class WorkloadOptions(OptionGroup):
         "into its kernels, so the logits and their gradient are held in the compute precision; "
         "--no-compiled-loss: the loss runs eagerly and holds fp32 copies (torchtitan before April "
         "2025); torchtitan only"
+    )
+    cross_entropy: CrossEntropy | None = Field(
+        None,
+        description="The loss's kernels over the logits: megatron's native (its compiled fp32 one, "
+        "--cross-entropy-fusion-impl native; the default), te (Transformer Engine's Triton kernel in "
+        "bf16, the gradient in place: Megatron-Bridge) or unfused (its fp32 PyTorch ops, without "
+        "--cross-entropy-loss-fusion); deepspeed's eager (the Hugging Face loss; the default) or "
+        "unfused (Megatron-DeepSpeed's); torchtitan's follows --compiled-loss, MaxText's is XLA's",
     )
     launch_blocking: bool = Field(
         False,

@@ -35,6 +35,7 @@ from layoutsearch.core.catalogue import load_model, model_from_dict
 from layoutsearch.core.errors import InvalidArgumentError, LayoutsearchWarning
 from layoutsearch.core.frameworks import (
     Profile,
+    cross_entropy_of,
     deepep_of,
     fp4_recipe_of,
     fp8_recipe_of,
@@ -298,11 +299,13 @@ def resolved_workload(workload: Workload, cluster: Cluster) -> Workload:
         profile.ep_overlap if workload.ep_comm_overlap is None else workload.ep_comm_overlap
     )
     compiled = check_torch_compile(workload, profile, overlap and acc.kind == "gpu")
+    compiled_loss = check_compiled_loss(workload, profile, compiled)
     return replace(
         workload,
         framework=profile.name,
         torch_compile=compiled,
-        compiled_loss=check_compiled_loss(workload, profile, compiled),
+        compiled_loss=compiled_loss,
+        cross_entropy=check_cross_entropy(workload, profile, compiled_loss),
         tp_comm_overlap=overlap,
         ep_comm_overlap=ep_overlap,
         deepep=deepep_of(workload, acc.kind) and acc.runtime in DEEPEP_RUNTIMES,
@@ -453,6 +456,33 @@ def check_compiled_loss(workload: Workload, profile: Profile, compiled: bool | N
             )
         return False
     return chosen
+
+
+def check_cross_entropy(workload: Workload, profile: Profile, compiled_loss: bool | None) -> str:
+    """The loss's kernels (``Workload.cross_entropy``, ``core.frameworks.cross_entropy_of``): the workload's where its
+    profile runs them (``Profile.cross_entropies``), else the profile's; a PyTorch-module framework's follow its
+    compiled-loss choice, and refuse the option where it says otherwise."""
+    given = workload.cross_entropy
+    flag = f"--cross-entropy {given}"
+    resolved = replace(
+        workload, cross_entropy=None, compiled_loss=compiled_loss, framework=profile.name
+    )
+    if profile.compiled_loss is not None:
+        follows = cross_entropy_of(resolved)
+        if given is not None and given != follows:
+            raise InvalidArgumentError(
+                f"{flag}: {profile.name}'s loss follows --compiled-loss (compiled) or --no-compiled-loss "
+                f"(PyTorch's eager cross entropy); leave --cross-entropy out"
+            )
+        return follows
+    if given is None:
+        return cross_entropy_of(resolved)
+    if given not in profile.cross_entropies:
+        raise InvalidArgumentError(
+            f"{flag}: {profile.name} runs {' or '.join(profile.cross_entropies)}; use "
+            f"{'it' if len(profile.cross_entropies) == 1 else 'one of them'} or leave --cross-entropy out"
+        )
+    return str(given)
 
 
 def check_moe_options(model_id: str, model: ModelSpec, workload: Workload) -> None:

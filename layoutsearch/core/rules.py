@@ -59,7 +59,7 @@ from layoutsearch.core.stages import (
     SPLIT_NAMES,
     split_layers,
 )
-from layoutsearch.frameworks import TARGETS, Capabilities, capabilities_of
+from layoutsearch.frameworks import TARGETS, Capabilities, capabilities_of, declaration_of
 from layoutsearch.frameworks.declaration import model_features
 
 Cand = dict[str, np.ndarray]
@@ -1111,6 +1111,12 @@ def _recipe_limit(precision: str, recipe_of, nearest) -> Limit:
     )
 
 
+def _costed_elsewhere(caps: Capabilities, p: Problem) -> bool:
+    """The target's framework is not the one the problem's step was costed for (its profile's loss kernels and
+    the like are then the target's own, not the prediction's)."""
+    return declaration_of(caps.target).PROFILE.name != p.workload.framework
+
+
 def _fp8_recipe_nearest(caps: Capabilities, p: Problem) -> str:
     """--fp8-recipe with the target's recipes the part runs, the finer scalings first (blockwise and row-wise are
     nearest in accuracy to each other, per-tensor is the coarsest); else another target."""
@@ -1547,6 +1553,17 @@ LIMITS: tuple[Limit, ...] = (
     Limit.option(code="ep-overlap", asked=lambda p: bool(p.workload.ep_comm_overlap) and _moe(p)),
     Limit.feature(code="unfused-attention", used=lambda p, c: not p.workload.flash_attention),
     Limit.feature(code="bf16-logits", used=lambda p, c: not p.workload.fp32_logits),
+    Limit(
+        code="cross-entropy",
+        needs=(),
+        # binding where the target is the framework the step was costed for: another's runs its own loss
+        holds=lambda caps, p, c: (
+            p.workload.cross_entropy in caps.cross_entropies or _costed_elsewhere(caps, p)
+        ),
+        title=lambda caps, p: f"loss kernels {', '.join(caps.cross_entropies)}",
+        cannot=lambda caps, p, c: f"the {p.workload.cross_entropy} loss kernels (--cross-entropy)",
+        nearest=lambda caps, p, c: f"--cross-entropy {_or_(caps.cross_entropies)}",
+    ),
     Limit.feature(code="capacity", used=lambda p, c: _moe(p) and not p.model.dropless_moe),
     Limit(
         code="state-precision",

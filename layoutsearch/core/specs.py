@@ -150,6 +150,15 @@ class CudaGraphs(StrEnum):
     none, scoped, full_iteration = "none", "scoped", "full_iteration"
 
 
+class CrossEntropy(StrEnum):
+    """The loss's kernels over the output head's logits (costs.flops.loss_bytes_per_logit): Megatron's three
+    (Transformer Engine's Triton kernel; its own torch-compiled one, "native"; its plain PyTorch ops), PyTorch's
+    cross entropy eager or compiled, and XLA's fused one."""
+
+    te, native, unfused = "te", "native", "unfused"
+    eager, compiled, xla = "eager", "compiled", "xla"
+
+
 class Routing(StrEnum):
     """How a dropless MoE routes tokens: a trained router (the experts' loads vary), or random routing forced for benchmarks (Megatron --moe-router-force-load-balancing)."""
 
@@ -162,6 +171,7 @@ CUDA_GRAPHS = tuple(g.value for g in CudaGraphs)
 FP8_RECIPES = tuple(r.value for r in Fp8Recipe)
 FP4_RECIPES = tuple(r.value for r in Fp4Recipe)
 ROUTINGS = tuple(r.value for r in Routing)
+CROSS_ENTROPIES = tuple(c.value for c in CrossEntropy)
 # A learned router's expert loads per MoE layer and microbatch, standard deviation over mean: fitted to the published
 # runs that route with a trained router, dropless, ep > 1 (scripts/fit_routing_cv.py -> results/routing_cv.md)
 LEARNED_ROUTING_EXPERT_CV = 0.15
@@ -449,6 +459,11 @@ class Workload:
     )
     # logits and their gradient held in the compute precision (costs.terms.memory_by_microbatch); None = no
     # such choice, or the profile's (Problem.build resolves it)
+    cross_entropy: str | None = (
+        None  # the loss's kernels (CrossEntropy; costs.flops.loss_bytes_per_logit): Megatron's te, native or
+    )
+    # unfused (--cross-entropy-fusion-impl), PyTorch's eager or compiled, XLA's; None = the framework profile's
+    # (Problem.build resolves it: torchtitan's follows compiled_loss)
     launch_blocking: bool = (
         False  # every kernel launch waits for the GPU (CUDA_LAUNCH_BLOCKING=1, as the BLOOM
     )

@@ -390,14 +390,6 @@ EAGER_ROPE_EXTRA_BYTES = (16.0, 16.0)
 # (read 2, write 1), 5 against the fused 3; backward the product's two gradients (read 2, write 1 each) and the
 # activation's (read 2, write 1), 9 against the fused 5 (read the gradient, gate and up; write two).
 EAGER_GATED_MLP_EXTRA_ACTIVATIONS = (2.0, 4.0)
-# The loss, per logit element on the stage holding the output head, over a fused loss's one read forward and read
-# and write backward (3 in activation bytes a): forward the upcast (read a, write 4) and the log-softmax (three
-# reads of 4: maximum, sum, output; write 4); backward the NLL gradient written dense (4), the log-softmax's
-# (read 8, write 4) and the cast back (read 4, write a): 2a + 40 in all.
-EAGER_LOSS_EXTRA_BYTES_OVER_ACTIVATION = (
-    20.0,
-    20.0,
-)  # (forward, backward) extra: these + (0, -1) x a
 # torchao's Float8Linear in eager mode casts a tensor to fp8 by a chain of kernels, each reading and writing its
 # operands whole (float8_scaling_utils: amax = max(abs(x)), then x.to(float32) * scale, clamped, .to(e4m3)): abs
 # (read a, write a), max (read a), the upcast (read a, write 4), the scale (read 4, write 4), the clamp (read 4,
@@ -430,11 +422,52 @@ def eager_elementwise_bytes_per_token_per_layer(
     return fwd, bwd
 
 
-def eager_loss_bytes_per_token(model: ModelSpec, tp: IntArray, activation_bytes: int) -> FloatArray:
-    """HBM bytes per token, forward and backward, that an eager PyTorch loss (upcast, log-softmax, NLL,
-    one kernel each) moves beyond a fused one over the stage's V/tp logits (EAGER_LOSS_EXTRA_BYTES_OVER_ACTIVATION)."""
-    fwd, bwd = EAGER_LOSS_EXTRA_BYTES_OVER_ACTIVATION
-    return (fwd + bwd - activation_bytes) * model.vocab_size / tp
+# the loss kernels that hold no fp32 copy of the logits: they upcast each block in registers (Transformer Engine's
+# writes the gradient over the bf16 logits, inductor's fuses the upcast into its reductions)
+LOSS_KERNELS_UPCAST_IN_REGISTERS = ("te", "compiled")
+
+
+def loss_bytes_per_logit(kernel: str, activation_bytes: int, fp32_logits: bool) -> float:
+    """HBM bytes the loss's kernels move per logit, forward and backward (docs/cost_model.md#the-loss), for
+    logits written in the activation precision (a bytes) and, where the kernel upcasts them, l = 4 bytes
+    (``fp32_logits``; else l = a). Per-row statistics are left out; vocabulary-sized passes only:
+
+    - te: Transformer Engine's Triton kernel (parallel_cross_entropy, TE 2.2 to 2.17) reads the logits for the
+      row's max and sum (a), reads them again and writes the gradient over them (2a); the backward scales it
+      by the per-token loss gradient in place (2a): 5a.
+    - native: Megatron's torch-compiled one (fusions/fused_cross_entropy.py): the upcast with the max (a + l),
+      exp in place with the sum (2l), the division (2l); backward the scaled gradient cast back (l + a) and
+      the in-place buffer written back (l): 2a + 7l.
+    - unfused: Megatron's PyTorch ops (tensor_parallel/cross_entropy.py): upcast (a + l), max (l), subtract,
+      exp and divide in place (2l each), sum (l); backward the scaling in place (2l) and the cast back
+      (l + a): 2a + 12l.
+    - eager: PyTorch's cross entropy on the upcast logits: the upcast (a + l), log-softmax (three reads and a
+      write of l); backward the dense NLL gradient (l), log-softmax's (3l) and the cast back (l + a): 2a + 10l,
+      8a without an upcast.
+    - compiled: the same under torch.compile, inductor's online softmax reading the logits once forward and
+      the backward reading them and writing the gradient: 3a.
+    - xla: MaxText's cross_entropy_with_logits under XLA: max (l), the shifted exponentials written with
+      their sum (2l), the one-hot product (l); backward read and write (2l): 6l.
+    """
+    a = float(activation_bytes)
+    l = 4.0 if fp32_logits else a  # noqa: E741 (the docstring's l)
+    upcast = 2.0 * (a + l) if l != a else 0.0
+    return {
+        "te": 5.0 * a,
+        "native": 2.0 * a + 7.0 * l,
+        "unfused": 2.0 * a + 12.0 * l,
+        "eager": 8.0 * l + upcast,
+        "compiled": 3.0 * a,
+        "xla": 6.0 * l,
+    }[kernel]
+
+
+def loss_bytes_per_token(
+    model: ModelSpec, tp: IntArray, kernel: str, activation_bytes: int, fp32_logits: bool
+) -> FloatArray:
+    """HBM bytes per token, forward and backward, that the loss moves over the stage's V/tp logits
+    (``loss_bytes_per_logit``)."""
+    return loss_bytes_per_logit(kernel, activation_bytes, fp32_logits) * model.vocab_size / tp
 
 
 def mlp_width_per_token(model: ModelSpec, share: float | None = None) -> float:

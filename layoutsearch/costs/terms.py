@@ -34,6 +34,7 @@ import numpy as np
 
 from layoutsearch.core.arrays import per_key, read_only
 from layoutsearch.core.frameworks import (
+    cross_entropy_of,
     fp4_recipe_of,
     fp8_activations_of,
     fp8_param_gather_of,
@@ -686,7 +687,6 @@ def compute_per_microbatch(
     scores_rerun = scores * m * attn_rerun * (1.0 - ew_rerun) * score_forward
     # eager PyTorch: one kernel per element-wise op (Workload.torch_compile)
     eager = workload.torch_compile is False
-    loss_ew = 0.0
     if eager:  # the forward's extra bytes again where the policy reruns the element-wise passes
         extra = [
             per_key_at_share(
@@ -699,16 +699,20 @@ def compute_per_microbatch(
             for i in (0, 1)
         ]
         ew = ew + (extra[0] * (1.0 + ew_rerun) + extra[1]) * m / acc.elementwise_bytes_per_s
-        loss_ew = (
-            head
-            * (1.0 + (model.mtp_layers or 0))
-            * per_key(
-                lambda tp: flops.eager_loss_bytes_per_token(model, tp, workload.activation_bytes),
-                sh.tp,
-            )
-            * m
-            / acc.elementwise_bytes_per_s
+    # the loss's passes over the logits on the stage holding the output head (and the MTP modules' heads)
+    kernel = cross_entropy_of(workload, acc.kind)
+    loss_ew = (
+        head
+        * (1.0 + (model.mtp_layers or 0))
+        * per_key(
+            lambda tp: flops.loss_bytes_per_token(
+                model, tp, kernel, workload.activation_bytes, workload.fp32_logits
+            ),
+            sh.tp,
         )
+        * m
+        / acc.elementwise_bytes_per_s
+    )
     if (
         fp8 or fp4
     ):  # quantising each linear input (read bf16, write fp8) and, in backward, the output gradients
@@ -2273,9 +2277,12 @@ def memory_by_microbatch(
     # one layer's tensors not held in HBM, rebuilt (or brought back from the host) during its backward
     recomputed = (every - per_token) * m * act_b
     # the loss's logits of one microbatch (fp32 where it upcasts them, else in the compute precision; a
-    # compiled loss fuses the upcast, Workload.compiled_loss), on the stage holding the output head (DualPipe:
-    # both ends)
-    upcast = workload.fp32_logits and not workload.compiled_loss
+    # compiled loss and Transformer Engine's kernel upcast in registers, flops.LOSS_KERNELS_UPCAST_IN_REGISTERS),
+    # on the stage holding the output head (DualPipe: both ends)
+    upcast = (
+        workload.fp32_logits
+        and cross_entropy_of(workload) not in flops.LOSS_KERNELS_UPCAST_IN_REGISTERS
+    )
     logits_b = 4.0 if upcast else workload.activation_bytes
     logits = _f(last | _holds_both_ends(sh, first)) * m * model.vocab_size / sh.tp * logits_b
     return {

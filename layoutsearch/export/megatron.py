@@ -461,6 +461,9 @@ def _parallel_args(ctx: ExportContext) -> list[tuple[str, object]]:
         lay.tp > 1 and lay.sequence_parallel and ctx.workload.tp_comm_overlap
     ):  # arguments.py: needs SP
         args.append(("--tp-comm-overlap", None))
+    kernel = written_loss_kernel(ctx)
+    if kernel != "unfused":  # the loss's kernels, as costed (unfused: Megatron-LM's default)
+        args += [("--cross-entropy-loss-fusion", None), ("--cross-entropy-fusion-impl", kernel)]
     if ctx.workload.grad_accumulation_fusion is False:  # the gradients added apart, as costed
         args.append(("--no-gradient-accumulation-fusion", None))
     if (
@@ -706,6 +709,14 @@ def _shell_words(value) -> str:
 
 
 # ----------------------------------------------------------------------------- checker
+def written_loss_kernel(ctx: ExportContext) -> str:
+    """The loss's kernels to write: the costed ones (``Workload.cross_entropy``), or, for a step costed under
+    another framework (whose loss kernels Megatron has not), Megatron's default."""
+    kernel = str(ctx.workload.cross_entropy)
+    kernels = declaration.PROFILE.cross_entropies
+    return kernel if kernel in kernels else kernels[0]
+
+
 def parse_args(text: str) -> dict[str, str | bool | list[str]]:
     """The flags inside ``MEGATRON_ARGS=( ... )``: {flag: value, a list of values for an nargs='+' flag
     given several, or True for a switch}."""
@@ -988,6 +999,16 @@ def _hyper_problems(f: dict, tp: int, dp: int, cp: int, ctx: ExportContext) -> l
         out.append("--tp-comm-overlap needs tp > 1 and --sequence-parallel")
     if "--overlap-param-gather" in f and "--use-distributed-optimizer" not in f:
         out.append("--overlap-param-gather needs --use-distributed-optimizer")
+    fused = (
+        f.get("--cross-entropy-fusion-impl", "native")
+        if "--cross-entropy-loss-fusion" in f
+        else "unfused"
+    )
+    if fused != written_loss_kernel(ctx):
+        out.append(
+            f"the loss runs {fused} (--cross-entropy-loss-fusion, --cross-entropy-fusion-impl); the prediction "
+            f"costs {written_loss_kernel(ctx)}"
+        )
     waits = ctx.workload.grad_reduce_overlap is False
     if dp * cp > 1 and ("--overlap-grad-reduce" in f) == waits:
         out.append(

@@ -15,7 +15,8 @@ DistributedDataParallelConfig). The degrees, batch and recompute are the ``megat
   ``moe_flex_dispatcher_backend: deepep`` where the prediction used DeepEP, else ``alltoall``);
   ``recompute_granularity`` / ``recompute_method`` / ``recompute_num_layers`` / ``recompute_modules``
   (null where none, so a recipe's own recompute does not stay); ``init_model_with_meta_device`` with
-  Megatron-FSDP.
+  Megatron-FSDP; ``cross_entropy_loss_fusion`` and ``cross_entropy_fusion_impl`` (the loss's kernels,
+  ``Workload.cross_entropy``).
 - ``train``: ``global_batch_size`` = B, ``micro_batch_size`` = sequences per DP rank per microbatch.
 - ``ddp``: ``use_distributed_optimizer`` (ZeRO >= 1), ``use_megatron_fsdp`` and
   ``data_parallel_sharding_strategy`` ``optim_grads`` / ``optim_grads_params`` (ZeRO-2/3, never with
@@ -38,7 +39,7 @@ import yaml
 from layoutsearch.core.frameworks import fp4_recipe_of, fp8_recipe_of
 from layoutsearch.export import context as common
 from layoutsearch.export.context import ExportContext, yaml_value
-from layoutsearch.export.megatron import dispatcher_args, recompute_modules
+from layoutsearch.export.megatron import dispatcher_args, recompute_modules, written_loss_kernel
 
 RELEASE = "megatron-bridge 0.3.1"
 PRECISION_RECIPES = {"bf16": "bf16_mixed", "fp16": "fp16_mixed"}
@@ -129,6 +130,13 @@ def override(ctx: ExportContext) -> dict:
         **_moe(ctx),
         **_recompute(ctx),
         **({"init_model_with_meta_device": True} if fsdp else {}),
+        # the loss's kernels as costed (Workload.cross_entropy; TransformerConfig's fields)
+        "cross_entropy_loss_fusion": written_loss_kernel(ctx) != "unfused",
+        **(
+            {"cross_entropy_fusion_impl": written_loss_kernel(ctx)}
+            if written_loss_kernel(ctx) != "unfused"
+            else {}
+        ),
     }
     ddp = {
         "use_distributed_optimizer": zero >= 1,

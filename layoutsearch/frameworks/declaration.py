@@ -139,6 +139,9 @@ class Profile:
     (``Workload.compiled_loss``): the fp32 upcast of the logits is then fused into the loss's kernels and
     never held (torchtitan's compile components model and loss, ``components/loss.py`` since bbb1b616e,
     April 2025). None: no such choice."""
+    cross_entropies: tuple[str, ...] = ("compiled",)
+    """The loss kernels it runs (core.specs.CrossEntropy), its default first (``Workload.cross_entropy``,
+    --cross-entropy where it has more than one). torchtitan's two follow ``compiled_loss`` instead."""
     vendor_attention: bool = False
     """The vendor's fused attention kernel (Transformer Engine's cuDNN attention) where the
     accelerator has one (``Accelerator.vendor_attention_efficiency``), else FlashAttention-2
@@ -305,6 +308,8 @@ class Capabilities:
     export target runs."""
     unfused_attention: bool = False
     """An attention that materialises the S x S scores (Workload.flash_attention off)."""
+    cross_entropies: tuple[str, ...] = ()
+    """The loss kernels it writes (Workload.cross_entropy, core.specs.CrossEntropy)."""
     bf16_logits: bool = False
     """A loss on the output head's logits in the compute precision, not upcast to fp32
     (Workload.fp32_logits off)."""

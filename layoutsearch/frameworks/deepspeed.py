@@ -28,11 +28,16 @@ PROFILE = Profile(
     grad_accumulation_fusion=False,
     # runtime/pipe/p2p.py send: dist.send or dist.broadcast, never asynchronous (its 1F1B TrainSchedule)
     pp_sends_block=True,
+    # the Hugging Face model code's loss (an eager cross entropy on fp32 logits); Megatron-DeepSpeed's GPT model runs
+    # Megatron's unfused vocab-parallel one (megatron/mpu/cross_entropy.py)
+    cross_entropies=("eager", "unfused"),
 )
 
 CAPABILITIES = Capabilities(
     target="deepspeed",
     framework="DeepSpeed",
+    # the model code's own loss: the Hugging Face models' eager one, Megatron-DeepSpeed's unfused one
+    cross_entropies=("eager", "unfused"),
     tp_comm_overlap=False,
     # its optimizers add each microbatch's gradients apart (PROFILE.grad_accumulation_fusion)
     grad_accumulation_fusion=False,

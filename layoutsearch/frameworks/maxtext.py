@@ -24,6 +24,7 @@ PROFILE = Profile(
     einsum_capacity_dispatch=True,
     zero3_gather_unit="tensor",
     inplace_cross_entropy=True,
+    cross_entropies=("xla",),  # max_utils.py cross_entropy_with_logits, compiled by XLA
     recompute_policies=("minimal_with_context", "minimal", "save_dot_except_mlpwi", "full"),
     offload_update="device",  # optimizer_memory_host_offload: the state streams in for the update
 )
@@ -34,6 +35,7 @@ CAPABILITIES = Capabilities(
     drop_and_pad=True,
     unfused_attention=True,
     bf16_logits=True,  # configs/types.py cast_logits_to_fp32 (default true)
+    cross_entropies=("xla",),
     # every policy but torchtitan's per-op one and Megatron's recompute modules (the exporter's REMAT
     # maps each to a remat_policy, and asserts it)
     recompute_policies=tuple(

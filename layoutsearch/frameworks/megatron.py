@@ -30,6 +30,11 @@ PROFILE = Profile(
     # requests (no overlap for the non-interleaved schedule); the interleaved one overlaps (pp_comm_overlap)
     pp_sends_block=True,
     inplace_cross_entropy=True,
+    # megatron/training/arguments.py (d98e8a64): --cross-entropy-loss-fusion (off: the unfused vocab-parallel cross
+    # entropy) and --cross-entropy-fusion-impl native | te (since 3b141a2, April 2025). The fused native one by
+    # default, the fastest Megatron-LM's training arguments accept since they refuse Transformer Engine's
+    # (168cb15d7, June 2026, core_v0.19.0), which NeMo's and Megatron-Bridge's performance recipes set
+    cross_entropies=("native", "te", "unfused"),
     vendor_attention=True,
     ep_node_dedup=True,
     recompute_policies=(
@@ -59,6 +64,8 @@ CAPABILITIES = Capabilities(
     recompute_policies=PROFILE.recompute_policies,  # each one the exporter's _parallel_args writes
     pipeline_splits=("even", "embedding-and-loss", "first-last", "chunk-layout", "balanced"),
     precisions=("bf16", "fp16", "fp8", "fp4"),
+    # --cross-entropy-loss-fusion with --cross-entropy-fusion-impl native, or neither (export.megatron)
+    cross_entropies=("native", "unfused"),
     # arguments.py (307dcf37) --fp8-recipe tensorwise | delayed | mxfp8 | blockwise (export.megatron.FP8_RECIPE_ARGS)
     fp8_recipes=("tensorwise", "blockwise", "mxfp8"),
     # megatron-core 0.16.1 TransformerConfig: fp4 'e2m1' (--fp4-format), fp4_recipe 'nvfp4' | 'custom' (Transformer
@@ -126,5 +133,8 @@ CAPABILITIES = Capabilities(
         # TransformerConfig has window_size (sliding) and no chunk: the Llama 4 example (examples/inference/llama4)
         # runs 4,096-token sequences, within one chunk
         "megatron-chunk": "megatron-core's attention has sliding windows (window_size), no chunked attention",
+        # megatron/training/arguments.py validate_args (168cb15d7, 2026-06-03; first in core_v0.19.0)
+        "megatron-cross-entropy": "its training arguments refuse Transformer Engine's cross entropy "
+        "(--cross-entropy-fusion-impl te) for stability since core_v0.19.0; Megatron-Bridge still writes it",
     },
 )

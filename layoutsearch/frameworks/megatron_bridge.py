@@ -50,6 +50,8 @@ CAPABILITIES = dataclasses.replace(
     grad_accumulation_apart=False,
     pp_comm_waits=False,
     offload=("none",),
+    # TransformerConfig cross_entropy_loss_fusion and cross_entropy_fusion_impl: its recipes' te among them
+    cross_entropies=("te", "native", "unfused"),
     why={
         **{
             code.replace("megatron-", f"{TARGET}-", 1): text

@@ -28,6 +28,7 @@ PROFILE = Profile(
     # the loss compiled with the model (components/loss.py build_cross_entropy_loss since bbb1b616e, 2025-04-02;
     # the export's compile components model and loss): its fp32 upcast fused, the logits held in bf16
     compiled_loss=True,
+    cross_entropies=("compiled", "eager"),  # as compiled_loss says
     # async TP (torch inductor's micro-pipeline pass) pays off in the forward: PyTorch's write-up (dev-discuss,
     # "Introducing Async Tensor Parallelism in PyTorch", 2024) measured up to ~29% forward and ~8% end-to-end for
     # Llama 3 8B, ~20% and ~8% for 70B, the end-to-end gain of the forward's alone; torchtitan's async-TP tables
@@ -98,6 +99,8 @@ def capabilities(target: str) -> Capabilities:
     return Capabilities(
         target=target,
         framework="torchtitan",
+        # compile components model and loss, or model alone (an eager loss): export.torchtitan
+        cross_entropies=("compiled", "eager"),
         zero_stages=(0, 2, 3),
         zero_stages_only_with_pp=(1,),
         zero_stages_with_pp=(0, 1),

@@ -38,7 +38,14 @@ from layoutsearch.core.problem import (
     resolved_workload,
 )
 from layoutsearch.core.rules import SCHEDULE_VIRTUAL_STAGES, candidate_of, effective_zero
-from layoutsearch.core.specs import ALL_DEGREE_NAMES, RECOMPUTE_POLICIES, Cluster, Layout, Workload
+from layoutsearch.core.specs import (
+    ALL_DEGREE_NAMES,
+    CROSS_ENTROPIES,
+    RECOMPUTE_POLICIES,
+    Cluster,
+    Layout,
+    Workload,
+)
 from layoutsearch.core.topology import resolve_cluster, torus_shape
 from layoutsearch.core.units import GB
 from layoutsearch.costs.estimate import Estimate, estimate
@@ -469,6 +476,17 @@ def release_workload(field: str) -> Callable[[dict], bool | None]:
         return release.get(field) if isinstance(release, dict) else None
 
     return rule
+
+
+def cross_entropy(record: dict) -> str | None:
+    """Rule 34: the loss's kernels, the record's ``workload.cross_entropy`` where it states them, else its framework
+    release's (``framework_releases.yaml``: the Megatron-LM of 2021 and 2022 and BigScience's Megatron-DeepSpeed
+    ran Megatron's unfused vocab-parallel cross entropy); None: the profile's (Megatron's native fused one)."""
+    stated = record["workload"].get("cross_entropy")
+    if stated is not None:
+        return stated
+    release = release_of(record)
+    return release.get("cross_entropy") if isinstance(release, dict) else None
 
 
 def torch_compile(record: dict, framework: str) -> bool | None:
@@ -1076,6 +1094,7 @@ WORKLOAD_RULES: dict[str, Callable[[dict], Any]] = {
     "launch_blocking": launch_blocking,
     "cuda_graphs": cuda_graphs,
     "grad_bytes_per_param": grad_bytes,
+    "cross_entropy": cross_entropy,
 }
 
 
@@ -1103,6 +1122,7 @@ def framework_releases() -> dict[str, dict]:
             "source",
             *RELEASE_FIELDS,
             *RELEASE_WORKLOAD_FIELDS,
+            "cross_entropy",
         }
         if unknown:
             raise CatalogueError(f"{where}: unknown fields {', '.join(sorted(unknown))}")
@@ -1112,6 +1132,10 @@ def framework_releases() -> dict[str, dict]:
                 raise CatalogueError(
                     f"{where}: {field} {', '.join(map(str, bad))}: expected among {', '.join(map(str, allowed))}"
                 )
+        if e.get("cross_entropy", "te") not in CROSS_ENTROPIES:
+            raise CatalogueError(
+                f"{where}: cross_entropy {e['cross_entropy']!r}: expected among {', '.join(CROSS_ENTROPIES)}"
+            )
         for flag in ("sequence_parallel", *RELEASE_WORKLOAD_FIELDS):
             if not isinstance(e.get(flag, True), bool):
                 raise CatalogueError(f"{where}: {flag} {e[flag]!r}: expected true or false")

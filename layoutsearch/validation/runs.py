@@ -35,6 +35,7 @@ from layoutsearch.core.catalogue import (
 from layoutsearch.core.errors import CatalogueError, did_you_mean
 from layoutsearch.core.fields import absent_is_none
 from layoutsearch.core.problem import SCHEDULES
+from layoutsearch.core.specs import CROSS_ENTROPIES
 from layoutsearch.core.units import (
     GB,
     GIB,
@@ -168,6 +169,7 @@ RecWorkload = _block(
     grad_reduce_overlap=bool,
     framework_release=str,
     compiled_loss=bool,
+    cross_entropy=Literal[CROSS_ENTROPIES],
 )
 RecCluster = _block(
     "RecCluster",
