@@ -115,11 +115,11 @@ def test_each_framework_runs_its_own_kernels():
         problem("llama3-8b", "h100-8", framework="deepspeed", cross_entropy="te", **kw)
 
 
-def test_rule_34_stated_then_release_then_profile():
+def test_rule_34_stated_then_release_then_profile(data_file):
     """A record's stated kernels win (Megatron-Bridge's te), a release's come next (the Megatron-LM of 2022:
     unfused), else Megatron's profile (native)."""
-    moe = {r["id"]: r for r in load_runs("tests/data/runs_moe_dev.yaml")}
-    korthikanti = list(load_runs("tests/data/korthikanti_heldout.yaml"))
+    moe = {r["id"]: r for r in load_runs(data_file("runs_moe_dev.yaml"))}
+    korthikanti = list(load_runs(data_file("korthikanti_heldout.yaml")))
     bridge = next(r for i, r in moe.items() if i.startswith("mbridge-25.11-gb200-deepseek-v3"))
     blog = moe["mcore-blog-deepseekv3-gb200-mxfp8-n256-tp1pp8vp4ep32"]
     assert record_to_problem(bridge)[0].workload.cross_entropy == "te"

@@ -461,14 +461,15 @@ def tp_comm_overlap(record: dict) -> bool | None:
     return None
 
 
-def release_workload(field: str) -> Callable[[dict], bool | None]:
-    """Rule 32: the rule of a workload ``field`` (``RELEASE_WORKLOAD_FIELDS``): the record's own where it states
-    it (a run that set the release's flag otherwise: Narayanan et al.'s 1.7B to 18B rows ran PyTorch's DDP,
-    the larger ones Megatron's local DDP), else what its framework release sets (``framework_releases.yaml``:
-    the Megatron-LM of 2021 waited for its backward TP collectives and its gradient all-reduce, and added each
-    microbatch's gradients in a kernel of their own); None: the profile's choice."""
+def release_workload(field: str) -> Callable[[dict], Any]:
+    """Rule 32: the rule of a workload ``field`` (``RELEASE_WORKLOAD_FIELDS`` and ``cross_entropy``): the record's
+    own where it states it (a run that set the release's flag otherwise: Narayanan et al.'s 1.7B to 18B rows ran
+    PyTorch's DDP, the larger ones Megatron's local DDP), else what its framework release sets
+    (``framework_releases.yaml``: the Megatron-LM of 2021 waited for its backward TP collectives and its gradient
+    all-reduce, and added each microbatch's gradients in a kernel of their own; it and BigScience's
+    Megatron-DeepSpeed ran Megatron's unfused cross entropy, rule 34); None: the profile's choice."""
 
-    def rule(record: dict) -> bool | None:
+    def rule(record: dict) -> Any:
         stated = record["workload"].get(field)
         if stated is not None:
             return stated
@@ -476,17 +477,6 @@ def release_workload(field: str) -> Callable[[dict], bool | None]:
         return release.get(field) if isinstance(release, dict) else None
 
     return rule
-
-
-def cross_entropy(record: dict) -> str | None:
-    """Rule 34: the loss's kernels, the record's ``workload.cross_entropy`` where it states them, else its framework
-    release's (``framework_releases.yaml``: the Megatron-LM of 2021 and 2022 and BigScience's Megatron-DeepSpeed
-    ran Megatron's unfused vocab-parallel cross entropy); None: the profile's (Megatron's native fused one)."""
-    stated = record["workload"].get("cross_entropy")
-    if stated is not None:
-        return stated
-    release = release_of(record)
-    return release.get("cross_entropy") if isinstance(release, dict) else None
 
 
 def torch_compile(record: dict, framework: str) -> bool | None:
@@ -1094,7 +1084,7 @@ WORKLOAD_RULES: dict[str, Callable[[dict], Any]] = {
     "launch_blocking": launch_blocking,
     "cuda_graphs": cuda_graphs,
     "grad_bytes_per_param": grad_bytes,
-    "cross_entropy": cross_entropy,
+    "cross_entropy": release_workload("cross_entropy"),  # rule 34
 }
 
 
