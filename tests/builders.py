@@ -22,13 +22,13 @@ from typer.testing import CliRunner
 from layoutsearch.cli import app, main
 from layoutsearch.core.catalogue import load_model
 from layoutsearch.core.errors import LayoutsearchWarning
-from layoutsearch.core.problem import Problem
+from layoutsearch.core.problem import Problem, SearchRequest
 from layoutsearch.core.specs import RECOMPUTE_POLICIES, Layout, ModelSpec, Workload
 from layoutsearch.core.topology import resolve_cluster
 from layoutsearch.costs.estimate import estimate
 from layoutsearch.export import check_export, export_document
 from layoutsearch.report.output import layout_record
-from layoutsearch.search import SearchOptions
+from layoutsearch.search import SearchOptions, solve
 from layoutsearch.search.cpsat import cpsat_top
 from layoutsearch.search.space import (
     build_space,
@@ -503,3 +503,18 @@ def check_record_layout(record: dict) -> None:
         lay["dp"],
         lay["num_microbatches"],
     ), rid
+
+
+def proven_as_enumerated(
+    problem: Problem, options: SearchOptions, top_k: int, target: str | None = None
+):
+    """CP-SAT's top ``top_k`` for ``problem`` (exporting to ``target``), asserted OPTIMAL and equal to the
+    enumerator's, layouts and step times: its layouts."""
+    proven = solve(problem, SearchRequest(options=options, top_k=top_k, target=target))
+    oracle = solve(
+        problem, SearchRequest(options=options, top_k=top_k, target=target, method="enumerate")
+    )
+    assert proven.status == "OPTIMAL"
+    assert [e.layout for e in proven.layouts] == [e.layout for e in oracle.layouts]
+    assert [e.step_time_s for e in proven.layouts] == [e.step_time_s for e in oracle.layouts]
+    return proven.layouts

@@ -5,14 +5,13 @@ from __future__ import annotations
 
 import json
 
-from builders import exported, solve_doc, solve_export
+from builders import exported, proven_as_enumerated, solve_doc, solve_export
 
 from layoutsearch.core.catalogue import load_model
-from layoutsearch.core.problem import Problem, SearchOptions, SearchRequest
+from layoutsearch.core.problem import Problem, SearchOptions
 from layoutsearch.core.specs import Layout, Workload
 from layoutsearch.core.topology import resolve_cluster
 from layoutsearch.export import check_export
-from layoutsearch.search import solve
 
 # llama3-8b (32 heads, 8 kv heads) on 16 H100s, 16 sequences of 32768 tokens: fsdp 4 x cp 4.
 ULYSSES = Layout(fsdp=4, cp=4, cp_flavour="a2a", zero_stage=3, recompute="full")
@@ -79,14 +78,5 @@ def test_cpsat_ranks_deepspeed_cp_as_the_enumerator():
         resolve_cluster("h100-16"),
         Workload(global_batch_seqs=16, seq_len=32768, framework="deepspeed"),
     )
-    options = SearchOptions(fix={"cp": 4})
-    proven = solve(problem, SearchRequest(options=options, top_k=3, target="deepspeed"))
-    oracle = solve(
-        problem, SearchRequest(options=options, top_k=3, target="deepspeed", method="enumerate")
-    )
-    assert proven.status == "OPTIMAL"
-    assert [e.layout for e in proven.layouts] == [e.layout for e in oracle.layouts]
-    assert [e.step_time_s for e in proven.layouts] == [e.step_time_s for e in oracle.layouts]
-    assert {(e.layout.cp_flavour, e.layout.tp, e.layout.pp) for e in proven.layouts} == {
-        ("a2a", 1, 1)
-    }
+    proven = proven_as_enumerated(problem, SearchOptions(fix={"cp": 4}), 3, "deepspeed")
+    assert {(e.layout.cp_flavour, e.layout.tp, e.layout.pp) for e in proven} == {("a2a", 1, 1)}

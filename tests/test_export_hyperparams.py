@@ -143,10 +143,13 @@ def test_deepspeed_overlap_comm(zero):
         Layout(fsdp=64, num_microbatches=2, zero_stage=zero, recompute="full"),
     )
     cfg = json.loads(exported(doc, "deepspeed"))
+    # ZeRO-3 also pins the reuse distance its regathers under recompute were costed at (DeepSpeed's default)
+    reuse = {"stage3_max_reuse_distance": 1_000_000_000} if zero == 3 else {}
     assert cfg["zero_optimization"] == {
         "stage": zero,
         "overlap_comm": True,
         "contiguous_gradients": True,
+        **reuse,
     }
     side = cfg["_layoutsearch"]
     assert side["model_hyperparameters"]["rope_theta"] == 500000

@@ -40,7 +40,7 @@ def test_the_risk_band_covers_the_models_own_band():
     from layoutsearch.core.uncertainty import uncertainty_band
 
     low, high = uncertainty_band("gpu")
-    assert (low, high) == (-0.0702, 0.0758)
+    assert (low, high) == (-0.0614, 0.08)  # (-0.0702, 0.0758) before DeepSpeed's ZeRO-3 regathers
     assert RISK_BAND >= max(-low, high)
 
 

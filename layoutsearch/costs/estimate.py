@@ -355,7 +355,17 @@ def _stage_terms(problem: Problem, key: _Keys, stages: list[dict], st: int) -> s
     zero3 = float(sharded and z == 3)
     if zero3:
         fsdp, busy = first["fsdp"], first["link_busy"]
-        traffic = mult * layers * _scalar(fsdp["gather_layer"] + fsdp["reduce_layer"] + busy["bwd"])
+        # with the gathers a recomputed forward repeats (terms.zero3_regathered_share)
+        regathered = _scalar(terms.zero3_regathered_share(model, problem.workload, key.sh.tp)[r])
+        traffic = mult * _scalar(
+            layers
+            * (
+                fsdp["gather_layer"]
+                + fsdp["reduce_layer"]
+                + busy["bwd"]
+                + regathered * (fsdp["gather_layer"] - fsdp["gather_experts_layer"])
+            )
+        )
         window = mult * layers * _scalar(first["windows"]["window/bwd_layer"])
         copies = mult * _scalar(s["fsdp_fixed"]["copies"])
     else:
@@ -600,6 +610,8 @@ def _collectives(problem: Problem, key: _Keys, slow: dict, steps: dict) -> list[
     p_experts = _scalar(terms.expert_params_per_layer(model, sh)) if model.moe is not None else 0.0
     z = int(_scalar(key.z))
     zero3 = float(z == 3)  # its per-layer collectives run
+    # a third gather of the share of each layer's weights a recomputed forward frees (terms.zero3_regathered_share)
+    regathered = _scalar(terms.zero3_regathered_share(model, workload, sh.tp)[int(_scalar(key.r))])
     rows = [
         (
             "tp activations (AG+RS or AR)",
@@ -626,7 +638,8 @@ def _collectives(problem: Problem, key: _Keys, slow: dict, steps: dict) -> list[
             "fsdp weight gather",
             co.shard,
             p_layer * gathered,
-            "per layer per microbatch x2",
+            f"per layer per microbatch x{2 + regathered:.3g}"
+            + (" (the recomputed forward's regathers)" if regathered else ""),
             zero3 * _scalar(slow["fsdp"]["gather_layer"] - slow["fsdp"]["gather_experts_layer"]),
         ),
         (

@@ -84,6 +84,8 @@ _CONTEXT = (
 )  # the attention core's output ("context"; scores when unfused)
 _MLP_WI = ("mlp_gate", "mlp_up")  # the MLP input projections' outputs ("mlpwi")
 ALL_TENSORS = frozenset(PRODUCER) - {"mlp_out"}  # what a layer's backward reads
+# a layer's matmuls (``recompute_work``'s FLOP shares), in the order of its forward
+MATMULS = ("mm_latent", "mm_q", "mm_k", "mm_v", "mm_o", "mm_gate", "mm_up", "mm_down")
 POLICY_SAVES: dict[str, frozenset] = {
     "none": ALL_TENSORS,
     # Megatron selective (--recompute-modules core_attn, a plain checkpoint): the attention core runs again,
@@ -365,6 +367,21 @@ def recompute_arrays(model: ModelSpec) -> dict[str, np.ndarray]:
     return out
 
 
+@lru_cache(maxsize=256)
+def rerun_producers(model: ModelSpec, policy: str) -> frozenset[str]:
+    """What a recompute policy runs again in the backward, per layer (``PRODUCER`` names: the matmuls
+    ``mm_*``, ``attention``, ``norm``, ``act``): ``full`` the whole layer; other policies the producers of the
+    tensors they do not save (and the whole MLP where they keep none of it, ``WHOLE_MLP_RERUN``)."""
+    policy = OFFLOADED[policy][0] if policy in OFFLOADED else policy
+    if policy == "full":
+        return frozenset(MATMULS) | {"attention", "norm", "act"}
+    present = _saved_widths(
+        model, 1, False, 0, True, 2
+    )  # a tensor this model does not have reruns nothing
+    rerun = {PRODUCER[t] for t in ALL_TENSORS - POLICY_SAVES[policy] if present[t] > 0}
+    return frozenset(rerun | ({"mm_down"} if policy in WHOLE_MLP_RERUN else set()))
+
+
 def recompute_work(model: ModelSpec, policy: str) -> dict[str, float]:
     """What a policy reruns in backward, per layer: the share of the layer's forward matmul FLOPs
     ('matmul'), whether the attention core runs again ('attention'), the share of the forward's
@@ -402,14 +419,7 @@ def recompute_work(model: ModelSpec, policy: str) -> dict[str, float]:
             mm_v=a.kv_lora_rank * n * a.v_head_dim,
             mm_o=n * a.v_head_dim * d,
         )
-    if policy == "full":
-        rerun = set(flops) | {"attention", "norm", "act", "mm_latent"}
-    else:
-        present = _saved_widths(
-            model, 1, False, 0, True, 2
-        )  # a tensor this model does not have reruns nothing
-        rerun = {PRODUCER[t] for t in ALL_TENSORS - POLICY_SAVES[policy] if present[t] > 0}
-        rerun |= {"mm_down"} if policy in WHOLE_MLP_RERUN else set()
+    rerun = rerun_producers(model, policy)
     # the all-gather before the attention's input projections: MLA's down-projections, else Q, K and V
     qkv_in = ("mm_latent",) if model.mla is not None else ("mm_q", "mm_k", "mm_v")
     collectives = [

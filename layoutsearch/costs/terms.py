@@ -51,6 +51,7 @@ from layoutsearch.core.frameworks import (
 from layoutsearch.core.placement import EXPERT_NESTING, expert_degrees
 from layoutsearch.core.specs import (
     CP_FLAVOUR_CODES,
+    RECOMPUTE_POLICIES,
     SCHEDULE_CODES,
     Accelerator,
     ModelSpec,
@@ -1637,6 +1638,55 @@ def fsdp_collectives(
         "copies_layer": copies_layer,
         "copies_vocab": copies_vocab,
     }
+
+
+def layer_modules(model: ModelSpec, tp) -> list[tuple[str, Any]]:
+    """The weight matrices of one layer outside the routed experts on one TP rank, in the order its forward runs
+    them, each as (the ``memory.MATMULS`` producer it is, its elements): the attention's (Q, K, V, O; with latent
+    attention the query down- and up-projections, the key-value down- and up-projections and O,
+    ``params.attention_matrices``), then the MLP's (gate, up and down, or up and down), which share the mean
+    layer's MLP and router (``params.layer_params`` less attention and norms) equally."""
+    attention = params.attention_matrices(model, tp)
+    if model.mla is None:
+        names = ["mm_q", "mm_k", "mm_v", "mm_o"]
+    else:
+        query = ["mm_latent", "mm_q"] if model.mla.q_lora_rank is not None else ["mm_q"]
+        names = [*query, "mm_latent", "mm_k", "mm_o"]
+    mlp = (
+        params.layer_params(model, tp)
+        - params.attention_params_per_layer(model, tp)
+        - params.norm_params_per_layer(model, tp)
+    )
+    mlp_names = ["mm_gate", "mm_up", "mm_down"][3 - model.mlp_matrices :]
+    return list(zip(names, attention)) + [(n, mlp / model.mlp_matrices) for n in mlp_names]
+
+
+def zero3_regathered_share(model: ModelSpec, workload: Workload, tp) -> np.ndarray:
+    """Per recompute policy (``RECOMPUTE_POLICIES``' order; [policies, *tp's shape] for an array of tp), the share of
+    a layer's weights outside the routed experts (``layer_modules``) that ZeRO-3 gathers a third time in each
+    microbatch's backward, where the framework gathers a module's weights in its forward hooks and frees them unless
+    they are used again within ``Profile.zero3_reuse_distance_params`` parameters (DeepSpeed's
+    ``stage3_max_reuse_distance``): a module the policy runs again is gathered for its recomputed forward, and
+    between that forward and its backward run the recomputed modules after it and then, in the backward, every
+    module after it; where those hold that many parameters or more, its weights are freed and gathered once more.
+    All 0 where the framework has no such distance (the backward's gather serves both). The routed experts'
+    gathers are not counted again."""
+    reuse = profile_of(workload.framework).zero3_reuse_distance_params
+    shape = (len(RECOMPUTE_POLICIES), *np.shape(tp))
+    if reuse is None:
+        return np.zeros(shape)
+    modules = layer_modules(model, tp)
+    total = sum(elements for _, elements in modules)
+    out = np.zeros(shape)
+    for code, policy in enumerate(RECOMPUTE_POLICIES):
+        again = [name in memory.rerun_producers(model, policy) for name, _ in modules]
+        for i, (_, elements) in enumerate(modules):
+            later = modules[i + 1 :]
+            between = sum(n for _, n in later) + sum(
+                n for (_, n), rerun in zip(later, again[i + 1 :]) if rerun
+            )
+            out[code] = out[code] + np.where(again[i] & (between >= reuse), elements, 0.0) / total
+    return out
 
 
 def zero_copy_bytes_per_param(workload: Workload, acc: Accelerator, gathers: int) -> float:

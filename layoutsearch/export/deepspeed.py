@@ -12,7 +12,9 @@ runtime/pipe/engine.py, runtime/engine.py, runtime/tensor_parallel/config.py):
 - ``zero_optimization.stage`` over the whole DP world; ``tensor_parallel.autotp_size`` = tp;
   pipeline degree only in code: ``PipelineModule(num_stages=pp)``.
 - ``zero_optimization.overlap_comm`` (default false) and ``contiguous_gradients`` for ZeRO >= 1:
-  the cost model overlaps the gradient reduction with the backward pass.
+  the cost model overlaps the gradient reduction with the backward pass. ZeRO-3 writes
+  ``stage3_max_reuse_distance`` (its default, 1e9 parameters), the distance past which the engine costs a
+  recomputed module's weights gathered a third time (``Profile.zero3_reuse_distance_params``).
 - The model's hyper-parameters (RoPE, norm epsilon, activation, dropout) and what layoutsearch does
   not decide (data, tokenizer, learning rate, steps, checkpoints; ``<set me: ...>``) are listed
   under ``_layoutsearch``: DeepSpeed builds neither the model nor the data loader. The ``optimizer``
@@ -46,6 +48,7 @@ from __future__ import annotations
 
 import json
 
+from layoutsearch.core.frameworks import profile_of
 from layoutsearch.core.rules import MODEL_BLOCKS, deepseek_block
 from layoutsearch.export.context import (
     ExportContext,
@@ -57,6 +60,9 @@ from layoutsearch.export.context import (
 from layoutsearch.frameworks.declaration import model_features
 
 SIDE_KEY = "_layoutsearch"
+# the ZeRO-3 reuse distance the deepspeed profile costs its regathers at: DeepSpeed's default, which a config
+# without the key runs
+REUSE_DISTANCE = profile_of("deepspeed").zero3_reuse_distance_params
 
 
 AUTOEP_PRESETS = {
@@ -259,6 +265,10 @@ def config(ctx: ExportContext) -> dict:
     if ctx.effective_zero_stage >= 1:
         cfg["zero_optimization"].update(overlap_comm=True, contiguous_gradients=True)
     cfg["zero_optimization"].update(offload_blocks(lay.offload))
+    if (
+        ctx.effective_zero_stage == 3
+    ):  # the distance the regathers were costed at (Profile.zero3_reuse_distance_params)
+        cfg["zero_optimization"]["stage3_max_reuse_distance"] = REUSE_DISTANCE
     if lay.tp > 1:
         cfg["tensor_parallel"] = {"autotp_size": lay.tp}
     if lay.cp > 1:
@@ -338,6 +348,12 @@ def check(text: str, ctx: ExportContext) -> list[str]:
         out.append(
             f"zero_optimization.overlap_comm is off with ZeRO-{stage}; the predicted time overlaps the "
             f"gradient reduction"
+        )
+    reuse = zero.get("stage3_max_reuse_distance", REUSE_DISTANCE)
+    if stage == 3 and reuse != REUSE_DISTANCE:
+        out.append(
+            f"zero_optimization.stage3_max_reuse_distance {reuse} is not the {REUSE_DISTANCE} the "
+            f"prediction's ZeRO-3 regathers were costed at"
         )
     if pp > 1 and stage >= 2:
         out.append(f"ZeRO-{stage} is incompatible with pipeline parallelism (pp={pp})")

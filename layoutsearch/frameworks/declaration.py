@@ -171,6 +171,13 @@ class Profile:
     reduces each gradient where it is made: MaxText's DeepSeek-V3 v5p recipe, ZeRO-3 over 512
     chips with every expert local, runs with a MoE layer's experts 21 GiB in bf16, where two
     gathered layers and a layer's fp32 gradients would not fit beside the state)."""
+    zero3_reuse_distance_params: int | None = None
+    """Where a ZeRO-3 gathers a module's weights in that module's forward hooks and frees them after unless the
+    modules run before their next use hold fewer than this many parameters (DeepSpeed's
+    ``stage3_max_reuse_distance``): a module a recompute policy runs again is gathered for its recomputed forward
+    and, farther than this from its backward, freed and gathered once more (costs.terms.zero3_regathered_share).
+    None: the backward's gather serves the recomputed forward and the backward alike (an FSDP unit's pre-backward
+    gather holds the weights through the checkpointed forward run inside it; XLA gathers once per backward)."""
     transient_zero3_weights: bool = False
     """Under ZeRO-3 the compute-precision weights exist only gathered: the sharded parameter is the
     fp32 master, cast at each gather (PyTorch FSDP2's MixedPrecisionPolicy casts the shard to

@@ -31,6 +31,10 @@ PROFILE = Profile(
     # the Hugging Face model code's loss (an eager cross entropy on fp32 logits); Megatron-DeepSpeed's GPT model runs
     # Megatron's unfused vocab-parallel one (megatron/mpu/cross_entropy.py)
     cross_entropies=("eager", "unfused"),
+    # runtime/zero/config.py: stage3_max_reuse_distance, 1e9 by default; partitioned_param_coordinator.py
+    # release_sub_module frees a module's parameters after its forward unless __params_to_release finds them used
+    # again within that many parameters of the trace (a recomputed forward runs the module's hooks again)
+    zero3_reuse_distance_params=1_000_000_000,
 )
 
 CAPABILITIES = Capabilities(

@@ -68,6 +68,8 @@ class Tables:
     # or their shards where ZeRO-2/3 reduce-scatter them in the microbatches
     accumulate_s: np.ndarray
     fsdp_backward_s: np.ndarray  # [sk, o] ZeRO-3's
+    # [sk, r, o] ZeRO-3's gathers a recomputed forward repeats (regather_table); None where the framework has none
+    fsdp_regather_s: np.ndarray | None
     # [sk, o] ZeRO-2's: the reduce-scatters of every microbatch's gradients but the last's
     fsdp_reduce_backward_s: np.ndarray
     # StepTerms over (S,K) x o
@@ -844,6 +846,19 @@ def exposed_bounds(
     return np.maximum(0, out - 4)
 
 
+def regather_table(
+    space: Space, sh_o: terms.Shapes, dense_gathers: np.ndarray, q
+) -> np.ndarray | None:
+    """[sk, r, o] quanta of ZeRO-3's per-layer gathers (``dense_gathers``, [sk, o] seconds over the step) that a
+    recomputed forward repeats, each recompute policy's share of them (``terms.zero3_regathered_share``); None
+    where the framework repeats none."""
+    share = terms.zero3_regathered_share(space.model, space.workload, sh_o.tp)
+    if not share.any():
+        return None
+    by_r = np.moveaxis(share[space.recompute_codes][..., 0], 0, 1)  # [sk, r]
+    return q(by_r[:, :, None] * dense_gathers[:, None, :])
+
+
 def build_tables(
     space: Space, deadline: float | None = None, costed: Costed | None = None
 ) -> Tables:
@@ -886,6 +901,7 @@ def build_tables(
         if st == 0:
             layers_o = mult_o * terms.layers_per_stage(model, sh_o)
             x = grid_o(layers_o * (fc["gather_layer"] + fc["reduce_layer"] + busy["bwd"]))
+            dense_gathers = grid_o(layers_o * (fc["gather_layer"] - fc["gather_experts_layer"]))
             rcon = grid_o(terms.reduction_link_traffic(model, workload, acc, sh_o, tp, cp, co))
             x2 = grid_o(
                 (k_o - 1) * terms.zero2_microbatch_traffic(model, workload, acc, sh_o, co, rcon)
@@ -966,6 +982,7 @@ def build_tables(
             np.broadcast_to((k_o - 1) * terms.zero2_copies(model, workload, acc, sh_o), (n_sk, 1))
         ).reshape(n_sk),
         fsdp_backward_s=q(x).reshape(n_sk, n_o),
+        fsdp_regather_s=regather_table(space, sh_o, dense_gathers, q),
         fsdp_reduce_backward_s=q(x2).reshape(n_sk, n_o),
         pp_sends_s=q(pp).reshape(n_sk, n_o),
         reduce_link_busy_s=q(rcon * busy_last).reshape(n_sk, n_o),
@@ -1015,6 +1032,10 @@ def stage_parts(
     def stage(st: int, zero: int) -> step.StageTerms:
         # without those collectives the formula multiplies the fsdp fields by zero: zeros cost nothing
         traffic = {3: t.fsdp_backward_s, 2: t.fsdp_reduce_backward_s}.get(zero)
+        if traffic is not None:
+            traffic = traffic[:, None, :]
+            if zero == 3 and t.fsdp_regather_s is not None:
+                traffic = traffic + t.fsdp_regather_s
         window = {3: t.backward_s, 2: t.zero2_window_s}.get(zero)
         return step.StageTerms(
             compute_s=t.compute_s[:, :, None, st],
@@ -1025,7 +1046,7 @@ def stage_parts(
             cp_rerun_s=t.cp_rerun_s[:, None, :],
             cp_rerun_fraction=cp_rerun_by_r[None, :, None],
             fsdp_fixed_s=t.fsdp_fixed_s[:, None, :, st] if zero == 3 else 0,
-            fsdp_backward_s=traffic[:, None, :] if traffic is not None else 0,
+            fsdp_backward_s=traffic if traffic is not None else 0,
             backward_s=window[:, :, None] if window is not None else 0,
             microbatch_zero=int(zero > 0),
             zero_copies_s={
