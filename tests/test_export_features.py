@@ -105,12 +105,16 @@ WRITTEN: dict[str, dict[str, Callable[[str], bool]]] = {
         "multi-token prediction": _has("--mtp-num-layers"),
     },
     # torchtitan 0.2.2 models: deepseek_v3 (MLA, shared and dense-first layers, expert_bias), qwen3
-    # (q/k norms), llama3 (its flavors' rope scaling)
+    # (q/k norms), llama3 (its flavors' rope scaling), llama4 (NoPE layers, chunks, MoE every n-th layer, one
+    # shared expert; the registration the header gives)
     "torchtitan": {
         "per-head q/k norms": _has('name = "qwen3"'),
         "llama3 rope scaling": _has('name = "llama3"'),
         "latent attention": _has('name = "deepseek_v3"'),
-        "shared experts": _has('name = "deepseek_v3"'),
+        "NoPE layers": _has("every_n_layers_nope="),
+        "attention chunks": _has("fixed_attn_block_size="),
+        "MoE in every n-th layer": _has("interleave_moe_layer_step="),
+        "shared experts": lambda t: 'name = "deepseek_v3"' in t or "num_shared_experts=1" in t,
         "dense layers before the MoE layers": _has('name = "deepseek_v3"'),
         "router bias": _has('name = "deepseek_v3"'),
     },

@@ -654,7 +654,7 @@ def test_deepspeed_autoep_section():
             "h100-64",
             512,
             Layout(fsdp=64),
-            r"torchtitan cannot express model mixtral-8x7b .*its MoE models are deepseek_v3 and qwen3\); nearest: export to megatron",
+            r"torchtitan cannot express model mixtral-8x7b .*its MoE models are deepseek_v3, qwen3 and llama4\); nearest: export to megatron",
         ),
         (
             "torchtitan-0.3",

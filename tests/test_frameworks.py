@@ -433,6 +433,59 @@ def test_torchtitan_builds_the_engine_model(doc, tmp_path):
     assert params == param_counts(m)["total"] == {"8B": 8_030_261_248, "debug": 7_082_240}[flavor]
 
 
+@pytest.mark.parametrize("seq", [4096, 16384], ids=["sdpa", "flex_chunks"])
+def test_torchtitan_builds_llama4_maverick_from_the_registration(seq, tmp_path):
+    """Llama 4 Maverick exported to torchtitan 0.2: the TransformerModelArgs the header says to register build its
+    llama4 model (meta device) with the engine's layers, the dense layers' 16,384 and the experts' 8,192 widths, the
+    MoE layers every 2nd (1, 3, ...), 12 NoPE layers, and exactly the engine's 400,711,848,960 parameters; the job
+    loads (ConfigManager), the model's update_from_config accepts it with cp 1 and, where the chunks need
+    FlexAttention, refuses cp 2 as the engine's rule does."""
+    torch = pytest.importorskip("torch")
+    llama4 = pytest.importorskip("torchtitan.models.llama4")
+    manager = pytest.importorskip("torchtitan.config.manager")
+    import re
+
+    from torchtitan.models.llama4.model.args import RoPEScalingArgs
+    from torchtitan.models.moe import MoEArgs
+
+    from layoutsearch.costs.params import param_counts
+    from layoutsearch.export import context_for
+
+    doc = solve_doc(
+        "llama4-maverick", "h100-64", 64, seq, Layout(fsdp=32, tp=2, ep=16, zero_stage=3)
+    )
+    text = export_document(doc, "torchtitan")
+    path = tmp_path / "job.toml"
+    path.write_text(text)
+    job = manager.ConfigManager().parse_args([f"--job.config_file={path}"])
+    assert (job.model.name, job.model.flavor) == ("llama4", "llama4-maverick")
+    registration = re.search(r"llama4_args as (TransformerModelArgs\(.*\))$", text, re.M).group(1)
+    names = {
+        "TransformerModelArgs": llama4.TransformerModelArgs,
+        "MoEArgs": MoEArgs,
+        "RoPEScalingArgs": RoPEScalingArgs,
+    }
+    args = eval(registration, names)  # noqa: S307
+    args.update_from_config(job)  # cp 1: accepted
+    with torch.device("meta"):
+        model = llama4.Transformer(args)
+    m = context_for(doc, "torchtitan").model
+    layers = [model.layers[str(i)] for i in range(len(model.layers))]
+    assert len(layers) == 48
+    assert [i for i, b in enumerate(layers) if b.moe_enabled] == list(range(1, 48, 2))
+    assert sum(not b.attention.use_rope for b in layers) == 12
+    assert layers[0].feed_forward.w1.weight.shape == (16384, 5120)
+    assert layers[1].moe.experts.w1.shape == (128, 8192, 5120)
+    assert layers[1].moe.shared_experts.w1.weight.shape == (8192, 5120)
+    assert args.attn_type == ("flex" if seq > 8192 else "sdpa")
+    params = sum(t.numel() for t in model.parameters())
+    assert params == param_counts(m)["total"] == 400_711_848_960
+    if seq > 8192:
+        job.parallelism.context_parallel_degree = 2
+        with pytest.raises(NotImplementedError, match="Context Parallel only supports SDPA"):
+            args.update_from_config(job)
+
+
 # ----------------------------------------------------------------------------- torchtitan 0.3 (separate venv)
 TT03_LOADER = textwrap.dedent("""
     import importlib, json, sys, torch

@@ -1318,8 +1318,10 @@ def _refused_use(words: dict[str, str], p: Problem, c: dict) -> str:
 
 
 def _feature_nearest(words: dict[str, str]) -> str:
-    """The fix inside the workload, then the export targets that have the capability."""
-    able = [t for t in TARGETS if getattr(capabilities_of(t), words["capability"])]
+    """The fix inside the workload, then the export targets that have the capability (and the one it qualifies,
+    ``also``)."""
+    needed = [words["capability"], *([words["also"]] if "also" in words else [])]
+    able = [t for t in TARGETS if all(getattr(capabilities_of(t), k) for k in needed)]
     export = f"export to {' or '.join(able)} {words.get('export_note', '')}".rstrip()
     return ", or ".join(([words["fix"]] if "fix" in words else []) + ([export] if able else []))
 
@@ -1581,6 +1583,9 @@ LIMITS: tuple[Limit, ...] = (
     # chunks as long as the sequence are one chunk: full attention
     Limit.feature(
         code="chunk", used=lambda p, c: (p.model.attention_chunk or np.inf) < p.workload.seq_len
+    ),
+    Limit.option(
+        code="chunk-cp", asked=lambda p: (p.model.attention_chunk or np.inf) < p.workload.seq_len
     ),
     Limit(
         code="features",

@@ -46,9 +46,14 @@ distributed/pipeline_parallel.py, train.py, models/llama3):
   as expert_tensor_parallel_degree 1, torchtitan's "no effect when ep = 1"). A router bias is
   torchtitan's expert_bias buffer (load_balance_coeff), not a parameter. ``expert_parallel_comm_backend
   = "deepep"`` where the prediction sent tokens over scale-out once per node (``Workload.deepep``).
+- Llama 4 (models/llama4): no flavor is matched (they mask by document, block_causal); the header gives the
+  ``TransformerModelArgs`` to register (``llama4_args``): NoPE every n-th layer, chunks of fixed_attn_block_size on
+  the others under FlexAttention where the chunk is shorter than the sequence (SDPA elsewhere; its model args refuse
+  cp > 1 beside FlexAttention: rule chunk-cp), causal masks, Llama 4's router, multiple_of = the expert width.
+  Scout's q/k L2 norms are refused (its attention has none).
 - Not expressible: ZeRO-1; KV-head replication (tp > kv heads); cp without weight sharding;
-  architectures other than Llama-3 (gated MLP, RMSNorm, RoPE, untied, no biases), DeepSeek-V3 and
-  Qwen3-MoE (Mixtral, Llama 4, Grok: export to megatron); etp other than 1 or tp, etp without ep
+  architectures other than Llama-3 (gated MLP, RMSNorm, RoPE, untied, no biases), DeepSeek-V3,
+  Qwen3-MoE and Llama 4 (Mixtral, Grok: export to megatron); etp other than 1 or tp, etp without ep
   other than tp, ep over dp replicas.
 """
 
@@ -58,8 +63,9 @@ import math
 import tomllib
 import unicodedata
 
+from layoutsearch.core.errors import InvalidArgumentError
 from layoutsearch.core.frameworks import fp8_recipe_of, node_dedup
-from layoutsearch.core.rules import deepseek_block, qwen3_moe_block
+from layoutsearch.core.rules import deepseek_block, llama4_block, qwen3_moe_block
 from layoutsearch.core.stages import balanced_chunks
 from layoutsearch.costs.params import layer_weights
 from layoutsearch.export.context import (
@@ -130,13 +136,16 @@ FAMILY_REGISTRY = {
     "llama3": ("llama3/__init__.py", "llama3_args"),
     "deepseek_v3": ("deepseek_v3/__init__.py", "deepseekv3_args"),
     "qwen3": ("qwen3/__init__.py", "qwen3_args"),
+    "llama4": ("llama4/__init__.py", "llama4_args"),
 }
 
 
 def family_of(m) -> str:
-    """torchtitan's model name for the model (capabilities admit only these three)."""
+    """torchtitan's model name for the model (capabilities admit only these four)."""
     if deepseek_block(m):
         return "deepseek_v3"
+    if llama4_block(m):
+        return "llama4"
     return "qwen3" if qwen3_moe_block(m) else "llama3"
 
 
@@ -182,6 +191,10 @@ def _qwen3_key(m) -> tuple:
 def flavor_for(ctx: ExportContext) -> str | None:
     m = ctx.model
     family = family_of(m)
+    if (
+        family == "llama4"
+    ):  # its flavors mask by document (block_causal), not the causal attention costed
+        return None
     if family == "deepseek_v3":
         name = next(
             (name for name, key in DEEPSEEK_V3_FLAVORS.items() if key == _deepseek_key(m)), None
@@ -204,14 +217,14 @@ def flavor_for(ctx: ExportContext) -> str | None:
     return None
 
 
-def _moe_args_text(m, **router) -> str:
+def _moe_args_text(m, score_before_experts: bool = False, **router) -> str:
     moe = m.moe
     fields = {
         "num_experts": moe.num_experts,
         "num_shared_experts": moe.num_shared_experts,
         "top_k": moe.top_k,
         **router,
-        "score_before_experts": False,
+        "score_before_experts": score_before_experts,
         "load_balance_coeff": 1e-3 if moe.router_bias else None,
     }  # expert_bias only with a router bias
     return "MoEArgs(" + ", ".join(f"{k}={v!r}" for k, v in fields.items()) + ")"
@@ -244,12 +257,63 @@ def custom_flavor_args(ctx: ExportContext) -> str:
             f"enable_weight_tying={m.tied_embeddings}, moe_enabled=True, moe_inter_dim={m.moe.expert_d_ff}, "
             f"moe_args={_moe_args_text(m, score_func='softmax', route_norm=True)})"
         )
+    if family == "llama4":
+        return llama4_args(ctx)
     base = int(2 * (4 * m.d_model) / 3)
     mult = None if base <= m.d_ff else m.d_ff / base
     return (
         f"TransformerModelArgs(dim={m.d_model}, n_layers={m.num_layers}, n_heads={m.num_heads}, "
         f"n_kv_heads={m.num_kv_heads}, vocab_size={m.vocab_size}, ffn_dim_multiplier={mult!r}, "
         f"multiple_of={m.d_ff}, rope_theta={float(m.rope_theta)!r}, norm_eps={float(m.norm_eps)!r})"
+    )
+
+
+def llama4_widths(m) -> tuple[int, int] | None:
+    """(multiple_of, the MLP width its width rule starts from) that give torchtitan's llama4 block the model's dense
+    MLP width d_ff and expert width F_e: its FeedForward rounds the width up to multiple_of, its MoE layers
+    first divide it by top_k + shared experts (auto_scale_hidden_dim). With multiple_of F_e both come out exact
+    where F_e divides the dense width and the width over top_k + shared is at most F_e; None elsewhere."""
+    moe = m.moe
+    per = moe.top_k + moe.num_shared_experts
+    dense = (
+        m.d_ff if moe.layer_freq > 1 else per * moe.expert_d_ff
+    )  # all-MoE models build no dense MLP
+    if dense % moe.expert_d_ff or dense > per * moe.expert_d_ff:
+        return None
+    return moe.expert_d_ff, dense
+
+
+def llama4_args(ctx: ExportContext) -> str:
+    """The llama4 TransformerModelArgs of the model: NoPE every n-th layer, chunks on the others under FlexAttention
+    where they are shorter than the sequence (SDPA, which context parallelism needs, elsewhere), causal masks (its
+    flavors' block_causal masks by document), the router of Llama 4 (sigmoid top-k scores applied before the
+    experts, no load-balancing bias)."""
+    m = ctx.model
+    widths = llama4_widths(m)
+    if widths is None:
+        raise InvalidArgumentError(
+            f"model: torchtitan's llama4 block cannot build d_ff {m.d_ff} beside expert_d_ff {m.moe.expert_d_ff} "
+            f"(its FeedForward rounds to multiple_of and its MoE layers divide by top_k + shared experts)"
+        )
+    multiple_of, dense = widths
+    base = int(2 * (4 * m.d_model) / 3)
+    chunked = (m.attention_chunk or ctx.seq_len) < ctx.seq_len
+    r = m.rope_scaling
+    scaling = (
+        "None"
+        if r is None
+        else f"RoPEScalingArgs(scaling_factor={r.factor!r}, low_freq_factor={r.low_freq_factor!r}, "
+        f"high_freq_factor={r.high_freq_factor!r}, "
+        f"original_max_position_embeddings={r.original_max_position_embeddings})"
+    )
+    moe_args = _moe_args_text(m, True, score_func="sigmoid", route_norm=False)
+    return (
+        f"TransformerModelArgs(dim={m.d_model}, n_layers={m.num_layers}, n_heads={m.num_heads}, "
+        f"n_kv_heads={m.num_kv_heads}, vocab_size={m.vocab_size}, multiple_of={multiple_of}, "
+        f"ffn_dim_multiplier={dense / base!r}, norm_eps={float(m.norm_eps)!r}, rope_theta={float(m.rope_theta)!r}, "
+        f"rope_scaling_args={scaling}, moe_args={moe_args}, interleave_moe_layer_step={m.moe.layer_freq}, "
+        f"every_n_layers_nope={m.nope_interval}, fixed_attn_block_size={m.attention_chunk}, "
+        f"attn_type={'flex' if chunked else 'sdpa'!r}, attn_mask_type='causal')"
     )
 
 

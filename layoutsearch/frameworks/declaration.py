@@ -327,6 +327,8 @@ class Capabilities:
     chunked_attention: bool = False
     """Layers attending within chunks of the sequence (ModelSpec.attention_chunk), where the chunk is shorter than
     the sequence."""
+    chunked_attention_with_cp: bool = True
+    """Chunked attention (where it has it) beside context parallelism (cp > 1)."""
     refused_features: dict[str, str] = field(default_factory=dict)
     """The MODEL_FEATURES it cannot write, each with the framework's reason (refused, never dropped)."""
     why: dict[str, str] = field(default_factory=dict)

@@ -53,8 +53,10 @@ def capabilities(target: str) -> Capabilities:
         target == "torchtitan"
     )  # the 0.3 export builds llama3 only (its MoE models are other builders)
     why = {
-        "chunk": "its chunked attention (fixed_attn_block_size, FlexAttention) is its llama4 model's, which "
-        "this export does not write",
+        "chunk": "its chunked attention (fixed_attn_block_size) is its llama4 model's, which the 0.3 export "
+        "does not write",
+        "chunk-cp": "its llama4 model runs chunked attention in FlexAttention (attn_type flex), and its "
+        "TransformerModelArgs refuse context parallelism with any attention but SDPA",
         "tp-without-sp": "0.2's tensor-parallel plans shard the norms with SequenceParallel whenever tp > 1 "
         "(parallelism.enable_sequence_parallel from 0.3.0: export to torchtitan-0.3)",
         "zero": "FSDP2 has no ZeRO-1 (sharded optimizer, unsharded gradients) without a pipeline",
@@ -70,7 +72,7 @@ def capabilities(target: str) -> Capabilities:
         "model": "its llama3 model is gated-MLP, RMSNorm, RoPE, untied, bias-free, "
         "head_dim = dim / n_heads"
         + (
-            "; its MoE models are deepseek_v3 and qwen3"
+            "; its MoE models are deepseek_v3, qwen3 and llama4"
             if moe
             else "; the 0.3 export writes llama3 only: export MoE models to torchtitan (0.2) or "
             "megatron"
@@ -119,14 +121,19 @@ def capabilities(target: str) -> Capabilities:
         zero_stages_with_cp=(1, 2, 3),
         kv_replication=False,
         offload=("none", "params") if moe else ("none",),
-        model_blocks=("llama3", "deepseek", "qwen3-moe") if moe else ("llama3",),
+        model_blocks=("llama3", "deepseek", "qwen3-moe", "llama4") if moe else ("llama3",),
+        # its llama4 model (models/llama4/model/model.py): NoPE every n-th layer (every_n_layers_nope) and chunks of
+        # fixed_attn_block_size on the others under attn_type flex, which update_from_config refuses with cp > 1
+        chunked_attention=moe,
+        chunked_attention_with_cp=False,
         expert_tensor=("1", "tp"),
         expert_tensor_without_ep=("tp",),
         expert_groups=("fsdp", "tp", "cp"),
         deepep=moe,
         tp_without_sp=not moe,  # the 0.3 export writes parallelism.enable_sequence_parallel
         refused_features={
-            "multi-token prediction": "its deepseek_v3 model has no multi-token prediction module"
+            "multi-token prediction": "its deepseek_v3 model has no multi-token prediction module",
+            "q/k L2 norms": "its llama4 model's attention has no q/k norm (Llama 4 Scout's use_qk_norm)",
         },
         why={f"{target}-{code}": text for code, text in why.items()},
     )
