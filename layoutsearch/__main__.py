@@ -2,6 +2,6 @@
 
 import sys
 
-from layoutsearch.cli import run
+from layoutsearch._console import run
 
 sys.exit(run())
