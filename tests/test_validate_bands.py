@@ -37,7 +37,7 @@ def test_dense_gpu_record_band_and_in_band_match_a_hand_computation(dev_raw, tmp
     measured / predicted step - 1 (= predicted / measured tokens/s - 1) lies inside it."""
     doc = validate_runs(load_runs(runs_file(tmp_path, [dev_raw[DENSE_GPU]])), rank=False, workers=1)
     e = doc["records"][0]
-    assert e["step_time_rel_band"] == list(uncertainty_band("gpu")) == [-0.0614, 0.08]
+    assert e["step_time_rel_band"] == list(uncertainty_band("gpu")) == [-0.0816, 0.0793]
     by_hand = e["predicted_tokens_per_s_per_device"] / e["measured_tokens_per_s_per_device"] - 1
     assert e["measured_tokens_per_s_per_device"] == 9287.9
     # the measured step is 3.1% shorter than predicted: inside the band -7.0% .. +7.6% since the loss's passes are
@@ -59,7 +59,7 @@ def test_dense_gpu_record_band_and_in_band_match_a_hand_computation(dev_raw, tmp
     # 0.0701 before the materialised scores' passes were counted whole; 0.1002 before the element-wise kernels ran
     # at their measured rates
     assert round(by_hand, 4) == -0.0311
-    assert e["in_band"] is (-0.0614 <= by_hand <= 0.08) is True
+    assert e["in_band"] is (-0.0816 <= by_hand <= 0.0793) is True
     assert e["loso_in_band"] is None and doc["summary"]["loso_band_coverage"] is None
     cov = doc["summary"]["band_coverage"]
     assert cov["all"] == {"count": 1, "covered": int(e["in_band"]), "fraction": float(e["in_band"])}
@@ -116,7 +116,7 @@ def test_no_prediction_or_no_measurement_leaves_the_fields_null(dev_raw, tmp_pat
     skipped, oom_entry = doc["records"]
     assert skipped["skipped_reason"] is not None
     assert (skipped["step_time_rel_band"], skipped["in_band"]) == (None, None)
-    assert oom_entry["step_time_rel_band"] == [-0.0614, 0.08] and oom_entry["in_band"] is None
+    assert oom_entry["step_time_rel_band"] == [-0.0816, 0.0793] and oom_entry["in_band"] is None
     assert doc["summary"]["band_coverage"]["all"] == {"count": 0, "covered": 0, "fraction": None}
     assert band_line(doc["summary"]) == (
         "80% band: no record has a predicted and a measured step to check"
@@ -163,21 +163,22 @@ def test_moe_predictions_take_the_moe_band_and_the_dense_one_without_it(monkeypa
         -0.1857,
         0.174,
     )  # (-0.1893, 0.175) before the loss's passes
-    assert uncertainty_band("gpu") == (-0.0614, 0.08)
+    assert uncertainty_band("gpu") == (-0.0816, 0.0793)
     assert uncertainty_band("tpu", moe=True) == (
         -0.1857,
         0.1675,
     )  # (-0.1859, 0.1574) before the loss's passes
     monkeypatch.setattr(core_unc, "MOE_PATH", tmp_path / "missing.yaml")
-    assert uncertainty_band("gpu", moe=True) == (-0.0614, 0.08)
+    assert uncertainty_band("gpu", moe=True) == (-0.0816, 0.0793)
 
 
 def test_loso_band_flags_and_the_coverage_line(dev_raw, tmp_path, capsys):
-    """--loso: each record's loso_in_band follows its loso_rel_error (four of the six held-out predictions of this
+    """--loso: each record's loso_in_band follows its loso_rel_error (five of the six held-out predictions of this
     subset lie inside their kind's band: llm-foundry's 7B row at 16,384 tokens, predicted 9.6% too fast from the
-    two other A100 sources' refit, lies above the GPU band's +8.0% since the materialised scores' passes are
-    counted whole, and Narayanan et al.'s 1.7B row, 6.75% too slow, below its -6.1% since DeepSpeed's ZeRO-3
-    regathers under recompute narrowed it from -7.0%; all six lay within 3.2% before; in sample all six: the 1.7B
+    two other A100 sources' refit, lies above the GPU band's +7.9% (+8.0% before two ZeRO-3 records' layouts were
+    corrected, 2026-12-07) since the materialised scores' passes are counted whole; Narayanan et al.'s 1.7B row,
+    6.75% too slow, lies inside its -8.2% (below the -6.1% DeepSpeed's ZeRO-3 regathers under recompute had
+    narrowed it to from -7.0%, until that correction); all six lay within 3.2% before; in sample all six: the 1.7B
     A100 row, -2.0%, inside the GPU
     band (+7.0% inside +8.3% before; +10.0% above +8.4% before the element-wise kernels ran at their measured
     rates), and the table output prints one coverage line."""
@@ -185,15 +186,15 @@ def test_loso_band_flags_and_the_coverage_line(dev_raw, tmp_path, capsys):
     argv = ["validate", str(path), "--no-rank", "--max-median-error", "1"]
     assert main([*argv, "--loso", "--format", "json"]) == 0
     doc = json.loads(capsys.readouterr().out)
-    assert [e["loso_in_band"] for e in doc["records"]] == [False, True, True, False, True, True]
+    assert [e["loso_in_band"] for e in doc["records"]] == [True, True, True, False, True, True]
     assert doc["summary"]["loso_band_coverage"]["by_class"] == {
-        "gpu dense": {"count": 5, "covered": 3, "fraction": 0.6},
+        "gpu dense": {"count": 5, "covered": 4, "fraction": 0.8},
         "tpu dense": {"count": 1, "covered": 1, "fraction": 1.0},
     }
     assert [e["in_band"] for e in doc["records"]] == [True] * 6  # [False] + [True] * 5 before
     assert doc["summary"]["band_coverage"]["all"] == {"count": 6, "covered": 6, "fraction": 1.0}
     assert band_line(doc["summary"]) == (
-        "80% band: measured coverage 100% in sample over 6 records, 67% leave-one-source-out over 6"
+        "80% band: measured coverage 100% in sample over 6 records, 83% leave-one-source-out over 6"
     )
     assert main(argv) == 0
     lines = [x for x in capsys.readouterr().out.splitlines() if x.startswith("80% band")]
