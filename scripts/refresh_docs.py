@@ -1,6 +1,7 @@
 """Rerun every command whose output README.md, examples/*.md and docs/*.md show, and write
 the output back; rebuild the README's headline numbers and every inline quote of a results/ file
-(`<!-- q FILE | ROW LABEL -->value<!-- /q -->`, `_quoted`) from the files they quote.
+(`<!-- q FILE | ROW LABEL -->value<!-- /q -->`) or of a catalogue field (`<!-- q hardware/h100.yaml |
+calibration.matmul_efficiency -->`; `_quoted`) from the files they quote.
 
     python scripts/refresh_docs.py            # rewrite the files
     python scripts/refresh_docs.py --check    # exit 1 and name every block that differs
@@ -30,6 +31,7 @@ import sys
 import tempfile
 from pathlib import Path
 
+import yaml
 from typer.testing import CliRunner
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -238,13 +240,27 @@ def _section(name: str, heading: str | None) -> str:
     return text[found.start() :]
 
 
+def _catalogue_value(name: str, path: str) -> str:
+    """The value at the dotted PATH (e.g. ``calibration.matmul_efficiency``) of the catalogue file NAME
+    (``hardware/h100.yaml``), as YAML wrote it."""
+    node = yaml.safe_load((ROOT / name).read_text())
+    for part in path.split("."):
+        if not isinstance(node, dict) or part not in node:
+            raise SystemExit(f"{name} has no field '{path}'")
+        node = node[part]
+    return str(node)
+
+
 def _quoted(key: str) -> str:
     """The value an inline quote `<!-- q FILE[#SECTION] | LABEL[ | COLUMN] -->` stands for: the cell
     (the second by default; its text before any ' (') of the first row labelled LABEL in results/FILE,
     from SECTION's heading on; with LABEL `/REGEX/`, the first group of REGEX's first match there.
-    The parts are separated by ' | ' (a bar between spaces), so a REGEX may hold a bare '|'."""
+    The parts are separated by ' | ' (a bar between spaces), so a REGEX may hold a bare '|'. A FILE
+    under hardware/ or models/ is a catalogue file and LABEL a dotted field path in it."""
     parts = [part.strip() for part in key.split(" | ")]
     where, label = parts[0], parts[1]
+    if where.startswith(("hardware/", "models/")):
+        return _catalogue_value(where, label)
     name, _, heading = where.partition("#")
     text = _section(name, heading or None)
     if len(label) > 1 and label[0] == label[-1] == "/":

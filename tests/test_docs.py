@@ -57,6 +57,26 @@ def test_an_inline_quote_of_a_results_file_is_refreshed_and_a_stale_one_named():
         refresh_docs.refresh_quotes("<!-- q validation.md | no such row -->1<!-- /q -->", [], "x")
 
 
+def test_an_inline_quote_of_a_catalogue_field_is_its_value_in_the_file():
+    """`<!-- q hardware/FILE | a.b -->` quotes a catalogue field by its dotted path, so a number the
+    documents give for a fitted fraction follows the hardware file; a missing field is named."""
+    h100 = (ROOT / "hardware" / "h100.yaml").read_text()
+    fitted = re.search(r"^  vendor_attention_efficiency: ([0-9.]+)", h100, re.M)
+    assert fitted
+    problems: list[str] = []
+    quote = "<!-- q hardware/h100.yaml | calibration.vendor_attention_efficiency -->"
+    assert refresh_docs.refresh_quotes(f"{quote}0.5<!-- /q -->", problems, "x") == (
+        f"{quote}{fitted.group(1)}<!-- /q -->"
+    )
+    assert problems == [
+        "stale (x): the quoted 'hardware/h100.yaml | calibration.vendor_attention_efficiency'"
+    ]
+    with pytest.raises(SystemExit, match="hardware/h100.yaml has no field 'calibration.nope'"):
+        refresh_docs.refresh_quotes(
+            "<!-- q hardware/h100.yaml | calibration.nope -->1<!-- /q -->", [], "x"
+        )
+
+
 def test_the_plan_example_is_current_but_for_the_solver_time():
     """examples/plan.md is among the checked documents and shows what `layoutsearch plan` prints
     now; its solver time may differ, its status may not."""
