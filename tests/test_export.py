@@ -705,7 +705,7 @@ def test_megatron_refuses_a_sliding_window_shorter_than_the_sequence(data_file, 
     assert capsys.readouterr().err.splitlines()[0] == (
         f"no feasible layout: Megatron-LM cannot express the 4096-token sliding window of {mistral} (layoutsearch does "
         f"not write --window-size and --window-attn-skip-freq: the model catalogue records how many layers attend in "
-        f"full, not which); nearest: export to deepspeed (the Hugging Face model code has it) (megatron-window)"
+        f"full, not which); nearest: export to deepspeed (DeepSpeed: the Hugging Face model code has it) (megatron-window)"
     )
 
 

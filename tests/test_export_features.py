@@ -106,7 +106,7 @@ WRITTEN: dict[str, dict[str, Callable[[str], bool]]] = {
     },
     # torchtitan 0.2.2 models: deepseek_v3 (MLA, shared and dense-first layers, expert_bias), qwen3
     # (q/k norms), llama3 (its flavors' rope scaling), llama4 (NoPE layers, chunks, MoE every n-th layer, one
-    # shared expert; the registration the header gives)
+    # shared expert; the registration the header gives), gpt_oss
     "torchtitan": {
         "per-head q/k norms": _has('name = "qwen3"'),
         "llama3 rope scaling": _has('name = "llama3"'),
@@ -116,7 +116,11 @@ WRITTEN: dict[str, dict[str, Callable[[str], bool]]] = {
         "MoE in every n-th layer": _has("interleave_moe_layer_step="),
         "shared experts": lambda t: 'name = "deepseek_v3"' in t or "num_shared_experts=1" in t,
         "dense layers before the MoE layers": _has('name = "deepseek_v3"'),
-        "router bias": _has('name = "deepseek_v3"'),
+        "router bias": lambda t: 'name = "deepseek_v3"' in t or 'name = "gpt_oss"' in t,
+        # gpt_oss: biases on Q, K, V, O and the experts, a sink per head, sliding windows on the even layers
+        "linear biases": _has('name = "gpt_oss"'),
+        "attention sinks": _has('name = "gpt_oss"'),
+        "sliding window": _has('name = "gpt_oss"'),
     },
     "torchtitan-0.3": {"llama3 rope scaling": _has("ROPE = ")},
     # AI-Hypercomputer/maxtext configs/base.yml keys

@@ -486,6 +486,62 @@ def test_torchtitan_builds_llama4_maverick_from_the_registration(seq, tmp_path):
             args.update_from_config(job)
 
 
+@pytest.mark.parametrize("window", [128, 256], ids=["flavor_120b", "registration"])
+def test_torchtitan_builds_gpt_oss_from_the_flavor_or_the_registration(window, tmp_path):
+    """gpt-oss-120b exported to torchtitan 0.2 (eager, as its gpt_oss model runs): the job loads (ConfigManager) as
+    gpt_oss with the 120b flavor, or, with a 256-token window, the GptOssModelArgs the header says to register; the
+    model built from it (meta device) has 36 layers, sinks on every layer, windows on the even ones, 128 experts of
+    2,880 with biases, and exactly the engine's parameters (116,829,156,672 at the model card's sizes); its train spec
+    has no pipelining function and its args refuse cp 2, as the engine's rules do."""
+    torch = pytest.importorskip("torch")
+    gpt_oss = pytest.importorskip("torchtitan.models.gpt_oss")
+    manager = pytest.importorskip("torchtitan.config.manager")
+    import re
+
+    from torchtitan.models.moe import MoEArgs
+
+    from layoutsearch.costs.params import param_counts
+    from layoutsearch.export import context_for
+
+    doc = solve_doc(
+        "gpt-oss-120b",
+        "h100-64",
+        512,
+        4096,
+        Layout(fsdp=64, ep=8, zero_stage=3),
+        model_changes={"sliding_window": window},
+        framework="torchtitan",
+        torch_compile=False,
+    )
+    text = export_document(doc, "torchtitan")
+    path = tmp_path / "job.toml"
+    path.write_text(text)
+    job = manager.ConfigManager().parse_args([f"--job.config_file={path}"])
+    assert job.model.name == "gpt_oss" and job.compile.enable is False
+    if window == 128:
+        assert job.model.flavor == "120b"
+        args = gpt_oss.gptoss_configs["120b"]
+    else:
+        registration = re.search(r"gptoss_configs as (GptOssModelArgs\(.*\))$", text, re.M).group(1)
+        args = eval(registration, {"GptOssModelArgs": gpt_oss.GptOssModelArgs, "MoEArgs": MoEArgs})  # noqa: S307
+    args.update_from_config(job)  # cp 1: accepted
+    with torch.device("meta"):
+        model = gpt_oss.GptOssModel(args)
+    layers = [model.layers[str(i)] for i in range(len(model.layers))]
+    assert len(layers) == 36 and all(b.attention.sinks.shape == (64,) for b in layers)
+    assert [i for i, b in enumerate(layers) if b.use_sliding_attention] == list(range(0, 36, 2))
+    assert args.sliding_window_size == window
+    assert layers[0].moe.experts.mlp1_weight.shape[0] == 128
+    assert layers[0].attention.wq.bias is not None and layers[0].moe.experts.mlp2_bias is not None
+    params = sum(t.numel() for t in model.parameters())
+    m = context_for(doc, "torchtitan").model
+    assert params == param_counts(m)["total"] == 116_829_156_672
+    assert gpt_oss.get_train_spec().pipelining_fn is None
+    job.parallelism.context_parallel_degree = 2
+    with pytest.raises(NotImplementedError, match="CP support for gpt-oss"):
+        args.update_from_config(job)
+
+
 # ----------------------------------------------------------------------------- torchtitan 0.3 (separate venv)
 TT03_LOADER = textwrap.dedent("""
     import importlib, json, sys, torch

@@ -322,31 +322,36 @@ def test_attention_sinks_are_counted_and_cost_what_plain_attention_costs():
 
 
 @pytest.mark.parametrize(
-    "target, nearest",
+    "target, nearest, rule",
     [
         (
             "megatron",
             "Megatron-LM cannot express the attention sinks of gpt-oss-120b (pretrain_gpt.py has no argument "
             "for TransformerConfig softmax_type 'learnable'; a model provider sets it, as Megatron-Bridge's gpt-oss "
-            "bridge does); nearest: export to deepspeed (the Hugging Face model code has them)",
+            "bridge does); nearest: export to torchtitan or deepspeed (DeepSpeed: the Hugging Face model code has "
+            "them)",
+            "sinks",
         ),
         (
             "torchtitan",
-            "torchtitan cannot express the attention sinks of gpt-oss-120b; nearest: export to deepspeed (the "
-            "Hugging Face model code has them)",
+            "torchtitan cannot express a compiled gpt-oss-120b (torch.compile's fused element-wise kernels) "
+            "(parallelize_gptoss never compiles the model (only compile.components loss would be), so it runs "
+            "eager PyTorch); nearest: eager kernels (--no-torch-compile), or export to deepspeed",
+            "gpt-oss-compile",
         ),
     ],
 )
-def test_an_export_target_without_attention_sinks_refuses_gpt_oss(capsys, target, nearest):
-    """solve accepts gpt-oss; a target that cannot write its sinks finds no layout (exit 1) and says what is nearest;
-    DeepSpeed trains the Hugging Face model, sinks included."""
+def test_an_export_target_without_attention_sinks_refuses_gpt_oss(capsys, target, nearest, rule):
+    """solve accepts gpt-oss; a target that cannot write its sinks finds no layout (exit 1) and says what is nearest
+    (torchtitan's gpt_oss model has them, DeepSpeed trains the Hugging Face model); torchtitan's runs eager only,
+    so its default, compiled, is refused there, naming the flag."""
     args = ["solve", "--model", "gpt-oss-120b", "--cluster", "h100-64", "--seqs", "512"]
     assert cli.main(args) == 0
     assert "gpt-oss-120b on h100-64 (64 devices)" in capsys.readouterr().out
     assert cli.main([*args, "--export", target]) == 1
     assert (
         capsys.readouterr().err.strip().splitlines()[-1]
-        == f"no feasible layout: {nearest} ({target}-sinks)"
+        == f"no feasible layout: {nearest} ({target}-{rule})"
     )
 
 

@@ -754,7 +754,7 @@ def option_rules(options: SearchOptions | None) -> tuple[Rule, ...]:
 def llama_block(m: ModelSpec) -> bool:
     """RMSNorm, rotary positions, no linear biases, two weighted norms per layer, attention then the MLP,
     full attention (the Llama decoder block; QKV, output-projection or output-head biases, extra or q/k norms,
-    sliding windows, attention chunks and NoPE layers are other blocks)."""
+    sliding windows, attention chunks, NoPE layers and attention sinks are other blocks)."""
     return (
         m.norm == "rmsnorm"
         and not m.parallel_block
@@ -769,6 +769,7 @@ def llama_block(m: ModelSpec) -> bool:
         and m.sliding_window is None
         and m.attention_chunk is None
         and m.nope_layers == 0
+        and not m.attention_sinks
     )
 
 
@@ -887,6 +888,33 @@ def llama4_block(m: ModelSpec) -> bool:
     )
 
 
+def gpt_oss_block(m: ModelSpec) -> bool:
+    """gpt-oss (torchtitan's gpt_oss model, the Hugging Face GptOss code): a Llama block with biases on Q, K, V, O
+    and on the experts (``linear_bias``), a learned sink logit per head, sliding-window and full attention in
+    alternate layers; a top-k mixture of SwiGLU experts with a biased router in every layer, no shared expert, no
+    dense MLP, untied."""
+    moe = m.moe
+    if moe is None or m.mla is not None or m.sliding_window is None:
+        return False
+    attention = replace(
+        m, linear_bias=False, attention_sinks=False, sliding_window=None, full_attention_layers=0
+    )
+    return (
+        llama_block(attention)
+        and m.linear_bias
+        and m.attention_sinks
+        and 2 * m.full_attention_layers == m.num_layers
+        and m.mtp_layers == 0
+        and moe.num_shared_experts == 0
+        and moe.first_dense_layers == 0
+        and moe.layer_freq == 1
+        and moe.router_bias
+        and m.mlp == "gated"
+        and m.activation_name == "silu"
+        and not m.tied_embeddings
+    )
+
+
 MODEL_BLOCKS = {
     "llama": lambda m: dense(m) and llama_block(m),
     "gpt3": gpt3_block,
@@ -895,6 +923,7 @@ MODEL_BLOCKS = {
     "qwen3-moe": qwen3_moe_block,
     "deepseek": deepseek_block,
     "llama4": llama4_block,
+    "gpt-oss": gpt_oss_block,
 }
 
 
@@ -1158,7 +1187,7 @@ class Limit:
                 words["can"] if getattr(caps, capability) else words["cannot_title"]
             ),
             cannot=lambda caps, p, c: _refused_use(words, p, c),
-            nearest=lambda caps, p, c: _feature_nearest(words),
+            nearest=lambda caps, p, c: _feature_nearest(words, p),
         )
 
     @classmethod
@@ -1317,11 +1346,15 @@ def _refused_use(words: dict[str, str], p: Problem, c: dict) -> str:
     )
 
 
-def _feature_nearest(words: dict[str, str]) -> str:
+def _feature_nearest(words: dict[str, str], p: Problem) -> str:
     """The fix inside the workload, then the export targets that have the capability (and the one it qualifies,
-    ``also``)."""
+    ``also``) and build the model (``_writes_model``)."""
     needed = [words["capability"], *([words["also"]] if "also" in words else [])]
-    able = [t for t in TARGETS if all(getattr(capabilities_of(t), k) for k in needed)]
+    able = [
+        t
+        for t in TARGETS
+        if all(getattr(capabilities_of(t), k) for k in needed) and _writes_model(t, p)
+    ]
     export = f"export to {' or '.join(able)} {words.get('export_note', '')}".rstrip()
     return ", or ".join(([words["fix"]] if "fix" in words else []) + ([export] if able else []))
 
@@ -1586,6 +1619,17 @@ LIMITS: tuple[Limit, ...] = (
     ),
     Limit.option(
         code="chunk-cp", asked=lambda p: (p.model.attention_chunk or np.inf) < p.workload.seq_len
+    ),
+    # a framework whose gpt-oss model runs under fewer options than its other models
+    Limit.option(code="gpt-oss-pp", asked=lambda p: gpt_oss_block(p.model)),
+    Limit.option(code="gpt-oss-cp", asked=lambda p: gpt_oss_block(p.model)),
+    Limit.feature(
+        code="gpt-oss-compile",
+        used=lambda p, c: gpt_oss_block(p.model) and p.workload.torch_compile is not False,
+    ),
+    Limit.feature(
+        code="gpt-oss-fp8",
+        used=lambda p, c: gpt_oss_block(p.model) and p.workload.precision == "fp8",
     ),
     Limit(
         code="features",

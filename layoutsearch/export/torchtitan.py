@@ -51,21 +51,28 @@ distributed/pipeline_parallel.py, train.py, models/llama3):
   the others under FlexAttention where the chunk is shorter than the sequence (SDPA elsewhere; its model args refuse
   cp > 1 beside FlexAttention: rule chunk-cp), causal masks, Llama 4's router, multiple_of = the expert width.
   Scout's q/k L2 norms are refused (its attention has none).
+- gpt-oss (models/gpt_oss): its 20b / 120b flavor where the sizes match (``GPT_OSS_FLAVORS``), else the
+  ``GptOssModelArgs`` to register (``custom_flavor_args``): biases on Q, K, V, O and the experts, a sink per head,
+  sliding windows on the even layers under FlexAttention, a biased softmax top-k router. That model has no
+  pipelining function, refuses cp > 1, is never compiled and takes fp8 on its attention's linears only, so the
+  capabilities refuse pp, cp, a compiled prediction and fp8 for it (rules gpt-oss-*); compile.enable is written
+  false, as the eager prediction costed.
 - Not expressible: ZeRO-1; KV-head replication (tp > kv heads); cp without weight sharding;
   architectures other than Llama-3 (gated MLP, RMSNorm, RoPE, untied, no biases), DeepSeek-V3,
-  Qwen3-MoE and Llama 4 (Mixtral, Grok: export to megatron); etp other than 1 or tp, etp without ep
+  Qwen3-MoE, Llama 4 and gpt-oss (Mixtral, Grok: export to megatron); etp other than 1 or tp, etp without ep
   other than tp, ep over dp replicas.
 """
 
 from __future__ import annotations
 
 import math
+import operator
 import tomllib
 import unicodedata
 
 from layoutsearch.core.errors import InvalidArgumentError
 from layoutsearch.core.frameworks import fp8_recipe_of, node_dedup
-from layoutsearch.core.rules import deepseek_block, llama4_block, qwen3_moe_block
+from layoutsearch.core.rules import deepseek_block, gpt_oss_block, llama4_block, qwen3_moe_block
 from layoutsearch.core.stages import balanced_chunks
 from layoutsearch.costs.params import layer_weights
 from layoutsearch.export.context import (
@@ -132,60 +139,56 @@ QWEN3_MOE_FLAVORS = {
     "235B-A22B": (151936, 128, 4096, 94, 64, 4, 12288, 1536, 128, 0, 8, False),
 }
 QWEN3_THETA = {"debugmodel_moe": 1e6, "30B-A3B": 1e6, "235B-A22B": 5e6}
+# models/gpt_oss/__init__.py gptoss_configs over GptOssModelArgs' defaults (model/args.py): flavor -> (vocab, dim,
+# moe_inter_dim, n_layers, n_heads, n_kv_heads, head_dim, sliding_window_size, num_experts, top_k); each has
+# norm_eps 1e-5, rope_theta 150000, swiglu_limit 7.0, YaRN (factor 32 over 4096 positions), causal masks
+GPT_OSS_FLAVORS = {
+    "debugmodel": (201088, 256, 2880, 4, 64, 8, 64, 128, 8, 4),
+    "20b": (201088, 2880, 2880, 24, 64, 8, 64, 128, 32, 4),
+    "120b": (201088, 2880, 2880, 36, 64, 8, 64, 128, 128, 4),
+}
+GPT_OSS_FIXED = {"norm_eps": 1e-5, "rope_theta": 150000.0}
 FAMILY_REGISTRY = {
     "llama3": ("llama3/__init__.py", "llama3_args"),
     "deepseek_v3": ("deepseek_v3/__init__.py", "deepseekv3_args"),
     "qwen3": ("qwen3/__init__.py", "qwen3_args"),
     "llama4": ("llama4/__init__.py", "llama4_args"),
+    "gpt_oss": ("gpt_oss/__init__.py", "gptoss_configs"),
 }
 
 
 def family_of(m) -> str:
-    """torchtitan's model name for the model (capabilities admit only these four)."""
+    """torchtitan's model name for the model (capabilities admit only these five)."""
     if deepseek_block(m):
         return "deepseek_v3"
     if llama4_block(m):
         return "llama4"
+    if gpt_oss_block(m):
+        return "gpt_oss"
     return "qwen3" if qwen3_moe_block(m) else "llama3"
 
 
-def _deepseek_key(m) -> tuple:
-    moe, a = m.moe, m.mla
-    return (
-        m.vocab_size,
-        m.d_model,
-        m.d_ff,
-        moe.expert_d_ff,
-        m.num_layers,
-        moe.first_dense_layers,
-        m.num_heads,
-        moe.num_experts,
-        moe.num_shared_experts,
-        moe.top_k,
-        a.q_lora_rank or 0,
-        a.kv_lora_rank,
-        a.qk_nope_head_dim,
-        a.qk_rope_head_dim,
-        a.v_head_dim,
-    )
+# The model fields each family's flavor table is keyed by, in its order (dotted: a field of model.moe or model.mla)
+FLAVOR_KEYS = {
+    "deepseek_v3": (
+        "vocab_size", "d_model", "d_ff", "moe.expert_d_ff", "num_layers", "moe.first_dense_layers",
+        "num_heads", "moe.num_experts", "moe.num_shared_experts", "moe.top_k", "mla.q_lora_rank",
+        "mla.kv_lora_rank", "mla.qk_nope_head_dim", "mla.qk_rope_head_dim", "mla.v_head_dim",
+    ),
+    "qwen3": (
+        "vocab_size", "head_dim", "d_model", "num_layers", "num_heads", "num_kv_heads", "d_ff",
+        "moe.expert_d_ff", "moe.num_experts", "moe.num_shared_experts", "moe.top_k", "tied_embeddings",
+    ),
+    "gpt_oss": (
+        "vocab_size", "d_model", "moe.expert_d_ff", "num_layers", "num_heads", "num_kv_heads", "head_dim",
+        "sliding_window", "moe.num_experts", "moe.top_k",
+    ),
+}  # fmt: skip
 
 
-def _qwen3_key(m) -> tuple:
-    moe = m.moe
-    return (
-        m.vocab_size,
-        m.head_dim,
-        m.d_model,
-        m.num_layers,
-        m.num_heads,
-        m.num_kv_heads,
-        m.d_ff,
-        moe.expert_d_ff,
-        moe.num_experts,
-        moe.num_shared_experts,
-        moe.top_k,
-        m.tied_embeddings,
-    )
+def _key(m, family: str) -> tuple:
+    """The model's sizes in the order of the family's flavor table (an absent rank, None, as torchtitan's 0)."""
+    return tuple(operator.attrgetter(name)(m) or 0 for name in FLAVOR_KEYS[family])
 
 
 def flavor_for(ctx: ExportContext) -> str | None:
@@ -197,13 +200,20 @@ def flavor_for(ctx: ExportContext) -> str | None:
         return None
     if family == "deepseek_v3":
         name = next(
-            (name for name, key in DEEPSEEK_V3_FLAVORS.items() if key == _deepseek_key(m)), None
+            (name for name, key in DEEPSEEK_V3_FLAVORS.items() if key == _key(m, "deepseek_v3")),
+            None,
         )
         return (
             None if name in DEEPSEEK_V3_FLEX and ctx.layout.cp > 1 else name
         )  # the SDPA registration then
     if family == "qwen3":
-        return next((name for name, key in QWEN3_MOE_FLAVORS.items() if key == _qwen3_key(m)), None)
+        return next(
+            (name for name, key in QWEN3_MOE_FLAVORS.items() if key == _key(m, "qwen3")), None
+        )
+    if family == "gpt_oss":
+        return next(
+            (name for name, key in GPT_OSS_FLAVORS.items() if key == _key(m, "gpt_oss")), None
+        )
     for name, (dim, layers, heads, kv, vocab, mult, mo) in LLAMA3_FLAVORS.items():
         if (dim, layers, heads, kv, vocab, llama3_ffn(dim, mult, mo)) == (
             m.d_model,
@@ -259,6 +269,14 @@ def custom_flavor_args(ctx: ExportContext) -> str:
         )
     if family == "llama4":
         return llama4_args(ctx)
+    if family == "gpt_oss":
+        moe_args = _moe_args_text(m, score_func="softmax", route_norm=True, gate_bias=True)
+        return (
+            f"GptOssModelArgs(vocab_size={m.vocab_size}, dim={m.d_model}, moe_inter_dim={m.moe.expert_d_ff}, "
+            f"n_layers={m.num_layers}, n_heads={m.num_heads}, n_kv_heads={m.num_kv_heads}, head_dim={m.head_dim}, "
+            f"sliding_window_size={m.sliding_window}, norm_eps={float(m.norm_eps)!r}, "
+            f"rope_theta={float(m.rope_theta)!r}, moe_args={moe_args})"
+        )
     base = int(2 * (4 * m.d_model) / 3)
     mult = None if base <= m.d_ff else m.d_ff / base
     return (
@@ -500,7 +518,7 @@ def render(ctx: ExportContext) -> str:
     if flavor_for(ctx) is None:
         path, table = FAMILY_REGISTRY[family]
         flex = family == "deepseek_v3" and any(
-            key == _deepseek_key(ctx.model)
+            key == _key(ctx.model, "deepseek_v3")
             for name, key in DEEPSEEK_V3_FLAVORS.items()
             if name in DEEPSEEK_V3_FLEX
         )
@@ -537,6 +555,8 @@ def _flavor_hyper(ctx: ExportContext) -> tuple[float, float]:
     if family == "qwen3":
         assert flavor is not None, "a qwen3 export matches a flavor (export rules)"
         return QWEN3_THETA[flavor], 1e-6
+    if family == "gpt_oss":
+        return GPT_OSS_FIXED["rope_theta"], GPT_OSS_FIXED["norm_eps"]
     return FLAVOR_ROPE_THETA, FLAVOR_NORM_EPS
 
 
@@ -555,7 +575,12 @@ def _moe_notes(ctx: ExportContext) -> list[str]:
         + "router recipe (score function, routing groups, load-balancing coefficient) from the flavor or the "
         "ModelArgs above, not decided by layoutsearch."
     ]
-    if m.moe.router_bias:
+    if m.moe.router_bias and family_of(m) == "gpt_oss":
+        notes.append(
+            "router bias: the gate's bias (MoEArgs.gate_bias), a parameter as in layoutsearch; torchtitan adds "
+            "its expert_bias load-balancing buffer (load_balance_coeff) beside it, as its gpt_oss flavors do."
+        )
+    elif m.moe.router_bias:
         notes.append(
             "router bias: torchtitan keeps it as the expert_bias buffer (MoEArgs.load_balance_coeff), "
             f"so it counts {m.moe.num_experts} parameters per MoE layer fewer than layoutsearch."
@@ -565,6 +590,11 @@ def _moe_notes(ctx: ExportContext) -> list[str]:
 
 def _model_notes(ctx: ExportContext) -> list[str]:
     m, notes = ctx.model, _moe_notes(ctx)
+    if family_of(m) == "gpt_oss":
+        notes.append(
+            "gpt_oss runs FlexAttention (sinks applied to its log-sum-exp), costed as the FlashAttention-2 class, and "
+            "its clamped SwiGLU (limit 7.0), costed as SwiGLU."
+        )
     theta, eps = _flavor_hyper(ctx) if flavor_for(ctx) is not None else (m.rope_theta, m.norm_eps)
     if flavor_for(ctx) is not None and (m.rope_theta != theta or m.norm_eps != eps):
         notes.append(
@@ -673,6 +703,7 @@ def check_config(cfg: dict, ctx: ExportContext) -> list[str]:
         "llama3": LLAMA3_FLAVORS,
         "deepseek_v3": DEEPSEEK_V3_FLAVORS,
         "qwen3": QWEN3_MOE_FLAVORS,
+        "gpt_oss": GPT_OSS_FLAVORS,
     }
     if flavor in tables.get(model.get("name", "llama3"), {}) and flavor_for(ctx) != flavor:
         out.append(f"flavor {flavor} does not have the model's sizes")

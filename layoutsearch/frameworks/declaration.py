@@ -329,6 +329,14 @@ class Capabilities:
     the sequence."""
     chunked_attention_with_cp: bool = True
     """Chunked attention (where it has it) beside context parallelism (cp > 1)."""
+    gpt_oss_with_pp: bool = True
+    """A gpt-oss model (core.rules.gpt_oss_block) with pipeline parallelism (pp > 1)."""
+    gpt_oss_with_cp: bool = True
+    """A gpt-oss model with context parallelism (cp > 1)."""
+    gpt_oss_compiled: bool = True
+    """A gpt-oss model with torch.compile's fused element-wise kernels (Workload.torch_compile)."""
+    gpt_oss_fp8: bool = True
+    """A gpt-oss model's GEMMs in fp8 (Workload.precision fp8)."""
     refused_features: dict[str, str] = field(default_factory=dict)
     """The MODEL_FEATURES it cannot write, each with the framework's reason (refused, never dropped)."""
     why: dict[str, str] = field(default_factory=dict)

@@ -6,8 +6,9 @@ backward; HSDP's all-reduce in backward; async TP only when asked.
 What it can express (checked against torchtitan 0.2.2; the same limits in 0.3.x, ``torchtitan03``):
 the pipeline schedules torch.distributed.pipelining names (zero bubble interleaved only, no
 bidirectional DualPipe), ZeRO-1 only with a pipeline (FSDP2 under torch.distributed.pipelining), cp only
-with weight sharding, no KV-head replication, its llama3, deepseek_v3 and qwen3
-models, expert groups out of the FSDP shard, cp and tp devices, fp32 gradient reduction.
+with weight sharding, no KV-head replication, its llama3, deepseek_v3, qwen3, llama4 and gpt_oss
+models (gpt_oss: sinks and sliding windows, but no pipeline, no context parallelism, never compiled, bf16), expert
+groups out of the FSDP shard, cp and tp devices, fp32 gradient reduction.
 """
 
 from layoutsearch.frameworks.declaration import Capabilities, Profile
@@ -72,7 +73,7 @@ def capabilities(target: str) -> Capabilities:
         "model": "its llama3 model is gated-MLP, RMSNorm, RoPE, untied, bias-free, "
         "head_dim = dim / n_heads"
         + (
-            "; its MoE models are deepseek_v3, qwen3 and llama4"
+            "; its MoE models are deepseek_v3, qwen3, llama4 and gpt_oss"
             if moe
             else "; the 0.3 export writes llama3 only: export MoE models to torchtitan (0.2) or "
             "megatron"
@@ -94,6 +95,15 @@ def capabilities(target: str) -> Capabilities:
         "by this export"
         if moe
         else "the 0.3 export writes bf16 only",
+        # torchtitan 0.2.2 models/gpt_oss: __init__.py get_train_spec (pipelining_fn None), model/args.py
+        # update_from_config (NotImplementedError for cp > 1), infra/parallelize.py (no apply_compile; the TP plan
+        # with enable_async_tp and float8 TP off)
+        "gpt-oss-pp": "its gpt_oss model has no pipeline split (TrainSpec pipelining_fn None)",
+        "gpt-oss-cp": "its gpt_oss model args raise NotImplementedError for context_parallel_degree > 1",
+        "gpt-oss-compile": "parallelize_gptoss never compiles the model (only compile.components loss would "
+        "be), so it runs eager PyTorch",
+        "gpt-oss-fp8": "its Float8Linear converter would turn the attention projections to fp8 and leave the "
+        "grouped experts in bf16, which is not the fp8 step costed",
         "offload": "FSDP2's CPUOffloadPolicy (enable_cpu_offload) moves parameters, gradients and "
         "optimizer state together: parameter offload only"
         + ("" if moe else "; the 0.3 export does not write it"),
@@ -121,7 +131,18 @@ def capabilities(target: str) -> Capabilities:
         zero_stages_with_cp=(1, 2, 3),
         kv_replication=False,
         offload=("none", "params") if moe else ("none",),
-        model_blocks=("llama3", "deepseek", "qwen3-moe", "llama4") if moe else ("llama3",),
+        model_blocks=("llama3", "deepseek", "qwen3-moe", "llama4", "gpt-oss")
+        if moe
+        else ("llama3",),
+        # its gpt_oss model (models/gpt_oss/model/model.py): a learned sink per head (the flex attention's
+        # log-sum-exp rescaled), sliding-window attention on the even layers, under FlexAttention; the llama3,
+        # deepseek_v3, qwen3 and llama4 blocks have neither (core.rules MODEL_BLOCKS)
+        attention_sinks=moe,
+        sliding_window=moe,
+        gpt_oss_with_pp=not moe,
+        gpt_oss_with_cp=not moe,
+        gpt_oss_compiled=not moe,
+        gpt_oss_fp8=not moe,
         # its llama4 model (models/llama4/model/model.py): NoPE every n-th layer (every_n_layers_nope) and chunks of
         # fixed_attn_block_size on the others under attn_type flex, which update_from_config refuses with cp > 1
         chunked_attention=moe,
