@@ -1620,9 +1620,8 @@ LIMITS: tuple[Limit, ...] = (
     Limit.option(
         code="chunk-cp", asked=lambda p: (p.model.attention_chunk or np.inf) < p.workload.seq_len
     ),
-    # a framework whose gpt-oss model runs under fewer options than its other models
-    Limit.option(code="gpt-oss-pp", asked=lambda p: gpt_oss_block(p.model)),
-    Limit.option(code="gpt-oss-cp", asked=lambda p: gpt_oss_block(p.model)),
+    # a framework whose gpt-oss model runs under fewer options than its other models: the workload's choices
+    # first (no layout can help them, so the funnel names them), then the degrees
     Limit.feature(
         code="gpt-oss-compile",
         used=lambda p, c: gpt_oss_block(p.model) and p.workload.torch_compile is not False,
@@ -1631,6 +1630,8 @@ LIMITS: tuple[Limit, ...] = (
         code="gpt-oss-fp8",
         used=lambda p, c: gpt_oss_block(p.model) and p.workload.precision == "fp8",
     ),
+    Limit.option(code="gpt-oss-pp", asked=lambda p: gpt_oss_block(p.model)),
+    Limit.option(code="gpt-oss-cp", asked=lambda p: gpt_oss_block(p.model)),
     Limit(
         code="features",
         needs=(),
