@@ -138,3 +138,15 @@ def test_solve_for_torchtitan_finds_an_eager_layout_without_pipeline_or_context_
     assert "pipeline_parallel_degree = 1\n" in text and "context_parallel_degree = 1\n" in text
     assert 'flavor = "120b"' in text and "[compile]\nenable = false\n" in text
     capsys.readouterr()
+
+
+def test_a_refused_precision_is_named_before_the_degrees(capsys):
+    """On 72 GB200s with 1,024 sequences only pipelined layouts divide the devices, but fp8 is what no layout can
+    help: the funnel names the fp8 rule (exit 1), not the pipeline's."""
+    args = ["solve", "--model", "gpt-oss-120b", "--cluster", "gb200-72", "--export", "torchtitan"]
+    assert cli.main([*args, "--no-torch-compile", "--precision", "fp8"]) == 1
+    last = capsys.readouterr().err.strip().splitlines()[-1]
+    assert last.startswith(
+        "no feasible layout: torchtitan cannot express the fp8 GEMMs of gpt-oss-120b"
+    )
+    assert last.endswith("(torchtitan-gpt-oss-fp8)")
