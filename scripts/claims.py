@@ -46,7 +46,7 @@ from layoutsearch.costs.estimate import Estimate, estimate
 from layoutsearch.report.output import band_of
 from layoutsearch.search import solve
 from layoutsearch.search.explain import versus_claim
-from layoutsearch.search.ranking import RISK_BAND, layout_risks, risk_names
+from layoutsearch.search.ranking import class_risk_band, layout_risks, risk_names
 from layoutsearch.validation.runs import load_runs, source_family
 from layoutsearch.validation.stats import SHAPE_KEYS, layout_label
 from layoutsearch.validation.validate import record_to_estimate, release_options, validate_runs
@@ -495,8 +495,10 @@ def claims_markdown(claims: list[dict], runs: list[Path], wall_s: float) -> str:
         "Parts as factors (their product is the claim). `published fits`: whether the engine predicts "
         "the published layout fits in memory (it ran); `winner mem`: the winner's peak over its usable "
         "memory; `winner risks`: the ranking's risks the winner carries (`search.ranking.RISKS`; inside "
-        f"the {RISK_BAND:.0%} risk band of the best step a layout with fewer ranks first, beyond it they do not "
-        "demote it).",
+        f"the risk band of the best step, {class_risk_band('gpu', False):.0%} for a dense model on GPUs, the "
+        "half-width of the calibrated 80% band of the prediction's class (`search.ranking.risk_band`: "
+        f"{class_risk_band('tpu', False):.0%} for a dense model on TPUs, {class_risk_band('gpu', True):.0%} for "
+        "a mixture of experts on GPUs), a layout with fewer ranks first, beyond it they do not demote it).",
         "",
         *top_table(claims),
         "",

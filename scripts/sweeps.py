@@ -19,8 +19,9 @@ import time
 
 from _common import RESULTS  # first: puts this checkout's package ahead of an installed one
 
-from layoutsearch.core.problem import version
-from layoutsearch.search.ranking import RISK_BAND
+from layoutsearch.core.problem import Problem, version
+from layoutsearch.core.specs import Workload
+from layoutsearch.search.ranking import risk_band
 from layoutsearch.sweep import expand_points, journal_path, run_sweep, summary_rows, write_table
 from layoutsearch.sweep.plot import plot_sweep
 
@@ -62,8 +63,9 @@ def markdown_table(rows: list[dict]) -> list[str]:
     return lines
 
 
-def observations(rows: list[dict]) -> list[str]:
-    """Facts read off the rows: best MFU, where tensor parallelism first appears, what has no layout."""
+def observations(rows: list[dict], band: float) -> list[str]:
+    """Facts read off the rows: best MFU, where tensor parallelism first appears, what has no layout (``band``:
+    the sweep's risk band, ``search.ranking.risk_band``)."""
     ok = [r for r in rows if r.get("dp") is not None]
     out = []
     if ok:
@@ -92,7 +94,7 @@ def observations(rows: list[dict]) -> list[str]:
         for risks in dict.fromkeys(r["risks"] for r in risky):
             where = [r for r in risky if r["risks"] == risks]
             out.append(
-                f"- Winners carrying {risks} (every layout within {RISK_BAND:.0%} of their step time carries "
+                f"- Winners carrying {risks} (every layout within {band:.0%} of their step time carries "
                 f"these or heavier risks): "
                 + ", ".join(f"{r['cluster']} at {r['global_batch_seqs']} seqs" for r in where)
                 + "."
@@ -125,6 +127,12 @@ def _odd_devices(row: dict) -> str:
         f". {n:,} = {n // odd} x {odd}: dp x fsdp must divide a power-of-two batch, so tp x pp x cp "
         f"would have to be a multiple of {odd}, which the model's heads, layers and sequence length do not allow."
     )
+
+
+def _problem(point) -> Problem:
+    """A sweep point's problem (its model and part: what its risk band depends on)."""
+    workload = Workload(global_batch_seqs=point.global_batch_seqs, seq_len=point.seq_len)
+    return Problem.build(point.model, point.cluster, workload)
 
 
 def main() -> int:
@@ -169,7 +177,7 @@ def main() -> int:
             "",
             *markdown_table(summary.rows),
             "",
-            *observations(summary.rows),
+            *observations(summary.rows, risk_band(_problem(points[0]))),
             "",
         ]
     (RESULTS / "sweeps.md").write_text("\n".join(lines))

@@ -20,7 +20,7 @@ from layoutsearch.costs.estimate import estimate
 from layoutsearch.search import SearchOptions, satmodel, solve
 from layoutsearch.search.cpsat import _hint, _solver, build_model, prune
 from layoutsearch.search.enumerate import candidate_grid, enumerate_top
-from layoutsearch.search.ranking import reach_limit, tie_limit
+from layoutsearch.search.ranking import layout_risks, reach_limit, tie_limit
 from layoutsearch.search.space import build_space
 from layoutsearch.search.tables import assemble, build_tables, row_terms, term_keys, terms_of_rows
 from layoutsearch.validation.calibrate import with_calibration
@@ -173,14 +173,15 @@ def test_solve_returns_valid_distinct_sorted_layouts():
 
 
 def test_cpsat_proves_each_rank_with_fewer_solves_and_the_enumerators_answers(monkeypatch):
-    """mixtral-8x7b on h100-16, top 3 (a risk above 0 at every rank): the risk and the least step
-    of that risk in one solve, and the least step of ranks 2 and 3 held by layouts the earlier
-    solves found, so 9 solves instead of 12 (8 before ZeRO-2 reduce-scattered in every microbatch's backward, 7
-    before the H200 measurement's physics moved the near-ties); the layouts are the enumerator's."""
+    """qwen3-30b-a3b on h100-8 at 512 sequences, top 3 (a risk above 0 at every rank: every layout inside the
+    19% risk band of a mixture of experts is within the memory model's error of the usable memory): the risk and
+    the least step of that risk in one solve and a least step held by a layout an earlier solve found, so 10
+    solves instead of 12; the layouts are the enumerator's. (mixtral-8x7b on h100-16, this test's instance while
+    the band was 9% for every model, took 9; inside the wider band it has risk-free layouts at every rank.)"""
     problem = Problem.build(
-        load_model("mixtral-8x7b"),
-        resolve_cluster("h100-16"),
-        Workload(global_batch_seqs=64, seq_len=4096),
+        load_model("qwen3-30b-a3b"),
+        resolve_cluster("h100-8"),
+        Workload(global_batch_seqs=512, seq_len=4096),
     )
     solves = []
     real = satmodel.CpSolver.solve
@@ -188,7 +189,8 @@ def test_cpsat_proves_each_rank_with_fewer_solves_and_the_enumerators_answers(mo
         satmodel.CpSolver, "solve", lambda self, *a: solves.append(1) or real(self, *a)
     )
     proven = solve(problem, SearchRequest(top_k=3))
-    assert len(solves) == 9
+    assert len(solves) == 10
+    assert all(e.step_time_s > 0 and layout_risks(e) for e in proven.layouts)
     monkeypatch.undo()
     oracle = solve(problem, SearchRequest(top_k=3, method="enumerate"))
     assert proven.status == "OPTIMAL" and proven.ranking_status == "OPTIMAL"

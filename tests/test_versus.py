@@ -282,12 +282,12 @@ def test_the_not_slower_sentence_names_why_layout_1_ranks_first():
         }
 
     band = [-0.08, 0.08]
-    assert versus_line(versus(False, None, True), band).endswith(
+    assert versus_line(versus(False, None, True), band, 0.09).endswith(
         "no speed-up; that completion is predicted over the usable memory"
     )
     assert "carries a risk layout 1 does not (context parallelism)" in versus_line(
-        versus(True, "context parallelism", False), band
+        versus(True, "context parallelism", False), band, 0.09
     )
-    assert versus_line(versus(True, None, False), band).endswith(
+    assert versus_line(versus(True, None, False), band, 0.09).endswith(
         "layout 1 ranks first only by simplicity"
     )

@@ -11,7 +11,7 @@ from layoutsearch.costs.goodput import Resilience
 from layoutsearch.report import planning
 from layoutsearch.search.cpsat import SEED
 from layoutsearch.search.objectives import UNITS
-from layoutsearch.search.ranking import layout_risks, ranking_description
+from layoutsearch.search.ranking import layout_risks, ranking_description, risk_band
 
 
 def layout_record(
@@ -144,7 +144,7 @@ def solve_document(
             "solver_wall_s": result.solver_wall_s,
             "num_candidates": result.num_candidates,
             "rows_kept_for_solver": result.rows_kept,
-            "tie_break": ranking_description(result.objective),
+            "tie_break": ranking_description(result.objective, risk_band(problem)),
             "tie_tolerance": result.tie_tolerance,
             "ranking_status": result.ranking_status,
             "seed": SEED,

@@ -18,9 +18,9 @@ from layoutsearch.report.output import band_of, calibrated, stage_layers_record
 from layoutsearch.search.explain import ranking_line, slice_wait_line
 from layoutsearch.search.objectives import UNITS
 from layoutsearch.search.ranking import (
-    RISK_BAND,
     headroom_margins_kib,
     layout_risks,
+    risk_band,
     risk_names,
     value_name,
 )
@@ -319,8 +319,9 @@ def solve_report(
         rows = [_solve_row(rank, est) for rank, est in enumerate(result.layouts, start=1)]
         print_fitted(out, list(SOLVE_COLUMNS), rows, SOLVE_DROP_ORDER, SOLVE_TEXT)
         low, high = band_of(result.layouts[0])
+        risk = risk_band(result.layouts[0].problem)
         out.print(
-            f"ranking: within {RISK_BAND:.0%} of the least {value_name(result.objective)} the layout "
+            f"ranking: within {risk:.0%} of the least {value_name(result.objective)} the layout "
             f"with the fewest risks (low memory headroom, TP across the slow network, then CP, CP at "
             f"all, many microbatches) ranks first, and {value_name(result.objective, True)} within "
             f"{result.tie_tolerance:.1%} are "
@@ -349,7 +350,8 @@ def solve_report(
             )
             out.print(
                 f"layout 1 carries {len(carried)} risk(s): {'; '.join(carried)}; every layout "
-                f"within {RISK_BAND:.0%} of the least {value_name(result.objective)} carries these "
+                f"within {risk_band(result.layouts[0].problem):.0%} of the least "
+                f"{value_name(result.objective)} carries these "
                 "or heavier ones"
                 + (
                     f" (--memory-margin-gib {free_gib} searches those that leave {free_gib} GiB free)"
@@ -661,7 +663,12 @@ def explain_report(result, explanation: dict | None) -> None:
             if i in notes:
                 band = tuple(explanation["uncertainty_rel_band"])
                 out.print(
-                    ranking_line(notes[i], explanation["tie_tolerance"], band),
+                    ranking_line(
+                        notes[i],
+                        explanation["tie_tolerance"],
+                        band,
+                        risk_band(result.layouts[0].problem),
+                    ),
                     markup=False,
                     highlight=False,
                 )
@@ -675,7 +682,11 @@ def explain_report(result, explanation: dict | None) -> None:
             out.print(slice_wait_line(explanation["slice_wait"]), markup=False, highlight=False)
         if explanation.get("versus_layout"):
             out.print(
-                versus_line(explanation["versus_layout"], explanation["uncertainty_rel_band"]),
+                versus_line(
+                    explanation["versus_layout"],
+                    explanation["uncertainty_rel_band"],
+                    risk_band(result.layouts[0].problem),
+                ),
                 markup=False,
                 highlight=False,
             )
@@ -775,7 +786,7 @@ def calibration_report(result: dict, loss: str = "squares") -> None:
     console().print(table)
 
 
-def versus_line(versus: dict, band: list[float]) -> str:
+def versus_line(versus: dict, band: list[float], risk: float) -> str:
     """One sentence on the winner against the given layout (``engine._versus``)."""
     given = ",".join(f"{k}={v}" for k, v in versus["degrees"].items() if v > 1) or "all degrees 1"
     reading = ""
@@ -824,7 +835,7 @@ def versus_line(versus: dict, band: list[float]) -> str:
         if versus.get("safer_by"):
             return (
                 text + f": no speed-up; that completion carries a risk layout 1 does not "
-                f"({versus['safer_by']}), and inside the {RISK_BAND:.0%} risk band the lower-risk layout "
+                f"({versus['safer_by']}), and inside the {risk:.0%} risk band the lower-risk layout "
                 "ranks first"
             )
         return text + ": no speed-up; layout 1 ranks first only by simplicity"

@@ -42,6 +42,7 @@ from layoutsearch.search.ranking import (
     least_per_layout,
     reach,
     reach_limit,
+    risk_band,
     risk_score,
     select,
     shape_risk,
@@ -210,10 +211,11 @@ def prune(
             best[rows[done : done + chunk]] = exact[rows[done : done + chunk]]
         if len(pairs) >= top_k:
             kth_volume, kth_step = (int(x) for x in pairs[top_k - 1])
+            band = risk_band(space.problem)
             step_reach = (
-                reach_limit(kth_step, tolerance)
+                reach_limit(kth_step, tolerance, band)
                 if by_volume
-                else reach(kth_step, safe, top_k, tolerance)
+                else reach(kth_step, safe, top_k, tolerance, band)
             )
             cutoff = (kth_volume, step_reach)
             limit = kth_volume if by_volume else cutoff[1]
@@ -702,7 +704,7 @@ def cpsat_top(
                     near = _near(key, phase - first_step, trace[rank], expected[rank])
                     if near[0] in v.y:
                         model.set_hint(_hint(space, t, v, *near))
-                width = _merged_width(least) if key == "risk" else None
+                width = _merged_width(least, risk_band(space.problem)) if key == "risk" else None
                 goal = expr if width is None else width * expr + exprs["value"]
                 if width is not None and by_step:  # the rows' cut on the merged objective
                     floor = _merged_floor(space, pool, answers, width, limit)[list(v.y)]
@@ -739,7 +741,11 @@ def cpsat_top(
                 least = value
             lit = model.new_bool_var(f"fix_{rank}_{phase}")
             if key == "step":  # the first step phase opens the risk band, the second the ties
-                top = band_limit(value) if phase == first_step else tie_limit(value, tolerance)
+                top = (
+                    band_limit(value, risk_band(space.problem))
+                    if phase == first_step
+                    else tie_limit(value, tolerance)
+                )
                 model.add(expr <= top).only_enforce_if(lit)
             else:
                 model.add(expr == value).only_enforce_if(lit)
@@ -804,7 +810,7 @@ def _risk_free_top(
             # the proven fastest candidate was not ranked (its layout is not excluded) and
             # exclusions only remove candidates: the least step time stands, nothing to solve
             if fastest[:3] not in [a[:3] for a in answers]:
-                _band(model_b, exprs_b, least, rank, limit_b)
+                _band(model_b, exprs_b, least, rank, limit_b, risk_band(space.problem))
                 answer = _rank_risk_free(
                     space, t, model_b, v_b, exprs_b, rank, deadline, info, tolerance
                 )
@@ -832,7 +838,7 @@ def _risk_free_top(
                 bound=float(attempt.best_objective_bound),
                 history=callback.history,
             )
-        _band(model_b, exprs_b, least, rank, limit_b)
+        _band(model_b, exprs_b, least, rank, limit_b, risk_band(space.problem))
         answer = _rank_risk_free(space, t, model_b, v_b, exprs_b, rank, deadline, info, tolerance)
         if answer is None:
             break
@@ -864,12 +870,12 @@ def _info(space: Space, rows: np.ndarray) -> dict:
     }
 
 
-def _band(model, exprs: dict, least: int, rank: int, cap: int) -> None:
+def _band(model, exprs: dict, least: int, rank: int, cap: int, band: float) -> None:
     """Hold the step time within the risk band of the least one, for this rank, and at most
     ``cap``: the model's rows' limit, which every rank's tie limit is within (a tighter
     relaxation than the band's edge, the same solutions)."""
     lit = model.new_bool_var(f"band_{rank}")
-    model.add(exprs["value"] <= min(band_limit(least), cap)).only_enforce_if(lit)
+    model.add(exprs["value"] <= min(band_limit(least, band), cap)).only_enforce_if(lit)
     model.add_assumptions([lit])
 
 
@@ -933,14 +939,14 @@ def _merged_floor(
     return floor
 
 
-def _merged_width(least: int | None) -> int | None:
+def _merged_width(least: int | None, band: float) -> int | None:
     """M, for the risk phase's objective with the second step phase's folded in: risk x M + step,
     M the risk band's width, so that one solve proves both (inside the band, step - least < M);
     None (the risk alone) where the least step is unknown or the merged range would not stay
     modest."""
     if least is None:
         return None
-    width = band_limit(least) - least + 1
+    width = band_limit(least, band) - least + 1
     return None if width << len(RISKS) > MAX_MERGED_KEY else width
 
 

@@ -26,7 +26,6 @@ from layoutsearch.costs import memory, params, terms
 from layoutsearch.costs.estimate import Estimate, estimate
 from layoutsearch.search import solve
 from layoutsearch.search.ranking import (
-    RISK_BAND,
     layout_risks,
     risk_flags,
     risk_names,
@@ -207,7 +206,7 @@ def _safer_by(result, i: int) -> str | None:
     return riskier_because(flags[0], flags[1])
 
 
-def ranking_line(note: dict, tolerance: float, band: tuple[float, float]) -> str:
+def ranking_line(note: dict, tolerance: float, band: tuple[float, float], risk: float) -> str:
     """One or two sentences on a runner-up (``ranking_notes``)."""
     i, diff = note["layout"], note["step_time_rel_diff"]
     who = "the runner-up" if i == 2 else f"layout {i}"
@@ -217,7 +216,7 @@ def ranking_line(note: dict, tolerance: float, band: tuple[float, float]) -> str
     if note.get("safer_by") and diff < 0:
         out.append(
             f"{who} is {how} but carries a risk layout 1 does not ({note['safer_by']}): inside "
-            f"the {RISK_BAND:.0%} risk band the lower-risk layout ranks first"
+            f"the {risk:.0%} risk band the lower-risk layout ranks first"
         )
     if note["within_tie_tolerance"]:
         out.append(

@@ -36,6 +36,7 @@ The ranking, rank after rank (the enumerator applies it to arrays, CP-SAT states
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 import numpy as np
@@ -43,7 +44,7 @@ import numpy as np
 from layoutsearch.core.numbers import distinct
 from layoutsearch.core.placement import NESTING_ORDER, fill_order
 from layoutsearch.core.specs import ALL_DEGREE_NAMES, RECOMPUTE_POLICIES
-from layoutsearch.core.uncertainty import memory_error_upper
+from layoutsearch.core.uncertainty import memory_error_upper, uncertainty_band
 from layoutsearch.core.units import GIB, KIB
 from layoutsearch.costs import memory
 
@@ -106,12 +107,13 @@ SIMPLER = (
 SLOW_AXIS_KINDS = ("scale_out", "dcn")
 
 
-def ranking_description(objective: str = "step-time") -> str:
-    """The tie-break in words (the solve document's ``solver.tie_break``)."""
+def ranking_description(objective: str = "step-time", band: float = RISK_BAND) -> str:
+    """The tie-break in words (the solve document's ``solver.tie_break``), for a risk band of ``band``
+    (``risk_band``)."""
     first = "least gather volume, then " if objective == "gather-volume" else ""
     value = value_name(objective)
     return (
-        f"{first}within {RISK_BAND:.0%} of the best {value} the fewest risks ("
+        f"{first}within {band:.0%} of the best {value} the fewest risks ("
         + "; ".join(risk_names())
         + f", the first weighing most), then {value_name(objective, True)} within the tie "
         "tolerance of the best of "
@@ -146,18 +148,37 @@ def tie_limit(best: int, tolerance: float = TIE_TOLERANCE) -> int:
     return int(best) + int(float(best) * tolerance)
 
 
-def band_limit(best: int) -> int:
-    """The largest quantised step time inside the risk band of ``best``: best (1 + RISK_BAND)."""
-    return tie_limit(best, RISK_BAND)
+def risk_band(problem) -> float:
+    """The risk band of the problem's predictions: the half-width of its class's calibrated 80% band (accelerator
+    kind, dense or mixture of experts: ``core.uncertainty.uncertainty_band``), rounded up to a whole percent and
+    never under ``RISK_BAND``, the dense GPU band's. Two layouts of one problem differ inside it by no more than
+    the model can resolve for that class: a MoE prediction's layout-dependent terms (the expert all-to-alls, the
+    host launches per local expert, the routing spread) are its least certain, hence its wider band. A part whose
+    compute fractions are borrowed keeps its class's band here: the borrowed fraction's error moves every
+    layout's compute alike (the level of ``solve``'s band, not the order of its layouts)."""
+    return class_risk_band(problem.cluster.accelerator.kind, problem.model.moe is not None)
 
 
-def reach_limit(best: int, tolerance: float = TIE_TOLERANCE) -> int:
+def class_risk_band(accelerator_kind: str, moe: bool) -> float:
+    """``risk_band`` of a class of predictions: accelerator kind ("gpu", "tpu"), dense or ``moe``."""
+    low, high = uncertainty_band(accelerator_kind, moe=moe)
+    return max(RISK_BAND, math.ceil(round(100 * max(-low, high), 6)) / 100)
+
+
+def band_limit(best: int, band: float = RISK_BAND) -> int:
+    """The largest quantised step time inside the risk band of ``best``: best (1 + band)."""
+    return tie_limit(best, band)
+
+
+def reach_limit(best: int, tolerance: float = TIE_TOLERANCE, band: float = RISK_BAND) -> int:
     """The largest step time a layout ranked against a best of ``best`` can have: the tie limit
     of the risk band's limit (a lower-risk layout inside the band, then its ties)."""
-    return tie_limit(band_limit(best), tolerance)
+    return tie_limit(band_limit(best, band), tolerance)
 
 
-def reach(kth: int, safe, top_k: int, tolerance: float = TIE_TOLERANCE) -> int:
+def reach(
+    kth: int, safe, top_k: int, tolerance: float = TIE_TOLERANCE, band: float = RISK_BAND
+) -> int:
     """The largest value a top_k layout can have, given k layouts whose least values are at most
     ``kth`` and ``safe``, the least value of each layout's risk-free candidates (one per layout
     that has one, any number of layouts): ``reach_limit(kth)``, and with k risk-free layouts at
@@ -168,7 +189,7 @@ def reach(kth: int, safe, top_k: int, tolerance: float = TIE_TOLERANCE) -> int:
     and T (the least value of that risk) <= W; else T <= band_limit(T0) < W. Either way every
     eligible candidate is within tie_limit(T) <= tie_limit(W). Both limits only fall as layouts
     join, so any subset of the space's layouts gives a limit that holds for the whole."""
-    limit = reach_limit(kth, tolerance)
+    limit = reach_limit(kth, tolerance, band)
     safe = np.asarray(safe)
     if len(safe) >= top_k:
         limit = min(limit, tie_limit(int(np.partition(safe, top_k - 1)[top_k - 1]), tolerance))
@@ -460,13 +481,14 @@ def select(
     primary = pool["volume"][order] if objective == "gather-volume" else np.zeros(n, dtype=np.int64)
     gid = group_ids(space, pool["sk"], pool["ri"], pool["z"])[order]
     risk = risk_score(space, pool["sk"], pool["o"], pool["peak"], capacity_kib)[order]
+    band = risk_band(space.problem)
     alive = np.ones(n, dtype=bool)
     picks: list[int] = []
     while len(picks) < top_k and alive.any():
         eligible = alive & (primary == primary[alive].min())
         fastest = int(np.argmin(np.where(eligible, value, np.iinfo(np.int64).max)))
         least = int(value[fastest])
-        eligible &= value <= band_limit(least)
+        eligible &= value <= band_limit(least, band)
         safest = int(risk[eligible].min())
         eligible &= risk == safest
         at_best = int(np.argmin(np.where(eligible, value, np.iinfo(np.int64).max)))
@@ -499,7 +521,8 @@ def relevant(
         return np.ones(n, dtype=bool)
     kth = best[np.lexsort((value[best], primary[best]))[top_k - 1]]
     v, s = primary[kth], value[kth]
+    band = risk_band(space.problem)
     if objective == "gather-volume":
-        return (primary < v) | ((primary == v) & (value <= reach_limit(int(s), tolerance)))
+        return (primary < v) | ((primary == v) & (value <= reach_limit(int(s), tolerance, band)))
     safe = risk_score(space, pool["sk"], pool["o"], pool["peak"], capacity_kib) == 0
-    return value <= reach(int(s), least_per_layout(gid, value, safe), top_k, tolerance)
+    return value <= reach(int(s), least_per_layout(gid, value, safe), top_k, tolerance, band)
