@@ -17,7 +17,7 @@ The ranking, rank after rank (the enumerator applies it to arrays, CP-SAT states
    so ``--top N`` never lists the same layout placed differently);
 2. with the gather-volume objective, only those of the least volume among them (exact);
 3. ``T0`` = the least value among those; the candidates within
-   ``band_limit(T0)`` = T0 (1 + ``RISK_BAND``), rounded down, are inside the model's uncertainty
+   ``band_limit(T0)`` = T0 (1 + ``risk_band``), rounded down, are inside the model's uncertainty
    of the best: among them only those of the least ``risk_score`` stay (``RISKS``: memory
    headroom under min(4 GiB, 10%) (``tight_headroom_kib``), a predicted peak within the memory
    model's measured error of the usable memory (``headroom_kib``), a TP or CP
@@ -54,11 +54,13 @@ from layoutsearch.costs import memory
 TIE_TOLERANCE = 0.005
 MAX_TIE_TOLERANCE = 0.5  # a larger "tie" would rank by simplicity alone
 
-# The risk order (issue: claims a user can act on). Within RISK_BAND of the best step time the
-# model cannot tell two layouts apart: its validated 80% band of one dense GPU prediction, -8.4%..+8.3%
-# (core/uncertainty.yaml bands.gpu, leave-one-source-out), holds a layout that much slower, so a layout
-# an expert would run (TP and CP inside the fast domain, headroom, few microbatches) is not beaten by
-# a gain inside it. 9% covers both sides (tests/test_risk.py keeps it at least the band's). 5% until
+# The risk order (issue: claims a user can act on). Within the risk band of the best step time
+# (``risk_band``: the prediction class's own, never under RISK_BAND) the model cannot tell two layouts
+# apart: its validated 80% band of one dense GPU prediction, -8.2%..+7.9% (core/uncertainty.yaml bands.gpu,
+# leave-one-source-out), holds a layout that much slower, so a layout an expert would run (TP and CP inside
+# the fast domain, headroom, few microbatches) is not beaten by a gain inside it. 9%, the floor, covers both
+# sides of that band (tests/test_risk.py keeps it at least the band's); TPU and MoE predictions, less sure,
+# take their own wider bands. 5% until
 # 2026-12-06 left winners with CP across InfiniBand 4-7% ahead of the in-domain layout Meta ran
 # (llama3-405b on 2,048-16,384 H100s). The wider band costs the search nothing where k risk-free
 # layouts are found: the reach is then their tie limit, not the band's (``reach``). There a layout
@@ -107,7 +109,7 @@ SIMPLER = (
 SLOW_AXIS_KINDS = ("scale_out", "dcn")
 
 
-def ranking_description(objective: str = "step-time", band: float = RISK_BAND) -> str:
+def ranking_description(objective: str, band: float) -> str:
     """The tie-break in words (the solve document's ``solver.tie_break``), for a risk band of ``band``
     (``risk_band``)."""
     first = "least gather volume, then " if objective == "gather-volume" else ""
@@ -165,20 +167,18 @@ def class_risk_band(accelerator_kind: str, moe: bool) -> float:
     return max(RISK_BAND, math.ceil(round(100 * max(-low, high), 6)) / 100)
 
 
-def band_limit(best: int, band: float = RISK_BAND) -> int:
+def band_limit(best: int, band: float) -> int:
     """The largest quantised step time inside the risk band of ``best``: best (1 + band)."""
     return tie_limit(best, band)
 
 
-def reach_limit(best: int, tolerance: float = TIE_TOLERANCE, band: float = RISK_BAND) -> int:
+def reach_limit(best: int, tolerance: float, band: float) -> int:
     """The largest step time a layout ranked against a best of ``best`` can have: the tie limit
     of the risk band's limit (a lower-risk layout inside the band, then its ties)."""
     return tie_limit(band_limit(best, band), tolerance)
 
 
-def reach(
-    kth: int, safe, top_k: int, tolerance: float = TIE_TOLERANCE, band: float = RISK_BAND
-) -> int:
+def reach(kth: int, safe, top_k: int, tolerance: float, band: float) -> int:
     """The largest value a top_k layout can have, given k layouts whose least values are at most
     ``kth`` and ``safe``, the least value of each layout's risk-free candidates (one per layout
     that has one, any number of layouts): ``reach_limit(kth)``, and with k risk-free layouts at
