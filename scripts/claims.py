@@ -70,6 +70,7 @@ RISK_WORDS = (
     "memory margin",
     "TP on scale-out",
     "CP on scale-out",
+    "ZeRO-3 over > 64 nodes",
     "CP",
     "many microbatches",
 )

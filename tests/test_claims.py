@@ -228,7 +228,7 @@ def test_winner_risks_read_in_the_rankings_words_and_are_counted_over_the_large_
     from layoutsearch.search.ranking import risk_names
 
     names = risk_names()
-    assert claims_script.risk_words((names[2], names[5])) == [
+    assert claims_script.risk_words((names[2], names[6])) == [
         "TP on scale-out",
         "many microbatches",
     ]

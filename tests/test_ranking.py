@@ -34,6 +34,7 @@ from layoutsearch.search.ranking import (
     reach,
     reach_limit,
     risk_band,
+    risk_flags,
     risk_score,
     select,
     simplicity_key,
@@ -98,7 +99,8 @@ def _brute_force(space, tables, top_k: int, tolerance: float) -> list[tuple]:
     least 9%) the least risk tuple (peak memory above the capacity less
     min(4 GiB, 10%); peak memory above floor(capacity /
     (1 + u)), u the memory block's upper error in core/uncertainty.yaml, or above the capacity
-    less 2 GiB; a TP factor placed on a scale-out or DCN axis; a CP factor so placed;
+    less 2 GiB; a TP factor placed on a scale-out or DCN axis; a CP factor so placed; ZeRO stage 3
+    (the ZeRO column mod 4) with the fsdp and cp factors on those axes multiplying to more than 64;
     cp > 1;
     K > max(64, 8 pp)); T = the least step of those; then the candidate with the smallest key
     (degrees above one, cp > 1, TP beyond a node, z, K, recompute lightness
@@ -126,6 +128,9 @@ def _brute_force(space, tables, top_k: int, tolerance: float) -> list[tuple]:
         placement = placements[s, oo]
         tp_beyond = any(axis in slow for axis, _ in placement.get("tp", ()))
         cp_beyond = any(axis in slow for axis, _ in placement.get("cp", ()))
+        shard_nodes = math.prod(
+            f for name in ("fsdp", "cp") for axis, f in placement.get(name, ()) if axis in slow
+        )
         peak_kib = int(m["peak"][i])
         capacity = tables.capacity_kib
         risk = (
@@ -133,6 +138,7 @@ def _brute_force(space, tables, top_k: int, tolerance: float) -> list[tuple]:
             int(peak_kib > min(int(capacity / (1 + MEMORY_U)), capacity - 2 * 2**20)),
             int(tp_beyond),
             int(cp_beyond),
+            int(zz % 4 == 3 and shard_nodes > 64),
             int(degrees[4] > 1),
             int(int(space.sk_k[j]) > max(64, 8 * degrees[3])),
         )
@@ -252,9 +258,9 @@ def test_with_no_tolerance_the_winner_is_the_fastest_of_the_least_risk():
     assert [a[:4] for a in cps] == [a[:4] for a in enum] == expected
     m = assemble(tables, space, *candidate_grid(space, np.arange(len(space.sk_k))))
     ok = m["fits"]
-    sk, _, _, o = (a[ok] for a in candidate_grid(space, np.arange(len(space.sk_k))))
+    sk, _, z, o = (a[ok] for a in candidate_grid(space, np.arange(len(space.sk_k))))
     step, peak = m["step"][ok], m["peak"][ok]
-    risk = risk_score(space, sk, o, peak, tables.capacity_kib)
+    risk = risk_score(space, sk, z, o, peak, tables.capacity_kib)
     band = step <= band_limit(info["objective"], RISK_BAND)  # a dense model on GPUs
     winner = cps[0]
     assert winner[4]["step"] == step[band & (risk == risk[band].min())].min()
@@ -462,7 +468,7 @@ def test_the_reach_from_any_subset_of_layouts_bounds_every_ranked_value(model, c
     pool["value"] = pool["step"]
     cap = tables.capacity_kib
     picks = select(space, pool, "step-time", 5, capacity_kib=cap)
-    risk = risk_score(space, pool["sk"], pool["o"], pool["peak"], cap)
+    risk = risk_score(space, pool["sk"], pool["z"], pool["o"], pool["peak"], cap)
     gid = group_ids(space, pool["sk"], pool["ri"], pool["z"])
     rng = np.random.default_rng(7)
     reaches = []
@@ -557,3 +563,56 @@ def test_the_least_layout_line_names_every_risk_layout_1_avoids():
     )
     line = out[out.index("which carries risks layout 1 avoids") :].split("); layout 1 is")[0]
     assert line.endswith("a TP group across a scale-out or DCN link") and "memory headroom" in line
+
+
+@pytest.mark.slow
+def test_a_zero3_layout_over_128_nodes_gives_way_inside_the_band_in_every_ranking():
+    """DeepSeek-V3 on 2,048 H800s (15,360 x 4,096 tokens in fp8, 1F1B and interleaved schedules, ring CP): inside
+    the 19% band the layouts free of the heavier risks are led by dp 2 x fsdp 512 x tp 2 x ep 16 under ZeRO-3,
+    whose shard group spans 128 nodes (24.28 s); the risk order now puts fsdp 256 x pp 8 x ep 16 under ZeRO-1
+    (24.63 s, risk-free) first. The enumerator and CP-SAT over the whole space (6,969,284 candidates) rank the
+    same top 3 as the plain-Python ranking over the rows the search keeps (too many for it in full)."""
+    problem = Problem.build(
+        "deepseek-v3",
+        "h800-2048",
+        Workload(global_batch_seqs=15360, seq_len=4096, precision="fp8"),
+    )
+    options = SearchOptions(schedules=("1f1b", "interleaved"), cp_flavours=("ring",))
+    space = build_space(problem, options)
+    tables = build_tables(space)
+    enum, _ = enumerate_top(space, tables, "step-time", 3)
+    cps, info = proven_top(space, tables, "step-time", 3)
+    assert [a[:4] for a in enum] == [a[:4] for a in cps]
+    assert info["status"] == "OPTIMAL" and info["ranking_status"] == "OPTIMAL"
+    kept = solve(problem, SearchRequest(top_k=3, options=options))
+    assert kept.space is not None and kept.tables is not None
+    expected = _brute_force(kept.space, kept.tables, 3, TIE_TOLERANCE)
+
+    def layouts(of, picks):
+        return [
+            of.layout(int(of.sk_shape[c[0]]), int(of.sk_k[c[0]]), *map(int, c[1:4])) for c in picks
+        ]
+
+    assert layouts(space, cps) == layouts(kept.space, expected)
+    winner = layouts(space, cps)[0]
+    assert (winner.fsdp, winner.pp, winner.ep, winner.zero_stage) == (256, 8, 16, 1)
+    assert cps[0][4]["step"] * tables.quantum_s == pytest.approx(24.633, abs=5e-3)
+    # the ZeRO-3 layout that won before the risk: faster, within the band, and carrying it alone
+    sk, ri, z, o = candidate_grid(kept.space, np.arange(len(kept.space.sk_k)))
+    m = assemble(kept.tables, kept.space, sk, ri, z, o)
+    stage, _ = kept.space.zero_columns(z)
+    sh = kept.space.shapes
+    shape = kept.space.sk_shape[sk]
+    old = np.flatnonzero(
+        m["fits"]
+        & (stage == 3)
+        & (sh.dp[shape] == 2)
+        & (sh.fsdp[shape] == 512)
+        & (sh.tp[shape] == 2)
+    )
+    best = old[np.argmin(m["step"][old])]
+    assert m["step"][best] * kept.tables.quantum_s == pytest.approx(24.283, abs=5e-3)
+    flags = risk_flags(
+        kept.space, [sk[best]], [z[best]], [o[best]], [m["peak"][best]], kept.tables.capacity_kib
+    )
+    assert [int(f[0]) for f in flags] == [0, 0, 0, 0, 1, 0, 0]

@@ -28,7 +28,7 @@ def test_the_headroom_threshold_is_the_measured_memory_error_or_2_gib():
     assert headroom_kib(80_000_000_000 // 1024) == 10_682_839
     assert headroom_kib(16_000_000_000 // 1024) == 2_136_568
     assert headroom_kib(8_000_000_000 // 1024) == 2_097_152
-    assert RISK_BAND == 0.09 and len(RISKS) == 6
+    assert RISK_BAND == 0.09 and len(RISKS) == 7
 
 
 def test_the_risk_band_covers_the_models_own_band():
@@ -126,7 +126,7 @@ def test_microbatch_and_cp_risks_follow_their_declared_limits():
     # a TP group of 16 on nodes of 8 crosses the scale-out network in every placement
     tp16 = np.nonzero(space.shapes.tp == 16)[0]
     assert len(tp16) and (r.slow_tp[tp16] == 1).all()
-    flags = risk_flags(space, [0], [0], [0], capacity_kib=10_000_000)
+    flags = risk_flags(space, [0], [0], [0], [0], capacity_kib=10_000_000)
     assert [int(f[0]) for f in flags][0] == 0  # nothing resident: no headroom risk
 
 
@@ -148,7 +148,7 @@ def test_each_layout_record_names_the_risks_it_carries(capsys):
     first = big.document["layouts"][0]
     assert first["num_microbatches"] == 512 and first["degrees"]["pp"] == 16
     assert (first["degrees"]["tp"], first["degrees"]["cp"]) == (8, 1)
-    assert first["risks"] == [RISKS[5]]
+    assert first["risks"] == [RISKS[6]]
     assert ls.solve(top=1).document["layouts"][0]["risks"] == []
     from layoutsearch.cli import main
 
@@ -183,13 +183,46 @@ def test_layout_risks_agree_with_the_tables_risk_flags():
         problem = Problem.build(model, cluster, Workload(global_batch_seqs=seqs, seq_len=4096))
         result = search_solve(problem, SearchRequest(top_k=5, options=SearchOptions()))
         assert result.tables is not None and len(result.layouts) == 5
-        for est, (sk, _r, _z, o), metric in zip(result.layouts, result.candidates, result.metrics):
+        for est, (sk, _r, z, o), metric in zip(result.layouts, result.candidates, result.metrics):
             flags = risk_flags(
                 result.space,
                 np.array([sk]),
+                np.array([z]),
                 np.array([o]),
                 np.array([metric["peak"]]),
                 result.tables.capacity_kib,
             )
             expected = tuple(n for n, f in zip(risk_names(), flags) if int(f[0]))
             assert layout_risks(est) == expected, (model, est.layout)
+
+
+def test_a_zero3_shard_group_over_more_than_64_nodes_is_a_risk(tmp_path):
+    """On 128 nodes of one H100 each every fsdp and cp factor crosses the scale-out network: the fsdp x cp group
+    spans fsdp x cp nodes, a risk where that is above 64 and the layout runs ZeRO-3 (ZeRO-1 over the same group
+    gathers the weights once a step, as the Megatron runs over 96 nodes do). ``layout_risks``, reading the
+    estimate's placement, says the same of those candidates."""
+    import yaml
+
+    from layoutsearch.costs.estimate import estimate
+    from layoutsearch.search.ranking import layout_risks, risk_names
+
+    path = tmp_path / "h100-1x128.yaml"
+    path.write_text(yaml.safe_dump({"accelerator": "h100", "devices_per_node": 1, "nodes": 128}))
+    problem = Problem.build("llama3-70b", str(path), Workload(global_batch_seqs=1024, seq_len=4096))
+    space = build_space(problem, SearchOptions())
+    r = shape_risk(space)
+    group = space.shapes.fsdp * space.shapes.cp
+    assert (r.wide_shard == (group > 64)[:, None]).all()
+    assert set(group[r.wide_shard[:, 0] == 1].tolist()) == {128}
+    assert r.wide_shard.any() and not r.wide_shard.all()
+    name = risk_names()[4]
+    assert name == "a ZeRO-3 shard group over more than 64 nodes or slices"
+    wide = int(np.flatnonzero((space.shapes.fsdp == 128) & (space.shapes.cp == 1))[0])
+    narrow = int(np.flatnonzero((space.shapes.fsdp == 64) & (space.shapes.cp == 1))[0])
+    for shape, stage, carried in ((wide, 3, True), (wide, 1, False), (narrow, 3, False)):
+        sk = int(np.flatnonzero(space.sk_shape == shape)[0])
+        (z,) = np.flatnonzero(space.zero_mask[shape] & (np.arange(space.num_zero) % 4 == stage))[:1]
+        flags = risk_flags(space, [sk], [z], [0], [0], capacity_kib=10**9)
+        assert int(flags[4][0]) == carried, (shape, stage)
+        layout = space.layout(shape, int(space.sk_k[sk]), 0, int(z), 0)
+        assert (name in layout_risks(estimate(problem, layout))) == carried, layout

@@ -48,6 +48,7 @@ from layoutsearch.search.ranking import (
     shape_risk,
     shape_simplicity,
     tie_limit,
+    zero3_columns,
 )
 from layoutsearch.search.satmodel import LinearExpr
 from layoutsearch.search.space import Space
@@ -200,7 +201,7 @@ def prune(
         pairs = np.concatenate([pairs, np.stack([vol, value], axis=1)[best_of]])
         pairs = pairs[np.lexsort((pairs[:, 1], pairs[:, 0]))][:top_k]
         if not by_volume:  # each layout's least risk-free value, the least k (``ranking.reach``)
-            risk = risk_score(space, sk[ok], o[ok], metrics["peak"], t.capacity_kib)
+            risk = risk_score(space, sk[ok], z[ok], o[ok], metrics["peak"], t.capacity_kib)
             if pool is not None:
                 pieces[-1]["risk"] = risk
             safe = np.concatenate([safe, least_per_layout(gid, value, risk == 0)])
@@ -532,6 +533,7 @@ def risk_objective(space: Space, t: Tables, model, v: Vars):
     at every moment is under it) exceeds the capacity less its margin (so its least value is the
     candidate's flag)."""
     r = shape_risk(space)
+    zero3 = zero3_columns(space)
     n = len(RISKS)
     v.low_headroom = [model.new_bool_var(f"headroom_{i}") for i in range(2)]
     for low, margin in zip(v.low_headroom, headroom_margins_kib(t.capacity_kib)):
@@ -542,12 +544,14 @@ def risk_objective(space: Space, t: Tables, model, v: Vars):
         + LinearExpr.weighted_sum(
             list(v.szo.values()),
             [
-                (1 << (n - 3)) * int(r.slow_tp[s, o]) + (1 << (n - 4)) * int(r.slow_cp[s, o])
-                for s, _, o in v.szo
+                (1 << (n - 3)) * int(r.slow_tp[s, o])
+                + (1 << (n - 4)) * int(r.slow_cp[s, o])
+                + (1 << (n - 5)) * int(r.wide_shard[s, o] * zero3[z])
+                for s, z, o in v.szo
             ],
         )
         + LinearExpr.weighted_sum(
-            list(v.shape.values()), [(1 << (n - 5)) * int(r.cp[s]) for s in v.shape]
+            list(v.shape.values()), [(1 << (n - 6)) * int(r.cp[s]) for s in v.shape]
         )
         + LinearExpr.weighted_sum(list(v.y.values()), [int(r.many_microbatches[j]) for j in v.y])
     )
@@ -1002,7 +1006,9 @@ def _expected(
         pool = {"sk": sk[ok], "ri": ri[ok], "z": z[ok], "o": o[ok]}
         pool.update(fitting_metrics(m, sk.shape, ok))
     if "risk" not in pool:
-        pool["risk"] = risk_score(space, pool["sk"], pool["o"], pool["peak"], t.capacity_kib)
+        pool["risk"] = risk_score(
+            space, pool["sk"], pool["z"], pool["o"], pool["peak"], t.capacity_kib
+        )
     picks = select(
         space, pool, objective, top_k, tolerance, capacity_kib=t.capacity_kib, trace=trace
     )

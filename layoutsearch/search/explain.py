@@ -195,7 +195,7 @@ def _safer_by(result, i: int) -> str | None:
         tuple(
             int(f[0])
             for f in risk_flags(
-                result.space, [c[0]], [c[3]], [m["peak"]], result.tables.capacity_kib
+                result.space, [c[0]], [c[2]], [c[3]], [m["peak"]], result.tables.capacity_kib
             )
         )
         for c, m in (

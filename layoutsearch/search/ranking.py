@@ -21,7 +21,8 @@ The ranking, rank after rank (the enumerator applies it to arrays, CP-SAT states
    of the best: among them only those of the least ``risk_score`` stay (``RISKS``: memory
    headroom under min(4 GiB, 10%) (``tight_headroom_kib``), a predicted peak within the memory
    model's measured error of the usable memory (``headroom_kib``), a TP or CP
-   group across a scale-out or DCN link, context parallelism, more microbatches than
+   group across a scale-out or DCN link, a ZeRO-3 shard group over more than
+   ``MAX_ZERO3_NODES`` nodes, context parallelism, more microbatches than
    ``MAX_PLAIN_MICROBATCHES`` or ``MICROBATCHES_PER_STAGE`` per pipeline stage, each weighing
    more than all after it); a layout an expert would distrust never wins on a predicted gain the
    model cannot resolve;
@@ -76,11 +77,17 @@ TIGHT_HEADROOM_BYTES = 4 * GIB
 TIGHT_HEADROOM_FRACTION = 0.10  # ... on small parts (16 GB v5e)
 MAX_PLAIN_MICROBATCHES = 64  # gradient-accumulation steps beyond which a step is mostly bookkeeping
 MICROBATCHES_PER_STAGE = 8  # with a pipeline: microbatches per stage that already hide its bubble
+# ZeRO-3 (the fsdp x cp shard group gathering every layer's weights) is predicted within 5% where its
+# group spans up to 64 nodes (llm-foundry's 512-H100 runs, tests/data/runs_dev.yaml); the only runs of
+# it over more (Narayanan et al.'s DeepSpeed ZeRO-3 rows, 96 to 280 nodes) are predicted 25% too slow
+# to 58% too fast (docs/cost_model.md, limits): beyond this the band does not hold.
+MAX_ZERO3_NODES = 64
 RISKS = (
     "memory headroom under min(4 GiB, 10% of the usable memory)",
     "a predicted peak within the memory model's measured error of the usable memory",
     "a TP group across a scale-out or DCN link",
     "a CP group across a scale-out or DCN link",
+    f"a ZeRO-3 shard group over more than {MAX_ZERO3_NODES} nodes or slices",
     "context parallelism",
     "microbatches above max(64, 8 x pp)",
 )
@@ -107,6 +114,7 @@ SIMPLER = (
     "axis order",
 )
 SLOW_AXIS_KINDS = ("scale_out", "dcn")
+SHARD_DEGREES = ("fsdp", "cp")  # the ZeRO-3 shard group (costs.terms: ``shard``)
 
 
 def ranking_description(objective: str, band: float) -> str:
@@ -256,6 +264,9 @@ class ShapeRisk:
 
     slow_tp: np.ndarray  # [shape, order] 0/1: the TP group spans a scale-out or DCN axis
     slow_cp: np.ndarray  # [shape, order] 0/1: the CP group spans a scale-out or DCN axis
+    # [shape, order] 0/1: the fsdp x cp group spans more than MAX_ZERO3_NODES positions of the scale-out
+    # and DCN axes (a risk under ZeRO-3 only: ``zero3_flags``)
+    wide_shard: np.ndarray
     cp: np.ndarray  # [shape] 0/1: cp > 1
     many_microbatches: np.ndarray  # [sk row] 0/1: K above max(64, 8 pp)
 
@@ -282,15 +293,20 @@ def _shape_risk(space, degrees: dict) -> ShapeRisk:
         name: np.zeros((space.num_shapes, len(space.orders)), dtype=np.int64)
         for name in ("tp", "cp")
     }
+    wide = np.zeros((space.num_shapes, len(space.orders)), dtype=np.int64)
     if slow and space.num_shapes:
+        shard = [NESTING_ORDER.index(name) for name in SHARD_DEGREES]
         for o, order in enumerate(space.orders):
             table, _ = fill_order(space.cluster, degrees, order)
             for name, flags in crossing.items():
                 flags[:, o] = (table[:, slow, NESTING_ORDER.index(name)] > 1).any(axis=1)
+            nodes = table[:, slow][:, :, shard].prod(axis=(1, 2))
+            wide[:, o] = nodes > MAX_ZERO3_NODES
     limit = microbatch_limit(degrees["pp"][space.sk_shape])
     return ShapeRisk(
         slow_tp=crossing["tp"],
         slow_cp=crossing["cp"],
+        wide_shard=wide,
         cp=(degrees["cp"] > 1).astype(np.int64),
         many_microbatches=(np.asarray(space.sk_k) > limit).astype(np.int64),
     )
@@ -305,26 +321,40 @@ def layout_risks(est) -> tuple[str, ...]:
     """The risks (``risk_names``) one estimated layout carries, by the rules ``risk_flags`` applies
     to the search's tables: its predicted peak against the usable memory (the whole peak rounded up
     to KiB; the tables round each memory item up, so at a margin's very edge they can read a few KiB
-    more), a TP or CP group placed on a scale-out or DCN axis, cp > 1, the microbatches."""
+    more), a TP or CP group placed on a scale-out or DCN axis, a ZeRO-3 shard group over more than
+    ``MAX_ZERO3_NODES`` of their positions, cp > 1, the microbatches."""
     lay, axes = est.layout, {a.name: a.kind for a in est.cluster.axes}
+    placements = dict(lay.placements)
+
+    def slow_factors(degree: str) -> list[int]:
+        placed = placements.get(degree, ())
+        return [factor for axis, factor in placed if axes.get(axis) in SLOW_AXIS_KINDS]
 
     def slow(degree: str) -> bool:
-        placed = dict(lay.placements).get(degree, ())
-        return any(factor > 1 and axes.get(axis) in SLOW_AXIS_KINDS for axis, factor in placed)
+        return any(factor > 1 for factor in slow_factors(degree))
+
+    nodes = math.prod(f for degree in SHARD_DEGREES for f in slow_factors(degree))
 
     peak_kib = int(np.ceil(est.memory_bytes["peak"] / KIB))
     flags = (
         *(bool(f) for f in headroom_flags(peak_kib, int(est.memory_bytes["capacity"] // KIB))),
         slow("tp"),
         slow("cp"),
+        lay.zero_stage == 3 and nodes > MAX_ZERO3_NODES,
         lay.cp > 1,
         bool(lay.num_microbatches > microbatch_limit(lay.pp)),
     )
     return tuple(name for name, flag in zip(risk_names(), flags) if flag)
 
 
-def risk_flags(space, sk, o, peak_kib, capacity_kib: int) -> tuple[np.ndarray, ...]:
-    """Each risk of ``RISKS`` (0/1 arrays) for candidates (index arrays, peak memory in KiB)."""
+def zero3_columns(space) -> np.ndarray:
+    """0/1 per ``zero_mask`` column: ZeRO stage 3."""
+    return (space.zero_columns(np.arange(space.num_zero))[0] == 3).astype(np.int64)
+
+
+def risk_flags(space, sk, z, o, peak_kib, capacity_kib: int) -> tuple[np.ndarray, ...]:
+    """Each risk of ``RISKS`` (0/1 arrays) for candidates (index arrays: (S, K) row, ZeRO column,
+    axis order; peak memory in KiB)."""
     r = shape_risk(space)
     s = space.sk_shape[np.asarray(sk, dtype=np.int64)]
     o = np.asarray(o, dtype=np.int64)
@@ -332,14 +362,15 @@ def risk_flags(space, sk, o, peak_kib, capacity_kib: int) -> tuple[np.ndarray, .
         *headroom_flags(peak_kib, capacity_kib),
         r.slow_tp[s, o],
         r.slow_cp[s, o],
+        r.wide_shard[s, o] * zero3_columns(space)[np.asarray(z, dtype=np.int64)],
         r.cp[s],
         r.many_microbatches[np.asarray(sk, dtype=np.int64)],
     )
 
 
-def risk_score(space, sk, o, peak_kib, capacity_kib: int) -> np.ndarray:
+def risk_score(space, sk, z, o, peak_kib, capacity_kib: int) -> np.ndarray:
     """The risks as one number, each weighing more than all after it (smaller is safer)."""
-    flags = risk_flags(space, sk, o, peak_kib, capacity_kib)
+    flags = risk_flags(space, sk, z, o, peak_kib, capacity_kib)
     n = len(flags)
     score = np.zeros(np.shape(flags[0]), dtype=np.int64)
     for i, flag in enumerate(flags):
@@ -480,7 +511,7 @@ def select(
     value = pool["value"][order]
     primary = pool["volume"][order] if objective == "gather-volume" else np.zeros(n, dtype=np.int64)
     gid = group_ids(space, pool["sk"], pool["ri"], pool["z"])[order]
-    risk = risk_score(space, pool["sk"], pool["o"], pool["peak"], capacity_kib)[order]
+    risk = risk_score(space, pool["sk"], pool["z"], pool["o"], pool["peak"], capacity_kib)[order]
     band = risk_band(space.problem)
     alive = np.ones(n, dtype=bool)
     picks: list[int] = []
@@ -524,5 +555,5 @@ def relevant(
     band = risk_band(space.problem)
     if objective == "gather-volume":
         return (primary < v) | ((primary == v) & (value <= reach_limit(int(s), tolerance, band)))
-    safe = risk_score(space, pool["sk"], pool["o"], pool["peak"], capacity_kib) == 0
+    safe = risk_score(space, pool["sk"], pool["z"], pool["o"], pool["peak"], capacity_kib) == 0
     return value <= reach(int(s), least_per_layout(gid, value, safe), top_k, tolerance, band)
