@@ -324,7 +324,8 @@ def solve_report(
         out.print(
             f"ranking: within {risk:.0%} of the least {value_name(result.objective)} the layout "
             f"with the fewest risks (low memory headroom, TP across the slow network, then CP, ZeRO-3 "
-            f"over more than {MAX_ZERO3_NODES} nodes, CP at all, many microbatches) ranks first, and {value_name(result.objective, True)} within "
+            f"over more than {MAX_ZERO3_NODES} nodes, CP at all, many microbatches) ranks first, and "
+            f"{value_name(result.objective, True)} within "
             f"{result.tie_tolerance:.1%} are "
             f"ties, won by the simplest "
             f"layout; band s: the model's uncertainty, {low * 100:+.0f}%..{high * 100:+.0f}% of the step time "

@@ -77,10 +77,10 @@ TIGHT_HEADROOM_BYTES = 4 * GIB
 TIGHT_HEADROOM_FRACTION = 0.10  # ... on small parts (16 GB v5e)
 MAX_PLAIN_MICROBATCHES = 64  # gradient-accumulation steps beyond which a step is mostly bookkeeping
 MICROBATCHES_PER_STAGE = 8  # with a pipeline: microbatches per stage that already hide its bubble
-# ZeRO-3 (the fsdp x cp shard group gathering every layer's weights) is predicted within 5% where its
-# group spans up to 64 nodes (llm-foundry's 512-H100 runs, tests/data/runs_dev.yaml); the only runs of
-# it over more (Narayanan et al.'s DeepSpeed ZeRO-3 rows, 96 to 280 nodes) are predicted 25% too slow
-# to 58% too fast (docs/cost_model.md, limits): beyond this the band does not hold.
+# ZeRO-3 (the fsdp x cp shard group gathering every layer's weights) has runs predicted within 5% up to
+# 64 nodes (llm-foundry's FSDP runs on 128 to 512 H100s, tests/data/runs_dev.yaml); the only runs of it
+# over more (Narayanan et al.'s DeepSpeed ZeRO-3 rows, 80 to 280 nodes) are predicted 25% too slow to 58%
+# too fast (docs/cost_model.md, limits): beyond this the band does not hold.
 MAX_ZERO3_NODES = 64
 RISKS = (
     "memory headroom under min(4 GiB, 10% of the usable memory)",
@@ -265,7 +265,7 @@ class ShapeRisk:
     slow_tp: np.ndarray  # [shape, order] 0/1: the TP group spans a scale-out or DCN axis
     slow_cp: np.ndarray  # [shape, order] 0/1: the CP group spans a scale-out or DCN axis
     # [shape, order] 0/1: the fsdp x cp group spans more than MAX_ZERO3_NODES positions of the scale-out
-    # and DCN axes (a risk under ZeRO-3 only: ``zero3_flags``)
+    # and DCN axes (a risk under ZeRO-3 only: ``zero3_columns``)
     wide_shard: np.ndarray
     cp: np.ndarray  # [shape] 0/1: cp > 1
     many_microbatches: np.ndarray  # [sk row] 0/1: K above max(64, 8 pp)
