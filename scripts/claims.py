@@ -46,7 +46,7 @@ from layoutsearch.costs.estimate import Estimate, estimate
 from layoutsearch.report.output import band_of
 from layoutsearch.search import solve
 from layoutsearch.search.explain import versus_claim
-from layoutsearch.search.ranking import class_risk_band, layout_risks, risk_names
+from layoutsearch.search.ranking import RISK_WORDS, class_risk_band, layout_risks, risk_names
 from layoutsearch.validation.runs import load_runs, source_family
 from layoutsearch.validation.stats import SHAPE_KEYS, layout_label
 from layoutsearch.validation.validate import record_to_estimate, release_options, validate_runs
@@ -64,16 +64,6 @@ DEV_SETS = (
     "runs_moe_dev.yaml",
 )  # the development sets, dense and mixture of experts
 MOE = "MoE"  # a claim's kind when its model has routed experts, and the suffix of its source's name
-# the ranking's risks (``search.ranking.RISKS``, in its order) in a table cell's words
-RISK_WORDS = (
-    "tight headroom",
-    "memory margin",
-    "TP on scale-out",
-    "CP on scale-out",
-    "ZeRO-3 over > 64 nodes",
-    "CP",
-    "many microbatches",
-)
 
 
 # ----------------------------------------------------------------------------- one record
@@ -220,9 +210,8 @@ def claim(record: dict) -> dict | None:
 
 
 def risk_words(risks: tuple[str, ...]) -> list[str]:
-    """A layout's ranking risks (``search.ranking.layout_risks``) in ``RISK_WORDS``."""
+    """A layout's ranking risks (``search.ranking.layout_risks``) in ``search.ranking.RISK_WORDS``."""
     names = risk_names()
-    assert len(names) == len(RISK_WORDS), "search.ranking.RISKS changed: name its new risks here"
     return [RISK_WORDS[names.index(r)] for r in risks]
 
 

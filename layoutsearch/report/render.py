@@ -18,7 +18,7 @@ from layoutsearch.report.output import band_of, calibrated, stage_layers_record
 from layoutsearch.search.explain import ranking_line, slice_wait_line
 from layoutsearch.search.objectives import UNITS
 from layoutsearch.search.ranking import (
-    MAX_ZERO3_NODES,
+    RISK_WORDS,
     headroom_margins_kib,
     layout_risks,
     risk_band,
@@ -323,8 +323,7 @@ def solve_report(
         risk = risk_band(result.layouts[0].problem)
         out.print(
             f"ranking: within {risk:.0%} of the least {value_name(result.objective)} the layout "
-            f"with the fewest risks (low memory headroom, TP across the slow network, then CP, ZeRO-3 "
-            f"over more than {MAX_ZERO3_NODES} nodes, CP at all, many microbatches) ranks first, and "
+            f"with the fewest risks ({', '.join(RISK_WORDS)}; the first weighing most) ranks first, and "
             f"{value_name(result.objective, True)} within "
             f"{result.tie_tolerance:.1%} are "
             f"ties, won by the simplest "

@@ -82,15 +82,24 @@ MICROBATCHES_PER_STAGE = 8  # with a pipeline: microbatches per stage that alrea
 # over more (Narayanan et al.'s DeepSpeed ZeRO-3 rows, 80 to 280 nodes) are predicted 25% too slow to 58%
 # too fast (docs/cost_model.md, limits): beyond this the band does not hold.
 MAX_ZERO3_NODES = 64
-RISKS = (
-    "memory headroom under min(4 GiB, 10% of the usable memory)",
-    "a predicted peak within the memory model's measured error of the usable memory",
-    "a TP group across a scale-out or DCN link",
-    "a CP group across a scale-out or DCN link",
-    f"a ZeRO-3 shard group over more than {MAX_ZERO3_NODES} nodes or slices",
-    "context parallelism",
-    "microbatches above max(64, 8 x pp)",
+# Each risk: its name (``risk_names``, the JSON ``risks``) and its short words (solve's ranking line, a table cell)
+_RISK_DECLARATIONS = (
+    ("memory headroom under min(4 GiB, 10% of the usable memory)", "tight headroom"),
+    (
+        "a predicted peak within the memory model's measured error of the usable memory",
+        "memory margin",
+    ),
+    ("a TP group across a scale-out or DCN link", "TP on scale-out"),
+    ("a CP group across a scale-out or DCN link", "CP on scale-out"),
+    (
+        f"a ZeRO-3 shard group over more than {MAX_ZERO3_NODES} nodes or slices",
+        f"ZeRO-3 over > {MAX_ZERO3_NODES} nodes",
+    ),
+    ("context parallelism", "CP"),
+    ("microbatches above max(64, 8 x pp)", "many microbatches"),
 )
+RISKS = tuple(name for name, _ in _RISK_DECLARATIONS)
+RISK_WORDS = tuple(words for _, words in _RISK_DECLARATIONS)
 
 # What ``simplicity_key`` compares, most significant first (explanations name the first that differs).
 SIMPLICITY = (
