@@ -203,8 +203,8 @@ def test_wide_is_taken_before_or_after_the_command(terminal, before):
     assert code == 0
     assert "left out to fit" not in out
     assert (
-        "│ 1.398-1.643 │ 52.5% │  688,696 │"
-        in out  # 1.429-1.644 before two ZeRO-3 records' layouts were corrected (2026-12-07); 1.416-1.638 before DeepSpeed's ZeRO-3 regathers under recompute moved the bands; 1.405-1.628, 52.8%, 693,059 before the loss's passes were costed; 1.386-1.639 before the materialised scores' passes were counted whole (the bands regenerated); 1.363-1.620, 53.5%, 701,964 before the element-wise kernels ran at their measured fractions of
+        "│ 1.412-1.666 │ 52.5% │  688,696 │"
+        in out  # 1.398-1.643 before the fits took Huber's loss (the bands regenerated, 2026-12-07); 1.429-1.644 before two ZeRO-3 records' layouts were corrected (2026-12-07); 1.416-1.638 before DeepSpeed's ZeRO-3 regathers under recompute moved the bands; 1.405-1.628, 52.8%, 693,059 before the loss's passes were costed; 1.386-1.639 before the materialised scores' passes were counted whole (the bands regenerated); 1.363-1.620, 53.5%, 701,964 before the element-wise kernels ran at their measured fractions of
         # the HBM bandwidth (and the bands were regenerated); 1.362-1.620 before the 2021 release waited for its all-reduce (rule 32); 1.372-1.616 before Megatron's fp16 gradients (rule 33); 1.376-1.617 before a slower last stage paced only the microbatches; 1.368-1.617 before the steady state's pipeline sends were costed (2026-12-06); 1.350-1.616 before llm-foundry's A100 rows stated bf16 reduction (rule 31); 1.347-1.604 before
         # the band of 2026-12-05's ZeRO copies
     )  # the GPU band: 1.350-1.650, then 1.346-1.633 before the Megatron-Core rows stated their schedule,

@@ -98,7 +98,7 @@ def test_full_recompute_pays_each_pass_over_the_materialised_scores_by_hand():
 def test_one_layer_per_setting_against_the_papers_table_4():
     """The paper's Table 4 times one 22B layer's forward and backward under five settings (no recompute, sequence
     parallelism, full and selective recompute, selective with sequence parallelism). The engine's layer terms put
-    each within 10% of it (about 8% slow: the A100 fraction, docs/calibration.md#a100-family), and what each
+    each within 10% of it (6% to 7% slow: the A100 fraction, docs/calibration.md#a100-family), and what each
     setting adds or saves over the plain layer within 1 ms of what the paper measured (full recompute +7.6 ms,
     selective +1.3 ms, sequence parallelism -0.6 ms)."""
     table = yaml.safe_load(open(data_path("korthikanti_table4.yaml"), encoding="utf-8"))

@@ -85,7 +85,7 @@ def test_published_torchtitan_runs_are_predicted_within_the_band(setup, options,
 def test_the_spot_checks_are_neither_all_fast_nor_all_slow():
     """The signed errors straddle zero: no bias a fitted fraction should have removed (the
     kernel-figure FlashAttention-2 of af90bb9 had every H100 row too fast). Their median lies within 3% of zero
-    (+1.6%: 10 rows fast, 2 slow) and the slowest row is slower than measured. Until 2026-12-07 the test counted
+    (+1.9%: 10 rows fast, 2 slow; +1.6% before the fits took Huber's loss and the a100 family was refitted with it) and the slowest row is slower than measured. Until 2026-12-07 the test counted
     at least 3 rows on each side: two rows within 0.3% of zero (70B async TP, A100 13B no AC) then changed sides
     when the loss's passes were costed and the h100 class refitted beside them, a count of noise, not of bias."""
     errors = sorted(
@@ -93,7 +93,7 @@ def test_the_spot_checks_are_neither_all_fast_nor_all_slow():
     )
     median = (errors[5] + errors[6]) / 2
     assert len(errors) == 12 and abs(median) <= 0.03 and errors[0] < 0
-    assert median == pytest.approx(0.0164, abs=5e-4)
+    assert median == pytest.approx(0.0193, abs=5e-4)
 
 
 def test_compile_is_predicted_faster_by_its_element_wise_bytes_alone():

@@ -28,11 +28,12 @@ def test_the_headroom_threshold_is_the_measured_memory_error_or_2_gib():
     assert headroom_kib(80_000_000_000 // 1024) == 10_682_839
     assert headroom_kib(16_000_000_000 // 1024) == 2_136_568
     assert headroom_kib(8_000_000_000 // 1024) == 2_097_152
-    assert RISK_BAND == 0.09 and len(RISKS) == 7
+    assert RISK_BAND == 0.10 and len(RISKS) == 7
 
 
 def test_the_risk_band_covers_the_models_own_band():
-    """RISK_BAND reaches both sides of the dense GPU 80% band (core/uncertainty.yaml bands.gpu: -7.02% .. +7.58%
+    """RISK_BAND reaches both sides of the dense GPU 80% band (core/uncertainty.yaml bands.gpu: -7.29% .. +9.43% since
+    the fits take Huber's loss (2026-12-07; RISK_BAND 9% before), -8.16% .. +7.93% before, -7.02% .. +7.58%
     since the loss's passes are costed, -7.12% .. +7.58% since the materialised scores' passes are counted whole, -8.39% .. +8.31% since the element-wise kernels run
     at their measured rates, -8.78% .. +8.44% before them at 2026-12-06,
     -8.79% .. +8.42% before the Megatron-LM of 2021 waited for its gradient all-reduce), so an in-domain layout inside the band of a riskier winner outranks it; a regenerated band
@@ -41,15 +42,15 @@ def test_the_risk_band_covers_the_models_own_band():
 
     low, high = uncertainty_band("gpu")
     assert (
-        (low, high) == (-0.0816, 0.0793)
-    )  # (-0.0614, 0.08) before two ZeRO-3 records' layouts were corrected (2026-12-07); (-0.0702, 0.0758) before DeepSpeed's ZeRO-3 regathers
+        (low, high) == (-0.0729, 0.0943)
+    )  # (-0.0816, 0.0793) before the fits took Huber's loss; (-0.0614, 0.08) before two ZeRO-3 records' layouts were corrected (2026-12-07); (-0.0702, 0.0758) before DeepSpeed's ZeRO-3 regathers
     assert RISK_BAND >= max(-low, high)
 
 
 def test_each_class_of_prediction_ranks_by_risk_inside_its_own_band():
     """The risk band is the half-width of the prediction class's calibrated 80% band, rounded up to a whole
-    percent, never under 9%: a dense model on GPUs 9% (-8.16% .. +7.93%), on TPUs 13% (-12.07% .. +11.76%), a
-    mixture of experts on GPUs 19% (-18.57% .. +17.4%, core/uncertainty_moe.yaml); an uncalibrated part keeps its
+    percent, never under 10%: a dense model on GPUs 10% (-7.29% .. +9.43%), on TPUs 13% (-12.07% .. +11.76%), a
+    mixture of experts on GPUs 19% (-18.67% .. +18.36%, core/uncertainty_moe.yaml); an uncalibrated part keeps its
     class's (a borrowed fraction moves every layout alike). The bands are read here from the files themselves."""
     import yaml
 
@@ -57,19 +58,19 @@ def test_each_class_of_prediction_ranks_by_risk_inside_its_own_band():
     from layoutsearch.search.ranking import risk_band
 
     dense, moe = (yaml.safe_load(path.read_text())["bands"] for path in (PATH, MOE_PATH))
-    assert dense == {"gpu": [-0.0816, 0.0793], "tpu": [-0.1207, 0.1176]}
-    assert moe["gpu"] == [-0.1857, 0.174]
+    assert dense == {"gpu": [-0.0729, 0.0943], "tpu": [-0.1207, 0.1176]}
+    assert moe["gpu"] == [-0.1867, 0.1836]
 
     def band(model: str, cluster: str) -> float:
         return risk_band(
             Problem.build(model, cluster, Workload(global_batch_seqs=256, seq_len=4096))
         )
 
-    assert band("llama3-8b", "h100-64") == RISK_BAND == 0.09
+    assert band("llama3-8b", "h100-64") == RISK_BAND == 0.10
     assert band("llama70b", "v5p-256") == 0.13
     assert band("mixtral-8x7b", "h100-64") == band("deepseek-v3", "h800-2048") == 0.19
     assert (
-        band("llama3-8b", "mi300x-64") == band("llama3-8b", "b300-64") == 0.09
+        band("llama3-8b", "mi300x-64") == band("llama3-8b", "b300-64") == 0.10
     )  # borrowed fractions
 
 

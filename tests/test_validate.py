@@ -678,15 +678,16 @@ def test_unstated_microbatching_is_the_fastest_count_that_fits(runs):
 def test_an_unstated_schedule_is_the_fastest_its_framework_runs(data_file):
     """Rule 27: Narayanan et al. 2021's 175B PTD-P row on 1,536 GPUs states pp 12 and 96 microbatches but not
     its schedule (Table 2: "1F1B or interleaved"). It is costed at the fastest schedule Megatron runs that
-    fits: interleaved, 4 chunks of two layers (21.134 s; 8 chunks 21.256 s, whose chunks wait for twice the
-    sends; 1F1B 22.488 s, the largest bubble; 21.156, 21.278 and 22.515 s before the loss's passes were costed; 20.995, 21.120 and 22.341 s before the materialised scores' passes
+    fits: interleaved, 4 chunks of two layers (20.744 s; 8 chunks 20.872 s, whose chunks wait for twice the
+    sends; 1F1B 22.067 s, the largest bubble; 21.134, 21.256 and 22.488 s before the fits took Huber's loss and the
+    a100 family was refitted with it; 21.156, 21.278 and 22.515 s before the loss's passes were costed; 20.995, 21.120 and 22.341 s before the materialised scores' passes
     were counted whole and the a100 family was refitted beside them; 20.818, 20.945 and 22.148 s before the element-wise kernels ran at
     their measured rates and the a100 family was refitted beside them; 20.649, 20.755 and 22.105 s before its release's gradient all-reduce
     after the schedule, rule 32; 21.009, 21.082 and 22.662 s before its fp16 gradients, rule 33;
     21.023, 21.089 and 22.718 s before a slower last stage paced only the microbatches). Before the steady state's sends were costed (2026-12-06): 8 chunks,
     20.587 s, and 1F1B 22.722 s; 19.877 s and 21.941 s before the Megatron-LM of 2021's gradient accumulation
     kernel was costed. Not marked assumed. Megatron-DeepSpeed's pipeline engine runs 1F1B only, MaxText's GPipe: there the row takes that.
-    Until 2026-12-05 it was costed 1F1B and marked (predicted 5.0% too slow; now 4.8% too fast), and only
+    Until 2026-12-05 it was costed 1F1B and marked (predicted 5.0% too slow; now 0.4% too fast), and only
     its claims were measured against the interleaving (``mapping.claim_baseline``, removed)."""
     from layoutsearch.core.frameworks import RECORD_FRAMEWORKS
     from layoutsearch.validation.mapping import assumed_fields, unstated_schedules
@@ -702,11 +703,11 @@ def test_an_unstated_schedule_is_the_fastest_its_framework_runs(data_file):
         4,
         96,
     )
-    assert est.step_time_s == pytest.approx(21.134, rel=1e-3)
+    assert est.step_time_s == pytest.approx(20.744, rel=1e-3)
     eight = replace(layout, axes=None, virtual_stages=8)
-    assert estimate(problem, eight).step_time_s == pytest.approx(21.256, rel=1e-3)
+    assert estimate(problem, eight).step_time_s == pytest.approx(20.872, rel=1e-3)
     one_f_one_b = replace(layout, axes=None, schedule="1f1b", virtual_stages=1)
-    assert estimate(problem, one_f_one_b).step_time_s == pytest.approx(22.488, rel=1e-3)
+    assert estimate(problem, one_f_one_b).step_time_s == pytest.approx(22.067, rel=1e-3)
     assert "layout.virtual_stages" not in assumed_fields(row)
     expected = {
         "megatron": ("1f1b", "interleaved"),
@@ -1290,7 +1291,9 @@ def test_validate_the_whole_dev_set(data_file):
 def test_held_out_bloom_rows_follow_the_development_fit(data_file):
     """tests/data/bloom_prequel_heldout.yaml (scripts/bloom_heldout.py): 17 measured rows and 2 OOM of the BLOOM
     prequel that neither runs_dev.yaml nor the calibration saw. With blocking launches costed (rule 18) and the GEMMs
-    from their shapes the median error is 4.6% and the rank correlation 0.66 (4.6% and 0.70 before the loss's passes
+    from their shapes the median error is 3.8% and the rank correlation 0.70 (4.6% and 0.66 before the fits took
+    Huber's loss and the a100 family was refitted with it, its blocking-launch time 1,678 us -> 2,124 us; 4.6% and
+    0.70 before the loss's passes
     were costed, Megatron-DeepSpeed's unfused one; 4.7% and 0.66 before the element-wise
     kernels ran at their measured rates and the a100 family was refitted beside them; 4.4% and 0.69 before the a100 refit
     beside Megatron's fp16 gradients, rule 33, which these DeepSpeed rows do not take; 4.1% and 0.62 before a slower last
@@ -1302,8 +1305,8 @@ def test_held_out_bloom_rows_follow_the_development_fit(data_file):
     doc = validate_runs(load_runs(data_file("bloom_prequel_heldout.yaml")), rank=False, loso=False)
     s = doc["summary"]
     assert (s["count"], s["with_measured_throughput"], s["skipped"]) == (19, 17, 0)
-    assert s["median_abs_rel_error"] == pytest.approx(0.0462, abs=0.002)
-    assert s["bloom_sweep_spearman"] == pytest.approx(0.664, abs=0.01)
+    assert s["median_abs_rel_error"] == pytest.approx(0.0378, abs=0.002)
+    assert s["bloom_sweep_spearman"] == pytest.approx(0.701, abs=0.01)
     assert [e["predicted_fits"] for e in doc["records"] if e["measured_oom"]] == [False, False]
 
 
@@ -1417,17 +1420,62 @@ def test_a_moe_only_fit_notes_itself_under_calibration_moe_and_leaves_the_dense_
 
 
 def test_the_huber_loss_weighs_far_records_linearly():
-    """--loss huber: log errors within 0.2 count as themselves, beyond it as sqrt(2 c |r| - c^2), so a record 2x
-    off (log 0.693) pulls with sqrt(0.237) = 0.487 instead of 0.693; the fit then follows the majority."""
+    """Huber's loss at a scale c: log errors within c count as themselves, beyond it as sqrt(2 c |r| - c^2), so at
+    c = 0.2 a record 2x off (log 0.693) pulls with sqrt(0.237) = 0.487 instead of 0.693; the fit then follows the
+    majority."""
     from layoutsearch.validation.calibrate import fit_residuals
 
     r = np.array([-0.693, -0.1, 0.0, 0.2, 0.693])
     assert fit_residuals(r, "squares").tolist() == r.tolist()
-    assert fit_residuals(r, "huber") == pytest.approx([-0.48703, -0.1, 0.0, 0.2, 0.48703], abs=1e-5)
+    assert fit_residuals(r, "huber", 0.2) == pytest.approx(
+        [-0.48703, -0.1, 0.0, 0.2, 0.48703], abs=1e-5
+    )
     with pytest.raises(
-        InvalidArgumentError, match="--loss: unknown loss 'median'; known: squares, huber"
+        InvalidArgumentError, match="--loss: unknown loss 'median'; known: huber, squares"
     ):
         calibrate([], params=("matmul_efficiency",), loss="median")
+
+
+def test_the_huber_scale_is_1_345_robust_standard_deviations_of_the_log_errors():
+    """c = 1.345 x 1.4826 x the median absolute deviation from the median: for log errors -0.1, -0.02, 0, 0.01, 0.03
+    and 0.5 the median is 0.005, the deviations 0.105, 0.025, 0.005, 0.005, 0.025 and 0.495, their median 0.025,
+    so c = 1.994097 x 0.025 = 0.04985; the record at 0.5 moves neither. A set that agrees exactly gets the 1% floor."""
+    from layoutsearch.validation.calibrate import huber_scale
+
+    assert huber_scale(np.array([-0.1, -0.02, 0.0, 0.01, 0.03, 0.5])) == pytest.approx(
+        0.0498524, abs=1e-7
+    )
+    assert huber_scale(np.array([-0.1, -0.02, 0.0, 0.01, 0.03, 5.0])) == pytest.approx(
+        0.0498524, abs=1e-7
+    )
+    assert huber_scale(np.zeros(5)) == 0.01
+
+
+@pytest.mark.slow
+def test_the_a100_fraction_is_the_typical_runs_not_the_far_ones(data_file):
+    """Fitted by least squares, the a100 family's matmul fraction is pulled down by the runs the model does not
+    describe (Narayanan et al.'s DeepSpeed ZeRO-3 rows over 80 to 280 nodes, predicted 40% and 58% too fast), and the
+    typical A100 run comes out too slow: a signed median of -2.5% over the 61 records at least squares' 0.745 (the
+    blocking-launch time held at the catalogue's). Huber's loss at the records' own scale
+    (docs/calibration.md#the-fits-loss) puts it at 0.765, where the signed median is within 1% of zero and the median
+    error falls from 4.6% to 3.2%."""
+    records = load_runs(data_file("runs_dev.yaml"))
+    fits = {
+        loss: calibrate(
+            records,
+            accelerators=("a100-40gb", "a100-80gb"),
+            params=("matmul_efficiency",),
+            loss=loss,
+        )["a100"]
+        for loss in ("squares", "huber")
+    }
+    squares, huber = fits["squares"], fits["huber"]
+    assert squares["fitted"]["matmul_efficiency"] == pytest.approx(0.745, abs=0.002)
+    assert huber["fitted"]["matmul_efficiency"] == pytest.approx(0.765, abs=0.002)
+    assert squares["after"]["median_rel_error"] < -0.02
+    assert abs(huber["after"]["median_rel_error"]) < 0.01
+    assert squares["after"]["median_abs_rel_error"] == pytest.approx(0.046, abs=0.002)
+    assert huber["after"]["median_abs_rel_error"] == pytest.approx(0.032, abs=0.002)
 
 
 def test_calibration_fits_a_few_fractions_per_family(runs, tmp_path):
@@ -1588,7 +1636,8 @@ def test_leave_one_source_out_recovers_a_shared_truth(runs):
 def test_leave_one_source_out_fits_only_on_the_records_fit_on_picks(runs):
     """As the catalogue's MoE overhead is fitted on the runs without CUDA graphs: a record fit_on leaves out is
     predicted but never fitted. One Megatron-LM record measured 2x faster than the shared truth: left out of the
-    fits, the other sources are predicted from theirs to within 1% and it shows -50%; fitted, it pulls them off."""
+    fits, the other sources are predicted from theirs to within 1% and it shows -50%; fitted by least squares, it
+    pulls them off by more than 5%; by Huber's loss (the default) by under 1%."""
     h100 = list(H100_THREE_SOURCES)
     records = synthetic(runs, h100, matmul_efficiency=0.55, attention_efficiency=0.3)
     odd = "megatron-core-h100-2024-32b"
@@ -1602,8 +1651,10 @@ def test_leave_one_source_out_fits_only_on_the_records_fit_on_picks(runs):
     assert kept["by_source"]["dgxc-benchmarking"]["calibration"] == {
         "h100-class": "matmul_efficiency refit on 4 records of 2 other sources"
     }
-    pulled = leave_one_source_out(records)
+    pulled = leave_one_source_out(records, loss="squares")
     assert max(abs(pulled["rel_errors"][rid]) for rid in h100 if rid.startswith("dgxc")) > 0.05
+    robust = leave_one_source_out(records)
+    assert max(abs(robust["rel_errors"][rid]) for rid in h100 if rid.startswith("dgxc")) < 0.01
 
 
 @pytest.mark.slow

@@ -419,7 +419,10 @@ def test_gpt_oss_records_cost_their_sliding_window(by_id):
 
 def test_the_learned_routing_spread_is_what_its_fit_finds(moe_runs):
     """core.specs.LEARNED_ROUTING_EXPERT_CV (0.15) against the 14 dev records costed learned, dropless, with ep > 1
-    (NeMo's three Mixtral rows among them), Huber loss: the best of the four, 0.05's loss 4.7% above it (3.5% before
+    (NeMo's three Mixtral rows among them), Huber loss at the records' own scale: within 1% of the best of the four
+    (0.2, 0.8% lower: a near tie, and the default stays, as scripts/fit_routing_cv.py rules), 0.05's loss 9.1% above
+    it. Before the fits took Huber's loss at the set's own scale (20% then) it was the best of the four, 0.05's loss
+    4.7% above it (3.5% before
     the loss's passes were costed and the fits redone beside them; the
     0.05 grid's best, scripts/fit_routing_cv.py, is 0.15 itself) since the element-wise kernels run at their
     measured rates and the MoE host time and Blackwell's fraction were refitted beside them (moving these records'
@@ -440,11 +443,13 @@ def test_the_learned_routing_spread_is_what_its_fit_finds(moe_runs):
     } <= {p[0] for p in problems}
     scan = routing_cv_scan(problems, (0.05, 0.1, LEARNED_ROUTING_EXPERT_CV, 0.2))
     assert LEARNED_ROUTING_EXPERT_CV == 0.15
-    # 0.05 < 0.1 < 0.15 < 0.2 before the element-wise kernels ran at their measured rates
-    assert scan[0.05][0] > scan[0.1][0] > scan[0.15][0] < scan[0.2][0]
+    # 0.05 < 0.1 < 0.15 < 0.2 before the element-wise kernels ran at their measured rates; 0.15 < 0.2 before the fits
+    # took Huber's loss at the set's own scale
+    assert scan[0.05][0] > scan[0.1][0] > scan[0.15][0] > scan[0.2][0]
+    assert scan[0.15][0] / scan[0.2][0] - 1 == pytest.approx(0.008, abs=0.001)
     assert scan[0.15][0] / scan[0.05][0] - 1 == pytest.approx(
-        -0.0449, abs=0.001
-    )  # -0.0340, +0.0311 before
+        -0.0914, abs=0.001
+    )  # -0.0449 before the fits took Huber's loss at the set's own scale; -0.0340, +0.0311 before
     # the median |error| over the same records: lower at 0.15
     median = {cv: float(np.median(np.abs(np.expm1(scan[cv][1])))) for cv in (0.05, 0.15)}
     # (0.0885, 0.0743) before the loss's passes were costed; (0.079, 0.0587) before the element-wise kernels ran at
@@ -461,9 +466,10 @@ def test_the_learned_routing_spread_is_what_its_fit_finds(moe_runs):
     # first stage cost the heaviest device's own layers, 2026-12-05; 0.1635, 0.1671, 0.1688 before a slower last
     # stage paced only the microbatches, 2026-12-06; 0.1638, 0.1673, 0.1689, 0.1813 before the element-wise
     # kernels ran at their measured rates and the MoE host time and Blackwell's fraction were refitted beside them;
-    # 0.1769, 0.1743, 0.1709, 0.1763 before the loss's passes were costed and the fits redone beside them)
+    # 0.1769, 0.1743, 0.1709, 0.1763 before the loss's passes were costed and the fits redone beside them; 0.1787,
+    # 0.1751, 0.1707, 0.1751 at Huber's former fixed scale, 20%, before the fits took the records' own)
     assert (scan[0.05][0], scan[0.1][0], scan[0.15][0], scan[0.2][0]) == pytest.approx(
-        (0.1787, 0.1751, 0.1707, 0.1751), abs=5e-5
+        (0.1663, 0.1587, 0.1511, 0.1499), abs=5e-5
     )
 
 
@@ -644,8 +650,10 @@ def test_the_catalogues_moe_host_overhead_is_what_its_commands_fit(moe_runs, cap
     mapping rules 20, 22, 24 and 26.
     Until the element-wise kernels ran at their measured rates and these were refitted beside them (2026-12-06:
     53.56 us, 624 us, 0.4646) the test was a strict xfail: the fit then found b200-class matmul_efficiency 0.476
-    and the catalogue kept 0.4646 (the Huber optimum moved the class's median error from 7.8% to 9.5%). The fit
-    now returns the catalogue's 0.4908 (also from a start of 0.46)."""
+    and the catalogue kept 0.4646 (the Huber optimum moved the class's median error from 7.8% to 9.5%). The
+    catalogue's 0.4908 is the fit at Huber's former fixed scale (20%); at the records' own scale (14.1%,
+    docs/calibration.md#the-fits-loss) the fraction is 0.486, 1% lower and held, inside its spread between
+    sources."""
     from layoutsearch.cli import main
     from layoutsearch.validation.calibrate import calibrate
 
@@ -656,10 +664,10 @@ def test_the_catalogues_moe_host_overhead_is_what_its_commands_fit(moe_runs, cap
         loss="huber",
         fit_families={"matmul_efficiency": ("b200-class",)},
     )
-    # Levenberg-Marquardt from the catalogue's values: within 0.0005 of the fit that wrote them
     assert {f: (v["records"], v["fitted"].get("matmul_efficiency")) for f, v in fitted.items()} == {
-        "b200-class": (35, pytest.approx(0.4908, abs=5e-4))
+        "b200-class": (35, pytest.approx(0.4858, abs=5e-4))
     }
+    assert load_accelerator("b200").matmul_efficiency == 0.4908  # held: 1% from the fit
     assert (
         main(
             [
@@ -696,7 +704,7 @@ def test_the_catalogues_moe_host_overhead_is_what_its_commands_fit(moe_runs, cap
     )
     assert (
         capsys.readouterr().err.strip()
-        == "error: --loss: unknown loss 'median'; known: squares, huber"
+        == "error: --loss: unknown loss 'median'; known: huber, squares"
     )
     assert (
         main(["calibrate", str(MOE_DEV), "--fit", "moe_launch_latency_s", "--cuda-graphs", "some"])

@@ -65,8 +65,9 @@ def test_deepspeed_copies_gradients_into_its_buckets_and_megatron_nothing():
 def test_the_llm_foundry_sweeps_rank_as_they_measured(data_file):
     """tests/data/llmfoundry_sweeps_heldout.yaml (scripts/llmfoundry_heldout.py), nothing fitted on it: MPT-13B
     on 8 A100 40GB without activation checkpointing at one sequence a microbatch ran 0.443x (512 tokens) and
-    0.717x (1,024) the checkpointed largest microbatch; the engine predicts 0.571x and 0.840x, the right side of
-    1 (0.572x and 0.841x before the loss's passes were costed and the a100 family refitted beside them; 0.577x and 0.843x before the a100 refit beside the materialised scores' passes, counted whole; 0.581x and 0.844x before the element-wise kernels ran at their measured fractions of the HBM bandwidth and
+    0.717x (1,024) the checkpointed largest microbatch; the engine predicts 0.561x and 0.836x, the right side of
+    1 (0.571x and 0.840x before the fits took Huber's loss and the a100 family was refitted with it; 0.572x and 0.841x
+    before the loss's passes were costed and the a100 family refitted beside them; 0.577x and 0.843x before the a100 refit beside the materialised scores' passes, counted whole; 0.581x and 0.844x before the element-wise kernels ran at their measured fractions of the HBM bandwidth and
     the a100 refit beside them; 0.582x and 0.844x before the a100 refit beside the 2021 release's gradient all-reduce, rule 32; 0.577x and 0.842x before the a100 refit beside Megatron's fp16 gradients, rule 33; 0.579x and 0.843x before
     the a100 refit beside the steady state's pipeline sends; 0.585x and 0.845x before the A100 refit beside the costed gradient accumulation kernels, 2026-12-06; 0.582x and 0.928x before the copies were costed: a claim that dropping recompute pays where it lost 28%;
     0.480x and 0.798x with the copies and fp32 reduction, before the campaign stated its PURE mixed precision's
@@ -79,7 +80,7 @@ def test_the_llm_foundry_sweeps_rank_as_they_measured(data_file):
         return tps[a][key] / tps[b][key]
 
     base = "llmfoundry-sweep-torch2-13b-s{}-8gpu-mbs{}-ga16-{}"
-    for seq, ref_mbs, measured, predicted in ((512, 16, 0.443, 0.571), (1024, 8, 0.717, 0.840)):
+    for seq, ref_mbs, measured, predicted in ((512, 16, 0.443, 0.561), (1024, 8, 0.717, 0.836)):
         row, ref = base.format(seq, 1, "noac"), base.format(seq, ref_mbs, "ac")
         assert ratio(row, ref, "measured_tokens_per_s_per_device") == pytest.approx(
             measured, abs=5e-4
@@ -88,7 +89,7 @@ def test_the_llm_foundry_sweeps_rank_as_they_measured(data_file):
             predicted, abs=5e-4
         )
     assert (
-        doc["summary"]["median_abs_rel_error"] == pytest.approx(0.0614, abs=5e-4)
-    )  # 0.060 before the loss's passes (eager, 44 bytes a logit) and the a100 refit beside them; 0.064 before the
+        doc["summary"]["median_abs_rel_error"] == pytest.approx(0.0449, abs=5e-4)
+    )  # 0.061 before the fits took Huber's loss and the a100 family was refitted with it; 0.060 before the loss's passes (eager, 44 bytes a logit) and the a100 refit beside them; 0.064 before the
     # a100 refit beside the materialised scores' passes; 0.060 before 2026-12-06's A100 refit;
     # 0.043 before rule 31

@@ -14,7 +14,13 @@ from layoutsearch.core.errors import InvalidArgumentError
 from layoutsearch.core.parse import parse_names
 from layoutsearch.core.specs import CUDA_GRAPHS
 from layoutsearch.report import render
-from layoutsearch.validation.calibrate import FAMILIES, SHARED_KIND, YAML_KEYS, write_calibration
+from layoutsearch.validation.calibrate import (
+    DEFAULT_LOSS,
+    FAMILIES,
+    SHARED_KIND,
+    YAML_KEYS,
+    write_calibration,
+)
 from layoutsearch.validation.calibrate import calibrate as fit
 from layoutsearch.validation.mapping import cuda_graphs as record_cuda_graphs
 from layoutsearch.validation.validate import load_runs
@@ -56,15 +62,15 @@ def calibrate(
         str,
         typer.Option(
             "--loss",
-            help="Of the log errors: squares, or huber (squares within 20 %, "
-            "linear beyond: a run measured far off the rest pulls less)",
+            help="Of the log errors: huber (squares within Huber's 1.345 robust standard deviations of the "
+            "records' log errors, linear beyond: a run far off the rest pulls less), or squares",
         ),
-    ] = "squares",
+    ] = DEFAULT_LOSS,
     write: Annotated[
         bool, typer.Option("--write", help="Write the fitted values into hardware/*.yaml")
     ] = False,
 ) -> None:
-    """Fit a few calibration fields per accelerator (least squares, or --loss huber, on log error); writes only
+    """Fit a few calibration fields per accelerator (Huber's loss, or --loss squares, on log error); writes only
     with --write."""
     fields = (
         parse_names(fit_fields, tuple(YAML_KEYS), "--fit", "field")

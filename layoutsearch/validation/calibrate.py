@@ -3,8 +3,8 @@
 Per accelerator FAMILY (``FAMILIES``: a100 = A100 40/80 GB, h100-class = H100/H200/H800 (one
 GH100 die), b200-class = B200/GB200, and each TPU generation on its own), at most
 ``MAX_FIT_PARAMS`` calibration fractions (default ``DEFAULT_PARAMS``: the matmul fraction and the
-portable attention kernels', each where a record runs it; never one per record) are fitted by least squares on r_i = log(predicted_i /
-measured_i) over that family's usable records: mapped by ``mapping.record_to_problem`` (not
+portable attention kernels', each where a record runs it; never one per record) are fitted by Huber's loss (``huber_scale``;
+or least squares) on r_i = log(predicted_i / measured_i) over that family's usable records: mapped by ``mapping.record_to_problem`` (not
 skipped), not out of memory, with a measured throughput. The residual is symmetric in over- and
 under-prediction. Every member of a family gets the same fitted values; a family with fewer
 than 2 records per parameter gets matmul_efficiency only. A shared field (``SHARED_KIND``:
@@ -13,8 +13,10 @@ library on every GPU) is fitted once over the families of its accelerator kind, 
 family's own fields (``fit_joint``; ``calibrate --shared``): fitted per family it is not identified; so are
 ``moe_launch_latency_s`` and ``moe_host_sync_s``, the same host software's time per kernel launch and per
 dispatcher sync on every GPU (fitted per family they would absorb a family's compute misfit). ``calibrate --fit-families`` limits a fitted field
-to some families (a generation's own compute fraction), the others keeping their catalogue values of it. ``calibrate --loss huber`` (``fit_residuals``) weighs log errors beyond
-``HUBER_LOG_SCALE`` linearly instead of squared, for record sets where the same layout is measured far apart.
+to some families (a generation's own compute fraction), the others keeping their catalogue values of it. Huber's loss (``fit_residuals``, the default; ``calibrate --loss squares``: least squares) weighs log errors beyond
+the fit's Huber scale (``huber_scale``: Huber's 1.345 robust standard deviations of its records' log errors at
+the start) linearly instead of squared, so that a run the model does not describe, or the same layout measured
+far apart, does not pull the fraction every typical run is costed at.
 
 Method: Levenberg-Marquardt with forward-difference Jacobians in an unbounded parameterisation
 (efficiencies e = lo + (hi - lo) sigmoid(u) inside (0.2, 1.0]; overheads and half-efficiency
@@ -60,14 +62,20 @@ FitFamilies = Mapping[str, Collection[str]] | None
 DEFAULT_SHARED = ("overlap_interference",)  # fitted with them over the GPU families (SHARED_KIND)
 MAX_FIT_PARAMS = 4  # a few fractions per family, never one per record
 LOSSES = (
-    "squares",
     "huber",
-)  # of the log errors: least squares, or Huber's (squares within HUBER_LOG_SCALE, linear beyond)
+    "squares",
+)  # of the log errors: Huber's (squares within ``huber_scale``, linear beyond), or least squares
+DEFAULT_LOSS = "huber"  # the catalogue's fits and their leave-one-source-out folds (docs/calibration.md#the-fits-loss)
 ROUTING_CV_GRID = tuple(
     round(0.05 * i, 2) for i in range(13)
 )  # Workload.routing_cv's fit: 0 .. 0.6 by 0.05
-HUBER_LOG_SCALE = (
-    0.2  # log(predicted / measured) beyond which a record's pull stops growing: about 20 %
+# Huber's tuning constant, in robust standard deviations of the log errors: 95% of least squares' efficiency where
+# the errors are normal (Huber 1981, "Robust Statistics", section 7.7; statsmodels' HuberT default), and the
+# standard deviation estimated as 1.4826 x their median absolute deviation (the normal's MAD-to-sigma factor)
+HUBER_TUNING = 1.345
+MAD_TO_SIGMA = 1.4826
+MIN_HUBER_LOG_SCALE = (
+    0.01  # a set that agrees to within 1 % is fitted as by least squares within that
 )
 # Accelerator id -> the family whose records share one calibration (same compute die and clocks).
 FAMILIES = {
@@ -234,13 +242,23 @@ def tokens_per_s(problem: Problem, layout: Layout) -> float:
     return problem.workload.global_batch_tokens / step_seconds(problem, layout)
 
 
-def fit_residuals(log_errors: np.ndarray, loss: str = "squares") -> np.ndarray:
+def huber_scale(log_errors: np.ndarray) -> float:
+    """The log error beyond which a record's pull stops growing: ``HUBER_TUNING`` x the robust standard deviation
+    of ``log_errors`` (``MAD_TO_SIGMA`` x their median absolute deviation from their median), at least
+    ``MIN_HUBER_LOG_SCALE``. Taken once per fit, from its records' log errors at the start."""
+    r = np.asarray(log_errors, dtype=np.float64)
+    mad = float(np.median(np.abs(r - np.median(r)))) if r.size else 0.0
+    return max(HUBER_TUNING * MAD_TO_SIGMA * mad, MIN_HUBER_LOG_SCALE)
+
+
+def fit_residuals(log_errors: np.ndarray, loss: str = "squares", scale: float = 0.0) -> np.ndarray:
     """What the fit squares: the log errors themselves (least squares), or for ``huber`` their Huber-weighted
-    equivalents, sign(r) sqrt(2 c |r| - c^2) beyond c = ``HUBER_LOG_SCALE``, so that a record measured 2x off the
-    others (a release's slow run) pulls like one 20 % off with a longer lever, not like 4 records (Huber 1964)."""
+    equivalents, sign(r) sqrt(2 c |r| - c^2) beyond c = ``scale`` (``huber_scale`` of the fit's records), so that a
+    record measured 2x off the others (a release's slow run, a run the model does not describe) pulls like one
+    c off with a longer lever, not like many records (Huber 1964)."""
     if loss == "squares":
         return log_errors
-    c, a = HUBER_LOG_SCALE, np.abs(log_errors)
+    c, a = scale, np.abs(log_errors)
     return np.where(
         a <= c, log_errors, np.sign(log_errors) * np.sqrt(np.maximum(2.0 * c * a - c * c, 0.0))
     )
@@ -313,7 +331,10 @@ def levenberg_marquardt(
 
 # ----------------------------------------------------------------------------- fit
 def fit_fields(
-    problems: list[tuple[str, tuple, float]], params: tuple[str, ...], loss: str = "squares"
+    problems: list[tuple[str, tuple, float]],
+    params: tuple[str, ...],
+    loss: str = "squares",
+    scale: float | None = None,
 ) -> tuple[dict, dict, list, int]:
     """Values of ``params`` shared by all ``problems`` minimising the ``loss`` of their log errors (``fit_residuals``):
     (fitted, start, unconstrained, iterations).
@@ -325,9 +346,14 @@ def fit_fields(
         for p in params
     }
 
+    if scale is None:
+        scale = huber_scale(log_residuals(problems, {})) if loss == "huber" else 0.0
+
     def residual_fn(u: np.ndarray) -> np.ndarray:
         return fit_residuals(
-            log_residuals(problems, {p: _to_value(p, x) for p, x in zip(params, u)}), loss
+            log_residuals(problems, {p: _to_value(p, x) for p, x in zip(params, u)}),
+            loss,
+            scale,
         )
 
     u, iterations, active = levenberg_marquardt(
@@ -344,6 +370,7 @@ def fit_joint(
     loss: str = "squares",
     start_from: dict[str, dict[str, float]] | None = None,
     fit_families: FitFamilies = None,
+    scale: float | None = None,
 ) -> dict[str, dict]:
     """``params`` per family and ``shared`` fields common to the families of their kind (``SHARED_KIND``),
     fitted as one problem over every family's residuals (``loss``, ``fit_residuals``): {family: fitted fields}.
@@ -380,10 +407,14 @@ def fit_joint(
             if g == f or (g == "*" and p in joins[f])
         }
 
+    def log_errors(u: np.ndarray) -> np.ndarray:
+        return np.concatenate([log_residuals(groups[f], fields_of(u, f)) for f in own])
+
+    if scale is None:
+        scale = huber_scale(log_errors(start)) if loss == "huber" else 0.0
+
     def residual_fn(u: np.ndarray) -> np.ndarray:
-        return fit_residuals(
-            np.concatenate([log_residuals(groups[f], fields_of(u, f)) for f in own]), loss
-        )
+        return fit_residuals(log_errors(u), loss, scale)
 
     u, _, _ = levenberg_marquardt(residual_fn, start)
     return {
@@ -514,7 +545,7 @@ def calibrate(
     params: tuple[str, ...] = DEFAULT_PARAMS,
     exclude: Iterable[str] = (),
     shared: tuple[str, ...] = (),
-    loss: str = "squares",
+    loss: str = DEFAULT_LOSS,
     fit_families: FitFamilies = None,
 ) -> dict:
     """Fit calibration parameters per accelerator family; {family: fit_accelerator(...) result}.
@@ -625,17 +656,23 @@ def learned_routing_problems(records: Iterable[dict]) -> list[tuple[str, tuple, 
 
 
 def routing_cv_scan(
-    problems: list[tuple[str, tuple, float]], values: Iterable[float], loss: str = "huber"
+    problems: list[tuple[str, tuple, float]],
+    values: Iterable[float],
+    loss: str = "huber",
+    scale: float | None = None,
 ) -> dict[float, tuple[float, np.ndarray]]:
     """For each candidate ``routing_cv``: (the fit's objective, the sum of squared ``fit_residuals``; the log errors
-    of ``problems``), the problems costed with that spread and the catalogue's calibration."""
+    of ``problems``), the problems costed with that spread and the catalogue's calibration. One Huber scale for every
+    candidate: ``huber_scale`` of the problems' log errors as costed (their own spread)."""
+    if scale is None:
+        scale = huber_scale(log_residuals(problems, {})) if loss == "huber" else 0.0
     out = {}
     for cv in values:
         errors = np.empty(len(problems))
         for i, prob in enumerate(problems):
             _, (varied, layout), measured = _with_routing_cv(prob, float(cv))
             errors[i] = math.log(tokens_per_s(varied, layout) / varied.num_devices / measured)
-        out[float(cv)] = (float(np.sum(fit_residuals(errors, loss) ** 2)), errors)
+        out[float(cv)] = (float(np.sum(fit_residuals(errors, loss, scale) ** 2)), errors)
     return out
 
 
@@ -670,7 +707,7 @@ def leave_one_source_out(
     params: tuple[str, ...] = DEFAULT_PARAMS,
     shared: tuple[str, ...] = (),
     fit_on: Callable[[dict], bool] | None = None,
-    loss: str = "squares",
+    loss: str = DEFAULT_LOSS,
     routing_cv_grid: Iterable[float] | None = None,
     then: tuple[tuple[str, Callable[[dict], bool]], ...] = (),
     warm_start: bool = False,
@@ -711,6 +748,12 @@ def leave_one_source_out(
 
     groups = {fam: [p for _, f, p in items if f == fam] for fam in sorted({f for _, f, _ in items})}
     fit_groups = {fam: [p for p in probs if p[0] in fitted_ids] for fam, probs in groups.items()}
+    # one Huber scale for every fit of every fold: the whole set's spread at the catalogue's values
+    scale = (
+        huber_scale(log_residuals([p for _, _, p in items if p[0] in fitted_ids], {}))
+        if loss == "huber"
+        else 0.0
+    )
 
     def joint_on_all() -> dict[str, dict]:
         """The ``shared`` joint fit on every source's records (``fit_joint``)."""
@@ -720,6 +763,7 @@ def leave_one_source_out(
             shared,
             loss,
             fit_families=fit_families,
+            scale=scale,
         )
 
     everywhere = joint_on_all() if shared and warm_start else None  # the folds start from it
@@ -731,7 +775,7 @@ def leave_one_source_out(
         fold = items
         if grid:
             train_learned = [p for s, _, p in items if s != source and p[0] in learned]
-            scan = routing_cv_scan(train_learned, grid, loss)
+            scan = routing_cv_scan(train_learned, grid, loss, scale)
             cv = min(scan, key=lambda c: scan[c][0])
             fold = [(s, f, _with_routing_cv(p, cv)) for s, f, p in items]
             how["routing_cv"] = (
@@ -750,6 +794,7 @@ def leave_one_source_out(
                 loss,
                 start_from=everywhere,
                 fit_families=fit_families,
+                scale=scale,
             )
         fold_fields: dict[
             str, dict[str, float]
@@ -763,7 +808,11 @@ def leave_one_source_out(
                     s for s in shared if s in joint.get(fam, {})
                 )
                 fields = (
-                    joint[fam] if shared else fit_fields(train, chosen, loss)[0] if chosen else {}
+                    joint[fam]
+                    if shared
+                    else fit_fields(train, chosen, loss, scale)[0]
+                    if chosen
+                    else {}
                 )
                 others = len(
                     {s for s, f, p in fold if s != source and f == fam and p[0] in fitted_ids}
@@ -797,7 +846,7 @@ def leave_one_source_out(
             if sum(map(len, stage.values())) < 2:
                 how[name] = "catalogue value (fewer than 2 such records in the other sources)"
                 continue
-            values = fit_joint(stage, (), (name,), loss)
+            values = fit_joint(stage, (), (name,), loss, scale=scale)
             value = next(iter(values.values()))[name]
             for fam in fold_fields:
                 if SHARED_KIND.get(name) == _kind_of(fold, fam):
@@ -822,7 +871,7 @@ def leave_one_source_out(
             fields = (
                 joint.get(fam, {})
                 if shared
-                else fit_fields(train, chosen, loss)[0]
+                else fit_fields(train, chosen, loss, scale)[0]
                 if len(train) >= 2 and chosen
                 else {}
             )
