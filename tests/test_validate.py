@@ -1440,7 +1440,7 @@ def test_the_huber_scale_is_1_345_robust_standard_deviations_of_the_log_errors()
     """c = 1.345 x 1.4826 x the median absolute deviation from the median: for log errors -0.1, -0.02, 0, 0.01, 0.03
     and 0.5 the median is 0.005, the deviations 0.105, 0.025, 0.005, 0.005, 0.025 and 0.495, their median 0.025,
     so c = 1.994097 x 0.025 = 0.04985; the record at 0.5 moves neither. A set that agrees exactly gets the 1% floor."""
-    from layoutsearch.validation.calibrate import huber_scale
+    from layoutsearch.validation.calibrate import fit_residuals, huber_scale
 
     assert huber_scale(np.array([-0.1, -0.02, 0.0, 0.01, 0.03, 0.5])) == pytest.approx(
         0.0498524, abs=1e-7
@@ -1449,6 +1449,12 @@ def test_the_huber_scale_is_1_345_robust_standard_deviations_of_the_log_errors()
         0.0498524, abs=1e-7
     )
     assert huber_scale(np.zeros(5)) == 0.01
+    r = np.array(
+        [-0.1, -0.02, 0.0, 0.01, 0.03, 0.5]
+    )  # without a scale: the errors' own, c = 0.04985
+    assert fit_residuals(r, "huber")[-1] == pytest.approx(
+        np.sqrt(2 * 0.0498524 * 0.5 - 0.0498524**2), abs=1e-6
+    )
 
 
 @pytest.mark.slow

@@ -251,14 +251,18 @@ def huber_scale(log_errors: np.ndarray) -> float:
     return max(HUBER_TUNING * MAD_TO_SIGMA * mad, MIN_HUBER_LOG_SCALE)
 
 
-def fit_residuals(log_errors: np.ndarray, loss: str = "squares", scale: float = 0.0) -> np.ndarray:
+def fit_residuals(
+    log_errors: np.ndarray, loss: str = "squares", scale: float | None = None
+) -> np.ndarray:
     """What the fit squares: the log errors themselves (least squares), or for ``huber`` their Huber-weighted
     equivalents, sign(r) sqrt(2 c |r| - c^2) beyond c = ``scale`` (``huber_scale`` of the fit's records), so that a
     record measured 2x off the others (a release's slow run, a run the model does not describe) pulls like one
-    c off with a longer lever, not like many records (Huber 1964)."""
+    c off with a longer lever, not like many records (Huber 1964). Without ``scale``, c is ``huber_scale`` of these
+    errors (a fit passes the one it took at its start)."""
     if loss == "squares":
         return log_errors
-    c, a = scale, np.abs(log_errors)
+    c = huber_scale(log_errors) if scale is None else scale
+    a = np.abs(log_errors)
     return np.where(
         a <= c, log_errors, np.sign(log_errors) * np.sqrt(np.maximum(2.0 * c * a - c * c, 0.0))
     )
