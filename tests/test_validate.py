@@ -1457,6 +1457,31 @@ def test_the_huber_scale_is_1_345_robust_standard_deviations_of_the_log_errors()
     )
 
 
+def test_every_fit_defaults_to_the_one_declared_loss():
+    """fit_residuals, fit_fields, fit_joint, fit_accelerator and routing_cv_scan take ``DEFAULT_LOSS`` (Huber's) when
+    no loss is given, as calibrate and leave_one_source_out do: the uncalibrated band's leave-one-family-out fit calls
+    fit_joint without one and ran least squares until 2026-12-07. So a record 2x off is weighed linearly by default."""
+    import inspect
+
+    from layoutsearch.validation import calibrate as cal
+
+    assert cal.DEFAULT_LOSS == "huber"
+    for fn in (
+        cal.fit_residuals,
+        cal.fit_fields,
+        cal.fit_joint,
+        cal.fit_accelerator,
+        cal.routing_cv_scan,
+        cal.calibrate,
+        cal.leave_one_source_out,
+    ):
+        assert inspect.signature(fn).parameters["loss"].default == "huber", fn.__name__
+    r = np.array([-0.1, -0.02, 0.0, 0.01, 0.03, 0.693])
+    assert cal.fit_residuals(r)[-1] == pytest.approx(
+        np.sqrt(2 * 0.0498524 * 0.693 - 0.0498524**2), abs=1e-6
+    )  # 0.257, not 0.693
+
+
 @pytest.mark.slow
 def test_the_a100_fraction_is_the_typical_runs_not_the_far_ones(data_file):
     """Fitted by least squares, the a100 family's matmul fraction is pulled down by the runs the model does not

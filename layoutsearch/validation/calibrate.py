@@ -252,7 +252,7 @@ def huber_scale(log_errors: np.ndarray) -> float:
 
 
 def fit_residuals(
-    log_errors: np.ndarray, loss: str = "squares", scale: float | None = None
+    log_errors: np.ndarray, loss: str = DEFAULT_LOSS, scale: float | None = None
 ) -> np.ndarray:
     """What the fit squares: the log errors themselves (least squares), or for ``huber`` their Huber-weighted
     equivalents, sign(r) sqrt(2 c |r| - c^2) beyond c = ``scale`` (``huber_scale`` of the fit's records), so that a
@@ -337,7 +337,7 @@ def levenberg_marquardt(
 def fit_fields(
     problems: list[tuple[str, tuple, float]],
     params: tuple[str, ...],
-    loss: str = "squares",
+    loss: str = DEFAULT_LOSS,
     scale: float | None = None,
 ) -> tuple[dict, dict, list, int]:
     """Values of ``params`` shared by all ``problems`` minimising the ``loss`` of their log errors (``fit_residuals``):
@@ -371,7 +371,7 @@ def fit_joint(
     groups: dict[str, list],
     params: tuple[str, ...],
     shared: tuple[str, ...],
-    loss: str = "squares",
+    loss: str = DEFAULT_LOSS,
     start_from: dict[str, dict[str, float]] | None = None,
     fit_families: FitFamilies = None,
     scale: float | None = None,
@@ -431,7 +431,7 @@ def fit_joint(
 
 
 def fit_accelerator(
-    problems: list[tuple[str, tuple, float]], params: tuple[str, ...], loss: str = "squares"
+    problems: list[tuple[str, tuple, float]], params: tuple[str, ...], loss: str = DEFAULT_LOSS
 ) -> dict:
     """Fit ``params`` of one accelerator family to its problems; before/after error statistics and values."""
     before = log_residuals(problems, {})
@@ -662,7 +662,7 @@ def learned_routing_problems(records: Iterable[dict]) -> list[tuple[str, tuple, 
 def routing_cv_scan(
     problems: list[tuple[str, tuple, float]],
     values: Iterable[float],
-    loss: str = "huber",
+    loss: str = DEFAULT_LOSS,
     scale: float | None = None,
 ) -> dict[float, tuple[float, np.ndarray]]:
     """For each candidate ``routing_cv``: (the fit's objective, the sum of squared ``fit_residuals``; the log errors

@@ -6,10 +6,10 @@ family's fitted fractions (``calibrate.DEFAULT_PARAMS``) and its attention kerne
 (``BORROWED_KERNELS``, which such a part borrows or derives too). Its error is measured here on
 parts that do have runs, by pretending they have none: for each accelerator family F (``calibrate.
 FAMILIES``) and each source S with records on F, the calibration (``calibrate.DEFAULT_PARAMS`` per
-family, ``DEFAULT_SHARED`` jointly, as the dense leave-one-source-out fits it) is fitted on the
-records of the other families of F's kind that are not from S, and F's records from S are predicted
-with the fitted fields of the donor: the other family of the kind with the most records (the way the
-catalogue borrows; F keeps its own other catalogue values). A family whose kind has no other family
+family, ``DEFAULT_SHARED`` jointly, by ``DEFAULT_LOSS`` at one scale for every fold, as the dense
+leave-one-source-out fits it) is fitted on the records of the other families of F's kind that are not
+from S, and F's records from S are predicted with the fitted fields of the donor: the other family of
+the kind with the most records (the way the catalogue borrows; F keeps its own other catalogue values). A family whose kind has no other family
 with records (v5p, the only TPU with runs) cannot be measured so: ``no_sibling`` names it.
 
 ``uncalibrated_section`` turns the errors into the ``uncalibrated`` section of
@@ -25,11 +25,13 @@ import numpy as np
 
 from layoutsearch.core.parallel import parallel_map
 from layoutsearch.validation.calibrate import (
+    DEFAULT_LOSS,
     DEFAULT_PARAMS,
     DEFAULT_SHARED,
     KERNEL_FIELDS,
     family_of,
     fit_joint,
+    huber_scale,
     log_residuals,
     usable_problems,
 )
@@ -65,6 +67,8 @@ def leave_one_family_out(records: list[dict], workers: int | None = None) -> dic
         for f in families
     }
     folds = sorted({(f, s) for s, f, _, _ in items if donors[f] is not None})
+    # one Huber scale for every fold, as leave_one_source_out: the whole set's spread at the catalogue's values
+    scale = huber_scale(log_residuals([p for _, _, _, p in items], {}))
 
     def fold(task: tuple[str, str]) -> dict[str, float]:
         """The held-out family's records of one source, predicted with the donor's fit without that source."""
@@ -86,7 +90,7 @@ def leave_one_family_out(records: list[dict], workers: int | None = None) -> dic
                 for k in BORROWED_KERNELS
                 if None not in (getattr(theirs, k), getattr(ours, k))
             },
-            **fit_joint(groups, DEFAULT_PARAMS, DEFAULT_SHARED)[donor],
+            **fit_joint(groups, DEFAULT_PARAMS, DEFAULT_SHARED, DEFAULT_LOSS, scale=scale)[donor],
         }
         return {p[0]: float(np.expm1(r)) for p, r in zip(held, log_residuals(held, fields))}
 
