@@ -35,6 +35,7 @@ from layoutsearch.core.options import (
 from layoutsearch.core.parse import parse_axes, parse_choices, parse_degrees, parse_names
 from layoutsearch.core.problem import Problem, SearchRequest, check_moe_options
 from layoutsearch.core.problem import SearchOptions as Restrictions
+from layoutsearch.core.rules import refused_offloads
 from layoutsearch.core.specs import (
     ALL_DEGREE_NAMES,
     CP_FLAVOURS,
@@ -231,6 +232,14 @@ def _search(
     resilience = planning.resilience_of(plan)  # time-to-train ranks by each layout's goodput
     request = dataclasses.replace(request, time_limit_s=_left(deadline), resilience=resilience)
     result = proven_or_feasible(solve_problem(prob, request))
+    refused = refused_offloads(prob, request.options.offload)
+    if refused and result.layouts:  # nothing feasible: the explanation names the rule
+        warnings.warn(
+            f"{label('offload')} {','.join(refused)}: not searched, no layout can take it: "
+            f"{next(iter(refused.values()))}",
+            LayoutsearchWarning,
+            stacklevel=2,
+        )
     explanation = (
         None
         if result.layouts

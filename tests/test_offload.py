@@ -13,7 +13,7 @@ import pytest
 from builders import exported, proven_top, solve_doc
 from typer.testing import CliRunner
 
-from layoutsearch.cli import app
+from layoutsearch.cli import app, main
 from layoutsearch.core.catalogue import load_model
 from layoutsearch.core.check import check_layout
 from layoutsearch.core.errors import InvalidLayoutError
@@ -289,6 +289,26 @@ def test_funnel_names_the_offload_rule_that_leaves_nothing():
         "host_memory_gib_per_node, host_cpu_cores_per_node in its hardware file (a cluster file can give "
         "them) (offload-host)"
     ) in result.output
+
+
+def test_an_offload_no_layout_can_take_is_said_where_other_choices_win(capsys):
+    """--offload none,optimizer,params on h800: the layouts without offload still win (exit 0), and one warning
+    line says the two choices were not searched and why (the rule's reason), instead of a plan that reads as if
+    offload had been weighed and lost; on h100, whose hardware file gives the host's fields, no such line."""
+    args = [
+        *("solve", "--model", "debug", "--seqs", "8", "--seq-len", "256"),
+        *("--offload", "none,optimizer,params", "--format", "json"),
+    ]
+    assert main([*args, "--cluster", "h800-8"]) == 0
+    out = capsys.readouterr()
+    assert "offload" not in json.loads(out.out)["layouts"][0]  # a record names an offload only
+    assert out.err == (
+        "warning: --offload optimizer,params: not searched, no layout can take it: offload optimizer keeps model "
+        "state in host memory, but h800 has no host_memory_gib_per_node, host_cpu_cores_per_node in its hardware "
+        "file (a cluster file can give them) (offload-host)\n"
+    )
+    assert main([*args, "--cluster", "h100-8"]) == 0
+    assert capsys.readouterr().err == ""
 
 
 def test_a_cluster_file_gives_the_host_memory_and_cores(tmp_path):

@@ -541,6 +541,19 @@ OFFLOAD_RULES: tuple[Rule, ...] = (
     ),
 )
 
+
+def refused_offloads(p: Problem, offloads) -> dict[str, str]:
+    """{choice: why} for each of the ``offloads`` asked for that no layout of ``p`` can take (the offload rules
+    that read the choice alone: the host's fields), why as ``rule.why (code)``; empty where all are searchable."""
+    out: dict[str, str] = {}
+    for name in offloads:
+        code = OFFLOADS.index(name)
+        for rule in OFFLOAD_RULES:
+            if rule.needs == {"f"} and not rule.mask(p, {"f": np.array([code])}).all():
+                out.setdefault(name, f"{rule.why(p, {'f': code})} ({rule.code})")
+    return out
+
+
 # Search-only: variants that cannot differ are enumerated once (fsdp with ZeRO-0 would be
 # replicated data parallelism, which dp already is; ZeRO >= 1 needs a shard group).
 CANONICAL: tuple[Rule, ...] = (

@@ -18,7 +18,7 @@ import numpy as np
 from layoutsearch.core.errors import LayoutsearchError
 from layoutsearch.core.numbers import divisors, odd_part
 from layoutsearch.core.problem import MAX_VIRTUAL_STAGES, Problem, SearchRequest
-from layoutsearch.core.rules import OFFLOAD_RULES, Cand, Rule
+from layoutsearch.core.rules import Cand, Rule, refused_offloads
 from layoutsearch.core.specs import ALL_DEGREE_NAMES, OFFLOADS, RECOMPUTE_POLICIES
 from layoutsearch.core.topology import resolve_cluster
 from layoutsearch.core.units import GB, KIB, TB
@@ -575,11 +575,7 @@ def _fits(est: Estimate) -> bool:
 
 def _offloaded(problem: Problem, layout):
     """The layout with its optimizer state offloaded, where the host's fields are catalogued (else None)."""
-    if layout.offload != "none" or not all(
-        rule.mask(problem, {"f": np.array([OFFLOADS.index("optimizer")])}).all()
-        for rule in OFFLOAD_RULES
-        if rule.needs == {"f"}
-    ):
+    if layout.offload != "none" or refused_offloads(problem, ("optimizer",)):
         return None
     return replace(layout, offload="optimizer")
 
