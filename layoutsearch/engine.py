@@ -51,6 +51,7 @@ from layoutsearch.core.topology import is_cluster_file, parse_cluster_name, reso
 from layoutsearch.core.uncertainty import largest_peak_that_may_run
 from layoutsearch.costs.estimate import Estimate, capacity_bytes
 from layoutsearch.costs.estimate import estimate as estimate_layout
+from layoutsearch.frameworks import Capabilities, capabilities_of
 from layoutsearch.report import planning
 from layoutsearch.report.output import (
     band_of,
@@ -232,14 +233,9 @@ def _search(
     resilience = planning.resilience_of(plan)  # time-to-train ranks by each layout's goodput
     request = dataclasses.replace(request, time_limit_s=_left(deadline), resilience=resilience)
     result = proven_or_feasible(solve_problem(prob, request))
-    refused = refused_offloads(prob, request.options.offload)
-    if refused and result.layouts:  # nothing feasible: the explanation names the rule
-        warnings.warn(
-            f"{label('offload')} {','.join(refused)}: not searched, no layout can take it: "
-            f"{next(iter(refused.values()))}",
-            LayoutsearchWarning,
-            stacklevel=2,
-        )
+    if result.layouts:  # nothing feasible: the explanation names the rule
+        for said in unsearched_choices(prob, request.options, target, label):
+            warnings.warn(said, LayoutsearchWarning, stacklevel=2)
     explanation = (
         None
         if result.layouts
@@ -250,6 +246,49 @@ def _search(
     document = solve_document(prob, result, explanation, resilience=resilience)
     set_price(document["layouts"], plan.price_per_device_hour)
     return SolveRun(prob, result, document, explanation), request
+
+
+# the list options a user may ask for and the Capabilities field that names what an export target writes of them
+WRITABLE = {
+    "schedules": "pipeline_schedules",
+    "cp_flavours": "cp_flavours",
+    "offload": "offload",
+    "pipeline_splits": "pipeline_splits",
+    "recompute": "recompute_policies",
+}
+
+
+def unsearched_choices(
+    problem: Problem, options: Restrictions, target: str | None, label: Label = flag
+) -> list[str]:
+    """One line for each option whose asked-for values no layout can take, so a plan never reads as if they had
+    been weighed and lost: those ``target`` cannot write (its ``Capabilities``), and offloads the part's hardware
+    file gives no host for (``rules.refused_offloads``)."""
+    caps = capabilities_of(target) if target else None
+    out = [] if caps is None else _unwritable(options, caps, label)
+    refused = refused_offloads(
+        problem, [o for o in options.offload if not caps or o in caps.offload]
+    )
+    if refused:
+        out.append(
+            f"{label('offload')} {','.join(refused)}: not searched, no layout can take it: "
+            f"{next(iter(refused.values()))}"
+        )
+    return out
+
+
+def _unwritable(options: Restrictions, caps: Capabilities, label: Label) -> list[str]:
+    """A line for each list option with values the export target cannot write (``WRITABLE``)."""
+    out = []
+    for option, field in WRITABLE.items():
+        writes = getattr(caps, field)
+        lost = [v for v in getattr(options, option) or () if v not in writes]
+        if lost:
+            out.append(
+                f"{label(option)} {','.join(lost)}: not searched, {caps.framework} cannot write "
+                f"{'it' if len(lost) == 1 else 'them'} (it writes {', '.join(writes) or 'none'})"
+            )
+    return out
 
 
 def _left(deadline: float) -> float:

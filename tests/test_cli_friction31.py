@@ -408,3 +408,37 @@ def test_a_search_with_no_time_left_stops_after_the_candidate_space():
     result = solve(problem, SearchRequest(time_limit_s=0.0))
     assert (result.status, result.layouts, result.tables) == ("UNKNOWN", [], None)
     assert "while building the candidate space of 4,192 candidates" in result.stopped
+
+
+def test_choices_the_export_target_cannot_write_are_said_not_searched(cli_main, tmp_path):
+    """An option's values the export target cannot write are named in one warning line each, with what it writes,
+    so a plan never reads as if they had been weighed and lost: MaxText runs GPipe only (zb-v, dualpipe), Megatron-LM
+    has no parameter offload, torchtitan no Ulysses context parallelism and none of MaxText's remat policies. Values
+    it writes give no line."""
+    base = ["solve", "--model", "debug", "--cluster", "h100-8", "--seqs", "8", "--seq-len", "256"]
+
+    def said(*extra: str) -> list[str]:
+        target = extra[1]
+        code, _, err = cli_main(*base, *extra, "-o", str(tmp_path / f"{target}.out"))
+        assert code == 0, err
+        return [x for x in err.splitlines() if "not searched" in x]
+
+    assert said("--export", "maxtext", "--schedules", "zb-v,dualpipe") == [
+        "warning: --schedules zb-v,dualpipe: not searched, MaxText cannot write them (it writes gpipe)"
+    ]
+    assert said("--export", "megatron", "--offload", "none,optimizer,params") == [
+        "warning: --offload params: not searched, Megatron-LM cannot write it (it writes none, optimizer)"
+    ]
+    assert said(
+        "--export", "torchtitan", "--cp-flavours", "ring,a2a", "--recompute", "none,minimal"
+    ) == [
+        "warning: --cp-flavours a2a: not searched, torchtitan cannot write it (it writes ring)",
+        "warning: --recompute minimal: not searched, torchtitan cannot write it (it writes none, selective, op, "
+        "full)",
+    ]
+    assert (
+        said(
+            "--export", "megatron", "--offload", "none,optimizer", "--schedules", "1f1b,interleaved"
+        )
+        == []
+    )
