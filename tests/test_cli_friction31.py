@@ -296,11 +296,12 @@ def test_a_framework_that_costs_more_than_the_bands_is_named():
     """Megatron-Bridge writes even pipeline splits only, so Llama 3 405B's 126 layers get no pipeline on
     h100-1024 at 1,024 x 8,192 tokens: its best, dp 2 x fsdp 256 x tp 2 with full recompute, takes 48.41 s a
     step against the megatron winner's 40.7 s (fsdp 2 x tp 4 x pp 32 x cp 4), 1.19x: beyond the 80% bands
-    (40.7 x 1.0793 = 43.9 < 48.41 x 0.9184 = 44.5 with the GPU band -8.16% .. +7.93%), so said (only from 1.5x
+    (40.7 x 1.0943 = 44.5 < 48.41 x 0.9271 = 44.9 with the GPU band -7.29% .. +9.43%; 43.9 < 44.5 with -8.16% ..
+    +7.93% before the fits took Huber's loss), so said (only from 1.5x
     until 2026-12-06; 48.85 s against 41.12 s before the loss's passes were costed). torchtitan 0.3's best (54.18 s)
     against torchtitan's own winner (46.1 s), 1.17x, lies on the band's edge: said while the bands were narrower
     (-6.14% .. +8.0% until two ZeRO-3 records' layouts were corrected on 2026-12-07: 46.1 x 1.08 = 49.8 < 54.18 x
-    0.9386 = 50.9), not now (46.1 x 1.0793 = 49.8 > 54.18 x 0.9184 = 49.76). torchtitan 0.2's best (46.42 s, the
+    0.9386 = 50.9), not since (46.1 x 1.0943 = 50.4 > 54.18 x 0.9271 = 50.2; 49.8 > 49.76 before Huber's loss). torchtitan 0.2's best (46.42 s, the
     balanced split it writes) against the same winner lies inside them: not said."""
     problem = {
         "model": "llama3-405b",
