@@ -233,9 +233,10 @@ def _search(
     resilience = planning.resilience_of(plan)  # time-to-train ranks by each layout's goodput
     request = dataclasses.replace(request, time_limit_s=_left(deadline), resilience=resilience)
     result = proven_or_feasible(solve_problem(prob, request))
-    if result.layouts:  # nothing feasible: the explanation names the rule
-        for said in unsearched_choices(prob, request.options, target, label):
-            warnings.warn(said, LayoutsearchWarning, stacklevel=2)
+    # asked-for choices no layout can take: said (nothing feasible: the explanation names the rule instead)
+    unsearched = unsearched_choices(prob, request.options, target, label) if result.layouts else []
+    for said in unsearched:
+        warnings.warn(said, LayoutsearchWarning, stacklevel=2)
     explanation = (
         None
         if result.layouts
@@ -244,6 +245,7 @@ def _search(
         else infeasibility(prob, result.space, result.tables)
     )
     document = solve_document(prob, result, explanation, resilience=resilience)
+    document["solver"]["not_searched"] = unsearched
     set_price(document["layouts"], plan.price_per_device_hour)
     return SolveRun(prob, result, document, explanation), request
 

@@ -301,14 +301,17 @@ def test_an_offload_no_layout_can_take_is_said_where_other_choices_win(capsys):
     ]
     assert main([*args, "--cluster", "h800-8"]) == 0
     out = capsys.readouterr()
-    assert "offload" not in json.loads(out.out)["layouts"][0]  # a record names an offload only
+    doc = json.loads(out.out)
+    assert "offload" not in doc["layouts"][0]  # a record names an offload only
+    assert doc["solver"]["not_searched"] == [out.err.removeprefix("warning: ").rstrip("\n")]
     assert out.err == (
         "warning: --offload optimizer,params: not searched, no layout can take it: offload optimizer keeps model "
         "state in host memory, but h800 has no host_memory_gib_per_node, host_cpu_cores_per_node in its hardware "
         "file (a cluster file can give them) (offload-host)\n"
     )
     assert main([*args, "--cluster", "h100-8"]) == 0
-    assert capsys.readouterr().err == ""
+    out = capsys.readouterr()
+    assert out.err == "" and json.loads(out.out)["solver"]["not_searched"] == []
 
 
 def test_a_cluster_file_gives_the_host_memory_and_cores(tmp_path):
