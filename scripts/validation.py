@@ -355,9 +355,11 @@ def uncalibrated_lines(table: dict | None, lofo: dict | None) -> list[str]:
         "contain the TPU's calibrated band; an uncalibrated MoE prediction the wider (union) of the MoE and the "
         "uncalibrated band. The held-out published GPU runs on parts not calibrated for their kind of model "
         "(borrowed fractions, or a dense model on b200 and gb200, `fitted-moe`: their fractions are fitted on MoE "
-        "runs only; the held-out sections below, never fitted on) are pooled with those errors; each side of the "
-        "band is the wider of the pooled errors' and the leave-one-family-out errors' alone. Coverage = share of "
-        "the held-out records whose measured step lay in the band.",
+        "runs only; the held-out sections below, never fitted on) are pooled with those errors; the GPU band is the "
+        "union of three 80% bands: the pooled errors', the leave-one-family-out errors' alone and the held-out "
+        "runs' alone (newer parts, which borrowed fractions predict too slow), so that it holds for the parts that "
+        "do lack a calibration as well as for the families left out; the `default` leaves the GPU-only held-out "
+        "band out. Coverage = share of the records of each row whose measured step lay in the band.",
         "",
         "| class | records | p10 | p50 | p90 | band | coverage (this band) | coverage (calibrated GPU band) |",
         "|---|---|---|---|---|---|---|---|",
