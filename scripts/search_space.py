@@ -18,12 +18,11 @@ from __future__ import annotations
 import argparse
 import subprocess
 import time
-import warnings
 
 from _common import REPO, RESULTS, table_head
 
 import layoutsearch as ls
-from layoutsearch.core.errors import InvalidArgumentError, LayoutsearchWarning
+from layoutsearch.core.errors import InvalidArgumentError
 from layoutsearch.core.stages import SPLIT_NAMES
 
 PROBLEMS = (
@@ -54,24 +53,19 @@ EVERYTHING = {
 }
 
 
-def winner(
-    model: str, cluster: str, extra: dict, choice: dict
-) -> tuple[dict, float, dict, list[str]]:
-    """The winner's record, the solve's wall time, its document (``fewer_devices`` where solve
-    compared a smaller cluster: engine.fewer_devices) and the choices it said it could not search (its
-    ``not searched`` warnings: offload on a part whose hardware file gives no host memory)."""
+def winner(model: str, cluster: str, extra: dict, choice: dict) -> tuple[dict, float, dict]:
+    """The winner's record, the solve's wall time and its document (``fewer_devices`` where solve
+    compared a smaller cluster: engine.fewer_devices; ``solver.not_searched``: the choices asked for
+    that no layout could take, offload on a part whose hardware file gives no host memory)."""
     start = time.perf_counter()
-    with warnings.catch_warnings(record=True) as caught:
-        warnings.simplefilter("always", LayoutsearchWarning)
-        run = ls.solve(
-            model=model,
-            cluster=cluster,
-            top=1,
-            time_limit=TIME_LIMIT_S,
-            **{**extra, **BASELINE, **choice},
-        )
-    unsearched = [str(w.message) for w in caught if "not searched" in str(w.message)]
-    return run.document["layouts"][0], time.perf_counter() - start, run.document, unsearched
+    run = ls.solve(
+        model=model,
+        cluster=cluster,
+        top=1,
+        time_limit=TIME_LIMIT_S,
+        **{**extra, **BASELINE, **choice},
+    )
+    return run.document["layouts"][0], time.perf_counter() - start, run.document
 
 
 def describe(rec: dict) -> str:
@@ -110,7 +104,7 @@ def main() -> None:
         base, fewer = None, None
         for name, choice in (*CHOICES, ("all four choices", EVERYTHING)):
             try:
-                rec, wall, doc, unsearched = winner(model, cluster, extra, choice)
+                rec, wall, doc = winner(model, cluster, extra, choice)
             except InvalidArgumentError as exc:  # fp4 on a part without fp4 tensor cores
                 lines.append(f"| {name} | refused: {str(exc).split(';')[0]} | - | - | - |")
                 continue
@@ -118,7 +112,7 @@ def main() -> None:
             base = step if base is None else base
             fewer = doc.get("fewer_devices") if name == "baseline" else fewer
             change = "-" if name == "baseline" else f"{step / base - 1:+.1%}"
-            said = "".join(f"; {m}" for m in unsearched)  # a choice the part cannot take
+            said = "".join(f"; {m}" for m in doc["solver"]["not_searched"])
             lines.append(f"| {name} | {describe(rec)}{said} | {step:.3f} | {change} | {wall:.1f} |")
         lines.append("")
         if fewer:  # the baseline's comparison (solve's warning): the batch cannot spread the count

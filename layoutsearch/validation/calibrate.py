@@ -251,6 +251,12 @@ def huber_scale(log_errors: np.ndarray) -> float:
     return max(HUBER_TUNING * MAD_TO_SIGMA * mad, MIN_HUBER_LOG_SCALE)
 
 
+def loss_scale(loss: str, log_errors: np.ndarray) -> float:
+    """The Huber scale a fit with ``loss`` holds through its iterations: ``huber_scale`` of ``log_errors`` (its
+    records' log errors at the start) for ``huber``; least squares has none (0)."""
+    return huber_scale(log_errors) if loss == "huber" else 0.0
+
+
 def fit_residuals(
     log_errors: np.ndarray, loss: str = DEFAULT_LOSS, scale: float | None = None
 ) -> np.ndarray:
@@ -351,7 +357,7 @@ def fit_fields(
     }
 
     if scale is None:
-        scale = huber_scale(log_residuals(problems, {})) if loss == "huber" else 0.0
+        scale = loss_scale(loss, log_residuals(problems, {}))
 
     def residual_fn(u: np.ndarray) -> np.ndarray:
         return fit_residuals(
@@ -415,7 +421,7 @@ def fit_joint(
         return np.concatenate([log_residuals(groups[f], fields_of(u, f)) for f in own])
 
     if scale is None:
-        scale = huber_scale(log_errors(start)) if loss == "huber" else 0.0
+        scale = loss_scale(loss, log_errors(start))
 
     def residual_fn(u: np.ndarray) -> np.ndarray:
         return fit_residuals(log_errors(u), loss, scale)
@@ -669,7 +675,7 @@ def routing_cv_scan(
     of ``problems``), the problems costed with that spread and the catalogue's calibration. One Huber scale for every
     candidate: ``huber_scale`` of the problems' log errors as costed (their own spread)."""
     if scale is None:
-        scale = huber_scale(log_residuals(problems, {})) if loss == "huber" else 0.0
+        scale = loss_scale(loss, log_residuals(problems, {}))
     out = {}
     for cv in values:
         errors = np.empty(len(problems))
@@ -753,11 +759,7 @@ def leave_one_source_out(
     groups = {fam: [p for _, f, p in items if f == fam] for fam in sorted({f for _, f, _ in items})}
     fit_groups = {fam: [p for p in probs if p[0] in fitted_ids] for fam, probs in groups.items()}
     # one Huber scale for every fit of every fold: the whole set's spread at the catalogue's values
-    scale = (
-        huber_scale(log_residuals([p for _, _, p in items if p[0] in fitted_ids], {}))
-        if loss == "huber"
-        else 0.0
-    )
+    scale = loss_scale(loss, log_residuals([p for _, _, p in items if p[0] in fitted_ids], {}))
 
     def joint_on_all() -> dict[str, dict]:
         """The ``shared`` joint fit on every source's records (``fit_joint``)."""

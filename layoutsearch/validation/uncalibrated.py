@@ -31,8 +31,8 @@ from layoutsearch.validation.calibrate import (
     KERNEL_FIELDS,
     family_of,
     fit_joint,
-    huber_scale,
     log_residuals,
+    loss_scale,
     usable_problems,
 )
 from layoutsearch.validation.runs import source_family
@@ -68,7 +68,7 @@ def leave_one_family_out(records: list[dict], workers: int | None = None) -> dic
     }
     folds = sorted({(f, s) for s, f, _, _ in items if donors[f] is not None})
     # one Huber scale for every fold, as leave_one_source_out: the whole set's spread at the catalogue's values
-    scale = huber_scale(log_residuals([p for _, _, _, p in items], {}))
+    scale = loss_scale(DEFAULT_LOSS, log_residuals([p for _, _, _, p in items], {}))
 
     def fold(task: tuple[str, str]) -> dict[str, float]:
         """The held-out family's records of one source, predicted with the donor's fit without that source."""
