@@ -258,6 +258,8 @@ WRITABLE = {
     "pipeline_splits": "pipeline_splits",
     "recompute": "recompute_policies",
 }
+# the options only a pipelined layout (pp > 1) takes: a layout without one was searched whatever they say
+PIPELINE_OPTIONS = ("schedules", "pipeline_splits")
 
 
 def unsearched_choices(
@@ -286,8 +288,11 @@ def _unwritable(options: Restrictions, caps: Capabilities, label: Label) -> list
         writes = getattr(caps, field)
         lost = [v for v in getattr(options, option) or () if v not in writes]
         if lost:
+            scope = (
+                " in a pipeline (layouts with pp=1 need none)" if option in PIPELINE_OPTIONS else ""
+            )
             out.append(
-                f"{label(option)} {','.join(lost)}: not searched, {caps.framework} cannot write "
+                f"{label(option)} {','.join(lost)}: not searched{scope}, {caps.framework} cannot write "
                 f"{'it' if len(lost) == 1 else 'them'} (it writes {', '.join(writes) or 'none'})"
             )
     return out

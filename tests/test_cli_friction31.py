@@ -414,8 +414,9 @@ def test_a_search_with_no_time_left_stops_after_the_candidate_space():
 def test_choices_the_export_target_cannot_write_are_said_not_searched(cli_main, tmp_path):
     """An option's values the export target cannot write are named in one warning line each, with what it writes,
     so a plan never reads as if they had been weighed and lost: MaxText runs GPipe only (zb-v, dualpipe), Megatron-LM
-    has no parameter offload, torchtitan no Ulysses context parallelism and none of MaxText's remat policies. Values
-    it writes give no line."""
+    has no parameter offload, torchtitan no Ulysses context parallelism and none of MaxText's remat policies. A
+    schedule's line says it concerns pipelined layouts only (pp=1 layouts were searched). Values it writes give no
+    line."""
     base = ["solve", "--model", "debug", "--cluster", "h100-8", "--seqs", "8", "--seq-len", "256"]
 
     def said(*extra: str) -> list[str]:
@@ -425,7 +426,8 @@ def test_choices_the_export_target_cannot_write_are_said_not_searched(cli_main, 
         return [x for x in err.splitlines() if "not searched" in x]
 
     assert said("--export", "maxtext", "--schedules", "zb-v,dualpipe") == [
-        "warning: --schedules zb-v,dualpipe: not searched, MaxText cannot write them (it writes gpipe)"
+        "warning: --schedules zb-v,dualpipe: not searched in a pipeline (layouts with pp=1 need none), MaxText "
+        "cannot write them (it writes gpipe)"
     ]
     assert said("--export", "megatron", "--offload", "none,optimizer,params") == [
         "warning: --offload params: not searched, Megatron-LM cannot write it (it writes none, optimizer)"
