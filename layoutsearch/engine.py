@@ -55,6 +55,7 @@ from layoutsearch.frameworks import Capabilities, capabilities_of
 from layoutsearch.report import planning
 from layoutsearch.report.output import (
     band_of,
+    comparison_band,
     estimate_document,
     layout_record,
     set_price,
@@ -418,7 +419,7 @@ def _compare_unrestricted(
     if not free.layouts:
         return free
     ours, best = run.result.layouts[0], free.layouts[0]
-    if not versus_claim(best, ours, band_of(best))["distinguishable"]:
+    if not versus_claim(best, ours, comparison_band(best))["distinguishable"]:
         return free
     warnings.warn(
         f"{target} cannot express the fast layouts of this problem: its best reaches "
@@ -465,7 +466,9 @@ def _compare_fewer_devices(
     run: SolveRun, request: SearchRequest, cluster: str, deadline: float
 ) -> SearchResult:
     """The same problem on ``cluster`` (``fewer_devices``), and, where its winner's step is shorter than
-    the winner's on every device, a warning and ``document['fewer_devices']`` (docs/OUTPUT.md)."""
+    the winner's on every device, a warning and ``document['fewer_devices']`` (docs/OUTPUT.md). Two clusters'
+    predictions: judged with each prediction's own band (``band_of``), not ``comparison_band``, whose measurement
+    pairs layouts of one problem."""
     fewer = dataclasses.replace(run.problem, cluster_name=cluster, cluster=resolve_cluster(cluster))
     result = proven_or_feasible(
         solve_problem(fewer, dataclasses.replace(request, top_k=1, time_limit_s=_left(deadline)))
@@ -559,12 +562,13 @@ def explain(
                     f"{run.problem.cluster_name}"
                 )
     if layouts:
-        band = band_of(layouts[0])
+        band = comparison_band(layouts[0])
         doc["explanation"] = {
             "versus": [compare(layouts[0], other) for other in layouts[1:]],
             "ranking": ranking_notes(run.result, band),
             "tie_tolerance": run.result.tie_tolerance,
-            "uncertainty_rel_band": list(band),
+            "uncertainty_rel_band": list(band_of(layouts[0])),
+            "comparison_rel_band": list(band),
             "slice_wait": slice_wait_note(layouts[0]),
         }
         if versus is not None:

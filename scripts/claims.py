@@ -43,12 +43,12 @@ from layoutsearch.core.problem import Problem, SearchOptions, SearchRequest
 from layoutsearch.core.rules import candidate_of, effective_zero
 from layoutsearch.core.specs import EXPERT_DEGREE_NAMES, UNPLACED, Layout
 from layoutsearch.costs.estimate import Estimate, estimate
-from layoutsearch.report.output import band_of
+from layoutsearch.report.output import comparison_band
 from layoutsearch.search import solve
 from layoutsearch.search.explain import versus_claim
 from layoutsearch.search.ranking import RISK_WORDS, class_risk_band, layout_risks, risk_names
 from layoutsearch.validation.runs import load_runs, source_family
-from layoutsearch.validation.stats import SHAPE_KEYS, layout_label
+from layoutsearch.validation.stats import layout_label, problem_key
 from layoutsearch.validation.validate import record_to_estimate, release_options, validate_runs
 
 PINNED = ("recompute", "sharding", "degrees", "schedule")  # pinned by SearchOptions and re-solved
@@ -159,24 +159,14 @@ def claim(record: dict) -> dict | None:
             parts[part] += gain
     else:
         parts["other"] += math.log(pub_s) - log_step[frozenset(PINNED)]
-    versus = versus_claim(winner, pub_est, band_of(winner))
+    versus = versus_claim(winner, pub_est, comparison_band(winner))
     kind = MOE if record["model"]["moe"] else "dense"
-    model, cluster, workload = record["model"], record["cluster"], record["workload"]
     return {
         "id": record["id"],
         "kind": kind,
         "source": source_family(record) + (f" ({MOE})" if kind == MOE else ""),
         # the problem up to its layout: records of one source with the same key ran one problem two ways
-        "problem_key": (
-            source_family(record),
-            cluster["accelerator"],
-            cluster["num_devices"],
-            tuple(model[k] for k in SHAPE_KEYS),
-            repr(model["moe"]),
-            workload["seq_len"],
-            workload["global_batch_seqs"],
-            workload["precision"],
-        ),
+        "problem_key": problem_key(record),
         "published": layout_label(record),
         "published_fits": pub_est.fits,
         "winner": short_label(winner.layout),

@@ -49,7 +49,7 @@ from layoutsearch.core.uncertainty import band_data, select_band
 from layoutsearch.validation.bands import band_coverage, calibrated_part, in_band, mark_in_band
 from layoutsearch.validation.calibrate import ROUTING_CV_GRID, family_of, leave_one_source_out
 from layoutsearch.validation.mapping import layer_seconds
-from layoutsearch.validation.stats import error_stats, quantiles, step_time_error
+from layoutsearch.validation.stats import error_stats, paired_errors, quantiles, step_time_error
 from layoutsearch.validation.uncalibrated import leave_one_family_out, uncalibrated_section
 from layoutsearch.validation.uncertainty import (
     accelerator_kind,
@@ -389,6 +389,46 @@ def uncalibrated_lines(table: dict | None, lofo: dict | None) -> list[str]:
             f"{pct(_share_in(errs, calibrated))} |"
         )
     return out
+
+
+def loso_errors(doc: dict) -> dict[str, float | None]:
+    """id -> leave-one-source-out error of each record of a validate document."""
+    return {e["id"]: e.get("loso_rel_error") for e in doc["records"]}
+
+
+def paired_lines(table: dict | None) -> list[str]:
+    """The paired errors (``paired`` and ``uncalibrated.paired`` of the dense file, ``stats.paired_errors``) against
+    what the test of a claim between two layouts asks (``report.output.comparison_band``)."""
+    if table is None or table.get("paired") is None:
+        return ["- not computed (--uncertainty '')"]
+    low, high = table["bands"]["gpu"]
+    rows = [("calibrated (leave one source out)", table["paired"])]
+    if table["uncalibrated"].get("paired"):
+        rows.append(("uncalibrated (leave one family out)", table["uncalibrated"]["paired"]))
+    out = [
+        "A claim that one layout of a problem beats another (`explain --versus`, the ranking notes, validate's "
+        "claims) rests on the predicted ratio of their step times. Over every pair of development records of one "
+        "problem (one source, accelerator, device count, model, sequence length, batch and precision; only the "
+        "layout differs), the ratio's error (predicted / measured step-time ratio - 1, the larger way round) is "
+        "below; an error that moves both layouts alike, such as a compute fraction borrowed from another part, "
+        "cancels in it. The claim is judged with the class's calibrated band on every part "
+        f"(`report.output.comparison_band`): on a dense GPU a speed-up beyond {pct(gap(low, high))} (the two "
+        f"predictions' bands of {pct(low, True)} .. {pct(high, True)} apart), more than the p80 of both rows; the "
+        f"uncalibrated level band would ask {pct(gap(*table['uncalibrated']['bands']['gpu']))}.",
+        "",
+        "| predictions | pairs | problems | p50 | p80 | p90 |",
+        "|---|---|---|---|---|---|",
+    ]
+    for name, q in rows:
+        out.append(
+            f"| {name} | {q['pairs']} | {q['groups']} | {pct(q['p50'])} | {pct(q['p80'])} | {pct(q['p90'])} |"
+        )
+    return out
+
+
+def gap(low: float, high: float) -> float:
+    """The speed-up beyond which two predictions' bands (low, high) do not overlap (``versus_claim``), less 1."""
+    return (1.0 + high) / (1.0 + low) - 1.0
 
 
 def _share_in(rel_errors: list[float], band: list[float]) -> float | None:
@@ -1302,6 +1342,7 @@ def write_markdown(
     lines += ["", "## Uncertainty bands", "", *uncertainty_lines(*(uncertainty or (None, None)))]
     lines += ["", "### Measured coverage of the bands", "", *coverage_lines(s, built_here=True)]
     lines += ["", "### Uncalibrated parts", "", *uncalibrated_lines(table, lofo)]
+    lines += ["", "### Claims between two layouts", "", *paired_lines(table)]
     lines += ["", "## Layout sweeps (Spearman rank correlation, predicted vs measured)", ""]
     lines += [
         f"- {sw['source_family']} on {sw['num_devices']} x {sw['accelerator']}, {sw['n']} runs: "
@@ -1722,8 +1763,9 @@ def main_moe(args: argparse.Namespace) -> int:
             if args.uncertainty == str(UNCERTAINTY_PATH)
             else Path(args.uncertainty).resolve()
         )
+        paired = {"paired": paired_errors(records, loso_errors(doc))}
         uncertainty = (
-            write_uncertainty(doc, uncertainty_header(args.runs, moe=True), target),
+            write_uncertainty(doc, uncertainty_header(args.runs, moe=True), target, paired),
             target,
         )
     # coverage with the dense models' bands, which these records are held out for (validate gave each record the
@@ -1825,7 +1867,13 @@ def main(argv: list[str] | None = None) -> int:
         target = Path(args.uncertainty).resolve()
         lofo = leave_one_family_out(records)
         lofo["held_out"] = uncalibrated_errors(held.values())
-        extra = {"uncalibrated": uncalibrated_section(lofo, lofo["held_out"])}
+        extra = {
+            "uncalibrated": {
+                **uncalibrated_section(lofo, lofo["held_out"]),
+                "paired": paired_errors(records, lofo["rel_errors"]),
+            },
+            "paired": paired_errors(records, loso_errors(doc)),
+        }
         if (memory := memory_section(doc["records"])) is not None:
             extra["memory"] = memory
         uncertainty = (

@@ -87,6 +87,19 @@ def band_of(est: Estimate) -> tuple[float, float]:
     return uncertainty_band(acc.kind, est.problem.model.moe is not None, calibrated(est))
 
 
+def comparison_band(est: Estimate) -> tuple[float, float]:
+    """The band a claim between two layouts of one problem is judged with (``search.explain.versus_claim``: ``explain
+    --versus``, the ranking notes, an export target's best against the unrestricted winner, validate's claims): the
+    calibrated band of the estimate's class (accelerator kind, dense or MoE) even where its part's compute fractions
+    are borrowed or its GEMMs run fp4, as the ranking's risk band is (``search.ranking.risk_band``). A borrowed
+    fraction moves both layouts' compute alike and their ratio cancels most of it: measured, the ratio of two layouts
+    of one problem predicted with another family's fractions errs by about as much as with the part's own
+    (core/uncertainty.yaml ``uncalibrated.paired`` against ``paired``, ``validation.stats.paired_errors``), well
+    inside what this band's test asks of a claim (tests/test_versus.py), where the level band of ``band_of`` would
+    ask about 1.7x on a dense GPU."""
+    return uncertainty_band(est.cluster.accelerator.kind, est.problem.model.moe is not None)
+
+
 def calibrated(est: Estimate) -> bool:
     """Whether the estimate's rates were fitted on measured runs: the part's compute fractions, on runs of this
     kind of model (dense or MoE), and not fp4 GEMMs (``core.problem.warn_fp4``)."""

@@ -662,7 +662,7 @@ def explain_report(result, explanation: dict | None) -> None:
                 )
             notes = {n["layout"]: n for n in explanation.get("ranking") or ()}
             if i in notes:
-                band = tuple(explanation["uncertainty_rel_band"])
+                band = tuple(explanation["comparison_rel_band"])
                 out.print(
                     ranking_line(
                         notes[i],
@@ -685,7 +685,7 @@ def explain_report(result, explanation: dict | None) -> None:
             out.print(
                 versus_line(
                     explanation["versus_layout"],
-                    explanation["uncertainty_rel_band"],
+                    explanation["comparison_rel_band"],
                     risk_band(result.layouts[0].problem),
                 ),
                 markup=False,

@@ -3,7 +3,10 @@ whether the engine picks the measured-best layout, quantiles of the step-time er
 
 from __future__ import annotations
 
+import itertools
+import math
 from collections import Counter, defaultdict
+from collections.abc import Mapping
 
 import numpy as np
 
@@ -118,6 +121,48 @@ def layout_label(record: dict) -> str:
     return " ".join(parts) or "dp1"
 
 
+def problem_key(record: dict) -> tuple:
+    """What runs of one problem share, only their layouts differing: (source, accelerator, devices, model shape,
+    sequence length, global batch, precision, experts)."""
+    m, c, w = record["model"], record["cluster"], record["workload"]
+    return (
+        source_family(record),
+        c["accelerator"],
+        c["num_devices"],
+        tuple(m[k] for k in SHAPE_KEYS),
+        w["seq_len"],
+        w["global_batch_seqs"],
+        w["precision"],
+        repr(m["moe"]),
+    )
+
+
+def paired_errors(records: list[dict], rel_errors: Mapping[str, float | None]) -> dict | None:
+    """How far the predicted step-time ratio of two layouts of one problem (``problem_key``) was from the measured
+    one, over every pair of ``records`` with an error in ``rel_errors`` (id -> predicted / measured tokens/s - 1,
+    e): the ratio's error (1 + e_a) / (1 + e_b) - 1, the larger way round. Its p50, p80 and p90 (rounded), the
+    pairs and the groups with a pair; None without a pair. An error that moves both layouts alike (a compute
+    fraction borrowed from another part) cancels in it: it is what a claim between two layouts of one problem
+    (``search.explain.versus_claim``) is judged against."""
+    groups: dict[tuple, list[float]] = defaultdict(list)
+    for r in records:
+        e = rel_errors.get(r["id"])
+        if e is not None:
+            groups[problem_key(r)].append(math.log1p(e))
+    gaps = [abs(a - b) for g in groups.values() for a, b in itertools.combinations(g, 2)]
+    if not gaps:
+        return None
+    p50, p80, p90 = np.expm1(np.percentile(gaps, (50, 80, 90)))
+    return {
+        "p50": round(float(p50), 4),
+        "p80": round(float(p80), 4),
+        "p90": round(float(p90), 4),
+        "pairs": len(gaps),
+        "groups": sum(len(g) > 1 for g in groups.values()),
+        "error": "predicted / measured step-time ratio of two layouts of one problem - 1, the larger way round",
+    }
+
+
 def best_layout_groups(records: list[dict], entries: list[dict]) -> list[dict]:
     """For each group of >= 2 evaluated runs of one source, model, cluster and batch (only the layout
     differs) with at least one measured throughput: the measured-best run, the engine's pick (the
@@ -132,17 +177,7 @@ def best_layout_groups(records: list[dict], entries: list[dict]) -> list[dict]:
         e = by_id[r["id"]]
         if e["skipped_reason"] is not None:
             continue
-        m, c, w = r["model"], r["cluster"], r["workload"]
-        key = (
-            source_family(r),
-            c["accelerator"],
-            c["num_devices"],
-            tuple(m[k] for k in SHAPE_KEYS),
-            w["seq_len"],
-            w["global_batch_seqs"],
-            w["precision"],
-        )
-        groups[key].append((r, e))
+        groups[problem_key(r)].append((r, e))
     out = []
     for key, members in groups.items():
         ran = [(r, e) for r, e in members if e["measured_tokens_per_s_per_device"]]

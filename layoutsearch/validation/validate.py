@@ -45,7 +45,7 @@ from layoutsearch.core.units import TERA
 from layoutsearch.costs import flops
 from layoutsearch.costs.estimate import Estimate, estimate
 from layoutsearch.costs.flops import hardware_flops_per_token  # noqa: F401  (re-exported for the tests)
-from layoutsearch.report.output import band_of
+from layoutsearch.report.output import band_of, comparison_band
 from layoutsearch.search import solve
 from layoutsearch.search.cpsat import row_bounds
 from layoutsearch.search.enumerate import candidate_grid
@@ -253,7 +253,9 @@ def ranked_claims(
     winner = result.layouts[0]
     out = []
     for published_s in step_times_s:
-        versus = versus_claim(winner, replace(winner, step_time_s=published_s), band_of(winner))
+        versus = versus_claim(
+            winner, replace(winner, step_time_s=published_s), comparison_band(winner)
+        )
         out.append(
             {
                 "claimed_speedup": versus["speedup"],
