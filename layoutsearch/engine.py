@@ -752,4 +752,34 @@ def estimate(
             None,
         )
         doc["what_if"] = what_if.document
+    if plan.against_best:
+        doc["against_best"] = against_best(prob, est)
     return EstimateRun(prob, est, doc, what_if)
+
+
+def against_best(problem: Problem, est: Estimate) -> dict:
+    """The search's best layout of ``problem`` (top 1, the default choices) held against the estimated layout, as
+    ``explain --versus`` holds the winner against a completion: ``layout`` (a layout record, null when nothing
+    fits), ``winner_step_time_s``, ``step_time_s`` (the estimated layout's), ``speedup`` (its step / the best's),
+    ``distinguishable`` and ``verdict`` (``versus_claim`` with ``comparison_band``, ``comparison_rel_band``) and ``safer_by`` (the first
+    risk the estimated layout carries and the best does not: why the best ranks first where it is not faster)."""
+    result = proven_or_feasible(solve_problem(problem, SearchRequest(top_k=1)))
+    if not result.layouts:
+        return {
+            "layout": None,
+            "winner_step_time_s": None,
+            "step_time_s": est.step_time_s,
+            "speedup": None,
+            "distinguishable": None,
+            "verdict": "infeasible",
+            "safer_by": None,
+        }
+    best = result.layouts[0]
+    band = comparison_band(best)
+    return {
+        "layout": layout_record(best),
+        "winner_step_time_s": best.step_time_s,
+        **versus_claim(best, est, band),
+        "comparison_rel_band": list(band),
+        "safer_by": safer_by(best, est),
+    }

@@ -102,6 +102,7 @@ FLAGS = {
         "--format",
         "--price-per-device-hour",
         "--what-if",
+        "--against-best",
         *GOODPUT,
         *WORKLOAD,
     ],

@@ -3,11 +3,14 @@ claimed speed-up lies beyond the model's uncertainty (issue: claims a user can a
 
 from __future__ import annotations
 
+import json
+
 import pytest
 
 import layoutsearch as ls
 from layoutsearch.core.uncertainty import band_data, uncertainty_band
 from layoutsearch.costs.estimate import estimate
+from layoutsearch.report.render import against_best_line
 from layoutsearch.search.explain import versus_claim
 from layoutsearch.validation.stats import SHAPE_KEYS, paired_errors
 
@@ -347,4 +350,52 @@ def test_the_not_slower_sentence_names_why_layout_1_ranks_first():
     )
     assert versus_line(versus(True, None, False), band, 0.09).endswith(
         "layout 1 ranks first only by simplicity"
+    )
+
+
+ESTIMATE = "estimate --model llama3-8b --cluster h100-64 --seqs 256 --against-best --layout".split()
+
+
+def test_estimate_against_best_says_whether_the_claim_is_beyond_the_bands(cli_main):
+    """`estimate --against-best` searches the problem and holds its best layout (fsdp=64, 1.523 s) against the
+    estimated one by explain --versus's rule: fsdp=32 x tp=2 (1.615 s, its whole local batch in one microbatch) is
+    1.061x slower, inside the dense GPU bands; fsdp=8 x tp=8 in 32 microbatches (7.482 s) 4.914x, beyond them. The
+    JSON holds the same under ``against_best``; without the switch there is none."""
+    code, out, _ = cli_main(*ESTIMATE, "fsdp=32,tp=2")
+    assert code == 1  # 3.4% over the usable memory: the comparison is said all the same
+    assert out.splitlines()[-1] == (
+        "against the best layout (fsdp=64, 1.523 s per step; this one 1.615 s): the best claims 1.061x: NOT "
+        "DISTINGUISHABLE, within the model's uncertainty (80% bands -7%..+9% of each prediction overlap)"
+    )
+    code, out, _ = cli_main(*ESTIMATE, "fsdp=8,tp=8", "--microbatches", "32")
+    assert code == 0
+    assert out.splitlines()[-1].endswith(
+        "the best claims 4.914x, beyond the model's uncertainty (80% bands -7%..+9% of each prediction do not "
+        "overlap)"
+    )
+    code, out, _ = cli_main(*ESTIMATE, "fsdp=8,tp=8", "--microbatches", "32", "--format", "json")
+    got = json.loads(out)["against_best"]
+    assert got["layout"]["degrees"]["fsdp"] == 64 and got["verdict"] == "distinguishable"
+    assert got["speedup"] == pytest.approx(got["step_time_s"] / got["winner_step_time_s"])
+    assert got["comparison_rel_band"] == [LOW, HIGH] and got["safer_by"] is None
+    code, out, _ = cli_main(*ESTIMATE[:-2], "--layout", "fsdp=64", "--format", "json")
+    assert "against_best" not in json.loads(out)
+
+
+def test_estimate_against_best_near_the_best_and_the_other_verdicts():
+    """fsdp=64 as estimate completes it (ZeRO-3, the local batch of 4 in one microbatch) is 0.5% slower than the
+    search's fsdp=64 (4 microbatches of 1): not distinguishable. The sentence of a layout as fast as the best names
+    the risk it carries, and says when nothing fits the search."""
+    run = ls.estimate(
+        model="llama3-8b", cluster="h100-64", seqs=256, layout="fsdp=64", against_best=True
+    )
+    got = run.document["against_best"]
+    assert got["verdict"] == "not distinguishable" and 1.0 < got["speedup"] < 1.01
+    faster = {**got, "verdict": "not slower", "safer_by": "TP across the slow network"}
+    assert against_best_line(faster).endswith(
+        "this one 1.531 s): this layout is as fast or faster, carrying a risk the best does not (TP across the "
+        "slow network)"
+    )
+    assert against_best_line({"layout": None}) == (
+        "against the best layout: nothing fits this problem in the search"
     )

@@ -28,7 +28,7 @@ SPEC = CommandSpec(
         (LayoutOptions, tuple(name for name in LayoutOptions.model_fields if name != "layout")),
         (PlanOptions, ("tokens",)),
         (OutputOptions, ("format",)),
-        (PlanOptions, ("price_per_device_hour", "what_if", *GOODPUT_OPTIONS)),
+        (PlanOptions, ("price_per_device_hour", "what_if", "against_best", *GOODPUT_OPTIONS)),
         (WorkloadOptions, ALL),
     ),
 )
@@ -51,6 +51,8 @@ def estimate(given: Given) -> None:
         )
         if run.what_if:
             render.what_if_report(run.what_if.document, est, run.what_if.winner, None)
+        if run.document.get("against_best"):
+            typer.echo(render.against_best_line(run.document["against_best"]))
     if not est.fits:
         typer.echo(
             f"does not fit: {one_line(est.violations[-1].message)}{_may_run(est)}"

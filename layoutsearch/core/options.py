@@ -446,6 +446,11 @@ class PlanOptions(OptionGroup):
         "--sensitivity",
         "Step-time change of layout 1 when each hardware number is +10% (layout fixed)",
     )
+    against_best: bool = switch(
+        "--against-best",
+        "Also search the problem and say how much faster its best layout is predicted than this one, and "
+        "whether that lies beyond the model's uncertainty (the rule of explain --versus)",
+    )
     failure_rate_per_device_hour: float = Field(
         LLAMA3_FAILURE_RATE_PER_DEVICE_HOUR,
         ge=0,
@@ -639,7 +644,7 @@ GOODPUT_OPTIONS = (*FAILURE_OPTIONS, "price_per_kwh")
 PLAN_FIELDS: dict[str, tuple[str, ...]] = {
     "solve": ("tokens", "price_per_device_hour", "what_if", *GOODPUT_OPTIONS, "fallback_nodes"),
     "explain": ("tokens", "price_per_device_hour", "sensitivity", "versus", *GOODPUT_OPTIONS),
-    "estimate": ("tokens", "price_per_device_hour", "what_if", *GOODPUT_OPTIONS),
+    "estimate": ("tokens", "price_per_device_hour", "what_if", "against_best", *GOODPUT_OPTIONS),
     "sweep": ("tokens", "price_per_device_hour", *GOODPUT_OPTIONS),
 }
 

@@ -787,6 +787,37 @@ def calibration_report(result: dict, loss: str = "squares") -> None:
     console().print(table)
 
 
+def against_best_line(versus: dict) -> str:
+    """One sentence on the search's best layout held against the estimated one (``engine.against_best``)."""
+    if versus["layout"] is None:
+        return "against the best layout: nothing fits this problem in the search"
+    best = versus["layout"]
+    degrees = ",".join(f"{k}={v}" for k, v in best["degrees"].items() if v > 1) or "all degrees 1"
+    text = (
+        f"against the best layout ({degrees}, {versus['winner_step_time_s']:.3f} s per step; this one "
+        f"{versus['step_time_s']:.3f} s)"
+    )
+    if versus["verdict"] == "not slower":
+        why = (
+            f", carrying a risk the best does not ({versus['safer_by']})"
+            if versus["safer_by"]
+            else ""
+        )
+        return text + f": this layout is as fast or faster{why}"
+    low, high = versus["comparison_rel_band"]
+    bands = f"80% bands {low * 100:+.0f}%..{high * 100:+.0f}% of each prediction"
+    if versus["verdict"] == "distinguishable":
+        return (
+            text
+            + f": the best claims {versus['speedup']:.3f}x, beyond the model's uncertainty ({bands} do not overlap)"
+        )
+    return (
+        text
+        + f": the best claims {versus['speedup']:.3f}x: NOT DISTINGUISHABLE, within the model's uncertainty "
+        f"({bands} overlap)"
+    )
+
+
 def versus_line(versus: dict, band: list[float], risk: float) -> str:
     """One sentence on the winner against the given layout (``engine._versus``)."""
     given = ",".join(f"{k}={v}" for k, v in versus["degrees"].items() if v > 1) or "all degrees 1"
