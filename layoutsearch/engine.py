@@ -761,8 +761,9 @@ def against_best(problem: Problem, est: Estimate) -> dict:
     """The search's best layout of ``problem`` (top 1, the default choices) held against the estimated layout, as
     ``explain --versus`` holds the winner against a completion: ``layout`` (a layout record, null when nothing
     fits), ``winner_step_time_s``, ``step_time_s`` (the estimated layout's), ``speedup`` (its step / the best's),
-    ``distinguishable`` and ``verdict`` (``versus_claim`` with ``comparison_band``, ``comparison_rel_band``) and ``safer_by`` (the first
-    risk the estimated layout carries and the best does not: why the best ranks first where it is not faster)."""
+    ``distinguishable`` and ``verdict`` (``versus_claim`` with ``comparison_band``: ``comparison_rel_band``) and
+    ``safer_by`` (the first risk the estimated layout carries and the best does not: why the best ranks first where
+    it is not faster)."""
     result = proven_or_feasible(solve_problem(problem, SearchRequest(top_k=1)))
     if not result.layouts:
         return {
@@ -772,6 +773,7 @@ def against_best(problem: Problem, est: Estimate) -> dict:
             "speedup": None,
             "distinguishable": None,
             "verdict": "infeasible",
+            "comparison_rel_band": None,
             "safer_by": None,
         }
     best = result.layouts[0]

@@ -46,6 +46,7 @@ from layoutsearch.core.specs import LEARNED_ROUTING_EXPERT_CV
 from layoutsearch.core.uncertainty import MOE_PATH as MOE_UNCERTAINTY_PATH
 from layoutsearch.core.uncertainty import PATH as UNCERTAINTY_PATH
 from layoutsearch.core.uncertainty import band_data, select_band
+from layoutsearch.search.explain import claim_margin
 from layoutsearch.validation.bands import band_coverage, calibrated_part, in_band, mark_in_band
 from layoutsearch.validation.calibrate import ROUTING_CV_GRID, family_of, leave_one_source_out
 from layoutsearch.validation.mapping import layer_seconds
@@ -412,9 +413,9 @@ def paired_lines(table: dict | None) -> list[str]:
         "layout differs), the ratio's error (predicted / measured step-time ratio - 1, the larger way round) is "
         "below; an error that moves both layouts alike, such as a compute fraction borrowed from another part, "
         "cancels in it. The claim is judged with the class's calibrated band on every part "
-        f"(`report.output.comparison_band`): on a dense GPU a speed-up beyond {pct(gap(low, high))} (the two "
+        f"(`report.output.comparison_band`): on a dense GPU a speed-up beyond {pct(claim_margin((low, high)))} (the two "
         f"predictions' bands of {pct(low, True)} .. {pct(high, True)} apart), more than the p80 of both rows; the "
-        f"uncalibrated level band would ask {pct(gap(*table['uncalibrated']['bands']['gpu']))}.",
+        f"uncalibrated level band would ask {pct(claim_margin(table['uncalibrated']['bands']['gpu']))}.",
         "",
         "| predictions | pairs | problems | p50 | p80 | p90 |",
         "|---|---|---|---|---|---|",
@@ -424,11 +425,6 @@ def paired_lines(table: dict | None) -> list[str]:
             f"| {name} | {q['pairs']} | {q['groups']} | {pct(q['p50'])} | {pct(q['p80'])} | {pct(q['p90'])} |"
         )
     return out
-
-
-def gap(low: float, high: float) -> float:
-    """The speed-up beyond which two predictions' bands (low, high) do not overlap (``versus_claim``), less 1."""
-    return (1.0 + high) / (1.0 + low) - 1.0
 
 
 def _share_in(rel_errors: list[float], band: list[float]) -> float | None:

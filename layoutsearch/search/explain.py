@@ -57,9 +57,8 @@ def versus_claim(
             "distinguishable": None,
             "verdict": "infeasible",
         }
-    low, high = band
     speedup = other.step_time_s / winner.step_time_s if winner.step_time_s else 1.0
-    apart = winner.step_time_s * (1 + high) < other.step_time_s * (1 + low)
+    apart = winner.step_time_s * (1 + claim_margin(band)) < other.step_time_s
     if speedup <= 1.0:
         verdict = (
             "not slower"  # the given layout is as fast or faster (it ranked lower by simplicity)
@@ -72,6 +71,13 @@ def versus_claim(
         "distinguishable": bool(apart),
         "verdict": verdict,
     }
+
+
+def claim_margin(band: tuple[float, float]) -> float:
+    """The speed-up, less 1, beyond which ``versus_claim`` calls a claim distinguishable: where the two predictions'
+    relative bands (low, high) stop overlapping, (1 + high) / (1 + low) - 1."""
+    low, high = band
+    return (1.0 + high) / (1.0 + low) - 1.0
 
 
 def safer_by(winner: Estimate, other: Estimate) -> str | None:
